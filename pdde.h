@@ -1,0 +1,430 @@
+/* pdde.h — the one public header of pdde, an embeddable C engine for adaptive distributed training.
+ *
+ * A program builds a training step as a symbolic graph (no tensor data is allocated while building),
+ * appends the backward pass and the optimizer update to the same graph, compiles it into a session
+ * (memory plan + schedule on the chosen devices) and runs it step after step.
+ *
+ *     pdde_context *ctx; pdde_context_init(NULL, &ctx);
+ *     pdde_graph *g;     pdde_graph_init(ctx, &g);
+ *     pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){32, 784});
+ *     ...build the model, pdde_backward(g, loss), pdde_optimizer_adamw(g, &opt)...
+ *     pdde_session *s;   pdde_session_init(g, NULL, &s);
+ *     pdde_session_run(s, PDDE_RUN_STEP);
+ *
+ * Conventions (shared/DESIGN.md "Style"):
+ *  - fallible calls return pdde_status (0 = ok, negative = error, grouped by hundreds) and give outputs
+ *    through their last pointer argument; pdde_last_error(ctx) carries the detail of the last error.
+ *  - graph-building calls return a tensor, or NULL on error (the graph then remembers the first error,
+ *    see pdde_graph_status), so a model can be written as plain expressions and checked once.
+ *  - parameter structs are made by PDDE_*_PARAMS_INIT; a zero field means "the default".
+ *  - every pdde_X_init has a pdde_X_free, and pdde_X_free(NULL) does nothing.
+ *  - the library never calls exit() or abort() on bad input. */
+#ifndef PDDE_H
+#define PDDE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PDDE_VERSION_MAJOR 0
+#define PDDE_VERSION_MINOR 1
+#define PDDE_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------------------
+ * Status codes, grouped by hundreds. */
+typedef enum {
+    PDDE_OK = 0,
+    /* -1xx: the caller's input */
+    PDDE_ERR_INVALID_ARG = -100,
+    PDDE_ERR_SHAPE = -101,      /* shapes that do not fit together */
+    PDDE_ERR_DTYPE = -102,      /* a dtype the op does not take */
+    PDDE_ERR_UNKNOWN_OP = -103, /* an op id pdde does not know */
+    PDDE_ERR_STATE = -104,      /* a call out of order (e.g. building after compile) */
+    /* -2xx: resources */
+    PDDE_ERR_OOM = -200,        /* host memory */
+    PDDE_ERR_DEVICE_OOM = -201, /* a device's memory */
+    /* -3xx: files and data */
+    PDDE_ERR_IO = -300,
+    PDDE_ERR_CORRUPT = -301,  /* bad magic, truncated, checksum mismatch */
+    PDDE_ERR_VERSION = -302,  /* a format version this build cannot read */
+    PDDE_ERR_MISMATCH = -303, /* a checkpoint that does not fit the model */
+    PDDE_ERR_NOT_FOUND = -304,
+    /* -4xx: devices and backends */
+    PDDE_ERR_UNAVAILABLE = -400, /* no driver / no device of that family */
+    PDDE_ERR_UNSUPPORTED = -401, /* the device cannot run that op or dtype */
+    PDDE_ERR_BUILD = -402,       /* a kernel failed to build; the log is in the message */
+    PDDE_ERR_BACKEND = -403,     /* the vendor runtime returned an error; its code is in the message */
+    /* -5xx: communication */
+    PDDE_ERR_TIMEOUT = -500,
+    PDDE_ERR_PEER_LOST = -501,
+    PDDE_ERR_COMM = -502,
+    PDDE_ERR_ABORTED = -503,
+    PDDE_ERR_ENV = -504, /* missing or inconsistent launcher environment */
+    /* -6xx: distribution and planning */
+    PDDE_ERR_NO_PLAN = -600,
+    PDDE_ERR_DIST_ATTR = -601,
+} pdde_status;
+
+/* A short constant description of a status code ("shape mismatch", ...). */
+const char *pdde_status_str(int status);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Context: owns the backends in use, the thread pool and the last-error message. */
+typedef struct pdde_context pdde_context;
+
+typedef struct pdde_backend_iface pdde_backend_iface;
+
+typedef struct {
+    int n_threads;        /* CPU threads for kernels; 0 = all online cores */
+    uint64_t seed;        /* seed of the context RNG (initial weights); 0 = 1234 */
+    int log_level;        /* 0 = errors only (default), 1 = info, 2 = debug */
+    /* Out-of-tree backends, tried after the built-in ones (the registry is fixed for the context). */
+    const pdde_backend_iface *const *extra_backends;
+    int n_extra_backends;
+} pdde_context_params;
+#define PDDE_CONTEXT_PARAMS_INIT {0, 0, 0, NULL, 0}
+
+pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **out);
+void pdde_context_free(pdde_context *ctx);
+/* The message of the last error raised through ctx ("" if none). Valid until the next failing call. */
+const char *pdde_last_error(const pdde_context *ctx);
+int pdde_context_n_threads(const pdde_context *ctx);
+/* Records an error message on ctx and returns status (for backends, plugins and the library itself). */
+int pdde_error(pdde_context *ctx, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* ---------------------------------------------------------------------------------------------------
+ * Data types. Computation is in f32; the others exist for memory accounting, ids and casts. */
+typedef enum { PDDE_F32 = 0, PDDE_F16, PDDE_BF16, PDDE_I32, PDDE_I64, PDDE_DTYPE_COUNT } pdde_dtype;
+size_t pdde_dtype_size(pdde_dtype t);
+const char *pdde_dtype_name(pdde_dtype t);
+/* Conversions used by casts and checkpoints (round to nearest even). */
+uint16_t pdde_f32_to_f16(float f);
+float pdde_f16_to_f32(uint16_t h);
+uint16_t pdde_f32_to_bf16(float f);
+float pdde_bf16_to_f32(uint16_t h);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Tensors and ops. A pdde_tensor is a node of a graph: its op, inputs, shape and attributes. It holds
+ * data only inside a compiled session. The struct is public so that out-of-tree backends can read a
+ * node's op and parameters (ggml style); user code treats it as read-only. */
+#define PDDE_MAX_DIMS 6
+#define PDDE_MAX_SRC 6
+
+typedef enum {
+    PDDE_OP_NONE = 0, /* leaf: input, parameter or optimizer state */
+    /* forward ops */
+    PDDE_OP_MATMUL,      /* [..,M,K]x[..,K,N]; iparams: trans_a, trans_b; b may be 2-D (shared) */
+    PDDE_OP_ADD,         /* numpy broadcasting of src1 onto src0's shape */
+    PDDE_OP_SUB,
+    PDDE_OP_MUL,
+    PDDE_OP_SCALE,       /* fparams[0] * x */
+    PDDE_OP_GELU,        /* tanh approximation (GPT-2) */
+    PDDE_OP_RELU,
+    PDDE_OP_SILU,
+    PDDE_OP_LAYERNORM,   /* over the last dim; src: x, gamma, beta; fparams[0] = eps */
+    PDDE_OP_RMSNORM,     /* over the last dim; src: x, gamma; fparams[0] = eps */
+    PDDE_OP_SOFTMAX,     /* over the last dim; iparams[0] = causal (mask j > i of the last two dims) */
+    PDDE_OP_CROSS_ENTROPY, /* src: logits [N,V], targets i32 [N]; scalar mean loss over targets >= 0 */
+    PDDE_OP_EMBEDDING,   /* src: table [V,C], ids i32 [...]; out [...,C] */
+    PDDE_OP_RESHAPE,     /* a view: same data, new shape */
+    PDDE_OP_PERMUTE,     /* iparams[0..ndim): output dim i takes input dim iparams[i] */
+    PDDE_OP_CONCAT,      /* iparams[0] = axis; 2..PDDE_MAX_SRC inputs */
+    PDDE_OP_SLICE,       /* iparams: axis, start; the output shape gives the length */
+    PDDE_OP_SUM,         /* iparams[0] = axis (-1: all), iparams[1] = keepdim */
+    PDDE_OP_MEAN,
+    PDDE_OP_DROPOUT,     /* fparams[0] = p; iparams[0..1] = seed (lo, hi), iparams[2] = run counter
+                            (set by the executor each run); keep(i) = hash(seed, counter, i) >= p */
+    PDDE_OP_CAST,        /* to the output dtype */
+    /* backward ops (appended by pdde_backward) */
+    PDDE_OP_SUM_TO,      /* reduce src0 to this tensor's (broadcast-compatible) shape */
+    PDDE_OP_EXPAND,      /* broadcast src0 to this tensor's shape, times fparams[0] */
+    PDDE_OP_GELU_BACK,   /* src: x, dy */
+    PDDE_OP_RELU_BACK,
+    PDDE_OP_SILU_BACK,
+    PDDE_OP_LAYERNORM_BACK,       /* src: x, gamma, dy -> dx */
+    PDDE_OP_LAYERNORM_BACK_GAMMA, /* src: x, dy -> dgamma */
+    PDDE_OP_RMSNORM_BACK,         /* src: x, gamma, dy -> dx */
+    PDDE_OP_RMSNORM_BACK_GAMMA,   /* src: x, dy -> dgamma */
+    PDDE_OP_SOFTMAX_BACK,         /* src: y, dy */
+    PDDE_OP_CROSS_ENTROPY_BACK,   /* src: logits, targets, dloss (scalar) -> dlogits */
+    PDDE_OP_EMBEDDING_BACK,       /* src: base grad [V,C], ids, dy: base + scatter-add (in place) */
+    PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape */
+    PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same seed) */
+    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
+    /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
+     * and zero the gradient they consumed. fparams: [0] lr (set by the executor each step), [1] beta1
+     * or momentum, [2] beta2, [3] eps, [4] weight decay, [5] clip norm (0 = off), [6] gradient scale
+     * (1/grad_accum_steps); iparams[0] = step t, 1-based (set by the executor). */
+    PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2) */
+    PDDE_OP_SGD_UPDATE,           /* src: param, grad, momentum [, gnorm_sq] */
+    PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq] */
+    /* communication and device-boundary ops (distributed graph; see the planner) */
+    PDDE_OP_COPY,                 /* to another device */
+    PDDE_OP_COUNT
+} pdde_op;
+
+const char *pdde_op_name(pdde_op op);
+
+typedef enum {
+    PDDE_TENSOR_INPUT = 1 << 0,      /* fed by the caller each step */
+    PDDE_TENSOR_PARAM = 1 << 1,      /* trainable parameter */
+    PDDE_TENSOR_STATE = 1 << 2,      /* optimizer state / gradient accumulator: persists across steps */
+    PDDE_TENSOR_LOSS = 1 << 3,
+    PDDE_TENSOR_OUTPUT = 1 << 4,     /* kept alive to the end of the step so the caller can read it */
+    PDDE_TENSOR_VIEW = 1 << 5,       /* shares its src0's memory */
+    PDDE_TENSOR_INPLACE = 1 << 6,    /* writes into its src0's memory */
+    PDDE_TENSOR_CONST = 1 << 7,      /* a leaf filled with fparams[0] once */
+} pdde_tensor_flags;
+
+typedef enum { PDDE_PHASE_FORWARD = 0, PDDE_PHASE_BACKWARD = 1, PDDE_PHASE_OPTIMIZER = 2 } pdde_phase;
+
+typedef struct pdde_graph pdde_graph;
+typedef struct pdde_tensor pdde_tensor;
+
+struct pdde_tensor {
+    int id;                  /* index in its graph, creation order (a topological order) */
+    pdde_op op;
+    pdde_dtype dtype;
+    int ndim;
+    int64_t shape[PDDE_MAX_DIMS];
+    int nsrc;
+    pdde_tensor *src[PDDE_MAX_SRC];
+    int32_t iparams[8];
+    float fparams[8];        /* leaves: [0] initial value (param: normal std; const: fill value) */
+    uint32_t flags;          /* pdde_tensor_flags */
+    pdde_phase phase;
+    int device;              /* index into the session's devices; -1 = not placed (default device) */
+    int layer;               /* user-set layer id (placement, recompute); -1 = none */
+    pdde_tensor *grad;       /* set by pdde_backward for parameters (the gradient accumulator) */
+    void *data;              /* inside a compiled session: the buffer holding this rank's (local) data:
+                                a host pointer on the CPU, the backend's buffer handle elsewhere */
+    size_t offset;           /* byte offset of the data in that buffer */
+    char name[64];
+};
+
+int64_t pdde_tensor_numel(const pdde_tensor *t);
+size_t pdde_tensor_nbytes(const pdde_tensor *t);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Graph building. All calls return NULL after an error; pdde_graph_status returns the first error and
+ * pdde_last_error(ctx) its message (naming the op, the tensor and the shapes). */
+pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out);
+void pdde_graph_free(pdde_graph *g);
+pdde_status pdde_graph_status(const pdde_graph *g);
+pdde_context *pdde_graph_context(const pdde_graph *g);
+int pdde_graph_n_tensors(const pdde_graph *g);
+pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id);
+pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name);
+/* Layer id given to tensors made from now on (for placement per layer and recompute); -1 = none. */
+void pdde_graph_set_layer(pdde_graph *g, int layer);
+
+/* Leaves. init_std > 0: normal(0, init_std) initial values; 0: zeros; < 0: ones. */
+pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype t, int ndim, const int64_t *shape);
+pdde_tensor *pdde_param(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float init_std);
+
+pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int trans_a, int trans_b);
+pdde_tensor *pdde_add(pdde_graph *g, pdde_tensor *a, pdde_tensor *b);
+pdde_tensor *pdde_sub(pdde_graph *g, pdde_tensor *a, pdde_tensor *b);
+pdde_tensor *pdde_mul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b);
+pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s);
+/* x + bias over the last dim (an add with broadcasting, named for readability). */
+pdde_tensor *pdde_bias_add(pdde_graph *g, pdde_tensor *x, pdde_tensor *bias);
+pdde_tensor *pdde_gelu(pdde_graph *g, pdde_tensor *x);
+pdde_tensor *pdde_relu(pdde_graph *g, pdde_tensor *x);
+pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x);
+pdde_tensor *pdde_layernorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, pdde_tensor *beta, float eps);
+pdde_tensor *pdde_rmsnorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, float eps);
+pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal);
+/* Causal self-attention of q, k, v [B, H, T, D]: softmax(q k^T / sqrt(D), causal) v -> [B, H, T, D]. */
+pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v);
+/* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). */
+pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets);
+pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids);
+pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t *shape);
+pdde_tensor *pdde_permute(pdde_graph *g, pdde_tensor *x, const int *perm);
+pdde_tensor *pdde_transpose(pdde_graph *g, pdde_tensor *x, int dim0, int dim1);
+pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis);
+pdde_tensor *pdde_slice(pdde_graph *g, pdde_tensor *x, int axis, int64_t start, int64_t len);
+/* Splits x along axis into n equal parts written to out[0..n). Returns out[0] (NULL on error). */
+pdde_tensor *pdde_split(pdde_graph *g, pdde_tensor *x, int axis, int n, pdde_tensor **out);
+pdde_tensor *pdde_sum(pdde_graph *g, pdde_tensor *x, int axis, int keepdim); /* axis -1: all */
+pdde_tensor *pdde_mean(pdde_graph *g, pdde_tensor *x, int axis, int keepdim);
+/* Inverted dropout; deterministic for a given seed. The seed changes each step (step number mixed in). */
+pdde_tensor *pdde_dropout(pdde_graph *g, pdde_tensor *x, float p, uint64_t seed);
+pdde_tensor *pdde_cast(pdde_graph *g, pdde_tensor *x, pdde_dtype to);
+pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name);
+/* Keeps t's value readable after a run (pdde_session_read). Losses are outputs already. */
+void pdde_mark_output(pdde_tensor *t);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Autodiff: appends the backward pass of a scalar loss. Every parameter that the loss depends on gets
+ * t->grad, a persistent gradient accumulator (sums over the micro-batches of one step). A tensor used
+ * several times (tied embeddings) sums the gradients of all its uses. */
+pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Optimizers: update nodes appended to the graph (phase PDDE_PHASE_OPTIMIZER). */
+typedef enum { PDDE_LR_CONSTANT = 0, PDDE_LR_COSINE } pdde_lr_schedule;
+
+typedef struct {
+    float lr;              /* peak learning rate; 0 = 1e-3 */
+    float beta1, beta2;    /* AdamW; 0 = 0.9, 0.999 */
+    float eps;             /* AdamW; 0 = 1e-8 */
+    float weight_decay;    /* decoupled (AdamW) / L2 (SGD); applied to tensors of ndim >= 2 only */
+    float momentum;        /* SGD */
+    float clip_norm;       /* global gradient-norm clipping; 0 = off */
+    pdde_lr_schedule schedule;
+    int64_t warmup_steps;  /* linear warmup from 0 */
+    int64_t total_steps;   /* cosine decays to min_lr_ratio * lr at total_steps */
+    float min_lr_ratio;
+    int grad_accum_steps;  /* micro-batches per optimizer step; 0 = 1 (the loss is scaled by 1/n) */
+} pdde_optimizer_params;
+#define PDDE_OPTIMIZER_PARAMS_INIT {0}
+
+pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p);
+pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p);
+/* Learning rate of the optimizer at a (0-based) step under its schedule. */
+float pdde_lr_at(const pdde_optimizer_params *p, int64_t step);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Devices and backends (ggml-style layering: backend family -> device -> stream / buffer -> event).
+ * Every device of every available family gets a global index; device 0 is always the CPU. */
+typedef enum { PDDE_DEVICE_CPU = 0, PDDE_DEVICE_GPU, PDDE_DEVICE_ACCEL } pdde_device_kind;
+
+typedef struct {
+    pdde_device_kind kind;
+    char name[128];
+    char backend[16];        /* family name: "cpu", "opencl", "cuda", "level_zero", ... */
+    uint64_t memory_total;   /* bytes */
+    uint64_t memory_free;    /* bytes; 0 = unknown */
+    int compute_units;
+    double peak_flops_f32;   /* FLOP/s, measured or from the vendor; 0 = unknown */
+    double mem_bandwidth;    /* B/s; 0 = unknown */
+} pdde_device_props;
+
+int pdde_device_count(pdde_context *ctx);
+pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out);
+/* The global index of the index-th device of a family, or -1. */
+int pdde_device_find(pdde_context *ctx, const char *backend, int index);
+
+int pdde_backend_count(pdde_context *ctx);
+const char *pdde_backend_name(pdde_context *ctx, int backend);
+/* PDDE_OK if the family is available; else its status and, in *why, the reason ("no OpenCL ICD"). */
+pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why);
+
+/* The backend interface, version 1. A backend fills one of these (api_version and struct_size first;
+ * new slots are only ever appended; optional slots may be NULL and the core falls back).
+ * Device memory: buffer_alloc returns a handle that the core stores in pdde_tensor.data, with the
+ * tensor's byte offset in pdde_tensor.offset. Errors are reported with pdde_error(ctx, ...). */
+#define PDDE_BACKEND_API_VERSION 1
+struct pdde_backend_iface {
+    uint32_t api_version;
+    uint32_t struct_size;
+    const char *name;
+    /* family: PDDE_ERR_UNAVAILABLE with a message when there is no driver or no device */
+    pdde_status (*init)(pdde_context *ctx, void **family, int *n_devices);
+    void (*free)(void *family);
+    pdde_status (*device_props)(void *family, int index, pdde_device_props *out);
+    pdde_status (*device_open)(void *family, int index, void **dev);
+    void (*device_close)(void *dev);
+    /* 1 if the device can run this node (op, dtypes, shapes) */
+    int (*supports_op)(void *dev, const pdde_tensor *node);
+    pdde_status (*buffer_alloc)(void *dev, size_t nbytes, void **handle); /* PDDE_ERR_DEVICE_OOM */
+    void (*buffer_free)(void *dev, void *handle);
+    /* host <-> device copies, ordered on stream; complete when the stream is synchronized */
+    pdde_status (*write)(void *dev, void *stream, void *handle, size_t offset, const void *src, size_t n);
+    pdde_status (*read)(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n);
+    pdde_status (*stream_create)(void *dev, void **stream);
+    void (*stream_free)(void *dev, void *stream);
+    pdde_status (*stream_sync)(void *dev, void *stream);
+    /* enqueue the node's kernel on stream; node->data/offset and its srcs' are on this device */
+    pdde_status (*compute)(void *dev, void *stream, pdde_tensor *node);
+    /* optional: events (NULL: the core synchronizes the whole stream instead) */
+    pdde_status (*event_create)(void *dev, void **event);
+    void (*event_free)(void *dev, void *event);
+    pdde_status (*event_record)(void *dev, void *event, void *stream);
+    pdde_status (*event_sync)(void *dev, void *event);
+    pdde_status (*stream_wait_event)(void *dev, void *stream, void *event);
+};
+
+/* ---------------------------------------------------------------------------------------------------
+ * Session: a compiled graph with its memory plan, run step by step. */
+typedef struct pdde_session pdde_session;
+
+typedef struct {
+    int device;            /* default device for unplaced nodes (index in pdde_device_count); 0 = cpu */
+    int no_memory_reuse;   /* 1: every tensor gets its own memory (for debugging and tests) */
+} pdde_session_params;
+#define PDDE_SESSION_PARAMS_INIT {0, 0}
+
+typedef enum {
+    PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
+    PDDE_RUN_FORWARD_BACKWARD = 3,  /* forward + backward: accumulates gradients */
+    PDDE_RUN_OPTIMIZER = 4,         /* apply the accumulated gradients, zero them, step += 1 */
+    PDDE_RUN_STEP = 7,              /* all three: one training step (when grad_accum_steps is 1) */
+} pdde_run_mode;
+
+pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
+void pdde_session_free(pdde_session *s);
+pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
+/* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients).
+ * nbytes must equal pdde_tensor_nbytes(t). */
+pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
+pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes);
+float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if none) */
+int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
+
+typedef struct {
+    size_t arena_bytes;       /* the activation arena: peak of the memory plan */
+    size_t activation_bytes;  /* the sum of all non-persistent tensors (what no reuse would take) */
+    size_t param_bytes;       /* parameters */
+    size_t grad_bytes;        /* gradient accumulators */
+    size_t optimizer_bytes;   /* optimizer state */
+    size_t input_bytes;
+    int n_nodes;              /* nodes scheduled */
+} pdde_memory_stats;
+pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Checkpoints. Format (little-endian), documented in README.md "Checkpoint format":
+ *   "PDDECKPT" u32 version u32 n_tensors u64 step u64 data_position u64 rng[2]
+ *   per tensor: u16 name_len, name, u8 dtype, u8 ndim, i64 shape[ndim], u64 nbytes, data
+ *   u32 crc32 of everything before it.
+ * Written to path.tmp, fsync'ed, then renamed over path: a crash mid-save leaves the old file. */
+typedef struct {
+    uint64_t data_position;  /* the data loader's position, restored by the caller */
+} pdde_checkpoint_extra;
+
+pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra);
+pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpoint_extra *extra);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Data: a byte-level tokenizer (vocabulary 256) and a token loader with deterministic shuffling. */
+typedef struct pdde_data pdde_data;
+
+/* Loads a text file (bytes are the tokens) or a token file ("PDDETOK1" u64 count, i32 tokens). */
+pdde_status pdde_data_open(pdde_context *ctx, const char *path, pdde_data **out);
+/* The part [begin, end) of the tokens, as fractions (e.g. 0.9..1.0 for validation). */
+pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begin, double end,
+                                pdde_data **out);
+void pdde_data_free(pdde_data *d);
+int64_t pdde_data_n_tokens(const pdde_data *d);
+/* Fills x and y (next-token targets) [batch, T] with windows at positions shuffled by seed; advances
+ * the position. A batch of rank r of n takes windows r, r+n, ... of the global batch. */
+pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y);
+uint64_t pdde_data_position(const pdde_data *d);
+void pdde_data_set_position(pdde_data *d, uint64_t pos);
+/* Writes a text file's tokens as a token file. */
+pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, const char *out_path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PDDE_H */
