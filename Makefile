@@ -1,0 +1,116 @@
+# pdde — `make` builds the library, examples and tools; `make test` runs every test; `make demo` trains.
+# Optional dependencies are found with pkg-config / the compiler; NO_<DEP>=1 leaves one out.
+CC       ?= cc
+PREFIX   ?= /usr/local
+BUILD    ?= build
+OPT      ?= -O3 -march=native
+CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -pthread -I.
+LDLIBS   += -lm -ldl -pthread $(LDLIBS_EXTRA)
+
+has_pc = $(shell pkg-config --exists $(1) 2>/dev/null && echo 1)
+has_lib = $(shell echo 'int main(void){return 0;}' | $(CC) -include $(1) -x c - -o /dev/null $(2) 2>/dev/null && echo 1)
+
+ifndef NO_OPENBLAS
+  ifeq ($(call has_lib,cblas.h,-lopenblas),1)
+    DEFS += -DPDDE_HAVE_OPENBLAS
+    LDLIBS += -lopenblas
+    HAVE_OPENBLAS = 1
+  else ifeq ($(call has_lib,openblas/cblas.h,-lopenblas),1)
+    DEFS += -DPDDE_HAVE_OPENBLAS -DPDDE_OPENBLAS_SUBDIR
+    LDLIBS += -lopenblas
+    HAVE_OPENBLAS = 1
+  endif
+endif
+ifndef NO_CLBLAST
+  ifeq ($(call has_lib,clblast_c.h,-lclblast),1)
+    DEFS += -DPDDE_HAVE_CLBLAST
+    LDLIBS += -lclblast
+    HAVE_CLBLAST = 1
+  endif
+endif
+ifndef NO_UCX
+  ifeq ($(call has_pc,ucx),1)
+    DEFS += -DPDDE_HAVE_UCX
+    LDLIBS += $(shell pkg-config --libs ucx)
+    HAVE_UCX = 1
+  endif
+endif
+ifndef NO_HWLOC
+  ifeq ($(call has_pc,hwloc),1)
+    DEFS += -DPDDE_HAVE_HWLOC
+    LDLIBS += $(shell pkg-config --libs hwloc)
+    HAVE_HWLOC = 1
+  endif
+endif
+ifndef NO_CJSON
+  ifeq ($(call has_pc,libcjson),1)
+    DEFS += -DPDDE_HAVE_CJSON
+    CFLAGS += $(shell pkg-config --cflags libcjson)
+    LDLIBS += $(shell pkg-config --libs libcjson)
+    HAVE_CJSON = 1
+  endif
+endif
+CFLAGS += $(DEFS)
+
+LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
+TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
+BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(wildcard tools/bench/*.c))
+
+.PHONY: all deps-report test test-asan demo bench-gpt install clean
+all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
+
+deps-report:
+	@printf 'pdde optional dependencies:'; \
+	for d in OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON); do \
+	  n=$${d%%:*}; v=$${d#*:}; if [ "$$v" = 1 ]; then printf ' ✓%s' $$n; else printf ' ✗%s' $$n; fi; done; echo
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+$(BUILD)/pdde.o: $(LIB_SRC) | $(BUILD)
+	$(CC) $(CFLAGS) -c pdde.c -o $@
+
+$(BUILD)/libpdde.a: $(BUILD)/pdde.o
+	ar rcs $@ $^
+
+$(BUILD)/libpdde.so: $(BUILD)/pdde.o
+	$(CC) -shared -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%: tests/%.c tests/test_util.h $(wildcard examples/*.h) $(BUILD)/libpdde.a
+	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
+
+$(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
+	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
+
+$(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
+	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
+
+$(BUILD)/%: tools/bench/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
+	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
+
+test: all $(TESTS)
+	@bash tests/run_tests.sh $(BUILD) $(TESTS)
+
+# The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
+test-asan:
+	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
+	  LDLIBS_EXTRA=-fsanitize=address,undefined test
+
+demo:
+	@bash tools/demo.sh
+
+bench-gpt: all
+	@bash tools/bench/bench_gpt.sh $(BUILD)
+
+install: all
+	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig
+	install -m 644 $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(PREFIX)/lib/
+	install -m 644 pdde.h $(PREFIX)/include/
+	for t in $(TOOLS); do install -m 755 $$t $(PREFIX)/bin/; done
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: pdde\nDescription: adaptive distributed training engine\nVersion: 0.1.0\nLibs: -L$${libdir} -lpdde\nLibs.private: %s\nCflags: -I$${includedir}\n' \
+	  '$(PREFIX)' '$(LDLIBS)' > $(PREFIX)/lib/pkgconfig/pdde.pc
+
+clean:
+	rm -rf $(BUILD)
