@@ -183,6 +183,7 @@ struct pdde_graph {
     bool has_optimizer;
     pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
     int opt_kind;              /* PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE */
+    pdde_session *session;     /* the live session: tensors hold its data, so one at a time */
 };
 
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
@@ -1232,6 +1233,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     *out = NULL;
     if (g->status) return g->status;
     if (g->n == 0) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: the graph is empty");
+    if (g->session) return pdde_error(g->ctx, PDDE_ERR_STATE, "session: the graph has a live session; free it first");
     pdde_session_params p = PDDE_SESSION_PARAMS_INIT;
     if (params) p = *params;
     pdde_session *s = calloc(1, sizeof *s);
@@ -1246,12 +1248,14 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
         pdde_session_free(s);
         return st;
     }
+    g->session = s;
     *out = s;
     return PDDE_OK;
 }
 
 void pdde_session_free(pdde_session *s) {
     if (!s) return;
+    if (s->g->session == s) s->g->session = NULL;
     for (int d = 0; d < s->n_devs; d++) {
         session_device *sd = &s->devs[d];
         if (sd->arena) sd->iface->buffer_free(sd->dev, sd->arena);
@@ -1299,6 +1303,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_run: unknown mode %d", mode);
     pdde_graph *g = s->g;
     float lr = g->has_optimizer ? pdde_lr_at(&g->opt, s->step) : 0.0f;
+    /* each training pass draws new dropout masks; a forward-only pass reuses the last training pass's
+     * masks (so the forward it evaluates is the function that was differentiated) */
+    if (mode & 2) s->run_counter++;
     pdde_status st = PDDE_OK;
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
@@ -1317,8 +1324,6 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (st != PDDE_OK) return st;
     if (s->loss && (mode & 1)) st = pdde_session_read(s, s->loss, &s->last_loss, sizeof s->last_loss);
     if ((mode & 4) && g->has_optimizer) s->step++;
-    /* the dropout counter advances per forward pass, so grad-accumulation micro-batches differ */
-    if (mode & 1) s->run_counter++;
     return st;
 }
 
