@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ================================================================================================
@@ -902,7 +903,16 @@ struct pdde_session {
     float last_loss;
     pdde_tensor *loss;
     pdde_memory_stats mem;
+    bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
+    double op_seconds[PDDE_OP_COUNT];
+    int64_t op_calls[PDDE_OP_COUNT];
 };
+
+static double monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static bool is_persistent(const pdde_tensor *t) {
     return t->op == PDDE_OP_NONE; /* inputs, parameters, constants and optimizer state are leaves */
@@ -1241,6 +1251,8 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->ctx = g->ctx;
     s->g = g;
     s->last_loss = NAN;
+    const char *prof = getenv("PDDE_PROFILE");
+    s->profile = prof && *prof && strcmp(prof, "0") != 0;
     pdde_status st = session_schedule(s, &p);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_allocate(s);
@@ -1253,8 +1265,19 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     return PDDE_OK;
 }
 
+static void print_profile(const pdde_session *s) {
+    double total = 0;
+    for (int op = 0; op < PDDE_OP_COUNT; op++) total += s->op_seconds[op];
+    fprintf(stderr, "pdde profile: %.3f s in kernels\n", total);
+    for (int op = 0; op < PDDE_OP_COUNT; op++)
+        if (s->op_calls[op])
+            fprintf(stderr, "  %-22s %9.3f ms %5.1f%% %8lld calls\n", pdde_op_name((pdde_op)op), 1e3 * s->op_seconds[op],
+                    100.0 * s->op_seconds[op] / (total > 0 ? total : 1), (long long)s->op_calls[op]);
+}
+
 void pdde_session_free(pdde_session *s) {
     if (!s) return;
+    if (s->profile) print_profile(s);
     if (s->g->session == s) s->g->session = NULL;
     for (int d = 0; d < s->n_devs; d++) {
         session_device *sd = &s->devs[d];
@@ -1313,9 +1336,15 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) t->iparams[2] = (int32_t)s->run_counter;
         if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
             t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
-        if (t->op == PDDE_OP_COPY) { st = run_copy(s, t); continue; }
-        session_device *sd = &s->devs[s->slot[t->id]];
-        st = sd->iface->compute(sd->dev, sd->stream, t);
+        double t0 = s->profile ? monotonic_seconds() : 0;
+        if (t->op == PDDE_OP_COPY) st = run_copy(s, t);
+        else {
+            session_device *sd = &s->devs[s->slot[t->id]];
+            st = sd->iface->compute(sd->dev, sd->stream, t);
+            /* timing an asynchronous device needs its stream drained; only when profiling */
+            if (s->profile && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+        }
+        if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
     }
     for (int d = 0; d < s->n_devs; d++) {
         pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);
