@@ -111,7 +111,7 @@ uint16_t pdde_f32_to_f16(float f) {
     if (absu < 0x38800000) {                                          /* subnormal or zero */
         if (absu < 0x33000000) return (uint16_t)sign;
         uint32_t mant = (absu & 0x7fffff) | 0x800000;
-        int shift = 126 - (int)(absu >> 23) + 13 + 1;
+        int shift = 126 - (int)(absu >> 23); /* value = mant * 2^(e-150), f16 unit = 2^-24 */
         uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
         if (rem > mid || (rem == mid && (half & 1))) half++;
         return (uint16_t)(sign | half);

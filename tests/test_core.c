@@ -356,6 +356,9 @@ static void test_dtypes(void) {
         CHECK(test_close(b, vals[i], 1e-2, 0), "bf16 round trip of %g gave %g", vals[i], b);
     }
     CHECK(isinf(pdde_f16_to_f32(pdde_f32_to_f16(1e6f))), "f16 overflow is inf");
+    float sub = pdde_f16_to_f32(pdde_f32_to_f16(3e-6f)); /* an f16 subnormal (unit 2^-24) */
+    CHECK(fabsf(sub - 3e-6f) <= 0x1p-25f, "f16 subnormal round trip of 3e-6 gave %g", sub);
+    CHECK(pdde_f32_to_f16(0x1p-24f) == 1 && pdde_f32_to_f16(0x1p-25f) == 0, "smallest subnormal, ties to even");
     CHECK(pdde_dtype_size(PDDE_BF16) == 2 && pdde_dtype_size(PDDE_I64) == 8, "sizes");
     CHECK(strcmp(pdde_status_str(PDDE_ERR_SHAPE), "shape mismatch") == 0, "status strings");
 }
