@@ -752,34 +752,44 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
         needs[i] = t->flags & PDDE_TENSOR_PARAM;
         for (int s = 0; s < t->nsrc; s++) needs[i] |= needs[t->src[s]->id];
     }
+    /* a parameter's gradient is final once its first consumer (lowest id) has been visited: its
+     * accumulation is emitted right then, so the gradient memory is freed early and communication of
+     * the gradient (data parallel) can start while the rest of the backward pass runs */
+    int *first_use = malloc((size_t)n_fwd * sizeof *first_use);
+    if (!first_use) { free(needs), free(grads); return pdde_error(g->ctx, PDDE_ERR_OOM, "backward: out of memory"); }
+    for (int i = 0; i < n_fwd; i++) first_use[i] = -1;
+    for (int i = n_fwd - 1; i >= 0; i--)
+        for (int s = 0; s < g->nodes[i]->nsrc; s++) first_use[g->nodes[i]->src[s]->id] = i;
     g->has_backward = true;
     loss->flags |= PDDE_TENSOR_LOSS;
     grads[loss->id] = new_const(g, "loss.grad_seed", loss->ndim, loss->shape, 1.0f);
     for (int i = loss->id; i >= 0 && g->status == PDDE_OK; i--) {
         pdde_tensor *y = g->nodes[i], *dy = grads[i];
-        if (!dy || y->op == PDDE_OP_NONE) continue;
-        pdde_graph_set_layer(g, y->layer);
-        pdde_tensor *dsrc[PDDE_MAX_SRC] = {0};
-        backward_node(g, y, dy, dsrc, grads);
-        for (int s = 0; s < y->nsrc; s++) {
-            pdde_tensor *x = y->src[s];
-            if (!dsrc[s] || !needs[x->id]) continue;
-            grads[x->id] = grads[x->id] ? pdde_add(g, grads[x->id], dsrc[s]) : dsrc[s];
+        if (dy && y->op != PDDE_OP_NONE) {
+            pdde_graph_set_layer(g, y->layer);
+            pdde_tensor *dsrc[PDDE_MAX_SRC] = {0};
+            backward_node(g, y, dy, dsrc, grads);
+            for (int s = 0; s < y->nsrc; s++) {
+                pdde_tensor *x = y->src[s];
+                if (!dsrc[s] || !needs[x->id]) continue;
+                grads[x->id] = grads[x->id] ? pdde_add(g, grads[x->id], dsrc[s]) : dsrc[s];
+            }
+        }
+        /* parameters whose last gradient contribution came from node i go into their accumulators */
+        for (int s = 0; s < y->nsrc && g->status == PDDE_OK; s++) {
+            pdde_tensor *p = y->src[s];
+            if (!(p->flags & PDDE_TENSOR_PARAM) || first_use[p->id] != i || !grads[p->id] || p->grad) continue;
+            char name[80];
+            snprintf(name, sizeof name, "%s.grad", p->name);
+            pdde_graph_set_layer(g, p->layer);
+            pdde_tensor *acc = new_state(g, name, p, PDDE_TENSOR_GRAD);
+            pdde_tensor *src[2] = {acc, grads[p->id]};
+            pdde_tensor *upd = node_with(g, PDDE_OP_GRAD_ACCUM, p, 2, src);
+            if (upd) upd->flags |= PDDE_TENSOR_INPLACE;
+            p->grad = acc;
         }
     }
-    /* every parameter's gradient goes into its persistent accumulator */
-    for (int i = 0; i < n_fwd && g->status == PDDE_OK; i++) {
-        pdde_tensor *p = g->nodes[i];
-        if (!(p->flags & PDDE_TENSOR_PARAM) || !grads[i]) continue;
-        char name[80];
-        snprintf(name, sizeof name, "%s.grad", p->name);
-        pdde_tensor *acc = new_state(g, name, p, PDDE_TENSOR_GRAD);
-        pdde_graph_set_layer(g, p->layer);
-        pdde_tensor *src[2] = {acc, grads[i]};
-        pdde_tensor *upd = node_with(g, PDDE_OP_GRAD_ACCUM, p, 2, src);
-        if (upd) upd->flags |= PDDE_TENSOR_INPLACE;
-        p->grad = acc;
-    }
+    free(first_use);
     pdde_graph_set_layer(g, -1);
     free(needs);
     free(grads);
