@@ -6,7 +6,8 @@
 #define _GNU_SOURCE
 #include "pdde.h"
 
-#if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM)
+/* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */
+#if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("comm/comm.c")
 #define PDDE_HAVE_COMM 1
 #endif
 
@@ -1489,9 +1490,10 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
         s->dp_rank = pdde_comm_rank(p.dp_comm), s->dp_size = pdde_comm_size(p.dp_comm);
         s->zero_stage = p.zero_stage;
 #endif
-        if (p.zero_stage < 0 || p.zero_stage > 1)
+        if (!s->dp) st = session_add_data_parallel(s); /* reports that comm is missing */
+        else if (p.zero_stage < 0 || p.zero_stage > 1)
             st = pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: zero_stage %d (0 or 1 here; stages 2-3 come with the planner)", p.zero_stage);
-        else if (s->dp_size > 1 || !s->dp) st = session_add_data_parallel(s);
+        else if (s->dp_size > 1) st = session_add_data_parallel(s);
     }
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_allocate(s);
