@@ -1139,6 +1139,7 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
  *   optimizer (ZeRO-1): the update of this rank's shard, then ALLGATHER of the parameter, waited at
  *   the end of the step; a clipping norm is summed over the shards with one more ALLREDUCE. */
 
+#ifdef PDDE_HAVE_COMM
 static pdde_tensor *collective_node(pdde_session *s, pdde_op op, pdde_tensor *x, int64_t numel, int reduce_op,
                                     int64_t first, int64_t count) {
     pdde_tensor *t = new_node(s->g, op, PDDE_F32, 1, &numel, 1, &x);
@@ -1181,6 +1182,7 @@ static void shard_range(const pdde_session *s, int64_t n, int64_t *chunk, int64_
 static void mark_shard(pdde_tensor *t, int64_t first, int64_t count) {
     t->iparams[1] = (int32_t)first, t->iparams[2] = (int32_t)count, t->iparams[3] = 1;
 }
+#endif
 
 static pdde_status session_add_data_parallel(pdde_session *s) {
 #ifndef PDDE_HAVE_COMM
