@@ -154,3 +154,10 @@ void pdde_context_free(pdde_context *ctx) {
     if (!ctx) return;
     free(ctx);
 }
+
+/* ================================================================================================
+ * Parts compiled into this unit */
+
+#if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM)
+#include "comm/comm.c"
+#endif
