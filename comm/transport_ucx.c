@@ -81,8 +81,6 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
     /* Shared memory, then TCP. Shared memory joins the PEER error mode only with these options (the
      * peer's death is then found by keepalive); a keepalive well inside peer_timeout bounds detection. */
     ucx_default(cfg, "TLS", "posix,sysv,cma,tcp,self");
-    ucx_default(cfg, "POSIX_ERROR_HANDLING", "y");
-    ucx_default(cfg, "SYSV_ERROR_HANDLING", "y");
     char ka[32];
     snprintf(ka, sizeof ka, "%.0fms", peer_timeout * 1000 / 4);
     ucx_default(cfg, "KEEPALIVE_INTERVAL", ka);
