@@ -548,6 +548,9 @@ typedef struct {
     void (*close_send)(void *send_comm);
     void (*close_recv)(void *recv_comm);
     void (*close_listen)(void *listen_comm);
+    /* optional: called after a failure, before the close_* calls, which then drop connections at once
+     * (no flush, no progress: a cancelled receive must not be written into a buffer freed since) */
+    void (*abort)(void *tr);
 } pdde_transport_iface;
 
 /* The built-in UCX transport (UCP tag API); NULL when pdde was built without UCX. */

@@ -100,8 +100,36 @@ static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...) {
 /* ================================================================================================
  * Waiting */
 
+static void world_failed_key(const comm_world *w, char *key, size_t cap) { snprintf(key, cap, "%s/failed", w->prefix); }
+
+/* Adopts the failure published in the store, if any: a lost connection is often only the echo of a
+ * root cause that another rank reported (an abort, a timeout, a death), and that cause is what the
+ * caller should see. Called without the world lock. */
+static void world_root_cause(comm_world *w) {
+    char key[256];
+    void *val = NULL;
+    size_t len;
+    world_failed_key(w, key, sizeof key);
+    pthread_mutex_lock(&w->store_lock);
+    pdde_status st = w->store->iface->get(w->store->impl, NULL, key, &val, &len);
+    pthread_mutex_unlock(&w->store_lock);
+    char *bar = st ? NULL : strchr(val, '|');
+    if (bar && atoi(val) < 0) {
+        pthread_mutex_lock(&w->lock);
+        w->failed = atoi(val);
+        w->published = 1;
+        snprintf(w->fail_msg, sizeof w->fail_msg, "%s", bar + 1);
+        pthread_mutex_unlock(&w->lock);
+    }
+    free(val);
+}
+
 static pdde_status comm_report(comm_world *w, pdde_status st) {
     if (!st) return st;
+    if ((st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_TIMEOUT) && w->failed) {
+        world_root_cause(w);
+        st = w->failed;
+    }
     char msg[sizeof w->fail_msg];
     pthread_mutex_lock(&w->lock);
     snprintf(msg, sizeof msg, "%s", w->failed ? w->fail_msg : "");
@@ -211,8 +239,6 @@ void pdde_comm_request_free(pdde_comm_request *r) {
 /* ================================================================================================
  * The service thread: heartbeats, failure publication and polling, background progress. */
 
-static void world_failed_key(const comm_world *w, char *key, size_t cap) { snprintf(key, cap, "%s/failed", w->prefix); }
-
 static void *comm_service(void *arg) {
     comm_world *w = arg;
     const pdde_store_iface *si = w->store->iface;
@@ -289,10 +315,18 @@ static void world_destroy(comm_world *w) {
         pthread_mutex_unlock(&w->lock);
         pthread_join(w->thread, NULL);
     }
+    if (w->failed && !w->published && w->store) {
+        /* the service thread had no time to tell the others: do it now */
+        char key[256], msg[sizeof w->fail_msg + 16];
+        world_failed_key(w, key, sizeof key);
+        snprintf(msg, sizeof msg, "%d|%s", (int)w->failed, w->fail_msg);
+        w->store->iface->set(w->store->impl, NULL, key, msg, strlen(msg));
+    }
     pthread_mutex_lock(&w->lock);
     while (w->active) req_finish(w->active, PDDE_ERR_ABORTED);
     pthread_mutex_unlock(&w->lock);
     if (w->tr) {
+        if (w->failed && w->tp->abort) w->tp->abort(w->tr);
         for (int i = 0; i < w->size; i++) {
             if (w->send && w->send[i]) w->tp->close_send(w->send[i]);
             if (w->recv && w->recv[i]) w->tp->close_recv(w->recv[i]);

@@ -252,7 +252,10 @@ static int req_advance(pdde_comm_request *r) {
 
 /* Drives the transport and every running operation of the world. Returns 1 if anything moved. */
 static int world_progress(comm_world *w) {
-    int moved = w->tp->progress(w->tr) > 0;
+    /* After a failure the transport is not driven again (until its connections are force-closed):
+     * a cancelled receive that had already matched a large message could still be written into a
+     * buffer the caller has freed since the error. */
+    int moved = !w->failed && w->tp->progress(w->tr) > 0;
     for (pdde_comm_request *r = w->active, *next; r && !w->failed; r = next) {
         next = r->next;
         moved |= req_advance(r);

@@ -20,6 +20,7 @@ typedef struct {
     uint64_t next_listen, next_connect; /* ids of listeners and of pending connects, per worker */
     uint64_t next_conn_id;              /* ids of accepted connections (tags), per worker */
     ucx_conn *pending;                  /* connects waiting for their ACK */
+    int aborting;                       /* after a failure: close without flushing or progressing */
 } ucx_transport;
 
 typedef struct {
@@ -84,6 +85,9 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
     char ka[32];
     snprintf(ka, sizeof ka, "%.0fms", peer_timeout * 1000 / 4);
     ucx_default(cfg, "KEEPALIVE_INTERVAL", ka);
+    /* pdde reports failures itself; UCX's own warnings about them (and about requests dropped on a
+     * forced close) would only be noise */
+    ucx_default(cfg, "LOG_LEVEL", "error");
     ucp_params_t params = {0};
     params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_REQUEST_SIZE | UCP_PARAM_FIELD_REQUEST_INIT |
                         UCP_PARAM_FIELD_MT_WORKERS_SHARED;
@@ -195,11 +199,13 @@ static void ucx_conn_close(void *conn) {
     if (c->ep) {
         ucp_request_param_t prm = {0};
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        prm.flags = c->failed ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+        prm.flags = c->failed || tr->aborting ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         void *r = ucp_ep_close_nbx(c->ep, &prm);
-        /* a flush towards a live peer is quick; a peer that does not answer costs at most 1 s */
+        /* a flush towards a live peer is quick; a peer that does not answer costs at most 1 s. A forced
+         * close is not progressed: see ucx_abort. */
         double deadline = comm_now() + 1.0;
-        while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS && comm_now() < deadline)
+        while (!tr->aborting && r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS &&
+               comm_now() < deadline)
             ucp_worker_progress(tr->worker);
         if (r && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
     }
@@ -340,11 +346,13 @@ static void ucx_close_listen(void *lp) {
     free(l);
 }
 
+static void ucx_abort(void *p) { ((ucx_transport *)p)->aborting = 1; }
+
 static const pdde_transport_iface ucx_iface = {
     PDDE_TRANSPORT_API_VERSION, sizeof(pdde_transport_iface), "ucx",
     ucx_init, ucx_fini, ucx_get_props, ucx_listen_open, ucx_connect, ucx_accept,
     ucx_isend, ucx_irecv, ucx_test, ucx_cancel, ucx_progress,
-    ucx_conn_close, ucx_conn_close, ucx_close_listen,
+    ucx_conn_close, ucx_conn_close, ucx_close_listen, ucx_abort,
 };
 
 const pdde_transport_iface *pdde_transport_ucx(void) { return &ucx_iface; }
