@@ -285,15 +285,17 @@ static void *comm_service(void *arg) {
         free(val);
         if (w->failed && w->active && !w->waiters) world_progress(w);
         if (w->stop) break;
-        if (active) {
+        if (active && !w->waiters) {
+            /* background progress of non-blocking operations: poll, backing off to 1 ms */
             pthread_mutex_unlock(&w->lock);
             comm_sleep(pause);
             pause = pause * 2 < 1e-3 ? pause * 2 : 1e-3;
             pthread_mutex_lock(&w->lock);
         } else {
+            /* idle, or a caller is waiting and progressing itself: only the store checks remain */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            double t = (double)ts.tv_nsec * 1e-9 + ping_every;
+            double t = (double)ts.tv_nsec * 1e-9 + (active ? 0.05 : ping_every);
             ts.tv_sec += (time_t)t;
             ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
             pthread_cond_timedwait(&w->cv, &w->lock, &ts);

@@ -76,11 +76,16 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
     ucx_transport *tr = calloc(1, sizeof *tr);
     if (!tr) return pdde_error(ctx, PDDE_ERR_OOM, "ucx: out of memory");
     tr->next_listen = tr->next_connect = tr->next_conn_id = 1;
+    /* Shared memory takes part in the PEER error mode only with these options (the peer's death is
+     * then found by keepalive); without them UCX falls back to TCP loopback, 5-10x slower. UCX 1.13
+     * reads transport options only from the environment (ucp_config_modify does not reach them), so
+     * they are set there, never overriding the user's choice. */
+    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
     ucp_config_t *cfg;
     ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
     if (s != UCS_OK) { free(tr); return ucx_status(ctx, s, "ucp_config_read"); }
-    /* Shared memory, then TCP. Shared memory joins the PEER error mode only with these options (the
-     * peer's death is then found by keepalive); a keepalive well inside peer_timeout bounds detection. */
+    /* shared memory, then TCP; a keepalive well inside peer_timeout bounds failure detection */
     ucx_default(cfg, "TLS", "posix,sysv,cma,tcp,self");
     char ka[32];
     snprintf(ka, sizeof ka, "%.0fms", peer_timeout * 1000 / 4);
