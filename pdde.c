@@ -1925,3 +1925,10 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
     free(tokens);
     return ok ? PDDE_OK : pdde_error(ctx, PDDE_ERR_IO, "cannot write %s: %s", out_path, strerror(errno));
 }
+
+/* ================================================================================================
+ * Communication (comm/): store, transport, communicators and collectives */
+
+#ifdef PDDE_HAVE_COMM
+#include "comm/comm.c"
+#endif
