@@ -380,13 +380,14 @@ typedef struct {
     const int *layer_devices;
     int n_layer_devices;
     /* Data parallelism: every rank of dp_comm runs the same graph on its own part of the batch;
-     * gradients are averaged across ranks as soon as backward produces them (overlapping the rest of
-     * backward). zero_stage 1 shards the optimizer state over the ranks (ZeRO-1: reduce-scatter of
+     * gradients are averaged across ranks in buckets as soon as backward produces them (overlapping
+     * the rest of backward; with grad_accum_steps > 1 once per step, before the update). zero_stage 1 shards the optimizer state over the ranks (ZeRO-1: reduce-scatter of
      * gradients, a sharded update, all-gather of parameters). */
     pdde_comm *dp_comm;
     int zero_stage;
+    size_t dp_bucket_bytes;  /* gradients are averaged in buckets of about this size; 0 = 4 MiB */
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0, 0}
 
 typedef enum {
     PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
