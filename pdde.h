@@ -200,6 +200,26 @@ typedef enum { PDDE_PHASE_FORWARD = 0, PDDE_PHASE_BACKWARD = 1, PDDE_PHASE_OPTIM
 typedef struct pdde_graph pdde_graph;
 typedef struct pdde_tensor pdde_tensor;
 
+/* Distributed attributes (the unified distributed graph; see "Distributed training" below).
+ * A process mesh is an N-d array of ranks with named axes (e.g. dp x tp x pp). */
+#define PDDE_MAX_MESH_DIMS 4
+typedef struct pdde_mesh {
+    int ndim;
+    int shape[PDDE_MAX_MESH_DIMS];
+    char names[PDDE_MAX_MESH_DIMS][16];
+    int n_ranks;
+    const int *ranks;        /* n_ranks process ids, row-major over shape */
+} pdde_mesh;
+
+/* A tensor's placement on a mesh: for each tensor dim, the mesh axis it is split over (-1 =
+ * replicated along every axis); `partial` has bit a set when the values are partial sums still to be
+ * reduced over mesh axis a. A NULL mesh means "not annotated" (completion fills it). */
+typedef struct {
+    const pdde_mesh *mesh;
+    int8_t dims_mapping[PDDE_MAX_DIMS];
+    uint8_t partial;
+} pdde_dist_attr;
+
 struct pdde_tensor {
     int id;                  /* index in its graph, creation order (a topological order) */
     pdde_op op;
@@ -215,6 +235,7 @@ struct pdde_tensor {
     int device;              /* index into the session's devices; -1 = not placed (default device) */
     int layer;               /* user-set layer id (placement, recompute); -1 = none */
     pdde_tensor *grad;       /* set by pdde_backward for parameters (the gradient accumulator) */
+    pdde_dist_attr dist;     /* how the tensor is laid out over the ranks (pdde_shard, completion) */
     void *data;              /* inside a compiled session: the buffer holding this rank's (local) data:
                                 a host pointer on the CPU, the backend's buffer handle elsewhere */
     size_t offset;           /* byte offset of the data in that buffer */
