@@ -190,7 +190,10 @@ struct pdde_graph {
     pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
     int opt_kind;              /* PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE */
     pdde_session *session;     /* the live session: tensors hold its data, so one at a time */
+    struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
 };
+
+static void planner_graph_free(struct planner_graph *p);
 
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
     if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
@@ -204,6 +207,7 @@ pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
 
 void pdde_graph_free(pdde_graph *g) {
     if (!g) return;
+    planner_graph_free(g->planner);
     for (int i = 0; i < g->n; i++) free(g->nodes[i]);
     free(g->nodes);
     free(g);
@@ -882,6 +886,11 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
 
 pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p) { return add_optimizer(g, p, PDDE_OP_ADAMW_UPDATE); }
 pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { return add_optimizer(g, p, PDDE_OP_SGD_UPDATE); }
+
+/* ================================================================================================
+ * Planner (planner/): meshes, distributed attributes, completion */
+
+#include "planner/planner.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:
