@@ -387,6 +387,9 @@ struct pdde_backend_iface {
     pdde_status (*event_record)(void *dev, void *event, void *stream);
     pdde_status (*event_sync)(void *dev, void *event);
     pdde_status (*stream_wait_event)(void *dev, void *stream, void *event);
+    /* optional: page-locked host memory for staging transfers (NULL: plain malloc) */
+    pdde_status (*host_alloc)(void *dev, size_t nbytes, void **ptr);
+    void (*host_free)(void *dev, void *ptr);
 };
 
 /* ---------------------------------------------------------------------------------------------------
