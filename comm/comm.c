@@ -40,7 +40,7 @@ typedef struct comm_world {
     int rank, size;
     void **send, **recv;          /* per world rank (NULL for self) */
     int *host_of;                 /* world rank -> host index */
-    char (*host_names)[128];
+    char (*host_names)[COMM_HOST_ID_MAX];
     pdde_store *store;
     int own_store;
     pdde_store_server *server;    /* rank 0 hosts the store under launchers other than pdde-run */
@@ -574,7 +574,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     pthread_mutex_init(&w->store_lock, NULL);
     pthread_cond_init(&w->cv, NULL);
     double deadline = comm_now() + w->timeout_s;
-    char host_id[128], key[300];
+    char host_id[COMM_HOST_ID_MAX], key[300];
     comm_host_id(p.host_id, host_id, sizeof host_id);
 
     if (p.store) {
@@ -599,7 +599,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if ((st = pdde_store_add(w->store, key, 1, &gen))) goto fail;
     snprintf(w->prefix, sizeof w->prefix, "%s/%lld", p.prefix ? p.prefix : "pdde", (long long)gen);
     if ((st = world_connect(w, host_id, deadline))) goto fail;
-    char notice[256];
+    char notice[COMM_HOST_ID_MAX + 128];
     snprintf(notice, sizeof notice, "%d|rank %d (pid %d on %s) died or lost its connection to the store",
              PDDE_ERR_PEER_LOST, w->rank, (int)getpid(), host_id);
     world_failed_key(w, key, sizeof key);

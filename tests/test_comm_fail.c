@@ -236,13 +236,14 @@ static int child_main(const char *mode) {
     pdde_context_init(NULL, &ctx);
     pdde_comm *comm;
     pdde_status st = pdde_comm_init(ctx, NULL, &comm);
-    if (st) { fprintf(stderr, "init: %s\n", pdde_last_error(ctx)); return 3; }
+    if (st) { fprintf(stderr, "init: %s\n", pdde_last_error(ctx)); pdde_context_free(ctx); return 3; }
     int me = pdde_comm_rank(comm);
     if (!strcmp(mode, "ok")) {
         int32_t v = me + 1;
         st = pdde_comm_allreduce(comm, &v, &v, 1, PDDE_I32, PDDE_REDUCE_SUM);
         printf("sum %d\npartial line", v);
         pdde_comm_free(comm);
+        pdde_context_free(ctx);
         return st ? 4 : 0;
     }
     double t0 = test_now();
@@ -254,6 +255,7 @@ static int child_main(const char *mode) {
     fprintf(stderr, "rank %d: allreduce failed: %s\n", me, pdde_last_error(ctx));
     free(buf);
     pdde_comm_free(comm);
+    pdde_context_free(ctx);
     return 5;
 }
 
