@@ -63,6 +63,8 @@ BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(wildcard tools/bench/*.c))
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CLANG_SPIRV ?= $(shell command -v clang-15 2>/dev/null)
 LLVM_SPIRV  ?= $(shell command -v llvm-spirv-15 2>/dev/null || command -v llvm-spirv 2>/dev/null)
+# SPIR-V is emitted unoptimised (-O0): llvm-spirv-15 rejects the `freeze` instructions that LLVM's optimiser
+# makes, and the Level Zero driver optimises when it builds the module anyway.
 # PTX for the oldest architecture nvcc 13 targets; the driver JITs it for the device it runs on.
 NVCC_PTX_ARCH ?= compute_75
 
@@ -81,7 +83,7 @@ ifneq ($(CLANG_SPIRV),)
 ifneq ($(LLVM_SPIRV),)
 backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 	@mkdir -p $(BUILD)
-	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O2 -emit-llvm -c $< -o $(BUILD)/level_zero_kernels.bc
+	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O0 -emit-llvm -c $< -o $(BUILD)/level_zero_kernels.bc
 	$(LLVM_SPIRV) $(BUILD)/level_zero_kernels.bc -o $(BUILD)/level_zero_kernels.spv
 	@{ echo '/* Generated from backends/level_zero_kernels.cl by `make` (clang -target spir64, llvm-spirv); do not edit. */'; \
 	  echo 'static const unsigned char pdde_level_zero_spv[] = {'; \
