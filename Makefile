@@ -3,7 +3,7 @@
 CC       ?= cc
 PREFIX   ?= /usr/local
 BUILD    ?= build
-OPT      ?= -O3 -march=native
+OPT      ?= -O3 -march=native -fno-math-errno
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -pthread -I.
 LDLIBS   += -lm -ldl -pthread $(LDLIBS_EXTRA)
 
