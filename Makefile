@@ -58,6 +58,8 @@ EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(wildcard tools/bench/*.c))
 
+.DEFAULT_GOAL := all
+
 # Device kernels embedded in the library. The generated headers are committed, so a build needs no
 # GPU toolchain; these rules regenerate them when the tools are found and the kernel source is newer.
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
@@ -78,7 +80,6 @@ backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu
 	  echo '    ;'; } > $@.tmp && mv $@.tmp $@
 endif
 
-ifneq ($(CLANG_SPIRV)$(LLVM_SPIRV),)
 ifneq ($(CLANG_SPIRV),)
 ifneq ($(LLVM_SPIRV),)
 backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
@@ -89,7 +90,6 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 	  echo 'static const unsigned char pdde_level_zero_spv[] = {'; \
 	  od -An -v -tx1 $(BUILD)/level_zero_kernels.spv | sed -e 's/ *$$//' -e 's/^ *//' -e 's/ /, 0x/g' -e 's/^/    0x/' -e 's/$$/,/'; \
 	  echo '};'; } > $@.tmp && mv $@.tmp $@
-endif
 endif
 endif
 

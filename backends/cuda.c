@@ -462,7 +462,7 @@ static pdde_status pcu_stream_create(void *dev, void **stream) {
     *stream = NULL;
     int st = pcu_bind(d);
     if (st) return st;
-    pcu_stream *s;
+    pcu_stream *s = NULL;
     st = pcu_stream_new(d, &s);
     if (st) return st;
     *stream = s;

@@ -481,21 +481,19 @@ extern "C" __global__ void k_embedding_back(const float *__restrict__ dy, const 
 
 /* ---- dropout ---------------------------------------------------------------------------------- */
 
-/* Must match the CPU backend's keep(i) = hash(seed, counter, i) >= p, bit for bit. */
-__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+/* Must match the CPU backend's dropout_hash bit for bit: keep element i when h >= threshold (p * 2^32). */
+__device__ __forceinline__ unsigned int dropout_hash(unsigned int lo, unsigned int hi, unsigned int counter,
+                                                     unsigned long long i) {
+    unsigned long long z = (((unsigned long long)hi << 32) | lo) ^ (0x9E3779B97F4A7C15ULL * (unsigned long long)(counter + 1u)) ^
+                           (i * 0xD1B54A32D192ED03ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (unsigned int)((z ^ (z >> 31)) >> 32);
 }
-__device__ __forceinline__ float dropout_u(unsigned long long seed, unsigned long long counter, unsigned long long i) {
-    unsigned long long h = mix64(seed ^ mix64(counter + 0x9e3779b97f4a7c15ULL) ^ mix64(i * 0x9e3779b97f4a7c15ULL + 1));
-    return (float)(h >> 40) * (1.0f / 16777216.0f);
-}
-extern "C" __global__ void k_dropout(const float *__restrict__ x, float *__restrict__ y, long long n, float p,
-                                     unsigned int seed_lo, unsigned int seed_hi, unsigned int counter) {
-    unsigned long long seed = ((unsigned long long)seed_hi << 32) | seed_lo;
-    float sc = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    GRID_STRIDE(i, n) y[i] = dropout_u(seed, counter, (unsigned long long)i) >= p ? x[i] * sc : 0.0f;
+extern "C" __global__ void k_dropout(const float *__restrict__ x, float *__restrict__ y, long long n,
+                                     unsigned int threshold, float scale, unsigned int seed_lo, unsigned int seed_hi,
+                                     unsigned int counter) {
+    GRID_STRIDE(i, n) y[i] = dropout_hash(seed_lo, seed_hi, counter, (unsigned long long)i) >= threshold ? x[i] * scale : 0.0f;
 }
 
 /* ---- casts ------------------------------------------------------------------------------------ */
@@ -581,7 +579,7 @@ extern "C" __global__ void k_sgd(float *__restrict__ p, float *__restrict__ g, f
     GRID_STRIDE(i, n) {
         float gi = g[i] * f + wd * p[i];
         float v = gi;
-        if (momentum != 0.0f && mom) { v = momentum * mom[i] + gi; mom[i] = v; }
+        if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
         p[i] -= lr * v;
         g[i] = 0.0f;
     }

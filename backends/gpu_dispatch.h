@@ -103,8 +103,9 @@ static int pgd_supports_op(const pdde_tensor *node) {
     for (int i = 0; i < node->nsrc; i++) {
         const pdde_tensor *s = node->src[i];
         if (!s || s->ndim > PGD_MAX_DIMS) return 0;
-        int want_i32 = i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
-                                  node->op == PDDE_OP_CROSS_ENTROPY_BACK || node->op == PDDE_OP_EMBEDDING_BACK);
+        int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
+                                   node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
+                       (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
         if (s->dtype != (want_i32 ? PDDE_I32 : PDDE_F32)) return 0;
     }
     return 1;
@@ -201,7 +202,7 @@ static int pgd_unary_back(const pgd_ctx *g, pdde_tensor *node, int op) {
 static int pgd_sum_all(const pgd_ctx *g, pgd_ptr px, int64_t n, int32_t square, pgd_ptr prev, float scale, pgd_ptr py) {
     unsigned blocks = pgd_grid(g, n, 256);
     if (blocks > 1024) blocks = 1024;
-    pgd_ptr part;
+    pgd_ptr part = 0;
     int e = g->scratch(g->impl, g->stream, (size_t)blocks * sizeof(float), &part);
     if (e) return e;
     e = pgd_launch(g, PGD_K_SUM_PARTIAL, blocks, 1, 1, 256, 1,
@@ -313,7 +314,7 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
     int64_t rows, C;
     if (!pgd_rows(x, &rows, &C)) return g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)pgd_numel(node));
     float eps = node->fparams[0];
-    pgd_ptr stats;
+    pgd_ptr stats = 0;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * 2 * sizeof(float), &stats);
     if (e) return e;
     pgd_ptr px = pgd_ptr_of(x), pdy = pgd_ptr_of(dy), pg = pgd_ptr_of(node);
@@ -329,7 +330,7 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     int64_t rows, V;
     pgd_ptr py = pgd_ptr_of(node);
     if (!pgd_rows(lg, &rows, &V)) return g->fill32(g->impl, g->stream, py, 0, 1);
-    pgd_ptr part;
+    pgd_ptr part = 0;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * 2 * sizeof(float), &part);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg);
@@ -342,7 +343,7 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *lg = node->src[0], *tg = node->src[1], *dl = node->src[2];
     int64_t rows, V;
     if (!pgd_rows(lg, &rows, &V)) return PDDE_OK;
-    pgd_ptr cnt;
+    pgd_ptr cnt = 0;
     int e = g->scratch(g->impl, g->stream, sizeof(float), &cnt);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
@@ -357,8 +358,8 @@ static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
     return g->copy(g->impl, g->stream, dst, src, n);
 }
 
-/* The gradient scale of optimizer nodes (fparams[6], 1/grad_accum_steps; 0 = 1). */
-static float pgd_gscale(const pdde_tensor *node) { return node->fparams[6] != 0.0f ? node->fparams[6] : 1.0f; }
+/* The gradient scale of optimizer nodes (fparams[6], 1/grad_accum_steps), as the CPU backend reads it. */
+static float pgd_gscale(const pdde_tensor *node) { return node->fparams[6]; }
 
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     if (!pgd_supports_op(node))
@@ -431,11 +432,13 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         return pgd_launch_1d(g, PGD_K_EMBEDDING, nid * C,
                              PGD_ARGS(PGD_P(pt), PGD_P(pi), PGD_P(py), PGD_A(nid), PGD_A(C), PGD_A(V)));
     }
-    case PDDE_OP_EMBEDDING_BACK: {
-        pdde_tensor *ids = node->src[1], *dy = node->src[2];
+    case PDDE_OP_EMBEDDING_BACK: { /* src: [base,] ids, dy */
+        int has_base = node->nsrc == 3;
+        pdde_tensor *ids = node->src[has_base ? 1 : 0], *dy = node->src[has_base ? 2 : 1];
         int64_t C = node->shape[node->ndim - 1], V = node->shape[0], nid = pgd_numel(ids);
         pgd_ptr py = pgd_ptr_of(node);
-        e = pgd_dcopy(g, py, pgd_ptr_of(x), pdde_tensor_nbytes(node));
+        if (has_base) e = pgd_dcopy(g, py, pgd_ptr_of(x), pdde_tensor_nbytes(node));
+        else e = n ? g->fill32(g->impl, g->stream, py, 0, (size_t)n) : PDDE_OK;
         if (e || !nid || !C) return e;
         pgd_ptr pi = pgd_ptr_of(ids), pdy = pgd_ptr_of(dy);
         return pgd_launch_1d(g, PGD_K_EMBEDDING_BACK, nid * C,
@@ -520,11 +523,15 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_DROPOUT:
     case PDDE_OP_DROPOUT_BACK: {
         if (!n) return PDDE_OK;
-        float p = node->fparams[0];
+        /* the CPU backend's threshold and scale, computed the same way */
+        float p = node->fparams[0], scale = 1.0f / (1.0f - p);
+        double th = (double)p * 4294967296.0;
+        uint32_t thr = (uint32_t)(th > 4294967295.0 ? 4294967295.0 : th);
         uint32_t lo = (uint32_t)node->iparams[0], hi = (uint32_t)node->iparams[1], ctr = (uint32_t)node->iparams[2];
         pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
         return pgd_launch_1d(g, PGD_K_DROPOUT, n,
-                             PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(p), PGD_A(lo), PGD_A(hi), PGD_A(ctr)));
+                             PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(thr), PGD_A(scale), PGD_A(lo), PGD_A(hi),
+                                      PGD_A(ctr)));
     }
     case PDDE_OP_CAST: {
         if (!n) return PDDE_OK;
@@ -545,7 +552,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         pgd_ptr pp = pgd_ptr_of(p), pg = pgd_ptr_of(node->src[1]);
         pgd_ptr pm = node->nsrc > 2 && node->src[2] ? pgd_ptr_of(node->src[2]) : 0;
         pgd_ptr gn = node->nsrc > 3 && node->src[3] ? pgd_ptr_of(node->src[3]) : 0;
-        float lr = node->fparams[0], mom = node->fparams[1], wd = p->ndim >= 2 ? node->fparams[4] : 0.0f,
+        float lr = node->fparams[0], mom = node->fparams[1], wd = node->fparams[4],
               clip = node->fparams[5], gs = pgd_gscale(node);
         return pgd_launch_1d(g, PGD_K_SGD, np,
                              PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(mom),
@@ -559,9 +566,9 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
                 pv = pgd_ptr_of(node->src[3]);
         pgd_ptr gn = node->nsrc > 4 && node->src[4] ? pgd_ptr_of(node->src[4]) : 0;
         float lr = node->fparams[0], b1 = node->fparams[1], b2 = node->fparams[2], eps = node->fparams[3],
-              wd = p->ndim >= 2 ? node->fparams[4] : 0.0f, clip = node->fparams[5], gs = pgd_gscale(node);
+              wd = node->fparams[4], clip = node->fparams[5], gs = pgd_gscale(node);
         int t = node->iparams[0] > 0 ? node->iparams[0] : 1;
-        float bc1 = (float)(1.0 - pow((double)b1, t)), bc2 = (float)(1.0 - pow((double)b2, t));
+        float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
         return pgd_launch_1d(g, PGD_K_ADAMW, np,
                              PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(pv), PGD_P(gn), PGD_A(np), PGD_A(lr),
                                       PGD_A(b1), PGD_A(b2), PGD_A(eps), PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_A(bc1),

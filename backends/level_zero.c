@@ -615,7 +615,7 @@ static pdde_status pze_write(void *dev, void *stream, void *handle, size_t offse
     pze_dev *d = dev;
     pze_stream *s = pze_st(d, stream);
     if (!n) return PDDE_OK;
-    void *host;
+    void *host = NULL;
     int e = pze_stage(d, s, n, NULL, &host);
     if (e) return e;
     memcpy(host, src, n);
@@ -628,7 +628,7 @@ static pdde_status pze_read(void *dev, void *stream, void *handle, size_t offset
     pze_dev *d = dev;
     pze_stream *s = pze_st(d, stream);
     if (!n) return PDDE_OK;
-    void *host;
+    void *host = NULL;
     int e = pze_stage(d, s, n, dst, &host);
     if (e) return e;
     PZE_CHECK(d, d->fam->ze.CommandListAppendMemoryCopy(s->list, host, (char *)handle + offset, n, NULL, 0, NULL),
@@ -637,7 +637,7 @@ static pdde_status pze_read(void *dev, void *stream, void *handle, size_t offset
 }
 
 static pdde_status pze_stream_create(void *dev, void **stream) {
-    pze_stream *s;
+    pze_stream *s = NULL;
     *stream = NULL;
     int e = pze_stream_new(dev, &s);
     if (e) return e;
@@ -736,7 +736,7 @@ static int pze_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out)
             s->scratch = 0;
             s->scratch_bytes = 0;
         }
-        void *p;
+        void *p = NULL;
         int e = pze_buffer_alloc(d, want, &p);
         if (e) return e;
         s->scratch = (pgd_ptr)(uintptr_t)p;

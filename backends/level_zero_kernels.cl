@@ -442,22 +442,17 @@ __kernel void k_embedding_back(__global const float *dy, __global const int *ids
     }
 }
 
-/* ---- dropout (same hash as the CPU backend) --------------------------------------------------- */
+/* ---- dropout: the CPU backend's dropout_hash, bit for bit --------------------------------------- */
 
-static ulong mix64(ulong z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9UL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebUL;
-    return z ^ (z >> 31);
+static uint dropout_hash(uint lo, uint hi, uint counter, ulong i) {
+    ulong z = (((ulong)hi << 32) | lo) ^ (0x9E3779B97F4A7C15UL * (ulong)(counter + 1u)) ^ (i * 0xD1B54A32D192ED03UL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
+    return (uint)((z ^ (z >> 31)) >> 32);
 }
-static float dropout_u(ulong seed, ulong counter, ulong i) {
-    ulong h = mix64(seed ^ mix64(counter + 0x9e3779b97f4a7c15UL) ^ mix64(i * 0x9e3779b97f4a7c15UL + 1));
-    return (float)(h >> 40) * (1.0f / 16777216.0f);
-}
-__kernel void k_dropout(__global const float *x, __global float *y, long n, float p, uint seed_lo, uint seed_hi,
-                        uint counter) {
-    ulong seed = ((ulong)seed_hi << 32) | seed_lo;
-    float sc = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
-    GRID_STRIDE(i, n) y[i] = dropout_u(seed, counter, (ulong)i) >= p ? x[i] * sc : 0.0f;
+__kernel void k_dropout(__global const float *x, __global float *y, long n, uint threshold, float scale, uint seed_lo,
+                        uint seed_hi, uint counter) {
+    GRID_STRIDE(i, n) y[i] = dropout_hash(seed_lo, seed_hi, counter, (ulong)i) >= threshold ? x[i] * scale : 0.0f;
 }
 
 /* ---- casts ------------------------------------------------------------------------------------ */
@@ -541,7 +536,7 @@ __kernel void k_sgd(__global float *p, __global float *g, __global float *mom, _
     GRID_STRIDE(i, n) {
         float gi = g[i] * f + wd * p[i];
         float v = gi;
-        if (momentum != 0.0f && mom) { v = momentum * mom[i] + gi; mom[i] = v; }
+        if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
         p[i] -= lr * v;
         g[i] = 0.0f;
     }
