@@ -227,20 +227,22 @@ extern "C" __global__ void k_reduce_block(const float *__restrict__ x, float *__
     }
 }
 
-/* x viewed as [R, Cn], y[j] = scale * sum_r x[r, j]: blocks of 32 columns x 32 row lanes (bias gradients). */
+/* x viewed as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows r of chunk c = blockIdx.y (rpc rows a
+ * chunk; one chunk = the whole column sum). Blocks of 32 columns x blockDim.y row lanes (bias gradients). */
 extern "C" __global__ void k_colsum(const float *__restrict__ x, float *__restrict__ y, long long R, long long Cn,
-                                    float scale) {
+                                    float scale, long long rpc) {
     __shared__ float sh[32][33];
     long long j = (long long)blockIdx.x * 32 + threadIdx.x;
+    long long r0 = (long long)blockIdx.y * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
     float acc = 0.0f;
     if (j < Cn)
-        for (long long r = threadIdx.y; r < R; r += blockDim.y) acc += x[r * Cn + j];
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc += x[r * Cn + j];
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && j < Cn) {
         float s = 0.0f;
         for (int k = 0; k < (int)blockDim.y; k++) s += sh[k][threadIdx.x];
-        y[j] = scale * s;
+        y[(long long)blockIdx.y * Cn + j] = scale * s;
     }
 }
 
@@ -290,17 +292,19 @@ extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const f
         float v = 0.0f;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) { float d = xr[j] - mean; v += d * d; }
         float rstd = rsqrtf(block_sum(v) / (float)C + eps);
+        /* dy*gamma rounded once (__fmul_rn: no FMA contraction), so that g - mean(g) is exactly 0 where
+         * it should be (C = 1), as in the CPU reference */
         float s1 = 0.0f, s2 = 0.0f;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) {
-            float dg = dr[j] * g[j];
+            float dg = __fmul_rn(dr[j], g[j]);
             s1 += dg;
-            s2 += dg * (xr[j] - mean) * rstd;
+            s2 += dg * ((xr[j] - mean) * rstd);
         }
         s1 = block_sum(s1) / (float)C;
         s2 = block_sum(s2) / (float)C;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) {
             float xh = (xr[j] - mean) * rstd;
-            dx[r * C + j] = rstd * (dr[j] * g[j] - s1 - xh * s2);
+            dx[r * C + j] = rstd * (__fmul_rn(dr[j], g[j]) - s1 - xh * s2);
         }
     }
 }

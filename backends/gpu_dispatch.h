@@ -213,6 +213,32 @@ static int pgd_sum_all(const pgd_ctx *g, pgd_ptr px, int64_t n, int32_t square, 
                       PGD_ARGS(PGD_P(part), PGD_A(np), PGD_P(prev), PGD_A(scale), PGD_P(py)));
 }
 
+/* y[j] = scale * sum_r x[r, j] over x [R, Cn]. Few columns and many rows (a bias gradient): the rows are
+ * split into chunks summed by their own groups, then the chunk sums are summed (deterministic). */
+static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64_t Cn, float scale) {
+    int64_t colgroups = (Cn + 31) / 32, want = (int64_t)(g->units ? g->units : 1) * 4, chunks = 1;
+    if (colgroups < want && R >= 512) {
+        chunks = (want + colgroups - 1) / colgroups;
+        if (chunks > R / 64) chunks = R / 64;
+        if (chunks > 65535) chunks = 65535;
+        if (chunks < 1) chunks = 1;
+    }
+    if (chunks == 1)
+        return pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, 1, 1, 32, 8,
+                          PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(R), PGD_A(Cn), PGD_A(scale), PGD_A(R)));
+    int64_t rpc = (R + chunks - 1) / chunks;
+    chunks = (R + rpc - 1) / rpc;
+    pgd_ptr part = 0;
+    int e = g->scratch(g->impl, g->stream, (size_t)(chunks * Cn) * sizeof(float), &part);
+    if (e) return e;
+    float one = 1.0f;
+    e = pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, (unsigned)chunks, 1, 32, 8,
+                   PGD_ARGS(PGD_P(px), PGD_P(part), PGD_A(R), PGD_A(Cn), PGD_A(one), PGD_A(rpc)));
+    if (e) return e;
+    return pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, 1, 1, 32, 8,
+                      PGD_ARGS(PGD_P(part), PGD_P(py), PGD_A(chunks), PGD_A(Cn), PGD_A(scale), PGD_A(chunks)));
+}
+
 /* y = scale * sum of x over the dims marked in red[] (x's dims; y holds the kept ones in order). */
 static int pgd_reduce(const pgd_ctx *g, pgd_ptr px, const int64_t *xshape, int nd, const int *red, pgd_ptr py,
                       float scale) {
@@ -243,9 +269,7 @@ static int pgd_reduce(const pgd_ctx *g, pgd_ptr px, const int64_t *xshape, int n
     }
     if (nout == 1) return pgd_sum_all(g, px, n, 0, 0, scale, py);
     if (nred == 1) return pgd_unary(g, px, py, n, PGD_U_SCALE, scale);
-    if (max_red < min_kept) /* reduced dims lead, kept dims trail: column sums of [nred, nout] */
-        return pgd_launch(g, PGD_K_COLSUM, (unsigned)((nout + 31) / 32), 1, 1, 32, 8,
-                          PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(nred), PGD_A(nout), PGD_A(scale)));
+    if (max_red < min_kept) return pgd_colsum(g, px, py, nred, nout, scale); /* reduced dims lead */
     if (max_red > max_kept) /* the innermost data is reduced: a group per output */
         return pgd_row_launch(g, PGD_K_REDUCE_BLOCK, nout, nred,
                               PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(nout), PGD_A(nred), PGD_A(r), PGD_A(scale)));

@@ -181,20 +181,22 @@ __kernel void k_reduce_block(__global const float *x, __global float *y, long no
     }
 }
 
-/* x as [R, Cn]: groups of 32 columns x 8 row lanes. */
-__kernel void k_colsum(__global const float *x, __global float *y, long R, long Cn, float scale) {
+/* x as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows a chunk).
+ * Groups of 32 columns x 8 row lanes. */
+__kernel void k_colsum(__global const float *x, __global float *y, long R, long Cn, float scale, long rpc) {
     __local float sh[8][33];
     int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);
     long j = (long)get_group_id(0) * 32 + tx;
+    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
     float acc = 0.0f;
     if (j < Cn)
-        for (long r = ty; r < R; r += ny) acc += x[r * Cn + j];
+        for (long r = r0 + ty; r < r1; r += ny) acc += x[r * Cn + j];
     sh[ty][tx] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (ty == 0 && j < Cn) {
         float s = 0.0f;
         for (int k = 0; k < ny; k++) s += sh[k][tx];
-        y[j] = scale * s;
+        y[get_group_id(1) * Cn + j] = scale * s;
     }
 }
 
@@ -237,6 +239,7 @@ __kernel void k_layernorm(__global const float *x, __global const float *g, __gl
 
 __kernel void k_layernorm_back(__global const float *x, __global const float *g, __global const float *dy,
                                __global float *dx, long rows, long C, float eps) {
+#pragma OPENCL FP_CONTRACT OFF
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -247,11 +250,13 @@ __kernel void k_layernorm_back(__global const float *x, __global const float *g,
         float v = 0.0f;
         COLS_LOOP(j, C) { float d = xr[j] - mean; v += d * d; }
         float rstd = rsqrt(group_sum(v, sh) / (float)C + eps);
+        /* dy*gamma rounded once (no contraction into an FMA), so that g - mean(g) is exactly 0 where it
+         * should be (C = 1), as in the CPU reference */
         float s1 = 0.0f, s2 = 0.0f;
         COLS_LOOP(j, C) {
             float dg = dr[j] * g[j];
             s1 += dg;
-            s2 += dg * (xr[j] - mean) * rstd;
+            s2 += dg * ((xr[j] - mean) * rstd);
         }
         s1 = group_sum(s1, sh) / (float)C;
         s2 = group_sum(s2, sh) / (float)C;
