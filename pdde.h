@@ -76,6 +76,7 @@ const char *pdde_status_str(int status);
 typedef struct pdde_context pdde_context;
 
 typedef struct pdde_backend_iface pdde_backend_iface;
+typedef struct pdde_comm pdde_comm; /* a communicator (see "Communication") */
 
 typedef struct {
     int n_threads;        /* CPU threads for kernels; 0 = all online cores */
@@ -157,7 +158,8 @@ typedef enum {
     PDDE_OP_EMBEDDING_BACK,       /* src: base grad [V,C], ids, dy: base + scatter-add (in place) */
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape */
     PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same seed) */
-    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
+    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place); with
+                                     iparams[3] = 1: acc[iparams[1] + i] += g[i] for i < iparams[2] */
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
      * and zero the gradient they consumed. fparams: [0] lr (set by the executor each step), [1] beta1
      * or momentum, [2] beta2, [3] eps, [4] weight decay, [5] clip norm (0 = off), [6] gradient scale
@@ -165,8 +167,17 @@ typedef enum {
     PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2) */
     PDDE_OP_SGD_UPDATE,           /* src: param, grad, momentum [, gnorm_sq] */
     PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq] */
+    /* (sharded optimizer, ZeRO-1: with iparams[3] = 1 the three ops above cover only elements
+     *  [iparams[1], iparams[1] + iparams[2]) of param and grad; the state holds just that range) */
     /* communication and device-boundary ops (distributed graph; see the planner) */
     PDDE_OP_COPY,                 /* to another device */
+    /* collectives over a communicator (inserted by the session for data parallelism): they start
+     * asynchronously and PDDE_OP_COMM_WAIT (src: the collective) completes them. iparams[0] = reduce op,
+     * [1] = first element, [2] = element count of this rank's shard (sharded forms) */
+    PDDE_OP_ALLREDUCE,            /* src0 in place */
+    PDDE_OP_REDUCE_SCATTER,       /* src0 (padded to ranks * shard) -> this rank's shard */
+    PDDE_OP_ALLGATHER,            /* src0's shard [first, first + count) in place to all of src0 */
+    PDDE_OP_COMM_WAIT,
     PDDE_OP_COUNT
 } pdde_op;
 
@@ -368,8 +379,14 @@ typedef struct {
      * layer_devices[l] (-1 = the default). Copies are inserted at every device boundary. */
     const int *layer_devices;
     int n_layer_devices;
+    /* Data parallelism: every rank of dp_comm runs the same graph on its own part of the batch;
+     * gradients are averaged across ranks as soon as backward produces them (overlapping the rest of
+     * backward). zero_stage 1 shards the optimizer state over the ranks (ZeRO-1: reduce-scatter of
+     * gradients, a sharded update, all-gather of parameters). */
+    pdde_comm *dp_comm;
+    int zero_stage;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0}
 
 typedef enum {
     PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
