@@ -87,11 +87,8 @@ static int64_t pgd_numel(const pdde_tensor *t) {
 static int pgd_supports_op(const pdde_tensor *node) {
     if (!node) return 0;
     if (node->ndim > PGD_MAX_DIMS) return 0;
+    if (node->op == PDDE_OP_NONE || node->op >= PDDE_OP_COPY) return 0; /* copies and collectives are the core's */
     switch (node->op) {
-    case PDDE_OP_NONE:
-    case PDDE_OP_COPY:
-    case PDDE_OP_COUNT:
-        return 0;
     case PDDE_OP_CAST:
         return node->nsrc == 1 && node->src[0] && (unsigned)node->src[0]->dtype < PDDE_DTYPE_COUNT &&
                (unsigned)node->dtype < PDDE_DTYPE_COUNT;
@@ -385,6 +382,13 @@ static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
 /* The gradient scale of optimizer nodes (fparams[6], 1/grad_accum_steps), as the CPU backend reads it. */
 static float pgd_gscale(const pdde_tensor *node) { return node->fparams[6]; }
 
+/* ZeRO-1 shards: grad_accum, grad_norm_sq and the updates with iparams[3] = 1 cover elements
+ * [iparams[1], iparams[1] + iparams[2]) of their parameter and gradient; optimizer state holds just that. */
+static int64_t pgd_shard_first(const pdde_tensor *t) { return t->iparams[3] == 1 ? t->iparams[1] : 0; }
+static int64_t pgd_shard_count(const pdde_tensor *t, const pdde_tensor *full) {
+    return t->iparams[3] == 1 ? t->iparams[2] : pgd_numel(full);
+}
+
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     if (!pgd_supports_op(node))
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
@@ -397,7 +401,14 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_ADD: return pgd_binary(g, node, PGD_B_ADD);
     case PDDE_OP_SUB: return pgd_binary(g, node, PGD_B_SUB);
     case PDDE_OP_MUL: return pgd_binary(g, node, PGD_B_MUL);
-    case PDDE_OP_GRAD_ACCUM: return pgd_binary(g, node, PGD_B_ADD);
+    case PDDE_OP_GRAD_ACCUM: { /* acc (src0) += g in place; sharded: acc[first + i] += g[i] */
+        int64_t first = pgd_shard_first(node), cnt = pgd_shard_count(node, node);
+        if (!cnt) return PDDE_OK;
+        pgd_ptr pa = pgd_ptr_of(node->src[0]) + (pgd_ptr)first * 4, pb = pgd_ptr_of(node->src[1]);
+        int32_t opi = PGD_B_ADD;
+        return pgd_launch_1d(g, PGD_K_BINARY, cnt,
+                             PGD_ARGS(PGD_P(pa), PGD_P(pb), PGD_P(pa), PGD_A(cnt), PGD_A(cnt), PGD_A(opi)));
+    }
     case PDDE_OP_SCALE: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_SCALE, node->fparams[0]);
     case PDDE_OP_GELU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_GELU, 0.0f);
     case PDDE_OP_RELU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_RELU, 0.0f);
@@ -567,13 +578,14 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_GRAD_NORM_SQ: {
         pgd_ptr prev = node->nsrc > 1 && node->src[1] ? pgd_ptr_of(node->src[1]) : 0;
         float gs = pgd_gscale(node);
-        return pgd_sum_all(g, pgd_ptr_of(x), pgd_numel(x), 1, prev, gs * gs, pgd_ptr_of(node));
+        return pgd_sum_all(g, pgd_ptr_of(x) + (pgd_ptr)pgd_shard_first(node) * 4, pgd_shard_count(node, x), 1, prev,
+                           gs * gs, pgd_ptr_of(node));
     }
     case PDDE_OP_SGD_UPDATE: {
         pdde_tensor *p = node->src[0];
-        int64_t np = pgd_numel(p);
+        int64_t np = pgd_shard_count(node, node), first = pgd_shard_first(node);
         if (!np) return PDDE_OK;
-        pgd_ptr pp = pgd_ptr_of(p), pg = pgd_ptr_of(node->src[1]);
+        pgd_ptr pp = pgd_ptr_of(p) + (pgd_ptr)first * 4, pg = pgd_ptr_of(node->src[1]) + (pgd_ptr)first * 4;
         pgd_ptr pm = node->nsrc > 2 && node->src[2] ? pgd_ptr_of(node->src[2]) : 0;
         pgd_ptr gn = node->nsrc > 3 && node->src[3] ? pgd_ptr_of(node->src[3]) : 0;
         float lr = node->fparams[0], mom = node->fparams[1], wd = node->fparams[4],
@@ -584,10 +596,10 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     }
     case PDDE_OP_ADAMW_UPDATE: {
         pdde_tensor *p = node->src[0];
-        int64_t np = pgd_numel(p);
+        int64_t np = pgd_shard_count(node, node), first = pgd_shard_first(node);
         if (!np) return PDDE_OK;
-        pgd_ptr pp = pgd_ptr_of(p), pg = pgd_ptr_of(node->src[1]), pm = pgd_ptr_of(node->src[2]),
-                pv = pgd_ptr_of(node->src[3]);
+        pgd_ptr pp = pgd_ptr_of(p) + (pgd_ptr)first * 4, pg = pgd_ptr_of(node->src[1]) + (pgd_ptr)first * 4,
+                pm = pgd_ptr_of(node->src[2]), pv = pgd_ptr_of(node->src[3]);
         pgd_ptr gn = node->nsrc > 4 && node->src[4] ? pgd_ptr_of(node->src[4]) : 0;
         float lr = node->fparams[0], b1 = node->fparams[1], b2 = node->fparams[2], eps = node->fparams[3],
               wd = node->fparams[4], clip = node->fparams[5], gs = pgd_gscale(node);
