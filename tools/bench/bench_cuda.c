@@ -1,6 +1,6 @@
 /* bench_cuda — throughput of pdde's CUDA backend next to cuBLAS called directly, on the first CUDA device.
  *
- *   bench_cuda [--quick]
+ *   bench_cuda [--quick | --gpt]
  *
  * GEMM (f32, row-major C = A B): pdde's matmul node through a session (cuBLAS underneath, then the
  * built-in tiled kernel as on a machine without cuBLAS) against cublasSgemm on the same sizes.
@@ -262,7 +262,7 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick) {
 }
 
 int main(int argc, char **argv) {
-    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    int quick = argc > 1 && !strcmp(argv[1], "--quick"), gpt_only = argc > 1 && !strcmp(argv[1], "--gpt");
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx) != PDDE_OK) return 1;
     int dev = pdde_device_find(ctx, "cuda", 0);
@@ -275,6 +275,11 @@ int main(int argc, char **argv) {
     pdde_device_get_props(ctx, dev, &p);
     printf("device: %s, %d SMs, %.1f TFLOP/s f32 (peak from clocks), %.0f GB/s\n", p.name, p.compute_units,
            p.peak_flops_f32 / 1e12, p.mem_bandwidth / 1e9);
+    if (gpt_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
+        bench_gpt(ctx, dev, 0);
+        pdde_context_free(ctx);
+        return 0;
+    }
     int reps = quick ? 5 : 20;
     static const int sizes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192},
                                    {8192, 3072, 768},  {8192, 768, 3072},  {8192, 50304, 768}};
