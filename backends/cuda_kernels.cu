@@ -356,22 +356,24 @@ extern "C" __global__ void k_row_stats(const float *__restrict__ x, float *__res
     }
 }
 
-/* dgamma_j = sum_r dy[r,j] * xhat[r,j]: blocks of 32 columns x 32 row lanes, reduced in shared memory. */
+/* dgamma_j = sum_r dy[r,j] * xhat[r,j] over the rows of chunk blockIdx.y (rpc rows a chunk), into
+ * dg[blockIdx.y * C + j]: blocks of 32 columns x blockDim.y row lanes, reduced in shared memory. */
 extern "C" __global__ void k_gamma_back(const float *__restrict__ x, const float *__restrict__ dy,
                                         const float *__restrict__ st, float *__restrict__ dg, long long rows,
-                                        long long C) {
+                                        long long C, long long rpc) {
     __shared__ float sh[32][33];
     long long j = (long long)blockIdx.x * 32 + threadIdx.x;
+    long long r0 = (long long)blockIdx.y * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
     float acc = 0.0f;
     if (j < C)
-        for (long long r = threadIdx.y; r < rows; r += blockDim.y)
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y)
             acc += dy[r * C + j] * (x[r * C + j] - st[2 * r]) * st[2 * r + 1];
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && j < C) {
         float s = 0.0f;
         for (int k = 0; k < (int)blockDim.y; k++) s += sh[k][threadIdx.x];
-        dg[j] = s;
+        dg[(long long)blockIdx.y * C + j] = s;
     }
 }
 

@@ -212,7 +212,8 @@ static int pgd_sum_all(const pgd_ctx *g, pgd_ptr px, int64_t n, int32_t square, 
 
 /* y[j] = scale * sum_r x[r, j] over x [R, Cn]. Few columns and many rows (a bias gradient): the rows are
  * split into chunks summed by their own groups, then the chunk sums are summed (deterministic). */
-static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64_t Cn, float scale) {
+/* Row chunks for a column reduction of [R, Cn] so that the groups fill the device (1 = no split). */
+static int64_t pgd_row_chunks(const pgd_ctx *g, int64_t R, int64_t Cn) {
     int64_t colgroups = (Cn + 31) / 32, want = (int64_t)(g->units ? g->units : 1) * 4, chunks = 1;
     if (colgroups < want && R >= 512) {
         chunks = (want + colgroups - 1) / colgroups;
@@ -220,11 +221,19 @@ static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64
         if (chunks > 65535) chunks = 65535;
         if (chunks < 1) chunks = 1;
     }
+    if (chunks > 1) {
+        int64_t rpc = (R + chunks - 1) / chunks;
+        chunks = (R + rpc - 1) / rpc;
+    }
+    return chunks;
+}
+
+static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64_t Cn, float scale) {
+    int64_t colgroups = (Cn + 31) / 32, chunks = pgd_row_chunks(g, R, Cn);
     if (chunks == 1)
         return pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, 1, 1, 32, 8,
                           PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(R), PGD_A(Cn), PGD_A(scale), PGD_A(R)));
     int64_t rpc = (R + chunks - 1) / chunks;
-    chunks = (R + rpc - 1) / rpc;
     pgd_ptr part = 0;
     int e = g->scratch(g->impl, g->stream, (size_t)(chunks * Cn) * sizeof(float), &part);
     if (e) return e;
@@ -334,16 +343,22 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
     pdde_tensor *x = node->src[0], *dy = node->src[1];
     int64_t rows, C;
     if (!pgd_rows(x, &rows, &C)) return g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)pgd_numel(node));
-    float eps = node->fparams[0];
+    float eps = node->fparams[0], one = 1.0f;
+    int64_t chunks = pgd_row_chunks(g, rows, C), rpc = (rows + chunks - 1) / chunks;
+    /* scratch: the row statistics [rows][2], then the chunk sums [chunks][C] when the rows are split */
+    size_t stats_bytes = ((size_t)rows * 2 * sizeof(float) + 255) & ~(size_t)255;
     pgd_ptr stats = 0;
-    int e = g->scratch(g->impl, g->stream, (size_t)rows * 2 * sizeof(float), &stats);
+    int e = g->scratch(g->impl, g->stream, stats_bytes + (chunks > 1 ? (size_t)(chunks * C) * sizeof(float) : 0), &stats);
     if (e) return e;
-    pgd_ptr px = pgd_ptr_of(x), pdy = pgd_ptr_of(dy), pg = pgd_ptr_of(node);
+    pgd_ptr px = pgd_ptr_of(x), pdy = pgd_ptr_of(dy), pg = pgd_ptr_of(node), part = chunks > 1 ? stats + stats_bytes : pg;
     e = pgd_row_launch(g, PGD_K_ROW_STATS, rows, C,
                        PGD_ARGS(PGD_P(px), PGD_P(stats), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(rms)));
     if (e) return e;
-    return pgd_launch(g, PGD_K_GAMMA_BACK, (unsigned)((C + 31) / 32), 1, 1, 32, 8,
-                      PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(stats), PGD_P(pg), PGD_A(rows), PGD_A(C)));
+    e = pgd_launch(g, PGD_K_GAMMA_BACK, (unsigned)((C + 31) / 32), (unsigned)chunks, 1, 32, 8,
+                   PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(stats), PGD_P(part), PGD_A(rows), PGD_A(C), PGD_A(rpc)));
+    if (e || chunks == 1) return e;
+    return pgd_launch(g, PGD_K_COLSUM, (unsigned)((C + 31) / 32), 1, 1, 32, 8,
+                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks)));
 }
 
 static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {

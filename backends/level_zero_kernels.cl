@@ -313,20 +313,22 @@ __kernel void k_row_stats(__global const float *x, __global float *st, long rows
     }
 }
 
+/* dgamma over the rows of chunk = group id 1 (rpc rows a chunk), into dg[chunk * C + j] */
 __kernel void k_gamma_back(__global const float *x, __global const float *dy, __global const float *st,
-                           __global float *dg, long rows, long C) {
+                           __global float *dg, long rows, long C, long rpc) {
     __local float sh[8][33];
     int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);
     long j = (long)get_group_id(0) * 32 + tx;
+    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
     float acc = 0.0f;
     if (j < C)
-        for (long r = ty; r < rows; r += ny) acc += dy[r * C + j] * (x[r * C + j] - st[2 * r]) * st[2 * r + 1];
+        for (long r = r0 + ty; r < r1; r += ny) acc += dy[r * C + j] * (x[r * C + j] - st[2 * r]) * st[2 * r + 1];
     sh[ty][tx] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (ty == 0 && j < C) {
         float s = 0.0f;
         for (int k = 0; k < ny; k++) s += sh[k][tx];
-        dg[j] = s;
+        dg[get_group_id(1) * C + j] = s;
     }
 }
 
