@@ -114,43 +114,82 @@ extern "C" __global__ void k_binary(const float *a, const float *b, float *y, lo
     }
 }
 
+/* Index arithmetic in 32 bits where every index fits (64-bit division costs tens of instructions on
+ * the GPU); the choice is uniform over the grid, made from the kernel's arguments. */
+/* 2^31, so that i + grid stride never wraps in 32 bits */
+#define SMALL_INDEX(limit) ((unsigned long long)(limit) < 2147483648ULL)
+
+/* The largest element offset an output index maps to through strides st (plus one). */
+__device__ __forceinline__ long long span(const struct pdde_cu_shape &s, const long long *st) {
+    long long m = 1;
+    for (int d = 0; d < (int)s.ndim; d++) m += (s.shape[d] - 1) * st[d];
+    return m;
+}
+
+template <typename I>
+__device__ __forceinline__ void bcast_body(const float *a, const float *b, float *y, long long n,
+                                           const struct pdde_cu_shape &s, int op) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)n; i += (I)gridDim.x * blockDim.x) {
+        I r = i, ia = 0, ib = 0;
+        for (int d = (int)s.ndim - 1; d >= 0; d--) {
+            I sh = (I)s.shape[d], c = r % sh;
+            r /= sh;
+            ia += c * (I)s.sa[d];
+            ib += c * (I)s.sb[d];
+        }
+        y[i] = binary_f(op, a[ia], b[ib]);
+    }
+}
+
 /* General numpy broadcasting of both inputs onto the output shape. */
 extern "C" __global__ void k_binary_bcast(const float *a, const float *b, float *y, long long n,
                                           struct pdde_cu_shape s, int op) {
-    GRID_STRIDE(i, n) {
-        long long r = i, ia = 0, ib = 0;
+    if (SMALL_INDEX(n) && SMALL_INDEX(span(s, s.sa)) && SMALL_INDEX(span(s, s.sb)))
+        bcast_body<unsigned>(a, b, y, n, s, op);
+    else
+        bcast_body<unsigned long long>(a, b, y, n, s, op);
+}
+
+template <typename I>
+__device__ __forceinline__ void gather_body(const float *__restrict__ x, float *__restrict__ y, long long n,
+                                            const struct pdde_cu_shape &s, float scale) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)n; i += (I)gridDim.x * blockDim.x) {
+        I r = i, ix = 0;
         for (int d = (int)s.ndim - 1; d >= 0; d--) {
-            long long c = r % s.shape[d];
-            r /= s.shape[d];
-            ia += c * s.sa[d];
-            ib += c * s.sb[d];
+            I sh = (I)s.shape[d], c = r % sh;
+            r /= sh;
+            ix += c * (I)s.sa[d];
         }
-        y[i] = binary_f(op, a[ia], b[ib]);
+        y[i] = scale * x[ix];
     }
 }
 
 /* y[i] = scale * x[gather(i)]: EXPAND (broadcast) and PERMUTE (strided gather) share this. */
 extern "C" __global__ void k_gather(const float *__restrict__ x, float *__restrict__ y, long long n,
                                     struct pdde_cu_shape s, float scale) {
-    GRID_STRIDE(i, n) {
-        long long r = i, ix = 0;
-        for (int d = (int)s.ndim - 1; d >= 0; d--) {
-            long long c = r % s.shape[d];
-            r /= s.shape[d];
-            ix += c * s.sa[d];
-        }
-        y[i] = scale * x[ix];
+    if (SMALL_INDEX(n) && SMALL_INDEX(span(s, s.sa))) gather_body<unsigned>(x, y, n, s, scale);
+    else gather_body<unsigned long long>(x, y, n, s, scale);
+}
+
+template <typename I>
+__device__ __forceinline__ void copy2d_body(const float *__restrict__ src, float *__restrict__ dst, I outer, I rowlen,
+                                            I sp, I soff, I dp, I doff) {
+    I n = outer * rowlen;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I o = i / rowlen, j = i - o * rowlen;
+        dst[o * dp + doff + j] = src[o * sp + soff + j];
     }
 }
 
 /* Row-block copy for CONCAT / SLICE / SLICE_BACK: dst[o*dp + doff + j] = src[o*sp + soff + j]. */
 extern "C" __global__ void k_copy2d(const float *__restrict__ src, float *__restrict__ dst, long long outer,
                                     long long rowlen, long long sp, long long soff, long long dp, long long doff) {
-    long long n = outer * rowlen;
-    GRID_STRIDE(i, n) {
-        long long o = i / rowlen, j = i - o * rowlen;
-        dst[o * dp + doff + j] = src[o * sp + soff + j];
-    }
+    long long pitch = sp > dp ? sp : dp, off = soff > doff ? soff : doff;
+    if (SMALL_INDEX(outer * rowlen) && SMALL_INDEX(outer * pitch + off))
+        copy2d_body<unsigned>(src, dst, (unsigned)outer, (unsigned)rowlen, (unsigned)sp, (unsigned)soff, (unsigned)dp,
+                              (unsigned)doff);
+    else
+        copy2d_body<unsigned long long>(src, dst, outer, rowlen, sp, soff, dp, doff);
 }
 
 /* ---- reductions ------------------------------------------------------------------------------- */
@@ -465,14 +504,20 @@ extern "C" __global__ void k_ce_back(const float *__restrict__ logits, const int
 
 /* ---- embedding -------------------------------------------------------------------------------- */
 
+template <typename I>
+__device__ __forceinline__ void embedding_body(const float *__restrict__ table, const int *__restrict__ ids,
+                                               float *__restrict__ y, I n, I C, long long V) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I r = i / C, j = i - r * C;
+        int id = ids[r];
+        y[i] = (id >= 0 && id < V) ? table[(I)id * C + j] : 0.0f;
+    }
+}
+
 extern "C" __global__ void k_embedding(const float *__restrict__ table, const int *__restrict__ ids,
                                        float *__restrict__ y, long long n_ids, long long C, long long V) {
-    long long n = n_ids * C;
-    GRID_STRIDE(i, n) {
-        long long r = i / C, j = i - r * C;
-        int id = ids[r];
-        y[i] = (id >= 0 && id < V) ? table[(long long)id * C + j] : 0.0f;
-    }
+    if (SMALL_INDEX(n_ids * C) && SMALL_INDEX(V * C)) embedding_body<unsigned>(table, ids, y, (unsigned)(n_ids * C), (unsigned)C, V);
+    else embedding_body<unsigned long long>(table, ids, y, n_ids * C, C, V);
 }
 
 extern "C" __global__ void k_embedding_back(const float *__restrict__ dy, const int *__restrict__ ids,
