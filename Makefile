@@ -74,10 +74,13 @@ ifneq ($(NVCC),)
 backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu
 	@mkdir -p $(BUILD)
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
-	@{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH)); do not edit. */'; \
-	  echo 'static const char pdde_cuda_ptx[] ='; \
-	  sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/' $(BUILD)/cuda_kernels.ptx; \
-	  echo '    ;'; } > $@.tmp && mv $@.tmp $@
+	@{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH)); do not edit.'; \
+	  echo ' * The PTX text in pieces of under 4095 characters (the longest string literal C requires). */'; \
+	  awk 'BEGIN { n = 0; print "static const char *const pdde_cuda_ptx_parts[] = {" } \
+	       { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); l = length($$0) + 1; \
+	         if (n > 0 && n + l > 4000) { print "    ,"; n = 0 } \
+	         printf "    \"%s\\n\"\n", $$0; n += l } \
+	       END { print "    , 0};" }' $(BUILD)/cuda_kernels.ptx; } > $@.tmp && mv $@.tmp $@
 endif
 
 ifneq ($(CLANG_SPIRV),)

@@ -19,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/cuda_kernels_ptx.h"
-#include "backends/gpu_dispatch.h"
+#include "cuda_kernels_ptx.h"
+#include "gpu_dispatch.h"
 
 /* The few driver API types and constants used (cuda.h is not needed to build). */
 typedef int pcu_result;
@@ -332,25 +332,38 @@ static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
 
 static void pcu_device_close(void *dev);
 
+/* The embedded PTX as one string (it is stored in pieces; see the generated header). */
+static char *pcu_ptx_text(void) {
+    size_t n = 0;
+    for (int i = 0; pdde_cuda_ptx_parts[i]; i++) n += strlen(pdde_cuda_ptx_parts[i]);
+    char *ptx = malloc(n + 1), *p = ptx;
+    if (!ptx) return NULL;
+    for (int i = 0; pdde_cuda_ptx_parts[i]; i++) {
+        size_t l = strlen(pdde_cuda_ptx_parts[i]);
+        memcpy(p, pdde_cuda_ptx_parts[i], l);
+        p += l;
+    }
+    *p = 0;
+    return ptx;
+}
+
 static pdde_status pcu_load_module(pcu_dev *d) {
     pcu_family *f = d->fam;
     char elog[4096] = "";
     int opts[2] = {PCU_JIT_ERROR_LOG_BUFFER, PCU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
     void *vals[2] = {elog, (void *)(uintptr_t)sizeof elog};
-    pcu_result r = f->cu.ModuleLoadDataEx(&d->mod, pdde_cuda_ptx, 2, opts, vals);
+    char *ptx = pcu_ptx_text();
+    if (!ptx) return pdde_error(f->ctx, PDDE_ERR_OOM, "cuda: out of host memory");
+    pcu_result r = f->cu.ModuleLoadDataEx(&d->mod, ptx, 2, opts, vals);
     if (r == PCU_ERROR_UNSUPPORTED_PTX_VERSION) {
         /* A driver older than the nvcc that wrote the PTX: the kernels use no recent PTX feature, so
          * declaring an older ISA version lets such drivers JIT them. */
-        size_t n = strlen(pdde_cuda_ptx);
-        char *ptx = malloc(n + 1);
-        if (!ptx) return pdde_error(f->ctx, PDDE_ERR_OOM, "cuda: out of host memory");
-        memcpy(ptx, pdde_cuda_ptx, n + 1);
         char *v = strstr(ptx, ".version ");
         if (v) memcpy(v, ".version 7.0", 12);
         elog[0] = 0;
         r = f->cu.ModuleLoadDataEx(&d->mod, ptx, 2, opts, vals);
-        free(ptx);
     }
+    free(ptx);
     if (r != PCU_SUCCESS) {
         const char *name = NULL;
         f->cu.GetErrorName(r, &name);

@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/gpu_dispatch.h"
-#include "backends/level_zero_kernels_spv.h"
+#include "gpu_dispatch.h"
+#include "level_zero_kernels_spv.h"
 
 /* The Level Zero types used, declared from the specification (ze_api.h is not needed to build). */
 typedef int pze_result;
