@@ -196,7 +196,10 @@ struct pdde_graph {
     pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
     int opt_kind;              /* PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE */
     pdde_session *session;     /* the live session: tensors hold its data, so one at a time */
+    struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
 };
+
+static void planner_graph_free(struct planner_graph *p);
 
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
     if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
@@ -210,6 +213,7 @@ pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
 
 void pdde_graph_free(pdde_graph *g) {
     if (!g) return;
+    planner_graph_free(g->planner);
     for (int i = 0; i < g->n; i++) free(g->nodes[i]);
     free(g->nodes);
     free(g);
@@ -890,6 +894,11 @@ pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p) 
 pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { return add_optimizer(g, p, PDDE_OP_SGD_UPDATE); }
 
 /* ================================================================================================
+ * Planner (planner/): meshes, distributed attributes, completion */
+
+#include "planner/planner.c"
+
+/* ================================================================================================
  * Executor. Compiling a graph:
  *   1. keeps the nodes the step needs (those that reach a loss, an output or a parameter update),
  *   2. places each on a device (its own, its layer's, or the session default) and checks supports_op,
@@ -930,6 +939,7 @@ struct pdde_session {
     pdde_memory_stats mem;
     pdde_comm *dp;              /* data parallelism (NULL: none) */
     int dp_rank, dp_size, zero_stage;
+    size_t dp_bucket_bytes;
     void **requests;            /* per tensor id of a started collective: its pending request */
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
     double op_seconds[PDDE_OP_COUNT];
@@ -1200,6 +1210,11 @@ static pdde_status session_add_data_parallel(pdde_session *s) {
     node_list deferred = {0}, gathers = {0};
     pdde_tensor *norm_reduced = NULL, *norm_source = NULL;
     bool zero = s->zero_stage >= 1, flushed = false;
+    /* plain data parallelism reduces buckets of accumulators: they sit back to back in memory in the
+     * order backward produces them. With several micro-batches per step, only once, before the update. */
+    bool overlap = !s->g->has_optimizer || s->g->opt.grad_accum_steps <= 1;
+    pdde_tensor *bucket_first = NULL, *bucket_last = NULL;
+    size_t bucket_bytes = 0;
     pdde_status st = PDDE_OK;
     for (int i = 0; i <= n_old && st == PDDE_OK; i++) {
         pdde_tensor *t = i < n_old ? old[i] : NULL;
@@ -1208,30 +1223,49 @@ static pdde_status session_add_data_parallel(pdde_session *s) {
             st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: data parallelism needs parameters and gradients on the CPU (%s is not)", t->name);
             break;
         }
-        /* the end of backward: complete the gradient collectives and accumulate */
-        if (!flushed && (!t || t->phase == PDDE_PHASE_OPTIMIZER)) {
+        bool end_of_backward = !flushed && (!t || t->phase == PDDE_PHASE_OPTIMIZER);
+        if (bucket_first && (end_of_backward || bucket_bytes >= s->dp_bucket_bytes)) {
+            pdde_tensor *src[2] = {bucket_first, bucket_last};
+            int64_t one = 1;
+            pdde_tensor *c = new_node(s->g, PDDE_OP_ALLREDUCE, PDDE_F32, 1, &one, 2, src), *w = NULL;
+            if (c) {
+                c->flags |= PDDE_TENSOR_VIEW; /* of the accumulators: no memory of its own */
+                c->phase = overlap ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER;
+                c->iparams[0] = PDDE_REDUCE_AVG;
+                w = wait_node(s, c);
+            }
+            if (!w || (overlap ? session_push(s, c, s->slot[bucket_first->id]) : list_push(&deferred, c)) || list_push(&deferred, w)) {
+                st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+                break;
+            }
+            bucket_first = NULL, bucket_bytes = 0;
+        }
+        /* the end of backward: complete the gradient collectives (and accumulate, for ZeRO-1) */
+        if (end_of_backward) {
             for (int k = 0; k < deferred.n && !st; k++)
                 if (session_push(s, deferred.items[k], s->slot[deferred.items[k]->src[0]->id]))
                     st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
             flushed = true;
         }
         if (!t) break;
+        if (t->op == PDDE_OP_GRAD_ACCUM && !zero) {
+            if (session_push(s, t, slot)) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
+            if (!bucket_first) bucket_first = t->src[0];
+            bucket_last = t->src[0];
+            bucket_bytes += pdde_tensor_nbytes(t->src[0]);
+            continue;
+        }
         if (t->op == PDDE_OP_GRAD_ACCUM) {
             pdde_tensor *g = t->src[1], *root = storage_root(g);
             int64_t n = pdde_tensor_numel(g), chunk, first, count;
             shard_range(s, n, &chunk, &first, &count);
-            pdde_tensor *c;
-            if (zero) {
-                if (pdde_tensor_numel(root) != n) {
-                    st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: ZeRO: gradient %s shares memory with a larger tensor", g->name);
-                    break;
-                }
-                s->min_bytes[root->id] = (size_t)(chunk * s->dp_size) * sizeof(float); /* room for the padded reduce-scatter */
-                c = collective_node(s, PDDE_OP_REDUCE_SCATTER, g, chunk, PDDE_REDUCE_AVG, first, chunk);
-                mark_shard(t, first, count);
-            } else {
-                c = collective_node(s, PDDE_OP_ALLREDUCE, g, n, PDDE_REDUCE_AVG, 0, n);
+            if (pdde_tensor_numel(root) != n) {
+                st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: ZeRO: gradient %s shares memory with a larger tensor", g->name);
+                break;
             }
+            s->min_bytes[root->id] = (size_t)(chunk * s->dp_size) * sizeof(float); /* room for the padded reduce-scatter */
+            pdde_tensor *c = collective_node(s, PDDE_OP_REDUCE_SCATTER, g, chunk, PDDE_REDUCE_AVG, first, chunk);
+            mark_shard(t, first, count);
             pdde_tensor *w = c ? wait_node(s, c) : NULL;
             if (!w || session_push(s, c, slot) || session_track(s) || list_push(&deferred, w) || list_push(&deferred, t)) {
                 st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
@@ -1293,8 +1327,15 @@ static pdde_status run_collective(pdde_session *s, pdde_tensor *t) {
     const char *in = (const char *)x->data + x->offset;
     pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
     switch (t->op) {
-    case PDDE_OP_ALLREDUCE:
-        return pdde_comm_iallreduce(s->dp, in, out, (size_t)pdde_tensor_numel(t), PDDE_F32, (pdde_reduce_op)t->iparams[0], req);
+    case PDDE_OP_ALLREDUCE: {
+        size_t count = (size_t)pdde_tensor_numel(t);
+        if (t->nsrc == 2) { /* a bucket: from the first accumulator to the end of the last, padding included */
+            const pdde_tensor *last = t->src[1];
+            count = (last->offset + pdde_tensor_nbytes(last) - x->offset) / sizeof(float);
+            out = (char *)in;
+        }
+        return pdde_comm_iallreduce(s->dp, in, out, count, PDDE_F32, (pdde_reduce_op)t->iparams[0], req);
+    }
     case PDDE_OP_REDUCE_SCATTER:
         return pdde_comm_ireduce_scatter(s->dp, in, out, (size_t)t->iparams[2], PDDE_F32, (pdde_reduce_op)t->iparams[0], req);
     case PDDE_OP_ALLGATHER:
@@ -1437,6 +1478,7 @@ static pdde_status session_allocate(pdde_session *s) {
         session_device *sd = &s->devs[d];
         st = sd->iface->buffer_alloc(sd->dev, sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, &sd->arena);
         if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN, &sd->persist);
+        if (st == PDDE_OK && sd->host) memset(sd->persist, 0, sd->persist_bytes); /* alignment gaps too */
     }
     if (st != PDDE_OK) return st;
     size_t max_leaf = 0;
@@ -1497,6 +1539,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
         s->dp = p.dp_comm;
         s->dp_rank = pdde_comm_rank(p.dp_comm), s->dp_size = pdde_comm_size(p.dp_comm);
         s->zero_stage = p.zero_stage;
+        s->dp_bucket_bytes = p.dp_bucket_bytes ? p.dp_bucket_bytes : (size_t)4 << 20;
 #endif
         if (!s->dp) st = session_add_data_parallel(s); /* reports that comm is missing */
         else if (p.zero_stage < 0 || p.zero_stage > 1)
@@ -1931,3 +1974,10 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
     free(tokens);
     return ok ? PDDE_OK : pdde_error(ctx, PDDE_ERR_IO, "cannot write %s: %s", out_path, strerror(errno));
 }
+
+/* ================================================================================================
+ * Communication (comm/): store, transport, communicators and collectives */
+
+#ifdef PDDE_HAVE_COMM
+#include "comm/comm.c"
+#endif
