@@ -144,6 +144,12 @@ float pdde_f16_to_f32(uint16_t h) {
  * Backends (each one file; the registry lists them) */
 
 #include "backends/cpu.c"
+#ifndef PDDE_NO_CUDA
+#include "backends/cuda.c"
+#endif
+#ifndef PDDE_NO_LEVEL_ZERO
+#include "backends/level_zero.c"
+#endif
 #include "backends/registry.c"
 
 /* ================================================================================================
