@@ -56,8 +56,14 @@ LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
+ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
+  TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
+endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
+ifneq ($(HAVE_UCX),1)
+  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
+endif
 
 .DEFAULT_GOAL := all
 

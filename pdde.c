@@ -308,7 +308,7 @@ static pdde_tensor *new_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int ndim,
     t->op = op;
     t->dtype = dt;
     t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->nsrc = nsrc;
     for (int i = 0; i < nsrc; i++) t->src[i] = src[i];
     t->device = -1;
@@ -1106,7 +1106,12 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
         /* views and in-place ops live where their storage lives */
         int device = is_root_sharing(t) ? s->devs[s->slot[t->src[0]->id]].device : node_device(t, p);
         int slot = session_slot_for(s, device);
-        if (slot < 0) { st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened: %s", t->name, device, s->ctx->last_error); break; }
+        if (slot < 0) {
+            char why[sizeof s->ctx->last_error];
+            memcpy(why, s->ctx->last_error, sizeof why);
+            st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened (%s)", t->name, device, why);
+            break;
+        }
         session_device *sd = &s->devs[slot];
         if (t->op != PDDE_OP_NONE && !sd->iface->supports_op(sd->dev, t)) {
             pdde_device_props props;

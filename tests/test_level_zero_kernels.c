@@ -144,6 +144,7 @@ static int cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, 
     }
     size_t global[3] = {(size_t)gx * bx, (size_t)gy * by, gz}, local[3] = {bx, by, 1};
     cl_int e = cl.EnqueueNDRangeKernel(r->queue, r->kern[k], 3, NULL, global, local, 0, NULL, NULL);
+    if (!e) e = cl.Finish(r->queue); /* kernel by kernel: PoCL's SVM pipelining made results flaky */
     return e ? pdde_error(r->ctx, PDDE_ERR_BACKEND, "%s launch: %d", pgd_kernel_names[k], e) : PDDE_OK;
 }
 
