@@ -7,13 +7,16 @@
 #include "pdde.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ================================================================================================
@@ -24,7 +27,6 @@ struct pdde_context {
     uint64_t seed;
     int log_level;
     char last_error[1024];
-    struct pdde_threadpool *pool;
     struct pdde_registry *registry; /* backends and their devices (backends/registry.c) */
 };
 
@@ -133,6 +135,12 @@ float pdde_f16_to_f32(uint16_t h) {
 }
 
 /* ================================================================================================
+ * Backends (each one file; the registry lists them) */
+
+#include "backends/cpu.c"
+#include "backends/registry.c"
+
+/* ================================================================================================
  * Context lifetime */
 
 pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **out) {
@@ -146,11 +154,1486 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     ctx->n_threads = p.n_threads > 0 ? p.n_threads : (cores > 0 ? (int)cores : 1);
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;
+    pdde_status st = registry_init(ctx, &p);
+    if (st != PDDE_OK) {
+        pdde_context_free(ctx);
+        return st;
+    }
     *out = ctx;
     return PDDE_OK;
 }
 
 void pdde_context_free(pdde_context *ctx) {
     if (!ctx) return;
+    registry_free(ctx->registry);
     free(ctx);
+}
+
+/* ================================================================================================
+ * Graph building. Nodes are created in topological order (a node's inputs exist before it), so the
+ * id order is a valid schedule. Errors are sticky: the first one is kept and later calls return NULL. */
+
+struct pdde_graph {
+    pdde_context *ctx;
+    pdde_tensor **nodes;
+    int n, cap;
+    int status;           /* first error while building */
+    int layer;            /* layer id for new nodes */
+    bool has_backward;
+    bool has_optimizer;
+    pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
+    int opt_kind;              /* PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE */
+};
+
+pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
+    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
+    pdde_graph *g = calloc(1, sizeof *g);
+    if (!g) return pdde_error(ctx, PDDE_ERR_OOM, "graph: out of memory");
+    g->ctx = ctx;
+    g->layer = -1;
+    *out = g;
+    return PDDE_OK;
+}
+
+void pdde_graph_free(pdde_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n; i++) free(g->nodes[i]);
+    free(g->nodes);
+    free(g);
+}
+
+pdde_status pdde_graph_status(const pdde_graph *g) { return g ? g->status : PDDE_ERR_INVALID_ARG; }
+pdde_context *pdde_graph_context(const pdde_graph *g) { return g->ctx; }
+int pdde_graph_n_tensors(const pdde_graph *g) { return g->n; }
+pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id) { return id >= 0 && id < g->n ? g->nodes[id] : NULL; }
+void pdde_graph_set_layer(pdde_graph *g, int layer) { g->layer = layer; }
+
+pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name) {
+    for (int i = 0; i < g->n; i++)
+        if (strcmp(g->nodes[i]->name, name) == 0) return g->nodes[i];
+    return NULL;
+}
+
+int64_t pdde_tensor_numel(const pdde_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+size_t pdde_tensor_nbytes(const pdde_tensor *t) { return (size_t)pdde_tensor_numel(t) * pdde_dtype_size(t->dtype); }
+
+const char *pdde_op_name(pdde_op op) {
+    static const char *names[PDDE_OP_COUNT] = {
+        [PDDE_OP_NONE] = "leaf", [PDDE_OP_MATMUL] = "matmul", [PDDE_OP_ADD] = "add", [PDDE_OP_SUB] = "sub",
+        [PDDE_OP_MUL] = "mul", [PDDE_OP_SCALE] = "scale", [PDDE_OP_GELU] = "gelu", [PDDE_OP_RELU] = "relu",
+        [PDDE_OP_SILU] = "silu", [PDDE_OP_LAYERNORM] = "layernorm", [PDDE_OP_RMSNORM] = "rmsnorm",
+        [PDDE_OP_SOFTMAX] = "softmax", [PDDE_OP_CROSS_ENTROPY] = "cross_entropy", [PDDE_OP_EMBEDDING] = "embedding",
+        [PDDE_OP_RESHAPE] = "reshape", [PDDE_OP_PERMUTE] = "permute", [PDDE_OP_CONCAT] = "concat",
+        [PDDE_OP_SLICE] = "slice", [PDDE_OP_SUM] = "sum", [PDDE_OP_MEAN] = "mean", [PDDE_OP_DROPOUT] = "dropout",
+        [PDDE_OP_CAST] = "cast", [PDDE_OP_SUM_TO] = "sum_to", [PDDE_OP_EXPAND] = "expand",
+        [PDDE_OP_GELU_BACK] = "gelu_back", [PDDE_OP_RELU_BACK] = "relu_back", [PDDE_OP_SILU_BACK] = "silu_back",
+        [PDDE_OP_LAYERNORM_BACK] = "layernorm_back", [PDDE_OP_LAYERNORM_BACK_GAMMA] = "layernorm_back_gamma",
+        [PDDE_OP_RMSNORM_BACK] = "rmsnorm_back", [PDDE_OP_RMSNORM_BACK_GAMMA] = "rmsnorm_back_gamma",
+        [PDDE_OP_SOFTMAX_BACK] = "softmax_back", [PDDE_OP_CROSS_ENTROPY_BACK] = "cross_entropy_back",
+        [PDDE_OP_EMBEDDING_BACK] = "embedding_back", [PDDE_OP_SLICE_BACK] = "slice_back",
+        [PDDE_OP_DROPOUT_BACK] = "dropout_back", [PDDE_OP_GRAD_ACCUM] = "grad_accum",
+        [PDDE_OP_GRAD_NORM_SQ] = "grad_norm_sq", [PDDE_OP_SGD_UPDATE] = "sgd_update",
+        [PDDE_OP_ADAMW_UPDATE] = "adamw_update", [PDDE_OP_COPY] = "copy",
+    };
+    return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
+}
+
+static void shape_str(const pdde_tensor *t, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* Records the first building error; returns NULL so builders can `return graph_fail(...)`. */
+static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) {
+    if (g->status == PDDE_OK) {
+        g->status = status;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g->ctx->last_error, sizeof g->ctx->last_error, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+/* Creates a node. Any NULL source means an earlier error: propagate it. */
+static pdde_tensor *new_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int ndim, const int64_t *shape, int nsrc,
+                             pdde_tensor *const *src) {
+    if (g->status != PDDE_OK) return NULL;
+    for (int i = 0; i < nsrc; i++)
+        if (!src[i]) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: input %d is NULL", pdde_op_name(op), i);
+    if (ndim < 0 || ndim > PDDE_MAX_DIMS)
+        return graph_fail(g, PDDE_ERR_SHAPE, "%s: %d dims (at most %d)", pdde_op_name(op), ndim, PDDE_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0) return graph_fail(g, PDDE_ERR_SHAPE, "%s: negative dim %d", pdde_op_name(op), i);
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 256;
+        pdde_tensor **nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
+        if (!nodes) return graph_fail(g, PDDE_ERR_OOM, "graph: out of memory");
+        g->nodes = nodes;
+        g->cap = cap;
+    }
+    pdde_tensor *t = calloc(1, sizeof *t);
+    if (!t) return graph_fail(g, PDDE_ERR_OOM, "graph: out of memory");
+    t->id = g->n;
+    t->op = op;
+    t->dtype = dt;
+    t->ndim = ndim;
+    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->nsrc = nsrc;
+    for (int i = 0; i < nsrc; i++) t->src[i] = src[i];
+    t->device = -1;
+    t->layer = g->layer;
+    t->phase = g->has_optimizer ? PDDE_PHASE_OPTIMIZER : g->has_backward ? PDDE_PHASE_BACKWARD : PDDE_PHASE_FORWARD;
+    snprintf(t->name, sizeof t->name, "%s.%d", pdde_op_name(op), t->id);
+    g->nodes[g->n++] = t;
+    return t;
+}
+
+pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name) {
+    if (!t || !name || strlen(name) >= sizeof t->name) return PDDE_ERR_INVALID_ARG;
+    strcpy(t->name, name);
+    return PDDE_OK;
+}
+
+void pdde_mark_output(pdde_tensor *t) { if (t) t->flags |= PDDE_TENSOR_OUTPUT; }
+
+static pdde_tensor *new_leaf(pdde_graph *g, const char *name, pdde_dtype dt, int ndim, const int64_t *shape,
+                             uint32_t flags) {
+    if (g->status != PDDE_OK) return NULL;
+    if ((unsigned)dt >= PDDE_DTYPE_COUNT) return graph_fail(g, PDDE_ERR_DTYPE, "%s: unknown dtype %d", name ? name : "leaf", dt);
+    if (ndim > 0 && !shape) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: shape is NULL", name ? name : "leaf");
+    pdde_tensor *t = new_node(g, PDDE_OP_NONE, dt, ndim, shape, 0, NULL);
+    if (!t) return NULL;
+    t->flags = flags;
+    if (name) snprintf(t->name, sizeof t->name, "%s", name);
+    return t;
+}
+
+pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype dt, int ndim, const int64_t *shape) {
+    return new_leaf(g, name, dt, ndim, shape, PDDE_TENSOR_INPUT);
+}
+
+pdde_tensor *pdde_param(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float init_std) {
+    pdde_tensor *t = new_leaf(g, name, PDDE_F32, ndim, shape, PDDE_TENSOR_PARAM);
+    if (t) t->fparams[0] = init_std;
+    return t;
+}
+
+static pdde_tensor *new_const(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float value) {
+    pdde_tensor *t = new_leaf(g, name, PDDE_F32, ndim, shape, PDDE_TENSOR_CONST);
+    if (t) t->fparams[0] = value;
+    return t;
+}
+
+static pdde_tensor *new_state(pdde_graph *g, const char *name, const pdde_tensor *like, uint32_t extra) {
+    pdde_tensor *t = new_leaf(g, name, PDDE_F32, like->ndim, like->shape, PDDE_TENSOR_STATE | extra);
+    if (t) t->layer = like->layer, t->device = like->device;
+    return t;
+}
+
+static bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+static pdde_tensor *unary(pdde_graph *g, pdde_op op, pdde_tensor *x) {
+    if (!x) return new_node(g, op, PDDE_F32, 0, NULL, 1, &x);
+    if (x->dtype != PDDE_F32)
+        return graph_fail(g, PDDE_ERR_DTYPE, "%s: %s is %s, expected f32", pdde_op_name(op), x->name, pdde_dtype_name(x->dtype));
+    return new_node(g, op, PDDE_F32, x->ndim, x->shape, 1, &x);
+}
+
+/* numpy broadcasting of b onto a: right-aligned, each dim of b equal to a's or 1; the result has a's
+ * shape (pdde broadcasts the second operand only, which is what bias adds and masks need). */
+static pdde_tensor *binary(pdde_graph *g, pdde_op op, pdde_tensor *a, pdde_tensor *b) {
+    pdde_tensor *src[2] = {a, b};
+    if (!a || !b) return new_node(g, op, PDDE_F32, 0, NULL, 2, src);
+    if (a->dtype != PDDE_F32 || b->dtype != PDDE_F32)
+        return graph_fail(g, PDDE_ERR_DTYPE, "%s: %s and %s must be f32", pdde_op_name(op), a->name, b->name);
+    bool ok = b->ndim <= a->ndim;
+    for (int i = 0; ok && i < b->ndim; i++) {
+        int64_t da = a->shape[a->ndim - 1 - i], db = b->shape[b->ndim - 1 - i];
+        ok = db == da || db == 1;
+    }
+    if (!ok) {
+        char sa[96], sb[96];
+        shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb);
+        return graph_fail(g, PDDE_ERR_SHAPE, "%s: %s %s cannot be broadcast with %s %s", pdde_op_name(op), a->name, sa, b->name, sb);
+    }
+    return new_node(g, op, PDDE_F32, a->ndim, a->shape, 2, src);
+}
+
+pdde_tensor *pdde_add(pdde_graph *g, pdde_tensor *a, pdde_tensor *b) { return binary(g, PDDE_OP_ADD, a, b); }
+pdde_tensor *pdde_sub(pdde_graph *g, pdde_tensor *a, pdde_tensor *b) { return binary(g, PDDE_OP_SUB, a, b); }
+pdde_tensor *pdde_mul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b) { return binary(g, PDDE_OP_MUL, a, b); }
+pdde_tensor *pdde_bias_add(pdde_graph *g, pdde_tensor *x, pdde_tensor *bias) { return binary(g, PDDE_OP_ADD, x, bias); }
+pdde_tensor *pdde_gelu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_GELU, x); }
+pdde_tensor *pdde_relu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_RELU, x); }
+pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_SILU, x); }
+
+pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s) {
+    pdde_tensor *t = unary(g, PDDE_OP_SCALE, a);
+    if (t) t->fparams[0] = s;
+    return t;
+}
+
+pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int trans_a, int trans_b) {
+    pdde_tensor *src[2] = {a, b};
+    if (!a || !b) return new_node(g, PDDE_OP_MATMUL, PDDE_F32, 0, NULL, 2, src);
+    char sa[96], sb[96];
+    shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb);
+    if (a->dtype != PDDE_F32 || b->dtype != PDDE_F32)
+        return graph_fail(g, PDDE_ERR_DTYPE, "matmul: %s and %s must be f32", a->name, b->name);
+    if (a->ndim < 2 || b->ndim < 2)
+        return graph_fail(g, PDDE_ERR_SHAPE, "matmul: %s %s and %s %s need at least 2 dims", a->name, sa, b->name, sb);
+    int64_t M = a->shape[a->ndim - (trans_a ? 1 : 2)], Ka = a->shape[a->ndim - (trans_a ? 2 : 1)];
+    int64_t Kb = b->shape[b->ndim - (trans_b ? 1 : 2)], N = b->shape[b->ndim - (trans_b ? 2 : 1)];
+    /* batch dims: equal, or one side 2-D (shared by every batch) */
+    bool batch_ok = a->ndim == 2 || b->ndim == 2 || a->ndim == b->ndim;
+    for (int i = 0; batch_ok && a->ndim == b->ndim && i < a->ndim - 2; i++) batch_ok = a->shape[i] == b->shape[i];
+    if (Ka != Kb || !batch_ok)
+        return graph_fail(g, PDDE_ERR_SHAPE, "matmul: %s %s%s and %s %s%s do not fit (inner %lld vs %lld)", a->name, sa,
+                          trans_a ? "^T" : "", b->name, sb, trans_b ? "^T" : "", (long long)Ka, (long long)Kb);
+    const pdde_tensor *big = a->ndim >= b->ndim ? a : b;
+    int64_t shape[PDDE_MAX_DIMS];
+    memcpy(shape, big->shape, sizeof shape);
+    shape[big->ndim - 2] = M, shape[big->ndim - 1] = N;
+    pdde_tensor *t = new_node(g, PDDE_OP_MATMUL, PDDE_F32, big->ndim, shape, 2, src);
+    if (t) t->iparams[0] = trans_a != 0, t->iparams[1] = trans_b != 0;
+    return t;
+}
+
+static pdde_tensor *norm_node(pdde_graph *g, pdde_op op, pdde_tensor *x, pdde_tensor *gamma, pdde_tensor *beta, float eps) {
+    pdde_tensor *src[3] = {x, gamma, beta};
+    int nsrc = op == PDDE_OP_LAYERNORM ? 3 : 2;
+    if (!x || !gamma || (nsrc == 3 && !beta)) return new_node(g, op, PDDE_F32, 0, NULL, nsrc, src);
+    int64_t C = x->ndim ? x->shape[x->ndim - 1] : 0;
+    for (int i = 1; i < nsrc; i++)
+        if (src[i]->ndim != 1 || src[i]->shape[0] != C)
+            return graph_fail(g, PDDE_ERR_SHAPE, "%s: %s must have shape [%lld] (the last dim of %s)", pdde_op_name(op),
+                              src[i]->name, (long long)C, x->name);
+    pdde_tensor *t = new_node(g, op, PDDE_F32, x->ndim, x->shape, nsrc, src);
+    if (t) t->fparams[0] = eps > 0 ? eps : 1e-5f;
+    return t;
+}
+
+pdde_tensor *pdde_layernorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, pdde_tensor *beta, float eps) {
+    return norm_node(g, PDDE_OP_LAYERNORM, x, gamma, beta, eps);
+}
+pdde_tensor *pdde_rmsnorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, float eps) {
+    return norm_node(g, PDDE_OP_RMSNORM, x, gamma, NULL, eps);
+}
+
+pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal) {
+    pdde_tensor *t = unary(g, PDDE_OP_SOFTMAX, x);
+    if (t && causal && (t->ndim < 2 || t->shape[t->ndim - 1] != t->shape[t->ndim - 2]))
+        return graph_fail(g, PDDE_ERR_SHAPE, "softmax: a causal softmax of %s needs square last two dims", x->name);
+    if (t) t->iparams[0] = causal != 0;
+    return t;
+}
+
+pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
+    if (!q || !k || !v) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention: NULL input");
+    if (q->ndim != 4 || !same_shape(q, k) || !same_shape(q, v))
+        return graph_fail(g, PDDE_ERR_SHAPE, "attention: q, k, v (%s, %s, %s) must all be [B, H, T, D]", q->name, k->name, v->name);
+    pdde_tensor *att = pdde_matmul(g, q, k, 0, 1);
+    att = pdde_scale(g, att, 1.0f / sqrtf((float)q->shape[3]));
+    att = pdde_softmax(g, att, 1);
+    return pdde_matmul(g, att, v, 0, 0);
+}
+
+pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets) {
+    pdde_tensor *src[2] = {logits, targets};
+    if (!logits || !targets) return new_node(g, PDDE_OP_CROSS_ENTROPY, PDDE_F32, 0, NULL, 2, src);
+    if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0] || targets->dtype != PDDE_I32)
+        return graph_fail(g, PDDE_ERR_SHAPE, "cross_entropy: logits %s must be [N, V] f32 and targets %s [N] i32",
+                          logits->name, targets->name);
+    int64_t one = 1;
+    pdde_tensor *t = new_node(g, PDDE_OP_CROSS_ENTROPY, PDDE_F32, 1, &one, 2, src);
+    if (t) t->flags |= PDDE_TENSOR_LOSS;
+    return t;
+}
+
+pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids) {
+    pdde_tensor *src[2] = {table, ids};
+    if (!table || !ids) return new_node(g, PDDE_OP_EMBEDDING, PDDE_F32, 0, NULL, 2, src);
+    if (table->ndim != 2 || ids->dtype != PDDE_I32 || ids->ndim + 1 > PDDE_MAX_DIMS)
+        return graph_fail(g, PDDE_ERR_SHAPE, "embedding: table %s must be [V, C] and ids %s i32", table->name, ids->name);
+    int64_t shape[PDDE_MAX_DIMS];
+    memcpy(shape, ids->shape, (size_t)ids->ndim * sizeof *shape);
+    shape[ids->ndim] = table->shape[1];
+    return new_node(g, PDDE_OP_EMBEDDING, PDDE_F32, ids->ndim + 1, shape, 2, src);
+}
+
+pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t *shape) {
+    if (!x) return new_node(g, PDDE_OP_RESHAPE, PDDE_F32, 0, NULL, 1, &x);
+    int64_t n = 1;
+    for (int i = 0; i < ndim; i++) n *= shape[i];
+    if (n != pdde_tensor_numel(x)) {
+        char sx[96];
+        shape_str(x, sx, sizeof sx);
+        return graph_fail(g, PDDE_ERR_SHAPE, "reshape: %s %s has %lld elements, the new shape %lld", x->name, sx,
+                          (long long)pdde_tensor_numel(x), (long long)n);
+    }
+    pdde_tensor *t = new_node(g, PDDE_OP_RESHAPE, x->dtype, ndim, shape, 1, &x);
+    if (t) t->flags |= PDDE_TENSOR_VIEW;
+    return t;
+}
+
+pdde_tensor *pdde_permute(pdde_graph *g, pdde_tensor *x, const int *perm) {
+    if (!x) return new_node(g, PDDE_OP_PERMUTE, PDDE_F32, 0, NULL, 1, &x);
+    int64_t shape[PDDE_MAX_DIMS];
+    int seen = 0;
+    for (int i = 0; i < x->ndim; i++) {
+        if (perm[i] < 0 || perm[i] >= x->ndim || (seen >> perm[i] & 1))
+            return graph_fail(g, PDDE_ERR_INVALID_ARG, "permute: %s: perm is not a permutation of 0..%d", x->name, x->ndim - 1);
+        seen |= 1 << perm[i];
+        shape[i] = x->shape[perm[i]];
+    }
+    pdde_tensor *t = new_node(g, PDDE_OP_PERMUTE, x->dtype, x->ndim, shape, 1, &x);
+    for (int i = 0; t && i < x->ndim; i++) t->iparams[i] = perm[i];
+    return t;
+}
+
+pdde_tensor *pdde_transpose(pdde_graph *g, pdde_tensor *x, int d0, int d1) {
+    if (!x) return pdde_permute(g, x, NULL);
+    if (d0 < 0) d0 += x->ndim;
+    if (d1 < 0) d1 += x->ndim;
+    if (d0 < 0 || d1 < 0 || d0 >= x->ndim || d1 >= x->ndim)
+        return graph_fail(g, PDDE_ERR_INVALID_ARG, "transpose: %s has %d dims, asked for %d and %d", x->name, x->ndim, d0, d1);
+    int perm[PDDE_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) perm[i] = i;
+    perm[d0] = d1, perm[d1] = d0;
+    return pdde_permute(g, x, perm);
+}
+
+pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis) {
+    if (n < 1 || n > PDDE_MAX_SRC) return graph_fail(g, PDDE_ERR_INVALID_ARG, "concat: %d inputs (1..%d)", n, PDDE_MAX_SRC);
+    for (int i = 0; i < n; i++)
+        if (!xs[i]) return new_node(g, PDDE_OP_CONCAT, PDDE_F32, 0, NULL, n, xs);
+    const pdde_tensor *x0 = xs[0];
+    if (axis < 0) axis += x0->ndim;
+    if (axis < 0 || axis >= x0->ndim) return graph_fail(g, PDDE_ERR_INVALID_ARG, "concat: bad axis for %s", x0->name);
+    int64_t shape[PDDE_MAX_DIMS];
+    memcpy(shape, x0->shape, sizeof shape);
+    shape[axis] = 0;
+    for (int i = 0; i < n; i++) {
+        bool ok = xs[i]->ndim == x0->ndim && xs[i]->dtype == x0->dtype;
+        for (int d = 0; ok && d < x0->ndim; d++) ok = d == axis || xs[i]->shape[d] == x0->shape[d];
+        if (!ok) return graph_fail(g, PDDE_ERR_SHAPE, "concat: %s does not match %s outside axis %d", xs[i]->name, x0->name, axis);
+        shape[axis] += xs[i]->shape[axis];
+    }
+    pdde_tensor *t = new_node(g, PDDE_OP_CONCAT, x0->dtype, x0->ndim, shape, n, xs);
+    if (t) t->iparams[0] = axis;
+    return t;
+}
+
+pdde_tensor *pdde_slice(pdde_graph *g, pdde_tensor *x, int axis, int64_t start, int64_t len) {
+    if (!x) return new_node(g, PDDE_OP_SLICE, PDDE_F32, 0, NULL, 1, &x);
+    if (axis < 0) axis += x->ndim;
+    if (axis < 0 || axis >= x->ndim || start < 0 || len < 0 || start + len > x->shape[axis])
+        return graph_fail(g, PDDE_ERR_SHAPE, "slice: [%lld, %lld) along axis %d is outside %s", (long long)start,
+                          (long long)(start + len), axis, x->name);
+    int64_t shape[PDDE_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    shape[axis] = len;
+    pdde_tensor *t = new_node(g, PDDE_OP_SLICE, x->dtype, x->ndim, shape, 1, &x);
+    if (t) t->iparams[0] = axis, t->iparams[1] = (int32_t)start;
+    return t;
+}
+
+pdde_tensor *pdde_split(pdde_graph *g, pdde_tensor *x, int axis, int n, pdde_tensor **out) {
+    if (!x || n < 1) return graph_fail(g, PDDE_ERR_INVALID_ARG, "split: NULL input or n < 1");
+    int ax = axis < 0 ? axis + x->ndim : axis;
+    if (ax < 0 || ax >= x->ndim || x->shape[ax] % n)
+        return graph_fail(g, PDDE_ERR_SHAPE, "split: axis %d of %s is not divisible into %d parts", axis, x->name, n);
+    int64_t len = x->shape[ax] / n;
+    for (int i = 0; i < n; i++) out[i] = pdde_slice(g, x, ax, i * len, len);
+    return out[0];
+}
+
+static pdde_tensor *reduce(pdde_graph *g, pdde_op op, pdde_tensor *x, int axis, int keepdim) {
+    if (!x) return new_node(g, op, PDDE_F32, 0, NULL, 1, &x);
+    int64_t shape[PDDE_MAX_DIMS];
+    int nd = 0;
+    if (axis == -1 && !keepdim) shape[nd++] = 1; /* a full reduction is a [1] scalar */
+    else {
+        if (axis < -1 || axis >= x->ndim) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: axis %d of %s", pdde_op_name(op), axis, x->name);
+        for (int i = 0; i < x->ndim; i++) {
+            if (axis == -1 || i == axis) { if (keepdim) shape[nd++] = 1; }
+            else shape[nd++] = x->shape[i];
+        }
+        if (nd == 0) shape[nd++] = 1;
+    }
+    pdde_tensor *t = new_node(g, op, PDDE_F32, nd, shape, 1, &x);
+    if (t) t->iparams[0] = axis, t->iparams[1] = keepdim != 0;
+    return t;
+}
+
+pdde_tensor *pdde_sum(pdde_graph *g, pdde_tensor *x, int axis, int keepdim) { return reduce(g, PDDE_OP_SUM, x, axis, keepdim); }
+pdde_tensor *pdde_mean(pdde_graph *g, pdde_tensor *x, int axis, int keepdim) { return reduce(g, PDDE_OP_MEAN, x, axis, keepdim); }
+
+pdde_tensor *pdde_dropout(pdde_graph *g, pdde_tensor *x, float p, uint64_t seed) {
+    if (p < 0 || p >= 1) return graph_fail(g, PDDE_ERR_INVALID_ARG, "dropout: p = %g must be in [0, 1)", p);
+    pdde_tensor *t = unary(g, PDDE_OP_DROPOUT, x);
+    if (t) t->fparams[0] = p, t->iparams[0] = (int32_t)(uint32_t)seed, t->iparams[1] = (int32_t)(uint32_t)(seed >> 32);
+    return t;
+}
+
+pdde_tensor *pdde_cast(pdde_graph *g, pdde_tensor *x, pdde_dtype to) {
+    if (!x) return new_node(g, PDDE_OP_CAST, to, 0, NULL, 1, &x);
+    if ((unsigned)to >= PDDE_DTYPE_COUNT) return graph_fail(g, PDDE_ERR_DTYPE, "cast: unknown dtype %d", to);
+    return new_node(g, PDDE_OP_CAST, to, x->ndim, x->shape, 1, &x);
+}
+
+/* ================================================================================================
+ * Autodiff. Walks the forward nodes in reverse creation order and appends, for every node whose
+ * gradient is known, the nodes computing its inputs' gradients. Several uses of a tensor add up. */
+
+static pdde_tensor *node_with(pdde_graph *g, pdde_op op, const pdde_tensor *like, int nsrc, pdde_tensor *const *src) {
+    return new_node(g, op, PDDE_F32, like->ndim, like->shape, nsrc, src);
+}
+
+/* dy reduced to x's shape (the gradient of a broadcast). */
+static pdde_tensor *grad_sum_to(pdde_graph *g, pdde_tensor *dy, const pdde_tensor *x) {
+    if (!dy || same_shape(dy, x)) return dy;
+    return node_with(g, PDDE_OP_SUM_TO, x, 1, &dy);
+}
+
+/* The gradient of a matmul input that may have been broadcast over the batch: sum it back. */
+static pdde_tensor *grad_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int ta, int tb, const pdde_tensor *like) {
+    return grad_sum_to(g, pdde_matmul(g, a, b, ta, tb), like);
+}
+
+static pdde_tensor *flatten_rows(pdde_graph *g, pdde_tensor *x) {
+    int64_t shape[2] = {pdde_tensor_numel(x) / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
+    return x->ndim == 2 ? x : pdde_reshape(g, x, 2, shape);
+}
+
+static void backward_matmul(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_tensor **dsrc) {
+    pdde_tensor *a = y->src[0], *b = y->src[1];
+    int ta = y->iparams[0], tb = y->iparams[1];
+    dsrc[0] = ta ? grad_matmul(g, b, dy, tb, 1, a) : grad_matmul(g, dy, b, 0, !tb, a);
+    if (b->ndim == 2 && a->ndim > 2 && !ta) {
+        /* b shared over the batch: one GEMM over all rows instead of a batched GEMM and a sum */
+        pdde_tensor *a2 = flatten_rows(g, a), *dy2 = flatten_rows(g, dy);
+        dsrc[1] = tb ? pdde_matmul(g, dy2, a2, 1, 0) : pdde_matmul(g, a2, dy2, 1, 0);
+    } else {
+        dsrc[1] = tb ? grad_matmul(g, dy, a, 1, ta, b) : grad_matmul(g, a, dy, !ta, 0, b);
+    }
+}
+
+static pdde_tensor *expand_back(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, float scale) {
+    pdde_tensor *x = y->src[0];
+    int axis = y->iparams[0];
+    int64_t shape[PDDE_MAX_DIMS];
+    for (int i = 0; i < x->ndim; i++) shape[i] = (axis == -1 || i == axis) ? 1 : x->shape[i];
+    pdde_tensor *dyk = pdde_reshape(g, dy, x->ndim, shape);
+    pdde_tensor *t = node_with(g, PDDE_OP_EXPAND, x, 1, &dyk);
+    if (t) t->fparams[0] = scale;
+    return t;
+}
+
+/* Fills dsrc[i] with the gradient of y's i-th input given dy (NULL where none). */
+static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_tensor **dsrc, pdde_tensor **grads) {
+    pdde_tensor *x = y->src[0];
+    switch (y->op) {
+    case PDDE_OP_MATMUL: backward_matmul(g, y, dy, dsrc); break;
+    case PDDE_OP_ADD:
+        dsrc[0] = grad_sum_to(g, dy, x);
+        dsrc[1] = grad_sum_to(g, dy, y->src[1]);
+        break;
+    case PDDE_OP_SUB:
+        dsrc[0] = grad_sum_to(g, dy, x);
+        dsrc[1] = pdde_scale(g, grad_sum_to(g, dy, y->src[1]), -1.0f);
+        break;
+    case PDDE_OP_MUL:
+        dsrc[0] = grad_sum_to(g, pdde_mul(g, dy, y->src[1]), x);
+        dsrc[1] = grad_sum_to(g, pdde_mul(g, dy, x), y->src[1]);
+        break;
+    case PDDE_OP_SCALE: dsrc[0] = pdde_scale(g, dy, y->fparams[0]); break;
+    case PDDE_OP_GELU: case PDDE_OP_RELU: case PDDE_OP_SILU: {
+        pdde_op back = y->op == PDDE_OP_GELU ? PDDE_OP_GELU_BACK : y->op == PDDE_OP_RELU ? PDDE_OP_RELU_BACK : PDDE_OP_SILU_BACK;
+        pdde_tensor *src[2] = {x, dy};
+        dsrc[0] = node_with(g, back, x, 2, src);
+        break;
+    }
+    case PDDE_OP_LAYERNORM: case PDDE_OP_RMSNORM: {
+        bool ln = y->op == PDDE_OP_LAYERNORM;
+        pdde_tensor *src[3] = {x, y->src[1], dy}, *gsrc[2] = {x, dy};
+        dsrc[0] = node_with(g, ln ? PDDE_OP_LAYERNORM_BACK : PDDE_OP_RMSNORM_BACK, x, 3, src);
+        dsrc[1] = node_with(g, ln ? PDDE_OP_LAYERNORM_BACK_GAMMA : PDDE_OP_RMSNORM_BACK_GAMMA, y->src[1], 2, gsrc);
+        if (ln) dsrc[2] = grad_sum_to(g, dy, y->src[2]);
+        for (int i = 0; i < 2; i++)
+            if (dsrc[i]) dsrc[i]->fparams[0] = y->fparams[0];
+        break;
+    }
+    case PDDE_OP_SOFTMAX: {
+        pdde_tensor *src[2] = {y, dy};
+        dsrc[0] = node_with(g, PDDE_OP_SOFTMAX_BACK, x, 2, src);
+        break;
+    }
+    case PDDE_OP_CROSS_ENTROPY: {
+        pdde_tensor *src[3] = {x, y->src[1], dy};
+        dsrc[0] = node_with(g, PDDE_OP_CROSS_ENTROPY_BACK, x, 3, src);
+        break;
+    }
+    case PDDE_OP_EMBEDDING: {
+        /* scatter-add into the table's gradient so far (in place), touching only the rows used */
+        pdde_tensor *table = x, *base = grads[table->id];
+        pdde_tensor *src[3] = {base, y->src[1], dy};
+        dsrc[0] = base ? node_with(g, PDDE_OP_EMBEDDING_BACK, table, 3, src) : node_with(g, PDDE_OP_EMBEDDING_BACK, table, 2, src + 1);
+        if (dsrc[0] && base) dsrc[0]->flags |= PDDE_TENSOR_INPLACE;
+        if (dsrc[0]) grads[table->id] = NULL; /* dsrc[0] already holds the sum */
+        break;
+    }
+    case PDDE_OP_RESHAPE: dsrc[0] = pdde_reshape(g, dy, x->ndim, x->shape); break;
+    case PDDE_OP_PERMUTE: {
+        int inv[PDDE_MAX_DIMS];
+        for (int i = 0; i < y->ndim; i++) inv[y->iparams[i]] = i;
+        dsrc[0] = pdde_permute(g, dy, inv);
+        break;
+    }
+    case PDDE_OP_CONCAT: {
+        int axis = y->iparams[0];
+        int64_t start = 0;
+        for (int i = 0; i < y->nsrc; i++) {
+            dsrc[i] = pdde_slice(g, dy, axis, start, y->src[i]->shape[axis]);
+            start += y->src[i]->shape[axis];
+        }
+        break;
+    }
+    case PDDE_OP_SLICE: {
+        dsrc[0] = node_with(g, PDDE_OP_SLICE_BACK, x, 1, &dy);
+        if (dsrc[0]) dsrc[0]->iparams[0] = y->iparams[0], dsrc[0]->iparams[1] = y->iparams[1];
+        break;
+    }
+    case PDDE_OP_SUM: dsrc[0] = expand_back(g, y, dy, 1.0f); break;
+    case PDDE_OP_MEAN: dsrc[0] = expand_back(g, y, dy, (float)pdde_tensor_numel(y) / (float)pdde_tensor_numel(x)); break;
+    case PDDE_OP_DROPOUT: {
+        dsrc[0] = node_with(g, PDDE_OP_DROPOUT_BACK, x, 1, &dy);
+        if (dsrc[0]) memcpy(dsrc[0]->iparams, y->iparams, sizeof y->iparams), dsrc[0]->fparams[0] = y->fparams[0];
+        break;
+    }
+    case PDDE_OP_CAST: dsrc[0] = x->dtype == PDDE_F32 ? pdde_cast(g, dy, PDDE_F32) : NULL; break;
+    default:
+        graph_fail(g, PDDE_ERR_UNKNOWN_OP, "backward: op %s (%s) has no gradient", pdde_op_name(y->op), y->name);
+    }
+}
+
+pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
+    if (!g || !loss) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    if (g->has_backward) return pdde_error(g->ctx, PDDE_ERR_STATE, "backward: the graph already has a backward pass");
+    if (pdde_tensor_numel(loss) != 1)
+        return pdde_error(g->ctx, PDDE_ERR_SHAPE, "backward: the loss %s must be a scalar", loss->name);
+    int n_fwd = g->n;
+    /* needs[i]: node i depends on a parameter, so its gradient is wanted */
+    bool *needs = calloc((size_t)n_fwd, sizeof *needs);
+    pdde_tensor **grads = calloc((size_t)n_fwd, sizeof *grads);
+    if (!needs || !grads) { free(needs), free(grads); return pdde_error(g->ctx, PDDE_ERR_OOM, "backward: out of memory"); }
+    for (int i = 0; i < n_fwd; i++) {
+        pdde_tensor *t = g->nodes[i];
+        needs[i] = t->flags & PDDE_TENSOR_PARAM;
+        for (int s = 0; s < t->nsrc; s++) needs[i] |= needs[t->src[s]->id];
+    }
+    g->has_backward = true;
+    loss->flags |= PDDE_TENSOR_LOSS;
+    grads[loss->id] = new_const(g, "loss.grad_seed", loss->ndim, loss->shape, 1.0f);
+    for (int i = loss->id; i >= 0 && g->status == PDDE_OK; i--) {
+        pdde_tensor *y = g->nodes[i], *dy = grads[i];
+        if (!dy || y->op == PDDE_OP_NONE) continue;
+        pdde_graph_set_layer(g, y->layer);
+        pdde_tensor *dsrc[PDDE_MAX_SRC] = {0};
+        backward_node(g, y, dy, dsrc, grads);
+        for (int s = 0; s < y->nsrc; s++) {
+            pdde_tensor *x = y->src[s];
+            if (!dsrc[s] || !needs[x->id]) continue;
+            grads[x->id] = grads[x->id] ? pdde_add(g, grads[x->id], dsrc[s]) : dsrc[s];
+        }
+    }
+    /* every parameter's gradient goes into its persistent accumulator */
+    for (int i = 0; i < n_fwd && g->status == PDDE_OK; i++) {
+        pdde_tensor *p = g->nodes[i];
+        if (!(p->flags & PDDE_TENSOR_PARAM) || !grads[i]) continue;
+        char name[80];
+        snprintf(name, sizeof name, "%s.grad", p->name);
+        pdde_tensor *acc = new_state(g, name, p, PDDE_TENSOR_GRAD);
+        pdde_graph_set_layer(g, p->layer);
+        pdde_tensor *src[2] = {acc, grads[i]};
+        pdde_tensor *upd = node_with(g, PDDE_OP_GRAD_ACCUM, p, 2, src);
+        if (upd) upd->flags |= PDDE_TENSOR_INPLACE;
+        p->grad = acc;
+    }
+    pdde_graph_set_layer(g, -1);
+    free(needs);
+    free(grads);
+    return g->status;
+}
+
+/* ================================================================================================
+ * Optimizers: one update node per parameter, plus a chain computing the global gradient norm when
+ * clipping. The executor sets the learning rate and step of each update node before running it. */
+
+float pdde_lr_at(const pdde_optimizer_params *p, int64_t step) {
+    float lr = p->lr > 0 ? p->lr : 1e-3f;
+    if (p->warmup_steps > 0 && step < p->warmup_steps) return lr * (float)(step + 1) / (float)p->warmup_steps;
+    if (p->schedule == PDDE_LR_COSINE && p->total_steps > p->warmup_steps) {
+        double progress = (double)(step - p->warmup_steps) / (double)(p->total_steps - p->warmup_steps);
+        if (progress > 1) progress = 1;
+        double min_lr = lr * p->min_lr_ratio;
+        return (float)(min_lr + 0.5 * (lr - min_lr) * (1 + cos(M_PI * progress)));
+    }
+    return lr;
+}
+
+static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *params, pdde_op update_op) {
+    if (!g) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    if (!g->has_backward) return pdde_error(g->ctx, PDDE_ERR_STATE, "optimizer: call pdde_backward first");
+    if (g->has_optimizer) return pdde_error(g->ctx, PDDE_ERR_STATE, "optimizer: the graph already has one");
+    pdde_optimizer_params p = PDDE_OPTIMIZER_PARAMS_INIT;
+    if (params) p = *params;
+    if (p.lr < 0 || p.weight_decay < 0 || p.clip_norm < 0 || p.grad_accum_steps < 0)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: lr, weight_decay, clip_norm and grad_accum_steps must be >= 0");
+    if (p.lr == 0) p.lr = 1e-3f;
+    if (p.grad_accum_steps == 0) p.grad_accum_steps = 1;
+    if (update_op == PDDE_OP_ADAMW_UPDATE) {
+        if (p.beta1 == 0) p.beta1 = 0.9f;
+        if (p.beta2 == 0) p.beta2 = 0.999f;
+        if (p.eps == 0) p.eps = 1e-8f;
+    }
+    g->opt = p;
+    g->opt_kind = update_op;
+    g->has_optimizer = true;
+    int n = g->n;
+    float scale = 1.0f / (float)p.grad_accum_steps;
+    pdde_tensor *norm_sq = NULL;
+    if (p.clip_norm > 0) {
+        for (int i = 0; i < n; i++) {
+            pdde_tensor *t = g->nodes[i];
+            if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+            pdde_tensor *src[2] = {t->grad, norm_sq};
+            int64_t one = 1;
+            norm_sq = new_node(g, PDDE_OP_GRAD_NORM_SQ, PDDE_F32, 1, &one, norm_sq ? 2 : 1, src);
+            if (norm_sq) norm_sq->fparams[6] = scale;
+        }
+    }
+    for (int i = 0; i < n && g->status == PDDE_OK; i++) {
+        pdde_tensor *t = g->nodes[i];
+        if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+        char name[80];
+        pdde_tensor *src[5] = {t, t->grad};
+        int nsrc = 2;
+        if (update_op == PDDE_OP_ADAMW_UPDATE) {
+            snprintf(name, sizeof name, "%s.adam_m", t->name);
+            src[nsrc++] = new_state(g, name, t, 0);
+            snprintf(name, sizeof name, "%s.adam_v", t->name);
+            src[nsrc++] = new_state(g, name, t, 0);
+        } else {
+            snprintf(name, sizeof name, "%s.momentum", t->name);
+            src[nsrc++] = new_state(g, name, t, 0);
+        }
+        if (norm_sq) src[nsrc++] = norm_sq;
+        g->layer = t->layer;
+        pdde_tensor *u = node_with(g, update_op, t, nsrc, src);
+        if (!u) break;
+        u->flags |= PDDE_TENSOR_INPLACE;
+        u->device = t->device;
+        float f[7] = {p.lr, update_op == PDDE_OP_ADAMW_UPDATE ? p.beta1 : p.momentum, p.beta2, p.eps,
+                      t->ndim >= 2 ? p.weight_decay : 0.0f, p.clip_norm, scale};
+        memcpy(u->fparams, f, sizeof f);
+    }
+    g->layer = -1;
+    return g->status;
+}
+
+pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p) { return add_optimizer(g, p, PDDE_OP_ADAMW_UPDATE); }
+pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { return add_optimizer(g, p, PDDE_OP_SGD_UPDATE); }
+
+/* ================================================================================================
+ * Executor. Compiling a graph:
+ *   1. keeps the nodes the step needs (those that reach a loss, an output or a parameter update),
+ *   2. places each on a device (its own, its layer's, or the session default) and checks supports_op,
+ *   3. inserts a COPY node wherever a node reads a tensor that lives on another device,
+ *   4. plans memory per device: persistent tensors (parameters, optimizer state, inputs) in one buffer,
+ *      everything else in one arena where tensors whose lifetimes do not overlap share bytes.
+ * Running walks the schedule, skipping the phases the run mode leaves out. */
+
+#define ARENA_ALIGN 64
+
+typedef struct {
+    int device;                 /* global device index */
+    const pdde_backend_iface *iface;
+    void *dev, *stream;
+    bool host;                  /* CPU: data handles are host pointers */
+    void *arena, *persist;      /* buffer handles */
+    size_t arena_bytes, persist_bytes;
+} session_device;
+
+typedef struct { size_t offset, size; } arena_block;
+
+struct pdde_session {
+    pdde_context *ctx;
+    pdde_graph *g;
+    session_device *devs;
+    int n_devs;
+    int *slot;                  /* per tensor id: index into devs, -1 = not scheduled */
+    pdde_tensor **order;        /* the schedule */
+    int n_order;
+    void **staging;             /* per tensor id of a COPY node between two devices: host bounce buffer */
+    int n_staging;
+    int64_t step;
+    uint32_t run_counter;
+    float last_loss;
+    pdde_tensor *loss;
+    pdde_memory_stats mem;
+};
+
+static bool is_persistent(const pdde_tensor *t) {
+    return t->op == PDDE_OP_NONE; /* inputs, parameters, constants and optimizer state are leaves */
+}
+
+static bool is_root_sharing(const pdde_tensor *t) { return t->nsrc > 0 && (t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE)); }
+
+static pdde_tensor *storage_root(pdde_tensor *t) {
+    while (is_root_sharing(t)) t = t->src[0];
+    return t;
+}
+
+static int node_device(const pdde_tensor *t, const pdde_session_params *p) {
+    if (t->device >= 0) return t->device;
+    if (t->layer >= 0 && p->layer_devices && t->layer < p->n_layer_devices && p->layer_devices[t->layer] >= 0)
+        return p->layer_devices[t->layer];
+    return p->device;
+}
+
+static int session_slot_for(pdde_session *s, int device) {
+    for (int i = 0; i < s->n_devs; i++)
+        if (s->devs[i].device == device) return i;
+    session_device *d = realloc(s->devs, (size_t)(s->n_devs + 1) * sizeof *d);
+    if (!d) return -1;
+    s->devs = d;
+    session_device *sd = &s->devs[s->n_devs];
+    memset(sd, 0, sizeof *sd);
+    sd->device = device;
+    if (registry_device_get(s->ctx, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
+    sd->host = strcmp(sd->iface->name, "cpu") == 0;
+    if (sd->iface->stream_create(sd->dev, &sd->stream) != PDDE_OK) return -1;
+    return s->n_devs++;
+}
+
+/* Arena planning: a sorted list of free blocks; best fit; freed blocks merge with their neighbours. */
+typedef struct { arena_block *free; int n, cap; size_t top; } arena_plan;
+
+static bool arena_alloc(arena_plan *a, size_t size, size_t *offset) {
+    size = (size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (size == 0) size = ARENA_ALIGN;
+    int best = -1;
+    for (int i = 0; i < a->n; i++)
+        if (a->free[i].size >= size && (best < 0 || a->free[i].size < a->free[best].size)) best = i;
+    if (best >= 0) {
+        *offset = a->free[best].offset;
+        a->free[best].offset += size, a->free[best].size -= size;
+        if (a->free[best].size == 0) memmove(&a->free[best], &a->free[best + 1], (size_t)(--a->n - best) * sizeof *a->free);
+        return true;
+    }
+    /* grow the top; a free block touching the top is extended rather than wasted */
+    if (a->n > 0 && a->free[a->n - 1].offset + a->free[a->n - 1].size == a->top) {
+        *offset = a->free[a->n - 1].offset;
+        a->top = *offset + size;
+        a->n--;
+    } else {
+        *offset = a->top;
+        a->top += size;
+    }
+    return true;
+}
+
+static bool arena_release(arena_plan *a, size_t offset, size_t size) {
+    size = (size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    if (size == 0) size = ARENA_ALIGN;
+    int i = 0;
+    while (i < a->n && a->free[i].offset < offset) i++;
+    if (a->n == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 64;
+        arena_block *f = realloc(a->free, (size_t)cap * sizeof *f);
+        if (!f) return false;
+        a->free = f, a->cap = cap;
+    }
+    memmove(&a->free[i + 1], &a->free[i], (size_t)(a->n - i) * sizeof *a->free);
+    a->free[i] = (arena_block){offset, size};
+    a->n++;
+    if (i + 1 < a->n && a->free[i].offset + a->free[i].size == a->free[i + 1].offset) { /* merge right */
+        a->free[i].size += a->free[i + 1].size;
+        memmove(&a->free[i + 1], &a->free[i + 2], (size_t)(a->n - i - 2) * sizeof *a->free);
+        a->n--;
+    }
+    if (i > 0 && a->free[i - 1].offset + a->free[i - 1].size == a->free[i].offset) { /* merge left */
+        a->free[i - 1].size += a->free[i].size;
+        memmove(&a->free[i], &a->free[i + 1], (size_t)(a->n - i - 1) * sizeof *a->free);
+        a->n--;
+    }
+    return true;
+}
+
+/* Marks the nodes the step needs: everything a loss, an output or an optimizer/accumulation node
+ * depends on. A graph with none of those (a plain forward graph) keeps every node. */
+static bool *needed_nodes(pdde_graph *g) {
+    bool *need = calloc((size_t)g->n, sizeof *need);
+    if (!need) return NULL;
+    bool any_root = false;
+    for (int i = g->n - 1; i >= 0; i--) {
+        pdde_tensor *t = g->nodes[i];
+        if ((t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) || t->op == PDDE_OP_GRAD_ACCUM ||
+            t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
+            need[i] = any_root = true;
+        if (need[i])
+            for (int s = 0; s < t->nsrc; s++) need[t->src[s]->id] = true;
+    }
+    if (!any_root)
+        for (int i = 0; i < g->n; i++) need[i] = true;
+    return need;
+}
+
+static pdde_status session_schedule(pdde_session *s, const pdde_session_params *p) {
+    pdde_graph *g = s->g;
+    bool *need = needed_nodes(g);
+    int n_orig = g->n;
+    /* copies[id * n_devs_max + slot]: a COPY of tensor id to a device slot; kept small by a list */
+    typedef struct { int src_id, slot; pdde_tensor *copy; } copy_entry;
+    copy_entry *copies = NULL;
+    int n_copies = 0;
+    s->order = malloc((size_t)(2 * n_orig + 1) * sizeof *s->order);
+    s->slot = malloc((size_t)(3 * n_orig + 1) * sizeof *s->slot);
+    if (!need || !s->order || !s->slot) { free(need); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < n_orig && st == PDDE_OK; i++) {
+        pdde_tensor *t = g->nodes[i];
+        s->slot[i] = -1;
+        if (!need[i]) continue;
+        if ((unsigned)t->op >= PDDE_OP_COUNT) { st = pdde_error(s->ctx, PDDE_ERR_UNKNOWN_OP, "session: node %s has unknown op %d", t->name, t->op); break; }
+        /* views and in-place ops live where their storage lives */
+        int device = is_root_sharing(t) ? s->devs[s->slot[t->src[0]->id]].device : node_device(t, p);
+        int slot = session_slot_for(s, device);
+        if (slot < 0) { st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened: %s", t->name, device, s->ctx->last_error); break; }
+        session_device *sd = &s->devs[slot];
+        if (t->op != PDDE_OP_NONE && !sd->iface->supports_op(sd->dev, t)) {
+            pdde_device_props props;
+            sd->iface->device_props(s->ctx->registry->families[s->ctx->registry->devices[device].family].family,
+                                    s->ctx->registry->devices[device].index, &props);
+            st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: device %d (%s) cannot run op %s (node %s)", device,
+                            props.name, pdde_op_name(t->op), t->name);
+            break;
+        }
+        s->slot[i] = slot;
+        /* inputs on another device come through a COPY node, made once per (tensor, device) */
+        for (int k = 0; k < t->nsrc && st == PDDE_OK; k++) {
+            pdde_tensor *x = t->src[k];
+            if (s->slot[x->id] == slot) continue;
+            if (is_root_sharing(t) && k == 0) continue; /* cannot happen: same device by construction */
+            pdde_tensor *copy = NULL;
+            for (int c = 0; c < n_copies; c++)
+                if (copies[c].src_id == x->id && copies[c].slot == slot) copy = copies[c].copy;
+            if (!copy) {
+                int saved = g->layer;
+                g->layer = t->layer;
+                copy = new_node(g, PDDE_OP_COPY, x->dtype, x->ndim, x->shape, 1, &x);
+                g->layer = saved;
+                copy_entry *ce = realloc(copies, (size_t)(n_copies + 1) * sizeof *ce);
+                if (!copy || !ce) { free(ce ? ce : copies); copies = NULL; st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
+                copies = ce;
+                copies[n_copies++] = (copy_entry){x->id, slot, copy};
+                copy->phase = t->phase;
+                copy->device = device;
+                s->slot[copy->id] = slot;
+                s->order[s->n_order++] = copy;
+            }
+            t->src[k] = copy;
+        }
+        s->order[s->n_order++] = t;
+    }
+    free(copies);
+    free(need);
+    return st;
+}
+
+/* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
+ * sharing its memory (views, in-place writers). Losses and outputs live to the end of the step. */
+static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
+    pdde_graph *g = s->g;
+    int n = g->n;
+    int *last = malloc((size_t)n * sizeof *last), *pos = malloc((size_t)n * sizeof *pos);
+    arena_plan *plans = calloc((size_t)s->n_devs, sizeof *plans);
+    if (!last || !pos || !plans) { free(last), free(pos), free(plans); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
+    for (int i = 0; i < n; i++) last[i] = -1, pos[i] = -1;
+    for (int i = 0; i < s->n_order; i++) pos[s->order[i]->id] = i;
+    /* an in-place write into a tensor that someone still reads later gets its own memory instead */
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i];
+        for (int k = 0; k < t->nsrc; k++) last[t->src[k]->id] = i > last[t->src[k]->id] ? i : last[t->src[k]->id];
+    }
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i];
+        if ((t->flags & PDDE_TENSOR_INPLACE) && !is_persistent(storage_root(t->src[0])) && last[t->src[0]->id] > i)
+            t->flags &= ~(uint32_t)PDDE_TENSOR_INPLACE;
+    }
+    /* group lifetimes on the storage roots */
+    int end = s->n_order;
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i];
+        int l = last[t->id] > i ? last[t->id] : i;
+        if (t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) l = end;
+        pdde_tensor *r = storage_root(t);
+        if (l > last[r->id]) last[r->id] = l;
+    }
+    memset(&s->mem, 0, sizeof s->mem);
+    pdde_status st = PDDE_OK;
+    /* walk the schedule: allocate roots when made, release them after their last reader */
+    int **release_at = calloc((size_t)end + 1, sizeof *release_at);
+    int *n_release = calloc((size_t)end + 1, sizeof *n_release);
+    if (!release_at || !n_release) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        session_device *sd = &s->devs[s->slot[t->id]];
+        size_t bytes = pdde_tensor_nbytes(t);
+        if (is_root_sharing(t)) {
+            /* shares its root's memory */
+        } else if (is_persistent(t)) {
+            t->offset = sd->persist_bytes;
+            sd->persist_bytes += (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+            if (t->flags & PDDE_TENSOR_PARAM) s->mem.param_bytes += bytes;
+            else if (t->flags & PDDE_TENSOR_GRAD) s->mem.grad_bytes += bytes;
+            else if (t->flags & PDDE_TENSOR_STATE) s->mem.optimizer_bytes += bytes;
+            else s->mem.input_bytes += bytes;
+        } else {
+            s->mem.activation_bytes += bytes;
+            arena_alloc(&plans[s->slot[t->id]], bytes, &t->offset);
+            int at = reuse ? last[t->id] : end;
+            int *list = realloc(release_at[at], (size_t)(n_release[at] + 1) * sizeof *list);
+            if (!list) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
+            release_at[at] = list;
+            list[n_release[at]++] = t->id;
+        }
+        for (int k = 0; k < n_release[i]; k++) {
+            pdde_tensor *r = g->nodes[release_at[i][k]];
+            if (!arena_release(&plans[s->slot[r->id]], r->offset, pdde_tensor_nbytes(r)))
+                st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        }
+    }
+    for (int d = 0; d < s->n_devs; d++) {
+        s->devs[d].arena_bytes = plans[d].top;
+        s->mem.arena_bytes += plans[d].top;
+        free(plans[d].free);
+    }
+    for (int i = 0; i <= end && release_at; i++) free(release_at[i]);
+    free(release_at), free(n_release), free(plans), free(last), free(pos);
+    s->mem.n_nodes = s->n_order;
+    return st;
+}
+
+/* Deterministic initial values: a per-tensor stream (seed, name), so a parameter's initial value
+ * does not depend on the order the model was built in. */
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t hash_name(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
+static void init_leaf_values(const pdde_context *ctx, const pdde_tensor *t, void *host) {
+    int64_t n = pdde_tensor_numel(t);
+    memset(host, 0, pdde_tensor_nbytes(t));
+    if (t->dtype != PDDE_F32) return;
+    float *f = host, v = t->fparams[0];
+    if (t->flags & PDDE_TENSOR_CONST) {
+        for (int64_t i = 0; i < n; i++) f[i] = v;
+    } else if (t->flags & PDDE_TENSOR_PARAM) {
+        if (v < 0) for (int64_t i = 0; i < n; i++) f[i] = 1.0f;
+        else if (v > 0) {
+            uint64_t state = ctx->seed ^ hash_name(t->name);
+            for (int64_t i = 0; i < n; i += 2) { /* Box-Muller, two values per pair of uniforms */
+                double u1 = ((splitmix64(&state) >> 11) + 1.0) / 9007199254740993.0;
+                double u2 = (splitmix64(&state) >> 11) / 9007199254740992.0;
+                double r = sqrt(-2.0 * log(u1));
+                f[i] = v * (float)(r * cos(2 * M_PI * u2));
+                if (i + 1 < n) f[i + 1] = v * (float)(r * sin(2 * M_PI * u2));
+            }
+        }
+    }
+}
+
+static pdde_status session_allocate(pdde_session *s) {
+    pdde_status st = PDDE_OK;
+    for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
+        session_device *sd = &s->devs[d];
+        st = sd->iface->buffer_alloc(sd->dev, sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, &sd->arena);
+        if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN, &sd->persist);
+    }
+    if (st != PDDE_OK) return st;
+    size_t max_leaf = 0;
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i];
+        session_device *sd = &s->devs[s->slot[t->id]];
+        if (is_root_sharing(t)) {
+            pdde_tensor *r = storage_root(t);
+            t->data = r->data, t->offset = r->offset;
+        } else {
+            t->data = is_persistent(t) ? sd->persist : sd->arena;
+        }
+        if (is_persistent(t) && pdde_tensor_nbytes(t) > max_leaf) max_leaf = pdde_tensor_nbytes(t);
+        if (t->flags & PDDE_TENSOR_LOSS) s->loss = t;
+    }
+    /* leaves get their initial values through one host buffer */
+    void *host = malloc(max_leaf ? max_leaf : 1);
+    if (!host) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        if (!is_persistent(t)) continue;
+        session_device *sd = &s->devs[s->slot[t->id]];
+        init_leaf_values(s->ctx, t, host);
+        st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, host, pdde_tensor_nbytes(t));
+        if (st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    }
+    free(host);
+    /* host bounce buffers for copies between two non-host devices or out of the host arena */
+    s->staging = calloc((size_t)s->g->n, sizeof *s->staging);
+    s->n_staging = s->g->n;
+    if (!s->staging) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        if (t->op != PDDE_OP_COPY || s->devs[s->slot[t->id]].host) continue;
+        if (!(s->staging[t->id] = malloc(pdde_tensor_nbytes(t) + 1))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    }
+    return st;
+}
+
+pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out) {
+    if (!g || !out) return PDDE_ERR_INVALID_ARG;
+    *out = NULL;
+    if (g->status) return g->status;
+    if (g->n == 0) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: the graph is empty");
+    pdde_session_params p = PDDE_SESSION_PARAMS_INIT;
+    if (params) p = *params;
+    pdde_session *s = calloc(1, sizeof *s);
+    if (!s) return pdde_error(g->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->ctx = g->ctx;
+    s->g = g;
+    s->last_loss = NAN;
+    pdde_status st = session_schedule(s, &p);
+    if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
+    if (st == PDDE_OK) st = session_allocate(s);
+    if (st != PDDE_OK) {
+        pdde_session_free(s);
+        return st;
+    }
+    *out = s;
+    return PDDE_OK;
+}
+
+void pdde_session_free(pdde_session *s) {
+    if (!s) return;
+    for (int d = 0; d < s->n_devs; d++) {
+        session_device *sd = &s->devs[d];
+        if (sd->arena) sd->iface->buffer_free(sd->dev, sd->arena);
+        if (sd->persist) sd->iface->buffer_free(sd->dev, sd->persist);
+        if (sd->stream && sd->iface->stream_free) sd->iface->stream_free(sd->dev, sd->stream);
+    }
+    for (int i = 0; i < s->n_order; i++) s->order[i]->data = NULL, s->order[i]->offset = 0;
+    for (int i = 0; s->staging && i < s->n_staging; i++) free(s->staging[i]);
+    free(s->staging);
+    free(s->devs);
+    free(s->slot);
+    free(s->order);
+    free(s);
+}
+
+/* A COPY node moves its input between devices: device -> host directly, anything else through the
+ * node's host staging buffer, so the source memory may be reused as soon as the copy is enqueued. */
+static pdde_status run_copy(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *x = t->src[0];
+    session_device *src = &s->devs[s->slot[x->id]], *dst = &s->devs[s->slot[t->id]];
+    size_t n = pdde_tensor_nbytes(t);
+    pdde_status st;
+    if (dst->host) {
+        st = src->iface->read(src->dev, src->stream, x->data, x->offset, (char *)t->data + t->offset, n);
+        return st ? st : src->iface->stream_sync(src->dev, src->stream);
+    }
+    void *bounce = s->staging[t->id];
+    if (src->host) memcpy(bounce, (char *)x->data + x->offset, n);
+    else {
+        st = src->iface->read(src->dev, src->stream, x->data, x->offset, bounce, n);
+        if (!st) st = src->iface->stream_sync(src->dev, src->stream);
+        if (st) return st;
+    }
+    return dst->iface->write(dst->dev, dst->stream, t->data, t->offset, bounce, n);
+}
+
+static bool phase_in(pdde_phase phase, pdde_run_mode mode) {
+    return (phase == PDDE_PHASE_FORWARD && (mode & 1)) || (phase == PDDE_PHASE_BACKWARD && (mode & 2)) ||
+           (phase == PDDE_PHASE_OPTIMIZER && (mode & 4));
+}
+
+pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (mode != PDDE_RUN_FORWARD && mode != PDDE_RUN_FORWARD_BACKWARD && mode != PDDE_RUN_OPTIMIZER && mode != PDDE_RUN_STEP)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_run: unknown mode %d", mode);
+    pdde_graph *g = s->g;
+    float lr = g->has_optimizer ? pdde_lr_at(&g->opt, s->step) : 0.0f;
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !phase_in(t->phase, mode)) continue;
+        if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) t->iparams[2] = (int32_t)s->run_counter;
+        if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
+            t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
+        if (t->op == PDDE_OP_COPY) { st = run_copy(s, t); continue; }
+        session_device *sd = &s->devs[s->slot[t->id]];
+        st = sd->iface->compute(sd->dev, sd->stream, t);
+    }
+    for (int d = 0; d < s->n_devs; d++) {
+        pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);
+        if (st == PDDE_OK) st = sync;
+    }
+    if (st != PDDE_OK) return st;
+    if (s->loss && (mode & 1)) st = pdde_session_read(s, s->loss, &s->last_loss, sizeof s->last_loss);
+    if ((mode & 4) && g->has_optimizer) s->step++;
+    /* the dropout counter advances per forward pass, so grad-accumulation micro-batches differ */
+    if (mode & 1) s->run_counter++;
+    return st;
+}
+
+static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes, const char *what) {
+    if (!s || !t) return PDDE_ERR_INVALID_ARG;
+    if (t->id >= s->g->n || s->g->nodes[t->id] != t || s->slot[t->id] < 0)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: %s is not part of this session's schedule", what, t->name);
+    if (nbytes != pdde_tensor_nbytes(t))
+        return pdde_error(s->ctx, PDDE_ERR_SHAPE, "%s: %s holds %zu bytes, the buffer %zu", what, t->name, pdde_tensor_nbytes(t), nbytes);
+    return PDDE_OK;
+}
+
+pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+    pdde_status st = check_io(s, t, nbytes, "session_write");
+    if (st) return st;
+    session_device *sd = &s->devs[s->slot[t->id]];
+    st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, src, nbytes);
+    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
+pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes) {
+    pdde_status st = check_io(s, t, nbytes, "session_read");
+    if (st) return st;
+    session_device *sd = &s->devs[s->slot[t->id]];
+    st = sd->iface->read(sd->dev, sd->stream, t->data, t->offset, dst, nbytes);
+    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
+float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
+int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
+
+pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
+    if (!s || !out) return PDDE_ERR_INVALID_ARG;
+    *out = s->mem;
+    return PDDE_OK;
+}
+
+/* ================================================================================================
+ * Checkpoints (format in pdde.h). Parameters and optimizer state are saved; gradient accumulators
+ * are not (they are zero between steps). Loading checks every name, dtype and shape first, so a
+ * mismatched file changes nothing. */
+
+#define CKPT_MAGIC "PDDECKPT"
+#define CKPT_VERSION 1u
+
+static uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
+    static uint32_t table[256];
+    if (!table[1]) /* benign race: every thread writes the same values */
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    const uint8_t *p = data;
+    crc = ~crc;
+    while (n--) crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}
+
+static bool ckpt_saved(const pdde_tensor *t) {
+    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & PDDE_TENSOR_GRAD);
+}
+
+typedef struct { FILE *f; uint32_t crc; bool ok; } ckpt_writer;
+
+static void ckpt_put(ckpt_writer *w, const void *p, size_t n) {
+    if (w->ok && fwrite(p, 1, n, w->f) != n) w->ok = false;
+    w->crc = crc32_update(w->crc, p, n);
+}
+
+pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra) {
+    if (!s || !path) return PDDE_ERR_INVALID_ARG;
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "checkpoint: path too long");
+    ckpt_writer w = {fopen(tmp, "wb"), 0, true};
+    if (!w.f) return pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    uint32_t version = CKPT_VERSION, count = 0;
+    for (int i = 0; i < s->n_order; i++) count += ckpt_saved(s->order[i]);
+    uint64_t step = (uint64_t)s->step, pos = extra ? extra->data_position : 0, rng[2] = {s->ctx->seed, s->run_counter};
+    ckpt_put(&w, CKPT_MAGIC, 8), ckpt_put(&w, &version, 4), ckpt_put(&w, &count, 4);
+    ckpt_put(&w, &step, 8), ckpt_put(&w, &pos, 8), ckpt_put(&w, rng, 16);
+    void *buf = NULL;
+    size_t cap = 0;
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < s->n_order && st == PDDE_OK && w.ok; i++) {
+        pdde_tensor *t = s->order[i];
+        if (!ckpt_saved(t)) continue;
+        uint16_t name_len = (uint16_t)strlen(t->name);
+        uint8_t dtype = (uint8_t)t->dtype, ndim = (uint8_t)t->ndim;
+        uint64_t nbytes = pdde_tensor_nbytes(t);
+        if (nbytes > cap) {
+            void *nb = realloc(buf, nbytes);
+            if (!nb) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory"); break; }
+            buf = nb, cap = nbytes;
+        }
+        if ((st = pdde_session_read(s, t, buf, nbytes))) break;
+        ckpt_put(&w, &name_len, 2), ckpt_put(&w, t->name, name_len), ckpt_put(&w, &dtype, 1), ckpt_put(&w, &ndim, 1);
+        ckpt_put(&w, t->shape, 8 * (size_t)ndim), ckpt_put(&w, &nbytes, 8), ckpt_put(&w, buf, nbytes);
+    }
+    free(buf);
+    uint32_t crc = w.crc;
+    if (w.ok) w.ok = fwrite(&crc, 1, 4, w.f) == 4;
+    if (w.ok) w.ok = fflush(w.f) == 0 && fsync(fileno(w.f)) == 0;
+    if (fclose(w.f) != 0) w.ok = false;
+    if (st == PDDE_OK && !w.ok) st = pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
+    if (st == PDDE_OK && rename(tmp, path) != 0) st = pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    if (st != PDDE_OK) unlink(tmp);
+    return st;
+}
+
+/* Reads a whole file; NULL with an error on failure. */
+static char *read_file(pdde_context *ctx, const char *path, size_t *size, pdde_status *st) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { *st = pdde_error(ctx, errno == ENOENT ? PDDE_ERR_NOT_FOUND : PDDE_ERR_IO, "cannot open %s: %s", path, strerror(errno)); return NULL; }
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        *st = pdde_error(ctx, buf ? PDDE_ERR_IO : PDDE_ERR_OOM, "cannot read %s", path);
+        free(buf), buf = NULL;
+    } else *size = (size_t)len, *st = PDDE_OK;
+    fclose(f);
+    return buf;
+}
+
+pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpoint_extra *extra) {
+    if (!s || !path) return PDDE_ERR_INVALID_ARG;
+    size_t size = 0;
+    pdde_status st;
+    char *buf = read_file(s->ctx, path, &size, &st);
+    if (!buf) return st;
+    const size_t header = 8 + 4 + 4 + 8 + 8 + 16;
+    uint32_t version, count, crc;
+    if (size < header + 4 || memcmp(buf, CKPT_MAGIC, 8) != 0) {
+        free(buf);
+        return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: not a pdde checkpoint (bad magic or too short)", path);
+    }
+    memcpy(&version, buf + 8, 4), memcpy(&count, buf + 12, 4), memcpy(&crc, buf + size - 4, 4);
+    if (version != CKPT_VERSION) {
+        free(buf);
+        return pdde_error(s->ctx, PDDE_ERR_VERSION, "checkpoint %s: version %u, this build reads version %u", path, version, CKPT_VERSION);
+    }
+    if (crc32_update(0, buf, size - 4) != crc) {
+        free(buf);
+        return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: checksum mismatch (truncated or damaged)", path);
+    }
+    /* pass 0 validates every record against the session, pass 1 writes the data */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t at = header;
+        uint32_t matched = 0;
+        for (uint32_t k = 0; k < count; k++) {
+            uint16_t name_len;
+            uint8_t dtype, ndim;
+            uint64_t nbytes;
+            int64_t shape[PDDE_MAX_DIMS];
+            char name[sizeof ((pdde_tensor *)0)->name];
+            if (at + 2 > size - 4) goto truncated;
+            memcpy(&name_len, buf + at, 2), at += 2;
+            if (name_len >= sizeof name || at + name_len + 2 > size - 4) goto truncated;
+            memcpy(name, buf + at, name_len), name[name_len] = 0, at += name_len;
+            dtype = (uint8_t)buf[at], ndim = (uint8_t)buf[at + 1], at += 2;
+            if (ndim > PDDE_MAX_DIMS || at + 8u * ndim + 8 > size - 4) goto truncated;
+            memcpy(shape, buf + at, 8u * ndim), at += 8u * ndim;
+            memcpy(&nbytes, buf + at, 8), at += 8;
+            if (nbytes > size - 4 - at) goto truncated;
+            pdde_tensor *t = pdde_graph_find(s->g, name);
+            if (!t || !ckpt_saved(t) || s->slot[t->id] < 0) {
+                free(buf);
+                return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s is not in this model", path, name);
+            }
+            bool same = t->ndim == ndim && t->dtype == dtype && pdde_tensor_nbytes(t) == nbytes;
+            for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+            if (!same) {
+                char want[96];
+                shape_str(t, want, sizeof want);
+                free(buf);
+                return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s has another dtype or shape than the model's %s %s",
+                                  path, name, pdde_dtype_name(t->dtype), want);
+            }
+            if (pass == 1 && (st = pdde_session_write(s, t, buf + at, nbytes))) { free(buf); return st; }
+            at += nbytes;
+            matched++;
+        }
+        if (pass == 0) {
+            uint32_t expected = 0;
+            for (int i = 0; i < s->n_order; i++) expected += ckpt_saved(s->order[i]);
+            if (matched != expected) {
+                free(buf);
+                return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: holds %u tensors, the model has %u", path, matched, expected);
+            }
+        }
+    }
+    uint64_t step, pos, rng[2];
+    memcpy(&step, buf + 16, 8), memcpy(&pos, buf + 24, 8), memcpy(rng, buf + 32, 16);
+    s->step = (int64_t)step;
+    s->run_counter = (uint32_t)rng[1];
+    if (extra) extra->data_position = pos;
+    free(buf);
+    return PDDE_OK;
+truncated:
+    free(buf);
+    return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: a tensor record runs past the end of the file", path);
+}
+
+/* ================================================================================================
+ * Data: byte-level tokens from a text file, or a token file. Batches take windows of T+1 tokens at
+ * positions from a seeded permutation of all window starts (an epoch), advancing a position counter
+ * that checkpoints save, so a resumed run sees exactly the batches it would have seen. */
+
+#define TOKENS_MAGIC "PDDETOK1"
+
+struct pdde_data {
+    pdde_context *ctx;
+    int32_t *tokens;
+    int64_t n;
+    uint64_t position;    /* windows handed out so far */
+};
+
+static pdde_status load_tokens(pdde_context *ctx, const char *path, int32_t **tokens, int64_t *n) {
+    size_t size = 0;
+    pdde_status st;
+    char *buf = read_file(ctx, path, &size, &st);
+    if (!buf) return st;
+    if (size >= 16 && memcmp(buf, TOKENS_MAGIC, 8) == 0) {
+        uint64_t count;
+        memcpy(&count, buf + 8, 8);
+        if (count > (size - 16) / 4) {
+            free(buf);
+            return pdde_error(ctx, PDDE_ERR_CORRUPT, "token file %s: header says %llu tokens, the file holds %zu", path,
+                              (unsigned long long)count, (size - 16) / 4);
+        }
+        *tokens = malloc((size_t)count * 4 + 4);
+        if (*tokens) memcpy(*tokens, buf + 16, (size_t)count * 4);
+        *n = (int64_t)count;
+    } else {
+        *tokens = malloc(size * 4 + 4);
+        for (size_t i = 0; *tokens && i < size; i++) (*tokens)[i] = (uint8_t)buf[i];
+        *n = (int64_t)size;
+    }
+    free(buf);
+    return *tokens ? PDDE_OK : pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory for %s", path);
+}
+
+pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begin, double end, pdde_data **out) {
+    if (!ctx || !path || !out || begin < 0 || end > 1 || begin >= end) return PDDE_ERR_INVALID_ARG;
+    *out = NULL;
+    int32_t *tokens = NULL;
+    int64_t n = 0;
+    pdde_status st = load_tokens(ctx, path, &tokens, &n);
+    if (st) return st;
+    int64_t b = (int64_t)(begin * (double)n), e = (int64_t)(end * (double)n);
+    pdde_data *d = calloc(1, sizeof *d);
+    if (!d) { free(tokens); return pdde_error(ctx, PDDE_ERR_OOM, "data: out of memory"); }
+    memmove(tokens, tokens + b, (size_t)(e - b) * sizeof *tokens);
+    d->ctx = ctx, d->tokens = tokens, d->n = e - b;
+    *out = d;
+    return PDDE_OK;
+}
+
+pdde_status pdde_data_open(pdde_context *ctx, const char *path, pdde_data **out) { return pdde_data_open_part(ctx, path, 0, 1, out); }
+
+void pdde_data_free(pdde_data *d) {
+    if (!d) return;
+    free(d->tokens);
+    free(d);
+}
+
+int64_t pdde_data_n_tokens(const pdde_data *d) { return d ? d->n : 0; }
+uint64_t pdde_data_position(const pdde_data *d) { return d ? d->position : 0; }
+void pdde_data_set_position(pdde_data *d, uint64_t pos) { if (d) d->position = pos; }
+
+/* The k-th element of a seeded permutation of [0, n) without storing it: a Feistel-style bijection on
+ * the next power of two, cycle-walking until the value falls inside [0, n). */
+static uint64_t permute_index(uint64_t k, uint64_t n, uint64_t seed) {
+    int bits = 1;
+    while ((1ull << bits) < n) bits++;
+    int half = (bits + 1) / 2;
+    uint64_t mask = (1ull << half) - 1, x = k;
+    do {
+        uint64_t l = x >> half, r = x & mask;
+        for (int round = 0; round < 4; round++) {
+            uint64_t st = seed ^ (r * 0x9E3779B97F4A7C15ull) ^ (uint64_t)round;
+            uint64_t f = splitmix64(&st) & mask;
+            uint64_t nl = r, nr = (l ^ f) & mask;
+            l = nl, r = nr;
+        }
+        x = (l << half) | r;
+    } while (x >= n);
+    return x;
+}
+
+pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y) {
+    if (!d || batch < 1 || T < 1 || !x || !y) return PDDE_ERR_INVALID_ARG;
+    if (d->n < T + 1)
+        return pdde_error(d->ctx, PDDE_ERR_INVALID_ARG, "data: %lld tokens are fewer than one window of %d + 1", (long long)d->n, T);
+    uint64_t windows = (uint64_t)(d->n - T - 1) + 1;
+    for (int b = 0; b < batch; b++) {
+        uint64_t k = d->position++;
+        uint64_t epoch = k / windows, start = permute_index(k % windows, windows, seed + epoch * 0x632BE59BD9B4E019ull);
+        memcpy(x + (size_t)b * T, d->tokens + start, (size_t)T * sizeof *x);
+        memcpy(y + (size_t)b * T, d->tokens + start + 1, (size_t)T * sizeof *y);
+    }
+    return PDDE_OK;
+}
+
+pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, const char *out_path) {
+    int32_t *tokens = NULL;
+    int64_t n = 0;
+    pdde_status st = load_tokens(ctx, text_path, &tokens, &n);
+    if (st) return st;
+    FILE *f = fopen(out_path, "wb");
+    uint64_t count = (uint64_t)n;
+    bool ok = f && fwrite(TOKENS_MAGIC, 1, 8, f) == 8 && fwrite(&count, 8, 1, f) == 1 && fwrite(tokens, 4, (size_t)n, f) == (size_t)n;
+    if (f && fclose(f) != 0) ok = false;
+    free(tokens);
+    return ok ? PDDE_OK : pdde_error(ctx, PDDE_ERR_IO, "cannot write %s: %s", out_path, strerror(errno));
 }

@@ -181,6 +181,7 @@ typedef enum {
     PDDE_TENSOR_VIEW = 1 << 5,       /* shares its src0's memory */
     PDDE_TENSOR_INPLACE = 1 << 6,    /* writes into its src0's memory */
     PDDE_TENSOR_CONST = 1 << 7,      /* a leaf filled with fparams[0] once */
+    PDDE_TENSOR_GRAD = 1 << 8,       /* a parameter's gradient accumulator (STATE, not checkpointed) */
 } pdde_tensor_flags;
 
 typedef enum { PDDE_PHASE_FORWARD = 0, PDDE_PHASE_BACKWARD = 1, PDDE_PHASE_OPTIMIZER = 2 } pdde_phase;
@@ -361,8 +362,12 @@ typedef struct pdde_session pdde_session;
 typedef struct {
     int device;            /* default device for unplaced nodes (index in pdde_device_count); 0 = cpu */
     int no_memory_reuse;   /* 1: every tensor gets its own memory (for debugging and tests) */
+    /* Placement per layer: nodes of layer l (pdde_graph_set_layer) without a device of their own run on
+     * layer_devices[l] (-1 = the default). Copies are inserted at every device boundary. */
+    const int *layer_devices;
+    int n_layer_devices;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0}
 
 typedef enum {
     PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
@@ -371,6 +376,8 @@ typedef enum {
     PDDE_RUN_STEP = 7,              /* all three: one training step (when grad_accum_steps is 1) */
 } pdde_run_mode;
 
+/* Compiles g: keeps the nodes the step needs, places them, inserts COPY nodes at device boundaries
+ * (appended to g, visible to pdde_graph_tensor), plans memory and allocates it. */
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
@@ -416,8 +423,8 @@ pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begi
                                 pdde_data **out);
 void pdde_data_free(pdde_data *d);
 int64_t pdde_data_n_tokens(const pdde_data *d);
-/* Fills x and y (next-token targets) [batch, T] with windows at positions shuffled by seed; advances
- * the position. A batch of rank r of n takes windows r, r+n, ... of the global batch. */
+/* Fills x and y (next-token targets) [batch, T] with windows at positions shuffled by seed (a new
+ * permutation each epoch); advances the position by batch. */
 pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y);
 uint64_t pdde_data_position(const pdde_data *d);
 void pdde_data_set_position(pdde_data *d, uint64_t pos);

@@ -1,0 +1,938 @@
+/* backends/cpu.c — the CPU backend: a thread pool and the reference kernels of every op.
+ *
+ * These kernels are the source of truth that every other backend is checked against (llm.c style:
+ * plain loops with explicit shapes). GEMM goes to OpenBLAS when the build has it; OpenBLAS is kept
+ * single-threaded and called from pdde's own pool, so the two never oversubscribe the cores.
+ * Included by pdde.c. */
+
+#ifdef PDDE_HAVE_OPENBLAS
+#ifdef PDDE_OPENBLAS_SUBDIR
+#include <openblas/cblas.h>
+#else
+#include <cblas.h>
+#endif
+void openblas_set_num_threads(int n);
+#endif
+
+/* ------------------------------------------------------------------------------------------------
+ * Thread pool: parallel_for(n, fn) splits [0, n) into one contiguous range per thread. The caller
+ * thread takes part; workers sleep on a condition variable between jobs (no idle spinning). */
+
+typedef void (*cpu_range_fn)(void *arg, int64_t begin, int64_t end);
+
+typedef struct pdde_threadpool {
+    int n_threads;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    uint64_t generation;
+    int pending;
+    bool stop;
+    cpu_range_fn fn;
+    void *arg;
+    int64_t n;
+} pdde_threadpool;
+
+static void pool_run_share(pdde_threadpool *p, int index) {
+    int64_t chunk = (p->n + p->n_threads - 1) / p->n_threads;
+    int64_t b = chunk * index, e = b + chunk < p->n ? b + chunk : p->n;
+    if (b < e) p->fn(p->arg, b, e);
+}
+
+typedef struct { pdde_threadpool *pool; int index; } pool_worker_arg;
+
+static void *pool_worker(void *varg) {
+    pool_worker_arg *wa = varg;
+    pdde_threadpool *p = wa->pool;
+    int index = wa->index;
+    free(wa);
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
+        if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
+        seen = p->generation;
+        pthread_mutex_unlock(&p->mu);
+        pool_run_share(p, index);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0) pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static pdde_threadpool *pool_create(int n_threads) {
+    pdde_threadpool *p = calloc(1, sizeof *p);
+    if (!p) return NULL;
+    p->n_threads = n_threads < 1 ? 1 : n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    p->threads = calloc((size_t)p->n_threads, sizeof *p->threads);
+    for (int i = 1; i < p->n_threads; i++) {
+        pool_worker_arg *wa = malloc(sizeof *wa);
+        if (wa) wa->pool = p, wa->index = i;
+        if (!wa || pthread_create(&p->threads[i], NULL, pool_worker, wa) != 0) {
+            free(wa);
+            p->n_threads = i; /* run with the threads we have */
+            break;
+        }
+    }
+    return p;
+}
+
+static void pool_free(pdde_threadpool *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->wake);
+    pthread_cond_destroy(&p->done);
+    free(p->threads);
+    free(p);
+}
+
+/* Runs fn over [0, n); small jobs (n < min_parallel) stay on the caller thread. */
+static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cpu_range_fn fn, void *arg) {
+    if (n <= 0) return;
+    if (!p || p->n_threads == 1 || n < min_parallel) { fn(arg, 0, n); return; }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn, p->arg = arg, p->n = n;
+    p->pending = p->n_threads - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    pool_run_share(p, 0);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Helpers */
+
+#define F32(t) ((float *)((char *)(t)->data + (t)->offset))
+#define I32(t) ((int32_t *)((char *)(t)->data + (t)->offset))
+#define LAST_DIM(t) ((t)->ndim ? (t)->shape[(t)->ndim - 1] : 1)
+#define ROWS(t) (pdde_tensor_numel(t) / (LAST_DIM(t) ? LAST_DIM(t) : 1))
+
+typedef struct cpu_job {
+    const pdde_tensor *node;
+    int64_t a, b, c, d; /* op-specific sizes */
+    const void *extra;
+} cpu_job;
+
+static inline float gelu_tanh(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+
+static inline float gelu_tanh_grad(float x) {
+    const float k = 0.7978845608028654f;
+    float x3 = x * x * x, inner = k * (x + 0.044715f * x3), th = tanhf(inner);
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * k * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * GEMM: C[M,N] = op(A) op(B), row-major, with lda/ldb the row strides of A and B as stored. */
+
+static void gemm_rows(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float *C, int64_t ldc) {
+#ifdef PDDE_HAVE_OPENBLAS
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                1.0f, A, (int)lda, B, (int)ldb, 0.0f, C, (int)ldc);
+#else
+    /* portable fallback: i-k-j order so the inner loop streams over contiguous rows of B and C */
+    for (int64_t i = 0; i < M; i++) {
+        float *c = C + i * ldc;
+        for (int64_t j = 0; j < N; j++) c[j] = 0.0f;
+        for (int64_t k = 0; k < K; k++) {
+            float a = ta ? A[k * lda + i] : A[i * lda + k];
+            if (!tb) {
+                const float *b = B + k * ldb;
+                for (int64_t j = 0; j < N; j++) c[j] += a * b[j];
+            } else {
+                for (int64_t j = 0; j < N; j++) c[j] += a * B[j * ldb + k];
+            }
+        }
+    }
+#endif
+}
+
+typedef struct {
+    int ta, tb;
+    int64_t M, N, K, batch;
+    const float *A, *B;
+    float *C;
+    int64_t strideA, strideB; /* 0 = shared over the batch */
+    int64_t lda, ldb;
+    int64_t row_tiles, col_tiles, tile_m, tile_n;
+} gemm_job;
+
+/* Each task is one (batch, row tile, column tile) block of C, so both small batched GEMMs and one
+ * large GEMM spread over the threads. */
+static void gemm_task(void *arg, int64_t begin, int64_t end) {
+    gemm_job *j = arg;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t per_batch = j->row_tiles * j->col_tiles, bi = t / per_batch, r = t % per_batch;
+        int64_t i0 = (r / j->col_tiles) * j->tile_m, j0 = (r % j->col_tiles) * j->tile_n;
+        int64_t m = j->M - i0 < j->tile_m ? j->M - i0 : j->tile_m, n = j->N - j0 < j->tile_n ? j->N - j0 : j->tile_n;
+        const float *A = j->A + bi * j->strideA + (j->ta ? i0 : i0 * j->lda);
+        const float *B = j->B + bi * j->strideB + (j->tb ? j0 * j->ldb : j0);
+        float *C = j->C + bi * j->M * j->N + i0 * j->N + j0;
+        gemm_rows(j->ta, j->tb, m, n, j->K, A, j->lda, B, j->ldb, C, j->N);
+    }
+}
+
+static void cpu_matmul(pdde_threadpool *pool, pdde_tensor *y) {
+    const pdde_tensor *a = y->src[0], *b = y->src[1];
+    gemm_job j = {.ta = y->iparams[0], .tb = y->iparams[1], .A = F32(a), .B = F32(b), .C = F32(y)};
+    j.M = y->shape[y->ndim - 2], j.N = y->shape[y->ndim - 1];
+    j.K = a->shape[a->ndim - (j.ta ? 2 : 1)];
+    j.batch = j.M > 0 && j.N > 0 ? pdde_tensor_numel(y) / (j.M * j.N) : 0;
+    j.lda = a->shape[a->ndim - 1], j.ldb = b->shape[b->ndim - 1];
+    j.strideA = a->ndim == 2 && y->ndim > 2 ? 0 : j.M * j.K;
+    j.strideB = b->ndim == 2 && y->ndim > 2 ? 0 : j.K * j.N;
+    if (pdde_tensor_numel(y) == 0) return;
+    if (j.K == 0) { memset(F32(y), 0, pdde_tensor_nbytes(y)); return; }
+    /* a shared B and a non-transposed A: the batch is just more rows of one GEMM */
+    if (j.strideB == 0 && !j.ta && j.batch > 1) j.M *= j.batch, j.batch = 1;
+    int64_t threads = pool ? pool->n_threads : 1;
+    j.tile_m = j.M, j.tile_n = j.N;
+    if (j.batch < threads) { /* split rows (or columns of a thin C) until every thread has work */
+        int64_t want = (threads + j.batch - 1) / j.batch * 2;
+        if (j.M >= j.N) j.tile_m = (j.M + want - 1) / want;
+        else j.tile_n = (j.N + want - 1) / want;
+        if (j.tile_m < 16) j.tile_m = j.M < 16 ? j.M : 16;
+        if (j.tile_n < 64) j.tile_n = j.N < 64 ? j.N : 64;
+    }
+    j.row_tiles = (j.M + j.tile_m - 1) / j.tile_m, j.col_tiles = (j.N + j.tile_n - 1) / j.tile_n;
+    int64_t tasks = j.batch * j.row_tiles * j.col_tiles;
+    double flops = 2.0 * (double)j.M * (double)j.N * (double)j.K * (double)j.batch;
+    parallel_for(pool, tasks, flops < 2e5 ? INT64_MAX : 2, gemm_task, &j);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Elementwise and broadcasting */
+
+/* For broadcasting b onto a's shape: index into b from a flat index of a. Fast paths handle equal
+ * shapes and b repeating over a's leading dims (bias, per-row scales). */
+typedef struct {
+    int ndim;
+    int64_t shape[PDDE_MAX_DIMS], bstride[PDDE_MAX_DIMS];
+    int64_t period;  /* > 0: b[i % period] (b is a's trailing suffix) */
+} bcast;
+
+static void bcast_init(bcast *bc, const pdde_tensor *a, const pdde_tensor *b) {
+    bc->ndim = a->ndim;
+    int64_t stride = 1;
+    bool suffix = true;
+    for (int i = a->ndim - 1; i >= 0; i--) {
+        int bi = i - (a->ndim - b->ndim);
+        int64_t bd = bi >= 0 ? b->shape[bi] : 1;
+        bc->shape[i] = a->shape[i];
+        bc->bstride[i] = bd == 1 ? 0 : stride;
+        if (bd == 1 && a->shape[i] != 1 && bi >= 0) suffix = false;
+        if (bi < 0) { /* leading dims: fine for the suffix case */ }
+        stride *= bd;
+    }
+    /* b equals a's trailing dims exactly (after dropping leading size-1 dims of b) */
+    bc->period = suffix ? pdde_tensor_numel(b) : 0;
+    if (suffix) {
+        for (int i = 0; i < b->ndim; i++) {
+            int ai = i + (a->ndim - b->ndim);
+            if (b->shape[i] != a->shape[ai]) { bc->period = 0; break; }
+        }
+    }
+}
+
+static inline int64_t bcast_index(const bcast *bc, int64_t i) {
+    if (bc->period > 0) return i % bc->period;
+    int64_t bi = 0;
+    for (int d = bc->ndim - 1; d >= 0; d--) {
+        int64_t c = i % bc->shape[d];
+        i /= bc->shape[d];
+        bi += c * bc->bstride[d];
+    }
+    return bi;
+}
+
+typedef struct { pdde_tensor *y; bcast bc; } binary_job;
+
+static void binary_task(void *arg, int64_t begin, int64_t end) {
+    binary_job *j = arg;
+    const float *a = F32(j->y->src[0]), *b = F32(j->y->src[1]);
+    float *y = F32(j->y);
+    int64_t period = j->bc.period;
+    switch (j->y->op) {
+    case PDDE_OP_ADD:
+        if (period) for (int64_t i = begin; i < end; i++) y[i] = a[i] + b[i % period];
+        else for (int64_t i = begin; i < end; i++) y[i] = a[i] + b[bcast_index(&j->bc, i)];
+        break;
+    case PDDE_OP_SUB:
+        if (period) for (int64_t i = begin; i < end; i++) y[i] = a[i] - b[i % period];
+        else for (int64_t i = begin; i < end; i++) y[i] = a[i] - b[bcast_index(&j->bc, i)];
+        break;
+    default: /* MUL */
+        if (period) for (int64_t i = begin; i < end; i++) y[i] = a[i] * b[i % period];
+        else for (int64_t i = begin; i < end; i++) y[i] = a[i] * b[bcast_index(&j->bc, i)];
+        break;
+    }
+}
+
+static void unary_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    const float *x = F32(t->src[0]);
+    float *y = F32(t);
+    const float *dy = t->nsrc > 1 ? F32(t->src[1]) : NULL;
+    float s = t->fparams[0];
+    switch (t->op) {
+    case PDDE_OP_SCALE: for (int64_t i = begin; i < end; i++) y[i] = s * x[i]; break;
+    case PDDE_OP_GELU: for (int64_t i = begin; i < end; i++) y[i] = gelu_tanh(x[i]); break;
+    case PDDE_OP_RELU: for (int64_t i = begin; i < end; i++) y[i] = x[i] > 0 ? x[i] : 0.0f; break;
+    case PDDE_OP_SILU: for (int64_t i = begin; i < end; i++) y[i] = x[i] / (1.0f + expf(-x[i])); break;
+    case PDDE_OP_GELU_BACK: for (int64_t i = begin; i < end; i++) y[i] = dy[i] * gelu_tanh_grad(x[i]); break;
+    case PDDE_OP_RELU_BACK: for (int64_t i = begin; i < end; i++) y[i] = x[i] > 0 ? dy[i] : 0.0f; break;
+    case PDDE_OP_SILU_BACK:
+        for (int64_t i = begin; i < end; i++) {
+            float sg = 1.0f / (1.0f + expf(-x[i]));
+            y[i] = dy[i] * sg * (1.0f + x[i] * (1.0f - sg));
+        }
+        break;
+    default: break;
+    }
+}
+
+/* dropout keeps element i when hash(seed, counter, i) >= p * 2^32 (a counter-based RNG: no state,
+ * the same mask in the backward pass, identical on every backend). */
+static inline uint32_t dropout_hash(uint32_t seed_lo, uint32_t seed_hi, uint32_t counter, uint64_t i) {
+    uint64_t z = ((uint64_t)seed_hi << 32 | seed_lo) ^ (0x9E3779B97F4A7C15ull * (counter + 1)) ^ (i * 0xD1B54A32D192ED03ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)((z ^ (z >> 31)) >> 32);
+}
+
+static void dropout_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    const float *x = F32(t->src[0]);
+    float *y = F32(t);
+    float p = t->fparams[0], keep_scale = 1.0f / (1.0f - p);
+    uint32_t threshold = (uint32_t)((double)p * 4294967296.0 > 4294967295.0 ? 4294967295.0 : (double)p * 4294967296.0);
+    for (int64_t i = begin; i < end; i++) {
+        uint32_t h = dropout_hash((uint32_t)t->iparams[0], (uint32_t)t->iparams[1], (uint32_t)t->iparams[2], (uint64_t)i);
+        y[i] = h >= threshold ? x[i] * keep_scale : 0.0f;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Row-wise ops over the last dim: norms, softmax, cross-entropy */
+
+static void layernorm_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    int64_t C = LAST_DIM(t);
+    float eps = t->fparams[0];
+    const float *x = F32(t->src[0]), *gamma = F32(t->src[1]);
+    const float *beta = t->op == PDDE_OP_LAYERNORM ? F32(t->src[2]) : NULL;
+    float *y = F32(t);
+    for (int64_t r = begin; r < end; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        double mean = 0, var = 0;
+        if (beta) {
+            for (int64_t i = 0; i < C; i++) mean += xr[i];
+            mean /= (double)C;
+        }
+        for (int64_t i = 0; i < C; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= (double)C;
+        float rstd = (float)(1.0 / sqrt(var + eps)), m = (float)mean;
+        if (beta) for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - m) * rstd * gamma[i] + beta[i];
+        else for (int64_t i = 0; i < C; i++) yr[i] = xr[i] * rstd * gamma[i];
+    }
+}
+
+/* dx for layernorm (mean-centred) and rmsnorm: with xhat = (x - mean) * rstd and g = dy * gamma,
+ * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); rmsnorm drops the mean(g) term. */
+static void norm_back_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    bool ln = t->op == PDDE_OP_LAYERNORM_BACK;
+    int64_t C = LAST_DIM(t);
+    float eps = t->fparams[0];
+    const float *x = F32(t->src[0]), *gamma = F32(t->src[1]), *dy = F32(t->src[2]);
+    float *dx = F32(t);
+    for (int64_t r = begin; r < end; r++) {
+        const float *xr = x + r * C, *dyr = dy + r * C;
+        float *dxr = dx + r * C;
+        double mean = 0, var = 0;
+        if (ln) {
+            for (int64_t i = 0; i < C; i++) mean += xr[i];
+            mean /= (double)C;
+        }
+        for (int64_t i = 0; i < C; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= (double)C;
+        float rstd = (float)(1.0 / sqrt(var + eps)), m = (float)mean;
+        double gmean = 0, gxmean = 0;
+        for (int64_t i = 0; i < C; i++) {
+            float g = dyr[i] * gamma[i], xh = (xr[i] - m) * rstd;
+            gmean += g, gxmean += g * xh;
+        }
+        gmean /= (double)C, gxmean /= (double)C;
+        if (!ln) gmean = 0;
+        for (int64_t i = 0; i < C; i++) {
+            float xh = (xr[i] - m) * rstd;
+            dxr[i] = rstd * (dyr[i] * gamma[i] - (float)gmean - xh * (float)gxmean);
+        }
+    }
+}
+
+/* dgamma[c] = sum over rows of dy * xhat: threads own columns, so no reduction between threads. */
+static void norm_back_gamma_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    bool ln = t->op == PDDE_OP_LAYERNORM_BACK_GAMMA;
+    const pdde_tensor *xt = t->src[0];
+    int64_t C = LAST_DIM(xt), R = ROWS(xt);
+    float eps = t->fparams[0];
+    const float *x = F32(xt), *dy = F32(t->src[1]);
+    float *dg = F32(t);
+    const float *stats = ((cpu_job *)arg)->extra; /* [R][2]: mean, rstd */
+    for (int64_t c = begin; c < end; c++) dg[c] = 0;
+    for (int64_t r = 0; r < R; r++) {
+        float m = stats[2 * r], rstd = stats[2 * r + 1];
+        const float *xr = x + r * C, *dyr = dy + r * C;
+        for (int64_t c = begin; c < end; c++) dg[c] += dyr[c] * (xr[c] - m) * rstd;
+    }
+    (void)ln, (void)eps;
+}
+
+static void norm_stats_task(void *arg, int64_t begin, int64_t end) {
+    cpu_job *j = arg;
+    const pdde_tensor *t = j->node;
+    bool ln = t->op == PDDE_OP_LAYERNORM_BACK_GAMMA;
+    const pdde_tensor *xt = t->src[0];
+    int64_t C = LAST_DIM(xt);
+    const float *x = F32(xt);
+    float *stats = (float *)j->extra;
+    for (int64_t r = begin; r < end; r++) {
+        const float *xr = x + r * C;
+        double mean = 0, var = 0;
+        if (ln) {
+            for (int64_t i = 0; i < C; i++) mean += xr[i];
+            mean /= (double)C;
+        }
+        for (int64_t i = 0; i < C; i++) var += (xr[i] - mean) * (xr[i] - mean);
+        var /= (double)C;
+        stats[2 * r] = (float)mean;
+        stats[2 * r + 1] = (float)(1.0 / sqrt(var + t->fparams[0]));
+    }
+}
+
+static void softmax_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    int64_t C = LAST_DIM(t), T = t->ndim >= 2 ? t->shape[t->ndim - 2] : 1;
+    bool causal = t->iparams[0];
+    const float *x = F32(t->src[0]);
+    float *y = F32(t);
+    for (int64_t r = begin; r < end; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        int64_t valid = causal ? (r % T) + 1 : C; /* causal: row i sees columns 0..i */
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < valid; i++) mx = xr[i] > mx ? xr[i] : mx;
+        float sum = 0;
+        for (int64_t i = 0; i < valid; i++) sum += (yr[i] = expf(xr[i] - mx));
+        float inv = 1.0f / sum;
+        for (int64_t i = 0; i < valid; i++) yr[i] *= inv;
+        for (int64_t i = valid; i < C; i++) yr[i] = 0.0f;
+    }
+}
+
+static void softmax_back_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    int64_t C = LAST_DIM(t);
+    const float *y = F32(t->src[0]), *dy = F32(t->src[1]);
+    float *dx = F32(t);
+    for (int64_t r = begin; r < end; r++) {
+        const float *yr = y + r * C, *dyr = dy + r * C;
+        float *dxr = dx + r * C;
+        float dot = 0;
+        for (int64_t i = 0; i < C; i++) dot += yr[i] * dyr[i];
+        for (int64_t i = 0; i < C; i++) dxr[i] = yr[i] * (dyr[i] - dot);
+    }
+}
+
+/* cross-entropy: per-row losses into extra, summed by the caller (deterministic order) */
+static void cross_entropy_task(void *arg, int64_t begin, int64_t end) {
+    cpu_job *j = arg;
+    const pdde_tensor *t = j->node;
+    const pdde_tensor *lt = t->src[0];
+    int64_t V = LAST_DIM(lt);
+    const float *logits = F32(lt);
+    const int32_t *tg = I32(t->src[1]);
+    float *row_loss = (float *)j->extra;
+    bool backward = t->op == PDDE_OP_CROSS_ENTROPY_BACK;
+    float dscale = backward ? F32(t->src[2])[0] / (float)j->a : 0.0f; /* dloss / count */
+    for (int64_t r = begin; r < end; r++) {
+        const float *lr = logits + r * V;
+        float mx = -INFINITY;
+        for (int64_t i = 0; i < V; i++) mx = lr[i] > mx ? lr[i] : mx;
+        double sum = 0;
+        for (int64_t i = 0; i < V; i++) sum += expf(lr[i] - mx);
+        float lse = mx + (float)log(sum);
+        int32_t target = tg[r];
+        if (!backward) {
+            row_loss[r] = target >= 0 && target < V ? lse - lr[target] : 0.0f;
+        } else {
+            float *dr = F32(t) + r * V;
+            if (target < 0 || target >= V) { memset(dr, 0, (size_t)V * sizeof *dr); continue; }
+            for (int64_t i = 0; i < V; i++) dr[i] = expf(lr[i] - lse) * dscale;
+            dr[target] -= dscale;
+        }
+    }
+}
+
+static int64_t count_valid_targets(const pdde_tensor *targets, int64_t V) {
+    const int32_t *tg = I32(targets);
+    int64_t n = 0;
+    for (int64_t i = 0; i < targets->shape[0]; i++) n += tg[i] >= 0 && tg[i] < V;
+    return n;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Shape ops: permute, concat, slice, reductions */
+
+/* y (shape ys) from x via strides: y[idx] = x[sum idx[d] * xs[d]] */
+static void strided_copy(float *y, const float *x, int ndim, const int64_t *ys, const int64_t *xs, int64_t begin, int64_t end) {
+    int64_t idx[PDDE_MAX_DIMS];
+    int64_t rem = begin, xoff = 0;
+    for (int d = ndim - 1; d >= 0; d--) {
+        idx[d] = rem % ys[d];
+        rem /= ys[d];
+        xoff += idx[d] * xs[d];
+    }
+    int64_t inner = ndim ? ys[ndim - 1] : 1, inner_stride = ndim ? xs[ndim - 1] : 0;
+    for (int64_t i = begin; i < end;) {
+        int64_t run = inner - (ndim ? idx[ndim - 1] : 0);
+        if (run > end - i) run = end - i;
+        if (inner_stride == 1) memcpy(y + i, x + xoff, (size_t)run * sizeof *y);
+        else for (int64_t k = 0; k < run; k++) y[i + k] = x[xoff + k * inner_stride];
+        i += run;
+        /* advance the multi-index by run */
+        if (ndim == 0) break;
+        idx[ndim - 1] += run;
+        xoff += run * inner_stride;
+        for (int d = ndim - 1; d > 0 && idx[d] == ys[d]; d--) {
+            xoff -= idx[d] * xs[d];
+            idx[d] = 0;
+            idx[d - 1]++;
+            xoff += xs[d - 1];
+        }
+    }
+}
+
+typedef struct { float *y; const float *x; int ndim; int64_t ys[PDDE_MAX_DIMS], xs[PDDE_MAX_DIMS]; } strided_job;
+
+static void strided_task(void *arg, int64_t begin, int64_t end) {
+    strided_job *j = arg;
+    strided_copy(j->y, j->x, j->ndim, j->ys, j->xs, begin, end);
+}
+
+static void contiguous_strides(const pdde_tensor *t, int64_t *st) {
+    int64_t s = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) st[d] = s, s *= t->shape[d];
+}
+
+static void cpu_permute(pdde_threadpool *pool, pdde_tensor *y) {
+    const pdde_tensor *x = y->src[0];
+    strided_job j = {.y = F32(y), .x = F32(x), .ndim = y->ndim};
+    int64_t xst[PDDE_MAX_DIMS];
+    contiguous_strides(x, xst);
+    for (int d = 0; d < y->ndim; d++) j.ys[d] = y->shape[d], j.xs[d] = xst[y->iparams[d]];
+    parallel_for(pool, pdde_tensor_numel(y), 1 << 15, strided_task, &j);
+}
+
+/* Copies a block [outer, len*inner] between tensors viewed as [outer, dim, inner] along an axis. */
+static void axis_copy(float *dst, int64_t dst_dim, int64_t dst_start, const float *src, int64_t src_dim, int64_t src_start,
+                      int64_t len, int64_t outer, int64_t inner) {
+    for (int64_t o = 0; o < outer; o++)
+        memcpy(dst + (o * dst_dim + dst_start) * inner, src + (o * src_dim + src_start) * inner, (size_t)(len * inner) * sizeof(float));
+}
+
+static void axis_geometry(const pdde_tensor *t, int axis, int64_t *outer, int64_t *inner) {
+    *outer = 1, *inner = 1;
+    for (int d = 0; d < axis; d++) *outer *= t->shape[d];
+    for (int d = axis + 1; d < t->ndim; d++) *inner *= t->shape[d];
+}
+
+static void cpu_sum_to(pdde_tensor *y) {
+    /* y's shape broadcasts to x's: accumulate x into y through broadcast indexing */
+    const pdde_tensor *x = y->src[0];
+    bcast bc;
+    bcast_init(&bc, x, y);
+    float *out = F32(y);
+    const float *in = F32(x);
+    int64_t n = pdde_tensor_numel(x), ny = pdde_tensor_numel(y);
+    if (bc.period > 0) { /* y is x's trailing suffix: sum rows (double accumulators for accuracy) */
+        double *acc = calloc((size_t)ny, sizeof *acc);
+        if (acc) {
+            for (int64_t i = 0; i < n; i += ny)
+                for (int64_t k = 0; k < ny; k++) acc[k] += in[i + k];
+            for (int64_t k = 0; k < ny; k++) out[k] = (float)acc[k];
+            free(acc);
+            return;
+        }
+    }
+    memset(out, 0, (size_t)ny * sizeof *out);
+    for (int64_t i = 0; i < n; i++) out[bcast_index(&bc, i)] += in[i];
+}
+
+static void cpu_expand(pdde_tensor *y) {
+    const pdde_tensor *x = y->src[0];
+    bcast bc;
+    bcast_init(&bc, y, x);
+    float *out = F32(y), s = y->fparams[0];
+    const float *in = F32(x);
+    for (int64_t i = 0, n = pdde_tensor_numel(y); i < n; i++) out[i] = s * in[bcast_index(&bc, i)];
+}
+
+static void cpu_reduce(pdde_tensor *y) {
+    const pdde_tensor *x = y->src[0];
+    int axis = y->iparams[0];
+    const float *in = F32(x);
+    float *out = F32(y);
+    int64_t n = pdde_tensor_numel(x);
+    if (axis == -1) {
+        double s = 0;
+        for (int64_t i = 0; i < n; i++) s += in[i];
+        out[0] = (float)(y->op == PDDE_OP_MEAN ? s / (double)(n ? n : 1) : s);
+        return;
+    }
+    int64_t outer, inner, dim = x->shape[axis];
+    axis_geometry(x, axis, &outer, &inner);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t k = 0; k < inner; k++) {
+            double s = 0;
+            for (int64_t d = 0; d < dim; d++) s += in[(o * dim + d) * inner + k];
+            out[o * inner + k] = (float)(y->op == PDDE_OP_MEAN ? s / (double)(dim ? dim : 1) : s);
+        }
+}
+
+static void cpu_cast(pdde_tensor *y) {
+    const pdde_tensor *x = y->src[0];
+    int64_t n = pdde_tensor_numel(y);
+    const char *in = (const char *)x->data + x->offset;
+    char *out = (char *)y->data + y->offset;
+    for (int64_t i = 0; i < n; i++) {
+        double v;
+        switch (x->dtype) {
+        case PDDE_F32: v = ((const float *)in)[i]; break;
+        case PDDE_F16: v = pdde_f16_to_f32(((const uint16_t *)in)[i]); break;
+        case PDDE_BF16: v = pdde_bf16_to_f32(((const uint16_t *)in)[i]); break;
+        case PDDE_I32: v = ((const int32_t *)in)[i]; break;
+        default: v = (double)((const int64_t *)in)[i]; break;
+        }
+        switch (y->dtype) {
+        case PDDE_F32: ((float *)out)[i] = (float)v; break;
+        case PDDE_F16: ((uint16_t *)out)[i] = pdde_f32_to_f16((float)v); break;
+        case PDDE_BF16: ((uint16_t *)out)[i] = pdde_f32_to_bf16((float)v); break;
+        case PDDE_I32: ((int32_t *)out)[i] = (int32_t)v; break;
+        default: ((int64_t *)out)[i] = (int64_t)v; break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Optimizer kernels */
+
+typedef struct { pdde_tensor *u; float clip_coef, lr_t, bc1, bc2; } update_job;
+
+static void adamw_task(void *arg, int64_t begin, int64_t end) {
+    update_job *j = arg;
+    const pdde_tensor *u = j->u;
+    float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
+    float lr = u->fparams[0], b1 = u->fparams[1], b2 = u->fparams[2], eps = u->fparams[3], wd = u->fparams[4];
+    float gs = u->fparams[6] * j->clip_coef;
+    for (int64_t i = begin; i < end; i++) {
+        float gi = g[i] * gs;
+        m[i] = b1 * m[i] + (1.0f - b1) * gi;
+        v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+        float mhat = m[i] / j->bc1, vhat = v[i] / j->bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+        g[i] = 0.0f;
+    }
+}
+
+static void sgd_task(void *arg, int64_t begin, int64_t end) {
+    update_job *j = arg;
+    const pdde_tensor *u = j->u;
+    float *p = F32(u->src[0]), *g = F32(u->src[1]), *buf = F32(u->src[2]);
+    float lr = u->fparams[0], mom = u->fparams[1], wd = u->fparams[4], gs = u->fparams[6] * j->clip_coef;
+    for (int64_t i = begin; i < end; i++) {
+        float gi = g[i] * gs + wd * p[i];
+        buf[i] = mom * buf[i] + gi;
+        p[i] -= lr * (mom > 0 ? buf[i] : gi);
+        g[i] = 0.0f;
+    }
+}
+
+static void accum_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    float *acc = F32(t->src[0]);
+    const float *g = F32(t->src[1]);
+    for (int64_t i = begin; i < end; i++) acc[i] += g[i];
+}
+
+static float clip_coefficient(const pdde_tensor *u) {
+    int nsrc_plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3;
+    if (u->nsrc <= nsrc_plain || u->fparams[5] <= 0) return 1.0f;
+    float norm = sqrtf(F32(u->src[nsrc_plain])[0]);
+    return norm > u->fparams[5] ? u->fparams[5] / (norm + 1e-6f) : 1.0f;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The dispatcher: runs one node on the CPU. Returns PDDE_ERR_UNSUPPORTED for ops it does not know. */
+
+#define PAR_MIN (1 << 14) /* elements below which a job stays on one thread */
+
+static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
+    cpu_job job = {.node = t};
+    int64_t n = pdde_tensor_numel(t);
+    switch (t->op) {
+    case PDDE_OP_NONE: case PDDE_OP_RESHAPE: return PDDE_OK; /* leaves and views hold no work */
+    case PDDE_OP_MATMUL: cpu_matmul(pool, t); return PDDE_OK;
+    case PDDE_OP_ADD: case PDDE_OP_SUB: case PDDE_OP_MUL: {
+        binary_job bj = {.y = t};
+        bcast_init(&bj.bc, t->src[0], t->src[1]);
+        parallel_for(pool, n, PAR_MIN, binary_task, &bj);
+        return PDDE_OK;
+    }
+    case PDDE_OP_SCALE: case PDDE_OP_GELU: case PDDE_OP_RELU: case PDDE_OP_SILU:
+    case PDDE_OP_GELU_BACK: case PDDE_OP_RELU_BACK: case PDDE_OP_SILU_BACK:
+        parallel_for(pool, n, PAR_MIN, unary_task, &job);
+        return PDDE_OK;
+    case PDDE_OP_DROPOUT: case PDDE_OP_DROPOUT_BACK:
+        parallel_for(pool, n, PAR_MIN, dropout_task, &job);
+        return PDDE_OK;
+    case PDDE_OP_LAYERNORM: case PDDE_OP_RMSNORM:
+        parallel_for(pool, ROWS(t), 64, layernorm_task, &job);
+        return PDDE_OK;
+    case PDDE_OP_LAYERNORM_BACK: case PDDE_OP_RMSNORM_BACK:
+        parallel_for(pool, ROWS(t), 64, norm_back_task, &job);
+        return PDDE_OK;
+    case PDDE_OP_LAYERNORM_BACK_GAMMA: case PDDE_OP_RMSNORM_BACK_GAMMA: {
+        int64_t R = ROWS(t->src[0]);
+        float *stats = malloc((size_t)(2 * R + 1) * sizeof *stats);
+        if (!stats) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        job.extra = stats;
+        parallel_for(pool, R, 64, norm_stats_task, &job);
+        parallel_for(pool, LAST_DIM(t), 256, norm_back_gamma_task, &job);
+        free(stats);
+        return PDDE_OK;
+    }
+    case PDDE_OP_SOFTMAX: parallel_for(pool, ROWS(t), 16, softmax_task, &job); return PDDE_OK;
+    case PDDE_OP_SOFTMAX_BACK: parallel_for(pool, ROWS(t), 16, softmax_back_task, &job); return PDDE_OK;
+    case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: {
+        const pdde_tensor *logits = t->src[0];
+        int64_t R = logits->shape[0], V = logits->shape[1], count = count_valid_targets(t->src[1], V);
+        job.a = count ? count : 1;
+        float *row_loss = NULL;
+        if (t->op == PDDE_OP_CROSS_ENTROPY) {
+            row_loss = malloc((size_t)(R + 1) * sizeof *row_loss);
+            if (!row_loss) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+            job.extra = row_loss;
+        }
+        parallel_for(pool, R, 4, cross_entropy_task, &job);
+        if (row_loss) {
+            double s = 0;
+            for (int64_t r = 0; r < R; r++) s += row_loss[r];
+            F32(t)[0] = (float)(s / (double)job.a);
+            free(row_loss);
+        }
+        return PDDE_OK;
+    }
+    case PDDE_OP_EMBEDDING: {
+        const pdde_tensor *table = t->src[0];
+        int64_t V = table->shape[0], C = table->shape[1], rows = pdde_tensor_numel(t->src[1]);
+        const int32_t *ids = I32(t->src[1]);
+        for (int64_t r = 0; r < rows; r++)
+            if (ids[r] < 0 || ids[r] >= V)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: id %d at position %lld is outside the table %s [0, %lld)",
+                                  t->name, ids[r], (long long)r, table->name, (long long)V);
+        for (int64_t r = 0; r < rows; r++) memcpy(F32(t) + r * C, F32(table) + ids[r] * C, (size_t)C * sizeof(float));
+        return PDDE_OK;
+    }
+    case PDDE_OP_EMBEDDING_BACK: {
+        bool has_base = t->nsrc == 3;
+        const pdde_tensor *ids_t = t->src[has_base ? 1 : 0], *dy_t = t->src[has_base ? 2 : 1];
+        int64_t V = t->shape[0], C = t->shape[1], rows = pdde_tensor_numel(ids_t);
+        float *dw = F32(t);
+        if (!has_base) memset(dw, 0, pdde_tensor_nbytes(t));
+        else if (F32(t->src[0]) != dw) memcpy(dw, F32(t->src[0]), pdde_tensor_nbytes(t));
+        const int32_t *ids = I32(ids_t);
+        const float *dy = F32(dy_t);
+        for (int64_t r = 0; r < rows; r++) {
+            if (ids[r] < 0 || ids[r] >= V) continue;
+            float *row = dw + ids[r] * C;
+            for (int64_t c = 0; c < C; c++) row[c] += dy[r * C + c];
+        }
+        return PDDE_OK;
+    }
+    case PDDE_OP_PERMUTE: cpu_permute(pool, t); return PDDE_OK;
+    case PDDE_OP_CONCAT: {
+        int axis = t->iparams[0];
+        int64_t outer, inner, start = 0;
+        axis_geometry(t, axis, &outer, &inner);
+        for (int i = 0; i < t->nsrc; i++) {
+            int64_t len = t->src[i]->shape[axis];
+            axis_copy(F32(t), t->shape[axis], start, F32(t->src[i]), len, 0, len, outer, inner);
+            start += len;
+        }
+        return PDDE_OK;
+    }
+    case PDDE_OP_SLICE: {
+        const pdde_tensor *x = t->src[0];
+        int axis = t->iparams[0];
+        int64_t outer, inner;
+        axis_geometry(t, axis, &outer, &inner);
+        axis_copy(F32(t), t->shape[axis], 0, F32(x), x->shape[axis], t->iparams[1], t->shape[axis], outer, inner);
+        return PDDE_OK;
+    }
+    case PDDE_OP_SLICE_BACK: {
+        const pdde_tensor *dy = t->src[0];
+        int axis = t->iparams[0];
+        int64_t outer, inner;
+        axis_geometry(t, axis, &outer, &inner);
+        memset(F32(t), 0, pdde_tensor_nbytes(t));
+        axis_copy(F32(t), t->shape[axis], t->iparams[1], F32(dy), dy->shape[axis], 0, dy->shape[axis], outer, inner);
+        return PDDE_OK;
+    }
+    case PDDE_OP_SUM: case PDDE_OP_MEAN: cpu_reduce(t); return PDDE_OK;
+    case PDDE_OP_SUM_TO: cpu_sum_to(t); return PDDE_OK;
+    case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
+    case PDDE_OP_CAST: cpu_cast(t); return PDDE_OK;
+    case PDDE_OP_GRAD_ACCUM: parallel_for(pool, n, PAR_MIN, accum_task, &job); return PDDE_OK;
+    case PDDE_OP_GRAD_NORM_SQ: {
+        const pdde_tensor *gt = t->src[0];
+        const float *g = F32(gt);
+        double s = 0;
+        for (int64_t i = 0, m = pdde_tensor_numel(gt); i < m; i++) s += (double)g[i] * g[i];
+        float scale = t->fparams[6];
+        F32(t)[0] = (float)(s * scale * scale) + (t->nsrc > 1 ? F32(t->src[1])[0] : 0.0f);
+        return PDDE_OK;
+    }
+    case PDDE_OP_ADAMW_UPDATE: case PDDE_OP_SGD_UPDATE: {
+        update_job uj = {.u = t, .clip_coef = clip_coefficient(t)};
+        int step = t->iparams[0] > 0 ? t->iparams[0] : 1;
+        uj.bc1 = 1.0f - powf(t->fparams[1], (float)step);
+        uj.bc2 = 1.0f - powf(t->fparams[2], (float)step);
+        parallel_for(pool, n, PAR_MIN, t->op == PDDE_OP_ADAMW_UPDATE ? adamw_task : sgd_task, &uj);
+        return PDDE_OK;
+    }
+    default:
+        return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "cpu: op %s (%s) is not implemented", pdde_op_name(t->op), t->name);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The CPU behind the backend interface: one device, host memory, synchronous "streams". */
+
+typedef struct { pdde_context *ctx; pdde_threadpool *pool; } cpu_family;
+
+static pdde_status cpu_init(pdde_context *ctx, void **family, int *n_devices) {
+    cpu_family *f = calloc(1, sizeof *f);
+    if (!f) return pdde_error(ctx, PDDE_ERR_OOM, "cpu: out of memory");
+    f->ctx = ctx;
+    f->pool = pool_create(pdde_context_n_threads(ctx));
+    if (!f->pool) { free(f); return pdde_error(ctx, PDDE_ERR_OOM, "cpu: cannot create the thread pool"); }
+#ifdef PDDE_HAVE_OPENBLAS
+    openblas_set_num_threads(1); /* pdde's pool parallelises GEMMs itself */
+#endif
+    *family = f;
+    *n_devices = 1;
+    return PDDE_OK;
+}
+
+static void cpu_free(void *family) {
+    cpu_family *f = family;
+    if (!f) return;
+    pool_free(f->pool);
+    free(f);
+}
+
+static pdde_status cpu_device_props(void *family, int index, pdde_device_props *out) {
+    cpu_family *f = family;
+    (void)index;
+    memset(out, 0, sizeof *out);
+    out->kind = PDDE_DEVICE_CPU;
+    snprintf(out->backend, sizeof out->backend, "cpu");
+    snprintf(out->name, sizeof out->name, "CPU (%d threads%s)", f->pool->n_threads,
+#ifdef PDDE_HAVE_OPENBLAS
+             ", OpenBLAS"
+#else
+             ""
+#endif
+    );
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    out->memory_total = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    out->memory_free = avail > 0 && page > 0 ? (uint64_t)avail * (uint64_t)page : 0;
+    out->compute_units = f->pool->n_threads;
+    return PDDE_OK;
+}
+
+static pdde_status cpu_device_open(void *family, int index, void **dev) { (void)index; *dev = family; return PDDE_OK; }
+static void cpu_device_close(void *dev) { (void)dev; }
+static int cpu_supports_op(void *dev, const pdde_tensor *node) { (void)dev; return node->op < PDDE_OP_COPY; }
+
+static pdde_status cpu_buffer_alloc(void *dev, size_t nbytes, void **handle) {
+    cpu_family *f = dev;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, nbytes ? nbytes : 64) != 0)
+        return pdde_error(f->ctx, PDDE_ERR_OOM, "cpu: cannot allocate %zu bytes", nbytes);
+    *handle = p;
+    return PDDE_OK;
+}
+
+static void cpu_buffer_free(void *dev, void *handle) { (void)dev; free(handle); }
+
+static pdde_status cpu_write(void *dev, void *stream, void *handle, size_t offset, const void *src, size_t n) {
+    (void)dev, (void)stream;
+    if (n) memcpy((char *)handle + offset, src, n);
+    return PDDE_OK;
+}
+
+static pdde_status cpu_read(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n) {
+    (void)dev, (void)stream;
+    if (n) memcpy(dst, (char *)handle + offset, n);
+    return PDDE_OK;
+}
+
+static pdde_status cpu_stream_create(void *dev, void **stream) { *stream = dev; return PDDE_OK; }
+static void cpu_stream_free(void *dev, void *stream) { (void)dev, (void)stream; }
+static pdde_status cpu_stream_sync(void *dev, void *stream) { (void)dev, (void)stream; return PDDE_OK; }
+
+static pdde_status cpu_compute(void *dev, void *stream, pdde_tensor *node) {
+    cpu_family *f = dev;
+    (void)stream;
+    return cpu_compute_node(f->ctx, f->pool, node);
+}
+
+const pdde_backend_iface pdde_backend_cpu = {
+    .api_version = PDDE_BACKEND_API_VERSION,
+    .struct_size = sizeof(pdde_backend_iface),
+    .name = "cpu",
+    .init = cpu_init,
+    .free = cpu_free,
+    .device_props = cpu_device_props,
+    .device_open = cpu_device_open,
+    .device_close = cpu_device_close,
+    .supports_op = cpu_supports_op,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .write = cpu_write,
+    .read = cpu_read,
+    .stream_create = cpu_stream_create,
+    .stream_free = cpu_stream_free,
+    .stream_sync = cpu_stream_sync,
+    .compute = cpu_compute,
+};

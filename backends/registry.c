@@ -1,0 +1,141 @@
+/* backends/registry.c — the built-in backend families and the devices they expose.
+ *
+ * Adding a device family: write backends/<name>.c defining `const pdde_backend_iface pdde_backend_<name>`,
+ * include it in pdde.c, and add one line to builtin_backends below. Out-of-tree backends come in through
+ * pdde_context_params.extra_backends instead. The registry is built once per context and then fixed. */
+
+static const pdde_backend_iface *const builtin_backends[] = {
+    &pdde_backend_cpu, /* first: device 0 is always the CPU */
+};
+
+typedef struct {
+    const pdde_backend_iface *iface;
+    void *family;       /* NULL when unavailable */
+    int status;         /* PDDE_OK or why not */
+    char why[1024];
+    int first_device;   /* global index of its device 0 */
+    int n_devices;
+} registry_family;
+
+typedef struct {
+    int family;         /* index into families */
+    int index;          /* index within its family */
+    void *dev;          /* opened lazily */
+} registry_device;
+
+typedef struct pdde_registry {
+    registry_family *families;
+    int n_families;
+    registry_device *devices;
+    int n_devices;
+} pdde_registry;
+
+/* A backend's struct must be at least version 1's size; slots past its struct_size count as NULL. */
+static bool iface_valid(const pdde_backend_iface *b) {
+    return b && b->api_version >= 1 && b->struct_size >= offsetof(pdde_backend_iface, event_create) && b->name &&
+           b->init && b->device_props && b->device_open && b->supports_op && b->buffer_alloc && b->buffer_free &&
+           b->write && b->read && b->stream_create && b->stream_sync && b->compute;
+}
+
+#define IFACE_HAS(b, slot) ((b)->struct_size >= offsetof(pdde_backend_iface, slot) + sizeof((b)->slot) && (b)->slot)
+
+static pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p) {
+    int n_builtin = (int)(sizeof builtin_backends / sizeof builtin_backends[0]);
+    int n = n_builtin + (p && p->n_extra_backends > 0 ? p->n_extra_backends : 0);
+    pdde_registry *r = calloc(1, sizeof *r);
+    if (!r || !(r->families = calloc((size_t)n, sizeof *r->families))) {
+        free(r);
+        return pdde_error(ctx, PDDE_ERR_OOM, "registry: out of memory");
+    }
+    ctx->registry = r;
+    char saved_error[sizeof ctx->last_error];
+    for (int i = 0; i < n; i++) {
+        registry_family *f = &r->families[r->n_families++];
+        f->iface = i < n_builtin ? builtin_backends[i] : p->extra_backends[i - n_builtin];
+        if (!iface_valid(f->iface)) {
+            f->status = PDDE_ERR_INVALID_ARG;
+            snprintf(f->why, sizeof f->why, "backend %d: invalid interface (api_version, struct_size or a required slot)", i);
+            continue;
+        }
+        memcpy(saved_error, ctx->last_error, sizeof saved_error);
+        int n_dev = 0;
+        f->status = f->iface->init(ctx, &f->family, &n_dev);
+        if (f->status != PDDE_OK) {
+            snprintf(f->why, sizeof f->why, "%s", ctx->last_error[0] ? ctx->last_error : pdde_status_str(f->status));
+            memcpy(ctx->last_error, saved_error, sizeof saved_error); /* an absent driver is not an error of this call */
+            f->family = NULL;
+            if (i == 0) return f->status; /* no CPU backend: nothing can run */
+            continue;
+        }
+        registry_device *devs = realloc(r->devices, (size_t)(r->n_devices + n_dev) * sizeof *devs);
+        if (!devs) return pdde_error(ctx, PDDE_ERR_OOM, "registry: out of memory");
+        r->devices = devs;
+        f->first_device = r->n_devices;
+        f->n_devices = n_dev;
+        for (int d = 0; d < n_dev; d++) r->devices[r->n_devices++] = (registry_device){.family = r->n_families - 1, .index = d};
+    }
+    return PDDE_OK;
+}
+
+static void registry_free(pdde_registry *r) {
+    if (!r) return;
+    for (int i = 0; i < r->n_devices; i++) {
+        const pdde_backend_iface *b = r->families[r->devices[i].family].iface;
+        if (r->devices[i].dev && b->device_close) b->device_close(r->devices[i].dev);
+    }
+    for (int i = 0; i < r->n_families; i++)
+        if (r->families[i].family && r->families[i].iface->free) r->families[i].iface->free(r->families[i].family);
+    free(r->devices);
+    free(r->families);
+    free(r);
+}
+
+/* The backend and opened device handle of a global device index. */
+static pdde_status registry_device_get(pdde_context *ctx, int device, const pdde_backend_iface **iface, void **dev) {
+    pdde_registry *r = ctx->registry;
+    if (device < 0 || device >= r->n_devices)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, r->n_devices);
+    registry_device *d = &r->devices[device];
+    registry_family *f = &r->families[d->family];
+    if (!d->dev) {
+        pdde_status st = f->iface->device_open(f->family, d->index, &d->dev);
+        if (st != PDDE_OK) return st;
+    }
+    *iface = f->iface;
+    *dev = d->dev;
+    return PDDE_OK;
+}
+
+int pdde_device_count(pdde_context *ctx) { return ctx && ctx->registry ? ctx->registry->n_devices : 0; }
+
+pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out) {
+    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
+    pdde_registry *r = ctx->registry;
+    if (device < 0 || device >= r->n_devices)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, r->n_devices);
+    registry_family *f = &r->families[r->devices[device].family];
+    return f->iface->device_props(f->family, r->devices[device].index, out);
+}
+
+int pdde_device_find(pdde_context *ctx, const char *backend, int index) {
+    pdde_registry *r = ctx->registry;
+    for (int i = 0; i < r->n_families; i++)
+        if (r->families[i].family && strcmp(r->families[i].iface->name, backend) == 0)
+            return index >= 0 && index < r->families[i].n_devices ? r->families[i].first_device + index : -1;
+    return -1;
+}
+
+int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_families : 0; }
+
+const char *pdde_backend_name(pdde_context *ctx, int backend) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return NULL;
+    const pdde_backend_iface *b = ctx->registry->families[backend].iface;
+    return b && b->name ? b->name : "?";
+}
+
+pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return PDDE_ERR_INVALID_ARG;
+    registry_family *f = &ctx->registry->families[backend];
+    if (why) *why = f->status == PDDE_OK ? "" : f->why;
+    return f->status;
+}

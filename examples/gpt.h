@@ -1,0 +1,89 @@
+/* gpt.h — a GPT-2-style model built with pdde's graph API (shared by examples/gpt.c, the tests and the
+ * benchmarks). Weights are [in, out] and used as x @ W; the head is tied to the token embedding.
+ *
+ *   x = wte[ids] + wpe[0..T)
+ *   per block:  x += proj(attention(ln1(x)))      attention: causal, H heads of D = C / H
+ *               x += fcproj(gelu(fc(ln2(x))))
+ *   logits = ln_f(x) @ wte^T,  loss = mean cross-entropy(logits, targets) */
+#ifndef PDDE_EXAMPLE_GPT_H
+#define PDDE_EXAMPLE_GPT_H
+#include "pdde.h"
+#include <math.h>
+#include <stdio.h>
+
+typedef struct {
+    int vocab, ctx, layers, heads, width, batch;
+} gpt_config;
+
+typedef struct {
+    gpt_config cfg;
+    pdde_tensor *ids, *targets;   /* i32 [B, T] inputs */
+    pdde_tensor *logits;          /* [B*T, V] */
+    pdde_tensor *loss;
+} gpt_model;
+
+static inline pdde_tensor *gpt_linear(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.w", prefix);
+    pdde_tensor *w = pdde_param(g, name, 2, (int64_t[]){in, out}, std);
+    snprintf(name, sizeof name, "%s.b", prefix);
+    pdde_tensor *b = pdde_param(g, name, 1, (int64_t[]){out}, 0.0f);
+    return pdde_bias_add(g, pdde_matmul(g, x, w, 0, 0), b);
+}
+
+static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t C) {
+    char name[64];
+    snprintf(name, sizeof name, "%s.g", prefix);
+    pdde_tensor *gamma = pdde_param(g, name, 1, (int64_t[]){C}, -1.0f); /* ones */
+    snprintf(name, sizeof name, "%s.b", prefix);
+    pdde_tensor *beta = pdde_param(g, name, 1, (int64_t[]){C}, 0.0f);
+    return pdde_layernorm(g, x, gamma, beta, 1e-5f);
+}
+
+/* Builds the forward graph and the loss; returns pdde_graph_status(g). Layers get layer ids 1..L (0 is
+ * the embedding, L+1 the final norm and head), for placement per layer. */
+static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_model *m) {
+    int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
+    m->cfg = *c;
+    pdde_graph_set_layer(g, 0);
+    m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
+    m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
+    pdde_tensor *wte = pdde_param(g, "wte", 2, (int64_t[]){V, C}, 0.02f);
+    pdde_tensor *wpe = pdde_param(g, "wpe", 2, (int64_t[]){T, C}, 0.02f);
+    pdde_tensor *x = pdde_add(g, pdde_embedding(g, wte, m->ids), wpe); /* [B, T, C] + [T, C] */
+    for (int l = 0; l < c->layers; l++) {
+        char p[32];
+        pdde_graph_set_layer(g, l + 1);
+        snprintf(p, sizeof p, "h%d.ln1", l);
+        pdde_tensor *a = gpt_layernorm(g, p, x, C);
+        snprintf(p, sizeof p, "h%d.attn", l);
+        pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3];
+        pdde_split(g, qkv, 2, 3, part);
+        for (int i = 0; i < 3; i++)
+            part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
+        pdde_tensor *y = pdde_attention(g, part[0], part[1], part[2]); /* [B, H, T, D] */
+        y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+        snprintf(p, sizeof p, "h%d.proj", l);
+        x = pdde_add(g, x, gpt_linear(g, p, y, C, C, proj_std));
+        snprintf(p, sizeof p, "h%d.ln2", l);
+        pdde_tensor *h = gpt_layernorm(g, p, x, C);
+        snprintf(p, sizeof p, "h%d.fc", l);
+        h = pdde_gelu(g, gpt_linear(g, p, h, C, 4 * C, 0.02f));
+        snprintf(p, sizeof p, "h%d.fcproj", l);
+        x = pdde_add(g, x, gpt_linear(g, p, h, 4 * C, C, proj_std));
+    }
+    pdde_graph_set_layer(g, c->layers + 1);
+    x = gpt_layernorm(g, "lnf", x, C);
+    m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), wte, 0, 1);
+    m->loss = pdde_cross_entropy(g, m->logits, m->targets);
+    pdde_graph_set_layer(g, -1);
+    return pdde_graph_status(g);
+}
+
+static inline int64_t gpt_n_params(const gpt_config *c) {
+    int64_t C = c->width;
+    return (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C +
+           (int64_t)c->layers * (4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C);
+}
+#endif

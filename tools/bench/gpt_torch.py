@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""PyTorch baseline for pdde's GPT training benchmark (CPU, float32).
+
+Trains the same GPT-2-style model as tools/gen_golden.py (pre-LN blocks, tanh GELU, causal
+attention, weight-tied output, weights [in, out] used as x @ W, AdamW lr=1e-3 with weight decay 0.1
+on parameters with ndim >= 2) on one fixed random batch, and times the training step:
+forward + cross-entropy + backward + AdamW step + zero_grad(set_to_none=True).
+
+    OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/gpt_torch.py \
+        --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8 --steps 10 --warmup 2 --threads 2
+
+Prints exactly one final line:
+    TORCH tokens_per_s=<B*T/median step s> step_ms=<median step ms> peak_mb=<MB>
+Unless the caller sets it, OMP_WAIT_POLICY defaults to PASSIVE (see main()).
+peak_mb is ru_maxrss after the timed steps minus ru_maxrss right after `import torch` (MB = KiB/1024).
+"""
+import argparse
+import math
+import os
+import resource
+import statistics
+import sys
+import time
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description="PyTorch GPT training-step benchmark")
+    ap.add_argument("--vocab", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--width", type=int, default=128)
+    ap.add_argument("--ctx", type=int, default=64)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2, help="untimed steps before timing")
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
+    ap.add_argument("--seed", type=int, default=1234)
+    a = ap.parse_args()
+    if a.width % a.heads:
+        ap.error("--width must be divisible by --heads")
+    if min(a.vocab, a.layers, a.heads, a.width, a.ctx, a.batch, a.steps, a.threads) < 1 or a.warmup < 0:
+        ap.error("sizes, --steps and --threads must be >= 1, --warmup >= 0")
+    return a
+
+
+def main():
+    a = parse_args()
+    # The caller normally sets these; default them to --threads so BLAS/OpenMP agree with torch.
+    os.environ.setdefault("OMP_NUM_THREADS", str(a.threads))
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", str(a.threads))
+    # torch's OpenMP threads spin-wait between parallel regions by default; on a small machine they
+    # then fight OpenBLAS's own threads for the cores (measured on 2 cores, OPENBLAS=OMP=2: median
+    # step 2-3x slower and very noisy). Passive waiting avoids that; a caller's setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+    import torch
+    import torch.nn.functional as F
+
+    rss_base_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    V, L, H, C, T, B = a.vocab, a.layers, a.heads, a.width, a.ctx, a.batch
+    D = C // H
+    proj_std = 0.02 / math.sqrt(2 * L)
+
+    def normal(shape, std):
+        return torch.empty(shape).normal_(0.0, std).requires_grad_(True)
+
+    def const(shape, v):
+        return torch.full(shape, float(v)).requires_grad_(True)
+
+    wte, wpe = normal((V, C), 0.02), normal((T, C), 0.02)
+    blocks = []
+    for _ in range(L):
+        blocks.append({
+            "ln1.g": const((C,), 1), "ln1.b": const((C,), 0),
+            "attn.w": normal((C, 3 * C), 0.02), "attn.b": const((3 * C,), 0),
+            "proj.w": normal((C, C), proj_std), "proj.b": const((C,), 0),
+            "ln2.g": const((C,), 1), "ln2.b": const((C,), 0),
+            "fc.w": normal((C, 4 * C), 0.02), "fc.b": const((4 * C,), 0),
+            "fcproj.w": normal((4 * C, C), proj_std), "fcproj.b": const((C,), 0),
+        })
+    lnf_g, lnf_b = const((C,), 1), const((C,), 0)
+    params = [wte, wpe] + [p for blk in blocks for p in blk.values()] + [lnf_g, lnf_b]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+
+    ids = torch.randint(0, V, (B, T))
+    targets = torch.randint(0, V, (B, T))
+    pos = torch.arange(T)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # j > i
+    scale = 1.0 / math.sqrt(D)
+
+    def forward():
+        x = wte[ids] + wpe[pos]
+        for p in blocks:
+            a_ = F.layer_norm(x, (C,), p["ln1.g"], p["ln1.b"], 1e-5)
+            qkv = torch.addmm(p["attn.b"], a_.reshape(B * T, C), p["attn.w"]).reshape(B, T, 3 * C)
+            q, k, v = qkv.split(C, dim=-1)
+            q = q.reshape(B, T, H, D).permute(0, 2, 1, 3)
+            k = k.reshape(B, T, H, D).permute(0, 2, 1, 3)
+            v = v.reshape(B, T, H, D).permute(0, 2, 1, 3)
+            att = (q @ k.transpose(-2, -1)) * scale
+            att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+            y = (att @ v).permute(0, 2, 1, 3).reshape(B * T, C)
+            x = x + torch.addmm(p["proj.b"], y, p["proj.w"]).reshape(B, T, C)
+            m = F.layer_norm(x, (C,), p["ln2.g"], p["ln2.b"], 1e-5).reshape(B * T, C)
+            u = F.gelu(torch.addmm(p["fc.b"], m, p["fc.w"]), approximate="tanh")
+            x = x + torch.addmm(p["fcproj.b"], u, p["fcproj.w"]).reshape(B, T, C)
+        x = F.layer_norm(x, (C,), lnf_g, lnf_b, 1e-5)
+        logits = x.reshape(B * T, C) @ wte.t()
+        return F.cross_entropy(logits, targets.reshape(-1))
+
+    def step():
+        loss = forward()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    n_params = sum(p.numel() for p in params)
+    print("torch %s, %d threads (OMP_NUM_THREADS=%s OPENBLAS_NUM_THREADS=%s OMP_WAIT_POLICY=%s); V=%d L=%d H=%d C=%d T=%d B=%d; %d params (%.1fM)"
+          % (torch.__version__, torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS"),
+             os.environ.get("OPENBLAS_NUM_THREADS"), os.environ.get("OMP_WAIT_POLICY"), V, L, H, C, T, B, n_params, n_params / 1e6),
+          file=sys.stderr)
+
+    for i in range(a.warmup):
+        t0 = time.perf_counter()
+        loss = step()
+        print("warmup %d: %.1f ms loss %.4f" % (i, (time.perf_counter() - t0) * 1e3, loss.item()),
+              file=sys.stderr)
+    times = []
+    for i in range(a.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        print("step %d: %.1f ms loss %.4f" % (i, dt * 1e3, loss.item()), file=sys.stderr)
+
+    rss_peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    med = statistics.median(times)
+    peak_mb = (rss_peak_kib - rss_base_kib) / 1024.0
+    print("TORCH tokens_per_s=%.1f step_ms=%.2f peak_mb=%.1f" % (B * T / med, med * 1e3, peak_mb))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

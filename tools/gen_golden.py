@@ -1,0 +1,367 @@
+#!/usr/bin/python3
+"""Write tests/data/gpt_golden.bin: a PyTorch reference run of a tiny GPT-2-style model.
+
+Run with the Debian python that has torch (bash tools/install-deps.sh --torch):
+
+    /usr/bin/python3 tools/gen_golden.py            # (re)write tests/data/gpt_golden.bin
+    /usr/bin/python3 tools/gen_golden.py --check    # read it back, print a summary and, when torch is
+                                                    # available, recompute everything from the stored
+                                                    # initial parameters and compare
+
+The tests only read the file; they never need torch.
+
+Model (float32, CPU, torch.manual_seed(42)); pdde's C implementation must match it exactly.
+  Config: V=64 vocab, T=16 context, L=2 layers, H=4 heads, C=32 width, B=4 batch, D=C/H.
+  Parameters, in this order (weights are [in, out] and used as x @ W):
+    wte [V,C] N(0,0.02); wpe [T,C] N(0,0.02); then for l in 0..L-1:
+      h{l}.ln1.g [C] ones        h{l}.ln1.b [C] zeros
+      h{l}.attn.w [C,3C] N(0,0.02)        h{l}.attn.b [3C] zeros
+      h{l}.proj.w [C,C] N(0,0.02/sqrt(2L)) h{l}.proj.b [C] zeros
+      h{l}.ln2.g [C] ones        h{l}.ln2.b [C] zeros
+      h{l}.fc.w [C,4C] N(0,0.02)          h{l}.fc.b [4C] zeros
+      h{l}.fcproj.w [4C,C] N(0,0.02/sqrt(2L)) h{l}.fcproj.b [C] zeros
+    lnf.g [C] ones, lnf.b [C] zeros.
+  After that init, N(0,0.02) noise is added to every bias and every gain (g = 1 + noise), in
+  parameter order. Then ids and targets: int [B,T] uniform in [0,V) (torch.randint, same generator).
+  Forward:
+    x = wte[ids] + wpe[arange(T)]
+    per block:
+      a = layernorm(x; ln1.g, ln1.b)                  (biased variance, eps=1e-5)
+      qkv = a @ attn.w + attn.b                        [B,T,3C]; q,k,v = qkv split in 3 chunks of C
+      q,k,v -> [B,T,H,D] -> permute to [B,H,T,D]
+      att = softmax(q @ k^T / sqrt(D), causal: j > i set to -inf)
+      y = (att @ v) -> [B,T,H,D] -> [B,T,C]
+      x = x + (y @ proj.w + proj.b)
+      m = layernorm(x; ln2.g, ln2.b)
+      x = x + (gelu_tanh(m @ fc.w + fc.b) @ fcproj.w + fcproj.b)
+        gelu_tanh(u) = 0.5 u (1 + tanh(sqrt(2/pi) (u + 0.044715 u^3)))
+    x = layernorm(x; lnf.g, lnf.b); logits = x @ wte^T  [B,T,V]   (weight tying)
+    loss = mean cross-entropy of logits [B*T,V] against targets [B*T]
+  Optimizer: torch.optim.AdamW, lr=1e-3 constant, betas=(0.9,0.999), eps=1e-8, two param groups:
+    weight_decay=0.1 for parameters with ndim >= 2 (wte, wpe, *.w), 0 for the rest; no clipping.
+    Per element at step t (t from 1):
+      p -= lr*wd*p
+      m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+      p -= (lr / (1-b1^t)) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
+  Run: 10 iterations on the same batch; iteration i: forward -> losses[i] -> backward ->
+    optimizer.step -> zero_grad. The logits, loss and gradients recorded are those of iteration 0
+    (before its step), so losses[0] == loss.
+
+Binary format (all little-endian):
+  char     magic[8] = "PDDEGOLD"
+  u32      version = 1
+  i32      V, T, L, H, C, B
+  i32      n_steps (= 10)
+  f32      lr, weight_decay
+  i32      ids[B*T], targets[B*T]            (row-major [B,T])
+  u32      n_params
+  n_params records of the initial parameters, each:
+      u16 name_len; char name[name_len] (no NUL); u32 ndim; u32 dims[ndim]; f32 data[prod(dims)]
+  f32      logits[B*T*V]                     (first forward, row-major [B,T,V])
+  f32      loss                              (first forward)
+  n_params gradient records (same record layout, names and order as the parameters)
+  f32      losses[n_steps]
+  n_params records of the final parameters after n_steps optimizer steps
+"""
+import argparse
+import math
+import os
+import struct
+import sys
+
+V, T, L, H, C, B = 64, 16, 2, 4, 32, 4
+N_STEPS = 10
+LR = 1e-3
+WEIGHT_DECAY = 0.1
+BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
+LN_EPS = 1e-5
+SEED = 42
+MAGIC = b"PDDEGOLD"
+VERSION = 1
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_OUT = os.path.join(REPO, "tests", "data", "gpt_golden.bin")
+
+
+# ----------------------------------------------------------------------------------------------
+# model (torch)
+
+def param_specs():
+    """(name, shape, init) in file order; init is ('normal', std) | ('ones',) | ('zeros',)."""
+    proj_std = 0.02 / math.sqrt(2 * L)
+    specs = [("wte", (V, C), ("normal", 0.02)), ("wpe", (T, C), ("normal", 0.02))]
+    for l in range(L):
+        p = "h%d." % l
+        specs += [
+            (p + "ln1.g", (C,), ("ones",)), (p + "ln1.b", (C,), ("zeros",)),
+            (p + "attn.w", (C, 3 * C), ("normal", 0.02)), (p + "attn.b", (3 * C,), ("zeros",)),
+            (p + "proj.w", (C, C), ("normal", proj_std)), (p + "proj.b", (C,), ("zeros",)),
+            (p + "ln2.g", (C,), ("ones",)), (p + "ln2.b", (C,), ("zeros",)),
+            (p + "fc.w", (C, 4 * C), ("normal", 0.02)), (p + "fc.b", (4 * C,), ("zeros",)),
+            (p + "fcproj.w", (4 * C, C), ("normal", proj_std)), (p + "fcproj.b", (C,), ("zeros",)),
+        ]
+    specs += [("lnf.g", (C,), ("ones",)), ("lnf.b", (C,), ("zeros",))]
+    return specs
+
+
+def init_params(torch):
+    params = []
+    for name, shape, init in param_specs():
+        t = torch.empty(shape, dtype=torch.float32)
+        if init[0] == "normal":
+            t.normal_(0.0, init[1])
+        elif init[0] == "ones":
+            t.fill_(1.0)
+        else:
+            t.zero_()
+        params.append((name, t))
+    # Non-trivial biases and gains: add N(0, 0.02) to every 1-D parameter, in order.
+    for name, t in params:
+        if t.ndim == 1:
+            t.add_(torch.empty_like(t).normal_(0.0, 0.02))
+    return [(n, t.requires_grad_(True)) for n, t in params]
+
+
+def layernorm(x, g, b):
+    mean = x.mean(dim=-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+    return (x - mean) / (var + LN_EPS).sqrt() * g + b
+
+
+def gelu_tanh(torch, u):
+    return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u * u * u)))
+
+
+def forward(torch, P, ids, targets):
+    """P: dict name -> tensor. Returns (logits [B,T,V], loss)."""
+    Bn, Tn = ids.shape
+    D = C // H
+    pos = torch.arange(Tn)
+    x = P["wte"][ids.long()] + P["wpe"][pos]
+    mask = torch.triu(torch.ones(Tn, Tn, dtype=torch.bool), diagonal=1)  # j > i
+    for l in range(L):
+        p = "h%d." % l
+        a = layernorm(x, P[p + "ln1.g"], P[p + "ln1.b"])
+        qkv = a @ P[p + "attn.w"] + P[p + "attn.b"]
+        q, k, v = qkv.split(C, dim=-1)
+        q = q.reshape(Bn, Tn, H, D).permute(0, 2, 1, 3)
+        k = k.reshape(Bn, Tn, H, D).permute(0, 2, 1, 3)
+        v = v.reshape(Bn, Tn, H, D).permute(0, 2, 1, 3)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        att = att.masked_fill(mask, float("-inf"))
+        att = torch.softmax(att, dim=-1)
+        y = (att @ v).permute(0, 2, 1, 3).reshape(Bn, Tn, C)
+        x = x + (y @ P[p + "proj.w"] + P[p + "proj.b"])
+        m = layernorm(x, P[p + "ln2.g"], P[p + "ln2.b"])
+        x = x + (gelu_tanh(torch, m @ P[p + "fc.w"] + P[p + "fc.b"]) @ P[p + "fcproj.w"]
+                 + P[p + "fcproj.b"])
+    x = layernorm(x, P["lnf.g"], P["lnf.b"])
+    logits = x @ P["wte"].t()
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1).long())
+    return logits, loss
+
+
+def run_reference(torch, params, ids, targets):
+    """Train N_STEPS on one batch. Returns dict with logits, loss, grads, losses, final."""
+    P = dict(params)
+    decay = [t for _, t in params if t.ndim >= 2]
+    no_decay = [t for _, t in params if t.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": WEIGHT_DECAY},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
+    out = {"losses": []}
+    for i in range(N_STEPS):
+        logits, loss = forward(torch, P, ids, targets)
+        out["losses"].append(loss.item())
+        loss.backward()
+        if i == 0:
+            out["logits"] = logits.detach().clone()
+            out["loss"] = loss.item()
+            out["grads"] = [(n, t.grad.detach().clone()) for n, t in params]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    out["final"] = [(n, t.detach().clone()) for n, t in params]
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# file format
+
+def f32_bytes(values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+def tensor_record(name, t):
+    nb = name.encode("ascii")
+    dims = list(t.shape)
+    data = t.detach().contiguous().reshape(-1).tolist()
+    return (struct.pack("<H", len(nb)) + nb + struct.pack("<I", len(dims))
+            + struct.pack("<%dI" % len(dims), *dims) + f32_bytes(data))
+
+
+def write(torch, path):
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    params = init_params(torch)
+    ids = torch.randint(0, V, (B, T), dtype=torch.int32)
+    targets = torch.randint(0, V, (B, T), dtype=torch.int32)
+    init = [(n, t.detach().clone()) for n, t in params]
+    ref = run_reference(torch, params, ids, targets)
+    assert ref["losses"][0] == ref["loss"]
+
+    buf = bytearray()
+    buf += MAGIC
+    buf += struct.pack("<I", VERSION)
+    buf += struct.pack("<6i", V, T, L, H, C, B)
+    buf += struct.pack("<i", N_STEPS)
+    buf += struct.pack("<2f", LR, WEIGHT_DECAY)
+    buf += struct.pack("<%di" % (B * T), *ids.reshape(-1).tolist())
+    buf += struct.pack("<%di" % (B * T), *targets.reshape(-1).tolist())
+    buf += struct.pack("<I", len(init))
+    for n, t in init:
+        buf += tensor_record(n, t)
+    buf += f32_bytes(ref["logits"].reshape(-1).tolist())
+    buf += f32_bytes([ref["loss"]])
+    for n, g in ref["grads"]:
+        buf += tensor_record(n, g)
+    buf += f32_bytes(ref["losses"])
+    for n, t in ref["final"]:
+        buf += tensor_record(n, t)
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(buf)
+    os.replace(tmp, path)
+    print("wrote %s (%d bytes): %d params, loss %.6f -> %.6f after %d steps"
+          % (path, len(buf), len(init), ref["loss"], ref["losses"][-1], N_STEPS))
+
+
+class Reader:
+    def __init__(self, data):
+        self.d = data
+        self.o = 0
+
+    def take(self, fmt):
+        vals = struct.unpack_from("<" + fmt, self.d, self.o)
+        self.o += struct.calcsize("<" + fmt)
+        return vals
+
+    def f32(self, n):
+        return list(self.take("%df" % n))
+
+    def record(self):
+        (nl,) = self.take("H")
+        name = self.d[self.o:self.o + nl].decode("ascii")
+        self.o += nl
+        (nd,) = self.take("I")
+        dims = list(self.take("%dI" % nd))
+        n = 1
+        for x in dims:
+            n *= x
+        return name, dims, self.f32(n)
+
+
+def read(path):
+    with open(path, "rb") as f:
+        r = Reader(f.read())
+    g = {}
+    if r.d[:8] != MAGIC:
+        raise SystemExit("%s: bad magic %r" % (path, r.d[:8]))
+    r.o = 8
+    (g["version"],) = r.take("I")
+    if g["version"] != VERSION:
+        raise SystemExit("%s: unsupported version %d" % (path, g["version"]))
+    g["V"], g["T"], g["L"], g["H"], g["C"], g["B"] = r.take("6i")
+    (g["n_steps"],) = r.take("i")
+    g["lr"], g["weight_decay"] = r.take("2f")
+    bt = g["B"] * g["T"]
+    g["ids"] = list(r.take("%di" % bt))
+    g["targets"] = list(r.take("%di" % bt))
+    (n_params,) = r.take("I")
+    g["params"] = [r.record() for _ in range(n_params)]
+    g["logits"] = r.f32(bt * g["V"])
+    (g["loss"],) = r.f32(1)
+    g["grads"] = [r.record() for _ in range(n_params)]
+    g["losses"] = r.f32(g["n_steps"])
+    g["final"] = [r.record() for _ in range(n_params)]
+    if r.o != len(r.d):
+        raise SystemExit("%s: %d trailing bytes" % (path, len(r.d) - r.o))
+    g["size"] = len(r.d)
+    return g
+
+
+def rms(xs):
+    return math.sqrt(sum(x * x for x in xs) / max(1, len(xs)))
+
+
+def check(path):
+    g = read(path)
+    print("%s: %d bytes, version %d" % (path, g["size"], g["version"]))
+    print("config V=%d T=%d L=%d H=%d C=%d B=%d n_steps=%d lr=%g weight_decay=%g"
+          % (g["V"], g["T"], g["L"], g["H"], g["C"], g["B"], g["n_steps"], g["lr"],
+             g["weight_decay"]))
+    print("ids[0:8]=%s targets[0:8]=%s" % (g["ids"][:8], g["targets"][:8]))
+    n_el = sum(len(d) for _, _, d in g["params"])
+    print("%d params, %d elements" % (len(g["params"]), n_el))
+    print("  %-16s %-10s %12s %12s %12s" % ("name", "shape", "rms(init)", "rms(grad)", "rms(final)"))
+    for (n, dims, d), (gn, gd, gg), (fn, fd, ff) in zip(g["params"], g["grads"], g["final"]):
+        assert n == gn == fn and dims == gd == fd, (n, gn, fn)
+        print("  %-16s %-10s %12.6g %12.6g %12.6g"
+              % (n, "x".join(map(str, dims)), rms(d), rms(gg), rms(ff)))
+    print("logits rms %.6g, loss %.6f (ln V = %.6f)" % (rms(g["logits"]), g["loss"], math.log(g["V"])))
+    print("losses: " + " ".join("%.6f" % x for x in g["losses"]))
+    ok = g["losses"][0] == g["loss"] and all(b < a for a, b in zip(g["losses"], g["losses"][1:]))
+    if g["losses"][0] != g["loss"]:
+        print("FAIL: losses[0] != loss")
+    if not all(b < a for a, b in zip(g["losses"], g["losses"][1:])):
+        print("WARN: losses are not strictly decreasing")
+
+    try:
+        import torch
+    except ImportError:
+        print("torch not available: skipped the recomputation")
+        return 0 if ok else 1
+    # Recompute everything from the stored initial parameters and inputs.
+    torch.set_num_threads(1)
+    params = [(n, torch.tensor(d, dtype=torch.float32).reshape(dims).requires_grad_(True))
+              for n, dims, d in g["params"]]
+    ids = torch.tensor(g["ids"], dtype=torch.int32).reshape(g["B"], g["T"])
+    tg = torch.tensor(g["targets"], dtype=torch.int32).reshape(g["B"], g["T"])
+    ref = run_reference(torch, params, ids, tg)
+
+    def maxdiff(a, b):
+        return (torch.tensor(a) - torch.as_tensor(b).reshape(-1)).abs().max().item()
+
+    diffs = {
+        "logits": maxdiff(g["logits"], ref["logits"]),
+        "loss": abs(g["loss"] - ref["loss"]),
+        "grads": max(maxdiff(d, t) for (_, _, d), (_, t) in zip(g["grads"], ref["grads"])),
+        "losses": max(abs(a - b) for a, b in zip(g["losses"], ref["losses"])),
+        "final": max(maxdiff(d, t) for (_, _, d), (_, t) in zip(g["final"], ref["final"])),
+    }
+    print("recomputed with torch %s, max |diff|: %s" % (
+        torch.__version__, ", ".join("%s %.3g" % kv for kv in diffs.items())))
+    if max(diffs.values()) > 1e-6:
+        print("FAIL: recomputation differs")
+        ok = False
+    print("OK" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=DEFAULT_OUT, help="fixture path (default %(default)s)")
+    ap.add_argument("--check", action="store_true", help="read the fixture back and verify it")
+    a = ap.parse_args()
+    if a.check:
+        return check(a.out)
+    import torch
+    write(torch, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

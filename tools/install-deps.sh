@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Install the Debian 12 packages pdde builds, tests and runs against.
+#
+#   bash tools/install-deps.sh           # build + test dependencies
+#   bash tools/install-deps.sh --torch   # also python3-torch and python3-numpy (only for
+#                                        # tools/gen_golden.py and tools/bench/gpt_torch.py)
+#
+# Idempotent: when every package is already installed it does nothing (no apt-get update).
+# Runs as root; uses sudo when not root and sudo exists.
+set -euo pipefail
+
+PKGS=(
+  build-essential pkg-config
+  libopenblas-dev
+  ocl-icd-opencl-dev ocl-icd-libopencl1 pocl-opencl-icd libclblast-dev opencl-c-headers clinfo
+  libucx-dev ucx-utils
+  libhwloc-dev
+  libcjson-dev
+  etcd-server etcd-client
+  openmpi-bin libopenmpi-dev
+  fortunes
+  libze-dev libze1 llvm-spirv-15 clang-15
+  libcurl4-openssl-dev
+  iproute2 procps
+)
+TORCH_PKGS=(python3-torch python3-numpy)
+
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+
+for arg in "$@"; do
+  case "$arg" in
+    --torch) PKGS+=("${TORCH_PKGS[@]}") ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "install-deps: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${PKGS[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  if [ "$status" != "install ok installed" ]; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages already installed; nothing to do"
+  exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO=(sudo)
+  else
+    echo "install-deps: not root and sudo not found; run as root" >&2
+    exit 1
+  fi
+fi
+
+echo "install-deps: missing ${#missing[@]} package(s): ${missing[*]}"
+
+export DEBIAN_FRONTEND=noninteractive
+
+# Run a command, retrying once after a short pause if it fails.
+retry() {
+  if "$@"; then return 0; fi
+  echo "install-deps: '$*' failed; retrying once in 5 s" >&2
+  sleep 5
+  "$@"
+}
+
+echo "install-deps: + apt-get update"
+retry "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+
+echo "install-deps: + apt-get install -y --no-install-recommends ${missing[*]}"
+retry "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y --no-install-recommends "${missing[@]}"
+
+echo "install-deps: done"
