@@ -13,6 +13,14 @@
  *
  * Debug hook: PDDE_OPENCL_DEBUG_SOURCE, read when the family is created, is appended to the kernel
  * source, so a test can make the build fail and check the PDDE_ERR_BUILD path. */
+#if defined(__has_include)
+#if !__has_include(<CL/cl.h>)
+#define PDDE_OCL_NO_HEADERS /* no OpenCL headers at build time: the family is left out */
+#endif
+#endif
+#ifndef PDDE_OCL_NO_HEADERS
+#define PDDE_HAVE_OPENCL_BACKEND 1
+
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
 #endif
@@ -804,7 +812,7 @@ static pdde_status pdde_ocl_norm_back_gamma(pdde_ocl_device *d, pdde_ocl_stream 
     int64_t C = pdde_ocl_last(x), rows = C ? pdde_ocl_numel(x) / C : 0;
     if (C == 0) return PDDE_OK;
     if (rows == 0) return pdde_ocl_fill(d, s, PDDE_OCL_MEM(node), PDDE_OCL_OFF(node), C, 0.0f);
-    cl_mem st;
+    cl_mem st = NULL;
     pdde_status r = pdde_ocl_scratch(d, s, (size_t)rows * 2 * sizeof(float), &st);
     if (r != PDDE_OK) return r;
     pdde_ocl_call c = pdde_ocl_begin(d, PDDE_OCL_K_row_stats);
@@ -865,7 +873,7 @@ static pdde_status pdde_ocl_softmax_back(pdde_ocl_device *d, pdde_ocl_stream *s,
 static pdde_status pdde_ocl_cross_entropy(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_tensor *node) {
     const pdde_tensor *x = node->src[0], *t = node->src[1];
     int64_t V = pdde_ocl_last(x), N = pdde_ocl_numel(t);
-    cl_mem st;
+    cl_mem st = NULL;
     pdde_status r = pdde_ocl_scratch(d, s, (size_t)(N > 0 ? N : 1) * 2 * sizeof(float), &st);
     if (r != PDDE_OK) return r;
     pdde_ocl_call c;
@@ -895,7 +903,7 @@ static pdde_status pdde_ocl_cross_entropy_back(pdde_ocl_device *d, pdde_ocl_stre
     const pdde_tensor *x = node->src[0], *t = node->src[1], *dl = node->src[2];
     int64_t V = pdde_ocl_last(x), N = pdde_ocl_numel(t);
     if (N == 0 || V == 0) return PDDE_OK;
-    cl_mem st;
+    cl_mem st = NULL;
     pdde_status r = pdde_ocl_scratch(d, s, sizeof(float), &st);
     if (r != PDDE_OK) return r;
     pdde_ocl_call c = pdde_ocl_begin(d, PDDE_OCL_K_ce_count);
@@ -938,10 +946,13 @@ static pdde_status pdde_ocl_embedding(pdde_ocl_device *d, pdde_ocl_stream *s, pd
     return pdde_ocl_launch_n(&c, s, n);
 }
 
+/* src: [base grad,] ids, dy. Without a base the gradient starts from zeros. */
 static pdde_status pdde_ocl_embedding_back(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_tensor *node) {
-    const pdde_tensor *base = node->src[0], *ids = node->src[1], *dy = node->src[2];
+    int has_base = node->nsrc == 3;
+    const pdde_tensor *ids = node->src[has_base ? 1 : 0], *dy = node->src[has_base ? 2 : 1];
     int64_t C = pdde_ocl_last(node), V = node->ndim >= 2 ? node->shape[0] : 1, N = pdde_ocl_numel(ids);
-    pdde_status r = pdde_ocl_copy_bytes(d, s, base, node, pdde_tensor_nbytes(node));
+    pdde_status r = has_base ? pdde_ocl_copy_bytes(d, s, node->src[0], node, pdde_tensor_nbytes(node))
+                             : pdde_ocl_fill(d, s, PDDE_OCL_MEM(node), PDDE_OCL_OFF(node), pdde_ocl_numel(node), 0.0f);
     if (r != PDDE_OK || N == 0 || C == 0) return r;
     pdde_ocl_call c = pdde_ocl_begin(d, PDDE_OCL_K_embedding_back);
     pdde_ocl_mem(&c, PDDE_OCL_MEM(ids));
@@ -1002,7 +1013,7 @@ static pdde_status pdde_ocl_reduce_rows(pdde_ocl_device *d, pdde_ocl_stream *s, 
     if (rows == 1 && L > 16 * (int64_t)d->wg * 64) {
         int64_t chunks = 256, chunk = (L + chunks - 1) / chunks;
         chunks = (L + chunk - 1) / chunk;
-        cl_mem st;
+        cl_mem st = NULL;
         if ((r = pdde_ocl_scratch(d, s, (size_t)chunks * sizeof(float), &st)) != PDDE_OK) return r;
         pdde_ocl_call c = pdde_ocl_begin(d, PDDE_OCL_K_sum_chunks);
         pdde_ocl_mem(&c, x);
@@ -1057,15 +1068,15 @@ static pdde_status pdde_ocl_sum(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_ten
     int axis = node->iparams[0];
     int64_t n = pdde_ocl_numel(x);
     if (axis < 0 || x->ndim == 0) {
-        float scale = mean ? (n > 0 ? 1.0f / (float)n : NAN) : 1.0f;
-        if (n == 0) return pdde_ocl_fill(d, s, PDDE_OCL_MEM(node), PDDE_OCL_OFF(node), 1, mean ? NAN : 0.0f);
+        float scale = mean ? (float)(1.0 / (double)n) : 1.0f;
+        if (n == 0) return pdde_ocl_fill(d, s, PDDE_OCL_MEM(node), PDDE_OCL_OFF(node), 1, 0.0f);
         return pdde_ocl_reduce_rows(d, s, PDDE_OCL_MEM(x), PDDE_OCL_OFF(x), PDDE_OCL_MEM(node), PDDE_OCL_OFF(node), 1, n,
                                     scale, 0, NULL);
     }
     int64_t outer = 1, inner = 1, L = x->shape[axis];
     for (int i = 0; i < axis; i++) outer *= x->shape[i];
     for (int i = axis + 1; i < x->ndim; i++) inner *= x->shape[i];
-    if (L == 0) return pdde_ocl_fill(d, s, PDDE_OCL_MEM(node), PDDE_OCL_OFF(node), outer * inner, mean ? NAN : 0.0f);
+    if (L == 0) return pdde_ocl_fill(d, s, PDDE_OCL_MEM(node), PDDE_OCL_OFF(node), outer * inner, 0.0f);
     return pdde_ocl_reduce_mid(d, s, x, node, outer, L, inner, mean ? 1.0f / (float)L : 1.0f);
 }
 
@@ -1165,13 +1176,17 @@ static pdde_status pdde_ocl_dropout(pdde_ocl_device *d, pdde_ocl_stream *s, pdde
     const pdde_tensor *x = node->src[0];
     int64_t n = pdde_ocl_numel(node);
     if (n == 0) return PDDE_OK;
+    float p = node->fparams[0];
+    double th = (double)p * 4294967296.0; /* exactly as the CPU backend computes it */
+    uint32_t threshold = (uint32_t)(th > 4294967295.0 ? 4294967295.0 : th);
     pdde_ocl_call c = pdde_ocl_begin(d, PDDE_OCL_K_dropout);
     pdde_ocl_mem(&c, PDDE_OCL_MEM(x));
     pdde_ocl_long(&c, PDDE_OCL_OFF(x));
     pdde_ocl_mem(&c, PDDE_OCL_MEM(node));
     pdde_ocl_long(&c, PDDE_OCL_OFF(node));
     pdde_ocl_long(&c, n);
-    pdde_ocl_float(&c, node->fparams[0]);
+    pdde_ocl_uint(&c, threshold);
+    pdde_ocl_float(&c, 1.0f / (1.0f - p));
     pdde_ocl_uint(&c, (uint32_t)node->iparams[0]);
     pdde_ocl_uint(&c, (uint32_t)node->iparams[1]);
     pdde_ocl_uint(&c, (uint32_t)node->iparams[2]);
@@ -1196,7 +1211,7 @@ static pdde_status pdde_ocl_cast(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_te
 
 static pdde_status pdde_ocl_grad_norm_sq(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_tensor *node) {
     const pdde_tensor *g = node->src[0], *prev = node->nsrc > 1 ? node->src[1] : NULL;
-    float scale = node->fparams[6] != 0.0f ? node->fparams[6] : 1.0f;
+    float scale = node->fparams[6];
     int64_t n = pdde_ocl_numel(g);
     return pdde_ocl_reduce_rows(d, s, PDDE_OCL_MEM(g), PDDE_OCL_OFF(g), PDDE_OCL_MEM(node), PDDE_OCL_OFF(node), 1, n,
                                 scale * scale, 1, prev);
@@ -1210,7 +1225,7 @@ static pdde_status pdde_ocl_update(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_
     int64_t n = pdde_ocl_numel(p);
     if (n == 0) return PDDE_OK;
     const float *fp = node->fparams;
-    float scale = fp[6] != 0.0f ? fp[6] : 1.0f;
+    float scale = fp[6];
     pdde_ocl_call c = pdde_ocl_begin(d, adam ? PDDE_OCL_K_adamw : PDDE_OCL_K_sgd);
     pdde_ocl_mem(&c, PDDE_OCL_MEM(p));
     pdde_ocl_long(&c, PDDE_OCL_OFF(p));
@@ -1321,9 +1336,10 @@ static int pdde_ocl_supports_op(void *dev, const pdde_tensor *node) {
     case PDDE_OP_EMBEDDING:
         return node->dtype == PDDE_F32 && node->nsrc == 2 && node->src[0]->dtype == PDDE_F32 &&
                node->src[1]->dtype == PDDE_I32;
-    case PDDE_OP_EMBEDDING_BACK:
-        return node->dtype == PDDE_F32 && node->nsrc == 3 && node->src[0]->dtype == PDDE_F32 &&
-               node->src[1]->dtype == PDDE_I32 && node->src[2]->dtype == PDDE_F32;
+    case PDDE_OP_EMBEDDING_BACK: /* [base,] ids, dy */
+        if (node->dtype != PDDE_F32 || node->ndim != 2 || node->nsrc < 2 || node->nsrc > 3) return 0;
+        if (node->nsrc == 3 && node->src[0]->dtype != PDDE_F32) return 0;
+        return node->src[node->nsrc - 2]->dtype == PDDE_I32 && node->src[node->nsrc - 1]->dtype == PDDE_F32;
     case PDDE_OP_CROSS_ENTROPY:
         return node->dtype == PDDE_F32 && node->nsrc == 2 && node->src[0]->dtype == PDDE_F32 &&
                node->src[1]->dtype == PDDE_I32;
@@ -1383,3 +1399,5 @@ const pdde_backend_iface pdde_backend_opencl = {
     .event_sync = pdde_ocl_event_sync,
     .stream_wait_event = pdde_ocl_stream_wait_event,
 };
+
+#endif /* PDDE_OCL_NO_HEADERS */

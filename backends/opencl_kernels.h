@@ -449,29 +449,27 @@ void k_gemm(__global const float *a, long ao, long lda, long sa, int ta, __globa
 /* Dropout and the optimizer updates: the parts whose exact arithmetic must follow the CPU backend. */
 static const char pdde_ocl_source_train[] = PDDE_OCL_STR(
 
-/* splitmix64 finaliser of (seed, counter, i); u in [0, 1) from the top 24 bits */
-inline float pdde_dropout_u(uint seed_lo, uint seed_hi, uint counter, ulong i) {
-    ulong z = (((ulong)seed_hi << 32) | seed_lo) ^ ((ulong)counter * 0x9e3779b97f4a7c15UL) ^ (i * 0xbf58476d1ce4e5b9UL);
-    z += 0x9e3779b97f4a7c15UL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9UL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebUL;
-    z = z ^ (z >> 31);
-    return (float)(z >> 40) * (1.0f / 16777216.0f);
+/* the CPU backend's counter-based hash (backends/cpu.c dropout_hash): the same mask on every backend */
+inline uint dropout_hash(uint seed_lo, uint seed_hi, uint counter, ulong i) {
+    ulong z = (((ulong)seed_hi << 32) | seed_lo) ^ (0x9E3779B97F4A7C15UL * (ulong)(counter + 1u)) ^ (i * 0xD1B54A32D192ED03UL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
+    return (uint)((z ^ (z >> 31)) >> 32);
 }
 
-/* keep(i) = u(seed, counter, i) >= p; kept values are scaled by 1/(1-p) */
-__kernel void k_dropout(__global const float *x, long xo, __global float *y, long yo, long n, float p,
-                        uint seed_lo, uint seed_hi, uint counter) {
+/* keep(i) = hash(seed, counter, i) >= threshold (= p * 2^32); kept values are scaled by keep_scale */
+__kernel void k_dropout(__global const float *x, long xo, __global float *y, long yo, long n, uint threshold,
+                        float keep_scale, uint seed_lo, uint seed_hi, uint counter) {
     long i = get_global_id(0);
     if (i >= n) return;
-    float u = pdde_dropout_u(seed_lo, seed_hi, counter, (ulong)i);
-    y[yo + i] = u >= p ? x[xo + i] / (1.0f - p) : 0.0f;
+    uint h = dropout_hash(seed_lo, seed_hi, counter, (ulong)i);
+    y[yo + i] = h >= threshold ? x[xo + i] * keep_scale : 0.0f;
 }
 
 inline float clip_factor(__global const float *gn, long gno, int has_gn, float clip) {
     if (!has_gn || clip <= 0.0f) return 1.0f;
     float norm = sqrt(gn[gno]);
-    return norm > clip ? clip / norm : 1.0f;
+    return norm > clip ? clip / (norm + 1e-6f) : 1.0f;
 }
 
 /* p -= lr * m, m = mom * m + (g * scale * clip + wd * p); the gradient is zeroed */
@@ -485,7 +483,7 @@ __kernel void k_sgd(__global float *p, long po, __global float *g, long go, __gl
     float gr = g[go + i] * scale * c + wd * w;
     float v = mom * m[mo + i] + gr;
     m[mo + i] = v;
-    p[po + i] = w - lr * v;
+    p[po + i] = w - lr * (mom > 0.0f ? v : gr);
     g[go + i] = 0.0f;
 }
 
