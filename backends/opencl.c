@@ -298,7 +298,7 @@ static pdde_status pdde_ocl_device_props(void *family, int index, pdde_device_pr
     return PDDE_OK;
 }
 
-/* Context, program (built once) and kernels of a device. */
+/* The context and default queue of a device (on open). */
 static pdde_status pdde_ocl_device_setup(pdde_ocl_family *f, pdde_ocl_device *d) {
     cl_int e = CL_SUCCESS;
     cl_context_properties cp[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)d->platform, 0};
@@ -306,9 +306,18 @@ static pdde_status pdde_ocl_device_setup(pdde_ocl_family *f, pdde_ocl_device *d)
     if (!d->cl) return pdde_ocl_fail(d, e, "clCreateContext");
     d->def.q = f->cl.clCreateCommandQueue(d->cl, d->id, 0, &e);
     if (!d->def.q) return pdde_ocl_fail(d, e, "clCreateCommandQueue");
+    d->ready = 1;
+    return PDDE_OK;
+}
+
+/* The program (built once per device, then cached for the family's life) and its kernels. Built on
+ * first use, i.e. at the first buffer_alloc (session init) or compute, so that a build failure
+ * reaches the caller as PDDE_ERR_BUILD with the log. */
+static pdde_status pdde_ocl_build(pdde_ocl_family *f, pdde_ocl_device *d) {
+    cl_int e = CL_SUCCESS;
     /* the stringified source is one line: break it after ; { } so that build logs point somewhere */
     size_t n1 = strlen(pdde_ocl_source), n2 = strlen(pdde_ocl_source_train);
-    char *text = malloc(2 * (n1 + n2) + 2);
+    char *text = malloc(2 * (n1 + n2) + 4);
     if (!text) return pdde_error(f->ctx, PDDE_ERR_OOM, "opencl: out of host memory");
     char *o = text;
     const char *parts[2] = {pdde_ocl_source, pdde_ocl_source_train};
@@ -320,8 +329,9 @@ static pdde_status pdde_ocl_device_setup(pdde_ocl_family *f, pdde_ocl_device *d)
         *o++ = '\n';
     }
     *o = 0;
-    const char *src[2] = {text, f->debug_source ? f->debug_source : ""};
-    d->prog = f->cl.clCreateProgramWithSource(d->cl, 2, src, NULL, &e);
+    /* no a*b+c contraction into fma: the CPU reference (ISO C11) does not contract either */
+    const char *src[3] = {"#pragma OPENCL FP_CONTRACT OFF\n", text, f->debug_source ? f->debug_source : ""};
+    d->prog = f->cl.clCreateProgramWithSource(d->cl, 3, src, NULL, &e);
     free(text);
     if (!d->prog) return pdde_ocl_fail(d, e, "clCreateProgramWithSource");
     e = f->cl.clBuildProgram(d->prog, 1, &d->id, "-cl-std=CL1.2", NULL, NULL);
@@ -335,14 +345,22 @@ static pdde_status pdde_ocl_device_setup(pdde_ocl_family *f, pdde_ocl_device *d)
             log[n] = 0;
         }
         pdde_status st = pdde_error(f->ctx, PDDE_ERR_BUILD, "opencl %s: kernel build failed (%s): %s", d->props.name,
-                                    pdde_ocl_err_name(e), log ? log : "(no log)");
+                                    pdde_ocl_err_name(e), log && log[0] ? log : "(no log)");
         free(log);
+        f->cl.clReleaseProgram(d->prog);
+        d->prog = NULL;
         return st;
     }
     size_t wg = d->max_wg;
     for (int i = 0; i < PDDE_OCL_K_COUNT; i++) {
         d->k[i] = f->cl.clCreateKernel(d->prog, pdde_ocl_kernel_names[i], &e);
-        if (!d->k[i]) return pdde_ocl_fail(d, e, pdde_ocl_kernel_names[i]);
+        if (!d->k[i]) {
+            pdde_status st = pdde_ocl_fail(d, e, pdde_ocl_kernel_names[i]);
+            for (int j = 0; j < i; j++) f->cl.clReleaseKernel(d->k[j]), d->k[j] = NULL;
+            f->cl.clReleaseProgram(d->prog);
+            d->prog = NULL;
+            return st;
+        }
         size_t kw = 0;
         if (i != PDDE_OCL_K_gemm &&
             f->cl.clGetKernelWorkGroupInfo(d->k[i], d->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof kw, &kw, NULL) ==
@@ -354,8 +372,16 @@ static pdde_status pdde_ocl_device_setup(pdde_ocl_family *f, pdde_ocl_device *d)
     size_t want = (d->type & CL_DEVICE_TYPE_GPU) ? 256 : 64;
     d->wg = 1;
     while (d->wg * 2 <= want && d->wg * 2 <= wg) d->wg *= 2;
-    d->ready = 1;
     return PDDE_OK;
+}
+
+static pdde_status pdde_ocl_prepare(pdde_ocl_device *d) {
+    pdde_ocl_family *f = d->fam;
+    pdde_status st = PDDE_OK;
+    pthread_mutex_lock(&f->lock);
+    if (!d->prog) st = pdde_ocl_build(f, d);
+    pthread_mutex_unlock(&f->lock);
+    return st;
 }
 
 static pdde_status pdde_ocl_device_open(void *family, int index, void **dev) {
@@ -383,6 +409,8 @@ static void pdde_ocl_device_close(void *dev) { (void)dev; }
 static pdde_status pdde_ocl_buffer_alloc(void *dev, size_t nbytes, void **handle) {
     pdde_ocl_device *d = dev;
     *handle = NULL;
+    pdde_status st = pdde_ocl_prepare(d);
+    if (st != PDDE_OK) return st;
     if (nbytes > d->max_alloc || nbytes > d->props.memory_total)
         return pdde_error(d->fam->ctx, PDDE_ERR_DEVICE_OOM,
                           "opencl %s: cannot allocate %zu bytes (largest buffer %llu bytes, memory %llu bytes)",
@@ -1266,6 +1294,8 @@ static pdde_status pdde_ocl_update(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_
 static pdde_status pdde_ocl_compute(void *dev, void *stream, pdde_tensor *node) {
     pdde_ocl_device *d = dev;
     pdde_ocl_stream *s = pdde_ocl_st(d, stream);
+    pdde_status st = pdde_ocl_prepare(d);
+    if (st != PDDE_OK) return st;
     /* a view the core placed inside its source's memory: nothing to compute */
     if ((node->flags & PDDE_TENSOR_VIEW) && node->nsrc > 0 && node->src[0]->data == node->data) return PDDE_OK;
     switch (node->op) {
