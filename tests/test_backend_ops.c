@@ -146,8 +146,8 @@ static pdde_tensor *b_concat(pdde_graph *g, const op_case *c) {
     pdde_tensor *xs[6];
     int n = (int)c->p[0], axis = (int)c->p[1];
     for (int i = 0; i < n; i++) {
-        char name[8];
-        snprintf(name, sizeof name, "x%d", i);
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i % 10);
         int64_t s[3] = {c->p[2], c->p[3], c->p[4]};
         s[axis] = i + 2;
         xs[i] = pdde_param(g, name, 3, s, 0.0f);
