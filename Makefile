@@ -3,7 +3,7 @@
 CC       ?= cc
 PREFIX   ?= /usr/local
 BUILD    ?= build
-OPT      ?= -O3 -march=native
+OPT      ?= -O3 -march=native -fno-math-errno
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -pthread -I.
 LDLIBS   += -lm -ldl -pthread $(LDLIBS_EXTRA)
 
@@ -90,8 +90,11 @@ $(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
 $(BUILD)/%: tools/bench/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
+# The portable build (no OpenBLAS: pdde's own GEMM) runs the numerical tests too.
+PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
 test: all $(TESTS)
-	@bash tests/run_tests.sh $(BUILD) $(TESTS)
+	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 $(PORTABLE_TESTS) >/dev/null
+	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS)
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:

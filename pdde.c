@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ================================================================================================
@@ -110,7 +111,7 @@ uint16_t pdde_f32_to_f16(float f) {
     if (absu < 0x38800000) {                                          /* subnormal or zero */
         if (absu < 0x33000000) return (uint16_t)sign;
         uint32_t mant = (absu & 0x7fffff) | 0x800000;
-        int shift = 126 - (int)(absu >> 23) + 13 + 1;
+        int shift = 126 - (int)(absu >> 23); /* value = mant * 2^(e-150), f16 unit = 2^-24 */
         uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
         if (rem > mid || (rem == mid && (half & 1))) half++;
         return (uint16_t)(sign | half);
@@ -186,6 +187,7 @@ struct pdde_graph {
     bool has_optimizer;
     pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
     int opt_kind;              /* PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE */
+    pdde_session *session;     /* the live session: tensors hold its data, so one at a time */
 };
 
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
@@ -904,7 +906,16 @@ struct pdde_session {
     float last_loss;
     pdde_tensor *loss;
     pdde_memory_stats mem;
+    bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
+    double op_seconds[PDDE_OP_COUNT];
+    int64_t op_calls[PDDE_OP_COUNT];
 };
+
+static double monotonic_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 static bool is_persistent(const pdde_tensor *t) {
     return t->op == PDDE_OP_NONE; /* inputs, parameters, constants and optimizer state are leaves */
@@ -1235,6 +1246,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     *out = NULL;
     if (g->status) return g->status;
     if (g->n == 0) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: the graph is empty");
+    if (g->session) return pdde_error(g->ctx, PDDE_ERR_STATE, "session: the graph has a live session; free it first");
     pdde_session_params p = PDDE_SESSION_PARAMS_INIT;
     if (params) p = *params;
     pdde_session *s = calloc(1, sizeof *s);
@@ -1242,6 +1254,8 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->ctx = g->ctx;
     s->g = g;
     s->last_loss = NAN;
+    const char *prof = getenv("PDDE_PROFILE");
+    s->profile = prof && *prof && strcmp(prof, "0") != 0;
     pdde_status st = session_schedule(s, &p);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_allocate(s);
@@ -1249,12 +1263,25 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
         pdde_session_free(s);
         return st;
     }
+    g->session = s;
     *out = s;
     return PDDE_OK;
 }
 
+static void print_profile(const pdde_session *s) {
+    double total = 0;
+    for (int op = 0; op < PDDE_OP_COUNT; op++) total += s->op_seconds[op];
+    fprintf(stderr, "pdde profile: %.3f s in kernels\n", total);
+    for (int op = 0; op < PDDE_OP_COUNT; op++)
+        if (s->op_calls[op])
+            fprintf(stderr, "  %-22s %9.3f ms %5.1f%% %8lld calls\n", pdde_op_name((pdde_op)op), 1e3 * s->op_seconds[op],
+                    100.0 * s->op_seconds[op] / (total > 0 ? total : 1), (long long)s->op_calls[op]);
+}
+
 void pdde_session_free(pdde_session *s) {
     if (!s) return;
+    if (s->profile) print_profile(s);
+    if (s->g->session == s) s->g->session = NULL;
     for (int d = 0; d < s->n_devs; d++) {
         session_device *sd = &s->devs[d];
         if (sd->arena) sd->iface->buffer_free(sd->dev, sd->arena);
@@ -1302,6 +1329,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_run: unknown mode %d", mode);
     pdde_graph *g = s->g;
     float lr = g->has_optimizer ? pdde_lr_at(&g->opt, s->step) : 0.0f;
+    /* each training pass draws new dropout masks; a forward-only pass reuses the last training pass's
+     * masks (so the forward it evaluates is the function that was differentiated) */
+    if (mode & 2) s->run_counter++;
     pdde_status st = PDDE_OK;
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
@@ -1309,9 +1339,15 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) t->iparams[2] = (int32_t)s->run_counter;
         if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
             t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
-        if (t->op == PDDE_OP_COPY) { st = run_copy(s, t); continue; }
-        session_device *sd = &s->devs[s->slot[t->id]];
-        st = sd->iface->compute(sd->dev, sd->stream, t);
+        double t0 = s->profile ? monotonic_seconds() : 0;
+        if (t->op == PDDE_OP_COPY) st = run_copy(s, t);
+        else {
+            session_device *sd = &s->devs[s->slot[t->id]];
+            st = sd->iface->compute(sd->dev, sd->stream, t);
+            /* timing an asynchronous device needs its stream drained; only when profiling */
+            if (s->profile && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+        }
+        if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
     }
     for (int d = 0; d < s->n_devs; d++) {
         pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);
@@ -1320,8 +1356,6 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (st != PDDE_OK) return st;
     if (s->loss && (mode & 1)) st = pdde_session_read(s, s->loss, &s->last_loss, sizeof s->last_loss);
     if ((mode & 4) && g->has_optimizer) s->step++;
-    /* the dropout counter advances per forward pass, so grad-accumulation micro-batches differ */
-    if (mode & 1) s->run_counter++;
     return st;
 }
 

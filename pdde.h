@@ -217,6 +217,7 @@ size_t pdde_tensor_nbytes(const pdde_tensor *t);
  * Graph building. All calls return NULL after an error; pdde_graph_status returns the first error and
  * pdde_last_error(ctx) its message (naming the op, the tensor and the shapes). */
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out);
+/* Free a graph's session before the graph. */
 void pdde_graph_free(pdde_graph *g);
 pdde_status pdde_graph_status(const pdde_graph *g);
 pdde_context *pdde_graph_context(const pdde_graph *g);
@@ -257,7 +258,8 @@ pdde_tensor *pdde_slice(pdde_graph *g, pdde_tensor *x, int axis, int64_t start, 
 pdde_tensor *pdde_split(pdde_graph *g, pdde_tensor *x, int axis, int n, pdde_tensor **out);
 pdde_tensor *pdde_sum(pdde_graph *g, pdde_tensor *x, int axis, int keepdim); /* axis -1: all */
 pdde_tensor *pdde_mean(pdde_graph *g, pdde_tensor *x, int axis, int keepdim);
-/* Inverted dropout; deterministic for a given seed. The seed changes each step (step number mixed in). */
+/* Inverted dropout; deterministic for a given seed. Each training run (one with backward) draws a new
+ * mask from (seed, run number); a forward-only run reuses the mask of the last training run. */
 pdde_tensor *pdde_dropout(pdde_graph *g, pdde_tensor *x, float p, uint64_t seed);
 pdde_tensor *pdde_cast(pdde_graph *g, pdde_tensor *x, pdde_dtype to);
 pdde_status pdde_tensor_set_name(pdde_tensor *t, const char *name);
@@ -376,7 +378,7 @@ typedef enum {
     PDDE_RUN_STEP = 7,              /* all three: one training step (when grad_accum_steps is 1) */
 } pdde_run_mode;
 
-/* Compiles g: keeps the nodes the step needs, places them, inserts COPY nodes at device boundaries
+/* Compiles g (one live session per graph: free it before compiling g again): keeps the nodes the step needs, places them, inserts COPY nodes at device boundaries
  * (appended to g, visible to pdde_graph_tensor), plans memory and allocates it. */
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);

@@ -124,16 +124,35 @@ typedef struct cpu_job {
     const void *extra;
 } cpu_job;
 
+/* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):
+ * exp(x) = 2^n * e^g with n = rint(x / ln2) and |g| <= ln2/2, e^g by its degree-7 Taylor polynomial
+ * (truncation error < 1e-8 relative, below float rounding). */
+static inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float n = __builtin_rintf(x * 1.4426950408889634f);
+    float g = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; /* ln2 split for accuracy */
+    float p = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g * (1.0f / 5040)))))));
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* tanh(u) = sign(u) (1 - 2 / (e^{2|u|} + 1)); absolute error ~1e-7 */
+static inline float tanh_fast(float u) {
+    float a = u < 0 ? -u : u, t = 1.0f - 2.0f / (exp_fast(2.0f * a) + 1.0f);
+    return u < 0 ? -t : t;
+}
+
 static inline float gelu_tanh(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.0f + tanh_fast(k * (x + 0.044715f * x * x * x)));
 }
 
 static inline float gelu_tanh_grad(float x) {
     const float k = 0.7978845608028654f;
-    float x3 = x * x * x, inner = k * (x + 0.044715f * x3), th = tanhf(inner);
-    float sech2 = 1.0f - th * th;
-    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * k * (1.0f + 3.0f * 0.044715f * x * x);
+    float th = tanh_fast(k * (x + 0.044715f * x * x * x));
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -262,24 +281,30 @@ static inline int64_t bcast_index(const bcast *bc, int64_t i) {
 
 typedef struct { pdde_tensor *y; bcast bc; } binary_job;
 
+/* The general broadcast: one index computation per element. */
 static void binary_task(void *arg, int64_t begin, int64_t end) {
     binary_job *j = arg;
     const float *a = F32(j->y->src[0]), *b = F32(j->y->src[1]);
     float *y = F32(j->y);
-    int64_t period = j->bc.period;
-    switch (j->y->op) {
-    case PDDE_OP_ADD:
-        if (period) for (int64_t i = begin; i < end; i++) y[i] = a[i] + b[i % period];
-        else for (int64_t i = begin; i < end; i++) y[i] = a[i] + b[bcast_index(&j->bc, i)];
-        break;
-    case PDDE_OP_SUB:
-        if (period) for (int64_t i = begin; i < end; i++) y[i] = a[i] - b[i % period];
-        else for (int64_t i = begin; i < end; i++) y[i] = a[i] - b[bcast_index(&j->bc, i)];
-        break;
-    default: /* MUL */
-        if (period) for (int64_t i = begin; i < end; i++) y[i] = a[i] * b[i % period];
-        else for (int64_t i = begin; i < end; i++) y[i] = a[i] * b[bcast_index(&j->bc, i)];
-        break;
+    pdde_op op = j->y->op;
+    for (int64_t i = begin; i < end; i++) {
+        float bv = b[bcast_index(&j->bc, i)];
+        y[i] = op == PDDE_OP_ADD ? a[i] + bv : op == PDDE_OP_SUB ? a[i] - bv : a[i] * bv;
+    }
+}
+
+/* b repeats every `period` elements of a (same shapes, bias, row scale): rows of plain loops. */
+static void binary_rows_task(void *arg, int64_t begin, int64_t end) {
+    binary_job *j = arg;
+    int64_t P = j->bc.period;
+    const float *b = F32(j->y->src[1]);
+    pdde_op op = j->y->op;
+    for (int64_t r = begin; r < end; r++) {
+        const float *a = F32(j->y->src[0]) + r * P;
+        float *y = F32(j->y) + r * P;
+        if (op == PDDE_OP_ADD) for (int64_t i = 0; i < P; i++) y[i] = a[i] + b[i];
+        else if (op == PDDE_OP_SUB) for (int64_t i = 0; i < P; i++) y[i] = a[i] - b[i];
+        else for (int64_t i = 0; i < P; i++) y[i] = a[i] * b[i];
     }
 }
 
@@ -704,7 +729,8 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pd
     case PDDE_OP_ADD: case PDDE_OP_SUB: case PDDE_OP_MUL: {
         binary_job bj = {.y = t};
         bcast_init(&bj.bc, t->src[0], t->src[1]);
-        parallel_for(pool, n, PAR_MIN, binary_task, &bj);
+        if (bj.bc.period > 0) parallel_for(pool, n / bj.bc.period, PAR_MIN / bj.bc.period + 1, binary_rows_task, &bj);
+        else parallel_for(pool, n, PAR_MIN, binary_task, &bj);
         return PDDE_OK;
     }
     case PDDE_OP_SCALE: case PDDE_OP_GELU: case PDDE_OP_RELU: case PDDE_OP_SILU:

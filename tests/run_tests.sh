@@ -4,8 +4,8 @@ set -u
 build=$1; shift
 total_pass=0; total_fail=0
 for t in "$@"; do
-    name=$(basename "$t")
-    log="$build/$name.log"
+    name=$(basename "$(dirname "$t")")/$(basename "$t"); name=${name#"$(basename "$build")/"}
+    log="$t.log"
     start=$(date +%s)
     timeout --signal=KILL "${PDDE_TEST_TIMEOUT:-300}" "$t" >"$log" 2>&1
     rc=$?

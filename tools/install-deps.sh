@@ -4,6 +4,7 @@
 #   bash tools/install-deps.sh           # build + test dependencies
 #   bash tools/install-deps.sh --torch   # also python3-torch and python3-numpy (only for
 #                                        # tools/gen_golden.py and tools/bench/gpt_torch.py)
+#   bash tools/install-deps.sh --check   # exit 0 if everything is installed, 1 if not
 #
 # Idempotent: when every package is already installed it does nothing (no apt-get update).
 # Runs as root; uses sudo when not root and sudo exists.
@@ -25,11 +26,12 @@ PKGS=(
 )
 TORCH_PKGS=(python3-torch python3-numpy)
 
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
 
 for arg in "$@"; do
   case "$arg" in
     --torch) PKGS+=("${TORCH_PKGS[@]}") ;;
+    --check) CHECK_ONLY=1 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "install-deps: unknown option '$arg'" >&2; usage >&2; exit 2 ;;
   esac
@@ -42,6 +44,11 @@ for p in "${PKGS[@]}"; do
     missing+=("$p")
   fi
 done
+
+if [ -n "${CHECK_ONLY:-}" ]; then
+  [ "${#missing[@]}" -eq 0 ] && echo "install-deps: all installed" && exit 0
+  echo "install-deps: missing: ${missing[*]}"; exit 1
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#PKGS[@]} packages already installed; nothing to do"

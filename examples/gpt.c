@@ -1,0 +1,243 @@
+/* gpt — trains a GPT-2-style model on any text file with pdde, then samples from it.
+ *
+ *   ./build/gpt                                   # small model on a fortunes file, all CPU threads
+ *   ./build/gpt --data corpus.txt --layers 6 --width 256 --steps 2000 --ckpt-dir ckpt --resume
+ *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
+ *
+ * Text is tokenized byte by byte (vocabulary 256). 90% of the file trains, 10% validates. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/gpt.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+typedef struct {
+    gpt_config model;
+    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume;
+    float lr, weight_decay, clip;
+    uint64_t seed;
+    const char *data, *ckpt_dir, *blocks_on;
+} options;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
+            "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
+            "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
+            "           [--blocks-on BACKEND]\n");
+}
+
+static int parse(int argc, char **argv, options *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int *iv = NULL;
+        float *fv = NULL;
+        if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
+        if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
+        if (!strcmp(a, "--layers")) iv = &o->model.layers;
+        else if (!strcmp(a, "--heads")) iv = &o->model.heads;
+        else if (!strcmp(a, "--width")) iv = &o->model.width;
+        else if (!strcmp(a, "--ctx")) iv = &o->model.ctx;
+        else if (!strcmp(a, "--vocab")) iv = &o->model.vocab;
+        else if (!strcmp(a, "--batch")) iv = &o->model.batch;
+        else if (!strcmp(a, "--steps")) iv = &o->steps;
+        else if (!strcmp(a, "--val-every")) iv = &o->val_every;
+        else if (!strcmp(a, "--sample-len")) iv = &o->sample_len;
+        else if (!strcmp(a, "--threads")) iv = &o->threads;
+        else if (!strcmp(a, "--ckpt-every")) iv = &o->ckpt_every;
+        else if (!strcmp(a, "--lr")) fv = &o->lr;
+        else if (!strcmp(a, "--weight-decay")) fv = &o->weight_decay;
+        else if (!strcmp(a, "--clip")) fv = &o->clip;
+        else if (!strcmp(a, "--seed")) o->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
+        else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
+        else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(); return -1; }
+        char *end = NULL;
+        if (iv) { long x = strtol(v, &end, 10); if (*end || x < 0) { fprintf(stderr, "gpt: %s wants a non-negative integer, got '%s'\n", a, v); return -1; } *iv = (int)x; }
+        if (fv) { *fv = strtof(v, &end); if (*end) { fprintf(stderr, "gpt: %s wants a number, got '%s'\n", a, v); return -1; } }
+        i++;
+    }
+    gpt_config *m = &o->model;
+    if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->ctx < 2 || m->vocab < 256 || m->batch < 1 || m->width % m->heads) {
+        fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
+        return -1;
+    }
+    return 0;
+}
+
+#define TRY(call)                                                                              \
+    do {                                                                                       \
+        pdde_status st_ = (call);                                                              \
+        if (st_ != PDDE_OK) {                                                                  \
+            fprintf(stderr, "gpt: %s failed: %s: %s\n", #call, pdde_status_str(st_), pdde_last_error(ctx)); \
+            return 1;                                                                          \
+        }                                                                                      \
+    } while (0)
+
+/* Mean loss over a few validation batches (forward only). */
+static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, int32_t *x, int32_t *y) {
+    size_t bytes = (size_t)m->cfg.batch * m->cfg.ctx * sizeof *x;
+    uint64_t pos = pdde_data_position(val);
+    double sum = 0;
+    pdde_data_set_position(val, 0); /* the same validation windows every time */
+    for (int i = 0; i < batches; i++) {
+        pdde_data_next_batch(val, m->cfg.batch, m->cfg.ctx, 99, x, y);
+        pdde_session_write(s, m->ids, x, bytes);
+        pdde_session_write(s, m->targets, y, bytes);
+        if (pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
+        sum += pdde_session_loss(s);
+    }
+    pdde_data_set_position(val, pos);
+    return (float)(sum / batches);
+}
+
+/* Samples n bytes: the context fills row 0 of the batch, the next byte comes from the logits at the
+ * last filled position (temperature 0.8). */
+static void sample(pdde_session *s, gpt_model *m, int n, uint64_t seed) {
+    int T = m->cfg.ctx, V = m->cfg.vocab, BT = m->cfg.batch * T;
+    int32_t *ids = calloc((size_t)BT, sizeof *ids);
+    float *logits = malloc((size_t)BT * V * sizeof *logits);
+    char *text = malloc((size_t)n + 2);
+    int len = 0;
+    ids[0] = '\n';
+    int filled = 1;
+    for (int k = 0; k < n; k++) {
+        pdde_session_write(s, m->ids, ids, (size_t)BT * sizeof *ids);
+        if (pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
+        pdde_session_read(s, m->logits, logits, (size_t)BT * V * sizeof *logits);
+        const float *row = logits + (size_t)(filled - 1) * V;
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < 256; v++) mx = row[v] > mx ? row[v] : mx;
+        for (int v = 0; v < 256; v++) sum += exp((row[v] - mx) / 0.8);
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        double r = (double)(seed >> 11) / 9007199254740992.0 * sum, acc = 0;
+        int next = 255;
+        for (int v = 0; v < 256; v++) if ((acc += exp((row[v] - mx) / 0.8)) >= r) { next = v; break; }
+        text[len++] = (char)next;
+        if (filled == T) { memmove(ids, ids + 1, (size_t)(T - 1) * sizeof *ids); filled--; }
+        ids[filled++] = next;
+    }
+    text[len] = 0;
+    printf("---- sample ----\n%s\n----------------\n", text);
+    free(ids), free(logits), free(text);
+}
+
+int main(int argc, char **argv) {
+    options o = {
+        .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},
+        .steps = 600, .val_every = 100, .val_batches = 8, .sample_len = 300, .ckpt_every = 200,
+        .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337,
+        .data = "/usr/share/games/fortunes/songs-poems",
+    };
+    if (parse(argc, argv, &o)) return 2;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = o.threads;
+    cp.seed = o.seed;
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx) != PDDE_OK) { fprintf(stderr, "gpt: cannot create a context\n"); return 1; }
+    pdde_data *train, *val;
+    TRY(pdde_data_open_part(ctx, o.data, 0.0, 0.9, &train));
+    TRY(pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
+    if (pdde_data_n_tokens(val) <= o.model.ctx) { fprintf(stderr, "gpt: %s is too short for a context of %d\n", o.data, o.model.ctx); return 1; }
+
+    pdde_graph *g;
+    gpt_model m;
+    TRY(pdde_graph_init(ctx, &g));
+    TRY(gpt_build(g, &o.model, &m));
+    pdde_mark_output(m.logits);
+    TRY(pdde_backward(g, m.loss));
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
+    op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
+    TRY(pdde_optimizer_adamw(g, &op));
+
+    /* placement: with --blocks-on, the transformer blocks (layers 1..L) go to that backend's device 0 */
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
+    const char *where = "cpu";
+    if (o.blocks_on) {
+        int dev = pdde_device_find(ctx, o.blocks_on, 0);
+        if (dev < 0) {
+            fprintf(stderr, "gpt: no device of backend '%s' (see build/pdde-info)\n", o.blocks_on);
+            return 1;
+        }
+        for (int l = 1; l <= o.model.layers; l++) layer_dev[l] = dev;
+        sp.layer_devices = layer_dev, sp.n_layer_devices = o.model.layers + 2;
+        where = o.blocks_on;
+    }
+    pdde_session *s;
+    TRY(pdde_session_init(g, &sp, &s));
+    pdde_memory_stats ms;
+    pdde_session_memory(s, &ms);
+    printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s, %d threads\n",
+           o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
+           where, pdde_context_n_threads(ctx));
+    printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB, activations %.1f MB (plan) of %.1f MB\n",
+           o.data, (long long)pdde_data_n_tokens(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6,
+           ms.arena_bytes / 1e6, ms.activation_bytes / 1e6);
+
+    char ckpt[4096] = "";
+    if (o.ckpt_dir) {
+        mkdir(o.ckpt_dir, 0755);
+        snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir);
+        if (o.resume) {
+            pdde_checkpoint_extra ex;
+            pdde_status st = pdde_checkpoint_load(s, ckpt, &ex);
+            if (st == PDDE_OK) {
+                pdde_data_set_position(train, ex.data_position);
+                printf("gpt: resumed from %s at step %lld\n", ckpt, (long long)pdde_session_step(s));
+            } else if (st != PDDE_ERR_NOT_FOUND) {
+                fprintf(stderr, "gpt: cannot resume: %s\n", pdde_last_error(ctx));
+                return 1;
+            }
+        }
+    }
+
+    size_t bt = (size_t)o.model.batch * o.model.ctx;
+    int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
+    double t0 = now(), tlast = t0;
+    int64_t first = pdde_session_step(s);
+    float ema_tps = 0;
+    for (int64_t step = first; step < o.steps; step++) {
+        TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y));
+        TRY(pdde_session_write(s, m.ids, x, bt * sizeof *x));
+        TRY(pdde_session_write(s, m.targets, y, bt * sizeof *y));
+        TRY(pdde_session_run(s, PDDE_RUN_STEP));
+        double t = now(), dt = t - tlast;
+        tlast = t;
+        float tps = (float)(bt / dt);
+        ema_tps = step == first ? tps : 0.9f * ema_tps + 0.1f * tps;
+        double eta = (double)(o.steps - step - 1) * bt / ema_tps;
+        if (step % 10 == 0 || step + 1 == o.steps)
+            printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs\n", (long long)step + 1, o.steps,
+                   pdde_session_loss(s), pdde_lr_at(&op, step), ema_tps, eta);
+        if ((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)
+            printf("step %5lld  validation loss %.4f\n", (long long)step + 1, validate(s, &m, val, o.val_batches, x, y));
+        if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
+            pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
+            TRY(pdde_checkpoint_save(s, ckpt, &ex));
+        }
+    }
+    printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
+    if (o.sample_len > 0) sample(s, &m, o.sample_len, o.seed);
+    free(x), free(y), free(layer_dev);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_data_free(train), pdde_data_free(val);
+    pdde_context_free(ctx);
+    return 0;
+}

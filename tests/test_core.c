@@ -1,0 +1,379 @@
+/* test_core — the engine around the ops: memory planning, optimizers (SGD momentum, AdamW, clipping,
+ * schedules, gradient accumulation), checkpoints (bit-exact round trip, a save killed midway, corrupt
+ * and mismatched files), the data loader, dtype conversions and bad input. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+static const gpt_config small = {.vocab = 32, .ctx = 8, .layers = 2, .heads = 2, .width = 16, .batch = 4};
+
+typedef struct { pdde_context *ctx; pdde_graph *g; pdde_session *s; gpt_model m; } trainer;
+
+static int trainer_init(trainer *t, const gpt_config *cfg, const pdde_optimizer_params *op, int sgd) {
+    memset(t, 0, sizeof *t);
+    pdde_context_init(NULL, &t->ctx);
+    pdde_graph_init(t->ctx, &t->g);
+    if (gpt_build(t->g, cfg, &t->m) || pdde_backward(t->g, t->m.loss)) return -1;
+    if ((sgd ? pdde_optimizer_sgd(t->g, op) : pdde_optimizer_adamw(t->g, op)) != PDDE_OK) return -1;
+    return pdde_session_init(t->g, NULL, &t->s);
+}
+
+static void trainer_free(trainer *t) {
+    pdde_session_free(t->s);
+    pdde_graph_free(t->g);
+    pdde_context_free(t->ctx);
+}
+
+static void make_batch(int B, int T, int V, int step, int32_t *x, int32_t *y) {
+    for (int i = 0; i < B * T; i++) x[i] = (i * 7 + step * 3) % V, y[i] = (i * 5 + step + 1) % V;
+}
+
+static void feed(trainer *t, int step) {
+    int BT = t->m.cfg.batch * t->m.cfg.ctx;
+    int32_t x[4096], y[4096];
+    make_batch(t->m.cfg.batch, t->m.cfg.ctx, t->m.cfg.vocab, step, x, y);
+    pdde_session_write(t->s, t->m.ids, x, (size_t)BT * 4);
+    pdde_session_write(t->s, t->m.targets, y, (size_t)BT * 4);
+}
+
+static void test_memory_plan(void) {
+    trainer t;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    CHECK(trainer_init(&t, &small, &op, 0) == PDDE_OK, "session: %s", pdde_last_error(t.ctx));
+    pdde_memory_stats ms;
+    pdde_session_memory(t.s, &ms);
+    CHECK(ms.arena_bytes < ms.activation_bytes / 2, "arena %zu should be well below the sum of activations %zu", ms.arena_bytes, ms.activation_bytes);
+    size_t params = (size_t)gpt_n_params(&small) * 4;
+    CHECK(ms.param_bytes == params, "param bytes %zu, expected %zu", ms.param_bytes, params);
+    CHECK(ms.grad_bytes == params && ms.optimizer_bytes == 2 * params, "grads %zu, adam state %zu for %zu of params", ms.grad_bytes, ms.optimizer_bytes, params);
+    printf("memory plan: arena %zu B for %zu B of activations (%d nodes)\n", ms.arena_bytes, ms.activation_bytes, ms.n_nodes);
+    /* the plan must not change results: compare with one buffer per tensor */
+    feed(&t, 0);
+    pdde_session_run(t.s, PDDE_RUN_STEP);
+    pdde_session_run(t.s, PDDE_RUN_STEP);
+    float reuse_loss = pdde_session_loss(t.s);
+    pdde_session *plain;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.no_memory_reuse = 1;
+    CHECK(pdde_session_init(t.g, &sp, &plain) == PDDE_ERR_STATE, "a second live session on one graph is refused");
+    pdde_session_free(t.s);
+    CHECK(pdde_session_init(t.g, &sp, &plain) == PDDE_OK, "no-reuse session");
+    t.s = plain;
+    feed(&t, 0);
+    pdde_session_run(t.s, PDDE_RUN_STEP);
+    pdde_session_run(t.s, PDDE_RUN_STEP);
+    CHECK(pdde_session_loss(t.s) == reuse_loss, "memory reuse changed the loss: %.9g vs %.9g", reuse_loss, pdde_session_loss(t.s));
+    trainer_free(&t);
+}
+
+static void test_grad_accumulation(void) {
+    /* one step on batch 8 == two micro-batches of 4 with grad_accum_steps = 2 */
+    gpt_config big = small, half = small;
+    big.batch = 8;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT, op2 = op;
+    op.clip_norm = op2.clip_norm = 0.5f; /* clipping sees the accumulated gradient */
+    op2.grad_accum_steps = 2;
+    trainer a, b;
+    CHECK(trainer_init(&a, &big, &op, 0) == PDDE_OK && trainer_init(&b, &half, &op2, 0) == PDDE_OK, "sessions");
+    int32_t x[8 * 8], y[8 * 8];
+    for (int step = 0; step < 3; step++) {
+        make_batch(8, 8, small.vocab, step, x, y);
+        pdde_session_write(a.s, a.m.ids, x, sizeof x), pdde_session_write(a.s, a.m.targets, y, sizeof y);
+        pdde_session_run(a.s, PDDE_RUN_STEP);
+        for (int mb = 0; mb < 2; mb++) {
+            pdde_session_write(b.s, b.m.ids, x + mb * 32, 128), pdde_session_write(b.s, b.m.targets, y + mb * 32, 128);
+            pdde_session_run(b.s, PDDE_RUN_FORWARD_BACKWARD);
+        }
+        pdde_session_run(b.s, PDDE_RUN_OPTIMIZER);
+    }
+    pdde_tensor *wa = pdde_graph_find(a.g, "h1.fc.w"), *wb = pdde_graph_find(b.g, "h1.fc.w");
+    float va[16 * 64], vb[16 * 64];
+    pdde_session_read(a.s, wa, va, sizeof va), pdde_session_read(b.s, wb, vb, sizeof vb);
+    double maxd = 0;
+    for (int i = 0; i < 16 * 64; i++) maxd = fmax(maxd, fabs(va[i] - vb[i]));
+    CHECK(maxd < 1e-5, "accumulated micro-batches differ from the full batch by %.3g", maxd);
+    CHECK(pdde_session_step(b.s) == 3, "3 optimizer steps, got %lld", (long long)pdde_session_step(b.s));
+    trainer_free(&a), trainer_free(&b);
+}
+
+static void test_sgd_and_schedule(void) {
+    /* SGD with momentum on f(x) = sum(x^2)/2: x_{t+1} = x_t - lr * buf, buf = m*buf + x */
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_session *s;
+    pdde_context_init(NULL, &ctx);
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_param(g, "x", 1, (int64_t[]){3}, 0.0f);
+    pdde_tensor *loss = pdde_scale(g, pdde_sum(g, pdde_mul(g, x, x), -1, 0), 0.5f);
+    pdde_backward(g, loss);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 0.1f, op.momentum = 0.9f;
+    pdde_optimizer_sgd(g, &op);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "sgd session: %s", pdde_last_error(ctx));
+    float v[3] = {1, -2, 3}, ref[3] = {1, -2, 3}, buf[3] = {0};
+    pdde_session_write(s, x, v, sizeof v);
+    for (int step = 0; step < 5; step++) {
+        pdde_session_run(s, PDDE_RUN_STEP);
+        for (int i = 0; i < 3; i++) buf[i] = 0.9f * buf[i] + ref[i], ref[i] -= 0.1f * buf[i];
+    }
+    pdde_session_read(s, x, v, sizeof v);
+    for (int i = 0; i < 3; i++) CHECK(test_close(v[i], ref[i], 1e-5, 1e-6), "sgd x[%d] = %g, expected %g", i, v[i], ref[i]);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+
+    pdde_optimizer_params cs = PDDE_OPTIMIZER_PARAMS_INIT;
+    cs.lr = 1.0f, cs.schedule = PDDE_LR_COSINE, cs.warmup_steps = 10, cs.total_steps = 110, cs.min_lr_ratio = 0.1f;
+    CHECK(test_close(pdde_lr_at(&cs, 0), 0.1, 1e-6, 0) && test_close(pdde_lr_at(&cs, 9), 1.0, 1e-6, 0), "warmup");
+    CHECK(test_close(pdde_lr_at(&cs, 60), 0.55, 1e-5, 0), "cosine midpoint %g", pdde_lr_at(&cs, 60));
+    CHECK(test_close(pdde_lr_at(&cs, 500), 0.1, 1e-6, 0), "cosine floor %g", pdde_lr_at(&cs, 500));
+}
+
+static void test_checkpoints(void) {
+    char path[512], path2[512];
+    snprintf(path, sizeof path, "%s/ckpt.bin", tmpdir);
+    snprintf(path2, sizeof path2, "%s/other.bin", tmpdir);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    trainer a, b;
+    CHECK(trainer_init(&a, &small, &op, 0) == PDDE_OK && trainer_init(&b, &small, &op, 0) == PDDE_OK, "sessions");
+    for (int step = 0; step < 3; step++) feed(&a, step), pdde_session_run(a.s, PDDE_RUN_STEP);
+    pdde_checkpoint_extra ex = {.data_position = 12345};
+    CHECK(pdde_checkpoint_save(a.s, path, &ex) == PDDE_OK, "save: %s", pdde_last_error(a.ctx));
+    pdde_checkpoint_extra got = {0};
+    CHECK(pdde_checkpoint_load(b.s, path, &got) == PDDE_OK, "load: %s", pdde_last_error(b.ctx));
+    CHECK(got.data_position == 12345 && pdde_session_step(b.s) == 3, "extra/step restored");
+    /* bit-exact: the next steps of a and b agree to the last bit */
+    for (int step = 3; step < 6; step++) {
+        feed(&a, step), pdde_session_run(a.s, PDDE_RUN_STEP);
+        feed(&b, step), pdde_session_run(b.s, PDDE_RUN_STEP);
+        CHECK(pdde_session_loss(a.s) == pdde_session_loss(b.s), "step %d after resume: %.9g vs %.9g", step, pdde_session_loss(a.s), pdde_session_loss(b.s));
+    }
+    /* a second save of b round-trips byte for byte */
+    CHECK(pdde_checkpoint_save(a.s, path, NULL) == PDDE_OK && pdde_checkpoint_save(b.s, path2, NULL) == PDDE_OK, "saves");
+    FILE *f1 = fopen(path, "rb"), *f2 = fopen(path2, "rb");
+    int same = f1 && f2;
+    for (int c1 = 0, c2 = 0; same && c1 != EOF;) c1 = fgetc(f1), c2 = fgetc(f2), same = c1 == c2;
+    if (f1) fclose(f1);
+    if (f2) fclose(f2);
+    CHECK(same, "checkpoints of two identical runs differ");
+
+    /* corrupt: flip a byte in the middle */
+    FILE *f = fopen(path2, "r+b");
+    fseek(f, 200, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 200, SEEK_SET);
+    fputc(c ^ 0x55, f);
+    fclose(f);
+    pdde_status st = pdde_checkpoint_load(b.s, path2, NULL);
+    CHECK(st == PDDE_ERR_CORRUPT && strstr(pdde_last_error(b.ctx), "checksum"), "corrupt file: %d %s", st, pdde_last_error(b.ctx));
+    /* truncated */
+    CHECK(truncate(path2, 100) == 0, "truncate");
+    st = pdde_checkpoint_load(b.s, path2, NULL);
+    CHECK(st == PDDE_ERR_CORRUPT, "truncated file: %d %s", st, pdde_last_error(b.ctx));
+    /* not a checkpoint at all, and a missing one */
+    f = fopen(path2, "wb");
+    fputs("hello, this is not a checkpoint at all.............................", f);
+    fclose(f);
+    st = pdde_checkpoint_load(b.s, path2, NULL);
+    CHECK(st == PDDE_ERR_CORRUPT && strstr(pdde_last_error(b.ctx), "magic"), "bad magic: %s", pdde_last_error(b.ctx));
+    st = pdde_checkpoint_load(b.s, "/nonexistent/ckpt.bin", NULL);
+    CHECK(st == PDDE_ERR_NOT_FOUND && strstr(pdde_last_error(b.ctx), "/nonexistent/ckpt.bin"), "missing: %s", pdde_last_error(b.ctx));
+    /* a checkpoint of another model: mismatch, named */
+    gpt_config wide = small;
+    wide.width = 32;
+    trainer w;
+    CHECK(trainer_init(&w, &wide, &op, 0) == PDDE_OK, "wide session");
+    st = pdde_checkpoint_load(w.s, path, NULL);
+    CHECK(st == PDDE_ERR_MISMATCH && strstr(pdde_last_error(w.ctx), "wte"), "mismatch: %s", pdde_last_error(w.ctx));
+    trainer_free(&w);
+    trainer_free(&a), trainer_free(&b);
+}
+
+/* A child saves a large checkpoint over and over; we SIGKILL it mid-save. The previous file must load. */
+static void test_killed_save(void) {
+    char path[512], tmp[520];
+    snprintf(path, sizeof path, "%s/big.bin", tmpdir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fds[2];
+    CHECK(pipe(fds) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        pdde_context *ctx;
+        pdde_graph *g;
+        pdde_session *s;
+        pdde_context_init(NULL, &ctx);
+        pdde_graph_init(ctx, &g);
+        pdde_param(g, "big", 2, (int64_t[]){4096, 4096}, 0.02f); /* 64 MiB: a save takes a while */
+        pdde_mark_output(pdde_graph_tensor(g, 0));
+        if (pdde_session_init(g, NULL, &s) || pdde_checkpoint_save(s, path, NULL)) _exit(3);
+        if (write(fds[1], "k", 1) != 1) _exit(4);
+        for (;;) pdde_checkpoint_save(s, path, NULL);
+    }
+    close(fds[1]);
+    char ch;
+    CHECK(read(fds[0], &ch, 1) == 1, "child saved the first checkpoint");
+    struct stat stt;
+    for (int i = 0; i < 5000 && stat(tmp, &stt) != 0; i++) usleep(1000); /* wait until a save is under way */
+    usleep(20000);
+    kill(pid, SIGKILL);
+    int status;
+    waitpid(pid, &status, 0);
+    close(fds[0]);
+    CHECK(WIFSIGNALED(status), "child was killed");
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_session *s;
+    pdde_context_init(NULL, &ctx);
+    pdde_graph_init(ctx, &g);
+    pdde_param(g, "big", 2, (int64_t[]){4096, 4096}, 0.0f);
+    pdde_mark_output(pdde_graph_tensor(g, 0));
+    pdde_session_init(g, NULL, &s);
+    pdde_status st = pdde_checkpoint_load(s, path, NULL);
+    CHECK(st == PDDE_OK, "the checkpoint before the killed save must load: %s", pdde_last_error(ctx));
+    float v[4];
+    pdde_session_read(s, pdde_graph_tensor(g, 0), NULL, 0); /* size mismatch -> error, no crash */
+    float *all = malloc(4096 * 4096 * 4);
+    pdde_session_read(s, pdde_graph_tensor(g, 0), all, (size_t)4096 * 4096 * 4);
+    memcpy(v, all, sizeof v);
+    CHECK(v[0] != 0.0f || v[1] != 0.0f, "loaded values are the saved ones");
+    free(all);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+    unlink(path), unlink(tmp);
+}
+
+static void test_bad_input(void) {
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_context_init(NULL, &ctx);
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *a = pdde_param(g, "a", 2, (int64_t[]){3, 4}, 0.1f), *b = pdde_param(g, "b", 2, (int64_t[]){5, 6}, 0.1f);
+    CHECK(pdde_matmul(g, a, b, 0, 0) == NULL, "matmul shape mismatch returns NULL");
+    CHECK(pdde_graph_status(g) == PDDE_ERR_SHAPE && strstr(pdde_last_error(ctx), "a [3,4]") && strstr(pdde_last_error(ctx), "b [5,6]"),
+          "message names both tensors and shapes: %s", pdde_last_error(ctx));
+    CHECK(pdde_add(g, a, a) == NULL, "later calls fail after the first error");
+    pdde_session *s = NULL;
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_ERR_SHAPE && s == NULL, "session of a failed graph");
+    pdde_graph_free(g);
+
+    pdde_graph_init(ctx, &g);
+    a = pdde_param(g, "a", 2, (int64_t[]){3, 4}, 0.1f);
+    CHECK(pdde_reshape(g, a, 2, (int64_t[]){5, 5}) == NULL && strstr(pdde_last_error(ctx), "reshape"), "reshape: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+
+    pdde_graph_init(ctx, &g);
+    a = pdde_param(g, "a", 2, (int64_t[]){3, 4}, 0.1f);
+    pdde_tensor *y = pdde_relu(g, a);
+    y->op = (pdde_op)999; /* a corrupted node: unknown op */
+    pdde_mark_output(y);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_ERR_UNKNOWN_OP, "unknown op: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *ids = pdde_input(g, "ids", PDDE_I32, 1, (int64_t[]){2});
+    pdde_tensor *tab = pdde_param(g, "tab", 2, (int64_t[]){4, 3}, 0.1f);
+    pdde_tensor *e = pdde_embedding(g, tab, ids);
+    pdde_mark_output(e);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "embedding session");
+    int32_t bad[2] = {1, 9};
+    pdde_session_write(s, ids, bad, sizeof bad);
+    CHECK(pdde_session_run(s, PDDE_RUN_FORWARD) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "id 9"), "id out of range: %s", pdde_last_error(ctx));
+    CHECK(pdde_session_write(s, ids, bad, 4) == PDDE_ERR_SHAPE, "write of the wrong size");
+    CHECK(pdde_backward(g, e) == PDDE_ERR_SHAPE, "backward of a non-scalar");
+    pdde_session_free(s);
+    pdde_graph_free(g);
+
+    pdde_data *d;
+    pdde_status st = pdde_data_open(ctx, "/nonexistent/corpus.txt", &d);
+    CHECK(st == PDDE_ERR_NOT_FOUND && strstr(pdde_last_error(ctx), "/nonexistent/corpus.txt"), "missing data file: %s", pdde_last_error(ctx));
+    pdde_context_free(ctx);
+    pdde_session_free(NULL), pdde_graph_free(NULL), pdde_context_free(NULL), pdde_data_free(NULL);
+}
+
+static void test_data(void) {
+    char path[512], tok[512];
+    snprintf(path, sizeof path, "%s/text.txt", tmpdir);
+    snprintf(tok, sizeof tok, "%s/text.tok", tmpdir);
+    FILE *f = fopen(path, "w");
+    for (int i = 0; i < 100; i++) fprintf(f, "line %d of the corpus\n", i);
+    fclose(f);
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_data *a, *b, *c;
+    CHECK(pdde_data_open(ctx, path, &a) == PDDE_OK && pdde_data_write_tokens(ctx, path, tok) == PDDE_OK && pdde_data_open(ctx, tok, &b) == PDDE_OK, "open");
+    CHECK(pdde_data_n_tokens(a) == pdde_data_n_tokens(b) && pdde_data_n_tokens(a) > 1000, "token file has the text's tokens");
+    int32_t x1[4 * 16], y1[4 * 16], x2[4 * 16], y2[4 * 16];
+    pdde_data_next_batch(a, 4, 16, 7, x1, y1);
+    pdde_data_next_batch(b, 4, 16, 7, x2, y2);
+    CHECK(memcmp(x1, x2, sizeof x1) == 0 && memcmp(y1, y2, sizeof y1) == 0, "same seed, same batches");
+    CHECK(memcmp(x1 + 1, y1, 15 * 4) == 0, "targets are the next tokens");
+    /* resuming at a saved position gives the same next batch */
+    uint64_t pos = pdde_data_position(a);
+    pdde_data_next_batch(a, 4, 16, 7, x1, y1);
+    pdde_data_set_position(b, pos);
+    pdde_data_next_batch(b, 4, 16, 7, x2, y2);
+    CHECK(memcmp(x1, x2, sizeof x1) == 0, "resume at a position");
+    pdde_data_next_batch(a, 4, 16, 8, x1, y1);
+    pdde_data_next_batch(b, 4, 16, 7, x2, y2);
+    CHECK(memcmp(x1, x2, sizeof x1) != 0, "another seed, other batches");
+    /* a permutation: one epoch visits every window once (tokens 0..n-1, so a window names its start) */
+    f = fopen(tok, "wb");
+    uint64_t n = 1000;
+    fwrite("PDDETOK1", 1, 8, f), fwrite(&n, 8, 1, f);
+    for (int32_t i = 0; i < (int32_t)n; i++) fwrite(&i, 4, 1, f);
+    fclose(f);
+    CHECK(pdde_data_open(ctx, tok, &c) == PDDE_OK, "open token file");
+    int64_t windows = (int64_t)n - 4;
+    char *seen = calloc((size_t)n, 1);
+    int32_t wx[4], wy[4];
+    int repeats = 0;
+    for (int64_t k = 0; k < windows; k++) {
+        pdde_data_next_batch(c, 1, 4, 3, wx, wy);
+        repeats += seen[wx[0]]++ != 0;
+    }
+    free(seen);
+    CHECK(repeats == 0, "one epoch visits each of %lld windows once (%d repeats)", (long long)windows, repeats);
+    pdde_data_free(a), pdde_data_free(b), pdde_data_free(c);
+    pdde_context_free(ctx);
+    unlink(path), unlink(tok);
+}
+
+static void test_dtypes(void) {
+    float vals[] = {0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f, 3.14159f, -1e-3f};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        float h = pdde_f16_to_f32(pdde_f32_to_f16(vals[i])), b = pdde_bf16_to_f32(pdde_f32_to_bf16(vals[i]));
+        CHECK(test_close(h, vals[i], 1e-3, 1e-7), "f16 round trip of %g gave %g", vals[i], h);
+        CHECK(test_close(b, vals[i], 1e-2, 0), "bf16 round trip of %g gave %g", vals[i], b);
+    }
+    CHECK(isinf(pdde_f16_to_f32(pdde_f32_to_f16(1e6f))), "f16 overflow is inf");
+    float sub = pdde_f16_to_f32(pdde_f32_to_f16(3e-6f)); /* an f16 subnormal (unit 2^-24) */
+    CHECK(fabsf(sub - 3e-6f) <= 0x1p-25f, "f16 subnormal round trip of 3e-6 gave %g", sub);
+    CHECK(pdde_f32_to_f16(0x1p-24f) == 1 && pdde_f32_to_f16(0x1p-25f) == 0, "smallest subnormal, ties to even");
+    CHECK(pdde_dtype_size(PDDE_BF16) == 2 && pdde_dtype_size(PDDE_I64) == 8, "sizes");
+    CHECK(strcmp(pdde_status_str(PDDE_ERR_SHAPE), "shape mismatch") == 0, "status strings");
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pdde_test_core.XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    test_memory_plan();
+    test_grad_accumulation();
+    test_sgd_and_schedule();
+    test_checkpoints();
+    test_killed_save();
+    test_bad_input();
+    test_data();
+    test_dtypes();
+    rmdir(tmpdir);
+    return test_finish();
+}

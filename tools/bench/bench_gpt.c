@@ -1,0 +1,79 @@
+/* bench_gpt — one training step (forward, backward, AdamW) of a GPT in pdde: median step time and
+ * peak memory. tools/bench/bench_gpt.sh runs it next to PyTorch on the same shapes.
+ *   bench_gpt --vocab V --layers L --heads H --width C --ctx T --batch B --steps N --warmup W --threads P
+ * Prints: PDDE tokens_per_s=<> step_ms=<> peak_mb=<> (peak RSS growth from before the model is built). */
+#include "pdde.h"
+#include "examples/gpt.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double max_rss_mb(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8};
+    int steps = 20, warmup = 3, threads = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        int v = atoi(argv[i + 1]);
+        if (!strcmp(argv[i], "--vocab")) c.vocab = v;
+        else if (!strcmp(argv[i], "--layers")) c.layers = v;
+        else if (!strcmp(argv[i], "--heads")) c.heads = v;
+        else if (!strcmp(argv[i], "--width")) c.width = v;
+        else if (!strcmp(argv[i], "--ctx")) c.ctx = v;
+        else if (!strcmp(argv[i], "--batch")) c.batch = v;
+        else if (!strcmp(argv[i], "--steps")) steps = v;
+        else if (!strcmp(argv[i], "--warmup")) warmup = v;
+        else if (!strcmp(argv[i], "--threads")) threads = v;
+        else { fprintf(stderr, "bench_gpt: unknown flag %s\n", argv[i]); return 2; }
+    }
+    double rss0 = max_rss_mb();
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = threads;
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_session *s;
+    gpt_model m;
+    pdde_context_init(&cp, &ctx);
+    pdde_graph_init(ctx, &g);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.weight_decay = 0.1f;
+    if (gpt_build(g, &c, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, NULL, &s)) {
+        fprintf(stderr, "bench_gpt: %s\n", pdde_last_error(ctx));
+        return 1;
+    }
+    size_t bt = (size_t)c.batch * c.ctx;
+    int32_t *x = malloc(bt * 4), *y = malloc(bt * 4);
+    double *times = malloc((size_t)steps * sizeof *times);
+    for (int i = 0; i < warmup + steps; i++) {
+        for (size_t k = 0; k < bt; k++) x[k] = (int32_t)((k * 31 + (size_t)i * 7) % (size_t)c.vocab), y[k] = (int32_t)((k * 17 + (size_t)i) % (size_t)c.vocab);
+        pdde_session_write(s, m.ids, x, bt * 4);
+        pdde_session_write(s, m.targets, y, bt * 4);
+        double t = now();
+        if (pdde_session_run(s, PDDE_RUN_STEP)) { fprintf(stderr, "bench_gpt: %s\n", pdde_last_error(ctx)); return 1; }
+        if (i >= warmup) times[i - warmup] = now() - t;
+    }
+    qsort(times, (size_t)steps, sizeof *times, cmp_double);
+    double med = times[steps / 2];
+    printf("PDDE tokens_per_s=%.1f step_ms=%.2f peak_mb=%.1f loss=%.4f\n", (double)bt / med, med * 1e3, max_rss_mb() - rss0, pdde_session_loss(s));
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+    free(x), free(y), free(times);
+    return 0;
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# bench-gpt: one GPT training step in pdde and in PyTorch (Debian's python3-torch), same shapes, same
+# thread count, OPENBLAS_NUM_THREADS set for both, in one run. Medians of repeated steps.
+set -euo pipefail
+build=${1:-build}
+threads=${THREADS:-$(nproc)}
+export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
+if ! /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+    echo "bench-gpt: PyTorch is missing: run 'sudo bash tools/install-deps.sh --torch'" >&2
+    exit 1
+fi
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+run() { # name, steps, warmup, model flags...
+    local name=$1 steps=$2 warmup=$3; shift 3
+    local p t
+    p=$("$build/bench_gpt" "$@" --steps "$steps" --warmup "$warmup" --threads "$threads" | tail -n 1)
+    t=$(/usr/bin/python3 tools/bench/gpt_torch.py "$@" --steps "$steps" --warmup "$warmup" --threads "$threads" | tail -n 1)
+    printf '%-6s pdde  %s\n%-6s torch %s\n' "$name" "$p" "$name" "$t"
+    eval "${name}_ratio=$(awk -v a="$(field tokens_per_s "$p")" -v b="$(field tokens_per_s "$t")" 'BEGIN{printf "%.3f", a/b}')"
+    eval "${name}_pdde_mb=$(field peak_mb "$p")"
+    eval "${name}_torch_mb=$(field peak_mb "$t")"
+}
+echo "threads: $threads"
+run small 30 5 --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8
+run gpt2 5 1 --vocab 50257 --layers 12 --heads 12 --width 768 --ctx 64 --batch 4
+echo "RESULT gpt_train small_ratio=$small_ratio gpt2_ratio=$gpt2_ratio small_peak_mb=$small_pdde_mb torch_small_peak_mb=$small_torch_mb gpt2_peak_mb=$gpt2_pdde_mb torch_gpt2_peak_mb=$gpt2_torch_mb"
