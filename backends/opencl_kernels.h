@@ -372,7 +372,7 @@ inline ushort f32_to_f16(float f) {
     if (absu < 0x38800000u) {
         if (absu < 0x33000000u) return (ushort)sign;
         uint mant = (absu & 0x7fffffu) | 0x800000u;
-        int shift = 126 - (int)(absu >> 23) + 13 + 1;
+        int shift = 126 - (int)(absu >> 23); /* value = mant 2^(e - 150), the f16 unit is 2^-24 */
         uint hv = mant >> shift, rem = mant & ((1u << shift) - 1u), mid = 1u << (shift - 1);
         if (rem > mid || (rem == mid && (hv & 1u))) hv++;
         return (ushort)(sign | hv);

@@ -172,9 +172,10 @@ static pdde_tensor *b_dropout(pdde_graph *g, const op_case *c) {
     return pdde_dropout(g, P(g, "x", SHAPE_ARGS(c)), (float)c->p[5] / 100.0f, 0x123456789abcdefull);
 }
 
-/* cast: x of dtype p[5] [p1, p2] to dtype p[6] */
+/* cast: x of dtype p[5] [p1, p2] (times 1e-4 if p[3]) to dtype p[6] */
 static pdde_tensor *b_cast(pdde_graph *g, const op_case *c) {
     pdde_tensor *x = I(g, "x", (pdde_dtype)c->p[5], 2, c->p[1], c->p[2]);
+    if (c->p[3]) x = pdde_scale(g, x, 1e-4f); /* into the f16 subnormals */
     return pdde_cast(g, x, (pdde_dtype)c->p[6]);
 }
 
@@ -289,6 +290,7 @@ static const op_case cases[] = {
     /* cast: [p1, p2] from dtype p5 to p6 */
     {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F32, PDDE_F16}, 0, T_EXACT},
     {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F32, PDDE_BF16}, 0, T_EXACT},
+    {"cast", b_cast, {2, 61, 67, 1, 0, PDDE_F32, PDDE_F16}, 0, T_EXACT},
     {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F32, PDDE_I32}, 0, T_EXACT},
     {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F32, PDDE_I64}, 0, T_EXACT},
     {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F16, PDDE_F32}, 0, T_EXACT},
