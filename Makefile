@@ -58,7 +58,7 @@ EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(wildcard tools/bench/*.c))
 
-.PHONY: all deps-report test test-asan demo bench-gpt install clean
+.PHONY: all deps-report test test-asan demo bench-gpt bench-ops install clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -106,6 +106,10 @@ demo:
 
 bench-gpt: all
 	@bash tools/bench/bench_gpt.sh $(BUILD)
+
+# GEMM and row kernels through pdde (OpenCL, CPU) against CLBlast and OpenBLAS called directly.
+bench-ops: all
+	@$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
 
 install: all
 	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig
