@@ -56,9 +56,10 @@ LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h comm/*.c comm/*.h plann
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
-BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(wildcard tools/bench/*.c))
+# tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
+BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
 
-.PHONY: all deps-report test test-asan demo bench-gpt bench-ops install clean
+.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops install clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -87,7 +88,7 @@ $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 $(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
-$(BUILD)/%: tools/bench/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
+$(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 # The portable build (no OpenBLAS: pdde's own GEMM) runs the numerical tests too.
@@ -110,6 +111,11 @@ bench-gpt: all
 # GEMM and row kernels through pdde (OpenCL, CPU) against CLBlast and OpenBLAS called directly.
 bench-ops: all
 	@$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
+
+# pdde allreduce against OpenMPI's (needs mpicc/mpirun); BENCH_COMM_MAX limits the largest message.
+bench-comm: all
+	mpicc -O3 -Itools/bench tools/bench/mpi_allreduce.c -o $(BUILD)/mpi_allreduce
+	@$(BUILD)/bench_comm $(BUILD) $(or $(BENCH_COMM_MAX),268435456)
 
 install: all
 	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig

@@ -6,6 +6,11 @@
 #define _GNU_SOURCE
 #include "pdde.h"
 
+/* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */
+#if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("comm/comm.c")
+#define PDDE_HAVE_COMM 1
+#endif
+
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -244,6 +249,8 @@ const char *pdde_op_name(pdde_op op) {
         [PDDE_OP_DROPOUT_BACK] = "dropout_back", [PDDE_OP_GRAD_ACCUM] = "grad_accum",
         [PDDE_OP_GRAD_NORM_SQ] = "grad_norm_sq", [PDDE_OP_SGD_UPDATE] = "sgd_update",
         [PDDE_OP_ADAMW_UPDATE] = "adamw_update", [PDDE_OP_COPY] = "copy",
+        [PDDE_OP_ALLREDUCE] = "allreduce", [PDDE_OP_REDUCE_SCATTER] = "reduce_scatter", [PDDE_OP_ALLGATHER] = "allgather",
+        [PDDE_OP_COMM_WAIT] = "comm_wait",
     };
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }
@@ -755,34 +762,44 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
         needs[i] = t->flags & PDDE_TENSOR_PARAM;
         for (int s = 0; s < t->nsrc; s++) needs[i] |= needs[t->src[s]->id];
     }
+    /* a parameter's gradient is final once its first consumer (lowest id) has been visited: its
+     * accumulation is emitted right then, so the gradient memory is freed early and communication of
+     * the gradient (data parallel) can start while the rest of the backward pass runs */
+    int *first_use = malloc((size_t)n_fwd * sizeof *first_use);
+    if (!first_use) { free(needs), free(grads); return pdde_error(g->ctx, PDDE_ERR_OOM, "backward: out of memory"); }
+    for (int i = 0; i < n_fwd; i++) first_use[i] = -1;
+    for (int i = n_fwd - 1; i >= 0; i--)
+        for (int s = 0; s < g->nodes[i]->nsrc; s++) first_use[g->nodes[i]->src[s]->id] = i;
     g->has_backward = true;
     loss->flags |= PDDE_TENSOR_LOSS;
     grads[loss->id] = new_const(g, "loss.grad_seed", loss->ndim, loss->shape, 1.0f);
     for (int i = loss->id; i >= 0 && g->status == PDDE_OK; i--) {
         pdde_tensor *y = g->nodes[i], *dy = grads[i];
-        if (!dy || y->op == PDDE_OP_NONE) continue;
-        pdde_graph_set_layer(g, y->layer);
-        pdde_tensor *dsrc[PDDE_MAX_SRC] = {0};
-        backward_node(g, y, dy, dsrc, grads);
-        for (int s = 0; s < y->nsrc; s++) {
-            pdde_tensor *x = y->src[s];
-            if (!dsrc[s] || !needs[x->id]) continue;
-            grads[x->id] = grads[x->id] ? pdde_add(g, grads[x->id], dsrc[s]) : dsrc[s];
+        if (dy && y->op != PDDE_OP_NONE) {
+            pdde_graph_set_layer(g, y->layer);
+            pdde_tensor *dsrc[PDDE_MAX_SRC] = {0};
+            backward_node(g, y, dy, dsrc, grads);
+            for (int s = 0; s < y->nsrc; s++) {
+                pdde_tensor *x = y->src[s];
+                if (!dsrc[s] || !needs[x->id]) continue;
+                grads[x->id] = grads[x->id] ? pdde_add(g, grads[x->id], dsrc[s]) : dsrc[s];
+            }
+        }
+        /* parameters whose last gradient contribution came from node i go into their accumulators */
+        for (int s = 0; s < y->nsrc && g->status == PDDE_OK; s++) {
+            pdde_tensor *p = y->src[s];
+            if (!(p->flags & PDDE_TENSOR_PARAM) || first_use[p->id] != i || !grads[p->id] || p->grad) continue;
+            char name[80];
+            snprintf(name, sizeof name, "%s.grad", p->name);
+            pdde_graph_set_layer(g, p->layer);
+            pdde_tensor *acc = new_state(g, name, p, PDDE_TENSOR_GRAD);
+            pdde_tensor *src[2] = {acc, grads[p->id]};
+            pdde_tensor *upd = node_with(g, PDDE_OP_GRAD_ACCUM, p, 2, src);
+            if (upd) upd->flags |= PDDE_TENSOR_INPLACE;
+            p->grad = acc;
         }
     }
-    /* every parameter's gradient goes into its persistent accumulator */
-    for (int i = 0; i < n_fwd && g->status == PDDE_OK; i++) {
-        pdde_tensor *p = g->nodes[i];
-        if (!(p->flags & PDDE_TENSOR_PARAM) || !grads[i]) continue;
-        char name[80];
-        snprintf(name, sizeof name, "%s.grad", p->name);
-        pdde_tensor *acc = new_state(g, name, p, PDDE_TENSOR_GRAD);
-        pdde_graph_set_layer(g, p->layer);
-        pdde_tensor *src[2] = {acc, grads[i]};
-        pdde_tensor *upd = node_with(g, PDDE_OP_GRAD_ACCUM, p, 2, src);
-        if (upd) upd->flags |= PDDE_TENSOR_INPLACE;
-        p->grad = acc;
-    }
+    free(first_use);
     pdde_graph_set_layer(g, -1);
     free(needs);
     free(grads);
@@ -898,7 +915,9 @@ struct pdde_session {
     int n_devs;
     int *slot;                  /* per tensor id: index into devs, -1 = not scheduled */
     pdde_tensor **order;        /* the schedule */
-    int n_order;
+    int n_order, cap_order;
+    int n_tracked;              /* size of the per-tensor arrays below */
+    size_t *min_bytes;          /* per tensor id: allocation floor (room for padded collectives) */
     void **staging;             /* per tensor id of a COPY node between two devices: host bounce buffer */
     int n_staging;
     int64_t step;
@@ -906,6 +925,9 @@ struct pdde_session {
     float last_loss;
     pdde_tensor *loss;
     pdde_memory_stats mem;
+    pdde_comm *dp;              /* data parallelism (NULL: none) */
+    int dp_rank, dp_size, zero_stage;
+    void **requests;            /* per tensor id of a started collective: its pending request */
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
@@ -1023,6 +1045,34 @@ static bool *needed_nodes(pdde_graph *g) {
     return need;
 }
 
+/* Grows the per-tensor arrays to the graph's size (new tensors get slot -1). Returns nonzero on OOM. */
+static int session_track(pdde_session *s) {
+    int n = s->g->n;
+    if (n <= s->n_tracked) return 0;
+    int *slot = realloc(s->slot, (size_t)n * sizeof *slot);
+    size_t *min_bytes = realloc(s->min_bytes, (size_t)n * sizeof *min_bytes);
+    if (slot) s->slot = slot;
+    if (min_bytes) s->min_bytes = min_bytes;
+    if (!slot || !min_bytes) return 1;
+    for (int i = s->n_tracked; i < n; i++) slot[i] = -1, min_bytes[i] = 0;
+    s->n_tracked = n;
+    return 0;
+}
+
+/* Appends t to the schedule on a device slot. Returns nonzero on OOM. */
+static int session_push(pdde_session *s, pdde_tensor *t, int slot) {
+    if (session_track(s)) return 1;
+    if (s->n_order == s->cap_order) {
+        int cap = s->cap_order ? 2 * s->cap_order : 256;
+        pdde_tensor **order = realloc(s->order, (size_t)cap * sizeof *order);
+        if (!order) return 1;
+        s->order = order, s->cap_order = cap;
+    }
+    s->order[s->n_order++] = t;
+    s->slot[t->id] = slot;
+    return 0;
+}
+
 static pdde_status session_schedule(pdde_session *s, const pdde_session_params *p) {
     pdde_graph *g = s->g;
     bool *need = needed_nodes(g);
@@ -1031,13 +1081,10 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
     typedef struct { int src_id, slot; pdde_tensor *copy; } copy_entry;
     copy_entry *copies = NULL;
     int n_copies = 0;
-    s->order = malloc((size_t)(2 * n_orig + 1) * sizeof *s->order);
-    s->slot = malloc((size_t)(3 * n_orig + 1) * sizeof *s->slot);
-    if (!need || !s->order || !s->slot) { free(need); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
+    if (!need || session_track(s)) { free(need); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
     pdde_status st = PDDE_OK;
     for (int i = 0; i < n_orig && st == PDDE_OK; i++) {
         pdde_tensor *t = g->nodes[i];
-        s->slot[i] = -1;
         if (!need[i]) continue;
         if ((unsigned)t->op >= PDDE_OP_COUNT) { st = pdde_error(s->ctx, PDDE_ERR_UNKNOWN_OP, "session: node %s has unknown op %d", t->name, t->op); break; }
         /* views and in-place ops live where their storage lives */
@@ -1053,7 +1100,6 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
                             props.name, pdde_op_name(t->op), t->name);
             break;
         }
-        s->slot[i] = slot;
         /* inputs on another device come through a COPY node, made once per (tensor, device) */
         for (int k = 0; k < t->nsrc && st == PDDE_OK; k++) {
             pdde_tensor *x = t->src[k];
@@ -1068,21 +1114,207 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
                 copy = new_node(g, PDDE_OP_COPY, x->dtype, x->ndim, x->shape, 1, &x);
                 g->layer = saved;
                 copy_entry *ce = realloc(copies, (size_t)(n_copies + 1) * sizeof *ce);
-                if (!copy || !ce) { free(ce ? ce : copies); copies = NULL; st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
+                if (!copy || !ce || session_push(s, copy, slot)) {
+                    free(ce ? ce : copies);
+                    copies = NULL;
+                    st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+                    break;
+                }
                 copies = ce;
                 copies[n_copies++] = (copy_entry){x->id, slot, copy};
                 copy->phase = t->phase;
                 copy->device = device;
-                s->slot[copy->id] = slot;
-                s->order[s->n_order++] = copy;
             }
             t->src[k] = copy;
         }
-        s->order[s->n_order++] = t;
+        if (st == PDDE_OK && session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     }
     free(copies);
     free(need);
     return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Data parallelism: collectives woven into the schedule.
+ *   each gradient, as soon as backward produces it:  ALLREDUCE(avg)      (ZeRO-1: REDUCE_SCATTER)
+ *   ...the rest of backward runs while they travel...
+ *   end of backward:  COMM_WAIT, GRAD_ACCUM for each (ZeRO-1: into this rank's shard only)
+ *   optimizer (ZeRO-1): the update of this rank's shard, then ALLGATHER of the parameter, waited at
+ *   the end of the step; a clipping norm is summed over the shards with one more ALLREDUCE. */
+
+#ifdef PDDE_HAVE_COMM
+static pdde_tensor *collective_node(pdde_session *s, pdde_op op, pdde_tensor *x, int64_t numel, int reduce_op,
+                                    int64_t first, int64_t count) {
+    pdde_tensor *t = new_node(s->g, op, PDDE_F32, 1, &numel, 1, &x);
+    if (!t) return NULL;
+    t->phase = x->phase == PDDE_PHASE_OPTIMIZER || op == PDDE_OP_ALLGATHER ? PDDE_PHASE_OPTIMIZER : PDDE_PHASE_BACKWARD;
+    t->iparams[0] = reduce_op, t->iparams[1] = (int32_t)first, t->iparams[2] = (int32_t)count;
+    if (op == PDDE_OP_ALLREDUCE || op == PDDE_OP_ALLGATHER) t->flags |= PDDE_TENSOR_INPLACE;
+    if (op != PDDE_OP_REDUCE_SCATTER) t->ndim = x->ndim, memcpy(t->shape, x->shape, sizeof t->shape);
+    return t;
+}
+
+/* A wait node is a view of its collective: consumers read the wait, so they run after completion. */
+static pdde_tensor *wait_node(pdde_session *s, pdde_tensor *c) {
+    pdde_tensor *w = new_node(s->g, PDDE_OP_COMM_WAIT, c->dtype, c->ndim, c->shape, 1, &c);
+    if (w) w->phase = c->phase, w->flags |= PDDE_TENSOR_VIEW;
+    return w;
+}
+
+typedef struct { pdde_tensor **items; int n, cap; } node_list;
+
+static int list_push(node_list *l, pdde_tensor *t) {
+    if (!t) return 1;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 64;
+        pdde_tensor **items = realloc(l->items, (size_t)cap * sizeof *items);
+        if (!items) return 1;
+        l->items = items, l->cap = cap;
+    }
+    l->items[l->n++] = t;
+    return 0;
+}
+
+/* This rank's shard of a flat tensor of n elements: [first, first + count), chunks of ceil(n / ranks). */
+static void shard_range(const pdde_session *s, int64_t n, int64_t *chunk, int64_t *first, int64_t *count) {
+    *chunk = (n + s->dp_size - 1) / s->dp_size;
+    *first = *chunk * s->dp_rank;
+    *count = *first < n ? (n - *first < *chunk ? n - *first : *chunk) : 0;
+}
+
+static void mark_shard(pdde_tensor *t, int64_t first, int64_t count) {
+    t->iparams[1] = (int32_t)first, t->iparams[2] = (int32_t)count, t->iparams[3] = 1;
+}
+#endif
+
+static pdde_status session_add_data_parallel(pdde_session *s) {
+#ifndef PDDE_HAVE_COMM
+    return pdde_error(s->ctx, PDDE_ERR_UNAVAILABLE, "session: data parallelism needs pdde built with UCX (comm/)");
+#else
+    pdde_tensor **old = s->order;
+    int n_old = s->n_order;
+    s->order = NULL, s->n_order = s->cap_order = 0;
+    node_list deferred = {0}, gathers = {0};
+    pdde_tensor *norm_reduced = NULL, *norm_source = NULL;
+    bool zero = s->zero_stage >= 1, flushed = false;
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i <= n_old && st == PDDE_OK; i++) {
+        pdde_tensor *t = i < n_old ? old[i] : NULL;
+        int slot = t ? s->slot[t->id] : 0;
+        if (t && !s->devs[slot].host && (t->op == PDDE_OP_GRAD_ACCUM || t->flags & PDDE_TENSOR_PARAM)) {
+            st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: data parallelism needs parameters and gradients on the CPU (%s is not)", t->name);
+            break;
+        }
+        /* the end of backward: complete the gradient collectives and accumulate */
+        if (!flushed && (!t || t->phase == PDDE_PHASE_OPTIMIZER)) {
+            for (int k = 0; k < deferred.n && !st; k++)
+                if (session_push(s, deferred.items[k], s->slot[deferred.items[k]->src[0]->id]))
+                    st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+            flushed = true;
+        }
+        if (!t) break;
+        if (t->op == PDDE_OP_GRAD_ACCUM) {
+            pdde_tensor *g = t->src[1], *root = storage_root(g);
+            int64_t n = pdde_tensor_numel(g), chunk, first, count;
+            shard_range(s, n, &chunk, &first, &count);
+            pdde_tensor *c;
+            if (zero) {
+                if (pdde_tensor_numel(root) != n) {
+                    st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: ZeRO: gradient %s shares memory with a larger tensor", g->name);
+                    break;
+                }
+                s->min_bytes[root->id] = (size_t)(chunk * s->dp_size) * sizeof(float); /* room for the padded reduce-scatter */
+                c = collective_node(s, PDDE_OP_REDUCE_SCATTER, g, chunk, PDDE_REDUCE_AVG, first, chunk);
+                mark_shard(t, first, count);
+            } else {
+                c = collective_node(s, PDDE_OP_ALLREDUCE, g, n, PDDE_REDUCE_AVG, 0, n);
+            }
+            pdde_tensor *w = c ? wait_node(s, c) : NULL;
+            if (!w || session_push(s, c, slot) || session_track(s) || list_push(&deferred, w) || list_push(&deferred, t)) {
+                st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+                break;
+            }
+            t->src[1] = w;
+            continue;
+        }
+        if (zero && t->op == PDDE_OP_GRAD_NORM_SQ) {
+            int64_t chunk, first, count;
+            shard_range(s, pdde_tensor_numel(t->src[0]), &chunk, &first, &count);
+            mark_shard(t, first, count);
+        }
+        if (zero && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)) {
+            pdde_tensor *p = t->src[0];
+            int64_t n = pdde_tensor_numel(p), chunk, first, count;
+            shard_range(s, n, &chunk, &first, &count);
+            mark_shard(t, first, count);
+            int n_state = t->op == PDDE_OP_ADAMW_UPDATE ? 2 : 1;
+            for (int k = 0; k < n_state; k++) { /* the optimizer state holds only this rank's shard */
+                pdde_tensor *state = t->src[2 + k];
+                state->ndim = 1, state->shape[0] = count;
+            }
+            /* a clipping norm: the shards' partial sums add up across ranks, once */
+            if (t->nsrc == 3 + n_state) {
+                if (!norm_reduced) {
+                    norm_source = t->src[t->nsrc - 1];
+                    pdde_tensor *c = collective_node(s, PDDE_OP_ALLREDUCE, norm_source, 1, PDDE_REDUCE_SUM, 0, 1);
+                    norm_reduced = c ? wait_node(s, c) : NULL;
+                    if (!norm_reduced || session_push(s, c, slot) || session_push(s, norm_reduced, slot)) {
+                        st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+                        break;
+                    }
+                }
+                if (t->src[t->nsrc - 1] == norm_source) t->src[t->nsrc - 1] = norm_reduced;
+            }
+            s->min_bytes[p->id] = (size_t)(chunk * s->dp_size) * sizeof(float);
+            pdde_tensor *c = collective_node(s, PDDE_OP_ALLGATHER, p, n, 0, first, chunk);
+            if (!c || session_push(s, t, slot) || session_push(s, c, slot) || list_push(&gathers, wait_node(s, c))) {
+                st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+                break;
+            }
+            continue;
+        }
+        if (session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    }
+    for (int k = 0; k < gathers.n && !st; k++)
+        if (session_push(s, gathers.items[k], s->slot[gathers.items[k]->src[0]->id])) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    free(deferred.items), free(gathers.items), free(old);
+    if (!st && !(s->requests = calloc((size_t)s->g->n, sizeof *s->requests))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    return st;
+#endif
+}
+
+#ifdef PDDE_HAVE_COMM
+static pdde_status run_collective(pdde_session *s, pdde_tensor *t) {
+    char *out = (char *)t->data + t->offset;
+    const pdde_tensor *x = t->src[0];
+    const char *in = (const char *)x->data + x->offset;
+    pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
+    switch (t->op) {
+    case PDDE_OP_ALLREDUCE:
+        return pdde_comm_iallreduce(s->dp, in, out, (size_t)pdde_tensor_numel(t), PDDE_F32, (pdde_reduce_op)t->iparams[0], req);
+    case PDDE_OP_REDUCE_SCATTER:
+        return pdde_comm_ireduce_scatter(s->dp, in, out, (size_t)t->iparams[2], PDDE_F32, (pdde_reduce_op)t->iparams[0], req);
+    case PDDE_OP_ALLGATHER:
+        return pdde_comm_iallgather(s->dp, out + (size_t)t->iparams[1] * sizeof(float), out, (size_t)t->iparams[2], PDDE_F32, req);
+    default: { /* PDDE_OP_COMM_WAIT */
+        pdde_comm_request **started = (pdde_comm_request **)&s->requests[x->id];
+        pdde_status st = *started ? pdde_comm_wait(*started, -1) : PDDE_OK;
+        if (st == PDDE_OK || st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
+        return st ? pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx)) : PDDE_OK;
+    }
+    }
+}
+
+/* After a failed run: requests still in flight are detached (they finish or fail on their own). */
+static void drop_requests(pdde_session *s) {
+    for (int i = 0; s->requests && i < s->n_tracked; i++)
+        if (s->requests[i]) pdde_comm_request_free(s->requests[i]), s->requests[i] = NULL;
+}
+#endif
+
+static size_t alloc_bytes(const pdde_session *s, const pdde_tensor *t) {
+    size_t n = pdde_tensor_nbytes(t);
+    return n > s->min_bytes[t->id] ? n : s->min_bytes[t->id];
 }
 
 /* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
@@ -1128,14 +1360,14 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
             /* shares its root's memory */
         } else if (is_persistent(t)) {
             t->offset = sd->persist_bytes;
-            sd->persist_bytes += (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+            sd->persist_bytes += (alloc_bytes(s, t) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
             if (t->flags & PDDE_TENSOR_PARAM) s->mem.param_bytes += bytes;
             else if (t->flags & PDDE_TENSOR_GRAD) s->mem.grad_bytes += bytes;
             else if (t->flags & PDDE_TENSOR_STATE) s->mem.optimizer_bytes += bytes;
             else s->mem.input_bytes += bytes;
         } else {
             s->mem.activation_bytes += bytes;
-            arena_alloc(&plans[s->slot[t->id]], bytes, &t->offset);
+            arena_alloc(&plans[s->slot[t->id]], alloc_bytes(s, t), &t->offset);
             int at = reuse ? last[t->id] : end;
             int *list = realloc(release_at[at], (size_t)(n_release[at] + 1) * sizeof *list);
             if (!list) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
@@ -1144,7 +1376,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
         }
         for (int k = 0; k < n_release[i]; k++) {
             pdde_tensor *r = g->nodes[release_at[i][k]];
-            if (!arena_release(&plans[s->slot[r->id]], r->offset, pdde_tensor_nbytes(r)))
+            if (!arena_release(&plans[s->slot[r->id]], r->offset, alloc_bytes(s, r)))
                 st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         }
     }
@@ -1257,6 +1489,17 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
     pdde_status st = session_schedule(s, &p);
+    if (st == PDDE_OK && p.dp_comm) {
+#ifdef PDDE_HAVE_COMM
+        s->dp = p.dp_comm;
+        s->dp_rank = pdde_comm_rank(p.dp_comm), s->dp_size = pdde_comm_size(p.dp_comm);
+        s->zero_stage = p.zero_stage;
+#endif
+        if (!s->dp) st = session_add_data_parallel(s); /* reports that comm is missing */
+        else if (p.zero_stage < 0 || p.zero_stage > 1)
+            st = pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: zero_stage %d (0 or 1 here; stages 2-3 come with the planner)", p.zero_stage);
+        else if (s->dp_size > 1) st = session_add_data_parallel(s);
+    }
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_allocate(s);
     if (st != PDDE_OK) {
@@ -1292,7 +1535,12 @@ void pdde_session_free(pdde_session *s) {
     for (int i = 0; s->staging && i < s->n_staging; i++) free(s->staging[i]);
     free(s->staging);
     free(s->devs);
+#ifdef PDDE_HAVE_COMM
+    drop_requests(s);
+#endif
+    free(s->requests);
     free(s->slot);
+    free(s->min_bytes);
     free(s->order);
     free(s);
 }
@@ -1341,6 +1589,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
             t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
         double t0 = s->profile ? monotonic_seconds() : 0;
         if (t->op == PDDE_OP_COPY) st = run_copy(s, t);
+#ifdef PDDE_HAVE_COMM
+        else if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_COMM_WAIT) st = run_collective(s, t);
+#endif
         else {
             session_device *sd = &s->devs[s->slot[t->id]];
             st = sd->iface->compute(sd->dev, sd->stream, t);
@@ -1353,6 +1604,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);
         if (st == PDDE_OK) st = sync;
     }
+#ifdef PDDE_HAVE_COMM
+    if (st != PDDE_OK) drop_requests(s);
+#endif
     if (st != PDDE_OK) return st;
     if (s->loss && (mode & 1)) st = pdde_session_read(s, s->loss, &s->last_loss, sizeof s->last_loss);
     if ((mode & 4) && g->has_optimizer) s->step++;
@@ -1361,7 +1615,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
 
 static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes, const char *what) {
     if (!s || !t) return PDDE_ERR_INVALID_ARG;
-    if (t->id >= s->g->n || s->g->nodes[t->id] != t || s->slot[t->id] < 0)
+    if (t->id >= s->n_tracked || s->g->nodes[t->id] != t || s->slot[t->id] < 0)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: %s is not part of this session's schedule", what, t->name);
     if (nbytes != pdde_tensor_nbytes(t))
         return pdde_error(s->ctx, PDDE_ERR_SHAPE, "%s: %s holds %zu bytes, the buffer %zu", what, t->name, pdde_tensor_nbytes(t), nbytes);
@@ -1674,3 +1928,10 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
     free(tokens);
     return ok ? PDDE_OK : pdde_error(ctx, PDDE_ERR_IO, "cannot write %s: %s", out_path, strerror(errno));
 }
+
+/* ================================================================================================
+ * Communication (comm/): store, transport, communicators and collectives */
+
+#ifdef PDDE_HAVE_COMM
+#include "comm/comm.c"
+#endif

@@ -76,6 +76,7 @@ const char *pdde_status_str(int status);
 typedef struct pdde_context pdde_context;
 
 typedef struct pdde_backend_iface pdde_backend_iface;
+typedef struct pdde_comm pdde_comm; /* a communicator (see "Communication") */
 
 typedef struct {
     int n_threads;        /* CPU threads for kernels; 0 = all online cores */
@@ -157,7 +158,8 @@ typedef enum {
     PDDE_OP_EMBEDDING_BACK,       /* src: base grad [V,C], ids, dy: base + scatter-add (in place) */
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape */
     PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same seed) */
-    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
+    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place); with
+                                     iparams[3] = 1: acc[iparams[1] + i] += g[i] for i < iparams[2] */
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
      * and zero the gradient they consumed. fparams: [0] lr (set by the executor each step), [1] beta1
      * or momentum, [2] beta2, [3] eps, [4] weight decay, [5] clip norm (0 = off), [6] gradient scale
@@ -165,8 +167,17 @@ typedef enum {
     PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2) */
     PDDE_OP_SGD_UPDATE,           /* src: param, grad, momentum [, gnorm_sq] */
     PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq] */
+    /* (sharded optimizer, ZeRO-1: with iparams[3] = 1 the three ops above cover only elements
+     *  [iparams[1], iparams[1] + iparams[2]) of param and grad; the state holds just that range) */
     /* communication and device-boundary ops (distributed graph; see the planner) */
     PDDE_OP_COPY,                 /* to another device */
+    /* collectives over a communicator (inserted by the session for data parallelism): they start
+     * asynchronously and PDDE_OP_COMM_WAIT (src: the collective) completes them. iparams[0] = reduce op,
+     * [1] = first element, [2] = element count of this rank's shard (sharded forms) */
+    PDDE_OP_ALLREDUCE,            /* src0 in place */
+    PDDE_OP_REDUCE_SCATTER,       /* src0 (padded to ranks * shard) -> this rank's shard */
+    PDDE_OP_ALLGATHER,            /* src0's shard [first, first + count) in place to all of src0 */
+    PDDE_OP_COMM_WAIT,
     PDDE_OP_COUNT
 } pdde_op;
 
@@ -368,8 +379,14 @@ typedef struct {
      * layer_devices[l] (-1 = the default). Copies are inserted at every device boundary. */
     const int *layer_devices;
     int n_layer_devices;
+    /* Data parallelism: every rank of dp_comm runs the same graph on its own part of the batch;
+     * gradients are averaged across ranks as soon as backward produces them (overlapping the rest of
+     * backward). zero_stage 1 shards the optimizer state over the ranks (ZeRO-1: reduce-scatter of
+     * gradients, a sharded update, all-gather of parameters). */
+    pdde_comm *dp_comm;
+    int zero_stage;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0}
 
 typedef enum {
     PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
@@ -432,6 +449,246 @@ uint64_t pdde_data_position(const pdde_data *d);
 void pdde_data_set_position(pdde_data *d, uint64_t pos);
 /* Writes a text file's tokens as a token file. */
 pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, const char *out_path);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Communication (comm/): a bootstrap key-value store, rank discovery from launcher environments, a
+ * transport plugin interface (UCX built in) and communicators with collectives.
+ *
+ *     pdde_comm *world;  pdde_comm_init(ctx, NULL, &world);        (rank/size/store from the env)
+ *     pdde_comm_allreduce(world, grad, grad, n, PDDE_F32, PDDE_REDUCE_AVG);
+ *     pdde_comm *dp;     pdde_comm_split(world, rank % tp, rank, &dp);   (one mesh axis)
+ *
+ * Rules: collectives on a communicator are called in the same order by all its ranks; a communicator
+ * is used by one thread at a time (pdde_comm_abort excepted); every blocking call has a timeout.
+ * Failure semantics: a timeout, a lost peer or an abort poisons the world communicator and every
+ * communicator split from it: pending and future operations on them return PDDE_ERR_PEER_LOST,
+ * PDDE_ERR_TIMEOUT or PDDE_ERR_ABORTED (on every rank, within params.peer_timeout_s of the failure);
+ * recovery is pdde_comm_free and a new pdde_comm_init. */
+
+/* The bootstrap store: string keys, byte-string values. A backend fills this vtable (api_version and
+ * struct_size first; slots are only appended). Functions report errors with pdde_error(ctx, ...)
+ * (ctx may be NULL) and return PDDE_ERR_NOT_FOUND for a missing key. */
+#define PDDE_STORE_API_VERSION 1
+typedef struct pdde_store pdde_store;
+typedef struct {
+    uint32_t api_version;
+    uint32_t struct_size;
+    const char *name;
+    pdde_status (*set)(void *impl, pdde_context *ctx, const char *key, const void *val, size_t len);
+    /* *val is malloc'ed (freed by the caller with free()) and NUL-terminated past len */
+    pdde_status (*get)(void *impl, pdde_context *ctx, const char *key, void **val, size_t *len);
+    /* atomically adds delta to the key's value (a decimal integer; a missing key is 0) */
+    pdde_status (*add)(void *impl, pdde_context *ctx, const char *key, int64_t delta, int64_t *out);
+    /* sets key to desired if its value equals expected (a missing key equals an empty expected) */
+    pdde_status (*compare_set)(void *impl, pdde_context *ctx, const char *key, const void *expected,
+                               size_t expected_len, const void *desired, size_t desired_len, int *swapped);
+    pdde_status (*remove)(void *impl, pdde_context *ctx, const char *key);
+    /* optional (NULL: pdde polls get): waits until key exists; PDDE_ERR_TIMEOUT after timeout_s */
+    pdde_status (*wait)(void *impl, pdde_context *ctx, const char *key, double timeout_s);
+    /* optional: if this client goes away (its process dies, or it is silent for lease_s > 0 seconds)
+     * before pdde_store_free, the store sets key to val unless key exists (an ephemeral "death
+     * notice", like an etcd lease); any call refreshes the lease. */
+    pdde_status (*set_liveness)(void *impl, pdde_context *ctx, const char *key, const void *val,
+                                size_t len, double lease_s);
+    pdde_status (*ping)(void *impl, pdde_context *ctx); /* optional: refreshes the lease */
+    void (*close)(void *impl); /* a clean goodbye: cancels the liveness notice */
+} pdde_store_iface;
+
+/* Wraps a backend (etcd, ...): the store owns impl and closes it in pdde_store_free. */
+pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out);
+/* A client of the built-in TCP store at "host:port", retrying the connection for up to timeout_s
+ * (0 = 30 s) so that ranks may start before the server. */
+pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out);
+void pdde_store_free(pdde_store *s);
+pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len);
+pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len);
+pdde_status pdde_store_wait(pdde_store *s, const char *key, double timeout_s);
+pdde_status pdde_store_add(pdde_store *s, const char *key, int64_t delta, int64_t *out);
+pdde_status pdde_store_compare_set(pdde_store *s, const char *key, const void *expected, size_t expected_len,
+                                   const void *desired, size_t desired_len, int *swapped);
+pdde_status pdde_store_remove(pdde_store *s, const char *key);
+pdde_status pdde_store_set_liveness(pdde_store *s, const char *key, const void *val, size_t len, double lease_s);
+pdde_status pdde_store_ping(pdde_store *s);
+
+/* The built-in TCP store server: one thread serving any number of clients. Hosted by pdde-run, or by
+ * rank 0 under other launchers. addr "host:port"; port 0 picks a free port (see _port). */
+typedef struct pdde_store_server pdde_store_server;
+pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out);
+int pdde_store_server_port(const pdde_store_server *srv);
+void pdde_store_server_free(pdde_store_server *srv);
+
+/* Rank discovery. Read in this order, the first launcher found wins: pdde-run (PDDE_RANK,
+ * PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_STORE_ADDR), OpenMPI (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK),
+ * PMI (PMI_RANK, PMI_SIZE), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The store address
+ * always comes from PDDE_STORE_ADDR (host:port). Missing or inconsistent variables give PDDE_ERR_ENV
+ * with a message naming the variable. */
+typedef struct {
+    int rank, world_size;
+    int local_rank;          /* -1 when the launcher does not say */
+    char store_addr[256];    /* "" when PDDE_STORE_ADDR is not set */
+    const char *launcher;    /* "pdde-run", "openmpi", "pmi", "slurm" */
+} pdde_comm_env;
+pdde_status pdde_comm_env_read(pdde_context *ctx, pdde_comm_env *out);
+
+/* Memory kinds of communication buffers. Host only for now; device buffers will be staged through
+ * host memory (or passed to transports whose props list PDDE_MEM_DEVICE). */
+typedef enum { PDDE_MEM_HOST = 0, PDDE_MEM_DEVICE = 1 } pdde_mem_kind;
+
+/* The transport interface, shaped like NCCL's net plugin. A listen handle is an opaque blob that the
+ * communicator publishes through the store; connect and accept are non-blocking (they return PDDE_OK
+ * with *comm NULL until the connection is up, and are called again); isend/irecv return a request that
+ * test() completes. Messages are matched by (connection, tag); a receive is at least as large as its
+ * message. A lost peer makes its connections' requests fail with PDDE_ERR_PEER_LOST. */
+#define PDDE_TRANSPORT_API_VERSION 1
+#define PDDE_TRANSPORT_HANDLE_MAX 1024
+#define PDDE_TRANSPORT_TAG_BITS 40 /* tags are < 2^40 */
+typedef struct {
+    char name[32];
+    double bandwidth;        /* B/s, for the cost model; 0 = unknown */
+    double latency;          /* s */
+    uint32_t mem_kinds;      /* bit (1 << pdde_mem_kind) for each kind isend/irecv can take */
+} pdde_transport_props;
+
+typedef struct {
+    double peer_timeout_s;   /* failure detection bound; 0 = 5 */
+} pdde_transport_params;
+
+typedef struct {
+    uint32_t api_version;
+    uint32_t struct_size;
+    const char *name;
+    pdde_status (*init)(pdde_context *ctx, const pdde_transport_params *p, void **tr);
+    void (*fini)(void *tr);
+    pdde_status (*get_props)(void *tr, pdde_transport_props *out);
+    pdde_status (*listen)(void *tr, void *handle, size_t *handle_len, void **listen_comm);
+    pdde_status (*connect)(void *tr, const void *handle, size_t handle_len, void **send_comm);
+    pdde_status (*accept)(void *listen_comm, void **recv_comm);
+    pdde_status (*isend)(void *send_comm, const void *buf, size_t n, uint64_t tag, pdde_mem_kind kind, void **req);
+    pdde_status (*irecv)(void *recv_comm, void *buf, size_t n, uint64_t tag, pdde_mem_kind kind, void **req);
+    /* *done = 1 when finished (ok or not); the request is released when test returns done or an error */
+    pdde_status (*test)(void *req, int *done, size_t *nbytes);
+    /* releases a pending request; its buffer is not touched once cancel returns */
+    void (*cancel)(void *tr, void *req);
+    /* drives the transport; returns 1 if anything happened */
+    int (*progress)(void *tr);
+    void (*close_send)(void *send_comm);
+    void (*close_recv)(void *recv_comm);
+    void (*close_listen)(void *listen_comm);
+    /* optional: called after a failure, before the close_* calls, which then drop connections at once
+     * (no flush, no progress: a cancelled receive must not be written into a buffer freed since) */
+    void (*abort)(void *tr);
+} pdde_transport_iface;
+
+/* The built-in UCX transport (UCP tag API); NULL when pdde was built without UCX. */
+const pdde_transport_iface *pdde_transport_ucx(void);
+
+/* Communicators and collectives. */
+typedef struct pdde_comm pdde_comm;
+typedef struct pdde_comm_request pdde_comm_request;
+
+typedef enum { PDDE_REDUCE_SUM = 0, PDDE_REDUCE_AVG, PDDE_REDUCE_MAX, PDDE_REDUCE_MIN } pdde_reduce_op;
+
+/* Algorithm choice (allreduce, reduce_scatter, allgather, broadcast, reduce). AUTO picks by message
+ * size and topology: recursive doubling / trees for small messages, rings and pipelined chains for
+ * large ones, two-level (intra-host, then inter-host) for allreduce when ranks span hosts. */
+typedef enum {
+    PDDE_ALGO_AUTO = 0,
+    PDDE_ALGO_RING,       /* ring (allreduce, reduce_scatter, allgather); chain (broadcast, reduce) */
+    PDDE_ALGO_RECURSIVE,  /* recursive doubling (allreduce, allgather); binomial tree (broadcast, reduce) */
+    PDDE_ALGO_TWO_LEVEL,  /* allreduce only: intra-host reduce-scatter, inter-host allreduce, allgather */
+} pdde_comm_algo;
+
+typedef struct {
+    pdde_store *store;           /* NULL: connect to PDDE_STORE_ADDR (rank 0 hosts it under launchers
+                                    other than pdde-run); not owned */
+    int rank, world_size;        /* world_size 0: both from the environment (pdde_comm_env_read) */
+    const char *prefix;          /* key prefix in the store, one per job; NULL = "pdde" */
+    double timeout_s;            /* init and blocking collectives; 0 = 300 */
+    double peer_timeout_s;       /* bound on failure detection; 0 = 5 */
+    pdde_comm_algo algo;         /* 0 = auto; the env PDDE_COMM_ALGO (ring, recursive, two_level) too */
+    pdde_mem_kind mem_kind;      /* where the buffers passed to collectives live; host only for now */
+    const pdde_transport_iface *transport; /* NULL = UCX */
+    int no_progress_thread;      /* 1: non-blocking operations progress only inside test/wait */
+    const char *host_id;         /* NULL: PDDE_HOST_ID or hostname + network namespace */
+} pdde_comm_params;
+#define PDDE_COMM_PARAMS_INIT {NULL, 0, 0, NULL, 0, 0, PDDE_ALGO_AUTO, PDDE_MEM_HOST, NULL, 0, NULL}
+
+/* Collective over all ranks: reads the environment (or params), meets the others through the store,
+ * connects every pair, exchanges host ids. */
+pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pdde_comm **out);
+/* Collective over comm: ranks with the same color form a sub-communicator, ordered by (key, rank);
+ * color < 0 (PDDE_COMM_NO_COLOR) gives *out = NULL. Sub-communicators share the parent's connections
+ * and must be freed before their world. */
+#define PDDE_COMM_NO_COLOR (-1)
+pdde_status pdde_comm_split(pdde_comm *comm, int color, int key, pdde_comm **out);
+void pdde_comm_free(pdde_comm *comm);
+int pdde_comm_rank(const pdde_comm *comm);
+int pdde_comm_size(const pdde_comm *comm);
+int pdde_comm_n_hosts(const pdde_comm *comm);
+pdde_context *pdde_comm_context(const pdde_comm *comm);
+void pdde_comm_set_algo(pdde_comm *comm, pdde_comm_algo algo);
+/* The algorithm the last collective on comm used ("ring", "recursive", "two_level", ...). */
+const char *pdde_comm_last_algo(const pdde_comm *comm);
+/* Fails every pending and future operation of comm's world with PDDE_ERR_ABORTED here (and with
+ * PDDE_ERR_ABORTED on the other ranks, through the store). Safe from any thread. */
+void pdde_comm_abort(pdde_comm *comm);
+/* PDDE_OK, or the error that poisoned the communicator. */
+pdde_status pdde_comm_status(pdde_comm *comm);
+
+/* Blocking collectives; buffers of count elements of dtype (in place: sendbuf == recvbuf). */
+pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                pdde_dtype t, pdde_reduce_op op);
+/* sendbuf holds size * recvcount elements; rank r gets the reduced block r. */
+pdde_status pdde_comm_reduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                     pdde_dtype t, pdde_reduce_op op);
+/* recvbuf gets size * sendcount elements, block r from rank r. */
+pdde_status pdde_comm_allgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t);
+pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root);
+/* recvbuf is written on root only (may be NULL elsewhere). */
+pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                             pdde_reduce_op op, int root);
+/* Block r of sendbuf (count elements) goes to rank r; block r of recvbuf comes from rank r. */
+pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t);
+/* Counts and displacements in elements, one per rank. */
+pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts,
+                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                const size_t *rdispls, pdde_dtype t);
+pdde_status pdde_comm_barrier(pdde_comm *c);
+/* Point to point; tag in [0, 2^20). */
+pdde_status pdde_comm_send(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag);
+pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag);
+
+/* Non-blocking variants: same arguments, a request out; buffers stay untouched by the caller until the
+ * request is done. Operations progress in the background (a progress thread per world) and inside
+ * test/wait, so communication overlaps compute. */
+pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req);
+pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                      pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req);
+pdde_status pdde_comm_iallgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                                 pdde_dtype t, pdde_comm_request **req);
+pdde_status pdde_comm_ibroadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root,
+                                 pdde_comm_request **req);
+pdde_status pdde_comm_ireduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                              pdde_reduce_op op, int root, pdde_comm_request **req);
+pdde_status pdde_comm_ialltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                                pdde_comm_request **req);
+pdde_status pdde_comm_ialltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts,
+                                 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                 const size_t *rdispls, pdde_dtype t, pdde_comm_request **req);
+pdde_status pdde_comm_ibarrier(pdde_comm *c, pdde_comm_request **req);
+pdde_status pdde_comm_isend(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag,
+                            pdde_comm_request **req);
+pdde_status pdde_comm_irecv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag,
+                            pdde_comm_request **req);
+/* *done = 1 once finished; returns the operation's status then (PDDE_OK while pending). */
+pdde_status pdde_comm_test(pdde_comm_request *req, int *done);
+/* Waits up to timeout_s (< 0: the communicator's timeout_s). PDDE_ERR_TIMEOUT leaves the request
+ * pending (wait again or free it); spins briefly, then sleeps, so a waiting rank does not burn a core. */
+pdde_status pdde_comm_wait(pdde_comm_request *req, double timeout_s);
+/* Frees a finished request; a pending one is detached and finishes (or fails) on its own, so its
+ * buffers must stay valid until then or until the communicator is freed. */
+void pdde_comm_request_free(pdde_comm_request *req);
 
 #ifdef __cplusplus
 }

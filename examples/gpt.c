@@ -3,6 +3,7 @@
  *   ./build/gpt                                   # small model on a fortunes file, all CPU threads
  *   ./build/gpt --data corpus.txt --layers 6 --width 256 --steps 2000 --ckpt-dir ckpt --resume
  *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
+ *   ./build/pdde-run -n 2 ./build/gpt --dp 2 --zero 1   # data parallel on 2 ranks, ZeRO-1
  *
  * Text is tokenized byte by byte (vocabulary 256). 90% of the file trains, 10% validates. */
 #define _GNU_SOURCE
@@ -17,7 +18,7 @@
 
 typedef struct {
     gpt_config model;
-    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume;
+    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, dp, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on;
@@ -34,7 +35,7 @@ static void usage(void) {
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
-            "           [--blocks-on BACKEND]\n");
+            "           [--blocks-on BACKEND] [--dp N] [--zero 0|1]   (--dp: run under pdde-run -n N)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -56,6 +57,8 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--sample-len")) iv = &o->sample_len;
         else if (!strcmp(a, "--threads")) iv = &o->threads;
         else if (!strcmp(a, "--ckpt-every")) iv = &o->ckpt_every;
+        else if (!strcmp(a, "--dp")) iv = &o->dp;
+        else if (!strcmp(a, "--zero")) iv = &o->zero;
         else if (!strcmp(a, "--lr")) fv = &o->lr;
         else if (!strcmp(a, "--weight-decay")) fv = &o->weight_decay;
         else if (!strcmp(a, "--clip")) fv = &o->clip;
@@ -72,6 +75,10 @@ static int parse(int argc, char **argv, options *o) {
     gpt_config *m = &o->model;
     if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->ctx < 2 || m->vocab < 256 || m->batch < 1 || m->width % m->heads) {
         fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
+        return -1;
+    }
+    if (o->dp < 1 || m->batch % o->dp || o->zero < 0 || o->zero > 1) {
+        fprintf(stderr, "gpt: --dp must divide --batch (the global batch) and --zero is 0 or 1\n");
         return -1;
     }
     return 0;
@@ -138,7 +145,7 @@ int main(int argc, char **argv) {
     options o = {
         .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},
         .steps = 600, .val_every = 100, .val_batches = 8, .sample_len = 300, .ckpt_every = 200,
-        .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337,
+        .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1,
         .data = "/usr/share/games/fortunes/songs-poems",
     };
     if (parse(argc, argv, &o)) return 2;
@@ -154,10 +161,29 @@ int main(int argc, char **argv) {
     TRY(pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
     if (pdde_data_n_tokens(val) <= o.model.ctx) { fprintf(stderr, "gpt: %s is too short for a context of %d\n", o.data, o.model.ctx); return 1; }
 
+    /* data parallel: each of the dp ranks takes its rows of every global batch */
+    pdde_comm *comm = NULL;
+    int rank = 0;
+    gpt_config local = o.model;
+    if (o.dp > 1) {
+#ifdef PDDE_HAVE_UCX
+        pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
+        TRY(pdde_comm_init(ctx, &pp, &comm));
+        if (pdde_comm_size(comm) != o.dp) {
+            fprintf(stderr, "gpt: --dp %d but the launcher started %d ranks\n", o.dp, pdde_comm_size(comm));
+            return 1;
+        }
+        rank = pdde_comm_rank(comm);
+        local.batch = o.model.batch / o.dp;
+#else
+        fprintf(stderr, "gpt: --dp needs pdde built with UCX\n");
+        return 1;
+#endif
+    }
     pdde_graph *g;
     gpt_model m;
     TRY(pdde_graph_init(ctx, &g));
-    TRY(gpt_build(g, &o.model, &m));
+    TRY(gpt_build(g, &local, &m));
     pdde_mark_output(m.logits);
     TRY(pdde_backward(g, m.loss));
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
@@ -167,6 +193,7 @@ int main(int argc, char **argv) {
 
     /* placement: with --blocks-on, the transformer blocks (layers 1..L) go to that backend's device 0 */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.dp_comm = comm, sp.zero_stage = o.zero;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
     if (o.blocks_on) {
@@ -183,9 +210,11 @@ int main(int argc, char **argv) {
     TRY(pdde_session_init(g, &sp, &s));
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
-    printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s, %d threads\n",
+    printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s, %d threads",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
            where, pdde_context_n_threads(ctx));
+    if (o.dp > 1) printf("; data parallel over %d ranks (batch %d each)%s", o.dp, local.batch, o.zero ? ", ZeRO-1" : "");
+    printf("\n");
     printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB, activations %.1f MB (plan) of %.1f MB\n",
            o.data, (long long)pdde_data_n_tokens(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6,
            ms.arena_bytes / 1e6, ms.activation_bytes / 1e6);
@@ -193,7 +222,9 @@ int main(int argc, char **argv) {
     char ckpt[4096] = "";
     if (o.ckpt_dir) {
         mkdir(o.ckpt_dir, 0755);
-        snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir);
+        /* ZeRO-1 shards the optimizer state: every rank keeps its own file */
+        if (o.zero && o.dp > 1) snprintf(ckpt, sizeof ckpt, "%s/gpt.rank%d.ckpt", o.ckpt_dir, rank);
+        else snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir);
         if (o.resume) {
             pdde_checkpoint_extra ex;
             pdde_status st = pdde_checkpoint_load(s, ckpt, &ex);
@@ -207,36 +238,43 @@ int main(int argc, char **argv) {
         }
     }
 
-    size_t bt = (size_t)o.model.batch * o.model.ctx;
+    size_t bt = (size_t)o.model.batch * o.model.ctx, local_bt = (size_t)local.batch * local.ctx;
     int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
     double t0 = now(), tlast = t0;
     int64_t first = pdde_session_step(s);
     float ema_tps = 0;
     for (int64_t step = first; step < o.steps; step++) {
-        TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y));
-        TRY(pdde_session_write(s, m.ids, x, bt * sizeof *x));
-        TRY(pdde_session_write(s, m.targets, y, bt * sizeof *y));
+        TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
+        TRY(pdde_session_write(s, m.ids, x + rank * local_bt, local_bt * sizeof *x));
+        TRY(pdde_session_write(s, m.targets, y + rank * local_bt, local_bt * sizeof *y));
         TRY(pdde_session_run(s, PDDE_RUN_STEP));
+        float loss = pdde_session_loss(s);
+#ifdef PDDE_HAVE_UCX
+        if (comm) TRY(pdde_comm_allreduce(comm, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG));
+#endif
         double t = now(), dt = t - tlast;
         tlast = t;
         float tps = (float)(bt / dt);
         ema_tps = step == first ? tps : 0.9f * ema_tps + 0.1f * tps;
         double eta = (double)(o.steps - step - 1) * bt / ema_tps;
-        if (step % 10 == 0 || step + 1 == o.steps)
+        if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps))
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs\n", (long long)step + 1, o.steps,
-                   pdde_session_loss(s), pdde_lr_at(&op, step), ema_tps, eta);
-        if ((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)
+                   loss, pdde_lr_at(&op, step), ema_tps, eta);
+        if (rank == 0 && ((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps))
             printf("step %5lld  validation loss %.4f\n", (long long)step + 1, validate(s, &m, val, o.val_batches, x, y));
-        if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
+        if (ckpt[0] && (rank == 0 || o.zero) && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
             TRY(pdde_checkpoint_save(s, ckpt, &ex));
         }
     }
-    printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
-    if (o.sample_len > 0) sample(s, &m, o.sample_len, o.seed);
+    if (rank == 0) printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
+    if (rank == 0 && o.sample_len > 0) sample(s, &m, o.sample_len, o.seed);
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
     pdde_graph_free(g);
+#ifdef PDDE_HAVE_UCX
+    pdde_comm_free(comm);
+#endif
     pdde_data_free(train), pdde_data_free(val);
     pdde_context_free(ctx);
     return 0;

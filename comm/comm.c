@@ -1,0 +1,708 @@
+/* comm/comm.c — communicators: the world (transport connections to every peer, the store, failure
+ * state and a service thread), sub-communicators, waiting, failure propagation and abort.
+ * The single file pdde.c includes; it includes the other parts of comm/.
+ *
+ * Failure detection has three paths, so a dead peer becomes an error on every rank, never a hang:
+ *  1. UCX endpoints in PEER error mode fail the requests towards a dead peer (connection reset, or
+ *     keepalive for shared memory);
+ *  2. each rank registers a death notice with the store (<prefix>/failed), which the store sets when
+ *     the rank's connection drops or its lease expires; the service thread of every rank with an
+ *     operation running polls that key, and publishes there any failure it finds itself;
+ *  3. every blocking wait has a timeout. */
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+
+#include "comm/store.c"
+#include "comm/env.c"
+#include "comm/transport_ucx.c"
+
+/* Tag layout (PDDE_TRANSPORT_TAG_BITS = 40): collectives [39]=0 [38..28] communicator id [27..16]
+ * operation sequence [15..8] program [7..0] round; point to point [39]=1 [38..28] communicator id
+ * [27..8] user tag. Communicator id 0 is the world's bootstrap, 1 the world. */
+#define COMM_TAG_P2P (UINT64_C(1) << 39)
+#define COMM_ID_BITS 11
+#define COMM_WORLD_ID 1
+
+typedef struct comm_world {
+    pdde_context *ctx;
+    const pdde_transport_iface *tp;
+    void *tr, *listen;
+    int rank, size;
+    void **send, **recv;          /* per world rank (NULL for self) */
+    int *host_of;                 /* world rank -> host index */
+    char (*host_names)[128];
+    pdde_store *store;
+    int own_store;
+    pdde_store_server *server;    /* rank 0 hosts the store under launchers other than pdde-run */
+    pthread_mutex_t store_lock;   /* the store is shared by the caller's thread and the service thread */
+    char prefix[200];             /* this world's keys: <params.prefix>/<generation> */
+    double timeout_s, peer_timeout_s;
+    int no_progress_thread;
+    pdde_mem_kind mem_kind;
+
+    pthread_mutex_t lock;         /* guards everything below and every transport call */
+    pthread_cond_t cv;            /* wakes the service thread */
+    pthread_t thread;
+    int thread_started, stop;
+    _Atomic int failed;           /* 0 or the status that poisoned the world */
+    int published;                /* the failure is in the store (or came from there) */
+    char fail_msg[400];
+    pdde_comm_request *active;    /* running operations of every communicator */
+    int waiters;                  /* caller threads inside a wait: the service thread stays out */
+    int refs;                     /* communicators using the world */
+} comm_world;
+
+struct pdde_comm {
+    comm_world *w;
+    int rank, size;
+    int *ranks;                   /* comm rank -> world rank */
+    int id;
+    uint32_t seq;
+    pdde_comm_algo algo;
+    const char *last_algo;
+    /* topology: hosts in order of first appearance */
+    int n_hosts;
+    int local_equal;              /* every host has the same number of this comm's ranks */
+    int *local_group, local_n, local_me;  /* world ranks on my host */
+    int *cross_group, cross_n, cross_me;  /* world ranks with my local index, one per host */
+};
+
+static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Records the first failure of the world (the lock is held). Running operations are ended by the
+ * next world_progress; the service thread publishes the failure to the other ranks. */
+static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...) {
+    if (w->failed) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->fail_msg, sizeof w->fail_msg, fmt, ap);
+    va_end(ap);
+    w->failed = st;
+    pthread_cond_broadcast(&w->cv);
+}
+
+#include "comm/schedule.c"
+
+/* ================================================================================================
+ * Waiting */
+
+static void world_failed_key(const comm_world *w, char *key, size_t cap) { snprintf(key, cap, "%s/failed", w->prefix); }
+
+/* Adopts the failure published in the store, if any: a lost connection is often only the echo of a
+ * root cause that another rank reported (an abort, a timeout, a death), and that cause is what the
+ * caller should see. Called without the world lock. */
+static void world_root_cause(comm_world *w) {
+    char key[256];
+    void *val = NULL;
+    size_t len;
+    world_failed_key(w, key, sizeof key);
+    pthread_mutex_lock(&w->store_lock);
+    pdde_status st = w->store->iface->get(w->store->impl, NULL, key, &val, &len);
+    pthread_mutex_unlock(&w->store_lock);
+    char *bar = st ? NULL : strchr(val, '|');
+    if (bar && atoi(val) < 0) {
+        pthread_mutex_lock(&w->lock);
+        w->failed = atoi(val);
+        w->published = 1;
+        snprintf(w->fail_msg, sizeof w->fail_msg, "%s", bar + 1);
+        pthread_mutex_unlock(&w->lock);
+    }
+    free(val);
+}
+
+static pdde_status comm_report(comm_world *w, pdde_status st) {
+    if (!st) return st;
+    if ((st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_TIMEOUT) && w->failed) {
+        world_root_cause(w);
+        st = w->failed;
+    }
+    char msg[sizeof w->fail_msg];
+    pthread_mutex_lock(&w->lock);
+    snprintf(msg, sizeof msg, "%s", w->failed ? w->fail_msg : "");
+    pthread_mutex_unlock(&w->lock);
+    return pdde_error(w->ctx, st, "comm: %s%s%s", pdde_status_str(st), *msg ? ": " : "", msg);
+}
+
+/* Spins for a few microseconds (latency), then yields (other ranks may share the core), then sleeps
+ * with a growing pause up to 1 ms, so that a long wait costs almost no CPU. */
+static void comm_backoff(double idle, double left) {
+    if (idle < 20e-6) return;
+    if (idle < 2e-3) { sched_yield(); return; }
+    double pause = idle / 16;
+    if (pause > 1e-3) pause = 1e-3;
+    if (pause > left) pause = left;
+    if (pause > 0) comm_sleep(pause);
+}
+
+static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
+    comm_world *w = r->w;
+    double start = comm_now(), deadline = start + timeout_s, idle_since = start;
+    pthread_mutex_lock(&w->lock);
+    w->waiters++;
+    for (;;) {
+        if (!r->done && world_progress(w)) idle_since = comm_now();
+        if (r->done) break;
+        double now = comm_now();
+        if (now >= deadline) break;
+        pthread_mutex_unlock(&w->lock);
+        comm_backoff(now - idle_since, deadline - now);
+        pthread_mutex_lock(&w->lock);
+    }
+    w->waiters--;
+    pdde_status st = r->done ? r->status : PDDE_ERR_TIMEOUT;
+    pthread_mutex_unlock(&w->lock);
+    return st;
+}
+
+/* Starts a built operation: links it to the world and posts its first steps. */
+static pdde_status comm_start(pdde_comm *c, pdde_comm_request *r, const char *algo, pdde_comm_request **out) {
+    comm_world *w = c->w;
+    *out = NULL;
+    if (algo) {
+        c->last_algo = algo;
+        r->tagbase = (uint64_t)c->id << 28 | (uint64_t)(c->seq++ & 0xfff) << 16;
+    }
+    pthread_mutex_lock(&w->lock);
+    pdde_status st = w->failed;
+    if (!st) {
+        r->next = w->active;
+        if (w->active) w->active->prev = r;
+        w->active = r;
+        req_advance(r);
+        pthread_cond_signal(&w->cv);
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (st) { req_release(r); return comm_report(w, st); }
+    *out = r;
+    return PDDE_OK;
+}
+
+/* The blocking form of every operation: wait with the communicator's timeout; a timeout poisons the
+ * world (the peers are out of step, nothing sensible can follow). */
+static pdde_status comm_finish(pdde_comm *c, pdde_status st, pdde_comm_request *r) {
+    if (st) return st;
+    comm_world *w = c->w;
+    st = req_wait(r, w->timeout_s);
+    if (st == PDDE_ERR_TIMEOUT) {
+        pthread_mutex_lock(&w->lock);
+        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a %s did not finish within %.3g s", w->rank,
+                  c->last_algo ? c->last_algo : "transfer", w->timeout_s);
+        world_progress(w);
+        pthread_mutex_unlock(&w->lock);
+    }
+    pdde_comm_request_free(r);
+    return comm_report(w, st);
+}
+
+pdde_status pdde_comm_test(pdde_comm_request *r, int *done) {
+    if (!r || !done) return PDDE_ERR_INVALID_ARG;
+    pthread_mutex_lock(&r->w->lock);
+    if (!r->done) world_progress(r->w);
+    *done = r->done;
+    pdde_status st = r->done ? r->status : PDDE_OK;
+    pthread_mutex_unlock(&r->w->lock);
+    return comm_report(r->w, st);
+}
+
+pdde_status pdde_comm_wait(pdde_comm_request *r, double timeout_s) {
+    if (!r) return PDDE_ERR_INVALID_ARG;
+    pdde_status st = req_wait(r, timeout_s < 0 ? r->w->timeout_s : timeout_s);
+    if (st == PDDE_ERR_TIMEOUT)
+        return pdde_error(r->w->ctx, st, "comm: the operation did not finish within %.3g s (still pending)",
+                          timeout_s < 0 ? r->w->timeout_s : timeout_s);
+    return comm_report(r->w, st);
+}
+
+void pdde_comm_request_free(pdde_comm_request *r) {
+    if (!r) return;
+    comm_world *w = r->w;
+    pthread_mutex_lock(&w->lock);
+    if (r->done) req_release(r);
+    else r->detached = 1;
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* ================================================================================================
+ * The service thread: heartbeats, failure publication and polling, background progress. */
+
+static void *comm_service(void *arg) {
+    comm_world *w = arg;
+    const pdde_store_iface *si = w->store->iface;
+    double ping_every = w->peer_timeout_s / 4, last_ping = comm_now(), last_check = 0, pause = 20e-6;
+    char key[256];
+    world_failed_key(w, key, sizeof key);
+    pthread_mutex_lock(&w->lock);
+    while (!w->stop) {
+        int active = w->active != NULL;
+        if (active && !w->failed && !w->no_progress_thread && !w->waiters && world_progress(w)) pause = 20e-6;
+        char msg[sizeof w->fail_msg + 16];
+        int publish = w->failed && !w->published;
+        if (publish) {
+            snprintf(msg, sizeof msg, "%d|%s", (int)w->failed, w->fail_msg);
+            w->published = 1;
+        }
+        pthread_mutex_unlock(&w->lock);
+
+        double now = comm_now();
+        pdde_status st = PDDE_OK;
+        void *val = NULL; size_t len = 0;
+        pthread_mutex_lock(&w->store_lock);
+        if (publish) si->set(w->store->impl, NULL, key, msg, strlen(msg));
+        if (now - last_ping > ping_every) {
+            last_ping = now;
+            if (si->ping) st = si->ping(w->store->impl, NULL);
+        }
+        if (!st && active && !w->failed && now - last_check > 0.05) {
+            last_check = now;
+            st = si->get(w->store->impl, NULL, key, &val, &len);
+        }
+        pthread_mutex_unlock(&w->store_lock);
+
+        pthread_mutex_lock(&w->lock);
+        if (st == PDDE_OK && val) {
+            char *bar = strchr(val, '|');
+            int code = atoi(val);
+            w->published = 1; /* it came from the store: no need to write it back */
+            comm_fail(w, code < 0 ? code : PDDE_ERR_PEER_LOST, "%s", bar ? bar + 1 : (char *)val);
+        } else if (st && st != PDDE_ERR_NOT_FOUND) {
+            w->published = 1;
+            comm_fail(w, PDDE_ERR_PEER_LOST, "rank %d lost the connection to the store", w->rank);
+        }
+        free(val);
+        if (w->failed && w->active && !w->waiters) world_progress(w);
+        if (w->stop) break;
+        if (active && !w->waiters) {
+            /* background progress of non-blocking operations: poll, backing off to 1 ms */
+            pthread_mutex_unlock(&w->lock);
+            comm_sleep(pause);
+            pause = pause * 2 < 1e-3 ? pause * 2 : 1e-3;
+            pthread_mutex_lock(&w->lock);
+        } else {
+            /* idle, or a caller is waiting and progressing itself: only the store checks remain */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            double t = (double)ts.tv_nsec * 1e-9 + (active ? 0.05 : ping_every);
+            ts.tv_sec += (time_t)t;
+            ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+            pthread_cond_timedwait(&w->cv, &w->lock, &ts);
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* ================================================================================================
+ * World setup and teardown */
+
+static void world_destroy(comm_world *w) {
+    if (!w) return;
+    if (w->thread_started) {
+        pthread_mutex_lock(&w->lock);
+        w->stop = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->lock);
+        pthread_join(w->thread, NULL);
+    }
+    if (w->failed && !w->published && w->store) {
+        /* the service thread had no time to tell the others: do it now */
+        char key[256], msg[sizeof w->fail_msg + 16];
+        world_failed_key(w, key, sizeof key);
+        snprintf(msg, sizeof msg, "%d|%s", (int)w->failed, w->fail_msg);
+        w->store->iface->set(w->store->impl, NULL, key, msg, strlen(msg));
+    }
+    pthread_mutex_lock(&w->lock);
+    while (w->active) req_finish(w->active, PDDE_ERR_ABORTED);
+    pthread_mutex_unlock(&w->lock);
+    if (w->tr) {
+        if (w->failed && w->tp->abort) w->tp->abort(w->tr);
+        for (int i = 0; i < w->size; i++) {
+            if (w->send && w->send[i]) w->tp->close_send(w->send[i]);
+            if (w->recv && w->recv[i]) w->tp->close_recv(w->recv[i]);
+        }
+        if (w->listen) w->tp->close_listen(w->listen);
+        w->tp->fini(w->tr);
+    }
+    if (w->store) {
+        if (!w->own_store && w->store->iface->set_liveness) /* a clean exit is no death: withdraw the notice */
+            w->store->iface->set_liveness(w->store->impl, NULL, "", "", 0, 0);
+        if (w->own_store) pdde_store_free(w->store);
+    }
+    if (w->server) {
+        /* rank 0 hosts the store: keep it up until the others are gone (bounded) */
+        double deadline = comm_now() + 10;
+        while (atomic_load(&w->server->n_live) > 0 && comm_now() < deadline) comm_sleep(0.01);
+        pdde_store_server_free(w->server);
+    }
+    free(w->send); free(w->recv); free(w->host_of); free(w->host_names);
+    pthread_mutex_destroy(&w->lock);
+    pthread_mutex_destroy(&w->store_lock);
+    pthread_cond_destroy(&w->cv);
+    free(w);
+}
+
+/* Computes the comm's host structure from the world's host ids. */
+static pdde_status comm_topology(pdde_comm *c) {
+    comm_world *w = c->w;
+    int n = c->size, me_host = w->host_of[c->ranks[c->rank]];
+    int *hosts = calloc((size_t)w->size, sizeof *hosts), *count = calloc((size_t)w->size, sizeof *count);
+    c->local_group = malloc((size_t)n * sizeof(int));
+    c->cross_group = malloc((size_t)n * sizeof(int));
+    if (!hosts || !count || !c->local_group || !c->cross_group) {
+        free(hosts); free(count);
+        return pdde_error(w->ctx, PDDE_ERR_OOM, "comm: out of memory");
+    }
+    /* host index of each world host, in order of first appearance in this comm (1-based; 0 = unseen) */
+    c->n_hosts = 0;
+    for (int i = 0; i < n; i++) {
+        int h = w->host_of[c->ranks[i]];
+        if (!hosts[h]) hosts[h] = ++c->n_hosts;
+        count[hosts[h] - 1]++;
+    }
+    c->local_equal = 1;
+    for (int h = 1; h < c->n_hosts; h++) c->local_equal &= count[h] == count[0];
+    c->local_n = 0;
+    for (int i = 0; i < n; i++)
+        if (w->host_of[c->ranks[i]] == me_host) {
+            if (i == c->rank) c->local_me = c->local_n;
+            c->local_group[c->local_n++] = c->ranks[i];
+        }
+    /* cross group: the local_me-th rank of each host, hosts in order */
+    c->cross_n = 0;
+    if (c->local_equal) {
+        int *seen = count; /* reuse: ranks seen so far per host */
+        memset(seen, 0, (size_t)w->size * sizeof *seen);
+        for (int i = 0; i < n; i++) {
+            int hi = hosts[w->host_of[c->ranks[i]]] - 1;
+            if (seen[hi]++ == c->local_me) {
+                if (i == c->rank) c->cross_me = c->cross_n;
+                c->cross_group[c->cross_n++] = c->ranks[i];
+            }
+        }
+    }
+    free(hosts); free(count);
+    return PDDE_OK;
+}
+
+static pdde_status comm_new(comm_world *w, int rank, int size, int *ranks, int id, pdde_comm_algo algo, pdde_comm **out) {
+    pdde_comm *c = calloc(1, sizeof *c);
+    if (!c) { free(ranks); return pdde_error(w->ctx, PDDE_ERR_OOM, "comm: out of memory"); }
+    c->w = w; c->rank = rank; c->size = size; c->ranks = ranks; c->id = id; c->algo = algo;
+    c->last_algo = "none";
+    pdde_status st = comm_topology(c);
+    if (st) { free(c->local_group); free(c->cross_group); free(c->ranks); free(c); return st; }
+    pthread_mutex_lock(&w->lock);
+    w->refs++;
+    pthread_mutex_unlock(&w->lock);
+    *out = c;
+    return PDDE_OK;
+}
+
+static pdde_comm_algo comm_algo_from_env(pdde_comm_algo given) {
+    const char *e = getenv("PDDE_COMM_ALGO");
+    if (given || !e) return given;
+    if (!strcmp(e, "ring")) return PDDE_ALGO_RING;
+    if (!strcmp(e, "recursive")) return PDDE_ALGO_RECURSIVE;
+    if (!strcmp(e, "two_level")) return PDDE_ALGO_TWO_LEVEL;
+    return PDDE_ALGO_AUTO;
+}
+
+/* Publishes this rank's listen handle and host id, then connects to and accepts from every peer. */
+static pdde_status world_connect(comm_world *w, const char *host_id, double deadline) {
+    pdde_context *ctx = w->ctx;
+    int n = w->size;
+    unsigned char handle[PDDE_TRANSPORT_HANDLE_MAX + 256];
+    size_t hlen = 0;
+    pdde_status st = w->tp->listen(w->tr, handle + 4, &hlen, &w->listen);
+    if (st) return pdde_error(ctx, st, "comm: transport %s cannot listen", w->tp->name);
+    put_u32(handle, (uint32_t)hlen);
+    size_t idlen = strlen(host_id) + 1;
+    memcpy(handle + 4 + hlen, host_id, idlen);
+    char key[300];
+    snprintf(key, sizeof key, "%s/addr/%d", w->prefix, w->rank);
+    if ((st = pdde_store_set(w->store, key, handle, 4 + hlen + idlen))) return st;
+
+    w->send = calloc((size_t)n, sizeof *w->send);
+    w->recv = calloc((size_t)n, sizeof *w->recv);
+    w->host_of = calloc((size_t)n, sizeof *w->host_of);
+    w->host_names = calloc((size_t)n, sizeof *w->host_names);
+    unsigned char **handles = calloc((size_t)n, sizeof *handles);
+    size_t *hlens = calloc((size_t)n, sizeof *hlens);
+    void **pending = calloc((size_t)n, sizeof *pending);      /* accepted, not yet identified */
+    void **ident_req = calloc((size_t)n, sizeof *ident_req);
+    int32_t *ident = calloc((size_t)n, sizeof *ident), me = w->rank;
+    void **send_ident = calloc((size_t)n, sizeof *send_ident);
+    if (!w->send || !w->recv || !w->host_of || !w->host_names || !handles || !hlens || !pending || !ident_req ||
+        !ident || !send_ident) {
+        st = pdde_error(ctx, PDDE_ERR_OOM, "comm: out of memory");
+        goto done;
+    }
+    int n_hosts = 0;
+    for (int p = 0; p < n && !st; p++) {
+        snprintf(key, sizeof key, "%s/addr/%d", w->prefix, p);
+        double left = deadline - comm_now();
+        if ((st = pdde_store_wait(w->store, key, left > 0 ? left : 0))) {
+            st = pdde_error(ctx, st, "comm: rank %d did not publish its address within the init timeout (%s)", p,
+                            pdde_last_error(ctx));
+            break;
+        }
+        void *v; size_t len;
+        if ((st = pdde_store_get(w->store, key, &v, &len))) break;
+        uint32_t hl = len >= 4 ? get_u32(v) : 0;
+        if (len < 4 || hl > len - 4 || hl > PDDE_TRANSPORT_HANDLE_MAX) {
+            free(v);
+            st = pdde_error(ctx, PDDE_ERR_COMM, "comm: rank %d published a malformed address", p);
+            break;
+        }
+        handles[p] = v; hlens[p] = hl;
+        snprintf(w->host_names[p], sizeof w->host_names[p], "%s", (char *)v + 4 + hl);
+        int h = 0;
+        while (h < p && strcmp(w->host_names[h], w->host_names[p])) h++;
+        w->host_of[p] = h < p ? w->host_of[h] : n_hosts++;
+    }
+    /* every pair gets a connection each way; a 4-byte hello on the new connection names the sender */
+    int todo_send = n - 1, todo_recv = n - 1;
+    double idle_since = comm_now();
+    while (!st && (todo_send || todo_recv)) {
+        int moved = 0;
+        for (int p = 0; p < n && !st; p++) {
+            if (p == me) continue;
+            if (!w->send[p] && !send_ident[p]) {
+                void *sc = NULL;
+                st = w->tp->connect(w->tr, (unsigned char *)handles[p] + 4, hlens[p], &sc);
+                if (sc) { w->send[p] = sc; st = w->tp->isend(sc, &me, 4, 0, PDDE_MEM_HOST, &send_ident[p]); moved = 1; }
+            }
+            if (send_ident[p]) {
+                int done = 0;
+                st = w->tp->test(send_ident[p], &done, NULL);
+                if (done || st) { send_ident[p] = NULL; todo_send--; moved = 1; }
+            }
+        }
+        void *rc = NULL;
+        if (!st && todo_recv && !(st = w->tp->accept(w->listen, &rc)) && rc) {
+            for (int i = 0; i < n; i++)
+                if (!pending[i]) {
+                    pending[i] = rc;
+                    st = w->tp->irecv(rc, &ident[i], 4, 0, PDDE_MEM_HOST, &ident_req[i]);
+                    break;
+                }
+            moved = 1;
+        }
+        for (int i = 0; i < n && !st; i++) {
+            if (!ident_req[i]) continue;
+            int done = 0;
+            size_t got = 0;
+            st = w->tp->test(ident_req[i], &done, &got);
+            if (!done) continue;
+            ident_req[i] = NULL;
+            moved = 1;
+            if (got != 4 || ident[i] < 0 || ident[i] >= n || ident[i] == me || w->recv[ident[i]]) {
+                st = pdde_error(ctx, PDDE_ERR_COMM, "comm: bad hello from a peer (rank %d)", ident[i]);
+                break;
+            }
+            w->recv[ident[i]] = pending[i];
+            pending[i] = NULL;
+            todo_recv--;
+        }
+        if (st) { st = pdde_error(ctx, st, "comm: rank %d: connecting to its peers failed (%s)", me, pdde_status_str(st)); break; }
+        w->tp->progress(w->tr);
+        double now = comm_now();
+        if (moved) idle_since = now;
+        if (now > deadline) {
+            st = pdde_error(ctx, PDDE_ERR_TIMEOUT, "comm: rank %d: %d outgoing and %d incoming connections not up "
+                            "within the init timeout", me, todo_send, todo_recv);
+            break;
+        }
+        comm_backoff(now - idle_since, deadline - now);
+    }
+done:
+    for (int i = 0; i < n; i++) {
+        if (handles) free(handles[i]);
+        if (ident_req && ident_req[i]) w->tp->cancel(w->tr, ident_req[i]);
+        if (send_ident && send_ident[i]) w->tp->cancel(w->tr, send_ident[i]);
+        if (pending && pending[i]) w->tp->close_recv(pending[i]);
+    }
+    free(handles); free(hlens); free(pending); free(ident_req); free(ident); free(send_ident);
+    return st;
+}
+
+pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pdde_comm **out) {
+    if (!out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_comm_init: out is NULL");
+    *out = NULL;
+    pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
+    if (params) p = *params;
+    if (p.mem_kind != PDDE_MEM_HOST)
+        return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "comm: only host buffers are supported for now");
+    pdde_comm_env env = {0};
+    pdde_status st;
+    if (p.world_size > 0) {
+        if (p.rank < 0 || p.rank >= p.world_size)
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "comm: rank %d is not in [0, %d)", p.rank, p.world_size);
+        env.rank = p.rank; env.world_size = p.world_size; env.launcher = "params";
+        const char *a = getenv("PDDE_STORE_ADDR");
+        if (a) snprintf(env.store_addr, sizeof env.store_addr, "%s", a);
+    } else if ((st = pdde_comm_env_read(ctx, &env))) {
+        return st;
+    }
+    if (!p.store && !env.store_addr[0])
+        return pdde_error(ctx, PDDE_ERR_ENV, "PDDE_STORE_ADDR is not set (host:port of the bootstrap store; "
+                                             "pdde-run sets it, other launchers need it exported)");
+    comm_world *w = calloc(1, sizeof *w);
+    if (!w) return pdde_error(ctx, PDDE_ERR_OOM, "comm: out of memory");
+    w->ctx = ctx;
+    w->rank = env.rank;
+    w->size = env.world_size;
+    w->timeout_s = p.timeout_s > 0 ? p.timeout_s : 300;
+    w->peer_timeout_s = p.peer_timeout_s > 0 ? p.peer_timeout_s : 5;
+    w->no_progress_thread = p.no_progress_thread;
+    w->mem_kind = p.mem_kind;
+    w->tp = p.transport ? p.transport : pdde_transport_ucx();
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_mutex_init(&w->store_lock, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    double deadline = comm_now() + w->timeout_s;
+    char host_id[128], key[300];
+    comm_host_id(p.host_id, host_id, sizeof host_id);
+
+    if (p.store) {
+        w->store = p.store;
+    } else {
+        /* launchers other than pdde-run host no store: rank 0 does, on the address everyone was given */
+        if (w->rank == 0 && strcmp(env.launcher, "pdde-run") && (st = pdde_store_server_init(ctx, env.store_addr, &w->server)))
+            goto fail;
+        if ((st = pdde_store_connect(ctx, env.store_addr, w->timeout_s, &w->store))) goto fail;
+        w->own_store = 1;
+    }
+    if (w->tp->api_version != PDDE_TRANSPORT_API_VERSION || w->tp->struct_size < sizeof *w->tp) {
+        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "comm: transport %s has interface version %u, want %u", w->tp->name,
+                        w->tp->api_version, PDDE_TRANSPORT_API_VERSION);
+        goto fail;
+    }
+    pdde_transport_params tp = {w->peer_timeout_s};
+    if ((st = w->tp->init(ctx, &tp, &w->tr))) goto fail;
+    /* each init is a new generation of keys, so a job may init again (after a failure) with one store */
+    int64_t gen;
+    snprintf(key, sizeof key, "%s/generation/%d", p.prefix ? p.prefix : "pdde", w->rank);
+    if ((st = pdde_store_add(w->store, key, 1, &gen))) goto fail;
+    snprintf(w->prefix, sizeof w->prefix, "%s/%lld", p.prefix ? p.prefix : "pdde", (long long)gen);
+    if ((st = world_connect(w, host_id, deadline))) goto fail;
+    char notice[256];
+    snprintf(notice, sizeof notice, "%d|rank %d (pid %d on %s) died or lost its connection to the store",
+             PDDE_ERR_PEER_LOST, w->rank, (int)getpid(), host_id);
+    world_failed_key(w, key, sizeof key);
+    st = pdde_store_set_liveness(w->store, key, notice, strlen(notice), w->peer_timeout_s);
+    if (st && st != PDDE_ERR_UNSUPPORTED) goto fail;
+    if (pthread_create(&w->thread, NULL, comm_service, w)) {
+        st = pdde_error(ctx, PDDE_ERR_OOM, "comm: cannot start the service thread");
+        goto fail;
+    }
+    w->thread_started = 1;
+    int *ranks = malloc((size_t)w->size * sizeof *ranks);
+    if (!ranks) { st = pdde_error(ctx, PDDE_ERR_OOM, "comm: out of memory"); goto fail; }
+    for (int i = 0; i < w->size; i++) ranks[i] = i;
+    if ((st = comm_new(w, w->rank, w->size, ranks, COMM_WORLD_ID, comm_algo_from_env(p.algo), out))) goto fail;
+    return PDDE_OK;
+fail:
+    world_destroy(w);
+    return st;
+}
+
+void pdde_comm_free(pdde_comm *c) {
+    if (!c) return;
+    comm_world *w = c->w;
+    pthread_mutex_lock(&w->lock);
+    for (pdde_comm_request *r = w->active, *next; r; r = next) {
+        next = r->next;
+        if (r->comm == c) req_finish(r, PDDE_ERR_ABORTED);
+    }
+    int last = --w->refs == 0;
+    pthread_mutex_unlock(&w->lock);
+    free(c->ranks); free(c->local_group); free(c->cross_group);
+    free(c);
+    if (last) world_destroy(w);
+}
+
+int pdde_comm_rank(const pdde_comm *c) { return c ? c->rank : -1; }
+int pdde_comm_size(const pdde_comm *c) { return c ? c->size : 0; }
+int pdde_comm_n_hosts(const pdde_comm *c) { return c ? c->n_hosts : 0; }
+pdde_context *pdde_comm_context(const pdde_comm *c) { return c ? c->w->ctx : NULL; }
+void pdde_comm_set_algo(pdde_comm *c, pdde_comm_algo algo) { if (c) c->algo = algo; }
+const char *pdde_comm_last_algo(const pdde_comm *c) { return c ? c->last_algo : ""; }
+
+void pdde_comm_abort(pdde_comm *c) {
+    if (!c) return;
+    comm_world *w = c->w;
+    pthread_mutex_lock(&w->lock);
+    comm_fail(w, PDDE_ERR_ABORTED, "rank %d aborted the communicator", w->rank);
+    while (w->active) req_finish(w->active, w->failed);
+    pthread_mutex_unlock(&w->lock);
+}
+
+pdde_status pdde_comm_status(pdde_comm *c) {
+    if (!c) return PDDE_ERR_INVALID_ARG;
+    return comm_report(c->w, c->w->failed);
+}
+
+pdde_status pdde_comm_split(pdde_comm *c, int color, int key, pdde_comm **out) {
+    if (!c || !out) return PDDE_ERR_INVALID_ARG;
+    *out = NULL;
+    comm_world *w = c->w;
+    int n = c->size;
+    int32_t mine[2] = {color < 0 ? -1 : color, key}, *all = malloc((size_t)n * 2 * sizeof *all);
+    int *ranks = malloc((size_t)n * sizeof *ranks);
+    if (!all || !ranks) { free(all); free(ranks); return pdde_error(w->ctx, PDDE_ERR_OOM, "comm: out of memory"); }
+    pdde_status st = pdde_comm_allgather(c, mine, all, 2, PDDE_I32);
+    /* colors in increasing order get consecutive ids from a counter in the store */
+    int ncolors = 0, color_index = 0;
+    for (int i = 0; i < n && !st; i++) {
+        int first = all[2 * i] >= 0;
+        for (int j = 0; j < i && first; j++) first = all[2 * j] != all[2 * i];
+        if (!first) continue;
+        ncolors++;
+        if (all[2 * i] < mine[0]) color_index++;
+    }
+    int64_t base = 0;
+    if (!st && c->rank == 0) {
+        char k[300];
+        snprintf(k, sizeof k, "%s/comm_ids", w->prefix);
+        pthread_mutex_lock(&w->store_lock);
+        st = pdde_store_add(w->store, k, ncolors, &base);
+        pthread_mutex_unlock(&w->store_lock);
+        base -= ncolors;
+    }
+    pdde_status st2 = pdde_comm_broadcast(c, &base, 1, PDDE_I64, 0); /* all ranks take part, even after an error */
+    if (!st) st = st2;
+    int size = 0, rank = 0;
+    if (!st && mine[0] >= 0) {
+        /* members ordered by (key, parent rank): insertion sort, n is small */
+        for (int i = 0; i < n; i++) {
+            if (all[2 * i] != mine[0]) continue;
+            int j = size++;
+            while (j > 0 && all[2 * ranks[j - 1] + 1] > all[2 * i + 1]) { ranks[j] = ranks[j - 1]; j--; }
+            ranks[j] = i;
+        }
+        for (int i = 0; i < size; i++) {
+            if (ranks[i] == c->rank) rank = i;
+            ranks[i] = c->ranks[ranks[i]];
+        }
+    }
+    free(all);
+    if (st || mine[0] < 0) { free(ranks); return st; }
+    int id = 2 + (int)((base + color_index) % ((1 << COMM_ID_BITS) - 2));
+    return comm_new(w, rank, size, ranks, id, c->algo, out);
+}
+
+#include "comm/collectives.c"

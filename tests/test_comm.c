@@ -1,0 +1,259 @@
+/* test_comm.c — every collective x dtype x op x size on 2, 3 and 4 ranks (forked processes around a
+ * store server on 127.0.0.1), against references computed locally; also on split sub-communicators
+ * and non-blocking. Inputs are small integers, so every sum is exact in every dtype and results can
+ * be compared bit for bit. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "test_util.h"
+#include "comm_test_util.h"
+#include <stdint.h>
+
+static const pdde_dtype DTYPES[] = {PDDE_F32, PDDE_F16, PDDE_BF16, PDDE_I32, PDDE_I64};
+static const pdde_reduce_op OPS[] = {PDDE_REDUCE_SUM, PDDE_REDUCE_AVG, PDDE_REDUCE_MAX, PDDE_REDUCE_MIN};
+static const char *OP_NAMES[] = {"sum", "avg", "max", "min"};
+/* 0, 1, primes, unaligned, above the small-message threshold, and large (1-4 MiB by dtype) */
+static const size_t SIZES[] = {0, 1, 2, 7, 13, 97, 1001, 4099, 65537, 1u << 19};
+#define NSIZES (sizeof SIZES / sizeof *SIZES)
+
+/* The input of element i on "rank" r: an integer in [-9, 9]. */
+static int val(int r, size_t i) { return (int)((r * 31 + i * 7) % 19) - 9; }
+
+static void put(void *buf, pdde_dtype t, size_t i, double v) {
+    switch (t) {
+    case PDDE_F32: ((float *)buf)[i] = (float)v; break;
+    case PDDE_F16: ((uint16_t *)buf)[i] = pdde_f32_to_f16((float)v); break;
+    case PDDE_BF16: ((uint16_t *)buf)[i] = pdde_f32_to_bf16((float)v); break;
+    case PDDE_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case PDDE_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    default: break;
+    }
+}
+
+static double get(const void *buf, pdde_dtype t, size_t i) {
+    switch (t) {
+    case PDDE_F32: return ((const float *)buf)[i];
+    case PDDE_F16: return pdde_f16_to_f32(((const uint16_t *)buf)[i]);
+    case PDDE_BF16: return pdde_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case PDDE_I32: return ((const int32_t *)buf)[i];
+    case PDDE_I64: return (double)((const int64_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+/* The expected reduction of element i over ranks ids[0..n), computed the way pdde rounds: the sum is
+ * exact, an average is the sum (stored in t) divided by n in t's arithmetic. */
+static double expect(pdde_dtype t, pdde_reduce_op op, const int *ids, int n, size_t i) {
+    long acc = val(ids[0], i);
+    for (int k = 1; k < n; k++) {
+        long v = val(ids[k], i);
+        if (op == PDDE_REDUCE_MAX) acc = v > acc ? v : acc;
+        else if (op == PDDE_REDUCE_MIN) acc = v < acc ? v : acc;
+        else acc += v;
+    }
+    if (op != PDDE_REDUCE_AVG) return (double)acc;
+    unsigned char tmp[8];
+    switch (t) {
+    case PDDE_I32: case PDDE_I64: return (double)(acc / n);
+    case PDDE_F32: return (double)((float)acc / (float)n);
+    default: put(tmp, t, 0, (double)((float)acc / (float)n)); return get(tmp, t, 0);
+    }
+}
+
+/* Counts mismatches of buf[0..count) against f(i); reports the first. */
+#define VERIFY(buf, t, count, expr, ...)                                                         \
+    do {                                                                                         \
+        size_t bad_ = 0, first_ = 0;                                                             \
+        double got_ = 0, want_ = 0;                                                              \
+        for (size_t i = 0; i < (count); i++) {                                                   \
+            double w_ = (expr), g_ = get(buf, t, i);                                             \
+            if (g_ != w_ && !bad_++) { first_ = i; got_ = g_; want_ = w_; }                      \
+        }                                                                                        \
+        CHECK(bad_ == 0, __VA_ARGS__);                                                           \
+        if (bad_) fprintf(stderr, "  %zu bad, first at %zu: got %g want %g\n", bad_, first_, got_, want_); \
+    } while (0)
+
+typedef struct {
+    int algo;
+    int full;   /* every size and op; else a reduced set (sub-communicators) */
+} coll_arg;
+
+/* Runs every collective on comm; ids[r] is the "input rank" of comm rank r (its world rank). */
+static void run_collectives(pdde_comm *comm, const int *ids, int full) {
+    pdde_context *ctx = pdde_comm_context(comm);
+    int n = pdde_comm_size(comm), me = pdde_comm_rank(comm), my = ids[me];
+    size_t maxc = SIZES[NSIZES - 1];
+    unsigned char *a = malloc(maxc * 8 * (size_t)n), *b = malloc(maxc * 8 * (size_t)n);
+    for (size_t di = 0; di < sizeof DTYPES / sizeof *DTYPES; di++) {
+        pdde_dtype t = DTYPES[di];
+        const char *tn = pdde_dtype_name(t);
+        for (size_t si = 0; si < NSIZES; si++) {
+            size_t count = SIZES[si];
+            if (!full && si % 3 != 0 && si != NSIZES - 1) continue;
+            for (int oi = 0; oi < 4; oi++) {
+                pdde_reduce_op op = OPS[oi];
+                /* allreduce, out of place and in place */
+                for (size_t i = 0; i < count; i++) put(a, t, i, val(my, i));
+                pdde_status st = pdde_comm_allreduce(comm, a, b, count, t, op);
+                CHECK(st == PDDE_OK, "allreduce %s %s %zu: %s", tn, OP_NAMES[oi], count, pdde_last_error(ctx));
+                VERIFY(b, t, count, expect(t, op, ids, n, i), "allreduce %s %s n=%d count=%zu algo=%s", tn,
+                       OP_NAMES[oi], n, count, pdde_comm_last_algo(comm));
+                st = pdde_comm_allreduce(comm, a, a, count, t, op);
+                VERIFY(a, t, count, expect(t, op, ids, n, i), "allreduce in place %s %s n=%d count=%zu", tn,
+                       OP_NAMES[oi], n, count);
+                /* reduce_scatter: rank r gets block r of the reduction of n blocks */
+                size_t rc = count / 4 + (count & 1);
+                for (size_t i = 0; i < rc * (size_t)n; i++) put(a, t, i, val(my, i));
+                st = pdde_comm_reduce_scatter(comm, a, b, rc, t, op);
+                CHECK(st == PDDE_OK, "reduce_scatter: %s", pdde_last_error(ctx));
+                VERIFY(b, t, rc, expect(t, op, ids, n, (size_t)me * rc + i), "reduce_scatter %s %s n=%d recvcount=%zu",
+                       tn, OP_NAMES[oi], n, rc);
+                /* reduce to the last rank */
+                int root = (oi + (int)si) % n;
+                for (size_t i = 0; i < count; i++) put(a, t, i, val(my, i));
+                memset(b, 0x7f, count * 8);
+                st = pdde_comm_reduce(comm, a, b, count, t, op, root);
+                CHECK(st == PDDE_OK, "reduce: %s", pdde_last_error(ctx));
+                if (me == root)
+                    VERIFY(b, t, count, expect(t, op, ids, n, i), "reduce %s %s n=%d count=%zu root=%d", tn, OP_NAMES[oi],
+                           n, count, root);
+                if (!full && oi) break; /* sub-communicators: one op is enough for the rest */
+            }
+            /* allgather */
+            for (size_t i = 0; i < count; i++) put(a, t, i, val(my, i));
+            pdde_status st = pdde_comm_allgather(comm, a, b, count, t);
+            CHECK(st == PDDE_OK, "allgather: %s", pdde_last_error(ctx));
+            VERIFY(b, t, count * (size_t)n, val(ids[i / count], i % count), "allgather %s n=%d count=%zu", tn, n, count);
+            /* broadcast from each end */
+            for (int root = 0; root < n; root += n - 1) {
+                for (size_t i = 0; i < count; i++) put(a, t, i, me == root ? val(my, i) : 99);
+                st = pdde_comm_broadcast(comm, a, count, t, root);
+                CHECK(st == PDDE_OK, "broadcast: %s", pdde_last_error(ctx));
+                VERIFY(a, t, count, val(ids[root], i), "broadcast %s n=%d count=%zu root=%d algo=%s", tn, n, count, root,
+                       pdde_comm_last_algo(comm));
+                if (n == 1) break;
+            }
+            /* alltoall: block j of rank r holds val(r*n + j, i); I get block j = val(ids[j]*n + me, i) */
+            size_t c2 = count / 2 + 1;
+            for (int j = 0; j < n; j++)
+                for (size_t i = 0; i < c2; i++) put(a, t, (size_t)j * c2 + i, val(my * n + j, i));
+            st = pdde_comm_alltoall(comm, a, b, c2, t);
+            CHECK(st == PDDE_OK, "alltoall: %s", pdde_last_error(ctx));
+            VERIFY(b, t, c2 * (size_t)n, val(ids[i / c2] * n + me, i % c2), "alltoall %s n=%d count=%zu", tn, n, c2);
+        }
+    }
+    /* alltoallv: rank r sends (r + 2j) % 5 * k elements to j, packed in order */
+    size_t k = 333, sc[64], sd[64], rcn[64], rd[64], so = 0, ro = 0;
+    for (int j = 0; j < n; j++) {
+        sc[j] = (size_t)((me + 2 * j) % 5) * k; sd[j] = so; so += sc[j];
+        rcn[j] = (size_t)((j + 2 * me) % 5) * k; rd[j] = ro + 3; ro += rcn[j] + 3; /* gaps between blocks */
+    }
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < sc[j]; i++) put(a, PDDE_I32, sd[j] + i, val(my * n + j, i));
+    pdde_status st = pdde_comm_alltoallv(comm, a, sc, sd, b, rcn, rd, PDDE_I32);
+    CHECK(st == PDDE_OK, "alltoallv: %s", pdde_last_error(ctx));
+    for (int j = 0; j < n; j++)
+        VERIFY(b + rd[j] * 4, PDDE_I32, rcn[j], val(ids[j] * n + me, i), "alltoallv from %d (%zu elements)", j, rcn[j]);
+    /* barrier, and point to point around the ring */
+    CHECK(pdde_comm_barrier(comm) == PDDE_OK, "barrier: %s", pdde_last_error(ctx));
+    if (n > 1) {
+        pdde_comm_request *rq;
+        int32_t out[100], in[100];
+        for (int i = 0; i < 100; i++) out[i] = my * 1000 + i;
+        st = pdde_comm_irecv(comm, in, 100, PDDE_I32, (me + n - 1) % n, 77, &rq);
+        CHECK(st == PDDE_OK, "irecv: %s", pdde_last_error(ctx));
+        CHECK(pdde_comm_send(comm, out, 100, PDDE_I32, (me + 1) % n, 77) == PDDE_OK, "send: %s", pdde_last_error(ctx));
+        CHECK(pdde_comm_wait(rq, 10) == PDDE_OK, "recv wait: %s", pdde_last_error(ctx));
+        pdde_comm_request_free(rq);
+        VERIFY(in, PDDE_I32, 100, ids[(me + n - 1) % n] * 1000 + (int)i, "send/recv ring");
+    }
+    free(a); free(b);
+}
+
+static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    coll_arg *ca = arg;
+    (void)ctx;
+    int n = pdde_comm_size(comm), me = pdde_comm_rank(comm);
+    int ids[64];
+    for (int i = 0; i < n; i++) ids[i] = i;
+    pdde_comm_set_algo(comm, (pdde_comm_algo)ca->algo);
+    run_collectives(comm, ids, ca->full);
+    if (ca->algo != PDDE_ALGO_AUTO) return;
+
+    /* non-blocking: several operations in flight, overlapping "compute" */
+    enum { NOPS = 6, CNT = 300000 };
+    float *bufs[NOPS];
+    pdde_comm_request *reqs[NOPS];
+    for (int k = 0; k < NOPS; k++) {
+        bufs[k] = malloc(CNT * sizeof(float));
+        for (int i = 0; i < CNT; i++) bufs[k][i] = (float)val(me + k, (size_t)i);
+        pdde_status st = pdde_comm_iallreduce(comm, bufs[k], bufs[k], CNT, PDDE_F32, PDDE_REDUCE_SUM, &reqs[k]);
+        CHECK(st == PDDE_OK, "iallreduce: %s", pdde_last_error(ctx));
+    }
+    volatile double x = 0;
+    for (int i = 0; i < 2000000; i++) x += i * 0.5; /* compute while the background progresses */
+    for (int k = NOPS - 1; k >= 0; k--) {
+        int done = 0;
+        CHECK(pdde_comm_test(reqs[k], &done) == PDDE_OK, "test: %s", pdde_last_error(ctx));
+        CHECK(pdde_comm_wait(reqs[k], 30) == PDDE_OK, "wait: %s", pdde_last_error(ctx));
+        pdde_comm_request_free(reqs[k]);
+        int ok = 1;
+        for (int i = 0; i < CNT && ok; i++) {
+            long s = 0;
+            for (int r = 0; r < n; r++) s += val(r + k, (size_t)i);
+            ok = bufs[k][i] == (float)s;
+        }
+        CHECK(ok, "iallreduce %d wrong", k);
+        free(bufs[k]);
+    }
+
+    /* split: two "mesh axes" of the ranks; keys reverse the order in one of them */
+    if (n >= 2) {
+        pdde_comm *sub = NULL;
+        pdde_status st = pdde_comm_split(comm, me % 2, n - me, &sub);
+        CHECK(st == PDDE_OK && sub, "split: %s", pdde_last_error(ctx));
+        if (sub) {
+            int sn = pdde_comm_size(sub), sids[64], k = 0;
+            CHECK(sn == (n - me % 2 + 1) / 2, "split size %d", sn);
+            for (int r = n - 1; r >= 0; r--) if (r % 2 == me % 2) sids[k++] = r; /* key n-r: descending */
+            CHECK(sids[pdde_comm_rank(sub)] == me, "split rank %d of world rank %d", pdde_comm_rank(sub), me);
+            run_collectives(sub, sids, 0);
+            /* a sub-communicator and the world used alternately */
+            int32_t one = 1, sum = 0;
+            CHECK(pdde_comm_allreduce(comm, &one, &sum, 1, PDDE_I32, PDDE_REDUCE_SUM) == PDDE_OK && sum == n, "world after split");
+            CHECK(pdde_comm_allreduce(sub, &one, &sum, 1, PDDE_I32, PDDE_REDUCE_SUM) == PDDE_OK && sum == sn, "sub again");
+            pdde_comm_free(sub);
+        }
+        st = pdde_comm_split(comm, me == 0 ? 0 : PDDE_COMM_NO_COLOR, 0, &sub);
+        CHECK(st == PDDE_OK && (me == 0) == (sub != NULL), "split with no color: %s", pdde_last_error(ctx));
+        pdde_comm_free(sub);
+    }
+}
+
+int main(void) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_store_server *srv;
+    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    const char *only = getenv("TEST_COMM_N");
+    static const int algos[] = {PDDE_ALGO_AUTO, PDDE_ALGO_RING, PDDE_ALGO_RECURSIVE};
+    static const char *algo_names[] = {"auto", "ring", "recursive"};
+    for (int n = 2; n <= 4; n++) {
+        if (only && atoi(only) != n) continue;
+        for (int ai = 0; ai < 3; ai++) {
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "test%d%s", n, algo_names[ai]);
+            test_ranks_params tp = {addr, prefix, 60, 5, 0, 0};
+            coll_arg ca = {algos[ai], 1};
+            double t0 = test_now();
+            int before = test_failed;
+            test_run_ranks(n, &tp, rank_main, &ca, 100);
+            printf("%d ranks, %-9s %s (%.1f s)\n", n, algo_names[ai], test_failed == before ? "ok" : "FAILED", test_now() - t0);
+            fflush(stdout);
+        }
+    }
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return test_finish();
+}

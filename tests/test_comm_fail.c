@@ -1,0 +1,316 @@
+/* test_comm_fail.c — the store API and its timeouts, launcher environments, and failures: a rank
+ * SIGKILLed mid-allreduce (every other rank errors within 2 s), abort, operation timeouts, and
+ * pdde-run stopping a failed job with a message that names the rank. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "test_util.h"
+#include "comm_test_util.h"
+#include <libgen.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/mman.h>
+
+static char g_addr[64];
+static double *g_shared; /* shared with the ranks: [0] the time of the kill */
+
+static void test_store(pdde_context *ctx) {
+    pdde_store *s;
+    CHECK(pdde_store_connect(ctx, g_addr, 5, &s) == PDDE_OK, "connect: %s", pdde_last_error(ctx));
+    CHECK(pdde_store_set(s, "k", "hello", 5) == PDDE_OK, "set");
+    void *v = NULL; size_t n = 0;
+    CHECK(pdde_store_get(s, "k", &v, &n) == PDDE_OK && n == 5 && !memcmp(v, "hello", 5), "get");
+    free(v);
+    CHECK(pdde_store_get(s, "missing", &v, &n) == PDDE_ERR_NOT_FOUND, "get missing");
+    int64_t x = 0;
+    CHECK(pdde_store_add(s, "ctr", 5, &x) == PDDE_OK && x == 5, "add %lld", (long long)x);
+    CHECK(pdde_store_add(s, "ctr", -2, &x) == PDDE_OK && x == 3, "add again %lld", (long long)x);
+    int sw = -1;
+    CHECK(pdde_store_compare_set(s, "cas", "", 0, "a", 1, &sw) == PDDE_OK && sw == 1, "cas on a missing key");
+    CHECK(pdde_store_compare_set(s, "cas", "b", 1, "c", 1, &sw) == PDDE_OK && sw == 0, "cas mismatch");
+    CHECK(pdde_store_compare_set(s, "cas", "a", 1, "c", 1, &sw) == PDDE_OK && sw == 1, "cas match");
+    CHECK(pdde_store_get(s, "cas", &v, &n) == PDDE_OK && n == 1 && *(char *)v == 'c', "cas result");
+    free(v);
+    CHECK(pdde_store_remove(s, "cas") == PDDE_OK && pdde_store_get(s, "cas", &v, &n) == PDDE_ERR_NOT_FOUND, "remove");
+    CHECK(pdde_store_wait(s, "k", 1) == PDDE_OK, "wait for a present key");
+    double t0 = test_now();
+    pdde_status st = pdde_store_wait(s, "never", 0.3);
+    double dt = test_now() - t0;
+    CHECK(st == PDDE_ERR_TIMEOUT && dt >= 0.29 && dt < 1.5, "wait timeout: %d after %.2f s", st, dt);
+    CHECK(strstr(pdde_last_error(ctx), "never") != NULL, "timeout message names the key: %s", pdde_last_error(ctx));
+    /* a client that dies leaves its death notice */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        pdde_store *c;
+        if (pdde_store_connect(NULL, g_addr, 5, &c) || pdde_store_set_liveness(c, "dead", "gone", 4, 0)) _exit(1);
+        _exit(0); /* no pdde_store_free: like a crash */
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    CHECK(pdde_store_wait(s, "dead", 2) == PDDE_OK, "death notice after a client died: %s", pdde_last_error(ctx));
+    /* ... but not after a clean goodbye */
+    pdde_store *c;
+    CHECK(pdde_store_connect(ctx, g_addr, 5, &c) == PDDE_OK, "connect");
+    CHECK(pdde_store_set_liveness(c, "clean", "gone", 4, 0) == PDDE_OK, "liveness");
+    pdde_store_free(c);
+    CHECK(pdde_store_wait(s, "clean", 0.3) == PDDE_ERR_TIMEOUT, "no death notice after a clean close");
+    pdde_store_free(s);
+    /* nobody listening: a bounded connect */
+    pdde_store_server *tmp;
+    pdde_store_server_init(ctx, "127.0.0.1:0", &tmp);
+    char dead_addr[64];
+    snprintf(dead_addr, sizeof dead_addr, "127.0.0.1:%d", pdde_store_server_port(tmp));
+    pdde_store_server_free(tmp);
+    t0 = test_now();
+    st = pdde_store_connect(ctx, dead_addr, 0.4, &s);
+    CHECK(st == PDDE_ERR_TIMEOUT && test_now() - t0 < 2, "connect to nobody: %d", st);
+    CHECK(pdde_store_connect(ctx, "nonsense", 1, &s) == PDDE_ERR_INVALID_ARG, "bad address");
+}
+
+static const char *ENV_VARS[] = {"PDDE_RANK", "PDDE_WORLD_SIZE", "PDDE_LOCAL_RANK", "PDDE_STORE_ADDR",
+                                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                 "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"};
+
+static void clear_env(void) {
+    for (size_t i = 0; i < sizeof ENV_VARS / sizeof *ENV_VARS; i++) unsetenv(ENV_VARS[i]);
+}
+
+static void test_env(pdde_context *ctx) {
+    pdde_comm_env e;
+    clear_env();
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_ERR_ENV && strstr(pdde_last_error(ctx), "PDDE_RANK"), "no env: %s",
+          pdde_last_error(ctx));
+    setenv("PDDE_RANK", "1", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_ERR_ENV && strstr(pdde_last_error(ctx), "PDDE_WORLD_SIZE"),
+          "rank only: %s", pdde_last_error(ctx));
+    setenv("PDDE_WORLD_SIZE", "1", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_ERR_ENV && strstr(pdde_last_error(ctx), "PDDE_RANK"), "rank >= size: %s",
+          pdde_last_error(ctx));
+    setenv("PDDE_WORLD_SIZE", "4x", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_ERR_ENV && strstr(pdde_last_error(ctx), "PDDE_WORLD_SIZE"),
+          "malformed: %s", pdde_last_error(ctx));
+    setenv("PDDE_WORLD_SIZE", "4", 1);
+    setenv("PDDE_STORE_ADDR", "localhost", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_ERR_ENV && strstr(pdde_last_error(ctx), "PDDE_STORE_ADDR"),
+          "bad store address: %s", pdde_last_error(ctx));
+    setenv("PDDE_STORE_ADDR", "127.0.0.1:1234", 1);
+    setenv("PDDE_LOCAL_RANK", "1", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_OK && e.rank == 1 && e.world_size == 4 && e.local_rank == 1 &&
+              !strcmp(e.store_addr, "127.0.0.1:1234") && !strcmp(e.launcher, "pdde-run"), "pdde-run env");
+    clear_env();
+    setenv("OMPI_COMM_WORLD_RANK", "2", 1); setenv("OMPI_COMM_WORLD_SIZE", "3", 1); setenv("OMPI_COMM_WORLD_LOCAL_RANK", "0", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_OK && e.rank == 2 && e.world_size == 3 && !strcmp(e.launcher, "openmpi"),
+          "openmpi env: %s", pdde_last_error(ctx));
+    clear_env();
+    setenv("PMI_RANK", "0", 1); setenv("PMI_SIZE", "2", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_OK && e.world_size == 2 && e.local_rank == -1 && !strcmp(e.launcher, "pmi"),
+          "pmi env");
+    clear_env();
+    setenv("SLURM_PROCID", "3", 1); setenv("SLURM_NTASKS", "8", 1); setenv("SLURM_LOCALID", "1", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_OK && e.rank == 3 && e.world_size == 8 && !strcmp(e.launcher, "slurm"),
+          "slurm env");
+    setenv("SLURM_NTASKS", "-1", 1);
+    CHECK(pdde_comm_env_read(ctx, &e) == PDDE_ERR_ENV && strstr(pdde_last_error(ctx), "SLURM_NTASKS"), "slurm bad: %s",
+          pdde_last_error(ctx));
+    /* comm init without a store address: an error at once, not a hang */
+    clear_env();
+    setenv("PDDE_RANK", "0", 1); setenv("PDDE_WORLD_SIZE", "2", 1);
+    pdde_comm *c = NULL;
+    double t0 = test_now();
+    CHECK(pdde_comm_init(ctx, NULL, &c) == PDDE_ERR_ENV && !c && strstr(pdde_last_error(ctx), "PDDE_STORE_ADDR") &&
+              test_now() - t0 < 1, "init without store: %s", pdde_last_error(ctx));
+    clear_env();
+    CHECK(pdde_comm_init(ctx, NULL, &c) == PDDE_ERR_ENV && !c, "init without env");
+}
+
+/* ---- a rank SIGKILLed mid-allreduce ---- */
+
+static void *killer(void *arg) {
+    (void)arg;
+    struct timespec ts = {0, 600 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    g_shared[0] = test_now();
+    kill(getpid(), SIGKILL);
+    return NULL;
+}
+
+static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    int victim = *(int *)arg, me = pdde_comm_rank(comm);
+    size_t n = 1 << 20;
+    float *buf = calloc(n, sizeof *buf);
+    if (me == victim) {
+        pthread_t t;
+        pthread_create(&t, NULL, killer, NULL);
+    }
+    pdde_status st = PDDE_OK;
+    int iters = 0;
+    while (!st && iters < 100000) {
+        st = pdde_comm_allreduce(comm, buf, buf, n, PDDE_F32, PDDE_REDUCE_SUM);
+        iters++;
+    }
+    double t_err = test_now();
+    free(buf);
+    CHECK(st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_TIMEOUT, "rank %d: status %d (%s)", me, st, pdde_last_error(ctx));
+    CHECK(g_shared[0] > 0 && t_err - g_shared[0] < 2.0, "rank %d: error %.3f s after the kill (%d allreduces)", me,
+          t_err - g_shared[0], iters);
+    CHECK(pdde_comm_barrier(comm) != PDDE_OK, "rank %d: later operations fail too", me);
+    fprintf(stderr, "rank %d: %s after %.3f s: %s\n", me, pdde_status_str(st), t_err - g_shared[0], pdde_last_error(ctx));
+}
+
+/* ---- abort and timeouts ---- */
+
+static void *aborter(void *arg) {
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    pdde_comm_abort(arg);
+    return NULL;
+}
+
+static void abort_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    (void)arg;
+    float x[1000] = {0};
+    if (pdde_comm_rank(comm) == 0) {
+        pthread_t t;
+        pthread_create(&t, NULL, aborter, comm);
+        pdde_comm_request *r;
+        CHECK(pdde_comm_iallreduce(comm, x, x, 1000, PDDE_F32, PDDE_REDUCE_SUM, &r) == PDDE_OK, "iallreduce");
+        double t0 = test_now();
+        pdde_status st = pdde_comm_wait(r, 10);
+        CHECK(st == PDDE_ERR_ABORTED && test_now() - t0 < 2, "wait after abort: %d after %.2f s", st, test_now() - t0);
+        pdde_comm_request_free(r);
+        pthread_join(t, NULL);
+        CHECK(pdde_comm_barrier(comm) == PDDE_ERR_ABORTED, "later ops after abort");
+    } else {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL); /* rank 0 has aborted by now */
+        /* this allreduce may still succeed (rank 0's half was sent before the abort); what follows fails */
+        pdde_comm_allreduce(comm, x, x, 1000, PDDE_F32, PDDE_REDUCE_SUM);
+        double t0 = test_now();
+        pdde_status st = pdde_comm_barrier(comm);
+        CHECK(st == PDDE_ERR_ABORTED && test_now() - t0 < 2, "peer of an aborted rank: %d after %.2f s (%s)", st,
+              test_now() - t0, pdde_last_error(ctx));
+    }
+}
+
+static void timeout_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    (void)arg;
+    float x[10] = {0};
+    if (pdde_comm_rank(comm) == 0) {
+        double t0 = test_now();
+        pdde_status st = pdde_comm_allreduce(comm, x, x, 10, PDDE_F32, PDDE_REDUCE_SUM);
+        double dt = test_now() - t0;
+        CHECK(st == PDDE_ERR_TIMEOUT && dt > 0.45 && dt < 2, "timeout: %d after %.2f s", st, dt);
+        CHECK(strstr(pdde_last_error(ctx), "within") != NULL, "timeout message: %s", pdde_last_error(ctx));
+        /* a request waited on with a short timeout stays pending */
+    } else {
+        struct timespec ts = {1, 500 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        pdde_comm_allreduce(comm, x, x, 10, PDDE_F32, PDDE_REDUCE_SUM); /* may succeed: the data was there */
+        double t0 = test_now();
+        pdde_status st = pdde_comm_barrier(comm);
+        CHECK(st == PDDE_ERR_TIMEOUT && test_now() - t0 < 2, "the late rank fails too: %d (%s)", st, pdde_last_error(ctx));
+    }
+}
+
+static void wait_timeout_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    (void)arg;
+    int32_t x = 1;
+    if (pdde_comm_rank(comm) == 0) {
+        pdde_comm_request *r;
+        pdde_comm_ibroadcast(comm, &x, 1, PDDE_I32, 1, &r);
+        CHECK(pdde_comm_wait(r, 0.1) == PDDE_ERR_TIMEOUT, "short wait times out");
+        CHECK(pdde_comm_wait(r, 10) == PDDE_OK && x == 7, "then completes: %s", pdde_last_error(ctx));
+        pdde_comm_request_free(r);
+    } else {
+        struct timespec ts = {0, 400 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        x = 7;
+        CHECK(pdde_comm_broadcast(comm, &x, 1, PDDE_I32, 1) == PDDE_OK, "broadcast");
+    }
+}
+
+/* ---- pdde-run ---- */
+
+static int child_main(const char *mode) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_comm *comm;
+    pdde_status st = pdde_comm_init(ctx, NULL, &comm);
+    if (st) { fprintf(stderr, "init: %s\n", pdde_last_error(ctx)); return 3; }
+    int me = pdde_comm_rank(comm);
+    if (!strcmp(mode, "ok")) {
+        int32_t v = me + 1;
+        st = pdde_comm_allreduce(comm, &v, &v, 1, PDDE_I32, PDDE_REDUCE_SUM);
+        printf("sum %d\npartial line", v);
+        pdde_comm_free(comm);
+        return st ? 4 : 0;
+    }
+    double t0 = test_now();
+    float *buf = calloc(1 << 18, sizeof *buf);
+    while (!st) {
+        if (me == 1 && test_now() - t0 > 0.5) kill(getpid(), SIGKILL);
+        st = pdde_comm_allreduce(comm, buf, buf, 1 << 18, PDDE_F32, PDDE_REDUCE_SUM);
+    }
+    fprintf(stderr, "rank %d: allreduce failed: %s\n", me, pdde_last_error(ctx));
+    free(buf);
+    pdde_comm_free(comm);
+    return 5;
+}
+
+static void test_pdde_run(const char *self) {
+    char dir[512], cmd[1200], out[16384];
+    snprintf(dir, sizeof dir, "%s", self);
+    char *d = dirname(dir);
+    for (int mode = 0; mode < 2; mode++) {
+        snprintf(cmd, sizeof cmd, "%s/pdde-run -n 3 %s --child %s 2>&1", d, self, mode ? "kill" : "ok");
+        double t0 = test_now();
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[n] = 0;
+        int status = p ? pclose(p) : -1;
+        double dt = test_now() - t0;
+        int rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+        if (!mode) {
+            CHECK(rc == 0, "pdde-run ok: rc %d\n%s", rc, out);
+            CHECK(strstr(out, "[0] sum 6") && strstr(out, "[2] sum 6") && strstr(out, "[1] partial line"),
+                  "prefixed output:\n%s", out);
+        } else {
+            CHECK(rc != 0, "pdde-run with a killed rank exits non-zero");
+            CHECK(strstr(out, "rank 1") && strstr(out, "signal 9"), "message names the rank and signal:\n%s", out);
+            CHECK(dt < 8, "pdde-run stops the job promptly (%.1f s)", dt);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--child")) return child_main(argv[2]);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_store_server *srv;
+    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
+    snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    g_shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+    test_store(ctx);
+    test_env(ctx);
+    for (int n = 2; n <= 4; n += 2) {
+        int victim = n - 2;
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "kill%d", n);
+        g_shared[0] = 0;
+        test_ranks_params tp = {g_addr, prefix, 60, 1.5, 0, 1u << victim};
+        test_run_ranks(n, &tp, kill_rank, &victim, 30);
+    }
+    test_ranks_params ta = {g_addr, "abort", 60, 1.5, 0, 0};
+    test_run_ranks(2, &ta, abort_rank, NULL, 30);
+    test_ranks_params tt = {g_addr, "timeout", 0.5, 1.5, 0, 0};
+    test_run_ranks(2, &tt, timeout_rank, NULL, 30);
+    test_ranks_params tw = {g_addr, "waittimeout", 10, 1.5, 0, 0};
+    test_run_ranks(2, &tw, wait_timeout_rank, NULL, 30);
+    test_pdde_run(argv[0]);
+
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return test_finish();
+}

@@ -1,0 +1,143 @@
+/* test_dp — data parallelism and ZeRO-1 against one process. The same GPT trains 20 steps on the same
+ * global batches: in one process, then on 2 ranks (each takes half of every batch) with gradients
+ * averaged by allreduce, then on 2 ranks with ZeRO-1 (reduce-scatter, sharded AdamW, all-gather).
+ * The losses must agree within 1e-5 relative, and ZeRO-1 must halve the optimizer state per rank.
+ * Ranks are real processes meeting through a TCP store on 127.0.0.1 that this test hosts. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STEPS 20
+#define RANKS 2
+
+static const gpt_config global_cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
+
+typedef struct { float losses[STEPS]; double optimizer_bytes; int ok; char error[256]; } run_result;
+
+static void global_batch(int step, int32_t *x, int32_t *y) {
+    int n = global_cfg.batch * global_cfg.ctx;
+    for (int i = 0; i < n; i++) x[i] = (i * 7 + step * 13 + i / 5) % global_cfg.vocab, y[i] = (i * 3 + step * 5 + 1) % global_cfg.vocab;
+}
+
+/* Trains on rows [rank * B / ranks, ...) of each global batch; the loss reported is the global mean. */
+static void train(pdde_context *ctx, pdde_comm *comm, int rank, int ranks, int zero, run_result *out) {
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    gpt_config cfg = global_cfg;
+    cfg.batch = global_cfg.batch / ranks;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.dp_comm = comm, sp.zero_stage = zero;
+    if (gpt_build(g, &cfg, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, &sp, &s)) {
+        snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
+        return;
+    }
+    pdde_memory_stats ms;
+    pdde_session_memory(s, &ms);
+    out->optimizer_bytes = (double)ms.optimizer_bytes;
+    int32_t x[16 * 64], y[16 * 64];
+    int rows = cfg.batch * cfg.ctx;
+    for (int step = 0; step < STEPS; step++) {
+        global_batch(step, x, y);
+        pdde_session_write(s, m.ids, x + rank * rows, (size_t)rows * 4);
+        pdde_session_write(s, m.targets, y + rank * rows, (size_t)rows * 4);
+        if (pdde_session_run(s, PDDE_RUN_STEP)) {
+            snprintf(out->error, sizeof out->error, "step %d: %s", step, pdde_last_error(ctx));
+            return;
+        }
+        float loss = pdde_session_loss(s);
+        if (comm && pdde_comm_allreduce(comm, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG)) {
+            snprintf(out->error, sizeof out->error, "loss allreduce: %s", pdde_last_error(ctx));
+            return;
+        }
+        out->losses[step] = loss;
+    }
+    out->ok = 1;
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+/* Forks RANKS processes that meet through the store; rank 0's result comes back through a pipe. */
+static void run_ranks(const char *store_addr, const char *prefix, int zero, run_result *out) {
+    int fds[RANKS][2];
+    pid_t pids[RANKS];
+    for (int r = 0; r < RANKS; r++) {
+        if (pipe(fds[r])) return;
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            char rank[8], size[8];
+            snprintf(rank, sizeof rank, "%d", r), snprintf(size, sizeof size, "%d", RANKS);
+            setenv("PDDE_RANK", rank, 1), setenv("PDDE_LOCAL_RANK", rank, 1), setenv("PDDE_WORLD_SIZE", size, 1);
+            setenv("PDDE_STORE_ADDR", store_addr, 1);
+            run_result res = {0};
+            pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+            cp.n_threads = 1;
+            pdde_context *ctx;
+            pdde_comm *comm = NULL;
+            pdde_context_init(&cp, &ctx);
+            pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
+            pp.prefix = prefix, pp.timeout_s = 60;
+            if (pdde_comm_init(ctx, &pp, &comm)) snprintf(res.error, sizeof res.error, "comm init: %s", pdde_last_error(ctx));
+            else train(ctx, comm, r, RANKS, zero, &res);
+            if (write(fds[r][1], &res, sizeof res) != (ssize_t)sizeof res) _exit(3);
+            pdde_comm_free(comm);
+            _exit(res.ok ? 0 : 1);
+        }
+        close(fds[r][1]);
+    }
+    for (int r = 0; r < RANKS; r++) {
+        run_result res = {0};
+        ssize_t got = read(fds[r][0], &res, sizeof res);
+        close(fds[r][0]);
+        int status = 0;
+        waitpid(pids[r], &status, 0);
+        CHECK(got == (ssize_t)sizeof res && res.ok, "%s rank %d failed: %s (exit status %d)", prefix, r, res.error, status);
+        if (r == 0) *out = res;
+    }
+}
+
+static void compare(const char *name, const run_result *ref, const run_result *got) {
+    double worst = 0;
+    for (int i = 0; i < STEPS; i++) {
+        double rel = fabs(got->losses[i] - ref->losses[i]) / fabs(ref->losses[i]);
+        worst = rel > worst ? rel : worst;
+    }
+    CHECK(got->ok && worst <= 1e-5, "%s: losses differ from one process by %.3g relative", name, worst);
+    printf("%-8s losses %.5f -> %.5f, worst relative difference %.2g, optimizer state %.0f bytes per rank\n", name,
+           got->losses[0], got->losses[STEPS - 1], worst, got->optimizer_bytes);
+}
+
+int main(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = 1; /* the same thread count as the ranks: identical arithmetic */
+    pdde_context *ctx;
+    pdde_context_init(&cp, &ctx);
+    pdde_store_server *srv;
+    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
+    if (test_failed) return test_finish();
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+
+    run_result ref = {0}, dp = {0}, zero = {0};
+    run_ranks(addr, "dp", 0, &dp);
+    run_ranks(addr, "zero1", 1, &zero);
+    train(ctx, NULL, 0, 1, 0, &ref);
+    CHECK(ref.ok, "reference: %s", ref.error);
+    printf("%-8s losses %.5f -> %.5f, optimizer state %.0f bytes\n", "1 rank", ref.losses[0], ref.losses[STEPS - 1], ref.optimizer_bytes);
+    CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
+    compare("dp2", &ref, &dp);
+    compare("zero1", &ref, &zero);
+    CHECK(dp.optimizer_bytes == ref.optimizer_bytes, "plain data parallelism keeps the whole optimizer state");
+    CHECK(zero.optimizer_bytes <= 0.5 * ref.optimizer_bytes + 64, "ZeRO-1 state %.0f bytes vs %.0f: must be halved", zero.optimizer_bytes, ref.optimizer_bytes);
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return test_finish();
+}

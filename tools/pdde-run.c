@@ -1,0 +1,233 @@
+/* pdde-run — starts the ranks of a pdde job on this host (like torchrun / mpirun).
+ *
+ *   pdde-run -n 4 ./prog args...
+ *       4 ranks here; pdde-run hosts the bootstrap store on 127.0.0.1 (a free port).
+ *   pdde-run -n 2 --nnodes 2 --node-rank 0 --store 10.0.0.1:29500 ./prog      (on host A)
+ *   pdde-run -n 2 --nnodes 2 --node-rank 1 --store 10.0.0.1:29500 ./prog      (on host B)
+ *       several hosts: run pdde-run on each (by hand, a batch system or ssh); node 0 hosts the store
+ *       on the given address, the others connect to it. Node k runs ranks k*n .. k*n+n-1.
+ *
+ * Each rank gets PDDE_RANK, PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_LOCAL_SIZE and PDDE_STORE_ADDR;
+ * its output lines are prefixed with "[rank] ". SIGINT and SIGTERM are forwarded to the ranks. When a
+ * rank fails (non-zero exit or signal) the others are terminated (SIGTERM, then SIGKILL after a grace
+ * period) and pdde-run exits non-zero, naming the rank and how it ended. */
+#define _GNU_SOURCE
+#include "pdde.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_RANKS 256
+
+typedef struct {
+    pid_t pid;
+    int rank;
+    int fd[2];          /* stdout, stderr pipes (-1 when closed) */
+    char *line[2];      /* a partial line per stream */
+    size_t len[2];
+    int exited, status;
+} child;
+
+static volatile sig_atomic_t got_signal;
+static void on_signal(int sig) { got_signal = sig; }
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void usage(void) {
+    fprintf(stderr,
+            "usage: pdde-run -n N [--nnodes M --node-rank K] [--store host:port] [--grace S] prog [args...]\n"
+            "  -n N           ranks on this host\n"
+            "  --nnodes M     hosts in the job (default 1); run pdde-run on each\n"
+            "  --node-rank K  this host's index (default 0); node 0 hosts the store\n"
+            "  --store A      the store address host:port (default 127.0.0.1 and a free port on one host;\n"
+            "                 required with several hosts: node 0 listens on it, the others connect)\n"
+            "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)\n");
+}
+
+/* Writes the complete lines of buf with the rank prefix; keeps the rest for later. */
+static void emit(child *c, int s, const char *buf, size_t n, int flush) {
+    FILE *out = s ? stderr : stdout;
+    char *l = realloc(c->line[s], c->len[s] + n + 1);
+    if (!l) return;
+    memcpy(l + c->len[s], buf, n);
+    c->line[s] = l;
+    c->len[s] += n;
+    size_t start = 0;
+    for (size_t i = 0; i < c->len[s]; i++)
+        if (l[i] == '\n') {
+            fprintf(out, "[%d] %.*s\n", c->rank, (int)(i - start), l + start);
+            start = i + 1;
+        }
+    if (flush && start < c->len[s]) {
+        fprintf(out, "[%d] %.*s\n", c->rank, (int)(c->len[s] - start), l + start);
+        start = c->len[s];
+    }
+    memmove(l, l + start, c->len[s] - start);
+    c->len[s] -= start;
+    fflush(out);
+}
+
+static void describe(const child *c, char *buf, size_t cap) {
+    if (WIFSIGNALED(c->status))
+        snprintf(buf, cap, "was killed by signal %d (%s)", WTERMSIG(c->status), strsignal(WTERMSIG(c->status)));
+    else
+        snprintf(buf, cap, "exited with status %d", WEXITSTATUS(c->status));
+}
+
+int main(int argc, char **argv) {
+    int n = 0, nnodes = 1, node_rank = 0;
+    double grace = 3;
+    const char *store_addr = NULL;
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) { i++; break; }
+        if (i + 1 >= argc) { usage(); return 2; }
+        if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) n = atoi(argv[++i]);
+        else if (!strcmp(a, "--nnodes")) nnodes = atoi(argv[++i]);
+        else if (!strcmp(a, "--node-rank")) node_rank = atoi(argv[++i]);
+        else if (!strcmp(a, "--store")) store_addr = argv[++i];
+        else if (!strcmp(a, "--grace")) grace = atof(argv[++i]);
+        else { usage(); return 2; }
+    }
+    if (i >= argc || n < 1 || n > MAX_RANKS || nnodes < 1 || node_rank < 0 || node_rank >= nnodes) { usage(); return 2; }
+    if (nnodes > 1 && !store_addr) {
+        fprintf(stderr, "pdde-run: --store host:port is required with --nnodes > 1\n");
+        return 2;
+    }
+    char **cmd = argv + i;
+
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_store_server *srv = NULL;
+    char addr[300];
+    if (node_rank == 0) {
+        if (pdde_store_server_init(ctx, store_addr ? store_addr : "127.0.0.1:0", &srv)) {
+            fprintf(stderr, "pdde-run: %s\n", pdde_last_error(ctx));
+            return 1;
+        }
+        const char *colon = store_addr ? strrchr(store_addr, ':') : NULL;
+        int hostlen = colon ? (int)(colon - store_addr) : 0;
+        /* ranks here reach a wildcard listener through loopback */
+        if (!store_addr || hostlen == 0 || !strncmp(store_addr, "0.0.0.0", 7))
+            snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+        else
+            snprintf(addr, sizeof addr, "%.*s:%d", hostlen, store_addr, pdde_store_server_port(srv));
+    } else {
+        snprintf(addr, sizeof addr, "%s", store_addr);
+    }
+
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    child *ch = calloc((size_t)n, sizeof *ch);
+    char v[64];
+    setenv("PDDE_STORE_ADDR", addr, 1);
+    snprintf(v, sizeof v, "%d", n * nnodes); setenv("PDDE_WORLD_SIZE", v, 1);
+    snprintf(v, sizeof v, "%d", n); setenv("PDDE_LOCAL_SIZE", v, 1);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
+    fflush(NULL);
+    for (int r = 0; r < n; r++) {
+        child *c = &ch[r];
+        c->rank = node_rank * n + r;
+        int out[2], err[2];
+        if (pipe(out) || pipe(err)) { perror("pdde-run: pipe"); return 1; }
+        c->pid = fork();
+        if (c->pid < 0) { perror("pdde-run: fork"); return 1; }
+        if (c->pid == 0) {
+            snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
+            snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
+            signal(SIGINT, SIG_DFL);
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGPIPE, SIG_DFL);
+            dup2(out[1], 1); dup2(err[1], 2);
+            close(out[0]); close(out[1]); close(err[0]); close(err[1]);
+            execvp(cmd[0], cmd);
+            fprintf(stderr, "pdde-run: cannot run %s: %s\n", cmd[0], strerror(errno));
+            _exit(127);
+        }
+        close(out[1]); close(err[1]);
+        c->fd[0] = out[0]; c->fd[1] = err[0];
+    }
+
+    int running = n, failed = -1, forwarded = 0;
+    double stop_at = 0; /* when to SIGKILL after a SIGTERM */
+    struct pollfd pfd[2 * MAX_RANKS];
+    for (;;) {
+        int np = 0;
+        for (int r = 0; r < n; r++)
+            for (int s = 0; s < 2; s++)
+                if (ch[r].fd[s] >= 0) pfd[np++] = (struct pollfd){ch[r].fd[s], POLLIN, 0};
+        if (!running && !np) break;
+        poll(pfd, (nfds_t)np, 50);
+        for (int r = 0; r < n; r++)
+            for (int s = 0; s < 2; s++) {
+                child *c = &ch[r];
+                if (c->fd[s] < 0) continue;
+                struct pollfd q = {c->fd[s], POLLIN, 0};
+                if (poll(&q, 1, 0) <= 0) continue;
+                char buf[65536];
+                ssize_t k = read(c->fd[s], buf, sizeof buf);
+                if (k > 0) emit(c, s, buf, (size_t)k, 0);
+                else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
+                    emit(c, s, "", 0, 1);
+                    close(c->fd[s]);
+                    c->fd[s] = -1;
+                }
+            }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (int r = 0; r < n; r++) {
+                if (ch[r].pid != pid) continue;
+                ch[r].exited = 1; ch[r].status = status; running--;
+                int bad = !WIFEXITED(status) || WEXITSTATUS(status);
+                if (bad && failed < 0 && !got_signal) {
+                    failed = r;
+                    char how[128];
+                    describe(&ch[r], how, sizeof how);
+                    fprintf(stderr, "pdde-run: rank %d (pid %d) %s; stopping the other ranks\n", ch[r].rank, (int)pid, how);
+                }
+            }
+        }
+        if ((failed >= 0 || got_signal) && !forwarded) {
+            int sig = got_signal ? got_signal : SIGTERM;
+            for (int r = 0; r < n; r++) if (!ch[r].exited) kill(ch[r].pid, sig);
+            forwarded = 1;
+            stop_at = now_s() + grace;
+        }
+        if (forwarded && running && now_s() > stop_at) {
+            for (int r = 0; r < n; r++) if (!ch[r].exited) kill(ch[r].pid, SIGKILL);
+            stop_at = now_s() + 1e9;
+        }
+    }
+    int rc = 0;
+    if (failed >= 0) {
+        char how[128];
+        describe(&ch[failed], how, sizeof how);
+        fprintf(stderr, "pdde-run: job failed: rank %d %s\n", ch[failed].rank, how);
+        rc = WIFEXITED(ch[failed].status) ? WEXITSTATUS(ch[failed].status) : 128 + WTERMSIG(ch[failed].status);
+    } else if (got_signal) {
+        fprintf(stderr, "pdde-run: stopped by signal %d\n", (int)got_signal);
+        rc = 128 + got_signal;
+    }
+    for (int r = 0; r < n; r++) { free(ch[r].line[0]); free(ch[r].line[1]); }
+    free(ch);
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return rc;
+}
