@@ -687,32 +687,12 @@ static pdde_status pdde_ocl_gemm(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_te
         r = CLBlastSgemm(CLBlastLayoutRowMajor, cta, ctb, (size_t)M, (size_t)N, (size_t)K, 1.0f, PDDE_OCL_MEM(a),
                          (size_t)ao, (size_t)lda, PDDE_OCL_MEM(b), (size_t)bo, (size_t)ldb, 0.0f, PDDE_OCL_MEM(node),
                          (size_t)co, (size_t)ldc, &s->q, NULL);
-    } else if (sa != 0 && sb != 0) {
+    } else {
+        /* a shared operand (2-D, the same for every batch) is a batch stride of 0 */
         r = CLBlastSgemmStridedBatched(CLBlastLayoutRowMajor, cta, ctb, (size_t)M, (size_t)N, (size_t)K, 1.0f,
                                        PDDE_OCL_MEM(a), (size_t)ao, (size_t)lda, (size_t)sa, PDDE_OCL_MEM(b), (size_t)bo,
                                        (size_t)ldb, (size_t)sb, 0.0f, PDDE_OCL_MEM(node), (size_t)co, (size_t)ldc,
                                        (size_t)sc, (size_t)batch, &s->q, NULL);
-    } else {
-        /* one side shared: CLBlast's batched call wants a stride per operand, so give it offsets */
-        size_t *offs = malloc(3 * (size_t)batch * sizeof *offs);
-        float *ab = malloc(2 * (size_t)batch * sizeof *ab);
-        if (!offs || !ab) {
-            free(offs);
-            free(ab);
-            return pdde_error(d->fam->ctx, PDDE_ERR_OOM, "opencl: out of host memory");
-        }
-        for (int64_t i = 0; i < batch; i++) {
-            offs[i] = (size_t)(ao + i * sa);
-            offs[batch + i] = (size_t)(bo + i * sb);
-            offs[2 * batch + i] = (size_t)(co + i * sc);
-            ab[i] = 1.0f;
-            ab[batch + i] = 0.0f;
-        }
-        r = CLBlastSgemmBatched(CLBlastLayoutRowMajor, cta, ctb, (size_t)M, (size_t)N, (size_t)K, ab, PDDE_OCL_MEM(a),
-                                offs, (size_t)lda, PDDE_OCL_MEM(b), offs + batch, (size_t)ldb, ab + batch,
-                                PDDE_OCL_MEM(node), offs + 2 * batch, (size_t)ldc, (size_t)batch, &s->q, NULL);
-        free(offs);
-        free(ab);
     }
     if (r != CLBlastSuccess) {
         if (r == CLBlastOpenCLOutOfResources || r == CLBlastTempBufferAllocFailure)
