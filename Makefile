@@ -103,7 +103,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-asan demo bench-gpt bench-comm install clean
+.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops install clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -151,6 +151,10 @@ demo:
 
 bench-gpt: all
 	@bash tools/bench/bench_gpt.sh $(BUILD)
+
+# GEMM and row kernels through pdde (OpenCL, CPU) against CLBlast and OpenBLAS called directly.
+bench-ops: all
+	@$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
 
 # pdde allreduce against OpenMPI's (needs mpicc/mpirun); BENCH_COMM_MAX limits the largest message.
 bench-comm: all

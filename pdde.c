@@ -144,6 +144,9 @@ float pdde_f16_to_f32(uint16_t h) {
  * Backends (each one file; the registry lists them) */
 
 #include "backends/cpu.c"
+#ifndef PDDE_NO_OPENCL
+#include "backends/opencl.c"
+#endif
 #ifndef PDDE_NO_CUDA
 #include "backends/cuda.c"
 #endif
