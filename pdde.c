@@ -169,6 +169,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     ctx->n_threads = p.n_threads > 0 ? p.n_threads : (cores > 0 ? (int)cores : 1);
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;
+    if (!p.backends) p.backends = getenv("PDDE_BACKENDS");
     pdde_status st = registry_init(ctx, &p);
     if (st != PDDE_OK) {
         pdde_context_free(ctx);
@@ -1703,7 +1704,14 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (st == PDDE_OK) st = sync;
     }
 #ifdef PDDE_HAVE_COMM
-    if (st != PDDE_OK) drop_requests(s);
+    if (st != PDDE_OK && s->dp) {
+        /* the other ranks are inside the same collectives: fail them now rather than at their timeout */
+        char why[sizeof s->ctx->last_error];
+        memcpy(why, s->ctx->last_error, sizeof why);
+        drop_requests(s);
+        if (st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_ABORTED) pdde_comm_abort(s->dp);
+        memcpy(s->ctx->last_error, why, sizeof why);
+    }
 #endif
     if (st != PDDE_OK) return st;
     if (s->loss && (mode & 1)) st = pdde_session_read(s, s->loss, &s->last_loss, sizeof s->last_loss);

@@ -85,8 +85,11 @@ typedef struct {
     /* Out-of-tree backends, tried after the built-in ones (the registry is fixed for the context). */
     const pdde_backend_iface *const *extra_backends;
     int n_extra_backends;
+    /* Comma-separated backend families to start ("cpu,opencl"); NULL = all. The CPU always starts.
+     * Also read from the environment variable PDDE_BACKENDS when this is NULL. */
+    const char *backends;
 } pdde_context_params;
-#define PDDE_CONTEXT_PARAMS_INIT {0, 0, 0, NULL, 0}
+#define PDDE_CONTEXT_PARAMS_INIT {0, 0, 0, NULL, 0, NULL}
 
 pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **out);
 void pdde_context_free(pdde_context *ctx);

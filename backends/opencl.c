@@ -1271,6 +1271,30 @@ static pdde_status pdde_ocl_update(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_
     return r;
 }
 
+
+/* ZeRO-1 shards (iparams[3] = 1): the op covers elements [iparams[1], +iparams[2]) of its first
+ * operands (the accumulator / parameter and gradient). Run the plain kernel on 1-d views of that range. */
+static pdde_status pdde_ocl_sharded(pdde_ocl_device *d, pdde_ocl_stream *s, pdde_tensor *node) {
+    int64_t first = node->iparams[1], count = node->iparams[2];
+    pdde_tensor view = *node, src[2];
+    int n_ranged = node->op == PDDE_OP_GRAD_NORM_SQ ? 1 : 2; /* grad_accum: acc (ranged) and a shard-sized g */
+    for (int k = 0; k < n_ranged; k++) {
+        src[k] = *node->src[k];
+        bool whole = !(node->op == PDDE_OP_GRAD_ACCUM && k == 1);
+        if (whole) src[k].offset += (size_t)first * sizeof(float);
+        src[k].ndim = 1, src[k].shape[0] = count;
+        view.src[k] = &src[k];
+    }
+    view.iparams[3] = 0;
+    if (node->op == PDDE_OP_GRAD_NORM_SQ) return pdde_ocl_grad_norm_sq(d, s, &view);
+    /* grad_accum and the updates write their first operand in place: the output is the same range */
+    view.offset += (size_t)first * sizeof(float);
+    view.ndim = 1, view.shape[0] = count;
+    if (!count) return PDDE_OK;
+    if (node->op == PDDE_OP_GRAD_ACCUM) return pdde_ocl_binary(d, s, &view, 0);
+    return pdde_ocl_update(d, s, &view, node->op == PDDE_OP_ADAMW_UPDATE);
+}
+
 static pdde_status pdde_ocl_compute(void *dev, void *stream, pdde_tensor *node) {
     pdde_ocl_device *d = dev;
     pdde_ocl_stream *s = pdde_ocl_st(d, stream);
@@ -1283,7 +1307,9 @@ static pdde_status pdde_ocl_compute(void *dev, void *stream, pdde_tensor *node) 
     case PDDE_OP_ADD: return pdde_ocl_binary(d, s, node, 0);
     case PDDE_OP_SUB: return pdde_ocl_binary(d, s, node, 1);
     case PDDE_OP_MUL: return pdde_ocl_binary(d, s, node, 2);
-    case PDDE_OP_GRAD_ACCUM: return pdde_ocl_binary(d, s, node, 0);
+    case PDDE_OP_GRAD_ACCUM:
+        if (node->iparams[3] == 1) return pdde_ocl_sharded(d, s, node);
+        return pdde_ocl_binary(d, s, node, 0);
     case PDDE_OP_SCALE: return pdde_ocl_unary(d, s, node, 0, node->fparams[0]);
     case PDDE_OP_GELU: return pdde_ocl_unary(d, s, node, 1, 0.0f);
     case PDDE_OP_RELU: return pdde_ocl_unary(d, s, node, 2, 0.0f);
@@ -1315,9 +1341,10 @@ static pdde_status pdde_ocl_compute(void *dev, void *stream, pdde_tensor *node) 
     case PDDE_OP_DROPOUT: return pdde_ocl_dropout(d, s, node);
     case PDDE_OP_DROPOUT_BACK: return pdde_ocl_dropout(d, s, node);
     case PDDE_OP_CAST: return pdde_ocl_cast(d, s, node);
-    case PDDE_OP_GRAD_NORM_SQ: return pdde_ocl_grad_norm_sq(d, s, node);
-    case PDDE_OP_SGD_UPDATE: return pdde_ocl_update(d, s, node, 0);
-    case PDDE_OP_ADAMW_UPDATE: return pdde_ocl_update(d, s, node, 1);
+    case PDDE_OP_GRAD_NORM_SQ: case PDDE_OP_SGD_UPDATE: case PDDE_OP_ADAMW_UPDATE:
+        if (node->iparams[3] == 1) return pdde_ocl_sharded(d, s, node);
+        if (node->op == PDDE_OP_GRAD_NORM_SQ) return pdde_ocl_grad_norm_sq(d, s, node);
+        return pdde_ocl_update(d, s, node, node->op == PDDE_OP_ADAMW_UPDATE);
     default:
         return pdde_error(d->fam->ctx, PDDE_ERR_UNSUPPORTED, "opencl %s: op %s is not supported", d->props.name,
                           pdde_op_name(node->op));

@@ -48,6 +48,19 @@ static bool iface_valid(const pdde_backend_iface *b) {
 
 #define IFACE_HAS(b, slot) ((b)->struct_size >= offsetof(pdde_backend_iface, slot) + sizeof((b)->slot) && (b)->slot)
 
+/* Whether a comma-separated list (NULL or "" = every backend) names a backend. */
+static bool backend_wanted(const char *list, const char *name) {
+    if (!list || !*list) return true;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        p += len + (end != NULL);
+    }
+    return false;
+}
+
 static pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p) {
     int n_builtin = (int)(sizeof builtin_backends / sizeof builtin_backends[0]);
     int n = n_builtin + (p && p->n_extra_backends > 0 ? p->n_extra_backends : 0);
@@ -64,6 +77,11 @@ static pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p
         if (!iface_valid(f->iface)) {
             f->status = PDDE_ERR_INVALID_ARG;
             snprintf(f->why, sizeof f->why, "backend %d: invalid interface (api_version, struct_size or a required slot)", i);
+            continue;
+        }
+        if (i > 0 && !backend_wanted(p ? p->backends : NULL, f->iface->name)) {
+            f->status = PDDE_ERR_UNAVAILABLE;
+            snprintf(f->why, sizeof f->why, "not in the context's backend list");
             continue;
         }
         memcpy(saved_error, ctx->last_error, sizeof saved_error);

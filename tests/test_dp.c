@@ -24,6 +24,7 @@ typedef struct {
     int zero;              /* ZeRO stage */
     size_t bucket_bytes;   /* 0 = the default (one bucket for this model) */
     int micro_batches;     /* gradient accumulation steps per optimizer step */
+    int on_device;         /* 1: the whole model on the first non-CPU device (collectives staged via host) */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -44,6 +45,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, int rank, int ranks, const
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f, op.grad_accum_steps = micro;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.dp_comm = comm, sp.zero_stage = dc->zero, sp.dp_bucket_bytes = dc->bucket_bytes;
+    if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
     if (gpt_build(g, &cfg, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
         return;
@@ -91,7 +93,7 @@ static void run_ranks(const char *store_addr, const dp_config *dc, run_result *o
         if (pipe(fds[r])) return;
         pids[r] = fork();
         if (pids[r] == 0) {
-            char rank[8], size[8];
+            char rank[16], size[16];
             snprintf(rank, sizeof rank, "%d", r), snprintf(size, sizeof size, "%d", RANKS);
             setenv("PDDE_RANK", rank, 1), setenv("PDDE_LOCAL_RANK", rank, 1), setenv("PDDE_WORLD_SIZE", size, 1);
             setenv("PDDE_STORE_ADDR", store_addr, 1);
@@ -133,11 +135,26 @@ static void compare(const char *name, const run_result *ref, const run_result *g
            got->losses[0], got->losses[STEPS - 1], worst, got->optimizer_bytes);
 }
 
+/* Asked in a child process, so this one never starts a device runtime before forking ranks. */
+static int other_device_exists(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        pdde_context *c;
+        pdde_context_init(NULL, &c);
+        _exit(pdde_device_count(c) > 1 ? 0 : 1);
+    }
+    int status = 1;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
-    cp.n_threads = 1; /* the same thread count as the ranks: identical arithmetic */
+    cp.n_threads = 1;     /* the same thread count as the ranks: identical arithmetic */
+    cp.backends = "cpu";  /* device runtimes do not survive fork(): only the children start them */
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
+    int has_device = other_device_exists();
     pdde_store_server *srv;
     CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
     if (test_failed) return test_finish();
@@ -145,21 +162,24 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 0, 1},
-        {"dp2_buckets", 0, 8192, 1},     /* several buckets, reduced while backward goes on */
-        {"dp2_accum", 0, 8192, 2},       /* two micro-batches per step: buckets reduced once, before the update */
-        {"zero1", 1, 0, 1},
-        {"zero1_accum", 1, 0, 2},
+        {"dp2", 0, 0, 1, 0},
+        {"dp2_buckets", 0, 8192, 1, 0},  /* several buckets, reduced while backward goes on */
+        {"dp2_accum", 0, 8192, 2, 0},    /* two micro-batches per step: buckets reduced once, before the update */
+        {"zero1", 1, 0, 1, 0},
+        {"zero1_accum", 1, 0, 2, 0},
+        {"dp2_device", 0, 8192, 1, 1},   /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 0, 1, 1},
     };
-    const dp_config single = {"1 rank", 0, 0, 1};
-    run_result ref = {0}, res[5];
+    const dp_config single = {"1 rank", 0, 0, 1, 0};
+    int n_configs = has_device ? 7 : 5;
+    run_result ref = {0}, res[7];
     memset(res, 0, sizeof res);
-    for (int i = 0; i < 5; i++) run_ranks(addr, &configs[i], &res[i]);
+    for (int i = 0; i < n_configs; i++) run_ranks(addr, &configs[i], &res[i]);
     train(ctx, NULL, 0, 1, &single, &ref);
     CHECK(ref.ok, "reference: %s", ref.error);
     printf("%-12s losses %.5f -> %.5f, optimizer state %.0f bytes\n", "1 rank", ref.losses[0], ref.losses[STEPS - 1], ref.optimizer_bytes);
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
-    for (int i = 0; i < 5; i++) compare(configs[i].name, &ref, &res[i]);
+    for (int i = 0; i < n_configs; i++) compare(configs[i].name, &ref, &res[i]);
     run_result dp = res[0], zero = res[3];
     /* 8 KiB buckets over ~110 KB of gradients: more collective nodes (and their waits) than one bucket */
     CHECK(res[1].n_nodes >= dp.n_nodes + 2 * 4, "small buckets: %d nodes vs %d with one bucket", res[1].n_nodes, dp.n_nodes);
