@@ -151,12 +151,12 @@ void pdde_graph_dump_dist(const pdde_graph *g, FILE *f) {
     char shape[96], have[160], need[160], how[160];
     fprintf(f, "# distributed program: %d nodes; graph mesh", pg->n_completed);
     for (int a = 0; a < pg->mesh->ndim; a++) fprintf(f, " %s=%d", pg->mesh->names[a], pg->mesh->shape[a]);
-    fprintf(f, "\n#  id op             tensor                         shape            dist attr\n");
+    fprintf(f, "\n#  id op                   tensor                     shape          dist attr\n");
     for (int i = 0; i < pg->n_completed; i++) {
         const pdde_tensor *t = g->nodes[i];
         shape_str(t, shape, sizeof shape);
         pdde_dist_attr_str(&t->dist, have, sizeof have);
-        fprintf(f, "%5d %-14s %-30s %-16s %s%s\n", t->id, pdde_op_name(t->op), t->name, shape, have,
+        fprintf(f, "%5d %-20s %-26s %-14s %s%s\n", t->id, pdde_op_name(t->op), t->name, shape, have,
                 completion_annotated(pg, t) ? "  (annotated)" : "");
         for (int k = 0; k < t->nsrc; k++) {
             const pdde_dist_attr *r = &pg->required[(size_t)i * PDDE_MAX_SRC + k];

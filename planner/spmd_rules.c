@@ -89,13 +89,13 @@ static void spmd_pin(spmd_ctx *c, char letter) { c->axis_of[(int)letter] = SPMD_
 
 /* ---- merging ---- */
 
-/* Gives each letter an axis, walking the inputs in priority order (order = NULL: 0, 1, ...). The
+/* Gives each letter an axis, walking n inputs in priority order (order = NULL: 0, 1, ...). The
  * first split seen wins; a later input that splits the letter over another axis, or splits another
  * letter over an axis already taken, gives way (it is required with the winner's layout) and the
  * conflict is recorded. A letter only replicated so far takes a later input's split (the replicated
  * input then takes a local slice: no conflict). */
-static void spmd_merge(spmd_ctx *c, const int *order) {
-    for (int i = 0; i < c->nsrc; i++) {
+static void spmd_merge(spmd_ctx *c, const int *order, int n) {
+    for (int i = 0; i < n; i++) {
         int k = order ? order[i] : i;
         const char *L = c->dims[k];
         for (int d = 0; L[d]; d++) {
@@ -170,7 +170,7 @@ static void spmd_finish(spmd_ctx *c, const int *order) {
 }
 
 static void spmd_einsum(spmd_ctx *c, const int *order) {
-    spmd_merge(c, order);
+    spmd_merge(c, order, c->nsrc);
     spmd_finish(c, order);
 }
 
@@ -339,13 +339,16 @@ static void spmd_rule_embedding_back(spmd_ctx *c, const pdde_graph *g) {
     strcpy(c->dims[dy_k], c->dims[ids_k]), strcat(c->dims[dy_k], "C");
     strcpy(c->out_dims, "VC");
     if (nb) strcpy(c->dims[0], "VC");
-    if (table && table->dist.dims_mapping[0] >= 0 && mesh_same(table->dist.mesh, c->mesh)) {
-        int ax = table->dist.dims_mapping[0];
-        c->axis_of['V'] = (int8_t)ax, c->letter_of_axis[ax] = 'V', c->owner_in['V'] = (int8_t)ids_k, c->owner_dim['V'] = 0;
-    }
+    /* the ids and dy first; then the vocab dim takes the table's split if that axis is still free
+     * (else the gradient comes out whole over it and its accumulation slices it), then base */
     int order[3] = {ids_k, dy_k, 0};
+    spmd_merge(c, order, 2);
+    int ax = table && mesh_same(table->dist.mesh, c->mesh) ? table->dist.dims_mapping[0] : -1;
+    if (ax >= 0 && !c->letter_of_axis[ax])
+        c->axis_of['V'] = (int8_t)ax, c->letter_of_axis[ax] = 'V', c->owner_in['V'] = (int8_t)ids_k, c->owner_dim['V'] = 0;
+    if (nb) spmd_merge(c, order + 2, 1);
     c->linear = 1u << dy_k | (nb ? 1u : 0u);
-    spmd_einsum(c, order);
+    spmd_finish(c, order);
     if (nb) { /* base + contributions: the same pending reduction */
         c->req[0].partial_avg = (uint8_t)((c->req[0].partial_avg & ~c->out.partial) | (c->out.partial_avg & c->out.partial));
         c->req[0].partial = c->out.partial;
