@@ -52,14 +52,58 @@ ifndef NO_CJSON
 endif
 CFLAGS += $(DEFS)
 
-LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
+ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
+  TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
+endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
+ifneq ($(HAVE_UCX),1)
+  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
+endif
 
-.PHONY: all deps-report test test-asan demo bench-gpt bench-comm install clean
+.DEFAULT_GOAL := all
+
+# Device kernels embedded in the library. The generated headers are committed, so a build needs no
+# GPU toolchain; these rules regenerate them when the tools are found and the kernel source is newer.
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CLANG_SPIRV ?= $(shell command -v clang-15 2>/dev/null)
+LLVM_SPIRV  ?= $(shell command -v llvm-spirv-15 2>/dev/null || command -v llvm-spirv 2>/dev/null)
+# SPIR-V is emitted unoptimised (-O0): llvm-spirv-15 rejects the `freeze` instructions that LLVM's optimiser
+# makes, and the Level Zero driver optimises when it builds the module anyway.
+# PTX for the oldest architecture nvcc 13 targets; the driver JITs it for the device it runs on.
+NVCC_PTX_ARCH ?= compute_75
+
+ifneq ($(NVCC),)
+backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu
+	@mkdir -p $(BUILD)
+	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
+	@{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH)); do not edit.'; \
+	  echo ' * The PTX text in pieces of under 4095 characters (the longest string literal C requires). */'; \
+	  awk 'BEGIN { n = 0; print "static const char *const pdde_cuda_ptx_parts[] = {" } \
+	       { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); l = length($$0) + 1; \
+	         if (n > 0 && n + l > 4000) { print "    ,"; n = 0 } \
+	         printf "    \"%s\\n\"\n", $$0; n += l } \
+	       END { print "    , 0};" }' $(BUILD)/cuda_kernels.ptx; } > $@.tmp && mv $@.tmp $@
+endif
+
+ifneq ($(CLANG_SPIRV),)
+ifneq ($(LLVM_SPIRV),)
+backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
+	@mkdir -p $(BUILD)
+	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O0 -emit-llvm -c $< -o $(BUILD)/level_zero_kernels.bc
+	$(LLVM_SPIRV) $(BUILD)/level_zero_kernels.bc -o $(BUILD)/level_zero_kernels.spv
+	@{ echo '/* Generated from backends/level_zero_kernels.cl by `make` (clang -target spir64, llvm-spirv); do not edit. */'; \
+	  echo 'static const unsigned char pdde_level_zero_spv[] = {'; \
+	  od -An -v -tx1 $(BUILD)/level_zero_kernels.spv | sed -e 's/ *$$//' -e 's/^ *//' -e 's/ /, 0x/g' -e 's/^/    0x/' -e 's/$$/,/'; \
+	  echo '};'; } > $@.tmp && mv $@.tmp $@
+endif
+endif
+
+.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops install clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -107,6 +151,10 @@ demo:
 
 bench-gpt: all
 	@bash tools/bench/bench_gpt.sh $(BUILD)
+
+# GEMM and row kernels through pdde (OpenCL, CPU) against CLBlast and OpenBLAS called directly.
+bench-ops: all
+	@$(BUILD)/bench_ops $(BENCH_OPS_ARGS)
 
 # pdde allreduce against OpenMPI's (needs mpicc/mpirun); BENCH_COMM_MAX limits the largest message.
 bench-comm: all

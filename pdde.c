@@ -144,6 +144,15 @@ float pdde_f16_to_f32(uint16_t h) {
  * Backends (each one file; the registry lists them) */
 
 #include "backends/cpu.c"
+#ifndef PDDE_NO_OPENCL
+#include "backends/opencl.c"
+#endif
+#ifndef PDDE_NO_CUDA
+#include "backends/cuda.c"
+#endif
+#ifndef PDDE_NO_LEVEL_ZERO
+#include "backends/level_zero.c"
+#endif
 #include "backends/registry.c"
 
 /* ================================================================================================
@@ -302,7 +311,7 @@ static pdde_tensor *new_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int ndim,
     t->op = op;
     t->dtype = dt;
     t->ndim = ndim;
-    memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
     t->nsrc = nsrc;
     for (int i = 0; i < nsrc; i++) t->src[i] = src[i];
     t->device = -1;
@@ -935,6 +944,9 @@ struct pdde_session {
     int dp_rank, dp_size, zero_stage;
     size_t dp_bucket_bytes;
     void **requests;            /* per tensor id of a started collective: its pending request */
+    void *comm_staging;         /* host bounce buffer for collectives on device memory */
+    size_t comm_staging_bytes;
+    session_device *comm_staging_dev;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
@@ -1097,7 +1109,12 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
         /* views and in-place ops live where their storage lives */
         int device = is_root_sharing(t) ? s->devs[s->slot[t->src[0]->id]].device : node_device(t, p);
         int slot = session_slot_for(s, device);
-        if (slot < 0) { st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened: %s", t->name, device, s->ctx->last_error); break; }
+        if (slot < 0) {
+            char why[sizeof s->ctx->last_error];
+            memcpy(why, s->ctx->last_error, sizeof why);
+            st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened (%s)", t->name, device, why);
+            break;
+        }
         session_device *sd = &s->devs[slot];
         if (t->op != PDDE_OP_NONE && !sd->iface->supports_op(sd->dev, t)) {
             pdde_device_props props;
@@ -1213,10 +1230,6 @@ static pdde_status session_add_data_parallel(pdde_session *s) {
     for (int i = 0; i <= n_old && st == PDDE_OK; i++) {
         pdde_tensor *t = i < n_old ? old[i] : NULL;
         int slot = t ? s->slot[t->id] : 0;
-        if (t && !s->devs[slot].host && (t->op == PDDE_OP_GRAD_ACCUM || t->flags & PDDE_TENSOR_PARAM)) {
-            st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: data parallelism needs parameters and gradients on the CPU (%s is not)", t->name);
-            break;
-        }
         bool end_of_backward = !flushed && (!t || t->phase == PDDE_PHASE_OPTIMIZER);
         if (bucket_first && (end_of_backward || bucket_bytes >= s->dp_bucket_bytes)) {
             pdde_tensor *src[2] = {bucket_first, bucket_last};
@@ -1315,7 +1328,51 @@ static pdde_status session_add_data_parallel(pdde_session *s) {
 }
 
 #ifdef PDDE_HAVE_COMM
+/* The host bounce buffer for collectives on device memory (page-locked where the backend can). */
+static void comm_staging_free(pdde_session *s) {
+    session_device *sd = s->comm_staging_dev;
+    if (s->comm_staging && IFACE_HAS(sd->iface, host_free)) sd->iface->host_free(sd->dev, s->comm_staging);
+    else free(s->comm_staging);
+    s->comm_staging = NULL, s->comm_staging_bytes = 0;
+}
+
+static void *comm_staging(pdde_session *s, session_device *sd, size_t bytes) {
+    if (bytes <= s->comm_staging_bytes) return s->comm_staging;
+    comm_staging_free(s);
+    s->comm_staging_dev = sd;
+    if (IFACE_HAS(sd->iface, host_alloc)) { if (sd->iface->host_alloc(sd->dev, bytes, &s->comm_staging)) s->comm_staging = NULL; }
+    else s->comm_staging = malloc(bytes);
+    if (s->comm_staging) s->comm_staging_bytes = bytes;
+    return s->comm_staging;
+}
+
+/* A collective on a device that the transport cannot read: through host memory, synchronously. */
+static pdde_status run_collective_staged(pdde_session *s, session_device *sd, pdde_tensor *t) {
+    pdde_tensor *x = t->src[0];
+    size_t first = (size_t)t->iparams[1] * sizeof(float), chunk = (size_t)t->iparams[2] * sizeof(float);
+    size_t span = t->op == PDDE_OP_ALLREDUCE ? (t->nsrc == 2 ? t->src[1]->offset + pdde_tensor_nbytes(t->src[1]) - x->offset : pdde_tensor_nbytes(t))
+                                             : chunk * (size_t)s->dp_size;
+    char *buf = comm_staging(s, sd, span + chunk + sizeof(float));
+    if (!buf) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: no host staging memory (%zu bytes)", t->name, span);
+    pdde_status st = sd->iface->read(sd->dev, sd->stream, x->data, x->offset, buf, span);
+    if (!st) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    if (st) return st;
+    if (t->op == PDDE_OP_ALLREDUCE) {
+        st = pdde_comm_allreduce(s->dp, buf, buf, span / sizeof(float), PDDE_F32, (pdde_reduce_op)t->iparams[0]);
+        if (!st) st = sd->iface->write(sd->dev, sd->stream, x->data, x->offset, buf, span);
+    } else if (t->op == PDDE_OP_REDUCE_SCATTER) {
+        st = pdde_comm_reduce_scatter(s->dp, buf, buf + span, chunk / sizeof(float), PDDE_F32, (pdde_reduce_op)t->iparams[0]);
+        if (!st) st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, buf + span, chunk);
+    } else { /* ALLGATHER of the parameter's shards */
+        st = pdde_comm_allgather(s->dp, buf + first, buf, chunk / sizeof(float), PDDE_F32);
+        if (!st) st = sd->iface->write(sd->dev, sd->stream, x->data, x->offset, buf, pdde_tensor_nbytes(x));
+    }
+    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
 static pdde_status run_collective(pdde_session *s, pdde_tensor *t) {
+    session_device *sd = &s->devs[s->slot[t->id]];
+    if (!sd->host && t->op != PDDE_OP_COMM_WAIT) return run_collective_staged(s, sd, t);
     char *out = (char *)t->data + t->offset;
     const pdde_tensor *x = t->src[0];
     const char *in = (const char *)x->data + x->offset;
@@ -1577,6 +1634,7 @@ void pdde_session_free(pdde_session *s) {
     free(s->devs);
 #ifdef PDDE_HAVE_COMM
     drop_requests(s);
+    comm_staging_free(s);
 #endif
     free(s->requests);
     free(s->slot);

@@ -396,6 +396,9 @@ struct pdde_backend_iface {
     pdde_status (*event_record)(void *dev, void *event, void *stream);
     pdde_status (*event_sync)(void *dev, void *event);
     pdde_status (*stream_wait_event)(void *dev, void *stream, void *event);
+    /* optional: page-locked host memory for staging transfers (NULL: plain malloc) */
+    pdde_status (*host_alloc)(void *dev, size_t nbytes, void **ptr);
+    void (*host_free)(void *dev, void *ptr);
 };
 
 /* ---------------------------------------------------------------------------------------------------
@@ -571,7 +574,8 @@ pdde_status pdde_strategy_tensor_parallel_linear(pdde_graph *g, pdde_tensor *w, 
  * Failure semantics: a timeout, a lost peer or an abort poisons the world communicator and every
  * communicator split from it: pending and future operations on them return PDDE_ERR_PEER_LOST,
  * PDDE_ERR_TIMEOUT or PDDE_ERR_ABORTED (on every rank, within params.peer_timeout_s of the failure);
- * recovery is pdde_comm_free and a new pdde_comm_init. */
+ * recovery is pdde_comm_free and a new pdde_comm_init.
+ * This section is compiled when pdde is built with UCX (PDDE_HAVE_UCX) and without PDDE_NO_COMM. */
 
 /* The bootstrap store: string keys, byte-string values. A backend fills this vtable (api_version and
  * struct_size first; slots are only appended). Functions report errors with pdde_error(ctx, ...)
@@ -687,7 +691,8 @@ typedef struct {
     void (*abort)(void *tr);
 } pdde_transport_iface;
 
-/* The built-in UCX transport (UCP tag API); NULL when pdde was built without UCX. */
+/* The built-in UCX transport (UCP tag API). Shared memory (posix, sysv, cma) then TCP by default;
+ * UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) override pdde's choices. */
 const pdde_transport_iface *pdde_transport_ucx(void);
 
 /* Communicators and collectives. */
@@ -729,6 +734,8 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
  * and must be freed before their world. */
 #define PDDE_COMM_NO_COLOR (-1)
 pdde_status pdde_comm_split(pdde_comm *comm, int color, int key, pdde_comm **out);
+/* Local (no communication). Operations still pending on comm end with PDDE_ERR_ABORTED; requests of
+ * comm must be freed before it. */
 void pdde_comm_free(pdde_comm *comm);
 int pdde_comm_rank(const pdde_comm *comm);
 int pdde_comm_size(const pdde_comm *comm);

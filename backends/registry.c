@@ -6,6 +6,15 @@
 
 static const pdde_backend_iface *const builtin_backends[] = {
     &pdde_backend_cpu, /* first: device 0 is always the CPU */
+#ifdef PDDE_HAVE_OPENCL_BACKEND
+    &pdde_backend_opencl,
+#endif
+#ifndef PDDE_NO_CUDA
+    &pdde_backend_cuda,
+#endif
+#ifndef PDDE_NO_LEVEL_ZERO
+    &pdde_backend_level_zero,
+#endif
 };
 
 typedef struct {

@@ -155,7 +155,7 @@ pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbu
     size_t seg_max = (count + (size_t)nseg - 1) / (size_t)nseg;
     size_t scratch = rec ? seg_max : seg_max / (size_t)group_n + 1; /* two-level: cross phase reuses it */
     size_t nparts = (size_t)c->size + 1, hdr = 2 * nparts * sizeof(size_t);
-    if ((st = req_scratch(r, hdr + (size_t)r->nprog * scratch * esz))) return req_abandon(r, st);
+    if ((st = req_scratch(r, hdr + (size_t)req_nslots(r) * scratch * esz))) return req_abandon(r, st);
     size_t *off = r->scratch, *len = off + nparts; /* the parts tables first: they keep their alignment */
     comm_group world = {c->ranks, c->size, c->rank}, local = {c->local_group, c->local_n, c->local_me},
                cross = {c->cross_group, c->cross_n, c->cross_me};
@@ -163,7 +163,7 @@ pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbu
         comm_prog *p = &r->progs[s];
         size_t soff, slen;
         comm_part(count, nseg, s, &soff, &slen);
-        char *buf = (char *)recvbuf + soff * esz, *scr = (char *)r->scratch + hdr + (size_t)s * scratch * esz;
+        char *buf = (char *)recvbuf + soff * esz, *scr = (char *)r->scratch + hdr + (size_t)req_slot(r, s) * scratch * esz;
         if (two) {
             for (int i = 0; i < local.n; i++) comm_part(slen, local.n, i, &off[i], &len[i]);
             size_t coff = off[local.me], clen = len[local.me];
@@ -198,7 +198,7 @@ pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *r
     r->max_active = COMM_PIPELINE_DEPTH;
     size_t seg_max = (recvcount + (size_t)nseg - 1) / (size_t)nseg, scratch = rec ? total : seg_max;
     size_t hdr = 2 * (size_t)n * sizeof(size_t);
-    if ((st = req_scratch(r, hdr + (total + (size_t)r->nprog * scratch) * esz))) return req_abandon(r, st);
+    if ((st = req_scratch(r, hdr + (total + (size_t)req_nslots(r) * scratch) * esz))) return req_abandon(r, st);
     size_t *off = r->scratch, *len = off + n;
     char *work = (char *)r->scratch + hdr;
     if (total) memcpy(work, sendbuf, total * esz);
@@ -207,7 +207,7 @@ pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *r
         comm_prog *p = &r->progs[s];
         size_t soff, slen;
         comm_part(recvcount, nseg, s, &soff, &slen);
-        char *scr = work + (total + (size_t)s * scratch) * esz;
+        char *scr = work + (total + (size_t)req_slot(r, s) * scratch) * esz;
         if (rec) {
             build_rd_allreduce(p, G, work, total, esz, scr);
         } else {
@@ -316,14 +316,14 @@ pdde_status pdde_comm_ireduce(pdde_comm *c, const void *sendbuf, void *recvbuf, 
     r->max_active = COMM_PIPELINE_DEPTH;
     /* the accumulator is recvbuf on the root, a scratch copy elsewhere; then receive space */
     size_t seg_max = (count + (size_t)nseg - 1) / (size_t)nseg;
-    if ((st = req_scratch(r, (v ? bytes : 0) + (size_t)r->nprog * seg_max * esz))) return req_abandon(r, st);
+    if ((st = req_scratch(r, (v ? bytes : 0) + (size_t)req_nslots(r) * seg_max * esz))) return req_abandon(r, st);
     char *acc = v ? r->scratch : recvbuf, *rbuf = (char *)r->scratch + (v ? bytes : 0);
     if (bytes && acc != sendbuf) memcpy(acc, sendbuf, bytes);
     for (int s = 0; s < r->nprog; s++) {
         comm_prog *p = &r->progs[s];
         size_t soff, slen;
         comm_part(count, nseg, s, &soff, &slen);
-        char *a = acc + soff * esz, *scr = rbuf + (size_t)s * seg_max * esz;
+        char *a = acc + soff * esz, *scr = rbuf + (size_t)req_slot(r, s) * seg_max * esz;
         if (tree) {
             for (int mask = 1; mask < n; mask <<= 1) {
                 int k = __builtin_ctz((unsigned)mask);

@@ -40,7 +40,7 @@ typedef struct comm_world {
     int rank, size;
     void **send, **recv;          /* per world rank (NULL for self) */
     int *host_of;                 /* world rank -> host index */
-    char (*host_names)[128];
+    char (*host_names)[COMM_HOST_ID_MAX];
     pdde_store *store;
     int own_store;
     pdde_store_server *server;    /* rank 0 hosts the store under launchers other than pdde-run */
@@ -49,6 +49,7 @@ typedef struct comm_world {
     double timeout_s, peer_timeout_s;
     int no_progress_thread;
     pdde_mem_kind mem_kind;
+    double spin_s;                /* busy-poll this long before yielding: 0 when ranks outnumber cores */
 
     pthread_mutex_t lock;         /* guards everything below and every transport call */
     pthread_cond_t cv;            /* wakes the service thread */
@@ -137,11 +138,12 @@ static pdde_status comm_report(comm_world *w, pdde_status st) {
     return pdde_error(w->ctx, st, "comm: %s%s%s", pdde_status_str(st), *msg ? ": " : "", msg);
 }
 
-/* Spins for a few microseconds (latency), then yields (other ranks may share the core), then sleeps
- * with a growing pause up to 1 ms, so that a long wait costs almost no CPU. */
-static void comm_backoff(double idle, double left) {
-    if (idle < 20e-6) return;
-    if (idle < 2e-3) { sched_yield(); return; }
+/* Spins for a few microseconds (latency), then yields (other ranks may share the core: with more
+ * ranks than cores the peer we wait for needs it), then sleeps with a growing pause up to 1 ms, so
+ * that a long wait costs almost no CPU. */
+static void comm_backoff(double idle, double left, double spin_s) {
+    if (idle < spin_s) return;
+    if (idle < 20e-3) { sched_yield(); return; }
     double pause = idle / 16;
     if (pause > 1e-3) pause = 1e-3;
     if (pause > left) pause = left;
@@ -159,7 +161,7 @@ static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
         double now = comm_now();
         if (now >= deadline) break;
         pthread_mutex_unlock(&w->lock);
-        comm_backoff(now - idle_since, deadline - now);
+        comm_backoff(now - idle_since, deadline - now, w->spin_s);
         pthread_mutex_lock(&w->lock);
     }
     w->waiters--;
@@ -526,7 +528,7 @@ static pdde_status world_connect(comm_world *w, const char *host_id, double dead
                             "within the init timeout", me, todo_send, todo_recv);
             break;
         }
-        comm_backoff(now - idle_since, deadline - now);
+        comm_backoff(now - idle_since, deadline - now, w->spin_s);
     }
 done:
     for (int i = 0; i < n; i++) {
@@ -574,7 +576,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     pthread_mutex_init(&w->store_lock, NULL);
     pthread_cond_init(&w->cv, NULL);
     double deadline = comm_now() + w->timeout_s;
-    char host_id[128], key[300];
+    char host_id[COMM_HOST_ID_MAX], key[300];
     comm_host_id(p.host_id, host_id, sizeof host_id);
 
     if (p.store) {
@@ -599,7 +601,10 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if ((st = pdde_store_add(w->store, key, 1, &gen))) goto fail;
     snprintf(w->prefix, sizeof w->prefix, "%s/%lld", p.prefix ? p.prefix : "pdde", (long long)gen);
     if ((st = world_connect(w, host_id, deadline))) goto fail;
-    char notice[256];
+    int here = 0;
+    for (int i = 0; i < w->size; i++) here += w->host_of[i] == w->host_of[w->rank];
+    w->spin_s = here < sysconf(_SC_NPROCESSORS_ONLN) ? 20e-6 : 0;
+    char notice[COMM_HOST_ID_MAX + 128];
     snprintf(notice, sizeof notice, "%d|rank %d (pid %d on %s) died or lost its connection to the store",
              PDDE_ERR_PEER_LOST, w->rank, (int)getpid(), host_id);
     world_failed_key(w, key, sizeof key);

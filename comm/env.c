@@ -67,6 +67,8 @@ pdde_status pdde_comm_env_read(pdde_context *ctx, pdde_comm_env *out) {
 /* The id that says which ranks share a machine (and so shared memory): PDDE_HOST_ID if set, else the
  * host name plus the network namespace, so that containers (and the tests' emulated hosts) in their
  * own network namespaces count as separate hosts. */
+#define COMM_HOST_ID_MAX 320 /* host name (255) + "/" + namespace id */
+
 static void comm_host_id(const char *given, char *out, size_t cap) {
     const char *env = getenv("PDDE_HOST_ID");
     if (given && *given) { snprintf(out, cap, "%s", given); return; }

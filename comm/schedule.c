@@ -33,7 +33,7 @@ struct pdde_comm_request {
     pdde_comm *comm;
     comm_world *w;
     comm_prog *progs;
-    int nprog, next_prog, nactive, max_active;
+    int nprog, max_active;      /* programs, and how many may run at once */
     uint64_t tagbase;
     pdde_dtype dtype;
     pdde_reduce_op op;
@@ -232,23 +232,27 @@ static int prog_advance(pdde_comm_request *r, int idx, pdde_status *st) {
     return moved;
 }
 
-/* Advances an operation; finishes it when all its programs are done or one failed. */
+/* Advances an operation; finishes it when all its programs are done or one failed. Programs run in
+ * a sliding window: program s starts once program s - max_active is done, so the two may share
+ * scratch memory (slot s % max_active, see req_slot). */
 static int req_advance(pdde_comm_request *r) {
     pdde_status st = PDDE_OK;
-    int moved = 0;
-    while (r->next_prog < r->nprog && r->nactive < r->max_active) { r->next_prog++; r->nactive++; }
-    int finished = 0;
-    for (int i = 0; i < r->next_prog && !st; i++) {
-        comm_prog *p = &r->progs[i];
+    int moved = 0, finished = 0;
+    for (int i = 0; i < r->nprog && !st; i++) {
+        comm_prog *p = &r->progs[i], *before = i >= r->max_active ? &r->progs[i - r->max_active] : NULL;
         if (p->cur == p->n) { finished++; continue; }
+        if (before && before->cur != before->n) continue;
         moved |= prog_advance(r, i, &st);
-        if (p->cur == p->n) { finished++; r->nactive--; moved = 1; }
+        if (p->cur == p->n) { finished++; moved = 1; }
     }
     if (st) { req_finish(r, st); return 1; }
     if (finished == r->nprog) req_finish(r, PDDE_OK);
-    else if (r->next_prog < r->nprog && r->nactive < r->max_active) moved |= req_advance(r);
     return moved;
 }
+
+/* Scratch slots an operation needs, and the slot of program s. */
+static int req_nslots(const pdde_comm_request *r) { return r->nprog < r->max_active ? r->nprog : r->max_active; }
+static int req_slot(const pdde_comm_request *r, int s) { return s % r->max_active; }
 
 /* Drives the transport and every running operation of the world. Returns 1 if anything moved. */
 static int world_progress(comm_world *w) {

@@ -488,7 +488,7 @@ static pdde_status store_rpc(store_tcp *t, pdde_context *ctx, int op, const char
         return pdde_error(ctx, PDDE_ERR_PEER_LOST, "store %s: connection lost", t->addr);
     }
     v[len] = 0;
-    if (val) { *val = v; *vlen = len; } else free(v);
+    if (val && status == PDDE_OK) { *val = v; *vlen = len; } else free(v);
     if (status == PDDE_ERR_NOT_FOUND) return pdde_error(ctx, status, "store: no key '%s'", key ? key : "");
     if (status) return pdde_error(ctx, status, "store %s: request failed (%s)", t->addr, pdde_status_str(status));
     return PDDE_OK;

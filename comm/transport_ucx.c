@@ -20,6 +20,7 @@ typedef struct {
     uint64_t next_listen, next_connect; /* ids of listeners and of pending connects, per worker */
     uint64_t next_conn_id;              /* ids of accepted connections (tags), per worker */
     ucx_conn *pending;                  /* connects waiting for their ACK */
+    ucx_conn *closing;                  /* closed connections, freed by ucx_fini */
     int aborting;                       /* after a failure: close without flushing or progressing */
 } ucx_transport;
 
@@ -44,6 +45,8 @@ struct ucx_conn {
     unsigned char *hello_msg;
     uint64_t ack_val;        /* the conn id from the ACK (sender), or to send (receiver) */
     ucx_conn *next_pending;
+    void *close_req;         /* the endpoint's close in progress */
+    ucx_conn *next_closing;
 };
 
 /* Lives inside each UCP request (ucp_params.request_size), so requests need no allocation. */
@@ -121,6 +124,21 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
 static void ucx_fini(void *p) {
     ucx_transport *tr = p;
     if (!tr) return;
+    /* flushes towards live peers are quick; peers that do not answer cost at most 1 s in all. After a
+     * failure nothing is progressed (see pdde_transport_iface.abort). */
+    double deadline = comm_now() + 1.0;
+    for (int busy = 1; busy && !tr->aborting && comm_now() < deadline;) {
+        ucp_worker_progress(tr->worker);
+        busy = 0;
+        for (ucx_conn *c = tr->closing; c && !busy; c = c->next_closing)
+            busy = c->close_req && ucp_request_check_status(c->close_req) == UCS_INPROGRESS;
+    }
+    while (tr->closing) {
+        ucx_conn *c = tr->closing;
+        tr->closing = c->next_closing;
+        if (c->close_req) ucp_request_free(c->close_req);
+        free(c);
+    }
     ucp_worker_release_address(tr->worker, tr->addr);
     ucp_worker_destroy(tr->worker);
     ucp_cleanup(tr->context);
@@ -195,6 +213,9 @@ static void ucx_drop_req(ucx_transport *tr, void **req) {
     *req = NULL;
 }
 
+/* Starts closing the endpoint; the connection stays allocated (its endpoint's error handler may
+ * still name it) until ucx_fini, which waits for all closes together, so that freeing a world with
+ * many peers costs at most one flush timeout, not one per peer. */
 static void ucx_conn_close(void *conn) {
     ucx_conn *c = conn;
     if (!c) return;
@@ -206,18 +227,15 @@ static void ucx_conn_close(void *conn) {
         prm.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         prm.flags = c->failed || tr->aborting ? UCP_EP_CLOSE_FLAG_FORCE : 0;
         void *r = ucp_ep_close_nbx(c->ep, &prm);
-        /* a flush towards a live peer is quick; a peer that does not answer costs at most 1 s. A forced
-         * close is not progressed: see ucx_abort. */
-        double deadline = comm_now() + 1.0;
-        while (!tr->aborting && r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS &&
-               comm_now() < deadline)
-            ucp_worker_progress(tr->worker);
-        if (r && !UCS_PTR_IS_ERR(r)) ucp_request_free(r);
+        c->close_req = r && !UCS_PTR_IS_ERR(r) ? r : NULL;
+        c->ep = NULL;
     }
     for (ucx_conn **pp = &tr->pending; *pp; pp = &(*pp)->next_pending)
         if (*pp == c) { *pp = c->next_pending; break; }
     free(c->hello_msg);
-    free(c);
+    c->hello_msg = NULL;
+    c->next_closing = tr->closing;
+    tr->closing = c;
 }
 
 static pdde_status ucx_connect(void *p, const void *handle, size_t handle_len, void **send_comm) {

@@ -4,6 +4,14 @@
  * be compared bit for bit. */
 #define _GNU_SOURCE
 #include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    printf("SKIPPED: pdde was built without comm (no UCX)\n0 passed, 0 failed\n");
+    return 0;
+}
+#else
 #include "test_util.h"
 #include "comm_test_util.h"
 #include <stdint.h>
@@ -257,3 +265,4 @@ int main(void) {
     pdde_context_free(ctx);
     return test_finish();
 }
+#endif

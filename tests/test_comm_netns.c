@@ -4,6 +4,14 @@
  * hosts, that large allreduces take the two-level algorithm, and that every result is right. */
 #define _GNU_SOURCE
 #include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    printf("SKIPPED: pdde was built without comm (no UCX)\n0 passed, 0 failed\n");
+    return 0;
+}
+#else
 #include "test_util.h"
 #include <libgen.h>
 #include <stdint.h>
@@ -128,3 +136,4 @@ int main(int argc, char **argv) {
     sh("ip link del %s 2>/dev/null%s", va, ""); /* only left if it never moved into a namespace */
     return test_finish();
 }
+#endif

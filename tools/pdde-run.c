@@ -14,6 +14,14 @@
 #define _GNU_SOURCE
 #include "pdde.h"
 
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    fprintf(stderr, "this tool needs pdde built with comm (UCX)\n");
+    return 1;
+}
+#else
+
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -231,3 +239,4 @@ int main(int argc, char **argv) {
     pdde_context_free(ctx);
     return rc;
 }
+#endif

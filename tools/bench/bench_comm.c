@@ -7,6 +7,14 @@
  *       (pdde busbw / MPI busbw at 1, 16, 64 MiB on 2 ranks; pdde latency / MPI latency at 8 B). */
 #define _GNU_SOURCE
 #include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    fprintf(stderr, "this tool needs pdde built with comm (UCX)\n");
+    return 1;
+}
+#else
 #include "bench_common.h"
 #include <stdio.h>
 #include <string.h>
@@ -106,3 +114,4 @@ int main(int argc, char **argv) {
            lat_ratio);
     return 0;
 }
+#endif

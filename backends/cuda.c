@@ -1,0 +1,652 @@
+/* backends/cuda.c — the CUDA backend: NVIDIA GPUs through the CUDA driver API, opened at run time.
+ *
+ * libcuda.so.1 is dlopen'ed and every cu* entry point resolved into a table in the family, so pdde
+ * builds without the CUDA toolkit and runs where no driver is installed (the family then reports
+ * PDDE_ERR_UNAVAILABLE). Kernels are CUDA C (backends/cuda_kernels.cu) compiled to PTX at build time
+ * and embedded (backends/cuda_kernels_ptx.h, committed); the driver JITs them for the device when it
+ * is opened. GEMM goes to cuBLAS (dlopen'ed too) and falls back to the tiled kernel k_gemm.
+ *
+ * Each device uses its primary context (the one the CUDA runtime and cuBLAS use), made current on the
+ * calling thread at every entry point. Buffer handles are device pointers (CUdeviceptr) cast to void *.
+ * Streams carry a small scratch buffer for multi-pass reductions, so concurrent streams never share it.
+ *
+ * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32. */
+#ifndef PDDE_NO_CUDA
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels_ptx.h"
+#include "gpu_dispatch.h"
+
+/* The few driver API types and constants used (cuda.h is not needed to build). */
+typedef int pcu_result;
+typedef int pcu_device_t;
+typedef unsigned long long pcu_ptr;
+typedef struct pcu_ctx_st *pcu_ctx;
+typedef struct pcu_mod_st *pcu_mod;
+typedef struct pcu_fn_st *pcu_fn;
+typedef struct pcu_stream_st *pcu_cstream;
+typedef struct pcu_event_st *pcu_cevent;
+
+enum {
+    PCU_SUCCESS = 0,
+    PCU_ERROR_OUT_OF_MEMORY = 2,
+    PCU_ERROR_NO_DEVICE = 100,
+    PCU_ERROR_UNSUPPORTED_PTX_VERSION = 222,
+    PCU_ATTR_CLOCK_RATE = 13,
+    PCU_ATTR_MULTIPROCESSOR_COUNT = 16,
+    PCU_ATTR_MEMORY_CLOCK_RATE = 36,
+    PCU_ATTR_GLOBAL_MEMORY_BUS_WIDTH = 37,
+    PCU_ATTR_CC_MAJOR = 75,
+    PCU_ATTR_CC_MINOR = 76,
+    PCU_JIT_INFO_LOG_BUFFER = 3,
+    PCU_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+    PCU_JIT_ERROR_LOG_BUFFER = 5,
+    PCU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+    PCU_STREAM_NON_BLOCKING = 1,
+    PCU_EVENT_DISABLE_TIMING = 2,
+};
+
+/* The driver entry points, resolved with dlsym (the _v2 names are what cuda.h maps the calls to). */
+typedef struct {
+    pcu_result (*Init)(unsigned);
+    pcu_result (*DriverGetVersion)(int *);
+    pcu_result (*DeviceGetCount)(int *);
+    pcu_result (*DeviceGet)(pcu_device_t *, int);
+    pcu_result (*DeviceGetName)(char *, int, pcu_device_t);
+    pcu_result (*DeviceGetAttribute)(int *, int, pcu_device_t);
+    pcu_result (*DeviceTotalMem)(size_t *, pcu_device_t);
+    pcu_result (*DevicePrimaryCtxRetain)(pcu_ctx *, pcu_device_t);
+    pcu_result (*DevicePrimaryCtxRelease)(pcu_device_t);
+    pcu_result (*CtxSetCurrent)(pcu_ctx);
+    pcu_result (*MemGetInfo)(size_t *, size_t *);
+    pcu_result (*MemAlloc)(pcu_ptr *, size_t);
+    pcu_result (*MemFree)(pcu_ptr);
+    pcu_result (*MemcpyHtoDAsync)(pcu_ptr, const void *, size_t, pcu_cstream);
+    pcu_result (*MemcpyDtoHAsync)(void *, pcu_ptr, size_t, pcu_cstream);
+    pcu_result (*MemcpyDtoDAsync)(pcu_ptr, pcu_ptr, size_t, pcu_cstream);
+    pcu_result (*MemsetD32Async)(pcu_ptr, unsigned, size_t, pcu_cstream);
+    pcu_result (*ModuleLoadDataEx)(pcu_mod *, const void *, unsigned, int *, void **);
+    pcu_result (*ModuleUnload)(pcu_mod);
+    pcu_result (*ModuleGetFunction)(pcu_fn *, pcu_mod, const char *);
+    pcu_result (*LaunchKernel)(pcu_fn, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               pcu_cstream, void **, void **);
+    pcu_result (*StreamCreate)(pcu_cstream *, unsigned);
+    pcu_result (*StreamDestroy)(pcu_cstream);
+    pcu_result (*StreamSynchronize)(pcu_cstream);
+    pcu_result (*StreamWaitEvent)(pcu_cstream, pcu_cevent, unsigned);
+    pcu_result (*EventCreate)(pcu_cevent *, unsigned);
+    pcu_result (*EventDestroy)(pcu_cevent);
+    pcu_result (*EventRecord)(pcu_cevent, pcu_cstream);
+    pcu_result (*EventSynchronize)(pcu_cevent);
+    pcu_result (*GetErrorName)(pcu_result, const char **);
+} pcu_api;
+
+static const struct { const char *name; size_t off; } pcu_syms[] = {
+#define PCU_SYM(field, sym) {sym, offsetof(pcu_api, field)}
+    PCU_SYM(Init, "cuInit"),
+    PCU_SYM(DriverGetVersion, "cuDriverGetVersion"),
+    PCU_SYM(DeviceGetCount, "cuDeviceGetCount"),
+    PCU_SYM(DeviceGet, "cuDeviceGet"),
+    PCU_SYM(DeviceGetName, "cuDeviceGetName"),
+    PCU_SYM(DeviceGetAttribute, "cuDeviceGetAttribute"),
+    PCU_SYM(DeviceTotalMem, "cuDeviceTotalMem_v2"),
+    PCU_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
+    PCU_SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
+    PCU_SYM(CtxSetCurrent, "cuCtxSetCurrent"),
+    PCU_SYM(MemGetInfo, "cuMemGetInfo_v2"),
+    PCU_SYM(MemAlloc, "cuMemAlloc_v2"),
+    PCU_SYM(MemFree, "cuMemFree_v2"),
+    PCU_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
+    PCU_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
+    PCU_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
+    PCU_SYM(MemsetD32Async, "cuMemsetD32Async"),
+    PCU_SYM(ModuleLoadDataEx, "cuModuleLoadDataEx"),
+    PCU_SYM(ModuleUnload, "cuModuleUnload"),
+    PCU_SYM(ModuleGetFunction, "cuModuleGetFunction"),
+    PCU_SYM(LaunchKernel, "cuLaunchKernel"),
+    PCU_SYM(StreamCreate, "cuStreamCreate"),
+    PCU_SYM(StreamDestroy, "cuStreamDestroy_v2"),
+    PCU_SYM(StreamSynchronize, "cuStreamSynchronize"),
+    PCU_SYM(StreamWaitEvent, "cuStreamWaitEvent"),
+    PCU_SYM(EventCreate, "cuEventCreate"),
+    PCU_SYM(EventDestroy, "cuEventDestroy_v2"),
+    PCU_SYM(EventRecord, "cuEventRecord"),
+    PCU_SYM(EventSynchronize, "cuEventSynchronize"),
+    PCU_SYM(GetErrorName, "cuGetErrorName"),
+#undef PCU_SYM
+};
+
+/* cuBLAS (optional): the handful of entry points used for GEMM. */
+typedef struct pcublas_ctx *pcublas_handle;
+typedef struct {
+    void *lib;
+    int (*Create)(pcublas_handle *);
+    int (*Destroy)(pcublas_handle);
+    int (*SetStream)(pcublas_handle, pcu_cstream);
+    int (*SetMathMode)(pcublas_handle, int);
+    int (*SgemmStridedBatched)(pcublas_handle, int, int, int, int, int, const float *, const float *, int,
+                               long long, const float *, int, long long, const float *, float *, int, long long,
+                               int);
+} pcublas_api;
+
+typedef struct {
+    char name[128];
+    uint64_t memory;
+    int sm_count, cc_major, cc_minor, clock_khz, mem_clock_khz, bus_bits;
+} pcu_dev_info;
+
+typedef struct {
+    pdde_context *ctx;
+    void *lib;
+    pcu_api cu;
+    pcublas_api blas; /* blas.lib NULL: no cuBLAS */
+    int driver_version;
+    int n_devices;
+    pcu_dev_info *info;
+} pcu_family;
+
+typedef struct {
+    pcu_cstream s;
+    pcu_ptr scratch;
+    size_t scratch_bytes;
+} pcu_stream;
+
+typedef struct {
+    pcu_family *fam;
+    int index;
+    pcu_device_t cu_dev;
+    pcu_ctx cu_ctx;
+    pcu_mod mod;
+    pcu_fn fn[PGD_K_COUNT];
+    pcublas_handle blas;
+    pcu_stream *default_stream;
+    int sm_count;
+} pcu_dev;
+
+/* --------------------------------------------------------------------------------------------------
+ * Errors */
+
+static int pcu_fail(pcu_family *f, pcu_result r, const char *what, size_t nbytes) {
+    const char *name = NULL;
+    if (f->cu.GetErrorName) f->cu.GetErrorName(r, &name);
+    if (r == PCU_ERROR_OUT_OF_MEMORY)
+        return pdde_error(f->ctx, PDDE_ERR_DEVICE_OOM, "cuda: %s: out of device memory (%zu bytes requested)", what,
+                          nbytes);
+    return pdde_error(f->ctx, PDDE_ERR_BACKEND, "cuda: %s failed: %s (%d)", what, name ? name : "unknown error", r);
+}
+
+#define PCU_CHECK(dev, call, what)                                              \
+    do {                                                                        \
+        pcu_result r_ = (call);                                                 \
+        if (r_ != PCU_SUCCESS) return pcu_fail((dev)->fam, r_, (what), 0);      \
+    } while (0)
+
+static int pcu_bind(pcu_dev *d) {
+    pcu_result r = d->fam->cu.CtxSetCurrent(d->cu_ctx);
+    return r == PCU_SUCCESS ? PDDE_OK : pcu_fail(d->fam, r, "cuCtxSetCurrent", 0);
+}
+
+/* --------------------------------------------------------------------------------------------------
+ * Family */
+
+static void pcu_load_cublas(pcu_family *f) {
+    static const char *const names[] = {
+        "libcublas.so.13", "libcublas.so.12", "libcublas.so",
+        "/usr/local/cuda/lib64/libcublas.so.13", "/usr/local/cuda/lib64/libcublas.so.12",
+        "/usr/local/cuda/lib64/libcublas.so",
+    };
+    const char *env = getenv("PDDE_CUDA_NO_CUBLAS");
+    if (env && env[0] && strcmp(env, "0") != 0) return;
+    void *lib = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    pcublas_api b = {0};
+    b.lib = lib;
+    *(void **)&b.Create = dlsym(lib, "cublasCreate_v2");
+    *(void **)&b.Destroy = dlsym(lib, "cublasDestroy_v2");
+    *(void **)&b.SetStream = dlsym(lib, "cublasSetStream_v2");
+    *(void **)&b.SetMathMode = dlsym(lib, "cublasSetMathMode");
+    *(void **)&b.SgemmStridedBatched = dlsym(lib, "cublasSgemmStridedBatched");
+    if (!b.Create || !b.Destroy || !b.SetStream || !b.SgemmStridedBatched) {
+        dlclose(lib);
+        return;
+    }
+    f->blas = b;
+}
+
+static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
+    *family = NULL;
+    *n_devices = 0;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "no CUDA driver (libcuda.so.1 not found)");
+    pcu_family *f = calloc(1, sizeof *f);
+    if (!f) {
+        dlclose(lib);
+        return pdde_error(ctx, PDDE_ERR_OOM, "cuda: out of host memory");
+    }
+    f->ctx = ctx;
+    f->lib = lib;
+    for (size_t i = 0; i < sizeof pcu_syms / sizeof pcu_syms[0]; i++) {
+        void *p = dlsym(lib, pcu_syms[i].name);
+        if (!p) {
+            pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "CUDA driver too old: libcuda.so.1 lacks %s", pcu_syms[i].name);
+            dlclose(lib);
+            free(f);
+            return PDDE_ERR_UNAVAILABLE;
+        }
+        memcpy((char *)&f->cu + pcu_syms[i].off, &p, sizeof p);
+    }
+    pcu_result r = f->cu.Init(0);
+    int count = 0;
+    if (r == PCU_SUCCESS) r = f->cu.DeviceGetCount(&count);
+    if (r != PCU_SUCCESS || count <= 0) {
+        const char *name = NULL;
+        f->cu.GetErrorName(r, &name);
+        if (r == PCU_ERROR_NO_DEVICE || (r == PCU_SUCCESS && count <= 0))
+            pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "no CUDA device (the driver found none)");
+        else
+            pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "CUDA driver failed to initialise: %s (%d)", name ? name : "?", r);
+        /* libcuda stays loaded: unloading a driver library after cuInit is not safe. */
+        free(f);
+        return PDDE_ERR_UNAVAILABLE;
+    }
+    f->cu.DriverGetVersion(&f->driver_version);
+    f->info = calloc((size_t)count, sizeof *f->info);
+    if (!f->info) {
+        free(f);
+        return pdde_error(ctx, PDDE_ERR_OOM, "cuda: out of host memory");
+    }
+    for (int i = 0; i < count; i++) {
+        pcu_dev_info *in = &f->info[i];
+        pcu_device_t dv;
+        if (f->cu.DeviceGet(&dv, i) != PCU_SUCCESS) continue;
+        if (f->cu.DeviceGetName(in->name, sizeof in->name, dv) != PCU_SUCCESS) snprintf(in->name, sizeof in->name, "CUDA device %d", i);
+        size_t mem = 0;
+        if (f->cu.DeviceTotalMem(&mem, dv) == PCU_SUCCESS) in->memory = mem;
+        f->cu.DeviceGetAttribute(&in->sm_count, PCU_ATTR_MULTIPROCESSOR_COUNT, dv);
+        f->cu.DeviceGetAttribute(&in->cc_major, PCU_ATTR_CC_MAJOR, dv);
+        f->cu.DeviceGetAttribute(&in->cc_minor, PCU_ATTR_CC_MINOR, dv);
+        f->cu.DeviceGetAttribute(&in->clock_khz, PCU_ATTR_CLOCK_RATE, dv);
+        f->cu.DeviceGetAttribute(&in->mem_clock_khz, PCU_ATTR_MEMORY_CLOCK_RATE, dv);
+        f->cu.DeviceGetAttribute(&in->bus_bits, PCU_ATTR_GLOBAL_MEMORY_BUS_WIDTH, dv);
+    }
+    f->n_devices = count;
+    pcu_load_cublas(f);
+    *family = f;
+    *n_devices = count;
+    return PDDE_OK;
+}
+
+static void pcu_free(void *family) {
+    pcu_family *f = family;
+    if (!f) return;
+    /* cuBLAS and libcuda stay loaded (their teardown at exit must find them mapped). */
+    free(f->info);
+    free(f);
+}
+
+static pdde_status pcu_device_props(void *family, int index, pdde_device_props *out) {
+    pcu_family *f = family;
+    if (index < 0 || index >= f->n_devices) return pdde_error(f->ctx, PDDE_ERR_INVALID_ARG, "cuda: no device %d", index);
+    const pcu_dev_info *in = &f->info[index];
+    memset(out, 0, sizeof *out);
+    out->kind = PDDE_DEVICE_GPU;
+    snprintf(out->name, sizeof out->name, "%s", in->name);
+    snprintf(out->backend, sizeof out->backend, "cuda");
+    out->memory_total = in->memory;
+    out->compute_units = in->sm_count;
+    /* FP32 lanes per SM: 64 on Volta, Turing and A100; 128 on GA10x, Ada, Hopper and later. */
+    int lanes = (in->cc_major >= 9 || (in->cc_major == 8 && in->cc_minor > 0)) ? 128 : 64;
+    out->peak_flops_f32 = 2.0 * lanes * (double)in->sm_count * (double)in->clock_khz * 1e3;
+    out->mem_bandwidth = 2.0 * (double)in->mem_clock_khz * 1e3 * (double)in->bus_bits / 8.0;
+    return PDDE_OK;
+}
+
+/* --------------------------------------------------------------------------------------------------
+ * Devices, streams, buffers, events */
+
+static pdde_status pcu_stream_new(pcu_dev *d, pcu_stream **out) {
+    pcu_stream *s = calloc(1, sizeof *s);
+    if (!s) return pdde_error(d->fam->ctx, PDDE_ERR_OOM, "cuda: out of host memory");
+    pcu_result r = d->fam->cu.StreamCreate(&s->s, PCU_STREAM_NON_BLOCKING);
+    if (r != PCU_SUCCESS) {
+        free(s);
+        return pcu_fail(d->fam, r, "cuStreamCreate", 0);
+    }
+    *out = s;
+    return PDDE_OK;
+}
+
+static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
+    if (!s) return;
+    d->fam->cu.StreamSynchronize(s->s);
+    if (s->scratch) d->fam->cu.MemFree(s->scratch);
+    d->fam->cu.StreamDestroy(s->s);
+    free(s);
+}
+
+static void pcu_device_close(void *dev);
+
+/* The embedded PTX as one string (it is stored in pieces; see the generated header). */
+static char *pcu_ptx_text(void) {
+    size_t n = 0;
+    for (int i = 0; pdde_cuda_ptx_parts[i]; i++) n += strlen(pdde_cuda_ptx_parts[i]);
+    char *ptx = malloc(n + 1), *p = ptx;
+    if (!ptx) return NULL;
+    for (int i = 0; pdde_cuda_ptx_parts[i]; i++) {
+        size_t l = strlen(pdde_cuda_ptx_parts[i]);
+        memcpy(p, pdde_cuda_ptx_parts[i], l);
+        p += l;
+    }
+    *p = 0;
+    return ptx;
+}
+
+static pdde_status pcu_load_module(pcu_dev *d) {
+    pcu_family *f = d->fam;
+    char elog[4096] = "";
+    int opts[2] = {PCU_JIT_ERROR_LOG_BUFFER, PCU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void *vals[2] = {elog, (void *)(uintptr_t)sizeof elog};
+    char *ptx = pcu_ptx_text();
+    if (!ptx) return pdde_error(f->ctx, PDDE_ERR_OOM, "cuda: out of host memory");
+    pcu_result r = f->cu.ModuleLoadDataEx(&d->mod, ptx, 2, opts, vals);
+    if (r == PCU_ERROR_UNSUPPORTED_PTX_VERSION) {
+        /* A driver older than the nvcc that wrote the PTX: the kernels use no recent PTX feature, so
+         * declaring an older ISA version lets such drivers JIT them. */
+        char *v = strstr(ptx, ".version ");
+        if (v) memcpy(v, ".version 7.0", 12);
+        elog[0] = 0;
+        r = f->cu.ModuleLoadDataEx(&d->mod, ptx, 2, opts, vals);
+    }
+    free(ptx);
+    if (r != PCU_SUCCESS) {
+        const char *name = NULL;
+        f->cu.GetErrorName(r, &name);
+        return pdde_error(f->ctx, PDDE_ERR_BUILD, "cuda: loading the kernels failed: %s (%d) (driver %d): %s",
+                          name ? name : "?", r, f->driver_version, elog);
+    }
+    for (int k = 0; k < PGD_K_COUNT; k++) {
+        r = f->cu.ModuleGetFunction(&d->fn[k], d->mod, pgd_kernel_names[k]);
+        if (r != PCU_SUCCESS)
+            return pdde_error(f->ctx, PDDE_ERR_BUILD, "cuda: kernel %s missing from the module", pgd_kernel_names[k]);
+    }
+    return PDDE_OK;
+}
+
+static pdde_status pcu_device_open(void *family, int index, void **out) {
+    pcu_family *f = family;
+    *out = NULL;
+    if (index < 0 || index >= f->n_devices) return pdde_error(f->ctx, PDDE_ERR_INVALID_ARG, "cuda: no device %d", index);
+    pcu_dev *d = calloc(1, sizeof *d);
+    if (!d) return pdde_error(f->ctx, PDDE_ERR_OOM, "cuda: out of host memory");
+    d->fam = f;
+    d->index = index;
+    d->sm_count = f->info[index].sm_count > 0 ? f->info[index].sm_count : 1;
+    pcu_result r = f->cu.DeviceGet(&d->cu_dev, index);
+    if (r != PCU_SUCCESS) {
+        free(d);
+        return pcu_fail(f, r, "cuDeviceGet", 0);
+    }
+    r = f->cu.DevicePrimaryCtxRetain(&d->cu_ctx, d->cu_dev);
+    if (r != PCU_SUCCESS) {
+        free(d);
+        return pcu_fail(f, r, "cuDevicePrimaryCtxRetain", 0);
+    }
+    int st = pcu_bind(d);
+    if (st == PDDE_OK) st = pcu_load_module(d);
+    if (st == PDDE_OK) st = pcu_stream_new(d, &d->default_stream);
+    if (st != PDDE_OK) {
+        pcu_device_close(d);
+        return st;
+    }
+    if (f->blas.lib) {
+        if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
+        else {
+            const char *tf = getenv("PDDE_CUDA_TF32");
+            if (f->blas.SetMathMode && tf && tf[0] == '1') f->blas.SetMathMode(d->blas, 3 /* TF32 tensor op */);
+        }
+    }
+    *out = d;
+    return PDDE_OK;
+}
+
+static void pcu_device_close(void *dev) {
+    pcu_dev *d = dev;
+    if (!d) return;
+    pcu_family *f = d->fam;
+    if (d->cu_ctx) {
+        f->cu.CtxSetCurrent(d->cu_ctx);
+        if (d->blas) f->blas.Destroy(d->blas);
+        pcu_stream_delete(d, d->default_stream);
+        if (d->mod) f->cu.ModuleUnload(d->mod);
+        f->cu.DevicePrimaryCtxRelease(d->cu_dev);
+    }
+    free(d);
+}
+
+static pdde_status pcu_buffer_alloc(void *dev, size_t nbytes, void **handle) {
+    pcu_dev *d = dev;
+    *handle = NULL;
+    int st = pcu_bind(d);
+    if (st) return st;
+    pcu_ptr p = 0;
+    pcu_result r = d->fam->cu.MemAlloc(&p, nbytes ? nbytes : 4);
+    if (r != PCU_SUCCESS) return pcu_fail(d->fam, r, "cuMemAlloc", nbytes);
+    *handle = (void *)(uintptr_t)p;
+    return PDDE_OK;
+}
+
+static void pcu_buffer_free(void *dev, void *handle) {
+    pcu_dev *d = dev;
+    if (!handle) return;
+    if (pcu_bind(d)) return;
+    d->fam->cu.MemFree((pcu_ptr)(uintptr_t)handle);
+}
+
+static pcu_stream *pcu_st(pcu_dev *d, void *stream) { return stream ? (pcu_stream *)stream : d->default_stream; }
+
+static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offset, const void *src, size_t n) {
+    pcu_dev *d = dev;
+    if (!n) return PDDE_OK;
+    int st = pcu_bind(d);
+    if (st) return st;
+    PCU_CHECK(d, d->fam->cu.MemcpyHtoDAsync((pcu_ptr)(uintptr_t)handle + offset, src, n, pcu_st(d, stream)->s),
+              "cuMemcpyHtoDAsync");
+    return PDDE_OK;
+}
+
+static pdde_status pcu_read(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n) {
+    pcu_dev *d = dev;
+    if (!n) return PDDE_OK;
+    int st = pcu_bind(d);
+    if (st) return st;
+    PCU_CHECK(d, d->fam->cu.MemcpyDtoHAsync(dst, (pcu_ptr)(uintptr_t)handle + offset, n, pcu_st(d, stream)->s),
+              "cuMemcpyDtoHAsync");
+    return PDDE_OK;
+}
+
+static pdde_status pcu_stream_create(void *dev, void **stream) {
+    pcu_dev *d = dev;
+    *stream = NULL;
+    int st = pcu_bind(d);
+    if (st) return st;
+    pcu_stream *s = NULL;
+    st = pcu_stream_new(d, &s);
+    if (st) return st;
+    *stream = s;
+    return PDDE_OK;
+}
+
+static void pcu_stream_free(void *dev, void *stream) {
+    pcu_dev *d = dev;
+    if (!stream || pcu_bind(d)) return;
+    pcu_stream_delete(d, stream);
+}
+
+static pdde_status pcu_stream_sync(void *dev, void *stream) {
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    if (st) return st;
+    PCU_CHECK(d, d->fam->cu.StreamSynchronize(pcu_st(d, stream)->s), "cuStreamSynchronize");
+    return PDDE_OK;
+}
+
+static pdde_status pcu_event_create(void *dev, void **event) {
+    pcu_dev *d = dev;
+    *event = NULL;
+    int st = pcu_bind(d);
+    if (st) return st;
+    pcu_cevent e;
+    PCU_CHECK(d, d->fam->cu.EventCreate(&e, PCU_EVENT_DISABLE_TIMING), "cuEventCreate");
+    *event = e;
+    return PDDE_OK;
+}
+
+static void pcu_event_free(void *dev, void *event) {
+    pcu_dev *d = dev;
+    if (!event || pcu_bind(d)) return;
+    d->fam->cu.EventDestroy(event);
+}
+
+static pdde_status pcu_event_record(void *dev, void *event, void *stream) {
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    if (st) return st;
+    PCU_CHECK(d, d->fam->cu.EventRecord(event, pcu_st(d, stream)->s), "cuEventRecord");
+    return PDDE_OK;
+}
+
+static pdde_status pcu_event_sync(void *dev, void *event) {
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    if (st) return st;
+    PCU_CHECK(d, d->fam->cu.EventSynchronize(event), "cuEventSynchronize");
+    return PDDE_OK;
+}
+
+static pdde_status pcu_stream_wait_event(void *dev, void *stream, void *event) {
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    if (st) return st;
+    PCU_CHECK(d, d->fam->cu.StreamWaitEvent(pcu_st(d, stream)->s, event, 0), "cuStreamWaitEvent");
+    return PDDE_OK;
+}
+
+/* --------------------------------------------------------------------------------------------------
+ * Ops: backends/gpu_dispatch.h maps each op to kernels; these callbacks run them on a CUDA stream. */
+
+static int pcu_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                         unsigned by, int nargs, const pgd_arg *args) {
+    pcu_dev *d = impl;
+    pcu_stream *s = stream;
+    void *params[32];
+    if (nargs > 32) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: too many kernel arguments");
+    for (int i = 0; i < nargs; i++) params[i] = (void *)args[i].p;
+    pcu_result r = d->fam->cu.LaunchKernel(d->fn[k], gx, gy, gz, bx, by, 1, 0, s->s, params, NULL);
+    if (r != PCU_SUCCESS) {
+        const char *name = NULL;
+        d->fam->cu.GetErrorName(r, &name);
+        return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: launching %s failed: %s (%d)", pgd_kernel_names[k],
+                          name ? name : "?", r);
+    }
+    return PDDE_OK;
+}
+
+/* Per-stream scratch of at least nbytes (grown by reallocation after the stream drains). */
+static int pcu_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out) {
+    pcu_dev *d = impl;
+    pcu_stream *s = stream;
+    if (s->scratch_bytes < nbytes) {
+        size_t want = nbytes < 65536 ? 65536 : nbytes;
+        if (s->scratch) {
+            PCU_CHECK(d, d->fam->cu.StreamSynchronize(s->s), "cuStreamSynchronize");
+            d->fam->cu.MemFree(s->scratch);
+            s->scratch = 0;
+            s->scratch_bytes = 0;
+        }
+        pcu_result r = d->fam->cu.MemAlloc(&s->scratch, want);
+        if (r != PCU_SUCCESS) return pcu_fail(d->fam, r, "cuMemAlloc (scratch)", want);
+        s->scratch_bytes = want;
+    }
+    *out = s->scratch;
+    return PDDE_OK;
+}
+
+static int pcu_cb_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, size_t count) {
+    pcu_dev *d = impl;
+    if (!count) return PDDE_OK;
+    PCU_CHECK(d, d->fam->cu.MemsetD32Async(dst, value, count, ((pcu_stream *)stream)->s), "cuMemsetD32Async");
+    return PDDE_OK;
+}
+
+static int pcu_cb_copy(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_t nbytes) {
+    pcu_dev *d = impl;
+    PCU_CHECK(d, d->fam->cu.MemcpyDtoDAsync(dst, src, nbytes, ((pcu_stream *)stream)->s), "cuMemcpyDtoDAsync");
+    return PDDE_OK;
+}
+
+static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
+                       int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
+    pcu_dev *d = impl;
+    const pcublas_api *bl = &d->fam->blas;
+    if (!d->blas || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX) return 1;
+    if (bl->SetStream(d->blas, ((pcu_stream *)stream)->s) != 0) return 1;
+    float one = 1.0f, zero = 0.0f;
+    /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
+    int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
+    int st = bl->SgemmStridedBatched(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one,
+                                     (const float *)(uintptr_t)b, ldb, sB, (const float *)(uintptr_t)a, lda, sA, &zero,
+                                     (float *)(uintptr_t)c, (int)N, sC, (int)batch);
+    if (st != 0) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cublasSgemmStridedBatched failed: status %d", st);
+    return PDDE_OK;
+}
+
+static int pcu_supports_op(void *dev, const pdde_tensor *node) {
+    (void)dev;
+    return pgd_supports_op(node);
+}
+
+static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
+    pcu_dev *d = dev;
+    int e = pcu_bind(d);
+    if (e) return e;
+    pgd_ctx g = {
+        .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = pcu_st(d, stream),
+        .units = (unsigned)d->sm_count, .max_block = 1024,
+        .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
+        .gemm = pcu_cb_gemm,
+    };
+    return pgd_compute(&g, node);
+}
+
+const pdde_backend_iface pdde_backend_cuda = {
+    .api_version = PDDE_BACKEND_API_VERSION,
+    .struct_size = sizeof(pdde_backend_iface),
+    .name = "cuda",
+    .init = pcu_init,
+    .free = pcu_free,
+    .device_props = pcu_device_props,
+    .device_open = pcu_device_open,
+    .device_close = pcu_device_close,
+    .supports_op = pcu_supports_op,
+    .buffer_alloc = pcu_buffer_alloc,
+    .buffer_free = pcu_buffer_free,
+    .write = pcu_write,
+    .read = pcu_read,
+    .stream_create = pcu_stream_create,
+    .stream_free = pcu_stream_free,
+    .stream_sync = pcu_stream_sync,
+    .compute = pcu_compute,
+    .event_create = pcu_event_create,
+    .event_free = pcu_event_free,
+    .event_record = pcu_event_record,
+    .event_sync = pcu_event_sync,
+    .stream_wait_event = pcu_stream_wait_event,
+};
+
+#endif /* PDDE_NO_CUDA */

@@ -1,0 +1,718 @@
+/* cuda_kernels.cu — the CUDA kernels of the cuda backend (backends/cuda.c), one per op family, f32.
+ *
+ * Built to PTX with `nvcc -ptx` (see the Makefile rule) and embedded in backends/cuda_kernels_ptx.h,
+ * which is committed, so builds without nvcc still carry the kernels; the driver JITs the PTX for
+ * the device at device_open. Every kernel is extern "C" so that cuModuleGetFunction finds it by its
+ * plain name. The structs below are mirrored, field for field, in backends/cuda.c. */
+#include <stdint.h>
+
+#define PDDE_CU_MAX_DIMS 6
+
+/* Broadcast / gather description: for an output of `ndim` dims and `shape`, sa/sb are the element
+ * strides of the two inputs for each output dim (0 on a broadcast dim). */
+struct pdde_cu_shape {
+    long long ndim;
+    long long shape[PDDE_CU_MAX_DIMS];
+    long long sa[PDDE_CU_MAX_DIMS];
+    long long sb[PDDE_CU_MAX_DIMS];
+};
+
+/* Reduction description: kept dims (the output's, with their strides in the input) and reduced
+ * dims (with their strides in the input). */
+struct pdde_cu_reduce {
+    long long nk, nr;
+    long long kshape[PDDE_CU_MAX_DIMS], kstride[PDDE_CU_MAX_DIMS];
+    long long rshape[PDDE_CU_MAX_DIMS], rstride[PDDE_CU_MAX_DIMS];
+};
+
+enum { U_SCALE = 0, U_GELU, U_RELU, U_SILU, U_COPY };
+enum { B_ADD = 0, B_SUB, B_MUL };
+
+#define GRID_STRIDE(i, n) \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ float gelu_f(float x) {
+    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
+    return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float gelu_back_f(float x, float dy) {
+    const float k = 0.7978845608028654f;
+    float u = k * (x + 0.044715f * x * x * x);
+    float t = tanhf(u);
+    float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+}
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__device__ __forceinline__ float unary_f(int op, float x, float a) {
+    switch (op) {
+    case U_SCALE: return a * x;
+    case U_GELU: return gelu_f(x);
+    case U_RELU: return x > 0.0f ? x : 0.0f;
+    case U_SILU: return x * sigmoid_f(x);
+    default: return x;
+    }
+}
+
+__device__ __forceinline__ float binary_f(int op, float a, float b) {
+    switch (op) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    default: return a * b;
+    }
+}
+
+/* ---- elementwise ------------------------------------------------------------------------------ */
+
+extern "C" __global__ void k_unary(const float *__restrict__ x, float *__restrict__ y, long long n, int op, float a) {
+    if ((((uintptr_t)x | (uintptr_t)y) & 15) == 0) {
+        long long n4 = n / 4;
+        const float4 *x4 = (const float4 *)x;
+        float4 *y4 = (float4 *)y;
+        GRID_STRIDE(i, n4) {
+            float4 v = x4[i];
+            v.x = unary_f(op, v.x, a); v.y = unary_f(op, v.y, a);
+            v.z = unary_f(op, v.z, a); v.w = unary_f(op, v.w, a);
+            y4[i] = v;
+        }
+        for (long long i = n4 * 4 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+             i += (long long)gridDim.x * blockDim.x)
+            y[i] = unary_f(op, x[i], a);
+    } else {
+        GRID_STRIDE(i, n) y[i] = unary_f(op, x[i], a);
+    }
+}
+
+extern "C" __global__ void k_unary_back(const float *__restrict__ x, const float *__restrict__ dy,
+                                        float *__restrict__ dx, long long n, int op) {
+    GRID_STRIDE(i, n) {
+        float v = x[i], g = dy[i], r;
+        if (op == U_GELU) r = gelu_back_f(v, g);
+        else if (op == U_RELU) r = v > 0.0f ? g : 0.0f;
+        else { float s = sigmoid_f(v); r = g * s * (1.0f + v * (1.0f - s)); }
+        dx[i] = r;
+    }
+}
+
+/* y = a op b[i % nb]: same shape (nb == n) or b repeated over a's leading dims (a bias). y may be a. */
+extern "C" __global__ void k_binary(const float *a, const float *b, float *y, long long n, long long nb, int op) {
+    if (nb == n && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)y) & 15) == 0) {
+        long long n4 = n / 4;
+        GRID_STRIDE(i, n4) {
+            float4 u = ((const float4 *)a)[i], v = ((const float4 *)b)[i];
+            u.x = binary_f(op, u.x, v.x); u.y = binary_f(op, u.y, v.y);
+            u.z = binary_f(op, u.z, v.z); u.w = binary_f(op, u.w, v.w);
+            ((float4 *)y)[i] = u;
+        }
+        for (long long i = n4 * 4 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+             i += (long long)gridDim.x * blockDim.x)
+            y[i] = binary_f(op, a[i], b[i]);
+    } else if (nb == n) {
+        GRID_STRIDE(i, n) y[i] = binary_f(op, a[i], b[i]);
+    } else {
+        GRID_STRIDE(i, n) y[i] = binary_f(op, a[i], b[i % nb]);
+    }
+}
+
+/* Index arithmetic in 32 bits where every index fits (64-bit division costs tens of instructions on
+ * the GPU); the choice is uniform over the grid, made from the kernel's arguments. */
+/* 2^31, so that i + grid stride never wraps in 32 bits */
+#define SMALL_INDEX(limit) ((unsigned long long)(limit) < 2147483648ULL)
+
+/* The largest element offset an output index maps to through strides st (plus one). */
+__device__ __forceinline__ long long span(const struct pdde_cu_shape &s, const long long *st) {
+    long long m = 1;
+    for (int d = 0; d < (int)s.ndim; d++) m += (s.shape[d] - 1) * st[d];
+    return m;
+}
+
+template <typename I>
+__device__ __forceinline__ void bcast_body(const float *a, const float *b, float *y, long long n,
+                                           const struct pdde_cu_shape &s, int op) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)n; i += (I)gridDim.x * blockDim.x) {
+        I r = i, ia = 0, ib = 0;
+        for (int d = (int)s.ndim - 1; d >= 0; d--) {
+            I sh = (I)s.shape[d], c = r % sh;
+            r /= sh;
+            ia += c * (I)s.sa[d];
+            ib += c * (I)s.sb[d];
+        }
+        y[i] = binary_f(op, a[ia], b[ib]);
+    }
+}
+
+/* General numpy broadcasting of both inputs onto the output shape. */
+extern "C" __global__ void k_binary_bcast(const float *a, const float *b, float *y, long long n,
+                                          struct pdde_cu_shape s, int op) {
+    if (SMALL_INDEX(n) && SMALL_INDEX(span(s, s.sa)) && SMALL_INDEX(span(s, s.sb)))
+        bcast_body<unsigned>(a, b, y, n, s, op);
+    else
+        bcast_body<unsigned long long>(a, b, y, n, s, op);
+}
+
+template <typename I>
+__device__ __forceinline__ void gather_body(const float *__restrict__ x, float *__restrict__ y, long long n,
+                                            const struct pdde_cu_shape &s, float scale) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < (I)n; i += (I)gridDim.x * blockDim.x) {
+        I r = i, ix = 0;
+        for (int d = (int)s.ndim - 1; d >= 0; d--) {
+            I sh = (I)s.shape[d], c = r % sh;
+            r /= sh;
+            ix += c * (I)s.sa[d];
+        }
+        y[i] = scale * x[ix];
+    }
+}
+
+/* y[i] = scale * x[gather(i)]: EXPAND (broadcast) and PERMUTE (strided gather) share this. */
+extern "C" __global__ void k_gather(const float *__restrict__ x, float *__restrict__ y, long long n,
+                                    struct pdde_cu_shape s, float scale) {
+    if (SMALL_INDEX(n) && SMALL_INDEX(span(s, s.sa))) gather_body<unsigned>(x, y, n, s, scale);
+    else gather_body<unsigned long long>(x, y, n, s, scale);
+}
+
+template <typename I>
+__device__ __forceinline__ void copy2d_body(const float *__restrict__ src, float *__restrict__ dst, I outer, I rowlen,
+                                            I sp, I soff, I dp, I doff) {
+    I n = outer * rowlen;
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I o = i / rowlen, j = i - o * rowlen;
+        dst[o * dp + doff + j] = src[o * sp + soff + j];
+    }
+}
+
+/* Row-block copy for CONCAT / SLICE / SLICE_BACK: dst[o*dp + doff + j] = src[o*sp + soff + j]. */
+extern "C" __global__ void k_copy2d(const float *__restrict__ src, float *__restrict__ dst, long long outer,
+                                    long long rowlen, long long sp, long long soff, long long dp, long long doff) {
+    long long pitch = sp > dp ? sp : dp, off = soff > doff ? soff : doff;
+    if (SMALL_INDEX(outer * rowlen) && SMALL_INDEX(outer * pitch + off))
+        copy2d_body<unsigned>(src, dst, (unsigned)outer, (unsigned)rowlen, (unsigned)sp, (unsigned)soff, (unsigned)dp,
+                              (unsigned)doff);
+    else
+        copy2d_body<unsigned long long>(src, dst, outer, rowlen, sp, soff, dp, doff);
+}
+
+/* ---- reductions ------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result. */
+__device__ float block_sum(float v) {
+    __shared__ float sh[32];
+    __syncthreads(); /* sh may still be read by a previous call */
+    v = warp_sum(v);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : 0.0f;
+    return warp_sum(v);
+}
+__device__ float block_max(float v) {
+    __shared__ float sh[32];
+    __syncthreads();
+    v = warp_max(v);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : -INFINITY;
+    return warp_max(v);
+}
+
+__device__ __forceinline__ long long reduce_base(const struct pdde_cu_reduce &s, long long o) {
+    long long base = 0;
+    for (int d = (int)s.nk - 1; d >= 0; d--) {
+        long long c = o % s.kshape[d];
+        o /= s.kshape[d];
+        base += c * s.kstride[d];
+    }
+    return base;
+}
+__device__ __forceinline__ long long reduce_off(const struct pdde_cu_reduce &s, long long r) {
+    long long off = 0;
+    for (int d = (int)s.nr - 1; d >= 0; d--) {
+        long long c = r % s.rshape[d];
+        r /= s.rshape[d];
+        off += c * s.rstride[d];
+    }
+    return off;
+}
+
+/* One thread per output (coalesced when the kept dims are the innermost ones). */
+extern "C" __global__ void k_reduce_thread(const float *__restrict__ x, float *__restrict__ y, long long nout,
+                                           long long nred, struct pdde_cu_reduce s, float scale) {
+    GRID_STRIDE(o, nout) {
+        long long base = reduce_base(s, o);
+        float acc = 0.0f;
+        for (long long r = 0; r < nred; r++) acc += x[base + reduce_off(s, r)];
+        y[o] = scale * acc;
+    }
+}
+
+/* One block per output (coalesced when the reduced dims are the innermost ones). */
+extern "C" __global__ void k_reduce_block(const float *__restrict__ x, float *__restrict__ y, long long nout,
+                                          long long nred, struct pdde_cu_reduce s, float scale) {
+    for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
+        long long base = reduce_base(s, o);
+        float acc = 0.0f;
+        for (long long r = threadIdx.x; r < nred; r += blockDim.x) acc += x[base + reduce_off(s, r)];
+        acc = block_sum(acc);
+        if (threadIdx.x == 0) y[o] = scale * acc;
+    }
+}
+
+/* x viewed as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows r of chunk c = blockIdx.y (rpc rows a
+ * chunk; one chunk = the whole column sum). Blocks of 32 columns x blockDim.y row lanes (bias gradients). */
+extern "C" __global__ void k_colsum(const float *__restrict__ x, float *__restrict__ y, long long R, long long Cn,
+                                    float scale, long long rpc) {
+    __shared__ float sh[32][33];
+    long long j = (long long)blockIdx.x * 32 + threadIdx.x;
+    long long r0 = (long long)blockIdx.y * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
+    float acc = 0.0f;
+    if (j < Cn)
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc += x[r * Cn + j];
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < Cn) {
+        float s = 0.0f;
+        for (int k = 0; k < (int)blockDim.y; k++) s += sh[k][threadIdx.x];
+        y[(long long)blockIdx.y * Cn + j] = scale * s;
+    }
+}
+
+/* Full reduction, pass 1: each block writes the sum of (x or x^2) over its grid-stride share. */
+extern "C" __global__ void k_sum_partial(const float *__restrict__ x, long long n, int square, float *__restrict__ part) {
+    float acc = 0.0f;
+    GRID_STRIDE(i, n) { float v = x[i]; acc += square ? v * v : v; }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+/* Pass 2 (one block): y[0] = (prev ? prev[0] : 0) + scale * sum(part). */
+extern "C" __global__ void k_sum_final(const float *__restrict__ part, long long np, const float *prev,
+                                       float scale, float *y) {
+    float acc = 0.0f;
+    for (long long i = threadIdx.x; i < np; i += blockDim.x) acc += part[i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) y[0] = (prev ? prev[0] : 0.0f) + scale * acc;
+}
+
+/* ---- normalisation and softmax: one block per row of C ---------------------------------------- */
+
+extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float *__restrict__ g,
+                                       const float *__restrict__ b, float *__restrict__ y, long long rows,
+                                       long long C, float eps) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * C;
+        float s = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j];
+        float mean = block_sum(s) / (float)C;
+        float v = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) { float d = xr[j] - mean; v += d * d; }
+        float rstd = rsqrtf(block_sum(v) / (float)C + eps);
+        for (long long j = threadIdx.x; j < C; j += blockDim.x)
+            y[r * C + j] = (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f);
+    }
+}
+
+/* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) */
+extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const float *__restrict__ g,
+                                            const float *__restrict__ dy, float *__restrict__ dx, long long rows,
+                                            long long C, float eps) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * C, *dr = dy + r * C;
+        float s = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j];
+        float mean = block_sum(s) / (float)C;
+        float v = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) { float d = xr[j] - mean; v += d * d; }
+        float rstd = rsqrtf(block_sum(v) / (float)C + eps);
+        /* dy*gamma rounded once (__fmul_rn: no FMA contraction), so that g - mean(g) is exactly 0 where
+         * it should be (C = 1), as in the CPU reference */
+        float s1 = 0.0f, s2 = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) {
+            float dg = __fmul_rn(dr[j], g[j]);
+            s1 += dg;
+            s2 += dg * ((xr[j] - mean) * rstd);
+        }
+        s1 = block_sum(s1) / (float)C;
+        s2 = block_sum(s2) / (float)C;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) {
+            float xh = (xr[j] - mean) * rstd;
+            dx[r * C + j] = rstd * (__fmul_rn(dr[j], g[j]) - s1 - xh * s2);
+        }
+    }
+}
+
+extern "C" __global__ void k_rmsnorm(const float *__restrict__ x, const float *__restrict__ g, float *__restrict__ y,
+                                     long long rows, long long C, float eps) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * C;
+        float s = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j] * xr[j];
+        float rr = rsqrtf(block_sum(s) / (float)C + eps);
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) y[r * C + j] = xr[j] * rr * g[j];
+    }
+}
+
+/* dx_j = rr*g_j*dy_j - x_j * rr^3 * mean(dy*g*x) */
+extern "C" __global__ void k_rmsnorm_back(const float *__restrict__ x, const float *__restrict__ g,
+                                          const float *__restrict__ dy, float *__restrict__ dx, long long rows,
+                                          long long C, float eps) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * C, *dr = dy + r * C;
+        float s = 0.0f, t = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) {
+            s += xr[j] * xr[j];
+            t += dr[j] * g[j] * xr[j];
+        }
+        float rr = rsqrtf(block_sum(s) / (float)C + eps);
+        t = block_sum(t) / (float)C;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x)
+            dx[r * C + j] = rr * g[j] * dr[j] - xr[j] * rr * rr * rr * t;
+    }
+}
+
+/* Per-row statistics for the gamma gradients: st[2r] = mean (0 for rms), st[2r+1] = rstd. */
+extern "C" __global__ void k_row_stats(const float *__restrict__ x, float *__restrict__ st, long long rows,
+                                       long long C, float eps, int rms) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * C;
+        float mean = 0.0f;
+        if (!rms) {
+            float s = 0.0f;
+            for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j];
+            mean = block_sum(s) / (float)C;
+        }
+        float v = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) { float d = xr[j] - mean; v += d * d; }
+        float rstd = rsqrtf(block_sum(v) / (float)C + eps);
+        if (threadIdx.x == 0) { st[2 * r] = mean; st[2 * r + 1] = rstd; }
+    }
+}
+
+/* dgamma_j = sum_r dy[r,j] * xhat[r,j] over the rows of chunk blockIdx.y (rpc rows a chunk), into
+ * dg[blockIdx.y * C + j]: blocks of 32 columns x blockDim.y row lanes, reduced in shared memory. */
+extern "C" __global__ void k_gamma_back(const float *__restrict__ x, const float *__restrict__ dy,
+                                        const float *__restrict__ st, float *__restrict__ dg, long long rows,
+                                        long long C, long long rpc) {
+    __shared__ float sh[32][33];
+    long long j = (long long)blockIdx.x * 32 + threadIdx.x;
+    long long r0 = (long long)blockIdx.y * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
+    float acc = 0.0f;
+    if (j < C)
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y)
+            acc += dy[r * C + j] * (x[r * C + j] - st[2 * r]) * st[2 * r + 1];
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < C) {
+        float s = 0.0f;
+        for (int k = 0; k < (int)blockDim.y; k++) s += sh[k][threadIdx.x];
+        dg[(long long)blockIdx.y * C + j] = s;
+    }
+}
+
+/* Softmax over rows of C; causal masks column j > i where i = row index within the last-but-one dim (T). */
+extern "C" __global__ void k_softmax(const float *__restrict__ x, float *__restrict__ y, long long rows,
+                                     long long C, long long T, int causal) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *xr = x + r * C;
+        long long lim = causal ? (r % T) + 1 : C;
+        if (lim > C) lim = C;
+        float m = -INFINITY;
+        for (long long j = threadIdx.x; j < lim; j += blockDim.x) m = fmaxf(m, xr[j]);
+        m = block_max(m);
+        float s = 0.0f;
+        for (long long j = threadIdx.x; j < lim; j += blockDim.x) s += expf(xr[j] - m);
+        float inv = 1.0f / block_sum(s);
+        for (long long j = threadIdx.x; j < C; j += blockDim.x)
+            y[r * C + j] = j < lim ? expf(xr[j] - m) * inv : 0.0f;
+    }
+}
+
+extern "C" __global__ void k_softmax_back(const float *__restrict__ y, const float *__restrict__ dy,
+                                          float *__restrict__ dx, long long rows, long long C) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *yr = y + r * C, *dr = dy + r * C;
+        float s = 0.0f;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += yr[j] * dr[j];
+        s = block_sum(s);
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) dx[r * C + j] = yr[j] * (dr[j] - s);
+    }
+}
+
+/* Cross-entropy, pass 1: loss of each row (0 for an ignored row) in part[r], 1/0 in part[rows + r]. */
+extern "C" __global__ void k_ce_rows(const float *__restrict__ logits, const int *__restrict__ tgt,
+                                     float *__restrict__ part, long long rows, long long V) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *lr = logits + r * V;
+        int t = tgt[r];
+        float m = -INFINITY;
+        for (long long j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, lr[j]);
+        m = block_max(m);
+        float s = 0.0f;
+        for (long long j = threadIdx.x; j < V; j += blockDim.x) s += expf(lr[j] - m);
+        s = block_sum(s);
+        if (threadIdx.x == 0) {
+            int ok = t >= 0 && t < V;
+            part[r] = ok ? (logf(s) + m - lr[t]) : 0.0f;
+            part[rows + r] = ok ? 1.0f : 0.0f;
+        }
+    }
+}
+/* Pass 2 (one block): y = sum(loss) / max(count, 1). */
+extern "C" __global__ void k_ce_final(const float *__restrict__ part, long long rows, float *y) {
+    float s = 0.0f, c = 0.0f;
+    for (long long i = threadIdx.x; i < rows; i += blockDim.x) { s += part[i]; c += part[rows + i]; }
+    s = block_sum(s);
+    c = block_sum(c);
+    if (threadIdx.x == 0) y[0] = c > 0.0f ? s / c : 0.0f;
+}
+/* Count of valid targets (one block) into cnt[0]. */
+extern "C" __global__ void k_ce_count(const int *__restrict__ tgt, long long rows, long long V, float *cnt) {
+    float c = 0.0f;
+    for (long long i = threadIdx.x; i < rows; i += blockDim.x) c += (tgt[i] >= 0 && tgt[i] < V) ? 1.0f : 0.0f;
+    c = block_sum(c);
+    if (threadIdx.x == 0) cnt[0] = c;
+}
+/* dlogits = (softmax - onehot) * dloss / count, zero on ignored rows. */
+extern "C" __global__ void k_ce_back(const float *__restrict__ logits, const int *__restrict__ tgt,
+                                     const float *__restrict__ dloss, const float *__restrict__ cnt,
+                                     float *__restrict__ dx, long long rows, long long V) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *lr = logits + r * V;
+        int t = tgt[r];
+        if (!(t >= 0 && t < V)) {
+            for (long long j = threadIdx.x; j < V; j += blockDim.x) dx[r * V + j] = 0.0f;
+            continue;
+        }
+        float m = -INFINITY;
+        for (long long j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, lr[j]);
+        m = block_max(m);
+        float s = 0.0f;
+        for (long long j = threadIdx.x; j < V; j += blockDim.x) s += expf(lr[j] - m);
+        float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
+        float scale = dloss[0] / c, inv = 1.0f / block_sum(s);
+        for (long long j = threadIdx.x; j < V; j += blockDim.x)
+            dx[r * V + j] = (expf(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale;
+    }
+}
+
+/* ---- embedding -------------------------------------------------------------------------------- */
+
+template <typename I>
+__device__ __forceinline__ void embedding_body(const float *__restrict__ table, const int *__restrict__ ids,
+                                               float *__restrict__ y, I n, I C, long long V) {
+    for (I i = (I)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I r = i / C, j = i - r * C;
+        int id = ids[r];
+        y[i] = (id >= 0 && id < V) ? table[(I)id * C + j] : 0.0f;
+    }
+}
+
+extern "C" __global__ void k_embedding(const float *__restrict__ table, const int *__restrict__ ids,
+                                       float *__restrict__ y, long long n_ids, long long C, long long V) {
+    if (SMALL_INDEX(n_ids * C) && SMALL_INDEX(V * C)) embedding_body<unsigned>(table, ids, y, (unsigned)(n_ids * C), (unsigned)C, V);
+    else embedding_body<unsigned long long>(table, ids, y, n_ids * C, C, V);
+}
+
+extern "C" __global__ void k_embedding_back(const float *__restrict__ dy, const int *__restrict__ ids,
+                                            float *__restrict__ out, long long n_ids, long long C, long long V) {
+    long long n = n_ids * C;
+    GRID_STRIDE(i, n) {
+        long long r = i / C, j = i - r * C;
+        int id = ids[r];
+        if (id >= 0 && id < V) atomicAdd(&out[(long long)id * C + j], dy[i]);
+    }
+}
+
+/* ---- dropout ---------------------------------------------------------------------------------- */
+
+/* Must match the CPU backend's dropout_hash bit for bit: keep element i when h >= threshold (p * 2^32). */
+__device__ __forceinline__ unsigned int dropout_hash(unsigned int lo, unsigned int hi, unsigned int counter,
+                                                     unsigned long long i) {
+    unsigned long long z = (((unsigned long long)hi << 32) | lo) ^ (0x9E3779B97F4A7C15ULL * (unsigned long long)(counter + 1u)) ^
+                           (i * 0xD1B54A32D192ED03ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return (unsigned int)((z ^ (z >> 31)) >> 32);
+}
+extern "C" __global__ void k_dropout(const float *__restrict__ x, float *__restrict__ y, long long n,
+                                     unsigned int threshold, float scale, unsigned int seed_lo, unsigned int seed_hi,
+                                     unsigned int counter) {
+    GRID_STRIDE(i, n) y[i] = dropout_hash(seed_lo, seed_hi, counter, (unsigned long long)i) >= threshold ? x[i] * scale : 0.0f;
+}
+
+/* ---- casts ------------------------------------------------------------------------------------ */
+
+enum { DT_F32 = 0, DT_F16, DT_BF16, DT_I32, DT_I64 };
+
+__device__ unsigned short f32_to_f16(float f) {
+    unsigned int u = __float_as_uint(f);
+    unsigned int sign = (u >> 16) & 0x8000u, absu = u & 0x7fffffffu;
+    if (absu > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+    if (absu >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+    if (absu < 0x38800000u) {
+        if (absu < 0x33000000u) return (unsigned short)sign;
+        unsigned int mant = (absu & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(absu >> 23); /* value = mant * 2^(e-150), f16 unit = 2^-24 */
+        unsigned int half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (unsigned short)(sign | half);
+    }
+    unsigned int h = ((absu >> 13) - (112u << 10)), rem = absu & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+    return (unsigned short)(sign | h);
+}
+__device__ float f16_to_f32(unsigned short h) {
+    unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) u = sign;
+        else {
+            e = 113;
+            while (!(m & 0x400u)) { m <<= 1; e--; }
+            u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) u = sign | 0x7f800000u | (m << 13);
+    else u = sign | ((e + 112) << 23) | (m << 13);
+    return __uint_as_float(u);
+}
+__device__ unsigned short f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+
+extern "C" __global__ void k_cast(const void *__restrict__ src, void *__restrict__ dst, long long n, int sdt, int ddt) {
+    GRID_STRIDE(i, n) {
+        if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {
+            long long v = sdt == DT_I32 ? (long long)((const int *)src)[i] : ((const long long *)src)[i];
+            if (ddt == DT_I32) ((int *)dst)[i] = (int)v;
+            else ((long long *)dst)[i] = v;
+            continue;
+        }
+        float v;
+        switch (sdt) {
+        case DT_F32: v = ((const float *)src)[i]; break;
+        case DT_F16: v = f16_to_f32(((const unsigned short *)src)[i]); break;
+        case DT_BF16: v = __uint_as_float((unsigned int)((const unsigned short *)src)[i] << 16); break;
+        case DT_I32: v = (float)((const int *)src)[i]; break;
+        default: v = (float)((const long long *)src)[i]; break;
+        }
+        switch (ddt) {
+        case DT_F32: ((float *)dst)[i] = v; break;
+        case DT_F16: ((unsigned short *)dst)[i] = f32_to_f16(v); break;
+        case DT_BF16: ((unsigned short *)dst)[i] = f32_to_bf16(v); break;
+        case DT_I32: ((int *)dst)[i] = (int)v; break;
+        default: ((long long *)dst)[i] = (long long)v; break;
+        }
+    }
+}
+
+/* ---- optimizers ------------------------------------------------------------------------------- */
+
+/* The factor that clips the gradient to clip_norm given the (scaled) squared norm. */
+__device__ __forceinline__ float clip_factor(const float *gnorm_sq, float clip) {
+    if (!gnorm_sq || clip <= 0.0f) return 1.0f;
+    float nrm = sqrtf(gnorm_sq[0]);
+    return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
+}
+
+extern "C" __global__ void k_sgd(float *__restrict__ p, float *__restrict__ g, float *__restrict__ mom,
+                                 const float *gnorm_sq, long long n, float lr, float momentum, float wd,
+                                 float clip, float gscale) {
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    GRID_STRIDE(i, n) {
+        float gi = g[i] * f + wd * p[i];
+        float v = gi;
+        if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
+        p[i] -= lr * v;
+        g[i] = 0.0f;
+    }
+}
+
+extern "C" __global__ void k_adamw(float *__restrict__ p, float *__restrict__ g, float *__restrict__ m,
+                                   float *__restrict__ v, const float *gnorm_sq, long long n, float lr, float b1,
+                                   float b2, float eps, float wd, float clip, float gscale, float bc1, float bc2) {
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    GRID_STRIDE(i, n) {
+        float gi = g[i] * f;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mh = mi / bc1, vh = vi / bc2;
+        p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
+        g[i] = 0.0f;
+    }
+}
+
+/* ---- GEMM fallback (when cuBLAS is absent) ----------------------------------------------------- */
+
+/* C[b] (MxN, row-major) = op(A[b]) op(B[b]); op(A)(m,k) = ta ? A[k*M+m] : A[m*K+k], op(B)(k,n) = tb ?
+ * B[n*K+k] : B[k*N+n]. 64x64 tiles, 256 threads, each computes 4x4 outputs strided by 16. */
+#define GT 64
+#define GK 16
+extern "C" __global__ void __launch_bounds__(256) k_gemm(const float *__restrict__ A, const float *__restrict__ B,
+                                                         float *__restrict__ Cm, int M, int N, int K, int ta, int tb,
+                                                         long long sA, long long sB, long long sC) {
+    __shared__ float As[GK][GT + 4];
+    __shared__ float Bs[GK][GT + 4];
+    const float *Ab = A + (long long)blockIdx.z * sA;
+    const float *Bb = B + (long long)blockIdx.z * sB;
+    float *Cb = Cm + (long long)blockIdx.z * sC;
+    int m0 = blockIdx.y * GT, n0 = blockIdx.x * GT;
+    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GK) {
+        /* 64x16 elements of each operand, 4 per thread */
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            int e = threadIdx.x + l * 256;
+            int kk, mm;
+            if (ta) { mm = e & 63; kk = e >> 6; } /* A stored [K][M]: consecutive threads read consecutive m */
+            else { kk = e & 15; mm = e >> 4; }
+            int gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < M && gk < K) ? (ta ? Ab[(long long)gk * M + gm] : Ab[(long long)gm * K + gk]) : 0.0f;
+            int nn;
+            if (tb) { kk = e & 15; nn = e >> 4; }
+            else { nn = e & 63; kk = e >> 6; }
+            int gn = n0 + nn;
+            gk = k0 + kk;
+            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long long)gn * K + gk] : Bb[(long long)gk * N + gn]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int gm = m0 + ty + 16 * i;
+        if (gm >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int gn = n0 + tx + 16 * j;
+            if (gn < N) Cb[(long long)gm * N + gn] = acc[i][j];
+        }
+    }
+}

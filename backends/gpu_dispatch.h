@@ -1,0 +1,633 @@
+/* backends/gpu_dispatch.h — op -> kernel launches, shared by the GPU backends (cuda.c, level_zero.c).
+ *
+ * Both backends carry the same kernel set (backends/cuda_kernels.cu and backends/level_zero_kernels.cl
+ * implement the same kernels with the same names and argument lists), so which kernels an op needs,
+ * their shapes and their arguments are decided once, here. A backend supplies a pgd_ctx: how to
+ * launch kernel k with a grid of groups, a per-stream scratch buffer, a 32-bit fill, a device copy
+ * and optionally a vendor GEMM. Device addresses are 64-bit integers (the buffer handle + offset).
+ *
+ * Tensors are contiguous row-major; the struct kernel arguments below are mirrored field for field
+ * in both kernel sources. */
+#ifndef PDDE_GPU_DISPATCH_H
+#define PDDE_GPU_DISPATCH_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef uint64_t pgd_ptr;
+/* A kernel argument: its value and size; is_ptr marks device addresses (0 = a null pointer). */
+typedef struct { const void *p; size_t size; int is_ptr; } pgd_arg;
+
+enum {
+    PGD_K_UNARY, PGD_K_UNARY_BACK, PGD_K_BINARY, PGD_K_BINARY_BCAST, PGD_K_GATHER, PGD_K_COPY2D,
+    PGD_K_REDUCE_THREAD, PGD_K_REDUCE_BLOCK, PGD_K_COLSUM, PGD_K_SUM_PARTIAL, PGD_K_SUM_FINAL,
+    PGD_K_LAYERNORM, PGD_K_LAYERNORM_BACK, PGD_K_RMSNORM, PGD_K_RMSNORM_BACK, PGD_K_ROW_STATS,
+    PGD_K_GAMMA_BACK, PGD_K_SOFTMAX, PGD_K_SOFTMAX_BACK, PGD_K_CE_ROWS, PGD_K_CE_FINAL, PGD_K_CE_COUNT,
+    PGD_K_CE_BACK, PGD_K_EMBEDDING, PGD_K_EMBEDDING_BACK, PGD_K_DROPOUT, PGD_K_CAST, PGD_K_SGD,
+    PGD_K_ADAMW, PGD_K_GEMM, PGD_K_COUNT
+};
+static const char *const pgd_kernel_names[PGD_K_COUNT] = {
+    "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
+    "k_reduce_thread", "k_reduce_block", "k_colsum", "k_sum_partial", "k_sum_final",
+    "k_layernorm", "k_layernorm_back", "k_rmsnorm", "k_rmsnorm_back", "k_row_stats",
+    "k_gamma_back", "k_softmax", "k_softmax_back", "k_ce_rows", "k_ce_final", "k_ce_count",
+    "k_ce_back", "k_embedding", "k_embedding_back", "k_dropout", "k_cast", "k_sgd",
+    "k_adamw", "k_gemm",
+};
+
+#define PGD_MAX_DIMS 6
+/* Broadcast / gather: for an output of ndim dims, sa/sb are the element strides of the two inputs
+ * for each output dim (0 on a broadcast dim). */
+typedef struct {
+    int64_t ndim;
+    int64_t shape[PGD_MAX_DIMS];
+    int64_t sa[PGD_MAX_DIMS];
+    int64_t sb[PGD_MAX_DIMS];
+} pgd_shape;
+/* Reduction: kept dims (the output's, with their strides in the input) and reduced dims. */
+typedef struct {
+    int64_t nk, nr;
+    int64_t kshape[PGD_MAX_DIMS], kstride[PGD_MAX_DIMS];
+    int64_t rshape[PGD_MAX_DIMS], rstride[PGD_MAX_DIMS];
+} pgd_reduce_desc;
+
+enum { PGD_U_SCALE = 0, PGD_U_GELU, PGD_U_RELU, PGD_U_SILU };
+enum { PGD_B_ADD = 0, PGD_B_SUB, PGD_B_MUL };
+
+typedef struct {
+    pdde_context *ctx;
+    const char *name;     /* backend name, for messages */
+    void *impl, *stream;  /* the backend's device and stream, passed back to the callbacks */
+    unsigned units;       /* compute units (SMs, Xe cores): sizes grid-stride grids */
+    unsigned max_block;   /* the largest power-of-2 group size every kernel may use (>= 256) */
+    int (*launch)(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                  int nargs, const pgd_arg *args);
+    int (*scratch)(void *impl, void *stream, size_t nbytes, pgd_ptr *out);
+    int (*fill32)(void *impl, void *stream, pgd_ptr dst, uint32_t value, size_t count);
+    int (*copy)(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_t nbytes);
+    /* optional: row-major batched C = op(A) op(B); returns 1 when it declines (then k_gemm runs) */
+    int (*gemm)(void *impl, void *stream, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a, int64_t sA,
+                pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
+} pgd_ctx;
+
+#define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
+#define PGD_A(v) {&(v), sizeof(v), 0}
+#define PGD_P(v) {&(v), sizeof(v), 1}
+
+static inline pgd_ptr pgd_ptr_of(const pdde_tensor *t) { return (pgd_ptr)(uintptr_t)t->data + t->offset; }
+
+static int64_t pgd_numel(const pdde_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+/* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast. */
+static int pgd_supports_op(const pdde_tensor *node) {
+    if (!node) return 0;
+    if (node->ndim > PGD_MAX_DIMS) return 0;
+    if (node->op == PDDE_OP_NONE || node->op >= PDDE_OP_COPY) return 0; /* copies and collectives are the core's */
+    switch (node->op) {
+    case PDDE_OP_CAST:
+        return node->nsrc == 1 && node->src[0] && (unsigned)node->src[0]->dtype < PDDE_DTYPE_COUNT &&
+               (unsigned)node->dtype < PDDE_DTYPE_COUNT;
+    case PDDE_OP_RESHAPE:
+        return node->nsrc == 1 && node->src[0] && node->dtype == node->src[0]->dtype;
+    default: break;
+    }
+    if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32) return 0;
+    for (int i = 0; i < node->nsrc; i++) {
+        const pdde_tensor *s = node->src[i];
+        if (!s || s->ndim > PGD_MAX_DIMS) return 0;
+        int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
+                                   node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
+                       (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
+        if (s->dtype != (want_i32 ? PDDE_I32 : PDDE_F32)) return 0;
+    }
+    return 1;
+}
+
+static unsigned pgd_grid(const pgd_ctx *g, int64_t n, unsigned block) {
+    int64_t b = (n + block - 1) / block, cap = (int64_t)(g->units ? g->units : 1) * 32;
+    if (b > cap) b = cap;
+    return b < 1 ? 1u : (unsigned)b;
+}
+
+/* Group size for one group per row of C: ~4 elements a thread, a power of 2 in [32, max_block]. */
+static unsigned pgd_row_block(const pgd_ctx *g, int64_t C) {
+    unsigned t = 32;
+    while (t < g->max_block && (int64_t)t * 4 < C) t *= 2;
+    return t;
+}
+
+static unsigned pgd_rows_grid(int64_t rows) { return rows < 1 ? 1u : rows > 65535 ? 65535u : (unsigned)rows; }
+
+static int pgd_launch(const pgd_ctx *g, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                      int nargs, const pgd_arg *args) {
+    return g->launch(g->impl, g->stream, k, gx, gy, gz, bx, by, nargs, args);
+}
+
+/* Elementwise launch of n items with 256-wide groups. */
+static int pgd_launch_1d(const pgd_ctx *g, int k, int64_t n, int nargs, const pgd_arg *args) {
+    return pgd_launch(g, k, pgd_grid(g, n, 256), 1, 1, 256, 1, nargs, args);
+}
+
+static int pgd_row_launch(const pgd_ctx *g, int k, int64_t rows, int64_t C, int nargs, const pgd_arg *args) {
+    return pgd_launch(g, k, pgd_rows_grid(rows), 1, 1, pgd_row_block(g, C), 1, nargs, args);
+}
+
+/* t's shape right-aligned to nd dims, with contiguous strides (0 where broadcast onto out_shape). */
+static void pgd_bcast_strides(const pdde_tensor *t, int nd, const int64_t *out_shape, int64_t *strides) {
+    int64_t sh[PGD_MAX_DIMS];
+    int off = nd - t->ndim;
+    for (int i = 0; i < nd; i++) sh[i] = i < off ? 1 : t->shape[i - off];
+    int64_t st = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        strides[i] = (sh[i] == 1 && out_shape[i] != 1) ? 0 : st;
+        st *= sh[i];
+    }
+}
+
+/* b is a suffix of out's shape (after dropping b's leading 1s): a bias repeated over leading dims. */
+static int pgd_is_suffix(const pdde_tensor *b, const pdde_tensor *out) {
+    int bi = 0;
+    while (bi < b->ndim && b->shape[bi] == 1) bi++;
+    int nb = b->ndim - bi;
+    if (nb > out->ndim) return 0;
+    for (int i = 0; i < nb; i++)
+        if (b->shape[bi + i] != out->shape[out->ndim - nb + i]) return 0;
+    return 1;
+}
+
+static int pgd_binary(const pgd_ctx *g, pdde_tensor *node, int op) {
+    pdde_tensor *a = node->src[0], *b = node->src[1];
+    int64_t n = pgd_numel(node);
+    if (!n) return PDDE_OK;
+    pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), py = pgd_ptr_of(node);
+    int32_t opi = op;
+    /* a not broadcast (equal counts of broadcast-compatible shapes) and b a trailing block */
+    if (pgd_numel(a) == n && pgd_is_suffix(b, node)) {
+        int64_t nb = pgd_numel(b);
+        return pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pa), PGD_P(pb), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(opi)));
+    }
+    pgd_shape sh;
+    memset(&sh, 0, sizeof sh);
+    sh.ndim = node->ndim;
+    for (int i = 0; i < node->ndim; i++) sh.shape[i] = node->shape[i];
+    pgd_bcast_strides(a, node->ndim, node->shape, sh.sa);
+    pgd_bcast_strides(b, node->ndim, node->shape, sh.sb);
+    return pgd_launch_1d(g, PGD_K_BINARY_BCAST, n,
+                         PGD_ARGS(PGD_P(pa), PGD_P(pb), PGD_P(py), PGD_A(n), PGD_A(sh), PGD_A(opi)));
+}
+
+static int pgd_unary(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t n, int op, float a) {
+    if (!n) return PDDE_OK;
+    int32_t opi = op;
+    return pgd_launch_1d(g, PGD_K_UNARY, (n + 3) / 4, PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(opi), PGD_A(a)));
+}
+
+static int pgd_unary_back(const pgd_ctx *g, pdde_tensor *node, int op) {
+    int64_t n = pgd_numel(node);
+    if (!n) return PDDE_OK;
+    pgd_ptr px = pgd_ptr_of(node->src[0]), pdy = pgd_ptr_of(node->src[1]), pdx = pgd_ptr_of(node);
+    int32_t opi = op;
+    return pgd_launch_1d(g, PGD_K_UNARY_BACK, n, PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(pdx), PGD_A(n), PGD_A(opi)));
+}
+
+/* Sum of (x or x^2) over n contiguous elements: y[0] = (prev ? prev[0] : 0) + scale * sum, in two passes. */
+static int pgd_sum_all(const pgd_ctx *g, pgd_ptr px, int64_t n, int32_t square, pgd_ptr prev, float scale, pgd_ptr py) {
+    unsigned blocks = pgd_grid(g, n, 256);
+    if (blocks > 1024) blocks = 1024;
+    pgd_ptr part = 0;
+    int e = g->scratch(g->impl, g->stream, (size_t)blocks * sizeof(float), &part);
+    if (e) return e;
+    e = pgd_launch(g, PGD_K_SUM_PARTIAL, blocks, 1, 1, 256, 1,
+                   PGD_ARGS(PGD_P(px), PGD_A(n), PGD_A(square), PGD_P(part)));
+    if (e) return e;
+    int64_t np = blocks;
+    return pgd_launch(g, PGD_K_SUM_FINAL, 1, 1, 1, 256, 1,
+                      PGD_ARGS(PGD_P(part), PGD_A(np), PGD_P(prev), PGD_A(scale), PGD_P(py)));
+}
+
+/* y[j] = scale * sum_r x[r, j] over x [R, Cn]. Few columns and many rows (a bias gradient): the rows are
+ * split into chunks summed by their own groups, then the chunk sums are summed (deterministic). */
+/* Row chunks for a column reduction of [R, Cn] so that the groups fill the device (1 = no split). */
+static int64_t pgd_row_chunks(const pgd_ctx *g, int64_t R, int64_t Cn) {
+    int64_t colgroups = (Cn + 31) / 32, want = (int64_t)(g->units ? g->units : 1) * 4, chunks = 1;
+    if (colgroups < want && R >= 512) {
+        chunks = (want + colgroups - 1) / colgroups;
+        if (chunks > R / 64) chunks = R / 64;
+        if (chunks > 65535) chunks = 65535;
+        if (chunks < 1) chunks = 1;
+    }
+    if (chunks > 1) {
+        int64_t rpc = (R + chunks - 1) / chunks;
+        chunks = (R + rpc - 1) / rpc;
+    }
+    return chunks;
+}
+
+static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64_t Cn, float scale) {
+    int64_t colgroups = (Cn + 31) / 32, chunks = pgd_row_chunks(g, R, Cn);
+    if (chunks == 1)
+        return pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, 1, 1, 32, 8,
+                          PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(R), PGD_A(Cn), PGD_A(scale), PGD_A(R)));
+    int64_t rpc = (R + chunks - 1) / chunks;
+    pgd_ptr part = 0;
+    int e = g->scratch(g->impl, g->stream, (size_t)(chunks * Cn) * sizeof(float), &part);
+    if (e) return e;
+    float one = 1.0f;
+    e = pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, (unsigned)chunks, 1, 32, 8,
+                   PGD_ARGS(PGD_P(px), PGD_P(part), PGD_A(R), PGD_A(Cn), PGD_A(one), PGD_A(rpc)));
+    if (e) return e;
+    return pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, 1, 1, 32, 8,
+                      PGD_ARGS(PGD_P(part), PGD_P(py), PGD_A(chunks), PGD_A(Cn), PGD_A(scale), PGD_A(chunks)));
+}
+
+/* y = scale * sum of x over the dims marked in red[] (x's dims; y holds the kept ones in order). */
+static int pgd_reduce(const pgd_ctx *g, pgd_ptr px, const int64_t *xshape, int nd, const int *red, pgd_ptr py,
+                      float scale) {
+    pgd_reduce_desc r;
+    memset(&r, 0, sizeof r);
+    int64_t stride[PGD_MAX_DIMS], st = 1, nout = 1, nred = 1;
+    for (int i = nd - 1; i >= 0; i--) {
+        stride[i] = st;
+        st *= xshape[i];
+    }
+    int64_t n = st;
+    if (!n) return PDDE_OK;
+    int max_red = -1, min_kept = nd, max_kept = -1;
+    for (int i = 0; i < nd; i++) {
+        if (xshape[i] == 1) continue; /* size-1 dims neither add work nor move data */
+        if (red[i]) {
+            r.rshape[r.nr] = xshape[i];
+            r.rstride[r.nr++] = stride[i];
+            nred *= xshape[i];
+            max_red = i;
+        } else {
+            r.kshape[r.nk] = xshape[i];
+            r.kstride[r.nk++] = stride[i];
+            nout *= xshape[i];
+            if (i < min_kept) min_kept = i;
+            max_kept = i;
+        }
+    }
+    if (nout == 1) return pgd_sum_all(g, px, n, 0, 0, scale, py);
+    if (nred == 1) return pgd_unary(g, px, py, n, PGD_U_SCALE, scale);
+    if (max_red < min_kept) return pgd_colsum(g, px, py, nred, nout, scale); /* reduced dims lead */
+    if (max_red > max_kept) /* the innermost data is reduced: a group per output */
+        return pgd_row_launch(g, PGD_K_REDUCE_BLOCK, nout, nred,
+                              PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(nout), PGD_A(nred), PGD_A(r), PGD_A(scale)));
+    return pgd_launch_1d(g, PGD_K_REDUCE_THREAD, nout,
+                         PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(nout), PGD_A(nred), PGD_A(r), PGD_A(scale)));
+}
+
+static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
+    pdde_tensor *a = node->src[0], *b = node->src[1];
+    int32_t ta = node->iparams[0] != 0, tb = node->iparams[1] != 0;
+    if (node->ndim < 2 || a->ndim < 2 || b->ndim < 2)
+        return pdde_error(g->ctx, PDDE_ERR_SHAPE, "%s: matmul %s needs operands of 2 dims or more", g->name, node->name);
+    int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
+    int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t batch = M && N ? pgd_numel(node) / (M * N) : 0;
+    if (!batch) return PDDE_OK;
+    int64_t sA = pgd_numel(a) == batch * M * K ? M * K : 0;
+    int64_t sB = pgd_numel(b) == batch * K * N ? K * N : 0;
+    int64_t sC = M * N;
+    pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pc = pgd_ptr_of(node);
+    if (K == 0) return g->fill32(g->impl, g->stream, pc, 0, (size_t)(batch * M * N));
+    if (g->gemm) {
+        int e = g->gemm(g->impl, g->stream, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
+        if (e != 1) return e;
+    }
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: matmul %s too large for the built-in kernel", g->name,
+                          node->name);
+    int32_t Mi = (int32_t)M, Ni = (int32_t)N, Ki = (int32_t)K;
+    for (int64_t b0 = 0; b0 < batch; b0 += 65535) {
+        int64_t nb = batch - b0 < 65535 ? batch - b0 : 65535;
+        pgd_ptr qa = pa + (pgd_ptr)(b0 * sA * 4), qb = pb + (pgd_ptr)(b0 * sB * 4), qc = pc + (pgd_ptr)(b0 * sC * 4);
+        int e = pgd_launch(g, PGD_K_GEMM, (unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64), (unsigned)nb, 256, 1,
+                           PGD_ARGS(PGD_P(qa), PGD_P(qb), PGD_P(qc), PGD_A(Mi), PGD_A(Ni), PGD_A(Ki), PGD_A(ta),
+                                    PGD_A(tb), PGD_A(sA), PGD_A(sB), PGD_A(sC)));
+        if (e) return e;
+    }
+    return PDDE_OK;
+}
+
+static int pgd_copy2d(const pgd_ctx *g, pgd_ptr src, pgd_ptr dst, int64_t outer, int64_t rowlen, int64_t sp,
+                      int64_t soff, int64_t dp, int64_t doff) {
+    int64_t n = outer * rowlen;
+    if (!n) return PDDE_OK;
+    return pgd_launch_1d(g, PGD_K_COPY2D, n,
+                         PGD_ARGS(PGD_P(src), PGD_P(dst), PGD_A(outer), PGD_A(rowlen), PGD_A(sp), PGD_A(soff),
+                                  PGD_A(dp), PGD_A(doff)));
+}
+
+static void pgd_axis_split(const pdde_tensor *t, int axis, int64_t *outer, int64_t *inner) {
+    int64_t o = 1, in = 1;
+    for (int i = 0; i < axis; i++) o *= t->shape[i];
+    for (int i = axis + 1; i < t->ndim; i++) in *= t->shape[i];
+    *outer = o;
+    *inner = in;
+}
+
+static int pgd_rows(const pdde_tensor *x, int64_t *rows, int64_t *C) {
+    *C = x->ndim ? x->shape[x->ndim - 1] : 1;
+    *rows = *C ? pgd_numel(x) / *C : 0;
+    return *rows > 0 && *C > 0;
+}
+
+static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
+    pdde_tensor *x = node->src[0], *dy = node->src[1];
+    int64_t rows, C;
+    if (!pgd_rows(x, &rows, &C)) return g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)pgd_numel(node));
+    float eps = node->fparams[0], one = 1.0f;
+    int64_t chunks = pgd_row_chunks(g, rows, C), rpc = (rows + chunks - 1) / chunks;
+    /* scratch: the row statistics [rows][2], then the chunk sums [chunks][C] when the rows are split */
+    size_t stats_bytes = ((size_t)rows * 2 * sizeof(float) + 255) & ~(size_t)255;
+    pgd_ptr stats = 0;
+    int e = g->scratch(g->impl, g->stream, stats_bytes + (chunks > 1 ? (size_t)(chunks * C) * sizeof(float) : 0), &stats);
+    if (e) return e;
+    pgd_ptr px = pgd_ptr_of(x), pdy = pgd_ptr_of(dy), pg = pgd_ptr_of(node), part = chunks > 1 ? stats + stats_bytes : pg;
+    e = pgd_row_launch(g, PGD_K_ROW_STATS, rows, C,
+                       PGD_ARGS(PGD_P(px), PGD_P(stats), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(rms)));
+    if (e) return e;
+    e = pgd_launch(g, PGD_K_GAMMA_BACK, (unsigned)((C + 31) / 32), (unsigned)chunks, 1, 32, 8,
+                   PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(stats), PGD_P(part), PGD_A(rows), PGD_A(C), PGD_A(rpc)));
+    if (e || chunks == 1) return e;
+    return pgd_launch(g, PGD_K_COLSUM, (unsigned)((C + 31) / 32), 1, 1, 32, 8,
+                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks)));
+}
+
+static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
+    pdde_tensor *lg = node->src[0], *tg = node->src[1];
+    int64_t rows, V;
+    pgd_ptr py = pgd_ptr_of(node);
+    if (!pgd_rows(lg, &rows, &V)) return g->fill32(g->impl, g->stream, py, 0, 1);
+    pgd_ptr part = 0;
+    int e = g->scratch(g->impl, g->stream, (size_t)rows * 2 * sizeof(float), &part);
+    if (e) return e;
+    pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg);
+    e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V)));
+    if (e) return e;
+    return pgd_launch(g, PGD_K_CE_FINAL, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(part), PGD_A(rows), PGD_P(py)));
+}
+
+static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
+    pdde_tensor *lg = node->src[0], *tg = node->src[1], *dl = node->src[2];
+    int64_t rows, V;
+    if (!pgd_rows(lg, &rows, &V)) return PDDE_OK;
+    pgd_ptr cnt = 0;
+    int e = g->scratch(g->impl, g->stream, sizeof(float), &cnt);
+    if (e) return e;
+    pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
+    e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
+    if (e) return e;
+    return pgd_row_launch(g, PGD_K_CE_BACK, rows, V,
+                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V)));
+}
+
+static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
+    if (dst == src || !n) return PDDE_OK;
+    return g->copy(g->impl, g->stream, dst, src, n);
+}
+
+/* The gradient scale of optimizer nodes (fparams[6], 1/grad_accum_steps), as the CPU backend reads it. */
+static float pgd_gscale(const pdde_tensor *node) { return node->fparams[6]; }
+
+/* ZeRO-1 shards: grad_accum, grad_norm_sq and the updates with iparams[3] = 1 cover elements
+ * [iparams[1], iparams[1] + iparams[2]) of their parameter and gradient; optimizer state holds just that. */
+static int64_t pgd_shard_first(const pdde_tensor *t) { return t->iparams[3] == 1 ? t->iparams[1] : 0; }
+static int64_t pgd_shard_count(const pdde_tensor *t, const pdde_tensor *full) {
+    return t->iparams[3] == 1 ? t->iparams[2] : pgd_numel(full);
+}
+
+static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
+    if (!pgd_supports_op(node))
+        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
+                          pdde_op_name(node->op), node->name, pdde_dtype_name(node->dtype));
+    int64_t n = pgd_numel(node);
+    pdde_tensor *x = node->nsrc > 0 ? node->src[0] : NULL;
+    int e;
+    switch (node->op) {
+    case PDDE_OP_MATMUL: return pgd_matmul(g, node);
+    case PDDE_OP_ADD: return pgd_binary(g, node, PGD_B_ADD);
+    case PDDE_OP_SUB: return pgd_binary(g, node, PGD_B_SUB);
+    case PDDE_OP_MUL: return pgd_binary(g, node, PGD_B_MUL);
+    case PDDE_OP_GRAD_ACCUM: { /* acc (src0) += g in place; sharded: acc[first + i] += g[i] */
+        int64_t first = pgd_shard_first(node), cnt = pgd_shard_count(node, node);
+        if (!cnt) return PDDE_OK;
+        pgd_ptr pa = pgd_ptr_of(node->src[0]) + (pgd_ptr)first * 4, pb = pgd_ptr_of(node->src[1]);
+        int32_t opi = PGD_B_ADD;
+        return pgd_launch_1d(g, PGD_K_BINARY, cnt,
+                             PGD_ARGS(PGD_P(pa), PGD_P(pb), PGD_P(pa), PGD_A(cnt), PGD_A(cnt), PGD_A(opi)));
+    }
+    case PDDE_OP_SCALE: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_SCALE, node->fparams[0]);
+    case PDDE_OP_GELU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_GELU, 0.0f);
+    case PDDE_OP_RELU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_RELU, 0.0f);
+    case PDDE_OP_SILU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_SILU, 0.0f);
+    case PDDE_OP_GELU_BACK: return pgd_unary_back(g, node, PGD_U_GELU);
+    case PDDE_OP_RELU_BACK: return pgd_unary_back(g, node, PGD_U_RELU);
+    case PDDE_OP_SILU_BACK: return pgd_unary_back(g, node, PGD_U_SILU);
+    case PDDE_OP_RESHAPE: return pgd_dcopy(g, pgd_ptr_of(node), pgd_ptr_of(x), pdde_tensor_nbytes(node));
+    case PDDE_OP_LAYERNORM:
+    case PDDE_OP_RMSNORM: {
+        int64_t rows, C;
+        if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
+        float eps = node->fparams[0];
+        pgd_ptr px = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), py = pgd_ptr_of(node);
+        if (node->op == PDDE_OP_RMSNORM)
+            return pgd_row_launch(g, PGD_K_RMSNORM, rows, C,
+                                  PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
+        pgd_ptr pb = node->nsrc > 2 && node->src[2] ? pgd_ptr_of(node->src[2]) : 0;
+        return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
+    }
+    case PDDE_OP_LAYERNORM_BACK:
+    case PDDE_OP_RMSNORM_BACK: {
+        int64_t rows, C;
+        if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
+        float eps = node->fparams[0];
+        pgd_ptr px = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pdy = pgd_ptr_of(node->src[2]), pdx = pgd_ptr_of(node);
+        return pgd_row_launch(g, node->op == PDDE_OP_RMSNORM_BACK ? PGD_K_RMSNORM_BACK : PGD_K_LAYERNORM_BACK, rows, C,
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps)));
+    }
+    case PDDE_OP_LAYERNORM_BACK_GAMMA: return pgd_gamma_back(g, node, 0);
+    case PDDE_OP_RMSNORM_BACK_GAMMA: return pgd_gamma_back(g, node, 1);
+    case PDDE_OP_SOFTMAX: {
+        int64_t rows, C;
+        if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
+        int64_t T = x->ndim >= 2 ? x->shape[x->ndim - 2] : 1;
+        int32_t causal = node->iparams[0] != 0;
+        pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
+        return pgd_row_launch(g, PGD_K_SOFTMAX, rows, C,
+                              PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(T), PGD_A(causal)));
+    }
+    case PDDE_OP_SOFTMAX_BACK: {
+        int64_t rows, C;
+        if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
+        pgd_ptr py = pgd_ptr_of(x), pdy = pgd_ptr_of(node->src[1]), pdx = pgd_ptr_of(node);
+        return pgd_row_launch(g, PGD_K_SOFTMAX_BACK, rows, C,
+                              PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C)));
+    }
+    case PDDE_OP_CROSS_ENTROPY: return pgd_cross_entropy(g, node);
+    case PDDE_OP_CROSS_ENTROPY_BACK: return pgd_cross_entropy_back(g, node);
+    case PDDE_OP_EMBEDDING: {
+        pdde_tensor *ids = node->src[1];
+        int64_t C = x->shape[x->ndim - 1], V = x->shape[0], nid = pgd_numel(ids);
+        if (!nid || !C) return PDDE_OK;
+        pgd_ptr pt = pgd_ptr_of(x), pi = pgd_ptr_of(ids), py = pgd_ptr_of(node);
+        return pgd_launch_1d(g, PGD_K_EMBEDDING, nid * C,
+                             PGD_ARGS(PGD_P(pt), PGD_P(pi), PGD_P(py), PGD_A(nid), PGD_A(C), PGD_A(V)));
+    }
+    case PDDE_OP_EMBEDDING_BACK: { /* src: [base,] ids, dy */
+        int has_base = node->nsrc == 3;
+        pdde_tensor *ids = node->src[has_base ? 1 : 0], *dy = node->src[has_base ? 2 : 1];
+        int64_t C = node->shape[node->ndim - 1], V = node->shape[0], nid = pgd_numel(ids);
+        pgd_ptr py = pgd_ptr_of(node);
+        if (has_base) e = pgd_dcopy(g, py, pgd_ptr_of(x), pdde_tensor_nbytes(node));
+        else e = n ? g->fill32(g->impl, g->stream, py, 0, (size_t)n) : PDDE_OK;
+        if (e || !nid || !C) return e;
+        pgd_ptr pi = pgd_ptr_of(ids), pdy = pgd_ptr_of(dy);
+        return pgd_launch_1d(g, PGD_K_EMBEDDING_BACK, nid * C,
+                             PGD_ARGS(PGD_P(pdy), PGD_P(pi), PGD_P(py), PGD_A(nid), PGD_A(C), PGD_A(V)));
+    }
+    case PDDE_OP_PERMUTE:
+    case PDDE_OP_EXPAND: {
+        if (!n) return PDDE_OK;
+        pgd_shape sh;
+        memset(&sh, 0, sizeof sh);
+        sh.ndim = node->ndim;
+        for (int i = 0; i < node->ndim; i++) sh.shape[i] = node->shape[i];
+        float scale = 1.0f;
+        if (node->op == PDDE_OP_PERMUTE) {
+            int64_t st[PGD_MAX_DIMS], acc = 1;
+            for (int i = x->ndim - 1; i >= 0; i--) {
+                st[i] = acc;
+                acc *= x->shape[i];
+            }
+            for (int i = 0; i < node->ndim; i++) {
+                int p = node->iparams[i];
+                if (p < 0 || p >= x->ndim)
+                    return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "%s: permute %s: bad axis %d", g->name, node->name, p);
+                sh.sa[i] = st[p];
+            }
+        } else {
+            pgd_bcast_strides(x, node->ndim, node->shape, sh.sa);
+            scale = node->fparams[0];
+        }
+        pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
+        return pgd_launch_1d(g, PGD_K_GATHER, n, PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(sh), PGD_A(scale)));
+    }
+    case PDDE_OP_CONCAT: {
+        int axis = node->iparams[0];
+        int64_t outer, inner, total = node->shape[axis], off = 0;
+        pgd_axis_split(node, axis, &outer, &inner);
+        for (int i = 0; i < node->nsrc; i++) {
+            int64_t len = node->src[i]->shape[axis];
+            e = pgd_copy2d(g, pgd_ptr_of(node->src[i]), pgd_ptr_of(node), outer, len * inner, len * inner, 0,
+                           total * inner, off * inner);
+            if (e) return e;
+            off += len;
+        }
+        return PDDE_OK;
+    }
+    case PDDE_OP_SLICE: {
+        int axis = node->iparams[0];
+        int64_t start = node->iparams[1], outer, inner, len = node->shape[axis], full = x->shape[axis];
+        pgd_axis_split(node, axis, &outer, &inner);
+        return pgd_copy2d(g, pgd_ptr_of(x), pgd_ptr_of(node), outer, len * inner, full * inner, start * inner,
+                          len * inner, 0);
+    }
+    case PDDE_OP_SLICE_BACK: {
+        int axis = node->iparams[0];
+        int64_t start = node->iparams[1], outer, inner, len = x->shape[axis], full = node->shape[axis];
+        pgd_axis_split(node, axis, &outer, &inner);
+        if (n && (e = g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)n))) return e;
+        return pgd_copy2d(g, pgd_ptr_of(x), pgd_ptr_of(node), outer, len * inner, len * inner, 0, full * inner,
+                          start * inner);
+    }
+    case PDDE_OP_SUM:
+    case PDDE_OP_MEAN: {
+        int axis = node->iparams[0], red[PGD_MAX_DIMS];
+        int64_t nred = 1;
+        for (int i = 0; i < x->ndim; i++) {
+            red[i] = axis < 0 || i == axis;
+            if (red[i]) nred *= x->shape[i];
+        }
+        float scale = node->op == PDDE_OP_MEAN ? (nred ? 1.0f / (float)nred : 0.0f) : 1.0f;
+        if (pgd_numel(x) == 0) return n ? g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)n) : PDDE_OK;
+        return pgd_reduce(g, pgd_ptr_of(x), x->shape, x->ndim, red, pgd_ptr_of(node), scale);
+    }
+    case PDDE_OP_SUM_TO: {
+        int red[PGD_MAX_DIMS], off = x->ndim - node->ndim;
+        for (int i = 0; i < x->ndim; i++) {
+            int64_t o = i < off ? 1 : node->shape[i - off];
+            red[i] = o != x->shape[i];
+        }
+        if (pgd_numel(x) == 0) return n ? g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)n) : PDDE_OK;
+        return pgd_reduce(g, pgd_ptr_of(x), x->shape, x->ndim, red, pgd_ptr_of(node), 1.0f);
+    }
+    case PDDE_OP_DROPOUT:
+    case PDDE_OP_DROPOUT_BACK: {
+        if (!n) return PDDE_OK;
+        /* the CPU backend's threshold and scale, computed the same way */
+        float p = node->fparams[0], scale = 1.0f / (1.0f - p);
+        double th = (double)p * 4294967296.0;
+        uint32_t thr = (uint32_t)(th > 4294967295.0 ? 4294967295.0 : th);
+        uint32_t lo = (uint32_t)node->iparams[0], hi = (uint32_t)node->iparams[1], ctr = (uint32_t)node->iparams[2];
+        pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
+        return pgd_launch_1d(g, PGD_K_DROPOUT, n,
+                             PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(thr), PGD_A(scale), PGD_A(lo), PGD_A(hi),
+                                      PGD_A(ctr)));
+    }
+    case PDDE_OP_CAST: {
+        if (!n) return PDDE_OK;
+        if (x->dtype == node->dtype) return pgd_dcopy(g, pgd_ptr_of(node), pgd_ptr_of(x), pdde_tensor_nbytes(node));
+        int32_t sdt = (int32_t)x->dtype, ddt = (int32_t)node->dtype;
+        pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
+        return pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
+    }
+    case PDDE_OP_GRAD_NORM_SQ: {
+        pgd_ptr prev = node->nsrc > 1 && node->src[1] ? pgd_ptr_of(node->src[1]) : 0;
+        float gs = pgd_gscale(node);
+        return pgd_sum_all(g, pgd_ptr_of(x) + (pgd_ptr)pgd_shard_first(node) * 4, pgd_shard_count(node, x), 1, prev,
+                           gs * gs, pgd_ptr_of(node));
+    }
+    case PDDE_OP_SGD_UPDATE: {
+        pdde_tensor *p = node->src[0];
+        int64_t np = pgd_shard_count(node, node), first = pgd_shard_first(node);
+        if (!np) return PDDE_OK;
+        pgd_ptr pp = pgd_ptr_of(p) + (pgd_ptr)first * 4, pg = pgd_ptr_of(node->src[1]) + (pgd_ptr)first * 4;
+        pgd_ptr pm = node->nsrc > 2 && node->src[2] ? pgd_ptr_of(node->src[2]) : 0;
+        pgd_ptr gn = node->nsrc > 3 && node->src[3] ? pgd_ptr_of(node->src[3]) : 0;
+        float lr = node->fparams[0], mom = node->fparams[1], wd = node->fparams[4],
+              clip = node->fparams[5], gs = pgd_gscale(node);
+        return pgd_launch_1d(g, PGD_K_SGD, np,
+                             PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(mom),
+                                      PGD_A(wd), PGD_A(clip), PGD_A(gs)));
+    }
+    case PDDE_OP_ADAMW_UPDATE: {
+        pdde_tensor *p = node->src[0];
+        int64_t np = pgd_shard_count(node, node), first = pgd_shard_first(node);
+        if (!np) return PDDE_OK;
+        pgd_ptr pp = pgd_ptr_of(p) + (pgd_ptr)first * 4, pg = pgd_ptr_of(node->src[1]) + (pgd_ptr)first * 4,
+                pm = pgd_ptr_of(node->src[2]), pv = pgd_ptr_of(node->src[3]);
+        pgd_ptr gn = node->nsrc > 4 && node->src[4] ? pgd_ptr_of(node->src[4]) : 0;
+        float lr = node->fparams[0], b1 = node->fparams[1], b2 = node->fparams[2], eps = node->fparams[3],
+              wd = node->fparams[4], clip = node->fparams[5], gs = pgd_gscale(node);
+        int t = node->iparams[0] > 0 ? node->iparams[0] : 1;
+        float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+        return pgd_launch_1d(g, PGD_K_ADAMW, np,
+                             PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(pv), PGD_P(gn), PGD_A(np), PGD_A(lr),
+                                      PGD_A(b1), PGD_A(b2), PGD_A(eps), PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_A(bc1),
+                                      PGD_A(bc2)));
+    }
+    default:
+        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s is not supported", g->name, pdde_op_name(node->op));
+    }
+}
+
+#endif /* PDDE_GPU_DISPATCH_H */

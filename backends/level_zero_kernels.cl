@@ -1,0 +1,616 @@
+/* level_zero_kernels.cl — the kernels of the Level Zero backend (backends/level_zero.c), OpenCL C 2.0.
+ *
+ * Compiled to SPIR-V at build time (clang -target spir64, then llvm-spirv; see the Makefile rule) and
+ * embedded in backends/level_zero_kernels_spv.h, which is committed. The kernels, their names and
+ * their argument lists are the same as backends/cuda_kernels.cu's, so backends/gpu_dispatch.h drives
+ * both. Work-groups are powers of 2 of at most 1024 items (the reductions rely on it). */
+
+#define MAX_DIMS 6
+#define MAX_GROUP 1024
+
+/* Mirrors pgd_shape / pgd_reduce_desc (backends/gpu_dispatch.h). */
+typedef struct {
+    long ndim;
+    long shape[MAX_DIMS];
+    long sa[MAX_DIMS];
+    long sb[MAX_DIMS];
+} pgd_shape;
+typedef struct {
+    long nk, nr;
+    long kshape[MAX_DIMS], kstride[MAX_DIMS];
+    long rshape[MAX_DIMS], rstride[MAX_DIMS];
+} pgd_reduce_desc;
+
+enum { U_SCALE = 0, U_GELU, U_RELU, U_SILU };
+enum { B_ADD = 0, B_SUB, B_MUL };
+
+#define GRID_STRIDE(i, n) for (long i = get_global_id(0); i < (n); i += get_global_size(0))
+
+static float gelu_f(float x) {
+    const float k = 0.7978845608028654f;
+    return 0.5f * x * (1.0f + tanh(k * (x + 0.044715f * x * x * x)));
+}
+static float gelu_back_f(float x, float dy) {
+    const float k = 0.7978845608028654f;
+    float u = k * (x + 0.044715f * x * x * x);
+    float t = tanh(u);
+    float du = k * (1.0f + 3.0f * 0.044715f * x * x);
+    return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du);
+}
+static float sigmoid_f(float x) { return 1.0f / (1.0f + exp(-x)); }
+
+static float unary_f(int op, float x, float a) {
+    switch (op) {
+    case U_SCALE: return a * x;
+    case U_GELU: return gelu_f(x);
+    case U_RELU: return x > 0.0f ? x : 0.0f;
+    case U_SILU: return x * sigmoid_f(x);
+    default: return x;
+    }
+}
+static float binary_f(int op, float a, float b) {
+    switch (op) {
+    case B_ADD: return a + b;
+    case B_SUB: return a - b;
+    default: return a * b;
+    }
+}
+
+/* Sum / max over the work-group (a power of 2 in size); every item gets the result. */
+static float group_sum(float v, __local float *sh) {
+    int l = get_local_id(0) + get_local_id(1) * get_local_size(0);
+    int n = get_local_size(0) * get_local_size(1);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    sh[l] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = n / 2; s > 0; s >>= 1) {
+        if (l < s) sh[l] += sh[l + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return sh[0];
+}
+static float group_max(float v, __local float *sh) {
+    int l = get_local_id(0);
+    int n = get_local_size(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    sh[l] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = n / 2; s > 0; s >>= 1) {
+        if (l < s) sh[l] = fmax(sh[l], sh[l + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return sh[0];
+}
+
+/* ---- elementwise ------------------------------------------------------------------------------ */
+
+__kernel void k_unary(__global const float *x, __global float *y, long n, int op, float a) {
+    GRID_STRIDE(i, n) y[i] = unary_f(op, x[i], a);
+}
+
+__kernel void k_unary_back(__global const float *x, __global const float *dy, __global float *dx, long n, int op) {
+    GRID_STRIDE(i, n) {
+        float v = x[i], g = dy[i], r;
+        if (op == U_GELU) r = gelu_back_f(v, g);
+        else if (op == U_RELU) r = v > 0.0f ? g : 0.0f;
+        else { float s = sigmoid_f(v); r = g * s * (1.0f + v * (1.0f - s)); }
+        dx[i] = r;
+    }
+}
+
+__kernel void k_binary(__global const float *a, __global const float *b, __global float *y, long n, long nb, int op) {
+    if (nb == n) { GRID_STRIDE(i, n) y[i] = binary_f(op, a[i], b[i]); }
+    else { GRID_STRIDE(i, n) y[i] = binary_f(op, a[i], b[i % nb]); }
+}
+
+__kernel void k_binary_bcast(__global const float *a, __global const float *b, __global float *y, long n, pgd_shape s,
+                             int op) {
+    GRID_STRIDE(i, n) {
+        long r = i, ia = 0, ib = 0;
+        for (int d = (int)s.ndim - 1; d >= 0; d--) {
+            long c = r % s.shape[d];
+            r /= s.shape[d];
+            ia += c * s.sa[d];
+            ib += c * s.sb[d];
+        }
+        y[i] = binary_f(op, a[ia], b[ib]);
+    }
+}
+
+__kernel void k_gather(__global const float *x, __global float *y, long n, pgd_shape s, float scale) {
+    GRID_STRIDE(i, n) {
+        long r = i, ix = 0;
+        for (int d = (int)s.ndim - 1; d >= 0; d--) {
+            long c = r % s.shape[d];
+            r /= s.shape[d];
+            ix += c * s.sa[d];
+        }
+        y[i] = scale * x[ix];
+    }
+}
+
+__kernel void k_copy2d(__global const float *src, __global float *dst, long outer, long rowlen, long sp, long soff,
+                       long dp, long doff) {
+    long n = outer * rowlen;
+    GRID_STRIDE(i, n) {
+        long o = i / rowlen, j = i - o * rowlen;
+        dst[o * dp + doff + j] = src[o * sp + soff + j];
+    }
+}
+
+/* ---- reductions ------------------------------------------------------------------------------- */
+
+static long reduce_base(const pgd_reduce_desc *s, long o) {
+    long base = 0;
+    for (int d = (int)s->nk - 1; d >= 0; d--) {
+        long c = o % s->kshape[d];
+        o /= s->kshape[d];
+        base += c * s->kstride[d];
+    }
+    return base;
+}
+static long reduce_off(const pgd_reduce_desc *s, long r) {
+    long off = 0;
+    for (int d = (int)s->nr - 1; d >= 0; d--) {
+        long c = r % s->rshape[d];
+        r /= s->rshape[d];
+        off += c * s->rstride[d];
+    }
+    return off;
+}
+
+__kernel void k_reduce_thread(__global const float *x, __global float *y, long nout, long nred, pgd_reduce_desc s,
+                              float scale) {
+    GRID_STRIDE(o, nout) {
+        long base = reduce_base(&s, o);
+        float acc = 0.0f;
+        for (long r = 0; r < nred; r++) acc += x[base + reduce_off(&s, r)];
+        y[o] = scale * acc;
+    }
+}
+
+__kernel void k_reduce_block(__global const float *x, __global float *y, long nout, long nred, pgd_reduce_desc s,
+                             float scale) {
+    __local float sh[MAX_GROUP];
+    for (long o = get_group_id(0); o < nout; o += get_num_groups(0)) {
+        long base = reduce_base(&s, o);
+        float acc = 0.0f;
+        for (long r = get_local_id(0); r < nred; r += get_local_size(0)) acc += x[base + reduce_off(&s, r)];
+        acc = group_sum(acc, sh);
+        if (get_local_id(0) == 0) y[o] = scale * acc;
+    }
+}
+
+/* x as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows a chunk).
+ * Groups of 32 columns x 8 row lanes. */
+__kernel void k_colsum(__global const float *x, __global float *y, long R, long Cn, float scale, long rpc) {
+    __local float sh[8][33];
+    int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);
+    long j = (long)get_group_id(0) * 32 + tx;
+    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
+    float acc = 0.0f;
+    if (j < Cn)
+        for (long r = r0 + ty; r < r1; r += ny) acc += x[r * Cn + j];
+    sh[ty][tx] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ty == 0 && j < Cn) {
+        float s = 0.0f;
+        for (int k = 0; k < ny; k++) s += sh[k][tx];
+        y[get_group_id(1) * Cn + j] = scale * s;
+    }
+}
+
+__kernel void k_sum_partial(__global const float *x, long n, int square, __global float *part) {
+    __local float sh[MAX_GROUP];
+    float acc = 0.0f;
+    GRID_STRIDE(i, n) { float v = x[i]; acc += square ? v * v : v; }
+    acc = group_sum(acc, sh);
+    if (get_local_id(0) == 0) part[get_group_id(0)] = acc;
+}
+
+__kernel void k_sum_final(__global const float *part, long np, __global const float *prev, float scale,
+                          __global float *y) {
+    __local float sh[MAX_GROUP];
+    float acc = 0.0f;
+    for (long i = get_local_id(0); i < np; i += get_local_size(0)) acc += part[i];
+    acc = group_sum(acc, sh);
+    if (get_local_id(0) == 0) y[0] = (prev ? prev[0] : 0.0f) + scale * acc;
+}
+
+/* ---- normalisation and softmax: one group per row of C ---------------------------------------- */
+
+#define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))
+#define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))
+
+__kernel void k_layernorm(__global const float *x, __global const float *g, __global const float *b, __global float *y,
+                          long rows, long C, float eps) {
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *xr = x + r * C;
+        float s = 0.0f;
+        COLS_LOOP(j, C) s += xr[j];
+        float mean = group_sum(s, sh) / (float)C;
+        float v = 0.0f;
+        COLS_LOOP(j, C) { float d = xr[j] - mean; v += d * d; }
+        float rstd = rsqrt(group_sum(v, sh) / (float)C + eps);
+        COLS_LOOP(j, C) y[r * C + j] = (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f);
+    }
+}
+
+__kernel void k_layernorm_back(__global const float *x, __global const float *g, __global const float *dy,
+                               __global float *dx, long rows, long C, float eps) {
+#pragma OPENCL FP_CONTRACT OFF
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *xr = x + r * C;
+        __global const float *dr = dy + r * C;
+        float s = 0.0f;
+        COLS_LOOP(j, C) s += xr[j];
+        float mean = group_sum(s, sh) / (float)C;
+        float v = 0.0f;
+        COLS_LOOP(j, C) { float d = xr[j] - mean; v += d * d; }
+        float rstd = rsqrt(group_sum(v, sh) / (float)C + eps);
+        /* dy*gamma rounded once (no contraction into an FMA), so that g - mean(g) is exactly 0 where it
+         * should be (C = 1), as in the CPU reference */
+        float s1 = 0.0f, s2 = 0.0f;
+        COLS_LOOP(j, C) {
+            float dg = dr[j] * g[j];
+            s1 += dg;
+            s2 += dg * ((xr[j] - mean) * rstd);
+        }
+        s1 = group_sum(s1, sh) / (float)C;
+        s2 = group_sum(s2, sh) / (float)C;
+        COLS_LOOP(j, C) {
+            float xh = (xr[j] - mean) * rstd;
+            dx[r * C + j] = rstd * (dr[j] * g[j] - s1 - xh * s2);
+        }
+    }
+}
+
+__kernel void k_rmsnorm(__global const float *x, __global const float *g, __global float *y, long rows, long C,
+                        float eps) {
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *xr = x + r * C;
+        float s = 0.0f;
+        COLS_LOOP(j, C) s += xr[j] * xr[j];
+        float rr = rsqrt(group_sum(s, sh) / (float)C + eps);
+        COLS_LOOP(j, C) y[r * C + j] = xr[j] * rr * g[j];
+    }
+}
+
+__kernel void k_rmsnorm_back(__global const float *x, __global const float *g, __global const float *dy,
+                             __global float *dx, long rows, long C, float eps) {
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *xr = x + r * C;
+        __global const float *dr = dy + r * C;
+        float s = 0.0f, t = 0.0f;
+        COLS_LOOP(j, C) {
+            s += xr[j] * xr[j];
+            t += dr[j] * g[j] * xr[j];
+        }
+        float rr = rsqrt(group_sum(s, sh) / (float)C + eps);
+        t = group_sum(t, sh) / (float)C;
+        COLS_LOOP(j, C) dx[r * C + j] = rr * g[j] * dr[j] - xr[j] * rr * rr * rr * t;
+    }
+}
+
+__kernel void k_row_stats(__global const float *x, __global float *st, long rows, long C, float eps, int rms) {
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *xr = x + r * C;
+        float mean = 0.0f;
+        if (!rms) {
+            float s = 0.0f;
+            COLS_LOOP(j, C) s += xr[j];
+            mean = group_sum(s, sh) / (float)C;
+        }
+        float v = 0.0f;
+        COLS_LOOP(j, C) { float d = xr[j] - mean; v += d * d; }
+        float rstd = rsqrt(group_sum(v, sh) / (float)C + eps);
+        if (get_local_id(0) == 0) { st[2 * r] = mean; st[2 * r + 1] = rstd; }
+    }
+}
+
+/* dgamma over the rows of chunk = group id 1 (rpc rows a chunk), into dg[chunk * C + j] */
+__kernel void k_gamma_back(__global const float *x, __global const float *dy, __global const float *st,
+                           __global float *dg, long rows, long C, long rpc) {
+    __local float sh[8][33];
+    int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);
+    long j = (long)get_group_id(0) * 32 + tx;
+    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;
+    float acc = 0.0f;
+    if (j < C)
+        for (long r = r0 + ty; r < r1; r += ny) acc += dy[r * C + j] * (x[r * C + j] - st[2 * r]) * st[2 * r + 1];
+    sh[ty][tx] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ty == 0 && j < C) {
+        float s = 0.0f;
+        for (int k = 0; k < ny; k++) s += sh[k][tx];
+        dg[get_group_id(1) * C + j] = s;
+    }
+}
+
+__kernel void k_softmax(__global const float *x, __global float *y, long rows, long C, long T, int causal) {
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *xr = x + r * C;
+        long lim = causal ? (r % T) + 1 : C;
+        if (lim > C) lim = C;
+        float m = -INFINITY;
+        COLS_LOOP(j, lim) m = fmax(m, xr[j]);
+        m = group_max(m, sh);
+        float s = 0.0f;
+        COLS_LOOP(j, lim) s += exp(xr[j] - m);
+        float inv = 1.0f / group_sum(s, sh);
+        COLS_LOOP(j, C) y[r * C + j] = j < lim ? exp(xr[j] - m) * inv : 0.0f;
+    }
+}
+
+__kernel void k_softmax_back(__global const float *y, __global const float *dy, __global float *dx, long rows, long C) {
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *yr = y + r * C;
+        __global const float *dr = dy + r * C;
+        float s = 0.0f;
+        COLS_LOOP(j, C) s += yr[j] * dr[j];
+        s = group_sum(s, sh);
+        COLS_LOOP(j, C) dx[r * C + j] = yr[j] * (dr[j] - s);
+    }
+}
+
+__kernel void k_ce_rows(__global const float *logits, __global const int *tgt, __global float *part, long rows, long V) {
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *lr = logits + r * V;
+        int t = tgt[r];
+        float m = -INFINITY;
+        COLS_LOOP(j, V) m = fmax(m, lr[j]);
+        m = group_max(m, sh);
+        float s = 0.0f;
+        COLS_LOOP(j, V) s += exp(lr[j] - m);
+        s = group_sum(s, sh);
+        if (get_local_id(0) == 0) {
+            int ok = t >= 0 && t < V;
+            part[r] = ok ? (log(s) + m - lr[t]) : 0.0f;
+            part[rows + r] = ok ? 1.0f : 0.0f;
+        }
+    }
+}
+
+__kernel void k_ce_final(__global const float *part, long rows, __global float *y) {
+    __local float sh[MAX_GROUP];
+    float s = 0.0f, c = 0.0f;
+    COLS_LOOP(i, rows) { s += part[i]; c += part[rows + i]; }
+    s = group_sum(s, sh);
+    c = group_sum(c, sh);
+    if (get_local_id(0) == 0) y[0] = c > 0.0f ? s / c : 0.0f;
+}
+
+__kernel void k_ce_count(__global const int *tgt, long rows, long V, __global float *cnt) {
+    __local float sh[MAX_GROUP];
+    float c = 0.0f;
+    COLS_LOOP(i, rows) c += (tgt[i] >= 0 && tgt[i] < V) ? 1.0f : 0.0f;
+    c = group_sum(c, sh);
+    if (get_local_id(0) == 0) cnt[0] = c;
+}
+
+__kernel void k_ce_back(__global const float *logits, __global const int *tgt, __global const float *dloss,
+                        __global const float *cnt, __global float *dx, long rows, long V) {
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *lr = logits + r * V;
+        int t = tgt[r];
+        if (!(t >= 0 && t < V)) { /* uniform over the group: t is the row's */
+            COLS_LOOP(j, V) dx[r * V + j] = 0.0f;
+            continue;
+        }
+        float m = -INFINITY;
+        COLS_LOOP(j, V) m = fmax(m, lr[j]);
+        m = group_max(m, sh);
+        float s = 0.0f;
+        COLS_LOOP(j, V) s += exp(lr[j] - m);
+        float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
+        float scale = dloss[0] / c, inv = 1.0f / group_sum(s, sh);
+        COLS_LOOP(j, V) dx[r * V + j] = (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale;
+    }
+}
+
+/* ---- embedding -------------------------------------------------------------------------------- */
+
+__kernel void k_embedding(__global const float *table, __global const int *ids, __global float *y, long n_ids, long C,
+                          long V) {
+    long n = n_ids * C;
+    GRID_STRIDE(i, n) {
+        long r = i / C, j = i - r * C;
+        int id = ids[r];
+        y[i] = (id >= 0 && id < V) ? table[(long)id * C + j] : 0.0f;
+    }
+}
+
+/* Float atomic add through compare-and-swap (OpenCL 2.0 core has no float atomics). */
+static void atomic_add_f(__global float *p, float v) {
+    __global volatile uint *u = (__global volatile uint *)p;
+    uint old = *u, assumed;
+    do {
+        assumed = old;
+        old = atomic_cmpxchg(u, assumed, as_uint(as_float(assumed) + v));
+    } while (old != assumed);
+}
+
+__kernel void k_embedding_back(__global const float *dy, __global const int *ids, __global float *out, long n_ids,
+                               long C, long V) {
+    long n = n_ids * C;
+    GRID_STRIDE(i, n) {
+        long r = i / C, j = i - r * C;
+        int id = ids[r];
+        if (id >= 0 && id < V) atomic_add_f(&out[(long)id * C + j], dy[i]);
+    }
+}
+
+/* ---- dropout: the CPU backend's dropout_hash, bit for bit --------------------------------------- */
+
+static uint dropout_hash(uint lo, uint hi, uint counter, ulong i) {
+    ulong z = (((ulong)hi << 32) | lo) ^ (0x9E3779B97F4A7C15UL * (ulong)(counter + 1u)) ^ (i * 0xD1B54A32D192ED03UL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
+    return (uint)((z ^ (z >> 31)) >> 32);
+}
+__kernel void k_dropout(__global const float *x, __global float *y, long n, uint threshold, float scale, uint seed_lo,
+                        uint seed_hi, uint counter) {
+    GRID_STRIDE(i, n) y[i] = dropout_hash(seed_lo, seed_hi, counter, (ulong)i) >= threshold ? x[i] * scale : 0.0f;
+}
+
+/* ---- casts ------------------------------------------------------------------------------------ */
+
+enum { DT_F32 = 0, DT_F16, DT_BF16, DT_I32, DT_I64 };
+
+static ushort f32_to_f16(float f) {
+    uint u = as_uint(f);
+    uint sign = (u >> 16) & 0x8000u, absu = u & 0x7fffffffu;
+    if (absu > 0x7f800000u) return (ushort)(sign | 0x7e00u);
+    if (absu >= 0x477ff000u) return (ushort)(sign | 0x7c00u);
+    if (absu < 0x38800000u) {
+        if (absu < 0x33000000u) return (ushort)sign;
+        uint mant = (absu & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(absu >> 23); /* value = mant * 2^(e-150), f16 unit = 2^-24 */
+        uint hv = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (hv & 1))) hv++;
+        return (ushort)(sign | hv);
+    }
+    uint h = ((absu >> 13) - (112u << 10)), rem = absu & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+    return (ushort)(sign | h);
+}
+static float f16_to_f32(ushort h) {
+    uint sign = (uint)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) u = sign;
+        else {
+            e = 113;
+            while (!(m & 0x400u)) { m <<= 1; e--; }
+            u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) u = sign | 0x7f800000u | (m << 13);
+    else u = sign | ((e + 112) << 23) | (m << 13);
+    return as_float(u);
+}
+static ushort f32_to_bf16(float f) {
+    uint u = as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (ushort)(u >> 16);
+}
+
+__kernel void k_cast(__global const void *src, __global void *dst, long n, int sdt, int ddt) {
+    GRID_STRIDE(i, n) {
+        if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {
+            long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];
+            if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;
+            else ((__global long *)dst)[i] = v;
+            continue;
+        }
+        float v;
+        switch (sdt) {
+        case DT_F32: v = ((__global const float *)src)[i]; break;
+        case DT_F16: v = f16_to_f32(((__global const ushort *)src)[i]); break;
+        case DT_BF16: v = as_float((uint)((__global const ushort *)src)[i] << 16); break;
+        case DT_I32: v = (float)((__global const int *)src)[i]; break;
+        default: v = (float)((__global const long *)src)[i]; break;
+        }
+        switch (ddt) {
+        case DT_F32: ((__global float *)dst)[i] = v; break;
+        case DT_F16: ((__global ushort *)dst)[i] = f32_to_f16(v); break;
+        case DT_BF16: ((__global ushort *)dst)[i] = f32_to_bf16(v); break;
+        case DT_I32: ((__global int *)dst)[i] = (int)v; break;
+        default: ((__global long *)dst)[i] = (long)v; break;
+        }
+    }
+}
+
+/* ---- optimizers ------------------------------------------------------------------------------- */
+
+static float clip_factor(__global const float *gnorm_sq, float clip) {
+    if (!gnorm_sq || clip <= 0.0f) return 1.0f;
+    float nrm = sqrt(gnorm_sq[0]);
+    return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
+}
+
+__kernel void k_sgd(__global float *p, __global float *g, __global float *mom, __global const float *gnorm_sq, long n,
+                    float lr, float momentum, float wd, float clip, float gscale) {
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    GRID_STRIDE(i, n) {
+        float gi = g[i] * f + wd * p[i];
+        float v = gi;
+        if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
+        p[i] -= lr * v;
+        g[i] = 0.0f;
+    }
+}
+
+__kernel void k_adamw(__global float *p, __global float *g, __global float *m, __global float *v,
+                      __global const float *gnorm_sq, long n, float lr, float b1, float b2, float eps, float wd,
+                      float clip, float gscale, float bc1, float bc2) {
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    GRID_STRIDE(i, n) {
+        float gi = g[i] * f;
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        float mh = mi / bc1, vh = vi / bc2;
+        p[i] -= lr * (mh / (sqrt(vh) + eps) + wd * p[i]);
+        g[i] = 0.0f;
+    }
+}
+
+/* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */
+
+#define GT 64
+#define GK 16
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+k_gemm(__global const float *A, __global const float *B, __global float *Cm, int M, int N, int K, int ta, int tb,
+       long sA, long sB, long sC) {
+    __local float As[GK][GT + 4];
+    __local float Bs[GK][GT + 4];
+    __global const float *Ab = A + (long)get_group_id(2) * sA;
+    __global const float *Bb = B + (long)get_group_id(2) * sB;
+    __global float *Cb = Cm + (long)get_group_id(2) * sC;
+    int m0 = get_group_id(1) * GT, n0 = get_group_id(0) * GT;
+    int lid = get_local_id(0), tx = lid & 15, ty = lid >> 4;
+    float acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GK) {
+        for (int l = 0; l < 4; l++) {
+            int e = lid + l * 256, kk, mm, nn;
+            if (ta) { mm = e & 63; kk = e >> 6; }
+            else { kk = e & 15; mm = e >> 4; }
+            int gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < M && gk < K) ? (ta ? Ab[(long)gk * M + gm] : Ab[(long)gm * K + gk]) : 0.0f;
+            if (tb) { kk = e & 15; nn = e >> 4; }
+            else { nn = e & 63; kk = e >> 6; }
+            int gn = n0 + nn;
+            gk = k0 + kk;
+            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long)gn * K + gk] : Bb[(long)gk * N + gn]) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int i = 0; i < 4; i++) {
+        int gm = m0 + ty + 16 * i;
+        if (gm >= M) continue;
+        for (int j = 0; j < 4; j++) {
+            int gn = n0 + tx + 16 * j;
+            if (gn < N) Cb[(long)gm * N + gn] = acc[i][j];
+        }
+    }
+}

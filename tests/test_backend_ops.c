@@ -1,0 +1,668 @@
+/* test_backend_ops.c — the backend conformance suite (ggml's test-backend-ops is the model).
+ *
+ * Every op, forward, and its backward ops (through pdde_backward: the gradient of every parameter),
+ * runs on every available device and is compared with the CPU backend (device 0) under a per-op
+ * bound on the normalised mean squared error, over awkward shapes (1, primes, non-multiples of
+ * 16/32, empty where legal). Everything goes through the public API: a tiny graph per case, one
+ * session on the CPU and one on the device under test, the same inputs written to both.
+ *
+ *   test_backend_ops [--backend NAME] [--op NAME] [--perf] [-v]
+ *
+ * --op matches the op under test or any op in the case's graph (e.g. softmax_back). --perf prints
+ * GFLOP/s (matmul) or GB/s per op and shape on each device instead of checking. The last line is
+ * "N passed, N failed". Also checked: an unsupported op fails session init with PDDE_ERR_UNSUPPORTED,
+ * a kernel that does not build gives PDDE_ERR_BUILD with the log, a huge buffer PDDE_ERR_DEVICE_OOM. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "tests/test_util.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* LeakSanitizer (make test-asan): PoCL's kernel compiler leaks a few KB per program it compiles on a
+ * cold cache (inside libpocl/LLVM, nothing pdde allocates); this hook is read by LSan only. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:libpocl\nleak:libLLVM\nleak:libclang\n"; }
+
+/* ------------------------------------------------------------------------------------------------
+ * Cases */
+
+typedef struct op_case op_case;
+typedef pdde_tensor *(*build_fn)(pdde_graph *g, const op_case *c);
+
+struct op_case {
+    const char *op;    /* the op under test (its pdde_op_name) */
+    build_fn build;
+    int64_t p[8];      /* shape parameters, meaning per builder */
+    int grad;          /* also compare the gradients of every parameter */
+    double tol;        /* bound on the NMSE of the forward output; the gradients get 10x (at least 1e-9) */
+};
+
+static int64_t g_vocab; /* range of the "ids" / "tgt" leaves of the case being built */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* f32 leaves are parameters, so that the backward pass reaches them */
+static pdde_tensor *P(pdde_graph *g, const char *name, int nd, int64_t d0, int64_t d1, int64_t d2, int64_t d3) {
+    int64_t s[4] = {d0, d1, d2, d3};
+    return pdde_param(g, name, nd, s, 0.0f);
+}
+static pdde_tensor *I(pdde_graph *g, const char *name, pdde_dtype t, int nd, int64_t d0, int64_t d1) {
+    int64_t s[2] = {d0, d1};
+    return pdde_input(g, name, t, nd, s);
+}
+
+/* shapes: p[0] = ndim, p[1..] = dims */
+#define SHAPE_ARGS(c) (int)(c)->p[0], (c)->p[1], (c)->p[2], (c)->p[3], (c)->p[4]
+
+/* matmul: p = {M, N, K, ta, tb, batch (0 = 2-D), shared (0 both batched, 1 b 2-D, 2 a 2-D)} */
+static pdde_tensor *b_matmul(pdde_graph *g, const op_case *c) {
+    int64_t M = c->p[0], N = c->p[1], K = c->p[2], ta = c->p[3], tb = c->p[4], B = c->p[5], sh = c->p[6];
+    int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    pdde_tensor *a = (B && sh != 2) ? P(g, "a", 3, B, ar, ac, 0) : P(g, "a", 2, ar, ac, 0, 0);
+    pdde_tensor *b = (B && sh != 1) ? P(g, "b", 3, B, br, bc, 0) : P(g, "b", 2, br, bc, 0, 0);
+    return pdde_matmul(g, a, b, (int)ta, (int)tb);
+}
+
+/* binary: p = {ndim_a, a0, a1, a2, ndim_b, b0, b1, b2} */
+static pdde_tensor *b_binary(pdde_graph *g, const op_case *c) {
+    pdde_tensor *a = P(g, "a", (int)c->p[0], c->p[1], c->p[2], c->p[3], 0);
+    pdde_tensor *b = P(g, "b", (int)c->p[4], c->p[5], c->p[6], c->p[7], 0);
+    if (!strcmp(c->op, "add")) return pdde_add(g, a, b);
+    if (!strcmp(c->op, "sub")) return pdde_sub(g, a, b);
+    return pdde_mul(g, a, b);
+}
+
+static pdde_tensor *b_unary(pdde_graph *g, const op_case *c) {
+    pdde_tensor *x = P(g, "x", SHAPE_ARGS(c));
+    if (!strcmp(c->op, "scale")) return pdde_scale(g, x, -1.7f);
+    if (!strcmp(c->op, "gelu")) return pdde_gelu(g, pdde_scale(g, x, 3.0f));
+    if (!strcmp(c->op, "relu")) return pdde_relu(g, x);
+    return pdde_silu(g, pdde_scale(g, x, 3.0f));
+}
+
+static pdde_tensor *b_norm(pdde_graph *g, const op_case *c) {
+    pdde_tensor *x = P(g, "x", SHAPE_ARGS(c));
+    int64_t C = c->p[c->p[0]];
+    pdde_tensor *gamma = P(g, "gamma", 1, C, 0, 0, 0);
+    if (!strcmp(c->op, "layernorm")) return pdde_layernorm(g, x, gamma, P(g, "beta", 1, C, 0, 0, 0), 1e-5f);
+    return pdde_rmsnorm(g, x, gamma, 1e-5f);
+}
+
+/* softmax: shape, p[5] = causal */
+static pdde_tensor *b_softmax(pdde_graph *g, const op_case *c) {
+    return pdde_softmax(g, pdde_scale(g, P(g, "x", SHAPE_ARGS(c)), 3.0f), (int)c->p[5]);
+}
+
+/* cross-entropy: p = {N, V} */
+static pdde_tensor *b_cross_entropy(pdde_graph *g, const op_case *c) {
+    g_vocab = c->p[1];
+    pdde_tensor *x = pdde_scale(g, P(g, "x", 2, c->p[0], c->p[1], 0, 0), 4.0f);
+    return pdde_cross_entropy(g, x, I(g, c->p[2] ? "tgt_none" : "tgt", PDDE_I32, 1, c->p[0], 0));
+}
+
+/* embedding: p = {V, C, ids ndim, i0, i1, tied} (tied: the table also used as an output projection
+ * and looked up twice, so the embedding gradient lands on a base) */
+static pdde_tensor *b_embedding(pdde_graph *g, const op_case *c) {
+    g_vocab = c->p[0];
+    pdde_tensor *w = P(g, "table", 2, c->p[0], c->p[1], 0, 0);
+    pdde_tensor *ids = I(g, "ids", PDDE_I32, (int)c->p[2], c->p[3], c->p[4]);
+    pdde_tensor *y = pdde_embedding(g, w, ids);
+    if (c->p[5]) {
+        pdde_tensor *y2 = pdde_embedding(g, w, I(g, "ids2", PDDE_I32, (int)c->p[2], c->p[3], c->p[4]));
+        int64_t rows = pdde_tensor_numel(ids), shp[2] = {rows, c->p[1]};
+        pdde_tensor *h = pdde_reshape(g, pdde_add(g, y, y2), 2, shp);
+        y = pdde_matmul(g, h, w, 0, 1); /* logits over the vocabulary, tied weights */
+    }
+    return y;
+}
+
+/* reshape: x [p1, p2, p3] -> [p1 * p2, p3], then relu (a view is not a kernel of its own) */
+static pdde_tensor *b_reshape(pdde_graph *g, const op_case *c) {
+    int64_t shp[2] = {c->p[1] * c->p[2], c->p[3]};
+    return pdde_relu(g, pdde_reshape(g, P(g, "x", 3, c->p[1], c->p[2], c->p[3], 0), 2, shp));
+}
+
+/* permute: shape, p[5] = perm packed as decimal digits */
+static pdde_tensor *b_permute(pdde_graph *g, const op_case *c) {
+    int nd = (int)c->p[0], perm[PDDE_MAX_DIMS];
+    int64_t code = c->p[5];
+    for (int i = nd - 1; i >= 0; i--) perm[i] = (int)(code % 10), code /= 10;
+    return pdde_permute(g, P(g, "x", SHAPE_ARGS(c)), perm);
+}
+
+static pdde_tensor *b_permute6(pdde_graph *g, const op_case *c) {
+    (void)c;
+    int64_t s[6] = {2, 1, 3, 2, 5, 3};
+    int perm[6] = {4, 2, 0, 5, 1, 3};
+    return pdde_permute(g, pdde_param(g, "x", 6, s, 0.0f), perm);
+}
+
+/* concat: p = {n inputs, axis, rows, cols, a3} with input i of length (i + 2) along the axis */
+static pdde_tensor *b_concat(pdde_graph *g, const op_case *c) {
+    pdde_tensor *xs[6];
+    int n = (int)c->p[0], axis = (int)c->p[1];
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i % 10);
+        int64_t s[3] = {c->p[2], c->p[3], c->p[4]};
+        s[axis] = i + 2;
+        xs[i] = pdde_param(g, name, 3, s, 0.0f);
+    }
+    return pdde_concat(g, n, xs, axis);
+}
+
+/* slice: x [p0, p1, p2], p3 = axis, p4 = start, p5 = length */
+static pdde_tensor *b_slice(pdde_graph *g, const op_case *c) {
+    return pdde_slice(g, P(g, "x", 3, c->p[0], c->p[1], c->p[2], 0), (int)c->p[3], c->p[4], c->p[5]);
+}
+
+/* sum / mean: shape, p[5] = axis, p[6] = keepdim */
+static pdde_tensor *b_reduce(pdde_graph *g, const op_case *c) {
+    pdde_tensor *x = P(g, "x", SHAPE_ARGS(c));
+    if (!strcmp(c->op, "sum")) return pdde_sum(g, x, (int)c->p[5], (int)c->p[6]);
+    return pdde_mean(g, x, (int)c->p[5], (int)c->p[6]);
+}
+
+/* dropout: shape, p[5] = p in percent */
+static pdde_tensor *b_dropout(pdde_graph *g, const op_case *c) {
+    return pdde_dropout(g, P(g, "x", SHAPE_ARGS(c)), (float)c->p[5] / 100.0f, 0x123456789abcdefull);
+}
+
+/* cast: x of dtype p[5] [p1, p2] (times 1e-4 if p[3]) to dtype p[6] */
+static pdde_tensor *b_cast(pdde_graph *g, const op_case *c) {
+    pdde_tensor *x = I(g, "x", (pdde_dtype)c->p[5], 2, c->p[1], c->p[2]);
+    if (c->p[3]) x = pdde_scale(g, x, 1e-4f); /* into the f16 subnormals */
+    return pdde_cast(g, x, (pdde_dtype)c->p[6]);
+}
+
+/* attention over q, k, v [p0, p1, p2, p3] */
+static pdde_tensor *b_attention(pdde_graph *g, const op_case *c) {
+    int64_t s[4] = {c->p[0], c->p[1], c->p[2], c->p[3]};
+    pdde_tensor *q = pdde_param(g, "q", 4, s, 0.0f), *k = pdde_param(g, "k", 4, s, 0.0f);
+    return pdde_attention(g, q, k, pdde_param(g, "v", 4, s, 0.0f));
+}
+
+/* a small MLP with a loss: checks the optimizer ops over several steps (p0 = 1: AdamW with clipping,
+ * 0: SGD with momentum and weight decay) */
+static pdde_tensor *b_mlp(pdde_graph *g, const op_case *c) {
+    (void)c;
+    g_vocab = 7;
+    pdde_tensor *x = P(g, "x", 2, 9, 13, 0, 0);
+    pdde_tensor *w1 = P(g, "w1", 2, 13, 17, 0, 0), *b1 = P(g, "b1", 1, 17, 0, 0, 0);
+    pdde_tensor *w2 = P(g, "w2", 2, 17, 7, 0, 0);
+    pdde_tensor *h = pdde_gelu(g, pdde_bias_add(g, pdde_matmul(g, x, w1, 0, 0), b1));
+    pdde_tensor *ln = pdde_layernorm(g, h, P(g, "gamma", 1, 17, 0, 0, 0), P(g, "beta", 1, 17, 0, 0, 0), 1e-5f);
+    return pdde_cross_entropy(g, pdde_matmul(g, ln, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
+}
+
+#define T_DEF 1e-10 /* f32 round-off of one op, a few ulp of reordered sums */
+#define T_MM 1e-9   /* long dot products in another order */
+#define T_EXACT 0.0 /* data movement, casts, masks: bit for bit */
+
+static const op_case cases[] = {
+    /* matmul {M, N, K, ta, tb, batch, shared} */
+    {"matmul", b_matmul, {1, 1, 1, 0, 0, 0, 0}, 1, T_MM},
+    {"matmul", b_matmul, {7, 13, 5, 0, 0, 0, 0}, 1, T_MM},
+    {"matmul", b_matmul, {33, 17, 65, 0, 0, 0, 0}, 1, T_MM},
+    {"matmul", b_matmul, {127, 129, 61, 0, 0, 0, 0}, 1, T_MM},
+    {"matmul", b_matmul, {19, 23, 29, 1, 0, 0, 0}, 1, T_MM},
+    {"matmul", b_matmul, {19, 23, 29, 0, 1, 0, 0}, 1, T_MM},
+    {"matmul", b_matmul, {19, 23, 29, 1, 1, 0, 0}, 1, T_MM},
+    {"matmul", b_matmul, {17, 11, 13, 0, 0, 3, 0}, 1, T_MM},
+    {"matmul", b_matmul, {17, 11, 13, 0, 1, 3, 0}, 1, T_MM},
+    {"matmul", b_matmul, {17, 11, 13, 1, 0, 5, 1}, 1, T_MM},
+    {"matmul", b_matmul, {17, 11, 13, 0, 0, 5, 1}, 1, T_MM},
+    {"matmul", b_matmul, {17, 11, 13, 0, 1, 4, 2}, 1, T_MM},
+    {"matmul", b_matmul, {0, 5, 3, 0, 0, 0, 0}, 0, T_MM},
+    {"matmul", b_matmul, {4, 5, 0, 0, 0, 0, 0}, 0, T_MM},
+    /* binary {ndim_a, a.., ndim_b, b..} */
+    {"add", b_binary, {2, 37, 19, 0, 2, 37, 19, 0}, 1, T_DEF},
+    {"add", b_binary, {3, 4, 7, 33, 1, 33, 0, 0}, 1, T_DEF},
+    {"add", b_binary, {3, 5, 7, 9, 2, 7, 1, 0}, 1, T_DEF},
+    {"add", b_binary, {3, 5, 7, 9, 3, 5, 1, 9}, 1, T_DEF},
+    {"add", b_binary, {2, 0, 5, 0, 1, 5, 0, 0}, 0, T_DEF},
+    {"sub", b_binary, {2, 31, 3, 0, 2, 31, 3, 0}, 1, T_DEF},
+    {"sub", b_binary, {3, 2, 3, 17, 1, 1, 0, 0}, 1, T_DEF},
+    {"mul", b_binary, {2, 29, 23, 0, 2, 29, 23, 0}, 1, T_DEF},
+    {"mul", b_binary, {3, 6, 5, 11, 2, 5, 11, 0}, 1, T_DEF},
+    {"mul", b_binary, {3, 6, 5, 11, 3, 6, 5, 1}, 1, T_DEF},
+    /* unary */
+    {"scale", b_unary, {1, 101}, 1, T_DEF},
+    {"gelu", b_unary, {2, 3, 257}, 1, T_DEF},
+    {"gelu", b_unary, {1, 1}, 1, T_DEF},
+    {"relu", b_unary, {2, 3, 257}, 1, T_DEF},
+    {"relu", b_unary, {1, 0}, 0, T_DEF},
+    {"silu", b_unary, {3, 2, 5, 67}, 1, T_DEF},
+    /* norms: shape, the last dim is C */
+    {"layernorm", b_norm, {2, 1, 1}, 1, T_DEF},
+    {"layernorm", b_norm, {2, 7, 33}, 1, T_DEF},
+    {"layernorm", b_norm, {3, 4, 5, 769}, 1, T_DEF},
+    {"layernorm", b_norm, {2, 3, 1000}, 1, T_DEF},
+    {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
+    {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
+    {"rmsnorm", b_norm, {2, 1, 1}, 1, 1e-5}, /* C = 1: dx ~ 1 - xhat^2, all cancellation */
+    /* softmax: shape, p[5] causal */
+    {"softmax", b_softmax, {2, 5, 37, 0, 0, 0}, 1, T_DEF},
+    {"softmax", b_softmax, {2, 1, 1, 0, 0, 0}, 1, T_DEF},
+    {"softmax", b_softmax, {2, 3, 1000, 0, 0, 0}, 1, T_DEF},
+    {"softmax", b_softmax, {4, 2, 3, 17, 17, 1}, 1, T_DEF},
+    {"softmax", b_softmax, {2, 1, 1, 0, 0, 1}, 1, T_DEF},
+    /* cross-entropy {N, V, all targets ignored} */
+    {"cross_entropy", b_cross_entropy, {9, 37, 0}, 1, T_DEF},
+    {"cross_entropy", b_cross_entropy, {33, 1001, 0}, 1, T_DEF},
+    {"cross_entropy", b_cross_entropy, {1, 1, 0}, 1, T_DEF},
+    {"cross_entropy", b_cross_entropy, {4, 7, 1}, 1, T_DEF},
+    /* embedding {V, C, ids ndim, i0, i1, tied} */
+    {"embedding", b_embedding, {50, 17, 2, 3, 7, 0}, 1, T_EXACT},
+    {"embedding", b_embedding, {1, 1, 1, 1, 0, 0}, 1, T_EXACT},
+    {"embedding", b_embedding, {37, 19, 2, 2, 5, 1}, 1, T_MM},
+    /* shape ops */
+    {"reshape", b_reshape, {3, 3, 5, 7}, 1, T_EXACT},
+    {"permute", b_permute, {4, 2, 3, 4, 5, 3102}, 1, T_EXACT},
+    {"permute", b_permute, {2, 37, 19, 0, 0, 10}, 1, T_EXACT},
+    {"permute", b_permute, {3, 1, 7, 1, 0, 210}, 1, T_EXACT},
+    {"permute", b_permute6, {0}, 1, T_EXACT},
+    {"concat", b_concat, {3, 1, 4, 0, 6}, 1, T_EXACT},
+    {"concat", b_concat, {2, 0, 0, 5, 3}, 1, T_EXACT},
+    {"concat", b_concat, {6, 2, 3, 2, 0}, 1, T_EXACT},
+    {"slice", b_slice, {4, 11, 6, 1, 3, 5}, 1, T_EXACT},
+    {"slice", b_slice, {7, 3, 2, 0, 6, 1}, 1, T_EXACT},
+    {"slice", b_slice, {2, 3, 31, 2, 0, 17}, 1, T_EXACT},
+    {"slice", b_slice, {2, 3, 31, 2, 4, 0}, 0, T_EXACT},
+    /* reductions: shape, axis, keepdim */
+    {"sum", b_reduce, {2, 37, 19, 0, 0, -1, 0}, 1, T_DEF},
+    {"sum", b_reduce, {3, 4, 7, 9, 0, 0, 0}, 1, T_DEF},
+    {"sum", b_reduce, {3, 4, 7, 9, 0, 1, 1}, 1, T_DEF},
+    {"sum", b_reduce, {3, 4, 7, 9, 0, 2, 0}, 1, T_DEF},
+    {"sum", b_reduce, {1, 1 << 20, 0, 0, 0, -1, 1}, 0, T_DEF},
+    {"sum", b_reduce, {2, 3, 0, 0, 0, 1, 0}, 0, T_DEF},
+    {"mean", b_reduce, {2, 37, 19, 0, 0, -1, 0}, 1, T_DEF},
+    {"mean", b_reduce, {3, 4, 7, 9, 0, 1, 0}, 1, T_DEF},
+    {"mean", b_reduce, {2, 1, 1, 0, 0, 0, 1}, 1, T_DEF},
+    /* dropout: shape, p in percent */
+    {"dropout", b_dropout, {2, 33, 31, 0, 0, 30}, 1, T_EXACT},
+    {"dropout", b_dropout, {1, 1000, 0, 0, 0, 0}, 1, T_EXACT},
+    {"dropout", b_dropout, {1, 1, 0, 0, 0, 90}, 1, T_EXACT},
+    /* cast: [p1, p2] from dtype p5 to p6 */
+    {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F32, PDDE_F16}, 0, T_EXACT},
+    {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F32, PDDE_BF16}, 0, T_EXACT},
+    {"cast", b_cast, {2, 61, 67, 1, 0, PDDE_F32, PDDE_F16}, 0, T_EXACT},
+    {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F32, PDDE_I32}, 0, T_EXACT},
+    {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F32, PDDE_I64}, 0, T_EXACT},
+    {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_F16, PDDE_F32}, 0, T_EXACT},
+    {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_BF16, PDDE_F32}, 0, T_EXACT},
+    {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_I32, PDDE_F32}, 0, T_EXACT},
+    {"cast", b_cast, {2, 3, 5, 0, 0, PDDE_I64, PDDE_F16}, 0, T_EXACT},
+    {"cast", b_cast, {2, 0, 5, 0, 0, PDDE_F32, PDDE_F16}, 0, T_EXACT},
+    /* composites */
+    {"attention", b_attention, {2, 3, 16, 8}, 1, T_DEF},
+    {"attention", b_attention, {1, 1, 5, 3}, 1, T_DEF},
+    {"adamw_update", b_mlp, {1}, 3, T_DEF},
+    {"sgd_update", b_mlp, {0}, 3, T_DEF},
+};
+#define N_CASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* ------------------------------------------------------------------------------------------------
+ * Inputs: deterministic per (case, leaf name), identical for both sessions. */
+
+static uint64_t mix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fill_leaf(const pdde_tensor *t, int case_index, void *buf) {
+    uint64_t s = 1469598103934665603ull ^ (uint64_t)case_index * 0x100000001b3ull;
+    for (const char *c = t->name; *c; c++) s = (s ^ (uint8_t)*c) * 1099511628211ull;
+    int64_t n = pdde_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = mix(&s);
+        double u = (double)(r >> 11) / 9007199254740992.0; /* [0, 1) */
+        float f = (float)(2.0 * u - 1.0);
+        switch (t->dtype) {
+        case PDDE_F32: ((float *)buf)[i] = f; break;
+        case PDDE_F16: ((uint16_t *)buf)[i] = pdde_f32_to_f16(f * 100.0f); break;
+        case PDDE_BF16: ((uint16_t *)buf)[i] = pdde_f32_to_bf16(f * 100.0f); break;
+        case PDDE_I64: ((int64_t *)buf)[i] = (int64_t)(r % 200001) - 100000; break;
+        case PDDE_I32:
+            if (!strncmp(t->name, "tgt_none", 8)) ((int32_t *)buf)[i] = -1;
+            else if (!strncmp(t->name, "tgt", 3)) ((int32_t *)buf)[i] = (r % 7 == 0) ? -1 : (int32_t)((r >> 8) % (uint64_t)g_vocab);
+            else if (!strncmp(t->name, "ids", 3)) ((int32_t *)buf)[i] = (int32_t)((r >> 8) % (uint64_t)g_vocab);
+            else ((int32_t *)buf)[i] = (int32_t)(r % 2001) - 1000;
+            break;
+        default: break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * One case on one device: the values of the checked tensors, converted to double. */
+
+typedef struct {
+    int n;
+    const pdde_tensor *t[16];
+    double *v[16];
+    int64_t len[16];
+} results;
+
+static void results_free(results *r) {
+    for (int i = 0; i < r->n; i++) free(r->v[i]);
+    memset(r, 0, sizeof *r);
+}
+
+static double to_double(const pdde_tensor *t, const void *buf, int64_t i) {
+    switch (t->dtype) {
+    case PDDE_F32: return ((const float *)buf)[i];
+    case PDDE_F16: return pdde_f16_to_f32(((const uint16_t *)buf)[i]);
+    case PDDE_BF16: return pdde_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case PDDE_I32: return ((const int32_t *)buf)[i];
+    default: return (double)((const int64_t *)buf)[i];
+    }
+}
+
+/* Runs g on device with the case's inputs; reads the tensors of checks. steps > 0: training steps. */
+static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case_index, int mode, int steps,
+                          const pdde_tensor *const *checks, int n_checks, results *out, double *perf_s, int perf_iters) {
+    (void)ctx;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    pdde_session *s;
+    pdde_status st = pdde_session_init(g, &sp, &s);
+    if (st) return st;
+    size_t max = 1;
+    int n = pdde_graph_n_tensors(g);
+    for (int i = 0; i < n; i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op == PDDE_OP_NONE && pdde_tensor_nbytes(t) > max) max = pdde_tensor_nbytes(t);
+    }
+    void *buf = malloc(max);
+    for (int i = 0; i < n && st == PDDE_OK && buf; i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op != PDDE_OP_NONE || !(t->flags & (PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM))) continue;
+        if (!t->data) continue; /* not scheduled */
+        fill_leaf(t, case_index, buf);
+        st = pdde_session_write(s, t, buf, pdde_tensor_nbytes(t));
+    }
+    for (int k = 0; k < (steps > 0 ? steps : 1) && st == PDDE_OK; k++) st = pdde_session_run(s, (pdde_run_mode)mode);
+    if (st == PDDE_OK && perf_s) {
+        for (int k = 0; k < 2 && st == PDDE_OK; k++) st = pdde_session_run(s, (pdde_run_mode)mode); /* warm */
+        double t0 = now_s();
+        int it = 0;
+        while (st == PDDE_OK && (it < perf_iters || now_s() - t0 < 0.2)) {
+            st = pdde_session_run(s, (pdde_run_mode)mode);
+            it++;
+        }
+        *perf_s = (now_s() - t0) / it;
+    }
+    memset(out, 0, sizeof *out);
+    for (int c = 0; c < n_checks && st == PDDE_OK; c++) {
+        const pdde_tensor *t = checks[c];
+        size_t nb = pdde_tensor_nbytes(t);
+        void *tmp = malloc(nb ? nb : 1);
+        st = pdde_session_read(s, t, tmp, nb);
+        int64_t len = pdde_tensor_numel(t);
+        double *v = malloc((size_t)(len ? len : 1) * sizeof *v);
+        for (int64_t i = 0; i < len; i++) v[i] = to_double(t, tmp, i);
+        free(tmp);
+        out->t[out->n] = t, out->v[out->n] = v, out->len[out->n] = len, out->n++;
+    }
+    free(buf);
+    pdde_session_free(s);
+    return st;
+}
+
+/* normalised mean squared error (ggml's check); a NaN/inf where the reference is finite is infinite */
+static double nmse(const double *a, const double *ref, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(ref[i])) {
+            if (isfinite(a[i]) != isfinite(ref[i]) || (isnan(a[i]) != isnan(ref[i]))) return INFINITY;
+            continue;
+        }
+        double d = a[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    if (num == 0) return 0;
+    return num / (den > 0 ? den : 1e-30);
+}
+
+typedef struct {
+    pdde_context *ctx;
+    const char *backend, *op;
+    int perf, verbose;
+} options;
+
+static void case_label(const op_case *c, char *buf, size_t n) {
+    int k = snprintf(buf, n, "%s(", c->op);
+    for (int i = 0; i < 8 && k < (int)n; i++) k += snprintf(buf + k, n - (size_t)k, i ? ",%lld" : "%lld", (long long)c->p[i]);
+    if (k < (int)n) snprintf(buf + k, n - (size_t)k, ")");
+}
+
+static bool graph_has_op(pdde_graph *g, const char *name) {
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++)
+        if (!strcmp(pdde_op_name(pdde_graph_tensor(g, i)->op), name)) return true;
+    return false;
+}
+
+/* bytes read and written by the nodes of a forward graph (for GB/s) and matmul flops */
+static void graph_traffic(pdde_graph *g, double *bytes, double *flops) {
+    *bytes = 0, *flops = 0;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE) continue;
+        *bytes += (double)pdde_tensor_nbytes(t);
+        for (int k = 0; k < t->nsrc; k++) *bytes += (double)pdde_tensor_nbytes(t->src[k]);
+        if (t->op == PDDE_OP_MATMUL) {
+            const pdde_tensor *a = t->src[0];
+            double K = (double)a->shape[a->ndim - (t->iparams[0] ? 2 : 1)];
+            *flops += 2.0 * (double)pdde_tensor_numel(t) * K;
+        }
+    }
+}
+
+/* mode 0: forward output; 1: gradients (forward + backward); 2: optimizer steps */
+static void run_case(const options *o, int ci, int device, int mode) {
+    const op_case *c = &cases[ci];
+    char label[160];
+    case_label(c, label, sizeof label);
+    pdde_graph *g;
+    if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
+    pdde_tensor *y = c->build(g, c);
+    const pdde_tensor *checks[16];
+    int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
+    if (y && mode == 0) {
+        pdde_mark_output(y);
+        checks[n_checks++] = y;
+    } else if (y) {
+        pdde_tensor *loss = y;
+        if (!(y->flags & PDDE_TENSOR_LOSS)) {
+            pdde_tensor *w = pdde_input(g, "dy_weights", PDDE_F32, y->ndim, y->shape);
+            loss = pdde_sum(g, pdde_mul(g, y, w), -1, 0);
+        }
+        pdde_backward(g, loss);
+        run_mode = PDDE_RUN_FORWARD_BACKWARD;
+        if (mode == 2) {
+            pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+            op.lr = 0.05f;
+            op.weight_decay = 0.1f;
+            if (c->p[0]) op.clip_norm = 0.5f, pdde_optimizer_adamw(g, &op);
+            else op.momentum = 0.9f, pdde_optimizer_sgd(g, &op);
+            run_mode = PDDE_RUN_STEP;
+            steps = 3;
+        }
+        checks[n_checks++] = loss;
+        for (int i = 0; i < pdde_graph_n_tensors(g) && n_checks < 16; i++) {
+            pdde_tensor *t = pdde_graph_tensor(g, i);
+            if ((t->flags & PDDE_TENSOR_PARAM) && t->grad) checks[n_checks++] = mode == 2 ? t : t->grad;
+        }
+    }
+    if (pdde_graph_status(g) != PDDE_OK) {
+        CHECK(0, "%s: graph: %s", label, pdde_last_error(o->ctx));
+        pdde_graph_free(g);
+        return;
+    }
+    if (o->op && strcmp(o->op, c->op) && !graph_has_op(g, o->op)) { pdde_graph_free(g); return; }
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    const char *what = mode == 0 ? "fwd" : mode == 1 ? "grad" : "steps";
+    if (o->perf) {
+        double sec = 0, bytes, flops;
+        results r;
+        graph_traffic(g, &bytes, &flops);
+        pdde_status st = run_on(o->ctx, g, device, ci, run_mode, steps, checks, n_checks, &r, &sec, 5);
+        results_free(&r);
+        if (st) printf("%-10s %-44s %-5s error %s\n", props.backend, label, what, pdde_last_error(o->ctx));
+        else if (flops > 0) printf("%-10s %-44s %-5s %9.3f ms %9.2f GFLOP/s\n", props.backend, label, what, sec * 1e3, flops / sec * 1e-9);
+        else printf("%-10s %-44s %-5s %9.3f ms %9.2f GB/s\n", props.backend, label, what, sec * 1e3, bytes / sec * 1e-9);
+        pdde_graph_free(g);
+        return;
+    }
+    results ref, got;
+    double t_case = now_s();
+    pdde_status st = run_on(o->ctx, g, 0, ci, run_mode, steps, checks, n_checks, &ref, NULL, 0);
+    if (st) {
+        CHECK(0, "%s %s: cpu reference failed: %s (%s)", label, what, pdde_status_str(st), pdde_last_error(o->ctx));
+        results_free(&ref);
+        pdde_graph_free(g);
+        return;
+    }
+    st = run_on(o->ctx, g, device, ci, run_mode, steps, checks, n_checks, &got, NULL, 0);
+    if (st) {
+        CHECK(0, "%s %s on %s: %s (%s)", label, what, props.name, pdde_status_str(st), pdde_last_error(o->ctx));
+    } else {
+        /* gradients pass through more ops (and the loss through a full reduction) */
+        double worst = 0, tol = mode == 0 ? c->tol : (10 * c->tol > 1e-9 ? 10 * c->tol : 1e-9);
+        const char *worst_name = "";
+        for (int k = 0; k < got.n; k++) {
+            double e = nmse(got.v[k], ref.v[k], got.len[k]);
+            if (e > worst || k == 0) worst = e, worst_name = got.t[k]->name;
+        }
+        CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g", label, what, props.backend, worst_name, worst, tol);
+        if (o->verbose) printf("  %-10s %-44s %-5s NMSE %-9.3g %6.2fs\n", props.backend, label, what, worst, now_s() - t_case);
+    }
+    results_free(&ref);
+    results_free(&got);
+    pdde_graph_free(g);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Error paths */
+
+static void test_errors(pdde_context *ctx, int device, const char *backend) {
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    pdde_status st;
+    /* an op the device cannot run: more elements than the OpenCL kernels index */
+    if (!strcmp(backend, "opencl")) {
+        pdde_graph_init(ctx, &g);
+        int64_t big[2] = {65536, 65537};
+        pdde_mark_output(pdde_relu(g, pdde_input(g, "x", PDDE_F32, 2, big)));
+        st = pdde_session_init(g, &sp, &s);
+        CHECK(st == PDDE_ERR_UNSUPPORTED, "unsupported op: got %s (%s)", pdde_status_str(st), pdde_last_error(ctx));
+        CHECK(strstr(pdde_last_error(ctx), "relu") != NULL, "unsupported op: message: %s", pdde_last_error(ctx));
+        pdde_session_free(s), s = NULL;
+        pdde_graph_free(g);
+    }
+    /* a buffer larger than the device */
+    pdde_graph_init(ctx, &g);
+    int64_t huge[2] = {1 << 18, 1 << 18}; /* 256 GiB */
+    pdde_input(g, "huge", PDDE_F32, 2, huge);
+    st = pdde_session_init(g, &sp, &s);
+    int want = !strcmp(backend, "cpu") ? PDDE_ERR_OOM : PDDE_ERR_DEVICE_OOM;
+    CHECK(st == want, "huge buffer on %s: got %s (%s)", backend, pdde_status_str(st), pdde_last_error(ctx));
+    if (st != PDDE_OK) CHECK(strstr(pdde_last_error(ctx), "274877906944") != NULL, "OOM message lacks the size: %s", pdde_last_error(ctx));
+    pdde_session_free(s), s = NULL;
+    pdde_graph_free(g);
+}
+
+/* A kernel source that does not build: PDDE_ERR_BUILD from session init, with the compiler's log. */
+static void test_build_failure(int device) {
+    setenv("PDDE_OPENCL_DEBUG_SOURCE", "\n__kernel void k_broken(__global float *y) { y[0] = undefined_thing; }\n", 1);
+    pdde_context *ctx;
+    pdde_status st = pdde_context_init(NULL, &ctx);
+    unsetenv("PDDE_OPENCL_DEBUG_SOURCE");
+    CHECK(st == PDDE_OK, "context_init");
+    if (st) return;
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    int64_t shp[1] = {5};
+    pdde_mark_output(pdde_relu(g, pdde_input(g, "x", PDDE_F32, 1, shp)));
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    pdde_session *s = NULL;
+    st = pdde_session_init(g, &sp, &s);
+    CHECK(st == PDDE_ERR_BUILD, "broken kernel: got %s (%s)", pdde_status_str(st), pdde_last_error(ctx));
+    CHECK(strstr(pdde_last_error(ctx), "undefined_thing") != NULL, "build log missing from: %.300s", pdde_last_error(ctx));
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+}
+
+int main(int argc, char **argv) {
+    options o = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--backend") && i + 1 < argc) o.backend = argv[++i];
+        else if (!strcmp(argv[i], "--op") && i + 1 < argc) o.op = argv[++i];
+        else if (!strcmp(argv[i], "--perf")) o.perf = 1;
+        else if (!strcmp(argv[i], "-v")) o.verbose = 1;
+        else {
+            fprintf(stderr, "usage: %s [--backend NAME] [--op NAME] [--perf] [-v]\n", argv[0]);
+            return 2;
+        }
+    }
+    pdde_context *ctx;
+    if (pdde_context_init(NULL, &ctx) != PDDE_OK) { CHECK(0, "context_init"); return test_finish(); }
+    o.ctx = ctx;
+    for (int b = 0; b < pdde_backend_count(ctx); b++) {
+        const char *why;
+        pdde_status st = pdde_backend_status(ctx, b, &why);
+        printf("backend %-10s %s%s\n", pdde_backend_name(ctx, b), st == PDDE_OK ? "available" : "unavailable: ", st == PDDE_OK ? "" : why);
+    }
+    /* the devices under test: every device but the CPU reference, unless --backend cpu */
+    int devs[64], n_devs = 0;
+    for (int d = 0; d < pdde_device_count(ctx) && n_devs < 64; d++) {
+        pdde_device_props p;
+        if (pdde_device_get_props(ctx, d, &p) != PDDE_OK) continue;
+        if (o.backend ? strcmp(p.backend, o.backend) != 0 : (d == 0 && !o.perf)) continue;
+        printf("device %d: %s (%s)\n", d, p.name, p.backend);
+        devs[n_devs++] = d;
+    }
+    if (n_devs == 0) printf("no device to test%s%s\n", o.backend ? " for backend " : "", o.backend ? o.backend : "");
+    double t0 = now_s();
+    for (int k = 0; k < n_devs; k++) {
+        double td = now_s();
+        int passed0 = test_passed, failed0 = test_failed;
+        for (int ci = 0; ci < N_CASES; ci++) {
+            const op_case *c = &cases[ci];
+            if (o.perf) { if (c->grad != 3) run_case(&o, ci, devs[k], 0); continue; }
+            if (c->grad == 3) { run_case(&o, ci, devs[k], 2); continue; }
+            run_case(&o, ci, devs[k], 0);
+            if (c->grad) run_case(&o, ci, devs[k], 1);
+        }
+        if (!o.perf && !o.op) {
+            pdde_device_props p;
+            pdde_device_get_props(ctx, devs[k], &p);
+            if (!strcmp(p.backend, "opencl")) {
+                test_errors(ctx, devs[k], p.backend);
+                test_build_failure(devs[k]);
+            }
+        }
+        if (!o.perf) printf("device %d: %d passed, %d failed (%.1fs)\n", devs[k], test_passed - passed0, test_failed - failed0, now_s() - td);
+    }
+    if (o.verbose) printf("total %.1fs\n", now_s() - t0);
+    pdde_context_free(ctx);
+    return test_finish();
+}

@@ -1,0 +1,318 @@
+/* bench_cuda — throughput of pdde's CUDA backend next to cuBLAS called directly, on the first CUDA device.
+ *
+ *   bench_cuda [--quick | --gpt]
+ *
+ * GEMM (f32, row-major C = A B): pdde's matmul node through a session (cuBLAS underneath, then the
+ * built-in tiled kernel as on a machine without cuBLAS) against cublasSgemm on the same sizes.
+ * Elementwise: pdde's add and scale nodes against cublasSaxpy / cublasSscal (the same bytes moved),
+ * and a few row ops for reference. Then one GPT training step (forward, backward, AdamW) on the GPU.
+ * Times are medians of timed repetitions after warm-up, each repetition synchronised.
+ * Prints "no CUDA device" and exits 0 where there is none. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/gpt.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* cuBLAS and the driver, called directly for the reference numbers. */
+typedef struct {
+    int (*MemAlloc)(unsigned long long *, size_t);
+    int (*MemFree)(unsigned long long);
+    int (*CtxSynchronize)(void);
+    int (*MemsetD32)(unsigned long long, unsigned, size_t);
+    void *handle;
+    int (*Create)(void **);
+    int (*Destroy)(void *);
+    int (*Sgemm)(void *, int, int, int, int, int, const float *, const float *, int, const float *, int, const float *,
+                 float *, int);
+    int (*Saxpy)(void *, int, const float *, const float *, int, float *, int);
+    int (*Sscal)(void *, int, const float *, float *, int);
+} direct_api;
+
+static int direct_open(direct_api *d) {
+    memset(d, 0, sizeof *d);
+    void *cu = dlopen("libcuda.so.1", RTLD_NOW);
+    void *bl = NULL;
+    const char *names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so.13",
+                           "/usr/local/cuda/lib64/libcublas.so.12"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !bl; i++) bl = dlopen(names[i], RTLD_NOW);
+    if (!cu || !bl) return -1;
+    *(void **)&d->MemAlloc = dlsym(cu, "cuMemAlloc_v2");
+    *(void **)&d->MemFree = dlsym(cu, "cuMemFree_v2");
+    *(void **)&d->CtxSynchronize = dlsym(cu, "cuCtxSynchronize");
+    *(void **)&d->MemsetD32 = dlsym(cu, "cuMemsetD32_v2");
+    *(void **)&d->Create = dlsym(bl, "cublasCreate_v2");
+    *(void **)&d->Destroy = dlsym(bl, "cublasDestroy_v2");
+    *(void **)&d->Sgemm = dlsym(bl, "cublasSgemm_v2");
+    *(void **)&d->Saxpy = dlsym(bl, "cublasSaxpy_v2");
+    *(void **)&d->Sscal = dlsym(bl, "cublasSscal_v2");
+    if (!d->MemAlloc || !d->Create || !d->Sgemm || !d->Saxpy || !d->Sscal || !d->CtxSynchronize) return -1;
+    return d->Create(&d->handle) == 0 ? 0 : -1;
+}
+
+/* median seconds of fn over reps after warm */
+typedef void (*bench_fn)(void *arg);
+static double time_median(bench_fn fn, void *arg, int warm, int reps, void (*sync)(void *), void *sarg) {
+    for (int i = 0; i < warm; i++) fn(arg);
+    sync(sarg);
+    double t[64];
+    if (reps > 64) reps = 64;
+    for (int i = 0; i < reps; i++) {
+        double t0 = now();
+        fn(arg);
+        sync(sarg);
+        t[i] = now() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof *t, cmp_double);
+    return t[reps / 2];
+}
+
+/* ---- pdde: a one-node graph in a session ---- */
+typedef struct {
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_session *s;
+    int ok;
+} one_node;
+
+static void run_session(void *arg) {
+    one_node *o = arg;
+    if (pdde_session_run(o->s, PDDE_RUN_FORWARD) != PDDE_OK) o->ok = 0;
+}
+static void no_sync(void *arg) { (void)arg; } /* session runs end synchronised */
+
+static void fill_inputs(one_node *o, int n_in, pdde_tensor **in) {
+    for (int i = 0; i < n_in; i++) {
+        int64_t n = pdde_tensor_numel(in[i]);
+        float *v = malloc((size_t)n * 4);
+        for (int64_t k = 0; k < n; k++) v[k] = (float)((k * 37 + i) % 101) / 101.0f - 0.5f;
+        pdde_session_write(o->s, in[i], v, (size_t)n * 4);
+        free(v);
+    }
+}
+
+static int session_open(one_node *o, int dev, pdde_tensor *y, int n_in, pdde_tensor **in) {
+    pdde_mark_output(y);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = dev;
+    if (pdde_session_init(o->g, &sp, &o->s) != PDDE_OK) {
+        fprintf(stderr, "session: %s\n", pdde_last_error(o->ctx));
+        return -1;
+    }
+    fill_inputs(o, n_in, in);
+    o->ok = 1;
+    return 0;
+}
+
+static void session_close(one_node *o) {
+    pdde_session_free(o->s);
+    pdde_graph_free(o->g);
+    o->s = NULL, o->g = NULL;
+}
+
+static double pdde_gemm(pdde_context *ctx, int dev, int64_t M, int64_t N, int64_t K, int reps) {
+    one_node o = {.ctx = ctx};
+    pdde_graph_init(ctx, &o.g);
+    pdde_tensor *in[2] = {pdde_input(o.g, "a", PDDE_F32, 2, (int64_t[]){M, K}),
+                          pdde_input(o.g, "b", PDDE_F32, 2, (int64_t[]){K, N})};
+    if (session_open(&o, dev, pdde_matmul(o.g, in[0], in[1], 0, 0), 2, in)) return 0;
+    double t = time_median(run_session, &o, 3, reps, no_sync, NULL);
+    session_close(&o);
+    return o.ok ? 2.0 * (double)M * (double)N * (double)K / t / 1e12 : 0;
+}
+
+/* ---- cuBLAS direct ---- */
+typedef struct {
+    direct_api *d;
+    int M, N, K;
+    unsigned long long a, b, c;
+    int n;
+    int op;
+} direct_job;
+
+static void direct_sync(void *arg) { ((direct_api *)arg)->CtxSynchronize(); }
+
+static void direct_gemm_fn(void *arg) {
+    direct_job *j = arg;
+    float one = 1.0f, zero = 0.0f;
+    /* row-major C[M,N] = A[M,K] B[K,N] as column-major C^T = B^T A^T */
+    j->d->Sgemm(j->d->handle, 0, 0, j->N, j->M, j->K, &one, (const float *)(uintptr_t)j->b, j->N,
+                (const float *)(uintptr_t)j->a, j->K, &zero, (float *)(uintptr_t)j->c, j->N);
+}
+
+static void direct_elem_fn(void *arg) {
+    direct_job *j = arg;
+    float s = 1.0001f;
+    if (j->op == 0) j->d->Saxpy(j->d->handle, j->n, &s, (const float *)(uintptr_t)j->a, 1, (float *)(uintptr_t)j->b, 1);
+    else j->d->Sscal(j->d->handle, j->n, &s, (float *)(uintptr_t)j->a, 1);
+}
+
+static double direct_gemm(direct_api *d, int M, int N, int K, int reps) {
+    direct_job j = {.d = d, .M = M, .N = N, .K = K};
+    if (d->MemAlloc(&j.a, (size_t)M * K * 4) || d->MemAlloc(&j.b, (size_t)K * N * 4) || d->MemAlloc(&j.c, (size_t)M * N * 4))
+        return 0;
+    d->MemsetD32(j.a, 0x3c000000u, (size_t)M * K); /* 2^-7: finite, nonzero */
+    d->MemsetD32(j.b, 0x3c000000u, (size_t)K * N);
+    double t = time_median(direct_gemm_fn, &j, 3, reps, direct_sync, d);
+    d->MemFree(j.a), d->MemFree(j.b), d->MemFree(j.c);
+    return 2.0 * M * (double)N * K / t / 1e12;
+}
+
+static double direct_elem(direct_api *d, int n, int op, int reps) {
+    direct_job j = {.d = d, .n = n, .op = op};
+    if (d->MemAlloc(&j.a, (size_t)n * 4) || d->MemAlloc(&j.b, (size_t)n * 4)) return 0;
+    d->MemsetD32(j.a, 0x3f800000u, (size_t)n);
+    d->MemsetD32(j.b, 0x3f800000u, (size_t)n);
+    double t = time_median(direct_elem_fn, &j, 3, reps, direct_sync, d);
+    d->MemFree(j.a), d->MemFree(j.b);
+    double bytes = op == 0 ? 3.0 * n * 4 : 2.0 * n * 4;
+    return bytes / t / 1e9;
+}
+
+/* pdde elementwise / row ops on [rows, C]; returns GB/s counting the bytes each op must move */
+static double pdde_elem(pdde_context *ctx, int dev, const char *op, int64_t rows, int64_t C, int reps) {
+    one_node o = {.ctx = ctx};
+    pdde_graph_init(ctx, &o.g);
+    pdde_tensor *in[3];
+    int n_in = 1;
+    in[0] = pdde_input(o.g, "a", PDDE_F32, 2, (int64_t[]){rows, C});
+    pdde_tensor *y;
+    double passes;
+    if (!strcmp(op, "add")) {
+        in[1] = pdde_input(o.g, "b", PDDE_F32, 2, (int64_t[]){rows, C}), n_in = 2;
+        y = pdde_add(o.g, in[0], in[1]), passes = 3;
+    } else if (!strcmp(op, "bias_add")) {
+        in[1] = pdde_input(o.g, "b", PDDE_F32, 1, (int64_t[]){C}), n_in = 2;
+        y = pdde_add(o.g, in[0], in[1]), passes = 2;
+    } else if (!strcmp(op, "scale")) y = pdde_scale(o.g, in[0], 1.0001f), passes = 2;
+    else if (!strcmp(op, "gelu")) y = pdde_gelu(o.g, in[0]), passes = 2;
+    else if (!strcmp(op, "softmax")) y = pdde_softmax(o.g, in[0], 0), passes = 2;
+    else if (!strcmp(op, "sum_rows")) y = pdde_sum(o.g, in[0], 0, 0), passes = 1;
+    else {
+        in[1] = pdde_input(o.g, "g", PDDE_F32, 1, (int64_t[]){C});
+        in[2] = pdde_input(o.g, "b", PDDE_F32, 1, (int64_t[]){C}), n_in = 3;
+        y = pdde_layernorm(o.g, in[0], in[1], in[2], 1e-5f), passes = 2;
+    }
+    if (session_open(&o, dev, y, n_in, in)) return 0;
+    double t = time_median(run_session, &o, 3, reps, no_sync, NULL);
+    session_close(&o);
+    return o.ok ? passes * (double)rows * (double)C * 4 / t / 1e9 : 0;
+}
+
+static void bench_gpt(pdde_context *ctx, int dev, int quick) {
+    gpt_config c = {.vocab = 50304, .ctx = 1024, .layers = quick ? 2 : 12, .heads = 12, .width = 768, .batch = 8};
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    if (gpt_build(g, &c, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op)) {
+        fprintf(stderr, "gpt: %s\n", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return;
+    }
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = dev;
+    pdde_session *s;
+    if (pdde_session_init(g, &sp, &s) != PDDE_OK) {
+        fprintf(stderr, "gpt session: %s\n", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return;
+    }
+    int BT = c.batch * c.ctx;
+    int32_t *x = malloc((size_t)BT * 4), *y = malloc((size_t)BT * 4);
+    double t[16];
+    int steps = 8, ok = 1;
+    float loss0 = 0, loss = 0;
+    for (int st = 0; st < steps + 2 && ok; st++) {
+        for (int i = 0; i < BT; i++) x[i] = (i * 7 + st * 13) % 1000, y[i] = (x[i] + 1) % 1000; /* learnable */
+        pdde_session_write(s, m.ids, x, (size_t)BT * 4);
+        pdde_session_write(s, m.targets, y, (size_t)BT * 4);
+        double t0 = now();
+        ok = pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK;
+        if (st >= 2) t[st - 2] = now() - t0;
+        if (st == 0) loss0 = pdde_session_loss(s);
+        loss = pdde_session_loss(s);
+    }
+    if (!ok) fprintf(stderr, "gpt step: %s\n", pdde_last_error(ctx));
+    else {
+        qsort(t, (size_t)steps, sizeof *t, cmp_double);
+        double ms = t[steps / 2] * 1e3;
+        printf("gpt step (L=%d C=%d T=%d B=%d V=%d, %.0fM params, AdamW): %.1f ms, %.0f tokens/s, loss %.3f -> %.3f\n",
+               c.layers, c.width, c.ctx, c.batch, c.vocab, (double)gpt_n_params(&c) / 1e6, ms, BT / (ms / 1e3), loss0,
+               loss);
+    }
+    free(x);
+    free(y);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "--quick"), gpt_only = argc > 1 && !strcmp(argv[1], "--gpt");
+    pdde_context *ctx;
+    if (pdde_context_init(NULL, &ctx) != PDDE_OK) return 1;
+    int dev = pdde_device_find(ctx, "cuda", 0);
+    if (dev < 0) {
+        printf("no CUDA device\n");
+        pdde_context_free(ctx);
+        return 0;
+    }
+    pdde_device_props p;
+    pdde_device_get_props(ctx, dev, &p);
+    printf("device: %s, %d SMs, %.1f TFLOP/s f32 (peak from clocks), %.0f GB/s\n", p.name, p.compute_units,
+           p.peak_flops_f32 / 1e12, p.mem_bandwidth / 1e9);
+    if (gpt_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
+        bench_gpt(ctx, dev, 0);
+        pdde_context_free(ctx);
+        return 0;
+    }
+    int reps = quick ? 5 : 20;
+    static const int sizes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192},
+                                   {8192, 3072, 768},  {8192, 768, 3072},  {8192, 50304, 768}};
+    int n_sizes = quick ? 3 : (int)(sizeof sizes / sizeof sizes[0]);
+    double pd[16] = {0};
+    for (int i = 0; i < n_sizes; i++) pd[i] = pdde_gemm(ctx, dev, sizes[i][0], sizes[i][1], sizes[i][2], reps);
+    /* the direct calls run in the primary context the backend made current on this thread */
+    direct_api d;
+    int have_direct = direct_open(&d) == 0;
+    printf("\nGEMM f32 (TFLOP/s)          pdde(cuBLAS)  cuBLAS direct\n");
+    for (int i = 0; i < n_sizes; i++)
+        printf("  %5d x %5d x %5d        %8.2f      %8.2f\n", sizes[i][0], sizes[i][1], sizes[i][2], pd[i],
+               have_direct ? direct_gemm(&d, sizes[i][0], sizes[i][1], sizes[i][2], reps) : 0.0);
+    int64_t rows = 8192, C = 4096; /* 32M floats, 128 MB a tensor */
+    printf("\nelementwise, %lld x %lld f32 (GB/s)\n", (long long)rows, (long long)C);
+    printf("  pdde add %8.0f    cublasSaxpy %8.0f\n", pdde_elem(ctx, dev, "add", rows, C, reps),
+           have_direct ? direct_elem(&d, (int)(rows * C), 0, reps) : 0.0);
+    printf("  pdde scale %6.0f    cublasSscal %8.0f\n", pdde_elem(ctx, dev, "scale", rows, C, reps),
+           have_direct ? direct_elem(&d, (int)(rows * C), 1, reps) : 0.0);
+    const char *ops[] = {"bias_add", "gelu", "softmax", "layernorm", "sum_rows"};
+    for (int i = 0; i < 5; i++) printf("  pdde %-10s %8.0f\n", ops[i], pdde_elem(ctx, dev, ops[i], rows, C, reps));
+    if (have_direct) d.Destroy(d.handle);
+    bench_gpt(ctx, dev, quick);
+    pdde_context_free(ctx);
+
+    /* the built-in GEMM kernel (what runs where cuBLAS is absent) */
+    setenv("PDDE_CUDA_NO_CUBLAS", "1", 1);
+    pdde_context_init(NULL, &ctx);
+    dev = pdde_device_find(ctx, "cuda", 0);
+    printf("\nGEMM f32, built-in kernel (TFLOP/s)\n");
+    for (int i = 0; i < (quick ? 2 : 5); i++)
+        printf("  %5d x %5d x %5d        %8.2f\n", sizes[i][0], sizes[i][1], sizes[i][2],
+               pdde_gemm(ctx, dev, sizes[i][0], sizes[i][1], sizes[i][2], quick ? 3 : 5));
+    pdde_context_free(ctx);
+    return 0;
+}
