@@ -436,7 +436,10 @@ static void spmd_rule_sum_to(spmd_ctx *c) {
     spmd_einsum(c, NULL);
 }
 
-/* expand (a reduction's gradient, broadcast back): kept dims follow, the broadcast ones are replicated */
+/* expand (a reduction's gradient, broadcast back): kept dims follow, the broadcast ones are replicated
+ * (consumers split them by a local slice). Partition contract: a mean's gradient carrying the mean
+ * marker on axis a (avg{a}: each rank differentiates its own mean) is scaled by the local count, i.e.
+ * fparams[0] (1/global count) times the size of a. */
 static void spmd_rule_expand(spmd_ctx *c) {
     const pdde_tensor *x = c->node->src[0], *y = c->node;
     spmd_letters(c->out_dims, y->ndim, 'a');
@@ -526,7 +529,8 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
     [PDDE_OP_SUM_TO] = spmd_rule_sum_to, [PDDE_OP_EXPAND] = spmd_rule_expand,
     [PDDE_OP_GRAD_ACCUM] = spmd_rule_grad_accum, [PDDE_OP_GRAD_NORM_SQ] = spmd_rule_grad_norm_sq,
     [PDDE_OP_SGD_UPDATE] = spmd_rule_update, [PDDE_OP_ADAMW_UPDATE] = spmd_rule_update,
-    /* collectives inserted by the session move data, they do not change its layout */
+    /* collectives the session weaves in today (before the planner drives them): not re-derived,
+     * their layout passes through */
     [PDDE_OP_ALLREDUCE] = spmd_rule_follow_linear, [PDDE_OP_REDUCE_SCATTER] = spmd_rule_follow_linear,
     [PDDE_OP_ALLGATHER] = spmd_rule_follow_linear, [PDDE_OP_COMM_WAIT] = spmd_rule_follow_linear,
 };

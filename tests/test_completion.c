@@ -55,6 +55,8 @@ static pdde_tensor *consumer(pdde_graph *g, const pdde_tensor *t, pdde_op op, in
     return NULL;
 }
 
+static pdde_tensor *accum_of(pdde_graph *g, pdde_tensor *p);
+
 static int has(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -302,6 +304,50 @@ static void test_attention(void) {
     pdde_graph_free(g);
 }
 
+/* The smaller families: reductions, reshape, concat, rmsnorm, mul and a mean loss's backward, SGD. */
+static void test_misc_rules(void) {
+    pdde_graph *g = new_graph();
+    const pdde_mesh *m = mesh_2x2(g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, SHAPE(8, 6));
+    pdde_tensor *w = pdde_param(g, "w", 1, SHAPE(6), 0.02f);
+    pdde_tensor *z = pdde_input(g, "z", PDDE_F32, 2, SHAPE(6, 4));
+    pdde_shard(g, x, m, MAP(DP, -1));
+    pdde_shard(g, z, m, MAP(-1, TP));
+    pdde_tensor *flat = pdde_reshape(g, x, 1, SHAPE(48));             /* [B,C] -> [B*C]: dp carries */
+    pdde_tensor *back = pdde_reshape(g, flat, 3, SHAPE(4, 2, 6));     /* [48] -> [4,2,6]: dp on dim 0 */
+    pdde_tensor *zf = pdde_reshape(g, z, 1, SHAPE(24));               /* z's split dim 1 starts at 6: gathered */
+    pdde_tensor *s0 = pdde_sum(g, x, 0, 0), *m1 = pdde_mean(g, x, 1, 1), *mall = pdde_mean(g, x, -1, 0);
+    pdde_tensor *cat0 = pdde_concat(g, 2, (pdde_tensor *[]){x, x}, 0), *cat1 = pdde_concat(g, 2, (pdde_tensor *[]){x, x}, 1);
+    pdde_tensor *zr = pdde_rmsnorm(g, pdde_transpose(g, z, 0, 1), w, 1e-5f); /* [4(tp),6]: rows split, fine */
+    pdde_tensor *xn = pdde_rmsnorm(g, pdde_relu(g, pdde_cast(g, x, PDDE_F32)), w, 1e-5f);
+    pdde_tensor *loss = pdde_mean(g, pdde_mul(g, pdde_silu(g, pdde_dropout(g, xn, 0.1f, 7)), w), -1, 0);
+    CHECK(pdde_graph_status(g) == PDDE_OK && !pdde_backward(g, loss), "build: %s", pdde_last_error(ctx));
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.momentum = 0.9f;
+    CHECK(!pdde_optimizer_sgd(g, &op) && !pdde_complete(g), "complete: %s", pdde_last_error(ctx));
+    CHECK_ATTR(&flat->dist, MAP(DP), 0, 0);
+    CHECK_ATTR(&back->dist, MAP(DP, -1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist(g, zf, 0), MAP(-1, -1), 0, 0);
+    CHECK_ATTR(&zf->dist, MAP(-1), 0, 0);
+    CHECK_ATTR(&s0->dist, MAP(-1), BIT(DP), 0);            /* a summed split dim: partial sum */
+    CHECK_ATTR(&m1->dist, MAP(DP, -1), 0, 0);               /* reduced dim not split: whole */
+    CHECK_ATTR(&mall->dist, MAP(-1), BIT(DP), BIT(DP));     /* a mean over the split batch: average */
+    CHECK_ATTR(pdde_op_input_dist(g, cat0, 0), MAP(-1, -1), 0, 0); /* cut along the split dim: gathered */
+    CHECK_ATTR(&cat1->dist, MAP(DP, -1), 0, 0);
+    CHECK_ATTR(&zr->dist, MAP(TP, -1), 0, 0);
+    CHECK_ATTR(&xn->dist, MAP(DP, -1), 0, 0);
+    CHECK_ATTR(&loss->dist, MAP(-1), BIT(DP), BIT(DP));
+    /* backward of the mean: the expanded seed is whole (avg marker), mul slices it; w's gradient is
+     * summed over the split batch: partial-avg; SGD momentum follows w */
+    pdde_tensor *acc = accum_of(g, w), *u = consumer(g, w, PDDE_OP_SGD_UPDATE, 0);
+    CHECK(acc && acc->src[1]->dist.partial == BIT(DP) && acc->src[1]->dist.partial_avg == BIT(DP), "dw: %s", acc ? str(&acc->src[1]->dist) : "?");
+    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), 0, 0);
+    CHECK(u && dims_are(&u->src[2]->dist, MAP(-1)) && dims_are(&u->dist, MAP(-1)), "sgd");
+    CHECK(pdde_complete_n_conflicts(g) == 0, "no conflicts (%d: %s)", pdde_complete_n_conflicts(g),
+          pdde_complete_n_conflicts(g) ? pdde_complete_conflict(g, 0) : "");
+    pdde_graph_free(g);
+}
+
 /* ---- GPT (examples/gpt.h), forward + backward + AdamW ---- */
 
 static const gpt_config gpt_cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 4};
@@ -500,6 +546,7 @@ int main(void) {
     test_matmul_chain();
     test_mlp();
     test_attention();
+    test_misc_rules();
     test_gpt_dp();
     test_gpt_tp();
     test_gpt_zero3();
