@@ -87,6 +87,9 @@ static void spmd_letters_same(spmd_ctx *c) {
 
 static void spmd_pin(spmd_ctx *c, char letter) { c->axis_of[(int)letter] = SPMD_PINNED; }
 
+/* The letter of the last dim of letters (a 0-d tensor has none: '1', never split anyway). */
+static char spmd_last(const char *letters) { size_t n = strlen(letters); return n ? letters[n - 1] : '1'; }
+
 /* ---- merging ---- */
 
 /* Gives each letter an axis, walking n inputs in priority order (order = NULL: 0, 1, ...). The
@@ -215,7 +218,7 @@ static void spmd_rule_act_back(spmd_ctx *c) {
 static void spmd_rule_norm(spmd_ctx *c) {
     const pdde_tensor *x = c->node->src[0];
     spmd_letters(c->out_dims, x->ndim, 'a');
-    char last = c->out_dims[x->ndim - 1];
+    char last = spmd_last(c->out_dims);
     strcpy(c->dims[0], c->out_dims);
     for (int k = 1; k < c->nsrc; k++) c->dims[k][0] = last, c->dims[k][1] = 0;
     spmd_pin(c, last);
@@ -226,7 +229,7 @@ static void spmd_rule_norm(spmd_ctx *c) {
 static void spmd_rule_norm_back(spmd_ctx *c) {
     const pdde_tensor *x = c->node->src[0];
     spmd_letters(c->out_dims, x->ndim, 'a');
-    char last = c->out_dims[x->ndim - 1];
+    char last = spmd_last(c->out_dims);
     strcpy(c->dims[0], c->out_dims), strcpy(c->dims[2], c->out_dims);
     c->dims[1][0] = last, c->dims[1][1] = 0;
     spmd_pin(c, last);
@@ -240,7 +243,7 @@ static void spmd_rule_norm_back_gamma(spmd_ctx *c) {
     const pdde_tensor *x = c->node->src[0];
     spmd_letters(c->dims[0], x->ndim, 'a');
     strcpy(c->dims[1], c->dims[0]);
-    c->out_dims[0] = c->dims[0][x->ndim - 1], c->out_dims[1] = 0;
+    c->out_dims[0] = spmd_last(c->dims[0]), c->out_dims[1] = 0;
     spmd_pin(c, c->out_dims[0]);
     c->linear = 2;
     spmd_einsum(c, NULL);
@@ -249,14 +252,14 @@ static void spmd_rule_norm_back_gamma(spmd_ctx *c) {
 /* softmax: over the last dim, required replicated */
 static void spmd_rule_softmax(spmd_ctx *c) {
     spmd_letters_same(c);
-    spmd_pin(c, c->out_dims[c->node->ndim - 1]);
+    spmd_pin(c, spmd_last(c->out_dims));
     spmd_einsum(c, NULL);
 }
 
 /* softmax_back (y, dy): as the forward; linear in dy */
 static void spmd_rule_softmax_back(spmd_ctx *c) {
     spmd_letters_same(c);
-    spmd_pin(c, c->out_dims[c->node->ndim - 1]);
+    spmd_pin(c, spmd_last(c->out_dims));
     c->linear = 2;
     spmd_einsum(c, NULL);
 }

@@ -70,15 +70,17 @@ static void test_mesh(void) {
     CHECK(pdde_mesh_coords(m, 2, c) == PDDE_OK && c[0] == 1 && c[1] == 0, "rank 2 at (1,0): (%d,%d)", c[0], c[1]);
     CHECK(pdde_mesh_coords(m, 7, c) == PDDE_ERR_NOT_FOUND, "rank 7 is not in the mesh");
     CHECK(pdde_mesh_rank_at(m, (int[]){1, 1}) == 3 && pdde_mesh_rank_at(m, (int[]){2, 0}) == -1, "rank_at");
+    const pdde_mesh *r = pdde_mesh_create(g, 1, (int[]){2}, NAMES("x"), (int[]){3, 1});
+    CHECK(r && pdde_mesh_rank_at(r, (int[]){0}) == 3 && pdde_mesh_coords(r, 1, c) == PDDE_OK && c[0] == 1, "explicit ranks");
     /* a pipeline-stage-like slice: the second row, axis dp dropped */
     const pdde_mesh *s = pdde_mesh_slice(g, m, 0, 1);
     CHECK(s && s->ndim == 1 && s->shape[0] == 2 && s->ranks[0] == 2 && s->ranks[1] == 3 && strcmp(s->names[0], "tp") == 0,
           "slice dp=1: ranks {2,3} on axis tp");
     const pdde_mesh *col = pdde_mesh_slice(g, m, 1, 0);
     CHECK(col && col->ranks[0] == 0 && col->ranks[1] == 2 && strcmp(col->names[0], "dp") == 0, "slice tp=0: ranks {0,2}");
-    const pdde_mesh *r = pdde_mesh_create(g, 1, (int[]){2}, NAMES("x"), (int[]){3, 1});
-    CHECK(r && pdde_mesh_rank_at(r, (int[]){0}) == 3 && pdde_mesh_coords(r, 1, c) == PDDE_OK && c[0] == 1, "explicit ranks");
-    CHECK(pdde_graph_status(g) == PDDE_OK, "no error so far");
+    const pdde_mesh *one = pdde_mesh_slice(g, col, 0, 1);
+    CHECK(one && one->ndim == 0 && one->n_ranks == 1 && one->ranks[0] == 2 && pdde_mesh_rank_at(one, NULL) == 2, "a single rank");
+    CHECK(!pdde_mesh_slice(g, m, 2, 0) && pdde_graph_status(g) == PDDE_ERR_DIST_ATTR, "slice of a missing axis");
     pdde_graph_free(g);
 
     /* a mesh of more ranks than the job (the graph's mesh) has: NULL and a sticky error */
