@@ -24,6 +24,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -203,7 +204,7 @@ typedef enum { PDDE_PHASE_FORWARD = 0, PDDE_PHASE_BACKWARD = 1, PDDE_PHASE_OPTIM
 typedef struct pdde_graph pdde_graph;
 typedef struct pdde_tensor pdde_tensor;
 
-/* Distributed attributes (the unified distributed graph; see "Distributed training" below).
+/* Distributed attributes (the unified distributed graph; see "Distributed attributes" below).
  * A process mesh is an N-d array of ranks with named axes (e.g. dp x tp x pp). */
 #define PDDE_MAX_MESH_DIMS 4
 typedef struct pdde_mesh {
@@ -215,12 +216,20 @@ typedef struct pdde_mesh {
 } pdde_mesh;
 
 /* A tensor's placement on a mesh: for each tensor dim, the mesh axis it is split over (-1 =
- * replicated along every axis); `partial` has bit a set when the values are partial sums still to be
- * reduced over mesh axis a. A NULL mesh means "not annotated" (completion fills it). */
+ * replicated along every axis; entries past ndim are -1); `partial` has bit a set when the values
+ * are partial results still to be reduced over mesh axis a. A NULL mesh means "not annotated"
+ * (completion fills it).
+ * `partial_avg` bit a says that reductions over axis a are means, not sums: with `partial` bit a the
+ * pending reduction is an average (a mean loss over a batch dim split over a); without it, the
+ * values come from a local mean over a's shards (the gradient of such a loss: each rank
+ * differentiates its own mean), so a partial over a that an op later makes of them (a weight
+ * gradient summing the rows) is an average too. That is how data parallelism gets averaging. */
 typedef struct {
     const pdde_mesh *mesh;
+    int8_t ndim;                         /* entries of dims_mapping in use: the tensor's ndim */
     int8_t dims_mapping[PDDE_MAX_DIMS];
     uint8_t partial;
+    uint8_t partial_avg;
 } pdde_dist_attr;
 
 struct pdde_tensor {
@@ -477,6 +486,83 @@ uint64_t pdde_data_position(const pdde_data *d);
 void pdde_data_set_position(pdde_data *d, uint64_t pos);
 /* Writes a text file's tokens as a token file. */
 pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, const char *out_path);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Distributed attributes (shared/DESIGN.md "Distributed attributes"; Paddle's semi-automatic
+ * auto-parallel). A program describes its ranks as process meshes, annotates a few tensors (inputs,
+ * parameters, optimizer state) with pdde_shard or a strategy helper, and pdde_complete gives every
+ * tensor of the graph a dist attr through per-op SPMD rules, and every op the attr it requires of
+ * each input. Where a producer's attr and a consumer's requirement differ, the executor reshards:
+ * partial -> replicated = allreduce, partial -> split = reduce_scatter, split -> replicated =
+ * allgather, replicated -> split = a local slice, split on another dim = alltoall, another mesh =
+ * send/recv. Completion is pure graph analysis: no process, device or data is needed.
+ *
+ *     const pdde_mesh *mesh = pdde_mesh_create(g, 2, (int[]){2, 4}, (const char *[]){"dp", "tp"}, NULL);
+ *     pdde_strategy_data_parallel(g, mesh, "dp");
+ *     pdde_strategy_tensor_parallel_linear(g, w, b, mesh, "tp", PDDE_TP_COLUMN);
+ *     pdde_complete(g);
+ *     pdde_graph_dump_dist(g, stdout);
+ *
+ * Meshes belong to the graph (freed with it). The first mesh created is the graph's mesh: the ranks
+ * of the whole job, on which unannotated inputs and parameters are replicated; later meshes (e.g.
+ * pipeline stages) may only use its ranks. Errors are PDDE_ERR_DIST_ATTR with a message naming the
+ * tensor, the dim and the mesh axis. */
+
+/* A mesh of shape[0] x ... x shape[ndim-1] ranks (ndim 1..PDDE_MAX_MESH_DIMS) with distinct axis
+ * names (< 16 chars); ranks row-major (NULL = 0..n-1). NULL, and a sticky graph error, on bad input. */
+const pdde_mesh *pdde_mesh_create(pdde_graph *g, int ndim, const int *shape, const char *const *names,
+                                  const int *ranks);
+/* The sub-mesh at `index` along `axis`, which it drops (e.g. one pipeline stage of a dp x pp mesh). */
+const pdde_mesh *pdde_mesh_slice(pdde_graph *g, const pdde_mesh *mesh, int axis, int index);
+/* The graph's mesh (NULL before any mesh exists); _set makes another of its meshes the default. */
+const pdde_mesh *pdde_graph_mesh(const pdde_graph *g);
+pdde_status pdde_graph_set_mesh(pdde_graph *g, const pdde_mesh *mesh);
+/* The index of the axis called name, or -1. */
+int pdde_mesh_axis(const pdde_mesh *mesh, const char *name);
+/* coords[0..ndim) of rank in the mesh; PDDE_ERR_NOT_FOUND if the rank is not in it. */
+pdde_status pdde_mesh_coords(const pdde_mesh *mesh, int rank, int *coords);
+/* The rank at coords, or -1 when a coordinate is out of range. */
+int pdde_mesh_rank_at(const pdde_mesh *mesh, const int *coords);
+
+/* Annotates a leaf (input, parameter, optimizer state or gradient accumulator): dims_mapping[d] is
+ * the mesh axis dim d is split over, or -1 (NULL = replicated). Checked: each axis in range, used by
+ * at most one dim, and dividing its dim. Computed tensors get their attrs from completion. */
+pdde_status pdde_shard(pdde_graph *g, pdde_tensor *t, const pdde_mesh *mesh, const int *dims_mapping);
+
+/* Fills t->dist for every tensor of the graph (forward, backward and optimizer nodes) and the attr
+ * each op requires of each input. Leaves keep their annotation; an unannotated input or parameter is
+ * replicated on the graph's mesh, optimizer state and gradient accumulators follow their parameter.
+ * Can be called again after more annotations (it starts over). Where the inputs of an op disagree
+ * (two dims on one axis, a dim split two ways) the op's rule decides, e.g. the weight follows the
+ * activation, and records a conflict; nothing is silently guessed. */
+pdde_status pdde_complete(pdde_graph *g);
+/* The attr node requires of its k-th input (NULL before completion, for leaves, or k out of range). */
+const pdde_dist_attr *pdde_op_input_dist(const pdde_graph *g, const pdde_tensor *node, int k);
+/* The conflicts the last completion resolved, and the message of the i-th ("node, input, why"). */
+int pdde_complete_n_conflicts(const pdde_graph *g);
+const char *pdde_complete_conflict(const pdde_graph *g, int i);
+/* "mesh[2,2] dims[dp,-1,tp] partial{tp}" (partial{dp:avg} for a pending mean, avg{dp} for a local
+ * mean, "unannotated" without mesh); returns what snprintf would. */
+int pdde_dist_attr_str(const pdde_dist_attr *a, char *buf, size_t n);
+/* A readable program: every node with its attr, the attrs it requires of its inputs where they differ
+ * from what the producer gives (with the reshard that implies), and the conflicts. */
+void pdde_graph_dump_dist(const pdde_graph *g, FILE *f);
+
+/* Strategies: helpers that emit the annotations of common parallelisms (they only call pdde_shard,
+ * merging with what is already annotated, so they compose: data parallel, then ZeRO or tensor
+ * parallel, then pdde_complete). */
+/* Every input's dim 0 (the batch) split over axis; unannotated parameters replicated on mesh. */
+pdde_status pdde_strategy_data_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis);
+/* ZeRO over the data-parallel axis (after the optimizer is appended): stage 1 splits optimizer state,
+ * 2 also the gradient accumulators, 3 also the parameters, each along its first dim that the axis
+ * divides (kept as it is when none). */
+pdde_status pdde_strategy_zero(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int stage);
+/* Megatron tensor parallelism of y = x @ w + b, w [in, out]: COLUMN splits w's out dim and b; ROW
+ * splits w's in dim (x is then expected split on its last dim, the output is partial) and
+ * replicates b. b may be NULL. */
+typedef enum { PDDE_TP_COLUMN = 0, PDDE_TP_ROW = 1 } pdde_tp_kind;
+pdde_status pdde_strategy_tensor_parallel_linear(pdde_graph *g, pdde_tensor *w, pdde_tensor *b,
+                                                 const pdde_mesh *mesh, const char *axis, pdde_tp_kind kind);
 
 /* ---------------------------------------------------------------------------------------------------
  * Communication (comm/): a bootstrap key-value store, rank discovery from launcher environments, a

@@ -81,6 +81,35 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     return pdde_graph_status(g);
 }
 
+/* Megatron tensor parallelism of every block over mesh axis `axis` (call after gpt_build; combine
+ * with pdde_strategy_data_parallel on another axis): the MLP's fc is column parallel and fcproj row
+ * parallel (one allreduce, where ln of the next sublayer needs the full residual); the attention's
+ * output projection proj is row parallel, so its input is sliced locally by head-dim columns.
+ *
+ * Head-parallel attention (each rank its H/tp heads, no communication inside attention) is not
+ * possible with this model's layout: q, k and v come from ONE [C, 3C] weight whose output columns
+ * are [q | k | v], split into three along the last dim. Splitting those columns over tp gives each
+ * rank a piece of q or of k or of v, not q, k and v of the same heads, and the split itself cuts the
+ * split dim (required replicated: an allgather). It would take either three [C, C] weights (q, k, v
+ * each column parallel, then [B,T,C] -> [B,T,H,D] carries the split to H), or the fused columns
+ * ordered head-major as [H, 3, D] (reshape qkv to [B,T,H,3,D], split H over tp, slice the "3" dim);
+ * the model is left as it is. */
+static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis) {
+    char w[64], b[64];
+    for (int l = 0;; l++) {
+        static const char *const names[3] = {"fc", "fcproj", "proj"};
+        static const pdde_tp_kind kinds[3] = {PDDE_TP_COLUMN, PDDE_TP_ROW, PDDE_TP_ROW};
+        snprintf(w, sizeof w, "h%d.fc.w", l);
+        if (!pdde_graph_find(g, w)) return l > 0 ? PDDE_OK : PDDE_ERR_NOT_FOUND;
+        for (int i = 0; i < 3; i++) {
+            snprintf(w, sizeof w, "h%d.%s.w", l, names[i]);
+            snprintf(b, sizeof b, "h%d.%s.b", l, names[i]);
+            pdde_status st = pdde_strategy_tensor_parallel_linear(g, pdde_graph_find(g, w), pdde_graph_find(g, b), mesh, axis, kinds[i]);
+            if (st) return st;
+        }
+    }
+}
+
 static inline int64_t gpt_n_params(const gpt_config *c) {
     int64_t C = c->width;
     return (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C +
