@@ -402,17 +402,16 @@ __kernel void k_ce_back(__global const float *logits, __global const int *tgt, _
     ROWS_LOOP(r, rows) {
         __global const float *lr = logits + r * V;
         int t = tgt[r];
-        if (!(t >= 0 && t < V)) { /* uniform over the group: t is the row's */
-            COLS_LOOP(j, V) dx[r * V + j] = 0.0f;
-            continue;
-        }
+        /* every work-item reaches every barrier: an ignored row computes too and writes zeros (an early
+         * `continue` before the group reductions raced on PoCL) */
+        float ok = (t >= 0 && t < V) ? 1.0f : 0.0f;
         float m = -INFINITY;
         COLS_LOOP(j, V) m = fmax(m, lr[j]);
         m = group_max(m, sh);
         float s = 0.0f;
         COLS_LOOP(j, V) s += exp(lr[j] - m);
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
-        float scale = dloss[0] / c, inv = 1.0f / group_sum(s, sh);
+        float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);
         COLS_LOOP(j, V) dx[r * V + j] = (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale;
     }
 }
