@@ -87,7 +87,9 @@ typedef struct {
     const pdde_backend_iface *const *extra_backends;
     int n_extra_backends;
     /* Comma-separated backend families to start ("cpu,opencl"); NULL = all. The CPU always starts.
-     * Also read from the environment variable PDDE_BACKENDS when this is NULL. */
+     * Also read from the environment variable PDDE_BACKENDS when this is NULL. Device runtimes start
+     * threads that do not survive fork(): a process that forks workers (without exec) should start
+     * only "cpu" and let each worker make its own context. */
     const char *backends;
 } pdde_context_params;
 #define PDDE_CONTEXT_PARAMS_INIT {0, 0, 0, NULL, 0, NULL}

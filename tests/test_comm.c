@@ -238,6 +238,8 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
 }
 
 int main(void) {
+    /* ranks are fork()ed from this process: device runtimes (PoCL's threads) do not survive a fork */
+    setenv("PDDE_BACKENDS", "cpu", 0);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     pdde_store_server *srv;

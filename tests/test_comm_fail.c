@@ -295,6 +295,8 @@ static void test_pdde_run(const char *self) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--child")) return child_main(argv[2]);
     setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
+    /* ranks are fork()ed from this process: device runtimes (PoCL's threads) do not survive a fork */
+    setenv("PDDE_BACKENDS", "cpu", 0);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     pdde_store_server *srv;

@@ -90,6 +90,8 @@ static int sh(const char *fmt, const char *a, const char *b) {
 }
 
 int main(int argc, char **argv) {
+    /* ranks are fork()ed from this process: device runtimes (PoCL's threads) do not survive a fork */
+    setenv("PDDE_BACKENDS", "cpu", 0);
     if (argc == 2 && !strcmp(argv[1], "--child")) return child_main();
     char a[32], b[32], va[16], vb[16];
     int id = (int)getpid() % 100000;

@@ -364,6 +364,8 @@ static void test_dtypes(void) {
 }
 
 int main(void) {
+    /* ranks are fork()ed from this process: device runtimes (PoCL's threads) do not survive a fork */
+    setenv("PDDE_BACKENDS", "cpu", 0);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pdde_test_core.XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     test_memory_plan();
