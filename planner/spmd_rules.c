@@ -66,6 +66,7 @@ static const char *spmd_axis(const spmd_ctx *c, int axis) { return attr_axis_nam
 /* ---- letters ---- */
 
 static void spmd_letters(char *dst, int ndim, char first) {
+    if (ndim > PDDE_MAX_DIMS) ndim = PDDE_MAX_DIMS; /* (graph building guarantees it; tells the compiler) */
     for (int i = 0; i < ndim; i++) dst[i] = (char)(first + i);
     dst[ndim] = 0;
 }
@@ -73,10 +74,10 @@ static void spmd_letters(char *dst, int ndim, char first) {
 /* Letters of t broadcast onto `like` (right-aligned, numpy style): t's dim takes the letter of
  * like's dim, or '1' where t has size 1 and like does not. */
 static void spmd_letters_broadcast(char *dst, const pdde_tensor *t, const pdde_tensor *like, const char *like_letters) {
-    int off = like->ndim - t->ndim;
-    for (int i = 0; i < t->ndim; i++)
+    int off = like->ndim - t->ndim, nd = t->ndim < PDDE_MAX_DIMS ? t->ndim : PDDE_MAX_DIMS;
+    for (int i = 0; i < nd; i++)
         dst[i] = t->shape[i] == 1 && like->shape[off + i] != 1 ? '1' : like_letters[off + i];
-    dst[t->ndim] = 0;
+    dst[nd] = 0;
 }
 
 /* Every input of the op gets the same letters as the output (same-shape elementwise ops). */
