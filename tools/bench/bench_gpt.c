@@ -45,6 +45,7 @@ int main(int argc, char **argv) {
     double rss0 = max_rss_mb();
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = threads;
+    cp.backends = "cpu"; /* a CPU benchmark: no device runtime in the process (its memory would count) */
     pdde_context *ctx;
     pdde_graph *g;
     pdde_session *s;
