@@ -945,6 +945,12 @@ struct pdde_session {
     int dp_rank, dp_size, zero_stage;
     size_t dp_bucket_bytes;
     void **requests;            /* per tensor id of a started collective: its pending request */
+    pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
+    const pdde_mesh *mesh;
+    int coords[PDDE_MAX_MESH_DIMS];
+    pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
+    int64_t (*global_shapes)[PDDE_MAX_DIMS]; /* restored into the graph when the session is freed */
+    int n_global_shapes;
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
     session_device *comm_staging_dev;
@@ -1408,6 +1414,194 @@ static void drop_requests(pdde_session *s) {
 }
 #endif
 
+/* ------------------------------------------------------------------------------------------------
+ * SPMD execution of a completed graph (pdde_complete): partition and reshard.
+ *   partition: every tensor gets this rank's local shape (a dim split over mesh axis a is divided by
+ *              the axis size); the global shapes come back when the session is freed.
+ *   reshard:   where an op requires of an input another attr than its producer gives, nodes are
+ *              inserted per mesh axis: partial -> whole = allreduce (avg for a pending mean),
+ *              partial -> split = reduce-scatter, split -> whole = allgather, whole -> split = a
+ *              local slice, split on another dim = allgather then slice, whole -> partial sum =
+ *              the value on the axis' first rank and zeros elsewhere.
+ * The collectives run on one communicator per mesh axis (the ranks that differ only along it). */
+
+#ifdef PDDE_HAVE_COMM
+static bool dist_same(const pdde_dist_attr *a, const pdde_dist_attr *b, int ndim) {
+    if (a->partial != b->partial || (a->partial & (a->partial_avg ^ b->partial_avg))) return false;
+    for (int d = 0; d < ndim; d++)
+        if (a->dims_mapping[d] != b->dims_mapping[d]) return false;
+    return true;
+}
+
+static int dim_on_axis(const pdde_dist_attr *a, int ndim, int axis) {
+    for (int d = 0; d < ndim; d++)
+        if (a->dims_mapping[d] == axis) return d;
+    return -1;
+}
+
+/* A reshard step: a node reading x with x's local shape changed along dim (by factor: *n or /n). */
+static pdde_tensor *reshard_node(pdde_session *s, pdde_op op, pdde_tensor *x, int axis, int dim, int grow,
+                                 const pdde_dist_attr *attr) {
+    int64_t shape[PDDE_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    int n = s->mesh->shape[axis];
+    if (dim >= 0) shape[dim] = grow ? shape[dim] * n : shape[dim] / n;
+    pdde_tensor *t = new_node(s->g, op, x->dtype, x->ndim, shape, 1, &x);
+    if (!t) return NULL;
+    t->phase = x->phase;
+    t->dist = *attr;
+    t->iparams[4] = axis, t->iparams[5] = dim, t->iparams[6] = 1; /* [6]: an SPMD reshard */
+    return t;
+}
+
+/* Appends one reshard step to the schedule, in the consumer's phase. NULL on failure. */
+static pdde_tensor *reshard_push(pdde_session *s, pdde_tensor *t, pdde_phase phase, int slot) {
+    if (!t || session_push(s, t, slot)) return NULL;
+    t->phase = phase;
+    return t;
+}
+
+/* The chain of nodes turning x (attr x->dist) into attr want, for a consumer in phase `phase`. */
+static pdde_tensor *reshard(pdde_session *s, pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase, int slot) {
+    pdde_dist_attr cur = x->dist;
+    pdde_tensor *t = x;
+    for (int a = 0; a < s->mesh->ndim && t; a++) {
+        int have_dim = dim_on_axis(&cur, x->ndim, a), want_dim = dim_on_axis(want, x->ndim, a);
+        bool partial = cur.partial >> a & 1, want_partial = want->partial >> a & 1;
+        if (partial && !want_partial) {
+            cur.partial &= (uint8_t)~(1u << a);
+            int rop = (cur.partial_avg >> a & 1) ? PDDE_REDUCE_AVG : PDDE_REDUCE_SUM;
+            cur.partial_avg &= (uint8_t)~(1u << a);
+            if (want_dim >= 0 && have_dim < 0) { /* partial -> split: reduce-scatter */
+                cur.dims_mapping[want_dim] = (int8_t)a;
+                t = reshard_push(s, reshard_node(s, PDDE_OP_REDUCE_SCATTER, t, a, want_dim, 0, &cur), phase, slot);
+                have_dim = want_dim;
+            } else {
+                t = reshard_push(s, reshard_node(s, PDDE_OP_ALLREDUCE, t, a, -1, 0, &cur), phase, slot);
+            }
+            if (t) t->iparams[0] = rop;
+        }
+        if (t && want_partial && !partial && !(want->partial_avg >> a & 1)) {
+            /* whole -> partial sum: the first rank along the axis keeps the value, the others zero */
+            cur.partial |= (uint8_t)(1u << a);
+            t = reshard_push(s, reshard_node(s, PDDE_OP_SCALE, t, a, -1, 0, &cur), phase, slot);
+            if (t) t->fparams[0] = s->coords[a] == 0 ? 1.0f : 0.0f, t->iparams[6] = 0;
+        }
+        if (t && have_dim >= 0 && have_dim != want_dim) { /* split -> whole: allgather */
+            cur.dims_mapping[have_dim] = -1;
+            t = reshard_push(s, reshard_node(s, PDDE_OP_ALLGATHER, t, a, have_dim, 1, &cur), phase, slot);
+            have_dim = -1;
+        }
+        if (t && want_dim >= 0 && have_dim < 0) { /* whole -> split: this rank's slice */
+            cur.dims_mapping[want_dim] = (int8_t)a;
+            t = reshard_push(s, reshard_node(s, PDDE_OP_SLICE, t, a, want_dim, 0, &cur), phase, slot);
+            if (t) t->iparams[0] = want_dim, t->iparams[1] = (int32_t)(t->shape[want_dim] * s->coords[a]), t->iparams[6] = 0;
+        }
+    }
+    return t;
+}
+
+/* The local shape of t under its attr; false if a split dim does not divide. */
+static bool local_shape(const pdde_tensor *t, int64_t *shape) {
+    memcpy(shape, t->shape, sizeof t->shape);
+    if (!t->dist.mesh) return true;
+    for (int d = 0; d < t->ndim; d++) {
+        int a = t->dist.dims_mapping[d];
+        if (a < 0) continue;
+        if (shape[d] % t->dist.mesh->shape[a]) return false;
+        shape[d] /= t->dist.mesh->shape[a];
+    }
+    return true;
+}
+
+static pdde_status session_partition(pdde_session *s) {
+    pdde_graph *g = s->g;
+    int n = g->n;
+    if (!g->planner || g->planner->n_completed < n)
+        return pdde_error(s->ctx, PDDE_ERR_STATE, "session: SPMD execution needs pdde_complete on the whole graph first");
+    s->mesh = g->planner->mesh;
+    int rank = pdde_comm_rank(s->world);
+    if (pdde_comm_size(s->world) != s->mesh->n_ranks)
+        return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: the mesh has %d ranks, the world %d", s->mesh->n_ranks, pdde_comm_size(s->world));
+    pdde_status st = pdde_mesh_coords(s->mesh, rank, s->coords);
+    if (st) return pdde_error(s->ctx, st, "session: rank %d is not in the graph's mesh", rank);
+    /* one communicator per mesh axis: ranks whose other coordinates agree */
+    for (int a = 0; a < s->mesh->ndim && !st; a++) {
+        int color = 0;
+        for (int b = 0; b < s->mesh->ndim; b++)
+            if (b != a) color = color * s->mesh->shape[b] + s->coords[b];
+        st = pdde_comm_split(s->world, color, s->coords[a], &s->axis_comm[a]);
+    }
+    if (st) return st;
+    /* partition: local shapes (global ones saved) */
+    if (!(s->global_shapes = malloc((size_t)n * sizeof *s->global_shapes))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->n_global_shapes = n;
+    for (int i = 0; i < n; i++) {
+        pdde_tensor *t = g->nodes[i];
+        memcpy(s->global_shapes[i], t->shape, sizeof t->shape);
+        if (!local_shape(t, t->shape)) {
+            char attr[128];
+            pdde_dist_attr_str(&t->dist, attr, sizeof attr);
+            return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: %s cannot be split as %s", t->name, attr);
+        }
+    }
+    /* reshard: walk the schedule, inserting the conversions each op needs of its inputs */
+    pdde_tensor **old = s->order;
+    int n_old = s->n_order;
+    s->order = NULL, s->n_order = s->cap_order = 0;
+    for (int i = 0; i < n_old && !st; i++) {
+        pdde_tensor *t = old[i];
+        int slot = s->slot[t->id];
+        for (int k = 0; k < t->nsrc && !st && t->id < n; k++) {
+            const pdde_dist_attr *want = pdde_op_input_dist(g, t, k);
+            pdde_tensor *x = t->src[k];
+            if (!want || !want->mesh || !x->dist.mesh || dist_same(&x->dist, want, x->ndim)) continue;
+            pdde_tensor *r = reshard(s, x, want, t->phase, slot);
+            if (!r) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+            else t->src[k] = r;
+        }
+        if (!st && session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    }
+    free(old);
+    return st;
+}
+
+/* Moves blocks along dim: packed[r] = x[..., r*len:(r+1)*len, ...] (pack) or the reverse (unpack). */
+static void blocks_along(float *packed, float *x, const int64_t *xshape, int ndim, int dim, int n, bool pack) {
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; d++) outer *= xshape[d];
+    for (int d = dim + 1; d < ndim; d++) inner *= xshape[d];
+    int64_t len = xshape[dim] / n, block = outer * len * inner;
+    for (int r = 0; r < n; r++)
+        for (int64_t o = 0; o < outer; o++) {
+            float *p = packed + r * block + o * len * inner, *q = x + (o * xshape[dim] + r * len) * inner;
+            memcpy(pack ? p : q, pack ? q : p, (size_t)(len * inner) * sizeof(float));
+        }
+}
+
+/* An SPMD reshard collective, blocking: allreduce, reduce-scatter or allgather along a tensor dim. */
+static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *x = t->src[0];
+    pdde_comm *c = s->axis_comm[t->iparams[4]];
+    int dim = t->iparams[5], n = pdde_comm_size(c);
+    float *in = (float *)((char *)x->data + x->offset), *out = (float *)((char *)t->data + t->offset);
+    size_t nin = (size_t)pdde_tensor_numel(x), nout = (size_t)pdde_tensor_numel(t);
+    if (t->op == PDDE_OP_ALLREDUCE) return pdde_comm_allreduce(c, in, out, nin, PDDE_F32, (pdde_reduce_op)t->iparams[0]);
+    float *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * sizeof(float));
+    if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    pdde_status st;
+    if (t->op == PDDE_OP_REDUCE_SCATTER) {
+        if (tmp) blocks_along(tmp, in, x->shape, x->ndim, dim, n, true);
+        st = pdde_comm_reduce_scatter(c, tmp ? tmp : in, out, nout, PDDE_F32, (pdde_reduce_op)t->iparams[0]);
+    } else {
+        st = pdde_comm_allgather(c, in, tmp ? tmp : out, nin, PDDE_F32);
+        if (!st && tmp) blocks_along(tmp, out, t->shape, t->ndim, dim, n, false);
+    }
+    free(tmp);
+    return st;
+}
+#endif
+
 static size_t alloc_bytes(const pdde_session *s, const pdde_tensor *t) {
     size_t n = pdde_tensor_nbytes(t);
     return n > s->min_bytes[t->id] ? n : s->min_bytes[t->id];
@@ -1586,6 +1780,14 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
     pdde_status st = session_schedule(s, &p);
+    if (st == PDDE_OK && p.world) {
+#ifdef PDDE_HAVE_COMM
+        s->world = p.world;
+        st = session_partition(s);
+#else
+        st = pdde_error(g->ctx, PDDE_ERR_UNAVAILABLE, "session: SPMD execution needs pdde built with UCX (comm/)");
+#endif
+    }
     if (st == PDDE_OK && p.dp_comm) {
 #ifdef PDDE_HAVE_COMM
         s->dp = p.dp_comm;
@@ -1636,7 +1838,10 @@ void pdde_session_free(pdde_session *s) {
 #ifdef PDDE_HAVE_COMM
     drop_requests(s);
     comm_staging_free(s);
+    for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) pdde_comm_free(s->axis_comm[a]);
 #endif
+    for (int i = 0; i < s->n_global_shapes; i++) memcpy(s->g->nodes[i]->shape, s->global_shapes[i], sizeof s->global_shapes[i]);
+    free(s->global_shapes);
     free(s->requests);
     free(s->slot);
     free(s->min_bytes);
@@ -1689,6 +1894,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         double t0 = s->profile ? monotonic_seconds() : 0;
         if (t->op == PDDE_OP_COPY) st = run_copy(s, t);
 #ifdef PDDE_HAVE_COMM
+        else if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1) st = run_reshard(s, t);
         else if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_COMM_WAIT) st = run_collective(s, t);
 #endif
         else {
@@ -1704,12 +1910,12 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (st == PDDE_OK) st = sync;
     }
 #ifdef PDDE_HAVE_COMM
-    if (st != PDDE_OK && s->dp) {
+    if (st != PDDE_OK && (s->dp || s->world)) {
         /* the other ranks are inside the same collectives: fail them now rather than at their timeout */
         char why[sizeof s->ctx->last_error];
         memcpy(why, s->ctx->last_error, sizeof why);
         drop_requests(s);
-        if (st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_ABORTED) pdde_comm_abort(s->dp);
+        if (st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_ABORTED) pdde_comm_abort(s->dp ? s->dp : s->world);
         memcpy(s->ctx->last_error, why, sizeof why);
     }
 #endif
@@ -1742,6 +1948,33 @@ pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, 
     session_device *sd = &s->devs[s->slot[t->id]];
     st = sd->iface->read(sd->dev, sd->stream, t->data, t->offset, dst, nbytes);
     return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
+pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+    if (!s || !t || !src) return PDDE_ERR_INVALID_ARG;
+    if (!s->world || !t->dist.mesh || t->id >= s->n_global_shapes) return pdde_session_write(s, t, src, nbytes);
+    /* this rank's block: along each split dim d, [coord * local, (coord + 1) * local) */
+    const int64_t *gshape = s->global_shapes[t->id];
+    int64_t gn = 1, start[PDDE_MAX_DIMS], gst[PDDE_MAX_DIMS];
+    for (int d = t->ndim - 1; d >= 0; d--) gst[d] = gn, gn *= gshape[d];
+    size_t esz = pdde_dtype_size(t->dtype);
+    if (nbytes != (size_t)gn * esz)
+        return pdde_error(s->ctx, PDDE_ERR_SHAPE, "session_write_global: %s holds %lld elements globally, the buffer %zu bytes", t->name, (long long)gn, nbytes);
+    for (int d = 0; d < t->ndim; d++) {
+        int a = t->dist.dims_mapping[d];
+        start[d] = a >= 0 ? s->coords[a] * t->shape[d] : 0;
+    }
+    int64_t n = pdde_tensor_numel(t);
+    char *local = malloc((size_t)n * esz + 1);
+    if (!local) return pdde_error(s->ctx, PDDE_ERR_OOM, "session_write_global: out of memory");
+    for (int64_t i = 0; i < n; i++) {
+        int64_t rem = i, g = 0;
+        for (int d = t->ndim - 1; d >= 0; d--) g += (start[d] + rem % t->shape[d]) * gst[d], rem /= t->shape[d];
+        memcpy(local + (size_t)i * esz, (const char *)src + (size_t)g * esz, esz);
+    }
+    pdde_status st = pdde_session_write(s, t, local, (size_t)n * esz);
+    free(local);
+    return st;
 }
 
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }

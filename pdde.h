@@ -424,8 +424,12 @@ typedef struct {
     pdde_comm *dp_comm;
     int zero_stage;
     size_t dp_bucket_bytes;  /* gradients are averaged in buckets of about this size; 0 = 4 MiB */
+    /* SPMD execution of a graph completed by pdde_complete: each rank runs its partition of the graph
+     * (local shapes) and reshard collectives are inserted where an op needs another attribute of an
+     * input. world's ranks are the graph mesh's ranks. Host memory only for now. */
+    pdde_comm *world;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0, 0, NULL}
 
 typedef enum {
     PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
@@ -443,6 +447,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
  * nbytes must equal pdde_tensor_nbytes(t). */
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes);
+/* Writes t from a buffer holding the whole (global) tensor: under SPMD execution each rank keeps its
+ * block; otherwise the same as pdde_session_write. */
+pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
 float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if none) */
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
 

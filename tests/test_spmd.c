@@ -1,0 +1,164 @@
+/* test_spmd — parallelism from distributed attributes alone. The same GPT trains on the same global
+ * batches in one process, then on real rank processes where the only difference is annotations:
+ * tensor parallel (Megatron MLP column/row, attention projection row) on 2 ranks, and data x tensor
+ * parallel on a 2 x 2 mesh. Completion gives every tensor its attribute; each rank runs its partition
+ * with the reshard collectives the executor inserts. The losses must match within 1e-4 relative. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STEPS 10
+#define MAX_PARAMS 64
+static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
+
+typedef struct { const char *name; int dp, tp; } plan;
+typedef struct { float losses[STEPS]; int ok; char error[256]; } result;
+
+/* the reference's initial parameters, which every plan starts from */
+static struct { char name[64]; float *data; size_t bytes; } params[MAX_PARAMS];
+static int n_params;
+
+static void batch(int step, int32_t *x, int32_t *y) {
+    for (int i = 0; i < cfg.batch * cfg.ctx; i++) x[i] = (i * 7 + step * 13 + i / 5) % cfg.vocab, y[i] = (i * 3 + step * 5 + 1) % cfg.vocab;
+}
+
+static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f, op.weight_decay = 0.1f;
+    pdde_status st = gpt_build(g, &cfg, m);
+    if (!st && p) {
+        const pdde_mesh *mesh = p->dp > 1 ? pdde_mesh_create(g, 2, (int[]){p->dp, p->tp}, (const char *[]){"dp", "tp"}, NULL)
+                                          : pdde_mesh_create(g, 1, (int[]){p->tp}, (const char *[]){"tp"}, NULL);
+        if (!mesh) return pdde_graph_status(g);
+        if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
+        if (!st) st = gpt_shard_tensor_parallel(g, mesh, "tp");
+    }
+    if (!st) st = pdde_backward(g, m->loss);
+    if (!st) st = pdde_optimizer_adamw(g, &op);
+    if (!st && p) st = pdde_complete(g);
+    return st;
+}
+
+/* Trains STEPS steps; plan NULL = one process (and it records the initial parameters). */
+static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *out) {
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = world;
+    if (build(g, &m, p) || pdde_session_init(g, &sp, &s)) {
+        snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return;
+    }
+    for (int i = 0; i < pdde_graph_n_tensors(g) && !p; i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (!(t->flags & PDDE_TENSOR_PARAM) || n_params == MAX_PARAMS) continue;
+        snprintf(params[n_params].name, sizeof params[n_params].name, "%s", t->name);
+        params[n_params].bytes = pdde_tensor_nbytes(t);
+        params[n_params].data = malloc(params[n_params].bytes);
+        pdde_session_read(s, t, params[n_params].data, params[n_params].bytes);
+        n_params++;
+    }
+    for (int i = 0; i < n_params && p; i++)
+        if (pdde_session_write_global(s, pdde_graph_find(g, params[i].name), params[i].data, params[i].bytes)) {
+            snprintf(out->error, sizeof out->error, "write %.60s: %.180s", params[i].name, pdde_last_error(ctx));
+            goto done;
+        }
+    int32_t x[8 * 16], y[8 * 16];
+    for (int step = 0; step < STEPS; step++) {
+        batch(step, x, y);
+        pdde_session_write_global(s, m.ids, x, sizeof x);
+        pdde_session_write_global(s, m.targets, y, sizeof y);
+        if (pdde_session_run(s, PDDE_RUN_STEP)) {
+            snprintf(out->error, sizeof out->error, "step %d: %s", step, pdde_last_error(ctx));
+            goto done;
+        }
+        float loss = pdde_session_loss(s); /* a data-parallel rank's mean over its rows: average them */
+        if (world && pdde_comm_allreduce(world, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG)) {
+            snprintf(out->error, sizeof out->error, "loss: %s", pdde_last_error(ctx));
+            goto done;
+        }
+        out->losses[step] = loss;
+    }
+    out->ok = 1;
+done:
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+static void run_plan(const char *store_addr, const plan *p, result *out) {
+    int ranks = p->dp * p->tp, fds[8][2];
+    pid_t pids[8];
+    for (int r = 0; r < ranks; r++) {
+        if (pipe(fds[r])) return;
+        if ((pids[r] = fork()) == 0) {
+            char rank[16], size[16];
+            snprintf(rank, sizeof rank, "%d", r), snprintf(size, sizeof size, "%d", ranks);
+            setenv("PDDE_RANK", rank, 1), setenv("PDDE_LOCAL_RANK", rank, 1), setenv("PDDE_WORLD_SIZE", size, 1);
+            setenv("PDDE_STORE_ADDR", store_addr, 1);
+            result res;
+            memset(&res, 0, sizeof res);
+            pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+            cp.n_threads = 1;
+            pdde_context *ctx;
+            pdde_comm *world = NULL;
+            pdde_context_init(&cp, &ctx);
+            pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
+            pp.prefix = p->name, pp.timeout_s = 60;
+            if (pdde_comm_init(ctx, &pp, &world)) snprintf(res.error, sizeof res.error, "comm: %s", pdde_last_error(ctx));
+            else train(ctx, world, p, &res);
+            if (write(fds[r][1], &res, sizeof res) != (ssize_t)sizeof res) _exit(3);
+            pdde_comm_free(world);
+            _exit(res.ok ? 0 : 1);
+        }
+        close(fds[r][1]);
+    }
+    for (int r = 0; r < ranks; r++) {
+        result res;
+        memset(&res, 0, sizeof res);
+        ssize_t got = read(fds[r][0], &res, sizeof res);
+        close(fds[r][0]);
+        waitpid(pids[r], NULL, 0);
+        CHECK(got == (ssize_t)sizeof res && res.ok, "%s rank %d: %s", p->name, r, res.error);
+        if (r == 0) *out = res;
+    }
+}
+
+int main(void) {
+    setenv("PDDE_BACKENDS", "cpu", 0); /* ranks are forked: no device runtime in this process */
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_context_init(&cp, &ctx);
+    pdde_store_server *srv;
+    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store: %s", pdde_last_error(ctx));
+    if (test_failed) return test_finish();
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    result ref;
+    memset(&ref, 0, sizeof ref);
+    train(ctx, NULL, NULL, &ref);
+    CHECK(ref.ok, "one process: %s", ref.error);
+    static const plan plans[] = {{"tp2", 1, 2}, {"dp2_tp2", 2, 2}};
+    for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
+        result res;
+        memset(&res, 0, sizeof res);
+        run_plan(addr, &plans[i], &res);
+        double worst = 0;
+        for (int k = 0; k < STEPS; k++) worst = fmax(worst, fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]));
+        CHECK(res.ok && worst <= 1e-4, "%s: losses differ from one process by %.3g relative", plans[i].name, worst);
+        printf("%-8s losses %.5f -> %.5f (one process %.5f -> %.5f), worst relative difference %.2g\n", plans[i].name,
+               res.losses[0], res.losses[STEPS - 1], ref.losses[0], ref.losses[STEPS - 1], worst);
+    }
+    for (int i = 0; i < n_params; i++) free(params[i].data);
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return test_finish();
+}
