@@ -1501,6 +1501,27 @@ static pdde_tensor *reshard(pdde_session *s, pdde_tensor *x, const pdde_dist_att
     return t;
 }
 
+/* After an update ran on a slice of a whole parameter: allgather the slices into the parameter itself
+ * (the node writes the parameter's memory: src0 is the parameter, src1 the updated slice). */
+static pdde_status gather_into_param(pdde_session *s, pdde_tensor *update, pdde_tensor *param, int slot) {
+    const pdde_dist_attr *want = pdde_op_input_dist(s->g, update, 0);
+    int axis = -1, dim = -1;
+    for (int d = 0; d < param->ndim; d++)
+        if (want->dims_mapping[d] >= 0 && param->dist.dims_mapping[d] != want->dims_mapping[d]) {
+            if (axis >= 0) return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s: an update split over two mesh axes", update->name);
+            axis = want->dims_mapping[d], dim = d;
+        }
+    if (axis < 0) return PDDE_OK;
+    pdde_tensor *src[2] = {param, update};
+    pdde_tensor *t = new_node(s->g, PDDE_OP_ALLGATHER, param->dtype, param->ndim, param->shape, 2, src);
+    if (!t || session_push(s, t, slot)) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    t->phase = update->phase;
+    t->dist = param->dist;
+    t->flags |= PDDE_TENSOR_INPLACE;
+    t->iparams[4] = axis, t->iparams[5] = dim, t->iparams[6] = 1;
+    return PDDE_OK;
+}
+
 /* The local shape of t under its attr; false if a split dim does not divide. */
 static bool local_shape(const pdde_tensor *t, int64_t *shape) {
     memcpy(shape, t->shape, sizeof t->shape);
@@ -1552,6 +1573,7 @@ static pdde_status session_partition(pdde_session *s) {
     for (int i = 0; i < n_old && !st; i++) {
         pdde_tensor *t = old[i];
         int slot = s->slot[t->id];
+        pdde_tensor *param = t->src[0], *grad = t->nsrc > 1 ? t->src[1] : NULL;
         for (int k = 0; k < t->nsrc && !st && t->id < n; k++) {
             const pdde_dist_attr *want = pdde_op_input_dist(g, t, k);
             pdde_tensor *x = t->src[k];
@@ -1561,6 +1583,15 @@ static pdde_status session_partition(pdde_session *s) {
             else t->src[k] = r;
         }
         if (!st && session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
+        if (!st && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) && t->src[0] != param)
+            st = gather_into_param(s, t, param, slot);
+        /* ...and an update that read a slice of a whole gradient accumulator zeroed only the slice */
+        if (!st && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) && t->src[1] != grad) {
+            pdde_tensor *zero = new_node(g, PDDE_OP_SCALE, grad->dtype, grad->ndim, grad->shape, 1, &grad);
+            if (!zero || session_push(s, zero, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+            else zero->phase = t->phase, zero->flags |= PDDE_TENSOR_INPLACE, zero->dist = grad->dist, zero->fparams[0] = 0.0f;
+        }
     }
     free(old);
     return st;
@@ -1581,7 +1612,7 @@ static void blocks_along(float *packed, float *x, const int64_t *xshape, int ndi
 
 /* An SPMD reshard collective, blocking: allreduce, reduce-scatter or allgather along a tensor dim. */
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
-    pdde_tensor *x = t->src[0];
+    pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
     pdde_comm *c = s->axis_comm[t->iparams[4]];
     int dim = t->iparams[5], n = pdde_comm_size(c);
     float *in = (float *)((char *)x->data + x->offset), *out = (float *)((char *)t->data + t->offset);

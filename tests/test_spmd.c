@@ -16,8 +16,8 @@
 #define MAX_PARAMS 64
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
-typedef struct { const char *name; int dp, tp; } plan;
-typedef struct { float losses[STEPS]; int ok; char error[256]; } result;
+typedef struct { const char *name; int dp, tp, zero; } plan;
+typedef struct { float losses[STEPS]; double state_bytes; int ok; char error[256]; } result;
 
 /* the reference's initial parameters, which every plan starts from */
 static struct { char name[64]; float *data; size_t bytes; } params[MAX_PARAMS];
@@ -32,14 +32,16 @@ static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     op.lr = 3e-3f, op.weight_decay = 0.1f;
     pdde_status st = gpt_build(g, &cfg, m);
     if (!st && p) {
-        const pdde_mesh *mesh = p->dp > 1 ? pdde_mesh_create(g, 2, (int[]){p->dp, p->tp}, (const char *[]){"dp", "tp"}, NULL)
-                                          : pdde_mesh_create(g, 1, (int[]){p->tp}, (const char *[]){"tp"}, NULL);
+        const pdde_mesh *mesh = p->dp > 1 && p->tp > 1 ? pdde_mesh_create(g, 2, (int[]){p->dp, p->tp}, (const char *[]){"dp", "tp"}, NULL)
+                                : p->dp > 1 ? pdde_mesh_create(g, 1, (int[]){p->dp}, (const char *[]){"dp"}, NULL)
+                                            : pdde_mesh_create(g, 1, (int[]){p->tp}, (const char *[]){"tp"}, NULL);
         if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
-        if (!st) st = gpt_shard_tensor_parallel(g, mesh, "tp");
+        if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
     }
     if (!st) st = pdde_backward(g, m->loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
+    if (!st && p && p->zero) st = pdde_strategy_zero(g, pdde_graph_mesh(g), "dp", p->zero);
     if (!st && p) st = pdde_complete(g);
     return st;
 }
@@ -57,6 +59,9 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
         pdde_graph_free(g);
         return;
     }
+    pdde_memory_stats ms;
+    pdde_session_memory(s, &ms);
+    out->state_bytes = (double)(ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes);
     for (int i = 0; i < pdde_graph_n_tensors(g) && !p; i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (!(t->flags & PDDE_TENSOR_PARAM) || n_params == MAX_PARAMS) continue;
@@ -146,7 +151,8 @@ int main(void) {
     memset(&ref, 0, sizeof ref);
     train(ctx, NULL, NULL, &ref);
     CHECK(ref.ok, "one process: %s", ref.error);
-    static const plan plans[] = {{"tp2", 1, 2}, {"dp2_tp2", 2, 2}};
+    static const plan plans[] = {{"dp2", 2, 1, 0}, {"tp2", 1, 2, 0}, {"dp2_tp2", 2, 2, 0},
+                                 {"zero1", 2, 1, 1}, {"zero2", 2, 1, 2}, {"zero3", 2, 1, 3}};
     for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
         result res;
         memset(&res, 0, sizeof res);
@@ -154,8 +160,14 @@ int main(void) {
         double worst = 0;
         for (int k = 0; k < STEPS; k++) worst = fmax(worst, fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]));
         CHECK(res.ok && worst <= 1e-4, "%s: losses differ from one process by %.3g relative", plans[i].name, worst);
-        printf("%-8s losses %.5f -> %.5f (one process %.5f -> %.5f), worst relative difference %.2g\n", plans[i].name,
-               res.losses[0], res.losses[STEPS - 1], ref.losses[0], ref.losses[STEPS - 1], worst);
+        double mem = res.state_bytes / ref.state_bytes;
+        printf("%-8s losses %.5f -> %.5f (one process %.5f -> %.5f), worst relative difference %.2g; "
+               "params+grads+optimizer per rank %.2f of one process\n", plans[i].name,
+               res.losses[0], res.losses[STEPS - 1], ref.losses[0], ref.losses[STEPS - 1], worst, mem);
+        /* what each plan implies: ZeRO-3 holds about half of everything on 2 ranks, ZeRO-1/2 keep whole
+         * parameters, plain data parallelism keeps everything */
+        double expect_max = plans[i].zero == 3 ? 0.55 : plans[i].zero == 2 ? 0.55 + 0.25 : plans[i].zero == 1 ? 0.80 : 1.0;
+        CHECK(mem <= expect_max + 1e-9, "%s: state per rank %.2f of one process, expected at most %.2f", plans[i].name, mem, expect_max);
     }
     for (int i = 0; i < n_params; i++) free(params[i].data);
     pdde_store_server_free(srv);
