@@ -2050,12 +2050,55 @@ static void ckpt_put(ckpt_writer *w, const void *p, size_t n) {
     w->crc = crc32_update(w->crc, p, n);
 }
 
+/* The global shape of t (under SPMD execution its local shape is smaller). */
+static const int64_t *global_shape(const pdde_session *s, const pdde_tensor *t) {
+    return s->world && t->id < s->n_global_shapes ? s->global_shapes[t->id] : t->shape;
+}
+
+static size_t global_nbytes(const pdde_session *s, const pdde_tensor *t) {
+    size_t n = pdde_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) n *= (size_t)global_shape(s, t)[d];
+    return n;
+}
+
+/* Reads the whole of t into buf (global_nbytes): under SPMD execution its blocks are all-gathered
+ * along every split dim (a collective over the mesh: every rank calls it for the same tensors). */
+static pdde_status read_global(pdde_session *s, pdde_tensor *t, void *buf) {
+    pdde_status st = pdde_session_read(s, t, buf, pdde_tensor_nbytes(t));
+#ifdef PDDE_HAVE_COMM
+    if (st || !s->world || !t->dist.mesh || t->dtype != PDDE_F32) return st;
+    int64_t shape[PDDE_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    float *tmp = malloc(global_nbytes(s, t) + sizeof(float));
+    if (!tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory");
+    for (int d = 0; d < t->ndim && !st; d++) {
+        int a = t->dist.dims_mapping[d];
+        if (a < 0) continue;
+        int64_t n = 1;
+        for (int k = 0; k < t->ndim; k++) n *= shape[k];
+        st = pdde_comm_allgather(s->axis_comm[a], buf, tmp, (size_t)n, PDDE_F32);
+        shape[d] *= t->dist.mesh->shape[a];
+        if (!st) blocks_along(tmp, buf, shape, t->ndim, d, t->dist.mesh->shape[a], false);
+    }
+    free(tmp);
+#endif
+    return st;
+}
+
 pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra) {
     if (!s || !path) return PDDE_ERR_INVALID_ARG;
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "checkpoint: path too long");
-    ckpt_writer w = {fopen(tmp, "wb"), 0, true};
-    if (!w.f) return pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    /* under SPMD execution the file holds whole tensors, written by rank 0 after the others helped
+     * gather them, so it loads under any other plan (or none) */
+#ifdef PDDE_HAVE_COMM
+    bool writer = !s->world || pdde_comm_rank(s->world) == 0;
+#else
+    bool writer = true;
+#endif
+    ckpt_writer w = {writer ? fopen(tmp, "wb") : NULL, 0, true};
+    if (writer && !w.f) return pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    if (!writer) w.ok = false; /* nothing is written here */
     uint32_t version = CKPT_VERSION, count = 0;
     for (int i = 0; i < s->n_order; i++) count += ckpt_saved(s->order[i]);
     uint64_t step = (uint64_t)s->step, pos = extra ? extra->data_position : 0, rng[2] = {s->ctx->seed, s->run_counter};
@@ -2064,29 +2107,34 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
     void *buf = NULL;
     size_t cap = 0;
     pdde_status st = PDDE_OK;
-    for (int i = 0; i < s->n_order && st == PDDE_OK && w.ok; i++) {
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
         if (!ckpt_saved(t)) continue;
         uint16_t name_len = (uint16_t)strlen(t->name);
         uint8_t dtype = (uint8_t)t->dtype, ndim = (uint8_t)t->ndim;
-        uint64_t nbytes = pdde_tensor_nbytes(t);
+        uint64_t nbytes = global_nbytes(s, t);
         if (nbytes > cap) {
             void *nb = realloc(buf, nbytes);
             if (!nb) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory"); break; }
             buf = nb, cap = nbytes;
         }
-        if ((st = pdde_session_read(s, t, buf, nbytes))) break;
+        if ((st = read_global(s, t, buf))) break;
         ckpt_put(&w, &name_len, 2), ckpt_put(&w, t->name, name_len), ckpt_put(&w, &dtype, 1), ckpt_put(&w, &ndim, 1);
-        ckpt_put(&w, t->shape, 8 * (size_t)ndim), ckpt_put(&w, &nbytes, 8), ckpt_put(&w, buf, nbytes);
+        ckpt_put(&w, global_shape(s, t), 8 * (size_t)ndim), ckpt_put(&w, &nbytes, 8), ckpt_put(&w, buf, nbytes);
     }
     free(buf);
-    uint32_t crc = w.crc;
-    if (w.ok) w.ok = fwrite(&crc, 1, 4, w.f) == 4;
-    if (w.ok) w.ok = fflush(w.f) == 0 && fsync(fileno(w.f)) == 0;
-    if (fclose(w.f) != 0) w.ok = false;
-    if (st == PDDE_OK && !w.ok) st = pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
-    if (st == PDDE_OK && rename(tmp, path) != 0) st = pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, path, strerror(errno));
-    if (st != PDDE_OK) unlink(tmp);
+    if (writer) {
+        uint32_t crc = w.crc;
+        if (w.ok) w.ok = fwrite(&crc, 1, 4, w.f) == 4;
+        if (w.ok) w.ok = fflush(w.f) == 0 && fsync(fileno(w.f)) == 0;
+        if (fclose(w.f) != 0) w.ok = false;
+        if (st == PDDE_OK && !w.ok) st = pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot write %s: %s", tmp, strerror(errno));
+        if (st == PDDE_OK && rename(tmp, path) != 0) st = pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        if (st != PDDE_OK) unlink(tmp);
+    }
+#ifdef PDDE_HAVE_COMM
+    if (s->world && st == PDDE_OK) st = pdde_comm_barrier(s->world); /* the file exists for every rank */
+#endif
     return st;
 }
 
@@ -2151,8 +2199,8 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
                 free(buf);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s is not in this model", path, name);
             }
-            bool same = t->ndim == ndim && t->dtype == dtype && pdde_tensor_nbytes(t) == nbytes;
-            for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
+            bool same = t->ndim == ndim && t->dtype == dtype && global_nbytes(s, t) == nbytes;
+            for (int d = 0; same && d < ndim; d++) same = global_shape(s, t)[d] == shape[d];
             if (!same) {
                 char want[96];
                 shape_str(t, want, sizeof want);
@@ -2160,7 +2208,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s has another dtype or shape than the model's %s %s",
                                   path, name, pdde_dtype_name(t->dtype), want);
             }
-            if (pass == 1 && (st = pdde_session_write(s, t, buf + at, nbytes))) { free(buf); return st; }
+            if (pass == 1 && (st = pdde_session_write_global(s, t, buf + at, nbytes))) { free(buf); return st; }
             at += nbytes;
             matched++;
         }

@@ -16,7 +16,10 @@
 #define MAX_PARAMS 64
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
-typedef struct { const char *name; int dp, tp, zero; } plan;
+/* save: write a checkpoint after step SAVE_AT; load: start from the one saved under another plan */
+typedef struct { const char *name; int dp, tp, zero, save, load; } plan;
+#define SAVE_AT 5
+static char ckpt_path[256];
 typedef struct { float losses[STEPS]; double state_bytes; int ok; char error[256]; } result;
 
 /* the reference's initial parameters, which every plan starts from */
@@ -76,8 +79,16 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
             snprintf(out->error, sizeof out->error, "write %.60s: %.180s", params[i].name, pdde_last_error(ctx));
             goto done;
         }
+    int first = 0;
+    if (p && p->load) {
+        if (pdde_checkpoint_load(s, ckpt_path, NULL)) {
+            snprintf(out->error, sizeof out->error, "load: %.200s", pdde_last_error(ctx));
+            goto done;
+        }
+        first = (int)pdde_session_step(s);
+    }
     int32_t x[8 * 16], y[8 * 16];
-    for (int step = 0; step < STEPS; step++) {
+    for (int step = first; step < STEPS; step++) {
         batch(step, x, y);
         pdde_session_write_global(s, m.ids, x, sizeof x);
         pdde_session_write_global(s, m.targets, y, sizeof y);
@@ -91,6 +102,10 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
             goto done;
         }
         out->losses[step] = loss;
+        if (p && p->save && step + 1 == SAVE_AT && pdde_checkpoint_save(s, ckpt_path, NULL)) {
+            snprintf(out->error, sizeof out->error, "save: %.200s", pdde_last_error(ctx));
+            goto done;
+        }
     }
     out->ok = 1;
 done:
@@ -151,24 +166,49 @@ int main(void) {
     memset(&ref, 0, sizeof ref);
     train(ctx, NULL, NULL, &ref);
     CHECK(ref.ok, "one process: %s", ref.error);
-    static const plan plans[] = {{"dp2", 2, 1, 0}, {"tp2", 1, 2, 0}, {"dp2_tp2", 2, 2, 0},
-                                 {"zero1", 2, 1, 1}, {"zero2", 2, 1, 2}, {"zero3", 2, 1, 3}};
+    /* zero3 saves at step 5; tp2_resume and dp2_tp2_resume continue from that file under other plans */
+    static const plan plans[] = {{"dp2", 2, 1, 0, 0, 0}, {"tp2", 1, 2, 0, 0, 0}, {"dp2_tp2", 2, 2, 0, 0, 0},
+                                 {"zero1", 2, 1, 1, 0, 0}, {"zero2", 2, 1, 2, 0, 0}, {"zero3", 2, 1, 3, 1, 0},
+                                 {"tp2_resume", 1, 2, 0, 0, 1}, {"dp2tp2_resume", 2, 2, 0, 0, 1}};
+    snprintf(ckpt_path, sizeof ckpt_path, "/tmp/pdde_test_spmd.%d.ckpt", (int)getpid());
     for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
         result res;
         memset(&res, 0, sizeof res);
         run_plan(addr, &plans[i], &res);
         double worst = 0;
-        for (int k = 0; k < STEPS; k++) worst = fmax(worst, fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]));
+        for (int k = plans[i].load ? SAVE_AT : 0; k < STEPS; k++) worst = fmax(worst, fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]));
         CHECK(res.ok && worst <= 1e-4, "%s: losses differ from one process by %.3g relative", plans[i].name, worst);
         double mem = res.state_bytes / ref.state_bytes;
-        printf("%-8s losses %.5f -> %.5f (one process %.5f -> %.5f), worst relative difference %.2g; "
+        printf("%-14s losses %.5f -> %.5f (one process %.5f -> %.5f), worst relative difference %.2g; "
                "params+grads+optimizer per rank %.2f of one process\n", plans[i].name,
                res.losses[0], res.losses[STEPS - 1], ref.losses[0], ref.losses[STEPS - 1], worst, mem);
         /* what each plan implies: ZeRO-3 holds about half of everything on 2 ranks, ZeRO-1/2 keep whole
          * parameters, plain data parallelism keeps everything */
+        if (plans[i].load) continue; /* (its first losses were not run) */
         double expect_max = plans[i].zero == 3 ? 0.55 : plans[i].zero == 2 ? 0.55 + 0.25 : plans[i].zero == 1 ? 0.80 : 1.0;
         CHECK(mem <= expect_max + 1e-9, "%s: state per rank %.2f of one process, expected at most %.2f", plans[i].name, mem, expect_max);
     }
+    /* and one process resumes from the file written under ZeRO-3 */
+    pdde_graph *g;
+    pdde_session *s1;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    CHECK(build(g, &m, NULL) == PDDE_OK && pdde_session_init(g, NULL, &s1) == PDDE_OK, "single session");
+    pdde_status st = pdde_checkpoint_load(s1, ckpt_path, NULL);
+    CHECK(st == PDDE_OK && pdde_session_step(s1) == SAVE_AT, "one process loads the ZeRO-3 checkpoint: %s", pdde_last_error(ctx));
+    double worst = 0;
+    for (int step = SAVE_AT; step < STEPS && st == PDDE_OK; step++) {
+        int32_t x[8 * 16], y[8 * 16];
+        batch(step, x, y);
+        pdde_session_write(s1, m.ids, x, sizeof x), pdde_session_write(s1, m.targets, y, sizeof y);
+        pdde_session_run(s1, PDDE_RUN_STEP);
+        worst = fmax(worst, fabs(pdde_session_loss(s1) - ref.losses[step]) / fabs(ref.losses[step]));
+    }
+    CHECK(worst <= 1e-4, "one process resumed from ZeRO-3: losses differ by %.3g", worst);
+    printf("%-14s continues like the uninterrupted run: worst relative difference %.2g\n", "1 rank resume", worst);
+    pdde_session_free(s1);
+    pdde_graph_free(g);
+    unlink(ckpt_path);
     for (int i = 0; i < n_params; i++) free(params[i].data);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
