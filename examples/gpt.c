@@ -4,6 +4,7 @@
  *   ./build/gpt --data corpus.txt --layers 6 --width 256 --steps 2000 --ckpt-dir ckpt --resume
  *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
  *   ./build/pdde-run -n 2 ./build/gpt --dp 2 --zero 1   # data parallel on 2 ranks, ZeRO-1
+ *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --tp 2     # data x tensor parallel from dist attributes
  *
  * Text is tokenized byte by byte (vocabulary 256). 90% of the file trains, 10% validates. */
 #define _GNU_SOURCE
@@ -18,7 +19,7 @@
 
 typedef struct {
     gpt_config model;
-    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, dp, zero;
+    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, dp, tp, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on;
@@ -35,7 +36,7 @@ static void usage(void) {
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
-            "           [--blocks-on BACKEND] [--dp N] [--zero 0|1]   (--dp: run under pdde-run -n N)\n");
+            "           [--blocks-on BACKEND] [--dp N] [--tp N] [--zero 0-3]   (run under pdde-run -n dp*tp)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -58,6 +59,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--threads")) iv = &o->threads;
         else if (!strcmp(a, "--ckpt-every")) iv = &o->ckpt_every;
         else if (!strcmp(a, "--dp")) iv = &o->dp;
+        else if (!strcmp(a, "--tp")) iv = &o->tp;
         else if (!strcmp(a, "--zero")) iv = &o->zero;
         else if (!strcmp(a, "--lr")) fv = &o->lr;
         else if (!strcmp(a, "--weight-decay")) fv = &o->weight_decay;
@@ -77,8 +79,8 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
         return -1;
     }
-    if (o->dp < 1 || m->batch % o->dp || o->zero < 0 || o->zero > 1) {
-        fprintf(stderr, "gpt: --dp must divide --batch (the global batch) and --zero is 0 or 1\n");
+    if (o->dp < 1 || o->tp < 1 || m->batch % o->dp || o->zero < 0 || o->zero > 3 || (o->zero > 1 && o->dp < 2)) {
+        fprintf(stderr, "gpt: --dp must divide --batch (the global batch), --tp >= 1, --zero 0..3 (2 and 3 need --dp)\n");
         return -1;
     }
     return 0;
@@ -94,17 +96,21 @@ static int parse(int argc, char **argv, options *o) {
     } while (0)
 
 /* Mean loss over a few validation batches (forward only). */
-static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, int32_t *x, int32_t *y) {
+static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, int32_t *x, int32_t *y, pdde_comm *spmd) {
     size_t bytes = (size_t)m->cfg.batch * m->cfg.ctx * sizeof *x;
     uint64_t pos = pdde_data_position(val);
     double sum = 0;
     pdde_data_set_position(val, 0); /* the same validation windows every time */
     for (int i = 0; i < batches; i++) {
         pdde_data_next_batch(val, m->cfg.batch, m->cfg.ctx, 99, x, y);
-        pdde_session_write(s, m->ids, x, bytes);
-        pdde_session_write(s, m->targets, y, bytes);
+        pdde_session_write_global(s, m->ids, x, bytes);
+        pdde_session_write_global(s, m->targets, y, bytes);
         if (pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
-        sum += pdde_session_loss(s);
+        float loss = pdde_session_loss(s);
+#ifdef PDDE_HAVE_UCX
+        if (spmd) pdde_comm_allreduce(spmd, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG); /* ranks' row means */
+#endif
+        sum += loss;
     }
     pdde_data_set_position(val, pos);
     return (float)(sum / batches);
@@ -112,7 +118,7 @@ static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches
 
 /* Samples n bytes: the context fills row 0 of the batch, the next byte comes from the logits at the
  * last filled position (temperature 0.8). */
-static void sample(pdde_session *s, gpt_model *m, int n, uint64_t seed) {
+static void sample(pdde_session *s, gpt_model *m, int n, uint64_t seed, int print) {
     int T = m->cfg.ctx, V = m->cfg.vocab, BT = m->cfg.batch * T;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
     float *logits = malloc((size_t)BT * V * sizeof *logits);
@@ -121,9 +127,10 @@ static void sample(pdde_session *s, gpt_model *m, int n, uint64_t seed) {
     ids[0] = '\n';
     int filled = 1;
     for (int k = 0; k < n; k++) {
-        pdde_session_write(s, m->ids, ids, (size_t)BT * sizeof *ids);
+        pdde_session_write_global(s, m->ids, ids, (size_t)BT * sizeof *ids);
         if (pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
-        pdde_session_read(s, m->logits, logits, (size_t)BT * V * sizeof *logits);
+        /* row 0 of the batch: on every rank's local part (under SPMD, rank 0 holds the first rows) */
+        pdde_session_read(s, m->logits, logits, pdde_tensor_nbytes(m->logits));
         const float *row = logits + (size_t)(filled - 1) * V;
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < 256; v++) mx = row[v] > mx ? row[v] : mx;
@@ -137,7 +144,7 @@ static void sample(pdde_session *s, gpt_model *m, int n, uint64_t seed) {
         ids[filled++] = next;
     }
     text[len] = 0;
-    printf("---- sample ----\n%s\n----------------\n", text);
+    if (print) printf("---- sample ----\n%s\n----------------\n", text);
     free(ids), free(logits), free(text);
 }
 
@@ -145,7 +152,7 @@ int main(int argc, char **argv) {
     options o = {
         .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},
         .steps = 600, .val_every = 100, .val_batches = 8, .sample_len = 300, .ckpt_every = 200,
-        .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1,
+        .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1,
         .data = "/usr/share/games/fortunes/songs-poems",
     };
     if (parse(argc, argv, &o)) return 2;
@@ -161,20 +168,22 @@ int main(int argc, char **argv) {
     TRY(pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
     if (pdde_data_n_tokens(val) <= o.model.ctx) { fprintf(stderr, "gpt: %s is too short for a context of %d\n", o.data, o.model.ctx); return 1; }
 
-    /* data parallel: each of the dp ranks takes its rows of every global batch */
+    /* Several ranks. Plain data parallelism (and ZeRO-1) uses the session's bucketed, overlapped
+     * gradient averaging, each rank building the graph for its rows of the batch; tensor parallelism and
+     * ZeRO-2/3 come from distributed attributes: one global graph, annotated, completed, and run SPMD. */
     pdde_comm *comm = NULL;
-    int rank = 0;
+    int rank = 0, ranks = o.dp * o.tp, spmd = o.tp > 1 || o.zero > 1;
     gpt_config local = o.model;
-    if (o.dp > 1) {
+    if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
         TRY(pdde_comm_init(ctx, &pp, &comm));
-        if (pdde_comm_size(comm) != o.dp) {
-            fprintf(stderr, "gpt: --dp %d but the launcher started %d ranks\n", o.dp, pdde_comm_size(comm));
+        if (pdde_comm_size(comm) != ranks) {
+            fprintf(stderr, "gpt: --dp %d x --tp %d but the launcher started %d ranks\n", o.dp, o.tp, pdde_comm_size(comm));
             return 1;
         }
         rank = pdde_comm_rank(comm);
-        local.batch = o.model.batch / o.dp;
+        if (!spmd) local.batch = o.model.batch / o.dp;
 #else
         fprintf(stderr, "gpt: --dp needs pdde built with UCX\n");
         return 1;
@@ -185,15 +194,25 @@ int main(int argc, char **argv) {
     TRY(pdde_graph_init(ctx, &g));
     TRY(gpt_build(g, &local, &m));
     pdde_mark_output(m.logits);
+    const pdde_mesh *mesh = NULL;
+    if (spmd) {
+        mesh = pdde_mesh_create(g, 2, (int[]){o.dp, o.tp}, (const char *[]){"dp", "tp"}, NULL);
+        TRY(pdde_graph_status(g));
+        TRY(pdde_strategy_data_parallel(g, mesh, "dp"));
+        if (o.tp > 1) TRY(gpt_shard_tensor_parallel(g, mesh, "tp"));
+    }
     TRY(pdde_backward(g, m.loss));
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     TRY(pdde_optimizer_adamw(g, &op));
+    if (spmd && o.zero) TRY(pdde_strategy_zero(g, mesh, "dp", o.zero));
+    if (spmd) TRY(pdde_complete(g));
 
     /* placement: with --blocks-on, the transformer blocks (layers 1..L) go to that backend's device 0 */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.dp_comm = comm, sp.zero_stage = o.zero;
+    if (spmd) sp.world = comm;
+    else sp.dp_comm = comm, sp.zero_stage = o.zero;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
     if (o.blocks_on) {
@@ -213,7 +232,7 @@ int main(int argc, char **argv) {
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s, %d threads",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
            where, pdde_context_n_threads(ctx));
-    if (o.dp > 1) printf("; data parallel over %d ranks (batch %d each)%s", o.dp, local.batch, o.zero ? ", ZeRO-1" : "");
+    if (ranks > 1) printf("; %d ranks: dp %d x tp %d%s%s", ranks, o.dp, o.tp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
     printf("\n");
     printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB, activations %.1f MB (plan) of %.1f MB\n",
            o.data, (long long)pdde_data_n_tokens(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6,
@@ -223,7 +242,7 @@ int main(int argc, char **argv) {
     if (o.ckpt_dir) {
         mkdir(o.ckpt_dir, 0755);
         /* ZeRO-1 shards the optimizer state: every rank keeps its own file */
-        if (o.zero && o.dp > 1) snprintf(ckpt, sizeof ckpt, "%s/gpt.rank%d.ckpt", o.ckpt_dir, rank);
+        if (!spmd && o.zero && o.dp > 1) snprintf(ckpt, sizeof ckpt, "%s/gpt.rank%d.ckpt", o.ckpt_dir, rank);
         else snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir);
         if (o.resume) {
             pdde_checkpoint_extra ex;
@@ -245,8 +264,13 @@ int main(int argc, char **argv) {
     float ema_tps = 0;
     for (int64_t step = first; step < o.steps; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
-        TRY(pdde_session_write(s, m.ids, x + rank * local_bt, local_bt * sizeof *x));
-        TRY(pdde_session_write(s, m.targets, y + rank * local_bt, local_bt * sizeof *y));
+        if (spmd) { /* every rank gets its block of the global batch from its attributes */
+            TRY(pdde_session_write_global(s, m.ids, x, bt * sizeof *x));
+            TRY(pdde_session_write_global(s, m.targets, y, bt * sizeof *y));
+        } else {
+            TRY(pdde_session_write(s, m.ids, x + rank * local_bt, local_bt * sizeof *x));
+            TRY(pdde_session_write(s, m.targets, y + rank * local_bt, local_bt * sizeof *y));
+        }
         TRY(pdde_session_run(s, PDDE_RUN_STEP));
         float loss = pdde_session_loss(s);
 #ifdef PDDE_HAVE_UCX
@@ -260,15 +284,17 @@ int main(int argc, char **argv) {
         if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps))
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs\n", (long long)step + 1, o.steps,
                    loss, pdde_lr_at(&op, step), ema_tps, eta);
-        if (rank == 0 && ((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps))
-            printf("step %5lld  validation loss %.4f\n", (long long)step + 1, validate(s, &m, val, o.val_batches, x, y));
-        if (ckpt[0] && (rank == 0 || o.zero) && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
+        if ((rank == 0 || spmd) && ((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)) {
+            float vloss = validate(s, &m, val, o.val_batches, x, y, spmd ? comm : NULL);
+            if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);
+        }
+        if (ckpt[0] && (rank == 0 || o.zero || spmd) && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
             TRY(pdde_checkpoint_save(s, ckpt, &ex));
         }
     }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
-    if (rank == 0 && o.sample_len > 0) sample(s, &m, o.sample_len, o.seed);
+    if ((rank == 0 || spmd) && o.sample_len > 0) sample(s, &m, o.sample_len, o.seed, rank == 0);
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
     pdde_graph_free(g);
