@@ -1856,6 +1856,11 @@ void pdde_session_free(pdde_session *s) {
     if (!s) return;
     if (s->profile) print_profile(s);
     if (s->g->session == s) s->g->session = NULL;
+#ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
+    drop_requests(s);
+    comm_staging_free(s);
+    for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) pdde_comm_free(s->axis_comm[a]);
+#endif
     for (int d = 0; d < s->n_devs; d++) {
         session_device *sd = &s->devs[d];
         if (sd->arena) sd->iface->buffer_free(sd->dev, sd->arena);
@@ -1866,11 +1871,6 @@ void pdde_session_free(pdde_session *s) {
     for (int i = 0; s->staging && i < s->n_staging; i++) free(s->staging[i]);
     free(s->staging);
     free(s->devs);
-#ifdef PDDE_HAVE_COMM
-    drop_requests(s);
-    comm_staging_free(s);
-    for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) pdde_comm_free(s->axis_comm[a]);
-#endif
     for (int i = 0; i < s->n_global_shapes; i++) memcpy(s->g->nodes[i]->shape, s->global_shapes[i], sizeof s->global_shapes[i]);
     free(s->global_shapes);
     free(s->requests);
