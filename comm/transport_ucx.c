@@ -85,6 +85,13 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
      * they are set there, never overriding the user's choice. */
     setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
     setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    /* UCX's memory hooks patch mmap/malloc in a process whose other threads (a device runtime such as
+     * PoCL, OpenBLAS) are already running; installing them deadlocked ucp_init now and then. The shared
+     * memory and TCP transports do not need them; on InfiniBand set UCX_MEM_EVENTS=y for the
+     * registration cache. */
+    setenv("UCX_MEM_EVENTS", "n", 0);
+    setenv("UCX_MEMTYPE_CACHE", "n", 0);
+    setenv("UCX_RCACHE_ENABLE", "n", 0); /* the registration cache is what installs the mmap hooks */
     ucp_config_t *cfg;
     ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
     if (s != UCS_OK) { free(tr); return ucx_status(ctx, s, "ucp_config_read"); }
