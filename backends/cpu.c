@@ -355,6 +355,19 @@ static void dropout_task(void *arg, int64_t begin, int64_t end) {
 /* ------------------------------------------------------------------------------------------------
  * Row-wise ops over the last dim: norms, softmax, cross-entropy */
 
+/* Mean (layernorm; 0 for rmsnorm) and 1/sqrt(variance + eps) of one row, accumulated in double. */
+static void row_stats(const float *x, int64_t C, bool centred, float eps, float *mean, float *rstd) {
+    double m = 0, var = 0;
+    if (centred) {
+        for (int64_t i = 0; i < C; i++) m += x[i];
+        m /= (double)C;
+    }
+    for (int64_t i = 0; i < C; i++) var += (x[i] - m) * (x[i] - m);
+    var /= (double)C;
+    *mean = (float)m;
+    *rstd = (float)(1.0 / sqrt(var + eps));
+}
+
 static void layernorm_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     int64_t C = LAST_DIM(t);
@@ -364,15 +377,8 @@ static void layernorm_task(void *arg, int64_t begin, int64_t end) {
     float *y = F32(t);
     for (int64_t r = begin; r < end; r++) {
         const float *xr = x + r * C;
-        float *yr = y + r * C;
-        double mean = 0, var = 0;
-        if (beta) {
-            for (int64_t i = 0; i < C; i++) mean += xr[i];
-            mean /= (double)C;
-        }
-        for (int64_t i = 0; i < C; i++) var += (xr[i] - mean) * (xr[i] - mean);
-        var /= (double)C;
-        float rstd = (float)(1.0 / sqrt(var + eps)), m = (float)mean;
+        float *yr = y + r * C, m, rstd;
+        row_stats(xr, C, beta != NULL, eps, &m, &rstd);
         if (beta) for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - m) * rstd * gamma[i] + beta[i];
         else for (int64_t i = 0; i < C; i++) yr[i] = xr[i] * rstd * gamma[i];
     }
@@ -389,15 +395,8 @@ static void norm_back_task(void *arg, int64_t begin, int64_t end) {
     float *dx = F32(t);
     for (int64_t r = begin; r < end; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
-        float *dxr = dx + r * C;
-        double mean = 0, var = 0;
-        if (ln) {
-            for (int64_t i = 0; i < C; i++) mean += xr[i];
-            mean /= (double)C;
-        }
-        for (int64_t i = 0; i < C; i++) var += (xr[i] - mean) * (xr[i] - mean);
-        var /= (double)C;
-        float rstd = (float)(1.0 / sqrt(var + eps)), m = (float)mean;
+        float *dxr = dx + r * C, m, rstd;
+        row_stats(xr, C, ln, eps, &m, &rstd);
         double gmean = 0, gxmean = 0;
         for (int64_t i = 0; i < C; i++) {
             float g = dyr[i] * gamma[i], xh = (xr[i] - m) * rstd;
@@ -415,10 +414,8 @@ static void norm_back_task(void *arg, int64_t begin, int64_t end) {
 /* dgamma[c] = sum over rows of dy * xhat: threads own columns, so no reduction between threads. */
 static void norm_back_gamma_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
-    bool ln = t->op == PDDE_OP_LAYERNORM_BACK_GAMMA;
     const pdde_tensor *xt = t->src[0];
     int64_t C = LAST_DIM(xt), R = ROWS(xt);
-    float eps = t->fparams[0];
     const float *x = F32(xt), *dy = F32(t->src[1]);
     float *dg = F32(t);
     const float *stats = ((cpu_job *)arg)->extra; /* [R][2]: mean, rstd */
@@ -428,7 +425,6 @@ static void norm_back_gamma_task(void *arg, int64_t begin, int64_t end) {
         const float *xr = x + r * C, *dyr = dy + r * C;
         for (int64_t c = begin; c < end; c++) dg[c] += dyr[c] * (xr[c] - m) * rstd;
     }
-    (void)ln, (void)eps;
 }
 
 static void norm_stats_task(void *arg, int64_t begin, int64_t end) {
@@ -439,18 +435,7 @@ static void norm_stats_task(void *arg, int64_t begin, int64_t end) {
     int64_t C = LAST_DIM(xt);
     const float *x = F32(xt);
     float *stats = (float *)j->extra;
-    for (int64_t r = begin; r < end; r++) {
-        const float *xr = x + r * C;
-        double mean = 0, var = 0;
-        if (ln) {
-            for (int64_t i = 0; i < C; i++) mean += xr[i];
-            mean /= (double)C;
-        }
-        for (int64_t i = 0; i < C; i++) var += (xr[i] - mean) * (xr[i] - mean);
-        var /= (double)C;
-        stats[2 * r] = (float)mean;
-        stats[2 * r + 1] = (float)(1.0 / sqrt(var + t->fparams[0]));
-    }
+    for (int64_t r = begin; r < end; r++) row_stats(x + r * C, C, ln, t->fparams[0], &stats[2 * r], &stats[2 * r + 1]);
 }
 
 static void softmax_task(void *arg, int64_t begin, int64_t end) {
