@@ -436,54 +436,64 @@ pdde_status pdde_comm_irecv(pdde_comm *c, void *buf, size_t count, pdde_dtype t,
 pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                                 pdde_reduce_op op) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_iallreduce(c, sendbuf, recvbuf, count, t, op, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_reduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount, pdde_dtype t,
                                      pdde_reduce_op op) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ireduce_scatter(c, sendbuf, recvbuf, recvcount, t, op, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_allgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_iallgather(c, sendbuf, recvbuf, sendcount, t, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ibroadcast(c, buf, count, t, root, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                              pdde_reduce_op op, int root) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ireduce(c, sendbuf, recvbuf, count, t, op, root, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ialltoall(c, sendbuf, recvbuf, count, t, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
                                 void *recvbuf, const size_t *recvcounts, const size_t *rdispls, pdde_dtype t) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ialltoallv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, t, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_barrier(pdde_comm *c) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ibarrier(c, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_send(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_isend(c, buf, count, t, peer, tag, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_irecv(c, buf, count, t, peer, tag, &r);
     return comm_finish(c, st, r);
 }
