@@ -114,9 +114,13 @@ static int comm_nseg(size_t count, size_t esz, int min_elems) {
 
 /* Allocates the request's scratch memory plus room for the off/len arrays the builders use. */
 static pdde_status req_scratch(pdde_comm_request *r, size_t bytes) {
-    if (!bytes) return PDDE_OK;
-    r->scratch = malloc(bytes);
-    return r->scratch ? PDDE_OK : pdde_error(r->w->ctx, PDDE_ERR_OOM, "comm: out of memory (%zu bytes of scratch)", bytes);
+    if (bytes <= r->scratch_cap) return PDDE_OK; /* a recycled request's scratch is large enough */
+    free(r->scratch);
+    r->scratch_cap = 0;
+    if (!(r->scratch = malloc(bytes)))
+        return pdde_error(r->w->ctx, PDDE_ERR_OOM, "comm: out of memory (%zu bytes of scratch)", bytes);
+    r->scratch_cap = bytes;
+    return PDDE_OK;
 }
 
 static pdde_status req_built(pdde_comm_request *r) {

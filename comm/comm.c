@@ -63,6 +63,7 @@ typedef struct comm_world {
     int watching;                 /* the service thread polls the failure key (wakes within 50 ms) */
     unsigned long started;        /* operations started so far: activity the service thread may have missed */
     int refs;                     /* communicators using the world */
+    _Atomic(struct pdde_comm_request *) spare; /* a released request kept for reuse (schedule.c) */
 } comm_world;
 
 struct pdde_comm {
@@ -158,10 +159,11 @@ static void comm_backoff(double idle, double left, double spin_s) {
     if (pause > 0) comm_sleep(pause);
 }
 
-static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
+/* Waits for r with the world lock held (released while backing off), progressing the transport
+ * itself: the caller's thread drives its own operation, no hand-off to the service thread. */
+static pdde_status req_wait_locked(pdde_comm_request *r, double timeout_s) {
     comm_world *w = r->w;
     double start = comm_now(), deadline = start + timeout_s, idle_since = start;
-    pthread_mutex_lock(&w->lock);
     w->waiters++;
     for (;;) {
         if (!r->done && world_progress(w)) idle_since = comm_now();
@@ -173,8 +175,13 @@ static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
         pthread_mutex_lock(&w->lock);
     }
     w->waiters--;
-    pdde_status st = r->done ? r->status : PDDE_ERR_TIMEOUT;
-    pthread_mutex_unlock(&w->lock);
+    return r->done ? r->status : PDDE_ERR_TIMEOUT;
+}
+
+static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
+    pthread_mutex_lock(&r->w->lock);
+    pdde_status st = req_wait_locked(r, timeout_s);
+    pthread_mutex_unlock(&r->w->lock);
     return st;
 }
 
@@ -212,15 +219,16 @@ static pdde_status comm_finish(pdde_comm *c, pdde_status st, pdde_comm_request *
     comm_blocking_call = 0;
     if (st) return st;
     comm_world *w = c->w;
-    st = req_wait(r, w->timeout_s);
+    pthread_mutex_lock(&w->lock); /* one lock hold for the wait and the release */
+    st = req_wait_locked(r, w->timeout_s);
     if (st == PDDE_ERR_TIMEOUT) {
-        pthread_mutex_lock(&w->lock);
         comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a %s did not finish within %.3g s", w->rank,
                   c->last_algo ? c->last_algo : "transfer", w->timeout_s);
         world_progress(w);
-        pthread_mutex_unlock(&w->lock);
     }
-    pdde_comm_request_free(r);
+    if (r->done) req_release(r);
+    else r->detached = 1;
+    pthread_mutex_unlock(&w->lock);
     return comm_report(w, st);
 }
 
@@ -373,6 +381,8 @@ static void world_destroy(comm_world *w) {
         while (atomic_load(&w->server->n_live) > 0 && comm_now() < deadline) comm_sleep(0.01);
         pdde_store_server_free(w->server);
     }
+    pdde_comm_request *spare = atomic_exchange(&w->spare, NULL);
+    if (spare) req_free_mem(spare);
     free(w->send); free(w->recv); free(w->host_of); free(w->host_names);
     pthread_mutex_destroy(&w->lock);
     pthread_mutex_destroy(&w->store_lock);
