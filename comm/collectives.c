@@ -437,8 +437,76 @@ pdde_status pdde_comm_irecv(pdde_comm *c, void *buf, size_t count, pdde_dtype t,
 /* ------------------------------------------------------------------------------------------------
  * Blocking forms (the request is read after the call: argument evaluation order is unspecified) */
 
+/* Blocking allreduce of a few bytes on a power-of-two communicator: the exchanges of recursive
+ * doubling run right here, receiving into the caller's stack, with no request, programs or scratch
+ * to build (at 8 bytes, building and running the general program cost more than the transfer).
+ * The messages (tags, rounds) are exactly those of the general recursive-doubling program, and the
+ * wait is req_wait_locked's: progress by the caller, spin then back off, the communicator's timeout,
+ * and any failure of the world (found here, by the service thread or by pdde_comm_abort) ends it.
+ * COMM_FAST_BYTES stays far below every UCX rendezvous threshold: an eager receive is written only
+ * inside ucp_worker_progress, which is never called after a failure, so the stack buffer is safe. */
+#define COMM_FAST_BYTES 2048u
+
+static pdde_status comm_allreduce_fast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, pdde_reduce_op op) {
+    comm_world *w = c->w;
+    const pdde_transport_iface *tp = w->tp;
+    _Alignas(16) char tmp[COMM_FAST_BYTES];
+    size_t bytes = count * pdde_dtype_size(t);
+    c->last_algo = "recursive";
+    uint64_t tagbase = (uint64_t)c->id << 28 | (uint64_t)(c->seq++ & 0xfff) << 16;
+    pthread_mutex_lock(&w->lock);
+    pdde_status st = w->failed;
+    w->started++;
+    if (!w->watching) pthread_cond_signal(&w->cv); /* see comm_start */
+    w->waiters++;
+    double start = comm_now(), deadline = start + w->timeout_s, idle_since = start;
+    for (int k = 0; (1 << k) < c->size && !st; k++) {
+        int peer = c->ranks[c->rank ^ (1 << k)];
+        uint64_t tag = tagbase | (uint64_t)(1 + k); /* program 0, round 1 + k (build_rd_allreduce) */
+        void *rq = NULL, *sq = NULL;
+        st = tp->irecv(w->recv[peer], tmp, bytes, tag, PDDE_MEM_HOST, &rq);
+        if (!st) st = tp->isend(w->send[peer], buf, bytes, tag, PDDE_MEM_HOST, &sq);
+        if (st) comm_fail(w, st == PDDE_ERR_PEER_LOST ? st : PDDE_ERR_COMM, "rank %d: cannot post a transfer (%s)",
+                          w->rank, pdde_status_str(st));
+        while (!st && (rq || sq)) {
+            int moved = world_progress(w), done = 0;
+            pdde_status e = PDDE_OK;
+            if (rq && ((e = tp->test(rq, &done, NULL)) || done)) { rq = NULL; moved = 1; }
+            if (!e && sq && ((e = tp->test(sq, &done, NULL)) || done)) { sq = NULL; moved = 1; }
+            if (e) comm_fail(w, e == PDDE_ERR_PEER_LOST ? e : PDDE_ERR_COMM, "rank %d: connection to rank %d %s",
+                             w->rank, peer, e == PDDE_ERR_PEER_LOST ? "lost (peer died?)" : "failed");
+            if ((st = w->failed)) break;
+            if (!rq && !sq) break;
+            double now = comm_now();
+            if (moved) idle_since = now;
+            if (now >= deadline) {
+                comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a recursive did not finish within %.3g s", w->rank, w->timeout_s);
+                world_progress(w);
+                st = PDDE_ERR_TIMEOUT;
+                break;
+            }
+            pthread_mutex_unlock(&w->lock);
+            comm_backoff(now - idle_since, deadline - now, w->spin_s);
+            pthread_mutex_lock(&w->lock);
+        }
+        if (rq) tp->cancel(w->tr, rq);
+        if (sq) tp->cancel(w->tr, sq);
+        if (!st) comm_reduce(buf, tmp, count, t, op);
+    }
+    w->waiters--;
+    pthread_mutex_unlock(&w->lock);
+    if (!st && op == PDDE_REDUCE_AVG) comm_divide(buf, count, t, c->size);
+    return comm_report(w, st);
+}
+
 pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                                 pdde_reduce_op op) {
+    if (c && c->size > 1 && !(c->size & (c->size - 1)) && count && sendbuf && recvbuf && (unsigned)t < PDDE_DTYPE_COUNT &&
+        (unsigned)op <= PDDE_REDUCE_MIN && count * pdde_dtype_size(t) <= COMM_FAST_BYTES &&
+        (c->algo == PDDE_ALGO_AUTO || c->algo == PDDE_ALGO_RECURSIVE)) {
+        if (sendbuf != recvbuf) memcpy(recvbuf, sendbuf, count * pdde_dtype_size(t));
+        return comm_allreduce_fast(c, recvbuf, count, t, op);
+    }
     pdde_comm_request *r = NULL;
     comm_blocking_call = 1;
     pdde_status st = pdde_comm_iallreduce(c, sendbuf, recvbuf, count, t, op, &r);
