@@ -114,9 +114,13 @@ static int comm_nseg(size_t count, size_t esz, int min_elems) {
 
 /* Allocates the request's scratch memory plus room for the off/len arrays the builders use. */
 static pdde_status req_scratch(pdde_comm_request *r, size_t bytes) {
-    if (!bytes) return PDDE_OK;
-    r->scratch = malloc(bytes);
-    return r->scratch ? PDDE_OK : pdde_error(r->w->ctx, PDDE_ERR_OOM, "comm: out of memory (%zu bytes of scratch)", bytes);
+    if (bytes <= r->scratch_cap) return PDDE_OK; /* a recycled request's scratch is large enough */
+    free(r->scratch);
+    r->scratch_cap = 0;
+    if (!(r->scratch = malloc(bytes)))
+        return pdde_error(r->w->ctx, PDDE_ERR_OOM, "comm: out of memory (%zu bytes of scratch)", bytes);
+    r->scratch_cap = bytes;
+    return PDDE_OK;
 }
 
 static pdde_status req_built(pdde_comm_request *r) {
@@ -433,57 +437,135 @@ pdde_status pdde_comm_irecv(pdde_comm *c, void *buf, size_t count, pdde_dtype t,
 /* ------------------------------------------------------------------------------------------------
  * Blocking forms (the request is read after the call: argument evaluation order is unspecified) */
 
+/* Blocking allreduce of a few bytes on a power-of-two communicator: the exchanges of recursive
+ * doubling run right here, receiving into the caller's stack, with no request, programs or scratch
+ * to build (at 8 bytes, building and running the general program cost more than the transfer).
+ * The messages (tags, rounds) are exactly those of the general recursive-doubling program, and the
+ * wait is req_wait_locked's: progress by the caller, spin then back off, the communicator's timeout,
+ * and any failure of the world (found here, by the service thread or by pdde_comm_abort) ends it.
+ * COMM_FAST_BYTES stays far below every UCX rendezvous threshold: an eager receive is written only
+ * inside ucp_worker_progress, which is never called after a failure, so the stack buffer is safe. */
+#define COMM_FAST_BYTES 2048u
+
+static pdde_status comm_allreduce_fast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, pdde_reduce_op op) {
+    comm_world *w = c->w;
+    const pdde_transport_iface *tp = w->tp;
+    _Alignas(16) char tmp[COMM_FAST_BYTES];
+    size_t bytes = count * pdde_dtype_size(t);
+    c->last_algo = "recursive";
+    uint64_t tagbase = (uint64_t)c->id << 28 | (uint64_t)(c->seq++ & 0xfff) << 16;
+    pthread_mutex_lock(&w->lock);
+    pdde_status st = w->failed;
+    w->started++;
+    if (!w->watching) pthread_cond_signal(&w->cv); /* see comm_start */
+    w->waiters++;
+    double start = comm_now(), deadline = start + w->timeout_s, idle_since = start;
+    for (int k = 0; (1 << k) < c->size && !st; k++) {
+        int peer = c->ranks[c->rank ^ (1 << k)];
+        uint64_t tag = tagbase | (uint64_t)(1 + k); /* program 0, round 1 + k (build_rd_allreduce) */
+        void *rq = NULL, *sq = NULL;
+        st = tp->irecv(w->recv[peer], tmp, bytes, tag, PDDE_MEM_HOST, &rq);
+        if (!st) st = tp->isend(w->send[peer], buf, bytes, tag, PDDE_MEM_HOST, &sq);
+        if (st) comm_fail(w, st == PDDE_ERR_PEER_LOST ? st : PDDE_ERR_COMM, "rank %d: cannot post a transfer (%s)",
+                          w->rank, pdde_status_str(st));
+        while (!st && (rq || sq)) {
+            int moved = world_progress(w), done = 0;
+            pdde_status e = PDDE_OK;
+            if (rq && ((e = tp->test(rq, &done, NULL)) || done)) { rq = NULL; moved = 1; }
+            if (!e && sq && ((e = tp->test(sq, &done, NULL)) || done)) { sq = NULL; moved = 1; }
+            if (e) comm_fail(w, e == PDDE_ERR_PEER_LOST ? e : PDDE_ERR_COMM, "rank %d: connection to rank %d %s",
+                             w->rank, peer, e == PDDE_ERR_PEER_LOST ? "lost (peer died?)" : "failed");
+            if ((st = w->failed)) break;
+            if (!rq && !sq) break;
+            double now = comm_now();
+            if (moved) idle_since = now;
+            if (now >= deadline) {
+                comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a recursive did not finish within %.3g s", w->rank, w->timeout_s);
+                world_progress(w);
+                st = PDDE_ERR_TIMEOUT;
+                break;
+            }
+            pthread_mutex_unlock(&w->lock);
+            comm_backoff(now - idle_since, deadline - now, w->spin_s);
+            pthread_mutex_lock(&w->lock);
+        }
+        if (rq) tp->cancel(w->tr, rq);
+        if (sq) tp->cancel(w->tr, sq);
+        if (!st) comm_reduce(buf, tmp, count, t, op);
+    }
+    w->waiters--;
+    pthread_mutex_unlock(&w->lock);
+    if (!st && op == PDDE_REDUCE_AVG) comm_divide(buf, count, t, c->size);
+    return comm_report(w, st);
+}
+
 pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                                 pdde_reduce_op op) {
+    if (c && c->size > 1 && !(c->size & (c->size - 1)) && count && sendbuf && recvbuf && (unsigned)t < PDDE_DTYPE_COUNT &&
+        (unsigned)op <= PDDE_REDUCE_MIN && count * pdde_dtype_size(t) <= COMM_FAST_BYTES &&
+        (c->algo == PDDE_ALGO_AUTO || c->algo == PDDE_ALGO_RECURSIVE)) {
+        if (sendbuf != recvbuf) memcpy(recvbuf, sendbuf, count * pdde_dtype_size(t));
+        return comm_allreduce_fast(c, recvbuf, count, t, op);
+    }
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_iallreduce(c, sendbuf, recvbuf, count, t, op, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_reduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount, pdde_dtype t,
                                      pdde_reduce_op op) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ireduce_scatter(c, sendbuf, recvbuf, recvcount, t, op, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_allgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_iallgather(c, sendbuf, recvbuf, sendcount, t, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ibroadcast(c, buf, count, t, root, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                              pdde_reduce_op op, int root) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ireduce(c, sendbuf, recvbuf, count, t, op, root, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ialltoall(c, sendbuf, recvbuf, count, t, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
                                 void *recvbuf, const size_t *recvcounts, const size_t *rdispls, pdde_dtype t) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ialltoallv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, t, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_barrier(pdde_comm *c) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_ibarrier(c, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_send(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_isend(c, buf, count, t, peer, tag, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag) {
     pdde_comm_request *r = NULL;
+    comm_blocking_call = 1;
     pdde_status st = pdde_comm_irecv(c, buf, count, t, peer, tag, &r);
     return comm_finish(c, st, r);
 }

@@ -60,7 +60,10 @@ typedef struct comm_world {
     char fail_msg[400];
     pdde_comm_request *active;    /* running operations of every communicator */
     int waiters;                  /* caller threads inside a wait: the service thread stays out */
+    int watching;                 /* the service thread polls the failure key (wakes within 50 ms) */
+    unsigned long started;        /* operations started so far: activity the service thread may have missed */
     int refs;                     /* communicators using the world */
+    _Atomic(struct pdde_comm_request *) spare; /* a released request kept for reuse (schedule.c) */
 } comm_world;
 
 struct pdde_comm {
@@ -138,9 +141,15 @@ static pdde_status comm_report(comm_world *w, pdde_status st) {
     return pdde_error(w->ctx, st, "comm: %s%s%s", pdde_status_str(st), *msg ? ": " : "", msg);
 }
 
+/* Set by the blocking forms of the operations (collectives.c) around their non-blocking start, so
+ * that comm_start knows the caller will wait (and progress) right away. */
+static _Thread_local int comm_blocking_call;
+
 /* Spins for a few microseconds (latency), then yields (other ranks may share the core: with more
  * ranks than cores the peer we wait for needs it), then sleeps with a growing pause up to 1 ms, so
  * that a long wait costs almost no CPU. */
+#define COMM_SPIN_S 50e-6
+
 static void comm_backoff(double idle, double left, double spin_s) {
     if (idle < spin_s) return;
     if (idle < 20e-3) { sched_yield(); return; }
@@ -150,10 +159,11 @@ static void comm_backoff(double idle, double left, double spin_s) {
     if (pause > 0) comm_sleep(pause);
 }
 
-static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
+/* Waits for r with the world lock held (released while backing off), progressing the transport
+ * itself: the caller's thread drives its own operation, no hand-off to the service thread. */
+static pdde_status req_wait_locked(pdde_comm_request *r, double timeout_s) {
     comm_world *w = r->w;
     double start = comm_now(), deadline = start + timeout_s, idle_since = start;
-    pthread_mutex_lock(&w->lock);
     w->waiters++;
     for (;;) {
         if (!r->done && world_progress(w)) idle_since = comm_now();
@@ -165,8 +175,13 @@ static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
         pthread_mutex_lock(&w->lock);
     }
     w->waiters--;
-    pdde_status st = r->done ? r->status : PDDE_ERR_TIMEOUT;
-    pthread_mutex_unlock(&w->lock);
+    return r->done ? r->status : PDDE_ERR_TIMEOUT;
+}
+
+static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
+    pthread_mutex_lock(&r->w->lock);
+    pdde_status st = req_wait_locked(r, timeout_s);
+    pthread_mutex_unlock(&r->w->lock);
     return st;
 }
 
@@ -184,8 +199,13 @@ static pdde_status comm_start(pdde_comm *c, pdde_comm_request *r, const char *al
         r->next = w->active;
         if (w->active) w->active->prev = r;
         w->active = r;
+        w->started++;
         req_advance(r);
-        pthread_cond_signal(&w->cv);
+        /* The service thread progresses non-blocking operations in the background, so it is woken
+         * for them. A blocking caller progresses its operation itself; the service thread needs a
+         * wake-up only to start polling the failure key, and waking it on every operation costs a
+         * futex call and a context switch (microseconds, and a core taken from a spinning rank). */
+        if (!comm_blocking_call || !w->watching) pthread_cond_signal(&w->cv);
     }
     pthread_mutex_unlock(&w->lock);
     if (st) { req_release(r); return comm_report(w, st); }
@@ -196,17 +216,19 @@ static pdde_status comm_start(pdde_comm *c, pdde_comm_request *r, const char *al
 /* The blocking form of every operation: wait with the communicator's timeout; a timeout poisons the
  * world (the peers are out of step, nothing sensible can follow). */
 static pdde_status comm_finish(pdde_comm *c, pdde_status st, pdde_comm_request *r) {
+    comm_blocking_call = 0;
     if (st) return st;
     comm_world *w = c->w;
-    st = req_wait(r, w->timeout_s);
+    pthread_mutex_lock(&w->lock); /* one lock hold for the wait and the release */
+    st = req_wait_locked(r, w->timeout_s);
     if (st == PDDE_ERR_TIMEOUT) {
-        pthread_mutex_lock(&w->lock);
         comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a %s did not finish within %.3g s", w->rank,
                   c->last_algo ? c->last_algo : "transfer", w->timeout_s);
         world_progress(w);
-        pthread_mutex_unlock(&w->lock);
     }
-    pdde_comm_request_free(r);
+    if (r->done) req_release(r);
+    else r->detached = 1;
+    pthread_mutex_unlock(&w->lock);
     return comm_report(w, st);
 }
 
@@ -245,11 +267,19 @@ static void *comm_service(void *arg) {
     comm_world *w = arg;
     const pdde_store_iface *si = w->store->iface;
     double ping_every = w->peer_timeout_s / 4, last_ping = comm_now(), last_check = 0, pause = 20e-6;
+    double last_busy = -1e30;
+    unsigned long seen = 0;
     char key[256];
     world_failed_key(w, key, sizeof key);
     pthread_mutex_lock(&w->lock);
     while (!w->stop) {
         int active = w->active != NULL;
+        /* Operations that started and finished while this thread slept count as activity too: a
+         * loop of short blocking operations is rarely caught running. The failure key is polled
+         * while operations run and for ping_every after the last one (comm_start then need not wake
+         * this thread for every blocking operation). */
+        if (active || w->started != seen) { seen = w->started; last_busy = comm_now(); }
+        int watch = comm_now() - last_busy < ping_every;
         if (active && !w->failed && !w->no_progress_thread && !w->waiters && world_progress(w)) pause = 20e-6;
         char msg[sizeof w->fail_msg + 16];
         int publish = w->failed && !w->published;
@@ -268,7 +298,7 @@ static void *comm_service(void *arg) {
             last_ping = now;
             if (si->ping) st = si->ping(w->store->impl, NULL);
         }
-        if (!st && active && !w->failed && now - last_check > 0.05) {
+        if (!st && watch && !w->failed && now - last_check > 0.05) {
             last_check = now;
             st = si->get(w->store->impl, NULL, key, &val, &len);
         }
@@ -297,10 +327,12 @@ static void *comm_service(void *arg) {
             /* idle, or a caller is waiting and progressing itself: only the store checks remain */
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
-            double t = (double)ts.tv_nsec * 1e-9 + (active ? 0.05 : ping_every);
+            double t = (double)ts.tv_nsec * 1e-9 + (watch ? 0.05 : ping_every);
             ts.tv_sec += (time_t)t;
             ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
+            w->watching = watch;
             pthread_cond_timedwait(&w->cv, &w->lock, &ts);
+            w->watching = 0;
         }
     }
     pthread_mutex_unlock(&w->lock);
@@ -349,6 +381,8 @@ static void world_destroy(comm_world *w) {
         while (atomic_load(&w->server->n_live) > 0 && comm_now() < deadline) comm_sleep(0.01);
         pdde_store_server_free(w->server);
     }
+    pdde_comm_request *spare = atomic_exchange(&w->spare, NULL);
+    if (spare) req_free_mem(spare);
     free(w->send); free(w->recv); free(w->host_of); free(w->host_names);
     pthread_mutex_destroy(&w->lock);
     pthread_mutex_destroy(&w->store_lock);
@@ -603,7 +637,9 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if ((st = world_connect(w, host_id, deadline))) goto fail;
     int here = 0;
     for (int i = 0; i < w->size; i++) here += w->host_of[i] == w->host_of[w->rank];
-    w->spin_s = here < sysconf(_SC_NPROCESSORS_ONLN) ? 20e-6 : 0;
+    /* spinning pays when every local rank has a core to itself (the service threads sleep): with 2
+     * ranks on 2 cores a yield or a sleep per message costs microseconds to milliseconds */
+    w->spin_s = here <= sysconf(_SC_NPROCESSORS_ONLN) ? COMM_SPIN_S : 0;
     char notice[COMM_HOST_ID_MAX + 128];
     snprintf(notice, sizeof notice, "%d|rank %d (pid %d on %s) died or lost its connection to the store",
              PDDE_ERR_PEER_LOST, w->rank, (int)getpid(), host_id);

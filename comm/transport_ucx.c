@@ -190,12 +190,19 @@ static pdde_status ucx_ep_create(ucx_transport *tr, const void *addr, ucx_conn *
     return ucp_ep_create(tr->worker, &ep, &c->ep) == UCS_OK ? PDDE_OK : PDDE_ERR_COMM;
 }
 
-/* A non-blocking tag send/recv that always yields a request (or NULL on error). */
+/* The request of a send that finished inside ucp_tag_send_nbx (a short message copied straight into
+ * the peer's shared-memory FIFO): no UCP request is allocated, tested or freed for it. */
+static ucx_req ucx_send_done;
+
+/* A non-blocking tag send/recv that always yields a request (or NULL on error). Sends may complete
+ * at once (then the request is &ucx_send_done); receives always get a UCP request, which reports the
+ * received length. */
 static void *ucx_post(ucx_transport *tr, ucx_conn *c, int recv, void *buf, size_t n, uint64_t tag) {
     ucp_request_param_t prm = {0};
-    prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    prm.op_attr_mask = recv ? UCP_OP_ATTR_FLAG_NO_IMM_CMPL : 0;
     ucs_status_ptr_t r = recv ? ucp_tag_recv_nbx(tr->worker, buf, n, tag, ~UINT64_C(0), &prm)
                               : ucp_tag_send_nbx(c->ep, buf, n, tag, &prm);
+    if (!recv && r == NULL) return &ucx_send_done; /* UCS_OK: completed in place */
     if (UCS_PTR_IS_ERR(r) || !r) return NULL;
     ucx_req *q = r;
     q->conn = c;
@@ -206,6 +213,7 @@ static void *ucx_post(ucx_transport *tr, ucx_conn *c, int recv, void *buf, size_
 /* 1 done, 0 pending, -1 failed; releases the request when finished. */
 static int ucx_poll_req(void **req) {
     if (!*req) return 1;
+    if (*req == &ucx_send_done) { *req = NULL; return 1; }
     ucs_status_t s = ucp_request_check_status(*req);
     if (s == UCS_INPROGRESS) return 0;
     ucp_request_free(*req);
@@ -215,6 +223,7 @@ static int ucx_poll_req(void **req) {
 
 static void ucx_drop_req(ucx_transport *tr, void **req) {
     if (!*req) return;
+    if (*req == &ucx_send_done) { *req = NULL; return; }
     ucp_request_cancel(tr->worker, *req);
     ucp_request_free(*req);
     *req = NULL;
@@ -349,6 +358,11 @@ static pdde_status ucx_test(void *req, int *done, size_t *nbytes) {
     ucs_status_t s;
     ucp_tag_recv_info_t info = {0};
     *done = 0;
+    if (q == &ucx_send_done) {
+        *done = 1;
+        if (nbytes) *nbytes = 0;
+        return PDDE_OK;
+    }
     s = q->is_recv ? ucp_tag_recv_request_test(req, &info) : ucp_request_check_status(req);
     if (s == UCS_INPROGRESS) {
         /* a receive does not fail by itself when its sender dies: its connection's endpoint tells */

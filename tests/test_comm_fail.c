@@ -142,9 +142,10 @@ static void *killer(void *arg) {
     return NULL;
 }
 
+/* arg: {victim rank, elements per allreduce}; small counts take the blocking fast path */
 static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
-    int victim = *(int *)arg, me = pdde_comm_rank(comm);
-    size_t n = 1 << 20;
+    int victim = ((int *)arg)[0], me = pdde_comm_rank(comm);
+    size_t n = (size_t)((int *)arg)[1];
     float *buf = calloc(n, sizeof *buf);
     if (me == victim) {
         pthread_t t;
@@ -152,7 +153,8 @@ static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     }
     pdde_status st = PDDE_OK;
     int iters = 0;
-    while (!st && iters < 100000) {
+    double t0 = test_now();
+    while (!st && test_now() - t0 < 20) { /* the kill comes after 0.6 s */
         st = pdde_comm_allreduce(comm, buf, buf, n, PDDE_F32, PDDE_REDUCE_SUM);
         iters++;
     }
@@ -306,14 +308,15 @@ int main(int argc, char **argv) {
 
     test_store(ctx);
     test_env(ctx);
-    for (int n = 2; n <= 4; n += 2) {
-        int victim = n - 2;
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, "kill%d", n);
-        g_shared[0] = 0;
-        test_ranks_params tp = {g_addr, prefix, 60, 1.5, 0, 1u << victim};
-        test_run_ranks(n, &tp, kill_rank, &victim, 30);
-    }
+    for (int n = 2; n <= 4; n += 2)
+        for (int size = 0; size < 2; size++) {
+            int arg[2] = {n - 2, size ? 1 << 20 : 2}; /* 4 MiB, and 8 bytes */
+            char prefix[32];
+            snprintf(prefix, sizeof prefix, "kill%d_%d", n, arg[1]);
+            g_shared[0] = 0;
+            test_ranks_params tp = {g_addr, prefix, 60, 1.5, 0, 1u << arg[0]};
+            test_run_ranks(n, &tp, kill_rank, arg, 30);
+        }
     test_ranks_params ta = {g_addr, "abort", 60, 1.5, 0, 0};
     test_run_ranks(2, &ta, abort_rank, NULL, 30);
     test_ranks_params tt = {g_addr, "timeout", 0.5, 1.5, 0, 0};
