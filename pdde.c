@@ -198,7 +198,6 @@ struct pdde_graph {
     bool has_backward;
     bool has_optimizer;
     pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
-    int opt_kind;              /* PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE */
     pdde_session *session;     /* the live session: tensors hold its data, so one at a time */
     struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
 };
@@ -850,7 +849,6 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
         if (p.eps == 0) p.eps = 1e-8f;
     }
     g->opt = p;
-    g->opt_kind = update_op;
     g->has_optimizer = true;
     int n = g->n;
     float scale = 1.0f / (float)p.grad_accum_steps;
@@ -1643,11 +1641,10 @@ static size_t alloc_bytes(const pdde_session *s, const pdde_tensor *t) {
 static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
     pdde_graph *g = s->g;
     int n = g->n;
-    int *last = malloc((size_t)n * sizeof *last), *pos = malloc((size_t)n * sizeof *pos);
+    int *last = malloc((size_t)n * sizeof *last);
     arena_plan *plans = calloc((size_t)s->n_devs, sizeof *plans);
-    if (!last || !pos || !plans) { free(last), free(pos), free(plans); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
-    for (int i = 0; i < n; i++) last[i] = -1, pos[i] = -1;
-    for (int i = 0; i < s->n_order; i++) pos[s->order[i]->id] = i;
+    if (!last || !plans) { free(last), free(plans); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
+    for (int i = 0; i < n; i++) last[i] = -1;
     /* an in-place write into a tensor that someone still reads later gets its own memory instead */
     for (int i = 0; i < s->n_order; i++) {
         pdde_tensor *t = s->order[i];
@@ -1707,7 +1704,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
         free(plans[d].free);
     }
     for (int i = 0; i <= end && release_at; i++) free(release_at[i]);
-    free(release_at), free(n_release), free(plans), free(last), free(pos);
+    free(release_at), free(n_release), free(plans), free(last);
     s->mem.n_nodes = s->n_order;
     return st;
 }
