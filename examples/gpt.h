@@ -2,7 +2,8 @@
  * benchmarks). Weights are [in, out] and used as x @ W; the head is tied to the token embedding.
  *
  *   x = wte[ids] + wpe[0..T)
- *   per block:  x += proj(attention(ln1(x)))      attention: causal, H heads of D = C / H
+ *   per block:  x += proj(attention(ln1(x)))      attention: causal, H heads of D = C / H; q, k, v
+ *                                                 from one fused [C, 3C] weight, columns [H, 3, D]
  *               x += fcproj(gelu(fc(ln2(x))))
  *   logits = ln_f(x) @ wte^T,  loss = mean cross-entropy(logits, targets) */
 #ifndef PDDE_EXAMPLE_GPT_H
@@ -58,8 +59,9 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         snprintf(p, sizeof p, "h%d.ln1", l);
         pdde_tensor *a = gpt_layernorm(g, p, x, C);
         snprintf(p, sizeof p, "h%d.attn", l);
+        /* the fused qkv columns are head-major, [H, 3, D]: q, k, v of head h are adjacent */
         pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3];
-        pdde_split(g, qkv, 2, 3, part);
+        pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
         for (int i = 0; i < 3; i++)
             part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
         pdde_tensor *y = pdde_attention(g, part[0], part[1], part[2]); /* [B, H, T, D] */
@@ -82,26 +84,27 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
 }
 
 /* Megatron tensor parallelism of every block over mesh axis `axis` (call after gpt_build; combine
- * with pdde_strategy_data_parallel on another axis): the MLP's fc is column parallel and fcproj row
- * parallel (one allreduce, where ln of the next sublayer needs the full residual); the attention's
- * output projection proj is row parallel, so its input is sliced locally by head-dim columns.
- *
- * Head-parallel attention (each rank its H/tp heads, no communication inside attention) is not
- * possible with this model's layout: q, k and v come from ONE [C, 3C] weight whose output columns
- * are [q | k | v], split into three along the last dim. Splitting those columns over tp gives each
- * rank a piece of q or of k or of v, not q, k and v of the same heads, and the split itself cuts the
- * split dim (required replicated: an allgather). It would take either three [C, C] weights (q, k, v
- * each column parallel, then [B,T,C] -> [B,T,H,D] carries the split to H), or the fused columns
- * ordered head-major as [H, 3, D] (reshape qkv to [B,T,H,3,D], split H over tp, slice the "3" dim);
- * the model is left as it is. */
+ * with pdde_strategy_data_parallel on another axis). Each sublayer is a column-parallel linear, local
+ * work, then a row-parallel linear whose partial sum is reduced once, where the next layernorm needs
+ * the whole residual:
+ *   MLP:        fc column parallel (each rank its 4C/tp hidden units), gelu local, fcproj row parallel.
+ *   attention:  head parallel. The fused qkv weight's columns are head-major, [H, 3, D], so its
+ *               column split gives each rank q, k and v of its own H/tp heads: [B,T,3C] split on the
+ *               last dim reshapes to [B,T,H,3,D] split on H (the split lands on the outermost factor),
+ *               slicing the "3" dim and permuting to [B,H,T,D] keep H split, and the scores, causal
+ *               softmax and att @ v are per head. The output [B,T,C] comes out split on C, which is
+ *               what the row-parallel proj needs: no communication from ln1 to proj's partial sum.
+ * Forward, one allreduce per sublayer (attention's and the MLP's); backward, one per sublayer for the
+ * input gradient of its column-parallel linear (partial over the split columns). Biases of column
+ * layers are split with them; those of row layers, and the layernorms, stay whole (added once). */
 static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis) {
     char w[64], b[64];
     for (int l = 0;; l++) {
-        static const char *const names[3] = {"fc", "fcproj", "proj"};
-        static const pdde_tp_kind kinds[3] = {PDDE_TP_COLUMN, PDDE_TP_ROW, PDDE_TP_ROW};
+        static const char *const names[4] = {"attn", "proj", "fc", "fcproj"};
+        static const pdde_tp_kind kinds[4] = {PDDE_TP_COLUMN, PDDE_TP_ROW, PDDE_TP_COLUMN, PDDE_TP_ROW};
         snprintf(w, sizeof w, "h%d.fc.w", l);
         if (!pdde_graph_find(g, w)) return l > 0 ? PDDE_OK : PDDE_ERR_NOT_FOUND;
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             snprintf(w, sizeof w, "h%d.%s.w", l, names[i]);
             snprintf(b, sizeof b, "h%d.%s.b", l, names[i]);
             pdde_status st = pdde_strategy_tensor_parallel_linear(g, pdde_graph_find(g, w), pdde_graph_find(g, b), mesh, axis, kinds[i]);

@@ -27,8 +27,8 @@ Model (float32, CPU, torch.manual_seed(42)); pdde's C implementation must match 
     x = wte[ids] + wpe[arange(T)]
     per block:
       a = layernorm(x; ln1.g, ln1.b)                  (biased variance, eps=1e-5)
-      qkv = a @ attn.w + attn.b                        [B,T,3C]; q,k,v = qkv split in 3 chunks of C
-      q,k,v -> [B,T,H,D] -> permute to [B,H,T,D]
+      qkv = a @ attn.w + attn.b                        [B,T,3C], columns head-major [H,3,D]
+      qkv -> [B,T,H,3,D]; q,k,v = its slices 0,1,2 of the "3" dim [B,T,H,D] -> permute to [B,H,T,D]
       att = softmax(q @ k^T / sqrt(D), causal: j > i set to -inf)
       y = (att @ v) -> [B,T,H,D] -> [B,T,C]
       x = x + (y @ proj.w + proj.b)
@@ -144,10 +144,8 @@ def forward(torch, P, ids, targets):
         p = "h%d." % l
         a = layernorm(x, P[p + "ln1.g"], P[p + "ln1.b"])
         qkv = a @ P[p + "attn.w"] + P[p + "attn.b"]
-        q, k, v = qkv.split(C, dim=-1)
-        q = q.reshape(Bn, Tn, H, D).permute(0, 2, 1, 3)
-        k = k.reshape(Bn, Tn, H, D).permute(0, 2, 1, 3)
-        v = v.reshape(Bn, Tn, H, D).permute(0, 2, 1, 3)
+        # head-major columns [H, 3, D]: a column split of attn.w splits the heads
+        q, k, v = (t.permute(0, 2, 1, 3) for t in qkv.reshape(Bn, Tn, H, 3, D).unbind(dim=3))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(D)
         att = att.masked_fill(mask, float("-inf"))
         att = torch.softmax(att, dim=-1)

@@ -100,10 +100,8 @@ def main():
         for p in blocks:
             a_ = F.layer_norm(x, (C,), p["ln1.g"], p["ln1.b"], 1e-5)
             qkv = torch.addmm(p["attn.b"], a_.reshape(B * T, C), p["attn.w"]).reshape(B, T, 3 * C)
-            q, k, v = qkv.split(C, dim=-1)
-            q = q.reshape(B, T, H, D).permute(0, 2, 1, 3)
-            k = k.reshape(B, T, H, D).permute(0, 2, 1, 3)
-            v = v.reshape(B, T, H, D).permute(0, 2, 1, 3)
+            # head-major columns [H, 3, D], as examples/gpt.h
+            q, k, v = (t.permute(0, 2, 1, 3) for t in qkv.reshape(B, T, H, 3, D).unbind(dim=3))
             att = (q @ k.transpose(-2, -1)) * scale
             att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
             y = (att @ v).permute(0, 2, 1, 3).reshape(B * T, C)
