@@ -369,8 +369,10 @@ static int spmd_reshape_dim_at(const pdde_tensor *y, int64_t prefix, int n) {
 }
 
 /* reshape: a split dim carries to the output dim that starts at the same flat offset when the axis
- * divides it ([B,T]->[B*T], [B*T,C]->[B,T,C], [B,T,C]->[B,T,H,D] with C split: H split); a split
- * dim with no such counterpart is gathered first. Partial passes through. */
+ * divides it ([B,T]->[B*T], [B*T,C]->[B,T,C], [B,T,C]->[B,T,H,D] with C split: H split; a fused
+ * head-major [B,T,3C]->[B,T,H,3,D] likewise). Both then cut each run of elements behind that offset
+ * into the same n contiguous blocks, so no data moves. A split dim with no such counterpart (the split
+ * would land on an inner factor) is gathered first. Partial passes through. */
 static void spmd_rule_reshape(spmd_ctx *c) {
     const pdde_tensor *x = c->node->src[0], *y = c->node;
     c->req[0] = c->in[0];

@@ -1,7 +1,7 @@
 /* test_completion — meshes, annotations and completion (pure graph analysis: no process is started).
  * Golden dist attrs (exact dims mappings and partial bits) for a matmul chain, an MLP (column then row
  * parallel), a head-parallel attention block and a GPT from examples/gpt.h under data parallel, tensor
- * parallel, ZeRO-3 and DP x TP, forward, backward and optimizer nodes; bad annotations and meshes. */
+ * parallel (head-parallel attention: one forward collective per sublayer), ZeRO-3 and DP x TP, forward, backward and optimizer nodes; bad annotations and meshes. */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
@@ -374,6 +374,68 @@ static pdde_tensor *accum_of(pdde_graph *g, pdde_tensor *p) { return p && p->gra
 
 static pdde_tensor *update_of(pdde_graph *g, pdde_tensor *p) { return consumer(g, p, PDDE_OP_ADAMW_UPDATE, 0); }
 
+/* Whether turning attr have into want takes communication (a collective), not just a local slice or
+ * zeros: a partial sum reduced, or a split dim gathered or moved (see planner/README.md). */
+static int needs_comm(const pdde_dist_attr *have, const pdde_dist_attr *want, int ndim) {
+    if (have->partial & ~want->partial) return 1;
+    for (int d = 0; d < ndim; d++)
+        if (have->dims_mapping[d] >= 0 && want->dims_mapping[d] != have->dims_mapping[d]) return 1;
+    return 0;
+}
+
+/* The forward inputs of layer `layer`'s nodes that need a collective: count, and the last one's
+ * consumer. */
+static int forward_collectives(pdde_graph *g, int layer, pdde_tensor **last) {
+    int n = 0;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->layer != layer || t->phase != PDDE_PHASE_FORWARD || t->op == PDDE_OP_NONE) continue;
+        for (int k = 0; k < t->nsrc; k++) {
+            const pdde_dist_attr *want = pdde_op_input_dist(g, t, k);
+            if (want && needs_comm(&t->src[k]->dist, want, t->src[k]->ndim)) n++, *last = t;
+        }
+    }
+    return n;
+}
+
+/* Head-parallel attention of block 0 (split over axis tp, batch over dp or -1): q, k, v, the scores,
+ * the probabilities and att @ v are [B,H,T,D] split on H; the fused qkv output [B,T,3C] split on its
+ * columns becomes [B,T,H,3,D] split on H; and the block's forward needs one collective besides the
+ * MLP's (which is at the next block's ln1): the allreduce of proj's partial sum where ln2 reads it. */
+static void check_head_parallel(pdde_graph *g, int dp, int tp) {
+    pdde_tensor *aw = find(g, "h0.attn.w"), *pw = find(g, "h0.proj.w");
+    CHECK_ATTR(&aw->dist, MAP(-1, tp), 0, 0);
+    CHECK_ATTR(&find(g, "h0.attn.b")->dist, MAP(tp), 0, 0);
+    CHECK_ATTR(&pw->dist, MAP(tp, -1), 0, 0);
+    CHECK_ATTR(&find(g, "h0.proj.b")->dist, MAP(-1), 0, 0);
+    pdde_tensor *qkv = consumer(g, consumer(g, aw, PDDE_OP_MATMUL, 1), PDDE_OP_ADD, 0);
+    pdde_tensor *heads5 = qkv ? consumer(g, qkv, PDDE_OP_RESHAPE, 0) : NULL;
+    CHECK(qkv && dims_are(&qkv->dist, MAP(dp, -1, tp)), "qkv: %s", qkv ? str(&qkv->dist) : "none");
+    CHECK(heads5 && heads5->ndim == 5 && dims_are(&heads5->dist, MAP(dp, -1, tp, -1, -1)), "[B,T,H,3,D]: %s",
+          heads5 ? str(&heads5->dist) : "none");
+    pdde_tensor *sm = NULL;
+    for (int i = 0; i < pdde_graph_n_tensors(g) && !sm; i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op == PDDE_OP_SOFTMAX && t->layer == 1) sm = t;
+    }
+    pdde_tensor *scores = sm ? sm->src[0]->src[0] : NULL, *av = sm ? consumer(g, sm, PDDE_OP_MATMUL, 0) : NULL;
+    CHECK(scores && scores->op == PDDE_OP_MATMUL && av, "attention nodes");
+    if (!scores || !av) return;
+    const pdde_tensor *heads[] = {scores->src[0], scores->src[1], av->src[1], scores, sm, av};
+    for (int i = 0; i < 6; i++) {
+        CHECK_ATTR(&heads[i]->dist, MAP(dp, tp, -1, -1), 0, 0);
+        CHECK(heads[i]->shape[1] == gpt_cfg.heads, "[B,H,T,x]");
+    }
+    pdde_tensor *ln2 = consumer(g, find(g, "h0.ln2.g"), PDDE_OP_LAYERNORM, 1), *at = NULL;
+    int n = forward_collectives(g, 1, &at);
+    CHECK(n == 1 && at == ln2, "block 0 forward: %d collectives, the last at %s (want 1, at ln2's input)", n, at ? at->name : "-");
+    CHECK(ln2 && ln2->src[0]->dist.partial == BIT(tp), "ln2 reads proj's partial sum: %s", ln2 ? str(&ln2->src[0]->dist) : "?");
+    /* backward: the per-head gradients reshape back to qkv's split columns, so the fused weight's
+     * gradient comes out split like it (partial over dp only: the batch rows) */
+    unsigned rows = dp >= 0 ? BIT(dp) : 0;
+    CHECK_ATTR(&accum_of(g, aw)->src[1]->dist, MAP(-1, tp), rows, rows);
+}
+
 static void test_gpt_dp(void) {
     gpt_model mdl;
     pdde_graph *g = gpt_graph(&mdl, 1);
@@ -450,6 +512,7 @@ static void test_gpt_tp(void) {
     pdde_tensor *u = update_of(g, fcw);
     CHECK_ATTR(&u->dist, MAP(-1, 0), 0, 0);
     CHECK_ATTR(&find(g, "h0.fc.w.adam_m")->dist, MAP(-1, 0), 0, 0);
+    check_head_parallel(g, -1, 0);
     CHECK(pdde_complete_n_conflicts(g) == 0, "tp: no conflicts (%d)", pdde_complete_n_conflicts(g));
     pdde_graph_free(g);
 }
@@ -536,6 +599,7 @@ static void test_gpt_dp_tp(void) {
     acc = accum_of(g, lng);
     CHECK_ATTR(&acc->src[1]->dist, MAP(-1), BIT(DP) | BIT(TP), BIT(DP));
     CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), 0, 0);
+    check_head_parallel(g, DP, TP);
     CHECK(pdde_complete_n_conflicts(g) == 0, "dp x tp: no conflicts (%d)", pdde_complete_n_conflicts(g));
     pdde_graph_free(g);
 }
