@@ -1,7 +1,7 @@
 /* test_spmd — parallelism from distributed attributes alone. The same GPT trains on the same global
  * batches in one process, then on real rank processes where the only difference is annotations:
- * tensor parallel (Megatron MLP column/row, attention projection row) on 2 ranks, and data x tensor
- * parallel on a 2 x 2 mesh. Completion gives every tensor its attribute; each rank runs its partition
+ * tensor parallel (Megatron: MLP column/row, head-parallel attention with qkv column and proj row) on
+ * 2 ranks, and data x tensor parallel on a 2 x 2 mesh. Completion gives every tensor its attribute; each rank runs its partition
  * with the reshard collectives the executor inserts. The losses must match within 1e-4 relative. */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -20,7 +20,15 @@ static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, 
 typedef struct { const char *name; int dp, tp, zero, save, load; } plan;
 #define SAVE_AT 5
 static char ckpt_path[256];
-typedef struct { float losses[STEPS]; double state_bytes; int ok; char error[256]; } result;
+typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes; int ok; char error[256]; } result;
+
+/* The bytes of one rank's share of the transformer blocks' parameters under tensor parallelism over
+ * tp ranks: the column-parallel qkv and fc (weights and biases) and the row-parallel proj and fcproj
+ * weights are split; the row-parallel biases and the layernorms stay whole. */
+static double block_param_bytes_tp(int tp) {
+    double C = cfg.width, split = 3 * C * C + 3 * C + C * C + 4 * C * C + 4 * C + 4 * C * C, whole = 2 * C + C + 2 * C + C;
+    return cfg.layers * (split / tp + whole) * sizeof(float);
+}
 
 /* the reference's initial parameters, which every plan starts from */
 static struct { char name[64]; float *data; size_t bytes; } params[MAX_PARAMS];
@@ -65,6 +73,11 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     out->state_bytes = (double)(ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes);
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) { /* (local shapes while the session lives) */
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if ((t->flags & PDDE_TENSOR_PARAM) && t->name[0] == 'h' && t->name[1] >= '0' && t->name[1] <= '9')
+            out->block_param_bytes += (double)pdde_tensor_nbytes(t);
+    }
     for (int i = 0; i < pdde_graph_n_tensors(g) && !p; i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (!(t->flags & PDDE_TENSOR_PARAM) || n_params == MAX_PARAMS) continue;
@@ -184,6 +197,11 @@ int main(void) {
                res.losses[0], res.losses[STEPS - 1], ref.losses[0], ref.losses[STEPS - 1], worst, mem);
         /* what each plan implies: ZeRO-3 holds about half of everything on 2 ranks, ZeRO-1/2 keep whole
          * parameters, plain data parallelism keeps everything */
+        /* tensor parallelism splits the blocks' weights, attention's included (head parallel) */
+        if (plans[i].tp > 1)
+            CHECK(res.block_param_bytes == block_param_bytes_tp(plans[i].tp) && res.block_param_bytes <= 0.55 * ref.block_param_bytes,
+                  "%s: block parameters per rank %.0f bytes (%.3f of one process), expected %.0f", plans[i].name,
+                  res.block_param_bytes, res.block_param_bytes / ref.block_param_bytes, block_param_bytes_tp(plans[i].tp));
         if (plans[i].load) continue; /* (its first losses were not run) */
         double expect_max = plans[i].zero == 3 ? 0.55 : plans[i].zero == 2 ? 0.55 + 0.25 : plans[i].zero == 1 ? 0.80 : 1.0;
         CHECK(mem <= expect_max + 1e-9, "%s: state per rank %.2f of one process, expected at most %.2f", plans[i].name, mem, expect_max);
