@@ -1,8 +1,9 @@
 /* test_spmd — parallelism from distributed attributes alone. The same GPT trains on the same global
  * batches in one process, then on real rank processes where the only difference is annotations:
  * tensor parallel (Megatron: MLP column/row, head-parallel attention with qkv column and proj row) on
- * 2 ranks, and data x tensor parallel on a 2 x 2 mesh. Completion gives every tensor its attribute; each rank runs its partition
- * with the reshard collectives the executor inserts. The losses must match within 1e-4 relative. */
+ * 2 ranks, and data x tensor parallel on a 2 x 2 mesh. Completion gives every tensor its attribute;
+ * each rank runs its partition with the reshard collectives the executor inserts. The losses must
+ * match within 1e-4 relative. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
