@@ -260,6 +260,7 @@ const char *pdde_op_name(pdde_op op) {
         [PDDE_OP_GRAD_NORM_SQ] = "grad_norm_sq", [PDDE_OP_SGD_UPDATE] = "sgd_update",
         [PDDE_OP_ADAMW_UPDATE] = "adamw_update", [PDDE_OP_COPY] = "copy",
         [PDDE_OP_ALLREDUCE] = "allreduce", [PDDE_OP_REDUCE_SCATTER] = "reduce_scatter", [PDDE_OP_ALLGATHER] = "allgather",
+        [PDDE_OP_ALLTOALL] = "alltoall",
         [PDDE_OP_COMM_WAIT] = "comm_wait",
     };
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
@@ -1419,8 +1420,8 @@ static void drop_requests(pdde_session *s) {
  *   reshard:   where an op requires of an input another attr than its producer gives, nodes are
  *              inserted per mesh axis: partial -> whole = allreduce (avg for a pending mean),
  *              partial -> split = reduce-scatter, split -> whole = allgather, whole -> split = a
- *              local slice, split on another dim = allgather then slice, whole -> partial sum =
- *              the value on the axis' first rank and zeros elsewhere.
+ *              local slice, split on another dim = alltoall, whole -> partial sum = the value on
+ *              the axis' first rank and zeros elsewhere.
  * The collectives run on one communicator per mesh axis (the ranks that differ only along it). */
 
 #ifdef PDDE_HAVE_COMM
@@ -1437,18 +1438,22 @@ static int dim_on_axis(const pdde_dist_attr *a, int ndim, int axis) {
     return -1;
 }
 
-/* A reshard step: a node reading x with x's local shape changed along dim (by factor: *n or /n). */
-static pdde_tensor *reshard_node(pdde_session *s, pdde_op op, pdde_tensor *x, int axis, int dim, int grow,
+/* A reshard step: a node reading x with x's local shape changed along dim grow (times the axis size)
+ * and dim shrink (divided by it); -1 for none. iparams[5] is the dim that changes (the grown one of an
+ * alltoall, whose split dim is iparams[7]). */
+static pdde_tensor *reshard_node(pdde_session *s, pdde_op op, pdde_tensor *x, int axis, int grow, int shrink,
                                  const pdde_dist_attr *attr) {
     int64_t shape[PDDE_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     int n = s->mesh->shape[axis];
-    if (dim >= 0) shape[dim] = grow ? shape[dim] * n : shape[dim] / n;
+    if (grow >= 0) shape[grow] *= n;
+    if (shrink >= 0) shape[shrink] /= n;
     pdde_tensor *t = new_node(s->g, op, x->dtype, x->ndim, shape, 1, &x);
     if (!t) return NULL;
     t->phase = x->phase;
     t->dist = *attr;
-    t->iparams[4] = axis, t->iparams[5] = dim, t->iparams[6] = 1; /* [6]: an SPMD reshard */
+    t->iparams[4] = axis, t->iparams[5] = grow >= 0 ? grow : shrink, t->iparams[6] = 1; /* [6]: an SPMD reshard */
+    t->iparams[7] = shrink;
     return t;
 }
 
@@ -1459,43 +1464,64 @@ static pdde_tensor *reshard_push(pdde_session *s, pdde_tensor *t, pdde_phase pha
     return t;
 }
 
-/* The chain of nodes turning x (attr x->dist) into attr want, for a consumer in phase `phase`. */
+/* The steps along mesh axis a turning t (attr *cur, updated) towards want. With gather_only, just
+ * the split on a is gathered (the split it wants is done by a later call). NULL on failure. */
+static pdde_tensor *reshard_axis(pdde_session *s, pdde_tensor *t, pdde_dist_attr *cur, const pdde_dist_attr *want, int a,
+                                 bool gather_only, pdde_phase phase, int slot) {
+    int have_dim = dim_on_axis(cur, t->ndim, a), want_dim = gather_only ? -1 : dim_on_axis(want, t->ndim, a);
+    bool partial = cur->partial >> a & 1, want_partial = want->partial >> a & 1;
+    if (gather_only) partial = false;
+    if (partial && !want_partial) {
+        cur->partial &= (uint8_t)~(1u << a);
+        int rop = (cur->partial_avg >> a & 1) ? PDDE_REDUCE_AVG : PDDE_REDUCE_SUM;
+        cur->partial_avg &= (uint8_t)~(1u << a);
+        if (want_dim >= 0 && have_dim < 0) { /* partial -> split: reduce-scatter */
+            cur->dims_mapping[want_dim] = (int8_t)a;
+            t = reshard_push(s, reshard_node(s, PDDE_OP_REDUCE_SCATTER, t, a, -1, want_dim, cur), phase, slot);
+            have_dim = want_dim;
+        } else {
+            t = reshard_push(s, reshard_node(s, PDDE_OP_ALLREDUCE, t, a, -1, -1, cur), phase, slot);
+        }
+        if (t) t->iparams[0] = rop;
+    }
+    if (t && !gather_only && want_partial && !partial && !(want->partial_avg >> a & 1)) {
+        /* whole -> partial sum: the first rank along the axis keeps the value, the others zero */
+        cur->partial |= (uint8_t)(1u << a);
+        t = reshard_push(s, reshard_node(s, PDDE_OP_SCALE, t, a, -1, -1, cur), phase, slot);
+        if (t) t->fparams[0] = s->coords[a] == 0 ? 1.0f : 0.0f, t->iparams[6] = 0;
+    }
+    if (t && have_dim >= 0 && want_dim >= 0 && have_dim != want_dim) { /* split on another dim: alltoall */
+        cur->dims_mapping[have_dim] = -1, cur->dims_mapping[want_dim] = (int8_t)a;
+        t = reshard_push(s, reshard_node(s, PDDE_OP_ALLTOALL, t, a, have_dim, want_dim, cur), phase, slot);
+        have_dim = want_dim;
+    }
+    if (t && have_dim >= 0 && have_dim != want_dim) { /* split -> whole: allgather */
+        cur->dims_mapping[have_dim] = -1;
+        t = reshard_push(s, reshard_node(s, PDDE_OP_ALLGATHER, t, a, have_dim, -1, cur), phase, slot);
+        have_dim = -1;
+    }
+    if (t && want_dim >= 0 && have_dim < 0) { /* whole -> split: this rank's slice */
+        cur->dims_mapping[want_dim] = (int8_t)a;
+        t = reshard_push(s, reshard_node(s, PDDE_OP_SLICE, t, a, -1, want_dim, cur), phase, slot);
+        if (t) t->iparams[0] = want_dim, t->iparams[1] = (int32_t)(t->shape[want_dim] * s->coords[a]), t->iparams[6] = 0;
+    }
+    return t;
+}
+
+/* The chain of nodes turning x (attr x->dist) into attr want, for a consumer in phase `phase`, axis by
+ * axis. A dim holds one axis' split at a time, so an axis whose wanted dim is still split over another
+ * axis (the two swap dims) only gathers at first and takes its new split after the others moved. */
 static pdde_tensor *reshard(pdde_session *s, pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase, int slot) {
     pdde_dist_attr cur = x->dist;
     pdde_tensor *t = x;
+    unsigned later = 0;
     for (int a = 0; a < s->mesh->ndim && t; a++) {
-        int have_dim = dim_on_axis(&cur, x->ndim, a), want_dim = dim_on_axis(want, x->ndim, a);
-        bool partial = cur.partial >> a & 1, want_partial = want->partial >> a & 1;
-        if (partial && !want_partial) {
-            cur.partial &= (uint8_t)~(1u << a);
-            int rop = (cur.partial_avg >> a & 1) ? PDDE_REDUCE_AVG : PDDE_REDUCE_SUM;
-            cur.partial_avg &= (uint8_t)~(1u << a);
-            if (want_dim >= 0 && have_dim < 0) { /* partial -> split: reduce-scatter */
-                cur.dims_mapping[want_dim] = (int8_t)a;
-                t = reshard_push(s, reshard_node(s, PDDE_OP_REDUCE_SCATTER, t, a, want_dim, 0, &cur), phase, slot);
-                have_dim = want_dim;
-            } else {
-                t = reshard_push(s, reshard_node(s, PDDE_OP_ALLREDUCE, t, a, -1, 0, &cur), phase, slot);
-            }
-            if (t) t->iparams[0] = rop;
-        }
-        if (t && want_partial && !partial && !(want->partial_avg >> a & 1)) {
-            /* whole -> partial sum: the first rank along the axis keeps the value, the others zero */
-            cur.partial |= (uint8_t)(1u << a);
-            t = reshard_push(s, reshard_node(s, PDDE_OP_SCALE, t, a, -1, 0, &cur), phase, slot);
-            if (t) t->fparams[0] = s->coords[a] == 0 ? 1.0f : 0.0f, t->iparams[6] = 0;
-        }
-        if (t && have_dim >= 0 && have_dim != want_dim) { /* split -> whole: allgather */
-            cur.dims_mapping[have_dim] = -1;
-            t = reshard_push(s, reshard_node(s, PDDE_OP_ALLGATHER, t, a, have_dim, 1, &cur), phase, slot);
-            have_dim = -1;
-        }
-        if (t && want_dim >= 0 && have_dim < 0) { /* whole -> split: this rank's slice */
-            cur.dims_mapping[want_dim] = (int8_t)a;
-            t = reshard_push(s, reshard_node(s, PDDE_OP_SLICE, t, a, want_dim, 0, &cur), phase, slot);
-            if (t) t->iparams[0] = want_dim, t->iparams[1] = (int32_t)(t->shape[want_dim] * s->coords[a]), t->iparams[6] = 0;
-        }
+        int want_dim = dim_on_axis(want, x->ndim, a), there = want_dim >= 0 ? cur.dims_mapping[want_dim] : -1;
+        if (there >= 0 && there != a) later |= 1u << a;
+        t = reshard_axis(s, t, &cur, want, a, later >> a & 1, phase, slot);
     }
+    for (int a = 0; a < s->mesh->ndim && t; a++)
+        if (later >> a & 1) t = reshard_axis(s, t, &cur, want, a, false, phase, slot);
     return t;
 }
 
@@ -1608,7 +1634,24 @@ static void blocks_along(float *packed, float *x, const int64_t *xshape, int ndi
         }
 }
 
-/* An SPMD reshard collective, blocking: allreduce, reduce-scatter or allgather along a tensor dim. */
+/* Split on dim from -> split on dim to, over communicator c of n ranks: block r of x along `to` goes to
+ * rank r, and the block from rank r is block r of the output along `from`. Blocks along dim 0 are
+ * already contiguous, so those sides need no packing. */
+static pdde_status run_alltoall(pdde_session *s, pdde_comm *c, int n, const pdde_tensor *x, float *in, pdde_tensor *t, float *out) {
+    int from = t->iparams[5], to = t->iparams[7];
+    size_t count = (size_t)pdde_tensor_numel(x) / (size_t)n;
+    float *tmp = from == 0 && to == 0 ? NULL : malloc((size_t)n * count * sizeof(float) * (from && to ? 2 : 1));
+    if ((from || to) && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    float *send = to ? tmp : in, *recv = from ? (to ? tmp + (size_t)n * count : tmp) : out;
+    if (to) blocks_along(send, in, x->shape, x->ndim, to, n, true);
+    pdde_status st = pdde_comm_alltoall(c, send, recv, count, PDDE_F32);
+    if (!st && from) blocks_along(recv, out, t->shape, t->ndim, from, n, false);
+    free(tmp);
+    return st;
+}
+
+/* An SPMD reshard collective, blocking: allreduce, reduce-scatter, allgather or alltoall along tensor
+ * dims. */
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
     pdde_comm *c = s->axis_comm[t->iparams[4]];
@@ -1616,6 +1659,7 @@ static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     float *in = (float *)((char *)x->data + x->offset), *out = (float *)((char *)t->data + t->offset);
     size_t nin = (size_t)pdde_tensor_numel(x), nout = (size_t)pdde_tensor_numel(t);
     if (t->op == PDDE_OP_ALLREDUCE) return pdde_comm_allreduce(c, in, out, nin, PDDE_F32, (pdde_reduce_op)t->iparams[0]);
+    if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
     float *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * sizeof(float));
     if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
     pdde_status st;

@@ -182,6 +182,8 @@ typedef enum {
      * [1] = first element, [2] = element count of this rank's shard (sharded forms) */
     PDDE_OP_ALLREDUCE,            /* src0 in place */
     PDDE_OP_REDUCE_SCATTER,       /* src0 (padded to ranks * shard) -> this rank's shard */
+    PDDE_OP_ALLTOALL,             /* SPMD reshard only: src0 split on dim iparams[7] -> split on dim
+                                     iparams[5] instead, over mesh axis iparams[4] */
     PDDE_OP_ALLGATHER,            /* src0's shard [first, first + count) in place to all of src0 */
     PDDE_OP_COMM_WAIT,
     PDDE_OP_COUNT
