@@ -94,9 +94,10 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
  *               slicing the "3" dim and permuting to [B,H,T,D] keep H split, and the scores, causal
  *               softmax and att @ v are per head. The output [B,T,C] comes out split on C, which is
  *               what the row-parallel proj needs: no communication from ln1 to proj's partial sum.
- * Forward, one allreduce per sublayer (attention's and the MLP's); backward, one per sublayer for the
- * input gradient of its column-parallel linear (partial over the split columns). Biases of column
- * layers are split with them; those of row layers, and the layernorms, stay whole (added once). */
+ * Forward: one allreduce per sublayer (after proj, after fcproj). Backward: the input gradient of a
+ * column-parallel linear sums over its split columns, so it is partial over the axis and reduced where
+ * the layernorm's backward needs it. Biases of column layers are split with them; those of row
+ * layers, and the layernorms, stay whole (added once). */
 static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis) {
     char w[64], b[64];
     for (int l = 0;; l++) {
