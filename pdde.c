@@ -2199,7 +2199,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (!s) return PDDE_ERR_INVALID_ARG;
     if (mode != PDDE_RUN_FORWARD && mode != PDDE_RUN_FORWARD_BACKWARD && mode != PDDE_RUN_OPTIMIZER && mode != PDDE_RUN_STEP)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_run: unknown mode %d", mode);
-    bool pipelined = s->n_stages > 1, every_micro = s->n_micro > 1 && (mode == PDDE_RUN_STEP || (mode == PDDE_RUN_FORWARD && pipelined));
+    bool pipelined = s->n_stages > 1, every_micro = s->n_micro > 1 && (mode == PDDE_RUN_STEP || mode == PDDE_RUN_FORWARD);
     if (pipelined && (mode == PDDE_RUN_FORWARD_BACKWARD || mode == PDDE_RUN_OPTIMIZER))
         return pdde_error(s->ctx, PDDE_ERR_STATE, "session_run: pipeline stages run whole steps (write each micro-batch with "
                                                   "pdde_session_write_micro, then PDDE_RUN_STEP)");

@@ -448,11 +448,12 @@ typedef struct {
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,
- * in the pipeline schedule when there are stages, then the update; the loss is their mean), or run
- * FORWARD_BACKWARD M times (on what pdde_session_write wrote, micro-batch 0) and then OPTIMIZER —
- * not possible with pipeline stages, whose micro-batches must be in flight together. */
+ * in the pipeline schedule when there are stages, then the update; the loss is their mean; FORWARD
+ * likewise runs all M), or run FORWARD_BACKWARD M times (on what pdde_session_write wrote, which is
+ * micro-batch 0) and then OPTIMIZER — not possible with pipeline stages, whose micro-batches must be
+ * in flight together. */
 typedef enum {
-    PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients; with stages, all M micro-batches */
+    PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
     PDDE_RUN_FORWARD_BACKWARD = 3,  /* forward + backward: accumulates gradients */
     PDDE_RUN_OPTIMIZER = 4,         /* apply the accumulated gradients, zero them, step += 1 */
     PDDE_RUN_STEP = 7,              /* one training step: every micro-batch forward + backward, the update */
