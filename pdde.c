@@ -261,7 +261,7 @@ const char *pdde_op_name(pdde_op op) {
         [PDDE_OP_ADAMW_UPDATE] = "adamw_update", [PDDE_OP_COPY] = "copy",
         [PDDE_OP_ALLREDUCE] = "allreduce", [PDDE_OP_REDUCE_SCATTER] = "reduce_scatter", [PDDE_OP_ALLGATHER] = "allgather",
         [PDDE_OP_ALLTOALL] = "alltoall",
-        [PDDE_OP_COMM_WAIT] = "comm_wait",
+        [PDDE_OP_COMM_WAIT] = "comm_wait", [PDDE_OP_SEND] = "send", [PDDE_OP_RECV] = "recv",
     };
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }
@@ -870,6 +870,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
         char name[80];
         pdde_tensor *src[5] = {t, t->grad};
         int nsrc = 2;
+        g->layer = t->layer; /* the state lives with its parameter (placement, pipeline stage) */
         if (update_op == PDDE_OP_ADAMW_UPDATE) {
             snprintf(name, sizeof name, "%s.adam_m", t->name);
             src[nsrc++] = new_state(g, name, t, 0);
@@ -880,7 +881,6 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
             src[nsrc++] = new_state(g, name, t, 0);
         }
         if (norm_sq) src[nsrc++] = norm_sq;
-        g->layer = t->layer;
         pdde_tensor *u = node_with(g, update_op, t, nsrc, src);
         if (!u) break;
         u->flags |= PDDE_TENSOR_INPLACE;
@@ -918,10 +918,17 @@ typedef struct {
     void *dev, *stream;
     bool host;                  /* CPU: data handles are host pointers */
     void *arena, *persist;      /* buffer handles */
+    void **arenas;              /* n_live arenas (arenas[0] = arena): one per micro-batch in flight */
     size_t arena_bytes, persist_bytes;
 } session_device;
 
 typedef struct { size_t offset, size; } arena_block;
+
+/* A SEND node's data in flight: copied out of the arena so the arena can be reused at once. */
+struct session_send {
+    char *copy;                 /* n_live copies of the node's bytes */
+    void **requests;            /* n_live pending sends (pdde_comm_request) */
+};
 
 struct pdde_session {
     pdde_context *ctx;
@@ -946,13 +953,24 @@ struct pdde_session {
     void **requests;            /* per tensor id of a started collective: its pending request */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     const pdde_mesh *mesh;
+    int rank;                   /* in world */
     int coords[PDDE_MAX_MESH_DIMS];
+    bool *elsewhere;            /* per tensor id: in the step, but on other ranks (another pipeline stage) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
     int64_t (*global_shapes)[PDDE_MAX_DIMS]; /* restored into the graph when the session is freed */
     int n_global_shapes;
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
     session_device *comm_staging_dev;
+    /* micro-batches and pipeline stages */
+    int n_micro;                /* micro-batches per step: the optimizer's grad_accum_steps */
+    int n_stages, stage;        /* pipeline stages (1: none) and this rank's */
+    int n_live;                 /* micro-batches whose activations are alive at once (one arena each) */
+    pdde_pipeline_schedule schedule;
+    bool bind;                  /* tensors are pointed at a micro-batch's memory before each node */
+    size_t *input_base;         /* per tensor id of an input: offset of its micro-batch 0 (then one slot each) */
+    struct session_send *sends; /* per SEND node (iparams[2]): host copies in flight, one per live micro-batch */
+    int n_sends;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
@@ -1411,6 +1429,41 @@ static void drop_requests(pdde_session *s) {
     for (int i = 0; s->requests && i < s->n_tracked; i++)
         if (s->requests[i]) pdde_comm_request_free(s->requests[i]), s->requests[i] = NULL;
 }
+
+/* Completes the sends to other pipeline stages (at the end of a step: their copies are reused next). */
+static pdde_status wait_sends(pdde_session *s) {
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < s->n_sends; i++)
+        for (int k = 0; k < s->n_live; k++) {
+            pdde_comm_request **req = (pdde_comm_request **)&s->sends[i].requests[k];
+            if (!*req) continue;
+            pdde_status w = pdde_comm_wait(*req, -1);
+            if (w != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
+            if (!st) st = w;
+        }
+    return st;
+}
+
+static void drop_sends(pdde_session *s) {
+    for (int i = 0; i < s->n_sends; i++)
+        for (int k = 0; k < s->n_live; k++)
+            if (s->sends[i].requests[k]) pdde_comm_request_free(s->sends[i].requests[k]), s->sends[i].requests[k] = NULL;
+}
+
+/* SEND: the data to another stage's rank, copied out first (the arena is reused before it arrives). */
+static pdde_status run_send(pdde_session *s, pdde_tensor *t, int micro) {
+    struct session_send *ss = &s->sends[t->iparams[2]];
+    int k = micro % s->n_live;
+    size_t n = pdde_tensor_nbytes(t);
+    pdde_comm_request **req = (pdde_comm_request **)&ss->requests[k];
+    if (*req) { /* the copy of micro-batch micro - n_live: delivered long since, in every schedule */
+        pdde_status st = pdde_comm_wait(*req, -1);
+        if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
+        if (st) return pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx));
+    }
+    memcpy(ss->copy + (size_t)k * n, (const char *)t->data + t->offset, n);
+    return pdde_comm_isend(s->world, ss->copy + (size_t)k * n, (size_t)pdde_tensor_numel(t), t->dtype, t->iparams[0], t->iparams[1], req);
+}
 #endif
 
 /* ------------------------------------------------------------------------------------------------
@@ -1423,6 +1476,15 @@ static void drop_requests(pdde_session *s) {
  *              local slice, split on another dim = alltoall, whole -> partial sum = the value on
  *              the axis' first rank and zeros elsewhere.
  * The collectives run on one communicator per mesh axis (the ranks that differ only along it). */
+
+/* The graph mesh's axis that axis a of mesh (the graph's mesh or a slice of it) is. */
+static int graph_axis(const pdde_session *s, const pdde_mesh *mesh, int a) {
+    return mesh == s->mesh ? a : pdde_mesh_axis(s->mesh, mesh->names[a]);
+}
+
+static bool on_this_rank(const pdde_session *s, const pdde_tensor *t) {
+    return !t->dist.mesh || mesh_index_of(t->dist.mesh, s->rank) >= 0;
+}
 
 #ifdef PDDE_HAVE_COMM
 static bool dist_same(const pdde_dist_attr *a, const pdde_dist_attr *b, int ndim) {
@@ -1438,7 +1500,7 @@ static int dim_on_axis(const pdde_dist_attr *a, int ndim, int axis) {
     return -1;
 }
 
-/* A reshard step: a node reading x with x's local shape changed along dim grow (times the axis size)
+/* A reshard step over graph mesh axis `axis`: a node reading x with x's local shape changed along dim grow (times the axis size)
  * and dim shrink (divided by it); -1 for none. iparams[5] is the dim that changes (the grown one of an
  * alltoall, whose split dim is iparams[7]). */
 static pdde_tensor *reshard_node(pdde_session *s, pdde_op op, pdde_tensor *x, int axis, int grow, int shrink,
@@ -1468,6 +1530,7 @@ static pdde_tensor *reshard_push(pdde_session *s, pdde_tensor *t, pdde_phase pha
  * the split on a is gathered (the split it wants is done by a later call). NULL on failure. */
 static pdde_tensor *reshard_axis(pdde_session *s, pdde_tensor *t, pdde_dist_attr *cur, const pdde_dist_attr *want, int a,
                                  bool gather_only, pdde_phase phase, int slot) {
+    int ga = graph_axis(s, want->mesh, a); /* the communicator and coordinate along a */
     int have_dim = dim_on_axis(cur, t->ndim, a), want_dim = gather_only ? -1 : dim_on_axis(want, t->ndim, a);
     bool partial = cur->partial >> a & 1, want_partial = want->partial >> a & 1;
     if (gather_only) partial = false;
@@ -1477,50 +1540,53 @@ static pdde_tensor *reshard_axis(pdde_session *s, pdde_tensor *t, pdde_dist_attr
         cur->partial_avg &= (uint8_t)~(1u << a);
         if (want_dim >= 0 && have_dim < 0) { /* partial -> split: reduce-scatter */
             cur->dims_mapping[want_dim] = (int8_t)a;
-            t = reshard_push(s, reshard_node(s, PDDE_OP_REDUCE_SCATTER, t, a, -1, want_dim, cur), phase, slot);
+            t = reshard_push(s, reshard_node(s, PDDE_OP_REDUCE_SCATTER, t, ga, -1, want_dim, cur), phase, slot);
             have_dim = want_dim;
         } else {
-            t = reshard_push(s, reshard_node(s, PDDE_OP_ALLREDUCE, t, a, -1, -1, cur), phase, slot);
+            t = reshard_push(s, reshard_node(s, PDDE_OP_ALLREDUCE, t, ga, -1, -1, cur), phase, slot);
         }
         if (t) t->iparams[0] = rop;
     }
     if (t && !gather_only && want_partial && !partial && !(want->partial_avg >> a & 1)) {
         /* whole -> partial sum: the first rank along the axis keeps the value, the others zero */
         cur->partial |= (uint8_t)(1u << a);
-        t = reshard_push(s, reshard_node(s, PDDE_OP_SCALE, t, a, -1, -1, cur), phase, slot);
-        if (t) t->fparams[0] = s->coords[a] == 0 ? 1.0f : 0.0f, t->iparams[6] = 0;
+        t = reshard_push(s, reshard_node(s, PDDE_OP_SCALE, t, ga, -1, -1, cur), phase, slot);
+        if (t) t->fparams[0] = s->coords[ga] == 0 ? 1.0f : 0.0f, t->iparams[6] = 0;
     }
     if (t && have_dim >= 0 && want_dim >= 0 && have_dim != want_dim) { /* split on another dim: alltoall */
         cur->dims_mapping[have_dim] = -1, cur->dims_mapping[want_dim] = (int8_t)a;
-        t = reshard_push(s, reshard_node(s, PDDE_OP_ALLTOALL, t, a, have_dim, want_dim, cur), phase, slot);
+        t = reshard_push(s, reshard_node(s, PDDE_OP_ALLTOALL, t, ga, have_dim, want_dim, cur), phase, slot);
         have_dim = want_dim;
     }
     if (t && have_dim >= 0 && have_dim != want_dim) { /* split -> whole: allgather */
         cur->dims_mapping[have_dim] = -1;
-        t = reshard_push(s, reshard_node(s, PDDE_OP_ALLGATHER, t, a, have_dim, -1, cur), phase, slot);
+        t = reshard_push(s, reshard_node(s, PDDE_OP_ALLGATHER, t, ga, have_dim, -1, cur), phase, slot);
         have_dim = -1;
     }
     if (t && want_dim >= 0 && have_dim < 0) { /* whole -> split: this rank's slice */
         cur->dims_mapping[want_dim] = (int8_t)a;
-        t = reshard_push(s, reshard_node(s, PDDE_OP_SLICE, t, a, -1, want_dim, cur), phase, slot);
-        if (t) t->iparams[0] = want_dim, t->iparams[1] = (int32_t)(t->shape[want_dim] * s->coords[a]), t->iparams[6] = 0;
+        t = reshard_push(s, reshard_node(s, PDDE_OP_SLICE, t, ga, -1, want_dim, cur), phase, slot);
+        if (t) t->iparams[0] = want_dim, t->iparams[1] = (int32_t)(t->shape[want_dim] * s->coords[ga]), t->iparams[6] = 0;
     }
     return t;
 }
 
-/* The chain of nodes turning x (attr x->dist) into attr want, for a consumer in phase `phase`, axis by
- * axis. A dim holds one axis' split at a time, so an axis whose wanted dim is still split over another
- * axis (the two swap dims) only gathers at first and takes its new split after the others moved. */
-static pdde_tensor *reshard(pdde_session *s, pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase, int slot) {
-    pdde_dist_attr cur = x->dist;
+/* The chain of nodes turning x, laid out as `have`, into attr want (both on want's mesh), for a
+ * consumer in phase `phase`, axis by axis. A dim holds one axis' split at a time, so an axis whose
+ * wanted dim is still split over another axis (the two swap dims) only gathers at first and takes its
+ * new split after the others moved. */
+static pdde_tensor *reshard(pdde_session *s, pdde_tensor *x, const pdde_dist_attr *have, const pdde_dist_attr *want,
+                            pdde_phase phase, int slot) {
+    pdde_dist_attr cur = *have;
     pdde_tensor *t = x;
     unsigned later = 0;
-    for (int a = 0; a < s->mesh->ndim && t; a++) {
+    int n_axes = want->mesh->ndim;
+    for (int a = 0; a < n_axes && t; a++) {
         int want_dim = dim_on_axis(want, x->ndim, a), there = want_dim >= 0 ? cur.dims_mapping[want_dim] : -1;
         if (there >= 0 && there != a) later |= 1u << a;
         t = reshard_axis(s, t, &cur, want, a, later >> a & 1, phase, slot);
     }
-    for (int a = 0; a < s->mesh->ndim && t; a++)
+    for (int a = 0; a < n_axes && t; a++)
         if (later >> a & 1) t = reshard_axis(s, t, &cur, want, a, false, phase, slot);
     return t;
 }
@@ -1533,7 +1599,7 @@ static pdde_status gather_into_param(pdde_session *s, pdde_tensor *update, pdde_
     for (int d = 0; d < param->ndim; d++)
         if (want->dims_mapping[d] >= 0 && param->dist.dims_mapping[d] != want->dims_mapping[d]) {
             if (axis >= 0) return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s: an update split over two mesh axes", update->name);
-            axis = want->dims_mapping[d], dim = d;
+            axis = graph_axis(s, want->mesh, want->dims_mapping[d]), dim = d;
         }
     if (axis < 0) return PDDE_OK;
     pdde_tensor *src[2] = {param, update};
@@ -1546,17 +1612,94 @@ static pdde_status gather_into_param(pdde_session *s, pdde_tensor *update, pdde_
     return PDDE_OK;
 }
 
-/* The local shape of t under its attr; false if a split dim does not divide. */
-static bool local_shape(const pdde_tensor *t, int64_t *shape) {
-    memcpy(shape, t->shape, sizeof t->shape);
-    if (!t->dist.mesh) return true;
-    for (int d = 0; d < t->ndim; d++) {
-        int a = t->dist.dims_mapping[d];
-        if (a < 0) continue;
-        if (shape[d] % t->dist.mesh->shape[a]) return false;
-        shape[d] /= t->dist.mesh->shape[a];
+/* The local shape of a tensor of global shape gshape laid out as a; false if a split dim does not divide. */
+static bool local_shape_of(const int64_t *gshape, int ndim, const pdde_dist_attr *a, int64_t *shape) {
+    memcpy(shape, gshape, PDDE_MAX_DIMS * sizeof *shape);
+    for (int d = 0; a->mesh && d < ndim; d++) {
+        int ax = a->dims_mapping[d];
+        if (ax < 0) continue;
+        if (shape[d] % a->mesh->shape[ax]) return false;
+        shape[d] /= a->mesh->shape[ax];
     }
     return true;
+}
+
+/* Tensors crossing pipeline stages: a producer on one mesh, a consumer on another of the same shape.
+ * The rank at each place of the producer's mesh sends to the rank at the same place of the consumer's,
+ * the tensor resharded first (on the producer's mesh) to the mapping the consumer requires. Each
+ * (tensor, requirement) crosses once per micro-batch however many consumers read it. */
+typedef struct { pdde_tensor *x, *node; pdde_dist_attr want; } stage_crossing;
+typedef struct { stage_crossing *items; int n, cap; } crossing_list;
+
+static pdde_tensor *cross_stages(pdde_session *s, crossing_list *done, pdde_tensor *consumer, int k,
+                                 const pdde_dist_attr *want, pdde_status *st) {
+    pdde_tensor *x = consumer->src[k];
+    for (int i = 0; i < done->n; i++)
+        if (done->items[i].x == x && attr_equal(&done->items[i].want, want)) return done->items[i].node;
+    const pdde_mesh *from = x->dist.mesh, *to = want->mesh;
+    bool same_shape = from->ndim == to->ndim;
+    for (int a = 0; same_shape && a < to->ndim; a++) same_shape = from->shape[a] == to->shape[a];
+    if (!same_shape) {
+        *st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s reads %s from a mesh of another shape (send/recv pairs ranks of equal-shaped meshes)",
+                         consumer->name, x->name);
+        return NULL;
+    }
+    int here_from = mesh_index_of(from, s->rank), here_to = mesh_index_of(to, s->rank);
+    if (here_from >= 0 && here_to >= 0) {
+        *st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s moves between two meshes that share rank %d (pipeline stages must not overlap)",
+                         x->name, s->rank);
+        return NULL;
+    }
+    int slot = s->slot[consumer->id], tag = (consumer->id * PDDE_MAX_SRC + k) & 0xfffff;
+    pdde_tensor *node;
+    if (here_from >= 0) { /* producer side: reshard here to the consumer's mapping, then send */
+        pdde_dist_attr there = *want;
+        there.mesh = from;
+        pdde_tensor *r = dist_same(&x->dist, &there, x->ndim) ? x : reshard(s, x, &x->dist, &there, consumer->phase, slot);
+        node = r ? new_node(s->g, PDDE_OP_SEND, x->dtype, r->ndim, r->shape, 1, &r) : NULL;
+        if (node) node->iparams[0] = to->ranks[here_from], node->dist = there, node->flags |= PDDE_TENSOR_VIEW;
+    } else { /* consumer side: receive the block this rank needs */
+        int64_t shape[PDDE_MAX_DIMS];
+        local_shape_of(s->global_shapes[x->id], x->ndim, want, shape);
+        node = new_node(s->g, PDDE_OP_RECV, x->dtype, x->ndim, shape, 0, NULL);
+        if (node) node->iparams[0] = from->ranks[here_to], node->dist = *want;
+    }
+    if (node) node->iparams[1] = tag, node->phase = consumer->phase;
+    if (!node || session_push(s, node, slot) || session_track(s)) {
+        *st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        return NULL;
+    }
+    if (done->n == done->cap) {
+        int cap = done->cap ? 2 * done->cap : 16;
+        stage_crossing *items = realloc(done->items, (size_t)cap * sizeof *items);
+        if (!items) { *st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); return NULL; }
+        done->items = items, done->cap = cap;
+    }
+    done->items[done->n++] = (stage_crossing){x, node, *want};
+    return node;
+}
+
+/* What input k of node needs (on this rank, which runs node): x as it is, resharded, seen on a slice
+ * of its mesh, or received from another stage. NULL with *st set on failure. */
+static pdde_tensor *session_input(pdde_session *s, crossing_list *crossings, pdde_tensor *node, int k, pdde_status *st) {
+    const pdde_dist_attr *want = pdde_op_input_dist(s->g, node, k);
+    pdde_tensor *x = node->src[k];
+    if (!want || !want->mesh || !x->dist.mesh || attr_equal(&x->dist, want)) return x;
+    pdde_dist_attr have = x->dist;
+    if (!mesh_same(x->dist.mesh, want->mesh)) {
+        int p = mesh_sub_axis(x->dist.mesh, want->mesh);
+        if (p < 0) return cross_stages(s, crossings, node, k, want, st);
+        if (attr_uses_axis(&x->dist, p)) {
+            *st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s reads %s, split or partial over mesh axis %s, on a slice across that axis",
+                             node->name, x->name, x->dist.mesh->names[p]);
+            return NULL;
+        }
+        have = attr_on_mesh(&x->dist, want->mesh); /* the same local data, fewer ranks */
+    }
+    if (dist_same(&have, want, x->ndim)) return x;
+    pdde_tensor *r = reshard(s, x, &have, want, node->phase, s->slot[node->id]);
+    if (!r) *st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    return r;
 }
 
 static pdde_status session_partition(pdde_session *s) {
@@ -1565,11 +1708,11 @@ static pdde_status session_partition(pdde_session *s) {
     if (!g->planner || g->planner->n_completed < n)
         return pdde_error(s->ctx, PDDE_ERR_STATE, "session: SPMD execution needs pdde_complete on the whole graph first");
     s->mesh = g->planner->mesh;
-    int rank = pdde_comm_rank(s->world);
+    s->rank = pdde_comm_rank(s->world);
     if (pdde_comm_size(s->world) != s->mesh->n_ranks)
         return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: the mesh has %d ranks, the world %d", s->mesh->n_ranks, pdde_comm_size(s->world));
-    pdde_status st = pdde_mesh_coords(s->mesh, rank, s->coords);
-    if (st) return pdde_error(s->ctx, st, "session: rank %d is not in the graph's mesh", rank);
+    pdde_status st = pdde_mesh_coords(s->mesh, s->rank, s->coords);
+    if (st) return pdde_error(s->ctx, st, "session: rank %d is not in the graph's mesh", s->rank);
     /* one communicator per mesh axis: ranks whose other coordinates agree */
     for (int a = 0; a < s->mesh->ndim && !st; a++) {
         int color = 0;
@@ -1579,32 +1722,42 @@ static pdde_status session_partition(pdde_session *s) {
     }
     if (st) return st;
     /* partition: local shapes (global ones saved) */
-    if (!(s->global_shapes = malloc((size_t)n * sizeof *s->global_shapes))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    if (!(s->global_shapes = malloc((size_t)n * sizeof *s->global_shapes)) || !(s->elsewhere = calloc((size_t)n, sizeof *s->elsewhere)))
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     s->n_global_shapes = n;
     for (int i = 0; i < n; i++) {
         pdde_tensor *t = g->nodes[i];
         memcpy(s->global_shapes[i], t->shape, sizeof t->shape);
-        if (!local_shape(t, t->shape)) {
+        if (!local_shape_of(s->global_shapes[i], t->ndim, &t->dist, t->shape)) {
             char attr[128];
             pdde_dist_attr_str(&t->dist, attr, sizeof attr);
             return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: %s cannot be split as %s", t->name, attr);
         }
     }
-    /* reshard: walk the schedule, inserting the conversions each op needs of its inputs */
+    /* reshard: walk the schedule, keeping this rank's nodes and inserting the conversions each op needs
+     * of its inputs; where another stage's node reads a tensor of this rank's stage, the send */
     pdde_tensor **old = s->order;
     int n_old = s->n_order;
     s->order = NULL, s->n_order = s->cap_order = 0;
+    crossing_list crossings = {0};
     for (int i = 0; i < n_old && !st; i++) {
         pdde_tensor *t = old[i];
         int slot = s->slot[t->id];
+        if (!on_this_rank(s, t)) {
+            s->elsewhere[t->id] = true;
+            for (int k = 0; k < t->nsrc && !st; k++) {
+                const pdde_dist_attr *want = pdde_op_input_dist(g, t, k);
+                if (want && on_this_rank(s, t->src[k]) && !mesh_same(t->src[k]->dist.mesh, want->mesh) &&
+                    mesh_sub_axis(t->src[k]->dist.mesh, want->mesh) < 0)
+                    cross_stages(s, &crossings, t, k, want, &st);
+            }
+            s->slot[t->id] = -1;
+            continue;
+        }
         pdde_tensor *param = t->src[0], *grad = t->nsrc > 1 ? t->src[1] : NULL;
         for (int k = 0; k < t->nsrc && !st && t->id < n; k++) {
-            const pdde_dist_attr *want = pdde_op_input_dist(g, t, k);
-            pdde_tensor *x = t->src[k];
-            if (!want || !want->mesh || !x->dist.mesh || dist_same(&x->dist, want, x->ndim)) continue;
-            pdde_tensor *r = reshard(s, x, want, t->phase, slot);
-            if (!r) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-            else t->src[k] = r;
+            pdde_tensor *r = session_input(s, &crossings, t, k, &st);
+            if (r) t->src[k] = r;
         }
         if (!st && session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
@@ -1617,6 +1770,7 @@ static pdde_status session_partition(pdde_session *s) {
             else zero->phase = t->phase, zero->flags |= PDDE_TENSOR_INPLACE, zero->dist = grad->dist, zero->fparams[0] = 0.0f;
         }
     }
+    free(crossings.items);
     free(old);
     return st;
 }
@@ -1680,6 +1834,10 @@ static size_t alloc_bytes(const pdde_session *s, const pdde_tensor *t) {
     return n > s->min_bytes[t->id] ? n : s->min_bytes[t->id];
 }
 
+static size_t aligned_bytes(const pdde_session *s, const pdde_tensor *t) {
+    return (alloc_bytes(s, t) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+}
+
 /* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
  * sharing its memory (views, in-place writers). Losses and outputs live to the end of the step. */
 static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
@@ -1722,7 +1880,9 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
             /* shares its root's memory */
         } else if (is_persistent(t)) {
             t->offset = sd->persist_bytes;
-            sd->persist_bytes += (alloc_bytes(s, t) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+            bool per_micro = (t->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1; /* one slot per micro-batch */
+            if (per_micro) s->input_base[t->id] = t->offset;
+            sd->persist_bytes += aligned_bytes(s, t) * (per_micro ? (size_t)s->n_micro : 1);
             if (t->flags & PDDE_TENSOR_PARAM) s->mem.param_bytes += bytes;
             else if (t->flags & PDDE_TENSOR_GRAD) s->mem.grad_bytes += bytes;
             else if (t->flags & PDDE_TENSOR_STATE) s->mem.optimizer_bytes += bytes;
@@ -1744,7 +1904,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
     }
     for (int d = 0; d < s->n_devs; d++) {
         s->devs[d].arena_bytes = plans[d].top;
-        s->mem.arena_bytes += plans[d].top;
+        s->mem.arena_bytes += plans[d].top * (size_t)s->n_live;
         free(plans[d].free);
     }
     for (int i = 0; i <= end && release_at; i++) free(release_at[i]);
@@ -1794,7 +1954,10 @@ static pdde_status session_allocate(pdde_session *s) {
     pdde_status st = PDDE_OK;
     for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
         session_device *sd = &s->devs[d];
-        st = sd->iface->buffer_alloc(sd->dev, sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, &sd->arena);
+        if (!(sd->arenas = calloc((size_t)s->n_live, sizeof *sd->arenas))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        for (int k = 0; k < s->n_live && st == PDDE_OK; k++)
+            st = sd->iface->buffer_alloc(sd->dev, sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, &sd->arenas[k]);
+        sd->arena = sd->arenas[0];
         if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN, &sd->persist);
         if (st == PDDE_OK && sd->host) memset(sd->persist, 0, sd->persist_bytes); /* alignment gaps too */
     }
@@ -1833,7 +1996,55 @@ static pdde_status session_allocate(pdde_session *s) {
         if (t->op != PDDE_OP_COPY || s->devs[s->slot[t->id]].host) continue;
         if (!(s->staging[t->id] = malloc(pdde_tensor_nbytes(t) + 1))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     }
+    /* sends between pipeline stages: a host copy per live micro-batch */
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        if (t->op != PDDE_OP_SEND) continue;
+        struct session_send *more = realloc(s->sends, (size_t)(s->n_sends + 1) * sizeof *more);
+        if (more) s->sends = more;
+        struct session_send *ss = more ? &s->sends[s->n_sends] : NULL;
+        if (ss) ss->copy = malloc(pdde_tensor_nbytes(t) * (size_t)s->n_live + 1), ss->requests = calloc((size_t)s->n_live, sizeof *ss->requests);
+        if (!ss || !ss->copy || !ss->requests) {
+            if (ss) free(ss->copy), free(ss->requests);
+            st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        } else t->iparams[2] = s->n_sends++;
+    }
     return st;
+}
+
+/* Micro-batches and pipeline stages: a step's micro-batch count, the stages (the distinct meshes of
+ * the layers placed with pdde_graph_set_layer_mesh, in layer order), this rank's, and how many
+ * micro-batches' activations it holds at once: all of them under GPipe; under 1F1B, stage s of S
+ * starts S - s micro-batches before the first backward comes back. */
+static pdde_status session_setup_micro(pdde_session *s, const pdde_session_params *p) {
+    pdde_graph *g = s->g;
+    s->n_micro = g->has_optimizer ? g->opt.grad_accum_steps : 1;
+    s->n_stages = 1, s->n_live = 1, s->schedule = p->pipeline_schedule;
+    if (s->schedule != PDDE_PIPELINE_1F1B && s->schedule != PDDE_PIPELINE_GPIPE)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: unknown pipeline schedule %d", (int)s->schedule);
+    const struct planner_graph *pg = g->planner;
+    if (s->world && pg) {
+        const pdde_mesh *last = NULL;
+        s->n_stages = 0, s->stage = -1;
+        for (int l = 0; l < pg->n_layer_mesh; l++) {
+            const pdde_mesh *m = pg->layer_mesh[l];
+            if (!m || mesh_same(m, last)) continue;
+            if (s->stage >= 0 && mesh_index_of(m, s->rank) >= 0)
+                return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: rank %d is in two pipeline stages (layer %d comes back to it)", s->rank, l);
+            if (mesh_index_of(m, s->rank) >= 0) s->stage = s->n_stages;
+            s->n_stages++, last = m;
+        }
+        if (s->n_stages <= 1) s->n_stages = 1, s->stage = 0;
+        if (s->stage < 0) return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: rank %d is in none of the %d pipeline stages", s->rank, s->n_stages);
+    }
+    if (s->n_stages > 1) {
+        int ahead = s->n_stages - s->stage;
+        s->n_live = s->schedule == PDDE_PIPELINE_GPIPE || ahead > s->n_micro ? s->n_micro : ahead;
+    }
+    s->bind = s->n_micro > 1 || s->n_live > 1;
+    if (s->bind && !(s->input_base = calloc((size_t)g->n, sizeof *s->input_base)))
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    return PDDE_OK;
 }
 
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out) {
@@ -1872,6 +2083,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
             st = pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: zero_stage %d (0 or 1 here; stages 2-3 come with the planner)", p.zero_stage);
         else if (s->dp_size > 1) st = session_add_data_parallel(s);
     }
+    if (st == PDDE_OK) st = session_setup_micro(s, &p);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_allocate(s);
     if (st != PDDE_OK) {
@@ -1899,12 +2111,15 @@ void pdde_session_free(pdde_session *s) {
     if (s->g->session == s) s->g->session = NULL;
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
     drop_requests(s);
+    drop_sends(s);
     comm_staging_free(s);
     for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) pdde_comm_free(s->axis_comm[a]);
 #endif
     for (int d = 0; d < s->n_devs; d++) {
         session_device *sd = &s->devs[d];
-        if (sd->arena) sd->iface->buffer_free(sd->dev, sd->arena);
+        for (int k = 0; sd->arenas && k < s->n_live; k++)
+            if (sd->arenas[k]) sd->iface->buffer_free(sd->dev, sd->arenas[k]);
+        free(sd->arenas);
         if (sd->persist) sd->iface->buffer_free(sd->dev, sd->persist);
         if (sd->stream && sd->iface->stream_free) sd->iface->stream_free(sd->dev, sd->stream);
     }
@@ -1914,6 +2129,10 @@ void pdde_session_free(pdde_session *s) {
     free(s->devs);
     for (int i = 0; i < s->n_global_shapes; i++) memcpy(s->g->nodes[i]->shape, s->global_shapes[i], sizeof s->global_shapes[i]);
     free(s->global_shapes);
+    free(s->elsewhere);
+    free(s->input_base);
+    for (int i = 0; i < s->n_sends; i++) free(s->sends[i].copy), free(s->sends[i].requests);
+    free(s->sends);
     free(s->requests);
     free(s->slot);
     free(s->min_bytes);
@@ -1947,52 +2166,120 @@ static bool phase_in(pdde_phase phase, pdde_run_mode mode) {
            (phase == PDDE_PHASE_OPTIMIZER && (mode & 4));
 }
 
+/* Points t at micro-batch m's memory: an input at its slot m, an activation in arena m % n_live. */
+static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
+    pdde_tensor *r = storage_root(t);
+    if (!is_persistent(r)) t->data = s->devs[s->slot[r->id]].arenas[m % s->n_live];
+    else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * aligned_bytes(s, r);
+}
+
+static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
+    if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) t->iparams[2] = (int32_t)(s->run_counter + (uint32_t)micro);
+    if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
+    if (t->op == PDDE_OP_COPY) return run_copy(s, t);
+#ifdef PDDE_HAVE_COMM
+    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1) return run_reshard(s, t);
+    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_COMM_WAIT) return run_collective(s, t);
+    if (t->op == PDDE_OP_SEND) return run_send(s, t, micro);
+    if (t->op == PDDE_OP_RECV)
+        return pdde_comm_recv(s->world, (char *)t->data + t->offset, (size_t)pdde_tensor_numel(t), t->dtype, t->iparams[0], t->iparams[1]);
+#endif
+    session_device *sd = &s->devs[s->slot[t->id]];
+    pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
+    /* timing an asynchronous device needs its stream drained; only when profiling */
+    if (s->profile && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    return st;
+}
+
+/* Runs the scheduled nodes of the phases in mode (a pdde_run_mode bit set) for micro-batch `micro`. */
+static pdde_status run_nodes(pdde_session *s, int mode, int micro, float lr) {
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !phase_in(t->phase, (pdde_run_mode)mode)) continue;
+        if (s->bind) {
+            bind_micro(s, t, micro);
+            for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
+        }
+        double t0 = s->profile ? monotonic_seconds() : 0;
+        st = run_node(s, t, micro, lr);
+        if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
+    }
+    return st;
+}
+
+/* The loss of micro-batch `micro` (this rank holds the loss): added to *sum. */
+static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
+    float loss;
+    if (s->bind) bind_micro(s, s->loss, micro);
+    pdde_status st = pdde_session_read(s, s->loss, &loss, sizeof loss);
+    *sum += loss;
+    return st;
+}
+
+/* A step's micro-batches through this rank's stage, forward (F) and backward (B) passes in the
+ * schedule's order, then the update. 1F1B: stage s of S runs S-s-1 forwards ahead, then alternates
+ * one forward and one backward, then drains the backwards; GPipe: every forward, then every backward.
+ * Sends never block and receives wait for their data, so the stages pace each other. */
+static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float lr, double *loss_sum) {
+    int M = s->n_micro, ahead = mode & 2 ? M : 0, next_f = 0, next_b = 0;
+    if (mode & 2 && s->schedule == PDDE_PIPELINE_1F1B) ahead = s->n_stages - s->stage - 1 < M ? s->n_stages - s->stage - 1 : M;
+    pdde_status st = PDDE_OK;
+    while (st == PDDE_OK && (next_f < M || ((mode & 2) && next_b < M))) {
+        bool forward = next_f < M && (next_f < ahead || next_f <= next_b || !(mode & 2));
+        int m = forward ? next_f++ : next_b++;
+        st = run_nodes(s, forward ? PDDE_RUN_FORWARD : PDDE_RUN_FORWARD_BACKWARD & ~PDDE_RUN_FORWARD, m, lr);
+        if (!st && forward && s->loss) st = add_loss(s, m, loss_sum);
+    }
+    if (!st && (mode & 4)) st = run_nodes(s, PDDE_RUN_OPTIMIZER, 0, lr);
+#ifdef PDDE_HAVE_COMM
+    if (!st) st = wait_sends(s);
+#endif
+    return st;
+}
+
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (!s) return PDDE_ERR_INVALID_ARG;
     if (mode != PDDE_RUN_FORWARD && mode != PDDE_RUN_FORWARD_BACKWARD && mode != PDDE_RUN_OPTIMIZER && mode != PDDE_RUN_STEP)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_run: unknown mode %d", mode);
+    bool pipelined = s->n_stages > 1, every_micro = s->n_micro > 1 && (mode == PDDE_RUN_STEP || mode == PDDE_RUN_FORWARD);
+    if (pipelined && (mode == PDDE_RUN_FORWARD_BACKWARD || mode == PDDE_RUN_OPTIMIZER))
+        return pdde_error(s->ctx, PDDE_ERR_STATE, "session_run: pipeline stages run whole steps (write each micro-batch with "
+                                                  "pdde_session_write_micro, then PDDE_RUN_STEP)");
     pdde_graph *g = s->g;
     float lr = g->has_optimizer ? pdde_lr_at(&g->opt, s->step) : 0.0f;
-    /* each training pass draws new dropout masks; a forward-only pass reuses the last training pass's
-     * masks (so the forward it evaluates is the function that was differentiated) */
+    /* each training pass draws new dropout masks (micro-batch m of a step: counter + m); a forward-only
+     * pass reuses the last training pass's masks (so the forward it evaluates is the function that was
+     * differentiated) */
     if (mode & 2) s->run_counter++;
-    pdde_status st = PDDE_OK;
-    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
-        pdde_tensor *t = s->order[i];
-        if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !phase_in(t->phase, mode)) continue;
-        if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) t->iparams[2] = (int32_t)s->run_counter;
-        if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
-            t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
-        double t0 = s->profile ? monotonic_seconds() : 0;
-        if (t->op == PDDE_OP_COPY) st = run_copy(s, t);
-#ifdef PDDE_HAVE_COMM
-        else if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1) st = run_reshard(s, t);
-        else if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_COMM_WAIT) st = run_collective(s, t);
-#endif
-        else {
-            session_device *sd = &s->devs[s->slot[t->id]];
-            st = sd->iface->compute(sd->dev, sd->stream, t);
-            /* timing an asynchronous device needs its stream drained; only when profiling */
-            if (s->profile && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
-        }
-        if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
-    }
+    double loss_sum = 0;
+    pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_nodes(s, mode, 0, lr);
+    if (every_micro && (mode & 2)) s->run_counter += (uint32_t)s->n_micro - 1;
     for (int d = 0; d < s->n_devs; d++) {
         pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);
         if (st == PDDE_OK) st = sync;
     }
+    if (st == PDDE_OK && (mode & 1) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
 #ifdef PDDE_HAVE_COMM
+    /* the step's loss on every rank: the mean over the ranks holding one (data-parallel ranks hold
+     * their rows' mean; other pipeline stages none) */
+    if (st == PDDE_OK && (mode & 1) && s->world) {
+        float mean_and_count[2] = {s->loss ? (float)(loss_sum / (every_micro ? s->n_micro : 1)) : 0.0f, s->loss ? 1.0f : 0.0f};
+        st = pdde_comm_allreduce(s->world, mean_and_count, mean_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
+        if (st == PDDE_OK) s->last_loss = mean_and_count[1] > 0 ? mean_and_count[0] / mean_and_count[1] : NAN;
+    }
     if (st != PDDE_OK && (s->dp || s->world)) {
         /* the other ranks are inside the same collectives: fail them now rather than at their timeout */
         char why[sizeof s->ctx->last_error];
         memcpy(why, s->ctx->last_error, sizeof why);
         drop_requests(s);
+        drop_sends(s);
         if (st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_ABORTED) pdde_comm_abort(s->dp ? s->dp : s->world);
         memcpy(s->ctx->last_error, why, sizeof why);
     }
 #endif
     if (st != PDDE_OK) return st;
-    if (s->loss && (mode & 1)) st = pdde_session_read(s, s->loss, &s->last_loss, sizeof s->last_loss);
+    if ((mode & 1) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
     if ((mode & 4) && g->has_optimizer) s->step++;
     return st;
 }
@@ -2006,12 +2293,19 @@ static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes
     return PDDE_OK;
 }
 
-pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+/* Writes t where it points now (an input: at the micro-batch it is bound to). */
+static pdde_status write_bound(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
     pdde_status st = check_io(s, t, nbytes, "session_write");
     if (st) return st;
     session_device *sd = &s->devs[s->slot[t->id]];
     st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, src, nbytes);
     return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
+pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+    pdde_status st = check_io(s, t, nbytes, "session_write");
+    if (!st && s->bind) bind_micro(s, t, 0);
+    return st ? st : write_bound(s, t, src, nbytes);
 }
 
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes) {
@@ -2022,9 +2316,9 @@ pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, 
     return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
 }
 
-pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
-    if (!s || !t || !src) return PDDE_ERR_INVALID_ARG;
-    if (!s->world || !t->dist.mesh || t->id >= s->n_global_shapes) return pdde_session_write(s, t, src, nbytes);
+/* Writes the whole (global) t where it points now: under SPMD execution this rank's block. */
+static pdde_status write_global_bound(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+    if (!s->world || !t->dist.mesh || t->id >= s->n_global_shapes) return write_bound(s, t, src, nbytes);
     /* this rank's block: along each split dim d, [coord * local, (coord + 1) * local) */
     const int64_t *gshape = s->global_shapes[t->id];
     int64_t gn = 1, start[PDDE_MAX_DIMS], gst[PDDE_MAX_DIMS];
@@ -2034,7 +2328,7 @@ pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const voi
         return pdde_error(s->ctx, PDDE_ERR_SHAPE, "session_write_global: %s holds %lld elements globally, the buffer %zu bytes", t->name, (long long)gn, nbytes);
     for (int d = 0; d < t->ndim; d++) {
         int a = t->dist.dims_mapping[d];
-        start[d] = a >= 0 ? s->coords[a] * t->shape[d] : 0;
+        start[d] = a >= 0 ? s->coords[graph_axis(s, t->dist.mesh, a)] * t->shape[d] : 0;
     }
     int64_t n = pdde_tensor_numel(t);
     char *local = malloc((size_t)n * esz + 1);
@@ -2044,9 +2338,36 @@ pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const voi
         for (int d = t->ndim - 1; d >= 0; d--) g += (start[d] + rem % t->shape[d]) * gst[d], rem /= t->shape[d];
         memcpy(local + (size_t)i * esz, (const char *)src + (size_t)g * esz, esz);
     }
-    pdde_status st = pdde_session_write(s, t, local, (size_t)n * esz);
+    pdde_status st = write_bound(s, t, local, (size_t)n * esz);
     free(local);
     return st;
+}
+
+/* Whether t is in the step on other ranks only (another pipeline stage's): writes to it are ignored. */
+static bool held_elsewhere(const pdde_session *s, const pdde_tensor *t) {
+    return s->elsewhere && t->id < s->n_global_shapes && s->g->nodes[t->id] == t && s->elsewhere[t->id];
+}
+
+pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
+    if (!s || !t || !src) return PDDE_ERR_INVALID_ARG;
+    if (held_elsewhere(s, t)) return PDDE_OK;
+    pdde_status st = check_io(s, t, pdde_tensor_nbytes(t), "session_write_global");
+    if (!st && s->bind) bind_micro(s, t, 0);
+    return st ? st : write_global_bound(s, t, src, nbytes);
+}
+
+pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro, const void *src, size_t nbytes) {
+    if (!s || !t || !src) return PDDE_ERR_INVALID_ARG;
+    if (held_elsewhere(s, t)) return PDDE_OK;
+    pdde_status st = check_io(s, t, pdde_tensor_nbytes(t), "session_write_micro");
+    if (st) return st;
+    if (!(t->flags & PDDE_TENSOR_INPUT))
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_write_micro: %s is not an input", t->name);
+    if (micro < 0 || micro >= s->n_micro)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_write_micro: %s: micro-batch %d of %d (the optimizer's grad_accum_steps)",
+                          t->name, micro, s->n_micro);
+    if (s->bind) bind_micro(s, t, micro);
+    return write_global_bound(s, t, src, nbytes);
 }
 
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
@@ -2084,6 +2405,11 @@ static bool ckpt_saved(const pdde_tensor *t) {
     return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & PDDE_TENSOR_GRAD);
 }
 
+/* A saved tensor the step uses, on this rank or (another pipeline stage's) on others. */
+static bool ckpt_in_step(const pdde_session *s, const pdde_tensor *t) {
+    return ckpt_saved(t) && t->id < s->n_tracked && (s->slot[t->id] >= 0 || held_elsewhere(s, t));
+}
+
 typedef struct { FILE *f; uint32_t crc; bool ok; } ckpt_writer;
 
 static void ckpt_put(ckpt_writer *w, const void *p, size_t n) {
@@ -2117,7 +2443,7 @@ static pdde_status read_global(pdde_session *s, pdde_tensor *t, void *buf) {
         if (a < 0) continue;
         int64_t n = 1;
         for (int k = 0; k < t->ndim; k++) n *= shape[k];
-        st = pdde_comm_allgather(s->axis_comm[a], buf, tmp, (size_t)n, PDDE_F32);
+        st = pdde_comm_allgather(s->axis_comm[graph_axis(s, t->dist.mesh, a)], buf, tmp, (size_t)n, PDDE_F32);
         shape[d] *= t->dist.mesh->shape[a];
         if (!st) blocks_along(tmp, buf, shape, t->ndim, d, t->dist.mesh->shape[a], false);
     }
@@ -2141,16 +2467,16 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
     if (writer && !w.f) return pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
     if (!writer) w.ok = false; /* nothing is written here */
     uint32_t version = CKPT_VERSION, count = 0;
-    for (int i = 0; i < s->n_order; i++) count += ckpt_saved(s->order[i]);
+    for (int i = 0; i < s->g->n; i++) count += ckpt_in_step(s, s->g->nodes[i]);
     uint64_t step = (uint64_t)s->step, pos = extra ? extra->data_position : 0, rng[2] = {s->ctx->seed, s->run_counter};
     ckpt_put(&w, CKPT_MAGIC, 8), ckpt_put(&w, &version, 4), ckpt_put(&w, &count, 4);
     ckpt_put(&w, &step, 8), ckpt_put(&w, &pos, 8), ckpt_put(&w, rng, 16);
     void *buf = NULL;
     size_t cap = 0;
     pdde_status st = PDDE_OK;
-    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
-        pdde_tensor *t = s->order[i];
-        if (!ckpt_saved(t)) continue;
+    for (int i = 0; i < s->g->n && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->g->nodes[i];
+        if (!ckpt_in_step(s, t)) continue;
         uint16_t name_len = (uint16_t)strlen(t->name);
         uint8_t dtype = (uint8_t)t->dtype, ndim = (uint8_t)t->ndim;
         uint64_t nbytes = global_nbytes(s, t);
@@ -2159,7 +2485,17 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
             if (!nb) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory"); break; }
             buf = nb, cap = nbytes;
         }
-        if ((st = read_global(s, t, buf))) break;
+        if (s->slot[t->id] >= 0 && (st = read_global(s, t, buf))) break;
+#ifdef PDDE_HAVE_COMM
+        /* another pipeline stage's tensor: its mesh's first rank sends the whole of it to the writer */
+        if (s->world && t->dist.mesh && mesh_index_of(t->dist.mesh, 0) < 0) {
+            int holder = t->dist.mesh->ranks[0], tag = t->id & 0xfffff;
+            size_t count = nbytes / pdde_dtype_size(t->dtype);
+            if (s->rank == holder) st = pdde_comm_send(s->world, buf, count, t->dtype, 0, tag);
+            else if (writer) st = pdde_comm_recv(s->world, buf, count, t->dtype, holder, tag);
+            if (st) break;
+        }
+#endif
         ckpt_put(&w, &name_len, 2), ckpt_put(&w, t->name, name_len), ckpt_put(&w, &dtype, 1), ckpt_put(&w, &ndim, 1);
         ckpt_put(&w, global_shape(s, t), 8 * (size_t)ndim), ckpt_put(&w, &nbytes, 8), ckpt_put(&w, buf, nbytes);
     }
@@ -2236,7 +2572,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             memcpy(&nbytes, buf + at, 8), at += 8;
             if (nbytes > size - 4 - at) goto truncated;
             pdde_tensor *t = pdde_graph_find(s->g, name);
-            if (!t || !ckpt_saved(t) || s->slot[t->id] < 0) {
+            if (!t || !ckpt_in_step(s, t)) {
                 free(buf);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s is not in this model", path, name);
             }
@@ -2249,13 +2585,13 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s has another dtype or shape than the model's %s %s",
                                   path, name, pdde_dtype_name(t->dtype), want);
             }
-            if (pass == 1 && (st = pdde_session_write_global(s, t, buf + at, nbytes))) { free(buf); return st; }
+            if (pass == 1 && (st = pdde_session_write_global(s, t, buf + at, nbytes))) { free(buf); return st; } /* (ignored by other stages) */
             at += nbytes;
             matched++;
         }
         if (pass == 0) {
             uint32_t expected = 0;
-            for (int i = 0; i < s->n_order; i++) expected += ckpt_saved(s->order[i]);
+            for (int i = 0; i < s->g->n; i++) expected += ckpt_in_step(s, s->g->nodes[i]);
             if (matched != expected) {
                 free(buf);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: holds %u tensors, the model has %u", path, matched, expected);

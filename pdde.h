@@ -186,6 +186,11 @@ typedef enum {
                                      iparams[5] instead, over mesh axis iparams[4] */
     PDDE_OP_ALLGATHER,            /* src0's shard [first, first + count) in place to all of src0 */
     PDDE_OP_COMM_WAIT,
+    /* between pipeline stages (inserted by the session where a tensor moves to another mesh): SEND
+     * starts sending src0 to the rank at the same place of the consumer's mesh, RECV (no src) receives
+     * it; iparams[0] = peer rank, [1] = tag */
+    PDDE_OP_SEND,
+    PDDE_OP_RECV,
     PDDE_OP_COUNT
 } pdde_op;
 
@@ -412,6 +417,13 @@ struct pdde_backend_iface {
  * Session: a compiled graph with its memory plan, run step by step. */
 typedef struct pdde_session pdde_session;
 
+typedef enum {
+    /* one forward, one backward: a stage keeps at most (stages - its index) micro-batches alive */
+    PDDE_PIPELINE_1F1B = 0,
+    /* all forwards, then all backwards: every micro-batch's activations alive at once */
+    PDDE_PIPELINE_GPIPE = 1,
+} pdde_pipeline_schedule;
+
 typedef struct {
     int device;            /* default device for unplaced nodes (index in pdde_device_count); 0 = cpu */
     int no_memory_reuse;   /* 1: every tensor gets its own memory (for debugging and tests) */
@@ -430,14 +442,23 @@ typedef struct {
      * (local shapes) and reshard collectives are inserted where an op needs another attribute of an
      * input. world's ranks are the graph mesh's ranks. Host memory only for now. */
     pdde_comm *world;
+    /* Pipeline parallelism (layers on stage sub-meshes, pdde_strategy_pipeline): the order in which
+     * each stage runs the forward and backward passes of a step's micro-batches. */
+    pdde_pipeline_schedule pipeline_schedule;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0, 0, NULL}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0, 0, NULL, PDDE_PIPELINE_1F1B}
 
+/* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
+ * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,
+ * in the pipeline schedule when there are stages, then the update; the loss is their mean; FORWARD
+ * likewise runs all M), or run FORWARD_BACKWARD M times (on what pdde_session_write wrote, which is
+ * micro-batch 0) and then OPTIMIZER — not possible with pipeline stages, whose micro-batches must be
+ * in flight together. */
 typedef enum {
     PDDE_RUN_FORWARD = 1,           /* forward only (evaluation): no gradients */
     PDDE_RUN_FORWARD_BACKWARD = 3,  /* forward + backward: accumulates gradients */
     PDDE_RUN_OPTIMIZER = 4,         /* apply the accumulated gradients, zero them, step += 1 */
-    PDDE_RUN_STEP = 7,              /* all three: one training step (when grad_accum_steps is 1) */
+    PDDE_RUN_STEP = 7,              /* one training step: every micro-batch forward + backward, the update */
 } pdde_run_mode;
 
 /* Compiles g (one live session per graph: free it before compiling g again): keeps the nodes the step needs, places them, inserts COPY nodes at device boundaries
@@ -452,6 +473,10 @@ pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, 
 /* Writes t from a buffer holding the whole (global) tensor: under SPMD execution each rank keeps its
  * block; otherwise the same as pdde_session_write. */
 pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
+/* Writes input t of micro-batch `micro` (0..grad_accum_steps-1) of the next step, from a buffer
+ * holding the whole micro-batch (global, as pdde_session_write_global). Under SPMD execution a rank
+ * that does not hold t (another pipeline stage's input) ignores the call. */
+pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro, const void *src, size_t nbytes);
 float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if none) */
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
 
@@ -525,6 +550,11 @@ const pdde_mesh *pdde_mesh_create(pdde_graph *g, int ndim, const int *shape, con
                                   const int *ranks);
 /* The sub-mesh at `index` along `axis`, which it drops (e.g. one pipeline stage of a dp x pp mesh). */
 const pdde_mesh *pdde_mesh_slice(pdde_graph *g, const pdde_mesh *mesh, int axis, int index);
+/* Places layers first..last (pdde_graph_set_layer ids) on mesh, the graph's mesh or a slice of it: their
+ * ops run there, their parameters (and state) live there, annotations on the graph's mesh seen from
+ * the slice. Consecutive layers on different slices are pipeline stages: the tensors crossing them
+ * move by send/recv, and the session runs micro-batches through the stages. */
+pdde_status pdde_graph_set_layer_mesh(pdde_graph *g, int first_layer, int last_layer, const pdde_mesh *mesh);
 /* The graph's mesh (NULL before any mesh exists); _set makes another of its meshes the default. */
 const pdde_mesh *pdde_graph_mesh(const pdde_graph *g);
 pdde_status pdde_graph_set_mesh(pdde_graph *g, const pdde_mesh *mesh);
@@ -574,6 +604,11 @@ pdde_status pdde_strategy_zero(pdde_graph *g, const pdde_mesh *mesh, const char 
 typedef enum { PDDE_TP_COLUMN = 0, PDDE_TP_ROW = 1 } pdde_tp_kind;
 pdde_status pdde_strategy_tensor_parallel_linear(pdde_graph *g, pdde_tensor *w, pdde_tensor *b,
                                                  const pdde_mesh *mesh, const char *axis, pdde_tp_kind kind);
+/* Pipeline parallelism over mesh axis `axis` of size S: layers 0..n_layers-1 are cut into S stages of
+ * consecutive layers (stage s: [s*n/S, (s+1)*n/S)), each on the slice of mesh at s along the axis
+ * (pdde_graph_set_layer_mesh). The micro-batch count is the optimizer's grad_accum_steps; the
+ * schedule is the session's pipeline_schedule. */
+pdde_status pdde_strategy_pipeline(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int n_layers);
 
 /* ---------------------------------------------------------------------------------------------------
  * Communication (comm/): a bootstrap key-value store, rank discovery from launcher environments, a

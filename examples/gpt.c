@@ -5,6 +5,7 @@
  *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
  *   ./build/pdde-run -n 2 ./build/gpt --dp 2 --zero 1   # data parallel on 2 ranks, ZeRO-1
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --tp 2     # data x tensor parallel from dist attributes
+ *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --pp 2 --micro 4   # data x pipeline parallel, 1F1B
  *
  * Text is tokenized byte by byte (vocabulary 256). 90% of the file trains, 10% validates. */
 #define _GNU_SOURCE
@@ -19,7 +20,7 @@
 
 typedef struct {
     gpt_config model;
-    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, dp, tp, zero;
+    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, dp, tp, pp, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on;
@@ -36,7 +37,8 @@ static void usage(void) {
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
-            "           [--blocks-on BACKEND] [--dp N] [--tp N] [--zero 0-3]   (run under pdde-run -n dp*tp)\n");
+            "           [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
+            "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -45,6 +47,7 @@ static int parse(int argc, char **argv, options *o) {
         int *iv = NULL;
         float *fv = NULL;
         if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
+        if (!strcmp(a, "--gpipe")) { o->gpipe = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -60,6 +63,8 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--ckpt-every")) iv = &o->ckpt_every;
         else if (!strcmp(a, "--dp")) iv = &o->dp;
         else if (!strcmp(a, "--tp")) iv = &o->tp;
+        else if (!strcmp(a, "--pp")) iv = &o->pp;
+        else if (!strcmp(a, "--micro")) iv = &o->micro;
         else if (!strcmp(a, "--zero")) iv = &o->zero;
         else if (!strcmp(a, "--lr")) fv = &o->lr;
         else if (!strcmp(a, "--weight-decay")) fv = &o->weight_decay;
@@ -79,8 +84,10 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
         return -1;
     }
-    if (o->dp < 1 || o->tp < 1 || m->batch % o->dp || o->zero < 0 || o->zero > 3 || (o->zero > 1 && o->dp < 2)) {
-        fprintf(stderr, "gpt: --dp must divide --batch (the global batch), --tp >= 1, --zero 0..3 (2 and 3 need --dp)\n");
+    if (o->dp < 1 || o->tp < 1 || o->pp < 1 || o->micro < 1 || m->batch % (o->dp * o->micro) || o->zero < 0 || o->zero > 3 ||
+        (o->zero > 1 && o->dp < 2) || o->pp > m->layers + 2) {
+        fprintf(stderr, "gpt: --dp x --micro must divide --batch (the global batch), --tp, --pp >= 1 (--pp at most layers + 2), "
+                        "--zero 0..3 (2 and 3 need --dp)\n");
         return -1;
     }
     return 0;
@@ -95,42 +102,48 @@ static int parse(int argc, char **argv, options *o) {
         }                                                                                      \
     } while (0)
 
+/* Writes a global batch (y may be NULL): micro-batch i of part `part` (a rank of the session's own
+ * data parallelism; under SPMD execution the session splits the rows itself, part 0) takes the
+ * graph's rows from row (part * micro + i) * rows. */
+static pdde_status write_batch(pdde_session *s, gpt_model *m, const int32_t *x, const int32_t *y, int micro, int part) {
+    size_t rows = (size_t)m->cfg.batch * m->cfg.ctx, bytes = rows * sizeof *x;
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < micro && st == PDDE_OK; i++) {
+        size_t at = (size_t)(part * micro + i) * rows;
+        st = pdde_session_write_micro(s, m->ids, i, x + at, bytes);
+        if (st == PDDE_OK && y) st = pdde_session_write_micro(s, m->targets, i, y + at, bytes);
+    }
+    return st;
+}
+
 /* Mean loss over a few validation batches (forward only). */
-static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, int32_t *x, int32_t *y, pdde_comm *spmd) {
-    size_t bytes = (size_t)m->cfg.batch * m->cfg.ctx * sizeof *x;
+static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, int micro, int32_t *x, int32_t *y) {
     uint64_t pos = pdde_data_position(val);
     double sum = 0;
     pdde_data_set_position(val, 0); /* the same validation windows every time */
     for (int i = 0; i < batches; i++) {
-        pdde_data_next_batch(val, m->cfg.batch, m->cfg.ctx, 99, x, y);
-        pdde_session_write_global(s, m->ids, x, bytes);
-        pdde_session_write_global(s, m->targets, y, bytes);
-        if (pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
-        float loss = pdde_session_loss(s);
-#ifdef PDDE_HAVE_UCX
-        if (spmd) pdde_comm_allreduce(spmd, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG); /* ranks' row means */
-#endif
-        sum += loss;
+        pdde_data_next_batch(val, m->cfg.batch * micro, m->cfg.ctx, 99, x, y);
+        if (write_batch(s, m, x, y, micro, 0) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
+        sum += pdde_session_loss(s);
     }
     pdde_data_set_position(val, pos);
     return (float)(sum / batches);
 }
 
-/* Samples n bytes: the context fills row 0 of the batch, the next byte comes from the logits at the
- * last filled position (temperature 0.8). */
-static void sample(pdde_session *s, gpt_model *m, int n, uint64_t seed, int print) {
-    int T = m->cfg.ctx, V = m->cfg.vocab, BT = m->cfg.batch * T;
+/* Samples n bytes: the context fills every row of the batch, the next byte comes from the logits at
+ * the last filled position (temperature 0.8). Every rank runs it; the ones holding the logits (the
+ * last pipeline stage) can read them, and `print` says which one prints. */
+static void sample(pdde_session *s, gpt_model *m, int n, int micro, uint64_t seed, int print) {
+    int T = m->cfg.ctx, V = m->cfg.vocab, BT = m->cfg.batch * micro * T;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
-    float *logits = malloc((size_t)BT * V * sizeof *logits);
+    float *logits = malloc(pdde_tensor_nbytes(m->logits));
     char *text = malloc((size_t)n + 2);
-    int len = 0;
+    int len = 0, filled = 1;
     ids[0] = '\n';
-    int filled = 1;
     for (int k = 0; k < n; k++) {
-        pdde_session_write_global(s, m->ids, ids, (size_t)BT * sizeof *ids);
-        if (pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
-        /* row 0 of the batch: on every rank's local part (under SPMD, rank 0 holds the first rows) */
-        pdde_session_read(s, m->logits, logits, pdde_tensor_nbytes(m->logits));
+        for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
+        if (write_batch(s, m, ids, NULL, micro, 0) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
+        if (pdde_session_read(s, m->logits, logits, pdde_tensor_nbytes(m->logits)) != PDDE_OK) print = 0; /* another stage's */
         const float *row = logits + (size_t)(filled - 1) * V;
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < 256; v++) mx = row[v] > mx ? row[v] : mx;
@@ -152,7 +165,7 @@ int main(int argc, char **argv) {
     options o = {
         .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},
         .steps = 600, .val_every = 100, .val_batches = 8, .sample_len = 300, .ckpt_every = 200,
-        .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1,
+        .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1, .pp = 1, .micro = 1,
         .data = "/usr/share/games/fortunes/songs-poems",
     };
     if (parse(argc, argv, &o)) return 2;
@@ -169,21 +182,23 @@ int main(int argc, char **argv) {
     if (pdde_data_n_tokens(val) <= o.model.ctx) { fprintf(stderr, "gpt: %s is too short for a context of %d\n", o.data, o.model.ctx); return 1; }
 
     /* Several ranks. Plain data parallelism (and ZeRO-1) uses the session's bucketed, overlapped
-     * gradient averaging, each rank building the graph for its rows of the batch; tensor parallelism and
-     * ZeRO-2/3 come from distributed attributes: one global graph, annotated, completed, and run SPMD. */
+     * gradient averaging, each rank building the graph for its rows of the batch; tensor and pipeline
+     * parallelism and ZeRO-2/3 come from distributed attributes: one global graph, annotated,
+     * completed, and run SPMD. The graph is one micro-batch. */
     pdde_comm *comm = NULL;
-    int rank = 0, ranks = o.dp * o.tp, spmd = o.tp > 1 || o.zero > 1;
+    int rank = 0, ranks = o.dp * o.tp * o.pp, spmd = o.tp > 1 || o.pp > 1 || o.zero > 1;
     gpt_config local = o.model;
+    local.batch = o.model.batch / o.micro;
     if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
         TRY(pdde_comm_init(ctx, &pp, &comm));
         if (pdde_comm_size(comm) != ranks) {
-            fprintf(stderr, "gpt: --dp %d x --tp %d but the launcher started %d ranks\n", o.dp, o.tp, pdde_comm_size(comm));
+            fprintf(stderr, "gpt: --dp %d x --tp %d x --pp %d but the launcher started %d ranks\n", o.dp, o.tp, o.pp, pdde_comm_size(comm));
             return 1;
         }
         rank = pdde_comm_rank(comm);
-        if (!spmd) local.batch = o.model.batch / o.dp;
+        if (!spmd) local.batch /= o.dp;
 #else
         fprintf(stderr, "gpt: --dp needs pdde built with UCX\n");
         return 1;
@@ -196,14 +211,15 @@ int main(int argc, char **argv) {
     pdde_mark_output(m.logits);
     const pdde_mesh *mesh = NULL;
     if (spmd) {
-        mesh = pdde_mesh_create(g, 2, (int[]){o.dp, o.tp}, (const char *[]){"dp", "tp"}, NULL);
+        mesh = pdde_mesh_create(g, 3, (int[]){o.dp, o.tp, o.pp}, (const char *[]){"dp", "tp", "pp"}, NULL);
         TRY(pdde_graph_status(g));
         TRY(pdde_strategy_data_parallel(g, mesh, "dp"));
         if (o.tp > 1) TRY(gpt_shard_tensor_parallel(g, mesh, "tp"));
+        if (o.pp > 1) TRY(pdde_strategy_pipeline(g, mesh, "pp", o.model.layers + 2)); /* embedding, blocks, head */
     }
     TRY(pdde_backward(g, m.loss));
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
+    op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip, op.grad_accum_steps = o.micro;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     TRY(pdde_optimizer_adamw(g, &op));
     if (spmd && o.zero) TRY(pdde_strategy_zero(g, mesh, "dp", o.zero));
@@ -213,6 +229,7 @@ int main(int argc, char **argv) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     if (spmd) sp.world = comm;
     else sp.dp_comm = comm, sp.zero_stage = o.zero;
+    sp.pipeline_schedule = o.gpipe ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
     if (o.blocks_on) {
@@ -232,7 +249,8 @@ int main(int argc, char **argv) {
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s, %d threads",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
            where, pdde_context_n_threads(ctx));
-    if (ranks > 1) printf("; %d ranks: dp %d x tp %d%s%s", ranks, o.dp, o.tp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
+    if (ranks > 1) printf("; %d ranks: dp %d x tp %d x pp %d%s%s", ranks, o.dp, o.tp, o.pp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
+    if (o.micro > 1) printf("; %d micro-batches%s", o.micro, o.pp > 1 ? (o.gpipe ? " (GPipe)" : " (1F1B)") : "");
     printf("\n");
     printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB, activations %.1f MB (plan) of %.1f MB\n",
            o.data, (long long)pdde_data_n_tokens(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6,
@@ -257,24 +275,19 @@ int main(int argc, char **argv) {
         }
     }
 
-    size_t bt = (size_t)o.model.batch * o.model.ctx, local_bt = (size_t)local.batch * local.ctx;
+    size_t bt = (size_t)o.model.batch * o.model.ctx;
     int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
     double t0 = now(), tlast = t0;
     int64_t first = pdde_session_step(s);
     float ema_tps = 0;
     for (int64_t step = first; step < o.steps; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
-        if (spmd) { /* every rank gets its block of the global batch from its attributes */
-            TRY(pdde_session_write_global(s, m.ids, x, bt * sizeof *x));
-            TRY(pdde_session_write_global(s, m.targets, y, bt * sizeof *y));
-        } else {
-            TRY(pdde_session_write(s, m.ids, x + rank * local_bt, local_bt * sizeof *x));
-            TRY(pdde_session_write(s, m.targets, y + rank * local_bt, local_bt * sizeof *y));
-        }
+        /* under SPMD every rank gets its block of each micro-batch from its attributes */
+        TRY(write_batch(s, &m, x, y, o.micro, spmd ? 0 : rank));
         TRY(pdde_session_run(s, PDDE_RUN_STEP));
-        float loss = pdde_session_loss(s);
+        float loss = pdde_session_loss(s); /* under SPMD the step's loss on every rank */
 #ifdef PDDE_HAVE_UCX
-        if (comm) TRY(pdde_comm_allreduce(comm, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG));
+        if (comm && !spmd) TRY(pdde_comm_allreduce(comm, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG));
 #endif
         double t = now(), dt = t - tlast;
         tlast = t;
@@ -285,7 +298,7 @@ int main(int argc, char **argv) {
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs\n", (long long)step + 1, o.steps,
                    loss, pdde_lr_at(&op, step), ema_tps, eta);
         if ((rank == 0 || spmd) && ((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)) {
-            float vloss = validate(s, &m, val, o.val_batches, x, y, spmd ? comm : NULL);
+            float vloss = validate(s, &m, val, o.val_batches, o.micro, x, y);
             if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);
         }
         if (ckpt[0] && (rank == 0 || o.zero || spmd) && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
@@ -294,7 +307,7 @@ int main(int argc, char **argv) {
         }
     }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
-    if ((rank == 0 || spmd) && o.sample_len > 0) sample(s, &m, o.sample_len, o.seed, rank == 0);
+    if ((rank == 0 || spmd) && o.sample_len > 0) sample(s, &m, o.sample_len, o.micro, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
     pdde_graph_free(g);

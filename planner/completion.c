@@ -71,20 +71,25 @@ static bool completion_is_grad_seed(const pdde_tensor *t) {
 }
 
 /* A leaf's attr: its annotation; else its parameter's (optimizer state, gradient accumulators), or
- * replicated on the graph's mesh. The backward seed of a loss averaged over an axis carries the mean
- * marker: every rank differentiates its own mean, so what the gradients sum over that axis is
- * averaged (pdde_dist_attr). */
+ * replicated on the graph's mesh. A leaf of a layer placed on a slice of the graph's mesh (a pipeline
+ * stage) lives on that slice, and state on its parameter's mesh. The backward seed lives with its
+ * loss and carries the mean marker: every rank differentiates its own mean, so what the gradients sum
+ * over that axis is averaged (pdde_dist_attr). */
 static pdde_dist_attr completion_leaf(const pdde_graph *g, const pdde_tensor *t, const int *owner, const pdde_tensor *loss) {
     const struct planner_graph *pg = g->planner;
-    if (completion_annotated(pg, t)) return t->dist;
+    const pdde_mesh *home = owner[t->id] >= 0 ? g->nodes[owner[t->id]]->dist.mesh : planner_layer_mesh(pg, t->layer);
+    if (completion_annotated(pg, t)) return home && mesh_sub_axis(t->dist.mesh, home) >= 0 ? attr_on_mesh(&t->dist, home) : t->dist;
     if (owner[t->id] >= 0) {
         pdde_dist_attr a = g->nodes[owner[t->id]]->dist;
         a.ndim = (int8_t)t->ndim, a.partial = a.partial_avg = 0;
         return a;
     }
-    pdde_dist_attr a = attr_replicated(pg->mesh, t->ndim);
-    if (loss && completion_is_grad_seed(t)) a.partial_avg = loss->dist.partial & loss->dist.partial_avg;
-    return a;
+    if (loss && completion_is_grad_seed(t)) {
+        pdde_dist_attr a = attr_replicated(loss->dist.mesh, t->ndim);
+        a.partial_avg = loss->dist.partial & loss->dist.partial_avg;
+        return a;
+    }
+    return attr_replicated(home ? home : pg->mesh, t->ndim);
 }
 
 pdde_status pdde_complete(pdde_graph *g) {
@@ -114,8 +119,10 @@ pdde_status pdde_complete(pdde_graph *g) {
         spmd_ctx c;
         memset(&c, 0, sizeof c);
         c.pg = pg, c.node = t, c.nsrc = t->nsrc;
-        /* an op runs on its first input's mesh; inputs from another mesh arrive by send/recv */
-        c.mesh = t->nsrc && t->src[0]->dist.mesh ? t->src[0]->dist.mesh : pg->mesh;
+        /* an op runs on its layer's mesh if it has one (a pipeline stage), else on its first input's;
+         * inputs from another mesh arrive by send/recv */
+        c.mesh = planner_layer_mesh(pg, t->layer);
+        if (!c.mesh) c.mesh = t->nsrc && t->src[0]->dist.mesh ? t->src[0]->dist.mesh : pg->mesh;
         for (int k = 0; k < t->nsrc; k++) c.in[k] = attr_on_mesh(&t->src[k]->dist, c.mesh);
         spmd_apply(&c, g);
         t->dist = c.out;

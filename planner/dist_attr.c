@@ -27,11 +27,33 @@ static bool attr_equal(const pdde_dist_attr *a, const pdde_dist_attr *b) {
     return memcmp(a->dims_mapping, b->dims_mapping, (size_t)a->ndim) == 0;
 }
 
-/* An attr moved onto another mesh (the mesh -> mesh reshard is send/recv): the mapping stays when
- * both meshes have the same shape, else the tensor arrives replicated. */
+/* Bits of a per-axis set with axis p removed (the axes after it move down one). */
+static unsigned attr_bits_without(unsigned bits, int p) {
+    return (bits & ((1u << p) - 1)) | (bits >> (p + 1)) << p;
+}
+
+/* Whether a uses mesh axis p (a dim split over it, or partial over it). */
+static bool attr_uses_axis(const pdde_dist_attr *a, int p) {
+    return (attr_split_axes(a) >> p & 1) || (a->partial >> p & 1);
+}
+
+/* An attr moved onto another mesh. Onto a slice of its mesh (a pipeline stage of the job's mesh) it
+ * is the same data seen by fewer ranks: the sliced axis drops out of the mapping (a tensor split or
+ * partial over that axis would need the other slices' data; the executor refuses it). Onto a mesh of
+ * the same shape (another stage) the mapping stays and the data moves by send/recv. Otherwise the
+ * tensor arrives replicated. */
 static pdde_dist_attr attr_on_mesh(const pdde_dist_attr *a, const pdde_mesh *mesh) {
     if (mesh_same(a->mesh, mesh)) return *a;
     pdde_dist_attr r = attr_replicated(mesh, a->ndim);
+    int p = mesh_sub_axis(a->mesh, mesh);
+    if (p >= 0) {
+        for (int d = 0; d < a->ndim; d++) {
+            int ax = a->dims_mapping[d];
+            r.dims_mapping[d] = (int8_t)(ax < 0 || ax == p ? -1 : ax > p ? ax - 1 : ax);
+        }
+        r.partial = (uint8_t)attr_bits_without(a->partial, p), r.partial_avg = (uint8_t)attr_bits_without(a->partial_avg, p);
+        return r;
+    }
     bool same_shape = a->mesh && a->mesh->ndim == mesh->ndim;
     for (int i = 0; same_shape && i < mesh->ndim; i++) same_shape = a->mesh->shape[i] == mesh->shape[i];
     if (same_shape) {
@@ -67,7 +89,11 @@ int pdde_dist_attr_str(const pdde_dist_attr *a, char *buf, size_t n) {
     const pdde_mesh *m = a->mesh;
     ATTR_PUT(buf, n, k, "mesh[");
     for (int i = 0; i < m->ndim; i++) ATTR_PUT(buf, n, k, i ? ",%d" : "%d", m->shape[i]);
-    ATTR_PUT(buf, n, k, "] dims[");
+    ATTR_PUT(buf, n, k, "]");
+    bool first_ranks = true; /* other ranks than 0..n-1 (a pipeline stage): listed */
+    for (int i = 0; i < m->n_ranks; i++) first_ranks &= m->ranks[i] == i;
+    for (int i = 0; !first_ranks && i < m->n_ranks; i++) ATTR_PUT(buf, n, k, i ? ",%d" : "@%d", m->ranks[i]);
+    ATTR_PUT(buf, n, k, " dims[");
     for (int d = 0; d < a->ndim; d++)
         ATTR_PUT(buf, n, k, "%s%s", d ? "," : "", a->dims_mapping[d] < 0 ? "-1" : attr_axis_name(m, a->dims_mapping[d]));
     ATTR_PUT(buf, n, k, "]");
@@ -90,7 +116,11 @@ int pdde_dist_attr_str(const pdde_dist_attr *a, char *buf, size_t n) {
 static int attr_reshard_str(const pdde_dist_attr *from, const pdde_dist_attr *to, char *buf, size_t n) {
     int k = 0;
     if (n) buf[0] = 0;
-    if (!mesh_same(from->mesh, to->mesh)) return ATTR_PUT(buf, n, k, "send/recv");
+    if (!mesh_same(from->mesh, to->mesh) && mesh_sub_axis(from->mesh, to->mesh) < 0) return ATTR_PUT(buf, n, k, "send/recv");
+    if (!mesh_same(from->mesh, to->mesh)) { /* a slice of its mesh: the local data, then as below */
+        pdde_dist_attr view = attr_on_mesh(from, to->mesh);
+        return attr_reshard_str(&view, to, buf, n);
+    }
     const pdde_mesh *m = to->mesh;
     for (int a = 0; m && a < m->ndim; a++) {
         int fd = attr_dim_of_axis(from, a), td = attr_dim_of_axis(to, a);

@@ -143,6 +143,56 @@ int pdde_mesh_rank_at(const pdde_mesh *mesh, const int *coords) {
     return mesh->ranks[i];
 }
 
+/* The axis of `parent` that `sub` drops when sub is one of its slices (pdde_mesh_slice: the other axes
+ * in order, each rank at the same coordinates along them), else -1. */
+static int mesh_sub_axis(const pdde_mesh *parent, const pdde_mesh *sub) {
+    if (!parent || !sub || sub->ndim != parent->ndim - 1) return -1;
+    for (int p = 0; p < parent->ndim; p++) {
+        bool match = true;
+        for (int a = 0, b = 0; a < parent->ndim && match; a++) {
+            if (a == p) continue;
+            match = parent->shape[a] == sub->shape[b] && strcmp(parent->names[a], sub->names[b]) == 0;
+            b++;
+        }
+        int pc[PDDE_MAX_MESH_DIMS], sc[PDDE_MAX_MESH_DIMS], fixed = -1;
+        for (int i = 0; i < sub->n_ranks && match; i++) {
+            match = pdde_mesh_coords(parent, sub->ranks[i], pc) == PDDE_OK && pdde_mesh_coords(sub, sub->ranks[i], sc) == PDDE_OK;
+            for (int a = 0, b = 0; a < parent->ndim && match; a++) {
+                if (a == p) match = fixed < 0 || pc[a] == fixed, fixed = pc[a];
+                else match = pc[a] == sc[b++];
+            }
+        }
+        if (match) return p;
+    }
+    return -1;
+}
+
+/* The sub-mesh layer runs on (pdde_graph_set_layer_mesh), or NULL. */
+static const pdde_mesh *planner_layer_mesh(const struct planner_graph *pg, int layer) {
+    return pg && layer >= 0 && layer < pg->n_layer_mesh ? pg->layer_mesh[layer] : NULL;
+}
+
+pdde_status pdde_graph_set_layer_mesh(pdde_graph *g, int first_layer, int last_layer, const pdde_mesh *mesh) {
+    if (!g) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    struct planner_graph *pg = planner_of(g);
+    if (!pg) return PDDE_ERR_OOM;
+    if (!mesh_owned(pg, mesh)) return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "layer mesh: the mesh does not belong to this graph");
+    if (first_layer < 0 || last_layer < first_layer)
+        return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "layer mesh: layers %d..%d (want 0 <= first <= last)", first_layer, last_layer);
+    if (mesh != pg->mesh && mesh_sub_axis(pg->mesh, mesh) < 0)
+        return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "layer mesh: layers %d..%d: the mesh must be the graph's mesh or a slice of it (pdde_mesh_slice)",
+                          first_layer, last_layer);
+    if (last_layer >= pg->n_layer_mesh) {
+        const pdde_mesh **lm = realloc(pg->layer_mesh, (size_t)(last_layer + 1) * sizeof *lm);
+        if (!lm) return pdde_error(g->ctx, PDDE_ERR_OOM, "layer mesh: out of memory");
+        for (int l = pg->n_layer_mesh; l <= last_layer; l++) lm[l] = NULL;
+        pg->layer_mesh = lm, pg->n_layer_mesh = last_layer + 1;
+    }
+    for (int l = first_layer; l <= last_layer; l++) pg->layer_mesh[l] = mesh;
+    return PDDE_OK;
+}
+
 /* The same ranks in the same shape (then a dims mapping means the same thing on both). */
 static bool mesh_same(const pdde_mesh *a, const pdde_mesh *b) {
     if (a == b) return true;

@@ -18,6 +18,8 @@ struct planner_graph {
     pdde_mesh **meshes;            /* owned; each allocation holds its ranks after the struct */
     int n_meshes, cap_meshes;
     const pdde_mesh *mesh;         /* the graph's mesh: unannotated inputs and parameters live here */
+    const pdde_mesh **layer_mesh;  /* by layer id: the sub-mesh its ops run on (pipeline stage), or NULL */
+    int n_layer_mesh;
     uint8_t *annotated;            /* by tensor id: 1 when pdde_shard set its attr */
     int n_annotated;
     /* results of the last pdde_complete */
@@ -32,6 +34,7 @@ static void planner_graph_free(struct planner_graph *p) {
     if (!p) return;
     for (int i = 0; i < p->n_meshes; i++) free(p->meshes[i]);
     free(p->meshes);
+    free(p->layer_mesh);
     free(p->annotated);
     free(p->required);
     free(p->conflicts);

@@ -100,3 +100,21 @@ pdde_status pdde_strategy_tensor_parallel_linear(pdde_graph *g, pdde_tensor *w, 
     else if (map[0] == ax) map[0] = -1; /* row parallel: the bias is added once, after the sum */
     return pdde_shard(g, b, mesh, map);
 }
+
+pdde_status pdde_strategy_pipeline(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int n_layers) {
+    if (!g) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    int ax = strategy_axis(g, mesh, axis, "pipeline");
+    if (ax < 0) return PDDE_ERR_DIST_ATTR;
+    int stages = mesh->shape[ax];
+    if (n_layers < stages)
+        return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "pipeline: %d layers cannot fill %d stages (mesh axis %s)", n_layers, stages, axis);
+    /* stage s: layers [s * n / S, (s + 1) * n / S), on the slice of the mesh at s along the axis */
+    for (int s = 0; s < stages; s++) {
+        const pdde_mesh *stage = pdde_mesh_slice(g, mesh, ax, s);
+        if (!stage) return pdde_graph_status(g);
+        pdde_status st = pdde_graph_set_layer_mesh(g, s * n_layers / stages, (s + 1) * n_layers / stages - 1, stage);
+        if (st) return st;
+    }
+    return PDDE_OK;
+}

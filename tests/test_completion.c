@@ -1,7 +1,9 @@
 /* test_completion — meshes, annotations and completion (pure graph analysis: no process is started).
  * Golden dist attrs (exact dims mappings and partial bits) for a matmul chain, an MLP (column then row
  * parallel), a head-parallel attention block and a GPT from examples/gpt.h under data parallel, tensor
- * parallel (head-parallel attention: one forward collective per sublayer), ZeRO-3 and DP x TP, forward, backward and optimizer nodes; bad annotations and meshes. */
+ * parallel (head-parallel attention: one forward collective per sublayer), ZeRO-3, DP x TP and DP x PP
+ * (stages), forward, backward and optimizer nodes; bad annotations and meshes. */
+#define _GNU_SOURCE /* open_memstream */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
@@ -604,6 +606,50 @@ static void test_gpt_dp_tp(void) {
     pdde_graph_free(g);
 }
 
+/* Pipeline: a dp x pp mesh, the layers cut into two stages. Each op runs on its stage's slice of the
+ * mesh, parameters and their state live there, data-parallel annotations on the whole mesh are seen
+ * from the slice, and tensors crossing stages (the residual stream, the tied embedding, the targets)
+ * are required on the consumer's stage: send/recv. */
+static void test_gpt_pp(void) {
+    gpt_model mdl;
+    pdde_graph *g = gpt_graph(&mdl, 1);
+    const pdde_mesh *m = pdde_mesh_create(g, 2, (int[]){2, 2}, NAMES("dp", "pp"), NULL);
+    CHECK(pdde_strategy_pipeline(g, m, "pp", 1) == PDDE_ERR_DIST_ATTR && has(pdde_last_error(ctx), "1 layers cannot fill 2 stages"),
+          "too few layers: %s", pdde_last_error(ctx));
+    CHECK(pdde_strategy_pipeline(g, m, "tp", 4) == PDDE_ERR_DIST_ATTR, "no such axis");
+    const pdde_mesh *other = pdde_mesh_create(g, 1, (int[]){2}, NAMES("x"), NULL);
+    CHECK(pdde_graph_set_layer_mesh(g, 0, 1, other) == PDDE_ERR_DIST_ATTR && has(pdde_last_error(ctx), "slice"),
+          "a mesh that is not a slice of the graph's: %s", pdde_last_error(ctx));
+    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_strategy_pipeline(g, m, "pp", gpt_cfg.layers + 2) && !pdde_complete(g),
+          "dp x pp: %s", pdde_last_error(ctx));
+    /* stage 0 = the slice pp=0: ranks 0 and 2 (row-major dp x pp); stage 1: ranks 1 and 3 */
+    const pdde_mesh *s0 = find(g, "wte")->dist.mesh, *s1 = find(g, "lnf.g")->dist.mesh;
+    CHECK(s0 && s0->n_ranks == 2 && s0->ranks[0] == 0 && s0->ranks[1] == 2 && s1 && s1->ranks[0] == 1 && s1->ranks[1] == 3,
+          "stages: wte on %s, lnf on %s", str(&find(g, "wte")->dist), str(&find(g, "lnf.g")->dist));
+    char last[32];
+    snprintf(last, sizeof last, "h%d.fc.w", gpt_cfg.layers - 1);
+    pdde_tensor *w = find(g, last), *u = update_of(g, w);
+    CHECK(w->dist.mesh == s1 && u && u->dist.mesh == s1 && u->src[2]->dist.mesh == s1 && w->grad->dist.mesh == s1,
+          "%s, its update, state and gradient on stage 1: %s", last, u ? str(&u->src[2]->dist) : "?");
+    CHECK_ATTR(&mdl.ids->dist, MAP(0, -1), 0, 0); /* split over dp, seen on the slice */
+    CHECK(mdl.ids->dist.mesh == s0, "ids on stage 0: %s", str(&mdl.ids->dist));
+    CHECK(mdl.loss->dist.mesh == s1 && mdl.loss->dist.partial == BIT(0), "the loss on stage 1, a pending mean over dp: %s", str(&mdl.loss->dist));
+    const pdde_dist_attr *need = pdde_op_input_dist(g, mdl.loss, 1);
+    CHECK(need && need->mesh == s1 && mdl.targets->dist.mesh == s0 && dims_are(need, MAP(0)), "targets cross to stage 1: %s",
+          need ? str(need) : "?");
+    /* the tied head reads wte from stage 0 */
+    const pdde_dist_attr *wte_need = pdde_op_input_dist(g, mdl.logits, 1);
+    CHECK(wte_need && wte_need->mesh == s1, "the head wants wte on stage 1: %s", wte_need ? str(wte_need) : "?");
+    char *dump = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&dump, &len);
+    pdde_graph_dump_dist(g, f);
+    fclose(f);
+    CHECK(has(dump, "mesh[2]@1,3 dims[dp") && has(dump, "[send/recv]"), "the dump names the stages and the send/recv");
+    free(dump);
+    pdde_graph_free(g);
+}
+
 int main(void) {
     if (pdde_context_init(NULL, &ctx)) return 1;
     test_mesh();
@@ -618,6 +664,7 @@ int main(void) {
     test_gpt_zero3();
     test_gpt_zero1();
     test_gpt_dp_tp();
+    test_gpt_pp();
     pdde_context_free(ctx);
     return test_finish();
 }

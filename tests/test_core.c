@@ -82,8 +82,10 @@ static void test_grad_accumulation(void) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT, op2 = op;
     op.clip_norm = op2.clip_norm = 0.5f; /* clipping sees the accumulated gradient */
     op2.grad_accum_steps = 2;
-    trainer a, b;
-    CHECK(trainer_init(&a, &big, &op, 0) == PDDE_OK && trainer_init(&b, &half, &op2, 0) == PDDE_OK, "sessions");
+    /* b runs the micro-batches one call each; c writes both with pdde_session_write_micro and runs one step */
+    trainer a, b, c;
+    CHECK(trainer_init(&a, &big, &op, 0) == PDDE_OK && trainer_init(&b, &half, &op2, 0) == PDDE_OK &&
+          trainer_init(&c, &half, &op2, 0) == PDDE_OK, "sessions");
     int32_t x[8 * 8], y[8 * 8];
     for (int step = 0; step < 3; step++) {
         make_batch(8, 8, small.vocab, step, x, y);
@@ -92,17 +94,26 @@ static void test_grad_accumulation(void) {
         for (int mb = 0; mb < 2; mb++) {
             pdde_session_write(b.s, b.m.ids, x + mb * 32, 128), pdde_session_write(b.s, b.m.targets, y + mb * 32, 128);
             pdde_session_run(b.s, PDDE_RUN_FORWARD_BACKWARD);
+            CHECK(pdde_session_write_micro(c.s, c.m.ids, mb, x + mb * 32, 128) == PDDE_OK &&
+                  pdde_session_write_micro(c.s, c.m.targets, mb, y + mb * 32, 128) == PDDE_OK, "write micro-batch %d", mb);
         }
         pdde_session_run(b.s, PDDE_RUN_OPTIMIZER);
+        CHECK(pdde_session_run(c.s, PDDE_RUN_STEP) == PDDE_OK, "a step of two micro-batches");
+        CHECK(fabsf(pdde_session_loss(c.s) - pdde_session_loss(a.s)) <= 1e-5f * fabsf(pdde_session_loss(a.s)),
+              "the micro-batches' mean loss %.6f, the full batch's %.6f", pdde_session_loss(c.s), pdde_session_loss(a.s));
     }
-    pdde_tensor *wa = pdde_graph_find(a.g, "h1.fc.w"), *wb = pdde_graph_find(b.g, "h1.fc.w");
-    float va[16 * 64], vb[16 * 64];
-    pdde_session_read(a.s, wa, va, sizeof va), pdde_session_read(b.s, wb, vb, sizeof vb);
-    double maxd = 0;
-    for (int i = 0; i < 16 * 64; i++) maxd = fmax(maxd, fabs(va[i] - vb[i]));
+    pdde_tensor *wa = pdde_graph_find(a.g, "h1.fc.w"), *wb = pdde_graph_find(b.g, "h1.fc.w"), *wc = pdde_graph_find(c.g, "h1.fc.w");
+    float va[16 * 64], vb[16 * 64], vc[16 * 64];
+    pdde_session_read(a.s, wa, va, sizeof va), pdde_session_read(b.s, wb, vb, sizeof vb), pdde_session_read(c.s, wc, vc, sizeof vc);
+    double maxd = 0, maxdc = 0;
+    for (int i = 0; i < 16 * 64; i++) maxd = fmax(maxd, fabs(va[i] - vb[i])), maxdc = fmax(maxdc, fabs(vb[i] - vc[i]));
     CHECK(maxd < 1e-5, "accumulated micro-batches differ from the full batch by %.3g", maxd);
-    CHECK(pdde_session_step(b.s) == 3, "3 optimizer steps, got %lld", (long long)pdde_session_step(b.s));
-    trainer_free(&a), trainer_free(&b);
+    CHECK(maxdc == 0, "one call per micro-batch and one step of written micro-batches differ by %.3g", maxdc);
+    CHECK(pdde_session_step(b.s) == 3 && pdde_session_step(c.s) == 3, "3 optimizer steps, got %lld and %lld",
+          (long long)pdde_session_step(b.s), (long long)pdde_session_step(c.s));
+    CHECK(pdde_session_write_micro(c.s, c.m.ids, 2, x, 128) == PDDE_ERR_INVALID_ARG, "micro-batch 2 of 2 is refused");
+    CHECK(pdde_session_write_micro(c.s, c.m.ids, 0, x, 64) == PDDE_ERR_SHAPE, "a short micro-batch is refused");
+    trainer_free(&a), trainer_free(&b), trainer_free(&c);
 }
 
 static void test_sgd_and_schedule(void) {

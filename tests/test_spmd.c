@@ -1,9 +1,11 @@
 /* test_spmd — parallelism from distributed attributes alone. The same GPT trains on the same global
  * batches in one process, then on real rank processes where the only difference is annotations:
- * tensor parallel (Megatron: MLP column/row, head-parallel attention with qkv column and proj row) on
- * 2 ranks, and data x tensor parallel on a 2 x 2 mesh. Completion gives every tensor its attribute;
- * each rank runs its partition with the reshard collectives the executor inserts. The losses must
- * match within 1e-4 relative. */
+ * data parallel, tensor parallel (Megatron: MLP column/row, head-parallel attention with qkv column
+ * and proj row), ZeRO-1/2/3, pipeline parallel (two stages, 4 micro-batches, 1F1B and GPipe) and
+ * their combinations on 2 and 4 ranks, and checkpoints saved under one plan resumed under another.
+ * Completion gives every tensor its attribute; each rank runs its partition with the reshard
+ * collectives and stage sends the executor inserts. The losses must match within 1e-4 relative;
+ * per-rank state and activation memory must be what each plan implies. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -17,11 +19,12 @@
 #define MAX_PARAMS 64
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
-/* save: write a checkpoint after step SAVE_AT; load: start from the one saved under another plan */
-typedef struct { const char *name; int dp, tp, zero, save, load; } plan;
+/* pp: pipeline stages, micro: micro-batches per step (grad_accum_steps), gpipe: that schedule (else
+ * 1F1B); save: write checkpoint file 1 or 2 after step SAVE_AT; load: start from file 1 or 2 */
+typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load; } plan;
 #define SAVE_AT 5
-static char ckpt_path[256];
-typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes; int ok; char error[256]; } result;
+static char ckpt_path[3][256];
+typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, arena_bytes; int ok; char error[256]; } result;
 
 /* The bytes of one rank's share of the transformer blocks' parameters under tensor parallelism over
  * tp ranks: the column-parallel qkv and fc (weights and biases) and the row-parallel proj and fcproj
@@ -39,17 +42,26 @@ static void batch(int step, int32_t *x, int32_t *y) {
     for (int i = 0; i < cfg.batch * cfg.ctx; i++) x[i] = (i * 7 + step * 13 + i / 5) % cfg.vocab, y[i] = (i * 3 + step * 5 + 1) % cfg.vocab;
 }
 
+static int micro_batches(const plan *p) { return p && p->micro > 1 ? p->micro : 1; }
+
 static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = 3e-3f, op.weight_decay = 0.1f;
-    pdde_status st = gpt_build(g, &cfg, m);
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.grad_accum_steps = micro_batches(p);
+    gpt_config c = cfg;
+    c.batch /= micro_batches(p); /* the graph is one micro-batch (of the global batch) */
+    pdde_status st = gpt_build(g, &c, m);
     if (!st && p) {
-        const pdde_mesh *mesh = p->dp > 1 && p->tp > 1 ? pdde_mesh_create(g, 2, (int[]){p->dp, p->tp}, (const char *[]){"dp", "tp"}, NULL)
-                                : p->dp > 1 ? pdde_mesh_create(g, 1, (int[]){p->dp}, (const char *[]){"dp"}, NULL)
-                                            : pdde_mesh_create(g, 1, (int[]){p->tp}, (const char *[]){"tp"}, NULL);
+        /* the mesh: the axes the plan uses, dp x tp x pp */
+        int shape[3], n = 0;
+        const char *names[3];
+        if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
+        if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
+        if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
+        const pdde_mesh *mesh = pdde_mesh_create(g, n, shape, names, NULL);
         if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
+        if (!st && p->pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", cfg.layers + 2); /* embedding, blocks, head */
     }
     if (!st) st = pdde_backward(g, m->loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
@@ -66,6 +78,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
     pdde_graph_init(ctx, &g);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = world;
+    if (p && p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
     if (build(g, &m, p) || pdde_session_init(g, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
         pdde_graph_free(g);
@@ -79,6 +92,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
         if ((t->flags & PDDE_TENSOR_PARAM) && t->name[0] == 'h' && t->name[1] >= '0' && t->name[1] <= '9')
             out->block_param_bytes += (double)pdde_tensor_nbytes(t);
     }
+    out->arena_bytes = (double)ms.arena_bytes;
     for (int i = 0; i < pdde_graph_n_tensors(g) && !p; i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (!(t->flags & PDDE_TENSOR_PARAM) || n_params == MAX_PARAMS) continue;
@@ -95,7 +109,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
         }
     int first = 0;
     if (p && p->load) {
-        if (pdde_checkpoint_load(s, ckpt_path, NULL)) {
+        if (pdde_checkpoint_load(s, ckpt_path[p->load], NULL)) {
             snprintf(out->error, sizeof out->error, "load: %.200s", pdde_last_error(ctx));
             goto done;
         }
@@ -104,19 +118,23 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
     int32_t x[8 * 16], y[8 * 16];
     for (int step = first; step < STEPS; step++) {
         batch(step, x, y);
-        pdde_session_write_global(s, m.ids, x, sizeof x);
-        pdde_session_write_global(s, m.targets, y, sizeof y);
+        int M = micro_batches(p), rows = cfg.batch / M * cfg.ctx; /* micro-batch i: the i-th rows */
+        for (int i = 0; i < M; i++)
+            if (pdde_session_write_micro(s, m.ids, i, x + i * rows, sizeof x / M) || pdde_session_write_micro(s, m.targets, i, y + i * rows, sizeof y / M)) {
+                snprintf(out->error, sizeof out->error, "step %d write: %s", step, pdde_last_error(ctx));
+                goto done;
+            }
         if (pdde_session_run(s, PDDE_RUN_STEP)) {
             snprintf(out->error, sizeof out->error, "step %d: %s", step, pdde_last_error(ctx));
             goto done;
         }
-        float loss = pdde_session_loss(s); /* a data-parallel rank's mean over its rows: average them */
+        float loss = pdde_session_loss(s); /* the step's mean, the same on every rank: averaging keeps it */
         if (world && pdde_comm_allreduce(world, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG)) {
             snprintf(out->error, sizeof out->error, "loss: %s", pdde_last_error(ctx));
             goto done;
         }
         out->losses[step] = loss;
-        if (p && p->save && step + 1 == SAVE_AT && pdde_checkpoint_save(s, ckpt_path, NULL)) {
+        if (p && p->save && step + 1 == SAVE_AT && pdde_checkpoint_save(s, ckpt_path[p->save], NULL)) {
             snprintf(out->error, sizeof out->error, "save: %.200s", pdde_last_error(ctx));
             goto done;
         }
@@ -128,7 +146,7 @@ done:
 }
 
 static void run_plan(const char *store_addr, const plan *p, result *out) {
-    int ranks = p->dp * p->tp, fds[8][2];
+    int ranks = p->dp * p->tp * p->pp, fds[8][2];
     pid_t pids[8];
     for (int r = 0; r < ranks; r++) {
         if (pipe(fds[r])) return;
@@ -180,11 +198,19 @@ int main(void) {
     memset(&ref, 0, sizeof ref);
     train(ctx, NULL, NULL, &ref);
     CHECK(ref.ok, "one process: %s", ref.error);
-    /* zero3 saves at step 5; tp2_resume and dp2_tp2_resume continue from that file under other plans */
-    static const plan plans[] = {{"dp2", 2, 1, 0, 0, 0}, {"tp2", 1, 2, 0, 0, 0}, {"dp2_tp2", 2, 2, 0, 0, 0},
-                                 {"zero1", 2, 1, 1, 0, 0}, {"zero2", 2, 1, 2, 0, 0}, {"zero3", 2, 1, 3, 1, 0},
-                                 {"tp2_resume", 1, 2, 0, 0, 1}, {"dp2tp2_resume", 2, 2, 0, 0, 1}};
-    snprintf(ckpt_path, sizeof ckpt_path, "/tmp/pdde_test_spmd.%d.ckpt", (int)getpid());
+    /* zero3 saves file 1 at step 5, tp2_pp2 file 2; the *_resume plans continue from them under other
+     * plans (pipeline ones included) */
+    static const plan plans[] = {
+        /* name            dp tp pp micro gpipe zero save load */
+        {"dp2",            2, 1, 1, 0, 0, 0, 0, 0}, {"tp2", 1, 2, 1, 0, 0, 0, 0, 0}, {"dp2_tp2", 2, 2, 1, 0, 0, 0, 0, 0},
+        {"zero1",          2, 1, 1, 0, 0, 1, 0, 0}, {"zero2", 2, 1, 1, 0, 0, 2, 0, 0}, {"zero3", 2, 1, 1, 0, 0, 3, 1, 0},
+        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0}, {"pp2_gpipe", 1, 1, 2, 4, 1, 0, 0, 0},
+        {"dp2_pp2",        2, 1, 2, 4, 0, 0, 0, 0}, {"tp2_pp2", 1, 2, 2, 4, 0, 0, 2, 0},
+        {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1},
+        {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2},
+    };
+    double arena_1f1b = 0, arena_gpipe = 0;
+    for (int i = 1; i <= 2; i++) snprintf(ckpt_path[i], sizeof ckpt_path[i], "/tmp/pdde_test_spmd.%d.%d.ckpt", (int)getpid(), i);
     for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
         result res;
         memset(&res, 0, sizeof res);
@@ -199,22 +225,28 @@ int main(void) {
         /* what each plan implies: ZeRO-3 holds about half of everything on 2 ranks, ZeRO-1/2 keep whole
          * parameters, plain data parallelism keeps everything */
         /* tensor parallelism splits the blocks' weights, attention's included (head parallel) */
-        if (plans[i].tp > 1)
+        if (plans[i].tp > 1 && plans[i].pp == 1)
             CHECK(res.block_param_bytes == block_param_bytes_tp(plans[i].tp) && res.block_param_bytes <= 0.55 * ref.block_param_bytes,
                   "%s: block parameters per rank %.0f bytes (%.3f of one process), expected %.0f", plans[i].name,
                   res.block_param_bytes, res.block_param_bytes / ref.block_param_bytes, block_param_bytes_tp(plans[i].tp));
         if (plans[i].load) continue; /* (its first losses were not run) */
         double expect_max = plans[i].zero == 3 ? 0.55 : plans[i].zero == 2 ? 0.55 + 0.25 : plans[i].zero == 1 ? 0.80 : 1.0;
+        if (plans[i].pp > 1) expect_max = plans[i].tp > 1 ? 0.40 : 0.60; /* rank 0: the first stage's layers */
         CHECK(mem <= expect_max + 1e-9, "%s: state per rank %.2f of one process, expected at most %.2f", plans[i].name, mem, expect_max);
+        if (!strcmp(plans[i].name, "pp2_1f1b")) arena_1f1b = res.arena_bytes;
+        if (!strcmp(plans[i].name, "pp2_gpipe")) arena_gpipe = res.arena_bytes;
     }
-    /* and one process resumes from the file written under ZeRO-3 */
+    /* the first stage keeps 2 micro-batches' activations under 1F1B, all 4 under GPipe */
+    CHECK(arena_1f1b > 0 && arena_gpipe == 2 * arena_1f1b, "stage 0 activations: 1F1B %.0f B, GPipe %.0f B", arena_1f1b, arena_gpipe);
+    printf("stage 0 activation memory: 1F1B %.0f B, GPipe %.0f B (4 micro-batches)\n", arena_1f1b, arena_gpipe);
+    /* and one process resumes from the file written under TP2 x PP2 */
     pdde_graph *g;
     pdde_session *s1;
     gpt_model m;
     pdde_graph_init(ctx, &g);
     CHECK(build(g, &m, NULL) == PDDE_OK && pdde_session_init(g, NULL, &s1) == PDDE_OK, "single session");
-    pdde_status st = pdde_checkpoint_load(s1, ckpt_path, NULL);
-    CHECK(st == PDDE_OK && pdde_session_step(s1) == SAVE_AT, "one process loads the ZeRO-3 checkpoint: %s", pdde_last_error(ctx));
+    pdde_status st = pdde_checkpoint_load(s1, ckpt_path[2], NULL);
+    CHECK(st == PDDE_OK && pdde_session_step(s1) == SAVE_AT, "one process loads the TP2 x PP2 checkpoint: %s", pdde_last_error(ctx));
     double worst = 0;
     for (int step = SAVE_AT; step < STEPS && st == PDDE_OK; step++) {
         int32_t x[8 * 16], y[8 * 16];
@@ -223,11 +255,11 @@ int main(void) {
         pdde_session_run(s1, PDDE_RUN_STEP);
         worst = fmax(worst, fabs(pdde_session_loss(s1) - ref.losses[step]) / fabs(ref.losses[step]));
     }
-    CHECK(worst <= 1e-4, "one process resumed from ZeRO-3: losses differ by %.3g", worst);
+    CHECK(worst <= 1e-4, "one process resumed from TP2 x PP2: losses differ by %.3g", worst);
     printf("%-14s continues like the uninterrupted run: worst relative difference %.2g\n", "1 rank resume", worst);
     pdde_session_free(s1);
     pdde_graph_free(g);
-    unlink(ckpt_path);
+    unlink(ckpt_path[1]), unlink(ckpt_path[2]);
     for (int i = 0; i < n_params; i++) free(params[i].data);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
