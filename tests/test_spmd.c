@@ -16,8 +16,9 @@
 #define MAX_PARAMS 64
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
-/* save: write a checkpoint after step SAVE_AT; load: start from the one saved under another plan */
-typedef struct { const char *name; int dp, tp, zero, save, load; } plan;
+/* save: write a checkpoint after step SAVE_AT; load: start from the one saved under another plan;
+ * recompute: every block recomputed in backward (the clones get attributes and reshards like any op) */
+typedef struct { const char *name; int dp, tp, zero, save, load, recompute; } plan;
 #define SAVE_AT 5
 static char ckpt_path[256];
 typedef struct { float losses[STEPS]; double state_bytes; int ok; char error[256]; } result;
@@ -42,6 +43,7 @@ static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
     }
+    for (int l = 1; l <= cfg.layers && !st && p && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
     if (!st) st = pdde_backward(g, m->loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
     if (!st && p && p->zero) st = pdde_strategy_zero(g, pdde_graph_mesh(g), "dp", p->zero);
@@ -167,9 +169,10 @@ int main(void) {
     train(ctx, NULL, NULL, &ref);
     CHECK(ref.ok, "one process: %s", ref.error);
     /* zero3 saves at step 5; tp2_resume and dp2_tp2_resume continue from that file under other plans */
-    static const plan plans[] = {{"dp2", 2, 1, 0, 0, 0}, {"tp2", 1, 2, 0, 0, 0}, {"dp2_tp2", 2, 2, 0, 0, 0},
-                                 {"zero1", 2, 1, 1, 0, 0}, {"zero2", 2, 1, 2, 0, 0}, {"zero3", 2, 1, 3, 1, 0},
-                                 {"tp2_resume", 1, 2, 0, 0, 1}, {"dp2tp2_resume", 2, 2, 0, 0, 1}};
+    static const plan plans[] = {{"dp2", 2, 1, 0, 0, 0, 0}, {"tp2", 1, 2, 0, 0, 0, 0}, {"dp2_tp2", 2, 2, 0, 0, 0, 0},
+                                 {"zero1", 2, 1, 1, 0, 0, 0}, {"zero2", 2, 1, 2, 0, 0, 0}, {"zero3", 2, 1, 3, 1, 0, 0},
+                                 {"tp2_resume", 1, 2, 0, 0, 1, 0}, {"dp2tp2_resume", 2, 2, 0, 0, 1, 0},
+                                 {"dp2tp2_recomp", 2, 2, 0, 0, 0, 1}};
     snprintf(ckpt_path, sizeof ckpt_path, "/tmp/pdde_test_spmd.%d.ckpt", (int)getpid());
     for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
         result res;
