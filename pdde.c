@@ -195,6 +195,8 @@ struct pdde_graph {
     int n, cap;
     int status;           /* first error while building */
     int layer;            /* layer id for new nodes */
+    uint8_t *recompute;   /* by layer id: 1 = recompute its activations in backward (pdde_graph_set_recompute) */
+    int n_recompute;
     bool has_backward;
     bool has_optimizer;
     pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
@@ -219,6 +221,7 @@ void pdde_graph_free(pdde_graph *g) {
     planner_graph_free(g->planner);
     for (int i = 0; i < g->n; i++) free(g->nodes[i]);
     free(g->nodes);
+    free(g->recompute);
     free(g);
 }
 
@@ -227,6 +230,25 @@ pdde_context *pdde_graph_context(const pdde_graph *g) { return g->ctx; }
 int pdde_graph_n_tensors(const pdde_graph *g) { return g->n; }
 pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id) { return id >= 0 && id < g->n ? g->nodes[id] : NULL; }
 void pdde_graph_set_layer(pdde_graph *g, int layer) { g->layer = layer; }
+
+pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on) {
+    if (!g) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    if (layer < 0) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "set_recompute: layer %d must be >= 0", layer);
+    /* pdde_backward decides which activations the backward pass reads: too late after it */
+    if (g->has_backward)
+        return pdde_error(g->ctx, PDDE_ERR_STATE, "set_recompute: layer %d: call before pdde_backward", layer);
+    if (layer >= g->n_recompute) {
+        if (!on) return PDDE_OK;
+        int n = layer + 1 > 2 * g->n_recompute ? layer + 1 : 2 * g->n_recompute;
+        uint8_t *r = realloc(g->recompute, (size_t)n);
+        if (!r) return pdde_error(g->ctx, PDDE_ERR_OOM, "set_recompute: out of memory");
+        memset(r + g->n_recompute, 0, (size_t)(n - g->n_recompute));
+        g->recompute = r, g->n_recompute = n;
+    }
+    g->recompute[layer] = on != 0;
+    return PDDE_OK;
+}
 
 pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name) {
     for (int i = 0; i < g->n; i++)
@@ -289,6 +311,9 @@ static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) 
     return NULL;
 }
 
+/* The name a node gets unless it is given one: its op and id. */
+static void default_name(const pdde_tensor *t, char name[64]) { snprintf(name, 64, "%s.%d", pdde_op_name(t->op), t->id); }
+
 /* Creates a node. Any NULL source means an earlier error: propagate it. */
 static pdde_tensor *new_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int ndim, const int64_t *shape, int nsrc,
                              pdde_tensor *const *src) {
@@ -318,7 +343,7 @@ static pdde_tensor *new_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int ndim,
     t->device = -1;
     t->layer = g->layer;
     t->phase = g->has_optimizer ? PDDE_PHASE_OPTIMIZER : g->has_backward ? PDDE_PHASE_BACKWARD : PDDE_PHASE_FORWARD;
-    snprintf(t->name, sizeof t->name, "%s.%d", pdde_op_name(op), t->id);
+    default_name(t, t->name);
     g->nodes[g->n++] = t;
     return t;
 }
@@ -757,6 +782,94 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     }
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Recompute (activation checkpointing). The backward pass is emitted in segments, one per run of
+ * forward nodes of one layer (walked in reverse). When the segment of a recomputed layer is complete,
+ * the layer's forward activations it reads, with everything of the layer they are computed from, are
+ * cloned (same op and parameters, inputs mapped onto the clones) and the clones are moved in front of
+ * the segment, which then reads them instead. The originals' last readers are then forward nodes, so
+ * the memory plan frees them during the forward pass. Working on the emitted segment, rather than
+ * predicting what each op's backward reads, keeps the per-op knowledge in backward_node alone. */
+
+static bool is_persistent(const pdde_tensor *t);
+static pdde_tensor *storage_root(pdde_tensor *t);
+
+typedef struct {
+    int layer;              /* layer of the segment being emitted (-1: none) */
+    int first;              /* id of the segment's first node */
+    pdde_tensor **clone;    /* by forward id: its recomputation, once made */
+    bool *want;             /* by forward id: scratch */
+} recompute_state;
+
+static bool layer_recomputed(const pdde_graph *g, int layer) {
+    return layer >= 0 && layer < g->n_recompute && g->recompute[layer];
+}
+
+/* Whether forward node t of `layer` is computed again rather than kept. Losses and outputs are kept to
+ * the end of the step anyway; an in-place write into persistent memory (a parameter, state) would be
+ * applied twice. */
+static bool recomputable(pdde_tensor *t, int layer, int n_fwd) {
+    if (t->id >= n_fwd || t->op == PDDE_OP_NONE || t->layer != layer) return false;
+    if (t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) return false;
+    return !((t->flags & PDDE_TENSOR_INPLACE) && is_persistent(storage_root(t->src[0])));
+}
+
+/* Reverses nodes [a, b) in place and renumbers them (default names follow their ids). */
+static void reverse_nodes(pdde_graph *g, int a, int b) {
+    for (int i = a, j = b - 1; i < j; i++, j--) {
+        pdde_tensor *t = g->nodes[i];
+        g->nodes[i] = g->nodes[j], g->nodes[j] = t;
+    }
+    for (int i = a; i < b; i++) {
+        pdde_tensor *t = g->nodes[i];
+        char old[64];
+        default_name(t, old);
+        t->id = i;
+        if (strcmp(t->name, old) == 0) default_name(t, t->name);
+    }
+}
+
+/* Ends the current segment: if its layer is recomputed, gives it clones of the activations it reads. */
+static void recompute_segment(pdde_graph *g, recompute_state *rc, int n_fwd) {
+    int layer = rc->layer, first = rc->first, end = g->n;
+    if (!layer_recomputed(g, layer) || g->status) return;
+    memset(rc->want, 0, (size_t)n_fwd * sizeof *rc->want);
+    for (int i = first; i < end; i++)
+        for (int k = 0; k < g->nodes[i]->nsrc; k++) {
+            pdde_tensor *x = g->nodes[i]->src[k];
+            if (recomputable(x, layer, n_fwd) && !rc->clone[x->id]) rc->want[x->id] = true;
+        }
+    for (int i = n_fwd - 1; i >= 0; i--) /* and what they are computed from, within the layer */
+        for (int k = 0; rc->want[i] && k < g->nodes[i]->nsrc; k++) {
+            pdde_tensor *x = g->nodes[i]->src[k];
+            if (recomputable(x, layer, n_fwd) && !rc->clone[x->id]) rc->want[x->id] = true;
+        }
+    for (int i = 0; i < n_fwd; i++) {
+        if (!rc->want[i]) continue;
+        pdde_tensor *t = g->nodes[i], *src[PDDE_MAX_SRC];
+        for (int k = 0; k < t->nsrc; k++) src[k] = rc->clone[t->src[k]->id] ? rc->clone[t->src[k]->id] : t->src[k];
+        pdde_tensor *c = new_node(g, t->op, t->dtype, t->ndim, t->shape, t->nsrc, src);
+        if (!c) return;
+        /* iparams carry dropout's seed; the executor gives every dropout node the same run counter,
+         * so the clone draws the original's mask */
+        memcpy(c->iparams, t->iparams, sizeof c->iparams);
+        memcpy(c->fparams, t->fparams, sizeof c->fparams);
+        c->flags = t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE); /* views of the clones */
+        c->layer = t->layer, c->device = t->device;
+        rc->clone[i] = c;
+    }
+    if (g->n == end) return;
+    for (int i = first; i < end; i++)
+        for (int k = 0; k < g->nodes[i]->nsrc; k++) {
+            pdde_tensor *x = g->nodes[i]->src[k];
+            if (x->id < n_fwd && rc->clone[x->id]) g->nodes[i]->src[k] = rc->clone[x->id];
+        }
+    /* rotate [segment | clones] into [clones | segment]: creation order stays a topological order */
+    reverse_nodes(g, first, end);
+    reverse_nodes(g, end, g->n);
+    reverse_nodes(g, first, g->n);
+}
+
 pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
     if (!g || !loss) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;
@@ -777,7 +890,15 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
      * accumulation is emitted right then, so the gradient memory is freed early and communication of
      * the gradient (data parallel) can start while the rest of the backward pass runs */
     int *first_use = malloc((size_t)n_fwd * sizeof *first_use);
-    if (!first_use) { free(needs), free(grads); return pdde_error(g->ctx, PDDE_ERR_OOM, "backward: out of memory"); }
+    recompute_state rc = {.layer = -1};
+    if (g->n_recompute > 0) {
+        rc.clone = calloc((size_t)n_fwd, sizeof *rc.clone);
+        rc.want = calloc((size_t)n_fwd, sizeof *rc.want);
+    }
+    if (!first_use || (g->n_recompute > 0 && (!rc.clone || !rc.want))) {
+        free(needs), free(grads), free(first_use), free(rc.clone), free(rc.want);
+        return pdde_error(g->ctx, PDDE_ERR_OOM, "backward: out of memory");
+    }
     for (int i = 0; i < n_fwd; i++) first_use[i] = -1;
     for (int i = n_fwd - 1; i >= 0; i--)
         for (int s = 0; s < g->nodes[i]->nsrc; s++) first_use[g->nodes[i]->src[s]->id] = i;
@@ -787,6 +908,10 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
     for (int i = loss->id; i >= 0 && g->status == PDDE_OK; i--) {
         pdde_tensor *y = g->nodes[i], *dy = grads[i];
         if (dy && y->op != PDDE_OP_NONE) {
+            if (y->layer != rc.layer) {
+                recompute_segment(g, &rc, n_fwd);
+                rc.layer = y->layer, rc.first = g->n;
+            }
             pdde_graph_set_layer(g, y->layer);
             pdde_tensor *dsrc[PDDE_MAX_SRC] = {0};
             backward_node(g, y, dy, dsrc, grads);
@@ -810,7 +935,8 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
             p->grad = acc;
         }
     }
-    free(first_use);
+    recompute_segment(g, &rc, n_fwd);
+    free(first_use), free(rc.clone), free(rc.want);
     pdde_graph_set_layer(g, -1);
     free(needs);
     free(grads);

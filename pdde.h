@@ -279,6 +279,13 @@ pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id);
 pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name);
 /* Layer id given to tensors made from now on (for placement per layer and recompute); -1 = none. */
 void pdde_graph_set_layer(pdde_graph *g, int layer);
+/* Activation checkpointing: on != 0 makes pdde_backward recompute layer `layer` (>= 0) in the backward
+ * pass instead of keeping its activations from the forward pass. Only the layer's inputs from other
+ * layers (its checkpoints), parameters and outputs stay alive until backward; right before the layer's
+ * first backward node, the forward nodes its backward reads run again (dropout draws the same mask),
+ * so the activation memory of the layer is needed during its own backward only, at the price of about
+ * one more forward of the layer. Call before pdde_backward (PDDE_ERR_STATE after). */
+pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on);
 
 /* Leaves. init_std > 0: normal(0, init_std) initial values; 0: zeros; < 0: ones. */
 pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype t, int ndim, const int64_t *shape);

@@ -3,6 +3,7 @@
  *   ./build/gpt                                   # small model on a fortunes file, all CPU threads
  *   ./build/gpt --data corpus.txt --layers 6 --width 256 --steps 2000 --ckpt-dir ckpt --resume
  *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
+ *   ./build/gpt --recompute                       # recompute the blocks in backward: less activation memory
  *   ./build/pdde-run -n 2 ./build/gpt --dp 2 --zero 1   # data parallel on 2 ranks, ZeRO-1
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --tp 2     # data x tensor parallel from dist attributes
  *   ./build/pdde-run -n 4 ./build/gpt --dp 2 --pp 2 --micro 4   # data x pipeline parallel, 1F1B
@@ -20,7 +21,7 @@
 
 typedef struct {
     gpt_config model;
-    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, dp, tp, pp, micro, gpipe, zero;
+    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, dp, tp, pp, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on;
@@ -37,7 +38,7 @@ static void usage(void) {
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
-            "           [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
+            "           [--recompute] [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
             "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n");
 }
 
@@ -48,6 +49,7 @@ static int parse(int argc, char **argv, options *o) {
         float *fv = NULL;
         if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
         if (!strcmp(a, "--gpipe")) { o->gpipe = 1; continue; }
+        if (!strcmp(a, "--recompute")) { o->recompute = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -217,6 +219,8 @@ int main(int argc, char **argv) {
         if (o.tp > 1) TRY(gpt_shard_tensor_parallel(g, mesh, "tp"));
         if (o.pp > 1) TRY(pdde_strategy_pipeline(g, mesh, "pp", o.model.layers + 2)); /* embedding, blocks, head */
     }
+    /* activation checkpointing: only the residual stream between blocks is kept for backward */
+    for (int l = 1; l <= o.model.layers && o.recompute; l++) TRY(pdde_graph_set_recompute(g, l, 1));
     TRY(pdde_backward(g, m.loss));
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip, op.grad_accum_steps = o.micro;
@@ -246,9 +250,9 @@ int main(int argc, char **argv) {
     TRY(pdde_session_init(g, &sp, &s));
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
-    printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s, %d threads",
+    printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d threads",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
-           where, pdde_context_n_threads(ctx));
+           where, o.recompute ? " (recomputed)" : "", pdde_context_n_threads(ctx));
     if (ranks > 1) printf("; %d ranks: dp %d x tp %d x pp %d%s%s", ranks, o.dp, o.tp, o.pp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
     if (o.micro > 1) printf("; %d micro-batches%s", o.micro, o.pp > 1 ? (o.gpipe ? " (GPipe)" : " (1F1B)") : "");
     printf("\n");

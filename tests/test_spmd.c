@@ -20,8 +20,9 @@
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
 /* pp: pipeline stages, micro: micro-batches per step (grad_accum_steps), gpipe: that schedule (else
- * 1F1B); save: write checkpoint file 1 or 2 after step SAVE_AT; load: start from file 1 or 2 */
-typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load; } plan;
+ * 1F1B); save: write checkpoint file 1 or 2 after step SAVE_AT; load: start from file 1 or 2;
+ * recompute: every block recomputed in backward (the clones get attributes and reshards like any op) */
+typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute; } plan;
 #define SAVE_AT 5
 static char ckpt_path[3][256];
 typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, arena_bytes; int ok; char error[256]; } result;
@@ -63,6 +64,7 @@ static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
         if (!st && p->pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", cfg.layers + 2); /* embedding, blocks, head */
     }
+    for (int l = 1; l <= cfg.layers && !st && p && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
     if (!st) st = pdde_backward(g, m->loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
     if (!st && p && p->zero) st = pdde_strategy_zero(g, pdde_graph_mesh(g), "dp", p->zero);
@@ -201,13 +203,15 @@ int main(void) {
     /* zero3 saves file 1 at step 5, tp2_pp2 file 2; the *_resume plans continue from them under other
      * plans (pipeline ones included) */
     static const plan plans[] = {
-        /* name            dp tp pp micro gpipe zero save load */
-        {"dp2",            2, 1, 1, 0, 0, 0, 0, 0}, {"tp2", 1, 2, 1, 0, 0, 0, 0, 0}, {"dp2_tp2", 2, 2, 1, 0, 0, 0, 0, 0},
-        {"zero1",          2, 1, 1, 0, 0, 1, 0, 0}, {"zero2", 2, 1, 1, 0, 0, 2, 0, 0}, {"zero3", 2, 1, 1, 0, 0, 3, 1, 0},
-        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0}, {"pp2_gpipe", 1, 1, 2, 4, 1, 0, 0, 0},
-        {"dp2_pp2",        2, 1, 2, 4, 0, 0, 0, 0}, {"tp2_pp2", 1, 2, 2, 4, 0, 0, 2, 0},
-        {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1},
-        {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2},
+        /* name            dp tp pp micro gpipe zero save load recompute */
+        {"dp2",            2, 1, 1, 0, 0, 0, 0, 0, 0}, {"tp2", 1, 2, 1, 0, 0, 0, 0, 0, 0}, {"dp2_tp2", 2, 2, 1, 0, 0, 0, 0, 0, 0},
+        {"zero1",          2, 1, 1, 0, 0, 1, 0, 0, 0}, {"zero2", 2, 1, 1, 0, 0, 2, 0, 0, 0}, {"zero3", 2, 1, 1, 0, 0, 3, 1, 0, 0},
+        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0, 0}, {"pp2_gpipe", 1, 1, 2, 4, 1, 0, 0, 0, 0},
+        {"dp2_pp2",        2, 1, 2, 4, 0, 0, 0, 0, 0}, {"tp2_pp2", 1, 2, 2, 4, 0, 0, 2, 0, 0},
+        {"dp2tp2_recomp",  2, 2, 1, 0, 0, 0, 0, 0, 1}, {"dp2pp2_recomp", 2, 1, 2, 4, 0, 0, 0, 0, 1},
+        {"tp2pp2_recomp",  1, 2, 2, 4, 1, 0, 0, 0, 1},
+        {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1, 0}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1, 0},
+        {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0},
     };
     double arena_1f1b = 0, arena_gpipe = 0;
     for (int i = 1; i <= 2; i++) snprintf(ckpt_path[i], sizeof ckpt_path[i], "/tmp/pdde_test_spmd.%d.%d.ckpt", (int)getpid(), i);
