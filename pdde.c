@@ -1658,6 +1658,14 @@ static pdde_tensor *reshard_axis(pdde_session *s, pdde_tensor *t, pdde_dist_attr
                                  bool gather_only, pdde_phase phase, int slot) {
     int ga = graph_axis(s, want->mesh, a); /* the communicator and coordinate along a */
     int have_dim = dim_on_axis(cur, t->ndim, a), want_dim = gather_only ? -1 : dim_on_axis(want, t->ndim, a);
+    if (s->mesh->shape[ga] == 1) { /* one rank along a: split, partial and whole are the same data */
+        if (have_dim >= 0) cur->dims_mapping[have_dim] = -1;
+        if (want_dim >= 0) cur->dims_mapping[want_dim] = (int8_t)a;
+        uint8_t bit = (uint8_t)(1u << a);
+        cur->partial = (uint8_t)((cur->partial & ~bit) | (gather_only ? 0 : want->partial & bit));
+        cur->partial_avg = (uint8_t)((cur->partial_avg & ~bit) | (gather_only ? 0 : want->partial_avg & bit));
+        return t;
+    }
     bool partial = cur->partial >> a & 1, want_partial = want->partial >> a & 1;
     if (gather_only) partial = false;
     if (partial && !want_partial) {
@@ -1750,18 +1758,40 @@ static bool local_shape_of(const int64_t *gshape, int ndim, const pdde_dist_attr
     return true;
 }
 
+/* What a tensor became for a requirement (resharded, or sent/received across stages): made once and
+ * read by every consumer with that requirement, so a partial activation read by three ops is reduced
+ * once, not three times. A leaf only within one phase: parameters and gradient accumulators change in
+ * place between phases (accumulation in backward, the update), so an earlier copy would be stale. */
+typedef struct { pdde_tensor *x, *node; pdde_dist_attr want; pdde_phase phase; } reshard_done;
+typedef struct { reshard_done *items; int n, cap; } reshard_cache;
+
+static pdde_tensor *cache_find(const reshard_cache *c, const pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase) {
+    for (int i = 0; i < c->n; i++)
+        if (c->items[i].x == x && attr_equal(&c->items[i].want, want) && (x->op != PDDE_OP_NONE || c->items[i].phase == phase))
+            return c->items[i].node;
+    return NULL;
+}
+
+static pdde_status cache_add(pdde_session *s, reshard_cache *c, pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase,
+                             pdde_tensor *node) {
+    if (c->n == c->cap) {
+        int cap = c->cap ? 2 * c->cap : 16;
+        reshard_done *items = realloc(c->items, (size_t)cap * sizeof *items);
+        if (!items) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        c->items = items, c->cap = cap;
+    }
+    c->items[c->n++] = (reshard_done){x, node, *want, phase};
+    return PDDE_OK;
+}
+
 /* Tensors crossing pipeline stages: a producer on one mesh, a consumer on another of the same shape.
  * The rank at each place of the producer's mesh sends to the rank at the same place of the consumer's,
  * the tensor resharded first (on the producer's mesh) to the mapping the consumer requires. Each
- * (tensor, requirement) crosses once per micro-batch however many consumers read it. */
-typedef struct { pdde_tensor *x, *node; pdde_dist_attr want; } stage_crossing;
-typedef struct { stage_crossing *items; int n, cap; } crossing_list;
-
-static pdde_tensor *cross_stages(pdde_session *s, crossing_list *done, pdde_tensor *consumer, int k,
+ * (tensor, requirement) crosses once per micro-batch (reshard_cache). */
+static pdde_tensor *cross_stages(pdde_session *s, reshard_cache *done, pdde_tensor *consumer, int k,
                                  const pdde_dist_attr *want, pdde_status *st) {
-    pdde_tensor *x = consumer->src[k];
-    for (int i = 0; i < done->n; i++)
-        if (done->items[i].x == x && attr_equal(&done->items[i].want, want)) return done->items[i].node;
+    pdde_tensor *x = consumer->src[k], *node = cache_find(done, x, want, consumer->phase);
+    if (node) return node;
     const pdde_mesh *from = x->dist.mesh, *to = want->mesh;
     bool same_shape = from->ndim == to->ndim;
     for (int a = 0; same_shape && a < to->ndim; a++) same_shape = from->shape[a] == to->shape[a];
@@ -1777,7 +1807,6 @@ static pdde_tensor *cross_stages(pdde_session *s, crossing_list *done, pdde_tens
         return NULL;
     }
     int slot = s->slot[consumer->id], tag = (consumer->id * PDDE_MAX_SRC + k) & 0xfffff;
-    pdde_tensor *node;
     if (here_from >= 0) { /* producer side: reshard here to the consumer's mapping, then send */
         pdde_dist_attr there = *want;
         there.mesh = from;
@@ -1795,26 +1824,22 @@ static pdde_tensor *cross_stages(pdde_session *s, crossing_list *done, pdde_tens
         *st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         return NULL;
     }
-    if (done->n == done->cap) {
-        int cap = done->cap ? 2 * done->cap : 16;
-        stage_crossing *items = realloc(done->items, (size_t)cap * sizeof *items);
-        if (!items) { *st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); return NULL; }
-        done->items = items, done->cap = cap;
-    }
-    done->items[done->n++] = (stage_crossing){x, node, *want};
-    return node;
+    *st = cache_add(s, done, x, want, consumer->phase, node);
+    return *st ? NULL : node;
 }
 
 /* What input k of node needs (on this rank, which runs node): x as it is, resharded, seen on a slice
  * of its mesh, or received from another stage. NULL with *st set on failure. */
-static pdde_tensor *session_input(pdde_session *s, crossing_list *crossings, pdde_tensor *node, int k, pdde_status *st) {
+static pdde_tensor *session_input(pdde_session *s, reshard_cache *cache, pdde_tensor *node, int k, pdde_status *st) {
     const pdde_dist_attr *want = pdde_op_input_dist(s->g, node, k);
     pdde_tensor *x = node->src[k];
     if (!want || !want->mesh || !x->dist.mesh || attr_equal(&x->dist, want)) return x;
+    pdde_tensor *done = cache_find(cache, x, want, node->phase);
+    if (done) return done;
     pdde_dist_attr have = x->dist;
     if (!mesh_same(x->dist.mesh, want->mesh)) {
         int p = mesh_sub_axis(x->dist.mesh, want->mesh);
-        if (p < 0) return cross_stages(s, crossings, node, k, want, st);
+        if (p < 0) return cross_stages(s, cache, node, k, want, st);
         if (attr_uses_axis(&x->dist, p)) {
             *st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s reads %s, split or partial over mesh axis %s, on a slice across that axis",
                              node->name, x->name, x->dist.mesh->names[p]);
@@ -1824,8 +1849,8 @@ static pdde_tensor *session_input(pdde_session *s, crossing_list *crossings, pdd
     }
     if (dist_same(&have, want, x->ndim)) return x;
     pdde_tensor *r = reshard(s, x, &have, want, node->phase, s->slot[node->id]);
-    if (!r) *st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-    return r;
+    *st = r ? cache_add(s, cache, x, want, node->phase, r) : pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    return *st ? NULL : r;
 }
 
 static pdde_status session_partition(pdde_session *s) {
@@ -1865,7 +1890,7 @@ static pdde_status session_partition(pdde_session *s) {
     pdde_tensor **old = s->order;
     int n_old = s->n_order;
     s->order = NULL, s->n_order = s->cap_order = 0;
-    crossing_list crossings = {0};
+    reshard_cache cache = {0};
     for (int i = 0; i < n_old && !st; i++) {
         pdde_tensor *t = old[i];
         int slot = s->slot[t->id];
@@ -1875,14 +1900,14 @@ static pdde_status session_partition(pdde_session *s) {
                 const pdde_dist_attr *want = pdde_op_input_dist(g, t, k);
                 if (want && on_this_rank(s, t->src[k]) && !mesh_same(t->src[k]->dist.mesh, want->mesh) &&
                     mesh_sub_axis(t->src[k]->dist.mesh, want->mesh) < 0)
-                    cross_stages(s, &crossings, t, k, want, &st);
+                    cross_stages(s, &cache, t, k, want, &st);
             }
             s->slot[t->id] = -1;
             continue;
         }
         pdde_tensor *param = t->src[0], *grad = t->nsrc > 1 ? t->src[1] : NULL;
         for (int k = 0; k < t->nsrc && !st && t->id < n; k++) {
-            pdde_tensor *r = session_input(s, &crossings, t, k, &st);
+            pdde_tensor *r = session_input(s, &cache, t, k, &st);
             if (r) t->src[k] = r;
         }
         if (!st && session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
@@ -1896,7 +1921,7 @@ static pdde_status session_partition(pdde_session *s) {
             else zero->phase = t->phase, zero->flags |= PDDE_TENSOR_INPLACE, zero->dist = grad->dist, zero->fparams[0] = 0.0f;
         }
     }
-    free(crossings.items);
+    free(cache.items);
     free(old);
     return st;
 }
