@@ -1,8 +1,8 @@
 /* pdde-plan — shows what a parallel plan of the example GPT does, without running it: the program
  * with every tensor's distributed attribute and the reshards (communication) it implies, and the
- * parameter, gradient and optimizer bytes each rank holds.
- *   pdde-plan --dp 2 --tp 2 --zero 1 [--layers 2 --width 64 --heads 4 --ctx 32 --vocab 256 --batch 8]
- *             [--show-program] */
+ * parameter, gradient and optimizer bytes each rank holds (per pipeline stage).
+ *   pdde-plan --dp 2 --tp 2 --pp 2 --zero 1 [--layers 2 --width 64 --heads 4 --ctx 32 --vocab 256 --batch 8]
+ *             [--recompute] [--show-program] */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include <stdlib.h>
@@ -19,12 +19,14 @@ static int64_t local_numel(const pdde_tensor *t) {
 
 int main(int argc, char **argv) {
     gpt_config c = {.vocab = 256, .ctx = 32, .layers = 2, .heads = 4, .width = 64, .batch = 8};
-    int dp = 1, tp = 1, zero = 0, show = 0;
+    int dp = 1, tp = 1, pp = 1, zero = 0, show = 0, recompute = 0;
     for (int i = 1; i < argc; i++) {
         int *v = NULL;
         if (!strcmp(argv[i], "--show-program")) { show = 1; continue; }
+        if (!strcmp(argv[i], "--recompute")) { recompute = 1; continue; }
         if (!strcmp(argv[i], "--dp")) v = &dp;
         else if (!strcmp(argv[i], "--tp")) v = &tp;
+        else if (!strcmp(argv[i], "--pp")) v = &pp;
         else if (!strcmp(argv[i], "--zero")) v = &zero;
         else if (!strcmp(argv[i], "--layers")) v = &c.layers;
         else if (!strcmp(argv[i], "--width")) v = &c.width;
@@ -33,7 +35,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--vocab")) v = &c.vocab;
         else if (!strcmp(argv[i], "--batch")) v = &c.batch;
         if (!v || i + 1 >= argc) {
-            fprintf(stderr, "usage: pdde-plan [--dp N] [--tp N] [--zero 0-3] [--layers N --width N --heads N --ctx N --vocab N --batch N] [--show-program]\n");
+            fprintf(stderr, "usage: pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N] [--show-program]\n");
             return 2;
         }
         *v = atoi(argv[++i]);
@@ -46,10 +48,12 @@ int main(int argc, char **argv) {
     pdde_context_init(&cp, &ctx);
     pdde_graph_init(ctx, &g);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    const pdde_mesh *mesh = pdde_mesh_create(g, 2, (int[]){dp, tp}, (const char *[]){"dp", "tp"}, NULL);
+    const pdde_mesh *mesh = pdde_mesh_create(g, 3, (int[]){dp, tp, pp}, (const char *[]){"dp", "tp", "pp"}, NULL);
     pdde_status st = gpt_build(g, &c, &m);
     if (!st) st = pdde_strategy_data_parallel(g, mesh, "dp");
     if (!st && tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
+    if (!st && pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", c.layers + 2); /* embedding, blocks, head */
+    for (int l = 1; l <= c.layers && !st && recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
     if (!st) st = pdde_backward(g, m.loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
     if (!st && zero) st = pdde_strategy_zero(g, mesh, "dp", zero);
@@ -59,18 +63,31 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (show) pdde_graph_dump_dist(g, stdout);
-    double bytes[3] = {0}, total[3] = {0};
+    printf("plan: dp %d x tp %d x pp %d, ZeRO-%d on %d ranks%s; GPT %d layers, width %d: %.2fM parameters\n", dp, tp, pp, zero,
+           dp * tp * pp, recompute ? ", blocks recomputed" : "", c.layers, c.width, (double)gpt_n_params(&c) / 1e6);
+    /* per rank, ranks holding the same amounts (a pipeline stage's) on one line */
+    enum { MAX_RANKS = 256 };
+    int n = dp * tp * pp < MAX_RANKS ? dp * tp * pp : MAX_RANKS;
+    double total[3] = {0}, bytes[MAX_RANKS][3] = {{0}};
     for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g, i);
         int kind = t->flags & PDDE_TENSOR_PARAM ? 0 : t->flags & PDDE_TENSOR_GRAD ? 1 : t->flags & PDDE_TENSOR_STATE ? 2 : -1;
         if (kind < 0 || t->op != PDDE_OP_NONE) continue;
-        bytes[kind] += 4.0 * (double)local_numel(t);
         total[kind] += 4.0 * (double)pdde_tensor_numel(t);
+        int coords[PDDE_MAX_MESH_DIMS];
+        for (int r = 0; r < n; r++)
+            if (pdde_mesh_coords(t->dist.mesh, r, coords) == PDDE_OK) bytes[r][kind] += 4.0 * (double)local_numel(t);
     }
-    printf("plan: dp %d x tp %d, ZeRO-%d on %d ranks; GPT %d layers, width %d: %.2fM parameters\n", dp, tp, zero, dp * tp,
-           c.layers, c.width, (double)gpt_n_params(&c) / 1e6);
-    printf("per rank: parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB (one process: %.2f, %.2f, %.2f MB)\n",
-           bytes[0] / 1e6, bytes[1] / 1e6, bytes[2] / 1e6, total[0] / 1e6, total[1] / 1e6, total[2] / 1e6);
+    for (int r = 0; r < n; r++) {
+        int first = 0;
+        while (memcmp(bytes[first], bytes[r], sizeof bytes[r])) first++;
+        if (first < r) continue; /* printed with an earlier rank */
+        printf("ranks");
+        for (int q = r; q < n; q++)
+            if (!memcmp(bytes[q], bytes[r], sizeof bytes[r])) printf(" %d", q);
+        printf(": parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB each\n", bytes[r][0] / 1e6, bytes[r][1] / 1e6, bytes[r][2] / 1e6);
+    }
+    printf("one process: parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB\n", total[0] / 1e6, total[1] / 1e6, total[2] / 1e6);
     printf("completion conflicts resolved: %d\n", pdde_complete_n_conflicts(g));
     pdde_graph_free(g);
     pdde_context_free(ctx);
