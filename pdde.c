@@ -1760,14 +1760,20 @@ static bool local_shape_of(const int64_t *gshape, int ndim, const pdde_dist_attr
 
 /* What a tensor became for a requirement (resharded, or sent/received across stages): made once and
  * read by every consumer with that requirement, so a partial activation read by three ops is reduced
- * once, not three times. A leaf only within one phase: parameters and gradient accumulators change in
- * place between phases (accumulation in backward, the update), so an earlier copy would be stale. */
+ * once, not three times. Leaves that change in place during a step are the exception: gradient
+ * accumulators and optimizer state (in backward and in the update) and parameters (in the update), so
+ * their copies serve one phase, and a parameter's forward copy serves backward too. */
+static bool cache_reusable(const pdde_tensor *x, pdde_phase made, pdde_phase now) {
+    if (x->op != PDDE_OP_NONE || made == now) return true;
+    return !(x->flags & (PDDE_TENSOR_STATE | PDDE_TENSOR_GRAD)) && made != PDDE_PHASE_OPTIMIZER && now != PDDE_PHASE_OPTIMIZER;
+}
+
 typedef struct { pdde_tensor *x, *node; pdde_dist_attr want; pdde_phase phase; } reshard_done;
 typedef struct { reshard_done *items; int n, cap; } reshard_cache;
 
 static pdde_tensor *cache_find(const reshard_cache *c, const pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase) {
     for (int i = 0; i < c->n; i++)
-        if (c->items[i].x == x && attr_equal(&c->items[i].want, want) && (x->op != PDDE_OP_NONE || c->items[i].phase == phase))
+        if (c->items[i].x == x && attr_equal(&c->items[i].want, want) && cache_reusable(x, c->items[i].phase, phase))
             return c->items[i].node;
     return NULL;
 }
@@ -2523,6 +2529,36 @@ pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro,
 
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
 int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
+
+void pdde_session_dump(const pdde_session *s, FILE *f) {
+    if (!s || !f) return;
+    static const char *const phases[] = {"forward", "backward", "optimizer"};
+    fprintf(f, "# local program: %d nodes", s->n_order);
+    if (s->world) {
+        fprintf(f, "; rank %d, mesh", s->rank);
+        for (int a = 0; a < s->mesh->ndim; a++) fprintf(f, " %s=%d", s->mesh->names[a], s->mesh->shape[a]);
+    }
+    if (s->n_micro > 1) fprintf(f, "; %d micro-batches per step", s->n_micro);
+    if (s->n_stages > 1)
+        fprintf(f, "; pipeline stage %d of %d, %s, %d micro-batches alive", s->stage, s->n_stages,
+                s->schedule == PDDE_PIPELINE_GPIPE ? "GPipe" : "1F1B", s->n_live);
+    fprintf(f, "\n#  phase     dev  op                   tensor                     local shape    dist attr\n");
+    for (int i = 0; i < s->n_order; i++) {
+        const pdde_tensor *t = s->order[i];
+        char shape[96], attr[160];
+        shape_str(t, shape, sizeof shape);
+        pdde_dist_attr_str(&t->dist, attr, sizeof attr);
+        fprintf(f, "%-10s %4d  %-20s %-26s %-14s %s", phases[t->phase], s->devs[s->slot[t->id]].device, pdde_op_name(t->op), t->name,
+                shape, t->dist.mesh ? attr : "");
+        if (t->op == PDDE_OP_SEND || t->op == PDDE_OP_RECV)
+            fprintf(f, "  %s rank %d (tag %d)", t->op == PDDE_OP_SEND ? "to" : "from", t->iparams[0], t->iparams[1]);
+        else if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1 && s->mesh)
+            fprintf(f, "  over %s", s->mesh->names[t->iparams[4]]);
+        else if (t->op == PDDE_OP_COPY)
+            fprintf(f, "  from device %d", s->devs[s->slot[t->src[0]->id]].device);
+        fputc('\n', f);
+    }
+}
 
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
     if (!s || !out) return PDDE_ERR_INVALID_ARG;

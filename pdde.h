@@ -497,6 +497,10 @@ typedef struct {
     int n_nodes;              /* nodes scheduled */
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
+/* This rank's program as it will run: every scheduled node in order with its phase, device, local
+ * shape and dist attr, the communication the session inserted (collectives with their mesh axis,
+ * sends and receives with their peer), and under pipeline stages the micro-batch schedule. */
+void pdde_session_dump(const pdde_session *s, FILE *f);
 
 /* ---------------------------------------------------------------------------------------------------
  * Checkpoints. Format (little-endian), documented in README.md "Checkpoint format":

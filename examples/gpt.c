@@ -21,7 +21,7 @@
 
 typedef struct {
     gpt_config model;
-    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, dp, tp, pp, micro, gpipe, zero;
+    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, dp, tp, pp, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on;
@@ -39,7 +39,8 @@ static void usage(void) {
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--recompute] [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
-            "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n");
+            "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n"
+            "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -50,6 +51,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--resume")) { o->resume = 1; continue; }
         if (!strcmp(a, "--gpipe")) { o->gpipe = 1; continue; }
         if (!strcmp(a, "--recompute")) { o->recompute = 1; continue; }
+        if (!strcmp(a, "--show-program")) { o->show_program = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -248,6 +250,7 @@ int main(int argc, char **argv) {
     }
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
+    if (o.show_program) pdde_session_dump(s, stdout);
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d threads",

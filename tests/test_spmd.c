@@ -25,7 +25,7 @@ static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, 
 typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute; } plan;
 #define SAVE_AT 5
 static char ckpt_path[3][256];
-typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, arena_bytes; int ok; char error[256]; } result;
+typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, arena_bytes; int ok, dump_ok; char error[256]; } result;
 
 /* The bytes of one rank's share of the transformer blocks' parameters under tensor parallelism over
  * tp ranks: the column-parallel qkv and fc (weights and biases) and the row-parallel proj and fcproj
@@ -95,6 +95,15 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
             out->block_param_bytes += (double)pdde_tensor_nbytes(t);
     }
     out->arena_bytes = (double)ms.arena_bytes;
+    if (p && p->pp > 1) { /* this rank's program names its stage and the sends or receives it makes */
+        char *dump = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&dump, &len);
+        pdde_session_dump(s, f);
+        fclose(f);
+        out->dump_ok = strstr(dump, "pipeline stage") && (strstr(dump, " send ") || strstr(dump, " recv ")) && strstr(dump, " rank ");
+        free(dump);
+    }
     for (int i = 0; i < pdde_graph_n_tensors(g) && !p; i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (!(t->flags & PDDE_TENSOR_PARAM) || n_params == MAX_PARAMS) continue;
@@ -237,6 +246,7 @@ int main(void) {
         double expect_max = plans[i].zero == 3 ? 0.55 : plans[i].zero == 2 ? 0.55 + 0.25 : plans[i].zero == 1 ? 0.80 : 1.0;
         if (plans[i].pp > 1) expect_max = plans[i].tp > 1 ? 0.40 : 0.60; /* rank 0: the first stage's layers */
         CHECK(mem <= expect_max + 1e-9, "%s: state per rank %.2f of one process, expected at most %.2f", plans[i].name, mem, expect_max);
+        CHECK(plans[i].pp == 1 || res.dump_ok, "%s: the local program shows the stage and its sends/receives", plans[i].name);
         if (!strcmp(plans[i].name, "pp2_1f1b")) arena_1f1b = res.arena_bytes;
         if (!strcmp(plans[i].name, "pp2_gpipe")) arena_gpipe = res.arena_bytes;
     }
