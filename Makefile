@@ -103,7 +103,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops install clean
+.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops bench-parallel install clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -160,6 +160,10 @@ bench-ops: all
 bench-comm: all
 	mpicc -O3 -Itools/bench tools/bench/mpi_allreduce.c -o $(BUILD)/mpi_allreduce
 	@$(BUILD)/bench_comm $(BUILD) $(or $(BENCH_COMM_MAX),268435456)
+
+# GPT-small under each parallel strategy on 2 and 4 ranks against one process; BENCH_PARALLEL_STEPS timed steps.
+bench-parallel: all
+	@$(BUILD)/bench_parallel $(or $(BENCH_PARALLEL_STEPS),15)
 
 install: all
 	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig

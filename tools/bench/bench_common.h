@@ -5,19 +5,19 @@
 #include <stdlib.h>
 
 /* 8 B, then 64 B and powers of 4 from there: 1 MiB, 16 MiB, 64 MiB and 256 MiB are among them. */
-static size_t bench_next_size(size_t bytes) { return bytes == 8 ? 64 : bytes * 4; }
+static inline size_t bench_next_size(size_t bytes) { return bytes == 8 ? 64 : bytes * 4; }
 /* enough operations per sample to last a few milliseconds at least */
-static int bench_iters(size_t bytes) {
+static inline int bench_iters(size_t bytes) {
     size_t it = bytes >= (32u << 20) ? 1 : (32u << 20) / bytes;
     return it > 1000 ? 1000 : (int)it;
 }
-static int bench_reps(size_t bytes) { return bytes >= (64u << 20) ? 3 : 7; }
+static inline int bench_reps(size_t bytes) { return bytes >= (64u << 20) ? 3 : 7; }
 
-static int bench_cmp(const void *a, const void *b) {
+static inline int bench_cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
-static double bench_median(double *t, int n) {
+static inline double bench_median(double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, bench_cmp);
     return t[n / 2];
 }

@@ -1,0 +1,342 @@
+/* bench_parallel.c — GPT-small training steps under each parallel strategy on 2 and 4 ranks, against
+ * the same model trained in one process (the peer) on the same global batches from the same initial
+ * parameters. Per strategy: median step time, tokens/s, per-rank state (parameters + gradients +
+ * optimizer) and activation arena, peak RSS, each against one process, and the worst relative loss
+ * difference over the steps. The last line:
+ *   RESULT parallel strategies=<ran> equal_losses=<within 1e-4> zero3_mem_ratio=<ZeRO-3 DP2 state / one process>
+ *
+ *   bench_parallel [STEPS]     (what `make bench-parallel` runs; STEPS timed steps, default 15, after 3 warm-up)
+ *
+ * Ranks are forked processes around a store server in this one (as tests/test_spmd.c), one thread each. */
+#define _GNU_SOURCE
+#include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    fprintf(stderr, "this tool needs pdde built with comm (UCX)\n");
+    return 1;
+}
+#else
+#include "bench_common.h"
+#include "examples/gpt.h"
+#include <malloc.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define WARMUP 3
+#define MAX_STEPS 64
+#define MAX_RANKS 4
+#define MAX_PARAMS 64
+#define LOSS_TOL 1e-4
+/* examples/gpt.c's default model */
+static const gpt_config cfg = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8};
+
+/* micro: micro-batches per step (grad_accum_steps; the pipeline plans need them in flight), gpipe: that
+ * schedule instead of 1F1B, zero: ZeRO stage over dp, recompute: every block recomputed in backward */
+typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, recompute; } plan;
+
+/* what one rank sends back through its pipe (well under PIPE_BUF) */
+typedef struct {
+    float losses[MAX_STEPS];
+    double step_s[MAX_STEPS];
+    double state_bytes, arena_bytes, rss_bytes;
+    int ok;
+    char error[200];
+} rank_result;
+
+static int n_steps; /* warm-up + timed */
+
+/* one process's initial parameters, which every plan starts from */
+static struct { char name[64]; float *data; size_t bytes; } params[MAX_PARAMS];
+static int n_params;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int n_ranks(const plan *p) { return p->dp * p->tp * p->pp; }
+
+/* the global batch of a step: pseudo-random bytes, the same for every plan */
+static void batch(int step, int32_t *x, int32_t *y) {
+    uint32_t r = 2654435761u * (uint32_t)(step + 1);
+    for (int i = 0; i < cfg.batch * cfg.ctx; i++) {
+        r = r * 1664525u + 1013904223u, x[i] = (int32_t)(r >> 24);
+        r = r * 1664525u + 1013904223u, y[i] = (int32_t)(r >> 24);
+    }
+}
+
+/* The graph of one micro-batch, annotated with the plan's strategies (as tests/test_spmd.c). */
+static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.grad_accum_steps = p->micro;
+    gpt_config c = cfg;
+    c.batch /= p->micro;
+    pdde_status st = gpt_build(g, &c, m);
+    if (!st && n_ranks(p) > 1) {
+        int shape[3], n = 0;
+        const char *names[3];
+        if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
+        if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
+        if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
+        const pdde_mesh *mesh = pdde_mesh_create(g, n, shape, names, NULL);
+        if (!mesh) return pdde_graph_status(g);
+        if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
+        if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
+        if (!st && p->pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", cfg.layers + 2); /* embedding, blocks, head */
+    }
+    for (int l = 1; l <= cfg.layers && !st && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
+    if (!st) st = pdde_backward(g, m->loss);
+    if (!st) st = pdde_optimizer_adamw(g, &op);
+    if (!st && p->zero) st = pdde_strategy_zero(g, pdde_graph_mesh(g), "dp", p->zero);
+    if (!st && n_ranks(p) > 1) st = pdde_complete(g);
+    return st;
+}
+
+/* Trains n_steps steps on this rank (world NULL: one process), timing each step from a barrier. */
+static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_result *out) {
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = world;
+    if (p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
+    if (build(g, &m, p) || pdde_session_init(g, &sp, &s)) {
+        snprintf(out->error, sizeof out->error, "setup: %.180s", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return;
+    }
+    pdde_memory_stats ms;
+    pdde_session_memory(s, &ms);
+    out->state_bytes = (double)(ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes);
+    out->arena_bytes = (double)ms.arena_bytes;
+    for (int i = 0; i < n_params; i++)
+        if (pdde_session_write_global(s, pdde_graph_find(g, params[i].name), params[i].data, params[i].bytes)) {
+            snprintf(out->error, sizeof out->error, "write %.40s: %.150s", params[i].name, pdde_last_error(ctx));
+            goto done;
+        }
+    static int32_t x[8 * 64], y[8 * 64];
+    int rows = cfg.batch / p->micro * cfg.ctx; /* micro-batch i: the i-th rows of the global batch */
+    for (int step = 0; step < n_steps; step++) {
+        batch(step, x, y);
+        for (int i = 0; i < p->micro; i++)
+            if (pdde_session_write_micro(s, m.ids, i, x + i * rows, sizeof x / p->micro) ||
+                pdde_session_write_micro(s, m.targets, i, y + i * rows, sizeof y / p->micro)) {
+                snprintf(out->error, sizeof out->error, "step %d write: %.170s", step, pdde_last_error(ctx));
+                goto done;
+            }
+        /* every rank starts the step together, so a rank's time is the step's, not its wait for others */
+        if (world && pdde_comm_barrier(world)) {
+            snprintf(out->error, sizeof out->error, "barrier: %.180s", pdde_last_error(ctx));
+            goto done;
+        }
+        double t0 = now_s();
+        if (pdde_session_run(s, PDDE_RUN_STEP)) {
+            snprintf(out->error, sizeof out->error, "step %d: %.180s", step, pdde_last_error(ctx));
+            goto done;
+        }
+        out->step_s[step] = now_s() - t0;
+        out->losses[step] = pdde_session_loss(s); /* the step's global mean, on every rank */
+    }
+    out->ok = 1;
+done:
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+/* One rank process: its comm, its training, its peak RSS; the result goes to the parent through fd. */
+static void rank_main(const char *store_addr, const plan *p, int rank, int fd) {
+    rank_result res;
+    memset(&res, 0, sizeof res);
+    char r[16], n[16];
+    snprintf(r, sizeof r, "%d", rank), snprintf(n, sizeof n, "%d", n_ranks(p));
+    setenv("PDDE_RANK", r, 1), setenv("PDDE_LOCAL_RANK", r, 1), setenv("PDDE_WORLD_SIZE", n, 1);
+    setenv("PDDE_STORE_ADDR", store_addr, 1);
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_comm *world = NULL;
+    pdde_context_init(&cp, &ctx);
+    pdde_comm_params cm = PDDE_COMM_PARAMS_INIT;
+    cm.prefix = p->name, cm.timeout_s = 120;
+    if (n_ranks(p) > 1 && pdde_comm_init(ctx, &cm, &world))
+        snprintf(res.error, sizeof res.error, "comm: %.180s", pdde_last_error(ctx));
+    else train(ctx, world, p, &res);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    res.rss_bytes = (double)ru.ru_maxrss * 1024; /* Linux: KiB */
+    int ok = write(fd, &res, sizeof res) == (ssize_t)sizeof res && res.ok;
+    pdde_comm_free(world);
+    pdde_context_free(ctx);
+    _exit(ok ? 0 : 1);
+}
+
+/* Runs plan p on its ranks; *out gets rank 0's result with the worst case over ranks: per step the
+ * slowest rank's time and the loss furthest from ref (if given), the largest memory. 0 if all ran. */
+static int run_plan(const char *store_addr, const plan *p, const rank_result *ref, rank_result *out) {
+    int ranks = n_ranks(p), fds[MAX_RANKS][2], bad = 0;
+    pid_t pids[MAX_RANKS];
+    fflush(NULL);
+    for (int r = 0; r < ranks; r++) {
+        if (pipe(fds[r])) return -1;
+        if ((pids[r] = fork()) == 0) {
+            close(fds[r][0]);
+            rank_main(store_addr, p, r, fds[r][1]);
+        }
+        close(fds[r][1]);
+    }
+    for (int r = 0; r < ranks; r++) {
+        rank_result res;
+        memset(&res, 0, sizeof res);
+        ssize_t got = read(fds[r][0], &res, sizeof res);
+        close(fds[r][0]);
+        waitpid(pids[r], NULL, 0);
+        if (got != (ssize_t)sizeof res || !res.ok) {
+            fprintf(stderr, "bench_parallel: %s rank %d: %s\n", p->name, r, got == (ssize_t)sizeof res ? res.error : "died");
+            bad = 1;
+            continue;
+        }
+        if (r == 0) *out = res;
+        for (int k = 0; k < n_steps; k++) {
+            out->step_s[k] = fmax(out->step_s[k], res.step_s[k]);
+            double d = ref ? fabs(res.losses[k] - ref->losses[k]) : 0;
+            if (ref && (isnan(d) || d > fabs(out->losses[k] - ref->losses[k]))) out->losses[k] = res.losses[k]; /* a NaN sticks */
+        }
+        out->state_bytes = fmax(out->state_bytes, res.state_bytes);
+        out->arena_bytes = fmax(out->arena_bytes, res.arena_bytes);
+        out->rss_bytes = fmax(out->rss_bytes, res.rss_bytes);
+    }
+    return bad;
+}
+
+/* this process's resident memory now (a forked rank's peak RSS starts from it) */
+static double rss_now_bytes(void) {
+    long pages = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%*d %ld", &pages) != 1) pages = 0;
+    if (f) fclose(f);
+    return (double)pages * (double)sysconf(_SC_PAGESIZE);
+}
+
+/* one process's initial parameters, read from a session that is then freed */
+static int read_initial_params(pdde_context *ctx) {
+    static const plan one = {"init", 1, 1, 1, 1, 0, 0, 0};
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    pdde_status st = build(g, &m, &one);
+    if (!st) st = pdde_session_init(g, NULL, &s);
+    for (int i = 0; i < pdde_graph_n_tensors(g) && !st; i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (!(t->flags & PDDE_TENSOR_PARAM)) continue;
+        if (n_params == MAX_PARAMS) {
+            fprintf(stderr, "bench_parallel: more than %d parameters\n", MAX_PARAMS);
+            return 1;
+        }
+        snprintf(params[n_params].name, sizeof params[n_params].name, "%s", t->name);
+        params[n_params].bytes = pdde_tensor_nbytes(t);
+        params[n_params].data = malloc(params[n_params].bytes);
+        st = pdde_session_read(s, t, params[n_params].data, params[n_params].bytes);
+        n_params++;
+    }
+    if (st) fprintf(stderr, "bench_parallel: initial parameters: %s\n", pdde_last_error(ctx));
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    malloc_trim(0); /* a forked rank's peak RSS starts at this process's RSS */
+    return st ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    n_steps = WARMUP + (argc > 1 ? atoi(argv[1]) : 15);
+    if (n_steps <= WARMUP || n_steps > MAX_STEPS) {
+        fprintf(stderr, "usage: bench_parallel [STEPS]   (1 to %d timed steps)\n", MAX_STEPS - WARMUP);
+        return 2;
+    }
+    setenv("PDDE_BACKENDS", "cpu", 0); /* ranks are forked: device runtimes do not survive fork */
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_store_server *srv;
+    pdde_context_init(&cp, &ctx);
+    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) {
+        fprintf(stderr, "bench_parallel: store: %s\n", pdde_last_error(ctx));
+        return 1;
+    }
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    if (read_initial_params(ctx)) return 1;
+
+    static const plan one = {"1_process", 1, 1, 1, 1, 0, 0, 0};
+    static const plan plans[] = {
+        /* name            dp tp pp micro gpipe zero recompute */
+        {"dp2",            2, 1, 1, 1, 0, 0, 0},
+        {"tp2",            1, 2, 1, 1, 0, 0, 0},
+        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0},
+        {"pp2_gpipe",      1, 1, 2, 4, 1, 0, 0},
+        {"zero1_dp2",      2, 1, 1, 1, 0, 1, 0},
+        {"zero2_dp2",      2, 1, 1, 1, 0, 2, 0},
+        {"zero3_dp2",      2, 1, 1, 1, 0, 3, 0},
+        {"dp4",            4, 1, 1, 1, 0, 0, 0},
+        {"dp2xtp2",        2, 2, 1, 1, 0, 0, 0},
+        {"dp2xpp2",        2, 1, 2, 4, 0, 0, 0},
+        {"tp2xpp2",        1, 2, 2, 4, 0, 0, 0},
+        {"dp2xtp2_recomp", 2, 2, 1, 1, 0, 0, 1},
+    };
+    int n_plans = (int)(sizeof plans / sizeof plans[0]);
+    int tokens = cfg.batch * cfg.ctx, timed = n_steps - WARMUP;
+    printf("GPT-small (layers %d, heads %d, width %d, ctx %d, vocab %d, global batch %d): %d steps after %d warm-up,\n"
+           "1 thread per rank, %ld cores; ratios against one process; memory: the largest rank's (RSS includes the\n"
+           "%.1f MB a rank inherits at fork)\n",
+           cfg.layers, cfg.heads, cfg.width, cfg.ctx, cfg.vocab, cfg.batch, timed, WARMUP, sysconf(_SC_NPROCESSORS_ONLN), rss_now_bytes() / 1e6);
+    printf("%-15s %5s %9s %8s %6s %8s %6s %8s %6s %7s %9s %s\n", "strategy", "ranks", "step ms", "tok/s", "ratio",
+           "state MB", "ratio", "arena MB", "ratio", "RSS MB", "loss diff", "");
+
+    rank_result ref;
+    memset(&ref, 0, sizeof ref);
+    if (run_plan(addr, &one, NULL, &ref)) return 1;
+    double ref_ms = 1e3 * bench_median(ref.step_s + WARMUP, timed);
+    printf("%-15s %5d %9.1f %8.0f %6.2f %8.2f %6.2f %8.2f %6.2f %7.1f %9s\n", one.name, 1, ref_ms, tokens / ref_ms * 1e3, 1.0,
+           ref.state_bytes / 1e6, 1.0, ref.arena_bytes / 1e6, 1.0, ref.rss_bytes / 1e6, "-");
+    fflush(stdout);
+
+    int ran = 0, equal = 0;
+    double zero3_ratio = 0;
+    for (int i = 0; i < n_plans; i++) {
+        const plan *p = &plans[i];
+        rank_result res;
+        memset(&res, 0, sizeof res);
+        if (run_plan(addr, p, &ref, &res)) {
+            printf("%-15s %5d  did not run (see above)\n", p->name, n_ranks(p));
+            continue;
+        }
+        ran++;
+        double worst = 0;
+        for (int k = 0; k < n_steps; k++) {
+            double d = fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]);
+            if (isnan(d) || d > worst) worst = d; /* (fmax would drop a NaN) */
+        }
+        int match = worst <= LOSS_TOL;
+        equal += match;
+        double ms = 1e3 * bench_median(res.step_s + WARMUP, timed), mem = res.state_bytes / ref.state_bytes;
+        if (p->zero == 3 && p->dp == 2 && n_ranks(p) == 2) zero3_ratio = mem;
+        printf("%-15s %5d %9.1f %8.0f %6.2f %8.2f %6.2f %8.2f %6.2f %7.1f %9.2g %s\n", p->name, n_ranks(p), ms, tokens / ms * 1e3,
+               ms / ref_ms, res.state_bytes / 1e6, mem, res.arena_bytes / 1e6, res.arena_bytes / ref.arena_bytes,
+               res.rss_bytes / 1e6, worst, match ? "ok" : "DIFFERS");
+        fflush(stdout);
+    }
+    printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f\n", ran, equal, zero3_ratio);
+    for (int i = 0; i < n_params; i++) free(params[i].data);
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return 0;
+}
+#endif
