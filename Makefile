@@ -135,10 +135,10 @@ $(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
-# The portable build (no OpenBLAS: pdde's own GEMM) runs the numerical tests too.
+# The portable build (no OpenBLAS: pdde's own GEMM; no UCX: the library without comm/) runs the numerical tests too.
 PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
 test: all $(TESTS)
-	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 $(PORTABLE_TESTS) >/dev/null
+	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS)
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.

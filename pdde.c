@@ -1608,11 +1608,16 @@ static int graph_axis(const pdde_session *s, const pdde_mesh *mesh, int a) {
     return mesh == s->mesh ? a : pdde_mesh_axis(s->mesh, mesh->names[a]);
 }
 
+#ifdef PDDE_HAVE_COMM
 static bool on_this_rank(const pdde_session *s, const pdde_tensor *t) {
     return !t->dist.mesh || mesh_index_of(t->dist.mesh, s->rank) >= 0;
 }
 
-#ifdef PDDE_HAVE_COMM
+/* Whether a uses mesh axis p (a dim split over it, or partial over it). */
+static bool attr_uses_axis(const pdde_dist_attr *a, int p) {
+    return (attr_split_axes(a) >> p & 1) || (a->partial >> p & 1);
+}
+
 static bool dist_same(const pdde_dist_attr *a, const pdde_dist_attr *b, int ndim) {
     if (a->partial != b->partial || (a->partial & (a->partial_avg ^ b->partial_avg))) return false;
     for (int d = 0; d < ndim; d++)

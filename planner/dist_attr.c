@@ -32,11 +32,6 @@ static unsigned attr_bits_without(unsigned bits, int p) {
     return (bits & ((1u << p) - 1)) | (bits >> (p + 1)) << p;
 }
 
-/* Whether a uses mesh axis p (a dim split over it, or partial over it). */
-static bool attr_uses_axis(const pdde_dist_attr *a, int p) {
-    return (attr_split_axes(a) >> p & 1) || (a->partial >> p & 1);
-}
-
 /* An attr moved onto another mesh. Onto a slice of its mesh (a pipeline stage of the job's mesh) it
  * is the same data seen by fewer ranks: the sliced axis drops out of the mapping (a tensor split or
  * partial over that axis would need the other slices' data; the executor refuses it). Onto a mesh of
