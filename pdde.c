@@ -2577,7 +2577,7 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
  * mismatched file changes nothing. */
 
 #define CKPT_MAGIC "PDDECKPT"
-#define CKPT_VERSION 1u
+#define CKPT_VERSION 2u /* 2 added each tensor's dist attr; version 1 files still load */
 
 static uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
     static uint32_t table[256];
@@ -2688,8 +2688,12 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
             if (st) break;
         }
 #endif
+        char attr[160] = ""; /* the layout it was saved from (the data is the whole tensor whatever it says) */
+        if (t->dist.mesh) pdde_dist_attr_str(&t->dist, attr, sizeof attr);
+        uint16_t attr_len = (uint16_t)strlen(attr);
         ckpt_put(&w, &name_len, 2), ckpt_put(&w, t->name, name_len), ckpt_put(&w, &dtype, 1), ckpt_put(&w, &ndim, 1);
-        ckpt_put(&w, global_shape(s, t), 8 * (size_t)ndim), ckpt_put(&w, &nbytes, 8), ckpt_put(&w, buf, nbytes);
+        ckpt_put(&w, global_shape(s, t), 8 * (size_t)ndim), ckpt_put(&w, &attr_len, 2), ckpt_put(&w, attr, attr_len);
+        ckpt_put(&w, &nbytes, 8), ckpt_put(&w, buf, nbytes);
     }
     free(buf);
     if (writer) {
@@ -2736,7 +2740,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: not a pdde checkpoint (bad magic or too short)", path);
     }
     memcpy(&version, buf + 8, 4), memcpy(&count, buf + 12, 4), memcpy(&crc, buf + size - 4, 4);
-    if (version != CKPT_VERSION) {
+    if (version != CKPT_VERSION && version != 1) {
         free(buf);
         return pdde_error(s->ctx, PDDE_ERR_VERSION, "checkpoint %s: version %u, this build reads version %u", path, version, CKPT_VERSION);
     }
@@ -2761,6 +2765,12 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             dtype = (uint8_t)buf[at], ndim = (uint8_t)buf[at + 1], at += 2;
             if (ndim > PDDE_MAX_DIMS || at + 8u * ndim + 8 > size - 4) goto truncated;
             memcpy(shape, buf + at, 8u * ndim), at += 8u * ndim;
+            if (version >= 2) { /* the saving plan's attr: informative, loading reshards to this plan */
+                uint16_t attr_len;
+                memcpy(&attr_len, buf + at, 2), at += 2;
+                if (at + attr_len + 8 > size - 4) goto truncated;
+                at += attr_len;
+            }
             memcpy(&nbytes, buf + at, 8), at += 8;
             if (nbytes > size - 4 - at) goto truncated;
             pdde_tensor *t = pdde_graph_find(s->g, name);

@@ -505,7 +505,9 @@ void pdde_session_dump(const pdde_session *s, FILE *f);
 /* ---------------------------------------------------------------------------------------------------
  * Checkpoints. Format (little-endian), documented in README.md "Checkpoint format":
  *   "PDDECKPT" u32 version u32 n_tensors u64 step u64 data_position u64 rng[2]
- *   per tensor: u16 name_len, name, u8 dtype, u8 ndim, i64 shape[ndim], u64 nbytes, data
+ *   per tensor: u16 name_len, name, u8 dtype, u8 ndim, i64 shape[ndim] (global), u16 attr_len, attr
+ *   (the dist attr it was saved under, as pdde_dist_attr_str writes it; empty without one), u64 nbytes,
+ *   data (the whole tensor, so it loads under any plan)
  *   u32 crc32 of everything before it.
  * Written to path.tmp, fsync'ed, then renamed over path: a crash mid-save leaves the old file. */
 typedef struct {

@@ -253,6 +253,14 @@ int main(void) {
     /* the first stage keeps 2 micro-batches' activations under 1F1B, all 4 under GPipe */
     CHECK(arena_1f1b > 0 && arena_gpipe == 2 * arena_1f1b, "stage 0 activations: 1F1B %.0f B, GPipe %.0f B", arena_1f1b, arena_gpipe);
     printf("stage 0 activation memory: 1F1B %.0f B, GPipe %.0f B (4 micro-batches)\n", arena_1f1b, arena_gpipe);
+    /* the file records the layout each tensor was saved from (TP2 x PP2: a column-parallel weight of
+     * the second stage) */
+    FILE *fk = fopen(ckpt_path[2], "rb");
+    char *file = malloc(1 << 22);
+    size_t flen = fk && file ? fread(file, 1, 1 << 22, fk) : 0;
+    if (fk) fclose(fk);
+    CHECK(flen > 0 && memmem(file, flen, "mesh[2]@1,3 dims[-1,tp]", 23), "the TP2 x PP2 checkpoint carries the attrs it was saved under");
+    free(file);
     /* and one process resumes from the file written under TP2 x PP2 */
     pdde_graph *g;
     pdde_session *s1;
