@@ -193,6 +193,39 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
                 if (c != SWAP || mc->ndim == 2) run_case(ctx, comm, mc, (conversion)c, &mc->shapes[k], a);
 }
 
+/* Plans that cannot run say why, on every rank, instead of hanging or guessing. */
+static void bad_plans(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    (void)arg;
+    int rank = pdde_comm_rank(comm);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = comm;
+    for (int k = 0; k < 2; k++) {
+        pdde_graph *g;
+        pdde_session *s = NULL;
+        pdde_graph_init(ctx, &g);
+        /* k 0: a mesh of 4 ranks for a world of 2; k 1: layer 1 on a slice of layer 0's mesh, so rank 1
+         * would be in two pipeline stages */
+        const pdde_mesh *mesh = k == 0 ? pdde_mesh_create(g, 2, (int[]){2, 2}, (const char *[]){"a0", "a1"}, NULL)
+                                       : pdde_mesh_create(g, 1, (int[]){2}, (const char *[]){"pp"}, NULL);
+        pdde_graph_set_layer(g, 0);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 8});
+        pdde_tensor *h = pdde_matmul(g, x, pdde_param(g, "w0", 2, (int64_t[]){8, 8}, 0.1f), 0, 0);
+        pdde_graph_set_layer(g, 1);
+        pdde_mark_output(pdde_matmul(g, h, pdde_param(g, "w1", 2, (int64_t[]){8, 8}, 0.1f), 0, 0));
+        if (k == 1) pdde_graph_set_layer_mesh(g, 0, 0, mesh), pdde_graph_set_layer_mesh(g, 1, 1, pdde_mesh_slice(g, mesh, 0, 1));
+        pdde_status st = pdde_complete(g);
+        if (!st) st = pdde_session_init(g, &sp, &s);
+        if (k == 0)
+            CHECK(st == PDDE_ERR_DIST_ATTR && strstr(pdde_last_error(ctx), "the mesh has 4 ranks, the world 2"),
+                  "rank %d: a mesh larger than the world: %s", rank, pdde_last_error(ctx));
+        else if (rank == 1)
+            CHECK(st == PDDE_ERR_UNSUPPORTED && strstr(pdde_last_error(ctx), "rank 1 is in two pipeline stages"),
+                  "rank 1: overlapping stages: %s", pdde_last_error(ctx));
+        pdde_session_free(s);
+        pdde_graph_free(g);
+    }
+}
+
 int main(void) {
     /* ranks are fork()ed from this process: device runtimes do not survive a fork */
     setenv("PDDE_BACKENDS", "cpu", 1);
@@ -214,6 +247,8 @@ int main(void) {
                test_failed == before ? "ok" : "FAILED", test_now() - t0);
         fflush(stdout);
     }
+    test_ranks_params tp = {addr, "reshard_bad", 60, 5, 0, 0};
+    test_run_ranks(2, &tp, bad_plans, NULL, 60);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return test_finish();
