@@ -1298,6 +1298,7 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
                 copies[n_copies++] = (copy_entry){x->id, slot, copy};
                 copy->phase = t->phase;
                 copy->device = device;
+                copy->dist = x->dist; /* a copy moves the same block (SPMD execution) */
             }
             t->src[k] = copy;
         }
@@ -1576,6 +1577,33 @@ static void drop_sends(pdde_session *s) {
             if (s->sends[i].requests[k]) pdde_comm_request_free(s->sends[i].requests[k]), s->sends[i].requests[k] = NULL;
 }
 
+/* t's bytes into host memory (from a device through its stream). */
+static pdde_status read_host(pdde_session *s, const pdde_tensor *t, void *dst) {
+    session_device *sd = &s->devs[s->slot[t->id]];
+    if (sd->host) { memcpy(dst, (const char *)t->data + t->offset, pdde_tensor_nbytes(t)); return PDDE_OK; }
+    pdde_status st = sd->iface->read(sd->dev, sd->stream, t->data, t->offset, dst, pdde_tensor_nbytes(t));
+    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
+/* Host bytes into t (synchronously: the caller may reuse src at once). */
+static pdde_status write_host(pdde_session *s, pdde_tensor *t, const void *src) {
+    session_device *sd = &s->devs[s->slot[t->id]];
+    if (sd->host) { memcpy((char *)t->data + t->offset, src, pdde_tensor_nbytes(t)); return PDDE_OK; }
+    pdde_status st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, src, pdde_tensor_nbytes(t));
+    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
+/* RECV: from another stage's rank, into a device through host memory. */
+static pdde_status run_recv(pdde_session *s, pdde_tensor *t) {
+    session_device *sd = &s->devs[s->slot[t->id]];
+    size_t count = (size_t)pdde_tensor_numel(t);
+    if (sd->host) return pdde_comm_recv(s->world, (char *)t->data + t->offset, count, t->dtype, t->iparams[0], t->iparams[1]);
+    void *buf = comm_staging(s, sd, pdde_tensor_nbytes(t));
+    if (!buf) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: no host staging memory", t->name);
+    pdde_status st = pdde_comm_recv(s->world, buf, count, t->dtype, t->iparams[0], t->iparams[1]);
+    return st ? st : write_host(s, t, buf);
+}
+
 /* SEND: the data to another stage's rank, copied out first (the arena is reused before it arrives). */
 static pdde_status run_send(pdde_session *s, pdde_tensor *t, int micro) {
     struct session_send *ss = &s->sends[t->iparams[2]];
@@ -1587,7 +1615,8 @@ static pdde_status run_send(pdde_session *s, pdde_tensor *t, int micro) {
         if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
         if (st) return pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx));
     }
-    memcpy(ss->copy + (size_t)k * n, (const char *)t->data + t->offset, n);
+    pdde_status st = read_host(s, t, ss->copy + (size_t)k * n);
+    if (st) return st;
     return pdde_comm_isend(s->world, ss->copy + (size_t)k * n, (size_t)pdde_tensor_numel(t), t->dtype, t->iparams[0], t->iparams[1], req);
 }
 #endif
@@ -1864,10 +1893,10 @@ static pdde_tensor *session_input(pdde_session *s, reshard_cache *cache, pdde_te
     return *st ? NULL : r;
 }
 
-static pdde_status session_partition(pdde_session *s) {
+static pdde_status session_partition(pdde_session *s, int n_user_nodes) {
     pdde_graph *g = s->g;
-    int n = g->n;
-    if (!g->planner || g->planner->n_completed < n)
+    int n = g->n; /* the user's nodes and the copies between devices */
+    if (!g->planner || g->planner->n_completed < n_user_nodes)
         return pdde_error(s->ctx, PDDE_ERR_STATE, "session: SPMD execution needs pdde_complete on the whole graph first");
     s->mesh = g->planner->mesh;
     s->rank = pdde_comm_rank(s->world);
@@ -1967,12 +1996,10 @@ static pdde_status run_alltoall(pdde_session *s, pdde_comm *c, int n, const pdde
 }
 
 /* An SPMD reshard collective, blocking: allreduce, reduce-scatter, allgather or alltoall along tensor
- * dims. */
-static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
-    pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
+ * dims, from in (x's data) to out (t's), both in host memory. */
+static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_tensor *x, float *in, float *out) {
     pdde_comm *c = s->axis_comm[t->iparams[4]];
     int dim = t->iparams[5], n = pdde_comm_size(c);
-    float *in = (float *)((char *)x->data + x->offset), *out = (float *)((char *)t->data + t->offset);
     size_t nin = (size_t)pdde_tensor_numel(x), nout = (size_t)pdde_tensor_numel(t);
     if (t->op == PDDE_OP_ALLREDUCE) return pdde_comm_allreduce(c, in, out, nin, PDDE_F32, (pdde_reduce_op)t->iparams[0]);
     if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
@@ -1988,6 +2015,19 @@ static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     }
     free(tmp);
     return st;
+}
+
+/* A reshard on device memory goes through host memory (the transport reads host buffers). */
+static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
+    if (s->devs[s->slot[x->id]].host && s->devs[s->slot[t->id]].host)
+        return reshard_on_host(s, t, x, (float *)((char *)x->data + x->offset), (float *)((char *)t->data + t->offset));
+    size_t nx = pdde_tensor_nbytes(x), nt = pdde_tensor_nbytes(t);
+    char *buf = comm_staging(s, &s->devs[s->slot[t->id]], nx + nt);
+    if (!buf) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: no host staging memory (%zu bytes)", t->name, nx + nt);
+    pdde_status st = read_host(s, x, buf);
+    if (!st) st = reshard_on_host(s, t, x, (float *)buf, (float *)(buf + nx));
+    return st ? st : write_host(s, t, buf + nx);
 }
 #endif
 
@@ -2224,11 +2264,12 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->last_loss = NAN;
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
+    int n_user_nodes = g->n;
     pdde_status st = session_schedule(s, &p);
     if (st == PDDE_OK && p.world) {
 #ifdef PDDE_HAVE_COMM
         s->world = p.world;
-        st = session_partition(s);
+        st = session_partition(s, n_user_nodes);
 #else
         st = pdde_error(g->ctx, PDDE_ERR_UNAVAILABLE, "session: SPMD execution needs pdde built with UCX (comm/)");
 #endif
@@ -2343,8 +2384,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1) return run_reshard(s, t);
     if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_COMM_WAIT) return run_collective(s, t);
     if (t->op == PDDE_OP_SEND) return run_send(s, t, micro);
-    if (t->op == PDDE_OP_RECV)
-        return pdde_comm_recv(s->world, (char *)t->data + t->offset, (size_t)pdde_tensor_numel(t), t->dtype, t->iparams[0], t->iparams[1]);
+    if (t->op == PDDE_OP_RECV) return run_recv(s, t);
 #endif
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);

@@ -21,8 +21,10 @@ static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, 
 
 /* pp: pipeline stages, micro: micro-batches per step (grad_accum_steps), gpipe: that schedule (else
  * 1F1B); save: write checkpoint file 1 or 2 after step SAVE_AT; load: start from file 1 or 2;
- * recompute: every block recomputed in backward (the clones get attributes and reshards like any op) */
-typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute; } plan;
+ * recompute: every block recomputed in backward (the clones get attributes and reshards like any op);
+ * device: layers on the OpenCL device (PoCL in CI): the blocks, or with stages the second stage's
+ * layers, so that one stage computes on the CPU and the other on the device */
+typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute, device; } plan;
 #define SAVE_AT 5
 static char ckpt_path[3][256];
 typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, arena_bytes; int ok, dump_ok; char error[256]; } result;
@@ -80,6 +82,12 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
     pdde_graph_init(ctx, &g);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = world;
+    int layer_dev[16];
+    if (p && p->device) { /* the collectives and stage transfers of device tensors go through host memory */
+        int dev = pdde_device_find(ctx, "opencl", 0);
+        for (int l = 0; l < cfg.layers + 2; l++) layer_dev[l] = p->pp > 1 ? (l >= (cfg.layers + 2) / 2 ? dev : -1) : (l >= 1 && l <= cfg.layers ? dev : -1);
+        sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
+    }
     if (p && p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
     if (build(g, &m, p) || pdde_session_init(g, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
@@ -156,6 +164,19 @@ done:
     pdde_graph_free(g);
 }
 
+/* Asked in a child, so this process never starts a device runtime before forking ranks. */
+static int opencl_device_exists(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        unsetenv("PDDE_BACKENDS");
+        pdde_context *c;
+        _exit(pdde_context_init(NULL, &c) == PDDE_OK && pdde_device_find(c, "opencl", 0) >= 0 ? 0 : 1);
+    }
+    int status = 1;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 static void run_plan(const char *store_addr, const plan *p, result *out) {
     int ranks = p->dp * p->tp * p->pp, fds[8][2];
     pid_t pids[8];
@@ -165,6 +186,7 @@ static void run_plan(const char *store_addr, const plan *p, result *out) {
             char rank[16], size[16];
             snprintf(rank, sizeof rank, "%d", r), snprintf(size, sizeof size, "%d", ranks);
             setenv("PDDE_RANK", rank, 1), setenv("PDDE_LOCAL_RANK", rank, 1), setenv("PDDE_WORLD_SIZE", size, 1);
+            if (p->device) unsetenv("PDDE_BACKENDS"); /* this process starts the device runtime itself */
             setenv("PDDE_STORE_ADDR", store_addr, 1);
             result res;
             memset(&res, 0, sizeof res);
@@ -212,19 +234,25 @@ int main(void) {
     /* zero3 saves file 1 at step 5, tp2_pp2 file 2; the *_resume plans continue from them under other
      * plans (pipeline ones included) */
     static const plan plans[] = {
-        /* name            dp tp pp micro gpipe zero save load recompute */
-        {"dp2",            2, 1, 1, 0, 0, 0, 0, 0, 0}, {"tp2", 1, 2, 1, 0, 0, 0, 0, 0, 0}, {"dp2_tp2", 2, 2, 1, 0, 0, 0, 0, 0, 0},
-        {"zero1",          2, 1, 1, 0, 0, 1, 0, 0, 0}, {"zero2", 2, 1, 1, 0, 0, 2, 0, 0, 0}, {"zero3", 2, 1, 1, 0, 0, 3, 1, 0, 0},
-        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0, 0}, {"pp2_gpipe", 1, 1, 2, 4, 1, 0, 0, 0, 0},
-        {"dp2_pp2",        2, 1, 2, 4, 0, 0, 0, 0, 0}, {"tp2_pp2", 1, 2, 2, 4, 0, 0, 2, 0, 0},
-        {"dp2tp2_recomp",  2, 2, 1, 0, 0, 0, 0, 0, 1}, {"dp2pp2_recomp", 2, 1, 2, 4, 0, 0, 0, 0, 1},
-        {"tp2pp2_recomp",  1, 2, 2, 4, 1, 0, 0, 0, 1},
-        {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1, 0}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1, 0},
-        {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0},
+        /* name            dp tp pp micro gpipe zero save load recompute device */
+        {"dp2",            2, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {"tp2", 1, 2, 1, 0, 0, 0, 0, 0, 0, 0}, {"dp2_tp2", 2, 2, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"zero1",          2, 1, 1, 0, 0, 1, 0, 0, 0, 0}, {"zero2", 2, 1, 1, 0, 0, 2, 0, 0, 0, 0}, {"zero3", 2, 1, 1, 0, 0, 3, 1, 0, 0, 0},
+        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0, 0, 0}, {"pp2_gpipe", 1, 1, 2, 4, 1, 0, 0, 0, 0, 0},
+        {"dp2_pp2",        2, 1, 2, 4, 0, 0, 0, 0, 0, 0}, {"tp2_pp2", 1, 2, 2, 4, 0, 0, 2, 0, 0, 0},
+        {"dp2tp2_recomp",  2, 2, 1, 0, 0, 0, 0, 0, 1, 0}, {"dp2pp2_recomp", 2, 1, 2, 4, 0, 0, 0, 0, 1, 0},
+        {"tp2pp2_recomp",  1, 2, 2, 4, 1, 0, 0, 0, 1, 0},
+        {"tp2_opencl",     1, 2, 1, 0, 0, 0, 0, 0, 0, 1}, {"pp2_hetero", 2, 1, 2, 4, 0, 0, 0, 0, 0, 1},
+        {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1, 0, 0}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1, 0, 0},
+        {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0, 0},
     };
     double arena_1f1b = 0, arena_gpipe = 0;
     for (int i = 1; i <= 2; i++) snprintf(ckpt_path[i], sizeof ckpt_path[i], "/tmp/pdde_test_spmd.%d.%d.ckpt", (int)getpid(), i);
+    int has_opencl = opencl_device_exists();
     for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
+        if (plans[i].device && !has_opencl) {
+            printf("%-14s skipped: no OpenCL device\n", plans[i].name);
+            continue;
+        }
         result res;
         memset(&res, 0, sizeof res);
         run_plan(addr, &plans[i], &res);
