@@ -2023,6 +2023,7 @@ static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     free(tmp);
     return st;
 }
+
 /* A cross-entropy (or its backward) whose logits [N, V/n] are this rank's columns [first, first + V/n)
  * of the vocab, split over mesh axis iparams[2] (session_vocab_parallel): Megatron's vocab-parallel
  * cross-entropy. Per row: the max over the whole vocab (allreduce MAX), then the sum of exp(l - max)
