@@ -1893,6 +1893,39 @@ static pdde_tensor *session_input(pdde_session *s, reshard_cache *cache, pdde_te
     return *st ? NULL : r;
 }
 
+/* Vocab-parallel ops (Megatron's; Paddle's c_embedding and c_softmax_with_cross_entropy, chosen from
+ * the dist attrs as a DistributedOperatorImpl is): where completion left the vocab dim of an
+ * embedding table, of its gradient or of the logits split over a mesh axis, the plain kernel would
+ * take the local block for the whole vocab. The node gets its distributed form through iparams:
+ * [0] = the first vocab id this rank holds, [1] = the whole vocab, [2] = the graph mesh axis (whose
+ * communicator the cross-entropy reduces its rows on). The embeddings stay the device's kernels
+ * (ids outside the range: zero rows, or skipped); the cross-entropy is run by the session
+ * (run_cross_entropy_vocab). An axis of size 1 leaves the whole vocab here: nothing to do. */
+static pdde_status session_vocab_parallel(pdde_session *s, pdde_tensor *t) {
+    const pdde_dist_attr *a;
+    int dim;
+    int64_t local;
+    switch (t->op) {
+    case PDDE_OP_EMBEDDING: a = pdde_op_input_dist(s->g, t, 0), dim = 0, local = t->src[0]->shape[0]; break;
+    case PDDE_OP_EMBEDDING_BACK: a = &t->dist, dim = 0, local = t->shape[0]; break;
+    case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: a = pdde_op_input_dist(s->g, t, 0), dim = 1, local = t->src[0]->shape[1]; break;
+    default: return PDDE_OK;
+    }
+    if (!a || !a->mesh || a->dims_mapping[dim] < 0) return PDDE_OK;
+    int axis = graph_axis(s, a->mesh, a->dims_mapping[dim]), n = s->mesh->shape[axis];
+    if (n == 1) return PDDE_OK;
+    if (local * n > INT32_MAX)
+        return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s: a vocab of %lld split over mesh axis %s exceeds int32 ids",
+                          t->name, (long long)(local * n), s->mesh->names[axis]);
+    t->iparams[0] = (int32_t)(local * s->coords[axis]), t->iparams[1] = (int32_t)(local * n), t->iparams[2] = axis;
+    session_device *sd = &s->devs[s->slot[t->id]];
+    bool runs = t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK ? sd->host : sd->iface->supports_op(sd->dev, t);
+    if (!runs)
+        return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s: %s with the vocab split over mesh axis %s needs a device that runs "
+                          "its vocab-parallel form (the CPU's)", t->name, pdde_op_name(t->op), s->mesh->names[axis]);
+    return PDDE_OK;
+}
+
 static pdde_status session_partition(pdde_session *s, int n_user_nodes) {
     pdde_graph *g = s->g;
     int n = g->n; /* the user's nodes and the copies between devices */
@@ -1950,6 +1983,7 @@ static pdde_status session_partition(pdde_session *s, int n_user_nodes) {
             pdde_tensor *r = session_input(s, &cache, t, k, &st);
             if (r) t->src[k] = r;
         }
+        if (!st) st = session_vocab_parallel(s, t);
         if (!st && session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
         if (!st && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) && t->src[0] != param)
@@ -2028,6 +2062,66 @@ static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     pdde_status st = read_host(s, x, buf);
     if (!st) st = reshard_on_host(s, t, x, (float *)buf, (float *)(buf + nx));
     return st ? st : write_host(s, t, buf + nx);
+}
+
+/* A cross-entropy (or its backward) whose logits [N, V/n] are this rank's columns [first, first + V/n)
+ * of the vocab, split over mesh axis iparams[2] (session_vocab_parallel): Megatron's vocab-parallel
+ * cross-entropy. Per row: the max over the whole vocab (allreduce MAX), then the sum of exp(l - max)
+ * and the target's logit where this rank holds it, 0 elsewhere (one allreduce SUM of both); loss =
+ * mean over the rows with a target of log(sum) + max - target logit: rows, not [N, V] logits, cross
+ * the wire. The backward recomputes the two reductions rather than keeping them from the forward:
+ * micro-batches run through per-micro-batch arenas, and recomputing needs no storage that outlives
+ * a node. Host helpers of the executor rather than CPU kernels: the row statistics interleave with
+ * collectives on the axis communicator, which backends never see, and SPMD runs on host memory. */
+static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
+    const pdde_tensor *lt = t->src[0];
+    int64_t N = lt->shape[0], V = lt->shape[1], first = t->iparams[0], vocab = t->iparams[1];
+    const float *logits = (const float *)((const char *)lt->data + lt->offset);
+    const int32_t *tg = (const int32_t *)((const char *)t->src[1]->data + t->src[1]->offset);
+    pdde_comm *c = s->axis_comm[t->iparams[2]];
+    float *mx = malloc((size_t)(3 * N + 1) * sizeof *mx), *sum = mx + N, *target = sum + N; /* sum, target: one allreduce */
+    if (!mx) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    for (int64_t r = 0; r < N; r++) {
+        const float *row = logits + r * V;
+        float m = -INFINITY;
+        for (int64_t i = 0; i < V; i++) m = row[i] > m ? row[i] : m;
+        mx[r] = m;
+    }
+    pdde_status st = pdde_comm_allreduce(c, mx, mx, (size_t)N, PDDE_F32, PDDE_REDUCE_MAX);
+    int64_t count = 0;
+    for (int64_t r = 0; r < N && !st; r++) {
+        const float *row = logits + r * V;
+        float e = 0;
+        for (int64_t i = 0; i < V; i++) e += exp_fast(row[i] - mx[r]);
+        sum[r] = e;
+        target[r] = tg[r] >= first && tg[r] < first + V ? row[tg[r] - first] : 0.0f;
+        count += tg[r] >= 0 && tg[r] < vocab;
+    }
+    if (!st) st = pdde_comm_allreduce(c, sum, sum, (size_t)(2 * N), PDDE_F32, PDDE_REDUCE_SUM);
+    if (st) {
+        free(mx);
+        return pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx));
+    }
+    float *out = (float *)((char *)t->data + t->offset);
+    if (t->op == PDDE_OP_CROSS_ENTROPY) {
+        double loss = 0;
+        for (int64_t r = 0; r < N; r++)
+            if (tg[r] >= 0 && tg[r] < vocab) loss += logf(sum[r]) + mx[r] - target[r];
+        out[0] = (float)(loss / (double)(count ? count : 1));
+    } else { /* dlogits = (softmax - onehot) * dloss / count, on this rank's columns */
+        const pdde_tensor *dl = t->src[2];
+        float dscale = ((const float *)((const char *)dl->data + dl->offset))[0] / (float)(count ? count : 1);
+        for (int64_t r = 0; r < N; r++) {
+            float *d = out + r * V;
+            const float *row = logits + r * V;
+            if (tg[r] < 0 || tg[r] >= vocab) { memset(d, 0, (size_t)V * sizeof *d); continue; }
+            float lse = mx[r] + logf(sum[r]);
+            for (int64_t i = 0; i < V; i++) d[i] = exp_fast(row[i] - lse) * dscale;
+            if (tg[r] >= first && tg[r] < first + V) d[tg[r] - first] -= dscale;
+        }
+    }
+    free(mx);
+    return PDDE_OK;
 }
 #endif
 
@@ -2382,6 +2476,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     if (t->op == PDDE_OP_COPY) return run_copy(s, t);
 #ifdef PDDE_HAVE_COMM
     if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1) return run_reshard(s, t);
+    if ((t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK) && t->iparams[1] > 0) return run_cross_entropy_vocab(s, t);
     if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_COMM_WAIT) return run_collective(s, t);
     if (t->op == PDDE_OP_SEND) return run_send(s, t, micro);
     if (t->op == PDDE_OP_RECV) return run_recv(s, t);

@@ -139,7 +139,9 @@ typedef enum {
     PDDE_OP_RMSNORM,     /* over the last dim; src: x, gamma; fparams[0] = eps */
     PDDE_OP_SOFTMAX,     /* over the last dim; iparams[0] = causal (mask j > i of the last two dims) */
     PDDE_OP_CROSS_ENTROPY, /* src: logits [N,V], targets i32 [N]; scalar mean loss over targets >= 0 */
-    PDDE_OP_EMBEDDING,   /* src: table [V,C], ids i32 [...]; out [...,C] */
+    PDDE_OP_EMBEDDING,   /* src: table [V,C], ids i32 [...]; out [...,C]. Vocab parallel (set by an SPMD
+                            session; 0, 0 = a whole table): iparams[0] = the first id the table holds,
+                            iparams[1] = the whole vocab; ids outside the table's rows give zero rows */
     PDDE_OP_RESHAPE,     /* a view: same data, new shape */
     PDDE_OP_PERMUTE,     /* iparams[0..ndim): output dim i takes input dim iparams[i] */
     PDDE_OP_CONCAT,      /* iparams[0] = axis; 2..PDDE_MAX_SRC inputs */
@@ -160,8 +162,12 @@ typedef enum {
     PDDE_OP_RMSNORM_BACK,         /* src: x, gamma, dy -> dx */
     PDDE_OP_RMSNORM_BACK_GAMMA,   /* src: x, dy -> dgamma */
     PDDE_OP_SOFTMAX_BACK,         /* src: y, dy */
-    PDDE_OP_CROSS_ENTROPY_BACK,   /* src: logits, targets, dloss (scalar) -> dlogits */
-    PDDE_OP_EMBEDDING_BACK,       /* src: base grad [V,C], ids, dy: base + scatter-add (in place) */
+    PDDE_OP_CROSS_ENTROPY_BACK,   /* src: logits, targets, dloss (scalar) -> dlogits. With the
+                                     forward: iparams[1] > 0 = logits split on the vocab (first
+                                     column iparams[0] of iparams[1], over mesh axis iparams[2]),
+                                     run by the SPMD session itself (cross-rank row reductions) */
+    PDDE_OP_EMBEDDING_BACK,       /* src: base grad [V,C], ids, dy: base + scatter-add (in place);
+                                     iparams as the embedding's (ids of other rows are skipped) */
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape */
     PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same seed) */
     PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place); with
@@ -618,6 +624,13 @@ pdde_status pdde_strategy_zero(pdde_graph *g, const pdde_mesh *mesh, const char 
 typedef enum { PDDE_TP_COLUMN = 0, PDDE_TP_ROW = 1 } pdde_tp_kind;
 pdde_status pdde_strategy_tensor_parallel_linear(pdde_graph *g, pdde_tensor *w, pdde_tensor *b,
                                                  const pdde_mesh *mesh, const char *axis, pdde_tp_kind kind);
+/* Vocab-parallel embedding table [V, C] (Megatron's VocabParallelEmbedding, Paddle's c_embedding):
+ * splits the vocab dim over axis, each rank holding V / axis-size consecutive rows. Its lookups give
+ * partial rows (a rank adds the ids of its range, zeros for the others) that are reduced where a
+ * consumer needs them whole; a tied head (logits = x @ table^T) gives logits split on the vocab, and
+ * the cross-entropy reading them reduces its row max and sum over the axis inside (no gather of the
+ * logits). V must divide by the axis size. */
+pdde_status pdde_strategy_vocab_parallel(pdde_graph *g, pdde_tensor *table, const pdde_mesh *mesh, const char *axis);
 /* Pipeline parallelism over mesh axis `axis` of size S: layers 0..n_layers-1 are cut into S stages of
  * consecutive layers (stage s: [s*n/S, (s+1)*n/S)), each on the slice of mesh at s along the axis
  * (pdde_graph_set_layer_mesh). The micro-batch count is the optimizer's grad_accum_steps; the

@@ -752,6 +752,8 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pd
     case PDDE_OP_SOFTMAX_BACK: parallel_for(pool, ROWS(t), 16, softmax_back_task, &job); return PDDE_OK;
     case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: {
         const pdde_tensor *logits = t->src[0];
+        if (t->iparams[1] > 0) /* its rows span ranks: the session runs it (run_cross_entropy_vocab) */
+            return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "%s: logits split on the vocab over a mesh axis run in an SPMD session", t->name);
         int64_t R = logits->shape[0], V = logits->shape[1], count = count_valid_targets(t->src[1], V);
         job.a = count ? count : 1;
         float *row_loss = NULL;
@@ -771,28 +773,35 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pd
     }
     case PDDE_OP_EMBEDDING: {
         const pdde_tensor *table = t->src[0];
-        int64_t V = table->shape[0], C = table->shape[1], rows = pdde_tensor_numel(t->src[1]);
+        int64_t V = table->shape[0], C = table->shape[1], rows = pdde_tensor_numel(t->src[1]), first = t->iparams[0];
+        /* a vocab-parallel table (set by an SPMD session) holds rows [first, first + V) of iparams[1] */
+        int64_t vocab = t->iparams[1] > 0 ? t->iparams[1] : V;
         const int32_t *ids = I32(t->src[1]);
         for (int64_t r = 0; r < rows; r++)
-            if (ids[r] < 0 || ids[r] >= V)
+            if (ids[r] < 0 || ids[r] >= vocab)
                 return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: id %d at position %lld is outside the table %s [0, %lld)",
-                                  t->name, ids[r], (long long)r, table->name, (long long)V);
-        for (int64_t r = 0; r < rows; r++) memcpy(F32(t) + r * C, F32(table) + ids[r] * C, (size_t)C * sizeof(float));
+                                  t->name, ids[r], (long long)r, table->name, (long long)vocab);
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t row = ids[r] - first; /* another rank's row: zeros here, its value there */
+            if (row >= 0 && row < V) memcpy(F32(t) + r * C, F32(table) + row * C, (size_t)C * sizeof(float));
+            else memset(F32(t) + r * C, 0, (size_t)C * sizeof(float));
+        }
         return PDDE_OK;
     }
     case PDDE_OP_EMBEDDING_BACK: {
         bool has_base = t->nsrc == 3;
         const pdde_tensor *ids_t = t->src[has_base ? 1 : 0], *dy_t = t->src[has_base ? 2 : 1];
-        int64_t V = t->shape[0], C = t->shape[1], rows = pdde_tensor_numel(ids_t);
+        int64_t V = t->shape[0], C = t->shape[1], rows = pdde_tensor_numel(ids_t), first = t->iparams[0];
         float *dw = F32(t);
         if (!has_base) memset(dw, 0, pdde_tensor_nbytes(t));
         else if (F32(t->src[0]) != dw) memcpy(dw, F32(t->src[0]), pdde_tensor_nbytes(t));
         const int32_t *ids = I32(ids_t);
         const float *dy = F32(dy_t);
         for (int64_t r = 0; r < rows; r++) {
-            if (ids[r] < 0 || ids[r] >= V) continue;
-            float *row = dw + ids[r] * C;
-            for (int64_t c = 0; c < C; c++) row[c] += dy[r * C + c];
+            int64_t row = ids[r] - first; /* only the rows this table holds */
+            if (row < 0 || row >= V) continue;
+            float *dst = dw + row * C;
+            for (int64_t c = 0; c < C; c++) dst[c] += dy[r * C + c];
         }
         return PDDE_OK;
     }

@@ -84,6 +84,14 @@ static int64_t pgd_numel(const pdde_tensor *t) {
 }
 
 /* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast. */
+/* Vocab-parallel forms of the embedding and cross-entropy (iparams[0..1], set by an SPMD session,
+ * which runs on host memory) have no device kernels here. */
+static int pgd_vocab_parallel(const pdde_tensor *node) {
+    int ops = node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_EMBEDDING_BACK || node->op == PDDE_OP_CROSS_ENTROPY ||
+               node->op == PDDE_OP_CROSS_ENTROPY_BACK;
+    return ops && (node->iparams[0] || node->iparams[1]);
+}
+
 static int pgd_supports_op(const pdde_tensor *node) {
     if (!node) return 0;
     if (node->ndim > PGD_MAX_DIMS) return 0;
@@ -97,6 +105,7 @@ static int pgd_supports_op(const pdde_tensor *node) {
     default: break;
     }
     if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32) return 0;
+    if (pgd_vocab_parallel(node)) return 0;
     for (int i = 0; i < node->nsrc; i++) {
         const pdde_tensor *s = node->src[i];
         if (!s || s->ndim > PGD_MAX_DIMS) return 0;

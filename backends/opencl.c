@@ -1366,6 +1366,10 @@ static int pdde_ocl_supports_op(void *dev, const pdde_tensor *node) {
     for (int i = 0; i < node->nsrc; i++)
         if (!node->src[i] || node->src[i]->ndim > 6) return 0;
     if (pdde_ocl_numel(node) > INT32_MAX) return 0; /* kernels index rows and columns with int */
+    /* vocab-parallel embedding and cross-entropy (iparams set by an SPMD session, on host memory) */
+    if ((node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_EMBEDDING_BACK || node->op == PDDE_OP_CROSS_ENTROPY ||
+         node->op == PDDE_OP_CROSS_ENTROPY_BACK) && (node->iparams[0] || node->iparams[1]))
+        return 0;
     switch (node->op) {
     case PDDE_OP_CAST:
         return node->nsrc == 1 && (unsigned)node->dtype < PDDE_DTYPE_COUNT &&

@@ -97,9 +97,19 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
  * Forward: one allreduce per sublayer (after proj, after fcproj). Backward: the input gradient of a
  * column-parallel linear sums over its split columns, so it is partial over the axis and reduced where
  * the layernorm's backward needs it. Biases of column layers are split with them; those of row
- * layers, and the layernorms, stay whole (added once). */
+ * layers, and the layernorms, stay whole (added once).
+ * The token embedding wte (tied: also the head) is vocab parallel when the vocab divides by the axis
+ * size (pdde_strategy_vocab_parallel): each rank holds V/tp rows, the lookup is a partial sum reduced
+ * at ln1 of block 0, the logits come out split on the vocab and the cross-entropy reduces row max and
+ * sum over the axis instead of gathering [B*T, V] logits. Otherwise wte stays whole on every rank. */
 static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis) {
     char w[64], b[64];
+    pdde_tensor *wte = pdde_graph_find(g, "wte");
+    int ax = mesh ? pdde_mesh_axis(mesh, axis) : -1;
+    if (wte && ax >= 0 && wte->shape[0] % mesh->shape[ax] == 0) {
+        pdde_status st = pdde_strategy_vocab_parallel(g, wte, mesh, axis);
+        if (st) return st;
+    }
     for (int l = 0;; l++) {
         static const char *const names[4] = {"attn", "proj", "fc", "fcproj"};
         static const pdde_tp_kind kinds[4] = {PDDE_TP_COLUMN, PDDE_TP_ROW, PDDE_TP_COLUMN, PDDE_TP_ROW};

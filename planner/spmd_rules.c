@@ -292,22 +292,35 @@ static void spmd_rule_matmul(spmd_ctx *c) {
     spmd_einsum(c, order);
 }
 
-/* cross_entropy (logits [N,V], targets [N]) -> the mean loss: the vocab dim is required replicated
- * (this op has no vocab-parallel form); rows split over an axis make the loss partial with an
- * average over it (a mean of the ranks' means: ignored targets aside, an exact mean of equal shards) */
-static void spmd_rule_cross_entropy(spmd_ctx *c) {
-    strcpy(c->dims[0], "nv"), strcpy(c->dims[1], "n"), strcpy(c->out_dims, "1");
-    spmd_pin(c, 'v');
-    c->avg_reduce = ~0u;
-    spmd_einsum(c, NULL);
+/* The logits' vocab dim of a cross-entropy (and its backward) may stay split over an axis (a
+ * vocab-parallel tied head): the op's distributed form (Megatron's, Paddle's
+ * c_softmax_with_cross_entropy; run by the executor, run_cross_entropy_vocab in pdde.c) reduces each
+ * row's max and sum of exponentials over that axis inside, so no rank needs whole rows and nothing
+ * the op gives is partial over it. Clears that axis from the loss's partial bits (the backward's
+ * dlogits keeps the split, so it is never partial there anyway). */
+static void spmd_vocab_reduced_inside(spmd_ctx *c) {
+    int v = spmd_letter_axis(c, 'v');
+    if (v < 0) return;
+    c->out.partial &= (uint8_t)~(1u << v);
+    c->out.partial_avg &= (uint8_t)~(1u << v);
 }
 
-/* cross_entropy_back (logits, targets, dloss) -> dlogits: rows as the forward; each rank divides by
- * its own row count, so dlogits carries a mean marker on the rows' axis (pdde_dist_attr): the weight
- * gradients summing those rows are then averaged over it — data parallelism's average. */
+/* cross_entropy (logits [N,V], targets [N]) -> the mean loss: rows split over an axis make the loss
+ * partial with an average over it (a mean of the ranks' means: ignored targets aside, an exact mean
+ * of equal shards); a vocab split over another axis gives a loss whole over it (see above). */
+static void spmd_rule_cross_entropy(spmd_ctx *c) {
+    strcpy(c->dims[0], "nv"), strcpy(c->dims[1], "n"), strcpy(c->out_dims, "1");
+    c->avg_reduce = ~0u;
+    spmd_einsum(c, NULL);
+    spmd_vocab_reduced_inside(c);
+}
+
+/* cross_entropy_back (logits, targets, dloss) -> dlogits: rows and vocab as the forward (dlogits
+ * split like the logits); each rank divides by its own row count, so dlogits carries a mean marker
+ * on the rows' axis (pdde_dist_attr): the weight gradients summing those rows are then averaged over
+ * it — data parallelism's average. */
 static void spmd_rule_cross_entropy_back(spmd_ctx *c) {
     strcpy(c->dims[0], "nv"), strcpy(c->dims[1], "n"), strcpy(c->dims[2], "1"), strcpy(c->out_dims, "nv");
-    spmd_pin(c, 'v');
     c->linear = 4;
     spmd_einsum(c, NULL);
     if (c->out.dims_mapping[0] >= 0) c->out.partial_avg |= (uint8_t)(1u << c->out.dims_mapping[0]);

@@ -1,5 +1,5 @@
-/* planner/strategy.c — strategies as annotations: data parallel, ZeRO 1-3 and Megatron tensor
- * parallel linears only call pdde_shard, each starting from what a tensor already has on the same
+/* planner/strategy.c — strategies as annotations: data parallel, ZeRO 1-3, Megatron tensor
+ * parallel linears and the vocab-parallel embedding only call pdde_shard, each starting from what a tensor already has on the same
  * mesh, so they compose (data parallel, then ZeRO or tensor parallel) and pdde_complete does the rest.
  * No strategy gets a code path of its own in completion or execution. */
 
@@ -99,6 +99,24 @@ pdde_status pdde_strategy_tensor_parallel_linear(pdde_graph *g, pdde_tensor *w, 
     if (kind == PDDE_TP_COLUMN) map[0] = ax;
     else if (map[0] == ax) map[0] = -1; /* row parallel: the bias is added once, after the sum */
     return pdde_shard(g, b, mesh, map);
+}
+
+/* The table's vocab dim (0) over the axis. The rules do the rest: a lookup in a vocab-split table is
+ * partial over the axis (spmd_rule_embedding), a tied head's logits come out split on the vocab
+ * (spmd_rule_matmul), and the cross-entropy keeps them split (spmd_rule_cross_entropy); the executor
+ * runs those ops in their vocab-parallel form (session_vocab_parallel in pdde.c). */
+pdde_status pdde_strategy_vocab_parallel(pdde_graph *g, pdde_tensor *table, const pdde_mesh *mesh, const char *axis) {
+    if (!g || !table) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    int ax = strategy_axis(g, mesh, axis, "vocab parallel");
+    if (ax < 0) return PDDE_ERR_DIST_ATTR;
+    if (table->ndim != 2)
+        return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "vocab parallel: %s must be an embedding table [V, C]", table->name);
+    int map[PDDE_MAX_DIMS];
+    strategy_current(g, table, mesh, map);
+    if (map[1] == ax) map[1] = -1; /* the vocab split takes the axis over from the width */
+    map[0] = ax;
+    return pdde_shard(g, table, mesh, map); /* (says so when V does not divide by the axis size) */
 }
 
 pdde_status pdde_strategy_pipeline(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int n_layers) {

@@ -588,6 +588,61 @@ static void test_errors(pdde_context *ctx, int device, const char *backend) {
     pdde_graph_free(g);
 }
 
+/* The vocab-parallel embedding (iparams[0] = the first id of the table's rows, iparams[1] = the whole
+ * vocab; an SPMD session sets them where the table is split on the vocab): the CPU looks up the ids
+ * in its range, gives zero rows for the others and scatters only its own rows' gradient; an id
+ * outside the whole vocab is still an error. Other devices refuse the node cleanly (session init). */
+static void test_vocab_offset(pdde_context *ctx, int device) {
+    enum { V = 5, C = 3, FIRST = 5, VOCAB = 15, N = 6 };
+    static const int32_t ids[N] = {0, 5, 9, 14, 7, 10}; /* rows 0, 4, 2 of this table; the rest elsewhere */
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *table = pdde_param(g, "table", 2, (int64_t[]){V, C}, 0.0f), *idt = pdde_input(g, "ids", PDDE_I32, 1, (int64_t[]){N});
+    pdde_tensor *y = pdde_embedding(g, table, idt), *loss = pdde_sum(g, y, -1, 0);
+    pdde_mark_output(y);
+    pdde_backward(g, loss);
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op == PDDE_OP_EMBEDDING || t->op == PDDE_OP_EMBEDDING_BACK) t->iparams[0] = FIRST, t->iparams[1] = VOCAB;
+    }
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    pdde_session *s = NULL;
+    pdde_status st = pdde_session_init(g, &sp, &s);
+    pdde_device_props props;
+    pdde_device_get_props(ctx, device, &props);
+    if (strcmp(props.backend, "cpu")) {
+        CHECK(st == PDDE_ERR_UNSUPPORTED, "vocab offset on %s: got %s (%s)", props.backend, pdde_status_str(st), pdde_last_error(ctx));
+        pdde_session_free(s);
+        pdde_graph_free(g);
+        return;
+    }
+    float tv[V * C], out[N * C], grad[V * C];
+    for (int i = 0; i < V * C; i++) tv[i] = (float)(i + 1);
+    if (!st) st = pdde_session_write(s, table, tv, sizeof tv);
+    if (!st) st = pdde_session_write(s, idt, ids, sizeof ids);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
+    if (!st) st = pdde_session_read(s, y, out, sizeof out);
+    if (!st) st = pdde_session_read(s, table->grad, grad, sizeof grad);
+    CHECK(st == PDDE_OK, "vocab offset: %s", pdde_last_error(ctx));
+    int bad = 0, counts[V] = {0};
+    for (int r = 0; r < N; r++) {
+        int row = ids[r] - FIRST;
+        if (row >= 0 && row < V) counts[row]++;
+        for (int c = 0; c < C; c++) bad += out[r * C + c] != (row >= 0 && row < V ? tv[row * C + c] : 0.0f);
+    }
+    for (int i = 0; i < V * C; i++) bad += grad[i] != (float)counts[i / C]; /* d sum / d table: one per lookup */
+    CHECK(!st && bad == 0, "vocab offset: %d wrong values (rows of ids in [%d, %d), zeros elsewhere)", bad, FIRST, FIRST + V);
+    /* an id outside the whole vocab is an error, as with a whole table */
+    int32_t wrong[N] = {0, 5, 9, 15, 7, 10};
+    pdde_session_write(s, idt, wrong, sizeof wrong);
+    st = pdde_session_run(s, PDDE_RUN_FORWARD);
+    CHECK(st == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "id 15") && strstr(pdde_last_error(ctx), "[0, 15)"),
+          "id outside the vocab: %s (%s)", pdde_status_str(st), pdde_last_error(ctx));
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
 /* A kernel source that does not build: PDDE_ERR_BUILD from session init, with the compiler's log. */
 static void test_build_failure(int device) {
     setenv("PDDE_OPENCL_DEBUG_SOURCE", "\n__kernel void k_broken(__global float *y) { y[0] = undefined_thing; }\n", 1);
@@ -660,8 +715,10 @@ int main(int argc, char **argv) {
                 test_build_failure(devs[k]);
             }
         }
+        if (!o.perf && !o.op) test_vocab_offset(ctx, devs[k]);
         if (!o.perf) printf("device %d: %d passed, %d failed (%.1fs)\n", devs[k], test_passed - passed0, test_failed - failed0, now_s() - td);
     }
+    if (!o.perf && !o.op && !o.backend) test_vocab_offset(ctx, 0); /* the CPU, the reference (not among devs) */
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);
     pdde_context_free(ctx);
     return test_finish();

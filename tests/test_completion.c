@@ -1,7 +1,8 @@
 /* test_completion — meshes, annotations and completion (pure graph analysis: no process is started).
  * Golden dist attrs (exact dims mappings and partial bits) for a matmul chain, an MLP (column then row
  * parallel), a head-parallel attention block and a GPT from examples/gpt.h under data parallel, tensor
- * parallel (head-parallel attention: one forward collective per sublayer), ZeRO-3, DP x TP and DP x PP
+ * parallel (head-parallel attention: one forward collective per sublayer; vocab-parallel embedding
+ * and cross-entropy), ZeRO-3, DP x TP and DP x PP
  * (stages), forward, backward and optimizer nodes; bad annotations and meshes. */
 #define _GNU_SOURCE /* open_memstream */
 #include "pdde.h"
@@ -402,8 +403,9 @@ static int forward_collectives(pdde_graph *g, int layer, pdde_tensor **last) {
 
 /* Head-parallel attention of block 0 (split over axis tp, batch over dp or -1): q, k, v, the scores,
  * the probabilities and att @ v are [B,H,T,D] split on H; the fused qkv output [B,T,3C] split on its
- * columns becomes [B,T,H,3,D] split on H; and the block's forward needs one collective besides the
- * MLP's (which is at the next block's ln1): the allreduce of proj's partial sum where ln2 reads it. */
+ * columns becomes [B,T,H,3,D] split on H; and the block's forward needs two collectives besides the
+ * MLP's (which is at the next block's ln1): the allreduce of the vocab-parallel embedding's partial
+ * sum where ln1 reads it, and that of proj's partial sum where ln2 reads it. */
 static void check_head_parallel(pdde_graph *g, int dp, int tp) {
     pdde_tensor *aw = find(g, "h0.attn.w"), *pw = find(g, "h0.proj.w");
     CHECK_ATTR(&aw->dist, MAP(-1, tp), 0, 0);
@@ -428,14 +430,52 @@ static void check_head_parallel(pdde_graph *g, int dp, int tp) {
         CHECK_ATTR(&heads[i]->dist, MAP(dp, tp, -1, -1), 0, 0);
         CHECK(heads[i]->shape[1] == gpt_cfg.heads, "[B,H,T,x]");
     }
+    pdde_tensor *ln1 = consumer(g, find(g, "h0.ln1.g"), PDDE_OP_LAYERNORM, 1);
     pdde_tensor *ln2 = consumer(g, find(g, "h0.ln2.g"), PDDE_OP_LAYERNORM, 1), *at = NULL;
     int n = forward_collectives(g, 1, &at);
-    CHECK(n == 1 && at == ln2, "block 0 forward: %d collectives, the last at %s (want 1, at ln2's input)", n, at ? at->name : "-");
+    CHECK(n == 2 && at == ln2, "block 0 forward: %d collectives, the last at %s (want 2, the last at ln2's input)", n, at ? at->name : "-");
+    CHECK(ln1 && ln1->src[0]->dist.partial == BIT(tp), "ln1 reads the embedding's partial sum: %s", ln1 ? str(&ln1->src[0]->dist) : "?");
     CHECK(ln2 && ln2->src[0]->dist.partial == BIT(tp), "ln2 reads proj's partial sum: %s", ln2 ? str(&ln2->src[0]->dist) : "?");
     /* backward: the per-head gradients reshape back to qkv's split columns, so the fused weight's
      * gradient comes out split like it (partial over dp only: the batch rows) */
     unsigned rows = dp >= 0 ? BIT(dp) : 0;
     CHECK_ATTR(&accum_of(g, aw)->src[1]->dist, MAP(-1, tp), rows, rows);
+}
+
+/* The vocab-parallel embedding and cross-entropy (gpt_shard_tensor_parallel splits wte, tied to the
+ * head, on the vocab over tp): the lookup is a partial sum over tp; the head's logits come out split
+ * on the vocab and the cross-entropy takes them so (no allgather): its loss is whole over tp and
+ * partial-avg over dp (the rows), dlogits split like the logits. The table's gradient is split like
+ * the table: embedding_back needs its dy whole over tp and scatters into its own rows. */
+static void check_vocab_parallel(pdde_graph *g, const gpt_model *mdl, int dp, int tp) {
+    unsigned rows = dp >= 0 ? BIT(dp) : 0;
+    pdde_tensor *wte = find(g, "wte"), *emb = consumer(g, wte, PDDE_OP_EMBEDDING, 0), *eb = NULL;
+    CHECK_ATTR(&wte->dist, MAP(tp, -1), 0, 0);
+    CHECK_ATTR(&emb->dist, MAP(dp, -1, -1), BIT(tp), 0);
+    CHECK_ATTR(&mdl->logits->dist, MAP(dp, tp), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist(g, mdl->loss, 0), MAP(dp, tp), 0, 0);
+    CHECK_ATTR(&mdl->loss->dist, MAP(-1), rows, rows);
+    pdde_tensor *dlogits = consumer(g, mdl->logits, PDDE_OP_CROSS_ENTROPY_BACK, 0);
+    CHECK(dlogits && dims_are(&dlogits->dist, MAP(dp, tp)) && dlogits->dist.partial == 0 && dlogits->dist.partial_avg == rows,
+          "dlogits split on the vocab: %s", dlogits ? str(&dlogits->dist) : "none");
+    CHECK_ATTR(pdde_op_input_dist(g, dlogits, 0), MAP(dp, tp), 0, 0);
+    for (int i = 0; i < pdde_graph_n_tensors(g) && !eb; i++)
+        if (pdde_graph_tensor(g, i)->op == PDDE_OP_EMBEDDING_BACK) eb = pdde_graph_tensor(g, i);
+    CHECK(eb != NULL, "embedding_back");
+    if (!eb) return;
+    CHECK_ATTR(&eb->dist, MAP(tp, -1), rows, rows);
+    CHECK_ATTR(pdde_op_input_dist(g, eb, eb->nsrc - 1), MAP(dp, -1, -1), 0, 0);
+    pdde_tensor *acc = accum_of(g, wte);
+    CHECK_ATTR(&acc->src[1]->dist, MAP(tp, -1), rows, rows);
+    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(tp, -1), 0, 0);
+    /* the program gathers nothing (the logits above all) */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    pdde_graph_dump_dist(g, f);
+    fclose(f);
+    CHECK(len > 0 && has(text, "cross_entropy") && !has(text, "allgather"), "the program has an allgather:\n%s", text);
+    free(text);
 }
 
 static void test_gpt_dp(void) {
@@ -515,6 +555,7 @@ static void test_gpt_tp(void) {
     CHECK_ATTR(&u->dist, MAP(-1, 0), 0, 0);
     CHECK_ATTR(&find(g, "h0.fc.w.adam_m")->dist, MAP(-1, 0), 0, 0);
     check_head_parallel(g, -1, 0);
+    check_vocab_parallel(g, &mdl, -1, 0);
     CHECK(pdde_complete_n_conflicts(g) == 0, "tp: no conflicts (%d)", pdde_complete_n_conflicts(g));
     pdde_graph_free(g);
 }
@@ -588,7 +629,6 @@ static void test_gpt_dp_tp(void) {
     CHECK_ATTR(&fcw->dist, MAP(-1, TP), 0, 0);
     CHECK_ATTR(&consumer(g, fcw, PDDE_OP_MATMUL, 1)->dist, MAP(DP, -1, TP), 0, 0);
     CHECK_ATTR(&consumer(g, fpw, PDDE_OP_MATMUL, 1)->dist, MAP(DP, -1, -1), BIT(TP), 0);
-    CHECK_ATTR(&mdl.logits->dist, MAP(DP, -1), 0, 0);
     CHECK_ATTR(&mdl.loss->dist, MAP(-1), BIT(DP), BIT(DP));
     /* weight gradients: partial-avg over dp (rows), already split like the weight over tp */
     pdde_tensor *acc = accum_of(g, fcw);
@@ -602,6 +642,7 @@ static void test_gpt_dp_tp(void) {
     CHECK_ATTR(&acc->src[1]->dist, MAP(-1), BIT(DP) | BIT(TP), BIT(DP));
     CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), 0, 0);
     check_head_parallel(g, DP, TP);
+    check_vocab_parallel(g, &mdl, DP, TP);
     CHECK(pdde_complete_n_conflicts(g) == 0, "dp x tp: no conflicts (%d)", pdde_complete_n_conflicts(g));
     pdde_graph_free(g);
 }

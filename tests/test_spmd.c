@@ -1,7 +1,7 @@
 /* test_spmd — parallelism from distributed attributes alone. The same GPT trains on the same global
  * batches in one process, then on real rank processes where the only difference is annotations:
  * data parallel, tensor parallel (Megatron: MLP column/row, head-parallel attention with qkv column
- * and proj row), ZeRO-1/2/3, pipeline parallel (two stages, 4 micro-batches, 1F1B and GPipe) and
+ * and proj row, vocab-parallel embedding and cross-entropy), ZeRO-1/2/3, pipeline parallel (two stages, 4 micro-batches, 1F1B and GPipe) and
  * their combinations on 2 and 4 ranks, and checkpoints saved under one plan resumed under another.
  * Completion gives every tensor its attribute; each rank runs its partition with the reshard
  * collectives and stage sends the executor inserts. The losses must match within 1e-4 relative;
@@ -27,7 +27,7 @@ static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, 
 typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute, device; } plan;
 #define SAVE_AT 5
 static char ckpt_path[3][256];
-typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, arena_bytes; int ok, dump_ok; char error[256]; } result;
+typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, wte_bytes, arena_bytes; int ok, dump_ok; char error[256]; } result;
 
 /* The bytes of one rank's share of the transformer blocks' parameters under tensor parallelism over
  * tp ranks: the column-parallel qkv and fc (weights and biases) and the row-parallel proj and fcproj
@@ -102,6 +102,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
         if ((t->flags & PDDE_TENSOR_PARAM) && t->name[0] == 'h' && t->name[1] >= '0' && t->name[1] <= '9')
             out->block_param_bytes += (double)pdde_tensor_nbytes(t);
     }
+    out->wte_bytes = (double)pdde_tensor_nbytes(pdde_graph_find(g, "wte"));
     out->arena_bytes = (double)ms.arena_bytes;
     if (p && p->pp > 1) { /* this rank's program names its stage and the sends or receives it makes */
         char *dump = NULL;
@@ -270,6 +271,10 @@ int main(void) {
             CHECK(res.block_param_bytes == block_param_bytes_tp(plans[i].tp) && res.block_param_bytes <= 0.55 * ref.block_param_bytes,
                   "%s: block parameters per rank %.0f bytes (%.3f of one process), expected %.0f", plans[i].name,
                   res.block_param_bytes, res.block_param_bytes / ref.block_param_bytes, block_param_bytes_tp(plans[i].tp));
+        /* ...and the token embedding, tied to the head, on the vocab (rank 0 holds it under pipelines too) */
+        if (plans[i].tp > 1)
+            CHECK(res.wte_bytes * plans[i].tp == ref.wte_bytes, "%s: wte per rank %.0f bytes, one process %.0f", plans[i].name,
+                  res.wte_bytes, ref.wte_bytes);
         if (plans[i].load) continue; /* (its first losses were not run) */
         double expect_max = plans[i].zero == 3 ? 0.55 : plans[i].zero == 2 ? 0.55 + 0.25 : plans[i].zero == 1 ? 0.80 : 1.0;
         if (plans[i].pp > 1) expect_max = plans[i].tp > 1 ? 0.40 : 0.60; /* rank 0: the first stage's layers */
