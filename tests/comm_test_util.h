@@ -1,7 +1,9 @@
 /* comm_test_util.h — runs a function as N rank processes (fork) around a store server in the parent,
- * and sums the ranks' CHECK counts into the parent's. Include after test_util.h. */
+ * sums the ranks' CHECK counts into the parent's and hands each rank's result back. Include after
+ * test_util.h. */
 #ifndef PDDE_COMM_TEST_UTIL_H
 #define PDDE_COMM_TEST_UTIL_H
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,24 +25,41 @@ typedef struct {
     double timeout_s, peer_timeout_s;
     int no_comm;            /* 1: fn gets comm = NULL and makes its own */
     unsigned killed_ok;     /* bit r: rank r is meant to die (the test kills it) */
+    int n_threads;          /* each rank's context (0: the default) */
+    int device_runtimes;    /* 1: the ranks may start device runtimes (PDDE_BACKENDS unset in them) */
+    void *results;          /* n * result_size bytes: rank r's test_rank_result lands at r * result_size */
+    size_t result_size;     /* at most PIPE_BUF - 8 (one atomic pipe write) */
 } test_ranks_params;
 
+/* In a rank: result_size zeroed bytes for the rank function to fill (NULL without results). */
+static void *test_rank_result;
+
 /* Forks n ranks that connect to the store, init a world comm and run fn; waits for all of them (or
- * kills them after limit_s). Returns the number of ranks that did not exit cleanly. */
+ * kills them after limit_s). The ranks start together, after the last fork: forking while the
+ * parent's store thread serves the first ranks could hand a child an allocator lock held at that
+ * instant (the sanitizers' allocators have no fork handlers). Returns the number of ranks that did
+ * not exit cleanly. */
 static pid_t test_pids[64]; /* of the current run, for tests that kill a rank */
 
 static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, void *arg, double limit_s) {
-    int fds[64][2];
+    int fds[64][2], gate[2];
     pid_t *pids = test_pids;
+    if (pipe(gate)) return n;
     fflush(NULL);
     for (int r = 0; r < n; r++) {
         if (pipe(fds[r])) return n;
         pids[r] = fork();
         if (pids[r] == 0) {
-            close(fds[r][0]);
+            close(fds[r][0]), close(gate[1]);
+            char go;
+            if (read(gate[0], &go, 1) != 0) _exit(5); /* EOF: every rank is forked */
             test_passed = test_failed = 0;
+            if (tp->device_runtimes) unsetenv("PDDE_BACKENDS");
+            if (tp->result_size) test_rank_result = calloc(1, tp->result_size);
+            pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+            cp.n_threads = tp->n_threads;
             pdde_context *ctx;
-            pdde_context_init(NULL, &ctx);
+            pdde_context_init(&cp, &ctx);
             pdde_comm *comm = NULL;
             pdde_store *store = NULL;
             if (!tp->no_comm) {
@@ -55,14 +74,18 @@ static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, v
             pdde_comm_free(comm);
             pdde_store_free(store);
             pdde_context_free(ctx);
-            char buf[64];
-            int len = snprintf(buf, sizeof buf, "%d %d\n", test_passed, test_failed);
-            if (write(fds[r][1], buf, (size_t)len) != len) _exit(3);
+            char buf[PIPE_BUF];
+            int counts[2] = {test_passed, test_failed};
+            memcpy(buf, counts, sizeof counts);
+            if (tp->result_size) memcpy(buf + sizeof counts, test_rank_result, tp->result_size);
+            size_t len = sizeof counts + tp->result_size;
+            if (write(fds[r][1], buf, len) != (ssize_t)len) _exit(3);
             fflush(NULL);
             _exit(0);
         }
         close(fds[r][1]);
     }
+    close(gate[0]), close(gate[1]); /* go */
     int bad = 0;
     double deadline = test_now() + limit_s;
     for (int r = 0; r < n; r++) {
@@ -74,11 +97,15 @@ static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, v
             for (int k = 0; k < n; k++) kill(pids[k], SIGKILL);
             waitpid(pids[r], &status, 0);
         }
-        char buf[64] = {0};
-        ssize_t len = read(fds[r][0], buf, sizeof buf - 1);
+        char buf[PIPE_BUF];
+        int counts[2] = {0, 0};
+        ssize_t len = read(fds[r][0], buf, sizeof buf);
         close(fds[r][0]);
-        int p = 0, f = 0;
-        if (len > 0 && sscanf(buf, "%d %d", &p, &f) == 2) { test_passed += p; test_failed += f; }
+        if (len == (ssize_t)(sizeof counts + tp->result_size)) {
+            memcpy(counts, buf, sizeof counts);
+            if (tp->result_size) memcpy((char *)tp->results + (size_t)r * tp->result_size, buf + sizeof counts, tp->result_size);
+            test_passed += counts[0], test_failed += counts[1];
+        }
         if ((!WIFEXITED(status) || WEXITSTATUS(status)) && !(tp->killed_ok >> r & 1)) {
             bad++;
             test_failed++;

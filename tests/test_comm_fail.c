@@ -314,14 +314,14 @@ int main(int argc, char **argv) {
             char prefix[32];
             snprintf(prefix, sizeof prefix, "kill%d_%d", n, arg[1]);
             g_shared[0] = 0;
-            test_ranks_params tp = {g_addr, prefix, 60, 1.5, 0, 1u << arg[0]};
+            test_ranks_params tp = {.addr = g_addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 1.5, .killed_ok = 1u << arg[0]};
             test_run_ranks(n, &tp, kill_rank, arg, 30);
         }
-    test_ranks_params ta = {g_addr, "abort", 60, 1.5, 0, 0};
+    test_ranks_params ta = {.addr = g_addr, .prefix = "abort", .timeout_s = 60, .peer_timeout_s = 1.5};
     test_run_ranks(2, &ta, abort_rank, NULL, 30);
-    test_ranks_params tt = {g_addr, "timeout", 0.5, 1.5, 0, 0};
+    test_ranks_params tt = {.addr = g_addr, .prefix = "timeout", .timeout_s = 0.5, .peer_timeout_s = 1.5};
     test_run_ranks(2, &tt, timeout_rank, NULL, 30);
-    test_ranks_params tw = {g_addr, "waittimeout", 10, 1.5, 0, 0};
+    test_ranks_params tw = {.addr = g_addr, .prefix = "waittimeout", .timeout_s = 10, .peer_timeout_s = 1.5};
     test_run_ranks(2, &tw, wait_timeout_rank, NULL, 30);
     test_pdde_run(argv[0]);
 

@@ -7,6 +7,7 @@
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
+#include "tests/comm_test_util.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -84,44 +85,19 @@ static void train(pdde_context *ctx, pdde_comm *comm, int rank, int ranks, const
     pdde_graph_free(g);
 }
 
-/* Forks RANKS processes that meet through the store; rank 0's result comes back through a pipe. */
+static void train_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    train(ctx, comm, pdde_comm_rank(comm), RANKS, arg, test_rank_result);
+}
+
+/* RANKS processes that meet through the store; rank 0's result comes back. */
 static void run_ranks(const char *store_addr, const dp_config *dc, run_result *out) {
-    const char *prefix = dc->name;
-    int fds[RANKS][2];
-    pid_t pids[RANKS];
-    for (int r = 0; r < RANKS; r++) {
-        if (pipe(fds[r])) return;
-        pids[r] = fork();
-        if (pids[r] == 0) {
-            char rank[16], size[16];
-            snprintf(rank, sizeof rank, "%d", r), snprintf(size, sizeof size, "%d", RANKS);
-            setenv("PDDE_RANK", rank, 1), setenv("PDDE_LOCAL_RANK", rank, 1), setenv("PDDE_WORLD_SIZE", size, 1);
-            setenv("PDDE_STORE_ADDR", store_addr, 1);
-            run_result res = {0};
-            pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
-            cp.n_threads = 1;
-            pdde_context *ctx;
-            pdde_comm *comm = NULL;
-            pdde_context_init(&cp, &ctx);
-            pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
-            pp.prefix = prefix, pp.timeout_s = 60;
-            if (pdde_comm_init(ctx, &pp, &comm)) snprintf(res.error, sizeof res.error, "comm init: %s", pdde_last_error(ctx));
-            else train(ctx, comm, r, RANKS, dc, &res);
-            if (write(fds[r][1], &res, sizeof res) != (ssize_t)sizeof res) _exit(3);
-            pdde_comm_free(comm);
-            _exit(res.ok ? 0 : 1);
-        }
-        close(fds[r][1]);
-    }
-    for (int r = 0; r < RANKS; r++) {
-        run_result res = {0};
-        ssize_t got = read(fds[r][0], &res, sizeof res);
-        close(fds[r][0]);
-        int status = 0;
-        waitpid(pids[r], &status, 0);
-        CHECK(got == (ssize_t)sizeof res && res.ok, "%s rank %d failed: %s (exit status %d)", prefix, r, res.error, status);
-        if (r == 0) *out = res;
-    }
+    run_result res[RANKS];
+    memset(res, 0, sizeof res);
+    test_ranks_params tp = {.addr = store_addr, .prefix = dc->name, .timeout_s = 60, .n_threads = 1,
+                            .device_runtimes = dc->on_device, .results = res, .result_size = sizeof *res};
+    test_run_ranks(RANKS, &tp, train_rank, (void *)dc, 240);
+    for (int r = 0; r < RANKS; r++) CHECK(res[r].ok, "%s rank %d failed: %s", dc->name, r, res[r].error);
+    *out = res[0];
 }
 
 static void compare(const char *name, const run_result *ref, const run_result *got) {

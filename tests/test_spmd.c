@@ -10,6 +10,7 @@
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
+#include "tests/comm_test_util.h"
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -178,43 +179,17 @@ static int opencl_device_exists(void) {
     return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+static void train_rank(pdde_context *ctx, pdde_comm *world, void *arg) { train(ctx, world, arg, test_rank_result); }
+
 static void run_plan(const char *store_addr, const plan *p, result *out) {
-    int ranks = p->dp * p->tp * p->pp, fds[8][2];
-    pid_t pids[8];
-    for (int r = 0; r < ranks; r++) {
-        if (pipe(fds[r])) return;
-        if ((pids[r] = fork()) == 0) {
-            char rank[16], size[16];
-            snprintf(rank, sizeof rank, "%d", r), snprintf(size, sizeof size, "%d", ranks);
-            setenv("PDDE_RANK", rank, 1), setenv("PDDE_LOCAL_RANK", rank, 1), setenv("PDDE_WORLD_SIZE", size, 1);
-            if (p->device) unsetenv("PDDE_BACKENDS"); /* this process starts the device runtime itself */
-            setenv("PDDE_STORE_ADDR", store_addr, 1);
-            result res;
-            memset(&res, 0, sizeof res);
-            pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
-            cp.n_threads = 1;
-            pdde_context *ctx;
-            pdde_comm *world = NULL;
-            pdde_context_init(&cp, &ctx);
-            pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
-            pp.prefix = p->name, pp.timeout_s = 60;
-            if (pdde_comm_init(ctx, &pp, &world)) snprintf(res.error, sizeof res.error, "comm: %s", pdde_last_error(ctx));
-            else train(ctx, world, p, &res);
-            if (write(fds[r][1], &res, sizeof res) != (ssize_t)sizeof res) _exit(3);
-            pdde_comm_free(world);
-            _exit(res.ok ? 0 : 1);
-        }
-        close(fds[r][1]);
-    }
-    for (int r = 0; r < ranks; r++) {
-        result res;
-        memset(&res, 0, sizeof res);
-        ssize_t got = read(fds[r][0], &res, sizeof res);
-        close(fds[r][0]);
-        waitpid(pids[r], NULL, 0);
-        CHECK(got == (ssize_t)sizeof res && res.ok, "%s rank %d: %s", p->name, r, res.error);
-        if (r == 0) *out = res;
-    }
+    int ranks = p->dp * p->tp * p->pp;
+    result res[8];
+    memset(res, 0, sizeof res);
+    test_ranks_params tp = {.addr = store_addr, .prefix = p->name, .timeout_s = 60, .n_threads = 1,
+                            .device_runtimes = p->device, .results = res, .result_size = sizeof *res};
+    test_run_ranks(ranks, &tp, train_rank, (void *)p, 240);
+    for (int r = 0; r < ranks; r++) CHECK(res[r].ok, "%s rank %d: %s", p->name, r, res[r].error);
+    *out = res[0];
 }
 
 int main(void) {
