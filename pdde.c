@@ -2358,7 +2358,9 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->last_loss = NAN;
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
-    int n_user_nodes = g->n;
+#ifdef PDDE_HAVE_COMM
+    int n_user_nodes = g->n; /* before the session adds its copies between devices */
+#endif
     pdde_status st = session_schedule(s, &p);
     if (st == PDDE_OK && p.world) {
 #ifdef PDDE_HAVE_COMM
@@ -2515,17 +2517,20 @@ static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
 }
 
 /* A step's micro-batches through this rank's stage, forward (F) and backward (B) passes in the
- * schedule's order, then the update. 1F1B: stage s of S runs S-s-1 forwards ahead, then alternates
- * one forward and one backward, then drains the backwards; GPipe: every forward, then every backward.
- * Sends never block and receives wait for their data, so the stages pace each other. */
+ * schedule's order, then the update. 1F1B: stage s of S runs S-s-1 forwards ahead (warm-up), then
+ * one forward and one backward in turn, then the remaining backwards (F0 F1 B0 F2 B1 F3 B2 B3 on the
+ * first of two stages); GPipe: every forward, then every backward. Sends never block and receives
+ * wait for their data, so the stages pace each other. */
 static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float lr, double *loss_sum) {
-    int M = s->n_micro, ahead = mode & 2 ? M : 0, next_f = 0, next_b = 0;
-    if (mode & 2 && s->schedule == PDDE_PIPELINE_1F1B) ahead = s->n_stages - s->stage - 1 < M ? s->n_stages - s->stage - 1 : M;
+    enum { FORWARD = PDDE_RUN_FORWARD, BACKWARD = PDDE_RUN_FORWARD_BACKWARD & ~PDDE_RUN_FORWARD };
+    int M = s->n_micro, next_f = 0, next_b = 0, warmup = s->n_stages - s->stage - 1;
+    bool training = mode & BACKWARD;
+    int ahead = !training || s->schedule == PDDE_PIPELINE_GPIPE || warmup > M ? M : warmup; /* forwards before the first backward */
     pdde_status st = PDDE_OK;
-    while (st == PDDE_OK && (next_f < M || ((mode & 2) && next_b < M))) {
-        bool forward = next_f < M && (next_f < ahead || next_f <= next_b || !(mode & 2));
+    while (st == PDDE_OK && (next_f < M || (training && next_b < M))) {
+        bool forward = next_f < M && (!training || next_f - next_b <= ahead);
         int m = forward ? next_f++ : next_b++;
-        st = run_nodes(s, forward ? PDDE_RUN_FORWARD : PDDE_RUN_FORWARD_BACKWARD & ~PDDE_RUN_FORWARD, m, lr);
+        st = run_nodes(s, forward ? FORWARD : BACKWARD, m, lr);
         if (!st && forward && s->loss) st = add_loss(s, m, loss_sum);
     }
     if (!st && (mode & 4)) st = run_nodes(s, PDDE_RUN_OPTIMIZER, 0, lr);
