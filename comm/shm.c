@@ -24,7 +24,7 @@
 
 #include <sys/mman.h>
 
-#define SHM_CHUNK_BYTES (256u << 10) /* a chunk of a large message: n of them stay in cache */
+#define SHM_CHUNK_BYTES (512u << 10) /* a chunk of a large message (1 MiB did worse: the L2 size here) */
 #define SHM_WHOLE_BYTES (16u << 10)  /* at or below: every rank reduces the whole message */
 #define SHM_MAX_RANKS 64
 #define SHM_LINE 128                 /* a flag per 128 bytes: adjacent-line prefetch would pair 64 */
@@ -36,12 +36,17 @@ struct comm_shm {
     uint64_t phase;           /* barriers this rank has reached: the value of its flag */
     uint64_t unit;            /* chunks and small operations so far: unit % 2 is the buffer set */
     uint64_t next_ticket, serving; /* non-blocking operations started and finished (world lock) */
+    int behind;               /* a rank the last unfinished barrier waits for */
     char name[64];            /* the segment's name until it is unlinked */
 };
 
-static _Atomic uint64_t *shm_flag(const comm_shm *s, int r) {
-    return (_Atomic uint64_t *)(void *)(s->base + SHM_LINE * (size_t)r);
-}
+/* Rank r's line: the barriers it reached, and the CPU it last ran on when it reached one. */
+typedef struct {
+    _Atomic uint64_t phase;
+    _Atomic int cpu;
+} shm_line;
+
+static shm_line *shm_flag(const comm_shm *s, int r) { return (shm_line *)(void *)(s->base + SHM_LINE * (size_t)r); }
 static char *shm_in(const comm_shm *s, int r, int set) {
     return s->base + SHM_LINE * (size_t)s->n + ((size_t)r * 2 + (size_t)set) * (s->chunk + s->res);
 }
@@ -91,7 +96,6 @@ static pdde_status comm_shm_attach(pdde_comm *c, int64_t serial) {
     s->n = c->size;
     s->me = c->rank;
     s->chunk = SHM_CHUNK_BYTES;
-    if (getenv("TMP_SHM_CHUNK")) s->chunk = (size_t)atol(getenv("TMP_SHM_CHUNK"));
     s->res = ((s->chunk / (size_t)s->n + 63) & ~(size_t)63) + 64; /* a part, rounded up, plus an element */
     s->size = SHM_LINE * (size_t)s->n + 2 * (size_t)s->n * (s->chunk + s->res);
     char key[300];
@@ -146,15 +150,26 @@ static pdde_status shm_give_up(comm_world *w) {
 
 /* Publishes that this rank reached its next barrier; returns the barrier's number. */
 static uint64_t shm_arrive(comm_shm *s) {
-    atomic_store_explicit(shm_flag(s, s->me), ++s->phase, memory_order_release);
+    shm_line *l = shm_flag(s, s->me);
+    atomic_store_explicit(&l->cpu, sched_getcpu(), memory_order_relaxed);
+    atomic_store_explicit(&l->phase, ++s->phase, memory_order_release);
     return s->phase;
 }
 
-/* Has every rank reached barrier target? */
-static int shm_reached(const comm_shm *s, uint64_t target) {
+/* Has every rank reached barrier target? If not, s->behind is one that has not. */
+static int shm_reached(comm_shm *s, uint64_t target) {
     for (int p = 0; p < s->n; p++)
-        if (p != s->me && atomic_load_explicit(shm_flag(s, p), memory_order_acquire) < target) return 0;
+        if (p != s->me && atomic_load_explicit(&shm_flag(s, p)->phase, memory_order_acquire) < target) {
+            s->behind = p;
+            return 0;
+        }
     return 1;
+}
+
+/* Is the rank we wait for queued on our own CPU? Then spinning only keeps it from running: yield at
+ * once. (With other work on the machine, the scheduler may put both ranks on one core.) */
+static int shm_peer_on_my_cpu(const comm_shm *s) {
+    return atomic_load_explicit(&shm_flag(s, s->behind)->cpu, memory_order_relaxed) == sched_getcpu();
 }
 
 enum { SHM_START, SHM_WHOLE_REDUCE, SHM_COPY_IN, SHM_COPY_OUT, SHM_REDUCE, SHM_DONE };
@@ -300,7 +315,8 @@ static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *r
     double start = 0, deadline = 0, idle_since = 0, last_nudge = 0;
     uint64_t seen = s->phase;
     for (int tries = 0; !shm_step(s, &o); tries++) {
-        if (tries < spin) { shm_cpu_relax(); continue; }
+        int shared_cpu = shm_peer_on_my_cpu(s);
+        if (tries < spin && !shared_cpu) { shm_cpu_relax(); continue; }
         if (w->failed) return shm_give_up(w);
         double now = comm_now();
         if (!start) { start = idle_since = last_nudge = now; deadline = now + w->timeout_s; }
@@ -315,7 +331,7 @@ static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *r
             if (!w->watching) pthread_cond_signal(&w->cv);
             pthread_mutex_unlock(&w->lock);
         }
-        comm_backoff(now - idle_since, deadline - now, w->spin_s);
+        comm_backoff(now - idle_since, deadline - now, shared_cpu ? 0 : w->spin_s);
     }
     return PDDE_OK;
 }
