@@ -144,6 +144,7 @@ pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbu
     pdde_status st = comm_check(c, t, op, req);
     if (st) return st;
     COMM_NEED(!count || (sendbuf && recvbuf), "NULL buffer");
+    if (c->shm && c->algo == PDDE_ALGO_AUTO && count) return comm_shm_iallreduce(c, sendbuf, recvbuf, count, t, op, req);
     size_t esz = pdde_dtype_size(t), bytes = count * esz;
     if (sendbuf != recvbuf && bytes) memcpy(recvbuf, sendbuf, bytes);
     pdde_comm_algo algo = comm_pick(c, bytes);
@@ -501,6 +502,9 @@ static pdde_status comm_allreduce_fast(pdde_comm *c, void *buf, size_t count, pd
 
 pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                                 pdde_reduce_op op) {
+    if (c && c->shm && c->algo == PDDE_ALGO_AUTO && count && sendbuf && recvbuf && (unsigned)t < PDDE_DTYPE_COUNT &&
+        (unsigned)op <= PDDE_REDUCE_MIN)
+        return comm_shm_allreduce(c, sendbuf, recvbuf, count, t, op);
     if (c && c->size > 1 && !(c->size & (c->size - 1)) && count && sendbuf && recvbuf && (unsigned)t < PDDE_DTYPE_COUNT &&
         (unsigned)op <= PDDE_REDUCE_MIN && count * pdde_dtype_size(t) <= COMM_FAST_BYTES &&
         (c->algo == PDDE_ALGO_AUTO || c->algo == PDDE_ALGO_RECURSIVE)) {

@@ -79,7 +79,29 @@ struct pdde_comm {
     int local_equal;              /* every host has the same number of this comm's ranks */
     int *local_group, local_n, local_me;  /* world ranks on my host */
     int *cross_group, cross_n, cross_me;  /* world ranks with my local index, one per host */
+    struct comm_shm *shm;         /* shared-memory channel when every rank is on this host (shm.c) */
 };
+
+typedef struct comm_shm comm_shm;
+/* A shared-memory allreduce in progress (shm.c); non-blocking ones live inside their request. */
+typedef struct {
+    const char *src;
+    char *dst;
+    size_t count, chunk_elems, nchunks, k; /* elements; chunks; the chunk being worked on */
+    pdde_dtype dtype;
+    pdde_reduce_op op;
+    int stage;
+    uint64_t unit0;                        /* the buffer set of chunk k is (unit0 + k) % 2 */
+    uint64_t barrier_a, barrier_b;         /* the barriers the next steps wait for */
+    uint64_t ticket;                       /* non-blocking ones run in the order they were started */
+} comm_shm_op;
+static pdde_status comm_shm_attach(pdde_comm *c, int64_t serial);
+static void comm_shm_detach(comm_shm *s);
+static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                                      pdde_reduce_op op);
+static pdde_status comm_shm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                                       pdde_reduce_op op, pdde_comm_request **req);
+static int comm_shm_advance(pdde_comm_request *r);
 
 static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -433,12 +455,15 @@ static pdde_status comm_topology(pdde_comm *c) {
     return PDDE_OK;
 }
 
-static pdde_status comm_new(comm_world *w, int rank, int size, int *ranks, int id, pdde_comm_algo algo, pdde_comm **out) {
+/* serial: unique among the world's communicators (0 for the world itself) */
+static pdde_status comm_new(comm_world *w, int rank, int size, int *ranks, int id, int64_t serial, pdde_comm_algo algo,
+                            pdde_comm **out) {
     pdde_comm *c = calloc(1, sizeof *c);
     if (!c) { free(ranks); return pdde_error(w->ctx, PDDE_ERR_OOM, "comm: out of memory"); }
     c->w = w; c->rank = rank; c->size = size; c->ranks = ranks; c->id = id; c->algo = algo;
     c->last_algo = "none";
     pdde_status st = comm_topology(c);
+    if (!st) st = comm_shm_attach(c, serial);
     if (st) { free(c->local_group); free(c->cross_group); free(c->ranks); free(c); return st; }
     pthread_mutex_lock(&w->lock);
     w->refs++;
@@ -654,7 +679,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     int *ranks = malloc((size_t)w->size * sizeof *ranks);
     if (!ranks) { st = pdde_error(ctx, PDDE_ERR_OOM, "comm: out of memory"); goto fail; }
     for (int i = 0; i < w->size; i++) ranks[i] = i;
-    if ((st = comm_new(w, w->rank, w->size, ranks, COMM_WORLD_ID, comm_algo_from_env(p.algo), out))) goto fail;
+    if ((st = comm_new(w, w->rank, w->size, ranks, COMM_WORLD_ID, 0, comm_algo_from_env(p.algo), out))) goto fail;
     return PDDE_OK;
 fail:
     world_destroy(w);
@@ -671,6 +696,7 @@ void pdde_comm_free(pdde_comm *c) {
     }
     int last = --w->refs == 0;
     pthread_mutex_unlock(&w->lock);
+    comm_shm_detach(c->shm);
     free(c->ranks); free(c->local_group); free(c->cross_group);
     free(c);
     if (last) world_destroy(w);
@@ -743,7 +769,8 @@ pdde_status pdde_comm_split(pdde_comm *c, int color, int key, pdde_comm **out) {
     free(all);
     if (st || mine[0] < 0) { free(ranks); return st; }
     int id = 2 + (int)((base + color_index) % ((1 << COMM_ID_BITS) - 2));
-    return comm_new(w, rank, size, ranks, id, c->algo, out);
+    return comm_new(w, rank, size, ranks, id, 1 + base + color_index, c->algo, out);
 }
 
 #include "comm/collectives.c"
+#include "comm/shm.c"

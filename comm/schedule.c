@@ -45,6 +45,8 @@ struct pdde_comm_request {
     pdde_status status;
     char msg[256];
     pdde_comm_request *prev, *next; /* the world's running operations */
+    int is_shm;                 /* an allreduce on the communicator's shared memory (shm.c), no programs */
+    comm_shm_op shm;
 };
 
 /* ------------------------------------------------------------------------------------------------
@@ -278,6 +280,7 @@ static int prog_advance(pdde_comm_request *r, int idx, pdde_status *st) {
  * a sliding window: program s starts once program s - max_active is done, so the two may share
  * scratch memory (slot s % max_active, see req_slot). */
 static int req_advance(pdde_comm_request *r) {
+    if (r->is_shm) return comm_shm_advance(r);
     pdde_status st = PDDE_OK;
     int moved = 0, finished = 0;
     for (int i = 0; i < r->nprog && !st; i++) {

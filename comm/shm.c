@@ -1,0 +1,337 @@
+/* comm/shm.c — the shared-memory channel of a communicator whose ranks all live on one host, and the
+ * blocking allreduce that runs on it instead of the transport.
+ *
+ * Every member maps one segment (created by comm rank 0, named through the store, unlinked as soon
+ * as everyone has it mapped). It holds one flag per rank and, per rank, two sets of staging areas
+ * ("in": a chunk of the message, "res": the rank's reduced part of it). A flag counts the barriers
+ * its rank has reached; a barrier is "publish my count, wait until every flag has reached it", one
+ * cache line each way, no tag matching, no requests, no system call.
+ *
+ *  - up to SHM_WHOLE_BYTES: copy the message into my "in", barrier, every rank reduces all of them
+ *    (in rank order, so the ranks agree bit for bit); one barrier per operation;
+ *  - above, per chunk: copy the parts the others reduce into my "in", barrier, reduce my part from
+ *    everybody's "in" straight into my buffer and my "res", barrier, copy the others' parts from their
+ *    "res" (a reduce-scatter and an allgather through memory the caches share). A chunk stays in cache,
+ *    so the message itself is read and written once from memory.
+ *
+ * Buffer sets alternate per chunk (or small operation). Reusing a set is safe without a wait: before
+ * unit u writes set u % 2, every peer has reached the first barrier of unit u - 1, so it has finished
+ * reading everything of unit u - 2.
+ *
+ * Failures: every wait has the communicator's timeout and watches the world's failure state, which the
+ * service thread takes from the store (a dead rank's death notice) within ~50 ms; the service thread is
+ * kept polling while a rank waits here. */
+
+#include <sys/mman.h>
+
+#define SHM_CHUNK_BYTES (512u << 10) /* a chunk of a large message (1 MiB did worse: the L2 size here) */
+#define SHM_WHOLE_BYTES (16u << 10)  /* at or below: every rank reduces the whole message */
+#define SHM_MAX_RANKS 64
+#define SHM_LINE 128                 /* a flag per 128 bytes: adjacent-line prefetch would pair 64 */
+
+struct comm_shm {
+    char *base;
+    size_t size, chunk, res;  /* segment bytes; bytes of an "in" and of a "res" area */
+    int n, me;
+    uint64_t phase;           /* barriers this rank has reached: the value of its flag */
+    uint64_t unit;            /* chunks and small operations so far: unit % 2 is the buffer set */
+    uint64_t next_ticket, serving; /* non-blocking operations started and finished (world lock) */
+    int behind;               /* a rank the last unfinished barrier waits for */
+    char name[64];            /* the segment's name until it is unlinked */
+};
+
+/* Rank r's line: the barriers it reached, and the CPU it last ran on when it reached one. */
+typedef struct {
+    _Atomic uint64_t phase;
+    _Atomic int cpu;
+} shm_line;
+
+static shm_line *shm_flag(const comm_shm *s, int r) { return (shm_line *)(void *)(s->base + SHM_LINE * (size_t)r); }
+static char *shm_in(const comm_shm *s, int r, int set) {
+    return s->base + SHM_LINE * (size_t)s->n + ((size_t)r * 2 + (size_t)set) * (s->chunk + s->res);
+}
+static char *shm_res(const comm_shm *s, int r, int set) { return shm_in(s, r, set) + s->chunk; }
+
+static void shm_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+static void comm_shm_detach(comm_shm *s) {
+    if (!s) return;
+    if (s->base) munmap(s->base, s->size);
+    if (s->name[0]) shm_unlink(s->name);
+    free(s);
+}
+
+/* Reads a store key the creator will set, polling (the store lock is not held while waiting: the
+ * service thread needs the store for heartbeats). */
+static pdde_status shm_store_wait(comm_world *w, const char *key, void **val, size_t *len) {
+    double deadline = comm_now() + w->timeout_s, pause = 2e-4;
+    for (;;) {
+        pthread_mutex_lock(&w->store_lock);
+        pdde_status st = w->store->iface->get(w->store->impl, NULL, key, val, len);
+        pthread_mutex_unlock(&w->store_lock);
+        if (st != PDDE_ERR_NOT_FOUND) return st;
+        if (w->failed) return w->failed;
+        double left = deadline - comm_now();
+        if (left <= 0) return PDDE_ERR_TIMEOUT;
+        comm_sleep(pause < left ? pause : left);
+        pause = pause * 2 < 0.02 ? pause * 2 : 0.02;
+    }
+}
+
+/* Collective over c (called by comm_new): gives c a shared-memory channel when all its ranks are on
+ * this host and every one of them could map the segment; otherwise c keeps using the transport only.
+ * serial is unique among the world's communicators (it names the store key). */
+static pdde_status comm_shm_attach(pdde_comm *c, int64_t serial) {
+    comm_world *w = c->w;
+    c->shm = NULL;
+    if (c->n_hosts != 1 || c->size < 2 || c->size > SHM_MAX_RANKS) return PDDE_OK;
+    const char *off = getenv("PDDE_COMM_SHM");
+    if (off && !strcmp(off, "0")) return PDDE_OK;
+    comm_shm *s = calloc(1, sizeof *s);
+    if (!s) return pdde_error(w->ctx, PDDE_ERR_OOM, "comm: out of memory");
+    s->n = c->size;
+    s->me = c->rank;
+    s->chunk = SHM_CHUNK_BYTES;
+    s->res = ((s->chunk / (size_t)s->n + 63) & ~(size_t)63) + 64; /* a part, rounded up, plus an element */
+    s->size = SHM_LINE * (size_t)s->n + 2 * (size_t)s->n * (s->chunk + s->res);
+    char key[300];
+    snprintf(key, sizeof key, "%s/shm/%lld", w->prefix, (long long)serial);
+    pdde_status st = PDDE_OK;
+    int fd = -1;
+    if (c->rank == 0) {
+        static _Atomic unsigned segments;
+        snprintf(s->name, sizeof s->name, "/pdde-%d-%u", (int)getpid(), atomic_fetch_add(&segments, 1));
+        fd = shm_open(s->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd >= 0 && ftruncate(fd, (off_t)s->size)) { close(fd); fd = -1; }
+        if (fd < 0) { shm_unlink(s->name); s->name[0] = 0; }
+        /* an empty name tells the others at once that there is no segment */
+        pthread_mutex_lock(&w->store_lock);
+        st = pdde_store_set(w->store, key, s->name, strlen(s->name) + 1);
+        pthread_mutex_unlock(&w->store_lock);
+    } else {
+        void *val = NULL;
+        size_t len = 0;
+        st = shm_store_wait(w, key, &val, &len);
+        if (!st && len > 1 && ((char *)val)[len - 1] == 0) fd = shm_open(val, O_RDWR, 0);
+        free(val);
+    }
+    if (fd >= 0) {
+        void *p = mmap(NULL, s->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        s->base = p == MAP_FAILED ? NULL : p;
+    }
+    /* everybody must have it, or nobody uses it: agree over the transport (c->shm is still NULL) */
+    int32_t ok = s->base != NULL, all = 0;
+    if (!st) st = pdde_comm_allreduce(c, &ok, &all, 1, PDDE_I32, PDDE_REDUCE_MIN);
+    if (s->name[0]) { shm_unlink(s->name); s->name[0] = 0; } /* everyone has mapped it by now */
+    if (st || !all) {
+        comm_shm_detach(s);
+        return st == PDDE_ERR_TIMEOUT ? pdde_error(w->ctx, st, "comm: shared-memory setup timed out") : st;
+    }
+    c->shm = s;
+    return PDDE_OK;
+}
+
+/* The world failed or the deadline passed: report it the way every other wait does. */
+static pdde_status shm_give_up(comm_world *w) {
+    pthread_mutex_lock(&w->lock);
+    if (!w->failed) {
+        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a shm allreduce did not finish within %.3g s", w->rank, w->timeout_s);
+        world_progress(w); /* ends the world's running operations */
+    }
+    pdde_status st = w->failed;
+    pthread_mutex_unlock(&w->lock);
+    return comm_report(w, st);
+}
+
+/* Publishes that this rank reached its next barrier; returns the barrier's number. */
+static uint64_t shm_arrive(comm_shm *s) {
+    shm_line *l = shm_flag(s, s->me);
+    atomic_store_explicit(&l->cpu, sched_getcpu(), memory_order_relaxed);
+    atomic_store_explicit(&l->phase, ++s->phase, memory_order_release);
+    return s->phase;
+}
+
+/* Has every rank reached barrier target? If not, s->behind is one that has not. */
+static int shm_reached(comm_shm *s, uint64_t target) {
+    for (int p = 0; p < s->n; p++)
+        if (p != s->me && atomic_load_explicit(&shm_flag(s, p)->phase, memory_order_acquire) < target) {
+            s->behind = p;
+            return 0;
+        }
+    return 1;
+}
+
+/* Is the rank we wait for queued on our own CPU? Then spinning only keeps it from running: yield at
+ * once. (With other work on the machine, the scheduler may put both ranks on one core.) */
+static int shm_peer_on_my_cpu(const comm_shm *s) {
+    return atomic_load_explicit(&shm_flag(s, s->behind)->cpu, memory_order_relaxed) == sched_getcpu();
+}
+
+enum { SHM_START, SHM_WHOLE_REDUCE, SHM_COPY_IN, SHM_COPY_OUT, SHM_REDUCE, SHM_DONE };
+
+/* Runs o as far as it goes without waiting for another rank; returns 1 when it is finished.
+ * Large messages, per chunk k: copy in (the parts the others reduce), barrier A_k; [wait for B_{k-1},
+ * copy out chunk k - 1]; wait for A_k, reduce my part, barrier B_k. Copying chunk k in before waiting
+ * for B_{k-1} hides that wait when the ranks keep pace. */
+static int shm_step(comm_shm *s, comm_shm_op *o) {
+    size_t esz = pdde_dtype_size(o->dtype), po, pl;
+    int n = s->n, me = s->me;
+    for (;;) {
+        size_t at = o->k * o->chunk_elems, m = at < o->count && o->count - at < o->chunk_elems ? o->count - at : o->chunk_elems;
+        int set = (int)((o->unit0 + o->k) & 1);
+        switch (o->stage) {
+        case SHM_START:
+            o->unit0 = s->unit;
+            if (o->count * esz <= SHM_WHOLE_BYTES) {
+                s->unit++;
+                memcpy(shm_in(s, me, (int)(o->unit0 & 1)), o->src, o->count * esz);
+                o->barrier_a = shm_arrive(s);
+                o->stage = SHM_WHOLE_REDUCE;
+            } else {
+                o->chunk_elems = s->chunk / esz;
+                o->nchunks = (o->count + o->chunk_elems - 1) / o->chunk_elems;
+                s->unit += o->nchunks;
+                o->stage = SHM_COPY_IN;
+            }
+            break;
+        case SHM_WHOLE_REDUCE:
+            if (!shm_reached(s, o->barrier_a)) return 0;
+            if (n == 2) { /* a op b == b op a bit for bit: no order to keep */
+                if (o->dst != o->src) memcpy(o->dst, o->src, o->count * esz);
+                comm_reduce(o->dst, shm_in(s, 1 - me, set), o->count, o->dtype, o->op);
+            } else { /* in rank order, so that every rank gets the same bits */
+                memcpy(o->dst, shm_in(s, 0, set), o->count * esz);
+                for (int p = 1; p < n; p++) comm_reduce(o->dst, shm_in(s, p, set), o->count, o->dtype, o->op);
+            }
+            if (o->op == PDDE_REDUCE_AVG) comm_divide(o->dst, o->count, o->dtype, n);
+            o->stage = SHM_DONE;
+            return 1;
+        case SHM_COPY_IN: {
+            char *in = shm_in(s, me, set);
+            for (int p = 0; p < n; p++) {
+                if (p == me) continue;
+                comm_part(m, n, p, &po, &pl);
+                memcpy(in + po * esz, o->src + (at + po) * esz, pl * esz);
+            }
+            o->barrier_a = shm_arrive(s);
+            o->stage = SHM_COPY_OUT;
+            break;
+        }
+        case SHM_COPY_OUT:
+            if (o->k > 0) { /* chunk k - 1: the others' reduced parts */
+                if (!shm_reached(s, o->barrier_b)) return 0;
+                size_t pat = at - o->chunk_elems, pm = o->count - pat < o->chunk_elems ? o->count - pat : o->chunk_elems;
+                int pset = set ^ 1;
+                for (int p = 0; p < n; p++) {
+                    if (p == me) continue;
+                    comm_part(pm, n, p, &po, &pl);
+                    memcpy(o->dst + (pat + po) * esz, shm_res(s, p, pset), pl * esz);
+                }
+                if (o->k == o->nchunks) {
+                    o->stage = SHM_DONE;
+                    return 1;
+                }
+            }
+            o->stage = SHM_REDUCE;
+            break;
+        case SHM_REDUCE: {
+            if (!shm_reached(s, o->barrier_a)) return 0;
+            comm_part(m, n, me, &po, &pl);
+            char *mine = o->dst + (at + po) * esz;
+            if (o->dst != o->src) memcpy(mine, o->src + (at + po) * esz, pl * esz);
+            for (int p = 0; p < n; p++)
+                if (p != me) comm_reduce(mine, shm_in(s, p, set) + po * esz, pl, o->dtype, o->op);
+            if (o->op == PDDE_REDUCE_AVG) comm_divide(mine, pl, o->dtype, n);
+            memcpy(shm_res(s, me, set), mine, pl * esz);
+            o->barrier_b = shm_arrive(s);
+            o->k++;
+            o->stage = o->k < o->nchunks ? SHM_COPY_IN : SHM_COPY_OUT;
+            break;
+        }
+        default:
+            return 1;
+        }
+    }
+}
+
+/* The request form: runs from the world's progress (the caller's wait, or the service thread in the
+ * background), after the communicator's earlier shared-memory operations. */
+static int comm_shm_advance(pdde_comm_request *r) {
+    comm_shm *s = r->comm->shm;
+    if (r->shm.ticket != s->serving) return 0;
+    uint64_t before = s->phase;
+    if (shm_step(s, &r->shm)) {
+        s->serving++;
+        req_finish(r, PDDE_OK);
+        return 1;
+    }
+    return s->phase != before;
+}
+
+static pdde_status comm_shm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                                       pdde_reduce_op op, pdde_comm_request **req) {
+    pdde_comm_request *r = NULL;
+    pdde_status st = req_alloc(c, 0, t, op, &r);
+    if (st) return st;
+    comm_shm_op o = {sendbuf, recvbuf, count, 0, 0, 0, t, op, SHM_START, 0, 0, 0, 0};
+    r->is_shm = 1;
+    r->shm = o;
+    pthread_mutex_lock(&c->w->lock);
+    r->shm.ticket = c->shm->next_ticket++;
+    pthread_mutex_unlock(&c->w->lock);
+    return comm_start(c, r, "shm", req);
+}
+
+/* The blocking form: with no non-blocking operation ahead of it on the channel, it runs right here,
+ * without a request or the world lock (nothing else touches the channel meanwhile: only the caller
+ * starts operations on it); the wait is that of every other blocking operation. */
+static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                                      pdde_reduce_op op) {
+    comm_world *w = c->w;
+    comm_shm *s = c->shm;
+    pthread_mutex_lock(&w->lock);
+    pdde_status st = w->failed;
+    int queued = s->next_ticket != s->serving;
+    if (!st && !queued) {
+        w->started++;
+        if (!w->watching) pthread_cond_signal(&w->cv); /* the service thread polls for failures meanwhile */
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (st) return comm_report(w, st);
+    if (queued) {
+        pdde_comm_request *r = NULL;
+        comm_blocking_call = 1;
+        st = comm_shm_iallreduce(c, sendbuf, recvbuf, count, t, op, &r);
+        return comm_finish(c, st, r);
+    }
+    c->last_algo = "shm";
+    comm_shm_op o = {sendbuf, recvbuf, count, 0, 0, 0, t, op, SHM_START, 0, 0, 0, 0};
+    int spin = w->spin_s > 0 ? 64 : 0; /* polls before the first clock read (and backoff decision) */
+    double start = 0, deadline = 0, idle_since = 0, last_nudge = 0;
+    uint64_t seen = s->phase;
+    for (int tries = 0; !shm_step(s, &o); tries++) {
+        int shared_cpu = shm_peer_on_my_cpu(s);
+        if (tries < spin && !shared_cpu) { shm_cpu_relax(); continue; }
+        if (w->failed) return shm_give_up(w);
+        double now = comm_now();
+        if (!start) { start = idle_since = last_nudge = now; deadline = now + w->timeout_s; }
+        if (s->phase != seen) { seen = s->phase; idle_since = now; }
+        if (now >= deadline) return shm_give_up(w);
+        if (now - last_nudge > 20e-3) {
+            /* a long wait: keep the service thread polling the store's failure key (it stops a while
+             * after the last operation it saw start) */
+            last_nudge = now;
+            pthread_mutex_lock(&w->lock);
+            w->started++;
+            if (!w->watching) pthread_cond_signal(&w->cv);
+            pthread_mutex_unlock(&w->lock);
+        }
+        comm_backoff(now - idle_since, deadline - now, shared_cpu ? 0 : w->spin_s);
+    }
+    return PDDE_OK;
+}
