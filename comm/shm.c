@@ -284,7 +284,10 @@ static pdde_status comm_shm_iallreduce(pdde_comm *c, const void *sendbuf, void *
     pthread_mutex_lock(&c->w->lock);
     r->shm.ticket = c->shm->next_ticket++;
     pthread_mutex_unlock(&c->w->lock);
-    return comm_start(c, r, "shm", req);
+    /* no tags, so no operation sequence number: a blocking call that runs directly takes none either,
+     * and the communicator's sequence must stay the same on every rank whichever way each one went */
+    c->last_algo = "shm";
+    return comm_start(c, r, NULL, req);
 }
 
 /* The blocking form: with no non-blocking operation ahead of it on the channel, it runs right here,

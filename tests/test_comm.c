@@ -214,6 +214,26 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
         free(bufs[k]);
     }
 
+    /* blocking calls while non-blocking ones are in flight (the executor mixes them): every result
+     * right, small ones (one round on a host's shared segment) and large ones (chunked) alike */
+    for (int size = 2; size <= CNT; size *= 300) {
+        float *a = malloc((size_t)size * sizeof(float)), *b = malloc((size_t)size * sizeof(float));
+        for (int i = 0; i < size; i++) a[i] = (float)val(me, (size_t)i), b[i] = (float)val(me + 1, (size_t)i);
+        pdde_comm_request *req = NULL;
+        CHECK(pdde_comm_iallreduce(comm, a, a, (size_t)size, PDDE_F32, PDDE_REDUCE_SUM, &req) == PDDE_OK &&
+              pdde_comm_allreduce(comm, b, b, (size_t)size, PDDE_F32, PDDE_REDUCE_MAX) == PDDE_OK &&
+              pdde_comm_wait(req, 30) == PDDE_OK, "mixed blocking and non-blocking, %d floats: %s", size, pdde_last_error(ctx));
+        pdde_comm_request_free(req);
+        int ok = 1;
+        for (int i = 0; i < size && ok; i++) {
+            long sum = 0, max = -1000;
+            for (int r = 0; r < n; r++) sum += val(r, (size_t)i), max = val(r + 1, (size_t)i) > max ? val(r + 1, (size_t)i) : max;
+            ok = a[i] == (float)sum && b[i] == (float)max;
+        }
+        CHECK(ok, "mixed blocking and non-blocking, %d floats: wrong values", size);
+        free(a), free(b);
+    }
+
     /* split: two "mesh axes" of the ranks; keys reverse the order in one of them */
     if (n >= 2) {
         pdde_comm *sub = NULL;
