@@ -192,7 +192,6 @@ int main(int argc, char **argv) {
     pdde_comm *comm = NULL;
     int rank = 0, ranks = o.dp * o.tp * o.pp, spmd = o.tp > 1 || o.pp > 1 || o.zero > 1;
     gpt_config local = o.model;
-    local.batch = o.model.batch / o.micro;
     if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
@@ -211,25 +210,13 @@ int main(int argc, char **argv) {
     pdde_graph *g;
     gpt_model m;
     TRY(pdde_graph_init(ctx, &g));
-    TRY(gpt_build(g, &local, &m));
-    pdde_mark_output(m.logits);
-    const pdde_mesh *mesh = NULL;
-    if (spmd) {
-        mesh = pdde_mesh_create(g, 3, (int[]){o.dp, o.tp, o.pp}, (const char *[]){"dp", "tp", "pp"}, NULL);
-        TRY(pdde_graph_status(g));
-        TRY(pdde_strategy_data_parallel(g, mesh, "dp"));
-        if (o.tp > 1) TRY(gpt_shard_tensor_parallel(g, mesh, "tp"));
-        if (o.pp > 1) TRY(pdde_strategy_pipeline(g, mesh, "pp", o.model.layers + 2)); /* embedding, blocks, head */
-    }
-    /* activation checkpointing: only the residual stream between blocks is kept for backward */
-    for (int l = 1; l <= o.model.layers && o.recompute; l++) TRY(pdde_graph_set_recompute(g, l, 1));
-    TRY(pdde_backward(g, m.loss));
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip, op.grad_accum_steps = o.micro;
+    op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
-    TRY(pdde_optimizer_adamw(g, &op));
-    if (spmd && o.zero) TRY(pdde_strategy_zero(g, mesh, "dp", o.zero));
-    if (spmd) TRY(pdde_complete(g));
+    /* recompute: only the residual stream between blocks is kept for backward */
+    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute}, alone = {1, 1, 1, o.micro, 0, o.recompute};
+    TRY(gpt_build_plan(g, &local, spmd ? &plan : &alone, &op, &m));
+    pdde_mark_output(m.logits);
 
     /* placement: with --blocks-on, the transformer blocks (layers 1..L) go to that backend's device 0 */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;

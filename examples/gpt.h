@@ -10,6 +10,7 @@
 #define PDDE_EXAMPLE_GPT_H
 #include "pdde.h"
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 typedef struct {
@@ -122,6 +123,46 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
             if (st) return st;
         }
     }
+}
+
+/* A parallel plan: dp x tp x pp ranks, micro-batches per step, ZeRO stage (over dp), recompute of
+ * every block. */
+typedef struct {
+    int dp, tp, pp, micro, zero, recompute;
+} gpt_plan;
+
+/* The training graph of a plan: the model for one micro-batch (c->batch / micro rows of the global
+ * batch), each block recomputed in backward if asked, AdamW (opt, with grad_accum_steps = micro).
+ * With more than one rank it is annotated on a mesh of the plan's axes bigger than 1 (dp, tp, pp in
+ * that order) with data, tensor (gpt_shard_tensor_parallel) and pipeline parallelism (one stage per
+ * pp index over the embedding, blocks and head) and ZeRO, and completed. */
+static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, const gpt_plan *p, const pdde_optimizer_params *opt,
+                                         gpt_model *m) {
+    int micro = p->micro > 1 ? p->micro : 1;
+    bool parallel = p->dp * p->tp * p->pp > 1;
+    gpt_config local = *c;
+    local.batch /= micro;
+    pdde_status st = gpt_build(g, &local, m);
+    const pdde_mesh *mesh = NULL;
+    if (!st && parallel) {
+        int shape[3], n = 0;
+        const char *names[3];
+        if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
+        if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
+        if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
+        if (!(mesh = pdde_mesh_create(g, n, shape, names, NULL))) return pdde_graph_status(g);
+        if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
+        if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
+        if (!st && p->pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", c->layers + 2);
+    }
+    for (int l = 1; l <= c->layers && !st && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
+    pdde_optimizer_params op = *opt;
+    op.grad_accum_steps = micro;
+    if (!st) st = pdde_backward(g, m->loss);
+    if (!st) st = pdde_optimizer_adamw(g, &op);
+    if (!st && parallel && p->zero) st = pdde_strategy_zero(g, mesh, "dp", p->zero);
+    if (!st && parallel) st = pdde_complete(g);
+    return st;
 }
 
 static inline int64_t gpt_n_params(const gpt_config *c) {

@@ -50,29 +50,9 @@ static int micro_batches(const plan *p) { return p && p->micro > 1 ? p->micro : 
 
 static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = 3e-3f, op.weight_decay = 0.1f, op.grad_accum_steps = micro_batches(p);
-    gpt_config c = cfg;
-    c.batch /= micro_batches(p); /* the graph is one micro-batch (of the global batch) */
-    pdde_status st = gpt_build(g, &c, m);
-    if (!st && p) {
-        /* the mesh: the axes the plan uses, dp x tp x pp */
-        int shape[3], n = 0;
-        const char *names[3];
-        if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
-        if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
-        if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
-        const pdde_mesh *mesh = pdde_mesh_create(g, n, shape, names, NULL);
-        if (!mesh) return pdde_graph_status(g);
-        if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
-        if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
-        if (!st && p->pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", cfg.layers + 2); /* embedding, blocks, head */
-    }
-    for (int l = 1; l <= cfg.layers && !st && p && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
-    if (!st) st = pdde_backward(g, m->loss);
-    if (!st) st = pdde_optimizer_adamw(g, &op);
-    if (!st && p && p->zero) st = pdde_strategy_zero(g, pdde_graph_mesh(g), "dp", p->zero);
-    if (!st && p) st = pdde_complete(g);
-    return st;
+    op.lr = 3e-3f, op.weight_decay = 0.1f;
+    gpt_plan gp = {p ? p->dp : 1, p ? p->tp : 1, p ? p->pp : 1, micro_batches(p), p ? p->zero : 0, p ? p->recompute : 0};
+    return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 
 /* Trains STEPS steps; plan NULL = one process (and it records the initial parameters). */

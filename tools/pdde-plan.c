@@ -48,16 +48,8 @@ int main(int argc, char **argv) {
     pdde_context_init(&cp, &ctx);
     pdde_graph_init(ctx, &g);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    const pdde_mesh *mesh = pdde_mesh_create(g, 3, (int[]){dp, tp, pp}, (const char *[]){"dp", "tp", "pp"}, NULL);
-    pdde_status st = gpt_build(g, &c, &m);
-    if (!st) st = pdde_strategy_data_parallel(g, mesh, "dp");
-    if (!st && tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
-    if (!st && pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", c.layers + 2); /* embedding, blocks, head */
-    for (int l = 1; l <= c.layers && !st && recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
-    if (!st) st = pdde_backward(g, m.loss);
-    if (!st) st = pdde_optimizer_adamw(g, &op);
-    if (!st && zero) st = pdde_strategy_zero(g, mesh, "dp", zero);
-    if (!st) st = pdde_complete(g);
+    gpt_plan plan = {dp, tp, pp, 1, zero, recompute};
+    pdde_status st = gpt_build_plan(g, &c, &plan, &op, &m);
     if (st) {
         fprintf(stderr, "pdde-plan: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
         return 1;
@@ -76,7 +68,7 @@ int main(int argc, char **argv) {
         total[kind] += 4.0 * (double)pdde_tensor_numel(t);
         int coords[PDDE_MAX_MESH_DIMS];
         for (int r = 0; r < n; r++)
-            if (pdde_mesh_coords(t->dist.mesh, r, coords) == PDDE_OK) bytes[r][kind] += 4.0 * (double)local_numel(t);
+            if (!t->dist.mesh || pdde_mesh_coords(t->dist.mesh, r, coords) == PDDE_OK) bytes[r][kind] += 4.0 * (double)local_numel(t);
     }
     for (int r = 0; r < n; r++) {
         int first = 0;

@@ -73,31 +73,12 @@ static void batch(int step, int32_t *x, int32_t *y) {
     }
 }
 
-/* The graph of one micro-batch, annotated with the plan's strategies (as tests/test_spmd.c). */
+/* The graph of one micro-batch, annotated with the plan's strategies. */
 static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = 3e-3f, op.weight_decay = 0.1f, op.grad_accum_steps = p->micro;
-    gpt_config c = cfg;
-    c.batch /= p->micro;
-    pdde_status st = gpt_build(g, &c, m);
-    if (!st && n_ranks(p) > 1) {
-        int shape[3], n = 0;
-        const char *names[3];
-        if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
-        if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
-        if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
-        const pdde_mesh *mesh = pdde_mesh_create(g, n, shape, names, NULL);
-        if (!mesh) return pdde_graph_status(g);
-        if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
-        if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
-        if (!st && p->pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", cfg.layers + 2); /* embedding, blocks, head */
-    }
-    for (int l = 1; l <= cfg.layers && !st && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
-    if (!st) st = pdde_backward(g, m->loss);
-    if (!st) st = pdde_optimizer_adamw(g, &op);
-    if (!st && p->zero) st = pdde_strategy_zero(g, pdde_graph_mesh(g), "dp", p->zero);
-    if (!st && n_ranks(p) > 1) st = pdde_complete(g);
-    return st;
+    op.lr = 3e-3f, op.weight_decay = 0.1f;
+    gpt_plan gp = {p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute};
+    return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 
 /* Trains n_steps steps on this rank (world NULL: one process), timing each step from a barrier. */
