@@ -1093,6 +1093,7 @@ struct pdde_session {
     int n_stages, stage;        /* pipeline stages (1: none) and this rank's */
     int n_live;                 /* micro-batches whose activations are alive at once (one arena each) */
     pdde_pipeline_schedule schedule;
+    pdde_dtype comm_dtype;      /* what reshard collectives of f32 tensors send (PDDE_F32: as they are) */
     bool bind;                  /* tensors are pointed at a micro-batch's memory before each node */
     size_t *input_base;         /* per tensor id of an input: offset of its micro-batch 0 (then one slot each) */
     struct session_send *sends; /* per SEND node (iparams[2]): host copies in flight, one per live micro-batch */
@@ -1688,6 +1689,27 @@ static pdde_tensor *reshard_push(pdde_session *s, pdde_tensor *t, pdde_phase pha
 
 /* The steps along mesh axis a turning t (attr *cur, updated) towards want. With gather_only, just
  * the split on a is gathered (the split it wants is done by a later call). NULL on failure. */
+/* A collective reshard step (op over graph mesh axis ga, reduce op rop where it reduces). With the
+ * session's comm_dtype narrower than t's f32, the data crosses the wire in it: a cast on each side
+ * (what is sent, and what was received, rounded). */
+static pdde_tensor *reshard_collective(pdde_session *s, pdde_op op, pdde_tensor *t, int ga, int grow, int shrink, int rop,
+                                       const pdde_dist_attr *attr, pdde_phase phase, int slot) {
+    bool narrow = s->comm_dtype != PDDE_F32 && t->dtype == PDDE_F32;
+    if (narrow) {
+        pdde_tensor *c = new_node(s->g, PDDE_OP_CAST, s->comm_dtype, t->ndim, t->shape, 1, &t);
+        if (c) c->dist = t->dist;
+        t = reshard_push(s, c, phase, slot);
+    }
+    t = t ? reshard_push(s, reshard_node(s, op, t, ga, grow, shrink, attr), phase, slot) : NULL;
+    if (t) t->iparams[0] = rop;
+    if (t && narrow) {
+        pdde_tensor *c = new_node(s->g, PDDE_OP_CAST, PDDE_F32, t->ndim, t->shape, 1, &t);
+        if (c) c->dist = t->dist;
+        t = reshard_push(s, c, phase, slot);
+    }
+    return t;
+}
+
 static pdde_tensor *reshard_axis(pdde_session *s, pdde_tensor *t, pdde_dist_attr *cur, const pdde_dist_attr *want, int a,
                                  bool gather_only, pdde_phase phase, int slot) {
     int ga = graph_axis(s, want->mesh, a); /* the communicator and coordinate along a */
@@ -1708,12 +1730,11 @@ static pdde_tensor *reshard_axis(pdde_session *s, pdde_tensor *t, pdde_dist_attr
         cur->partial_avg &= (uint8_t)~(1u << a);
         if (want_dim >= 0 && have_dim < 0) { /* partial -> split: reduce-scatter */
             cur->dims_mapping[want_dim] = (int8_t)a;
-            t = reshard_push(s, reshard_node(s, PDDE_OP_REDUCE_SCATTER, t, ga, -1, want_dim, cur), phase, slot);
+            t = reshard_collective(s, PDDE_OP_REDUCE_SCATTER, t, ga, -1, want_dim, rop, cur, phase, slot);
             have_dim = want_dim;
         } else {
-            t = reshard_push(s, reshard_node(s, PDDE_OP_ALLREDUCE, t, ga, -1, -1, cur), phase, slot);
+            t = reshard_collective(s, PDDE_OP_ALLREDUCE, t, ga, -1, -1, rop, cur, phase, slot);
         }
-        if (t) t->iparams[0] = rop;
     }
     if (t && !gather_only && want_partial && !partial && !(want->partial_avg >> a & 1)) {
         /* whole -> partial sum: the first rank along the axis keeps the value, the others zero */
@@ -1723,12 +1744,12 @@ static pdde_tensor *reshard_axis(pdde_session *s, pdde_tensor *t, pdde_dist_attr
     }
     if (t && have_dim >= 0 && want_dim >= 0 && have_dim != want_dim) { /* split on another dim: alltoall */
         cur->dims_mapping[have_dim] = -1, cur->dims_mapping[want_dim] = (int8_t)a;
-        t = reshard_push(s, reshard_node(s, PDDE_OP_ALLTOALL, t, ga, have_dim, want_dim, cur), phase, slot);
+        t = reshard_collective(s, PDDE_OP_ALLTOALL, t, ga, have_dim, want_dim, 0, cur, phase, slot);
         have_dim = want_dim;
     }
     if (t && have_dim >= 0 && have_dim != want_dim) { /* split -> whole: allgather */
         cur->dims_mapping[have_dim] = -1;
-        t = reshard_push(s, reshard_node(s, PDDE_OP_ALLGATHER, t, ga, have_dim, -1, cur), phase, slot);
+        t = reshard_collective(s, PDDE_OP_ALLGATHER, t, ga, have_dim, -1, 0, cur, phase, slot);
         have_dim = -1;
     }
     if (t && want_dim >= 0 && have_dim < 0) { /* whole -> split: this rank's slice */
@@ -2000,52 +2021,53 @@ static pdde_status session_partition(pdde_session *s, int n_user_nodes) {
     return st;
 }
 
-/* Moves blocks along dim: packed[r] = x[..., r*len:(r+1)*len, ...] (pack) or the reverse (unpack). */
-static void blocks_along(float *packed, float *x, const int64_t *xshape, int ndim, int dim, int n, bool pack) {
+/* Moves blocks along dim: packed[r] = x[..., r*len:(r+1)*len, ...] (pack) or the reverse (unpack);
+ * elements of esz bytes. */
+static void blocks_along(char *packed, char *x, const int64_t *xshape, int ndim, int dim, int n, size_t esz, bool pack) {
     int64_t outer = 1, inner = 1;
     for (int d = 0; d < dim; d++) outer *= xshape[d];
     for (int d = dim + 1; d < ndim; d++) inner *= xshape[d];
     int64_t len = xshape[dim] / n, block = outer * len * inner;
     for (int r = 0; r < n; r++)
         for (int64_t o = 0; o < outer; o++) {
-            float *p = packed + r * block + o * len * inner, *q = x + (o * xshape[dim] + r * len) * inner;
-            memcpy(pack ? p : q, pack ? q : p, (size_t)(len * inner) * sizeof(float));
+            char *p = packed + (size_t)(r * block + o * len * inner) * esz, *q = x + (size_t)((o * xshape[dim] + r * len) * inner) * esz;
+            memcpy(pack ? p : q, pack ? q : p, (size_t)(len * inner) * esz);
         }
 }
 
 /* Split on dim from -> split on dim to, over communicator c of n ranks: block r of x along `to` goes to
  * rank r, and the block from rank r is block r of the output along `from`. Blocks along dim 0 are
  * already contiguous, so those sides need no packing. */
-static pdde_status run_alltoall(pdde_session *s, pdde_comm *c, int n, const pdde_tensor *x, float *in, pdde_tensor *t, float *out) {
+static pdde_status run_alltoall(pdde_session *s, pdde_comm *c, int n, const pdde_tensor *x, char *in, pdde_tensor *t, char *out) {
     int from = t->iparams[5], to = t->iparams[7];
-    size_t count = (size_t)pdde_tensor_numel(x) / (size_t)n;
-    float *tmp = from == 0 && to == 0 ? NULL : malloc((size_t)n * count * sizeof(float) * (from && to ? 2 : 1));
+    size_t esz = pdde_dtype_size(t->dtype), count = (size_t)pdde_tensor_numel(x) / (size_t)n;
+    char *tmp = from == 0 && to == 0 ? NULL : malloc((size_t)n * count * esz * (from && to ? 2 : 1));
     if ((from || to) && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
-    float *send = to ? tmp : in, *recv = from ? (to ? tmp + (size_t)n * count : tmp) : out;
-    if (to) blocks_along(send, in, x->shape, x->ndim, to, n, true);
-    pdde_status st = pdde_comm_alltoall(c, send, recv, count, PDDE_F32);
-    if (!st && from) blocks_along(recv, out, t->shape, t->ndim, from, n, false);
+    char *send = to ? tmp : in, *recv = from ? (to ? tmp + (size_t)n * count * esz : tmp) : out;
+    if (to) blocks_along(send, in, x->shape, x->ndim, to, n, esz, true);
+    pdde_status st = pdde_comm_alltoall(c, send, recv, count, t->dtype);
+    if (!st && from) blocks_along(recv, out, t->shape, t->ndim, from, n, esz, false);
     free(tmp);
     return st;
 }
 
 /* An SPMD reshard collective, blocking: allreduce, reduce-scatter, allgather or alltoall along tensor
  * dims, from in (x's data) to out (t's), both in host memory. */
-static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_tensor *x, float *in, float *out) {
+static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_tensor *x, char *in, char *out) {
     pdde_comm *c = s->axis_comm[t->iparams[4]];
     int dim = t->iparams[5], n = pdde_comm_size(c);
-    size_t nin = (size_t)pdde_tensor_numel(x), nout = (size_t)pdde_tensor_numel(t);
-    if (t->op == PDDE_OP_ALLREDUCE) return pdde_comm_allreduce(c, in, out, nin, PDDE_F32, (pdde_reduce_op)t->iparams[0]);
+    size_t nin = (size_t)pdde_tensor_numel(x), nout = (size_t)pdde_tensor_numel(t), esz = pdde_dtype_size(t->dtype);
+    if (t->op == PDDE_OP_ALLREDUCE) return pdde_comm_allreduce(c, in, out, nin, t->dtype, (pdde_reduce_op)t->iparams[0]);
     if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
-    float *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * sizeof(float));
+    char *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz);
     if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
     pdde_status st;
     if (t->op == PDDE_OP_REDUCE_SCATTER) {
-        if (tmp) blocks_along(tmp, in, x->shape, x->ndim, dim, n, true);
-        st = pdde_comm_reduce_scatter(c, tmp ? tmp : in, out, nout, PDDE_F32, (pdde_reduce_op)t->iparams[0]);
+        if (tmp) blocks_along(tmp, in, x->shape, x->ndim, dim, n, esz, true);
+        st = pdde_comm_reduce_scatter(c, tmp ? tmp : in, out, nout, t->dtype, (pdde_reduce_op)t->iparams[0]);
     } else {
-        st = pdde_comm_allgather(c, in, tmp ? tmp : out, nin, PDDE_F32);
-        if (!st && tmp) blocks_along(tmp, out, t->shape, t->ndim, dim, n, false);
+        st = pdde_comm_allgather(c, in, tmp ? tmp : out, nin, t->dtype);
+        if (!st && tmp) blocks_along(tmp, out, t->shape, t->ndim, dim, n, esz, false);
     }
     free(tmp);
     return st;
@@ -2055,12 +2077,12 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
     if (s->devs[s->slot[x->id]].host && s->devs[s->slot[t->id]].host)
-        return reshard_on_host(s, t, x, (float *)((char *)x->data + x->offset), (float *)((char *)t->data + t->offset));
+        return reshard_on_host(s, t, x, (char *)x->data + x->offset, (char *)t->data + t->offset);
     size_t nx = pdde_tensor_nbytes(x), nt = pdde_tensor_nbytes(t);
     char *buf = comm_staging(s, &s->devs[s->slot[t->id]], nx + nt);
     if (!buf) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: no host staging memory (%zu bytes)", t->name, nx + nt);
     pdde_status st = read_host(s, x, buf);
-    if (!st) st = reshard_on_host(s, t, x, (float *)buf, (float *)(buf + nx));
+    if (!st) st = reshard_on_host(s, t, x, buf, buf + nx);
     return st ? st : write_host(s, t, buf + nx);
 }
 
@@ -2358,6 +2380,11 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->last_loss = NAN;
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
+    s->comm_dtype = p.comm_dtype;
+    if (p.comm_dtype != PDDE_F32 && p.comm_dtype != PDDE_BF16 && p.comm_dtype != PDDE_F16) {
+        pdde_session_free(s);
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: comm_dtype %s (f32, bf16 or f16)", pdde_dtype_name(p.comm_dtype));
+    }
 #ifdef PDDE_HAVE_COMM
     int n_user_nodes = g->n; /* before the session adds its copies between devices */
 #endif
@@ -2777,7 +2804,7 @@ static pdde_status read_global(pdde_session *s, pdde_tensor *t, void *buf) {
         for (int k = 0; k < t->ndim; k++) n *= shape[k];
         st = pdde_comm_allgather(s->axis_comm[graph_axis(s, t->dist.mesh, a)], buf, tmp, (size_t)n, PDDE_F32);
         shape[d] *= t->dist.mesh->shape[a];
-        if (!st) blocks_along(tmp, buf, shape, t->ndim, d, t->dist.mesh->shape[a], false);
+        if (!st) blocks_along((char *)tmp, buf, shape, t->ndim, d, t->dist.mesh->shape[a], sizeof(float), false);
     }
     free(tmp);
 #endif

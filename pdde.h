@@ -459,8 +459,11 @@ typedef struct {
     /* Pipeline parallelism (layers on stage sub-meshes, pdde_strategy_pipeline): the order in which
      * each stage runs the forward and backward passes of a step's micro-batches. */
     pdde_pipeline_schedule pipeline_schedule;
+    /* What the reshard collectives of f32 tensors communicate in: PDDE_F32 (default, exact), PDDE_BF16
+     * or PDDE_F16 (half the bytes on the wire; a cast on each side, visible in pdde_session_dump). */
+    pdde_dtype comm_dtype;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0, 0, NULL, PDDE_PIPELINE_1F1B}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,

@@ -21,7 +21,7 @@
 
 typedef struct {
     gpt_config model;
-    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, dp, tp, pp, micro, gpipe, zero;
+    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on;
@@ -40,7 +40,8 @@ static void usage(void) {
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--recompute] [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
             "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n"
-            "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n");
+            "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n"
+            "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -52,6 +53,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--gpipe")) { o->gpipe = 1; continue; }
         if (!strcmp(a, "--recompute")) { o->recompute = 1; continue; }
         if (!strcmp(a, "--show-program")) { o->show_program = 1; continue; }
+        if (!strcmp(a, "--comm-bf16")) { o->comm_bf16 = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -223,6 +225,7 @@ int main(int argc, char **argv) {
     if (spmd) sp.world = comm;
     else sp.dp_comm = comm, sp.zero_stage = o.zero;
     sp.pipeline_schedule = o.gpipe ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
+    if (o.comm_bf16) sp.comm_dtype = PDDE_BF16;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
     if (o.blocks_on) {
