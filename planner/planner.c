@@ -5,7 +5,9 @@
  *   dist_attr.c   dist attr helpers: printing, comparing, naming the reshard between two attrs
  *   spmd_rules.c  one SPMD rule per op family (what an op gives and requires)
  *   completion.c  annotations (pdde_shard) and completion over the whole graph, the program dump
- *   strategy.c    helpers emitting the annotations of data parallel, ZeRO and tensor parallel */
+ *   strategy.c    helpers emitting the annotations of data parallel, ZeRO, tensor, vocab and pipeline
+ *                 parallelism
+ * (partition.c, SPMD execution, is included by pdde.c's executor: it works on the session.) */
 
 /* A conflict that completion resolved by an op's rule (kept for the dump and the tests). */
 typedef struct {
