@@ -70,6 +70,13 @@ static bool completion_is_grad_seed(const pdde_tensor *t) {
            strcmp(t->name, "loss.grad_seed") == 0;
 }
 
+/* The gradient a grad_accum adds into accumulator acc (made right after acc by pdde_backward). */
+static const pdde_tensor *completion_accumulated(const pdde_graph *g, const pdde_tensor *acc) {
+    for (int i = acc->id + 1; i < g->n; i++)
+        if (g->nodes[i]->op == PDDE_OP_GRAD_ACCUM && g->nodes[i]->src[0] == acc) return g->nodes[i]->src[1];
+    return NULL;
+}
+
 /* A leaf's attr: its annotation; else its parameter's (optimizer state, gradient accumulators), or
  * replicated on the graph's mesh. A leaf of a layer placed on a slice of the graph's mesh (a pipeline
  * stage) lives on that slice, and state on its parameter's mesh. The backward seed lives with its
@@ -82,6 +89,14 @@ static pdde_dist_attr completion_leaf(const pdde_graph *g, const pdde_tensor *t,
     if (owner[t->id] >= 0) {
         pdde_dist_attr a = g->nodes[owner[t->id]]->dist;
         a.ndim = (int8_t)t->ndim, a.partial = a.partial_avg = 0;
+        /* a gradient accumulator keeps the pending reduction of what it accumulates (data parallel:
+         * partial{dp:avg}), so micro-batches add up locally and the update's requirement reduces the
+         * sum once per step */
+        const pdde_tensor *g_in = (t->flags & PDDE_TENSOR_GRAD) ? completion_accumulated(g, t) : NULL;
+        if (g_in && mesh_same(g_in->dist.mesh, a.mesh)) {
+            a.partial = (uint8_t)(g_in->dist.partial & ~attr_split_axes(&a));
+            a.partial_avg = (uint8_t)(g_in->dist.partial_avg & a.partial);
+        }
         return a;
     }
     if (loss && completion_is_grad_seed(t)) {

@@ -469,14 +469,15 @@ static void spmd_rule_expand(spmd_ctx *c) {
 }
 
 /* grad_accum (acc, g): the accumulator (persistent, following its parameter) decides; the gradient
- * must arrive with its layout and fully reduced. This is where data parallelism's allreduce
- * (partial -> replicated) and ZeRO-2's reduce-scatter (partial -> split) come from. */
+ * must arrive as the accumulator holds it. An unannotated accumulator keeps the gradient's pending
+ * reduction (completion_leaf), so micro-batches add up locally and the update's requirement (the
+ * parameter's layout, reduced) brings data parallelism's allreduce — once a step. A split one
+ * (ZeRO-2/3) takes the reduce-scatter (partial -> split) here. */
 static void spmd_rule_grad_accum(spmd_ctx *c) {
     c->out = c->in[0];
     c->req[0] = c->in[0];
-    c->req[1] = c->in[0];
+    c->req[1] = c->in[0]; /* the gradient comes as the accumulator holds it, pending reduction included */
     c->req[1].ndim = (int8_t)c->node->src[1]->ndim;
-    c->req[1].partial = c->req[1].partial_avg = 0;
 }
 
 /* grad_norm_sq (g [, partial sum so far]) -> [1]: squares summed over a split gradient are partial

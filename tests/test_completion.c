@@ -346,7 +346,8 @@ static void test_misc_rules(void) {
      * summed over the split batch: partial-avg; SGD momentum follows w */
     pdde_tensor *acc = accum_of(g, w), *u = consumer(g, w, PDDE_OP_SGD_UPDATE, 0);
     CHECK(acc && acc->src[1]->dist.partial == BIT(DP) && acc->src[1]->dist.partial_avg == BIT(DP), "dw: %s", acc ? str(&acc->src[1]->dist) : "?");
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), BIT(DP), BIT(DP)); /* accumulated as it comes */
+    CHECK_ATTR(pdde_op_input_dist(g, u, 1), MAP(-1), 0, 0);               /* reduced for the update */
     CHECK(u && dims_are(&u->src[2]->dist, MAP(-1)) && dims_are(&u->dist, MAP(-1)), "sgd");
     CHECK(pdde_complete_n_conflicts(g) == 0, "no conflicts (%d: %s)", pdde_complete_n_conflicts(g),
           pdde_complete_n_conflicts(g) ? pdde_complete_conflict(g, 0) : "");
@@ -467,7 +468,7 @@ static void check_vocab_parallel(pdde_graph *g, const gpt_model *mdl, int dp, in
     CHECK_ATTR(pdde_op_input_dist(g, eb, eb->nsrc - 1), MAP(dp, -1, -1), 0, 0);
     pdde_tensor *acc = accum_of(g, wte);
     CHECK_ATTR(&acc->src[1]->dist, MAP(tp, -1), rows, rows);
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(tp, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(tp, -1), rows, rows);
     /* the program gathers nothing (the logits above all) */
     char *text = NULL;
     size_t len = 0;
@@ -499,11 +500,13 @@ static void test_gpt_dp(void) {
         pdde_tensor *acc = accum_of(g, p), *u = update_of(g, p);
         const pdde_dist_attr *need = pdde_op_input_dist(g, acc, 1);
         static const int none[PDDE_MAX_DIMS] = {-1, -1, -1, -1, -1, -1};
-        /* every gradient backward produces is partial-avg on dp; grad_accum needs it replicated */
+        /* every gradient backward produces is partial-avg on dp; the accumulator holds it so (the
+         * micro-batches add up locally) and the update needs it replicated: one allreduce a step */
         int ok = acc && dims_are(&p->dist, none) && acc->src[1]->dist.partial == BIT(0) && acc->src[1]->dist.partial_avg == BIT(0) &&
-                 need && dims_are(need, none) && need->partial == 0 && dims_are(&p->grad->dist, none) && u &&
-                 dims_are(&u->dist, none) && dims_are(&u->src[2]->dist, none) && dims_are(&u->src[3]->dist, none) &&
-                 dims_are(pdde_op_input_dist(g, u, 1), none);
+                 need && dims_are(need, none) && need->partial == BIT(0) && need->partial_avg == BIT(0) &&
+                 dims_are(&p->grad->dist, none) && p->grad->dist.partial == BIT(0) && u && dims_are(&u->dist, none) &&
+                 dims_are(&u->src[2]->dist, none) && dims_are(&u->src[3]->dist, none) && dims_are(pdde_op_input_dist(g, u, 1), none) &&
+                 pdde_op_input_dist(g, u, 1)->partial == 0;
         CHECK(ok, "%s: grad %s needs %s", p->name, acc ? str(&acc->src[1]->dist) : "?", need ? str(need) : "?");
         n_ok += ok;
     }
@@ -608,7 +611,7 @@ static void test_gpt_zero1(void) {
     CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_strategy_zero(g, m, "dp", 1) && !pdde_complete(g), "zero1");
     pdde_tensor *w = find(g, "h0.fc.w"), *u = update_of(g, w);
     CHECK_ATTR(&w->dist, MAP(-1, -1), 0, 0);
-    CHECK_ATTR(&w->grad->dist, MAP(-1, -1), 0, 0);
+    CHECK_ATTR(&w->grad->dist, MAP(-1, -1), BIT(0), BIT(0)); /* a step's sum, reduce-scattered for the update */
     CHECK_ATTR(&u->src[2]->dist, MAP(0, -1), 0, 0);
     /* the update runs on this rank's shard: parameter and gradient sliced, the result gathered back */
     CHECK_ATTR(&u->dist, MAP(0, -1), 0, 0);
@@ -633,14 +636,16 @@ static void test_gpt_dp_tp(void) {
     /* weight gradients: partial-avg over dp (rows), already split like the weight over tp */
     pdde_tensor *acc = accum_of(g, fcw);
     CHECK_ATTR(&acc->src[1]->dist, MAP(-1, TP), BIT(DP), BIT(DP));
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1, TP), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1, TP), BIT(DP), BIT(DP));
+    CHECK_ATTR(pdde_op_input_dist(g, update_of(g, fcw), 1), MAP(-1, TP), 0, 0);
     acc = accum_of(g, fpw);
     CHECK_ATTR(&acc->src[1]->dist, MAP(TP, -1), BIT(DP), BIT(DP));
     /* a layernorm gain after the row-parallel output: its gradient sums a tp-partial dy over dp
      * rows: partial on both, averaged on dp only */
     acc = accum_of(g, lng);
     CHECK_ATTR(&acc->src[1]->dist, MAP(-1), BIT(DP) | BIT(TP), BIT(DP));
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), BIT(DP) | BIT(TP), BIT(DP));
+    CHECK_ATTR(pdde_op_input_dist(g, update_of(g, lng), 1), MAP(-1), 0, 0);
     check_head_parallel(g, DP, TP);
     check_vocab_parallel(g, &mdl, DP, TP);
     CHECK(pdde_complete_n_conflicts(g) == 0, "dp x tp: no conflicts (%d)", pdde_complete_n_conflicts(g));
