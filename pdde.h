@@ -453,8 +453,9 @@ typedef struct {
     size_t dp_bucket_bytes;  /* gradients are averaged in buckets of about this size; 0 = 4 MiB */
     /* SPMD execution of a graph completed by pdde_complete: each rank runs its partition of the graph
      * (local shapes) and reshard collectives are inserted where an op needs another attribute of an
-     * input. world's ranks are the graph mesh's ranks. Nodes may be placed on devices (layer_devices):
-     * the collectives and stage transfers of device tensors go through host memory. */
+     * input. world's ranks are the graph mesh's ranks, and every rank builds the same graph and passes
+     * the same session params. Nodes may be placed on devices (layer_devices): the collectives and
+     * stage transfers of device tensors go through host memory. */
     pdde_comm *world;
     /* Pipeline parallelism (layers on stage sub-meshes, pdde_strategy_pipeline): the order in which
      * each stage runs the forward and backward passes of a step's micro-batches. */
