@@ -11,6 +11,7 @@
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -172,6 +173,40 @@ static void run_plan(const char *store_addr, const plan *p, result *out) {
     *out = res[0];
 }
 
+/* A pipeline stage dies (SIGKILL between steps): the other stage, waiting for its gradients, gets an
+ * error within the peer timeout instead of hanging. */
+typedef struct { pdde_status st; double seconds; int steps; } lost_result;
+
+static void lose_a_stage(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    lost_result *out = test_rank_result;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = world;
+    pdde_graph_init(ctx, &g);
+    plan p = {"pp2_lost", 1, 1, 2, 2, 0, 0, 0, 0, 0, 0};
+    out->st = build(g, &m, &p);
+    if (!out->st) out->st = pdde_session_init(g, &sp, &s);
+    int32_t x[8 * 16], y[8 * 16];
+    double t0 = test_now();
+    for (int step = 0; step < 200 && !out->st; step++) {
+        if (step == 3 && pdde_comm_rank(world) == 1) raise(SIGKILL);
+        batch(step, x, y);
+        for (int i = 0; i < 2; i++) {
+            pdde_session_write_micro(s, m.ids, i, x + i * 4 * 16, sizeof x / 2);
+            pdde_session_write_micro(s, m.targets, i, y + i * 4 * 16, sizeof y / 2);
+        }
+        t0 = test_now();
+        out->st = pdde_session_run(s, PDDE_RUN_STEP);
+        out->steps = step;
+    }
+    out->seconds = test_now() - t0;
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
 int main(void) {
     setenv("PDDE_BACKENDS", "cpu", 0); /* ranks are forked: no device runtime in this process */
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
@@ -270,6 +305,15 @@ int main(void) {
     pdde_session_free(s1);
     pdde_graph_free(g);
     unlink(ckpt_path[1]), unlink(ckpt_path[2]);
+    lost_result lost[2];
+    memset(lost, 0, sizeof lost);
+    test_ranks_params tl = {.addr = addr, .prefix = "pp2_lost", .timeout_s = 60, .peer_timeout_s = 2, .n_threads = 1,
+                            .killed_ok = 1u << 1, .results = lost, .result_size = sizeof *lost};
+    test_run_ranks(2, &tl, lose_a_stage, NULL, 60);
+    CHECK((lost[0].st == PDDE_ERR_PEER_LOST || lost[0].st == PDDE_ERR_TIMEOUT) && lost[0].steps == 3 && lost[0].seconds < 5,
+          "stage 1 killed: stage 0 got %s after %.2f s at step %d", pdde_status_str(lost[0].st), lost[0].seconds, lost[0].steps);
+    printf("%-14s stage 1 killed at step 3: stage 0 failed with \"%s\" %.2f s into the step\n", "pp2_lost", pdde_status_str(lost[0].st),
+           lost[0].seconds);
     for (int i = 0; i < n_params; i++) free(params[i].data);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
