@@ -1094,6 +1094,8 @@ struct pdde_session {
     int n_live;                 /* micro-batches whose activations are alive at once (one arena each) */
     pdde_pipeline_schedule schedule;
     pdde_dtype comm_dtype;      /* what reshard collectives of f32 tensors send (PDDE_F32: as they are) */
+    bool early_starts;          /* this pass is the step's last backward and the update follows: gradient
+                                   reductions start as soon as their accumulator is final */
     bool bind;                  /* tensors are pointed at a micro-batch's memory before each node */
     size_t *input_base;         /* per tensor id of an input: offset of its micro-batch 0 (then one slot each) */
     struct session_send *sends; /* per SEND node (iparams[2]): host copies in flight, one per live micro-batch */
@@ -1498,6 +1500,17 @@ static void *comm_staging(pdde_session *s, session_device *sd, size_t bytes) {
     return s->comm_staging;
 }
 
+static pdde_status run_reshard(pdde_session *s, pdde_tensor *t);
+
+/* A gradient reduction meant to start early (overlap_gradient_reductions), run here and now. */
+static pdde_status reshard_now(pdde_session *s, pdde_tensor *t) {
+    bool early = s->early_starts;
+    s->early_starts = false;
+    pdde_status st = run_reshard(s, t);
+    s->early_starts = early;
+    return st;
+}
+
 /* A collective on a device that the transport cannot read: through host memory, synchronously. */
 static pdde_status run_collective_staged(pdde_session *s, session_device *sd, pdde_tensor *t) {
     pdde_tensor *x = t->src[0];
@@ -1545,6 +1558,7 @@ static pdde_status run_collective(pdde_session *s, pdde_tensor *t) {
         return pdde_comm_iallgather(s->dp, out + (size_t)t->iparams[1] * sizeof(float), out, (size_t)t->iparams[2], PDDE_F32, req);
     default: { /* PDDE_OP_COMM_WAIT */
         pdde_comm_request **started = (pdde_comm_request **)&s->requests[x->id];
+        if (!*started && x->iparams[6] == 1) return reshard_now(s, (pdde_tensor *)x); /* an early start that did not happen */
         pdde_status st = *started ? pdde_comm_wait(*started, -1) : PDDE_OK;
         if (st == PDDE_OK || st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
         return st ? pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx)) : PDDE_OK;
@@ -2037,10 +2051,13 @@ static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float 
     while (st == PDDE_OK && (next_f < M || (training && next_b < M))) {
         bool forward = next_f < M && (!training || next_f - next_b <= ahead);
         int m = forward ? next_f++ : next_b++;
+        s->early_starts = !forward && m == M - 1 && (mode & PDDE_RUN_OPTIMIZER);
         st = run_nodes(s, forward ? FORWARD : BACKWARD, m, lr);
+        s->early_starts = false;
         if (!st && forward && s->loss) st = add_loss(s, m, loss_sum);
     }
-    if (!st && (mode & 4)) st = run_nodes(s, PDDE_RUN_OPTIMIZER, 0, lr);
+    /* the update in the last micro-batch's memory: where the early reductions left their results */
+    if (!st && (mode & 4)) st = run_nodes(s, PDDE_RUN_OPTIMIZER, M - 1, lr);
 #ifdef PDDE_HAVE_COMM
     if (!st) st = wait_sends(s);
 #endif
@@ -2062,7 +2079,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * differentiated) */
     if (mode & 2) s->run_counter++;
     double loss_sum = 0;
+    s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_nodes(s, mode, 0, lr);
+    s->early_starts = false;
     if (every_micro && (mode & 2)) s->run_counter += (uint32_t)s->n_micro - 1;
     for (int d = 0; d < s->n_devs; d++) {
         pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);

@@ -327,6 +327,44 @@ static pdde_status session_vocab_parallel(pdde_session *s, pdde_tensor *t) {
     return PDDE_OK;
 }
 
+/* Data parallelism's overlap, from the attributes: a gradient accumulator holding a pending reduction
+ * (partial over dp) is reduced where the update requires it, in the optimizer phase. That collective
+ * is started instead right after the accumulator's last grad_accum in backward (in the step's last
+ * micro-batch), so it travels while the rest of backward runs, and a COMM_WAIT takes its place before
+ * the optimizer. The early start only happens in a run that ends with the update (s->early_starts);
+ * otherwise (backward alone, one call per micro-batch) the wait runs the reduction itself. Host memory
+ * and collectives that need no packing only; the others stay where they are. */
+static pdde_status overlap_gradient_reductions(pdde_session *s) {
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *c = s->order[i], *acc = c->src[0];
+        bool reduction = c->iparams[6] == 1 && c->phase == PDDE_PHASE_OPTIMIZER && c->nsrc == 1 &&
+                         (c->op == PDDE_OP_ALLREDUCE || (c->op == PDDE_OP_REDUCE_SCATTER && c->iparams[5] == 0));
+        if (!reduction || acc->op != PDDE_OP_NONE || !(acc->flags & PDDE_TENSOR_GRAD) || !s->devs[s->slot[c->id]].host) continue;
+        int last_write = -1; /* the accumulator's last grad_accum in backward */
+        for (int k = 0; k < i; k++)
+            if (s->order[k]->op == PDDE_OP_GRAD_ACCUM && s->order[k]->src[0] == acc) last_write = k;
+        if (last_write < 0) continue;
+        for (int k = i + 1; k < s->n_order; k++) /* its readers read the wait instead */
+            for (int j = 0; j < s->order[k]->nsrc; j++)
+                if (s->order[k]->src[j] == c) s->order[k]->src[j] = NULL;
+        pdde_tensor *w = new_node(s->g, PDDE_OP_COMM_WAIT, c->dtype, c->ndim, c->shape, 1, &c);
+        if (!w || session_push(s, w, s->slot[c->id])) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        w->phase = PDDE_PHASE_OPTIMIZER, w->flags |= PDDE_TENSOR_VIEW, w->dist = c->dist;
+        for (int k = i + 1; k < s->n_order - 1; k++)
+            for (int j = 0; j < s->order[k]->nsrc; j++)
+                if (!s->order[k]->src[j]) s->order[k]->src[j] = w;
+        /* the collective moves up to just after the last write, and the wait (appended) takes its place */
+        memmove(&s->order[last_write + 2], &s->order[last_write + 1], (size_t)(i - last_write - 1) * sizeof *s->order);
+        s->order[last_write + 1] = c;
+        memmove(&s->order[i + 2], &s->order[i + 1], (size_t)(s->n_order - i - 2) * sizeof *s->order);
+        s->order[i + 1] = w; /* after the node that was before the collective */
+        i++;
+        c->phase = PDDE_PHASE_BACKWARD, c->iparams[3] = 1; /* [3]: started early, completed by its wait */
+    }
+    return s->requests || (s->requests = calloc((size_t)s->g->n, sizeof *s->requests)) ? PDDE_OK
+                                                                                       : pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+}
+
 static pdde_status session_partition(pdde_session *s, int n_user_nodes) {
     pdde_graph *g = s->g;
     int n = g->n; /* the user's nodes and the copies between devices */
@@ -398,7 +436,7 @@ static pdde_status session_partition(pdde_session *s, int n_user_nodes) {
     }
     free(cache.items);
     free(old);
-    return st;
+    return st ? st : overlap_gradient_reductions(s);
 }
 
 /* Moves blocks along dim: packed[r] = x[..., r*len:(r+1)*len, ...] (pack) or the reverse (unpack);
@@ -456,6 +494,15 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
 /* A reshard on device memory goes through host memory (the transport reads host buffers). */
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
+    if (t->iparams[3] == 1) { /* a gradient reduction started early (overlap_gradient_reductions) */
+        if (!s->early_starts) return PDDE_OK; /* its wait will run it */
+        pdde_comm *c = s->axis_comm[t->iparams[4]];
+        char *in = (char *)x->data + x->offset, *out = (char *)t->data + t->offset;
+        pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
+        return t->op == PDDE_OP_ALLREDUCE
+                   ? pdde_comm_iallreduce(c, in, out, (size_t)pdde_tensor_numel(x), t->dtype, (pdde_reduce_op)t->iparams[0], req)
+                   : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)t->iparams[0], req);
+    }
     if (s->devs[s->slot[x->id]].host && s->devs[s->slot[t->id]].host)
         return reshard_on_host(s, t, x, (char *)x->data + x->offset, (char *)t->data + t->offset);
     size_t nx = pdde_tensor_nbytes(x), nt = pdde_tensor_nbytes(t);
