@@ -1073,10 +1073,7 @@ struct pdde_session {
     float last_loss;
     pdde_tensor *loss;
     pdde_memory_stats mem;
-    pdde_comm *dp;              /* data parallelism (NULL: none) */
-    int dp_rank, dp_size, zero_stage;
-    size_t dp_bucket_bytes;
-    void **requests;            /* per tensor id of a started collective: its pending request */
+    void **requests;            /* per tensor id of a collective started early: its pending request */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     const pdde_mesh *mesh;
     int rank;                   /* in world */
@@ -1313,173 +1310,7 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Data parallelism: collectives woven into the schedule.
- *   each gradient, as soon as backward produces it:  ALLREDUCE(avg)      (ZeRO-1: REDUCE_SCATTER)
- *   ...the rest of backward runs while they travel...
- *   end of backward:  COMM_WAIT, GRAD_ACCUM for each (ZeRO-1: into this rank's shard only)
- *   optimizer (ZeRO-1): the update of this rank's shard, then ALLGATHER of the parameter, waited at
- *   the end of the step; a clipping norm is summed over the shards with one more ALLREDUCE. */
-
-#ifdef PDDE_HAVE_COMM
-static pdde_tensor *collective_node(pdde_session *s, pdde_op op, pdde_tensor *x, int64_t numel, int reduce_op,
-                                    int64_t first, int64_t count) {
-    pdde_tensor *t = new_node(s->g, op, PDDE_F32, 1, &numel, 1, &x);
-    if (!t) return NULL;
-    t->phase = x->phase == PDDE_PHASE_OPTIMIZER || op == PDDE_OP_ALLGATHER ? PDDE_PHASE_OPTIMIZER : PDDE_PHASE_BACKWARD;
-    t->iparams[0] = reduce_op, t->iparams[1] = (int32_t)first, t->iparams[2] = (int32_t)count;
-    if (op == PDDE_OP_ALLREDUCE || op == PDDE_OP_ALLGATHER) t->flags |= PDDE_TENSOR_INPLACE;
-    if (op != PDDE_OP_REDUCE_SCATTER) t->ndim = x->ndim, memcpy(t->shape, x->shape, sizeof t->shape);
-    return t;
-}
-
-/* A wait node is a view of its collective: consumers read the wait, so they run after completion. */
-static pdde_tensor *wait_node(pdde_session *s, pdde_tensor *c) {
-    pdde_tensor *w = new_node(s->g, PDDE_OP_COMM_WAIT, c->dtype, c->ndim, c->shape, 1, &c);
-    if (w) w->phase = c->phase, w->flags |= PDDE_TENSOR_VIEW;
-    return w;
-}
-
-typedef struct { pdde_tensor **items; int n, cap; } node_list;
-
-static int list_push(node_list *l, pdde_tensor *t) {
-    if (!t) return 1;
-    if (l->n == l->cap) {
-        int cap = l->cap ? 2 * l->cap : 64;
-        pdde_tensor **items = realloc(l->items, (size_t)cap * sizeof *items);
-        if (!items) return 1;
-        l->items = items, l->cap = cap;
-    }
-    l->items[l->n++] = t;
-    return 0;
-}
-
-/* This rank's shard of a flat tensor of n elements: [first, first + count), chunks of ceil(n / ranks). */
-static void shard_range(const pdde_session *s, int64_t n, int64_t *chunk, int64_t *first, int64_t *count) {
-    *chunk = (n + s->dp_size - 1) / s->dp_size;
-    *first = *chunk * s->dp_rank;
-    *count = *first < n ? (n - *first < *chunk ? n - *first : *chunk) : 0;
-}
-
-static void mark_shard(pdde_tensor *t, int64_t first, int64_t count) {
-    t->iparams[1] = (int32_t)first, t->iparams[2] = (int32_t)count, t->iparams[3] = 1;
-}
-#endif
-
-static pdde_status session_add_data_parallel(pdde_session *s) {
-#ifndef PDDE_HAVE_COMM
-    return pdde_error(s->ctx, PDDE_ERR_UNAVAILABLE, "session: data parallelism needs pdde built with UCX (comm/)");
-#else
-    pdde_tensor **old = s->order;
-    int n_old = s->n_order;
-    s->order = NULL, s->n_order = s->cap_order = 0;
-    node_list deferred = {0}, gathers = {0};
-    pdde_tensor *norm_reduced = NULL, *norm_source = NULL;
-    bool zero = s->zero_stage >= 1, flushed = false;
-    /* plain data parallelism reduces buckets of accumulators: they sit back to back in memory in the
-     * order backward produces them. With several micro-batches per step, only once, before the update. */
-    bool overlap = !s->g->has_optimizer || s->g->opt.grad_accum_steps <= 1;
-    pdde_tensor *bucket_first = NULL, *bucket_last = NULL;
-    size_t bucket_bytes = 0;
-    pdde_status st = PDDE_OK;
-    for (int i = 0; i <= n_old && st == PDDE_OK; i++) {
-        pdde_tensor *t = i < n_old ? old[i] : NULL;
-        int slot = t ? s->slot[t->id] : 0;
-        bool end_of_backward = !flushed && (!t || t->phase == PDDE_PHASE_OPTIMIZER);
-        if (bucket_first && (end_of_backward || bucket_bytes >= s->dp_bucket_bytes)) {
-            pdde_tensor *src[2] = {bucket_first, bucket_last};
-            int64_t one = 1;
-            pdde_tensor *c = new_node(s->g, PDDE_OP_ALLREDUCE, PDDE_F32, 1, &one, 2, src), *w = NULL;
-            if (c) {
-                c->flags |= PDDE_TENSOR_VIEW; /* of the accumulators: no memory of its own */
-                c->phase = overlap ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER;
-                c->iparams[0] = PDDE_REDUCE_AVG;
-                w = wait_node(s, c);
-            }
-            if (!w || (overlap ? session_push(s, c, s->slot[bucket_first->id]) : list_push(&deferred, c)) || list_push(&deferred, w)) {
-                st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-                break;
-            }
-            bucket_first = NULL, bucket_bytes = 0;
-        }
-        /* the end of backward: complete the gradient collectives (and accumulate, for ZeRO-1) */
-        if (end_of_backward) {
-            for (int k = 0; k < deferred.n && !st; k++)
-                if (session_push(s, deferred.items[k], s->slot[deferred.items[k]->src[0]->id]))
-                    st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-            flushed = true;
-        }
-        if (!t) break;
-        if (t->op == PDDE_OP_GRAD_ACCUM && !zero) {
-            if (session_push(s, t, slot)) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
-            if (!bucket_first) bucket_first = t->src[0];
-            bucket_last = t->src[0];
-            bucket_bytes += pdde_tensor_nbytes(t->src[0]);
-            continue;
-        }
-        if (t->op == PDDE_OP_GRAD_ACCUM) {
-            pdde_tensor *g = t->src[1], *root = storage_root(g);
-            int64_t n = pdde_tensor_numel(g), chunk, first, count;
-            shard_range(s, n, &chunk, &first, &count);
-            if (pdde_tensor_numel(root) != n) {
-                st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: ZeRO: gradient %s shares memory with a larger tensor", g->name);
-                break;
-            }
-            s->min_bytes[root->id] = (size_t)(chunk * s->dp_size) * sizeof(float); /* room for the padded reduce-scatter */
-            pdde_tensor *c = collective_node(s, PDDE_OP_REDUCE_SCATTER, g, chunk, PDDE_REDUCE_AVG, first, chunk);
-            mark_shard(t, first, count);
-            pdde_tensor *w = c ? wait_node(s, c) : NULL;
-            if (!w || session_push(s, c, slot) || session_track(s) || list_push(&deferred, w) || list_push(&deferred, t)) {
-                st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-                break;
-            }
-            t->src[1] = w;
-            continue;
-        }
-        if (zero && t->op == PDDE_OP_GRAD_NORM_SQ) {
-            int64_t chunk, first, count;
-            shard_range(s, pdde_tensor_numel(t->src[0]), &chunk, &first, &count);
-            mark_shard(t, first, count);
-        }
-        if (zero && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)) {
-            pdde_tensor *p = t->src[0];
-            int64_t n = pdde_tensor_numel(p), chunk, first, count;
-            shard_range(s, n, &chunk, &first, &count);
-            mark_shard(t, first, count);
-            int n_state = t->op == PDDE_OP_ADAMW_UPDATE ? 2 : 1;
-            for (int k = 0; k < n_state; k++) { /* the optimizer state holds only this rank's shard */
-                pdde_tensor *state = t->src[2 + k];
-                state->ndim = 1, state->shape[0] = count;
-            }
-            /* a clipping norm: the shards' partial sums add up across ranks, once */
-            if (t->nsrc == 3 + n_state) {
-                if (!norm_reduced) {
-                    norm_source = t->src[t->nsrc - 1];
-                    pdde_tensor *c = collective_node(s, PDDE_OP_ALLREDUCE, norm_source, 1, PDDE_REDUCE_SUM, 0, 1);
-                    norm_reduced = c ? wait_node(s, c) : NULL;
-                    if (!norm_reduced || session_push(s, c, slot) || session_push(s, norm_reduced, slot)) {
-                        st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-                        break;
-                    }
-                }
-                if (t->src[t->nsrc - 1] == norm_source) t->src[t->nsrc - 1] = norm_reduced;
-            }
-            s->min_bytes[p->id] = (size_t)(chunk * s->dp_size) * sizeof(float);
-            pdde_tensor *c = collective_node(s, PDDE_OP_ALLGATHER, p, n, 0, first, chunk);
-            if (!c || session_push(s, t, slot) || session_push(s, c, slot) || list_push(&gathers, wait_node(s, c))) {
-                st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-                break;
-            }
-            continue;
-        }
-        if (session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-    }
-    for (int k = 0; k < gathers.n && !st; k++)
-        if (session_push(s, gathers.items[k], s->slot[gathers.items[k]->src[0]->id])) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-    free(deferred.items), free(gathers.items), free(old);
-    if (!st && !(s->requests = calloc((size_t)s->g->n, sizeof *s->requests))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-    return st;
-#endif
-}
+ * Communication of the executor: host staging for device memory, request completion, sends. */
 
 #ifdef PDDE_HAVE_COMM
 /* The host bounce buffer for collectives on device memory (page-locked where the backend can). */
@@ -1511,59 +1342,15 @@ static pdde_status reshard_now(pdde_session *s, pdde_tensor *t) {
     return st;
 }
 
-/* A collective on a device that the transport cannot read: through host memory, synchronously. */
-static pdde_status run_collective_staged(pdde_session *s, session_device *sd, pdde_tensor *t) {
-    pdde_tensor *x = t->src[0];
-    size_t first = (size_t)t->iparams[1] * sizeof(float), chunk = (size_t)t->iparams[2] * sizeof(float);
-    size_t span = t->op == PDDE_OP_ALLREDUCE ? (t->nsrc == 2 ? t->src[1]->offset + pdde_tensor_nbytes(t->src[1]) - x->offset : pdde_tensor_nbytes(t))
-                                             : chunk * (size_t)s->dp_size;
-    char *buf = comm_staging(s, sd, span + chunk + sizeof(float));
-    if (!buf) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: no host staging memory (%zu bytes)", t->name, span);
-    pdde_status st = sd->iface->read(sd->dev, sd->stream, x->data, x->offset, buf, span);
-    if (!st) st = sd->iface->stream_sync(sd->dev, sd->stream);
-    if (st) return st;
-    if (t->op == PDDE_OP_ALLREDUCE) {
-        st = pdde_comm_allreduce(s->dp, buf, buf, span / sizeof(float), PDDE_F32, (pdde_reduce_op)t->iparams[0]);
-        if (!st) st = sd->iface->write(sd->dev, sd->stream, x->data, x->offset, buf, span);
-    } else if (t->op == PDDE_OP_REDUCE_SCATTER) {
-        st = pdde_comm_reduce_scatter(s->dp, buf, buf + span, chunk / sizeof(float), PDDE_F32, (pdde_reduce_op)t->iparams[0]);
-        if (!st) st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, buf + span, chunk);
-    } else { /* ALLGATHER of the parameter's shards */
-        st = pdde_comm_allgather(s->dp, buf + first, buf, chunk / sizeof(float), PDDE_F32);
-        if (!st) st = sd->iface->write(sd->dev, sd->stream, x->data, x->offset, buf, pdde_tensor_nbytes(x));
-    }
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
-}
-
-static pdde_status run_collective(pdde_session *s, pdde_tensor *t) {
-    session_device *sd = &s->devs[s->slot[t->id]];
-    if (!sd->host && t->op != PDDE_OP_COMM_WAIT) return run_collective_staged(s, sd, t);
-    char *out = (char *)t->data + t->offset;
-    const pdde_tensor *x = t->src[0];
-    const char *in = (const char *)x->data + x->offset;
-    pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
-    switch (t->op) {
-    case PDDE_OP_ALLREDUCE: {
-        size_t count = (size_t)pdde_tensor_numel(t);
-        if (t->nsrc == 2) { /* a bucket: from the first accumulator to the end of the last, padding included */
-            const pdde_tensor *last = t->src[1];
-            count = (last->offset + pdde_tensor_nbytes(last) - x->offset) / sizeof(float);
-            out = (char *)in;
-        }
-        return pdde_comm_iallreduce(s->dp, in, out, count, PDDE_F32, (pdde_reduce_op)t->iparams[0], req);
-    }
-    case PDDE_OP_REDUCE_SCATTER:
-        return pdde_comm_ireduce_scatter(s->dp, in, out, (size_t)t->iparams[2], PDDE_F32, (pdde_reduce_op)t->iparams[0], req);
-    case PDDE_OP_ALLGATHER:
-        return pdde_comm_iallgather(s->dp, out + (size_t)t->iparams[1] * sizeof(float), out, (size_t)t->iparams[2], PDDE_F32, req);
-    default: { /* PDDE_OP_COMM_WAIT */
-        pdde_comm_request **started = (pdde_comm_request **)&s->requests[x->id];
-        if (!*started && x->iparams[6] == 1) return reshard_now(s, (pdde_tensor *)x); /* an early start that did not happen */
-        pdde_status st = *started ? pdde_comm_wait(*started, -1) : PDDE_OK;
-        if (st == PDDE_OK || st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
-        return st ? pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx)) : PDDE_OK;
-    }
-    }
+/* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
+ * run did not start it, it runs it now. */
+static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *c = t->src[0];
+    pdde_comm_request **started = (pdde_comm_request **)&s->requests[c->id];
+    if (!*started) return reshard_now(s, c);
+    pdde_status st = pdde_comm_wait(*started, -1);
+    if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
+    return st ? pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx)) : PDDE_OK;
 }
 
 /* After a failed run: requests still in flight are detached (they finish or fail on their own). */
@@ -1891,18 +1678,6 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
         st = pdde_error(g->ctx, PDDE_ERR_UNAVAILABLE, "session: SPMD execution needs pdde built with UCX (comm/)");
 #endif
     }
-    if (st == PDDE_OK && p.dp_comm) {
-#ifdef PDDE_HAVE_COMM
-        s->dp = p.dp_comm;
-        s->dp_rank = pdde_comm_rank(p.dp_comm), s->dp_size = pdde_comm_size(p.dp_comm);
-        s->zero_stage = p.zero_stage;
-        s->dp_bucket_bytes = p.dp_bucket_bytes ? p.dp_bucket_bytes : (size_t)4 << 20;
-#endif
-        if (!s->dp) st = session_add_data_parallel(s); /* reports that comm is missing */
-        else if (p.zero_stage < 0 || p.zero_stage > 1)
-            st = pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: zero_stage %d (0 or 1 here; stages 2-3 come with the planner)", p.zero_stage);
-        else if (s->dp_size > 1) st = session_add_data_parallel(s);
-    }
     if (st == PDDE_OK) st = session_setup_micro(s, &p);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_allocate(s);
@@ -1998,9 +1773,10 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
     if (t->op == PDDE_OP_COPY) return run_copy(s, t);
 #ifdef PDDE_HAVE_COMM
-    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1) return run_reshard(s, t);
+    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1)
+        return t->iparams[3] == 1 && !s->early_starts ? PDDE_OK : run_reshard(s, t); /* (an early start not due: its wait runs it) */
     if ((t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK) && t->iparams[1] > 0) return run_cross_entropy_vocab(s, t);
-    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_COMM_WAIT) return run_collective(s, t);
+    if (t->op == PDDE_OP_COMM_WAIT) return run_wait(s, t);
     if (t->op == PDDE_OP_SEND) return run_send(s, t, micro);
     if (t->op == PDDE_OP_RECV) return run_recv(s, t);
 #endif
@@ -2096,13 +1872,13 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         st = pdde_comm_allreduce(s->world, mean_and_count, mean_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
         if (st == PDDE_OK) s->last_loss = mean_and_count[1] > 0 ? mean_and_count[0] / mean_and_count[1] : NAN;
     }
-    if (st != PDDE_OK && (s->dp || s->world)) {
+    if (st != PDDE_OK && s->world) {
         /* the other ranks are inside the same collectives: fail them now rather than at their timeout */
         char why[sizeof s->ctx->last_error];
         memcpy(why, s->ctx->last_error, sizeof why);
         drop_requests(s);
         drop_sends(s);
-        if (st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_ABORTED) pdde_comm_abort(s->dp ? s->dp : s->world);
+        if (st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_ABORTED) pdde_comm_abort(s->world);
         memcpy(s->ctx->last_error, why, sizeof why);
     }
 #endif

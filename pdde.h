@@ -183,14 +183,14 @@ typedef enum {
      *  [iparams[1], iparams[1] + iparams[2]) of param and grad; the state holds just that range) */
     /* communication and device-boundary ops (distributed graph; see the planner) */
     PDDE_OP_COPY,                 /* to another device */
-    /* collectives over a communicator (inserted by the session for data parallelism): they start
-     * asynchronously and PDDE_OP_COMM_WAIT (src: the collective) completes them. iparams[0] = reduce op,
-     * [1] = first element, [2] = element count of this rank's shard (sharded forms) */
-    PDDE_OP_ALLREDUCE,            /* src0 in place */
-    PDDE_OP_REDUCE_SCATTER,       /* src0 (padded to ranks * shard) -> this rank's shard */
-    PDDE_OP_ALLTOALL,             /* SPMD reshard only: src0 split on dim iparams[7] -> split on dim
-                                     iparams[5] instead, over mesh axis iparams[4] */
-    PDDE_OP_ALLGATHER,            /* src0's shard [first, first + count) in place to all of src0 */
+    /* reshard collectives (inserted by the session where an op needs another layout of an input, see
+     * "Distributed attributes"): over the communicator of mesh axis iparams[4], along tensor dim
+     * iparams[5]; iparams[0] = reduce op. A gradient's reduction may start early (asynchronously) and
+     * a PDDE_OP_COMM_WAIT (src: the collective) completes it. */
+    PDDE_OP_ALLREDUCE,            /* partial -> whole */
+    PDDE_OP_REDUCE_SCATTER,       /* partial -> split */
+    PDDE_OP_ALLTOALL,             /* src0 split on dim iparams[7] -> split on dim iparams[5] instead */
+    PDDE_OP_ALLGATHER,            /* split -> whole (with 2 srcs: the updated slices back into src0) */
     PDDE_OP_COMM_WAIT,
     /* between pipeline stages (inserted by the session where a tensor moves to another mesh): SEND
      * starts sending src0 to the rank at the same place of the consumer's mesh, RECV (no src) receives
@@ -444,13 +444,6 @@ typedef struct {
      * layer_devices[l] (-1 = the default). Copies are inserted at every device boundary. */
     const int *layer_devices;
     int n_layer_devices;
-    /* Data parallelism: every rank of dp_comm runs the same graph on its own part of the batch;
-     * gradients are averaged across ranks in buckets as soon as backward produces them (overlapping
-     * the rest of backward; with grad_accum_steps > 1 once per step, before the update). zero_stage 1 shards the optimizer state over the ranks (ZeRO-1: reduce-scatter of
-     * gradients, a sharded update, all-gather of parameters). */
-    pdde_comm *dp_comm;
-    int zero_stage;
-    size_t dp_bucket_bytes;  /* gradients are averaged in buckets of about this size; 0 = 4 MiB */
     /* SPMD execution of a graph completed by pdde_complete: each rank runs its partition of the graph
      * (local shapes) and reshard collectives are inserted where an op needs another attribute of an
      * input. world's ranks are the graph mesh's ranks, and every rank builds the same graph and passes
@@ -464,7 +457,7 @@ typedef struct {
      * or PDDE_F16 (half the bytes on the wire; a cast on each side, visible in pdde_session_dump). */
     pdde_dtype comm_dtype;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, 0, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,

@@ -108,16 +108,14 @@ static int parse(int argc, char **argv, options *o) {
         }                                                                                      \
     } while (0)
 
-/* Writes a global batch (y may be NULL): micro-batch i of part `part` (a rank of the session's own
- * data parallelism; under SPMD execution the session splits the rows itself, part 0) takes the
- * graph's rows from row (part * micro + i) * rows. */
-static pdde_status write_batch(pdde_session *s, gpt_model *m, const int32_t *x, const int32_t *y, int micro, int part) {
+/* Writes a global batch (y may be NULL): micro-batch i is its i-th block of the graph's rows (under
+ * SPMD execution each rank keeps its own part of it). */
+static pdde_status write_batch(pdde_session *s, gpt_model *m, const int32_t *x, const int32_t *y, int micro) {
     size_t rows = (size_t)m->cfg.batch * m->cfg.ctx, bytes = rows * sizeof *x;
     pdde_status st = PDDE_OK;
     for (int i = 0; i < micro && st == PDDE_OK; i++) {
-        size_t at = (size_t)(part * micro + i) * rows;
-        st = pdde_session_write_micro(s, m->ids, i, x + at, bytes);
-        if (st == PDDE_OK && y) st = pdde_session_write_micro(s, m->targets, i, y + at, bytes);
+        st = pdde_session_write_micro(s, m->ids, i, x + (size_t)i * rows, bytes);
+        if (st == PDDE_OK && y) st = pdde_session_write_micro(s, m->targets, i, y + (size_t)i * rows, bytes);
     }
     return st;
 }
@@ -129,7 +127,7 @@ static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches
     pdde_data_set_position(val, 0); /* the same validation windows every time */
     for (int i = 0; i < batches; i++) {
         pdde_data_next_batch(val, m->cfg.batch * micro, m->cfg.ctx, 99, x, y);
-        if (write_batch(s, m, x, y, micro, 0) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
+        if (write_batch(s, m, x, y, micro) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
         sum += pdde_session_loss(s);
     }
     pdde_data_set_position(val, pos);
@@ -148,7 +146,7 @@ static void sample(pdde_session *s, gpt_model *m, int n, int micro, uint64_t see
     ids[0] = '\n';
     for (int k = 0; k < n; k++) {
         for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
-        if (write_batch(s, m, ids, NULL, micro, 0) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
+        if (write_batch(s, m, ids, NULL, micro) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
         if (pdde_session_read(s, m->logits, logits, pdde_tensor_nbytes(m->logits)) != PDDE_OK) print = 0; /* another stage's */
         const float *row = logits + (size_t)(filled - 1) * V;
         double mx = -INFINITY, sum = 0;
@@ -187,13 +185,10 @@ int main(int argc, char **argv) {
     TRY(pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
     if (pdde_data_n_tokens(val) <= o.model.ctx) { fprintf(stderr, "gpt: %s is too short for a context of %d\n", o.data, o.model.ctx); return 1; }
 
-    /* Several ranks. Plain data parallelism (and ZeRO-1) uses the session's bucketed, overlapped
-     * gradient averaging, each rank building the graph for its rows of the batch; tensor and pipeline
-     * parallelism and ZeRO-2/3 come from distributed attributes: one global graph, annotated,
-     * completed, and run SPMD. The graph is one micro-batch. */
+    /* Several ranks: every parallelism comes from distributed attributes — one global graph (of one
+     * micro-batch), annotated for the plan, completed, and run SPMD by each rank. */
     pdde_comm *comm = NULL;
-    int rank = 0, ranks = o.dp * o.tp * o.pp, spmd = o.tp > 1 || o.pp > 1 || o.zero > 1;
-    gpt_config local = o.model;
+    int rank = 0, ranks = o.dp * o.tp * o.pp;
     if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
@@ -203,7 +198,6 @@ int main(int argc, char **argv) {
             return 1;
         }
         rank = pdde_comm_rank(comm);
-        if (!spmd) local.batch /= o.dp;
 #else
         fprintf(stderr, "gpt: --dp needs pdde built with UCX\n");
         return 1;
@@ -216,14 +210,13 @@ int main(int argc, char **argv) {
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     /* recompute: only the residual stream between blocks is kept for backward */
-    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute}, alone = {1, 1, 1, o.micro, 0, o.recompute};
-    TRY(gpt_build_plan(g, &local, spmd ? &plan : &alone, &op, &m));
+    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute};
+    TRY(gpt_build_plan(g, &o.model, &plan, &op, &m));
     pdde_mark_output(m.logits);
 
     /* placement: with --blocks-on, the transformer blocks (layers 1..L) go to that backend's device 0 */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    if (spmd) sp.world = comm;
-    else sp.dp_comm = comm, sp.zero_stage = o.zero;
+    sp.world = comm;
     sp.pipeline_schedule = o.gpipe ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
     if (o.comm_bf16) sp.comm_dtype = PDDE_BF16;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
@@ -257,8 +250,7 @@ int main(int argc, char **argv) {
     if (o.ckpt_dir) {
         mkdir(o.ckpt_dir, 0755);
         /* ZeRO-1 shards the optimizer state: every rank keeps its own file */
-        if (!spmd && o.zero && o.dp > 1) snprintf(ckpt, sizeof ckpt, "%s/gpt.rank%d.ckpt", o.ckpt_dir, rank);
-        else snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir);
+        snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir); /* whole tensors, whatever the plan */
         if (o.resume) {
             pdde_checkpoint_extra ex;
             pdde_status st = pdde_checkpoint_load(s, ckpt, &ex);
@@ -280,12 +272,9 @@ int main(int argc, char **argv) {
     for (int64_t step = first; step < o.steps; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
         /* under SPMD every rank gets its block of each micro-batch from its attributes */
-        TRY(write_batch(s, &m, x, y, o.micro, spmd ? 0 : rank));
+        TRY(write_batch(s, &m, x, y, o.micro)); /* each rank keeps its block of each micro-batch */
         TRY(pdde_session_run(s, PDDE_RUN_STEP));
-        float loss = pdde_session_loss(s); /* under SPMD the step's loss on every rank */
-#ifdef PDDE_HAVE_UCX
-        if (comm && !spmd) TRY(pdde_comm_allreduce(comm, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG));
-#endif
+        float loss = pdde_session_loss(s); /* the step's loss, the same on every rank */
         double t = now(), dt = t - tlast;
         tlast = t;
         float tps = (float)(bt / dt);
@@ -294,17 +283,17 @@ int main(int argc, char **argv) {
         if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps))
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs\n", (long long)step + 1, o.steps,
                    loss, pdde_lr_at(&op, step), ema_tps, eta);
-        if ((rank == 0 || spmd) && ((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)) {
+        if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)) {
             float vloss = validate(s, &m, val, o.val_batches, o.micro, x, y);
             if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);
         }
-        if (ckpt[0] && (rank == 0 || o.zero || spmd) && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
+        if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
             TRY(pdde_checkpoint_save(s, ckpt, &ex));
         }
     }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
-    if ((rank == 0 || spmd) && o.sample_len > 0) sample(s, &m, o.sample_len, o.micro, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
+    if (o.sample_len > 0) sample(s, &m, o.sample_len, o.micro, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
     pdde_graph_free(g);

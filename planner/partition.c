@@ -494,8 +494,7 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
 /* A reshard on device memory goes through host memory (the transport reads host buffers). */
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
-    if (t->iparams[3] == 1) { /* a gradient reduction started early (overlap_gradient_reductions) */
-        if (!s->early_starts) return PDDE_OK; /* its wait will run it */
+    if (t->iparams[3] == 1 && s->early_starts) { /* a gradient reduction started early (overlap_gradient_reductions) */
         pdde_comm *c = s->axis_comm[t->iparams[4]];
         char *in = (char *)x->data + x->offset, *out = (char *)t->data + t->offset;
         pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];

@@ -549,8 +549,7 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
     [PDDE_OP_SUM_TO] = spmd_rule_sum_to, [PDDE_OP_EXPAND] = spmd_rule_expand,
     [PDDE_OP_GRAD_ACCUM] = spmd_rule_grad_accum, [PDDE_OP_GRAD_NORM_SQ] = spmd_rule_grad_norm_sq,
     [PDDE_OP_SGD_UPDATE] = spmd_rule_update, [PDDE_OP_ADAMW_UPDATE] = spmd_rule_update,
-    /* collectives the session weaves in today (before the planner drives them): not re-derived,
-     * their layout passes through */
+    /* the session's reshard collectives (inserted after completion): their layout passes through */
     [PDDE_OP_ALLREDUCE] = spmd_rule_follow_linear, [PDDE_OP_REDUCE_SCATTER] = spmd_rule_follow_linear,
     [PDDE_OP_ALLGATHER] = spmd_rule_follow_linear, [PDDE_OP_COMM_WAIT] = spmd_rule_follow_linear,
 };

@@ -1,8 +1,12 @@
-/* test_dp — data parallelism and ZeRO-1 against one process. The same GPT trains 20 steps on the same
- * global batches: in one process, then on 2 ranks (each takes half of every batch) with gradients
- * averaged by allreduce, then on 2 ranks with ZeRO-1 (reduce-scatter, sharded AdamW, all-gather).
- * The losses must agree within 1e-5 relative, and ZeRO-1 must halve the optimizer state per rank.
- * Ranks are real processes meeting through a TCP store on 127.0.0.1 that this test hosts. */
+/* test_dp — data parallelism and ZeRO-1 from distributed attributes, against one process. The same GPT
+ * (clipped AdamW) trains 20 steps on the same global batches: in one process, then on 2 ranks whose
+ * graph is annotated data parallel (each takes half of every batch; gradients accumulate locally,
+ * partial over dp, and are averaged once a step, the reduction started in backward as soon as a
+ * gradient is final), with ZeRO-1 (the update on this rank's shard of the optimizer state), with two
+ * micro-batches per step (one RUN_STEP, or one call per micro-batch and then the update), and on a
+ * device. The losses must agree within 1e-5 relative, ZeRO-1 must halve the optimizer state per rank
+ * and the reductions must start in backward. Ranks are real processes meeting through a TCP store on
+ * 127.0.0.1 that this test hosts. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -16,78 +20,70 @@
 #define STEPS 20
 #define RANKS 2
 
-static const gpt_config global_cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
+static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
-typedef struct { float losses[STEPS]; double optimizer_bytes; int n_nodes, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; double optimizer_bytes; int early_reductions, ok; char error[256]; } run_result;
 
 typedef struct {
     const char *name;
     int zero;              /* ZeRO stage */
-    size_t bucket_bytes;   /* 0 = the default (one bucket for this model) */
-    int micro_batches;     /* gradient accumulation steps per optimizer step */
-    int on_device;         /* 1: the whole model on the first non-CPU device (collectives staged via host) */
+    int micro_batches;     /* per optimizer step */
+    int calls;             /* 1: one FORWARD_BACKWARD call per micro-batch, then OPTIMIZER (else one RUN_STEP) */
+    int on_device;         /* 1: the whole model on the last device (collectives staged via host) */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
-    int n = global_cfg.batch * global_cfg.ctx;
-    for (int i = 0; i < n; i++) x[i] = (i * 7 + step * 13 + i / 5) % global_cfg.vocab, y[i] = (i * 3 + step * 5 + 1) % global_cfg.vocab;
+    int n = cfg.batch * cfg.ctx;
+    for (int i = 0; i < n; i++) x[i] = (i * 7 + step * 13 + i / 5) % cfg.vocab, y[i] = (i * 3 + step * 5 + 1) % cfg.vocab;
 }
 
-/* Trains on rows [rank * B / ranks, ...) of each global batch; the loss reported is the global mean. */
-static void train(pdde_context *ctx, pdde_comm *comm, int rank, int ranks, const dp_config *dc, run_result *out) {
+#define FAIL_WITH(...) do { snprintf(out->error, sizeof out->error, __VA_ARGS__); goto done; } while (0)
+
+/* Trains STEPS steps (comm NULL: one process); the loss of a step is the global mean. */
+static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_result *out) {
     pdde_graph *g;
     pdde_session *s = NULL;
     gpt_model m;
     pdde_graph_init(ctx, &g);
-    gpt_config cfg = global_cfg;
     int micro = dc->micro_batches;
-    cfg.batch = global_cfg.batch / ranks / micro;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f, op.grad_accum_steps = micro;
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
+    gpt_plan plan = {comm ? RANKS : 1, 1, 1, micro, dc->zero, 0};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.dp_comm = comm, sp.zero_stage = dc->zero, sp.dp_bucket_bytes = dc->bucket_bytes;
+    sp.world = comm;
     if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
-    if (gpt_build(g, &cfg, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, &sp, &s)) {
-        snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
-        return;
-    }
+    if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     out->optimizer_bytes = (double)ms.optimizer_bytes;
-    out->n_nodes = ms.n_nodes;
-    int32_t x[16 * 64], y[16 * 64];
-    int rows = cfg.batch * cfg.ctx;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        out->early_reductions += t->phase == PDDE_PHASE_BACKWARD && (t->op == PDDE_OP_ALLREDUCE || t->op == PDDE_OP_REDUCE_SCATTER);
+    }
+    int32_t x[8 * 16], y[8 * 16];
+    size_t rows = (size_t)cfg.batch / (size_t)micro * cfg.ctx, bytes = rows * sizeof *x;
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
-        float loss = 0;
-        for (int mb = 0; mb < micro; mb++) { /* this rank's rows, a micro-batch at a time */
-            int at = (rank * micro + mb) * rows;
-            pdde_session_write(s, m.ids, x + at, (size_t)rows * 4);
-            pdde_session_write(s, m.targets, y + at, (size_t)rows * 4);
-            if (pdde_session_run(s, micro == 1 ? PDDE_RUN_STEP : PDDE_RUN_FORWARD_BACKWARD)) {
-                snprintf(out->error, sizeof out->error, "step %d: %s", step, pdde_last_error(ctx));
-                return;
-            }
-            loss += pdde_session_loss(s) / (float)micro;
+        double loss = 0;
+        for (int mb = 0; mb < micro; mb++) { /* micro-batch mb: the global batch's mb-th rows */
+            pdde_status st = dc->calls ? pdde_session_write_global(s, m.ids, x + mb * rows, bytes)
+                                       : pdde_session_write_micro(s, m.ids, mb, x + mb * rows, bytes);
+            if (!st) st = dc->calls ? pdde_session_write_global(s, m.targets, y + mb * rows, bytes)
+                                    : pdde_session_write_micro(s, m.targets, mb, y + mb * rows, bytes);
+            if (!st && dc->calls) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
+            if (st) FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
+            loss += dc->calls ? pdde_session_loss(s) / micro : 0;
         }
-        if (micro > 1 && pdde_session_run(s, PDDE_RUN_OPTIMIZER)) {
-            snprintf(out->error, sizeof out->error, "step %d update: %s", step, pdde_last_error(ctx));
-            return;
-        }
-        if (comm && pdde_comm_allreduce(comm, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG)) {
-            snprintf(out->error, sizeof out->error, "loss allreduce: %s", pdde_last_error(ctx));
-            return;
-        }
-        out->losses[step] = loss;
+        if (pdde_session_run(s, dc->calls ? PDDE_RUN_OPTIMIZER : PDDE_RUN_STEP)) FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
+        out->losses[step] = dc->calls ? (float)loss : pdde_session_loss(s);
     }
     out->ok = 1;
+done:
     pdde_session_free(s);
     pdde_graph_free(g);
 }
 
-static void train_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
-    train(ctx, comm, pdde_comm_rank(comm), RANKS, arg, test_rank_result);
-}
+static void train_rank(pdde_context *ctx, pdde_comm *comm, void *arg) { train(ctx, comm, arg, test_rank_result); }
 
 /* RANKS processes that meet through the store; rank 0's result comes back. */
 static void run_ranks(const char *store_addr, const dp_config *dc, run_result *out) {
@@ -138,27 +134,29 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 0, 1, 0},
-        {"dp2_buckets", 0, 8192, 1, 0},  /* several buckets, reduced while backward goes on */
-        {"dp2_accum", 0, 8192, 2, 0},    /* two micro-batches per step: buckets reduced once, before the update */
-        {"zero1", 1, 0, 1, 0},
-        {"zero1_accum", 1, 0, 2, 0},
-        {"dp2_device", 0, 8192, 1, 1},   /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 0, 1, 1},
+        {"dp2", 0, 1, 0, 0},
+        {"dp2_micro", 0, 2, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0},
+        {"zero1_micro", 1, 2, 0, 0},
+        {"dp2_device", 0, 1, 0, 1},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1},
     };
-    const dp_config single = {"1 rank", 0, 0, 1, 0};
+    const dp_config single = {"1 rank", 0, 1, 0, 0};
     int n_configs = has_device ? 7 : 5;
     run_result ref = {0}, res[7];
     memset(res, 0, sizeof res);
     for (int i = 0; i < n_configs; i++) run_ranks(addr, &configs[i], &res[i]);
-    train(ctx, NULL, 0, 1, &single, &ref);
+    train(ctx, NULL, &single, &ref);
     CHECK(ref.ok, "reference: %s", ref.error);
     printf("%-12s losses %.5f -> %.5f, optimizer state %.0f bytes\n", "1 rank", ref.losses[0], ref.losses[STEPS - 1], ref.optimizer_bytes);
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
     for (int i = 0; i < n_configs; i++) compare(configs[i].name, &ref, &res[i]);
     run_result dp = res[0], zero = res[3];
-    /* 8 KiB buckets over ~110 KB of gradients: more collective nodes (and their waits) than one bucket */
-    CHECK(res[1].n_nodes >= dp.n_nodes + 2 * 4, "small buckets: %d nodes vs %d with one bucket", res[1].n_nodes, dp.n_nodes);
+    /* every parameter's gradient reduction starts in backward (28 parameters in this model; ZeRO-1 also
+     * reduces each whole for the clipping norm besides reduce-scattering it for its shard's update) */
+    CHECK(dp.early_reductions == 28 && zero.early_reductions == 56, "reductions started in backward: %d (ZeRO-1 %d), want 28 (56)",
+          dp.early_reductions, zero.early_reductions);
     CHECK(dp.optimizer_bytes == ref.optimizer_bytes, "plain data parallelism keeps the whole optimizer state");
     CHECK(zero.optimizer_bytes <= 0.5 * ref.optimizer_bytes + 64, "ZeRO-1 state %.0f bytes vs %.0f: must be halved", zero.optimizer_bytes, ref.optimizer_bytes);
     pdde_store_server_free(srv);
