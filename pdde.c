@@ -1091,6 +1091,7 @@ struct pdde_session {
     int n_live;                 /* micro-batches whose activations are alive at once (one arena each) */
     pdde_pipeline_schedule schedule;
     pdde_dtype comm_dtype;      /* what reshard collectives of f32 tensors send (PDDE_F32: as they are) */
+    bool overlap_gradients;     /* gradient reductions may start early (pdde_session_params) */
     bool early_starts;          /* this pass is the step's last backward and the update follows: gradient
                                    reductions start as soon as their accumulator is final */
     bool bind;                  /* tensors are pointed at a micro-batch's memory before each node */
@@ -1662,6 +1663,14 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
     s->comm_dtype = p.comm_dtype;
+    s->overlap_gradients = p.overlap_gradients > 0;
+#ifdef PDDE_HAVE_COMM
+    if (p.overlap_gradients == 0 && p.world) { /* auto: when a host's ranks leave it a core */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        int hosts = pdde_comm_n_hosts(p.world) > 0 ? pdde_comm_n_hosts(p.world) : 1;
+        s->overlap_gradients = cores > (long)(pdde_comm_size(p.world) + hosts - 1) / hosts * g->ctx->n_threads;
+    }
+#endif
     if (p.comm_dtype != PDDE_F32 && p.comm_dtype != PDDE_BF16 && p.comm_dtype != PDDE_F16) {
         pdde_session_free(s);
         return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: comm_dtype %s (f32, bf16 or f16)", pdde_dtype_name(p.comm_dtype));

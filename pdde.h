@@ -456,8 +456,13 @@ typedef struct {
     /* What the reshard collectives of f32 tensors communicate in: PDDE_F32 (default, exact), PDDE_BF16
      * or PDDE_F16 (half the bytes on the wire; a cast on each side, visible in pdde_session_dump). */
     pdde_dtype comm_dtype;
+    /* Data parallelism's overlap: each gradient's reduction starts in the step's last backward as soon
+     * as the gradient is final (1), or runs at the update (-1). 0 = overlap when the ranks on a host
+     * leave it cores to progress communication (ranks x threads < cores): where they do not, the
+     * progress of collectives in flight only takes cores from the computation. */
+    int overlap_gradients;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,

@@ -335,7 +335,7 @@ static pdde_status session_vocab_parallel(pdde_session *s, pdde_tensor *t) {
  * otherwise (backward alone, one call per micro-batch) the wait runs the reduction itself. Host memory
  * and collectives that need no packing only; the others stay where they are. */
 static pdde_status overlap_gradient_reductions(pdde_session *s) {
-    for (int i = 0; i < s->n_order; i++) {
+    for (int i = 0; i < s->n_order && s->overlap_gradients; i++) {
         pdde_tensor *c = s->order[i], *acc = c->src[0];
         bool reduction = c->iparams[6] == 1 && c->phase == PDDE_PHASE_OPTIMIZER && c->nsrc == 1 &&
                          (c->op == PDDE_OP_ALLREDUCE || (c->op == PDDE_OP_REDUCE_SCATTER && c->iparams[5] == 0));

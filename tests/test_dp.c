@@ -51,6 +51,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     gpt_plan plan = {comm ? RANKS : 1, 1, 1, micro, dc->zero, 0};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
+    sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
     if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
     pdde_memory_stats ms;
