@@ -1088,6 +1088,9 @@ struct pdde_session {
     /* micro-batches and pipeline stages */
     int n_micro;                /* micro-batches per step: the optimizer's grad_accum_steps */
     int n_stages, stage;        /* pipeline stages (1: none) and this rank's */
+    int n_chunks;               /* the stage's chunks of layers (interleaved stages; 1: one run of layers) */
+    int *chunk_of_layer;        /* by layer id: which of this rank's chunks runs it (-1: another rank's) */
+    int loss_chunk;             /* the chunk holding the loss */
     int n_live;                 /* micro-batches whose activations are alive at once (one arena each) */
     pdde_pipeline_schedule schedule;
     pdde_dtype comm_dtype;      /* what reshard collectives of f32 tensors send (PDDE_F32: as they are) */
@@ -1619,25 +1622,65 @@ static pdde_status session_allocate(pdde_session *s) {
 static pdde_status session_setup_micro(pdde_session *s, const pdde_session_params *p) {
     pdde_graph *g = s->g;
     s->n_micro = g->has_optimizer ? g->opt.grad_accum_steps : 1;
-    s->n_stages = 1, s->n_live = 1, s->schedule = p->pipeline_schedule;
+    s->n_stages = 1, s->n_chunks = 1, s->n_live = 1, s->schedule = p->pipeline_schedule;
     if (s->schedule != PDDE_PIPELINE_1F1B && s->schedule != PDDE_PIPELINE_GPIPE)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: unknown pipeline schedule %d", (int)s->schedule);
     const struct planner_graph *pg = g->planner;
-    if (s->world && pg) {
-        const pdde_mesh *last = NULL;
-        s->n_stages = 0, s->stage = -1;
+    if (s->world && pg && pg->n_layer_mesh) {
+        /* the runs of consecutive layers on one mesh, in layer order: the first S runs (distinct,
+         * disjoint meshes) are the stages; later runs come back to them round-robin (interleaved
+         * stages: a rank holds chunks of layers far apart, Megatron's virtual pipeline) */
+        const pdde_mesh *run_mesh[256];
+        int n_runs = 0, stages = 0;
+        if (!(s->chunk_of_layer = malloc((size_t)pg->n_layer_mesh * sizeof *s->chunk_of_layer)))
+            return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        s->stage = -1;
         for (int l = 0; l < pg->n_layer_mesh; l++) {
             const pdde_mesh *m = pg->layer_mesh[l];
-            if (!m || mesh_same(m, last)) continue;
-            if (s->stage >= 0 && mesh_index_of(m, s->rank) >= 0)
-                return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: rank %d is in two pipeline stages (layer %d comes back to it)", s->rank, l);
-            if (mesh_index_of(m, s->rank) >= 0) s->stage = s->n_stages;
-            s->n_stages++, last = m;
+            s->chunk_of_layer[l] = -1;
+            if (!m) continue;
+            if (!n_runs || !mesh_same(m, run_mesh[n_runs - 1])) {
+                if (n_runs == 256) return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: more than 256 runs of pipeline layers");
+                int same = -1;
+                for (int r = 0; r < stages; r++)
+                    if (mesh_same(run_mesh[r], m)) same = r;
+                if (same < 0 && n_runs > stages)
+                    return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: layer %d starts a new pipeline stage after the stages came back round", l);
+                if (same >= 0 && same != n_runs % stages)
+                    return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: layer %d comes back to stage %d out of the round-robin order", l, same);
+                if (same < 0) {
+                    for (int r = 0; r < stages; r++)
+                        if (mesh_index_of(run_mesh[r], s->rank) >= 0 && mesh_index_of(m, s->rank) >= 0)
+                            return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: rank %d is in two pipeline stages (layer %d)", s->rank, l);
+                    if (mesh_index_of(m, s->rank) >= 0) s->stage = stages;
+                    stages++;
+                }
+                run_mesh[n_runs++] = m;
+            }
+            if (mesh_index_of(m, s->rank) >= 0) s->chunk_of_layer[l] = (n_runs - 1) / stages;
         }
-        if (s->n_stages <= 1) s->n_stages = 1, s->stage = 0;
-        if (s->stage < 0) return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: rank %d is in none of the %d pipeline stages", s->rank, s->n_stages);
+        if (s->stage < 0 && stages > 1)
+            return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: rank %d is in none of the %d pipeline stages", s->rank, stages);
+        if (stages > 1 && n_runs % stages)
+            return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %d runs of layers over %d pipeline stages: each stage needs as many", n_runs, stages);
+        if (stages > 1) s->n_stages = stages, s->n_chunks = n_runs / stages;
+        else s->stage = 0;
     }
-    if (s->n_stages > 1) {
+    if (s->n_chunks > 1) {
+        if (s->n_micro % s->n_stages)
+            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: interleaved pipeline stages take micro-batches in groups of the "
+                              "stage count: %d micro-batches over %d stages", s->n_micro, s->n_stages);
+        /* every forward and backward node runs in one chunk's pass: it must belong to a placed layer */
+        for (int i = 0; i < s->n_order; i++) {
+            const pdde_tensor *t = s->order[i];
+            bool passes = t->op != PDDE_OP_NONE && t->phase != PDDE_PHASE_OPTIMIZER;
+            if (passes && (t->layer < 0 || t->layer >= pg->n_layer_mesh || s->chunk_of_layer[t->layer] < 0))
+                return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s runs in no chunk of this rank's stage (layer %d): interleaved "
+                                  "stages need every forward and backward node in a placed layer", t->name, t->layer);
+            if (t->flags & PDDE_TENSOR_LOSS) s->loss_chunk = s->chunk_of_layer[t->layer];
+        }
+        s->n_live = s->n_micro; /* (micro-batches of a group overlap across chunks) */
+    } else if (s->n_stages > 1) {
         int ahead = s->n_stages - s->stage;
         s->n_live = s->schedule == PDDE_PIPELINE_GPIPE || ahead > s->n_micro ? s->n_micro : ahead;
     }
@@ -1735,6 +1778,7 @@ void pdde_session_free(pdde_session *s) {
     free(s->global_shapes);
     free(s->elsewhere);
     free(s->input_base);
+    free(s->chunk_of_layer);
     for (int i = 0; i < s->n_sends; i++) free(s->sends[i].copy), free(s->sends[i].requests);
     free(s->sends);
     free(s->requests);
@@ -1796,12 +1840,14 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     return st;
 }
 
-/* Runs the scheduled nodes of the phases in mode (a pdde_run_mode bit set) for micro-batch `micro`. */
-static pdde_status run_nodes(pdde_session *s, int mode, int micro, float lr) {
+/* Runs the scheduled nodes of the phases in mode (a pdde_run_mode bit set) for micro-batch `micro`;
+ * with chunk >= 0 (interleaved stages), only the forward and backward nodes of that chunk. */
+static pdde_status run_chunk(pdde_session *s, int mode, int micro, int chunk, float lr) {
     pdde_status st = PDDE_OK;
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !phase_in(t->phase, (pdde_run_mode)mode)) continue;
+        if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && s->chunk_of_layer[t->layer] != chunk) continue;
         if (s->bind) {
             bind_micro(s, t, micro);
             for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
@@ -1812,6 +1858,8 @@ static pdde_status run_nodes(pdde_session *s, int mode, int micro, float lr) {
     }
     return st;
 }
+
+static pdde_status run_nodes(pdde_session *s, int mode, int micro, float lr) { return run_chunk(s, mode, micro, -1, lr); }
 
 /* The loss of micro-batch `micro` (this rank holds the loss): added to *sum. */
 static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
@@ -1827,13 +1875,37 @@ static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
  * one forward and one backward in turn, then the remaining backwards (F0 F1 B0 F2 B1 F3 B2 B3 on the
  * first of two stages); GPipe: every forward, then every backward. Sends never block and receives
  * wait for their data, so the stages pace each other. */
+/* Interleaved stages (each rank v chunks of layers, Megatron's virtual pipeline): the k-th forward of
+ * a rank is chunk (k / S) % v of micro-batch (k / (S v)) S + k % S — S micro-batches through one chunk,
+ * then through the next — and its k-th backward the same with the chunks in reverse. 1F1B runs
+ * 2 (S - s - 1) + (v - 1) S forwards ahead, then one forward and one backward in turn; GPipe every
+ * forward first. */
+static pdde_status run_interleaved(pdde_session *s, pdde_run_mode mode, float lr, double *loss_sum) {
+    enum { FORWARD = PDDE_RUN_FORWARD, BACKWARD = PDDE_RUN_FORWARD_BACKWARD & ~PDDE_RUN_FORWARD };
+    int S = s->n_stages, v = s->n_chunks, total = s->n_micro * v, next_f = 0, next_b = 0;
+    bool training = mode & BACKWARD;
+    int ahead = 2 * (S - s->stage - 1) + (v - 1) * S;
+    if (!training || s->schedule == PDDE_PIPELINE_GPIPE || ahead > total) ahead = total;
+    pdde_status st = PDDE_OK;
+    while (st == PDDE_OK && (next_f < total || (training && next_b < total))) {
+        bool forward = next_f < total && (!training || next_f < ahead || next_f - ahead <= next_b);
+        int k = forward ? next_f++ : next_b++, m = k / (S * v) * S + k % S, c = k / S % v;
+        if (!forward) c = v - 1 - c;
+        s->early_starts = !forward && m == s->n_micro - 1 && (mode & PDDE_RUN_OPTIMIZER);
+        st = run_chunk(s, forward ? FORWARD : BACKWARD, m, c, lr);
+        s->early_starts = false;
+        if (!st && forward && s->loss && c == s->loss_chunk) st = add_loss(s, m, loss_sum);
+    }
+    return st;
+}
+
 static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float lr, double *loss_sum) {
     enum { FORWARD = PDDE_RUN_FORWARD, BACKWARD = PDDE_RUN_FORWARD_BACKWARD & ~PDDE_RUN_FORWARD };
     int M = s->n_micro, next_f = 0, next_b = 0, warmup = s->n_stages - s->stage - 1;
     bool training = mode & BACKWARD;
     int ahead = !training || s->schedule == PDDE_PIPELINE_GPIPE || warmup > M ? M : warmup; /* forwards before the first backward */
-    pdde_status st = PDDE_OK;
-    while (st == PDDE_OK && (next_f < M || (training && next_b < M))) {
+    pdde_status st = s->n_chunks > 1 ? run_interleaved(s, mode, lr, loss_sum) : PDDE_OK;
+    while (s->n_chunks == 1 && st == PDDE_OK && (next_f < M || (training && next_b < M))) {
         bool forward = next_f < M && (!training || next_f - next_b <= ahead);
         int m = forward ? next_f++ : next_b++;
         s->early_starts = !forward && m == M - 1 && (mode & PDDE_RUN_OPTIMIZER);

@@ -638,6 +638,10 @@ pdde_status pdde_strategy_vocab_parallel(pdde_graph *g, pdde_tensor *table, cons
  * (pdde_graph_set_layer_mesh). The micro-batch count is the optimizer's grad_accum_steps; the
  * schedule is the session's pipeline_schedule. */
 pdde_status pdde_strategy_pipeline(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int n_layers);
+/* Interleaved stages (Megatron's virtual pipeline): the layers cut into S x chunks runs, run r on stage
+ * r % S, so each stage holds `chunks` runs of layers far apart and the pipeline bubble shrinks by that
+ * factor. The micro-batch count must be a multiple of S. */
+pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int n_layers, int chunks);
 
 /* ---------------------------------------------------------------------------------------------------
  * Communication (comm/): a bootstrap key-value store, rank discovery from launcher environments, a

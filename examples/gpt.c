@@ -21,7 +21,7 @@
 
 typedef struct {
     gpt_config model;
-    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, micro, gpipe, zero;
+    int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on;
@@ -40,6 +40,7 @@ static void usage(void) {
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
             "           [--recompute] [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
             "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n"
+            "           [--pp-chunks N]    (interleaved stages: N runs of layers per stage; --micro a multiple of --pp)\n"
             "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n"
             "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n");
 }
@@ -70,6 +71,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--dp")) iv = &o->dp;
         else if (!strcmp(a, "--tp")) iv = &o->tp;
         else if (!strcmp(a, "--pp")) iv = &o->pp;
+        else if (!strcmp(a, "--pp-chunks")) iv = &o->pp_chunks;
         else if (!strcmp(a, "--micro")) iv = &o->micro;
         else if (!strcmp(a, "--zero")) iv = &o->zero;
         else if (!strcmp(a, "--lr")) fv = &o->lr;
@@ -210,7 +212,7 @@ int main(int argc, char **argv) {
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     /* recompute: only the residual stream between blocks is kept for backward */
-    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute};
+    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute, o.pp_chunks};
     TRY(gpt_build_plan(g, &o.model, &plan, &op, &m));
     pdde_mark_output(m.logits);
 

@@ -129,6 +129,7 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
  * every block. */
 typedef struct {
     int dp, tp, pp, micro, zero, recompute;
+    int pp_chunks; /* runs of layers per pipeline stage (interleaved stages); 0 or 1: one */
 } gpt_plan;
 
 /* The training graph of a plan: the model for one micro-batch (c->batch / micro rows of the global
@@ -153,7 +154,7 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (!(mesh = pdde_mesh_create(g, n, shape, names, NULL))) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
-        if (!st && p->pp > 1) st = pdde_strategy_pipeline(g, mesh, "pp", c->layers + 2);
+        if (!st && p->pp > 1) st = pdde_strategy_pipeline_interleaved(g, mesh, "pp", c->layers + 2, p->pp_chunks > 1 ? p->pp_chunks : 1);
     }
     for (int l = 1; l <= c->layers && !st && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
     pdde_optimizer_params op = *opt;

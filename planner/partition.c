@@ -360,9 +360,17 @@ static pdde_status overlap_gradient_reductions(pdde_session *s) {
         s->order[i + 1] = w; /* after the node that was before the collective */
         i++;
         c->phase = PDDE_PHASE_BACKWARD, c->iparams[3] = 1; /* [3]: started early, completed by its wait */
+        c->layer = acc->layer; /* (it runs in the pass of its accumulator's layer) */
     }
     return s->requests || (s->requests = calloc((size_t)s->g->n, sizeof *s->requests)) ? PDDE_OK
                                                                                        : pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+}
+
+/* The nodes scheduled from position `from` on that have no layer get `layer` (pipeline chunks run
+ * by layer: see session_setup_micro). */
+static void inherit_layer(pdde_session *s, int from, int layer) {
+    for (int i = from; i < s->n_order; i++)
+        if (s->order[i]->layer < 0) s->order[i]->layer = layer;
 }
 
 static pdde_status session_partition(pdde_session *s, int n_user_nodes) {
@@ -410,18 +418,22 @@ static pdde_status session_partition(pdde_session *s, int n_user_nodes) {
             s->elsewhere[t->id] = true;
             for (int k = 0; k < t->nsrc && !st; k++) {
                 const pdde_dist_attr *want = pdde_op_input_dist(g, t, k);
+                int mark = s->n_order;
                 if (want && on_this_rank(s, t->src[k]) && !mesh_same(t->src[k]->dist.mesh, want->mesh) &&
                     mesh_sub_axis(t->src[k]->dist.mesh, want->mesh) < 0)
                     cross_stages(s, &cache, t, k, want, &st);
+                inherit_layer(s, mark, t->src[k]->layer); /* a send runs with the layer that produced it */
             }
             s->slot[t->id] = -1;
             continue;
         }
         pdde_tensor *param = t->src[0], *grad = t->nsrc > 1 ? t->src[1] : NULL;
+        int mark = s->n_order;
         for (int k = 0; k < t->nsrc && !st && t->id < n; k++) {
             pdde_tensor *r = session_input(s, &cache, t, k, &st);
             if (r) t->src[k] = r;
         }
+        inherit_layer(s, mark, t->layer); /* reshards and receives run with their consumer's layer */
         if (!st) st = session_vocab_parallel(s, t);
         if (!st && session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
@@ -527,7 +539,7 @@ static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
     const float *logits = (const float *)((const char *)lt->data + lt->offset);
     const int32_t *tg = (const int32_t *)((const char *)t->src[1]->data + t->src[1]->offset);
     pdde_comm *c = s->axis_comm[t->iparams[2]];
-    float *mx = malloc((size_t)(3 * N + 1) * sizeof *mx), *sum = mx + N, *target = sum + N; /* sum, target: one allreduce */
+    float *mx = calloc((size_t)(3 * N + 1), sizeof *mx), *sum = mx + N, *target = sum + N; /* sum, target: one allreduce */
     if (!mx) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
     for (int64_t r = 0; r < N; r++) {
         const float *row = logits + r * V;

@@ -120,18 +120,23 @@ pdde_status pdde_strategy_vocab_parallel(pdde_graph *g, pdde_tensor *table, cons
 }
 
 pdde_status pdde_strategy_pipeline(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int n_layers) {
+    return pdde_strategy_pipeline_interleaved(g, mesh, axis, n_layers, 1);
+}
+
+pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int n_layers, int chunks) {
     if (!g) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;
     int ax = strategy_axis(g, mesh, axis, "pipeline");
     if (ax < 0) return PDDE_ERR_DIST_ATTR;
-    int stages = mesh->shape[ax];
-    if (n_layers < stages)
-        return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "pipeline: %d layers cannot fill %d stages (mesh axis %s)", n_layers, stages, axis);
-    /* stage s: layers [s * n / S, (s + 1) * n / S), on the slice of the mesh at s along the axis */
-    for (int s = 0; s < stages; s++) {
-        const pdde_mesh *stage = pdde_mesh_slice(g, mesh, ax, s);
+    int stages = mesh->shape[ax], runs = stages * chunks;
+    if (chunks < 1 || n_layers < runs)
+        return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "pipeline: %d layers cannot fill %d stages x %d chunks (mesh axis %s)", n_layers,
+                          stages, chunks, axis);
+    /* run r: layers [r * n / R, (r + 1) * n / R) on the slice of the mesh at r % S along the axis */
+    for (int r = 0; r < runs; r++) {
+        const pdde_mesh *stage = pdde_mesh_slice(g, mesh, ax, r % stages);
         if (!stage) return pdde_graph_status(g);
-        pdde_status st = pdde_graph_set_layer_mesh(g, s * n_layers / stages, (s + 1) * n_layers / stages - 1, stage);
+        pdde_status st = pdde_graph_set_layer_mesh(g, r * n_layers / runs, (r + 1) * n_layers / runs - 1, stage);
         if (st) return st;
     }
     return PDDE_OK;

@@ -26,7 +26,7 @@ static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, 
  * recompute: every block recomputed in backward (the clones get attributes and reshards like any op);
  * device: layers on the OpenCL device (PoCL in CI): the blocks, or with stages the second stage's
  * layers, so that one stage computes on the CPU and the other on the device */
-typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute, device; } plan;
+typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute, device, chunks; } plan;
 #define SAVE_AT 5
 static char ckpt_path[3][256];
 typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, wte_bytes, arena_bytes; int ok, dump_ok; char error[256]; } result;
@@ -52,7 +52,7 @@ static int micro_batches(const plan *p) { return p && p->micro > 1 ? p->micro : 
 static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f;
-    gpt_plan gp = {p ? p->dp : 1, p ? p->tp : 1, p ? p->pp : 1, micro_batches(p), p ? p->zero : 0, p ? p->recompute : 0};
+    gpt_plan gp = {p ? p->dp : 1, p ? p->tp : 1, p ? p->pp : 1, micro_batches(p), p ? p->zero : 0, p ? p->recompute : 0, p ? p->chunks : 0};
     return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 
@@ -186,7 +186,7 @@ static void lose_a_stage(pdde_context *ctx, pdde_comm *world, void *arg) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = world;
     pdde_graph_init(ctx, &g);
-    plan p = {"pp2_lost", 1, 1, 2, 2, 0, 0, 0, 0, 0, 0};
+    plan p = {"pp2_lost", 1, 1, 2, 2, 0, 0, 0, 0, 0, 0, 0};
     out->st = build(g, &m, &p);
     if (!out->st) out->st = pdde_session_init(g, &sp, &s);
     int32_t x[8 * 16], y[8 * 16];
@@ -225,16 +225,17 @@ int main(void) {
     /* zero3 saves file 1 at step 5, tp2_pp2 file 2; the *_resume plans continue from them under other
      * plans (pipeline ones included) */
     static const plan plans[] = {
-        /* name            dp tp pp micro gpipe zero save load recompute device */
-        {"dp2",            2, 1, 1, 0, 0, 0, 0, 0, 0, 0}, {"tp2", 1, 2, 1, 0, 0, 0, 0, 0, 0, 0}, {"dp2_tp2", 2, 2, 1, 0, 0, 0, 0, 0, 0, 0},
-        {"zero1",          2, 1, 1, 0, 0, 1, 0, 0, 0, 0}, {"zero2", 2, 1, 1, 0, 0, 2, 0, 0, 0, 0}, {"zero3", 2, 1, 1, 0, 0, 3, 1, 0, 0, 0},
-        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0, 0, 0}, {"pp2_gpipe", 1, 1, 2, 4, 1, 0, 0, 0, 0, 0},
-        {"dp2_pp2",        2, 1, 2, 4, 0, 0, 0, 0, 0, 0}, {"tp2_pp2", 1, 2, 2, 4, 0, 0, 2, 0, 0, 0},
-        {"dp2tp2_recomp",  2, 2, 1, 0, 0, 0, 0, 0, 1, 0}, {"dp2pp2_recomp", 2, 1, 2, 4, 0, 0, 0, 0, 1, 0},
-        {"tp2pp2_recomp",  1, 2, 2, 4, 1, 0, 0, 0, 1, 0},
-        {"tp2_opencl",     1, 2, 1, 0, 0, 0, 0, 0, 0, 1}, {"pp2_hetero", 2, 1, 2, 4, 0, 0, 0, 0, 0, 1},
-        {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1, 0, 0}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1, 0, 0},
-        {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0, 0},
+        /* name            dp tp pp micro gpipe zero save load recompute device chunks */
+        {"dp2",            2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"tp2", 1, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"dp2_tp2", 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"zero1",          2, 1, 1, 0, 0, 1, 0, 0, 0, 0, 0}, {"zero2", 2, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0}, {"zero3", 2, 1, 1, 0, 0, 3, 1, 0, 0, 0, 0},
+        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0}, {"pp2_gpipe", 1, 1, 2, 4, 1, 0, 0, 0, 0, 0, 0},
+        {"pp2_interleaved", 1, 1, 2, 4, 0, 0, 0, 0, 0, 0, 2}, {"pp2_ileave_gpipe", 1, 1, 2, 4, 1, 0, 0, 0, 0, 0, 2},
+        {"dp2_pp2",        2, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0}, {"tp2_pp2", 1, 2, 2, 4, 0, 0, 2, 0, 0, 0, 0},
+        {"dp2tp2_recomp",  2, 2, 1, 0, 0, 0, 0, 0, 1, 0, 0}, {"dp2pp2_recomp", 2, 1, 2, 4, 0, 0, 0, 0, 1, 0, 0},
+        {"tp2pp2_recomp",  1, 2, 2, 4, 1, 0, 0, 0, 1, 0, 0},
+        {"tp2_opencl",     1, 2, 1, 0, 0, 0, 0, 0, 0, 1, 0}, {"pp2_hetero", 2, 1, 2, 4, 0, 0, 0, 0, 0, 1, 0},
+        {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0},
+        {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0, 0, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0, 0, 0},
     };
     double arena_1f1b = 0, arena_gpipe = 0;
     for (int i = 1; i <= 2; i++) snprintf(ckpt_path[i], sizeof ckpt_path[i], "/tmp/pdde_test_spmd.%d.%d.ckpt", (int)getpid(), i);

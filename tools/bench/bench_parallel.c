@@ -38,8 +38,9 @@ int main(void) {
 static const gpt_config cfg = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8};
 
 /* micro: micro-batches per step (grad_accum_steps; the pipeline plans need them in flight), gpipe: that
- * schedule instead of 1F1B, zero: ZeRO stage over dp, recompute: every block recomputed in backward */
-typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, recompute; } plan;
+ * schedule instead of 1F1B, zero: ZeRO stage over dp, recompute: every block recomputed in backward,
+ * chunks: runs of layers per pipeline stage (interleaved stages) */
+typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, recompute, chunks; } plan;
 
 /* what one rank sends back through its pipe (well under PIPE_BUF) */
 typedef struct {
@@ -77,7 +78,7 @@ static void batch(int step, int32_t *x, int32_t *y) {
 static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f;
-    gpt_plan gp = {p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute};
+    gpt_plan gp = {p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute, p->chunks};
     return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 
@@ -209,7 +210,7 @@ static double rss_now_bytes(void) {
 
 /* one process's initial parameters, read from a session that is then freed */
 static int read_initial_params(pdde_context *ctx) {
-    static const plan one = {"init", 1, 1, 1, 1, 0, 0, 0};
+    static const plan one = {"init", 1, 1, 1, 1, 0, 0, 0, 0};
     pdde_graph *g;
     pdde_session *s = NULL;
     gpt_model m;
@@ -256,21 +257,22 @@ int main(int argc, char **argv) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     if (read_initial_params(ctx)) return 1;
 
-    static const plan one = {"1_process", 1, 1, 1, 1, 0, 0, 0};
+    static const plan one = {"1_process", 1, 1, 1, 1, 0, 0, 0, 0};
     static const plan plans[] = {
-        /* name            dp tp pp micro gpipe zero recompute */
-        {"dp2",            2, 1, 1, 1, 0, 0, 0},
-        {"tp2",            1, 2, 1, 1, 0, 0, 0},
-        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0},
-        {"pp2_gpipe",      1, 1, 2, 4, 1, 0, 0},
-        {"zero1_dp2",      2, 1, 1, 1, 0, 1, 0},
-        {"zero2_dp2",      2, 1, 1, 1, 0, 2, 0},
-        {"zero3_dp2",      2, 1, 1, 1, 0, 3, 0},
-        {"dp4",            4, 1, 1, 1, 0, 0, 0},
-        {"dp2xtp2",        2, 2, 1, 1, 0, 0, 0},
-        {"dp2xpp2",        2, 1, 2, 4, 0, 0, 0},
-        {"tp2xpp2",        1, 2, 2, 4, 0, 0, 0},
-        {"dp2xtp2_recomp", 2, 2, 1, 1, 0, 0, 1},
+        /* name            dp tp pp micro gpipe zero recompute chunks */
+        {"dp2",            2, 1, 1, 1, 0, 0, 0, 0},
+        {"tp2",            1, 2, 1, 1, 0, 0, 0, 0},
+        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0},
+        {"pp2_gpipe",      1, 1, 2, 4, 1, 0, 0, 0},
+        {"pp2_interleaved", 1, 1, 2, 4, 0, 0, 0, 2},
+        {"zero1_dp2",      2, 1, 1, 1, 0, 1, 0, 0},
+        {"zero2_dp2",      2, 1, 1, 1, 0, 2, 0, 0},
+        {"zero3_dp2",      2, 1, 1, 1, 0, 3, 0, 0},
+        {"dp4",            4, 1, 1, 1, 0, 0, 0, 0},
+        {"dp2xtp2",        2, 2, 1, 1, 0, 0, 0, 0},
+        {"dp2xpp2",        2, 1, 2, 4, 0, 0, 0, 0},
+        {"tp2xpp2",        1, 2, 2, 4, 0, 0, 0, 0},
+        {"dp2xtp2_recomp", 2, 2, 1, 1, 0, 0, 1, 0},
     };
     int n_plans = (int)(sizeof plans / sizeof plans[0]);
     int tokens = cfg.batch * cfg.ctx, timed = n_steps - WARMUP;
