@@ -709,6 +709,8 @@ pdde_status pdde_store_ping(pdde_store *s);
 typedef struct pdde_store_server pdde_store_server;
 pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out);
 int pdde_store_server_port(const pdde_store_server *srv);
+/* The clients connected now. */
+int pdde_store_server_n_clients(const pdde_store_server *srv);
 void pdde_store_server_free(pdde_store_server *srv);
 
 /* Rank discovery. Read in this order, the first launcher found wins: pdde-run (PDDE_RANK,

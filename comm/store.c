@@ -449,6 +449,8 @@ void pdde_store_server_free(pdde_store_server *srv) {
     free(srv);
 }
 
+int pdde_store_server_n_clients(const pdde_store_server *srv) { return srv ? atomic_load(&srv->n_live) : 0; }
+
 /* ================================================================================================
  * TCP client */
 

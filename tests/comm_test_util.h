@@ -29,22 +29,24 @@ typedef struct {
     int device_runtimes;    /* 1: the ranks may start device runtimes (PDDE_BACKENDS unset in them) */
     void *results;          /* n * result_size bytes: rank r's test_rank_result lands at r * result_size */
     size_t result_size;     /* at most PIPE_BUF - 8 (one atomic pipe write) */
+    const pdde_store_server *server; /* the store served from this process (NULL: elsewhere) */
 } test_ranks_params;
 
 /* In a rank: result_size zeroed bytes for the rank function to fill (NULL without results). */
 static void *test_rank_result;
 
 /* Forks n ranks that connect to the store, init a world comm and run fn; waits for all of them (or
- * kills them after limit_s). The ranks start together, after the last fork: forking while the
- * parent's store thread serves the first ranks could hand a child an allocator lock held at that
- * instant (the sanitizers' allocators have no fork handlers). Returns the number of ranks that did
- * not exit cleanly. */
+ * kills them after limit_s). No fork may race the store thread of this process allocating (the
+ * sanitizers' allocators have no fork handlers: a child could inherit their lock held): the forks wait
+ * until the last run's clients are gone, and the ranks start together after the last fork. Returns
+ * the number of ranks that did not exit cleanly. */
 static pid_t test_pids[64]; /* of the current run, for tests that kill a rank */
 
 static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, void *arg, double limit_s) {
     int fds[64][2], gate[2];
     pid_t *pids = test_pids;
     if (pipe(gate)) return n;
+    for (double until = test_now() + 10; tp->server && pdde_store_server_n_clients(tp->server) > 0 && test_now() < until;) usleep(1000);
     fflush(NULL);
     for (int r = 0; r < n; r++) {
         if (pipe(fds[r])) return n;
@@ -58,6 +60,7 @@ static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, v
             if (tp->result_size) test_rank_result = calloc(1, tp->result_size);
             pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
             cp.n_threads = tp->n_threads;
+            if (!tp->device_runtimes) cp.backends = "cpu"; /* (a device runtime per rank only when asked) */
             pdde_context *ctx;
             pdde_context_init(&cp, &ctx);
             pdde_comm *comm = NULL;

@@ -274,7 +274,7 @@ int main(void) {
         for (int ai = 0; ai < 3; ai++) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "test%d%s", n, algo_names[ai]);
-            test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 5};
+            test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 5, .server = srv};
             coll_arg ca = {algos[ai], 1};
             double t0 = test_now();
             int before = test_failed;

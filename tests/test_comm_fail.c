@@ -314,14 +314,14 @@ int main(int argc, char **argv) {
             char prefix[32];
             snprintf(prefix, sizeof prefix, "kill%d_%d", n, arg[1]);
             g_shared[0] = 0;
-            test_ranks_params tp = {.addr = g_addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 1.5, .killed_ok = 1u << arg[0]};
+            test_ranks_params tp = {.addr = g_addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 1.5, .killed_ok = 1u << arg[0], .server = srv};
             test_run_ranks(n, &tp, kill_rank, arg, 30);
         }
-    test_ranks_params ta = {.addr = g_addr, .prefix = "abort", .timeout_s = 60, .peer_timeout_s = 1.5};
+    test_ranks_params ta = {.addr = g_addr, .prefix = "abort", .timeout_s = 60, .peer_timeout_s = 1.5, .server = srv};
     test_run_ranks(2, &ta, abort_rank, NULL, 30);
-    test_ranks_params tt = {.addr = g_addr, .prefix = "timeout", .timeout_s = 0.5, .peer_timeout_s = 1.5};
+    test_ranks_params tt = {.addr = g_addr, .prefix = "timeout", .timeout_s = 0.5, .peer_timeout_s = 1.5, .server = srv};
     test_run_ranks(2, &tt, timeout_rank, NULL, 30);
-    test_ranks_params tw = {.addr = g_addr, .prefix = "waittimeout", .timeout_s = 10, .peer_timeout_s = 1.5};
+    test_ranks_params tw = {.addr = g_addr, .prefix = "waittimeout", .timeout_s = 10, .peer_timeout_s = 1.5, .server = srv};
     test_run_ranks(2, &tw, wait_timeout_rank, NULL, 30);
     test_pdde_run(argv[0]);
 

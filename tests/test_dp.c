@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #define STEPS 20
+static const pdde_store_server *g_server; /* (test_run_ranks waits for its clients to leave before forking) */
 #define RANKS 2
 
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
@@ -91,7 +92,7 @@ static void run_ranks(const char *store_addr, const dp_config *dc, run_result *o
     run_result res[RANKS];
     memset(res, 0, sizeof res);
     test_ranks_params tp = {.addr = store_addr, .prefix = dc->name, .timeout_s = 60, .n_threads = 1,
-                            .device_runtimes = dc->on_device, .results = res, .result_size = sizeof *res};
+                            .server = g_server, .device_runtimes = dc->on_device, .results = res, .result_size = sizeof *res};
     test_run_ranks(RANKS, &tp, train_rank, (void *)dc, 240);
     for (int r = 0; r < RANKS; r++) CHECK(res[r].ok, "%s rank %d failed: %s", dc->name, r, res[r].error);
     *out = res[0];
@@ -127,9 +128,17 @@ int main(void) {
     cp.backends = "cpu";  /* device runtimes do not survive fork(): only the children start them */
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
+    /* PoCL starting in forked ranks under AddressSanitizer hangs now and then (its worker threads'
+     * barrier): the device plans run in the plain build only */
+#if defined(__SANITIZE_ADDRESS__)
+    int has_device = 0;
+    (void)other_device_exists;
+#else
     int has_device = other_device_exists();
+#endif
     pdde_store_server *srv;
     CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
+    g_server = srv;
     if (test_failed) return test_finish();
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));

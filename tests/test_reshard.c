@@ -249,7 +249,7 @@ int main(void) {
         const mesh_case *mc = &meshes[m];
         char prefix[32];
         snprintf(prefix, sizeof prefix, "reshard%zu", m);
-        test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 5};
+        test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 5, .server = srv};
         int before = test_failed, n = mc->shape[0] * (mc->ndim == 2 ? mc->shape[1] : 1);
         double t0 = test_now();
         test_run_ranks(n, &tp, rank_main, (void *)mc, 120);
@@ -257,7 +257,7 @@ int main(void) {
                test_failed == before ? "ok" : "FAILED", test_now() - t0);
         fflush(stdout);
     }
-    test_ranks_params tp = {.addr = addr, .prefix = "reshard_bad", .timeout_s = 60, .peer_timeout_s = 5};
+    test_ranks_params tp = {.addr = addr, .prefix = "reshard_bad", .timeout_s = 60, .peer_timeout_s = 5, .server = srv};
     test_run_ranks(2, &tp, bad_plans, NULL, 60);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #define STEPS 20
+static const pdde_store_server *g_server; /* (test_run_ranks waits for its clients to leave before forking) */
 #define MAX_PARAMS 64
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
@@ -167,7 +168,7 @@ static void run_plan(const char *store_addr, const plan *p, result *out) {
     result res[8];
     memset(res, 0, sizeof res);
     test_ranks_params tp = {.addr = store_addr, .prefix = p->name, .timeout_s = 60, .n_threads = 1,
-                            .device_runtimes = p->device, .results = res, .result_size = sizeof *res};
+                            .server = g_server, .device_runtimes = p->device, .results = res, .result_size = sizeof *res};
     test_run_ranks(ranks, &tp, train_rank, (void *)p, 240);
     for (int r = 0; r < ranks; r++) CHECK(res[r].ok, "%s rank %d: %s", p->name, r, res[r].error);
     *out = res[0];
@@ -215,6 +216,7 @@ int main(void) {
     pdde_context_init(&cp, &ctx);
     pdde_store_server *srv;
     CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store: %s", pdde_last_error(ctx));
+    g_server = srv;
     if (test_failed) return test_finish();
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
@@ -239,7 +241,14 @@ int main(void) {
     };
     double arena_1f1b = 0, arena_gpipe = 0;
     for (int i = 1; i <= 2; i++) snprintf(ckpt_path[i], sizeof ckpt_path[i], "/tmp/pdde_test_spmd.%d.%d.ckpt", (int)getpid(), i);
+    /* PoCL starting in forked ranks under AddressSanitizer hangs now and then (its worker threads'
+     * barrier): the device plans run in the plain build only */
+#if defined(__SANITIZE_ADDRESS__)
+    int has_opencl = 0;
+    (void)opencl_device_exists;
+#else
     int has_opencl = opencl_device_exists();
+#endif
     for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
         if (plans[i].device && !has_opencl) {
             printf("%-14s skipped: no OpenCL device\n", plans[i].name);
@@ -309,7 +318,7 @@ int main(void) {
     lost_result lost[2];
     memset(lost, 0, sizeof lost);
     test_ranks_params tl = {.addr = addr, .prefix = "pp2_lost", .timeout_s = 60, .peer_timeout_s = 2, .n_threads = 1,
-                            .killed_ok = 1u << 1, .results = lost, .result_size = sizeof *lost};
+                            .killed_ok = 1u << 1, .server = srv, .results = lost, .result_size = sizeof *lost};
     test_run_ranks(2, &tl, lose_a_stage, NULL, 60);
     CHECK((lost[0].st == PDDE_ERR_PEER_LOST || lost[0].st == PDDE_ERR_TIMEOUT) && lost[0].steps == 3 && lost[0].seconds < 5,
           "stage 1 killed: stage 0 got %s after %.2f s at step %d", pdde_status_str(lost[0].st), lost[0].seconds, lost[0].steps);
