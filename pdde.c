@@ -1065,7 +1065,6 @@ struct pdde_session {
     pdde_tensor **order;        /* the schedule */
     int n_order, cap_order;
     int n_tracked;              /* size of the per-tensor arrays below */
-    size_t *min_bytes;          /* per tensor id: allocation floor (room for padded collectives) */
     void **staging;             /* per tensor id of a COPY node between two devices: host bounce buffer */
     int n_staging;
     int64_t step;
@@ -1223,11 +1222,9 @@ static int session_track(pdde_session *s) {
     int n = s->g->n;
     if (n <= s->n_tracked) return 0;
     int *slot = realloc(s->slot, (size_t)n * sizeof *slot);
-    size_t *min_bytes = realloc(s->min_bytes, (size_t)n * sizeof *min_bytes);
-    if (slot) s->slot = slot;
-    if (min_bytes) s->min_bytes = min_bytes;
-    if (!slot || !min_bytes) return 1;
-    for (int i = s->n_tracked; i < n; i++) slot[i] = -1, min_bytes[i] = 0;
+    if (!slot) return 1;
+    s->slot = slot;
+    for (int i = s->n_tracked; i < n; i++) slot[i] = -1;
     s->n_tracked = n;
     return 0;
 }
@@ -1337,21 +1334,12 @@ static void *comm_staging(pdde_session *s, session_device *sd, size_t bytes) {
 
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t);
 
-/* A gradient reduction meant to start early (overlap_gradient_reductions), run here and now. */
-static pdde_status reshard_now(pdde_session *s, pdde_tensor *t) {
-    bool early = s->early_starts;
-    s->early_starts = false;
-    pdde_status st = run_reshard(s, t);
-    s->early_starts = early;
-    return st;
-}
-
 /* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
  * run did not start it, it runs it now. */
 static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *c = t->src[0];
     pdde_comm_request **started = (pdde_comm_request **)&s->requests[c->id];
-    if (!*started) return reshard_now(s, c);
+    if (!*started) return run_reshard(s, c);
     pdde_status st = pdde_comm_wait(*started, -1);
     if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
     return st ? pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx)) : PDDE_OK;
@@ -1432,13 +1420,8 @@ static pdde_status run_send(pdde_session *s, pdde_tensor *t, int micro) {
 
 #include "planner/partition.c"
 
-static size_t alloc_bytes(const pdde_session *s, const pdde_tensor *t) {
-    size_t n = pdde_tensor_nbytes(t);
-    return n > s->min_bytes[t->id] ? n : s->min_bytes[t->id];
-}
-
-static size_t aligned_bytes(const pdde_session *s, const pdde_tensor *t) {
-    return (alloc_bytes(s, t) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+static size_t aligned_bytes(const pdde_tensor *t) {
+    return (pdde_tensor_nbytes(t) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
 }
 
 /* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
@@ -1485,14 +1468,14 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
             t->offset = sd->persist_bytes;
             bool per_micro = (t->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1; /* one slot per micro-batch */
             if (per_micro) s->input_base[t->id] = t->offset;
-            sd->persist_bytes += aligned_bytes(s, t) * (per_micro ? (size_t)s->n_micro : 1);
+            sd->persist_bytes += aligned_bytes(t) * (per_micro ? (size_t)s->n_micro : 1);
             if (t->flags & PDDE_TENSOR_PARAM) s->mem.param_bytes += bytes;
             else if (t->flags & PDDE_TENSOR_GRAD) s->mem.grad_bytes += bytes;
             else if (t->flags & PDDE_TENSOR_STATE) s->mem.optimizer_bytes += bytes;
             else s->mem.input_bytes += bytes;
         } else {
             s->mem.activation_bytes += bytes;
-            arena_alloc(&plans[s->slot[t->id]], alloc_bytes(s, t), &t->offset);
+            arena_alloc(&plans[s->slot[t->id]], pdde_tensor_nbytes(t), &t->offset);
             int at = reuse ? last[t->id] : end;
             int *list = realloc(release_at[at], (size_t)(n_release[at] + 1) * sizeof *list);
             if (!list) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
@@ -1501,7 +1484,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
         }
         for (int k = 0; k < n_release[i]; k++) {
             pdde_tensor *r = g->nodes[release_at[i][k]];
-            if (!arena_release(&plans[s->slot[r->id]], r->offset, alloc_bytes(s, r)))
+            if (!arena_release(&plans[s->slot[r->id]], r->offset, pdde_tensor_nbytes(r)))
                 st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         }
     }
@@ -1783,7 +1766,6 @@ void pdde_session_free(pdde_session *s) {
     free(s->sends);
     free(s->requests);
     free(s->slot);
-    free(s->min_bytes);
     free(s->order);
     free(s);
 }
@@ -1818,7 +1800,7 @@ static bool phase_in(pdde_phase phase, pdde_run_mode mode) {
 static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
     pdde_tensor *r = storage_root(t);
     if (!is_persistent(r)) t->data = s->devs[s->slot[r->id]].arenas[m % s->n_live];
-    else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * aligned_bytes(s, r);
+    else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * aligned_bytes(r);
 }
 
 static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
@@ -1826,8 +1808,9 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
     if (t->op == PDDE_OP_COPY) return run_copy(s, t);
 #ifdef PDDE_HAVE_COMM
-    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1)
-        return t->iparams[3] == 1 && !s->early_starts ? PDDE_OK : run_reshard(s, t); /* (an early start not due: its wait runs it) */
+    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1 && t->iparams[3] == 1)
+        return s->early_starts ? start_reduction(s, t) : PDDE_OK; /* (not due in this pass: its wait runs it) */
+    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1) return run_reshard(s, t);
     if ((t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK) && t->iparams[1] > 0) return run_cross_entropy_vocab(s, t);
     if (t->op == PDDE_OP_COMM_WAIT) return run_wait(s, t);
     if (t->op == PDDE_OP_SEND) return run_send(s, t, micro);

@@ -503,17 +503,21 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
     return st;
 }
 
-/* A reshard on device memory goes through host memory (the transport reads host buffers). */
+/* A gradient reduction moved up by overlap_gradient_reductions, started without waiting (host memory,
+ * no packing: that function only moves those); its COMM_WAIT completes it. */
+static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *x = t->src[0];
+    pdde_comm *c = s->axis_comm[t->iparams[4]];
+    char *in = (char *)x->data + x->offset, *out = (char *)t->data + t->offset;
+    pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
+    return t->op == PDDE_OP_ALLREDUCE
+               ? pdde_comm_iallreduce(c, in, out, (size_t)pdde_tensor_numel(x), t->dtype, (pdde_reduce_op)t->iparams[0], req)
+               : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)t->iparams[0], req);
+}
+
+/* A reshard, blocking; on device memory through host memory (the transport reads host buffers). */
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
-    if (t->iparams[3] == 1 && s->early_starts) { /* a gradient reduction started early (overlap_gradient_reductions) */
-        pdde_comm *c = s->axis_comm[t->iparams[4]];
-        char *in = (char *)x->data + x->offset, *out = (char *)t->data + t->offset;
-        pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
-        return t->op == PDDE_OP_ALLREDUCE
-                   ? pdde_comm_iallreduce(c, in, out, (size_t)pdde_tensor_numel(x), t->dtype, (pdde_reduce_op)t->iparams[0], req)
-                   : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)t->iparams[0], req);
-    }
     if (s->devs[s->slot[x->id]].host && s->devs[s->slot[t->id]].host)
         return reshard_on_host(s, t, x, (char *)x->data + x->offset, (char *)t->data + t->offset);
     size_t nx = pdde_tensor_nbytes(x), nt = pdde_tensor_nbytes(t);
