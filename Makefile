@@ -103,7 +103,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops bench-parallel install clean
+.PHONY: all deps-report test test-installed test-asan demo bench-gpt bench-comm bench-ops bench-parallel install clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -137,14 +137,20 @@ $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h)
 
 # The portable build (no OpenBLAS: pdde's own GEMM; no UCX: the library without comm/) runs the numerical tests too.
 PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
-test: all $(TESTS)
+# make test first installs what is missing (as make demo does), then reads this Makefile again so
+# that the optional dependencies it just installed are found.
+test:
+	@bash tools/install-deps.sh
+	@$(MAKE) --no-print-directory test-installed
+
+test-installed: all $(TESTS)
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS)
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	  LDLIBS_EXTRA=-fsanitize=address,undefined test
+	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
 
 demo:
 	@bash tools/demo.sh
