@@ -779,8 +779,7 @@ typedef struct {
  * UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) override pdde's choices. */
 const pdde_transport_iface *pdde_transport_ucx(void);
 
-/* Communicators and collectives. */
-typedef struct pdde_comm pdde_comm;
+/* Communicators (pdde_comm, declared with the context) and collectives. */
 typedef struct pdde_comm_request pdde_comm_request;
 
 typedef enum { PDDE_REDUCE_SUM = 0, PDDE_REDUCE_AVG, PDDE_REDUCE_MAX, PDDE_REDUCE_MIN } pdde_reduce_op;

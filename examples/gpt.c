@@ -11,7 +11,7 @@
  * Text is tokenized byte by byte (vocabulary 256). 90% of the file trains, 10% validates. */
 #define _GNU_SOURCE
 #include "pdde.h"
-#include "examples/gpt.h"
+#include "gpt.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
