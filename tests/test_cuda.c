@@ -453,7 +453,7 @@ int main(void) {
         test_training(ctx, dev, 0);
         test_training(ctx, dev, 1);
     } else {
-        printf("no CUDA device: the GPU checks are skipped\n");
+        test_skip("cuda", "no CUDA device: the GPU checks");
     }
     pdde_context_free(ctx);
     if (dev >= 0) {
