@@ -103,7 +103,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-installed test-asan demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
+.PHONY: all deps-report test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -146,9 +146,16 @@ test:
 	@bash tools/install-deps.sh
 	@$(MAKE) --no-print-directory test-installed
 
+# TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
+FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
 test-installed: all $(TESTS)
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
-	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS)
+	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(PORTABLE_TESTS)
+
+# Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
+# Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.
+test-mutants: all
+	@bash tests/mutants/run.sh
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:

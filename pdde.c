@@ -1541,10 +1541,12 @@ static pdde_status session_allocate(pdde_session *s) {
     for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
         session_device *sd = &s->devs[d];
         if (!(sd->arenas = calloc((size_t)s->n_live, sizeof *sd->arenas))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        size_t arena = sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, persist = sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN;
         for (int k = 0; k < s->n_live && st == PDDE_OK; k++)
-            st = sd->iface->buffer_alloc(sd->dev, sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, &sd->arenas[k]);
+            if ((st = sd->iface->buffer_alloc(sd->dev, arena, &sd->arenas[k])) == PDDE_OK) s->mem.allocated_bytes += arena;
         sd->arena = sd->arenas[0];
-        if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN, &sd->persist);
+        if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, persist, &sd->persist);
+        if (st == PDDE_OK) s->mem.allocated_bytes += persist, s->mem.persistent_allocated_bytes += persist;
         if (st == PDDE_OK && sd->host) memset(sd->persist, 0, sd->persist_bytes); /* alignment gaps too */
     }
     if (st != PDDE_OK) return st;

@@ -504,6 +504,9 @@ typedef struct {
     size_t optimizer_bytes;   /* optimizer state */
     size_t input_bytes;
     int n_nodes;              /* nodes scheduled */
+    /* what the session really holds from the backends' buffer_alloc, on all its devices: the
+     * persistent buffer (parameters, gradients, optimizer state, inputs, with alignment) and in all */
+    size_t persistent_allocated_bytes, allocated_bytes;
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
 /* This rank's program as it will run: every scheduled node in order with its phase, device, local

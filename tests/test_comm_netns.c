@@ -8,7 +8,7 @@
 #if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
 #include <stdio.h>
 int main(void) {
-    printf("SKIPPED: pdde was built without comm (no UCX)\n0 passed, 0 failed\n");
+    printf("SKIP ucx: pdde was built without comm (no UCX)\n0 passed, 0 failed, 1 skipped\n");
     return 0;
 }
 #else
@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
     snprintf(a, sizeof a, "pddeA%d", id); snprintf(b, sizeof b, "pddeB%d", id);
     snprintf(va, sizeof va, "pva%d", id); snprintf(vb, sizeof vb, "pvb%d", id);
     if (geteuid() != 0 || sh("ip netns add %s 2>/dev/null%s", a, "")) {
-        printf("SKIPPED: cannot create network namespaces (needs root and `ip netns`)\n");
+        test_skip("netns", "cannot create network namespaces (needs root and `ip netns`)");
         return test_finish();
     }
     int ok = !sh("ip netns add %s%s", b, "") && !sh("ip link add %s type veth peer name %s", va, vb);
