@@ -567,6 +567,18 @@ done:
 /* ------------------------------------------------------------------------------------------------
  * A graph as one rank's program */
 
+/* Bytes a node reads and writes: its inputs and its output, except that a lookup touches only the rows
+ * it reads (and its backward only the rows it adds to), not the whole table. */
+static double cost_node_bytes(const pdde_tensor *x) {
+    if (x->op == PDDE_OP_EMBEDDING && x->nsrc >= 2)
+        return 2.0 * (double)pdde_tensor_nbytes(x) + (double)pdde_tensor_nbytes(x->src[1]);
+    if (x->op == PDDE_OP_EMBEDDING_BACK && x->nsrc >= 3)
+        return 3.0 * (double)pdde_tensor_nbytes(x->src[2]) + (double)pdde_tensor_nbytes(x->src[1]);
+    double b = (double)pdde_tensor_nbytes(x);
+    for (int s = 0; s < x->nsrc; s++) b += (double)pdde_tensor_nbytes(x->src[s]);
+    return b;
+}
+
 pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out) {
     pdde_cost_program *p;
     pdde_status st = pdde_cost_program_init(1, &p);
@@ -589,10 +601,7 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
         op.phase = x->phase, op.micro = -1, op.dtype = x->dtype, op.last_use = -1;
         op.op_class = pdde_op_class_of(x);
         int view = (x->flags & PDDE_TENSOR_VIEW) != 0;
-        if (!view) {
-            op.bytes = (double)pdde_tensor_nbytes(x);
-            for (int s = 0; s < x->nsrc; s++) op.bytes += (double)pdde_tensor_nbytes(x->src[s]);
-        }
+        if (!view) op.bytes = cost_node_bytes(x);
         if (!view && !(x->flags & PDDE_TENSOR_INPLACE)) op.out_bytes = (double)pdde_tensor_nbytes(x);
         if (x->op == PDDE_OP_MATMUL && x->nsrc >= 2 && x->ndim >= 2) {
             const pdde_tensor *a = x->src[0];
