@@ -1026,6 +1026,8 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
  * Planner (planner/): meshes, distributed attributes, completion */
 
 #include "planner/planner.c"
+#include "planner/cluster.c"
+#include "planner/cost.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:
