@@ -4,12 +4,7 @@
  * Sections: context and errors · dtypes · graph building · autodiff · optimizers · executor (memory
  * plan, schedule, thread pool) · checkpoints · data. */
 #define _GNU_SOURCE
-#include "pdde.h"
-
-/* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */
-#if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("comm/comm.c")
-#define PDDE_HAVE_COMM 1
-#endif
+#include "planner/pdde_impl.h" /* the internal structs and prototypes every part shares */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,14 +22,6 @@
 
 /* ================================================================================================
  * Context and errors */
-
-struct pdde_context {
-    int n_threads;
-    uint64_t seed;
-    int log_level;
-    char last_error[1024];
-    struct pdde_registry *registry; /* backends and their devices (backends/registry.c) */
-};
 
 const char *pdde_status_str(int status) {
     switch (status) {
@@ -170,11 +157,12 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;
     if (!p.backends) p.backends = getenv("PDDE_BACKENDS");
-    pdde_status st = registry_init(ctx, &p);
+    pdde_status st = registry_init(ctx, &p, &ctx->registry);
     if (st != PDDE_OK) {
         pdde_context_free(ctx);
         return st;
     }
+    ctx->last_error[0] = 0; /* a backend whose driver is absent is not an error of this call */
     *out = ctx;
     return PDDE_OK;
 }
@@ -185,26 +173,35 @@ void pdde_context_free(pdde_context *ctx) {
     free(ctx);
 }
 
+int pdde_device_count(pdde_context *ctx) { return ctx && ctx->registry ? ctx->registry->n_devices : 0; }
+
+pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out) {
+    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
+    if (device < 0 || device >= ctx->registry->n_devices)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, ctx->registry->n_devices);
+    return registry_device_props(ctx->registry, device, out);
+}
+
+int pdde_device_find(pdde_context *ctx, const char *backend, int index) { return registry_device_find(ctx->registry, backend, index); }
+
+int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_families : 0; }
+
+const char *pdde_backend_name(pdde_context *ctx, int backend) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return NULL;
+    const pdde_backend_iface *b = ctx->registry->families[backend].iface;
+    return b && b->name ? b->name : "?";
+}
+
+pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return PDDE_ERR_INVALID_ARG;
+    registry_family *f = &ctx->registry->families[backend];
+    if (why) *why = f->status == PDDE_OK ? "" : f->why;
+    return f->status;
+}
+
 /* ================================================================================================
  * Graph building. Nodes are created in topological order (a node's inputs exist before it), so the
  * id order is a valid schedule. Errors are sticky: the first one is kept and later calls return NULL. */
-
-struct pdde_graph {
-    pdde_context *ctx;
-    pdde_tensor **nodes;
-    int n, cap;
-    int status;           /* first error while building */
-    int layer;            /* layer id for new nodes */
-    uint8_t *recompute;   /* by layer id: 1 = recompute its activations in backward (pdde_graph_set_recompute) */
-    int n_recompute;
-    bool has_backward;
-    bool has_optimizer;
-    pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
-    pdde_session *session;     /* the live session: tensors hold its data, so one at a time */
-    struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
-};
-
-static void planner_graph_free(struct planner_graph *p);
 
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
     if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
@@ -288,27 +285,10 @@ const char *pdde_op_name(pdde_op op) {
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }
 
-static void shape_str(const pdde_tensor *t, char *buf, size_t n) {
+PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < t->ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
-}
-
-/* Records the first building error; returns NULL so builders can `return graph_fail(...)`. */
-static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) {
-    if (g->status == PDDE_OK) {
-        g->status = status;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(g->ctx->last_error, sizeof g->ctx->last_error, fmt, ap);
-        va_end(ap);
-    }
-    return NULL;
 }
 
 /* The name a node gets unless it is given one: its op and id. */
@@ -388,13 +368,6 @@ static pdde_tensor *new_state(pdde_graph *g, const char *name, const pdde_tensor
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, like->ndim, like->shape, PDDE_TENSOR_STATE | extra);
     if (t) t->layer = like->layer, t->device = like->device;
     return t;
-}
-
-static bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i]) return false;
-    return true;
 }
 
 static pdde_tensor *unary(pdde_graph *g, pdde_op op, pdde_tensor *x) {
@@ -1023,11 +996,17 @@ pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p) 
 pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { return add_optimizer(g, p, PDDE_OP_SGD_UPDATE); }
 
 /* ================================================================================================
- * Planner (planner/): meshes, distributed attributes, completion */
+ * Planner (planner/): meshes, distributed attributes, completion, lowering */
 
 #include "planner/planner.c"
+#include "planner/mesh.c"
+#include "planner/dist_attr.c"
+#include "planner/spmd_rules.c"
+#include "planner/completion.c"
+#include "planner/strategy.c"
 #include "planner/cluster.c"
 #include "planner/cost.c"
+#include "planner/search.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:
@@ -1140,7 +1119,7 @@ static int session_slot_for(pdde_session *s, int device) {
     session_device *sd = &s->devs[s->n_devs];
     memset(sd, 0, sizeof *sd);
     sd->device = device;
-    if (registry_device_get(s->ctx, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
+    if (registry_device_get(s->ctx, s->ctx->registry, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
     sd->host = strcmp(sd->iface->name, "cpu") == 0;
     if (sd->iface->stream_create(sd->dev, &sd->stream) != PDDE_OK) return -1;
     return s->n_devs++;
@@ -1271,8 +1250,7 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
         session_device *sd = &s->devs[slot];
         if (t->op != PDDE_OP_NONE && !sd->iface->supports_op(sd->dev, t)) {
             pdde_device_props props;
-            sd->iface->device_props(s->ctx->registry->families[s->ctx->registry->devices[device].family].family,
-                                    s->ctx->registry->devices[device].index, &props);
+            registry_device_props(s->ctx->registry, device, &props);
             st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: device %d (%s) cannot run op %s (node %s)", device,
                             props.name, pdde_op_name(t->op), t->name);
             break;
