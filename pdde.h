@@ -699,6 +699,10 @@ typedef struct {
  * srun see comm/README.md. */
 /* Writes 64 random hex characters and a NUL to out (cap >= 65). */
 pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap);
+/* The primitives the handshakes use (FIPS 180-4 SHA-256, RFC 2104 HMAC), for tests and for deriving
+ * secrets. */
+void pdde_sha256(const void *data, size_t n, unsigned char out[32]);
+void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]);
 
 /* Wraps a backend (etcd, ...): the store owns impl and closes it in pdde_store_free. */
 pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out);

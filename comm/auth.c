@@ -106,6 +106,18 @@ static void comm_hmac(const void *key, size_t klen, int n_parts, const void *con
     comm_sha256_final(&s, out);
 }
 
+void pdde_sha256(const void *data, size_t n, unsigned char out[32]) {
+    comm_sha256 s;
+    comm_sha256_init(&s);
+    comm_sha256_update(&s, data, n);
+    comm_sha256_final(&s, out);
+}
+
+void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]) {
+    const void *parts[1] = {data};
+    comm_hmac(key, key_len, 1, parts, &n, out);
+}
+
 /* The proof of one side of a handshake: HMAC(secret, label | nonce_a | nonce_b). */
 static void comm_prove(const void *secret, size_t slen, const char *label, const unsigned char *a,
                        const unsigned char *b, unsigned char out[COMM_SHA256_BYTES]) {
