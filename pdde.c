@@ -47,6 +47,7 @@ const char *pdde_status_str(int status) {
     case PDDE_ERR_COMM: return "communication error";
     case PDDE_ERR_ABORTED: return "aborted";
     case PDDE_ERR_ENV: return "bad launcher environment";
+    case PDDE_ERR_AUTH: return "authentication failed";
     case PDDE_ERR_NO_PLAN: return "no plan fits";
     case PDDE_ERR_DIST_ATTR: return "bad distributed attribute";
     default: return "unknown status";
@@ -153,6 +154,8 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     pdde_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return PDDE_ERR_OOM;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *share = getenv("PDDE_NUM_THREADS"); /* a launcher's share of the cores for this rank */
+    if (p.n_threads <= 0 && share && atoi(share) > 0) p.n_threads = atoi(share);
     ctx->n_threads = p.n_threads > 0 ? p.n_threads : (cores > 0 ? (int)cores : 1);
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;

@@ -64,6 +64,7 @@ typedef enum {
     PDDE_ERR_COMM = -502,
     PDDE_ERR_ABORTED = -503,
     PDDE_ERR_ENV = -504, /* missing or inconsistent launcher environment */
+    PDDE_ERR_AUTH = -505, /* a peer or store client that could not prove the job secret */
     /* -6xx: distribution and planning */
     PDDE_ERR_NO_PLAN = -600,
     PDDE_ERR_DIST_ATTR = -601,
@@ -80,7 +81,8 @@ typedef struct pdde_backend_iface pdde_backend_iface;
 typedef struct pdde_comm pdde_comm; /* a communicator (see "Communication") */
 
 typedef struct {
-    int n_threads;        /* CPU threads for kernels; 0 = all online cores */
+    int n_threads;        /* CPU threads for kernels; 0 = PDDE_NUM_THREADS (pdde-run sets each rank's share of
+                             the cores there), else all online cores */
     uint64_t seed;        /* seed of the context RNG (initial weights); 0 = 1234 */
     int log_level;        /* 0 = errors only (default), 1 = info, 2 = debug */
     /* Out-of-tree backends, tried after the built-in ones (the registry is fixed for the context). */
@@ -746,11 +748,29 @@ typedef struct {
     void (*close)(void *impl); /* a clean goodbye: cancels the liveness notice */
 } pdde_store_iface;
 
+/* The job secret. Every client of the built-in store and every transport connection proves it by an
+ * HMAC-SHA256 challenge-response before anything is served. Looked up in this order: PDDE_JOB_SECRET
+ * (the text itself, 16 to 256 bytes), PDDE_JOB_SECRET_FILE (a regular file of this user, mode 0600 or
+ * stricter), then the secret this process made: the first store server started without one in the
+ * environment makes a random one, which its own clients and the processes it forks then use (pdde-run
+ * passes its secret to the ranks in PDDE_JOB_SECRET). Never put it on a command line. Under mpirun and
+ * srun see comm/README.md. */
+/* Writes 64 random hex characters and a NUL to out (cap >= 65). */
+pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap);
+/* The primitives the handshakes use (FIPS 180-4 SHA-256, RFC 2104 HMAC), for tests and for deriving
+ * secrets. */
+void pdde_sha256(const void *data, size_t n, unsigned char out[32]);
+void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]);
+
 /* Wraps a backend (etcd, ...): the store owns impl and closes it in pdde_store_free. */
 pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out);
 /* A client of the built-in TCP store at "host:port", retrying the connection for up to timeout_s
  * (0 = 30 s) so that ranks may start before the server. */
 pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out);
+/* The same with an explicit secret (NULL: the job secret). PDDE_ERR_AUTH when either side fails to
+ * prove it (the server also proves it to the client, so a squatter on the port is found out). */
+pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s,
+                                      pdde_store **out);
 void pdde_store_free(pdde_store *s);
 pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len);
 pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len);
@@ -766,9 +786,29 @@ pdde_status pdde_store_ping(pdde_store *s);
  * rank 0 under other launchers. addr "host:port"; port 0 picks a free port (see _port). */
 typedef struct pdde_store_server pdde_store_server;
 pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out);
+/* Limits keep one client from stalling or exhausting the store: each gets an error naming the limit
+ * it hit; one that takes none of a pending reply for stall_timeout_s is dropped. */
+typedef struct {
+    const char *addr;            /* "host:port"; NULL = "127.0.0.1:0". 0.0.0.0 opens it to every host:
+                                    then only the secret keeps others out */
+    const char *secret;          /* NULL: the job secret (made for this process if there is none) */
+    size_t max_value_bytes;      /* 0 = 16 MiB per value */
+    size_t max_total_bytes;      /* 0 = 512 MiB: keys, values, buffers and pending replies together */
+    size_t max_client_bytes;     /* 0 = 64 MiB of keys and values made by one client */
+    int max_clients;             /* 0 = 1024 connections */
+    double auth_timeout_s;       /* 0 = 5: a connection that has not proved the secret by then is closed */
+    double stall_timeout_s;      /* 0 = 10 */
+} pdde_store_server_params;
+#define PDDE_STORE_SERVER_PARAMS_INIT {NULL, NULL, 0, 0, 0, 0, 0, 0}
+pdde_status pdde_store_server_init_params(pdde_context *ctx, const pdde_store_server_params *params,
+                                          pdde_store_server **out);
 int pdde_store_server_port(const pdde_store_server *srv);
-/* The clients connected now. */
+/* The clients connected now (authenticated ones). */
 int pdde_store_server_n_clients(const pdde_store_server *srv);
+/* The first failure notice the store received (the first value of a key ending in "/failed", set by a
+ * rank or by the store for a rank that died or stopped answering), with why the store set it; 1 if
+ * there is one. A launcher names the root cause of a failed job with it. */
+int pdde_store_server_first_failure(pdde_store_server *srv, char *buf, size_t cap);
 void pdde_store_server_free(pdde_store_server *srv);
 
 /* Rank discovery. Read in this order, the first launcher found wins: pdde-run (PDDE_RANK,
@@ -805,6 +845,7 @@ typedef struct {
 
 typedef struct {
     double peer_timeout_s;   /* failure detection bound; 0 = 5 */
+    const char *secret;      /* the job secret a connection must prove (NULL: none is checked) */
 } pdde_transport_params;
 
 typedef struct {
