@@ -52,7 +52,7 @@ ifndef NO_CJSON
 endif
 CFLAGS += $(DEFS)
 
-LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+LIB_SRC   := pdde.c pdde_sparse.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
@@ -103,7 +103,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops bench-parallel install clean
+.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm install clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -164,6 +164,10 @@ bench-comm: all
 # GPT-small under each parallel strategy on 2 and 4 ranks against one process; BENCH_PARALLEL_STEPS timed steps.
 bench-parallel: all
 	@$(BUILD)/bench_parallel $(or $(BENCH_PARALLEL_STEPS),15)
+
+# DLRM samples/s: CPU only, accelerator only, the heterogeneous pipeline; the table's bytes per id.
+bench-dlrm: all
+	@$(BUILD)/bench_dlrm $(BENCH_DLRM_ARGS)
 
 install: all
 	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig
