@@ -959,7 +959,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     if (p.clip_norm > 0) {
         for (int i = 0; i < n; i++) {
             pdde_tensor *t = g->nodes[i];
-            if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+            if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
             pdde_tensor *src[2] = {t->grad, norm_sq};
             int64_t one = 1;
             norm_sq = new_node(g, PDDE_OP_GRAD_NORM_SQ, PDDE_F32, 1, &one, norm_sq ? 2 : 1, src);
@@ -968,7 +968,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     }
     for (int i = 0; i < n && g->status == PDDE_OK; i++) {
         pdde_tensor *t = g->nodes[i];
-        if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+        if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue; /* sparse: the server's */
         char name[80];
         pdde_tensor *src[5] = {t, t->grad};
         int nsrc = 2;
@@ -2085,7 +2085,7 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
 }
 
 static bool ckpt_saved(const pdde_tensor *t) {
-    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & PDDE_TENSOR_GRAD);
+    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));
 }
 
 /* A saved tensor the step uses, on this rank or (another pipeline stage's) on others. */
@@ -2495,4 +2495,6 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
 
 #ifdef PDDE_HAVE_COMM
 #include "comm/comm.c"
+#include "comm/ps.c"
+#include "pdde_sparse.c"
 #endif
