@@ -460,3 +460,57 @@ done:
     plan_profile_free(&prof);
     return st;
 }
+
+/* The search's view of a cluster: each device's GEMM FLOP/s and memory bandwidth as the cost model
+ * times them (its calibrated curves, else its peak figures) at the model's typical GEMM, its memory
+ * and machine; within a machine the slowest intra link, across machines the slowest NIC. */
+pdde_status pdde_plan_devices_from_cluster(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k, pdde_plan_devices *out) {
+    if (!c || !out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: NULL cluster or output");
+    memset(out, 0, sizeof *out);
+    int N = pdde_cluster_n_devices(c);
+    if (N < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: cluster '%s' has no devices", c->name);
+    double *arrays = malloc((size_t)N * 3 * sizeof *arrays);
+    int *host = malloc((size_t)N * sizeof *host);
+    if (!arrays || !host) {
+        free(arrays), free(host);
+        return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
+    }
+    double *flops = arrays, *bw = arrays + N, *mem = arrays + 2 * N;
+    pdde_cost_op gemm = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = m > 0 ? m : 1024, .n = n > 0 ? n : 1024,
+                         .k = k > 0 ? k : 1024, .dtype = PDDE_F32};
+    pdde_cost_op stream = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .bytes = 64e6, .dtype = PDDE_F32};
+    double gemm_flops = 2.0 * (double)gemm.m * (double)gemm.n * (double)gemm.k;
+    out->intra_bw = out->inter_bw = DBL_MAX;
+    int i = 0;
+    pdde_status st = PDDE_OK;
+    for (int mi = 0; mi < c->n_machines && !st; mi++) {
+        const pdde_cluster_machine *mc = &c->machines[mi];
+        for (int di = 0; di < mc->n_devices && !st; di++, i++) {
+            int id = mc->devices[di].id;
+            double tg = pdde_cost_compute_time(ctx, c, id, &gemm), ts = pdde_cost_compute_time(ctx, c, id, &stream);
+            if (!(tg > 0) || !(ts > 0)) st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: machines[%d].devices[%d] (id %d) has no speed: %s", mi, di, id,
+                                                        pdde_last_error(ctx));
+            flops[i] = gemm_flops / tg, bw[i] = stream.bytes / ts, mem[i] = (double)mc->devices[di].memory, host[i] = mi;
+        }
+        if (mc->n_devices > 1 && mc->intra.bandwidth < out->intra_bw) out->intra_bw = mc->intra.bandwidth;
+        if (mc->intra.latency > out->intra_lat) out->intra_lat = mc->intra.latency;
+        if (mc->nic.bandwidth > 0 && mc->nic.bandwidth < out->inter_bw) out->inter_bw = mc->nic.bandwidth;
+        if (mc->nic.latency > out->inter_lat) out->inter_lat = mc->nic.latency;
+    }
+    if (out->intra_bw == DBL_MAX) out->intra_bw = out->inter_bw < DBL_MAX ? out->inter_bw : 1e12; /* no link used within a machine */
+    if (out->inter_bw == DBL_MAX) out->inter_bw = out->intra_bw; /* one machine: no link used across */
+    if (st) {
+        free(arrays), free(host);
+        memset(out, 0, sizeof *out);
+        return st;
+    }
+    out->n_devices = N, out->flops = flops, out->mem_bw = bw, out->memory = mem, out->host = host;
+    return PDDE_OK;
+}
+
+void pdde_plan_devices_free(pdde_plan_devices *d) {
+    if (!d) return;
+    free((void *)d->flops); /* one allocation holds flops, mem_bw and memory */
+    free((void *)d->host);
+    memset(d, 0, sizeof *d);
+}
