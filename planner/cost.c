@@ -554,7 +554,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
     }
     for (int r = 0; r < R; r++) {
         res->idle[r] = res->step_time - res->compute_time[r] - res->comm_wait[r];
-        if (res->idle[r] < 0) res->idle[r] = 0;
+        if (res->idle[r] < 1e-12 * res->step_time) res->idle[r] = 0; /* rounding of the sums */
     }
 done:
     for (int g = 0; inst && g < G; g++) free(inst[g].v);
