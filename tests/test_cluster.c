@@ -4,6 +4,7 @@
 #include "pdde.h"
 #include "test_util.h"
 
+#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -219,6 +220,31 @@ static void test_detect(void) {
     free(s);
 }
 
+/* The example clusters of tools/clusters/ are in canonical form: to_json(load(f)) is f, byte for byte. */
+static void test_example_files(void) {
+    glob_t gl;
+    if (glob("tools/clusters/*.json", 0, NULL, &gl) != 0) {
+        printf("SKIP example clusters: tools/clusters/*.json not found from %s\n", getcwd((char[512]){0}, 512));
+        return;
+    }
+    for (size_t i = 0; i < gl.gl_pathc; i++) {
+        const char *path = gl.gl_pathv[i];
+        FILE *f = fopen(path, "rb");
+        char *text = NULL, *again = NULL;
+        size_t n = 0;
+        if (f && !fseek(f, 0, SEEK_END) && (n = (size_t)ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) && (text = calloc(1, n + 1)))
+            n = fread(text, 1, n, f);
+        if (f) fclose(f);
+        pdde_cluster *c = NULL;
+        CHECK(text && pdde_cluster_load(ctx, path, &c) == PDDE_OK, "%s", pdde_last_error(ctx));
+        CHECK(c && pdde_cluster_to_json(ctx, c, &again) == PDDE_OK && !strcmp(text, again), "%s: not in canonical form", path);
+        CHECK(c && pdde_cluster_n_devices(c) >= 16, "%s: devices", path);
+        pdde_cluster_free(c);
+        free(text), free(again);
+    }
+    globfree(&gl);
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -233,6 +259,7 @@ int main(void) {
     } else {
         test_round_trip();
         test_malformed();
+        test_example_files();
     }
     free(probe);
     pdde_cluster_free(c);
