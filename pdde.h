@@ -1136,6 +1136,15 @@ const pdde_cluster_device *pdde_cluster_find_device(const pdde_cluster *c, int i
  * machines the slower NIC with the two latencies added). PDDE_ERR_NOT_FOUND for an unknown id. */
 pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_cluster_link *out);
 
+/* The planner search's view of a cluster (pdde_plan_search): each device's FLOP/s from its GEMM table
+ * at (m, n, k) (0, 0, 0 = 4096^3; the peak without a table), its memory bandwidth (the largest
+ * elementwise point's, else the spec's), its memory and machine; the links are the slowest machine's
+ * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each. Devices in the
+ * cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
+pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
+                                      pdde_plan_devices *out);
+void pdde_plan_devices_free(pdde_plan_devices *d);
+
 /* ---------------------------------------------------------------------------------------------------
  * Cost model (planner/cost.c): simulates one training step of per-rank programs on a cluster: each
  * compute op timed from its device's measured curves, each collective from the topology and its

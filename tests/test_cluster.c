@@ -4,6 +4,7 @@
 #include "pdde.h"
 #include "test_util.h"
 
+#include <glob.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -219,6 +220,48 @@ static void test_detect(void) {
     free(s);
 }
 
+/* The search's view: per device, in the cluster's order (ids are not indices). */
+static void test_plan_devices(void) {
+    pdde_cluster *c = make_cluster();
+    pdde_plan_devices d;
+    CHECK(pdde_cluster_plan_devices(ctx, c, 1024, 1024, 1024, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(d.n_devices == 6, "%d devices", d.n_devices);
+    if (d.n_devices == 6) {
+        CHECK(d.flops[0] == 1.41e13 && d.flops[5] == 1e12 / 3, "GEMM table at the shape, else the peak: %g %g", d.flops[0], d.flops[5]);
+        CHECK(test_close(d.mem_bw[1], (1 << 30) / 8.1e-4, 1e-12, 0) && d.mem_bw[2] == 0, "bandwidth from the curve: %g", d.mem_bw[1]);
+        CHECK(d.memory[1] == 80000000001.0 && d.memory[5] == 17000000003.0, "memory");
+        CHECK(d.host[0] == 0 && d.host[1] == 0 && d.host[2] == 1 && d.host[5] == 1, "hosts");
+        CHECK(d.intra_bw == 1e10 && d.inter_bw == 1.25e9 && test_close(d.inter_lat, 1e-5, 1e-12, 0), "links: the slowest");
+    }
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+}
+
+/* The example clusters of tools/clusters/ are in canonical form: to_json(load(f)) is f, byte for byte. */
+static void test_example_files(void) {
+    glob_t gl;
+    if (glob("tools/clusters/*.json", 0, NULL, &gl) != 0) {
+        printf("SKIP example clusters: tools/clusters/*.json not found from %s\n", getcwd((char[512]){0}, 512));
+        return;
+    }
+    for (size_t i = 0; i < gl.gl_pathc; i++) {
+        const char *path = gl.gl_pathv[i];
+        FILE *f = fopen(path, "rb");
+        char *text = NULL, *again = NULL;
+        size_t n = 0;
+        if (f && !fseek(f, 0, SEEK_END) && (n = (size_t)ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) && (text = calloc(1, n + 1)))
+            n = fread(text, 1, n, f);
+        if (f) fclose(f);
+        pdde_cluster *c = NULL;
+        CHECK(text && pdde_cluster_load(ctx, path, &c) == PDDE_OK, "%s", pdde_last_error(ctx));
+        CHECK(c && pdde_cluster_to_json(ctx, c, &again) == PDDE_OK && !strcmp(text, again), "%s: not in canonical form", path);
+        CHECK(c && pdde_cluster_n_devices(c) >= 16, "%s: devices", path);
+        pdde_cluster_free(c);
+        free(text), free(again);
+    }
+    globfree(&gl);
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -228,11 +271,13 @@ int main(void) {
     have_json = pdde_cluster_to_json(ctx, c, &probe) != PDDE_ERR_UNAVAILABLE;
     test_validate();
     test_detect();
+    test_plan_devices();
     if (!have_json) {
         printf("SKIP JSON tests: built without cJSON\n");
     } else {
         test_round_trip();
         test_malformed();
+        test_example_files();
     }
     free(probe);
     pdde_cluster_free(c);

@@ -1,6 +1,8 @@
 /* pdde-bench — calibrates the cost model on this machine and writes a cluster file.
  *
  *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S]
+ *   pdde-bench --check FILE [--rewrite]     checks a cluster file (errors name the field), prints a
+ *                                           summary; --rewrite saves it back in canonical form
  *
  * For every device (the CPU, and the OpenCL/CUDA/Level Zero devices the backends find) it runs pdde
  * graphs through that device's backend and measures: the GEMM throughput over sizes and shapes (a
@@ -351,20 +353,52 @@ static int measure_comm(pdde_cluster *cl) {
 }
 #endif
 
+/* Loads a cluster file, says what is in it (or which field is wrong), optionally rewrites it. */
+static int check_file(const char *path, int rewrite) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context *ctx;
+    pdde_cluster *c = NULL;
+    if (pdde_context_init(&cp, &ctx)) return 1;
+    pdde_status st = pdde_cluster_load(ctx, path, &c);
+    if (!st) {
+        printf("%s: \"%s\": %d machines, %d devices\n", path, c->name, c->n_machines, pdde_cluster_n_devices(c));
+        for (int s = 0; s < c->n_specs; s++) {
+            int n = 0;
+            double mem = 0;
+            for (int m = 0; m < c->n_machines; m++)
+                for (int d = 0; d < c->machines[m].n_devices; d++)
+                    if (c->machines[m].devices[d].spec == s) n++, mem += (double)c->machines[m].devices[d].memory;
+            printf("  %3d x %-24s %-6s %8.1f TFLOP/s f32 peak, %7.1f GB/s, %.1f GiB total, %d GEMM points\n", n,
+                   c->specs[s].name, c->specs[s].backend, c->specs[s].peak_flops / 1e12, c->specs[s].mem_bandwidth / 1e9,
+                   mem / (1 << 30), c->specs[s].n_gemm);
+        }
+        if (rewrite) st = pdde_cluster_save(ctx, c, path);
+    }
+    if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
+    pdde_cluster_free(c);
+    pdde_context_free(ctx);
+    return st ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-    const char *out = "cluster.json", *devices = NULL;
-    int no_comm = 0;
+    const char *out = "cluster.json", *devices = NULL, *check = NULL;
+    int no_comm = 0, rewrite = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1, budget_s = 0.04;
         else if (!strcmp(argv[i], "--no-comm")) no_comm = 1;
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) devices = argv[++i];
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
+        else if (!strcmp(argv[i], "--rewrite")) rewrite = 1;
         else {
-            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point]\n"
+                            "       %s --check cluster.json [--rewrite]\n", argv[0], argv[0]);
             return 2;
         }
     }
+    if (check) return check_file(check, rewrite);
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress as it comes */
     double t0 = now_s();
     pdde_cluster *cl = NULL;
