@@ -665,8 +665,8 @@ typedef struct {
     const double *mem_bw;       /* [n] B/s of each device's memory (the other ops) */
     const double *memory;       /* [n] bytes each device may use */
     const int *host;            /* [n] host id of each device; NULL = one host */
-    double intra_bw, intra_lat; /* a link between devices of one host: B/s, s */
-    double inter_bw, inter_lat; /* between hosts */
+    double intra_bw, intra_lat; /* a link between devices of one host: B/s, s (bandwidth 0: none) */
+    double inter_bw, inter_lat; /* between hosts (bandwidth 0: none) */
 } pdde_plan_devices;
 
 typedef struct {
@@ -676,8 +676,9 @@ typedef struct {
     int max_micro;       /* 0 = 64 */
     int no_tp, no_pp, no_zero, no_recompute; /* 1 leaves a dimension out of the search */
     int overlap_dp;      /* 1: data-parallel gradient reductions overlap backward (spare cores, GPUs) */
+    int use_all_devices; /* 1: only plans on every device (a job whose ranks are all started) */
 } pdde_plan_params;
-#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* A plan: dp x tp x pp ranks on a [dp, tp, pp] mesh (pp innermost; rank r on the r-th device used, in
  * the cluster's order), micro-batches per step, ZeRO stage over dp, recompute of every layer,

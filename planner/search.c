@@ -132,6 +132,7 @@ typedef struct {
     double tp_bw, tp_lat, dp_bw, dp_lat, pp_bw, pp_lat;
     plan_stage_devices st[PDDE_PLAN_MAX_STAGES];
     double slots; /* m + (pp - 1) / v: the step in units of the slowest stage's per-micro time */
+    const char *no_link; /* the group ("tp", "dp", "pp") whose devices have no link between them */
 } plan_eval;
 
 /* Bytes one device of stage s holds for layers [a, b). */
@@ -220,6 +221,7 @@ static void plan_links(plan_eval *e) {
     e->tp_bw = tp_x ? d->inter_bw : d->intra_bw, e->tp_lat = tp_x ? d->inter_lat : d->intra_lat;
     e->dp_bw = dp_x ? d->inter_bw : d->intra_bw, e->dp_lat = dp_x ? d->inter_lat : d->intra_lat;
     e->pp_bw = pp_x ? d->inter_bw : d->intra_bw, e->pp_lat = pp_x ? d->inter_lat : d->intra_lat;
+    e->no_link = e->tp > 1 && !(e->tp_bw > 0) ? "tensor" : e->dp > 1 && !(e->dp_bw > 0) ? "data" : e->pp > 1 && !(e->pp_bw > 0) ? "pipeline" : NULL;
     for (int s = 0; s < e->pp; s++) {
         plan_stage_devices *sd = &e->st[s];
         sd->flops = sd->mem_bw = sd->memory = DBL_MAX;
@@ -237,11 +239,15 @@ static void plan_links(plan_eval *e) {
 static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *arg, bool fixed_cut) {
     e->slots = e->m + (double)(e->pp - 1) / e->v;
     plan_links(e);
+    plan->dp = e->dp, plan->tp = e->tp, plan->pp = e->pp, plan->micro = e->m, plan->zero = e->zero;
+    plan->recompute = e->recompute, plan->chunks = e->v, plan->why[0] = 0;
+    if (e->no_link) {
+        snprintf(plan->why, sizeof plan->why, "no link between the devices of a %s-parallel group", e->no_link);
+        return plan->step_s = DBL_MAX;
+    }
     double worst = 0;
     if (!fixed_cut) worst = plan_cut_stages(e, plan->stage_first, best, arg);
     for (int s = 0; s < e->pp && fixed_cut; s++) worst = fmax(worst, stage_cost(e, s, plan->stage_first[s], plan->stage_first[s + 1]));
-    plan->dp = e->dp, plan->tp = e->tp, plan->pp = e->pp, plan->micro = e->m, plan->zero = e->zero;
-    plan->recompute = e->recompute, plan->chunks = e->v, plan->why[0] = 0;
     plan->peak_bytes = 0, plan->peak_device = -1;
     for (int s = 0; s < e->pp; s++) { /* memory of the cut found (or of an even cut when none fits) */
         int a = plan->stage_first[s], b = plan->stage_first[s + 1];
@@ -335,8 +341,8 @@ static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices 
         if (!(d->flops[i] > 0) || !(d->mem_bw[i] > 0) || !(d->memory[i] > 0))
             return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: device %d: flops %g, mem_bw %g, memory %g must be positive", i, d->flops[i],
                               d->mem_bw[i], d->memory[i]);
-    if (!(d->intra_bw > 0) || !(d->inter_bw > 0) || !(d->intra_lat >= 0) || !(d->inter_lat >= 0))
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: link bandwidths must be positive and latencies >= 0");
+    if (!(d->intra_bw >= 0) || !(d->inter_bw >= 0) || !(d->intra_lat >= 0) || !(d->inter_lat >= 0) || isinf(d->intra_bw + d->inter_bw))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: link bandwidths (0 = no link) and latencies must be finite and >= 0");
     if (p->batch < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: params.batch (the global batch of the graph) must be >= 1");
     return PDDE_OK;
 }
@@ -424,7 +430,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     int nf = 0, nr = 0, n_fast = 0;
     while (n_fast < N && d->flops[order[n_fast]] >= 0.5 * d->flops[order[0]]) n_fast++;
     for (int n = N; n >= 1; n--) {
-        if (N > 16 && n != N && n != n_fast) continue;
+        if ((N > 16 && n != N && n != n_fast) || (pp.use_all_devices && n != N)) continue;
         plan_pick_devices(order, n, dev);
         plan_ranks ranks = {d, dev, n};
         for (int tp = 1; tp <= n; tp++) {
@@ -445,7 +451,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                 memset(&cand, 0, sizeof cand);
                                 double t = plan_evaluate(&e, &cand, best, arg, false);
                                 if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
-                                else plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e, best, arg));
+                                else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e, best, arg));
                             }
                     }
                 }
