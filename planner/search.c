@@ -35,11 +35,50 @@ typedef struct {
     double *out;     /* [L] bytes of the layer's results read by later layers */
     double *tp_ar;   /* [L] bytes allreduced per forward under tensor parallelism */
     int *tp_n;       /* [L] allreduces per forward under tensor parallelism */
+    /* for O(1) stage costs: prefix sums of the per-layer figures (PROF_* rows of L + 1) and a sparse
+     * table of the largest layer activation over ranges of 2^j layers */
+    double *prefix, *max_acts;
 } plan_profile;
+
+enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_TP_N, PROF_COUNT };
 
 static void plan_profile_free(plan_profile *p) {
     free(p->flops);
     free(p->tp_n);
+    free(p->prefix);
+}
+
+/* The sum of figure q over layers [a, b). */
+static double prof_sum(const plan_profile *p, int q, int a, int b) {
+    const double *row = p->prefix + (size_t)q * (p->n_layers + 1);
+    return row[b] - row[a];
+}
+
+/* The largest activation of a layer in [a, b) (b > a). */
+static double prof_max_acts(const plan_profile *p, int a, int b) {
+    int j = 0;
+    while ((2 << j) <= b - a) j++;
+    const double *lv = p->max_acts + (size_t)j * p->n_layers;
+    return fmax(lv[a], lv[b - (1 << j)]);
+}
+
+static pdde_status plan_profile_index(pdde_context *ctx, plan_profile *p) {
+    int L = p->n_layers, levels = 1;
+    while ((1 << levels) <= L) levels++;
+    p->prefix = malloc(((size_t)PROF_COUNT * (L + 1) + (size_t)levels * L) * sizeof *p->prefix);
+    if (!p->prefix) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
+    p->max_acts = p->prefix + (size_t)PROF_COUNT * (L + 1);
+    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar};
+    for (int q = 0; q < PROF_COUNT; q++) {
+        double *row = p->prefix + (size_t)q * (L + 1);
+        row[0] = 0;
+        for (int l = 0; l < L; l++) row[l + 1] = row[l] + (q == PROF_TP_N ? (double)p->tp_n[l] : fig[q][l]);
+    }
+    memcpy(p->max_acts, p->acts, (size_t)L * sizeof *p->acts);
+    for (int j = 1; j < levels; j++)
+        for (int l = 0; l + (1 << j) <= L; l++)
+            p->max_acts[(size_t)j * L + l] = fmax(p->max_acts[(size_t)(j - 1) * L + l], p->max_acts[(size_t)(j - 1) * L + l + (1 << (j - 1))]);
+    return PDDE_OK;
 }
 
 /* Layer l's work, read off the forward nodes. A layer's GEMMs with a weight parameter alternate
@@ -92,7 +131,9 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         }
     }
     free(counted);
-    return PDDE_OK;
+    pdde_status st = plan_profile_index(pdde_graph_context(g), p);
+    if (st) plan_profile_free(p);
+    return st;
 }
 
 /* The devices of one candidate, after those the plan leaves out: rank r runs on device dev[r]. */
@@ -138,13 +179,8 @@ typedef struct {
 /* Bytes one device of stage s holds for layers [a, b). */
 static double stage_memory(const plan_eval *e, int s, int a, int b) {
     const plan_profile *p = e->prof;
-    double params = 0, acts = 0, ckpt = 0, biggest = 0;
-    for (int l = a; l < b; l++) {
-        params += p->params[l] / e->tp;
-        acts += p->acts[l];
-        ckpt += p->out[l];
-        if (p->acts[l] > biggest) biggest = p->acts[l];
-    }
+    double params = prof_sum(p, PROF_PARAMS, a, b) / e->tp, acts = prof_sum(p, PROF_ACTS, a, b), ckpt = prof_sum(p, PROF_OUT, a, b);
+    double biggest = e->recompute ? prof_max_acts(p, a, b) : 0;
     double dp = e->dp, per_micro = 1.0 / (dp * e->m * e->tp);
     double weights = e->zero >= 3 ? params / dp : params;
     double grads = e->zero >= 2 ? params / dp : params;
@@ -162,8 +198,8 @@ static double stage_cost(const plan_eval *e, int s, int a, int b) {
     const plan_profile *p = e->prof;
     const plan_stage_devices *d = &e->st[s];
     if (stage_memory(e, s, a, b) > d->memory) return DBL_MAX;
-    double flops = 0, bytes = 0, params = 0, tp_bytes = 0, tp_n = 0;
-    for (int l = a; l < b; l++) flops += p->flops[l], bytes += p->bytes[l], params += p->params[l], tp_bytes += p->tp_ar[l], tp_n += p->tp_n[l];
+    double flops = prof_sum(p, PROF_FLOPS, a, b), bytes = prof_sum(p, PROF_BYTES, a, b), params = prof_sum(p, PROF_PARAMS, a, b);
+    double tp_bytes = prof_sum(p, PROF_TP_AR, a, b), tp_n = prof_sum(p, PROF_TP_N, a, b);
     double share = 1.0 / ((double)e->dp * e->m * e->tp);
     double fwd = (flops / d->flops + bytes / d->mem_bw) * share;
     double t = fwd * (e->recompute ? 4 : 3);
@@ -189,15 +225,17 @@ static double plan_cut_stages(const plan_eval *e, int *cut, double *best, int *a
     for (int j = 0; j <= L; j++) best[j] = j > 0 ? stage_cost(e, 0, 0, j) : DBL_MAX;
     for (int s = 1; s < S; s++) {
         double *prev = best + (size_t)(s - 1) * (L + 1), *cur = best + (size_t)s * (L + 1);
+        int crossing = s; /* moves right as j grows (cost(i, j) grows with j): no need to look left of it */
         for (int j = 0; j <= L; j++) {
             cur[j] = DBL_MAX, arg[(size_t)s * (L + 1) + j] = -1;
             if (j < s + 1) continue;
-            int lo = s, hi = j - 1; /* stage s takes [i, j), i in [s, j - 1] */
+            int lo = crossing, hi = j - 1; /* stage s takes [i, j), i in [s, j - 1] */
             while (lo < hi) {       /* first i where prev[i] >= cost(i, j) */
                 int mid = (lo + hi) / 2;
                 if (prev[mid] >= stage_cost(e, s, mid, j)) hi = mid;
                 else lo = mid + 1;
             }
+            crossing = lo;
             for (int i = lo - 1; i <= lo; i++) {
                 if (i < s || i > j - 1) continue;
                 double c = fmax(prev[i], stage_cost(e, s, i, j));
@@ -234,6 +272,16 @@ static void plan_links(plan_eval *e) {
     }
 }
 
+/* False when no cut can fit: the stages' weights, gradients and optimizer state, spread as evenly as
+ * layers allow, exceed what the stages' devices hold together (the DP would only confirm it). */
+static bool plan_may_fit(const plan_eval *e) {
+    double dp = e->dp, per = prof_sum(e->prof, PROF_PARAMS, 0, e->prof->n_layers) / e->tp;
+    double state = (e->zero >= 3 ? per / dp : per) + (e->zero >= 2 ? per / dp : per) + 2 * (e->zero >= 1 ? per / dp : per);
+    double room = 0;
+    for (int s = 0; s < e->pp; s++) room += e->st[s].memory;
+    return state <= room;
+}
+
 /* Fills plan's prediction for candidate e; returns its step time (DBL_MAX when it does not fit, with
  * plan->why saying where). */
 static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *arg, bool fixed_cut) {
@@ -246,7 +294,8 @@ static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *ar
         return plan->step_s = DBL_MAX;
     }
     double worst = 0;
-    if (!fixed_cut) worst = plan_cut_stages(e, plan->stage_first, best, arg);
+    if (!fixed_cut && !plan_may_fit(e)) worst = DBL_MAX; /* the DP could not find a cut that fits either */
+    else if (!fixed_cut) worst = plan_cut_stages(e, plan->stage_first, best, arg);
     for (int s = 0; s < e->pp && fixed_cut; s++) worst = fmax(worst, stage_cost(e, s, plan->stage_first[s], plan->stage_first[s + 1]));
     plan->peak_bytes = 0, plan->peak_device = -1;
     for (int s = 0; s < e->pp; s++) { /* memory of the cut found (or of an even cut when none fits) */
@@ -322,16 +371,19 @@ static void plan_keep(pdde_plan *list, int *n, int k, const pdde_plan *p, double
     list[i].step_s = key;
 }
 
-/* Rejected plans are ranked by what they would cost if they fitted, so the reasons shown are those of
- * the plans a user would want. */
-static double plan_unconstrained(plan_eval *e, double *best, int *arg) {
+/* Rejected plans are ranked by what they would cost if they fitted (an even cut, memory ignored), so the
+ * reasons shown are those of the plans a user would want. */
+static double plan_unconstrained(plan_eval *e) {
     plan_stage_devices keep[PDDE_PLAN_MAX_STAGES];
     memcpy(keep, e->st, sizeof keep);
-    for (int s = 0; s < e->pp; s++) e->st[s].memory = DBL_MAX;
-    int cut[PDDE_PLAN_MAX_STAGES + 1];
-    double t = e->slots * plan_cut_stages(e, cut, best, arg);
+    double worst = 0;
+    int L = e->prof->n_layers;
+    for (int s = 0; s < e->pp; s++) {
+        e->st[s].memory = DBL_MAX;
+        worst = fmax(worst, stage_cost(e, s, s * L / e->pp, (s + 1) * L / e->pp));
+    }
     memcpy(e->st, keep, sizeof keep);
-    return t;
+    return e->slots * worst;
 }
 
 static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices *d, const pdde_plan_params *p) {
@@ -451,7 +503,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                 memset(&cand, 0, sizeof cand);
                                 double t = plan_evaluate(&e, &cand, best, arg, false);
                                 if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
-                                else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e, best, arg));
+                                else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e));
                             }
                     }
                 }
