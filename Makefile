@@ -134,7 +134,7 @@ $(BUILD)/%: tests/%.sh | $(BUILD)
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
-$(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
+$(BUILD)/%: tools/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a

@@ -667,6 +667,7 @@ typedef struct {
     const int *host;            /* [n] host id of each device; NULL = one host */
     double intra_bw, intra_lat; /* a link between devices of one host: B/s, s (bandwidth 0: none) */
     double inter_bw, inter_lat; /* between hosts (bandwidth 0: none) */
+    const double *op_latency;   /* [n] s: the least time any op takes there (dispatch, launch); NULL = 0 */
 } pdde_plan_devices;
 
 typedef struct {

@@ -191,30 +191,33 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
 
 /* The planner's devices for training the GPT of c: the devices of a cluster file (pdde-bench writes
  * one), timed at the model's GEMM (a rank's rows of fc: [B*T/ranks, C] x [C, 4C]). With ranks > 0 the
- * job has that many ranks: a cluster with that many devices gives one each; a one-machine cluster
- * (this machine, as pdde-bench measured it with the threads a rank gets, PDDE_NUM_THREADS) gives
- * every rank a copy of its first device. */
+ * job has that many ranks: a one-machine cluster (this machine, as pdde-bench measured it with the
+ * threads a rank gets, PDDE_NUM_THREADS) gives every rank a copy of its first device (the CPU) and a
+ * share of its memory; a cluster of several machines must list one device per rank. */
 static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluster_path, const gpt_config *c, int ranks, pdde_plan_devices *d) {
     pdde_cluster *cl = NULL;
     pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
     int64_t rows = (int64_t)c->batch * c->ctx / (ranks > 0 ? ranks : 1);
     if (!st) st = pdde_cluster_plan_devices(ctx, cl, rows > 0 ? rows : 1, 4 * (int64_t)c->width, c->width, d);
     int have = st ? 0 : d->n_devices;
-    if (!st && ranks > 0 && have != ranks) {
+    if (!st && ranks > 0 && (cl->n_machines == 1 || have != ranks)) {
         if (cl->n_machines != 1) {
             st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s lists %d devices on %d machines, the job has %d ranks", cluster_path, have, cl->n_machines, ranks);
         } else {
-            double *a = (double *)malloc((size_t)ranks * 3 * sizeof *a);
+            double *a = (double *)malloc((size_t)ranks * 4 * sizeof *a);
             int *host = (int *)calloc((size_t)ranks, sizeof *host);
             if (!a || !host) {
                 free(a), free(host);
                 st = pdde_error(ctx, PDDE_ERR_OOM, "gpt: out of memory");
             } else {
-                for (int r = 0; r < ranks; r++) a[r] = d->flops[0], a[ranks + r] = d->mem_bw[0], a[2 * ranks + r] = d->memory[0] / ranks;
+                for (int r = 0; r < ranks; r++)
+                    a[r] = d->flops[0], a[ranks + r] = d->mem_bw[0], a[2 * ranks + r] = d->memory[0] / ranks,
+                    a[3 * ranks + r] = d->op_latency ? d->op_latency[0] : 0;
                 pdde_plan_devices one = *d;
                 free((void *)d->flops), free((void *)d->host);
                 *d = one;
-                d->n_devices = ranks, d->flops = a, d->mem_bw = a + ranks, d->memory = a + 2 * ranks, d->host = host;
+                d->n_devices = ranks, d->flops = a, d->mem_bw = a + ranks, d->memory = a + 2 * ranks, d->op_latency = a + 3 * ranks;
+                d->host = host;
                 if (!(d->intra_bw > 0)) d->intra_bw = cl->machines[0].intra.bandwidth, d->intra_lat = cl->machines[0].intra.latency;
             }
         }

@@ -161,13 +161,13 @@ pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, 
     memset(out, 0, sizeof *out);
     int nd = pdde_cluster_n_devices(c), i = 0;
     if (nd < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cluster \"%s\" has no devices", c->name);
-    double *flops = malloc((size_t)nd * 3 * sizeof *flops);
+    double *flops = malloc((size_t)nd * 4 * sizeof *flops);
     int *host = malloc((size_t)nd * sizeof *host);
     if (!flops || !host) {
         free(flops), free(host);
         return pdde_error(ctx, PDDE_ERR_OOM, "cluster: out of memory");
     }
-    double *bw = flops + nd, *mem = flops + 2 * nd;
+    double *bw = flops + nd, *mem = flops + 2 * nd, *lat = flops + 3 * nd;
     if (m <= 0 || n <= 0 || k <= 0) m = n = k = 4096;
     out->intra_bw = out->inter_bw = INFINITY;
     for (int h = 0; h < c->n_machines; h++) {
@@ -179,6 +179,7 @@ pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, 
             flops[i] = s->n_gemm ? cost_gemm_rate(s, PDDE_F32, (double)m, (double)n, (double)k) : s->peak_flops;
             bw[i] = ne ? ew[ne - 1].bytes / ew[ne - 1].seconds : s->mem_bandwidth;
             mem[i] = (double)mc->devices[d].memory;
+            lat[i] = ne ? ew[0].seconds : 0; /* the smallest op measured: dispatch and launch dominate it */
             host[i] = h;
         }
         if (mc->n_devices > 1 && mc->intra.bandwidth < out->intra_bw) out->intra_bw = mc->intra.bandwidth;
@@ -188,13 +189,13 @@ pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, 
     }
     if (!isfinite(out->intra_bw)) out->intra_bw = 0;
     if (!isfinite(out->inter_bw)) out->inter_bw = 0;
-    out->n_devices = nd, out->flops = flops, out->mem_bw = bw, out->memory = mem, out->host = host;
+    out->n_devices = nd, out->flops = flops, out->mem_bw = bw, out->memory = mem, out->host = host, out->op_latency = lat;
     return PDDE_OK;
 }
 
 void pdde_plan_devices_free(pdde_plan_devices *d) {
     if (!d) return;
-    free((void *)d->flops), free((void *)d->host); /* mem_bw and memory share flops' block */
+    free((void *)d->flops), free((void *)d->host); /* mem_bw, memory and op_latency share flops' block */
     memset(d, 0, sizeof *d);
 }
 

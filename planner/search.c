@@ -11,7 +11,8 @@
  *   - work per layer from the graph: GEMM FLOPs, memory traffic of the other ops, parameters,
  *     activations kept for backward, bytes crossing to later layers, tensor-parallel reductions;
  *   - a stage's time per micro-batch: forward + 2x backward (+ forward again with recompute) on its
- *     slowest device (FLOP/s for GEMMs, B/s for the rest), tensor-parallel allreduces and
+ *     slowest device (FLOP/s for GEMMs, B/s for the rest, at least the device's op latency per op:
+ *     what makes many small micro-batches slow), tensor-parallel allreduces and
  *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall);
  *   - 1F1B: step = (m + (p - 1) / v) * max over stages of (per-micro time + the stage's gradient
  *     reduction and optimizer update spread over those slots);
@@ -35,12 +36,13 @@ typedef struct {
     double *out;     /* [L] bytes of the layer's results read by later layers */
     double *tp_ar;   /* [L] bytes allreduced per forward under tensor parallelism */
     int *tp_n;       /* [L] allreduces per forward under tensor parallelism */
+    double *ops;     /* [L] forward ops (each costs at least a device's op latency per micro-batch) */
     /* for O(1) stage costs: prefix sums of the per-layer figures (PROF_* rows of L + 1) and a sparse
      * table of the largest layer activation over ranges of 2^j layers */
     double *prefix, *max_acts;
 } plan_profile;
 
-enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_TP_N, PROF_COUNT };
+enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TP_N, PROF_COUNT };
 
 static void plan_profile_free(plan_profile *p) {
     free(p->flops);
@@ -68,7 +70,7 @@ static pdde_status plan_profile_index(pdde_context *ctx, plan_profile *p) {
     p->prefix = malloc(((size_t)PROF_COUNT * (L + 1) + (size_t)levels * L) * sizeof *p->prefix);
     if (!p->prefix) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
     p->max_acts = p->prefix + (size_t)PROF_COUNT * (L + 1);
-    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar};
+    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops};
     for (int q = 0; q < PROF_COUNT; q++) {
         double *row = p->prefix + (size_t)q * (L + 1);
         row[0] = 0;
@@ -93,14 +95,14 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
     }
     if (n_layers > 0) L = n_layers;
     p->n_layers = L;
-    double *mem = calloc((size_t)L * 6, sizeof *mem);
+    double *mem = calloc((size_t)L * 7, sizeof *mem);
     int *cnt = calloc((size_t)L * 2, sizeof *cnt);
     uint8_t *counted = calloc((size_t)n, 1);
     if (!mem || !cnt || !counted) {
         free(mem), free(cnt), free(counted);
         return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "plan: out of memory");
     }
-    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L;
+    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L, p->ops = mem + 6 * L;
     p->tp_n = cnt;
     int *weight_gemms = cnt + L;
     for (int i = 0; i < n; i++) {
@@ -112,7 +114,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
             continue;
         }
         if (t->phase != PDDE_PHASE_FORWARD) continue;
-        if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb;
+        if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb, p->ops[l] += 1;
         if (t->op == PDDE_OP_MATMUL) {
             const pdde_tensor *a = t->src[0];
             int64_t k = t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
@@ -161,7 +163,7 @@ static bool plan_group_spans_hosts(const plan_ranks *r, int first, int stride, i
 /* Per-stage device figures of a candidate: the slowest and smallest device among the stage's ranks
  * (rank = ((d * tp) + t) * pp + s on a dp x tp x pp mesh, pp innermost as gpt_build_plan lays it). */
 typedef struct {
-    double flops, mem_bw, memory;
+    double flops, mem_bw, memory, op_latency;
     int worst_mem_device;
 } plan_stage_devices;
 
@@ -201,7 +203,7 @@ static double stage_cost(const plan_eval *e, int s, int a, int b) {
     double flops = prof_sum(p, PROF_FLOPS, a, b), bytes = prof_sum(p, PROF_BYTES, a, b), params = prof_sum(p, PROF_PARAMS, a, b);
     double tp_bytes = prof_sum(p, PROF_TP_AR, a, b), tp_n = prof_sum(p, PROF_TP_N, a, b);
     double share = 1.0 / ((double)e->dp * e->m * e->tp);
-    double fwd = (flops / d->flops + bytes / d->mem_bw) * share;
+    double fwd = (flops / d->flops + bytes / d->mem_bw) * share + prof_sum(p, PROF_OPS, a, b) * d->op_latency;
     double t = fwd * (e->recompute ? 4 : 3);
     if (e->tp > 1) { /* forward and backward: an allreduce per row-parallel linear */
         double per = tp_n > 0 ? tp_bytes / ((double)e->dp * e->m) / tp_n : 0;
@@ -262,12 +264,13 @@ static void plan_links(plan_eval *e) {
     e->no_link = e->tp > 1 && !(e->tp_bw > 0) ? "tensor" : e->dp > 1 && !(e->dp_bw > 0) ? "data" : e->pp > 1 && !(e->pp_bw > 0) ? "pipeline" : NULL;
     for (int s = 0; s < e->pp; s++) {
         plan_stage_devices *sd = &e->st[s];
-        sd->flops = sd->mem_bw = sd->memory = DBL_MAX;
+        sd->flops = sd->mem_bw = sd->memory = DBL_MAX, sd->op_latency = 0;
         for (int rank = s; rank < r->n; rank += e->pp) {
             int dev = r->dev[rank];
             if (d->flops[dev] < sd->flops) sd->flops = d->flops[dev];
             if (d->mem_bw[dev] < sd->mem_bw) sd->mem_bw = d->mem_bw[dev];
             if (d->memory[dev] < sd->memory) sd->memory = d->memory[dev], sd->worst_mem_device = dev;
+            if (d->op_latency && d->op_latency[dev] > sd->op_latency) sd->op_latency = d->op_latency[dev];
         }
     }
 }
@@ -390,7 +393,7 @@ static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices 
     if (d->n_devices < 1 || !d->flops || !d->mem_bw || !d->memory)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: devices need n_devices >= 1, flops, mem_bw and memory");
     for (int i = 0; i < d->n_devices; i++)
-        if (!(d->flops[i] > 0) || !(d->mem_bw[i] > 0) || !(d->memory[i] > 0))
+        if (!(d->flops[i] > 0) || !(d->mem_bw[i] > 0) || !(d->memory[i] > 0) || (d->op_latency && !(d->op_latency[i] >= 0 && d->op_latency[i] < 1)))
             return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: device %d: flops %g, mem_bw %g, memory %g must be positive", i, d->flops[i],
                               d->mem_bw[i], d->memory[i]);
     if (!(d->intra_bw >= 0) || !(d->inter_bw >= 0) || !(d->intra_lat >= 0) || !(d->inter_lat >= 0) || isinf(d->intra_bw + d->inter_bw))
@@ -493,8 +496,10 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                 if (pp.batch % dpd) continue;
                 for (int m = 1; m <= max_micro && m <= pp.batch / dpd; m++) {
                     if ((pp.batch / dpd) % m) continue;
-                    for (int v = 1; v <= (pipe > 1 ? 2 : 1); v++) {
-                        if (v > 1 && (m % pipe || L < v * pipe)) continue;
+                    /* interleaved stages (v > 1) are run on request (pdde_plan_evaluate, gpt --plan
+                     * chunks=): their even cut of runs does not fit the contiguous stage DP, and the
+                     * extra crossings cost more than the smaller bubble saves on the models measured */
+                    for (int v = 1; v <= 1; v++) {
                         for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? 3 : 0); zero++)
                             for (int rc = 0; rc <= (pp.no_recompute ? 0 : 1); rc++) {
                                 plan_eval e = {.prof = &prof, .params = &pp, .ranks = &ranks, .dp = dpd, .tp = tp, .pp = pipe,
