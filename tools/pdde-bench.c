@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 static double budget_s = 0.12;  /* per measured point */
+static double max_run_s = 0.25; /* a point whose one run would take longer is left out */
 static int quick;
 
 static double now_s(void) {
@@ -115,6 +116,11 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
         int64_t m = shapes[i][0], nn = shapes[i][1], k = shapes[i][2];
         if (quick && m * nn * k > 512 * 512 * 512) continue;
+        double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
+        if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
+            printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
+            continue;
+        }
         pdde_graph *g = new_graph(ctx);
         pdde_tensor *a = pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
         pdde_tensor *b = pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, nn});
@@ -182,6 +188,11 @@ static void measure_curves(pdde_context *ctx, int device, pdde_device_spec *sp) 
             int64_t s = sizes[i] * (k == PDDE_OPCLASS_ATTENTION ? 4 : 1);
             pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s);
             double bytes = class_bytes(g, (pdde_op_class)k);
+            int c0 = sp->n_curve[k];
+            if (c0 && sp->curve[k][c0 - 1].seconds * bytes / sp->curve[k][c0 - 1].bytes > max_run_s) {
+                pdde_graph_free(g); /* beyond the last point the model extrapolates its bandwidth anyway */
+                break;
+            }
             double t = time_graph(ctx, g, device, k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD);
             pdde_graph_free(g);
             int c = sp->n_curve[k];
