@@ -179,6 +179,12 @@ bench-parallel: all
 VERSION   := 0.1.0
 SOVERSION := 0
 LIBDIR     = $(DESTDIR)$(PREFIX)/lib
+# The cost model against measured single-process steps, on this machine's calibration (pdde-bench writes
+# $(BUILD)/cluster.json the first time; delete it to calibrate again).
+bench-costmodel: all
+	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench -o $(BUILD)/cluster.json
+	@$(BUILD)/bench_costmodel $(BUILD)/cluster.json
+
 install: all
 	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/libpdde.a $(LIBDIR)/

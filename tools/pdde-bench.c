@@ -108,13 +108,15 @@ static pdde_graph *new_graph(pdde_context *ctx) {
 
 static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
     /* squares for the size curve, then training shapes: tall activations times square and 4x weights */
-    static const int64_t shapes[][3] = {{64, 64, 64}, {128, 128, 128}, {256, 256, 256}, {512, 512, 512},
-                                        {1024, 1024, 1024}, {2048, 2048, 2048}, {512, 768, 768}, {512, 3072, 768},
-                                        {512, 768, 3072}, {2048, 768, 768}, {64, 4096, 1024}, {4096, 64, 1024},
-                                        {1024, 1024, 64}, {16, 1024, 1024}};
+    /* batch, m, n, k: batched ones are attention's q k^T and p v per head (the model folds batch into m) */
+    static const int64_t shapes[][4] = {{1, 64, 64, 64}, {1, 128, 128, 128}, {1, 256, 256, 256}, {1, 512, 512, 512},
+                                        {1, 1024, 1024, 1024}, {1, 2048, 2048, 2048}, {1, 512, 768, 768}, {1, 512, 3072, 768},
+                                        {1, 512, 768, 3072}, {1, 2048, 768, 768}, {1, 64, 4096, 1024}, {1, 4096, 64, 1024},
+                                        {1, 1024, 1024, 64}, {1, 16, 1024, 1024}, {1, 512, 384, 128}, {1, 512, 128, 512},
+                                        {32, 64, 64, 32}, {32, 64, 32, 64}, {32, 128, 128, 64}, {32, 128, 64, 128}};
     int n = quick ? 7 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
-        int64_t m = shapes[i][0], nn = shapes[i][1], k = shapes[i][2];
+        int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
         if (quick && m * nn * k > 512 * 512 * 512) continue;
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
         if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
@@ -122,8 +124,8 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
             continue;
         }
         pdde_graph *g = new_graph(ctx);
-        pdde_tensor *a = pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
-        pdde_tensor *b = pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, nn});
+        pdde_tensor *a = bt > 1 ? pdde_input(g, "a", PDDE_F32, 3, (int64_t[]){bt, m / bt, k}) : pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
+        pdde_tensor *b = bt > 1 ? pdde_input(g, "b", PDDE_F32, 3, (int64_t[]){bt, k, nn}) : pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, nn});
         pdde_mark_output(pdde_matmul(g, a, b, 0, 0));
         double t = time_graph(ctx, g, device, PDDE_RUN_FORWARD);
         pdde_graph_free(g);
@@ -131,7 +133,7 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
         double flops = 2.0 * (double)m * (double)nn * (double)k / t;
         sp->gemm[sp->n_gemm++] = (pdde_gemm_point){PDDE_F32, m, nn, k, flops};
         if (flops > sp->peak_flops) sp->peak_flops = flops;
-        printf("  gemm %5lld x %5lld x %5lld  %8.2f GFLOP/s\n", (long long)m, (long long)nn, (long long)k, flops / 1e9);
+        printf("  gemm %5lld x %5lld x %5lld%s %8.2f GFLOP/s\n", (long long)m, (long long)nn, (long long)k, bt > 1 ? " (batched)" : "           ", flops / 1e9);
     }
 }
 
