@@ -1,5 +1,7 @@
 /* planner/cluster.c — the unified cluster object: machines -> devices -> links, its checks, its JSON
  * form (cJSON) and the detection of this machine (backends + hwloc). Included by pdde.c. */
+#include "pdde_impl.h"
+
 #ifdef PDDE_HAVE_CJSON
 #include <cjson/cJSON.h>
 #endif

@@ -3,6 +3,10 @@
  * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, memory
  * liveness). Included by pdde.c after cluster.c. */
 
+#include "pdde_impl.h"
+
+#include <errno.h>
+
 struct cost_rank {
     int device;
     double persistent;
