@@ -105,7 +105,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
