@@ -19,6 +19,7 @@
  * test_backend_ops, run pdde-bench, hand the cluster file to the planner. */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "tools/bench/bench_common.h"
 
 #include <math.h>
 #include <signal.h>
@@ -32,22 +33,6 @@
 static double budget_s = 0.12;  /* per measured point */
 static double max_run_s = 0.25; /* a point whose one run would take longer is left out */
 static int quick;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Compiles g on device, fills its inputs and parameters, runs mode once to warm up (kernel builds),
  * then repeatedly until the budget is spent: the median seconds of a run, NaN on failure. */
@@ -76,15 +61,15 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
     double v[64];
     int n = 0;
     if (pdde_session_run(s, mode) == PDDE_OK) {
-        for (double t_end = now_s() + budget_s; n < 64 && (n < 3 || now_s() < t_end);) {
-            double t0 = now_s();
+        for (double t_end = bench_now() + budget_s; n < 64 && (n < 3 || bench_now() < t_end);) {
+            double t0 = bench_now();
             if (pdde_session_run(s, mode) != PDDE_OK) break;
-            v[n++] = now_s() - t0;
+            v[n++] = bench_now() - t0;
         }
     }
     if (n < 3) fprintf(stderr, "pdde-bench: device %d: run failed: %s\n", device, pdde_last_error(ctx));
     pdde_session_free(s);
-    return n >= 3 ? median(v, n) : NAN;
+    return n >= 3 ? bench_median(v, n) : NAN;
 }
 
 /* The bytes the cost model counts for the first node of class k in g. */
@@ -226,12 +211,12 @@ static void measure_link(pdde_context *ctx, int device, pdde_cluster_link *l) {
             int n = 0;
             pdde_session_write(s, x, h, (size_t)bytes[i]);
             pdde_session_read(s, x, h, 4); /* a read synchronises what was written */
-            for (double end = now_s() + budget_s; n < 32 && (n < 3 || now_s() < end);) {
-                double t0 = now_s();
+            for (double end = bench_now() + budget_s; n < 32 && (n < 3 || bench_now() < end);) {
+                double t0 = bench_now();
                 if (pdde_session_write(s, x, h, (size_t)bytes[i]) || pdde_session_read(s, x, h, 4)) break;
-                v[n++] = now_s() - t0;
+                v[n++] = bench_now() - t0;
             }
-            if (n >= 3) t[i] = median(v, n);
+            if (n >= 3) t[i] = bench_median(v, n);
         }
         free(h);
         pdde_session_free(s);
@@ -295,12 +280,12 @@ static int comm_rank(const char *addr, int r, int fd) {
             bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK; /* warm-up */
             for (int i = 0; i < reps && !bad; i++) {
                 bad |= pdde_comm_barrier(c) != PDDE_OK;
-                double t0 = now_s();
+                double t0 = bench_now();
                 bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK;
-                v[n++] = now_s() - t0;
+                v[n++] = bench_now() - t0;
             }
             /* the ping-pong carried the message twice */
-            out[k][s] = n ? median(v, n) / (coll_cases[k].op == PDDE_COLL_SENDRECV ? 2 : 1) : NAN;
+            out[k][s] = n ? bench_median(v, n) / (coll_cases[k].op == PDDE_COLL_SENDRECV ? 2 : 1) : NAN;
         }
     }
     if (bad) fprintf(stderr, "pdde-bench: rank %d: collective failed: %s\n", r, pdde_last_error(ctx));
@@ -337,9 +322,9 @@ static int measure_comm(pdde_cluster *cl) {
     int bad = got != (ssize_t)sizeof res;
     for (int r = 0; r < 2; r++) {
         int status = 0;
-        double until = now_s() + 120;
+        double until = bench_now() + 120;
         pid_t w;
-        while ((w = waitpid(pids[r], &status, WNOHANG)) == 0 && now_s() < until) usleep(10000);
+        while ((w = waitpid(pids[r], &status, WNOHANG)) == 0 && bench_now() < until) usleep(10000);
         if (w == 0) kill(pids[r], SIGKILL), waitpid(pids[r], &status, 0), bad = 1;
         bad |= !WIFEXITED(status) || WEXITSTATUS(status);
     }
@@ -413,7 +398,7 @@ int main(int argc, char **argv) {
     }
     if (check) return check_file(check, rewrite);
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress as it comes */
-    double t0 = now_s();
+    double t0 = bench_now();
     pdde_cluster *cl = NULL;
     int comm_ok = -1;
 #ifdef PDDE_HAVE_UCX
@@ -462,7 +447,7 @@ int main(int argc, char **argv) {
     }
     pdde_status st = pdde_cluster_save(ctx, c, out);
     if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
-    else printf("wrote %s in %.1f s\n", out, now_s() - t0);
+    else printf("wrote %s in %.1f s\n", out, bench_now() - t0);
     pdde_cluster_free(c);
     pdde_context_free(ctx);
     return st ? 1 : 0;

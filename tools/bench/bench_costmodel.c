@@ -13,6 +13,7 @@
  * Last line: RESULT costmodel_single n=<configs> mape=<%> max_err=<%> baseline_mape=<%> mem_mape=<%> */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "bench_common.h"
 #include "examples/gpt.h"
 
 #include <math.h>
@@ -20,17 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* Paddle's estimate: FLOPs / (0.65 x peak) for every op (a GEMM 2mnk, any other op one per element). */
 static double paddle_estimate(const pdde_cost_program *p, double peak) {
@@ -93,12 +83,11 @@ int main(int argc, char **argv) {
                 double v[64];
                 pdde_session_run(s, PDDE_RUN_STEP); /* warm-up: kernel builds, first touches */
                 for (int i = 0; i < steps && i < 64; i++) {
-                    double t0 = now_s();
+                    double t0 = bench_now();
                     pdde_session_run(s, PDDE_RUN_STEP);
-                    v[i] = now_s() - t0;
+                    v[i] = bench_now() - t0;
                 }
-                qsort(v, (size_t)(steps < 64 ? steps : 64), sizeof *v, cmp_double);
-                double measured = v[(steps < 64 ? steps : 64) / 2];
+                double measured = bench_median(v, steps < 64 ? steps : 64);
                 pdde_memory_stats ms;
                 pdde_session_memory(s, &ms);
                 double mem = (double)(ms.arena_bytes + ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes + ms.input_bytes);
