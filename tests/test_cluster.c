@@ -3,6 +3,7 @@
  * expected, and this machine is detected. */
 #include "pdde.h"
 #include "test_util.h"
+#include "examples/gpt.h"
 
 #include <glob.h>
 #include <stdlib.h>
@@ -238,6 +239,37 @@ static void test_plan_devices(void) {
     pdde_cluster_free(c);
 }
 
+/* The search plans on a cluster file: a GPT (layers 0..5) on the mixed example cluster. The plan fits
+ * every device it uses, and uses the fast devices: with 28 devices of 3 models, none gets a share it
+ * could not hold. */
+static void test_search_on_file(void) {
+    pdde_cluster *c = NULL;
+    if (pdde_cluster_load(ctx, "tools/clusters/mixed_28.json", &c)) {
+        test_skip("files", "tools/clusters/mixed_28.json: %s", pdde_last_error(ctx));
+        return;
+    }
+    pdde_plan_devices d;
+    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK && d.n_devices == 28, "%s", pdde_last_error(ctx));
+    pdde_graph *g;
+    gpt_model m;
+    gpt_config cfg = {.vocab = 512, .ctx = 64, .layers = 4, .heads = 8, .width = 256, .batch = 32};
+    pdde_graph_init(ctx, &g);
+    CHECK(gpt_build(g, &cfg, &m) == PDDE_OK, "%s", pdde_last_error(ctx));
+    pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+    pp.batch = cfg.batch, pp.tp_divisor = cfg.heads;
+    pdde_plan plans[8];
+    int nf = 0, nr = 0;
+    CHECK(pdde_plan_search(g, &d, &pp, plans, 8, &nf, &nr) == PDDE_OK && nf > 0, "%s", pdde_last_error(ctx));
+    for (int i = 0; i < nf; i++)
+        CHECK(plans[i].step_s > 0 && !plans[i].why[0] && plans[i].peak_bytes <= d.memory[plans[i].peak_device],
+              "plan %d: %g s, %g bytes on device %d", i, plans[i].step_s, plans[i].peak_bytes, plans[i].peak_device);
+    char buf[128];
+    if (nf) pdde_plan_str(&plans[0], buf, sizeof buf), printf("mixed_28: best %s, %.3g ms\n", buf, plans[0].step_s * 1e3);
+    pdde_graph_free(g);
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+}
+
 /* The example clusters of tools/clusters/ are in canonical form: to_json(load(f)) is f, byte for byte. */
 static void test_example_files(void) {
     glob_t gl;
@@ -279,6 +311,7 @@ int main(void) {
         test_round_trip();
         test_malformed();
         test_example_files();
+        test_search_on_file();
     }
     free(probe);
     pdde_cluster_free(c);
