@@ -2,6 +2,9 @@
  * communication time from the topology and the algorithm, and a per-rank timeline simulation of one
  * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, memory
  * liveness). Included by pdde.c after cluster.c. */
+#include "pdde_impl.h"
+
+#include <errno.h>
 
 #include "pdde_impl.h"
 
