@@ -17,9 +17,9 @@ for mut in "$root"/tests/mutants/*.mut; do
     fi
     total=$((total + 1))
     work="$scratch/$name"; rm -rf "$work"; mkdir -p "$work"
-    # the tree as it is now (tracked and untracked files) and its build folder, times kept, so only
-    # what the mutant touches is rebuilt
-    (cd "$root" && git ls-files -co --exclude-standard -z | tar -cf - --exclude=build/asan --null -T - build) | tar -xf - -C "$work"
+    # the tree as it is now (tracked and untracked files; no build folder: every mutant touches the
+    # library, which everything links, so nothing built would be reused)
+    (cd "$root" && git ls-files -co --exclude-standard -z | tar -cf - --null -T -) | tar -xf - -C "$work"
     start=$(date +%s)
     "$py" "$root/tests/mutants/apply.py" "$mut" "$work"; rc=$?
     if [ $rc -ne 0 ]; then
