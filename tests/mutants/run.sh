@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make test-mutants: applies each planted bug under tests/mutants/ to a scratch copy of this tree and
-# checks that `make test` fails (fail-fast, the tests a mutant names first). A mutant whose snippet is
+# checks that the tests of `make test` fail (run_tests.sh in fail-fast mode, the tests a mutant names
+# first, the portable build's last). A mutant whose snippet is
 # no longer in its file is STALE and counts as not killed. Last line: RESULT mutants killed=<n> total=<m>.
 # MUTANTS="a b" runs only the mutants whose names contain a or b; PDDE_MUTANT_DIR sets the scratch folder.
 set -u
@@ -28,10 +29,16 @@ for mut in "$root"/tests/mutants/*.mut; do
     fi
     first=$("$py" "$root/tests/mutants/apply.py" "$mut" "$work" --tests)
     log="$scratch/$name.log"
-    if ! make -C "$work" -s -j2 all >"$log" 2>&1; then
+    # what `make test` runs, built once; the mutant's tests first, the portable build's (another
+    # compile of the library) only when everything else passed
+    tests=$(cd "$work" && ls tests/test_*.c | sed 's|^tests/|build/|; s|\.c$||')
+    ordered=$(for t in $first; do echo "$tests" | grep -x "build/$t"; done; echo "$tests" | grep -vxF -f <(for t in $first; do echo "build/$t"; done; echo none))
+    if ! make -C "$work" -s -j2 all $tests >"$log" 2>&1 || ! (cd "$work" && ls $tests >/dev/null 2>&1); then
         # a compile error is the mutant's doing; anything else (no fork, disk) is not a verdict
         if grep -q 'error:' "$log"; then verdict="killed (does not build)"; else verdict="ERROR (build, see $log)"; fi
-    elif PDDE_TEST_FAIL_FAST=1 make -C "$work" -s -j2 test TEST_FIRST="$first" >>"$log" 2>&1; then
+    elif (cd "$work" && PDDE_TEST_FAIL_FAST=1 bash tests/run_tests.sh build $ordered >>"$log" 2>&1 &&
+          make -s BUILD=build/portable NO_OPENBLAS=1 NO_UCX=1 build/portable/test_gpt_golden build/portable/test_grad >>"$log" 2>&1 &&
+          PDDE_TEST_FAIL_FAST=1 bash tests/run_tests.sh build build/portable/test_gpt_golden build/portable/test_grad >>"$log" 2>&1); then
         verdict=SURVIVED
     else
         # the test binary whose line in run_tests.sh's table shows failures
