@@ -30,23 +30,34 @@ for mut in "$root"/tests/mutants/*.mut; do
         survivors+=" $name($verdict)"; echo "MUTANT $name $verdict"; rm -rf "$work"; continue
     fi
     first=$("$py" "$root/tests/mutants/apply.py" "$mut" "$work" --tests)
-    log="$scratch/$name.log"
-    # what `make test` runs (the test binaries and the launcher two of them start), built once; the
-    # mutant's tests first, the portable build's (another compile of the library) only when all passed
+    log="$scratch/$name.log"; : >"$log"
+    # what `make test` runs (the test binaries and the launcher two of them start), each built once;
+    # the mutant's tests first, the portable build's (another compile of the library) only when all passed
     tests=$(cd "$work" && ls tests/test_*.c | sed 's|^tests/|build/|; s|\.c$||')
     ordered=$(for t in $first; do echo "$tests" | grep -x "build/$t"; done; echo "$tests" | grep -vxF -f <(for t in $first; do echo "build/$t"; done; echo none))
     opt=${MUTANT_OPT:--O1 -g0 -march=native -fno-math-errno}
-    if ! make -C "$work" -s -j2 OPT="$opt" $tests build/pdde-run >"$log" 2>&1 || ! (cd "$work" && ls $tests >/dev/null 2>&1); then
-        # a compile error is the mutant's doing; anything else (no fork, disk) is not a verdict
-        if grep -q 'error:' "$log"; then verdict="killed (does not build)"; else verdict="ERROR (build, see $log)"; fi
-    elif (cd "$work" && PDDE_TEST_FAIL_FAST=1 bash tests/run_tests.sh build $ordered >>"$log" 2>&1 &&
+    # the mutant's own tests are built and run first; the others are built only if those pass
+    firsts=$(echo "$ordered" | head -n "$(echo "$first" | wc -w)"); rest=$(echo "$ordered" | tail -n +"$(( $(echo "$firsts" | grep -c .) + 1 ))")
+    verdict=""
+    for group in "$firsts" "$rest"; do
+        [ -n "$(echo $group)" ] || continue
+        if ! make -C "$work" -s -j2 OPT="$opt" $group build/pdde-run >>"$log" 2>&1 || ! (cd "$work" && ls $group >/dev/null 2>&1); then
+            # a compile error is the mutant's doing; anything else (no fork, disk) is not a verdict
+            if grep -q 'error:' "$log"; then verdict="killed (does not build)"; else verdict="ERROR (build, see $log)"; fi
+            break
+        fi
+        (cd "$work" && PDDE_TEST_FAIL_FAST=1 bash tests/run_tests.sh build $group >>"$log" 2>&1) || { verdict=failed; break; }
+    done
+    if [ -z "$verdict" ] && ! (cd "$work" &&
           make -s -j2 OPT="$opt" BUILD=build/portable NO_OPENBLAS=1 NO_UCX=1 build/portable/test_gpt_golden build/portable/test_grad >>"$log" 2>&1 &&
           PDDE_TEST_FAIL_FAST=1 bash tests/run_tests.sh build build/portable/test_gpt_golden build/portable/test_grad >>"$log" 2>&1); then
-        verdict=SURVIVED
-    else
+        verdict=failed
+    fi
+    [ -z "$verdict" ] && verdict=SURVIVED
+    if [ "$verdict" = failed ]; then
         # the test binary whose line in run_tests.sh's table shows failures
         by=$(grep -E '^[a-z_/]*test_[a-z0-9_]+ +[0-9]+ passed +[1-9][0-9]* failed' "$log" | head -n 1 | awk '{print $1}')
-        if [ -n "$by" ]; then verdict="killed by $by"; else verdict="ERROR (make test failed with no failing test, see $log)"; fi
+        if [ -n "$by" ]; then verdict="killed by $by"; else verdict="ERROR (the tests failed with no failing test, see $log)"; fi
     fi
     case "$verdict" in killed*) killed=$((killed + 1)) ;; *) survivors+=" $name" ;; esac
     echo "MUTANT $name $verdict ($(( $(date +%s) - start ))s)"
