@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # make test-mutants: applies each planted bug under tests/mutants/ to a scratch copy of this tree and
 # checks that the tests of `make test` fail (run_tests.sh in fail-fast mode, the tests a mutant names
-# first, the portable build's last). A mutant whose snippet is
-# no longer in its file is STALE and counts as not killed. Last line: RESULT mutants killed=<n> total=<m>.
+# first, the portable build's last). A mutant whose snippet is no longer in its file is STALE and
+# counts as not killed. Last line: RESULT mutants killed=<n> total=<m>.
 # MUTANTS="a b" runs only the mutants whose names contain a or b; PDDE_MUTANT_DIR sets the scratch folder.
 # Builds at MUTANT_OPT (default -O1 -g0: the library compiles in a third of -O3's time; the tests
 # check results, not speed).
@@ -66,5 +66,6 @@ for mut in "$root"/tests/mutants/*.mut; do
     [ "${PDDE_MUTANT_KEEP:-0}" = 1 ] || rm -rf "$work"
 done
 [ -n "$survivors" ] && echo "not killed:$survivors"
+echo "logs: $scratch/*.log"
 echo "RESULT mutants killed=$killed total=$total"
 [ "$killed" -eq "$total" ]
