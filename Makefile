@@ -166,7 +166,7 @@ test-installed: all $(TESTS) check-parts
 
 # Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
 # Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.
-test-mutants: all
+test-mutants:
 	@bash tests/mutants/run.sh
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.

@@ -154,9 +154,10 @@ static void test_sgd_and_schedule(void) {
 }
 
 static void test_checkpoints(void) {
-    char path[512], path2[512];
+    char path[512], path2[512], before[512], after[512];
     snprintf(path, sizeof path, "%s/ckpt.bin", tmpdir);
     snprintf(path2, sizeof path2, "%s/other.bin", tmpdir);
+    snprintf(before, sizeof before, "%s/before.bin", tmpdir), snprintf(after, sizeof after, "%s/after.bin", tmpdir);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     trainer a, b;
     CHECK(trainer_init(&a, &small, &op, 0) == PDDE_OK && trainer_init(&b, &small, &op, 0) == PDDE_OK, "sessions");
@@ -164,8 +165,12 @@ static void test_checkpoints(void) {
     pdde_checkpoint_extra ex = {.data_position = 12345};
     CHECK(pdde_checkpoint_save(a.s, path, &ex) == PDDE_OK, "save: %s", pdde_last_error(a.ctx));
     pdde_checkpoint_extra got = {0};
+    feed(&b, 7), pdde_session_run(b.s, PDDE_RUN_STEP); /* b's tensors differ from what a saved */
     CHECK(pdde_checkpoint_load(b.s, path, &got) == PDDE_OK, "load: %s", pdde_last_error(b.ctx));
     CHECK(got.data_position == 12345 && pdde_session_step(b.s) == 3, "extra/step restored");
+    /* what b holds right after the load is what a saved, tensor for tensor */
+    CHECK(pdde_checkpoint_save(b.s, after, NULL) == PDDE_OK, "save after load");
+    test_ckpt_compare("right after the load", after, path, 0, 0);
     /* bit-exact: the next steps of a and b agree to the last bit */
     for (int step = 3; step < 6; step++) {
         feed(&a, step), pdde_session_run(a.s, PDDE_RUN_STEP);
@@ -181,6 +186,8 @@ static void test_checkpoints(void) {
     if (f2) fclose(f2);
     CHECK(same, "checkpoints of two identical runs differ");
 
+    /* every failed load below leaves b as it was: its tensors and step (compared at the end) */
+    CHECK(pdde_checkpoint_save(b.s, before, NULL) == PDDE_OK, "save before the failed loads");
     /* corrupt: flip a byte in the middle */
     FILE *f = fopen(path2, "r+b");
     fseek(f, 200, SEEK_SET);
@@ -202,13 +209,18 @@ static void test_checkpoints(void) {
     CHECK(st == PDDE_ERR_CORRUPT && strstr(pdde_last_error(b.ctx), "magic"), "bad magic: %s", pdde_last_error(b.ctx));
     st = pdde_checkpoint_load(b.s, "/nonexistent/ckpt.bin", NULL);
     CHECK(st == PDDE_ERR_NOT_FOUND && strstr(pdde_last_error(b.ctx), "/nonexistent/ckpt.bin"), "missing: %s", pdde_last_error(b.ctx));
+    CHECK(pdde_checkpoint_save(b.s, after, NULL) == PDDE_OK, "save after the failed loads");
+    test_ckpt_compare("after four failed loads", after, before, 0, 0);
     /* a checkpoint of another model: mismatch, named */
     gpt_config wide = small;
     wide.width = 32;
     trainer w;
     CHECK(trainer_init(&w, &wide, &op, 0) == PDDE_OK, "wide session");
+    CHECK(pdde_checkpoint_save(w.s, before, NULL) == PDDE_OK, "save before the mismatched load");
     st = pdde_checkpoint_load(w.s, path, NULL);
     CHECK(st == PDDE_ERR_MISMATCH && strstr(pdde_last_error(w.ctx), "wte"), "mismatch: %s", pdde_last_error(w.ctx));
+    CHECK(pdde_checkpoint_save(w.s, after, NULL) == PDDE_OK, "save after the mismatched load");
+    test_ckpt_compare("after a mismatched load", after, before, 0, 0);
     trainer_free(&w);
     trainer_free(&a), trainer_free(&b);
 }

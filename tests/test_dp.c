@@ -38,6 +38,8 @@ typedef struct {
     int micro_batches;     /* per optimizer step */
     int calls;             /* 1: one FORWARD_BACKWARD call per micro-batch, then OPTIMIZER (else one RUN_STEP) */
     int on_device;         /* 1: the whole model on the last device (collectives staged via host) */
+    int scale_sensitive;   /* 1: unclipped AdamW with eps 1e-3, of the size of these gradients: clipping
+                              and Adam's normalisation (eps 1e-8) hide a gradient scaled by the rank count */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -61,6 +63,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     sp.world = comm;
     sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
     if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
+    if (dc->scale_sensitive) op.eps = 1e-3f, op.clip_norm = 0;
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
@@ -116,13 +119,13 @@ static int key_bias(const char *name, int len, size_t i) {
     return len >= 9 && name[0] == 'h' && !memcmp(name + 2, ".attn.b", 7) && (len == 9 || name[9] == '.') && i / D % 3 == 1;
 }
 
-static void compare(const char *name, const run_result *ref, const run_result *got) {
+static void compare(const char *name, const char *ref_name, const run_result *ref, const run_result *got) {
     if (!got->ok) return;
     char what[64], path[256], ref_path[256];
     snprintf(what, sizeof what, "%s: losses", name);
     double worst = test_close_all(what, got->losses, ref->losses, STEPS, 0, TOL_LOSS);
     snprintf(what, sizeof what, "%s: after step %d", name, STEPS);
-    snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, name), snprintf(ref_path, sizeof ref_path, "%s.ref.ckpt", tmp_prefix);
+    snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, name), snprintf(ref_path, sizeof ref_path, "%s.%s.ckpt", tmp_prefix, ref_name);
     double worst_param = test_ckpt_compare_noise(what, path, ref_path, FLOOR, TOL_PARAM, key_bias, 2 * 3e-3 * STEPS);
     CHECK(got->losses[STEPS - 1] < got->losses[0] - 0.2, "%s: the loss falls: %.4f -> %.4f", name, got->losses[0], got->losses[STEPS - 1]);
     printf("%-12s losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g); "
@@ -165,15 +168,15 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0},
-        {"dp2_micro", 0, 2, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0},
-        {"zero1_micro", 1, 2, 0, 0},
-        {"dp2_device", 0, 1, 0, 1},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1},
+        {"dp2", 0, 1, 0, 0, 0},
+        {"dp2_micro", 0, 2, 0, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0},
+        {"zero1_micro", 1, 2, 0, 0, 0},
+        {"dp2_device", 0, 1, 0, 1, 0},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0},
     };
-    const dp_config single = {"ref", 0, 1, 0, 0};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
     int n_configs = has_device ? 7 : 5;
     for (int i = n_configs; i < 7; i++)
@@ -189,7 +192,14 @@ int main(void) {
     CHECK(ref.ok, "reference: %s", ref.error);
     printf("%-12s losses %.5f -> %.5f, optimizer state %.0f bytes\n", "1 rank", ref.losses[0], ref.losses[STEPS - 1], ref.optimizer_bytes);
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
-    for (int i = 0; i < n_configs; i++) compare(configs[i].name, &ref, &res[i]);
+    for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
+    /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1};
+    run_result sres = {0}, sref = {0};
+    run_ranks(addr, &scaled, &sres);
+    train(ctx, NULL, &scaled_ref, &sref);
+    CHECK(sref.ok, "reference: %s", sref.error);
+    compare(scaled.name, scaled_ref.name, &sref, &sres);
     run_result dp = res[0], zero = res[3];
     /* every parameter's gradient reduction starts in backward (28 parameters in this model; ZeRO-1 also
      * reduces each whole for the clipping norm besides reduce-scattering it for its shard's update) */

@@ -2,7 +2,7 @@
  * transformer blocks on the first non-CPU device (PoCL's OpenCL device in CI). Copy nodes are
  * inserted at every device boundary; the per-step losses must match the all-CPU run. The two runs
  * differ only in float32 rounding (CLBlast vs OpenBLAS GEMMs, kernel reduction orders), which AdamW
- * amplifies a little each step: the bound is 1e-3 relative over 10 steps. */
+ * amplifies a little each step: the bound is 1e-6 relative over 10 steps (measured on PoCL: 1.1e-7). */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
@@ -69,7 +69,7 @@ int main(void) {
     CHECK(train(ctx, accel, mixed, &copies_mixed) == 0, "run with the blocks on %s (%s)", props.name, props.backend);
     CHECK(copies_cpu == 0 && copies_mixed > 0, "copy nodes at the device boundaries: %d (all CPU: %d)", copies_mixed, copies_cpu);
     for (int i = 0; i < STEPS; i++) printf("step %d  cpu %.6f  cpu+%s %.6f\n", i, cpu[i], props.backend, mixed[i]);
-    double worst = test_close_all("losses, blocks on the device against all CPU", mixed, cpu, STEPS, 0, 1e-3);
+    double worst = test_close_all("losses, blocks on the device against all CPU", mixed, cpu, STEPS, 0, 1e-6);
     CHECK(cpu[STEPS - 1] < cpu[0], "the model learns");
     printf("blocks on %s (%s): %d copy nodes, worst relative loss difference %.2g\n", props.name, props.backend, copies_mixed, worst);
     pdde_context_free(ctx);

@@ -51,7 +51,7 @@ static inline test_diff test_diff_f32(const float *got, const float *want, size_
     test_diff d = {0, 0, 0, 0};
     for (size_t i = 0; i < n; i++) {
         double g = got[i], w = want[i], den = fabs(w) > floor ? fabs(w) : floor;
-        double e = isfinite(g) && isfinite(w) ? fabs(g - w) / den : INFINITY;
+        double e = !isfinite(g) || !isfinite(w) ? INFINITY : g == w ? 0 : fabs(g - w) / den; /* (den 0: any difference is infinite) */
         if (i == 0 || e > d.worst) d.worst = e, d.got = g, d.want = w, d.index = i;
     }
     return d;
