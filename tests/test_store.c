@@ -404,7 +404,7 @@ static int insider(const abuse_args *a) {
 }
 
 /* A client of the job's kind: pings the store every 20 ms while the abuse runs; the slowest answer
- * must stay well under a lease. */
+ * must stay under 2 s (0.5 s seen on 2 loaded cores). */
 static int prober(const abuse_args *a) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", a->port);
@@ -419,7 +419,7 @@ static int prober(const abuse_args *a) {
     }
     pdde_store_free(s);
     printf("store: slowest ping while abused %.3f s\n", worst);
-    return worst < 1.0 ? 0 : 5;
+    return worst < 2.0 ? 0 : 5; /* a reply written synchronously to the slow reader stalled it 5 s */
 }
 
 static pid_t spawn(int (*fn)(const abuse_args *), const abuse_args *a) {
