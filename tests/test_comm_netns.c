@@ -113,6 +113,8 @@ int main(int argc, char **argv) {
         const char *d = dirname(dir);
         const char *ns[2] = {a, b}, *dev[2] = {va, vb};
         FILE *p[2];
+        char secret[80]; /* both hosts' pdde-run need the same job secret */
+        if (!pdde_job_secret_generate(NULL, secret, sizeof secret)) setenv("PDDE_JOB_SECRET", secret, 1);
         for (int k = 0; k < 2; k++) {
             /* TCP over the veth only: UCX would otherwise see one machine and use shared memory */
             snprintf(cmd[k], sizeof cmd[k],
