@@ -657,8 +657,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if (st == PDDE_ERR_NOT_FOUND && !p.store && strcmp(env.launcher, "pdde-run") && strcmp(env.launcher, "params")) {
         if (!launch.job_id[0]) comm_launch_addr(ctx, &env, &w->launch); /* only the job id is needed */
         if (!w->launch.job_id[0]) snprintf(w->launch.job_id, sizeof w->launch.job_id, "%.20s-%.100s", env.launcher, env.store_addr);
-        st = comm_launch_secret(ctx, &env, &w->launch, w->timeout_s, &secret);
-        w->secret_file = !st && w->rank == 0 && !getenv("OMPI_MCA_orte_precondition_transports");
+        st = comm_launch_secret(ctx, &env, &w->launch, w->timeout_s, &secret, &w->secret_file);
     } else if (st == PDDE_ERR_NOT_FOUND && !p.store) {
         st = pdde_error(ctx, PDDE_ERR_ENV, "no job secret: set PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (pdde-run sets "
                         "it for its ranks)");
