@@ -51,6 +51,12 @@ struct pdde_comm_request {
     comm_shm_op shm;
 };
 
+/* Element i of n equal-as-possible parts of [0, count). */
+static void comm_part(size_t count, int n, int i, size_t *off, size_t *len) {
+    *off = count * (size_t)i / (size_t)n;
+    *len = count * (size_t)(i + 1) / (size_t)n - *off;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * Reduction kernels: dst[i] = dst[i] op src[i]. Half types are widened to f32 and rounded back;
  * every operation is commutative, so a pair of ranks reducing each other's data agrees bit for bit. */

@@ -81,12 +81,6 @@ static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...)
 #endif
     ;
 
-/* Element i of n equal-as-possible parts of [0, count). */
-static void comm_part(size_t count, int n, int i, size_t *off, size_t *len) {
-    *off = count * (size_t)i / (size_t)n;
-    *len = count * (size_t)(i + 1) / (size_t)n - *off;
-}
-
 /* Records the first failure of the world (the lock is held). Running operations are ended by the
  * next world_progress; the service thread publishes the failure to the other ranks. */
 static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...) {
