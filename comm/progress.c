@@ -122,9 +122,10 @@ static void *comm_service(void *arg) {
         int active = w->active != NULL;
         /* Operations that started and finished while this thread slept count as activity too: a
          * loop of short blocking operations is rarely caught running. The failure key is polled
-         * while operations run and for ping_every after the last one (comm_start then need not wake
-         * this thread for every blocking operation). */
-        if (active || w->started != seen) { seen = w->started; last_busy = comm_now(); }
+         * while operations run or a caller waits in one (the blocking small allreduce is no request:
+         * without this a frozen peer held it until the operation timeout) and for ping_every after the
+         * last one (comm_start then need not wake this thread for every blocking operation). */
+        if (active || w->waiters || w->started != seen) { seen = w->started; last_busy = comm_now(); }
         int watch = comm_now() - last_busy < ping_every;
         if (active && !w->failed && !w->no_progress_thread && !w->waiters && world_progress(w)) pause = 20e-6;
         char msg[sizeof w->fail_msg + 16];
