@@ -1,6 +1,6 @@
-/* comm/comm.c — communicators: the world (transport connections to every peer, the store, failure
- * state and a service thread), sub-communicators, waiting, failure propagation and abort.
- * The single file pdde.c includes; it includes the other parts of comm/.
+/* comm/comm.c — the top of comm/: making worlds (store, secret, transport connections to every peer)
+ * and sub-communicators, freeing them, abort. The single file pdde.c includes; it includes the other
+ * parts of comm/ in layer order, each calling only the ones included before it.
  *
  * Failure detection has three paths, so a dead peer becomes an error on every rank, never a hang:
  *  1. UCX endpoints in PEER error mode fail the requests towards a dead peer (connection reset, or
@@ -28,344 +28,11 @@
 #include "comm/store.c"         /* the bootstrap store: server and client */
 #include "comm/env.c"           /* launcher environments */
 #include "comm/transport_ucx.c" /* the transport */
-
-/* Tag layout (PDDE_TRANSPORT_TAG_BITS = 40): collectives [39]=0 [38..28] communicator id [27..16]
- * operation sequence [15..8] program [7..0] round; point to point [39]=1 [38..28] communicator id
- * [27..8] user tag. Communicator id 0 is the world's bootstrap, 1 the world. */
-#define COMM_TAG_P2P (UINT64_C(1) << 39)
-#define COMM_ID_BITS 11
-#define COMM_WORLD_ID 1
-
-typedef struct comm_world {
-    pdde_context *ctx;
-    const pdde_transport_iface *tp;
-    void *tr, *listen;
-    int rank, size;
-    void **send, **recv;          /* per world rank (NULL for self) */
-    int *host_of;                 /* world rank -> host index */
-    char (*host_names)[COMM_HOST_ID_MAX];
-    pdde_store *store;
-    int own_store;
-    pdde_store_server *server;    /* rank 0 hosts the store under launchers other than pdde-run */
-    comm_launch launch;           /* under mpirun/srun without PDDE_STORE_ADDR: where the store is */
-    int secret_file;              /* rank 0 left the job secret in a file for the others (env.c) */
-    pthread_mutex_t store_lock;   /* the store is shared by the caller's thread and the service thread */
-    char prefix[200];             /* this world's keys: <params.prefix>/<generation> */
-    double timeout_s, peer_timeout_s;
-    int no_progress_thread;
-    pdde_mem_kind mem_kind;
-    double spin_s;                /* busy-poll this long before yielding: 0 when ranks outnumber cores */
-
-    pthread_mutex_t lock;         /* guards everything below and every transport call */
-    pthread_cond_t cv;            /* wakes the service thread */
-    pthread_t thread;
-    int thread_started, stop;
-    _Atomic int failed;           /* 0 or the status that poisoned the world */
-    int published;                /* the failure is in the store (or came from there) */
-    char fail_msg[400];
-    pdde_comm_request *active;    /* running operations of every communicator */
-    int waiters;                  /* caller threads inside a wait: the service thread stays out */
-    int watching;                 /* the service thread polls the failure key (wakes within 50 ms) */
-    unsigned long started;        /* operations started so far: activity the service thread may have missed */
-    int refs;                     /* communicators using the world */
-    _Atomic(struct pdde_comm_request *) spare; /* a released request kept for reuse (schedule.c) */
-} comm_world;
-
-struct pdde_comm {
-    comm_world *w;
-    int rank, size;
-    int *ranks;                   /* comm rank -> world rank */
-    int id;
-    uint32_t seq;
-    pdde_comm_algo algo;
-    const char *last_algo;
-    /* topology: hosts in order of first appearance */
-    int n_hosts;
-    int local_equal;              /* every host has the same number of this comm's ranks */
-    int *local_group, local_n, local_me;  /* world ranks on my host */
-    int *cross_group, cross_n, cross_me;  /* world ranks with my local index, one per host */
-    struct comm_shm *shm;         /* shared-memory channel when every rank is on this host (shm.c) */
-};
-
-typedef struct comm_shm comm_shm;
-/* A shared-memory allreduce in progress (shm.c); non-blocking ones live inside their request. */
-typedef struct {
-    const char *src;
-    char *dst;
-    size_t count, chunk_elems, nchunks, k; /* elements; chunks; the chunk being worked on */
-    pdde_dtype dtype;
-    pdde_reduce_op op;
-    int stage;
-    uint64_t unit0;                        /* the buffer set of chunk k is (unit0 + k) % 2 */
-    uint64_t barrier_a, barrier_b;         /* the barriers the next steps wait for */
-    uint64_t ticket;                       /* non-blocking ones run in the order they were started */
-} comm_shm_op;
-static pdde_status comm_shm_attach(pdde_comm *c, int64_t serial);
-static void comm_shm_detach(comm_shm *s);
-static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                                      pdde_reduce_op op);
-static pdde_status comm_shm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                                       pdde_reduce_op op, pdde_comm_request **req);
-static int comm_shm_advance(pdde_comm_request *r);
-
-static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-/* Records the first failure of the world (the lock is held). Running operations are ended by the
- * next world_progress; the service thread publishes the failure to the other ranks. */
-static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...) {
-    if (w->failed) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->fail_msg, sizeof w->fail_msg, fmt, ap);
-    va_end(ap);
-    w->failed = st;
-    pthread_cond_broadcast(&w->cv);
-}
-
-#include "comm/schedule.c"
-
-/* ================================================================================================
- * Waiting */
-
-static void world_failed_key(const comm_world *w, char *key, size_t cap) { snprintf(key, cap, "%s/failed", w->prefix); }
-
-/* Adopts the failure published in the store, if any: a lost connection is often only the echo of a
- * root cause that another rank reported (an abort, a timeout, a death), and that cause is what the
- * caller should see. Called without the world lock. */
-static void world_root_cause(comm_world *w) {
-    char key[256];
-    void *val = NULL;
-    size_t len;
-    world_failed_key(w, key, sizeof key);
-    pthread_mutex_lock(&w->store_lock);
-    pdde_status st = w->store->iface->get(w->store->impl, NULL, key, &val, &len);
-    pthread_mutex_unlock(&w->store_lock);
-    char *bar = st ? NULL : strchr(val, '|');
-    if (bar && atoi(val) < 0) {
-        pthread_mutex_lock(&w->lock);
-        w->failed = atoi(val);
-        w->published = 1;
-        snprintf(w->fail_msg, sizeof w->fail_msg, "%s", bar + 1);
-        pthread_mutex_unlock(&w->lock);
-    }
-    free(val);
-}
-
-static pdde_status comm_report(comm_world *w, pdde_status st) {
-    if (!st) return st;
-    if ((st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_TIMEOUT) && w->failed) {
-        world_root_cause(w);
-        st = w->failed;
-    }
-    char msg[sizeof w->fail_msg];
-    pthread_mutex_lock(&w->lock);
-    snprintf(msg, sizeof msg, "%s", w->failed ? w->fail_msg : "");
-    pthread_mutex_unlock(&w->lock);
-    return pdde_error(w->ctx, st, "comm: %s%s%s", pdde_status_str(st), *msg ? ": " : "", msg);
-}
-
-/* Set by the blocking forms of the operations (collectives.c) around their non-blocking start, so
- * that comm_start knows the caller will wait (and progress) right away. */
-static _Thread_local int comm_blocking_call;
-
-/* Spins for a few microseconds (latency), then yields (other ranks may share the core: with more
- * ranks than cores the peer we wait for needs it), then sleeps with a growing pause up to 1 ms, so
- * that a long wait costs almost no CPU. */
-#define COMM_SPIN_S 50e-6
-
-static void comm_backoff(double idle, double left, double spin_s) {
-    if (idle < spin_s) return;
-    if (idle < 20e-3) { sched_yield(); return; }
-    double pause = idle / 16;
-    if (pause > 1e-3) pause = 1e-3;
-    if (pause > left) pause = left;
-    if (pause > 0) comm_sleep(pause);
-}
-
-/* Waits for r with the world lock held (released while backing off), progressing the transport
- * itself: the caller's thread drives its own operation, no hand-off to the service thread. */
-static pdde_status req_wait_locked(pdde_comm_request *r, double timeout_s) {
-    comm_world *w = r->w;
-    double start = comm_now(), deadline = start + timeout_s, idle_since = start;
-    w->waiters++;
-    for (;;) {
-        if (!r->done && world_progress(w)) idle_since = comm_now();
-        if (r->done) break;
-        double now = comm_now();
-        if (now >= deadline) break;
-        pthread_mutex_unlock(&w->lock);
-        comm_backoff(now - idle_since, deadline - now, w->spin_s);
-        pthread_mutex_lock(&w->lock);
-    }
-    w->waiters--;
-    return r->done ? r->status : PDDE_ERR_TIMEOUT;
-}
-
-static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
-    pthread_mutex_lock(&r->w->lock);
-    pdde_status st = req_wait_locked(r, timeout_s);
-    pthread_mutex_unlock(&r->w->lock);
-    return st;
-}
-
-/* Starts a built operation: links it to the world and posts its first steps. */
-static pdde_status comm_start(pdde_comm *c, pdde_comm_request *r, const char *algo, pdde_comm_request **out) {
-    comm_world *w = c->w;
-    *out = NULL;
-    if (algo) {
-        c->last_algo = algo;
-        r->tagbase = (uint64_t)c->id << 28 | (uint64_t)(c->seq++ & 0xfff) << 16;
-    }
-    pthread_mutex_lock(&w->lock);
-    pdde_status st = w->failed;
-    if (!st) {
-        r->next = w->active;
-        if (w->active) w->active->prev = r;
-        w->active = r;
-        w->started++;
-        req_advance(r);
-        /* The service thread progresses non-blocking operations in the background, so it is woken
-         * for them. A blocking caller progresses its operation itself; the service thread needs a
-         * wake-up only to start polling the failure key, and waking it on every operation costs a
-         * futex call and a context switch (microseconds, and a core taken from a spinning rank). */
-        if (!comm_blocking_call || !w->watching) pthread_cond_signal(&w->cv);
-    }
-    pthread_mutex_unlock(&w->lock);
-    if (st) { req_release(r); return comm_report(w, st); }
-    *out = r;
-    return PDDE_OK;
-}
-
-/* The blocking form of every operation: wait with the communicator's timeout; a timeout poisons the
- * world (the peers are out of step, nothing sensible can follow). */
-static pdde_status comm_finish(pdde_comm *c, pdde_status st, pdde_comm_request *r) {
-    comm_blocking_call = 0;
-    if (st) return st;
-    comm_world *w = c->w;
-    pthread_mutex_lock(&w->lock); /* one lock hold for the wait and the release */
-    st = req_wait_locked(r, w->timeout_s);
-    if (st == PDDE_ERR_TIMEOUT) {
-        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a %s did not finish within %.3g s", w->rank,
-                  c->last_algo ? c->last_algo : "transfer", w->timeout_s);
-        world_progress(w);
-    }
-    if (r->done) req_release(r);
-    else r->detached = 1;
-    pthread_mutex_unlock(&w->lock);
-    return comm_report(w, st);
-}
-
-pdde_status pdde_comm_test(pdde_comm_request *r, int *done) {
-    if (!r || !done) return PDDE_ERR_INVALID_ARG;
-    pthread_mutex_lock(&r->w->lock);
-    if (!r->done) world_progress(r->w);
-    *done = r->done;
-    pdde_status st = r->done ? r->status : PDDE_OK;
-    pthread_mutex_unlock(&r->w->lock);
-    return comm_report(r->w, st);
-}
-
-pdde_status pdde_comm_wait(pdde_comm_request *r, double timeout_s) {
-    if (!r) return PDDE_ERR_INVALID_ARG;
-    pdde_status st = req_wait(r, timeout_s < 0 ? r->w->timeout_s : timeout_s);
-    if (st == PDDE_ERR_TIMEOUT)
-        return pdde_error(r->w->ctx, st, "comm: the operation did not finish within %.3g s (still pending)",
-                          timeout_s < 0 ? r->w->timeout_s : timeout_s);
-    return comm_report(r->w, st);
-}
-
-void pdde_comm_request_free(pdde_comm_request *r) {
-    if (!r) return;
-    comm_world *w = r->w;
-    pthread_mutex_lock(&w->lock);
-    if (r->done) req_release(r);
-    else r->detached = 1;
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* ================================================================================================
- * The service thread: heartbeats, failure publication and polling, background progress. */
-
-static void *comm_service(void *arg) {
-    comm_world *w = arg;
-    const pdde_store_iface *si = w->store->iface;
-    double ping_every = w->peer_timeout_s / 4, last_ping = comm_now(), last_check = 0, pause = 20e-6;
-    double last_busy = -1e30;
-    unsigned long seen = 0;
-    char key[256];
-    world_failed_key(w, key, sizeof key);
-    pthread_mutex_lock(&w->lock);
-    while (!w->stop) {
-        int active = w->active != NULL;
-        /* Operations that started and finished while this thread slept count as activity too: a
-         * loop of short blocking operations is rarely caught running. The failure key is polled
-         * while operations run or a caller waits in one (the blocking small allreduce is no request:
-         * without this a frozen peer held it until the operation timeout) and for ping_every after the
-         * last one (comm_start then need not wake this thread for every blocking operation). */
-        if (active || w->waiters || w->started != seen) { seen = w->started; last_busy = comm_now(); }
-        int watch = comm_now() - last_busy < ping_every;
-        if (active && !w->failed && !w->no_progress_thread && !w->waiters && world_progress(w)) pause = 20e-6;
-        char msg[sizeof w->fail_msg + 16];
-        int publish = w->failed && !w->published;
-        if (publish) {
-            snprintf(msg, sizeof msg, "%d|%s", (int)w->failed, w->fail_msg);
-            w->published = 1;
-        }
-        pthread_mutex_unlock(&w->lock);
-
-        double now = comm_now();
-        pdde_status st = PDDE_OK;
-        void *val = NULL; size_t len = 0;
-        pthread_mutex_lock(&w->store_lock);
-        if (publish) si->compare_set(w->store->impl, NULL, key, "", 0, msg, strlen(msg), NULL); /* the first cause stays */
-        if (now - last_ping > ping_every) {
-            last_ping = now;
-            if (si->ping) st = si->ping(w->store->impl, NULL);
-        }
-        if (!st && watch && !w->failed && now - last_check > 0.05) {
-            last_check = now;
-            st = si->get(w->store->impl, NULL, key, &val, &len);
-        }
-        pthread_mutex_unlock(&w->store_lock);
-
-        pthread_mutex_lock(&w->lock);
-        if (st == PDDE_OK && val) {
-            char *bar = strchr(val, '|');
-            int code = atoi(val);
-            w->published = 1; /* it came from the store: no need to write it back */
-            comm_fail(w, code < 0 ? code : PDDE_ERR_PEER_LOST, "%s", bar ? bar + 1 : (char *)val);
-        } else if (st && st != PDDE_ERR_NOT_FOUND) {
-            w->published = 1;
-            comm_fail(w, PDDE_ERR_PEER_LOST, "rank %d lost the connection to the store", w->rank);
-        }
-        free(val);
-        if (w->failed && w->active && !w->waiters) world_progress(w);
-        if (w->stop) break;
-        if (active && !w->waiters) {
-            /* background progress of non-blocking operations: poll, backing off to 1 ms */
-            pthread_mutex_unlock(&w->lock);
-            comm_sleep(pause);
-            pause = pause * 2 < 1e-3 ? pause * 2 : 1e-3;
-            pthread_mutex_lock(&w->lock);
-        } else {
-            /* idle, or a caller is waiting and progressing itself: only the store checks remain */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            double t = (double)ts.tv_nsec * 1e-9 + (watch ? 0.05 : ping_every);
-            ts.tv_sec += (time_t)t;
-            ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
-            w->watching = watch;
-            pthread_cond_timedwait(&w->cv, &w->lock, &ts);
-            w->watching = 0;
-        }
-    }
-    pthread_mutex_unlock(&w->lock);
-    return NULL;
-}
+#include "comm/world.c"         /* the world's state, failures and their root cause */
+#include "comm/schedule.c"      /* operations as programs of steps, run non-blocking */
+#include "comm/progress.c"      /* waiting, starting and finishing operations; the service thread */
+#include "comm/shm.c"           /* the one-host shared-memory channel */
+#include "comm/collectives.c"   /* algorithms and the public collective calls */
 
 /* ================================================================================================
  * World setup and teardown */
@@ -469,8 +136,19 @@ static pdde_status comm_new(comm_world *w, int rank, int size, int *ranks, int i
     if (!c) { free(ranks); return pdde_error(w->ctx, PDDE_ERR_OOM, "comm: out of memory"); }
     c->w = w; c->rank = rank; c->size = size; c->ranks = ranks; c->id = id; c->algo = algo;
     c->last_algo = "none";
+    comm_shm *s = NULL;
     pdde_status st = comm_topology(c);
-    if (!st) st = comm_shm_attach(c, serial);
+    if (!st) st = comm_shm_map(c, serial, &s);
+    if (!st && s) {
+        /* everybody must have the segment, or nobody uses it: agree over the transport (c->shm is
+         * still NULL) */
+        int32_t ok = s->base != NULL, all = 0;
+        st = pdde_comm_allreduce(c, &ok, &all, 1, PDDE_I32, PDDE_REDUCE_MIN);
+        comm_shm_unlink(s); /* everyone has mapped it by now */
+        if (!st && all) c->shm = s;
+        else comm_shm_detach(s);
+        if (st == PDDE_ERR_TIMEOUT) st = pdde_error(w->ctx, st, "comm: shared-memory setup timed out");
+    }
     if (st) { free(c->local_group); free(c->cross_group); free(c->ranks); free(c); return st; }
     pthread_mutex_lock(&w->lock);
     w->refs++;
@@ -658,8 +336,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if (st == PDDE_ERR_NOT_FOUND && !p.store && strcmp(env.launcher, "pdde-run") && strcmp(env.launcher, "params")) {
         if (!launch.job_id[0]) comm_launch_addr(ctx, &env, &w->launch); /* only the job id is needed */
         if (!w->launch.job_id[0]) snprintf(w->launch.job_id, sizeof w->launch.job_id, "%.20s-%.100s", env.launcher, env.store_addr);
-        st = comm_launch_secret(ctx, &env, &w->launch, w->timeout_s, &secret);
-        w->secret_file = !st && w->rank == 0 && !getenv("OMPI_MCA_orte_precondition_transports");
+        st = comm_launch_secret(ctx, &env, &w->launch, w->timeout_s, &secret, &w->secret_file);
     } else if (st == PDDE_ERR_NOT_FOUND && !p.store) {
         st = pdde_error(ctx, PDDE_ERR_ENV, "no job secret: set PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (pdde-run sets "
                         "it for its ranks)");
@@ -815,6 +492,3 @@ pdde_status pdde_comm_split(pdde_comm *c, int color, int key, pdde_comm **out) {
     int id = 2 + (int)((base + color_index) % ((1 << COMM_ID_BITS) - 2));
     return comm_new(w, rank, size, ranks, id, 1 + base + color_index, c->algo, out);
 }
-
-#include "comm/collectives.c"
-#include "comm/shm.c"

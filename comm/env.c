@@ -170,8 +170,10 @@ static void comm_launch_secret_path(const comm_launch *l, char *path, size_t cap
     else snprintf(path, cap, "%s/.pdde/%s.secret", home && *home ? home : "/tmp", l->job_id);
 }
 
+/* *made_file: rank 0 left the secret in a file (to remove once everyone has connected). */
 static pdde_status comm_launch_secret(pdde_context *ctx, const pdde_comm_env *env, const comm_launch *l, double timeout_s,
-                                      comm_secret *s) {
+                                      comm_secret *s, int *made_file) {
+    *made_file = 0;
     const char *pre = getenv("OMPI_MCA_orte_precondition_transports");
     if (!strcmp(env->launcher, "openmpi") && pre && strlen(pre) >= COMM_SECRET_MIN) {
         unsigned char mac[COMM_SHA256_BYTES];
@@ -203,6 +205,7 @@ static pdde_status comm_launch_secret(pdde_context *ctx, const pdde_comm_env *en
             return pdde_error(ctx, PDDE_ERR_ENV, "job secret: cannot write %s: %s (set PDDE_JOB_SECRET or "
                               "PDDE_SECRET_DIR)", path, strerror(errno));
         }
+        *made_file = 1;
         return PDDE_OK;
     }
     double deadline = comm_now() + timeout_s;

@@ -503,8 +503,13 @@ static int store_client_read(pdde_store_server *srv, store_client *c) {
                                   body, body > frame_max ? "max_value_bytes" : "max_total_bytes",
                                   body > frame_max ? srv->max_value : srv->max_total))
                 return -1;
-            c->skip = body - (c->in_len - 4);
-            c->in_len = 0;
+            if (c->in_len - 4 >= body) { /* all of it is here already (the buffer grew for an earlier one) */
+                memmove(c->in, c->in + need, c->in_len - need);
+                c->in_len -= need;
+            } else {
+                c->skip = body - (c->in_len - 4);
+                c->in_len = 0;
+            }
             continue;
         }
         if (!c->authed && need > 4096 + COMM_NONCE_BYTES + COMM_SHA256_BYTES) {

@@ -180,15 +180,31 @@ static void test_pdde_run_args(void) {
     }
 }
 
+/* 1 if pid exists and is not a zombie. */
+static int running(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
 static void test_pdde_run_grandchild(void) {
-    char out[8192], pidfile[600], script[1400];
+    char out[8192], pidfile[600], groupfile[700], script[2000];
     double dt;
     snprintf(pidfile, sizeof pidfile, "%s/test_launcher.grandchild.%d", g_dir, (int)getpid());
+    snprintf(groupfile, sizeof groupfile, "%s.group", pidfile);
     unlink(pidfile);
-    /* the rank starts a grandchild in a session of its own (out of reach of the rank's group) that
-     * holds the rank's output pipe, then waits */
+    unlink(groupfile);
+    /* the rank starts two grandchildren that hold its output pipe: one in its process group, one in a
+     * session of its own (out of reach of any group signal), then waits */
     snprintf(script, sizeof script,
-             "setsid sh -c 'echo $$ > %s; exec sleep 60' & echo started; exec sleep 60", pidfile);
+             "sleep 60 & echo $! > %s; setsid sh -c 'echo $$ > %s; exec sleep 60' & echo started; exec sleep 60",
+             groupfile, pidfile);
     char *argv[] = {g_run, "-n", "2", "--grace", "1", "sh", "-c", script, NULL};
     proc p = start(argv, NULL);
     for (double t0 = test_now(); test_now() - t0 < 10 && access(pidfile, F_OK);) usleep(20000);
@@ -199,11 +215,18 @@ static void test_pdde_run_grandchild(void) {
     double took = test_now() - t_sig;
     CHECK(rc == 128 + SIGTERM && took < 4, "pdde-run exits promptly after SIGTERM with a grandchild holding the pipe: "
           "rc %d after %.1f s\n%s", rc, took, out);
-    FILE *f = fopen(pidfile, "r");
-    int gpid = 0;
-    if (f) { if (fscanf(f, "%d", &gpid) != 1) gpid = 0; fclose(f); }
-    if (gpid > 0) kill(gpid, SIGKILL);
+    int gpid[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(k ? pidfile : groupfile, "r");
+        if (f) { if (fscanf(f, "%d", &gpid[k]) != 1) gpid[k] = 0; fclose(f); }
+    }
+    int alive = 1;
+    for (double t0 = test_now(); alive && test_now() - t0 < 2; usleep(20000)) alive = gpid[0] > 0 && running(gpid[0]);
+    CHECK(gpid[0] > 0 && !alive, "the grandchild in the rank's process group was stopped with it (pid %d)", gpid[0]);
+    for (int k = 0; k < 2; k++)
+        if (gpid[k] > 0) kill(gpid[k], SIGKILL);
     unlink(pidfile);
+    unlink(groupfile);
 }
 
 static void test_pdde_run_frozen(void) {
