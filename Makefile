@@ -138,7 +138,7 @@ $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h)
 # Each part compiles on its own from the private headers and the layers below it (PDDE_PRIVATE empty:
 # what the amalgamation shares as static is external here), and the library exports no symbol
 # without the pdde_ prefix (a program that vendors pdde cannot clash with it).
-PARTS := $(filter-out planner/partition.c,$(wildcard planner/*.c)) backends/registry.c backends/cpu.c
+PARTS := $(wildcard planner/*.c) backends/registry.c backends/cpu.c
 check-parts: $(BUILD)/pdde.o
 	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
 	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ {print $$3}'); \
