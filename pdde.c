@@ -1004,6 +1004,7 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
 #include "planner/spmd_rules.c"
 #include "planner/completion.c"
 #include "planner/strategy.c"
+#include "planner/search.c"
 #include "planner/lower.c"
 
 /* ================================================================================================
