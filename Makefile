@@ -103,7 +103,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan demo bench-gpt bench-comm bench-ops bench-parallel bench-lower install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -189,6 +189,10 @@ bench-parallel: all
 VERSION   := 0.1.0
 SOVERSION := 0
 LIBDIR     = $(DESTDIR)$(PREFIX)/lib
+# Lowering every rank of GPT-3 175B's shape under dp=8 x tp=8 x pp=16 (1024 ranks) in one process.
+bench-lower: $(BUILD)/bench_lower
+	@$(BUILD)/bench_lower
+
 install: all
 	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/libpdde.a $(LIBDIR)/

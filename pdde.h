@@ -517,7 +517,8 @@ void pdde_session_dump(const pdde_session *s, FILE *f);
  * (pdde_complete first, for world_size > 0) under params (NULL = defaults; world is not read) for rank
  * `rank` of world_size ranks (0 = one process). It prints what pdde_session_dump prints on that rank;
  * g is not changed. (params->overlap_gradients = 0, auto, is decided as a session on one host decides
- * it: world_size ranks of the graph context's threads each leave this machine a core.) */
+ * it: world_size ranks of the graph context's threads each leave this machine a core.) f NULL: lowers
+ * and prints nothing (whether the plan lowers on that rank). */
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
 /* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
  * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes

@@ -21,7 +21,7 @@
 
 #include <unistd.h>
 
-enum { LOWER_BLOCK = 512 }; /* program nodes per storage block */
+enum { LOWER_BLOCK = 128 }; /* program nodes per storage block (small: reused from the heap, rank after rank) */
 
 typedef struct { pdde_tensor *x, *node; pdde_dist_attr want; pdde_phase phase; int next; } reshard_done;
 
@@ -37,7 +37,22 @@ typedef struct {
     int n_done, cap_done;
     int *first_done;                  /* by program id: first item, -1 = none */
     int n_first;
+    /* which meshes hold this rank (a mesh's rank list is long; a graph has a few meshes) */
+    const pdde_mesh *seen_mesh[32];
+    int seen_index[32], n_seen;
 } lowering;
+
+/* The index of this rank in mesh m (-1: not in it), remembered per mesh. */
+static int rank_in(lowering *L, const pdde_mesh *m) {
+    for (int i = 0; i < L->n_seen; i++)
+        if (L->seen_mesh[i] == m) return L->seen_index[i];
+    int at = mesh_index_of(m, L->P->rank);
+    if (L->n_seen < 32) L->seen_mesh[L->n_seen] = m, L->seen_index[L->n_seen++] = at;
+    return at;
+}
+
+/* Whether t (a user node or a program node) runs on this rank. */
+static bool on_this_rank(lowering *L, const pdde_tensor *t) { return !t || !t->dist.mesh || rank_in(L, t->dist.mesh) >= 0; }
 
 static pdde_status lower_oom(lowering *L) { return pdde_error(L->ctx, PDDE_ERR_OOM, "lower: out of memory"); }
 
@@ -113,20 +128,20 @@ PDDE_PRIVATE void program_free(pdde_program *P) {
 
 /* Marks the nodes the step needs: everything a loss, an output or an optimizer/accumulation node
  * depends on. A graph with none of those (a plain forward graph) keeps every node. */
-static bool *needed_nodes(const pdde_graph *g) {
-    bool *need = calloc((size_t)g->n + 1, sizeof *need);
+static uint8_t *needed_nodes(const pdde_graph *g) {
+    uint8_t *need = calloc((size_t)g->n + 1, sizeof *need);
     if (!need) return NULL;
     bool any_root = false;
     for (int i = g->n - 1; i >= 0; i--) {
         const pdde_tensor *t = g->nodes[i];
         if ((t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) || t->op == PDDE_OP_GRAD_ACCUM ||
             t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
-            need[i] = any_root = true;
+            need[i] = 1, any_root = true;
         if (need[i])
-            for (int s = 0; s < t->nsrc; s++) need[t->src[s]->id] = true;
+            for (int s = 0; s < t->nsrc; s++) need[t->src[s]->id] = 1;
     }
     if (!any_root)
-        for (int i = 0; i < g->n; i++) need[i] = true;
+        for (int i = 0; i < g->n; i++) need[i] = 1;
     return need;
 }
 
@@ -137,28 +152,52 @@ static int node_device(const pdde_tensor *t, const pdde_lower_params *p) {
     return p->device;
 }
 
+/* The user's nodes this rank's lowering looks at: with a world, those on this rank and those of other
+ * ranks that read one of them (a send's consumer) or that one of them reads (a receive's producer);
+ * the others (most of them, under pipeline stages) are left alone. Marks need[] 2 for those. */
+static void relevant_nodes(lowering *L, uint8_t *need) {
+    const pdde_graph *g = L->g;
+    for (int i = 0; i < g->n; i++) {
+        const pdde_tensor *u = g->nodes[i];
+        if (!need[i]) continue;
+        bool here = L->p->world_size == 0 || on_this_rank(L, u);
+        for (int k = 0; k < u->nsrc && !here; k++) here = need[u->src[k]->id] == 2 && on_this_rank(L, u->src[k]);
+        if (!here) continue;
+        need[i] = 2;
+        for (int k = 0; k < u->nsrc; k++) need[u->src[k]->id] = 2; /* (earlier nodes: already walked) */
+    }
+}
+
 static pdde_status lower_place(lowering *L) {
     const pdde_graph *g = L->g;
     pdde_program *P = L->P;
-    bool *need = needed_nodes(g);
+    uint8_t *need = needed_nodes(g);
+    int *device = malloc((size_t)(g->n + 1) * sizeof *device);
     typedef struct { int src_id, device; pdde_tensor *copy; } copy_entry;
     copy_entry *copies = NULL;
     int n_copies = 0, cap_copies = 0;
-    if (!need) return lower_oom(L);
+    if (!need || !device) { free(need), free(device); return lower_oom(L); }
+    relevant_nodes(L, need);
     pdde_status st = PDDE_OK;
     for (int i = 0; i < g->n && !st; i++) {
         const pdde_tensor *u = g->nodes[i];
         if (!need[i]) continue;
         if ((unsigned)u->op >= PDDE_OP_COUNT) { st = pdde_error(L->ctx, PDDE_ERR_UNKNOWN_OP, "lower: node %s has unknown op %d", u->name, u->op); break; }
+        /* views and in-place ops live where their storage lives */
+        device[i] = is_root_sharing(u) ? device[u->src[0]->id] : node_device(u, L->p);
+        if (need[i] != 2) { /* another rank's, and no neighbour of this rank's */
+            P->elsewhere[i] = true;
+            continue;
+        }
         pdde_tensor *t = node_new(P, u, u->op, u->dtype, u->ndim, u->shape, u->nsrc, u->src);
         if (!t) { st = lower_oom(L); break; }
         P->info[t->id].user = u->id;
         P->of_user[u->id] = t;
-        /* views and in-place ops live where their storage lives */
-        t->device = is_root_sharing(u) ? P->of_user[u->src[0]->id]->device : node_device(u, L->p);
+        t->device = device[i];
         /* inputs on another device come through a COPY node, made once per (tensor, device) */
         for (int k = 0; k < u->nsrc && !st; k++) {
             pdde_tensor *x = P->of_user[u->src[k]->id];
+            if (!x) { t->src[k] = NULL; continue; } /* (not looked at here: t is another rank's) */
             if (x->device != t->device) {
                 pdde_tensor *copy = NULL;
                 for (int c = 0; c < n_copies && !copy; c++)
@@ -185,6 +224,7 @@ static pdde_status lower_place(lowering *L) {
     }
     free(copies);
     free(need);
+    free(device);
     return st;
 }
 
@@ -194,10 +234,6 @@ static pdde_status lower_place(lowering *L) {
 /* The graph mesh's axis that axis a of mesh (the graph's mesh or a slice of it) is. */
 PDDE_PRIVATE int program_axis(const pdde_program *P, const pdde_mesh *mesh, int a) {
     return mesh == P->mesh ? a : pdde_mesh_axis(P->mesh, mesh->names[a]);
-}
-
-static bool on_this_rank(const pdde_program *P, const pdde_tensor *t) {
-    return !t->dist.mesh || mesh_index_of(t->dist.mesh, P->rank) >= 0;
 }
 
 /* Whether a uses mesh axis p (a dim split over it, or partial over it). */
@@ -425,13 +461,14 @@ static pdde_tensor *cross_stages(lowering *L, pdde_tensor *consumer, int k, cons
                          consumer->name, x->name);
         return NULL;
     }
-    int here_from = mesh_index_of(from, P->rank), here_to = mesh_index_of(to, P->rank);
+    int here_from = rank_in(L, from), here_to = rank_in(L, to);
     if (here_from >= 0 && here_to >= 0) {
         *st = pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s moves between two meshes that share rank %d (pipeline stages must not overlap)",
                          x->name, P->rank);
         return NULL;
     }
-    int tag = (consumer->id * PDDE_MAX_SRC + k) & 0xfffff, peer;
+    /* (the consumer is a user's node: its id is the same on every rank) */
+    int tag = (P->info[consumer->id].user * PDDE_MAX_SRC + k) & 0xfffff, peer;
     if (here_from >= 0) { /* producer side: reshard here to the consumer's mapping, then send */
         pdde_dist_attr there = *want;
         there.mesh = from;
@@ -523,33 +560,50 @@ static pdde_status lower_vocab_parallel(lowering *L, pdde_tensor *t) {
  * Host memory and collectives that need no packing only; the others stay where they are. */
 static pdde_status overlap_gradient_reductions(lowering *L) {
     pdde_program *P = L->P;
-    for (int i = 0; i < P->n_order && L->p->overlap_gradients; i++) {
+    if (!L->p->overlap_gradients) return PDDE_OK;
+    int n = P->n;
+    pdde_tensor **last_write = calloc((size_t)n + 1, sizeof *last_write); /* by accumulator: its last grad_accum so far */
+    pdde_tensor **wait_of = calloc((size_t)n + 1, sizeof *wait_of);       /* by moved collective: its wait */
+    pdde_tensor **moved = calloc(2 * (size_t)n + 1, sizeof *moved);       /* by grad_accum: the collectives moved after it,
+                                                                             chained by collective in moved[n + id] */
+    pdde_tensor **order = malloc((2 * (size_t)P->n_order + 1) * sizeof *order); /* (each moved collective adds its wait) */
+    pdde_status st = last_write && wait_of && moved && order ? PDDE_OK : lower_oom(L);
+    int n_old = P->n_order;
+    for (int i = 0; i < n_old && !st; i++) {
         pdde_tensor *c = P->order[i], *acc = c->src[0];
+        if (c->op == PDDE_OP_GRAD_ACCUM) last_write[acc->id] = c;
         pdde_program_node *in = &P->info[c->id];
         bool reduction = in->axis >= 0 && !in->write_back && c->phase == PDDE_PHASE_OPTIMIZER && c->nsrc == 1 &&
                          (c->op == PDDE_OP_ALLREDUCE || (c->op == PDDE_OP_REDUCE_SCATTER && in->dim == 0));
-        if (!reduction || acc->op != PDDE_OP_NONE || !(acc->flags & PDDE_TENSOR_GRAD) || !registry_device_is_host(L->ctx->registry, c->device))
+        if (!reduction || acc->op != PDDE_OP_NONE || !(acc->flags & PDDE_TENSOR_GRAD) || !last_write[acc->id] ||
+            !registry_device_is_host(L->ctx->registry, c->device))
             continue;
-        int last_write = -1; /* the accumulator's last grad_accum in backward */
-        for (int k = 0; k < i; k++)
-            if (P->order[k]->op == PDDE_OP_GRAD_ACCUM && P->order[k]->src[0] == acc) last_write = k;
-        if (last_write < 0) continue;
         pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
-        if (!w || order_push(P, w)) return lower_oom(L);
+        if (!w) { st = lower_oom(L); break; }
         w->phase = PDDE_PHASE_OPTIMIZER, w->flags |= PDDE_TENSOR_VIEW, w->dist = c->dist;
-        for (int k = i + 1; k < P->n_order - 1; k++) /* its readers read the wait instead */
-            for (int j = 0; j < P->order[k]->nsrc; j++)
-                if (P->order[k]->src[j] == c) P->order[k]->src[j] = w;
-        /* the collective moves up to just after the last write, and the wait (appended) takes its place */
-        memmove(&P->order[last_write + 2], &P->order[last_write + 1], (size_t)(i - last_write - 1) * sizeof *P->order);
-        P->order[last_write + 1] = c;
-        memmove(&P->order[i + 2], &P->order[i + 1], (size_t)(P->n_order - i - 2) * sizeof *P->order);
-        P->order[i + 1] = w; /* after the node that was before the collective */
-        i++;
-        c->phase = PDDE_PHASE_BACKWARD, P->info[c->id].early = true;
-        c->layer = acc->layer; /* (it runs in the pass of its accumulator's layer) */
+        /* (a later one goes first: each is moved to just after the write, as it comes) */
+        wait_of[c->id] = w, moved[n + c->id] = moved[last_write[acc->id]->id], moved[last_write[acc->id]->id] = c;
     }
-    return PDDE_OK;
+    /* the collective moves up to just after the last write, and its wait takes its place */
+    int k = 0;
+    for (int i = 0; i < n_old && !st; i++) {
+        pdde_tensor *t = P->order[i];
+        order[k++] = t->id < n && wait_of[t->id] ? wait_of[t->id] : t;
+        for (pdde_tensor *c = t->id < n ? moved[t->id] : NULL; c; c = moved[n + c->id]) {
+            order[k++] = c;
+            c->phase = PDDE_PHASE_BACKWARD, P->info[c->id].early = true;
+            c->layer = c->src[0]->layer; /* (it runs in the pass of its accumulator's layer) */
+        }
+    }
+    /* ...and its readers read the wait */
+    for (int i = 0; i < k && !st; i++)
+        for (int j = 0; order[i]->op != PDDE_OP_COMM_WAIT && j < order[i]->nsrc; j++) {
+            pdde_tensor *x = order[i]->src[j];
+            if (x && x->id < n && wait_of[x->id]) order[i]->src[j] = wait_of[x->id];
+        }
+    if (!st) free(P->order), P->order = order, P->n_order = P->cap_order = k, order = NULL;
+    free(last_write), free(wait_of), free(moved), free(order);
+    return st;
 }
 
 /* The nodes ordered from position `from` on that have no layer get `layer` (pipeline chunks run by
@@ -601,15 +655,15 @@ static pdde_status lower_partition(lowering *L) {
     for (int i = 0; i < n_old && !st; i++) {
         pdde_tensor *t = old[i];
         int user = P->info[t->id].user;
-        if (!on_this_rank(P, t)) {
+        if (!on_this_rank(L, t)) {
             if (user >= 0) P->elsewhere[user] = true, P->of_user[user] = NULL;
             for (int k = 0; k < t->nsrc && !st; k++) {
                 const pdde_dist_attr *want = required(L, t, k);
                 int mark = P->n_order;
-                if (want && on_this_rank(P, t->src[k]) && !mesh_same(t->src[k]->dist.mesh, want->mesh) &&
+                if (want && t->src[k] && on_this_rank(L, t->src[k]) && !mesh_same(t->src[k]->dist.mesh, want->mesh) &&
                     mesh_sub_axis(t->src[k]->dist.mesh, want->mesh) < 0)
                     cross_stages(L, t, k, want, &st);
-                inherit_layer(P, mark, t->src[k]->layer); /* a send runs with the layer that produced it */
+                if (t->src[k]) inherit_layer(P, mark, t->src[k]->layer); /* a send runs with the layer that produced it */
             }
             continue;
         }
@@ -672,14 +726,14 @@ static pdde_status lower_stages(lowering *L, int *chunk_of_layer) {
                 return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: layer %d comes back to stage %d out of the round-robin order", l, same);
             if (same < 0) {
                 for (int r = 0; r < stages; r++)
-                    if (mesh_index_of(run_mesh[r], P->rank) >= 0 && mesh_index_of(m, P->rank) >= 0)
+                    if (rank_in(L, run_mesh[r]) >= 0 && rank_in(L, m) >= 0)
                         return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: rank %d is in two pipeline stages (layer %d)", P->rank, l);
-                if (mesh_index_of(m, P->rank) >= 0) P->stage = stages;
+                if (rank_in(L, m) >= 0) P->stage = stages;
                 stages++;
             }
             run_mesh[n_runs++] = m;
         }
-        if (mesh_index_of(m, P->rank) >= 0) chunk_of_layer[l] = (n_runs - 1) / stages;
+        if (rank_in(L, m) >= 0) chunk_of_layer[l] = (n_runs - 1) / stages;
     }
     if (P->stage < 0 && stages > 1)
         return pdde_error(L->ctx, PDDE_ERR_DIST_ATTR, "lower: rank %d is in none of the %d pipeline stages", P->rank, stages);
@@ -831,7 +885,7 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
 }
 
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f) {
-    if (!g || !f) return PDDE_ERR_INVALID_ARG;
+    if (!g) return PDDE_ERR_INVALID_ARG;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     if (params) sp = *params;
     pdde_lower_params lp = {world_size, rank, sp.device, sp.layer_devices, sp.n_layer_devices, sp.pipeline_schedule, sp.comm_dtype,
@@ -841,7 +895,7 @@ pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *para
     pdde_program *P;
     pdde_status st = program_lower(g, &lp, &P);
     if (st) return st;
-    program_dump(P, f);
+    if (f) program_dump(P, f);
     program_free(P);
     return PDDE_OK;
 }
