@@ -40,7 +40,19 @@ typedef struct {
     /* which meshes hold this rank (a mesh's rank list is long; a graph has a few meshes) */
     const pdde_mesh *seen_mesh[32];
     int seen_index[32], n_seen;
+    /* which mesh is a slice of which (mesh_sub_axis looks at every rank of both) */
+    const pdde_mesh *sub_parent[64], *sub_child[64];
+    int sub_result[64], n_sub;
 } lowering;
+
+/* mesh_sub_axis(parent, sub), remembered per pair. */
+static int sub_axis(lowering *L, const pdde_mesh *parent, const pdde_mesh *sub) {
+    for (int i = 0; i < L->n_sub; i++)
+        if (L->sub_parent[i] == parent && L->sub_child[i] == sub) return L->sub_result[i];
+    int p = mesh_sub_axis(parent, sub);
+    if (L->n_sub < 64) L->sub_parent[L->n_sub] = parent, L->sub_child[L->n_sub] = sub, L->sub_result[L->n_sub++] = p;
+    return p;
+}
 
 /* The index of this rank in mesh m (-1: not in it), remembered per mesh. */
 static int rank_in(lowering *L, const pdde_mesh *m) {
@@ -505,14 +517,14 @@ static pdde_tensor *lower_input(lowering *L, pdde_tensor *node, int k, pdde_stat
     if (done) return done;
     pdde_dist_attr have = x->dist;
     if (!mesh_same(x->dist.mesh, want->mesh)) {
-        int p = mesh_sub_axis(x->dist.mesh, want->mesh);
+        int p = sub_axis(L, x->dist.mesh, want->mesh);
         if (p < 0) return cross_stages(L, node, k, want, st);
         if (attr_uses_axis(&x->dist, p)) {
             *st = pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s reads %s, split or partial over mesh axis %s, on a slice across that axis",
                              node->name, x->name, x->dist.mesh->names[p]);
             return NULL;
         }
-        have = attr_on_mesh(&x->dist, want->mesh); /* the same local data, fewer ranks */
+        have = attr_on_mesh_at(&x->dist, want->mesh, p); /* the same local data, fewer ranks */
     }
     if (dist_same(&have, want, x->ndim)) return x;
     pdde_tensor *r = reshard(L, x, &have, want, node->phase, node->device);
@@ -661,7 +673,7 @@ static pdde_status lower_partition(lowering *L) {
                 const pdde_dist_attr *want = required(L, t, k);
                 int mark = P->n_order;
                 if (want && t->src[k] && on_this_rank(L, t->src[k]) && !mesh_same(t->src[k]->dist.mesh, want->mesh) &&
-                    mesh_sub_axis(t->src[k]->dist.mesh, want->mesh) < 0)
+                    sub_axis(L, t->src[k]->dist.mesh, want->mesh) < 0)
                     cross_stages(L, t, k, want, &st);
                 if (t->src[k]) inherit_layer(P, mark, t->src[k]->layer); /* a send runs with the layer that produced it */
             }

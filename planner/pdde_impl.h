@@ -141,6 +141,7 @@ PDDE_PRIVATE unsigned attr_split_axes(const pdde_dist_attr *a);
 PDDE_PRIVATE int attr_dim_of_axis(const pdde_dist_attr *a, int axis);
 PDDE_PRIVATE bool attr_equal(const pdde_dist_attr *a, const pdde_dist_attr *b);
 PDDE_PRIVATE pdde_dist_attr attr_on_mesh(const pdde_dist_attr *a, const pdde_mesh *mesh);
+PDDE_PRIVATE pdde_dist_attr attr_on_mesh_at(const pdde_dist_attr *a, const pdde_mesh *mesh, int p);
 PDDE_PRIVATE const char *attr_axis_name(const pdde_mesh *m, int axis);
 PDDE_PRIVATE int attr_reshard_str(const pdde_dist_attr *from, const pdde_dist_attr *to, char *buf, size_t n);
 
