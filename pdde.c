@@ -47,6 +47,7 @@ const char *pdde_status_str(int status) {
     case PDDE_ERR_COMM: return "communication error";
     case PDDE_ERR_ABORTED: return "aborted";
     case PDDE_ERR_ENV: return "bad launcher environment";
+    case PDDE_ERR_AUTH: return "authentication failed";
     case PDDE_ERR_NO_PLAN: return "no plan fits";
     case PDDE_ERR_DIST_ATTR: return "bad distributed attribute";
     default: return "unknown status";
@@ -153,6 +154,8 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     pdde_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return PDDE_ERR_OOM;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *share = getenv("PDDE_NUM_THREADS"); /* a launcher's share of the cores for this rank */
+    if (p.n_threads <= 0 && share && atoi(share) > 0) p.n_threads = atoi(share);
     ctx->n_threads = p.n_threads > 0 ? p.n_threads : (cores > 0 ? (int)cores : 1);
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;
@@ -956,7 +959,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     if (p.clip_norm > 0) {
         for (int i = 0; i < n; i++) {
             pdde_tensor *t = g->nodes[i];
-            if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+            if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
             pdde_tensor *src[2] = {t->grad, norm_sq};
             int64_t one = 1;
             norm_sq = new_node(g, PDDE_OP_GRAD_NORM_SQ, PDDE_F32, 1, &one, norm_sq ? 2 : 1, src);
@@ -965,7 +968,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     }
     for (int i = 0; i < n && g->status == PDDE_OK; i++) {
         pdde_tensor *t = g->nodes[i];
-        if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+        if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue; /* sparse: the server's */
         char name[80];
         pdde_tensor *src[5] = {t, t->grad};
         int nsrc = 2;
@@ -1004,6 +1007,8 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
 #include "planner/spmd_rules.c"
 #include "planner/completion.c"
 #include "planner/strategy.c"
+#include "planner/cluster.c"
+#include "planner/cost.c"
 #include "planner/search.c"
 #include "planner/lower.c"
 
@@ -1585,10 +1590,12 @@ static pdde_status session_allocate(pdde_session *s) {
     for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
         session_device *sd = &s->devs[d];
         if (!(sd->arenas = calloc((size_t)s->n_live, sizeof *sd->arenas))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        size_t arena = sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, persist = sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN;
         for (int k = 0; k < s->n_live && st == PDDE_OK; k++)
-            st = sd->iface->buffer_alloc(sd->dev, sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, &sd->arenas[k]);
+            if ((st = sd->iface->buffer_alloc(sd->dev, arena, &sd->arenas[k])) == PDDE_OK) s->mem.allocated_bytes += arena;
         sd->arena = sd->arenas[0];
-        if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN, &sd->persist);
+        if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, persist, &sd->persist);
+        if (st == PDDE_OK) s->mem.allocated_bytes += persist, s->mem.persistent_allocated_bytes += persist;
         if (st == PDDE_OK && sd->host) memset(sd->persist, 0, sd->persist_bytes); /* alignment gaps too */
     }
     if (st != PDDE_OK) return st;
@@ -2057,7 +2064,7 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
 }
 
 static bool ckpt_saved(const pdde_tensor *t) {
-    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & PDDE_TENSOR_GRAD);
+    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));
 }
 
 /* A saved tensor the step uses, on this rank or (another pipeline stage's) on others. */
@@ -2097,6 +2104,54 @@ static pdde_status read_global(pdde_session *s, const pdde_tensor *user, void *b
     return st;
 }
 
+/* What kind of file a stat describes, for messages that refuse it. */
+static const char *file_kind(mode_t mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device" :
+           S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+/* Opens path for reading if it is a regular file. The type is checked before opening (opening a
+ * device can have effects of its own) and again on the descriptor (the path may change in between);
+ * O_NONBLOCK keeps a FIFO from blocking the open. Returns the descriptor, or -1 with *st set. */
+static int open_regular(pdde_context *ctx, const char *path, const char *what, struct stat *sb, pdde_status *st) {
+    if (stat(path, sb) != 0) {
+        *st = pdde_error(ctx, errno == ENOENT ? PDDE_ERR_NOT_FOUND : PDDE_ERR_IO, "%s: cannot open %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    int fd = S_ISREG(sb->st_mode) ? open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) : -1;
+    if (fd >= 0 && fstat(fd, sb) != 0) close(fd), fd = -1;
+    if (fd < 0 && S_ISREG(sb->st_mode)) {
+        *st = pdde_error(ctx, errno == ENOENT ? PDDE_ERR_NOT_FOUND : PDDE_ERR_IO, "%s: cannot open %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        if (fd >= 0) close(fd);
+        *st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s is %s, not a regular file", what, path, file_kind(sb->st_mode));
+        return -1;
+    }
+    return fd;
+}
+
+/* Creates tmp to be renamed over path later: path, if it exists, and tmp must be regular files (a
+ * rename over a device node or a FIFO would replace it; opening a FIFO would block). */
+static pdde_status create_regular(pdde_context *ctx, const char *path, const char *tmp, FILE **out) {
+    struct stat sb;
+    for (int k = 0; k < 2; k++)
+        if (stat(k ? tmp : path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: %s is %s, not a regular file", k ? tmp : path, file_kind(sb.st_mode));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: %s is %s, not a regular file", tmp, file_kind(sb.st_mode));
+    }
+    if (!(*out = fdopen(fd, "wb"))) {
+        close(fd);
+        return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    }
+    return PDDE_OK;
+}
+
 pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra) {
     if (!s || !path) return PDDE_ERR_INVALID_ARG;
     char tmp[4096];
@@ -2108,8 +2163,11 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
 #else
     bool writer = true;
 #endif
-    ckpt_writer w = {writer ? fopen(tmp, "wb") : NULL, 0, true};
-    if (writer && !w.f) return pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    ckpt_writer w = {NULL, 0, true};
+    if (writer) {
+        pdde_status cst = create_regular(s->ctx, path, tmp, &w.f);
+        if (cst) return cst;
+    }
     if (!writer) w.ok = false; /* nothing is written here */
     uint32_t version = CKPT_VERSION, count = 0;
     for (int i = 0; i < s->g->n; i++) count += ckpt_in_step(s, s->g->nodes[i]);
@@ -2164,19 +2222,33 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
     return st;
 }
 
-/* Reads a whole file; NULL with an error on failure. */
-static char *read_file(pdde_context *ctx, const char *path, size_t *size, pdde_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { *st = pdde_error(ctx, errno == ENOENT ? PDDE_ERR_NOT_FOUND : PDDE_ERR_IO, "cannot open %s: %s", path, strerror(errno)); return NULL; }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        *st = pdde_error(ctx, buf ? PDDE_ERR_IO : PDDE_ERR_OOM, "cannot read %s", path);
-        free(buf), buf = NULL;
-    } else *size = (size_t)len, *st = PDDE_OK;
-    fclose(f);
+/* Reads a whole regular file; NULL with an error on failure. */
+static char *read_file(pdde_context *ctx, const char *path, const char *what, size_t *size, pdde_status *st) {
+    struct stat sb;
+    int fd = open_regular(ctx, path, what, &sb, st);
+    if (fd < 0) return NULL;
+    size_t len = (size_t)sb.st_size, got = 0;
+    int err = 0;
+    char *buf = malloc(len + 1);
+    if (!buf) {
+        close(fd);
+        *st = pdde_error(ctx, PDDE_ERR_OOM, "%s: no memory for the %zu bytes of %s", what, len, path);
+        return NULL;
+    }
+    while (got < len) {
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) err = errno;
+        if (n <= 0) break; /* an error, or the file shrank while we read it */
+        got += (size_t)n;
+    }
+    close(fd);
+    if (got != len) {
+        *st = pdde_error(ctx, PDDE_ERR_IO, "%s: cannot read %s: %s", what, path, err ? strerror(err) : "it shrank while being read");
+        free(buf);
+        return NULL;
+    }
+    *size = len, *st = PDDE_OK;
     return buf;
 }
 
@@ -2184,7 +2256,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     if (!s || !path) return PDDE_ERR_INVALID_ARG;
     size_t size = 0;
     pdde_status st;
-    char *buf = read_file(s->ctx, path, &size, &st);
+    char *buf = read_file(s->ctx, path, "checkpoint", &size, &st);
     if (!buf) return st;
     const size_t header = 8 + 4 + 4 + 8 + 8 + 16;
     uint32_t version, count, crc;
@@ -2201,10 +2273,12 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
         free(buf);
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: checksum mismatch (truncated or damaged)", path);
     }
-    /* pass 0 validates every record against the session, pass 1 writes the data */
+    /* pass 0 validates every record against the session (each of its tensors exactly once), pass 1
+     * writes the data */
+    bool *seen = calloc((size_t)s->g->n + 1, sizeof *seen);
+    if (!seen) { free(buf); return pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory"); }
     for (int pass = 0; pass < 2; pass++) {
         size_t at = header;
-        uint32_t matched = 0;
         for (uint32_t k = 0; k < count; k++) {
             uint16_t name_len;
             uint8_t dtype, ndim;
@@ -2228,31 +2302,37 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             if (nbytes > size - 4 - at) goto truncated;
             pdde_tensor *t = pdde_graph_find(s->g, name);
             if (!t || !ckpt_in_step(s, t)) {
-                free(buf);
+                free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s is not in this model", path, name);
             }
+            if (pass == 0 && seen[t->id]) {
+                free(buf), free(seen);
+                return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: tensor %s is stored twice", path, name);
+            }
+            seen[t->id] = true;
             bool same = t->ndim == ndim && t->dtype == dtype && pdde_tensor_nbytes(t) == nbytes;
             for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
             if (!same) {
                 char want[96];
                 shape_str(t, want, sizeof want);
-                free(buf);
+                free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s has another dtype or shape than the model's %s %s",
                                   path, name, pdde_dtype_name(t->dtype), want);
             }
-            if (pass == 1 && (st = pdde_session_write_global(s, t, buf + at, nbytes))) { free(buf); return st; } /* (ignored by other stages) */
+            if (pass == 1 && (st = pdde_session_write_global(s, t, buf + at, nbytes))) { free(buf), free(seen); return st; } /* (ignored by other stages) */
             at += nbytes;
-            matched++;
         }
-        if (pass == 0) {
-            uint32_t expected = 0;
-            for (int i = 0; i < s->g->n; i++) expected += ckpt_in_step(s, s->g->nodes[i]);
-            if (matched != expected) {
-                free(buf);
-                return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: holds %u tensors, the model has %u", path, matched, expected);
+        if (at != size - 4) {
+            free(buf), free(seen);
+            return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: %zu bytes after the last of its %u records", path, size - 4 - at, count);
+        }
+        for (int i = 0; pass == 0 && i < s->g->n; i++)
+            if (ckpt_in_step(s, s->g->nodes[i]) && !seen[i]) {
+                free(buf), free(seen);
+                return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s of the model is missing", path, s->g->nodes[i]->name);
             }
-        }
     }
+    free(seen);
     uint64_t step, pos, rng[2];
     memcpy(&step, buf + 16, 8), memcpy(&pos, buf + 24, 8), memcpy(rng, buf + 32, 16);
     s->step = (int64_t)step;
@@ -2261,7 +2341,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     free(buf);
     return PDDE_OK;
 truncated:
-    free(buf);
+    free(buf), free(seen);
     return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: a tensor record runs past the end of the file", path);
 }
 
@@ -2282,7 +2362,7 @@ struct pdde_data {
 static pdde_status load_tokens(pdde_context *ctx, const char *path, int32_t **tokens, int64_t *n) {
     size_t size = 0;
     pdde_status st;
-    char *buf = read_file(ctx, path, &size, &st);
+    char *buf = read_file(ctx, path, "data", &size, &st);
     if (!buf) return st;
     if (size >= 16 && memcmp(buf, TOKENS_MAGIC, 8) == 0) {
         uint64_t count;
@@ -2384,4 +2464,6 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
 
 #ifdef PDDE_HAVE_COMM
 #include "comm/comm.c"
+#include "comm/ps.c"
+#include "pdde_sparse.c"
 #endif

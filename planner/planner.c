@@ -7,6 +7,8 @@
  *   completion.c  annotations (pdde_shard) and completion over the whole graph, the program dump
  *   strategy.c    helpers emitting the annotations of data parallel, ZeRO, tensor, vocab and pipeline
  *                 parallelism
+ *   cluster.c     the unified cluster object: machines, devices, links; JSON; detection
+ *   cost.c        the cost model
  *   search.c      the planner search: degrees, micro-batches, ZeRO, recompute, stage cuts per device
  *   lower.c       lowering: a rank's local program of a completed graph (pure: no communicator,
  *                 device or tensor memory, the graph unchanged) */
