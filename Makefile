@@ -105,7 +105,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -143,7 +143,7 @@ $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h)
 # Each part compiles on its own from the private headers and the layers below it (PDDE_PRIVATE empty:
 # what the amalgamation shares as static is external here), and the library exports no symbol
 # without the pdde_ prefix (a program that vendors pdde cannot clash with it).
-PARTS := $(filter-out planner/partition.c,$(wildcard planner/*.c)) backends/registry.c backends/cpu.c
+PARTS := $(wildcard planner/*.c) backends/registry.c backends/cpu.c
 check-parts: $(BUILD)/pdde.o
 	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
 	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ {print $$3}'); \
@@ -207,6 +207,10 @@ LIBDIR     = $(DESTDIR)$(PREFIX)/lib
 bench-costmodel: all
 	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench -o $(BUILD)/cluster.json
 	@$(BUILD)/bench_costmodel $(BUILD)/cluster.json
+
+# Lowering every rank of GPT-3 175B's shape under dp=8 x tp=8 x pp=16 (1024 ranks) in one process.
+bench-lower: $(BUILD)/bench_lower
+	@$(BUILD)/bench_lower
 
 install: all
 	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin

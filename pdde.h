@@ -481,13 +481,16 @@ typedef enum {
     PDDE_RUN_STEP = 7,              /* one training step: every micro-batch forward + backward, the update */
 } pdde_run_mode;
 
-/* Compiles g (one live session per graph: free it before compiling g again): keeps the nodes the step needs, places them, inserts COPY nodes at device boundaries
- * (appended to g, visible to pdde_graph_tensor), plans memory and allocates it. */
+/* Compiles g (one live session per graph: free it before compiling g again): lowers it to this rank's
+ * local program (the nodes the step needs, placed, with COPY nodes at device boundaries and, under
+ * SPMD execution, local shapes and the communication; see pdde_lower_dump), plans memory and
+ * allocates it. g itself is not changed: it can be compiled again, under another plan. */
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
 /* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients).
- * nbytes must equal pdde_tensor_nbytes(t). */
+ * nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))
+ * (t's own size without SPMD execution). */
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes);
 /* Writes t from a buffer holding the whole (global) tensor: under SPMD execution each rank keeps its
@@ -517,6 +520,20 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
  * shape and dist attr, the communication the session inserted (collectives with their mesh axis,
  * sends and receives with their peer), and under pipeline stages the micro-batch schedule. */
 void pdde_session_dump(const pdde_session *s, FILE *f);
+/* The same program for any rank of any plan, without running, communicating or allocating: g lowered
+ * (pdde_complete first, for world_size > 0) under params (NULL = defaults; world is not read) for rank
+ * `rank` of world_size ranks (0 = one process). It prints what pdde_session_dump prints on that rank;
+ * g is not changed. (params->overlap_gradients = 0, auto, is decided as a session on one host decides
+ * it: world_size ranks of the graph context's threads each leave this machine a core.) f NULL: lowers
+ * and prints nothing (whether the plan lowers on that rank). */
+pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
+/* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
+ * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes
+ * g's tensors, so sizes for pdde_session_read/write come from here. */
+const pdde_tensor *pdde_session_tensor(const pdde_session *s, const pdde_tensor *t);
+/* This rank's program in run order: node i of n (the session's own tensors; NULL past the end). */
+int pdde_session_n_nodes(const pdde_session *s);
+const pdde_tensor *pdde_session_node(const pdde_session *s, int i);
 
 /* ---------------------------------------------------------------------------------------------------
  * Checkpoints. Format (little-endian), documented in README.md "Checkpoint format":

@@ -193,14 +193,16 @@ static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches
 static void sample(pdde_session *s, gpt_model *m, int n, int micro, uint64_t seed, int print) {
     int T = m->cfg.ctx, V = m->cfg.vocab, BT = m->cfg.batch * micro * T;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
-    float *logits = malloc(pdde_tensor_nbytes(m->logits));
+    const pdde_tensor *block = pdde_session_tensor(s, m->logits); /* this rank's (NULL: another stage's) */
+    size_t bytes = block ? pdde_tensor_nbytes(block) : sizeof(float);
+    float *logits = malloc(bytes);
     char *text = malloc((size_t)n + 2);
     int len = 0, filled = 1;
     ids[0] = '\n';
     for (int k = 0; k < n; k++) {
         for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
         if (write_batch(s, m, ids, NULL, micro) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
-        if (pdde_session_read(s, m->logits, logits, pdde_tensor_nbytes(m->logits)) != PDDE_OK) print = 0; /* another stage's */
+        if (!block || pdde_session_read(s, m->logits, logits, bytes) != PDDE_OK) print = 0; /* another stage's */
         const float *row = logits + (size_t)(filled - 1) * V;
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < 256; v++) mx = row[v] > mx ? row[v] : mx;

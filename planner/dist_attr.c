@@ -40,9 +40,12 @@ static unsigned attr_bits_without(unsigned bits, int p) {
  * the same shape (another stage) the mapping stays and the data moves by send/recv. Otherwise the
  * tensor arrives replicated. */
 PDDE_PRIVATE pdde_dist_attr attr_on_mesh(const pdde_dist_attr *a, const pdde_mesh *mesh) {
-    if (mesh_same(a->mesh, mesh)) return *a;
+    return mesh_same(a->mesh, mesh) ? *a : attr_on_mesh_at(a, mesh, mesh_sub_axis(a->mesh, mesh));
+}
+
+/* attr_on_mesh for a mesh that is not a's, where p = mesh_sub_axis(a->mesh, mesh) is known. */
+PDDE_PRIVATE pdde_dist_attr attr_on_mesh_at(const pdde_dist_attr *a, const pdde_mesh *mesh, int p) {
     pdde_dist_attr r = attr_replicated(mesh, a->ndim);
-    int p = mesh_sub_axis(a->mesh, mesh);
     if (p >= 0) {
         for (int d = 0; d < a->ndim; d++) {
             int ax = a->dims_mapping[d];

@@ -87,6 +87,9 @@ static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt
     return NULL;
 }
 
+/* A view or an in-place op: it shares the storage of its first input. */
+static inline bool is_root_sharing(const pdde_tensor *t) { return t->nsrc > 0 && (t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE)); }
+
 /* Prints t's shape as [a,b,c]. */
 PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);
 
@@ -138,6 +141,7 @@ PDDE_PRIVATE unsigned attr_split_axes(const pdde_dist_attr *a);
 PDDE_PRIVATE int attr_dim_of_axis(const pdde_dist_attr *a, int axis);
 PDDE_PRIVATE bool attr_equal(const pdde_dist_attr *a, const pdde_dist_attr *b);
 PDDE_PRIVATE pdde_dist_attr attr_on_mesh(const pdde_dist_attr *a, const pdde_mesh *mesh);
+PDDE_PRIVATE pdde_dist_attr attr_on_mesh_at(const pdde_dist_attr *a, const pdde_mesh *mesh, int p);
 PDDE_PRIVATE const char *attr_axis_name(const pdde_mesh *m, int axis);
 PDDE_PRIVATE int attr_reshard_str(const pdde_dist_attr *from, const pdde_dist_attr *to, char *buf, size_t n);
 
@@ -253,6 +257,12 @@ typedef struct {
     bool overlap_gradients;     /* gradient reductions start early (on host memory) */
 } pdde_lower_params;
 
-/* (lower.c: program_lower, program_free, program_dump; declared with it) */
+/* Lowers g for one rank. The program is freed with program_free. */
+PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out);
+PDDE_PRIVATE void program_free(pdde_program *p);
+/* The graph mesh's axis that axis a of mesh (the graph's mesh or a slice of it) is. */
+PDDE_PRIVATE int program_axis(const pdde_program *p, const pdde_mesh *mesh, int a);
+/* Prints the program (one line per node in run order; the step's passes last). */
+PDDE_PRIVATE void program_dump(const pdde_program *p, FILE *f);
 
 #endif

@@ -389,7 +389,7 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
     for (int i = 0; i < n && st == PDDE_OK && buf; i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op != PDDE_OP_NONE || !(t->flags & (PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM))) continue;
-        if (!t->data) continue; /* not scheduled */
+        if (!pdde_session_tensor(s, t)) continue; /* not scheduled */
         fill_leaf(t, case_index, buf);
         st = pdde_session_write(s, t, buf, pdde_tensor_nbytes(t));
     }

@@ -24,16 +24,14 @@ static int train(pdde_context *ctx, int blocks_device, float *losses, int *n_cop
     for (int l = 1; l <= cfg.layers; l++) layer_devices[l] = blocks_device;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.layer_devices = layer_devices, sp.n_layer_devices = cfg.layers + 2;
-    int n_before = 0;
     if (gpt_build(g, &cfg, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op)) return -1;
-    n_before = pdde_graph_n_tensors(g);
     if (pdde_session_init(g, &sp, &s)) {
         fprintf(stderr, "session: %s\n", pdde_last_error(ctx));
         pdde_graph_free(g);
         return -1;
     }
     *n_copies = 0;
-    for (int i = n_before; i < pdde_graph_n_tensors(g); i++) *n_copies += pdde_graph_tensor(g, i)->op == PDDE_OP_COPY;
+    for (int i = 0; i < pdde_session_n_nodes(s); i++) *n_copies += pdde_session_node(s, i)->op == PDDE_OP_COPY;
     int32_t x[4 * 16], y[4 * 16];
     int rc = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {

@@ -151,7 +151,7 @@ static pdde_status run(pdde_session *s, pdde_graph *g, pdde_graph *ref, pdde_ten
         return st;
     }
     if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
-    if (!st) st = pdde_session_read(s, out, result, pdde_tensor_nbytes(out));
+    if (!st) st = pdde_session_read(s, out, result, pdde_tensor_nbytes(pdde_session_tensor(s, out))); /* (this rank's block) */
     return st;
 }
 
@@ -235,18 +235,23 @@ static void run_case(pdde_context *ctx, pdde_comm *comm, const mesh_case *mc, co
     if (!st) st = run(s, g, ref, out, got);
     CHECK(!st, "%s: run: %s", what, pdde_last_error(ctx));
     if (!st) {
-        /* the reshard nodes the session inserted (appended to the graph), in schedule order */
+        /* the reshard nodes the session inserted (its nodes that are no tensor of g), in schedule order */
         char nodes[128] = "";
-        for (int i = n_graph; i < pdde_graph_n_tensors(g); i++)
-            snprintf(nodes + strlen(nodes), sizeof nodes - strlen(nodes), "%s%s", *nodes ? " " : "", pdde_op_name(pdde_graph_tensor(g, i)->op));
+        for (int i = 0; i < pdde_session_n_nodes(s); i++) {
+            const pdde_tensor *t = pdde_session_node(s, i);
+            bool inserted = true;
+            for (int k = 0; k < n_graph && inserted; k++) inserted = pdde_session_tensor(s, pdde_graph_tensor(g, k)) != t;
+            if (inserted) snprintf(nodes + strlen(nodes), sizeof nodes - strlen(nodes), "%s%s", *nodes ? " " : "", pdde_op_name(t->op));
+        }
         char want_nodes[128];
         snprintf(want_nodes, sizeof want_nodes, comm_dtype == PDDE_BF16 ? "cast %s cast" : "%s", conv_nodes[c]);
         CHECK(strcmp(nodes, want_nodes) == 0, "%s: inserted \"%s\", want \"%s\"", what, nodes, want_nodes);
         int coords[2] = {0, 0};
         pdde_mesh_coords(mesh, pdde_comm_rank(comm), coords);
         double worst = 0;
-        for (int64_t k = 0; k < pdde_tensor_numel(out); k++) {
-            float w = want[global_index(out, gshape, coords, k)];
+        const pdde_tensor *block = pdde_session_tensor(s, out);
+        for (int64_t k = 0; k < pdde_tensor_numel(block); k++) {
+            float w = want[global_index(block, gshape, coords, k)];
             double e = fabs(got[k] - w) / (1 + fabs(w));
             if (!(e <= worst)) worst = e; /* (NaN counts) */
         }

@@ -23,6 +23,7 @@
 
 #define STEPS 20
 static const pdde_store_server *g_server; /* (test_run_ranks waits for its clients to leave before forking) */
+static pdde_context *ctx_of_main;         /* the test's own process (no communicator): lowers every rank's program */
 #define MAX_PARAMS 64
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
@@ -42,7 +43,8 @@ static char ckpt_path[3][256], tmp_prefix[128];
 typedef struct {
     float losses[STEPS];
     double state_bytes, block_param_bytes, wte_bytes, arena_bytes, persistent_allocated;
-    int ok, dump_ok;
+    int ok, dump_ok, device;
+    uint64_t program_hash; /* of the program it ran (pdde_session_dump) */
     int64_t loaded_step;
     uint64_t loaded_position;
     char error[256];
@@ -87,21 +89,34 @@ static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 
+/* The session params of plan p, its device layers on device dev. */
+static pdde_session_params plan_params(const plan *p, int dev, int *layer_dev) {
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    if (p && p->device) { /* the collectives and stage transfers of device tensors go through host memory */
+        for (int l = 0; l < cfg.layers + 2; l++) layer_dev[l] = p->pp > 1 ? (l >= (cfg.layers + 2) / 2 ? dev : -1) : (l >= 1 && l <= cfg.layers ? dev : -1);
+        sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
+    }
+    if (p && p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
+    return sp;
+}
+
+/* A program's dump, hashed (FNV-1a), to compare what a rank ran with what is lowered elsewhere. */
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
 /* Trains STEPS steps; plan NULL = one process (and it records the initial parameters). */
 static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *out) {
     pdde_graph *g;
     pdde_session *s = NULL;
     gpt_model m;
     pdde_graph_init(ctx, &g);
-    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.world = world;
     int layer_dev[16];
-    if (p && p->device) { /* the collectives and stage transfers of device tensors go through host memory */
-        int dev = pdde_device_find(ctx, "opencl", 0);
-        for (int l = 0; l < cfg.layers + 2; l++) layer_dev[l] = p->pp > 1 ? (l >= (cfg.layers + 2) / 2 ? dev : -1) : (l >= 1 && l <= cfg.layers ? dev : -1);
-        sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
-    }
-    if (p && p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
+    out->device = p && p->device ? pdde_device_find(ctx, "opencl", 0) : -1;
+    pdde_session_params sp = plan_params(p, out->device, layer_dev);
+    sp.world = world;
     if (build(g, &m, p) || pdde_session_init(g, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
         pdde_graph_free(g);
@@ -110,21 +125,23 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     out->state_bytes = (double)(ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes);
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) { /* (local shapes while the session lives) */
-        pdde_tensor *t = pdde_graph_tensor(g, i);
-        if ((t->flags & PDDE_TENSOR_PARAM) && t->name[0] == 'h' && t->name[1] >= '0' && t->name[1] <= '9')
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) { /* (this rank's blocks: the session's tensors) */
+        const pdde_tensor *t = pdde_session_tensor(s, pdde_graph_tensor(g, i));
+        if (t && (t->flags & PDDE_TENSOR_PARAM) && t->name[0] == 'h' && t->name[1] >= '0' && t->name[1] <= '9')
             out->block_param_bytes += (double)pdde_tensor_nbytes(t);
     }
-    out->wte_bytes = (double)pdde_tensor_nbytes(pdde_graph_find(g, "wte"));
+    const pdde_tensor *wte = pdde_session_tensor(s, pdde_graph_find(g, "wte"));
+    out->wte_bytes = wte ? (double)pdde_tensor_nbytes(wte) : 0;
     out->arena_bytes = (double)ms.arena_bytes;
     out->persistent_allocated = (double)ms.persistent_allocated_bytes;
-    if (p && p->pp > 1) { /* this rank's program names its stage and the sends or receives it makes */
+    if (p) { /* this rank's program names its stage and the sends or receives it makes */
         char *dump = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&dump, &len);
         pdde_session_dump(s, f);
         fclose(f);
         out->dump_ok = strstr(dump, "pipeline stage") && (strstr(dump, " send ") || strstr(dump, " recv ")) && strstr(dump, " rank ");
+        out->program_hash = hash_str(dump);
         free(dump);
     }
     for (int i = 0; i < pdde_graph_n_tensors(g) && !p; i++) {
@@ -221,6 +238,24 @@ static void run_plan(const char *store_addr, const plan *p, result *out) {
                             .server = g_server, .device_runtimes = p->device, .results = res, .result_size = sizeof *res};
     test_run_ranks(ranks, &tp, train_rank, (void *)p, 240);
     for (int r = 0; r < ranks; r++) CHECK(res[r].ok, "%s rank %d: %s", p->name, r, res[r].error);
+    /* each rank ran the program lowered for it here, in a process with no communicator */
+    pdde_graph *g;
+    gpt_model m;
+    pdde_graph_init(ctx_of_main, &g);
+    int layer_dev[16];
+    pdde_session_params sp = plan_params(p, res[0].device, layer_dev);
+    pdde_status st = build(g, &m, p);
+    for (int r = 0; r < ranks && !st && res[r].ok; r++) {
+        char *dump = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&dump, &len);
+        st = pdde_lower_dump(g, &sp, ranks, r, f);
+        fclose(f);
+        CHECK(!st && hash_str(dump) == res[r].program_hash, "%s rank %d: the program it ran is not the one lowered for it: %s", p->name, r,
+              st ? pdde_last_error(ctx_of_main) : "another dump");
+        free(dump);
+    }
+    pdde_graph_free(g);
     *out = res[0];
 }
 
@@ -264,6 +299,7 @@ int main(void) {
     cp.n_threads = 1;
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
+    ctx_of_main = ctx;
     pdde_store_server *srv;
     CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store: %s", pdde_last_error(ctx));
     g_server = srv;

@@ -4,9 +4,10 @@
  *       the planner's best plans for the model on the cluster's devices (or N ranks on this machine,
  *       as pdde-bench measured it) with predicted step time and memory, and the rejected ones with why
  *   pdde-plan --dp 2 --tp 2 --pp 2 --zero 1 [--layers 2 --width 64 --heads 4 --ctx 32 --vocab 256 --batch 8]
- *             [--recompute] [--show-program]
+ *             [--micro N] [--recompute] [--show-program [--rank R]]
  *       what one plan does: the program with every tensor's distributed attribute and the reshards
- *       (communication) it implies, and the bytes each rank holds (per pipeline stage) */
+ *       (communication) it implies, and the bytes each rank holds (per pipeline stage); with --rank R,
+ *       the local program rank R runs (lowered here: no process, communicator or memory for it) */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include <stdlib.h>
@@ -100,7 +101,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--auto")) return plan_auto(argc, argv);
     gpt_config c = {.vocab = 256, .ctx = 32, .layers = 2, .heads = 4, .width = 64, .batch = 8};
-    int dp = 1, tp = 1, pp = 1, zero = 0, show = 0, recompute = 0;
+    int dp = 1, tp = 1, pp = 1, zero = 0, show = 0, recompute = 0, rank = -1, micro = 1;
     for (int i = 1; i < argc; i++) {
         int *v = NULL;
         if (!strcmp(argv[i], "--show-program")) { show = 1; continue; }
@@ -115,8 +116,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ctx")) v = &c.ctx;
         else if (!strcmp(argv[i], "--vocab")) v = &c.vocab;
         else if (!strcmp(argv[i], "--batch")) v = &c.batch;
+        else if (!strcmp(argv[i], "--rank")) v = &rank;
+        else if (!strcmp(argv[i], "--micro")) v = &micro;
         if (!v || i + 1 >= argc) {
-            fprintf(stderr, "usage: pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N] [--show-program]\n");
+            fprintf(stderr, "usage: pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N] [--micro N] [--show-program [--rank R]]\n");
             return 2;
         }
         *v = atoi(argv[++i]);
@@ -129,11 +132,19 @@ int main(int argc, char **argv) {
     pdde_context_init(&cp, &ctx);
     pdde_graph_init(ctx, &g);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    gpt_plan plan = {dp, tp, pp, 1, zero, recompute, 0, NULL};
+    gpt_plan plan = {dp, tp, pp, micro, zero, recompute, 0, NULL};
     pdde_status st = gpt_build_plan(g, &c, &plan, &op, &m);
     if (st) {
         fprintf(stderr, "pdde-plan: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
         return 1;
+    }
+    if (show && rank >= 0) { /* rank R's local program, as its session would run it */
+        int world = dp * tp * pp > 1 ? dp * tp * pp : 0;
+        st = pdde_lower_dump(g, NULL, world, world ? rank : 0, stdout);
+        if (st) fprintf(stderr, "pdde-plan: rank %d: %s: %s\n", rank, pdde_status_str(st), pdde_last_error(ctx));
+        pdde_graph_free(g);
+        pdde_context_free(ctx);
+        return st ? 1 : 0;
     }
     if (show) pdde_graph_dump_dist(g, stdout);
     printf("plan: dp %d x tp %d x pp %d, ZeRO-%d on %d ranks%s; GPT %d layers, width %d: %.2fM parameters\n", dp, tp, pp, zero,
