@@ -52,8 +52,8 @@ ifndef NO_CJSON
 endif
 CFLAGS += $(DEFS)
 
-LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
-TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+LIB_SRC   := pdde.c pdde_sparse.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
@@ -62,7 +62,9 @@ endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
 ifneq ($(HAVE_UCX),1)
-  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
+  BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_dlrm,$(BENCHES))
+  EXAMPLES := $(filter-out $(BUILD)/dlrm,$(EXAMPLES))  # the parameter server is part of comm/
+  TESTS := $(filter-out $(BUILD)/test_ps,$(TESTS))
 endif
 
 .DEFAULT_GOAL := all
@@ -112,7 +114,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops bench-parallel install clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -130,10 +132,13 @@ $(BUILD)/libpdde.a: $(BUILD)/pdde.o
 	ar rcs $@ $^
 
 $(BUILD)/libpdde.so: $(BUILD)/pdde.o
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libpdde.so.$(SOVERSION) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%: tests/%.c tests/test_util.h $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
+
+$(BUILD)/%: tests/%.sh | $(BUILD)
+	cp $< $@ && chmod +x $@
 
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
@@ -144,16 +149,39 @@ $(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
+# Each part compiles on its own from the private headers and the layers below it (PDDE_PRIVATE empty:
+# what the amalgamation shares as static is external here), and the library exports no symbol
+# without the pdde_ prefix (a program that vendors pdde cannot clash with it).
+PARTS := $(filter-out planner/partition.c,$(wildcard planner/*.c)) backends/registry.c backends/cpu.c
+check-parts: $(BUILD)/pdde.o
+	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ {print $$3}'); \
+	  if [ -n "$$leaks" ]; then echo "check-parts: global symbols without the pdde_ prefix:" $$leaks; exit 1; fi
+	@echo "check-parts: $(words $(PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
+
 # The portable build (no OpenBLAS: pdde's own GEMM; no UCX: the library without comm/) runs the numerical tests too.
 PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
-test: all $(TESTS)
+# make test first installs what is missing (as make demo does), then reads this Makefile again so
+# that the optional dependencies it just installed are found.
+test:
+	@bash tools/install-deps.sh
+	@$(MAKE) --no-print-directory test-installed
+
+# TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
+FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
+test-installed: all $(TESTS) check-parts
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
-	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS)
+	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(PORTABLE_TESTS)
+
+# Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
+# Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.
+test-mutants: all
+	@bash tests/mutants/run.sh
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	  LDLIBS_EXTRA=-fsanitize=address,undefined test
+	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
 
 demo:
 	@bash tools/demo.sh
@@ -174,13 +202,29 @@ bench-comm: all
 bench-parallel: all
 	@$(BUILD)/bench_parallel $(or $(BENCH_PARALLEL_STEPS),15)
 
+# DLRM samples/s: CPU only, accelerator only, the heterogeneous pipeline; the table's bytes per id.
+bench-dlrm: all
+	@$(BUILD)/bench_dlrm $(BENCH_DLRM_ARGS)
+
+# Installed like a Debian library: versioned .so with a SONAME, DESTDIR for staging, and a pdde.pc whose
+# Cflags carry the feature macros this build was made with (examples test PDDE_HAVE_UCX, say).
+VERSION   := 0.1.0
+SOVERSION := 0
+LIBDIR     = $(DESTDIR)$(PREFIX)/lib
 install: all
-	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig
-	install -m 644 $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(PREFIX)/lib/
-	install -m 644 pdde.h $(PREFIX)/include/
-	for t in $(TOOLS); do install -m 755 $$t $(PREFIX)/bin/; done
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: pdde\nDescription: adaptive distributed training engine\nVersion: 0.1.0\nLibs: -L$${libdir} -lpdde\nLibs.private: %s\nCflags: -I$${includedir}\n' \
-	  '$(PREFIX)' '$(LDLIBS)' > $(PREFIX)/lib/pkgconfig/pdde.pc
+	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(BUILD)/libpdde.a $(LIBDIR)/
+	install -m 755 $(BUILD)/libpdde.so $(LIBDIR)/libpdde.so.$(VERSION)
+	ln -sf libpdde.so.$(VERSION) $(LIBDIR)/libpdde.so.$(SOVERSION)
+	ln -sf libpdde.so.$(SOVERSION) $(LIBDIR)/libpdde.so
+	install -m 644 pdde.h $(DESTDIR)$(PREFIX)/include/
+	for t in $(TOOLS); do install -m 755 $$t $(DESTDIR)$(PREFIX)/bin/; done
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: pdde\nDescription: adaptive distributed training engine\nVersion: %s\nLibs: -L$${libdir} -lpdde\nLibs.private: %s\nCflags: -I$${includedir} %s\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(strip $(LDLIBS))' '$(strip $(DEFS))' > $(LIBDIR)/pkgconfig/pdde.pc
+
+uninstall:
+	rm -f $(LIBDIR)/libpdde.a $(LIBDIR)/libpdde.so $(LIBDIR)/libpdde.so.$(SOVERSION) $(LIBDIR)/libpdde.so.$(VERSION) \
+	  $(LIBDIR)/pkgconfig/pdde.pc $(DESTDIR)$(PREFIX)/include/pdde.h $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS)))
 
 clean:
 	rm -rf $(BUILD)

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pdde.h"
+
 /* A device address: a buffer (the backend's buffer handle, as in pdde_tensor.data) and a byte offset into
  * it; base 0 is a null pointer. CUDA and Level Zero add the two into one pointer (pgd_addr); OpenCL
  * passes both, since a cl_mem has no address. */
@@ -70,7 +72,7 @@ typedef struct {
     unsigned units;       /* compute units (SMs, Xe cores): sizes grid-stride grids */
     int item_per_element; /* 1: elementwise grids have an item per element, as kernels built with
                              PGD_ITEM_PER_ELEMENT (OpenCL on a CPU) need */
-    unsigned max_block;   /* the largest power-of-2 group size every kernel may use (>= 256) */
+    unsigned max_block;   /* the largest power-of-2 group of the row kernels (other launches use 256) */
     int (*launch)(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                   int nargs, const pgd_arg *args);
     int (*scratch)(void *impl, void *stream, size_t nbytes, pgd_ptr *out);
@@ -157,12 +159,17 @@ static int pgd_launch(const pgd_ctx *g, int k, unsigned gx, unsigned gy, unsigne
     return g->launch(g->impl, g->stream, k, gx, gy, gz, bx, by, nargs, args);
 }
 
+/* With an item per element, a grid of 256-wide groups holds at most this many. */
+static int pgd_too_many(const pgd_ctx *g, int k, int64_t n) {
+    if (!g->item_per_element || n <= (int64_t)UINT32_MAX / 256 * 256) return PDDE_OK;
+    return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: %s over %lld elements: more than one launch holds", g->name,
+                      pgd_kernel_names[k], (long long)n);
+}
+
 /* Elementwise launch of n items with 256-wide groups. */
 static int pgd_launch_1d(const pgd_ctx *g, int k, int64_t n, int nargs, const pgd_arg *args) {
-    if (g->item_per_element && n > (int64_t)UINT32_MAX / 256 * 256)
-        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: %s over %lld elements: more than one launch holds", g->name,
-                          pgd_kernel_names[k], (long long)n);
-    return pgd_launch(g, k, pgd_grid(g, n, 256), 1, 1, 256, 1, nargs, args);
+    int e = pgd_too_many(g, k, n);
+    return e ? e : pgd_launch(g, k, pgd_grid(g, n, 256), 1, 1, 256, 1, nargs, args);
 }
 
 static int pgd_row_launch(const pgd_ctx *g, int k, int64_t rows, int64_t C, int nargs, const pgd_arg *args) {
@@ -231,10 +238,12 @@ static int pgd_unary_back(const pgd_ctx *g, pdde_tensor *node, int op) {
 
 /* Sum of (x or x^2) over n contiguous elements: y[0] = (prev ? prev[0] : 0) + scale * sum, in two passes. */
 static int pgd_sum_all(const pgd_ctx *g, pgd_ptr px, int64_t n, int32_t square, pgd_ptr prev, float scale, pgd_ptr py) {
+    int e = pgd_too_many(g, PGD_K_SUM_PARTIAL, n);
+    if (e) return e;
     unsigned blocks = pgd_grid(g, n, 256);
     if (blocks > 1024 && !g->item_per_element) blocks = 1024;
     pgd_ptr part = pgd_null;
-    int e = g->scratch(g->impl, g->stream, (size_t)blocks * sizeof(float), &part);
+    e = g->scratch(g->impl, g->stream, (size_t)blocks * sizeof(float), &part);
     if (e) return e;
     e = pgd_launch(g, PGD_K_SUM_PARTIAL, blocks, 1, 1, 256, 1,
                    PGD_ARGS(PGD_P(px), PGD_A(n), PGD_A(square), PGD_P(part)));
