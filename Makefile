@@ -79,28 +79,37 @@ LLVM_SPIRV  ?= $(shell command -v llvm-spirv-15 2>/dev/null || command -v llvm-s
 # PTX for the oldest architecture nvcc 13 targets; the driver JITs it for the device it runs on.
 NVCC_PTX_ARCH ?= compute_75
 
+# A text file as a C array of string pieces (NULL-terminated), each under 4095 characters.
+text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
+	       { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); l = length($$0) + 1; \
+	         if (n > 0 && n + l > 4000) { print "    ,"; n = 0 } \
+	         printf "    \"%s\\n\"\n", $$0; n += l } \
+	       END { print "    , 0};" }'
+
 ifneq ($(NVCC),)
 backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu
 	@mkdir -p $(BUILD)
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
 	@{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH)); do not edit.'; \
 	  echo ' * The PTX text in pieces of under 4095 characters (the longest string literal C requires). */'; \
-	  awk 'BEGIN { n = 0; print "static const char *const pdde_cuda_ptx_parts[] = {" } \
-	       { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); l = length($$0) + 1; \
-	         if (n > 0 && n + l > 4000) { print "    ,"; n = 0 } \
-	         printf "    \"%s\\n\"\n", $$0; n += l } \
-	       END { print "    , 0};" }' $(BUILD)/cuda_kernels.ptx; } > $@.tmp && mv $@.tmp $@
+	  $(call text_to_c,pdde_cuda_ptx_parts) $(BUILD)/cuda_kernels.ptx; } > $@.tmp && mv $@.tmp $@
 endif
+
+# The OpenCL backend builds backends/gpu_kernels.cl at run time: its text is embedded (needs only awk).
+backends/gpu_kernels_cl.h: backends/gpu_kernels.cl
+	@{ echo '/* Generated from backends/gpu_kernels.cl by `make`; do not edit.'; \
+	  echo ' * The OpenCL C text in pieces of under 4095 characters (the longest string literal C requires). */'; \
+	  $(call text_to_c,pdde_gpu_kernels_cl_parts) $<; } > $@.tmp && mv $@.tmp $@
 
 ifneq ($(CLANG_SPIRV),)
 ifneq ($(LLVM_SPIRV),)
-backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
+backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 	@mkdir -p $(BUILD)
-	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O0 -emit-llvm -c $< -o $(BUILD)/level_zero_kernels.bc
-	$(LLVM_SPIRV) $(BUILD)/level_zero_kernels.bc -o $(BUILD)/level_zero_kernels.spv
-	@{ echo '/* Generated from backends/level_zero_kernels.cl by `make` (clang -target spir64, llvm-spirv); do not edit. */'; \
-	  echo 'static const unsigned char pdde_level_zero_spv[] = {'; \
-	  od -An -v -tx1 $(BUILD)/level_zero_kernels.spv | sed -e 's/ *$$//' -e 's/^ *//' -e 's/ /, 0x/g' -e 's/^/    0x/' -e 's/$$/,/'; \
+	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O0 -emit-llvm -c $< -o $(BUILD)/gpu_kernels.bc
+	$(LLVM_SPIRV) $(BUILD)/gpu_kernels.bc -o $(BUILD)/gpu_kernels.spv
+	@{ echo '/* Generated from backends/gpu_kernels.cl by `make` (clang -target spir64, llvm-spirv); do not edit. */'; \
+	  echo 'static const unsigned char pdde_gpu_kernels_spv[] = {'; \
+	  od -An -v -tx1 $(BUILD)/gpu_kernels.spv | sed -e 's/ *$$//' -e 's/^ *//' -e 's/ /, 0x/g' -e 's/^/    0x/' -e 's/$$/,/'; \
 	  echo '};'; } > $@.tmp && mv $@.tmp $@
 endif
 endif

@@ -172,8 +172,7 @@ typedef enum {
                                      iparams as the embedding's (ids of other rows are skipped) */
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape */
     PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same seed) */
-    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place); with
-                                     iparams[3] = 1: acc[iparams[1] + i] += g[i] for i < iparams[2] */
+    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
      * and zero the gradient they consumed. fparams: [0] lr (set by the executor each step), [1] beta1
      * or momentum, [2] beta2, [3] eps, [4] weight decay, [5] clip norm (0 = off), [6] gradient scale
@@ -181,8 +180,6 @@ typedef enum {
     PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2) */
     PDDE_OP_SGD_UPDATE,           /* src: param, grad, momentum [, gnorm_sq] */
     PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq] */
-    /* (sharded optimizer, ZeRO-1: with iparams[3] = 1 the three ops above cover only elements
-     *  [iparams[1], iparams[1] + iparams[2]) of param and grad; the state holds just that range) */
     /* communication and device-boundary ops (distributed graph; see the planner) */
     PDDE_OP_COPY,                 /* to another device */
     /* reshard collectives (inserted by the session where an op needs another layout of an input, see

@@ -648,19 +648,12 @@ static void cpu_cast(pdde_tensor *y) {
 /* ------------------------------------------------------------------------------------------------
  * Optimizer kernels */
 
-/* ZeRO-1 shards: an optimizer node with iparams[3] = 1 covers elements [iparams[1], +iparams[2]) of
- * its parameter and gradient; its state tensors hold only that range. */
-static int64_t shard_first(const pdde_tensor *t) { return t->iparams[3] == 1 ? t->iparams[1] : 0; }
-static int64_t shard_count(const pdde_tensor *t, const pdde_tensor *full) {
-    return t->iparams[3] == 1 ? t->iparams[2] : pdde_tensor_numel(full);
-}
-
-typedef struct { pdde_tensor *u; float clip_coef, bc1, bc2; int64_t first; } update_job;
+typedef struct { pdde_tensor *u; float clip_coef, bc1, bc2; } update_job;
 
 static void adamw_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
-    float *p = F32(u->src[0]) + j->first, *g = F32(u->src[1]) + j->first, *m = F32(u->src[2]), *v = F32(u->src[3]);
+    float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
     float lr = u->fparams[0], b1 = u->fparams[1], b2 = u->fparams[2], eps = u->fparams[3], wd = u->fparams[4];
     float gs = u->fparams[6] * j->clip_coef;
     for (int64_t i = begin; i < end; i++) {
@@ -676,7 +669,7 @@ static void adamw_task(void *arg, int64_t begin, int64_t end) {
 static void sgd_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
-    float *p = F32(u->src[0]) + j->first, *g = F32(u->src[1]) + j->first, *buf = F32(u->src[2]);
+    float *p = F32(u->src[0]), *g = F32(u->src[1]), *buf = F32(u->src[2]);
     float lr = u->fparams[0], mom = u->fparams[1], wd = u->fparams[4], gs = u->fparams[6] * j->clip_coef;
     for (int64_t i = begin; i < end; i++) {
         float gi = g[i] * gs + wd * p[i];
@@ -688,7 +681,7 @@ static void sgd_task(void *arg, int64_t begin, int64_t end) {
 
 static void accum_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
-    float *acc = F32(t->src[0]) + shard_first(t);
+    float *acc = F32(t->src[0]);
     const float *g = F32(t->src[1]);
     for (int64_t i = begin; i < end; i++) acc[i] += g[i];
 }
@@ -831,22 +824,22 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pd
     case PDDE_OP_SUM_TO: cpu_sum_to(t); return PDDE_OK;
     case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
     case PDDE_OP_CAST: cpu_cast(t); return PDDE_OK;
-    case PDDE_OP_GRAD_ACCUM: parallel_for(pool, shard_count(t, t), PAR_MIN, accum_task, &job); return PDDE_OK;
+    case PDDE_OP_GRAD_ACCUM: parallel_for(pool, n, PAR_MIN, accum_task, &job); return PDDE_OK;
     case PDDE_OP_GRAD_NORM_SQ: {
         const pdde_tensor *gt = t->src[0];
-        const float *g = F32(gt) + shard_first(t);
+        const float *g = F32(gt);
         double s = 0;
-        for (int64_t i = 0, m = shard_count(t, gt); i < m; i++) s += (double)g[i] * g[i];
+        for (int64_t i = 0, m = pdde_tensor_numel(gt); i < m; i++) s += (double)g[i] * g[i];
         float scale = t->fparams[6];
         F32(t)[0] = (float)(s * scale * scale) + (t->nsrc > 1 ? F32(t->src[1])[0] : 0.0f);
         return PDDE_OK;
     }
     case PDDE_OP_ADAMW_UPDATE: case PDDE_OP_SGD_UPDATE: {
-        update_job uj = {.u = t, .clip_coef = clip_coefficient(t), .first = shard_first(t)};
+        update_job uj = {.u = t, .clip_coef = clip_coefficient(t)};
         int step = t->iparams[0] > 0 ? t->iparams[0] : 1;
         uj.bc1 = 1.0f - powf(t->fparams[1], (float)step);
         uj.bc2 = 1.0f - powf(t->fparams[2], (float)step);
-        parallel_for(pool, shard_count(t, t), PAR_MIN, t->op == PDDE_OP_ADAMW_UPDATE ? adamw_task : sgd_task, &uj);
+        parallel_for(pool, n, PAR_MIN, t->op == PDDE_OP_ADAMW_UPDATE ? adamw_task : sgd_task, &uj);
         return PDDE_OK;
     }
     default:
