@@ -61,7 +61,7 @@ ifndef NO_CJSON
 endif
 CFLAGS += $(DEFS)
 
-LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+LIB_SRC   := pdde.c pdde_sparse.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
@@ -71,7 +71,9 @@ endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
 ifneq ($(HAVE_UCX),1)
-  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
+  BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_dlrm,$(BENCHES))
+  EXAMPLES := $(filter-out $(BUILD)/dlrm,$(EXAMPLES))  # the parameter server is part of comm/
+  TESTS := $(filter-out $(BUILD)/test_ps,$(TESTS))
 endif
 
 .DEFAULT_GOAL := all
@@ -112,7 +114,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-installed test-asan demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -147,6 +149,16 @@ $(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
+# Each part compiles on its own from the private headers and the layers below it (PDDE_PRIVATE empty:
+# what the amalgamation shares as static is external here), and the library exports no symbol
+# without the pdde_ prefix (a program that vendors pdde cannot clash with it).
+PARTS := $(filter-out planner/partition.c,$(wildcard planner/*.c)) backends/registry.c backends/cpu.c
+check-parts: $(BUILD)/pdde.o
+	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ {print $$3}'); \
+	  if [ -n "$$leaks" ]; then echo "check-parts: global symbols without the pdde_ prefix:" $$leaks; exit 1; fi
+	@echo "check-parts: $(words $(PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
+
 # The fallback GEMMs run the numerical tests too: the OpenBLAS build (no oneDNN) and the portable build
 # (neither library: pdde's own GEMM; no UCX either: the library without comm/).
 OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden)
@@ -157,10 +169,17 @@ test:
 	@bash tools/install-deps.sh
 	@$(MAKE) --no-print-directory test-installed
 
-test-installed: all $(TESTS)
+# TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
+FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
+test-installed: all $(TESTS) check-parts
 	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
-	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(OPENBLAS_TESTS) $(PORTABLE_TESTS)
+	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS)
+
+# Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
+# Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.
+test-mutants: all
+	@bash tests/mutants/run.sh
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:
@@ -185,6 +204,10 @@ bench-comm: all
 # GPT-small under each parallel strategy on 2 and 4 ranks against one process; BENCH_PARALLEL_STEPS timed steps.
 bench-parallel: all
 	@$(BUILD)/bench_parallel $(or $(BENCH_PARALLEL_STEPS),15)
+
+# DLRM samples/s: CPU only, accelerator only, the heterogeneous pipeline; the table's bytes per id.
+bench-dlrm: all
+	@$(BUILD)/bench_dlrm $(BENCH_DLRM_ARGS)
 
 # Installed like a Debian library: versioned .so with a SONAME, DESTDIR for staging, and a pdde.pc whose
 # Cflags carry the feature macros this build was made with (examples test PDDE_HAVE_UCX, say).
