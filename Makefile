@@ -21,6 +21,15 @@ ifndef NO_OPENBLAS
     HAVE_OPENBLAS = 1
   endif
 endif
+# oneDNN (Debian: libdnnl-dev) for the CPU matmul, f32 and bf16; OpenBLAS stays the fallback. Its
+# OpenMP runtime is linked too: pdde runs oneDNN single-threaded on each of its own pool threads.
+ifndef NO_DNNL
+  ifeq ($(call has_lib,dnnl.h,-ldnnl),1)
+    DEFS += -DPDDE_HAVE_DNNL
+    LDLIBS += -ldnnl -lgomp
+    HAVE_DNNL = 1
+  endif
+endif
 ifndef NO_CLBLAST
   ifeq ($(call has_lib,clblast_c.h,-lclblast),1)
     DEFS += -DPDDE_HAVE_CLBLAST
@@ -119,7 +128,7 @@ all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(B
 
 deps-report:
 	@printf 'pdde optional dependencies:'; \
-	for d in OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON); do \
+	for d in DNNL:$(HAVE_DNNL) OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON); do \
 	  n=$${d%%:*}; v=$${d#*:}; if [ "$$v" = 1 ]; then printf ' ✓%s' $$n; else printf ' ✗%s' $$n; fi; done; echo
 
 $(BUILD):
@@ -159,8 +168,10 @@ check-parts: $(BUILD)/pdde.o
 	  if [ -n "$$leaks" ]; then echo "check-parts: global symbols without the pdde_ prefix:" $$leaks; exit 1; fi
 	@echo "check-parts: $(words $(PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
 
-# The portable build (no OpenBLAS: pdde's own GEMM; no UCX: the library without comm/) runs the numerical tests too.
-PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
+# The fallback GEMMs run the numerical tests too: the OpenBLAS build (no oneDNN) and the portable build
+# (neither library: pdde's own GEMM; no UCX either: the library without comm/).
+OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden)
+PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.
 test:
@@ -170,8 +181,9 @@ test:
 # TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
 FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
 test-installed: all $(TESTS) check-parts
-	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
-	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(PORTABLE_TESTS)
+	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
+	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
+	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS)
 
 # Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
 # Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.

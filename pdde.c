@@ -419,8 +419,10 @@ pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int tran
     if (!a || !b) return new_node(g, PDDE_OP_MATMUL, PDDE_F32, 0, NULL, 2, src);
     char sa[96], sb[96];
     shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb);
-    if (a->dtype != PDDE_F32 || b->dtype != PDDE_F32)
-        return graph_fail(g, PDDE_ERR_DTYPE, "matmul: %s and %s must be f32", a->name, b->name);
+    /* bf16 x bf16 accumulates and returns f32 (mixed precision) */
+    if (a->dtype != b->dtype || (a->dtype != PDDE_F32 && a->dtype != PDDE_BF16))
+        return graph_fail(g, PDDE_ERR_DTYPE, "matmul: %s (%s) and %s (%s) must both be f32 or both bf16", a->name,
+                          pdde_dtype_name(a->dtype), b->name, pdde_dtype_name(b->dtype));
     if (a->ndim < 2 || b->ndim < 2)
         return graph_fail(g, PDDE_ERR_SHAPE, "matmul: %s %s and %s %s need at least 2 dims", a->name, sa, b->name, sb);
     int64_t M = a->shape[a->ndim - (trans_a ? 1 : 2)], Ka = a->shape[a->ndim - (trans_a ? 2 : 1)];
@@ -650,6 +652,7 @@ static pdde_tensor *flatten_rows(pdde_graph *g, pdde_tensor *x) {
 static void backward_matmul(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_tensor **dsrc) {
     pdde_tensor *a = y->src[0], *b = y->src[1];
     int ta = y->iparams[0], tb = y->iparams[1];
+    if (a->dtype == PDDE_BF16) dy = pdde_cast(g, dy, PDDE_BF16); /* the gradient GEMMs in bf16 too */
     dsrc[0] = ta ? grad_matmul(g, b, dy, tb, 1, a) : grad_matmul(g, dy, b, 0, !tb, a);
     if (b->ndim == 2 && a->ndim > 2 && !ta) {
         /* b shared over the batch: one GEMM over all rows instead of a batched GEMM and a sum */

@@ -129,7 +129,7 @@ float pdde_bf16_to_f32(uint16_t h);
 typedef enum {
     PDDE_OP_NONE = 0, /* leaf: input, parameter or optimizer state */
     /* forward ops */
-    PDDE_OP_MATMUL,      /* [..,M,K]x[..,K,N]; iparams: trans_a, trans_b; b may be 2-D (shared) */
+    PDDE_OP_MATMUL,      /* [..,M,K]x[..,K,N]; iparams: trans_a, trans_b; b may be 2-D (shared); f32, or bf16 in, f32 out */
     PDDE_OP_ADD,         /* numpy broadcasting of src1 onto src0's shape */
     PDDE_OP_SUB,
     PDDE_OP_MUL,

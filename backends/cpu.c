@@ -1,9 +1,9 @@
 /* backends/cpu.c — the CPU backend: a thread pool and the reference kernels of every op.
  *
  * These kernels are the source of truth that every other backend is checked against (llm.c style:
- * plain loops with explicit shapes). GEMM goes to OpenBLAS when the build has it; OpenBLAS is kept
- * single-threaded and called from pdde's own pool, so the two never oversubscribe the cores.
- * Included by pdde.c. */
+ * plain loops with explicit shapes). GEMM goes to oneDNN when the build has it (cpu_onednn.c), else
+ * to OpenBLAS, else to a portable loop; both libraries run single-threaded on pdde's own pool
+ * threads, so they never oversubscribe the cores. Included by pdde.c. */
 
 #include "backend_impl.h"
 
@@ -199,7 +199,22 @@ static void gemm_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static void cpu_matmul(pdde_threadpool *pool, pdde_tensor *y) {
+#ifdef PDDE_HAVE_DNNL
+#include "backends/cpu_onednn.c"
+#else
+typedef struct cpu_dnnl cpu_dnnl;
+#endif
+
+/* bf16 operands for the fallback GEMMs: an f32 copy (oneDNN takes bf16 itself) */
+static float *bf16_widen(const pdde_tensor *t) {
+    int64_t n = pdde_tensor_numel(t);
+    float *w = malloc((size_t)(n ? n : 1) * sizeof *w);
+    const uint16_t *h = (const uint16_t *)((const char *)t->data + t->offset);
+    for (int64_t i = 0; w && i < n; i++) w[i] = pdde_bf16_to_f32(h[i]);
+    return w;
+}
+
+static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
     const pdde_tensor *a = y->src[0], *b = y->src[1];
     gemm_job j = {.ta = y->iparams[0], .tb = y->iparams[1], .A = F32(a), .B = F32(b), .C = F32(y)};
     j.M = y->shape[y->ndim - 2], j.N = y->shape[y->ndim - 1];
@@ -208,10 +223,20 @@ static void cpu_matmul(pdde_threadpool *pool, pdde_tensor *y) {
     j.lda = a->shape[a->ndim - 1], j.ldb = b->shape[b->ndim - 1];
     j.strideA = a->ndim == 2 && y->ndim > 2 ? 0 : j.M * j.K;
     j.strideB = b->ndim == 2 && y->ndim > 2 ? 0 : j.K * j.N;
-    if (pdde_tensor_numel(y) == 0) return;
-    if (j.K == 0) { memset(F32(y), 0, pdde_tensor_nbytes(y)); return; }
+    if (pdde_tensor_numel(y) == 0) return PDDE_OK;
+    if (j.K == 0) { memset(F32(y), 0, pdde_tensor_nbytes(y)); return PDDE_OK; }
     /* a shared B and a non-transposed A: the batch is just more rows of one GEMM */
     if (j.strideB == 0 && !j.ta && j.batch > 1) j.M *= j.batch, j.batch = 1;
+#ifdef PDDE_HAVE_DNNL
+    if (dnnl && cpu_dnnl_matmul(dnnl, pool, &j, a->dtype) == 0) return PDDE_OK;
+#else
+    (void)dnnl;
+#endif
+    float *wa = NULL, *wb = NULL;
+    if (a->dtype == PDDE_BF16) {
+        j.A = wa = bf16_widen(a), j.B = wb = bf16_widen(b);
+        if (!wa || !wb) { free(wa), free(wb); return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", y->name); }
+    }
     int64_t threads = pool ? pool->n_threads : 1;
     j.tile_m = j.M, j.tile_n = j.N;
     if (j.batch < threads) { /* split rows (or columns of a thin C) until every thread has work */
@@ -225,6 +250,8 @@ static void cpu_matmul(pdde_threadpool *pool, pdde_tensor *y) {
     int64_t tasks = j.batch * j.row_tiles * j.col_tiles;
     double flops = 2.0 * (double)j.M * (double)j.N * (double)j.K * (double)j.batch;
     parallel_for(pool, tasks, flops < 2e5 ? INT64_MAX : 2, gemm_task, &j);
+    free(wa), free(wb);
+    return PDDE_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -698,12 +725,12 @@ static float clip_coefficient(const pdde_tensor *u) {
 
 #define PAR_MIN (1 << 14) /* elements below which a job stays on one thread */
 
-static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
+static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *t) {
     cpu_job job = {.node = t};
     int64_t n = pdde_tensor_numel(t);
     switch (t->op) {
     case PDDE_OP_NONE: case PDDE_OP_RESHAPE: return PDDE_OK; /* leaves and views hold no work */
-    case PDDE_OP_MATMUL: cpu_matmul(pool, t); return PDDE_OK;
+    case PDDE_OP_MATMUL: return cpu_matmul(ctx, pool, dnnl, t);
     case PDDE_OP_ADD: case PDDE_OP_SUB: case PDDE_OP_MUL: {
         binary_job bj = {.y = t};
         bcast_init(&bj.bc, t->src[0], t->src[1]);
@@ -850,7 +877,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pd
 /* ------------------------------------------------------------------------------------------------
  * The CPU behind the backend interface: one device, host memory, synchronous "streams". */
 
-typedef struct { pdde_context *ctx; pdde_threadpool *pool; } cpu_family;
+typedef struct { pdde_context *ctx; pdde_threadpool *pool; cpu_dnnl *dnnl; } cpu_family;
 
 static pdde_status cpu_init(pdde_context *ctx, void **family, int *n_devices) {
     cpu_family *f = calloc(1, sizeof *f);
@@ -861,6 +888,9 @@ static pdde_status cpu_init(pdde_context *ctx, void **family, int *n_devices) {
 #ifdef PDDE_HAVE_OPENBLAS
     openblas_set_num_threads(1); /* pdde's pool parallelises GEMMs itself */
 #endif
+#ifdef PDDE_HAVE_DNNL
+    f->dnnl = cpu_dnnl_create(f->pool->n_threads); /* NULL: matmuls take the fallback GEMM */
+#endif
     *family = f;
     *n_devices = 1;
     return PDDE_OK;
@@ -869,6 +899,9 @@ static pdde_status cpu_init(pdde_context *ctx, void **family, int *n_devices) {
 static void cpu_free(void *family) {
     cpu_family *f = family;
     if (!f) return;
+#ifdef PDDE_HAVE_DNNL
+    cpu_dnnl_free(f->dnnl);
+#endif
     pool_free(f->pool);
     free(f);
 }
@@ -879,7 +912,7 @@ static pdde_status cpu_device_props(void *family, int index, pdde_device_props *
     memset(out, 0, sizeof *out);
     out->kind = PDDE_DEVICE_CPU;
     snprintf(out->backend, sizeof out->backend, "cpu");
-    snprintf(out->name, sizeof out->name, "CPU (%d threads%s)", f->pool->n_threads,
+    snprintf(out->name, sizeof out->name, "CPU (%d threads%s%s)", f->pool->n_threads, f->dnnl ? ", oneDNN" : "",
 #ifdef PDDE_HAVE_OPENBLAS
              ", OpenBLAS"
 #else
@@ -927,7 +960,7 @@ static pdde_status cpu_stream_sync(void *dev, void *stream) { (void)dev, (void)s
 static pdde_status cpu_compute(void *dev, void *stream, pdde_tensor *node) {
     cpu_family *f = dev;
     (void)stream;
-    return cpu_compute_node(f->ctx, f->pool, node);
+    return cpu_compute_node(f->ctx, f->pool, f->dnnl, node);
 }
 
 const pdde_backend_iface pdde_backend_cpu = {
