@@ -19,11 +19,17 @@ int pdde_ps_shard_of(uint64_t id, int n_servers) {
     return n_servers > 1 ? (int)(ps_mix(id ^ 0x5bd1e995ull) % (uint64_t)n_servers) : 0;
 }
 
-/* normal(0, 1) from a hash of (seed, id, col): the same row on every shard and in every run */
-static float ps_normal(uint64_t seed, uint64_t id, int col) {
-    uint64_t a = ps_mix(seed ^ ps_mix(id) ^ ((uint64_t)col << 1)), b = ps_mix(a);
-    double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+/* A new row: normal(0, std) values from a hash of (seed, id, column pair), so every shard and every
+ * run creates the same row; Box-Muller gives two values per pair of uniforms. */
+static void ps_init_row(float *v, int dim, float std, uint64_t seed, uint64_t id) {
+    uint64_t h = seed ^ ps_mix(id);
+    for (int c = 0; c < dim; c += 2) {
+        uint64_t a = ps_mix(h ^ ((uint64_t)c << 1)), b = ps_mix(a);
+        double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53;
+        double r = std * sqrt(-2.0 * log(u1));
+        v[c] = (float)(r * cos(6.283185307179586 * u2));
+        if (c + 1 < dim) v[c + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -174,7 +180,8 @@ static char *ps_new_row(pdde_ps_table *t, uint64_t id) {
     uint32_t meta[2] = {(uint32_t)t->step, 0};
     memcpy(row, &id, 8), memcpy(row + 8, meta, 8);
     float *v = ps_row_vals(row);
-    for (int c = 0; c < t->p.dim; c++) v[c] = t->p.init_std > 0 ? t->p.init_std * ps_normal(t->p.seed, id, c) : 0.0f;
+    if (t->p.init_std > 0) ps_init_row(v, t->p.dim, t->p.init_std, t->p.seed, id);
+    else memset(v, 0, (size_t)t->p.dim * sizeof(float));
     memset(v + t->p.dim, 0, (size_t)t->state * sizeof(float));
     return row;
 }

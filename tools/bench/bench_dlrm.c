@@ -43,11 +43,12 @@ static int corpus_load(const char *path, corpus *c) {
     fclose(f);
     c->text[n] = 0;
     c->n_lines = 0;
-    for (long i = 0; i < n; i++) {
-        if (i == 0 || c->text[i - 1] == '\n') c->line[c->n_lines++] = i;
-        if (c->text[i] == '\n') c->text[i] = 0;
+    for (long i = 0, start = 1; i < n; i++) {
+        if (start) c->line[c->n_lines++] = i;
+        start = c->text[i] == '\n';
+        if (start) c->text[i] = 0;
     }
-    return 0;
+    return c->n_lines > 0 ? 0 : -1;
 }
 
 typedef struct {
@@ -66,6 +67,7 @@ typedef struct {
     dlrm_reader parse_errors;
     int batch;
     pdde_status st;
+    double stage_s[3];         /* time in each stage, summed over batches (sequential runs) */
 } runner;
 
 static pdde_status stage1(runner *r, slot *sl, long k) {
@@ -73,7 +75,7 @@ static pdde_status stage1(runner *r, slot *sl, long k) {
     long first = (k * r->batch) % (r->data->n_lines - r->batch);
     for (int i = 0; i < r->batch; i++) {
         snprintf(buf, sizeof buf, "%s", r->data->text + r->data->line[first + i]);
-        if (!dlrm_parse_line(&r->parse_errors, buf, &sl->samples[i])) memset(&sl->samples[i], 0, sizeof sl->samples[i]);
+        if (!dlrm_parse_line(&r->parse_errors, buf, &sl->samples[i])) return PDDE_ERR_CORRUPT; /* (the data is ours) */
     }
     sl->index = k;
     dlrm_batch_ids(sl->samples, r->batch, sl->ids);
@@ -155,9 +157,13 @@ static double run(runner *r, slot *slots, long n, int pipelined) {
     double t0 = now_s();
     if (!pipelined) {
         for (long k = 0; k < n && !r->st; k++) {
+            double t1 = now_s();
             r->st = stage1(r, &slots[0], k);
+            double t2 = now_s();
             if (!r->st) r->st = stage2(r, &slots[0]);
+            double t3 = now_s();
             if (!r->st) r->st = stage3(r, &slots[0]);
+            r->stage_s[0] += t2 - t1, r->stage_s[1] += t3 - t2, r->stage_s[2] += now_s() - t3;
         }
     } else {
         queue free_q, q12, q23;
@@ -194,7 +200,11 @@ static double measure(pdde_context *ctx, const corpus *data, int batch, int devi
         r.st = pdde_sparse_batch_init(r.m.emb, &slots[i].sb);
     }
     if (!r.st) run(&r, slots, 4, pipelined); /* warm up: kernels built, rows created */
+    memset(r.stage_s, 0, sizeof r.stage_s);
     for (int i = 0; i < reps && !r.st; i++) times[i] = run(&r, slots, n, pipelined);
+    if (!pipelined && !r.st)
+        printf("  per batch: stage 1 (parse, pull) %.2f ms, stage 2 (dense fwd/bwd/update) %.2f ms, stage 3 (push) %.2f ms\n",
+               1e3 * r.stage_s[0] / (double)(n * reps), 1e3 * r.stage_s[1] / (double)(n * reps), 1e3 * r.stage_s[2] / (double)(n * reps));
     if (r.st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(ctx));
     else result = bench_median(times, reps);
     for (int i = 0; i < SLOTS; i++) free(slots[i].samples), free(slots[i].ids), pdde_sparse_batch_free(slots[i].sb);
@@ -208,7 +218,7 @@ static double measure(pdde_context *ctx, const corpus *data, int batch, int devi
 /* The table's heap bytes per touched id (the allocator's count), the largest from 10^4 to max_ids. */
 static double bytes_per_id(pdde_context *ctx, long max_ids) {
     pdde_ps_table_params p = PDDE_PS_TABLE_PARAMS_INIT;
-    p.dim = 16, p.init_std = 0.01f;
+    p.dim = 16, p.optimizer = PDDE_PS_SGD, p.init_std = 0.01f;
     enum { CHUNK = 8192 };
     uint64_t *ids = malloc(CHUNK * sizeof *ids);
     float *out = malloc(CHUNK * 16 * sizeof *out);
@@ -224,8 +234,8 @@ static double bytes_per_id(pdde_context *ctx, long max_ids) {
             pdde_ps_table_pull(t, (size_t)m, ids, out);
         }
         double per = (double)(mallinfo2().uordblks + mallinfo2().hblkhd - before) / (double)n;
-        printf("table, dim 16, Adagrad: %9ld ids  %6.1f bytes per id (allocator; a row's values and state are %d)  %.2f M ids/s\n",
-               n, per, 2 * 16 * 4, (double)n / (now_s() - t0) / 1e6);
+        printf("table, dim 16, SGD: %9ld ids  %6.1f bytes per id (allocator; a row's values are 64)  %.2f M ids/s\n",
+               n, per, (double)n / (now_s() - t0) / 1e6);
         if (per > worst) worst = per;
         pdde_ps_table_free(t);
     }
@@ -247,7 +257,7 @@ int main(int argc, char **argv) {
     const char *path = "build/bench-dlrm.tsv";
     long lines = batches * batch + batch;
     corpus data = {0};
-    if (dlrm_synthesize(path, lines, 100000, 5, NULL) || corpus_load(path, &data)) { fprintf(stderr, "bench_dlrm: cannot make %s\n", path); return 1; }
+    if (dlrm_synthesize(path, lines, 100000, 5, NULL) || corpus_load(path, &data) || data.n_lines != lines) { fprintf(stderr, "bench_dlrm: cannot make %s\n", path); return 1; }
     int accel = pdde_device_find(ctx, "cuda", 0);
     if (accel < 0) accel = pdde_device_find(ctx, "opencl", 0);
     pdde_device_props props = {0};
@@ -259,9 +269,17 @@ int main(int argc, char **argv) {
     printf("accel only   %9.0f samples/s\n", acc);
     /* the pipeline puts the dense stage on the faster kind */
     int dense = accel >= 0 && !(acc < cpu) ? accel : -1;
-    double het = measure(ctx, &data, batch, dense, 1, batches, reps);
+    /* the pipeline's dense stage leaves the CPU threads of stages 1 and 3 a core: its own context with one
+     * thread fewer than the cores (a dense stage on an accelerator needs none) */
+    pdde_context *het_ctx = ctx;
+    pdde_context_params hp = PDDE_CONTEXT_PARAMS_INIT;
+    hp.n_threads = pdde_context_n_threads(ctx) > 1 ? pdde_context_n_threads(ctx) - 1 : 1;
+    if (getenv("BENCH_DLRM_HETERO_THREADS")) hp.n_threads = atoi(getenv("BENCH_DLRM_HETERO_THREADS"));
+    if (dense < 0 && pdde_context_init(&hp, &het_ctx)) het_ctx = ctx;
+    double het = measure(het_ctx, &data, batch, dense, 1, batches, reps);
+    if (het_ctx != ctx) pdde_context_free(het_ctx);
     double best = isnan(acc) || cpu > acc ? cpu : acc;
-    printf("hetero       %9.0f samples/s (dense stage on %s)\n", het, dense >= 0 ? props.name : "the CPU");
+    printf("hetero       %9.0f samples/s (dense stage on %s, %d threads)\n", het, dense >= 0 ? props.name : "the CPU", dense >= 0 ? 0 : hp.n_threads);
     const char *max_env = getenv("BENCH_DLRM_MAX_IDS");
     double bpi = bytes_per_id(ctx, max_env ? atol(max_env) : 10000000);
     printf("RESULT dlrm cpu_only=%.0f accel_only=%.0f hetero=%.0f hetero_ratio=%.2f bytes_per_id=%.1f\n", cpu, acc, het, het / best, bpi);
