@@ -105,7 +105,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-installed test-asan demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -140,6 +140,16 @@ $(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
+# Each part compiles on its own from the private headers and the layers below it (PDDE_PRIVATE empty:
+# what the amalgamation shares as static is external here), and the library exports no symbol
+# without the pdde_ prefix (a program that vendors pdde cannot clash with it).
+PARTS := $(filter-out planner/partition.c,$(wildcard planner/*.c)) backends/registry.c backends/cpu.c
+check-parts: $(BUILD)/pdde.o
+	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ {print $$3}'); \
+	  if [ -n "$$leaks" ]; then echo "check-parts: global symbols without the pdde_ prefix:" $$leaks; exit 1; fi
+	@echo "check-parts: $(words $(PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
+
 # The portable build (no OpenBLAS: pdde's own GEMM; no UCX: the library without comm/) runs the numerical tests too.
 PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
@@ -148,9 +158,16 @@ test:
 	@bash tools/install-deps.sh
 	@$(MAKE) --no-print-directory test-installed
 
-test-installed: all $(TESTS)
+# TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
+FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
+test-installed: all $(TESTS) check-parts
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
-	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS)
+	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(PORTABLE_TESTS)
+
+# Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
+# Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.
+test-mutants: all
+	@bash tests/mutants/run.sh
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:

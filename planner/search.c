@@ -22,6 +22,8 @@
  * stage's cost grows with its range, the prefix optimum with the prefix, so the split point is found
  * by bisection: O(stages x layers x log layers) per candidate). */
 
+#include "pdde_impl.h"
+
 #include <float.h>
 
 typedef struct {

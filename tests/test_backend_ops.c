@@ -695,7 +695,7 @@ int main(int argc, char **argv) {
         printf("device %d: %s (%s)\n", d, p.name, p.backend);
         devs[n_devs++] = d;
     }
-    if (n_devs == 0) printf("no device to test%s%s\n", o.backend ? " for backend " : "", o.backend ? o.backend : "");
+    if (n_devs == 0) test_skip(o.backend ? o.backend : "opencl", "no device to test%s%s", o.backend ? " for backend " : " besides the CPU", o.backend ? o.backend : "");
     double t0 = now_s();
     for (int k = 0; k < n_devs; k++) {
         double td = now_s();

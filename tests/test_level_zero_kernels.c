@@ -83,17 +83,17 @@ static char *read_file(const char *path, size_t *n) {
 /* 0: ready; 1: skipped (printed why) */
 static int cl_open(clrun *r) {
     void *lib = dlopen("libOpenCL.so.1", RTLD_NOW);
-    if (!lib) { printf("skipped: no OpenCL ICD loader\n"); return 1; }
+    if (!lib) { printf("SKIP opencl: no OpenCL ICD loader\n"); return 1; }
     void **slots = (void **)&cl;
     const char *names[] = {"clGetPlatformIDs", "clGetDeviceIDs", "clGetDeviceInfo", "clCreateContext", "clCreateCommandQueue",
                            "clCreateProgramWithSource", "clBuildProgram", "clGetProgramBuildInfo", "clCreateKernel",
                            "clSetKernelArg", "clSetKernelArgSVMPointer", "clEnqueueNDRangeKernel", "clFinish",
                            "clSVMAlloc", "clSVMFree"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!(slots[i] = dlsym(lib, names[i]))) { printf("skipped: OpenCL loader lacks %s\n", names[i]); return 1; }
+        if (!(slots[i] = dlsym(lib, names[i]))) { printf("SKIP opencl: OpenCL loader lacks %s\n", names[i]); return 1; }
     cl_platform_id plats[8];
     cl_uint np = 0;
-    if (cl.GetPlatformIDs(8, plats, &np) != 0 || !np) { printf("skipped: no OpenCL platform\n"); return 1; }
+    if (cl.GetPlatformIDs(8, plats, &np) != 0 || !np) { printf("SKIP opencl: no OpenCL platform\n"); return 1; }
     r->dev = NULL;
     for (cl_uint p = 0; p < np && !r->dev; p++) {
         cl_device_id devs[8];
@@ -106,14 +106,14 @@ static int cl_open(clrun *r) {
                 r->dev = devs[d];
         }
     }
-    if (!r->dev) { printf("skipped: no OpenCL device with fine-grained SVM\n"); return 1; }
+    if (!r->dev) { printf("SKIP opencl: no OpenCL device with fine-grained SVM\n"); return 1; }
     cl_int err;
     r->context = cl.CreateContext(NULL, 1, &r->dev, NULL, NULL, &err);
-    if (!r->context) { printf("skipped: clCreateContext %d\n", err); return 1; }
+    if (!r->context) { printf("SKIP opencl: clCreateContext %d\n", err); return 1; }
     r->queue = cl.CreateCommandQueue(r->context, r->dev, 0, &err);
     size_t n;
     char *src = read_file("backends/level_zero_kernels.cl", &n);
-    if (!src) { printf("skipped: backends/level_zero_kernels.cl not found (run from the source tree)\n"); return 1; }
+    if (!src) { printf("SKIP opencl: backends/level_zero_kernels.cl not found (run from the source tree)\n"); return 1; }
     const char *srcs[1] = {src};
     cl_program prog = cl.CreateProgramWithSource(r->context, 1, srcs, &n, &err);
     err = cl.BuildProgram(prog, 1, &r->dev, "-cl-std=CL2.0", NULL, NULL);
