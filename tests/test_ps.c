@@ -191,7 +191,7 @@ static void test_bytes_per_id(pdde_context *ctx) {
         }
         size_t used = mallinfo2().uordblks + mallinfo2().hblkhd - before;
         if (!used) { /* another allocator (the sanitizers') that mallinfo2 does not see */
-            printf("SKIP bytes per id: mallinfo2 sees no allocation (not glibc's allocator)\n");
+            test_skip("asan", "bytes per id: mallinfo2 sees no allocation (not glibc's allocator)");
             pdde_ps_table_free(t);
             return;
         }
