@@ -20,6 +20,7 @@ struct pdde_sparse_batch {
     int32_t *local;            /* [slots] local rows */
     float *weights;            /* [slots] (bag > 1) */
     float *rows;               /* [rows, dim]: the pulled rows, then (collect) their gradients */
+    float *zeros;              /* [rows, dim] zeros, written over the gradient accumulator */
 };
 
 pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
@@ -61,7 +62,8 @@ pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_b
     b->local = malloc((size_t)e->slots * sizeof *b->local);
     b->weights = e->bag > 1 ? malloc((size_t)e->slots * sizeof *b->weights) : NULL;
     b->rows = malloc((size_t)e->rows * e->dim * sizeof *b->rows);
-    if (!b->unique || !b->local || !b->rows || (e->bag > 1 && !b->weights)) { pdde_sparse_batch_free(b); return PDDE_ERR_OOM; }
+    b->zeros = calloc((size_t)e->rows * e->dim, sizeof *b->zeros);
+    if (!b->unique || !b->local || !b->rows || !b->zeros || (e->bag > 1 && !b->weights)) { pdde_sparse_batch_free(b); return PDDE_ERR_OOM; }
     *out = b;
     return PDDE_OK;
 }
@@ -69,7 +71,7 @@ pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_b
 void pdde_sparse_batch_free(pdde_sparse_batch *b) {
     if (!b) return;
     ps_map_free(&b->index);
-    free(b->unique), free(b->local), free(b->weights), free(b->rows);
+    free(b->unique), free(b->local), free(b->weights), free(b->rows), free(b->zeros);
     free(b);
 }
 
@@ -116,10 +118,7 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
     if (!e->table->grad) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: %s has no gradient (pdde_backward not called, or the loss does not use it)", e->table->name);
     pdde_status st = pdde_session_read(s, e->table->grad, b->rows, bytes);
     /* the accumulator is the optimizers' to zero, and they skip sparse tables */
-    float *zeros = st ? NULL : calloc(1, bytes);
-    if (!st && !zeros) st = pdde_error(s->ctx, PDDE_ERR_OOM, "sparse batch: out of memory");
-    if (!st) st = pdde_session_write(s, e->table->grad, zeros, bytes);
-    free(zeros);
+    if (!st) st = pdde_session_write(s, e->table->grad, b->zeros, bytes);
     return st;
 }
 

@@ -19,11 +19,17 @@ int pdde_ps_shard_of(uint64_t id, int n_servers) {
     return n_servers > 1 ? (int)(ps_mix(id ^ 0x5bd1e995ull) % (uint64_t)n_servers) : 0;
 }
 
-/* normal(0, 1) from a hash of (seed, id, col): the same row on every shard and in every run */
-static float ps_normal(uint64_t seed, uint64_t id, int col) {
-    uint64_t a = ps_mix(seed ^ ps_mix(id) ^ ((uint64_t)col << 1)), b = ps_mix(a);
-    double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+/* A new row: normal(0, std) values from a hash of (seed, id, column pair), so every shard and every
+ * run creates the same row; Box-Muller gives two values per pair of uniforms. */
+static void ps_init_row(float *v, int dim, float std, uint64_t seed, uint64_t id) {
+    uint64_t h = seed ^ ps_mix(id);
+    for (int c = 0; c < dim; c += 2) {
+        uint64_t a = ps_mix(h ^ ((uint64_t)c << 1)), b = ps_mix(a);
+        double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53;
+        double r = std * sqrt(-2.0 * log(u1));
+        v[c] = (float)(r * cos(6.283185307179586 * u2));
+        if (c + 1 < dim) v[c + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -108,6 +114,9 @@ struct pdde_ps_table {
     size_t row_bytes;
     ps_map index;           /* id -> row */
     ps_map seen;            /* admission: id -> times pulled, for ids not admitted yet */
+    ps_map first;           /* a push's scratch: id -> its first position (kept: a push allocates nothing) */
+    float *sum;             /* a push's scratch: gradients of repeated ids summed */
+    size_t sum_cap;
     char **chunks;
     size_t n_chunks, chunk_cap;
     int64_t rows, step, evicted;
@@ -144,7 +153,8 @@ static void ps_table_clear(pdde_ps_table *t) {
     for (size_t i = 0; i < t->n_chunks; i++) free(t->chunks[i]);
     free(t->chunks);
     t->chunks = NULL, t->n_chunks = t->chunk_cap = 0;
-    ps_map_free(&t->index), ps_map_free(&t->seen);
+    ps_map_free(&t->index), ps_map_free(&t->seen), ps_map_free(&t->first);
+    free(t->sum), t->sum = NULL, t->sum_cap = 0;
     t->rows = 0;
 }
 
@@ -174,7 +184,8 @@ static char *ps_new_row(pdde_ps_table *t, uint64_t id) {
     uint32_t meta[2] = {(uint32_t)t->step, 0};
     memcpy(row, &id, 8), memcpy(row + 8, meta, 8);
     float *v = ps_row_vals(row);
-    for (int c = 0; c < t->p.dim; c++) v[c] = t->p.init_std > 0 ? t->p.init_std * ps_normal(t->p.seed, id, c) : 0.0f;
+    if (t->p.init_std > 0) ps_init_row(v, t->p.dim, t->p.init_std, t->p.seed, id);
+    else memset(v, 0, (size_t)t->p.dim * sizeof(float));
     memset(v + t->p.dim, 0, (size_t)t->state * sizeof(float));
     return row;
 }
@@ -279,28 +290,32 @@ static void ps_apply(pdde_ps_table *t, char *row, const float *g, float scale) {
 /* Sums the gradients of repeated ids first: an optimizer step per row, not per occurrence. */
 static pdde_status ps_push_or_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals, float scale, bool add) {
     int C = t->p.dim;
-    ps_map first = {0};
-    float *sum = NULL;
+    ps_map *first = &t->first;
+    if (first->cap) memset(first->vals, 0xff, first->cap * sizeof *first->vals), first->n = 0;
     size_t n_dup = 0;
     pdde_status st = PDDE_OK;
     for (size_t i = 0; i < n && !st; i++) { /* find duplicates (rare): keep the first position */
-        uint32_t *f = ps_map_find(&first, ids[i]);
-        if (!f) { if (!ps_map_insert(&first, ids[i], (uint32_t)i)) st = PDDE_ERR_OOM; }
+        uint32_t *f = ps_map_find(first, ids[i]);
+        if (!f) { if (!ps_map_insert(first, ids[i], (uint32_t)i)) st = PDDE_ERR_OOM; }
         else n_dup++;
     }
     if (!st && n_dup) {
-        if (!(sum = malloc(n * (size_t)C * sizeof(float)))) st = PDDE_ERR_OOM;
-        else {
-            memcpy(sum, vals, n * (size_t)C * sizeof(float));
+        if (n * C > t->sum_cap) {
+            float *sum = realloc(t->sum, n * C * sizeof *sum);
+            if (sum) t->sum = sum, t->sum_cap = n * C;
+            else st = PDDE_ERR_OOM;
+        }
+        if (!st) {
+            memcpy(t->sum, vals, n * (size_t)C * sizeof(float));
             for (size_t i = 0; i < n; i++) {
-                uint32_t f = *ps_map_find(&first, ids[i]);
-                if (f != i) for (int c = 0; c < C; c++) sum[(size_t)f * C + c] += vals[i * C + c];
+                uint32_t f = *ps_map_find(first, ids[i]);
+                if (f != i) for (int c = 0; c < C; c++) t->sum[(size_t)f * C + c] += vals[i * C + c];
             }
-            vals = sum;
+            vals = t->sum;
         }
     }
     for (size_t i = 0; i < n && !st; i++) {
-        if (n_dup && *ps_map_find(&first, ids[i]) != i) continue;
+        if (n_dup && *ps_map_find(first, ids[i]) != i) continue;
         bool oom;
         char *row = ps_touch(t, ids[i], add, &oom);
         if (oom) st = PDDE_ERR_OOM;
@@ -309,8 +324,6 @@ static pdde_status ps_push_or_add(pdde_ps_table *t, size_t n, const uint64_t *id
             for (int c = 0; c < C; c++) w[c] += vals[i * C + c];
         } else if (row) ps_apply(t, row, vals + i * C, scale);
     }
-    ps_map_free(&first);
-    free(sum);
     if (st) return pdde_error(t->ctx, st, "ps table: out of memory at %lld rows", (long long)t->rows);
     ps_end_step(t);
     return PDDE_OK;
@@ -328,7 +341,7 @@ void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) {
     out->rows = t->rows, out->step = t->step, out->evicted = t->evicted;
     out->not_admitted = (int64_t)t->seen.n;
     out->bytes = sizeof *t + t->n_chunks * PS_CHUNK * t->row_bytes + t->chunk_cap * sizeof(char *) +
-                 ps_map_bytes(&t->index) + ps_map_bytes(&t->seen);
+                 ps_map_bytes(&t->index) + ps_map_bytes(&t->seen) + ps_map_bytes(&t->first) + t->sum_cap * sizeof(float);
 }
 
 /* File: "PDDEPS01" u32 dim u32 optimizer u32 row_bytes u32 0 i64 step i64 rows, rows x row_bytes,

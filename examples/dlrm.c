@@ -38,11 +38,13 @@ static void usage(void) {
          "            [--lr X] [--table-lr X] [--optimizer sgd|adagrad|adam] [--test-fraction F]\n"
          "            [--mode local|sync|async|geo] [--servers N] [--staleness K] [--geo-steps K]\n"
          "            [--save DIR] [--load DIR] [--dense-on BACKEND]\n"
-         "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train.");
+         "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
+         "(--servers, or PDDE_PS_SERVERS in the environment).");
 }
 
 static int parse(int argc, char **argv, options *o) {
-    *o = (options){.vocab = 1000, .epochs = 1, .servers = 1, .staleness = 2, .geo_steps = 4, .test_fraction = 0.1,
+    const char *env_servers = getenv("PDDE_PS_SERVERS"); /* (what a launcher's --servers would set) */
+    *o = (options){.vocab = 1000, .epochs = 1, .servers = env_servers ? atoi(env_servers) : 1, .staleness = 2, .geo_steps = 4, .test_fraction = 0.1,
                    .mode = PDDE_PS_SYNC, .local = 1, .optimizer = PDDE_PS_ADAGRAD, .table_lr = 0.05f,
                    .cfg = {256, 8, 64, 0.01f}};
     for (int i = 1; i < argc; i++) {
@@ -163,6 +165,11 @@ int main(int argc, char **argv) {
     if (!st) st = pdde_session_init(g, &sp, &s);
     if (!st) st = pdde_sparse_batch_init(m.emb, &sb);
     if (!st) st = pdde_ps_client_init(ctx, o.local ? NULL : world, &pp, &c);
+    char dense_path[600];
+    if (!st && o.load_dir) { /* the dense network (the table is loaded by its servers) */
+        snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", o.load_dir);
+        st = pdde_checkpoint_load(s, dense_path, NULL);
+    }
     uint64_t *ids = malloc((size_t)o.cfg.batch * DLRM_SPARSE * sizeof *ids);
     long per_epoch = n_train / o.cfg.batch / nw; /* steps per worker and epoch (equal on every worker) */
     long total = per_epoch * o.epochs, step = 0;
@@ -195,8 +202,13 @@ int main(int argc, char **argv) {
         } else fprintf(stderr, "dlrm: evaluation: %s\n", pdde_last_error(ctx)), rc = 1;
         free(p), free(y);
     }
-    if (!st && o.save_dir && lead && (st = pdde_ps_client_save(c, o.save_dir))) fprintf(stderr, "dlrm: save: %s\n", pdde_last_error(ctx)), rc = 1;
-    else if (!st && o.save_dir && lead) printf("table saved to %s\n", o.save_dir);
+    if (!st && o.save_dir && lead) {
+        snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", o.save_dir);
+        st = pdde_ps_client_save(c, o.save_dir);
+        if (!st) st = pdde_checkpoint_save(s, dense_path, NULL);
+        if (st) fprintf(stderr, "dlrm: save: %s\n", pdde_last_error(ctx)), rc = 1;
+        else printf("table shards and %s saved\n", dense_path);
+    }
     pdde_ps_client_free(c);
     pdde_sparse_batch_free(sb);
     pdde_session_free(s);
