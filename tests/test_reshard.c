@@ -190,12 +190,13 @@ static void check_backward(pdde_context *ctx, pdde_comm *comm, const mesh_case *
         if (!used(gs[0], rt)) continue;
         float *want = malloc(pdde_tensor_nbytes(rt)), *got = malloc(pdde_tensor_nbytes(rt)), *exp = malloc(pdde_tensor_nbytes(rt));
         pdde_session_read(ss[0], rt, want, pdde_tensor_nbytes(rt));
-        pdde_session_read(ss[1], t, got, pdde_tensor_nbytes(t));
-        if (t->dist.mesh) pdde_mesh_coords(t->dist.mesh, pdde_comm_rank(comm), coords);
-        for (int64_t k = 0; k < pdde_tensor_numel(t); k++) exp[k] = want[global_index(t, rt->shape, coords, k)];
+        const pdde_tensor *lt = pdde_session_tensor(ss[1], t); /* this rank's block (the graph keeps global shapes) */
+        CHECK(pdde_session_read(ss[1], t, got, pdde_tensor_nbytes(lt)) == PDDE_OK, "%s: read %s: %s", what, input_names[i], pdde_last_error(ctx));
+        if (lt->dist.mesh) pdde_mesh_coords(lt->dist.mesh, pdde_comm_rank(comm), coords);
+        for (int64_t k = 0; k < pdde_tensor_numel(lt); k++) exp[k] = want[global_index(lt, rt->shape, coords, k)];
         char label[200];
         snprintf(label, sizeof label, "%s: %s after one step, rank %d", what, input_names[i], pdde_comm_rank(comm));
-        test_close_all(label, got, exp, (size_t)pdde_tensor_numel(t), 1, 1e-6);
+        test_close_all(label, got, exp, (size_t)pdde_tensor_numel(lt), 1, 1e-6);
         n_params++;
         free(want), free(got), free(exp);
     }
