@@ -61,7 +61,7 @@ ifndef NO_CJSON
 endif
 CFLAGS += $(DEFS)
 
-LIB_SRC   := pdde.c pdde_sparse.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))

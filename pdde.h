@@ -1370,7 +1370,7 @@ pdde_status pdde_ps_client_server_stats(pdde_ps_client *c, int index, pdde_ps_se
 double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c);
 
 
-/* The worker side of a sparse table in a graph (pdde_sparse.c). Each sample has `fields` bags of `bag`
+/* The worker side of a sparse table in a graph (pdde.c). Each sample has `fields` bags of `bag`
  * ids (multi-hot; PDDE_SPARSE_NO_ID marks an empty slot). A step's batch is pulled as its unique ids
  * into a local table [U, dim] (U = batch x fields x bag + 1: room for every id and one zero row for
  * empty slots), the ids remapped to local rows, and the ordinary embedding op looks them up and pools
