@@ -52,7 +52,7 @@ ifndef NO_CJSON
 endif
 CFLAGS += $(DEFS)
 
-LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+LIB_SRC   := pdde.c pdde_sparse.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
@@ -62,7 +62,9 @@ endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
 ifneq ($(HAVE_UCX),1)
-  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
+  BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_dlrm,$(BENCHES))
+  EXAMPLES := $(filter-out $(BUILD)/dlrm,$(EXAMPLES))  # the parameter server is part of comm/
+  TESTS := $(filter-out $(BUILD)/test_ps,$(TESTS))
 endif
 
 .DEFAULT_GOAL := all
@@ -103,7 +105,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -132,11 +134,21 @@ $(BUILD)/%: tests/%.sh | $(BUILD)
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
-$(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
+$(BUILD)/%: tools/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
+
+# Each part compiles on its own from the private headers and the layers below it (PDDE_PRIVATE empty:
+# what the amalgamation shares as static is external here), and the library exports no symbol
+# without the pdde_ prefix (a program that vendors pdde cannot clash with it).
+PARTS := $(filter-out planner/partition.c,$(wildcard planner/*.c)) backends/registry.c backends/cpu.c
+check-parts: $(BUILD)/pdde.o
+	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ {print $$3}'); \
+	  if [ -n "$$leaks" ]; then echo "check-parts: global symbols without the pdde_ prefix:" $$leaks; exit 1; fi
+	@echo "check-parts: $(words $(PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
 
 # The portable build (no OpenBLAS: pdde's own GEMM; no UCX: the library without comm/) runs the numerical tests too.
 PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
@@ -148,7 +160,7 @@ test:
 
 # TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
 FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
-test-installed: all $(TESTS)
+test-installed: all $(TESTS) check-parts
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(PORTABLE_TESTS)
 
@@ -181,11 +193,21 @@ bench-comm: all
 bench-parallel: all
 	@$(BUILD)/bench_parallel $(or $(BENCH_PARALLEL_STEPS),15)
 
+# DLRM samples/s: CPU only, accelerator only, the heterogeneous pipeline; the table's bytes per id.
+bench-dlrm: all
+	@$(BUILD)/bench_dlrm $(BENCH_DLRM_ARGS)
+
 # Installed like a Debian library: versioned .so with a SONAME, DESTDIR for staging, and a pdde.pc whose
 # Cflags carry the feature macros this build was made with (examples test PDDE_HAVE_UCX, say).
 VERSION   := 0.1.0
 SOVERSION := 0
 LIBDIR     = $(DESTDIR)$(PREFIX)/lib
+# The cost model against measured single-process steps, on this machine's calibration (pdde-bench writes
+# $(BUILD)/cluster.json the first time; delete it to calibrate again).
+bench-costmodel: all
+	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench -o $(BUILD)/cluster.json
+	@$(BUILD)/bench_costmodel $(BUILD)/cluster.json
+
 install: all
 	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/libpdde.a $(LIBDIR)/

@@ -4,12 +4,7 @@
  * Sections: context and errors · dtypes · graph building · autodiff · optimizers · executor (memory
  * plan, schedule, thread pool) · checkpoints · data. */
 #define _GNU_SOURCE
-#include "pdde.h"
-
-/* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */
-#if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("comm/comm.c")
-#define PDDE_HAVE_COMM 1
-#endif
+#include "planner/pdde_impl.h" /* the internal structs and prototypes every part shares */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,14 +22,6 @@
 
 /* ================================================================================================
  * Context and errors */
-
-struct pdde_context {
-    int n_threads;
-    uint64_t seed;
-    int log_level;
-    char last_error[1024];
-    struct pdde_registry *registry; /* backends and their devices (backends/registry.c) */
-};
 
 const char *pdde_status_str(int status) {
     switch (status) {
@@ -60,6 +47,7 @@ const char *pdde_status_str(int status) {
     case PDDE_ERR_COMM: return "communication error";
     case PDDE_ERR_ABORTED: return "aborted";
     case PDDE_ERR_ENV: return "bad launcher environment";
+    case PDDE_ERR_AUTH: return "authentication failed";
     case PDDE_ERR_NO_PLAN: return "no plan fits";
     case PDDE_ERR_DIST_ATTR: return "bad distributed attribute";
     default: return "unknown status";
@@ -166,15 +154,18 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     pdde_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return PDDE_ERR_OOM;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *share = getenv("PDDE_NUM_THREADS"); /* a launcher's share of the cores for this rank */
+    if (p.n_threads <= 0 && share && atoi(share) > 0) p.n_threads = atoi(share);
     ctx->n_threads = p.n_threads > 0 ? p.n_threads : (cores > 0 ? (int)cores : 1);
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;
     if (!p.backends) p.backends = getenv("PDDE_BACKENDS");
-    pdde_status st = registry_init(ctx, &p);
+    pdde_status st = registry_init(ctx, &p, &ctx->registry);
     if (st != PDDE_OK) {
         pdde_context_free(ctx);
         return st;
     }
+    ctx->last_error[0] = 0; /* a backend whose driver is absent is not an error of this call */
     *out = ctx;
     return PDDE_OK;
 }
@@ -185,26 +176,35 @@ void pdde_context_free(pdde_context *ctx) {
     free(ctx);
 }
 
+int pdde_device_count(pdde_context *ctx) { return ctx && ctx->registry ? ctx->registry->n_devices : 0; }
+
+pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out) {
+    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
+    if (device < 0 || device >= ctx->registry->n_devices)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, ctx->registry->n_devices);
+    return registry_device_props(ctx->registry, device, out);
+}
+
+int pdde_device_find(pdde_context *ctx, const char *backend, int index) { return registry_device_find(ctx->registry, backend, index); }
+
+int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_families : 0; }
+
+const char *pdde_backend_name(pdde_context *ctx, int backend) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return NULL;
+    const pdde_backend_iface *b = ctx->registry->families[backend].iface;
+    return b && b->name ? b->name : "?";
+}
+
+pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return PDDE_ERR_INVALID_ARG;
+    registry_family *f = &ctx->registry->families[backend];
+    if (why) *why = f->status == PDDE_OK ? "" : f->why;
+    return f->status;
+}
+
 /* ================================================================================================
  * Graph building. Nodes are created in topological order (a node's inputs exist before it), so the
  * id order is a valid schedule. Errors are sticky: the first one is kept and later calls return NULL. */
-
-struct pdde_graph {
-    pdde_context *ctx;
-    pdde_tensor **nodes;
-    int n, cap;
-    int status;           /* first error while building */
-    int layer;            /* layer id for new nodes */
-    uint8_t *recompute;   /* by layer id: 1 = recompute its activations in backward (pdde_graph_set_recompute) */
-    int n_recompute;
-    bool has_backward;
-    bool has_optimizer;
-    pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
-    pdde_session *session;     /* the live session: tensors hold its data, so one at a time */
-    struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
-};
-
-static void planner_graph_free(struct planner_graph *p);
 
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
     if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
@@ -288,27 +288,10 @@ const char *pdde_op_name(pdde_op op) {
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }
 
-static void shape_str(const pdde_tensor *t, char *buf, size_t n) {
+PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < t->ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
-}
-
-/* Records the first building error; returns NULL so builders can `return graph_fail(...)`. */
-static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) {
-    if (g->status == PDDE_OK) {
-        g->status = status;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(g->ctx->last_error, sizeof g->ctx->last_error, fmt, ap);
-        va_end(ap);
-    }
-    return NULL;
 }
 
 /* The name a node gets unless it is given one: its op and id. */
@@ -388,13 +371,6 @@ static pdde_tensor *new_state(pdde_graph *g, const char *name, const pdde_tensor
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, like->ndim, like->shape, PDDE_TENSOR_STATE | extra);
     if (t) t->layer = like->layer, t->device = like->device;
     return t;
-}
-
-static bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i]) return false;
-    return true;
 }
 
 static pdde_tensor *unary(pdde_graph *g, pdde_op op, pdde_tensor *x) {
@@ -983,7 +959,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     if (p.clip_norm > 0) {
         for (int i = 0; i < n; i++) {
             pdde_tensor *t = g->nodes[i];
-            if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+            if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
             pdde_tensor *src[2] = {t->grad, norm_sq};
             int64_t one = 1;
             norm_sq = new_node(g, PDDE_OP_GRAD_NORM_SQ, PDDE_F32, 1, &one, norm_sq ? 2 : 1, src);
@@ -992,7 +968,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     }
     for (int i = 0; i < n && g->status == PDDE_OK; i++) {
         pdde_tensor *t = g->nodes[i];
-        if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+        if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue; /* sparse: the server's */
         char name[80];
         pdde_tensor *src[5] = {t, t->grad};
         int nsrc = 2;
@@ -1023,9 +999,17 @@ pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p) 
 pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { return add_optimizer(g, p, PDDE_OP_SGD_UPDATE); }
 
 /* ================================================================================================
- * Planner (planner/): meshes, distributed attributes, completion */
+ * Planner (planner/): meshes, distributed attributes, completion, lowering */
 
 #include "planner/planner.c"
+#include "planner/mesh.c"
+#include "planner/dist_attr.c"
+#include "planner/spmd_rules.c"
+#include "planner/completion.c"
+#include "planner/strategy.c"
+#include "planner/cluster.c"
+#include "planner/cost.c"
+#include "planner/search.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:
@@ -1138,7 +1122,7 @@ static int session_slot_for(pdde_session *s, int device) {
     session_device *sd = &s->devs[s->n_devs];
     memset(sd, 0, sizeof *sd);
     sd->device = device;
-    if (registry_device_get(s->ctx, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
+    if (registry_device_get(s->ctx, s->ctx->registry, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
     sd->host = strcmp(sd->iface->name, "cpu") == 0;
     if (sd->iface->stream_create(sd->dev, &sd->stream) != PDDE_OK) return -1;
     return s->n_devs++;
@@ -1269,8 +1253,7 @@ static pdde_status session_schedule(pdde_session *s, const pdde_session_params *
         session_device *sd = &s->devs[slot];
         if (t->op != PDDE_OP_NONE && !sd->iface->supports_op(sd->dev, t)) {
             pdde_device_props props;
-            sd->iface->device_props(s->ctx->registry->families[s->ctx->registry->devices[device].family].family,
-                                    s->ctx->registry->devices[device].index, &props);
+            registry_device_props(s->ctx->registry, device, &props);
             st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: device %d (%s) cannot run op %s (node %s)", device,
                             props.name, pdde_op_name(t->op), t->name);
             break;
@@ -2102,7 +2085,7 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
 }
 
 static bool ckpt_saved(const pdde_tensor *t) {
-    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & PDDE_TENSOR_GRAD);
+    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));
 }
 
 /* A saved tensor the step uses, on this rank or (another pipeline stage's) on others. */
@@ -2152,6 +2135,54 @@ static pdde_status read_global(pdde_session *s, pdde_tensor *t, void *buf) {
     return st;
 }
 
+/* What kind of file a stat describes, for messages that refuse it. */
+static const char *file_kind(mode_t mode) {
+    return S_ISDIR(mode) ? "a directory" : S_ISFIFO(mode) ? "a FIFO" : S_ISCHR(mode) ? "a character device" :
+           S_ISBLK(mode) ? "a block device" : S_ISSOCK(mode) ? "a socket" : "not a regular file";
+}
+
+/* Opens path for reading if it is a regular file. The type is checked before opening (opening a
+ * device can have effects of its own) and again on the descriptor (the path may change in between);
+ * O_NONBLOCK keeps a FIFO from blocking the open. Returns the descriptor, or -1 with *st set. */
+static int open_regular(pdde_context *ctx, const char *path, const char *what, struct stat *sb, pdde_status *st) {
+    if (stat(path, sb) != 0) {
+        *st = pdde_error(ctx, errno == ENOENT ? PDDE_ERR_NOT_FOUND : PDDE_ERR_IO, "%s: cannot open %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    int fd = S_ISREG(sb->st_mode) ? open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC) : -1;
+    if (fd >= 0 && fstat(fd, sb) != 0) close(fd), fd = -1;
+    if (fd < 0 && S_ISREG(sb->st_mode)) {
+        *st = pdde_error(ctx, errno == ENOENT ? PDDE_ERR_NOT_FOUND : PDDE_ERR_IO, "%s: cannot open %s: %s", what, path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(sb->st_mode)) {
+        if (fd >= 0) close(fd);
+        *st = pdde_error(ctx, PDDE_ERR_IO, "%s: %s is %s, not a regular file", what, path, file_kind(sb->st_mode));
+        return -1;
+    }
+    return fd;
+}
+
+/* Creates tmp to be renamed over path later: path, if it exists, and tmp must be regular files (a
+ * rename over a device node or a FIFO would replace it; opening a FIFO would block). */
+static pdde_status create_regular(pdde_context *ctx, const char *path, const char *tmp, FILE **out) {
+    struct stat sb;
+    for (int k = 0; k < 2; k++)
+        if (stat(k ? tmp : path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: %s is %s, not a regular file", k ? tmp : path, file_kind(sb.st_mode));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_CLOEXEC, 0644);
+    if (fd < 0) return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: %s is %s, not a regular file", tmp, file_kind(sb.st_mode));
+    }
+    if (!(*out = fdopen(fd, "wb"))) {
+        close(fd);
+        return pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    }
+    return PDDE_OK;
+}
+
 pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra) {
     if (!s || !path) return PDDE_ERR_INVALID_ARG;
     char tmp[4096];
@@ -2163,8 +2194,11 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
 #else
     bool writer = true;
 #endif
-    ckpt_writer w = {writer ? fopen(tmp, "wb") : NULL, 0, true};
-    if (writer && !w.f) return pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint: cannot create %s: %s", tmp, strerror(errno));
+    ckpt_writer w = {NULL, 0, true};
+    if (writer) {
+        pdde_status cst = create_regular(s->ctx, path, tmp, &w.f);
+        if (cst) return cst;
+    }
     if (!writer) w.ok = false; /* nothing is written here */
     uint32_t version = CKPT_VERSION, count = 0;
     for (int i = 0; i < s->g->n; i++) count += ckpt_in_step(s, s->g->nodes[i]);
@@ -2219,19 +2253,33 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
     return st;
 }
 
-/* Reads a whole file; NULL with an error on failure. */
-static char *read_file(pdde_context *ctx, const char *path, size_t *size, pdde_status *st) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { *st = pdde_error(ctx, errno == ENOENT ? PDDE_ERR_NOT_FOUND : PDDE_ERR_IO, "cannot open %s: %s", path, strerror(errno)); return NULL; }
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (!buf || fread(buf, 1, (size_t)len, f) != (size_t)len) {
-        *st = pdde_error(ctx, buf ? PDDE_ERR_IO : PDDE_ERR_OOM, "cannot read %s", path);
-        free(buf), buf = NULL;
-    } else *size = (size_t)len, *st = PDDE_OK;
-    fclose(f);
+/* Reads a whole regular file; NULL with an error on failure. */
+static char *read_file(pdde_context *ctx, const char *path, const char *what, size_t *size, pdde_status *st) {
+    struct stat sb;
+    int fd = open_regular(ctx, path, what, &sb, st);
+    if (fd < 0) return NULL;
+    size_t len = (size_t)sb.st_size, got = 0;
+    int err = 0;
+    char *buf = malloc(len + 1);
+    if (!buf) {
+        close(fd);
+        *st = pdde_error(ctx, PDDE_ERR_OOM, "%s: no memory for the %zu bytes of %s", what, len, path);
+        return NULL;
+    }
+    while (got < len) {
+        ssize_t n = read(fd, buf + got, len - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) err = errno;
+        if (n <= 0) break; /* an error, or the file shrank while we read it */
+        got += (size_t)n;
+    }
+    close(fd);
+    if (got != len) {
+        *st = pdde_error(ctx, PDDE_ERR_IO, "%s: cannot read %s: %s", what, path, err ? strerror(err) : "it shrank while being read");
+        free(buf);
+        return NULL;
+    }
+    *size = len, *st = PDDE_OK;
     return buf;
 }
 
@@ -2239,7 +2287,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     if (!s || !path) return PDDE_ERR_INVALID_ARG;
     size_t size = 0;
     pdde_status st;
-    char *buf = read_file(s->ctx, path, &size, &st);
+    char *buf = read_file(s->ctx, path, "checkpoint", &size, &st);
     if (!buf) return st;
     const size_t header = 8 + 4 + 4 + 8 + 8 + 16;
     uint32_t version, count, crc;
@@ -2256,10 +2304,12 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
         free(buf);
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: checksum mismatch (truncated or damaged)", path);
     }
-    /* pass 0 validates every record against the session, pass 1 writes the data */
+    /* pass 0 validates every record against the session (each of its tensors exactly once), pass 1
+     * writes the data */
+    bool *seen = calloc((size_t)s->g->n + 1, sizeof *seen);
+    if (!seen) { free(buf); return pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory"); }
     for (int pass = 0; pass < 2; pass++) {
         size_t at = header;
-        uint32_t matched = 0;
         for (uint32_t k = 0; k < count; k++) {
             uint16_t name_len;
             uint8_t dtype, ndim;
@@ -2283,31 +2333,37 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             if (nbytes > size - 4 - at) goto truncated;
             pdde_tensor *t = pdde_graph_find(s->g, name);
             if (!t || !ckpt_in_step(s, t)) {
-                free(buf);
+                free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s is not in this model", path, name);
             }
+            if (pass == 0 && seen[t->id]) {
+                free(buf), free(seen);
+                return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: tensor %s is stored twice", path, name);
+            }
+            seen[t->id] = true;
             bool same = t->ndim == ndim && t->dtype == dtype && global_nbytes(s, t) == nbytes;
             for (int d = 0; same && d < ndim; d++) same = global_shape(s, t)[d] == shape[d];
             if (!same) {
                 char want[96];
                 shape_str(t, want, sizeof want);
-                free(buf);
+                free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s has another dtype or shape than the model's %s %s",
                                   path, name, pdde_dtype_name(t->dtype), want);
             }
-            if (pass == 1 && (st = pdde_session_write_global(s, t, buf + at, nbytes))) { free(buf); return st; } /* (ignored by other stages) */
+            if (pass == 1 && (st = pdde_session_write_global(s, t, buf + at, nbytes))) { free(buf), free(seen); return st; } /* (ignored by other stages) */
             at += nbytes;
-            matched++;
         }
-        if (pass == 0) {
-            uint32_t expected = 0;
-            for (int i = 0; i < s->g->n; i++) expected += ckpt_in_step(s, s->g->nodes[i]);
-            if (matched != expected) {
-                free(buf);
-                return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: holds %u tensors, the model has %u", path, matched, expected);
+        if (at != size - 4) {
+            free(buf), free(seen);
+            return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: %zu bytes after the last of its %u records", path, size - 4 - at, count);
+        }
+        for (int i = 0; pass == 0 && i < s->g->n; i++)
+            if (ckpt_in_step(s, s->g->nodes[i]) && !seen[i]) {
+                free(buf), free(seen);
+                return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s of the model is missing", path, s->g->nodes[i]->name);
             }
-        }
     }
+    free(seen);
     uint64_t step, pos, rng[2];
     memcpy(&step, buf + 16, 8), memcpy(&pos, buf + 24, 8), memcpy(rng, buf + 32, 16);
     s->step = (int64_t)step;
@@ -2316,7 +2372,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     free(buf);
     return PDDE_OK;
 truncated:
-    free(buf);
+    free(buf), free(seen);
     return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: a tensor record runs past the end of the file", path);
 }
 
@@ -2337,7 +2393,7 @@ struct pdde_data {
 static pdde_status load_tokens(pdde_context *ctx, const char *path, int32_t **tokens, int64_t *n) {
     size_t size = 0;
     pdde_status st;
-    char *buf = read_file(ctx, path, &size, &st);
+    char *buf = read_file(ctx, path, "data", &size, &st);
     if (!buf) return st;
     if (size >= 16 && memcmp(buf, TOKENS_MAGIC, 8) == 0) {
         uint64_t count;
@@ -2439,4 +2495,6 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
 
 #ifdef PDDE_HAVE_COMM
 #include "comm/comm.c"
+#include "comm/ps.c"
+#include "pdde_sparse.c"
 #endif

@@ -5,6 +5,13 @@
  * single-threaded and called from pdde's own pool, so the two never oversubscribe the cores.
  * Included by pdde.c. */
 
+#include "backend_impl.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
 #ifdef PDDE_HAVE_OPENBLAS
 #ifdef PDDE_OPENBLAS_SUBDIR
 #include <openblas/cblas.h>
@@ -123,20 +130,6 @@ typedef struct cpu_job {
     int64_t a, b, c, d; /* op-specific sizes */
     const void *extra;
 } cpu_job;
-
-/* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):
- * exp(x) = 2^n * e^g with n = rint(x / ln2) and |g| <= ln2/2, e^g by its degree-7 Taylor polynomial
- * (truncation error < 1e-8 relative, below float rounding). */
-static inline float exp_fast(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    float n = __builtin_rintf(x * 1.4426950408889634f);
-    float g = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; /* ln2 split for accuracy */
-    float p = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g * (1.0f / 5040)))))));
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
 
 /* tanh(u) = sign(u) (1 - 2 / (e^{2|u|} + 1)); absolute error ~1e-7 */
 static inline float tanh_fast(float u) {

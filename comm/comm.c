@@ -22,9 +22,12 @@
 #include <time.h>
 #include <ucp/api/ucp.h>
 
-#include "comm/store.c"
-#include "comm/env.c"
-#include "comm/transport_ucx.c"
+/* The parts in layer order: each uses only those above it in this list. */
+#include "comm/util.c"          /* clocks, byte packing, addresses, socket reads/writes */
+#include "comm/auth.c"          /* SHA-256, HMAC, the job secret */
+#include "comm/store.c"         /* the bootstrap store: server and client */
+#include "comm/env.c"           /* launcher environments */
+#include "comm/transport_ucx.c" /* the transport */
 
 /* Tag layout (PDDE_TRANSPORT_TAG_BITS = 40): collectives [39]=0 [38..28] communicator id [27..16]
  * operation sequence [15..8] program [7..0] round; point to point [39]=1 [38..28] communicator id
@@ -44,6 +47,8 @@ typedef struct comm_world {
     pdde_store *store;
     int own_store;
     pdde_store_server *server;    /* rank 0 hosts the store under launchers other than pdde-run */
+    comm_launch launch;           /* under mpirun/srun without PDDE_STORE_ADDR: where the store is */
+    int secret_file;              /* rank 0 left the job secret in a file for the others (env.c) */
     pthread_mutex_t store_lock;   /* the store is shared by the caller's thread and the service thread */
     char prefix[200];             /* this world's keys: <params.prefix>/<generation> */
     double timeout_s, peer_timeout_s;
@@ -316,7 +321,7 @@ static void *comm_service(void *arg) {
         pdde_status st = PDDE_OK;
         void *val = NULL; size_t len = 0;
         pthread_mutex_lock(&w->store_lock);
-        if (publish) si->set(w->store->impl, NULL, key, msg, strlen(msg));
+        if (publish) si->compare_set(w->store->impl, NULL, key, "", 0, msg, strlen(msg), NULL); /* the first cause stays */
         if (now - last_ping > ping_every) {
             last_ping = now;
             if (si->ping) st = si->ping(w->store->impl, NULL);
@@ -379,7 +384,7 @@ static void world_destroy(comm_world *w) {
         char key[256], msg[sizeof w->fail_msg + 16];
         world_failed_key(w, key, sizeof key);
         snprintf(msg, sizeof msg, "%d|%s", (int)w->failed, w->fail_msg);
-        w->store->iface->set(w->store->impl, NULL, key, msg, strlen(msg));
+        w->store->iface->compare_set(w->store->impl, NULL, key, "", 0, msg, strlen(msg), NULL);
     }
     pthread_mutex_lock(&w->lock);
     while (w->active) req_finish(w->active, PDDE_ERR_ABORTED);
@@ -398,6 +403,7 @@ static void world_destroy(comm_world *w) {
             w->store->iface->set_liveness(w->store->impl, NULL, "", "", 0, 0);
         if (w->own_store) pdde_store_free(w->store);
     }
+    if (w->secret_file) comm_launch_secret_done(&w->launch);
     if (w->server) {
         /* rank 0 hosts the store: keep it up until the others are gone (bounded) */
         double deadline = comm_now() + 10;
@@ -619,9 +625,14 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     } else if ((st = pdde_comm_env_read(ctx, &env))) {
         return st;
     }
-    if (!p.store && !env.store_addr[0])
-        return pdde_error(ctx, PDDE_ERR_ENV, "PDDE_STORE_ADDR is not set (host:port of the bootstrap store; "
-                                             "pdde-run sets it, other launchers need it exported)");
+    comm_launch launch = {0};
+    if (!p.store && !env.store_addr[0]) {
+        if (!strcmp(env.launcher, "pdde-run") || !strcmp(env.launcher, "params"))
+            return pdde_error(ctx, PDDE_ERR_ENV, "PDDE_STORE_ADDR is not set (host:port of the bootstrap store; "
+                                                 "pdde-run sets it, other launchers need it exported)");
+        if ((st = comm_launch_addr(ctx, &env, &launch))) return st;
+        snprintf(env.store_addr, sizeof env.store_addr, "%.255s", launch.connect);
+    }
     comm_world *w = calloc(1, sizeof *w);
     if (!w) return pdde_error(ctx, PDDE_ERR_OOM, "comm: out of memory");
     w->ctx = ctx;
@@ -639,13 +650,39 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     char host_id[COMM_HOST_ID_MAX], key[300];
     comm_host_id(p.host_id, host_id, sizeof host_id);
 
+    /* the job secret: the environment's (or this process's); under mpirun/srun without one, the
+     * launcher's (env.c) */
+    comm_secret secret = {0};
+    st = comm_secret_lookup(ctx, &secret);
+    w->launch = launch;
+    if (st == PDDE_ERR_NOT_FOUND && !p.store && strcmp(env.launcher, "pdde-run") && strcmp(env.launcher, "params")) {
+        if (!launch.job_id[0]) comm_launch_addr(ctx, &env, &w->launch); /* only the job id is needed */
+        if (!w->launch.job_id[0]) snprintf(w->launch.job_id, sizeof w->launch.job_id, "%.20s-%.100s", env.launcher, env.store_addr);
+        st = comm_launch_secret(ctx, &env, &w->launch, w->timeout_s, &secret);
+        w->secret_file = !st && w->rank == 0 && !getenv("OMPI_MCA_orte_precondition_transports");
+    } else if (st == PDDE_ERR_NOT_FOUND && !p.store) {
+        st = pdde_error(ctx, PDDE_ERR_ENV, "no job secret: set PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (pdde-run sets "
+                        "it for its ranks)");
+    } else if (st == PDDE_ERR_NOT_FOUND) {
+        st = PDDE_OK; /* a store of the caller's and no secret anywhere: the transport checks an empty key */
+    }
+    if (st) goto fail;
     if (p.store) {
         w->store = p.store;
     } else {
         /* launchers other than pdde-run host no store: rank 0 does, on the address everyone was given */
-        if (w->rank == 0 && strcmp(env.launcher, "pdde-run") && (st = pdde_store_server_init(ctx, env.store_addr, &w->server)))
-            goto fail;
-        if ((st = pdde_store_connect(ctx, env.store_addr, w->timeout_s, &w->store))) goto fail;
+        if (w->rank == 0 && strcmp(env.launcher, "pdde-run")) {
+            pdde_store_server_params sp = PDDE_STORE_SERVER_PARAMS_INIT;
+            sp.addr = launch.bind[0] ? launch.bind : env.store_addr;
+            sp.secret = secret.text;
+            if ((st = pdde_store_server_init_params(ctx, &sp, &w->server))) {
+                if (launch.bind[0])
+                    st = pdde_error(ctx, st, "%s (the port comes from the job id: set PDDE_STORE_PORT or PDDE_STORE_ADDR "
+                                    "to choose another)", pdde_last_error(ctx));
+                goto fail;
+            }
+        }
+        if ((st = pdde_store_connect_secret(ctx, env.store_addr, secret.text, w->timeout_s, &w->store))) goto fail;
         w->own_store = 1;
     }
     if (w->tp->api_version != PDDE_TRANSPORT_API_VERSION || w->tp->struct_size < sizeof *w->tp) {
@@ -653,7 +690,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
                         w->tp->api_version, PDDE_TRANSPORT_API_VERSION);
         goto fail;
     }
-    pdde_transport_params tp = {w->peer_timeout_s};
+    pdde_transport_params tp = {w->peer_timeout_s, secret.len ? secret.text : NULL};
     if ((st = w->tp->init(ctx, &tp, &w->tr))) goto fail;
     /* each init is a new generation of keys, so a job may init again (after a failure) with one store */
     int64_t gen;
@@ -661,6 +698,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if ((st = pdde_store_add(w->store, key, 1, &gen))) goto fail;
     snprintf(w->prefix, sizeof w->prefix, "%s/%lld", p.prefix ? p.prefix : "pdde", (long long)gen);
     if ((st = world_connect(w, host_id, deadline))) goto fail;
+    if (w->secret_file) { comm_launch_secret_done(&w->launch); w->secret_file = 0; } /* everyone has read it */
     int here = 0;
     for (int i = 0; i < w->size; i++) here += w->host_of[i] == w->host_of[w->rank];
     /* spinning pays when every local rank has a core to itself (the service threads sleep): with 2

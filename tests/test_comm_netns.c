@@ -18,6 +18,7 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int val(int r, size_t i) { return (int)((r * 31 + i * 7) % 19) - 9; }
@@ -113,6 +114,13 @@ int main(int argc, char **argv) {
         const char *d = dirname(dir);
         const char *ns[2] = {a, b}, *dev[2] = {va, vb};
         FILE *p[2];
+        /* both nodes of the job share its secret (through the environment, as a cluster's launcher would) */
+        char secret[33];
+        unsigned long long r[2] = {(unsigned long long)getpid() * 0x9E3779B97F4A7C15ull, (unsigned long long)time(NULL) * 0xBF58476D1CE4E5B9ull};
+        FILE *ur = fopen("/dev/urandom", "rb");
+        if (ur) { if (fread(r, sizeof r, 1, ur) != 1) r[0] ^= 1; fclose(ur); }
+        snprintf(secret, sizeof secret, "%016llx%016llx", r[0], r[1]);
+        setenv("PDDE_JOB_SECRET", secret, 1);
         for (int k = 0; k < 2; k++) {
             /* TCP over the veth only: UCX would otherwise see one machine and use shared memory */
             snprintf(cmd[k], sizeof cmd[k],

@@ -1,0 +1,76 @@
+/* backends/backend_impl.h — what the backends layer shares with the layers above it, beyond the
+ * public vtable in pdde.h: the registry of backend families and devices (registry.c), the optional
+ * vtable slot test, and math helpers both the CPU kernels and the executor's host-side ops use.
+ * Nothing here knows graphs, sessions or distribution. */
+#ifndef PDDE_BACKEND_IMPL_H
+#define PDDE_BACKEND_IMPL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../pdde.h"
+
+#ifndef PDDE_PRIVATE
+#define PDDE_PRIVATE static __attribute__((unused))
+#endif
+
+/* The built-in backends (one file each; registry.c lists them). */
+extern const pdde_backend_iface pdde_backend_cpu, pdde_backend_opencl, pdde_backend_cuda, pdde_backend_level_zero;
+
+/* Whether backend b fills an optional slot (slots past its struct_size count as NULL). */
+#define IFACE_HAS(b, slot) ((b)->struct_size >= offsetof(pdde_backend_iface, slot) + sizeof((b)->slot) && (b)->slot)
+
+/* The backend families of a context and their devices; built once, then fixed. */
+typedef struct {
+    const pdde_backend_iface *iface;
+    void *family;       /* NULL when unavailable */
+    int status;         /* PDDE_OK or why not */
+    char why[1024];
+    int first_device;   /* global index of its device 0 */
+    int n_devices;
+} registry_family;
+
+typedef struct {
+    int family;         /* index into families */
+    int index;          /* index within its family */
+    void *dev;          /* opened lazily */
+} registry_device;
+
+typedef struct pdde_registry {
+    registry_family *families;
+    int n_families;
+    registry_device *devices;
+    int n_devices;
+} pdde_registry;
+
+/* Builds the registry: ctx is only handed to each backend's init (for its error messages). */
+PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p, pdde_registry **out);
+PDDE_PRIVATE void registry_free(pdde_registry *r);
+/* The backend and opened device handle of a global device index. */
+PDDE_PRIVATE pdde_status registry_device_get(pdde_context *ctx, pdde_registry *r, int device, const pdde_backend_iface **iface, void **dev);
+PDDE_PRIVATE pdde_status registry_device_props(const pdde_registry *r, int device, pdde_device_props *out);
+/* Whether a device's data handles are host pointers (the CPU's), from the registry alone. */
+PDDE_PRIVATE bool registry_device_is_host(const pdde_registry *r, int device);
+PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backend, int index);
+
+/* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):
+ * exp(x) = 2^n * e^g with n = rint(x / ln2) and |g| <= ln2/2, e^g by its degree-7 Taylor polynomial
+ * (truncation error < 1e-8 relative, below float rounding). */
+static inline float exp_fast(float x) {
+    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+    float n = __builtin_rintf(x * 1.4426950408889634f);
+    float g = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; /* ln2 split for accuracy */
+    float p = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g * (1.0f / 5040)))))));
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+#endif

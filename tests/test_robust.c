@@ -1,0 +1,238 @@
+/* test_robust — bad input must not crash, hang or silently corrupt: checkpoints that repeat or omit a
+ * tensor, paths that are not regular files (directories, FIFOs, devices), zero-sized and absurd
+ * shapes, non-finite hyperparameters, losses and gradients, and plans that do not fit in memory. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[256];
+
+/* A hang is a failure: the alarm ends the test with a message instead of blocking the suite. */
+static const char *alarm_what = "";
+static void on_alarm(int sig) {
+    (void)sig;
+    fprintf(stderr, "FAIL: %s did not return within the time limit (blocked)\n", alarm_what);
+    printf("%d passed, %d failed\n", test_passed, test_failed + 1);
+    _exit(1);
+}
+#define WITHIN(seconds, what, stmt) do { alarm_what = (what); alarm(seconds); stmt; alarm(0); } while (0)
+
+static int contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
+
+/* A tiny model: y = x @ weight + bias, loss = mean(y * y), AdamW with clipping. */
+typedef struct {
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_session *s;
+    pdde_tensor *x, *w, *b, *loss;
+} tiny;
+
+static pdde_status tiny_init(tiny *t, const pdde_optimizer_params *op) {
+    memset(t, 0, sizeof *t);
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_status st = pdde_context_init(&cp, &t->ctx);
+    if (st) return st;
+    pdde_graph_init(t->ctx, &t->g);
+    t->x = pdde_input(t->g, "x", PDDE_F32, 2, (int64_t[]){4, 3});
+    t->w = pdde_param(t->g, "weight", 2, (int64_t[]){3, 2}, 0.5f);
+    t->b = pdde_param(t->g, "bias", 1, (int64_t[]){2}, 0.0f);
+    pdde_tensor *y = pdde_bias_add(t->g, pdde_matmul(t->g, t->x, t->w, 0, 0), t->b);
+    t->loss = pdde_mean(t->g, pdde_mul(t->g, y, y), -1, 0);
+    if ((st = pdde_backward(t->g, t->loss))) return st;
+    pdde_optimizer_params p = PDDE_OPTIMIZER_PARAMS_INIT;
+    if (op) p = *op;
+    if ((st = pdde_optimizer_adamw(t->g, &p))) return st;
+    return pdde_session_init(t->g, NULL, &t->s);
+}
+
+static void tiny_free(tiny *t) {
+    pdde_session_free(t->s);
+    pdde_graph_free(t->g);
+    pdde_context_free(t->ctx);
+}
+
+static pdde_status tiny_step(tiny *t, float scale) {
+    float x[12];
+    for (int i = 0; i < 12; i++) x[i] = scale * (float)(i % 5 - 2);
+    pdde_status st = pdde_session_write(t->s, t->x, x, sizeof x);
+    return st ? st : pdde_session_run(t->s, PDDE_RUN_STEP);
+}
+
+/* Every tensor a checkpoint holds, read into one buffer (to see that a failed load changed nothing). */
+static size_t snapshot(tiny *t, float *out, size_t cap) {
+    size_t n = 0;
+    for (int i = 0; i < pdde_graph_n_tensors(t->g); i++) {
+        pdde_tensor *x = pdde_graph_tensor(t->g, i);
+        if (x->op != PDDE_OP_NONE || !(x->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE))) continue;
+        size_t k = (size_t)pdde_tensor_numel(x);
+        if (n + k > cap) break;
+        pdde_session_read(t->s, x, out + n, k * 4);
+        n += k;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Checkpoints: a record repeated or left out */
+
+static uint32_t crc32_of(const unsigned char *p, size_t n) {
+    uint32_t crc = 0xffffffffu;
+    while (n--) {
+        crc ^= *p++;
+        for (int k = 0; k < 8; k++) crc = crc & 1 ? 0xEDB88320u ^ (crc >> 1) : crc >> 1;
+    }
+    return ~crc;
+}
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n);
+    if (b && fread(b, 1, *n, f) != *n) free(b), b = NULL;
+    fclose(f);
+    return b;
+}
+
+/* Writes a checkpoint made of the header of `file` and the records listed in `pick` (indices into the
+ * file's records, in that order), with the count and the CRC fixed: a well-formed file. */
+static void write_records(const char *path, const unsigned char *file, size_t size, const int *pick, int n_pick) {
+    size_t at = 48, off[64], len[64];
+    uint32_t count;
+    memcpy(&count, file + 12, 4);
+    for (uint32_t k = 0; k < count && k < 64; k++) {
+        uint16_t nl, al;
+        uint64_t nb;
+        off[k] = at;
+        memcpy(&nl, file + at, 2), at += 2 + nl;
+        uint8_t ndim = file[at + 1];
+        at += 2 + 8u * ndim;
+        memcpy(&al, file + at, 2), at += 2 + al;
+        memcpy(&nb, file + at, 8), at += 8 + nb;
+        len[k] = at - off[k];
+    }
+    unsigned char *out = malloc(size * 2);
+    memcpy(out, file, 48);
+    size_t w = 48;
+    for (int i = 0; i < n_pick; i++) memcpy(out + w, file + off[pick[i]], len[pick[i]]), w += len[pick[i]];
+    uint32_t n = (uint32_t)n_pick, crc;
+    memcpy(out + 12, &n, 4);
+    crc = crc32_of(out, w);
+    memcpy(out + w, &crc, 4), w += 4;
+    FILE *f = fopen(path, "wb");
+    fwrite(out, 1, w, f);
+    fclose(f);
+    free(out);
+}
+
+static void test_checkpoint_records(void) {
+    tiny t;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.clip_norm = 1.0f;
+    CHECK(tiny_init(&t, &op) == PDDE_OK, "tiny model: %s", pdde_last_error(t.ctx));
+    char path[512], bad[512];
+    snprintf(path, sizeof path, "%s/tiny.ckpt", tmpdir);
+    snprintf(bad, sizeof bad, "%s/bad.ckpt", tmpdir);
+    tiny_step(&t, 1.0f);
+    CHECK(pdde_checkpoint_save(t.s, path, NULL) == PDDE_OK, "save: %s", pdde_last_error(t.ctx));
+    size_t size;
+    unsigned char *file = slurp(path, &size);
+    uint32_t count;
+    memcpy(&count, file + 12, 4);
+    CHECK(count == 6, "weight, bias and their two Adam moments: %u records", count);
+    /* record 0 is the weight, 1 the bias (creation order) */
+    tiny_step(&t, 2.0f); /* the model moves away from the file */
+    float before[64], after[64];
+    size_t n = snapshot(&t, before, 64);
+
+    write_records(bad, file, size, (int[]){0, 0, 2, 3, 4, 5}, 6); /* the weight twice, the bias never */
+    pdde_status st = pdde_checkpoint_load(t.s, bad, NULL);
+    CHECK(st != PDDE_OK && contains(pdde_last_error(t.ctx), "weight") && contains(pdde_last_error(t.ctx), "twice"),
+          "a repeated record is refused naming it: %s: %s", pdde_status_str(st), pdde_last_error(t.ctx));
+    snapshot(&t, after, 64);
+    CHECK(memcmp(before, after, n * 4) == 0, "a refused checkpoint changed the model");
+
+    write_records(bad, file, size, (int[]){0, 2, 3, 4, 5}, 5); /* the bias left out */
+    st = pdde_checkpoint_load(t.s, bad, NULL);
+    CHECK(st == PDDE_ERR_MISMATCH && contains(pdde_last_error(t.ctx), "bias") && contains(pdde_last_error(t.ctx), "missing"),
+          "an omitted tensor is refused naming it: %s: %s", pdde_status_str(st), pdde_last_error(t.ctx));
+    snapshot(&t, after, 64);
+    CHECK(memcmp(before, after, n * 4) == 0, "a refused checkpoint changed the model");
+
+    /* the records in another order are a good file: it loads and restores the saved values */
+    write_records(bad, file, size, (int[]){5, 4, 3, 2, 1, 0}, 6);
+    st = pdde_checkpoint_load(t.s, bad, NULL);
+    CHECK(st == PDDE_OK, "records in any order load: %s", pdde_last_error(t.ctx));
+    snapshot(&t, after, 64);
+    CHECK(memcmp(before, after, n * 4) != 0, "the load restored the saved values");
+    free(file);
+    tiny_free(&t);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Paths that are not regular files */
+
+static void test_not_regular_files(void) {
+    tiny t;
+    CHECK(tiny_init(&t, NULL) == PDDE_OK, "tiny model: %s", pdde_last_error(t.ctx));
+    char fifo[512], fifo_ckpt[512];
+    snprintf(fifo, sizeof fifo, "%s/fifo", tmpdir);
+    snprintf(fifo_ckpt, sizeof fifo_ckpt, "%s/fifo.ckpt", tmpdir);
+    CHECK(mkfifo(fifo, 0600) == 0 && mkfifo(fifo_ckpt, 0600) == 0, "mkfifo");
+    pdde_status st;
+    pdde_data *d = NULL;
+    WITHIN(10, "checkpoint load of a directory", st = pdde_checkpoint_load(t.s, tmpdir, NULL));
+    CHECK(st == PDDE_ERR_IO && contains(pdde_last_error(t.ctx), "directory"), "a directory is refused as such: %s: %s",
+          pdde_status_str(st), pdde_last_error(t.ctx));
+    WITHIN(10, "checkpoint load of a FIFO", st = pdde_checkpoint_load(t.s, fifo, NULL));
+    CHECK(st == PDDE_ERR_IO && contains(pdde_last_error(t.ctx), "FIFO"), "a FIFO is refused without blocking: %s: %s",
+          pdde_status_str(st), pdde_last_error(t.ctx));
+    WITHIN(10, "checkpoint load of /dev/zero", st = pdde_checkpoint_load(t.s, "/dev/zero", NULL));
+    CHECK(st == PDDE_ERR_IO && contains(pdde_last_error(t.ctx), "character device"), "a device is refused: %s: %s",
+          pdde_status_str(st), pdde_last_error(t.ctx));
+    WITHIN(10, "data open of a directory", st = pdde_data_open(t.ctx, tmpdir, &d));
+    CHECK(st == PDDE_ERR_IO && !d && contains(pdde_last_error(t.ctx), "directory"), "data: a directory is refused: %s: %s",
+          pdde_status_str(st), pdde_last_error(t.ctx));
+    WITHIN(10, "data open of a FIFO", st = pdde_data_open(t.ctx, fifo, &d));
+    CHECK(st == PDDE_ERR_IO && !d && contains(pdde_last_error(t.ctx), "FIFO"), "data: a FIFO is refused without blocking: %s: %s",
+          pdde_status_str(st), pdde_last_error(t.ctx));
+    /* a save over a FIFO would rename a regular file over it (or, for a device node, replace the device) */
+    struct stat sb;
+    WITHIN(10, "checkpoint save over a FIFO", st = pdde_checkpoint_save(t.s, fifo_ckpt, NULL));
+    CHECK(st == PDDE_ERR_IO && contains(pdde_last_error(t.ctx), "FIFO"), "a save over a FIFO is refused: %s: %s",
+          pdde_status_str(st), pdde_last_error(t.ctx));
+    CHECK(stat(fifo_ckpt, &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO is still there");
+    char tmp_fifo[600], path[512];
+    snprintf(path, sizeof path, "%s/t.ckpt", tmpdir);
+    snprintf(tmp_fifo, sizeof tmp_fifo, "%s.tmp", path);
+    mkfifo(tmp_fifo, 0600); /* the temporary file's name taken by a FIFO: refused, not blocked on */
+    WITHIN(10, "checkpoint save through a FIFO temporary", st = pdde_checkpoint_save(t.s, path, NULL));
+    CHECK(st == PDDE_ERR_IO && contains(pdde_last_error(t.ctx), "FIFO"), "a FIFO in the temporary's place is refused: %s: %s",
+          pdde_status_str(st), pdde_last_error(t.ctx));
+    unlink(tmp_fifo);
+    CHECK(pdde_checkpoint_save(t.s, path, NULL) == PDDE_OK && pdde_checkpoint_load(t.s, path, NULL) == PDDE_OK,
+          "a regular file still saves and loads: %s", pdde_last_error(t.ctx));
+    unlink(path), unlink(fifo), unlink(fifo_ckpt);
+    tiny_free(&t);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/pdde_test_robust.XXXXXX");
+    if (!mkdtemp(tmpdir)) return 1;
+    signal(SIGALRM, on_alarm);
+    test_checkpoint_records();
+    test_not_regular_files();
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
+    return test_finish();
+}
