@@ -105,7 +105,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-lower install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -134,7 +134,7 @@ $(BUILD)/%: tests/%.sh | $(BUILD)
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
-$(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
+$(BUILD)/%: tools/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
@@ -202,6 +202,12 @@ bench-dlrm: all
 VERSION   := 0.1.0
 SOVERSION := 0
 LIBDIR     = $(DESTDIR)$(PREFIX)/lib
+# The cost model against measured single-process steps, on this machine's calibration (pdde-bench writes
+# $(BUILD)/cluster.json the first time; delete it to calibrate again).
+bench-costmodel: all
+	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench -o $(BUILD)/cluster.json
+	@$(BUILD)/bench_costmodel $(BUILD)/cluster.json
+
 # Lowering every rank of GPT-3 175B's shape under dp=8 x tp=8 x pp=16 (1024 ranks) in one process.
 bench-lower: $(BUILD)/bench_lower
 	@$(BUILD)/bench_lower

@@ -682,8 +682,9 @@ typedef struct {
     const double *mem_bw;       /* [n] B/s of each device's memory (the other ops) */
     const double *memory;       /* [n] bytes each device may use */
     const int *host;            /* [n] host id of each device; NULL = one host */
-    double intra_bw, intra_lat; /* a link between devices of one host: B/s, s */
-    double inter_bw, inter_lat; /* between hosts */
+    double intra_bw, intra_lat; /* a link between devices of one host: B/s, s (bandwidth 0: none) */
+    double inter_bw, inter_lat; /* between hosts (bandwidth 0: none) */
+    const double *op_latency;   /* [n] s: the least time any op takes there (dispatch, launch); NULL = 0 */
 } pdde_plan_devices;
 
 typedef struct {
@@ -693,8 +694,9 @@ typedef struct {
     int max_micro;       /* 0 = 64 */
     int no_tp, no_pp, no_zero, no_recompute; /* 1 leaves a dimension out of the search */
     int overlap_dp;      /* 1: data-parallel gradient reductions overlap backward (spare cores, GPUs) */
+    int use_all_devices; /* 1: only plans on every device (a job whose ranks are all started) */
 } pdde_plan_params;
-#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* A plan: dp x tp x pp ranks on a [dp, tp, pp] mesh (pp innermost; rank r on the r-th device used, in
  * the cluster's order), micro-batches per step, ZeRO stage over dp, recompute of every layer,
@@ -1152,6 +1154,15 @@ const pdde_cluster_device *pdde_cluster_find_device(const pdde_cluster *c, int i
 /* The link data flows over between devices a and b (explicit, the machine's intra link, or across
  * machines the slower NIC with the two latencies added). PDDE_ERR_NOT_FOUND for an unknown id. */
 pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_cluster_link *out);
+
+/* The planner search's view of a cluster (pdde_plan_search): each device's FLOP/s from its GEMM table
+ * at (m, n, k) (0, 0, 0 = 4096^3; the peak without a table), its memory bandwidth (the largest
+ * elementwise point's, else the spec's), its memory and machine; the links are the slowest machine's
+ * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each. Devices in the
+ * cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
+pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
+                                      pdde_plan_devices *out);
+void pdde_plan_devices_free(pdde_plan_devices *d);
 
 /* ---------------------------------------------------------------------------------------------------
  * Cost model (planner/cost.c): simulates one training step of per-rank programs on a cluster: each

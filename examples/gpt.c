@@ -24,7 +24,7 @@ typedef struct {
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
-    const char *data, *ckpt_dir, *blocks_on, *plan;
+    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster;
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
 
@@ -45,7 +45,9 @@ static void usage(void) {
             "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n"
             "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n"
             "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
-            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n");
+            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n"
+            "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
+            "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -85,13 +87,14 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--plan")) o->plan = v;
+        else if (!strcmp(a, "--cluster")) o->cluster = v;
         else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(); return -1; }
         char *end = NULL;
         if (iv) { long x = strtol(v, &end, 10); if (*end || x < 0) { fprintf(stderr, "gpt: %s wants a non-negative integer, got '%s'\n", a, v); return -1; } *iv = (int)x; }
         if (fv) { *fv = strtof(v, &end); if (*end) { fprintf(stderr, "gpt: %s wants a number, got '%s'\n", a, v); return -1; } }
         i++;
     }
-    if (o->plan) {
+    if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
         if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..]\n", o->plan); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
@@ -106,6 +109,45 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --dp x --micro must divide --batch (the global batch), --tp, --pp >= 1 (--pp at most layers + 2), "
                         "--zero 0..3 (2 and 3 need --dp)\n");
         return -1;
+    }
+    return 0;
+}
+
+/* --plan auto: the planner's best plan for the ranks the launcher started (all of them), on the devices
+ * of the cluster file. Every rank computes the same plan from the same file; rank 0 says what it chose
+ * and what came next. */
+static int choose_plan(pdde_context *ctx, options *o) {
+    pdde_comm_env env = {.world_size = 1};
+#ifdef PDDE_HAVE_UCX
+    if (pdde_comm_env_read(ctx, &env)) env.world_size = 1, env.rank = 0; /* no launcher: one process */
+#endif
+    const char *path = o->cluster ? o->cluster : "build/cluster.json";
+    pdde_plan_devices d;
+    pdde_plan plans[8];
+    int nf = 0, nr = 0;
+    pdde_status st = gpt_plan_devices(ctx, path, &o->model, env.world_size, &d);
+    if (st) {
+        fprintf(stderr, "gpt: --plan auto: %s (build/pdde-bench -o %s measures this machine)\n", pdde_last_error(ctx), path);
+        return 1;
+    }
+    st = gpt_plan_search(ctx, &o->model, &d, 1, plans, 8, &nf, &nr);
+    pdde_plan_devices_free(&d);
+    if (st) {
+        fprintf(stderr, "gpt: --plan auto: %s\n", pdde_last_error(ctx));
+        return 1;
+    }
+    o->parsed_plan = plans[0];
+    pdde_plan *p = &o->parsed_plan;
+    o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+    if (env.rank == 0) {
+        char s[256];
+        pdde_plan_str(p, s, sizeof s);
+        printf("gpt: the planner chose %s for %d rank%s: predicted %.3g s/step, %.3g MB on the fullest device (%s)\n", s, env.world_size,
+               env.world_size > 1 ? "s" : "", p->step_s, p->peak_bytes / 1e6, path);
+        for (int i = 1; i < nf && i < 4; i++) {
+            pdde_plan_str(&plans[i], s, sizeof s);
+            printf("gpt:   next: %s, %.3g s/step (%+.1f%%)\n", s, plans[i].step_s, 100 * (plans[i].step_s / p->step_s - 1));
+        }
     }
     return 0;
 }
@@ -201,6 +243,7 @@ int main(int argc, char **argv) {
     /* Several ranks: every parallelism comes from distributed attributes — one global graph (of one
      * micro-batch), annotated for the plan, completed, and run SPMD by each rank. */
     pdde_comm *comm = NULL;
+    if (o.plan && !strcmp(o.plan, "auto") && choose_plan(ctx, &o)) return 1;
     int rank = 0, ranks = o.dp * o.tp * o.pp;
     if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX

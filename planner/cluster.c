@@ -2,6 +2,10 @@
  * form (cJSON) and the detection of this machine (backends + hwloc). Included by pdde.c. */
 #include "pdde_impl.h"
 
+#include <errno.h>
+#include <unistd.h>
+#include "pdde_impl.h"
+
 #ifdef PDDE_HAVE_CJSON
 #include <cjson/cJSON.h>
 #endif

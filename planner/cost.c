@@ -2,6 +2,9 @@
  * communication time from the topology and the algorithm, and a per-rank timeline simulation of one
  * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, memory
  * liveness). Included by pdde.c after cluster.c. */
+#include "pdde_impl.h"
+
+#include <errno.h>
 
 #include "pdde_impl.h"
 
@@ -154,6 +157,49 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
     if (s->mem_bandwidth > 0) return ++*uncalibrated, op->bytes / s->mem_bandwidth;
     return pdde_error(ctx, PDDE_ERR_NO_PLAN, "cost: device %d (%s) has no %s curve and no mem_bandwidth (run pdde-bench)",
                       device_id, s->name, pdde_op_class_name(op->op_class)), NAN;
+}
+
+pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
+                                      pdde_plan_devices *out) {
+    memset(out, 0, sizeof *out);
+    int nd = pdde_cluster_n_devices(c), i = 0;
+    if (nd < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cluster \"%s\" has no devices", c->name);
+    double *flops = malloc((size_t)nd * 4 * sizeof *flops);
+    int *host = malloc((size_t)nd * sizeof *host);
+    if (!flops || !host) {
+        free(flops), free(host);
+        return pdde_error(ctx, PDDE_ERR_OOM, "cluster: out of memory");
+    }
+    double *bw = flops + nd, *mem = flops + 2 * nd, *lat = flops + 3 * nd;
+    if (m <= 0 || n <= 0 || k <= 0) m = n = k = 4096;
+    out->intra_bw = out->inter_bw = INFINITY;
+    for (int h = 0; h < c->n_machines; h++) {
+        const pdde_cluster_machine *mc = &c->machines[h];
+        for (int d = 0; d < mc->n_devices; d++, i++) {
+            const pdde_device_spec *s = &c->specs[mc->devices[d].spec];
+            const pdde_curve_point *ew = s->curve[PDDE_OPCLASS_ELEMENTWISE];
+            int ne = s->n_curve[PDDE_OPCLASS_ELEMENTWISE];
+            flops[i] = s->n_gemm ? cost_gemm_rate(s, PDDE_F32, (double)m, (double)n, (double)k) : s->peak_flops;
+            bw[i] = ne ? ew[ne - 1].bytes / ew[ne - 1].seconds : s->mem_bandwidth;
+            mem[i] = (double)mc->devices[d].memory;
+            lat[i] = ne ? ew[0].seconds : 0; /* the smallest op measured: dispatch and launch dominate it */
+            host[i] = h;
+        }
+        if (mc->n_devices > 1 && mc->intra.bandwidth < out->intra_bw) out->intra_bw = mc->intra.bandwidth;
+        if (mc->n_devices > 1 && mc->intra.latency > out->intra_lat) out->intra_lat = mc->intra.latency;
+        if (c->n_machines > 1 && mc->nic.bandwidth < out->inter_bw) out->inter_bw = mc->nic.bandwidth;
+        if (c->n_machines > 1 && 2 * mc->nic.latency > out->inter_lat) out->inter_lat = 2 * mc->nic.latency;
+    }
+    if (!isfinite(out->intra_bw)) out->intra_bw = 0;
+    if (!isfinite(out->inter_bw)) out->inter_bw = 0;
+    out->n_devices = nd, out->flops = flops, out->mem_bw = bw, out->memory = mem, out->host = host, out->op_latency = lat;
+    return PDDE_OK;
+}
+
+void pdde_plan_devices_free(pdde_plan_devices *d) {
+    if (!d) return;
+    free((void *)d->flops), free((void *)d->host); /* mem_bw, memory and op_latency share flops' block */
+    memset(d, 0, sizeof *d);
 }
 
 double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op) {
@@ -558,7 +604,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
     }
     for (int r = 0; r < R; r++) {
         res->idle[r] = res->step_time - res->compute_time[r] - res->comm_wait[r];
-        if (res->idle[r] < 0) res->idle[r] = 0;
+        if (res->idle[r] < 1e-12 * res->step_time) res->idle[r] = 0; /* rounding of the sums */
     }
 done:
     for (int g = 0; inst && g < G; g++) free(inst[g].v);

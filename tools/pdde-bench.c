@@ -1,6 +1,8 @@
 /* pdde-bench — calibrates the cost model on this machine and writes a cluster file.
  *
  *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S]
+ *   pdde-bench --check FILE [--rewrite]     checks a cluster file (errors name the field), prints a
+ *                                           summary; --rewrite saves it back in canonical form
  *
  * For every device (the CPU, and the OpenCL/CUDA/Level Zero devices the backends find) it runs pdde
  * graphs through that device's backend and measures: the GEMM throughput over sizes and shapes (a
@@ -17,6 +19,7 @@
  * test_backend_ops, run pdde-bench, hand the cluster file to the planner. */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "tools/bench/bench_common.h"
 
 #include <math.h>
 #include <signal.h>
@@ -28,23 +31,8 @@
 #include <unistd.h>
 
 static double budget_s = 0.12;  /* per measured point */
+static double max_run_s = 0.25; /* a point whose one run would take longer is left out */
 static int quick;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Compiles g on device, fills its inputs and parameters, runs mode once to warm up (kernel builds),
  * then repeatedly until the budget is spent: the median seconds of a run, NaN on failure. */
@@ -73,15 +61,15 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
     double v[64];
     int n = 0;
     if (pdde_session_run(s, mode) == PDDE_OK) {
-        for (double t_end = now_s() + budget_s; n < 64 && (n < 3 || now_s() < t_end);) {
-            double t0 = now_s();
+        for (double t_end = bench_now() + budget_s; n < 64 && (n < 3 || bench_now() < t_end);) {
+            double t0 = bench_now();
             if (pdde_session_run(s, mode) != PDDE_OK) break;
-            v[n++] = now_s() - t0;
+            v[n++] = bench_now() - t0;
         }
     }
     if (n < 3) fprintf(stderr, "pdde-bench: device %d: run failed: %s\n", device, pdde_last_error(ctx));
     pdde_session_free(s);
-    return n >= 3 ? median(v, n) : NAN;
+    return n >= 3 ? bench_median(v, n) : NAN;
 }
 
 /* The bytes the cost model counts for the first node of class k in g. */
@@ -105,17 +93,24 @@ static pdde_graph *new_graph(pdde_context *ctx) {
 
 static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
     /* squares for the size curve, then training shapes: tall activations times square and 4x weights */
-    static const int64_t shapes[][3] = {{64, 64, 64}, {128, 128, 128}, {256, 256, 256}, {512, 512, 512},
-                                        {1024, 1024, 1024}, {2048, 2048, 2048}, {512, 768, 768}, {512, 3072, 768},
-                                        {512, 768, 3072}, {2048, 768, 768}, {64, 4096, 1024}, {4096, 64, 1024},
-                                        {1024, 1024, 64}, {16, 1024, 1024}};
+    /* batch, m, n, k: batched ones are attention's q k^T and p v per head (the model folds batch into m) */
+    static const int64_t shapes[][4] = {{1, 64, 64, 64}, {1, 128, 128, 128}, {1, 256, 256, 256}, {1, 512, 512, 512},
+                                        {1, 1024, 1024, 1024}, {1, 2048, 2048, 2048}, {1, 512, 768, 768}, {1, 512, 3072, 768},
+                                        {1, 512, 768, 3072}, {1, 2048, 768, 768}, {1, 64, 4096, 1024}, {1, 4096, 64, 1024},
+                                        {1, 1024, 1024, 64}, {1, 16, 1024, 1024}, {1, 512, 384, 128}, {1, 512, 128, 512},
+                                        {32, 64, 64, 32}, {32, 64, 32, 64}, {32, 128, 128, 64}, {32, 128, 64, 128}};
     int n = quick ? 7 : (int)(sizeof shapes / sizeof shapes[0]);
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
-        int64_t m = shapes[i][0], nn = shapes[i][1], k = shapes[i][2];
+        int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
         if (quick && m * nn * k > 512 * 512 * 512) continue;
+        double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
+        if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
+            printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
+            continue;
+        }
         pdde_graph *g = new_graph(ctx);
-        pdde_tensor *a = pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
-        pdde_tensor *b = pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, nn});
+        pdde_tensor *a = bt > 1 ? pdde_input(g, "a", PDDE_F32, 3, (int64_t[]){bt, m / bt, k}) : pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
+        pdde_tensor *b = bt > 1 ? pdde_input(g, "b", PDDE_F32, 3, (int64_t[]){bt, k, nn}) : pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, nn});
         pdde_mark_output(pdde_matmul(g, a, b, 0, 0));
         double t = time_graph(ctx, g, device, PDDE_RUN_FORWARD);
         pdde_graph_free(g);
@@ -123,7 +118,7 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
         double flops = 2.0 * (double)m * (double)nn * (double)k / t;
         sp->gemm[sp->n_gemm++] = (pdde_gemm_point){PDDE_F32, m, nn, k, flops};
         if (flops > sp->peak_flops) sp->peak_flops = flops;
-        printf("  gemm %5lld x %5lld x %5lld  %8.2f GFLOP/s\n", (long long)m, (long long)nn, (long long)k, flops / 1e9);
+        printf("  gemm %5lld x %5lld x %5lld%s %8.2f GFLOP/s\n", (long long)m, (long long)nn, (long long)k, bt > 1 ? " (batched)" : "           ", flops / 1e9);
     }
 }
 
@@ -180,6 +175,11 @@ static void measure_curves(pdde_context *ctx, int device, pdde_device_spec *sp) 
             int64_t s = sizes[i] * (k == PDDE_OPCLASS_ATTENTION ? 4 : 1);
             pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s);
             double bytes = class_bytes(g, (pdde_op_class)k);
+            int c0 = sp->n_curve[k];
+            if (c0 && sp->curve[k][c0 - 1].seconds * bytes / sp->curve[k][c0 - 1].bytes > max_run_s) {
+                pdde_graph_free(g); /* beyond the last point the model extrapolates its bandwidth anyway */
+                break;
+            }
             double t = time_graph(ctx, g, device, k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD);
             pdde_graph_free(g);
             int c = sp->n_curve[k];
@@ -211,12 +211,12 @@ static void measure_link(pdde_context *ctx, int device, pdde_cluster_link *l) {
             int n = 0;
             pdde_session_write(s, x, h, (size_t)bytes[i]);
             pdde_session_read(s, x, h, 4); /* a read synchronises what was written */
-            for (double end = now_s() + budget_s; n < 32 && (n < 3 || now_s() < end);) {
-                double t0 = now_s();
+            for (double end = bench_now() + budget_s; n < 32 && (n < 3 || bench_now() < end);) {
+                double t0 = bench_now();
                 if (pdde_session_write(s, x, h, (size_t)bytes[i]) || pdde_session_read(s, x, h, 4)) break;
-                v[n++] = now_s() - t0;
+                v[n++] = bench_now() - t0;
             }
-            if (n >= 3) t[i] = median(v, n);
+            if (n >= 3) t[i] = bench_median(v, n);
         }
         free(h);
         pdde_session_free(s);
@@ -280,12 +280,12 @@ static int comm_rank(const char *addr, int r, int fd) {
             bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK; /* warm-up */
             for (int i = 0; i < reps && !bad; i++) {
                 bad |= pdde_comm_barrier(c) != PDDE_OK;
-                double t0 = now_s();
+                double t0 = bench_now();
                 bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK;
-                v[n++] = now_s() - t0;
+                v[n++] = bench_now() - t0;
             }
             /* the ping-pong carried the message twice */
-            out[k][s] = n ? median(v, n) / (coll_cases[k].op == PDDE_COLL_SENDRECV ? 2 : 1) : NAN;
+            out[k][s] = n ? bench_median(v, n) / (coll_cases[k].op == PDDE_COLL_SENDRECV ? 2 : 1) : NAN;
         }
     }
     if (bad) fprintf(stderr, "pdde-bench: rank %d: collective failed: %s\n", r, pdde_last_error(ctx));
@@ -322,9 +322,9 @@ static int measure_comm(pdde_cluster *cl) {
     int bad = got != (ssize_t)sizeof res;
     for (int r = 0; r < 2; r++) {
         int status = 0;
-        double until = now_s() + 120;
+        double until = bench_now() + 120;
         pid_t w;
-        while ((w = waitpid(pids[r], &status, WNOHANG)) == 0 && now_s() < until) usleep(10000);
+        while ((w = waitpid(pids[r], &status, WNOHANG)) == 0 && bench_now() < until) usleep(10000);
         if (w == 0) kill(pids[r], SIGKILL), waitpid(pids[r], &status, 0), bad = 1;
         bad |= !WIFEXITED(status) || WEXITSTATUS(status);
     }
@@ -351,22 +351,54 @@ static int measure_comm(pdde_cluster *cl) {
 }
 #endif
 
+/* Loads a cluster file, says what is in it (or which field is wrong), optionally rewrites it. */
+static int check_file(const char *path, int rewrite) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context *ctx;
+    pdde_cluster *c = NULL;
+    if (pdde_context_init(&cp, &ctx)) return 1;
+    pdde_status st = pdde_cluster_load(ctx, path, &c);
+    if (!st) {
+        printf("%s: \"%s\": %d machines, %d devices\n", path, c->name, c->n_machines, pdde_cluster_n_devices(c));
+        for (int s = 0; s < c->n_specs; s++) {
+            int n = 0;
+            double mem = 0;
+            for (int m = 0; m < c->n_machines; m++)
+                for (int d = 0; d < c->machines[m].n_devices; d++)
+                    if (c->machines[m].devices[d].spec == s) n++, mem += (double)c->machines[m].devices[d].memory;
+            printf("  %3d x %-24s %-6s %8.1f TFLOP/s f32 peak, %7.1f GB/s, %.1f GiB total, %d GEMM points\n", n,
+                   c->specs[s].name, c->specs[s].backend, c->specs[s].peak_flops / 1e12, c->specs[s].mem_bandwidth / 1e9,
+                   mem / (1 << 30), c->specs[s].n_gemm);
+        }
+        if (rewrite) st = pdde_cluster_save(ctx, c, path);
+    }
+    if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
+    pdde_cluster_free(c);
+    pdde_context_free(ctx);
+    return st ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
-    const char *out = "cluster.json", *devices = NULL;
-    int no_comm = 0;
+    const char *out = "cluster.json", *devices = NULL, *check = NULL;
+    int no_comm = 0, rewrite = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1, budget_s = 0.04;
         else if (!strcmp(argv[i], "--no-comm")) no_comm = 1;
         else if (!strcmp(argv[i], "--devices") && i + 1 < argc) devices = argv[++i];
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
+        else if (!strcmp(argv[i], "--rewrite")) rewrite = 1;
         else {
-            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point]\n"
+                            "       %s --check cluster.json [--rewrite]\n", argv[0], argv[0]);
             return 2;
         }
     }
+    if (check) return check_file(check, rewrite);
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress as it comes */
-    double t0 = now_s();
+    double t0 = bench_now();
     pdde_cluster *cl = NULL;
     int comm_ok = -1;
 #ifdef PDDE_HAVE_UCX
@@ -415,7 +447,7 @@ int main(int argc, char **argv) {
     }
     pdde_status st = pdde_cluster_save(ctx, c, out);
     if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
-    else printf("wrote %s in %.1f s\n", out, now_s() - t0);
+    else printf("wrote %s in %.1f s\n", out, bench_now() - t0);
     pdde_cluster_free(c);
     pdde_context_free(ctx);
     return st ? 1 : 0;
