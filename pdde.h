@@ -166,8 +166,8 @@ typedef enum {
     PDDE_OP_SOFTMAX_BACK,         /* src: y, dy */
     PDDE_OP_CROSS_ENTROPY_BACK,   /* src: logits, targets, dloss (scalar) -> dlogits. With the
                                      forward: iparams[1] > 0 = logits split on the vocab (first
-                                     column iparams[0] of iparams[1], over mesh axis iparams[2]),
-                                     run by the SPMD session itself (cross-rank row reductions) */
+                                     column iparams[0] of iparams[1]), run by the executor itself
+                                     (cross-rank row reductions) */
     PDDE_OP_EMBEDDING_BACK,       /* src: base grad [V,C], ids, dy: base + scatter-add (in place);
                                      iparams as the embedding's (ids of other rows are skipped) */
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape */
@@ -182,18 +182,18 @@ typedef enum {
     PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq] */
     /* communication and device-boundary ops (distributed graph; see the planner) */
     PDDE_OP_COPY,                 /* to another device */
-    /* reshard collectives (inserted by the session where an op needs another layout of an input, see
-     * "Distributed attributes"): over the communicator of mesh axis iparams[4], along tensor dim
-     * iparams[5]; iparams[0] = reduce op. A gradient's reduction may start early (asynchronously) and
-     * a PDDE_OP_COMM_WAIT (src: the collective) completes it. */
+    /* reshard collectives (inserted by lowering where an op needs another layout of an input, see
+     * "Distributed attributes") and run by the executor, never by a backend: their mesh axis, dims
+     * and reduce op are the local program's, not op parameters. A gradient's reduction may start
+     * early (asynchronously) and a PDDE_OP_COMM_WAIT (src: the collective) completes it. */
     PDDE_OP_ALLREDUCE,            /* partial -> whole */
     PDDE_OP_REDUCE_SCATTER,       /* partial -> split */
-    PDDE_OP_ALLTOALL,             /* src0 split on dim iparams[7] -> split on dim iparams[5] instead */
+    PDDE_OP_ALLTOALL,             /* src0 split on one dim -> split on another instead */
     PDDE_OP_ALLGATHER,            /* split -> whole (with 2 srcs: the updated slices back into src0) */
     PDDE_OP_COMM_WAIT,
-    /* between pipeline stages (inserted by the session where a tensor moves to another mesh): SEND
-     * starts sending src0 to the rank at the same place of the consumer's mesh, RECV (no src) receives
-     * it; iparams[0] = peer rank, [1] = tag */
+    /* between pipeline stages (inserted by lowering where a tensor moves to another mesh; run by the
+     * executor): SEND starts sending src0 to the rank at the same place of the consumer's mesh, RECV
+     * (no src) receives it */
     PDDE_OP_SEND,
     PDDE_OP_RECV,
     PDDE_OP_COUNT
