@@ -158,6 +158,8 @@ float pdde_f16_to_f32(uint16_t h) {
 /* ================================================================================================
  * Context lifetime */
 
+#define PDDE_THREADS_PER_CORE 4
+
 pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **out) {
     if (!out) return PDDE_ERR_INVALID_ARG;
     *out = NULL;
@@ -166,7 +168,15 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     pdde_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return PDDE_ERR_OOM;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    ctx->n_threads = p.n_threads > 0 ? p.n_threads : (cores > 0 ? (int)cores : 1);
+    if (cores < 1) cores = 1;
+    ctx->n_threads = p.n_threads > 0 ? p.n_threads : (int)cores;
+    /* more threads than this only contend for the cores, and thousands exhaust the process's thread
+     * limit (device runtimes started later then fail to start their own) */
+    if (ctx->n_threads > PDDE_THREADS_PER_CORE * cores) {
+        fprintf(stderr, "pdde: %d threads asked for; using %ld (%d per online core, %ld cores)\n", ctx->n_threads,
+                PDDE_THREADS_PER_CORE * cores, PDDE_THREADS_PER_CORE, cores);
+        ctx->n_threads = (int)(PDDE_THREADS_PER_CORE * cores);
+    }
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;
     if (!p.backends) p.backends = getenv("PDDE_BACKENDS");
@@ -184,6 +194,8 @@ void pdde_context_free(pdde_context *ctx) {
     registry_free(ctx->registry);
     free(ctx);
 }
+
+#define PDDE_MAX_LAYER_ID (1 << 20) /* layer ids index per-layer tables */
 
 /* ================================================================================================
  * Graph building. Nodes are created in topological order (a node's inputs exist before it), so the
@@ -226,15 +238,27 @@ void pdde_graph_free(pdde_graph *g) {
 }
 
 pdde_status pdde_graph_status(const pdde_graph *g) { return g ? g->status : PDDE_ERR_INVALID_ARG; }
-pdde_context *pdde_graph_context(const pdde_graph *g) { return g->ctx; }
-int pdde_graph_n_tensors(const pdde_graph *g) { return g->n; }
-pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id) { return id >= 0 && id < g->n ? g->nodes[id] : NULL; }
-void pdde_graph_set_layer(pdde_graph *g, int layer) { g->layer = layer; }
+pdde_context *pdde_graph_context(const pdde_graph *g) { return g ? g->ctx : NULL; }
+int pdde_graph_n_tensors(const pdde_graph *g) { return g ? g->n : 0; }
+pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id) { return g && id >= 0 && id < g->n ? g->nodes[id] : NULL; }
+
+static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+void pdde_graph_set_layer(pdde_graph *g, int layer) {
+    if (!g) return;
+    if (layer < -1 || layer > PDDE_MAX_LAYER_ID) graph_fail(g, PDDE_ERR_INVALID_ARG, "set_layer: layer %d is not in -1..%d", layer, PDDE_MAX_LAYER_ID);
+    else g->layer = layer;
+}
 
 pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on) {
     if (!g) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;
-    if (layer < 0) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "set_recompute: layer %d must be >= 0", layer);
+    if (layer < 0 || layer > PDDE_MAX_LAYER_ID)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "set_recompute: layer %d must be in 0..%d", layer, PDDE_MAX_LAYER_ID);
     /* pdde_backward decides which activations the backward pass reads: too late after it */
     if (g->has_backward)
         return pdde_error(g->ctx, PDDE_ERR_STATE, "set_recompute: layer %d: call before pdde_backward", layer);
@@ -251,7 +275,7 @@ pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on) {
 }
 
 pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name) {
-    for (int i = 0; i < g->n; i++)
+    for (int i = 0; g && name && i < g->n; i++)
         if (strcmp(g->nodes[i]->name, name) == 0) return g->nodes[i];
     return NULL;
 }
@@ -295,13 +319,8 @@ static void shape_str(const pdde_tensor *t, char *buf, size_t n) {
 }
 
 /* Records the first building error; returns NULL so builders can `return graph_fail(...)`. */
-static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
 static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) {
-    if (g->status == PDDE_OK) {
+    if (g && g->status == PDDE_OK) {
         g->status = status;
         va_list ap;
         va_start(ap, fmt);
@@ -314,16 +333,37 @@ static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) 
 /* The name a node gets unless it is given one: its op and id. */
 static void default_name(const pdde_tensor *t, char name[64]) { snprintf(name, 64, "%s.%d", pdde_op_name(t->op), t->id); }
 
+/* The element count of a shape: -1 and *numel when no dim is negative and the product of the
+ * nonzero dims is at most 2^60 (bytes of up to 8-byte elements fit in an int64); else the first
+ * negative dim, or -2. */
+static int shape_numel(int ndim, const int64_t *shape, int64_t *numel) {
+    int64_t n = 1;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return i;
+        if (shape[i] == 0) { empty = true; continue; }
+        if (shape[i] > ((int64_t)1 << 60) / n) return -2;
+        n *= shape[i];
+    }
+    *numel = empty ? 0 : n;
+    return -1;
+}
+
 /* Creates a node. Any NULL source means an earlier error: propagate it. */
 static pdde_tensor *new_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int ndim, const int64_t *shape, int nsrc,
                              pdde_tensor *const *src) {
-    if (g->status != PDDE_OK) return NULL;
+    if (!g || g->status != PDDE_OK) return NULL;
     for (int i = 0; i < nsrc; i++)
         if (!src[i]) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: input %d is NULL", pdde_op_name(op), i);
     if (ndim < 0 || ndim > PDDE_MAX_DIMS)
         return graph_fail(g, PDDE_ERR_SHAPE, "%s: %d dims (at most %d)", pdde_op_name(op), ndim, PDDE_MAX_DIMS);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0) return graph_fail(g, PDDE_ERR_SHAPE, "%s: negative dim %d", pdde_op_name(op), i);
+    if (ndim > 0 && !shape) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: shape is NULL", pdde_op_name(op));
+    /* zero-sized dims are legal (empty tensors); sizes are bounded so that no byte count, stride or
+     * offset computed from them overflows */
+    int64_t numel;
+    int bad = shape_numel(ndim, shape, &numel);
+    if (bad >= 0) return graph_fail(g, PDDE_ERR_SHAPE, "%s: negative dim %d (%lld)", pdde_op_name(op), bad, (long long)shape[bad]);
+    if (bad == -2) return graph_fail(g, PDDE_ERR_SHAPE, "%s: more than 2^60 elements (dims of an empty tensor count too)", pdde_op_name(op));
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 256;
         pdde_tensor **nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
@@ -358,7 +398,7 @@ void pdde_mark_output(pdde_tensor *t) { if (t) t->flags |= PDDE_TENSOR_OUTPUT; }
 
 static pdde_tensor *new_leaf(pdde_graph *g, const char *name, pdde_dtype dt, int ndim, const int64_t *shape,
                              uint32_t flags) {
-    if (g->status != PDDE_OK) return NULL;
+    if (!g || g->status != PDDE_OK) return NULL;
     if ((unsigned)dt >= PDDE_DTYPE_COUNT) return graph_fail(g, PDDE_ERR_DTYPE, "%s: unknown dtype %d", name ? name : "leaf", dt);
     if (ndim > 0 && !shape) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: shape is NULL", name ? name : "leaf");
     pdde_tensor *t = new_node(g, PDDE_OP_NONE, dt, ndim, shape, 0, NULL);
@@ -373,6 +413,7 @@ pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype dt, int ndim
 }
 
 pdde_tensor *pdde_param(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float init_std) {
+    if (g && !isfinite(init_std)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: init_std %g is not finite", name ? name : "param", init_std);
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, ndim, shape, PDDE_TENSOR_PARAM);
     if (t) t->fparams[0] = init_std;
     return t;
@@ -433,6 +474,7 @@ pdde_tensor *pdde_relu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_
 pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_SILU, x); }
 
 pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s) {
+    if (!isfinite(s)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "scale: factor %g of %s is not finite", s, a ? a->name : "NULL");
     pdde_tensor *t = unary(g, PDDE_OP_SCALE, a);
     if (t) t->fparams[0] = s;
     return t;
@@ -468,6 +510,7 @@ static pdde_tensor *norm_node(pdde_graph *g, pdde_op op, pdde_tensor *x, pdde_te
     pdde_tensor *src[3] = {x, gamma, beta};
     int nsrc = op == PDDE_OP_LAYERNORM ? 3 : 2;
     if (!x || !gamma || (nsrc == 3 && !beta)) return new_node(g, op, PDDE_F32, 0, NULL, nsrc, src);
+    if (!(eps >= 0) || !isfinite(eps)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: eps %g of %s must be finite and >= 0", pdde_op_name(op), eps, x->name);
     int64_t C = x->ndim ? x->shape[x->ndim - 1] : 0;
     for (int i = 1; i < nsrc; i++)
         if (src[i]->ndim != 1 || src[i]->shape[0] != C)
@@ -495,8 +538,8 @@ pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal) {
 
 pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
     if (!q || !k || !v) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention: NULL input");
-    if (q->ndim != 4 || !same_shape(q, k) || !same_shape(q, v))
-        return graph_fail(g, PDDE_ERR_SHAPE, "attention: q, k, v (%s, %s, %s) must all be [B, H, T, D]", q->name, k->name, v->name);
+    if (q->ndim != 4 || !same_shape(q, k) || !same_shape(q, v) || q->shape[3] < 1)
+        return graph_fail(g, PDDE_ERR_SHAPE, "attention: q, k, v (%s, %s, %s) must all be [B, H, T, D] with D >= 1", q->name, k->name, v->name);
     pdde_tensor *att = pdde_matmul(g, q, k, 0, 1);
     att = pdde_scale(g, att, 1.0f / sqrtf((float)q->shape[3]));
     att = pdde_softmax(g, att, 1);
@@ -528,8 +571,10 @@ pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids)
 
 pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t *shape) {
     if (!x) return new_node(g, PDDE_OP_RESHAPE, PDDE_F32, 0, NULL, 1, &x);
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    int64_t n = 0;
+    if (ndim < 0 || ndim > PDDE_MAX_DIMS || (ndim > 0 && !shape))
+        return graph_fail(g, PDDE_ERR_SHAPE, "reshape: %s: %d dims (at most %d) or a NULL shape", x->name, ndim, PDDE_MAX_DIMS);
+    if (shape_numel(ndim, shape, &n) != -1) return new_node(g, PDDE_OP_RESHAPE, x->dtype, ndim, shape, 1, &x); /* (its message) */
     if (n != pdde_tensor_numel(x)) {
         char sx[96];
         shape_str(x, sx, sizeof sx);
@@ -543,6 +588,7 @@ pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t
 
 pdde_tensor *pdde_permute(pdde_graph *g, pdde_tensor *x, const int *perm) {
     if (!x) return new_node(g, PDDE_OP_PERMUTE, PDDE_F32, 0, NULL, 1, &x);
+    if (!perm) return graph_fail(g, PDDE_ERR_INVALID_ARG, "permute: %s: perm is NULL", x->name);
     int64_t shape[PDDE_MAX_DIMS];
     int seen = 0;
     for (int i = 0; i < x->ndim; i++) {
@@ -569,7 +615,7 @@ pdde_tensor *pdde_transpose(pdde_graph *g, pdde_tensor *x, int d0, int d1) {
 }
 
 pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis) {
-    if (n < 1 || n > PDDE_MAX_SRC) return graph_fail(g, PDDE_ERR_INVALID_ARG, "concat: %d inputs (1..%d)", n, PDDE_MAX_SRC);
+    if (n < 1 || n > PDDE_MAX_SRC || !xs) return graph_fail(g, PDDE_ERR_INVALID_ARG, "concat: %d inputs (1..%d)", n, PDDE_MAX_SRC);
     for (int i = 0; i < n; i++)
         if (!xs[i]) return new_node(g, PDDE_OP_CONCAT, PDDE_F32, 0, NULL, n, xs);
     const pdde_tensor *x0 = xs[0];
@@ -592,19 +638,20 @@ pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis)
 pdde_tensor *pdde_slice(pdde_graph *g, pdde_tensor *x, int axis, int64_t start, int64_t len) {
     if (!x) return new_node(g, PDDE_OP_SLICE, PDDE_F32, 0, NULL, 1, &x);
     if (axis < 0) axis += x->ndim;
-    if (axis < 0 || axis >= x->ndim || start < 0 || len < 0 || start + len > x->shape[axis])
+    if (axis < 0 || axis >= x->ndim || start < 0 || len < 0 || start > x->shape[axis] || len > x->shape[axis] - start)
         return graph_fail(g, PDDE_ERR_SHAPE, "slice: [%lld, %lld) along axis %d is outside %s", (long long)start,
                           (long long)(start + len), axis, x->name);
     int64_t shape[PDDE_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[axis] = len;
     pdde_tensor *t = new_node(g, PDDE_OP_SLICE, x->dtype, x->ndim, shape, 1, &x);
+    if (t && start > INT32_MAX) return graph_fail(g, PDDE_ERR_UNSUPPORTED, "slice: start %lld of %s is beyond 2^31 - 1", (long long)start, x->name);
     if (t) t->iparams[0] = axis, t->iparams[1] = (int32_t)start;
     return t;
 }
 
 pdde_tensor *pdde_split(pdde_graph *g, pdde_tensor *x, int axis, int n, pdde_tensor **out) {
-    if (!x || n < 1) return graph_fail(g, PDDE_ERR_INVALID_ARG, "split: NULL input or n < 1");
+    if (!x || n < 1 || !out) return graph_fail(g, PDDE_ERR_INVALID_ARG, "split: NULL input or output, or n < 1");
     int ax = axis < 0 ? axis + x->ndim : axis;
     if (ax < 0 || ax >= x->ndim || x->shape[ax] % n)
         return graph_fail(g, PDDE_ERR_SHAPE, "split: axis %d of %s is not divisible into %d parts", axis, x->name, n);
@@ -635,7 +682,7 @@ pdde_tensor *pdde_sum(pdde_graph *g, pdde_tensor *x, int axis, int keepdim) { re
 pdde_tensor *pdde_mean(pdde_graph *g, pdde_tensor *x, int axis, int keepdim) { return reduce(g, PDDE_OP_MEAN, x, axis, keepdim); }
 
 pdde_tensor *pdde_dropout(pdde_graph *g, pdde_tensor *x, float p, uint64_t seed) {
-    if (p < 0 || p >= 1) return graph_fail(g, PDDE_ERR_INVALID_ARG, "dropout: p = %g must be in [0, 1)", p);
+    if (!(p >= 0 && p < 1)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "dropout: p = %g must be in [0, 1)", p);
     pdde_tensor *t = unary(g, PDDE_OP_DROPOUT, x);
     if (t) t->fparams[0] = p, t->iparams[0] = (int32_t)(uint32_t)seed, t->iparams[1] = (int32_t)(uint32_t)(seed >> 32);
     return t;
@@ -667,7 +714,8 @@ static pdde_tensor *grad_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, i
 }
 
 static pdde_tensor *flatten_rows(pdde_graph *g, pdde_tensor *x) {
-    int64_t shape[2] = {pdde_tensor_numel(x) / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
+    int64_t shape[2] = {1, x->shape[x->ndim - 1]};
+    for (int d = 0; d < x->ndim - 1; d++) shape[0] *= x->shape[d]; /* (not numel / last: the last may be 0) */
     return x->ndim == 2 ? x : pdde_reshape(g, x, 2, shape);
 }
 
@@ -770,7 +818,9 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         break;
     }
     case PDDE_OP_SUM: dsrc[0] = expand_back(g, y, dy, 1.0f); break;
-    case PDDE_OP_MEAN: dsrc[0] = expand_back(g, y, dy, (float)pdde_tensor_numel(y) / (float)pdde_tensor_numel(x)); break;
+    case PDDE_OP_MEAN: /* (an empty x has an empty gradient: no factor to compute) */
+        dsrc[0] = expand_back(g, y, dy, pdde_tensor_numel(x) ? (float)pdde_tensor_numel(y) / (float)pdde_tensor_numel(x) : 0.0f);
+        break;
     case PDDE_OP_DROPOUT: {
         dsrc[0] = node_with(g, PDDE_OP_DROPOUT_BACK, x, 1, &dy);
         if (dsrc[0]) memcpy(dsrc[0]->iparams, y->iparams, sizeof y->iparams), dsrc[0]->fparams[0] = y->fparams[0];

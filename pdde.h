@@ -80,7 +80,8 @@ typedef struct pdde_backend_iface pdde_backend_iface;
 typedef struct pdde_comm pdde_comm; /* a communicator (see "Communication") */
 
 typedef struct {
-    int n_threads;        /* CPU threads for kernels; 0 = all online cores */
+    int n_threads;        /* CPU threads for kernels; 0 = all online cores; at most 4 per online core (more are
+                             capped, with a message on stderr) */
     uint64_t seed;        /* seed of the context RNG (initial weights); 0 = 1234 */
     int log_level;        /* 0 = errors only (default), 1 = info, 2 = debug */
     /* Out-of-tree backends, tried after the built-in ones (the registry is fixed for the context). */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -225,12 +226,135 @@ static void test_not_regular_files(void) {
     tiny_free(&t);
 }
 
-int main(void) {
+
+/* ------------------------------------------------------------------------------------------------
+ * Shapes and arguments: zero-sized dims are refused where a tensor is made (they divided by zero in
+ * the backward pass), absurd sizes and NULLs give errors, threads are capped */
+
+static void test_zero_and_absurd_shapes(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_context_init(&cp, &ctx);
+    /* the crash of the report: a batched matmul over a zero-sized inner dim, differentiated (its weight
+     * gradient flattens the rows, which divided by the zero last dim). Empty tensors are legal: y is
+     * the bias broadcast, the loss mean(bias^2), the bias gradient bias / 2 (mean over 4 columns x 2) */
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *a = pdde_input(g, "a", PDDE_F32, 3, (int64_t[]){2, 3, 0});
+    pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){0, 4}, 0.1f);
+    pdde_tensor *bias = pdde_param(g, "bias", 1, (int64_t[]){4}, 0.5f);
+    pdde_tensor *y = pdde_bias_add(g, pdde_matmul(g, a, w, 0, 0), bias);
+    pdde_tensor *loss = pdde_mean(g, pdde_mul(g, y, y), -1, 0);
+    CHECK(pdde_backward(g, loss) == PDDE_OK, "backward through an empty matmul: %s", pdde_last_error(ctx));
+    pdde_optimizer_params sgd = PDDE_OPTIMIZER_PARAMS_INIT;
+    sgd.lr = 0.5f;
+    CHECK(pdde_optimizer_sgd(g, &sgd) == PDDE_OK, "optimizer: %s", pdde_last_error(ctx));
+    pdde_session *s = NULL;
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "session with empty tensors: %s", pdde_last_error(ctx));
+    float b0[4], b1[4], expect = 0;
+    if (s) {
+        pdde_session_read(s, bias, b0, sizeof b0);
+        for (int i = 0; i < 4; i++) expect += b0[i] * b0[i] / 4;
+        CHECK(pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK, "a step: %s", pdde_last_error(ctx));
+        CHECK(test_close(pdde_session_loss(s), expect, 1e-5, 1e-7), "loss %g, expected mean(bias^2) = %g", pdde_session_loss(s), expect);
+        pdde_session_read(s, bias, b1, sizeof b1);
+        for (int i = 0; i < 4; i++) /* d/db mean over 24 of b^2 = 6 * 2b / 24 */
+            CHECK(test_close(b1[i], b0[i] - 0.5f * b0[i] / 2, 1e-5, 1e-7), "bias[%d] %g after SGD, expected %g", i, b1[i], b0[i] - 0.25f * b0[i]);
+    }
+    pdde_session_free(s);
+    pdde_graph_free(g);
+
+    /* negative dims, and an attention whose head dim is empty (its 1/sqrt(D) scale would be infinite) */
+    pdde_graph_init(ctx, &g);
+    CHECK(!pdde_input(g, "i", PDDE_F32, 2, (int64_t[]){-3, 2}) && pdde_graph_status(g) == PDDE_ERR_SHAPE &&
+          contains(pdde_last_error(ctx), "negative"), "a negative dim is refused: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *q = pdde_input(g, "q", PDDE_F32, 4, (int64_t[]){1, 2, 3, 0});
+    CHECK(!pdde_attention(g, q, q, q) && pdde_graph_status(g) == PDDE_ERR_SHAPE, "attention with D = 0 is refused: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+
+    /* sizes whose byte count overflows, NULL arguments, non-finite constants */
+    pdde_graph_init(ctx, &g);
+    int64_t huge = (int64_t)1 << 40;
+    CHECK(!pdde_input(g, "h", PDDE_F32, 3, (int64_t[]){huge, huge, huge}) && pdde_graph_status(g) == PDDE_ERR_SHAPE,
+          "2^120 elements are refused: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 6});
+    CHECK(!pdde_slice(g, x, 1, INT64_MAX, 2) && pdde_graph_status(g) == PDDE_ERR_SHAPE, "a slice past the end (overflowing start + len)");
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 6});
+    CHECK(!pdde_reshape(g, x, 2, NULL) && !pdde_permute(g, x, NULL) && !pdde_concat(g, 2, NULL, 0) && pdde_graph_status(g) != PDDE_OK,
+          "NULL shapes and lists are refused");
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 6});
+    CHECK(!pdde_scale(g, x, NAN) && pdde_graph_status(g) == PDDE_ERR_INVALID_ARG, "a NaN scale is refused");
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    CHECK(!pdde_dropout(g, pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){4}), NAN, 1) && pdde_graph_status(g) == PDDE_ERR_INVALID_ARG,
+          "a NaN dropout rate is refused");
+    CHECK(pdde_graph_set_recompute(g, INT32_MAX, 1) != PDDE_OK, "a layer id of 2^31 - 1 is refused");
+    pdde_graph_free(g);
+    CHECK(!pdde_input(NULL, "x", PDDE_F32, 1, (int64_t[]){4}) && pdde_graph_n_tensors(NULL) == 0 && !pdde_graph_find(NULL, "x"),
+          "a NULL graph is an error, not a crash");
+
+    /* the example model: heads that do not divide the width */
+    gpt_config bad = {.vocab = 32, .ctx = 8, .layers = 1, .heads = 0, .width = 16, .batch = 2};
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    CHECK(gpt_build(g, &bad, &m) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(ctx), "heads"), "gpt with 0 heads: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+
+    cp.n_threads = 100000; /* thousands of threads exhaust the process's limit (a device runtime then aborts) */
+    CHECK(pdde_context_init(&cp, &ctx) == PDDE_OK, "context");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(pdde_context_n_threads(ctx) >= 1 && pdde_context_n_threads(ctx) <= 4 * cores, "threads capped: %d for %ld cores",
+          pdde_context_n_threads(ctx), cores);
+    pdde_context_free(ctx);
+}
+
+/* The tools refuse bad arguments with exit status 2 and a message naming the argument. */
+static char build_dir[256];
+
+static void test_tool_arguments(void) {
+    static const char *const cases[][2] = {
+        {"pdde-plan --dp -1", "--dp"}, {"pdde-plan --zero 5", "--zero"}, {"pdde-plan --width 0", "--width"},
+        {"pdde-plan --heads 0", "--heads"}, {"pdde-plan --tp x", "--tp"}, {"gpt --lr nan", "--lr"},
+        {"gpt --weight-decay nan", "--weight-decay"}, {"gpt --zero 5", "--zero"}, {"gpt --dp -1", "--dp"},
+    };
+    char exe[300];
+    snprintf(exe, sizeof exe, "%s/pdde-plan", build_dir);
+    if (access(exe, X_OK) != 0) { printf("skip: tool arguments (no %s)\n", exe); return; }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char cmd[600], out[4096] = "";
+        snprintf(cmd, sizeof cmd, "%s/%s --steps 0 2>&1 >/dev/null", build_dir, cases[k][0]);
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[n] = 0;
+        int rc = p ? pclose(p) : -1;
+        CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && contains(out, cases[k][1]), "%s: exit status %d, message '%s'", cases[k][0],
+              WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out);
+    }
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    snprintf(build_dir, sizeof build_dir, "%s", argv[0]);
+    char *slash = strrchr(build_dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(build_dir, sizeof build_dir, ".");
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pdde_test_robust.XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     signal(SIGALRM, on_alarm);
     test_checkpoint_records();
     test_not_regular_files();
+    test_zero_and_absurd_shapes();
+    test_tool_arguments();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
