@@ -53,7 +53,7 @@ endif
 CFLAGS += $(DEFS)
 
 LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
-TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c))
+TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
 EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
@@ -103,7 +103,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-asan demo bench-gpt bench-comm bench-ops bench-parallel install clean
+.PHONY: all deps-report test test-installed test-asan demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -121,10 +121,13 @@ $(BUILD)/libpdde.a: $(BUILD)/pdde.o
 	ar rcs $@ $^
 
 $(BUILD)/libpdde.so: $(BUILD)/pdde.o
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libpdde.so.$(SOVERSION) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%: tests/%.c tests/test_util.h $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
+
+$(BUILD)/%: tests/%.sh | $(BUILD)
+	cp $< $@ && chmod +x $@
 
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
@@ -137,14 +140,20 @@ $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h)
 
 # The portable build (no OpenBLAS: pdde's own GEMM; no UCX: the library without comm/) runs the numerical tests too.
 PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
-test: all $(TESTS)
+# make test first installs what is missing (as make demo does), then reads this Makefile again so
+# that the optional dependencies it just installed are found.
+test:
+	@bash tools/install-deps.sh
+	@$(MAKE) --no-print-directory test-installed
+
+test-installed: all $(TESTS)
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS)
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
-	  LDLIBS_EXTRA=-fsanitize=address,undefined test
+	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
 
 demo:
 	@bash tools/demo.sh
@@ -165,13 +174,25 @@ bench-comm: all
 bench-parallel: all
 	@$(BUILD)/bench_parallel $(or $(BENCH_PARALLEL_STEPS),15)
 
+# Installed like a Debian library: versioned .so with a SONAME, DESTDIR for staging, and a pdde.pc whose
+# Cflags carry the feature macros this build was made with (examples test PDDE_HAVE_UCX, say).
+VERSION   := 0.1.0
+SOVERSION := 0
+LIBDIR     = $(DESTDIR)$(PREFIX)/lib
 install: all
-	install -d $(PREFIX)/lib $(PREFIX)/include $(PREFIX)/bin $(PREFIX)/lib/pkgconfig
-	install -m 644 $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(PREFIX)/lib/
-	install -m 644 pdde.h $(PREFIX)/include/
-	for t in $(TOOLS); do install -m 755 $$t $(PREFIX)/bin/; done
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: pdde\nDescription: adaptive distributed training engine\nVersion: 0.1.0\nLibs: -L$${libdir} -lpdde\nLibs.private: %s\nCflags: -I$${includedir}\n' \
-	  '$(PREFIX)' '$(LDLIBS)' > $(PREFIX)/lib/pkgconfig/pdde.pc
+	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
+	install -m 644 $(BUILD)/libpdde.a $(LIBDIR)/
+	install -m 755 $(BUILD)/libpdde.so $(LIBDIR)/libpdde.so.$(VERSION)
+	ln -sf libpdde.so.$(VERSION) $(LIBDIR)/libpdde.so.$(SOVERSION)
+	ln -sf libpdde.so.$(SOVERSION) $(LIBDIR)/libpdde.so
+	install -m 644 pdde.h $(DESTDIR)$(PREFIX)/include/
+	for t in $(TOOLS); do install -m 755 $$t $(DESTDIR)$(PREFIX)/bin/; done
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: pdde\nDescription: adaptive distributed training engine\nVersion: %s\nLibs: -L$${libdir} -lpdde\nLibs.private: %s\nCflags: -I$${includedir} %s\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(strip $(LDLIBS))' '$(strip $(DEFS))' > $(LIBDIR)/pkgconfig/pdde.pc
+
+uninstall:
+	rm -f $(LIBDIR)/libpdde.a $(LIBDIR)/libpdde.so $(LIBDIR)/libpdde.so.$(SOVERSION) $(LIBDIR)/libpdde.so.$(VERSION) \
+	  $(LIBDIR)/pkgconfig/pdde.pc $(DESTDIR)$(PREFIX)/include/pdde.h $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS)))
 
 clean:
 	rm -rf $(BUILD)

@@ -645,6 +645,61 @@ pdde_status pdde_strategy_pipeline(pdde_graph *g, const pdde_mesh *mesh, const c
 pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int n_layers, int chunks);
 
 /* ---------------------------------------------------------------------------------------------------
+ * The planner search (planner/search.c): how to run a layered model on a set of devices. It tries
+ * every data x tensor x pipeline degree the devices allow (and plans leaving the slowest devices out),
+ * micro-batch counts, ZeRO stages, recompute and interleaved stages, cuts the layers (ids of
+ * pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and predicts each
+ * candidate's step time and per-device memory from the graph's work per layer and the devices'
+ * speeds, memories and links. Reads the symbolic graph only (build it at any size). */
+#define PDDE_PLAN_MAX_STAGES 64
+
+typedef struct {
+    int n_devices;
+    const double *flops;        /* [n] effective FLOP/s of each device on the model's GEMMs */
+    const double *mem_bw;       /* [n] B/s of each device's memory (the other ops) */
+    const double *memory;       /* [n] bytes each device may use */
+    const int *host;            /* [n] host id of each device; NULL = one host */
+    double intra_bw, intra_lat; /* a link between devices of one host: B/s, s */
+    double inter_bw, inter_lat; /* between hosts */
+} pdde_plan_devices;
+
+typedef struct {
+    int64_t batch;       /* the global batch the graph was built with (required) */
+    int n_layers;        /* layer ids 0..n_layers-1; 0 = from the graph */
+    int tp_divisor;      /* tensor-parallel degrees must divide this (e.g. attention heads); 0 = any */
+    int max_micro;       /* 0 = 64 */
+    int no_tp, no_pp, no_zero, no_recompute; /* 1 leaves a dimension out of the search */
+    int overlap_dp;      /* 1: data-parallel gradient reductions overlap backward (spare cores, GPUs) */
+} pdde_plan_params;
+#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0}
+
+/* A plan: dp x tp x pp ranks on a [dp, tp, pp] mesh (pp innermost; rank r on the r-th device used, in
+ * the cluster's order), micro-batches per step, ZeRO stage over dp, recompute of every layer,
+ * interleaved runs per stage, and the layers of each stage. */
+typedef struct {
+    int dp, tp, pp, micro, zero, recompute, chunks;
+    int stage_first[PDDE_PLAN_MAX_STAGES + 1]; /* stage s runs layers [stage_first[s], stage_first[s+1]) */
+    double step_s;      /* predicted step time (for a rejected plan: had it fitted) */
+    double bubble_s;    /* of which the pipeline fills and drains */
+    double peak_bytes;  /* predicted memory of the fullest device */
+    int peak_device;
+    char why[160];      /* a rejected plan: why it does not fit ("out of memory on device 3 ..."); else "" */
+} pdde_plan;
+
+/* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
+ * plans[*n_fit..*n_fit + *n_rejected) with the fastest that do not fit and why. PDDE_ERR_NO_PLAN
+ * (with the closest plan's reason in the message) when nothing fits. */
+pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params,
+                             pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected);
+/* Predicts one plan (plan->stage_first all 0: an even cut), on its dp*tp*pp fastest devices, as the
+ * search would: fills step_s, bubble_s, peak_bytes, peak_device and why ("" when it fits). */
+pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan);
+/* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3]"; returns what snprintf would. */
+int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
+/* Parses that form (keys in any order, missing ones 1 or 0; stages = layers per stage). */
+pdde_status pdde_plan_parse(const char *text, pdde_plan *out);
+
+/* ---------------------------------------------------------------------------------------------------
  * Communication (comm/): a bootstrap key-value store, rank discovery from launcher environments, a
  * transport plugin interface (UCX built in) and communicators with collectives.
  *
@@ -780,8 +835,7 @@ typedef struct {
  * UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) override pdde's choices. */
 const pdde_transport_iface *pdde_transport_ucx(void);
 
-/* Communicators and collectives. */
-typedef struct pdde_comm pdde_comm;
+/* Communicators (pdde_comm, declared with the context) and collectives. */
 typedef struct pdde_comm_request pdde_comm_request;
 
 typedef enum { PDDE_REDUCE_SUM = 0, PDDE_REDUCE_AVG, PDDE_REDUCE_MAX, PDDE_REDUCE_MIN } pdde_reduce_op;

@@ -11,7 +11,7 @@
  * Text is tokenized byte by byte (vocabulary 256). 90% of the file trains, 10% validates. */
 #define _GNU_SOURCE
 #include "pdde.h"
-#include "examples/gpt.h"
+#include "gpt.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +24,8 @@ typedef struct {
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
-    const char *data, *ckpt_dir, *blocks_on;
+    const char *data, *ckpt_dir, *blocks_on, *plan;
+    pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
 
 static double now(void) {
@@ -42,7 +43,9 @@ static void usage(void) {
             "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n"
             "           [--pp-chunks N]    (interleaved stages: N runs of layers per stage; --micro a multiple of --pp)\n"
             "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n"
-            "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n");
+            "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n"
+            "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
+            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -81,6 +84,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
+        else if (!strcmp(a, "--plan")) o->plan = v;
         else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(); return -1; }
         char *end = NULL;
         long x = 0;
@@ -91,6 +95,11 @@ static int parse(int argc, char **argv, options *o) {
             if (end == v || *end || !isfinite(*fv) || *fv < 0) { fprintf(stderr, "gpt: %s wants a finite number >= 0, got '%s'\n", a, v); return -1; }
         }
         i++;
+    }
+    if (o->plan) {
+        pdde_plan *p = &o->parsed_plan;
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..]\n", o->plan); return -1; }
+        o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
     }
     gpt_config *m = &o->model;
     if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->ctx < 2 || m->vocab < 256 || m->batch < 1 || m->width % m->heads) {
@@ -220,7 +229,8 @@ int main(int argc, char **argv) {
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     /* recompute: only the residual stream between blocks is kept for backward */
-    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute, o.pp_chunks};
+    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute, o.pp_chunks, NULL};
+    if (o.plan) plan = gpt_plan_of(&o.parsed_plan);
     TRY(gpt_build_plan(g, &o.model, &plan, &op, &m));
     pdde_mark_output(m.logits);
 

@@ -133,7 +133,17 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
 typedef struct {
     int dp, tp, pp, micro, zero, recompute;
     int pp_chunks; /* runs of layers per pipeline stage (interleaved stages); 0 or 1: one */
+    /* with pp > 1 and one run per stage: stage s runs layer ids [stage_first[s], stage_first[s+1]) of
+     * the layers + 2 (embedding, blocks, head), as the planner cuts them; NULL = an even cut */
+    const int *stage_first;
 } gpt_plan;
+
+/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts point into p. */
+static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
+    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute, p->chunks, NULL};
+    if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
+    return g;
+}
 
 /* The training graph of a plan: the model for one micro-batch (c->batch / micro rows of the global
  * batch), each block recomputed in backward if asked, AdamW (opt, with grad_accum_steps = micro).
@@ -161,7 +171,19 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (!(mesh = pdde_mesh_create(g, n, shape, names, NULL))) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
-        if (!st && p->pp > 1) st = pdde_strategy_pipeline_interleaved(g, mesh, "pp", c->layers + 2, p->pp_chunks > 1 ? p->pp_chunks : 1);
+        if (!st && p->pp > 1 && p->stage_first && p->pp_chunks <= 1) {
+            if (p->stage_first[0] != 0 || p->stage_first[p->pp] != c->layers + 2) {
+                pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: the stages cut %d..%d, not the %d layers", p->stage_first[0],
+                           p->stage_first[p->pp], c->layers + 2);
+                return PDDE_ERR_INVALID_ARG;
+            }
+            for (int s = 0; s < p->pp && !st; s++) {
+                const pdde_mesh *stage = pdde_mesh_slice(g, mesh, n - 1, s);
+                st = stage ? pdde_graph_set_layer_mesh(g, p->stage_first[s], p->stage_first[s + 1] - 1, stage) : pdde_graph_status(g);
+            }
+        } else if (!st && p->pp > 1) {
+            st = pdde_strategy_pipeline_interleaved(g, mesh, "pp", c->layers + 2, p->pp_chunks > 1 ? p->pp_chunks : 1);
+        }
     }
     for (int l = 1; l <= c->layers && !st && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
     pdde_optimizer_params op = *opt;

@@ -7,6 +7,7 @@
  *   completion.c  annotations (pdde_shard) and completion over the whole graph, the program dump
  *   strategy.c    helpers emitting the annotations of data parallel, ZeRO, tensor, vocab and pipeline
  *                 parallelism
+ *   search.c      the planner search: degrees, micro-batches, ZeRO, recompute, stage cuts per device
  * (partition.c, SPMD execution, is included by pdde.c's executor: it works on the session.) */
 
 /* A conflict that completion resolved by an op's rule (kept for the dump and the tests). */
@@ -59,3 +60,4 @@ static struct planner_graph *planner_of(pdde_graph *g) {
 #include "planner/spmd_rules.c"
 #include "planner/completion.c"
 #include "planner/strategy.c"
+#include "planner/search.c"

@@ -1,0 +1,460 @@
+/* planner/search.c — the global planner: chooses how to run a layered model on a set of devices.
+ *
+ * It enumerates the data / tensor / pipeline degrees, micro-batch counts, ZeRO stages, recompute and
+ * interleaved stages, cuts the layers into pipeline stages sized by each stage's devices (speed and
+ * memory), predicts every candidate's step time and per-device memory, and returns the fastest plans
+ * that fit with the rejected ones and why. It reads the symbolic graph through the public API only
+ * (a 260B-parameter model is a few thousand nodes of metadata) and allocates no tensor data.
+ *
+ * The estimate is analytic, per layer, so that thousands of candidates on thousands of devices are
+ * ranked in seconds:
+ *   - work per layer from the graph: GEMM FLOPs, memory traffic of the other ops, parameters,
+ *     activations kept for backward, bytes crossing to later layers, tensor-parallel reductions;
+ *   - a stage's time per micro-batch: forward + 2x backward (+ forward again with recompute) on its
+ *     slowest device (FLOP/s for GEMMs, B/s for the rest), tensor-parallel allreduces and
+ *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall);
+ *   - 1F1B: step = (m + (p - 1) / v) * max over stages of (per-micro time + the stage's gradient
+ *     reduction and optimizer update spread over those slots);
+ *   - memory per device: parameters, gradients, AdamW state (each divided by dp as the ZeRO stage
+ *     says), activations of the micro-batches the schedule keeps alive (checkpoints only, plus one
+ *     layer, with recompute).
+ * Stage boundaries come from a dynamic program that minimises the slowest stage exactly (each
+ * stage's cost grows with its range, the prefix optimum with the prefix, so the split point is found
+ * by bisection: O(stages x layers x log layers) per candidate). */
+
+#include <float.h>
+
+typedef struct {
+    int n_layers;
+    double *flops;   /* [L] forward GEMM FLOPs of the layer for the graph's whole batch */
+    double *bytes;   /* [L] forward memory traffic of its other ops */
+    double *params;  /* [L] parameter bytes */
+    double *acts;    /* [L] activation bytes backward keeps */
+    double *out;     /* [L] bytes of the layer's results read by later layers */
+    double *tp_ar;   /* [L] bytes allreduced per forward under tensor parallelism */
+    int *tp_n;       /* [L] allreduces per forward under tensor parallelism */
+} plan_profile;
+
+static void plan_profile_free(plan_profile *p) {
+    free(p->flops);
+    free(p->tp_n);
+}
+
+/* Layer l's work, read off the forward nodes. A layer's GEMMs with a weight parameter alternate
+ * column- and row-parallel under Megatron tensor parallelism: every second one ends in an allreduce of
+ * its output, and so does an embedding lookup (vocab parallel). */
+static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile *p) {
+    memset(p, 0, sizeof *p);
+    int n = pdde_graph_n_tensors(g), L = 1;
+    for (int i = 0; i < n && n_layers <= 0; i++) {
+        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->layer + 1 > L) L = t->layer + 1;
+    }
+    if (n_layers > 0) L = n_layers;
+    p->n_layers = L;
+    double *mem = calloc((size_t)L * 6, sizeof *mem);
+    int *cnt = calloc((size_t)L * 2, sizeof *cnt);
+    uint8_t *counted = calloc((size_t)n, 1);
+    if (!mem || !cnt || !counted) {
+        free(mem), free(cnt), free(counted);
+        return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "plan: out of memory");
+    }
+    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L;
+    p->tp_n = cnt;
+    int *weight_gemms = cnt + L;
+    for (int i = 0; i < n; i++) {
+        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        int l = t->layer >= 0 && t->layer < L ? t->layer : 0;
+        double nb = (double)pdde_tensor_nbytes(t);
+        if (t->op == PDDE_OP_NONE) {
+            if (t->flags & PDDE_TENSOR_PARAM) p->params[l] += nb;
+            continue;
+        }
+        if (t->phase != PDDE_PHASE_FORWARD) continue;
+        if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb;
+        if (t->op == PDDE_OP_MATMUL) {
+            const pdde_tensor *a = t->src[0];
+            int64_t k = t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+            p->flops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)k;
+            if (t->src[1]->flags & PDDE_TENSOR_PARAM && ++weight_gemms[l] % 2 == 0) p->tp_ar[l] += nb, p->tp_n[l]++;
+        } else if (!(t->flags & PDDE_TENSOR_VIEW)) {
+            p->bytes[l] += nb;
+            for (int k = 0; k < t->nsrc; k++) p->bytes[l] += (double)pdde_tensor_nbytes(t->src[k]);
+            if (t->op == PDDE_OP_EMBEDDING) p->tp_ar[l] += nb, p->tp_n[l]++;
+        }
+        for (int k = 0; k < t->nsrc; k++) {
+            const pdde_tensor *s = t->src[k];
+            if (s->op == PDDE_OP_NONE || counted[s->id] || s->layer < 0 || s->layer >= t->layer || s->layer >= L) continue;
+            counted[s->id] = 1;
+            p->out[s->layer] += (double)pdde_tensor_nbytes(s);
+        }
+    }
+    free(counted);
+    return PDDE_OK;
+}
+
+/* The devices of one candidate, after those the plan leaves out: rank r runs on device dev[r]. */
+typedef struct {
+    const pdde_plan_devices *d;
+    const int *dev;
+    int n;
+} plan_ranks;
+
+static int plan_host(const plan_ranks *r, int rank) { return r->d->host ? r->d->host[r->dev[rank]] : 0; }
+
+/* alpha-beta time of a ring allreduce of `bytes` over n ranks on one link kind. */
+static double ring_allreduce_s(double bytes, int n, double bw, double lat) {
+    if (n <= 1 || bytes <= 0) return 0;
+    return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
+}
+
+/* Does the group {first + i * stride : i < n} span hosts? */
+static bool plan_group_spans_hosts(const plan_ranks *r, int first, int stride, int n) {
+    for (int i = 1; i < n; i++)
+        if (plan_host(r, first + i * stride) != plan_host(r, first)) return true;
+    return false;
+}
+
+/* Per-stage device figures of a candidate: the slowest and smallest device among the stage's ranks
+ * (rank = ((d * tp) + t) * pp + s on a dp x tp x pp mesh, pp innermost as gpt_build_plan lays it). */
+typedef struct {
+    double flops, mem_bw, memory;
+    int worst_mem_device;
+} plan_stage_devices;
+
+typedef struct {
+    const plan_profile *prof;
+    const pdde_plan_params *params;
+    const plan_ranks *ranks;
+    int dp, tp, pp, m, zero, recompute, v;
+    double tp_bw, tp_lat, dp_bw, dp_lat, pp_bw, pp_lat;
+    plan_stage_devices st[PDDE_PLAN_MAX_STAGES];
+    double slots; /* m + (pp - 1) / v: the step in units of the slowest stage's per-micro time */
+} plan_eval;
+
+/* Bytes one device of stage s holds for layers [a, b). */
+static double stage_memory(const plan_eval *e, int s, int a, int b) {
+    const plan_profile *p = e->prof;
+    double params = 0, acts = 0, ckpt = 0, biggest = 0;
+    for (int l = a; l < b; l++) {
+        params += p->params[l] / e->tp;
+        acts += p->acts[l];
+        ckpt += p->out[l];
+        if (p->acts[l] > biggest) biggest = p->acts[l];
+    }
+    double dp = e->dp, per_micro = 1.0 / (dp * e->m * e->tp);
+    double weights = e->zero >= 3 ? params / dp : params;
+    double grads = e->zero >= 2 ? params / dp : params;
+    double adam = 2 * (e->zero >= 1 ? params / dp : params);
+    /* micro-batches (chunks, interleaved) whose activations 1F1B keeps alive on stage s */
+    double alive = e->v > 1 ? fmin((double)e->m * e->v, 2.0 * (e->pp - s - 1) + (e->v - 1) * e->pp + 1) / e->v
+                            : fmin((double)e->m, (double)(e->pp - s));
+    double kept = e->recompute ? alive * ckpt * per_micro + biggest * per_micro : alive * acts * per_micro;
+    return weights + grads + adam + kept;
+}
+
+/* Stage s's cost for layers [a, b): its time per micro-batch, plus its gradient reduction and
+ * optimizer update spread over the step's slots; DBL_MAX when the layers do not fit its memory. */
+static double stage_cost(const plan_eval *e, int s, int a, int b) {
+    const plan_profile *p = e->prof;
+    const plan_stage_devices *d = &e->st[s];
+    if (stage_memory(e, s, a, b) > d->memory) return DBL_MAX;
+    double flops = 0, bytes = 0, params = 0, tp_bytes = 0, tp_n = 0;
+    for (int l = a; l < b; l++) flops += p->flops[l], bytes += p->bytes[l], params += p->params[l], tp_bytes += p->tp_ar[l], tp_n += p->tp_n[l];
+    double share = 1.0 / ((double)e->dp * e->m * e->tp);
+    double fwd = (flops / d->flops + bytes / d->mem_bw) * share;
+    double t = fwd * (e->recompute ? 4 : 3);
+    if (e->tp > 1) { /* forward and backward: an allreduce per row-parallel linear */
+        double per = tp_n > 0 ? tp_bytes / ((double)e->dp * e->m) / tp_n : 0;
+        t += 2 * tp_n * ring_allreduce_s(per, e->tp, e->tp_bw, e->tp_lat);
+    }
+    double dp = e->dp, wbytes = params / e->tp;
+    if (e->pp > 1 && b < p->n_layers) t += 2 * (p->out[b - 1] / (dp * e->m) / e->pp_bw + e->pp_lat);
+    if (e->zero >= 3 && e->dp > 1) /* parameters gathered for forward and again for backward */
+        t += 2 * ((dp - 1) / dp * wbytes / e->dp_bw + (dp - 1) * e->dp_lat);
+    double sync = ring_allreduce_s(wbytes, e->dp, e->dp_bw, e->dp_lat);
+    if (e->params->overlap_dp) sync = fmax(0, sync - e->m * fwd * 2);
+    double update = 32.0 / 4.0 * (e->zero >= 1 ? wbytes / dp : wbytes) / d->mem_bw; /* AdamW: p, g, m, v in; p, m, v out */
+    return t + (sync + update) / e->slots;
+}
+
+/* Min over cuts of layers [0, L) into pp stages of the slowest stage's cost; cut[s] = first layer of s.
+ * best[s][j] = the best for the first j layers on stages 0..s. Both terms are monotone in the split
+ * point i (best[s-1][i] grows with i, stage_cost(s, i, j) shrinks), so bisection finds the crossing. */
+static double plan_cut_stages(const plan_eval *e, int *cut, double *best, int *arg) {
+    int L = e->prof->n_layers, S = e->pp;
+    for (int j = 0; j <= L; j++) best[j] = j > 0 ? stage_cost(e, 0, 0, j) : DBL_MAX;
+    for (int s = 1; s < S; s++) {
+        double *prev = best + (size_t)(s - 1) * (L + 1), *cur = best + (size_t)s * (L + 1);
+        for (int j = 0; j <= L; j++) {
+            cur[j] = DBL_MAX, arg[(size_t)s * (L + 1) + j] = -1;
+            if (j < s + 1) continue;
+            int lo = s, hi = j - 1; /* stage s takes [i, j), i in [s, j - 1] */
+            while (lo < hi) {       /* first i where prev[i] >= cost(i, j) */
+                int mid = (lo + hi) / 2;
+                if (prev[mid] >= stage_cost(e, s, mid, j)) hi = mid;
+                else lo = mid + 1;
+            }
+            for (int i = lo - 1; i <= lo; i++) {
+                if (i < s || i > j - 1) continue;
+                double c = fmax(prev[i], stage_cost(e, s, i, j));
+                if (c < cur[j]) cur[j] = c, arg[(size_t)s * (L + 1) + j] = i;
+            }
+        }
+    }
+    double result = best[(size_t)(S - 1) * (L + 1) + L];
+    int j = L;
+    cut[S] = L;
+    for (int s = S - 1; s > 0; s--) j = cut[s] = result < DBL_MAX ? arg[(size_t)s * (L + 1) + j] : s;
+    cut[0] = 0;
+    return result;
+}
+
+static void plan_links(plan_eval *e) {
+    const plan_ranks *r = e->ranks;
+    const pdde_plan_devices *d = r->d;
+    bool tp_x = plan_group_spans_hosts(r, 0, e->pp, e->tp), dp_x = plan_group_spans_hosts(r, 0, e->tp * e->pp, e->dp);
+    bool pp_x = plan_group_spans_hosts(r, 0, 1, e->pp);
+    e->tp_bw = tp_x ? d->inter_bw : d->intra_bw, e->tp_lat = tp_x ? d->inter_lat : d->intra_lat;
+    e->dp_bw = dp_x ? d->inter_bw : d->intra_bw, e->dp_lat = dp_x ? d->inter_lat : d->intra_lat;
+    e->pp_bw = pp_x ? d->inter_bw : d->intra_bw, e->pp_lat = pp_x ? d->inter_lat : d->intra_lat;
+    for (int s = 0; s < e->pp; s++) {
+        plan_stage_devices *sd = &e->st[s];
+        sd->flops = sd->mem_bw = sd->memory = DBL_MAX;
+        for (int rank = s; rank < r->n; rank += e->pp) {
+            int dev = r->dev[rank];
+            if (d->flops[dev] < sd->flops) sd->flops = d->flops[dev];
+            if (d->mem_bw[dev] < sd->mem_bw) sd->mem_bw = d->mem_bw[dev];
+            if (d->memory[dev] < sd->memory) sd->memory = d->memory[dev], sd->worst_mem_device = dev;
+        }
+    }
+}
+
+/* Fills plan's prediction for candidate e; returns its step time (DBL_MAX when it does not fit, with
+ * plan->why saying where). */
+static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *arg, bool fixed_cut) {
+    e->slots = e->m + (double)(e->pp - 1) / e->v;
+    plan_links(e);
+    double worst = 0;
+    if (!fixed_cut) worst = plan_cut_stages(e, plan->stage_first, best, arg);
+    for (int s = 0; s < e->pp && fixed_cut; s++) worst = fmax(worst, stage_cost(e, s, plan->stage_first[s], plan->stage_first[s + 1]));
+    plan->dp = e->dp, plan->tp = e->tp, plan->pp = e->pp, plan->micro = e->m, plan->zero = e->zero;
+    plan->recompute = e->recompute, plan->chunks = e->v, plan->why[0] = 0;
+    plan->peak_bytes = 0, plan->peak_device = -1;
+    for (int s = 0; s < e->pp; s++) { /* memory of the cut found (or of an even cut when none fits) */
+        int a = plan->stage_first[s], b = plan->stage_first[s + 1];
+        if (worst == DBL_MAX && !fixed_cut) a = s * e->prof->n_layers / e->pp, b = (s + 1) * e->prof->n_layers / e->pp;
+        double m = stage_memory(e, s, a, b);
+        if (m > plan->peak_bytes) plan->peak_bytes = m, plan->peak_device = e->st[s].worst_mem_device;
+        if (worst == DBL_MAX && m > e->st[s].memory && !plan->why[0])
+            snprintf(plan->why, sizeof plan->why, "out of memory on device %d (stage %d) by %.2f GiB", e->st[s].worst_mem_device, s,
+                     (m - e->st[s].memory) / 1073741824.0);
+    }
+    if (worst == DBL_MAX) {
+        if (!plan->why[0]) snprintf(plan->why, sizeof plan->why, "no cut of the layers into %d stages fits in memory", e->pp);
+        plan->step_s = DBL_MAX;
+        return DBL_MAX;
+    }
+    plan->step_s = e->slots * worst;
+    plan->bubble_s = (e->slots - e->m) * worst;
+    return plan->step_s;
+}
+
+int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
+    int k = snprintf(buf, n, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d,recompute=%d", p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute);
+    if (p->chunks > 1) k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, ",chunks=%d", p->chunks);
+    if (p->pp > 1) {
+        k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, ",stages=");
+        for (int s = 0; s < p->pp; s++)
+            k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, "%s%d", s ? ":" : "", p->stage_first[s + 1] - p->stage_first[s]);
+    }
+    return k;
+}
+
+pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
+    pdde_plan p = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
+    int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0;
+    const char *s = text ? text : "";
+    while (*s) {
+        char key[16];
+        int len = 0, consumed = 0;
+        while (s[len] && s[len] != '=' && s[len] != ',') len++;
+        if (s[len] != '=' || len == 0 || len >= (int)sizeof key) return PDDE_ERR_INVALID_ARG;
+        memcpy(key, s, (size_t)len), key[len] = 0, s += len + 1;
+        int *v = !strcmp(key, "dp") ? &p.dp : !strcmp(key, "tp") ? &p.tp : !strcmp(key, "pp") ? &p.pp : !strcmp(key, "mb") ? &p.micro
+               : !strcmp(key, "zero") ? &p.zero : !strcmp(key, "recompute") ? &p.recompute : !strcmp(key, "chunks") ? &p.chunks : NULL;
+        if (!strcmp(key, "stages")) {
+            do {
+                int x;
+                if (n_stage_layers == PDDE_PLAN_MAX_STAGES || sscanf(s, "%d%n", &x, &consumed) != 1 || x < 1) return PDDE_ERR_INVALID_ARG;
+                stage_layers[n_stage_layers++] = x, s += consumed;
+            } while (*s == ':' && *++s);
+        } else if (!v || sscanf(s, "%d%n", v, &consumed) != 1) {
+            return PDDE_ERR_INVALID_ARG;
+        } else {
+            s += consumed;
+        }
+        if (*s == ',') s++;
+        else if (*s) return PDDE_ERR_INVALID_ARG;
+    }
+    if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.pp > PDDE_PLAN_MAX_STAGES || p.micro < 1 || p.zero < 0 || p.zero > 3 ||
+        p.recompute < 0 || p.recompute > 1 || p.chunks < 1 || (n_stage_layers && n_stage_layers != p.pp))
+        return PDDE_ERR_INVALID_ARG;
+    for (int i = 0; i < n_stage_layers; i++) p.stage_first[i + 1] = p.stage_first[i] + stage_layers[i];
+    *out = p;
+    return PDDE_OK;
+}
+
+/* Keeps the k best (smallest key) of a stream of plans, sorted. */
+static void plan_keep(pdde_plan *list, int *n, int k, const pdde_plan *p, double key) {
+    if (k <= 0 || (*n == k && key >= list[k - 1].step_s)) return;
+    int i = *n < k ? (*n)++ : k - 1;
+    while (i > 0 && list[i - 1].step_s > key) list[i] = list[i - 1], i--;
+    list[i] = *p;
+    list[i].step_s = key;
+}
+
+/* Rejected plans are ranked by what they would cost if they fitted, so the reasons shown are those of
+ * the plans a user would want. */
+static double plan_unconstrained(plan_eval *e, double *best, int *arg) {
+    plan_stage_devices keep[PDDE_PLAN_MAX_STAGES];
+    memcpy(keep, e->st, sizeof keep);
+    for (int s = 0; s < e->pp; s++) e->st[s].memory = DBL_MAX;
+    int cut[PDDE_PLAN_MAX_STAGES + 1];
+    double t = e->slots * plan_cut_stages(e, cut, best, arg);
+    memcpy(e->st, keep, sizeof keep);
+    return t;
+}
+
+static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices *d, const pdde_plan_params *p) {
+    if (d->n_devices < 1 || !d->flops || !d->mem_bw || !d->memory)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: devices need n_devices >= 1, flops, mem_bw and memory");
+    for (int i = 0; i < d->n_devices; i++)
+        if (!(d->flops[i] > 0) || !(d->mem_bw[i] > 0) || !(d->memory[i] > 0))
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: device %d: flops %g, mem_bw %g, memory %g must be positive", i, d->flops[i],
+                              d->mem_bw[i], d->memory[i]);
+    if (!(d->intra_bw > 0) || !(d->inter_bw > 0) || !(d->intra_lat >= 0) || !(d->inter_lat >= 0))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: link bandwidths must be positive and latencies >= 0");
+    if (p->batch < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: params.batch (the global batch of the graph) must be >= 1");
+    return PDDE_OK;
+}
+
+/* order[0..N): the devices, fastest first (stable), so that a plan on n < N devices leaves out the
+ * slowest. */
+static void plan_order_devices(const pdde_plan_devices *d, int *order) {
+    for (int i = 0; i < d->n_devices; i++) order[i] = i;
+    for (int i = 1; i < d->n_devices; i++)
+        for (int j = i; j > 0 && d->flops[order[j]] > d->flops[order[j - 1]]; j--) { int t = order[j]; order[j] = order[j - 1], order[j - 1] = t; }
+}
+
+/* dev[0..n): the n fastest devices in the cluster's order (so a host's devices stay together). */
+static void plan_pick_devices(const int *order, int n, int *dev) {
+    for (int i = 0; i < n; i++) dev[i] = order[i];
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && dev[j] < dev[j - 1]; j--) { int t = dev[j]; dev[j] = dev[j - 1], dev[j - 1] = t; }
+}
+
+pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan) {
+    pdde_context *ctx = g ? pdde_graph_context(g) : NULL;
+    if (!g || !devices || !params || !plan) return PDDE_ERR_INVALID_ARG;
+    pdde_status st = plan_check_inputs(ctx, devices, params);
+    if (st) return st;
+    pdde_plan *p = plan;
+    int n = p->dp * p->tp * p->pp;
+    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->pp > PDDE_PLAN_MAX_STAGES || n > devices->n_devices || p->micro < 1 || p->chunks < 1 ||
+        p->zero < 0 || p->zero > 3 || params->batch % ((int64_t)p->dp * p->micro))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: dp %d x tp %d x pp %d (of %d devices), mb %d, zero %d, chunks %d: out of range "
+                          "or the batch %lld does not divide by dp x mb", p->dp, p->tp, p->pp, devices->n_devices, p->micro, p->zero, p->chunks,
+                          (long long)params->batch);
+    plan_profile prof;
+    if ((st = plan_profile_build(g, params->n_layers, &prof))) return st;
+    int L = prof.n_layers, *order = malloc((size_t)devices->n_devices * sizeof *order), *dev = malloc((size_t)n * sizeof *dev);
+    if (!order || !dev) {
+        st = pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
+    } else if (p->pp > L) {
+        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: %d stages for %d layers", p->pp, L);
+    } else {
+        if (p->stage_first[p->pp] == 0) /* no cut given: an even one */
+            for (int s = 0; s <= p->pp; s++) p->stage_first[s] = s * L / p->pp;
+        for (int s = 0; s < p->pp && !st; s++)
+            if (p->stage_first[s] >= p->stage_first[s + 1] || (s == 0 && p->stage_first[0]) || (s == p->pp - 1 && p->stage_first[p->pp] != L))
+                st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: stages must cut layers 0..%d into non-empty runs", L - 1);
+    }
+    if (!st) {
+        plan_order_devices(devices, order);
+        plan_pick_devices(order, n, dev);
+        plan_ranks ranks = {devices, dev, n};
+        plan_eval e = {.prof = &prof, .params = params, .ranks = &ranks, .dp = p->dp, .tp = p->tp, .pp = p->pp, .m = p->micro,
+                       .zero = p->zero, .recompute = p->recompute, .v = p->chunks};
+        plan_evaluate(&e, p, NULL, NULL, true);
+    }
+    free(order), free(dev);
+    plan_profile_free(&prof);
+    return st;
+}
+
+pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params,
+                             pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
+    pdde_context *ctx = g ? pdde_graph_context(g) : NULL;
+    if (!g || !devices || !plans || max_plans < 1 || !n_fit || !n_rejected) return PDDE_ERR_INVALID_ARG;
+    const pdde_plan_devices *d = devices;
+    pdde_plan_params pp = params ? *params : (pdde_plan_params)PDDE_PLAN_PARAMS_INIT;
+    pdde_status st = plan_check_inputs(ctx, d, &pp);
+    if (st) return st;
+    int max_micro = pp.max_micro > 0 ? pp.max_micro : 64;
+
+    plan_profile prof;
+    if ((st = plan_profile_build(g, pp.n_layers, &prof))) return st;
+    int L = prof.n_layers, N = d->n_devices;
+    int *order = malloc((size_t)N * sizeof *order);
+    double *best = malloc((size_t)PDDE_PLAN_MAX_STAGES * (L + 1) * sizeof *best);
+    int *arg = malloc((size_t)PDDE_PLAN_MAX_STAGES * (L + 1) * sizeof *arg), *dev = malloc((size_t)N * sizeof *dev);
+    int keep_rejected = max_plans / 4 > 0 ? max_plans / 4 : 1, keep_fit = max_plans - keep_rejected;
+    pdde_plan *rejected = malloc((size_t)keep_rejected * sizeof *rejected);
+    if (!order || !best || !arg || !dev || !rejected) {
+        st = pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
+        goto done;
+    }
+    plan_order_devices(d, order);
+
+    /* Plans on every device, and on fewer that leave the slowest out: on small clusters any number,
+     * on big ones only without the devices under half the fastest's speed. */
+    int nf = 0, nr = 0, n_fast = 0;
+    while (n_fast < N && d->flops[order[n_fast]] >= 0.5 * d->flops[order[0]]) n_fast++;
+    for (int n = N; n >= 1; n--) {
+        if (N > 16 && n != N && n != n_fast) continue;
+        plan_pick_devices(order, n, dev);
+        plan_ranks ranks = {d, dev, n};
+        for (int tp = 1; tp <= n; tp++) {
+            if (n % tp || (tp > 1 && (pp.no_tp || (pp.tp_divisor > 0 && pp.tp_divisor % tp)))) continue;
+            for (int pipe = 1; pipe * tp <= n; pipe++) {
+                if ((n / tp) % pipe || pipe > L || pipe > PDDE_PLAN_MAX_STAGES || (pipe > 1 && pp.no_pp)) continue;
+                int dpd = n / tp / pipe;
+                if (pp.batch % dpd) continue;
+                for (int m = 1; m <= max_micro && m <= pp.batch / dpd; m++) {
+                    if ((pp.batch / dpd) % m) continue;
+                    for (int v = 1; v <= (pipe > 1 ? 2 : 1); v++) {
+                        if (v > 1 && (m % pipe || L < v * pipe)) continue;
+                        for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? 3 : 0); zero++)
+                            for (int rc = 0; rc <= (pp.no_recompute ? 0 : 1); rc++) {
+                                plan_eval e = {.prof = &prof, .params = &pp, .ranks = &ranks, .dp = dpd, .tp = tp, .pp = pipe,
+                                               .m = m, .zero = zero, .recompute = rc, .v = v};
+                                pdde_plan cand;
+                                memset(&cand, 0, sizeof cand);
+                                double t = plan_evaluate(&e, &cand, best, arg, false);
+                                if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
+                                else plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e, best, arg));
+                            }
+                    }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < nr && nf + i < max_plans; i++) plans[nf + i] = rejected[i];
+    *n_fit = nf, *n_rejected = nr < max_plans - nf ? nr : max_plans - nf;
+    if (nf == 0) st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "plan: no plan fits on %d devices%s%s", N, nr ? "; the closest: " : "", nr ? rejected[0].why : "");
+done:
+    free(order), free(best), free(arg), free(dev), free(rejected);
+    plan_profile_free(&prof);
+    return st;
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The installed tree works as a user takes it: `make install` into a scratch prefix (and a DESTDIR
+# stage), examples/gpt.c built against it with pkg-config alone, run on 2 ranks by the installed
+# pdde-run; `make uninstall` leaves nothing behind. Run from the repository root (make test does).
+set -u
+build=$(dirname "$0")
+tmp=$(mktemp -d /tmp/pdde-install.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+
+make -s install BUILD="$build" PREFIX="$tmp/usr" >"$tmp/install.log" 2>&1
+check "make install PREFIX=$tmp/usr (log: $(tail -3 "$tmp/install.log"))" $?
+readelf -d "$tmp/usr/lib/libpdde.so.0.1.0" 2>/dev/null | grep -q 'SONAME.*libpdde.so.0'
+check "libpdde.so.0.1.0 carries SONAME libpdde.so.0" $?
+[ -L "$tmp/usr/lib/libpdde.so" ] && [ -L "$tmp/usr/lib/libpdde.so.0" ] && [ -f "$tmp/usr/lib/libpdde.a" ]
+check "libpdde.so -> libpdde.so.0 -> libpdde.so.0.1.0 and libpdde.a installed" $?
+
+export PKG_CONFIG_PATH="$tmp/usr/lib/pkgconfig"
+# shellcheck disable=SC2046
+cc -std=c11 $(pkg-config --cflags pdde) examples/gpt.c -o "$tmp/gpt" $(pkg-config --libs pdde) -lm 2>"$tmp/cc.log"
+check "examples/gpt.c builds with pkg-config --cflags/--libs pdde ($(head -3 "$tmp/cc.log"))" $?
+LD_LIBRARY_PATH="$tmp/usr/lib" ldd "$tmp/gpt" | grep -q "libpdde.so.0 => $tmp/usr/lib/libpdde.so.0"
+check "gpt links the installed libpdde.so.0" $?
+# shellcheck disable=SC2046
+cc -std=c11 $(pkg-config --cflags pdde) examples/gpt.c -o "$tmp/gpt-static" "$tmp/usr/lib/libpdde.a" $(pkg-config --libs-only-l --static pdde | sed 's/-lpdde//') 2>"$tmp/cc2.log"
+check "examples/gpt.c links statically with pkg-config --static ($(head -3 "$tmp/cc2.log"))" $?
+
+if grep -q PDDE_HAVE_UCX "$tmp/usr/lib/pkgconfig/pdde.pc"; then
+    LD_LIBRARY_PATH="$tmp/usr/lib" timeout 120 "$tmp/usr/bin/pdde-run" -n 2 "$tmp/gpt" --dp 2 --steps 4 --val-every 0 \
+        --sample-len 0 --threads 1 >"$tmp/run.log" 2>&1
+    check "pdde-run -n 2 gpt --dp 2 from the installed tree exits 0 ($(tail -2 "$tmp/run.log"))" $?
+    first=$(awk '/step +1\/4/ {print $5}' "$tmp/run.log"); last=$(awk '/step +4\/4/ {print $5}' "$tmp/run.log")
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(a + 0 == a && b + 0 == b && b < a) }' </dev/null
+    check "the 2-rank run's loss falls (step 1: '$first', step 4: '$last')" $?
+else
+    echo "SKIP: the 2-rank run (this build has no UCX)"
+fi
+
+make -s install BUILD="$build" PREFIX=/usr/local DESTDIR="$tmp/stage" >/dev/null 2>&1 &&
+    [ -f "$tmp/stage/usr/local/include/pdde.h" ] && grep -q '^prefix=/usr/local$' "$tmp/stage/usr/local/lib/pkgconfig/pdde.pc"
+check "make install DESTDIR= stages under DESTDIR with prefix /usr/local in pdde.pc" $?
+make -s uninstall BUILD="$build" PREFIX="$tmp/usr" >/dev/null 2>&1 && [ -z "$(find "$tmp/usr" -type f -o -type l)" ]
+check "make uninstall removes every installed file ($(find "$tmp/usr" -type f -o -type l | head -3))" $?
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
