@@ -62,6 +62,7 @@ const char *pdde_status_str(int status) {
     case PDDE_ERR_ENV: return "bad launcher environment";
     case PDDE_ERR_NO_PLAN: return "no plan fits";
     case PDDE_ERR_DIST_ATTR: return "bad distributed attribute";
+    case PDDE_ERR_NONFINITE: return "non-finite value";
     default: return "unknown status";
     }
 }
@@ -1016,8 +1017,19 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     if (g->has_optimizer) return pdde_error(g->ctx, PDDE_ERR_STATE, "optimizer: the graph already has one");
     pdde_optimizer_params p = PDDE_OPTIMIZER_PARAMS_INIT;
     if (params) p = *params;
-    if (p.lr < 0 || p.weight_decay < 0 || p.clip_norm < 0 || p.grad_accum_steps < 0)
-        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: lr, weight_decay, clip_norm and grad_accum_steps must be >= 0");
+    /* a NaN or infinite hyperparameter would train on silently into NaN weights: refuse it here */
+    const struct { const char *name; float v, hi; bool hi_open; } hp[] = {
+        {"lr", p.lr, INFINITY, false}, {"weight_decay", p.weight_decay, INFINITY, false}, {"clip_norm", p.clip_norm, INFINITY, false},
+        {"eps", p.eps, INFINITY, false}, {"beta1", p.beta1, 1, true}, {"beta2", p.beta2, 1, true},
+        {"momentum", p.momentum, 1, true}, {"min_lr_ratio", p.min_lr_ratio, 1, false},
+    };
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        if (!isfinite(hp[i].v) || hp[i].v < 0 || hp[i].v > hp[i].hi || (hp[i].hi_open && hp[i].v == hp[i].hi))
+            return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: %s = %g must be finite and in [0, %g%c", hp[i].name, hp[i].v,
+                              hp[i].hi, hp[i].hi_open ? ')' : ']');
+    if (p.grad_accum_steps < 0 || p.warmup_steps < 0 || p.total_steps < 0 || (p.schedule != PDDE_LR_CONSTANT && p.schedule != PDDE_LR_COSINE))
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: grad_accum_steps %d, warmup_steps %lld and total_steps %lld must be >= 0, "
+                          "schedule %d constant or cosine", p.grad_accum_steps, (long long)p.warmup_steps, (long long)p.total_steps, (int)p.schedule);
     if (p.lr == 0) p.lr = 1e-3f;
     if (p.grad_accum_steps == 0) p.grad_accum_steps = 1;
     if (update_op == PDDE_OP_ADAMW_UPDATE) {
@@ -1151,6 +1163,9 @@ struct pdde_session {
     struct session_send *sends; /* per SEND node (iparams[2]): host copies in flight, one per live micro-batch */
     int n_sends;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
+    bool check_nonfinite;       /* PDDE_CHECK_NONFINITE=1: every node's output is checked (debugging) */
+    bool update_checked;        /* this run checked the loss and gradient norm before its first update */
+    bool pass_has_loss;         /* this run computes the loss in the pass that updates */
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
 };
@@ -1738,6 +1753,8 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->last_loss = NAN;
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
+    const char *check = getenv("PDDE_CHECK_NONFINITE");
+    s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
     s->comm_dtype = p.comm_dtype;
     s->overlap_gradients = p.overlap_gradients > 0;
 #ifdef PDDE_HAVE_COMM
@@ -1853,9 +1870,105 @@ static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
     else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * aligned_bytes(r);
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Non-finite guard. Before the first update of a step the loss and, when clipping, the global
+ * gradient norm (both computed anyway) are checked: the update never runs on a NaN or an infinity,
+ * and the step's gradients are dropped. Without clipping a non-finite gradient with a finite loss is
+ * not seen (it would cost a pass over every gradient); PDDE_CHECK_NONFINITE=1 checks every node's
+ * output, naming the first one that holds a NaN or an infinity (debugging: it reads every tensor). */
+
+/* The index of the first NaN or infinity of f32 tensor t, or -1 (device data is read to the host). */
+static int64_t first_nonfinite(pdde_session *s, const pdde_tensor *t, float *value) {
+    if (t->dtype != PDDE_F32 || !t->data) return -1;
+    int64_t n = pdde_tensor_numel(t), at = -1;
+    const float *f = s->devs[s->slot[t->id]].host ? (const float *)((const char *)t->data + t->offset) : NULL;
+    float *copy = NULL;
+    if (!f) {
+        if (!(copy = malloc(pdde_tensor_nbytes(t) + 1)) || read_host(s, t, copy)) { free(copy); return -1; }
+        f = copy;
+    }
+    for (int64_t i = 0; i < n && at < 0; i++)
+        if (!isfinite(f[i])) at = i, *value = f[i];
+    free(copy);
+    return at;
+}
+
+static const char *tensor_kind(const pdde_tensor *t) {
+    return t->flags & PDDE_TENSOR_INPUT ? "input" : t->flags & PDDE_TENSOR_PARAM ? "parameter" : t->flags & PDDE_TENSOR_GRAD ? "gradient" : "tensor";
+}
+
+/* "; first in input x[5] = nan": the first leaf (in schedule order, or among `only`'s inputs) with
+ * one of `flags` that holds a non-finite value; "" if none does. */
+static void first_nonfinite_leaf(pdde_session *s, uint32_t flags, const pdde_tensor *only, int micro, char *buf, size_t n) {
+    buf[0] = 0;
+    int count = only ? only->nsrc : s->n_order;
+    for (int i = 0; i < count; i++) {
+        pdde_tensor *t = only ? only->src[i] : s->order[i];
+        if (!is_persistent(t) || !(t->flags & flags)) continue;
+        if (s->bind) bind_micro(s, t, micro);
+        float v;
+        int64_t at = first_nonfinite(s, t, &v);
+        if (at >= 0) { snprintf(buf, n, "; first in %s %s[%lld] = %g", tensor_kind(t), t->name, (long long)at, v); return; }
+    }
+}
+
+static pdde_status nonfinite_error(pdde_session *s, const char *what, const pdde_tensor *t, float v, uint32_t culprits, int micro) {
+    char first[200];
+    first_nonfinite_leaf(s, culprits, NULL, micro, first, sizeof first);
+    return pdde_error(s->ctx, PDDE_ERR_NONFINITE, "step %lld, micro-batch %d: %s %s is %g%s%s", (long long)s->step + 1, micro, what,
+                      t->name, v, first, first[0] ? "" : " (PDDE_CHECK_NONFINITE=1 names the first node that made it)");
+}
+
+static pdde_status check_loss(pdde_session *s, float loss, int micro) {
+    return isfinite(loss) ? PDDE_OK : nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
+}
+
+/* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by. */
+static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
+    s->update_checked = true;
+    pdde_status st = PDDE_OK;
+    float v;
+    if (s->pass_has_loss && s->loss) {
+        if (s->bind) bind_micro(s, s->loss, micro);
+        if (!(st = read_host(s, s->loss, &v))) st = check_loss(s, v, micro);
+    }
+    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
+    if (!st && u->nsrc > plain && u->fparams[5] > 0 && !(st = read_host(s, u->src[plain], &v)) && !isfinite(v))
+        st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
+    return st;
+}
+
+/* PDDE_CHECK_NONFINITE: t's output, after it ran. */
+static pdde_status check_node(pdde_session *s, pdde_tensor *t, int micro) {
+    float v;
+    int64_t at = first_nonfinite(s, t, &v);
+    if (at < 0) return PDDE_OK;
+    char from[200];
+    first_nonfinite_leaf(s, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE, t, micro, from, sizeof from);
+    return pdde_error(s->ctx, PDDE_ERR_NONFINITE, "step %lld, micro-batch %d: %s %s[%lld] = %g is the first non-finite value (%s of %s%s)%s",
+                      (long long)s->step + 1, micro, pdde_op_name(t->op), t->name, (long long)at, v, pdde_op_name(t->op),
+                      t->nsrc ? t->src[0]->name : "", t->nsrc > 1 ? ", ..." : "", from);
+}
+
+/* After a non-finite step the gradients accumulated so far are dropped, so the next step starts clean. */
+static void drop_gradients(pdde_session *s) {
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i];
+        if (!is_persistent(t) || !(t->flags & PDDE_TENSOR_GRAD)) continue;
+        if (s->devs[s->slot[t->id]].host) { memset((char *)t->data + t->offset, 0, pdde_tensor_nbytes(t)); continue; }
+        void *zeros = calloc(1, pdde_tensor_nbytes(t) + 1);
+        if (zeros) write_host(s, t, zeros);
+        free(zeros);
+    }
+}
+
 static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
     if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) t->iparams[2] = (int32_t)(s->run_counter + (uint32_t)micro);
-    if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
+    if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) {
+        t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
+        pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, t, micro);
+        if (st) return st;
+    }
     if (t->op == PDDE_OP_COPY) return run_copy(s, t);
 #ifdef PDDE_HAVE_COMM
     if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1 && t->iparams[3] == 1)
@@ -1888,6 +2001,8 @@ static pdde_status run_chunk(pdde_session *s, int mode, int micro, int chunk, fl
         double t0 = s->profile ? monotonic_seconds() : 0;
         st = run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
+        bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1 && t->iparams[3] == 1;
+        if (!st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT) st = check_node(s, t, micro);
     }
     return st;
 }
@@ -1900,7 +2015,7 @@ static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
     if (s->bind) bind_micro(s, s->loss, micro);
     pdde_status st = pdde_session_read(s, s->loss, &loss, sizeof loss);
     *sum += loss;
-    return st;
+    return st ? st : check_loss(s, loss, micro);
 }
 
 /* A step's micro-batches through this rank's stage, forward (F) and backward (B) passes in the
@@ -1969,6 +2084,8 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * differentiated) */
     if (mode & 2) s->run_counter++;
     double loss_sum = 0;
+    s->update_checked = false;
+    s->pass_has_loss = (mode & 1) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_nodes(s, mode, 0, lr);
     s->early_starts = false;
@@ -1978,6 +2095,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (st == PDDE_OK) st = sync;
     }
     if (st == PDDE_OK && (mode & 1) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
+    if (st == PDDE_ERR_NONFINITE && (mode & 6)) drop_gradients(s);
 #ifdef PDDE_HAVE_COMM
     /* the step's loss on every rank: the mean over the ranks holding one (data-parallel ranks hold
      * their rows' mean; other pipeline stages none) */

@@ -67,6 +67,8 @@ typedef enum {
     /* -6xx: distribution and planning */
     PDDE_ERR_NO_PLAN = -600,
     PDDE_ERR_DIST_ATTR = -601,
+    /* -7xx: numerics */
+    PDDE_ERR_NONFINITE = -700, /* a NaN or infinity in the loss or the gradients: the step was not taken */
 } pdde_status;
 
 /* A short constant description of a status code ("shape mismatch", ...). */
@@ -482,6 +484,8 @@ typedef enum {
  * (appended to g, visible to pdde_graph_tensor), plans memory and allocates it. */
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);
+/* PDDE_ERR_NONFINITE: the loss, or the gradient norm when clipping, is NaN or infinite (see README
+ * "Non-finite guard"); the update did not run and the step's gradients were dropped. */
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
 /* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients).
  * nbytes must equal pdde_tensor_nbytes(t). */

@@ -342,6 +342,110 @@ static void test_tool_arguments(void) {
     }
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Non-finite values: hyperparameters refused when the optimizer is made; a NaN or infinity in the
+ * loss or the gradient norm stops the step before any update, naming where it came from */
+
+static void test_nonfinite_hyperparameters(void) {
+    static const char *const fields[] = {"lr", "weight_decay", "clip_norm", "eps", "beta1", "beta2", "momentum", "min_lr_ratio"};
+    for (int k = 0; k < 8; k++)
+        for (int v = 0; v < 3; v++) {
+            float bad = v == 0 ? NAN : v == 1 ? INFINITY : -0.5f;
+            pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+            float *f[] = {&op.lr, &op.weight_decay, &op.clip_norm, &op.eps, &op.beta1, &op.beta2, &op.momentum, &op.min_lr_ratio};
+            *f[k] = bad;
+            tiny t;
+            pdde_status st = tiny_init(&t, &op);
+            CHECK(st == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(t.ctx), fields[k]), "%s = %g: %s: %s", fields[k], bad,
+                  pdde_status_str(st), pdde_last_error(t.ctx));
+            tiny_free(&t);
+        }
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.beta2 = 1.0f; /* v would never forget */
+    tiny t;
+    CHECK(tiny_init(&t, &op) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(t.ctx), "beta2"), "beta2 = 1: %s", pdde_last_error(t.ctx));
+    tiny_free(&t);
+}
+
+static void test_nonfinite_step(void) {
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.clip_norm = 1.0f, op.lr = 0.01f;
+    tiny t, ref;
+    CHECK(tiny_init(&t, &op) == PDDE_OK && tiny_init(&ref, &op) == PDDE_OK, "tiny models");
+    float before[64], after[64], x[12];
+    size_t n = snapshot(&t, before, 64);
+
+    /* a NaN in an input: the loss is NaN; no parameter or optimizer state changes */
+    for (int i = 0; i < 12; i++) x[i] = (float)(i % 5 - 2);
+    x[5] = NAN;
+    pdde_session_write(t.s, t.x, x, sizeof x);
+    pdde_status st = pdde_session_run(t.s, PDDE_RUN_STEP);
+    CHECK(st == PDDE_ERR_NONFINITE && contains(pdde_last_error(t.ctx), "loss") && contains(pdde_last_error(t.ctx), "input x[5]"),
+          "a NaN input stops the step naming it: %s: %s", pdde_status_str(st), pdde_last_error(t.ctx));
+    snapshot(&t, after, 64);
+    CHECK(memcmp(before, after, n * 4) == 0, "the failed step changed parameters or optimizer state");
+    CHECK(pdde_session_step(t.s) == 0, "no step was counted: %lld", (long long)pdde_session_step(t.s));
+
+    /* a NaN in a gradient with a finite loss: the clipping norm is NaN */
+    float grad[6] = {0, 0, NAN, 0, 0, 0};
+    CHECK(pdde_session_write(t.s, t.w->grad, grad, sizeof grad) == PDDE_OK, "write the weight's gradient");
+    st = tiny_step(&t, 1.0f);
+    CHECK(st == PDDE_ERR_NONFINITE && contains(pdde_last_error(t.ctx), "norm") && contains(pdde_last_error(t.ctx), "gradient weight.grad[2]"),
+          "a NaN gradient stops the step naming it: %s: %s", pdde_status_str(st), pdde_last_error(t.ctx));
+    snapshot(&t, after, 64);
+    CHECK(memcmp(before, after, n * 4) == 0, "the failed step changed parameters or optimizer state");
+
+    /* the failed steps left nothing behind: the next good step is the first step of a fresh model */
+    CHECK(tiny_step(&t, 1.0f) == PDDE_OK && tiny_step(&ref, 1.0f) == PDDE_OK, "good steps: %s", pdde_last_error(t.ctx));
+    float wt[6], wr[6];
+    pdde_session_read(t.s, t.w, wt, sizeof wt), pdde_session_read(ref.s, ref.w, wr, sizeof wr);
+    CHECK(memcmp(wt, wr, sizeof wt) == 0 && pdde_session_loss(t.s) == pdde_session_loss(ref.s) && pdde_session_step(t.s) == 1,
+          "after two refused steps a good one equals a fresh model's first (loss %g vs %g)", pdde_session_loss(t.s), pdde_session_loss(ref.s));
+    tiny_free(&t), tiny_free(&ref);
+}
+
+/* An infinity made inside the graph from finite inputs: (x @ w * 1e30)^2 overflows. The loss check
+ * reports the loss; PDDE_CHECK_NONFINITE=1 names the node that made it. */
+static void test_nonfinite_first_node(void) {
+    for (int debug = 0; debug < 2; debug++) {
+        if (debug) setenv("PDDE_CHECK_NONFINITE", "1", 1);
+        pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+        cp.backends = "cpu", cp.n_threads = 1;
+        pdde_context *ctx;
+        pdde_graph *g;
+        pdde_session *s = NULL;
+        pdde_context_init(&cp, &ctx);
+        pdde_graph_init(ctx, &g);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 3});
+        pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){3, 2}, -1.0f); /* ones */
+        pdde_tensor *big = pdde_scale(g, pdde_matmul(g, x, w, 0, 0), 1e30f);
+        pdde_tensor *sq = pdde_mul(g, big, big);
+        pdde_tensor_set_name(sq, "overflow");
+        pdde_tensor *loss = pdde_mean(g, sq, -1, 0);
+        pdde_backward(g, loss);
+        pdde_optimizer_sgd(g, NULL);
+        CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "session: %s", pdde_last_error(ctx));
+        float xv[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+        pdde_session_write(s, x, xv, sizeof xv);
+        pdde_status st = pdde_session_run(s, PDDE_RUN_STEP);
+        const char *e = pdde_last_error(ctx);
+        printf("%s\n", e);
+        if (debug)
+            CHECK(st == PDDE_ERR_NONFINITE && contains(e, "overflow[0] = inf") && contains(e, "first non-finite"),
+                  "PDDE_CHECK_NONFINITE names the node: %s: %s", pdde_status_str(st), e);
+        else
+            CHECK(st == PDDE_ERR_NONFINITE && contains(e, "loss") && contains(e, "PDDE_CHECK_NONFINITE"), "the loss is inf: %s: %s",
+                  pdde_status_str(st), e);
+        float wv[6];
+        pdde_session_read(s, w, wv, sizeof wv);
+        CHECK(wv[0] == 1 && wv[5] == 1, "w unchanged: %g", wv[0]);
+        pdde_session_free(s);
+        pdde_graph_free(g);
+        pdde_context_free(ctx);
+        unsetenv("PDDE_CHECK_NONFINITE");
+    }
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     snprintf(build_dir, sizeof build_dir, "%s", argv[0]);
@@ -355,6 +459,9 @@ int main(int argc, char **argv) {
     test_not_regular_files();
     test_zero_and_absurd_shapes();
     test_tool_arguments();
+    test_nonfinite_hyperparameters();
+    test_nonfinite_step();
+    test_nonfinite_first_node();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
