@@ -464,8 +464,15 @@ typedef struct {
      * leave it cores to progress communication (ranks x threads < cores): where they do not, the
      * progress of collectives in flight only takes cores from the computation. */
     int overlap_gradients;
+    /* Memory admission: pdde_session_init refuses (PDDE_ERR_OOM, PDDE_ERR_DEVICE_OOM, with the numbers)
+     * a plan whose buffers on the host or on a device exceed what is available there less this
+     * fraction kept free (for the runtime, the program and fragmentation). 0 = the environment's
+     * PDDE_MEMORY_HEADROOM, else 0.1; < 0 (or PDDE_MEMORY_HEADROOM=off) = no check. Host memory is
+     * MemAvailable (and the cgroup's limit), shared by the job's ranks on the host, or
+     * PDDE_MEMORY_AVAILABLE bytes when set; a device's is its free (else total) memory. */
+    double memory_headroom;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -446,6 +447,88 @@ static void test_nonfinite_first_node(void) {
     }
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Memory admission: a plan bigger than the machine is refused at session init with the numbers,
+ * before anything is allocated (the graph is symbolic: a 4 TB weight costs nothing to build) */
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* y = x @ w with w [n, n] and AdamW (n = 2^20: 4 TB of f32 and 16 TB of state), on `device`. */
+static pdde_status absurd_session(pdde_context *ctx, int device, int64_t n, double headroom, pdde_graph **g, pdde_session **s) {
+    pdde_graph_init(ctx, g);
+    pdde_tensor *x = pdde_input(*g, "x", PDDE_F32, 2, (int64_t[]){2, n});
+    pdde_tensor *w = pdde_param(*g, "w", 2, (int64_t[]){n, n}, 0.02f);
+    pdde_tensor *y = pdde_matmul(*g, x, w, 0, 0);
+    pdde_backward(*g, pdde_mean(*g, pdde_mul(*g, y, y), -1, 0));
+    pdde_optimizer_adamw(*g, NULL);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device, sp.memory_headroom = headroom;
+    return pdde_session_init(*g, &sp, s);
+}
+
+static void test_memory_admission(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    pdde_context_init(&cp, &ctx);
+    double t0 = seconds_now();
+    pdde_status st = absurd_session(ctx, 0, (int64_t)1 << 20, 0, &g, &s);
+    const char *e = pdde_last_error(ctx);
+    printf("absurd model: %s\n", e);
+    CHECK(st == PDDE_ERR_OOM && !s && contains(e, "TB of host memory") && contains(e, "available"),
+          "a 16 TB plan is refused with the numbers: %s: %s", pdde_status_str(st), e);
+    CHECK(seconds_now() - t0 < 5, "refused at once (%.1f s): nothing was allocated or touched", seconds_now() - t0);
+    pdde_graph_free(g);
+
+    /* what is available can be stated (PDDE_MEMORY_AVAILABLE), and the check skipped */
+    setenv("PDDE_MEMORY_AVAILABLE", "100k", 1);
+    gpt_config cfg = {.vocab = 32, .ctx = 8, .layers = 2, .heads = 2, .width = 16, .batch = 4};
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    gpt_build(g, &cfg, &m);
+    pdde_backward(g, m.loss);
+    pdde_optimizer_adamw(g, NULL);
+    st = pdde_session_init(g, NULL, &s);
+    e = pdde_last_error(ctx);
+    CHECK(st == PDDE_ERR_OOM && contains(e, "100.00 kB is available (PDDE_MEMORY_AVAILABLE)") && contains(e, "90.00 kB may be used"),
+          "a small model over a stated 100 kB: %s: %s", pdde_status_str(st), e);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.memory_headroom = -1;
+    CHECK(pdde_session_init(g, &sp, &s) == PDDE_OK, "memory_headroom < 0 skips the check: %s", pdde_last_error(ctx));
+    pdde_session_free(s), s = NULL;
+    setenv("PDDE_MEMORY_HEADROOM", "off", 1);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "PDDE_MEMORY_HEADROOM=off skips the check: %s", pdde_last_error(ctx));
+    pdde_session_free(s), s = NULL;
+    unsetenv("PDDE_MEMORY_HEADROOM");
+    setenv("PDDE_MEMORY_AVAILABLE", "1G", 1);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "it fits in 1 GB: %s", pdde_last_error(ctx));
+    pdde_session_free(s), s = NULL;
+    unsetenv("PDDE_MEMORY_AVAILABLE");
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+
+    /* a device: its own memory (the OpenCL device, where there is one) */
+    cp.backends = "cpu,opencl";
+    pdde_context_init(&cp, &ctx);
+    int dev = pdde_device_find(ctx, "opencl", 0);
+    if (dev < 0) printf("skip: device admission (no OpenCL device)\n");
+    else {
+        st = absurd_session(ctx, dev, (int64_t)1 << 15, 0, &g, &s); /* 16 GB of state: the kernels take 2^31 elements */
+        e = pdde_last_error(ctx);
+        printf("absurd model on device %d: %s\n", dev, e);
+        CHECK(st == PDDE_ERR_DEVICE_OOM && !s && contains(e, "on device") && contains(e, "may be used"),
+              "a 20 GB plan on a device is refused with the numbers: %s: %s", pdde_status_str(st), e);
+        pdde_graph_free(g);
+    }
+    pdde_context_free(ctx);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     snprintf(build_dir, sizeof build_dir, "%s", argv[0]);
@@ -462,6 +545,7 @@ int main(int argc, char **argv) {
     test_nonfinite_hyperparameters();
     test_nonfinite_step();
     test_nonfinite_first_node();
+    test_memory_admission();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);
