@@ -103,7 +103,7 @@ backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report test test-installed test-asan demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
+.PHONY: all deps-report test test-installed test-asan test-fuzz demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -146,14 +146,36 @@ test:
 	@bash tools/install-deps.sh
 	@$(MAKE) --no-print-directory test-installed
 
-test-installed: all $(TESTS)
+# ...and a 10 s smoke run of the graph fuzzer's seeded driver (test-fuzz is the long one).
+test-installed: all $(TESTS) $(BUILD)/fuzz_graph
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
-	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS)
+	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS) $(BUILD)/fuzz_graph
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
+
+# The graph-building fuzzer (tests/fuzz_graph.c) for FUZZ_SECONDS (600) under AddressSanitizer and
+# UBSan, on the portable library (pdde's own kernels, all instrumented): clang's libFuzzer where
+# $(FUZZ_CC) has it (corpus and crashing inputs in build/fuzz), else the seeded random driver.
+FUZZ_SECONDS ?= 600
+FUZZ_CC ?= $(or $(shell command -v clang-14 2>/dev/null),$(shell command -v clang 2>/dev/null),$(CC))
+FUZZ_FLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread -I.
+test-fuzz:
+	@mkdir -p build/fuzz/corpus
+	@if echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { (void)d; (void)n; return 0; }' | \
+	    $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null; then \
+	  set -ex; \
+	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c pdde.c -o build/fuzz/pdde.o; \
+	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -DFUZZ_LIBFUZZER tests/fuzz_graph.c build/fuzz/pdde.o -o build/fuzz/fuzz_graph -lm -ldl; \
+	  build/fuzz/fuzz_graph -max_total_time=$(FUZZ_SECONDS) -max_len=512 -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/ build/fuzz/corpus; \
+	else \
+	  set -ex; \
+	  $(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz_graph.c pdde.c -o build/fuzz/fuzz_graph -lm -ldl; \
+	  build/fuzz/fuzz_graph $(FUZZ_SECONDS) $$(date +%s); \
+	fi
 
 demo:
 	@bash tools/demo.sh

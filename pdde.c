@@ -439,6 +439,18 @@ static bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {
     return true;
 }
 
+/* Computation is in f32: the kernels read these inputs as floats (a 2- or 8-byte dtype would be read
+ * past its end). Data movement (permute, concat, slice) also takes i32. false after a graph error. */
+static bool dtypes_ok(pdde_graph *g, pdde_op op, int n, pdde_tensor *const *xs, bool any_4_bytes) {
+    for (int i = 0; i < n; i++)
+        if (xs[i] && xs[i]->dtype != PDDE_F32 && !(any_4_bytes && xs[i]->dtype == PDDE_I32)) {
+            graph_fail(g, PDDE_ERR_DTYPE, "%s: %s is %s, expected f32%s", pdde_op_name(op), xs[i]->name, pdde_dtype_name(xs[i]->dtype),
+                       any_4_bytes ? " or i32" : "");
+            return false;
+        }
+    return true;
+}
+
 static pdde_tensor *unary(pdde_graph *g, pdde_op op, pdde_tensor *x) {
     if (!x) return new_node(g, op, PDDE_F32, 0, NULL, 1, &x);
     if (x->dtype != PDDE_F32)
@@ -511,6 +523,7 @@ static pdde_tensor *norm_node(pdde_graph *g, pdde_op op, pdde_tensor *x, pdde_te
     pdde_tensor *src[3] = {x, gamma, beta};
     int nsrc = op == PDDE_OP_LAYERNORM ? 3 : 2;
     if (!x || !gamma || (nsrc == 3 && !beta)) return new_node(g, op, PDDE_F32, 0, NULL, nsrc, src);
+    if (!dtypes_ok(g, op, nsrc, src, false)) return NULL;
     if (!(eps >= 0) || !isfinite(eps)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: eps %g of %s must be finite and >= 0", pdde_op_name(op), eps, x->name);
     int64_t C = x->ndim ? x->shape[x->ndim - 1] : 0;
     for (int i = 1; i < nsrc; i++)
@@ -550,6 +563,7 @@ pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_
 pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets) {
     pdde_tensor *src[2] = {logits, targets};
     if (!logits || !targets) return new_node(g, PDDE_OP_CROSS_ENTROPY, PDDE_F32, 0, NULL, 2, src);
+    if (!dtypes_ok(g, PDDE_OP_CROSS_ENTROPY, 1, src, false)) return NULL;
     if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0] || targets->dtype != PDDE_I32)
         return graph_fail(g, PDDE_ERR_SHAPE, "cross_entropy: logits %s must be [N, V] f32 and targets %s [N] i32",
                           logits->name, targets->name);
@@ -562,6 +576,7 @@ pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor 
 pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids) {
     pdde_tensor *src[2] = {table, ids};
     if (!table || !ids) return new_node(g, PDDE_OP_EMBEDDING, PDDE_F32, 0, NULL, 2, src);
+    if (!dtypes_ok(g, PDDE_OP_EMBEDDING, 1, src, false)) return NULL;
     if (table->ndim != 2 || ids->dtype != PDDE_I32 || ids->ndim + 1 > PDDE_MAX_DIMS)
         return graph_fail(g, PDDE_ERR_SHAPE, "embedding: table %s must be [V, C] and ids %s i32", table->name, ids->name);
     int64_t shape[PDDE_MAX_DIMS];
@@ -590,6 +605,7 @@ pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t
 pdde_tensor *pdde_permute(pdde_graph *g, pdde_tensor *x, const int *perm) {
     if (!x) return new_node(g, PDDE_OP_PERMUTE, PDDE_F32, 0, NULL, 1, &x);
     if (!perm) return graph_fail(g, PDDE_ERR_INVALID_ARG, "permute: %s: perm is NULL", x->name);
+    if (!dtypes_ok(g, PDDE_OP_PERMUTE, 1, &x, true)) return NULL;
     int64_t shape[PDDE_MAX_DIMS];
     int seen = 0;
     for (int i = 0; i < x->ndim; i++) {
@@ -620,6 +636,7 @@ pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis)
     for (int i = 0; i < n; i++)
         if (!xs[i]) return new_node(g, PDDE_OP_CONCAT, PDDE_F32, 0, NULL, n, xs);
     const pdde_tensor *x0 = xs[0];
+    if (!dtypes_ok(g, PDDE_OP_CONCAT, 1, xs, true)) return NULL;
     if (axis < 0) axis += x0->ndim;
     if (axis < 0 || axis >= x0->ndim) return graph_fail(g, PDDE_ERR_INVALID_ARG, "concat: bad axis for %s", x0->name);
     int64_t shape[PDDE_MAX_DIMS];
@@ -638,10 +655,11 @@ pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis)
 
 pdde_tensor *pdde_slice(pdde_graph *g, pdde_tensor *x, int axis, int64_t start, int64_t len) {
     if (!x) return new_node(g, PDDE_OP_SLICE, PDDE_F32, 0, NULL, 1, &x);
+    if (!dtypes_ok(g, PDDE_OP_SLICE, 1, &x, true)) return NULL;
     if (axis < 0) axis += x->ndim;
     if (axis < 0 || axis >= x->ndim || start < 0 || len < 0 || start > x->shape[axis] || len > x->shape[axis] - start)
-        return graph_fail(g, PDDE_ERR_SHAPE, "slice: [%lld, %lld) along axis %d is outside %s", (long long)start,
-                          (long long)(start + len), axis, x->name);
+        return graph_fail(g, PDDE_ERR_SHAPE, "slice: %lld elements from %lld along axis %d are not inside %s", (long long)len,
+                          (long long)start, axis, x->name);
     int64_t shape[PDDE_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[axis] = len;
@@ -663,6 +681,7 @@ pdde_tensor *pdde_split(pdde_graph *g, pdde_tensor *x, int axis, int n, pdde_ten
 
 static pdde_tensor *reduce(pdde_graph *g, pdde_op op, pdde_tensor *x, int axis, int keepdim) {
     if (!x) return new_node(g, op, PDDE_F32, 0, NULL, 1, &x);
+    if (!dtypes_ok(g, op, 1, &x, false)) return NULL;
     int64_t shape[PDDE_MAX_DIMS];
     int nd = 0;
     if (axis == -1 && !keepdim) shape[nd++] = 1; /* a full reduction is a [1] scalar */
@@ -1682,9 +1701,10 @@ static pdde_status session_admit(pdde_session *s, const pdde_session_params *p) 
 #endif
     const char *source;
     double avail = host_available(&source);
-    char need_s[32], avail_s[32], use_s[32], a_s[32], b_s[32];
+    char need_s[64], avail_s[32], use_s[32], a_s[32], b_s[32];
     if (avail >= 0 && host > avail / ranks_here * (1 - headroom)) {
         bytes_str(host, need_s, sizeof need_s), bytes_str(avail, avail_s, sizeof avail_s);
+        snprintf(need_s + strlen(need_s), sizeof need_s - strlen(need_s), " (%.0f bytes)", host);
         bytes_str(avail / ranks_here * (1 - headroom), use_s, sizeof use_s);
         bytes_str(host_persist, a_s, sizeof a_s), bytes_str(host_arena, b_s, sizeof b_s);
         return pdde_error(s->ctx, PDDE_ERR_OOM, "session: the plan needs %s of host memory (parameters, gradients, optimizer state and "
@@ -1700,6 +1720,7 @@ static pdde_status session_admit(pdde_session *s, const pdde_session_params *p) 
         double have = props.memory_free ? (double)props.memory_free : (double)props.memory_total;
         if (have <= 0 || need <= have * (1 - headroom)) continue; /* (0: the device does not say) */
         bytes_str(need, need_s, sizeof need_s), bytes_str(have, avail_s, sizeof avail_s), bytes_str(have * (1 - headroom), use_s, sizeof use_s);
+        snprintf(need_s + strlen(need_s), sizeof need_s - strlen(need_s), " (%.0f bytes)", need);
         bytes_str((double)sd->persist_bytes, a_s, sizeof a_s), bytes_str((double)sd->arena_bytes * s->n_live, b_s, sizeof b_s);
         return pdde_error(s->ctx, PDDE_ERR_DEVICE_OOM, "session: the plan needs %s on device %d (%s: persistent %s, activation arena %s) "
                           "but it has %s %s, of which %s may be used keeping %g%% free; a smaller plan, or memory_headroom < 0 / "
@@ -1993,7 +2014,7 @@ static int64_t first_nonfinite(pdde_session *s, const pdde_tensor *t, float *val
     const float *f = s->devs[s->slot[t->id]].host ? (const float *)((const char *)t->data + t->offset) : NULL;
     float *copy = NULL;
     if (!f) {
-        if (!(copy = malloc(pdde_tensor_nbytes(t) + 1)) || read_host(s, t, copy)) { free(copy); return -1; }
+        if (!(copy = malloc(pdde_tensor_nbytes(t) + 1)) || pdde_session_read(s, t, copy, pdde_tensor_nbytes(t))) { free(copy); return -1; }
         f = copy;
     }
     for (int64_t i = 0; i < n && at < 0; i++)
@@ -2039,10 +2060,10 @@ static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micr
     float v;
     if (s->pass_has_loss && s->loss) {
         if (s->bind) bind_micro(s, s->loss, micro);
-        if (!(st = read_host(s, s->loss, &v))) st = check_loss(s, v, micro);
+        if (!(st = pdde_session_read(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
     }
     int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
-    if (!st && u->nsrc > plain && u->fparams[5] > 0 && !(st = read_host(s, u->src[plain], &v)) && !isfinite(v))
+    if (!st && u->nsrc > plain && u->fparams[5] > 0 && !(st = pdde_session_read(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
         st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
     return st;
 }
@@ -2066,7 +2087,7 @@ static void drop_gradients(pdde_session *s) {
         if (!is_persistent(t) || !(t->flags & PDDE_TENSOR_GRAD)) continue;
         if (s->devs[s->slot[t->id]].host) { memset((char *)t->data + t->offset, 0, pdde_tensor_nbytes(t)); continue; }
         void *zeros = calloc(1, pdde_tensor_nbytes(t) + 1);
-        if (zeros) write_host(s, t, zeros);
+        if (zeros) pdde_session_write(s, t, zeros, pdde_tensor_nbytes(t));
         free(zeros);
     }
 }

@@ -127,15 +127,18 @@ typedef struct cpu_job {
 /* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):
  * exp(x) = 2^n * e^g with n = rint(x / ln2) and |g| <= ln2/2, e^g by its degree-7 Taylor polynomial
  * (truncation error < 1e-8 relative, below float rounding). */
-static inline float exp_fast(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+static inline float exp_fast(float x_in) {
+    /* (NaN fails both comparisons and becomes -87: converting a NaN to int is undefined; it is
+     * given back as the result instead) */
+    float x = x_in > -87.0f ? x_in : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
     float n = __builtin_rintf(x * 1.4426950408889634f);
     float g = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; /* ln2 split for accuracy */
     float p = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g * (1.0f / 5040)))))));
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return x_in != x_in ? x_in : p * scale;
 }
 
 /* tanh(u) = sign(u) (1 - 2 / (e^{2|u|} + 1)); absolute error ~1e-7 */
@@ -628,6 +631,15 @@ static void cpu_reduce(pdde_tensor *y) {
         }
 }
 
+/* Float to integer casts saturate and take NaN to 0 (a plain C conversion of an out-of-range value
+ * is undefined behaviour). */
+static int64_t cast_saturate(double v, int64_t lo, int64_t hi) {
+    if (v != v) return 0;
+    if (v <= (double)lo) return lo;
+    if (v >= (double)hi) return hi; /* ((double)INT64_MAX rounds up to 2^63: out of range too) */
+    return (int64_t)v;
+}
+
 static void cpu_cast(pdde_tensor *y) {
     const pdde_tensor *x = y->src[0];
     int64_t n = pdde_tensor_numel(y);
@@ -646,8 +658,8 @@ static void cpu_cast(pdde_tensor *y) {
         case PDDE_F32: ((float *)out)[i] = (float)v; break;
         case PDDE_F16: ((uint16_t *)out)[i] = pdde_f32_to_f16((float)v); break;
         case PDDE_BF16: ((uint16_t *)out)[i] = pdde_f32_to_bf16((float)v); break;
-        case PDDE_I32: ((int32_t *)out)[i] = (int32_t)v; break;
-        default: ((int64_t *)out)[i] = (int64_t)v; break;
+        case PDDE_I32: ((int32_t *)out)[i] = (int32_t)cast_saturate(v, INT32_MIN, INT32_MAX); break;
+        default: ((int64_t *)out)[i] = cast_saturate(v, INT64_MIN, INT64_MAX); break;
         }
     }
 }
