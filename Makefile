@@ -169,7 +169,7 @@ test-fuzz:
 	  set -ex; \
 	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c pdde.c -o build/fuzz/pdde.o; \
 	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -DFUZZ_LIBFUZZER tests/fuzz_graph.c build/fuzz/pdde.o -o build/fuzz/fuzz_graph -lm -ldl; \
-	  build/fuzz/fuzz_graph -max_total_time=$(FUZZ_SECONDS) -max_len=512 -rss_limit_mb=2048 -print_final_stats=1 \
+	  build/fuzz/fuzz_graph -max_total_time=$(FUZZ_SECONDS) -max_len=512 -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus; \
 	else \
 	  set -ex; \

@@ -2109,6 +2109,9 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     if (t->op == PDDE_OP_SEND) return run_send(s, t, micro);
     if (t->op == PDDE_OP_RECV) return run_recv(s, t);
 #endif
+    /* an empty output has nothing to compute (and its kernel's loops over the other dims of an
+     * empty tensor, which may be huge, would copy nothing for a long time) */
+    if (pdde_tensor_numel(t) == 0) return PDDE_OK;
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
     /* timing an asynchronous device needs its stream drained; only when profiling */
