@@ -21,6 +21,15 @@ ifndef NO_OPENBLAS
     HAVE_OPENBLAS = 1
   endif
 endif
+# oneDNN (Debian: libdnnl-dev) for the CPU matmul, f32 and bf16; OpenBLAS stays the fallback. Its
+# OpenMP runtime is linked too: pdde runs oneDNN single-threaded on each of its own pool threads.
+ifndef NO_DNNL
+  ifeq ($(call has_lib,dnnl.h,-ldnnl),1)
+    DEFS += -DPDDE_HAVE_DNNL
+    LDLIBS += -ldnnl -lgomp
+    HAVE_DNNL = 1
+  endif
+endif
 ifndef NO_CLBLAST
   ifeq ($(call has_lib,clblast_c.h,-lclblast),1)
     DEFS += -DPDDE_HAVE_CLBLAST
@@ -62,7 +71,9 @@ endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
 ifneq ($(HAVE_UCX),1)
-  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
+  BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_dlrm,$(BENCHES))
+  EXAMPLES := $(filter-out $(BUILD)/dlrm,$(EXAMPLES))  # the parameter server is part of comm/
+  TESTS := $(filter-out $(BUILD)/test_ps,$(TESTS))
 endif
 
 .DEFAULT_GOAL := all
@@ -77,38 +88,47 @@ LLVM_SPIRV  ?= $(shell command -v llvm-spirv-15 2>/dev/null || command -v llvm-s
 # PTX for the oldest architecture nvcc 13 targets; the driver JITs it for the device it runs on.
 NVCC_PTX_ARCH ?= compute_75
 
+# A text file as a C array of string pieces (NULL-terminated), each under 4095 characters.
+text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
+	       { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); l = length($$0) + 1; \
+	         if (n > 0 && n + l > 4000) { print "    ,"; n = 0 } \
+	         printf "    \"%s\\n\"\n", $$0; n += l } \
+	       END { print "    , 0};" }'
+
 ifneq ($(NVCC),)
 backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu
 	@mkdir -p $(BUILD)
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
 	@{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH)); do not edit.'; \
 	  echo ' * The PTX text in pieces of under 4095 characters (the longest string literal C requires). */'; \
-	  awk 'BEGIN { n = 0; print "static const char *const pdde_cuda_ptx_parts[] = {" } \
-	       { gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); l = length($$0) + 1; \
-	         if (n > 0 && n + l > 4000) { print "    ,"; n = 0 } \
-	         printf "    \"%s\\n\"\n", $$0; n += l } \
-	       END { print "    , 0};" }' $(BUILD)/cuda_kernels.ptx; } > $@.tmp && mv $@.tmp $@
+	  $(call text_to_c,pdde_cuda_ptx_parts) $(BUILD)/cuda_kernels.ptx; } > $@.tmp && mv $@.tmp $@
 endif
+
+# The OpenCL backend builds backends/gpu_kernels.cl at run time: its text is embedded (needs only awk).
+backends/gpu_kernels_cl.h: backends/gpu_kernels.cl
+	@{ echo '/* Generated from backends/gpu_kernels.cl by `make`; do not edit.'; \
+	  echo ' * The OpenCL C text in pieces of under 4095 characters (the longest string literal C requires). */'; \
+	  $(call text_to_c,pdde_gpu_kernels_cl_parts) $<; } > $@.tmp && mv $@.tmp $@
 
 ifneq ($(CLANG_SPIRV),)
 ifneq ($(LLVM_SPIRV),)
-backends/level_zero_kernels_spv.h: backends/level_zero_kernels.cl
+backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 	@mkdir -p $(BUILD)
-	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O0 -emit-llvm -c $< -o $(BUILD)/level_zero_kernels.bc
-	$(LLVM_SPIRV) $(BUILD)/level_zero_kernels.bc -o $(BUILD)/level_zero_kernels.spv
-	@{ echo '/* Generated from backends/level_zero_kernels.cl by `make` (clang -target spir64, llvm-spirv); do not edit. */'; \
-	  echo 'static const unsigned char pdde_level_zero_spv[] = {'; \
-	  od -An -v -tx1 $(BUILD)/level_zero_kernels.spv | sed -e 's/ *$$//' -e 's/^ *//' -e 's/ /, 0x/g' -e 's/^/    0x/' -e 's/$$/,/'; \
+	$(CLANG_SPIRV) -cl-std=CL2.0 -target spir64 -O0 -emit-llvm -c $< -o $(BUILD)/gpu_kernels.bc
+	$(LLVM_SPIRV) $(BUILD)/gpu_kernels.bc -o $(BUILD)/gpu_kernels.spv
+	@{ echo '/* Generated from backends/gpu_kernels.cl by `make` (clang -target spir64, llvm-spirv); do not edit. */'; \
+	  echo 'static const unsigned char pdde_gpu_kernels_spv[] = {'; \
+	  od -An -v -tx1 $(BUILD)/gpu_kernels.spv | sed -e 's/ *$$//' -e 's/^ *//' -e 's/ /, 0x/g' -e 's/^/    0x/' -e 's/$$/,/'; \
 	  echo '};'; } > $@.tmp && mv $@.tmp $@
 endif
 endif
 
-.PHONY: all deps-report test test-installed test-asan test-fuzz demo bench-gpt bench-comm bench-ops bench-parallel install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
 	@printf 'pdde optional dependencies:'; \
-	for d in OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON); do \
+	for d in DNNL:$(HAVE_DNNL) OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON); do \
 	  n=$${d%%:*}; v=$${d#*:}; if [ "$$v" = 1 ]; then printf ' ✓%s' $$n; else printf ' ✗%s' $$n; fi; done; echo
 
 $(BUILD):
@@ -132,24 +152,45 @@ $(BUILD)/%: tests/%.sh | $(BUILD)
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
-$(BUILD)/%: tools/%.c $(BUILD)/libpdde.a
+$(BUILD)/%: tools/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
-# The portable build (no OpenBLAS: pdde's own GEMM; no UCX: the library without comm/) runs the numerical tests too.
-PORTABLE_TESTS := $(BUILD)/portable/test_gpt_golden $(BUILD)/portable/test_grad
+# Each part compiles on its own from the private headers and the layers below it (PDDE_PRIVATE empty:
+# what the amalgamation shares as static is external here), and the library exports no symbol
+# without the pdde_ prefix (a program that vendors pdde cannot clash with it).
+PARTS := $(wildcard planner/*.c) backends/registry.c backends/cpu.c
+check-parts: $(BUILD)/pdde.o
+	@for f in $(PARTS); do $(CC) $(CFLAGS) -DPDDE_PRIVATE= -fsyntax-only $$f || { echo "check-parts: $$f does not compile alone"; exit 1; }; done
+	@leaks=$$(nm -g --defined-only $(BUILD)/pdde.o | awk '$$3 !~ /^pdde_/ {print $$3}'); \
+	  if [ -n "$$leaks" ]; then echo "check-parts: global symbols without the pdde_ prefix:" $$leaks; exit 1; fi
+	@echo "check-parts: $(words $(PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
+
+# The fallback GEMMs run the numerical tests too: the OpenBLAS build (no oneDNN) and the portable build
+# (neither library: pdde's own GEMM; no UCX either: the library without comm/).
+OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden)
+PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.
 test:
 	@bash tools/install-deps.sh
 	@$(MAKE) --no-print-directory test-installed
 
-# ...and a 10 s smoke run of the graph fuzzer's seeded driver (test-fuzz is the long one).
-test-installed: all $(TESTS) $(BUILD)/fuzz_graph
-	@$(MAKE) -s BUILD=$(BUILD)/portable NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
-	@bash tests/run_tests.sh $(BUILD) $(TESTS) $(PORTABLE_TESTS) $(BUILD)/fuzz_graph
+# TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
+FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
+# The last test is a 10 s smoke run of the graph fuzzer's seeded driver (test-fuzz is the long one).
+test-installed: all $(TESTS) check-parts $(BUILD)/fuzz_graph
+	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
+	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
+	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS) \
+	  $(BUILD)/fuzz_graph
+
+# Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
+# Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.
+test-mutants:
+	@bash tests/mutants/run.sh
 
 # The same tests under AddressSanitizer and UndefinedBehaviorSanitizer, in their own build folder.
 test-asan:
@@ -196,11 +237,25 @@ bench-comm: all
 bench-parallel: all
 	@$(BUILD)/bench_parallel $(or $(BENCH_PARALLEL_STEPS),15)
 
+# DLRM samples/s: CPU only, accelerator only, the heterogeneous pipeline; the table's bytes per id.
+bench-dlrm: all
+	@$(BUILD)/bench_dlrm $(BENCH_DLRM_ARGS)
+
 # Installed like a Debian library: versioned .so with a SONAME, DESTDIR for staging, and a pdde.pc whose
 # Cflags carry the feature macros this build was made with (examples test PDDE_HAVE_UCX, say).
 VERSION   := 0.1.0
 SOVERSION := 0
 LIBDIR     = $(DESTDIR)$(PREFIX)/lib
+# The cost model against measured single-process steps, on this machine's calibration (pdde-bench writes
+# $(BUILD)/cluster.json the first time; delete it to calibrate again).
+bench-costmodel: all
+	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench -o $(BUILD)/cluster.json
+	@$(BUILD)/bench_costmodel $(BUILD)/cluster.json
+
+# Lowering every rank of GPT-3 175B's shape under dp=8 x tp=8 x pp=16 (1024 ranks) in one process.
+bench-lower: $(BUILD)/bench_lower
+	@$(BUILD)/bench_lower
+
 install: all
 	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/libpdde.a $(LIBDIR)/

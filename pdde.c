@@ -4,12 +4,7 @@
  * Sections: context and errors · dtypes · graph building · autodiff · optimizers · executor (memory
  * plan, schedule, thread pool) · checkpoints · data. */
 #define _GNU_SOURCE
-#include "pdde.h"
-
-/* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */
-#if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("comm/comm.c")
-#define PDDE_HAVE_COMM 1
-#endif
+#include "planner/pdde_impl.h" /* the internal structs and prototypes every part shares */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -27,14 +22,6 @@
 
 /* ================================================================================================
  * Context and errors */
-
-struct pdde_context {
-    int n_threads;
-    uint64_t seed;
-    int log_level;
-    char last_error[1024];
-    struct pdde_registry *registry; /* backends and their devices (backends/registry.c) */
-};
 
 const char *pdde_status_str(int status) {
     switch (status) {
@@ -60,6 +47,7 @@ const char *pdde_status_str(int status) {
     case PDDE_ERR_COMM: return "communication error";
     case PDDE_ERR_ABORTED: return "aborted";
     case PDDE_ERR_ENV: return "bad launcher environment";
+    case PDDE_ERR_AUTH: return "authentication failed";
     case PDDE_ERR_NO_PLAN: return "no plan fits";
     case PDDE_ERR_DIST_ATTR: return "bad distributed attribute";
     case PDDE_ERR_NONFINITE: return "non-finite value";
@@ -170,6 +158,8 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     if (!ctx) return PDDE_ERR_OOM;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
+    const char *share = getenv("PDDE_NUM_THREADS"); /* a launcher's share of the cores for this rank */
+    if (p.n_threads <= 0 && share && atoi(share) > 0) p.n_threads = atoi(share);
     ctx->n_threads = p.n_threads > 0 ? p.n_threads : (int)cores;
     /* more threads than this only contend for the cores, and thousands exhaust the process's thread
      * limit (device runtimes started later then fail to start their own) */
@@ -181,11 +171,12 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;
     if (!p.backends) p.backends = getenv("PDDE_BACKENDS");
-    pdde_status st = registry_init(ctx, &p);
+    pdde_status st = registry_init(ctx, &p, &ctx->registry);
     if (st != PDDE_OK) {
         pdde_context_free(ctx);
         return st;
     }
+    ctx->last_error[0] = 0; /* a backend whose driver is absent is not an error of this call */
     *out = ctx;
     return PDDE_OK;
 }
@@ -196,28 +187,37 @@ void pdde_context_free(pdde_context *ctx) {
     free(ctx);
 }
 
+int pdde_device_count(pdde_context *ctx) { return ctx && ctx->registry ? ctx->registry->n_devices : 0; }
+
+pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out) {
+    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
+    if (device < 0 || device >= ctx->registry->n_devices)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, ctx->registry->n_devices);
+    return registry_device_props(ctx->registry, device, out);
+}
+
+int pdde_device_find(pdde_context *ctx, const char *backend, int index) { return registry_device_find(ctx->registry, backend, index); }
+
+int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_families : 0; }
+
+const char *pdde_backend_name(pdde_context *ctx, int backend) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return NULL;
+    const pdde_backend_iface *b = ctx->registry->families[backend].iface;
+    return b && b->name ? b->name : "?";
+}
+
+pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return PDDE_ERR_INVALID_ARG;
+    registry_family *f = &ctx->registry->families[backend];
+    if (why) *why = f->status == PDDE_OK ? "" : f->why;
+    return f->status;
+}
+
 #define PDDE_MAX_LAYER_ID (1 << 20) /* layer ids index per-layer tables */
 
 /* ================================================================================================
  * Graph building. Nodes are created in topological order (a node's inputs exist before it), so the
  * id order is a valid schedule. Errors are sticky: the first one is kept and later calls return NULL. */
-
-struct pdde_graph {
-    pdde_context *ctx;
-    pdde_tensor **nodes;
-    int n, cap;
-    int status;           /* first error while building */
-    int layer;            /* layer id for new nodes */
-    uint8_t *recompute;   /* by layer id: 1 = recompute its activations in backward (pdde_graph_set_recompute) */
-    int n_recompute;
-    bool has_backward;
-    bool has_optimizer;
-    pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
-    pdde_session *session;     /* the live session: tensors hold its data, so one at a time */
-    struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
-};
-
-static void planner_graph_free(struct planner_graph *p);
 
 pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
     if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
@@ -242,12 +242,6 @@ pdde_status pdde_graph_status(const pdde_graph *g) { return g ? g->status : PDDE
 pdde_context *pdde_graph_context(const pdde_graph *g) { return g ? g->ctx : NULL; }
 int pdde_graph_n_tensors(const pdde_graph *g) { return g ? g->n : 0; }
 pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id) { return g && id >= 0 && id < g->n ? g->nodes[id] : NULL; }
-
-static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
 
 void pdde_graph_set_layer(pdde_graph *g, int layer) {
     if (!g) return;
@@ -313,22 +307,10 @@ const char *pdde_op_name(pdde_op op) {
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }
 
-static void shape_str(const pdde_tensor *t, char *buf, size_t n) {
+PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < t->ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
-}
-
-/* Records the first building error; returns NULL so builders can `return graph_fail(...)`. */
-static pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) {
-    if (g && g->status == PDDE_OK) {
-        g->status = status;
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(g->ctx->last_error, sizeof g->ctx->last_error, fmt, ap);
-        va_end(ap);
-    }
-    return NULL;
 }
 
 /* The name a node gets unless it is given one: its op and id. */
@@ -432,13 +414,6 @@ static pdde_tensor *new_state(pdde_graph *g, const char *name, const pdde_tensor
     return t;
 }
 
-static bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {
-    if (a->ndim != b->ndim) return false;
-    for (int i = 0; i < a->ndim; i++)
-        if (a->shape[i] != b->shape[i]) return false;
-    return true;
-}
-
 /* Computation is in f32: the kernels read these inputs as floats (a 2- or 8-byte dtype would be read
  * past its end). Data movement (permute, concat, slice) also takes i32. false after a graph error. */
 static bool dtypes_ok(pdde_graph *g, pdde_op op, int n, pdde_tensor *const *xs, bool any_4_bytes) {
@@ -498,8 +473,10 @@ pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int tran
     if (!a || !b) return new_node(g, PDDE_OP_MATMUL, PDDE_F32, 0, NULL, 2, src);
     char sa[96], sb[96];
     shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb);
-    if (a->dtype != PDDE_F32 || b->dtype != PDDE_F32)
-        return graph_fail(g, PDDE_ERR_DTYPE, "matmul: %s and %s must be f32", a->name, b->name);
+    /* bf16 x bf16 accumulates and returns f32 (mixed precision) */
+    if (a->dtype != b->dtype || (a->dtype != PDDE_F32 && a->dtype != PDDE_BF16))
+        return graph_fail(g, PDDE_ERR_DTYPE, "matmul: %s (%s) and %s (%s) must both be f32 or both bf16", a->name,
+                          pdde_dtype_name(a->dtype), b->name, pdde_dtype_name(b->dtype));
     if (a->ndim < 2 || b->ndim < 2)
         return graph_fail(g, PDDE_ERR_SHAPE, "matmul: %s %s and %s %s need at least 2 dims", a->name, sa, b->name, sb);
     int64_t M = a->shape[a->ndim - (trans_a ? 1 : 2)], Ka = a->shape[a->ndim - (trans_a ? 2 : 1)];
@@ -742,6 +719,7 @@ static pdde_tensor *flatten_rows(pdde_graph *g, pdde_tensor *x) {
 static void backward_matmul(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_tensor **dsrc) {
     pdde_tensor *a = y->src[0], *b = y->src[1];
     int ta = y->iparams[0], tb = y->iparams[1];
+    if (a->dtype == PDDE_BF16) dy = pdde_cast(g, dy, PDDE_BF16); /* the gradient GEMMs in bf16 too */
     dsrc[0] = ta ? grad_matmul(g, b, dy, tb, 1, a) : grad_matmul(g, dy, b, 0, !tb, a);
     if (b->ndim == 2 && a->ndim > 2 && !ta) {
         /* b shared over the batch: one GEMM over all rows instead of a batched GEMM and a sum */
@@ -1064,7 +1042,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     if (p.clip_norm > 0) {
         for (int i = 0; i < n; i++) {
             pdde_tensor *t = g->nodes[i];
-            if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+            if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
             pdde_tensor *src[2] = {t->grad, norm_sq};
             int64_t one = 1;
             norm_sq = new_node(g, PDDE_OP_GRAD_NORM_SQ, PDDE_F32, 1, &one, norm_sq ? 2 : 1, src);
@@ -1073,7 +1051,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     }
     for (int i = 0; i < n && g->status == PDDE_OK; i++) {
         pdde_tensor *t = g->nodes[i];
-        if (!(t->flags & PDDE_TENSOR_PARAM) || !t->grad) continue;
+        if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue; /* sparse: the server's */
         char name[80];
         pdde_tensor *src[5] = {t, t->grad};
         int nsrc = 2;
@@ -1104,18 +1082,28 @@ pdde_status pdde_optimizer_adamw(pdde_graph *g, const pdde_optimizer_params *p) 
 pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { return add_optimizer(g, p, PDDE_OP_SGD_UPDATE); }
 
 /* ================================================================================================
- * Planner (planner/): meshes, distributed attributes, completion */
+ * Planner (planner/): meshes, distributed attributes, completion, lowering */
 
 #include "planner/planner.c"
+#include "planner/mesh.c"
+#include "planner/dist_attr.c"
+#include "planner/spmd_rules.c"
+#include "planner/completion.c"
+#include "planner/strategy.c"
+#include "planner/cluster.c"
+#include "planner/cost.c"
+#include "planner/search.c"
+#include "planner/lower.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:
- *   1. keeps the nodes the step needs (those that reach a loss, an output or a parameter update),
- *   2. places each on a device (its own, its layer's, or the session default) and checks supports_op,
- *   3. inserts a COPY node wherever a node reads a tensor that lives on another device,
- *   4. plans memory per device: persistent tensors (parameters, optimizer state, inputs) in one buffer,
+ *   1. lowers it to this rank's local program (planner/lower.c): the nodes the step needs, placed on
+ *      devices, COPY nodes at device boundaries, local shapes, communication, the pipeline schedule,
+ *   2. opens the program's devices and checks that each runs its nodes (supports_op),
+ *   3. plans memory per device: persistent tensors (parameters, optimizer state, inputs) in one buffer,
  *      everything else in one arena where tensors whose lifetimes do not overlap share bytes.
- * Running walks the schedule, skipping the phases the run mode leaves out. */
+ * Running walks the program's order pass by pass, skipping what a pass leaves out; collectives,
+ * send/recv and the vocab-parallel cross-entropy run here, on comm/. */
 
 #define ARENA_ALIGN 64
 
@@ -1140,46 +1128,33 @@ struct session_send {
 struct pdde_session {
     pdde_context *ctx;
     pdde_graph *g;
+    pdde_program *prog;         /* this rank's local program (the session's own: it writes run-time
+                                   params, data and offsets into its nodes) */
     session_device *devs;
     int n_devs;
-    int *slot;                  /* per tensor id: index into devs, -1 = not scheduled */
-    pdde_tensor **order;        /* the schedule */
-    int n_order, cap_order;
-    int n_tracked;              /* size of the per-tensor arrays below */
-    void **staging;             /* per tensor id of a COPY node between two devices: host bounce buffer */
-    int n_staging;
+    int *slot;                  /* per program node id: index into devs */
+    pdde_tensor **order;        /* the program's run order */
+    int n_order;
+    void **staging;             /* per program node id of a COPY node between two devices: host bounce buffer */
     int64_t step;
     uint32_t run_counter;
     float last_loss;
     pdde_tensor *loss;
     pdde_memory_stats mem;
-    void **requests;            /* per tensor id of a collective started early: its pending request */
+    void **requests;            /* per program node id of a collective started early: its pending request */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
-    const pdde_mesh *mesh;
-    int rank;                   /* in world */
-    int coords[PDDE_MAX_MESH_DIMS];
-    bool *elsewhere;            /* per tensor id: in the step, but on other ranks (another pipeline stage) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
-    int64_t (*global_shapes)[PDDE_MAX_DIMS]; /* restored into the graph when the session is freed */
-    int n_global_shapes;
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
     session_device *comm_staging_dev;
-    /* micro-batches and pipeline stages */
-    int n_micro;                /* micro-batches per step: the optimizer's grad_accum_steps */
-    int n_stages, stage;        /* pipeline stages (1: none) and this rank's */
-    int n_chunks;               /* the stage's chunks of layers (interleaved stages; 1: one run of layers) */
-    int *chunk_of_layer;        /* by layer id: which of this rank's chunks runs it (-1: another rank's) */
-    int loss_chunk;             /* the chunk holding the loss */
-    int n_live;                 /* micro-batches whose activations are alive at once (one arena each) */
-    pdde_pipeline_schedule schedule;
-    pdde_dtype comm_dtype;      /* what reshard collectives of f32 tensors send (PDDE_F32: as they are) */
-    bool overlap_gradients;     /* gradient reductions may start early (pdde_session_params) */
+    /* micro-batches and pipeline stages (from the program) */
+    int n_micro, n_stages, n_chunks, n_live;
     bool early_starts;          /* this pass is the step's last backward and the update follows: gradient
                                    reductions start as soon as their accumulator is final */
     bool bind;                  /* tensors are pointed at a micro-batch's memory before each node */
-    size_t *input_base;         /* per tensor id of an input: offset of its micro-batch 0 (then one slot each) */
-    struct session_send *sends; /* per SEND node (iparams[2]): host copies in flight, one per live micro-batch */
+    size_t *input_base;         /* per program node id of an input: offset of its micro-batch 0 (then one slot each) */
+    int *send_of;               /* per program node id of a SEND: its index in sends */
+    struct session_send *sends; /* per SEND node: host copies in flight, one per live micro-batch */
     int n_sends;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
     bool check_nonfinite;       /* PDDE_CHECK_NONFINITE=1: every node's output is checked (debugging) */
@@ -1199,18 +1174,9 @@ static bool is_persistent(const pdde_tensor *t) {
     return t->op == PDDE_OP_NONE; /* inputs, parameters, constants and optimizer state are leaves */
 }
 
-static bool is_root_sharing(const pdde_tensor *t) { return t->nsrc > 0 && (t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE)); }
-
 static pdde_tensor *storage_root(pdde_tensor *t) {
     while (is_root_sharing(t)) t = t->src[0];
     return t;
-}
-
-static int node_device(const pdde_tensor *t, const pdde_session_params *p) {
-    if (t->device >= 0) return t->device;
-    if (t->layer >= 0 && p->layer_devices && t->layer < p->n_layer_devices && p->layer_devices[t->layer] >= 0)
-        return p->layer_devices[t->layer];
-    return p->device;
 }
 
 static int session_slot_for(pdde_session *s, int device) {
@@ -1222,7 +1188,7 @@ static int session_slot_for(pdde_session *s, int device) {
     session_device *sd = &s->devs[s->n_devs];
     memset(sd, 0, sizeof *sd);
     sd->device = device;
-    if (registry_device_get(s->ctx, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
+    if (registry_device_get(s->ctx, s->ctx->registry, device, &sd->iface, &sd->dev) != PDDE_OK) return -1;
     sd->host = strcmp(sd->iface->name, "cpu") == 0;
     if (sd->iface->stream_create(sd->dev, &sd->stream) != PDDE_OK) return -1;
     return s->n_devs++;
@@ -1282,116 +1248,43 @@ static bool arena_release(arena_plan *a, size_t offset, size_t size) {
     return true;
 }
 
-/* Marks the nodes the step needs: everything a loss, an output or an optimizer/accumulation node
- * depends on. A graph with none of those (a plain forward graph) keeps every node. */
-static bool *needed_nodes(pdde_graph *g) {
-    bool *need = calloc((size_t)g->n, sizeof *need);
-    if (!need) return NULL;
-    bool any_root = false;
-    for (int i = g->n - 1; i >= 0; i--) {
-        pdde_tensor *t = g->nodes[i];
-        if ((t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) || t->op == PDDE_OP_GRAD_ACCUM ||
-            t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
-            need[i] = any_root = true;
-        if (need[i])
-            for (int s = 0; s < t->nsrc; s++) need[t->src[s]->id] = true;
-    }
-    if (!any_root)
-        for (int i = 0; i < g->n; i++) need[i] = true;
-    return need;
+/* Nodes the executor runs itself rather than a backend's compute: copies between devices and the
+ * communication (on comm/). */
+static bool program_runs_itself(const pdde_program *P, const pdde_tensor *t) {
+    const pdde_program_node *in = &P->info[t->id];
+    return t->op == PDDE_OP_COPY || t->op == PDDE_OP_COMM_WAIT || t->op == PDDE_OP_SEND || t->op == PDDE_OP_RECV ||
+           (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && in->axis >= 0);
 }
 
-/* Grows the per-tensor arrays to the graph's size (new tensors get slot -1). Returns nonzero on OOM. */
-static int session_track(pdde_session *s) {
-    int n = s->g->n;
-    if (n <= s->n_tracked) return 0;
-    int *slot = realloc(s->slot, (size_t)n * sizeof *slot);
-    if (!slot) return 1;
-    s->slot = slot;
-    for (int i = s->n_tracked; i < n; i++) slot[i] = -1;
-    s->n_tracked = n;
-    return 0;
-}
-
-/* Appends t to the schedule on a device slot. Returns nonzero on OOM. */
-static int session_push(pdde_session *s, pdde_tensor *t, int slot) {
-    if (session_track(s)) return 1;
-    if (s->n_order == s->cap_order) {
-        int cap = s->cap_order ? 2 * s->cap_order : 256;
-        pdde_tensor **order = realloc(s->order, (size_t)cap * sizeof *order);
-        if (!order) return 1;
-        s->order = order, s->cap_order = cap;
-    }
-    s->order[s->n_order++] = t;
-    s->slot[t->id] = slot;
-    return 0;
-}
-
-static pdde_status session_schedule(pdde_session *s, const pdde_session_params *p) {
-    pdde_graph *g = s->g;
-    bool *need = needed_nodes(g);
-    int n_orig = g->n;
-    /* copies[id * n_devs_max + slot]: a COPY of tensor id to a device slot; kept small by a list */
-    typedef struct { int src_id, slot; pdde_tensor *copy; } copy_entry;
-    copy_entry *copies = NULL;
-    int n_copies = 0;
-    if (!need || session_track(s)) { free(need); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
-    pdde_status st = PDDE_OK;
-    for (int i = 0; i < n_orig && st == PDDE_OK; i++) {
-        pdde_tensor *t = g->nodes[i];
-        if (!need[i]) continue;
-        if ((unsigned)t->op >= PDDE_OP_COUNT) { st = pdde_error(s->ctx, PDDE_ERR_UNKNOWN_OP, "session: node %s has unknown op %d", t->name, t->op); break; }
-        /* views and in-place ops live where their storage lives */
-        int device = is_root_sharing(t) ? s->devs[s->slot[t->src[0]->id]].device : node_device(t, p);
-        int slot = session_slot_for(s, device);
+/* Opens the program's devices (a slot each) and checks that each runs its nodes. */
+static pdde_status session_place(pdde_session *s) {
+    pdde_program *P = s->prog;
+    if (!(s->slot = malloc((size_t)(P->n + 1) * sizeof *s->slot))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    for (int i = 0; i < P->n; i++) s->slot[i] = -1;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *t = P->order[i];
+        int slot = session_slot_for(s, t->device);
         if (slot < 0) {
             char why[sizeof s->ctx->last_error];
             memcpy(why, s->ctx->last_error, sizeof why);
-            st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened (%s)", t->name, device, why);
-            break;
+            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened (%s)", t->name, t->device, why);
         }
+        s->slot[t->id] = slot;
         session_device *sd = &s->devs[slot];
-        if (t->op != PDDE_OP_NONE && !sd->iface->supports_op(sd->dev, t)) {
+        bool vocab_ce = P->info[t->id].vocab_axis >= 0 && (t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK);
+        bool runs = t->op == PDDE_OP_NONE || program_runs_itself(P, t) || (vocab_ce ? sd->host : sd->iface->supports_op(sd->dev, t));
+        if (!runs) {
             pdde_device_props props;
-            sd->iface->device_props(s->ctx->registry->families[s->ctx->registry->devices[device].family].family,
-                                    s->ctx->registry->devices[device].index, &props);
-            st = pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: device %d (%s) cannot run op %s (node %s)", device,
-                            props.name, pdde_op_name(t->op), t->name);
-            break;
+            registry_device_props(s->ctx->registry, t->device, &props);
+            if (P->info[t->id].vocab_axis >= 0)
+                return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s: %s with the vocab split over mesh axis %s needs a device that "
+                                  "runs its vocab-parallel form (the CPU's)", t->name, pdde_op_name(t->op), P->mesh->names[P->info[t->id].vocab_axis]);
+            return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: device %d (%s) cannot run op %s (node %s)", t->device, props.name,
+                              pdde_op_name(t->op), t->name);
         }
-        /* inputs on another device come through a COPY node, made once per (tensor, device) */
-        for (int k = 0; k < t->nsrc && st == PDDE_OK; k++) {
-            pdde_tensor *x = t->src[k];
-            if (s->slot[x->id] == slot) continue;
-            if (is_root_sharing(t) && k == 0) continue; /* cannot happen: same device by construction */
-            pdde_tensor *copy = NULL;
-            for (int c = 0; c < n_copies; c++)
-                if (copies[c].src_id == x->id && copies[c].slot == slot) copy = copies[c].copy;
-            if (!copy) {
-                int saved = g->layer;
-                g->layer = t->layer;
-                copy = new_node(g, PDDE_OP_COPY, x->dtype, x->ndim, x->shape, 1, &x);
-                g->layer = saved;
-                copy_entry *ce = realloc(copies, (size_t)(n_copies + 1) * sizeof *ce);
-                if (!copy || !ce || session_push(s, copy, slot)) {
-                    free(ce ? ce : copies);
-                    copies = NULL;
-                    st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-                    break;
-                }
-                copies = ce;
-                copies[n_copies++] = (copy_entry){x->id, slot, copy};
-                copy->phase = t->phase;
-                copy->device = device;
-                copy->dist = x->dist; /* a copy moves the same block (SPMD execution) */
-            }
-            t->src[k] = copy;
-        }
-        if (st == PDDE_OK && session_push(s, t, slot)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     }
-    free(copies);
-    free(need);
-    return st;
+    s->order = P->order, s->n_order = P->n_order;
+    return PDDE_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1418,6 +1311,8 @@ static void *comm_staging(pdde_session *s, session_device *sd, size_t bytes) {
 
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t);
 
+static const pdde_program_node *node_info(const pdde_session *s, const pdde_tensor *t) { return &s->prog->info[t->id]; }
+
 /* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
  * run did not start it, it runs it now. */
 static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
@@ -1431,7 +1326,7 @@ static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
 
 /* After a failed run: requests still in flight are detached (they finish or fail on their own). */
 static void drop_requests(pdde_session *s) {
-    for (int i = 0; s->requests && i < s->n_tracked; i++)
+    for (int i = 0; s->requests && i < s->prog->n; i++)
         if (s->requests[i]) pdde_comm_request_free(s->requests[i]), s->requests[i] = NULL;
 }
 
@@ -1475,16 +1370,17 @@ static pdde_status write_host(pdde_session *s, pdde_tensor *t, const void *src) 
 static pdde_status run_recv(pdde_session *s, pdde_tensor *t) {
     session_device *sd = &s->devs[s->slot[t->id]];
     size_t count = (size_t)pdde_tensor_numel(t);
-    if (sd->host) return pdde_comm_recv(s->world, (char *)t->data + t->offset, count, t->dtype, t->iparams[0], t->iparams[1]);
+    const pdde_program_node *in = node_info(s, t);
+    if (sd->host) return pdde_comm_recv(s->world, (char *)t->data + t->offset, count, t->dtype, in->peer, in->tag);
     void *buf = comm_staging(s, sd, pdde_tensor_nbytes(t));
     if (!buf) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: no host staging memory", t->name);
-    pdde_status st = pdde_comm_recv(s->world, buf, count, t->dtype, t->iparams[0], t->iparams[1]);
+    pdde_status st = pdde_comm_recv(s->world, buf, count, t->dtype, in->peer, in->tag);
     return st ? st : write_host(s, t, buf);
 }
 
 /* SEND: the data to another stage's rank, copied out first (the arena is reused before it arrives). */
 static pdde_status run_send(pdde_session *s, pdde_tensor *t, int micro) {
-    struct session_send *ss = &s->sends[t->iparams[2]];
+    struct session_send *ss = &s->sends[s->send_of[t->id]];
     int k = micro % s->n_live;
     size_t n = pdde_tensor_nbytes(t);
     pdde_comm_request **req = (pdde_comm_request **)&ss->requests[k];
@@ -1495,14 +1391,170 @@ static pdde_status run_send(pdde_session *s, pdde_tensor *t, int micro) {
     }
     pdde_status st = read_host(s, t, ss->copy + (size_t)k * n);
     if (st) return st;
-    return pdde_comm_isend(s->world, ss->copy + (size_t)k * n, (size_t)pdde_tensor_numel(t), t->dtype, t->iparams[0], t->iparams[1], req);
+    return pdde_comm_isend(s->world, ss->copy + (size_t)k * n, (size_t)pdde_tensor_numel(t), t->dtype, node_info(s, t)->peer,
+                           node_info(s, t)->tag, req);
+}
+
+/* Moves blocks along dim: packed[r] = x[..., r*len:(r+1)*len, ...] (pack) or the reverse (unpack);
+ * elements of esz bytes. */
+static void blocks_along(char *packed, char *x, const int64_t *xshape, int ndim, int dim, int n, size_t esz, bool pack) {
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < dim; d++) outer *= xshape[d];
+    for (int d = dim + 1; d < ndim; d++) inner *= xshape[d];
+    int64_t len = xshape[dim] / n, block = outer * len * inner;
+    for (int r = 0; r < n; r++)
+        for (int64_t o = 0; o < outer; o++) {
+            char *p = packed + (size_t)(r * block + o * len * inner) * esz, *q = x + (size_t)((o * xshape[dim] + r * len) * inner) * esz;
+            memcpy(pack ? p : q, pack ? q : p, (size_t)(len * inner) * esz);
+        }
+}
+
+/* Split on dim from -> split on dim to, over communicator c of n ranks: block r of x along `to` goes to
+ * rank r, and the block from rank r is block r of the output along `from`. Blocks along dim 0 are
+ * already contiguous, so those sides need no packing. */
+static pdde_status run_alltoall(pdde_session *s, pdde_comm *c, int n, const pdde_tensor *x, char *in, pdde_tensor *t, char *out) {
+    int from = node_info(s, t)->dim, to = node_info(s, t)->split_dim;
+    size_t esz = pdde_dtype_size(t->dtype), count = (size_t)pdde_tensor_numel(x) / (size_t)n;
+    char *tmp = from == 0 && to == 0 ? NULL : malloc((size_t)n * count * esz * (from && to ? 2 : 1));
+    if ((from || to) && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    char *send = to ? tmp : in, *recv = from ? (to ? tmp + (size_t)n * count * esz : tmp) : out;
+    if (to) blocks_along(send, in, x->shape, x->ndim, to, n, esz, true);
+    pdde_status st = pdde_comm_alltoall(c, send, recv, count, t->dtype);
+    if (!st && from) blocks_along(recv, out, t->shape, t->ndim, from, n, esz, false);
+    free(tmp);
+    return st;
+}
+
+/* A reshard collective, blocking: allreduce, reduce-scatter, allgather or alltoall along tensor dims,
+ * from in (x's data) to out (t's), both in host memory, over the group of the node's mesh axis. */
+static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_tensor *x, char *in, char *out) {
+    const pdde_program_node *info = node_info(s, t);
+    pdde_comm *c = s->axis_comm[info->axis];
+    int dim = info->dim, n = pdde_comm_size(c);
+    size_t nin = (size_t)pdde_tensor_numel(x), nout = (size_t)pdde_tensor_numel(t), esz = pdde_dtype_size(t->dtype);
+    if (t->op == PDDE_OP_ALLREDUCE) return pdde_comm_allreduce(c, in, out, nin, t->dtype, (pdde_reduce_op)info->reduce);
+    if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
+    char *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz);
+    if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    pdde_status st;
+    if (t->op == PDDE_OP_REDUCE_SCATTER) {
+        if (tmp) blocks_along(tmp, in, x->shape, x->ndim, dim, n, esz, true);
+        st = pdde_comm_reduce_scatter(c, tmp ? tmp : in, out, nout, t->dtype, (pdde_reduce_op)info->reduce);
+    } else {
+        st = pdde_comm_allgather(c, in, tmp ? tmp : out, nin, t->dtype);
+        if (!st && tmp) blocks_along(tmp, out, t->shape, t->ndim, dim, n, esz, false);
+    }
+    free(tmp);
+    return st;
+}
+
+/* A gradient reduction that lowering started early (host memory, no packing: only those are), started
+ * without waiting; its COMM_WAIT completes it. */
+static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *x = t->src[0];
+    const pdde_program_node *info = node_info(s, t);
+    pdde_comm *c = s->axis_comm[info->axis];
+    char *in = (char *)x->data + x->offset, *out = (char *)t->data + t->offset;
+    pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
+    return t->op == PDDE_OP_ALLREDUCE
+               ? pdde_comm_iallreduce(c, in, out, (size_t)pdde_tensor_numel(x), t->dtype, (pdde_reduce_op)info->reduce, req)
+               : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)info->reduce, req);
+}
+
+/* A reshard, blocking; on device memory through host memory (the transport reads host buffers). */
+static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
+    pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
+    if (s->devs[s->slot[x->id]].host && s->devs[s->slot[t->id]].host)
+        return reshard_on_host(s, t, x, (char *)x->data + x->offset, (char *)t->data + t->offset);
+    size_t nx = pdde_tensor_nbytes(x), nt = pdde_tensor_nbytes(t);
+    char *buf = comm_staging(s, &s->devs[s->slot[t->id]], nx + nt);
+    if (!buf) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: no host staging memory (%zu bytes)", t->name, nx + nt);
+    pdde_status st = read_host(s, x, buf);
+    if (!st) st = reshard_on_host(s, t, x, buf, buf + nx);
+    return st ? st : write_host(s, t, buf + nx);
+}
+
+/* A cross-entropy (or its backward) whose logits [N, V/n] are this rank's columns [first, first + V/n)
+ * of the vocab, split over the mesh axis vocab_axis (lowering's vocab-parallel form): Megatron's
+ * vocab-parallel cross-entropy. Per row: the max over the whole vocab (allreduce MAX), then the sum of
+ * exp(l - max) and the target's logit where this rank holds it, 0 elsewhere (one allreduce SUM of
+ * both); loss = mean over the rows with a target of log(sum) + max - target logit: rows, not [N, V]
+ * logits, cross the wire. The backward recomputes the two reductions rather than keeping them from the
+ * forward: micro-batches run through per-micro-batch arenas, and recomputing needs no storage that
+ * outlives a node. Host code of the executor rather than CPU kernels: the row statistics interleave
+ * with collectives on the axis communicator, which backends never see, and SPMD runs on host memory. */
+static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
+    const pdde_tensor *lt = t->src[0];
+    int64_t N = lt->shape[0], V = lt->shape[1], first = pdde_op_i32(t, PDDE_P_VOCAB_FIRST), vocab = pdde_op_i32(t, PDDE_P_VOCAB_SIZE);
+    const float *logits = (const float *)((const char *)lt->data + lt->offset);
+    const int32_t *tg = (const int32_t *)((const char *)t->src[1]->data + t->src[1]->offset);
+    pdde_comm *c = s->axis_comm[node_info(s, t)->vocab_axis];
+    float *mx = calloc((size_t)(3 * N + 1), sizeof *mx), *sum = mx + N, *target = sum + N; /* sum, target: one allreduce */
+    if (!mx) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    for (int64_t r = 0; r < N; r++) {
+        const float *row = logits + r * V;
+        float m = -INFINITY;
+        for (int64_t i = 0; i < V; i++) m = row[i] > m ? row[i] : m;
+        mx[r] = m;
+    }
+    pdde_status st = pdde_comm_allreduce(c, mx, mx, (size_t)N, PDDE_F32, PDDE_REDUCE_MAX);
+    int64_t count = 0;
+    for (int64_t r = 0; r < N && !st; r++) {
+        const float *row = logits + r * V;
+        float e = 0;
+        for (int64_t i = 0; i < V; i++) e += exp_fast(row[i] - mx[r]);
+        sum[r] = e;
+        target[r] = tg[r] >= first && tg[r] < first + V ? row[tg[r] - first] : 0.0f;
+        count += tg[r] >= 0 && tg[r] < vocab;
+    }
+    if (!st) st = pdde_comm_allreduce(c, sum, sum, (size_t)(2 * N), PDDE_F32, PDDE_REDUCE_SUM);
+    if (st) {
+        free(mx);
+        return pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx));
+    }
+    float *out = (float *)((char *)t->data + t->offset);
+    if (t->op == PDDE_OP_CROSS_ENTROPY) {
+        double loss = 0;
+        for (int64_t r = 0; r < N; r++)
+            if (tg[r] >= 0 && tg[r] < vocab) loss += logf(sum[r]) + mx[r] - target[r];
+        out[0] = (float)(loss / (double)(count ? count : 1));
+    } else { /* dlogits = (softmax - onehot) * dloss / count, on this rank's columns */
+        const pdde_tensor *dl = t->src[2];
+        float dscale = ((const float *)((const char *)dl->data + dl->offset))[0] / (float)(count ? count : 1);
+        for (int64_t r = 0; r < N; r++) {
+            float *d = out + r * V;
+            const float *row = logits + r * V;
+            if (tg[r] < 0 || tg[r] >= vocab) { memset(d, 0, (size_t)V * sizeof *d); continue; }
+            float lse = mx[r] + logf(sum[r]);
+            for (int64_t i = 0; i < V; i++) d[i] = exp_fast(row[i] - lse) * dscale;
+            if (tg[r] >= first && tg[r] < first + V) d[tg[r] - first] -= dscale;
+        }
+    }
+    free(mx);
+    return PDDE_OK;
+}
+
+/* One communicator per axis of the graph's mesh: the ranks whose other coordinates agree (the groups
+ * of the programs lowering makes). Made before lowering, which may fail on some ranks only: every rank
+ * takes part in these collective calls first. */
+static pdde_status session_split_world(pdde_session *s) {
+    const struct planner_graph *pg = s->g->planner;
+    if (!pg || !pg->mesh || !pg->n_completed) return PDDE_OK; /* (lowering says what is missing) */
+    const pdde_mesh *mesh = pg->mesh;
+    int coords[PDDE_MAX_MESH_DIMS], rank = pdde_comm_rank(s->world);
+    if (pdde_comm_size(s->world) != mesh->n_ranks)
+        return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: the mesh has %d ranks, the world %d", mesh->n_ranks, pdde_comm_size(s->world));
+    pdde_status st = pdde_mesh_coords(mesh, rank, coords);
+    if (st) return pdde_error(s->ctx, st, "session: rank %d is not in the graph's mesh", rank);
+    for (int a = 0; a < mesh->ndim && !st; a++) {
+        int color = 0;
+        for (int b = 0; b < mesh->ndim; b++)
+            if (b != a) color = color * mesh->shape[b] + coords[b];
+        st = pdde_comm_split(s->world, color, coords[a], &s->axis_comm[a]);
+    }
+    return st;
 }
 #endif
-
-/* ------------------------------------------------------------------------------------------------
- * SPMD execution of a completed graph: partition, reshard, pipeline stages (planner/partition.c). */
-
-#include "planner/partition.c"
 
 static size_t aligned_bytes(const pdde_tensor *t) {
     return (pdde_tensor_nbytes(t) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
@@ -1511,8 +1563,7 @@ static size_t aligned_bytes(const pdde_tensor *t) {
 /* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
  * sharing its memory (views, in-place writers). Losses and outputs live to the end of the step. */
 static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
-    pdde_graph *g = s->g;
-    int n = g->n;
+    int n = s->prog->n;
     int *last = malloc((size_t)n * sizeof *last);
     arena_plan *plans = calloc((size_t)s->n_devs, sizeof *plans);
     if (!last || !plans) { free(last), free(plans); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
@@ -1567,7 +1618,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
             list[n_release[at]++] = t->id;
         }
         for (int k = 0; k < n_release[i]; k++) {
-            pdde_tensor *r = g->nodes[release_at[i][k]];
+            pdde_tensor *r = s->prog->nodes[release_at[i][k]];
             if (!arena_release(&plans[s->slot[r->id]], r->offset, pdde_tensor_nbytes(r)))
                 st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         }
@@ -1735,10 +1786,12 @@ static pdde_status session_allocate(pdde_session *s) {
     for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
         session_device *sd = &s->devs[d];
         if (!(sd->arenas = calloc((size_t)s->n_live, sizeof *sd->arenas))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        size_t arena = sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, persist = sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN;
         for (int k = 0; k < s->n_live && st == PDDE_OK; k++)
-            st = sd->iface->buffer_alloc(sd->dev, sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, &sd->arenas[k]);
+            if ((st = sd->iface->buffer_alloc(sd->dev, arena, &sd->arenas[k])) == PDDE_OK) s->mem.allocated_bytes += arena;
         sd->arena = sd->arenas[0];
-        if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN, &sd->persist);
+        if (st == PDDE_OK) st = sd->iface->buffer_alloc(sd->dev, persist, &sd->persist);
+        if (st == PDDE_OK) s->mem.allocated_bytes += persist, s->mem.persistent_allocated_bytes += persist;
         if (st == PDDE_OK && sd->host) memset(sd->persist, 0, sd->persist_bytes); /* alignment gaps too */
     }
     if (st != PDDE_OK) return st;
@@ -1768,9 +1821,9 @@ static pdde_status session_allocate(pdde_session *s) {
     }
     free(host);
     /* host bounce buffers for copies between two non-host devices or out of the host arena */
-    s->staging = calloc((size_t)s->g->n, sizeof *s->staging);
-    s->n_staging = s->g->n;
-    if (!s->staging) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->staging = calloc((size_t)s->prog->n, sizeof *s->staging);
+    s->send_of = calloc((size_t)s->prog->n, sizeof *s->send_of);
+    if (!s->staging || !s->send_of) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
         if (t->op != PDDE_OP_COPY || s->devs[s->slot[t->id]].host) continue;
@@ -1787,82 +1840,18 @@ static pdde_status session_allocate(pdde_session *s) {
         if (!ss || !ss->copy || !ss->requests) {
             if (ss) free(ss->copy), free(ss->requests);
             st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-        } else t->iparams[2] = s->n_sends++;
+        } else s->send_of[t->id] = s->n_sends++;
     }
     return st;
 }
 
-/* Micro-batches and pipeline stages: a step's micro-batch count, the stages (the distinct meshes of
- * the layers placed with pdde_graph_set_layer_mesh, in layer order), this rank's, and how many
- * micro-batches' activations it holds at once: all of them under GPipe; under 1F1B, stage s of S
- * starts S - s micro-batches before the first backward comes back. */
-static pdde_status session_setup_micro(pdde_session *s, const pdde_session_params *p) {
-    pdde_graph *g = s->g;
-    s->n_micro = g->has_optimizer ? g->opt.grad_accum_steps : 1;
-    s->n_stages = 1, s->n_chunks = 1, s->n_live = 1, s->schedule = p->pipeline_schedule;
-    if (s->schedule != PDDE_PIPELINE_1F1B && s->schedule != PDDE_PIPELINE_GPIPE)
-        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: unknown pipeline schedule %d", (int)s->schedule);
-    const struct planner_graph *pg = g->planner;
-    if (s->world && pg && pg->n_layer_mesh) {
-        /* the runs of consecutive layers on one mesh, in layer order: the first S runs (distinct,
-         * disjoint meshes) are the stages; later runs come back to them round-robin (interleaved
-         * stages: a rank holds chunks of layers far apart, Megatron's virtual pipeline) */
-        const pdde_mesh *run_mesh[256];
-        int n_runs = 0, stages = 0;
-        if (!(s->chunk_of_layer = malloc((size_t)pg->n_layer_mesh * sizeof *s->chunk_of_layer)))
-            return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-        s->stage = -1;
-        for (int l = 0; l < pg->n_layer_mesh; l++) {
-            const pdde_mesh *m = pg->layer_mesh[l];
-            s->chunk_of_layer[l] = -1;
-            if (!m) continue;
-            if (!n_runs || !mesh_same(m, run_mesh[n_runs - 1])) {
-                if (n_runs == 256) return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: more than 256 runs of pipeline layers");
-                int same = -1;
-                for (int r = 0; r < stages; r++)
-                    if (mesh_same(run_mesh[r], m)) same = r;
-                if (same < 0 && n_runs > stages)
-                    return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: layer %d starts a new pipeline stage after the stages came back round", l);
-                if (same >= 0 && same != n_runs % stages)
-                    return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: layer %d comes back to stage %d out of the round-robin order", l, same);
-                if (same < 0) {
-                    for (int r = 0; r < stages; r++)
-                        if (mesh_index_of(run_mesh[r], s->rank) >= 0 && mesh_index_of(m, s->rank) >= 0)
-                            return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: rank %d is in two pipeline stages (layer %d)", s->rank, l);
-                    if (mesh_index_of(m, s->rank) >= 0) s->stage = stages;
-                    stages++;
-                }
-                run_mesh[n_runs++] = m;
-            }
-            if (mesh_index_of(m, s->rank) >= 0) s->chunk_of_layer[l] = (n_runs - 1) / stages;
-        }
-        if (s->stage < 0 && stages > 1)
-            return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: rank %d is in none of the %d pipeline stages", s->rank, stages);
-        if (stages > 1 && n_runs % stages)
-            return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %d runs of layers over %d pipeline stages: each stage needs as many", n_runs, stages);
-        if (stages > 1) s->n_stages = stages, s->n_chunks = n_runs / stages;
-        else s->stage = 0;
-    }
-    if (s->n_chunks > 1) {
-        if (s->n_micro % s->n_stages)
-            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: interleaved pipeline stages take micro-batches in groups of the "
-                              "stage count: %d micro-batches over %d stages", s->n_micro, s->n_stages);
-        /* every forward and backward node runs in one chunk's pass: it must belong to a placed layer */
-        for (int i = 0; i < s->n_order; i++) {
-            const pdde_tensor *t = s->order[i];
-            bool passes = t->op != PDDE_OP_NONE && t->phase != PDDE_PHASE_OPTIMIZER;
-            if (passes && (t->layer < 0 || t->layer >= pg->n_layer_mesh || s->chunk_of_layer[t->layer] < 0))
-                return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "session: %s runs in no chunk of this rank's stage (layer %d): interleaved "
-                                  "stages need every forward and backward node in a placed layer", t->name, t->layer);
-            if (t->flags & PDDE_TENSOR_LOSS) s->loss_chunk = s->chunk_of_layer[t->layer];
-        }
-        s->n_live = s->n_micro; /* (micro-batches of a group overlap across chunks) */
-    } else if (s->n_stages > 1) {
-        int ahead = s->n_stages - s->stage;
-        s->n_live = s->schedule == PDDE_PIPELINE_GPIPE || ahead > s->n_micro ? s->n_micro : ahead;
-    }
+/* Micro-batches and pipeline stages, as lowering scheduled them; with several micro-batches (or several
+ * alive at once) tensors are pointed at a micro-batch's memory before each node runs. */
+static pdde_status session_setup_micro(pdde_session *s) {
+    const pdde_program *P = s->prog;
+    s->n_micro = P->n_micro, s->n_stages = P->n_stages, s->n_chunks = P->n_chunks, s->n_live = P->n_live;
     s->bind = s->n_micro > 1 || s->n_live > 1;
-    if (s->bind && !(s->input_base = calloc((size_t)g->n, sizeof *s->input_base)))
+    if (s->bind && !(s->input_base = calloc((size_t)P->n + 1, sizeof *s->input_base)))
         return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     return PDDE_OK;
 }
@@ -1884,32 +1873,31 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
-    s->comm_dtype = p.comm_dtype;
-    s->overlap_gradients = p.overlap_gradients > 0;
-#ifdef PDDE_HAVE_COMM
-    if (p.overlap_gradients == 0 && p.world) { /* auto: when a host's ranks leave it a core */
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        int hosts = pdde_comm_n_hosts(p.world) > 0 ? pdde_comm_n_hosts(p.world) : 1;
-        s->overlap_gradients = cores > (long)(pdde_comm_size(p.world) + hosts - 1) / hosts * g->ctx->n_threads;
-    }
-#endif
-    if (p.comm_dtype != PDDE_F32 && p.comm_dtype != PDDE_BF16 && p.comm_dtype != PDDE_F16) {
-        pdde_session_free(s);
-        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "session: comm_dtype %s (f32, bf16 or f16)", pdde_dtype_name(p.comm_dtype));
-    }
-#ifdef PDDE_HAVE_COMM
-    int n_user_nodes = g->n; /* before the session adds its copies between devices */
-#endif
-    pdde_status st = session_schedule(s, &p);
-    if (st == PDDE_OK && p.world) {
+    pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0};
+    pdde_status st = PDDE_OK;
+    if (p.world) {
 #ifdef PDDE_HAVE_COMM
         s->world = p.world;
-        st = session_partition(s, n_user_nodes);
+        lp.world_size = pdde_comm_size(p.world), lp.rank = pdde_comm_rank(p.world);
+        if (p.overlap_gradients == 0) { /* auto: when a host's ranks leave it a core */
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            int hosts = pdde_comm_n_hosts(p.world) > 0 ? pdde_comm_n_hosts(p.world) : 1;
+            lp.overlap_gradients = cores > (long)(pdde_comm_size(p.world) + hosts - 1) / hosts * g->ctx->n_threads;
+        }
 #else
         st = pdde_error(g->ctx, PDDE_ERR_UNAVAILABLE, "session: SPMD execution needs pdde built with UCX (comm/)");
 #endif
     }
-    if (st == PDDE_OK) st = session_setup_micro(s, &p);
+#ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world) st = session_split_world(s);
+#endif
+    if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
+    if (st == PDDE_OK) st = session_place(s);
+#ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world && !(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)))
+        st = pdde_error(g->ctx, PDDE_ERR_OOM, "session: out of memory");
+#endif
+    if (st == PDDE_OK) st = session_setup_micro(s);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
@@ -1950,20 +1938,16 @@ void pdde_session_free(pdde_session *s) {
         if (sd->persist) sd->iface->buffer_free(sd->dev, sd->persist);
         if (sd->stream && sd->iface->stream_free) sd->iface->stream_free(sd->dev, sd->stream);
     }
-    for (int i = 0; i < s->n_order; i++) s->order[i]->data = NULL, s->order[i]->offset = 0;
-    for (int i = 0; s->staging && i < s->n_staging; i++) free(s->staging[i]);
+    for (int i = 0; s->staging && i < s->prog->n; i++) free(s->staging[i]);
     free(s->staging);
     free(s->devs);
-    for (int i = 0; i < s->n_global_shapes; i++) memcpy(s->g->nodes[i]->shape, s->global_shapes[i], sizeof s->global_shapes[i]);
-    free(s->global_shapes);
-    free(s->elsewhere);
     free(s->input_base);
-    free(s->chunk_of_layer);
     for (int i = 0; i < s->n_sends; i++) free(s->sends[i].copy), free(s->sends[i].requests);
     free(s->sends);
+    free(s->send_of);
     free(s->requests);
     free(s->slot);
-    free(s->order);
+    program_free(s->prog);
     free(s);
 }
 
@@ -1988,9 +1972,16 @@ static pdde_status run_copy(pdde_session *s, pdde_tensor *t) {
     return dst->iface->write(dst->dev, dst->stream, t->data, t->offset, bounce, n);
 }
 
-static bool phase_in(pdde_phase phase, pdde_run_mode mode) {
-    return (phase == PDDE_PHASE_FORWARD && (mode & 1)) || (phase == PDDE_PHASE_BACKWARD && (mode & 2)) ||
-           (phase == PDDE_PHASE_OPTIMIZER && (mode & 4));
+/* The phases a run mode runs: forward (FORWARD, FORWARD_BACKWARD, STEP), backward (FORWARD_BACKWARD,
+ * STEP), the update (OPTIMIZER, STEP). */
+static bool mode_runs_forward(pdde_run_mode mode) { return mode != PDDE_RUN_OPTIMIZER; }
+static bool mode_runs_backward(pdde_run_mode mode) { return mode == PDDE_RUN_FORWARD_BACKWARD || mode == PDDE_RUN_STEP; }
+static bool mode_runs_update(pdde_run_mode mode) { return mode == PDDE_RUN_OPTIMIZER || mode == PDDE_RUN_STEP; }
+
+#define PHASE_BIT(phase) (1u << (phase))
+static unsigned mode_phases(pdde_run_mode mode) {
+    return (mode_runs_forward(mode) ? PHASE_BIT(PDDE_PHASE_FORWARD) : 0) | (mode_runs_backward(mode) ? PHASE_BIT(PDDE_PHASE_BACKWARD) : 0) |
+           (mode_runs_update(mode) ? PHASE_BIT(PDDE_PHASE_OPTIMIZER) : 0);
 }
 
 /* Points t at micro-batch m's memory: an input at its slot m, an activation in arena m % n_live. */
@@ -2007,14 +1998,18 @@ static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
  * not seen (it would cost a pass over every gradient); PDDE_CHECK_NONFINITE=1 checks every node's
  * output, naming the first one that holds a NaN or an infinity (debugging: it reads every tensor). */
 
-/* The index of the first NaN or infinity of f32 tensor t, or -1 (device data is read to the host). */
+static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst, size_t nbytes);
+static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes);
+
+/* The index of the first NaN or infinity of f32 tensor t (a node of the session), or -1 (device data
+ * is read to the host). */
 static int64_t first_nonfinite(pdde_session *s, const pdde_tensor *t, float *value) {
     if (t->dtype != PDDE_F32 || !t->data) return -1;
     int64_t n = pdde_tensor_numel(t), at = -1;
     const float *f = s->devs[s->slot[t->id]].host ? (const float *)((const char *)t->data + t->offset) : NULL;
     float *copy = NULL;
     if (!f) {
-        if (!(copy = malloc(pdde_tensor_nbytes(t) + 1)) || pdde_session_read(s, t, copy, pdde_tensor_nbytes(t))) { free(copy); return -1; }
+        if (!(copy = malloc(pdde_tensor_nbytes(t) + 1)) || read_local(s, t, copy, pdde_tensor_nbytes(t))) { free(copy); return -1; }
         f = copy;
     }
     for (int64_t i = 0; i < n && at < 0; i++)
@@ -2060,10 +2055,10 @@ static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micr
     float v;
     if (s->pass_has_loss && s->loss) {
         if (s->bind) bind_micro(s, s->loss, micro);
-        if (!(st = pdde_session_read(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
+        if (!(st = read_local(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
     }
     int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
-    if (!st && u->nsrc > plain && u->fparams[5] > 0 && !(st = pdde_session_read(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
+    if (!st && u->nsrc > plain && u->fparams[5] > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
         st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
     return st;
 }
@@ -2087,24 +2082,25 @@ static void drop_gradients(pdde_session *s) {
         if (!is_persistent(t) || !(t->flags & PDDE_TENSOR_GRAD)) continue;
         if (s->devs[s->slot[t->id]].host) { memset((char *)t->data + t->offset, 0, pdde_tensor_nbytes(t)); continue; }
         void *zeros = calloc(1, pdde_tensor_nbytes(t) + 1);
-        if (zeros) pdde_session_write(s, t, zeros, pdde_tensor_nbytes(t));
+        if (zeros) write_bound(s, t, zeros, pdde_tensor_nbytes(t));
         free(zeros);
     }
 }
 
 static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
-    if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) t->iparams[2] = (int32_t)(s->run_counter + (uint32_t)micro);
+    if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, (int32_t)(s->run_counter + (uint32_t)micro));
     if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) {
-        t->fparams[0] = lr, t->iparams[0] = (int32_t)(s->step + 1);
+        pdde_op_set_f32(t, PDDE_P_UPDATE_LR, lr), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, (int32_t)(s->step + 1));
         pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, t, micro);
         if (st) return st;
     }
     if (t->op == PDDE_OP_COPY) return run_copy(s, t);
 #ifdef PDDE_HAVE_COMM
-    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1 && t->iparams[3] == 1)
-        return s->early_starts ? start_reduction(s, t) : PDDE_OK; /* (not due in this pass: its wait runs it) */
-    if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1) return run_reshard(s, t);
-    if ((t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK) && t->iparams[1] > 0) return run_cross_entropy_vocab(s, t);
+    const pdde_program_node *in = node_info(s, t);
+    bool collective = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && in->axis >= 0;
+    if (collective && in->early) return s->early_starts ? start_reduction(s, t) : PDDE_OK; /* (not due in this pass: its wait runs it) */
+    if (collective) return run_reshard(s, t);
+    if ((t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK) && in->vocab_axis >= 0) return run_cross_entropy_vocab(s, t);
     if (t->op == PDDE_OP_COMM_WAIT) return run_wait(s, t);
     if (t->op == PDDE_OP_SEND) return run_send(s, t, micro);
     if (t->op == PDDE_OP_RECV) return run_recv(s, t);
@@ -2119,14 +2115,14 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     return st;
 }
 
-/* Runs the scheduled nodes of the phases in mode (a pdde_run_mode bit set) for micro-batch `micro`;
- * with chunk >= 0 (interleaved stages), only the forward and backward nodes of that chunk. */
-static pdde_status run_chunk(pdde_session *s, int mode, int micro, int chunk, float lr) {
+/* Runs the scheduled nodes of the phases in `phases` (PHASE_BIT set) for micro-batch `micro`; with
+ * chunk >= 0 (interleaved stages), only the forward and backward nodes of that chunk. */
+static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int chunk, float lr) {
     pdde_status st = PDDE_OK;
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
-        if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !phase_in(t->phase, (pdde_run_mode)mode)) continue;
-        if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && s->chunk_of_layer[t->layer] != chunk) continue;
+        if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !(phases & PHASE_BIT(t->phase))) continue;
+        if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && s->prog->info[t->id].chunk != chunk) continue;
         if (s->bind) {
             bind_micro(s, t, micro);
             for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
@@ -2134,68 +2130,37 @@ static pdde_status run_chunk(pdde_session *s, int mode, int micro, int chunk, fl
         double t0 = s->profile ? monotonic_seconds() : 0;
         st = run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
-        bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1 && t->iparams[3] == 1;
+        bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
         if (!st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT) st = check_node(s, t, micro);
     }
     return st;
 }
 
-static pdde_status run_nodes(pdde_session *s, int mode, int micro, float lr) { return run_chunk(s, mode, micro, -1, lr); }
-
 /* The loss of micro-batch `micro` (this rank holds the loss): added to *sum. */
 static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
     float loss;
     if (s->bind) bind_micro(s, s->loss, micro);
-    pdde_status st = pdde_session_read(s, s->loss, &loss, sizeof loss);
+    pdde_status st = read_local(s, s->loss, &loss, sizeof loss);
     *sum += loss;
     return st ? st : check_loss(s, loss, micro);
 }
 
-/* A step's micro-batches through this rank's stage, forward (F) and backward (B) passes in the
- * schedule's order, then the update. 1F1B: stage s of S runs S-s-1 forwards ahead (warm-up), then
- * one forward and one backward in turn, then the remaining backwards (F0 F1 B0 F2 B1 F3 B2 B3 on the
- * first of two stages); GPipe: every forward, then every backward. Sends never block and receives
- * wait for their data, so the stages pace each other. */
-/* Interleaved stages (each rank v chunks of layers, Megatron's virtual pipeline): the k-th forward of
- * a rank is chunk (k / S) % v of micro-batch (k / (S v)) S + k % S — S micro-batches through one chunk,
- * then through the next — and its k-th backward the same with the chunks in reverse. 1F1B runs
- * 2 (S - s - 1) + (v - 1) S forwards ahead, then one forward and one backward in turn; GPipe every
- * forward first. */
-static pdde_status run_interleaved(pdde_session *s, pdde_run_mode mode, float lr, double *loss_sum) {
-    enum { FORWARD = PDDE_RUN_FORWARD, BACKWARD = PDDE_RUN_FORWARD_BACKWARD & ~PDDE_RUN_FORWARD };
-    int S = s->n_stages, v = s->n_chunks, total = s->n_micro * v, next_f = 0, next_b = 0;
-    bool training = mode & BACKWARD;
-    int ahead = 2 * (S - s->stage - 1) + (v - 1) * S;
-    if (!training || s->schedule == PDDE_PIPELINE_GPIPE || ahead > total) ahead = total;
-    pdde_status st = PDDE_OK;
-    while (st == PDDE_OK && (next_f < total || (training && next_b < total))) {
-        bool forward = next_f < total && (!training || next_f < ahead || next_f - ahead <= next_b);
-        int k = forward ? next_f++ : next_b++, m = k / (S * v) * S + k % S, c = k / S % v;
-        if (!forward) c = v - 1 - c;
-        s->early_starts = !forward && m == s->n_micro - 1 && (mode & PDDE_RUN_OPTIMIZER);
-        st = run_chunk(s, forward ? FORWARD : BACKWARD, m, c, lr);
-        s->early_starts = false;
-        if (!st && forward && s->loss && c == s->loss_chunk) st = add_loss(s, m, loss_sum);
-    }
-    return st;
-}
-
+/* A run of every micro-batch through this rank's stage: the passes lowering scheduled (the 1F1B or
+ * GPipe order, interleaved chunks), then the sends' completion. */
 static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float lr, double *loss_sum) {
-    enum { FORWARD = PDDE_RUN_FORWARD, BACKWARD = PDDE_RUN_FORWARD_BACKWARD & ~PDDE_RUN_FORWARD };
-    int M = s->n_micro, next_f = 0, next_b = 0, warmup = s->n_stages - s->stage - 1;
-    bool training = mode & BACKWARD;
-    int ahead = !training || s->schedule == PDDE_PIPELINE_GPIPE || warmup > M ? M : warmup; /* forwards before the first backward */
-    pdde_status st = s->n_chunks > 1 ? run_interleaved(s, mode, lr, loss_sum) : PDDE_OK;
-    while (s->n_chunks == 1 && st == PDDE_OK && (next_f < M || (training && next_b < M))) {
-        bool forward = next_f < M && (!training || next_f - next_b <= ahead);
-        int m = forward ? next_f++ : next_b++;
-        s->early_starts = !forward && m == M - 1 && (mode & PDDE_RUN_OPTIMIZER);
-        st = run_nodes(s, forward ? FORWARD : BACKWARD, m, lr);
+    const pdde_program *P = s->prog;
+    bool training = mode_runs_backward(mode);
+    const pdde_program_pass *passes = training ? P->step : P->forward;
+    int n = training ? P->n_step : P->n_forward;
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < n && st == PDDE_OK; i++) {
+        const pdde_program_pass *ps = &passes[i];
+        if (ps->phase == PDDE_PHASE_OPTIMIZER && !mode_runs_update(mode)) continue;
+        s->early_starts = ps->early && mode_runs_update(mode);
+        st = run_chunk(s, PHASE_BIT(ps->phase), ps->micro, ps->chunk, lr);
         s->early_starts = false;
-        if (!st && forward && s->loss) st = add_loss(s, m, loss_sum);
+        if (!st && ps->phase == PDDE_PHASE_FORWARD && s->loss && (ps->chunk < 0 || ps->chunk == P->loss_chunk)) st = add_loss(s, ps->micro, loss_sum);
     }
-    /* the update in the last micro-batch's memory: where the early reductions left their results */
-    if (!st && (mode & 4)) st = run_nodes(s, PDDE_RUN_OPTIMIZER, M - 1, lr);
 #ifdef PDDE_HAVE_COMM
     if (!st) st = wait_sends(s);
 #endif
@@ -2215,24 +2180,24 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     /* each training pass draws new dropout masks (micro-batch m of a step: counter + m); a forward-only
      * pass reuses the last training pass's masks (so the forward it evaluates is the function that was
      * differentiated) */
-    if (mode & 2) s->run_counter++;
+    if (mode_runs_backward(mode)) s->run_counter++;
     double loss_sum = 0;
     s->update_checked = false;
-    s->pass_has_loss = (mode & 1) && !every_micro;
+    s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
-    pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_nodes(s, mode, 0, lr);
+    pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
-    if (every_micro && (mode & 2)) s->run_counter += (uint32_t)s->n_micro - 1;
+    if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
     for (int d = 0; d < s->n_devs; d++) {
         pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);
         if (st == PDDE_OK) st = sync;
     }
-    if (st == PDDE_OK && (mode & 1) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
-    if (st == PDDE_ERR_NONFINITE && (mode & 6)) drop_gradients(s);
+    if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
+    if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || (mode & PDDE_RUN_OPTIMIZER))) drop_gradients(s);
 #ifdef PDDE_HAVE_COMM
     /* the step's loss on every rank: the mean over the ranks holding one (data-parallel ranks hold
      * their rows' mean; other pipeline stages none) */
-    if (st == PDDE_OK && (mode & 1) && s->world) {
+    if (st == PDDE_OK && mode_runs_forward(mode) && s->world) {
         float mean_and_count[2] = {s->loss ? (float)(loss_sum / (every_micro ? s->n_micro : 1)) : 0.0f, s->loss ? 1.0f : 0.0f};
         st = pdde_comm_allreduce(s->world, mean_and_count, mean_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
         if (st == PDDE_OK) s->last_loss = mean_and_count[1] > 0 ? mean_and_count[0] / mean_and_count[1] : NAN;
@@ -2248,128 +2213,128 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     }
 #endif
     if (st != PDDE_OK) return st;
-    if ((mode & 1) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
-    if ((mode & 4) && g->has_optimizer) s->step++;
+    if (mode_runs_forward(mode) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
+    if (mode_runs_update(mode) && g->has_optimizer) s->step++;
     return st;
 }
 
-static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes, const char *what) {
+/* The session's tensor of user tensor t: its block on this rank (NULL: not in the step here). */
+static pdde_tensor *local_of(const pdde_session *s, const pdde_tensor *t) {
+    const pdde_program *P = s->prog;
+    return t && t->id >= 0 && t->id < P->n_user && s->g->nodes[t->id] == t ? P->of_user[t->id] : NULL;
+}
+
+const pdde_tensor *pdde_session_tensor(const pdde_session *s, const pdde_tensor *t) { return s ? local_of(s, t) : NULL; }
+int pdde_session_n_nodes(const pdde_session *s) { return s ? s->n_order : 0; }
+const pdde_tensor *pdde_session_node(const pdde_session *s, int i) { return s && i >= 0 && i < s->n_order ? s->order[i] : NULL; }
+
+/* Checks that user tensor t is in this rank's step and, unless nbytes is SIZE_MAX, that its block
+ * holds nbytes; *local gets the block. */
+static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes, const char *what, pdde_tensor **local) {
     if (!s || !t) return PDDE_ERR_INVALID_ARG;
-    if (t->id >= s->n_tracked || s->g->nodes[t->id] != t || s->slot[t->id] < 0)
-        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: %s is not part of this session's schedule", what, t->name);
-    if (nbytes != pdde_tensor_nbytes(t))
-        return pdde_error(s->ctx, PDDE_ERR_SHAPE, "%s: %s holds %zu bytes, the buffer %zu", what, t->name, pdde_tensor_nbytes(t), nbytes);
+    pdde_tensor *lt = local_of(s, t);
+    if (!lt) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: %s is not part of this session's schedule", what, t->name);
+    if (nbytes != SIZE_MAX && nbytes != pdde_tensor_nbytes(lt))
+        return pdde_error(s->ctx, PDDE_ERR_SHAPE, "%s: %s holds %zu bytes on this rank, the buffer %zu", what, t->name, pdde_tensor_nbytes(lt), nbytes);
+    *local = lt;
     return PDDE_OK;
 }
 
-/* Writes t where it points now (an input: at the micro-batch it is bound to). */
-static pdde_status write_bound(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
-    pdde_status st = check_io(s, t, nbytes, "session_write");
-    if (st) return st;
-    session_device *sd = &s->devs[s->slot[t->id]];
-    st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, src, nbytes);
+/* Writes the session's tensor lt where it points now (an input: at the micro-batch it is bound to). */
+static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
+    session_device *sd = &s->devs[s->slot[lt->id]];
+    pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
+    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
+static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst, size_t nbytes) {
+    session_device *sd = &s->devs[s->slot[lt->id]];
+    pdde_status st = sd->iface->read(sd->dev, sd->stream, lt->data, lt->offset, dst, nbytes);
     return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
 }
 
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
-    pdde_status st = check_io(s, t, nbytes, "session_write");
-    if (!st && s->bind) bind_micro(s, t, 0);
-    return st ? st : write_bound(s, t, src, nbytes);
+    pdde_tensor *lt = NULL;
+    pdde_status st = check_io(s, t, nbytes, "session_write", &lt);
+    if (st) return st;
+    if (s->bind) bind_micro(s, lt, 0);
+    return write_bound(s, lt, src, nbytes);
 }
 
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes) {
-    pdde_status st = check_io(s, t, nbytes, "session_read");
-    if (st) return st;
-    session_device *sd = &s->devs[s->slot[t->id]];
-    st = sd->iface->read(sd->dev, sd->stream, t->data, t->offset, dst, nbytes);
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    pdde_tensor *lt = NULL;
+    pdde_status st = check_io(s, t, nbytes, "session_read", &lt);
+    return st ? st : read_local(s, lt, dst, nbytes);
 }
 
-/* Writes the whole (global) t where it points now: under SPMD execution this rank's block. */
-static pdde_status write_global_bound(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
-    if (!s->world || !t->dist.mesh || t->id >= s->n_global_shapes) return write_bound(s, t, src, nbytes);
+/* Writes the whole (global) user tensor t, from src, into its block lt where that points now: under
+ * SPMD execution this rank's block. */
+static pdde_status write_global_bound(pdde_session *s, const pdde_tensor *t, pdde_tensor *lt, const void *src, size_t nbytes) {
+    if (!s->world || !lt->dist.mesh) {
+        if (nbytes != pdde_tensor_nbytes(lt))
+            return pdde_error(s->ctx, PDDE_ERR_SHAPE, "session_write_global: %s holds %zu bytes, the buffer %zu", t->name, pdde_tensor_nbytes(lt), nbytes);
+        return write_bound(s, lt, src, nbytes);
+    }
     /* this rank's block: along each split dim d, [coord * local, (coord + 1) * local) */
-    const int64_t *gshape = s->global_shapes[t->id];
+    const int64_t *gshape = t->shape;
     int64_t gn = 1, start[PDDE_MAX_DIMS], gst[PDDE_MAX_DIMS];
     for (int d = t->ndim - 1; d >= 0; d--) gst[d] = gn, gn *= gshape[d];
     size_t esz = pdde_dtype_size(t->dtype);
     if (nbytes != (size_t)gn * esz)
         return pdde_error(s->ctx, PDDE_ERR_SHAPE, "session_write_global: %s holds %lld elements globally, the buffer %zu bytes", t->name, (long long)gn, nbytes);
     for (int d = 0; d < t->ndim; d++) {
-        int a = t->dist.dims_mapping[d];
-        start[d] = a >= 0 ? s->coords[graph_axis(s, t->dist.mesh, a)] * t->shape[d] : 0;
+        int a = lt->dist.dims_mapping[d];
+        start[d] = a >= 0 ? s->prog->coords[program_axis(s->prog, lt->dist.mesh, a)] * lt->shape[d] : 0;
     }
-    int64_t n = pdde_tensor_numel(t);
+    int64_t n = pdde_tensor_numel(lt);
     char *local = malloc((size_t)n * esz + 1);
     if (!local) return pdde_error(s->ctx, PDDE_ERR_OOM, "session_write_global: out of memory");
     for (int64_t i = 0; i < n; i++) {
         int64_t rem = i, g = 0;
-        for (int d = t->ndim - 1; d >= 0; d--) g += (start[d] + rem % t->shape[d]) * gst[d], rem /= t->shape[d];
+        for (int d = t->ndim - 1; d >= 0; d--) g += (start[d] + rem % lt->shape[d]) * gst[d], rem /= lt->shape[d];
         memcpy(local + (size_t)i * esz, (const char *)src + (size_t)g * esz, esz);
     }
-    pdde_status st = write_bound(s, t, local, (size_t)n * esz);
+    pdde_status st = write_bound(s, lt, local, (size_t)n * esz);
     free(local);
     return st;
 }
 
-/* Whether t is in the step on other ranks only (another pipeline stage's): writes to it are ignored. */
+/* Whether user tensor t is in the step on other ranks only (another pipeline stage's): writes to it
+ * are ignored. */
 static bool held_elsewhere(const pdde_session *s, const pdde_tensor *t) {
-    return s->elsewhere && t->id < s->n_global_shapes && s->g->nodes[t->id] == t && s->elsewhere[t->id];
+    const pdde_program *P = s->prog;
+    return t->id >= 0 && t->id < P->n_user && s->g->nodes[t->id] == t && P->elsewhere[t->id];
 }
 
 pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
     if (!s || !t || !src) return PDDE_ERR_INVALID_ARG;
     if (held_elsewhere(s, t)) return PDDE_OK;
-    pdde_status st = check_io(s, t, pdde_tensor_nbytes(t), "session_write_global");
-    if (!st && s->bind) bind_micro(s, t, 0);
-    return st ? st : write_global_bound(s, t, src, nbytes);
+    pdde_tensor *lt = NULL;
+    pdde_status st = check_io(s, t, SIZE_MAX, "session_write_global", &lt);
+    if (!st && s->bind) bind_micro(s, lt, 0);
+    return st ? st : write_global_bound(s, t, lt, src, nbytes);
 }
 
 pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro, const void *src, size_t nbytes) {
     if (!s || !t || !src) return PDDE_ERR_INVALID_ARG;
     if (held_elsewhere(s, t)) return PDDE_OK;
-    pdde_status st = check_io(s, t, pdde_tensor_nbytes(t), "session_write_micro");
+    pdde_tensor *lt = NULL;
+    pdde_status st = check_io(s, t, SIZE_MAX, "session_write_micro", &lt);
     if (st) return st;
     if (!(t->flags & PDDE_TENSOR_INPUT))
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_write_micro: %s is not an input", t->name);
     if (micro < 0 || micro >= s->n_micro)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_write_micro: %s: micro-batch %d of %d (the optimizer's grad_accum_steps)",
                           t->name, micro, s->n_micro);
-    if (s->bind) bind_micro(s, t, micro);
-    return write_global_bound(s, t, src, nbytes);
+    if (s->bind) bind_micro(s, lt, micro);
+    return write_global_bound(s, t, lt, src, nbytes);
 }
 
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
 int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
 
 void pdde_session_dump(const pdde_session *s, FILE *f) {
-    if (!s || !f) return;
-    static const char *const phases[] = {"forward", "backward", "optimizer"};
-    fprintf(f, "# local program: %d nodes", s->n_order);
-    if (s->world) {
-        fprintf(f, "; rank %d, mesh", s->rank);
-        for (int a = 0; a < s->mesh->ndim; a++) fprintf(f, " %s=%d", s->mesh->names[a], s->mesh->shape[a]);
-    }
-    if (s->n_micro > 1) fprintf(f, "; %d micro-batches per step", s->n_micro);
-    if (s->n_stages > 1)
-        fprintf(f, "; pipeline stage %d of %d, %s, %d micro-batches alive", s->stage, s->n_stages,
-                s->schedule == PDDE_PIPELINE_GPIPE ? "GPipe" : "1F1B", s->n_live);
-    fprintf(f, "\n#  phase     dev  op                   tensor                     local shape    dist attr\n");
-    for (int i = 0; i < s->n_order; i++) {
-        const pdde_tensor *t = s->order[i];
-        char shape[96], attr[160];
-        shape_str(t, shape, sizeof shape);
-        pdde_dist_attr_str(&t->dist, attr, sizeof attr);
-        fprintf(f, "%-10s %4d  %-20s %-26s %-14s %s", phases[t->phase], s->devs[s->slot[t->id]].device, pdde_op_name(t->op), t->name,
-                shape, t->dist.mesh ? attr : "");
-        if (t->op == PDDE_OP_SEND || t->op == PDDE_OP_RECV)
-            fprintf(f, "  %s rank %d (tag %d)", t->op == PDDE_OP_SEND ? "to" : "from", t->iparams[0], t->iparams[1]);
-        else if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && t->iparams[6] == 1 && s->mesh)
-            fprintf(f, "  over %s", s->mesh->names[t->iparams[4]]);
-        else if (t->op == PDDE_OP_COPY)
-            fprintf(f, "  from device %d", s->devs[s->slot[t->src[0]->id]].device);
-        fputc('\n', f);
-    }
+    if (s && f) program_dump(s->prog, f);
 }
 
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
@@ -2401,12 +2366,12 @@ static uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
 }
 
 static bool ckpt_saved(const pdde_tensor *t) {
-    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & PDDE_TENSOR_GRAD);
+    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));
 }
 
 /* A saved tensor the step uses, on this rank or (another pipeline stage's) on others. */
 static bool ckpt_in_step(const pdde_session *s, const pdde_tensor *t) {
-    return ckpt_saved(t) && t->id < s->n_tracked && (s->slot[t->id] >= 0 || held_elsewhere(s, t));
+    return ckpt_saved(t) && (local_of(s, t) || held_elsewhere(s, t));
 }
 
 typedef struct { FILE *f; uint32_t crc; bool ok; } ckpt_writer;
@@ -2416,33 +2381,23 @@ static void ckpt_put(ckpt_writer *w, const void *p, size_t n) {
     w->crc = crc32_update(w->crc, p, n);
 }
 
-/* The global shape of t (under SPMD execution its local shape is smaller). */
-static const int64_t *global_shape(const pdde_session *s, const pdde_tensor *t) {
-    return s->world && t->id < s->n_global_shapes ? s->global_shapes[t->id] : t->shape;
-}
-
-static size_t global_nbytes(const pdde_session *s, const pdde_tensor *t) {
-    size_t n = pdde_dtype_size(t->dtype);
-    for (int d = 0; d < t->ndim; d++) n *= (size_t)global_shape(s, t)[d];
-    return n;
-}
-
 /* Reads the whole of t into buf (global_nbytes): under SPMD execution its blocks are all-gathered
  * along every split dim (a collective over the mesh: every rank calls it for the same tensors). */
-static pdde_status read_global(pdde_session *s, pdde_tensor *t, void *buf) {
-    pdde_status st = pdde_session_read(s, t, buf, pdde_tensor_nbytes(t));
+static pdde_status read_global(pdde_session *s, const pdde_tensor *user, void *buf) {
+    const pdde_tensor *t = local_of(s, user);
+    pdde_status st = read_local(s, t, buf, pdde_tensor_nbytes(t));
 #ifdef PDDE_HAVE_COMM
     if (st || !s->world || !t->dist.mesh || t->dtype != PDDE_F32) return st;
     int64_t shape[PDDE_MAX_DIMS];
     memcpy(shape, t->shape, sizeof shape);
-    float *tmp = malloc(global_nbytes(s, t) + sizeof(float));
+    float *tmp = malloc(pdde_tensor_nbytes(user) + sizeof(float));
     if (!tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory");
     for (int d = 0; d < t->ndim && !st; d++) {
         int a = t->dist.dims_mapping[d];
         if (a < 0) continue;
         int64_t n = 1;
         for (int k = 0; k < t->ndim; k++) n *= shape[k];
-        st = pdde_comm_allgather(s->axis_comm[graph_axis(s, t->dist.mesh, a)], buf, tmp, (size_t)n, PDDE_F32);
+        st = pdde_comm_allgather(s->axis_comm[program_axis(s->prog, t->dist.mesh, a)], buf, tmp, (size_t)n, PDDE_F32);
         shape[d] *= t->dist.mesh->shape[a];
         if (!st) blocks_along((char *)tmp, buf, shape, t->ndim, d, t->dist.mesh->shape[a], sizeof(float), false);
     }
@@ -2529,19 +2484,19 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
         if (!ckpt_in_step(s, t)) continue;
         uint16_t name_len = (uint16_t)strlen(t->name);
         uint8_t dtype = (uint8_t)t->dtype, ndim = (uint8_t)t->ndim;
-        uint64_t nbytes = global_nbytes(s, t);
+        uint64_t nbytes = pdde_tensor_nbytes(t); /* (the user's graph holds global shapes) */
         if (nbytes > cap) {
             void *nb = realloc(buf, nbytes);
             if (!nb) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "checkpoint: out of memory"); break; }
             buf = nb, cap = nbytes;
         }
-        if (s->slot[t->id] >= 0 && (st = read_global(s, t, buf))) break;
+        if (local_of(s, t) && (st = read_global(s, t, buf))) break;
 #ifdef PDDE_HAVE_COMM
         /* another pipeline stage's tensor: its mesh's first rank sends the whole of it to the writer */
         if (s->world && t->dist.mesh && mesh_index_of(t->dist.mesh, 0) < 0) {
             int holder = t->dist.mesh->ranks[0], tag = t->id & 0xfffff;
             size_t count = nbytes / pdde_dtype_size(t->dtype);
-            if (s->rank == holder) st = pdde_comm_send(s->world, buf, count, t->dtype, 0, tag);
+            if (s->prog->rank == holder) st = pdde_comm_send(s->world, buf, count, t->dtype, 0, tag);
             else if (writer) st = pdde_comm_recv(s->world, buf, count, t->dtype, holder, tag);
             if (st) break;
         }
@@ -2550,7 +2505,7 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
         if (t->dist.mesh) pdde_dist_attr_str(&t->dist, attr, sizeof attr);
         uint16_t attr_len = (uint16_t)strlen(attr);
         ckpt_put(&w, &name_len, 2), ckpt_put(&w, t->name, name_len), ckpt_put(&w, &dtype, 1), ckpt_put(&w, &ndim, 1);
-        ckpt_put(&w, global_shape(s, t), 8 * (size_t)ndim), ckpt_put(&w, &attr_len, 2), ckpt_put(&w, attr, attr_len);
+        ckpt_put(&w, t->shape, 8 * (size_t)ndim), ckpt_put(&w, &attr_len, 2), ckpt_put(&w, attr, attr_len);
         ckpt_put(&w, &nbytes, 8), ckpt_put(&w, buf, nbytes);
     }
     free(buf);
@@ -2657,8 +2612,8 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
                 return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: tensor %s is stored twice", path, name);
             }
             seen[t->id] = true;
-            bool same = t->ndim == ndim && t->dtype == dtype && global_nbytes(s, t) == nbytes;
-            for (int d = 0; same && d < ndim; d++) same = global_shape(s, t)[d] == shape[d];
+            bool same = t->ndim == ndim && t->dtype == dtype && pdde_tensor_nbytes(t) == nbytes;
+            for (int d = 0; same && d < ndim; d++) same = t->shape[d] == shape[d];
             if (!same) {
                 char want[96];
                 shape_str(t, want, sizeof want);
@@ -2811,4 +2766,164 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
 
 #ifdef PDDE_HAVE_COMM
 #include "comm/comm.c"
+#include "comm/ps.c"
+
+/* ================================================================================================
+ * Sparse tables in a graph: the worker side of parameter-server tables. A batch's unique ids are
+ * pulled into a local [U, dim] table, the ids remapped to its rows, the embedding op and bag pooling
+ * run over it, the rows' gradients are pushed back. It joins the graph and session (core) to the
+ * client (comm/), which neither of them may know about, so it lives here, above both. */
+
+struct pdde_sparse_embedding {
+    pdde_tensor *table;        /* [U, dim] PDDE_TENSOR_SPARSE parameter */
+    pdde_tensor *ids;          /* i32 [batch, fields, bag]: rows of table */
+    pdde_tensor *weights;      /* f32 [batch, fields, bag, 1] (bag > 1): 1 or 1/count, 0 on empty slots */
+    int64_t batch, slots, rows; /* slots = batch x fields x bag; rows = slots + 1 (the last: zeros) */
+    int fields, bag, dim;
+    pdde_pooling pool;
+};
+
+struct pdde_sparse_batch {
+    const pdde_sparse_embedding *e;
+    ps_map index;              /* id -> local row, rebuilt per batch */
+    uint64_t *unique;          /* the batch's ids, in first-seen order */
+    int64_t n_unique;
+    int32_t *local;            /* [slots] local rows */
+    float *weights;            /* [slots] (bag > 1) */
+    float *rows;               /* [rows, dim]: the pulled rows, then (collect) their gradients */
+    float *zeros;              /* [rows, dim] zeros, written over the gradient accumulator */
+};
+
+pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
+                                       pdde_pooling pool, pdde_sparse_embedding **out) {
+    *out = NULL;
+    if (!g || g->status) return NULL;
+    if (batch <= 0 || fields <= 0 || bag <= 0 || dim <= 0 || (unsigned)pool > PDDE_POOL_MEAN || batch * fields * bag >= INT32_MAX)
+        return graph_fail(g, PDDE_ERR_INVALID_ARG, "sparse embedding %s: batch %lld, fields %d, bag %d, dim %d, pooling %d",
+                          name, (long long)batch, fields, bag, dim, (int)pool);
+    pdde_sparse_embedding *e = calloc(1, sizeof *e);
+    if (!e) return graph_fail(g, PDDE_ERR_OOM, "sparse embedding %s: out of memory", name);
+    e->batch = batch, e->fields = fields, e->bag = bag, e->dim = dim, e->pool = pool;
+    e->slots = batch * fields * bag, e->rows = e->slots + 1;
+    char nm[64];
+    snprintf(nm, sizeof nm, "%s.rows", name);
+    e->table = pdde_param(g, nm, 2, (int64_t[]){e->rows, dim}, 0.0f);
+    snprintf(nm, sizeof nm, "%s.ids", name);
+    e->ids = pdde_input(g, nm, PDDE_I32, 3, (int64_t[]){batch, fields, bag});
+    if (e->table) e->table->flags |= PDDE_TENSOR_SPARSE;
+    pdde_tensor *y = pdde_embedding(g, e->table, e->ids); /* [batch, fields, bag, dim] */
+    if (bag > 1) {
+        snprintf(nm, sizeof nm, "%s.weights", name);
+        e->weights = pdde_input(g, nm, PDDE_F32, 4, (int64_t[]){batch, fields, bag, 1});
+        y = pdde_sum(g, pdde_mul(g, y, e->weights), 2, 0);
+    } else y = pdde_reshape(g, y, 3, (int64_t[]){batch, fields, dim});
+    if (!y) { free(e); return NULL; }
+    *out = e;
+    return y;
+}
+
+void pdde_sparse_embedding_free(pdde_sparse_embedding *e) { free(e); }
+
+pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_batch **out) {
+    *out = NULL;
+    pdde_sparse_batch *b = calloc(1, sizeof *b);
+    if (!b) return PDDE_ERR_OOM;
+    b->e = e;
+    b->unique = malloc((size_t)e->slots * sizeof *b->unique);
+    b->local = malloc((size_t)e->slots * sizeof *b->local);
+    b->weights = e->bag > 1 ? malloc((size_t)e->slots * sizeof *b->weights) : NULL;
+    b->rows = malloc((size_t)e->rows * e->dim * sizeof *b->rows);
+    b->zeros = calloc((size_t)e->rows * e->dim, sizeof *b->zeros);
+    if (!b->unique || !b->local || !b->rows || !b->zeros || (e->bag > 1 && !b->weights)) { pdde_sparse_batch_free(b); return PDDE_ERR_OOM; }
+    *out = b;
+    return PDDE_OK;
+}
+
+void pdde_sparse_batch_free(pdde_sparse_batch *b) {
+    if (!b) return;
+    ps_map_free(&b->index);
+    free(b->unique), free(b->local), free(b->weights), free(b->rows), free(b->zeros);
+    free(b);
+}
+
+int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b) { return b->n_unique; }
+
+pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids) {
+    const pdde_sparse_embedding *e = b->e;
+    int32_t empty = (int32_t)(e->rows - 1);
+    b->n_unique = 0;
+    if (b->index.cap) memset(b->index.vals, 0xff, b->index.cap * sizeof *b->index.vals), b->index.n = 0;
+    for (int64_t i = 0; i < e->slots; i++) {
+        if (ids[i] == PDDE_SPARSE_NO_ID) { b->local[i] = empty; continue; }
+        uint32_t *r = ps_map_find(&b->index, ids[i]);
+        if (!r) {
+            if (!(r = ps_map_insert(&b->index, ids[i], (uint32_t)b->n_unique)))
+                return pdde_error(c->ctx, PDDE_ERR_OOM, "sparse batch: out of memory");
+            b->unique[b->n_unique++] = ids[i];
+        }
+        b->local[i] = (int32_t)*r;
+    }
+    if (e->bag > 1)
+        for (int64_t s = 0; s < e->slots; s += e->bag) { /* one bag */
+            int n = 0;
+            for (int k = 0; k < e->bag; k++) n += b->local[s + k] != empty;
+            for (int k = 0; k < e->bag; k++)
+                b->weights[s + k] = b->local[s + k] == empty ? 0.0f : e->pool == PDDE_POOL_MEAN ? 1.0f / (float)n : 1.0f;
+        }
+    /* rows past the unique ones (and the empty row) are zeros: no id refers to them */
+    memset(b->rows + b->n_unique * e->dim, 0, (size_t)(e->rows - b->n_unique) * e->dim * sizeof(float));
+    return pdde_ps_client_pull(c, (size_t)b->n_unique, b->unique, b->rows);
+}
+
+pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
+    const pdde_sparse_embedding *e = b->e;
+    pdde_status st = pdde_session_write(s, e->table, b->rows, (size_t)e->rows * e->dim * sizeof(float));
+    if (!st) st = pdde_session_write(s, e->ids, b->local, (size_t)e->slots * sizeof(int32_t));
+    if (!st && e->weights) st = pdde_session_write(s, e->weights, b->weights, (size_t)e->slots * sizeof(float));
+    return st;
+}
+
+pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
+    const pdde_sparse_embedding *e = b->e;
+    size_t bytes = (size_t)e->rows * e->dim * sizeof(float);
+    if (!e->table->grad) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: %s has no gradient (pdde_backward not called, or the loss does not use it)", e->table->name);
+    pdde_status st = pdde_session_read(s, e->table->grad, b->rows, bytes);
+    /* the accumulator is the optimizers' to zero, and they skip sparse tables */
+    if (!st) st = pdde_session_write(s, e->table->grad, b->zeros, bytes);
+    return st;
+}
+
+pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c) {
+    return pdde_ps_client_push(c, (size_t)b->n_unique, b->unique, b->rows);
+}
+
+pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) {
+    pdde_graph *g = s->g;
+    size_t total = 0;
+    for (int i = 0; i < g->n; i++) {
+        pdde_tensor *t = g->nodes[i];
+        if ((t->flags & PDDE_TENSOR_PARAM) && !(t->flags & PDDE_TENSOR_SPARSE) && t->grad) total += (size_t)pdde_tensor_numel(t);
+    }
+    if (!total || !comm || pdde_comm_size(comm) == 1) return PDDE_OK;
+    float *buf = malloc(total * sizeof *buf);
+    if (!buf) return pdde_error(s->ctx, PDDE_ERR_OOM, "dense allreduce: out of memory (%zu floats)", total);
+    pdde_status st = PDDE_OK;
+    size_t off = 0;
+    for (int i = 0; i < g->n && !st; i++) {
+        pdde_tensor *t = g->nodes[i];
+        if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
+        st = pdde_session_read(s, t->grad, buf + off, pdde_tensor_nbytes(t->grad));
+        off += (size_t)pdde_tensor_numel(t);
+    }
+    if (!st) st = pdde_comm_allreduce(comm, buf, buf, total, PDDE_F32, PDDE_REDUCE_AVG);
+    off = 0;
+    for (int i = 0; i < g->n && !st; i++) {
+        pdde_tensor *t = g->nodes[i];
+        if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
+        st = pdde_session_write(s, t->grad, buf + off, pdde_tensor_nbytes(t->grad));
+        off += (size_t)pdde_tensor_numel(t);
+    }
+    free(buf);
+    return st;
+}
 #endif

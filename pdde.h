@@ -64,6 +64,7 @@ typedef enum {
     PDDE_ERR_COMM = -502,
     PDDE_ERR_ABORTED = -503,
     PDDE_ERR_ENV = -504, /* missing or inconsistent launcher environment */
+    PDDE_ERR_AUTH = -505, /* a peer or store client that could not prove the job secret */
     /* -6xx: distribution and planning */
     PDDE_ERR_NO_PLAN = -600,
     PDDE_ERR_DIST_ATTR = -601,
@@ -82,7 +83,8 @@ typedef struct pdde_backend_iface pdde_backend_iface;
 typedef struct pdde_comm pdde_comm; /* a communicator (see "Communication") */
 
 typedef struct {
-    int n_threads;        /* CPU threads for kernels; 0 = all online cores; at most 4 per online core (more are
+    int n_threads;        /* CPU threads for kernels; 0 = PDDE_NUM_THREADS (pdde-run sets each rank's share of
+                             the cores there), else all online cores; at most 4 per online core (more are
                              capped, with a message on stderr) */
     uint64_t seed;        /* seed of the context RNG (initial weights); 0 = 1234 */
     int log_level;        /* 0 = errors only (default), 1 = info, 2 = debug */
@@ -130,7 +132,7 @@ float pdde_bf16_to_f32(uint16_t h);
 typedef enum {
     PDDE_OP_NONE = 0, /* leaf: input, parameter or optimizer state */
     /* forward ops */
-    PDDE_OP_MATMUL,      /* [..,M,K]x[..,K,N]; iparams: trans_a, trans_b; b may be 2-D (shared) */
+    PDDE_OP_MATMUL,      /* [..,M,K]x[..,K,N]; iparams: trans_a, trans_b; b may be 2-D (shared); f32, or bf16 in, f32 out */
     PDDE_OP_ADD,         /* numpy broadcasting of src1 onto src0's shape */
     PDDE_OP_SUB,
     PDDE_OP_MUL,
@@ -173,8 +175,7 @@ typedef enum {
                                      iparams as the embedding's (ids of other rows are skipped) */
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape */
     PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same seed) */
-    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place); with
-                                     iparams[3] = 1: acc[iparams[1] + i] += g[i] for i < iparams[2] */
+    PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
      * and zero the gradient they consumed. fparams: [0] lr (set by the executor each step), [1] beta1
      * or momentum, [2] beta2, [3] eps, [4] weight decay, [5] clip norm (0 = off), [6] gradient scale
@@ -182,8 +183,6 @@ typedef enum {
     PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2) */
     PDDE_OP_SGD_UPDATE,           /* src: param, grad, momentum [, gnorm_sq] */
     PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq] */
-    /* (sharded optimizer, ZeRO-1: with iparams[3] = 1 the three ops above cover only elements
-     *  [iparams[1], iparams[1] + iparams[2]) of param and grad; the state holds just that range) */
     /* communication and device-boundary ops (distributed graph; see the planner) */
     PDDE_OP_COPY,                 /* to another device */
     /* reshard collectives (inserted by the session where an op needs another layout of an input, see
@@ -215,6 +214,8 @@ typedef enum {
     PDDE_TENSOR_INPLACE = 1 << 6,    /* writes into its src0's memory */
     PDDE_TENSOR_CONST = 1 << 7,      /* a leaf filled with fparams[0] once */
     PDDE_TENSOR_GRAD = 1 << 8,       /* a parameter's gradient accumulator (STATE, not checkpointed) */
+    PDDE_TENSOR_SPARSE = 1 << 9,     /* a batch's rows of a parameter-server table: a PARAM with a gradient
+                                        that the optimizers skip and checkpoints leave out (pdde_sparse_*) */
 } pdde_tensor_flags;
 
 typedef enum { PDDE_PHASE_FORWARD = 0, PDDE_PHASE_BACKWARD = 1, PDDE_PHASE_OPTIMIZER = 2 } pdde_phase;
@@ -487,15 +488,18 @@ typedef enum {
     PDDE_RUN_STEP = 7,              /* one training step: every micro-batch forward + backward, the update */
 } pdde_run_mode;
 
-/* Compiles g (one live session per graph: free it before compiling g again): keeps the nodes the step needs, places them, inserts COPY nodes at device boundaries
- * (appended to g, visible to pdde_graph_tensor), plans memory and allocates it. */
+/* Compiles g (one live session per graph: free it before compiling g again): lowers it to this rank's
+ * local program (the nodes the step needs, placed, with COPY nodes at device boundaries and, under
+ * SPMD execution, local shapes and the communication; see pdde_lower_dump), plans memory and
+ * allocates it. g itself is not changed: it can be compiled again, under another plan. */
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);
 /* PDDE_ERR_NONFINITE: the loss, or the gradient norm when clipping, is NaN or infinite (see README
  * "Non-finite guard"); the update did not run and the step's gradients were dropped. */
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
 /* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients).
- * nbytes must equal pdde_tensor_nbytes(t). */
+ * nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))
+ * (t's own size without SPMD execution). */
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes);
 pdde_status pdde_session_read(pdde_session *s, const pdde_tensor *t, void *dst, size_t nbytes);
 /* Writes t from a buffer holding the whole (global) tensor: under SPMD execution each rank keeps its
@@ -516,12 +520,29 @@ typedef struct {
     size_t optimizer_bytes;   /* optimizer state */
     size_t input_bytes;
     int n_nodes;              /* nodes scheduled */
+    /* what the session really holds from the backends' buffer_alloc, on all its devices: the
+     * persistent buffer (parameters, gradients, optimizer state, inputs, with alignment) and in all */
+    size_t persistent_allocated_bytes, allocated_bytes;
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
 /* This rank's program as it will run: every scheduled node in order with its phase, device, local
  * shape and dist attr, the communication the session inserted (collectives with their mesh axis,
  * sends and receives with their peer), and under pipeline stages the micro-batch schedule. */
 void pdde_session_dump(const pdde_session *s, FILE *f);
+/* The same program for any rank of any plan, without running, communicating or allocating: g lowered
+ * (pdde_complete first, for world_size > 0) under params (NULL = defaults; world is not read) for rank
+ * `rank` of world_size ranks (0 = one process). It prints what pdde_session_dump prints on that rank;
+ * g is not changed. (params->overlap_gradients = 0, auto, is decided as a session on one host decides
+ * it: world_size ranks of the graph context's threads each leave this machine a core.) f NULL: lowers
+ * and prints nothing (whether the plan lowers on that rank). */
+pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
+/* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
+ * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes
+ * g's tensors, so sizes for pdde_session_read/write come from here. */
+const pdde_tensor *pdde_session_tensor(const pdde_session *s, const pdde_tensor *t);
+/* This rank's program in run order: node i of n (the session's own tensors; NULL past the end). */
+int pdde_session_n_nodes(const pdde_session *s);
+const pdde_tensor *pdde_session_node(const pdde_session *s, int i);
 
 /* ---------------------------------------------------------------------------------------------------
  * Checkpoints. Format (little-endian), documented in README.md "Checkpoint format":
@@ -670,8 +691,9 @@ typedef struct {
     const double *mem_bw;       /* [n] B/s of each device's memory (the other ops) */
     const double *memory;       /* [n] bytes each device may use */
     const int *host;            /* [n] host id of each device; NULL = one host */
-    double intra_bw, intra_lat; /* a link between devices of one host: B/s, s */
-    double inter_bw, inter_lat; /* between hosts */
+    double intra_bw, intra_lat; /* a link between devices of one host: B/s, s (bandwidth 0: none) */
+    double inter_bw, inter_lat; /* between hosts (bandwidth 0: none) */
+    const double *op_latency;   /* [n] s: the least time any op takes there (dispatch, launch); NULL = 0 */
 } pdde_plan_devices;
 
 typedef struct {
@@ -681,8 +703,9 @@ typedef struct {
     int max_micro;       /* 0 = 64 */
     int no_tp, no_pp, no_zero, no_recompute; /* 1 leaves a dimension out of the search */
     int overlap_dp;      /* 1: data-parallel gradient reductions overlap backward (spare cores, GPUs) */
+    int use_all_devices; /* 1: only plans on every device (a job whose ranks are all started) */
 } pdde_plan_params;
-#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
 /* A plan: dp x tp x pp ranks on a [dp, tp, pp] mesh (pp innermost; rank r on the r-th device used, in
  * the cluster's order), micro-batches per step, ZeRO stage over dp, recompute of every layer,
@@ -755,11 +778,29 @@ typedef struct {
     void (*close)(void *impl); /* a clean goodbye: cancels the liveness notice */
 } pdde_store_iface;
 
+/* The job secret. Every client of the built-in store and every transport connection proves it by an
+ * HMAC-SHA256 challenge-response before anything is served. Looked up in this order: PDDE_JOB_SECRET
+ * (the text itself, 16 to 256 bytes), PDDE_JOB_SECRET_FILE (a regular file of this user, mode 0600 or
+ * stricter), then the secret this process made: the first store server started without one in the
+ * environment makes a random one, which its own clients and the processes it forks then use (pdde-run
+ * passes its secret to the ranks in PDDE_JOB_SECRET). Never put it on a command line. Under mpirun and
+ * srun see comm/README.md. */
+/* Writes 64 random hex characters and a NUL to out (cap >= 65). */
+pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap);
+/* The primitives the handshakes use (FIPS 180-4 SHA-256, RFC 2104 HMAC), for tests and for deriving
+ * secrets. */
+void pdde_sha256(const void *data, size_t n, unsigned char out[32]);
+void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]);
+
 /* Wraps a backend (etcd, ...): the store owns impl and closes it in pdde_store_free. */
 pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out);
 /* A client of the built-in TCP store at "host:port", retrying the connection for up to timeout_s
  * (0 = 30 s) so that ranks may start before the server. */
 pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out);
+/* The same with an explicit secret (NULL: the job secret). PDDE_ERR_AUTH when either side fails to
+ * prove it (the server also proves it to the client, so a squatter on the port is found out). */
+pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s,
+                                      pdde_store **out);
 void pdde_store_free(pdde_store *s);
 pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len);
 pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len);
@@ -775,9 +816,29 @@ pdde_status pdde_store_ping(pdde_store *s);
  * rank 0 under other launchers. addr "host:port"; port 0 picks a free port (see _port). */
 typedef struct pdde_store_server pdde_store_server;
 pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out);
+/* Limits keep one client from stalling or exhausting the store: each gets an error naming the limit
+ * it hit; one that takes none of a pending reply for stall_timeout_s is dropped. */
+typedef struct {
+    const char *addr;            /* "host:port"; NULL = "127.0.0.1:0". 0.0.0.0 opens it to every host:
+                                    then only the secret keeps others out */
+    const char *secret;          /* NULL: the job secret (made for this process if there is none) */
+    size_t max_value_bytes;      /* 0 = 16 MiB per value */
+    size_t max_total_bytes;      /* 0 = 512 MiB: keys, values, buffers and pending replies together */
+    size_t max_client_bytes;     /* 0 = 64 MiB of keys and values made by one client */
+    int max_clients;             /* 0 = 1024 connections */
+    double auth_timeout_s;       /* 0 = 5: a connection that has not proved the secret by then is closed */
+    double stall_timeout_s;      /* 0 = 10 */
+} pdde_store_server_params;
+#define PDDE_STORE_SERVER_PARAMS_INIT {NULL, NULL, 0, 0, 0, 0, 0, 0}
+pdde_status pdde_store_server_init_params(pdde_context *ctx, const pdde_store_server_params *params,
+                                          pdde_store_server **out);
 int pdde_store_server_port(const pdde_store_server *srv);
-/* The clients connected now. */
+/* The clients connected now (authenticated ones). */
 int pdde_store_server_n_clients(const pdde_store_server *srv);
+/* The first failure notice the store received (the first value of a key ending in "/failed", set by a
+ * rank or by the store for a rank that died or stopped answering), with why the store set it; 1 if
+ * there is one. A launcher names the root cause of a failed job with it. */
+int pdde_store_server_first_failure(pdde_store_server *srv, char *buf, size_t cap);
 void pdde_store_server_free(pdde_store_server *srv);
 
 /* Rank discovery. Read in this order, the first launcher found wins: pdde-run (PDDE_RANK,
@@ -814,6 +875,7 @@ typedef struct {
 
 typedef struct {
     double peer_timeout_s;   /* failure detection bound; 0 = 5 */
+    const char *secret;      /* the job secret a connection must prove (NULL: none is checked) */
 } pdde_transport_params;
 
 typedef struct {
@@ -954,6 +1016,408 @@ pdde_status pdde_comm_wait(pdde_comm_request *req, double timeout_s);
 /* Frees a finished request; a pending one is detached and finishes (or fails) on its own, so its
  * buffers must stay valid until then or until the communicator is freed. */
 void pdde_comm_request_free(pdde_comm_request *req);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Unified cluster object (shared/DESIGN.md "Unified cluster object"; planner/cluster.c). Machines ->
+ * devices -> links, heterogeneous by default: every device names a spec (its model's measured speed),
+ * and machines may differ in device kind, count, memory and speed. Units are SI: bytes, seconds, B/s,
+ * FLOP/s. The JSON schema is in planner/README.md; pdde-bench measures a machine and writes one.
+ *
+ *     pdde_cluster *c;  pdde_cluster_load(ctx, "cluster.json", &c);   (or pdde_cluster_detect)
+ *     pdde_cluster_save(ctx, c, "copy.json");                         (the same bytes back)
+ *     pdde_cluster_free(c);
+ *
+ * The struct is public (tools and the planner read it; a program may build one with the _add calls).
+ * Its arrays are owned by the cluster and freed by pdde_cluster_free. */
+
+/* Op classes of the cost model: each has its own measured time curve on a device. */
+typedef enum {
+    PDDE_OPCLASS_GEMM = 0,    /* matmul: a FLOP/s table by (m, n, k) */
+    PDDE_OPCLASS_ELEMENTWISE, /* add, gelu, dropout, casts, copies, ...: seconds by bytes touched */
+    PDDE_OPCLASS_ROW,         /* layernorm, softmax, cross-entropy, reductions: seconds by bytes */
+    PDDE_OPCLASS_ATTENTION,   /* the causal softmax of attention scores and its backward: seconds by bytes */
+    PDDE_OPCLASS_EMBEDDING,   /* lookups and their scatter-add backward: seconds by bytes */
+    PDDE_OPCLASS_OPTIMIZER,   /* update ops and the gradient norm: seconds by bytes */
+    PDDE_OPCLASS_COUNT
+} pdde_op_class;
+const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */
+/* The class the cost model times a node with (communication ops: elementwise). */
+pdde_op_class pdde_op_class_of(const pdde_tensor *node);
+
+#define PDDE_CLUSTER_MAX_GEMM 64   /* measured GEMM shapes per device spec */
+#define PDDE_CLUSTER_MAX_CURVE 24  /* points per op-class curve */
+
+typedef struct {
+    pdde_dtype dtype;
+    int64_t m, n, k;
+    double flops;            /* FLOP/s measured at this shape (2mnk / seconds) */
+} pdde_gemm_point;
+
+typedef struct {
+    double bytes;            /* bytes an op of the class reads and writes */
+    double seconds;          /* its measured time */
+} pdde_curve_point;
+
+/* What one model of device does. Times between measured points are interpolated (GEMM: inverse-distance
+ * weighting in log m, n, k; curves: linear in bytes, the last point's bandwidth beyond it, the first
+ * point's time below it). Without measurements the cost model falls back to peak_flops and
+ * mem_bandwidth (and says so: pdde_cost_result.uncalibrated). */
+typedef struct {
+    char name[64];           /* the model: "NVIDIA H100 80GB HBM3", "cpu:AMD EPYC 7B13 x2 threads" */
+    pdde_device_kind kind;
+    char backend[16];        /* "cpu", "opencl", "cuda", "level_zero", ... */
+    double peak_flops;       /* f32 FLOP/s; 0 = unknown */
+    double mem_bandwidth;    /* B/s; 0 = unknown */
+    int n_gemm;
+    pdde_gemm_point gemm[PDDE_CLUSTER_MAX_GEMM];
+    int n_curve[PDDE_OPCLASS_COUNT];
+    pdde_curve_point curve[PDDE_OPCLASS_COUNT][PDDE_CLUSTER_MAX_CURVE];
+} pdde_device_spec;
+
+typedef struct {
+    int id;                  /* unique in the cluster (not an index: nothing assumes device 0 is typical) */
+    int spec;                /* index into pdde_cluster.specs */
+    uint64_t memory;         /* bytes the device can give a training job */
+} pdde_cluster_device;
+
+typedef enum { PDDE_LINK_SHM = 0, PDDE_LINK_PCIE, PDDE_LINK_NVLINK, PDDE_LINK_NET } pdde_link_kind;
+const char *pdde_link_kind_name(pdde_link_kind k);
+
+typedef struct {
+    int a, b;                /* device ids (an explicit link); unused in a machine's defaults */
+    pdde_link_kind kind;
+    double bandwidth;        /* B/s, one direction */
+    double latency;          /* s */
+    int group;               /* links with the same group >= 0 share one bandwidth (a NIC, a PCIe
+                                switch): flows on them at once divide it; -1 = not shared */
+} pdde_cluster_link;
+
+typedef struct {
+    int id;                  /* unique in the cluster */
+    char name[64];           /* host name */
+    int cores;               /* physical cores (hwloc); 0 = unknown */
+    int numa_nodes;
+    uint64_t host_memory;    /* bytes */
+    uint64_t l3_cache;       /* bytes, all L3 caches together */
+    pdde_cluster_link intra; /* between two devices of this machine when no explicit link says otherwise */
+    pdde_cluster_link nic;   /* to other machines: every flow leaving or entering the machine shares it */
+    int n_devices;
+    pdde_cluster_device *devices;
+} pdde_cluster_machine;
+
+/* A measured collective: t(bytes) = latency + bytes / bandwidth (bytes: the buffer of one rank, the
+ * whole of an allreduce, the gathered result of an allgather or the input of a reduce-scatter). Used
+ * in place of the alpha-beta model for the same op, algorithm and rank count within one machine
+ * (intra = 1) or across machines (0). */
+typedef enum {
+    PDDE_COLL_ALLREDUCE = 0, PDDE_COLL_ALLGATHER, PDDE_COLL_REDUCE_SCATTER, PDDE_COLL_ALLTOALL,
+    PDDE_COLL_SENDRECV, PDDE_COLL_COUNT
+} pdde_collective;
+const char *pdde_collective_name(pdde_collective c);
+typedef struct {
+    pdde_collective op;
+    pdde_comm_algo algo;     /* AUTO: what pdde's collectives choose by themselves */
+    int ranks;
+    int intra;
+    double latency, bandwidth;
+} pdde_collective_calib;
+
+typedef struct {
+    char name[64];
+    int n_specs;
+    pdde_device_spec *specs;
+    int n_machines;
+    pdde_cluster_machine *machines;
+    int n_links;
+    pdde_cluster_link *links;          /* explicit device-to-device links (override the defaults) */
+    int n_calibs;
+    pdde_collective_calib *calibs;
+} pdde_cluster;
+
+/* An empty cluster named name. */
+pdde_status pdde_cluster_init(const char *name, pdde_cluster **out);
+void pdde_cluster_free(pdde_cluster *c);
+/* Append a copy (the machine's devices are copied too); the index of the new entry, or a status < 0. */
+int pdde_cluster_add_spec(pdde_cluster *c, const pdde_device_spec *spec);
+int pdde_cluster_add_machine(pdde_cluster *c, const pdde_cluster_machine *m);
+int pdde_cluster_add_device(pdde_cluster *c, int machine, const pdde_cluster_device *d);
+int pdde_cluster_add_link(pdde_cluster *c, const pdde_cluster_link *l);
+int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k);
+/* Checks ids (unique), spec indices, links (to devices that exist), numbers (finite, >= 0). ctx gets a
+ * message naming the field path ("machines[1].devices[3].memory: ..."). */
+pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c);
+/* JSON (needs cJSON: PDDE_ERR_UNAVAILABLE in a build without it). Load errors are PDDE_ERR_CORRUPT
+ * with the field path and what was expected; save writes the canonical form, which load reads back to
+ * the same bytes (save(load(f)) == f for every file save wrote, and for tools/clusters/). */
+pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster **out);
+pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster **out);
+pdde_status pdde_cluster_save(pdde_context *ctx, const pdde_cluster *c, const char *path);
+/* *out is malloc'ed (free()). */
+pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char **out);
+/* This machine: one machine with ctx's devices (pdde_device_get_props), cores, NUMA nodes and caches
+ * from hwloc (when built with it). Specs carry the backends' peak figures only; pdde-bench measures. */
+pdde_status pdde_cluster_detect(pdde_context *ctx, pdde_cluster **out);
+int pdde_cluster_n_devices(const pdde_cluster *c);
+/* The device with this id (NULL if none); *machine gets its machine's index (may be NULL). */
+const pdde_cluster_device *pdde_cluster_find_device(const pdde_cluster *c, int id, int *machine);
+/* The link data flows over between devices a and b (explicit, the machine's intra link, or across
+ * machines the slower NIC with the two latencies added). PDDE_ERR_NOT_FOUND for an unknown id. */
+pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_cluster_link *out);
+
+/* The planner search's view of a cluster (pdde_plan_search): each device's FLOP/s from its GEMM table
+ * at (m, n, k) (0, 0, 0 = 4096^3; the peak without a table), its memory bandwidth (the largest
+ * elementwise point's, else the spec's), its memory and machine; the links are the slowest machine's
+ * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each. Devices in the
+ * cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
+pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
+                                      pdde_plan_devices *out);
+void pdde_plan_devices_free(pdde_plan_devices *d);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Cost model (planner/cost.c): simulates one training step of per-rank programs on a cluster: each
+ * compute op timed from its device's measured curves, each collective from the topology and its
+ * algorithm (alpha-beta per link, flows on a shared link dividing it, bf16/f16 halving the bytes) or a
+ * measured calibration, a compute stream and a communication stream per rank (asynchronous
+ * collectives overlap compute until their WAIT), send/recv pairs across pipeline stages, and memory
+ * (persistent bytes + the activations alive at each point, freed after their last use).
+ *
+ * A program is what a rank runs, in order. Programs are built with pdde_cost_program_add (tests,
+ * analytic models) or from a graph (pdde_cost_program_from_graph: one rank, no distribution). */
+typedef enum {
+    PDDE_COST_COMPUTE = 0,
+    PDDE_COST_COLLECTIVE,    /* coll over group; async = runs on the comm stream until a WAIT */
+    PDDE_COST_SEND,          /* to peer (a rank), on the comm stream: the compute stream goes on */
+    PDDE_COST_RECV,          /* from peer: blocks until the matching SEND (same tag) has arrived */
+    PDDE_COST_WAIT,          /* blocks until the async collective at index `wait` of this rank is done */
+} pdde_cost_op_kind;
+
+typedef struct {
+    pdde_cost_op_kind kind;
+    char name[32];           /* for the timeline ("F3 layer 2", "allreduce grads") */
+    pdde_phase phase;
+    int micro;               /* micro-batch, -1 = none */
+    /* compute */
+    pdde_op_class op_class;
+    int64_t m, n, k;         /* GEMM shape (batch folded into m) */
+    double flops;            /* 0 with a GEMM shape: 2mnk */
+    double bytes;            /* bytes the op reads and writes */
+    /* communication */
+    pdde_collective coll;
+    pdde_comm_algo algo;     /* AUTO: as pdde's collectives choose */
+    int group;               /* pdde_cost_program_group index */
+    int peer, tag;           /* send/recv */
+    int async;
+    int wait;                /* WAIT: index of the async collective in this rank's program */
+    int64_t count;           /* elements communicated (the buffer of one rank, see pdde_collective_calib) */
+    pdde_dtype dtype;        /* on the wire (comm_dtype) */
+    /* memory: out_bytes are allocated when the op starts and freed after op `last_use` (an index
+     * in this rank's program; < the op's own index: freed at the end of the step) */
+    double out_bytes;
+    int last_use;
+} pdde_cost_op;
+
+typedef struct pdde_cost_program pdde_cost_program;
+pdde_status pdde_cost_program_init(int n_ranks, pdde_cost_program **out);
+void pdde_cost_program_free(pdde_cost_program *p);
+/* Rank r runs on cluster device `device_id`; persistent bytes: parameters, gradients, optimizer state,
+ * communication buffers (alive the whole step). */
+pdde_status pdde_cost_program_set_rank(pdde_cost_program *p, int rank, int device_id, double persistent_bytes);
+/* A communication group (its ranks in ring order); returns its index or a status < 0. */
+int pdde_cost_program_group(pdde_cost_program *p, int n, const int *ranks);
+/* Appends op to rank's program; returns its index or a status < 0. */
+int pdde_cost_program_add(pdde_cost_program *p, int rank, const pdde_cost_op *op);
+int pdde_cost_program_n_ops(const pdde_cost_program *p, int rank);
+const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, int index);
+/* One rank running g's step (every node that reaches a loss, an output or an update, in order) on
+ * cluster device device_id: each node a compute op with its class, GEMM shape, bytes and liveness. */
+pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out);
+
+typedef struct {
+    int rank, op;
+    double start, end;
+    int lane;                /* 0 = compute stream, 1 = communication (a transfer, or a wait on one) */
+} pdde_cost_event;
+
+typedef struct {
+    double step_time;        /* s: the last rank's end */
+    int n_ranks;
+    double *peak_memory;     /* bytes per rank: persistent + the activation peak */
+    double *compute_time;    /* s per rank: busy on the compute stream */
+    double *comm_wait;       /* s per rank: blocked on communication (recv, sync collective, wait) */
+    double *idle;            /* s per rank: the rest of the step (pipeline bubbles, waiting for peers) */
+    int n_events;
+    pdde_cost_event *events;
+    int uncalibrated;        /* ops timed from peak figures (no measured curve for their class) */
+} pdde_cost_result;
+
+pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const pdde_cost_program *p,
+                               pdde_cost_result **out);
+void pdde_cost_result_free(pdde_cost_result *r);
+/* Seconds for one compute op on device id (NaN with a message in ctx when the device is unknown or
+ * has neither a curve nor a peak figure for the op's class). */
+double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op);
+/* Seconds for one collective of count elements of dtype over devices[0..n) (ring order); algo AUTO as
+ * pdde's collectives choose. NaN (message in ctx) on unknown devices. */
+double pdde_cost_collective_time(pdde_context *ctx, const pdde_cluster *c, pdde_collective coll,
+                                 pdde_comm_algo algo, const int *devices, int n, int64_t count, pdde_dtype dtype);
+/* The timeline as text: a lane per rank, `width` columns ('#' compute, '=' communication, '.' idle). */
+void pdde_cost_timeline_text(const pdde_cost_result *r, FILE *f, int width);
+/* The timeline as SVG (a lane per rank, compute and communication coloured, bubbles blank). */
+pdde_status pdde_cost_timeline_svg(pdde_context *ctx, const pdde_cost_result *r, const pdde_cost_program *p,
+                                   const char *path);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Parameter server (comm/ps.c): sparse tables keyed by 64-bit feature ids, served by server ranks to
+ * worker ranks in sync, async (bounded staleness) or geo mode. Compiled with the communication layer.
+ *
+ * A table holds rows of `dim` floats created on first touch (so memory grows with the ids seen, not
+ * the id space), each with its own optimizer state. A new row's values are normal(0, init_std) drawn
+ * from a hash of (seed, id, column), so every shard, process and run creates the same row. */
+typedef enum { PDDE_PS_SGD = 0, PDDE_PS_ADAGRAD, PDDE_PS_ADAM } pdde_ps_optimizer;
+
+typedef struct {
+    int dim;                     /* row width C (required) */
+    pdde_ps_optimizer optimizer; /* applied per row on the server */
+    float lr;                    /* 0 = 0.01 */
+    float beta1, beta2;          /* Adam; 0 = 0.9, 0.999 */
+    float eps;                   /* Adagrad, Adam; 0 = 1e-8 */
+    float init_std;              /* new rows ~ normal(0, init_std); 0 = zeros */
+    uint64_t seed;
+    int admit_after;             /* an id gets a row once pulled this many times (0, 1: at once); until
+                                    then pulls read zeros and pushes to it are dropped */
+    int64_t evict_after;         /* rows not touched for this many table steps are dropped; 0 = never */
+} pdde_ps_table_params;
+#define PDDE_PS_TABLE_PARAMS_INIT {0, PDDE_PS_SGD, 0, 0, 0, 0, 0, 0, 0, 0}
+
+typedef struct pdde_ps_table pdde_ps_table;
+typedef struct {
+    int64_t rows;                /* rows held */
+    int64_t step;                /* table steps: optimizer applications (a push, or a sync round) */
+    int64_t evicted;             /* rows dropped by eviction so far */
+    int64_t not_admitted;        /* ids seen but not (yet) admitted */
+    size_t bytes;                /* heap bytes the table holds (rows, state, index, admission counts) */
+} pdde_ps_table_stats;
+
+pdde_status pdde_ps_table_init(pdde_context *ctx, const pdde_ps_table_params *p, pdde_ps_table **out);
+void pdde_ps_table_free(pdde_ps_table *t);
+/* Copies the rows of ids[0..n) into out[n * dim], creating (admitted) rows on first touch. */
+pdde_status pdde_ps_table_pull(pdde_ps_table *t, size_t n, const uint64_t *ids, float *out);
+/* One optimizer step: row ids[i] is updated with gradient scale * grads[i * dim ..]; an id given twice
+ * gets the sum of its gradients. Ids without a row (not admitted) are skipped. */
+pdde_status pdde_ps_table_push(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *grads, float scale);
+/* Adds deltas to the rows (geo mode's merge; no optimizer, rows created as in pull). */
+pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *deltas);
+/* Reads a row without creating it: PDDE_ERR_NOT_FOUND when the table has none. */
+pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out);
+void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out);
+/* Atomic save (path.tmp, fsync, rename; a crc32 at the end) and load (replaces the contents; a
+ * mismatching dim/optimizer or a corrupt file changes nothing). */
+pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path);
+pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path);
+/* The server an id belongs to among n_servers (a hash of the id, not id % n). */
+int pdde_ps_shard_of(uint64_t id, int n_servers);
+
+/* Jobs: ranks [0, n_servers) of a world communicator are servers, the rest workers. Every worker
+ * pushes to every server once a step (an empty push when it has no rows there), so a server knows
+ * each worker's clock.
+ *  - SYNC: a server applies a step once every worker's push of it has arrived (the mean of their
+ *    gradients: W workers each with a mean loss over B samples train like one with B x W), and only
+ *    then acknowledges the pushes; a worker's next pull sees the whole step.
+ *  - ASYNC: pushes are applied as they come; a pull of a worker that is more than `staleness` steps
+ *    ahead of the slowest worker waits (stale synchronous parallel), so no worker runs on rows more
+ *    than `staleness` steps older than its own.
+ *  - GEO: workers train a local copy of their rows with SGD (lr of the table) and every `geo_steps`
+ *    pushes send the change since the last exchange (a delta the server adds), then refresh. */
+typedef enum { PDDE_PS_SYNC = 0, PDDE_PS_ASYNC, PDDE_PS_GEO } pdde_ps_mode;
+
+typedef struct {
+    pdde_ps_mode mode;
+    int n_servers;               /* 0 = 1 */
+    int staleness;               /* ASYNC: k */
+    int geo_steps;               /* GEO: push deltas every k steps; 0 = 1 */
+    pdde_ps_table_params table;
+    const char *load_dir;        /* servers (and a single-process client): load their shard from here at
+                                    start (NULL: empty tables) */
+    int fault_kill_mid_push;     /* tests only: a worker raises SIGKILL between a push's ids and its
+                                    gradients (n-th push, 1-based; 0 = never) */
+} pdde_ps_params;
+#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, 0}
+
+typedef struct {
+    pdde_ps_table_stats table;   /* of this server's shard */
+    int64_t pushes, pulls;       /* served */
+    int64_t max_staleness;       /* ASYNC: the largest (puller's clock - slowest clock) served */
+    int64_t deferred_pulls;      /* ASYNC: pulls held back by the staleness bound */
+} pdde_ps_server_stats;
+
+typedef struct pdde_ps_server pdde_ps_server;
+/* A server's shard (load_dir read here). Run it on a world communicator with pdde_ps_server_run. */
+pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out);
+void pdde_ps_server_free(pdde_ps_server *s);
+/* Serves the workers of comm until every one has said goodbye (PDDE_OK) or the world fails (its
+ * error). A push is applied only when all of it has arrived, so a worker dying mid-push changes
+ * nothing; the shard stays usable (run again on a new world, or save). */
+pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm);
+pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s);
+void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out);
+/* The shard file of server `index` of n in dir. */
+int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_servers);
+
+typedef struct pdde_ps_client pdde_ps_client;
+/* A worker's client. comm NULL: a single-process client over an in-process table (same API, the
+ * reference for distributed runs). Thread-safe (one operation at a time). */
+pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out);
+/* Says goodbye to the servers (not in a failed world) and frees. */
+void pdde_ps_client_free(pdde_ps_client *c);
+pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out);
+/* One step's gradients of the rows (the worker's mean-loss gradient; the servers combine workers). */
+pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads);
+/* GEO: sends the pending deltas now (also done by free). No-op in other modes. */
+pdde_status pdde_ps_client_flush(pdde_ps_client *c);
+/* Every server saves its shard to dir (atomically); returns when all are written. */
+pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir);
+/* The stats of server `index` (of the local table when comm is NULL). */
+pdde_status pdde_ps_client_server_stats(pdde_ps_client *c, int index, pdde_ps_server_stats *out);
+/* GEO: the sum of every delta value this client has pushed (for checks). */
+double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c);
+
+
+/* The worker side of a sparse table in a graph (pdde.c). Each sample has `fields` bags of `bag`
+ * ids (multi-hot; PDDE_SPARSE_NO_ID marks an empty slot). A step's batch is pulled as its unique ids
+ * into a local table [U, dim] (U = batch x fields x bag + 1: room for every id and one zero row for
+ * empty slots), the ids remapped to local rows, and the ordinary embedding op looks them up and pools
+ * each bag (sum, or mean over its non-empty slots): the output is [batch, fields, dim], so the dense
+ * part of a recommender is an ordinary graph. After a forward + backward the local table's gradient
+ * rows are pushed. The four stages are separate calls so that a pipeline can run them on different
+ * threads (pull and push on CPU threads, the graph on an accelerator) with several batches in flight:
+ *     e = sparse embedding of the graph;   b = pdde_sparse_batch_init(e)
+ *     pdde_sparse_batch_pull(b, client, ids)  ->  pdde_sparse_batch_feed(b, session)  ->
+ *     pdde_session_run(FORWARD_BACKWARD)  ->  pdde_sparse_batch_collect(b, session)  ->
+ *     pdde_sparse_batch_push(b, client) */
+#define PDDE_SPARSE_NO_ID UINT64_MAX
+typedef enum { PDDE_POOL_SUM = 0, PDDE_POOL_MEAN } pdde_pooling;
+typedef struct pdde_sparse_embedding pdde_sparse_embedding;
+typedef struct pdde_sparse_batch pdde_sparse_batch;
+
+/* Appends the local table (a PDDE_TENSOR_SPARSE parameter), the ids input and the pooling to g; NULL
+ * and a graph error on bad arguments. *out is freed by pdde_sparse_embedding_free (after the graph's
+ * sessions are done with it). */
+pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
+                                       pdde_pooling pool, pdde_sparse_embedding **out);
+void pdde_sparse_embedding_free(pdde_sparse_embedding *e);
+pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_batch **out);
+void pdde_sparse_batch_free(pdde_sparse_batch *b);
+/* ids: batch x fields x bag (row-major); dedups, remaps and pulls the rows. */
+pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids);
+/* Writes the local table, local ids (and mean weights) into s. */
+pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s);
+/* After a forward + backward of s: reads the rows' gradients and zeroes the accumulator. */
+pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s);
+pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c);
+int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b);
+/* Data parallelism of the dense part over the workers: averages the gradient accumulators of every
+ * parameter of s except sparse ones over comm (one allreduce), between FORWARD_BACKWARD and OPTIMIZER. */
+pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm);
 
 #ifdef __cplusplus
 }

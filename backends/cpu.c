@@ -1,9 +1,16 @@
 /* backends/cpu.c — the CPU backend: a thread pool and the reference kernels of every op.
  *
  * These kernels are the source of truth that every other backend is checked against (llm.c style:
- * plain loops with explicit shapes). GEMM goes to OpenBLAS when the build has it; OpenBLAS is kept
- * single-threaded and called from pdde's own pool, so the two never oversubscribe the cores.
- * Included by pdde.c. */
+ * plain loops with explicit shapes). GEMM goes to oneDNN when the build has it (cpu_onednn.c), else
+ * to OpenBLAS, else to a portable loop; both libraries run single-threaded on pdde's own pool
+ * threads, so they never oversubscribe the cores. Included by pdde.c. */
+
+#include "backend_impl.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #ifdef PDDE_HAVE_OPENBLAS
 #ifdef PDDE_OPENBLAS_SUBDIR
@@ -124,23 +131,6 @@ typedef struct cpu_job {
     const void *extra;
 } cpu_job;
 
-/* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):
- * exp(x) = 2^n * e^g with n = rint(x / ln2) and |g| <= ln2/2, e^g by its degree-7 Taylor polynomial
- * (truncation error < 1e-8 relative, below float rounding). */
-static inline float exp_fast(float x_in) {
-    /* (NaN fails both comparisons and becomes -87: converting a NaN to int is undefined; it is
-     * given back as the result instead) */
-    float x = x_in > -87.0f ? x_in : -87.0f;
-    x = x < 88.0f ? x : 88.0f;
-    float n = __builtin_rintf(x * 1.4426950408889634f);
-    float g = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; /* ln2 split for accuracy */
-    float p = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g * (1.0f / 5040)))))));
-    int32_t bits = ((int32_t)n + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return x_in != x_in ? x_in : p * scale;
-}
-
 /* tanh(u) = sign(u) (1 - 2 / (e^{2|u|} + 1)); absolute error ~1e-7 */
 static inline float tanh_fast(float u) {
     float a = u < 0 ? -u : u, t = 1.0f - 2.0f / (exp_fast(2.0f * a) + 1.0f);
@@ -209,7 +199,22 @@ static void gemm_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static void cpu_matmul(pdde_threadpool *pool, pdde_tensor *y) {
+#ifdef PDDE_HAVE_DNNL
+#include "backends/cpu_onednn.c"
+#else
+typedef struct cpu_dnnl cpu_dnnl;
+#endif
+
+/* bf16 operands for the fallback GEMMs: an f32 copy (oneDNN takes bf16 itself) */
+static float *bf16_widen(const pdde_tensor *t) {
+    int64_t n = pdde_tensor_numel(t);
+    float *w = malloc((size_t)(n ? n : 1) * sizeof *w);
+    const uint16_t *h = (const uint16_t *)((const char *)t->data + t->offset);
+    for (int64_t i = 0; w && i < n; i++) w[i] = pdde_bf16_to_f32(h[i]);
+    return w;
+}
+
+static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
     const pdde_tensor *a = y->src[0], *b = y->src[1];
     gemm_job j = {.ta = y->iparams[0], .tb = y->iparams[1], .A = F32(a), .B = F32(b), .C = F32(y)};
     j.M = y->shape[y->ndim - 2], j.N = y->shape[y->ndim - 1];
@@ -218,10 +223,20 @@ static void cpu_matmul(pdde_threadpool *pool, pdde_tensor *y) {
     j.lda = a->shape[a->ndim - 1], j.ldb = b->shape[b->ndim - 1];
     j.strideA = a->ndim == 2 && y->ndim > 2 ? 0 : j.M * j.K;
     j.strideB = b->ndim == 2 && y->ndim > 2 ? 0 : j.K * j.N;
-    if (pdde_tensor_numel(y) == 0) return;
-    if (j.K == 0) { memset(F32(y), 0, pdde_tensor_nbytes(y)); return; }
+    if (pdde_tensor_numel(y) == 0) return PDDE_OK;
+    if (j.K == 0) { memset(F32(y), 0, pdde_tensor_nbytes(y)); return PDDE_OK; }
     /* a shared B and a non-transposed A: the batch is just more rows of one GEMM */
     if (j.strideB == 0 && !j.ta && j.batch > 1) j.M *= j.batch, j.batch = 1;
+#ifdef PDDE_HAVE_DNNL
+    if (dnnl && cpu_dnnl_matmul(dnnl, pool, &j, a->dtype) == 0) return PDDE_OK;
+#else
+    (void)dnnl;
+#endif
+    float *wa = NULL, *wb = NULL;
+    if (a->dtype == PDDE_BF16) {
+        j.A = wa = bf16_widen(a), j.B = wb = bf16_widen(b);
+        if (!wa || !wb) { free(wa), free(wb); return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", y->name); }
+    }
     int64_t threads = pool ? pool->n_threads : 1;
     j.tile_m = j.M, j.tile_n = j.N;
     if (j.batch < threads) { /* split rows (or columns of a thin C) until every thread has work */
@@ -235,6 +250,8 @@ static void cpu_matmul(pdde_threadpool *pool, pdde_tensor *y) {
     int64_t tasks = j.batch * j.row_tiles * j.col_tiles;
     double flops = 2.0 * (double)j.M * (double)j.N * (double)j.K * (double)j.batch;
     parallel_for(pool, tasks, flops < 2e5 ? INT64_MAX : 2, gemm_task, &j);
+    free(wa), free(wb);
+    return PDDE_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -667,19 +684,12 @@ static void cpu_cast(pdde_tensor *y) {
 /* ------------------------------------------------------------------------------------------------
  * Optimizer kernels */
 
-/* ZeRO-1 shards: an optimizer node with iparams[3] = 1 covers elements [iparams[1], +iparams[2]) of
- * its parameter and gradient; its state tensors hold only that range. */
-static int64_t shard_first(const pdde_tensor *t) { return t->iparams[3] == 1 ? t->iparams[1] : 0; }
-static int64_t shard_count(const pdde_tensor *t, const pdde_tensor *full) {
-    return t->iparams[3] == 1 ? t->iparams[2] : pdde_tensor_numel(full);
-}
-
-typedef struct { pdde_tensor *u; float clip_coef, bc1, bc2; int64_t first; } update_job;
+typedef struct { pdde_tensor *u; float clip_coef, bc1, bc2; } update_job;
 
 static void adamw_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
-    float *p = F32(u->src[0]) + j->first, *g = F32(u->src[1]) + j->first, *m = F32(u->src[2]), *v = F32(u->src[3]);
+    float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
     float lr = u->fparams[0], b1 = u->fparams[1], b2 = u->fparams[2], eps = u->fparams[3], wd = u->fparams[4];
     float gs = u->fparams[6] * j->clip_coef;
     for (int64_t i = begin; i < end; i++) {
@@ -695,7 +705,7 @@ static void adamw_task(void *arg, int64_t begin, int64_t end) {
 static void sgd_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
-    float *p = F32(u->src[0]) + j->first, *g = F32(u->src[1]) + j->first, *buf = F32(u->src[2]);
+    float *p = F32(u->src[0]), *g = F32(u->src[1]), *buf = F32(u->src[2]);
     float lr = u->fparams[0], mom = u->fparams[1], wd = u->fparams[4], gs = u->fparams[6] * j->clip_coef;
     for (int64_t i = begin; i < end; i++) {
         float gi = g[i] * gs + wd * p[i];
@@ -707,7 +717,7 @@ static void sgd_task(void *arg, int64_t begin, int64_t end) {
 
 static void accum_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
-    float *acc = F32(t->src[0]) + shard_first(t);
+    float *acc = F32(t->src[0]);
     const float *g = F32(t->src[1]);
     for (int64_t i = begin; i < end; i++) acc[i] += g[i];
 }
@@ -724,12 +734,12 @@ static float clip_coefficient(const pdde_tensor *u) {
 
 #define PAR_MIN (1 << 14) /* elements below which a job stays on one thread */
 
-static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
+static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *t) {
     cpu_job job = {.node = t};
     int64_t n = pdde_tensor_numel(t);
     switch (t->op) {
     case PDDE_OP_NONE: case PDDE_OP_RESHAPE: return PDDE_OK; /* leaves and views hold no work */
-    case PDDE_OP_MATMUL: cpu_matmul(pool, t); return PDDE_OK;
+    case PDDE_OP_MATMUL: return cpu_matmul(ctx, pool, dnnl, t);
     case PDDE_OP_ADD: case PDDE_OP_SUB: case PDDE_OP_MUL: {
         binary_job bj = {.y = t};
         bcast_init(&bj.bc, t->src[0], t->src[1]);
@@ -850,22 +860,22 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pd
     case PDDE_OP_SUM_TO: cpu_sum_to(t); return PDDE_OK;
     case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
     case PDDE_OP_CAST: cpu_cast(t); return PDDE_OK;
-    case PDDE_OP_GRAD_ACCUM: parallel_for(pool, shard_count(t, t), PAR_MIN, accum_task, &job); return PDDE_OK;
+    case PDDE_OP_GRAD_ACCUM: parallel_for(pool, n, PAR_MIN, accum_task, &job); return PDDE_OK;
     case PDDE_OP_GRAD_NORM_SQ: {
         const pdde_tensor *gt = t->src[0];
-        const float *g = F32(gt) + shard_first(t);
+        const float *g = F32(gt);
         double s = 0;
-        for (int64_t i = 0, m = shard_count(t, gt); i < m; i++) s += (double)g[i] * g[i];
+        for (int64_t i = 0, m = pdde_tensor_numel(gt); i < m; i++) s += (double)g[i] * g[i];
         float scale = t->fparams[6];
         F32(t)[0] = (float)(s * scale * scale) + (t->nsrc > 1 ? F32(t->src[1])[0] : 0.0f);
         return PDDE_OK;
     }
     case PDDE_OP_ADAMW_UPDATE: case PDDE_OP_SGD_UPDATE: {
-        update_job uj = {.u = t, .clip_coef = clip_coefficient(t), .first = shard_first(t)};
+        update_job uj = {.u = t, .clip_coef = clip_coefficient(t)};
         int step = t->iparams[0] > 0 ? t->iparams[0] : 1;
         uj.bc1 = 1.0f - powf(t->fparams[1], (float)step);
         uj.bc2 = 1.0f - powf(t->fparams[2], (float)step);
-        parallel_for(pool, shard_count(t, t), PAR_MIN, t->op == PDDE_OP_ADAMW_UPDATE ? adamw_task : sgd_task, &uj);
+        parallel_for(pool, n, PAR_MIN, t->op == PDDE_OP_ADAMW_UPDATE ? adamw_task : sgd_task, &uj);
         return PDDE_OK;
     }
     default:
@@ -876,7 +886,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, pd
 /* ------------------------------------------------------------------------------------------------
  * The CPU behind the backend interface: one device, host memory, synchronous "streams". */
 
-typedef struct { pdde_context *ctx; pdde_threadpool *pool; } cpu_family;
+typedef struct { pdde_context *ctx; pdde_threadpool *pool; cpu_dnnl *dnnl; } cpu_family;
 
 static pdde_status cpu_init(pdde_context *ctx, void **family, int *n_devices) {
     cpu_family *f = calloc(1, sizeof *f);
@@ -887,6 +897,9 @@ static pdde_status cpu_init(pdde_context *ctx, void **family, int *n_devices) {
 #ifdef PDDE_HAVE_OPENBLAS
     openblas_set_num_threads(1); /* pdde's pool parallelises GEMMs itself */
 #endif
+#ifdef PDDE_HAVE_DNNL
+    f->dnnl = cpu_dnnl_create(f->pool->n_threads); /* NULL: matmuls take the fallback GEMM */
+#endif
     *family = f;
     *n_devices = 1;
     return PDDE_OK;
@@ -895,6 +908,9 @@ static pdde_status cpu_init(pdde_context *ctx, void **family, int *n_devices) {
 static void cpu_free(void *family) {
     cpu_family *f = family;
     if (!f) return;
+#ifdef PDDE_HAVE_DNNL
+    cpu_dnnl_free(f->dnnl);
+#endif
     pool_free(f->pool);
     free(f);
 }
@@ -905,7 +921,7 @@ static pdde_status cpu_device_props(void *family, int index, pdde_device_props *
     memset(out, 0, sizeof *out);
     out->kind = PDDE_DEVICE_CPU;
     snprintf(out->backend, sizeof out->backend, "cpu");
-    snprintf(out->name, sizeof out->name, "CPU (%d threads%s)", f->pool->n_threads,
+    snprintf(out->name, sizeof out->name, "CPU (%d threads%s%s)", f->pool->n_threads, f->dnnl ? ", oneDNN" : "",
 #ifdef PDDE_HAVE_OPENBLAS
              ", OpenBLAS"
 #else
@@ -953,7 +969,7 @@ static pdde_status cpu_stream_sync(void *dev, void *stream) { (void)dev, (void)s
 static pdde_status cpu_compute(void *dev, void *stream, pdde_tensor *node) {
     cpu_family *f = dev;
     (void)stream;
-    return cpu_compute_node(f->ctx, f->pool, node);
+    return cpu_compute_node(f->ctx, f->pool, f->dnnl, node);
 }
 
 const pdde_backend_iface pdde_backend_cpu = {

@@ -545,8 +545,12 @@ static int pcu_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned 
     pcu_dev *d = impl;
     pcu_stream *s = stream;
     void *params[32];
+    pcu_ptr addr[32]; /* device addresses as CUdeviceptr */
     if (nargs > 32) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: too many kernel arguments");
-    for (int i = 0; i < nargs; i++) params[i] = (void *)args[i].p;
+    for (int i = 0; i < nargs; i++) {
+        if (args[i].is_ptr) addr[i] = pgd_addr(*(const pgd_ptr *)args[i].p);
+        params[i] = args[i].is_ptr ? (void *)&addr[i] : (void *)args[i].p;
+    }
     pcu_result r = d->fam->cu.LaunchKernel(d->fn[k], gx, gy, gz, bx, by, 1, 0, s->s, params, NULL);
     if (r != PCU_SUCCESS) {
         const char *name = NULL;
@@ -573,20 +577,20 @@ static int pcu_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out)
         if (r != PCU_SUCCESS) return pcu_fail(d->fam, r, "cuMemAlloc (scratch)", want);
         s->scratch_bytes = want;
     }
-    *out = s->scratch;
+    *out = (pgd_ptr){s->scratch, 0};
     return PDDE_OK;
 }
 
 static int pcu_cb_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, size_t count) {
     pcu_dev *d = impl;
     if (!count) return PDDE_OK;
-    PCU_CHECK(d, d->fam->cu.MemsetD32Async(dst, value, count, ((pcu_stream *)stream)->s), "cuMemsetD32Async");
+    PCU_CHECK(d, d->fam->cu.MemsetD32Async(pgd_addr(dst), value, count, ((pcu_stream *)stream)->s), "cuMemsetD32Async");
     return PDDE_OK;
 }
 
 static int pcu_cb_copy(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_t nbytes) {
     pcu_dev *d = impl;
-    PCU_CHECK(d, d->fam->cu.MemcpyDtoDAsync(dst, src, nbytes, ((pcu_stream *)stream)->s), "cuMemcpyDtoDAsync");
+    PCU_CHECK(d, d->fam->cu.MemcpyDtoDAsync(pgd_addr(dst), pgd_addr(src), nbytes, ((pcu_stream *)stream)->s), "cuMemcpyDtoDAsync");
     return PDDE_OK;
 }
 
@@ -600,8 +604,9 @@ static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int6
     /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T. */
     int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
     int st = bl->SgemmStridedBatched(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one,
-                                     (const float *)(uintptr_t)b, ldb, sB, (const float *)(uintptr_t)a, lda, sA, &zero,
-                                     (float *)(uintptr_t)c, (int)N, sC, (int)batch);
+                                     (const float *)(uintptr_t)pgd_addr(b), ldb, sB,
+                                     (const float *)(uintptr_t)pgd_addr(a), lda, sA, &zero,
+                                     (float *)(uintptr_t)pgd_addr(c), (int)N, sC, (int)batch);
     if (st != 0) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cublasSgemmStridedBatched failed: status %d", st);
     return PDDE_OK;
 }

@@ -366,14 +366,13 @@ extern "C" __global__ void k_rmsnorm_back(const float *__restrict__ x, const flo
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C, *dr = dy + r * C;
         float s = 0.0f, t = 0.0f;
-        for (long long j = threadIdx.x; j < C; j += blockDim.x) {
-            s += xr[j] * xr[j];
-            t += dr[j] * g[j] * xr[j];
-        }
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j] * xr[j];
         float rr = rsqrtf(block_sum(s) / (float)C + eps);
+        /* dx = rr * (dy*g - xhat * mean(dy*g * xhat)), the CPU reference's form: with C = 1 it is all
+         * cancellation (xhat^2 ~ 1), which other arrangements round differently */
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) t += dr[j] * g[j] * (xr[j] * rr);
         t = block_sum(t) / (float)C;
-        for (long long j = threadIdx.x; j < C; j += blockDim.x)
-            dx[r * C + j] = rr * g[j] * dr[j] - xr[j] * rr * rr * rr * t;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) dx[r * C + j] = rr * (dr[j] * g[j] - xr[j] * rr * t);
     }
 }
 

@@ -1,10 +1,12 @@
-/* backends/gpu_dispatch.h — op -> kernel launches, shared by the GPU backends (cuda.c, level_zero.c).
+/* backends/gpu_dispatch.h — op -> kernel launches, shared by the device backends (opencl.c, cuda.c,
+ * level_zero.c).
  *
- * Both backends carry the same kernel set (backends/cuda_kernels.cu and backends/level_zero_kernels.cl
- * implement the same kernels with the same names and argument lists), so which kernels an op needs,
- * their shapes and their arguments are decided once, here. A backend supplies a pgd_ctx: how to
- * launch kernel k with a grid of groups, a per-stream scratch buffer, a 32-bit fill, a device copy
- * and optionally a vendor GEMM. Device addresses are 64-bit integers (the buffer handle + offset).
+ * The backends carry the same kernel set (backends/cuda_kernels.cu in CUDA C; backends/gpu_kernels.cl
+ * in OpenCL C for OpenCL and Level Zero: the same kernels with the same names and argument lists), so
+ * what a backend runs, which kernels an op needs, their shapes and their arguments are decided once,
+ * here, and this is the one place that reads the nodes' op parameters for them. A backend supplies a
+ * pgd_ctx: how to launch kernel k with a grid of groups, a per-stream scratch buffer, a 32-bit fill, a
+ * device copy and optionally a vendor GEMM.
  *
  * Tensors are contiguous row-major; the struct kernel arguments below are mirrored field for field
  * in both kernel sources. */
@@ -15,9 +17,17 @@
 #include <stdint.h>
 #include <string.h>
 
-typedef uint64_t pgd_ptr;
-/* A kernel argument: its value and size; is_ptr marks device addresses (0 = a null pointer). */
+#include "pdde.h"
+
+/* A device address: a buffer (the backend's buffer handle, as in pdde_tensor.data) and a byte offset into
+ * it; base 0 is a null pointer. CUDA and Level Zero add the two into one pointer (pgd_addr); OpenCL
+ * passes both, since a cl_mem has no address. */
+typedef struct { uint64_t base, off; } pgd_ptr;
+/* A kernel argument: its value and size; is_ptr marks a pgd_ptr. */
 typedef struct { const void *p; size_t size; int is_ptr; } pgd_arg;
+
+static inline uint64_t pgd_addr(pgd_ptr p) { return p.base ? p.base + p.off : 0; }
+static inline pgd_ptr pgd_at(pgd_ptr p, int64_t bytes) { return (pgd_ptr){p.base, p.off + (uint64_t)bytes}; }
 
 enum {
     PGD_K_UNARY, PGD_K_UNARY_BACK, PGD_K_BINARY, PGD_K_BINARY_BCAST, PGD_K_GATHER, PGD_K_COPY2D,
@@ -60,7 +70,9 @@ typedef struct {
     const char *name;     /* backend name, for messages */
     void *impl, *stream;  /* the backend's device and stream, passed back to the callbacks */
     unsigned units;       /* compute units (SMs, Xe cores): sizes grid-stride grids */
-    unsigned max_block;   /* the largest power-of-2 group size every kernel may use (>= 256) */
+    int item_per_element; /* 1: elementwise grids have an item per element, as kernels built with
+                             PGD_ITEM_PER_ELEMENT (OpenCL on a CPU) need */
+    unsigned max_block;   /* the largest power-of-2 group of the row kernels (other launches use 256) */
     int (*launch)(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                   int nargs, const pgd_arg *args);
     int (*scratch)(void *impl, void *stream, size_t nbytes, pgd_ptr *out);
@@ -75,7 +87,8 @@ typedef struct {
 #define PGD_A(v) {&(v), sizeof(v), 0}
 #define PGD_P(v) {&(v), sizeof(v), 1}
 
-static inline pgd_ptr pgd_ptr_of(const pdde_tensor *t) { return (pgd_ptr)(uintptr_t)t->data + t->offset; }
+static inline pgd_ptr pgd_ptr_of(const pdde_tensor *t) { return (pgd_ptr){(uintptr_t)t->data, t->offset}; }
+static const pgd_ptr pgd_null = {0, 0};
 
 static int64_t pgd_numel(const pdde_tensor *t) {
     int64_t n = 1;
@@ -83,43 +96,52 @@ static int64_t pgd_numel(const pdde_tensor *t) {
     return n;
 }
 
-/* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast. */
-/* Vocab-parallel forms of the embedding and cross-entropy (iparams[0..1], set by an SPMD session,
- * which runs on host memory) have no device kernels here. */
-static int pgd_vocab_parallel(const pdde_tensor *node) {
-    int ops = node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_EMBEDDING_BACK || node->op == PDDE_OP_CROSS_ENTROPY ||
-               node->op == PDDE_OP_CROSS_ENTROPY_BACK;
-    return ops && (node->iparams[0] || node->iparams[1]);
-}
-
+/* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast.
+ * Vocab-parallel forms of the embedding and cross-entropy (iparams[0..1], set by an SPMD session,
+ * which runs them on host memory) have no device kernels. */
 static int pgd_supports_op(const pdde_tensor *node) {
-    if (!node) return 0;
-    if (node->ndim > PGD_MAX_DIMS) return 0;
+    if (!node || node->ndim > PGD_MAX_DIMS) return 0;
     if (node->op == PDDE_OP_NONE || node->op >= PDDE_OP_COPY) return 0; /* copies and collectives are the core's */
+    for (int i = 0; i < node->nsrc; i++)
+        if (!node->src[i] || node->src[i]->ndim > PGD_MAX_DIMS) return 0;
+    const pdde_tensor *a = node->nsrc > 0 ? node->src[0] : NULL, *b = node->nsrc > 1 ? node->src[1] : NULL;
     switch (node->op) {
     case PDDE_OP_CAST:
-        return node->nsrc == 1 && node->src[0] && (unsigned)node->src[0]->dtype < PDDE_DTYPE_COUNT &&
-               (unsigned)node->dtype < PDDE_DTYPE_COUNT;
-    case PDDE_OP_RESHAPE:
-        return node->nsrc == 1 && node->src[0] && node->dtype == node->src[0]->dtype;
+        return node->nsrc == 1 && (unsigned)a->dtype < PDDE_DTYPE_COUNT && (unsigned)node->dtype < PDDE_DTYPE_COUNT;
+    case PDDE_OP_RESHAPE: return node->nsrc == 1 && node->dtype == a->dtype;
+    case PDDE_OP_EMBEDDING: case PDDE_OP_CROSS_ENTROPY:
+        if (node->nsrc != 2 || node->iparams[0] || node->iparams[1]) return 0;
+        break;
+    case PDDE_OP_CROSS_ENTROPY_BACK:
+        if (node->nsrc != 3 || node->iparams[0] || node->iparams[1]) return 0;
+        break;
+    case PDDE_OP_EMBEDDING_BACK: /* [base,] ids, dy */
+        if (node->nsrc < 2 || node->nsrc > 3 || node->ndim != 2 || node->iparams[0] || node->iparams[1]) return 0;
+        break;
+    case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch */
+        if (node->nsrc != 2 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
+        int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
+        int64_t K = node->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        int64_t batch = M && N ? pgd_numel(node) / (M * N) : 0, ab = M && K ? pgd_numel(a) / (M * K) : 1,
+                bb = K && N ? pgd_numel(b) / (K * N) : 1;
+        if (batch && !((ab == 1 || ab == batch) && (bb == 1 || bb == batch))) return 0;
+        break;
+    }
     default: break;
     }
-    if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32) return 0;
-    if (pgd_vocab_parallel(node)) return 0;
+    if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32 || node->nsrc < 1) return 0;
     for (int i = 0; i < node->nsrc; i++) {
-        const pdde_tensor *s = node->src[i];
-        if (!s || s->ndim > PGD_MAX_DIMS) return 0;
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
                        (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
-        if (s->dtype != (want_i32 ? PDDE_I32 : PDDE_F32)) return 0;
+        if (node->src[i]->dtype != (want_i32 ? PDDE_I32 : PDDE_F32)) return 0;
     }
     return 1;
 }
 
 static unsigned pgd_grid(const pgd_ctx *g, int64_t n, unsigned block) {
     int64_t b = (n + block - 1) / block, cap = (int64_t)(g->units ? g->units : 1) * 32;
-    if (b > cap) b = cap;
+    if (b > cap && !g->item_per_element) b = cap;
     return b < 1 ? 1u : (unsigned)b;
 }
 
@@ -137,9 +159,17 @@ static int pgd_launch(const pgd_ctx *g, int k, unsigned gx, unsigned gy, unsigne
     return g->launch(g->impl, g->stream, k, gx, gy, gz, bx, by, nargs, args);
 }
 
+/* With an item per element, a grid of 256-wide groups holds at most this many. */
+static int pgd_too_many(const pgd_ctx *g, int k, int64_t n) {
+    if (!g->item_per_element || n <= (int64_t)UINT32_MAX / 256 * 256) return PDDE_OK;
+    return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: %s over %lld elements: more than one launch holds", g->name,
+                      pgd_kernel_names[k], (long long)n);
+}
+
 /* Elementwise launch of n items with 256-wide groups. */
 static int pgd_launch_1d(const pgd_ctx *g, int k, int64_t n, int nargs, const pgd_arg *args) {
-    return pgd_launch(g, k, pgd_grid(g, n, 256), 1, 1, 256, 1, nargs, args);
+    int e = pgd_too_many(g, k, n);
+    return e ? e : pgd_launch(g, k, pgd_grid(g, n, 256), 1, 1, 256, 1, nargs, args);
 }
 
 static int pgd_row_launch(const pgd_ctx *g, int k, int64_t rows, int64_t C, int nargs, const pgd_arg *args) {
@@ -193,7 +223,9 @@ static int pgd_binary(const pgd_ctx *g, pdde_tensor *node, int op) {
 static int pgd_unary(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t n, int op, float a) {
     if (!n) return PDDE_OK;
     int32_t opi = op;
-    return pgd_launch_1d(g, PGD_K_UNARY, (n + 3) / 4, PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(opi), PGD_A(a)));
+    /* (CUDA's k_unary moves 4 elements an item as a float4) */
+    return pgd_launch_1d(g, PGD_K_UNARY, g->item_per_element ? n : (n + 3) / 4,
+                         PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(opi), PGD_A(a)));
 }
 
 static int pgd_unary_back(const pgd_ctx *g, pdde_tensor *node, int op) {
@@ -206,10 +238,12 @@ static int pgd_unary_back(const pgd_ctx *g, pdde_tensor *node, int op) {
 
 /* Sum of (x or x^2) over n contiguous elements: y[0] = (prev ? prev[0] : 0) + scale * sum, in two passes. */
 static int pgd_sum_all(const pgd_ctx *g, pgd_ptr px, int64_t n, int32_t square, pgd_ptr prev, float scale, pgd_ptr py) {
+    int e = pgd_too_many(g, PGD_K_SUM_PARTIAL, n);
+    if (e) return e;
     unsigned blocks = pgd_grid(g, n, 256);
-    if (blocks > 1024) blocks = 1024;
-    pgd_ptr part = 0;
-    int e = g->scratch(g->impl, g->stream, (size_t)blocks * sizeof(float), &part);
+    if (blocks > 1024 && !g->item_per_element) blocks = 1024;
+    pgd_ptr part = pgd_null;
+    e = g->scratch(g->impl, g->stream, (size_t)blocks * sizeof(float), &part);
     if (e) return e;
     e = pgd_launch(g, PGD_K_SUM_PARTIAL, blocks, 1, 1, 256, 1,
                    PGD_ARGS(PGD_P(px), PGD_A(n), PGD_A(square), PGD_P(part)));
@@ -243,7 +277,7 @@ static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64
         return pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, 1, 1, 32, 8,
                           PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(R), PGD_A(Cn), PGD_A(scale), PGD_A(R)));
     int64_t rpc = (R + chunks - 1) / chunks;
-    pgd_ptr part = 0;
+    pgd_ptr part = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)(chunks * Cn) * sizeof(float), &part);
     if (e) return e;
     float one = 1.0f;
@@ -282,7 +316,7 @@ static int pgd_reduce(const pgd_ctx *g, pgd_ptr px, const int64_t *xshape, int n
             max_kept = i;
         }
     }
-    if (nout == 1) return pgd_sum_all(g, px, n, 0, 0, scale, py);
+    if (nout == 1) return pgd_sum_all(g, px, n, 0, pgd_null, scale, py);
     if (nred == 1) return pgd_unary(g, px, py, n, PGD_U_SCALE, scale);
     if (max_red < min_kept) return pgd_colsum(g, px, py, nred, nout, scale); /* reduced dims lead */
     if (max_red > max_kept) /* the innermost data is reduced: a group per output */
@@ -303,9 +337,13 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
     if (!batch) return PDDE_OK;
     int64_t sA = pgd_numel(a) == batch * M * K ? M * K : 0;
     int64_t sB = pgd_numel(b) == batch * K * N ? K * N : 0;
-    int64_t sC = M * N;
     pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pc = pgd_ptr_of(node);
     if (K == 0) return g->fill32(g->impl, g->stream, pc, 0, (size_t)(batch * M * N));
+    if (batch > 1 && sB == 0 && sA != 0 && !ta) { /* a shared B under a row-major A: one GEMM over all the rows */
+        M *= batch;
+        batch = 1;
+    }
+    int64_t sC = M * N;
     if (g->gemm) {
         int e = g->gemm(g->impl, g->stream, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
         if (e != 1) return e;
@@ -316,7 +354,7 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
     int32_t Mi = (int32_t)M, Ni = (int32_t)N, Ki = (int32_t)K;
     for (int64_t b0 = 0; b0 < batch; b0 += 65535) {
         int64_t nb = batch - b0 < 65535 ? batch - b0 : 65535;
-        pgd_ptr qa = pa + (pgd_ptr)(b0 * sA * 4), qb = pb + (pgd_ptr)(b0 * sB * 4), qc = pc + (pgd_ptr)(b0 * sC * 4);
+        pgd_ptr qa = pgd_at(pa, b0 * sA * 4), qb = pgd_at(pb, b0 * sB * 4), qc = pgd_at(pc, b0 * sC * 4);
         int e = pgd_launch(g, PGD_K_GEMM, (unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64), (unsigned)nb, 256, 1,
                            PGD_ARGS(PGD_P(qa), PGD_P(qb), PGD_P(qc), PGD_A(Mi), PGD_A(Ni), PGD_A(Ki), PGD_A(ta),
                                     PGD_A(tb), PGD_A(sA), PGD_A(sB), PGD_A(sC)));
@@ -356,10 +394,10 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
     int64_t chunks = pgd_row_chunks(g, rows, C), rpc = (rows + chunks - 1) / chunks;
     /* scratch: the row statistics [rows][2], then the chunk sums [chunks][C] when the rows are split */
     size_t stats_bytes = ((size_t)rows * 2 * sizeof(float) + 255) & ~(size_t)255;
-    pgd_ptr stats = 0;
+    pgd_ptr stats = pgd_null;
     int e = g->scratch(g->impl, g->stream, stats_bytes + (chunks > 1 ? (size_t)(chunks * C) * sizeof(float) : 0), &stats);
     if (e) return e;
-    pgd_ptr px = pgd_ptr_of(x), pdy = pgd_ptr_of(dy), pg = pgd_ptr_of(node), part = chunks > 1 ? stats + stats_bytes : pg;
+    pgd_ptr px = pgd_ptr_of(x), pdy = pgd_ptr_of(dy), pg = pgd_ptr_of(node), part = chunks > 1 ? pgd_at(stats, (int64_t)stats_bytes) : pg;
     e = pgd_row_launch(g, PGD_K_ROW_STATS, rows, C,
                        PGD_ARGS(PGD_P(px), PGD_P(stats), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(rms)));
     if (e) return e;
@@ -375,7 +413,7 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     int64_t rows, V;
     pgd_ptr py = pgd_ptr_of(node);
     if (!pgd_rows(lg, &rows, &V)) return g->fill32(g->impl, g->stream, py, 0, 1);
-    pgd_ptr part = 0;
+    pgd_ptr part = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * 2 * sizeof(float), &part);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg);
@@ -388,7 +426,7 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *lg = node->src[0], *tg = node->src[1], *dl = node->src[2];
     int64_t rows, V;
     if (!pgd_rows(lg, &rows, &V)) return PDDE_OK;
-    pgd_ptr cnt = 0;
+    pgd_ptr cnt = pgd_null;
     int e = g->scratch(g->impl, g->stream, sizeof(float), &cnt);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
@@ -399,18 +437,16 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
 }
 
 static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
-    if (dst == src || !n) return PDDE_OK;
+    if ((dst.base == src.base && dst.off == src.off) || !n) return PDDE_OK;
     return g->copy(g->impl, g->stream, dst, src, n);
 }
 
 /* The gradient scale of optimizer nodes (fparams[6], 1/grad_accum_steps), as the CPU backend reads it. */
 static float pgd_gscale(const pdde_tensor *node) { return node->fparams[6]; }
 
-/* ZeRO-1 shards: grad_accum, grad_norm_sq and the updates with iparams[3] = 1 cover elements
- * [iparams[1], iparams[1] + iparams[2]) of their parameter and gradient; optimizer state holds just that. */
-static int64_t pgd_shard_first(const pdde_tensor *t) { return t->iparams[3] == 1 ? t->iparams[1] : 0; }
-static int64_t pgd_shard_count(const pdde_tensor *t, const pdde_tensor *full) {
-    return t->iparams[3] == 1 ? t->iparams[2] : pgd_numel(full);
+/* src[i] where the node has it (optional operands: a layernorm's beta, an update's gnorm_sq), else null */
+static pgd_ptr pgd_opt_src(const pdde_tensor *node, int i) {
+    return node->nsrc > i && node->src[i] ? pgd_ptr_of(node->src[i]) : pgd_null;
 }
 
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
@@ -425,13 +461,11 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_ADD: return pgd_binary(g, node, PGD_B_ADD);
     case PDDE_OP_SUB: return pgd_binary(g, node, PGD_B_SUB);
     case PDDE_OP_MUL: return pgd_binary(g, node, PGD_B_MUL);
-    case PDDE_OP_GRAD_ACCUM: { /* acc (src0) += g in place; sharded: acc[first + i] += g[i] */
-        int64_t first = pgd_shard_first(node), cnt = pgd_shard_count(node, node);
-        if (!cnt) return PDDE_OK;
-        pgd_ptr pa = pgd_ptr_of(node->src[0]) + (pgd_ptr)first * 4, pb = pgd_ptr_of(node->src[1]);
+    case PDDE_OP_GRAD_ACCUM: { /* acc (src0) += g, in place */
+        if (!n) return PDDE_OK;
+        pgd_ptr pa = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]);
         int32_t opi = PGD_B_ADD;
-        return pgd_launch_1d(g, PGD_K_BINARY, cnt,
-                             PGD_ARGS(PGD_P(pa), PGD_P(pb), PGD_P(pa), PGD_A(cnt), PGD_A(cnt), PGD_A(opi)));
+        return pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pa), PGD_P(pb), PGD_P(pa), PGD_A(n), PGD_A(n), PGD_A(opi)));
     }
     case PDDE_OP_SCALE: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_SCALE, node->fparams[0]);
     case PDDE_OP_GELU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_GELU, 0.0f);
@@ -450,7 +484,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         if (node->op == PDDE_OP_RMSNORM)
             return pgd_row_launch(g, PGD_K_RMSNORM, rows, C,
                                   PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
-        pgd_ptr pb = node->nsrc > 2 && node->src[2] ? pgd_ptr_of(node->src[2]) : 0;
+        pgd_ptr pb = pgd_opt_src(node, 2);
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
     }
@@ -600,33 +634,23 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         return pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
     }
     case PDDE_OP_GRAD_NORM_SQ: {
-        pgd_ptr prev = node->nsrc > 1 && node->src[1] ? pgd_ptr_of(node->src[1]) : 0;
         float gs = pgd_gscale(node);
-        return pgd_sum_all(g, pgd_ptr_of(x) + (pgd_ptr)pgd_shard_first(node) * 4, pgd_shard_count(node, x), 1, prev,
-                           gs * gs, pgd_ptr_of(node));
+        return pgd_sum_all(g, pgd_ptr_of(x), pgd_numel(x), 1, pgd_opt_src(node, 1), gs * gs, pgd_ptr_of(node));
     }
-    case PDDE_OP_SGD_UPDATE: {
-        pdde_tensor *p = node->src[0];
-        int64_t np = pgd_shard_count(node, node), first = pgd_shard_first(node);
+    case PDDE_OP_SGD_UPDATE:
+    case PDDE_OP_ADAMW_UPDATE: { /* src: param, grad, state(s) [, gnorm_sq]; param and state updated in place */
+        int64_t np = pgd_numel(x);
         if (!np) return PDDE_OK;
-        pgd_ptr pp = pgd_ptr_of(p) + (pgd_ptr)first * 4, pg = pgd_ptr_of(node->src[1]) + (pgd_ptr)first * 4;
-        pgd_ptr pm = node->nsrc > 2 && node->src[2] ? pgd_ptr_of(node->src[2]) : 0;
-        pgd_ptr gn = node->nsrc > 3 && node->src[3] ? pgd_ptr_of(node->src[3]) : 0;
-        float lr = node->fparams[0], mom = node->fparams[1], wd = node->fparams[4],
-              clip = node->fparams[5], gs = pgd_gscale(node);
-        return pgd_launch_1d(g, PGD_K_SGD, np,
-                             PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(mom),
-                                      PGD_A(wd), PGD_A(clip), PGD_A(gs)));
-    }
-    case PDDE_OP_ADAMW_UPDATE: {
-        pdde_tensor *p = node->src[0];
-        int64_t np = pgd_shard_count(node, node), first = pgd_shard_first(node);
-        if (!np) return PDDE_OK;
-        pgd_ptr pp = pgd_ptr_of(p) + (pgd_ptr)first * 4, pg = pgd_ptr_of(node->src[1]) + (pgd_ptr)first * 4,
-                pm = pgd_ptr_of(node->src[2]), pv = pgd_ptr_of(node->src[3]);
-        pgd_ptr gn = node->nsrc > 4 && node->src[4] ? pgd_ptr_of(node->src[4]) : 0;
+        pgd_ptr pp = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pm = pgd_opt_src(node, 2);
         float lr = node->fparams[0], b1 = node->fparams[1], b2 = node->fparams[2], eps = node->fparams[3],
               wd = node->fparams[4], clip = node->fparams[5], gs = pgd_gscale(node);
+        if (node->op == PDDE_OP_SGD_UPDATE) {
+            pgd_ptr gn = pgd_opt_src(node, 3);
+            return pgd_launch_1d(g, PGD_K_SGD, np,
+                                 PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(b1),
+                                          PGD_A(wd), PGD_A(clip), PGD_A(gs)));
+        }
+        pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_opt_src(node, 4);
         int t = node->iparams[0] > 0 ? node->iparams[0] : 1;
         float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
         return pgd_launch_1d(g, PGD_K_ADAMW, np,

@@ -2,9 +2,9 @@
  *
  * libze_loader.so.1 is dlopen'ed and the ze* entry points resolved into a table in the family, so pdde
  * builds without the Level Zero headers and reports the family unavailable where no loader or driver
- * is installed. Kernels are OpenCL C (backends/level_zero_kernels.cl) compiled to SPIR-V at build
- * time and embedded (backends/level_zero_kernels_spv.h, committed); the driver builds the module when
- * a device is opened. The kernels are the CUDA backend's, driven by backends/gpu_dispatch.h.
+ * is installed. Kernels are OpenCL C (backends/gpu_kernels.cl, the OpenCL backend's) compiled to SPIR-V
+ * at build time and embedded (backends/gpu_kernels_spv.h, committed); the driver builds the module when
+ * a device is opened. backends/gpu_dispatch.h maps ops to them, as for the CUDA and OpenCL backends.
  *
  * Written against the Level Zero 1.x specification:
  *  - a stream is an immediate command list on a compute queue group; a barrier follows every command,
@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "gpu_dispatch.h"
-#include "level_zero_kernels_spv.h"
+#include "gpu_kernels_spv.h"
 
 /* The Level Zero types used, declared from the specification (ze_api.h is not needed to build). */
 typedef int pze_result;
@@ -247,7 +247,7 @@ typedef struct {
     pze_cmdlist list;
     pze_event done;      /* signalled by the barrier that stream_sync appends */
     int done_index;
-    pgd_ptr scratch;
+    void *scratch;
     size_t scratch_bytes;
     pze_pending *pend;   /* staging buffers released (and reads delivered) at the next sync */
     int n_pend, cap_pend;
@@ -458,7 +458,7 @@ static int pze_drain(pze_dev *d, pze_stream *s) {
 static void pze_stream_delete(pze_dev *d, pze_stream *s) {
     if (!s) return;
     pze_drain(d, s);
-    if (s->scratch) d->fam->ze.MemFree(d->context, (void *)(uintptr_t)s->scratch);
+    if (s->scratch) d->fam->ze.MemFree(d->context, s->scratch);
     pze_event_delete(d, s->done, s->done_index);
     d->fam->ze.CommandListDestroy(s->list);
     free(s->pend);
@@ -469,8 +469,8 @@ static void pze_device_close(void *dev);
 
 static int pze_build_module(pze_dev *d) {
     const pze_api *ze = &d->fam->ze;
-    pze_module_desc md = {PZE_STYPE_MODULE_DESC, NULL, PZE_MODULE_FORMAT_IL_SPIRV, sizeof pdde_level_zero_spv,
-                          pdde_level_zero_spv, "", NULL};
+    pze_module_desc md = {PZE_STYPE_MODULE_DESC, NULL, PZE_MODULE_FORMAT_IL_SPIRV, sizeof pdde_gpu_kernels_spv,
+                          pdde_gpu_kernels_spv, "", NULL};
     pze_build_log log = NULL;
     pze_result r = ze->ModuleCreate(d->context, d->info->device, &md, &d->module, &log);
     if (r != PZE_RESULT_SUCCESS) {
@@ -709,9 +709,11 @@ static int pze_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned 
     pze_kernel kern = d->kern[k];
     PZE_CHECK(d, ze->KernelSetGroupSize(kern, bx, by, 1), "zeKernelSetGroupSize");
     for (int i = 0; i < nargs; i++) {
-        /* a null device address is passed as a null argument value, as the specification asks */
-        int null_ptr = args[i].is_ptr && *(const pgd_ptr *)args[i].p == 0;
-        pze_result r = ze->KernelSetArgumentValue(kern, (uint32_t)i, args[i].size, null_ptr ? NULL : args[i].p);
+        /* a device address is one pointer; a null one is passed as a null argument value, as the
+         * specification asks */
+        void *ptr = args[i].is_ptr ? (void *)(uintptr_t)pgd_addr(*(const pgd_ptr *)args[i].p) : NULL;
+        pze_result r = args[i].is_ptr ? ze->KernelSetArgumentValue(kern, (uint32_t)i, sizeof ptr, ptr ? &ptr : NULL)
+                                      : ze->KernelSetArgumentValue(kern, (uint32_t)i, args[i].size, args[i].p);
         if (r != PZE_RESULT_SUCCESS)
             return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "level_zero: %s argument %d: zeKernelSetArgumentValue failed (0x%x)",
                               pgd_kernel_names[k], i, (unsigned)r);
@@ -732,17 +734,15 @@ static int pze_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out)
         if (s->scratch) {
             int e = pze_drain(d, s);
             if (e) return e;
-            d->fam->ze.MemFree(d->context, (void *)(uintptr_t)s->scratch);
-            s->scratch = 0;
+            d->fam->ze.MemFree(d->context, s->scratch);
+            s->scratch = NULL;
             s->scratch_bytes = 0;
         }
-        void *p = NULL;
-        int e = pze_buffer_alloc(d, want, &p);
+        int e = pze_buffer_alloc(d, want, &s->scratch);
         if (e) return e;
-        s->scratch = (pgd_ptr)(uintptr_t)p;
         s->scratch_bytes = want;
     }
-    *out = s->scratch;
+    *out = (pgd_ptr){(uintptr_t)s->scratch, 0};
     return PDDE_OK;
 }
 
@@ -750,7 +750,7 @@ static int pze_cb_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, 
     pze_dev *d = impl;
     pze_stream *s = stream;
     if (!count) return PDDE_OK;
-    PZE_CHECK(d, d->fam->ze.CommandListAppendMemoryFill(s->list, (void *)(uintptr_t)dst, &value, sizeof value,
+    PZE_CHECK(d, d->fam->ze.CommandListAppendMemoryFill(s->list, (void *)(uintptr_t)pgd_addr(dst), &value, sizeof value,
                                                          count * sizeof value, NULL, 0, NULL),
               "zeCommandListAppendMemoryFill");
     return pze_order(d, s);
@@ -759,8 +759,8 @@ static int pze_cb_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, 
 static int pze_cb_copy(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_t nbytes) {
     pze_dev *d = impl;
     pze_stream *s = stream;
-    PZE_CHECK(d, d->fam->ze.CommandListAppendMemoryCopy(s->list, (void *)(uintptr_t)dst, (const void *)(uintptr_t)src,
-                                                         nbytes, NULL, 0, NULL),
+    PZE_CHECK(d, d->fam->ze.CommandListAppendMemoryCopy(s->list, (void *)(uintptr_t)pgd_addr(dst),
+                                                         (const void *)(uintptr_t)pgd_addr(src), nbytes, NULL, 0, NULL),
               "zeCommandListAppendMemoryCopy");
     return pze_order(d, s);
 }

@@ -2,7 +2,14 @@
  *
  * Adding a device family: write backends/<name>.c defining `const pdde_backend_iface pdde_backend_<name>`,
  * include it in pdde.c, and add one line to builtin_backends below. Out-of-tree backends come in through
- * pdde_context_params.extra_backends instead. The registry is built once per context and then fixed. */
+ * pdde_context_params.extra_backends instead. The registry is built once per context and then fixed;
+ * it knows the context only as the handle backends report errors on (pdde.c owns the context). */
+
+#include "backend_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
 
 static const pdde_backend_iface *const builtin_backends[] = {
     &pdde_backend_cpu, /* first: device 0 is always the CPU */
@@ -17,36 +24,12 @@ static const pdde_backend_iface *const builtin_backends[] = {
 #endif
 };
 
-typedef struct {
-    const pdde_backend_iface *iface;
-    void *family;       /* NULL when unavailable */
-    int status;         /* PDDE_OK or why not */
-    char why[1024];
-    int first_device;   /* global index of its device 0 */
-    int n_devices;
-} registry_family;
-
-typedef struct {
-    int family;         /* index into families */
-    int index;          /* index within its family */
-    void *dev;          /* opened lazily */
-} registry_device;
-
-typedef struct pdde_registry {
-    registry_family *families;
-    int n_families;
-    registry_device *devices;
-    int n_devices;
-} pdde_registry;
-
 /* A backend's struct must be at least version 1's size; slots past its struct_size count as NULL. */
 static bool iface_valid(const pdde_backend_iface *b) {
     return b && b->api_version >= 1 && b->struct_size >= offsetof(pdde_backend_iface, event_create) && b->name &&
            b->init && b->device_props && b->device_open && b->supports_op && b->buffer_alloc && b->buffer_free &&
            b->write && b->read && b->stream_create && b->stream_sync && b->compute;
 }
-
-#define IFACE_HAS(b, slot) ((b)->struct_size >= offsetof(pdde_backend_iface, slot) + sizeof((b)->slot) && (b)->slot)
 
 /* Whether a comma-separated list (NULL or "" = every backend) names a backend. */
 static bool backend_wanted(const char *list, const char *name) {
@@ -61,7 +44,7 @@ static bool backend_wanted(const char *list, const char *name) {
     return false;
 }
 
-static pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p) {
+PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p, pdde_registry **out) {
     int n_builtin = (int)(sizeof builtin_backends / sizeof builtin_backends[0]);
     int n = n_builtin + (p && p->n_extra_backends > 0 ? p->n_extra_backends : 0);
     pdde_registry *r = calloc(1, sizeof *r);
@@ -69,8 +52,7 @@ static pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p
         free(r);
         return pdde_error(ctx, PDDE_ERR_OOM, "registry: out of memory");
     }
-    ctx->registry = r;
-    char saved_error[sizeof ctx->last_error];
+    *out = r;
     for (int i = 0; i < n; i++) {
         registry_family *f = &r->families[r->n_families++];
         f->iface = i < n_builtin ? builtin_backends[i] : p->extra_backends[i - n_builtin];
@@ -84,12 +66,11 @@ static pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p
             snprintf(f->why, sizeof f->why, "not in the context's backend list");
             continue;
         }
-        memcpy(saved_error, ctx->last_error, sizeof saved_error);
         int n_dev = 0;
         f->status = f->iface->init(ctx, &f->family, &n_dev);
         if (f->status != PDDE_OK) {
-            snprintf(f->why, sizeof f->why, "%s", ctx->last_error[0] ? ctx->last_error : pdde_status_str(f->status));
-            memcpy(ctx->last_error, saved_error, sizeof saved_error); /* an absent driver is not an error of this call */
+            const char *why = pdde_last_error(ctx);
+            snprintf(f->why, sizeof f->why, "%s", why[0] ? why : pdde_status_str(f->status));
             f->family = NULL;
             if (i == 0) return f->status; /* no CPU backend: nothing can run */
             continue;
@@ -104,7 +85,7 @@ static pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p
     return PDDE_OK;
 }
 
-static void registry_free(pdde_registry *r) {
+PDDE_PRIVATE void registry_free(pdde_registry *r) {
     if (!r) return;
     for (int i = 0; i < r->n_devices; i++) {
         const pdde_backend_iface *b = r->families[r->devices[i].family].iface;
@@ -118,8 +99,7 @@ static void registry_free(pdde_registry *r) {
 }
 
 /* The backend and opened device handle of a global device index. */
-static pdde_status registry_device_get(pdde_context *ctx, int device, const pdde_backend_iface **iface, void **dev) {
-    pdde_registry *r = ctx->registry;
+PDDE_PRIVATE pdde_status registry_device_get(pdde_context *ctx, pdde_registry *r, int device, const pdde_backend_iface **iface, void **dev) {
     if (device < 0 || device >= r->n_devices)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, r->n_devices);
     registry_device *d = &r->devices[device];
@@ -133,36 +113,19 @@ static pdde_status registry_device_get(pdde_context *ctx, int device, const pdde
     return PDDE_OK;
 }
 
-int pdde_device_count(pdde_context *ctx) { return ctx && ctx->registry ? ctx->registry->n_devices : 0; }
-
-pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out) {
-    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
-    pdde_registry *r = ctx->registry;
-    if (device < 0 || device >= r->n_devices)
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, r->n_devices);
-    registry_family *f = &r->families[r->devices[device].family];
+PDDE_PRIVATE pdde_status registry_device_props(const pdde_registry *r, int device, pdde_device_props *out) {
+    if (device < 0 || device >= r->n_devices) return PDDE_ERR_INVALID_ARG;
+    const registry_family *f = &r->families[r->devices[device].family];
     return f->iface->device_props(f->family, r->devices[device].index, out);
 }
 
-int pdde_device_find(pdde_context *ctx, const char *backend, int index) {
-    pdde_registry *r = ctx->registry;
+PDDE_PRIVATE bool registry_device_is_host(const pdde_registry *r, int device) {
+    return device >= 0 && device < r->n_devices && strcmp(r->families[r->devices[device].family].iface->name, "cpu") == 0;
+}
+
+PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backend, int index) {
     for (int i = 0; i < r->n_families; i++)
         if (r->families[i].family && strcmp(r->families[i].iface->name, backend) == 0)
             return index >= 0 && index < r->families[i].n_devices ? r->families[i].first_device + index : -1;
     return -1;
-}
-
-int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_families : 0; }
-
-const char *pdde_backend_name(pdde_context *ctx, int backend) {
-    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return NULL;
-    const pdde_backend_iface *b = ctx->registry->families[backend].iface;
-    return b && b->name ? b->name : "?";
-}
-
-pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why) {
-    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return PDDE_ERR_INVALID_ARG;
-    registry_family *f = &ctx->registry->families[backend];
-    if (why) *why = f->status == PDDE_OK ? "" : f->why;
-    return f->status;
 }

@@ -16,12 +16,6 @@ typedef struct {
 
 static int mod(int a, int n) { return ((a % n) + n) % n; }
 
-/* Element i of n equal-as-possible parts of [0, count). */
-static void comm_part(size_t count, int n, int i, size_t *off, size_t *len) {
-    *off = count * (size_t)i / (size_t)n;
-    *len = count * (size_t)(i + 1) / (size_t)n - *off;
-}
-
 /* ------------------------------------------------------------------------------------------------
  * Algorithms. off/len give each group member's chunk in elements from buf; esz is the element size. */
 

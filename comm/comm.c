@@ -1,6 +1,6 @@
-/* comm/comm.c — communicators: the world (transport connections to every peer, the store, failure
- * state and a service thread), sub-communicators, waiting, failure propagation and abort.
- * The single file pdde.c includes; it includes the other parts of comm/.
+/* comm/comm.c — the top of comm/: making worlds (store, secret, transport connections to every peer)
+ * and sub-communicators, freeing them, abort. The single file pdde.c includes; it includes the other
+ * parts of comm/ in layer order, each calling only the ones included before it.
  *
  * Failure detection has three paths, so a dead peer becomes an error on every rank, never a hang:
  *  1. UCX endpoints in PEER error mode fail the requests towards a dead peer (connection reset, or
@@ -22,344 +22,17 @@
 #include <time.h>
 #include <ucp/api/ucp.h>
 
-#include "comm/store.c"
-#include "comm/env.c"
-#include "comm/transport_ucx.c"
-
-/* Tag layout (PDDE_TRANSPORT_TAG_BITS = 40): collectives [39]=0 [38..28] communicator id [27..16]
- * operation sequence [15..8] program [7..0] round; point to point [39]=1 [38..28] communicator id
- * [27..8] user tag. Communicator id 0 is the world's bootstrap, 1 the world. */
-#define COMM_TAG_P2P (UINT64_C(1) << 39)
-#define COMM_ID_BITS 11
-#define COMM_WORLD_ID 1
-
-typedef struct comm_world {
-    pdde_context *ctx;
-    const pdde_transport_iface *tp;
-    void *tr, *listen;
-    int rank, size;
-    void **send, **recv;          /* per world rank (NULL for self) */
-    int *host_of;                 /* world rank -> host index */
-    char (*host_names)[COMM_HOST_ID_MAX];
-    pdde_store *store;
-    int own_store;
-    pdde_store_server *server;    /* rank 0 hosts the store under launchers other than pdde-run */
-    pthread_mutex_t store_lock;   /* the store is shared by the caller's thread and the service thread */
-    char prefix[200];             /* this world's keys: <params.prefix>/<generation> */
-    double timeout_s, peer_timeout_s;
-    int no_progress_thread;
-    pdde_mem_kind mem_kind;
-    double spin_s;                /* busy-poll this long before yielding: 0 when ranks outnumber cores */
-
-    pthread_mutex_t lock;         /* guards everything below and every transport call */
-    pthread_cond_t cv;            /* wakes the service thread */
-    pthread_t thread;
-    int thread_started, stop;
-    _Atomic int failed;           /* 0 or the status that poisoned the world */
-    int published;                /* the failure is in the store (or came from there) */
-    char fail_msg[400];
-    pdde_comm_request *active;    /* running operations of every communicator */
-    int waiters;                  /* caller threads inside a wait: the service thread stays out */
-    int watching;                 /* the service thread polls the failure key (wakes within 50 ms) */
-    unsigned long started;        /* operations started so far: activity the service thread may have missed */
-    int refs;                     /* communicators using the world */
-    _Atomic(struct pdde_comm_request *) spare; /* a released request kept for reuse (schedule.c) */
-} comm_world;
-
-struct pdde_comm {
-    comm_world *w;
-    int rank, size;
-    int *ranks;                   /* comm rank -> world rank */
-    int id;
-    uint32_t seq;
-    pdde_comm_algo algo;
-    const char *last_algo;
-    /* topology: hosts in order of first appearance */
-    int n_hosts;
-    int local_equal;              /* every host has the same number of this comm's ranks */
-    int *local_group, local_n, local_me;  /* world ranks on my host */
-    int *cross_group, cross_n, cross_me;  /* world ranks with my local index, one per host */
-    struct comm_shm *shm;         /* shared-memory channel when every rank is on this host (shm.c) */
-};
-
-typedef struct comm_shm comm_shm;
-/* A shared-memory allreduce in progress (shm.c); non-blocking ones live inside their request. */
-typedef struct {
-    const char *src;
-    char *dst;
-    size_t count, chunk_elems, nchunks, k; /* elements; chunks; the chunk being worked on */
-    pdde_dtype dtype;
-    pdde_reduce_op op;
-    int stage;
-    uint64_t unit0;                        /* the buffer set of chunk k is (unit0 + k) % 2 */
-    uint64_t barrier_a, barrier_b;         /* the barriers the next steps wait for */
-    uint64_t ticket;                       /* non-blocking ones run in the order they were started */
-} comm_shm_op;
-static pdde_status comm_shm_attach(pdde_comm *c, int64_t serial);
-static void comm_shm_detach(comm_shm *s);
-static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                                      pdde_reduce_op op);
-static pdde_status comm_shm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                                       pdde_reduce_op op, pdde_comm_request **req);
-static int comm_shm_advance(pdde_comm_request *r);
-
-static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
-
-/* Records the first failure of the world (the lock is held). Running operations are ended by the
- * next world_progress; the service thread publishes the failure to the other ranks. */
-static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...) {
-    if (w->failed) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->fail_msg, sizeof w->fail_msg, fmt, ap);
-    va_end(ap);
-    w->failed = st;
-    pthread_cond_broadcast(&w->cv);
-}
-
-#include "comm/schedule.c"
-
-/* ================================================================================================
- * Waiting */
-
-static void world_failed_key(const comm_world *w, char *key, size_t cap) { snprintf(key, cap, "%s/failed", w->prefix); }
-
-/* Adopts the failure published in the store, if any: a lost connection is often only the echo of a
- * root cause that another rank reported (an abort, a timeout, a death), and that cause is what the
- * caller should see. Called without the world lock. */
-static void world_root_cause(comm_world *w) {
-    char key[256];
-    void *val = NULL;
-    size_t len;
-    world_failed_key(w, key, sizeof key);
-    pthread_mutex_lock(&w->store_lock);
-    pdde_status st = w->store->iface->get(w->store->impl, NULL, key, &val, &len);
-    pthread_mutex_unlock(&w->store_lock);
-    char *bar = st ? NULL : strchr(val, '|');
-    if (bar && atoi(val) < 0) {
-        pthread_mutex_lock(&w->lock);
-        w->failed = atoi(val);
-        w->published = 1;
-        snprintf(w->fail_msg, sizeof w->fail_msg, "%s", bar + 1);
-        pthread_mutex_unlock(&w->lock);
-    }
-    free(val);
-}
-
-static pdde_status comm_report(comm_world *w, pdde_status st) {
-    if (!st) return st;
-    if ((st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_TIMEOUT) && w->failed) {
-        world_root_cause(w);
-        st = w->failed;
-    }
-    char msg[sizeof w->fail_msg];
-    pthread_mutex_lock(&w->lock);
-    snprintf(msg, sizeof msg, "%s", w->failed ? w->fail_msg : "");
-    pthread_mutex_unlock(&w->lock);
-    return pdde_error(w->ctx, st, "comm: %s%s%s", pdde_status_str(st), *msg ? ": " : "", msg);
-}
-
-/* Set by the blocking forms of the operations (collectives.c) around their non-blocking start, so
- * that comm_start knows the caller will wait (and progress) right away. */
-static _Thread_local int comm_blocking_call;
-
-/* Spins for a few microseconds (latency), then yields (other ranks may share the core: with more
- * ranks than cores the peer we wait for needs it), then sleeps with a growing pause up to 1 ms, so
- * that a long wait costs almost no CPU. */
-#define COMM_SPIN_S 50e-6
-
-static void comm_backoff(double idle, double left, double spin_s) {
-    if (idle < spin_s) return;
-    if (idle < 20e-3) { sched_yield(); return; }
-    double pause = idle / 16;
-    if (pause > 1e-3) pause = 1e-3;
-    if (pause > left) pause = left;
-    if (pause > 0) comm_sleep(pause);
-}
-
-/* Waits for r with the world lock held (released while backing off), progressing the transport
- * itself: the caller's thread drives its own operation, no hand-off to the service thread. */
-static pdde_status req_wait_locked(pdde_comm_request *r, double timeout_s) {
-    comm_world *w = r->w;
-    double start = comm_now(), deadline = start + timeout_s, idle_since = start;
-    w->waiters++;
-    for (;;) {
-        if (!r->done && world_progress(w)) idle_since = comm_now();
-        if (r->done) break;
-        double now = comm_now();
-        if (now >= deadline) break;
-        pthread_mutex_unlock(&w->lock);
-        comm_backoff(now - idle_since, deadline - now, w->spin_s);
-        pthread_mutex_lock(&w->lock);
-    }
-    w->waiters--;
-    return r->done ? r->status : PDDE_ERR_TIMEOUT;
-}
-
-static pdde_status req_wait(pdde_comm_request *r, double timeout_s) {
-    pthread_mutex_lock(&r->w->lock);
-    pdde_status st = req_wait_locked(r, timeout_s);
-    pthread_mutex_unlock(&r->w->lock);
-    return st;
-}
-
-/* Starts a built operation: links it to the world and posts its first steps. */
-static pdde_status comm_start(pdde_comm *c, pdde_comm_request *r, const char *algo, pdde_comm_request **out) {
-    comm_world *w = c->w;
-    *out = NULL;
-    if (algo) {
-        c->last_algo = algo;
-        r->tagbase = (uint64_t)c->id << 28 | (uint64_t)(c->seq++ & 0xfff) << 16;
-    }
-    pthread_mutex_lock(&w->lock);
-    pdde_status st = w->failed;
-    if (!st) {
-        r->next = w->active;
-        if (w->active) w->active->prev = r;
-        w->active = r;
-        w->started++;
-        req_advance(r);
-        /* The service thread progresses non-blocking operations in the background, so it is woken
-         * for them. A blocking caller progresses its operation itself; the service thread needs a
-         * wake-up only to start polling the failure key, and waking it on every operation costs a
-         * futex call and a context switch (microseconds, and a core taken from a spinning rank). */
-        if (!comm_blocking_call || !w->watching) pthread_cond_signal(&w->cv);
-    }
-    pthread_mutex_unlock(&w->lock);
-    if (st) { req_release(r); return comm_report(w, st); }
-    *out = r;
-    return PDDE_OK;
-}
-
-/* The blocking form of every operation: wait with the communicator's timeout; a timeout poisons the
- * world (the peers are out of step, nothing sensible can follow). */
-static pdde_status comm_finish(pdde_comm *c, pdde_status st, pdde_comm_request *r) {
-    comm_blocking_call = 0;
-    if (st) return st;
-    comm_world *w = c->w;
-    pthread_mutex_lock(&w->lock); /* one lock hold for the wait and the release */
-    st = req_wait_locked(r, w->timeout_s);
-    if (st == PDDE_ERR_TIMEOUT) {
-        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a %s did not finish within %.3g s", w->rank,
-                  c->last_algo ? c->last_algo : "transfer", w->timeout_s);
-        world_progress(w);
-    }
-    if (r->done) req_release(r);
-    else r->detached = 1;
-    pthread_mutex_unlock(&w->lock);
-    return comm_report(w, st);
-}
-
-pdde_status pdde_comm_test(pdde_comm_request *r, int *done) {
-    if (!r || !done) return PDDE_ERR_INVALID_ARG;
-    pthread_mutex_lock(&r->w->lock);
-    if (!r->done) world_progress(r->w);
-    *done = r->done;
-    pdde_status st = r->done ? r->status : PDDE_OK;
-    pthread_mutex_unlock(&r->w->lock);
-    return comm_report(r->w, st);
-}
-
-pdde_status pdde_comm_wait(pdde_comm_request *r, double timeout_s) {
-    if (!r) return PDDE_ERR_INVALID_ARG;
-    pdde_status st = req_wait(r, timeout_s < 0 ? r->w->timeout_s : timeout_s);
-    if (st == PDDE_ERR_TIMEOUT)
-        return pdde_error(r->w->ctx, st, "comm: the operation did not finish within %.3g s (still pending)",
-                          timeout_s < 0 ? r->w->timeout_s : timeout_s);
-    return comm_report(r->w, st);
-}
-
-void pdde_comm_request_free(pdde_comm_request *r) {
-    if (!r) return;
-    comm_world *w = r->w;
-    pthread_mutex_lock(&w->lock);
-    if (r->done) req_release(r);
-    else r->detached = 1;
-    pthread_mutex_unlock(&w->lock);
-}
-
-/* ================================================================================================
- * The service thread: heartbeats, failure publication and polling, background progress. */
-
-static void *comm_service(void *arg) {
-    comm_world *w = arg;
-    const pdde_store_iface *si = w->store->iface;
-    double ping_every = w->peer_timeout_s / 4, last_ping = comm_now(), last_check = 0, pause = 20e-6;
-    double last_busy = -1e30;
-    unsigned long seen = 0;
-    char key[256];
-    world_failed_key(w, key, sizeof key);
-    pthread_mutex_lock(&w->lock);
-    while (!w->stop) {
-        int active = w->active != NULL;
-        /* Operations that started and finished while this thread slept count as activity too: a
-         * loop of short blocking operations is rarely caught running. The failure key is polled
-         * while operations run and for ping_every after the last one (comm_start then need not wake
-         * this thread for every blocking operation). */
-        if (active || w->started != seen) { seen = w->started; last_busy = comm_now(); }
-        int watch = comm_now() - last_busy < ping_every;
-        if (active && !w->failed && !w->no_progress_thread && !w->waiters && world_progress(w)) pause = 20e-6;
-        char msg[sizeof w->fail_msg + 16];
-        int publish = w->failed && !w->published;
-        if (publish) {
-            snprintf(msg, sizeof msg, "%d|%s", (int)w->failed, w->fail_msg);
-            w->published = 1;
-        }
-        pthread_mutex_unlock(&w->lock);
-
-        double now = comm_now();
-        pdde_status st = PDDE_OK;
-        void *val = NULL; size_t len = 0;
-        pthread_mutex_lock(&w->store_lock);
-        if (publish) si->set(w->store->impl, NULL, key, msg, strlen(msg));
-        if (now - last_ping > ping_every) {
-            last_ping = now;
-            if (si->ping) st = si->ping(w->store->impl, NULL);
-        }
-        if (!st && watch && !w->failed && now - last_check > 0.05) {
-            last_check = now;
-            st = si->get(w->store->impl, NULL, key, &val, &len);
-        }
-        pthread_mutex_unlock(&w->store_lock);
-
-        pthread_mutex_lock(&w->lock);
-        if (st == PDDE_OK && val) {
-            char *bar = strchr(val, '|');
-            int code = atoi(val);
-            w->published = 1; /* it came from the store: no need to write it back */
-            comm_fail(w, code < 0 ? code : PDDE_ERR_PEER_LOST, "%s", bar ? bar + 1 : (char *)val);
-        } else if (st && st != PDDE_ERR_NOT_FOUND) {
-            w->published = 1;
-            comm_fail(w, PDDE_ERR_PEER_LOST, "rank %d lost the connection to the store", w->rank);
-        }
-        free(val);
-        if (w->failed && w->active && !w->waiters) world_progress(w);
-        if (w->stop) break;
-        if (active && !w->waiters) {
-            /* background progress of non-blocking operations: poll, backing off to 1 ms */
-            pthread_mutex_unlock(&w->lock);
-            comm_sleep(pause);
-            pause = pause * 2 < 1e-3 ? pause * 2 : 1e-3;
-            pthread_mutex_lock(&w->lock);
-        } else {
-            /* idle, or a caller is waiting and progressing itself: only the store checks remain */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            double t = (double)ts.tv_nsec * 1e-9 + (watch ? 0.05 : ping_every);
-            ts.tv_sec += (time_t)t;
-            ts.tv_nsec = (long)((t - (double)(time_t)t) * 1e9);
-            w->watching = watch;
-            pthread_cond_timedwait(&w->cv, &w->lock, &ts);
-            w->watching = 0;
-        }
-    }
-    pthread_mutex_unlock(&w->lock);
-    return NULL;
-}
+/* The parts in layer order: each uses only those above it in this list. */
+#include "comm/util.c"          /* clocks, byte packing, addresses, socket reads/writes */
+#include "comm/auth.c"          /* SHA-256, HMAC, the job secret */
+#include "comm/store.c"         /* the bootstrap store: server and client */
+#include "comm/env.c"           /* launcher environments */
+#include "comm/transport_ucx.c" /* the transport */
+#include "comm/world.c"         /* the world's state, failures and their root cause */
+#include "comm/schedule.c"      /* operations as programs of steps, run non-blocking */
+#include "comm/progress.c"      /* waiting, starting and finishing operations; the service thread */
+#include "comm/shm.c"           /* the one-host shared-memory channel */
+#include "comm/collectives.c"   /* algorithms and the public collective calls */
 
 /* ================================================================================================
  * World setup and teardown */
@@ -378,7 +51,7 @@ static void world_destroy(comm_world *w) {
         char key[256], msg[sizeof w->fail_msg + 16];
         world_failed_key(w, key, sizeof key);
         snprintf(msg, sizeof msg, "%d|%s", (int)w->failed, w->fail_msg);
-        w->store->iface->set(w->store->impl, NULL, key, msg, strlen(msg));
+        w->store->iface->compare_set(w->store->impl, NULL, key, "", 0, msg, strlen(msg), NULL);
     }
     pthread_mutex_lock(&w->lock);
     while (w->active) req_finish(w->active, PDDE_ERR_ABORTED);
@@ -397,6 +70,7 @@ static void world_destroy(comm_world *w) {
             w->store->iface->set_liveness(w->store->impl, NULL, "", "", 0, 0);
         if (w->own_store) pdde_store_free(w->store);
     }
+    if (w->secret_file) comm_launch_secret_done(&w->launch);
     if (w->server) {
         /* rank 0 hosts the store: keep it up until the others are gone (bounded) */
         double deadline = comm_now() + 10;
@@ -462,8 +136,19 @@ static pdde_status comm_new(comm_world *w, int rank, int size, int *ranks, int i
     if (!c) { free(ranks); return pdde_error(w->ctx, PDDE_ERR_OOM, "comm: out of memory"); }
     c->w = w; c->rank = rank; c->size = size; c->ranks = ranks; c->id = id; c->algo = algo;
     c->last_algo = "none";
+    comm_shm *s = NULL;
     pdde_status st = comm_topology(c);
-    if (!st) st = comm_shm_attach(c, serial);
+    if (!st) st = comm_shm_map(c, serial, &s);
+    if (!st && s) {
+        /* everybody must have the segment, or nobody uses it: agree over the transport (c->shm is
+         * still NULL) */
+        int32_t ok = s->base != NULL, all = 0;
+        st = pdde_comm_allreduce(c, &ok, &all, 1, PDDE_I32, PDDE_REDUCE_MIN);
+        comm_shm_unlink(s); /* everyone has mapped it by now */
+        if (!st && all) c->shm = s;
+        else comm_shm_detach(s);
+        if (st == PDDE_ERR_TIMEOUT) st = pdde_error(w->ctx, st, "comm: shared-memory setup timed out");
+    }
     if (st) { free(c->local_group); free(c->cross_group); free(c->ranks); free(c); return st; }
     pthread_mutex_lock(&w->lock);
     w->refs++;
@@ -618,9 +303,14 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     } else if ((st = pdde_comm_env_read(ctx, &env))) {
         return st;
     }
-    if (!p.store && !env.store_addr[0])
-        return pdde_error(ctx, PDDE_ERR_ENV, "PDDE_STORE_ADDR is not set (host:port of the bootstrap store; "
-                                             "pdde-run sets it, other launchers need it exported)");
+    comm_launch launch = {0};
+    if (!p.store && !env.store_addr[0]) {
+        if (!strcmp(env.launcher, "pdde-run") || !strcmp(env.launcher, "params"))
+            return pdde_error(ctx, PDDE_ERR_ENV, "PDDE_STORE_ADDR is not set (host:port of the bootstrap store; "
+                                                 "pdde-run sets it, other launchers need it exported)");
+        if ((st = comm_launch_addr(ctx, &env, &launch))) return st;
+        snprintf(env.store_addr, sizeof env.store_addr, "%.255s", launch.connect);
+    }
     comm_world *w = calloc(1, sizeof *w);
     if (!w) return pdde_error(ctx, PDDE_ERR_OOM, "comm: out of memory");
     w->ctx = ctx;
@@ -638,13 +328,38 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     char host_id[COMM_HOST_ID_MAX], key[300];
     comm_host_id(p.host_id, host_id, sizeof host_id);
 
+    /* the job secret: the environment's (or this process's); under mpirun/srun without one, the
+     * launcher's (env.c) */
+    comm_secret secret = {0};
+    st = comm_secret_lookup(ctx, &secret);
+    w->launch = launch;
+    if (st == PDDE_ERR_NOT_FOUND && !p.store && strcmp(env.launcher, "pdde-run") && strcmp(env.launcher, "params")) {
+        if (!launch.job_id[0]) comm_launch_addr(ctx, &env, &w->launch); /* only the job id is needed */
+        if (!w->launch.job_id[0]) snprintf(w->launch.job_id, sizeof w->launch.job_id, "%.20s-%.100s", env.launcher, env.store_addr);
+        st = comm_launch_secret(ctx, &env, &w->launch, w->timeout_s, &secret, &w->secret_file);
+    } else if (st == PDDE_ERR_NOT_FOUND && !p.store) {
+        st = pdde_error(ctx, PDDE_ERR_ENV, "no job secret: set PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (pdde-run sets "
+                        "it for its ranks)");
+    } else if (st == PDDE_ERR_NOT_FOUND) {
+        st = PDDE_OK; /* a store of the caller's and no secret anywhere: the transport checks an empty key */
+    }
+    if (st) goto fail;
     if (p.store) {
         w->store = p.store;
     } else {
         /* launchers other than pdde-run host no store: rank 0 does, on the address everyone was given */
-        if (w->rank == 0 && strcmp(env.launcher, "pdde-run") && (st = pdde_store_server_init(ctx, env.store_addr, &w->server)))
-            goto fail;
-        if ((st = pdde_store_connect(ctx, env.store_addr, w->timeout_s, &w->store))) goto fail;
+        if (w->rank == 0 && strcmp(env.launcher, "pdde-run")) {
+            pdde_store_server_params sp = PDDE_STORE_SERVER_PARAMS_INIT;
+            sp.addr = launch.bind[0] ? launch.bind : env.store_addr;
+            sp.secret = secret.text;
+            if ((st = pdde_store_server_init_params(ctx, &sp, &w->server))) {
+                if (launch.bind[0])
+                    st = pdde_error(ctx, st, "%s (the port comes from the job id: set PDDE_STORE_PORT or PDDE_STORE_ADDR "
+                                    "to choose another)", pdde_last_error(ctx));
+                goto fail;
+            }
+        }
+        if ((st = pdde_store_connect_secret(ctx, env.store_addr, secret.text, w->timeout_s, &w->store))) goto fail;
         w->own_store = 1;
     }
     if (w->tp->api_version != PDDE_TRANSPORT_API_VERSION || w->tp->struct_size < sizeof *w->tp) {
@@ -652,7 +367,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
                         w->tp->api_version, PDDE_TRANSPORT_API_VERSION);
         goto fail;
     }
-    pdde_transport_params tp = {w->peer_timeout_s};
+    pdde_transport_params tp = {w->peer_timeout_s, secret.len ? secret.text : NULL};
     if ((st = w->tp->init(ctx, &tp, &w->tr))) goto fail;
     /* each init is a new generation of keys, so a job may init again (after a failure) with one store */
     int64_t gen;
@@ -660,6 +375,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if ((st = pdde_store_add(w->store, key, 1, &gen))) goto fail;
     snprintf(w->prefix, sizeof w->prefix, "%s/%lld", p.prefix ? p.prefix : "pdde", (long long)gen);
     if ((st = world_connect(w, host_id, deadline))) goto fail;
+    if (w->secret_file) { comm_launch_secret_done(&w->launch); w->secret_file = 0; } /* everyone has read it */
     int here = 0;
     for (int i = 0; i < w->size; i++) here += w->host_of[i] == w->host_of[w->rank];
     /* spinning pays when every local rank has a core to itself (the service threads sleep): with 2
@@ -669,7 +385,12 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     snprintf(notice, sizeof notice, "%d|rank %d (pid %d on %s) died or lost its connection to the store",
              PDDE_ERR_PEER_LOST, w->rank, (int)getpid(), host_id);
     world_failed_key(w, key, sizeof key);
-    st = pdde_store_set_liveness(w->store, key, notice, strlen(notice), w->peer_timeout_s);
+    /* The lease ends short of peer_timeout_s by what noticing its end takes (the server's 0.1 s
+     * poll, this thread's 0.05 s one): a frozen peer is reported within peer_timeout_s as documented
+     * (with the whole of it as lease, test_comm_fail measured 1.50-1.65 s for 1.5). Pings every
+     * peer_timeout_s/4 still renew it at least three times. */
+    double margin = w->peer_timeout_s / 4 < 0.25 ? w->peer_timeout_s / 4 : 0.25;
+    st = pdde_store_set_liveness(w->store, key, notice, strlen(notice), w->peer_timeout_s - margin);
     if (st && st != PDDE_ERR_UNSUPPORTED) goto fail;
     if (pthread_create(&w->thread, NULL, comm_service, w)) {
         st = pdde_error(ctx, PDDE_ERR_OOM, "comm: cannot start the service thread");
@@ -771,6 +492,3 @@ pdde_status pdde_comm_split(pdde_comm *c, int color, int key, pdde_comm **out) {
     int id = 2 + (int)((base + color_index) % ((1 << COMM_ID_BITS) - 2));
     return comm_new(w, rank, size, ranks, id, 1 + base + color_index, c->algo, out);
 }
-
-#include "comm/collectives.c"
-#include "comm/shm.c"

@@ -45,9 +45,17 @@ struct pdde_comm_request {
     pdde_status status;
     char msg[256];
     pdde_comm_request *prev, *next; /* the world's running operations */
-    int is_shm;                 /* an allreduce on the communicator's shared memory (shm.c), no programs */
+    /* an operation that runs without programs (shm.c's allreduce on shared memory) advances itself:
+     * returns 1 if anything moved */
+    int (*advance)(pdde_comm_request *r);
     comm_shm_op shm;
 };
+
+/* Element i of n equal-as-possible parts of [0, count). */
+static void comm_part(size_t count, int n, int i, size_t *off, size_t *len) {
+    *off = count * (size_t)i / (size_t)n;
+    *len = count * (size_t)(i + 1) / (size_t)n - *off;
+}
 
 /* ------------------------------------------------------------------------------------------------
  * Reduction kernels: dst[i] = dst[i] op src[i]. Half types are widened to f32 and rounded back;
@@ -280,7 +288,7 @@ static int prog_advance(pdde_comm_request *r, int idx, pdde_status *st) {
  * a sliding window: program s starts once program s - max_active is done, so the two may share
  * scratch memory (slot s % max_active, see req_slot). */
 static int req_advance(pdde_comm_request *r) {
-    if (r->is_shm) return comm_shm_advance(r);
+    if (r->advance) return r->advance(r);
     pdde_status st = PDDE_OK;
     int moved = 0, finished = 0;
     for (int i = 0; i < r->nprog && !st; i++) {

@@ -82,12 +82,14 @@ static pdde_status shm_store_wait(comm_world *w, const char *key, void **val, si
     }
 }
 
-/* Collective over c (called by comm_new): gives c a shared-memory channel when all its ranks are on
- * this host and every one of them could map the segment; otherwise c keeps using the transport only.
- * serial is unique among the world's communicators (it names the store key). */
-static pdde_status comm_shm_attach(pdde_comm *c, int64_t serial) {
+/* Collective over c (called by comm_new): when all its ranks are on this host, rank 0 makes a
+ * segment and names it through the store, and every rank maps it; *out is the segment (its base NULL
+ * where mapping failed), or NULL when c gets no channel. comm_new then makes the ranks agree (all
+ * use it, or none) and calls comm_shm_unlink. serial is unique among the world's communicators (it
+ * names the store key). */
+static pdde_status comm_shm_map(pdde_comm *c, int64_t serial, comm_shm **out) {
     comm_world *w = c->w;
-    c->shm = NULL;
+    *out = NULL;
     if (c->n_hosts != 1 || c->size < 2 || c->size > SHM_MAX_RANKS) return PDDE_OK;
     const char *off = getenv("PDDE_COMM_SHM");
     if (off && !strcmp(off, "0")) return PDDE_OK;
@@ -124,16 +126,13 @@ static pdde_status comm_shm_attach(pdde_comm *c, int64_t serial) {
         close(fd);
         s->base = p == MAP_FAILED ? NULL : p;
     }
-    /* everybody must have it, or nobody uses it: agree over the transport (c->shm is still NULL) */
-    int32_t ok = s->base != NULL, all = 0;
-    if (!st) st = pdde_comm_allreduce(c, &ok, &all, 1, PDDE_I32, PDDE_REDUCE_MIN);
-    if (s->name[0]) { shm_unlink(s->name); s->name[0] = 0; } /* everyone has mapped it by now */
-    if (st || !all) {
-        comm_shm_detach(s);
-        return st == PDDE_ERR_TIMEOUT ? pdde_error(w->ctx, st, "comm: shared-memory setup timed out") : st;
-    }
-    c->shm = s;
-    return PDDE_OK;
+    *out = s; /* mapped or not (s->base NULL): comm_new makes every rank agree */
+    return st;
+}
+
+/* Once every rank has mapped the segment (or given up), its name can go. */
+static void comm_shm_unlink(comm_shm *s) {
+    if (s && s->name[0]) { shm_unlink(s->name); s->name[0] = 0; }
 }
 
 /* The world failed or the deadline passed: report it the way every other wait does. */
@@ -279,7 +278,7 @@ static pdde_status comm_shm_iallreduce(pdde_comm *c, const void *sendbuf, void *
     pdde_status st = req_alloc(c, 0, t, op, &r);
     if (st) return st;
     comm_shm_op o = {sendbuf, recvbuf, count, 0, 0, 0, t, op, SHM_START, 0, 0, 0, 0};
-    r->is_shm = 1;
+    r->advance = comm_shm_advance;
     r->shm = o;
     pthread_mutex_lock(&c->w->lock);
     r->shm.ticket = c->shm->next_ticket++;

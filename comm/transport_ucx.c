@@ -1,9 +1,15 @@
 /* comm/transport_ucx.c — the UCX transport: pdde_transport_iface on the UCP tag API.
  *
- * One UCP worker per transport instance. A listen handle is (listener id, worker address). connect()
- * makes an endpoint to the listener's worker and sends HELLO (its own connect id and address); accept()
- * probes for HELLOs, assigns a connection id, makes an endpoint back (used for the ACK and to learn of
- * the sender's death) and sends ACK (the connection id); connect() finishes when the ACK arrives.
+ * One UCP worker per transport instance. A listen handle is (listener id, listener nonce, worker
+ * address). connect() makes an endpoint to the listener's worker and sends HELLO (its connect id, a
+ * fresh nonce, its address and a proof: HMAC of the job secret over both nonces, the connect id and
+ * the address); accept() probes for HELLOs, checks the proof in constant time (a wrong one is logged
+ * and dropped, and a nonce seen before is a replay), assigns a connection id, makes an endpoint back
+ * (used for the ACK and to learn of the sender's death) and sends ACK (the connection id and the
+ * acceptor's proof over the nonces the other way round); connect() finishes when the ACK arrives and
+ * its proof holds. So a process without the secret can neither join a world nor pose as a member.
+ * (UCX does not authenticate each message: one who can see the network can still inject messages on
+ * a guessed tag; run jobs on a network only the job's hosts can reach.)
  * Tags: bits 63..40 the receiver-assigned connection id (0 = control), bits 39..0 the caller's tag.
  * Endpoints use UCP_ERR_HANDLING_MODE_PEER: a dead peer fails its connections' requests. */
 
@@ -22,14 +28,19 @@ typedef struct {
     ucx_conn *pending;                  /* connects waiting for their ACK */
     ucx_conn *closing;                  /* closed connections, freed by ucx_fini */
     int aborting;                       /* after a failure: close without flushing or progressing */
+    comm_secret secret;                 /* what HELLO and ACK prove (len 0: an empty key) */
+    int refused;                        /* HELLOs refused (the first few are logged) */
 } ucx_transport;
 
 typedef struct {
     ucx_transport *tr;
     uint64_t id;
+    unsigned char nonce[COMM_NONCE_BYTES];
     void *hello_req;         /* a HELLO being received */
     unsigned char *hello_buf;
     size_t hello_len;
+    unsigned char (*seen)[COMM_NONCE_BYTES]; /* the connectors' nonces accepted so far (replays are refused) */
+    size_t n_seen;
 } ucx_listen;
 
 struct ucx_conn {
@@ -43,7 +54,8 @@ struct ucx_conn {
     size_t listen_handle_len;
     void *hello_req, *ack_req;
     unsigned char *hello_msg;
-    uint64_t ack_val;        /* the conn id from the ACK (sender), or to send (receiver) */
+    unsigned char nonce[COMM_NONCE_BYTES]; /* this connect's nonce */
+    unsigned char ack[8 + COMM_SHA256_BYTES]; /* conn id and the acceptor's proof, received or to send */
     ucx_conn *next_pending;
     void *close_req;         /* the endpoint's close in progress */
     ucx_conn *next_closing;
@@ -79,6 +91,10 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
     ucx_transport *tr = calloc(1, sizeof *tr);
     if (!tr) return pdde_error(ctx, PDDE_ERR_OOM, "ucx: out of memory");
     tr->next_listen = tr->next_connect = tr->next_conn_id = 1;
+    if (p && p->secret) {
+        pdde_status st = comm_secret_set(ctx, &tr->secret, p->secret, strlen(p->secret), "the transport parameters");
+        if (st) { free(tr); return st; }
+    }
     /* Shared memory takes part in the PEER error mode only with these options (the peer's death is
      * then found by keepalive); without them UCX falls back to TCP loopback, 5-10x slower. UCX 1.13
      * reads transport options only from the environment (ucp_config_modify does not reach them), so
@@ -119,7 +135,7 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
     s = ucp_worker_create(tr->context, &wp, &tr->worker);
     if (s != UCS_OK) { ucp_cleanup(tr->context); free(tr); return ucx_status(ctx, s, "ucp_worker_create"); }
     s = ucp_worker_get_address(tr->worker, &tr->addr, &tr->addr_len);
-    if (s != UCS_OK || tr->addr_len + 8 > PDDE_TRANSPORT_HANDLE_MAX) {
+    if (s != UCS_OK || tr->addr_len + 8 + COMM_NONCE_BYTES > PDDE_TRANSPORT_HANDLE_MAX) {
         ucp_worker_destroy(tr->worker); ucp_cleanup(tr->context); free(tr);
         return s != UCS_OK ? ucx_status(ctx, s, "ucp_worker_get_address")
                            : pdde_error(ctx, PDDE_ERR_COMM, "ucx: worker address too long");
@@ -171,10 +187,12 @@ static pdde_status ucx_listen_open(void *p, void *handle, size_t *handle_len, vo
     if (!l) return PDDE_ERR_OOM;
     l->tr = tr;
     l->id = tr->next_listen++;
+    if (comm_random(l->nonce, sizeof l->nonce)) { free(l); return PDDE_ERR_IO; }
     unsigned char *h = handle;
     put_u64(h, l->id);
-    memcpy(h + 8, tr->addr, tr->addr_len);
-    *handle_len = 8 + tr->addr_len;
+    memcpy(h + 8, l->nonce, sizeof l->nonce);
+    memcpy(h + 8 + COMM_NONCE_BYTES, tr->addr, tr->addr_len);
+    *handle_len = 8 + COMM_NONCE_BYTES + tr->addr_len;
     *listen_comm = l;
     return PDDE_OK;
 }
@@ -254,10 +272,25 @@ static void ucx_conn_close(void *conn) {
     tr->closing = c;
 }
 
+/* HELLO layout: connect id (8), the connector's nonce, its proof, its worker address. */
+#define UCX_HELLO_HEAD (8 + COMM_NONCE_BYTES + COMM_SHA256_BYTES)
+#define UCX_ADDR_OFF (8 + COMM_NONCE_BYTES) /* of the worker address in a listen handle */
+
+/* The connector's proof: HMAC(secret, label | listener nonce | connector nonce | connect id | address),
+ * so a recorded HELLO cannot be replayed from another address. */
+static void ucx_hello_proof(const ucx_transport *tr, const unsigned char *listen_nonce, const unsigned char *nonce,
+                            const unsigned char *connect_id, const void *addr, size_t addr_len,
+                            unsigned char out[COMM_SHA256_BYTES]) {
+    static const char label[] = "pdde ucx hello";
+    const void *parts[5] = {label, listen_nonce, nonce, connect_id, addr};
+    size_t lens[5] = {sizeof label, COMM_NONCE_BYTES, COMM_NONCE_BYTES, 8, addr_len};
+    comm_hmac(tr->secret.text, tr->secret.len, 5, parts, lens, out);
+}
+
 static pdde_status ucx_connect(void *p, const void *handle, size_t handle_len, void **send_comm) {
     ucx_transport *tr = p;
     *send_comm = NULL;
-    if (handle_len <= 8 || handle_len > PDDE_TRANSPORT_HANDLE_MAX) return PDDE_ERR_INVALID_ARG;
+    if (handle_len <= UCX_ADDR_OFF || handle_len > PDDE_TRANSPORT_HANDLE_MAX) return PDDE_ERR_INVALID_ARG;
     /* NCCL-style: called again with the same handle until connected; the state waits in tr->pending */
     ucx_conn *c = tr->pending;
     while (c && (c->listen_handle_len != handle_len || memcmp(c->listen_handle, handle, handle_len))) c = c->next_pending;
@@ -267,12 +300,16 @@ static pdde_status ucx_connect(void *p, const void *handle, size_t handle_len, v
         memcpy(c->listen_handle, handle, handle_len);
         c->listen_handle_len = handle_len;
         c->connect_id = tr->next_connect++;
-        if (ucx_ep_create(tr, (const unsigned char *)handle + 8, c)) { free(c); return PDDE_ERR_COMM; }
-        size_t n = 8 + tr->addr_len;
+        if (comm_random(c->nonce, sizeof c->nonce)) { free(c); return PDDE_ERR_IO; }
+        if (ucx_ep_create(tr, (const unsigned char *)handle + UCX_ADDR_OFF, c)) { free(c); return PDDE_ERR_COMM; }
+        size_t n = UCX_HELLO_HEAD + tr->addr_len;
         if (!(c->hello_msg = malloc(n))) { ucx_conn_close(c); return PDDE_ERR_OOM; }
         put_u64(c->hello_msg, c->connect_id);
-        memcpy(c->hello_msg + 8, tr->addr, tr->addr_len);
-        c->ack_req = ucx_post(tr, c, 1, &c->ack_val, sizeof c->ack_val, UCX_TAG_ACK_BIT | c->connect_id);
+        memcpy(c->hello_msg + 8, c->nonce, COMM_NONCE_BYTES);
+        ucx_hello_proof(tr, (const unsigned char *)handle + 8, c->nonce, c->hello_msg, tr->addr, tr->addr_len,
+                        c->hello_msg + 8 + COMM_NONCE_BYTES);
+        memcpy(c->hello_msg + UCX_HELLO_HEAD, tr->addr, tr->addr_len);
+        c->ack_req = ucx_post(tr, c, 1, c->ack, sizeof c->ack, UCX_TAG_ACK_BIT | c->connect_id);
         c->hello_req = ucx_post(tr, c, 0, c->hello_msg, n, get_u64(handle) & (UCX_TAG_ACK_BIT - 1));
         if (!c->ack_req || !c->hello_req) { ucx_conn_close(c); return PDDE_ERR_COMM; }
         c->next_pending = tr->pending;
@@ -282,9 +319,12 @@ static pdde_status ucx_connect(void *p, const void *handle, size_t handle_len, v
     int hello = ucx_poll_req(&c->hello_req), ack = ucx_poll_req(&c->ack_req);
     if (hello < 0 || ack < 0 || c->failed) { ucx_conn_close(c); return PDDE_ERR_PEER_LOST; }
     if (hello && ack) {
+        unsigned char want[COMM_SHA256_BYTES];
+        comm_prove(tr->secret.text, tr->secret.len, "pdde ucx ack", c->nonce, (const unsigned char *)handle + 8, want);
+        if (!comm_equal_ct(want, c->ack + 8, sizeof want)) { ucx_conn_close(c); return PDDE_ERR_AUTH; }
         for (ucx_conn **pp = &tr->pending; *pp; pp = &(*pp)->next_pending)
             if (*pp == c) { *pp = c->next_pending; break; }
-        c->conn_id = c->ack_val;
+        c->conn_id = get_u64(c->ack);
         free(c->hello_msg);
         c->hello_msg = NULL;
         *send_comm = c;
@@ -301,7 +341,15 @@ static pdde_status ucx_accept(void *lp, void **recv_comm) {
         ucp_tag_recv_info_t info;
         ucp_tag_message_h msg = ucp_tag_probe_nb(tr->worker, l->id, ~UINT64_C(0), 1, &info);
         if (!msg) return PDDE_OK;
-        if (info.length <= 8 || !(l->hello_buf = malloc(info.length))) return PDDE_ERR_COMM;
+        if (info.length <= UCX_HELLO_HEAD || info.length > UCX_HELLO_HEAD + PDDE_TRANSPORT_HANDLE_MAX) {
+            /* not a HELLO of ours: take it off the queue and forget it */
+            static unsigned char junk[1];
+            ucp_request_param_t prm = {0};
+            ucs_status_ptr_t r = ucp_tag_msg_recv_nbx(tr->worker, junk, 0, msg, &prm); /* ends truncated */
+            if (UCS_PTR_IS_PTR(r)) ucp_request_free(r);
+            return PDDE_OK;
+        }
+        if (!(l->hello_buf = malloc(info.length))) return PDDE_ERR_OOM;
         l->hello_len = info.length;
         ucp_request_param_t prm = {0};
         prm.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
@@ -314,14 +362,30 @@ static pdde_status ucx_accept(void *lp, void **recv_comm) {
     unsigned char *hello = l->hello_buf;
     l->hello_buf = NULL;
     if (rc < 0) { free(hello); return PDDE_ERR_COMM; }
+    /* the proof, then the nonce: a HELLO seen before is a replay */
+    unsigned char want[COMM_SHA256_BYTES];
+    ucx_hello_proof(tr, l->nonce, hello + 8, hello, hello + UCX_HELLO_HEAD, l->hello_len - UCX_HELLO_HEAD, want);
+    int ok = comm_equal_ct(want, hello + 8 + COMM_NONCE_BYTES, sizeof want);
+    for (size_t i = 0; ok && i < l->n_seen; i++) ok = memcmp(l->seen[i], hello + 8, COMM_NONCE_BYTES) != 0;
+    void *grown = ok ? realloc(l->seen, (l->n_seen + 1) * sizeof *l->seen) : NULL;
+    if (!ok || !grown) {
+        if (ok) { free(hello); return PDDE_ERR_OOM; }
+        if (tr->refused++ < 10)
+            fprintf(stderr, "pdde: ucx: refused a connection that did not prove the job secret (pid %d)\n", (int)getpid());
+        free(hello);
+        return PDDE_OK;
+    }
+    l->seen = grown;
+    memcpy(l->seen[l->n_seen++], hello + 8, COMM_NONCE_BYTES);
     ucx_conn *c = calloc(1, sizeof *c);
     if (!c) { free(hello); return PDDE_ERR_OOM; }
     c->tr = tr;
     c->conn_id = tr->next_conn_id++ & 0xffffff;
-    c->ack_val = c->conn_id;
-    pdde_status st = ucx_ep_create(tr, hello + 8, c);
+    put_u64(c->ack, c->conn_id);
+    comm_prove(tr->secret.text, tr->secret.len, "pdde ucx ack", hello + 8, l->nonce, c->ack + 8);
+    pdde_status st = ucx_ep_create(tr, hello + UCX_HELLO_HEAD, c);
     if (!st) {
-        c->ack_req = ucx_post(tr, c, 0, &c->ack_val, sizeof c->ack_val, UCX_TAG_ACK_BIT | get_u64(hello));
+        c->ack_req = ucx_post(tr, c, 0, c->ack, sizeof c->ack, UCX_TAG_ACK_BIT | get_u64(hello));
         if (!c->ack_req) st = PDDE_ERR_COMM;
     }
     free(hello);
@@ -387,6 +451,7 @@ static void ucx_close_listen(void *lp) {
     if (!l) return;
     ucx_drop_req(l->tr, &l->hello_req);
     free(l->hello_buf);
+    free(l->seen);
     free(l);
 }
 

@@ -24,7 +24,7 @@ typedef struct {
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
-    const char *data, *ckpt_dir, *blocks_on, *plan;
+    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster;
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
 
@@ -45,7 +45,9 @@ static void usage(void) {
             "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n"
             "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n"
             "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
-            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n");
+            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n"
+            "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
+            "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -85,6 +87,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--plan")) o->plan = v;
+        else if (!strcmp(a, "--cluster")) o->cluster = v;
         else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(); return -1; }
         char *end = NULL;
         long x = 0;
@@ -96,7 +99,7 @@ static int parse(int argc, char **argv, options *o) {
         }
         i++;
     }
-    if (o->plan) {
+    if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
         if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..]\n", o->plan); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
@@ -114,6 +117,45 @@ static int parse(int argc, char **argv, options *o) {
     if ((long)o->dp * o->micro > m->batch || m->batch % (o->dp * o->micro) || o->pp > m->layers + 2 || (long)o->dp * o->tp * o->pp > 1 << 16) {
         fprintf(stderr, "gpt: --dp x --micro must divide --batch (the global batch), --pp at most layers + 2, at most 2^16 ranks\n");
         return -1;
+    }
+    return 0;
+}
+
+/* --plan auto: the planner's best plan for the ranks the launcher started (all of them), on the devices
+ * of the cluster file. Every rank computes the same plan from the same file; rank 0 says what it chose
+ * and what came next. */
+static int choose_plan(pdde_context *ctx, options *o) {
+    pdde_comm_env env = {.world_size = 1};
+#ifdef PDDE_HAVE_UCX
+    if (pdde_comm_env_read(ctx, &env)) env.world_size = 1, env.rank = 0; /* no launcher: one process */
+#endif
+    const char *path = o->cluster ? o->cluster : "build/cluster.json";
+    pdde_plan_devices d;
+    pdde_plan plans[8];
+    int nf = 0, nr = 0;
+    pdde_status st = gpt_plan_devices(ctx, path, &o->model, env.world_size, &d);
+    if (st) {
+        fprintf(stderr, "gpt: --plan auto: %s (build/pdde-bench -o %s measures this machine)\n", pdde_last_error(ctx), path);
+        return 1;
+    }
+    st = gpt_plan_search(ctx, &o->model, &d, 1, plans, 8, &nf, &nr);
+    pdde_plan_devices_free(&d);
+    if (st) {
+        fprintf(stderr, "gpt: --plan auto: %s\n", pdde_last_error(ctx));
+        return 1;
+    }
+    o->parsed_plan = plans[0];
+    pdde_plan *p = &o->parsed_plan;
+    o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+    if (env.rank == 0) {
+        char s[256];
+        pdde_plan_str(p, s, sizeof s);
+        printf("gpt: the planner chose %s for %d rank%s: predicted %.3g s/step, %.3g MB on the fullest device (%s)\n", s, env.world_size,
+               env.world_size > 1 ? "s" : "", p->step_s, p->peak_bytes / 1e6, path);
+        for (int i = 1; i < nf && i < 4; i++) {
+            pdde_plan_str(&plans[i], s, sizeof s);
+            printf("gpt:   next: %s, %.3g s/step (%+.1f%%)\n", s, plans[i].step_s, 100 * (plans[i].step_s / p->step_s - 1));
+        }
     }
     return 0;
 }
@@ -159,14 +201,16 @@ static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches
 static void sample(pdde_session *s, gpt_model *m, int n, int micro, uint64_t seed, int print) {
     int T = m->cfg.ctx, V = m->cfg.vocab, BT = m->cfg.batch * micro * T;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
-    float *logits = malloc(pdde_tensor_nbytes(m->logits));
+    const pdde_tensor *block = pdde_session_tensor(s, m->logits); /* this rank's (NULL: another stage's) */
+    size_t bytes = block ? pdde_tensor_nbytes(block) : sizeof(float);
+    float *logits = malloc(bytes);
     char *text = malloc((size_t)n + 2);
     int len = 0, filled = 1;
     ids[0] = '\n';
     for (int k = 0; k < n; k++) {
         for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
         if (write_batch(s, m, ids, NULL, micro) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
-        if (pdde_session_read(s, m->logits, logits, pdde_tensor_nbytes(m->logits)) != PDDE_OK) print = 0; /* another stage's */
+        if (!block || pdde_session_read(s, m->logits, logits, bytes) != PDDE_OK) print = 0; /* another stage's */
         const float *row = logits + (size_t)(filled - 1) * V;
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < 256; v++) mx = row[v] > mx ? row[v] : mx;
@@ -207,6 +251,7 @@ int main(int argc, char **argv) {
     /* Several ranks: every parallelism comes from distributed attributes — one global graph (of one
      * micro-batch), annotated for the plan, completed, and run SPMD by each rank. */
     pdde_comm *comm = NULL;
+    if (o.plan && !strcmp(o.plan, "auto") && choose_plan(ctx, &o)) return 1;
     int rank = 0, ranks = o.dp * o.tp * o.pp;
     if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX

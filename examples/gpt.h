@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 typedef struct {
     int vocab, ctx, layers, heads, width, batch;
@@ -192,6 +193,59 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
     if (!st) st = pdde_optimizer_adamw(g, &op);
     if (!st && parallel && p->zero) st = pdde_strategy_zero(g, mesh, "dp", p->zero);
     if (!st && parallel) st = pdde_complete(g);
+    return st;
+}
+
+/* The planner's devices for training the GPT of c: the devices of a cluster file (pdde-bench writes
+ * one), timed at the model's GEMM (a rank's rows of fc: [B*T/ranks, C] x [C, 4C]). With ranks > 0 the
+ * job has that many ranks: a one-machine cluster (this machine, as pdde-bench measured it with the
+ * threads a rank gets, PDDE_NUM_THREADS) gives every rank a copy of its first device (the CPU) and a
+ * share of its memory; a cluster of several machines must list one device per rank. */
+static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluster_path, const gpt_config *c, int ranks, pdde_plan_devices *d) {
+    pdde_cluster *cl = NULL;
+    pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
+    int64_t rows = (int64_t)c->batch * c->ctx / (ranks > 0 ? ranks : 1);
+    if (!st) st = pdde_cluster_plan_devices(ctx, cl, rows > 0 ? rows : 1, 4 * (int64_t)c->width, c->width, d);
+    int have = st ? 0 : d->n_devices;
+    if (!st && ranks > 0 && (cl->n_machines == 1 || have != ranks)) {
+        if (cl->n_machines != 1) {
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s lists %d devices on %d machines, the job has %d ranks", cluster_path, have, cl->n_machines, ranks);
+        } else {
+            double *a = (double *)malloc((size_t)ranks * 4 * sizeof *a);
+            int *host = (int *)calloc((size_t)ranks, sizeof *host);
+            if (!a || !host) {
+                free(a), free(host);
+                st = pdde_error(ctx, PDDE_ERR_OOM, "gpt: out of memory");
+            } else {
+                for (int r = 0; r < ranks; r++)
+                    a[r] = d->flops[0], a[ranks + r] = d->mem_bw[0], a[2 * ranks + r] = d->memory[0] / ranks,
+                    a[3 * ranks + r] = d->op_latency ? d->op_latency[0] : 0;
+                pdde_plan_devices one = *d;
+                free((void *)d->flops), free((void *)d->host);
+                *d = one;
+                d->n_devices = ranks, d->flops = a, d->mem_bw = a + ranks, d->memory = a + 2 * ranks, d->op_latency = a + 3 * ranks;
+                d->host = host;
+                if (!(d->intra_bw > 0)) d->intra_bw = cl->machines[0].intra.bandwidth, d->intra_lat = cl->machines[0].intra.latency;
+            }
+        }
+        if (st && have) pdde_plan_devices_free(d);
+    }
+    pdde_cluster_free(cl);
+    return st;
+}
+
+/* The planner's plans for training the GPT of c on d (fastest first, then rejected ones with why):
+ * pdde_plan_search over the model's forward graph at its global batch, tensor parallelism by heads. */
+static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
+                                          pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
+    pdde_graph *g = NULL;
+    gpt_model m;
+    pdde_status st = pdde_graph_init(ctx, &g);
+    if (!st) st = gpt_build(g, c, &m);
+    pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
+    if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
+    pdde_graph_free(g);
     return st;
 }
 

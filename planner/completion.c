@@ -3,7 +3,9 @@
  * gives every leaf its attr and runs every op's SPMD rule (spmd_rules.c), keeping what each op
  * requires of its inputs; pdde_graph_dump_dist prints the result as a program. */
 
-static bool completion_annotated(const struct planner_graph *pg, const pdde_tensor *t) {
+#include "pdde_impl.h"
+
+PDDE_PRIVATE bool completion_annotated(const struct planner_graph *pg, const pdde_tensor *t) {
     return pg && t->id < pg->n_annotated && pg->annotated[t->id];
 }
 
@@ -50,7 +52,7 @@ pdde_status pdde_shard(pdde_graph *g, pdde_tensor *t, const pdde_mesh *mesh, con
 }
 
 /* For each optimizer state and gradient accumulator, the id of its parameter (-1 for the others). */
-static int *completion_owners(const pdde_graph *g) {
+PDDE_PRIVATE int *completion_owners(const pdde_graph *g) {
     int *owner = malloc((size_t)(g->n ? g->n : 1) * sizeof *owner);
     if (!owner) return NULL;
     for (int i = 0; i < g->n; i++) owner[i] = -1;

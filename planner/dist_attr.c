@@ -1,27 +1,29 @@
 /* planner/dist_attr.c — small helpers on dist attrs: making, comparing, printing, and naming the
  * reshard between what a producer gives and what a consumer requires. */
 
-static pdde_dist_attr attr_replicated(const pdde_mesh *mesh, int ndim) {
+#include "pdde_impl.h"
+
+PDDE_PRIVATE pdde_dist_attr attr_replicated(const pdde_mesh *mesh, int ndim) {
     pdde_dist_attr a = {.mesh = mesh, .ndim = (int8_t)ndim};
     memset(a.dims_mapping, -1, sizeof a.dims_mapping);
     return a;
 }
 
 /* Bit a set when some dim of a is split over mesh axis a. */
-static unsigned attr_split_axes(const pdde_dist_attr *a) {
+PDDE_PRIVATE unsigned attr_split_axes(const pdde_dist_attr *a) {
     unsigned used = 0;
     for (int d = 0; d < a->ndim; d++)
         if (a->dims_mapping[d] >= 0) used |= 1u << a->dims_mapping[d];
     return used;
 }
 
-static int attr_dim_of_axis(const pdde_dist_attr *a, int axis) {
+PDDE_PRIVATE int attr_dim_of_axis(const pdde_dist_attr *a, int axis) {
     for (int d = 0; d < a->ndim; d++)
         if (a->dims_mapping[d] == axis) return d;
     return -1;
 }
 
-static bool attr_equal(const pdde_dist_attr *a, const pdde_dist_attr *b) {
+PDDE_PRIVATE bool attr_equal(const pdde_dist_attr *a, const pdde_dist_attr *b) {
     if (a->ndim != b->ndim || !mesh_same(a->mesh, b->mesh) || a->partial != b->partial || a->partial_avg != b->partial_avg)
         return false;
     return memcmp(a->dims_mapping, b->dims_mapping, (size_t)a->ndim) == 0;
@@ -37,10 +39,13 @@ static unsigned attr_bits_without(unsigned bits, int p) {
  * partial over that axis would need the other slices' data; the executor refuses it). Onto a mesh of
  * the same shape (another stage) the mapping stays and the data moves by send/recv. Otherwise the
  * tensor arrives replicated. */
-static pdde_dist_attr attr_on_mesh(const pdde_dist_attr *a, const pdde_mesh *mesh) {
-    if (mesh_same(a->mesh, mesh)) return *a;
+PDDE_PRIVATE pdde_dist_attr attr_on_mesh(const pdde_dist_attr *a, const pdde_mesh *mesh) {
+    return mesh_same(a->mesh, mesh) ? *a : attr_on_mesh_at(a, mesh, mesh_sub_axis(a->mesh, mesh));
+}
+
+/* attr_on_mesh for a mesh that is not a's, where p = mesh_sub_axis(a->mesh, mesh) is known. */
+PDDE_PRIVATE pdde_dist_attr attr_on_mesh_at(const pdde_dist_attr *a, const pdde_mesh *mesh, int p) {
     pdde_dist_attr r = attr_replicated(mesh, a->ndim);
-    int p = mesh_sub_axis(a->mesh, mesh);
     if (p >= 0) {
         for (int d = 0; d < a->ndim; d++) {
             int ax = a->dims_mapping[d];
@@ -58,7 +63,7 @@ static pdde_dist_attr attr_on_mesh(const pdde_dist_attr *a, const pdde_mesh *mes
     return r;
 }
 
-static const char *attr_axis_name(const pdde_mesh *m, int axis) {
+PDDE_PRIVATE const char *attr_axis_name(const pdde_mesh *m, int axis) {
     return m && axis >= 0 && axis < m->ndim ? m->names[axis] : "?";
 }
 
@@ -108,7 +113,7 @@ int pdde_dist_attr_str(const pdde_dist_attr *a, char *buf, size_t n) {
  * "reduce_scatter(dp:avg)", "slice(tp)" (free), "alltoall(tp)", "to_partial(tp)" (free: the value
  * stays on one rank of the axis, zeros elsewhere; for an average every rank keeps it), or
  * "send/recv" between meshes. */
-static int attr_reshard_str(const pdde_dist_attr *from, const pdde_dist_attr *to, char *buf, size_t n) {
+PDDE_PRIVATE int attr_reshard_str(const pdde_dist_attr *from, const pdde_dist_attr *to, char *buf, size_t n) {
     int k = 0;
     if (n) buf[0] = 0;
     if (!mesh_same(from->mesh, to->mesh) && mesh_sub_axis(from->mesh, to->mesh) < 0) return ATTR_PUT(buf, n, k, "send/recv");

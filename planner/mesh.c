@@ -1,26 +1,28 @@
 /* planner/mesh.c — process meshes: N-d arrays of ranks with named axes, owned by their graph.
  * (Paddle's ProcessMesh{shape, process_ids, dim_names}.) */
 
-static int mesh_numel(int ndim, const int *shape) {
+#include "pdde_impl.h"
+
+PDDE_PRIVATE int mesh_numel(int ndim, const int *shape) {
     int n = 1;
     for (int i = 0; i < ndim; i++) n *= shape[i];
     return n;
 }
 
-static bool mesh_owned(const struct planner_graph *pg, const pdde_mesh *m) {
+PDDE_PRIVATE bool mesh_owned(const struct planner_graph *pg, const pdde_mesh *m) {
     for (int i = 0; pg && i < pg->n_meshes; i++)
         if (pg->meshes[i] == m) return true;
     return false;
 }
 
-static int mesh_index_of(const pdde_mesh *m, int rank) {
+PDDE_PRIVATE int mesh_index_of(const pdde_mesh *m, int rank) {
     for (int i = 0; i < m->n_ranks; i++)
         if (m->ranks[i] == rank) return i;
     return -1;
 }
 
 /* "[2,4]" for messages */
-static void mesh_shape_str(const pdde_mesh *m, char *buf, size_t n) {
+PDDE_PRIVATE void mesh_shape_str(const pdde_mesh *m, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
     for (int i = 0; i < m->ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%d" : "%d", m->shape[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
@@ -145,7 +147,7 @@ int pdde_mesh_rank_at(const pdde_mesh *mesh, const int *coords) {
 
 /* The axis of `parent` that `sub` drops when sub is one of its slices (pdde_mesh_slice: the other axes
  * in order, each rank at the same coordinates along them), else -1. */
-static int mesh_sub_axis(const pdde_mesh *parent, const pdde_mesh *sub) {
+PDDE_PRIVATE int mesh_sub_axis(const pdde_mesh *parent, const pdde_mesh *sub) {
     if (!parent || !sub || sub->ndim != parent->ndim - 1) return -1;
     for (int p = 0; p < parent->ndim; p++) {
         bool match = true;
@@ -168,7 +170,7 @@ static int mesh_sub_axis(const pdde_mesh *parent, const pdde_mesh *sub) {
 }
 
 /* The sub-mesh layer runs on (pdde_graph_set_layer_mesh), or NULL. */
-static const pdde_mesh *planner_layer_mesh(const struct planner_graph *pg, int layer) {
+PDDE_PRIVATE const pdde_mesh *planner_layer_mesh(const struct planner_graph *pg, int layer) {
     return pg && layer >= 0 && layer < pg->n_layer_mesh ? pg->layer_mesh[layer] : NULL;
 }
 
@@ -194,7 +196,7 @@ pdde_status pdde_graph_set_layer_mesh(pdde_graph *g, int first_layer, int last_l
 }
 
 /* The same ranks in the same shape (then a dims mapping means the same thing on both). */
-static bool mesh_same(const pdde_mesh *a, const pdde_mesh *b) {
+PDDE_PRIVATE bool mesh_same(const pdde_mesh *a, const pdde_mesh *b) {
     if (a == b) return true;
     if (!a || !b || a->ndim != b->ndim || a->n_ranks != b->n_ranks) return false;
     for (int i = 0; i < a->ndim; i++)

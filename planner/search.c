@@ -11,7 +11,8 @@
  *   - work per layer from the graph: GEMM FLOPs, memory traffic of the other ops, parameters,
  *     activations kept for backward, bytes crossing to later layers, tensor-parallel reductions;
  *   - a stage's time per micro-batch: forward + 2x backward (+ forward again with recompute) on its
- *     slowest device (FLOP/s for GEMMs, B/s for the rest), tensor-parallel allreduces and
+ *     slowest device (FLOP/s for GEMMs, B/s for the rest, at least the device's op latency per op:
+ *     what makes many small micro-batches slow), tensor-parallel allreduces and
  *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall);
  *   - 1F1B: step = (m + (p - 1) / v) * max over stages of (per-micro time + the stage's gradient
  *     reduction and optimizer update spread over those slots);
@@ -21,6 +22,8 @@
  * Stage boundaries come from a dynamic program that minimises the slowest stage exactly (each
  * stage's cost grows with its range, the prefix optimum with the prefix, so the split point is found
  * by bisection: O(stages x layers x log layers) per candidate). */
+
+#include "pdde_impl.h"
 
 #include <float.h>
 
@@ -33,11 +36,51 @@ typedef struct {
     double *out;     /* [L] bytes of the layer's results read by later layers */
     double *tp_ar;   /* [L] bytes allreduced per forward under tensor parallelism */
     int *tp_n;       /* [L] allreduces per forward under tensor parallelism */
+    double *ops;     /* [L] forward ops (each costs at least a device's op latency per micro-batch) */
+    /* for O(1) stage costs: prefix sums of the per-layer figures (PROF_* rows of L + 1) and a sparse
+     * table of the largest layer activation over ranges of 2^j layers */
+    double *prefix, *max_acts;
 } plan_profile;
+
+enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TP_N, PROF_COUNT };
 
 static void plan_profile_free(plan_profile *p) {
     free(p->flops);
     free(p->tp_n);
+    free(p->prefix);
+}
+
+/* The sum of figure q over layers [a, b). */
+static double prof_sum(const plan_profile *p, int q, int a, int b) {
+    const double *row = p->prefix + (size_t)q * (p->n_layers + 1);
+    return row[b] - row[a];
+}
+
+/* The largest activation of a layer in [a, b) (b > a). */
+static double prof_max_acts(const plan_profile *p, int a, int b) {
+    int j = 0;
+    while ((2 << j) <= b - a) j++;
+    const double *lv = p->max_acts + (size_t)j * p->n_layers;
+    return fmax(lv[a], lv[b - (1 << j)]);
+}
+
+static pdde_status plan_profile_index(pdde_context *ctx, plan_profile *p) {
+    int L = p->n_layers, levels = 1;
+    while ((1 << levels) <= L) levels++;
+    p->prefix = malloc(((size_t)PROF_COUNT * (L + 1) + (size_t)levels * L) * sizeof *p->prefix);
+    if (!p->prefix) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
+    p->max_acts = p->prefix + (size_t)PROF_COUNT * (L + 1);
+    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops};
+    for (int q = 0; q < PROF_COUNT; q++) {
+        double *row = p->prefix + (size_t)q * (L + 1);
+        row[0] = 0;
+        for (int l = 0; l < L; l++) row[l + 1] = row[l] + (q == PROF_TP_N ? (double)p->tp_n[l] : fig[q][l]);
+    }
+    memcpy(p->max_acts, p->acts, (size_t)L * sizeof *p->acts);
+    for (int j = 1; j < levels; j++)
+        for (int l = 0; l + (1 << j) <= L; l++)
+            p->max_acts[(size_t)j * L + l] = fmax(p->max_acts[(size_t)(j - 1) * L + l], p->max_acts[(size_t)(j - 1) * L + l + (1 << (j - 1))]);
+    return PDDE_OK;
 }
 
 /* Layer l's work, read off the forward nodes. A layer's GEMMs with a weight parameter alternate
@@ -52,14 +95,14 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
     }
     if (n_layers > 0) L = n_layers;
     p->n_layers = L;
-    double *mem = calloc((size_t)L * 6, sizeof *mem);
+    double *mem = calloc((size_t)L * 7, sizeof *mem);
     int *cnt = calloc((size_t)L * 2, sizeof *cnt);
     uint8_t *counted = calloc((size_t)n, 1);
     if (!mem || !cnt || !counted) {
         free(mem), free(cnt), free(counted);
         return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "plan: out of memory");
     }
-    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L;
+    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L, p->ops = mem + 6 * L;
     p->tp_n = cnt;
     int *weight_gemms = cnt + L;
     for (int i = 0; i < n; i++) {
@@ -71,7 +114,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
             continue;
         }
         if (t->phase != PDDE_PHASE_FORWARD) continue;
-        if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb;
+        if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb, p->ops[l] += 1;
         if (t->op == PDDE_OP_MATMUL) {
             const pdde_tensor *a = t->src[0];
             int64_t k = t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
@@ -90,7 +133,9 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         }
     }
     free(counted);
-    return PDDE_OK;
+    pdde_status st = plan_profile_index(pdde_graph_context(g), p);
+    if (st) plan_profile_free(p);
+    return st;
 }
 
 /* The devices of one candidate, after those the plan leaves out: rank r runs on device dev[r]. */
@@ -118,7 +163,7 @@ static bool plan_group_spans_hosts(const plan_ranks *r, int first, int stride, i
 /* Per-stage device figures of a candidate: the slowest and smallest device among the stage's ranks
  * (rank = ((d * tp) + t) * pp + s on a dp x tp x pp mesh, pp innermost as gpt_build_plan lays it). */
 typedef struct {
-    double flops, mem_bw, memory;
+    double flops, mem_bw, memory, op_latency;
     int worst_mem_device;
 } plan_stage_devices;
 
@@ -130,18 +175,14 @@ typedef struct {
     double tp_bw, tp_lat, dp_bw, dp_lat, pp_bw, pp_lat;
     plan_stage_devices st[PDDE_PLAN_MAX_STAGES];
     double slots; /* m + (pp - 1) / v: the step in units of the slowest stage's per-micro time */
+    const char *no_link; /* the group ("tp", "dp", "pp") whose devices have no link between them */
 } plan_eval;
 
 /* Bytes one device of stage s holds for layers [a, b). */
 static double stage_memory(const plan_eval *e, int s, int a, int b) {
     const plan_profile *p = e->prof;
-    double params = 0, acts = 0, ckpt = 0, biggest = 0;
-    for (int l = a; l < b; l++) {
-        params += p->params[l] / e->tp;
-        acts += p->acts[l];
-        ckpt += p->out[l];
-        if (p->acts[l] > biggest) biggest = p->acts[l];
-    }
+    double params = prof_sum(p, PROF_PARAMS, a, b) / e->tp, acts = prof_sum(p, PROF_ACTS, a, b), ckpt = prof_sum(p, PROF_OUT, a, b);
+    double biggest = e->recompute ? prof_max_acts(p, a, b) : 0;
     double dp = e->dp, per_micro = 1.0 / (dp * e->m * e->tp);
     double weights = e->zero >= 3 ? params / dp : params;
     double grads = e->zero >= 2 ? params / dp : params;
@@ -159,10 +200,10 @@ static double stage_cost(const plan_eval *e, int s, int a, int b) {
     const plan_profile *p = e->prof;
     const plan_stage_devices *d = &e->st[s];
     if (stage_memory(e, s, a, b) > d->memory) return DBL_MAX;
-    double flops = 0, bytes = 0, params = 0, tp_bytes = 0, tp_n = 0;
-    for (int l = a; l < b; l++) flops += p->flops[l], bytes += p->bytes[l], params += p->params[l], tp_bytes += p->tp_ar[l], tp_n += p->tp_n[l];
+    double flops = prof_sum(p, PROF_FLOPS, a, b), bytes = prof_sum(p, PROF_BYTES, a, b), params = prof_sum(p, PROF_PARAMS, a, b);
+    double tp_bytes = prof_sum(p, PROF_TP_AR, a, b), tp_n = prof_sum(p, PROF_TP_N, a, b);
     double share = 1.0 / ((double)e->dp * e->m * e->tp);
-    double fwd = (flops / d->flops + bytes / d->mem_bw) * share;
+    double fwd = (flops / d->flops + bytes / d->mem_bw) * share + prof_sum(p, PROF_OPS, a, b) * d->op_latency;
     double t = fwd * (e->recompute ? 4 : 3);
     if (e->tp > 1) { /* forward and backward: an allreduce per row-parallel linear */
         double per = tp_n > 0 ? tp_bytes / ((double)e->dp * e->m) / tp_n : 0;
@@ -186,15 +227,17 @@ static double plan_cut_stages(const plan_eval *e, int *cut, double *best, int *a
     for (int j = 0; j <= L; j++) best[j] = j > 0 ? stage_cost(e, 0, 0, j) : DBL_MAX;
     for (int s = 1; s < S; s++) {
         double *prev = best + (size_t)(s - 1) * (L + 1), *cur = best + (size_t)s * (L + 1);
+        int crossing = s; /* moves right as j grows (cost(i, j) grows with j): no need to look left of it */
         for (int j = 0; j <= L; j++) {
             cur[j] = DBL_MAX, arg[(size_t)s * (L + 1) + j] = -1;
             if (j < s + 1) continue;
-            int lo = s, hi = j - 1; /* stage s takes [i, j), i in [s, j - 1] */
+            int lo = crossing, hi = j - 1; /* stage s takes [i, j), i in [s, j - 1] */
             while (lo < hi) {       /* first i where prev[i] >= cost(i, j) */
                 int mid = (lo + hi) / 2;
                 if (prev[mid] >= stage_cost(e, s, mid, j)) hi = mid;
                 else lo = mid + 1;
             }
+            crossing = lo;
             for (int i = lo - 1; i <= lo; i++) {
                 if (i < s || i > j - 1) continue;
                 double c = fmax(prev[i], stage_cost(e, s, i, j));
@@ -218,16 +261,28 @@ static void plan_links(plan_eval *e) {
     e->tp_bw = tp_x ? d->inter_bw : d->intra_bw, e->tp_lat = tp_x ? d->inter_lat : d->intra_lat;
     e->dp_bw = dp_x ? d->inter_bw : d->intra_bw, e->dp_lat = dp_x ? d->inter_lat : d->intra_lat;
     e->pp_bw = pp_x ? d->inter_bw : d->intra_bw, e->pp_lat = pp_x ? d->inter_lat : d->intra_lat;
+    e->no_link = e->tp > 1 && !(e->tp_bw > 0) ? "tensor" : e->dp > 1 && !(e->dp_bw > 0) ? "data" : e->pp > 1 && !(e->pp_bw > 0) ? "pipeline" : NULL;
     for (int s = 0; s < e->pp; s++) {
         plan_stage_devices *sd = &e->st[s];
-        sd->flops = sd->mem_bw = sd->memory = DBL_MAX;
+        sd->flops = sd->mem_bw = sd->memory = DBL_MAX, sd->op_latency = 0;
         for (int rank = s; rank < r->n; rank += e->pp) {
             int dev = r->dev[rank];
             if (d->flops[dev] < sd->flops) sd->flops = d->flops[dev];
             if (d->mem_bw[dev] < sd->mem_bw) sd->mem_bw = d->mem_bw[dev];
             if (d->memory[dev] < sd->memory) sd->memory = d->memory[dev], sd->worst_mem_device = dev;
+            if (d->op_latency && d->op_latency[dev] > sd->op_latency) sd->op_latency = d->op_latency[dev];
         }
     }
+}
+
+/* False when no cut can fit: the stages' weights, gradients and optimizer state, spread as evenly as
+ * layers allow, exceed what the stages' devices hold together (the DP would only confirm it). */
+static bool plan_may_fit(const plan_eval *e) {
+    double dp = e->dp, per = prof_sum(e->prof, PROF_PARAMS, 0, e->prof->n_layers) / e->tp;
+    double state = (e->zero >= 3 ? per / dp : per) + (e->zero >= 2 ? per / dp : per) + 2 * (e->zero >= 1 ? per / dp : per);
+    double room = 0;
+    for (int s = 0; s < e->pp; s++) room += e->st[s].memory;
+    return state <= room;
 }
 
 /* Fills plan's prediction for candidate e; returns its step time (DBL_MAX when it does not fit, with
@@ -235,11 +290,16 @@ static void plan_links(plan_eval *e) {
 static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *arg, bool fixed_cut) {
     e->slots = e->m + (double)(e->pp - 1) / e->v;
     plan_links(e);
-    double worst = 0;
-    if (!fixed_cut) worst = plan_cut_stages(e, plan->stage_first, best, arg);
-    for (int s = 0; s < e->pp && fixed_cut; s++) worst = fmax(worst, stage_cost(e, s, plan->stage_first[s], plan->stage_first[s + 1]));
     plan->dp = e->dp, plan->tp = e->tp, plan->pp = e->pp, plan->micro = e->m, plan->zero = e->zero;
     plan->recompute = e->recompute, plan->chunks = e->v, plan->why[0] = 0;
+    if (e->no_link) {
+        snprintf(plan->why, sizeof plan->why, "no link between the devices of a %s-parallel group", e->no_link);
+        return plan->step_s = DBL_MAX;
+    }
+    double worst = 0;
+    if (!fixed_cut && !plan_may_fit(e)) worst = DBL_MAX; /* the DP could not find a cut that fits either */
+    else if (!fixed_cut) worst = plan_cut_stages(e, plan->stage_first, best, arg);
+    for (int s = 0; s < e->pp && fixed_cut; s++) worst = fmax(worst, stage_cost(e, s, plan->stage_first[s], plan->stage_first[s + 1]));
     plan->peak_bytes = 0, plan->peak_device = -1;
     for (int s = 0; s < e->pp; s++) { /* memory of the cut found (or of an even cut when none fits) */
         int a = plan->stage_first[s], b = plan->stage_first[s + 1];
@@ -314,27 +374,30 @@ static void plan_keep(pdde_plan *list, int *n, int k, const pdde_plan *p, double
     list[i].step_s = key;
 }
 
-/* Rejected plans are ranked by what they would cost if they fitted, so the reasons shown are those of
- * the plans a user would want. */
-static double plan_unconstrained(plan_eval *e, double *best, int *arg) {
+/* Rejected plans are ranked by what they would cost if they fitted (an even cut, memory ignored), so the
+ * reasons shown are those of the plans a user would want. */
+static double plan_unconstrained(plan_eval *e) {
     plan_stage_devices keep[PDDE_PLAN_MAX_STAGES];
     memcpy(keep, e->st, sizeof keep);
-    for (int s = 0; s < e->pp; s++) e->st[s].memory = DBL_MAX;
-    int cut[PDDE_PLAN_MAX_STAGES + 1];
-    double t = e->slots * plan_cut_stages(e, cut, best, arg);
+    double worst = 0;
+    int L = e->prof->n_layers;
+    for (int s = 0; s < e->pp; s++) {
+        e->st[s].memory = DBL_MAX;
+        worst = fmax(worst, stage_cost(e, s, s * L / e->pp, (s + 1) * L / e->pp));
+    }
     memcpy(e->st, keep, sizeof keep);
-    return t;
+    return e->slots * worst;
 }
 
 static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices *d, const pdde_plan_params *p) {
     if (d->n_devices < 1 || !d->flops || !d->mem_bw || !d->memory)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: devices need n_devices >= 1, flops, mem_bw and memory");
     for (int i = 0; i < d->n_devices; i++)
-        if (!(d->flops[i] > 0) || !(d->mem_bw[i] > 0) || !(d->memory[i] > 0))
+        if (!(d->flops[i] > 0) || !(d->mem_bw[i] > 0) || !(d->memory[i] > 0) || (d->op_latency && !(d->op_latency[i] >= 0 && d->op_latency[i] < 1)))
             return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: device %d: flops %g, mem_bw %g, memory %g must be positive", i, d->flops[i],
                               d->mem_bw[i], d->memory[i]);
-    if (!(d->intra_bw > 0) || !(d->inter_bw > 0) || !(d->intra_lat >= 0) || !(d->inter_lat >= 0))
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: link bandwidths must be positive and latencies >= 0");
+    if (!(d->intra_bw >= 0) || !(d->inter_bw >= 0) || !(d->intra_lat >= 0) || !(d->inter_lat >= 0) || isinf(d->intra_bw + d->inter_bw))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: link bandwidths (0 = no link) and latencies must be finite and >= 0");
     if (p->batch < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: params.batch (the global batch of the graph) must be >= 1");
     return PDDE_OK;
 }
@@ -422,7 +485,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
     int nf = 0, nr = 0, n_fast = 0;
     while (n_fast < N && d->flops[order[n_fast]] >= 0.5 * d->flops[order[0]]) n_fast++;
     for (int n = N; n >= 1; n--) {
-        if (N > 16 && n != N && n != n_fast) continue;
+        if ((N > 16 && n != N && n != n_fast) || (pp.use_all_devices && n != N)) continue;
         plan_pick_devices(order, n, dev);
         plan_ranks ranks = {d, dev, n};
         for (int tp = 1; tp <= n; tp++) {
@@ -433,8 +496,10 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                 if (pp.batch % dpd) continue;
                 for (int m = 1; m <= max_micro && m <= pp.batch / dpd; m++) {
                     if ((pp.batch / dpd) % m) continue;
-                    for (int v = 1; v <= (pipe > 1 ? 2 : 1); v++) {
-                        if (v > 1 && (m % pipe || L < v * pipe)) continue;
+                    /* interleaved stages (v > 1) are run on request (pdde_plan_evaluate, gpt --plan
+                     * chunks=): their even cut of runs does not fit the contiguous stage DP, and the
+                     * extra crossings cost more than the smaller bubble saves on the models measured */
+                    for (int v = 1; v <= 1; v++) {
                         for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? 3 : 0); zero++)
                             for (int rc = 0; rc <= (pp.no_recompute ? 0 : 1); rc++) {
                                 plan_eval e = {.prof = &prof, .params = &pp, .ranks = &ranks, .dp = dpd, .tp = tp, .pp = pipe,
@@ -443,7 +508,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                 memset(&cand, 0, sizeof cand);
                                 double t = plan_evaluate(&e, &cand, best, arg, false);
                                 if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
-                                else plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e, best, arg));
+                                else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e));
                             }
                     }
                 }

@@ -16,26 +16,9 @@
  * matmul stays partial and the allreduce happens where a non-linear op (the next layernorm) needs the
  * full value. */
 
-#define SPMD_PINNED 64 /* axis_of value of a letter that must stay replicated (a normalised dim, a cut axis) */
+#include "pdde_impl.h"
 
-typedef struct {
-    struct planner_graph *pg;
-    const pdde_tensor *node;
-    const pdde_mesh *mesh;                /* the op's mesh */
-    int nsrc;
-    pdde_dist_attr in[PDDE_MAX_SRC];      /* what the producers give, moved onto the op's mesh */
-    pdde_dist_attr req[PDDE_MAX_SRC];     /* answer: what the op requires of each input */
-    pdde_dist_attr out;                   /* answer: the output's attr */
-    /* einsum-style merging (spmd_merge, spmd_finish) */
-    char dims[PDDE_MAX_SRC][PDDE_MAX_DIMS + 1]; /* each input's letters */
-    char out_dims[PDDE_MAX_DIMS + 1];
-    int8_t axis_of[128];                  /* letter -> mesh axis; -1 replicated; SPMD_PINNED */
-    int8_t owner_in[128], owner_dim[128]; /* which input dim gave a letter its axis (for messages) */
-    char letter_of_axis[8];               /* mesh axis -> the letter split over it (0 = none) */
-    unsigned linear;                      /* bit k: the op is linear in input k (it may be partial) */
-    bool additive;                        /* the linear inputs are added: they share one partial */
-    unsigned avg_reduce;                  /* a split letter the output lacks is averaged, not summed */
-} spmd_ctx;
+#include <assert.h>
 
 /* Records a conflict that a rule resolved; the message says which input gave way and why. */
 static void spmd_conflict(spmd_ctx *c, int input, const char *fmt, ...)
@@ -555,7 +538,7 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
 };
 
 /* Runs the rule of c->node (c->in filled); checks the invariants every rule must keep. */
-static void spmd_apply(spmd_ctx *c, const pdde_graph *g) {
+PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g) {
     memset(c->axis_of, -1, sizeof c->axis_of);
     if (c->node->op == PDDE_OP_EMBEDDING_BACK) spmd_rule_embedding_back(c, g);
     else if ((unsigned)c->node->op < PDDE_OP_COUNT && spmd_rules[c->node->op]) spmd_rules[c->node->op](c);

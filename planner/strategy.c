@@ -3,6 +3,8 @@
  * mesh, so they compose (data parallel, then ZeRO or tensor parallel) and pdde_complete does the rest.
  * No strategy gets a code path of its own in completion or execution. */
 
+#include "pdde_impl.h"
+
 /* t's current mapping on mesh (its annotation there, else replicated) into map. */
 static void strategy_current(const pdde_graph *g, const pdde_tensor *t, const pdde_mesh *mesh, int *map) {
     for (int d = 0; d < PDDE_MAX_DIMS; d++) map[d] = -1;

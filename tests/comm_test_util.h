@@ -4,6 +4,7 @@
 #ifndef PDDE_COMM_TEST_UTIL_H
 #define PDDE_COMM_TEST_UTIL_H
 #include <limits.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,7 @@ typedef struct {
     int no_comm;            /* 1: fn gets comm = NULL and makes its own */
     unsigned killed_ok;     /* bit r: rank r is meant to die (the test kills it) */
     int n_threads;          /* each rank's context (0: the default) */
+    uint64_t seed;          /* each rank's context seed (initial parameters; 0: the default) */
     int device_runtimes;    /* 1: the ranks may start device runtimes (PDDE_BACKENDS unset in them) */
     void *results;          /* n * result_size bytes: rank r's test_rank_result lands at r * result_size */
     size_t result_size;     /* at most PIPE_BUF - 8 (one atomic pipe write) */
@@ -59,7 +61,7 @@ static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, v
             if (tp->device_runtimes) unsetenv("PDDE_BACKENDS");
             if (tp->result_size) test_rank_result = calloc(1, tp->result_size);
             pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
-            cp.n_threads = tp->n_threads;
+            cp.n_threads = tp->n_threads, cp.seed = tp->seed;
             if (!tp->device_runtimes) cp.backends = "cpu"; /* (a device runtime per rank only when asked) */
             pdde_context *ctx;
             pdde_context_init(&cp, &ctx);

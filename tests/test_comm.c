@@ -8,7 +8,7 @@
 #if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
 #include <stdio.h>
 int main(void) {
-    printf("SKIPPED: pdde was built without comm (no UCX)\n0 passed, 0 failed\n");
+    printf("SKIP ucx: pdde was built without comm (no UCX)\n0 passed, 0 failed, 1 skipped\n");
     return 0;
 }
 #else
@@ -83,7 +83,52 @@ static double expect(pdde_dtype t, pdde_reduce_op op, const int *ids, int n, siz
 typedef struct {
     int algo;
     int full;   /* every size and op; else a reduced set (sub-communicators) */
+    int float_sums_only;
 } coll_arg;
+
+/* Non-integer values summed and averaged in f32, f16 and bf16 (allreduce and reduce-scatter), against
+ * a reference in double from the same rounded inputs: each of the n - 1 additions, and the division
+ * of an average, rounds once in the dtype, so |got - want| <= (n + 1) u sum|x| with u the dtype's
+ * unit roundoff. Integers (run_collectives) are exact in every dtype and cannot show this. */
+static void run_float_sums(pdde_comm *comm, const char *path) {
+    int n = pdde_comm_size(comm), me = pdde_comm_rank(comm);
+    static const pdde_dtype ft[] = {PDDE_F32, PDDE_F16, PDDE_BF16};
+    static const double unit[] = {0x1p-24, 0x1p-11, 0x1p-8};
+    static const size_t counts[] = {7, 1001, 65537}; /* the small blocking path, one chunk, several */
+    size_t maxc = 65537 * 2;
+    unsigned char *a = malloc(maxc * 4), *b = malloc(maxc * 4);
+    for (int di = 0; di < 3; di++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int avg = 0; avg < 2; avg++) {
+                size_t count = counts[ci];
+                pdde_reduce_op op = avg ? PDDE_REDUCE_AVG : PDDE_REDUCE_SUM;
+                for (int rs = 0; rs < 2; rs++) { /* allreduce; reduce-scatter of count each */
+                    size_t total = rs ? count * (size_t)n : count;
+                    if (total > maxc) continue;
+                    for (size_t i = 0; i < total; i++) put(a, ft[di], i, 3.7 * sin(1.3 * me + 0.71 * (double)i) + 0.01 * me);
+                    pdde_status st = rs ? pdde_comm_reduce_scatter(comm, a, b, count, ft[di], op) : pdde_comm_allreduce(comm, a, b, count, ft[di], op);
+                    double worst = 0;
+                    size_t worst_i = 0;
+                    unsigned char one[8];
+                    for (size_t k = 0; k < count && !st; k++) {
+                        size_t i = rs ? (size_t)me * count + k : k;
+                        double want = 0, mag = 0;
+                        for (int r = 0; r < n; r++) {
+                            put(one, ft[di], 0, 3.7 * sin(1.3 * r + 0.71 * (double)i) + 0.01 * r);
+                            double x = get(one, ft[di], 0);
+                            want += x, mag += fabs(x);
+                        }
+                        if (avg) want /= n, mag /= n;
+                        double got = get(b, ft[di], k), e = fabs(got - want) / ((n + 1) * unit[di] * mag + 1e-30);
+                        if (!(e <= worst)) worst = e, worst_i = k; /* (NaN counts) */
+                    }
+                    CHECK(st == PDDE_OK && worst <= 1, "%s %s %s n=%d count=%zu over %s: element %zu off by %.3g of the bound (n+1) u sum|x| (%s)",
+                          rs ? "reduce_scatter" : "allreduce", pdde_dtype_name(ft[di]), avg ? "avg" : "sum", n, count, path, worst_i, worst,
+                          pdde_last_error(pdde_comm_context(comm)));
+                }
+            }
+    free(a), free(b);
+}
 
 /* Runs every collective on comm; ids[r] is the "input rank" of comm rank r (its world rank). */
 static void run_collectives(pdde_comm *comm, const int *ids, int full) {
@@ -184,6 +229,8 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     int ids[64];
     for (int i = 0; i < n; i++) ids[i] = i;
     pdde_comm_set_algo(comm, (pdde_comm_algo)ca->algo);
+    if (ca->float_sums_only || ca->algo == PDDE_ALGO_AUTO) run_float_sums(comm, getenv("PDDE_COMM_SHM") ? "UCX" : "the default path");
+    if (ca->float_sums_only) return;
     run_collectives(comm, ids, ca->full);
     if (ca->algo != PDDE_ALGO_AUTO) return;
 
@@ -275,7 +322,7 @@ int main(void) {
             char prefix[64];
             snprintf(prefix, sizeof prefix, "test%d%s", n, algo_names[ai]);
             test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 5, .server = srv};
-            coll_arg ca = {algos[ai], 1};
+            coll_arg ca = {algos[ai], 1, 0};
             double t0 = test_now();
             int before = test_failed;
             test_run_ranks(n, &tp, rank_main, &ca, 100);
@@ -283,6 +330,19 @@ int main(void) {
             fflush(stdout);
         }
     }
+    /* the sums in f16/bf16 again on UCX alone (the default path on one host is shared memory) */
+    setenv("PDDE_COMM_SHM", "0", 1);
+    for (int n = 2; n <= 4; n++) {
+        if (only && atoi(only) != n) continue;
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "floats%d", n);
+        test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = 5, .server = srv};
+        coll_arg ca = {PDDE_ALGO_AUTO, 0, 1};
+        int before = test_failed;
+        test_run_ranks(n, &tp, rank_main, &ca, 100);
+        printf("%d ranks, f32/f16/bf16 sums over UCX %s\n", n, test_failed == before ? "ok" : "FAILED");
+    }
+    unsetenv("PDDE_COMM_SHM");
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return test_finish();

@@ -8,7 +8,7 @@
 #if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
 #include <stdio.h>
 int main(void) {
-    printf("SKIPPED: pdde was built without comm (no UCX)\n0 passed, 0 failed\n");
+    printf("SKIP ucx: pdde was built without comm (no UCX)\n0 passed, 0 failed, 1 skipped\n");
     return 0;
 }
 #else
@@ -18,6 +18,7 @@ int main(void) {
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int val(int r, size_t i) { return (int)((r * 31 + i * 7) % 19) - 9; }
@@ -98,7 +99,7 @@ int main(int argc, char **argv) {
     snprintf(a, sizeof a, "pddeA%d", id); snprintf(b, sizeof b, "pddeB%d", id);
     snprintf(va, sizeof va, "pva%d", id); snprintf(vb, sizeof vb, "pvb%d", id);
     if (geteuid() != 0 || sh("ip netns add %s 2>/dev/null%s", a, "")) {
-        printf("SKIPPED: cannot create network namespaces (needs root and `ip netns`)\n");
+        test_skip("netns", "cannot create network namespaces (needs root and `ip netns`)");
         return test_finish();
     }
     int ok = !sh("ip netns add %s%s", b, "") && !sh("ip link add %s type veth peer name %s", va, vb);
@@ -113,6 +114,9 @@ int main(int argc, char **argv) {
         const char *d = dirname(dir);
         const char *ns[2] = {a, b}, *dev[2] = {va, vb};
         FILE *p[2];
+        /* both nodes of the job share its secret (through the environment, as a cluster's launcher would) */
+        char secret[80];
+        if (!pdde_job_secret_generate(NULL, secret, sizeof secret)) setenv("PDDE_JOB_SECRET", secret, 1);
         for (int k = 0; k < 2; k++) {
             /* TCP over the veth only: UCX would otherwise see one machine and use shared memory */
             snprintf(cmd[k], sizeof cmd[k],

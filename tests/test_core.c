@@ -106,7 +106,11 @@ static void test_grad_accumulation(void) {
     float va[16 * 64], vb[16 * 64], vc[16 * 64];
     pdde_session_read(a.s, wa, va, sizeof va), pdde_session_read(b.s, wb, vb, sizeof vb), pdde_session_read(c.s, wc, vc, sizeof vc);
     double maxd = 0, maxdc = 0;
-    for (int i = 0; i < 16 * 64; i++) maxd = fmax(maxd, fabs(va[i] - vb[i])), maxdc = fmax(maxdc, fabs(vb[i] - vc[i]));
+    for (int i = 0; i < 16 * 64; i++) {
+        double d = fabs(va[i] - vb[i]), dc = fabs(vb[i] - vc[i]);
+        if (!(d <= maxd)) maxd = d; /* (NaN counts) */
+        if (!(dc <= maxdc)) maxdc = dc;
+    }
     CHECK(maxd < 1e-5, "accumulated micro-batches differ from the full batch by %.3g", maxd);
     CHECK(maxdc == 0, "one call per micro-batch and one step of written micro-batches differ by %.3g", maxdc);
     CHECK(pdde_session_step(b.s) == 3 && pdde_session_step(c.s) == 3, "3 optimizer steps, got %lld and %lld",
@@ -150,9 +154,10 @@ static void test_sgd_and_schedule(void) {
 }
 
 static void test_checkpoints(void) {
-    char path[512], path2[512];
+    char path[512], path2[512], before[512], after[512];
     snprintf(path, sizeof path, "%s/ckpt.bin", tmpdir);
     snprintf(path2, sizeof path2, "%s/other.bin", tmpdir);
+    snprintf(before, sizeof before, "%s/before.bin", tmpdir), snprintf(after, sizeof after, "%s/after.bin", tmpdir);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     trainer a, b;
     CHECK(trainer_init(&a, &small, &op, 0) == PDDE_OK && trainer_init(&b, &small, &op, 0) == PDDE_OK, "sessions");
@@ -160,8 +165,12 @@ static void test_checkpoints(void) {
     pdde_checkpoint_extra ex = {.data_position = 12345};
     CHECK(pdde_checkpoint_save(a.s, path, &ex) == PDDE_OK, "save: %s", pdde_last_error(a.ctx));
     pdde_checkpoint_extra got = {0};
+    feed(&b, 7), pdde_session_run(b.s, PDDE_RUN_STEP); /* b's tensors differ from what a saved */
     CHECK(pdde_checkpoint_load(b.s, path, &got) == PDDE_OK, "load: %s", pdde_last_error(b.ctx));
     CHECK(got.data_position == 12345 && pdde_session_step(b.s) == 3, "extra/step restored");
+    /* what b holds right after the load is what a saved, tensor for tensor */
+    CHECK(pdde_checkpoint_save(b.s, after, NULL) == PDDE_OK, "save after load");
+    test_ckpt_compare("right after the load", after, path, 0, 0);
     /* bit-exact: the next steps of a and b agree to the last bit */
     for (int step = 3; step < 6; step++) {
         feed(&a, step), pdde_session_run(a.s, PDDE_RUN_STEP);
@@ -177,6 +186,8 @@ static void test_checkpoints(void) {
     if (f2) fclose(f2);
     CHECK(same, "checkpoints of two identical runs differ");
 
+    /* every failed load below leaves b as it was: its tensors and step (compared at the end) */
+    CHECK(pdde_checkpoint_save(b.s, before, NULL) == PDDE_OK, "save before the failed loads");
     /* corrupt: flip a byte in the middle */
     FILE *f = fopen(path2, "r+b");
     fseek(f, 200, SEEK_SET);
@@ -198,13 +209,18 @@ static void test_checkpoints(void) {
     CHECK(st == PDDE_ERR_CORRUPT && strstr(pdde_last_error(b.ctx), "magic"), "bad magic: %s", pdde_last_error(b.ctx));
     st = pdde_checkpoint_load(b.s, "/nonexistent/ckpt.bin", NULL);
     CHECK(st == PDDE_ERR_NOT_FOUND && strstr(pdde_last_error(b.ctx), "/nonexistent/ckpt.bin"), "missing: %s", pdde_last_error(b.ctx));
+    CHECK(pdde_checkpoint_save(b.s, after, NULL) == PDDE_OK, "save after the failed loads");
+    test_ckpt_compare("after four failed loads", after, before, 0, 0);
     /* a checkpoint of another model: mismatch, named */
     gpt_config wide = small;
     wide.width = 32;
     trainer w;
     CHECK(trainer_init(&w, &wide, &op, 0) == PDDE_OK, "wide session");
+    CHECK(pdde_checkpoint_save(w.s, before, NULL) == PDDE_OK, "save before the mismatched load");
     st = pdde_checkpoint_load(w.s, path, NULL);
     CHECK(st == PDDE_ERR_MISMATCH && strstr(pdde_last_error(w.ctx), "wte"), "mismatch: %s", pdde_last_error(w.ctx));
+    CHECK(pdde_checkpoint_save(w.s, after, NULL) == PDDE_OK, "save after the mismatched load");
+    test_ckpt_compare("after a mismatched load", after, before, 0, 0);
     trainer_free(&w);
     trainer_free(&a), trainer_free(&b);
 }

@@ -8,8 +8,7 @@
  * batched and shared operands), a few row ops and a reduction against the CPU; a small GPT trained
  * for several AdamW steps (with gradient clipping) on the GPU and on the CPU, with the same losses
  * and the same weights after; SGD with momentum; dropout masks identical to the CPU's; device
- * memory exhaustion reported as PDDE_ERR_DEVICE_OOM; the ZeRO-1 sharded optimizer ops (through the
- * backend interface, against the CPU backend's kernels). */
+ * memory exhaustion reported as PDDE_ERR_DEVICE_OOM. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -219,122 +218,6 @@ static void test_ops(pdde_context *ctx, int dev) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * ZeRO-1 shards of the optimizer ops, through the backend interface directly (the CPU backend's
- * kernels are the reference): grad_accum, grad_norm_sq, sgd and adamw over a part of a parameter. */
-
-extern const pdde_backend_iface pdde_backend_cpu, pdde_backend_cuda;
-
-typedef struct {
-    const pdde_backend_iface *b;
-    void *fam, *dev, *stream;
-    void *buf[16];
-    int nbuf;
-} raw_dev;
-
-static int raw_open(pdde_context *ctx, raw_dev *r, const pdde_backend_iface *b) {
-    memset(r, 0, sizeof *r);
-    r->b = b;
-    int n = 0;
-    if (b->init(ctx, &r->fam, &n) || n < 1 || b->device_open(r->fam, 0, &r->dev) || b->stream_create(r->dev, &r->stream))
-        return -1;
-    return 0;
-}
-
-static void raw_close(raw_dev *r) {
-    for (int i = 0; i < r->nbuf; i++) r->b->buffer_free(r->dev, r->buf[i]);
-    if (r->stream && r->b->stream_free) r->b->stream_free(r->dev, r->stream);
-    if (r->dev && r->b->device_close) r->b->device_close(r->dev);
-    if (r->fam && r->b->free) r->b->free(r->fam);
-}
-
-/* a leaf of n floats on r holding v */
-static void raw_leaf(raw_dev *r, pdde_tensor *t, const char *name, int64_t n, const float *v) {
-    memset(t, 0, sizeof *t);
-    snprintf(t->name, sizeof t->name, "%s", name);
-    t->dtype = PDDE_F32, t->ndim = 1, t->shape[0] = n;
-    r->b->buffer_alloc(r->dev, (size_t)n * 4, &r->buf[r->nbuf]);
-    t->data = r->buf[r->nbuf++];
-    r->b->write(r->dev, r->stream, t->data, 0, v, (size_t)n * 4);
-}
-
-static void raw_node(pdde_tensor *t, pdde_op op, pdde_tensor *out_like, int nsrc, pdde_tensor **src) {
-    memset(t, 0, sizeof *t);
-    t->op = op, t->dtype = PDDE_F32, t->ndim = 1, t->shape[0] = out_like->shape[0];
-    t->nsrc = nsrc;
-    for (int i = 0; i < nsrc; i++) t->src[i] = src[i];
-    t->data = out_like->data;
-    snprintf(t->name, sizeof t->name, "%s", pdde_op_name(op));
-}
-
-/* runs the four sharded ops on r; out: p, g, m, v, mom, acc, gnorm (N + N + 3 cnt + N + 1 floats) */
-static int raw_run(raw_dev *r, int64_t N, int64_t first, int64_t cnt, float *out) {
-    float *p = malloc((size_t)N * 4), *g = malloc((size_t)N * 4), *st = malloc((size_t)N * 4), *gs = malloc((size_t)cnt * 4);
-    fill(p, N, 1), fill(g, N, 2), fill(st, N, 3), fill(gs, cnt, 4);
-    for (int64_t i = 0; i < N; i++) st[i] = fabsf(st[i]);
-    pdde_tensor tp, tg, tm, tv, tb, tacc, tgn, tprev, tsrc, n1, n2, n3, n4;
-    raw_leaf(r, &tp, "p", N, p);
-    raw_leaf(r, &tg, "g", N, g);
-    raw_leaf(r, &tm, "m", cnt, st);
-    raw_leaf(r, &tv, "v", cnt, st + 1);
-    raw_leaf(r, &tb, "mom", cnt, st + 2);
-    raw_leaf(r, &tacc, "acc", N, st);
-    raw_leaf(r, &tsrc, "gshard", cnt, gs);
-    float prev = 0.25f, zero = 0;
-    raw_leaf(r, &tprev, "prev", 1, &prev);
-    raw_leaf(r, &tgn, "gn", 1, &zero);
-    int e = 0;
-    /* acc[first + i] += gshard[i] */
-    raw_node(&n1, PDDE_OP_GRAD_ACCUM, &tacc, 2, (pdde_tensor *[]){&tacc, &tsrc});
-    /* gn = prev + scale^2 sum(g[first..first+cnt)^2) */
-    raw_node(&n2, PDDE_OP_GRAD_NORM_SQ, &tgn, 2, (pdde_tensor *[]){&tg, &tprev});
-    n2.ndim = 0;
-    /* sgd with momentum and weight decay over the shard (no clipping), then adamw with clipping on gn */
-    raw_node(&n3, PDDE_OP_SGD_UPDATE, &tp, 3, (pdde_tensor *[]){&tp, &tg, &tb});
-    raw_node(&n4, PDDE_OP_ADAMW_UPDATE, &tp, 5, (pdde_tensor *[]){&tp, &tacc, &tm, &tv, &tgn});
-    pdde_tensor *nodes[4] = {&n1, &n2, &n3, &n4};
-    for (int k = 0; k < 4; k++) {
-        pdde_tensor *t = nodes[k];
-        t->iparams[1] = (int32_t)first, t->iparams[2] = (int32_t)cnt, t->iparams[3] = 1;
-        t->fparams[0] = 0.01f, t->fparams[6] = 0.5f;
-    }
-    n3.fparams[1] = 0.9f, n3.fparams[4] = 0.1f;
-    n4.fparams[1] = 0.9f, n4.fparams[2] = 0.999f, n4.fparams[3] = 1e-8f, n4.fparams[4] = 0.01f, n4.fparams[5] = 0.5f;
-    n4.iparams[0] = 3;
-    for (int k = 0; k < 4 && !e; k++) e = r->b->compute(r->dev, r->stream, nodes[k]);
-    pdde_tensor *outs[] = {&tp, &tg, &tm, &tv, &tb, &tacc, &tgn};
-    int64_t lens[] = {N, N, cnt, cnt, cnt, N, 1};
-    for (int k = 0; k < 7 && !e; k++) {
-        e = r->b->read(r->dev, r->stream, outs[k]->data, 0, out, (size_t)lens[k] * 4);
-        out += lens[k];
-    }
-    if (!e) e = r->b->stream_sync(r->dev, r->stream);
-    free(p), free(g), free(st), free(gs);
-    return e;
-}
-
-static void test_sharded_optimizer(pdde_context *ctx) {
-    raw_dev c, d;
-    int64_t N = 10007, first = 1234, cnt = 5000, total = 3 * N + 3 * cnt + 1;
-    float *a = calloc((size_t)total, 4), *b = calloc((size_t)total, 4);
-    int ok = raw_open(ctx, &c, &pdde_backend_cpu) == 0 && raw_open(ctx, &d, &pdde_backend_cuda) == 0;
-    CHECK(ok, "raw devices: %s", pdde_last_error(ctx));
-    if (ok) {
-        int e1 = raw_run(&c, N, first, cnt, a), e2 = raw_run(&d, N, first, cnt, b);
-        CHECK(e1 == 0 && e2 == 0, "sharded ops ran: %s", pdde_last_error(ctx));
-        double e = max_rel_diff(b, a, total);
-        CHECK(e < 1e-5, "sharded grad_accum / grad_norm_sq / sgd / adamw: GPU differs from the CPU by %.3g", e);
-        /* outside the shard, the parameter and the gradient are untouched */
-        float *p0 = malloc((size_t)N * 4);
-        fill(p0, N, 1);
-        CHECK(b[0] == p0[0] && b[N - 1] == p0[N - 1] && b[first] != p0[first], "only the shard of p moved");
-        free(p0);
-    }
-    raw_close(&c);
-    raw_close(&d);
-    free(a), free(b);
-}
-
-/* ------------------------------------------------------------------------------------------------
  * Training: a small GPT, the same steps on the CPU and on the GPU */
 
 static const gpt_config tiny = {.vocab = 61, .ctx = 16, .layers = 2, .heads = 4, .width = 64, .batch = 4};
@@ -390,7 +273,7 @@ static void test_training(pdde_context *ctx, int dev, int sgd) {
             CHECK(pdde_session_run(gpu.s, PDDE_RUN_STEP) == PDDE_OK, "gpu step: %s", pdde_last_error(ctx));
             float lc = pdde_session_loss(cpu.s), lg = pdde_session_loss(gpu.s);
             double d = fabs(lc - lg) / fabs(lc);
-            if (d > worst) worst = d;
+            if (!(d <= worst)) worst = d; /* (NaN counts) */
             if (step == 0) first = lc;
             last_c = lc, last_g = lg;
         }
@@ -449,11 +332,10 @@ int main(void) {
     if (dev >= 0) {
         test_props_and_oom(ctx, dev);
         test_ops(ctx, dev);
-        test_sharded_optimizer(ctx);
         test_training(ctx, dev, 0);
         test_training(ctx, dev, 1);
     } else {
-        printf("no CUDA device: the GPU checks are skipped\n");
+        test_skip("cuda", "no CUDA device: the GPU checks");
     }
     pdde_context_free(ctx);
     if (dev >= 0) {

@@ -4,7 +4,9 @@
  * partial over dp, and are averaged once a step, the reduction started in backward as soon as a
  * gradient is final), with ZeRO-1 (the update on this rank's shard of the optimizer state), with two
  * micro-batches per step (one RUN_STEP, or one call per micro-batch and then the update), and on a
- * device. The losses must agree within 1e-5 relative, ZeRO-1 must halve the optimizer state per rank
+ * device. Every step's loss must agree within TOL_LOSS relative and every parameter and optimizer
+ * state tensor after the last step (gathered through a checkpoint) within TOL_PARAM, the loss must
+ * fall, ZeRO-1 must halve the optimizer state per rank
  * and the reductions must start in backward. Ranks are real processes meeting through a TCP store on
  * 127.0.0.1 that this test hosts. */
 #define _GNU_SOURCE
@@ -20,6 +22,11 @@
 #define STEPS 20
 static const pdde_store_server *g_server; /* (test_run_ranks waits for its clients to leave before forking) */
 #define RANKS 2
+/* about 10x the worst measured (printed): relative, absolute below FLOOR */
+#define TOL_LOSS 1e-6  /* measured 1.2e-7 */
+#define TOL_PARAM 1e-3 /* measured 1.6e-4 */
+#define FLOOR 1e-3
+static char tmp_prefix[128];
 
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
@@ -31,6 +38,8 @@ typedef struct {
     int micro_batches;     /* per optimizer step */
     int calls;             /* 1: one FORWARD_BACKWARD call per micro-batch, then OPTIMIZER (else one RUN_STEP) */
     int on_device;         /* 1: the whole model on the last device (collectives staged via host) */
+    int scale_sensitive;   /* 1: unclipped AdamW with eps 1e-3, of the size of these gradients: clipping
+                              and Adam's normalisation (eps 1e-8) hide a gradient scaled by the rank count */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -54,12 +63,13 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     sp.world = comm;
     sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
     if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
+    if (dc->scale_sensitive) op.eps = 1e-3f, op.clip_norm = 0;
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     out->optimizer_bytes = (double)ms.optimizer_bytes;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
-        const pdde_tensor *t = pdde_graph_tensor(g, i);
+    for (int i = 0; i < pdde_session_n_nodes(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
         out->early_reductions += t->phase == PDDE_PHASE_BACKWARD && (t->op == PDDE_OP_ALLREDUCE || t->op == PDDE_OP_REDUCE_SCATTER);
     }
     int32_t x[8 * 16], y[8 * 16];
@@ -79,6 +89,9 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
         if (pdde_session_run(s, dc->calls ? PDDE_RUN_OPTIMIZER : PDDE_RUN_STEP)) FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
         out->losses[step] = dc->calls ? (float)loss : pdde_session_loss(s);
     }
+    char path[256]; /* every tensor, gathered whole, for the parent to compare */
+    snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, dc->name);
+    if (pdde_checkpoint_save(s, path, NULL)) FAIL_WITH("save: %s", pdde_last_error(ctx));
     out->ok = 1;
 done:
     pdde_session_free(s);
@@ -98,15 +111,26 @@ static void run_ranks(const char *store_addr, const dp_config *dc, run_result *o
     *out = res[0];
 }
 
-static void compare(const char *name, const run_result *ref, const run_result *got) {
-    double worst = 0;
-    for (int i = 0; i < STEPS; i++) {
-        double rel = fabs(got->losses[i] - ref->losses[i]) / fabs(ref->losses[i]);
-        worst = rel > worst ? rel : worst;
-    }
-    CHECK(got->ok && worst <= 1e-5, "%s: losses differ from one process by %.3g relative", name, worst);
-    printf("%-12s losses %.5f -> %.5f, worst relative difference %.2g, optimizer state %.0f bytes per rank\n", name,
-           got->losses[0], got->losses[STEPS - 1], worst, got->optimizer_bytes);
+/* The key biases of attention have an exact gradient of zero (softmax ignores a shift common to a
+ * row): what each run computes is rounding noise, which AdamW turns into steps of up to lr. Their
+ * columns are the middle third of each head's [3, D] in the fused qkv. */
+static int key_bias(const char *name, int len, size_t i) {
+    size_t D = (size_t)(cfg.width / cfg.heads);
+    return len >= 9 && name[0] == 'h' && !memcmp(name + 2, ".attn.b", 7) && (len == 9 || name[9] == '.') && i / D % 3 == 1;
+}
+
+static void compare(const char *name, const char *ref_name, const run_result *ref, const run_result *got) {
+    if (!got->ok) return;
+    char what[64], path[256], ref_path[256];
+    snprintf(what, sizeof what, "%s: losses", name);
+    double worst = test_close_all(what, got->losses, ref->losses, STEPS, 0, TOL_LOSS);
+    snprintf(what, sizeof what, "%s: after step %d", name, STEPS);
+    snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, name), snprintf(ref_path, sizeof ref_path, "%s.%s.ckpt", tmp_prefix, ref_name);
+    double worst_param = test_ckpt_compare_noise(what, path, ref_path, FLOOR, TOL_PARAM, key_bias, 2 * 3e-3 * STEPS);
+    CHECK(got->losses[STEPS - 1] < got->losses[0] - 0.2, "%s: the loss falls: %.4f -> %.4f", name, got->losses[0], got->losses[STEPS - 1]);
+    printf("%-12s losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g); "
+           "optimizer state %.0f bytes per rank\n", name, got->losses[0], got->losses[STEPS - 1], worst, TOL_LOSS, worst_param, TOL_PARAM,
+           got->optimizer_bytes);
 }
 
 /* Asked in a child process, so this one never starts a device runtime before forking ranks. */
@@ -144,16 +168,23 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0},
-        {"dp2_micro", 0, 2, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0},
-        {"zero1_micro", 1, 2, 0, 0},
-        {"dp2_device", 0, 1, 0, 1},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1},
+        {"dp2", 0, 1, 0, 0, 0},
+        {"dp2_micro", 0, 2, 0, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0},
+        {"zero1_micro", 1, 2, 0, 0, 0},
+        {"dp2_device", 0, 1, 0, 1, 0},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0},
     };
-    const dp_config single = {"1 rank", 0, 1, 0, 0};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0};
+    snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
     int n_configs = has_device ? 7 : 5;
+    for (int i = n_configs; i < 7; i++)
+#if defined(__SANITIZE_ADDRESS__)
+        test_skip("asan", "%s: PoCL in forked ranks under AddressSanitizer", configs[i].name);
+#else
+        test_skip("opencl", "%s: no device besides the CPU (PoCL in CI)", configs[i].name);
+#endif
     run_result ref = {0}, res[7];
     memset(res, 0, sizeof res);
     for (int i = 0; i < n_configs; i++) run_ranks(addr, &configs[i], &res[i]);
@@ -161,7 +192,14 @@ int main(void) {
     CHECK(ref.ok, "reference: %s", ref.error);
     printf("%-12s losses %.5f -> %.5f, optimizer state %.0f bytes\n", "1 rank", ref.losses[0], ref.losses[STEPS - 1], ref.optimizer_bytes);
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
-    for (int i = 0; i < n_configs; i++) compare(configs[i].name, &ref, &res[i]);
+    for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
+    /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1};
+    run_result sres = {0}, sref = {0};
+    run_ranks(addr, &scaled, &sres);
+    train(ctx, NULL, &scaled_ref, &sref);
+    CHECK(sref.ok, "reference: %s", sref.error);
+    compare(scaled.name, scaled_ref.name, &sref, &sres);
     run_result dp = res[0], zero = res[3];
     /* every parameter's gradient reduction starts in backward (28 parameters in this model; ZeRO-1 also
      * reduces each whole for the clipping norm besides reduce-scattering it for its shard's update) */
@@ -169,6 +207,9 @@ int main(void) {
           dp.early_reductions, zero.early_reductions);
     CHECK(dp.optimizer_bytes == ref.optimizer_bytes, "plain data parallelism keeps the whole optimizer state");
     CHECK(zero.optimizer_bytes <= 0.5 * ref.optimizer_bytes + 64, "ZeRO-1 state %.0f bytes vs %.0f: must be halved", zero.optimizer_bytes, ref.optimizer_bytes);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -f %s.*", tmp_prefix);
+    if (system(cmd)) fprintf(stderr, "could not remove %s.*\n", tmp_prefix);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return test_finish();

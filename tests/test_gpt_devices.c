@@ -2,7 +2,7 @@
  * transformer blocks on the first non-CPU device (PoCL's OpenCL device in CI). Copy nodes are
  * inserted at every device boundary; the per-step losses must match the all-CPU run. The two runs
  * differ only in float32 rounding (CLBlast vs OpenBLAS GEMMs, kernel reduction orders), which AdamW
- * amplifies a little each step: the bound is 1e-3 relative over 10 steps. */
+ * amplifies a little each step: the bound is 1e-6 relative over 10 steps (measured on PoCL: 1.1e-7). */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
@@ -24,16 +24,14 @@ static int train(pdde_context *ctx, int blocks_device, float *losses, int *n_cop
     for (int l = 1; l <= cfg.layers; l++) layer_devices[l] = blocks_device;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.layer_devices = layer_devices, sp.n_layer_devices = cfg.layers + 2;
-    int n_before = 0;
     if (gpt_build(g, &cfg, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op)) return -1;
-    n_before = pdde_graph_n_tensors(g);
     if (pdde_session_init(g, &sp, &s)) {
         fprintf(stderr, "session: %s\n", pdde_last_error(ctx));
         pdde_graph_free(g);
         return -1;
     }
     *n_copies = 0;
-    for (int i = n_before; i < pdde_graph_n_tensors(g); i++) *n_copies += pdde_graph_tensor(g, i)->op == PDDE_OP_COPY;
+    for (int i = 0; i < pdde_session_n_nodes(s); i++) *n_copies += pdde_session_node(s, i)->op == PDDE_OP_COPY;
     int32_t x[4 * 16], y[4 * 16];
     int rc = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {
@@ -57,7 +55,7 @@ int main(void) {
     int accel = -1;
     for (int d = 1; d < pdde_device_count(ctx) && accel < 0; d++) accel = d;
     if (accel < 0) {
-        printf("no device besides the CPU: nothing to test here\n");
+        test_skip("opencl", "no device besides the CPU (PoCL in CI): the cross-device GPT");
         pdde_context_free(ctx);
         return test_finish();
     }
@@ -68,13 +66,8 @@ int main(void) {
     CHECK(train(ctx, 0, cpu, &copies_cpu) == 0, "all-CPU run");
     CHECK(train(ctx, accel, mixed, &copies_mixed) == 0, "run with the blocks on %s (%s)", props.name, props.backend);
     CHECK(copies_cpu == 0 && copies_mixed > 0, "copy nodes at the device boundaries: %d (all CPU: %d)", copies_mixed, copies_cpu);
-    double worst = 0;
-    for (int i = 0; i < STEPS; i++) {
-        double rel = fabs(mixed[i] - cpu[i]) / fabs(cpu[i]);
-        worst = rel > worst ? rel : worst;
-        printf("step %d  cpu %.6f  cpu+%s %.6f\n", i, cpu[i], props.backend, mixed[i]);
-    }
-    CHECK(worst < 1e-3, "losses differ by %.3g relative", worst);
+    for (int i = 0; i < STEPS; i++) printf("step %d  cpu %.6f  cpu+%s %.6f\n", i, cpu[i], props.backend, mixed[i]);
+    double worst = test_close_all("losses, blocks on the device against all CPU", mixed, cpu, STEPS, 0, 1e-6);
     CHECK(cpu[STEPS - 1] < cpu[0], "the model learns");
     printf("blocks on %s (%s): %d copy nodes, worst relative loss difference %.2g\n", props.name, props.backend, copies_mixed, worst);
     pdde_context_free(ctx);

@@ -8,6 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Tolerances: about 10x the worst measured (OpenBLAS and the portable GEMM builds; printed each run) */
+#define TOL_LOGITS 2e-6   /* measured 1.7e-7 */
+#define TOL_LOSS 1.5e-6   /* measured 1.2e-7 */
+#define TOL_GRAD 7e-6     /* measured 6.5e-7 */
+#define TOL_PARAM 1e-4    /* measured 5.9e-5 (AdamW divides by small second moments) */
+
 typedef struct { char name[64]; int64_t n; float *data; } record;
 typedef struct { const unsigned char *p, *end; } reader;
 
@@ -98,24 +104,29 @@ int main(int argc, char **argv) {
     float *logits = malloc((size_t)BT * cfg.vocab * 4);
     pdde_session_read(s, m.logits, logits, (size_t)BT * cfg.vocab * 4);
     double e = rel_err(logits, logits_ref, (int64_t)BT * cfg.vocab);
-    CHECK(e < 1e-5, "logits differ: rel err %.3g", e);
-    CHECK(test_close(pdde_session_loss(s), loss_ref, 1e-5, 0), "loss %.7f vs torch %.7f", pdde_session_loss(s), loss_ref);
+    CHECK(e < TOL_LOGITS, "logits differ: rel err %.3g (tolerance %.3g)", e, TOL_LOGITS);
+    printf("logits: rel err %.2g (tolerance %.2g)\n", e, TOL_LOGITS);
+    float loss0 = pdde_session_loss(s);
+    double worst_loss = test_close_all("step 0 loss", &loss0, &loss_ref, 1, 0, TOL_LOSS);
     double worst = 0;
     for (uint32_t i = 0; i < n_params; i++) {
         pdde_tensor *t = pdde_graph_find(g, grads[i].name);
         float *gbuf = malloc((size_t)grads[i].n * 4);
         pdde_session_read(s, t->grad, gbuf, (size_t)grads[i].n * 4);
         e = rel_err(gbuf, grads[i].data, grads[i].n);
-        CHECK(e < 1e-4, "gradient of %s: rel err %.3g", grads[i].name, e);
-        worst = e > worst ? e : worst;
+        CHECK(e < TOL_GRAD, "gradient of %s: rel err %.3g (tolerance %.3g)", grads[i].name, e, TOL_GRAD);
+        worst = !(e <= worst) ? e : worst;
         free(gbuf);
     }
-    printf("logits ok, loss %.6f (torch %.6f), worst gradient rel err %.2g\n", pdde_session_loss(s), loss_ref, worst);
+    printf("loss %.6f (torch %.6f), worst gradient rel err %.2g (tolerance %.2g)\n", pdde_session_loss(s), loss_ref, worst, TOL_GRAD);
     CHECK(pdde_session_run(s, PDDE_RUN_OPTIMIZER) == PDDE_OK, "optimizer run");
     for (int step = 1; step < n_steps; step++) {
         CHECK(pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK, "step %d", step);
         float l = pdde_session_loss(s);
-        CHECK(test_close(l, losses_ref[step], 1e-4, 0), "step %d loss %.6f vs torch %.6f", step, l, losses_ref[step]);
+        char what[32];
+        snprintf(what, sizeof what, "step %d loss", step);
+        double el = test_close_all(what, &l, &losses_ref[step], 1, 0, TOL_LOSS);
+        worst_loss = !(el <= worst_loss) ? el : worst_loss;
         printf("step %d loss %.6f torch %.6f\n", step, l, losses_ref[step]);
     }
     worst = 0;
@@ -124,11 +135,12 @@ int main(int argc, char **argv) {
         float *pbuf = malloc((size_t)final[i].n * 4);
         pdde_session_read(s, t, pbuf, (size_t)final[i].n * 4);
         e = rel_err(pbuf, final[i].data, final[i].n);
-        CHECK(e < 1e-4, "parameter %s after %d steps: rel err %.3g", final[i].name, n_steps, e);
-        worst = e > worst ? e : worst;
+        CHECK(e < TOL_PARAM, "parameter %s after %d steps: rel err %.3g (tolerance %.3g)", final[i].name, n_steps, e, TOL_PARAM);
+        worst = !(e <= worst) ? e : worst;
         free(pbuf);
     }
-    printf("parameters after %d AdamW steps: worst rel err %.2g\n", n_steps, worst);
+    printf("losses: worst rel err %.2g (tolerance %.2g)\n", worst_loss, TOL_LOSS);
+    printf("parameters after %d AdamW steps: worst rel err %.2g (tolerance %.2g)\n", n_steps, worst, TOL_PARAM);
     pdde_session_free(s);
     pdde_graph_free(g);
     pdde_context_free(ctx);

@@ -113,9 +113,10 @@ static void check_case(pdde_context *ctx, const grad_case *c) {
     CHECK(loss != NULL, "%s: build: %s", c->name, pdde_last_error(ctx));
     if (!loss) { pdde_graph_free(g); return; }
     CHECK(pdde_backward(g, loss) == PDDE_OK, "%s: backward: %s", c->name, pdde_last_error(ctx));
-    pdde_session *s;
+    pdde_session *s = NULL;
+    int failed_before = test_failed; /* (this case's failures: an earlier case's must not stop this one) */
     CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "%s: session: %s", c->name, pdde_last_error(ctx));
-    if (test_failed) { pdde_graph_free(g); return; }
+    if (test_failed != failed_before) { pdde_graph_free(g); return; }
     float *xv[3];
     for (int i = 0; i < c->n_inputs; i++) {
         int64_t n = pdde_tensor_numel(x[i]);

@@ -1,13 +1,14 @@
 /* test_level_zero_kernels — the Level Zero backend's kernels and the shared GPU op dispatch, run where
  * no Level Zero driver is: through OpenCL (pocl on CI) against the CPU backend.
  *
- * backends/level_zero_kernels.cl is OpenCL C; the Level Zero backend ships it compiled to SPIR-V. Here
- * the same source is built by the OpenCL implementation at hand and driven by backends/gpu_dispatch.h
- * exactly as level_zero.c drives it (same kernels, arguments, group sizes), with shared virtual memory
- * standing in for Level Zero's device pointers. Two training graphs (a small GPT with AdamW and
- * clipping; an MLP touching the remaining ops with SGD) run node by node on both; every f32 node is
- * compared. Skipped (0 checks) where there is no OpenCL device with fine-grained SVM, or when run from
- * outside the source tree. */
+ * backends/gpu_kernels.cl is OpenCL C; the Level Zero backend ships it compiled to SPIR-V with device
+ * pointers as kernel arguments (the OpenCL backend builds it with buffer + offset arguments instead,
+ * which test_backend_ops covers). Here the pointer form is built by the OpenCL implementation at hand
+ * (the text embedded in the library) and driven by backends/gpu_dispatch.h exactly as level_zero.c
+ * drives it (same kernels, arguments, group sizes), with shared virtual memory standing in for Level
+ * Zero's device pointers. Two training graphs (a small GPT with AdamW and clipping; an MLP touching the
+ * remaining ops with SGD) run node by node on both; every f32 node is compared. Skipped (0 checks)
+ * where there is no OpenCL device with fine-grained SVM. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "backends/gpu_dispatch.h"
+#include "backends/gpu_kernels_cl.h"
 
 extern const pdde_backend_iface pdde_backend_cpu;
 
@@ -67,33 +69,20 @@ typedef struct {
     size_t scratch_bytes;
 } clrun;
 
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)len + 1);
-    if (s && fread(s, 1, (size_t)len, f) != (size_t)len) { free(s); s = NULL; }
-    if (s) s[len] = 0, *n = (size_t)len;
-    fclose(f);
-    return s;
-}
-
 /* 0: ready; 1: skipped (printed why) */
 static int cl_open(clrun *r) {
     void *lib = dlopen("libOpenCL.so.1", RTLD_NOW);
-    if (!lib) { printf("skipped: no OpenCL ICD loader\n"); return 1; }
+    if (!lib) { printf("SKIP opencl: no OpenCL ICD loader\n"); return 1; }
     void **slots = (void **)&cl;
     const char *names[] = {"clGetPlatformIDs", "clGetDeviceIDs", "clGetDeviceInfo", "clCreateContext", "clCreateCommandQueue",
                            "clCreateProgramWithSource", "clBuildProgram", "clGetProgramBuildInfo", "clCreateKernel",
                            "clSetKernelArg", "clSetKernelArgSVMPointer", "clEnqueueNDRangeKernel", "clFinish",
                            "clSVMAlloc", "clSVMFree"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!(slots[i] = dlsym(lib, names[i]))) { printf("skipped: OpenCL loader lacks %s\n", names[i]); return 1; }
+        if (!(slots[i] = dlsym(lib, names[i]))) { printf("SKIP opencl: OpenCL loader lacks %s\n", names[i]); return 1; }
     cl_platform_id plats[8];
     cl_uint np = 0;
-    if (cl.GetPlatformIDs(8, plats, &np) != 0 || !np) { printf("skipped: no OpenCL platform\n"); return 1; }
+    if (cl.GetPlatformIDs(8, plats, &np) != 0 || !np) { printf("SKIP opencl: no OpenCL platform\n"); return 1; }
     r->dev = NULL;
     for (cl_uint p = 0; p < np && !r->dev; p++) {
         cl_device_id devs[8];
@@ -106,22 +95,19 @@ static int cl_open(clrun *r) {
                 r->dev = devs[d];
         }
     }
-    if (!r->dev) { printf("skipped: no OpenCL device with fine-grained SVM\n"); return 1; }
+    if (!r->dev) { printf("SKIP opencl: no OpenCL device with fine-grained SVM\n"); return 1; }
     cl_int err;
     r->context = cl.CreateContext(NULL, 1, &r->dev, NULL, NULL, &err);
-    if (!r->context) { printf("skipped: clCreateContext %d\n", err); return 1; }
+    if (!r->context) { printf("SKIP opencl: clCreateContext %d\n", err); return 1; }
     r->queue = cl.CreateCommandQueue(r->context, r->dev, 0, &err);
-    size_t n;
-    char *src = read_file("backends/level_zero_kernels.cl", &n);
-    if (!src) { printf("skipped: backends/level_zero_kernels.cl not found (run from the source tree)\n"); return 1; }
-    const char *srcs[1] = {src};
-    cl_program prog = cl.CreateProgramWithSource(r->context, 1, srcs, &n, &err);
+    cl_uint nparts = 0;
+    while (pdde_gpu_kernels_cl_parts[nparts]) nparts++;
+    cl_program prog = cl.CreateProgramWithSource(r->context, nparts, (const char **)pdde_gpu_kernels_cl_parts, NULL, &err);
     err = cl.BuildProgram(prog, 1, &r->dev, "-cl-std=CL2.0", NULL, NULL);
-    free(src);
     if (err != 0) {
         char log[8192] = "";
         cl.GetProgramBuildInfo(prog, r->dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        CHECK(0, "level_zero_kernels.cl does not build with OpenCL (%d): %s", err, log);
+        CHECK(0, "gpu_kernels.cl does not build with OpenCL (%d): %s", err, log);
         return 2;
     }
     for (int k = 0; k < PGD_K_COUNT; k++) {
@@ -138,7 +124,8 @@ static int cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, 
     clrun *r = impl;
     (void)stream;
     for (int i = 0; i < nargs; i++) {
-        cl_int e = args[i].is_ptr ? cl.SetKernelArgSVMPointer(r->kern[k], (cl_uint)i, (void *)(uintptr_t)*(const pgd_ptr *)args[i].p)
+        cl_int e = args[i].is_ptr ? cl.SetKernelArgSVMPointer(r->kern[k], (cl_uint)i,
+                                                              (void *)(uintptr_t)pgd_addr(*(const pgd_ptr *)args[i].p))
                                   : cl.SetKernelArg(r->kern[k], (cl_uint)i, args[i].size, args[i].p);
         if (e) return pdde_error(r->ctx, PDDE_ERR_BACKEND, "%s arg %d: %d", pgd_kernel_names[k], i, e);
     }
@@ -158,7 +145,7 @@ static int cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out) {
         r->scratch_bytes = r->scratch ? nbytes : 0;
         if (!r->scratch) return pdde_error(r->ctx, PDDE_ERR_DEVICE_OOM, "scratch of %zu bytes", nbytes);
     }
-    *out = (pgd_ptr)(uintptr_t)r->scratch;
+    *out = (pgd_ptr){(uintptr_t)r->scratch, 0};
     return PDDE_OK;
 }
 
@@ -166,7 +153,7 @@ static int cb_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, size
     clrun *r = impl;
     (void)stream;
     cl.Finish(r->queue);
-    for (size_t i = 0; i < count; i++) memcpy((char *)(uintptr_t)dst + 4 * i, &value, 4);
+    for (size_t i = 0; i < count; i++) memcpy((char *)(uintptr_t)pgd_addr(dst) + 4 * i, &value, 4);
     return PDDE_OK;
 }
 
@@ -174,7 +161,7 @@ static int cb_copy(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_t nb
     clrun *r = impl;
     (void)stream;
     cl.Finish(r->queue);
-    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, nbytes);
+    memmove((void *)(uintptr_t)pgd_addr(dst), (const void *)(uintptr_t)pgd_addr(src), nbytes);
     return PDDE_OK;
 }
 

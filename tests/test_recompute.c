@@ -143,12 +143,14 @@ static void compare(const char *what, model_fn model, unsigned recompute, int ex
         CHECK(pdde_session_run(base.s, PDDE_RUN_FORWARD_BACKWARD) == PDDE_OK, "%s: %s", what, pdde_last_error(base.ctx));
         CHECK(pdde_session_run(rc.s, PDDE_RUN_FORWARD_BACKWARD) == PDDE_OK, "%s: %s", what, pdde_last_error(rc.ctx));
         float lb = pdde_session_loss(base.s), lr = pdde_session_loss(rc.s);
-        worst_loss = fmax(worst_loss, fabs(lb - lr) / fabs(lb));
-        worst_grad = fmax(worst_grad, worst_param_diff(&base, &rc, 1));
+        double el = fabs(lb - lr) / fabs(lb), eg = worst_param_diff(&base, &rc, 1);
+        if (!(el <= worst_loss)) worst_loss = el; /* (NaN counts) */
+        if (!(eg <= worst_grad)) worst_grad = eg;
         pdde_session_run(base.s, PDDE_RUN_OPTIMIZER), pdde_session_run(rc.s, PDDE_RUN_OPTIMIZER);
     }
     double worst_param = worst_param_diff(&base, &rc, 0);
-    CHECK(worst_loss <= 1e-6 && worst_grad <= 1e-6 && worst_param <= 1e-6,
+    /* bit-identical, as the README claims (measured: 0) */
+    CHECK(worst_loss == 0 && worst_grad == 0 && worst_param == 0,
           "%s: loss differs by %.3g, gradients by %.3g, parameters by %.3g (relative)", what, worst_loss, worst_grad, worst_param);
     if (expect_smaller)
         CHECK(rc.mem.arena_bytes < base.mem.arena_bytes, "%s: arena %zu B with recompute, %zu B without", what,
@@ -178,12 +180,13 @@ static void test_accumulation(void) {
             feed(&base, 2 * step + micro), feed(&rc, 2 * step + micro);
             pdde_session_run(base.s, PDDE_RUN_FORWARD_BACKWARD), pdde_session_run(rc.s, PDDE_RUN_FORWARD_BACKWARD);
         }
-        worst_grad = fmax(worst_grad, worst_param_diff(&base, &rc, 1));
+        double eg = worst_param_diff(&base, &rc, 1);
+        if (!(eg <= worst_grad)) worst_grad = eg; /* (NaN counts) */
         CHECK(pdde_session_run(base.s, PDDE_RUN_OPTIMIZER) == PDDE_OK && pdde_session_run(rc.s, PDDE_RUN_OPTIMIZER) == PDDE_OK,
               "accum: optimizer run");
     }
     double worst_param = worst_param_diff(&base, &rc, 0);
-    CHECK(worst_grad <= 1e-6 && worst_param <= 1e-6, "accum: gradients differ by %.3g, parameters by %.3g", worst_grad, worst_param);
+    CHECK(worst_grad == 0 && worst_param == 0, "accum: gradients differ by %.3g, parameters by %.3g", worst_grad, worst_param);
     printf("%-34s worst relative difference: grads %.2g, params %.2g\n", "gradient accumulation (2 micro)", worst_grad, worst_param);
     run_free(&base), run_free(&rc);
 }

@@ -4,8 +4,12 @@
  * and proj row, vocab-parallel embedding and cross-entropy), ZeRO-1/2/3, pipeline parallel (two stages, 4 micro-batches, 1F1B and GPipe) and
  * their combinations on 2 and 4 ranks, and checkpoints saved under one plan resumed under another.
  * Completion gives every tensor its attribute; each rank runs its partition with the reshard
- * collectives and stage sends the executor inserts. The losses must match within 1e-4 relative;
- * per-rank state and activation memory must be what each plan implies. */
+ * collectives and stage sends the executor inserts. Every step's loss and, after the last step, every
+ * parameter and optimizer state tensor (gathered whole through a checkpoint) must match one process
+ * at the tolerances below (about 10x the worst measured, printed); the loss must fall; per-rank
+ * state and activation memory must be what each plan implies. A resumed plan starts from parameters
+ * of another seed, so a load that does nothing fails: the restored step, data position and tensors
+ * are checked right after the load. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -19,6 +23,7 @@
 
 #define STEPS 20
 static const pdde_store_server *g_server; /* (test_run_ranks waits for its clients to leave before forking) */
+static pdde_context *ctx_of_main;         /* the test's own process (no communicator): lowers every rank's program */
 #define MAX_PARAMS 64
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
@@ -29,8 +34,35 @@ static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, 
  * layers, so that one stage computes on the CPU and the other on the device */
 typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute, device, chunks; } plan;
 #define SAVE_AT 5
-static char ckpt_path[3][256];
-typedef struct { float losses[STEPS]; double state_bytes, block_param_bytes, wte_bytes, arena_bytes; int ok, dump_ok; char error[256]; } result;
+#define DATA_POSITION 4242 /* what the saving plans record, for the resumed ones to find */
+/* Tolerances, relative (absolute below FLOOR): about 10x the worst measured over the plans */
+#define TOL_LOSS 1e-6  /* measured 1.2e-7 (one float rounding) */
+#define TOL_PARAM 1e-3 /* measured 1.6e-4 after 20 AdamW steps (it divides by small second moments) */
+#define FLOOR 1e-3
+static char ckpt_path[3][256], tmp_prefix[128];
+typedef struct {
+    float losses[STEPS];
+    double state_bytes, block_param_bytes, wte_bytes, arena_bytes, persistent_allocated;
+    int ok, dump_ok, device;
+    uint64_t program_hash; /* of the program it ran (pdde_session_dump) */
+    int64_t loaded_step;
+    uint64_t loaded_position;
+    char error[256];
+} result;
+
+/* The key biases of attention: softmax ignores a shift common to a row's scores, so their exact
+ * gradient is zero and what each run computes is rounding noise, which AdamW's normalisation turns
+ * into steps of up to lr. Columns of the fused qkv are head-major [H, 3, D]: k is the middle third. */
+static int key_bias(const char *name, int len, size_t i) {
+    size_t D = (size_t)(cfg.width / cfg.heads);
+    return len >= 9 && name[0] == 'h' && !memcmp(name + 2, ".attn.b", 7) && (len == 9 || name[9] == '.') && i / D % 3 == 1;
+}
+#define NOISE_ATOL (2 * 3e-3 * STEPS) /* two runs' noise steps of at most lr each */
+
+/* /tmp/pdde_test_spmd.<pid>.<plan>.<what>.ckpt: where a run leaves its tensors for the parent to compare */
+static void run_file(char *path, size_t n, const char *plan_name, const char *what) {
+    snprintf(path, n, "%s.%s.%s.ckpt", tmp_prefix, plan_name, what);
+}
 
 /* The bytes of one rank's share of the transformer blocks' parameters under tensor parallelism over
  * tp ranks: the column-parallel qkv and fc (weights and biases) and the row-parallel proj and fcproj
@@ -57,21 +89,34 @@ static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 
+/* The session params of plan p, its device layers on device dev. */
+static pdde_session_params plan_params(const plan *p, int dev, int *layer_dev) {
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    if (p && p->device) { /* the collectives and stage transfers of device tensors go through host memory */
+        for (int l = 0; l < cfg.layers + 2; l++) layer_dev[l] = p->pp > 1 ? (l >= (cfg.layers + 2) / 2 ? dev : -1) : (l >= 1 && l <= cfg.layers ? dev : -1);
+        sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
+    }
+    if (p && p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
+    return sp;
+}
+
+/* A program's dump, hashed (FNV-1a), to compare what a rank ran with what is lowered elsewhere. */
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    while (*s) h = (h ^ (uint8_t)*s++) * 1099511628211ull;
+    return h;
+}
+
 /* Trains STEPS steps; plan NULL = one process (and it records the initial parameters). */
 static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *out) {
     pdde_graph *g;
     pdde_session *s = NULL;
     gpt_model m;
     pdde_graph_init(ctx, &g);
-    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.world = world;
     int layer_dev[16];
-    if (p && p->device) { /* the collectives and stage transfers of device tensors go through host memory */
-        int dev = pdde_device_find(ctx, "opencl", 0);
-        for (int l = 0; l < cfg.layers + 2; l++) layer_dev[l] = p->pp > 1 ? (l >= (cfg.layers + 2) / 2 ? dev : -1) : (l >= 1 && l <= cfg.layers ? dev : -1);
-        sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
-    }
-    if (p && p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
+    out->device = p && p->device ? pdde_device_find(ctx, "opencl", 0) : -1;
+    pdde_session_params sp = plan_params(p, out->device, layer_dev);
+    sp.world = world;
     if (build(g, &m, p) || pdde_session_init(g, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
         pdde_graph_free(g);
@@ -80,20 +125,23 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     out->state_bytes = (double)(ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes);
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) { /* (local shapes while the session lives) */
-        pdde_tensor *t = pdde_graph_tensor(g, i);
-        if ((t->flags & PDDE_TENSOR_PARAM) && t->name[0] == 'h' && t->name[1] >= '0' && t->name[1] <= '9')
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) { /* (this rank's blocks: the session's tensors) */
+        const pdde_tensor *t = pdde_session_tensor(s, pdde_graph_tensor(g, i));
+        if (t && (t->flags & PDDE_TENSOR_PARAM) && t->name[0] == 'h' && t->name[1] >= '0' && t->name[1] <= '9')
             out->block_param_bytes += (double)pdde_tensor_nbytes(t);
     }
-    out->wte_bytes = (double)pdde_tensor_nbytes(pdde_graph_find(g, "wte"));
+    const pdde_tensor *wte = pdde_session_tensor(s, pdde_graph_find(g, "wte"));
+    out->wte_bytes = wte ? (double)pdde_tensor_nbytes(wte) : 0;
     out->arena_bytes = (double)ms.arena_bytes;
-    if (p && p->pp > 1) { /* this rank's program names its stage and the sends or receives it makes */
+    out->persistent_allocated = (double)ms.persistent_allocated_bytes;
+    if (p) { /* this rank's program names its stage and the sends or receives it makes */
         char *dump = NULL;
         size_t len = 0;
         FILE *f = open_memstream(&dump, &len);
         pdde_session_dump(s, f);
         fclose(f);
         out->dump_ok = strstr(dump, "pipeline stage") && (strstr(dump, " send ") || strstr(dump, " recv ")) && strstr(dump, " rank ");
+        out->program_hash = hash_str(dump);
         free(dump);
     }
     for (int i = 0; i < pdde_graph_n_tensors(g) && !p; i++) {
@@ -105,18 +153,27 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
         pdde_session_read(s, t, params[n_params].data, params[n_params].bytes);
         n_params++;
     }
-    for (int i = 0; i < n_params && p; i++)
+    for (int i = 0; i < n_params && p && !p->load; i++) /* (a resumed plan keeps its own seed's parameters) */
         if (pdde_session_write_global(s, pdde_graph_find(g, params[i].name), params[i].data, params[i].bytes)) {
             snprintf(out->error, sizeof out->error, "write %.60s: %.180s", params[i].name, pdde_last_error(ctx));
             goto done;
         }
     int first = 0;
-    if (p && p->load) {
-        if (pdde_checkpoint_load(s, ckpt_path[p->load], NULL)) {
+    char path[256];
+    const char *name = p ? p->name : "ref";
+    if (p && p->load) { /* what the session holds right after the load goes to a file the parent compares */
+        pdde_checkpoint_extra extra = {0};
+        run_file(path, sizeof path, name, "loaded");
+        if (pdde_checkpoint_load(s, ckpt_path[p->load], &extra) || pdde_checkpoint_save(s, path, NULL)) {
             snprintf(out->error, sizeof out->error, "load: %.200s", pdde_last_error(ctx));
             goto done;
         }
-        first = (int)pdde_session_step(s);
+        first = (int)(out->loaded_step = pdde_session_step(s));
+        out->loaded_position = extra.data_position;
+        if (first != SAVE_AT) { /* (a load that did nothing: do not run the steps before SAVE_AT) */
+            snprintf(out->error, sizeof out->error, "load: restored step %d, saved at %d", first, SAVE_AT);
+            goto done;
+        }
     }
     int32_t x[8 * 16], y[8 * 16];
     for (int step = first; step < STEPS; step++) {
@@ -137,10 +194,20 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
             goto done;
         }
         out->losses[step] = loss;
-        if (p && p->save && step + 1 == SAVE_AT && pdde_checkpoint_save(s, ckpt_path[p->save], NULL)) {
-            snprintf(out->error, sizeof out->error, "save: %.200s", pdde_last_error(ctx));
-            goto done;
+        pdde_checkpoint_extra extra = {DATA_POSITION};
+        if (step + 1 == SAVE_AT && (p ? p->save : 1)) {
+            if (p) snprintf(path, sizeof path, "%s", ckpt_path[p->save]);
+            else run_file(path, sizeof path, name, "saved");
+            if (pdde_checkpoint_save(s, path, &extra)) {
+                snprintf(out->error, sizeof out->error, "save: %.200s", pdde_last_error(ctx));
+                goto done;
+            }
         }
+    }
+    run_file(path, sizeof path, name, "final"); /* every tensor, gathered whole, after the last step */
+    if (pdde_checkpoint_save(s, path, NULL)) {
+        snprintf(out->error, sizeof out->error, "final save: %.200s", pdde_last_error(ctx));
+        goto done;
     }
     out->ok = 1;
 done:
@@ -167,10 +234,28 @@ static void run_plan(const char *store_addr, const plan *p, result *out) {
     int ranks = p->dp * p->tp * p->pp;
     result res[8];
     memset(res, 0, sizeof res);
-    test_ranks_params tp = {.addr = store_addr, .prefix = p->name, .timeout_s = 60, .n_threads = 1,
+    test_ranks_params tp = {.addr = store_addr, .prefix = p->name, .timeout_s = 60, .n_threads = 1, .seed = p->load ? 777 : 0,
                             .server = g_server, .device_runtimes = p->device, .results = res, .result_size = sizeof *res};
     test_run_ranks(ranks, &tp, train_rank, (void *)p, 240);
     for (int r = 0; r < ranks; r++) CHECK(res[r].ok, "%s rank %d: %s", p->name, r, res[r].error);
+    /* each rank ran the program lowered for it here, in a process with no communicator */
+    pdde_graph *g;
+    gpt_model m;
+    pdde_graph_init(ctx_of_main, &g);
+    int layer_dev[16];
+    pdde_session_params sp = plan_params(p, res[0].device, layer_dev);
+    pdde_status st = build(g, &m, p);
+    for (int r = 0; r < ranks && !st && res[r].ok; r++) {
+        char *dump = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&dump, &len);
+        st = pdde_lower_dump(g, &sp, ranks, r, f);
+        fclose(f);
+        CHECK(!st && hash_str(dump) == res[r].program_hash, "%s rank %d: the program it ran is not the one lowered for it: %s", p->name, r,
+              st ? pdde_last_error(ctx_of_main) : "another dump");
+        free(dump);
+    }
+    pdde_graph_free(g);
     *out = res[0];
 }
 
@@ -214,12 +299,15 @@ int main(void) {
     cp.n_threads = 1;
     pdde_context *ctx;
     pdde_context_init(&cp, &ctx);
+    ctx_of_main = ctx;
     pdde_store_server *srv;
     CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store: %s", pdde_last_error(ctx));
     g_server = srv;
     if (test_failed) return test_finish();
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_spmd.%d", (int)getpid());
+    for (int i = 1; i <= 2; i++) snprintf(ckpt_path[i], sizeof ckpt_path[i], "%s.%d.ckpt", tmp_prefix, i);
     result ref;
     memset(&ref, 0, sizeof ref);
     train(ctx, NULL, NULL, &ref);
@@ -240,7 +328,6 @@ int main(void) {
         {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0, 0, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0, 0, 0},
     };
     double arena_1f1b = 0, arena_gpipe = 0;
-    for (int i = 1; i <= 2; i++) snprintf(ckpt_path[i], sizeof ckpt_path[i], "/tmp/pdde_test_spmd.%d.%d.ckpt", (int)getpid(), i);
     /* PoCL starting in forked ranks under AddressSanitizer hangs now and then (its worker threads'
      * barrier): the device plans run in the plain build only */
 #if defined(__SANITIZE_ADDRESS__)
@@ -249,21 +336,48 @@ int main(void) {
 #else
     int has_opencl = opencl_device_exists();
 #endif
+    char ref_final[256], ref_saved[256], got[256], what[96];
+    run_file(ref_final, sizeof ref_final, "ref", "final"), run_file(ref_saved, sizeof ref_saved, "ref", "saved");
+    CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.3, "one process learns: %.4f -> %.4f", ref.losses[0], ref.losses[STEPS - 1]);
+    double worst_loss = 0, worst_param = 0;
     for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
         if (plans[i].device && !has_opencl) {
-            printf("%-14s skipped: no OpenCL device\n", plans[i].name);
+#if defined(__SANITIZE_ADDRESS__)
+            test_skip("asan", "%s: PoCL in forked ranks under AddressSanitizer", plans[i].name);
+#else
+            test_skip("opencl", "%s: no OpenCL device (PoCL in CI)", plans[i].name);
+#endif
             continue;
         }
         result res;
         memset(&res, 0, sizeof res);
         run_plan(addr, &plans[i], &res);
-        double worst = 0;
-        for (int k = plans[i].load ? SAVE_AT : 0; k < STEPS; k++) worst = fmax(worst, fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]));
-        CHECK(res.ok && worst <= 1e-4, "%s: losses differ from one process by %.3g relative", plans[i].name, worst);
+        if (!res.ok) continue;
+        int first = plans[i].load ? SAVE_AT : 0;
+        if (plans[i].load) { /* restored what was saved, not this run's own seed's parameters */
+            CHECK(res.loaded_step == SAVE_AT && res.loaded_position == DATA_POSITION, "%s: restored step %lld, data position %llu; saved %d, %d",
+                  plans[i].name, (long long)res.loaded_step, (unsigned long long)res.loaded_position, SAVE_AT, DATA_POSITION);
+            snprintf(what, sizeof what, "%s: right after the load", plans[i].name);
+            run_file(got, sizeof got, plans[i].name, "loaded");
+            test_ckpt_compare(what, got, ckpt_path[plans[i].load], 0, 0);
+        }
+        if (plans[i].save) { /* what it saved at SAVE_AT is what one process had then */
+            snprintf(what, sizeof what, "%s: saved at step %d", plans[i].name, SAVE_AT);
+            double e = test_ckpt_compare_noise(what, ckpt_path[plans[i].save], ref_saved, FLOOR, TOL_PARAM, key_bias, NOISE_ATOL);
+            worst_param = !(e <= worst_param) ? e : worst_param;
+        }
+        snprintf(what, sizeof what, "%s: losses", plans[i].name);
+        double wl = test_close_all(what, res.losses + first, ref.losses + first, (size_t)(STEPS - first), 0, TOL_LOSS);
+        snprintf(what, sizeof what, "%s: after step %d", plans[i].name, STEPS);
+        run_file(got, sizeof got, plans[i].name, "final");
+        double wp = test_ckpt_compare_noise(what, got, ref_final, FLOOR, TOL_PARAM, key_bias, NOISE_ATOL);
+        worst_loss = !(wl <= worst_loss) ? wl : worst_loss, worst_param = !(wp <= worst_param) ? wp : worst_param;
+        CHECK(res.losses[STEPS - 1] < res.losses[first] - 0.2, "%s: the loss falls: %.4f -> %.4f", plans[i].name, res.losses[first], res.losses[STEPS - 1]);
         double mem = res.state_bytes / ref.state_bytes;
-        printf("%-14s losses %.5f -> %.5f (one process %.5f -> %.5f), worst relative difference %.2g; "
-               "params+grads+optimizer per rank %.2f of one process\n", plans[i].name,
-               res.losses[0], res.losses[STEPS - 1], ref.losses[0], ref.losses[STEPS - 1], worst, mem);
+        printf("%-14s losses %.5f -> %.5f (one process %.5f -> %.5f), worst relative difference: losses %.2g, parameters and state %.2g; "
+               "params+grads+optimizer per rank %.3f of one process (allocated %.3f)\n", plans[i].name,
+               res.losses[first], res.losses[STEPS - 1], ref.losses[first], ref.losses[STEPS - 1], wl, wp, mem,
+               res.persistent_allocated / ref.persistent_allocated);
         /* what each plan implies: ZeRO-3 holds about half of everything on 2 ranks, ZeRO-1/2 keep whole
          * parameters, plain data parallelism keeps everything */
         /* tensor parallelism splits the blocks' weights, attention's included (head parallel) */
@@ -276,13 +390,24 @@ int main(void) {
             CHECK(res.wte_bytes * plans[i].tp == ref.wte_bytes, "%s: wte per rank %.0f bytes, one process %.0f", plans[i].name,
                   res.wte_bytes, ref.wte_bytes);
         if (plans[i].load) continue; /* (its first losses were not run) */
-        double expect_max = plans[i].zero == 3 ? 0.55 : plans[i].zero == 2 ? 0.55 + 0.25 : plans[i].zero == 1 ? 0.80 : 1.0;
-        if (plans[i].pp > 1) expect_max = plans[i].tp > 1 ? 0.40 : 0.60; /* rank 0: the first stage's layers */
-        CHECK(mem <= expect_max + 1e-9, "%s: state per rank %.2f of one process, expected at most %.2f", plans[i].name, mem, expect_max);
+        /* what each rank really allocated for its persistent tensors, against one process's: with
+         * parameters P, gradients P and AdamW state 2P, DP keeps 4P, ZeRO-1 P + P + 2P/2, ZeRO-2 also
+         * halves the gradients, ZeRO-3 the parameters too (inputs and alignment: within 0.005) */
+        double alloc = res.persistent_allocated / ref.persistent_allocated;
+        if (plans[i].tp == 1 && plans[i].pp == 1) {
+            double expect = plans[i].zero == 3 ? 2.0 / 4 : plans[i].zero == 2 ? 2.5 / 4 : plans[i].zero == 1 ? 3.0 / 4 : 1.0;
+            CHECK(fabs(alloc - expect) <= 0.005, "%s: allocated state per rank %.4f of one process, expected %.4f", plans[i].name, alloc, expect);
+        } else { /* tensor and pipeline parallel: what the plan implies (at most), and the allocation is that */
+            double expect_max = plans[i].pp == 1 ? 0.55 : plans[i].tp > 1 ? 0.30 : 0.55; /* rank 0: the first stage's layers */
+            CHECK(mem <= expect_max && fabs(alloc - mem) <= 0.005, "%s: state per rank %.4f of one process (allocated %.4f), expected at most %.2f",
+                  plans[i].name, mem, alloc, expect_max);
+        }
         CHECK(plans[i].pp == 1 || res.dump_ok, "%s: the local program shows the stage and its sends/receives", plans[i].name);
         if (!strcmp(plans[i].name, "pp2_1f1b")) arena_1f1b = res.arena_bytes;
         if (!strcmp(plans[i].name, "pp2_gpipe")) arena_gpipe = res.arena_bytes;
     }
+    printf("worst relative difference over the plans: losses %.2g (tolerance %.2g), parameters and optimizer state %.2g (tolerance %.2g)\n",
+           worst_loss, TOL_LOSS, worst_param, TOL_PARAM);
     /* the first stage keeps 2 micro-batches' activations under 1F1B, all 4 under GPipe */
     CHECK(arena_1f1b > 0 && arena_gpipe == 2 * arena_1f1b, "stage 0 activations: 1F1B %.0f B, GPipe %.0f B", arena_1f1b, arena_gpipe);
     printf("stage 0 activation memory: 1F1B %.0f B, GPipe %.0f B (4 micro-batches)\n", arena_1f1b, arena_gpipe);
@@ -294,33 +419,45 @@ int main(void) {
     if (fk) fclose(fk);
     CHECK(flen > 0 && memmem(file, flen, "mesh[2]@1,3 dims[-1,tp]", 23), "the TP2 x PP2 checkpoint carries the attrs it was saved under");
     free(file);
-    /* and one process resumes from the file written under TP2 x PP2 */
+    /* and one process, initialised from another seed, resumes from the file written under TP2 x PP2 */
     pdde_graph *g;
-    pdde_session *s1;
+    pdde_session *s1 = NULL;
     gpt_model m;
-    pdde_graph_init(ctx, &g);
+    pdde_context *ctx2;
+    cp.seed = 777;
+    pdde_context_init(&cp, &ctx2);
+    pdde_graph_init(ctx2, &g);
     CHECK(build(g, &m, NULL) == PDDE_OK && pdde_session_init(g, NULL, &s1) == PDDE_OK, "single session");
-    pdde_status st = pdde_checkpoint_load(s1, ckpt_path[2], NULL);
-    CHECK(st == PDDE_OK && pdde_session_step(s1) == SAVE_AT, "one process loads the TP2 x PP2 checkpoint: %s", pdde_last_error(ctx));
-    double worst = 0;
-    for (int step = SAVE_AT; step < STEPS && st == PDDE_OK; step++) {
+    pdde_checkpoint_extra extra = {0};
+    run_file(got, sizeof got, "1rank_resume", "loaded");
+    pdde_status st = pdde_checkpoint_load(s1, ckpt_path[2], &extra);
+    CHECK(st == PDDE_OK && pdde_session_step(s1) == SAVE_AT && extra.data_position == DATA_POSITION,
+          "one process loads the TP2 x PP2 checkpoint: step %lld, data position %llu: %s", (long long)pdde_session_step(s1),
+          (unsigned long long)extra.data_position, pdde_last_error(ctx2));
+    CHECK(pdde_checkpoint_save(s1, got, NULL) == PDDE_OK, "save after load");
+    test_ckpt_compare("1 rank: right after the load", got, ckpt_path[2], 0, 0);
+    float losses[STEPS];
+    for (int step = SAVE_AT; step < STEPS; step++) {
         int32_t x[8 * 16], y[8 * 16];
         batch(step, x, y);
         pdde_session_write(s1, m.ids, x, sizeof x), pdde_session_write(s1, m.targets, y, sizeof y);
-        pdde_session_run(s1, PDDE_RUN_STEP);
-        worst = fmax(worst, fabs(pdde_session_loss(s1) - ref.losses[step]) / fabs(ref.losses[step]));
+        losses[step] = pdde_session_run(s1, PDDE_RUN_STEP) == PDDE_OK ? pdde_session_loss(s1) : NAN;
     }
-    CHECK(worst <= 1e-4, "one process resumed from TP2 x PP2: losses differ by %.3g", worst);
+    double worst = test_close_all("1 rank resumed from TP2 x PP2: losses", losses + SAVE_AT, ref.losses + SAVE_AT, STEPS - SAVE_AT, 0, TOL_LOSS);
     printf("%-14s continues like the uninterrupted run: worst relative difference %.2g\n", "1 rank resume", worst);
     pdde_session_free(s1);
     pdde_graph_free(g);
-    unlink(ckpt_path[1]), unlink(ckpt_path[2]);
+    pdde_context_free(ctx2);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -f %s.*", tmp_prefix);
+    if (system(cmd)) fprintf(stderr, "could not remove %s.*\n", tmp_prefix);
     lost_result lost[2];
     memset(lost, 0, sizeof lost);
     test_ranks_params tl = {.addr = addr, .prefix = "pp2_lost", .timeout_s = 60, .peer_timeout_s = 2, .n_threads = 1,
                             .killed_ok = 1u << 1, .server = srv, .results = lost, .result_size = sizeof *lost};
     test_run_ranks(2, &tl, lose_a_stage, NULL, 60);
-    CHECK((lost[0].st == PDDE_ERR_PEER_LOST || lost[0].st == PDDE_ERR_TIMEOUT) && lost[0].steps == 3 && lost[0].seconds < 5,
+    /* the documented bound (pdde.h, README): PDDE_ERR_PEER_LOST within peer_timeout_s */
+    CHECK(lost[0].st == PDDE_ERR_PEER_LOST && lost[0].steps == 3 && lost[0].seconds <= tl.peer_timeout_s,
           "stage 1 killed: stage 0 got %s after %.2f s at step %d", pdde_status_str(lost[0].st), lost[0].seconds, lost[0].steps);
     printf("%-14s stage 1 killed at step 3: stage 0 failed with \"%s\" %.2f s into the step\n", "pp2_lost", pdde_status_str(lost[0].st),
            lost[0].seconds);

@@ -12,7 +12,7 @@ set -euo pipefail
 
 PKGS=(
   build-essential pkg-config
-  libopenblas-dev
+  libopenblas-dev libdnnl-dev
   ocl-icd-opencl-dev ocl-icd-libopencl1 pocl-opencl-icd libclblast-dev opencl-c-headers clinfo
   libucx-dev ucx-utils
   libhwloc-dev

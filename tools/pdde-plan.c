@@ -1,12 +1,18 @@
-/* pdde-plan — shows what a parallel plan of the example GPT does, without running it: the program
- * with every tensor's distributed attribute and the reshards (communication) it implies, and the
- * parameter, gradient and optimizer bytes each rank holds (per pipeline stage).
+/* pdde-plan — plans the example GPT without running it.
+ *   pdde-plan --auto [--model gpt:layers=96,width=12288,heads=96,ctx=2048,vocab=50304,batch=1536]
+ *             [--cluster cluster.json] [--ranks N] [--top K]
+ *       the planner's best plans for the model on the cluster's devices (or N ranks on this machine,
+ *       as pdde-bench measured it) with predicted step time and memory, and the rejected ones with why
  *   pdde-plan --dp 2 --tp 2 --pp 2 --zero 1 [--layers 2 --width 64 --heads 4 --ctx 32 --vocab 256 --batch 8]
- *             [--recompute] [--show-program] */
+ *             [--micro N] [--recompute] [--show-program [--rank R]]
+ *       what one plan does: the program with every tensor's distributed attribute and the reshards
+ *       (communication) it implies, and the bytes each rank holds (per pipeline stage); with --rank R,
+ *       the local program rank R runs (lowered here: no process, communicator or memory for it) */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int64_t local_numel(const pdde_tensor *t) {
     int64_t n = 1;
@@ -17,9 +23,85 @@ static int64_t local_numel(const pdde_tensor *t) {
     return n;
 }
 
+/* "gpt:layers=96,width=12288,..." onto c (build/gpt's default model otherwise). */
+static int parse_model(const char *spec, gpt_config *c) {
+    if (strncmp(spec, "gpt:", 4)) return -1;
+    for (const char *s = spec + 4; *s;) {
+        char key[16];
+        long v;
+        int n = 0;
+        if (sscanf(s, "%15[a-z]=%ld%n", key, &v, &n) != 2 || v < 1 || v > 1000000000) return -1;
+        int *f = !strcmp(key, "layers") ? &c->layers : !strcmp(key, "width") ? &c->width : !strcmp(key, "heads") ? &c->heads
+               : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : NULL;
+        if (!f) return -1;
+        *f = (int)v, s += n;
+        if (*s == ',') s++;
+        else if (*s) return -1;
+    }
+    return c->width % c->heads ? -1 : 0;
+}
+
+static int plan_auto(int argc, char **argv) {
+    gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8}; /* build/gpt's default */
+    const char *cluster = "build/cluster.json";
+    int ranks = 0, top = 8;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--auto")) continue;
+        if (v && !strcmp(a, "--model") && !parse_model(v, &c)) i++;
+        else if (v && !strcmp(a, "--cluster")) cluster = v, i++;
+        else if (v && !strcmp(a, "--ranks") && (ranks = atoi(v)) > 0) i++;
+        else if (v && !strcmp(a, "--top") && (top = atoi(v)) > 0 && top <= 48) i++;
+        else {
+            fprintf(stderr, "pdde-plan: bad argument '%s'%s\nusage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] "
+                            "[--cluster FILE] [--ranks N] [--top K]\n", a, v ? "" : " (or its value is missing)");
+            return 2;
+        }
+    }
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx)) return 1;
+    pdde_plan_devices d;
+    pdde_plan plans[64];
+    int nf = 0, nr = 0;
+    struct timespec t0, t1;
+    pdde_status st = gpt_plan_devices(ctx, cluster, &c, ranks, &d);
+    if (st) {
+        fprintf(stderr, "pdde-plan: %s\n(write a cluster file with build/pdde-bench -o %s, or pass --cluster tools/clusters/h100_128.json)\n",
+                pdde_last_error(ctx), cluster);
+        pdde_context_free(ctx);
+        return 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = gpt_plan_search(ctx, &c, &d, ranks > 0, plans, top + top / 3 + 1, &nf, &nr);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("GPT %d layers, width %d, %d heads, ctx %d, vocab %d, batch %d: %.3g parameters; %d devices (%s); planned in %.2f s\n", c.layers,
+           c.width, c.heads, c.ctx, c.vocab, c.batch, (double)gpt_n_params(&c), d.n_devices, cluster, secs);
+    double tokens = (double)c.batch * c.ctx;
+    for (int i = 0; i < nf && i < top; i++) {
+        char s[256];
+        pdde_plan_str(&plans[i], s, sizeof s);
+        printf("%s %-56s %10.4g s/step %10.4g tok/s  bubble %4.1f%%  peak %.3g GB (device %d)\n", i ? "    " : "best", s, plans[i].step_s,
+               tokens / plans[i].step_s, 100 * plans[i].bubble_s / plans[i].step_s, plans[i].peak_bytes / 1e9, plans[i].peak_device);
+    }
+    for (int i = nf; i < nf + nr; i++) {
+        char s[256];
+        pdde_plan_str(&plans[i], s, sizeof s);
+        printf("no   %-56s %10.4g s/step had it fitted: %s\n", s, plans[i].step_s, plans[i].why);
+    }
+    if (st) fprintf(stderr, "pdde-plan: %s\n", pdde_last_error(ctx));
+    pdde_plan_devices_free(&d);
+    pdde_context_free(ctx);
+    return st ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--auto")) return plan_auto(argc, argv);
     gpt_config c = {.vocab = 256, .ctx = 32, .layers = 2, .heads = 4, .width = 64, .batch = 8};
-    int dp = 1, tp = 1, pp = 1, zero = 0, show = 0, recompute = 0;
+    int dp = 1, tp = 1, pp = 1, zero = 0, show = 0, recompute = 0, rank = -1, micro = 1;
     for (int i = 1; i < argc; i++) {
         int *v = NULL;
         if (!strcmp(argv[i], "--show-program")) { show = 1; continue; }
@@ -34,8 +116,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ctx")) v = &c.ctx;
         else if (!strcmp(argv[i], "--vocab")) v = &c.vocab;
         else if (!strcmp(argv[i], "--batch")) v = &c.batch;
+        else if (!strcmp(argv[i], "--rank")) v = &rank;
+        else if (!strcmp(argv[i], "--micro")) v = &micro;
         if (!v || i + 1 >= argc) {
-            fprintf(stderr, "usage: pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N] [--show-program]\n");
+            fprintf(stderr, "usage: pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N] [--micro N] [--show-program [--rank R]]\n");
             return 2;
         }
         char *end;
@@ -62,11 +146,19 @@ int main(int argc, char **argv) {
         return 1;
     }
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    gpt_plan plan = {dp, tp, pp, 1, zero, recompute, 0, NULL};
+    gpt_plan plan = {dp, tp, pp, micro, zero, recompute, 0, NULL};
     pdde_status st = gpt_build_plan(g, &c, &plan, &op, &m);
     if (st) {
         fprintf(stderr, "pdde-plan: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
         return 1;
+    }
+    if (show && rank >= 0) { /* rank R's local program, as its session would run it */
+        int world = dp * tp * pp > 1 ? dp * tp * pp : 0;
+        st = pdde_lower_dump(g, NULL, world, world ? rank : 0, stdout);
+        if (st) fprintf(stderr, "pdde-plan: rank %d: %s: %s\n", rank, pdde_status_str(st), pdde_last_error(ctx));
+        pdde_graph_free(g);
+        pdde_context_free(ctx);
+        return st ? 1 : 0;
     }
     if (show) pdde_graph_dump_dist(g, stdout);
     printf("plan: dp %d x tp %d x pp %d, ZeRO-%d on %d ranks%s; GPT %d layers, width %d: %.2fM parameters\n", dp, tp, pp, zero,

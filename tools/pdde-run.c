@@ -5,12 +5,18 @@
  *   pdde-run -n 2 --nnodes 2 --node-rank 0 --store 10.0.0.1:29500 ./prog      (on host A)
  *   pdde-run -n 2 --nnodes 2 --node-rank 1 --store 10.0.0.1:29500 ./prog      (on host B)
  *       several hosts: run pdde-run on each (by hand, a batch system or ssh); node 0 hosts the store
- *       on the given address, the others connect to it. Node k runs ranks k*n .. k*n+n-1.
+ *       on the given address, the others connect to it. Node k runs ranks k*n .. k*n+n-1. Every node
+ *       needs the same job secret (PDDE_JOB_SECRET_FILE on a shared home, or PDDE_JOB_SECRET).
  *
- * Each rank gets PDDE_RANK, PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_LOCAL_SIZE and PDDE_STORE_ADDR;
- * its output lines are prefixed with "[rank] ". SIGINT and SIGTERM are forwarded to the ranks. When a
- * rank fails (non-zero exit or signal) the others are terminated (SIGTERM, then SIGKILL after a grace
- * period) and pdde-run exits non-zero, naming the rank and how it ended. */
+ * Each rank gets PDDE_RANK, PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_LOCAL_SIZE, PDDE_STORE_ADDR, the
+ * job secret (PDDE_JOB_SECRET, made here unless the user gave one) and its share of the cores
+ * (PDDE_NUM_THREADS = cores / ranks here, unless set); its output lines are prefixed with "[rank] ".
+ * Each rank runs in a process group of its own, and signals go to the whole group, so a rank's
+ * children stop with it. SIGINT and SIGTERM are forwarded; when a rank fails (non-zero exit or
+ * signal) the others are stopped (SIGTERM, then SIGKILL after a grace period). Once the ranks are
+ * gone pdde-run drains their output for at most a second and exits, even if something they started
+ * still holds the pipes. The summary names the root cause: the first failure the store recorded (a
+ * rank that died, or stopped answering and lost its lease), not the rank that reported it first. */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -23,6 +29,7 @@ int main(void) {
 #else
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,15 +59,32 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: pdde-run -n N [--nnodes M --node-rank K] [--store host:port] [--grace S] prog [args...]\n"
             "  -n N           ranks on this host\n"
             "  --nnodes M     hosts in the job (default 1); run pdde-run on each\n"
             "  --node-rank K  this host's index (default 0); node 0 hosts the store\n"
             "  --store A      the store address host:port (default 127.0.0.1 and a free port on one host;\n"
-            "                 required with several hosts: node 0 listens on it, the others connect)\n"
-            "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)\n");
+            "                 required with several hosts: node 0 listens on it, the others connect).\n"
+            "                 A non-loopback address opens the store to that network: then only the\n"
+            "                 job secret keeps others out\n"
+            "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)\n"
+            "  -h, --help     this text\n"
+            "environment: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (required with --nnodes > 1; made here\n"
+            "otherwise), PDDE_NUM_THREADS (threads per rank; default: the cores divided among the ranks here)\n");
+}
+
+/* Parses an integer argument in [lo, hi]; exits 2 naming the argument otherwise. */
+static int int_arg(const char *name, const char *v, int lo, int hi) {
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "pdde-run: %s '%s': want an integer in [%d, %d]\n", name, v, lo, hi);
+        exit(2);
+    }
+    return (int)x;
 }
 
 /* Writes the complete lines of buf with the rank prefix; keeps the rest for later. */
@@ -86,11 +110,38 @@ static void emit(child *c, int s, const char *buf, size_t n, int flush) {
     fflush(out);
 }
 
+static void close_stream(child *c, int s) {
+    emit(c, s, "", 0, 1);
+    close(c->fd[s]);
+    c->fd[s] = -1;
+}
+
 static void describe(const child *c, char *buf, size_t cap) {
     if (WIFSIGNALED(c->status))
         snprintf(buf, cap, "was killed by signal %d (%s)", WTERMSIG(c->status), strsignal(WTERMSIG(c->status)));
     else
         snprintf(buf, cap, "exited with status %d", WEXITSTATUS(c->status));
+}
+
+/* 1 if the process is stopped (SIGSTOP, a debugger): it cannot answer, whatever it is. */
+static int is_stopped(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the state follows the command name, which may hold anything */
+    return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
+}
+
+/* Signals a rank's whole process group (its children too); a stopped rank is continued, so that it
+ * can die of the signal. */
+static void signal_rank(const child *c, int sig) {
+    if (c->exited) return;
+    if (kill(-c->pid, sig)) kill(c->pid, sig);
+    if (sig != SIGKILL) kill(-c->pid, SIGCONT);
 }
 
 int main(int argc, char **argv) {
@@ -101,15 +152,31 @@ int main(int argc, char **argv) {
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) { i++; break; }
-        if (i + 1 >= argc) { usage(); return 2; }
-        if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) n = atoi(argv[++i]);
-        else if (!strcmp(a, "--nnodes")) nnodes = atoi(argv[++i]);
-        else if (!strcmp(a, "--node-rank")) node_rank = atoi(argv[++i]);
-        else if (!strcmp(a, "--store")) store_addr = argv[++i];
-        else if (!strcmp(a, "--grace")) grace = atof(argv[++i]);
-        else { usage(); return 2; }
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        int known = !strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--nnodes") || !strcmp(a, "--node-rank") ||
+                    !strcmp(a, "--store") || !strcmp(a, "--grace");
+        if (!known) { fprintf(stderr, "pdde-run: unknown option '%s' (see --help)\n", a); return 2; }
+        if (i + 1 >= argc) { fprintf(stderr, "pdde-run: %s needs a value (see --help)\n", a); return 2; }
+        const char *v = argv[++i];
+        if (!strcmp(a, "-n") || !strcmp(a, "--nproc")) n = int_arg(a, v, 1, MAX_RANKS);
+        else if (!strcmp(a, "--nnodes")) nnodes = int_arg(a, v, 1, 65536);
+        else if (!strcmp(a, "--node-rank")) node_rank = int_arg(a, v, 0, 65535);
+        else if (!strcmp(a, "--store")) store_addr = v;
+        else {
+            char *end;
+            grace = strtod(v, &end);
+            if (end == v || *end || !(grace >= 0 && grace <= 3600)) {
+                fprintf(stderr, "pdde-run: --grace '%s': want seconds in [0, 3600]\n", v);
+                return 2;
+            }
+        }
     }
-    if (i >= argc || n < 1 || n > MAX_RANKS || nnodes < 1 || node_rank < 0 || node_rank >= nnodes) { usage(); return 2; }
+    if (!n) { fprintf(stderr, "pdde-run: -n N (ranks on this host) is required (see --help)\n"); return 2; }
+    if (i >= argc) { fprintf(stderr, "pdde-run: no program to run (see --help)\n"); return 2; }
+    if (node_rank >= nnodes) {
+        fprintf(stderr, "pdde-run: --node-rank %d is not below --nnodes %d\n", node_rank, nnodes);
+        return 2;
+    }
     if (nnodes > 1 && !store_addr) {
         fprintf(stderr, "pdde-run: --store host:port is required with --nnodes > 1\n");
         return 2;
@@ -118,6 +185,20 @@ int main(int argc, char **argv) {
 
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
+    /* the job secret: the user's (needed with several hosts: every node must know it) or a new one */
+    if (!getenv("PDDE_JOB_SECRET") && !getenv("PDDE_JOB_SECRET_FILE")) {
+        if (nnodes > 1) {
+            fprintf(stderr, "pdde-run: with --nnodes > 1 every node needs the same job secret: set PDDE_JOB_SECRET_FILE "
+                            "(a 0600 file on a shared home) or PDDE_JOB_SECRET\n");
+            return 2;
+        }
+        char secret[80];
+        if (pdde_job_secret_generate(ctx, secret, sizeof secret)) {
+            fprintf(stderr, "pdde-run: %s\n", pdde_last_error(ctx));
+            return 1;
+        }
+        setenv("PDDE_JOB_SECRET", secret, 1);
+    }
     pdde_store_server *srv = NULL;
     char addr[300];
     if (node_rank == 0) {
@@ -147,33 +228,41 @@ int main(int argc, char **argv) {
     setenv("PDDE_STORE_ADDR", addr, 1);
     snprintf(v, sizeof v, "%d", n * nnodes); setenv("PDDE_WORLD_SIZE", v, 1);
     snprintf(v, sizeof v, "%d", n); setenv("PDDE_LOCAL_SIZE", v, 1);
+    /* each rank's share of the cores: 8 ranks must not each start a thread per core */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    snprintf(v, sizeof v, "%ld", cores > n ? cores / n : 1);
+    setenv("PDDE_NUM_THREADS", v, 0);
+    setenv("OPENBLAS_NUM_THREADS", getenv("PDDE_NUM_THREADS"), 0);
+    setenv("OMP_NUM_THREADS", getenv("PDDE_NUM_THREADS"), 0);
     setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
     fflush(NULL);
     for (int r = 0; r < n; r++) {
         child *c = &ch[r];
         c->rank = node_rank * n + r;
         int out[2], err[2];
-        if (pipe(out) || pipe(err)) { perror("pdde-run: pipe"); return 1; }
+        if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) { perror("pdde-run: pipe"); return 1; }
         c->pid = fork();
         if (c->pid < 0) { perror("pdde-run: fork"); return 1; }
         if (c->pid == 0) {
+            setpgid(0, 0);
             snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
             snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
             signal(SIGPIPE, SIG_DFL);
             dup2(out[1], 1); dup2(err[1], 2);
-            close(out[0]); close(out[1]); close(err[0]); close(err[1]);
             execvp(cmd[0], cmd);
             fprintf(stderr, "pdde-run: cannot run %s: %s\n", cmd[0], strerror(errno));
             _exit(127);
         }
+        setpgid(c->pid, c->pid); /* here too: the group exists before the first signal, whoever runs first */
         close(out[1]); close(err[1]);
         c->fd[0] = out[0]; c->fd[1] = err[0];
     }
 
-    int running = n, failed = -1, forwarded = 0;
-    double stop_at = 0; /* when to SIGKILL after a SIGTERM */
+    int running = n, failed = -1, forwarded = 0, stopped_rank = -1;
+    double stop_at = 0;     /* when to SIGKILL after a SIGTERM */
+    double drain_until = 0; /* once every rank is gone: how long their leftovers may hold the pipes */
     struct pollfd pfd[2 * MAX_RANKS];
     for (;;) {
         int np = 0;
@@ -181,6 +270,14 @@ int main(int argc, char **argv) {
             for (int s = 0; s < 2; s++)
                 if (ch[r].fd[s] >= 0) pfd[np++] = (struct pollfd){ch[r].fd[s], POLLIN, 0};
         if (!running && !np) break;
+        if (!running && !drain_until) drain_until = now_s() + 1.0;
+        if (!running && now_s() > drain_until) {
+            /* the ranks are gone and what they started still holds the pipes: stop listening */
+            for (int r = 0; r < n; r++)
+                for (int s = 0; s < 2; s++)
+                    if (ch[r].fd[s] >= 0) close_stream(&ch[r], s);
+            break;
+        }
         poll(pfd, (nfds_t)np, 50);
         for (int r = 0; r < n; r++)
             for (int s = 0; s < 2; s++) {
@@ -191,11 +288,7 @@ int main(int argc, char **argv) {
                 char buf[65536];
                 ssize_t k = read(c->fd[s], buf, sizeof buf);
                 if (k > 0) emit(c, s, buf, (size_t)k, 0);
-                else if (k == 0 || (errno != EINTR && errno != EAGAIN)) {
-                    emit(c, s, "", 0, 1);
-                    close(c->fd[s]);
-                    c->fd[s] = -1;
-                }
+                else if (k == 0 || (errno != EINTR && errno != EAGAIN)) close_stream(c, s);
             }
         int status;
         pid_t pid;
@@ -208,26 +301,37 @@ int main(int argc, char **argv) {
                     failed = r;
                     char how[128];
                     describe(&ch[r], how, sizeof how);
+                    for (int k = 0; k < n && stopped_rank < 0; k++)
+                        if (!ch[k].exited && is_stopped(ch[k].pid)) stopped_rank = k;
                     fprintf(stderr, "pdde-run: rank %d (pid %d) %s; stopping the other ranks\n", ch[r].rank, (int)pid, how);
                 }
             }
         }
         if ((failed >= 0 || got_signal) && !forwarded) {
             int sig = got_signal ? got_signal : SIGTERM;
-            for (int r = 0; r < n; r++) if (!ch[r].exited) kill(ch[r].pid, sig);
+            for (int r = 0; r < n; r++) signal_rank(&ch[r], sig);
             forwarded = 1;
             stop_at = now_s() + grace;
         }
         if (forwarded && running && now_s() > stop_at) {
-            for (int r = 0; r < n; r++) if (!ch[r].exited) kill(ch[r].pid, SIGKILL);
+            for (int r = 0; r < n; r++) signal_rank(&ch[r], SIGKILL);
             stop_at = now_s() + 1e9;
         }
     }
+    for (int r = 0; r < n; r++) kill(-ch[r].pid, SIGKILL); /* what the ranks left in their groups goes too */
     int rc = 0;
     if (failed >= 0) {
-        char how[128];
+        char how[128], cause[700];
         describe(&ch[failed], how, sizeof how);
-        fprintf(stderr, "pdde-run: job failed: rank %d %s\n", ch[failed].rank, how);
+        if (pdde_store_server_first_failure(srv, cause, sizeof cause))
+            fprintf(stderr, "pdde-run: job failed: root cause: %s; first to exit: rank %d, which %s\n", cause,
+                    ch[failed].rank, how);
+        else if (stopped_rank >= 0)
+            fprintf(stderr, "pdde-run: job failed: root cause: rank %d (pid %d) was stopped (SIGSTOP or a debugger) "
+                    "and stopped answering; first to exit: rank %d, which %s\n", ch[stopped_rank].rank,
+                    (int)ch[stopped_rank].pid, ch[failed].rank, how);
+        else
+            fprintf(stderr, "pdde-run: job failed: rank %d %s\n", ch[failed].rank, how);
         rc = WIFEXITED(ch[failed].status) ? WEXITSTATUS(ch[failed].status) : 128 + WTERMSIG(ch[failed].status);
     } else if (got_signal) {
         fprintf(stderr, "pdde-run: stopped by signal %d\n", (int)got_signal);

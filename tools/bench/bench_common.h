@@ -1,8 +1,10 @@
 /* bench_common.h — what bench_comm.c (pdde) and mpi_allreduce.c (OpenMPI) share, so that both sides
- * measure exactly the same way: message sizes, iterations per sample, repeats and the median. */
+ * measure exactly the same way: message sizes, iterations per sample, repeats and the median (also
+ * used by pdde-bench and bench_costmodel for the median and the clock). */
 #ifndef PDDE_BENCH_COMMON_H
 #define PDDE_BENCH_COMMON_H
 #include <stdlib.h>
+#include <time.h>
 
 /* 8 B, then 64 B and powers of 4 from there: 1 MiB, 16 MiB, 64 MiB and 256 MiB are among them. */
 static inline size_t bench_next_size(size_t bytes) { return bytes == 8 ? 64 : bytes * 4; }
@@ -20,5 +22,11 @@ static inline int bench_cmp(const void *a, const void *b) {
 static inline double bench_median(double *t, int n) {
     qsort(t, (size_t)n, sizeof *t, bench_cmp);
     return t[n / 2];
+}
+/* seconds on the monotonic clock */
+static inline double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 #endif

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # bench-gpt: one GPT training step in pdde and in PyTorch (Debian's python3-torch), same shapes, same
 # thread count, OPENBLAS_NUM_THREADS set for both, in one run. Medians of repeated steps.
+# *_ratio: pdde's tokens/s over PyTorch's (wall clock); *_cpu_ratio: PyTorch's CPU time per step over
+# pdde's (all threads; on a machine shared with other work it is the steadier of the two).
 set -euo pipefail
 build=${1:-build}
 threads=${THREADS:-$(nproc)}
@@ -17,10 +19,11 @@ run() { # name, steps, warmup, model flags...
     t=$(/usr/bin/python3 tools/bench/gpt_torch.py "$@" --steps "$steps" --warmup "$warmup" --threads "$threads" | tail -n 1)
     printf '%-6s pdde  %s\n%-6s torch %s\n' "$name" "$p" "$name" "$t"
     eval "${name}_ratio=$(awk -v a="$(field tokens_per_s "$p")" -v b="$(field tokens_per_s "$t")" 'BEGIN{printf "%.3f", a/b}')"
+    eval "${name}_cpu_ratio=$(awk -v a="$(field cpu_ms "$t")" -v b="$(field cpu_ms "$p")" 'BEGIN{printf "%.3f", a/b}')"
     eval "${name}_pdde_mb=$(field peak_mb "$p")"
     eval "${name}_torch_mb=$(field peak_mb "$t")"
 }
-echo "threads: $threads"
+echo "threads: $threads; load: $(uptime | sed 's/.*load/load/')"
 run small 30 5 --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8
 run gpt2 5 1 --vocab 50257 --layers 12 --heads 12 --width 768 --ctx 64 --batch 4
-echo "RESULT gpt_train small_ratio=$small_ratio gpt2_ratio=$gpt2_ratio small_peak_mb=$small_pdde_mb torch_small_peak_mb=$small_torch_mb gpt2_peak_mb=$gpt2_pdde_mb torch_gpt2_peak_mb=$gpt2_torch_mb"
+echo "RESULT gpt_train small_ratio=$small_ratio gpt2_ratio=$gpt2_ratio small_cpu_ratio=$small_cpu_ratio gpt2_cpu_ratio=$gpt2_cpu_ratio small_peak_mb=$small_pdde_mb torch_small_peak_mb=$small_torch_mb gpt2_peak_mb=$gpt2_pdde_mb torch_gpt2_peak_mb=$gpt2_torch_mb"

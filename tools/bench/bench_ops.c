@@ -1,14 +1,18 @@
 /* bench_ops — pdde's op kernels against the vendor libraries called directly, in the same run.
  *
- * GEMM at training shapes (M x N x K: 512x768x768, 256x3072x768, 256x50257x768) through a pdde session
- * on the OpenCL device and on the CPU, next to CLBlast and OpenBLAS called directly on the same device
- * with the same shapes (measurements interleaved, medians); then the main elementwise / row kernels
- * through pdde on every backend, in GB/s.
+ * GEMM at training shapes (M x N x K: 1024^3 and GPT-2 small's 256x3072x768, 256x768x3072, and the
+ * logits 256x50304x768) through a pdde session on the CPU, f32 and bf16 (bf16 in, f32 out), next to
+ * oneDNN called directly with its own OpenMP threads (f32 also next to OpenBLAS with its own threads),
+ * and on the OpenCL device next to CLBlast; measurements interleaved, medians. CPU results are also
+ * stated as a percentage of this machine's FMA peak on the same threads (bench_peak.h, measured first).
+ * Then the main elementwise / row kernels through pdde on every backend, in GB/s.
  *
  *   bench_ops [--reps N] [--quick]
  *
  * Last line: RESULT backend_ops opencl_gemm_ratio=<pdde GFLOP/s / direct CLBlast>
- *            cpu_gemm_ratio=<pdde / direct OpenBLAS>   (geometric means over the shapes; nan = not run) */
+ *   cpu_gemm_ratio=<pdde f32 / oneDNN direct f32> cpu_gemm_peak_pct=<pdde f32, % of the f32 FMA peak>
+ *   cpu_bf16_gemm_ratio=<> cpu_bf16_gemm_peak_pct=<> cpu_openblas_ratio=<pdde f32 / OpenBLAS direct>
+ *   f32_peak_gflops=<> bf16_peak_gflops=<>   (geometric means over the shapes; nan = not run) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -27,6 +31,13 @@
 #endif
 void openblas_set_num_threads(int n);
 #endif
+
+#ifdef PDDE_HAVE_DNNL
+#include <dnnl.h>
+#include <omp.h>
+#endif
+
+#include "tools/bench/bench_peak.h"
 
 #ifdef PDDE_HAVE_CLBLAST
 #define CL_TARGET_OPENCL_VERSION 120
@@ -80,11 +91,16 @@ static int bench_graph_compile(pdde_context *ctx, bench_graph *b, int device) {
     /* random inputs */
     for (int i = 0; i < pdde_graph_n_tensors(b->g); i++) {
         pdde_tensor *t = pdde_graph_tensor(b->g, i);
-        if (t->op != PDDE_OP_NONE || !(t->flags & (PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM)) || t->dtype != PDDE_F32) continue;
+        if (t->op != PDDE_OP_NONE || !(t->flags & (PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM))) continue;
+        if (t->dtype != PDDE_F32 && t->dtype != PDDE_BF16) continue;
         size_t n = (size_t)pdde_tensor_numel(t);
         float *h = malloc(n * sizeof *h);
         fill_random(h, n, (uint64_t)i + 1);
-        pdde_session_write(b->s, t, h, n * sizeof *h);
+        if (t->dtype == PDDE_BF16) {
+            uint16_t *hb = (uint16_t *)h; /* narrowed in place: element i is read before it is written */
+            for (size_t k = 0; k < n; k++) hb[k] = pdde_f32_to_bf16(h[k]);
+        }
+        pdde_session_write(b->s, t, h, n * pdde_dtype_size(t->dtype));
         free(h);
     }
     return 0;
@@ -166,12 +182,82 @@ static cl_mem direct_cl_buffer(direct_cl *c, size_t n, uint64_t seed) {
 }
 #endif
 
+/* ------------------------------------------------------------------------------------------------
+ * oneDNN called directly: one matmul primitive per shape on dense row-major operands, on an OpenMP
+ * team of the same thread count (oneDNN as its users run it). */
+
+#ifdef PDDE_HAVE_DNNL
+typedef struct {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    dnnl_primitive_t prim;
+    dnnl_memory_t mem[3];
+    void *buf[3];
+} direct_dnnl;
+
+static void direct_dnnl_free(direct_dnnl *d) {
+    for (int i = 0; i < 3; i++) {
+        if (d->mem[i]) dnnl_memory_destroy(d->mem[i]);
+        free(d->buf[i]);
+    }
+    if (d->prim) dnnl_primitive_destroy(d->prim);
+    if (d->stream) dnnl_stream_destroy(d->stream);
+    if (d->engine) dnnl_engine_destroy(d->engine);
+    memset(d, 0, sizeof *d);
+}
+
+static int direct_dnnl_init(direct_dnnl *d, int64_t M, int64_t N, int64_t K, int bf16) {
+    memset(d, 0, sizeof *d);
+    dnnl_dims_t dims[3] = {{M, K}, {K, N}, {M, N}}, strides[3] = {{K, 1}, {N, 1}, {N, 1}};
+    dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t md[3];
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_desc_t pd = NULL;
+    int ok = dnnl_engine_create(&d->engine, dnnl_cpu, 0) == dnnl_success &&
+             dnnl_stream_create(&d->stream, d->engine, dnnl_stream_default_flags) == dnnl_success;
+    for (int i = 0; ok && i < 3; i++) {
+        size_t n = (size_t)(dims[i][0] * dims[i][1]);
+        ok = dnnl_memory_desc_init_by_strides(&md[i], 2, dims[i], i < 2 ? dt : dnnl_f32, strides[i]) == dnnl_success &&
+             (d->buf[i] = malloc(n * sizeof(float))) != NULL;
+        if (ok) fill_random(d->buf[i], n, (uint64_t)i + 1);
+        if (ok && i < 2 && bf16)
+            for (size_t k = 0; k < n; k++) ((uint16_t *)d->buf[i])[k] = pdde_f32_to_bf16(((float *)d->buf[i])[k]);
+        ok = ok && dnnl_memory_create(&d->mem[i], &md[i], d->engine, d->buf[i]) == dnnl_success;
+    }
+    ok = ok && dnnl_matmul_desc_init(&desc, &md[0], &md[1], NULL, &md[2]) == dnnl_success &&
+         dnnl_primitive_desc_create(&pd, &desc, NULL, d->engine, NULL) == dnnl_success &&
+         dnnl_primitive_create(&d->prim, pd) == dnnl_success;
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (!ok) direct_dnnl_free(d);
+    return ok ? 0 : -1;
+}
+
+static double direct_dnnl_time(direct_dnnl *d, int threads) {
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, d->mem[0]}, {DNNL_ARG_WEIGHTS, d->mem[1]}, {DNNL_ARG_DST, d->mem[2]}};
+    omp_set_num_threads(threads);
+    double t0 = now_s();
+    int ok = dnnl_primitive_execute(d->prim, d->stream, 3, args) == dnnl_success && dnnl_stream_wait(d->stream) == dnnl_success;
+    double t = now_s() - t0;
+    /* libgomp's idle team threads spin for a while after a call: let them sleep before pdde runs */
+    nanosleep(&(struct timespec){0, 20 * 1000 * 1000}, NULL);
+    return ok ? t : NAN;
+}
+#endif
+
 /* ------------------------------------------------------------------------------------------------ */
 
 typedef struct { int64_t M, N, K; } gemm_shape;
 
-static const gemm_shape shapes[] = {{512, 768, 768}, {256, 3072, 768}, {256, 50257, 768}};
+static const gemm_shape shapes[] = {{1024, 1024, 1024}, {256, 3072, 768}, {256, 768, 3072}, {256, 50304, 768}};
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+
+/* geometric means over the shapes of each GEMM row's figures */
+typedef struct { double log_sum; int n; } geo_mean;
+static void geo_add(geo_mean *g, double v) { if (isfinite(v) && v > 0) g->log_sum += log(v), g->n++; }
+static double geo_get(const geo_mean *g) { return g->n ? exp(g->log_sum / g->n) : NAN; }
+
+enum { ROW_OPENCL, ROW_CPU_F32, ROW_CPU_BF16, N_ROWS };
+static const char *const row_names[N_ROWS] = {"opencl f32", "cpu f32", "cpu bf16"};
 
 int main(int argc, char **argv) {
     int reps = 7, quick = 0;
@@ -188,57 +274,64 @@ int main(int argc, char **argv) {
     if (pdde_context_init(NULL, &ctx) != PDDE_OK) return 1;
     int n_threads = pdde_context_n_threads(ctx);
     int cl_dev = pdde_device_find(ctx, "opencl", 0);
-    pdde_device_props clp = {0};
+    pdde_device_props clp = {0}, cpup = {0};
     if (cl_dev >= 0) pdde_device_get_props(ctx, cl_dev, &clp);
-    printf("bench_ops: %d CPU threads; opencl device: %s\n", n_threads, cl_dev >= 0 ? clp.name : "none");
+    pdde_device_get_props(ctx, 0, &cpup);
+    printf("bench_ops: %s; opencl device: %s\n", cpup.name, cl_dev >= 0 ? clp.name : "none");
+    double peak[2] = {peak_gflops(0, n_threads, 0.2, 5), peak_gflops(1, n_threads, 0.2, 5)};
+    printf("FMA peak on %d threads (best of 5): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n", n_threads, peak[0], peak[1]);
 #ifdef PDDE_HAVE_CLBLAST
     direct_cl dcl;
     int have_dcl = cl_dev >= 0 && direct_cl_open(&dcl, clp.name) == 0;
 #endif
-    double log_ratio[2] = {0, 0};
-    int n_ratio[2] = {0, 0};
-    double *tp = malloc((size_t)reps * sizeof *tp), *td = malloc((size_t)reps * sizeof *td);
+    geo_mean g_ratio[N_ROWS] = {{0}}, g_pdde[N_ROWS] = {{0}}, g_blas_ratio = {0};
+    double *tp = malloc((size_t)reps * sizeof *tp), *td = malloc((size_t)reps * sizeof *td), *tb = malloc((size_t)reps * sizeof *tb);
 
-    printf("\nGEMM (M x N x K), median of %d, GFLOP/s:\n", reps);
-    printf("  %-20s %-8s %10s %10s %8s\n", "shape", "device", "pdde", "direct", "ratio");
+    printf("\nGEMM (M x N x K), median of %d, GFLOP/s (%% of the FMA peak); direct = oneDNN (CPU) or CLBlast (OpenCL):\n", reps);
+    printf("  %-18s %-10s %16s %16s %7s %9s\n", "shape", "device", "pdde", "direct", "ratio", "OpenBLAS");
     for (int si = 0; si < N_SHAPES; si++) {
         gemm_shape sh = shapes[si];
-        if (quick && si == N_SHAPES - 1) sh.N = 5021; /* a tenth of the vocabulary */
+        if (quick && sh.N > 10000) sh.N /= 10; /* a tenth of the vocabulary */
         double flops = 2.0 * (double)sh.M * (double)sh.N * (double)sh.K;
         char label[64];
         snprintf(label, sizeof label, "%lldx%lldx%lld", (long long)sh.M, (long long)sh.N, (long long)sh.K);
-        for (int which = 0; which < 2; which++) { /* 0 opencl, 1 cpu */
-            int device = which == 0 ? cl_dev : 0;
+        for (int row = 0; row < N_ROWS; row++) {
+            int device = row == ROW_OPENCL ? cl_dev : 0, bf16 = row == ROW_CPU_BF16;
             if (device < 0) continue;
             bench_graph b = {0};
             pdde_graph_init(ctx, &b.g);
             int64_t sa[2] = {sh.M, sh.K}, sb[2] = {sh.K, sh.N};
-            pdde_mark_output(pdde_matmul(b.g, pdde_param(b.g, "a", 2, sa, 0), pdde_param(b.g, "b", 2, sb, 0), 0, 0));
+            pdde_dtype dt = bf16 ? PDDE_BF16 : PDDE_F32;
+            pdde_mark_output(pdde_matmul(b.g, pdde_input(b.g, "a", dt, 2, sa), pdde_input(b.g, "b", dt, 2, sb), 0, 0));
             if (bench_graph_compile(ctx, &b, device)) { bench_graph_free(&b); continue; }
-            int have_direct = 0;
+            int have_direct = 0, have_blas = 0;
 #ifdef PDDE_HAVE_CLBLAST
             cl_mem A = NULL, B = NULL, C = NULL;
-            if (which == 0 && have_dcl) {
+            if (row == ROW_OPENCL && have_dcl) {
                 A = direct_cl_buffer(&dcl, (size_t)(sh.M * sh.K), 1);
                 B = direct_cl_buffer(&dcl, (size_t)(sh.K * sh.N), 2);
                 C = direct_cl_buffer(&dcl, (size_t)(sh.M * sh.N), 3);
                 have_direct = A && B && C;
             }
 #endif
+#ifdef PDDE_HAVE_DNNL
+            direct_dnnl dd = {0};
+            if (row != ROW_OPENCL) have_direct = direct_dnnl_init(&dd, sh.M, sh.N, sh.K, bf16) == 0;
+#endif
 #ifdef PDDE_HAVE_OPENBLAS
             float *hA = NULL, *hB = NULL, *hC = NULL;
-            if (which == 1) {
+            if (row == ROW_CPU_F32) {
                 hA = malloc((size_t)(sh.M * sh.K) * sizeof *hA), hB = malloc((size_t)(sh.K * sh.N) * sizeof *hB);
                 hC = malloc((size_t)(sh.M * sh.N) * sizeof *hC);
-                fill_random(hA, (size_t)(sh.M * sh.K), 1), fill_random(hB, (size_t)(sh.K * sh.N), 2);
-                have_direct = hA && hB && hC;
+                have_blas = hA && hB && hC;
+                if (have_blas) fill_random(hA, (size_t)(sh.M * sh.K), 1), fill_random(hB, (size_t)(sh.K * sh.N), 2);
             }
 #endif
-            /* warm-up (kernel builds, CLBlast's program cache, page faults), then interleaved runs */
+            /* warm-up (kernel builds, primitive creation, page faults), then interleaved runs */
             for (int r = -1; r < reps; r++) {
-                double t_p = time_run(&b), t_d = NAN;
+                double t_p = time_run(&b), t_d = NAN, t_b = NAN;
 #ifdef PDDE_HAVE_CLBLAST
-                if (which == 0 && have_direct) {
+                if (row == ROW_OPENCL && have_direct) {
                     double t0 = now_s();
                     CLBlastStatusCode st = CLBlastSgemm(CLBlastLayoutRowMajor, CLBlastTransposeNo, CLBlastTransposeNo,
                                                         (size_t)sh.M, (size_t)sh.N, (size_t)sh.K, 1.0f, A, 0, (size_t)sh.K, B,
@@ -247,27 +340,39 @@ int main(int argc, char **argv) {
                     t_d = st == CLBlastSuccess ? now_s() - t0 : NAN;
                 }
 #endif
+#ifdef PDDE_HAVE_DNNL
+                if (row != ROW_OPENCL && have_direct) t_d = direct_dnnl_time(&dd, n_threads);
+#endif
 #ifdef PDDE_HAVE_OPENBLAS
-                if (which == 1 && have_direct) {
+                if (have_blas) {
                     openblas_set_num_threads(n_threads); /* OpenBLAS at its best: its own threads */
                     double t0 = now_s();
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)sh.M, (int)sh.N, (int)sh.K, 1.0f, hA,
                                 (int)sh.K, hB, (int)sh.N, 0.0f, hC, (int)sh.N);
-                    t_d = now_s() - t0;
+                    t_b = now_s() - t0;
                     openblas_set_num_threads(1); /* as pdde's CPU backend keeps it */
                 }
 #endif
-                if (r >= 0) tp[r] = t_p, td[r] = t_d;
+                if (r >= 0) tp[r] = t_p, td[r] = t_d, tb[r] = t_b;
             }
-            double mp = median(tp, reps), md = have_direct ? median(td, reps) : NAN;
-            double gp = flops / mp * 1e-9, gd = flops / md * 1e-9, ratio = gp / gd;
-            printf("  %-20s %-8s %10.2f %10.2f %8.3f\n", label, which == 0 ? "opencl" : "cpu", gp, gd, ratio);
+            double gp = flops / median(tp, reps) * 1e-9, gd = have_direct ? flops / median(td, reps) * 1e-9 : NAN;
+            double gb = have_blas ? flops / median(tb, reps) * 1e-9 : NAN, ratio = gp / gd;
+            char sp[32] = "", sd[32] = "";
+            if (row != ROW_OPENCL) {
+                snprintf(sp, sizeof sp, " (%3.0f%%)", 100 * gp / peak[bf16]);
+                snprintf(sd, sizeof sd, " (%3.0f%%)", 100 * gd / peak[bf16]);
+            }
+            printf("  %-18s %-10s %9.1f%-7s %9.1f%-7s %7.3f %9.1f\n", label, row_names[row], gp, sp, gd, sd, ratio, gb);
             fflush(stdout);
-            if (isfinite(ratio) && ratio > 0) log_ratio[which] += log(ratio), n_ratio[which]++;
+            geo_add(&g_ratio[row], ratio), geo_add(&g_pdde[row], gp);
+            if (have_blas) geo_add(&g_blas_ratio, gp / gb);
 #ifdef PDDE_HAVE_CLBLAST
             if (A) dcl.ReleaseMemObject(A);
             if (B) dcl.ReleaseMemObject(B);
             if (C) dcl.ReleaseMemObject(C);
+#endif
+#ifdef PDDE_HAVE_DNNL
+            if (row != ROW_OPENCL) direct_dnnl_free(&dd);
 #endif
 #ifdef PDDE_HAVE_OPENBLAS
             free(hA), free(hB), free(hC);
@@ -325,9 +430,11 @@ int main(int argc, char **argv) {
 #ifdef PDDE_HAVE_CLBLAST
     if (have_dcl) direct_cl_close(&dcl);
 #endif
-    free(tp), free(td);
+    free(tp), free(td), free(tb);
     pdde_context_free(ctx);
-    printf("RESULT backend_ops opencl_gemm_ratio=%.3f cpu_gemm_ratio=%.3f\n",
-           n_ratio[0] ? exp(log_ratio[0] / n_ratio[0]) : NAN, n_ratio[1] ? exp(log_ratio[1] / n_ratio[1]) : NAN);
+    printf("RESULT backend_ops opencl_gemm_ratio=%.3f cpu_gemm_ratio=%.3f cpu_gemm_peak_pct=%.1f cpu_bf16_gemm_ratio=%.3f "
+           "cpu_bf16_gemm_peak_pct=%.1f cpu_openblas_ratio=%.3f f32_peak_gflops=%.1f bf16_peak_gflops=%.1f\n",
+           geo_get(&g_ratio[ROW_OPENCL]), geo_get(&g_ratio[ROW_CPU_F32]), 100 * geo_get(&g_pdde[ROW_CPU_F32]) / peak[0],
+           geo_get(&g_ratio[ROW_CPU_BF16]), 100 * geo_get(&g_pdde[ROW_CPU_BF16]) / peak[1], geo_get(&g_blas_ratio), peak[0], peak[1]);
     return 0;
 }

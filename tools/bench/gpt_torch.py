@@ -10,7 +10,7 @@ forward + cross-entropy + backward + AdamW step + zero_grad(set_to_none=True).
         --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8 --steps 10 --warmup 2 --threads 2
 
 Prints exactly one final line:
-    TORCH tokens_per_s=<B*T/median step s> step_ms=<median step ms> peak_mb=<MB>
+    TORCH tokens_per_s=<B*T/median step s> step_ms=<median step ms> cpu_ms=<median CPU time per step> peak_mb=<MB>
 Unless the caller sets it, OMP_WAIT_POLICY defaults to PASSIVE (see main()).
 peak_mb is ru_maxrss after the timed steps minus ru_maxrss right after `import torch` (MB = KiB/1024).
 """
@@ -131,18 +131,20 @@ def main():
         loss = step()
         print("warmup %d: %.1f ms loss %.4f" % (i, (time.perf_counter() - t0) * 1e3, loss.item()),
               file=sys.stderr)
-    times = []
+    times, cpu = [], []
     for i in range(a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = step()
         dt = time.perf_counter() - t0
         times.append(dt)
+        cpu.append(time.process_time() - c0)
         print("step %d: %.1f ms loss %.4f" % (i, dt * 1e3, loss.item()), file=sys.stderr)
 
     rss_peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     med = statistics.median(times)
     peak_mb = (rss_peak_kib - rss_base_kib) / 1024.0
-    print("TORCH tokens_per_s=%.1f step_ms=%.2f peak_mb=%.1f" % (B * T / med, med * 1e3, peak_mb))
+    print("TORCH tokens_per_s=%.1f step_ms=%.2f cpu_ms=%.2f peak_mb=%.1f"
+          % (B * T / med, med * 1e3, statistics.median(cpu) * 1e3, peak_mb))
     sys.stdout.flush()
     return 0
 

@@ -1,9 +1,25 @@
-/* level_zero_kernels.cl — the kernels of the Level Zero backend (backends/level_zero.c), OpenCL C 2.0.
+/* gpu_kernels.cl — the kernels of the OpenCL and Level Zero backends, OpenCL C (1.2, and 2.0 for SPIR-V).
  *
- * Compiled to SPIR-V at build time (clang -target spir64, then llvm-spirv; see the Makefile rule) and
- * embedded in backends/level_zero_kernels_spv.h, which is committed. The kernels, their names and
- * their argument lists are the same as backends/cuda_kernels.cu's, so backends/gpu_dispatch.h drives
- * both. Work-groups are powers of 2 of at most 1024 items (the reductions rely on it). */
+ * One source, two ways in:
+ *  - Level Zero: compiled to SPIR-V at build time (clang -target spir64, then llvm-spirv; see the
+ *    Makefile) into backends/gpu_kernels_spv.h; pointer arguments are device (USM) pointers.
+ *  - OpenCL: built from source at run time by the device's driver (the text is embedded as
+ *    backends/gpu_kernels_cl.h) with -DPGD_BUFFER_OFFSETS; OpenCL 1.2 has no device pointers on the
+ *    host side, so every pointer argument is a buffer and a byte offset (PTR / BIND below).
+ * The kernels, their names and their argument lists are those of backends/cuda_kernels.cu, so one
+ * dispatcher (backends/gpu_dispatch.h) drives the three backends. Work-groups are powers of 2 of at
+ * most 1024 items (the reductions rely on it). */
+
+/* no a*b+c contraction into an FMA: the CPU reference (ISO C11) does not contract either */
+#pragma OPENCL FP_CONTRACT OFF
+
+#ifdef PGD_BUFFER_OFFSETS
+#define PTR(T, p) __global T *p##_buf, ulong p##_off
+#define BIND(T, p) __global T *p = p##_buf ? (__global T *)((__global const char *)p##_buf + p##_off) : 0
+#else
+#define PTR(T, p) __global T *p
+#define BIND(T, p)
+#endif
 
 #define MAX_DIMS 6
 #define MAX_GROUP 1024
@@ -24,7 +40,14 @@ typedef struct {
 enum { U_SCALE = 0, U_GELU, U_RELU, U_SILU };
 enum { B_ADD = 0, B_SUB, B_MUL };
 
+/* Elementwise loops. Built with PGD_ITEM_PER_ELEMENT (OpenCL on a CPU, where the driver vectorises
+ * across work-items, which a loop inside an item defeats) the grid covers every element and an item
+ * takes one; otherwise grids are sized to the device and each item strides over the elements. */
+#ifdef PGD_ITEM_PER_ELEMENT
+#define GRID_STRIDE(i, n) long i = get_global_id(0); if (i < (n))
+#else
 #define GRID_STRIDE(i, n) for (long i = get_global_id(0); i < (n); i += get_global_size(0))
+#endif
 
 static float gelu_f(float x) {
     const float k = 0.7978845608028654f;
@@ -39,21 +62,17 @@ static float gelu_back_f(float x, float dy) {
 }
 static float sigmoid_f(float x) { return 1.0f / (1.0f + exp(-x)); }
 
+/* if chains, not switches: a CPU driver vectorises across work-items only through if-conversion */
 static float unary_f(int op, float x, float a) {
-    switch (op) {
-    case U_SCALE: return a * x;
-    case U_GELU: return gelu_f(x);
-    case U_RELU: return x > 0.0f ? x : 0.0f;
-    case U_SILU: return x * sigmoid_f(x);
-    default: return x;
-    }
+    if (op == U_SCALE) return a * x;
+    if (op == U_GELU) return gelu_f(x);
+    if (op == U_RELU) return x > 0.0f ? x : 0.0f;
+    return x * sigmoid_f(x);
 }
 static float binary_f(int op, float a, float b) {
-    switch (op) {
-    case B_ADD: return a + b;
-    case B_SUB: return a - b;
-    default: return a * b;
-    }
+    if (op == B_ADD) return a + b;
+    if (op == B_SUB) return a - b;
+    return a * b;
 }
 
 /* Sum / max over the work-group (a power of 2 in size); every item gets the result. */
@@ -84,11 +103,13 @@ static float group_max(float v, __local float *sh) {
 
 /* ---- elementwise ------------------------------------------------------------------------------ */
 
-__kernel void k_unary(__global const float *x, __global float *y, long n, int op, float a) {
+__kernel void k_unary(PTR(const float, x), PTR(float, y), long n, int op, float a) {
+    BIND(const float, x); BIND(float, y);
     GRID_STRIDE(i, n) y[i] = unary_f(op, x[i], a);
 }
 
-__kernel void k_unary_back(__global const float *x, __global const float *dy, __global float *dx, long n, int op) {
+__kernel void k_unary_back(PTR(const float, x), PTR(const float, dy), PTR(float, dx), long n, int op) {
+    BIND(const float, x); BIND(const float, dy); BIND(float, dx);
     GRID_STRIDE(i, n) {
         float v = x[i], g = dy[i], r;
         if (op == U_GELU) r = gelu_back_f(v, g);
@@ -98,13 +119,14 @@ __kernel void k_unary_back(__global const float *x, __global const float *dy, __
     }
 }
 
-__kernel void k_binary(__global const float *a, __global const float *b, __global float *y, long n, long nb, int op) {
+__kernel void k_binary(PTR(const float, a), PTR(const float, b), PTR(float, y), long n, long nb, int op) {
+    BIND(const float, a); BIND(const float, b); BIND(float, y);
     if (nb == n) { GRID_STRIDE(i, n) y[i] = binary_f(op, a[i], b[i]); }
     else { GRID_STRIDE(i, n) y[i] = binary_f(op, a[i], b[i % nb]); }
 }
 
-__kernel void k_binary_bcast(__global const float *a, __global const float *b, __global float *y, long n, pgd_shape s,
-                             int op) {
+__kernel void k_binary_bcast(PTR(const float, a), PTR(const float, b), PTR(float, y), long n, pgd_shape s, int op) {
+    BIND(const float, a); BIND(const float, b); BIND(float, y);
     GRID_STRIDE(i, n) {
         long r = i, ia = 0, ib = 0;
         for (int d = (int)s.ndim - 1; d >= 0; d--) {
@@ -117,7 +139,8 @@ __kernel void k_binary_bcast(__global const float *a, __global const float *b, _
     }
 }
 
-__kernel void k_gather(__global const float *x, __global float *y, long n, pgd_shape s, float scale) {
+__kernel void k_gather(PTR(const float, x), PTR(float, y), long n, pgd_shape s, float scale) {
+    BIND(const float, x); BIND(float, y);
     GRID_STRIDE(i, n) {
         long r = i, ix = 0;
         for (int d = (int)s.ndim - 1; d >= 0; d--) {
@@ -129,8 +152,9 @@ __kernel void k_gather(__global const float *x, __global float *y, long n, pgd_s
     }
 }
 
-__kernel void k_copy2d(__global const float *src, __global float *dst, long outer, long rowlen, long sp, long soff,
-                       long dp, long doff) {
+__kernel void k_copy2d(PTR(const float, src), PTR(float, dst), long outer, long rowlen, long sp, long soff, long dp,
+                       long doff) {
+    BIND(const float, src); BIND(float, dst);
     long n = outer * rowlen;
     GRID_STRIDE(i, n) {
         long o = i / rowlen, j = i - o * rowlen;
@@ -159,8 +183,9 @@ static long reduce_off(const pgd_reduce_desc *s, long r) {
     return off;
 }
 
-__kernel void k_reduce_thread(__global const float *x, __global float *y, long nout, long nred, pgd_reduce_desc s,
+__kernel void k_reduce_thread(PTR(const float, x), PTR(float, y), long nout, long nred, pgd_reduce_desc s,
                               float scale) {
+    BIND(const float, x); BIND(float, y);
     GRID_STRIDE(o, nout) {
         long base = reduce_base(&s, o);
         float acc = 0.0f;
@@ -169,8 +194,8 @@ __kernel void k_reduce_thread(__global const float *x, __global float *y, long n
     }
 }
 
-__kernel void k_reduce_block(__global const float *x, __global float *y, long nout, long nred, pgd_reduce_desc s,
-                             float scale) {
+__kernel void k_reduce_block(PTR(const float, x), PTR(float, y), long nout, long nred, pgd_reduce_desc s, float scale) {
+    BIND(const float, x); BIND(float, y);
     __local float sh[MAX_GROUP];
     for (long o = get_group_id(0); o < nout; o += get_num_groups(0)) {
         long base = reduce_base(&s, o);
@@ -183,7 +208,8 @@ __kernel void k_reduce_block(__global const float *x, __global float *y, long no
 
 /* x as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows a chunk).
  * Groups of 32 columns x 8 row lanes. */
-__kernel void k_colsum(__global const float *x, __global float *y, long R, long Cn, float scale, long rpc) {
+__kernel void k_colsum(PTR(const float, x), PTR(float, y), long R, long Cn, float scale, long rpc) {
+    BIND(const float, x); BIND(float, y);
     __local float sh[8][33];
     int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);
     long j = (long)get_group_id(0) * 32 + tx;
@@ -200,7 +226,8 @@ __kernel void k_colsum(__global const float *x, __global float *y, long R, long 
     }
 }
 
-__kernel void k_sum_partial(__global const float *x, long n, int square, __global float *part) {
+__kernel void k_sum_partial(PTR(const float, x), long n, int square, PTR(float, part)) {
+    BIND(const float, x); BIND(float, part);
     __local float sh[MAX_GROUP];
     float acc = 0.0f;
     GRID_STRIDE(i, n) { float v = x[i]; acc += square ? v * v : v; }
@@ -208,8 +235,8 @@ __kernel void k_sum_partial(__global const float *x, long n, int square, __globa
     if (get_local_id(0) == 0) part[get_group_id(0)] = acc;
 }
 
-__kernel void k_sum_final(__global const float *part, long np, __global const float *prev, float scale,
-                          __global float *y) {
+__kernel void k_sum_final(PTR(const float, part), long np, PTR(const float, prev), float scale, PTR(float, y)) {
+    BIND(const float, part); BIND(const float, prev); BIND(float, y);
     __local float sh[MAX_GROUP];
     float acc = 0.0f;
     for (long i = get_local_id(0); i < np; i += get_local_size(0)) acc += part[i];
@@ -222,8 +249,9 @@ __kernel void k_sum_final(__global const float *part, long np, __global const fl
 #define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))
 #define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))
 
-__kernel void k_layernorm(__global const float *x, __global const float *g, __global const float *b, __global float *y,
-                          long rows, long C, float eps) {
+__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(float, y), long rows,
+                          long C, float eps) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(float, y);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -237,9 +265,9 @@ __kernel void k_layernorm(__global const float *x, __global const float *g, __gl
     }
 }
 
-__kernel void k_layernorm_back(__global const float *x, __global const float *g, __global const float *dy,
-                               __global float *dx, long rows, long C, float eps) {
-#pragma OPENCL FP_CONTRACT OFF
+__kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),
+                               long rows, long C, float eps) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -267,8 +295,8 @@ __kernel void k_layernorm_back(__global const float *x, __global const float *g,
     }
 }
 
-__kernel void k_rmsnorm(__global const float *x, __global const float *g, __global float *y, long rows, long C,
-                        float eps) {
+__kernel void k_rmsnorm(PTR(const float, x), PTR(const float, g), PTR(float, y), long rows, long C, float eps) {
+    BIND(const float, x); BIND(const float, g); BIND(float, y);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -279,24 +307,26 @@ __kernel void k_rmsnorm(__global const float *x, __global const float *g, __glob
     }
 }
 
-__kernel void k_rmsnorm_back(__global const float *x, __global const float *g, __global const float *dy,
-                             __global float *dx, long rows, long C, float eps) {
+__kernel void k_rmsnorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx), long rows,
+                             long C, float eps) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
         __global const float *dr = dy + r * C;
         float s = 0.0f, t = 0.0f;
-        COLS_LOOP(j, C) {
-            s += xr[j] * xr[j];
-            t += dr[j] * g[j] * xr[j];
-        }
+        COLS_LOOP(j, C) s += xr[j] * xr[j];
         float rr = rsqrt(group_sum(s, sh) / (float)C + eps);
+        /* dx = rr * (dy*g - xhat * mean(dy*g * xhat)), the CPU reference's form: with C = 1 it is all
+         * cancellation (xhat^2 ~ 1), which other arrangements round differently */
+        COLS_LOOP(j, C) t += dr[j] * g[j] * (xr[j] * rr);
         t = group_sum(t, sh) / (float)C;
-        COLS_LOOP(j, C) dx[r * C + j] = rr * g[j] * dr[j] - xr[j] * rr * rr * rr * t;
+        COLS_LOOP(j, C) dx[r * C + j] = rr * (dr[j] * g[j] - xr[j] * rr * t);
     }
 }
 
-__kernel void k_row_stats(__global const float *x, __global float *st, long rows, long C, float eps, int rms) {
+__kernel void k_row_stats(PTR(const float, x), PTR(float, st), long rows, long C, float eps, int rms) {
+    BIND(const float, x); BIND(float, st);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -314,8 +344,9 @@ __kernel void k_row_stats(__global const float *x, __global float *st, long rows
 }
 
 /* dgamma over the rows of chunk = group id 1 (rpc rows a chunk), into dg[chunk * C + j] */
-__kernel void k_gamma_back(__global const float *x, __global const float *dy, __global const float *st,
-                           __global float *dg, long rows, long C, long rpc) {
+__kernel void k_gamma_back(PTR(const float, x), PTR(const float, dy), PTR(const float, st), PTR(float, dg), long rows,
+                           long C, long rpc) {
+    BIND(const float, x); BIND(const float, dy); BIND(const float, st); BIND(float, dg);
     __local float sh[8][33];
     int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);
     long j = (long)get_group_id(0) * 32 + tx;
@@ -332,7 +363,8 @@ __kernel void k_gamma_back(__global const float *x, __global const float *dy, __
     }
 }
 
-__kernel void k_softmax(__global const float *x, __global float *y, long rows, long C, long T, int causal) {
+__kernel void k_softmax(PTR(const float, x), PTR(float, y), long rows, long C, long T, int causal) {
+    BIND(const float, x); BIND(float, y);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -348,7 +380,8 @@ __kernel void k_softmax(__global const float *x, __global float *y, long rows, l
     }
 }
 
-__kernel void k_softmax_back(__global const float *y, __global const float *dy, __global float *dx, long rows, long C) {
+__kernel void k_softmax_back(PTR(const float, y), PTR(const float, dy), PTR(float, dx), long rows, long C) {
+    BIND(const float, y); BIND(const float, dy); BIND(float, dx);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *yr = y + r * C;
@@ -360,7 +393,8 @@ __kernel void k_softmax_back(__global const float *y, __global const float *dy, 
     }
 }
 
-__kernel void k_ce_rows(__global const float *logits, __global const int *tgt, __global float *part, long rows, long V) {
+__kernel void k_ce_rows(PTR(const float, logits), PTR(const int, tgt), PTR(float, part), long rows, long V) {
+    BIND(const float, logits); BIND(const int, tgt); BIND(float, part);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *lr = logits + r * V;
@@ -379,7 +413,8 @@ __kernel void k_ce_rows(__global const float *logits, __global const int *tgt, _
     }
 }
 
-__kernel void k_ce_final(__global const float *part, long rows, __global float *y) {
+__kernel void k_ce_final(PTR(const float, part), long rows, PTR(float, y)) {
+    BIND(const float, part); BIND(float, y);
     __local float sh[MAX_GROUP];
     float s = 0.0f, c = 0.0f;
     COLS_LOOP(i, rows) { s += part[i]; c += part[rows + i]; }
@@ -388,7 +423,8 @@ __kernel void k_ce_final(__global const float *part, long rows, __global float *
     if (get_local_id(0) == 0) y[0] = c > 0.0f ? s / c : 0.0f;
 }
 
-__kernel void k_ce_count(__global const int *tgt, long rows, long V, __global float *cnt) {
+__kernel void k_ce_count(PTR(const int, tgt), long rows, long V, PTR(float, cnt)) {
+    BIND(const int, tgt); BIND(float, cnt);
     __local float sh[MAX_GROUP];
     float c = 0.0f;
     COLS_LOOP(i, rows) c += (tgt[i] >= 0 && tgt[i] < V) ? 1.0f : 0.0f;
@@ -396,8 +432,9 @@ __kernel void k_ce_count(__global const int *tgt, long rows, long V, __global fl
     if (get_local_id(0) == 0) cnt[0] = c;
 }
 
-__kernel void k_ce_back(__global const float *logits, __global const int *tgt, __global const float *dloss,
-                        __global const float *cnt, __global float *dx, long rows, long V) {
+__kernel void k_ce_back(PTR(const float, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),
+                        PTR(float, dx), long rows, long V) {
+    BIND(const float, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, dx);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *lr = logits + r * V;
@@ -418,8 +455,8 @@ __kernel void k_ce_back(__global const float *logits, __global const int *tgt, _
 
 /* ---- embedding -------------------------------------------------------------------------------- */
 
-__kernel void k_embedding(__global const float *table, __global const int *ids, __global float *y, long n_ids, long C,
-                          long V) {
+__kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(float, y), long n_ids, long C, long V) {
+    BIND(const float, table); BIND(const int, ids); BIND(float, y);
     long n = n_ids * C;
     GRID_STRIDE(i, n) {
         long r = i / C, j = i - r * C;
@@ -438,8 +475,8 @@ static void atomic_add_f(__global float *p, float v) {
     } while (old != assumed);
 }
 
-__kernel void k_embedding_back(__global const float *dy, __global const int *ids, __global float *out, long n_ids,
-                               long C, long V) {
+__kernel void k_embedding_back(PTR(const float, dy), PTR(const int, ids), PTR(float, out), long n_ids, long C, long V) {
+    BIND(const float, dy); BIND(const int, ids); BIND(float, out);
     long n = n_ids * C;
     GRID_STRIDE(i, n) {
         long r = i / C, j = i - r * C;
@@ -456,8 +493,9 @@ static uint dropout_hash(uint lo, uint hi, uint counter, ulong i) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;
     return (uint)((z ^ (z >> 31)) >> 32);
 }
-__kernel void k_dropout(__global const float *x, __global float *y, long n, uint threshold, float scale, uint seed_lo,
+__kernel void k_dropout(PTR(const float, x), PTR(float, y), long n, uint threshold, float scale, uint seed_lo,
                         uint seed_hi, uint counter) {
+    BIND(const float, x); BIND(float, y);
     GRID_STRIDE(i, n) y[i] = dropout_hash(seed_lo, seed_hi, counter, (ulong)i) >= threshold ? x[i] * scale : 0.0f;
 }
 
@@ -502,30 +540,33 @@ static ushort f32_to_bf16(float f) {
     return (ushort)(u >> 16);
 }
 
-__kernel void k_cast(__global const void *src, __global void *dst, long n, int sdt, int ddt) {
-    GRID_STRIDE(i, n) {
-        if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {
-            long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];
-            if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;
-            else ((__global long *)dst)[i] = v;
-            continue;
-        }
-        float v;
-        switch (sdt) {
-        case DT_F32: v = ((__global const float *)src)[i]; break;
-        case DT_F16: v = f16_to_f32(((__global const ushort *)src)[i]); break;
-        case DT_BF16: v = as_float((uint)((__global const ushort *)src)[i] << 16); break;
-        case DT_I32: v = (float)((__global const int *)src)[i]; break;
-        default: v = (float)((__global const long *)src)[i]; break;
-        }
-        switch (ddt) {
-        case DT_F32: ((__global float *)dst)[i] = v; break;
-        case DT_F16: ((__global ushort *)dst)[i] = f32_to_f16(v); break;
-        case DT_BF16: ((__global ushort *)dst)[i] = f32_to_bf16(v); break;
-        case DT_I32: ((__global int *)dst)[i] = (int)v; break;
-        default: ((__global long *)dst)[i] = (long)v; break;
-        }
+static void cast_one(__global const void *src, __global void *dst, long i, int sdt, int ddt) {
+    if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {
+        long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];
+        if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;
+        else ((__global long *)dst)[i] = v;
+        return;
     }
+    float v;
+    switch (sdt) {
+    case DT_F32: v = ((__global const float *)src)[i]; break;
+    case DT_F16: v = f16_to_f32(((__global const ushort *)src)[i]); break;
+    case DT_BF16: v = as_float((uint)((__global const ushort *)src)[i] << 16); break;
+    case DT_I32: v = (float)((__global const int *)src)[i]; break;
+    default: v = (float)((__global const long *)src)[i]; break;
+    }
+    switch (ddt) {
+    case DT_F32: ((__global float *)dst)[i] = v; break;
+    case DT_F16: ((__global ushort *)dst)[i] = f32_to_f16(v); break;
+    case DT_BF16: ((__global ushort *)dst)[i] = f32_to_bf16(v); break;
+    case DT_I32: ((__global int *)dst)[i] = (int)v; break;
+    default: ((__global long *)dst)[i] = (long)v; break;
+    }
+}
+
+__kernel void k_cast(PTR(const void, src), PTR(void, dst), long n, int sdt, int ddt) {
+    BIND(const void, src); BIND(void, dst);
+    GRID_STRIDE(i, n) cast_one(src, dst, i, sdt, ddt);
 }
 
 /* ---- optimizers ------------------------------------------------------------------------------- */
@@ -536,8 +577,9 @@ static float clip_factor(__global const float *gnorm_sq, float clip) {
     return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
 }
 
-__kernel void k_sgd(__global float *p, __global float *g, __global float *mom, __global const float *gnorm_sq, long n,
-                    float lr, float momentum, float wd, float clip, float gscale) {
+__kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const float, gnorm_sq), long n, float lr,
+                    float momentum, float wd, float clip, float gscale) {
+    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq);
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
         float gi = g[i] * f + wd * p[i];
@@ -548,9 +590,10 @@ __kernel void k_sgd(__global float *p, __global float *g, __global float *mom, _
     }
 }
 
-__kernel void k_adamw(__global float *p, __global float *g, __global float *m, __global float *v,
-                      __global const float *gnorm_sq, long n, float lr, float b1, float b2, float eps, float wd,
-                      float clip, float gscale, float bc1, float bc2) {
+__kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,
+                      float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,
+                      float bc2) {
+    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq);
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
         float gi = g[i] * f;
@@ -569,8 +612,9 @@ __kernel void k_adamw(__global float *p, __global float *g, __global float *m, _
 #define GT 64
 #define GK 16
 __kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
-k_gemm(__global const float *A, __global const float *B, __global float *Cm, int M, int N, int K, int ta, int tb,
-       long sA, long sB, long sC) {
+k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, int K, int ta, int tb, long sA, long sB,
+       long sC) {
+    BIND(const float, A); BIND(const float, B); BIND(float, Cm);
     __local float As[GK][GT + 4];
     __local float Bs[GK][GT + 4];
     __global const float *Ab = A + (long)get_group_id(2) * sA;

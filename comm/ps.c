@@ -1,0 +1,1000 @@
+/* comm/ps.c — the parameter server: sparse tables keyed by 64-bit ids, a server loop that serves
+ * them to worker ranks over point-to-point messages of a world communicator (sync, async with
+ * bounded staleness, geo), and the worker's client. Knows nothing of graphs: rows are float arrays.
+ * Included by pdde.c after comm/comm.c (uses its crc32_update). */
+
+#include <signal.h>
+
+/* ------------------------------------------------------------------------------------------------
+ * Hashing */
+
+static uint64_t ps_mix(uint64_t x) { /* splitmix64's finaliser */
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+int pdde_ps_shard_of(uint64_t id, int n_servers) {
+    return n_servers > 1 ? (int)(ps_mix(id ^ 0x5bd1e995ull) % (uint64_t)n_servers) : 0;
+}
+
+/* A new row: normal(0, std) values from a hash of (seed, id, column pair), so every shard and every
+ * run creates the same row; Box-Muller gives two values per pair of uniforms. */
+static void ps_init_row(float *v, int dim, float std, uint64_t seed, uint64_t id) {
+    uint64_t h = seed ^ ps_mix(id);
+    for (int c = 0; c < dim; c += 2) {
+        uint64_t a = ps_mix(h ^ ((uint64_t)c << 1)), b = ps_mix(a);
+        double u1 = ((double)(a >> 11) + 0.5) * 0x1.0p-53, u2 = (double)(b >> 11) * 0x1.0p-53;
+        double r = std * sqrt(-2.0 * log(u1));
+        v[c] = (float)(r * cos(6.283185307179586 * u2));
+        if (c + 1 < dim) v[c + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * ps_map: u64 -> u32, open addressing with linear probing and backward-shift deletion. */
+
+#define PS_EMPTY UINT32_MAX
+
+typedef struct {
+    uint64_t *keys;
+    uint32_t *vals;  /* PS_EMPTY marks a free slot */
+    size_t cap, n;   /* cap: a power of two (0 before the first insert) */
+} ps_map;
+
+static void ps_map_free(ps_map *m) { free(m->keys), free(m->vals), memset(m, 0, sizeof *m); }
+
+static size_t ps_map_slot(const ps_map *m, uint64_t key) {
+    size_t mask = m->cap - 1, i = (size_t)ps_mix(key) & mask;
+    while (m->vals[i] != PS_EMPTY && m->keys[i] != key) i = (i + 1) & mask;
+    return i;
+}
+
+static uint32_t *ps_map_find(const ps_map *m, uint64_t key) {
+    if (!m->cap) return NULL;
+    size_t i = ps_map_slot(m, key);
+    return m->vals[i] == PS_EMPTY ? NULL : &m->vals[i];
+}
+
+static bool ps_map_grow(ps_map *m) {
+    size_t cap = m->cap ? m->cap * 2 : 64;
+    ps_map old = *m;
+    m->keys = malloc(cap * sizeof *m->keys), m->vals = malloc(cap * sizeof *m->vals);
+    if (!m->keys || !m->vals) { free(m->keys), free(m->vals); *m = old; return false; }
+    memset(m->vals, 0xff, cap * sizeof *m->vals);
+    m->cap = cap;
+    for (size_t i = 0; i < old.cap; i++)
+        if (old.vals[i] != PS_EMPTY) {
+            size_t j = ps_map_slot(m, old.keys[i]);
+            m->keys[j] = old.keys[i], m->vals[j] = old.vals[i];
+        }
+    free(old.keys), free(old.vals);
+    return true;
+}
+
+/* Inserts key with val (key absent); NULL when out of memory. */
+static uint32_t *ps_map_insert(ps_map *m, uint64_t key, uint32_t val) {
+    if ((m->n + 1) * 10 > m->cap * 7 && !ps_map_grow(m)) return NULL;
+    size_t i = ps_map_slot(m, key);
+    m->keys[i] = key, m->vals[i] = val, m->n++;
+    return &m->vals[i];
+}
+
+static void ps_map_remove(ps_map *m, uint64_t key) {
+    if (!m->cap) return;
+    size_t mask = m->cap - 1, i = ps_map_slot(m, key);
+    if (m->vals[i] == PS_EMPTY) return;
+    /* backward shift: pull later entries of the probe run into the hole unless that would move an
+     * entry before its home slot */
+    for (size_t j = (i + 1) & mask; m->vals[j] != PS_EMPTY; j = (j + 1) & mask) {
+        size_t home = (size_t)ps_mix(m->keys[j]) & mask;
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            m->keys[i] = m->keys[j], m->vals[i] = m->vals[j];
+            i = j;
+        }
+    }
+    m->vals[i] = PS_EMPTY;
+    m->n--;
+}
+
+static size_t ps_map_bytes(const ps_map *m) { return m->cap * (sizeof *m->keys + sizeof *m->vals); }
+
+/* ------------------------------------------------------------------------------------------------
+ * Tables. A row is [u64 id][u32 last step][u32 optimizer step][dim values][state], stored in chunks
+ * of PS_CHUNK rows so growth never copies rows and never overshoots by more than one chunk. */
+
+#define PS_CHUNK 4096
+#define PS_ROW_META 16
+
+struct pdde_ps_table {
+    pdde_context *ctx;
+    pdde_ps_table_params p;
+    int state;              /* state floats per row: 0 (SGD), dim (Adagrad), 2 dim (Adam) */
+    size_t row_bytes;
+    ps_map index;           /* id -> row */
+    ps_map seen;            /* admission: id -> times pulled, for ids not admitted yet */
+    ps_map first;           /* a push's scratch: id -> its first position (kept: a push allocates nothing) */
+    float *sum;             /* a push's scratch: gradients of repeated ids summed */
+    size_t sum_cap;
+    char **chunks;
+    size_t n_chunks, chunk_cap;
+    int64_t rows, step, evicted;
+};
+
+static char *ps_row(const pdde_ps_table *t, uint32_t r) {
+    return t->chunks[r / PS_CHUNK] + (size_t)(r % PS_CHUNK) * t->row_bytes;
+}
+static float *ps_row_vals(char *row) { return (float *)(row + PS_ROW_META); }
+static uint64_t ps_row_id(const char *row) { uint64_t id; memcpy(&id, row, 8); return id; }
+
+pdde_status pdde_ps_table_init(pdde_context *ctx, const pdde_ps_table_params *p, pdde_ps_table **out) {
+    *out = NULL;
+    if (!p || p->dim <= 0 || p->dim > (1 << 20))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps table: dim %d must be in [1, 2^20]", p ? p->dim : 0);
+    if ((unsigned)p->optimizer > PDDE_PS_ADAM || p->admit_after < 0 || p->evict_after < 0)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps table: optimizer %d, admit_after %d or evict_after %lld out of range",
+                          (int)p->optimizer, p->admit_after, (long long)p->evict_after);
+    pdde_ps_table *t = calloc(1, sizeof *t);
+    if (!t) return pdde_error(ctx, PDDE_ERR_OOM, "ps table: out of memory");
+    t->ctx = ctx;
+    t->p = *p;
+    if (t->p.lr == 0) t->p.lr = 0.01f;
+    if (t->p.beta1 == 0) t->p.beta1 = 0.9f;
+    if (t->p.beta2 == 0) t->p.beta2 = 0.999f;
+    if (t->p.eps == 0) t->p.eps = 1e-8f;
+    t->state = p->optimizer == PDDE_PS_SGD ? 0 : p->optimizer == PDDE_PS_ADAGRAD ? p->dim : 2 * p->dim;
+    t->row_bytes = PS_ROW_META + (size_t)(p->dim + t->state) * sizeof(float);
+    *out = t;
+    return PDDE_OK;
+}
+
+static void ps_table_clear(pdde_ps_table *t) {
+    for (size_t i = 0; i < t->n_chunks; i++) free(t->chunks[i]);
+    free(t->chunks);
+    t->chunks = NULL, t->n_chunks = t->chunk_cap = 0;
+    ps_map_free(&t->index), ps_map_free(&t->seen), ps_map_free(&t->first);
+    free(t->sum), t->sum = NULL, t->sum_cap = 0;
+    t->rows = 0;
+}
+
+void pdde_ps_table_free(pdde_ps_table *t) {
+    if (!t) return;
+    ps_table_clear(t);
+    free(t);
+}
+
+/* A new row for id (index entry included); NULL when out of memory. */
+static char *ps_new_row(pdde_ps_table *t, uint64_t id) {
+    if (t->rows >= (int64_t)UINT32_MAX - 1) return NULL;
+    uint32_t r = (uint32_t)t->rows;
+    if (r / PS_CHUNK >= t->n_chunks) {
+        if (t->n_chunks == t->chunk_cap) {
+            size_t cap = t->chunk_cap ? 2 * t->chunk_cap : 16;
+            char **c = realloc(t->chunks, cap * sizeof *c);
+            if (!c) return NULL;
+            t->chunks = c, t->chunk_cap = cap;
+        }
+        if (!(t->chunks[t->n_chunks] = malloc(PS_CHUNK * t->row_bytes))) return NULL;
+        t->n_chunks++;
+    }
+    if (!ps_map_insert(&t->index, id, r)) return NULL;
+    t->rows++;
+    char *row = ps_row(t, r);
+    uint32_t meta[2] = {(uint32_t)t->step, 0};
+    memcpy(row, &id, 8), memcpy(row + 8, meta, 8);
+    float *v = ps_row_vals(row);
+    if (t->p.init_std > 0) ps_init_row(v, t->p.dim, t->p.init_std, t->p.seed, id);
+    else memset(v, 0, (size_t)t->p.dim * sizeof(float));
+    memset(v + t->p.dim, 0, (size_t)t->state * sizeof(float));
+    return row;
+}
+
+/* The row of id, created if admitted (create: count this touch towards admission). NULL with *oom
+ * false: not admitted. */
+static char *ps_touch(pdde_ps_table *t, uint64_t id, bool count, bool *oom) {
+    *oom = false;
+    uint32_t *r = ps_map_find(&t->index, id);
+    char *row;
+    if (r) row = ps_row(t, *r);
+    else {
+        if (t->p.admit_after > 1) {
+            if (!count) return NULL;
+            uint32_t *seen = ps_map_find(&t->seen, id);
+            if (!seen && !(seen = ps_map_insert(&t->seen, id, 0))) { *oom = true; return NULL; }
+            if (++*seen < (uint32_t)t->p.admit_after) return NULL;
+            ps_map_remove(&t->seen, id);
+        }
+        if (!(row = ps_new_row(t, id))) { *oom = true; return NULL; }
+    }
+    uint32_t last = (uint32_t)t->step;
+    memcpy(row + 8, &last, 4);
+    return row;
+}
+
+pdde_status pdde_ps_table_pull(pdde_ps_table *t, size_t n, const uint64_t *ids, float *out) {
+    for (size_t i = 0; i < n; i++) {
+        bool oom;
+        char *row = ps_touch(t, ids[i], true, &oom);
+        if (oom) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory at %lld rows", (long long)t->rows);
+        if (row) memcpy(out + i * t->p.dim, ps_row_vals(row), (size_t)t->p.dim * sizeof(float));
+        else memset(out + i * t->p.dim, 0, (size_t)t->p.dim * sizeof(float));
+    }
+    return PDDE_OK;
+}
+
+pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out) {
+    uint32_t *r = ps_map_find(&t->index, id);
+    if (!r) return PDDE_ERR_NOT_FOUND;
+    memcpy(out, ps_row_vals(ps_row(t, *r)), (size_t)t->p.dim * sizeof(float));
+    return PDDE_OK;
+}
+
+/* Drops rows untouched for evict_after steps: the last row moves into each hole. */
+static void ps_evict(pdde_ps_table *t) {
+    for (int64_t i = 0; i < t->rows;) {
+        char *row = ps_row(t, (uint32_t)i);
+        uint32_t last;
+        memcpy(&last, row + 8, 4);
+        if ((int64_t)(uint32_t)t->step - (int64_t)last < t->p.evict_after) { i++; continue; }
+        ps_map_remove(&t->index, ps_row_id(row));
+        int64_t end = --t->rows;
+        if (i != end) {
+            char *tail = ps_row(t, (uint32_t)end);
+            memcpy(row, tail, t->row_bytes);
+            *ps_map_find(&t->index, ps_row_id(row)) = (uint32_t)i;
+        }
+        t->evicted++;
+    }
+    while (t->n_chunks > ((size_t)t->rows + PS_CHUNK - 1) / PS_CHUNK) free(t->chunks[--t->n_chunks]);
+}
+
+static void ps_end_step(pdde_ps_table *t) {
+    t->step++;
+    int64_t every = t->p.evict_after / 8 > 0 ? t->p.evict_after / 8 : 1;
+    if (t->p.evict_after > 0 && t->step % every == 0) ps_evict(t);
+}
+
+static void ps_apply(pdde_ps_table *t, char *row, const float *g, float scale) {
+    float *w = ps_row_vals(row), *s = w + t->p.dim, lr = t->p.lr, eps = t->p.eps;
+    int C = t->p.dim;
+    switch (t->p.optimizer) {
+    case PDDE_PS_SGD:
+        for (int c = 0; c < C; c++) w[c] -= lr * scale * g[c];
+        break;
+    case PDDE_PS_ADAGRAD:
+        for (int c = 0; c < C; c++) {
+            float gc = scale * g[c];
+            s[c] += gc * gc;
+            w[c] -= lr * gc / (sqrtf(s[c]) + eps);
+        }
+        break;
+    case PDDE_PS_ADAM: { /* lazy Adam: the row's own step count for the bias correction */
+        uint32_t k;
+        memcpy(&k, row + 12, 4);
+        k++;
+        memcpy(row + 12, &k, 4);
+        float b1 = t->p.beta1, b2 = t->p.beta2;
+        float c1 = 1.0f - powf(b1, (float)k), c2 = 1.0f - powf(b2, (float)k);
+        for (int c = 0; c < C; c++) {
+            float gc = scale * g[c];
+            s[c] = b1 * s[c] + (1 - b1) * gc;
+            s[C + c] = b2 * s[C + c] + (1 - b2) * gc * gc;
+            w[c] -= lr * (s[c] / c1) / (sqrtf(s[C + c] / c2) + eps);
+        }
+        break;
+    }
+    }
+}
+
+/* Sums the gradients of repeated ids first: an optimizer step per row, not per occurrence. */
+static pdde_status ps_push_or_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals, float scale, bool add) {
+    int C = t->p.dim;
+    ps_map *first = &t->first;
+    if (first->cap) memset(first->vals, 0xff, first->cap * sizeof *first->vals), first->n = 0;
+    size_t n_dup = 0;
+    pdde_status st = PDDE_OK;
+    for (size_t i = 0; i < n && !st; i++) { /* find duplicates (rare): keep the first position */
+        uint32_t *f = ps_map_find(first, ids[i]);
+        if (!f) { if (!ps_map_insert(first, ids[i], (uint32_t)i)) st = PDDE_ERR_OOM; }
+        else n_dup++;
+    }
+    if (!st && n_dup) {
+        if (n * C > t->sum_cap) {
+            float *sum = realloc(t->sum, n * C * sizeof *sum);
+            if (sum) t->sum = sum, t->sum_cap = n * C;
+            else st = PDDE_ERR_OOM;
+        }
+        if (!st) {
+            memcpy(t->sum, vals, n * (size_t)C * sizeof(float));
+            for (size_t i = 0; i < n; i++) {
+                uint32_t f = *ps_map_find(first, ids[i]);
+                if (f != i) for (int c = 0; c < C; c++) t->sum[(size_t)f * C + c] += vals[i * C + c];
+            }
+            vals = t->sum;
+        }
+    }
+    for (size_t i = 0; i < n && !st; i++) {
+        if (n_dup && *ps_map_find(first, ids[i]) != i) continue;
+        bool oom;
+        char *row = ps_touch(t, ids[i], add, &oom);
+        if (oom) st = PDDE_ERR_OOM;
+        else if (row && add) {
+            float *w = ps_row_vals(row);
+            for (int c = 0; c < C; c++) w[c] += vals[i * C + c];
+        } else if (row) ps_apply(t, row, vals + i * C, scale);
+    }
+    if (st) return pdde_error(t->ctx, st, "ps table: out of memory at %lld rows", (long long)t->rows);
+    ps_end_step(t);
+    return PDDE_OK;
+}
+
+pdde_status pdde_ps_table_push(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *grads, float scale) {
+    return ps_push_or_add(t, n, ids, grads, scale, false);
+}
+pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *deltas) {
+    return ps_push_or_add(t, n, ids, deltas, 1.0f, true);
+}
+
+void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->rows = t->rows, out->step = t->step, out->evicted = t->evicted;
+    out->not_admitted = (int64_t)t->seen.n;
+    out->bytes = sizeof *t + t->n_chunks * PS_CHUNK * t->row_bytes + t->chunk_cap * sizeof(char *) +
+                 ps_map_bytes(&t->index) + ps_map_bytes(&t->seen) + ps_map_bytes(&t->first) + t->sum_cap * sizeof(float);
+}
+
+/* File: "PDDEPS01" u32 dim u32 optimizer u32 row_bytes u32 0 i64 step i64 rows, rows x row_bytes,
+ * u32 crc32 of everything before it. (Admission counts are not saved: a restart forgets them.) */
+#define PS_MAGIC "PDDEPS01"
+
+pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return pdde_error(t->ctx, PDDE_ERR_INVALID_ARG, "ps table: path too long: %s", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return pdde_error(t->ctx, PDDE_ERR_IO, "ps table: cannot create %s: %s", tmp, strerror(errno));
+    uint32_t head[4] = {(uint32_t)t->p.dim, (uint32_t)t->p.optimizer, (uint32_t)t->row_bytes, 0};
+    int64_t nums[2] = {t->step, t->rows};
+    uint32_t crc = 0;
+    bool ok = true;
+#define PS_PUT(p, n) do { ok = ok && fwrite((p), 1, (n), f) == (n); crc = crc32_update(crc, (p), (n)); } while (0)
+    PS_PUT(PS_MAGIC, 8);
+    PS_PUT(head, sizeof head);
+    PS_PUT(nums, sizeof nums);
+    for (int64_t i = 0; i < t->rows; i++) PS_PUT(ps_row(t, (uint32_t)i), t->row_bytes);
+#undef PS_PUT
+    ok = ok && fwrite(&crc, 4, 1, f) == 1 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0) ok = false;
+    if (!ok || rename(tmp, path) != 0) {
+        pdde_status st = pdde_error(t->ctx, PDDE_ERR_IO, "ps table: cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+        return st;
+    }
+    return PDDE_OK;
+}
+
+pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return pdde_error(t->ctx, PDDE_ERR_IO, "ps table: cannot open %s: %s", path, strerror(errno));
+    char magic[8];
+    uint32_t head[4], crc = 0, want;
+    int64_t nums[2];
+    pdde_status st = PDDE_OK;
+    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, PS_MAGIC, 8) || fread(head, sizeof head, 1, f) != 1 ||
+        fread(nums, sizeof nums, 1, f) != 1)
+        st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is not a table file (magic or header)", path);
+    else if (head[0] != (uint32_t)t->p.dim || head[1] != (uint32_t)t->p.optimizer || head[2] != t->row_bytes)
+        st = pdde_error(t->ctx, PDDE_ERR_MISMATCH, "ps table: %s has dim %u optimizer %u, the table dim %d optimizer %d",
+                        path, head[0], head[1], t->p.dim, (int)t->p.optimizer);
+    else if (nums[1] < 0 || nums[1] >= (int64_t)UINT32_MAX - 1)
+        st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s: row count %lld", path, (long long)nums[1]);
+    /* read into a fresh table first: a bad file leaves t as it was */
+    pdde_ps_table *n = NULL;
+    if (!st) st = pdde_ps_table_init(t->ctx, &t->p, &n);
+    if (!st) {
+        crc = crc32_update(crc32_update(crc32_update(0, magic, 8), head, sizeof head), nums, sizeof nums);
+        for (int64_t i = 0; i < nums[1] && !st; i++) {
+            char *row = malloc(t->row_bytes), *dst;
+            if (!row) st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
+            else if (fread(row, 1, t->row_bytes, f) != t->row_bytes)
+                st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is truncated at row %lld of %lld", path, (long long)i, (long long)nums[1]);
+            else if (ps_map_find(&n->index, ps_row_id(row)))
+                st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s holds id %llu twice", path, (unsigned long long)ps_row_id(row));
+            else if (!(dst = ps_new_row(n, ps_row_id(row))))
+                st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
+            else {
+                memcpy(dst, row, t->row_bytes);
+                crc = crc32_update(crc, row, t->row_bytes);
+            }
+            free(row);
+        }
+        if (!st && (fread(&want, 4, 1, f) != 1 || want != crc))
+            st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s: checksum mismatch", path);
+    }
+    fclose(f);
+    if (!st) { /* swap the contents in */
+        ps_table_clear(t);
+        t->index = n->index, t->chunks = n->chunks, t->n_chunks = n->n_chunks, t->chunk_cap = n->chunk_cap;
+        t->rows = n->rows, t->step = nums[0];
+        memset(&n->index, 0, sizeof n->index), n->chunks = NULL, n->n_chunks = n->chunk_cap = 0;
+    }
+    pdde_ps_table_free(n);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Wire protocol. A worker sends a request header to a server, then its payload (ids as i64, values
+ * as f32); the server answers with a reply header, then rows or stats. A worker has at most one
+ * request outstanding per server, so messages of one (pair, tag) never overtake each other. */
+
+enum { PS_PULL = 1, PS_PUSH, PS_ADD, PS_SAVE, PS_STATS, PS_BYE };
+enum { PS_TAG_REQ = 0xF0000, PS_TAG_IDS, PS_TAG_VALS, PS_TAG_REPLY, PS_TAG_ROWS };
+typedef struct { int64_t op, n, clock, status; } ps_hdr;
+#define PS_HDR_WORDS (sizeof(ps_hdr) / 8)
+#define PS_STATS_WORDS ((sizeof(pdde_ps_server_stats) + 7) / 8)
+
+int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_servers) {
+    return snprintf(buf, n, "%s/ps-shard-%d-of-%d.bin", dir, index, n_servers);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Server */
+
+typedef enum { PS_W_IDLE = 0, PS_W_PULL_WAIT, PS_W_ACK_WAIT, PS_W_GONE } ps_worker_state;
+
+typedef struct {
+    ps_hdr hdr;
+    pdde_comm_request *req;  /* the posted receive of the next request header */
+    ps_worker_state state;
+    int64_t clock;           /* pushes applied from this worker */
+    uint64_t *ids;           /* a deferred pull's ids */
+    int64_t n_ids;
+} ps_worker;
+
+struct pdde_ps_server {
+    pdde_context *ctx;
+    pdde_ps_params p;
+    int index;
+    pdde_ps_table *table;
+    pdde_ps_server_stats stats;
+    /* sync: the round's gradient sums */
+    ps_map round_index;
+    float *round_sum;
+    uint64_t *round_ids;
+    size_t round_n, round_cap;
+};
+
+pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out) {
+    *out = NULL;
+    int n_servers = p->n_servers > 0 ? p->n_servers : 1;
+    if (server_index < 0 || server_index >= n_servers)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: index %d not in [0, %d)", server_index, n_servers);
+    pdde_ps_server *s = calloc(1, sizeof *s);
+    if (!s) return pdde_error(ctx, PDDE_ERR_OOM, "ps server: out of memory");
+    s->ctx = ctx, s->p = *p, s->index = server_index;
+    s->p.n_servers = n_servers;
+    s->p.load_dir = NULL;
+    pdde_status st = pdde_ps_table_init(ctx, &p->table, &s->table);
+    if (!st && p->load_dir) {
+        char path[4096];
+        pdde_ps_shard_path(path, sizeof path, p->load_dir, server_index, n_servers);
+        st = pdde_ps_table_load(s->table, path);
+    }
+    if (st) { pdde_ps_server_free(s); return st; }
+    *out = s;
+    return PDDE_OK;
+}
+
+void pdde_ps_server_free(pdde_ps_server *s) {
+    if (!s) return;
+    pdde_ps_table_free(s->table);
+    ps_map_free(&s->round_index);
+    free(s->round_sum), free(s->round_ids);
+    free(s);
+}
+
+pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return s->table; }
+
+void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out) {
+    *out = s->stats;
+    pdde_ps_table_stats_get(s->table, &out->table);
+}
+
+static pdde_status ps_reply(pdde_comm *comm, int peer, int64_t status, int64_t n) {
+    ps_hdr h = {0, n, 0, status};
+    return pdde_comm_send(comm, &h, PS_HDR_WORDS, PDDE_I64, peer, PS_TAG_REPLY);
+}
+
+/* Adds one worker's push to the round's sums (sync mode). */
+static pdde_status ps_round_add(pdde_ps_server *s, int64_t n, const uint64_t *ids, const float *g) {
+    int C = s->p.table.dim;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t *r = ps_map_find(&s->round_index, ids[i]);
+        if (!r) {
+            if (s->round_n == s->round_cap) {
+                size_t cap = s->round_cap ? 2 * s->round_cap : 1024;
+                float *sum = realloc(s->round_sum, cap * (size_t)C * sizeof(float));
+                if (sum) s->round_sum = sum;
+                uint64_t *ri = sum ? realloc(s->round_ids, cap * sizeof *ri) : NULL;
+                if (!ri) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory (round of %zu rows)", s->round_n);
+                s->round_ids = ri, s->round_cap = cap;
+            }
+            if (!(r = ps_map_insert(&s->round_index, ids[i], (uint32_t)s->round_n)))
+                return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
+            s->round_ids[s->round_n] = ids[i];
+            memset(s->round_sum + s->round_n * C, 0, (size_t)C * sizeof(float));
+            s->round_n++;
+        }
+        float *dst = s->round_sum + (size_t)*r * C;
+        for (int c = 0; c < C; c++) dst[c] += g[i * C + c];
+    }
+    return PDDE_OK;
+}
+
+static int64_t ps_min_clock(const ps_worker *w, int n) {
+    int64_t m = INT64_MAX;
+    for (int i = 0; i < n; i++)
+        if (w[i].state != PS_W_GONE && w[i].clock < m) m = w[i].clock;
+    return m;
+}
+
+/* Answers a pull: rows of the ids. */
+static pdde_status ps_serve_pull(pdde_ps_server *s, pdde_comm *comm, int peer, const uint64_t *ids, int64_t n) {
+    int C = s->p.table.dim;
+    float *rows = n ? malloc((size_t)n * C * sizeof(float)) : NULL;
+    if (n && !rows) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory (pull of %lld rows)", (long long)n);
+    pdde_status st = pdde_ps_table_pull(s->table, (size_t)n, ids, rows);
+    pdde_status sr = ps_reply(comm, peer, st, st ? 0 : n);
+    if (!st && !sr && n) sr = pdde_comm_send(comm, rows, (size_t)n * C, PDDE_F32, peer, PS_TAG_ROWS);
+    free(rows);
+    s->stats.pulls++;
+    return sr;
+}
+
+/* Async: serves the deferred pulls the staleness bound now allows. */
+static pdde_status ps_release_pulls(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
+    int64_t min = ps_min_clock(w, nw);
+    for (int i = 0; i < nw; i++) {
+        if (w[i].state != PS_W_PULL_WAIT || w[i].clock - min > s->p.staleness) continue;
+        if (w[i].clock - min > s->stats.max_staleness) s->stats.max_staleness = w[i].clock - min;
+        pdde_status st = ps_serve_pull(s, comm, s->p.n_servers + i, w[i].ids, w[i].n_ids);
+        free(w[i].ids), w[i].ids = NULL;
+        w[i].state = PS_W_IDLE;
+        if (st) return st;
+    }
+    return PDDE_OK;
+}
+
+/* Sync: once every worker still here has pushed, applies the round and acknowledges. */
+static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw) {
+    int waiting = 0, live = 0;
+    for (int i = 0; i < nw; i++) live += w[i].state != PS_W_GONE, waiting += w[i].state == PS_W_ACK_WAIT;
+    if (!waiting || waiting < live) return PDDE_OK;
+    pdde_status st = pdde_ps_table_push(s->table, s->round_n, s->round_ids, s->round_sum, 1.0f / (float)waiting);
+    s->round_n = 0;
+    ps_map_free(&s->round_index);
+    for (int i = 0; i < nw; i++) {
+        if (w[i].state != PS_W_ACK_WAIT) continue;
+        w[i].state = PS_W_IDLE;
+        pdde_status sr = ps_reply(comm, s->p.n_servers + i, st, 0);
+        if (sr) return sr;
+    }
+    return st;
+}
+
+/* Handles worker i's request (its header has arrived). */
+static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, int nw, int i) {
+    int peer = s->p.n_servers + i, C = s->p.table.dim;
+    ps_hdr h = w[i].hdr;
+    pdde_status st = PDDE_OK;
+    uint64_t *ids = NULL;
+    float *vals = NULL;
+    if (h.n < 0 || h.n > ((int64_t)1 << 32))
+        return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: request op %lld from rank %d with %lld ids",
+                          s->index, (long long)h.op, peer, (long long)h.n);
+    if (h.op == PS_PULL || h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SAVE) {
+        /* SAVE sends its path as bytes in an i64 array of ceil(len / 8) + 1 words */
+        size_t words = h.op == PS_SAVE ? (size_t)h.n / 8 + 1 : (size_t)h.n;
+        if (words && !(ids = calloc(words, 8))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
+        if (words) st = pdde_comm_recv(comm, ids, words, PDDE_I64, peer, PS_TAG_IDS);
+    }
+    if (!st && (h.op == PS_PUSH || h.op == PS_ADD) && h.n) {
+        if (!(vals = malloc((size_t)h.n * C * sizeof(float)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
+        else st = pdde_comm_recv(comm, vals, (size_t)h.n * C, PDDE_F32, peer, PS_TAG_VALS);
+    }
+    /* everything of the request is here (or the worker is gone and nothing is applied) */
+    if (!st) switch (h.op) {
+    case PS_PULL:
+        if (s->p.mode == PDDE_PS_ASYNC) {
+            w[i].state = PS_W_PULL_WAIT, w[i].ids = ids, w[i].n_ids = h.n, ids = NULL;
+            int64_t min = ps_min_clock(w, nw);
+            if (w[i].clock - min > s->p.staleness) s->stats.deferred_pulls++;
+            st = ps_release_pulls(s, comm, w, nw);
+        } else st = ps_serve_pull(s, comm, peer, ids, h.n);
+        break;
+    case PS_PUSH:
+        s->stats.pushes++;
+        w[i].clock++;
+        if (s->p.mode == PDDE_PS_SYNC) {
+            st = ps_round_add(s, h.n, ids, vals);
+            w[i].state = PS_W_ACK_WAIT;
+            if (!st) st = ps_close_round(s, comm, w, nw);
+        } else {
+            pdde_status sa = pdde_ps_table_push(s->table, (size_t)h.n, ids, vals, 1.0f);
+            st = ps_reply(comm, peer, sa, 0);
+            if (!st && s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
+        }
+        break;
+    case PS_ADD: {
+        s->stats.pushes++;
+        w[i].clock++;
+        pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
+        st = ps_reply(comm, peer, sa, 0);
+        break;
+    }
+    case PS_SAVE: {
+        char path[4096];
+        pdde_ps_shard_path(path, sizeof path, (const char *)ids, s->index, s->p.n_servers);
+        pdde_status sa = pdde_ps_table_save(s->table, path);
+        if (sa) fprintf(stderr, "pdde ps server %d: %s\n", s->index, pdde_last_error(s->ctx));
+        st = ps_reply(comm, peer, sa, 0);
+        break;
+    }
+    case PS_STATS: {
+        int64_t buf[PS_STATS_WORDS] = {0};
+        pdde_ps_server_stats ss;
+        pdde_ps_server_stats_get(s, &ss);
+        memcpy(buf, &ss, sizeof ss);
+        st = ps_reply(comm, peer, 0, (int64_t)PS_STATS_WORDS);
+        if (!st) st = pdde_comm_send(comm, buf, PS_STATS_WORDS, PDDE_I64, peer, PS_TAG_ROWS);
+        break;
+    }
+    case PS_BYE:
+        w[i].state = PS_W_GONE;
+        if (s->p.mode == PDDE_PS_SYNC) st = ps_close_round(s, comm, w, nw);
+        else if (s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
+        break;
+    default:
+        st = pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: unknown request op %lld from rank %d", s->index, (long long)h.op, peer);
+    }
+    free(ids), free(vals);
+    return st;
+}
+
+pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
+    int size = pdde_comm_size(comm), nw = size - s->p.n_servers;
+    if (nw <= 0 || pdde_comm_rank(comm) != s->index)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "ps server %d: runs on rank %d of %d ranks with %d servers",
+                          s->index, pdde_comm_rank(comm), size, s->p.n_servers);
+    ps_worker *w = calloc((size_t)nw, sizeof *w);
+    if (!w) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
+    s->round_n = 0;
+    ps_map_free(&s->round_index);
+    pdde_status st = PDDE_OK;
+    int live = nw, idle = 0;
+    for (int i = 0; i < nw && !st; i++)
+        st = pdde_comm_irecv(comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
+    while (!st && live > 0) {
+        int progressed = 0;
+        for (int i = 0; i < nw && !st; i++) {
+            if (!w[i].req) continue;
+            int done = 0;
+            st = pdde_comm_test(w[i].req, &done);
+            if (st || !done) continue;
+            pdde_comm_request_free(w[i].req);
+            w[i].req = NULL;
+            progressed = 1;
+            st = ps_handle(s, comm, w, nw, i);
+            if (!st && w[i].state == PS_W_GONE) live--;
+            else if (!st) st = pdde_comm_irecv(comm, &w[i].hdr, PS_HDR_WORDS, PDDE_I64, s->p.n_servers + i, PS_TAG_REQ, &w[i].req);
+        }
+        /* idle: back off to at most 200 us between polls, so a waiting server leaves the core */
+        if (progressed) idle = 0;
+        else if (++idle > 64) usleep(idle > 1000 ? 200 : 20);
+    }
+    for (int i = 0; i < nw; i++) {
+        if (w[i].req) pdde_comm_request_free(w[i].req);
+        free(w[i].ids);
+    }
+    free(w);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Client */
+
+struct pdde_ps_client {
+    pdde_context *ctx;
+    pdde_comm *comm;           /* NULL: local table */
+    pdde_ps_params p;
+    pdde_ps_table *local;      /* single-process mode */
+    pthread_mutex_t lock;
+    int64_t clock, pushes;
+    /* per server scratch of one request */
+    size_t *count;
+    uint64_t **ids;
+    float **vals;
+    size_t *cap;
+    int64_t **where;           /* position in the caller's arrays */
+    /* geo: the local copy (id -> row of `cur` and `base`) and the rows touched since the last exchange */
+    ps_map geo_index;
+    float *geo_cur, *geo_base;
+    uint64_t *geo_ids;
+    uint8_t *geo_touched;
+    size_t geo_n, geo_cap;
+    double geo_delta_sum;
+};
+
+pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out) {
+    *out = NULL;
+    pdde_ps_client *c = calloc(1, sizeof *c);
+    if (!c) return pdde_error(ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    c->ctx = ctx, c->comm = comm, c->p = *p;
+    if (c->p.n_servers <= 0) c->p.n_servers = 1;
+    if (c->p.geo_steps <= 0) c->p.geo_steps = 1;
+    if (c->p.table.lr == 0) c->p.table.lr = 0.01f;
+    pthread_mutex_init(&c->lock, NULL);
+    pdde_status st = PDDE_OK;
+    int ns = c->p.n_servers;
+    if (!comm) {
+        st = pdde_ps_table_init(ctx, &p->table, &c->local);
+        char path[4096];
+        if (!st && p->load_dir && pdde_ps_shard_path(path, sizeof path, p->load_dir, 0, 1) < (int)sizeof path)
+            st = pdde_ps_table_load(c->local, path);
+    }
+    else if (pdde_comm_rank(comm) < ns || pdde_comm_size(comm) <= ns)
+        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps client: rank %d of %d is not a worker (ranks 0..%d are servers)",
+                        pdde_comm_rank(comm), pdde_comm_size(comm), ns - 1);
+    else if (p->table.dim <= 0) st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps client: table dim %d", p->table.dim);
+    else {
+        c->count = calloc((size_t)ns, sizeof *c->count), c->cap = calloc((size_t)ns, sizeof *c->cap);
+        c->ids = calloc((size_t)ns, sizeof *c->ids), c->vals = calloc((size_t)ns, sizeof *c->vals);
+        c->where = calloc((size_t)ns, sizeof *c->where);
+        if (!c->count || !c->cap || !c->ids || !c->vals || !c->where) st = pdde_error(ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    }
+    if (st) { c->comm = NULL; pdde_ps_client_free(c); return st; }
+    *out = c;
+    return PDDE_OK;
+}
+
+/* Splits ids (and values) by server into the scratch arrays. */
+static pdde_status ps_split(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals) {
+    int ns = c->p.n_servers, C = c->p.table.dim;
+    memset(c->count, 0, (size_t)ns * sizeof *c->count);
+    for (size_t i = 0; i < n; i++) c->count[pdde_ps_shard_of(ids[i], ns)]++;
+    for (int s = 0; s < ns; s++) {
+        if (c->count[s] <= c->cap[s]) continue;
+        size_t cap = c->count[s] * 2;
+        uint64_t *ii = realloc(c->ids[s], cap * sizeof *ii);
+        if (ii) c->ids[s] = ii;
+        float *vv = ii ? realloc(c->vals[s], cap * (size_t)C * sizeof *vv) : NULL;
+        if (vv) c->vals[s] = vv;
+        int64_t *ww = vv ? realloc(c->where[s], cap * sizeof *ww) : NULL;
+        if (!ww) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory (%zu ids)", n);
+        c->where[s] = ww, c->cap[s] = cap;
+    }
+    memset(c->count, 0, (size_t)ns * sizeof *c->count);
+    for (size_t i = 0; i < n; i++) {
+        int s = pdde_ps_shard_of(ids[i], ns);
+        size_t k = c->count[s]++;
+        c->ids[s][k] = ids[i], c->where[s][k] = (int64_t)i;
+        if (vals) memcpy(c->vals[s] + k * C, vals + i * C, (size_t)C * sizeof(float));
+    }
+    return PDDE_OK;
+}
+
+static pdde_status ps_wait_reply(pdde_ps_client *c, int server, ps_hdr *h) {
+    pdde_status st = pdde_comm_recv(c->comm, h, PS_HDR_WORDS, PDDE_I64, server, PS_TAG_REPLY);
+    if (!st && h->status)
+        st = pdde_error(c->ctx, (pdde_status)h->status, "ps client: server %d failed the request (status %lld)", server, (long long)h->status);
+    return st;
+}
+
+/* A request to every server: header, ids, values; then each reply (rows into out when pulling). */
+static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_t *ids, const float *vals, float *out) {
+    int ns = c->p.n_servers, C = c->p.table.dim;
+    pdde_status st = ps_split(c, n, ids, vals);
+    for (int s = 0; s < ns && !st; s++) {
+        ps_hdr h = {op, (int64_t)c->count[s], c->clock, 0};
+        st = pdde_comm_send(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, PS_TAG_REQ);
+        if (!st && h.n) st = pdde_comm_send(c->comm, c->ids[s], (size_t)h.n, PDDE_I64, s, PS_TAG_IDS);
+        if (!st && op == PS_PUSH && c->p.fault_kill_mid_push == c->pushes + 1) raise(SIGKILL); /* tests: die mid-push */
+        if (!st && vals && h.n) st = pdde_comm_send(c->comm, c->vals[s], (size_t)h.n * C, PDDE_F32, s, PS_TAG_VALS);
+    }
+    for (int s = 0; s < ns && !st; s++) {
+        ps_hdr h;
+        st = ps_wait_reply(c, s, &h);
+        if (!st && out && h.n != (int64_t)c->count[s])
+            st = pdde_error(c->ctx, PDDE_ERR_CORRUPT, "ps client: server %d answered %lld rows for %zu ids", s, (long long)h.n, c->count[s]);
+        if (!st && out && h.n) {
+            st = pdde_comm_recv(c->comm, c->vals[s], (size_t)h.n * C, PDDE_F32, s, PS_TAG_ROWS);
+            for (int64_t k = 0; !st && k < h.n; k++)
+                memcpy(out + c->where[s][k] * C, c->vals[s] + k * C, (size_t)C * sizeof(float));
+        }
+    }
+    return st;
+}
+
+/* Geo: pulls the rows not yet held locally into the local copy. */
+static pdde_status ps_geo_fetch(pdde_ps_client *c, size_t n, const uint64_t *ids) {
+    int C = c->p.table.dim;
+    uint64_t *miss = malloc((n ? n : 1) * sizeof *miss);
+    if (!miss) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    size_t m = 0;
+    pdde_status st = PDDE_OK;
+    for (size_t i = 0; i < n && !st; i++) {
+        if (ps_map_find(&c->geo_index, ids[i])) continue;
+        if (c->geo_n == c->geo_cap) {
+            size_t cap = c->geo_cap ? 2 * c->geo_cap : 1024;
+            float *cur = realloc(c->geo_cur, cap * C * sizeof(float));
+            if (cur) c->geo_cur = cur;
+            float *base = cur ? realloc(c->geo_base, cap * C * sizeof(float)) : NULL;
+            if (base) c->geo_base = base;
+            uint64_t *gi = base ? realloc(c->geo_ids, cap * sizeof *gi) : NULL;
+            if (gi) c->geo_ids = gi;
+            uint8_t *tt = gi ? realloc(c->geo_touched, cap) : NULL;
+            if (!tt) { st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory (geo copy)"); break; }
+            c->geo_touched = tt, c->geo_cap = cap;
+        }
+        if (!ps_map_insert(&c->geo_index, ids[i], (uint32_t)c->geo_n)) { st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory"); break; }
+        c->geo_ids[c->geo_n] = ids[i], c->geo_touched[c->geo_n] = 0;
+        c->geo_n++;
+        miss[m++] = ids[i];
+    }
+    if (!st && m) {
+        float *rows = malloc(m * C * sizeof(float));
+        if (!rows) st = pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+        if (!st) st = ps_request(c, PS_PULL, m, miss, NULL, rows);
+        for (size_t k = 0; !st && k < m; k++) {
+            uint32_t r = *ps_map_find(&c->geo_index, miss[k]);
+            memcpy(c->geo_cur + (size_t)r * C, rows + k * C, C * sizeof(float));
+            memcpy(c->geo_base + (size_t)r * C, rows + k * C, C * sizeof(float));
+        }
+        free(rows);
+    }
+    free(miss);
+    return st;
+}
+
+/* Geo: sends (local - base) of the touched rows, then refreshes them from the servers. */
+static pdde_status ps_geo_exchange(pdde_ps_client *c) {
+    int C = c->p.table.dim;
+    size_t m = 0;
+    for (size_t r = 0; r < c->geo_n; r++) m += c->geo_touched[r];
+    uint64_t *ids = malloc((m ? m : 1) * sizeof *ids);
+    float *d = malloc((m ? m : 1) * C * sizeof(float));
+    pdde_status st = ids && d ? PDDE_OK : pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    size_t k = 0;
+    for (size_t r = 0; r < c->geo_n && !st; r++) {
+        if (!c->geo_touched[r]) continue;
+        ids[k] = c->geo_ids[r];
+        for (int j = 0; j < C; j++) d[k * C + j] = c->geo_cur[r * C + j] - c->geo_base[r * C + j];
+        k++;
+    }
+    if (!st) st = ps_request(c, PS_ADD, m, ids, d, NULL);
+    if (!st) {
+        for (size_t j = 0; j < m * C; j++) c->geo_delta_sum += d[j];
+        c->clock++;
+        st = ps_request(c, PS_PULL, m, ids, NULL, d);
+    }
+    for (size_t j = 0; !st && j < m; j++) {
+        uint32_t r = *ps_map_find(&c->geo_index, ids[j]);
+        memcpy(c->geo_cur + (size_t)r * C, d + j * C, C * sizeof(float));
+        memcpy(c->geo_base + (size_t)r * C, d + j * C, C * sizeof(float));
+        c->geo_touched[r] = 0;
+    }
+    free(ids), free(d);
+    return st;
+}
+
+pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out) {
+    pthread_mutex_lock(&c->lock);
+    pdde_status st;
+    int C = c->p.table.dim;
+    if (!c->comm) st = pdde_ps_table_pull(c->local, n, ids, out);
+    else if (c->p.mode == PDDE_PS_GEO) {
+        st = ps_geo_fetch(c, n, ids);
+        for (size_t i = 0; i < n && !st; i++)
+            memcpy(out + i * C, c->geo_cur + (size_t)*ps_map_find(&c->geo_index, ids[i]) * C, C * sizeof(float));
+    } else st = ps_request(c, PS_PULL, n, ids, NULL, out);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads) {
+    pthread_mutex_lock(&c->lock);
+    pdde_status st = PDDE_OK;
+    int C = c->p.table.dim;
+    if (!c->comm) st = pdde_ps_table_push(c->local, n, ids, grads, 1.0f);
+    else if (c->p.mode == PDDE_PS_GEO) { /* local SGD on the copy; the exchange every geo_steps */
+        st = ps_geo_fetch(c, n, ids);
+        float lr = c->p.table.lr;
+        for (size_t i = 0; i < n && !st; i++) {
+            uint32_t r = *ps_map_find(&c->geo_index, ids[i]);
+            for (int j = 0; j < C; j++) c->geo_cur[(size_t)r * C + j] -= lr * grads[i * C + j];
+            c->geo_touched[r] = 1;
+        }
+        if (!st && (c->pushes + 1) % c->p.geo_steps == 0) st = ps_geo_exchange(c);
+    } else {
+        st = ps_request(c, PS_PUSH, n, ids, grads, NULL);
+        if (!st) c->clock++;
+    }
+    if (!st) c->pushes++;
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+pdde_status pdde_ps_client_flush(pdde_ps_client *c) {
+    pthread_mutex_lock(&c->lock);
+    pdde_status st = c->comm && c->p.mode == PDDE_PS_GEO ? ps_geo_exchange(c) : PDDE_OK;
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+/* A request that carries no ids to every server (SAVE carries its path). */
+static pdde_status ps_command(pdde_ps_client *c, int op, const char *path, int server, void *out) {
+    size_t len = path ? strlen(path) : 0, words = len / 8 + 1;
+    int64_t *buf = path ? calloc(words, 8) : NULL;
+    if (path && !buf) return pdde_error(c->ctx, PDDE_ERR_OOM, "ps client: out of memory");
+    if (path) memcpy(buf, path, len);
+    pdde_status st = PDDE_OK;
+    int first = server < 0 ? 0 : server, last = server < 0 ? c->p.n_servers - 1 : server;
+    for (int s = first; s <= last && !st; s++) {
+        ps_hdr h = {op, (int64_t)len, c->clock, 0};
+        st = pdde_comm_send(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, PS_TAG_REQ);
+        if (!st && path) st = pdde_comm_send(c->comm, buf, words, PDDE_I64, s, PS_TAG_IDS);
+    }
+    for (int s = first; s <= last && !st && op != PS_BYE; s++) {
+        ps_hdr h;
+        st = ps_wait_reply(c, s, &h);
+        if (!st && out) {
+            int64_t words_in[PS_STATS_WORDS];
+            st = pdde_comm_recv(c->comm, words_in, PS_STATS_WORDS, PDDE_I64, s, PS_TAG_ROWS);
+            memcpy(out, words_in, sizeof(pdde_ps_server_stats));
+        }
+    }
+    free(buf);
+    return st;
+}
+
+pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir) {
+    pthread_mutex_lock(&c->lock);
+    pdde_status st;
+    if (!c->comm) {
+        char path[4096];
+        pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
+        st = pdde_ps_table_save(c->local, path);
+    } else st = ps_command(c, PS_SAVE, dir, -1, NULL);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+pdde_status pdde_ps_client_server_stats(pdde_ps_client *c, int index, pdde_ps_server_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (index < 0 || index >= c->p.n_servers)
+        return pdde_error(c->ctx, PDDE_ERR_INVALID_ARG, "ps client: server %d of %d", index, c->p.n_servers);
+    pthread_mutex_lock(&c->lock);
+    pdde_status st = PDDE_OK;
+    if (!c->comm) pdde_ps_table_stats_get(c->local, &out->table);
+    else st = ps_command(c, PS_STATS, NULL, index, out);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c) { return c->geo_delta_sum; }
+
+void pdde_ps_client_free(pdde_ps_client *c) {
+    if (!c) return;
+    if (c->comm && pdde_comm_status(c->comm) == PDDE_OK) {
+        if (c->p.mode == PDDE_PS_GEO) pdde_ps_client_flush(c);
+        ps_command(c, PS_BYE, NULL, -1, NULL);
+    }
+    pdde_ps_table_free(c->local);
+    for (int s = 0; c->ids && s < c->p.n_servers; s++) free(c->ids[s]), free(c->vals[s]), free(c->where[s]);
+    free(c->ids), free(c->vals), free(c->where), free(c->count), free(c->cap);
+    ps_map_free(&c->geo_index);
+    free(c->geo_cur), free(c->geo_base), free(c->geo_ids), free(c->geo_touched);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}

@@ -1,0 +1,80 @@
+/* comm/util.c — the bottom of comm/: clocks, little-endian packing, "host:port" parsing and
+ * resolution, and whole-buffer socket reads and writes with a deadline. Every other part of comm/ may
+ * use these; this file uses none of them. */
+
+static double comm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void comm_sleep(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static void put_u32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static uint32_t get_u32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static void put_u64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
+static uint64_t get_u64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+
+/* "host:port" -> parts; host may be empty ("" = any / loopback). */
+static int comm_parse_addr(const char *addr, char *host, size_t hostcap, int *port) {
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    if (!colon || (size_t)(colon - addr) >= hostcap) return -1;
+    char *end;
+    long p = strtol(colon + 1, &end, 10);
+    if (*end || end == colon + 1 || p < 0 || p > 65535) return -1;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = 0;
+    *port = (int)p;
+    return 0;
+}
+
+static int comm_resolve(const char *host, int port, struct sockaddr_in *sa) {
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (!*host || !strcmp(host, "*") || !strcmp(host, "0.0.0.0")) { sa->sin_addr.s_addr = htonl(INADDR_ANY); return 0; }
+    if (inet_pton(AF_INET, host, &sa->sin_addr) == 1) return 0;
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_family = AF_INET;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(host, NULL, &hints, &res) || !res) return -1;
+    sa->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return 0;
+}
+
+/* Writes all of buf; waits for POLLOUT up to timeout_s in total. 0 ok, -1 error/timeout. */
+static int comm_write_all(int fd, const void *buf, size_t n, double timeout_s) {
+    const char *p = buf;
+    double deadline = comm_now() + timeout_s;
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) { p += w; n -= (size_t)w; continue; }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+        int ms = (int)((deadline - comm_now()) * 1000);
+        if (ms <= 0) return -1;
+        struct pollfd pfd = {fd, POLLOUT, 0};
+        if (poll(&pfd, 1, ms) < 0 && errno != EINTR) return -1;
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes within timeout_s. 0 ok, -1 error, -2 timeout, -3 peer closed. */
+static int comm_read_all(int fd, void *buf, size_t n, double timeout_s) {
+    char *p = buf;
+    double deadline = comm_now() + timeout_s;
+    while (n) {
+        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+        if (r > 0) { p += r; n -= (size_t)r; continue; }
+        if (r == 0) return -3;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -1;
+        int ms = (int)((deadline - comm_now()) * 1000);
+        if (ms <= 0) return -2;
+        struct pollfd pfd = {fd, POLLIN, 0};
+        if (poll(&pfd, 1, ms) < 0 && errno != EINTR) return -1;
+    }
+    return 0;
+}

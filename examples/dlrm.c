@@ -1,0 +1,222 @@
+/* dlrm — trains the DLRM-style CTR model of dlrm.h on Criteo-format data (or synthetic data from a
+ * known logistic ground truth), with its sparse table on parameter servers.
+ *
+ *   ./build/dlrm --synthetic 100000                      one process (in-process table)
+ *   ./build/pdde-run -n 4 ./build/dlrm --servers 2 --mode sync --synthetic 100000
+ *                                                         ranks 0-1 serve the table, 2-3 train
+ *   ./build/dlrm --data day_0.tsv --epochs 1             a Criteo file
+ * Reports loss, samples/s and an ETA while training, then AUC and logloss on the held-out part (and,
+ * on synthetic data, those of the ground truth: the best any model can do). */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/dlrm.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    const char *data, *save_dir, *load_dir, *dense_on;
+    long synthetic;
+    int vocab, epochs, servers, staleness, geo_steps;
+    double test_fraction;
+    pdde_ps_mode mode;
+    int local;
+    pdde_ps_optimizer optimizer;
+    float table_lr;
+    dlrm_config cfg;
+} options;
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void usage(void) {
+    puts("usage: dlrm [--data FILE | --synthetic N [--vocab V]] [--epochs E] [--batch B] [--dim D] [--hidden H]\n"
+         "            [--lr X] [--table-lr X] [--optimizer sgd|adagrad|adam] [--test-fraction F]\n"
+         "            [--mode local|sync|async|geo] [--servers N] [--staleness K] [--geo-steps K]\n"
+         "            [--save DIR] [--load DIR] [--dense-on BACKEND]\n"
+         "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
+         "(--servers, or PDDE_PS_SERVERS in the environment).");
+}
+
+static int parse(int argc, char **argv, options *o) {
+    const char *env_servers = getenv("PDDE_PS_SERVERS"); /* (what a launcher's --servers would set) */
+    *o = (options){.vocab = 1000, .epochs = 1, .servers = env_servers ? atoi(env_servers) : 1, .staleness = 2, .geo_steps = 4, .test_fraction = 0.1,
+                   .mode = PDDE_PS_SYNC, .local = 1, .optimizer = PDDE_PS_ADAGRAD, .table_lr = 0.05f,
+                   .cfg = {256, 8, 64, 0.01f}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help")) { usage(); exit(0); }
+        if (!v) { fprintf(stderr, "dlrm: %s needs a value\n", a); return -1; }
+        i++;
+        if (!strcmp(a, "--data")) o->data = v;
+        else if (!strcmp(a, "--synthetic")) o->synthetic = atol(v);
+        else if (!strcmp(a, "--vocab")) o->vocab = atoi(v);
+        else if (!strcmp(a, "--epochs")) o->epochs = atoi(v);
+        else if (!strcmp(a, "--batch")) o->cfg.batch = atoi(v);
+        else if (!strcmp(a, "--dim")) o->cfg.dim = atoi(v);
+        else if (!strcmp(a, "--hidden")) o->cfg.hidden = atoi(v);
+        else if (!strcmp(a, "--lr")) o->cfg.lr = (float)atof(v);
+        else if (!strcmp(a, "--table-lr")) o->table_lr = (float)atof(v);
+        else if (!strcmp(a, "--test-fraction")) o->test_fraction = atof(v);
+        else if (!strcmp(a, "--servers")) o->servers = atoi(v);
+        else if (!strcmp(a, "--staleness")) o->staleness = atoi(v);
+        else if (!strcmp(a, "--geo-steps")) o->geo_steps = atoi(v);
+        else if (!strcmp(a, "--save")) o->save_dir = v;
+        else if (!strcmp(a, "--load")) o->load_dir = v;
+        else if (!strcmp(a, "--dense-on")) o->dense_on = v;
+        else if (!strcmp(a, "--optimizer")) {
+            if (!strcmp(v, "sgd")) o->optimizer = PDDE_PS_SGD;
+            else if (!strcmp(v, "adagrad")) o->optimizer = PDDE_PS_ADAGRAD;
+            else if (!strcmp(v, "adam")) o->optimizer = PDDE_PS_ADAM;
+            else { fprintf(stderr, "dlrm: --optimizer %s: expected sgd, adagrad or adam\n", v); return -1; }
+        } else if (!strcmp(a, "--mode")) {
+            o->local = !strcmp(v, "local");
+            if (!strcmp(v, "sync")) o->mode = PDDE_PS_SYNC;
+            else if (!strcmp(v, "async")) o->mode = PDDE_PS_ASYNC;
+            else if (!strcmp(v, "geo")) o->mode = PDDE_PS_GEO;
+            else if (!o->local) { fprintf(stderr, "dlrm: --mode %s: expected local, sync, async or geo\n", v); return -1; }
+        } else { fprintf(stderr, "dlrm: unknown option %s (--help lists them)\n", a); return -1; }
+    }
+    if (o->cfg.batch <= 0 || o->cfg.dim <= 0 || o->cfg.hidden <= 0 || o->epochs <= 0 || o->servers <= 0 ||
+        o->vocab <= 0 || o->test_fraction < 0 || o->test_fraction >= 1) {
+        fprintf(stderr, "dlrm: batch, dim, hidden, epochs, servers and vocab must be positive, test-fraction in [0, 1)\n");
+        return -1;
+    }
+    if (!o->data && !o->synthetic) o->synthetic = 100000;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    if (parse(argc, argv, &o)) return 2;
+    pdde_context *ctx;
+    if (pdde_context_init(NULL, &ctx)) { fprintf(stderr, "dlrm: no context\n"); return 1; }
+    pdde_comm *world = NULL, *workers = NULL;
+    int rank = 0, size = 1;
+    if (getenv("PDDE_WORLD_SIZE") || getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMI_SIZE")) {
+        if (pdde_comm_init(ctx, NULL, &world)) { fprintf(stderr, "dlrm: %s\n", pdde_last_error(ctx)); return 1; }
+        rank = pdde_comm_rank(world), size = pdde_comm_size(world);
+        o.local = size == 1;
+    }
+    if (!o.local && size <= o.servers) { fprintf(stderr, "dlrm: %d ranks leave no worker beside %d servers\n", size, o.servers); return 2; }
+    pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
+    pp.mode = o.mode, pp.n_servers = o.local ? 1 : o.servers, pp.staleness = o.staleness, pp.geo_steps = o.geo_steps;
+    pp.table.dim = o.cfg.dim, pp.table.optimizer = o.optimizer, pp.table.lr = o.table_lr, pp.table.init_std = 0.01f;
+    pp.table.seed = 1;
+    pp.load_dir = o.load_dir;
+    int rc = 0;
+    if (world && !o.local) pdde_comm_split(world, rank < o.servers ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
+    if (!o.local && rank < o.servers) { /* a server */
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &pp, rank, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        pdde_ps_server_stats ss;
+        if (!st) {
+            pdde_ps_server_stats_get(srv, &ss);
+            printf("server %d: %lld rows, %.1f bytes per row, %lld pushes, %lld pulls, max staleness %lld\n", rank,
+                   (long long)ss.table.rows, ss.table.rows ? (double)ss.table.bytes / (double)ss.table.rows : 0.0,
+                   (long long)ss.pushes, (long long)ss.pulls, (long long)ss.max_staleness);
+        } else fprintf(stderr, "dlrm: server %d: %s\n", rank, pdde_last_error(ctx));
+        pdde_ps_server_free(srv);
+        pdde_comm_free(world);
+        pdde_context_free(ctx);
+        return st ? 1 : 0;
+    }
+    int w = o.local ? 0 : rank - o.servers, nw = o.local ? 1 : size - o.servers, lead = w == 0;
+
+    /* data */
+    char path[512];
+    double *p_true = NULL;
+    if (o.synthetic) {
+        /* every rank writes its own copy (the same data): no rank waits for another's file */
+        const char *base = o.data ? o.data : "build/dlrm-synthetic.tsv";
+        if (world) snprintf(path, sizeof path, "%s.%d", base, rank);
+        else snprintf(path, sizeof path, "%s", base);
+        p_true = malloc((size_t)o.synthetic * sizeof *p_true);
+        if (!p_true || dlrm_synthesize(path, o.synthetic, o.vocab, 1, p_true)) return 1;
+    } else snprintf(path, sizeof path, "%s", o.data);
+    long n = 0, malformed = 0;
+    double t_read = now_s();
+    dlrm_sample *samples = dlrm_load(path, &n, &malformed);
+    if (!samples || n < 2L * o.cfg.batch) { fprintf(stderr, "dlrm: %s: %ld samples, need at least 2 batches\n", path, n); return 1; }
+    long n_test = (long)((double)n * o.test_fraction), n_train = n - n_test;
+    if (lead) printf("data: %s: %ld samples (%ld malformed lines skipped), %ld for training, %ld held out; read in %.1f s\n",
+                     path, n, malformed, n_train, n_test, now_s() - t_read);
+
+    /* model */
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    pdde_sparse_batch *sb = NULL;
+    pdde_ps_client *c = NULL;
+    dlrm_model m = {0};
+    pdde_graph_init(ctx, &g);
+    pdde_status st = dlrm_build(g, &o.cfg, &m);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    int layer_dev[2] = {0, 0};
+    if (!st && o.dense_on) {
+        layer_dev[1] = pdde_device_find(ctx, o.dense_on, 0);
+        if (layer_dev[1] < 0) st = pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "no %s device (./build/pdde-info lists them)", o.dense_on);
+        sp.layer_devices = layer_dev, sp.n_layer_devices = 2;
+    }
+    if (!st) st = pdde_session_init(g, &sp, &s);
+    if (!st) st = pdde_sparse_batch_init(m.emb, &sb);
+    if (!st) st = pdde_ps_client_init(ctx, o.local ? NULL : world, &pp, &c);
+    char dense_path[600];
+    if (!st && o.load_dir) { /* the dense network (the table is loaded by its servers) */
+        snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", o.load_dir);
+        st = pdde_checkpoint_load(s, dense_path, NULL);
+    }
+    uint64_t *ids = malloc((size_t)o.cfg.batch * DLRM_SPARSE * sizeof *ids);
+    long per_epoch = n_train / o.cfg.batch / nw; /* steps per worker and epoch (equal on every worker) */
+    long total = per_epoch * o.epochs, step = 0;
+    double t0 = now_s(), loss_avg = 0;
+    for (int e = 0; e < o.epochs && !st; e++)
+        for (long k = 0; k < per_epoch && !st; k++, step++) {
+            st = dlrm_train_step(s, &m, sb, c, workers, samples + (k * nw + w) * o.cfg.batch, ids);
+            float loss = pdde_session_loss(s);
+            loss_avg = step ? 0.98 * loss_avg + 0.02 * loss : loss;
+            if (lead && !st && (step % 100 == 0 || step + 1 == total)) {
+                double el = now_s() - t0, rate = (double)(step + 1) * o.cfg.batch * nw / el;
+                printf("epoch %d step %ld/%ld  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, step + 1, total, loss_avg, rate,
+                       (double)(total - step - 1) * o.cfg.batch * nw / rate);
+                fflush(stdout);
+            }
+        }
+    if (st) fprintf(stderr, "dlrm: training: %s\n", pdde_last_error(ctx)), rc = 1;
+    double train_s = now_s() - t0;
+
+    if (!st && lead && n_test >= o.cfg.batch) {
+        long nt = n_test / o.cfg.batch * o.cfg.batch;
+        double *p = malloc((size_t)nt * sizeof *p);
+        int *y = malloc((size_t)nt * sizeof *y);
+        for (long i = 0; i < nt; i++) y[i] = samples[n_train + i].label;
+        st = dlrm_predict(s, &m, sb, c, samples + n_train, nt, p, ids);
+        if (!st) {
+            printf("held out (%ld samples): AUC %.4f  logloss %.4f", nt, dlrm_auc(p, y, nt), dlrm_logloss(p, y, nt));
+            if (p_true) printf("  (ground truth: AUC %.4f  logloss %.4f)", dlrm_auc(p_true + n_train, y, nt), dlrm_logloss(p_true + n_train, y, nt));
+            printf("\ntraining: %.0f samples/s over %d worker(s)\n", (double)total * o.cfg.batch * nw / train_s, nw);
+        } else fprintf(stderr, "dlrm: evaluation: %s\n", pdde_last_error(ctx)), rc = 1;
+        free(p), free(y);
+    }
+    if (!st && o.save_dir && lead) {
+        snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", o.save_dir);
+        st = pdde_ps_client_save(c, o.save_dir);
+        if (!st) st = pdde_checkpoint_save(s, dense_path, NULL);
+        if (st) fprintf(stderr, "dlrm: save: %s\n", pdde_last_error(ctx)), rc = 1;
+        else printf("table shards and %s saved\n", dense_path);
+    }
+    pdde_ps_client_free(c);
+    pdde_sparse_batch_free(sb);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_sparse_embedding_free(m.emb);
+    free(ids), free(samples), free(p_true);
+    pdde_comm_free(workers);
+    pdde_comm_free(world);
+    pdde_context_free(ctx);
+    return rc;
+}

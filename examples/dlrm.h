@@ -1,0 +1,337 @@
+/* dlrm.h — a DLRM-style CTR model over parameter-server tables, the Criteo TSV reader, a synthetic
+ * Criteo-format generator with a known logistic ground truth, and AUC / logloss (shared by
+ * examples/dlrm.c, the tests and the benchmark).
+ *
+ *   dense [B, 13] (log(1 + max(x, 0)))  -> bottom MLP 13 -> dim (relu)          : [B, 1, dim]
+ *   26 sparse ids per sample -> pulled rows of one table (ids keyed by field)    : [B, 26, dim]
+ *   concat -> [B, 27 dim] -> top MLP -> hidden (relu) -> 2 logits -> cross-entropy (= logistic loss)
+ * Layer 0 is the sparse part (on the CPU), layer 1 the dense network (placed on an accelerator when
+ * asked), so a pipeline can run them on different devices. */
+#ifndef PDDE_EXAMPLE_DLRM_H
+#define PDDE_EXAMPLE_DLRM_H
+#include "pdde.h"
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DLRM_DENSE 13
+#define DLRM_SPARSE 26
+#define DLRM_FIELDS (1 + DLRM_DENSE + DLRM_SPARSE)
+#define DLRM_LINE_MAX 4096
+
+typedef struct {
+    int batch, dim, hidden;
+    float lr;                 /* dense AdamW */
+} dlrm_config;
+
+typedef struct {
+    dlrm_config cfg;
+    pdde_tensor *dense, *labels, *logits, *loss;
+    pdde_sparse_embedding *emb;
+} dlrm_model;
+
+typedef struct {
+    int label;
+    float dense[DLRM_DENSE];
+    uint64_t ids[DLRM_SPARSE];  /* (field << 32) | the hex value; PDDE_SPARSE_NO_ID when empty */
+} dlrm_sample;
+
+static inline pdde_tensor *dlrm_linear(pdde_graph *g, const char *name, pdde_tensor *x, int64_t in, int64_t out) {
+    char n[64];
+    snprintf(n, sizeof n, "%s.w", name);
+    pdde_tensor *w = pdde_param(g, n, 2, (int64_t[]){in, out}, 1.0f / sqrtf((float)in));
+    snprintf(n, sizeof n, "%s.b", name);
+    pdde_tensor *b = pdde_param(g, n, 1, (int64_t[]){out}, 0.0f);
+    return pdde_bias_add(g, pdde_matmul(g, x, w, 0, 0), b);
+}
+
+/* Builds forward, backward and the dense optimizer; returns pdde_graph_status(g). */
+static inline pdde_status dlrm_build(pdde_graph *g, const dlrm_config *c, dlrm_model *m) {
+    int64_t B = c->batch, D = c->dim;
+    m->cfg = *c;
+    pdde_graph_set_layer(g, 0);
+    pdde_tensor *emb = pdde_sparse_embedding_add(g, "emb", B, DLRM_SPARSE, 1, c->dim, PDDE_POOL_SUM, &m->emb);
+    pdde_graph_set_layer(g, 1);
+    m->dense = pdde_input(g, "dense", PDDE_F32, 2, (int64_t[]){B, DLRM_DENSE});
+    m->labels = pdde_input(g, "labels", PDDE_I32, 1, (int64_t[]){B});
+    pdde_tensor *bottom = pdde_relu(g, dlrm_linear(g, "bottom", m->dense, DLRM_DENSE, D));
+    pdde_tensor *parts[2] = {pdde_reshape(g, bottom, 3, (int64_t[]){B, 1, D}), emb};
+    pdde_tensor *x = pdde_reshape(g, pdde_concat(g, 2, parts, 1), 2, (int64_t[]){B, (DLRM_SPARSE + 1) * D});
+    pdde_tensor *h = pdde_relu(g, dlrm_linear(g, "top1", x, (DLRM_SPARSE + 1) * D, c->hidden));
+    m->logits = dlrm_linear(g, "top2", h, c->hidden, 2);
+    m->loss = pdde_cross_entropy(g, m->logits, m->labels);
+    pdde_mark_output(m->logits);
+    pdde_graph_set_layer(g, -1);
+    pdde_status st = pdde_graph_status(g);
+    if (!st) st = pdde_backward(g, m->loss);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = c->lr;
+    if (!st) st = pdde_optimizer_adamw(g, &op);
+    return st;
+}
+
+/* Writes one batch of samples into the model's dense inputs. */
+static inline pdde_status dlrm_feed_dense(pdde_session *s, const dlrm_model *m, const dlrm_sample *b) {
+    int B = m->cfg.batch;
+    float *x = malloc((size_t)B * DLRM_DENSE * sizeof *x);
+    int32_t *y = malloc((size_t)B * sizeof *y);
+    pdde_status st = x && y ? PDDE_OK : PDDE_ERR_OOM;
+    for (int i = 0; i < B && !st; i++) memcpy(x + i * DLRM_DENSE, b[i].dense, sizeof b[i].dense), y[i] = b[i].label;
+    if (!st) st = pdde_session_write(s, m->dense, x, (size_t)B * DLRM_DENSE * sizeof *x);
+    if (!st) st = pdde_session_write(s, m->labels, y, (size_t)B * sizeof *y);
+    free(x), free(y);
+    return st;
+}
+
+static inline void dlrm_batch_ids(const dlrm_sample *b, int n, uint64_t *ids) {
+    for (int i = 0; i < n; i++) memcpy(ids + (size_t)i * DLRM_SPARSE, b[i].ids, sizeof b[i].ids);
+}
+
+/* P(click) of each sample from the logits [B, 2]. */
+static inline void dlrm_probs(const float *logits, int n, double *p) {
+    for (int i = 0; i < n; i++) p[i] = 1.0 / (1.0 + exp((double)logits[2 * i] - (double)logits[2 * i + 1]));
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Criteo TSV: label, 13 integers, 26 hex ids (up to 8 digits), tab-separated, any field may be empty
+ * (an empty integer is 0, an empty id PDDE_SPARSE_NO_ID). A malformed line (field count, a bad
+ * number, over DLRM_LINE_MAX bytes) is counted and skipped with a message naming the file and line. */
+
+typedef struct {
+    FILE *f;
+    char path[512];
+    long line;
+    long malformed, messages;
+    char buf[DLRM_LINE_MAX + 2];
+} dlrm_reader;
+
+static inline int dlrm_reader_open(dlrm_reader *r, const char *path) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->path, sizeof r->path, "%s", path);
+    r->f = fopen(path, "r");
+    if (!r->f) fprintf(stderr, "dlrm: cannot open %s: %s\n", path, strerror(errno));
+    return r->f ? 0 : -1;
+}
+
+static inline void dlrm_reader_close(dlrm_reader *r) { if (r->f) fclose(r->f), r->f = NULL; }
+
+static inline void dlrm_reader_rewind(dlrm_reader *r) { rewind(r->f), r->line = 0; }
+
+static inline int dlrm_reader_bad(dlrm_reader *r, const char *why, int field) {
+    r->malformed++;
+    if (r->messages++ < 10) fprintf(stderr, "dlrm: %s:%ld: malformed line skipped: %s (field %d)\n", r->path, r->line, why, field + 1);
+    return 0;
+}
+
+/* Parses one line into s: 1 ok, 0 malformed (counted). line is modified. */
+static inline int dlrm_parse_line(dlrm_reader *r, char *line, dlrm_sample *s) {
+    char *field[DLRM_FIELDS];
+    int n = 0;
+    for (char *p = line;; p++) {
+        if (n == DLRM_FIELDS) return dlrm_reader_bad(r, "more than 40 fields", n);
+        field[n++] = p;
+        p = strchr(p, '\t');
+        if (!p) break;
+        *p = 0;
+    }
+    if (n != DLRM_FIELDS) return dlrm_reader_bad(r, "fewer than 40 fields", n - 1);
+    if (strcmp(field[0], "0") && strcmp(field[0], "1")) return dlrm_reader_bad(r, "label is not 0 or 1", 0);
+    s->label = field[0][0] - '0';
+    for (int j = 0; j < DLRM_DENSE; j++) {
+        char *f = field[1 + j], *end;
+        double v = 0;
+        if (*f) {
+            errno = 0;
+            long long x = strtoll(f, &end, 10);
+            if (*end || errno) return dlrm_reader_bad(r, "bad integer", 1 + j);
+            v = (double)x;
+        }
+        s->dense[j] = (float)log1p(v > 0 ? v : 0);
+    }
+    for (int j = 0; j < DLRM_SPARSE; j++) {
+        char *f = field[1 + DLRM_DENSE + j], *end;
+        if (!*f) { s->ids[j] = PDDE_SPARSE_NO_ID; continue; }
+        if (strlen(f) > 8) return dlrm_reader_bad(r, "id longer than 8 hex digits", 1 + DLRM_DENSE + j);
+        unsigned long long x = strtoull(f, &end, 16);
+        if (*end) return dlrm_reader_bad(r, "bad hex id", 1 + DLRM_DENSE + j);
+        s->ids[j] = (uint64_t)j << 32 | (uint64_t)x;
+    }
+    return 1;
+}
+
+/* The next well-formed sample: 1, or 0 at the end of the file. */
+static inline int dlrm_reader_next(dlrm_reader *r, dlrm_sample *s) {
+    while (fgets(r->buf, sizeof r->buf, r->f)) {
+        r->line++;
+        size_t len = strlen(r->buf);
+        if (len && r->buf[len - 1] == '\n') r->buf[--len] = 0;
+        else if (len > DLRM_LINE_MAX) { /* over-long: skip the rest of it */
+            int ch;
+            while ((ch = fgetc(r->f)) != EOF && ch != '\n') {}
+            dlrm_reader_bad(r, "line longer than 4096 bytes", 0);
+            continue;
+        }
+        if (len && r->buf[len - 1] == '\r') r->buf[--len] = 0;
+        if (dlrm_parse_line(r, r->buf, s)) return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Synthetic data: every field f has `vocab` ids with a true weight normal(0, 0.5) (id k of field f has
+ * weight w(f, k)), drawn by popularity (a Zipf-like law: low k far more often); the 13 integers are
+ * geometric counts whose log enters with a true coefficient; P(click) = sigmoid(bias + sum of the
+ * weights of the sample's ids + sum a_j log(1 + x_j)). The ground-truth probability of each sample is
+ * known, so the best achievable AUC (its AUC) is known too. */
+
+typedef struct { uint64_t s; } dlrm_rng;
+static inline uint64_t dlrm_next(dlrm_rng *r) {
+    uint64_t x = (r->s += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static inline double dlrm_uniform(dlrm_rng *r) { return ((double)(dlrm_next(r) >> 11) + 0.5) * 0x1.0p-53; }
+static inline double dlrm_gauss(dlrm_rng *r) { return sqrt(-2 * log(dlrm_uniform(r))) * cos(6.283185307179586 * dlrm_uniform(r)); }
+
+static inline double dlrm_true_weight(uint64_t seed, int field, uint32_t k) {
+    dlrm_rng r = {seed ^ ((uint64_t)field << 40) ^ (uint64_t)k * 0x2545f4914f6cdd1dull};
+    dlrm_next(&r);
+    return 0.5 * dlrm_gauss(&r);
+}
+
+/* Writes n samples to path; p_true[i] (if not NULL) gets sample i's true click probability. Returns 0
+ * or -1 (message printed). */
+static inline int dlrm_synthesize(const char *path, long n, int vocab, uint64_t seed, double *p_true) {
+    FILE *f = fopen(path, "w");
+    if (!f) { fprintf(stderr, "dlrm: cannot create %s: %s\n", path, strerror(errno)); return -1; }
+    dlrm_rng r = {seed * 2654435761u + 1};
+    double a[DLRM_DENSE];
+    for (int j = 0; j < DLRM_DENSE; j++) a[j] = 0.3 * dlrm_gauss(&r);
+    for (long i = 0; i < n; i++) {
+        double logit = -0.5;
+        int x[DLRM_DENSE];
+        uint32_t k[DLRM_SPARSE];
+        for (int j = 0; j < DLRM_DENSE; j++) {
+            x[j] = (int)floor(log(dlrm_uniform(&r)) / log(0.8)); /* geometric, mean 4 */
+            logit += a[j] * log1p(x[j]);
+        }
+        for (int j = 0; j < DLRM_SPARSE; j++) {
+            k[j] = (uint32_t)((double)vocab * pow(dlrm_uniform(&r), 2.0)); /* popular ids first */
+            logit += dlrm_true_weight(seed, j, k[j]);
+        }
+        double p = 1 / (1 + exp(-logit));
+        if (p_true) p_true[i] = p;
+        fprintf(f, "%d", dlrm_uniform(&r) < p);
+        for (int j = 0; j < DLRM_DENSE; j++) {
+            if (j == 3 && i % 17 == 0) fputs("\t", f); /* some empty integers, as in Criteo */
+            else fprintf(f, "\t%d", x[j]);
+        }
+        for (int j = 0; j < DLRM_SPARSE; j++) fprintf(f, "\t%08x", (unsigned)(k[j] * 2654435761u));
+        fputc('\n', f);
+    }
+    if (fclose(f)) { fprintf(stderr, "dlrm: cannot write %s: %s\n", path, strerror(errno)); return -1; }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Metrics */
+
+typedef struct { double p; int y; } dlrm_scored;
+
+static inline int dlrm_cmp_scored(const void *a, const void *b) {
+    double x = ((const dlrm_scored *)a)->p, y = ((const dlrm_scored *)b)->p;
+    return (x > y) - (x < y);
+}
+
+/* Area under the ROC curve (ties count half); NaN when one class is missing or a score is NaN. */
+static inline double dlrm_auc(const double *p, const int *y, long n) {
+    dlrm_scored *v = malloc((size_t)n * sizeof *v);
+    if (!v) return NAN;
+    for (long i = 0; i < n; i++) {
+        if (isnan(p[i])) { free(v); return NAN; }
+        v[i].p = p[i], v[i].y = y[i];
+    }
+    qsort(v, (size_t)n, sizeof *v, dlrm_cmp_scored);
+    double rank_sum = 0, pos = 0;
+    for (long i = 0; i < n;) {
+        long j = i;
+        while (j < n && v[j].p == v[i].p) j++;
+        double mid = (double)(i + j + 1) / 2; /* the mean 1-based rank of the tie group */
+        for (long k = i; k < j; k++) if (v[k].y) rank_sum += mid, pos++;
+        i = j;
+    }
+    free(v);
+    double neg = (double)n - pos;
+    return pos && neg ? (rank_sum - pos * (pos + 1) / 2) / (pos * neg) : NAN;
+}
+
+static inline double dlrm_logloss(const double *p, const int *y, long n) {
+    double s = 0;
+    for (long i = 0; i < n; i++) {
+        double q = p[i] < 1e-7 ? 1e-7 : p[i] > 1 - 1e-7 ? 1 - 1e-7 : p[i];
+        s -= y[i] ? log(q) : log(1 - q);
+    }
+    return s / (double)n;
+}
+/* ------------------------------------------------------------------------------------------------
+ * Steps. A training step: pull the batch's rows, forward + backward, the dense gradients averaged
+ * over the workers (dense_comm; NULL: one worker), the dense update, the rows' gradients pushed. */
+
+static inline pdde_status dlrm_train_step(pdde_session *s, const dlrm_model *m, pdde_sparse_batch *sb, pdde_ps_client *c,
+                                          pdde_comm *dense_comm, const dlrm_sample *b, uint64_t *ids_scratch) {
+    dlrm_batch_ids(b, m->cfg.batch, ids_scratch);
+    pdde_status st = pdde_sparse_batch_pull(sb, c, ids_scratch);
+    if (!st) st = pdde_sparse_batch_feed(sb, s);
+    if (!st) st = dlrm_feed_dense(s, m, b);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
+    if (!st) st = pdde_sparse_batch_collect(sb, s);
+    if (!st) st = pdde_sparse_allreduce_dense(s, dense_comm);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_OPTIMIZER);
+    if (!st) st = pdde_sparse_batch_push(sb, c);
+    return st;
+}
+
+/* Click probabilities of n samples (whole batches only: n is rounded down). */
+static inline pdde_status dlrm_predict(pdde_session *s, const dlrm_model *m, pdde_sparse_batch *sb, pdde_ps_client *c,
+                                       const dlrm_sample *samples, long n, double *p, uint64_t *ids_scratch) {
+    int B = m->cfg.batch;
+    float *logits = malloc((size_t)B * 2 * sizeof *logits);
+    pdde_status st = logits ? PDDE_OK : PDDE_ERR_OOM;
+    for (long i = 0; i + B <= n && !st; i += B) {
+        dlrm_batch_ids(samples + i, B, ids_scratch);
+        st = pdde_sparse_batch_pull(sb, c, ids_scratch);
+        if (!st) st = pdde_sparse_batch_feed(sb, s);
+        if (!st) st = dlrm_feed_dense(s, m, samples + i);
+        if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+        if (!st) st = pdde_session_read(s, m->logits, logits, (size_t)B * 2 * sizeof *logits);
+        if (!st) dlrm_probs(logits, B, p + i);
+    }
+    free(logits);
+    return st;
+}
+
+/* Reads every well-formed sample of path (malformed lines counted in *malformed). NULL on error. */
+static inline dlrm_sample *dlrm_load(const char *path, long *n, long *malformed) {
+    dlrm_reader r;
+    *n = 0;
+    if (dlrm_reader_open(&r, path)) return NULL;
+    long cap = 1024;
+    dlrm_sample *v = malloc((size_t)cap * sizeof *v);
+    while (v) {
+        if (*n == cap) {
+            dlrm_sample *w = realloc(v, (size_t)(cap *= 2) * sizeof *v);
+            if (!w) { free(v); v = NULL; break; }
+            v = w;
+        }
+        if (!dlrm_reader_next(&r, &v[*n])) break;
+        (*n)++;
+    }
+    if (malformed) *malformed = r.malformed;
+    dlrm_reader_close(&r);
+    return v;
+}
+#endif

@@ -1,0 +1,770 @@
+/* planner/cluster.c — the unified cluster object: machines -> devices -> links, its checks, its JSON
+ * form (cJSON) and the detection of this machine (backends + hwloc). Included by pdde.c. */
+#include "pdde_impl.h"
+
+#include <errno.h>
+#include <unistd.h>
+#include "pdde_impl.h"
+
+#ifdef PDDE_HAVE_CJSON
+#include <cjson/cJSON.h>
+#endif
+#ifdef PDDE_HAVE_HWLOC
+#include <hwloc.h>
+#endif
+
+static const char *const cluster_class_names[PDDE_OPCLASS_COUNT] = {"gemm", "elementwise", "row", "attention",
+                                                                     "embedding", "optimizer"};
+static const char *const cluster_kind_names[] = {"cpu", "gpu", "accel"};
+static const char *const cluster_link_names[] = {"shm", "pcie", "nvlink", "net"};
+static const char *const cluster_coll_names[PDDE_COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter",
+                                                                "alltoall", "sendrecv"};
+static const char *const cluster_algo_names[] = {"auto", "ring", "recursive", "two_level"};
+
+const char *pdde_op_class_name(pdde_op_class c) {
+    return (unsigned)c < PDDE_OPCLASS_COUNT ? cluster_class_names[c] : "?";
+}
+const char *pdde_link_kind_name(pdde_link_kind k) { return (unsigned)k < 4 ? cluster_link_names[k] : "?"; }
+const char *pdde_collective_name(pdde_collective c) {
+    return (unsigned)c < PDDE_COLL_COUNT ? cluster_coll_names[c] : "?";
+}
+
+pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
+    switch (node->op) {
+    case PDDE_OP_MATMUL: return PDDE_OPCLASS_GEMM;
+    case PDDE_OP_LAYERNORM: case PDDE_OP_RMSNORM: case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_SUM:
+    case PDDE_OP_MEAN: case PDDE_OP_SUM_TO: case PDDE_OP_LAYERNORM_BACK: case PDDE_OP_LAYERNORM_BACK_GAMMA:
+    case PDDE_OP_RMSNORM_BACK: case PDDE_OP_RMSNORM_BACK_GAMMA: case PDDE_OP_CROSS_ENTROPY_BACK:
+        return PDDE_OPCLASS_ROW;
+    case PDDE_OP_SOFTMAX:
+        return node->iparams[0] ? PDDE_OPCLASS_ATTENTION : PDDE_OPCLASS_ROW;
+    case PDDE_OP_SOFTMAX_BACK: /* the causal flag is on the forward softmax it differentiates (src0 = y) */
+        return node->nsrc > 0 && node->src[0]->op == PDDE_OP_SOFTMAX && node->src[0]->iparams[0]
+                   ? PDDE_OPCLASS_ATTENTION : PDDE_OPCLASS_ROW;
+    case PDDE_OP_EMBEDDING: case PDDE_OP_EMBEDDING_BACK: return PDDE_OPCLASS_EMBEDDING;
+    case PDDE_OP_GRAD_NORM_SQ: case PDDE_OP_SGD_UPDATE: case PDDE_OP_ADAMW_UPDATE: return PDDE_OPCLASS_OPTIMIZER;
+    default: return PDDE_OPCLASS_ELEMENTWISE;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The object */
+
+pdde_status pdde_cluster_init(const char *name, pdde_cluster **out) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) return PDDE_ERR_OOM;
+    snprintf((*out)->name, sizeof (*out)->name, "%s", name ? name : "");
+    return PDDE_OK;
+}
+
+void pdde_cluster_free(pdde_cluster *c) {
+    if (!c) return;
+    for (int i = 0; i < c->n_machines; i++) free(c->machines[i].devices);
+    free(c->specs), free(c->machines), free(c->links), free(c->calibs);
+    free(c);
+}
+
+/* Appends one element of size sz to *arr holding *n; the new index or PDDE_ERR_OOM. */
+static int cluster_append(void **arr, int *n, size_t sz, const void *elem) {
+    void *a = realloc(*arr, (size_t)(*n + 1) * sz);
+    if (!a) return PDDE_ERR_OOM;
+    memcpy((char *)a + (size_t)*n * sz, elem, sz);
+    *arr = a;
+    return (*n)++;
+}
+
+int pdde_cluster_add_spec(pdde_cluster *c, const pdde_device_spec *s) {
+    return cluster_append((void **)&c->specs, &c->n_specs, sizeof *s, s);
+}
+
+int pdde_cluster_add_machine(pdde_cluster *c, const pdde_cluster_machine *m) {
+    pdde_cluster_machine copy = *m;
+    copy.devices = NULL, copy.n_devices = 0;
+    int i = cluster_append((void **)&c->machines, &c->n_machines, sizeof copy, &copy);
+    for (int d = 0; i >= 0 && d < m->n_devices; d++)
+        if (pdde_cluster_add_device(c, i, &m->devices[d]) < 0) return PDDE_ERR_OOM;
+    return i;
+}
+
+int pdde_cluster_add_device(pdde_cluster *c, int machine, const pdde_cluster_device *d) {
+    if (machine < 0 || machine >= c->n_machines) return PDDE_ERR_INVALID_ARG;
+    pdde_cluster_machine *m = &c->machines[machine];
+    return cluster_append((void **)&m->devices, &m->n_devices, sizeof *d, d);
+}
+
+int pdde_cluster_add_link(pdde_cluster *c, const pdde_cluster_link *l) {
+    return cluster_append((void **)&c->links, &c->n_links, sizeof *l, l);
+}
+
+int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k) {
+    return cluster_append((void **)&c->calibs, &c->n_calibs, sizeof *k, k);
+}
+
+int pdde_cluster_n_devices(const pdde_cluster *c) {
+    int n = 0;
+    for (int i = 0; i < c->n_machines; i++) n += c->machines[i].n_devices;
+    return n;
+}
+
+const pdde_cluster_device *pdde_cluster_find_device(const pdde_cluster *c, int id, int *machine) {
+    for (int i = 0; i < c->n_machines; i++)
+        for (int d = 0; d < c->machines[i].n_devices; d++)
+            if (c->machines[i].devices[d].id == id) {
+                if (machine) *machine = i;
+                return &c->machines[i].devices[d];
+            }
+    return NULL;
+}
+
+pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_cluster_link *out) {
+    int ma, mb;
+    if (!pdde_cluster_find_device(c, a, &ma) || !pdde_cluster_find_device(c, b, &mb)) return PDDE_ERR_NOT_FOUND;
+    for (int i = 0; i < c->n_links; i++) {
+        const pdde_cluster_link *l = &c->links[i];
+        if ((l->a == a && l->b == b) || (l->a == b && l->b == a)) { *out = *l; return PDDE_OK; }
+    }
+    if (ma == mb) *out = c->machines[ma].intra;
+    else { /* leaves one NIC, enters the other: the slower bandwidth, both latencies */
+        const pdde_cluster_link *x = &c->machines[ma].nic, *y = &c->machines[mb].nic;
+        *out = *x;
+        out->bandwidth = x->bandwidth < y->bandwidth ? x->bandwidth : y->bandwidth;
+        out->latency = x->latency + y->latency;
+    }
+    out->a = a, out->b = b;
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Checks (for clusters built in code as much as for loaded ones) */
+
+static int cluster_bad_num(double x) { return !isfinite(x) || x < 0; }
+
+static pdde_status cluster_check_link(pdde_context *ctx, const pdde_cluster_link *l, const char *path) {
+    if ((unsigned)l->kind > PDDE_LINK_NET) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s.kind: unknown link kind %d", path, (int)l->kind);
+    if (cluster_bad_num(l->bandwidth)) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s.bandwidth: expected B/s >= 0, got %g", path, l->bandwidth);
+    if (cluster_bad_num(l->latency)) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s.latency: expected seconds >= 0, got %g", path, l->latency);
+    if (l->group < -1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s.group: expected -1 (not shared) or a group >= 0, got %d", path, l->group);
+    return PDDE_OK;
+}
+
+pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
+    char path[96];
+    for (int s = 0; s < c->n_specs; s++) {
+        const pdde_device_spec *sp = &c->specs[s];
+        if ((unsigned)sp->kind > PDDE_DEVICE_ACCEL)
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].kind: unknown device kind %d", s, (int)sp->kind);
+        if (cluster_bad_num(sp->peak_flops) || cluster_bad_num(sp->mem_bandwidth))
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d]: peak_flops and mem_bandwidth must be finite and >= 0", s);
+        for (int t = 0; t < s; t++)
+            if (!strcmp(c->specs[t].name, sp->name))
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].name: duplicate spec name \"%s\" (also specs[%d])", s, sp->name, t);
+        if (sp->n_gemm < 0 || sp->n_gemm > PDDE_CLUSTER_MAX_GEMM)
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].gemm: expected at most %d points", s, PDDE_CLUSTER_MAX_GEMM);
+        for (int i = 0; i < sp->n_gemm; i++) {
+            const pdde_gemm_point *g = &sp->gemm[i];
+            if (g->m <= 0 || g->n <= 0 || g->k <= 0 || !isfinite(g->flops) || g->flops <= 0 || (unsigned)g->dtype >= PDDE_DTYPE_COUNT)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].gemm[%d]: expected m, n, k > 0, a dtype and flops > 0", s, i);
+        }
+        for (int k = 0; k < PDDE_OPCLASS_COUNT; k++) {
+            if (sp->n_curve[k] < 0 || sp->n_curve[k] > PDDE_CLUSTER_MAX_CURVE)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].curves.%s: expected at most %d points", s, cluster_class_names[k], PDDE_CLUSTER_MAX_CURVE);
+            for (int i = 0; i < sp->n_curve[k]; i++) {
+                const pdde_curve_point *p = &sp->curve[k][i];
+                if (!isfinite(p->bytes) || p->bytes <= 0 || !isfinite(p->seconds) || p->seconds <= 0 ||
+                    (i && p->bytes <= sp->curve[k][i - 1].bytes))
+                    return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].curves.%s[%d]: expected bytes > 0 (increasing) and seconds > 0", s, cluster_class_names[k], i);
+            }
+        }
+    }
+    for (int i = 0; i < c->n_machines; i++) {
+        const pdde_cluster_machine *m = &c->machines[i];
+        for (int j = 0; j < i; j++)
+            if (c->machines[j].id == m->id)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].id: duplicate machine id %d (also machines[%d])", i, m->id, j);
+        pdde_status st;
+        snprintf(path, sizeof path, "machines[%d].intra", i);
+        if ((st = cluster_check_link(ctx, &m->intra, path))) return st;
+        snprintf(path, sizeof path, "machines[%d].nic", i);
+        if ((st = cluster_check_link(ctx, &m->nic, path))) return st;
+        for (int d = 0; d < m->n_devices; d++) {
+            const pdde_cluster_device *dev = &m->devices[d];
+            if (dev->spec < 0 || dev->spec >= c->n_specs)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].devices[%d].spec: no spec %d", i, d, dev->spec);
+            int other;
+            const pdde_cluster_device *first = pdde_cluster_find_device(c, dev->id, &other);
+            if (first != dev)
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "machines[%d].devices[%d].id: duplicate device id %d (also on machines[%d])", i, d, dev->id, other);
+        }
+    }
+    for (int i = 0; i < c->n_links; i++) {
+        const pdde_cluster_link *l = &c->links[i];
+        snprintf(path, sizeof path, "links[%d]", i);
+        pdde_status st = cluster_check_link(ctx, l, path);
+        if (st) return st;
+        if (!pdde_cluster_find_device(c, l->a, NULL))
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "links[%d].a: no device with id %d", i, l->a);
+        if (!pdde_cluster_find_device(c, l->b, NULL))
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "links[%d].b: no device with id %d", i, l->b);
+    }
+    for (int i = 0; i < c->n_calibs; i++) {
+        const pdde_collective_calib *k = &c->calibs[i];
+        if ((unsigned)k->op >= PDDE_COLL_COUNT || (unsigned)k->algo > PDDE_ALGO_TWO_LEVEL || k->ranks < 2 ||
+            cluster_bad_num(k->latency) || !isfinite(k->bandwidth) || k->bandwidth <= 0)
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "collectives[%d]: expected an op, an algo, ranks >= 2, latency >= 0 and bandwidth > 0", i);
+    }
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * JSON. The reader names the path of every field it rejects; the writer emits every field in one
+ * fixed order through cJSON's printer, whose numbers read back to the same doubles and print the same
+ * again: that is what makes save(load(f)) == f for the canonical form. */
+
+#ifdef PDDE_HAVE_CJSON
+
+/* Integers are exact in a double up to 2^53. */
+#define CLUSTER_MAX_INT 9007199254740992.0
+
+typedef struct {
+    pdde_context *ctx;
+} cluster_reader;
+
+static pdde_status cluster_fail(cluster_reader *r, const char *path, const char *key, const char *what) {
+    return pdde_error(r->ctx, PDDE_ERR_CORRUPT, "%s%s%s: %s", path, *path && key ? "." : "", key ? key : "", what);
+}
+
+static const cJSON *cluster_get(cluster_reader *r, const cJSON *obj, const char *path, const char *key,
+                                const char *expected, pdde_status *st) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) {
+        char what[160];
+        snprintf(what, sizeof what, "missing (expected %s)", expected);
+        *st = cluster_fail(r, path, key, what);
+    }
+    return v;
+}
+
+static pdde_status cluster_get_int(cluster_reader *r, const cJSON *obj, const char *path, const char *key,
+                                   const char *expected, double min, int64_t *out) {
+    pdde_status st = PDDE_OK;
+    const cJSON *v = cluster_get(r, obj, path, key, expected, &st);
+    if (st) return st;
+    char what[160];
+    snprintf(what, sizeof what, "expected %s", expected);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || fabs(v->valuedouble) >= CLUSTER_MAX_INT)
+        return cluster_fail(r, path, key, what);
+    if (v->valuedouble < min) {
+        snprintf(what, sizeof what, "expected %s, got %.17g (below %.17g)", expected, v->valuedouble, min);
+        return cluster_fail(r, path, key, what);
+    }
+    *out = (int64_t)v->valuedouble;
+    return PDDE_OK;
+}
+
+static pdde_status cluster_get_i32(cluster_reader *r, const cJSON *obj, const char *path, const char *key,
+                                   const char *expected, double min, int *out) {
+    int64_t v;
+    pdde_status st = cluster_get_int(r, obj, path, key, expected, min, &v);
+    if (!st && v > INT32_MAX) return cluster_fail(r, path, key, "expected a 32-bit integer");
+    if (!st) *out = (int)v;
+    return st;
+}
+
+static pdde_status cluster_get_num(cluster_reader *r, const cJSON *obj, const char *path, const char *key,
+                                   const char *expected, double *out) {
+    pdde_status st = PDDE_OK;
+    const cJSON *v = cluster_get(r, obj, path, key, expected, &st);
+    if (st) return st;
+    char what[160];
+    snprintf(what, sizeof what, "expected %s", expected);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble < 0) return cluster_fail(r, path, key, what);
+    *out = v->valuedouble;
+    return PDDE_OK;
+}
+
+static pdde_status cluster_get_str(cluster_reader *r, const cJSON *obj, const char *path, const char *key,
+                                   char *out, size_t n) {
+    pdde_status st = PDDE_OK;
+    const cJSON *v = cluster_get(r, obj, path, key, "a string", &st);
+    if (st) return st;
+    if (!cJSON_IsString(v)) return cluster_fail(r, path, key, "expected a string");
+    if (strlen(v->valuestring) >= n) {
+        char what[96];
+        snprintf(what, sizeof what, "expected a string of at most %zu characters", n - 1);
+        return cluster_fail(r, path, key, what);
+    }
+    memcpy(out, v->valuestring, strlen(v->valuestring) + 1);
+    return PDDE_OK;
+}
+
+/* A string naming one of names[0..n); *out its index. */
+static pdde_status cluster_get_enum(cluster_reader *r, const cJSON *obj, const char *path, const char *key,
+                                    const char *what_kind, const char *const *names, int n, int *out) {
+    char s[64], expected[200];
+    int len = snprintf(expected, sizeof expected, "one of");
+    for (int i = 0; i < n; i++) len += snprintf(expected + len, sizeof expected - (size_t)len, "%s %s", i ? "," : "", names[i]);
+    pdde_status st = cluster_get_str(r, obj, path, key, s, sizeof s);
+    if (st) return st;
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i])) { *out = i; return PDDE_OK; }
+    char what[300];
+    snprintf(what, sizeof what, "unknown %s \"%s\" (expected %s)", what_kind, s, expected);
+    return cluster_fail(r, path, key, what);
+}
+
+static pdde_status cluster_get_array(cluster_reader *r, const cJSON *obj, const char *path, const char *key,
+                                     const char *expected, const cJSON **out) {
+    pdde_status st = PDDE_OK;
+    *out = cluster_get(r, obj, path, key, expected, &st);
+    if (st) return st;
+    if (!cJSON_IsArray(*out)) {
+        char what[160];
+        snprintf(what, sizeof what, "expected %s", expected);
+        return cluster_fail(r, path, key, what);
+    }
+    return PDDE_OK;
+}
+
+static pdde_status cluster_read_link(cluster_reader *r, const cJSON *o, const char *path, int endpoints,
+                                     pdde_cluster_link *l) {
+    pdde_status st;
+    int kind = 0;
+    if (!cJSON_IsObject(o)) return cluster_fail(r, path, NULL, "expected an object");
+    memset(l, 0, sizeof *l);
+    if (endpoints && ((st = cluster_get_i32(r, o, path, "a", "a device id (an integer)", INT32_MIN, &l->a)) ||
+                      (st = cluster_get_i32(r, o, path, "b", "a device id (an integer)", INT32_MIN, &l->b))))
+        return st;
+    if ((st = cluster_get_enum(r, o, path, "kind", "link kind", cluster_link_names, 4, &kind)) ||
+        (st = cluster_get_num(r, o, path, "bandwidth", "B/s as a number >= 0", &l->bandwidth)) ||
+        (st = cluster_get_num(r, o, path, "latency", "seconds as a number >= 0", &l->latency)) ||
+        (st = cluster_get_i32(r, o, path, "group", "-1 or a shared-link group >= 0", -1, &l->group)))
+        return st;
+    l->kind = (pdde_link_kind)kind;
+    return PDDE_OK;
+}
+
+static pdde_status cluster_read_spec(cluster_reader *r, const cJSON *o, const char *path, pdde_device_spec *s) {
+    pdde_status st;
+    int kind = 0;
+    char p[128];
+    const cJSON *arr, *curves;
+    if (!cJSON_IsObject(o)) return cluster_fail(r, path, NULL, "expected an object");
+    memset(s, 0, sizeof *s);
+    if ((st = cluster_get_str(r, o, path, "name", s->name, sizeof s->name)) ||
+        (st = cluster_get_enum(r, o, path, "kind", "device kind", cluster_kind_names, 3, &kind)) ||
+        (st = cluster_get_str(r, o, path, "backend", s->backend, sizeof s->backend)) ||
+        (st = cluster_get_num(r, o, path, "peak_flops", "FLOP/s as a number >= 0", &s->peak_flops)) ||
+        (st = cluster_get_num(r, o, path, "mem_bandwidth", "B/s as a number >= 0", &s->mem_bandwidth)) ||
+        (st = cluster_get_array(r, o, path, "gemm", "an array of measured GEMM shapes", &arr)))
+        return st;
+    s->kind = (pdde_device_kind)kind;
+    if (cJSON_GetArraySize(arr) > PDDE_CLUSTER_MAX_GEMM) {
+        snprintf(p, sizeof p, "expected at most %d points", PDDE_CLUSTER_MAX_GEMM);
+        return cluster_fail(r, path, "gemm", p);
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) {
+        pdde_gemm_point *g = &s->gemm[s->n_gemm];
+        int dt = 0;
+        snprintf(p, sizeof p, "%s.gemm[%d]", path, s->n_gemm);
+        if (!cJSON_IsObject(e)) return cluster_fail(r, p, NULL, "expected an object");
+        if ((st = cluster_get_enum(r, e, p, "dtype", "dtype", (const char *const[]){"f32", "f16", "bf16", "i32", "i64"}, PDDE_DTYPE_COUNT, &dt)) ||
+            (st = cluster_get_int(r, e, p, "m", "an integer >= 1", 1, &g->m)) ||
+            (st = cluster_get_int(r, e, p, "n", "an integer >= 1", 1, &g->n)) ||
+            (st = cluster_get_int(r, e, p, "k", "an integer >= 1", 1, &g->k)) ||
+            (st = cluster_get_num(r, e, p, "flops", "FLOP/s as a number > 0", &g->flops)))
+            return st;
+        if (g->flops <= 0) return cluster_fail(r, p, "flops", "expected FLOP/s as a number > 0");
+        g->dtype = (pdde_dtype)dt;
+        s->n_gemm++;
+    }
+    pdde_status st2 = PDDE_OK;
+    if (!(curves = cluster_get(r, o, path, "curves", "an object of op-class curves", &st2))) return st2;
+    if (!cJSON_IsObject(curves)) return cluster_fail(r, path, "curves", "expected an object of op-class curves");
+    cJSON_ArrayForEach(e, curves) {
+        int k = 1;
+        while (k < PDDE_OPCLASS_COUNT && strcmp(e->string, cluster_class_names[k])) k++;
+        snprintf(p, sizeof p, "%s.curves", path);
+        if (k == PDDE_OPCLASS_COUNT) {
+            char what[160];
+            snprintf(what, sizeof what, "unknown op class (expected elementwise, row, attention, embedding or optimizer)");
+            return cluster_fail(r, p, e->string, what);
+        }
+        snprintf(p, sizeof p, "%s.curves.%s", path, e->string);
+        if (!cJSON_IsArray(e)) return cluster_fail(r, p, NULL, "expected an array of [bytes, seconds] pairs");
+        if (cJSON_GetArraySize(e) > PDDE_CLUSTER_MAX_CURVE) return cluster_fail(r, p, NULL, "too many points");
+        const cJSON *pt;
+        cJSON_ArrayForEach(pt, e) {
+            int i = s->n_curve[k];
+            const cJSON *b = cJSON_GetArrayItem(pt, 0), *t = cJSON_GetArrayItem(pt, 1);
+            if (!cJSON_IsArray(pt) || cJSON_GetArraySize(pt) != 2 || !cJSON_IsNumber(b) || !cJSON_IsNumber(t) ||
+                !(b->valuedouble > 0) || !(t->valuedouble > 0) || !isfinite(b->valuedouble) || !isfinite(t->valuedouble)) {
+                snprintf(p, sizeof p, "%s.curves.%s[%d]", path, e->string, i);
+                return cluster_fail(r, p, NULL, "expected [bytes > 0, seconds > 0]");
+            }
+            if (i && b->valuedouble <= s->curve[k][i - 1].bytes) {
+                snprintf(p, sizeof p, "%s.curves.%s[%d]", path, e->string, i);
+                return cluster_fail(r, p, NULL, "expected bytes increasing along the curve");
+            }
+            s->curve[k][i] = (pdde_curve_point){b->valuedouble, t->valuedouble};
+            s->n_curve[k]++;
+        }
+    }
+    return PDDE_OK;
+}
+
+static pdde_status cluster_read_machine(cluster_reader *r, const cJSON *o, const char *path, pdde_cluster *c,
+                                        pdde_cluster_machine *m) {
+    pdde_status st;
+    int64_t v;
+    char p[128];
+    const cJSON *devs;
+    if (!cJSON_IsObject(o)) return cluster_fail(r, path, NULL, "expected an object");
+    memset(m, 0, sizeof *m);
+    if ((st = cluster_get_i32(r, o, path, "id", "an integer >= 0", 0, &m->id)) ||
+        (st = cluster_get_str(r, o, path, "name", m->name, sizeof m->name)) ||
+        (st = cluster_get_i32(r, o, path, "cores", "an integer >= 0", 0, &m->cores)) ||
+        (st = cluster_get_i32(r, o, path, "numa_nodes", "an integer >= 0", 0, &m->numa_nodes)))
+        return st;
+    if ((st = cluster_get_int(r, o, path, "host_memory", "bytes as an integer", 0, &v))) return st;
+    m->host_memory = (uint64_t)v;
+    if ((st = cluster_get_int(r, o, path, "l3_cache", "bytes as an integer", 0, &v))) return st;
+    m->l3_cache = (uint64_t)v;
+    const cJSON *link;
+    snprintf(p, sizeof p, "%s.intra", path);
+    if (!(link = cluster_get(r, o, path, "intra", "the link between its devices", &st)) ||
+        (st = cluster_read_link(r, link, p, 0, &m->intra)))
+        return st;
+    snprintf(p, sizeof p, "%s.nic", path);
+    if (!(link = cluster_get(r, o, path, "nic", "the link to other machines", &st)) ||
+        (st = cluster_read_link(r, link, p, 0, &m->nic)))
+        return st;
+    if ((st = cluster_get_array(r, o, path, "devices", "an array of devices", &devs))) return st;
+    m->devices = calloc((size_t)cJSON_GetArraySize(devs) + 1, sizeof *m->devices);
+    if (!m->devices) return PDDE_ERR_OOM;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, devs) {
+        pdde_cluster_device *d = &m->devices[m->n_devices];
+        char spec[64];
+        snprintf(p, sizeof p, "%s.devices[%d]", path, m->n_devices);
+        if (!cJSON_IsObject(e)) return cluster_fail(r, p, NULL, "expected an object");
+        if ((st = cluster_get_i32(r, e, p, "id", "an integer >= 0", 0, &d->id)) ||
+            (st = cluster_get_str(r, e, p, "spec", spec, sizeof spec)) ||
+            (st = cluster_get_int(r, e, p, "memory", "bytes as an integer", 0, &v)))
+            return st;
+        d->memory = (uint64_t)v;
+        d->spec = -1;
+        for (int s = 0; s < c->n_specs; s++)
+            if (!strcmp(c->specs[s].name, spec)) d->spec = s;
+        if (d->spec < 0) {
+            char what[128];
+            snprintf(what, sizeof what, "no spec named \"%s\" in specs", spec);
+            return cluster_fail(r, p, "spec", what);
+        }
+        m->n_devices++;
+    }
+    return PDDE_OK;
+}
+
+static pdde_status cluster_read(cluster_reader *r, const cJSON *root, pdde_cluster *c) {
+    pdde_status st;
+    char fmt[32], p[64];
+    int64_t version;
+    const cJSON *arr, *e;
+    if (!cJSON_IsObject(root)) return cluster_fail(r, "(top level)", NULL, "expected an object");
+    if ((st = cluster_get_str(r, root, "", "format", fmt, sizeof fmt))) return st;
+    if (strcmp(fmt, "pdde-cluster")) return cluster_fail(r, "", "format", "expected \"pdde-cluster\"");
+    if ((st = cluster_get_int(r, root, "", "version", "1", 1, &version))) return st;
+    if (version != 1) return pdde_error(r->ctx, PDDE_ERR_VERSION, "version: cluster format version %lld (this build reads 1)", (long long)version);
+    if ((st = cluster_get_str(r, root, "", "name", c->name, sizeof c->name))) return st;
+    if ((st = cluster_get_array(r, root, "", "specs", "an array of device specs", &arr))) return st;
+    cJSON_ArrayForEach(e, arr) {
+        pdde_device_spec s;
+        snprintf(p, sizeof p, "specs[%d]", c->n_specs);
+        if ((st = cluster_read_spec(r, e, p, &s))) return st;
+        for (int t = 0; t < c->n_specs; t++)
+            if (!strcmp(c->specs[t].name, s.name)) return cluster_fail(r, p, "name", "duplicate spec name");
+        if (pdde_cluster_add_spec(c, &s) < 0) return PDDE_ERR_OOM;
+    }
+    if ((st = cluster_get_array(r, root, "", "machines", "an array of machines", &arr))) return st;
+    cJSON_ArrayForEach(e, arr) {
+        pdde_cluster_machine m = {0};
+        snprintf(p, sizeof p, "machines[%d]", c->n_machines);
+        st = cluster_read_machine(r, e, p, c, &m);
+        if (!st && cluster_append((void **)&c->machines, &c->n_machines, sizeof m, &m) < 0) st = PDDE_ERR_OOM;
+        if (st) { free(m.devices); return st; }
+    }
+    if ((st = cluster_get_array(r, root, "", "links", "an array of links", &arr))) return st;
+    cJSON_ArrayForEach(e, arr) {
+        pdde_cluster_link l;
+        snprintf(p, sizeof p, "links[%d]", c->n_links);
+        if ((st = cluster_read_link(r, e, p, 1, &l))) return st;
+        if (pdde_cluster_add_link(c, &l) < 0) return PDDE_ERR_OOM;
+    }
+    if ((st = cluster_get_array(r, root, "", "collectives", "an array of collective calibrations", &arr))) return st;
+    cJSON_ArrayForEach(e, arr) {
+        pdde_collective_calib k = {0};
+        int op = 0, algo = 0;
+        snprintf(p, sizeof p, "collectives[%d]", c->n_calibs);
+        if (!cJSON_IsObject(e)) return cluster_fail(r, p, NULL, "expected an object");
+        const cJSON *intra = cJSON_GetObjectItemCaseSensitive(e, "intra");
+        if ((st = cluster_get_enum(r, e, p, "op", "collective", cluster_coll_names, PDDE_COLL_COUNT, &op)) ||
+            (st = cluster_get_enum(r, e, p, "algo", "algorithm", cluster_algo_names, 4, &algo)) ||
+            (st = cluster_get_i32(r, e, p, "ranks", "an integer >= 2", 2, &k.ranks)))
+            return st;
+        if (!cJSON_IsBool(intra)) return cluster_fail(r, p, "intra", "expected true (within a machine) or false");
+        if ((st = cluster_get_num(r, e, p, "latency", "seconds as a number >= 0", &k.latency)) ||
+            (st = cluster_get_num(r, e, p, "bandwidth", "B/s as a number > 0", &k.bandwidth)))
+            return st;
+        if (k.bandwidth <= 0) return cluster_fail(r, p, "bandwidth", "expected B/s as a number > 0");
+        k.op = (pdde_collective)op, k.algo = (pdde_comm_algo)algo, k.intra = cJSON_IsTrue(intra);
+        if (pdde_cluster_add_calib(c, &k) < 0) return PDDE_ERR_OOM;
+    }
+    /* what the JSON types cannot say: ids unique, links to devices that exist */
+    st = pdde_cluster_validate(r->ctx, c);
+    return st ? PDDE_ERR_CORRUPT : PDDE_OK;
+}
+
+pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster **out) {
+    *out = NULL;
+    cJSON *root = cJSON_Parse(json);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        long off = at && at >= json ? (long)(at - json) : -1;
+        int line = 1;
+        for (long i = 0; i < off; i++) line += json[i] == '\n';
+        return pdde_error(ctx, PDDE_ERR_CORRUPT, "cluster JSON: syntax error at line %d (byte %ld)", line, off);
+    }
+    pdde_cluster *c;
+    pdde_status st = pdde_cluster_init("", &c);
+    cluster_reader r = {ctx};
+    if (!st) st = cluster_read(&r, root, c);
+    cJSON_Delete(root);
+    if (st) pdde_cluster_free(c);
+    else *out = c;
+    return st;
+}
+
+/* Adds a number; NULL (and so an OOM from the print) if cJSON could not allocate. */
+static void cluster_put_num(cJSON *o, const char *key, double v) { cJSON_AddNumberToObject(o, key, v); }
+
+static cJSON *cluster_write_link(const pdde_cluster_link *l, int endpoints) {
+    cJSON *o = cJSON_CreateObject();
+    if (endpoints) cluster_put_num(o, "a", l->a), cluster_put_num(o, "b", l->b);
+    cJSON_AddStringToObject(o, "kind", pdde_link_kind_name(l->kind));
+    cluster_put_num(o, "bandwidth", l->bandwidth);
+    cluster_put_num(o, "latency", l->latency);
+    cluster_put_num(o, "group", l->group);
+    return o;
+}
+
+static cJSON *cluster_write(const pdde_cluster *c) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "pdde-cluster");
+    cluster_put_num(root, "version", 1);
+    cJSON_AddStringToObject(root, "name", c->name);
+    cJSON *specs = cJSON_AddArrayToObject(root, "specs");
+    for (int s = 0; s < c->n_specs; s++) {
+        const pdde_device_spec *sp = &c->specs[s];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(specs, o);
+        cJSON_AddStringToObject(o, "name", sp->name);
+        cJSON_AddStringToObject(o, "kind", cluster_kind_names[sp->kind]);
+        cJSON_AddStringToObject(o, "backend", sp->backend);
+        cluster_put_num(o, "peak_flops", sp->peak_flops);
+        cluster_put_num(o, "mem_bandwidth", sp->mem_bandwidth);
+        cJSON *gemm = cJSON_AddArrayToObject(o, "gemm");
+        for (int i = 0; i < sp->n_gemm; i++) {
+            cJSON *g = cJSON_CreateObject();
+            cJSON_AddItemToArray(gemm, g);
+            cJSON_AddStringToObject(g, "dtype", pdde_dtype_name(sp->gemm[i].dtype));
+            cluster_put_num(g, "m", (double)sp->gemm[i].m);
+            cluster_put_num(g, "n", (double)sp->gemm[i].n);
+            cluster_put_num(g, "k", (double)sp->gemm[i].k);
+            cluster_put_num(g, "flops", sp->gemm[i].flops);
+        }
+        cJSON *curves = cJSON_AddObjectToObject(o, "curves");
+        for (int k = 1; k < PDDE_OPCLASS_COUNT; k++) {
+            if (!sp->n_curve[k]) continue;
+            cJSON *a = cJSON_AddArrayToObject(curves, cluster_class_names[k]);
+            for (int i = 0; i < sp->n_curve[k]; i++)
+                cJSON_AddItemToArray(a, cJSON_CreateDoubleArray((double[]){sp->curve[k][i].bytes, sp->curve[k][i].seconds}, 2));
+        }
+    }
+    cJSON *machines = cJSON_AddArrayToObject(root, "machines");
+    for (int i = 0; i < c->n_machines; i++) {
+        const pdde_cluster_machine *m = &c->machines[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(machines, o);
+        cluster_put_num(o, "id", m->id);
+        cJSON_AddStringToObject(o, "name", m->name);
+        cluster_put_num(o, "cores", m->cores);
+        cluster_put_num(o, "numa_nodes", m->numa_nodes);
+        cluster_put_num(o, "host_memory", (double)m->host_memory);
+        cluster_put_num(o, "l3_cache", (double)m->l3_cache);
+        cJSON_AddItemToObject(o, "intra", cluster_write_link(&m->intra, 0));
+        cJSON_AddItemToObject(o, "nic", cluster_write_link(&m->nic, 0));
+        cJSON *devs = cJSON_AddArrayToObject(o, "devices");
+        for (int d = 0; d < m->n_devices; d++) {
+            cJSON *dv = cJSON_CreateObject();
+            cJSON_AddItemToArray(devs, dv);
+            cluster_put_num(dv, "id", m->devices[d].id);
+            cJSON_AddStringToObject(dv, "spec", c->specs[m->devices[d].spec].name);
+            cluster_put_num(dv, "memory", (double)m->devices[d].memory);
+        }
+    }
+    cJSON *links = cJSON_AddArrayToObject(root, "links");
+    for (int i = 0; i < c->n_links; i++) cJSON_AddItemToArray(links, cluster_write_link(&c->links[i], 1));
+    cJSON *colls = cJSON_AddArrayToObject(root, "collectives");
+    for (int i = 0; i < c->n_calibs; i++) {
+        const pdde_collective_calib *k = &c->calibs[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(colls, o);
+        cJSON_AddStringToObject(o, "op", cluster_coll_names[k->op]);
+        cJSON_AddStringToObject(o, "algo", cluster_algo_names[k->algo]);
+        cluster_put_num(o, "ranks", k->ranks);
+        cJSON_AddBoolToObject(o, "intra", k->intra);
+        cluster_put_num(o, "latency", k->latency);
+        cluster_put_num(o, "bandwidth", k->bandwidth);
+    }
+    return root;
+}
+
+pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char **out) {
+    *out = NULL;
+    pdde_status st = pdde_cluster_validate(ctx, c);
+    if (st) return st;
+    cJSON *root = cluster_write(c);
+    char *s = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!s) return pdde_error(ctx, PDDE_ERR_OOM, "cluster JSON: out of memory");
+    size_t n = strlen(s);
+    *out = malloc(n + 2);
+    if (*out) memcpy(*out, s, n), memcpy(*out + n, "\n", 2);
+    cJSON_free(s);
+    return *out ? PDDE_OK : pdde_error(ctx, PDDE_ERR_OOM, "cluster JSON: out of memory");
+}
+
+#else
+
+pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster **out) {
+    (void)json;
+    *out = NULL;
+    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "cluster JSON: pdde was built without cJSON (install libcjson-dev and rebuild)");
+}
+
+pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char **out) {
+    (void)c;
+    *out = NULL;
+    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "cluster JSON: pdde was built without cJSON (install libcjson-dev and rebuild)");
+}
+
+#endif
+
+pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster **out) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno));
+    char *buf = NULL;
+    long n = fseek(f, 0, SEEK_END) ? -1 : ftell(f);
+    if (n >= 0 && !fseek(f, 0, SEEK_SET) && (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n)
+        buf[n] = 0;
+    else free(buf), buf = NULL;
+    fclose(f);
+    if (!buf) return pdde_error(ctx, PDDE_ERR_IO, "%s: cannot read", path);
+    pdde_status st = pdde_cluster_parse(ctx, buf, out);
+    free(buf);
+    if (st && ctx) { /* put the file's name in front of the field path */
+        char msg[sizeof ctx->last_error];
+        snprintf(msg, sizeof msg, "%s", ctx->last_error);
+        pdde_error(ctx, st, "%s: %s", path, msg);
+    }
+    return st;
+}
+
+pdde_status pdde_cluster_save(pdde_context *ctx, const pdde_cluster *c, const char *path) {
+    char *s, tmp[4096];
+    pdde_status st = pdde_cluster_to_json(ctx, c, &s);
+    if (st) return st;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    size_t n = strlen(s);
+    int ok = f && fwrite(s, 1, n, f) == n;
+    if (f && fclose(f)) ok = 0;
+    free(s);
+    if (!ok || rename(tmp, path)) {
+        remove(tmp);
+        return pdde_error(ctx, PDDE_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    }
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * This machine */
+
+static void cluster_host_facts(pdde_cluster_machine *m) {
+    if (gethostname(m->name, sizeof m->name - 1)) snprintf(m->name, sizeof m->name, "localhost");
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    if (pages > 0 && page > 0) m->host_memory = (uint64_t)pages * (uint64_t)page;
+    m->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    m->numa_nodes = 1;
+#ifdef PDDE_HAVE_HWLOC
+    hwloc_topology_t topo;
+    if (hwloc_topology_init(&topo) == 0) {
+        if (hwloc_topology_load(topo) == 0) {
+            int n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+            if (n > 0) m->cores = n;
+            n = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_NUMANODE);
+            if (n > 0) m->numa_nodes = n;
+            m->l3_cache = 0;
+            for (int i = 0; i < hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_L3CACHE); i++) {
+                hwloc_obj_t o = hwloc_get_obj_by_type(topo, HWLOC_OBJ_L3CACHE, (unsigned)i);
+                if (o && o->attr) m->l3_cache += o->attr->cache.size;
+            }
+            hwloc_obj_t root = hwloc_get_root_obj(topo);
+            if (root && root->total_memory) m->host_memory = root->total_memory;
+        }
+        hwloc_topology_destroy(topo);
+    }
+#endif
+}
+
+pdde_status pdde_cluster_detect(pdde_context *ctx, pdde_cluster **out) {
+    pdde_cluster *c;
+    pdde_status st = pdde_cluster_init("detected", &c);
+    if (st) return pdde_error(ctx, st, "cluster: out of memory");
+    pdde_cluster_machine m = {0};
+    cluster_host_facts(&m);
+    /* rates unknown (0) until pdde-bench measures them */
+    m.intra = (pdde_cluster_link){-1, -1, PDDE_LINK_SHM, 0, 0, -1};
+    m.nic = (pdde_cluster_link){-1, -1, PDDE_LINK_NET, 0, 0, -1};
+    int mi = pdde_cluster_add_machine(c, &m);
+    for (int d = 0; mi >= 0 && d < pdde_device_count(ctx); d++) {
+        pdde_device_props p;
+        if ((st = pdde_device_get_props(ctx, d, &p))) break;
+        pdde_device_spec sp;
+        memset(&sp, 0, sizeof sp);
+        sp.kind = p.kind;
+        snprintf(sp.name, sizeof sp.name, "%.15s:%.47s", p.backend, p.name);
+        snprintf(sp.backend, sizeof sp.backend, "%s", p.backend);
+        sp.peak_flops = p.peak_flops_f32, sp.mem_bandwidth = p.mem_bandwidth;
+        int s = 0;
+        while (s < c->n_specs && strcmp(c->specs[s].name, sp.name)) s++;
+        if (s == c->n_specs && (s = pdde_cluster_add_spec(c, &sp)) < 0) { st = PDDE_ERR_OOM; break; }
+        pdde_cluster_device dev = {d, s, p.memory_free ? p.memory_free : p.memory_total};
+        if (p.kind == PDDE_DEVICE_CPU && !dev.memory) dev.memory = m.host_memory;
+        if (pdde_cluster_add_device(c, mi, &dev) < 0) { st = PDDE_ERR_OOM; break; }
+        /* a device off the host reaches host memory over its bus (PoCL's "device" is host memory) */
+        if (p.kind != PDDE_DEVICE_CPU && d > 0) {
+            pdde_cluster_link l = {0, d, PDDE_LINK_PCIE, 0, 0, -1};
+            if (pdde_cluster_add_link(c, &l) < 0) { st = PDDE_ERR_OOM; break; }
+        }
+    }
+    if (mi < 0) st = PDDE_ERR_OOM;
+    if (st) {
+        pdde_cluster_free(c);
+        return st == PDDE_ERR_OOM ? pdde_error(ctx, st, "cluster: out of memory") : st;
+    }
+    *out = c;
+    return PDDE_OK;
+}

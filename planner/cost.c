@@ -1,0 +1,732 @@
+/* planner/cost.c — the cost model: compute time of an op from its device's measured curves,
+ * communication time from the topology and the algorithm, and a per-rank timeline simulation of one
+ * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, memory
+ * liveness). Included by pdde.c after cluster.c. */
+#include "pdde_impl.h"
+
+#include <errno.h>
+
+#include "pdde_impl.h"
+
+#include <errno.h>
+
+struct cost_rank {
+    int device;
+    double persistent;
+    int n, cap;
+    pdde_cost_op *ops;
+};
+
+struct pdde_cost_program {
+    int n_ranks;
+    struct cost_rank *ranks;
+    int n_groups;
+    int *group_off;          /* n_groups + 1 offsets into group_ranks */
+    int *group_ranks;
+};
+
+pdde_status pdde_cost_program_init(int n_ranks, pdde_cost_program **out) {
+    *out = NULL;
+    if (n_ranks < 1) return PDDE_ERR_INVALID_ARG;
+    pdde_cost_program *p = calloc(1, sizeof *p);
+    if (p) p->ranks = calloc((size_t)n_ranks, sizeof *p->ranks);
+    if (p) p->group_off = calloc(1, sizeof *p->group_off);
+    if (!p || !p->ranks || !p->group_off) {
+        pdde_cost_program_free(p);
+        return PDDE_ERR_OOM;
+    }
+    p->n_ranks = n_ranks;
+    for (int r = 0; r < n_ranks; r++) p->ranks[r].device = r;
+    *out = p;
+    return PDDE_OK;
+}
+
+void pdde_cost_program_free(pdde_cost_program *p) {
+    if (!p) return;
+    for (int r = 0; p->ranks && r < p->n_ranks; r++) free(p->ranks[r].ops);
+    free(p->ranks), free(p->group_off), free(p->group_ranks);
+    free(p);
+}
+
+pdde_status pdde_cost_program_set_rank(pdde_cost_program *p, int rank, int device_id, double persistent_bytes) {
+    if (rank < 0 || rank >= p->n_ranks || !(persistent_bytes >= 0)) return PDDE_ERR_INVALID_ARG;
+    p->ranks[rank].device = device_id;
+    p->ranks[rank].persistent = persistent_bytes;
+    return PDDE_OK;
+}
+
+int pdde_cost_program_group(pdde_cost_program *p, int n, const int *ranks) {
+    for (int i = 0; i < n; i++)
+        if (ranks[i] < 0 || ranks[i] >= p->n_ranks) return PDDE_ERR_INVALID_ARG;
+    int total = p->group_off[p->n_groups];
+    int *off = realloc(p->group_off, (size_t)(p->n_groups + 2) * sizeof *off);
+    if (!off) return PDDE_ERR_OOM;
+    p->group_off = off;
+    int *gr = realloc(p->group_ranks, (size_t)(total + n + 1) * sizeof *gr);
+    if (!gr) return PDDE_ERR_OOM;
+    p->group_ranks = gr;
+    memcpy(gr + total, ranks, (size_t)n * sizeof *gr);
+    off[p->n_groups + 1] = total + n;
+    return p->n_groups++;
+}
+
+int pdde_cost_program_add(pdde_cost_program *p, int rank, const pdde_cost_op *op) {
+    if (rank < 0 || rank >= p->n_ranks || (unsigned)op->kind > PDDE_COST_WAIT) return PDDE_ERR_INVALID_ARG;
+    struct cost_rank *r = &p->ranks[rank];
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 64;
+        pdde_cost_op *ops = realloc(r->ops, (size_t)cap * sizeof *ops);
+        if (!ops) return PDDE_ERR_OOM;
+        r->ops = ops, r->cap = cap;
+    }
+    r->ops[r->n] = *op;
+    return r->n++;
+}
+
+int pdde_cost_program_n_ops(const pdde_cost_program *p, int rank) {
+    return rank >= 0 && rank < p->n_ranks ? p->ranks[rank].n : 0;
+}
+
+const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, int index) {
+    return rank >= 0 && rank < p->n_ranks && index >= 0 && index < p->ranks[rank].n ? &p->ranks[rank].ops[index] : NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Compute time */
+
+/* FLOP/s at (m, n, k) from the measured table: inverse-distance weighting of the 3 nearest shapes in
+ * log space (a measured shape gives its own figure; far outside the table the nearest dominates). */
+static double cost_gemm_rate(const pdde_device_spec *s, pdde_dtype dt, double m, double n, double k) {
+    int want = 0;
+    for (int i = 0; i < s->n_gemm; i++) want |= s->gemm[i].dtype == dt;
+    double best_d[3] = {INFINITY, INFINITY, INFINITY}, best_f[3] = {0, 0, 0};
+    for (int i = 0; i < s->n_gemm; i++) {
+        const pdde_gemm_point *g = &s->gemm[i];
+        if (want && g->dtype != dt) continue;
+        double a = log(m / (double)g->m), b = log(n / (double)g->n), c = log(k / (double)g->k);
+        double d = a * a + b * b + c * c;
+        if (d < 1e-18) return g->flops;
+        for (int j = 0; j < 3; j++)
+            if (d < best_d[j]) {
+                for (int l = 2; l > j; l--) best_d[l] = best_d[l - 1], best_f[l] = best_f[l - 1];
+                best_d[j] = d, best_f[j] = g->flops;
+                break;
+            }
+    }
+    double w = 0, sum = 0;
+    for (int j = 0; j < 3 && isfinite(best_d[j]); j++) w += 1 / best_d[j], sum += best_f[j] / best_d[j];
+    return w > 0 ? sum / w : 0;
+}
+
+/* Seconds for `bytes` on a measured curve: linear between points, the first point's time below it
+ * (a launch costs at least that), the last point's bandwidth beyond it. */
+static double cost_curve_time(const pdde_curve_point *c, int n, double bytes) {
+    if (bytes <= c[0].bytes) return c[0].seconds;
+    for (int i = 1; i < n; i++)
+        if (bytes <= c[i].bytes) {
+            double f = (bytes - c[i - 1].bytes) / (c[i].bytes - c[i - 1].bytes);
+            return c[i - 1].seconds + f * (c[i].seconds - c[i - 1].seconds);
+        }
+    return c[n - 1].seconds * bytes / c[n - 1].bytes;
+}
+
+static const pdde_device_spec *cost_spec(const pdde_cluster *c, int device_id) {
+    const pdde_cluster_device *d = pdde_cluster_find_device(c, device_id, NULL);
+    return d && d->spec >= 0 && d->spec < c->n_specs ? &c->specs[d->spec] : NULL;
+}
+
+/* *uncalibrated += 1 when the time comes from a peak figure instead of a measured curve. */
+static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op,
+                           int *uncalibrated) {
+    const pdde_device_spec *s = cost_spec(c, device_id);
+    if (!s) return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "cost: no device with id %d in cluster \"%s\"", device_id, c->name), NAN;
+    if ((unsigned)op->op_class >= PDDE_OPCLASS_COUNT) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cost: op \"%s\": bad op class", op->name), NAN;
+    if (op->op_class == PDDE_OPCLASS_GEMM) {
+        double flops = op->flops > 0 ? op->flops : 2.0 * (double)op->m * (double)op->n * (double)op->k;
+        if (flops <= 0) return 0;
+        double rate = 0;
+        if (s->n_gemm && op->m > 0 && op->n > 0 && op->k > 0) rate = cost_gemm_rate(s, op->dtype, (double)op->m, (double)op->n, (double)op->k);
+        else if (s->peak_flops > 0) rate = s->peak_flops, ++*uncalibrated;
+        if (!(rate > 0))
+            return pdde_error(ctx, PDDE_ERR_NO_PLAN, "cost: device %d (%s) has no GEMM curve and no peak_flops (run pdde-bench)", device_id, s->name), NAN;
+        return flops / rate;
+    }
+    if (op->bytes <= 0) return 0; /* views and no-ops */
+    int k = op->op_class;
+    if (s->n_curve[k]) return cost_curve_time(s->curve[k], s->n_curve[k], op->bytes);
+    if (s->mem_bandwidth > 0) return ++*uncalibrated, op->bytes / s->mem_bandwidth;
+    return pdde_error(ctx, PDDE_ERR_NO_PLAN, "cost: device %d (%s) has no %s curve and no mem_bandwidth (run pdde-bench)",
+                      device_id, s->name, pdde_op_class_name(op->op_class)), NAN;
+}
+
+pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
+                                      pdde_plan_devices *out) {
+    memset(out, 0, sizeof *out);
+    int nd = pdde_cluster_n_devices(c), i = 0;
+    if (nd < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cluster \"%s\" has no devices", c->name);
+    double *flops = malloc((size_t)nd * 4 * sizeof *flops);
+    int *host = malloc((size_t)nd * sizeof *host);
+    if (!flops || !host) {
+        free(flops), free(host);
+        return pdde_error(ctx, PDDE_ERR_OOM, "cluster: out of memory");
+    }
+    double *bw = flops + nd, *mem = flops + 2 * nd, *lat = flops + 3 * nd;
+    if (m <= 0 || n <= 0 || k <= 0) m = n = k = 4096;
+    out->intra_bw = out->inter_bw = INFINITY;
+    for (int h = 0; h < c->n_machines; h++) {
+        const pdde_cluster_machine *mc = &c->machines[h];
+        for (int d = 0; d < mc->n_devices; d++, i++) {
+            const pdde_device_spec *s = &c->specs[mc->devices[d].spec];
+            const pdde_curve_point *ew = s->curve[PDDE_OPCLASS_ELEMENTWISE];
+            int ne = s->n_curve[PDDE_OPCLASS_ELEMENTWISE];
+            flops[i] = s->n_gemm ? cost_gemm_rate(s, PDDE_F32, (double)m, (double)n, (double)k) : s->peak_flops;
+            bw[i] = ne ? ew[ne - 1].bytes / ew[ne - 1].seconds : s->mem_bandwidth;
+            mem[i] = (double)mc->devices[d].memory;
+            lat[i] = ne ? ew[0].seconds : 0; /* the smallest op measured: dispatch and launch dominate it */
+            host[i] = h;
+        }
+        if (mc->n_devices > 1 && mc->intra.bandwidth < out->intra_bw) out->intra_bw = mc->intra.bandwidth;
+        if (mc->n_devices > 1 && mc->intra.latency > out->intra_lat) out->intra_lat = mc->intra.latency;
+        if (c->n_machines > 1 && mc->nic.bandwidth < out->inter_bw) out->inter_bw = mc->nic.bandwidth;
+        if (c->n_machines > 1 && 2 * mc->nic.latency > out->inter_lat) out->inter_lat = 2 * mc->nic.latency;
+    }
+    if (!isfinite(out->intra_bw)) out->intra_bw = 0;
+    if (!isfinite(out->inter_bw)) out->inter_bw = 0;
+    out->n_devices = nd, out->flops = flops, out->mem_bw = bw, out->memory = mem, out->host = host, out->op_latency = lat;
+    return PDDE_OK;
+}
+
+void pdde_plan_devices_free(pdde_plan_devices *d) {
+    if (!d) return;
+    free((void *)d->flops), free((void *)d->host); /* mem_bw, memory and op_latency share flops' block */
+    memset(d, 0, sizeof *d);
+}
+
+double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op) {
+    int unc = 0;
+    return cost_compute(ctx, c, device_id, op, &unc);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Communication time. A collective is a sequence of steps; in a step some flows (src -> dst device,
+ * bytes) run at once, each at latency + bytes / bandwidth of its link, where the flows that share a
+ * resource (a machine's NIC, in or out; an explicit link group) divide its bandwidth. A step lasts as
+ * long as its slowest flow. */
+
+typedef struct {
+    pdde_context *ctx;
+    const pdde_cluster *c;
+    int n;                   /* flows in the step */
+    int cap;
+    int *src, *dst;
+    double *bytes;
+    int failed;
+} cost_step;
+
+static void cost_step_flow(cost_step *s, int a, int b, double bytes) {
+    if (s->n == s->cap) {
+        int cap = s->cap ? 2 * s->cap : 16;
+        int *src = realloc(s->src, (size_t)cap * sizeof *src);
+        if (src) s->src = src;
+        int *dst = src ? realloc(s->dst, (size_t)cap * sizeof *dst) : NULL;
+        if (dst) s->dst = dst;
+        double *by = dst ? realloc(s->bytes, (size_t)cap * sizeof *by) : NULL;
+        if (!by) { s->failed = 1; return; }
+        s->bytes = by, s->cap = cap;
+    }
+    s->src[s->n] = a, s->dst[s->n] = b, s->bytes[s->n] = bytes;
+    s->n++;
+}
+
+/* Resources of a flow: up to 3 keys (egress NIC, ingress NIC, link group). */
+static int cost_flow_resources(const pdde_cluster *c, int a, int b, const pdde_cluster_link *l, long *keys) {
+    int n = 0, ma = 0, mb = 0;
+    pdde_cluster_find_device(c, a, &ma), pdde_cluster_find_device(c, b, &mb);
+    if (ma != mb) {
+        int explicit = 0;
+        for (int i = 0; i < c->n_links; i++)
+            if ((c->links[i].a == a && c->links[i].b == b) || (c->links[i].a == b && c->links[i].b == a)) explicit = 1;
+        if (!explicit) keys[n++] = 2L * ma, keys[n++] = 2L * mb + 1;
+    }
+    if (l->group >= 0) keys[n++] = -1L - l->group;
+    return n;
+}
+
+/* Seconds of the step; resets it. */
+static double cost_step_time(cost_step *s) {
+    double worst = 0;
+    if (s->failed) return NAN;
+    pdde_cluster_link *links = malloc((size_t)(s->n ? s->n : 1) * sizeof *links);
+    long *keys = malloc((size_t)(s->n ? s->n : 1) * 3 * sizeof *keys);
+    int *nkeys = malloc((size_t)(s->n ? s->n : 1) * sizeof *nkeys);
+    if (!links || !keys || !nkeys) worst = NAN;
+    for (int i = 0; isfinite(worst) && i < s->n; i++) {
+        if (pdde_cluster_link_between(s->c, s->src[i], s->dst[i], &links[i])) {
+            pdde_error(s->ctx, PDDE_ERR_NOT_FOUND, "cost: no device %d or %d in cluster \"%s\"", s->src[i], s->dst[i], s->c->name);
+            worst = NAN;
+            break;
+        }
+        if (!(links[i].bandwidth > 0)) {
+            pdde_error(s->ctx, PDDE_ERR_NO_PLAN, "cost: the %s link between devices %d and %d has no bandwidth (run pdde-bench)",
+                       pdde_link_kind_name(links[i].kind), s->src[i], s->dst[i]);
+            worst = NAN;
+            break;
+        }
+        nkeys[i] = cost_flow_resources(s->c, s->src[i], s->dst[i], &links[i], keys + 3 * i);
+    }
+    for (int i = 0; isfinite(worst) && i < s->n; i++) {
+        int share = 1; /* the most flows on any resource of this one */
+        for (int k = 0; k < nkeys[i]; k++) {
+            int cnt = 0;
+            for (int j = 0; j < s->n; j++)
+                for (int l = 0; l < nkeys[j]; l++) cnt += keys[3 * j + l] == keys[3 * i + k];
+            if (cnt > share) share = cnt;
+        }
+        double t = links[i].latency + s->bytes[i] * share / links[i].bandwidth;
+        if (t > worst) worst = t;
+    }
+    free(links), free(keys), free(nkeys);
+    s->n = 0;
+    return worst;
+}
+
+/* A ring over dev[0..n) (each sends chunk to the next): one step. */
+static double cost_ring_step(cost_step *s, const int *dev, int n, double chunk) {
+    for (int i = 0; i < n; i++) cost_step_flow(s, dev[i], dev[(i + 1) % n], chunk);
+    return cost_step_time(s);
+}
+
+static int cost_all_one_machine(const pdde_cluster *c, const int *dev, int n) {
+    int m0 = -1, m;
+    for (int i = 0; i < n; i++) {
+        if (!pdde_cluster_find_device(c, dev[i], &m)) return 0;
+        if (i == 0) m0 = m;
+        else if (m != m0) return 0;
+    }
+    return 1;
+}
+
+/* Two-level allreduce: reduce-scatter in each machine, allreduce of each local shard across machines
+ * (local-size rings at once through the NICs), allgather in each machine. Needs the same number of
+ * ranks on each machine, listed machine by machine; -1 otherwise. */
+static double cost_two_level(cost_step *s, const int *dev, int n, double bytes) {
+    int L = 0, m0, m;
+    pdde_cluster_find_device(s->c, dev[0], &m0);
+    while (L < n && pdde_cluster_find_device(s->c, dev[L], &m) && m == m0) L++;
+    if (L < 2 || L == n || n % L) return -1;
+    int H = n / L;
+    for (int h = 0; h < H; h++)
+        if (!cost_all_one_machine(s->c, dev + h * L, L)) return -1;
+    double chunk = bytes / L, t_local = 0;
+    /* every machine's local ring runs at once */
+    for (int h = 0; h < H; h++)
+        for (int i = 0; i < L; i++) cost_step_flow(s, dev[h * L + i], dev[h * L + (i + 1) % L], chunk / L);
+    t_local = cost_step_time(s) * (L - 1) * 2; /* reduce-scatter then allgather */
+    for (int j = 0; j < L; j++)
+        for (int h = 0; h < H; h++) cost_step_flow(s, dev[h * L + j], dev[((h + 1) % H) * L + j], chunk / H);
+    double t_cross = cost_step_time(s) * 2 * (H - 1);
+    return t_local + t_cross;
+}
+
+static double cost_recursive(cost_step *s, pdde_collective coll, const int *dev, int n, double bytes) {
+    int p = 1, rounds = 0;
+    while (2 * p <= n) p *= 2, rounds++;
+    double t = 0;
+    if (n > p) { /* the extra ranks fold into the first ones before, and get the result after */
+        for (int i = p; i < n; i++) cost_step_flow(s, dev[i], dev[i - p], bytes);
+        t += 2 * cost_step_time(s);
+    }
+    for (int r = 0; r < rounds; r++) {
+        /* allreduce exchanges the whole buffer each round; allgather doubles its block */
+        double b = coll == PDDE_COLL_ALLREDUCE ? bytes : bytes / p * (double)(1 << r);
+        for (int i = 0; i < p; i++) cost_step_flow(s, dev[i], dev[i ^ (1 << r)], b);
+        t += cost_step_time(s);
+    }
+    return t;
+}
+
+static double cost_collective(pdde_context *ctx, const pdde_cluster *c, pdde_collective coll, pdde_comm_algo algo,
+                              const int *dev, int n, double bytes) {
+    if (n <= 1 || bytes <= 0) return 0;
+    int intra = cost_all_one_machine(c, dev, n);
+    for (int i = 0; i < c->n_calibs; i++) {
+        const pdde_collective_calib *k = &c->calibs[i];
+        if (k->op == coll && k->algo == algo && k->ranks == n && k->intra == intra)
+            return k->latency + bytes / k->bandwidth;
+    }
+    if (algo == PDDE_ALGO_AUTO) /* as comm/collectives.c chooses */
+        algo = bytes <= 64 * 1024 && coll != PDDE_COLL_ALLTOALL ? PDDE_ALGO_RECURSIVE
+             : !intra && coll == PDDE_COLL_ALLREDUCE ? PDDE_ALGO_TWO_LEVEL : PDDE_ALGO_RING;
+    cost_step s = {ctx, c, 0, 0, NULL, NULL, NULL, 0};
+    double t = NAN;
+    switch (coll) {
+    case PDDE_COLL_SENDRECV:
+        cost_step_flow(&s, dev[0], dev[1], bytes);
+        t = cost_step_time(&s);
+        break;
+    case PDDE_COLL_ALLTOALL:
+        t = 0;
+        for (int k = 1; k < n; k++) {
+            for (int i = 0; i < n; i++) cost_step_flow(&s, dev[i], dev[(i + k) % n], bytes / n);
+            t += cost_step_time(&s);
+        }
+        break;
+    case PDDE_COLL_ALLREDUCE:
+    case PDDE_COLL_ALLGATHER:
+    case PDDE_COLL_REDUCE_SCATTER:
+        if (algo == PDDE_ALGO_TWO_LEVEL && coll == PDDE_COLL_ALLREDUCE && (t = cost_two_level(&s, dev, n, bytes)) >= 0) break;
+        if (algo == PDDE_ALGO_RECURSIVE && (coll == PDDE_COLL_ALLREDUCE || !(n & (n - 1)))) {
+            t = cost_recursive(&s, coll, dev, n, bytes);
+            break;
+        }
+        /* ring: allreduce = reduce-scatter + allgather, 2(n-1) steps of a 1/n chunk */
+        t = cost_ring_step(&s, dev, n, bytes / n) * (n - 1) * (coll == PDDE_COLL_ALLREDUCE ? 2 : 1);
+        break;
+    default:
+        pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cost: unknown collective %d", (int)coll);
+    }
+    free(s.src), free(s.dst), free(s.bytes);
+    return t;
+}
+
+double pdde_cost_collective_time(pdde_context *ctx, const pdde_cluster *c, pdde_collective coll,
+                                 pdde_comm_algo algo, const int *devices, int n, int64_t count, pdde_dtype dtype) {
+    return cost_collective(ctx, c, coll, algo, devices, n, (double)count * (double)pdde_dtype_size(dtype));
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The timeline simulation. Each rank runs its ops in order on a compute stream (clock t); collectives
+ * and sends also use its communication stream (free at comm_free), so an asynchronous collective
+ * overlaps the compute that follows it until its WAIT. A collective starts when every rank of its
+ * group has issued it (the k-th collective a rank issues on a group meets the others' k-th); a RECV
+ * ends when its SEND's data has arrived. The simulation sweeps over the ranks, advancing each as far
+ * as it can; a sweep that moves no rank while some are unfinished is a deadlock in the program. */
+
+typedef struct {
+    int arrived;
+    double ready;            /* the latest issue time so far */
+    int done;
+    double end;
+} cost_instance;
+
+typedef struct {
+    int src, dst, tag, used;
+    double arrival;
+} cost_message;
+
+typedef struct {
+    int n, cap;
+    cost_instance *v;
+} cost_instances;
+
+static pdde_status cost_result_event(pdde_cost_result *res, int *cap, int rank, int op, double start, double end, int lane) {
+    if (res->n_events == *cap) {
+        int nc = *cap ? 2 * *cap : 256;
+        pdde_cost_event *e = realloc(res->events, (size_t)nc * sizeof *e);
+        if (!e) return PDDE_ERR_OOM;
+        res->events = e, *cap = nc;
+    }
+    res->events[res->n_events++] = (pdde_cost_event){rank, op, start, end, lane};
+    return PDDE_OK;
+}
+
+void pdde_cost_result_free(pdde_cost_result *r) {
+    if (!r) return;
+    free(r->peak_memory), free(r->compute_time), free(r->comm_wait), free(r->idle), free(r->events);
+    free(r);
+}
+
+/* Peak bytes of rank r: persistent + the activations alive, in program order. */
+static double cost_rank_memory(const struct cost_rank *rk, double *dies) {
+    for (int i = 0; i < rk->n; i++) dies[i] = 0;
+    for (int i = 0; i < rk->n; i++)
+        if (rk->ops[i].last_use >= i && rk->ops[i].last_use < rk->n) dies[rk->ops[i].last_use] += rk->ops[i].out_bytes;
+    double live = 0, peak = 0;
+    for (int i = 0; i < rk->n; i++) {
+        live += rk->ops[i].out_bytes;
+        if (live > peak) peak = live;
+        live -= dies[i];
+    }
+    return rk->persistent + peak;
+}
+
+pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const pdde_cost_program *p,
+                               pdde_cost_result **out) {
+    *out = NULL;
+    int R = p->n_ranks, G = p->n_groups, max_ops = 1, ev_cap = 0;
+    for (int r = 0; r < R; r++) if (p->ranks[r].n > max_ops) max_ops = p->ranks[r].n;
+    pdde_cost_result *res = calloc(1, sizeof *res);
+    int *pc = calloc((size_t)R, sizeof *pc), *issued = calloc((size_t)R, sizeof *issued);
+    int *seq = calloc((size_t)R * (size_t)(G ? G : 1), sizeof *seq);           /* next instance per (rank, group) */
+    int *inst_of = calloc((size_t)R * (size_t)max_ops, sizeof *inst_of);       /* instance of each collective op */
+    double *t = calloc((size_t)R, sizeof *t), *comm_free = calloc((size_t)R, sizeof *comm_free);
+    double *dies = calloc((size_t)max_ops, sizeof *dies);
+    cost_instances *inst = calloc((size_t)(G ? G : 1), sizeof *inst);
+    cost_message *msgs = NULL;
+    int n_msgs = 0, cap_msgs = 0, *devs = NULL;
+    pdde_status st = PDDE_OK;
+    if (res) {
+        res->n_ranks = R;
+        res->peak_memory = calloc((size_t)R, sizeof(double));
+        res->compute_time = calloc((size_t)R, sizeof(double));
+        res->comm_wait = calloc((size_t)R, sizeof(double));
+        res->idle = calloc((size_t)R, sizeof(double));
+    }
+    devs = malloc((size_t)R * sizeof *devs);
+    if (!res || !pc || !issued || !seq || !inst_of || !t || !comm_free || !dies || !inst || !devs ||
+        !res->peak_memory || !res->compute_time || !res->comm_wait || !res->idle) {
+        st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory");
+        goto done;
+    }
+    for (int r = 0; r < R; r++) {
+        if (!pdde_cluster_find_device(c, p->ranks[r].device, NULL)) {
+            st = pdde_error(ctx, PDDE_ERR_NOT_FOUND, "cost: rank %d runs on device %d, which cluster \"%s\" does not have",
+                            r, p->ranks[r].device, c->name);
+            goto done;
+        }
+        res->peak_memory[r] = cost_rank_memory(&p->ranks[r], dies);
+    }
+    int finished = 0;
+    while (finished < R) {
+        int moved = 0;
+        finished = 0;
+        for (int r = 0; r < R; r++) {
+            const struct cost_rank *rk = &p->ranks[r];
+            while (pc[r] < rk->n) {
+                const pdde_cost_op *op = &rk->ops[pc[r]];
+                double start = t[r], end;
+                int lane = 1;
+                if (op->kind == PDDE_COST_COMPUTE) {
+                    double d = cost_compute(ctx, c, rk->device, op, &res->uncalibrated);
+                    if (!isfinite(d)) { st = PDDE_ERR_NO_PLAN; goto done; }
+                    end = start + d, lane = 0;
+                    res->compute_time[r] += d;
+                } else if (op->kind == PDDE_COST_SEND) {
+                    if (op->peer < 0 || op->peer >= R) {
+                        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cost: rank %d op %d (%s): send to rank %d of %d", r, pc[r], op->name, op->peer, R);
+                        goto done;
+                    }
+                    int pair[2] = {rk->device, p->ranks[op->peer].device};
+                    double d = cost_collective(ctx, c, PDDE_COLL_SENDRECV, PDDE_ALGO_AUTO, pair, 2,
+                                               (double)op->count * (double)pdde_dtype_size(op->dtype));
+                    if (!isfinite(d)) { st = PDDE_ERR_NO_PLAN; goto done; }
+                    start = t[r] > comm_free[r] ? t[r] : comm_free[r];
+                    end = comm_free[r] = start + d;
+                    if (n_msgs == cap_msgs) {
+                        cap_msgs = cap_msgs ? 2 * cap_msgs : 64;
+                        cost_message *m = realloc(msgs, (size_t)cap_msgs * sizeof *m);
+                        if (!m) { st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory"); goto done; }
+                        msgs = m;
+                    }
+                    msgs[n_msgs++] = (cost_message){r, op->peer, op->tag, 0, end};
+                    if ((st = cost_result_event(res, &ev_cap, r, pc[r], start, end, 1))) goto done;
+                    pc[r]++, moved = 1;
+                    continue; /* the compute stream goes on */
+                } else if (op->kind == PDDE_COST_RECV) {
+                    int m = 0;
+                    while (m < n_msgs && (msgs[m].used || msgs[m].src != op->peer || msgs[m].dst != r || msgs[m].tag != op->tag)) m++;
+                    if (m == n_msgs) break; /* not sent yet */
+                    msgs[m].used = 1;
+                    end = msgs[m].arrival > start ? msgs[m].arrival : start;
+                    res->comm_wait[r] += end - start;
+                } else if (op->kind == PDDE_COST_COLLECTIVE) {
+                    if (op->group < 0 || op->group >= G) {
+                        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cost: rank %d op %d (%s): no group %d", r, pc[r], op->name, op->group);
+                        goto done;
+                    }
+                    cost_instances *gi = &inst[op->group];
+                    if (!issued[r]) { /* first visit: join the instance */
+                        int k = seq[(size_t)r * (size_t)G + (size_t)op->group]++;
+                        if (k >= gi->cap) {
+                            int nc = gi->cap ? 2 * gi->cap : 16;
+                            cost_instance *v = realloc(gi->v, (size_t)nc * sizeof *v);
+                            if (!v) { st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory"); goto done; }
+                            memset(v + gi->cap, 0, (size_t)(nc - gi->cap) * sizeof *v);
+                            gi->v = v, gi->cap = nc;
+                        }
+                        if (k >= gi->n) gi->n = k + 1;
+                        inst_of[(size_t)r * (size_t)max_ops + (size_t)pc[r]] = k;
+                        cost_instance *in = &gi->v[k];
+                        double ready = t[r] > comm_free[r] ? t[r] : comm_free[r];
+                        if (ready > in->ready) in->ready = ready;
+                        issued[r] = 1, moved = 1;
+                        int gn = p->group_off[op->group + 1] - p->group_off[op->group];
+                        const int *gr = p->group_ranks + p->group_off[op->group];
+                        if (++in->arrived == gn) {
+                            for (int i = 0; i < gn; i++) devs[i] = p->ranks[gr[i]].device;
+                            double d = cost_collective(ctx, c, op->coll, op->algo, devs, gn,
+                                                       (double)op->count * (double)pdde_dtype_size(op->dtype));
+                            if (!isfinite(d)) { st = PDDE_ERR_NO_PLAN; goto done; }
+                            in->done = 1, in->end = in->ready + d;
+                            for (int i = 0; i < gn; i++)
+                                if (comm_free[gr[i]] < in->end) comm_free[gr[i]] = in->end;
+                            for (int i = 0; i < gn; i++)
+                                if ((st = cost_result_event(res, &ev_cap, gr[i], -1, in->ready, in->end, 1))) goto done;
+                        }
+                    }
+                    int k = inst_of[(size_t)r * (size_t)max_ops + (size_t)pc[r]];
+                    if (op->async) { issued[r] = 0, pc[r]++; continue; }
+                    if (!gi->v[k].done) break;
+                    issued[r] = 0;
+                    end = gi->v[k].end > start ? gi->v[k].end : start;
+                    res->comm_wait[r] += end - start;
+                    t[r] = end, pc[r]++, moved = 1;
+                    continue;
+                } else { /* WAIT */
+                    const pdde_cost_op *w = op->wait >= 0 && op->wait < pc[r] ? &rk->ops[op->wait] : NULL;
+                    if (!w || w->kind != PDDE_COST_COLLECTIVE || !w->async) {
+                        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cost: rank %d op %d (%s): waits on op %d, not an earlier async collective",
+                                        r, pc[r], op->name, op->wait);
+                        goto done;
+                    }
+                    const cost_instance *in = &inst[w->group].v[inst_of[(size_t)r * (size_t)max_ops + (size_t)op->wait]];
+                    if (!in->done) break;
+                    end = in->end > start ? in->end : start;
+                    res->comm_wait[r] += end - start;
+                }
+                if (end > start && (st = cost_result_event(res, &ev_cap, r, pc[r], start, end, lane))) goto done;
+                t[r] = end, pc[r]++, moved = 1;
+            }
+            finished += pc[r] == rk->n;
+        }
+        if (!moved && finished < R) {
+            int r = 0;
+            while (pc[r] == p->ranks[r].n) r++;
+            const pdde_cost_op *op = &p->ranks[r].ops[pc[r]];
+            st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "cost: the program deadlocks: rank %d waits at op %d (%s, %s)", r, pc[r], op->name,
+                            op->kind == PDDE_COST_RECV ? "a receive no rank sends" : "a collective or wait its group never completes");
+            goto done;
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        double e = t[r] > comm_free[r] ? t[r] : comm_free[r];
+        if (e > res->step_time) res->step_time = e;
+    }
+    for (int r = 0; r < R; r++) {
+        res->idle[r] = res->step_time - res->compute_time[r] - res->comm_wait[r];
+        if (res->idle[r] < 1e-12 * res->step_time) res->idle[r] = 0; /* rounding of the sums */
+    }
+done:
+    for (int g = 0; inst && g < G; g++) free(inst[g].v);
+    free(inst), free(pc), free(issued), free(seq), free(inst_of), free(t), free(comm_free), free(dies), free(msgs), free(devs);
+    if (st) pdde_cost_result_free(res);
+    else *out = res;
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * A graph as one rank's program */
+
+/* Bytes a node reads and writes: its inputs and its output, except that a lookup touches only the rows
+ * it reads (and its backward only the rows it adds to), not the whole table. */
+static double cost_node_bytes(const pdde_tensor *x) {
+    if (x->op == PDDE_OP_EMBEDDING && x->nsrc >= 2)
+        return 2.0 * (double)pdde_tensor_nbytes(x) + (double)pdde_tensor_nbytes(x->src[1]);
+    if (x->op == PDDE_OP_EMBEDDING_BACK && x->nsrc >= 3)
+        return 3.0 * (double)pdde_tensor_nbytes(x->src[2]) + (double)pdde_tensor_nbytes(x->src[1]);
+    double b = (double)pdde_tensor_nbytes(x);
+    for (int s = 0; s < x->nsrc; s++) b += (double)pdde_tensor_nbytes(x->src[s]);
+    return b;
+}
+
+pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out) {
+    pdde_cost_program *p;
+    pdde_status st = pdde_cost_program_init(1, &p);
+    if (st) return st;
+    int n = pdde_graph_n_tensors(g);
+    int *index = malloc((size_t)(n ? n : 1) * sizeof *index); /* tensor id -> op index (-1: a leaf) */
+    if (!index) { pdde_cost_program_free(p); return PDDE_ERR_OOM; }
+    double persistent = 0;
+    for (int i = 0; i < n && !st; i++) {
+        const pdde_tensor *x = pdde_graph_tensor(g, i);
+        index[i] = -1;
+        if (x->op == PDDE_OP_NONE) {
+            persistent += (double)pdde_tensor_nbytes(x);
+            continue;
+        }
+        pdde_cost_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = PDDE_COST_COMPUTE;
+        snprintf(op.name, sizeof op.name, "%.20s %s", pdde_op_name(x->op), x->phase == PDDE_PHASE_FORWARD ? "F" : x->phase == PDDE_PHASE_BACKWARD ? "B" : "U");
+        op.phase = x->phase, op.micro = -1, op.dtype = x->dtype, op.last_use = -1;
+        op.op_class = pdde_op_class_of(x);
+        int view = (x->flags & PDDE_TENSOR_VIEW) != 0;
+        if (!view) op.bytes = cost_node_bytes(x);
+        if (!view && !(x->flags & PDDE_TENSOR_INPLACE)) op.out_bytes = (double)pdde_tensor_nbytes(x);
+        if (x->op == PDDE_OP_MATMUL && x->nsrc >= 2 && x->ndim >= 2) {
+            const pdde_tensor *a = x->src[0];
+            op.n = x->shape[x->ndim - 1];
+            op.k = x->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+            op.m = op.n ? pdde_tensor_numel(x) / op.n : 0;
+        }
+        int k = pdde_cost_program_add(p, 0, &op);
+        if (k < 0) { st = k; break; }
+        index[i] = k;
+        for (int s = 0; s < x->nsrc; s++) { /* the inputs live until here */
+            int j = index[x->src[s]->id];
+            if (j >= 0 && !(pdde_graph_tensor(g, x->src[s]->id)->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)))
+                p->ranks[0].ops[j].last_use = k;
+        }
+    }
+    free(index);
+    if (!st) st = pdde_cost_program_set_rank(p, 0, device_id, persistent);
+    if (st) { pdde_cost_program_free(p); return st; }
+    *out = p;
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Timelines */
+
+void pdde_cost_timeline_text(const pdde_cost_result *r, FILE *f, int width) {
+    if (width < 10) width = 10;
+    double T = r->step_time > 0 ? r->step_time : 1;
+    char *line = malloc((size_t)width + 1);
+    if (!line) return;
+    fprintf(f, "step %.6g s  ('#' compute, '=' communication, '.' idle; %.3g s a column)\n", r->step_time, T / width);
+    for (int k = 0; k < r->n_ranks; k++) {
+        memset(line, '.', (size_t)width);
+        line[width] = 0;
+        for (int e = 0; e < r->n_events; e++) {
+            const pdde_cost_event *ev = &r->events[e];
+            if (ev->rank != k) continue;
+            int a = (int)(ev->start / T * width), b = (int)ceil(ev->end / T * width);
+            for (int x = a; x < b && x < width; x++)
+                if (ev->lane == 0) line[x] = '#'; /* compute wins a shared column */
+                else if (line[x] == '.') line[x] = '=';
+        }
+        fprintf(f, "rank %3d |%s| compute %.3g s, comm wait %.3g s, idle %.3g s, peak %.4g MB\n", k, line,
+                r->compute_time[k], r->comm_wait[k], r->idle[k], r->peak_memory[k] / 1e6);
+    }
+    free(line);
+}
+
+pdde_status pdde_cost_timeline_svg(pdde_context *ctx, const pdde_cost_result *r, const pdde_cost_program *p,
+                                   const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno));
+    const double W = 1000, left = 70, lane_h = 28;
+    double T = r->step_time > 0 ? r->step_time : 1, H = 40 + lane_h * r->n_ranks;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"11\">\n",
+            W + left + 10, H);
+    fprintf(f, "<text x=\"4\" y=\"14\">one step: %.6g s (blue compute, orange communication, blank idle)</text>\n", r->step_time);
+    for (int k = 0; k < r->n_ranks; k++) {
+        double y = 24 + lane_h * k;
+        fprintf(f, "<text x=\"4\" y=\"%.1f\">rank %d</text>\n", y + 16, k);
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"#f4f4f4\"/>\n", left, y, W, lane_h - 4);
+    }
+    for (int e = 0; e < r->n_events; e++) {
+        const pdde_cost_event *ev = &r->events[e];
+        const pdde_cost_op *op = ev->op >= 0 ? pdde_cost_program_op(p, ev->rank, ev->op) : NULL;
+        double y = 24 + lane_h * ev->rank + (ev->lane ? (lane_h - 4) / 2 : 0);
+        double x = left + ev->start / T * W, w = (ev->end - ev->start) / T * W;
+        char title[48];
+        snprintf(title, sizeof title, "%s", op ? op->name : "collective");
+        for (char *q = title; *q; q++) if (*q == '<' || *q == '>' || *q == '&' || *q == '"') *q = ' ';
+        fprintf(f, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>%s %.4g..%.4g s</title></rect>\n",
+                x, y, w > 0.3 ? w : 0.3, ev->lane ? (lane_h - 4) / 2 : lane_h - 4, ev->lane ? "#ee854a" : "#4878d0",
+                title, ev->start, ev->end);
+    }
+    fprintf(f, "</svg>\n");
+    return fclose(f) ? pdde_error(ctx, PDDE_ERR_IO, "%s: write failed", path) : PDDE_OK;
+}

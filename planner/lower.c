@@ -1,0 +1,913 @@
+/* planner/lower.c — lowering: from a completed graph, the lowering params and a rank, that rank's local
+ * program (pdde_program, pdde_impl.h). A pure function: it reads the graph and writes only the program
+ * it returns — no communicator (peers and groups are mesh coordinates turned into ranks), no device,
+ * no tensor memory — so a planner can lower every rank of a candidate plan in one process, and a
+ * graph can be compiled many times under different plans.
+ *
+ *   place:     the nodes the step needs (those reaching a loss, an output or an update), each on a
+ *              device (its own, its layer's, or the default; views where their storage is), with a
+ *              COPY wherever a node reads a tensor that lives on another device.
+ *   partition: (with a world) every tensor gets this rank's local shape (a dim split over mesh axis a
+ *              is divided by the axis size); nodes of other pipeline stages are left out.
+ *   reshard:   where an op requires of an input another attr than its producer gives, nodes are
+ *              inserted per mesh axis: partial -> whole = allreduce (avg for a pending mean),
+ *              partial -> split = reduce-scatter, split -> whole = allgather, whole -> split = a
+ *              local slice, split on another dim = alltoall, whole -> partial sum = the value on
+ *              the axis' first rank and zeros elsewhere; across stages, send and recv.
+ *   schedule:  the pipeline stages (the runs of layers on one mesh), this rank's, its chunks, and the
+ *              passes of a step in the 1F1B or GPipe order. */
+
+#include "pdde_impl.h"
+
+#include <unistd.h>
+
+enum { LOWER_BLOCK = 128 }; /* program nodes per storage block (small: reused from the heap, rank after rank) */
+
+typedef struct { pdde_tensor *x, *node; pdde_dist_attr want; pdde_phase phase; int next; } reshard_done;
+
+typedef struct {
+    pdde_program *P;
+    const pdde_graph *g;
+    const pdde_lower_params *p;
+    pdde_context *ctx;
+    int64_t (*gshape)[PDDE_MAX_DIMS]; /* by program id of a placed node: its global shape */
+    int n_gshape;
+    /* what a tensor became for a requirement, made once: items chained per source program id */
+    reshard_done *done;
+    int n_done, cap_done;
+    int *first_done;                  /* by program id: first item, -1 = none */
+    int n_first;
+    /* which meshes hold this rank (a mesh's rank list is long; a graph has a few meshes) */
+    const pdde_mesh *seen_mesh[32];
+    int seen_index[32], n_seen;
+    /* which mesh is a slice of which (mesh_sub_axis looks at every rank of both) */
+    const pdde_mesh *sub_parent[64], *sub_child[64];
+    int sub_result[64], n_sub;
+} lowering;
+
+/* mesh_sub_axis(parent, sub), remembered per pair. */
+static int sub_axis(lowering *L, const pdde_mesh *parent, const pdde_mesh *sub) {
+    for (int i = 0; i < L->n_sub; i++)
+        if (L->sub_parent[i] == parent && L->sub_child[i] == sub) return L->sub_result[i];
+    int p = mesh_sub_axis(parent, sub);
+    if (L->n_sub < 64) L->sub_parent[L->n_sub] = parent, L->sub_child[L->n_sub] = sub, L->sub_result[L->n_sub++] = p;
+    return p;
+}
+
+/* The index of this rank in mesh m (-1: not in it), remembered per mesh. */
+static int rank_in(lowering *L, const pdde_mesh *m) {
+    for (int i = 0; i < L->n_seen; i++)
+        if (L->seen_mesh[i] == m) return L->seen_index[i];
+    int at = mesh_index_of(m, L->P->rank);
+    if (L->n_seen < 32) L->seen_mesh[L->n_seen] = m, L->seen_index[L->n_seen++] = at;
+    return at;
+}
+
+/* Whether t (a user node or a program node) runs on this rank. */
+static bool on_this_rank(lowering *L, const pdde_tensor *t) { return !t || !t->dist.mesh || rank_in(L, t->dist.mesh) >= 0; }
+
+static pdde_status lower_oom(lowering *L) { return pdde_error(L->ctx, PDDE_ERR_OOM, "lower: out of memory"); }
+
+/* ------------------------------------------------------------------------------------------------
+ * Program nodes */
+
+/* A new node of P: a copy of `like` (NULL: zeros) with op, dtype, shape and sources given. */
+static pdde_tensor *node_new(pdde_program *P, const pdde_tensor *like, pdde_op op, pdde_dtype dt, int ndim, const int64_t *shape,
+                             int nsrc, pdde_tensor *const *src) {
+    if (P->n == P->cap) {
+        int cap = P->cap ? 2 * P->cap : 1024;
+        pdde_tensor **nodes = realloc(P->nodes, (size_t)cap * sizeof *nodes);
+        if (nodes) P->nodes = nodes;
+        pdde_program_node *info = realloc(P->info, (size_t)cap * sizeof *info);
+        if (info) P->info = info;
+        if (!nodes || !info) return NULL;
+        P->cap = cap;
+    }
+    if (P->n % LOWER_BLOCK == 0) {
+        pdde_tensor **blocks = realloc(P->blocks, (size_t)(P->n_blocks + 1) * sizeof *blocks);
+        if (!blocks) return NULL;
+        P->blocks = blocks;
+        if (!(P->blocks[P->n_blocks] = malloc(LOWER_BLOCK * sizeof(pdde_tensor)))) return NULL;
+        P->n_blocks++;
+    }
+    pdde_tensor *t = &P->blocks[P->n / LOWER_BLOCK][P->n % LOWER_BLOCK];
+    if (like) *t = *like;
+    else memset(t, 0, sizeof *t), t->layer = -1, t->device = -1;
+    t->id = P->n;
+    t->op = op, t->dtype = dt, t->ndim = ndim;
+    memset(t->shape, 0, sizeof t->shape);
+    if (ndim > 0) memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+    t->nsrc = nsrc;
+    memset(t->src, 0, sizeof t->src);
+    for (int i = 0; i < nsrc; i++) t->src[i] = src[i];
+    t->grad = NULL, t->data = NULL, t->offset = 0;
+    if (!like) snprintf(t->name, sizeof t->name, "%s.%d", pdde_op_name(op), t->id);
+    P->info[t->id] = (pdde_program_node){.user = -1, .chunk = -1, .axis = -1, .dim = -1, .split_dim = -1, .peer = -1, .vocab_axis = -1};
+    P->nodes[P->n++] = t;
+    return t;
+}
+
+/* A node made by lowering, named after its op and program id. */
+static pdde_tensor *node_add(lowering *L, pdde_op op, pdde_tensor *x, int ndim, const int64_t *shape, int nsrc, pdde_tensor *const *src) {
+    pdde_tensor *t = node_new(L->P, NULL, op, x->dtype, ndim, shape, nsrc, src);
+    if (t) t->device = x->device, t->phase = x->phase, t->dist = x->dist; /* (layer: -1, inherited later) */
+    return t;
+}
+
+static int order_push(pdde_program *P, pdde_tensor *t) {
+    if (!t) return 1;
+    if (P->n_order == P->cap_order) {
+        int cap = P->cap_order ? 2 * P->cap_order : 1024;
+        pdde_tensor **order = realloc(P->order, (size_t)cap * sizeof *order);
+        if (!order) return 1;
+        P->order = order, P->cap_order = cap;
+    }
+    P->order[P->n_order++] = t;
+    return 0;
+}
+
+PDDE_PRIVATE void program_free(pdde_program *P) {
+    if (!P) return;
+    for (int b = 0; b < P->n_blocks; b++) free(P->blocks[b]);
+    for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) free(P->group[a]);
+    free(P->blocks), free(P->nodes), free(P->info), free(P->order);
+    free(P->of_user), free(P->elsewhere), free(P->step), free(P->forward);
+    free(P);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Place: the nodes the step needs, their devices, copies at device boundaries */
+
+/* Marks the nodes the step needs: everything a loss, an output or an optimizer/accumulation node
+ * depends on. A graph with none of those (a plain forward graph) keeps every node. */
+static uint8_t *needed_nodes(const pdde_graph *g) {
+    uint8_t *need = calloc((size_t)g->n + 1, sizeof *need);
+    if (!need) return NULL;
+    bool any_root = false;
+    for (int i = g->n - 1; i >= 0; i--) {
+        const pdde_tensor *t = g->nodes[i];
+        if ((t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) || t->op == PDDE_OP_GRAD_ACCUM ||
+            t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
+            need[i] = 1, any_root = true;
+        if (need[i])
+            for (int s = 0; s < t->nsrc; s++) need[t->src[s]->id] = 1;
+    }
+    if (!any_root)
+        for (int i = 0; i < g->n; i++) need[i] = 1;
+    return need;
+}
+
+static int node_device(const pdde_tensor *t, const pdde_lower_params *p) {
+    if (t->device >= 0) return t->device;
+    if (t->layer >= 0 && p->layer_devices && t->layer < p->n_layer_devices && p->layer_devices[t->layer] >= 0)
+        return p->layer_devices[t->layer];
+    return p->device;
+}
+
+/* The user's nodes this rank's lowering looks at: with a world, those on this rank and those of other
+ * ranks that read one of them (a send's consumer) or that one of them reads (a receive's producer);
+ * the others (most of them, under pipeline stages) are left alone. Marks need[] 2 for those. */
+static void relevant_nodes(lowering *L, uint8_t *need) {
+    const pdde_graph *g = L->g;
+    for (int i = 0; i < g->n; i++) {
+        const pdde_tensor *u = g->nodes[i];
+        if (!need[i]) continue;
+        bool here = L->p->world_size == 0 || on_this_rank(L, u);
+        for (int k = 0; k < u->nsrc && !here; k++) here = need[u->src[k]->id] == 2 && on_this_rank(L, u->src[k]);
+        if (!here) continue;
+        need[i] = 2;
+        for (int k = 0; k < u->nsrc; k++) need[u->src[k]->id] = 2; /* (earlier nodes: already walked) */
+    }
+}
+
+static pdde_status lower_place(lowering *L) {
+    const pdde_graph *g = L->g;
+    pdde_program *P = L->P;
+    uint8_t *need = needed_nodes(g);
+    int *device = malloc((size_t)(g->n + 1) * sizeof *device);
+    typedef struct { int src_id, device; pdde_tensor *copy; } copy_entry;
+    copy_entry *copies = NULL;
+    int n_copies = 0, cap_copies = 0;
+    if (!need || !device) { free(need), free(device); return lower_oom(L); }
+    relevant_nodes(L, need);
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < g->n && !st; i++) {
+        const pdde_tensor *u = g->nodes[i];
+        if (!need[i]) continue;
+        if ((unsigned)u->op >= PDDE_OP_COUNT) { st = pdde_error(L->ctx, PDDE_ERR_UNKNOWN_OP, "lower: node %s has unknown op %d", u->name, u->op); break; }
+        /* views and in-place ops live where their storage lives */
+        device[i] = is_root_sharing(u) ? device[u->src[0]->id] : node_device(u, L->p);
+        if (need[i] != 2) { /* another rank's, and no neighbour of this rank's */
+            P->elsewhere[i] = true;
+            continue;
+        }
+        pdde_tensor *t = node_new(P, u, u->op, u->dtype, u->ndim, u->shape, u->nsrc, u->src);
+        if (!t) { st = lower_oom(L); break; }
+        P->info[t->id].user = u->id;
+        P->of_user[u->id] = t;
+        t->device = device[i];
+        /* inputs on another device come through a COPY node, made once per (tensor, device) */
+        for (int k = 0; k < u->nsrc && !st; k++) {
+            pdde_tensor *x = P->of_user[u->src[k]->id];
+            if (!x) { t->src[k] = NULL; continue; } /* (not looked at here: t is another rank's) */
+            if (x->device != t->device) {
+                pdde_tensor *copy = NULL;
+                for (int c = 0; c < n_copies && !copy; c++)
+                    if (copies[c].src_id == x->id && copies[c].device == t->device) copy = copies[c].copy;
+                if (!copy) {
+                    if (n_copies == cap_copies) {
+                        cap_copies = cap_copies ? 2 * cap_copies : 16;
+                        copy_entry *more = realloc(copies, (size_t)cap_copies * sizeof *more);
+                        if (!more) { st = lower_oom(L); break; }
+                        copies = more;
+                    }
+                    copy = node_add(L, PDDE_OP_COPY, x, x->ndim, x->shape, 1, &x);
+                    if (!copy || order_push(P, copy)) { st = lower_oom(L); break; }
+                    copy->phase = t->phase, copy->layer = t->layer, copy->device = t->device;
+                    copy->dist = x->dist; /* a copy moves the same block (SPMD execution) */
+                    P->info[copy->id].bytes = pdde_tensor_nbytes(copy);
+                    copies[n_copies++] = (copy_entry){x->id, t->device, copy};
+                }
+                x = copy;
+            }
+            t->src[k] = x;
+        }
+        if (!st && order_push(P, t)) st = lower_oom(L);
+    }
+    free(copies);
+    free(need);
+    free(device);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Partition and reshard (with a world) */
+
+/* The graph mesh's axis that axis a of mesh (the graph's mesh or a slice of it) is. */
+PDDE_PRIVATE int program_axis(const pdde_program *P, const pdde_mesh *mesh, int a) {
+    return mesh == P->mesh ? a : pdde_mesh_axis(P->mesh, mesh->names[a]);
+}
+
+/* Whether a uses mesh axis p (a dim split over it, or partial over it). */
+static bool attr_uses_axis(const pdde_dist_attr *a, int p) {
+    return (attr_split_axes(a) >> p & 1) || (a->partial >> p & 1);
+}
+
+static bool dist_same(const pdde_dist_attr *a, const pdde_dist_attr *b, int ndim) {
+    if (a->partial != b->partial || (a->partial & (a->partial_avg ^ b->partial_avg))) return false;
+    for (int d = 0; d < ndim; d++)
+        if (a->dims_mapping[d] != b->dims_mapping[d]) return false;
+    return true;
+}
+
+static int dim_on_axis(const pdde_dist_attr *a, int ndim, int axis) {
+    for (int d = 0; d < ndim; d++)
+        if (a->dims_mapping[d] == axis) return d;
+    return -1;
+}
+
+/* What op requires of input k of program node t (NULL: no requirement, as for inserted nodes). */
+static const pdde_dist_attr *required(const lowering *L, const pdde_tensor *t, int k) {
+    int u = L->P->info[t->id].user;
+    return u >= 0 ? pdde_op_input_dist(L->g, L->g->nodes[u], k) : NULL;
+}
+
+/* A reshard step over graph mesh axis `axis`: a node reading x with x's local shape changed along
+ * dim grow (times the axis size) and dim shrink (divided by it); -1 for none. */
+static pdde_tensor *reshard_node(lowering *L, pdde_op op, pdde_tensor *x, int axis, int grow, int shrink, const pdde_dist_attr *attr) {
+    int64_t shape[PDDE_MAX_DIMS];
+    memcpy(shape, x->shape, sizeof shape);
+    int n = L->P->mesh->shape[axis];
+    if (grow >= 0) shape[grow] *= n;
+    if (shrink >= 0) shape[shrink] /= n;
+    pdde_tensor *t = node_add(L, op, x, x->ndim, shape, 1, &x);
+    if (!t) return NULL;
+    t->dist = *attr;
+    pdde_program_node *in = &L->P->info[t->id];
+    in->axis = axis, in->dim = grow >= 0 ? grow : shrink;
+    if (op == PDDE_OP_ALLTOALL) in->split_dim = shrink;
+    in->bytes = pdde_tensor_nbytes(x);
+    return t;
+}
+
+/* Appends one reshard step to the order, in the consumer's phase. NULL on failure. */
+static pdde_tensor *reshard_push(lowering *L, pdde_tensor *t, pdde_phase phase, int device) {
+    if (!t || order_push(L->P, t)) return NULL;
+    t->phase = phase, t->device = device;
+    return t;
+}
+
+static bool is_collective(pdde_op op) { return op >= PDDE_OP_ALLREDUCE && op <= PDDE_OP_ALLGATHER; }
+
+/* A collective reshard step (op over graph mesh axis ga, reduce op rop where it reduces). With
+ * comm_dtype narrower than t's f32, the data crosses the wire in it: a cast on each side (what is
+ * sent, and what was received, rounded). */
+static pdde_tensor *reshard_collective(lowering *L, pdde_op op, pdde_tensor *t, int ga, int grow, int shrink, int rop,
+                                       const pdde_dist_attr *attr, pdde_phase phase, int device) {
+    bool narrow = L->p->comm_dtype != PDDE_F32 && t->dtype == PDDE_F32;
+    if (narrow) {
+        pdde_tensor *c = node_add(L, PDDE_OP_CAST, t, t->ndim, t->shape, 1, &t);
+        if (c) c->dtype = L->p->comm_dtype;
+        t = reshard_push(L, c, phase, device);
+    }
+    t = t ? reshard_push(L, reshard_node(L, op, t, ga, grow, shrink, attr), phase, device) : NULL;
+    if (t) L->P->info[t->id].reduce = rop;
+    if (t && narrow) {
+        pdde_tensor *c = node_add(L, PDDE_OP_CAST, t, t->ndim, t->shape, 1, &t);
+        if (c) c->dtype = PDDE_F32;
+        t = reshard_push(L, c, phase, device);
+    }
+    return t;
+}
+
+/* The steps along mesh axis a turning t (attr *cur, updated) towards want. With gather_only, just
+ * the split on a is gathered (the split it wants is done by a later call). NULL on failure. */
+static pdde_tensor *reshard_axis(lowering *L, pdde_tensor *t, pdde_dist_attr *cur, const pdde_dist_attr *want, int a,
+                                 bool gather_only, pdde_phase phase, int device) {
+    const pdde_program *P = L->P;
+    int ga = program_axis(P, want->mesh, a); /* the communicator and coordinate along a */
+    int have_dim = dim_on_axis(cur, t->ndim, a), want_dim = gather_only ? -1 : dim_on_axis(want, t->ndim, a);
+    if (P->mesh->shape[ga] == 1) { /* one rank along a: split, partial and whole are the same data */
+        if (have_dim >= 0) cur->dims_mapping[have_dim] = -1;
+        if (want_dim >= 0) cur->dims_mapping[want_dim] = (int8_t)a;
+        uint8_t bit = (uint8_t)(1u << a);
+        cur->partial = (uint8_t)((cur->partial & ~bit) | (gather_only ? 0 : want->partial & bit));
+        cur->partial_avg = (uint8_t)((cur->partial_avg & ~bit) | (gather_only ? 0 : want->partial_avg & bit));
+        return t;
+    }
+    bool partial = cur->partial >> a & 1, want_partial = want->partial >> a & 1;
+    if (gather_only) partial = false;
+    if (partial && !want_partial) {
+        cur->partial &= (uint8_t)~(1u << a);
+        int rop = (cur->partial_avg >> a & 1) ? PDDE_REDUCE_AVG : PDDE_REDUCE_SUM;
+        cur->partial_avg &= (uint8_t)~(1u << a);
+        if (want_dim >= 0 && have_dim < 0) { /* partial -> split: reduce-scatter */
+            cur->dims_mapping[want_dim] = (int8_t)a;
+            t = reshard_collective(L, PDDE_OP_REDUCE_SCATTER, t, ga, -1, want_dim, rop, cur, phase, device);
+            have_dim = want_dim;
+        } else {
+            t = reshard_collective(L, PDDE_OP_ALLREDUCE, t, ga, -1, -1, rop, cur, phase, device);
+        }
+    }
+    if (t && !gather_only && want_partial && !partial && !(want->partial_avg >> a & 1)) {
+        /* whole -> partial sum: the first rank along the axis keeps the value, the others zero */
+        cur->partial |= (uint8_t)(1u << a);
+        t = reshard_push(L, reshard_node(L, PDDE_OP_SCALE, t, ga, -1, -1, cur), phase, device);
+        if (t) pdde_op_set_f32(t, PDDE_P_SCALE, P->coords[ga] == 0 ? 1.0f : 0.0f), L->P->info[t->id].axis = -1, L->P->info[t->id].bytes = 0;
+    }
+    if (t && have_dim >= 0 && want_dim >= 0 && have_dim != want_dim) { /* split on another dim: alltoall */
+        cur->dims_mapping[have_dim] = -1, cur->dims_mapping[want_dim] = (int8_t)a;
+        t = reshard_collective(L, PDDE_OP_ALLTOALL, t, ga, have_dim, want_dim, 0, cur, phase, device);
+        have_dim = want_dim;
+    }
+    if (t && have_dim >= 0 && have_dim != want_dim) { /* split -> whole: allgather */
+        cur->dims_mapping[have_dim] = -1;
+        t = reshard_collective(L, PDDE_OP_ALLGATHER, t, ga, have_dim, -1, 0, cur, phase, device);
+        have_dim = -1;
+    }
+    if (t && want_dim >= 0 && have_dim < 0) { /* whole -> split: this rank's slice */
+        cur->dims_mapping[want_dim] = (int8_t)a;
+        t = reshard_push(L, reshard_node(L, PDDE_OP_SLICE, t, ga, -1, want_dim, cur), phase, device);
+        if (t) {
+            pdde_op_set_i32(t, PDDE_P_SLICE_AXIS, want_dim), pdde_op_set_i32(t, PDDE_P_SLICE_START, (int32_t)(t->shape[want_dim] * P->coords[ga]));
+            L->P->info[t->id].axis = -1, L->P->info[t->id].dim = -1, L->P->info[t->id].bytes = 0;
+        }
+    }
+    return t;
+}
+
+/* The chain of nodes turning x, laid out as `have`, into attr want (both on want's mesh), for a
+ * consumer in phase `phase`, axis by axis. A dim holds one axis' split at a time, so an axis whose
+ * wanted dim is still split over another axis (the two swap dims) only gathers at first and takes its
+ * new split after the others moved. */
+static pdde_tensor *reshard(lowering *L, pdde_tensor *x, const pdde_dist_attr *have, const pdde_dist_attr *want, pdde_phase phase, int device) {
+    pdde_dist_attr cur = *have;
+    pdde_tensor *t = x;
+    unsigned later = 0;
+    int n_axes = want->mesh->ndim;
+    for (int a = 0; a < n_axes && t; a++) {
+        int want_dim = dim_on_axis(want, x->ndim, a), there = want_dim >= 0 ? cur.dims_mapping[want_dim] : -1;
+        if (there >= 0 && there != a) later |= 1u << a;
+        t = reshard_axis(L, t, &cur, want, a, later >> a & 1, phase, device);
+    }
+    for (int a = 0; a < n_axes && t; a++)
+        if (later >> a & 1) t = reshard_axis(L, t, &cur, want, a, false, phase, device);
+    return t;
+}
+
+/* After an update ran on a slice of a whole parameter: allgather the slices into the parameter itself
+ * (the node writes the parameter's memory: src0 is the parameter, src1 the updated slice). */
+static pdde_status gather_into_param(lowering *L, pdde_tensor *update, pdde_tensor *param) {
+    const pdde_dist_attr *want = required(L, update, 0);
+    int axis = -1, dim = -1;
+    for (int d = 0; d < param->ndim; d++)
+        if (want->dims_mapping[d] >= 0 && param->dist.dims_mapping[d] != want->dims_mapping[d]) {
+            if (axis >= 0) return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s: an update split over two mesh axes", update->name);
+            axis = program_axis(L->P, want->mesh, want->dims_mapping[d]), dim = d;
+        }
+    if (axis < 0) return PDDE_OK;
+    pdde_tensor *src[2] = {param, update};
+    pdde_tensor *t = node_add(L, PDDE_OP_ALLGATHER, param, param->ndim, param->shape, 2, src);
+    if (!t || order_push(L->P, t)) return lower_oom(L);
+    t->phase = update->phase, t->device = update->device;
+    t->dist = param->dist;
+    t->flags |= PDDE_TENSOR_INPLACE;
+    pdde_program_node *in = &L->P->info[t->id];
+    in->axis = axis, in->dim = dim, in->write_back = true, in->bytes = pdde_tensor_nbytes(update);
+    return PDDE_OK;
+}
+
+/* The local shape of a tensor of global shape gshape laid out as a; false if a split dim does not divide. */
+static bool local_shape_of(const int64_t *gshape, int ndim, const pdde_dist_attr *a, int64_t *shape) {
+    memcpy(shape, gshape, PDDE_MAX_DIMS * sizeof *shape);
+    for (int d = 0; a->mesh && d < ndim; d++) {
+        int ax = a->dims_mapping[d];
+        if (ax < 0) continue;
+        if (shape[d] % a->mesh->shape[ax]) return false;
+        shape[d] /= a->mesh->shape[ax];
+    }
+    return true;
+}
+
+/* What a tensor became for a requirement (resharded, or sent/received across stages): made once and
+ * read by every consumer with that requirement, so a partial activation read by three ops is reduced
+ * once, not three times. Leaves that change in place during a step are the exception: gradient
+ * accumulators and optimizer state (in backward and in the update) and parameters (in the update), so
+ * their copies serve one phase, and a parameter's forward copy serves backward too. */
+static bool cache_reusable(const pdde_tensor *x, pdde_phase made, pdde_phase now) {
+    if (x->op != PDDE_OP_NONE || made == now) return true;
+    return !(x->flags & (PDDE_TENSOR_STATE | PDDE_TENSOR_GRAD)) && made != PDDE_PHASE_OPTIMIZER && now != PDDE_PHASE_OPTIMIZER;
+}
+
+static pdde_tensor *cache_find(const lowering *L, const pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase) {
+    for (int i = x->id < L->n_first ? L->first_done[x->id] : -1; i >= 0; i = L->done[i].next)
+        if (attr_equal(&L->done[i].want, want) && cache_reusable(x, L->done[i].phase, phase)) return L->done[i].node;
+    return NULL;
+}
+
+static pdde_status cache_add(lowering *L, pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase, pdde_tensor *node) {
+    if (L->n_done == L->cap_done) {
+        int cap = L->cap_done ? 2 * L->cap_done : 64;
+        reshard_done *items = realloc(L->done, (size_t)cap * sizeof *items);
+        if (!items) return lower_oom(L);
+        L->done = items, L->cap_done = cap;
+    }
+    L->done[L->n_done] = (reshard_done){x, node, *want, phase, L->first_done[x->id]};
+    L->first_done[x->id] = L->n_done++;
+    return PDDE_OK;
+}
+
+/* Tensors crossing pipeline stages: a producer on one mesh, a consumer on another of the same shape.
+ * The rank at each place of the producer's mesh sends to the rank at the same place of the consumer's,
+ * the tensor resharded first (on the producer's mesh) to the mapping the consumer requires. Each
+ * (tensor, requirement) crosses once per micro-batch (the reshard cache). */
+static pdde_tensor *cross_stages(lowering *L, pdde_tensor *consumer, int k, const pdde_dist_attr *want, pdde_status *st) {
+    pdde_program *P = L->P;
+    pdde_tensor *x = consumer->src[k], *node = cache_find(L, x, want, consumer->phase);
+    if (node) return node;
+    const pdde_mesh *from = x->dist.mesh, *to = want->mesh;
+    bool same_shape = from->ndim == to->ndim;
+    for (int a = 0; same_shape && a < to->ndim; a++) same_shape = from->shape[a] == to->shape[a];
+    if (!same_shape) {
+        *st = pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s reads %s from a mesh of another shape (send/recv pairs ranks of equal-shaped meshes)",
+                         consumer->name, x->name);
+        return NULL;
+    }
+    int here_from = rank_in(L, from), here_to = rank_in(L, to);
+    if (here_from >= 0 && here_to >= 0) {
+        *st = pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s moves between two meshes that share rank %d (pipeline stages must not overlap)",
+                         x->name, P->rank);
+        return NULL;
+    }
+    /* (the consumer is a user's node: its id is the same on every rank) */
+    int tag = (P->info[consumer->id].user * PDDE_MAX_SRC + k) & 0xfffff, peer;
+    if (here_from >= 0) { /* producer side: reshard here to the consumer's mapping, then send */
+        pdde_dist_attr there = *want;
+        there.mesh = from;
+        pdde_tensor *r = dist_same(&x->dist, &there, x->ndim) ? x : reshard(L, x, &x->dist, &there, consumer->phase, consumer->device);
+        node = r ? node_add(L, PDDE_OP_SEND, r, r->ndim, r->shape, 1, &r) : NULL;
+        if (node) node->dist = there, node->flags |= PDDE_TENSOR_VIEW, node->device = consumer->device;
+        peer = to->ranks[here_from];
+    } else { /* consumer side: receive the block this rank needs */
+        int64_t shape[PDDE_MAX_DIMS];
+        local_shape_of(L->gshape[x->id], x->ndim, want, shape);
+        node = node_add(L, PDDE_OP_RECV, x, x->ndim, shape, 0, NULL);
+        if (node) node->dist = *want, node->device = consumer->device;
+        peer = from->ranks[here_to];
+    }
+    if (node) {
+        node->phase = consumer->phase, node->flags &= ~(uint32_t)(PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT);
+        P->info[node->id].peer = peer, P->info[node->id].tag = tag, P->info[node->id].bytes = pdde_tensor_nbytes(node);
+    }
+    if (!node || order_push(P, node)) {
+        *st = lower_oom(L);
+        return NULL;
+    }
+    *st = cache_add(L, x, want, consumer->phase, node);
+    return *st ? NULL : node;
+}
+
+/* What input k of node needs (on this rank, which runs node): x as it is, resharded, seen on a slice
+ * of its mesh, or received from another stage. NULL with *st set on failure. */
+static pdde_tensor *lower_input(lowering *L, pdde_tensor *node, int k, pdde_status *st) {
+    const pdde_dist_attr *want = required(L, node, k);
+    pdde_tensor *x = node->src[k];
+    if (!want || !want->mesh || !x->dist.mesh || attr_equal(&x->dist, want)) return x;
+    pdde_tensor *done = cache_find(L, x, want, node->phase);
+    if (done) return done;
+    pdde_dist_attr have = x->dist;
+    if (!mesh_same(x->dist.mesh, want->mesh)) {
+        int p = sub_axis(L, x->dist.mesh, want->mesh);
+        if (p < 0) return cross_stages(L, node, k, want, st);
+        if (attr_uses_axis(&x->dist, p)) {
+            *st = pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s reads %s, split or partial over mesh axis %s, on a slice across that axis",
+                             node->name, x->name, x->dist.mesh->names[p]);
+            return NULL;
+        }
+        have = attr_on_mesh_at(&x->dist, want->mesh, p); /* the same local data, fewer ranks */
+    }
+    if (dist_same(&have, want, x->ndim)) return x;
+    pdde_tensor *r = reshard(L, x, &have, want, node->phase, node->device);
+    *st = r ? cache_add(L, x, want, node->phase, r) : lower_oom(L);
+    return *st ? NULL : r;
+}
+
+/* Vocab-parallel ops (Megatron's; Paddle's c_embedding and c_softmax_with_cross_entropy, chosen from
+ * the dist attrs as a DistributedOperatorImpl is): where completion left the vocab dim of an
+ * embedding table, of its gradient or of the logits split over a mesh axis, the plain kernel would
+ * take the local block for the whole vocab. The node gets its distributed form: the op params
+ * PDDE_P_VOCAB_FIRST (the first vocab id this rank holds) and PDDE_P_VOCAB_SIZE (the whole vocab), and
+ * the mesh axis in vocab_axis (whose group the cross-entropy reduces its rows on). The embeddings stay
+ * the device's kernels (ids outside the range: zero rows, or skipped); the executor runs the
+ * cross-entropy. An axis of size 1 leaves the whole vocab here: nothing to do. */
+static pdde_status lower_vocab_parallel(lowering *L, pdde_tensor *t) {
+    const pdde_dist_attr *a;
+    int dim;
+    int64_t local;
+    switch (t->op) {
+    case PDDE_OP_EMBEDDING: a = required(L, t, 0), dim = 0, local = t->src[0]->shape[0]; break;
+    case PDDE_OP_EMBEDDING_BACK: a = &t->dist, dim = 0, local = t->shape[0]; break;
+    case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: a = required(L, t, 0), dim = 1, local = t->src[0]->shape[1]; break;
+    default: return PDDE_OK;
+    }
+    if (!a || !a->mesh || a->dims_mapping[dim] < 0) return PDDE_OK;
+    const pdde_program *P = L->P;
+    int axis = program_axis(P, a->mesh, a->dims_mapping[dim]), n = P->mesh->shape[axis];
+    if (n == 1) return PDDE_OK;
+    if (local * n > INT32_MAX)
+        return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s: a vocab of %lld split over mesh axis %s exceeds int32 ids",
+                          t->name, (long long)(local * n), P->mesh->names[axis]);
+    pdde_op_set_i32(t, PDDE_P_VOCAB_FIRST, (int32_t)(local * P->coords[axis]));
+    pdde_op_set_i32(t, PDDE_P_VOCAB_SIZE, (int32_t)(local * n));
+    L->P->info[t->id].vocab_axis = axis;
+    return PDDE_OK;
+}
+
+/* Data parallelism's overlap, from the attributes: a gradient accumulator holding a pending reduction
+ * (partial over dp) is reduced where the update requires it, in the optimizer phase. That collective
+ * is started instead right after the accumulator's last grad_accum in backward (in the step's last
+ * micro-batch), so it travels while the rest of backward runs, and a COMM_WAIT takes its place before
+ * the optimizer. The early start only happens in a pass that ends with the update (the pass' early
+ * flag); otherwise (backward alone, one call per micro-batch) the wait runs the reduction itself.
+ * Host memory and collectives that need no packing only; the others stay where they are. */
+static pdde_status overlap_gradient_reductions(lowering *L) {
+    pdde_program *P = L->P;
+    if (!L->p->overlap_gradients) return PDDE_OK;
+    int n = P->n;
+    pdde_tensor **last_write = calloc((size_t)n + 1, sizeof *last_write); /* by accumulator: its last grad_accum so far */
+    pdde_tensor **wait_of = calloc((size_t)n + 1, sizeof *wait_of);       /* by moved collective: its wait */
+    pdde_tensor **moved = calloc(2 * (size_t)n + 1, sizeof *moved);       /* by grad_accum: the collectives moved after it,
+                                                                             chained by collective in moved[n + id] */
+    pdde_tensor **order = malloc((2 * (size_t)P->n_order + 1) * sizeof *order); /* (each moved collective adds its wait) */
+    pdde_status st = last_write && wait_of && moved && order ? PDDE_OK : lower_oom(L);
+    int n_old = P->n_order;
+    for (int i = 0; i < n_old && !st; i++) {
+        pdde_tensor *c = P->order[i], *acc = c->src[0];
+        if (c->op == PDDE_OP_GRAD_ACCUM) last_write[acc->id] = c;
+        pdde_program_node *in = &P->info[c->id];
+        bool reduction = in->axis >= 0 && !in->write_back && c->phase == PDDE_PHASE_OPTIMIZER && c->nsrc == 1 &&
+                         (c->op == PDDE_OP_ALLREDUCE || (c->op == PDDE_OP_REDUCE_SCATTER && in->dim == 0));
+        if (!reduction || acc->op != PDDE_OP_NONE || !(acc->flags & PDDE_TENSOR_GRAD) || !last_write[acc->id] ||
+            !registry_device_is_host(L->ctx->registry, c->device))
+            continue;
+        pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
+        if (!w) { st = lower_oom(L); break; }
+        w->phase = PDDE_PHASE_OPTIMIZER, w->flags |= PDDE_TENSOR_VIEW, w->dist = c->dist;
+        /* (a later one goes first: each is moved to just after the write, as it comes) */
+        wait_of[c->id] = w, moved[n + c->id] = moved[last_write[acc->id]->id], moved[last_write[acc->id]->id] = c;
+    }
+    /* the collective moves up to just after the last write, and its wait takes its place */
+    int k = 0;
+    for (int i = 0; i < n_old && !st; i++) {
+        pdde_tensor *t = P->order[i];
+        order[k++] = t->id < n && wait_of[t->id] ? wait_of[t->id] : t;
+        for (pdde_tensor *c = t->id < n ? moved[t->id] : NULL; c; c = moved[n + c->id]) {
+            order[k++] = c;
+            c->phase = PDDE_PHASE_BACKWARD, P->info[c->id].early = true;
+            c->layer = c->src[0]->layer; /* (it runs in the pass of its accumulator's layer) */
+        }
+    }
+    /* ...and its readers read the wait */
+    for (int i = 0; i < k && !st; i++)
+        for (int j = 0; order[i]->op != PDDE_OP_COMM_WAIT && j < order[i]->nsrc; j++) {
+            pdde_tensor *x = order[i]->src[j];
+            if (x && x->id < n && wait_of[x->id]) order[i]->src[j] = wait_of[x->id];
+        }
+    if (!st) free(P->order), P->order = order, P->n_order = P->cap_order = k, order = NULL;
+    free(last_write), free(wait_of), free(moved), free(order);
+    return st;
+}
+
+/* The nodes ordered from position `from` on that have no layer get `layer` (pipeline chunks run by
+ * layer). */
+static void inherit_layer(pdde_program *P, int from, int layer) {
+    for (int i = from; i < P->n_order; i++)
+        if (P->order[i]->layer < 0) P->order[i]->layer = layer;
+}
+
+static pdde_status lower_partition(lowering *L) {
+    const pdde_graph *g = L->g;
+    pdde_program *P = L->P;
+    if (!g->planner || g->planner->n_completed < g->n)
+        return pdde_error(L->ctx, PDDE_ERR_STATE, "lower: SPMD execution needs pdde_complete on the whole graph first");
+    P->mesh = g->planner->mesh;
+    if (L->p->world_size != P->mesh->n_ranks)
+        return pdde_error(L->ctx, PDDE_ERR_DIST_ATTR, "lower: the mesh has %d ranks, the world %d", P->mesh->n_ranks, L->p->world_size);
+    pdde_status st = pdde_mesh_coords(P->mesh, P->rank, P->coords);
+    if (st) return pdde_error(L->ctx, st, "lower: rank %d is not in the graph's mesh", P->rank);
+    /* the group along each mesh axis: ranks whose other coordinates agree */
+    for (int a = 0; a < P->mesh->ndim; a++) {
+        if (!(P->group[a] = malloc((size_t)P->mesh->shape[a] * sizeof *P->group[a]))) return lower_oom(L);
+        int c[PDDE_MAX_MESH_DIMS];
+        memcpy(c, P->coords, sizeof c);
+        for (int i = 0; i < P->mesh->shape[a]; i++) c[a] = i, P->group[a][i] = pdde_mesh_rank_at(P->mesh, c);
+    }
+    /* partition: local shapes (global ones kept for the receives) */
+    int n = P->n;
+    if (!(L->gshape = malloc((size_t)(n + 1) * sizeof *L->gshape))) return lower_oom(L);
+    L->n_gshape = n;
+    for (int i = 0; i < n; i++) {
+        pdde_tensor *t = P->nodes[i];
+        memcpy(L->gshape[i], t->shape, sizeof t->shape);
+        if (!local_shape_of(L->gshape[i], t->ndim, &t->dist, t->shape)) {
+            char attr[128];
+            pdde_dist_attr_str(&t->dist, attr, sizeof attr);
+            return pdde_error(L->ctx, PDDE_ERR_DIST_ATTR, "lower: %s cannot be split as %s", t->name, attr);
+        }
+        if (P->info[i].bytes) P->info[i].bytes = pdde_tensor_nbytes(t);
+    }
+    /* reshard: walk the placed order, keeping this rank's nodes and inserting the conversions each op
+     * needs of its inputs; where another stage's node reads a tensor of this rank's stage, the send */
+    pdde_tensor **old = P->order;
+    int n_old = P->n_order;
+    P->order = NULL, P->n_order = P->cap_order = 0;
+    L->n_first = n;
+    if (!(L->first_done = malloc((size_t)(n + 1) * sizeof *L->first_done))) st = lower_oom(L);
+    for (int i = 0; i < n && !st; i++) L->first_done[i] = -1;
+    for (int i = 0; i < n_old && !st; i++) {
+        pdde_tensor *t = old[i];
+        int user = P->info[t->id].user;
+        if (!on_this_rank(L, t)) {
+            if (user >= 0) P->elsewhere[user] = true, P->of_user[user] = NULL;
+            for (int k = 0; k < t->nsrc && !st; k++) {
+                const pdde_dist_attr *want = required(L, t, k);
+                int mark = P->n_order;
+                if (want && t->src[k] && on_this_rank(L, t->src[k]) && !mesh_same(t->src[k]->dist.mesh, want->mesh) &&
+                    sub_axis(L, t->src[k]->dist.mesh, want->mesh) < 0)
+                    cross_stages(L, t, k, want, &st);
+                if (t->src[k]) inherit_layer(P, mark, t->src[k]->layer); /* a send runs with the layer that produced it */
+            }
+            continue;
+        }
+        pdde_tensor *param = t->src[0], *grad = t->nsrc > 1 ? t->src[1] : NULL;
+        int mark = P->n_order;
+        for (int k = 0; k < t->nsrc && !st; k++) {
+            pdde_tensor *r = lower_input(L, t, k, &st);
+            if (r) t->src[k] = r;
+        }
+        inherit_layer(P, mark, t->layer); /* reshards and receives run with their consumer's layer */
+        if (!st) st = lower_vocab_parallel(L, t);
+        if (!st && order_push(P, t)) st = lower_oom(L);
+        /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
+        if (!st && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) && t->src[0] != param)
+            st = gather_into_param(L, t, param);
+        /* ...and an update that read a slice of a whole gradient accumulator zeroed only the slice */
+        if (!st && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) && t->src[1] != grad) {
+            pdde_tensor *zero = node_add(L, PDDE_OP_SCALE, grad, grad->ndim, grad->shape, 1, &grad);
+            if (!zero || order_push(P, zero)) st = lower_oom(L);
+            else {
+                zero->phase = t->phase, zero->device = t->device, zero->flags |= PDDE_TENSOR_INPLACE;
+                pdde_op_set_f32(zero, PDDE_P_SCALE, 0.0f);
+            }
+        }
+    }
+    free(old);
+    return st ? st : overlap_gradient_reductions(L);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Stages and the schedule */
+
+/* Micro-batches and pipeline stages: a step's micro-batch count, the stages (the distinct meshes of
+ * the layers placed with pdde_graph_set_layer_mesh, in layer order), this rank's, its chunks, and how
+ * many micro-batches' activations it holds at once: all of them under GPipe; under 1F1B, stage s of S
+ * starts S - s micro-batches before the first backward comes back. */
+static pdde_status lower_stages(lowering *L, int *chunk_of_layer) {
+    const pdde_graph *g = L->g;
+    pdde_program *P = L->P;
+    const struct planner_graph *pg = g->planner;
+    if (!P->world_size || !pg || !pg->n_layer_mesh) return PDDE_OK;
+    /* the runs of consecutive layers on one mesh, in layer order: the first S runs (distinct, disjoint
+     * meshes) are the stages; later runs come back to them round-robin (interleaved stages: a rank
+     * holds chunks of layers far apart, Megatron's virtual pipeline) */
+    const pdde_mesh *run_mesh[256];
+    int n_runs = 0, stages = 0;
+    P->stage = -1;
+    for (int l = 0; l < pg->n_layer_mesh; l++) {
+        const pdde_mesh *m = pg->layer_mesh[l];
+        chunk_of_layer[l] = -1;
+        if (!m) continue;
+        if (!n_runs || !mesh_same(m, run_mesh[n_runs - 1])) {
+            if (n_runs == 256) return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: more than 256 runs of pipeline layers");
+            int same = -1;
+            for (int r = 0; r < stages; r++)
+                if (mesh_same(run_mesh[r], m)) same = r;
+            if (same < 0 && n_runs > stages)
+                return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: layer %d starts a new pipeline stage after the stages came back round", l);
+            if (same >= 0 && same != n_runs % stages)
+                return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: layer %d comes back to stage %d out of the round-robin order", l, same);
+            if (same < 0) {
+                for (int r = 0; r < stages; r++)
+                    if (rank_in(L, run_mesh[r]) >= 0 && rank_in(L, m) >= 0)
+                        return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: rank %d is in two pipeline stages (layer %d)", P->rank, l);
+                if (rank_in(L, m) >= 0) P->stage = stages;
+                stages++;
+            }
+            run_mesh[n_runs++] = m;
+        }
+        if (rank_in(L, m) >= 0) chunk_of_layer[l] = (n_runs - 1) / stages;
+    }
+    if (P->stage < 0 && stages > 1)
+        return pdde_error(L->ctx, PDDE_ERR_DIST_ATTR, "lower: rank %d is in none of the %d pipeline stages", P->rank, stages);
+    if (stages > 1 && n_runs % stages)
+        return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %d runs of layers over %d pipeline stages: each stage needs as many", n_runs, stages);
+    if (stages > 1) P->n_stages = stages, P->n_chunks = n_runs / stages;
+    else P->stage = 0;
+    return PDDE_OK;
+}
+
+static pdde_status pass_push(lowering *L, pdde_program_pass **list, int *n, pdde_program_pass pass) {
+    pdde_program_pass *more = realloc(*list, (size_t)(*n + 1) * sizeof *more);
+    if (!more) return lower_oom(L);
+    *list = more;
+    (*list)[(*n)++] = pass;
+    return PDDE_OK;
+}
+
+/* The passes of a run of every micro-batch (training: forward, backward and the update; else the
+ * forwards). One run of layers per rank — 1F1B: stage s of S runs S-s-1 forwards ahead (warm-up),
+ * then one forward and one backward in turn, then the remaining backwards (F0 F1 B0 F2 B1 F3 B2 B3 on
+ * the first of two stages); GPipe: every forward, then every backward. Interleaved stages (v chunks of
+ * layers per rank, Megatron's virtual pipeline): the k-th forward of a rank is chunk (k / S) % v of
+ * micro-batch (k / (S v)) S + k % S — S micro-batches through one chunk, then through the next — and
+ * its k-th backward the same with the chunks in reverse; 1F1B runs 2 (S - s - 1) + (v - 1) S forwards
+ * ahead, then one forward and one backward in turn; GPipe every forward first. Sends never block and
+ * receives wait for their data, so the stages pace each other. */
+static pdde_status lower_passes(lowering *L, bool training, pdde_program_pass **list, int *n) {
+    const pdde_program *P = L->P;
+    int S = P->n_stages, v = P->n_chunks, M = P->n_micro, total = M * v, next_f = 0, next_b = 0;
+    int ahead = v > 1 ? 2 * (S - P->stage - 1) + (v - 1) * S : S - P->stage - 1; /* forwards before the first backward */
+    if (!training || P->schedule == PDDE_PIPELINE_GPIPE || ahead > total) ahead = total;
+    pdde_status st = PDDE_OK;
+    while (!st && (next_f < total || (training && next_b < total))) {
+        bool forward = next_f < total && (!training || (v > 1 ? next_f < ahead || next_f - ahead <= next_b : next_f - next_b <= ahead));
+        int k = forward ? next_f++ : next_b++, m = v > 1 ? k / (S * v) * S + k % S : k, c = v > 1 ? k / S % v : -1;
+        if (!forward && v > 1) c = v - 1 - c;
+        st = pass_push(L, list, n, (pdde_program_pass){forward ? PDDE_PHASE_FORWARD : PDDE_PHASE_BACKWARD, m, c, !forward && m == M - 1});
+    }
+    /* the update in the last micro-batch's memory: where the early reductions left their results */
+    if (!st && training) st = pass_push(L, list, n, (pdde_program_pass){PDDE_PHASE_OPTIMIZER, M - 1, -1, false});
+    return st;
+}
+
+static pdde_status lower_schedule(lowering *L) {
+    const pdde_graph *g = L->g;
+    pdde_program *P = L->P;
+    P->n_micro = g->has_optimizer ? g->opt.grad_accum_steps : 1;
+    if (P->n_micro < 1) P->n_micro = 1;
+    P->n_stages = 1, P->n_chunks = 1, P->n_live = 1, P->schedule = L->p->schedule, P->loss_chunk = 0;
+    if (P->schedule != PDDE_PIPELINE_1F1B && P->schedule != PDDE_PIPELINE_GPIPE)
+        return pdde_error(L->ctx, PDDE_ERR_INVALID_ARG, "lower: unknown pipeline schedule %d", (int)P->schedule);
+    const struct planner_graph *pg = g->planner;
+    int n_layers = pg ? pg->n_layer_mesh : 0;
+    int *chunk_of_layer = malloc((size_t)(n_layers + 1) * sizeof *chunk_of_layer);
+    if (!chunk_of_layer) return lower_oom(L);
+    pdde_status st = lower_stages(L, chunk_of_layer);
+    for (int i = 0; i < P->n_order && !st && P->n_stages > 1; i++) {
+        pdde_tensor *t = P->order[i];
+        P->info[t->id].chunk = t->layer >= 0 && t->layer < n_layers ? chunk_of_layer[t->layer] : -1;
+    }
+    if (!st && P->n_chunks > 1) {
+        if (P->n_micro % P->n_stages)
+            st = pdde_error(L->ctx, PDDE_ERR_INVALID_ARG, "lower: interleaved pipeline stages take micro-batches in groups of the "
+                            "stage count: %d micro-batches over %d stages", P->n_micro, P->n_stages);
+        /* every forward and backward node runs in one chunk's pass: it must belong to a placed layer */
+        for (int i = 0; i < P->n_order && !st; i++) {
+            const pdde_tensor *t = P->order[i];
+            bool passes = t->op != PDDE_OP_NONE && t->phase != PDDE_PHASE_OPTIMIZER;
+            if (passes && P->info[t->id].chunk < 0)
+                st = pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s runs in no chunk of this rank's stage (layer %d): interleaved "
+                                "stages need every forward and backward node in a placed layer", t->name, t->layer);
+            if (t->flags & PDDE_TENSOR_LOSS) P->loss_chunk = P->info[t->id].chunk;
+        }
+        P->n_live = P->n_micro; /* (micro-batches of a group overlap across chunks) */
+    } else if (!st && P->n_stages > 1) {
+        int ahead = P->n_stages - P->stage;
+        P->n_live = P->schedule == PDDE_PIPELINE_GPIPE || ahead > P->n_micro ? P->n_micro : ahead;
+    }
+    free(chunk_of_layer);
+    if (!st && P->n_micro > 1) st = lower_passes(L, true, &P->step, &P->n_step);
+    if (!st && P->n_micro > 1) st = lower_passes(L, false, &P->forward, &P->n_forward);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Entry points */
+
+PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out) {
+    *out = NULL;
+    if (g->status) return g->status;
+    if (g->n == 0) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "lower: the graph is empty");
+    if (p->world_size > 0 && (p->rank < 0 || p->rank >= p->world_size))
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "lower: rank %d of a world of %d", p->rank, p->world_size);
+    if (p->comm_dtype != PDDE_F32 && p->comm_dtype != PDDE_BF16 && p->comm_dtype != PDDE_F16)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "lower: comm_dtype %s (f32, bf16 or f16)", pdde_dtype_name(p->comm_dtype));
+    pdde_program *P = calloc(1, sizeof *P);
+    lowering L = {.P = P, .g = g, .p = p, .ctx = g->ctx};
+    if (!P) return lower_oom(&L);
+    P->g = g, P->world_size = p->world_size, P->rank = p->world_size > 0 ? p->rank : 0, P->n_user = g->n;
+    P->of_user = calloc((size_t)g->n, sizeof *P->of_user), P->elsewhere = calloc((size_t)g->n, sizeof *P->elsewhere);
+    pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
+    if (!st && p->world_size > 0) st = lower_partition(&L);
+    if (!st) st = lower_schedule(&L);
+    for (int i = 0; !st && i < P->n_order; i++)
+        if (P->order[i]->flags & PDDE_TENSOR_LOSS) P->loss = P->order[i];
+    free(L.gshape), free(L.done), free(L.first_done);
+    if (st) {
+        program_free(P);
+        return st;
+    }
+    *out = P;
+    return PDDE_OK;
+}
+
+PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
+    static const char *const phases[] = {"forward", "backward", "optimizer"};
+    fprintf(f, "# local program: %d nodes", P->n_order);
+    if (P->world_size) {
+        fprintf(f, "; rank %d, mesh", P->rank);
+        for (int a = 0; a < P->mesh->ndim; a++) fprintf(f, " %s=%d", P->mesh->names[a], P->mesh->shape[a]);
+    }
+    if (P->n_micro > 1) fprintf(f, "; %d micro-batches per step", P->n_micro);
+    if (P->n_stages > 1)
+        fprintf(f, "; pipeline stage %d of %d, %s, %d micro-batches alive", P->stage, P->n_stages,
+                P->schedule == PDDE_PIPELINE_GPIPE ? "GPipe" : "1F1B", P->n_live);
+    fprintf(f, "\n#  phase     dev  op                   tensor                     local shape    dist attr\n");
+    for (int i = 0; i < P->n_order; i++) {
+        const pdde_tensor *t = P->order[i];
+        const pdde_program_node *in = &P->info[t->id];
+        char shape[96], attr[160];
+        shape_str(t, shape, sizeof shape);
+        pdde_dist_attr_str(&t->dist, attr, sizeof attr);
+        fprintf(f, "%-10s %4d  %-20s %-26s %-14s %s", phases[t->phase], t->device, pdde_op_name(t->op), t->name, shape,
+                t->dist.mesh ? attr : "");
+        if (t->op == PDDE_OP_SEND || t->op == PDDE_OP_RECV)
+            fprintf(f, "  %s rank %d (tag %d)", t->op == PDDE_OP_SEND ? "to" : "from", in->peer, in->tag);
+        else if (is_collective(t->op) && in->axis >= 0) {
+            fprintf(f, "  over %s [", P->mesh->names[in->axis]);
+            for (int r = 0; r < P->mesh->shape[in->axis]; r++) fprintf(f, r ? " %d" : "%d", P->group[in->axis][r]);
+            fprintf(f, "] %zu bytes%s", in->bytes, in->early ? ", started early" : "");
+        } else if (t->op == PDDE_OP_COPY)
+            fprintf(f, "  from device %d", t->src[0]->device);
+        if (in->chunk >= 0 && P->n_chunks > 1) fprintf(f, "  chunk %d", in->chunk);
+        fputc('\n', f);
+    }
+    for (int i = 0; i < P->n_step; i++)
+        fprintf(f, "%s%c%d%s", i ? " " : "# step: ", "FBU"[P->step[i].phase], P->step[i].micro, i == P->n_step - 1 ? "\n" : "");
+}
+
+pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f) {
+    if (!g) return PDDE_ERR_INVALID_ARG;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    if (params) sp = *params;
+    pdde_lower_params lp = {world_size, rank, sp.device, sp.layer_devices, sp.n_layer_devices, sp.pipeline_schedule, sp.comm_dtype,
+                            sp.overlap_gradients > 0};
+    if (sp.overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
+        lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
+    pdde_program *P;
+    pdde_status st = program_lower(g, &lp, &P);
+    if (st) return st;
+    if (f) program_dump(P, f);
+    program_free(P);
+    return PDDE_OK;
+}

@@ -1,0 +1,268 @@
+/* planner/pdde_impl.h — the private header of pdde's core: the internal structs (context, graph,
+ * planner state, the local program that lowering returns) and the prototypes the parts share.
+ *
+ * It sits in planner/ because the top level holds only the public header and the amalgamation, and
+ * planner/ is the lowest layer that knows the graph IR: backends/ and comm/ never include it (they
+ * see pdde.h and backends/backend_impl.h only), the planner reads the graph and writes programs, and
+ * pdde.c (the executor, above them all) runs programs. The executor's session struct stays in
+ * pdde.c: no other part may depend on it.
+ *
+ * Parts are compiled as one unit by pdde.c (PDDE_PRIVATE = static) and, to check that each depends
+ * only on this header and the layers below, alone (`make check-parts`: PDDE_PRIVATE empty). */
+#ifndef PDDE_IMPL_H
+#define PDDE_IMPL_H
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../pdde.h"
+#include "../backends/backend_impl.h"
+
+/* A function shared between parts: static in the amalgamation, external when a part is checked alone. */
+#ifndef PDDE_PRIVATE
+#define PDDE_PRIVATE static __attribute__((unused))
+#endif
+
+/* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */
+#if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("../comm/comm.c")
+#define PDDE_HAVE_COMM 1
+#endif
+
+/* ------------------------------------------------------------------------------------------------
+ * Context and graph (pdde.c) */
+
+struct pdde_context {
+    int n_threads;
+    uint64_t seed;
+    int log_level;
+    char last_error[1024];
+    pdde_registry *registry; /* backends and their devices (backends/registry.c) */
+};
+
+struct pdde_graph {
+    pdde_context *ctx;
+    pdde_tensor **nodes;
+    int n, cap;
+    int status;           /* first error while building */
+    int layer;            /* layer id for new nodes */
+    uint8_t *recompute;   /* by layer id: 1 = recompute its activations in backward (pdde_graph_set_recompute) */
+    int n_recompute;
+    bool has_backward;
+    bool has_optimizer;
+    pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
+    pdde_session *session;     /* the live session (one at a time: it reads the graph's optimizer state) */
+    struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
+};
+
+static inline bool same_shape(const pdde_tensor *a, const pdde_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+/* Records the first building error; returns NULL so builders can `return graph_fail(...)`. */
+static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) {
+    if (g && g->status == PDDE_OK) { /* (NULL: a builder called without a graph) */
+        g->status = status;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(g->ctx->last_error, sizeof g->ctx->last_error, fmt, ap);
+        va_end(ap);
+    }
+    return NULL;
+}
+
+/* A view or an in-place op: it shares the storage of its first input. */
+static inline bool is_root_sharing(const pdde_tensor *t) { return t->nsrc > 0 && (t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE)); }
+
+/* Prints t's shape as [a,b,c]. */
+PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);
+
+/* ------------------------------------------------------------------------------------------------
+ * Planner state (planner/planner.c and the files it includes) */
+
+/* A conflict that completion resolved by an op's rule (kept for the dump and the tests). */
+typedef struct {
+    int node, input;
+    char msg[224];
+} planner_conflict;
+
+/* Per-graph planner state, made on first use and freed with the graph. */
+struct planner_graph {
+    pdde_mesh **meshes;            /* owned; each allocation holds its ranks after the struct */
+    int n_meshes, cap_meshes;
+    const pdde_mesh *mesh;         /* the graph's mesh: unannotated inputs and parameters live here */
+    const pdde_mesh **layer_mesh;  /* by layer id: the sub-mesh its ops run on (pipeline stage), or NULL */
+    int n_layer_mesh;
+    uint8_t *annotated;            /* by tensor id: 1 when pdde_shard set its attr */
+    int n_annotated;
+    /* results of the last pdde_complete */
+    int n_completed;               /* nodes it covered (0 = not completed) */
+    pdde_dist_attr *required;      /* [n_completed * PDDE_MAX_SRC]: what each op requires of input k */
+    planner_conflict *conflicts;
+    int n_conflicts, cap_conflicts;
+    bool oom;                      /* a conflict could not be recorded */
+};
+
+PDDE_PRIVATE void planner_graph_free(struct planner_graph *p);
+PDDE_PRIVATE struct planner_graph *planner_of(pdde_graph *g);
+
+/* completion.c */
+PDDE_PRIVATE bool completion_annotated(const struct planner_graph *pg, const pdde_tensor *t);
+PDDE_PRIVATE int *completion_owners(const pdde_graph *g);
+
+/* mesh.c */
+PDDE_PRIVATE int mesh_numel(int ndim, const int *shape);
+PDDE_PRIVATE bool mesh_owned(const struct planner_graph *pg, const pdde_mesh *m);
+PDDE_PRIVATE int mesh_index_of(const pdde_mesh *m, int rank);
+PDDE_PRIVATE void mesh_shape_str(const pdde_mesh *m, char *buf, size_t n);
+PDDE_PRIVATE int mesh_sub_axis(const pdde_mesh *parent, const pdde_mesh *sub);
+PDDE_PRIVATE const pdde_mesh *planner_layer_mesh(const struct planner_graph *pg, int layer);
+PDDE_PRIVATE bool mesh_same(const pdde_mesh *a, const pdde_mesh *b);
+
+/* dist_attr.c */
+PDDE_PRIVATE pdde_dist_attr attr_replicated(const pdde_mesh *mesh, int ndim);
+PDDE_PRIVATE unsigned attr_split_axes(const pdde_dist_attr *a);
+PDDE_PRIVATE int attr_dim_of_axis(const pdde_dist_attr *a, int axis);
+PDDE_PRIVATE bool attr_equal(const pdde_dist_attr *a, const pdde_dist_attr *b);
+PDDE_PRIVATE pdde_dist_attr attr_on_mesh(const pdde_dist_attr *a, const pdde_mesh *mesh);
+PDDE_PRIVATE pdde_dist_attr attr_on_mesh_at(const pdde_dist_attr *a, const pdde_mesh *mesh, int p);
+PDDE_PRIVATE const char *attr_axis_name(const pdde_mesh *m, int axis);
+PDDE_PRIVATE int attr_reshard_str(const pdde_dist_attr *from, const pdde_dist_attr *to, char *buf, size_t n);
+
+/* spmd_rules.c: one op's rule, applied to what its inputs give */
+#define SPMD_PINNED 64 /* axis_of value of a letter that must stay replicated (a normalised dim, a cut axis) */
+typedef struct {
+    struct planner_graph *pg;
+    const pdde_tensor *node;
+    const pdde_mesh *mesh;                /* the op's mesh */
+    int nsrc;
+    pdde_dist_attr in[PDDE_MAX_SRC];      /* what the producers give, moved onto the op's mesh */
+    pdde_dist_attr req[PDDE_MAX_SRC];     /* answer: what the op requires of each input */
+    pdde_dist_attr out;                   /* answer: the output's attr */
+    /* einsum-style merging (spmd_merge, spmd_finish) */
+    char dims[PDDE_MAX_SRC][PDDE_MAX_DIMS + 1]; /* each input's letters */
+    char out_dims[PDDE_MAX_DIMS + 1];
+    int8_t axis_of[128];                  /* letter -> mesh axis; -1 replicated; SPMD_PINNED */
+    int8_t owner_in[128], owner_dim[128]; /* which input dim gave a letter its axis (for messages) */
+    char letter_of_axis[8];               /* mesh axis -> the letter split over it (0 = none) */
+    unsigned linear;                      /* bit k: the op is linear in input k (it may be partial) */
+    bool additive;                        /* the linear inputs are added: they share one partial */
+    unsigned avg_reduce;                  /* a split letter the output lacks is averaged, not summed */
+} spmd_ctx;
+PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
+
+/* ------------------------------------------------------------------------------------------------
+ * The local program (planner/lower.c): what one rank runs of a plan, computed from the completed
+ * graph, the lowering params and the rank alone — no communicator, no device, no tensor memory — and
+ * without changing the user's graph. The executor runs it; a cost model can simulate it.
+ *
+ * Its nodes are pdde_tensors of their own (so a backend's compute runs them as they are): op, dtype,
+ * named op params (backend_impl.h accessors), the LOCAL shape, src pointing at other nodes of the
+ * same program, phase (forward / backward / optimizer), layer, device (always set: a global device
+ * index), dist (the attr this block has). `id` is the node's index in `nodes`; data/offset are the
+ * executor's to fill. What a node is beyond a kernel call is in its pdde_program_node. */
+
+typedef struct {
+    int user;           /* id of the user's graph node this lowers; -1 for a node lowering inserted
+                           (copy, cast, reshard collective, slice, send, recv, wait, ...) */
+    int chunk;          /* interleaved stages: the chunk of this rank's layers it runs in; -1 = none
+                           (optimizer nodes, or a rank with one run of layers) */
+    /* communication: collectives (allreduce, reduce_scatter, allgather, alltoall) */
+    int axis;           /* the graph mesh axis it runs over; the group is program->group[axis]; -1 */
+    int dim;            /* the tensor dim that grows (allgather, alltoall) or shrinks (reduce_scatter) */
+    int split_dim;      /* alltoall: the dim the input is split on; -1 otherwise */
+    int reduce;         /* allreduce, reduce_scatter: a pdde_reduce_op */
+    bool early;         /* a gradient reduction started right after its gradient is final, in the
+                           step's last backward pass; its comm_wait completes it */
+    bool write_back;    /* allgather of an updated slice (src[1]) into the whole parameter (src[0]) */
+    /* point to point (send, recv) */
+    int peer;           /* the other rank (in the world) */
+    int tag;
+    /* vocab-parallel ops (embedding, its backward, cross-entropy, its backward): vocab split over
+     * mesh axis vocab_axis (-1: not split); the executor runs the cross-entropy's reductions */
+    int vocab_axis;
+    size_t bytes;       /* what the node moves: a collective's input block, a message, a copy */
+} pdde_program_node;
+
+/* One pass of a step: the nodes of `phase` (forward or backward, for micro-batch `micro`, of chunk
+ * `chunk` or all when -1) or the update (phase optimizer, in micro-batch n_micro - 1's memory). */
+typedef struct {
+    pdde_phase phase;
+    int micro;
+    int chunk;
+    bool early;         /* the step's last backward: early gradient reductions start in it */
+} pdde_program_pass;
+
+typedef struct pdde_program {
+    const pdde_graph *g;        /* the graph it lowers (read, never written) */
+    int world_size, rank;       /* world_size 0: one process, no distribution */
+    const pdde_mesh *mesh;      /* the graph's mesh (NULL without distribution) */
+    int coords[PDDE_MAX_MESH_DIMS];        /* this rank's coordinates in it */
+    int *group[PDDE_MAX_MESH_DIMS];        /* the ranks along each mesh axis through this rank (the
+                                              axis' communicator), mesh->shape[a] each */
+    /* nodes */
+    pdde_tensor **nodes;        /* by program id */
+    pdde_program_node *info;    /* by program id */
+    int n, cap;
+    pdde_tensor **order;        /* the run order of one pass over every phase (nodes skipped by
+                                   phase/chunk as the passes say) */
+    int n_order, cap_order;
+    /* the user's graph seen from here */
+    int n_user;                 /* the graph's node count when lowered */
+    pdde_tensor **of_user;      /* by user id: the program node holding that tensor on this rank
+                                   (its local block), NULL = not in the step or not on this rank */
+    bool *elsewhere;            /* by user id: in the step, but on other ranks (another stage's) */
+    pdde_tensor *loss;          /* the loss node on this rank, or NULL */
+    /* micro-batches, pipeline stages, the schedule */
+    int n_micro;                /* micro-batches per step (the optimizer's grad_accum_steps) */
+    int n_stages, stage;        /* pipeline stages (1: none) and this rank's */
+    int n_chunks;               /* runs of layers this rank's stage holds (interleaved stages; 1 = one) */
+    int loss_chunk;             /* the chunk holding the loss */
+    int n_live;                 /* micro-batches whose activations are alive at once */
+    pdde_pipeline_schedule schedule;
+    pdde_program_pass *step;    /* a training step (PDDE_RUN_STEP), pass by pass */
+    int n_step;
+    pdde_program_pass *forward; /* a forward-only run of every micro-batch */
+    int n_forward;
+    /* storage of the nodes (blocks, so node pointers stay put as the program grows) */
+    pdde_tensor **blocks;
+    int n_blocks;
+} pdde_program;
+
+/* The lowering params: the plan's parts that are not attributes on the graph. */
+typedef struct {
+    int world_size;             /* ranks (the graph mesh's); 0 = one process, no distribution */
+    int rank;
+    int device;                 /* default device of unplaced nodes */
+    const int *layer_devices;   /* by layer: its device, -1 = the default */
+    int n_layer_devices;
+    pdde_pipeline_schedule schedule;
+    pdde_dtype comm_dtype;      /* what reshard collectives of f32 tensors carry */
+    bool overlap_gradients;     /* gradient reductions start early (on host memory) */
+} pdde_lower_params;
+
+/* Lowers g for one rank. The program is freed with program_free. */
+PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out);
+PDDE_PRIVATE void program_free(pdde_program *p);
+/* The graph mesh's axis that axis a of mesh (the graph's mesh or a slice of it) is. */
+PDDE_PRIVATE int program_axis(const pdde_program *p, const pdde_mesh *mesh, int a);
+/* Prints the program (one line per node in run order; the step's passes last). */
+PDDE_PRIVATE void program_dump(const pdde_program *p, FILE *f);
+
+#endif

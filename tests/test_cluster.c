@@ -1,0 +1,320 @@
+/* test_cluster — the cluster object: a heterogeneous cluster built in code survives JSON exactly
+ * (text and fields), every malformed file is rejected with the path of the field and what was
+ * expected, and this machine is detected. */
+#include "pdde.h"
+#include "test_util.h"
+#include "examples/gpt.h"
+
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pdde_context *ctx;
+static int have_json; /* built with cJSON */
+
+/* Two machines that differ in everything: machine 7 has 2 GPUs (devices 10, 11) on NVLink, machine 3
+ * has 4 accelerators of another model (devices 20..23) with less memory each, a PCIe link between
+ * two of them sharing a switch, and a measured allreduce. */
+static pdde_cluster *make_cluster(void) {
+    pdde_cluster *c;
+    pdde_cluster_init("hetero", &c);
+    pdde_device_spec a = {.kind = PDDE_DEVICE_GPU, .peak_flops = 19.5e12, .mem_bandwidth = 1.555e12};
+    snprintf(a.name, sizeof a.name, "A100-like");
+    snprintf(a.backend, sizeof a.backend, "cuda");
+    a.n_gemm = 2;
+    a.gemm[0] = (pdde_gemm_point){PDDE_F32, 1024, 512, 256, 1.41e13};
+    a.gemm[1] = (pdde_gemm_point){PDDE_BF16, 8192, 8192, 8192, 2.73e14};
+    a.n_curve[PDDE_OPCLASS_ELEMENTWISE] = 2;
+    a.curve[PDDE_OPCLASS_ELEMENTWISE][0] = (pdde_curve_point){4096, 5e-6};
+    a.curve[PDDE_OPCLASS_ELEMENTWISE][1] = (pdde_curve_point){1 << 30, 8.1e-4};
+    pdde_device_spec b = {.kind = PDDE_DEVICE_ACCEL, .peak_flops = 1e12 / 3, .mem_bandwidth = 0};
+    snprintf(b.name, sizeof b.name, "slow accel");
+    snprintf(b.backend, sizeof b.backend, "opencl");
+    b.n_curve[PDDE_OPCLASS_OPTIMIZER] = 1;
+    b.curve[PDDE_OPCLASS_OPTIMIZER][0] = (pdde_curve_point){1e6, 0.1};
+    pdde_cluster_add_spec(c, &a);
+    pdde_cluster_add_spec(c, &b);
+    pdde_cluster_machine m0 = {.id = 7, .cores = 64, .numa_nodes = 2, .host_memory = 1ull << 40, .l3_cache = 256u << 20,
+                               .intra = {-1, -1, PDDE_LINK_NVLINK, 3e11, 2e-6, -1},
+                               .nic = {-1, -1, PDDE_LINK_NET, 2.5e10, 5e-6, -1}};
+    snprintf(m0.name, sizeof m0.name, "gpu-host");
+    pdde_cluster_machine m1 = m0;
+    m1.id = 3, m1.cores = 8, m1.numa_nodes = 1, m1.intra.kind = PDDE_LINK_SHM, m1.intra.bandwidth = 1e10;
+    m1.nic.bandwidth = 1.25e9;
+    snprintf(m1.name, sizeof m1.name, "accel-host");
+    int i0 = pdde_cluster_add_machine(c, &m0), i1 = pdde_cluster_add_machine(c, &m1);
+    for (int d = 0; d < 2; d++) pdde_cluster_add_device(c, i0, &(pdde_cluster_device){10 + d, 0, 80000000000ull + (uint64_t)d});
+    for (int d = 0; d < 4; d++) pdde_cluster_add_device(c, i1, &(pdde_cluster_device){20 + d, 1, 17000000000ull + (uint64_t)d});
+    pdde_cluster_add_link(c, &(pdde_cluster_link){21, 22, PDDE_LINK_PCIE, 1.2e10, 1.5e-6, 4});
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, 2, 1, 3.25e-5, 6.5e9});
+    return c;
+}
+
+/* base with the n-th (1-based) occurrence of from replaced by to; NULL if there is none. */
+static char *mutate(const char *base, const char *from, const char *to, int nth) {
+    const char *at = base;
+    for (int i = 0; at && i < nth; i++) {
+        at = strstr(i ? at + 1 : at, from);
+    }
+    if (!at) return NULL;
+    size_t nb = strlen(base), nf = strlen(from), nt = strlen(to);
+    char *s = malloc(nb - nf + nt + 1);
+    size_t pre = (size_t)(at - base);
+    memcpy(s, base, pre);
+    memcpy(s + pre, to, nt);
+    memcpy(s + pre + nt, at + nf, nb - pre - nf + 1);
+    return s;
+}
+
+static void expect_error(const char *base, const char *from, const char *to, int nth, const char *want) {
+    char *bad = mutate(base, from, to, nth);
+    CHECK(bad != NULL, "the base text has no %s", from);
+    if (!bad) return;
+    pdde_cluster *c = NULL;
+    pdde_status st = pdde_cluster_parse(ctx, bad, &c);
+    CHECK(st == PDDE_ERR_CORRUPT && c == NULL, "%s -> %s: status %d", from, to, st);
+    CHECK(strstr(pdde_last_error(ctx), want) != NULL, "%s -> %s: message \"%s\" lacks \"%s\"", from, to, pdde_last_error(ctx), want);
+    pdde_cluster_free(c);
+    free(bad);
+}
+
+static void test_round_trip(void) {
+    pdde_cluster *c = make_cluster();
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(pdde_cluster_n_devices(c) == 6, "%d devices", pdde_cluster_n_devices(c));
+    char *text = NULL, *again = NULL;
+    CHECK(pdde_cluster_to_json(ctx, c, &text) == PDDE_OK, "%s", pdde_last_error(ctx));
+    pdde_cluster *d = NULL;
+    CHECK(text && pdde_cluster_parse(ctx, text, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    if (!d) { pdde_cluster_free(c), free(text); return; }
+    CHECK(pdde_cluster_to_json(ctx, d, &again) == PDDE_OK && !strcmp(text, again), "the text changed:\n%s\n---\n%s", text, again);
+    /* the fields, not just the text */
+    CHECK(d->n_specs == 2 && d->n_machines == 2 && d->n_links == 1 && d->n_calibs == 1, "counts");
+    CHECK(!strcmp(d->specs[0].name, "A100-like") && d->specs[0].kind == PDDE_DEVICE_GPU && !strcmp(d->specs[0].backend, "cuda") &&
+          d->specs[0].n_gemm == 2 && d->specs[0].gemm[0].m == 1024 && d->specs[0].gemm[0].n == 512 && d->specs[0].gemm[0].k == 256 &&
+          d->specs[0].gemm[1].dtype == PDDE_BF16 && d->specs[0].gemm[1].flops == 2.73e14, "spec 0 differs");
+    CHECK(d->specs[1].peak_flops == 1e12 / 3 && d->specs[1].curve[PDDE_OPCLASS_OPTIMIZER][0].seconds == 0.1, "spec 1 numbers");
+    CHECK(d->specs[0].curve[PDDE_OPCLASS_ELEMENTWISE][1].bytes == 1 << 30 && d->specs[0].n_curve[PDDE_OPCLASS_ROW] == 0, "curves");
+    CHECK(d->machines[1].id == 3 && d->machines[1].n_devices == 4 && d->machines[1].devices[3].memory == 17000000003ull &&
+          d->machines[1].devices[3].spec == 1 && d->machines[0].host_memory == 1ull << 40, "machines");
+    CHECK(d->machines[0].intra.kind == PDDE_LINK_NVLINK && d->machines[0].intra.latency == 2e-6 && d->machines[1].nic.bandwidth == 1.25e9, "machine links");
+    CHECK(d->links[0].a == 21 && d->links[0].b == 22 && d->links[0].group == 4 && d->links[0].kind == PDDE_LINK_PCIE, "link");
+    CHECK(d->calibs[0].op == PDDE_COLL_ALLREDUCE && d->calibs[0].algo == PDDE_ALGO_RING && d->calibs[0].intra == 1 &&
+          d->calibs[0].latency == 3.25e-5, "calibration");
+    /* lookups: ids, not indices */
+    int m = -1;
+    const pdde_cluster_device *dev = pdde_cluster_find_device(d, 22, &m);
+    CHECK(dev && m == 1 && dev->memory == 17000000002ull, "find device 22");
+    CHECK(!pdde_cluster_find_device(d, 0, NULL), "device 0 does not exist here");
+    pdde_cluster_link l;
+    CHECK(pdde_cluster_link_between(d, 21, 22, &l) == PDDE_OK && l.kind == PDDE_LINK_PCIE && l.bandwidth == 1.2e10, "explicit link");
+    CHECK(pdde_cluster_link_between(d, 20, 23, &l) == PDDE_OK && l.kind == PDDE_LINK_SHM && l.bandwidth == 1e10, "intra link");
+    CHECK(pdde_cluster_link_between(d, 10, 23, &l) == PDDE_OK && l.kind == PDDE_LINK_NET && l.bandwidth == 1.25e9 &&
+          test_close(l.latency, 1e-5, 1e-12, 0), "cross-machine link: the slower NIC, both latencies");
+    CHECK(pdde_cluster_link_between(d, 10, 99, &l) == PDDE_ERR_NOT_FOUND, "unknown device");
+
+    /* a file: save(load(f)) == f, byte for byte */
+    char path[64], path2[64];
+    snprintf(path, sizeof path, "/tmp/pdde_test_cluster_%d.json", (int)getpid());
+    snprintf(path2, sizeof path2, "/tmp/pdde_test_cluster_%d_2.json", (int)getpid());
+    pdde_cluster *e = NULL;
+    CHECK(pdde_cluster_save(ctx, d, path) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(pdde_cluster_load(ctx, path, &e) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(e && pdde_cluster_save(ctx, e, path2) == PDDE_OK, "%s", pdde_last_error(ctx));
+    FILE *f1 = fopen(path, "rb"), *f2 = fopen(path2, "rb");
+    int same = f1 && f2, ch1 = 0, ch2 = 0;
+    while (same && (ch1 = fgetc(f1)) == (ch2 = fgetc(f2)) && ch1 != EOF) {}
+    CHECK(same && ch1 == EOF && ch2 == EOF, "the files differ");
+    if (f1) fclose(f1);
+    if (f2) fclose(f2);
+    /* a load error names the file too */
+    FILE *f = fopen(path, "w");
+    fputs("{\"format\": \"pdde-cluster\", \"version\": 1}", f);
+    fclose(f);
+    pdde_cluster *bad = NULL;
+    CHECK(pdde_cluster_load(ctx, path, &bad) == PDDE_ERR_CORRUPT && strstr(pdde_last_error(ctx), path) &&
+          strstr(pdde_last_error(ctx), "name: missing"), "%s", pdde_last_error(ctx));
+    CHECK(pdde_cluster_load(ctx, "/nonexistent/c.json", &bad) == PDDE_ERR_IO && bad == NULL, "missing file");
+    remove(path), remove(path2);
+    pdde_cluster_free(e);
+    pdde_cluster_free(d);
+    pdde_cluster_free(c);
+    free(text), free(again);
+}
+
+static void test_malformed(void) {
+    pdde_cluster *c = make_cluster();
+    char *base = NULL;
+    pdde_cluster_to_json(ctx, c, &base);
+    pdde_cluster_free(c);
+    if (!base) { CHECK(0, "no base text"); return; }
+    /* machines[1] is machine id 3; its devices[3] is id 23, memory 17000000003 */
+    expect_error(base, "17000000003", "\"lots\"", 1, "machines[1].devices[3].memory: expected bytes as an integer");
+    expect_error(base, "17000000003", "-5", 1, "machines[1].devices[3].memory: expected bytes as an integer, got -5");
+    expect_error(base, "17000000003", "1.5", 1, "machines[1].devices[3].memory: expected bytes as an integer");
+    expect_error(base, "\"spec\":", "\"spek\":", 6, "machines[1].devices[3].spec: missing");
+    expect_error(base, "\"accel\"", "\"tpu\"", 1, "specs[1].kind: unknown device kind \"tpu\"");
+    expect_error(base, "\"b\":\t22", "\"b\":\t99", 1, "links[0].b: no device with id 99");
+    expect_error(base, "\"a\":\t21", "\"a\":\t\"x\"", 1, "links[0].a: expected a device id");
+    expect_error(base, "\"id\":\t23", "\"id\":\t11", 1, "machines[1].devices[3].id: duplicate device id 11");
+    expect_error(base, "\"id\":\t3,", "\"id\":\t7,", 1, "machines[1].id: duplicate machine id 7");
+    expect_error(base, "\"name\":\t\"slow accel\"", "\"name\":\t\"A100-like\"", 1, "specs[1].name: duplicate spec name");
+    expect_error(base, "\"spec\":\t\"slow accel\"", "\"spec\":\t\"nope\"", 1, "machines[1].devices[0].spec: no spec named \"nope\"");
+    expect_error(base, "\"kind\":\t\"pcie\"", "\"kind\":\t\"carrier pigeon\"", 1, "links[0].kind: unknown link kind");
+    expect_error(base, "\"bandwidth\":\t12000000000", "\"bandwidth\":\t\"fast\"", 1, "links[0].bandwidth: expected B/s");
+    expect_error(base, "\"latency\":\t2e-06", "\"latency\":\t-2e-06", 1, "machines[0].intra.latency: expected seconds");
+    expect_error(base, "\"links\":", "\"linkz\":", 1, "links: missing");
+    expect_error(base, "\"machines\":\t[", "\"machines\":\t{\"x\": [", 1, "");
+    expect_error(base, "\"cores\":\t8", "\"cores\":\t8.5", 1, "machines[1].cores: expected an integer");
+    expect_error(base, "\"flops\":\t14100000000000", "\"flops\":\t0", 1, "specs[0].gemm[0].flops: expected FLOP/s as a number > 0");
+    expect_error(base, "\"elementwise\":", "\"sorcery\":", 1, "specs[0].curves.sorcery: unknown op class");
+    expect_error(base, "[1073741824, 0.00081]", "[1024, 0.00081]", 1, "specs[0].curves.elementwise[1]: expected bytes increasing");
+    expect_error(base, "\"ranks\":\t2", "\"ranks\":\t1", 1, "collectives[0].ranks: expected an integer >= 2");
+    expect_error(base, "\"intra\":\ttrue", "\"intra\":\t1", 1, "collectives[0].intra: expected true");
+    expect_error(base, "\"algo\":\t\"ring\"", "\"algo\":\t\"ring of fire\"", 1, "collectives[0].algo: unknown algorithm");
+    expect_error(base, "\"format\":\t\"pdde-cluster\"", "\"format\":\t\"paddle\"", 1, "format: expected \"pdde-cluster\"");
+    expect_error(base, "\"hetero\",", "\"hetero\"", 1, "syntax error at line 5");
+    /* a version from the future is its own status */
+    char *v2 = mutate(base, "\"version\":\t1", "\"version\":\t2", 1);
+    pdde_cluster *c2 = NULL;
+    CHECK(v2 && pdde_cluster_parse(ctx, v2, &c2) == PDDE_ERR_VERSION && !c2, "version 2: %s", pdde_last_error(ctx));
+    free(v2);
+    free(base);
+}
+
+/* Clusters built in code get the same checks before they are written. */
+static void test_validate(void) {
+    pdde_cluster *c = make_cluster();
+    c->machines[1].devices[2].spec = 5;
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[1].devices[2].spec"),
+          "%s", pdde_last_error(ctx));
+    char *s = NULL;
+    CHECK(!have_json || (pdde_cluster_to_json(ctx, c, &s) == PDDE_ERR_INVALID_ARG && !s), "a bad cluster was written");
+    c->machines[1].devices[2].spec = 1;
+    c->specs[1].kind = (pdde_device_kind)7;
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "specs[1].kind"), "%s", pdde_last_error(ctx));
+    c->specs[1].kind = PDDE_DEVICE_ACCEL;
+    c->machines[0].nic.bandwidth = NAN;
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[0].nic.bandwidth"), "%s", pdde_last_error(ctx));
+    pdde_cluster_free(c);
+    pdde_cluster_free(NULL);
+}
+
+static void test_detect(void) {
+    pdde_cluster *c = NULL;
+    CHECK(pdde_cluster_detect(ctx, &c) == PDDE_OK, "%s", pdde_last_error(ctx));
+    if (!c) return;
+    CHECK(c->n_machines == 1 && c->machines[0].n_devices == pdde_device_count(ctx), "one machine with every device");
+    CHECK(c->machines[0].cores >= 1 && c->machines[0].numa_nodes >= 1 && c->machines[0].host_memory > (64u << 20), "host facts");
+    const pdde_cluster_device *d = pdde_cluster_find_device(c, 0, NULL);
+    CHECK(d && c->specs[d->spec].kind == PDDE_DEVICE_CPU && d->memory > 0 && !strcmp(c->specs[d->spec].backend, "cpu"), "the CPU");
+    char *s = NULL;
+    pdde_cluster *back = NULL;
+    if (have_json) {
+    CHECK(pdde_cluster_to_json(ctx, c, &s) == PDDE_OK && pdde_cluster_parse(ctx, s, &back) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(back && back->machines[0].cores == c->machines[0].cores && back->machines[0].l3_cache == c->machines[0].l3_cache, "detected round trip");
+    }
+    printf("detected: %s, %d cores, %d NUMA nodes, %.1f MB L3, %d devices\n", c->machines[0].name, c->machines[0].cores,
+           c->machines[0].numa_nodes, (double)c->machines[0].l3_cache / 1e6, c->machines[0].n_devices);
+    pdde_cluster_free(back);
+    pdde_cluster_free(c);
+    free(s);
+}
+
+/* The search's view: per device, in the cluster's order (ids are not indices). */
+static void test_plan_devices(void) {
+    pdde_cluster *c = make_cluster();
+    pdde_plan_devices d;
+    CHECK(pdde_cluster_plan_devices(ctx, c, 1024, 512, 256, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(d.n_devices == 6, "%d devices", d.n_devices);
+    if (d.n_devices == 6) {
+        CHECK(d.flops[0] == 1.41e13 && d.flops[5] == 1e12 / 3, "GEMM table at the shape, else the peak: %g %g", d.flops[0], d.flops[5]);
+        CHECK(test_close(d.mem_bw[1], (1 << 30) / 8.1e-4, 1e-12, 0) && d.mem_bw[2] == 0, "bandwidth from the curve: %g", d.mem_bw[1]);
+        CHECK(d.memory[1] == 80000000001.0 && d.memory[5] == 17000000003.0, "memory");
+        CHECK(d.host[0] == 0 && d.host[1] == 0 && d.host[2] == 1 && d.host[5] == 1, "hosts");
+        CHECK(d.intra_bw == 1e10 && d.inter_bw == 1.25e9 && test_close(d.inter_lat, 1e-5, 1e-12, 0), "links: the slowest");
+    }
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+}
+
+/* The search plans on a cluster file: a GPT (layers 0..5) on the mixed example cluster. The plan fits
+ * every device it uses, and uses the fast devices: with 28 devices of 3 models, none gets a share it
+ * could not hold. */
+static void test_search_on_file(void) {
+    pdde_cluster *c = NULL;
+    if (pdde_cluster_load(ctx, "tools/clusters/mixed_28.json", &c)) {
+        test_skip("files", "tools/clusters/mixed_28.json: %s", pdde_last_error(ctx));
+        return;
+    }
+    pdde_plan_devices d;
+    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK && d.n_devices == 28, "%s", pdde_last_error(ctx));
+    pdde_graph *g;
+    gpt_model m;
+    gpt_config cfg = {.vocab = 512, .ctx = 64, .layers = 4, .heads = 8, .width = 256, .batch = 32};
+    pdde_graph_init(ctx, &g);
+    CHECK(gpt_build(g, &cfg, &m) == PDDE_OK, "%s", pdde_last_error(ctx));
+    pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+    pp.batch = cfg.batch, pp.tp_divisor = cfg.heads;
+    pdde_plan plans[8];
+    int nf = 0, nr = 0;
+    CHECK(pdde_plan_search(g, &d, &pp, plans, 8, &nf, &nr) == PDDE_OK && nf > 0, "%s", pdde_last_error(ctx));
+    for (int i = 0; i < nf; i++)
+        CHECK(plans[i].step_s > 0 && !plans[i].why[0] && plans[i].peak_bytes <= d.memory[plans[i].peak_device],
+              "plan %d: %g s, %g bytes on device %d", i, plans[i].step_s, plans[i].peak_bytes, plans[i].peak_device);
+    char buf[128];
+    if (nf) pdde_plan_str(&plans[0], buf, sizeof buf), printf("mixed_28: best %s, %.3g ms\n", buf, plans[0].step_s * 1e3);
+    pdde_graph_free(g);
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+}
+
+/* The example clusters of tools/clusters/ are in canonical form: to_json(load(f)) is f, byte for byte. */
+static void test_example_files(void) {
+    glob_t gl;
+    if (glob("tools/clusters/*.json", 0, NULL, &gl) != 0) {
+        test_skip("files", "the example clusters: tools/clusters/*.json not found from %s", getcwd((char[512]){0}, 512));
+        return;
+    }
+    for (size_t i = 0; i < gl.gl_pathc; i++) {
+        const char *path = gl.gl_pathv[i];
+        FILE *f = fopen(path, "rb");
+        char *text = NULL, *again = NULL;
+        size_t n = 0;
+        if (f && !fseek(f, 0, SEEK_END) && (n = (size_t)ftell(f)) > 0 && !fseek(f, 0, SEEK_SET) && (text = calloc(1, n + 1)))
+            n = fread(text, 1, n, f);
+        if (f) fclose(f);
+        pdde_cluster *c = NULL;
+        CHECK(text && pdde_cluster_load(ctx, path, &c) == PDDE_OK, "%s", pdde_last_error(ctx));
+        CHECK(c && pdde_cluster_to_json(ctx, c, &again) == PDDE_OK && !strcmp(text, again), "%s: not in canonical form", path);
+        CHECK(c && pdde_cluster_n_devices(c) >= 16, "%s: devices", path);
+        pdde_cluster_free(c);
+        free(text), free(again);
+    }
+    globfree(&gl);
+}
+
+int main(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context_init(&cp, &ctx);
+    char *probe = NULL;
+    pdde_cluster *c = make_cluster();
+    have_json = pdde_cluster_to_json(ctx, c, &probe) != PDDE_ERR_UNAVAILABLE;
+    test_validate();
+    test_detect();
+    test_plan_devices();
+    if (!have_json) {
+        test_skip("cjson", "the JSON tests: pdde was built without cJSON");
+    } else {
+        test_round_trip();
+        test_malformed();
+        test_example_files();
+        test_search_on_file();
+    }
+    free(probe);
+    pdde_cluster_free(c);
+    pdde_context_free(ctx);
+    return test_finish();
+}

@@ -1,0 +1,312 @@
+/* test_cost — the cost model against cases computed by hand: one GEMM and the curves, collectives
+ * (ring, recursive doubling, two-level, a shared NIC, bf16, a measured calibration), and timelines
+ * (a 2-stage 1F1B and GPipe pipeline with its bubble and the activations each schedule keeps alive,
+ * an overlapped gradient allreduce, a deadlock). */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pdde_context *ctx;
+
+/* Machines of `per` devices each (ids 0..machines*per-1): a device does 1e12 FLOP/s at 1024^3 and
+ * 0.5e12 at 64^3; elementwise curve (1e3 B, 1 us) .. (1e6 B, 100 us); intra links 1e9 B/s and 10 us,
+ * NICs 1e8 B/s and 5 us each. */
+static pdde_cluster *make_cluster(int machines, int per) {
+    pdde_cluster *c;
+    pdde_cluster_init("test", &c);
+    pdde_device_spec s = {.kind = PDDE_DEVICE_GPU, .peak_flops = 2e12, .mem_bandwidth = 1e11};
+    snprintf(s.name, sizeof s.name, "dev");
+    s.n_gemm = 2;
+    s.gemm[0] = (pdde_gemm_point){PDDE_F32, 1024, 1024, 1024, 1e12};
+    s.gemm[1] = (pdde_gemm_point){PDDE_F32, 64, 64, 64, 0.5e12};
+    s.n_curve[PDDE_OPCLASS_ELEMENTWISE] = 2;
+    s.curve[PDDE_OPCLASS_ELEMENTWISE][0] = (pdde_curve_point){1e3, 1e-6};
+    s.curve[PDDE_OPCLASS_ELEMENTWISE][1] = (pdde_curve_point){1e6, 1e-4};
+    pdde_cluster_add_spec(c, &s);
+    for (int m = 0; m < machines; m++) {
+        pdde_cluster_machine mm = {.id = m, .intra = {-1, -1, PDDE_LINK_NVLINK, 1e9, 1e-5, -1},
+                                   .nic = {-1, -1, PDDE_LINK_NET, 1e8, 5e-6, -1}};
+        int mi = pdde_cluster_add_machine(c, &mm);
+        for (int d = 0; d < per; d++) pdde_cluster_add_device(c, mi, &(pdde_cluster_device){m * per + d, 0, 1ull << 34});
+    }
+    return c;
+}
+
+static void test_compute(void) {
+    pdde_cluster *c = make_cluster(1, 2);
+    pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 1024, .n = 1024, .k = 1024};
+    double t = pdde_cost_compute_time(ctx, c, 1, &op);
+    CHECK(test_close(t, 2.0 * 1024 * 1024 * 1024 / 1e12, 1e-12, 0), "a measured shape: %g s", t);
+    op.m = op.n = op.k = 64;
+    t = pdde_cost_compute_time(ctx, c, 1, &op);
+    CHECK(test_close(t, 2.0 * 64 * 64 * 64 / 0.5e12, 1e-12, 0), "the other measured shape: %g s", t);
+    op.m = op.n = op.k = 256; /* between the two in log space, equally far: the mean rate */
+    t = pdde_cost_compute_time(ctx, c, 1, &op);
+    CHECK(test_close(t, 2.0 * 256 * 256 * 256 / 0.75e12, 1e-9, 0), "halfway: %g s", t);
+    op.flops = 1e9; /* an explicit FLOP count with the shape's rate */
+    op.m = op.n = op.k = 1024;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3, 1e-12, 0), "explicit flops");
+    pdde_cost_op ew = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .bytes = 500500};
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &ew), 50.5e-6, 1e-9, 0), "curve midpoint");
+    ew.bytes = 2e6;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &ew), 2e-4, 1e-9, 0), "beyond the curve: its last bandwidth");
+    ew.bytes = 10;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &ew), 1e-6, 1e-9, 0), "below the curve: its first time");
+    ew.op_class = PDDE_OPCLASS_ROW; /* no row curve: the peak bandwidth, flagged */
+    ew.bytes = 1e6;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &ew), 1e-5, 1e-12, 0), "row op from mem_bandwidth");
+    c->specs[0].mem_bandwidth = 0;
+    t = pdde_cost_compute_time(ctx, c, 0, &ew);
+    CHECK(isnan(t) && strstr(pdde_last_error(ctx), "no row curve"), "no figure at all: %g, %s", t, pdde_last_error(ctx));
+    t = pdde_cost_compute_time(ctx, c, 42, &ew);
+    CHECK(isnan(t) && strstr(pdde_last_error(ctx), "no device with id 42"), "unknown device: %s", pdde_last_error(ctx));
+    pdde_cluster_free(c);
+}
+
+static void test_collectives(void) {
+    pdde_cluster *c = make_cluster(1, 4);
+    int dev[4] = {0, 1, 2, 3};
+    const int64_t n = 1000000; /* 4e6 bytes in f32 */
+    /* ring: 2(p-1) steps of latency + (B/p)/bw */
+    double t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, dev, 4, n, PDDE_F32);
+    CHECK(test_close(t, 6 * (1e-5 + 1e6 / 1e9), 1e-9, 0), "ring allreduce: %g s", t);
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, dev, 4, n, PDDE_BF16);
+    CHECK(test_close(t, 6 * (1e-5 + 0.5e6 / 1e9), 1e-9, 0), "bf16 halves the bytes: %g s", t);
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLGATHER, PDDE_ALGO_RING, dev, 4, n, PDDE_F32);
+    CHECK(test_close(t, 3 * (1e-5 + 1e6 / 1e9), 1e-9, 0), "ring allgather: %g s", t);
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RECURSIVE, dev, 4, n, PDDE_F32);
+    CHECK(test_close(t, 2 * (1e-5 + 4e6 / 1e9), 1e-9, 0), "recursive doubling: log2(4) rounds of the whole buffer: %g s", t);
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RECURSIVE, dev, 3, n, PDDE_F32);
+    CHECK(test_close(t, 3 * (1e-5 + 4e6 / 1e9), 1e-9, 0), "3 ranks: a fold in and out around 1 round: %g s", t);
+    CHECK(pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, dev, 1, n, PDDE_F32) == 0, "one rank: free");
+    /* a measured calibration replaces the model for its op, algorithm and rank count */
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, 4, 1, 1e-4, 2e9});
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, dev, 4, n, PDDE_F32);
+    CHECK(test_close(t, 1e-4 + 4e6 / 2e9, 1e-9, 0), "calibrated: %g s", t);
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, dev, 2, n, PDDE_F32);
+    CHECK(test_close(t, 2 * (1e-5 + 2e6 / 1e9), 1e-9, 0), "not for 2 ranks: %g s", t);
+    pdde_cluster_free(c);
+
+    /* two machines of two: the NICs (1e8 B/s, 5 us each end) */
+    c = make_cluster(2, 2);
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, dev, 4, n, PDDE_F32);
+    CHECK(test_close(t, 6 * (1e-5 + 1e6 / 1e8), 1e-9, 0), "ring across machines: the NIC step: %g s", t);
+    int crossed[4] = {0, 2, 1, 3}; /* every edge crosses: two flows leave each NIC at once */
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, crossed, 4, n, PDDE_F32);
+    CHECK(test_close(t, 6 * (1e-5 + 2 * 1e6 / 1e8), 1e-9, 0), "a shared NIC halves each flow: %g s", t);
+    /* two-level: local reduce-scatter + allgather (2 steps of B/4 on 1e9), the cross allreduce of B/2
+     * (2 steps of B/4, two rings through each NIC) */
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_TWO_LEVEL, dev, 4, n, PDDE_F32);
+    CHECK(test_close(t, 2 * (1e-5 + 1e6 / 1e9) + 2 * (1e-5 + 2 * 1e6 / 1e8), 1e-9, 0), "two-level: %g s", t);
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, dev, 4, n, PDDE_F32);
+    CHECK(test_close(t, 2 * (1e-5 + 1e6 / 1e9) + 2 * (1e-5 + 2 * 1e6 / 1e8), 1e-9, 0), "auto picks two-level across hosts: %g s", t);
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, dev, 4, 1000, PDDE_F32);
+    /* round 1 within the machines, round 2 across them with two flows through each NIC */
+    CHECK(test_close(t, (1e-5 + 4e3 / 1e9) + (1e-5 + 2 * 4e3 / 1e8), 1e-9, 0), "auto picks recursive doubling when small: %g s", t);
+    c->machines[1].nic.bandwidth = 0;
+    t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, dev, 4, n, PDDE_F32);
+    CHECK(isnan(t) && strstr(pdde_last_error(ctx), "no bandwidth"), "an unmeasured link: %s", pdde_last_error(ctx));
+    pdde_cluster_free(c);
+}
+
+static pdde_cost_op gemm_op(const char *name, double flops, int micro, pdde_phase phase) {
+    pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 1024, .n = 1024, .k = 1024,
+                       .flops = flops, .micro = micro, .phase = phase, .last_use = -1};
+    snprintf(op.name, sizeof op.name, "%s", name);
+    return op;
+}
+
+static pdde_cost_op p2p(pdde_cost_op_kind kind, int peer, int tag) {
+    pdde_cost_op op = {.kind = kind, .peer = peer, .tag = tag, .count = 1, .dtype = PDDE_F32, .last_use = -1};
+    snprintf(op.name, sizeof op.name, "%s %d", kind == PDDE_COST_SEND ? "send" : "recv", tag);
+    return op;
+}
+
+/* Two stages, 4 micro-batches: F = 1 ms, B = 2 ms, free transfers; each forward keeps A bytes alive until
+ * its backward. 1F1B and GPipe both take (M + S - 1)(F + B) = 15 ms with a bubble of (S - 1)(F + B) =
+ * 3 ms per stage; the first stage keeps 2 micro-batches alive under 1F1B, 4 under GPipe. */
+static void pipeline(int gpipe, pdde_cost_result **out, pdde_cost_program **prog) {
+    pdde_cluster *c = make_cluster(1, 2);
+    c->machines[0].intra.bandwidth = 1e18, c->machines[0].intra.latency = 0;
+    const double A = 1e6;
+    pdde_cost_program *p;
+    const char *order0 = gpipe ? "FFFFBBBB" : "FFBFBFBB", *order1 = gpipe ? "FFFFBBBB" : "FBFBFBFB";
+    pdde_cost_program_init(2, &p);
+    pdde_cost_program_set_rank(p, 0, 0, 5e6);
+    pdde_cost_program_set_rank(p, 1, 1, 5e6);
+    for (int r = 0; r < 2; r++) {
+        const char *order = r ? order1 : order0;
+        int nf = 0, nb = 0, f_index[4] = {0};
+        for (const char *o = order; *o; o++) {
+            char name[16];
+            if (*o == 'F') {
+                int m = nf++;
+                if (r == 1) pdde_cost_program_add(p, 1, &(pdde_cost_op[]){p2p(PDDE_COST_RECV, 0, m)}[0]);
+                snprintf(name, sizeof name, "F%d", m);
+                pdde_cost_op f = gemm_op(name, 1e9, m, PDDE_PHASE_FORWARD);
+                f.out_bytes = A;
+                f_index[m] = pdde_cost_program_add(p, r, &f);
+                if (r == 0) pdde_cost_program_add(p, 0, &(pdde_cost_op[]){p2p(PDDE_COST_SEND, 1, m)}[0]);
+            } else {
+                int m = nb++;
+                if (r == 0) pdde_cost_program_add(p, 0, &(pdde_cost_op[]){p2p(PDDE_COST_RECV, 1, 100 + m)}[0]);
+                snprintf(name, sizeof name, "B%d", m);
+                pdde_cost_op b = gemm_op(name, 2e9, m, PDDE_PHASE_BACKWARD);
+                int bi = pdde_cost_program_add(p, r, &b);
+                /* the forward's activations die in the backward: set through a copy of the op */
+                pdde_cost_op *fo = (pdde_cost_op *)pdde_cost_program_op(p, r, f_index[m]);
+                fo->last_use = bi;
+                if (r == 1) pdde_cost_program_add(p, 1, &(pdde_cost_op[]){p2p(PDDE_COST_SEND, 0, 100 + m)}[0]);
+            }
+        }
+    }
+    *out = NULL;
+    CHECK(pdde_cost_simulate(ctx, c, p, out) == PDDE_OK, "%s", pdde_last_error(ctx));
+    *prog = p;
+    pdde_cluster_free(c);
+}
+
+static void test_pipeline(void) {
+    for (int gpipe = 0; gpipe < 2; gpipe++) {
+        pdde_cost_result *r;
+        pdde_cost_program *p;
+        pipeline(gpipe, &r, &p);
+        if (!r) { pdde_cost_program_free(p); continue; }
+        const char *name = gpipe ? "GPipe" : "1F1B";
+        CHECK(test_close(r->step_time, 15e-3, 1e-9, 0), "%s: step %g s", name, r->step_time);
+        for (int k = 0; k < 2; k++) {
+            CHECK(test_close(r->compute_time[k], 12e-3, 1e-9, 0), "%s rank %d compute %g", name, k, r->compute_time[k]);
+            CHECK(test_close(r->idle[k] + r->comm_wait[k], 3e-3, 1e-9, 1e-12), "%s rank %d bubble %g + %g", name, k, r->idle[k], r->comm_wait[k]);
+        }
+        double want0 = 5e6 + (gpipe ? 4 : 2) * 1e6, want1 = 5e6 + (gpipe ? 4 : 1) * 1e6;
+        CHECK(r->peak_memory[0] == want0, "%s: stage 0 peak %g, expected %g", name, r->peak_memory[0], want0);
+        CHECK(r->peak_memory[1] == want1, "%s: stage 1 peak %g, expected %g", name, r->peak_memory[1], want1);
+        if (!gpipe) {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            pdde_cost_timeline_text(r, f, 30);
+            fclose(f);
+            /* 30 columns of 0.5 ms: rank 1 waits 1 ms for the first activations (a receive: communication) */
+            CHECK(buf && strstr(buf, "rank   1 |==##"), "timeline text:\n%s", buf ? buf : "");
+            printf("%s", buf ? buf : "");
+            free(buf);
+            char path[64];
+            snprintf(path, sizeof path, "/tmp/pdde_test_cost_%d.svg", (int)getpid());
+            CHECK(pdde_cost_timeline_svg(ctx, r, p, path) == PDDE_OK, "%s", pdde_last_error(ctx));
+            FILE *s = fopen(path, "r");
+            char head[8] = {0};
+            CHECK(s && fread(head, 1, 4, s) == 4 && !strcmp(head, "<svg"), "svg file");
+            if (s) fclose(s);
+            remove(path);
+        }
+        pdde_cost_result_free(r);
+        pdde_cost_program_free(p);
+    }
+}
+
+/* Data parallel on 2 devices: three 1 ms backward ops, then a 1 ms update. The gradient allreduce
+ * (1e6 f32 on a 2e9 B/s link: 2 steps of 2e6 B = 2 ms) started after the first backward op overlaps
+ * the other two: 4 ms. Run at the update instead, it adds its 2 ms: 6 ms. */
+static double dp_step(int async) {
+    pdde_cluster *c = make_cluster(1, 2);
+    c->machines[0].intra.bandwidth = 2e9, c->machines[0].intra.latency = 0;
+    pdde_cost_program *p;
+    pdde_cost_program_init(2, &p);
+    int g = pdde_cost_program_group(p, 2, (int[]){0, 1});
+    pdde_cost_op ar = {.kind = PDDE_COST_COLLECTIVE, .coll = PDDE_COLL_ALLREDUCE, .algo = PDDE_ALGO_RING, .group = g,
+                       .count = 1000000, .dtype = PDDE_F32, .async = async, .last_use = -1};
+    snprintf(ar.name, sizeof ar.name, "allreduce grads");
+    for (int r = 0; r < 2; r++) {
+        pdde_cost_program_add(p, r, &(pdde_cost_op){.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 1024, .n = 1024, .k = 1024, .flops = 1e9});
+        int ai = async ? pdde_cost_program_add(p, r, &ar) : -1;
+        for (int i = 0; i < 2; i++)
+            pdde_cost_program_add(p, r, &(pdde_cost_op){.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 1024, .n = 1024, .k = 1024, .flops = 1e9});
+        if (async) pdde_cost_program_add(p, r, &(pdde_cost_op){.kind = PDDE_COST_WAIT, .wait = ai});
+        else pdde_cost_program_add(p, r, &ar);
+        pdde_cost_program_add(p, r, &(pdde_cost_op){.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 1024, .n = 1024, .k = 1024, .flops = 1e9, .phase = PDDE_PHASE_OPTIMIZER});
+    }
+    pdde_cost_result *r = NULL;
+    double t = NAN;
+    if (pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK) t = r->step_time;
+    else CHECK(0, "%s", pdde_last_error(ctx));
+    if (r && !async) CHECK(test_close(r->comm_wait[0], 2e-3, 1e-9, 0), "the blocking allreduce's wait: %g", r->comm_wait[0]);
+    pdde_cost_result_free(r);
+    pdde_cost_program_free(p);
+    pdde_cluster_free(c);
+    return t;
+}
+
+static void test_overlap_and_errors(void) {
+    double t_async = dp_step(1), t_sync = dp_step(0);
+    CHECK(test_close(t_async, 4e-3, 1e-9, 0), "overlapped: %g s", t_async);
+    CHECK(test_close(t_sync, 6e-3, 1e-9, 0), "at the update: %g s", t_sync);
+
+    pdde_cluster *c = make_cluster(1, 2);
+    pdde_cost_program *p;
+    pdde_cost_program_init(2, &p);
+    pdde_cost_program_add(p, 0, &(pdde_cost_op[]){p2p(PDDE_COST_RECV, 1, 7)}[0]);
+    pdde_cost_result *r = NULL;
+    CHECK(pdde_cost_simulate(ctx, c, p, &r) == PDDE_ERR_NO_PLAN && !r && strstr(pdde_last_error(ctx), "deadlocks: rank 0 waits at op 0"),
+          "%s", pdde_last_error(ctx));
+    pdde_cost_program_free(p);
+    pdde_cost_program_init(1, &p);
+    pdde_cost_program_set_rank(p, 0, 9, 0);
+    CHECK(pdde_cost_simulate(ctx, c, p, &r) == PDDE_ERR_NOT_FOUND && strstr(pdde_last_error(ctx), "rank 0 runs on device 9"), "%s", pdde_last_error(ctx));
+    pdde_cost_program_free(p);
+    pdde_cluster_free(c);
+}
+
+/* A graph's program: an MLP step (forward, backward, AdamW) on one device. */
+static void test_from_graph(void) {
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){32, 784});
+    pdde_tensor *y = pdde_input(g, "y", PDDE_I32, 1, (int64_t[]){32});
+    pdde_tensor *w1 = pdde_param(g, "w1", 2, (int64_t[]){784, 128}, 0.02f), *w2 = pdde_param(g, "w2", 2, (int64_t[]){128, 10}, 0.02f);
+    pdde_tensor *loss = pdde_cross_entropy(g, pdde_matmul(g, pdde_relu(g, pdde_matmul(g, x, w1, 0, 0)), w2, 0, 0), y);
+    pdde_backward(g, loss);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_optimizer_adamw(g, &op);
+    pdde_cost_program *p = NULL;
+    CHECK(pdde_cost_program_from_graph(g, 0, &p) == PDDE_OK, "%s", pdde_last_error(ctx));
+    int gemms = 0, first = 0, updates = 0;
+    for (int i = 0; p && i < pdde_cost_program_n_ops(p, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
+        gemms += o->op_class == PDDE_OPCLASS_GEMM;
+        updates += o->op_class == PDDE_OPCLASS_OPTIMIZER;
+        if (o->op_class == PDDE_OPCLASS_GEMM && !first++)
+            CHECK(o->m == 32 && o->n == 128 && o->k == 784 && o->phase == PDDE_PHASE_FORWARD, "first GEMM %lldx%lldx%lld",
+                  (long long)o->m, (long long)o->n, (long long)o->k);
+    }
+    CHECK(gemms >= 2 + 3 && updates == 2, "%d GEMMs (2 forward, at least 3 backward), %d update ops", gemms, updates);
+    pdde_cluster *c = make_cluster(1, 1);
+    pdde_cost_result *r = NULL;
+    CHECK(p && pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "%s", pdde_last_error(ctx));
+    if (r) {
+        double params = (784.0 * 128 + 128 * 10) * 4;
+        CHECK(r->step_time > 0 && r->uncalibrated > 0, "step %g s, %d ops from peak figures", r->step_time, r->uncalibrated);
+        CHECK(r->peak_memory[0] > 4 * params, "params, grads, 2 AdamW states and activations: %g", r->peak_memory[0]);
+    }
+    pdde_cost_result_free(r);
+    pdde_cluster_free(c);
+    pdde_cost_program_free(p);
+    pdde_graph_free(g);
+}
+
+int main(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context_init(&cp, &ctx);
+    test_compute();
+    test_collectives();
+    test_pipeline();
+    test_overlap_and_errors();
+    test_from_graph();
+    pdde_context_free(ctx);
+    return test_finish();
+}

@@ -1,0 +1,336 @@
+/* test_launcher.c — starting jobs: pdde-run's --help and argument errors, its prompt exit after
+ * SIGTERM while a rank's grandchild (in a session of its own) holds the output pipe, a summary that
+ * blames a frozen (SIGSTOPped) rank rather than the rank that noticed, each rank's share of the cores;
+ * and jobs with no glue: `mpirun -n 2` and a hand-made Slurm environment (one host, and two "hosts"
+ * with the store on the first host of the node list) without PDDE_STORE_ADDR or a secret. */
+#define _GNU_SOURCE
+#include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    printf("SKIPPED: pdde was built without comm (no UCX)\n0 passed, 0 failed\n");
+    return 0;
+}
+#else
+#include "test_util.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char g_dir[512], g_self[512], g_run[600]; /* this binary's folder, itself, pdde-run */
+
+static double test_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the ranks ---- */
+
+static int child_main(const char *mode) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    if (!strcmp(mode, "threads")) {
+        printf("threads %d\n", pdde_context_n_threads(ctx));
+        pdde_context_free(ctx);
+        return 0;
+    }
+    pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
+    p.timeout_s = 20;
+    p.peer_timeout_s = 1;
+    pdde_comm *comm;
+    pdde_status st = pdde_comm_init(ctx, &p, &comm);
+    if (st) { fprintf(stderr, "init: %s\n", pdde_last_error(ctx)); pdde_context_free(ctx); return 3; }
+    int me = pdde_comm_rank(comm);
+    int32_t v = me + 1;
+    st = pdde_comm_allreduce(comm, &v, &v, 1, PDDE_I32, PDDE_REDUCE_SUM);
+    printf("rank %d sum %d\n", me, v);
+    fflush(stdout);
+    if (!strcmp(mode, "freeze")) {
+        if (me == 1) raise(SIGSTOP); /* frozen: alive, silent */
+        double t0 = test_now();
+        while (!st && test_now() - t0 < 20) st = pdde_comm_allreduce(comm, &v, &v, 1, PDDE_I32, PDDE_REDUCE_SUM);
+        fprintf(stderr, "rank %d: %s\n", me, st ? pdde_last_error(ctx) : "no failure seen");
+        st = st ? st : PDDE_ERR_STATE;
+    }
+    pdde_comm_free(comm);
+    pdde_context_free(ctx);
+    return st ? 1 : 0;
+}
+
+/* ---- running a command and collecting its output ---- */
+
+typedef struct {
+    pid_t pid;
+    int fd;
+    double t0;
+} proc;
+
+/* Starts argv (NULL-terminated) with stdout and stderr into one pipe; env: "NAME=value" to set, "NAME"
+ * to unset, NULL-terminated (may be NULL). */
+static proc start(char *const *argv, const char *const *env) {
+    proc p = {-1, -1, test_now()};
+    int fds[2];
+    if (pipe(fds)) return p;
+    fflush(NULL);
+    p.pid = fork();
+    if (p.pid == 0) {
+        for (int i = 0; env && env[i]; i++) {
+            const char *eq = strchr(env[i], '=');
+            if (!eq) { unsetenv(env[i]); continue; }
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - env[i]), env[i]);
+            setenv(name, eq + 1, 1);
+        }
+        dup2(fds[1], 1); dup2(fds[1], 2);
+        close(fds[0]); close(fds[1]);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    p.fd = fds[0];
+    return p;
+}
+
+/* Reads the output until the process ends (killed after limit_s); returns its exit code (-1 killed
+ * or signalled) and how long it ran in *dt. */
+static int finish(proc p, char *out, size_t cap, double limit_s, double *dt) {
+    size_t n = 0;
+    int status = 0, done = 0;
+    for (;;) {
+        struct pollfd q = {p.fd, POLLIN, 0};
+        if (p.fd >= 0 && poll(&q, 1, 50) == 1) {
+            char buf[4096];
+            ssize_t r = read(p.fd, buf, sizeof buf);
+            if (r <= 0) { close(p.fd); p.fd = -1; }
+            for (ssize_t i = 0; i < r && n + 1 < cap; i++) out[n++] = buf[i];
+        } else if (p.fd < 0) {
+            usleep(10000);
+        }
+        if (!done && waitpid(p.pid, &status, WNOHANG) == p.pid) done = 1;
+        if (done && p.fd < 0) break;
+        if (test_now() - p.t0 > limit_s) {
+            if (!done) { kill(p.pid, SIGKILL); waitpid(p.pid, &status, 0); }
+            if (p.fd >= 0) close(p.fd);
+            out[n] = 0;
+            *dt = test_now() - p.t0;
+            return -1;
+        }
+    }
+    out[n] = 0;
+    *dt = test_now() - p.t0;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int run(char *const *argv, const char *const *env, char *out, size_t cap, double limit_s, double *dt) {
+    return finish(start(argv, env), out, cap, limit_s, dt);
+}
+
+/* ---- pdde-run ---- */
+
+static void test_pdde_run_args(void) {
+    char out[8192];
+    double dt;
+    char *help[] = {g_run, "--help", NULL};
+    proc p = start(help, (const char *const[]){NULL});
+    int rc = finish(p, out, sizeof out, 10, &dt);
+    CHECK(rc == 0 && strstr(out, "usage: pdde-run"), "--help exits 0: rc %d\n%s", rc, out);
+    /* stdout only: run it again with stderr closed off */
+    int fds[2];
+    if (!pipe(fds)) {
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fds[1], 1);
+            int nul = open("/dev/null", O_WRONLY);
+            dup2(nul, 2);
+            execv(g_run, help);
+            _exit(127);
+        }
+        close(fds[1]);
+        ssize_t r = read(fds[0], out, sizeof out - 1);
+        out[r > 0 ? r : 0] = 0;
+        close(fds[0]);
+        waitpid(pid, NULL, 0);
+        CHECK(strstr(out, "usage: pdde-run") != NULL, "--help goes to stdout");
+    }
+    struct { char *args[4]; const char *names; } bad[] = {
+        {{"-n", "abc", "true", NULL}, "-n"},
+        {{"-n", "0", "true", NULL}, "-n"},
+        {{"--bogus", "1", "true", NULL}, "--bogus"},
+        {{"-n", "2", "--grace", NULL}, "--grace"},
+        {{"-n", "1", "--nnodes", "x"}, "--nnodes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *argv[6] = {g_run};
+        for (int k = 0; k < 4; k++) argv[1 + k] = bad[i].args[k];
+        rc = run(argv, NULL, out, sizeof out, 10, &dt);
+        CHECK(rc == 2 && strstr(out, bad[i].names), "bad argument %s: rc %d, message: %s", bad[i].names, rc, out);
+    }
+}
+
+/* 1 if pid exists and is not a zombie. */
+static int running(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+}
+
+static void test_pdde_run_grandchild(void) {
+    char out[8192], pidfile[600], groupfile[700], script[2000];
+    double dt;
+    snprintf(pidfile, sizeof pidfile, "%s/test_launcher.grandchild.%d", g_dir, (int)getpid());
+    snprintf(groupfile, sizeof groupfile, "%s.group", pidfile);
+    unlink(pidfile);
+    unlink(groupfile);
+    /* the rank starts two grandchildren that hold its output pipe: one in its process group, one in a
+     * session of its own (out of reach of any group signal), then waits */
+    snprintf(script, sizeof script,
+             "sleep 60 & echo $! > %s; setsid sh -c 'echo $$ > %s; exec sleep 60' & echo started; exec sleep 60",
+             groupfile, pidfile);
+    char *argv[] = {g_run, "-n", "2", "--grace", "1", "sh", "-c", script, NULL};
+    proc p = start(argv, NULL);
+    for (double t0 = test_now(); test_now() - t0 < 10 && access(pidfile, F_OK);) usleep(20000);
+    usleep(200000);
+    double t_sig = test_now();
+    kill(p.pid, SIGTERM);
+    int rc = finish(p, out, sizeof out, 20, &dt);
+    double took = test_now() - t_sig;
+    CHECK(rc == 128 + SIGTERM && took < 4, "pdde-run exits promptly after SIGTERM with a grandchild holding the pipe: "
+          "rc %d after %.1f s\n%s", rc, took, out);
+    int gpid[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(k ? pidfile : groupfile, "r");
+        if (f) { if (fscanf(f, "%d", &gpid[k]) != 1) gpid[k] = 0; fclose(f); }
+    }
+    int alive = 1;
+    for (double t0 = test_now(); alive && test_now() - t0 < 2; usleep(20000)) alive = gpid[0] > 0 && running(gpid[0]);
+    CHECK(gpid[0] > 0 && !alive, "the grandchild in the rank's process group was stopped with it (pid %d)", gpid[0]);
+    for (int k = 0; k < 2; k++)
+        if (gpid[k] > 0) kill(gpid[k], SIGKILL);
+    unlink(pidfile);
+    unlink(groupfile);
+}
+
+static void test_pdde_run_frozen(void) {
+    char out[16384];
+    double dt;
+    char *argv[] = {g_run, "-n", "2", "--grace", "1", g_self, "--child", "freeze", NULL};
+    int rc = run(argv, NULL, out, sizeof out, 40, &dt);
+    char *cause = strstr(out, "root cause:");
+    char *end = cause ? strstr(cause, "; first to exit") : NULL;
+    if (end) *end = 0;
+    CHECK(rc != 0 && cause && strstr(cause, "rank 1"), "the summary blames the frozen rank 1 (rc %d, %.1f s):\n%s", rc,
+          dt, cause ? cause : out);
+}
+
+static void test_pdde_run_threads(void) {
+    char out[8192];
+    double dt;
+    char *argv[] = {g_run, "-n", "2", g_self, "--child", "threads", NULL};
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char want[64];
+    snprintf(want, sizeof want, "threads %ld\n", cores >= 2 ? cores / 2 : 1);
+    int rc = run(argv, (const char *const[]){"PDDE_NUM_THREADS", NULL}, out, sizeof out, 20, &dt);
+    CHECK(rc == 0 && strstr(out, want), "each of 2 ranks gets half the %ld cores (want '%.20s'):\n%s", cores, want, out);
+}
+
+/* ---- launchers without glue ---- */
+
+static const char *const NO_GLUE[] = {"PDDE_STORE_ADDR", "PDDE_JOB_SECRET", "PDDE_JOB_SECRET_FILE", "PDDE_RANK",
+                                      "PDDE_WORLD_SIZE", "PDDE_LOCAL_RANK", "PDDE_STORE_PORT", NULL};
+
+static void test_mpirun(void) {
+    if (system("command -v mpirun >/dev/null 2>&1")) {
+        printf("SKIPPED: mpirun not found\n");
+        return;
+    }
+    char out[16384];
+    double dt;
+    char *argv[] = {"mpirun", "--oversubscribe", "-n", "2", g_self, "--child", "ok", NULL, NULL};
+    if (geteuid() == 0) { /* mpirun refuses root without it */
+        memmove(argv + 2, argv + 1, 7 * sizeof *argv);
+        argv[1] = "--allow-run-as-root";
+    }
+    int rc = run(argv, NO_GLUE, out, sizeof out, 60, &dt);
+    CHECK(rc == 0 && strstr(out, "rank 0 sum 3") && strstr(out, "rank 1 sum 3"),
+          "mpirun -n 2 without PDDE_STORE_ADDR or a secret: rc %d (%.1f s)\n%s", rc, dt, out);
+}
+
+/* Two ranks with the variables srun gives them (and nothing of pdde's). */
+static void test_slurm(const char *nodes, const char *nodelist, const char *job) {
+    char dir[700], out[2][8192], env[10][800];
+    double dt;
+    snprintf(dir, sizeof dir, "%s/test_launcher.secrets.%d", g_dir, (int)getpid());
+    mkdir(dir, 0700);
+    proc p[2];
+    for (int r = 0; r < 2; r++) {
+        snprintf(env[0], sizeof env[0], "SLURM_PROCID=%d", r);
+        snprintf(env[1], sizeof env[1], "SLURM_LOCALID=%d", r);
+        snprintf(env[2], sizeof env[2], "SLURM_NTASKS=2");
+        snprintf(env[3], sizeof env[3], "SLURM_JOB_ID=%s", job);
+        snprintf(env[4], sizeof env[4], "SLURM_STEP_ID=0");
+        snprintf(env[5], sizeof env[5], "SLURM_NNODES=%s", nodes);
+        snprintf(env[6], sizeof env[6], "SLURM_JOB_NODELIST=%s", nodelist);
+        snprintf(env[7], sizeof env[7], "PDDE_SECRET_DIR=%s", dir);
+        const char *e[20];
+        int k = 0;
+        for (int i = 0; i < 8; i++) e[k++] = env[i];
+        for (int i = 0; NO_GLUE[i]; i++) e[k++] = NO_GLUE[i];
+        e[k++] = "OMPI_COMM_WORLD_RANK";
+        e[k++] = "OMPI_COMM_WORLD_SIZE";
+        e[k] = NULL;
+        char *argv[] = {g_self, "--child", "ok", NULL};
+        p[r] = start(argv, e);
+    }
+    int rc[2];
+    for (int r = 0; r < 2; r++) rc[r] = finish(p[r], out[r], sizeof out[r], 40, &dt);
+    CHECK(rc[0] == 0 && rc[1] == 0 && strstr(out[0], "rank 0 sum 3") && strstr(out[1], "rank 1 sum 3"),
+          "Slurm environment (%s nodes, %s) without PDDE_STORE_ADDR: rc %d %d\n%s\n%s", nodes, nodelist, rc[0], rc[1],
+          out[0], out[1]);
+    DIR *d = opendir(dir);
+    int left = 0;
+    for (struct dirent *de; d && (de = readdir(d));) left += de->d_name[0] != '.';
+    if (d) closedir(d);
+    CHECK(left == 0, "rank 0 removed the secret file it made (%d left in %s)", left, dir);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--child")) return child_main(argv[2]);
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
+    setenv("PDDE_BACKENDS", "cpu", 0);
+    if (!realpath(argv[0], g_self)) snprintf(g_self, sizeof g_self, "%s", argv[0]);
+    memcpy(g_dir, g_self, sizeof g_dir);
+    dirname(g_dir);
+    snprintf(g_run, sizeof g_run, "%.500s/pdde-run", g_dir);
+    test_pdde_run_args();
+    test_pdde_run_threads();
+    test_pdde_run_grandchild();
+    test_pdde_run_frozen();
+    test_mpirun();
+    char job[64];
+    snprintf(job, sizeof job, "%d", 100000 + (int)getpid());
+    test_slurm("1", "vm", job);
+    snprintf(job, sizeof job, "%d", 200000 + (int)getpid());
+    test_slurm("2", "127.0.0.[1-4],node9", job); /* two hosts: the store on the first, open to the network */
+    return test_finish();
+}
+#endif

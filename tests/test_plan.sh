@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The planner end to end: a cluster file (written here: one machine, a CPU with its speeds), pdde-plan
+# --auto on it, and gpt --plan auto / --plan by hand on 2 ranks under pdde-run, whose per-step losses
+# must equal one process's (the plans only split the work). Run from the repository root.
+set -u
+build=$(dirname "$0")
+tmp=$(mktemp -d /tmp/pdde-plan.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0
+check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+cat >"$tmp/cluster.json" <<'JSON'
+{"format": "pdde-cluster", "version": 1, "name": "test",
+ "specs": [{"name": "cpu", "kind": "cpu", "backend": "cpu", "peak_flops": 5e10, "mem_bandwidth": 1e10, "gemm": [],
+            "curves": {"elementwise": [[49152, 2e-5]], "row": [], "attention": [], "embedding": [], "optimizer": []}}],
+ "machines": [{"id": 0, "name": "host", "cores": 2, "numa_nodes": 1, "host_memory": 8000000000, "l3_cache": 0,
+               "intra": {"kind": "shm", "bandwidth": 5e9, "latency": 2e-6, "group": -1},
+               "nic": {"kind": "net", "bandwidth": 0, "latency": 0, "group": -1},
+               "devices": [{"id": 0, "spec": "cpu", "memory": 8000000000}]}],
+ "links": [], "collectives": []}
+JSON
+"$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --ranks 2 >"$tmp/plan.log" 2>&1
+check "pdde-plan --auto on the cluster file ($(tail -2 "$tmp/plan.log"))" $?
+grep -q '^best dp=' "$tmp/plan.log"
+check "pdde-plan --auto prints a best plan" $?
+"$build/pdde-plan" --auto --cluster "$tmp/nonexistent.json" >"$tmp/bad.log" 2>&1
+[ $? -ne 0 ] && grep -q nonexistent "$tmp/bad.log"
+check "a missing cluster file is an error naming it ($(head -1 "$tmp/bad.log"))" $?
+
+# the losses of steps 1..4, as gpt prints them (rank 0 or the only process)
+losses() { grep -E 'step +[1-4]/4 ' "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' '; }
+args=(--steps 4 --val-every 0 --sample-len 0 --threads 1)
+"$build/gpt" "${args[@]}" >"$tmp/one.log" 2>&1
+ref=$(losses "$tmp/one.log")
+check "one process trains ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
+if [ -x "$build/pdde-run" ]; then
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan auto --cluster "$tmp/cluster.json" "${args[@]}" >"$tmp/auto.log" 2>&1
+    check "pdde-run -n 2 gpt --plan auto exits 0 ($(tail -2 "$tmp/auto.log"))" $?
+    grep -q 'the planner chose dp=' "$tmp/auto.log"
+    check "gpt says which plan the planner chose" $?
+    check "--plan auto: losses '$(losses "$tmp/auto.log")' equal one process's '$ref'" $([ "$(losses "$tmp/auto.log")" = "$ref" ] && echo 0 || echo 1)
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,stages=5:1 "${args[@]}" >"$tmp/cut.log" 2>&1
+    check "an uneven stage cut (5:1) runs ($(tail -1 "$tmp/cut.log"))" $?
+    check "--plan pp=2,stages=5:1: losses '$(losses "$tmp/cut.log")' equal one process's '$ref'" $([ "$(losses "$tmp/cut.log")" = "$ref" ] && echo 0 || echo 1)
+else
+    echo "SKIP comm: the 2-rank runs (this build has no UCX)"
+fi
+for bad in "dp=0" "zero=5" "pp=2,stages=9:9" "dp=x"; do
+    "$build/gpt" --plan "$bad" "${args[@]}" >"$tmp/badplan.log" 2>&1
+    check "gpt --plan $bad is refused" $([ $? -ne 0 ] && echo 0 || echo 1)
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,753 @@
+/* test_ps — the parameter server: sparse tables (rows on first touch, per-row SGD / Adagrad / Adam
+ * against a reference, admission, eviction, atomic save/load, bytes per id as ids grow), and jobs of
+ * server and worker ranks (real processes around a TCP store this test hosts on 127.0.0.1): sync
+ * training of the DLRM model equals one process, async never exceeds its staleness bound, geo deltas
+ * add up to the local copies' change, a SIGKILLed server restarted from its checkpoint serves its
+ * rows, a worker killed mid-push leaves no half-applied update; and the DLRM model reaches the
+ * ground-truth AUC of synthetic data within 0.01. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/dlrm.h"
+#include "tests/test_util.h"
+#include "tests/comm_test_util.h"
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const pdde_store_server *g_server;
+static char g_addr[64], g_dir[256];
+static int g_run;
+
+static test_ranks_params ranks_params(char *prefix, size_t n) {
+    snprintf(prefix, n, "ps%d", g_run++);
+    test_ranks_params tp = {0};
+    tp.addr = g_addr, tp.prefix = prefix, tp.timeout_s = 60, tp.peer_timeout_s = 2, tp.server = g_server;
+    tp.n_threads = 1;
+    return tp;
+}
+
+static pdde_ps_table_params table_params(int dim, pdde_ps_optimizer opt) {
+    pdde_ps_table_params p = PDDE_PS_TABLE_PARAMS_INIT;
+    p.dim = dim, p.optimizer = opt, p.lr = 0.1f, p.init_std = 0.1f, p.seed = 7;
+    return p;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Tables */
+
+static void test_table_rows(pdde_context *ctx) {
+    pdde_ps_table_params p = table_params(4, PDDE_PS_SGD);
+    pdde_ps_table *a, *b;
+    pdde_ps_table_init(ctx, &p, &a), pdde_ps_table_init(ctx, &p, &b);
+    uint64_t ids[3] = {5, 1ull << 60, 5};
+    float ra[12], rb[12], one[4];
+    CHECK(pdde_ps_table_get(a, 5, one) == PDDE_ERR_NOT_FOUND, "an untouched id has no row");
+    pdde_ps_table_pull(a, 3, ids, ra);
+    pdde_ps_table_pull(b, 1, ids + 1, rb);
+    pdde_ps_table_stats st;
+    pdde_ps_table_stats_get(a, &st);
+    CHECK(st.rows == 2, "rows created on first touch: %lld", (long long)st.rows);
+    CHECK(memcmp(ra, ra + 8, 16) == 0 && ra[0] != 0, "the same id reads the same (non-zero) row");
+    CHECK(memcmp(ra + 4, rb, 16) == 0, "another table (another shard) creates the same row for an id");
+    CHECK(pdde_ps_shard_of(12345, 4) == pdde_ps_shard_of(12345, 4) && pdde_ps_shard_of(7, 1) == 0, "shards are a function of the id");
+    int per[4] = {0};
+    for (uint64_t i = 0; i < 4000; i++) per[pdde_ps_shard_of(i * 4, 4)]++; /* ids with a common stride still spread */
+    CHECK(per[0] > 800 && per[1] > 800 && per[2] > 800 && per[3] > 800, "shards balanced: %d %d %d %d", per[0], per[1], per[2], per[3]);
+    pdde_ps_table_free(a), pdde_ps_table_free(b);
+}
+
+static void test_table_optimizers(pdde_context *ctx) {
+    for (int o = PDDE_PS_SGD; o <= PDDE_PS_ADAM; o++) {
+        pdde_ps_table_params p = table_params(3, (pdde_ps_optimizer)o);
+        pdde_ps_table *t, *dup;
+        pdde_ps_table_init(ctx, &p, &t), pdde_ps_table_init(ctx, &p, &dup);
+        uint64_t id = 42, twice[2] = {42, 42};
+        double w[3], m[3] = {0}, v[3] = {0};
+        float row[3];
+        pdde_ps_table_pull(t, 1, &id, row);
+        pdde_ps_table_pull(dup, 1, &id, row);
+        for (int c = 0; c < 3; c++) w[c] = row[c];
+        for (int step = 1; step <= 3; step++) {
+            float g[3], halves[6];
+            for (int c = 0; c < 3; c++) g[c] = 0.5f * (float)(c + 1) - 0.3f * (float)step, halves[c] = 0.25f * g[c], halves[3 + c] = 0.75f * g[c];
+            pdde_ps_table_push(t, 1, &id, g, 2.0f);
+            pdde_ps_table_push(dup, 2, twice, halves, 2.0f); /* one step with the summed gradient */
+            for (int c = 0; c < 3; c++) {
+                double gc = 2.0 * g[c];
+                if (o == PDDE_PS_SGD) w[c] -= 0.1 * gc;
+                else if (o == PDDE_PS_ADAGRAD) v[c] += gc * gc, w[c] -= 0.1 * gc / (sqrt(v[c]) + 1e-8);
+                else {
+                    m[c] = 0.9 * m[c] + 0.1 * gc, v[c] = 0.999 * v[c] + 0.001 * gc * gc;
+                    w[c] -= 0.1 * (m[c] / (1 - pow(0.9, step))) / (sqrt(v[c] / (1 - pow(0.999, step))) + 1e-8);
+                }
+            }
+        }
+        float got[3], got_dup[3];
+        pdde_ps_table_get(t, id, got), pdde_ps_table_get(dup, id, got_dup);
+        int ok = 1, ok_dup = 1;
+        for (int c = 0; c < 3; c++) ok &= test_close(got[c], w[c], 1e-5, 1e-6), ok_dup &= test_close(got_dup[c], got[c], 1e-5, 1e-6);
+        CHECK(ok, "optimizer %d: row %g %g %g, reference %g %g %g", o, got[0], got[1], got[2], w[0], w[1], w[2]);
+        CHECK(ok_dup, "optimizer %d: an id twice in a push is one step with the summed gradient", o);
+        pdde_ps_table_free(t), pdde_ps_table_free(dup);
+    }
+}
+
+static void test_table_admission_eviction(pdde_context *ctx) {
+    pdde_ps_table_params p = table_params(2, PDDE_PS_SGD);
+    p.admit_after = 3;
+    pdde_ps_table *t;
+    pdde_ps_table_init(ctx, &p, &t);
+    uint64_t id = 9;
+    float r[2], g[2] = {1, 1};
+    pdde_ps_table_pull(t, 1, &id, r);
+    pdde_ps_table_push(t, 1, &id, g, 1);
+    pdde_ps_table_pull(t, 1, &id, r);
+    pdde_ps_table_stats st;
+    pdde_ps_table_stats_get(t, &st);
+    CHECK(st.rows == 0 && st.not_admitted == 1 && r[0] == 0 && r[1] == 0, "seen twice of 3: no row, zeros (%lld rows)", (long long)st.rows);
+    pdde_ps_table_pull(t, 1, &id, r);
+    pdde_ps_table_stats_get(t, &st);
+    CHECK(st.rows == 1 && st.not_admitted == 0 && r[0] != 0, "admitted at the third pull, with its initial row");
+    pdde_ps_table_free(t);
+
+    p = table_params(2, PDDE_PS_SGD);
+    p.evict_after = 8;
+    pdde_ps_table_init(ctx, &p, &t);
+    uint64_t hot = 1, cold[100];
+    float rows[200] = {0};
+    for (int i = 0; i < 100; i++) cold[i] = 1000 + (uint64_t)i;
+    pdde_ps_table_pull(t, 100, cold, rows);
+    for (int step = 0; step < 20; step++) pdde_ps_table_pull(t, 1, &hot, r), pdde_ps_table_push(t, 1, &hot, g, 1);
+    pdde_ps_table_stats_get(t, &st);
+    CHECK(st.rows == 1 && st.evicted == 100, "rows unseen for 8 steps are evicted: %lld rows, %lld evicted", (long long)st.rows, (long long)st.evicted);
+    CHECK(pdde_ps_table_get(t, hot, r) == PDDE_OK && pdde_ps_table_get(t, cold[50], r) == PDDE_ERR_NOT_FOUND, "the hot row stays, a cold one is gone");
+    pdde_ps_table_free(t);
+}
+
+static void test_table_save_load(pdde_context *ctx) {
+    pdde_ps_table_params p = table_params(5, PDDE_PS_ADAM);
+    pdde_ps_table *t, *u;
+    pdde_ps_table_init(ctx, &p, &t), pdde_ps_table_init(ctx, &p, &u);
+    enum { N = 3000 };
+    static uint64_t ids[N];
+    static float rows[N * 5], back[5], grads[N * 5];
+    for (int i = 0; i < N; i++) ids[i] = (uint64_t)i * 7919 + 3;
+    for (int i = 0; i < N * 5; i++) grads[i] = sinf((float)i);
+    pdde_ps_table_pull(t, N, ids, rows);
+    pdde_ps_table_push(t, N, ids, grads, 1);
+    char path[300];
+    snprintf(path, sizeof path, "%s/table.bin", g_dir);
+    CHECK(pdde_ps_table_save(t, path) == PDDE_OK, "save: %s", pdde_last_error(ctx));
+    char tmp[310];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    CHECK(access(tmp, F_OK) != 0, "no temporary file left");
+    CHECK(pdde_ps_table_load(u, path) == PDDE_OK, "load: %s", pdde_last_error(ctx));
+    int same = 1;
+    for (int i = 0; i < N; i++) {
+        float a[5];
+        pdde_ps_table_get(t, ids[i], a);
+        same &= pdde_ps_table_get(u, ids[i], back) == PDDE_OK && memcmp(a, back, sizeof a) == 0;
+    }
+    CHECK(same, "every row loads back bit for bit");
+    /* Adam's state came back too: one more identical push keeps them identical */
+    pdde_ps_table_push(t, 1, ids, grads, 1), pdde_ps_table_push(u, 1, ids, grads, 1);
+    float a[5];
+    pdde_ps_table_get(t, ids[0], a), pdde_ps_table_get(u, ids[0], back);
+    CHECK(memcmp(a, back, sizeof a) == 0, "optimizer state restored");
+    /* a corrupt file fails and changes nothing */
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 200, SEEK_SET), fputc(0x5a, f), fclose(f);
+    pdde_ps_table_stats before, after;
+    pdde_ps_table_stats_get(u, &before);
+    CHECK(pdde_ps_table_load(u, path) == PDDE_ERR_CORRUPT, "a flipped byte is found");
+    pdde_ps_table_stats_get(u, &after);
+    CHECK(after.rows == before.rows && pdde_ps_table_get(u, ids[0], a) == PDDE_OK && memcmp(a, back, sizeof a) == 0, "the failed load changed nothing");
+    pdde_ps_table_params q = table_params(6, PDDE_PS_ADAM);
+    pdde_ps_table *w;
+    pdde_ps_table_init(ctx, &q, &w);
+    pdde_ps_table_save(t, path);
+    CHECK(pdde_ps_table_load(w, path) == PDDE_ERR_MISMATCH, "another dim is refused");
+    pdde_ps_table_free(t), pdde_ps_table_free(u), pdde_ps_table_free(w);
+}
+
+/* Heap bytes per touched id, measured by the allocator (mallinfo2), as ids grow. */
+#define BYTES_PER_ID_BOUND 128.0 /* dim 16, SGD: a row is 16 + 64 bytes; the index at most ~34 more */
+static void test_bytes_per_id(pdde_context *ctx) {
+    pdde_ps_table_params p = table_params(16, PDDE_PS_SGD);
+    enum { CHUNK = 4096 };
+    static uint64_t ids[CHUNK];
+    static float out[CHUNK * 16];
+    double worst = 0;
+    for (long n = 10000; n <= 1000000; n *= 10) {
+        size_t before = mallinfo2().uordblks + mallinfo2().hblkhd;
+        pdde_ps_table *t;
+        pdde_ps_table_init(ctx, &p, &t);
+        for (long i = 0; i < n; i += CHUNK) {
+            long m = n - i < CHUNK ? n - i : CHUNK;
+            for (long k = 0; k < m; k++) ids[k] = (uint64_t)(i + k) * 0x9E3779B97F4A7C15ull; /* spread over 2^64 */
+            pdde_ps_table_pull(t, (size_t)m, ids, out);
+        }
+        size_t used = mallinfo2().uordblks + mallinfo2().hblkhd - before;
+        if (!used) { /* another allocator (the sanitizers') that mallinfo2 does not see */
+            test_skip("asan", "bytes per id: mallinfo2 sees no allocation (not glibc's allocator)");
+            pdde_ps_table_free(t);
+            return;
+        }
+        double per = (double)used / (double)n;
+        printf("ps table: %ld ids, %.1f bytes per id (allocator)\n", n, per);
+        if (per > worst) worst = per;
+        pdde_ps_table_free(t);
+    }
+    CHECK(worst <= BYTES_PER_ID_BOUND, "bytes per id %.1f <= %.0f from 1e4 to 1e6 ids", worst, BYTES_PER_ID_BOUND);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The worker glue: multi-hot bags pooled by mean, empty slots, an id repeated across bags */
+
+static void test_sparse_pooling(pdde_context *ctx) {
+    enum { B = 2, F = 2, K = 3, C = 2 };
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    pdde_sparse_embedding *e = NULL;
+    pdde_sparse_batch *sb = NULL;
+    pdde_ps_client *c = NULL;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *pooled = pdde_sparse_embedding_add(g, "e", B, F, K, C, PDDE_POOL_MEAN, &e);
+    pdde_tensor *loss = pdde_mean(g, pooled, -1, 0);
+    pdde_mark_output(pooled);
+    pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
+    pp.table = table_params(C, PDDE_PS_SGD);
+    pp.table.lr = 1.0f;
+    const uint64_t N = PDDE_SPARSE_NO_ID;
+    uint64_t ids[B * F * K] = {7, 8, N, 9, N, N, 7, 7, 10, N, N, N}; /* the last bag is empty */
+    pdde_status st = pdde_graph_status(g);
+    if (!st) st = pdde_backward(g, loss);
+    if (!st) st = pdde_session_init(g, NULL, &s);
+    if (!st) st = pdde_ps_client_init(ctx, NULL, &pp, &c);
+    if (!st) st = pdde_sparse_batch_init(e, &sb);
+    float init[4 * C], out[B * F * C], after[4 * C];
+    uint64_t uniq[4] = {7, 8, 9, 10};
+    if (!st) st = pdde_ps_client_pull(c, 4, uniq, init);
+    if (!st) st = pdde_sparse_batch_pull(sb, c, ids);
+    if (!st) st = pdde_sparse_batch_feed(sb, s);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
+    if (!st) st = pdde_session_read(s, pooled, out, sizeof out);
+    if (!st) st = pdde_sparse_batch_collect(sb, s);
+    if (!st) st = pdde_sparse_batch_push(sb, c);
+    if (!st) st = pdde_ps_client_pull(c, 4, uniq, after);
+    CHECK(st == PDDE_OK, "sparse pooling: %s", pdde_last_error(ctx));
+    CHECK(!st && pdde_sparse_batch_n_unique(sb) == 4, "4 unique ids in the batch");
+    /* bags: {7, 8}, {9}, {7, 7, 10}, {} */
+    float want[B * F * C], grad[4 * C] = {0};
+    for (int k = 0; k < C; k++) {
+        float r7 = init[k], r8 = init[C + k], r9 = init[2 * C + k], r10 = init[3 * C + k];
+        want[k] = (r7 + r8) / 2, want[C + k] = r9, want[2 * C + k] = (2 * r7 + r10) / 3, want[3 * C + k] = 0;
+        float d = 1.0f / (B * F * C); /* d loss / d pooled */
+        grad[k] = d / 2 + 2 * d / 3, grad[C + k] = d / 2, grad[2 * C + k] = d, grad[3 * C + k] = d / 3;
+    }
+    int ok = !st, ok_grad = !st;
+    for (int i = 0; i < B * F * C; i++) ok &= test_close(out[i], want[i], 1e-6, 1e-7);
+    for (int i = 0; i < 4 * C; i++) ok_grad &= test_close(init[i] - after[i], grad[i], 1e-5, 1e-7);
+    CHECK(ok, "mean pooling over the non-empty slots (%g %g %g, want %g %g %g)", out[0], out[2], out[4], want[0], want[2], want[4]);
+    CHECK(ok_grad, "row gradients pushed: id 7 gets both of its bags' (%g, want %g)", init[0] - after[0], grad[0]);
+    /* the gradient accumulator was zeroed: a second step pushes the same gradient again, not twice it */
+    float again[4 * C];
+    if (!st) st = pdde_sparse_batch_pull(sb, c, ids);
+    if (!st) st = pdde_sparse_batch_feed(sb, s);
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
+    if (!st) st = pdde_sparse_batch_collect(sb, s);
+    if (!st) st = pdde_sparse_batch_push(sb, c);
+    if (!st) st = pdde_ps_client_pull(c, 4, uniq, again);
+    CHECK(!st && test_close(after[0] - again[0], grad[0], 1e-5, 1e-7), "the next step's gradient starts from zero (%g, want %g)", after[0] - again[0], grad[0]);
+    pdde_sparse_batch_free(sb);
+    pdde_ps_client_free(c);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_sparse_embedding_free(e);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Sync PS training equals one process */
+
+#define SYNC_STEPS 8
+#define SYNC_B 8
+#define SYNC_SERVERS 2
+#define SYNC_WORKERS 2
+#define SYNC_PROBE 24
+static const dlrm_config sync_cfg = {SYNC_B, 4, 8, 0.02f};
+static dlrm_sample *g_samples;
+static long g_n_samples;
+
+typedef struct { float losses[SYNC_STEPS]; float rows[SYNC_PROBE * 4]; int ok; } sync_result;
+
+static pdde_ps_params sync_params(void) {
+    pdde_ps_params p = PDDE_PS_PARAMS_INIT;
+    p.mode = PDDE_PS_SYNC, p.n_servers = SYNC_SERVERS;
+    p.table = table_params(4, PDDE_PS_SGD); /* (not Adagrad or Adam: they would hide a wrongly scaled gradient) */
+    p.table.lr = 2.0f;
+    return p;
+}
+
+static void probe_ids(uint64_t *ids) {
+    for (int i = 0; i < SYNC_PROBE; i++) ids[i] = g_samples[i / DLRM_SPARSE].ids[i % DLRM_SPARSE];
+}
+
+/* Trains SYNC_STEPS steps of global batch SYNC_B x workers: worker w takes its slice of each global
+ * batch (comm NULL: one process takes all of it). */
+static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, pdde_ps_client *c, int w, int nw, sync_result *out) {
+    dlrm_config cfg = sync_cfg;
+    cfg.batch = SYNC_B * (world ? 1 : nw);
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    pdde_sparse_batch *sb = NULL;
+    dlrm_model m = {0};
+    pdde_graph_init(ctx, &g);
+    uint64_t ids[SYNC_B * SYNC_WORKERS * DLRM_SPARSE];
+    pdde_status st = dlrm_build(g, &cfg, &m);
+    if (!st) st = pdde_session_init(g, NULL, &s);
+    if (!st) st = pdde_sparse_batch_init(m.emb, &sb);
+    for (int step = 0; step < SYNC_STEPS && !st; step++) {
+        const dlrm_sample *b = g_samples + (long)step * SYNC_B * nw + (world ? (long)w * SYNC_B : 0);
+        st = dlrm_train_step(s, &m, sb, c, workers, b, ids);
+        float loss = pdde_session_loss(s);
+        if (workers) pdde_comm_allreduce(workers, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG);
+        out->losses[step] = loss;
+    }
+    uint64_t probe[SYNC_PROBE];
+    probe_ids(probe);
+    if (!st) st = pdde_ps_client_pull(c, SYNC_PROBE, probe, out->rows);
+    CHECK(st == PDDE_OK, "sync training: %s", pdde_last_error(ctx));
+    out->ok = st == PDDE_OK;
+    (void)world;
+    pdde_sparse_batch_free(sb);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_sparse_embedding_free(m.emb);
+}
+
+static void sync_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = sync_params();
+    int rank = pdde_comm_rank(world);
+    pdde_comm *workers = NULL;
+    pdde_comm_split(world, rank < SYNC_SERVERS ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
+    if (rank < SYNC_SERVERS) {
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, rank, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        CHECK(st == PDDE_OK, "server %d: %s", rank, pdde_last_error(ctx));
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    if (pdde_ps_client_init(ctx, world, &p, &c)) { CHECK(0, "client: %s", pdde_last_error(ctx)); return; }
+    sync_train(ctx, world, workers, c, rank - SYNC_SERVERS, SYNC_WORKERS, test_rank_result);
+    pdde_ps_client_free(c);
+    pdde_comm_free(workers);
+}
+
+static void test_sync_equals_one_process(pdde_context *ctx) {
+    sync_result one = {0}, ranks[SYNC_SERVERS + SYNC_WORKERS];
+    memset(ranks, 0, sizeof ranks);
+    pdde_ps_params p = sync_params();
+    pdde_ps_client *local;
+    pdde_ps_client_init(ctx, NULL, &p, &local);
+    sync_train(ctx, NULL, NULL, local, 0, SYNC_WORKERS, &one);
+    pdde_ps_client_free(local);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = ranks, tp.result_size = sizeof(sync_result);
+    test_run_ranks(SYNC_SERVERS + SYNC_WORKERS, &tp, sync_rank, NULL, 120);
+    sync_result *w0 = &ranks[SYNC_SERVERS];
+    int ok = one.ok && w0->ok;
+    double worst = 0;
+    for (int i = 0; i < SYNC_STEPS; i++) {
+        ok &= test_close(w0->losses[i], one.losses[i], 1e-4, 1e-6);
+        if (fabs(w0->losses[i] - one.losses[i]) > worst) worst = fabs(w0->losses[i] - one.losses[i]);
+    }
+    for (int i = 0; i < SYNC_PROBE * 4; i++) ok &= test_close(w0->rows[i], one.rows[i], 1e-4, 1e-6);
+    CHECK(ok, "sync PS (2 servers, 2 workers) equals one process: loss %g vs %g at step %d, worst diff %g",
+          w0->losses[SYNC_STEPS - 1], one.losses[SYNC_STEPS - 1], SYNC_STEPS, worst);
+    CHECK(one.losses[SYNC_STEPS - 1] != one.losses[0], "training changes the loss");
+    int moved = 0;
+    pdde_ps_table_params tpp = sync_params().table;
+    pdde_ps_table *fresh;
+    pdde_ps_table_init(ctx, &tpp, &fresh);
+    uint64_t probe[SYNC_PROBE];
+    float init[SYNC_PROBE * 4];
+    probe_ids(probe);
+    pdde_ps_table_pull(fresh, SYNC_PROBE, probe, init);
+    for (int i = 0; i < SYNC_PROBE * 4; i++) moved += init[i] != one.rows[i];
+    CHECK(moved > SYNC_PROBE, "the probed rows were trained (%d values moved)", moved);
+    pdde_ps_table_free(fresh);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Async: bounded staleness */
+
+#define ASYNC_K 1
+#define ASYNC_STEPS 12
+typedef struct { int64_t max_staleness, deferred, pushes; int ok; } async_result;
+
+static void async_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = PDDE_PS_PARAMS_INIT;
+    p.mode = PDDE_PS_ASYNC, p.staleness = ASYNC_K, p.table = table_params(2, PDDE_PS_SGD);
+    int rank = pdde_comm_rank(world);
+    async_result *out = test_rank_result;
+    if (rank == 0) {
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        pdde_ps_server_stats ss;
+        if (!st) pdde_ps_server_stats_get(srv, &ss);
+        CHECK(st == PDDE_OK, "async server: %s", pdde_last_error(ctx));
+        if (!st) out->max_staleness = ss.max_staleness, out->deferred = ss.deferred_pulls, out->pushes = ss.pushes, out->ok = 1;
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    uint64_t ids[2] = {1, (uint64_t)rank * 100};
+    float rows[4], g[4] = {0.1f, 0.1f, 0.1f, 0.1f};
+    for (int step = 0; step < ASYNC_STEPS && !st; step++) {
+        st = pdde_ps_client_pull(c, 2, ids, rows);
+        if (rank == 1) usleep(20000); /* the slow worker */
+        if (!st) st = pdde_ps_client_push(c, 2, ids, g);
+    }
+    CHECK(st == PDDE_OK, "async worker %d: %s", rank, pdde_last_error(ctx));
+    pdde_ps_client_free(c);
+}
+
+static void test_async_staleness(void) {
+    async_result res[3];
+    memset(res, 0, sizeof res);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res;
+    test_run_ranks(3, &tp, async_rank, NULL, 60);
+    CHECK(res[0].ok && res[0].pushes == 2 * ASYNC_STEPS, "async: every push applied (%lld)", (long long)res[0].pushes);
+    CHECK(res[0].ok && res[0].max_staleness <= ASYNC_K, "async: staleness %lld <= bound %d", (long long)res[0].max_staleness, ASYNC_K);
+    CHECK(res[0].deferred > 0, "async: the bound held the fast worker back (%lld pulls deferred)", (long long)res[0].deferred);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Geo: the deltas pushed sum to the local copies' change */
+
+#define GEO_STEPS 10
+#define GEO_K 3
+#define GEO_IDS 4
+typedef struct { double delta_sum, expected; float server[GEO_IDS * 3]; int ok; } geo_result;
+
+static float geo_grad(int rank, int step, int i) { return 0.05f * (float)((rank * 7 + step * 3 + i) % 11) - 0.2f; }
+
+static void geo_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = PDDE_PS_PARAMS_INIT;
+    p.mode = PDDE_PS_GEO, p.geo_steps = GEO_K, p.table = table_params(3, PDDE_PS_SGD);
+    int rank = pdde_comm_rank(world);
+    geo_result *out = test_rank_result;
+    uint64_t ids[GEO_IDS] = {11, 12, 13, 14};
+    if (rank == 0) {
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        for (int i = 0; i < GEO_IDS && !st; i++) st = pdde_ps_table_get(pdde_ps_server_table(srv), ids[i], out->server + 3 * i);
+        CHECK(st == PDDE_OK, "geo server: %s", pdde_last_error(ctx));
+        out->ok = !st;
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    float rows[GEO_IDS * 3], g[GEO_IDS * 3];
+    for (int step = 0; step < GEO_STEPS && !st; step++) {
+        st = pdde_ps_client_pull(c, GEO_IDS, ids, rows);
+        for (int i = 0; i < GEO_IDS * 3; i++) g[i] = geo_grad(rank, step, i), out->expected -= 0.1 * g[i];
+        if (!st) st = pdde_ps_client_push(c, GEO_IDS, ids, g);
+    }
+    if (!st) st = pdde_ps_client_flush(c);
+    out->delta_sum = pdde_ps_client_geo_delta_sum(c);
+    CHECK(st == PDDE_OK, "geo worker %d: %s", rank, pdde_last_error(ctx));
+    out->ok = !st;
+    pdde_ps_client_free(c);
+}
+
+static void test_geo(pdde_context *ctx) {
+    geo_result res[3];
+    memset(res, 0, sizeof res);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res;
+    test_run_ranks(3, &tp, geo_rank, NULL, 60);
+    for (int w = 1; w <= 2; w++)
+        CHECK(res[w].ok && test_close(res[w].delta_sum, res[w].expected, 1e-4, 1e-5),
+              "geo worker %d: deltas pushed sum to %g, its local updates to %g", w, res[w].delta_sum, res[w].expected);
+    /* the server's rows moved by exactly both workers' updates */
+    pdde_ps_table_params p = table_params(3, PDDE_PS_SGD);
+    pdde_ps_table *fresh;
+    pdde_ps_table_init(ctx, &p, &fresh);
+    uint64_t ids[GEO_IDS] = {11, 12, 13, 14};
+    float init[GEO_IDS * 3];
+    pdde_ps_table_pull(fresh, GEO_IDS, ids, init);
+    int ok = res[0].ok;
+    for (int i = 0; i < GEO_IDS * 3; i++) {
+        double want = init[i];
+        for (int w = 1; w <= 2; w++) for (int s = 0; s < GEO_STEPS; s++) want -= 0.1 * geo_grad(w, s, i);
+        ok &= test_close(res[0].server[i], want, 1e-4, 1e-5);
+    }
+    CHECK(ok, "geo: the server's rows = initial + both workers' deltas (%g, want %g)", res[0].server[0], init[0]);
+    pdde_ps_table_free(fresh);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Failures */
+
+#define KILL_IDS 64
+typedef struct { float rows[KILL_IDS * 2]; int ok, failed_fast; double detect_s; } kill_result;
+static float g_saved_rows[KILL_IDS * 2];
+static int g_restart; /* 0: first life (train, save, kill the server); 1: restarted from the checkpoint */
+
+static pdde_ps_params kill_params(void) {
+    pdde_ps_params p = PDDE_PS_PARAMS_INIT;
+    p.mode = PDDE_PS_ASYNC, p.staleness = 4, p.table = table_params(2, PDDE_PS_ADAGRAD);
+    return p;
+}
+
+static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = kill_params();
+    kill_result *out = test_rank_result;
+    if (g_restart) p.load_dir = g_dir;
+    uint64_t ids[KILL_IDS];
+    for (int i = 0; i < KILL_IDS; i++) ids[i] = (uint64_t)i * 1000003;
+    if (pdde_comm_rank(world) == 0) {
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        CHECK(st == PDDE_OK, "server: %s", pdde_last_error(ctx));
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    float g[KILL_IDS * 2];
+    for (int i = 0; i < KILL_IDS * 2; i++) g[i] = 0.01f * (float)(i % 13) - 0.05f;
+    if (!g_restart) {
+        for (int step = 0; step < 3 && !st; step++) {
+            st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+            if (!st) st = pdde_ps_client_push(c, KILL_IDS, ids, g);
+        }
+        if (!st) st = pdde_ps_client_save(c, g_dir);
+        if (!st) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+        CHECK(st == PDDE_OK, "first life: %s", pdde_last_error(ctx));
+        out->ok = !st;
+        kill(test_pids[0], SIGKILL); /* the server, mid-job */
+        double t0 = test_now();
+        float r[KILL_IDS * 2];
+        pdde_status lost = pdde_ps_client_pull(c, KILL_IDS, ids, r);
+        out->detect_s = test_now() - t0;
+        out->failed_fast = lost != PDDE_OK;
+    } else {
+        st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+        CHECK(st == PDDE_OK, "restarted: %s", pdde_last_error(ctx));
+        out->ok = !st;
+    }
+    pdde_ps_client_free(c);
+}
+
+static void test_server_restart(pdde_context *ctx) {
+    kill_result res[2];
+    memset(res, 0, sizeof res);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res, tp.killed_ok = 1;
+    g_restart = 0;
+    test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
+    CHECK(res[1].ok && res[1].failed_fast && res[1].detect_s < 10, "the killed server is an error at the worker (after %.2f s)", res[1].detect_s);
+    memcpy(g_saved_rows, res[1].rows, sizeof g_saved_rows);
+    memset(res, 0, sizeof res);
+    tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res;
+    g_restart = 1;
+    test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
+    CHECK(res[1].ok && memcmp(res[1].rows, g_saved_rows, sizeof g_saved_rows) == 0, "the restarted server serves the rows it had");
+    /* and they are trained rows, not fresh ones (a load that did nothing would fail above) */
+    pdde_ps_params p = kill_params();
+    pdde_ps_table *fresh;
+    pdde_ps_table_init(ctx, &p.table, &fresh);
+    uint64_t id0 = 0;
+    float init[2];
+    pdde_ps_table_pull(fresh, 1, &id0, init);
+    CHECK(init[0] != g_saved_rows[0] || init[1] != g_saved_rows[1], "the saved rows differ from initial ones");
+    pdde_ps_table_free(fresh);
+}
+
+#define PUSHES_BEFORE 3
+typedef struct { int ok, failed, same_as_before, differs_from_after; } midpush_result;
+
+static void midpush_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = kill_params();
+    p.fault_kill_mid_push = PUSHES_BEFORE + 1;
+    uint64_t ids[KILL_IDS];
+    float g[KILL_IDS * 2], rows[KILL_IDS * 2];
+    for (int i = 0; i < KILL_IDS; i++) ids[i] = (uint64_t)i * 1000003;
+    for (int i = 0; i < KILL_IDS * 2; i++) g[i] = 0.01f * (float)(i % 13) - 0.05f;
+    if (pdde_comm_rank(world) == 0) {
+        midpush_result *out = test_rank_result;
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        out->failed = st != PDDE_OK; /* the worker died */
+        /* the reference: the same table after exactly PUSHES_BEFORE pushes, and after one more */
+        pdde_ps_table *ref;
+        pdde_ps_table_init(ctx, &p.table, &ref);
+        float a[KILL_IDS * 2], b[KILL_IDS * 2], got[KILL_IDS * 2];
+        for (int k = 0; k < PUSHES_BEFORE; k++) pdde_ps_table_pull(ref, KILL_IDS, ids, rows), pdde_ps_table_push(ref, KILL_IDS, ids, g, 1);
+        pdde_ps_table_pull(ref, KILL_IDS, ids, a);
+        pdde_ps_table_push(ref, KILL_IDS, ids, g, 1);
+        pdde_ps_table_pull(ref, KILL_IDS, ids, b);
+        for (int i = 0; i < KILL_IDS; i++) pdde_ps_table_get(pdde_ps_server_table(srv), ids[i], got + 2 * i);
+        out->same_as_before = memcmp(a, got, sizeof a) == 0;
+        out->differs_from_after = memcmp(b, got, sizeof b) != 0;
+        out->ok = 1;
+        pdde_ps_table_free(ref);
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    for (int step = 0; step <= PUSHES_BEFORE && !st; step++) { /* dies inside the last push */
+        st = pdde_ps_client_pull(c, KILL_IDS, ids, rows);
+        if (!st) st = pdde_ps_client_push(c, KILL_IDS, ids, g);
+    }
+    CHECK(0, "the worker should have died mid-push (%s)", pdde_last_error(ctx));
+    pdde_ps_client_free(c);
+}
+
+static void test_worker_killed_mid_push(void) {
+    midpush_result res[2];
+    memset(res, 0, sizeof res);
+    char prefix[32];
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res, tp.killed_ok = 2;
+    test_run_ranks(2, &tp, midpush_rank, NULL, 60);
+    CHECK(res[0].ok && res[0].failed, "the server reports the worker lost");
+    CHECK(res[0].same_as_before && res[0].differs_from_after, "no half-applied push: the rows are those after %d pushes", PUSHES_BEFORE);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The reader and AUC on synthetic data */
+
+static void test_reader(void) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/bad.tsv", g_dir);
+    FILE *f = fopen(path, "w");
+    char good[512] = "1", *p = good + 1;
+    for (int j = 0; j < DLRM_DENSE; j++) p += sprintf(p, j == 2 ? "\t" : "\t%d", j);
+    for (int j = 0; j < DLRM_SPARSE; j++) p += sprintf(p, j == 5 ? "\t" : "\t%x", 0xabc + j);
+    fprintf(f, "%s\n", good);
+    fprintf(f, "1\t2\t3\n");                    /* too few fields */
+    fprintf(f, "%s\textra\n", good);            /* too many */
+    fprintf(f, "2%s\n", good + 1);              /* bad label */
+    fprintf(f, "0\tx%s\n", strchr(good + 2, '\t')); /* bad integer */
+    for (int i = 0; i < 5000; i++) fputc('7', f); /* over-long */
+    fputc('\n', f);
+    fprintf(f, "%s\r\n", good);                 /* CRLF is fine */
+    fclose(f);
+    long n = 0, bad = 0;
+    dlrm_sample *s = dlrm_load(path, &n, &bad);
+    CHECK(s && n == 2 && bad == 5, "reader: %ld samples, %ld malformed (want 2, 5)", n, bad);
+    if (s && n >= 1) {
+        CHECK(s[0].label == 1 && s[0].dense[2] == 0 && fabsf(s[0].dense[3] - logf(4)) < 1e-6f, "dense fields parsed (empty = 0)");
+        CHECK(s[0].ids[5] == PDDE_SPARSE_NO_ID && s[0].ids[6] == ((uint64_t)6 << 32 | 0xac2), "ids keyed by field, empty = none");
+    }
+    free(s);
+}
+
+static void test_auc(pdde_context *ctx) {
+    enum { TRAIN = 49152, TEST = 8192, VOCAB = 20, EPOCHS = 3 };
+    char path[300];
+    snprintf(path, sizeof path, "%s/synth.tsv", g_dir);
+    double *p_true = malloc((size_t)(TRAIN + TEST) * sizeof *p_true), *p = malloc((size_t)TEST * sizeof *p);
+    int *y = malloc(TEST * sizeof *y);
+    long n = 0, bad = 0;
+    dlrm_sample *s = NULL;
+    if (dlrm_synthesize(path, TRAIN + TEST, VOCAB, 3, p_true) == 0) s = dlrm_load(path, &n, &bad);
+    CHECK(s && n == TRAIN + TEST && bad == 0, "synthetic data read back: %ld samples, %ld malformed", n, bad);
+    if (!s || n != TRAIN + TEST) { free(s), free(p_true), free(p), free(y); return; }
+    for (int i = 0; i < TEST; i++) y[i] = s[TRAIN + i].label;
+    double ceiling = dlrm_auc(p_true + TRAIN, y, TEST);
+    dlrm_config cfg = {256, 4, 16, 0.01f};
+    pdde_graph *g;
+    pdde_session *ss = NULL;
+    pdde_sparse_batch *sb = NULL;
+    dlrm_model m = {0};
+    pdde_graph_init(ctx, &g);
+    pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
+    pp.table = table_params(cfg.dim, PDDE_PS_ADAGRAD);
+    pp.table.lr = 0.05f, pp.table.init_std = 0.01f;
+    pdde_ps_client *c = NULL;
+    static uint64_t ids[256 * DLRM_SPARSE];
+    pdde_status st = dlrm_build(g, &cfg, &m);
+    if (!st) st = pdde_session_init(g, NULL, &ss);
+    if (!st) st = pdde_sparse_batch_init(m.emb, &sb);
+    if (!st) st = pdde_ps_client_init(ctx, NULL, &pp, &c);
+    double t0 = test_now();
+    for (int epoch = 0; epoch < EPOCHS && !st; epoch++)
+        for (int i = 0; i + cfg.batch <= TRAIN && !st; i += cfg.batch) st = dlrm_train_step(ss, &m, sb, c, NULL, s + i, ids);
+    if (!st) st = dlrm_predict(ss, &m, sb, c, s + TRAIN, TEST, p, ids);
+    CHECK(st == PDDE_OK, "dlrm training: %s", pdde_last_error(ctx));
+    double auc = st ? NAN : dlrm_auc(p, y, TEST), ll = st ? NAN : dlrm_logloss(p, y, TEST), best_ll = dlrm_logloss(p_true + TRAIN, y, TEST);
+    printf("dlrm synthetic: AUC %.4f (ceiling %.4f), logloss %.4f (ceiling %.4f), %.1f s\n", auc, ceiling, ll, best_ll, test_now() - t0);
+    CHECK(auc >= ceiling - 0.01, "AUC %.4f within 0.01 of the ground truth's %.4f", auc, ceiling);
+    pdde_ps_client_free(c);
+    pdde_sparse_batch_free(sb);
+    pdde_session_free(ss);
+    pdde_graph_free(g);
+    pdde_sparse_embedding_free(m.emb);
+    free(s), free(p_true), free(p), free(y);
+}
+
+int main(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_context_init(&cp, &ctx);
+    snprintf(g_dir, sizeof g_dir, "/tmp/pdde_test_ps_%d", (int)getpid());
+    mkdir(g_dir, 0700);
+    test_table_rows(ctx);
+    test_table_optimizers(ctx);
+    test_table_admission_eviction(ctx);
+    test_table_save_load(ctx);
+    test_bytes_per_id(ctx);
+    test_sparse_pooling(ctx);
+    test_reader();
+
+    char synth[300];
+    snprintf(synth, sizeof synth, "%s/sync.tsv", g_dir);
+    long bad;
+    if (dlrm_synthesize(synth, SYNC_B * SYNC_WORKERS * SYNC_STEPS + 64, 30, 11, NULL) == 0) g_samples = dlrm_load(synth, &g_n_samples, &bad);
+    pdde_store_server *srv = NULL;
+    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK && g_samples) {
+        g_server = srv;
+        snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+        test_sync_equals_one_process(ctx);
+        test_async_staleness();
+        test_geo(ctx);
+        test_server_restart(ctx);
+        test_worker_killed_mid_push();
+    } else CHECK(0, "store server / sample data: %s", pdde_last_error(ctx));
+    pdde_store_server_free(srv);
+    test_auc(ctx);
+    free(g_samples);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_dir);
+    if (system(cmd)) {}
+    pdde_context_free(ctx);
+    return test_finish();
+}

@@ -1,0 +1,454 @@
+/* pdde-bench — calibrates the cost model on this machine and writes a cluster file.
+ *
+ *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S]
+ *   pdde-bench --check FILE [--rewrite]     checks a cluster file (errors name the field), prints a
+ *                                           summary; --rewrite saves it back in canonical form
+ *
+ * For every device (the CPU, and the OpenCL/CUDA/Level Zero devices the backends find) it runs pdde
+ * graphs through that device's backend and measures: the GEMM throughput over sizes and shapes (a
+ * table of (m, n, k) -> FLOP/s), and a time curve (seconds by bytes touched) for each op class:
+ * elementwise (add), row ops (layernorm), attention (causal softmax of [B, H, T, T] scores),
+ * embedding (lookup) and optimizer (AdamW update). The bytes of each point are what the cost model
+ * counts for the same node (pdde_cost_program_from_graph), so a curve reads back what it measured.
+ * Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
+ * 127.0.0.1 and measures allreduce (auto, ring, recursive), allgather, reduce-scatter and send/recv at
+ * a small and a large size: latency and bandwidth of each (pdde_collective_calib) and of the
+ * machine's shared-memory link.
+ *
+ * This is how a new accelerator teaches the cost model: fill the backend vtable, pass
+ * test_backend_ops, run pdde-bench, hand the cluster file to the planner. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "tools/bench/bench_common.h"
+
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double budget_s = 0.12;  /* per measured point */
+static double max_run_s = 0.25; /* a point whose one run would take longer is left out */
+static int quick;
+
+/* Compiles g on device, fills its inputs and parameters, runs mode once to warm up (kernel builds),
+ * then repeatedly until the budget is spent: the median seconds of a run, NaN on failure. */
+static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_mode mode) {
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    pdde_session *s = NULL;
+    if (pdde_graph_status(g) || pdde_session_init(g, &sp, &s)) {
+        fprintf(stderr, "pdde-bench: device %d: %s\n", device, pdde_last_error(ctx));
+        return NAN;
+    }
+    uint64_t seed = 88172645463325252ull;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op != PDDE_OP_NONE || !(t->flags & PDDE_TENSOR_INPUT)) continue;
+        size_t n = (size_t)pdde_tensor_numel(t);
+        void *h = malloc(pdde_tensor_nbytes(t));
+        for (size_t j = 0; h && j < n; j++) {
+            seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+            if (t->dtype == PDDE_I32) ((int32_t *)h)[j] = (int32_t)(seed % 8192); /* the rows of class_graph's table */
+            else ((float *)h)[j] = (float)((double)(seed >> 40) / 16777216.0 - 0.5);
+        }
+        if (h) pdde_session_write(s, t, h, pdde_tensor_nbytes(t));
+        free(h);
+    }
+    double v[64];
+    int n = 0;
+    if (pdde_session_run(s, mode) == PDDE_OK) {
+        for (double t_end = bench_now() + budget_s; n < 64 && (n < 3 || bench_now() < t_end);) {
+            double t0 = bench_now();
+            if (pdde_session_run(s, mode) != PDDE_OK) break;
+            v[n++] = bench_now() - t0;
+        }
+    }
+    if (n < 3) fprintf(stderr, "pdde-bench: device %d: run failed: %s\n", device, pdde_last_error(ctx));
+    pdde_session_free(s);
+    return n >= 3 ? bench_median(v, n) : NAN;
+}
+
+/* The bytes the cost model counts for the first node of class k in g. */
+static double class_bytes(const pdde_graph *g, pdde_op_class k) {
+    pdde_cost_program *p;
+    double bytes = 0;
+    if (pdde_cost_program_from_graph(g, 0, &p)) return 0;
+    for (int i = 0; i < pdde_cost_program_n_ops(p, 0); i++) {
+        const pdde_cost_op *op = pdde_cost_program_op(p, 0, i);
+        if (op->op_class == k) { bytes = op->bytes; break; }
+    }
+    pdde_cost_program_free(p);
+    return bytes;
+}
+
+static pdde_graph *new_graph(pdde_context *ctx) {
+    pdde_graph *g = NULL;
+    pdde_graph_init(ctx, &g);
+    return g;
+}
+
+static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
+    /* squares for the size curve, then training shapes: tall activations times square and 4x weights */
+    /* batch, m, n, k: batched ones are attention's q k^T and p v per head (the model folds batch into m) */
+    static const int64_t shapes[][4] = {{1, 64, 64, 64}, {1, 128, 128, 128}, {1, 256, 256, 256}, {1, 512, 512, 512},
+                                        {1, 1024, 1024, 1024}, {1, 2048, 2048, 2048}, {1, 512, 768, 768}, {1, 512, 3072, 768},
+                                        {1, 512, 768, 3072}, {1, 2048, 768, 768}, {1, 64, 4096, 1024}, {1, 4096, 64, 1024},
+                                        {1, 1024, 1024, 64}, {1, 16, 1024, 1024}, {1, 512, 384, 128}, {1, 512, 128, 512},
+                                        {32, 64, 64, 32}, {32, 64, 32, 64}, {32, 128, 128, 64}, {32, 128, 64, 128}};
+    int n = quick ? 7 : (int)(sizeof shapes / sizeof shapes[0]);
+    for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
+        int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
+        if (quick && m * nn * k > 512 * 512 * 512) continue;
+        double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
+        if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
+            printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
+            continue;
+        }
+        pdde_graph *g = new_graph(ctx);
+        pdde_tensor *a = bt > 1 ? pdde_input(g, "a", PDDE_F32, 3, (int64_t[]){bt, m / bt, k}) : pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
+        pdde_tensor *b = bt > 1 ? pdde_input(g, "b", PDDE_F32, 3, (int64_t[]){bt, k, nn}) : pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, nn});
+        pdde_mark_output(pdde_matmul(g, a, b, 0, 0));
+        double t = time_graph(ctx, g, device, PDDE_RUN_FORWARD);
+        pdde_graph_free(g);
+        if (!(t > 0)) continue;
+        double flops = 2.0 * (double)m * (double)nn * (double)k / t;
+        sp->gemm[sp->n_gemm++] = (pdde_gemm_point){PDDE_F32, m, nn, k, flops};
+        if (flops > sp->peak_flops) sp->peak_flops = flops;
+        printf("  gemm %5lld x %5lld x %5lld%s %8.2f GFLOP/s\n", (long long)m, (long long)nn, (long long)k, bt > 1 ? " (batched)" : "           ", flops / 1e9);
+    }
+}
+
+/* One graph per size for op class k; size s is the number of f32 elements of the main tensor. */
+static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s) {
+    pdde_graph *g = new_graph(ctx);
+    switch (k) {
+    case PDDE_OPCLASS_ELEMENTWISE: {
+        pdde_tensor *a = pdde_input(g, "a", PDDE_F32, 1, (int64_t[]){s});
+        pdde_tensor *b = pdde_input(g, "b", PDDE_F32, 1, (int64_t[]){s});
+        pdde_mark_output(pdde_add(g, a, b));
+        break;
+    }
+    case PDDE_OPCLASS_ROW: {
+        int64_t c = 768, rows = s / c > 0 ? s / c : 1;
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){rows, c});
+        pdde_tensor *w = pdde_param(g, "w", 1, (int64_t[]){c}, -1), *bb = pdde_param(g, "b", 1, (int64_t[]){c}, 0);
+        pdde_mark_output(pdde_layernorm(g, x, w, bb, 1e-5f));
+        break;
+    }
+    case PDDE_OPCLASS_ATTENTION: { /* scores [B, H, T, T] with T = 256 */
+        int64_t t = 256, bh = s / (t * t) > 0 ? s / (t * t) : 1;
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 3, (int64_t[]){bh, t, t});
+        pdde_mark_output(pdde_softmax(g, x, 1));
+        break;
+    }
+    case PDDE_OPCLASS_EMBEDDING: { /* rows of 768 from a 8192-row table */
+        int64_t c = 768, n = s / c > 0 ? s / c : 1;
+        pdde_tensor *w = pdde_param(g, "wte", 2, (int64_t[]){8192, c}, 0.02f);
+        pdde_tensor *ids = pdde_input(g, "ids", PDDE_I32, 1, (int64_t[]){n});
+        pdde_mark_output(pdde_embedding(g, w, ids));
+        break;
+    }
+    case PDDE_OPCLASS_OPTIMIZER: {
+        pdde_tensor *w = pdde_param(g, "w", 1, (int64_t[]){s}, 0.02f);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){s});
+        pdde_tensor *loss = pdde_mean(g, pdde_mul(g, w, x), -1, 0);
+        pdde_backward(g, loss);
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        pdde_optimizer_adamw(g, &op);
+        break;
+    }
+    default: break;
+    }
+    return g;
+}
+
+static void measure_curves(pdde_context *ctx, int device, pdde_device_spec *sp) {
+    static const int64_t sizes[] = {1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22};
+    int n_sizes = quick ? 3 : 5;
+    for (int k = PDDE_OPCLASS_ELEMENTWISE; k < PDDE_OPCLASS_COUNT; k++) {
+        printf("  %-11s", pdde_op_class_name((pdde_op_class)k));
+        for (int i = 0; i < n_sizes; i++) {
+            int64_t s = sizes[i] * (k == PDDE_OPCLASS_ATTENTION ? 4 : 1);
+            pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s);
+            double bytes = class_bytes(g, (pdde_op_class)k);
+            int c0 = sp->n_curve[k];
+            if (c0 && sp->curve[k][c0 - 1].seconds * bytes / sp->curve[k][c0 - 1].bytes > max_run_s) {
+                pdde_graph_free(g); /* beyond the last point the model extrapolates its bandwidth anyway */
+                break;
+            }
+            double t = time_graph(ctx, g, device, k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD);
+            pdde_graph_free(g);
+            int c = sp->n_curve[k];
+            /* a curve is increasing in bytes; noise may make a larger op faster: keep time monotone */
+            if (!(t > 0) || !(bytes > 0) || (c && bytes <= sp->curve[k][c - 1].bytes)) continue;
+            if (c && t < sp->curve[k][c - 1].seconds) t = sp->curve[k][c - 1].seconds;
+            sp->curve[k][c] = (pdde_curve_point){bytes, t};
+            sp->n_curve[k]++;
+            printf(" %.3g MB: %.3g ms (%.3g GB/s)", bytes / 1e6, t * 1e3, bytes / t / 1e9);
+            if (k == PDDE_OPCLASS_ELEMENTWISE && bytes / t > sp->mem_bandwidth) sp->mem_bandwidth = bytes / t;
+        }
+        printf("\n");
+    }
+}
+
+/* Host -> device copies of a small and a large tensor: the link's latency and bandwidth. */
+static void measure_link(pdde_context *ctx, int device, pdde_cluster_link *l) {
+    double t[2] = {NAN, NAN}, bytes[2] = {4096, 64 << 20};
+    for (int i = 0; i < 2; i++) {
+        pdde_graph *g = new_graph(ctx);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){(int64_t)bytes[i] / 4});
+        pdde_mark_output(pdde_scale(g, x, 1.0f));
+        pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+        sp.device = device;
+        pdde_session *s = NULL;
+        void *h = calloc(1, (size_t)bytes[i]);
+        if (h && !pdde_session_init(g, &sp, &s)) {
+            double v[32];
+            int n = 0;
+            pdde_session_write(s, x, h, (size_t)bytes[i]);
+            pdde_session_read(s, x, h, 4); /* a read synchronises what was written */
+            for (double end = bench_now() + budget_s; n < 32 && (n < 3 || bench_now() < end);) {
+                double t0 = bench_now();
+                if (pdde_session_write(s, x, h, (size_t)bytes[i]) || pdde_session_read(s, x, h, 4)) break;
+                v[n++] = bench_now() - t0;
+            }
+            if (n >= 3) t[i] = bench_median(v, n);
+        }
+        free(h);
+        pdde_session_free(s);
+        pdde_graph_free(g);
+    }
+    if (t[1] > t[0] && t[0] > 0) {
+        l->bandwidth = (bytes[1] - bytes[0]) / (t[1] - t[0]);
+        l->latency = t[0] - bytes[0] / l->bandwidth > 0 ? t[0] - bytes[0] / l->bandwidth : 0;
+        printf("  host -> device: latency %.3g us, %.3g GB/s\n", l->latency * 1e6, l->bandwidth / 1e9);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Collectives on 2 ranks (forked, CPU-only contexts: device runtimes do not survive fork) */
+
+#ifdef PDDE_HAVE_UCX
+enum { N_COLL_CASES = 6 };
+static const struct { pdde_collective op; pdde_comm_algo algo; } coll_cases[N_COLL_CASES] = {
+    {PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO}, {PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING}, {PDDE_COLL_ALLREDUCE, PDDE_ALGO_RECURSIVE},
+    {PDDE_COLL_ALLGATHER, PDDE_ALGO_AUTO}, {PDDE_COLL_REDUCE_SCATTER, PDDE_ALGO_AUTO}, {PDDE_COLL_SENDRECV, PDDE_ALGO_AUTO}};
+static const size_t coll_bytes[2] = {8 << 10, 8 << 20};
+
+static pdde_status coll_once(pdde_comm *c, int which, size_t bytes, float *a, float *b) {
+    size_t n = bytes / 4;
+    int rank = pdde_comm_rank(c);
+    switch (coll_cases[which].op) {
+    case PDDE_COLL_ALLREDUCE: return pdde_comm_allreduce(c, a, a, n, PDDE_F32, PDDE_REDUCE_SUM);
+    case PDDE_COLL_ALLGATHER: return pdde_comm_allgather(c, a, b, n / 2, PDDE_F32);
+    case PDDE_COLL_REDUCE_SCATTER: return pdde_comm_reduce_scatter(c, a, b, n / 2, PDDE_F32, PDDE_REDUCE_SUM);
+    default: { /* a ping-pong: two one-way messages */
+        pdde_status st = rank == 0 ? pdde_comm_send(c, a, n, PDDE_F32, 1, 1) : pdde_comm_recv(c, a, n, PDDE_F32, 0, 1);
+        if (!st) st = rank == 0 ? pdde_comm_recv(c, a, n, PDDE_F32, 1, 2) : pdde_comm_send(c, a, n, PDDE_F32, 0, 2);
+        return st;
+    }
+    }
+}
+
+/* In rank r: times every case at both sizes; rank 0 writes the medians (seconds) to fd. */
+static int comm_rank(const char *addr, int r, int fd) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx)) return 1;
+    pdde_store *store = NULL;
+    pdde_comm *c = NULL;
+    pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
+    p.rank = r, p.world_size = 2, p.prefix = "pdde-bench", p.timeout_s = 60;
+    if (pdde_store_connect(ctx, addr, 20, &store) || (p.store = store, pdde_comm_init(ctx, &p, &c))) {
+        fprintf(stderr, "pdde-bench: rank %d: %s\n", r, pdde_last_error(ctx));
+        pdde_store_free(store), pdde_context_free(ctx);
+        return 1;
+    }
+    double out[N_COLL_CASES][2];
+    float *a = calloc(coll_bytes[1], 1), *b = calloc(coll_bytes[1], 1);
+    int bad = !a || !b;
+    for (int k = 0; k < N_COLL_CASES && !bad; k++) {
+        pdde_comm_set_algo(c, coll_cases[k].algo);
+        for (int s = 0; s < 2 && !bad; s++) {
+            double v[200];
+            int n = 0, reps = s ? (quick ? 5 : 15) : (quick ? 30 : 100);
+            bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK; /* warm-up */
+            for (int i = 0; i < reps && !bad; i++) {
+                bad |= pdde_comm_barrier(c) != PDDE_OK;
+                double t0 = bench_now();
+                bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK;
+                v[n++] = bench_now() - t0;
+            }
+            /* the ping-pong carried the message twice */
+            out[k][s] = n ? bench_median(v, n) / (coll_cases[k].op == PDDE_COLL_SENDRECV ? 2 : 1) : NAN;
+        }
+    }
+    if (bad) fprintf(stderr, "pdde-bench: rank %d: collective failed: %s\n", r, pdde_last_error(ctx));
+    if (r == 0 && !bad && write(fd, out, sizeof out) != (ssize_t)sizeof out) bad = 1;
+    free(a), free(b);
+    pdde_comm_free(c);
+    pdde_store_free(store);
+    pdde_context_free(ctx);
+    return bad;
+}
+
+/* Fills the machine's intra link and the calibrations; 0 on success. */
+static int measure_comm(pdde_cluster *cl) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context *ctx;
+    pdde_store_server *srv = NULL;
+    if (pdde_context_init(&cp, &ctx) || pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) return -1;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    int fds[2];
+    if (pipe(fds)) return -1;
+    fflush(NULL);
+    pid_t pids[2];
+    for (int r = 0; r < 2; r++)
+        if ((pids[r] = fork()) == 0) {
+            close(fds[0]);
+            _exit(comm_rank(addr, r, fds[1]));
+        }
+    close(fds[1]);
+    double res[N_COLL_CASES][2];
+    ssize_t got = read(fds[0], res, sizeof res);
+    close(fds[0]);
+    int bad = got != (ssize_t)sizeof res;
+    for (int r = 0; r < 2; r++) {
+        int status = 0;
+        double until = bench_now() + 120;
+        pid_t w;
+        while ((w = waitpid(pids[r], &status, WNOHANG)) == 0 && bench_now() < until) usleep(10000);
+        if (w == 0) kill(pids[r], SIGKILL), waitpid(pids[r], &status, 0), bad = 1;
+        bad |= !WIFEXITED(status) || WEXITSTATUS(status);
+    }
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    if (bad) return -1;
+    printf("collectives on 2 ranks (small %zu B, large %zu B):\n", coll_bytes[0], coll_bytes[1]);
+    for (int k = 0; k < N_COLL_CASES; k++) {
+        pdde_collective_calib c = {coll_cases[k].op, coll_cases[k].algo, 2, 1, 0, 0};
+        double dt = res[k][1] - res[k][0], db = (double)(coll_bytes[1] - coll_bytes[0]);
+        if (!(dt > 0)) continue;
+        c.bandwidth = db / dt;
+        c.latency = res[k][0] - (double)coll_bytes[0] / c.bandwidth;
+        if (c.latency < 0) c.latency = 0;
+        pdde_cluster_add_calib(cl, &c);
+        static const char *algos[] = {"auto", "ring", "recursive", "two_level"};
+        printf("  %-14s %-9s latency %8.2f us  %7.3f GB/s\n", pdde_collective_name(c.op), algos[c.algo], c.latency * 1e6, c.bandwidth / 1e9);
+        if (c.op == PDDE_COLL_SENDRECV) {
+            cl->machines[0].intra.bandwidth = c.bandwidth;
+            cl->machines[0].intra.latency = c.latency;
+        }
+    }
+    return 0;
+}
+#endif
+
+/* Loads a cluster file, says what is in it (or which field is wrong), optionally rewrites it. */
+static int check_file(const char *path, int rewrite) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context *ctx;
+    pdde_cluster *c = NULL;
+    if (pdde_context_init(&cp, &ctx)) return 1;
+    pdde_status st = pdde_cluster_load(ctx, path, &c);
+    if (!st) {
+        printf("%s: \"%s\": %d machines, %d devices\n", path, c->name, c->n_machines, pdde_cluster_n_devices(c));
+        for (int s = 0; s < c->n_specs; s++) {
+            int n = 0;
+            double mem = 0;
+            for (int m = 0; m < c->n_machines; m++)
+                for (int d = 0; d < c->machines[m].n_devices; d++)
+                    if (c->machines[m].devices[d].spec == s) n++, mem += (double)c->machines[m].devices[d].memory;
+            printf("  %3d x %-24s %-6s %8.1f TFLOP/s f32 peak, %7.1f GB/s, %.1f GiB total, %d GEMM points\n", n,
+                   c->specs[s].name, c->specs[s].backend, c->specs[s].peak_flops / 1e12, c->specs[s].mem_bandwidth / 1e9,
+                   mem / (1 << 30), c->specs[s].n_gemm);
+        }
+        if (rewrite) st = pdde_cluster_save(ctx, c, path);
+    }
+    if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
+    pdde_cluster_free(c);
+    pdde_context_free(ctx);
+    return st ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+    const char *out = "cluster.json", *devices = NULL, *check = NULL;
+    int no_comm = 0, rewrite = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1, budget_s = 0.04;
+        else if (!strcmp(argv[i], "--no-comm")) no_comm = 1;
+        else if (!strcmp(argv[i], "--devices") && i + 1 < argc) devices = argv[++i];
+        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
+        else if (!strcmp(argv[i], "--rewrite")) rewrite = 1;
+        else {
+            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point]\n"
+                            "       %s --check cluster.json [--rewrite]\n", argv[0], argv[0]);
+            return 2;
+        }
+    }
+    if (check) return check_file(check, rewrite);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress as it comes */
+    double t0 = bench_now();
+    pdde_cluster *cl = NULL;
+    int comm_ok = -1;
+#ifdef PDDE_HAVE_UCX
+    /* first, before any device runtime starts threads in this process: the ranks are forked */
+    pdde_cluster *tmp;
+    if (!no_comm && !pdde_cluster_init("", &tmp)) {
+        pdde_cluster_machine m = {0};
+        pdde_cluster_add_machine(tmp, &m);
+        comm_ok = measure_comm(tmp);
+        if (comm_ok) fprintf(stderr, "pdde-bench: the collective measurements failed; the links stay uncalibrated\n");
+        cl = tmp;
+    }
+#else
+    (void)no_comm;
+#endif
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = devices;
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx)) {
+        fprintf(stderr, "pdde-bench: no context\n");
+        return 1;
+    }
+    pdde_cluster *c;
+    if (pdde_cluster_detect(ctx, &c)) {
+        fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
+        return 1;
+    }
+    snprintf(c->name, sizeof c->name, "%.48s (pdde-bench)", c->machines[0].name);
+    if (cl && comm_ok == 0) {
+        c->machines[0].intra = cl->machines[0].intra;
+        for (int i = 0; i < cl->n_calibs; i++) pdde_cluster_add_calib(c, &cl->calibs[i]);
+    }
+    pdde_cluster_free(cl);
+    printf("machine %s: %d cores, %d NUMA nodes, %.1f GB memory\n", c->machines[0].name, c->machines[0].cores,
+           c->machines[0].numa_nodes, (double)c->machines[0].host_memory / 1e9);
+    for (int d = 0; d < c->machines[0].n_devices; d++) {
+        pdde_cluster_device *dev = &c->machines[0].devices[d];
+        pdde_device_spec *sp = &c->specs[dev->spec];
+        if (sp->n_gemm) continue; /* a second device of a measured model */
+        printf("device %d (%s, %s):\n", dev->id, sp->name, sp->backend);
+        sp->peak_flops = 0, sp->mem_bandwidth = 0; /* measured from here on */
+        measure_gemm(ctx, dev->id, sp);
+        measure_curves(ctx, dev->id, sp);
+        for (int i = 0; i < c->n_links; i++)
+            if (c->links[i].b == dev->id && c->links[i].a != dev->id) measure_link(ctx, dev->id, &c->links[i]);
+    }
+    pdde_status st = pdde_cluster_save(ctx, c, out);
+    if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
+    else printf("wrote %s in %.1f s\n", out, bench_now() - t0);
+    pdde_cluster_free(c);
+    pdde_context_free(ctx);
+    return st ? 1 : 0;
+}
