@@ -123,7 +123,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -180,10 +180,12 @@ test:
 
 # TEST_FIRST="test_x ..." runs those first (the mutation suite: the tests likeliest to fail)
 FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
-test-installed: all $(TESTS) check-parts
+# The last test is a 10 s smoke run of the graph fuzzer's seeded driver (test-fuzz is the long one).
+test-installed: all $(TESTS) check-parts $(BUILD)/fuzz_graph
 	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
 	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
-	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS)
+	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS) \
+	  $(BUILD)/fuzz_graph
 
 # Planted bugs (tests/mutants/*.mut), each applied to a scratch copy: `make test` must fail for each.
 # Not part of `make test` (it builds and tests once per mutant). MUTANTS="name ..." picks some.
@@ -194,6 +196,27 @@ test-mutants:
 test-asan:
 	$(MAKE) BUILD=build/asan OPT="-O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
 	  LDLIBS_EXTRA=-fsanitize=address,undefined test-installed
+
+# The graph-building fuzzer (tests/fuzz_graph.c) for FUZZ_SECONDS (600) under AddressSanitizer and
+# UBSan, on the portable library (pdde's own kernels, all instrumented): clang's libFuzzer where
+# $(FUZZ_CC) has it (corpus and crashing inputs in build/fuzz), else the seeded random driver.
+FUZZ_SECONDS ?= 600
+FUZZ_CC ?= $(or $(shell command -v clang-14 2>/dev/null),$(shell command -v clang 2>/dev/null),$(CC))
+FUZZ_FLAGS := -std=c11 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined -pthread -I.
+test-fuzz:
+	@mkdir -p build/fuzz/corpus
+	@if echo 'int LLVMFuzzerTestOneInput(const char *d, long n) { (void)d; (void)n; return 0; }' | \
+	    $(FUZZ_CC) -fsanitize=fuzzer -x c - -o /dev/null 2>/dev/null; then \
+	  set -ex; \
+	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer-no-link -c pdde.c -o build/fuzz/pdde.o; \
+	  $(FUZZ_CC) $(FUZZ_FLAGS) -fsanitize=fuzzer -DFUZZ_LIBFUZZER tests/fuzz_graph.c build/fuzz/pdde.o -o build/fuzz/fuzz_graph -lm -ldl; \
+	  build/fuzz/fuzz_graph -max_total_time=$(FUZZ_SECONDS) -max_len=512 -rss_limit_mb=2048 -timeout=60 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/ build/fuzz/corpus; \
+	else \
+	  set -ex; \
+	  $(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz_graph.c pdde.c -o build/fuzz/fuzz_graph -lm -ldl; \
+	  build/fuzz/fuzz_graph $(FUZZ_SECONDS) $$(date +%s); \
+	fi
 
 demo:
 	@bash tools/demo.sh

@@ -50,6 +50,7 @@ const char *pdde_status_str(int status) {
     case PDDE_ERR_AUTH: return "authentication failed";
     case PDDE_ERR_NO_PLAN: return "no plan fits";
     case PDDE_ERR_DIST_ATTR: return "bad distributed attribute";
+    case PDDE_ERR_NONFINITE: return "non-finite value";
     default: return "unknown status";
     }
 }
@@ -146,6 +147,8 @@ float pdde_f16_to_f32(uint16_t h) {
 /* ================================================================================================
  * Context lifetime */
 
+#define PDDE_THREADS_PER_CORE 4
+
 pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **out) {
     if (!out) return PDDE_ERR_INVALID_ARG;
     *out = NULL;
@@ -154,9 +157,17 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     pdde_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return PDDE_ERR_OOM;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
     const char *share = getenv("PDDE_NUM_THREADS"); /* a launcher's share of the cores for this rank */
     if (p.n_threads <= 0 && share && atoi(share) > 0) p.n_threads = atoi(share);
-    ctx->n_threads = p.n_threads > 0 ? p.n_threads : (cores > 0 ? (int)cores : 1);
+    ctx->n_threads = p.n_threads > 0 ? p.n_threads : (int)cores;
+    /* more threads than this only contend for the cores, and thousands exhaust the process's thread
+     * limit (device runtimes started later then fail to start their own) */
+    if (ctx->n_threads > PDDE_THREADS_PER_CORE * cores) {
+        fprintf(stderr, "pdde: %d threads asked for; using %ld (%d per online core, %ld cores)\n", ctx->n_threads,
+                PDDE_THREADS_PER_CORE * cores, PDDE_THREADS_PER_CORE, cores);
+        ctx->n_threads = (int)(PDDE_THREADS_PER_CORE * cores);
+    }
     ctx->seed = p.seed ? p.seed : 1234;
     ctx->log_level = p.log_level;
     if (!p.backends) p.backends = getenv("PDDE_BACKENDS");
@@ -202,6 +213,8 @@ pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why
     return f->status;
 }
 
+#define PDDE_MAX_LAYER_ID (1 << 20) /* layer ids index per-layer tables */
+
 /* ================================================================================================
  * Graph building. Nodes are created in topological order (a node's inputs exist before it), so the
  * id order is a valid schedule. Errors are sticky: the first one is kept and later calls return NULL. */
@@ -226,15 +239,21 @@ void pdde_graph_free(pdde_graph *g) {
 }
 
 pdde_status pdde_graph_status(const pdde_graph *g) { return g ? g->status : PDDE_ERR_INVALID_ARG; }
-pdde_context *pdde_graph_context(const pdde_graph *g) { return g->ctx; }
-int pdde_graph_n_tensors(const pdde_graph *g) { return g->n; }
-pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id) { return id >= 0 && id < g->n ? g->nodes[id] : NULL; }
-void pdde_graph_set_layer(pdde_graph *g, int layer) { g->layer = layer; }
+pdde_context *pdde_graph_context(const pdde_graph *g) { return g ? g->ctx : NULL; }
+int pdde_graph_n_tensors(const pdde_graph *g) { return g ? g->n : 0; }
+pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id) { return g && id >= 0 && id < g->n ? g->nodes[id] : NULL; }
+
+void pdde_graph_set_layer(pdde_graph *g, int layer) {
+    if (!g) return;
+    if (layer < -1 || layer > PDDE_MAX_LAYER_ID) graph_fail(g, PDDE_ERR_INVALID_ARG, "set_layer: layer %d is not in -1..%d", layer, PDDE_MAX_LAYER_ID);
+    else g->layer = layer;
+}
 
 pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on) {
     if (!g) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;
-    if (layer < 0) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "set_recompute: layer %d must be >= 0", layer);
+    if (layer < 0 || layer > PDDE_MAX_LAYER_ID)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "set_recompute: layer %d must be in 0..%d", layer, PDDE_MAX_LAYER_ID);
     /* pdde_backward decides which activations the backward pass reads: too late after it */
     if (g->has_backward)
         return pdde_error(g->ctx, PDDE_ERR_STATE, "set_recompute: layer %d: call before pdde_backward", layer);
@@ -251,7 +270,7 @@ pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on) {
 }
 
 pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name) {
-    for (int i = 0; i < g->n; i++)
+    for (int i = 0; g && name && i < g->n; i++)
         if (strcmp(g->nodes[i]->name, name) == 0) return g->nodes[i];
     return NULL;
 }
@@ -297,16 +316,37 @@ PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n) {
 /* The name a node gets unless it is given one: its op and id. */
 static void default_name(const pdde_tensor *t, char name[64]) { snprintf(name, 64, "%s.%d", pdde_op_name(t->op), t->id); }
 
+/* The element count of a shape: -1 and *numel when no dim is negative and the product of the
+ * nonzero dims is at most 2^60 (bytes of up to 8-byte elements fit in an int64); else the first
+ * negative dim, or -2. */
+static int shape_numel(int ndim, const int64_t *shape, int64_t *numel) {
+    int64_t n = 1;
+    bool empty = false;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return i;
+        if (shape[i] == 0) { empty = true; continue; }
+        if (shape[i] > ((int64_t)1 << 60) / n) return -2;
+        n *= shape[i];
+    }
+    *numel = empty ? 0 : n;
+    return -1;
+}
+
 /* Creates a node. Any NULL source means an earlier error: propagate it. */
 static pdde_tensor *new_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int ndim, const int64_t *shape, int nsrc,
                              pdde_tensor *const *src) {
-    if (g->status != PDDE_OK) return NULL;
+    if (!g || g->status != PDDE_OK) return NULL;
     for (int i = 0; i < nsrc; i++)
         if (!src[i]) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: input %d is NULL", pdde_op_name(op), i);
     if (ndim < 0 || ndim > PDDE_MAX_DIMS)
         return graph_fail(g, PDDE_ERR_SHAPE, "%s: %d dims (at most %d)", pdde_op_name(op), ndim, PDDE_MAX_DIMS);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0) return graph_fail(g, PDDE_ERR_SHAPE, "%s: negative dim %d", pdde_op_name(op), i);
+    if (ndim > 0 && !shape) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: shape is NULL", pdde_op_name(op));
+    /* zero-sized dims are legal (empty tensors); sizes are bounded so that no byte count, stride or
+     * offset computed from them overflows */
+    int64_t numel;
+    int bad = shape_numel(ndim, shape, &numel);
+    if (bad >= 0) return graph_fail(g, PDDE_ERR_SHAPE, "%s: negative dim %d (%lld)", pdde_op_name(op), bad, (long long)shape[bad]);
+    if (bad == -2) return graph_fail(g, PDDE_ERR_SHAPE, "%s: more than 2^60 elements (dims of an empty tensor count too)", pdde_op_name(op));
     if (g->n == g->cap) {
         int cap = g->cap ? 2 * g->cap : 256;
         pdde_tensor **nodes = realloc(g->nodes, (size_t)cap * sizeof *nodes);
@@ -341,7 +381,7 @@ void pdde_mark_output(pdde_tensor *t) { if (t) t->flags |= PDDE_TENSOR_OUTPUT; }
 
 static pdde_tensor *new_leaf(pdde_graph *g, const char *name, pdde_dtype dt, int ndim, const int64_t *shape,
                              uint32_t flags) {
-    if (g->status != PDDE_OK) return NULL;
+    if (!g || g->status != PDDE_OK) return NULL;
     if ((unsigned)dt >= PDDE_DTYPE_COUNT) return graph_fail(g, PDDE_ERR_DTYPE, "%s: unknown dtype %d", name ? name : "leaf", dt);
     if (ndim > 0 && !shape) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: shape is NULL", name ? name : "leaf");
     pdde_tensor *t = new_node(g, PDDE_OP_NONE, dt, ndim, shape, 0, NULL);
@@ -356,6 +396,7 @@ pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype dt, int ndim
 }
 
 pdde_tensor *pdde_param(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float init_std) {
+    if (g && !isfinite(init_std)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: init_std %g is not finite", name ? name : "param", init_std);
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, ndim, shape, PDDE_TENSOR_PARAM);
     if (t) t->fparams[0] = init_std;
     return t;
@@ -371,6 +412,18 @@ static pdde_tensor *new_state(pdde_graph *g, const char *name, const pdde_tensor
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, like->ndim, like->shape, PDDE_TENSOR_STATE | extra);
     if (t) t->layer = like->layer, t->device = like->device;
     return t;
+}
+
+/* Computation is in f32: the kernels read these inputs as floats (a 2- or 8-byte dtype would be read
+ * past its end). Data movement (permute, concat, slice) also takes i32. false after a graph error. */
+static bool dtypes_ok(pdde_graph *g, pdde_op op, int n, pdde_tensor *const *xs, bool any_4_bytes) {
+    for (int i = 0; i < n; i++)
+        if (xs[i] && xs[i]->dtype != PDDE_F32 && !(any_4_bytes && xs[i]->dtype == PDDE_I32)) {
+            graph_fail(g, PDDE_ERR_DTYPE, "%s: %s is %s, expected f32%s", pdde_op_name(op), xs[i]->name, pdde_dtype_name(xs[i]->dtype),
+                       any_4_bytes ? " or i32" : "");
+            return false;
+        }
+    return true;
 }
 
 static pdde_tensor *unary(pdde_graph *g, pdde_op op, pdde_tensor *x) {
@@ -409,6 +462,7 @@ pdde_tensor *pdde_relu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_
 pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_SILU, x); }
 
 pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s) {
+    if (!isfinite(s)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "scale: factor %g of %s is not finite", s, a ? a->name : "NULL");
     pdde_tensor *t = unary(g, PDDE_OP_SCALE, a);
     if (t) t->fparams[0] = s;
     return t;
@@ -446,6 +500,8 @@ static pdde_tensor *norm_node(pdde_graph *g, pdde_op op, pdde_tensor *x, pdde_te
     pdde_tensor *src[3] = {x, gamma, beta};
     int nsrc = op == PDDE_OP_LAYERNORM ? 3 : 2;
     if (!x || !gamma || (nsrc == 3 && !beta)) return new_node(g, op, PDDE_F32, 0, NULL, nsrc, src);
+    if (!dtypes_ok(g, op, nsrc, src, false)) return NULL;
+    if (!(eps >= 0) || !isfinite(eps)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: eps %g of %s must be finite and >= 0", pdde_op_name(op), eps, x->name);
     int64_t C = x->ndim ? x->shape[x->ndim - 1] : 0;
     for (int i = 1; i < nsrc; i++)
         if (src[i]->ndim != 1 || src[i]->shape[0] != C)
@@ -473,8 +529,8 @@ pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal) {
 
 pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
     if (!q || !k || !v) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention: NULL input");
-    if (q->ndim != 4 || !same_shape(q, k) || !same_shape(q, v))
-        return graph_fail(g, PDDE_ERR_SHAPE, "attention: q, k, v (%s, %s, %s) must all be [B, H, T, D]", q->name, k->name, v->name);
+    if (q->ndim != 4 || !same_shape(q, k) || !same_shape(q, v) || q->shape[3] < 1)
+        return graph_fail(g, PDDE_ERR_SHAPE, "attention: q, k, v (%s, %s, %s) must all be [B, H, T, D] with D >= 1", q->name, k->name, v->name);
     pdde_tensor *att = pdde_matmul(g, q, k, 0, 1);
     att = pdde_scale(g, att, 1.0f / sqrtf((float)q->shape[3]));
     att = pdde_softmax(g, att, 1);
@@ -484,6 +540,7 @@ pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_
 pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets) {
     pdde_tensor *src[2] = {logits, targets};
     if (!logits || !targets) return new_node(g, PDDE_OP_CROSS_ENTROPY, PDDE_F32, 0, NULL, 2, src);
+    if (!dtypes_ok(g, PDDE_OP_CROSS_ENTROPY, 1, src, false)) return NULL;
     if (logits->ndim != 2 || targets->ndim != 1 || targets->shape[0] != logits->shape[0] || targets->dtype != PDDE_I32)
         return graph_fail(g, PDDE_ERR_SHAPE, "cross_entropy: logits %s must be [N, V] f32 and targets %s [N] i32",
                           logits->name, targets->name);
@@ -496,6 +553,7 @@ pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor 
 pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids) {
     pdde_tensor *src[2] = {table, ids};
     if (!table || !ids) return new_node(g, PDDE_OP_EMBEDDING, PDDE_F32, 0, NULL, 2, src);
+    if (!dtypes_ok(g, PDDE_OP_EMBEDDING, 1, src, false)) return NULL;
     if (table->ndim != 2 || ids->dtype != PDDE_I32 || ids->ndim + 1 > PDDE_MAX_DIMS)
         return graph_fail(g, PDDE_ERR_SHAPE, "embedding: table %s must be [V, C] and ids %s i32", table->name, ids->name);
     int64_t shape[PDDE_MAX_DIMS];
@@ -506,8 +564,10 @@ pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids)
 
 pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t *shape) {
     if (!x) return new_node(g, PDDE_OP_RESHAPE, PDDE_F32, 0, NULL, 1, &x);
-    int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= shape[i];
+    int64_t n = 0;
+    if (ndim < 0 || ndim > PDDE_MAX_DIMS || (ndim > 0 && !shape))
+        return graph_fail(g, PDDE_ERR_SHAPE, "reshape: %s: %d dims (at most %d) or a NULL shape", x->name, ndim, PDDE_MAX_DIMS);
+    if (shape_numel(ndim, shape, &n) != -1) return new_node(g, PDDE_OP_RESHAPE, x->dtype, ndim, shape, 1, &x); /* (its message) */
     if (n != pdde_tensor_numel(x)) {
         char sx[96];
         shape_str(x, sx, sizeof sx);
@@ -521,6 +581,8 @@ pdde_tensor *pdde_reshape(pdde_graph *g, pdde_tensor *x, int ndim, const int64_t
 
 pdde_tensor *pdde_permute(pdde_graph *g, pdde_tensor *x, const int *perm) {
     if (!x) return new_node(g, PDDE_OP_PERMUTE, PDDE_F32, 0, NULL, 1, &x);
+    if (!perm) return graph_fail(g, PDDE_ERR_INVALID_ARG, "permute: %s: perm is NULL", x->name);
+    if (!dtypes_ok(g, PDDE_OP_PERMUTE, 1, &x, true)) return NULL;
     int64_t shape[PDDE_MAX_DIMS];
     int seen = 0;
     for (int i = 0; i < x->ndim; i++) {
@@ -547,10 +609,11 @@ pdde_tensor *pdde_transpose(pdde_graph *g, pdde_tensor *x, int d0, int d1) {
 }
 
 pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis) {
-    if (n < 1 || n > PDDE_MAX_SRC) return graph_fail(g, PDDE_ERR_INVALID_ARG, "concat: %d inputs (1..%d)", n, PDDE_MAX_SRC);
+    if (n < 1 || n > PDDE_MAX_SRC || !xs) return graph_fail(g, PDDE_ERR_INVALID_ARG, "concat: %d inputs (1..%d)", n, PDDE_MAX_SRC);
     for (int i = 0; i < n; i++)
         if (!xs[i]) return new_node(g, PDDE_OP_CONCAT, PDDE_F32, 0, NULL, n, xs);
     const pdde_tensor *x0 = xs[0];
+    if (!dtypes_ok(g, PDDE_OP_CONCAT, 1, xs, true)) return NULL;
     if (axis < 0) axis += x0->ndim;
     if (axis < 0 || axis >= x0->ndim) return graph_fail(g, PDDE_ERR_INVALID_ARG, "concat: bad axis for %s", x0->name);
     int64_t shape[PDDE_MAX_DIMS];
@@ -569,20 +632,22 @@ pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis)
 
 pdde_tensor *pdde_slice(pdde_graph *g, pdde_tensor *x, int axis, int64_t start, int64_t len) {
     if (!x) return new_node(g, PDDE_OP_SLICE, PDDE_F32, 0, NULL, 1, &x);
+    if (!dtypes_ok(g, PDDE_OP_SLICE, 1, &x, true)) return NULL;
     if (axis < 0) axis += x->ndim;
-    if (axis < 0 || axis >= x->ndim || start < 0 || len < 0 || start + len > x->shape[axis])
-        return graph_fail(g, PDDE_ERR_SHAPE, "slice: [%lld, %lld) along axis %d is outside %s", (long long)start,
-                          (long long)(start + len), axis, x->name);
+    if (axis < 0 || axis >= x->ndim || start < 0 || len < 0 || start > x->shape[axis] || len > x->shape[axis] - start)
+        return graph_fail(g, PDDE_ERR_SHAPE, "slice: %lld elements from %lld along axis %d are not inside %s", (long long)len,
+                          (long long)start, axis, x->name);
     int64_t shape[PDDE_MAX_DIMS];
     memcpy(shape, x->shape, sizeof shape);
     shape[axis] = len;
     pdde_tensor *t = new_node(g, PDDE_OP_SLICE, x->dtype, x->ndim, shape, 1, &x);
+    if (t && start > INT32_MAX) return graph_fail(g, PDDE_ERR_UNSUPPORTED, "slice: start %lld of %s is beyond 2^31 - 1", (long long)start, x->name);
     if (t) t->iparams[0] = axis, t->iparams[1] = (int32_t)start;
     return t;
 }
 
 pdde_tensor *pdde_split(pdde_graph *g, pdde_tensor *x, int axis, int n, pdde_tensor **out) {
-    if (!x || n < 1) return graph_fail(g, PDDE_ERR_INVALID_ARG, "split: NULL input or n < 1");
+    if (!x || n < 1 || !out) return graph_fail(g, PDDE_ERR_INVALID_ARG, "split: NULL input or output, or n < 1");
     int ax = axis < 0 ? axis + x->ndim : axis;
     if (ax < 0 || ax >= x->ndim || x->shape[ax] % n)
         return graph_fail(g, PDDE_ERR_SHAPE, "split: axis %d of %s is not divisible into %d parts", axis, x->name, n);
@@ -593,6 +658,7 @@ pdde_tensor *pdde_split(pdde_graph *g, pdde_tensor *x, int axis, int n, pdde_ten
 
 static pdde_tensor *reduce(pdde_graph *g, pdde_op op, pdde_tensor *x, int axis, int keepdim) {
     if (!x) return new_node(g, op, PDDE_F32, 0, NULL, 1, &x);
+    if (!dtypes_ok(g, op, 1, &x, false)) return NULL;
     int64_t shape[PDDE_MAX_DIMS];
     int nd = 0;
     if (axis == -1 && !keepdim) shape[nd++] = 1; /* a full reduction is a [1] scalar */
@@ -613,7 +679,7 @@ pdde_tensor *pdde_sum(pdde_graph *g, pdde_tensor *x, int axis, int keepdim) { re
 pdde_tensor *pdde_mean(pdde_graph *g, pdde_tensor *x, int axis, int keepdim) { return reduce(g, PDDE_OP_MEAN, x, axis, keepdim); }
 
 pdde_tensor *pdde_dropout(pdde_graph *g, pdde_tensor *x, float p, uint64_t seed) {
-    if (p < 0 || p >= 1) return graph_fail(g, PDDE_ERR_INVALID_ARG, "dropout: p = %g must be in [0, 1)", p);
+    if (!(p >= 0 && p < 1)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "dropout: p = %g must be in [0, 1)", p);
     pdde_tensor *t = unary(g, PDDE_OP_DROPOUT, x);
     if (t) t->fparams[0] = p, t->iparams[0] = (int32_t)(uint32_t)seed, t->iparams[1] = (int32_t)(uint32_t)(seed >> 32);
     return t;
@@ -645,7 +711,8 @@ static pdde_tensor *grad_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, i
 }
 
 static pdde_tensor *flatten_rows(pdde_graph *g, pdde_tensor *x) {
-    int64_t shape[2] = {pdde_tensor_numel(x) / x->shape[x->ndim - 1], x->shape[x->ndim - 1]};
+    int64_t shape[2] = {1, x->shape[x->ndim - 1]};
+    for (int d = 0; d < x->ndim - 1; d++) shape[0] *= x->shape[d]; /* (not numel / last: the last may be 0) */
     return x->ndim == 2 ? x : pdde_reshape(g, x, 2, shape);
 }
 
@@ -749,7 +816,9 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         break;
     }
     case PDDE_OP_SUM: dsrc[0] = expand_back(g, y, dy, 1.0f); break;
-    case PDDE_OP_MEAN: dsrc[0] = expand_back(g, y, dy, (float)pdde_tensor_numel(y) / (float)pdde_tensor_numel(x)); break;
+    case PDDE_OP_MEAN: /* (an empty x has an empty gradient: no factor to compute) */
+        dsrc[0] = expand_back(g, y, dy, pdde_tensor_numel(x) ? (float)pdde_tensor_numel(y) / (float)pdde_tensor_numel(x) : 0.0f);
+        break;
     case PDDE_OP_DROPOUT: {
         dsrc[0] = node_with(g, PDDE_OP_DROPOUT_BACK, x, 1, &dy);
         if (dsrc[0]) memcpy(dsrc[0]->iparams, y->iparams, sizeof y->iparams), dsrc[0]->fparams[0] = y->fparams[0];
@@ -945,8 +1014,19 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     if (g->has_optimizer) return pdde_error(g->ctx, PDDE_ERR_STATE, "optimizer: the graph already has one");
     pdde_optimizer_params p = PDDE_OPTIMIZER_PARAMS_INIT;
     if (params) p = *params;
-    if (p.lr < 0 || p.weight_decay < 0 || p.clip_norm < 0 || p.grad_accum_steps < 0)
-        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: lr, weight_decay, clip_norm and grad_accum_steps must be >= 0");
+    /* a NaN or infinite hyperparameter would train on silently into NaN weights: refuse it here */
+    const struct { const char *name; float v, hi; bool hi_open; } hp[] = {
+        {"lr", p.lr, INFINITY, false}, {"weight_decay", p.weight_decay, INFINITY, false}, {"clip_norm", p.clip_norm, INFINITY, false},
+        {"eps", p.eps, INFINITY, false}, {"beta1", p.beta1, 1, true}, {"beta2", p.beta2, 1, true},
+        {"momentum", p.momentum, 1, true}, {"min_lr_ratio", p.min_lr_ratio, 1, false},
+    };
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        if (!isfinite(hp[i].v) || hp[i].v < 0 || hp[i].v > hp[i].hi || (hp[i].hi_open && hp[i].v == hp[i].hi))
+            return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: %s = %g must be finite and in [0, %g%c", hp[i].name, hp[i].v,
+                              hp[i].hi, hp[i].hi_open ? ')' : ']');
+    if (p.grad_accum_steps < 0 || p.warmup_steps < 0 || p.total_steps < 0 || (p.schedule != PDDE_LR_CONSTANT && p.schedule != PDDE_LR_COSINE))
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "optimizer: grad_accum_steps %d, warmup_steps %lld and total_steps %lld must be >= 0, "
+                          "schedule %d constant or cosine", p.grad_accum_steps, (long long)p.warmup_steps, (long long)p.total_steps, (int)p.schedule);
     if (p.lr == 0) p.lr = 1e-3f;
     if (p.grad_accum_steps == 0) p.grad_accum_steps = 1;
     if (update_op == PDDE_OP_ADAMW_UPDATE) {
@@ -1077,6 +1157,9 @@ struct pdde_session {
     struct session_send *sends; /* per SEND node: host copies in flight, one per live micro-batch */
     int n_sends;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
+    bool check_nonfinite;       /* PDDE_CHECK_NONFINITE=1: every node's output is checked (debugging) */
+    bool update_checked;        /* this run checked the loss and gradient norm before its first update */
+    bool pass_has_loss;         /* this run computes the loss in the pass that updates */
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
 };
@@ -1588,6 +1671,116 @@ static void init_leaf_values(const pdde_context *ctx, const pdde_tensor *t, void
     }
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Memory admission: a plan that does not fit is refused before anything is allocated (rather than
+ * growing until the kernel's OOM killer ends the process), with what it needs and what there is. */
+
+#define PDDE_DEFAULT_HEADROOM 0.1
+
+static void bytes_str(double b, char *buf, size_t n) {
+    static const char *const units[] = {"B", "kB", "MB", "GB", "TB", "PB", "EB"};
+    int u = 0;
+    while (b >= 1000 && u < 6) b /= 1000, u++;
+    snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", b, units[u]);
+}
+
+/* A byte count with an optional k/M/G/T suffix (SI); -1 if malformed. */
+static double parse_bytes(const char *v) {
+    char *end;
+    double x = strtod(v, &end);
+    const char *units = "kMGT";
+    const char *u = *end ? strchr(units, *end) : NULL;
+    if (end == v || !isfinite(x) || x < 0 || (*end && (!u || end[1]))) return -1;
+    for (const char *k = units; u && k <= u; k++) x *= 1000;
+    return x;
+}
+
+/* The host memory this process may still take: MemAvailable, bounded by a cgroup v2 limit (a container
+ * sees the whole machine in /proc/meminfo). `source` says where the figure came from. */
+static double host_available(const char **source) {
+    const char *env = getenv("PDDE_MEMORY_AVAILABLE");
+    if (env && *env && parse_bytes(env) >= 0) { *source = "PDDE_MEMORY_AVAILABLE"; return parse_bytes(env); }
+    double avail = -1;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = (double)kb * 1024;
+    }
+    if (f) fclose(f);
+    *source = "MemAvailable";
+    if (avail < 0) {
+        long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        avail = pages > 0 && page > 0 ? (double)pages * (double)page : -1;
+        *source = "free pages";
+    }
+    unsigned long long limit, used;
+    FILE *m = fopen("/sys/fs/cgroup/memory.max", "r"), *c = fopen("/sys/fs/cgroup/memory.current", "r");
+    if (m && c && fscanf(m, "%llu", &limit) == 1 && fscanf(c, "%llu", &used) == 1) {
+        double room = limit > used ? (double)(limit - used) : 0;
+        if (avail < 0 || room < avail) avail = room, *source = "the cgroup's memory.max";
+    }
+    if (m) fclose(m);
+    if (c) fclose(c);
+    return avail;
+}
+
+static pdde_status session_admit(pdde_session *s, const pdde_session_params *p) {
+    double headroom = p->memory_headroom;
+    const char *env = getenv("PDDE_MEMORY_HEADROOM");
+    if (headroom == 0 && env && *env) headroom = strcmp(env, "off") == 0 ? -1 : strtod(env, NULL);
+    if (headroom == 0) headroom = PDDE_DEFAULT_HEADROOM;
+    if (headroom < 0 || !isfinite(headroom)) return PDDE_OK;
+    if (headroom >= 1) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: memory headroom %g must be below 1", headroom);
+    /* the host: its devices' buffers, and host copies of what moves between devices and ranks */
+    double host = 0, host_persist = 0, host_arena = 0;
+    for (int d = 0; d < s->n_devs; d++)
+        if (s->devs[d].host)
+            host_persist += (double)s->devs[d].persist_bytes, host_arena += (double)s->devs[d].arena_bytes * s->n_live;
+    host = host_persist + host_arena;
+    for (int i = 0; i < s->n_order; i++) {
+        const pdde_tensor *t = s->order[i];
+        if (t->op == PDDE_OP_COPY && !s->devs[s->slot[t->id]].host) host += (double)pdde_tensor_nbytes(t);
+        if (t->op == PDDE_OP_SEND) host += (double)pdde_tensor_nbytes(t) * s->n_live;
+    }
+    int ranks_here = 1; /* the job's ranks on this host take their memory at about the same time */
+#ifdef PDDE_HAVE_COMM
+    if (s->world) {
+        int hosts = pdde_comm_n_hosts(s->world) > 0 ? pdde_comm_n_hosts(s->world) : 1;
+        ranks_here = (pdde_comm_size(s->world) + hosts - 1) / hosts;
+    }
+#endif
+    const char *source;
+    double avail = host_available(&source);
+    char need_s[64], avail_s[32], use_s[32], a_s[32], b_s[32];
+    if (avail >= 0 && host > avail / ranks_here * (1 - headroom)) {
+        bytes_str(host, need_s, sizeof need_s), bytes_str(avail, avail_s, sizeof avail_s);
+        snprintf(need_s + strlen(need_s), sizeof need_s - strlen(need_s), " (%.0f bytes)", host);
+        bytes_str(avail / ranks_here * (1 - headroom), use_s, sizeof use_s);
+        bytes_str(host_persist, a_s, sizeof a_s), bytes_str(host_arena, b_s, sizeof b_s);
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "session: the plan needs %s of host memory (parameters, gradients, optimizer state and "
+                          "inputs %s, activation arena %s, transfer buffers) but %s is available (%s), of which %s may be used by each of "
+                          "the %d rank(s) of this job on the host, keeping %g%% free; a smaller plan, or memory_headroom < 0 / "
+                          "PDDE_MEMORY_HEADROOM=off to skip this check", need_s, a_s, b_s, avail_s, source, use_s, ranks_here, 100 * headroom);
+    }
+    for (int d = 0; d < s->n_devs; d++) {
+        session_device *sd = &s->devs[d];
+        pdde_device_props props;
+        if (sd->host || pdde_device_get_props(s->ctx, sd->device, &props) != PDDE_OK) continue;
+        double need = (double)sd->persist_bytes + (double)sd->arena_bytes * s->n_live;
+        double have = props.memory_free ? (double)props.memory_free : (double)props.memory_total;
+        if (have <= 0 || need <= have * (1 - headroom)) continue; /* (0: the device does not say) */
+        bytes_str(need, need_s, sizeof need_s), bytes_str(have, avail_s, sizeof avail_s), bytes_str(have * (1 - headroom), use_s, sizeof use_s);
+        snprintf(need_s + strlen(need_s), sizeof need_s - strlen(need_s), " (%.0f bytes)", need);
+        bytes_str((double)sd->persist_bytes, a_s, sizeof a_s), bytes_str((double)sd->arena_bytes * s->n_live, b_s, sizeof b_s);
+        return pdde_error(s->ctx, PDDE_ERR_DEVICE_OOM, "session: the plan needs %s on device %d (%s: persistent %s, activation arena %s) "
+                          "but it has %s %s, of which %s may be used keeping %g%% free; a smaller plan, or memory_headroom < 0 / "
+                          "PDDE_MEMORY_HEADROOM=off to skip this check", need_s, sd->device, props.name, a_s, b_s, avail_s,
+                          props.memory_free ? "free" : "in all", use_s, 100 * headroom);
+    }
+    return PDDE_OK;
+}
+
 static pdde_status session_allocate(pdde_session *s) {
     pdde_status st = PDDE_OK;
     for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
@@ -1678,6 +1871,8 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->last_loss = NAN;
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
+    const char *check = getenv("PDDE_CHECK_NONFINITE");
+    s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0};
     pdde_status st = PDDE_OK;
     if (p.world) {
@@ -1704,6 +1899,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #endif
     if (st == PDDE_OK) st = session_setup_micro(s);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
+    if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
     if (st != PDDE_OK) {
         pdde_session_free(s);
@@ -1795,10 +1991,109 @@ static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
     else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * aligned_bytes(r);
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Non-finite guard. Before the first update of a step the loss and, when clipping, the global
+ * gradient norm (both computed anyway) are checked: the update never runs on a NaN or an infinity,
+ * and the step's gradients are dropped. Without clipping a non-finite gradient with a finite loss is
+ * not seen (it would cost a pass over every gradient); PDDE_CHECK_NONFINITE=1 checks every node's
+ * output, naming the first one that holds a NaN or an infinity (debugging: it reads every tensor). */
+
+static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst, size_t nbytes);
+static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes);
+
+/* The index of the first NaN or infinity of f32 tensor t (a node of the session), or -1 (device data
+ * is read to the host). */
+static int64_t first_nonfinite(pdde_session *s, const pdde_tensor *t, float *value) {
+    if (t->dtype != PDDE_F32 || !t->data) return -1;
+    int64_t n = pdde_tensor_numel(t), at = -1;
+    const float *f = s->devs[s->slot[t->id]].host ? (const float *)((const char *)t->data + t->offset) : NULL;
+    float *copy = NULL;
+    if (!f) {
+        if (!(copy = malloc(pdde_tensor_nbytes(t) + 1)) || read_local(s, t, copy, pdde_tensor_nbytes(t))) { free(copy); return -1; }
+        f = copy;
+    }
+    for (int64_t i = 0; i < n && at < 0; i++)
+        if (!isfinite(f[i])) at = i, *value = f[i];
+    free(copy);
+    return at;
+}
+
+static const char *tensor_kind(const pdde_tensor *t) {
+    return t->flags & PDDE_TENSOR_INPUT ? "input" : t->flags & PDDE_TENSOR_PARAM ? "parameter" : t->flags & PDDE_TENSOR_GRAD ? "gradient" : "tensor";
+}
+
+/* "; first in input x[5] = nan": the first leaf (in schedule order, or among `only`'s inputs) with
+ * one of `flags` that holds a non-finite value; "" if none does. */
+static void first_nonfinite_leaf(pdde_session *s, uint32_t flags, const pdde_tensor *only, int micro, char *buf, size_t n) {
+    buf[0] = 0;
+    int count = only ? only->nsrc : s->n_order;
+    for (int i = 0; i < count; i++) {
+        pdde_tensor *t = only ? only->src[i] : s->order[i];
+        if (!is_persistent(t) || !(t->flags & flags)) continue;
+        if (s->bind) bind_micro(s, t, micro);
+        float v;
+        int64_t at = first_nonfinite(s, t, &v);
+        if (at >= 0) { snprintf(buf, n, "; first in %s %s[%lld] = %g", tensor_kind(t), t->name, (long long)at, v); return; }
+    }
+}
+
+static pdde_status nonfinite_error(pdde_session *s, const char *what, const pdde_tensor *t, float v, uint32_t culprits, int micro) {
+    char first[200];
+    first_nonfinite_leaf(s, culprits, NULL, micro, first, sizeof first);
+    return pdde_error(s->ctx, PDDE_ERR_NONFINITE, "step %lld, micro-batch %d: %s %s is %g%s%s", (long long)s->step + 1, micro, what,
+                      t->name, v, first, first[0] ? "" : " (PDDE_CHECK_NONFINITE=1 names the first node that made it)");
+}
+
+static pdde_status check_loss(pdde_session *s, float loss, int micro) {
+    return isfinite(loss) ? PDDE_OK : nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
+}
+
+/* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by. */
+static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
+    s->update_checked = true;
+    pdde_status st = PDDE_OK;
+    float v;
+    if (s->pass_has_loss && s->loss) {
+        if (s->bind) bind_micro(s, s->loss, micro);
+        if (!(st = read_local(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
+    }
+    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
+    if (!st && u->nsrc > plain && u->fparams[5] > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
+        st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
+    return st;
+}
+
+/* PDDE_CHECK_NONFINITE: t's output, after it ran. */
+static pdde_status check_node(pdde_session *s, pdde_tensor *t, int micro) {
+    float v;
+    int64_t at = first_nonfinite(s, t, &v);
+    if (at < 0) return PDDE_OK;
+    char from[200];
+    first_nonfinite_leaf(s, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE, t, micro, from, sizeof from);
+    return pdde_error(s->ctx, PDDE_ERR_NONFINITE, "step %lld, micro-batch %d: %s %s[%lld] = %g is the first non-finite value (%s of %s%s)%s",
+                      (long long)s->step + 1, micro, pdde_op_name(t->op), t->name, (long long)at, v, pdde_op_name(t->op),
+                      t->nsrc ? t->src[0]->name : "", t->nsrc > 1 ? ", ..." : "", from);
+}
+
+/* After a non-finite step the gradients accumulated so far are dropped, so the next step starts clean. */
+static void drop_gradients(pdde_session *s) {
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i];
+        if (!is_persistent(t) || !(t->flags & PDDE_TENSOR_GRAD)) continue;
+        if (s->devs[s->slot[t->id]].host) { memset((char *)t->data + t->offset, 0, pdde_tensor_nbytes(t)); continue; }
+        void *zeros = calloc(1, pdde_tensor_nbytes(t) + 1);
+        if (zeros) write_bound(s, t, zeros, pdde_tensor_nbytes(t));
+        free(zeros);
+    }
+}
+
 static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
     if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, (int32_t)(s->run_counter + (uint32_t)micro));
-    if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE)
+    if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) {
         pdde_op_set_f32(t, PDDE_P_UPDATE_LR, lr), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, (int32_t)(s->step + 1));
+        pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, t, micro);
+        if (st) return st;
+    }
     if (t->op == PDDE_OP_COPY) return run_copy(s, t);
 #ifdef PDDE_HAVE_COMM
     const pdde_program_node *in = node_info(s, t);
@@ -1810,6 +2105,9 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     if (t->op == PDDE_OP_SEND) return run_send(s, t, micro);
     if (t->op == PDDE_OP_RECV) return run_recv(s, t);
 #endif
+    /* an empty output has nothing to compute (and its kernel's loops over the other dims of an
+     * empty tensor, which may be huge, would copy nothing for a long time) */
+    if (pdde_tensor_numel(t) == 0) return PDDE_OK;
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
     /* timing an asynchronous device needs its stream drained; only when profiling */
@@ -1832,21 +2130,19 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
         double t0 = s->profile ? monotonic_seconds() : 0;
         st = run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
+        bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
+        if (!st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT) st = check_node(s, t, micro);
     }
     return st;
 }
 
-
-
 /* The loss of micro-batch `micro` (this rank holds the loss): added to *sum. */
-static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst, size_t nbytes);
-
 static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
     float loss;
     if (s->bind) bind_micro(s, s->loss, micro);
     pdde_status st = read_local(s, s->loss, &loss, sizeof loss);
     *sum += loss;
-    return st;
+    return st ? st : check_loss(s, loss, micro);
 }
 
 /* A run of every micro-batch through this rank's stage: the passes lowering scheduled (the 1F1B or
@@ -1886,6 +2182,8 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * differentiated) */
     if (mode_runs_backward(mode)) s->run_counter++;
     double loss_sum = 0;
+    s->update_checked = false;
+    s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
@@ -1895,6 +2193,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (st == PDDE_OK) st = sync;
     }
     if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
+    if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || (mode & PDDE_RUN_OPTIMIZER))) drop_gradients(s);
 #ifdef PDDE_HAVE_COMM
     /* the step's loss on every rank: the mean over the ranks holding one (data-parallel ranks hold
      * their rows' mean; other pipeline stages none) */

@@ -68,6 +68,8 @@ typedef enum {
     /* -6xx: distribution and planning */
     PDDE_ERR_NO_PLAN = -600,
     PDDE_ERR_DIST_ATTR = -601,
+    /* -7xx: numerics */
+    PDDE_ERR_NONFINITE = -700, /* a NaN or infinity in the loss or the gradients: the step was not taken */
 } pdde_status;
 
 /* A short constant description of a status code ("shape mismatch", ...). */
@@ -82,7 +84,8 @@ typedef struct pdde_comm pdde_comm; /* a communicator (see "Communication") */
 
 typedef struct {
     int n_threads;        /* CPU threads for kernels; 0 = PDDE_NUM_THREADS (pdde-run sets each rank's share of
-                             the cores there), else all online cores */
+                             the cores there), else all online cores; at most 4 per online core (more are
+                             capped, with a message on stderr) */
     uint64_t seed;        /* seed of the context RNG (initial weights); 0 = 1234 */
     int log_level;        /* 0 = errors only (default), 1 = info, 2 = debug */
     /* Out-of-tree backends, tried after the built-in ones (the registry is fixed for the context). */
@@ -462,8 +465,15 @@ typedef struct {
      * leave it cores to progress communication (ranks x threads < cores): where they do not, the
      * progress of collectives in flight only takes cores from the computation. */
     int overlap_gradients;
+    /* Memory admission: pdde_session_init refuses (PDDE_ERR_OOM, PDDE_ERR_DEVICE_OOM, with the numbers)
+     * a plan whose buffers on the host or on a device exceed what is available there less this
+     * fraction kept free (for the runtime, the program and fragmentation). 0 = the environment's
+     * PDDE_MEMORY_HEADROOM, else 0.1; < 0 (or PDDE_MEMORY_HEADROOM=off) = no check. Host memory is
+     * MemAvailable (and the cgroup's limit), shared by the job's ranks on the host, or
+     * PDDE_MEMORY_AVAILABLE bytes when set; a device's is its free (else total) memory. */
+    double memory_headroom;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,
@@ -484,6 +494,8 @@ typedef enum {
  * allocates it. g itself is not changed: it can be compiled again, under another plan. */
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);
+/* PDDE_ERR_NONFINITE: the loss, or the gradient norm when clipping, is NaN or infinite (see README
+ * "Non-finite guard"); the update did not run and the step's gradients were dropped. */
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
 /* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients).
  * nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))

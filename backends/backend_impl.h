@@ -94,15 +94,18 @@ static inline void pdde_op_set_f32(pdde_tensor *t, pdde_fparam p, float v) { t->
 /* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):
  * exp(x) = 2^n * e^g with n = rint(x / ln2) and |g| <= ln2/2, e^g by its degree-7 Taylor polynomial
  * (truncation error < 1e-8 relative, below float rounding). */
-static inline float exp_fast(float x) {
-    x = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
+static inline float exp_fast(float x_in) {
+    /* (NaN fails both comparisons and becomes -87: converting a NaN to int is undefined; it is
+     * given back as the result instead) */
+    float x = x_in > -87.0f ? x_in : -87.0f;
+    x = x < 88.0f ? x : 88.0f;
     float n = __builtin_rintf(x * 1.4426950408889634f);
     float g = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; /* ln2 split for accuracy */
     float p = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g * (1.0f / 5040)))))));
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
+    return x_in != x_in ? x_in : p * scale;
 }
 
 #endif

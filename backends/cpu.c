@@ -648,6 +648,15 @@ static void cpu_reduce(pdde_tensor *y) {
         }
 }
 
+/* Float to integer casts saturate and take NaN to 0 (a plain C conversion of an out-of-range value
+ * is undefined behaviour). */
+static int64_t cast_saturate(double v, int64_t lo, int64_t hi) {
+    if (v != v) return 0;
+    if (v <= (double)lo) return lo;
+    if (v >= (double)hi) return hi; /* ((double)INT64_MAX rounds up to 2^63: out of range too) */
+    return (int64_t)v;
+}
+
 static void cpu_cast(pdde_tensor *y) {
     const pdde_tensor *x = y->src[0];
     int64_t n = pdde_tensor_numel(y);
@@ -666,8 +675,8 @@ static void cpu_cast(pdde_tensor *y) {
         case PDDE_F32: ((float *)out)[i] = (float)v; break;
         case PDDE_F16: ((uint16_t *)out)[i] = pdde_f32_to_f16((float)v); break;
         case PDDE_BF16: ((uint16_t *)out)[i] = pdde_f32_to_bf16((float)v); break;
-        case PDDE_I32: ((int32_t *)out)[i] = (int32_t)v; break;
-        default: ((int64_t *)out)[i] = (int64_t)v; break;
+        case PDDE_I32: ((int32_t *)out)[i] = (int32_t)cast_saturate(v, INT32_MIN, INT32_MAX); break;
+        default: ((int64_t *)out)[i] = cast_saturate(v, INT64_MIN, INT64_MAX); break;
         }
     }
 }

@@ -90,8 +90,13 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--cluster")) o->cluster = v;
         else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(); return -1; }
         char *end = NULL;
-        if (iv) { long x = strtol(v, &end, 10); if (*end || x < 0) { fprintf(stderr, "gpt: %s wants a non-negative integer, got '%s'\n", a, v); return -1; } *iv = (int)x; }
-        if (fv) { *fv = strtof(v, &end); if (*end) { fprintf(stderr, "gpt: %s wants a number, got '%s'\n", a, v); return -1; } }
+        long x = 0;
+        if (iv) { x = strtol(v, &end, 10); if (end == v || *end || x < 0) { fprintf(stderr, "gpt: %s wants a non-negative integer, got '%s'\n", a, v); return -1; } *iv = (int)x; }
+        if (iv && x > 1 << 24) { fprintf(stderr, "gpt: %s %s is too large (at most 2^24)\n", a, v); return -1; }
+        if (fv) {
+            *fv = strtof(v, &end);
+            if (end == v || *end || !isfinite(*fv) || *fv < 0) { fprintf(stderr, "gpt: %s wants a finite number >= 0, got '%s'\n", a, v); return -1; }
+        }
         i++;
     }
     if (o->plan && strcmp(o->plan, "auto")) {
@@ -104,10 +109,13 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: need layers, heads, batch >= 1, ctx >= 2, vocab >= 256 (byte tokens) and width divisible by heads\n");
         return -1;
     }
-    if (o->dp < 1 || o->tp < 1 || o->pp < 1 || o->micro < 1 || m->batch % (o->dp * o->micro) || o->zero < 0 || o->zero > 3 ||
-        (o->zero > 1 && o->dp < 2) || o->pp > m->layers + 2) {
-        fprintf(stderr, "gpt: --dp x --micro must divide --batch (the global batch), --tp, --pp >= 1 (--pp at most layers + 2), "
-                        "--zero 0..3 (2 and 3 need --dp)\n");
+    static const struct { const char *name; int min; } at_least_one[] = {{"--dp", 1}, {"--tp", 1}, {"--pp", 1}, {"--micro", 1}};
+    const int *plan_v[] = {&o->dp, &o->tp, &o->pp, &o->micro};
+    for (int k = 0; k < 4; k++)
+        if (*plan_v[k] < at_least_one[k].min) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", at_least_one[k].name, *plan_v[k]); return -1; }
+    if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
+    if ((long)o->dp * o->micro > m->batch || m->batch % (o->dp * o->micro) || o->pp > m->layers + 2 || (long)o->dp * o->tp * o->pp > 1 << 16) {
+        fprintf(stderr, "gpt: --dp x --micro must divide --batch (the global batch), --pp at most layers + 2, at most 2^16 ranks\n");
         return -1;
     }
     return 0;

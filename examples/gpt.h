@@ -46,9 +46,12 @@ static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde
 /* Builds the forward graph and the loss; returns pdde_graph_status(g). Layers get layer ids 1..L (0 is
  * the embedding, L+1 the final norm and head), for placement per layer. */
 static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_model *m) {
+    *m = (gpt_model){.cfg = *c};
+    if (c->heads < 1 || c->width % c->heads || c->layers < 0)
+        return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 (layers %d >= 0)",
+                          c->width, c->heads, c->layers);
     int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads;
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
-    m->cfg = *c;
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
     m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
@@ -151,6 +154,10 @@ static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
 static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, const gpt_plan *p, const pdde_optimizer_params *opt,
                                          gpt_model *m) {
     int micro = p->micro > 1 ? p->micro : 1;
+    *m = (gpt_model){.cfg = *c};
+    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->zero < 0 || p->zero > 3 || c->batch % micro)
+        return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: plan dp %d, tp %d, pp %d (each >= 1), ZeRO stage %d (0..3), "
+                          "%d micro-batches dividing the batch %d", p->dp, p->tp, p->pp, p->zero, micro, c->batch);
     bool parallel = p->dp * p->tp * p->pp > 1;
     gpt_config local = *c;
     local.batch /= micro;

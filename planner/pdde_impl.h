@@ -77,7 +77,7 @@ static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt
 #endif
     ;
 static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt, ...) {
-    if (g->status == PDDE_OK) {
+    if (g && g->status == PDDE_OK) { /* (NULL: a builder called without a graph) */
         g->status = status;
         va_list ap;
         va_start(ap, fmt);

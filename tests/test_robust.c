@@ -6,9 +6,12 @@
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tmpdir[256];
@@ -225,12 +228,407 @@ static void test_not_regular_files(void) {
     tiny_free(&t);
 }
 
-int main(void) {
+
+/* ------------------------------------------------------------------------------------------------
+ * Shapes and arguments: zero-sized dims are refused where a tensor is made (they divided by zero in
+ * the backward pass), absurd sizes and NULLs give errors, threads are capped */
+
+static void test_zero_and_absurd_shapes(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_context_init(&cp, &ctx);
+    /* the crash of the report: a batched matmul over a zero-sized inner dim, differentiated (its weight
+     * gradient flattens the rows, which divided by the zero last dim). Empty tensors are legal: y is
+     * the bias broadcast, the loss mean(bias^2), the bias gradient bias / 2 (mean over 4 columns x 2) */
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *a = pdde_input(g, "a", PDDE_F32, 3, (int64_t[]){2, 3, 0});
+    pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){0, 4}, 0.1f);
+    pdde_tensor *bias = pdde_param(g, "bias", 1, (int64_t[]){4}, 0.5f);
+    pdde_tensor *y = pdde_bias_add(g, pdde_matmul(g, a, w, 0, 0), bias);
+    pdde_tensor *loss = pdde_mean(g, pdde_mul(g, y, y), -1, 0);
+    CHECK(pdde_backward(g, loss) == PDDE_OK, "backward through an empty matmul: %s", pdde_last_error(ctx));
+    pdde_optimizer_params sgd = PDDE_OPTIMIZER_PARAMS_INIT;
+    sgd.lr = 0.5f;
+    CHECK(pdde_optimizer_sgd(g, &sgd) == PDDE_OK, "optimizer: %s", pdde_last_error(ctx));
+    pdde_session *s = NULL;
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "session with empty tensors: %s", pdde_last_error(ctx));
+    float b0[4], b1[4], expect = 0;
+    if (s) {
+        pdde_session_read(s, bias, b0, sizeof b0);
+        for (int i = 0; i < 4; i++) expect += b0[i] * b0[i] / 4;
+        CHECK(pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK, "a step: %s", pdde_last_error(ctx));
+        CHECK(test_close(pdde_session_loss(s), expect, 1e-5, 1e-7), "loss %g, expected mean(bias^2) = %g", pdde_session_loss(s), expect);
+        pdde_session_read(s, bias, b1, sizeof b1);
+        for (int i = 0; i < 4; i++) /* d/db mean over 24 of b^2 = 6 * 2b / 24 */
+            CHECK(test_close(b1[i], b0[i] - 0.5f * b0[i] / 2, 1e-5, 1e-7), "bias[%d] %g after SGD, expected %g", i, b1[i], b0[i] - 0.25f * b0[i]);
+    }
+    pdde_session_free(s);
+    pdde_graph_free(g);
+
+    /* negative dims, and an attention whose head dim is empty (its 1/sqrt(D) scale would be infinite) */
+    pdde_graph_init(ctx, &g);
+    CHECK(!pdde_input(g, "i", PDDE_F32, 2, (int64_t[]){-3, 2}) && pdde_graph_status(g) == PDDE_ERR_SHAPE &&
+          contains(pdde_last_error(ctx), "negative"), "a negative dim is refused: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *q = pdde_input(g, "q", PDDE_F32, 4, (int64_t[]){1, 2, 3, 0});
+    CHECK(!pdde_attention(g, q, q, q) && pdde_graph_status(g) == PDDE_ERR_SHAPE, "attention with D = 0 is refused: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+
+    /* sizes whose byte count overflows, NULL arguments, non-finite constants */
+    pdde_graph_init(ctx, &g);
+    int64_t huge = (int64_t)1 << 40;
+    CHECK(!pdde_input(g, "h", PDDE_F32, 3, (int64_t[]){huge, huge, huge}) && pdde_graph_status(g) == PDDE_ERR_SHAPE,
+          "2^120 elements are refused: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 6});
+    CHECK(!pdde_slice(g, x, 1, INT64_MAX, 2) && pdde_graph_status(g) == PDDE_ERR_SHAPE, "a slice past the end (overflowing start + len)");
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 6});
+    CHECK(!pdde_reshape(g, x, 2, NULL) && !pdde_permute(g, x, NULL) && !pdde_concat(g, 2, NULL, 0) && pdde_graph_status(g) != PDDE_OK,
+          "NULL shapes and lists are refused");
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 6});
+    CHECK(!pdde_scale(g, x, NAN) && pdde_graph_status(g) == PDDE_ERR_INVALID_ARG, "a NaN scale is refused");
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    CHECK(!pdde_dropout(g, pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){4}), NAN, 1) && pdde_graph_status(g) == PDDE_ERR_INVALID_ARG,
+          "a NaN dropout rate is refused");
+    CHECK(pdde_graph_set_recompute(g, INT32_MAX, 1) != PDDE_OK, "a layer id of 2^31 - 1 is refused");
+    pdde_graph_free(g);
+    CHECK(!pdde_input(NULL, "x", PDDE_F32, 1, (int64_t[]){4}) && pdde_graph_n_tensors(NULL) == 0 && !pdde_graph_find(NULL, "x"),
+          "a NULL graph is an error, not a crash");
+
+    /* the example model: heads that do not divide the width */
+    gpt_config bad = {.vocab = 32, .ctx = 8, .layers = 1, .heads = 0, .width = 16, .batch = 2};
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    CHECK(gpt_build(g, &bad, &m) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(ctx), "heads"), "gpt with 0 heads: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+
+    cp.n_threads = 100000; /* thousands of threads exhaust the process's limit (a device runtime then aborts) */
+    CHECK(pdde_context_init(&cp, &ctx) == PDDE_OK, "context");
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    CHECK(pdde_context_n_threads(ctx) >= 1 && pdde_context_n_threads(ctx) <= 4 * cores, "threads capped: %d for %ld cores",
+          pdde_context_n_threads(ctx), cores);
+    pdde_context_free(ctx);
+}
+
+/* The tools refuse bad arguments with exit status 2 and a message naming the argument. */
+static char build_dir[256];
+
+static void test_tool_arguments(void) {
+    static const char *const cases[][2] = {
+        {"pdde-plan --dp -1", "--dp"}, {"pdde-plan --zero 5", "--zero"}, {"pdde-plan --width 0", "--width"},
+        {"pdde-plan --heads 0", "--heads"}, {"pdde-plan --tp x", "--tp"}, {"gpt --lr nan", "--lr"},
+        {"gpt --weight-decay nan", "--weight-decay"}, {"gpt --zero 5", "--zero"}, {"gpt --dp -1", "--dp"},
+    };
+    char exe[300];
+    snprintf(exe, sizeof exe, "%s/pdde-plan", build_dir);
+    if (access(exe, X_OK) != 0) { printf("skip: tool arguments (no %s)\n", exe); return; }
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char cmd[600], out[4096] = "";
+        snprintf(cmd, sizeof cmd, "%s/%s --steps 0 2>&1 >/dev/null", build_dir, cases[k][0]);
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[n] = 0;
+        int rc = p ? pclose(p) : -1;
+        CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 2 && contains(out, cases[k][1]), "%s: exit status %d, message '%s'", cases[k][0],
+              WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Non-finite values: hyperparameters refused when the optimizer is made; a NaN or infinity in the
+ * loss or the gradient norm stops the step before any update, naming where it came from */
+
+static void test_nonfinite_hyperparameters(void) {
+    static const char *const fields[] = {"lr", "weight_decay", "clip_norm", "eps", "beta1", "beta2", "momentum", "min_lr_ratio"};
+    for (int k = 0; k < 8; k++)
+        for (int v = 0; v < 3; v++) {
+            float bad = v == 0 ? NAN : v == 1 ? INFINITY : -0.5f;
+            pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+            float *f[] = {&op.lr, &op.weight_decay, &op.clip_norm, &op.eps, &op.beta1, &op.beta2, &op.momentum, &op.min_lr_ratio};
+            *f[k] = bad;
+            tiny t;
+            pdde_status st = tiny_init(&t, &op);
+            CHECK(st == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(t.ctx), fields[k]), "%s = %g: %s: %s", fields[k], bad,
+                  pdde_status_str(st), pdde_last_error(t.ctx));
+            tiny_free(&t);
+        }
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.beta2 = 1.0f; /* v would never forget */
+    tiny t;
+    CHECK(tiny_init(&t, &op) == PDDE_ERR_INVALID_ARG && contains(pdde_last_error(t.ctx), "beta2"), "beta2 = 1: %s", pdde_last_error(t.ctx));
+    tiny_free(&t);
+}
+
+static void test_nonfinite_step(void) {
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.clip_norm = 1.0f, op.lr = 0.01f;
+    tiny t, ref;
+    CHECK(tiny_init(&t, &op) == PDDE_OK && tiny_init(&ref, &op) == PDDE_OK, "tiny models");
+    float before[64], after[64], x[12];
+    size_t n = snapshot(&t, before, 64);
+
+    /* a NaN in an input: the loss is NaN; no parameter or optimizer state changes */
+    for (int i = 0; i < 12; i++) x[i] = (float)(i % 5 - 2);
+    x[5] = NAN;
+    pdde_session_write(t.s, t.x, x, sizeof x);
+    pdde_status st = pdde_session_run(t.s, PDDE_RUN_STEP);
+    CHECK(st == PDDE_ERR_NONFINITE && contains(pdde_last_error(t.ctx), "loss") && contains(pdde_last_error(t.ctx), "input x[5]"),
+          "a NaN input stops the step naming it: %s: %s", pdde_status_str(st), pdde_last_error(t.ctx));
+    snapshot(&t, after, 64);
+    CHECK(memcmp(before, after, n * 4) == 0, "the failed step changed parameters or optimizer state");
+    CHECK(pdde_session_step(t.s) == 0, "no step was counted: %lld", (long long)pdde_session_step(t.s));
+
+    /* a NaN in a gradient with a finite loss: the clipping norm is NaN */
+    float grad[6] = {0, 0, NAN, 0, 0, 0};
+    CHECK(pdde_session_write(t.s, t.w->grad, grad, sizeof grad) == PDDE_OK, "write the weight's gradient");
+    st = tiny_step(&t, 1.0f);
+    CHECK(st == PDDE_ERR_NONFINITE && contains(pdde_last_error(t.ctx), "norm") && contains(pdde_last_error(t.ctx), "gradient weight.grad[2]"),
+          "a NaN gradient stops the step naming it: %s: %s", pdde_status_str(st), pdde_last_error(t.ctx));
+    snapshot(&t, after, 64);
+    CHECK(memcmp(before, after, n * 4) == 0, "the failed step changed parameters or optimizer state");
+
+    /* the failed steps left nothing behind: the next good step is the first step of a fresh model */
+    CHECK(tiny_step(&t, 1.0f) == PDDE_OK && tiny_step(&ref, 1.0f) == PDDE_OK, "good steps: %s", pdde_last_error(t.ctx));
+    float wt[6], wr[6];
+    pdde_session_read(t.s, t.w, wt, sizeof wt), pdde_session_read(ref.s, ref.w, wr, sizeof wr);
+    CHECK(memcmp(wt, wr, sizeof wt) == 0 && pdde_session_loss(t.s) == pdde_session_loss(ref.s) && pdde_session_step(t.s) == 1,
+          "after two refused steps a good one equals a fresh model's first (loss %g vs %g)", pdde_session_loss(t.s), pdde_session_loss(ref.s));
+    tiny_free(&t), tiny_free(&ref);
+}
+
+/* An infinity made inside the graph from finite inputs: (x @ w * 1e30)^2 overflows. The loss check
+ * reports the loss; PDDE_CHECK_NONFINITE=1 names the node that made it. */
+static void test_nonfinite_first_node(void) {
+    for (int debug = 0; debug < 2; debug++) {
+        if (debug) setenv("PDDE_CHECK_NONFINITE", "1", 1);
+        pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+        cp.backends = "cpu", cp.n_threads = 1;
+        pdde_context *ctx;
+        pdde_graph *g;
+        pdde_session *s = NULL;
+        pdde_context_init(&cp, &ctx);
+        pdde_graph_init(ctx, &g);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){4, 3});
+        pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){3, 2}, -1.0f); /* ones */
+        pdde_tensor *big = pdde_scale(g, pdde_matmul(g, x, w, 0, 0), 1e30f);
+        pdde_tensor *sq = pdde_mul(g, big, big);
+        pdde_tensor_set_name(sq, "overflow");
+        pdde_tensor *loss = pdde_mean(g, sq, -1, 0);
+        pdde_backward(g, loss);
+        pdde_optimizer_sgd(g, NULL);
+        CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "session: %s", pdde_last_error(ctx));
+        float xv[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+        pdde_session_write(s, x, xv, sizeof xv);
+        pdde_status st = pdde_session_run(s, PDDE_RUN_STEP);
+        const char *e = pdde_last_error(ctx);
+        printf("%s\n", e);
+        if (debug)
+            CHECK(st == PDDE_ERR_NONFINITE && contains(e, "overflow[0] = inf") && contains(e, "first non-finite"),
+                  "PDDE_CHECK_NONFINITE names the node: %s: %s", pdde_status_str(st), e);
+        else
+            CHECK(st == PDDE_ERR_NONFINITE && contains(e, "loss") && contains(e, "PDDE_CHECK_NONFINITE"), "the loss is inf: %s: %s",
+                  pdde_status_str(st), e);
+        float wv[6];
+        pdde_session_read(s, w, wv, sizeof wv);
+        CHECK(wv[0] == 1 && wv[5] == 1, "w unchanged: %g", wv[0]);
+        pdde_session_free(s);
+        pdde_graph_free(g);
+        pdde_context_free(ctx);
+        unsetenv("PDDE_CHECK_NONFINITE");
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Memory admission: a plan bigger than the machine is refused at session init with the numbers,
+ * before anything is allocated (the graph is symbolic: a 4 TB weight costs nothing to build) */
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* y = x @ w with w [n, n] and AdamW (n = 2^20: 4 TB of f32 and 16 TB of state), on `device`. */
+static pdde_status absurd_session(pdde_context *ctx, int device, int64_t n, double headroom, pdde_graph **g, pdde_session **s) {
+    pdde_graph_init(ctx, g);
+    pdde_tensor *x = pdde_input(*g, "x", PDDE_F32, 2, (int64_t[]){2, n});
+    pdde_tensor *w = pdde_param(*g, "w", 2, (int64_t[]){n, n}, 0.02f);
+    pdde_tensor *y = pdde_matmul(*g, x, w, 0, 0);
+    pdde_backward(*g, pdde_mean(*g, pdde_mul(*g, y, y), -1, 0));
+    pdde_optimizer_adamw(*g, NULL);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device, sp.memory_headroom = headroom;
+    return pdde_session_init(*g, &sp, s);
+}
+
+static void test_memory_admission(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    pdde_context_init(&cp, &ctx);
+    double t0 = seconds_now();
+    pdde_status st = absurd_session(ctx, 0, (int64_t)1 << 20, 0, &g, &s);
+    const char *e = pdde_last_error(ctx);
+    printf("absurd model: %s\n", e);
+    CHECK(st == PDDE_ERR_OOM && !s && contains(e, "bytes) of host memory") && contains(e, "available"),
+          "a 16 TB plan is refused with the numbers: %s: %s", pdde_status_str(st), e);
+    CHECK(seconds_now() - t0 < 5, "refused at once (%.1f s): nothing was allocated or touched", seconds_now() - t0);
+    pdde_graph_free(g);
+
+    /* what is available can be stated (PDDE_MEMORY_AVAILABLE), and the check skipped */
+    setenv("PDDE_MEMORY_AVAILABLE", "100k", 1);
+    gpt_config cfg = {.vocab = 32, .ctx = 8, .layers = 2, .heads = 2, .width = 16, .batch = 4};
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    gpt_build(g, &cfg, &m);
+    pdde_backward(g, m.loss);
+    pdde_optimizer_adamw(g, NULL);
+    st = pdde_session_init(g, NULL, &s);
+    e = pdde_last_error(ctx);
+    CHECK(st == PDDE_ERR_OOM && contains(e, "100.00 kB is available (PDDE_MEMORY_AVAILABLE)") && contains(e, "90.00 kB may be used"),
+          "a small model over a stated 100 kB: %s: %s", pdde_status_str(st), e);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.memory_headroom = -1;
+    CHECK(pdde_session_init(g, &sp, &s) == PDDE_OK, "memory_headroom < 0 skips the check: %s", pdde_last_error(ctx));
+    pdde_session_free(s), s = NULL;
+    setenv("PDDE_MEMORY_HEADROOM", "off", 1);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "PDDE_MEMORY_HEADROOM=off skips the check: %s", pdde_last_error(ctx));
+    pdde_session_free(s), s = NULL;
+    unsetenv("PDDE_MEMORY_HEADROOM");
+    setenv("PDDE_MEMORY_AVAILABLE", "1G", 1);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "it fits in 1 GB: %s", pdde_last_error(ctx));
+    pdde_session_free(s), s = NULL;
+    unsetenv("PDDE_MEMORY_AVAILABLE");
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+
+    /* a device: its own memory (the OpenCL device, where there is one) */
+    cp.backends = "cpu,opencl";
+    pdde_context_init(&cp, &ctx);
+    int dev = pdde_device_find(ctx, "opencl", 0);
+    if (dev < 0) printf("skip: device admission (no OpenCL device)\n");
+    else {
+        st = absurd_session(ctx, dev, (int64_t)1 << 15, 0, &g, &s); /* 16 GB of state: the kernels take 2^31 elements */
+        e = pdde_last_error(ctx);
+        printf("absurd model on device %d: %s\n", dev, e);
+        CHECK(st == PDDE_ERR_DEVICE_OOM && !s && contains(e, "on device") && contains(e, "may be used"),
+              "a 20 GB plan on a device is refused with the numbers: %s: %s", pdde_status_str(st), e);
+        pdde_graph_free(g);
+    }
+    pdde_context_free(ctx);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Defects the graph fuzzer (tests/fuzz_graph.c) found */
+
+static void test_fuzzer_findings(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_context *ctx;
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    pdde_context_init(&cp, &ctx);
+
+    /* float -> int casts of NaN and out-of-range values (undefined in C): saturate, NaN -> 0 */
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){5});
+    pdde_tensor *i32 = pdde_cast(g, x, PDDE_I32), *i64 = pdde_cast(g, x, PDDE_I64);
+    pdde_mark_output(i32), pdde_mark_output(i64);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "cast session: %s", pdde_last_error(ctx));
+    float xv[5] = {NAN, 1e30f, -1e30f, 3.7f, -2.5f};
+    int32_t y32[5];
+    int64_t y64[5];
+    pdde_session_write(s, x, xv, sizeof xv);
+    pdde_session_run(s, PDDE_RUN_FORWARD);
+    pdde_session_read(s, i32, y32, sizeof y32), pdde_session_read(s, i64, y64, sizeof y64);
+    CHECK(y32[0] == 0 && y32[1] == INT32_MAX && y32[2] == INT32_MIN && y32[3] == 3 && y32[4] == -2,
+          "f32 -> i32 saturates: %d %d %d %d %d", y32[0], y32[1], y32[2], y32[3], y32[4]);
+    CHECK(y64[0] == 0 && y64[1] == INT64_MAX && y64[2] == INT64_MIN && y64[3] == 3, "f32 -> i64 saturates: %lld %lld %lld",
+          (long long)y64[0], (long long)y64[1], (long long)y64[2]);
+    pdde_session_free(s), s = NULL;
+    pdde_graph_free(g);
+
+    /* kernels read f32 (data movement also i32): a 2- or 8-byte dtype was read past its end */
+    for (int k = 0; k < 6; k++) {
+        pdde_graph_init(ctx, &g);
+        pdde_tensor *a = pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){3, 4});
+        pdde_tensor *h = pdde_input(g, "h", k % 2 ? PDDE_I64 : PDDE_F16, 1, (int64_t[]){4});
+        pdde_tensor *h2 = pdde_input(g, "h2", PDDE_F16, 2, (int64_t[]){3, 4}), *y = NULL;
+        switch (k) {
+        case 0: case 1: y = pdde_layernorm(g, a, h, h, 1e-5f); break;
+        case 2: y = pdde_slice(g, h2, 1, 0, 2); break;
+        case 3: y = pdde_permute(g, h2, (int[]){1, 0}); break;
+        case 4: y = pdde_sum(g, h2, 0, 0); break;
+        case 5: y = pdde_cross_entropy(g, h2, pdde_input(g, "t", PDDE_I32, 1, (int64_t[]){3})); break;
+        }
+        CHECK(!y && pdde_graph_status(g) == PDDE_ERR_DTYPE, "case %d: a non-f32 operand is refused: %s", k, pdde_last_error(ctx));
+        pdde_graph_free(g);
+    }
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){3, 4});
+    CHECK(pdde_slice(g, pdde_permute(g, ids, (int[]){1, 0}), 0, 1, 2) != NULL, "i32 moves: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
+
+    /* a slice of an empty tensor whose other dim is huge: nothing to copy, and no 2^40 empty copies */
+    pdde_graph_init(ctx, &g);
+    x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){(int64_t)1 << 40, 0});
+    pdde_tensor *sl = pdde_slice(g, x, 1, 0, 0);
+    pdde_mark_output(sl);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "empty slice session: %s", pdde_last_error(ctx));
+    pdde_status st = PDDE_ERR_STATE;
+    if (s) WITHIN(10, "a slice of an empty [2^40, 0] tensor", st = pdde_session_run(s, PDDE_RUN_FORWARD));
+    CHECK(st == PDDE_OK, "an empty slice runs at once: %s", pdde_last_error(ctx));
+    pdde_session_free(s), s = NULL;
+    pdde_graph_free(g);
+
+    /* exp of NaN (softmax of a row holding one): NaN comes out (so the guard sees it), not a value
+     * made from converting NaN to int (undefined; UBSan reports it under make test-asan) */
+    pdde_graph_init(ctx, &g);
+    x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){2, 3});
+    pdde_tensor *y = pdde_softmax(g, x, 0);
+    pdde_mark_output(y);
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "softmax session: %s", pdde_last_error(ctx));
+    float sx[6] = {0, NAN, 1, 0, 1, 2}, sy[6];
+    pdde_session_write(s, x, sx, sizeof sx);
+    pdde_session_run(s, PDDE_RUN_FORWARD);
+    pdde_session_read(s, y, sy, sizeof sy);
+    CHECK(isnan(sy[0]) && isnan(sy[2]) && test_close(sy[3] + sy[4] + sy[5], 1, 1e-5, 0), "a NaN row stays NaN, the next sums to 1: %g %g",
+          sy[0], sy[3] + sy[4] + sy[5]);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    snprintf(build_dir, sizeof build_dir, "%s", argv[0]);
+    char *slash = strrchr(build_dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(build_dir, sizeof build_dir, ".");
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pdde_test_robust.XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     signal(SIGALRM, on_alarm);
     test_checkpoint_records();
     test_not_regular_files();
+    test_zero_and_absurd_shapes();
+    test_tool_arguments();
+    test_nonfinite_hyperparameters();
+    test_nonfinite_step();
+    test_nonfinite_first_node();
+    test_memory_admission();
+    test_fuzzer_findings();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);

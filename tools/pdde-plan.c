@@ -122,15 +122,29 @@ int main(int argc, char **argv) {
             fprintf(stderr, "usage: pdde-plan [--dp N] [--tp N] [--pp N] [--zero 0-3] [--recompute] [--layers N --width N --heads N --ctx N --vocab N --batch N] [--micro N] [--show-program [--rank R]]\n");
             return 2;
         }
-        *v = atoi(argv[++i]);
+        char *end;
+        long x = strtol(argv[i + 1], &end, 10);
+        long lo = v == &zero ? 0 : 1, hi = v == &zero ? 3 : 1 << 24;
+        if (end == argv[i + 1] || *end || x < lo || x > hi) {
+            fprintf(stderr, "pdde-plan: %s wants an integer in %ld..%ld, got '%s'\n", argv[i], lo, hi, argv[i + 1]);
+            return 2;
+        }
+        *v = (int)x;
+        i++;
+    }
+    if (c.width % c.heads || (long)dp * tp * pp > 1 << 24) {
+        fprintf(stderr, "pdde-plan: --width %d must be a multiple of --heads %d, and --dp x --tp x --pp at most 2^24\n", c.width, c.heads);
+        return 2;
     }
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
     pdde_context *ctx;
     pdde_graph *g;
     gpt_model m;
-    pdde_context_init(&cp, &ctx);
-    pdde_graph_init(ctx, &g);
+    if (pdde_context_init(&cp, &ctx) || pdde_graph_init(ctx, &g)) {
+        fprintf(stderr, "pdde-plan: cannot create a context\n");
+        return 1;
+    }
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     gpt_plan plan = {dp, tp, pp, micro, zero, recompute, 0, NULL};
     pdde_status st = gpt_build_plan(g, &c, &plan, &op, &m);
