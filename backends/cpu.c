@@ -200,7 +200,7 @@ static void gemm_task(void *arg, int64_t begin, int64_t end) {
 }
 
 #ifdef PDDE_HAVE_DNNL
-#include "backends/cpu_onednn.c"
+#include "cpu_onednn.c"
 #else
 typedef struct cpu_dnnl cpu_dnnl;
 #endif

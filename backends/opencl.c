@@ -34,9 +34,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pdde.h"
-#include "backends/gpu_dispatch.h"
-#include "backends/gpu_kernels_cl.h"
+#include "../pdde.h"
+#include "gpu_dispatch.h"
+#include "gpu_kernels_cl.h"
 #ifdef PDDE_HAVE_CLBLAST
 #include <clblast_c.h>
 #endif

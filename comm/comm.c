@@ -23,16 +23,16 @@
 #include <ucp/api/ucp.h>
 
 /* The parts in layer order: each uses only those above it in this list. */
-#include "comm/util.c"          /* clocks, byte packing, addresses, socket reads/writes */
-#include "comm/auth.c"          /* SHA-256, HMAC, the job secret */
-#include "comm/store.c"         /* the bootstrap store: server and client */
-#include "comm/env.c"           /* launcher environments */
-#include "comm/transport_ucx.c" /* the transport */
-#include "comm/world.c"         /* the world's state, failures and their root cause */
-#include "comm/schedule.c"      /* operations as programs of steps, run non-blocking */
-#include "comm/progress.c"      /* waiting, starting and finishing operations; the service thread */
-#include "comm/shm.c"           /* the one-host shared-memory channel */
-#include "comm/collectives.c"   /* algorithms and the public collective calls */
+#include "util.c"          /* clocks, byte packing, addresses, socket reads/writes */
+#include "auth.c"          /* SHA-256, HMAC, the job secret */
+#include "store.c"         /* the bootstrap store: server and client */
+#include "env.c"           /* launcher environments */
+#include "transport_ucx.c" /* the transport */
+#include "world.c"         /* the world's state, failures and their root cause */
+#include "schedule.c"      /* operations as programs of steps, run non-blocking */
+#include "progress.c"      /* waiting, starting and finishing operations; the service thread */
+#include "shm.c"           /* the one-host shared-memory channel */
+#include "collectives.c"   /* algorithms and the public collective calls */
 
 /* ================================================================================================
  * World setup and teardown */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The installed tree works as a user takes it: `make install` into a scratch prefix (and a DESTDIR
-# stage), examples/gpt.c built against it with pkg-config alone, run on 2 ranks by the installed
-# pdde-run; `make uninstall` leaves nothing behind. Run from the repository root (make test does).
+# pdde as users take it: `make install` into a scratch prefix (and a DESTDIR stage), examples/gpt.c
+# built against it with pkg-config alone, run on 2 ranks by the installed pdde-run, `make uninstall`
+# leaving nothing behind; and vendored, the five paths copied and compiled as one file. Run from the
+# repository root (make test does).
 set -u
 build=$(dirname "$0")
 tmp=$(mktemp -d /tmp/pdde-install.XXXXXX)
@@ -42,6 +43,25 @@ make -s install BUILD="$build" PREFIX=/usr/local DESTDIR="$tmp/stage" >/dev/null
 check "make install DESTDIR= stages under DESTDIR with prefix /usr/local in pdde.pc" $?
 make -s uninstall BUILD="$build" PREFIX="$tmp/usr" >/dev/null 2>&1 && [ -z "$(find "$tmp/usr" -type f -o -type l)" ]
 check "make uninstall removes every installed file ($(find "$tmp/usr" -type f -o -type l | head -3))" $?
+
+# Vendoring: the five paths copied into a project compile as one file with no flags, with gcc and clang
+# in C99 and C11, and link with -lm -ldl -pthread only (the optional libraries are then left out).
+mkdir -p "$tmp/vendor"
+cp -r pdde.h pdde.c backends comm planner "$tmp/vendor/"
+for cc in gcc clang; do
+    command -v "$cc" >/dev/null || { echo "SKIP $cc: not installed"; continue; }
+    for std in "" -std=c99 -std=c11; do
+        (cd "$tmp/vendor" && "$cc" $std -c pdde.c -o pdde.o) >"$tmp/vendor.log" 2>&1
+        check "vendored: $cc $std -c pdde.c alone ($(head -2 "$tmp/vendor.log"))" $?
+    done
+    printf '#include "pdde.h"\nint main(void) { return pdde_status_str(PDDE_OK) == 0; }\n' >"$tmp/vendor/h.c"
+    for std in -std=c99 -std=c11; do
+        "$cc" $std -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$tmp/vendor" "$tmp/vendor/h.c" >"$tmp/vendor.log" 2>&1
+        check "pdde.h is clean under $cc $std -pedantic -Wall -Wextra ($(head -2 "$tmp/vendor.log"))" $?
+    done
+done
+(cd "$tmp/vendor" && gcc -c pdde.c -o pdde.o && gcc -I. "$OLDPWD/examples/mlp.c" pdde.o -o mlp -lm -ldl -pthread && ./mlp) >"$tmp/mlp.log" 2>&1
+check "examples/mlp.c links against the vendored pdde.o with -lm -ldl -pthread and trains ($(tail -1 "$tmp/mlp.log"))" $?
 
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
