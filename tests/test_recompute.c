@@ -216,7 +216,38 @@ static void test_errors(void) {
     pdde_context_free(ctx);
 }
 
+/* README's figure: the activation arena of build/gpt's default model (the session's memory plan, what
+ * it allocates) drops from 21.9 MB to 7.7 MB with every transformer block recomputed. */
+static void test_readme_arena(void) {
+    const gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8}; /* build/gpt's default */
+    double mb[2] = {0, 0};
+    for (int rc = 0; rc < 2; rc++) {
+        pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+        cp.backends = "cpu";
+        pdde_context *ctx;
+        pdde_graph *g;
+        pdde_session *s = NULL;
+        gpt_model m;
+        pdde_context_init(&cp, &ctx);
+        pdde_graph_init(ctx, &g);
+        gpt_plan plan = {1, 1, 1, 1, 0, rc, 0, NULL};
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        pdde_status st = gpt_build_plan(g, &c, &plan, &op, &m);
+        if (!st) pdde_mark_output(m.logits), st = pdde_session_init(g, NULL, &s);
+        pdde_memory_stats ms;
+        if (!st) st = pdde_session_memory(s, &ms);
+        CHECK(!st, "default gpt%s: %s", rc ? " recomputed" : "", pdde_last_error(ctx));
+        if (!st) mb[rc] = (double)ms.arena_bytes / 1e6;
+        pdde_session_free(s);
+        pdde_graph_free(g);
+        pdde_context_free(ctx);
+    }
+    CHECK(fabs(mb[0] - 21.9) < 0.05 && fabs(mb[1] - 7.7) < 0.05, "the default gpt's arena: %.2f MB, %.2f MB recomputed (README: 21.9, 7.7)",
+          mb[0], mb[1]);
+}
+
 int main(void) {
+    test_readme_arena();
     unsigned blocks = 0;
     for (int l = 1; l <= small.layers; l++) blocks |= 1u << l;
     compare("gpt, every block recomputed", gpt_build, blocks, 1);
