@@ -3,12 +3,7 @@
 # built against it with pkg-config alone, run on 2 ranks by the installed pdde-run, `make uninstall`
 # leaving nothing behind; and vendored, the five paths copied and compiled as one file. Run from the
 # repository root (make test does).
-set -u
-build=$(dirname "$0")
-tmp=$(mktemp -d /tmp/pdde-install.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/script_util.sh install
 
 make -s install BUILD="$build" PREFIX="$tmp/usr" >"$tmp/install.log" 2>&1
 check "make install PREFIX=$tmp/usr (log: $(tail -3 "$tmp/install.log"))" $?
@@ -63,5 +58,4 @@ done
 (cd "$tmp/vendor" && gcc -c pdde.c -o pdde.o && gcc -I. "$OLDPWD/examples/mlp.c" pdde.o -o mlp -lm -ldl -pthread && ./mlp) >"$tmp/mlp.log" 2>&1
 check "examples/mlp.c links against the vendored pdde.o with -lm -ldl -pthread and trains ($(tail -1 "$tmp/mlp.log"))" $?
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -2,12 +2,7 @@
 # The planner end to end: a cluster file (written here: one machine, a CPU with its speeds), pdde-plan
 # --auto on it, and gpt --plan auto / --plan by hand on 2 ranks under pdde-run, whose per-step losses
 # must equal one process's (the plans only split the work). Run from the repository root.
-set -u
-build=$(dirname "$0")
-tmp=$(mktemp -d /tmp/pdde-plan.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
-pass=0; fail=0
-check() { if [ "$2" = 0 ]; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $1"; fi; }
+. tests/script_util.sh plan
 cat >"$tmp/cluster.json" <<'JSON'
 {"format": "pdde-cluster", "version": 1, "name": "test",
  "specs": [{"name": "cpu", "kind": "cpu", "backend": "cpu", "peak_flops": 5e10, "mem_bandwidth": 1e10, "gemm": [],
@@ -48,5 +43,4 @@ for bad in "dp=0" "zero=5" "pp=2,stages=9:9" "dp=x"; do
     "$build/gpt" --plan "$bad" "${args[@]}" >"$tmp/badplan.log" 2>&1
     check "gpt --plan $bad is refused" $([ $? -ne 0 ] && echo 0 || echo 1)
 done
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
