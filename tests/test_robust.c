@@ -147,7 +147,7 @@ static void test_checkpoint_records(void) {
     snprintf(bad, sizeof bad, "%s/bad.ckpt", tmpdir);
     tiny_step(&t, 1.0f);
     CHECK(pdde_checkpoint_save(t.s, path, NULL) == PDDE_OK, "save: %s", pdde_last_error(t.ctx));
-    size_t size;
+    size_t size = 0;
     unsigned char *file = slurp(path, &size);
     uint32_t count;
     memcpy(&count, file + 12, 4);
