@@ -48,9 +48,13 @@ for mut in "$root"/tests/mutants/*.mut; do
         fi
         (cd "$work" && PDDE_TEST_FAIL_FAST=1 bash tests/run_tests.sh build $group >>"$log" 2>&1) || { verdict=failed; break; }
     done
+    # then the fallback builds make test runs (OpenBLAS without oneDNN, the portable GEMM), as it runs them
+    fallback_openblas="build/openblas/test_matmul build/openblas/test_backend_ops build/openblas/test_gpt_golden"
+    fallback_portable="build/portable/test_matmul build/portable/test_backend_ops build/portable/test_gpt_golden build/portable/test_grad"
     if [ -z "$verdict" ] && ! (cd "$work" &&
-          make -s -j2 OPT="$opt" BUILD=build/portable NO_OPENBLAS=1 NO_UCX=1 build/portable/test_gpt_golden build/portable/test_grad >>"$log" 2>&1 &&
-          PDDE_TEST_FAIL_FAST=1 bash tests/run_tests.sh build build/portable/test_gpt_golden build/portable/test_grad >>"$log" 2>&1); then
+          make -s -j2 OPT="$opt" BUILD=build/openblas NO_DNNL=1 NO_UCX=1 $fallback_openblas >>"$log" 2>&1 &&
+          make -s -j2 OPT="$opt" BUILD=build/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 $fallback_portable >>"$log" 2>&1 &&
+          PDDE_TEST_FAIL_FAST=1 bash tests/run_tests.sh build $fallback_openblas $fallback_portable >>"$log" 2>&1); then
         verdict=failed
     fi
     [ -z "$verdict" ] && verdict=SURVIVED
