@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
+#include "bench_common.h"
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,22 +15,11 @@
 #include <sys/resource.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* CPU time of this thread: what lowering costs, whatever else the machine's cores are doing */
 static double cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 int main(void) {
@@ -51,12 +41,12 @@ int main(void) {
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     gpt_plan plan = {.dp = dp, .tp = tp, .pp = pp, .micro = 16, .zero = 1};
-    double t0 = now_s();
+    double t0 = bench_now();
     if (gpt_build_plan(g, &cfg, &plan, &op, &m)) {
         fprintf(stderr, "build: %s\n", pdde_last_error(ctx));
         return 1;
     }
-    double t_build = now_s() - t0, params = 0;
+    double t_build = bench_now() - t0, params = 0;
     for (int i = 0; i < pdde_graph_n_tensors(g); i++)
         if (pdde_graph_tensor(g, i)->flags & PDDE_TENSOR_PARAM) params += (double)pdde_tensor_numel(pdde_graph_tensor(g, i));
     printf("GPT %d layers, width %d, %.1fB parameters: %d graph nodes, built and completed in %.2f s\n", cfg.layers, cfg.width, params / 1e9,
@@ -67,9 +57,9 @@ int main(void) {
     sp.overlap_gradients = 1;
     pdde_status st = PDDE_OK;
     for (int r = 0; r < ranks && !st; r++) {
-        double t = now_s(), c = cpu_s();
+        double t = bench_now(), c = cpu_s();
         st = pdde_lower_dump(g, &sp, world, r, NULL);
-        ms[r] = 1e3 * (cpu_s() - c), wall[r] = 1e3 * (now_s() - t);
+        ms[r] = 1e3 * (cpu_s() - c), wall[r] = 1e3 * (bench_now() - t);
     }
     if (st) {
         fprintf(stderr, "lower: %s\n", pdde_last_error(ctx));
@@ -84,8 +74,8 @@ int main(void) {
     int lines = 0;
     for (size_t i = 0; i < len; i++) lines += dump[i] == '\n';
     free(dump);
-    qsort(ms, (size_t)ranks, sizeof *ms, cmp_double);
-    qsort(wall, (size_t)ranks, sizeof *wall, cmp_double);
+    qsort(ms, (size_t)ranks, sizeof *ms, bench_cmp);
+    qsort(wall, (size_t)ranks, sizeof *wall, bench_cmp);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("lowered %d of %d ranks: median %.3f ms CPU time (min %.3f, max %.3f), median %.3f ms wall per rank; rank 0's program %d lines\n",
