@@ -398,13 +398,13 @@ pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype dt, int ndim
 pdde_tensor *pdde_param(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float init_std) {
     if (g && !isfinite(init_std)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: init_std %g is not finite", name ? name : "param", init_std);
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, ndim, shape, PDDE_TENSOR_PARAM);
-    if (t) t->fparams[0] = init_std;
+    if (t) pdde_op_set_f32(t, PDDE_P_PARAM_INIT_STD, init_std);
     return t;
 }
 
 static pdde_tensor *new_const(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float value) {
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, ndim, shape, PDDE_TENSOR_CONST);
-    if (t) t->fparams[0] = value;
+    if (t) pdde_op_set_f32(t, PDDE_P_CONST_VALUE, value);
     return t;
 }
 
@@ -464,7 +464,7 @@ pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_
 pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s) {
     if (!isfinite(s)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "scale: factor %g of %s is not finite", s, a ? a->name : "NULL");
     pdde_tensor *t = unary(g, PDDE_OP_SCALE, a);
-    if (t) t->fparams[0] = s;
+    if (t) pdde_op_set_f32(t, PDDE_P_SCALE, s);
     return t;
 }
 
@@ -492,7 +492,7 @@ pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int tran
     memcpy(shape, big->shape, sizeof shape);
     shape[big->ndim - 2] = M, shape[big->ndim - 1] = N;
     pdde_tensor *t = new_node(g, PDDE_OP_MATMUL, PDDE_F32, big->ndim, shape, 2, src);
-    if (t) t->iparams[0] = trans_a != 0, t->iparams[1] = trans_b != 0;
+    if (t) pdde_op_set_i32(t, PDDE_P_MATMUL_TRANS_A, trans_a != 0), pdde_op_set_i32(t, PDDE_P_MATMUL_TRANS_B, trans_b != 0);
     return t;
 }
 
@@ -508,7 +508,7 @@ static pdde_tensor *norm_node(pdde_graph *g, pdde_op op, pdde_tensor *x, pdde_te
             return graph_fail(g, PDDE_ERR_SHAPE, "%s: %s must have shape [%lld] (the last dim of %s)", pdde_op_name(op),
                               src[i]->name, (long long)C, x->name);
     pdde_tensor *t = new_node(g, op, PDDE_F32, x->ndim, x->shape, nsrc, src);
-    if (t) t->fparams[0] = eps > 0 ? eps : 1e-5f;
+    if (t) pdde_op_set_f32(t, PDDE_P_NORM_EPS, eps > 0 ? eps : 1e-5f);
     return t;
 }
 
@@ -523,7 +523,7 @@ pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal) {
     pdde_tensor *t = unary(g, PDDE_OP_SOFTMAX, x);
     if (t && causal && (t->ndim < 2 || t->shape[t->ndim - 1] != t->shape[t->ndim - 2]))
         return graph_fail(g, PDDE_ERR_SHAPE, "softmax: a causal softmax of %s needs square last two dims", x->name);
-    if (t) t->iparams[0] = causal != 0;
+    if (t) pdde_op_set_i32(t, PDDE_P_SOFTMAX_CAUSAL, causal != 0);
     return t;
 }
 
@@ -592,7 +592,7 @@ pdde_tensor *pdde_permute(pdde_graph *g, pdde_tensor *x, const int *perm) {
         shape[i] = x->shape[perm[i]];
     }
     pdde_tensor *t = new_node(g, PDDE_OP_PERMUTE, x->dtype, x->ndim, shape, 1, &x);
-    for (int i = 0; t && i < x->ndim; i++) t->iparams[i] = perm[i];
+    for (int i = 0; t && i < x->ndim; i++) pdde_op_set_i32(t, PDDE_P_PERMUTE_DIM0 + i, perm[i]);
     return t;
 }
 
@@ -626,7 +626,7 @@ pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis)
         shape[axis] += xs[i]->shape[axis];
     }
     pdde_tensor *t = new_node(g, PDDE_OP_CONCAT, x0->dtype, x0->ndim, shape, n, xs);
-    if (t) t->iparams[0] = axis;
+    if (t) pdde_op_set_i32(t, PDDE_P_CONCAT_AXIS, axis);
     return t;
 }
 
@@ -642,7 +642,7 @@ pdde_tensor *pdde_slice(pdde_graph *g, pdde_tensor *x, int axis, int64_t start, 
     shape[axis] = len;
     pdde_tensor *t = new_node(g, PDDE_OP_SLICE, x->dtype, x->ndim, shape, 1, &x);
     if (t && start > INT32_MAX) return graph_fail(g, PDDE_ERR_UNSUPPORTED, "slice: start %lld of %s is beyond 2^31 - 1", (long long)start, x->name);
-    if (t) t->iparams[0] = axis, t->iparams[1] = (int32_t)start;
+    if (t) pdde_op_set_i32(t, PDDE_P_SLICE_AXIS, axis), pdde_op_set_i32(t, PDDE_P_SLICE_START, (int32_t)start);
     return t;
 }
 
@@ -671,7 +671,7 @@ static pdde_tensor *reduce(pdde_graph *g, pdde_op op, pdde_tensor *x, int axis, 
         if (nd == 0) shape[nd++] = 1;
     }
     pdde_tensor *t = new_node(g, op, PDDE_F32, nd, shape, 1, &x);
-    if (t) t->iparams[0] = axis, t->iparams[1] = keepdim != 0;
+    if (t) pdde_op_set_i32(t, PDDE_P_REDUCE_AXIS, axis), pdde_op_set_i32(t, PDDE_P_REDUCE_KEEPDIM, keepdim != 0);
     return t;
 }
 
@@ -681,7 +681,9 @@ pdde_tensor *pdde_mean(pdde_graph *g, pdde_tensor *x, int axis, int keepdim) { r
 pdde_tensor *pdde_dropout(pdde_graph *g, pdde_tensor *x, float p, uint64_t seed) {
     if (!(p >= 0 && p < 1)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "dropout: p = %g must be in [0, 1)", p);
     pdde_tensor *t = unary(g, PDDE_OP_DROPOUT, x);
-    if (t) t->fparams[0] = p, t->iparams[0] = (int32_t)(uint32_t)seed, t->iparams[1] = (int32_t)(uint32_t)(seed >> 32);
+    if (t)
+        pdde_op_set_f32(t, PDDE_P_DROPOUT_P, p), pdde_op_set_i32(t, PDDE_P_DROPOUT_SEED_LO, (int32_t)(uint32_t)seed),
+            pdde_op_set_i32(t, PDDE_P_DROPOUT_SEED_HI, (int32_t)(uint32_t)(seed >> 32));
     return t;
 }
 
@@ -718,7 +720,7 @@ static pdde_tensor *flatten_rows(pdde_graph *g, pdde_tensor *x) {
 
 static void backward_matmul(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_tensor **dsrc) {
     pdde_tensor *a = y->src[0], *b = y->src[1];
-    int ta = y->iparams[0], tb = y->iparams[1];
+    int ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B);
     if (a->dtype == PDDE_BF16) dy = pdde_cast(g, dy, PDDE_BF16); /* the gradient GEMMs in bf16 too */
     dsrc[0] = ta ? grad_matmul(g, b, dy, tb, 1, a) : grad_matmul(g, dy, b, 0, !tb, a);
     if (b->ndim == 2 && a->ndim > 2 && !ta) {
@@ -732,12 +734,12 @@ static void backward_matmul(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde
 
 static pdde_tensor *expand_back(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, float scale) {
     pdde_tensor *x = y->src[0];
-    int axis = y->iparams[0];
+    int axis = pdde_op_i32(y, PDDE_P_REDUCE_AXIS);
     int64_t shape[PDDE_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) shape[i] = (axis == -1 || i == axis) ? 1 : x->shape[i];
     pdde_tensor *dyk = pdde_reshape(g, dy, x->ndim, shape);
     pdde_tensor *t = node_with(g, PDDE_OP_EXPAND, x, 1, &dyk);
-    if (t) t->fparams[0] = scale;
+    if (t) pdde_op_set_f32(t, PDDE_P_SCALE, scale);
     return t;
 }
 
@@ -758,7 +760,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         dsrc[0] = grad_sum_to(g, pdde_mul(g, dy, y->src[1]), x);
         dsrc[1] = grad_sum_to(g, pdde_mul(g, dy, x), y->src[1]);
         break;
-    case PDDE_OP_SCALE: dsrc[0] = pdde_scale(g, dy, y->fparams[0]); break;
+    case PDDE_OP_SCALE: dsrc[0] = pdde_scale(g, dy, pdde_op_f32(y, PDDE_P_SCALE)); break;
     case PDDE_OP_GELU: case PDDE_OP_RELU: case PDDE_OP_SILU: {
         pdde_op back = y->op == PDDE_OP_GELU ? PDDE_OP_GELU_BACK : y->op == PDDE_OP_RELU ? PDDE_OP_RELU_BACK : PDDE_OP_SILU_BACK;
         pdde_tensor *src[2] = {x, dy};
@@ -772,7 +774,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         dsrc[1] = node_with(g, ln ? PDDE_OP_LAYERNORM_BACK_GAMMA : PDDE_OP_RMSNORM_BACK_GAMMA, y->src[1], 2, gsrc);
         if (ln) dsrc[2] = grad_sum_to(g, dy, y->src[2]);
         for (int i = 0; i < 2; i++)
-            if (dsrc[i]) dsrc[i]->fparams[0] = y->fparams[0];
+            if (dsrc[i]) pdde_op_set_f32(dsrc[i], PDDE_P_NORM_EPS, pdde_op_f32(y, PDDE_P_NORM_EPS));
         break;
     }
     case PDDE_OP_SOFTMAX: {
@@ -797,12 +799,12 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     case PDDE_OP_RESHAPE: dsrc[0] = pdde_reshape(g, dy, x->ndim, x->shape); break;
     case PDDE_OP_PERMUTE: {
         int inv[PDDE_MAX_DIMS];
-        for (int i = 0; i < y->ndim; i++) inv[y->iparams[i]] = i;
+        for (int i = 0; i < y->ndim; i++) inv[pdde_op_i32(y, PDDE_P_PERMUTE_DIM0 + i)] = i;
         dsrc[0] = pdde_permute(g, dy, inv);
         break;
     }
     case PDDE_OP_CONCAT: {
-        int axis = y->iparams[0];
+        int axis = pdde_op_i32(y, PDDE_P_CONCAT_AXIS);
         int64_t start = 0;
         for (int i = 0; i < y->nsrc; i++) {
             dsrc[i] = pdde_slice(g, dy, axis, start, y->src[i]->shape[axis]);
@@ -812,7 +814,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     }
     case PDDE_OP_SLICE: {
         dsrc[0] = node_with(g, PDDE_OP_SLICE_BACK, x, 1, &dy);
-        if (dsrc[0]) dsrc[0]->iparams[0] = y->iparams[0], dsrc[0]->iparams[1] = y->iparams[1];
+        if (dsrc[0]) pdde_op_params_copy(dsrc[0], y); /* its axis and start */
         break;
     }
     case PDDE_OP_SUM: dsrc[0] = expand_back(g, y, dy, 1.0f); break;
@@ -821,7 +823,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         break;
     case PDDE_OP_DROPOUT: {
         dsrc[0] = node_with(g, PDDE_OP_DROPOUT_BACK, x, 1, &dy);
-        if (dsrc[0]) memcpy(dsrc[0]->iparams, y->iparams, sizeof y->iparams), dsrc[0]->fparams[0] = y->fparams[0];
+        if (dsrc[0]) pdde_op_params_copy(dsrc[0], y); /* its p and seed: the same mask */
         break;
     }
     case PDDE_OP_CAST: dsrc[0] = x->dtype == PDDE_F32 ? pdde_cast(g, dy, PDDE_F32) : NULL; break;
@@ -898,10 +900,9 @@ static void recompute_segment(pdde_graph *g, recompute_state *rc, int n_fwd) {
         for (int k = 0; k < t->nsrc; k++) src[k] = rc->clone[t->src[k]->id] ? rc->clone[t->src[k]->id] : t->src[k];
         pdde_tensor *c = new_node(g, t->op, t->dtype, t->ndim, t->shape, t->nsrc, src);
         if (!c) return;
-        /* iparams carry dropout's seed; the executor gives every dropout node the same run counter,
-         * so the clone draws the original's mask */
-        memcpy(c->iparams, t->iparams, sizeof c->iparams);
-        memcpy(c->fparams, t->fparams, sizeof c->fparams);
+        /* the params carry dropout's seed; the executor gives every dropout node the same run
+         * counter, so the clone draws the original's mask */
+        pdde_op_params_copy(c, t);
         c->flags = t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE); /* views of the clones */
         c->layer = t->layer, c->device = t->device;
         rc->clone[i] = c;
@@ -1046,7 +1047,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
             pdde_tensor *src[2] = {t->grad, norm_sq};
             int64_t one = 1;
             norm_sq = new_node(g, PDDE_OP_GRAD_NORM_SQ, PDDE_F32, 1, &one, norm_sq ? 2 : 1, src);
-            if (norm_sq) norm_sq->fparams[6] = scale;
+            if (norm_sq) pdde_op_set_f32(norm_sq, PDDE_P_UPDATE_GRAD_SCALE, scale);
         }
     }
     for (int i = 0; i < n && g->status == PDDE_OK; i++) {
@@ -1070,9 +1071,12 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
         if (!u) break;
         u->flags |= PDDE_TENSOR_INPLACE;
         u->device = t->device;
-        float f[7] = {p.lr, update_op == PDDE_OP_ADAMW_UPDATE ? p.beta1 : p.momentum, p.beta2, p.eps,
-                      t->ndim >= 2 ? p.weight_decay : 0.0f, p.clip_norm, scale};
-        memcpy(u->fparams, f, sizeof f);
+        pdde_op_set_f32(u, PDDE_P_UPDATE_LR, p.lr), pdde_op_set_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY, t->ndim >= 2 ? p.weight_decay : 0.0f);
+        pdde_op_set_f32(u, PDDE_P_UPDATE_CLIP, p.clip_norm), pdde_op_set_f32(u, PDDE_P_UPDATE_GRAD_SCALE, scale);
+        if (update_op == PDDE_OP_ADAMW_UPDATE)
+            pdde_op_set_f32(u, PDDE_P_ADAM_BETA1, p.beta1), pdde_op_set_f32(u, PDDE_P_ADAM_BETA2, p.beta2), pdde_op_set_f32(u, PDDE_P_ADAM_EPS, p.eps);
+        else
+            pdde_op_set_f32(u, PDDE_P_SGD_MOMENTUM, p.momentum);
     }
     g->layer = -1;
     return g->status;
@@ -1653,7 +1657,7 @@ static void init_leaf_values(const pdde_context *ctx, const pdde_tensor *t, void
     int64_t n = pdde_tensor_numel(t);
     memset(host, 0, pdde_tensor_nbytes(t));
     if (t->dtype != PDDE_F32) return;
-    float *f = host, v = t->fparams[0];
+    float *f = host, v = pdde_op_f32(t, (t->flags & PDDE_TENSOR_CONST) ? PDDE_P_CONST_VALUE : PDDE_P_PARAM_INIT_STD);
     if (t->flags & PDDE_TENSOR_CONST) {
         for (int64_t i = 0; i < n; i++) f[i] = v;
     } else if (t->flags & PDDE_TENSOR_PARAM) {
@@ -2058,7 +2062,7 @@ static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micr
         if (!(st = read_local(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
     }
     int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
-    if (!st && u->nsrc > plain && u->fparams[5] > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
+    if (!st && u->nsrc > plain && pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
         st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
     return st;
 }
@@ -2193,7 +2197,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (st == PDDE_OK) st = sync;
     }
     if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
-    if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || (mode & PDDE_RUN_OPTIMIZER))) drop_gradients(s);
+    if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || mode_runs_update(mode))) drop_gradients(s);
 #ifdef PDDE_HAVE_COMM
     /* the step's loss on every rank: the mean over the ranks holding one (data-parallel ranks hold
      * their rows' mean; other pipeline stages none) */

@@ -656,7 +656,7 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
         if (x->op == PDDE_OP_MATMUL && x->nsrc >= 2 && x->ndim >= 2) {
             const pdde_tensor *a = x->src[0];
             op.n = x->shape[x->ndim - 1];
-            op.k = x->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+            op.k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
             op.m = op.n ? pdde_tensor_numel(x) / op.n : 0;
         }
         int k = pdde_cost_program_add(p, 0, &op);

@@ -173,7 +173,7 @@ PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
  * without changing the user's graph. The executor runs it; a cost model can simulate it.
  *
  * Its nodes are pdde_tensors of their own (so a backend's compute runs them as they are): op, dtype,
- * named op params (backend_impl.h accessors), the LOCAL shape, src pointing at other nodes of the
+ * named op params (pdde.h accessors), the LOCAL shape, src pointing at other nodes of the
  * same program, phase (forward / backward / optimizer), layer, device (always set: a global device
  * index), dist (the attr this block has). `id` is the node's index in `nodes`; data/offset are the
  * executor's to fill. What a node is beyond a kernel call is in its pdde_program_node. */

@@ -117,7 +117,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb, p->ops[l] += 1;
         if (t->op == PDDE_OP_MATMUL) {
             const pdde_tensor *a = t->src[0];
-            int64_t k = t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+            int64_t k = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
             p->flops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)k;
             if (t->src[1]->flags & PDDE_TENSOR_PARAM && ++weight_gemms[l] % 2 == 0) p->tp_ar[l] += nb, p->tp_n[l]++;
         } else if (!(t->flags & PDDE_TENSOR_VIEW)) {
