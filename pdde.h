@@ -125,7 +125,9 @@ float pdde_bf16_to_f32(uint16_t h);
 /* ---------------------------------------------------------------------------------------------------
  * Tensors and ops. A pdde_tensor is a node of a graph: its op, inputs, shape and attributes. It holds
  * data only inside a compiled session. The struct is public so that out-of-tree backends can read a
- * node's op and parameters (ggml style); user code treats it as read-only. */
+ * node's op and parameters (ggml style); user code treats it as read-only. An op's parameters are
+ * named slots, listed with each op below ("i:" integer, "f:" float; NAME is PDDE_P_NAME of
+ * backends/op_params.h, read with pdde_op_i32/pdde_op_f32 there). */
 #define PDDE_MAX_DIMS 6
 #define PDDE_MAX_SRC 6
 
@@ -187,8 +189,8 @@ typedef enum {
     PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2),
                                      scale = f: UPDATE_GRAD_SCALE */
     PDDE_OP_SGD_UPDATE,           /* src: param, grad, momentum [, gnorm_sq]; f: also SGD_MOMENTUM */
-    PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq]; f: also ADAM_BETA1, ADAM_BETA2,
-                                     ADAM_EPS */
+    PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq]; f: also UPDATE_BETA1,
+                                     UPDATE_BETA2, UPDATE_EPS */
     /* communication and device-boundary ops (distributed graph; see the planner) */
     PDDE_OP_COPY,                 /* to another device */
     /* reshard collectives (inserted by lowering where an op needs another layout of an input, see
@@ -264,7 +266,7 @@ struct pdde_tensor {
     int64_t shape[PDDE_MAX_DIMS];
     int nsrc;
     pdde_tensor *src[PDDE_MAX_SRC];
-    int32_t iparams[8];      /* op parameters: read and write them by name with pdde_op_i32/pdde_op_f32 */
+    int32_t iparams[8];      /* op parameters: named slots (backends/op_params.h), see the op list */
     float fparams[8];
     uint32_t flags;          /* pdde_tensor_flags */
     pdde_phase phase;
@@ -279,50 +281,6 @@ struct pdde_tensor {
 };
 
 const char *pdde_op_name(pdde_op op);
-
-/* Named op parameters (ggml's op params): an op's integer and float parameters are read and written
- * by name through pdde_op_i32/pdde_op_set_i32 and pdde_op_f32/pdde_op_set_f32, never by position.
- * Each name has one meaning, on the ops whose comment above lists it ("i:" integer, "f:" float;
- * written without the PDDE_P_ prefix). Names of different ops may share a slot. What the executor
- * alone needs of a node (a collective's mesh axis, a peer, an early start) is not an op parameter: it
- * lives in the local program. */
-typedef enum {
-    PDDE_P_MATMUL_TRANS_A = 0, PDDE_P_MATMUL_TRANS_B = 1,
-    PDDE_P_SOFTMAX_CAUSAL = 0,
-    PDDE_P_PERMUTE_DIM0 = 0,            /* PERMUTE_DIM0 + d, d < ndim (one slot per dim) */
-    PDDE_P_CONCAT_AXIS = 0,
-    PDDE_P_SLICE_AXIS = 0, PDDE_P_SLICE_START = 1,              /* slice, slice_back */
-    PDDE_P_REDUCE_AXIS = 0, PDDE_P_REDUCE_KEEPDIM = 1,          /* sum, mean */
-    PDDE_P_DROPOUT_SEED_LO = 0, PDDE_P_DROPOUT_SEED_HI = 1, PDDE_P_DROPOUT_COUNTER = 2,
-    /* embedding, its backward, cross-entropy, its backward: the vocab rows/columns this rank holds
-     * (0, 0 = all of it) */
-    PDDE_P_VOCAB_FIRST = 0, PDDE_P_VOCAB_SIZE = 1,
-    PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
-    PDDE_P_I32_COUNT = 8
-} pdde_iparam;
-
-typedef enum {
-    PDDE_P_PARAM_INIT_STD = 0,          /* parameter leaf: normal std (0: zeros; < 0: ones) */
-    PDDE_P_CONST_VALUE = 0,             /* constant leaf: its fill value */
-    PDDE_P_SCALE = 0,                   /* scale, expand */
-    PDDE_P_NORM_EPS = 0,                /* layernorm, rmsnorm and their backward ops */
-    PDDE_P_DROPOUT_P = 0,               /* dropout, dropout_back */
-    PDDE_P_UPDATE_LR = 0, PDDE_P_UPDATE_WEIGHT_DECAY = 4, PDDE_P_UPDATE_CLIP = 5,
-    PDDE_P_UPDATE_GRAD_SCALE = 6,       /* also grad_norm_sq's */
-    PDDE_P_ADAM_BETA1 = 1, PDDE_P_ADAM_BETA2 = 2, PDDE_P_ADAM_EPS = 3,
-    PDDE_P_SGD_MOMENTUM = 1,
-    PDDE_P_F32_COUNT = 8
-} pdde_fparam;
-
-static inline int32_t pdde_op_i32(const pdde_tensor *t, pdde_iparam p) { return t->iparams[p]; }
-static inline void pdde_op_set_i32(pdde_tensor *t, pdde_iparam p, int32_t v) { t->iparams[p] = v; }
-static inline float pdde_op_f32(const pdde_tensor *t, pdde_fparam p) { return t->fparams[p]; }
-static inline void pdde_op_set_f32(pdde_tensor *t, pdde_fparam p, float v) { t->fparams[p] = v; }
-/* dst takes all of src's op parameters (a clone or a backward op that shares its forward's). */
-static inline void pdde_op_params_copy(pdde_tensor *dst, const pdde_tensor *src) {
-    for (int i = 0; i < PDDE_P_I32_COUNT; i++) dst->iparams[i] = src->iparams[i];
-    for (int i = 0; i < PDDE_P_F32_COUNT; i++) dst->fparams[i] = src->fparams[i];
-}
 
 int64_t pdde_tensor_numel(const pdde_tensor *t);
 size_t pdde_tensor_nbytes(const pdde_tensor *t);

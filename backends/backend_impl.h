@@ -1,6 +1,7 @@
 /* backends/backend_impl.h — what the backends layer shares with the layers above it, beyond the
- * public vtable in pdde.h: the registry of backend families and devices (registry.c), the optional
- * vtable slot test, and math helpers both the CPU kernels and the executor's host-side ops use.
+ * public vtable in pdde.h: the context struct, the registry of backend families and devices
+ * (registry.c), the optional vtable slot test, the bottom helpers of base.c, and math helpers both the
+ * CPU kernels and the executor's host-side ops use. The named op parameters are op_params.h's.
  * Nothing here knows graphs, sessions or distribution. */
 #ifndef PDDE_BACKEND_IMPL_H
 #define PDDE_BACKEND_IMPL_H
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "../pdde.h"
+#include "op_params.h"
 
 #ifndef PDDE_PRIVATE
 #define PDDE_PRIVATE static __attribute__((unused))
@@ -25,6 +27,16 @@ extern const pdde_backend_iface pdde_backend_cpu, pdde_backend_opencl, pdde_back
 
 /* Whether backend b fills an optional slot (slots past its struct_size count as NULL). */
 #define IFACE_HAS(b, slot) ((b)->struct_size >= offsetof(pdde_backend_iface, slot) + sizeof((b)->slot) && (b)->slot)
+
+/* The library's context: made by pdde_context_init (pdde.c), read by every layer (its last error,
+ * threads, seed, and the registry of its devices). */
+struct pdde_context {
+    int n_threads;
+    uint64_t seed;
+    int log_level;
+    char last_error[1024];
+    struct pdde_registry *registry; /* backends and their devices (registry.c) */
+};
 
 /* The backend families of a context and their devices; built once, then fixed. */
 typedef struct {
@@ -58,6 +70,10 @@ PDDE_PRIVATE pdde_status registry_device_props(const pdde_registry *r, int devic
 /* Whether a device's data handles are host pointers (the CPU's), from the registry alone. */
 PDDE_PRIVATE bool registry_device_is_host(const pdde_registry *r, int device);
 PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backend, int index);
+
+/* base.c: t's shape as [a,b,c]; the CRC-32 (zlib's) of n bytes continuing crc (0 to start). */
+PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);
+PDDE_PRIVATE uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 
 /* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):
  * exp(x) = 2^n * e^g with n = rint(x / ln2) and |g| <= ln2/2, e^g by its degree-7 Taylor polynomial

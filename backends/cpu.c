@@ -692,8 +692,8 @@ static void adamw_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
-    float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), b1 = pdde_op_f32(u, PDDE_P_ADAM_BETA1), b2 = pdde_op_f32(u, PDDE_P_ADAM_BETA2);
-    float eps = pdde_op_f32(u, PDDE_P_ADAM_EPS), wd = pdde_op_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY);
+    float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), b1 = pdde_op_f32(u, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(u, PDDE_P_UPDATE_BETA2);
+    float eps = pdde_op_f32(u, PDDE_P_UPDATE_EPS), wd = pdde_op_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY);
     float gs = pdde_op_f32(u, PDDE_P_UPDATE_GRAD_SCALE) * j->clip_coef;
     for (int64_t i = begin; i < end; i++) {
         float gi = g[i] * gs;
@@ -879,7 +879,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         update_job uj = {.u = t, .clip_coef = clip_coefficient(t)};
         int step = pdde_op_i32(t, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(t, PDDE_P_UPDATE_STEP) : 1;
         if (t->op == PDDE_OP_ADAMW_UPDATE) /* Adam's bias corrections */
-            uj.bc1 = 1.0f - powf(pdde_op_f32(t, PDDE_P_ADAM_BETA1), (float)step), uj.bc2 = 1.0f - powf(pdde_op_f32(t, PDDE_P_ADAM_BETA2), (float)step);
+            uj.bc1 = 1.0f - powf(pdde_op_f32(t, PDDE_P_UPDATE_BETA1), (float)step), uj.bc2 = 1.0f - powf(pdde_op_f32(t, PDDE_P_UPDATE_BETA2), (float)step);
         parallel_for(pool, n, PAR_MIN, t->op == PDDE_OP_ADAMW_UPDATE ? adamw_task : sgd_task, &uj);
         return PDDE_OK;
     }

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../pdde.h"
+#include "op_params.h"
 
 /* A device address: a buffer (the backend's buffer handle, as in pdde_tensor.data) and a byte offset into
  * it; base 0 is a null pointer. CUDA and Level Zero add the two into one pointer (pgd_addr); OpenCL
@@ -655,7 +655,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
                                           PGD_A(wd), PGD_A(clip), PGD_A(gs)));
         }
         pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_opt_src(node, 4);
-        float b1 = pdde_op_f32(node, PDDE_P_ADAM_BETA1), b2 = pdde_op_f32(node, PDDE_P_ADAM_BETA2), eps = pdde_op_f32(node, PDDE_P_ADAM_EPS);
+        float b1 = pdde_op_f32(node, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(node, PDDE_P_UPDATE_BETA2), eps = pdde_op_f32(node, PDDE_P_UPDATE_EPS);
         int t = pdde_op_i32(node, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(node, PDDE_P_UPDATE_STEP) : 1;
         float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
         return pgd_launch_1d(g, PGD_K_ADAMW, np,

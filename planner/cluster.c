@@ -1,10 +1,10 @@
 /* planner/cluster.c — the unified cluster object: machines -> devices -> links, its checks, its JSON
  * form (cJSON) and the detection of this machine (backends + hwloc). Included by pdde.c. */
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #include <errno.h>
 #include <unistd.h>
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #ifdef PDDE_HAVE_CJSON
 #include <cjson/cJSON.h>

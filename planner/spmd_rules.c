@@ -16,7 +16,7 @@
  * matmul stays partial and the allreduce happens where a non-linear op (the next layernorm) needs the
  * full value. */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #include <assert.h>
 

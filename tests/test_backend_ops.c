@@ -14,6 +14,7 @@
  * a kernel that does not build gives PDDE_ERR_BUILD with the log, a huge buffer PDDE_ERR_DEVICE_OOM. */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "backends/op_params.h" /* the named op parameters the test sets */
 #include "tests/test_util.h"
 
 #include <stdbool.h>

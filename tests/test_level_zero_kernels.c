@@ -11,6 +11,7 @@
  * where there is no OpenCL device with fine-grained SVM. */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "backends/op_params.h" /* the named op parameters the test sets */
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 
