@@ -38,6 +38,14 @@
 #include "backends/registry.c"
 
 /* ================================================================================================
+ * Communication (comm/): store, transport, communicators and collectives; the parameter server */
+
+#ifdef PDDE_HAVE_COMM
+#include "comm/comm.c"
+#include "comm/ps.c"
+#endif
+
+/* ================================================================================================
  * Context lifetime */
 
 #define PDDE_THREADS_PER_CORE 4
@@ -2580,13 +2588,7 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
     return ok ? PDDE_OK : pdde_error(ctx, PDDE_ERR_IO, "cannot write %s: %s", out_path, strerror(errno));
 }
 
-/* ================================================================================================
- * Communication (comm/): store, transport, communicators and collectives */
-
 #ifdef PDDE_HAVE_COMM
-#include "comm/comm.c"
-#include "comm/ps.c"
-
 /* ================================================================================================
  * Sparse tables in a graph: the worker side of parameter-server tables. A batch's unique ids are
  * pulled into a local [U, dim] table, the ids remapped to its rows, the embedding op and bag pooling

@@ -16,7 +16,12 @@
  * Scratchpads belong to pdde (user mode), one per pool thread, so that threads can run one primitive
  * at once (with the library-owned one, two threads running one primitive crashed with Debian's 2.6). */
 
+#include "backend_impl.h"
+
 #include <dnnl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #if DNNL_CPU_THREADING_RUNTIME == DNNL_RUNTIME_OMP
 #include <omp.h>
 #elif DNNL_CPU_THREADING_RUNTIME != DNNL_RUNTIME_SEQ

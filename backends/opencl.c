@@ -25,6 +25,7 @@
 #ifndef CL_TARGET_OPENCL_VERSION
 #define CL_TARGET_OPENCL_VERSION 120
 #endif
+#include "backend_impl.h" /* first: it sets _GNU_SOURCE */
 #include <CL/cl.h>
 #include <dlfcn.h>
 #include <math.h>
@@ -34,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_impl.h"
 #include "gpu_dispatch.h"
 #include "gpu_kernels_cl.h"
 #ifdef PDDE_HAVE_CLBLAST

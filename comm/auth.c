@@ -4,6 +4,13 @@
  * exchanges over these: each side sends a fresh random nonce and proves it holds the secret by an HMAC
  * over both nonces, so a recorded exchange cannot be replayed and the secret never travels. */
 
+#ifndef PDDE_COMM_AUTH_C
+#define PDDE_COMM_AUTH_C
+
+#include "util.c"
+
+#include <fcntl.h>
+#include <pthread.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 
@@ -227,3 +234,5 @@ static pdde_status comm_secret_for_server(pdde_context *ctx, comm_secret *s) {
     pthread_mutex_unlock(&comm_process_secret_lock);
     return s->len ? PDDE_OK : st;
 }
+
+#endif /* PDDE_COMM_AUTH_C */

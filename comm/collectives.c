@@ -4,6 +4,15 @@
  * group, allreduce on the cross-host group, ring allgather on the host's group, in one program.
  * Large messages are cut into segments, one program each, several in flight (pipelining). */
 
+#ifndef PDDE_COMM_COLLECTIVES_C
+#define PDDE_COMM_COLLECTIVES_C
+
+#include "util.c"
+#include "world.c"
+#include "schedule.c"
+#include "progress.c"
+#include "shm.c"
+
 #define COMM_SMALL_BYTES (64u << 10)   /* at or below: latency-bound algorithms (recursive, tree) */
 #define COMM_SEGMENT_BYTES (1u << 20)  /* pipelining unit of large messages */
 #define COMM_MAX_SEGMENTS 255          /* program index is 8 bits of the tag */
@@ -567,3 +576,5 @@ pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, 
     pdde_status st = pdde_comm_irecv(c, buf, count, t, peer, tag, &r);
     return comm_finish(c, st, r);
 }
+
+#endif /* PDDE_COMM_COLLECTIVES_C */

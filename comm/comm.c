@@ -10,18 +10,6 @@
  *     operation running polls that key, and publishes there any failure it finds itself;
  *  3. every blocking wait has a timeout. */
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <sched.h>
-#include <stdatomic.h>
-#include <sys/socket.h>
-#include <time.h>
-#include <ucp/api/ucp.h>
-
 /* The parts in layer order: each uses only those above it in this list. */
 #include "util.c"          /* clocks, byte packing, addresses, socket reads/writes */
 #include "auth.c"          /* SHA-256, HMAC, the job secret */
@@ -33,6 +21,18 @@
 #include "progress.c"      /* waiting, starting and finishing operations; the service thread */
 #include "shm.c"           /* the one-host shared-memory channel */
 #include "collectives.c"   /* algorithms and the public collective calls */
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
 
 /* ================================================================================================
  * World setup and teardown */

@@ -1,6 +1,12 @@
 /* comm/env.c — rank discovery from the environment that a launcher (pdde-run, mpirun, PMI, srun)
  * gives each process, and the host id that groups ranks by machine. */
 
+#ifndef PDDE_COMM_ENV_C
+#define PDDE_COMM_ENV_C
+
+#include "util.c"
+#include "auth.c"
+
 typedef struct {
     const char *launcher;
     const char *rank, *size, *local_rank;   /* variable names; local_rank may be NULL */
@@ -223,3 +229,5 @@ static void comm_launch_secret_done(const comm_launch *l) {
     comm_launch_secret_path(l, path, sizeof path);
     unlink(path);
 }
+
+#endif /* PDDE_COMM_ENV_C */

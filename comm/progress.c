@@ -2,6 +2,13 @@
  * finishing them, and the world's service thread (background progress, heartbeats to the store,
  * failure publication and polling). Above schedule.c, whose programs it drives. */
 
+#ifndef PDDE_COMM_PROGRESS_C
+#define PDDE_COMM_PROGRESS_C
+
+#include "util.c"
+#include "world.c"
+#include "schedule.c"
+
 /* ================================================================================================
  * Waiting */
 
@@ -185,3 +192,5 @@ static void *comm_service(void *arg) {
     pthread_mutex_unlock(&w->lock);
     return NULL;
 }
+
+#endif /* PDDE_COMM_PROGRESS_C */

@@ -1,9 +1,20 @@
 /* comm/ps.c — the parameter server: sparse tables keyed by 64-bit ids, a server loop that serves
  * them to worker ranks over point-to-point messages of a world communicator (sync, async with
  * bounded staleness, geo), and the worker's client. Knows nothing of graphs: rows are float arrays.
- * Included by pdde.c after comm/comm.c (uses its crc32_update). */
+ * Above the rest of comm/: it calls only the public communicator calls (pdde.h) and base.c's CRC-32. */
 
+#ifndef PDDE_COMM_PS_C
+#define PDDE_COMM_PS_C
+
+#include "../backends/backend_impl.h"
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------------------------------------
  * Hashing */
@@ -998,3 +1009,5 @@ void pdde_ps_client_free(pdde_ps_client *c) {
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
+
+#endif /* PDDE_COMM_PS_C */

@@ -4,6 +4,11 @@
  * programs; this file runs them, non-blocking, several programs of one operation at once so that the
  * segments of a large message pipeline. Everything here runs under the world lock. */
 
+#ifndef PDDE_COMM_SCHEDULE_C
+#define PDDE_COMM_SCHEDULE_C
+
+#include "world.c"
+
 enum { STEP_NONE = 0, STEP_REDUCE, STEP_COPY, STEP_DIV };
 
 typedef struct {
@@ -325,3 +330,5 @@ static int world_progress(comm_world *w) {
     }
     return moved;
 }
+
+#endif /* PDDE_COMM_SCHEDULE_C */

@@ -22,6 +22,16 @@
  * service thread takes from the store (a dead rank's death notice) within ~50 ms; the service thread is
  * kept polling while a rank waits here. */
 
+#ifndef PDDE_COMM_SHM_C
+#define PDDE_COMM_SHM_C
+
+#include "util.c"
+#include "store.c"
+#include "world.c"
+#include "schedule.c"
+#include "progress.c"
+
+#include <fcntl.h>
 #include <sys/mman.h>
 
 #define SHM_CHUNK_BYTES (512u << 10) /* a chunk of a large message (1 MiB did worse: the L2 size here) */
@@ -337,3 +347,5 @@ static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *r
     }
     return PDDE_OK;
 }
+
+#endif /* PDDE_COMM_SHM_C */

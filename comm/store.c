@@ -24,6 +24,18 @@
  * died) or stays silent past its lease gets the notice set by the server: that is how peers learn of
  * a death fast. */
 
+#ifndef PDDE_COMM_STORE_C
+#define PDDE_COMM_STORE_C
+
+#include "util.c"
+#include "auth.c"
+
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <pthread.h>
+
 enum {
     STORE_OP_SET = 1, STORE_OP_GET, STORE_OP_ADD, STORE_OP_CAS, STORE_OP_REMOVE,
     STORE_OP_LIVENESS, STORE_OP_PING, STORE_OP_BYE, STORE_OP_AUTH,
@@ -934,3 +946,5 @@ pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const
 pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out) {
     return pdde_store_connect_secret(ctx, addr, NULL, timeout_s, out);
 }
+
+#endif /* PDDE_COMM_STORE_C */

@@ -13,6 +13,14 @@
  * Tags: bits 63..40 the receiver-assigned connection id (0 = control), bits 39..0 the caller's tag.
  * Endpoints use UCP_ERR_HANDLING_MODE_PEER: a dead peer fails its connections' requests. */
 
+#ifndef PDDE_COMM_TRANSPORT_UCX_C
+#define PDDE_COMM_TRANSPORT_UCX_C
+
+#include "util.c"
+#include "auth.c"
+
+#include <ucp/api/ucp.h>
+
 #define UCX_TAG_USER_MASK ((UINT64_C(1) << PDDE_TRANSPORT_TAG_BITS) - 1)
 #define UCX_TAG_ACK_BIT (UINT64_C(1) << (PDDE_TRANSPORT_TAG_BITS - 1))
 
@@ -465,3 +473,5 @@ static const pdde_transport_iface ucx_iface = {
 };
 
 const pdde_transport_iface *pdde_transport_ucx(void) { return &ucx_iface; }
+
+#endif /* PDDE_COMM_TRANSPORT_UCX_C */

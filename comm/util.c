@@ -2,6 +2,27 @@
  * resolution, and whole-buffer socket reads and writes with a deadline. Every other part of comm/ may
  * use these; this file uses none of them. */
 
+#ifndef PDDE_COMM_UTIL_C
+#define PDDE_COMM_UTIL_C
+
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "../pdde.h"
+
 static double comm_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -78,3 +99,5 @@ static int comm_read_all(int fd, void *buf, size_t n, double timeout_s) {
     }
     return 0;
 }
+
+#endif /* PDDE_COMM_UTIL_C */

@@ -3,6 +3,16 @@
  * and the backoff every wait uses. The bottom of comm/'s upper half: it calls only the parts below
  * (util, store, transport). */
 
+#ifndef PDDE_COMM_WORLD_C
+#define PDDE_COMM_WORLD_C
+
+#include "util.c"
+#include "store.c"
+#include "env.c"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
 /* Tag layout (PDDE_TRANSPORT_TAG_BITS = 40): collectives [39]=0 [38..28] communicator id [27..16]
  * operation sequence [15..8] program [7..0] round; point to point [39]=1 [38..28] communicator id
  * [27..8] user tag. Communicator id 0 is the world's bootstrap, 1 the world. */
@@ -150,3 +160,5 @@ static void comm_backoff(double idle, double left, double spin_s) {
     if (pause > left) pause = left;
     if (pause > 0) comm_sleep(pause);
 }
+
+#endif /* PDDE_COMM_WORLD_C */
