@@ -1387,12 +1387,7 @@ static pdde_status session_split_world(pdde_session *s) {
         return pdde_error(s->ctx, PDDE_ERR_DIST_ATTR, "session: the mesh has %d ranks, the world %d", mesh->n_ranks, pdde_comm_size(s->world));
     pdde_status st = pdde_mesh_coords(mesh, rank, coords);
     if (st) return pdde_error(s->ctx, st, "session: rank %d is not in the graph's mesh", rank);
-    for (int a = 0; a < mesh->ndim && !st; a++) {
-        int color = 0;
-        for (int b = 0; b < mesh->ndim; b++)
-            if (b != a) color = color * mesh->shape[b] + coords[b];
-        st = pdde_comm_split(s->world, color, coords[a], &s->axis_comm[a]);
-    }
+    for (int a = 0; a < mesh->ndim && !st; a++) st = pdde_comm_split(s->world, mesh_axis_color(mesh, coords, a), coords[a], &s->axis_comm[a]);
     return st;
 }
 #endif

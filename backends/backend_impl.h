@@ -18,6 +18,7 @@
 #include "../pdde.h"
 #include "op_params.h"
 
+/* A function shared between parts: static in the amalgamation, external when a part is checked alone. */
 #ifndef PDDE_PRIVATE
 #define PDDE_PRIVATE static __attribute__((unused))
 #endif

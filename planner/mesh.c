@@ -21,6 +21,15 @@ PDDE_PRIVATE int mesh_index_of(const pdde_mesh *m, int rank) {
     return -1;
 }
 
+/* The ranks at coords' place along axis a (the group a collective over a runs on): those whose other
+ * coordinates agree share this color; within the group, a rank's coordinate on a orders it. */
+PDDE_PRIVATE int mesh_axis_color(const pdde_mesh *m, const int *coords, int a) {
+    int color = 0;
+    for (int b = 0; b < m->ndim; b++)
+        if (b != a) color = color * m->shape[b] + coords[b];
+    return color;
+}
+
 /* "[2,4]" for messages */
 PDDE_PRIVATE void mesh_shape_str(const pdde_mesh *m, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");

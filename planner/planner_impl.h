@@ -28,11 +28,6 @@
 #include "../pdde.h"
 #include "../backends/backend_impl.h"
 
-/* A function shared between parts: static in the amalgamation, external when a part is checked alone. */
-#ifndef PDDE_PRIVATE
-#define PDDE_PRIVATE static __attribute__((unused))
-#endif
-
 /* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */
 #if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("../comm/comm.c")
 #define PDDE_HAVE_COMM 1
@@ -120,6 +115,7 @@ PDDE_PRIVATE int *completion_owners(const pdde_graph *g);
 PDDE_PRIVATE int mesh_numel(int ndim, const int *shape);
 PDDE_PRIVATE bool mesh_owned(const struct planner_graph *pg, const pdde_mesh *m);
 PDDE_PRIVATE int mesh_index_of(const pdde_mesh *m, int rank);
+PDDE_PRIVATE int mesh_axis_color(const pdde_mesh *m, const int *coords, int a);
 PDDE_PRIVATE void mesh_shape_str(const pdde_mesh *m, char *buf, size_t n);
 PDDE_PRIVATE int mesh_sub_axis(const pdde_mesh *parent, const pdde_mesh *sub);
 PDDE_PRIVATE const pdde_mesh *planner_layer_mesh(const struct planner_graph *pg, int layer);
