@@ -144,6 +144,8 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
     return PDDE_OK;
 }
 
+static void ucx_conn_close(void *conn);
+
 static void ucx_fini(void *p) {
     ucx_transport *tr = p;
     if (!tr) return;
