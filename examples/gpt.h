@@ -16,7 +16,10 @@
 
 typedef struct {
     int vocab, ctx, layers, heads, width, batch;
+    int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
 } gpt_config;
+
+static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
 
 typedef struct {
     gpt_config cfg;
@@ -50,7 +53,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     if (c->heads < 1 || c->width % c->heads || c->layers < 0)
         return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 (layers %d >= 0)",
                           c->width, c->heads, c->layers);
-    int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads;
+    int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads, F = gpt_ffn(c);
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
@@ -76,9 +79,9 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         snprintf(p, sizeof p, "h%d.ln2", l);
         pdde_tensor *h = gpt_layernorm(g, p, x, C);
         snprintf(p, sizeof p, "h%d.fc", l);
-        h = pdde_gelu(g, gpt_linear(g, p, h, C, 4 * C, 0.02f));
+        h = pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f));
         snprintf(p, sizeof p, "h%d.fcproj", l);
-        x = pdde_add(g, x, gpt_linear(g, p, h, 4 * C, C, proj_std));
+        x = pdde_add(g, x, gpt_linear(g, p, h, F, C, proj_std));
     }
     pdde_graph_set_layer(g, c->layers + 1);
     x = gpt_layernorm(g, "lnf", x, C);
@@ -92,7 +95,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
  * with pdde_strategy_data_parallel on another axis). Each sublayer is a column-parallel linear, local
  * work, then a row-parallel linear whose partial sum is reduced once, where the next layernorm needs
  * the whole residual:
- *   MLP:        fc column parallel (each rank its 4C/tp hidden units), gelu local, fcproj row parallel.
+ *   MLP:        fc column parallel (each rank its ffn/tp hidden units), gelu local, fcproj row parallel.
  *   attention:  head parallel. The fused qkv weight's columns are head-major, [H, 3, D], so its
  *               column split gives each rank q, k and v of its own H/tp heads: [B,T,3C] split on the
  *               last dim reshapes to [B,T,H,3,D] split on H (the split lands on the outermost factor),
@@ -205,7 +208,7 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
     pdde_cluster *cl = NULL;
     pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
     int64_t rows = (int64_t)c->batch * c->ctx / (ranks > 0 ? ranks : 1);
-    if (!st) st = pdde_cluster_plan_devices(ctx, cl, rows > 0 ? rows : 1, 4 * (int64_t)c->width, c->width, d);
+    if (!st) st = pdde_cluster_plan_devices(ctx, cl, rows > 0 ? rows : 1, gpt_ffn(c), c->width, d);
     int have = st ? 0 : d->n_devices;
     if (!st && ranks > 0 && (cl->n_machines == 1 || have != ranks)) {
         if (cl->n_machines != 1) {
@@ -250,8 +253,8 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
 }
 
 static inline int64_t gpt_n_params(const gpt_config *c) {
-    int64_t C = c->width;
+    int64_t C = c->width, F = gpt_ffn(c);
     return (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C +
-           (int64_t)c->layers * (4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C);
+           (int64_t)c->layers * (4 * C + 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C);
 }
 #endif
