@@ -142,9 +142,13 @@ typedef struct {
     const int *stage_first;
 } gpt_plan;
 
-/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts point into p. */
+/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts point into p. A
+ * plan recomputing some layers of a stage recomputes every block here (less memory, a little slower);
+ * the session takes p's schedule and comm_dtype (pdde_session_params). */
 static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
-    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute, p->chunks, NULL};
+    int rc = p->recompute;
+    for (int s = 0; s < p->pp && s < PDDE_PLAN_MAX_STAGES; s++) rc |= p->recompute_layers[s] > 0;
+    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, rc, p->chunks, NULL};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
     return g;
 }
@@ -246,7 +250,8 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
     pdde_status st = pdde_graph_init(ctx, &g);
     if (!st) st = gpt_build(g, c, &m);
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
-    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
+    /* a job's ranks run pp innermost (gpt_build_plan's mesh): no stage-block layout for it */
+    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices, pp.no_stage_blocks = use_all_devices;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);
     return st;

@@ -33,7 +33,25 @@ static pdde_graph *small_gpt(pdde_context *ctx, int layers, int batch) {
 
 static int plan_devices(const pdde_plan *p) { return p->dp * p->tp * p->pp; }
 
-/* The best fitting step time over every plan the search may consider, each stage cut included. */
+/* Every per-stage count of recomputed layers (each stage's first k) of plan p under its cut; the best
+ * fitting step time. */
+static double every_recompute(pdde_graph *g, const cluster *c, const pdde_plan_params *pp, pdde_plan *p, int *n_evaluated) {
+    double best = INFINITY;
+    int k[PDDE_PLAN_MAX_STAGES] = {0};
+    for (;;) {
+        pdde_plan q = *p;
+        memcpy(q.recompute_layers, k, sizeof k);
+        if (pdde_plan_evaluate(g, &c->d, pp, &q) == PDDE_OK && !q.why[0] && q.step_s < best) best = q.step_s;
+        (*n_evaluated)++;
+        int s = 0; /* next vector: k[s] in 0..layers of stage s */
+        while (s < p->pp && k[s] == p->stage_first[s + 1] - p->stage_first[s]) k[s++] = 0;
+        if (s == p->pp) return best;
+        k[s]++;
+    }
+}
+
+/* The best fitting step time over every plan the search may consider: degrees, layouts, micro-batch
+ * counts, interleaving, comm dtypes, ZeRO stages, every stage cut and every per-stage recompute count. */
 static double exhaustive(pdde_graph *g, const cluster *c, const pdde_plan_params *pp, int L, int *n_evaluated) {
     double best = INFINITY;
     int max_micro = pp->max_micro;
@@ -43,27 +61,37 @@ static double exhaustive(pdde_graph *g, const cluster *c, const pdde_plan_params
                 if (n % (tp * pipe) || (pp->tp_divisor % tp) || pipe > L) continue;
                 int dp = n / tp / pipe;
                 if (pp->batch % dp) continue;
-                for (int m = 1; m <= max_micro && m <= pp->batch / dp; m++)
-                    for (int v = 1; v <= 1; v++)
-                        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
-                            for (int rc = 0; rc <= 1; rc++) {
-                                if ((pp->batch / dp) % m || (v > 1 && (m % pipe || L < v * pipe))) continue;
-                                /* every cut of L layers into `pipe` non-empty runs: choose pipe-1 of the L-1 gaps */
-                                int cut[PDDE_PLAN_MAX_STAGES + 1];
-                                for (int s = 0; s < pipe; s++) cut[s] = s;
-                                cut[pipe] = L;
-                                for (;;) {
-                                    pdde_plan p = {.dp = dp, .tp = tp, .pp = pipe, .micro = m, .zero = zero, .recompute = rc, .chunks = v};
-                                    memcpy(p.stage_first, cut, sizeof cut);
-                                    if (pdde_plan_evaluate(g, &c->d, pp, &p) == PDDE_OK && !p.why[0] && p.step_s < best) best = p.step_s;
-                                    (*n_evaluated)++;
-                                    int s = pipe - 1; /* next combination of cut[1..pipe-1] */
-                                    while (s >= 1 && cut[s] == L - (pipe - s)) s--;
-                                    if (s < 1) break;
-                                    cut[s]++;
-                                    for (int k = s + 1; k < pipe; k++) cut[k] = cut[k - 1] + 1;
+                for (int blocks = 0; blocks <= (pipe > 1); blocks++)
+                    for (int m = 1; m <= max_micro && m <= pp->batch / dp; m++)
+                        for (int v = 1; v <= 4; v *= 2)
+                            for (int bf = 0; bf <= (dp * tp > 1); bf++)
+                                for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
+                                    if ((pp->batch / dp) % m || (v > 1 && (pipe == 1 || m % pipe || L < v * pipe))) continue;
+                                    pdde_plan p = {.dp = dp, .tp = tp, .pp = pipe, .micro = m, .zero = zero, .chunks = v, .stage_blocks = blocks,
+                                                   .comm_dtype = bf ? PDDE_BF16 : PDDE_F32};
+                                    if (v > 1) { /* interleaved: the even cut, every layer recomputed or none */
+                                        for (int rc = 0; rc <= 1; rc++) {
+                                            pdde_plan q = p;
+                                            q.recompute = rc;
+                                            if (pdde_plan_evaluate(g, &c->d, pp, &q) == PDDE_OK && !q.why[0] && q.step_s < best) best = q.step_s;
+                                            (*n_evaluated)++;
+                                        }
+                                        continue;
+                                    }
+                                    /* every cut of L layers into `pipe` non-empty runs: choose pipe-1 of the L-1 gaps */
+                                    int cut[PDDE_PLAN_MAX_STAGES + 1];
+                                    for (int s = 0; s < pipe; s++) cut[s] = s;
+                                    cut[pipe] = L;
+                                    for (;;) {
+                                        memcpy(p.stage_first, cut, sizeof cut);
+                                        best = fmin(best, every_recompute(g, c, pp, &p, n_evaluated));
+                                        int s = pipe - 1; /* next combination of cut[1..pipe-1] */
+                                        while (s >= 1 && cut[s] == L - (pipe - s)) s--;
+                                        if (s < 1) break;
+                                        cut[s]++;
+                                        for (int k = s + 1; k < pipe; k++) cut[k] = cut[k - 1] + 1;
+                                    }
                                 }
-                            }
             }
     return best;
 }
@@ -106,7 +134,7 @@ int main(void) {
         pdde_plan_str(&plans[0], s, sizeof s);
         CHECK(nf > 0 && isfinite(best) && fabs(plans[0].step_s - best) <= 1e-12 * best,
               "search's best %s %.9g s equals the exhaustive optimum %.9g s over %d plans", s, nf ? plans[0].step_s : NAN, best, n_eval);
-        CHECK(n_eval > 300, "the exhaustive search covered %d plans", n_eval);
+        CHECK(n_eval > 10000, "the exhaustive search covered %d plans", n_eval);
         check_fitting(g, &c, &pp, plans, nf);
         CHECK(nr > 0 && strstr(plans[nf].why, "out of memory on device"), "rejected plans say why: '%s'", nr ? plans[nf].why : "");
         pdde_plan whole = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
@@ -178,8 +206,74 @@ int main(void) {
         pdde_plan_str(&p, s, sizeof s);
         CHECK(pdde_plan_parse(s, &q) == PDDE_OK && !memcmp(q.stage_first, p.stage_first, sizeof p.stage_first) && q.dp == p.dp && q.micro == p.micro,
               "round trip through '%s'", s);
-        const char *bad[] = {"dp=0", "zero=5", "foo=1", "dp=2,pp=2,stages=3", "dp=x", "dp=2,,", "recompute=2", "mb=-1"};
+        const char *bad[] = {"dp=0", "zero=5", "foo=1", "dp=2,pp=2,stages=3", "dp=x", "dp=2,,", "recompute=2", "mb=-1",
+                             "pp=2,rc=1", "comm=f64", "sched=zb", "blocks=2", "rc=-1"};
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(pdde_plan_parse(bad[i], &p) == PDDE_ERR_INVALID_ARG, "'%s' is refused", bad[i]);
+        const char *full = "dp=1,tp=2,pp=2,mb=4,zero=0,recompute=0,stages=4:2,rc=2:0,comm=bf16,sched=gpipe,blocks=1";
+        CHECK(pdde_plan_parse(full, &p) == PDDE_OK && p.recompute_layers[0] == 2 && p.recompute_layers[1] == 0 && p.comm_dtype == PDDE_BF16 &&
+              p.schedule == PDDE_PIPELINE_GPIPE && p.stage_blocks == 1, "parse '%s'", full);
+        pdde_plan_str(&p, s, sizeof s);
+        CHECK(!strcmp(s, full), "'%s' is written back as '%s'", full, s);
+    }
+    /* 9. the search space's dimensions, each where it pays */
+    {
+        char s[256];
+        cluster c;
+        cluster_init(&c, 4, 1e11, 1e10, 1e9, 4);
+        /* GPipe keeps every micro-batch alive: same predicted time as 1F1B, more memory on the first stage */
+        pdde_plan a = {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .chunks = 1}, b = a;
+        b.schedule = PDDE_PIPELINE_GPIPE;
+        CHECK(pdde_plan_evaluate(g, &c.d, &pp, &a) == PDDE_OK && pdde_plan_evaluate(g, &c.d, &pp, &b) == PDDE_OK && b.peak_bytes > 1.2 * a.peak_bytes &&
+                  fabs(a.step_s - b.step_s) <= 1e-12 * a.step_s,
+              "GPipe %.0f B vs 1F1B %.0f B, %g s vs %g s", b.peak_bytes, a.peak_bytes, b.step_s, a.step_s);
+        /* interleaved stages: a smaller bubble */
+        pdde_plan iv = a;
+        iv.chunks = 2;
+        CHECK(pdde_plan_evaluate(g, &c.d, &pp, &iv) == PDDE_OK && iv.bubble_s < 0.75 * a.bubble_s, "interleaved bubble %g s vs %g s", iv.bubble_s,
+              a.bubble_s);
+        /* slow links: the best plan sends bf16, faster than the same plan in f32 */
+        cluster slow;
+        cluster_init(&slow, 4, 1e11, 1e10, 1e9, 1);
+        slow.d.inter_bw = 2e6;
+        pdde_plan_params every = pp; /* a job's ranks, all started: they must communicate */
+        every.use_all_devices = 1, every.no_pp = 1;
+        CHECK(pdde_plan_search(g, &slow.d, &every, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "slow links: %s", pdde_last_error(ctx));
+        pdde_plan f32 = plans[0];
+        f32.comm_dtype = PDDE_F32;
+        pdde_plan_str(&plans[0], s, sizeof s);
+        CHECK(plans[0].comm_dtype == PDDE_BF16 && pdde_plan_evaluate(g, &slow.d, &every, &f32) == PDDE_OK && f32.step_s > 1.2 * plans[0].step_s,
+              "slow links: %s in bf16 %g s, in f32 %g s", s, plans[0].step_s, f32.step_s);
+        /* memory between what no recompute and what every layer recomputed need: some layers only */
+        pdde_plan none = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1}, all = none;
+        all.recompute = 1;
+        pdde_plan_evaluate(g, &c.d, &pp, &none), pdde_plan_evaluate(g, &c.d, &pp, &all);
+        cluster tight;
+        cluster_init(&tight, 1, 1e11, 1e10, (none.peak_bytes + all.peak_bytes) / 2, 1);
+        pdde_plan_params one_micro = pp; /* (more micro-batches would fit too) */
+        one_micro.max_micro = 1;
+        CHECK(pdde_plan_search(g, &tight.d, &one_micro, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "tight memory: %s", pdde_last_error(ctx));
+        pdde_plan_str(&plans[0], s, sizeof s);
+        int layers = plans[0].stage_first[1] - plans[0].stage_first[0];
+        pdde_plan_evaluate(g, &tight.d, &pp, &all);
+        CHECK(plans[0].recompute == 0 && plans[0].recompute_layers[0] > 0 && plans[0].recompute_layers[0] < layers && plans[0].step_s < all.step_s,
+              "tight memory: %s recomputes %d of %d layers, %g s against %g s for all", s, plans[0].recompute_layers[0], layers, plans[0].step_s,
+              all.step_s);
+        check_fitting(g, &tight, &one_micro, plans, nf);
+        /* mixed machines, two fast devices then two slow: each stage on a block of alike devices, the slow
+         * one with fewer layers, beats stages that each hold a slow device */
+        cluster mixed;
+        cluster_init(&mixed, 4, 1e11, 1e10, 1e9, 2);
+        mixed.flops[2] = mixed.flops[3] = 2.5e10;
+        pdde_plan_params no_drop = pp;
+        no_drop.use_all_devices = 1, no_drop.no_tp = 1;
+        CHECK(pdde_plan_search(g, &mixed.d, &no_drop, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "mixed: %s", pdde_last_error(ctx));
+        pdde_plan_str(&plans[0], s, sizeof s);
+        pdde_plan inner = plans[0];
+        inner.stage_blocks = 0;
+        CHECK(plans[0].stage_blocks == 1 && plans[0].pp == 2 && plans[0].stage_first[2] - plans[0].stage_first[1] < plans[0].stage_first[1] &&
+                  pdde_plan_evaluate(g, &mixed.d, &no_drop, &inner) == PDDE_OK && inner.step_s > 1.2 * plans[0].step_s,
+              "mixed: %s %g s; the same pp innermost %g s", s, plans[0].step_s, inner.step_s);
+        check_fitting(g, &mixed, &no_drop, plans, nf);
     }
     pdde_graph_free(g);
 
