@@ -135,6 +135,11 @@ int main(void) {
         CHECK(nf > 0 && isfinite(best) && fabs(plans[0].step_s - best) <= 1e-12 * best,
               "search's best %s %.9g s equals the exhaustive optimum %.9g s over %d plans", s, nf ? plans[0].step_s : NAN, best, n_eval);
         CHECK(n_eval > 10000, "the exhaustive search covered %d plans", n_eval);
+        /* with room for one plan the pruning by lower bound is at its sharpest: still the optimum */
+        pdde_plan one[2];
+        int nf1 = 0, nr1 = 0;
+        CHECK(pdde_plan_search(g, &c.d, &pp, one, 2, &nf1, &nr1) == PDDE_OK && nf1 == 1 && fabs(one[0].step_s - best) <= 1e-12 * best,
+              "with one plan kept: %.9g s, the optimum %.9g s", nf1 ? one[0].step_s : NAN, best);
         check_fitting(g, &c, &pp, plans, nf);
         CHECK(nr > 0 && strstr(plans[nf].why, "out of memory on device"), "rejected plans say why: '%s'", nr ? plans[nf].why : "");
         pdde_plan whole = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
@@ -243,6 +248,10 @@ int main(void) {
         pdde_plan_str(&plans[0], s, sizeof s);
         CHECK(plans[0].comm_dtype == PDDE_BF16 && pdde_plan_evaluate(g, &slow.d, &every, &f32) == PDDE_OK && f32.step_s > 1.2 * plans[0].step_s,
               "slow links: %s in bf16 %g s, in f32 %g s", s, plans[0].step_s, f32.step_s);
+        pdde_plan dp4 = {.dp = 4, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .comm_dtype = PDDE_BF16}, dp4f = dp4;
+        dp4f.comm_dtype = PDDE_F32;
+        CHECK(pdde_plan_evaluate(g, &slow.d, &every, &dp4) == PDDE_OK && pdde_plan_evaluate(g, &slow.d, &every, &dp4f) == PDDE_OK &&
+                  dp4f.step_s > 1.5 * dp4.step_s, "slow links: dp=4's gradients in bf16 %g s, in f32 %g s", dp4.step_s, dp4f.step_s);
         /* memory between what no recompute and what every layer recomputed need: some layers only */
         pdde_plan none = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1}, all = none;
         all.recompute = 1;
@@ -293,6 +302,10 @@ int main(void) {
         CHECK(pdde_plan_search(big, &d, &bp, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0 && plan_devices(&plans[0]) == 64 &&
                   plans[0].peak_bytes <= 40e9 && plans[0].step_s > 0,
               "1.3B on 64 devices: %s", pdde_last_error(ctx));
+        pdde_plan one[2];
+        int nf1 = 0, nr1 = 0; /* GEMM-bound: the pruning's lower bound is close, and must stay below */
+        CHECK(pdde_plan_search(big, &d, &bp, one, 2, &nf1, &nr1) == PDDE_OK && nf1 == 1 && one[0].step_s == plans[0].step_s,
+              "1.3B with one plan kept: %g s, with %d kept %g s", nf1 ? one[0].step_s : NAN, MAX_PLANS, plans[0].step_s);
         char s[256];
         pdde_plan_str(&plans[0], s, sizeof s);
         printf("1.3B GPT on 64 devices: %s, %.3f s/step, %.1f GB peak\n", s, plans[0].step_s, plans[0].peak_bytes / 1e9);
