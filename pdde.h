@@ -684,7 +684,7 @@ pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *m
  * layers (ids of pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and
  * predicts each candidate's step time and per-device memory from the graph's work per layer and the
  * devices' speeds, memories and links. Reads the symbolic graph only (build it at any size).
- * pdde_plan_auto / pdde_plan_apply (below) are the entry points for a program: choose, then run. */
+ * pdde_plan_auto / pdde_plan_apply (after the cluster object) are a program's entry points: choose, then run. */
 #define PDDE_PLAN_MAX_STAGES 64
 
 typedef struct {
@@ -1188,6 +1188,19 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
 pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out);
 void pdde_plan_devices_free(pdde_plan_devices *d);
+
+/* The planner for a program, in two calls. pdde_plan_auto: the fastest plan that fits for training g
+ * (a forward graph built at params->batch, the global batch, whose repeated blocks carry layer ids)
+ * on the cluster's devices, timed at g's largest GEMM; PDDE_ERR_NO_PLAN names why nothing fits.
+ * pdde_plan_apply: runs a plan on g, built again for one micro-batch (batch / plan->micro rows; the
+ * same graph when micro is 1): annotates it (a [dp, tp, pp] mesh; data parallel; in each layer the
+ * GEMMs with a 2-D weight parameter alternately column- and row-parallel with their biases; the
+ * stage cuts or interleaved runs; recompute per layer), appends backward (of loss) and AdamW (opt,
+ * grad_accum_steps = plan->micro), ZeRO, completes it and, with out, compiles it with params (its
+ * world has the plan's dp x tp x pp ranks) under the plan's schedule and comm_dtype. */
+pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan);
+pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
+                            const pdde_session_params *params, pdde_session **out);
 
 /* ---------------------------------------------------------------------------------------------------
  * Cost model (planner/cost.c): simulates one training step of per-rank programs on a cluster: each

@@ -237,7 +237,7 @@ static double stage_time(const plan_eval *e, int s, const stage_work *w) {
         t += (2 * w->tp_n + w->r_tp_n) * (ring_allreduce_s(per * e->wire, e->tp, e->tp_bw, e->tp_lat) + cast_s(e, d, per));
     }
     double dp = e->dp, wbytes = w->params / e->tp;
-    t += 2 * (w->send / (dp * e->m) / e->pp_bw + w->n_send * e->pp_lat);
+    if (w->n_send) t += 2 * (w->send / (dp * e->m) / e->pp_bw + w->n_send * e->pp_lat);
     if (e->zero >= 3 && e->dp > 1) /* parameters gathered for forward and again for backward */
         t += 2 * ((dp - 1) / dp * wbytes * e->wire / e->dp_bw + (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp));
     double sync = e->dp > 1 ? ring_allreduce_s(wbytes * e->wire, e->dp, e->dp_bw, e->dp_lat) + cast_s(e, d, wbytes) : 0;
@@ -403,8 +403,8 @@ static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *ar
         if (m > e->st[s].memory) {
             fits = false;
             if (!plan->why[0])
-                snprintf(plan->why, sizeof plan->why, "out of memory on device %d (stage %d) by %.2f GiB", e->st[s].worst_mem_device, s,
-                         (m - e->st[s].memory) / 1073741824.0);
+                snprintf(plan->why, sizeof plan->why, "out of memory on device %d (stage %d) by %.2f GiB (%.0f bytes)", e->st[s].worst_mem_device, s,
+                         (m - e->st[s].memory) / 1073741824.0, m - e->st[s].memory);
         }
         if (fixed_cut || e->v > 1) worst = fmax(worst, stage_time(e, s, &w));
     }
@@ -671,5 +671,32 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
 done:
     free(order), free(best), free(arg), free(dev), free(rejected);
     plan_profile_free(&prof);
+    return st;
+}
+
+pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan) {
+    pdde_context *ctx = g ? pdde_graph_context(g) : NULL;
+    if (!g || !cluster || !params || !plan) return PDDE_ERR_INVALID_ARG;
+    /* the devices' GEMM speed at the graph's largest GEMM, on one device's share of its rows */
+    int64_t m = 0, n = 0, k = 0;
+    double most = 0;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op != PDDE_OP_MATMUL || t->phase != PDDE_PHASE_FORWARD) continue;
+        const pdde_tensor *a = t->src[0];
+        int64_t cols = t->shape[t->ndim - 1], kk = t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        double flops = 2.0 * (double)pdde_tensor_numel(t) * (double)kk;
+        if (flops > most) most = flops, n = cols, k = kk, m = pdde_tensor_numel(t) / (cols > 0 ? cols : 1);
+    }
+    int nd = pdde_cluster_n_devices(cluster);
+    if (nd > 0 && m / nd > 0) m /= nd;
+    pdde_plan_devices d;
+    pdde_status st = pdde_cluster_plan_devices(ctx, cluster, m, n, k, &d);
+    if (st) return st;
+    pdde_plan plans[8];
+    int nf = 0, nr = 0;
+    st = pdde_plan_search(g, &d, params, plans, 8, &nf, &nr);
+    if (!st) *plan = plans[0];
+    pdde_plan_devices_free(&d);
     return st;
 }

@@ -2,6 +2,7 @@
  * optimum of its own estimate over every degree, micro-batch count, ZeRO stage, recompute and stage
  * cut; it never returns a plan that does not fit; degenerate clusters (one device, a prime number,
  * one much slower, one with little memory, nothing that fits) give sensible plans or clear reasons. */
+#define _GNU_SOURCE /* open_memstream */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
@@ -107,6 +108,75 @@ static void check_fitting(pdde_graph *g, const cluster *c, const pdde_plan_param
         CHECK(fabs(p.step_s - plans[i].step_s) <= 1e-12 * p.step_s, "plan %s: search said %g s, evaluate %g s", s, plans[i].step_s, p.step_s);
         CHECK(i == 0 || plans[i].step_s >= plans[i - 1].step_s, "plans sorted by step time");
     }
+}
+
+
+/* A non-GPT graph: the MLP of examples/mlp.c made deep, each block a layer (x @ W1 + b1, relu, @ W2 + b2),
+ * then a head layer, for the planner's entry points. */
+enum { MLP_B = 16, MLP_IN = 16, MLP_HID = 64, MLP_BLOCKS = 4, MLP_K = 4 };
+typedef struct {
+    pdde_tensor *x, *t, *loss;
+} mlp;
+
+static pdde_graph *mlp_build(pdde_context *ctx, mlp *m) {
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    char name[32];
+    pdde_graph_set_layer(g, 0);
+    m->x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){MLP_B, MLP_IN});
+    m->t = pdde_input(g, "target", PDDE_I32, 1, (int64_t[]){MLP_B});
+    pdde_tensor *h = m->x;
+    for (int l = 0; l < MLP_BLOCKS; l++) {
+        pdde_graph_set_layer(g, l);
+        snprintf(name, sizeof name, "w1.%d", l);
+        pdde_tensor *w1 = pdde_param(g, name, 2, (int64_t[]){MLP_IN, MLP_HID}, 0.3f);
+        snprintf(name, sizeof name, "b1.%d", l);
+        pdde_tensor *b1 = pdde_param(g, name, 1, (int64_t[]){MLP_HID}, 0.0f);
+        snprintf(name, sizeof name, "w2.%d", l);
+        pdde_tensor *w2 = pdde_param(g, name, 2, (int64_t[]){MLP_HID, MLP_IN}, 0.3f);
+        snprintf(name, sizeof name, "b2.%d", l);
+        pdde_tensor *b2 = pdde_param(g, name, 1, (int64_t[]){MLP_IN}, 0.0f);
+        h = pdde_bias_add(g, pdde_matmul(g, pdde_relu(g, pdde_bias_add(g, pdde_matmul(g, h, w1, 0, 0), b1)), w2, 0, 0), b2);
+    }
+    pdde_graph_set_layer(g, MLP_BLOCKS);
+    pdde_tensor *wo = pdde_param(g, "wo", 2, (int64_t[]){MLP_IN, MLP_K}, 0.3f);
+    m->loss = pdde_cross_entropy(g, pdde_matmul(g, h, wo, 0, 0), m->t);
+    pdde_graph_set_layer(g, -1);
+    CHECK(pdde_graph_status(g) == PDDE_OK, "mlp: %s", pdde_last_error(ctx));
+    return g;
+}
+
+/* Losses of 5 steps of the MLP on fixed data (its session compiled by the caller). */
+static void mlp_train(pdde_session *s, const mlp *m, float *losses) {
+    float xs[MLP_B * MLP_IN];
+    int32_t ts[MLP_B];
+    for (int i = 0; i < MLP_B * MLP_IN; i++) xs[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < MLP_B; i++) ts[i] = i % MLP_K;
+    for (int step = 0; step < 5; step++) {
+        pdde_session_write(s, m->x, xs, sizeof xs);
+        pdde_session_write(s, m->t, ts, sizeof ts);
+        CHECK(pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK, "mlp step %d", step);
+        losses[step] = pdde_session_loss(s);
+    }
+}
+
+/* A cluster of one machine of n CPU-like devices with `memory` bytes each. */
+static pdde_cluster *cpu_cluster(int n, double memory) {
+    pdde_cluster *c;
+    pdde_cluster_init("test", &c);
+    pdde_device_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.name, sizeof spec.name, "cpu-like");
+    snprintf(spec.backend, sizeof spec.backend, "cpu");
+    spec.kind = PDDE_DEVICE_CPU, spec.peak_flops = 1e11, spec.mem_bandwidth = 1e10;
+    pdde_cluster_add_spec(c, &spec);
+    pdde_cluster_machine mc;
+    memset(&mc, 0, sizeof mc);
+    mc.intra = (pdde_cluster_link){0, 0, PDDE_LINK_SHM, 2e10, 2e-6, -1};
+    mc.nic = (pdde_cluster_link){0, 0, PDDE_LINK_NET, 2e9, 2e-5, -1};
+    pdde_cluster_add_machine(c, &mc);
+    for (int i = 0; i < n; i++) pdde_cluster_add_device(c, 0, &(pdde_cluster_device){i, 0, (uint64_t)memory});
+    return c;
 }
 
 int main(void) {
@@ -285,6 +355,82 @@ int main(void) {
         check_fitting(g, &mixed, &no_drop, plans, nf);
     }
     pdde_graph_free(g);
+
+    /* 10. the entry points on a non-GPT graph: pdde_plan_auto on a cluster, pdde_plan_apply compiles and
+     * trains what it chose */
+    {
+        mlp m;
+        pdde_graph *mg = mlp_build(ctx, &m);
+        pdde_plan_params mp = PDDE_PLAN_PARAMS_INIT;
+        mp.batch = MLP_B, mp.max_micro = 1;
+        /* one device whose memory is between what no recompute and every layer recomputed need */
+        static double fl[1] = {1e11}, bw[1] = {1e10}, big[1] = {1e12};
+        pdde_plan_devices one = {1, fl, bw, big, NULL, 0, 0, 0, 0, NULL};
+        pdde_plan none = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1}, all = none;
+        all.recompute = 1;
+        pdde_plan_evaluate(mg, &one, &mp, &none), pdde_plan_evaluate(mg, &one, &mp, &all);
+        pdde_cluster *cl = cpu_cluster(1, (none.peak_bytes + all.peak_bytes) / 2);
+        pdde_plan p;
+        char s[256];
+        pdde_status auto_st = pdde_plan_auto(mg, cl, &mp, &p);
+        CHECK(auto_st == PDDE_OK, "pdde_plan_auto on the MLP: %s", pdde_last_error(ctx));
+        if (auto_st) return test_finish();
+        pdde_plan_str(&p, s, sizeof s);
+        CHECK(p.recompute == 0 && p.recompute_layers[0] > 0 && p.recompute_layers[0] < MLP_BLOCKS + 1, "the MLP's plan recomputes some layers: %s", s);
+        pdde_session *sa, *sb;
+        float la[5], lb[5];
+        pdde_status apply_st = pdde_plan_apply(mg, &p, m.loss, NULL, NULL, &sa);
+        CHECK(apply_st == PDDE_OK, "pdde_plan_apply %s: %s", s, pdde_last_error(ctx));
+        if (apply_st) return test_finish();
+        mlp_train(sa, &m, la);
+        mlp ref;
+        pdde_graph *rg = mlp_build(ctx, &ref); /* the same MLP compiled by hand, nothing recomputed */
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        CHECK(pdde_backward(rg, ref.loss) == PDDE_OK && pdde_optimizer_adamw(rg, &op) == PDDE_OK && pdde_session_init(rg, NULL, &sb) == PDDE_OK,
+              "the MLP by hand: %s", pdde_last_error(ctx));
+        mlp_train(sb, &ref, lb);
+        pdde_memory_stats ma, mb;
+        pdde_session_memory(sa, &ma), pdde_session_memory(sb, &mb);
+        CHECK(!memcmp(la, lb, sizeof la) && la[4] < la[0], "the planned MLP trains as by hand (bit for bit): loss %g -> %g, by hand %g -> %g", la[0],
+              la[4], lb[0], lb[4]);
+        CHECK(ma.arena_bytes < mb.arena_bytes, "its recomputed layers keep less: arena %zu B against %zu B", ma.arena_bytes, mb.arena_bytes);
+        pdde_session_free(sa), pdde_session_free(sb);
+        pdde_graph_free(mg), pdde_graph_free(rg);
+        pdde_cluster_free(cl);
+        /* a plan of 8 ranks: every rank's program lowers, with tensor-parallel allreduces and stage sends */
+        const char *text = "dp=2,tp=2,pp=2,mb=1,zero=1,recompute=0,stages=2:3,rc=1:0";
+        mg = mlp_build(ctx, &m);
+        CHECK(pdde_plan_parse(text, &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_OK, "apply %s: %s", text,
+              pdde_last_error(ctx));
+        for (int r = 0; r < 8; r++) {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            pdde_status st = pdde_lower_dump(mg, NULL, 8, r, f);
+            fclose(f);
+            CHECK(st == PDDE_OK && strstr(buf, "allreduce") && (strstr(buf, "send") || strstr(buf, "recv")), "rank %d of %s lowers (%s)%s", r, text,
+                  pdde_last_error(ctx), st ? "" : buf);
+            free(buf);
+        }
+        /* Megatron pairs: w1 split on its outputs (column), w2 on its inputs (row), over mesh axis 1 (tp) */
+        const pdde_tensor *w1 = pdde_graph_find(mg, "w1.0"), *w2 = pdde_graph_find(mg, "w2.0");
+        CHECK(w1 && w2 && w1->dist.dims_mapping[1] == 1 && w1->dist.dims_mapping[0] == -1 && w2->dist.dims_mapping[0] == 1 &&
+                  w2->dist.dims_mapping[1] == -1, "w1 column parallel (%d, %d), w2 row parallel (%d, %d)", w1 ? w1->dist.dims_mapping[0] : 9,
+              w1 ? w1->dist.dims_mapping[1] : 9, w2 ? w2->dist.dims_mapping[0] : 9, w2 ? w2->dist.dims_mapping[1] : 9);
+        pdde_graph_free(mg);
+        /* stage blocks: the second stage (layers 2..4) on processes 2 and 3, not 1 and 3 */
+        mg = mlp_build(ctx, &m);
+        CHECK(pdde_plan_parse("dp=2,pp=2,stages=2:3,blocks=1", &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_OK,
+              "apply blocks=1: %s", pdde_last_error(ctx));
+        const pdde_mesh *last = pdde_graph_find(mg, "wo")->dist.mesh;
+        CHECK(last && last->n_ranks == 2 && last->ranks[0] == 2 && last->ranks[1] == 3, "the last stage on processes %d, %d",
+              last ? last->ranks[0] : -1, last && last->n_ranks > 1 ? last->ranks[1] : -1);
+        pdde_graph_free(mg);
+        mg = mlp_build(ctx, &m);
+        CHECK(pdde_plan_parse("tp=3", &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_ERR_DIST_ATTR &&
+                  strstr(pdde_last_error(ctx), "w1.0"), "tp=3 is refused naming the weight: %s", pdde_last_error(ctx));
+        pdde_graph_free(mg);
+    }
 
     /* 8. a GPT of 1.3B parameters on 64 devices of 8 per host: a plan that fits, found quickly */
     {
