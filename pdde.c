@@ -2598,7 +2598,9 @@ static pdde_status plan_apply_tensor_parallel(pdde_graph *g, const pdde_mesh *me
     pdde_status st = PDDE_OK;
     for (int i = 0; i < n && !st; i++) {
         pdde_tensor *t = g->nodes[i], *w = t->op == PDDE_OP_MATMUL ? t->src[1] : NULL;
-        if (!w || t->phase != PDDE_PHASE_FORWARD || !(w->flags & PDDE_TENSOR_PARAM) || w->ndim != 2 || t->iparams[0] || t->iparams[1]) continue;
+        if (!w || t->phase != PDDE_PHASE_FORWARD || !(w->flags & PDDE_TENSOR_PARAM) || w->ndim != 2 || pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ||
+            pdde_op_i32(t, PDDE_P_MATMUL_TRANS_B))
+            continue;
         pdde_tp_kind kind = seen[t->layer + 1]++ % 2 ? PDDE_TP_ROW : PDDE_TP_COLUMN;
         if (w->shape[kind == PDDE_TP_COLUMN ? 1 : 0] % tp) {
             st = pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "plan apply: tp=%d does not divide %s's %s dim (%lld), as a %s-parallel linear of layer %d", tp,

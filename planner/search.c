@@ -684,7 +684,7 @@ pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdd
         const pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op != PDDE_OP_MATMUL || t->phase != PDDE_PHASE_FORWARD) continue;
         const pdde_tensor *a = t->src[0];
-        int64_t cols = t->shape[t->ndim - 1], kk = t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        int64_t cols = t->shape[t->ndim - 1], kk = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         double flops = 2.0 * (double)pdde_tensor_numel(t) * (double)kk;
         if (flops > most) most = flops, n = cols, k = kk, m = pdde_tensor_numel(t) / (cols > 0 ? cols : 1);
     }
