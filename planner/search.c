@@ -1,27 +1,34 @@
 /* planner/search.c — the global planner: chooses how to run a layered model on a set of devices.
  *
- * It enumerates the data / tensor / pipeline degrees, micro-batch counts, ZeRO stages, recompute and
- * interleaved stages, cuts the layers into pipeline stages sized by each stage's devices (speed and
- * memory), predicts every candidate's step time and per-device memory, and returns the fastest plans
- * that fit with the rejected ones and why. It reads the symbolic graph through the public API only
- * (a 260B-parameter model is a few thousand nodes of metadata) and allocates no tensor data.
+ * It enumerates the data / tensor / pipeline degrees, two layouts of the ranks on the devices (pp
+ * innermost, or a block of devices per stage), micro-batch counts, interleaved stages, ZeRO stages,
+ * f32 or bf16 collectives and recompute per layer, cuts the layers into pipeline stages sized by each
+ * stage's devices (speed and memory), predicts every candidate's step time and per-device memory, and
+ * returns the fastest plans that fit with the rejected ones and why. It reads the symbolic graph
+ * through the public API only (a 260B-parameter model is a few thousand nodes of metadata) and
+ * allocates no tensor data. pdde_plan_auto wraps it for a cluster object.
  *
  * The estimate is analytic, per layer, so that thousands of candidates on thousands of devices are
  * ranked in seconds:
  *   - work per layer from the graph: GEMM FLOPs, memory traffic of the other ops, parameters,
  *     activations kept for backward, bytes crossing to later layers, tensor-parallel reductions;
- *   - a stage's time per micro-batch: forward + 2x backward (+ forward again with recompute) on its
- *     slowest device (FLOP/s for GEMMs, B/s for the rest, at least the device's op latency per op:
- *     what makes many small micro-batches slow), tensor-parallel allreduces and
- *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall);
+ *   - a stage's time per micro-batch: forward + 2x backward (+ forward again of the layers it
+ *     recomputes) on its slowest device (FLOP/s for GEMMs, B/s for the rest, at least the device's op
+ *     latency per op: what makes many small micro-batches slow), tensor-parallel allreduces and
+ *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall; collectives
+ *     in bf16 carry half the bytes and cast on each side);
  *   - 1F1B: step = (m + (p - 1) / v) * max over stages of (per-micro time + the stage's gradient
  *     reduction and optimizer update spread over those slots);
  *   - memory per device: parameters, gradients, AdamW state (each divided by dp as the ZeRO stage
- *     says), activations of the micro-batches the schedule keeps alive (checkpoints only, plus one
- *     layer, with recompute).
+ *     says), activations of the micro-batches the schedule keeps alive (of a recomputed layer its
+ *     outputs only, plus the stage's largest layer while it is recomputed).
  * Stage boundaries come from a dynamic program that minimises the slowest stage exactly (each
  * stage's cost grows with its range, the prefix optimum with the prefix, so the split point is found
- * by bisection: O(stages x layers x log layers) per candidate). */
+ * by bisection: O(stages x layers x log layers) per candidate). A stage recomputes the fewest of its
+ * first layers that make it fit (more recomputed never needs more memory, so bisection finds them);
+ * that is the fastest choice for the stage, so the recompute dimension folds into the DP. What depends
+ * only on the degrees and the layout (links, each stage's slowest device) is computed once for all
+ * the rest, and a candidate whose GEMM work alone cannot beat the last plan kept is skipped. */
 
 #include "planner_impl.h"
 
