@@ -123,7 +123,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-planner install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -262,6 +262,12 @@ LIBDIR     = $(DESTDIR)$(PREFIX)/lib
 bench-costmodel: all
 	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench -o $(BUILD)/cluster.json
 	@$(BUILD)/bench_costmodel $(BUILD)/cluster.json
+
+# The planner on simulated clusters of 8 to 4096 devices (files written by gen_clusters.py --scale), five
+# models from 1.3B to 260B, and the predicted weak scaling of the 260B one; BENCH_PLANNER_REPEATS (3).
+bench-planner: $(BUILD)/bench_planner
+	@python3 tools/clusters/gen_clusters.py --scale $(BUILD)/clusters
+	@$(BUILD)/bench_planner $(BUILD)/clusters $(or $(BENCH_PLANNER_REPEATS),3)
 
 # Lowering every rank of GPT-3 175B's shape under dp=8 x tp=8 x pp=16 (1024 ranks) in one process.
 bench-lower: $(BUILD)/bench_lower

@@ -688,10 +688,12 @@ pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *m
 /* ---------------------------------------------------------------------------------------------------
  * The planner search (planner/search.c): how to run a layered model on a set of devices. It tries
  * every data x tensor x pipeline degree the devices allow (and plans leaving the slowest devices out),
- * micro-batch counts, ZeRO stages, recompute and interleaved stages, cuts the layers (ids of
- * pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and predicts each
- * candidate's step time and per-device memory from the graph's work per layer and the devices'
- * speeds, memories and links. Reads the symbolic graph only (build it at any size). */
+ * two layouts of the ranks on the devices, micro-batch counts, interleaved stages, ZeRO stages, f32 or
+ * bf16 collectives and recompute per layer (the fewest layers of each stage that make it fit), cuts the
+ * layers (ids of pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and
+ * predicts each candidate's step time and per-device memory from the graph's work per layer and the
+ * devices' speeds, memories and links. Reads the symbolic graph only (build it at any size).
+ * pdde_plan_auto / pdde_plan_apply (after the cluster object) are a program's entry points: choose, then run. */
 #define PDDE_PLAN_MAX_STAGES 64
 
 typedef struct {
@@ -713,20 +715,31 @@ typedef struct {
     int no_tp, no_pp, no_zero, no_recompute; /* 1 leaves a dimension out of the search */
     int overlap_dp;      /* 1: data-parallel gradient reductions overlap backward (spare cores, GPUs) */
     int use_all_devices; /* 1: only plans on every device (a job whose ranks are all started) */
+    int no_interleave, no_bf16_comm, no_stage_blocks; /* 1 leaves interleaved stages, bf16 collectives,
+                                                       * the stage-block layout out of the search */
 } pdde_plan_params;
-#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 
-/* A plan: dp x tp x pp ranks on a [dp, tp, pp] mesh (pp innermost; rank r on the r-th device used, in
- * the cluster's order), micro-batches per step, ZeRO stage over dp, recompute of every layer,
- * interleaved runs per stage, and the layers of each stage. */
+/* A plan: dp x tp x pp ranks on a [dp, tp, pp] mesh (pp innermost: mesh rank r on the r-th device used,
+ * in the devices' order, unless stage_blocks), micro-batches per step, ZeRO stage over dp, recompute,
+ * interleaved runs per stage, the layers of each stage, the schedule and what collectives carry. */
 typedef struct {
-    int dp, tp, pp, micro, zero, recompute, chunks;
+    int dp, tp, pp, micro, zero, recompute, chunks; /* recompute: 1 = every layer (else recompute_layers) */
     int stage_first[PDDE_PLAN_MAX_STAGES + 1]; /* stage s runs layers [stage_first[s], stage_first[s+1]) */
     double step_s;      /* predicted step time (for a rejected plan: had it fitted) */
     double bubble_s;    /* of which the pipeline fills and drains */
     double peak_bytes;  /* predicted memory of the fullest device */
     int peak_device;
     char why[160];      /* a rejected plan: why it does not fit ("out of memory on device 3 ..."); else "" */
+    pdde_pipeline_schedule schedule; /* 1F1B (default) or GPipe (never faster, more memory: not searched) */
+    pdde_dtype comm_dtype;           /* what the collectives carry: PDDE_F32 (0) or PDDE_BF16 */
+    /* with recompute 0: stage s recomputes its first recompute_layers[s] layers in backward (the
+     * search picks the fewest that make the stage fit); chunks > 1: 0 or all */
+    int recompute_layers[PDDE_PLAN_MAX_STAGES];
+    /* 1: stage s runs on the s-th block of dp x tp devices (in the devices' order; mesh rank
+     * ((d * tp) + t) * pp + s is the process on device s * dp * tp + d * tp + t), so that on a cluster
+     * of mixed machines a stage's devices are alike; 0: pp innermost (mesh rank r on device r) */
+    int stage_blocks;
 } pdde_plan;
 
 /* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
@@ -735,11 +748,14 @@ typedef struct {
 pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params,
                              pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected);
 /* Predicts one plan (plan->stage_first all 0: an even cut), on its dp*tp*pp fastest devices, as the
- * search would: fills step_s, bubble_s, peak_bytes, peak_device and why ("" when it fits). */
+ * search would, with its schedule, comm_dtype, recompute (or recompute_layers) and layout: fills
+ * step_s, bubble_s, peak_bytes, peak_device and why ("" when it fits). */
 pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan);
-/* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3]"; returns what snprintf would. */
+/* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
+ * [,blocks=1]" (rc: layers recomputed per stage, written when some but not all are); returns what
+ * snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
-/* Parses that form (keys in any order, missing ones 1 or 0; stages = layers per stage). */
+/* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage). */
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out);
 
 /* ---------------------------------------------------------------------------------------------------
@@ -1181,6 +1197,19 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
 pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out);
 void pdde_plan_devices_free(pdde_plan_devices *d);
+
+/* The planner for a program, in two calls. pdde_plan_auto: the fastest plan that fits for training g
+ * (a forward graph built at params->batch, the global batch, whose repeated blocks carry layer ids)
+ * on the cluster's devices, timed at g's largest GEMM; PDDE_ERR_NO_PLAN names why nothing fits.
+ * pdde_plan_apply: runs a plan on g, built again for one micro-batch (batch / plan->micro rows; the
+ * same graph when micro is 1): annotates it (a [dp, tp, pp] mesh; data parallel; in each layer the
+ * GEMMs with a 2-D weight parameter alternately column- and row-parallel with their biases; the
+ * stage cuts or interleaved runs; recompute per layer), appends backward (of loss) and AdamW (opt,
+ * grad_accum_steps = plan->micro), ZeRO, completes it and, with out, compiles it with params (its
+ * world has the plan's dp x tp x pp ranks) under the plan's schedule and comm_dtype. */
+pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan);
+pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
+                            const pdde_session_params *params, pdde_session **out);
 
 /* ---------------------------------------------------------------------------------------------------
  * Cost model (planner/cost.c): simulates one training step of per-rank programs on a cluster: each

@@ -101,7 +101,8 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..]\n", o->plan); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe]\n", o->plan); return -1; }
+        if (p->stage_blocks) { fprintf(stderr, "gpt: --plan '%s': blocks=1 (a stage per block of devices) is not run by gpt, whose ranks are pp innermost\n", o->plan); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
     }
     gpt_config *m = &o->model;
@@ -282,8 +283,8 @@ int main(int argc, char **argv) {
     /* placement: with --blocks-on, the transformer blocks (layers 1..L) go to that backend's device 0 */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
-    sp.pipeline_schedule = o.gpipe ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
-    if (o.comm_bf16) sp.comm_dtype = PDDE_BF16;
+    sp.pipeline_schedule = o.gpipe || (o.plan && o.parsed_plan.schedule == PDDE_PIPELINE_GPIPE) ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
+    if (o.comm_bf16 || (o.plan && o.parsed_plan.comm_dtype == PDDE_BF16)) sp.comm_dtype = PDDE_BF16;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
     if (o.blocks_on) {

@@ -16,7 +16,10 @@
 
 typedef struct {
     int vocab, ctx, layers, heads, width, batch;
+    int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
 } gpt_config;
+
+static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
 
 typedef struct {
     gpt_config cfg;
@@ -50,7 +53,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     if (c->heads < 1 || c->width % c->heads || c->layers < 0)
         return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: width %d must be a multiple of heads %d >= 1 (layers %d >= 0)",
                           c->width, c->heads, c->layers);
-    int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads;
+    int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads, F = gpt_ffn(c);
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
@@ -76,9 +79,9 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         snprintf(p, sizeof p, "h%d.ln2", l);
         pdde_tensor *h = gpt_layernorm(g, p, x, C);
         snprintf(p, sizeof p, "h%d.fc", l);
-        h = pdde_gelu(g, gpt_linear(g, p, h, C, 4 * C, 0.02f));
+        h = pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f));
         snprintf(p, sizeof p, "h%d.fcproj", l);
-        x = pdde_add(g, x, gpt_linear(g, p, h, 4 * C, C, proj_std));
+        x = pdde_add(g, x, gpt_linear(g, p, h, F, C, proj_std));
     }
     pdde_graph_set_layer(g, c->layers + 1);
     x = gpt_layernorm(g, "lnf", x, C);
@@ -92,7 +95,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
  * with pdde_strategy_data_parallel on another axis). Each sublayer is a column-parallel linear, local
  * work, then a row-parallel linear whose partial sum is reduced once, where the next layernorm needs
  * the whole residual:
- *   MLP:        fc column parallel (each rank its 4C/tp hidden units), gelu local, fcproj row parallel.
+ *   MLP:        fc column parallel (each rank its ffn/tp hidden units), gelu local, fcproj row parallel.
  *   attention:  head parallel. The fused qkv weight's columns are head-major, [H, 3, D], so its
  *               column split gives each rank q, k and v of its own H/tp heads: [B,T,3C] split on the
  *               last dim reshapes to [B,T,H,3,D] split on H (the split lands on the outermost factor),
@@ -139,9 +142,13 @@ typedef struct {
     const int *stage_first;
 } gpt_plan;
 
-/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts point into p. */
+/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts point into p. A
+ * plan recomputing some layers of a stage recomputes every block here (less memory, a little slower);
+ * the session takes p's schedule and comm_dtype (pdde_session_params). */
 static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
-    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute, p->chunks, NULL};
+    int rc = p->recompute;
+    for (int s = 0; s < p->pp && s < PDDE_PLAN_MAX_STAGES; s++) rc |= p->recompute_layers[s] > 0;
+    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, rc, p->chunks, NULL};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
     return g;
 }
@@ -205,7 +212,7 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
     pdde_cluster *cl = NULL;
     pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
     int64_t rows = (int64_t)c->batch * c->ctx / (ranks > 0 ? ranks : 1);
-    if (!st) st = pdde_cluster_plan_devices(ctx, cl, rows > 0 ? rows : 1, 4 * (int64_t)c->width, c->width, d);
+    if (!st) st = pdde_cluster_plan_devices(ctx, cl, rows > 0 ? rows : 1, gpt_ffn(c), c->width, d);
     int have = st ? 0 : d->n_devices;
     if (!st && ranks > 0 && (cl->n_machines == 1 || have != ranks)) {
         if (cl->n_machines != 1) {
@@ -241,15 +248,16 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
     pdde_status st = pdde_graph_init(ctx, &g);
     if (!st) st = gpt_build(g, c, &m);
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
-    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
+    /* a job's ranks run pp innermost (gpt_build_plan's mesh): no stage-block layout for it */
+    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices, pp.no_stage_blocks = use_all_devices;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);
     return st;
 }
 
 static inline int64_t gpt_n_params(const gpt_config *c) {
-    int64_t C = c->width;
+    int64_t C = c->width, F = gpt_ffn(c);
     return (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C +
-           (int64_t)c->layers * (4 * C + 3 * C * C + 3 * C + C * C + C + 4 * C * C + 4 * C + 4 * C * C + C);
+           (int64_t)c->layers * (4 * C + 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C);
 }
 #endif

@@ -1,27 +1,34 @@
 /* planner/search.c — the global planner: chooses how to run a layered model on a set of devices.
  *
- * It enumerates the data / tensor / pipeline degrees, micro-batch counts, ZeRO stages, recompute and
- * interleaved stages, cuts the layers into pipeline stages sized by each stage's devices (speed and
- * memory), predicts every candidate's step time and per-device memory, and returns the fastest plans
- * that fit with the rejected ones and why. It reads the symbolic graph through the public API only
- * (a 260B-parameter model is a few thousand nodes of metadata) and allocates no tensor data.
+ * It enumerates the data / tensor / pipeline degrees, two layouts of the ranks on the devices (pp
+ * innermost, or a block of devices per stage), micro-batch counts, interleaved stages, ZeRO stages,
+ * f32 or bf16 collectives and recompute per layer, cuts the layers into pipeline stages sized by each
+ * stage's devices (speed and memory), predicts every candidate's step time and per-device memory, and
+ * returns the fastest plans that fit with the rejected ones and why. It reads the symbolic graph
+ * through the public API only (a 260B-parameter model is a few thousand nodes of metadata) and
+ * allocates no tensor data. pdde_plan_auto wraps it for a cluster object.
  *
  * The estimate is analytic, per layer, so that thousands of candidates on thousands of devices are
  * ranked in seconds:
  *   - work per layer from the graph: GEMM FLOPs, memory traffic of the other ops, parameters,
  *     activations kept for backward, bytes crossing to later layers, tensor-parallel reductions;
- *   - a stage's time per micro-batch: forward + 2x backward (+ forward again with recompute) on its
- *     slowest device (FLOP/s for GEMMs, B/s for the rest, at least the device's op latency per op:
- *     what makes many small micro-batches slow), tensor-parallel allreduces and
- *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall);
+ *   - a stage's time per micro-batch: forward + 2x backward (+ forward again of the layers it
+ *     recomputes) on its slowest device (FLOP/s for GEMMs, B/s for the rest, at least the device's op
+ *     latency per op: what makes many small micro-batches slow), tensor-parallel allreduces and
+ *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall; collectives
+ *     in bf16 carry half the bytes and cast on each side);
  *   - 1F1B: step = (m + (p - 1) / v) * max over stages of (per-micro time + the stage's gradient
  *     reduction and optimizer update spread over those slots);
  *   - memory per device: parameters, gradients, AdamW state (each divided by dp as the ZeRO stage
- *     says), activations of the micro-batches the schedule keeps alive (checkpoints only, plus one
- *     layer, with recompute).
+ *     says), activations of the micro-batches the schedule keeps alive (of a recomputed layer its
+ *     outputs only, plus the stage's largest layer while it is recomputed).
  * Stage boundaries come from a dynamic program that minimises the slowest stage exactly (each
  * stage's cost grows with its range, the prefix optimum with the prefix, so the split point is found
- * by bisection: O(stages x layers x log layers) per candidate). */
+ * by bisection: O(stages x layers x log layers) per candidate). A stage recomputes the fewest of its
+ * first layers that make it fit (more recomputed never needs more memory, so bisection finds them);
+ * that is the fastest choice for the stage, so the recompute dimension folds into the DP. What depends
+ * only on the degrees and the layout (links, each stage's slowest device) is computed once for all
+ * the rest, and a candidate whose GEMM work alone cannot beat the last plan kept is skipped. */
 
 #include "planner_impl.h"
 
@@ -138,14 +145,14 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
     return st;
 }
 
-/* The devices of one candidate, after those the plan leaves out: rank r runs on device dev[r]. */
+/* The devices of one candidate, after those the plan leaves out: the plan's i-th device is dev[i]. */
 typedef struct {
     const pdde_plan_devices *d;
     const int *dev;
     int n;
 } plan_ranks;
 
-static int plan_host(const plan_ranks *r, int rank) { return r->d->host ? r->d->host[r->dev[rank]] : 0; }
+static int plan_host(const plan_ranks *r, int i) { return r->d->host ? r->d->host[r->dev[i]] : 0; }
 
 /* alpha-beta time of a ring allreduce of `bytes` over n ranks on one link kind. */
 static double ring_allreduce_s(double bytes, int n, double bw, double lat) {
@@ -153,70 +160,138 @@ static double ring_allreduce_s(double bytes, int n, double bw, double lat) {
     return 2.0 * (n - 1) / n * bytes / bw + 2.0 * (n - 1) * lat;
 }
 
-/* Does the group {first + i * stride : i < n} span hosts? */
+/* Does the group {first + i * stride : i < n} of the plan's devices span hosts? */
 static bool plan_group_spans_hosts(const plan_ranks *r, int first, int stride, int n) {
     for (int i = 1; i < n; i++)
         if (plan_host(r, first + i * stride) != plan_host(r, first)) return true;
     return false;
 }
 
-/* Per-stage device figures of a candidate: the slowest and smallest device among the stage's ranks
- * (rank = ((d * tp) + t) * pp + s on a dp x tp x pp mesh, pp innermost as gpt_build_plan lays it). */
+/* Per-stage device figures of a candidate: the slowest and smallest device among the stage's ranks. */
 typedef struct {
     double flops, mem_bw, memory, op_latency;
     int worst_mem_device;
 } plan_stage_devices;
 
+/* How a stage recomputes: nothing, every layer, the fewest of its first layers that make it fit (the
+ * search), or the counts a plan gives (rc_given). */
+enum { RC_NONE, RC_ALL, RC_FEWEST, RC_GIVEN };
+
 typedef struct {
     const plan_profile *prof;
     const pdde_plan_params *params;
     const plan_ranks *ranks;
-    int dp, tp, pp, m, zero, recompute, v;
+    int dp, tp, pp, m, zero, v, rc, gpipe, blocks;
+    const int *rc_given;
+    double wire; /* bytes a collective carries per f32 byte: 1, or 0.5 in bf16 (with a cast each side) */
     double tp_bw, tp_lat, dp_bw, dp_lat, pp_bw, pp_lat;
     plan_stage_devices st[PDDE_PLAN_MAX_STAGES];
     double slots; /* m + (pp - 1) / v: the step in units of the slowest stage's per-micro time */
     const char *no_link; /* the group ("tp", "dp", "pp") whose devices have no link between them */
 } plan_eval;
 
-/* Bytes one device of stage s holds for layers [a, b). */
-static double stage_memory(const plan_eval *e, int s, int a, int b) {
+/* What a stage does per micro-batch, summed over its runs of layers (one, or `chunks` interleaved). */
+typedef struct {
+    double flops, bytes, ops, params, tp_ar, tp_n; /* forward work, parameters, tensor-parallel allreduces */
+    double kept, biggest;                         /* activation bytes kept for backward; the largest layer's */
+    double r_flops, r_bytes, r_ops, r_tp_n;        /* forward work done again for recompute */
+    double send;                                  /* bytes sent on to later stages */
+    int n_send;
+} stage_work;
+
+/* Adds layers [a, b) with their first k recomputed. */
+static void work_add(const plan_eval *e, stage_work *w, int a, int b, int k) {
     const plan_profile *p = e->prof;
-    double params = prof_sum(p, PROF_PARAMS, a, b) / e->tp, acts = prof_sum(p, PROF_ACTS, a, b), ckpt = prof_sum(p, PROF_OUT, a, b);
-    double biggest = e->recompute ? prof_max_acts(p, a, b) : 0;
-    double dp = e->dp, per_micro = 1.0 / (dp * e->m * e->tp);
+    w->flops += prof_sum(p, PROF_FLOPS, a, b), w->bytes += prof_sum(p, PROF_BYTES, a, b), w->ops += prof_sum(p, PROF_OPS, a, b);
+    w->params += prof_sum(p, PROF_PARAMS, a, b), w->tp_ar += prof_sum(p, PROF_TP_AR, a, b), w->tp_n += prof_sum(p, PROF_TP_N, a, b);
+    w->kept += prof_sum(p, PROF_OUT, a, a + k) + prof_sum(p, PROF_ACTS, a + k, b);
+    /* a recomputed layer's activations exist during its own backward: the stage's largest bounds it (so
+     * that more layers recomputed never needs more memory) */
+    if (k > 0) w->biggest = fmax(w->biggest, prof_max_acts(p, a, b));
+    w->r_flops += prof_sum(p, PROF_FLOPS, a, a + k), w->r_bytes += prof_sum(p, PROF_BYTES, a, a + k);
+    w->r_ops += prof_sum(p, PROF_OPS, a, a + k), w->r_tp_n += prof_sum(p, PROF_TP_N, a, a + k);
+    if (e->pp > 1 && b < p->n_layers) w->send += p->out[b - 1], w->n_send++;
+}
+
+/* Bytes one device of stage s holds. */
+static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
+    double dp = e->dp, params = w->params / e->tp, per_micro = 1.0 / (dp * e->m * e->tp);
     double weights = e->zero >= 3 ? params / dp : params;
     double grads = e->zero >= 2 ? params / dp : params;
     double adam = 2 * (e->zero >= 1 ? params / dp : params);
-    /* micro-batches (chunks, interleaved) whose activations 1F1B keeps alive on stage s */
-    double alive = e->v > 1 ? fmin((double)e->m * e->v, 2.0 * (e->pp - s - 1) + (e->v - 1) * e->pp + 1) / e->v
+    /* micro-batches (chunks, interleaved) whose activations the schedule keeps alive on stage s: GPipe
+     * all of them, 1F1B those in flight */
+    double alive = e->gpipe ? e->m
+                 : e->v > 1 ? fmin((double)e->m * e->v, 2.0 * (e->pp - s - 1) + (e->v - 1) * e->pp + 1) / e->v
                             : fmin((double)e->m, (double)(e->pp - s));
-    double kept = e->recompute ? alive * ckpt * per_micro + biggest * per_micro : alive * acts * per_micro;
-    return weights + grads + adam + kept;
+    return weights + grads + adam + (alive * w->kept + w->biggest) * per_micro;
 }
 
-/* Stage s's cost for layers [a, b): its time per micro-batch, plus its gradient reduction and
- * optimizer update spread over the step's slots; DBL_MAX when the layers do not fit its memory. */
-static double stage_cost(const plan_eval *e, int s, int a, int b) {
-    const plan_profile *p = e->prof;
+/* A collective of `bytes` (f32) in the wire's dtype: casting there and back reads and writes it. */
+static double cast_s(const plan_eval *e, const plan_stage_devices *d, double bytes) {
+    return e->wire < 1 ? 3 * bytes / d->mem_bw + 2 * d->op_latency : 0;
+}
+
+/* Stage s's time per micro-batch, plus its gradient reduction and optimizer update spread over the
+ * step's slots. */
+static double stage_time(const plan_eval *e, int s, const stage_work *w) {
     const plan_stage_devices *d = &e->st[s];
-    if (stage_memory(e, s, a, b) > d->memory) return DBL_MAX;
-    double flops = prof_sum(p, PROF_FLOPS, a, b), bytes = prof_sum(p, PROF_BYTES, a, b), params = prof_sum(p, PROF_PARAMS, a, b);
-    double tp_bytes = prof_sum(p, PROF_TP_AR, a, b), tp_n = prof_sum(p, PROF_TP_N, a, b);
     double share = 1.0 / ((double)e->dp * e->m * e->tp);
-    double fwd = (flops / d->flops + bytes / d->mem_bw) * share + prof_sum(p, PROF_OPS, a, b) * d->op_latency;
-    double t = fwd * (e->recompute ? 4 : 3);
-    if (e->tp > 1) { /* forward and backward: an allreduce per row-parallel linear */
-        double per = tp_n > 0 ? tp_bytes / ((double)e->dp * e->m) / tp_n : 0;
-        t += 2 * tp_n * ring_allreduce_s(per, e->tp, e->tp_bw, e->tp_lat);
+    double fwd = (w->flops / d->flops + w->bytes / d->mem_bw) * share + w->ops * d->op_latency;
+    double t = 3 * fwd + (w->r_flops / d->flops + w->r_bytes / d->mem_bw) * share + w->r_ops * d->op_latency;
+    if (e->tp > 1 && w->tp_n > 0) { /* forward, backward and recompute: an allreduce per row-parallel linear */
+        double per = w->tp_ar / ((double)e->dp * e->m) / w->tp_n;
+        t += (2 * w->tp_n + w->r_tp_n) * (ring_allreduce_s(per * e->wire, e->tp, e->tp_bw, e->tp_lat) + cast_s(e, d, per));
     }
-    double dp = e->dp, wbytes = params / e->tp;
-    if (e->pp > 1 && b < p->n_layers) t += 2 * (p->out[b - 1] / (dp * e->m) / e->pp_bw + e->pp_lat);
+    double dp = e->dp, wbytes = w->params / e->tp;
+    if (w->n_send) t += 2 * (w->send / (dp * e->m) / e->pp_bw + w->n_send * e->pp_lat);
     if (e->zero >= 3 && e->dp > 1) /* parameters gathered for forward and again for backward */
-        t += 2 * ((dp - 1) / dp * wbytes / e->dp_bw + (dp - 1) * e->dp_lat);
-    double sync = ring_allreduce_s(wbytes, e->dp, e->dp_bw, e->dp_lat);
+        t += 2 * ((dp - 1) / dp * wbytes * e->wire / e->dp_bw + (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp));
+    double sync = e->dp > 1 ? ring_allreduce_s(wbytes * e->wire, e->dp, e->dp_bw, e->dp_lat) + cast_s(e, d, wbytes) : 0;
     if (e->params->overlap_dp) sync = fmax(0, sync - e->m * fwd * 2);
     double update = 32.0 / 4.0 * (e->zero >= 1 ? wbytes / dp : wbytes) / d->mem_bw; /* AdamW: p, g, m, v in; p, m, v out */
     return t + (sync + update) / e->slots;
+}
+
+/* The layers stage s recomputes of its run [a, b), as e->rc says; -1 when the stage does not fit. */
+static int stage_recompute(const plan_eval *e, int s, int a, int b, stage_work *w) {
+    int n = b - a, k;
+    double room = e->st[s].memory;
+    stage_work x;
+#define WORK_FITS(kk) (memset(&x, 0, sizeof x), work_add(e, &x, a, b, (kk)), stage_memory(e, s, &x) <= room)
+    if (e->rc == RC_NONE || e->rc == RC_ALL || e->rc == RC_GIVEN) {
+        k = e->rc == RC_NONE ? 0 : e->rc == RC_ALL ? n : e->rc_given[s] < n ? e->rc_given[s] : n;
+        if (!WORK_FITS(k)) k = -1;
+    } else if (WORK_FITS(0)) {
+        k = 0;
+    } else if (!WORK_FITS(n)) {
+        k = -1;
+    } else { /* memory falls as more layers are recomputed (from one on): the fewest that fit */
+        int lo = 1, hi = n;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (WORK_FITS(mid)) hi = mid;
+            else lo = mid + 1;
+        }
+        k = lo;
+    }
+#undef WORK_FITS
+    if (w && k >= 0) memset(w, 0, sizeof *w), work_add(e, w, a, b, k);
+    return k;
+}
+
+/* Stage s's cost for layers [a, b); DBL_MAX when they do not fit its memory. */
+static double stage_cost(const plan_eval *e, int s, int a, int b) {
+    stage_work w;
+    return stage_recompute(e, s, a, b, &w) < 0 ? DBL_MAX : stage_time(e, s, &w);
+}
+
+/* Interleaved stages: stage s holds runs s, s + pp, ... of the even cut of the layers into pp x v runs
+ * (as pdde_strategy_pipeline_interleaved cuts them), each recomputed whole or not at all. */
+static void stage_runs(const plan_eval *e, int s, stage_work *w) {
+    int L = e->prof->n_layers, R = e->pp * e->v;
+    memset(w, 0, sizeof *w);
+    for (int r = s; r < R; r += e->pp) work_add(e, w, r * L / R, (r + 1) * L / R, e->rc == RC_ALL ? (r + 1) * L / R - r * L / R : 0);
 }
 
 /* Min over cuts of layers [0, L) into pp stages of the slowest stage's cost; cut[s] = first layer of s.
@@ -253,11 +328,18 @@ static double plan_cut_stages(const plan_eval *e, int *cut, double *best, int *a
     return result;
 }
 
+/* The plan's index of the device running member i (d * tp + t) of stage s. */
+static int plan_member(const plan_eval *e, int s, int i) { return e->blocks ? s * e->dp * e->tp + i : i * e->pp + s; }
+
+/* The links each group's traffic crosses and each stage's slowest and smallest device: they depend on
+ * the degrees and the layout only, so the search computes them once for all micro-batch counts, ZeRO
+ * stages, dtypes and recompute choices. */
 static void plan_links(plan_eval *e) {
     const plan_ranks *r = e->ranks;
     const pdde_plan_devices *d = r->d;
-    bool tp_x = plan_group_spans_hosts(r, 0, e->pp, e->tp), dp_x = plan_group_spans_hosts(r, 0, e->tp * e->pp, e->dp);
-    bool pp_x = plan_group_spans_hosts(r, 0, 1, e->pp);
+    int members = e->dp * e->tp, tp_stride = plan_member(e, 0, 1), dp_stride = plan_member(e, 0, e->tp);
+    bool tp_x = plan_group_spans_hosts(r, 0, tp_stride, e->tp), dp_x = plan_group_spans_hosts(r, 0, dp_stride, e->dp);
+    bool pp_x = plan_group_spans_hosts(r, 0, e->pp > 1 ? plan_member(e, 1, 0) : 1, e->pp);
     e->tp_bw = tp_x ? d->inter_bw : d->intra_bw, e->tp_lat = tp_x ? d->inter_lat : d->intra_lat;
     e->dp_bw = dp_x ? d->inter_bw : d->intra_bw, e->dp_lat = dp_x ? d->inter_lat : d->intra_lat;
     e->pp_bw = pp_x ? d->inter_bw : d->intra_bw, e->pp_lat = pp_x ? d->inter_lat : d->intra_lat;
@@ -265,8 +347,8 @@ static void plan_links(plan_eval *e) {
     for (int s = 0; s < e->pp; s++) {
         plan_stage_devices *sd = &e->st[s];
         sd->flops = sd->mem_bw = sd->memory = DBL_MAX, sd->op_latency = 0;
-        for (int rank = s; rank < r->n; rank += e->pp) {
-            int dev = r->dev[rank];
+        for (int i = 0; i < members; i++) {
+            int dev = r->dev[plan_member(e, s, i)];
             if (d->flops[dev] < sd->flops) sd->flops = d->flops[dev];
             if (d->mem_bw[dev] < sd->mem_bw) sd->mem_bw = d->mem_bw[dev];
             if (d->memory[dev] < sd->memory) sd->memory = d->memory[dev], sd->worst_mem_device = dev;
@@ -285,55 +367,101 @@ static bool plan_may_fit(const plan_eval *e) {
     return state <= room;
 }
 
-/* Fills plan's prediction for candidate e; returns its step time (DBL_MAX when it does not fit, with
- * plan->why saying where). */
+/* A step time no cut can beat: every stage does at least its GEMMs' share 3x, so the slowest stage
+ * takes at least the whole model's GEMM work over the stages' summed speed. */
+static double plan_lower_bound(const plan_eval *e) {
+    double speed = 0;
+    for (int s = 0; s < e->pp; s++) speed += e->st[s].flops;
+    return e->slots * 3 * prof_sum(e->prof, PROF_FLOPS, 0, e->prof->n_layers) / ((double)e->dp * e->m * e->tp) / speed;
+}
+
+/* Fills plan's prediction for candidate e (links computed: plan_links); returns its step time (DBL_MAX
+ * when it does not fit, with plan->why saying where). fixed_cut: plan->stage_first is given. */
 static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *arg, bool fixed_cut) {
-    e->slots = e->m + (double)(e->pp - 1) / e->v;
-    plan_links(e);
-    plan->dp = e->dp, plan->tp = e->tp, plan->pp = e->pp, plan->micro = e->m, plan->zero = e->zero;
-    plan->recompute = e->recompute, plan->chunks = e->v, plan->why[0] = 0;
+    int L = e->prof->n_layers;
+    plan->dp = e->dp, plan->tp = e->tp, plan->pp = e->pp, plan->micro = e->m, plan->zero = e->zero, plan->chunks = e->v;
+    plan->schedule = e->gpipe ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B, plan->comm_dtype = e->wire < 1 ? PDDE_BF16 : PDDE_F32;
+    plan->stage_blocks = e->blocks, plan->why[0] = 0;
     if (e->no_link) {
         snprintf(plan->why, sizeof plan->why, "no link between the devices of a %s-parallel group", e->no_link);
         return plan->step_s = DBL_MAX;
     }
-    double worst = 0;
-    if (!fixed_cut && !plan_may_fit(e)) worst = DBL_MAX; /* the DP could not find a cut that fits either */
-    else if (!fixed_cut) worst = plan_cut_stages(e, plan->stage_first, best, arg);
-    for (int s = 0; s < e->pp && fixed_cut; s++) worst = fmax(worst, stage_cost(e, s, plan->stage_first[s], plan->stage_first[s + 1]));
-    plan->peak_bytes = 0, plan->peak_device = -1;
-    for (int s = 0; s < e->pp; s++) { /* memory of the cut found (or of an even cut when none fits) */
-        int a = plan->stage_first[s], b = plan->stage_first[s + 1];
-        if (worst == DBL_MAX && !fixed_cut) a = s * e->prof->n_layers / e->pp, b = (s + 1) * e->prof->n_layers / e->pp;
-        double m = stage_memory(e, s, a, b);
+    if (e->v > 1) /* interleaved: the even cut of runs (stage_first: an even cut, the layers' count per stage) */
+        for (int s = 0; s <= e->pp; s++) plan->stage_first[s] = s * L / e->pp;
+    bool fits = fixed_cut || e->v > 1 || plan_may_fit(e);
+    double worst = fits && !fixed_cut && e->v == 1 ? plan_cut_stages(e, plan->stage_first, best, arg) : 0;
+    if (worst == DBL_MAX) fits = false;
+    if (!fits && e->v == 1) /* the memory of an even cut says why */
+        for (int s = 0; s <= e->pp; s++) plan->stage_first[s] = s * L / e->pp;
+    plan->peak_bytes = 0, plan->peak_device = -1, plan->recompute = 1;
+    for (int s = 0; s < e->pp; s++) {
+        int a = plan->stage_first[s], b = plan->stage_first[s + 1], k = b - a;
+        stage_work w;
+        if (e->v > 1) {
+            stage_runs(e, s, &w), k = e->rc == RC_ALL ? b - a : 0;
+        } else if ((k = stage_recompute(e, s, a, b, &w)) < 0) { /* does not fit: the memory with what it may recompute */
+            k = e->rc == RC_NONE ? 0 : e->rc == RC_GIVEN && e->rc_given[s] < b - a ? e->rc_given[s] : b - a;
+            memset(&w, 0, sizeof w), work_add(e, &w, a, b, k);
+        }
+        plan->recompute_layers[s] = k;
+        if (k < b - a) plan->recompute = 0;
+        double m = stage_memory(e, s, &w);
         if (m > plan->peak_bytes) plan->peak_bytes = m, plan->peak_device = e->st[s].worst_mem_device;
-        if (worst == DBL_MAX && m > e->st[s].memory && !plan->why[0])
-            snprintf(plan->why, sizeof plan->why, "out of memory on device %d (stage %d) by %.2f GiB", e->st[s].worst_mem_device, s,
-                     (m - e->st[s].memory) / 1073741824.0);
+        if (m > e->st[s].memory) {
+            fits = false;
+            if (!plan->why[0])
+                snprintf(plan->why, sizeof plan->why, "out of memory on device %d (stage %d) by %.2f GiB (%.0f bytes)", e->st[s].worst_mem_device, s,
+                         (m - e->st[s].memory) / 1073741824.0, m - e->st[s].memory);
+        }
+        if (fixed_cut || e->v > 1) worst = fmax(worst, stage_time(e, s, &w));
     }
-    if (worst == DBL_MAX) {
+    if (!fits) {
         if (!plan->why[0]) snprintf(plan->why, sizeof plan->why, "no cut of the layers into %d stages fits in memory", e->pp);
-        plan->step_s = DBL_MAX;
-        return DBL_MAX;
+        return plan->step_s = DBL_MAX;
     }
     plan->step_s = e->slots * worst;
     plan->bubble_s = (e->slots - e->m) * worst;
     return plan->step_s;
 }
 
+/* Appends to buf[*k..n) as snprintf would, keeping *k the length the whole text needs. */
+static void plan_append(char *buf, size_t n, int *k, const char *fmt, int x) {
+    *k += snprintf(buf + (*k < (int)n ? *k : (int)n), n > (size_t)*k ? n - (size_t)*k : 0, fmt, x);
+}
+
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
-    int k = snprintf(buf, n, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d,recompute=%d", p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute);
-    if (p->chunks > 1) k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, ",chunks=%d", p->chunks);
-    if (p->pp > 1) {
-        k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, ",stages=");
-        for (int s = 0; s < p->pp; s++)
-            k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, "%s%d", s ? ":" : "", p->stage_first[s + 1] - p->stage_first[s]);
+    int k = snprintf(buf, n, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d,recompute=%d", p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute == 1);
+    if (p->chunks > 1) plan_append(buf, n, &k, ",chunks=%d", p->chunks);
+    if (p->pp > 1 && p->chunks <= 1) {
+        plan_append(buf, n, &k, ",stages=", 0);
+        for (int s = 0; s < p->pp; s++) plan_append(buf, n, &k, s ? ":%d" : "%d", p->stage_first[s + 1] - p->stage_first[s]);
     }
+    bool some = false;
+    for (int s = 0; s < p->pp && s < PDDE_PLAN_MAX_STAGES && p->recompute != 1; s++) some |= p->recompute_layers[s] > 0;
+    if (some) {
+        plan_append(buf, n, &k, ",rc=", 0);
+        for (int s = 0; s < p->pp; s++) plan_append(buf, n, &k, s ? ":%d" : "%d", p->recompute_layers[s]);
+    }
+    if (p->comm_dtype == PDDE_BF16) plan_append(buf, n, &k, ",comm=bf16", 0);
+    if (p->schedule == PDDE_PIPELINE_GPIPE) plan_append(buf, n, &k, ",sched=gpipe", 0);
+    if (p->stage_blocks) plan_append(buf, n, &k, ",blocks=1", 0);
     return k;
+}
+
+/* "a:b:c" into v[0..max); the count, or -1. */
+static int plan_parse_list(const char **s, int *v, int max, int least) {
+    int n = 0, consumed = 0;
+    do {
+        int x;
+        if (n == max || sscanf(*s, "%d%n", &x, &consumed) != 1 || x < least) return -1;
+        v[n++] = x, *s += consumed;
+    } while (**s == ':' && *++*s);
+    return n;
 }
 
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     pdde_plan p = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
-    int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0;
+    int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0, n_rc = 0;
     const char *s = text ? text : "";
     while (*s) {
         char key[16];
@@ -342,13 +470,18 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
         if (s[len] != '=' || len == 0 || len >= (int)sizeof key) return PDDE_ERR_INVALID_ARG;
         memcpy(key, s, (size_t)len), key[len] = 0, s += len + 1;
         int *v = !strcmp(key, "dp") ? &p.dp : !strcmp(key, "tp") ? &p.tp : !strcmp(key, "pp") ? &p.pp : !strcmp(key, "mb") ? &p.micro
-               : !strcmp(key, "zero") ? &p.zero : !strcmp(key, "recompute") ? &p.recompute : !strcmp(key, "chunks") ? &p.chunks : NULL;
+               : !strcmp(key, "zero") ? &p.zero : !strcmp(key, "recompute") ? &p.recompute : !strcmp(key, "chunks") ? &p.chunks
+               : !strcmp(key, "blocks") ? &p.stage_blocks : NULL;
         if (!strcmp(key, "stages")) {
-            do {
-                int x;
-                if (n_stage_layers == PDDE_PLAN_MAX_STAGES || sscanf(s, "%d%n", &x, &consumed) != 1 || x < 1) return PDDE_ERR_INVALID_ARG;
-                stage_layers[n_stage_layers++] = x, s += consumed;
-            } while (*s == ':' && *++s);
+            if ((n_stage_layers = plan_parse_list(&s, stage_layers, PDDE_PLAN_MAX_STAGES, 1)) < 0) return PDDE_ERR_INVALID_ARG;
+        } else if (!strcmp(key, "rc")) {
+            if ((n_rc = plan_parse_list(&s, p.recompute_layers, PDDE_PLAN_MAX_STAGES, 0)) < 0) return PDDE_ERR_INVALID_ARG;
+        } else if (!strcmp(key, "comm") || !strcmp(key, "sched")) {
+            const char *word = !strcmp(key, "comm") ? (!strncmp(s, "bf16", 4) ? "bf16" : "f32") : (!strncmp(s, "gpipe", 5) ? "gpipe" : "1f1b");
+            if (strncmp(s, word, strlen(word))) return PDDE_ERR_INVALID_ARG;
+            if (!strcmp(word, "bf16")) p.comm_dtype = PDDE_BF16;
+            if (!strcmp(word, "gpipe")) p.schedule = PDDE_PIPELINE_GPIPE;
+            s += strlen(word);
         } else if (!v || sscanf(s, "%d%n", v, &consumed) != 1) {
             return PDDE_ERR_INVALID_ARG;
         } else {
@@ -358,7 +491,8 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
         else if (*s) return PDDE_ERR_INVALID_ARG;
     }
     if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.pp > PDDE_PLAN_MAX_STAGES || p.micro < 1 || p.zero < 0 || p.zero > 3 ||
-        p.recompute < 0 || p.recompute > 1 || p.chunks < 1 || (n_stage_layers && n_stage_layers != p.pp))
+        p.recompute < 0 || p.recompute > 1 || p.chunks < 1 || (n_stage_layers && n_stage_layers != p.pp) || (n_rc && n_rc != p.pp) ||
+        p.stage_blocks < 0 || p.stage_blocks > 1)
         return PDDE_ERR_INVALID_ARG;
     for (int i = 0; i < n_stage_layers; i++) p.stage_first[i + 1] = p.stage_first[i] + stage_layers[i];
     *out = p;
@@ -383,7 +517,10 @@ static double plan_unconstrained(plan_eval *e) {
     int L = e->prof->n_layers;
     for (int s = 0; s < e->pp; s++) {
         e->st[s].memory = DBL_MAX;
-        worst = fmax(worst, stage_cost(e, s, s * L / e->pp, (s + 1) * L / e->pp));
+        stage_work w;
+        if (e->v > 1) stage_runs(e, s, &w);
+        else stage_recompute(e, s, s * L / e->pp, (s + 1) * L / e->pp, &w);
+        worst = fmax(worst, stage_time(e, s, &w));
     }
     memcpy(e->st, keep, sizeof keep);
     return e->slots * worst;
@@ -425,18 +562,19 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
     pdde_plan *p = plan;
     int n = p->dp * p->tp * p->pp;
     if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->pp > PDDE_PLAN_MAX_STAGES || n > devices->n_devices || p->micro < 1 || p->chunks < 1 ||
-        p->zero < 0 || p->zero > 3 || params->batch % ((int64_t)p->dp * p->micro))
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: dp %d x tp %d x pp %d (of %d devices), mb %d, zero %d, chunks %d: out of range "
-                          "or the batch %lld does not divide by dp x mb", p->dp, p->tp, p->pp, devices->n_devices, p->micro, p->zero, p->chunks,
-                          (long long)params->batch);
+        p->zero < 0 || p->zero > 3 || params->batch % ((int64_t)p->dp * p->micro) || (p->comm_dtype != PDDE_F32 && p->comm_dtype != PDDE_BF16) ||
+        (p->schedule != PDDE_PIPELINE_1F1B && p->schedule != PDDE_PIPELINE_GPIPE))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: dp %d x tp %d x pp %d (of %d devices), mb %d, zero %d, chunks %d, comm %s, schedule %d: "
+                          "out of range or the batch %lld does not divide by dp x mb", p->dp, p->tp, p->pp, devices->n_devices, p->micro, p->zero,
+                          p->chunks, pdde_dtype_name(p->comm_dtype), (int)p->schedule, (long long)params->batch);
     plan_profile prof;
     if ((st = plan_profile_build(g, params->n_layers, &prof))) return st;
     int L = prof.n_layers, *order = malloc((size_t)devices->n_devices * sizeof *order), *dev = malloc((size_t)n * sizeof *dev);
     if (!order || !dev) {
         st = pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
-    } else if (p->pp > L) {
-        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: %d stages for %d layers", p->pp, L);
-    } else {
+    } else if (p->pp * p->chunks > L) {
+        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: %d stages x %d chunks for %d layers", p->pp, p->chunks, L);
+    } else if (p->chunks == 1) {
         if (p->stage_first[p->pp] == 0) /* no cut given: an even one */
             for (int s = 0; s <= p->pp; s++) p->stage_first[s] = s * L / p->pp;
         for (int s = 0; s < p->pp && !st; s++)
@@ -447,8 +585,14 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
         plan_order_devices(devices, order);
         plan_pick_devices(order, n, dev);
         plan_ranks ranks = {devices, dev, n};
+        bool given = false;
+        for (int s = 0; s < p->pp; s++) given |= p->recompute_layers[s] > 0;
         plan_eval e = {.prof = &prof, .params = params, .ranks = &ranks, .dp = p->dp, .tp = p->tp, .pp = p->pp, .m = p->micro,
-                       .zero = p->zero, .recompute = p->recompute, .v = p->chunks};
+                       .zero = p->zero, .v = p->chunks, .rc = p->recompute == 1 ? RC_ALL : given ? RC_GIVEN : RC_NONE,
+                       .rc_given = p->recompute_layers, .gpipe = p->schedule == PDDE_PIPELINE_GPIPE, .blocks = p->stage_blocks,
+                       .wire = p->comm_dtype == PDDE_BF16 ? 0.5 : 1};
+        e.slots = e.m + (double)(e.pp - 1) / e.v;
+        plan_links(&e);
         plan_evaluate(&e, p, NULL, NULL, true);
     }
     free(order), free(dev);
@@ -494,22 +638,35 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                 if ((n / tp) % pipe || pipe > L || pipe > PDDE_PLAN_MAX_STAGES || (pipe > 1 && pp.no_pp)) continue;
                 int dpd = n / tp / pipe;
                 if (pp.batch % dpd) continue;
-                for (int m = 1; m <= max_micro && m <= pp.batch / dpd; m++) {
-                    if ((pp.batch / dpd) % m) continue;
-                    /* interleaved stages (v > 1) are run on request (pdde_plan_evaluate, gpt --plan
-                     * chunks=): their even cut of runs does not fit the contiguous stage DP, and the
-                     * extra crossings cost more than the smaller bubble saves on the models measured */
-                    for (int v = 1; v <= 1; v++) {
-                        for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? 3 : 0); zero++)
-                            for (int rc = 0; rc <= (pp.no_recompute ? 0 : 1); rc++) {
-                                plan_eval e = {.prof = &prof, .params = &pp, .ranks = &ranks, .dp = dpd, .tp = tp, .pp = pipe,
-                                               .m = m, .zero = zero, .recompute = rc, .v = v};
-                                pdde_plan cand;
-                                memset(&cand, 0, sizeof cand);
-                                double t = plan_evaluate(&e, &cand, best, arg, false);
-                                if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
-                                else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e));
-                            }
+                /* the layouts: pp innermost, and with stages, each stage on a block of devices */
+                for (int blocks = 0; blocks <= (pipe > 1 && !pp.no_stage_blocks); blocks++) {
+                    plan_eval links = {.prof = &prof, .params = &pp, .ranks = &ranks, .dp = dpd, .tp = tp, .pp = pipe, .blocks = blocks};
+                    plan_links(&links);
+                    for (int m = 1; m <= max_micro && m <= pp.batch / dpd; m++) {
+                        if ((pp.batch / dpd) % m) continue;
+                        /* interleaved stages (Megatron's virtual pipeline: m a multiple of the stages) */
+                        for (int v = 1; v <= 4; v *= 2) {
+                            if (v > 1 && (pipe == 1 || pp.no_interleave || m % pipe || v * pipe > L)) continue;
+                            /* bf16 collectives only where there are collectives */
+                            for (int bf = 0; bf <= (!pp.no_bf16_comm && dpd * tp > 1); bf++)
+                                for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? 3 : 0); zero++)
+                                    /* recompute: the fewest layers per stage that fit; interleaved runs all or none.
+                                     * GPipe is not tried: under this estimate it takes 1F1B's time with more
+                                     * activations alive (pdde_plan_evaluate predicts it) */
+                                    for (int rc = v > 1 ? RC_NONE : RC_FEWEST; rc <= (v > 1 ? RC_ALL : RC_FEWEST); rc++) {
+                                        plan_eval e = links;
+                                        e.m = m, e.v = v, e.zero = zero, e.wire = bf ? 0.5 : 1;
+                                        e.rc = pp.no_recompute ? RC_NONE : rc;
+                                        e.slots = m + (double)(pipe - 1) / v;
+                                        if (pp.no_recompute && rc == RC_ALL) continue;
+                                        if (nf == keep_fit && !e.no_link && plan_lower_bound(&e) >= plans[keep_fit - 1].step_s) continue;
+                                        pdde_plan cand;
+                                        memset(&cand, 0, sizeof cand);
+                                        double t = plan_evaluate(&e, &cand, best, arg, false);
+                                        if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
+                                        else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e));
+                                    }
+                        }
                     }
                 }
             }
@@ -521,5 +678,32 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
 done:
     free(order), free(best), free(arg), free(dev), free(rejected);
     plan_profile_free(&prof);
+    return st;
+}
+
+pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan) {
+    pdde_context *ctx = g ? pdde_graph_context(g) : NULL;
+    if (!g || !cluster || !params || !plan) return PDDE_ERR_INVALID_ARG;
+    /* the devices' GEMM speed at the graph's largest GEMM, on one device's share of its rows */
+    int64_t m = 0, n = 0, k = 0;
+    double most = 0;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op != PDDE_OP_MATMUL || t->phase != PDDE_PHASE_FORWARD) continue;
+        const pdde_tensor *a = t->src[0];
+        int64_t cols = t->shape[t->ndim - 1], kk = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        double flops = 2.0 * (double)pdde_tensor_numel(t) * (double)kk;
+        if (flops > most) most = flops, n = cols, k = kk, m = pdde_tensor_numel(t) / (cols > 0 ? cols : 1);
+    }
+    int nd = pdde_cluster_n_devices(cluster);
+    if (nd > 0 && m / nd > 0) m /= nd;
+    pdde_plan_devices d;
+    pdde_status st = pdde_cluster_plan_devices(ctx, cluster, m, n, k, &d);
+    if (st) return st;
+    pdde_plan plans[8];
+    int nf = 0, nr = 0;
+    st = pdde_plan_search(g, &d, params, plans, 8, &nf, &nr);
+    if (!st) *plan = plans[0];
+    pdde_plan_devices_free(&d);
     return st;
 }

@@ -2,6 +2,7 @@
  * optimum of its own estimate over every degree, micro-batch count, ZeRO stage, recompute and stage
  * cut; it never returns a plan that does not fit; degenerate clusters (one device, a prime number,
  * one much slower, one with little memory, nothing that fits) give sensible plans or clear reasons. */
+#define _GNU_SOURCE /* open_memstream */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
@@ -33,7 +34,25 @@ static pdde_graph *small_gpt(pdde_context *ctx, int layers, int batch) {
 
 static int plan_devices(const pdde_plan *p) { return p->dp * p->tp * p->pp; }
 
-/* The best fitting step time over every plan the search may consider, each stage cut included. */
+/* Every per-stage count of recomputed layers (each stage's first k) of plan p under its cut; the best
+ * fitting step time. */
+static double every_recompute(pdde_graph *g, const cluster *c, const pdde_plan_params *pp, pdde_plan *p, int *n_evaluated) {
+    double best = INFINITY;
+    int k[PDDE_PLAN_MAX_STAGES] = {0};
+    for (;;) {
+        pdde_plan q = *p;
+        memcpy(q.recompute_layers, k, sizeof k);
+        if (pdde_plan_evaluate(g, &c->d, pp, &q) == PDDE_OK && !q.why[0] && q.step_s < best) best = q.step_s;
+        (*n_evaluated)++;
+        int s = 0; /* next vector: k[s] in 0..layers of stage s */
+        while (s < p->pp && k[s] == p->stage_first[s + 1] - p->stage_first[s]) k[s++] = 0;
+        if (s == p->pp) return best;
+        k[s]++;
+    }
+}
+
+/* The best fitting step time over every plan the search may consider: degrees, layouts, micro-batch
+ * counts, interleaving, comm dtypes, ZeRO stages, every stage cut and every per-stage recompute count. */
 static double exhaustive(pdde_graph *g, const cluster *c, const pdde_plan_params *pp, int L, int *n_evaluated) {
     double best = INFINITY;
     int max_micro = pp->max_micro;
@@ -43,27 +62,37 @@ static double exhaustive(pdde_graph *g, const cluster *c, const pdde_plan_params
                 if (n % (tp * pipe) || (pp->tp_divisor % tp) || pipe > L) continue;
                 int dp = n / tp / pipe;
                 if (pp->batch % dp) continue;
-                for (int m = 1; m <= max_micro && m <= pp->batch / dp; m++)
-                    for (int v = 1; v <= 1; v++)
-                        for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++)
-                            for (int rc = 0; rc <= 1; rc++) {
-                                if ((pp->batch / dp) % m || (v > 1 && (m % pipe || L < v * pipe))) continue;
-                                /* every cut of L layers into `pipe` non-empty runs: choose pipe-1 of the L-1 gaps */
-                                int cut[PDDE_PLAN_MAX_STAGES + 1];
-                                for (int s = 0; s < pipe; s++) cut[s] = s;
-                                cut[pipe] = L;
-                                for (;;) {
-                                    pdde_plan p = {.dp = dp, .tp = tp, .pp = pipe, .micro = m, .zero = zero, .recompute = rc, .chunks = v};
-                                    memcpy(p.stage_first, cut, sizeof cut);
-                                    if (pdde_plan_evaluate(g, &c->d, pp, &p) == PDDE_OK && !p.why[0] && p.step_s < best) best = p.step_s;
-                                    (*n_evaluated)++;
-                                    int s = pipe - 1; /* next combination of cut[1..pipe-1] */
-                                    while (s >= 1 && cut[s] == L - (pipe - s)) s--;
-                                    if (s < 1) break;
-                                    cut[s]++;
-                                    for (int k = s + 1; k < pipe; k++) cut[k] = cut[k - 1] + 1;
+                for (int blocks = 0; blocks <= (pipe > 1); blocks++)
+                    for (int m = 1; m <= max_micro && m <= pp->batch / dp; m++)
+                        for (int v = 1; v <= 4; v *= 2)
+                            for (int bf = 0; bf <= (dp * tp > 1); bf++)
+                                for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
+                                    if ((pp->batch / dp) % m || (v > 1 && (pipe == 1 || m % pipe || L < v * pipe))) continue;
+                                    pdde_plan p = {.dp = dp, .tp = tp, .pp = pipe, .micro = m, .zero = zero, .chunks = v, .stage_blocks = blocks,
+                                                   .comm_dtype = bf ? PDDE_BF16 : PDDE_F32};
+                                    if (v > 1) { /* interleaved: the even cut, every layer recomputed or none */
+                                        for (int rc = 0; rc <= 1; rc++) {
+                                            pdde_plan q = p;
+                                            q.recompute = rc;
+                                            if (pdde_plan_evaluate(g, &c->d, pp, &q) == PDDE_OK && !q.why[0] && q.step_s < best) best = q.step_s;
+                                            (*n_evaluated)++;
+                                        }
+                                        continue;
+                                    }
+                                    /* every cut of L layers into `pipe` non-empty runs: choose pipe-1 of the L-1 gaps */
+                                    int cut[PDDE_PLAN_MAX_STAGES + 1];
+                                    for (int s = 0; s < pipe; s++) cut[s] = s;
+                                    cut[pipe] = L;
+                                    for (;;) {
+                                        memcpy(p.stage_first, cut, sizeof cut);
+                                        best = fmin(best, every_recompute(g, c, pp, &p, n_evaluated));
+                                        int s = pipe - 1; /* next combination of cut[1..pipe-1] */
+                                        while (s >= 1 && cut[s] == L - (pipe - s)) s--;
+                                        if (s < 1) break;
+                                        cut[s]++;
+                                        for (int k = s + 1; k < pipe; k++) cut[k] = cut[k - 1] + 1;
+                                    }
                                 }
-                            }
             }
     return best;
 }
@@ -79,6 +108,75 @@ static void check_fitting(pdde_graph *g, const cluster *c, const pdde_plan_param
         CHECK(fabs(p.step_s - plans[i].step_s) <= 1e-12 * p.step_s, "plan %s: search said %g s, evaluate %g s", s, plans[i].step_s, p.step_s);
         CHECK(i == 0 || plans[i].step_s >= plans[i - 1].step_s, "plans sorted by step time");
     }
+}
+
+
+/* A non-GPT graph: the MLP of examples/mlp.c made deep, each block a layer (x @ W1 + b1, relu, @ W2 + b2),
+ * then a head layer, for the planner's entry points. */
+enum { MLP_B = 16, MLP_IN = 16, MLP_HID = 64, MLP_BLOCKS = 4, MLP_K = 4 };
+typedef struct {
+    pdde_tensor *x, *t, *loss;
+} mlp;
+
+static pdde_graph *mlp_build(pdde_context *ctx, mlp *m) {
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    char name[32];
+    pdde_graph_set_layer(g, 0);
+    m->x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){MLP_B, MLP_IN});
+    m->t = pdde_input(g, "target", PDDE_I32, 1, (int64_t[]){MLP_B});
+    pdde_tensor *h = m->x;
+    for (int l = 0; l < MLP_BLOCKS; l++) {
+        pdde_graph_set_layer(g, l);
+        snprintf(name, sizeof name, "w1.%d", l);
+        pdde_tensor *w1 = pdde_param(g, name, 2, (int64_t[]){MLP_IN, MLP_HID}, 0.3f);
+        snprintf(name, sizeof name, "b1.%d", l);
+        pdde_tensor *b1 = pdde_param(g, name, 1, (int64_t[]){MLP_HID}, 0.0f);
+        snprintf(name, sizeof name, "w2.%d", l);
+        pdde_tensor *w2 = pdde_param(g, name, 2, (int64_t[]){MLP_HID, MLP_IN}, 0.3f);
+        snprintf(name, sizeof name, "b2.%d", l);
+        pdde_tensor *b2 = pdde_param(g, name, 1, (int64_t[]){MLP_IN}, 0.0f);
+        h = pdde_bias_add(g, pdde_matmul(g, pdde_relu(g, pdde_bias_add(g, pdde_matmul(g, h, w1, 0, 0), b1)), w2, 0, 0), b2);
+    }
+    pdde_graph_set_layer(g, MLP_BLOCKS);
+    pdde_tensor *wo = pdde_param(g, "wo", 2, (int64_t[]){MLP_IN, MLP_K}, 0.3f);
+    m->loss = pdde_cross_entropy(g, pdde_matmul(g, h, wo, 0, 0), m->t);
+    pdde_graph_set_layer(g, -1);
+    CHECK(pdde_graph_status(g) == PDDE_OK, "mlp: %s", pdde_last_error(ctx));
+    return g;
+}
+
+/* Losses of 5 steps of the MLP on fixed data (its session compiled by the caller). */
+static void mlp_train(pdde_session *s, const mlp *m, float *losses) {
+    float xs[MLP_B * MLP_IN];
+    int32_t ts[MLP_B];
+    for (int i = 0; i < MLP_B * MLP_IN; i++) xs[i] = (float)((i * 37) % 11) / 11.0f - 0.5f;
+    for (int i = 0; i < MLP_B; i++) ts[i] = i % MLP_K;
+    for (int step = 0; step < 5; step++) {
+        pdde_session_write(s, m->x, xs, sizeof xs);
+        pdde_session_write(s, m->t, ts, sizeof ts);
+        CHECK(pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK, "mlp step %d", step);
+        losses[step] = pdde_session_loss(s);
+    }
+}
+
+/* A cluster of one machine of n CPU-like devices with `memory` bytes each. */
+static pdde_cluster *cpu_cluster(int n, double memory) {
+    pdde_cluster *c;
+    pdde_cluster_init("test", &c);
+    pdde_device_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.name, sizeof spec.name, "cpu-like");
+    snprintf(spec.backend, sizeof spec.backend, "cpu");
+    spec.kind = PDDE_DEVICE_CPU, spec.peak_flops = 1e11, spec.mem_bandwidth = 1e10;
+    pdde_cluster_add_spec(c, &spec);
+    pdde_cluster_machine mc;
+    memset(&mc, 0, sizeof mc);
+    mc.intra = (pdde_cluster_link){0, 0, PDDE_LINK_SHM, 2e10, 2e-6, -1};
+    mc.nic = (pdde_cluster_link){0, 0, PDDE_LINK_NET, 2e9, 2e-5, -1};
+    pdde_cluster_add_machine(c, &mc);
+    for (int i = 0; i < n; i++) pdde_cluster_add_device(c, 0, &(pdde_cluster_device){i, 0, (uint64_t)memory});
+    return c;
 }
 
 int main(void) {
@@ -106,7 +204,12 @@ int main(void) {
         pdde_plan_str(&plans[0], s, sizeof s);
         CHECK(nf > 0 && isfinite(best) && fabs(plans[0].step_s - best) <= 1e-12 * best,
               "search's best %s %.9g s equals the exhaustive optimum %.9g s over %d plans", s, nf ? plans[0].step_s : NAN, best, n_eval);
-        CHECK(n_eval > 300, "the exhaustive search covered %d plans", n_eval);
+        CHECK(n_eval > 10000, "the exhaustive search covered %d plans", n_eval);
+        /* with room for one plan the pruning by lower bound is at its sharpest: still the optimum */
+        pdde_plan one[2];
+        int nf1 = 0, nr1 = 0;
+        CHECK(pdde_plan_search(g, &c.d, &pp, one, 2, &nf1, &nr1) == PDDE_OK && nf1 == 1 && fabs(one[0].step_s - best) <= 1e-12 * best,
+              "with one plan kept: %.9g s, the optimum %.9g s", nf1 ? one[0].step_s : NAN, best);
         check_fitting(g, &c, &pp, plans, nf);
         CHECK(nr > 0 && strstr(plans[nf].why, "out of memory on device"), "rejected plans say why: '%s'", nr ? plans[nf].why : "");
         pdde_plan whole = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
@@ -178,10 +281,156 @@ int main(void) {
         pdde_plan_str(&p, s, sizeof s);
         CHECK(pdde_plan_parse(s, &q) == PDDE_OK && !memcmp(q.stage_first, p.stage_first, sizeof p.stage_first) && q.dp == p.dp && q.micro == p.micro,
               "round trip through '%s'", s);
-        const char *bad[] = {"dp=0", "zero=5", "foo=1", "dp=2,pp=2,stages=3", "dp=x", "dp=2,,", "recompute=2", "mb=-1"};
+        const char *bad[] = {"dp=0", "zero=5", "foo=1", "dp=2,pp=2,stages=3", "dp=x", "dp=2,,", "recompute=2", "mb=-1",
+                             "pp=2,rc=1", "comm=f64", "sched=zb", "blocks=2", "rc=-1"};
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(pdde_plan_parse(bad[i], &p) == PDDE_ERR_INVALID_ARG, "'%s' is refused", bad[i]);
+        const char *full = "dp=1,tp=2,pp=2,mb=4,zero=0,recompute=0,stages=4:2,rc=2:0,comm=bf16,sched=gpipe,blocks=1";
+        CHECK(pdde_plan_parse(full, &p) == PDDE_OK && p.recompute_layers[0] == 2 && p.recompute_layers[1] == 0 && p.comm_dtype == PDDE_BF16 &&
+              p.schedule == PDDE_PIPELINE_GPIPE && p.stage_blocks == 1, "parse '%s'", full);
+        pdde_plan_str(&p, s, sizeof s);
+        CHECK(!strcmp(s, full), "'%s' is written back as '%s'", full, s);
+    }
+    /* 9. the search space's dimensions, each where it pays */
+    {
+        char s[256];
+        cluster c;
+        cluster_init(&c, 4, 1e11, 1e10, 1e9, 4);
+        /* GPipe keeps every micro-batch alive: same predicted time as 1F1B, more memory on the first stage */
+        pdde_plan a = {.dp = 1, .tp = 1, .pp = 2, .micro = 4, .chunks = 1}, b = a;
+        b.schedule = PDDE_PIPELINE_GPIPE;
+        CHECK(pdde_plan_evaluate(g, &c.d, &pp, &a) == PDDE_OK && pdde_plan_evaluate(g, &c.d, &pp, &b) == PDDE_OK && b.peak_bytes > 1.2 * a.peak_bytes &&
+                  fabs(a.step_s - b.step_s) <= 1e-12 * a.step_s,
+              "GPipe %.0f B vs 1F1B %.0f B, %g s vs %g s", b.peak_bytes, a.peak_bytes, b.step_s, a.step_s);
+        /* interleaved stages: a smaller bubble */
+        pdde_plan iv = a;
+        iv.chunks = 2;
+        CHECK(pdde_plan_evaluate(g, &c.d, &pp, &iv) == PDDE_OK && iv.bubble_s < 0.75 * a.bubble_s, "interleaved bubble %g s vs %g s", iv.bubble_s,
+              a.bubble_s);
+        /* slow links: the best plan sends bf16, faster than the same plan in f32 */
+        cluster slow;
+        cluster_init(&slow, 4, 1e11, 1e10, 1e9, 1);
+        slow.d.inter_bw = 2e6;
+        pdde_plan_params every = pp; /* a job's ranks, all started: they must communicate */
+        every.use_all_devices = 1, every.no_pp = 1;
+        CHECK(pdde_plan_search(g, &slow.d, &every, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "slow links: %s", pdde_last_error(ctx));
+        pdde_plan f32 = plans[0];
+        f32.comm_dtype = PDDE_F32;
+        pdde_plan_str(&plans[0], s, sizeof s);
+        CHECK(plans[0].comm_dtype == PDDE_BF16 && pdde_plan_evaluate(g, &slow.d, &every, &f32) == PDDE_OK && f32.step_s > 1.2 * plans[0].step_s,
+              "slow links: %s in bf16 %g s, in f32 %g s", s, plans[0].step_s, f32.step_s);
+        pdde_plan dp4 = {.dp = 4, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .comm_dtype = PDDE_BF16}, dp4f = dp4;
+        dp4f.comm_dtype = PDDE_F32;
+        CHECK(pdde_plan_evaluate(g, &slow.d, &every, &dp4) == PDDE_OK && pdde_plan_evaluate(g, &slow.d, &every, &dp4f) == PDDE_OK &&
+                  dp4f.step_s > 1.5 * dp4.step_s, "slow links: dp=4's gradients in bf16 %g s, in f32 %g s", dp4.step_s, dp4f.step_s);
+        /* memory between what no recompute and what every layer recomputed need: some layers only */
+        pdde_plan none = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1}, all = none;
+        all.recompute = 1;
+        pdde_plan_evaluate(g, &c.d, &pp, &none), pdde_plan_evaluate(g, &c.d, &pp, &all);
+        cluster tight;
+        cluster_init(&tight, 1, 1e11, 1e10, (none.peak_bytes + all.peak_bytes) / 2, 1);
+        pdde_plan_params one_micro = pp; /* (more micro-batches would fit too) */
+        one_micro.max_micro = 1;
+        CHECK(pdde_plan_search(g, &tight.d, &one_micro, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "tight memory: %s", pdde_last_error(ctx));
+        pdde_plan_str(&plans[0], s, sizeof s);
+        int layers = plans[0].stage_first[1] - plans[0].stage_first[0];
+        pdde_plan_evaluate(g, &tight.d, &pp, &all);
+        CHECK(plans[0].recompute == 0 && plans[0].recompute_layers[0] > 0 && plans[0].recompute_layers[0] < layers && plans[0].step_s < all.step_s,
+              "tight memory: %s recomputes %d of %d layers, %g s against %g s for all", s, plans[0].recompute_layers[0], layers, plans[0].step_s,
+              all.step_s);
+        check_fitting(g, &tight, &one_micro, plans, nf);
+        /* mixed machines, two fast devices then two slow: each stage on a block of alike devices, the slow
+         * one with fewer layers, beats stages that each hold a slow device */
+        cluster mixed;
+        cluster_init(&mixed, 4, 1e11, 1e10, 1e9, 2);
+        mixed.flops[2] = mixed.flops[3] = 2.5e10;
+        pdde_plan_params no_drop = pp;
+        no_drop.use_all_devices = 1, no_drop.no_tp = 1;
+        CHECK(pdde_plan_search(g, &mixed.d, &no_drop, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "mixed: %s", pdde_last_error(ctx));
+        pdde_plan_str(&plans[0], s, sizeof s);
+        pdde_plan inner = plans[0];
+        inner.stage_blocks = 0;
+        CHECK(plans[0].stage_blocks == 1 && plans[0].pp == 2 && plans[0].stage_first[2] - plans[0].stage_first[1] < plans[0].stage_first[1] &&
+                  pdde_plan_evaluate(g, &mixed.d, &no_drop, &inner) == PDDE_OK && inner.step_s > 1.2 * plans[0].step_s,
+              "mixed: %s %g s; the same pp innermost %g s", s, plans[0].step_s, inner.step_s);
+        check_fitting(g, &mixed, &no_drop, plans, nf);
     }
     pdde_graph_free(g);
+
+    /* 10. the entry points on a non-GPT graph: pdde_plan_auto on a cluster, pdde_plan_apply compiles and
+     * trains what it chose */
+    {
+        mlp m;
+        pdde_graph *mg = mlp_build(ctx, &m);
+        pdde_plan_params mp = PDDE_PLAN_PARAMS_INIT;
+        mp.batch = MLP_B, mp.max_micro = 1;
+        /* one device whose memory is between what no recompute and every layer recomputed need */
+        static double fl[1] = {1e11}, bw[1] = {1e10}, big[1] = {1e12};
+        pdde_plan_devices one = {1, fl, bw, big, NULL, 0, 0, 0, 0, NULL};
+        pdde_plan none = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1}, all = none;
+        all.recompute = 1;
+        pdde_plan_evaluate(mg, &one, &mp, &none), pdde_plan_evaluate(mg, &one, &mp, &all);
+        pdde_cluster *cl = cpu_cluster(1, (none.peak_bytes + all.peak_bytes) / 2);
+        pdde_plan p;
+        char s[256];
+        pdde_status auto_st = pdde_plan_auto(mg, cl, &mp, &p);
+        CHECK(auto_st == PDDE_OK, "pdde_plan_auto on the MLP: %s", pdde_last_error(ctx));
+        if (auto_st) return test_finish();
+        pdde_plan_str(&p, s, sizeof s);
+        CHECK(p.recompute == 0 && p.recompute_layers[0] > 0 && p.recompute_layers[0] < MLP_BLOCKS + 1, "the MLP's plan recomputes some layers: %s", s);
+        pdde_session *sa, *sb;
+        float la[5], lb[5];
+        pdde_status apply_st = pdde_plan_apply(mg, &p, m.loss, NULL, NULL, &sa);
+        CHECK(apply_st == PDDE_OK, "pdde_plan_apply %s: %s", s, pdde_last_error(ctx));
+        if (apply_st) return test_finish();
+        mlp_train(sa, &m, la);
+        mlp ref;
+        pdde_graph *rg = mlp_build(ctx, &ref); /* the same MLP compiled by hand, nothing recomputed */
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        CHECK(pdde_backward(rg, ref.loss) == PDDE_OK && pdde_optimizer_adamw(rg, &op) == PDDE_OK && pdde_session_init(rg, NULL, &sb) == PDDE_OK,
+              "the MLP by hand: %s", pdde_last_error(ctx));
+        mlp_train(sb, &ref, lb);
+        pdde_memory_stats ma, mb;
+        pdde_session_memory(sa, &ma), pdde_session_memory(sb, &mb);
+        CHECK(!memcmp(la, lb, sizeof la) && la[4] < la[0], "the planned MLP trains as by hand (bit for bit): loss %g -> %g, by hand %g -> %g", la[0],
+              la[4], lb[0], lb[4]);
+        CHECK(ma.arena_bytes < mb.arena_bytes, "its recomputed layers keep less: arena %zu B against %zu B", ma.arena_bytes, mb.arena_bytes);
+        pdde_session_free(sa), pdde_session_free(sb);
+        pdde_graph_free(mg), pdde_graph_free(rg);
+        pdde_cluster_free(cl);
+        /* a plan of 8 ranks: every rank's program lowers, with tensor-parallel allreduces and stage sends */
+        const char *text = "dp=2,tp=2,pp=2,mb=1,zero=1,recompute=0,stages=2:3,rc=1:0";
+        mg = mlp_build(ctx, &m);
+        CHECK(pdde_plan_parse(text, &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_OK, "apply %s: %s", text,
+              pdde_last_error(ctx));
+        for (int r = 0; r < 8; r++) {
+            char *buf = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            pdde_status st = pdde_lower_dump(mg, NULL, 8, r, f);
+            fclose(f);
+            CHECK(st == PDDE_OK && strstr(buf, "allreduce") && (strstr(buf, "send") || strstr(buf, "recv")), "rank %d of %s lowers (%s)%s", r, text,
+                  pdde_last_error(ctx), st ? "" : buf);
+            free(buf);
+        }
+        /* Megatron pairs: w1 split on its outputs (column), w2 on its inputs (row), over mesh axis 1 (tp) */
+        const pdde_tensor *w1 = pdde_graph_find(mg, "w1.0"), *w2 = pdde_graph_find(mg, "w2.0");
+        CHECK(w1 && w2 && w1->dist.dims_mapping[1] == 1 && w1->dist.dims_mapping[0] == -1 && w2->dist.dims_mapping[0] == 1 &&
+                  w2->dist.dims_mapping[1] == -1, "w1 column parallel (%d, %d), w2 row parallel (%d, %d)", w1 ? w1->dist.dims_mapping[0] : 9,
+              w1 ? w1->dist.dims_mapping[1] : 9, w2 ? w2->dist.dims_mapping[0] : 9, w2 ? w2->dist.dims_mapping[1] : 9);
+        pdde_graph_free(mg);
+        /* stage blocks: the second stage (layers 2..4) on processes 2 and 3, not 1 and 3 */
+        mg = mlp_build(ctx, &m);
+        CHECK(pdde_plan_parse("dp=2,pp=2,stages=2:3,blocks=1", &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_OK,
+              "apply blocks=1: %s", pdde_last_error(ctx));
+        const pdde_mesh *last = pdde_graph_find(mg, "wo")->dist.mesh;
+        CHECK(last && last->n_ranks == 2 && last->ranks[0] == 2 && last->ranks[1] == 3, "the last stage on processes %d, %d",
+              last ? last->ranks[0] : -1, last && last->n_ranks > 1 ? last->ranks[1] : -1);
+        pdde_graph_free(mg);
+        mg = mlp_build(ctx, &m);
+        CHECK(pdde_plan_parse("tp=3", &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_ERR_DIST_ATTR &&
+                  strstr(pdde_last_error(ctx), "w1.0"), "tp=3 is refused naming the weight: %s", pdde_last_error(ctx));
+        pdde_graph_free(mg);
+    }
 
     /* 8. a GPT of 1.3B parameters on 64 devices of 8 per host: a plan that fits, found quickly */
     {
@@ -199,6 +448,10 @@ int main(void) {
         CHECK(pdde_plan_search(big, &d, &bp, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0 && plan_devices(&plans[0]) == 64 &&
                   plans[0].peak_bytes <= 40e9 && plans[0].step_s > 0,
               "1.3B on 64 devices: %s", pdde_last_error(ctx));
+        pdde_plan one[2];
+        int nf1 = 0, nr1 = 0; /* GEMM-bound: the pruning's lower bound is close, and must stay below */
+        CHECK(pdde_plan_search(big, &d, &bp, one, 2, &nf1, &nr1) == PDDE_OK && nf1 == 1 && one[0].step_s == plans[0].step_s,
+              "1.3B with one plan kept: %g s, with %d kept %g s", nf1 ? one[0].step_s : NAN, MAX_PLANS, plans[0].step_s);
         char s[256];
         pdde_plan_str(&plans[0], s, sizeof s);
         printf("1.3B GPT on 64 devices: %s, %.3f s/step, %.1f GB peak\n", s, plans[0].step_s, plans[0].peak_bytes / 1e9);

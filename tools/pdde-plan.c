@@ -23,7 +23,7 @@ static int64_t local_numel(const pdde_tensor *t) {
     return n;
 }
 
-/* "gpt:layers=96,width=12288,..." onto c (build/gpt's default model otherwise). */
+/* "gpt:layers=96,width=12288,...[,ffn=N]" onto c (build/gpt's default model otherwise). */
 static int parse_model(const char *spec, gpt_config *c) {
     if (strncmp(spec, "gpt:", 4)) return -1;
     for (const char *s = spec + 4; *s;) {
@@ -32,7 +32,7 @@ static int parse_model(const char *spec, gpt_config *c) {
         int n = 0;
         if (sscanf(s, "%15[a-z]=%ld%n", key, &v, &n) != 2 || v < 1 || v > 1000000000) return -1;
         int *f = !strcmp(key, "layers") ? &c->layers : !strcmp(key, "width") ? &c->width : !strcmp(key, "heads") ? &c->heads
-               : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : NULL;
+               : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : !strcmp(key, "ffn") ? &c->ffn : NULL;
         if (!f) return -1;
         *f = (int)v, s += n;
         if (*s == ',') s++;
@@ -53,7 +53,7 @@ static int plan_auto(int argc, char **argv) {
         else if (v && !strcmp(a, "--ranks") && (ranks = atoi(v)) > 0) i++;
         else if (v && !strcmp(a, "--top") && (top = atoi(v)) > 0 && top <= 48) i++;
         else {
-            fprintf(stderr, "pdde-plan: bad argument '%s'%s\nusage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] "
+            fprintf(stderr, "pdde-plan: bad argument '%s'%s\nusage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N]] "
                             "[--cluster FILE] [--ranks N] [--top K]\n", a, v ? "" : " (or its value is missing)");
             return 2;
         }

@@ -8,9 +8,15 @@ floor plus the bytes at an assumed fraction of the memory bandwidth. A real clus
 in the canonical form that the library reads back byte for byte.
 
     python3 tools/clusters/gen_clusters.py && for f in tools/clusters/*.json; do build/pdde-bench --check $f --rewrite; done
+
+`gen_clusters.py --scale DIR` writes the clusters of `make bench-planner` into DIR instead: V100-, A100-
+and H100-like clusters of 8 to 4096 devices (machines of 8 devices, NVLink inside, the NIC between)
+and mixed ones (half A100-like machines, a quarter V100-like, a quarter H100-like), named
+<kind>_<devices>.json. They are written at bench time rather than committed (4096 devices are 0.5 MB).
 """
 import json
 import os
+import sys
 
 GiB = 1 << 30
 
@@ -69,8 +75,31 @@ def cluster(name, layout):
             "links": [], "collectives": []}
 
 
+SCALE_SIZES = (8, 64, 512, 4096)
+
+
+def scale_files():
+    files = {}
+    for kind, spec_name in (("v100", "V100-like"), ("a100", "A100-like"), ("h100", "H100-like")):
+        for n in SCALE_SIZES:
+            files["%s_%d.json" % (kind, n)] = cluster("%s, %d machines x 8" % (spec_name, n // 8), [(spec_name, n // 8, 8)])
+    for n in SCALE_SIZES:
+        if n >= 64:  # machines of 8: a quarter of the machines is 2 at 64 devices
+            m = n // 8
+            files["mixed_%d.json" % n] = cluster("mixed: %d A100-like, %d V100-like, %d H100-like machines x 8" % (m // 2, m // 4, m // 4),
+                                                 [("A100-like", m // 2, 8), ("V100-like", m // 4, 8), ("H100-like", m // 4, 8)])
+    return files
+
+
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
+    if len(sys.argv) == 3 and sys.argv[1] == "--scale":
+        os.makedirs(sys.argv[2], exist_ok=True)
+        for fname, c in scale_files().items():
+            with open(os.path.join(sys.argv[2], fname), "w") as f:
+                json.dump(c, f, indent="\t")
+                f.write("\n")
+        return
     files = {
         "v100_32.json": cluster("V100-like, 4 machines x 8", [("V100-like", 4, 8)]),
         "a100_64.json": cluster("A100-like, 8 machines x 8", [("A100-like", 8, 8)]),
