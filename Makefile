@@ -143,7 +143,7 @@ $(BUILD)/libpdde.a: $(BUILD)/pdde.o
 $(BUILD)/libpdde.so: $(BUILD)/pdde.o
 	$(CC) -shared -Wl,-soname,libpdde.so.$(SOVERSION) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%: tests/%.c tests/test_util.h $(wildcard examples/*.h) $(BUILD)/libpdde.a
+$(BUILD)/%: tests/%.c $(wildcard tests/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 $(BUILD)/%: tests/%.sh | $(BUILD)
