@@ -170,8 +170,8 @@ check-parts: $(BUILD)/pdde.o
 
 # The fallback GEMMs run the numerical tests too: the OpenBLAS build (no oneDNN) and the portable build
 # (neither library: pdde's own GEMM; no UCX either: the library without comm/).
-OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden)
-PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad)
+OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden test_amp)
+PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.
 test:

@@ -1633,6 +1633,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
     }
     memset(&s->mem, 0, sizeof s->mem);
     pdde_status st = PDDE_OK;
+    size_t live = 0;
     /* walk the schedule: allocate roots when made, release them after their last reader */
     int **release_at = calloc((size_t)end + 1, sizeof *release_at);
     int *n_release = calloc((size_t)end + 1, sizeof *n_release);
@@ -1654,6 +1655,8 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
             else s->mem.input_bytes += bytes;
         } else {
             s->mem.activation_bytes += bytes;
+            live += bytes;
+            if (live > s->mem.activation_peak_bytes) s->mem.activation_peak_bytes = live;
             arena_alloc(&plans[s->slot[t->id]], pdde_tensor_nbytes(t), &t->offset);
             int at = reuse ? last[t->id] : end;
             int *list = realloc(release_at[at], (size_t)(n_release[at] + 1) * sizeof *list);
@@ -1663,6 +1666,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
         }
         for (int k = 0; k < n_release[i]; k++) {
             pdde_tensor *r = s->prog->nodes[release_at[i][k]];
+            live -= pdde_tensor_nbytes(r);
             if (!arena_release(&plans[s->slot[r->id]], r->offset, pdde_tensor_nbytes(r)))
                 st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         }

@@ -551,6 +551,9 @@ typedef struct {
     /* what the session really holds from the backends' buffer_alloc, on all its devices: the
      * persistent buffer (parameters, gradients, optimizer state, inputs, with alignment) and in all */
     size_t persistent_allocated_bytes, allocated_bytes;
+    /* the most activation bytes alive at once in the plan (arena_bytes less the arena's fragmentation;
+     * per micro-batch in flight) */
+    size_t activation_peak_bytes;
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
 /* This rank's program as it will run: every scheduled node in order with its phase, device, local
