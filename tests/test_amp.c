@@ -156,6 +156,16 @@ static void test_graph_and_memory(pdde_context *ctx) {
     pdde_loss_scale_stats sc;
     CHECK(pdde_session_loss_scale(s16, &sc) == PDDE_OK && !sc.enabled && sc.scale == 1.0f, "bf16 scales its loss (enabled %d)", sc.enabled);
     CHECK(pdde_session_set_loss_scale(s16, 2.0f) == PDDE_ERR_STATE, "set_loss_scale on a bf16 session");
+    /* the planner's memory model sees the 2-byte activations too */
+    double flops = 1e11, bw = 1e10, mem = 1e12;
+    pdde_plan_devices dev = {.n_devices = 1, .flops = &flops, .mem_bw = &bw, .memory = &mem};
+    pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+    pp.batch = MEM_CFG.batch;
+    pdde_plan p32 = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1}, p16 = p32;
+    CHECK(pdde_plan_evaluate(g32, &dev, &pp, &p32) == PDDE_OK && pdde_plan_evaluate(g16, &dev, &pp, &p16) == PDDE_OK, "plan: %s",
+          pdde_last_error(ctx));
+    printf("planner's predicted peak: f32 %.0f bytes, bf16 %.0f bytes (%.2fx)\n", p32.peak_bytes, p16.peak_bytes, p16.peak_bytes / p32.peak_bytes);
+    CHECK(p16.peak_bytes < 0.95 * p32.peak_bytes, "the planner predicts %.0f bytes for bf16, %.0f for f32", p16.peak_bytes, p32.peak_bytes);
     pdde_session_free(s32), pdde_session_free(s16);
     pdde_graph_free(g32), pdde_graph_free(g16);
 
