@@ -96,7 +96,8 @@ static int64_t pgd_numel(const pdde_tensor *t) {
     return n;
 }
 
-/* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast.
+/* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast, and
+ * matmuls of two bf16 or two f16 operands (f32 output: mixed precision).
  * Vocab-parallel forms of the embedding and cross-entropy (iparams[0..1], set by an SPMD session,
  * which runs them on host memory) have no device kernels. */
 static int pgd_supports_op(const pdde_tensor *node) {
@@ -130,6 +131,7 @@ static int pgd_supports_op(const pdde_tensor *node) {
     default: break;
     }
     if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32 || node->nsrc < 1) return 0;
+    if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     for (int i = 0; i < node->nsrc; i++) {
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
@@ -339,6 +341,19 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
     int64_t sB = pgd_numel(b) == batch * K * N ? K * N : 0;
     pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pc = pgd_ptr_of(node);
     if (K == 0) return g->fill32(g->impl, g->stream, pc, 0, (size_t)(batch * M * N));
+    if (a->dtype != PDDE_F32) {
+        /* bf16 / f16 operands: widened on the device, then the f32 GEMM. Their products are exact in
+         * f32, so this is the f32-accumulated product of the rounded operands, as on the CPU. */
+        int64_t na = pgd_numel(a), nb = pgd_numel(b);
+        int32_t sdt = (int32_t)a->dtype, ddt = (int32_t)PDDE_F32;
+        pgd_ptr w;
+        int e = g->scratch(g->impl, g->stream, (size_t)(na + nb) * sizeof(float), &w);
+        pgd_ptr wa = w, wb = pgd_at(w, na * (int64_t)sizeof(float));
+        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, na, PGD_ARGS(PGD_P(pa), PGD_P(wa), PGD_A(na), PGD_A(sdt), PGD_A(ddt)));
+        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, nb, PGD_ARGS(PGD_P(pb), PGD_P(wb), PGD_A(nb), PGD_A(sdt), PGD_A(ddt)));
+        if (e) return e;
+        pa = wa, pb = wb;
+    }
     if (batch > 1 && sB == 0 && sA != 0 && !ta) { /* a shared B under a row-major A: one GEMM over all the rows */
         M *= batch;
         batch = 1;
