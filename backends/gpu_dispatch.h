@@ -81,6 +81,10 @@ typedef struct {
     /* optional: row-major batched C = op(A) op(B); returns 1 when it declines (then k_gemm runs) */
     int (*gemm)(void *impl, void *stream, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a, int64_t sA,
                 pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
+    /* optional: the same with a and b of dtype dt (bf16 or f16), f32 accumulation and C; returns 1 when
+     * it declines (then the operands are widened and the f32 GEMM runs) */
+    int (*gemm_lowp)(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
+                     int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
 } pgd_ctx;
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
@@ -341,6 +345,14 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
     int64_t sB = pgd_numel(b) == batch * K * N ? K * N : 0;
     pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pc = pgd_ptr_of(node);
     if (K == 0) return g->fill32(g->impl, g->stream, pc, 0, (size_t)(batch * M * N));
+    if (batch > 1 && sB == 0 && sA != 0 && !ta) { /* a shared B under a row-major A: one GEMM over all the rows */
+        M *= batch;
+        batch = 1;
+    }
+    if (a->dtype != PDDE_F32 && g->gemm_lowp) {
+        int e = g->gemm_lowp(g->impl, g->stream, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pc, M * N, batch);
+        if (e != 1) return e;
+    }
     if (a->dtype != PDDE_F32) {
         /* bf16 / f16 operands: widened on the device, then the f32 GEMM. Their products are exact in
          * f32, so this is the f32-accumulated product of the rounded operands, as on the CPU. */
@@ -353,10 +365,6 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
         if (!e) e = pgd_launch_1d(g, PGD_K_CAST, nb, PGD_ARGS(PGD_P(pb), PGD_P(wb), PGD_A(nb), PGD_A(sdt), PGD_A(ddt)));
         if (e) return e;
         pa = wa, pb = wb;
-    }
-    if (batch > 1 && sB == 0 && sA != 0 && !ta) { /* a shared B under a row-major A: one GEMM over all the rows */
-        M *= batch;
-        batch = 1;
     }
     int64_t sC = M * N;
     if (g->gemm) {
