@@ -204,9 +204,10 @@ static int mlp_init(pdde_context *ctx, mlp *m, pdde_dtype dt) {
     pdde_tensor *h = pdde_relu(g, pdde_bias_add(g, pdde_matmul(g, m->x, m->w1, 0, 0), b1));
     m->loss = pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), m->t);
     pdde_backward(g, m->loss);
+    /* SGD: unlike AdamW's normalised step, its update shows gradients left multiplied by the scale */
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = 1e-2f;
-    pdde_optimizer_adamw(g, &op);
+    op.lr = 0.1f, op.momentum = 0.9f;
+    pdde_optimizer_sgd(g, &op);
     m->s = NULL;
     CHECK(pdde_session_init(g, NULL, &m->s) == PDDE_OK, "mlp session: %s", pdde_last_error(ctx));
     for (int i = 0; i < N; i++) {
@@ -226,6 +227,27 @@ static pdde_status mlp_step(mlp *m, float poison) {
 }
 
 static void mlp_free(mlp *m) { pdde_session_free(m->s), pdde_graph_free(m->g); }
+
+/* One step in f16 moves the parameters as one step in f32 does, up to f16 rounding: the scale is
+ * divided out again before the update. */
+static void test_f16_step_matches_f32(pdde_context *ctx) {
+    mlp a, b;
+    float wa[IN * HID], wb[IN * HID], w0[IN * HID];
+    if (!mlp_init(ctx, &a, PDDE_F16)) return;
+    if (!mlp_init(ctx, &b, PDDE_F32)) { mlp_free(&a); return; }
+    pdde_session_read(b.s, b.w1, w0, sizeof w0);
+    CHECK(mlp_step(&a, 1.0f) == PDDE_OK && mlp_step(&b, 1.0f) == PDDE_OK, "first steps: %s", pdde_last_error(ctx));
+    pdde_session_read(a.s, a.w1, wa, sizeof wa), pdde_session_read(b.s, b.w1, wb, sizeof wb);
+    double worst = 0, update = 0;
+    for (int i = 0; i < IN * HID; i++) {
+        double d = fabs((double)wa[i] - wb[i]), u = fabs((double)wb[i] - w0[i]);
+        if (!(d <= worst)) worst = d;
+        if (u > update) update = u;
+    }
+    printf("one f16 step vs one f32 step: w1 differs by %.2g, the update is %.2g\n", worst, update);
+    CHECK(update > 0 && worst <= 0.02 * update, "the f16 step moved w1 %.3g away from the f32 step (update %.3g)", worst, update);
+    mlp_free(&a), mlp_free(&b);
+}
 
 static void test_f16_loss_scaling(pdde_context *ctx) {
     mlp m;
@@ -340,6 +362,7 @@ int main(void) {
     if (pdde_context_init(&cp, &ctx) != PDDE_OK) { CHECK(0, "context"); return test_finish(); }
     test_golden_bf16(ctx);
     test_graph_and_memory(ctx);
+    test_f16_step_matches_f32(ctx);
     test_f16_loss_scaling(ctx);
     pdde_context_free(ctx);
     return test_finish();
