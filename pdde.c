@@ -984,6 +984,9 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
         for (int s = 0; s < g->nodes[i]->nsrc; s++) first_use[g->nodes[i]->src[s]->id] = i;
     g->has_backward = true;
     loss->flags |= PDDE_TENSOR_LOSS;
+    /* each gradient GEMM takes its forward matmul's dtype (backward_matmul), not the region's */
+    pdde_dtype region = g->compute_dtype;
+    g->compute_dtype = PDDE_F32;
     grads[loss->id] = g->grad_seed = new_const(g, "loss.grad_seed", loss->ndim, loss->shape, 1.0f);
     for (int i = loss->id; i >= 0 && g->status == PDDE_OK; i--) {
         pdde_tensor *y = g->nodes[i], *dy = grads[i];
@@ -1017,6 +1020,7 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
     }
     recompute_segment(g, &rc, n_fwd);
     free(first_use), free(rc.clone), free(rc.want);
+    g->compute_dtype = region;
     pdde_graph_set_layer(g, -1);
     free(needs);
     free(grads);

@@ -174,8 +174,23 @@ static void test_graph_and_memory(pdde_context *ctx) {
     pdde_graph_init(ctx, &g);
     CHECK(pdde_graph_set_compute_dtype(g, PDDE_I32) == PDDE_ERR_DTYPE && strstr(pdde_last_error(ctx), "i32"), "i32 compute dtype: %s",
           pdde_last_error(ctx));
-    pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){4, 1}, 0.1f), *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){3, 4});
-    pdde_backward(g, pdde_mean(g, pdde_matmul(g, x, w, 0, 0), -1, 0));
+    /* a region: the matmul built inside it is bf16, the one after it f32, and so are their gradients */
+    pdde_tensor *w1 = pdde_param(g, "w1", 2, (int64_t[]){4, 5}, 0.1f), *w2 = pdde_param(g, "w2", 2, (int64_t[]){5, 1}, 0.1f);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){3, 4});
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    /* (w1 read by two matmuls: converted once) */
+    pdde_tensor *h = pdde_add(g, pdde_matmul(g, x, w1, 0, 0), pdde_matmul(g, pdde_scale(g, x, 2.0f), w1, 0, 0));
+    pdde_graph_set_compute_dtype(g, PDDE_F32);
+    pdde_backward(g, pdde_mean(g, pdde_matmul(g, h, w2, 0, 0), -1, 0));
+    int n_bf16 = 0, n_f32 = 0, w1_casts = 0;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op == PDDE_OP_MATMUL) n_bf16 += t->src[0]->dtype == PDDE_BF16, n_f32 += t->src[0]->dtype == PDDE_F32;
+        w1_casts += t->op == PDDE_OP_CAST && t->src[0] == w1;
+    }
+    CHECK(n_bf16 == 6 && n_f32 == 3, "region: %d bf16 matmuls (want 2 forward and their 4 gradient GEMMs), %d f32 (want the forward, d h, d w2)",
+          n_bf16, n_f32);
+    CHECK(w1_casts == 1, "w1, read by two matmuls, is converted %d times", w1_casts);
     CHECK(pdde_graph_set_compute_dtype(g, PDDE_BF16) == PDDE_ERR_STATE, "set_compute_dtype after backward");
     pdde_graph_free(g);
 }
