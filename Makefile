@@ -143,7 +143,7 @@ $(BUILD)/libpdde.a: $(BUILD)/pdde.o
 $(BUILD)/libpdde.so: $(BUILD)/pdde.o
 	$(CC) -shared -Wl,-soname,libpdde.so.$(SOVERSION) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%: tests/%.c tests/test_util.h $(wildcard examples/*.h) $(BUILD)/libpdde.a
+$(BUILD)/%: tests/%.c $(wildcard tests/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 $(BUILD)/%: tests/%.sh | $(BUILD)
@@ -179,8 +179,8 @@ check-parts: $(BUILD)/pdde.o
 
 # The fallback GEMMs run the numerical tests too: the OpenBLAS build (no oneDNN) and the portable build
 # (neither library: pdde's own GEMM; no UCX either: the library without comm/).
-OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden)
-PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad)
+OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden test_amp)
+PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.
 test:

@@ -110,6 +110,7 @@ void pdde_graph_free(pdde_graph *g) {
     for (int i = 0; i < g->n; i++) free(g->nodes[i]);
     free(g->nodes);
     free(g->recompute);
+    free(g->cast_of);
     free(g);
 }
 
@@ -141,6 +142,18 @@ pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on) {
         g->recompute = r, g->n_recompute = n;
     }
     g->recompute[layer] = on != 0;
+    return PDDE_OK;
+}
+
+pdde_status pdde_graph_set_compute_dtype(pdde_graph *g, pdde_dtype dt) {
+    if (!g) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    if (dt != PDDE_F32 && dt != PDDE_BF16 && dt != PDDE_F16)
+        return pdde_error(g->ctx, PDDE_ERR_DTYPE, "set_compute_dtype: %s is not a compute dtype (f32, bf16 or f16)", pdde_dtype_name(dt));
+    /* the backward pass follows the forward's matmuls; the loss scaling is decided with the optimizer */
+    if (g->has_backward)
+        return pdde_error(g->ctx, PDDE_ERR_STATE, "set_compute_dtype: %s: call before pdde_backward", pdde_dtype_name(dt));
+    g->compute_dtype = dt;
     return PDDE_OK;
 }
 
@@ -305,14 +318,31 @@ pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s) {
     return t;
 }
 
+/* Under a compute dtype, x's low-precision copy: made at x's first matmul and shared by all later
+ * ones (a weight is converted once per step however often it is used; its gradient GEMMs read the
+ * same copy the forward made, as torch.autocast's saved tensors do). */
+static pdde_tensor *autocast(pdde_graph *g, pdde_tensor *x) {
+    if (!x || g->compute_dtype == PDDE_F32 || x->dtype != PDDE_F32) return x;
+    if (x->id >= g->n_cast_of) {
+        int n = x->id + 1 > 2 * g->n_cast_of ? x->id + 1 : 2 * g->n_cast_of;
+        pdde_tensor **c = realloc(g->cast_of, (size_t)n * sizeof *c);
+        if (!c) return graph_fail(g, PDDE_ERR_OOM, "matmul: out of memory");
+        memset(c + g->n_cast_of, 0, (size_t)(n - g->n_cast_of) * sizeof *c);
+        g->cast_of = c, g->n_cast_of = n;
+    }
+    if (!g->cast_of[x->id]) g->cast_of[x->id] = pdde_cast(g, x, g->compute_dtype);
+    return g->cast_of[x->id];
+}
+
 pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int trans_a, int trans_b) {
+    if (g && g->status == PDDE_OK && a && b) a = autocast(g, a), b = autocast(g, b);
     pdde_tensor *src[2] = {a, b};
     if (!a || !b) return new_node(g, PDDE_OP_MATMUL, PDDE_F32, 0, NULL, 2, src);
     char sa[96], sb[96];
     shape_str(a, sa, sizeof sa), shape_str(b, sb, sizeof sb);
-    /* bf16 x bf16 accumulates and returns f32 (mixed precision) */
-    if (a->dtype != b->dtype || (a->dtype != PDDE_F32 && a->dtype != PDDE_BF16))
-        return graph_fail(g, PDDE_ERR_DTYPE, "matmul: %s (%s) and %s (%s) must both be f32 or both bf16", a->name,
+    /* bf16 x bf16 and f16 x f16 accumulate and return f32 (mixed precision) */
+    if (a->dtype != b->dtype || (a->dtype != PDDE_F32 && a->dtype != PDDE_BF16 && a->dtype != PDDE_F16))
+        return graph_fail(g, PDDE_ERR_DTYPE, "matmul: %s (%s) and %s (%s) must both be f32, both bf16 or both f16", a->name,
                           pdde_dtype_name(a->dtype), b->name, pdde_dtype_name(b->dtype));
     if (a->ndim < 2 || b->ndim < 2)
         return graph_fail(g, PDDE_ERR_SHAPE, "matmul: %s %s and %s %s need at least 2 dims", a->name, sa, b->name, sb);
@@ -330,6 +360,7 @@ pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int tran
     shape[big->ndim - 2] = M, shape[big->ndim - 1] = N;
     pdde_tensor *t = new_node(g, PDDE_OP_MATMUL, PDDE_F32, big->ndim, shape, 2, src);
     if (t) pdde_op_set_i32(t, PDDE_P_MATMUL_TRANS_A, trans_a != 0), pdde_op_set_i32(t, PDDE_P_MATMUL_TRANS_B, trans_b != 0);
+    if (t && a->dtype == PDDE_F16) g->loss_scaling = true; /* f16's range needs it (bf16 has f32's) */
     return t;
 }
 
@@ -558,7 +589,7 @@ static pdde_tensor *flatten_rows(pdde_graph *g, pdde_tensor *x) {
 static void backward_matmul(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_tensor **dsrc) {
     pdde_tensor *a = y->src[0], *b = y->src[1];
     int ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B);
-    if (a->dtype == PDDE_BF16) dy = pdde_cast(g, dy, PDDE_BF16); /* the gradient GEMMs in bf16 too */
+    if (a->dtype != PDDE_F32) dy = pdde_cast(g, dy, a->dtype); /* the gradient GEMMs in bf16/f16 too */
     dsrc[0] = ta ? grad_matmul(g, b, dy, tb, 1, a) : grad_matmul(g, dy, b, 0, !tb, a);
     if (b->ndim == 2 && a->ndim > 2 && !ta) {
         /* b shared over the batch: one GEMM over all rows instead of a batched GEMM and a sum */
@@ -663,7 +694,8 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         if (dsrc[0]) pdde_op_params_copy(dsrc[0], y); /* its p and seed: the same mask */
         break;
     }
-    case PDDE_OP_CAST: dsrc[0] = x->dtype == PDDE_F32 ? pdde_cast(g, dy, PDDE_F32) : NULL; break;
+    /* (gradients are f32: the one of a low-precision copy passes through to its f32 original) */
+    case PDDE_OP_CAST: dsrc[0] = x->dtype != PDDE_F32 ? NULL : dy->dtype == PDDE_F32 ? dy : pdde_cast(g, dy, PDDE_F32); break;
     default:
         graph_fail(g, PDDE_ERR_UNKNOWN_OP, "backward: op %s (%s) has no gradient", pdde_op_name(y->op), y->name);
     }
@@ -790,7 +822,10 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
         for (int s = 0; s < g->nodes[i]->nsrc; s++) first_use[g->nodes[i]->src[s]->id] = i;
     g->has_backward = true;
     loss->flags |= PDDE_TENSOR_LOSS;
-    grads[loss->id] = new_const(g, "loss.grad_seed", loss->ndim, loss->shape, 1.0f);
+    /* each gradient GEMM takes its forward matmul's dtype (backward_matmul), not the region's */
+    pdde_dtype region = g->compute_dtype;
+    g->compute_dtype = PDDE_F32;
+    grads[loss->id] = g->grad_seed = new_const(g, "loss.grad_seed", loss->ndim, loss->shape, 1.0f);
     for (int i = loss->id; i >= 0 && g->status == PDDE_OK; i--) {
         pdde_tensor *y = g->nodes[i], *dy = grads[i];
         if (dy && y->op != PDDE_OP_NONE) {
@@ -823,6 +858,7 @@ pdde_status pdde_backward(pdde_graph *g, pdde_tensor *loss) {
     }
     recompute_segment(g, &rc, n_fwd);
     free(first_use), free(rc.clone), free(rc.want);
+    g->compute_dtype = region;
     pdde_graph_set_layer(g, -1);
     free(needs);
     free(grads);
@@ -877,7 +913,14 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
     int n = g->n;
     float scale = 1.0f / (float)p.grad_accum_steps;
     pdde_tensor *norm_sq = NULL;
-    if (p.clip_norm > 0) {
+    if (g->loss_scaling && g->grad_seed) {
+        /* the seed of the backward pass is the loss scale: a constant the session rewrites, and state
+         * that checkpoints keep (torch.cuda.amp.GradScaler's initial scale) */
+        g->grad_seed->flags |= PDDE_TENSOR_STATE;
+        pdde_op_set_f32(g->grad_seed, PDDE_P_CONST_VALUE, PDDE_LOSS_SCALE_INIT);
+    }
+    /* the squared norm: for clipping, and under loss scaling to see an overflow in any gradient */
+    if (p.clip_norm > 0 || g->loss_scaling) {
         for (int i = 0; i < n; i++) {
             pdde_tensor *t = g->nodes[i];
             if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
@@ -1001,6 +1044,11 @@ struct pdde_session {
     bool check_nonfinite;       /* PDDE_CHECK_NONFINITE=1: every node's output is checked (debugging) */
     bool update_checked;        /* this run checked the loss and gradient norm before its first update */
     bool pass_has_loss;         /* this run computes the loss in the pass that updates */
+    /* dynamic loss scaling (graphs with f16 matmuls): the scale is the backward's seed, a checkpointed
+     * tensor; this is its value */
+    bool loss_scaling, skip_update;
+    bool scaling_pass;          /* a training pass of a session that scales its loss */
+    pdde_loss_scale_stats scaler;
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
 };
@@ -1425,6 +1473,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
     }
     memset(&s->mem, 0, sizeof s->mem);
     pdde_status st = PDDE_OK;
+    size_t live = 0;
     /* walk the schedule: allocate roots when made, release them after their last reader */
     int **release_at = calloc((size_t)end + 1, sizeof *release_at);
     int *n_release = calloc((size_t)end + 1, sizeof *n_release);
@@ -1446,6 +1495,8 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
             else s->mem.input_bytes += bytes;
         } else {
             s->mem.activation_bytes += bytes;
+            live += bytes;
+            if (live > s->mem.activation_peak_bytes) s->mem.activation_peak_bytes = live;
             arena_alloc(&plans[s->slot[t->id]], pdde_tensor_nbytes(t), &t->offset);
             int at = reuse ? last[t->id] : end;
             int *list = realloc(release_at[at], (size_t)(n_release[at] + 1) * sizeof *list);
@@ -1455,6 +1506,7 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
         }
         for (int k = 0; k < n_release[i]; k++) {
             pdde_tensor *r = s->prog->nodes[release_at[i][k]];
+            live -= pdde_tensor_nbytes(r);
             if (!arena_release(&plans[s->slot[r->id]], r->offset, pdde_tensor_nbytes(r)))
                 st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
         }
@@ -1692,6 +1744,9 @@ static pdde_status session_setup_micro(pdde_session *s) {
     return PDDE_OK;
 }
 
+static void scaler_init(pdde_session *s);
+static pdde_status scaler_write(pdde_session *s);
+
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out) {
     if (!g || !out) return PDDE_ERR_INVALID_ARG;
     *out = NULL;
@@ -1738,6 +1793,11 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
     if (st != PDDE_OK) {
+        pdde_session_free(s);
+        return st;
+    }
+    scaler_init(s);
+    if (s->loss_scaling && (st = scaler_write(s))) {
         pdde_session_free(s);
         return st;
     }
@@ -1881,19 +1941,28 @@ static pdde_status nonfinite_error(pdde_session *s, const char *what, const pdde
 }
 
 static pdde_status check_loss(pdde_session *s, float loss, int micro) {
-    return isfinite(loss) ? PDDE_OK : nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
+    /* (under loss scaling a training pass with an overflow is skipped at the update instead) */
+    if (isfinite(loss) || (s->loss_scaling && s->scaling_pass)) return PDDE_OK;
+    return nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
 }
 
 /* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by. */
 static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
     s->update_checked = true;
     pdde_status st = PDDE_OK;
-    float v;
+    float v = 0;
     if (s->pass_has_loss && s->loss) {
         if (s->bind) bind_micro(s, s->loss, micro);
         if (!(st = read_local(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
     }
     int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
+    if (s->loss_scaling && st == PDDE_OK) {
+        /* an overflow anywhere makes the loss or the squared norm of the gradients infinite or NaN */
+        float norm = NAN;
+        s->skip_update = (s->pass_has_loss && s->loss && !isfinite(v)) ||
+                         (u->nsrc > plain && !(st = read_local(s, u->src[plain], &norm, sizeof norm)) && !isfinite(norm));
+        return st;
+    }
     if (!st && u->nsrc > plain && pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
         st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
     return st;
@@ -1925,10 +1994,13 @@ static void drop_gradients(pdde_session *s) {
 
 static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
     if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, (int32_t)(s->run_counter + (uint32_t)micro));
-    if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) {
+    bool update = t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE;
+    if (s->loss_scaling && (update || t->op == PDDE_OP_GRAD_NORM_SQ)) /* the gradients are the scale times too large */
+        pdde_op_set_f32(t, PDDE_P_UPDATE_GRAD_SCALE, 1.0f / (float)s->g->opt.grad_accum_steps / s->scaler.scale);
+    if (update) {
         pdde_op_set_f32(t, PDDE_P_UPDATE_LR, lr), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, (int32_t)(s->step + 1));
         pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, t, micro);
-        if (st) return st;
+        if (st || s->skip_update) return st;
     }
     if (t->op == PDDE_OP_COPY) return run_copy(s, t);
 #ifdef PDDE_HAVE_COMM
@@ -2003,6 +2075,66 @@ static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float 
     return st;
 }
 
+static pdde_tensor *local_of(const pdde_session *s, const pdde_tensor *t);
+
+/* ------------------------------------------------------------------------------------------------
+ * Dynamic loss scaling (pdde.h): the scale lives in the backward's seed; s->scaler mirrors it. */
+
+static pdde_status scaler_write(pdde_session *s) {
+    pdde_tensor *seed = local_of(s, s->g->grad_seed);
+    if (!seed) return PDDE_OK; /* (a pipeline stage without the loss) */
+    float v[1] = {s->scaler.scale};
+    return write_bound(s, seed, v, sizeof v);
+}
+
+static pdde_status scaler_load(pdde_session *s) {
+    pdde_tensor *seed = local_of(s, s->g->grad_seed);
+    float v = s->scaler.scale;
+    pdde_status st = seed ? read_local(s, seed, &v, sizeof v) : PDDE_OK;
+    if (st == PDDE_OK && !(isfinite(v) && v > 0)) /* (a damaged file: start over from the initial scale) */
+        v = PDDE_LOSS_SCALE_INIT, st = scaler_write(s);
+    s->scaler.scale = v, s->scaler.good_steps = 0;
+    return st;
+}
+
+static void scaler_init(pdde_session *s) {
+    s->loss_scaling = s->g->loss_scaling && s->g->has_optimizer && s->g->grad_seed;
+    s->scaler = (pdde_loss_scale_stats){.enabled = s->loss_scaling, .scale = s->loss_scaling ? PDDE_LOSS_SCALE_INIT : 1.0f};
+}
+
+/* After a run that updated (or skipped): torch.cuda.amp.GradScaler.update's rule. */
+static pdde_status scaler_after_update(pdde_session *s) {
+    pdde_loss_scale_stats *sc = &s->scaler;
+    sc->last_skipped = s->skip_update;
+    if (s->skip_update) {
+        drop_gradients(s);
+        sc->skipped_steps++, sc->good_steps = 0;
+        sc->scale *= PDDE_LOSS_SCALE_BACKOFF;
+        if (s->ctx->log_level >= 1)
+            fprintf(stderr, "pdde: step %lld skipped: the f16 gradients overflowed; loss scale now %g\n", (long long)s->step + 1, sc->scale);
+        return scaler_write(s);
+    }
+    s->step++;
+    if (++sc->good_steps < PDDE_LOSS_SCALE_INTERVAL) return PDDE_OK;
+    sc->good_steps = 0;
+    sc->scale *= PDDE_LOSS_SCALE_GROWTH;
+    return scaler_write(s);
+}
+
+pdde_status pdde_session_loss_scale(const pdde_session *s, pdde_loss_scale_stats *out) {
+    if (!s || !out) return PDDE_ERR_INVALID_ARG;
+    *out = s->scaler;
+    return PDDE_OK;
+}
+
+pdde_status pdde_session_set_loss_scale(pdde_session *s, float scale) {
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    if (!s->loss_scaling) return pdde_error(s->ctx, PDDE_ERR_STATE, "set_loss_scale: the session does not scale its loss (no f16 matmuls)");
+    if (!(isfinite(scale) && scale > 0)) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "set_loss_scale: %g must be finite and > 0", scale);
+    s->scaler.scale = scale, s->scaler.good_steps = 0;
+    return scaler_write(s);
+}
+
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (!s) return PDDE_ERR_INVALID_ARG;
     if (mode != PDDE_RUN_FORWARD && mode != PDDE_RUN_FORWARD_BACKWARD && mode != PDDE_RUN_OPTIMIZER && mode != PDDE_RUN_STEP)
@@ -2019,6 +2151,8 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (mode_runs_backward(mode)) s->run_counter++;
     double loss_sum = 0;
     s->update_checked = false;
+    s->skip_update = false;
+    s->scaling_pass = mode_runs_backward(mode);
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
@@ -2050,7 +2184,10 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
 #endif
     if (st != PDDE_OK) return st;
     if (mode_runs_forward(mode) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
-    if (mode_runs_update(mode) && g->has_optimizer) s->step++;
+    if (mode_runs_update(mode) && g->has_optimizer) {
+        if (s->loss_scaling) return scaler_after_update(s);
+        s->step++;
+    }
     return st;
 }
 
@@ -2425,6 +2562,8 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             memcpy(&nbytes, buf + at, 8), at += 8;
             if (nbytes > size - 4 - at) goto truncated;
             pdde_tensor *t = pdde_graph_find(s->g, name);
+            /* the loss scale goes with f16 training: a file of another precision's run loads without it */
+            if ((!t || !ckpt_in_step(s, t)) && strcmp(name, "loss.grad_seed") == 0) { at += nbytes; continue; }
             if (!t || !ckpt_in_step(s, t)) {
                 free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s is not in this model", path, name);
@@ -2451,7 +2590,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
             return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: %zu bytes after the last of its %u records", path, size - 4 - at, count);
         }
         for (int i = 0; pass == 0 && i < s->g->n; i++)
-            if (ckpt_in_step(s, s->g->nodes[i]) && !seen[i]) {
+            if (ckpt_in_step(s, s->g->nodes[i]) && !seen[i] && s->g->nodes[i] != s->g->grad_seed) {
                 free(buf), free(seen);
                 return pdde_error(s->ctx, PDDE_ERR_MISMATCH, "checkpoint %s: tensor %s of the model is missing", path, s->g->nodes[i]->name);
             }
@@ -2463,7 +2602,7 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     s->run_counter = (uint32_t)rng[1];
     if (extra) extra->data_position = pos;
     free(buf);
-    return PDDE_OK;
+    return s->loss_scaling ? scaler_load(s) : PDDE_OK;
 truncated:
     free(buf), free(seen);
     return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: a tensor record runs past the end of the file", path);

@@ -305,6 +305,13 @@ void pdde_graph_set_layer(pdde_graph *g, int layer);
  * so the activation memory of the layer is needed during its own backward only, at the price of about
  * one more forward of the layer. Call before pdde_backward (PDDE_ERR_STATE after). */
 pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on);
+/* Mixed precision, as a region like torch.autocast: matmuls built while the compute dtype is PDDE_BF16
+ * or PDDE_F16 (attention's included) convert their f32 inputs to it and accumulate and return f32;
+ * everything else (norms, softmax, the loss, the optimizer, the gradients it reads) stays f32, and the
+ * parameters stay f32 masters (each is converted once per step, however many matmuls read it; the
+ * gradient GEMMs read the same copies). PDDE_F32 (the default) ends the region. With PDDE_F16 the
+ * optimizer adds dynamic loss scaling (pdde_session_loss_scale). Call before pdde_backward. */
+pdde_status pdde_graph_set_compute_dtype(pdde_graph *g, pdde_dtype dt);
 
 /* Leaves. init_std > 0: normal(0, init_std) initial values; 0: zeros; < 0: ones. */
 pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype t, int ndim, const int64_t *shape);
@@ -521,6 +528,27 @@ pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro,
 float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if none) */
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
 
+/* Dynamic loss scaling, on in a graph with f16 matmuls (pdde_graph_set_compute_dtype(g, PDDE_F16)),
+ * with torch.cuda.amp.GradScaler's constants: the backward pass starts from d loss = scale (initially
+ * 2^16) and the optimizer divides it out again. A step whose loss or gradients hold an infinity or a
+ * NaN is skipped instead of failing with PDDE_ERR_NONFINITE: no parameter or optimizer state changes,
+ * the gradients are dropped, the step count stays, and the scale is halved; after 2000 steps in a row
+ * without one the scale doubles. Checkpoints keep the scale (the seed tensor "loss.grad_seed"). */
+#define PDDE_LOSS_SCALE_INIT 65536.0f
+#define PDDE_LOSS_SCALE_BACKOFF 0.5f
+#define PDDE_LOSS_SCALE_GROWTH 2.0f
+#define PDDE_LOSS_SCALE_INTERVAL 2000
+typedef struct {
+    int enabled;              /* the graph has f16 matmuls: the session scales its loss */
+    float scale;              /* the scale the next step runs with (1 when not enabled) */
+    int64_t skipped_steps;    /* steps skipped for an overflow, in this session */
+    int64_t good_steps;       /* steps in a row since the last skip or growth */
+    int last_skipped;         /* the last run with an update skipped it */
+} pdde_loss_scale_stats;
+pdde_status pdde_session_loss_scale(const pdde_session *s, pdde_loss_scale_stats *out);
+/* Sets the scale (finite, > 0; PDDE_ERR_STATE when the session does not scale its loss). */
+pdde_status pdde_session_set_loss_scale(pdde_session *s, float scale);
+
 typedef struct {
     size_t arena_bytes;       /* the activation arena: peak of the memory plan */
     size_t activation_bytes;  /* the sum of all non-persistent tensors (what no reuse would take) */
@@ -532,6 +560,9 @@ typedef struct {
     /* what the session really holds from the backends' buffer_alloc, on all its devices: the
      * persistent buffer (parameters, gradients, optimizer state, inputs, with alignment) and in all */
     size_t persistent_allocated_bytes, allocated_bytes;
+    /* the most activation bytes alive at once in the plan (arena_bytes less the arena's fragmentation;
+     * per micro-batch in flight) */
+    size_t activation_peak_bytes;
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
 /* This rank's program as it will run: every scheduled node in order with its phase, device, local

@@ -11,6 +11,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 
 #ifdef PDDE_HAVE_OPENBLAS
 #ifdef PDDE_OPENBLAS_SUBDIR
@@ -205,12 +208,13 @@ static void gemm_task(void *arg, int64_t begin, int64_t end) {
 typedef struct cpu_dnnl cpu_dnnl;
 #endif
 
-/* bf16 operands for the fallback GEMMs: an f32 copy (oneDNN takes bf16 itself) */
-static float *bf16_widen(const pdde_tensor *t) {
+static void half_to_f32(const uint16_t *h, float *f, int64_t n, pdde_dtype dt);
+
+/* bf16 / f16 operands for the fallback GEMMs: an f32 copy (oneDNN takes bf16 itself) */
+static float *half_widen(const pdde_tensor *t) {
     int64_t n = pdde_tensor_numel(t);
     float *w = malloc((size_t)(n ? n : 1) * sizeof *w);
-    const uint16_t *h = (const uint16_t *)((const char *)t->data + t->offset);
-    for (int64_t i = 0; w && i < n; i++) w[i] = pdde_bf16_to_f32(h[i]);
+    if (w) half_to_f32((const uint16_t *)((const char *)t->data + t->offset), w, n, t->dtype);
     return w;
 }
 
@@ -228,13 +232,14 @@ static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl
     /* a shared B and a non-transposed A: the batch is just more rows of one GEMM */
     if (j.strideB == 0 && !j.ta && j.batch > 1) j.M *= j.batch, j.batch = 1;
 #ifdef PDDE_HAVE_DNNL
-    if (dnnl && cpu_dnnl_matmul(dnnl, pool, &j, a->dtype) == 0) return PDDE_OK;
+    /* (f16: Debian's oneDNN has f16 GEMMs only on AVX512-FP16 processors; the f32 GEMM below it is) */
+    if (dnnl && a->dtype != PDDE_F16 && cpu_dnnl_matmul(dnnl, pool, &j, a->dtype) == 0) return PDDE_OK;
 #else
     (void)dnnl;
 #endif
     float *wa = NULL, *wb = NULL;
-    if (a->dtype == PDDE_BF16) {
-        j.A = wa = bf16_widen(a), j.B = wb = bf16_widen(b);
+    if (a->dtype != PDDE_F32) {
+        j.A = wa = half_widen(a), j.B = wb = half_widen(b);
         if (!wa || !wb) { free(wa), free(wb); return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", y->name); }
     }
     int64_t threads = pool ? pool->n_threads : 1;
@@ -659,12 +664,51 @@ static int64_t cast_saturate(double v, int64_t lo, int64_t hi) {
     return (int64_t)v;
 }
 
-static void cpu_cast(pdde_tensor *y) {
-    const pdde_tensor *x = y->src[0];
-    int64_t n = pdde_tensor_numel(y);
+/* The conversions of mixed precision run once per matmul input of every step, so they are written
+ * as loops the compiler vectorises (bf16: the bit operations of pdde_f32_to_bf16 without branches;
+ * f16: the processor's F16C conversions where the build targets them, which round as
+ * pdde_f32_to_f16 does, NaN payloads aside). */
+static void half_to_f32(const uint16_t *h, float *f, int64_t n, pdde_dtype dt) {
+    int64_t i = 0;
+    if (dt == PDDE_BF16) {
+        for (; i < n; i++) {
+            uint32_t u = (uint32_t)h[i] << 16;
+            memcpy(f + i, &u, 4);
+        }
+        return;
+    }
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(f + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + i))));
+#endif
+    for (; i < n; i++) f[i] = pdde_f16_to_f32(h[i]);
+}
+
+static void f32_to_half(const float *f, uint16_t *h, int64_t n, pdde_dtype dt) {
+    int64_t i = 0;
+    if (dt == PDDE_BF16) {
+        for (; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, f + i, 4);
+            uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet_nan = (u >> 16) | 0x40u;
+            h[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
+        }
+        return;
+    }
+#ifdef __F16C__
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(h + i), _mm256_cvtps_ph(_mm256_loadu_ps(f + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; i++) h[i] = pdde_f32_to_f16(f[i]);
+}
+
+static void cast_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *y = ((cpu_job *)arg)->node, *x = y->src[0];
     const char *in = (const char *)x->data + x->offset;
     char *out = (char *)y->data + y->offset;
-    for (int64_t i = 0; i < n; i++) {
+    bool x_half = x->dtype == PDDE_BF16 || x->dtype == PDDE_F16, y_half = y->dtype == PDDE_BF16 || y->dtype == PDDE_F16;
+    if (x->dtype == PDDE_F32 && y_half) { f32_to_half((const float *)in + begin, (uint16_t *)out + begin, end - begin, y->dtype); return; }
+    if (x_half && y->dtype == PDDE_F32) { half_to_f32((const uint16_t *)in + begin, (float *)out + begin, end - begin, x->dtype); return; }
+    for (int64_t i = begin; i < end; i++) {
         double v;
         switch (x->dtype) {
         case PDDE_F32: v = ((const float *)in)[i]; break;
@@ -864,7 +908,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_SUM: case PDDE_OP_MEAN: cpu_reduce(t); return PDDE_OK;
     case PDDE_OP_SUM_TO: cpu_sum_to(t); return PDDE_OK;
     case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
-    case PDDE_OP_CAST: cpu_cast(t); return PDDE_OK;
+    case PDDE_OP_CAST: parallel_for(pool, n, PAR_MIN, cast_task, &job); return PDDE_OK;
     case PDDE_OP_GRAD_ACCUM: parallel_for(pool, n, PAR_MIN, accum_task, &job); return PDDE_OK;
     case PDDE_OP_GRAD_NORM_SQ: {
         const pdde_tensor *gt = t->src[0];

@@ -132,7 +132,13 @@ typedef struct {
     int (*SgemmStridedBatched)(pcublas_handle, int, int, int, int, int, const float *, const float *, int,
                                long long, const float *, int, long long, const float *, float *, int, long long,
                                int);
+    /* optional (mixed precision: bf16/f16 in, f32 compute and out, on tensor cores) */
+    int (*GemmStridedBatchedEx)(pcublas_handle, int, int, int, int, int, const void *, const void *, int, int, long long,
+                                const void *, int, int, long long, const void *, void *, int, int, long long, int, int, int);
 } pcublas_api;
+
+/* cuBLAS's enum values (library_types.h, cublas_api.h): data types, the compute type, the algorithm */
+enum { PCUBLAS_R_32F = 0, PCUBLAS_R_16F = 2, PCUBLAS_R_16BF = 14, PCUBLAS_COMPUTE_32F = 68, PCUBLAS_GEMM_DEFAULT = -1 };
 
 typedef struct {
     char name[128];
@@ -212,6 +218,7 @@ static void pcu_load_cublas(pcu_family *f) {
     *(void **)&b.SetStream = dlsym(lib, "cublasSetStream_v2");
     *(void **)&b.SetMathMode = dlsym(lib, "cublasSetMathMode");
     *(void **)&b.SgemmStridedBatched = dlsym(lib, "cublasSgemmStridedBatched");
+    *(void **)&b.GemmStridedBatchedEx = dlsym(lib, "cublasGemmStridedBatchedEx");
     if (!b.Create || !b.Destroy || !b.SetStream || !b.SgemmStridedBatched) {
         dlclose(lib);
         return;
@@ -611,6 +618,24 @@ static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int6
     return PDDE_OK;
 }
 
+static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                            pgd_ptr a, int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
+    pcu_dev *d = impl;
+    const pcublas_api *bl = &d->fam->blas;
+    if (!d->blas || !bl->GemmStridedBatchedEx || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX) return 1;
+    if (bl->SetStream(d->blas, ((pcu_stream *)stream)->s) != 0) return 1;
+    float one = 1.0f, zero = 0.0f;
+    int in = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F;
+    /* as pcu_cb_gemm: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
+    int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
+    int st = bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one,
+                                      (const void *)(uintptr_t)pgd_addr(b), in, ldb, sB, (const void *)(uintptr_t)pgd_addr(a), in, lda, sA,
+                                      &zero, (void *)(uintptr_t)pgd_addr(c), PCUBLAS_R_32F, (int)N, sC, (int)batch,
+                                      PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+    if (st != 0) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cublasGemmStridedBatchedEx (%s) failed: status %d", pdde_dtype_name(dt), st);
+    return PDDE_OK;
+}
+
 static int pcu_supports_op(void *dev, const pdde_tensor *node) {
     (void)dev;
     return pgd_supports_op(node);
@@ -624,7 +649,7 @@ static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
         .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = pcu_st(d, stream),
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
-        .gemm = pcu_cb_gemm,
+        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp,
     };
     return pgd_compute(&g, node);
 }

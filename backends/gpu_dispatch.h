@@ -81,6 +81,10 @@ typedef struct {
     /* optional: row-major batched C = op(A) op(B); returns 1 when it declines (then k_gemm runs) */
     int (*gemm)(void *impl, void *stream, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a, int64_t sA,
                 pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
+    /* optional: the same with a and b of dtype dt (bf16 or f16), f32 accumulation and C; returns 1 when
+     * it declines (then the operands are widened and the f32 GEMM runs) */
+    int (*gemm_lowp)(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
+                     int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
 } pgd_ctx;
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
@@ -101,7 +105,8 @@ static int pgd_vocab_split(const pdde_tensor *node) {
     return pdde_op_i32(node, PDDE_P_VOCAB_FIRST) != 0 || pdde_op_i32(node, PDDE_P_VOCAB_SIZE) != 0;
 }
 
-/* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast.
+/* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast, and
+ * matmuls of two bf16 or two f16 operands (f32 output: mixed precision).
  * Vocab-parallel forms of the embedding and cross-entropy (PDDE_P_VOCAB_FIRST/SIZE set by an SPMD
  * session, which runs them on host memory) have no device kernels. */
 static int pgd_supports_op(const pdde_tensor *node) {
@@ -135,6 +140,7 @@ static int pgd_supports_op(const pdde_tensor *node) {
     default: break;
     }
     if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32 || node->nsrc < 1) return 0;
+    if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     for (int i = 0; i < node->nsrc; i++) {
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
@@ -347,6 +353,23 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
     if (batch > 1 && sB == 0 && sA != 0 && !ta) { /* a shared B under a row-major A: one GEMM over all the rows */
         M *= batch;
         batch = 1;
+    }
+    if (a->dtype != PDDE_F32 && g->gemm_lowp) {
+        int e = g->gemm_lowp(g->impl, g->stream, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pc, M * N, batch);
+        if (e != 1) return e;
+    }
+    if (a->dtype != PDDE_F32) {
+        /* bf16 / f16 operands: widened on the device, then the f32 GEMM. Their products are exact in
+         * f32, so this is the f32-accumulated product of the rounded operands, as on the CPU. */
+        int64_t na = pgd_numel(a), nb = pgd_numel(b);
+        int32_t sdt = (int32_t)a->dtype, ddt = (int32_t)PDDE_F32;
+        pgd_ptr w;
+        int e = g->scratch(g->impl, g->stream, (size_t)(na + nb) * sizeof(float), &w);
+        pgd_ptr wa = w, wb = pgd_at(w, na * (int64_t)sizeof(float));
+        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, na, PGD_ARGS(PGD_P(pa), PGD_P(wa), PGD_A(na), PGD_A(sdt), PGD_A(ddt)));
+        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, nb, PGD_ARGS(PGD_P(pb), PGD_P(wb), PGD_A(nb), PGD_A(sdt), PGD_A(ddt)));
+        if (e) return e;
+        pa = wa, pb = wb;
     }
     int64_t sC = M * N;
     if (g->gemm) {

@@ -25,6 +25,7 @@ typedef struct {
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on, *plan, *cluster;
+    pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
 
@@ -44,6 +45,8 @@ static void usage(void) {
             "           [--pp-chunks N]    (interleaved stages: N runs of layers per stage; --micro a multiple of --pp)\n"
             "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n"
             "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n"
+            "           [--dtype f32|bf16|f16]   (mixed precision: matmuls in bf16 or f16 with f32 accumulation, f32 master\n"
+            "                              weights; f16 scales the loss dynamically, the log shows the scale and skipped steps)\n"
             "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
             "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
@@ -88,6 +91,10 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--plan")) o->plan = v;
         else if (!strcmp(a, "--cluster")) o->cluster = v;
+        else if (!strcmp(a, "--dtype")) {
+            o->dtype = v && !strcmp(v, "bf16") ? PDDE_BF16 : v && !strcmp(v, "f16") ? PDDE_F16 : PDDE_F32;
+            if (!v || (strcmp(v, "f32") && o->dtype == PDDE_F32)) { fprintf(stderr, "gpt: --dtype takes f32, bf16 or f16\n"); return -1; }
+        }
         else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(); return -1; }
         char *end = NULL;
         long x = 0;
@@ -271,6 +278,7 @@ int main(int argc, char **argv) {
     pdde_graph *g;
     gpt_model m;
     TRY(pdde_graph_init(ctx, &g));
+    TRY(pdde_graph_set_compute_dtype(g, o.dtype));
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
@@ -346,9 +354,13 @@ int main(int argc, char **argv) {
         float tps = (float)(bt / dt);
         ema_tps = step == first ? tps : 0.9f * ema_tps + 0.1f * tps;
         double eta = (double)(o.steps - step - 1) * bt / ema_tps;
-        if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps))
-            printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs\n", (long long)step + 1, o.steps,
-                   loss, pdde_lr_at(&op, step), ema_tps, eta);
+        pdde_loss_scale_stats sc;
+        pdde_session_loss_scale(s, &sc);
+        char scaling[64] = "";
+        if (sc.enabled) snprintf(scaling, sizeof scaling, "  scale %g%s (%lld skipped)", sc.scale, sc.last_skipped ? " SKIPPED" : "", (long long)sc.skipped_steps);
+        if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps || sc.last_skipped))
+            printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs%s\n", (long long)step + 1, o.steps,
+                   loss, pdde_lr_at(&op, step), ema_tps, eta, scaling);
         if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)) {
             float vloss = validate(s, &m, val, o.val_batches, o.micro, x, y);
             if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);

@@ -658,6 +658,7 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
             op.n = x->shape[x->ndim - 1];
             op.k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
             op.m = op.n ? pdde_tensor_numel(x) / op.n : 0;
+            op.dtype = a->dtype; /* the GEMM's kind is its inputs' (bf16 in, f32 out: the bf16 rate) */
         }
         int k = pdde_cost_program_add(p, 0, &op);
         if (k < 0) { st = k; break; }

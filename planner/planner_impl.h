@@ -47,6 +47,11 @@ struct pdde_graph {
     bool has_backward;
     bool has_optimizer;
     pdde_optimizer_params opt; /* the optimizer appended (for the executor's learning-rate schedule) */
+    pdde_dtype compute_dtype;  /* matmuls built now take this dtype (pdde_graph_set_compute_dtype) */
+    pdde_tensor **cast_of;     /* by tensor id: its autocast copy, made once and shared by every matmul */
+    int n_cast_of;
+    pdde_tensor *grad_seed;    /* d loss / d loss: the session writes the loss scale into it */
+    bool loss_scaling;         /* f16 matmuls: the session scales the loss dynamically */
     pdde_session *session;     /* the live session (one at a time: it reads the graph's optimizer state) */
     struct planner_graph *planner; /* planner/ state: meshes, ops' required input attributes */
 };

@@ -122,6 +122,10 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         }
         if (t->phase != PDDE_PHASE_FORWARD) continue;
         if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb, p->ops[l] += 1;
+        /* mixed precision: an activation converted for a matmul is kept for backward in its 2-byte form
+         * only (the f32 original, read by nothing else of the backward pass, is freed) */
+        if (t->op == PDDE_OP_CAST && t->src[0]->op != PDDE_OP_NONE && pdde_dtype_size(t->dtype) < pdde_dtype_size(t->src[0]->dtype))
+            p->acts[l] -= (double)pdde_tensor_nbytes(t->src[0]);
         if (t->op == PDDE_OP_MATMUL) {
             const pdde_tensor *a = t->src[0];
             int64_t k = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];

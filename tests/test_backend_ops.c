@@ -64,10 +64,12 @@ static pdde_tensor *I(pdde_graph *g, const char *name, pdde_dtype t, int nd, int
 /* shapes: p[0] = ndim, p[1..] = dims */
 #define SHAPE_ARGS(c) (int)(c)->p[0], (c)->p[1], (c)->p[2], (c)->p[3], (c)->p[4]
 
-/* matmul: p = {M, N, K, ta, tb, batch (0 = 2-D), shared (0 both batched, 1 b 2-D, 2 a 2-D)} */
+/* matmul: p = {M, N, K, ta, tb, batch (0 = 2-D), shared (0 both batched, 1 b 2-D, 2 a 2-D), compute
+ * dtype (0 = f32; bf16/f16: mixed precision, the operands converted and the gradient GEMMs too)} */
 static pdde_tensor *b_matmul(pdde_graph *g, const op_case *c) {
     int64_t M = c->p[0], N = c->p[1], K = c->p[2], ta = c->p[3], tb = c->p[4], B = c->p[5], sh = c->p[6];
     int64_t ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+    pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[7]);
     pdde_tensor *a = (B && sh != 2) ? P(g, "a", 3, B, ar, ac, 0) : P(g, "a", 2, ar, ac, 0, 0);
     pdde_tensor *b = (B && sh != 1) ? P(g, "b", 3, B, br, bc, 0) : P(g, "b", 2, br, bc, 0, 0);
     return pdde_matmul(g, a, b, (int)ta, (int)tb);
@@ -225,6 +227,12 @@ static const op_case cases[] = {
     {"matmul", b_matmul, {17, 11, 13, 0, 1, 4, 2}, 1, T_MM},
     {"matmul", b_matmul, {0, 5, 3, 0, 0, 0, 0}, 0, T_MM},
     {"matmul", b_matmul, {4, 5, 0, 0, 0, 0, 0}, 0, T_MM},
+    /* mixed precision: every backend rounds the operands the same way, then accumulates in f32 */
+    {"matmul", b_matmul, {33, 17, 65, 0, 0, 0, 0, PDDE_BF16}, 1, T_MM},
+    {"matmul", b_matmul, {19, 23, 29, 1, 1, 0, 0, PDDE_BF16}, 1, T_MM},
+    {"matmul", b_matmul, {17, 11, 13, 0, 1, 3, 0, PDDE_BF16}, 1, T_MM},
+    {"matmul", b_matmul, {17, 11, 13, 0, 0, 5, 1, PDDE_F16}, 1, T_MM},
+    {"matmul", b_matmul, {19, 23, 29, 0, 1, 0, 0, PDDE_F16}, 1, T_MM},
     /* binary {ndim_a, a.., ndim_b, b..} */
     {"add", b_binary, {2, 37, 19, 0, 2, 37, 19, 0}, 1, T_DEF},
     {"add", b_binary, {3, 4, 7, 33, 1, 33, 0, 0}, 1, T_DEF},
@@ -304,6 +312,11 @@ static const op_case cases[] = {
     {"cast", b_cast, {2, 13, 7, 0, 0, PDDE_I32, PDDE_F32}, 0, T_EXACT},
     {"cast", b_cast, {2, 3, 5, 0, 0, PDDE_I64, PDDE_F16}, 0, T_EXACT},
     {"cast", b_cast, {2, 0, 5, 0, 0, PDDE_F32, PDDE_F16}, 0, T_EXACT},
+    /* large enough for the CPU's threads and vector loops (and a tail of 3 past the last vector) */
+    {"cast", b_cast, {2, 129, 131, 0, 0, PDDE_F32, PDDE_BF16}, 0, T_EXACT},
+    {"cast", b_cast, {2, 129, 131, 0, 0, PDDE_BF16, PDDE_F32}, 0, T_EXACT},
+    {"cast", b_cast, {2, 129, 131, 1, 0, PDDE_F32, PDDE_F16}, 0, T_EXACT},
+    {"cast", b_cast, {2, 129, 131, 0, 0, PDDE_F16, PDDE_F32}, 0, T_EXACT},
     /* composites */
     {"attention", b_attention, {2, 3, 16, 8}, 1, T_DEF},
     {"attention", b_attention, {1, 1, 5, 3}, 1, T_DEF},

@@ -7,6 +7,8 @@ Run with the Debian python that has torch (bash tools/install-deps.sh --torch):
     /usr/bin/python3 tools/gen_golden.py --check    # read it back, print a summary and, when torch is
                                                     # available, recompute everything from the stored
                                                     # initial parameters and compare
+    /usr/bin/python3 tools/gen_golden.py --bf16     # the same run under torch.autocast("cpu", bfloat16):
+                                                    # tests/data/gpt_golden_bf16.bin (same format)
 
 The tests only read the file; they never need torch.
 
@@ -82,6 +84,7 @@ VERSION = 1
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_OUT = os.path.join(REPO, "tests", "data", "gpt_golden.bin")
+DEFAULT_OUT_BF16 = os.path.join(REPO, "tests", "data", "gpt_golden_bf16.bin")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,8 +163,10 @@ def forward(torch, P, ids, targets):
     return logits, loss
 
 
-def run_reference(torch, params, ids, targets):
-    """Train N_STEPS on one batch. Returns dict with logits, loss, grads, losses, final."""
+def run_reference(torch, params, ids, targets, amp=False):
+    """Train N_STEPS on one batch. Returns dict with logits, loss, grads, losses, final. amp: the
+    forward under torch.autocast("cpu", bfloat16) (matmuls in bf16; the parameters, gradients and
+    optimizer stay f32), as mixed-precision training runs it."""
     P = dict(params)
     decay = [t for _, t in params if t.ndim >= 2]
     no_decay = [t for _, t in params if t.ndim < 2]
@@ -171,7 +176,9 @@ def run_reference(torch, params, ids, targets):
         lr=LR, betas=BETAS, eps=ADAM_EPS, foreach=False)
     out = {"losses": []}
     for i in range(N_STEPS):
-        logits, loss = forward(torch, P, ids, targets)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
+            logits, loss = forward(torch, P, ids, targets)
+        logits = logits.float()
         out["losses"].append(loss.item())
         loss.backward()
         if i == 0:
@@ -199,14 +206,14 @@ def tensor_record(name, t):
             + struct.pack("<%dI" % len(dims), *dims) + f32_bytes(data))
 
 
-def write(torch, path):
+def write(torch, path, amp=False):
     torch.manual_seed(SEED)
     torch.set_num_threads(1)
     params = init_params(torch)
     ids = torch.randint(0, V, (B, T), dtype=torch.int32)
     targets = torch.randint(0, V, (B, T), dtype=torch.int32)
     init = [(n, t.detach().clone()) for n, t in params]
-    ref = run_reference(torch, params, ids, targets)
+    ref = run_reference(torch, params, ids, targets, amp)
     assert ref["losses"][0] == ref["loss"]
 
     buf = bytearray()
@@ -295,7 +302,7 @@ def rms(xs):
     return math.sqrt(sum(x * x for x in xs) / max(1, len(xs)))
 
 
-def check(path):
+def check(path, amp=False):
     g = read(path)
     print("%s: %d bytes, version %d" % (path, g["size"], g["version"]))
     print("config V=%d T=%d L=%d H=%d C=%d B=%d n_steps=%d lr=%g weight_decay=%g"
@@ -328,7 +335,7 @@ def check(path):
               for n, dims, d in g["params"]]
     ids = torch.tensor(g["ids"], dtype=torch.int32).reshape(g["B"], g["T"])
     tg = torch.tensor(g["targets"], dtype=torch.int32).reshape(g["B"], g["T"])
-    ref = run_reference(torch, params, ids, tg)
+    ref = run_reference(torch, params, ids, tg, amp)
 
     def maxdiff(a, b):
         return (torch.tensor(a) - torch.as_tensor(b).reshape(-1)).abs().max().item()
@@ -353,11 +360,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=DEFAULT_OUT, help="fixture path (default %(default)s)")
     ap.add_argument("--check", action="store_true", help="read the fixture back and verify it")
+    ap.add_argument("--bf16", action="store_true", help="the bf16 autocast run (default --out %s)" % DEFAULT_OUT_BF16)
     a = ap.parse_args()
+    if a.bf16 and a.out == DEFAULT_OUT:
+        a.out = DEFAULT_OUT_BF16
     if a.check:
-        return check(a.out)
+        return check(a.out, a.bf16)
     import torch
-    write(torch, a.out)
+    write(torch, a.out, a.bf16)
     return 0
 
 

@@ -37,9 +37,14 @@ static int cmp_double(const void *a, const void *b) {
 int main(int argc, char **argv) {
     gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8};
     int steps = 20, warmup = 3, threads = 0;
+    pdde_dtype dtype = PDDE_F32;
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
-        if (!strcmp(argv[i], "--vocab")) c.vocab = v;
+        if (!strcmp(argv[i], "--dtype")) { /* the matmuls' compute dtype (mixed precision) */
+            dtype = !strcmp(argv[i + 1], "bf16") ? PDDE_BF16 : !strcmp(argv[i + 1], "f16") ? PDDE_F16 : PDDE_F32;
+            if (dtype == PDDE_F32 && strcmp(argv[i + 1], "f32")) { fprintf(stderr, "bench_gpt: --dtype f32|bf16|f16\n"); return 2; }
+        }
+        else if (!strcmp(argv[i], "--vocab")) c.vocab = v;
         else if (!strcmp(argv[i], "--layers")) c.layers = v;
         else if (!strcmp(argv[i], "--heads")) c.heads = v;
         else if (!strcmp(argv[i], "--width")) c.width = v;
@@ -62,7 +67,7 @@ int main(int argc, char **argv) {
     pdde_graph_init(ctx, &g);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.weight_decay = 0.1f;
-    if (gpt_build(g, &c, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, NULL, &s)) {
+    if (pdde_graph_set_compute_dtype(g, dtype) || gpt_build(g, &c, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, NULL, &s)) {
         fprintf(stderr, "bench_gpt: %s\n", pdde_last_error(ctx));
         return 1;
     }

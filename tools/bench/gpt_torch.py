@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch baseline for pdde's GPT training benchmark (CPU, float32).
+"""PyTorch baseline for pdde's GPT training benchmark (CPU, float32; --dtype bf16: autocast).
 
 Trains the same GPT-2-style model as tools/gen_golden.py (pre-LN blocks, tanh GELU, causal
 attention, weight-tied output, weights [in, out] used as x @ W, AdamW lr=1e-3 with weight decay 0.1
@@ -35,6 +35,8 @@ def parse_args():
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps before timing")
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
     ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
+                    help="bf16: the forward under torch.autocast('cpu', bfloat16) (mixed precision)")
     a = ap.parse_args()
     if a.width % a.heads:
         ap.error("--width must be divisible by --heads")
@@ -114,7 +116,8 @@ def main():
         return F.cross_entropy(logits, targets.reshape(-1))
 
     def step():
-        loss = forward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = forward()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
