@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_costmodel: %s\n", pdde_last_error(ctx));
         return 1;
     }
-    const gpt_config sizes[2] = {{256, 64, 2, 4, 128, 8}, {256, 128, 4, 4, 256, 8}};
+    const gpt_config sizes[2] = {{256, 64, 2, 4, 128, 8, 0}, {256, 128, 4, 4, 256, 8, 0}};
     int devices[2] = {0, pdde_device_find(ctx, "opencl", 0)};
     double err_sum = 0, err_max = 0, base_sum = 0, mem_sum = 0;
     int n = 0;
