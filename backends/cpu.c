@@ -206,13 +206,13 @@ static void gemm_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-#include "cpu_attention.c"
-
 #ifdef PDDE_HAVE_DNNL
 #include "cpu_onednn.c"
 #else
 typedef struct cpu_dnnl cpu_dnnl;
 #endif
+
+#include "cpu_attention.c"
 
 /* bf16 operands for the fallback GEMMs: an f32 copy (oneDNN takes bf16 itself) */
 static float *bf16_widen(const pdde_tensor *t) {

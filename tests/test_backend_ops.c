@@ -560,15 +560,16 @@ static void run_case(const options *o, int ci, int device, int mode) {
 
 /* ------------------------------------------------------------------------------------------------
  * Fused attention against the unfused reference (matmul, scale, causal softmax, matmul) on the CPU:
- * the output and the gradients of q, k and v, over shapes around the CPU's 64-row tiles. */
+ * the output and the gradients of q, k and v, over shapes around the CPU's 128 x 128 tiles. */
 
 static const int64_t attention_shapes[][4] = {
     {1, 1, 1, 4},    /* T = 1 */
     {2, 2, 1, 3},    /* T = 1, several heads */
     {1, 1, 67, 16},  /* one head, T not a multiple of the tile */
     {2, 12, 33, 8},  /* many heads */
-    {1, 2, 130, 5},  /* three query tiles, the last of 2 rows */
-    {3, 1, 64, 32},  /* exactly one tile */
+    {1, 2, 130, 5},  /* two query and key tiles, the last of 2 rows */
+    {3, 1, 128, 32}, /* exactly one tile */
+    {1, 1, 300, 8},  /* three tiles */
 };
 
 /* q, k, v [shape] -> sum(attention * w): fused or the unfused reference; the checked tensors in checks */
