@@ -98,8 +98,9 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
  *               column split gives each rank q, k and v of its own H/tp heads: [B,T,3C] split on the
  *               last dim reshapes to [B,T,H,3,D] split on H (the split lands on the outermost factor),
  *               slicing the "3" dim and permuting to [B,H,T,D] keep H split, and the fused
- *               attention (or the scores, causal softmax and att @ v) is per head. The output [B,T,C] comes out split on C, which is
- *               what the row-parallel proj needs: no communication from ln1 to proj's partial sum.
+ *               attention (or the scores, causal softmax and att @ v) is per head. The output
+ *               [B,T,C] comes out split on C, which is what the row-parallel proj needs: no
+ *               communication from ln1 to proj's partial sum.
  * Forward: one allreduce per sublayer (after proj, after fcproj). Backward: the input gradient of a
  * column-parallel linear sums over its split columns, so it is partial over the axis and reduced where
  * the layernorm's backward needs it. Biases of column layers are split with them; those of row
