@@ -123,7 +123,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-planner install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-planner bench-attention install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -234,6 +234,10 @@ demo:
 
 bench-gpt: all
 	@bash tools/bench/bench_gpt.sh $(BUILD)
+
+# Fused causal attention against the unfused reference at T = 256, 1024, 4096 on the CPU and OpenCL.
+bench-attention: $(BUILD)/bench_attention
+	@$(BUILD)/bench_attention $(BENCH_ATTENTION_ARGS)
 
 # GEMM and row kernels through pdde (OpenCL, CPU) against CLBlast and OpenBLAS called directly.
 bench-ops: all

@@ -395,10 +395,27 @@ pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal) {
     return t;
 }
 
-pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
-    if (!q || !k || !v) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention: NULL input");
+static bool attention_inputs_ok(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
+    if (!q || !k || !v) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention: NULL input"), false;
     if (q->ndim != 4 || !same_shape(q, k) || !same_shape(q, v) || q->shape[3] < 1)
-        return graph_fail(g, PDDE_ERR_SHAPE, "attention: q, k, v (%s, %s, %s) must all be [B, H, T, D] with D >= 1", q->name, k->name, v->name);
+        return graph_fail(g, PDDE_ERR_SHAPE, "attention: q, k, v (%s, %s, %s) must all be [B, H, T, D] with D >= 1", q->name, k->name, v->name), false;
+    pdde_tensor *src[3] = {q, k, v};
+    return dtypes_ok(g, PDDE_OP_ATTENTION, 3, src, false);
+}
+
+/* The fused op writes [B,H,T,D+1] (the output and each row's logsumexp, which its backward reads);
+ * the caller gets the output columns. */
+pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
+    if (!attention_inputs_ok(g, q, k, v)) return NULL;
+    pdde_tensor *src[3] = {q, k, v};
+    int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], q->shape[3] + 1};
+    pdde_tensor *y = new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 4, shape, 3, src);
+    if (y) pdde_op_set_f32(y, PDDE_P_ATTENTION_SCALE, 1.0f / sqrtf((float)q->shape[3]));
+    return pdde_slice(g, y, 3, 0, q->shape[3]);
+}
+
+pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
+    if (!attention_inputs_ok(g, q, k, v)) return NULL;
     pdde_tensor *att = pdde_matmul(g, q, k, 0, 1);
     att = pdde_scale(g, att, 1.0f / sqrtf((float)q->shape[3]));
     att = pdde_softmax(g, att, 1);
@@ -648,6 +665,15 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     case PDDE_OP_SOFTMAX: {
         pdde_tensor *src[2] = {y, dy};
         dsrc[0] = node_with(g, PDDE_OP_SOFTMAX_BACK, x, 2, src);
+        break;
+    }
+    case PDDE_OP_ATTENTION: {
+        /* one node computes dq, dk, dv (stacked on a new leading dim); each input takes its slice */
+        pdde_tensor *src[5] = {x, y->src[1], y->src[2], y, dy};
+        int64_t shape[5] = {3, x->shape[0], x->shape[1], x->shape[2], x->shape[3]};
+        pdde_tensor *back = new_node(g, PDDE_OP_ATTENTION_BACK, PDDE_F32, 5, shape, 5, src);
+        if (back) pdde_op_set_f32(back, PDDE_P_ATTENTION_SCALE, pdde_op_f32(y, PDDE_P_ATTENTION_SCALE));
+        for (int i = 0; i < 3; i++) dsrc[i] = pdde_reshape(g, pdde_slice(g, back, 0, i, 1), 4, x->shape);
         break;
     }
     case PDDE_OP_CROSS_ENTROPY: {

@@ -160,6 +160,10 @@ typedef enum {
     PDDE_OP_DROPOUT,     /* f: DROPOUT_P; i: DROPOUT_SEED_LO, DROPOUT_SEED_HI, DROPOUT_COUNTER (set by the
                             executor each run); keep(i) = hash(seed, counter, i) >= p */
     PDDE_OP_CAST,        /* to the output dtype */
+    PDDE_OP_ATTENTION,   /* fused causal attention of q, k, v [B,H,T,D] -> [B,H,T,D+1]: columns 0..D-1 the
+                            output softmax(q k^T * scale, causal) v, column D each row's logsumexp (what
+                            the backward recomputes the probabilities from); f: ATTENTION_SCALE.
+                            Flash-attention style: keys in tiles with an online softmax, no [T,T] */
     /* backward ops (appended by pdde_backward) */
     PDDE_OP_SUM_TO,      /* reduce src0 to this tensor's (broadcast-compatible) shape */
     PDDE_OP_EXPAND,      /* broadcast src0 to this tensor's shape, times f: SCALE */
@@ -180,6 +184,8 @@ typedef enum {
                                      i: as the embedding's (ids of other rows are skipped) */
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape; i: as SLICE's */
     PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same params) */
+    PDDE_OP_ATTENTION_BACK,       /* src: q, k, v, y (the forward's [B,H,T,D+1]), dy (its gradient) ->
+                                     [3,B,H,T,D]: dq, dk, dv; f: ATTENTION_SCALE as the forward */
     PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
      * and zero the gradient they consumed. f: UPDATE_LR (set by the executor each step),
@@ -330,8 +336,12 @@ pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x);
 pdde_tensor *pdde_layernorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, pdde_tensor *beta, float eps);
 pdde_tensor *pdde_rmsnorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, float eps);
 pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal);
-/* Causal self-attention of q, k, v [B, H, T, D]: softmax(q k^T / sqrt(D), causal) v -> [B, H, T, D]. */
+/* Causal self-attention of q, k, v [B, H, T, D]: softmax(q k^T / sqrt(D), causal) v -> [B, H, T, D].
+ * Fused (PDDE_OP_ATTENTION and its backward): memory O(B*H*T*D), never the [B, H, T, T] scores. */
 pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v);
+/* The same attention from matmul, scale, causal softmax and matmul (materialises [B, H, T, T] scores
+ * and probabilities): the reference the fused op is checked against. */
+pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v);
 /* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). */
 pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets);
 pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids);
@@ -1099,6 +1109,9 @@ typedef enum {
 const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */
 /* The class the cost model times a node with (communication ops: elementwise). */
 pdde_op_class pdde_op_class_of(const pdde_tensor *node);
+/* Floating-point operations of a fused attention node (its causal half of the score and value
+ * GEMMs: 2*B*H*T*T*D forward, 5*B*H*T*T*D backward), 0 for other ops. */
+double pdde_attention_flops(const pdde_tensor *node);
 
 #define PDDE_CLUSTER_MAX_GEMM 64   /* measured GEMM shapes per device spec */
 #define PDDE_CLUSTER_MAX_CURVE 24  /* points per op-class curve */

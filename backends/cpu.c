@@ -152,20 +152,22 @@ static inline float gelu_tanh_grad(float x) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * GEMM: C[M,N] = op(A) op(B), row-major, with lda/ldb the row strides of A and B as stored. */
+ * GEMM: C[M,N] = alpha op(A) op(B) + beta C (beta 0 or 1), row-major, with lda/ldb the row strides of A
+ * and B as stored. */
 
-static void gemm_rows(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
-                      int64_t ldb, float *C, int64_t ldc) {
+static void gemm_rows_acc(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                          const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
 #ifdef PDDE_HAVE_OPENBLAS
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-                1.0f, A, (int)lda, B, (int)ldb, 0.0f, C, (int)ldc);
+                alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 #else
     /* portable fallback: i-k-j order so the inner loop streams over contiguous rows of B and C */
     for (int64_t i = 0; i < M; i++) {
         float *c = C + i * ldc;
-        for (int64_t j = 0; j < N; j++) c[j] = 0.0f;
+        if (beta == 0.0f)
+            for (int64_t j = 0; j < N; j++) c[j] = 0.0f;
         for (int64_t k = 0; k < K; k++) {
-            float a = ta ? A[k * lda + i] : A[i * lda + k];
+            float a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);
             if (!tb) {
                 const float *b = B + k * ldb;
                 for (int64_t j = 0; j < N; j++) c[j] += a * b[j];
@@ -175,6 +177,11 @@ static void gemm_rows(int ta, int tb, int64_t M, int64_t N, int64_t K, const flo
         }
     }
 #endif
+}
+
+static void gemm_rows(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                      int64_t ldb, float *C, int64_t ldc) {
+    gemm_rows_acc(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
 }
 
 typedef struct {
@@ -207,6 +214,8 @@ static void gemm_task(void *arg, int64_t begin, int64_t end) {
 #else
 typedef struct cpu_dnnl cpu_dnnl;
 #endif
+
+#include "cpu_attention.c"
 
 static void half_to_f32(const uint16_t *h, float *f, int64_t n, pdde_dtype dt);
 
@@ -819,6 +828,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         free(stats);
         return PDDE_OK;
     }
+    case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: return cpu_attention(ctx, pool, t);
     case PDDE_OP_SOFTMAX: parallel_for(pool, ROWS(t), 16, softmax_task, &job); return PDDE_OK;
     case PDDE_OP_SOFTMAX_BACK: parallel_for(pool, ROWS(t), 16, softmax_back_task, &job); return PDDE_OK;
     case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: {

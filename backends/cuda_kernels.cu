@@ -715,3 +715,81 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(const float *__restrict
         }
     }
 }
+
+/* ---- fused causal attention (backends/gpu_kernels.cl has the same kernels, commented there) ------ */
+
+#define PGD_ATT_DMAX 128 /* the largest head dim (backends/gpu_dispatch.h sends larger ones to the CPU) */
+
+extern "C" __global__ void k_attention(const float *__restrict__ q, const float *__restrict__ k,
+                                       const float *__restrict__ v, float *__restrict__ y, long long BH, long long T,
+                                       long long D, float scale) {
+    GRID_STRIDE(r, BH * T) {
+        long long i = r % T;
+        const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
+        float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
+        for (long long d = 0; d < D; d++) qr[d] = q[r * D + d], acc[d] = 0.0f;
+        float m = -INFINITY, l = 0.0f;
+        for (long long j = 0; j <= i; j++) {
+            float s = 0.0f;
+            for (long long d = 0; d < D; d++) s += qr[d] * kb[j * D + d];
+            s *= scale;
+            if (s > m) {
+                float a = expf(m - s);
+                l *= a;
+                for (long long d = 0; d < D; d++) acc[d] *= a;
+                m = s;
+            }
+            float p = expf(s - m);
+            l += p;
+            for (long long d = 0; d < D; d++) acc[d] += p * vb[j * D + d];
+        }
+        float *yr = y + r * (D + 1);
+        for (long long d = 0; d < D; d++) yr[d] = acc[d] / l;
+        yr[D] = m + logf(l);
+    }
+}
+
+extern "C" __global__ void k_attention_back_q(const float *__restrict__ q, const float *__restrict__ k,
+                                              const float *__restrict__ v, const float *__restrict__ y,
+                                              const float *__restrict__ dy, float *__restrict__ rowdot,
+                                              float *__restrict__ out, long long BH, long long T, long long D, float scale) {
+    GRID_STRIDE(r, BH * T) {
+        long long i = r % T, Dy = D + 1;
+        const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
+        float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
+        float dot = 0.0f;
+        for (long long d = 0; d < D; d++) {
+            qr[d] = q[r * D + d], dor[d] = dy[r * Dy + d], dq[d] = 0.0f;
+            dot += dor[d] * y[r * Dy + d];
+        }
+        rowdot[r] = dot;
+        float lse = y[r * Dy + D];
+        for (long long j = 0; j <= i; j++) {
+            float s = 0.0f, dp = 0.0f;
+            for (long long d = 0; d < D; d++) s += qr[d] * kb[j * D + d], dp += dor[d] * vb[j * D + d];
+            float ds = expf(s * scale - lse) * (dp - dot);
+            for (long long d = 0; d < D; d++) dq[d] += ds * kb[j * D + d];
+        }
+        for (long long d = 0; d < D; d++) out[r * D + d] = scale * dq[d];
+    }
+}
+
+extern "C" __global__ void k_attention_back_kv(const float *__restrict__ q, const float *__restrict__ k,
+                                               const float *__restrict__ v, const float *__restrict__ y,
+                                               const float *__restrict__ dy, float *__restrict__ rowdot,
+                                               float *__restrict__ out, long long BH, long long T, long long D,
+                                               float scale) {
+    GRID_STRIDE(r, BH * T) {
+        long long j = r % T, n = BH * T * D, Dy = D + 1;
+        float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
+        for (long long d = 0; d < D; d++) kr[d] = k[r * D + d], vr[d] = v[r * D + d], dk[d] = 0.0f, dv[d] = 0.0f;
+        for (long long ri = r; ri < r - j + T; ri++) {
+            const float *qi = q + ri * D, *doi = dy + ri * Dy;
+            float s = 0.0f, dp = 0.0f;
+            for (long long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];
+            float p = expf(s * scale - y[ri * Dy + D]), ds = p * (dp - rowdot[ri]);
+            for (long long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];
+        }
+        for (long long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
+    }
+}

@@ -35,7 +35,7 @@ enum {
     PGD_K_LAYERNORM, PGD_K_LAYERNORM_BACK, PGD_K_RMSNORM, PGD_K_RMSNORM_BACK, PGD_K_ROW_STATS,
     PGD_K_GAMMA_BACK, PGD_K_SOFTMAX, PGD_K_SOFTMAX_BACK, PGD_K_CE_ROWS, PGD_K_CE_FINAL, PGD_K_CE_COUNT,
     PGD_K_CE_BACK, PGD_K_EMBEDDING, PGD_K_EMBEDDING_BACK, PGD_K_DROPOUT, PGD_K_CAST, PGD_K_SGD,
-    PGD_K_ADAMW, PGD_K_GEMM, PGD_K_COUNT
+    PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV, PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
@@ -43,8 +43,12 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_layernorm", "k_layernorm_back", "k_rmsnorm", "k_rmsnorm_back", "k_row_stats",
     "k_gamma_back", "k_softmax", "k_softmax_back", "k_ce_rows", "k_ce_final", "k_ce_count",
     "k_ce_back", "k_embedding", "k_embedding_back", "k_dropout", "k_cast", "k_sgd",
-    "k_adamw", "k_gemm",
+    "k_adamw", "k_gemm", "k_attention", "k_attention_back_q", "k_attention_back_kv",
 };
+
+/* The largest head dim of the attention kernels: an item keeps a few rows of D floats in registers
+ * (PGD_ATT_DMAX in both kernel sources); larger heads run on the CPU. */
+#define PGD_ATT_DMAX 128
 
 #define PGD_MAX_DIMS 6
 /* Broadcast / gather: for an output of ndim dims, sa/sb are the element strides of the two inputs
@@ -127,6 +131,9 @@ static int pgd_supports_op(const pdde_tensor *node) {
         break;
     case PDDE_OP_EMBEDDING_BACK: /* [base,] ids, dy */
         if (node->nsrc < 2 || node->nsrc > 3 || node->ndim != 2 || pgd_vocab_split(node)) return 0;
+        break;
+    case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK:
+        if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) || a->ndim != 4 || a->shape[3] > PGD_ATT_DMAX) return 0;
         break;
     case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch */
         if (node->nsrc != 2 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
@@ -474,6 +481,30 @@ static pgd_ptr pgd_opt_src(const pdde_tensor *node, int i) {
     return node->nsrc > i && node->src[i] ? pgd_ptr_of(node->src[i]) : pgd_null;
 }
 
+/* Fused causal attention: an item per query row (forward, dq) or key row (dk, dv), each walking the
+ * keys (queries) its row meets with an online softmax (probabilities recomputed from the saved
+ * logsumexp). dq's kernel also leaves rowsum(dO * O) per row in scratch for the dk, dv kernel. */
+static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
+    const pdde_tensor *q = node->src[0];
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T;
+    float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
+    if (!rows) return PDDE_OK;
+    pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
+    if (node->op == PDDE_OP_ATTENTION)
+        return pgd_launch_1d(g, PGD_K_ATTENTION, rows,
+                             PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale)));
+    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_null;
+    int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
+    if (e) return e;
+    e = pgd_launch_1d(g, PGD_K_ATTENTION_BACK_Q, rows,
+                      PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
+                               PGD_A(T), PGD_A(D), PGD_A(scale)));
+    if (e) return e;
+    return pgd_launch_1d(g, PGD_K_ATTENTION_BACK_KV, rows,
+                         PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
+                                  PGD_A(T), PGD_A(D), PGD_A(scale)));
+}
+
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     if (!pgd_supports_op(node))
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
@@ -540,6 +571,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         return pgd_row_launch(g, PGD_K_SOFTMAX_BACK, rows, C,
                               PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C)));
     }
+    case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: return pgd_attention(g, node);
     case PDDE_OP_CROSS_ENTROPY: return pgd_cross_entropy(g, node);
     case PDDE_OP_CROSS_ENTROPY_BACK: return pgd_cross_entropy_back(g, node);
     case PDDE_OP_EMBEDDING: {

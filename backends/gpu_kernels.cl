@@ -657,3 +657,89 @@ k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, i
         }
     }
 }
+
+/* ---- fused causal attention ------------------------------------------------------------------- */
+
+/* q, k, v [BH, T, D] (D <= PGD_ATT_DMAX, which backends/gpu_dispatch.h checks); an item per row. */
+#define PGD_ATT_DMAX 128
+
+/* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online
+ * softmax (the running sum and output are rescaled when the running max grows). */
+__kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,
+                          long D, float scale) {
+    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(float, y);
+    GRID_STRIDE(r, BH * T) {
+        long i = r % T;
+        __global const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
+        float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
+        for (long d = 0; d < D; d++) qr[d] = q[r * D + d], acc[d] = 0.0f;
+        float m = -INFINITY, l = 0.0f;
+        for (long j = 0; j <= i; j++) {
+            float s = 0.0f;
+            for (long d = 0; d < D; d++) s += qr[d] * kb[j * D + d];
+            s *= scale;
+            if (s > m) {
+                float a = exp(m - s);
+                l *= a;
+                for (long d = 0; d < D; d++) acc[d] *= a;
+                m = s;
+            }
+            float p = exp(s - m);
+            l += p;
+            for (long d = 0; d < D; d++) acc[d] += p * vb[j * D + d];
+        }
+        __global float *yr = y + r * (D + 1);
+        for (long d = 0; d < D; d++) yr[d] = acc[d] / l;
+        yr[D] = m + log(l);
+    }
+}
+
+/* Backward, dq of query row r (out[0 .. BH*T*D)): dq = scale * sum_j p_ij (dp_ij - rowdot_i) k_j with
+ * p recomputed from the saved logsumexp; rowdot_i = dO_i . O_i is left in rowdot for the dk, dv kernel. */
+__kernel void k_attention_back_q(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),
+                                 PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,
+                                 float scale) {
+    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);
+    BIND(float, rowdot); BIND(float, out);
+    GRID_STRIDE(r, BH * T) {
+        long i = r % T, Dy = D + 1;
+        __global const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
+        float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
+        float dot = 0.0f;
+        for (long d = 0; d < D; d++) {
+            qr[d] = q[r * D + d], dor[d] = dy[r * Dy + d], dq[d] = 0.0f;
+            dot += dor[d] * y[r * Dy + d];
+        }
+        rowdot[r] = dot;
+        float lse = y[r * Dy + D];
+        for (long j = 0; j <= i; j++) {
+            float s = 0.0f, dp = 0.0f;
+            for (long d = 0; d < D; d++) s += qr[d] * kb[j * D + d], dp += dor[d] * vb[j * D + d];
+            float ds = exp(s * scale - lse) * (dp - dot);
+            for (long d = 0; d < D; d++) dq[d] += ds * kb[j * D + d];
+        }
+        for (long d = 0; d < D; d++) out[r * D + d] = scale * dq[d];
+    }
+}
+
+/* Backward, dk and dv of key row r (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j
+ * that see it; needs k_attention_back_q's rowdot. */
+__kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),
+                                  PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,
+                                  float scale) {
+    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);
+    BIND(float, rowdot); BIND(float, out);
+    GRID_STRIDE(r, BH * T) {
+        long j = r % T, n = BH * T * D, Dy = D + 1;
+        float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
+        for (long d = 0; d < D; d++) kr[d] = k[r * D + d], vr[d] = v[r * D + d], dk[d] = 0.0f, dv[d] = 0.0f;
+        for (long ri = r; ri < r - j + T; ri++) {
+            __global const float *qi = q + ri * D, *doi = dy + ri * Dy;
+            float s = 0.0f, dp = 0.0f;
+            for (long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];
+            float p = exp(s * scale - y[ri * Dy + D]), ds = p * (dp - rowdot[ri]);
+            for (long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];
+        }
+        for (long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
+    }
+}

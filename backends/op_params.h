@@ -32,6 +32,7 @@ typedef enum {
     PDDE_P_SCALE = 0,                   /* scale, expand */
     PDDE_P_NORM_EPS = 0,                /* layernorm, rmsnorm and their backward ops */
     PDDE_P_DROPOUT_P = 0,
+    PDDE_P_ATTENTION_SCALE = 0,         /* attention, attention_back: the factor of q k^T */
     PDDE_P_UPDATE_LR = 0, PDDE_P_UPDATE_BETA1 = 1, PDDE_P_UPDATE_BETA2 = 2, PDDE_P_UPDATE_EPS = 3,
     PDDE_P_UPDATE_WEIGHT_DECAY = 4, PDDE_P_UPDATE_CLIP = 5, PDDE_P_UPDATE_GRAD_SCALE = 6,
     PDDE_P_SGD_MOMENTUM = 1,            /* sgd (beta1, beta2 and eps are adamw's) */

@@ -17,6 +17,7 @@
 typedef struct {
     int vocab, ctx, layers, heads, width, batch;
     int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
+    int unfused_attention; /* 1: attention from matmul + causal softmax + matmul (the reference), not fused */
 } gpt_config;
 
 static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
@@ -72,7 +73,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
         for (int i = 0; i < 3; i++)
             part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
-        pdde_tensor *y = pdde_attention(g, part[0], part[1], part[2]); /* [B, H, T, D] */
+        pdde_tensor *y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, part[0], part[1], part[2]); /* [B, H, T, D] */
         y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
         snprintf(p, sizeof p, "h%d.proj", l);
         x = pdde_add(g, x, gpt_linear(g, p, y, C, C, proj_std));
@@ -99,9 +100,10 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
  *   attention:  head parallel. The fused qkv weight's columns are head-major, [H, 3, D], so its
  *               column split gives each rank q, k and v of its own H/tp heads: [B,T,3C] split on the
  *               last dim reshapes to [B,T,H,3,D] split on H (the split lands on the outermost factor),
- *               slicing the "3" dim and permuting to [B,H,T,D] keep H split, and the scores, causal
- *               softmax and att @ v are per head. The output [B,T,C] comes out split on C, which is
- *               what the row-parallel proj needs: no communication from ln1 to proj's partial sum.
+ *               slicing the "3" dim and permuting to [B,H,T,D] keep H split, and the fused
+ *               attention (or the scores, causal softmax and att @ v) is per head. The output
+ *               [B,T,C] comes out split on C, which is what the row-parallel proj needs: no
+ *               communication from ln1 to proj's partial sum.
  * Forward: one allreduce per sublayer (after proj, after fcproj). Backward: the input gradient of a
  * column-parallel linear sums over its split columns, so it is partial over the axis and reduced where
  * the layernorm's backward needs it. Biases of column layers are split with them; those of row

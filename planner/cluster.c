@@ -32,6 +32,7 @@ const char *pdde_collective_name(pdde_collective c) {
 pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
     switch (node->op) {
     case PDDE_OP_MATMUL: return PDDE_OPCLASS_GEMM;
+    case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: return PDDE_OPCLASS_GEMM; /* tiles of GEMMs (pdde_attention_flops) */
     case PDDE_OP_LAYERNORM: case PDDE_OP_RMSNORM: case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_SUM:
     case PDDE_OP_MEAN: case PDDE_OP_SUM_TO: case PDDE_OP_LAYERNORM_BACK: case PDDE_OP_LAYERNORM_BACK_GAMMA:
     case PDDE_OP_RMSNORM_BACK: case PDDE_OP_RMSNORM_BACK_GAMMA: case PDDE_OP_CROSS_ENTROPY_BACK:
@@ -45,6 +46,16 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
     case PDDE_OP_GRAD_NORM_SQ: case PDDE_OP_SGD_UPDATE: case PDDE_OP_ADAMW_UPDATE: return PDDE_OPCLASS_OPTIMIZER;
     default: return PDDE_OPCLASS_ELEMENTWISE;
     }
+}
+
+double pdde_attention_flops(const pdde_tensor *node) {
+    if ((node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim != 4) return 0;
+    const int64_t *s = node->src[0]->shape;
+    /* 2 flops a multiply-add, over the T (T + 1) / 2 query-key pairs causal attention keeps, for each
+     * GEMM: 2 in the forward (scores, probabilities x values), 5 in the backward (scores again, dv, dp,
+     * dq, dk) */
+    double pairs = (double)s[0] * (double)s[1] * (double)s[2] * ((double)s[2] + 1) / 2;
+    return (node->op == PDDE_OP_ATTENTION ? 2 : 5) * 2.0 * pairs * (double)s[3];
 }
 
 /* ------------------------------------------------------------------------------------------------

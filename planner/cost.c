@@ -659,6 +659,11 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
             op.k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
             op.m = op.n ? pdde_tensor_numel(x) / op.n : 0;
             op.dtype = a->dtype; /* the GEMM's kind is its inputs' (bf16 in, f32 out: the bf16 rate) */
+        } else if ((x->op == PDDE_OP_ATTENTION || x->op == PDDE_OP_ATTENTION_BACK) && x->nsrc >= 3) {
+            /* rated as its tile GEMMs: rows x a tile of keys (the CPU's 128) x the head dim */
+            const pdde_tensor *q = x->src[0];
+            op.m = q->shape[0] * q->shape[1] * q->shape[2], op.n = q->shape[2] < 128 ? q->shape[2] : 128, op.k = q->shape[3];
+            op.flops = pdde_attention_flops(x);
         }
         int k = pdde_cost_program_add(p, 0, &op);
         if (k < 0) { st = k; break; }

@@ -131,6 +131,8 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
             int64_t k = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
             p->flops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)k;
             if (t->src[1]->flags & PDDE_TENSOR_PARAM && ++weight_gemms[l] % 2 == 0) p->tp_ar[l] += nb, p->tp_n[l]++;
+        } else if (t->op == PDDE_OP_ATTENTION) {
+            p->flops[l] += pdde_attention_flops(t);
         } else if (!(t->flags & PDDE_TENSOR_VIEW)) {
             p->bytes[l] += nb;
             for (int k = 0; k < t->nsrc; k++) p->bytes[l] += (double)pdde_tensor_nbytes(t->src[k]);

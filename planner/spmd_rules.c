@@ -248,6 +248,25 @@ static void spmd_rule_softmax_back(spmd_ctx *c) {
     spmd_einsum(c, NULL);
 }
 
+/* attention (q, k, v [B,H,T,D]) -> [B,H,T,D+1]: batch and heads are independent (data and head
+ * parallel); a row needs every key and the whole head dim, so T and D stay whole. */
+static void spmd_rule_attention(spmd_ctx *c) {
+    for (int k = 0; k < 3; k++) strcpy(c->dims[k], "bhtd");
+    strcpy(c->out_dims, "bhte");
+    spmd_pin(c, 't'), spmd_pin(c, 'd');
+    spmd_einsum(c, NULL);
+}
+
+/* attention_back (q, k, v, y, dy) -> [3,B,H,T,D] (dq, dk, dv): as the forward; linear in dy */
+static void spmd_rule_attention_back(spmd_ctx *c) {
+    for (int k = 0; k < 3; k++) strcpy(c->dims[k], "bhtd");
+    strcpy(c->dims[3], "bhte"), strcpy(c->dims[4], "bhte");
+    strcpy(c->out_dims, "xbhtd");
+    spmd_pin(c, 't'), spmd_pin(c, 'd'), spmd_pin(c, 'e');
+    c->linear = 1u << 4;
+    spmd_einsum(c, NULL);
+}
+
 /* The activation of a matmul: src0, unless src0 is a parameter (or state) and src1 is not. */
 static int spmd_matmul_weight(const pdde_tensor *y) {
     const pdde_tensor *a = y->src[0], *b = y->src[1];
@@ -523,6 +542,7 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
     [PDDE_OP_LAYERNORM_BACK] = spmd_rule_norm_back, [PDDE_OP_RMSNORM_BACK] = spmd_rule_norm_back,
     [PDDE_OP_LAYERNORM_BACK_GAMMA] = spmd_rule_norm_back_gamma, [PDDE_OP_RMSNORM_BACK_GAMMA] = spmd_rule_norm_back_gamma,
     [PDDE_OP_SOFTMAX] = spmd_rule_softmax, [PDDE_OP_SOFTMAX_BACK] = spmd_rule_softmax_back,
+    [PDDE_OP_ATTENTION] = spmd_rule_attention, [PDDE_OP_ATTENTION_BACK] = spmd_rule_attention_back,
     [PDDE_OP_CROSS_ENTROPY] = spmd_rule_cross_entropy, [PDDE_OP_CROSS_ENTROPY_BACK] = spmd_rule_cross_entropy_back,
     [PDDE_OP_EMBEDDING] = spmd_rule_embedding,
     /* PDDE_OP_EMBEDDING_BACK: spmd_rule_embedding_back, which also reads the graph (see spmd_apply) */

@@ -187,11 +187,11 @@ static pdde_tensor *b_cast(pdde_graph *g, const op_case *c) {
     return pdde_cast(g, x, (pdde_dtype)c->p[6]);
 }
 
-/* attention over q, k, v [p0, p1, p2, p3] */
+/* attention over q, k, v [p0, p1, p2, p3]; p4 = 1: the unfused reference */
 static pdde_tensor *b_attention(pdde_graph *g, const op_case *c) {
     int64_t s[4] = {c->p[0], c->p[1], c->p[2], c->p[3]};
     pdde_tensor *q = pdde_param(g, "q", 4, s, 0.0f), *k = pdde_param(g, "k", 4, s, 0.0f);
-    return pdde_attention(g, q, k, pdde_param(g, "v", 4, s, 0.0f));
+    return (c->p[4] ? pdde_attention_unfused : pdde_attention)(g, q, k, pdde_param(g, "v", 4, s, 0.0f));
 }
 
 /* a small MLP with a loss: checks the optimizer ops over several steps (p0 = 1: AdamW with clipping,
@@ -320,6 +320,8 @@ static const op_case cases[] = {
     /* composites */
     {"attention", b_attention, {2, 3, 16, 8}, 1, T_DEF},
     {"attention", b_attention, {1, 1, 5, 3}, 1, T_DEF},
+    {"attention", b_attention, {1, 2, 70, 4}, 1, T_DEF},
+    {"attention", b_attention, {2, 3, 16, 8, 1}, 1, T_DEF},
     {"adamw_update", b_mlp, {1}, 3, T_DEF},
     {"sgd_update", b_mlp, {0}, 3, T_DEF},
 };
@@ -571,6 +573,66 @@ static void run_case(const options *o, int ci, int device, int mode) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Fused attention against the unfused reference (matmul, scale, causal softmax, matmul) on the CPU:
+ * the output and the gradients of q, k and v, over shapes around the CPU's 128 x 128 tiles. */
+
+static const int64_t attention_shapes[][4] = {
+    {1, 1, 1, 4},    /* T = 1 */
+    {2, 2, 1, 3},    /* T = 1, several heads */
+    {1, 1, 67, 16},  /* one head, T not a multiple of the tile */
+    {2, 12, 33, 8},  /* many heads */
+    {1, 2, 130, 5},  /* two query and key tiles, the last of 2 rows */
+    {3, 1, 128, 32}, /* exactly one tile */
+    {1, 1, 300, 8},  /* three tiles */
+};
+
+/* q, k, v [shape] -> sum(attention * w): fused or the unfused reference; the checked tensors in checks */
+static pdde_tensor *attention_graph(pdde_graph *g, const int64_t *s, bool fused, const pdde_tensor **checks) {
+    pdde_tensor *q = pdde_param(g, "q", 4, s, 0.0f), *k = pdde_param(g, "k", 4, s, 0.0f), *v = pdde_param(g, "v", 4, s, 0.0f);
+    pdde_tensor *y = fused ? pdde_attention(g, q, k, v) : pdde_attention_unfused(g, q, k, v);
+    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, pdde_input(g, "dy_weights", PDDE_F32, 4, s)), -1, 0);
+    pdde_mark_output(y);
+    pdde_backward(g, loss);
+    checks[0] = y, checks[1] = q->grad, checks[2] = k->grad, checks[3] = v->grad;
+    return loss;
+}
+
+static void test_fused_attention(const options *o, int device) {
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    for (size_t si = 0; si < sizeof attention_shapes / sizeof *attention_shapes; si++) {
+        const int64_t *s = attention_shapes[si];
+        char label[96];
+        snprintf(label, sizeof label, "fused attention [%lld,%lld,%lld,%lld] on %s", (long long)s[0], (long long)s[1],
+                 (long long)s[2], (long long)s[3], props.backend);
+        pdde_graph *gf, *gu;
+        const pdde_tensor *cf[4], *cu[4];
+        pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
+        attention_graph(gf, s, true, cf), attention_graph(gu, s, false, cu);
+        bool has_fused = graph_has_op(gf, "attention") && graph_has_op(gf, "attention_back") && !graph_has_op(gf, "softmax");
+        CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && has_fused, "%s: graphs: %s", label, pdde_last_error(o->ctx));
+        results got, ref;
+        int ci = 1000 + (int)si; /* the same inputs in both graphs (by leaf name) */
+        pdde_status st = run_on(o->ctx, gu, 0, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cu, 4, &ref, NULL, 0);
+        if (st == PDDE_OK) st = run_on(o->ctx, gf, device, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cf, 4, &got, NULL, 0);
+        else memset(&got, 0, sizeof got);
+        CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
+        for (int k = 0; st == PDDE_OK && k < 4; k++) {
+            /* T = 1: dq and dk are exactly zero (one key: the softmax is constant), and both paths give
+             * round-off there, so an absolute bound stands in for the relative one */
+            double e = nmse(got.v[k], ref.v[k], got.len[k]), worst = 0;
+            for (int64_t i = 0; i < got.len[k]; i++) worst = fmax(worst, fabs(got.v[k][i] - ref.v[k][i]));
+            bool ok = e <= 1e-10 || (s[2] == 1 && k && k < 3 && worst <= 1e-6); /* (NaN fails both) */
+            CHECK(got.len[k] == ref.len[k] && ok, "%s: %s NMSE %.3g > 1e-10 (largest difference %.3g)", label,
+                  k ? cu[k]->name : "output", e, worst);
+            if (o->verbose) printf("  %-58s %-8s NMSE %.3g\n", label, k ? cu[k]->name : "output", e);
+        }
+        results_free(&got), results_free(&ref);
+        pdde_graph_free(gf), pdde_graph_free(gu);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Error paths */
 
 static void test_errors(pdde_context *ctx, int device, const char *backend) {
@@ -733,9 +795,11 @@ int main(int argc, char **argv) {
             }
         }
         if (!o.perf && !o.op) test_vocab_offset(ctx, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "attention"))) test_fused_attention(&o, devs[k]);
         if (!o.perf) printf("device %d: %d passed, %d failed (%.1fs)\n", devs[k], test_passed - passed0, test_failed - failed0, now_s() - td);
     }
     if (!o.perf && !o.op && !o.backend) test_vocab_offset(ctx, 0); /* the CPU, the reference (not among devs) */
+    if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend) test_fused_attention(&o, 0);
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);
     pdde_context_free(ctx);
     return test_finish();

@@ -402,8 +402,8 @@ static int forward_collectives(pdde_graph *g, int layer, pdde_tensor **last) {
     return n;
 }
 
-/* Head-parallel attention of block 0 (split over axis tp, batch over dp or -1): q, k, v, the scores,
- * the probabilities and att @ v are [B,H,T,D] split on H; the fused qkv output [B,T,3C] split on its
+/* Head-parallel attention of block 0 (split over axis tp, batch over dp or -1): q, k, v, the fused
+ * attention's output [B,H,T,D+1] and its backward's [3,B,H,T,D] are split on H; the fused qkv output [B,T,3C] split on its
  * columns becomes [B,T,H,3,D] split on H; and the block's forward needs two collectives besides the
  * MLP's (which is at the next block's ln1): the allreduce of the vocab-parallel embedding's partial
  * sum where ln1 reads it, and that of proj's partial sum where ln2 reads it. */
@@ -418,19 +418,21 @@ static void check_head_parallel(pdde_graph *g, int dp, int tp) {
     CHECK(qkv && dims_are(&qkv->dist, MAP(dp, -1, tp)), "qkv: %s", qkv ? str(&qkv->dist) : "none");
     CHECK(heads5 && heads5->ndim == 5 && dims_are(&heads5->dist, MAP(dp, -1, tp, -1, -1)), "[B,T,H,3,D]: %s",
           heads5 ? str(&heads5->dist) : "none");
-    pdde_tensor *sm = NULL;
-    for (int i = 0; i < pdde_graph_n_tensors(g) && !sm; i++) {
+    pdde_tensor *att = NULL, *back = NULL;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
-        if (t->op == PDDE_OP_SOFTMAX && t->layer == 1) sm = t;
+        if (t->op == PDDE_OP_ATTENTION && t->layer == 1 && !att) att = t;
+        if (t->op == PDDE_OP_ATTENTION_BACK && t->src[3] == att && att) back = t;
     }
-    pdde_tensor *scores = sm ? sm->src[0]->src[0] : NULL, *av = sm ? consumer(g, sm, PDDE_OP_MATMUL, 0) : NULL;
-    CHECK(scores && scores->op == PDDE_OP_MATMUL && av, "attention nodes");
-    if (!scores || !av) return;
-    const pdde_tensor *heads[] = {scores->src[0], scores->src[1], av->src[1], scores, sm, av};
-    for (int i = 0; i < 6; i++) {
+    CHECK(att && back, "attention nodes");
+    if (!att || !back) return;
+    const pdde_tensor *heads[] = {att->src[0], att->src[1], att->src[2], att};
+    for (int i = 0; i < 4; i++) {
         CHECK_ATTR(&heads[i]->dist, MAP(dp, tp, -1, -1), 0, 0);
         CHECK(heads[i]->shape[1] == gpt_cfg.heads, "[B,H,T,x]");
     }
+    CHECK_ATTR(&back->dist, MAP(-1, dp, tp, -1, -1), 0, 0);
+    for (int k = 0; k < back->nsrc; k++) CHECK_ATTR(pdde_op_input_dist(g, back, k), MAP(dp, tp, -1, -1), 0, 0);
     pdde_tensor *ln1 = consumer(g, find(g, "h0.ln1.g"), PDDE_OP_LAYERNORM, 1);
     pdde_tensor *ln2 = consumer(g, find(g, "h0.ln2.g"), PDDE_OP_LAYERNORM, 1), *at = NULL;
     int n = forward_collectives(g, 1, &at);

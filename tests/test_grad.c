@@ -40,6 +40,7 @@ static pdde_tensor *b_rmsnorm(pdde_graph *g, pdde_tensor **x) { return pdde_rmsn
 static pdde_tensor *b_softmax(pdde_graph *g, pdde_tensor **x) { return pdde_softmax(g, x[0], 0); }
 static pdde_tensor *b_softmax_causal(pdde_graph *g, pdde_tensor **x) { return pdde_softmax(g, x[0], 1); }
 static pdde_tensor *b_attention(pdde_graph *g, pdde_tensor **x) { return pdde_attention(g, x[0], x[1], x[2]); }
+static pdde_tensor *b_attention_unfused(pdde_graph *g, pdde_tensor **x) { return pdde_attention_unfused(g, x[0], x[1], x[2]); }
 static pdde_tensor *b_reshape(pdde_graph *g, pdde_tensor **x) { return pdde_reshape(g, x[0], 2, (int64_t[]){3, 10}); }
 static pdde_tensor *b_permute(pdde_graph *g, pdde_tensor **x) { return pdde_permute(g, x[0], (int[]){2, 0, 1}); }
 static pdde_tensor *b_transpose(pdde_graph *g, pdde_tensor **x) { return pdde_transpose(g, x[0], 0, 1); }
@@ -74,6 +75,9 @@ static const grad_case cases[] = {
     {"softmax", 1, {2}, {{3, 6}}, b_softmax, {-1}},
     {"softmax_causal", 1, {3}, {{2, 5, 5}}, b_softmax_causal, {-1}},
     {"attention", 3, {4, 4, 4}, {{1, 2, 5, 3}, {1, 2, 5, 3}, {1, 2, 5, 3}}, b_attention, {-1, -1, -1}},
+    /* fused, over more than one 128-row CPU tile (the keys of the second tile rescale the first's sums) */
+    {"attention_tiles", 3, {4, 4, 4}, {{1, 1, 200, 4}, {1, 1, 200, 4}, {1, 1, 200, 4}}, b_attention, {-1, -1, -1}},
+    {"attention_unfused", 3, {4, 4, 4}, {{2, 1, 4, 3}, {2, 1, 4, 3}, {2, 1, 4, 3}}, b_attention_unfused, {-1, -1, -1}},
     {"reshape", 1, {3}, {{2, 3, 5}}, b_reshape, {-1}},
     {"permute", 1, {3}, {{2, 3, 4}}, b_permute, {-1}},
     {"transpose", 1, {2}, {{3, 5}}, b_transpose, {-1}},
