@@ -1172,6 +1172,13 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
 pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out);
 void pdde_plan_devices_free(pdde_plan_devices *d);
+/* The same, with each device's figures timed on the nodes of g (build it with its backward and
+ * optimizer) as one of `ranks` data-parallel ranks runs them (GEMM rows and other nodes' bytes divided
+ * by ranks): FLOP/s = the GEMMs' FLOPs over their predicted times, bandwidth = the other nodes' bytes
+ * over theirs (each at least the first point of its class's curve: what small nodes cost). A single
+ * shape's rate misjudges a model whose GEMMs are tall, skinny or batched per attention head. */
+pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+                                            pdde_plan_devices *out);
 
 /* ---------------------------------------------------------------------------------------------------
  * Cost model (planner/cost.c): simulates one training step of per-rank programs on a cluster: each

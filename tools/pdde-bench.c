@@ -98,11 +98,15 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
                                         {1, 1024, 1024, 1024}, {1, 2048, 2048, 2048}, {1, 512, 768, 768}, {1, 512, 3072, 768},
                                         {1, 512, 768, 3072}, {1, 2048, 768, 768}, {1, 64, 4096, 1024}, {1, 4096, 64, 1024},
                                         {1, 1024, 1024, 64}, {1, 16, 1024, 1024}, {1, 512, 384, 128}, {1, 512, 128, 512},
-                                        {32, 64, 64, 32}, {32, 64, 32, 64}, {32, 128, 128, 64}, {32, 128, 64, 128}};
-    int n = quick ? 7 : (int)(sizeof shapes / sizeof shapes[0]);
+                                        {32, 64, 64, 32}, {32, 64, 32, 64}, {32, 128, 128, 64}, {32, 128, 64, 128},
+                                        /* small models (width 128-256): their GEMMs are far from the squares */
+                                        {1, 512, 128, 128}, {1, 512, 512, 128}, {1, 1024, 192, 192}, {1, 1024, 576, 192},
+                                        {1, 1024, 192, 768}, {1, 1024, 768, 192}, {1, 128, 128, 512}, {1, 192, 768, 1024},
+                                        {64, 64, 64, 48}, {64, 64, 48, 64}, {64, 48, 64, 64}, {32, 32, 64, 64}};
+    int n = (int)(sizeof shapes / sizeof shapes[0]);
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
         int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
-        if (quick && m * nn * k > 512 * 512 * 512) continue;
+        if (quick && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
         if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
             printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);

@@ -222,8 +222,8 @@ static int cgroup_create(int priority) {
         cgroup_top[0] = cgroup_path[0] = 0;
     } else if (step = "create", mkdir(cgroup_path, 0755) && errno != EEXIST) {
         cgroup_path[0] = 0;
-    } else if (step = "set the quota of", write_file(cgroup_path, "cpu.cfs_period_us", 100000) ||
-                                           write_file(cgroup_path, "cpu.cfs_quota_us", 100000 / SLOW_SHARE)) {
+    } else if (step = "set the quota of", write_file(cgroup_path, "cpu.cfs_period_us", 9000) ||
+                                           write_file(cgroup_path, "cpu.cfs_quota_us", 9000 / SLOW_SHARE)) {
     } else if (step = "join", priority && (write_file(cgroup_top, "cpu.shares", 65536) || write_file(cgroup_top, "cgroup.procs", (long)getpid()))) {
     } else {
         return 0;
@@ -234,33 +234,25 @@ static int cgroup_create(int priority) {
     return -1;
 }
 
-/* Measures this machine for the predictions, as the ranks will see it: pdde-bench --quick with the
- * threads each rank gets, into build/costmodel-<ranks>x<threads>.json, or (slow) inside the throttled
- * cgroup with one thread into build/costmodel-slow.json. Again on every run (the load changes), unless
- * reuse and the file exists. */
+/* Measures this machine for the predictions as the ranks see it (one thread each, in the benchmark's
+ * cgroup): pdde-bench --quick into build/costmodel-cpu.json, again on every run (the load changes)
+ * unless --reuse and the file exists. The throttled rank is this calibration scaled by its quota: a
+ * calibration inside its cgroup times short ops between the quota's throttles, and their medians
+ * come out unthrottled. */
 static int reuse;
-static int calibrate(int ranks, int threads, int slow, char *path, size_t n) {
-    if (slow) snprintf(path, n, "%s/costmodel-slow.json", build_dir);
-    else snprintf(path, n, "%s/costmodel-%dx%d.json", build_dir, ranks, threads);
+static int calibrate(char *path, size_t n) {
+    snprintf(path, n, "%s/costmodel-cpu.json", build_dir);
     struct stat sb;
     if (reuse && !stat(path, &sb) && sb.st_size > 0) return 0;
-    printf("calibrating %s (pdde-bench --quick, %d thread%s%s)\n", path, threads, threads > 1 ? "s" : "", slow ? ", inside the cgroup" : "");
+    printf("calibrating %s (pdde-bench --quick, one thread)\n", path);
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
-        char t[16], exe[300];
-        snprintf(t, sizeof t, "%d", threads);
-        setenv("PDDE_NUM_THREADS", t, 1), setenv("OPENBLAS_NUM_THREADS", t, 1), setenv("OMP_NUM_THREADS", t, 1);
-        if (slow) {
-            char procs[512];
-            snprintf(procs, sizeof procs, "%s/cgroup.procs", cgroup_path);
-            FILE *f = fopen(procs, "w");
-            if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f)) _exit(1);
-        }
+        char exe[300];
         int devnull = open("/dev/null", O_WRONLY);
         if (devnull >= 0) dup2(devnull, 1);
         snprintf(exe, sizeof exe, "%s/pdde-bench", build_dir);
-        execl(exe, exe, "--quick", "-o", path, slow ? "--no-comm" : NULL, (char *)NULL);
+        execl(exe, exe, "--quick", "-o", path, (char *)NULL);
         _exit(127);
     }
     int status = 0;
@@ -274,58 +266,56 @@ static int calibrate(int ranks, int threads, int slow, char *path, size_t n) {
 /* ------------------------------------------------------------------------------------------------
  * Predictions */
 
-static pdde_cluster *clusters[3]; /* the CPU file of 1 rank, of 2+ ranks, the throttled rank's */
-static char cluster_paths[3][300];
+static pdde_cluster *cluster; /* this machine, one thread (pdde-bench at the start) */
+static char cluster_path_cpu[300];
 static int cores = 2;
 
-/* The planner's devices for configuration c: rank r's figures from the cluster file of its thread
- * count (or the throttled one's; the OpenCL device of the file for PLACE_OPENCL), its speed divided by
- * the ranks sharing a core when there are more ranks than cores. paddle: instead every GEMM at 0.65 x
- * the device's peak and every other op one FLOP per output element (its bytes / 12: two f32 inputs and
- * an output), no op latency: Paddle's formula. */
-static pdde_status config_devices(pdde_context *ctx, const bench_config *c, int ranks, int paddle, pdde_plan_devices *d, double *a) {
-    const gpt_config *mc = &model_sizes[c->model];
+/* The planner's devices for configuration c, whose training graph is g: rank r's figures from the
+ * cluster file timed on g's nodes (pdde_cluster_plan_devices_graph; the OpenCL device's for
+ * PLACE_OPENCL), a third of that for the throttled rank (its quota) and divided by the ranks sharing a
+ * core when there are more ranks than cores. paddle: instead every GEMM at 0.65 x the device's peak and
+ * every other op one FLOP per output element (its bytes / 12: two f32 inputs and an output), no op
+ * latency: Paddle's formula. */
+static pdde_status config_devices(pdde_context *ctx, const bench_config *c, const pdde_graph *g, int ranks, int paddle, pdde_plan_devices *d,
+                                  double *a) {
     memset(d, 0, sizeof *d);
+    pdde_plan_devices all;
+    pdde_status st = pdde_cluster_plan_devices_graph(ctx, cluster, g, ranks, &all);
+    if (st) return st;
+    int k_opencl = -1;
+    for (int i = 0, dd = 0; i < cluster->n_machines; i++)
+        for (int j = 0; j < cluster->machines[i].n_devices; j++, dd++)
+            if (k_opencl < 0 && !strcmp(cluster->specs[cluster->machines[i].devices[j].spec].backend, "opencl")) k_opencl = dd;
     double over = ranks > cores ? (double)cores / ranks : 1;
-    for (int r = 0; r < ranks; r++) {
-        int place = r < 2 ? c->place[r] : PLACE_CPU, file = place == PLACE_SLOW ? 2 : ranks > 1;
-        pdde_cluster *cl = clusters[file];
-        pdde_plan_devices one;
-        int64_t rows = (int64_t)mc->batch * mc->ctx / ranks;
-        pdde_status st = pdde_cluster_plan_devices(ctx, cl, rows, 4 * (int64_t)mc->width, mc->width, &one);
-        if (st) return st;
-        int k = 0;
-        if (place == PLACE_OPENCL) {
-            k = -1;
-            for (int i = 0, dd = 0; i < cl->n_machines && k < 0; i++)
-                for (int j = 0; j < cl->machines[i].n_devices; j++, dd++)
-                    if (!strcmp(cl->specs[cl->machines[i].devices[j].spec].backend, "opencl")) k = dd;
-            if (k < 0) {
-                pdde_plan_devices_free(&one);
-                return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "%s has no OpenCL device", cluster_paths[file]);
-            }
+    for (int r = 0; r < ranks && !st; r++) {
+        int place = r < 2 ? c->place[r] : PLACE_CPU, k = place == PLACE_OPENCL ? k_opencl : 0;
+        if (k < 0) {
+            st = pdde_error(ctx, PDDE_ERR_NOT_FOUND, "%s has no OpenCL device", cluster_path_cpu);
+            break;
         }
-        const pdde_cluster_device *dev = NULL;
-        for (int i = 0, dd = 0; i < cl->n_machines && !dev; i++)
-            for (int j = 0; j < cl->machines[i].n_devices && !dev; j++, dd++)
-                if (dd == k) dev = &cl->machines[i].devices[j];
-        double peak = cl->specs[dev->spec].peak_flops;
-        a[r] = paddle ? 0.65 * peak : one.flops[k] * over;
-        a[4 + r] = paddle ? 12 * 0.65 * peak : one.mem_bw[k] * over;
-        a[8 + r] = one.memory[k] / (place == PLACE_OPENCL ? 1 : ranks);
-        a[12 + r] = paddle ? 0 : one.op_latency[k] / over;
-        if (r == 0) d->intra_bw = cl->machines[0].intra.bandwidth, d->intra_lat = cl->machines[0].intra.latency;
-        pdde_plan_devices_free(&one);
+        double speed = over / (place == PLACE_SLOW ? SLOW_SHARE : 1), peak = 0;
+        for (int i = 0, dd = 0; i < cluster->n_machines; i++)
+            for (int j = 0; j < cluster->machines[i].n_devices; j++, dd++)
+                if (dd == k) peak = cluster->specs[cluster->machines[i].devices[j].spec].peak_flops;
+        a[r] = paddle ? 0.65 * peak * speed : all.flops[k] * speed;
+        a[4 + r] = paddle ? 12 * 0.65 * peak * speed : all.mem_bw[k] * speed;
+        a[8 + r] = all.memory[k] / (place == PLACE_OPENCL ? 1 : ranks);
+        a[12 + r] = paddle ? 0 : all.op_latency[k] / speed;
     }
-    if (!(d->intra_bw > 0)) d->intra_bw = clusters[1]->machines[0].intra.bandwidth, d->intra_lat = clusters[1]->machines[0].intra.latency;
+    d->intra_bw = cluster->machines[0].intra.bandwidth, d->intra_lat = cluster->machines[0].intra.latency;
     d->n_devices = ranks, d->flops = a, d->mem_bw = a + 4, d->memory = a + 8, d->op_latency = a + 12;
-    return PDDE_OK;
+    pdde_plan_devices_free(&all);
+    return st;
 }
 
+/* The training graph of c's model at its global batch (what the planner reads and times). */
 static pdde_status config_graph(pdde_context *ctx, const bench_config *c, pdde_graph **g, pdde_plan_params *pp) {
     gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     pdde_status st = pdde_graph_init(ctx, g);
     if (!st) st = gpt_build(*g, &model_sizes[c->model], &m);
+    if (!st) st = pdde_backward(*g, m.loss);
+    if (!st) st = pdde_optimizer_adamw(*g, &op);
     *pp = (pdde_plan_params)PDDE_PLAN_PARAMS_INIT;
     pp->batch = model_sizes[c->model].batch, pp->tp_divisor = model_sizes[c->model].heads, pp->use_all_devices = 1;
     return st;
@@ -343,7 +333,7 @@ static pdde_status predict(pdde_context *ctx, bench_config *c) {
     pdde_status st = config_graph(ctx, c, &g, &pp);
     for (int paddle = 0; paddle < 2 && !st; paddle++) {
         pdde_plan p = pl;
-        if (!(st = config_devices(ctx, c, ranks, paddle, &d, a))) st = pdde_plan_evaluate(g, &d, &pp, &p);
+        if (!(st = config_devices(ctx, c, g, ranks, paddle, &d, a))) st = pdde_plan_evaluate(g, &d, &pp, &p);
         if (!st && paddle) c->baseline = p.step_s;
         else if (!st) c->predicted = p.step_s, c->mem_predicted = p.peak_bytes;
     }
@@ -360,7 +350,7 @@ static pdde_status planner_pick(pdde_context *ctx, const bench_config *c, int ra
     int nf = 0, nr = 0;
     double a[16];
     pdde_status st = config_graph(ctx, c, &g, &pp);
-    if (!st) st = config_devices(ctx, c, ranks, 0, &d, a);
+    if (!st) st = config_devices(ctx, c, g, ranks, 0, &d, a);
     if (!st) st = pdde_plan_search(g, &d, &pp, plans, 8, &nf, &nr);
     if (!st) pdde_plan_str(&plans[0], out, n);
     pdde_graph_free(g);
@@ -457,6 +447,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
+    /* one thread a rank, for the ranks (pdde-run keeps what is set) and pdde-bench alike: a pool of 2
+     * threads on this shared 2-core machine waits for whichever thread the others' load delays */
+    setenv("PDDE_NUM_THREADS", "1", 1), setenv("OPENBLAS_NUM_THREADS", "1", 1), setenv("OMP_NUM_THREADS", "1", 1);
     static char exe[512];
     ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
     if (len <= 0) return 1;
@@ -468,19 +461,13 @@ int main(int argc, char **argv) {
     printf("bench_costmodel: %d cores, load average %.2f %.2f %.2f at the start\n", cores, load[0], load[1], load[2]);
 
     int have_cgroup = cgroup_create(priority) == 0;
-    int threads2 = cores / 2 > 0 ? cores / 2 : 1;
-    if (calibrate(1, cores, 0, cluster_paths[0], sizeof cluster_paths[0]) || calibrate(2, threads2, 0, cluster_paths[1], sizeof cluster_paths[1]))
-        return cgroup_remove(), 1;
-    if (have_cgroup && calibrate(2, 1, 1, cluster_paths[2], sizeof cluster_paths[2])) cgroup_remove(), have_cgroup = 0;
-    if (!have_cgroup) snprintf(cluster_paths[2], sizeof cluster_paths[2], "%s", cluster_paths[1]);
     pdde_context *ctx;
-    if (pdde_context_init(NULL, &ctx)) return 1;
-    for (int i = 0; i < 3; i++)
-        if (pdde_cluster_load(ctx, cluster_paths[i], &clusters[i])) {
-            fprintf(stderr, "bench_costmodel: %s\n", pdde_last_error(ctx));
-            cgroup_remove();
-            return 1;
-        }
+    if (calibrate(cluster_path_cpu, sizeof cluster_path_cpu) || pdde_context_init(NULL, &ctx)) return cgroup_remove(), 1;
+    if (pdde_cluster_load(ctx, cluster_path_cpu, &cluster)) {
+        fprintf(stderr, "bench_costmodel: %s\n", pdde_last_error(ctx));
+        cgroup_remove();
+        return 1;
+    }
     int have_opencl = pdde_device_find(ctx, "opencl", 0) >= 0;
 
     if (!hetero) {
@@ -585,7 +572,7 @@ int main(int argc, char **argv) {
     }
     if (getloadavg(load, 3) < 0) load[0] = NAN;
     printf("load average %.2f %.2f %.2f at the end\n", load[0], load[1], load[2]);
-    for (int i = 0; i < 3; i++) pdde_cluster_free(clusters[i]);
+    pdde_cluster_free(cluster);
     pdde_context_free(ctx);
     if (!n) return 1;
     if (hetero)
