@@ -1175,8 +1175,9 @@ void pdde_plan_devices_free(pdde_plan_devices *d);
 /* The same, with each device's figures timed on the nodes of g (build it with its backward and
  * optimizer) as one of `ranks` data-parallel ranks runs them (GEMM rows and other nodes' bytes divided
  * by ranks): FLOP/s = the GEMMs' FLOPs over their predicted times, bandwidth = the other nodes' bytes
- * over theirs (each at least the first point of its class's curve: what small nodes cost). A single
- * shape's rate misjudges a model whose GEMMs are tall, skinny or batched per attention head. */
+ * over theirs (each at least the first point of its class's curve: what small nodes cost). A device
+ * lacking a figure a node needs keeps pdde_cluster_plan_devices' (at 4096^3). A single shape's rate
+ * misjudges a model whose GEMMs are tall, skinny or batched per attention head. */
 pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                             pdde_plan_devices *out);
 

