@@ -11,11 +11,13 @@
  *   - work per layer from the graph: GEMM FLOPs, memory traffic of the other ops, parameters,
  *     activations kept for backward, bytes crossing to later layers, tensor-parallel reductions;
  *   - a stage's time per micro-batch: forward + 2x backward (+ forward again with recompute) on its
- *     slowest device (FLOP/s for GEMMs, B/s for the rest, at least the device's op latency per op:
+ *     slowest device (FLOP/s for GEMMs, B/s for the rest, half of which tensor parallelism does not
+ *     split, at least the device's op latency per op:
  *     what makes many small micro-batches slow), tensor-parallel allreduces and
  *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall);
  *   - 1F1B: step = (m + (p - 1) / v) * max over stages of (per-micro time + the stage's gradient
- *     reduction and optimizer update spread over those slots);
+ *     reduction and optimizer update spread over those slots; ZeRO-1/2 gather each updated shard
+ *     back, one allgather per parameter tensor);
  *   - memory per device: parameters, gradients, AdamW state (each divided by dp as the ZeRO stage
  *     says), activations of the micro-batches the schedule keeps alive (checkpoints only, plus one
  *     layer, with recompute).
@@ -37,12 +39,13 @@ typedef struct {
     double *tp_ar;   /* [L] bytes allreduced per forward under tensor parallelism */
     int *tp_n;       /* [L] allreduces per forward under tensor parallelism */
     double *ops;     /* [L] forward ops (each costs at least a device's op latency per micro-batch) */
+    double *tensors; /* [L] parameter tensors (ZeRO-1/2 gathers each one back after its update) */
     /* for O(1) stage costs: prefix sums of the per-layer figures (PROF_* rows of L + 1) and a sparse
      * table of the largest layer activation over ranges of 2^j layers */
     double *prefix, *max_acts;
 } plan_profile;
 
-enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TP_N, PROF_COUNT };
+enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TENSORS, PROF_TP_N, PROF_COUNT };
 
 static void plan_profile_free(plan_profile *p) {
     free(p->flops);
@@ -70,7 +73,7 @@ static pdde_status plan_profile_index(pdde_context *ctx, plan_profile *p) {
     p->prefix = malloc(((size_t)PROF_COUNT * (L + 1) + (size_t)levels * L) * sizeof *p->prefix);
     if (!p->prefix) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
     p->max_acts = p->prefix + (size_t)PROF_COUNT * (L + 1);
-    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops};
+    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops, p->tensors};
     for (int q = 0; q < PROF_COUNT; q++) {
         double *row = p->prefix + (size_t)q * (L + 1);
         row[0] = 0;
@@ -95,14 +98,14 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
     }
     if (n_layers > 0) L = n_layers;
     p->n_layers = L;
-    double *mem = calloc((size_t)L * 7, sizeof *mem);
+    double *mem = calloc((size_t)L * 8, sizeof *mem);
     int *cnt = calloc((size_t)L * 2, sizeof *cnt);
     uint8_t *counted = calloc((size_t)n, 1);
     if (!mem || !cnt || !counted) {
         free(mem), free(cnt), free(counted);
         return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "plan: out of memory");
     }
-    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L, p->ops = mem + 6 * L;
+    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L, p->ops = mem + 6 * L, p->tensors = mem + 7 * L;
     p->tp_n = cnt;
     int *weight_gemms = cnt + L;
     for (int i = 0; i < n; i++) {
@@ -110,7 +113,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         int l = t->layer >= 0 && t->layer < L ? t->layer : 0;
         double nb = (double)pdde_tensor_nbytes(t);
         if (t->op == PDDE_OP_NONE) {
-            if (t->flags & PDDE_TENSOR_PARAM) p->params[l] += nb;
+            if (t->flags & PDDE_TENSOR_PARAM) p->params[l] += nb, p->tensors[l] += 1;
             continue;
         }
         if (t->phase != PDDE_PHASE_FORWARD) continue;
@@ -203,7 +206,9 @@ static double stage_cost(const plan_eval *e, int s, int a, int b) {
     double flops = prof_sum(p, PROF_FLOPS, a, b), bytes = prof_sum(p, PROF_BYTES, a, b), params = prof_sum(p, PROF_PARAMS, a, b);
     double tp_bytes = prof_sum(p, PROF_TP_AR, a, b), tp_n = prof_sum(p, PROF_TP_N, a, b);
     double share = 1.0 / ((double)e->dp * e->m * e->tp);
-    double fwd = (flops / d->flops + bytes / d->mem_bw) * share + prof_sum(p, PROF_OPS, a, b) * d->op_latency;
+    /* about half of a block's other ops (its layernorms, residual adds) run whole on every tensor-parallel rank */
+    double bytes_share = share * (0.5 * e->tp + 0.5);
+    double fwd = flops / d->flops * share + bytes / d->mem_bw * bytes_share + prof_sum(p, PROF_OPS, a, b) * d->op_latency;
     double t = fwd * (e->recompute ? 4 : 3);
     if (e->tp > 1) { /* forward and backward: an allreduce per row-parallel linear */
         double per = tp_n > 0 ? tp_bytes / ((double)e->dp * e->m) / tp_n : 0;
@@ -216,6 +221,8 @@ static double stage_cost(const plan_eval *e, int s, int a, int b) {
     double sync = ring_allreduce_s(wbytes, e->dp, e->dp_bw, e->dp_lat);
     if (e->params->overlap_dp) sync = fmax(0, sync - e->m * fwd * 2);
     double update = 32.0 / 4.0 * (e->zero >= 1 ? wbytes / dp : wbytes) / d->mem_bw; /* AdamW: p, g, m, v in; p, m, v out */
+    if ((e->zero == 1 || e->zero == 2) && e->dp > 1) /* each updated shard gathered back into its parameter, one allgather a tensor */
+        update += (dp - 1) / dp * wbytes / e->dp_bw + prof_sum(p, PROF_TENSORS, a, b) * (dp - 1) * e->dp_lat;
     return t + (sync + update) / e->slots;
 }
 

@@ -254,7 +254,7 @@ enum { N_COLL_CASES = 6 };
 static const struct { pdde_collective op; pdde_comm_algo algo; } coll_cases[N_COLL_CASES] = {
     {PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO}, {PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING}, {PDDE_COLL_ALLREDUCE, PDDE_ALGO_RECURSIVE},
     {PDDE_COLL_ALLGATHER, PDDE_ALGO_AUTO}, {PDDE_COLL_REDUCE_SCATTER, PDDE_ALGO_AUTO}, {PDDE_COLL_SENDRECV, PDDE_ALGO_AUTO}};
-static const size_t coll_bytes[2] = {8 << 10, 8 << 20};
+static const size_t coll_bytes[3] = {8, 8 << 10, 8 << 20}; /* latency, then the bandwidth between the others */
 
 static pdde_status coll_once(pdde_comm *c, int which, size_t bytes, float *a, float *b) {
     size_t n = bytes / 4;
@@ -286,14 +286,14 @@ static int comm_rank(const char *addr, int r, int fd) {
         pdde_store_free(store), pdde_context_free(ctx);
         return 1;
     }
-    double out[N_COLL_CASES][2];
-    float *a = calloc(coll_bytes[1], 1), *b = calloc(coll_bytes[1], 1);
+    double out[N_COLL_CASES][3];
+    float *a = calloc(coll_bytes[2], 1), *b = calloc(coll_bytes[2], 1);
     int bad = !a || !b;
     for (int k = 0; k < N_COLL_CASES && !bad; k++) {
         pdde_comm_set_algo(c, coll_cases[k].algo);
-        for (int s = 0; s < 2 && !bad; s++) {
+        for (int s = 0; s < 3 && !bad; s++) {
             double v[200];
-            int n = 0, reps = s ? (quick ? 5 : 15) : (quick ? 30 : 100);
+            int n = 0, reps = s == 2 ? (quick ? 5 : 15) : (quick ? 30 : 100);
             bad |= coll_once(c, k, coll_bytes[s], a, b) != PDDE_OK; /* warm-up */
             for (int i = 0; i < reps && !bad; i++) {
                 bad |= pdde_comm_barrier(c) != PDDE_OK;
@@ -333,7 +333,7 @@ static int measure_comm(pdde_cluster *cl) {
             _exit(comm_rank(addr, r, fds[1]));
         }
     close(fds[1]);
-    double res[N_COLL_CASES][2];
+    double res[N_COLL_CASES][3];
     ssize_t got = read(fds[0], res, sizeof res);
     close(fds[0]);
     int bad = got != (ssize_t)sizeof res;
@@ -348,14 +348,15 @@ static int measure_comm(pdde_cluster *cl) {
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     if (bad) return -1;
-    printf("collectives on 2 ranks (small %zu B, large %zu B):\n", coll_bytes[0], coll_bytes[1]);
+    printf("collectives on 2 ranks (latency at %zu B, bandwidth from %zu B to %zu B):\n", coll_bytes[0], coll_bytes[1], coll_bytes[2]);
     for (int k = 0; k < N_COLL_CASES; k++) {
         pdde_collective_calib c = {coll_cases[k].op, coll_cases[k].algo, 2, 1, 0, 0};
-        double dt = res[k][1] - res[k][0], db = (double)(coll_bytes[1] - coll_bytes[0]);
+        double dt = res[k][2] - res[k][1], db = (double)(coll_bytes[2] - coll_bytes[1]);
         if (!(dt > 0)) continue;
         c.bandwidth = db / dt;
-        c.latency = res[k][0] - (double)coll_bytes[0] / c.bandwidth;
-        if (c.latency < 0) c.latency = 0;
+        /* the smallest message's time: a fit through 8 kB and 8 MB put the intercept near 0, while a
+         * small collective in a training step costs microseconds of calls and progress */
+        c.latency = res[k][0] > 0 ? res[k][0] : 0;
         pdde_cluster_add_calib(cl, &c);
         static const char *algos[] = {"auto", "ring", "recursive", "two_level"};
         printf("  %-14s %-9s latency %8.2f us  %7.3f GB/s\n", pdde_collective_name(c.op), algos[c.algo], c.latency * 1e6, c.bandwidth / 1e9);

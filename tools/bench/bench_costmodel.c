@@ -57,9 +57,11 @@ typedef struct {
     char plan[96];     /* pdde_plan_parse form */
     int place[2];      /* ranks 0 and 1 (the others: CPU) */
     int hetero;        /* 1: a throttled rank, 2: the PoCL device (the hetero comparison's groups) */
-    int pick;          /* the planner's pick for its group */
+    int pick;          /* the planner's pick for its group: 1 on every rank, 2 free to leave the slow one out (both: 3) */
     double measured[16], mem_measured;
     int n_measured;
+    double pred[16], base[16]; /* per round, from that round's calibration */
+    int n_pred;
     double predicted, baseline, mem_predicted, t_measured;
 } bench_config;
 
@@ -321,7 +323,7 @@ static pdde_status config_graph(pdde_context *ctx, const bench_config *c, pdde_g
     return st;
 }
 
-/* Fills c->predicted, c->baseline and c->mem_predicted. */
+/* Appends c's predictions from the current calibration to c->pred and c->base; sets c->mem_predicted. */
 static pdde_status predict(pdde_context *ctx, bench_config *c) {
     pdde_plan pl;
     pdde_plan_parse(c->plan, &pl);
@@ -334,15 +336,17 @@ static pdde_status predict(pdde_context *ctx, bench_config *c) {
     for (int paddle = 0; paddle < 2 && !st; paddle++) {
         pdde_plan p = pl;
         if (!(st = config_devices(ctx, c, g, ranks, paddle, &d, a))) st = pdde_plan_evaluate(g, &d, &pp, &p);
-        if (!st && paddle) c->baseline = p.step_s;
-        else if (!st) c->predicted = p.step_s, c->mem_predicted = p.peak_bytes;
+        if (!st && paddle) c->base[c->n_pred] = p.step_s;
+        else if (!st) c->pred[c->n_pred] = p.step_s, c->mem_predicted = p.peak_bytes;
     }
     pdde_graph_free(g);
+    if (!st && c->n_pred < 16) c->n_pred++;
     return st;
 }
 
-/* The planner's pick for the ranks and placement of c (pdde_plan_search on every rank): into out. */
-static pdde_status planner_pick(pdde_context *ctx, const bench_config *c, int ranks, char *out, size_t n) {
+/* The planner's pick for the ranks and placement of c (pdde_plan_search, on every rank or on those it
+ * chooses): into out. */
+static pdde_status planner_pick(pdde_context *ctx, const bench_config *c, int ranks, int use_all, char *out, size_t n) {
     pdde_graph *g = NULL;
     pdde_plan_params pp;
     pdde_plan_devices d;
@@ -351,6 +355,7 @@ static pdde_status planner_pick(pdde_context *ctx, const bench_config *c, int ra
     double a[16];
     pdde_status st = config_graph(ctx, c, &g, &pp);
     if (!st) st = config_devices(ctx, c, g, ranks, 0, &d, a);
+    pp.use_all_devices = use_all;
     if (!st) st = pdde_plan_search(g, &d, &pp, plans, 8, &nf, &nr);
     if (!st) pdde_plan_str(&plans[0], out, n);
     pdde_graph_free(g);
@@ -398,10 +403,11 @@ static bench_config *add(const char *name, int model, const char *plan, int p0, 
 }
 
 /* Adds the planner's pick for configurations like `like` (same model, ranks and placement) unless
- * one of them is that plan; marks it. */
-static int add_pick(pdde_context *ctx, const bench_config *like, int ranks) {
+ * one of them is that plan; marks it (1: on every rank, 2: free to leave ranks out). */
+static int add_pick(pdde_context *ctx, const bench_config *like, int ranks, int use_all) {
     char plan[96], name[48];
-    if (planner_pick(ctx, like, ranks, plan, sizeof plan)) {
+    int mark = use_all ? 1 : 2;
+    if (planner_pick(ctx, like, ranks, use_all, plan, sizeof plan)) {
         fprintf(stderr, "bench_costmodel: the planner: %s\n", pdde_last_error(ctx));
         return -1;
     }
@@ -409,13 +415,13 @@ static int add_pick(pdde_context *ctx, const bench_config *like, int ranks) {
         bench_config *c = &configs[i];
         if (c->model == like->model && c->hetero == like->hetero && c->place[0] == like->place[0] && c->place[1] == like->place[1] &&
             same_plan(c->plan, plan, model_sizes[c->model].layers + 2)) {
-            c->pick = 1;
+            c->pick |= mark;
             return 0;
         }
     }
-    snprintf(name, sizeof name, "%.30s pick", like->name);
+    snprintf(name, sizeof name, "%s planner's pick%s", like->model ? "L" : "S", use_all ? "" : " (free)");
     bench_config *c = add(name, like->model, plan, like->place[0], like->place[1], like->hetero);
-    if (c) c->pick = 1, snprintf(c->name, sizeof c->name, "%s %s", like->model ? "L" : "S", "planner's pick");
+    if (c) c->pick = mark;
     return c ? 0 : -1;
 }
 
@@ -490,22 +496,22 @@ int main(int argc, char **argv) {
         add("S dp2 tp2", 0, "dp=2,tp=2", 0, 0, 0);
         add("S dp2 pp2 mb2", 0, "dp=2,pp=2,mb=2", 0, 0, 0);
         if (have_opencl) add("S 1 rank on PoCL", 0, "", PLACE_OPENCL, 0, 0);
-        if (add_pick(ctx, &configs[5], 2) || add_pick(ctx, &configs[11], 2)) return 1;
+        if (add_pick(ctx, &configs[5], 2, 1) || add_pick(ctx, &configs[11], 2, 1)) return 1;
     }
     if (have_cgroup) {
         const bench_config *first = add("S throttled dp2", 0, "dp=2", PLACE_CPU, PLACE_SLOW, 1);
         add("S throttled pp2 mb4", 0, "pp=2,mb=4", PLACE_CPU, PLACE_SLOW, 1);
-        if (add_pick(ctx, first, 2)) return 1;
+        if (add_pick(ctx, first, 2, 1) || (hetero && add_pick(ctx, first, 2, 0))) return 1;
         if (hetero) {
             first = add("L throttled dp2", 1, "dp=2", PLACE_CPU, PLACE_SLOW, 1);
             add("L throttled pp2 mb4", 1, "pp=2,mb=4", PLACE_CPU, PLACE_SLOW, 1);
-            if (add_pick(ctx, first, 2)) return 1;
+            if (add_pick(ctx, first, 2, 1) || add_pick(ctx, first, 2, 0)) return 1;
         }
     }
     if (hetero && have_opencl) {
         const bench_config *first = add("S CPU+PoCL dp2", 0, "dp=2", PLACE_CPU, PLACE_OPENCL, 2);
         add("S CPU+PoCL pp2 mb4", 0, "pp=2,mb=4", PLACE_CPU, PLACE_OPENCL, 2);
-        if (add_pick(ctx, first, 2)) return 1;
+        if (add_pick(ctx, first, 2, 1) || add_pick(ctx, first, 2, 0)) return 1;
     }
     if (only) { /* one configuration (by name), for a quick look */
         int k = 0;
@@ -515,6 +521,14 @@ int main(int argc, char **argv) {
     }
 
     for (int rep = 0; rep < reps; rep++) {
+        if (rep > 0) { /* the load drifts: each round is predicted from a calibration taken with it */
+            pdde_cluster_free(cluster), cluster = NULL;
+            if (calibrate(cluster_path_cpu, sizeof cluster_path_cpu) || pdde_cluster_load(ctx, cluster_path_cpu, &cluster)) {
+                fprintf(stderr, "bench_costmodel: %s\n", pdde_last_error(ctx));
+                cgroup_remove();
+                return 1;
+            }
+        }
         printf("round %d of %d:", rep + 1, reps);
         for (int j = 0; j < n_configs; j++) {
             bench_config *c = &configs[rep % 2 ? n_configs - 1 - j : j];
@@ -523,6 +537,8 @@ int main(int argc, char **argv) {
         }
         if (getloadavg(load, 3) < 0) load[0] = NAN;
         printf(" ms (load %.2f)\n", load[0]);
+        for (int j = 0; j < n_configs; j++)
+            if (predict(ctx, &configs[j])) fprintf(stderr, "bench_costmodel: %s: %s\n", configs[j].name, pdde_last_error(ctx));
     }
     cgroup_remove();
 
@@ -531,12 +547,9 @@ int main(int argc, char **argv) {
     int n = 0;
     for (int i = 0; i < n_configs; i++) {
         bench_config *c = &configs[i];
-        if (!c->n_measured) continue;
+        if (!c->n_measured || !c->n_pred) continue;
         c->t_measured = bench_median(c->measured, c->n_measured);
-        if (predict(ctx, c)) {
-            fprintf(stderr, "bench_costmodel: %s: %s\n", c->name, pdde_last_error(ctx));
-            continue;
-        }
+        c->predicted = bench_median(c->pred, c->n_pred), c->baseline = bench_median(c->base, c->n_pred);
         double err = 100 * fabs(c->predicted - c->t_measured) / c->t_measured, berr = 100 * fabs(c->baseline - c->t_measured) / c->t_measured;
         double merr = 100 * fabs(c->mem_predicted - c->mem_measured) / c->mem_measured;
         printf("%-26s %-34s %7.2fms %7.2fms %6.1f%% %7.2fms %6.1f%% %8.2f %8.2f%s\n", c->name, c->plan[0] ? c->plan : "(one process)",
@@ -546,25 +559,27 @@ int main(int argc, char **argv) {
         err_sum += err, base_sum += berr, mem_sum += merr;
         if (err > err_max) err_max = err;
     }
-    /* per group (model and placement of 2-rank plans, or a hetero setup): the pick against the fastest */
-    double gap = 0, speedup = INFINITY, by_kind[3] = {INFINITY, INFINITY, INFINITY};
+    /* per group (a model's 2-rank plans, or a heterogeneous setup): the pick against the fastest plan
+     * measured, and (heterogeneous) against the best uniform plan: equal batch shares or an even cut */
+    double gap = 0, speedup[2][3] = {{INFINITY, INFINITY, INFINITY}, {INFINITY, INFINITY, INFINITY}};
     for (int i = 0; i < n_configs; i++) {
         const bench_config *p = &configs[i];
         if (!p->pick || !p->n_measured) continue;
         double fastest = INFINITY, uniform = INFINITY;
         for (int j = 0; j < n_configs; j++) {
             const bench_config *c = &configs[j];
-            if (!c->n_measured || c->model != p->model || c->hetero != p->hetero || c->place[1] != p->place[1] || config_ranks(c) != 2) continue;
+            if (!c->n_measured || c->model != p->model || c->hetero != p->hetero || c->place[1] != p->place[1] || (!c->hetero && config_ranks(c) != 2))
+                continue;
             fastest = fmin(fastest, c->t_measured);
             if (!c->pick) uniform = fmin(uniform, c->t_measured);
         }
         double g = 100 * (p->t_measured / fastest - 1);
-        printf("%s: the planner's pick %s measures %.2f ms, the fastest 2-rank plan %.2f ms: %.1f%% slower", p->name, p->plan,
-               1e3 * p->t_measured, 1e3 * fastest, g);
+        printf("%s: %s measures %.2f ms, the fastest measured %.2f ms: %.1f%% slower", p->name, p->plan[0] ? p->plan : "one process", 1e3 * p->t_measured,
+               1e3 * fastest, g);
         if (p->hetero) {
-            printf("; against the best uniform plan (%.2f ms): %.2fx", 1e3 * uniform, uniform / p->t_measured);
-            by_kind[p->hetero] = fmin(by_kind[p->hetero], uniform / p->t_measured);
-            speedup = fmin(speedup, uniform / p->t_measured);
+            printf("; the best uniform plan %.2f ms: %.2fx", 1e3 * uniform, uniform / p->t_measured);
+            for (int k = 0; k < 2; k++)
+                if (p->pick & (1 << k)) speedup[k][p->hetero] = fmin(speedup[k][p->hetero], uniform / p->t_measured);
         } else if (g > gap) {
             gap = g;
         }
@@ -576,7 +591,8 @@ int main(int argc, char **argv) {
     pdde_context_free(ctx);
     if (!n) return 1;
     if (hetero)
-        printf("RESULT hetero speedup=%.2f cgroup=%.2f pocl=%.2f\n", speedup, by_kind[1], by_kind[2]);
+        printf("RESULT hetero speedup=%.2f cgroup=%.2f pocl=%.2f all_ranks_cgroup=%.2f all_ranks_pocl=%.2f\n", fmin(speedup[1][1], speedup[1][2]),
+               speedup[1][1], speedup[1][2], speedup[0][1], speedup[0][2]);
     else
         printf("RESULT costmodel n=%d mape=%.1f max_err=%.1f kendall_tau=%.2f baseline_mape=%.1f pick_gap=%.1f mem_mape=%.1f\n", n, err_sum / n,
                err_max, kendall_tau(pred, meas, n), base_sum / n, gap, mem_sum / n);
