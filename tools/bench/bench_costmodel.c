@@ -1,29 +1,36 @@
 /* bench_costmodel — the cost model's predictions against measured training steps on this machine.
  *
- *   bench_costmodel [--reps N] [--steps N] [--hetero] [--only NAME]
+ *   bench_costmodel [--reps N] [--steps N] [--hetero] [--only NAME] [--build DIR] [--no-priority] [--reuse]
  *
- * Every configuration trains the GPT of examples/gpt.h (two sizes) under build/pdde-run with 1-4 ranks:
- * one process, data parallel, ZeRO, tensor parallel, pipelines with several micro-batch counts,
- * recompute, the blocks on the OpenCL (PoCL) device, and heterogeneous pairs where rank 1 runs in a
- * cgroup (v1) whose CPU quota gives it a third of a core. Each rank is this program again
- * (--worker): it times its steps and reports them with the memory its session allocated. The repeats
- * run every configuration once in turn (the order reversed every other round), so the load the other
- * users put on the machine falls on all of them alike; each figure is the median over steps of the
- * slowest rank's step, then the median over the repeats.
+ * Every configuration trains the GPT of examples/gpt.h (two sizes) under build/pdde-run with 1-4 ranks
+ * of one thread each: one process, data parallel, ZeRO, tensor parallel, pipelines with several
+ * micro-batch counts, recompute, every layer on the OpenCL (PoCL) device, and a pair whose rank 1 runs
+ * in a cgroup (v1) whose CFS quota gives it a third of a core. Each rank is this program again
+ * (--worker): it times its steps and reports them with the bytes its session allocated.
  *
- * Predictions come from the cluster files pdde-bench writes (measured here first, with the threads a
- * rank gets; the throttled rank's file measured inside its cgroup): pdde's estimate is the planner's
- * (pdde_plan_evaluate, what pdde_plan_search ranks plans by), the baseline Paddle's published formula
- * (every op FLOPs / (0.65 x peak), alpha-beta communication) in the same schedule. pick_gap: how much
- * slower the planner's pick for 2 ranks (pdde_plan_search) measures than the fastest 2-rank plan
- * measured, per model size, the worse of the two.
+ * Robust on a machine others load: the benchmark and all it starts run in a cgroup with a large
+ * cpu.shares (--no-priority: not), each rank has one thread (a 2-thread pool there ran 2-4x slower
+ * than one thread whenever the others' load delayed one of its threads), the rounds run every
+ * configuration once (the order reversed every other round), each round is predicted from a
+ * calibration (pdde-bench --quick) taken just before it, and every figure is the median over steps of
+ * the slowest rank's step, then over the rounds.
  *
- * --hetero runs the heterogeneous comparison only: the planner's plan for a fast and a throttled rank
- * (it knows their calibrated speeds) and for the CPU with the PoCL device, each against the best
- * uniform plan (equal batch shares or an even stage cut), measured in the same rounds.
+ * pdde's prediction is the planner's (pdde_plan_evaluate, what pdde_plan_search ranks plans by) on
+ * device figures timed on the model's own nodes (pdde_cluster_plan_devices_graph); the throttled rank's
+ * are a third of the others' (a calibration inside the cgroup times short ops between throttles, and
+ * their medians come out unthrottled); more ranks than cores divide the speed. The baseline is
+ * Paddle's published formula (every op FLOPs / (0.65 x peak), alpha-beta communication) in the same
+ * schedule. Memory: the plan's peak bytes against the most a rank's session allocated. pick_gap: how
+ * much slower the planner's pick for 2 ranks (pdde_plan_search) measures than the fastest 2-rank plan
+ * measured, the worse of the two model sizes.
  *
- * Last line: RESULT costmodel mape=<%> max_err=<%> kendall_tau=<..> baseline_mape=<%> pick_gap=<%> mem_mape=<%>
- * (--hetero: RESULT hetero speedup=<..> cgroup=<..> pocl=<..>) */
+ * --hetero: a fast and a throttled rank, and the CPU with the PoCL device; for each model the
+ * planner's picks (on both ranks, and free to leave one out) against the best uniform plan measured
+ * in the same rounds (equal batch shares, dp=2, or an even stage cut, pp=2).
+ *
+ * Last line: RESULT costmodel n=<configs> mape=<%> max_err=<%> kendall_tau=<..> baseline_mape=<%> pick_gap=<%> mem_mape=<%>
+ * (--hetero: RESULT hetero speedup=<the worse of cgroup and pocl> cgroup=<..> pocl=<..> all_ranks_cgroup=<..> all_ranks_pocl=<..>,
+ * each the best uniform plan's time over the pick's, the worse of the two models) */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "bench_common.h"
