@@ -243,13 +243,16 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
 }
 
 /* The planner's plans for training the GPT of c on d (fastest first, then rejected ones with why):
- * pdde_plan_search over the model's forward graph at its global batch, tensor parallelism by heads. */
+ * pdde_plan_search over the model's training graph at its global batch, tensor parallelism by heads. */
 static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
                                           pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
     pdde_graph *g = NULL;
     gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     pdde_status st = pdde_graph_init(ctx, &g);
     if (!st) st = gpt_build(g, c, &m);
+    if (!st) st = pdde_backward(g, m.loss);
+    if (!st) st = pdde_optimizer_adamw(g, &op);
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
     pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);

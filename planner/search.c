@@ -40,12 +40,14 @@ typedef struct {
     int *tp_n;       /* [L] allreduces per forward under tensor parallelism */
     double *ops;     /* [L] forward ops (each costs at least a device's op latency per micro-batch) */
     double *tensors; /* [L] parameter tensors (ZeRO-1/2 gathers each one back after its update) */
+    /* [L] the same of the backward nodes, when the graph has them (else backward = 2 x forward) */
+    double *bflops, *bbytes, *bops;
     /* for O(1) stage costs: prefix sums of the per-layer figures (PROF_* rows of L + 1) and a sparse
      * table of the largest layer activation over ranges of 2^j layers */
     double *prefix, *max_acts;
 } plan_profile;
 
-enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TENSORS, PROF_TP_N, PROF_COUNT };
+enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TENSORS, PROF_BFLOPS, PROF_BBYTES, PROF_BOPS, PROF_TP_N, PROF_COUNT };
 
 static void plan_profile_free(plan_profile *p) {
     free(p->flops);
@@ -73,7 +75,7 @@ static pdde_status plan_profile_index(pdde_context *ctx, plan_profile *p) {
     p->prefix = malloc(((size_t)PROF_COUNT * (L + 1) + (size_t)levels * L) * sizeof *p->prefix);
     if (!p->prefix) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
     p->max_acts = p->prefix + (size_t)PROF_COUNT * (L + 1);
-    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops, p->tensors};
+    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops, p->tensors, p->bflops, p->bbytes, p->bops};
     for (int q = 0; q < PROF_COUNT; q++) {
         double *row = p->prefix + (size_t)q * (L + 1);
         row[0] = 0;
@@ -98,7 +100,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
     }
     if (n_layers > 0) L = n_layers;
     p->n_layers = L;
-    double *mem = calloc((size_t)L * 8, sizeof *mem);
+    double *mem = calloc((size_t)L * 11, sizeof *mem);
     int *cnt = calloc((size_t)L * 2, sizeof *cnt);
     uint8_t *counted = calloc((size_t)n, 1);
     if (!mem || !cnt || !counted) {
@@ -106,6 +108,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "plan: out of memory");
     }
     p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L, p->ops = mem + 6 * L, p->tensors = mem + 7 * L;
+    p->bflops = mem + 8 * L, p->bbytes = mem + 9 * L, p->bops = mem + 10 * L;
     p->tp_n = cnt;
     int *weight_gemms = cnt + L;
     for (int i = 0; i < n; i++) {
@@ -115,6 +118,16 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         if (t->op == PDDE_OP_NONE) {
             if (t->flags & PDDE_TENSOR_PARAM) p->params[l] += nb, p->tensors[l] += 1;
             continue;
+        }
+        if (t->phase == PDDE_PHASE_BACKWARD && !(t->flags & PDDE_TENSOR_VIEW)) {
+            p->bops[l] += 1;
+            if (t->op == PDDE_OP_MATMUL) {
+                const pdde_tensor *a = t->src[0];
+                p->bflops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)(t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1]);
+            } else {
+                p->bbytes[l] += nb;
+                for (int k = 0; k < t->nsrc; k++) p->bbytes[l] += (double)pdde_tensor_nbytes(t->src[k]);
+            }
         }
         if (t->phase != PDDE_PHASE_FORWARD) continue;
         if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb, p->ops[l] += 1;
@@ -209,7 +222,10 @@ static double stage_cost(const plan_eval *e, int s, int a, int b) {
     /* about half of a block's other ops (its layernorms, residual adds) run whole on every tensor-parallel rank */
     double bytes_share = share * (0.5 * e->tp + 0.5);
     double fwd = flops / d->flops * share + bytes / d->mem_bw * bytes_share + prof_sum(p, PROF_OPS, a, b) * d->op_latency;
-    double t = fwd * (e->recompute ? 4 : 3);
+    double bops = prof_sum(p, PROF_BOPS, a, b), bwd = 2 * fwd; /* a graph without its backward: twice the forward */
+    if (bops > 0)
+        bwd = prof_sum(p, PROF_BFLOPS, a, b) / d->flops * share + prof_sum(p, PROF_BBYTES, a, b) / d->mem_bw * bytes_share + bops * d->op_latency;
+    double t = fwd * (e->recompute ? 2 : 1) + bwd;
     if (e->tp > 1) { /* forward and backward: an allreduce per row-parallel linear */
         double per = tp_n > 0 ? tp_bytes / ((double)e->dp * e->m) / tp_n : 0;
         t += 2 * tp_n * ring_allreduce_s(per, e->tp, e->tp_bw, e->tp_lat);

@@ -549,7 +549,8 @@ int main(int argc, char **argv) {
     }
     cgroup_remove();
 
-    printf("\n%-26s %-34s %9s %9s %7s %9s %7s %8s %8s\n", "config", "plan", "measured", "pdde", "err", "paddle", "err", "mem MB", "pred MB");
+    printf("\n%-26s %-34s %9s %15s %9s %15s %7s %9s %7s %8s %8s\n", "config", "plan", "measured", "(rounds)", "pdde", "(rounds)", "err",
+           "paddle", "err", "mem MB", "pred MB");
     double pred[MAX_CONFIGS], meas[MAX_CONFIGS], err_sum = 0, err_max = 0, base_sum = 0, mem_sum = 0;
     int n = 0;
     for (int i = 0; i < n_configs; i++) {
@@ -559,9 +560,11 @@ int main(int argc, char **argv) {
         c->predicted = bench_median(c->pred, c->n_pred), c->baseline = bench_median(c->base, c->n_pred);
         double err = 100 * fabs(c->predicted - c->t_measured) / c->t_measured, berr = 100 * fabs(c->baseline - c->t_measured) / c->t_measured;
         double merr = 100 * fabs(c->mem_predicted - c->mem_measured) / c->mem_measured;
-        printf("%-26s %-34s %7.2fms %7.2fms %6.1f%% %7.2fms %6.1f%% %8.2f %8.2f%s\n", c->name, c->plan[0] ? c->plan : "(one process)",
-               1e3 * c->t_measured, 1e3 * c->predicted, err, 1e3 * c->baseline, berr, c->mem_measured / 1e6, c->mem_predicted / 1e6,
-               c->pick ? "  <- planner's pick" : "");
+        /* the medians sorted both: the rounds' range is first to last */
+        printf("%-26s %-34s %7.2fms (%6.2f-%6.2f) %7.2fms (%6.2f-%6.2f) %6.1f%% %7.2fms %6.1f%% %8.2f %8.2f%s\n", c->name,
+               c->plan[0] ? c->plan : "(one process)", 1e3 * c->t_measured, 1e3 * c->measured[0], 1e3 * c->measured[c->n_measured - 1],
+               1e3 * c->predicted, 1e3 * c->pred[0], 1e3 * c->pred[c->n_pred - 1], err, 1e3 * c->baseline, berr, c->mem_measured / 1e6,
+               c->mem_predicted / 1e6, c->pick ? "  <- planner's pick" : "");
         pred[n] = c->predicted, meas[n] = c->t_measured, n++;
         err_sum += err, base_sum += berr, mem_sum += merr;
         if (err > err_max) err_max = err;
