@@ -148,6 +148,22 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
             p->out[s->layer] += (double)pdde_tensor_nbytes(s);
         }
     }
+    /* With its backward in the graph, a layer keeps what its backward nodes read of its forward
+     * outputs (through views), not every forward output: the memory plan reuses the rest. */
+    memset(counted, 0, (size_t)n);
+    bool has_backward = false;
+    for (int i = 0; i < n; i++) {
+        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        if (t->op == PDDE_OP_NONE || t->phase != PDDE_PHASE_BACKWARD) continue;
+        if (!has_backward) memset(p->acts, 0, (size_t)L * sizeof *p->acts), has_backward = true;
+        for (int k = 0; k < t->nsrc; k++) {
+            const pdde_tensor *s = t->src[k];
+            while (s->flags & PDDE_TENSOR_VIEW && s->nsrc > 0) s = s->src[0];
+            if (s->op == PDDE_OP_NONE || s->phase != PDDE_PHASE_FORWARD || counted[s->id]) continue;
+            counted[s->id] = 1;
+            p->acts[s->layer >= 0 && s->layer < L ? s->layer : 0] += (double)pdde_tensor_nbytes(s);
+        }
+    }
     free(counted);
     pdde_status st = plan_profile_index(pdde_graph_context(g), p);
     if (st) plan_profile_free(p);
