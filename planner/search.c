@@ -123,7 +123,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
             p->bops[l] += 1;
             if (t->op == PDDE_OP_MATMUL) {
                 const pdde_tensor *a = t->src[0];
-                p->bflops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)(t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1]);
+                p->bflops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)(pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1]);
             } else {
                 p->bbytes[l] += nb;
                 for (int k = 0; k < t->nsrc; k++) p->bbytes[l] += (double)pdde_tensor_nbytes(t->src[k]);
