@@ -9,8 +9,10 @@
  * The estimate is analytic, per layer, so that thousands of candidates on thousands of devices are
  * ranked in seconds:
  *   - work per layer from the graph: GEMM FLOPs, memory traffic of the other ops, parameters,
- *     activations kept for backward, bytes crossing to later layers, tensor-parallel reductions;
- *   - a stage's time per micro-batch: forward + 2x backward (+ forward again with recompute) on its
+ *     activations kept for backward (what the backward nodes read, when the graph has them), bytes
+ *     crossing to later layers, tensor-parallel reductions;
+ *   - a stage's time per micro-batch: forward + backward (its own nodes' work when the graph has
+ *     them, else twice the forward; + forward again with recompute) on its
  *     slowest device (FLOP/s for GEMMs, B/s for the rest, half of which tensor parallelism does not
  *     split, at least the device's op latency per op:
  *     what makes many small micro-batches slow), tensor-parallel allreduces and
@@ -153,7 +155,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
     memset(counted, 0, (size_t)n);
     bool has_backward = false;
     for (int i = 0; i < n; i++) {
-        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        const pdde_tensor *t = g->nodes[i];
         if (t->op == PDDE_OP_NONE || t->phase != PDDE_PHASE_BACKWARD) continue;
         if (!has_backward) memset(p->acts, 0, (size_t)L * sizeof *p->acts), has_backward = true;
         for (int k = 0; k < t->nsrc; k++) {
