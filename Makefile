@@ -123,7 +123,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-planner bench-attention install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
 
 deps-report:
@@ -261,11 +261,16 @@ bench-dlrm: all
 VERSION   := 0.1.0
 SOVERSION := 0
 LIBDIR     = $(DESTDIR)$(PREFIX)/lib
-# The cost model against measured single-process steps, on this machine's calibration (pdde-bench writes
-# $(BUILD)/cluster.json the first time; delete it to calibrate again).
+# The cost model against measured training steps of 1-4 ranks under pdde-run (two GPT sizes, DP, ZeRO,
+# TP, PP, recompute, PoCL, a cgroup-throttled rank), calibrated by pdde-bench at the start; needs root
+# for its cgroups (without, it runs unprioritised and without the throttled configurations).
+# BENCH_COSTMODEL_ARGS="--reps 5" for more repeats. bench-hetero: the planner's plan for a throttled
+# rank and for the CPU with the PoCL device against the best uniform plan.
 bench-costmodel: all
-	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench -o $(BUILD)/cluster.json
-	@$(BUILD)/bench_costmodel $(BUILD)/cluster.json
+	@$(BUILD)/bench_costmodel --build $(BUILD) $(BENCH_COSTMODEL_ARGS)
+
+bench-hetero: all
+	@$(BUILD)/bench_costmodel --build $(BUILD) --hetero $(BENCH_COSTMODEL_ARGS)
 
 # The planner on simulated clusters of 8 to 4096 devices (files written by gen_clusters.py --scale), five
 # models from 1.3B to 260B, and the predicted weak scaling of the 260B one; BENCH_PLANNER_REPEATS (3).

@@ -1241,6 +1241,14 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
 pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out);
 void pdde_plan_devices_free(pdde_plan_devices *d);
+/* The same, with each device's figures timed on the nodes of g (build it with its backward and
+ * optimizer) as one of `ranks` data-parallel ranks runs them (GEMM rows and other nodes' bytes divided
+ * by ranks): FLOP/s = the GEMMs' FLOPs over their predicted times, bandwidth = the other nodes' bytes
+ * over theirs (each at least the first point of its class's curve: what small nodes cost). A device
+ * lacking a figure a node needs keeps pdde_cluster_plan_devices' (at 4096^3). A single shape's rate
+ * misjudges a model whose GEMMs are tall, skinny or batched per attention head. */
+pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+                                            pdde_plan_devices *out);
 
 /* The planner for a program, in two calls. pdde_plan_auto: the fastest plan that fits for training g
  * (a forward graph built at params->batch, the global batch, whose repeated blocks carry layer ids)

@@ -206,15 +206,23 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
 }
 
 /* The planner's devices for training the GPT of c: the devices of a cluster file (pdde-bench writes
- * one), timed at the model's GEMM (a rank's rows of fc: [B*T/ranks, C] x [C, 4C]). With ranks > 0 the
+ * one), timed on the nodes of the model's training step as one of the ranks runs them
+ * (pdde_cluster_plan_devices_graph). With ranks > 0 the
  * job has that many ranks: a one-machine cluster (this machine, as pdde-bench measured it with the
  * threads a rank gets, PDDE_NUM_THREADS) gives every rank a copy of its first device (the CPU) and a
  * share of its memory; a cluster of several machines must list one device per rank. */
 static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluster_path, const gpt_config *c, int ranks, pdde_plan_devices *d) {
     pdde_cluster *cl = NULL;
+    pdde_graph *g = NULL;
+    gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
-    int64_t rows = (int64_t)c->batch * c->ctx / (ranks > 0 ? ranks : 1);
-    if (!st) st = pdde_cluster_plan_devices(ctx, cl, rows > 0 ? rows : 1, gpt_ffn(c), c->width, d);
+    if (!st) st = pdde_graph_init(ctx, &g);
+    if (!st) st = gpt_build(g, c, &m);
+    if (!st) st = pdde_backward(g, m.loss);
+    if (!st) st = pdde_optimizer_adamw(g, &op);
+    if (!st) st = pdde_cluster_plan_devices_graph(ctx, cl, g, ranks, d);
+    pdde_graph_free(g);
     int have = st ? 0 : d->n_devices;
     if (!st && ranks > 0 && (cl->n_machines == 1 || have != ranks)) {
         if (cl->n_machines != 1) {
@@ -242,13 +250,16 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
 }
 
 /* The planner's plans for training the GPT of c on d (fastest first, then rejected ones with why):
- * pdde_plan_search over the model's forward graph at its global batch, tensor parallelism by heads. */
+ * pdde_plan_search over the model's training graph at its global batch, tensor parallelism by heads. */
 static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
                                           pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
     pdde_graph *g = NULL;
     gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     pdde_status st = pdde_graph_init(ctx, &g);
     if (!st) st = gpt_build(g, c, &m);
+    if (!st) st = pdde_backward(g, m.loss);
+    if (!st) st = pdde_optimizer_adamw(g, &op);
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
     /* a job's ranks run pp innermost (gpt_build_plan's mesh): no stage-block layout for it */
     pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices, pp.no_stage_blocks = use_all_devices;

@@ -207,6 +207,33 @@ double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int devi
     return cost_compute(ctx, c, device_id, op, &unc);
 }
 
+pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+                                            pdde_plan_devices *out) {
+    pdde_cost_program *p = NULL;
+    pdde_status st = pdde_cluster_plan_devices(ctx, c, 0, 0, 0, out);
+    if (!st && (st = pdde_cost_program_from_graph(g, 0, &p))) pdde_error(ctx, st, "cluster: cannot read the graph's nodes");
+    double share = ranks > 1 ? 1.0 / ranks : 1.0;
+    for (int h = 0, i = 0; !st && h < c->n_machines; h++)
+        for (int d = 0; d < c->machines[h].n_devices; d++, i++) {
+            double flops = 0, t_gemm = 0, bytes = 0, t_other = 0;
+            int unc = 0;
+            for (int k = 0; k < pdde_cost_program_n_ops(p, 0); k++) {
+                pdde_cost_op op = *pdde_cost_program_op(p, 0, k);
+                if (op.op_class == PDDE_OPCLASS_GEMM) op.m = op.m * share >= 1 ? (int64_t)(op.m * share) : 1;
+                else op.bytes *= share;
+                double t = cost_compute(ctx, c, c->machines[h].devices[d].id, &op, &unc);
+                if (!isfinite(t)) { flops = bytes = 0; break; } /* a device the graph cannot be timed on keeps its figures above */
+                if (op.op_class == PDDE_OPCLASS_GEMM) flops += 2.0 * (double)op.m * (double)op.n * (double)op.k, t_gemm += t;
+                else if (op.bytes > 0) bytes += op.bytes, t_other += t;
+            }
+            if (flops > 0 && t_gemm > 0) ((double *)out->flops)[i] = flops / t_gemm;
+            if (bytes > 0 && t_other > 0) ((double *)out->mem_bw)[i] = bytes / t_other;
+        }
+    pdde_cost_program_free(p);
+    if (st && out->flops) pdde_plan_devices_free(out);
+    return st;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * Communication time. A collective is a sequence of steps; in a step some flows (src -> dst device,
  * bytes) run at once, each at latency + bytes / bandwidth of its link, where the flows that share a

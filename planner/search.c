@@ -11,14 +11,17 @@
  * The estimate is analytic, per layer, so that thousands of candidates on thousands of devices are
  * ranked in seconds:
  *   - work per layer from the graph: GEMM FLOPs, memory traffic of the other ops, parameters,
- *     activations kept for backward, bytes crossing to later layers, tensor-parallel reductions;
- *   - a stage's time per micro-batch: forward + 2x backward (+ forward again of the layers it
- *     recomputes) on its slowest device (FLOP/s for GEMMs, B/s for the rest, at least the device's op
- *     latency per op: what makes many small micro-batches slow), tensor-parallel allreduces and
- *     stage-crossing sends on alpha-beta links (within or across hosts, as the ranks fall; collectives
- *     in bf16 carry half the bytes and cast on each side);
+ *     activations kept for backward (what the backward nodes read, when the graph has them), bytes
+ *     crossing to later layers, tensor-parallel reductions;
+ *   - a stage's time per micro-batch: forward + backward (its own nodes' work when the graph has
+ *     them, else twice the forward) + forward again of the layers it recomputes, on its slowest
+ *     device (FLOP/s for GEMMs, B/s for the rest, half of which tensor parallelism does not split, at
+ *     least the device's op latency per op: what makes many small micro-batches slow),
+ *     tensor-parallel allreduces and stage-crossing sends on alpha-beta links (within or across
+ *     hosts, as the ranks fall; collectives in bf16 carry half the bytes and cast on each side);
  *   - 1F1B: step = (m + (p - 1) / v) * max over stages of (per-micro time + the stage's gradient
- *     reduction and optimizer update spread over those slots);
+ *     reduction and optimizer update spread over those slots; ZeRO-1/2 gather each updated shard
+ *     back, one allgather per parameter tensor);
  *   - memory per device: parameters, gradients, AdamW state (each divided by dp as the ZeRO stage
  *     says), activations of the micro-batches the schedule keeps alive (of a recomputed layer its
  *     outputs only, plus the stage's largest layer while it is recomputed).
@@ -44,12 +47,15 @@ typedef struct {
     double *tp_ar;   /* [L] bytes allreduced per forward under tensor parallelism */
     int *tp_n;       /* [L] allreduces per forward under tensor parallelism */
     double *ops;     /* [L] forward ops (each costs at least a device's op latency per micro-batch) */
+    double *tensors; /* [L] parameter tensors (ZeRO-1/2 gathers each one back after its update) */
+    /* [L] the same of the backward nodes, when the graph has them (else backward = 2 x forward) */
+    double *bflops, *bbytes, *bops;
     /* for O(1) stage costs: prefix sums of the per-layer figures (PROF_* rows of L + 1) and a sparse
      * table of the largest layer activation over ranges of 2^j layers */
     double *prefix, *max_acts;
 } plan_profile;
 
-enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TP_N, PROF_COUNT };
+enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TENSORS, PROF_BFLOPS, PROF_BBYTES, PROF_BOPS, PROF_TP_N, PROF_COUNT };
 
 static void plan_profile_free(plan_profile *p) {
     free(p->flops);
@@ -77,7 +83,7 @@ static pdde_status plan_profile_index(pdde_context *ctx, plan_profile *p) {
     p->prefix = malloc(((size_t)PROF_COUNT * (L + 1) + (size_t)levels * L) * sizeof *p->prefix);
     if (!p->prefix) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
     p->max_acts = p->prefix + (size_t)PROF_COUNT * (L + 1);
-    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops};
+    const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops, p->tensors, p->bflops, p->bbytes, p->bops};
     for (int q = 0; q < PROF_COUNT; q++) {
         double *row = p->prefix + (size_t)q * (L + 1);
         row[0] = 0;
@@ -102,14 +108,15 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
     }
     if (n_layers > 0) L = n_layers;
     p->n_layers = L;
-    double *mem = calloc((size_t)L * 7, sizeof *mem);
+    double *mem = calloc((size_t)L * 11, sizeof *mem);
     int *cnt = calloc((size_t)L * 2, sizeof *cnt);
     uint8_t *counted = calloc((size_t)n, 1);
     if (!mem || !cnt || !counted) {
         free(mem), free(cnt), free(counted);
         return pdde_error(g->ctx, PDDE_ERR_OOM, "plan: out of memory");
     }
-    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L, p->ops = mem + 6 * L;
+    p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L, p->ops = mem + 6 * L, p->tensors = mem + 7 * L;
+    p->bflops = mem + 8 * L, p->bbytes = mem + 9 * L, p->bops = mem + 10 * L;
     p->tp_n = cnt;
     int *weight_gemms = cnt + L;
     for (int i = 0; i < n; i++) {
@@ -117,8 +124,18 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         int l = t->layer >= 0 && t->layer < L ? t->layer : 0;
         double nb = (double)pdde_tensor_nbytes(t);
         if (t->op == PDDE_OP_NONE) {
-            if (t->flags & PDDE_TENSOR_PARAM) p->params[l] += nb;
+            if (t->flags & PDDE_TENSOR_PARAM) p->params[l] += nb, p->tensors[l] += 1;
             continue;
+        }
+        if (t->phase == PDDE_PHASE_BACKWARD && !(t->flags & PDDE_TENSOR_VIEW)) {
+            p->bops[l] += 1;
+            if (t->op == PDDE_OP_MATMUL) {
+                const pdde_tensor *a = t->src[0];
+                p->bflops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)(pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1]);
+            } else {
+                p->bbytes[l] += nb;
+                for (int k = 0; k < t->nsrc; k++) p->bbytes[l] += (double)pdde_tensor_nbytes(t->src[k]);
+            }
         }
         if (t->phase != PDDE_PHASE_FORWARD) continue;
         if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb, p->ops[l] += 1;
@@ -143,6 +160,22 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
             if (s->op == PDDE_OP_NONE || counted[s->id] || s->layer < 0 || s->layer >= t->layer || s->layer >= L) continue;
             counted[s->id] = 1;
             p->out[s->layer] += (double)pdde_tensor_nbytes(s);
+        }
+    }
+    /* With its backward in the graph, a layer keeps what its backward nodes read of its forward
+     * outputs (through views), not every forward output: the memory plan reuses the rest. */
+    memset(counted, 0, (size_t)n);
+    bool has_backward = false;
+    for (int i = 0; i < n; i++) {
+        const pdde_tensor *t = g->nodes[i];
+        if (t->op == PDDE_OP_NONE || t->phase != PDDE_PHASE_BACKWARD) continue;
+        if (!has_backward) memset(p->acts, 0, (size_t)L * sizeof *p->acts), has_backward = true;
+        for (int k = 0; k < t->nsrc; k++) {
+            const pdde_tensor *s = t->src[k];
+            while (s->flags & PDDE_TENSOR_VIEW && s->nsrc > 0) s = s->src[0];
+            if (s->op == PDDE_OP_NONE || s->phase != PDDE_PHASE_FORWARD || counted[s->id]) continue;
+            counted[s->id] = 1;
+            p->acts[s->layer >= 0 && s->layer < L ? s->layer : 0] += (double)pdde_tensor_nbytes(s);
         }
     }
     free(counted);
@@ -199,6 +232,7 @@ typedef struct {
 /* What a stage does per micro-batch, summed over its runs of layers (one, or `chunks` interleaved). */
 typedef struct {
     double flops, bytes, ops, params, tp_ar, tp_n; /* forward work, parameters, tensor-parallel allreduces */
+    double bflops, bbytes, bops, tensors;         /* backward work (0 ops: the graph has none); parameter tensors */
     double kept, biggest;                         /* activation bytes kept for backward; the largest layer's */
     double r_flops, r_bytes, r_ops, r_tp_n;        /* forward work done again for recompute */
     double send;                                  /* bytes sent on to later stages */
@@ -210,6 +244,8 @@ static void work_add(const plan_eval *e, stage_work *w, int a, int b, int k) {
     const plan_profile *p = e->prof;
     w->flops += prof_sum(p, PROF_FLOPS, a, b), w->bytes += prof_sum(p, PROF_BYTES, a, b), w->ops += prof_sum(p, PROF_OPS, a, b);
     w->params += prof_sum(p, PROF_PARAMS, a, b), w->tp_ar += prof_sum(p, PROF_TP_AR, a, b), w->tp_n += prof_sum(p, PROF_TP_N, a, b);
+    w->bflops += prof_sum(p, PROF_BFLOPS, a, b), w->bbytes += prof_sum(p, PROF_BBYTES, a, b), w->bops += prof_sum(p, PROF_BOPS, a, b);
+    w->tensors += prof_sum(p, PROF_TENSORS, a, b);
     w->kept += prof_sum(p, PROF_OUT, a, a + k) + prof_sum(p, PROF_ACTS, a + k, b);
     /* a recomputed layer's activations exist during its own backward: the stage's largest bounds it (so
      * that more layers recomputed never needs more memory) */
@@ -243,8 +279,12 @@ static double cast_s(const plan_eval *e, const plan_stage_devices *d, double byt
 static double stage_time(const plan_eval *e, int s, const stage_work *w) {
     const plan_stage_devices *d = &e->st[s];
     double share = 1.0 / ((double)e->dp * e->m * e->tp);
-    double fwd = (w->flops / d->flops + w->bytes / d->mem_bw) * share + w->ops * d->op_latency;
-    double t = 3 * fwd + (w->r_flops / d->flops + w->r_bytes / d->mem_bw) * share + w->r_ops * d->op_latency;
+    /* about half of a block's other ops (its layernorms, residual adds) run whole on every tensor-parallel rank */
+    double bytes_share = share * (0.5 * e->tp + 0.5);
+    double fwd = w->flops / d->flops * share + w->bytes / d->mem_bw * bytes_share + w->ops * d->op_latency;
+    double bwd = w->bops > 0 ? w->bflops / d->flops * share + w->bbytes / d->mem_bw * bytes_share + w->bops * d->op_latency
+                             : 2 * fwd; /* a graph without its backward: twice the forward */
+    double t = fwd + bwd + w->r_flops / d->flops * share + w->r_bytes / d->mem_bw * bytes_share + w->r_ops * d->op_latency;
     if (e->tp > 1 && w->tp_n > 0) { /* forward, backward and recompute: an allreduce per row-parallel linear */
         double per = w->tp_ar / ((double)e->dp * e->m) / w->tp_n;
         t += (2 * w->tp_n + w->r_tp_n) * (ring_allreduce_s(per * e->wire, e->tp, e->tp_bw, e->tp_lat) + cast_s(e, d, per));
@@ -256,6 +296,8 @@ static double stage_time(const plan_eval *e, int s, const stage_work *w) {
     double sync = e->dp > 1 ? ring_allreduce_s(wbytes * e->wire, e->dp, e->dp_bw, e->dp_lat) + cast_s(e, d, wbytes) : 0;
     if (e->params->overlap_dp) sync = fmax(0, sync - e->m * fwd * 2);
     double update = 32.0 / 4.0 * (e->zero >= 1 ? wbytes / dp : wbytes) / d->mem_bw; /* AdamW: p, g, m, v in; p, m, v out */
+    if ((e->zero == 1 || e->zero == 2) && e->dp > 1) /* each updated shard gathered back into its parameter, one allgather a tensor */
+        update += (dp - 1) / dp * wbytes * e->wire / e->dp_bw + w->tensors * (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp);
     return t + (sync + update) / e->slots;
 }
 
@@ -373,12 +415,15 @@ static bool plan_may_fit(const plan_eval *e) {
     return state <= room;
 }
 
-/* A step time no cut can beat: every stage does at least its GEMMs' share 3x, so the slowest stage
- * takes at least the whole model's GEMM work over the stages' summed speed. */
+/* A step time no cut can beat: every stage does at least its GEMMs' share (forward and backward:
+ * the graph's backward GEMMs, or twice the forward's), so the slowest stage takes at least the whole
+ * model's GEMM work over the stages' summed speed. */
 static double plan_lower_bound(const plan_eval *e) {
     double speed = 0;
     for (int s = 0; s < e->pp; s++) speed += e->st[s].flops;
-    return e->slots * 3 * prof_sum(e->prof, PROF_FLOPS, 0, e->prof->n_layers) / ((double)e->dp * e->m * e->tp) / speed;
+    int L = e->prof->n_layers;
+    double fwd = prof_sum(e->prof, PROF_FLOPS, 0, L), bwd = prof_sum(e->prof, PROF_BOPS, 0, L) > 0 ? prof_sum(e->prof, PROF_BFLOPS, 0, L) : 2 * fwd;
+    return e->slots * (fwd + bwd) / ((double)e->dp * e->m * e->tp) / speed;
 }
 
 /* Fills plan's prediction for candidate e (links computed: plan_links); returns its step time (DBL_MAX

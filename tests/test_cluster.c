@@ -239,6 +239,31 @@ static void test_plan_devices(void) {
     pdde_cluster_free(c);
 }
 
+/* Timed on a graph's nodes as one of 2 ranks: a [2048, 256] x [256, 512] GEMM is [1024, ...] per rank,
+ * the measured shape (its rate exactly); the add of two [2048, 512] f32 tensors touches 6 MiB per rank,
+ * timed on the elementwise curve (the whole batch's GEMM shape has another rate). The accelerator without curves keeps its peak and no bandwidth. */
+static void test_plan_devices_graph(void) {
+    pdde_cluster *c = make_cluster();
+    c->specs[0].gemm[c->specs[0].n_gemm++] = (pdde_gemm_point){PDDE_F32, 2048, 512, 256, 5e12}; /* the whole batch's shape */
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){2048, 256});
+    pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){256, 512}, 0.02f);
+    pdde_tensor *y = pdde_matmul(g, x, w, 0, 0);
+    pdde_mark_output(pdde_add(g, y, y));
+    pdde_plan_devices d;
+    CHECK(pdde_cluster_plan_devices_graph(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 6, "%s", pdde_last_error(ctx));
+    if (d.n_devices == 6) {
+        double bytes = 3.0 * 2048 * 512 * 4 / 2, t = 5e-6 + (bytes - 4096) / ((1 << 30) - 4096) * (8.1e-4 - 5e-6);
+        CHECK(d.flops[0] == 1.41e13, "the GEMM at a rank's rows: %g", d.flops[0]);
+        CHECK(test_close(d.mem_bw[1], bytes / t, 1e-12, 0), "the add's bytes over its time: %g, want %g", d.mem_bw[1], bytes / t);
+        CHECK(d.flops[5] == 1e12 / 3 && d.mem_bw[5] == 0 && d.memory[5] == 17000000003.0, "uncalibrated device: %g %g", d.flops[5], d.mem_bw[5]);
+    }
+    pdde_plan_devices_free(&d);
+    pdde_graph_free(g);
+    pdde_cluster_free(c);
+}
+
 /* The search plans on a cluster file: a GPT (layers 0..5) on the mixed example cluster. The plan fits
  * every device it uses, and uses the fast devices: with 28 devices of 3 models, none gets a share it
  * could not hold. */
@@ -305,6 +330,7 @@ int main(void) {
     test_validate();
     test_detect();
     test_plan_devices();
+    test_plan_devices_graph();
     if (!have_json) {
         test_skip("cjson", "the JSON tests: pdde was built without cJSON");
     } else {

@@ -1,130 +1,610 @@
-/* bench_costmodel — the cost model's predictions against measured steps, on one process.
+/* bench_costmodel — the cost model's predictions against measured training steps on this machine.
  *
- *   bench_costmodel CLUSTER.json [--steps N]
+ *   bench_costmodel [--reps N] [--steps N] [--hetero] [--only NAME] [--build DIR] [--no-priority] [--reuse]
  *
- * For GPT training steps of two sizes, with and without recompute, on each device of this machine
- * (the CPU, and the OpenCL device where there is one), it measures the median step time of a session
- * and predicts it from the cluster file (pdde-bench's measurements of this machine) by simulating the
- * graph's program (pdde_cost_program_from_graph + pdde_cost_simulate). Next to it, Paddle's formula:
- * every op's FLOPs / (0.65 x the device's peak). Memory: the predicted peak against the session's
- * (parameters + gradients + optimizer state + inputs + the activation arena).
+ * Every configuration trains the GPT of examples/gpt.h (two sizes) under build/pdde-run with 1-4 ranks
+ * of one thread each: one process, data parallel, ZeRO, tensor parallel, pipelines with several
+ * micro-batch counts, recompute, every layer on the OpenCL (PoCL) device, and a pair whose rank 1 runs
+ * in a cgroup (v1) whose CFS quota gives it a third of a core. Each rank is this program again
+ * (--worker): it times its steps and reports them with the bytes its session allocated.
  *
- * One process only: the multi-rank configurations of the issue wait on the lowering's per-rank programs.
- * Last line: RESULT costmodel_single n=<configs> mape=<%> max_err=<%> baseline_mape=<%> mem_mape=<%> */
+ * Robust on a machine others load: the benchmark and all it starts run in a cgroup with a large
+ * cpu.shares (--no-priority: not), each rank has one thread (a 2-thread pool there ran 2-4x slower
+ * than one thread whenever the others' load delayed one of its threads), the rounds run every
+ * configuration once (the order reversed every other round), each round is predicted from a
+ * calibration (pdde-bench --quick) taken just before it, and every figure is the median over steps of
+ * the slowest rank's step, then over the rounds.
+ *
+ * pdde's prediction is the planner's (pdde_plan_evaluate, what pdde_plan_search ranks plans by) on
+ * device figures timed on the model's own nodes (pdde_cluster_plan_devices_graph); the throttled rank's
+ * are a third of the others' (a calibration inside the cgroup times short ops between throttles, and
+ * their medians come out unthrottled); more ranks than cores divide the speed. The baseline is
+ * Paddle's published formula (every op FLOPs / (0.65 x peak), alpha-beta communication) in the same
+ * schedule. Memory: the plan's peak bytes against the most a rank's session allocated. pick_gap: how
+ * much slower the planner's pick for 2 ranks (pdde_plan_search) measures than the fastest 2-rank plan
+ * measured, the worse of the two model sizes.
+ *
+ * --hetero: a fast and a throttled rank, and the CPU with the PoCL device; for each model the
+ * planner's picks (on both ranks, and free to leave one out) against the best uniform plan measured
+ * in the same rounds (equal batch shares, dp=2, or an even stage cut, pp=2).
+ *
+ * Last line: RESULT costmodel n=<configs> mape=<%> max_err=<%> kendall_tau=<..> baseline_mape=<%> pick_gap=<%> mem_mape=<%>
+ * (--hetero: RESULT hetero speedup=<the worse of cgroup and pocl> cgroup=<..> pocl=<..> all_ranks_cgroup=<..> all_ranks_pocl=<..>,
+ * each the best uniform plan's time over the pick's, the worse of the two models) */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "bench_common.h"
 #include "examples/gpt.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-/* Paddle's estimate: FLOPs / (0.65 x peak) for every op (a GEMM 2mnk, any other op one per element). */
-static double paddle_estimate(const pdde_cost_program *p, double peak) {
-    double t = 0;
-    for (int i = 0; i < pdde_cost_program_n_ops(p, 0); i++) {
-        const pdde_cost_op *op = pdde_cost_program_op(p, 0, i);
-        double flops = op->op_class == PDDE_OPCLASS_GEMM ? 2.0 * (double)op->m * (double)op->n * (double)op->k : op->out_bytes / 4;
-        t += flops / (0.65 * peak);
+#define CGROUP_DIR "/sys/fs/cgroup/cpu"
+#define SLOW_SHARE 3 /* the throttled rank gets a third of a core */
+
+static const gpt_config model_sizes[2] = {
+    {256, 64, 4, 4, 128, 8},   /* S: 0.8M parameters, examples/gpt's default */
+    {256, 64, 6, 4, 192, 16},  /* L: 2.8M parameters, twice the batch */
+};
+
+/* How a rank runs: on the CPU (cluster file of its thread count), in the throttled cgroup, or with
+ * every layer on the OpenCL device. */
+enum { PLACE_CPU, PLACE_SLOW, PLACE_OPENCL };
+
+typedef struct {
+    char name[48];
+    int model;
+    char plan[96];     /* pdde_plan_parse form */
+    int place[2];      /* ranks 0 and 1 (the others: CPU) */
+    int hetero;        /* 1: a throttled rank, 2: the PoCL device (the hetero comparison's groups) */
+    int pick;          /* the planner's pick for its group: 1 on every rank, 2 free to leave the slow one out (both: 3) */
+    double measured[16], mem_measured;
+    int n_measured;
+    double pred[16], base[16]; /* per round, from that round's calibration */
+    int n_pred;
+    double predicted, baseline, mem_predicted, t_measured;
+} bench_config;
+
+static const char *self_exe;
+static char build_dir[256] = "build";
+static char cgroup_path[300];
+
+/* ------------------------------------------------------------------------------------------------
+ * A rank (under pdde-run) */
+
+static int worker(int argc, char **argv) {
+    if (argc < 6) return 2;
+    int model = atoi(argv[0]), steps = atoi(argv[2]);
+    const char *cg = argv[3];
+    int place[2] = {atoi(argv[4]), atoi(argv[5])};
+    int rank = getenv("PDDE_RANK") ? atoi(getenv("PDDE_RANK")) : 0, my_place = rank < 2 ? place[rank] : PLACE_CPU;
+    if (my_place == PLACE_SLOW) { /* before any thread starts: they all inherit the group */
+        char path[512];
+        snprintf(path, sizeof path, "%s/cgroup.procs", cg);
+        FILE *f = fopen(path, "w");
+        if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f)) {
+            fprintf(stderr, "bench_costmodel: rank %d: cannot join %s: %s\n", rank, path, strerror(errno));
+            return 1;
+        }
     }
-    return t;
+    pdde_plan pl;
+    if (pdde_plan_parse(argv[1], &pl)) return 2;
+    pdde_context *ctx;
+    if (pdde_context_init(NULL, &ctx)) return 1;
+    pdde_comm *comm = NULL;
+    pdde_graph *g = NULL;
+    pdde_session *s = NULL;
+    gpt_model m;
+    gpt_plan gp = gpt_plan_of(&pl);
+    const gpt_config *c = &model_sizes[model];
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    int layer_dev[64] = {0}, n_layers = c->layers + 2;
+    pdde_status st = pl.dp * pl.tp * pl.pp > 1 ? pdde_comm_init(ctx, NULL, &comm) : PDDE_OK;
+    if (!st) st = pdde_graph_init(ctx, &g);
+    if (!st) st = gpt_build_plan(g, c, &gp, &op, &m);
+    if (!st && my_place == PLACE_OPENCL) {
+        int dev = pdde_device_find(ctx, "opencl", 0);
+        if (dev < 0) st = pdde_error(ctx, PDDE_ERR_NOT_FOUND, "no OpenCL device");
+        for (int l = 0; l < n_layers; l++) layer_dev[l] = dev;
+        sp.layer_devices = layer_dev, sp.n_layer_devices = n_layers;
+    }
+    sp.world = comm;
+    if (!st) st = pdde_session_init(g, &sp, &s);
+    size_t rows = (size_t)(c->batch / pl.micro) * (size_t)c->ctx;
+    int32_t *ids = malloc(rows * sizeof *ids);
+    for (size_t i = 0; ids && i < rows; i++) ids[i] = (int32_t)((i * 2654435761u) % 256);
+    for (int k = 0; k < pl.micro && !st; k++) {
+        st = pdde_session_write_micro(s, m.ids, k, ids, rows * sizeof *ids);
+        if (!st) st = pdde_session_write_micro(s, m.targets, k, ids, rows * sizeof *ids);
+    }
+    free(ids);
+    double v[64];
+    int n = 0;
+    for (int i = 0; i < 2 && !st; i++) st = pdde_session_run(s, PDDE_RUN_STEP); /* warm-up: primitives, first touches */
+    for (; n < steps && n < 64 && !st; n++) {
+        double t0 = bench_now();
+        st = pdde_session_run(s, PDDE_RUN_STEP);
+        v[n] = bench_now() - t0;
+    }
+    pdde_memory_stats ms = {0};
+    if (!st) st = pdde_session_memory(s, &ms);
+    if (st) {
+        fprintf(stderr, "bench_costmodel: rank %d: %s: %s\n", rank, pdde_status_str(st), pdde_last_error(ctx));
+    } else {
+        printf("BENCH %d %.0f", rank, (double)ms.allocated_bytes);
+        for (int i = 0; i < n; i++) printf(" %.6f", v[i]);
+        printf("\n");
+    }
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_comm_free(comm);
+    pdde_context_free(ctx);
+    return st ? 1 : 0;
+}
+
+/* Runs one repeat of configuration c (pdde-run with its ranks): appends the step time (median over
+ * steps of the slowest rank's) and keeps the largest allocation of a rank; 0 on success. */
+static int run_config(bench_config *c, int steps) {
+    pdde_plan pl;
+    pdde_plan_parse(c->plan, &pl);
+    int ranks = pl.dp * pl.tp * pl.pp;
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s/pdde-run -n %d %s --worker %d '%s' %d '%s' %d %d 2>&1", build_dir, ranks, self_exe, c->model, c->plan, steps,
+             cgroup_path[0] ? cgroup_path : "-", c->place[0], c->place[1]);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    double t[4][64];
+    int n[4] = {0}, got = 0;
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        const char *b = strstr(line, "BENCH ");
+        int r, k;
+        double mem;
+        if (!b || sscanf(b, "BENCH %d %lf%n", &r, &mem, &k) != 2 || r < 0 || r >= ranks) {
+            if (!b) fprintf(stderr, "  %s: %s", c->name, line);
+            continue;
+        }
+        got++;
+        if (mem > c->mem_measured) c->mem_measured = mem;
+        for (const char *p = b + k; n[r] < 64;) {
+            char *end;
+            double x = strtod(p, &end);
+            if (end == p) break;
+            t[r][n[r]++] = x, p = end;
+        }
+    }
+    int rc = pclose(f);
+    if (rc || got != ranks) {
+        fprintf(stderr, "bench_costmodel: %s: the run failed (%d of %d ranks reported)\n", c->name, got, ranks);
+        return -1;
+    }
+    double slowest[64];
+    int steps_n = n[0];
+    for (int r = 1; r < ranks; r++) steps_n = n[r] < steps_n ? n[r] : steps_n;
+    for (int i = 0; i < steps_n; i++) {
+        slowest[i] = 0;
+        for (int r = 0; r < ranks; r++) slowest[i] = fmax(slowest[i], t[r][i]);
+    }
+    if (!steps_n || c->n_measured == 16) return -1;
+    c->measured[c->n_measured++] = bench_median(slowest, steps_n);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Calibration and the cgroup */
+
+/* The cgroups (v1, cpu controller): the benchmark and everything it starts run in one with a large
+ * cpu.shares, so that the other users' load does not decide what is measured; the throttled rank runs
+ * in a child of it whose CFS quota is a third of a core. Both are made at the start and removed at the
+ * end. */
+static char cgroup_top[200];
+
+static int write_file(const char *dir, const char *file, long value) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int bad = fprintf(f, "%ld\n", value) < 0;
+    return fclose(f) || bad ? -1 : 0;
+}
+
+static void cgroup_remove(void) {
+    if (cgroup_path[0] && rmdir(cgroup_path)) fprintf(stderr, "bench_costmodel: cannot remove %s: %s\n", cgroup_path, strerror(errno));
+    if (cgroup_top[0] && (write_file(CGROUP_DIR, "cgroup.procs", (long)getpid()) || rmdir(cgroup_top)))
+        fprintf(stderr, "bench_costmodel: cannot remove %s: %s\n", cgroup_top, strerror(errno));
+    cgroup_path[0] = cgroup_top[0] = 0;
+}
+
+static int cgroup_create(int priority) {
+    snprintf(cgroup_top, sizeof cgroup_top, "%s/pdde_bench_%d", CGROUP_DIR, (int)getpid());
+    snprintf(cgroup_path, sizeof cgroup_path, "%s/slow", cgroup_top);
+    const char *step = "create";
+    if (mkdir(cgroup_top, 0755) && errno != EEXIST) {
+        cgroup_top[0] = cgroup_path[0] = 0;
+    } else if (step = "create", mkdir(cgroup_path, 0755) && errno != EEXIST) {
+        cgroup_path[0] = 0;
+    } else if (step = "set the quota of", write_file(cgroup_path, "cpu.cfs_period_us", 9000) ||
+                                           write_file(cgroup_path, "cpu.cfs_quota_us", 9000 / SLOW_SHARE)) {
+    } else if (step = "join", priority && (write_file(cgroup_top, "cpu.shares", 65536) || write_file(cgroup_top, "cgroup.procs", (long)getpid()))) {
+    } else {
+        return 0;
+    }
+    fprintf(stderr, "bench_costmodel: cannot %s the cgroups under %s/pdde_bench_%d: %s (needs root and cgroup v1's cpu controller)\n", step,
+            CGROUP_DIR, (int)getpid(), strerror(errno));
+    cgroup_remove();
+    return -1;
+}
+
+/* Measures this machine for the predictions as the ranks see it (one thread each, in the benchmark's
+ * cgroup): pdde-bench --quick into build/costmodel-cpu.json, again on every run (the load changes)
+ * unless --reuse and the file exists. The throttled rank is this calibration scaled by its quota: a
+ * calibration inside its cgroup times short ops between the quota's throttles, and their medians
+ * come out unthrottled. */
+static int reuse;
+static int calibrate(char *path, size_t n) {
+    snprintf(path, n, "%s/costmodel-cpu.json", build_dir);
+    struct stat sb;
+    if (reuse && !stat(path, &sb) && sb.st_size > 0) return 0;
+    printf("calibrating %s (pdde-bench --quick, one thread)\n", path);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char exe[300];
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) dup2(devnull, 1);
+        snprintf(exe, sizeof exe, "%s/pdde-bench", build_dir);
+        execl(exe, exe, "--quick", "-o", path, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status)) {
+        fprintf(stderr, "bench_costmodel: pdde-bench for %s failed\n", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Predictions */
+
+static pdde_cluster *cluster; /* this machine, one thread (pdde-bench at the start) */
+static char cluster_path_cpu[300];
+static int cores = 2;
+
+/* The planner's devices for configuration c, whose training graph is g: rank r's figures from the
+ * cluster file timed on g's nodes (pdde_cluster_plan_devices_graph; the OpenCL device's for
+ * PLACE_OPENCL), a third of that for the throttled rank (its quota) and divided by the ranks sharing a
+ * core when there are more ranks than cores. paddle: instead every GEMM at 0.65 x the device's peak and
+ * every other op one FLOP per output element (its bytes / 12: two f32 inputs and an output), no op
+ * latency: Paddle's formula. */
+static pdde_status config_devices(pdde_context *ctx, const bench_config *c, const pdde_graph *g, int ranks, int paddle, pdde_plan_devices *d,
+                                  double *a) {
+    memset(d, 0, sizeof *d);
+    pdde_plan_devices all;
+    pdde_status st = pdde_cluster_plan_devices_graph(ctx, cluster, g, ranks, &all);
+    if (st) return st;
+    int k_opencl = -1;
+    for (int i = 0, dd = 0; i < cluster->n_machines; i++)
+        for (int j = 0; j < cluster->machines[i].n_devices; j++, dd++)
+            if (k_opencl < 0 && !strcmp(cluster->specs[cluster->machines[i].devices[j].spec].backend, "opencl")) k_opencl = dd;
+    double over = ranks > cores ? (double)cores / ranks : 1;
+    for (int r = 0; r < ranks && !st; r++) {
+        int place = r < 2 ? c->place[r] : PLACE_CPU, k = place == PLACE_OPENCL ? k_opencl : 0;
+        if (k < 0) {
+            st = pdde_error(ctx, PDDE_ERR_NOT_FOUND, "%s has no OpenCL device", cluster_path_cpu);
+            break;
+        }
+        double speed = over / (place == PLACE_SLOW ? SLOW_SHARE : 1), peak = 0;
+        for (int i = 0, dd = 0; i < cluster->n_machines; i++)
+            for (int j = 0; j < cluster->machines[i].n_devices; j++, dd++)
+                if (dd == k) peak = cluster->specs[cluster->machines[i].devices[j].spec].peak_flops;
+        a[r] = paddle ? 0.65 * peak * speed : all.flops[k] * speed;
+        a[4 + r] = paddle ? 12 * 0.65 * peak * speed : all.mem_bw[k] * speed;
+        a[8 + r] = all.memory[k] / (place == PLACE_OPENCL ? 1 : ranks);
+        a[12 + r] = paddle ? 0 : all.op_latency[k] / speed;
+    }
+    d->intra_bw = cluster->machines[0].intra.bandwidth, d->intra_lat = cluster->machines[0].intra.latency;
+    d->n_devices = ranks, d->flops = a, d->mem_bw = a + 4, d->memory = a + 8, d->op_latency = a + 12;
+    pdde_plan_devices_free(&all);
+    return st;
+}
+
+/* The training graph of c's model at its global batch (what the planner reads and times). */
+static pdde_status config_graph(pdde_context *ctx, const bench_config *c, pdde_graph **g, pdde_plan_params *pp) {
+    gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_status st = pdde_graph_init(ctx, g);
+    if (!st) st = gpt_build(*g, &model_sizes[c->model], &m);
+    if (!st) st = pdde_backward(*g, m.loss);
+    if (!st) st = pdde_optimizer_adamw(*g, &op);
+    *pp = (pdde_plan_params)PDDE_PLAN_PARAMS_INIT;
+    pp->batch = model_sizes[c->model].batch, pp->tp_divisor = model_sizes[c->model].heads, pp->use_all_devices = 1;
+    return st;
+}
+
+/* Appends c's predictions from the current calibration to c->pred and c->base; sets c->mem_predicted. */
+static pdde_status predict(pdde_context *ctx, bench_config *c) {
+    pdde_plan pl;
+    pdde_plan_parse(c->plan, &pl);
+    int ranks = pl.dp * pl.tp * pl.pp;
+    pdde_graph *g = NULL;
+    pdde_plan_params pp;
+    pdde_plan_devices d;
+    double a[16];
+    pdde_status st = config_graph(ctx, c, &g, &pp);
+    for (int paddle = 0; paddle < 2 && !st; paddle++) {
+        pdde_plan p = pl;
+        if (!(st = config_devices(ctx, c, g, ranks, paddle, &d, a))) st = pdde_plan_evaluate(g, &d, &pp, &p);
+        if (!st && paddle) c->base[c->n_pred] = p.step_s;
+        else if (!st) c->pred[c->n_pred] = p.step_s, c->mem_predicted = p.peak_bytes;
+    }
+    pdde_graph_free(g);
+    if (!st && c->n_pred < 16) c->n_pred++;
+    return st;
+}
+
+/* The planner's pick for the ranks and placement of c (pdde_plan_search, on every rank or on those it
+ * chooses): into out. */
+static pdde_status planner_pick(pdde_context *ctx, const bench_config *c, int ranks, int use_all, char *out, size_t n) {
+    pdde_graph *g = NULL;
+    pdde_plan_params pp;
+    pdde_plan_devices d;
+    pdde_plan plans[8];
+    int nf = 0, nr = 0;
+    double a[16];
+    pdde_status st = config_graph(ctx, c, &g, &pp);
+    if (!st) st = config_devices(ctx, c, g, ranks, 0, &d, a);
+    pp.use_all_devices = use_all;
+    if (!st) st = pdde_plan_search(g, &d, &pp, plans, 8, &nf, &nr);
+    if (!st) pdde_plan_str(&plans[0], out, n);
+    pdde_graph_free(g);
+    return st;
+}
+
+/* Do x and y name the same plan of a model of n_layers layer ids (no cut = the even cut)? */
+static int same_plan(const char *x, const char *y, int n_layers) {
+    pdde_plan p[2];
+    if (pdde_plan_parse(x, &p[0]) || pdde_plan_parse(y, &p[1])) return 0;
+    for (int i = 0; i < 2; i++)
+        if (p[i].stage_first[p[i].pp] == 0)
+            for (int s = 0; s <= p[i].pp; s++) p[i].stage_first[s] = s * n_layers / p[i].pp;
+    int cut = 1;
+    for (int s = 0; s <= p[0].pp && s <= p[1].pp; s++) cut &= p[0].stage_first[s] == p[1].stage_first[s];
+    return p[0].dp == p[1].dp && p[0].tp == p[1].tp && p[0].pp == p[1].pp && p[0].micro == p[1].micro && p[0].zero == p[1].zero &&
+           p[0].recompute == p[1].recompute && cut;
+}
+
+/* Kendall's tau-a of x and y. */
+static double kendall_tau(const double *x, const double *y, int n) {
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            double dx = x[i] - x[j], dy = y[i] - y[j];
+            s += (dx > 0) - (dx < 0) == (dy > 0) - (dy < 0) ? 1 : -1;
+        }
+    return n > 1 ? s / (n * (n - 1) / 2.0) : NAN;
+}
+
+/* ------------------------------------------------------------------------------------------------ */
+
+#define MAX_CONFIGS 40
+static bench_config configs[MAX_CONFIGS];
+static int n_configs;
+
+static bench_config *add(const char *name, int model, const char *plan, int p0, int p1, int hetero) {
+    if (n_configs == MAX_CONFIGS) return NULL;
+    bench_config *c = &configs[n_configs++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    snprintf(c->plan, sizeof c->plan, "%s", plan);
+    c->model = model, c->place[0] = p0, c->place[1] = p1, c->hetero = hetero;
+    return c;
+}
+
+/* Adds the planner's pick for configurations like `like` (same model, ranks and placement) unless
+ * one of them is that plan; marks it (1: on every rank, 2: free to leave ranks out). */
+static int add_pick(pdde_context *ctx, const bench_config *like, int ranks, int use_all) {
+    char plan[96], name[48];
+    int mark = use_all ? 1 : 2;
+    if (planner_pick(ctx, like, ranks, use_all, plan, sizeof plan)) {
+        fprintf(stderr, "bench_costmodel: the planner: %s\n", pdde_last_error(ctx));
+        return -1;
+    }
+    for (int i = 0; i < n_configs; i++) {
+        bench_config *c = &configs[i];
+        if (c->model == like->model && c->hetero == like->hetero && c->place[0] == like->place[0] && c->place[1] == like->place[1] &&
+            same_plan(c->plan, plan, model_sizes[c->model].layers + 2)) {
+            c->pick |= mark;
+            return 0;
+        }
+    }
+    snprintf(name, sizeof name, "%s planner's pick%s", like->model ? "L" : "S", use_all ? "" : " (free)");
+    bench_config *c = add(name, like->model, plan, like->place[0], like->place[1], like->hetero);
+    if (c) c->pick = mark;
+    return c ? 0 : -1;
+}
+
+static int config_ranks(const bench_config *c) {
+    pdde_plan p;
+    pdde_plan_parse(c->plan, &p);
+    return p.dp * p.tp * p.pp;
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s CLUSTER.json [--steps N]   (write one with pdde-bench)\n", argv[0]);
+    if (argc > 1 && !strcmp(argv[1], "--worker")) return worker(argc - 2, argv + 2);
+    int reps = 3, steps = 6, hetero = 0, priority = 1;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--hetero")) hetero = 1;
+        else if (!strcmp(argv[i], "--no-priority")) priority = 0;
+        else if (!strcmp(argv[i], "--reuse")) reuse = 1;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+        else if (!strcmp(argv[i], "--build") && i + 1 < argc) snprintf(build_dir, sizeof build_dir, "%s", argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--reps N] [--steps N] [--hetero] [--only NAME] [--build DIR] [--no-priority] [--reuse]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > 16 || steps < 1 || steps > 64) {
+        fprintf(stderr, "bench_costmodel: --reps 1..16, --steps 1..64\n");
         return 2;
     }
-    int steps = argc > 3 && !strcmp(argv[2], "--steps") ? atoi(argv[3]) : 5;
-    if (steps < 1) steps = 1;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* one thread a rank, for the ranks (pdde-run keeps what is set) and pdde-bench alike: a pool of 2
+     * threads on this shared 2-core machine waits for whichever thread the others' load delays */
+    setenv("PDDE_NUM_THREADS", "1", 1), setenv("OPENBLAS_NUM_THREADS", "1", 1), setenv("OMP_NUM_THREADS", "1", 1);
+    static char exe[512];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return 1;
+    exe[len] = 0, self_exe = exe;
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    cores = nc > 0 ? (int)nc : 1;
+    double load[3] = {0};
+    if (getloadavg(load, 3) < 0) load[0] = NAN;
+    printf("bench_costmodel: %d cores, load average %.2f %.2f %.2f at the start\n", cores, load[0], load[1], load[2]);
+
+    int have_cgroup = cgroup_create(priority) == 0;
     pdde_context *ctx;
-    if (pdde_context_init(NULL, &ctx)) return 1;
-    pdde_cluster *cl;
-    if (pdde_cluster_load(ctx, argv[1], &cl)) {
+    if (calibrate(cluster_path_cpu, sizeof cluster_path_cpu) || pdde_context_init(NULL, &ctx)) return cgroup_remove(), 1;
+    if (pdde_cluster_load(ctx, cluster_path_cpu, &cluster)) {
         fprintf(stderr, "bench_costmodel: %s\n", pdde_last_error(ctx));
+        cgroup_remove();
         return 1;
     }
-    const gpt_config sizes[2] = {{256, 64, 2, 4, 128, 8, 0}, {256, 128, 4, 4, 256, 8, 0}};
-    int devices[2] = {0, pdde_device_find(ctx, "opencl", 0)};
-    double err_sum = 0, err_max = 0, base_sum = 0, mem_sum = 0;
-    int n = 0;
-    printf("%-34s %10s %10s %7s %10s %7s %9s %9s\n", "config", "measured", "predicted", "err", "paddle", "err", "mem MB", "pred MB");
-    for (int di = 0; di < 2; di++) {
-        int dev = devices[di];
-        if (dev < 0 || !pdde_cluster_find_device(cl, dev, NULL)) continue;
-        for (int si = 0; si < 2; si++)
-            for (int rc = 0; rc < 2; rc++) {
-                if (di == 1 && si == 1 && rc == 1) continue; /* the slow device: three configurations */
-                pdde_graph *g;
-                gpt_model m;
-                pdde_graph_init(ctx, &g);
-                gpt_build(g, &sizes[si], &m);
-                for (int l = 0; rc && l < sizes[si].layers + 2; l++) pdde_graph_set_recompute(g, l, 1);
-                pdde_backward(g, m.loss);
-                pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-                pdde_optimizer_adamw(g, &op);
-                pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-                sp.device = dev;
-                pdde_session *s = NULL;
-                if (pdde_graph_status(g) || pdde_session_init(g, &sp, &s)) {
-                    fprintf(stderr, "bench_costmodel: %s\n", pdde_last_error(ctx));
-                    pdde_graph_free(g);
-                    continue;
-                }
-                size_t nt = (size_t)sizes[si].batch * (size_t)sizes[si].ctx;
-                int32_t *ids = malloc(nt * sizeof *ids);
-                for (size_t i = 0; i < nt; i++) ids[i] = (int32_t)((i * 2654435761u) % 256);
-                pdde_session_write(s, m.ids, ids, nt * sizeof *ids);
-                pdde_session_write(s, m.targets, ids, nt * sizeof *ids);
-                free(ids);
-                double v[64];
-                pdde_session_run(s, PDDE_RUN_STEP); /* warm-up: kernel builds, first touches */
-                for (int i = 0; i < steps && i < 64; i++) {
-                    double t0 = bench_now();
-                    pdde_session_run(s, PDDE_RUN_STEP);
-                    v[i] = bench_now() - t0;
-                }
-                double measured = bench_median(v, steps < 64 ? steps : 64);
-                pdde_memory_stats ms;
-                pdde_session_memory(s, &ms);
-                double mem = (double)(ms.arena_bytes + ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes + ms.input_bytes);
-                pdde_cost_program *p = NULL;
-                pdde_cost_result *r = NULL;
-                if (pdde_cost_program_from_graph(g, dev, &p) || pdde_cost_simulate(ctx, cl, p, &r)) {
-                    fprintf(stderr, "bench_costmodel: %s\n", pdde_last_error(ctx));
-                } else {
-                    const pdde_cluster_device *cd = pdde_cluster_find_device(cl, dev, NULL);
-                    double base = paddle_estimate(p, cl->specs[cd->spec].peak_flops);
-                    double err = 100 * fabs(r->step_time - measured) / measured, berr = 100 * fabs(base - measured) / measured;
-                    double merr = 100 * fabs(r->peak_memory[0] - mem) / mem;
-                    char name[64];
-                    snprintf(name, sizeof name, "%s L%d C%d%s", di ? "opencl" : "cpu", sizes[si].layers, sizes[si].width, rc ? " recompute" : "");
-                    printf("%-34s %8.2fms %8.2fms %6.1f%% %8.2fms %6.0f%% %9.2f %9.2f\n", name, measured * 1e3, r->step_time * 1e3, err,
-                           base * 1e3, berr, mem / 1e6, r->peak_memory[0] / 1e6);
-                    double by_class[PDDE_OPCLASS_COUNT] = {0};
-                    for (int i = 0; i < pdde_cost_program_n_ops(p, 0); i++) {
-                        const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
-                        by_class[o->op_class] += pdde_cost_compute_time(ctx, cl, dev, o);
-                    }
-                    printf("    predicted by class:");
-                    for (int k = 0; k < PDDE_OPCLASS_COUNT; k++) printf(" %s %.2fms", pdde_op_class_name((pdde_op_class)k), by_class[k] * 1e3);
-                    printf("\n");
-                    err_sum += err, base_sum += berr, mem_sum += merr, n++;
-                    if (err > err_max) err_max = err;
-                }
-                pdde_cost_result_free(r);
-                pdde_cost_program_free(p);
-                pdde_session_free(s);
-                pdde_graph_free(g);
-            }
+    int have_opencl = pdde_device_find(ctx, "opencl", 0) >= 0;
+
+    if (!hetero) {
+        add("S 1 rank", 0, "", 0, 0, 0);
+        add("S 1 rank recompute", 0, "recompute=1", 0, 0, 0);
+        add("S 1 rank mb2", 0, "mb=2", 0, 0, 0);
+        add("L 1 rank", 1, "", 0, 0, 0);
+        add("L 1 rank recompute", 1, "recompute=1", 0, 0, 0);
+        add("S dp2", 0, "dp=2", 0, 0, 0);
+        add("S dp2 zero1", 0, "dp=2,zero=1", 0, 0, 0);
+        add("S dp2 zero2", 0, "dp=2,zero=2", 0, 0, 0);
+        add("S tp2", 0, "tp=2", 0, 0, 0);
+        add("S pp2 mb2", 0, "pp=2,mb=2", 0, 0, 0);
+        add("S pp2 mb4", 0, "pp=2,mb=4", 0, 0, 0);
+        add("L dp2", 1, "dp=2", 0, 0, 0);
+        add("L dp2 zero1 recompute", 1, "dp=2,zero=1,recompute=1", 0, 0, 0);
+        add("L tp2", 1, "tp=2", 0, 0, 0);
+        add("L pp2 mb4", 1, "pp=2,mb=4", 0, 0, 0);
+        add("S dp4", 0, "dp=4", 0, 0, 0);
+        add("S dp2 tp2", 0, "dp=2,tp=2", 0, 0, 0);
+        add("S dp2 pp2 mb2", 0, "dp=2,pp=2,mb=2", 0, 0, 0);
+        if (have_opencl) add("S 1 rank on PoCL", 0, "", PLACE_OPENCL, 0, 0);
+        if (add_pick(ctx, &configs[5], 2, 1) || add_pick(ctx, &configs[11], 2, 1)) return 1;
     }
-    pdde_cluster_free(cl);
+    if (have_cgroup) {
+        const bench_config *first = add("S throttled dp2", 0, "dp=2", PLACE_CPU, PLACE_SLOW, 1);
+        add("S throttled pp2 mb4", 0, "pp=2,mb=4", PLACE_CPU, PLACE_SLOW, 1);
+        if (add_pick(ctx, first, 2, 1) || (hetero && add_pick(ctx, first, 2, 0))) return 1;
+        if (hetero) {
+            first = add("L throttled dp2", 1, "dp=2", PLACE_CPU, PLACE_SLOW, 1);
+            add("L throttled pp2 mb4", 1, "pp=2,mb=4", PLACE_CPU, PLACE_SLOW, 1);
+            if (add_pick(ctx, first, 2, 1) || add_pick(ctx, first, 2, 0)) return 1;
+        }
+    }
+    if (hetero && have_opencl) {
+        const bench_config *first = add("S CPU+PoCL dp2", 0, "dp=2", PLACE_CPU, PLACE_OPENCL, 2);
+        add("S CPU+PoCL pp2 mb4", 0, "pp=2,mb=4", PLACE_CPU, PLACE_OPENCL, 2);
+        if (add_pick(ctx, first, 2, 1) || add_pick(ctx, first, 2, 0)) return 1;
+    }
+    if (only) { /* one configuration (by name), for a quick look */
+        int k = 0;
+        for (int i = 0; i < n_configs; i++)
+            if (strstr(configs[i].name, only)) configs[k++] = configs[i];
+        n_configs = k;
+    }
+
+    for (int rep = 0; rep < reps; rep++) {
+        if (rep > 0) { /* the load drifts: each round is predicted from a calibration taken with it */
+            pdde_cluster_free(cluster), cluster = NULL;
+            if (calibrate(cluster_path_cpu, sizeof cluster_path_cpu) || pdde_cluster_load(ctx, cluster_path_cpu, &cluster)) {
+                fprintf(stderr, "bench_costmodel: %s\n", pdde_last_error(ctx));
+                cgroup_remove();
+                return 1;
+            }
+        }
+        printf("round %d of %d:", rep + 1, reps);
+        for (int j = 0; j < n_configs; j++) {
+            bench_config *c = &configs[rep % 2 ? n_configs - 1 - j : j];
+            if (!run_config(c, steps)) printf(" %.1f", 1e3 * c->measured[c->n_measured - 1]);
+            else printf(" failed");
+        }
+        if (getloadavg(load, 3) < 0) load[0] = NAN;
+        printf(" ms (load %.2f)\n", load[0]);
+        for (int j = 0; j < n_configs; j++)
+            if (predict(ctx, &configs[j])) fprintf(stderr, "bench_costmodel: %s: %s\n", configs[j].name, pdde_last_error(ctx));
+    }
+    cgroup_remove();
+
+    printf("\n%-26s %-34s %9s %15s %9s %15s %7s %9s %7s %8s %8s\n", "config", "plan", "measured", "(rounds)", "pdde", "(rounds)", "err",
+           "paddle", "err", "mem MB", "pred MB");
+    double pred[MAX_CONFIGS], meas[MAX_CONFIGS], err_sum = 0, err_max = 0, base_sum = 0, mem_sum = 0;
+    int n = 0;
+    for (int i = 0; i < n_configs; i++) {
+        bench_config *c = &configs[i];
+        if (!c->n_measured || !c->n_pred) continue;
+        c->t_measured = bench_median(c->measured, c->n_measured);
+        c->predicted = bench_median(c->pred, c->n_pred), c->baseline = bench_median(c->base, c->n_pred);
+        double err = 100 * fabs(c->predicted - c->t_measured) / c->t_measured, berr = 100 * fabs(c->baseline - c->t_measured) / c->t_measured;
+        double merr = 100 * fabs(c->mem_predicted - c->mem_measured) / c->mem_measured;
+        /* the medians sorted both: the rounds' range is first to last */
+        printf("%-26s %-34s %7.2fms (%6.2f-%6.2f) %7.2fms (%6.2f-%6.2f) %6.1f%% %7.2fms %6.1f%% %8.2f %8.2f%s\n", c->name,
+               c->plan[0] ? c->plan : "(one process)", 1e3 * c->t_measured, 1e3 * c->measured[0], 1e3 * c->measured[c->n_measured - 1],
+               1e3 * c->predicted, 1e3 * c->pred[0], 1e3 * c->pred[c->n_pred - 1], err, 1e3 * c->baseline, berr, c->mem_measured / 1e6,
+               c->mem_predicted / 1e6, c->pick ? "  <- planner's pick" : "");
+        pred[n] = c->predicted, meas[n] = c->t_measured, n++;
+        err_sum += err, base_sum += berr, mem_sum += merr;
+        if (err > err_max) err_max = err;
+    }
+    /* per group (a model's 2-rank plans, or a heterogeneous setup): the pick against the fastest plan
+     * measured, and (heterogeneous) against the best uniform plan: equal batch shares or an even cut */
+    double gap = 0, speedup[2][3] = {{INFINITY, INFINITY, INFINITY}, {INFINITY, INFINITY, INFINITY}};
+    for (int i = 0; i < n_configs; i++) {
+        const bench_config *p = &configs[i];
+        if (!p->pick || !p->n_measured) continue;
+        double fastest = INFINITY, uniform = INFINITY;
+        for (int j = 0; j < n_configs; j++) {
+            const bench_config *c = &configs[j];
+            if (!c->n_measured || c->model != p->model || c->hetero != p->hetero || c->place[1] != p->place[1] || (!c->hetero && config_ranks(c) != 2))
+                continue;
+            fastest = fmin(fastest, c->t_measured);
+            if (!c->pick) uniform = fmin(uniform, c->t_measured);
+        }
+        double g = 100 * (p->t_measured / fastest - 1);
+        printf("%s: %s measures %.2f ms, the fastest measured %.2f ms: %.1f%% slower", p->name, p->plan[0] ? p->plan : "one process", 1e3 * p->t_measured,
+               1e3 * fastest, g);
+        if (p->hetero) {
+            printf("; the best uniform plan %.2f ms: %.2fx", 1e3 * uniform, uniform / p->t_measured);
+            for (int k = 0; k < 2; k++)
+                if (p->pick & (1 << k)) speedup[k][p->hetero] = fmin(speedup[k][p->hetero], uniform / p->t_measured);
+        } else if (g > gap) {
+            gap = g;
+        }
+        printf("\n");
+    }
+    if (getloadavg(load, 3) < 0) load[0] = NAN;
+    printf("load average %.2f %.2f %.2f at the end\n", load[0], load[1], load[2]);
+    pdde_cluster_free(cluster);
     pdde_context_free(ctx);
     if (!n) return 1;
-    printf("RESULT costmodel_single n=%d mape=%.1f max_err=%.1f baseline_mape=%.1f mem_mape=%.1f\n", n, err_sum / n, err_max,
-           base_sum / n, mem_sum / n);
+    if (hetero)
+        printf("RESULT hetero speedup=%.2f cgroup=%.2f pocl=%.2f all_ranks_cgroup=%.2f all_ranks_pocl=%.2f\n", fmin(speedup[1][1], speedup[1][2]),
+               speedup[1][1], speedup[1][2], speedup[0][1], speedup[0][2]);
+    else
+        printf("RESULT costmodel n=%d mape=%.1f max_err=%.1f kendall_tau=%.2f baseline_mape=%.1f pick_gap=%.1f mem_mape=%.1f\n", n, err_sum / n,
+               err_max, kendall_tau(pred, meas, n), base_sum / n, gap, mem_sum / n);
     return 0;
 }
