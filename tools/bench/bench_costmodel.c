@@ -50,8 +50,8 @@
 #define SLOW_SHARE 3 /* the throttled rank gets a third of a core */
 
 static const gpt_config model_sizes[2] = {
-    {256, 64, 4, 4, 128, 8},   /* S: 0.8M parameters, examples/gpt's default */
-    {256, 64, 6, 4, 192, 16},  /* L: 2.8M parameters, twice the batch */
+    {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},  /* S: 0.8M parameters, examples/gpt's default */
+    {.vocab = 256, .ctx = 64, .layers = 6, .heads = 4, .width = 192, .batch = 16}, /* L: 2.8M parameters, twice the batch */
 };
 
 /* How a rank runs: on the CPU (cluster file of its thread count), in the throttled cgroup, or with
