@@ -523,6 +523,9 @@ typedef struct {
     /* what the session really holds from the backends' buffer_alloc, on all its devices: the
      * persistent buffer (parameters, gradients, optimizer state, inputs, with alignment) and in all */
     size_t persistent_allocated_bytes, allocated_bytes;
+    /* host buffers for data leaving the rank or crossing devices: a copy of each send per micro-batch
+     * alive, a bounce buffer per copy onto a device (malloc'ed, not in allocated_bytes) */
+    size_t transfer_bytes;
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
 /* This rank's program as it will run: every scheduled node in order with its phase, device, local
@@ -536,6 +539,9 @@ void pdde_session_dump(const pdde_session *s, FILE *f);
  * it: world_size ranks of the graph context's threads each leave this machine a core.) f NULL: lowers
  * and prints nothing (whether the plan lowers on that rank). */
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
+/* What pdde_session_memory reports for rank `rank` of that plan (g lowered as pdde_lower_dump does),
+ * without a session: the same memory plan the session allocates by (planner/memplan.c). */
+pdde_status pdde_lower_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out);
 /* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
  * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes
  * g's tensors, so sizes for pdde_session_read/write come from here. */
