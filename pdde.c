@@ -1093,6 +1093,7 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
 #include "planner/search.c"
 #include "planner/lower.c"
 #include "planner/memplan.c"
+#include "planner/simulate.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:

@@ -1220,6 +1220,7 @@ typedef struct {
      * in this rank's program; < the op's own index: freed at the end of the step) */
     double out_bytes;
     int last_use;
+    int on_device;           /* compute: 1 + the cluster device id it runs on when not its rank's; 0 = the rank's */
 } pdde_cost_op;
 
 typedef struct pdde_cost_program pdde_cost_program;
@@ -1237,6 +1238,24 @@ const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, i
 /* One rank running g's step (every node that reaches a loss, an output or an update, in order) on
  * cluster device device_id: each node a compute op with its class, GEMM shape, bytes and liveness. */
 pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out);
+/* Every rank of a plan's real programs (planner/simulate.c): g annotated and completed as its sessions
+ * compile it, sp what they pass (world not read; NULL = defaults), each rank lowered as pdde_lower_dump
+ * does and its step turned into what the executor does: each node computed on the device it is placed
+ * on, reshard collectives on their axis' group with their real size and dtype (comm_dtype), blocking or
+ * started early and completed at their COMM_WAIT, sends and receives paired by tag, the vocab-parallel
+ * cross-entropy's row reductions, the micro-batch passes in the schedule's order, the update and the
+ * step's loss allreduce. A rank's persistent bytes are its whole memory plan (pdde_lower_memory:
+ * allocated_bytes + transfer_bytes), so the simulated peak is what its session allocates. */
+typedef struct {
+    int world_size;           /* ranks (0 = one process) */
+    const int *rank_devices;  /* [max(world_size, 1)]: the cluster device id of each rank; NULL = the
+                                 cluster's devices in order (all on the first when it has fewer) */
+    const int *local_devices; /* [n_local_devices]: the cluster device id of each local device index nodes
+                                 are placed on (sp->layer_devices); NULL, or -1 = the rank's device */
+    int n_local_devices;
+} pdde_cost_plan;
+pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph *g, const pdde_session_params *sp,
+                                        const pdde_cost_plan *plan, pdde_cost_program **out);
 
 typedef struct {
     int rank, op;
@@ -1271,6 +1290,10 @@ void pdde_cost_timeline_text(const pdde_cost_result *r, FILE *f, int width);
 /* The timeline as SVG (a lane per rank, compute and communication coloured, bubbles blank). */
 pdde_status pdde_cost_timeline_svg(pdde_context *ctx, const pdde_cost_result *r, const pdde_cost_program *p,
                                    const char *path);
+/* The timeline as a Chrome/Perfetto trace: {"traceEvents":[{"name","cat":"compute"|"comm","ph":"X",
+ * "ts":us,"dur":us,"pid":rank,"tid":0 compute stream | 1 communication}]}, as measured runs write it. */
+pdde_status pdde_cost_timeline_trace(pdde_context *ctx, const pdde_cost_result *r, const pdde_cost_program *p,
+                                     const char *path);
 
 /* ---------------------------------------------------------------------------------------------------
  * Parameter server (comm/ps.c): sparse tables keyed by 64-bit feature ids, served by server ranks to

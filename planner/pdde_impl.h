@@ -174,6 +174,9 @@ typedef struct {
 } spmd_ctx;
 PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
 
+/* cost.c: bytes a node reads and writes (what its op class's time curve is measured by) */
+PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
+
 /* ------------------------------------------------------------------------------------------------
  * The local program (planner/lower.c): what one rank runs of a plan, computed from the completed
  * graph, the lowering params and the rank alone — no communicator, no device, no tensor memory — and
