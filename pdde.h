@@ -702,6 +702,8 @@ typedef struct {
     const double *op_latency;   /* [n] s: the least time any op takes there (dispatch, launch); NULL = 0 */
 } pdde_plan_devices;
 
+struct pdde_plan;
+struct pdde_cluster;
 typedef struct {
     int64_t batch;       /* the global batch the graph was built with (required) */
     int n_layers;        /* layer ids 0..n_layers-1; 0 = from the graph */
@@ -710,13 +712,23 @@ typedef struct {
     int no_tp, no_pp, no_zero, no_recompute; /* 1 leaves a dimension out of the search */
     int overlap_dp;      /* 1: data-parallel gradient reductions overlap backward (spare cores, GPUs) */
     int use_all_devices; /* 1: only plans on every device (a job whose ranks are all started) */
+    /* Simulation of the plans' real programs (planner/simulate.c) instead of the analytic estimate,
+     * when both are set: cluster holds the devices of pdde_plan_devices (in its order; one device of a
+     * one-machine cluster may stand for every rank), and build builds a plan's training graph into an
+     * empty graph (annotated and completed, as its sessions compile it; e.g. gpt_plan_build).
+     * pdde_plan_evaluate then simulates the plan (every rank lowered, the cluster's measured curves and
+     * collectives, memory as the sessions allocate it); pdde_plan_search ranks the best plans its
+     * estimate finds (max_plans of them) by simulation. */
+    const struct pdde_cluster *cluster;
+    pdde_status (*build)(pdde_graph *g, const struct pdde_plan *plan, void *user);
+    void *build_user;
 } pdde_plan_params;
-#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}
 
 /* A plan: dp x tp x pp ranks on a [dp, tp, pp] mesh (pp innermost; rank r on the r-th device used, in
  * the cluster's order), micro-batches per step, ZeRO stage over dp, recompute of every layer,
  * interleaved runs per stage, and the layers of each stage. */
-typedef struct {
+typedef struct pdde_plan {
     int dp, tp, pp, micro, zero, recompute, chunks;
     int stage_first[PDDE_PLAN_MAX_STAGES + 1]; /* stage s runs layers [stage_first[s], stage_first[s+1]) */
     double step_s;      /* predicted step time (for a rejected plan: had it fitted) */
@@ -734,6 +746,12 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
 /* Predicts one plan (plan->stage_first all 0: an even cut), on its dp*tp*pp fastest devices, as the
  * search would: fills step_s, bubble_s, peak_bytes, peak_device and why ("" when it fits). */
 pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan);
+/* Re-planning after the devices changed (a device lost or added; elasticity): the best plan for g on
+ * every one of `devices` (the changed set), as pdde_plan_search finds it. The old plan (NULL: none)
+ * is kept, evaluated anew, when it uses exactly that many devices, fits and is within 1% of the best
+ * (changing plans costs resharding the state). PDDE_ERR_NO_PLAN when nothing fits. */
+pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
+                             pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3]"; returns what snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0; stages = layers per stage). */
@@ -1128,7 +1146,7 @@ typedef struct {
     double latency, bandwidth;
 } pdde_collective_calib;
 
-typedef struct {
+typedef struct pdde_cluster {
     char name[64];
     int n_specs;
     pdde_device_spec *specs;

@@ -174,6 +174,12 @@ typedef struct {
 } spmd_ctx;
 PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
 
+/* simulate.c: plan (on devices dev[rank], indices into d) simulated from its real programs, pp->build
+ * making its graph and pp->cluster the devices: fills step_s, bubble_s (the most idle rank's idle),
+ * peak_bytes, peak_device and why (out of memory on a device). */
+PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
+                                       pdde_plan *plan);
+
 /* cost.c: bytes a node reads and writes (what its op class's time curve is measured by) */
 PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
 

@@ -205,3 +205,42 @@ pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph 
     *out = cp;
     return PDDE_OK;
 }
+
+/* ------------------------------------------------------------------------------------------------
+ * Plans of the search, simulated (pdde_plan_params.cluster and .build) */
+
+PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
+                                       pdde_plan *plan) {
+    pdde_context *ctx = g->ctx;
+    const pdde_cluster *c = pp->cluster;
+    int n = plan->dp * plan->tp * plan->pp, nd = pdde_cluster_n_devices(c);
+    int *rank_devices = malloc((size_t)n * sizeof *rank_devices);
+    pdde_graph *pg = NULL;
+    pdde_cost_program *cp = NULL;
+    pdde_cost_result *r = NULL;
+    pdde_status st = rank_devices ? pdde_graph_init(ctx, &pg) : pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
+    for (int k = 0; !st && k < n; k++) rank_devices[k] = sim_device_at(c, nd == d->n_devices ? dev[k] : 0);
+    if (!st && (st = pp->build(pg, plan, pp->build_user))) {
+        char s[160];
+        pdde_plan_str(plan, s, sizeof s);
+        st = pdde_error(ctx, st, "plan %s: building its graph: %s", s, pdde_last_error(ctx));
+    }
+    pdde_cost_plan cpl = {n > 1 ? n : 0, rank_devices, NULL, 0};
+    if (!st) st = pdde_cost_program_from_plan(c, pg, NULL, &cpl, &cp);
+    if (!st) st = pdde_cost_simulate(ctx, c, cp, &r);
+    if (!st) {
+        plan->step_s = r->step_time, plan->bubble_s = 0, plan->peak_bytes = 0, plan->peak_device = -1, plan->why[0] = 0;
+        for (int k = 0; k < n; k++) {
+            if (r->idle[k] > plan->bubble_s) plan->bubble_s = r->idle[k];
+            if (r->peak_memory[k] > plan->peak_bytes) plan->peak_bytes = r->peak_memory[k], plan->peak_device = dev[k];
+            if (r->peak_memory[k] > d->memory[dev[k]] && !plan->why[0])
+                snprintf(plan->why, sizeof plan->why, "out of memory on device %d (rank %d) by %.2f GiB (simulated)", dev[k], k,
+                         (r->peak_memory[k] - d->memory[dev[k]]) / 1073741824.0);
+        }
+    }
+    pdde_cost_result_free(r);
+    pdde_cost_program_free(cp);
+    pdde_graph_free(pg);
+    free(rank_devices);
+    return st;
+}

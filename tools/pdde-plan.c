@@ -1,8 +1,9 @@
 /* pdde-plan — plans the example GPT without running it.
  *   pdde-plan --auto [--model gpt:layers=96,width=12288,heads=96,ctx=2048,vocab=50304,batch=1536]
- *             [--cluster cluster.json] [--ranks N] [--top K]
+ *             [--cluster cluster.json] [--ranks N] [--top K] [--simulate]
  *       the planner's best plans for the model on the cluster's devices (or N ranks on this machine,
- *       as pdde-bench measured it) with predicted step time and memory, and the rejected ones with why
+ *       as pdde-bench measured it) with predicted step time and memory, and the rejected ones with why;
+ *       --simulate ranks the best by simulating every rank's lowered program (as --timeline does)
  *   pdde-plan --plan dp=1,pp=2,mb=4 [--model gpt:...] [--cluster FILE] [--timeline out.svg] [--trace out.json]
  *       (also after --auto, for the plan it picks) one step of that plan simulated on the cluster's devices
  *       from every rank's real lowered program: a text timeline on the terminal (a lane per rank; '#'
@@ -88,11 +89,12 @@ static int plan_auto(int argc, char **argv) {
     gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8}; /* build/gpt's default */
     const char *cluster = "build/cluster.json";
     const char *svg = NULL, *trace = NULL, *forced = NULL;
-    int ranks = 0, top = 8, auto_ = 0;
+    int ranks = 0, top = 8, auto_ = 0, simulate = 0;
     pdde_plan fp;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--auto")) { auto_ = 1; continue; }
+        if (!strcmp(a, "--simulate")) { simulate = 1; continue; }
         if (v && !strcmp(a, "--model") && !parse_model(v, &c)) i++;
         else if (v && !strcmp(a, "--cluster")) cluster = v, i++;
         else if (v && !strcmp(a, "--ranks") && (ranks = atoi(v)) > 0) i++;
@@ -103,7 +105,7 @@ static int plan_auto(int argc, char **argv) {
         else {
             fprintf(stderr, "pdde-plan: bad argument '%s'%s\nusage: pdde-plan --auto|--plan dp=..,tp=..,pp=..,mb=..,zero=..,recompute=.. "
                             "[--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--cluster FILE] [--ranks N] [--top K] "
-                            "[--timeline out.svg] [--trace out.json]\n", a, v ? "" : " (or its value is missing)");
+                            "[--simulate] [--timeline out.svg] [--trace out.json]\n", a, v ? "" : " (or its value is missing)");
             return 2;
         }
     }
@@ -132,12 +134,21 @@ static int plan_auto(int argc, char **argv) {
         pdde_context_free(ctx);
         return 1;
     }
+    pdde_cluster *cl = NULL;
+    if (simulate && (st = pdde_cluster_load(ctx, cluster, &cl))) {
+        fprintf(stderr, "pdde-plan: %s\n", pdde_last_error(ctx));
+        pdde_plan_devices_free(&d);
+        pdde_context_free(ctx);
+        return 1;
+    }
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    st = gpt_plan_search(ctx, &c, &d, ranks > 0, plans, top + top / 3 + 1, &nf, &nr);
+    st = gpt_plan_search_simulated(ctx, &c, &d, ranks > 0, cl, plans, top + top / 3 + 1, &nf, &nr);
+    pdde_cluster_free(cl);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("GPT %d layers, width %d, %d heads, ctx %d, vocab %d, batch %d: %.3g parameters; %d devices (%s); planned in %.2f s\n", c.layers,
-           c.width, c.heads, c.ctx, c.vocab, c.batch, (double)gpt_n_params(&c), d.n_devices, cluster, secs);
+    printf("GPT %d layers, width %d, %d heads, ctx %d, vocab %d, batch %d: %.3g parameters; %d devices (%s); planned in %.2f s%s\n", c.layers,
+           c.width, c.heads, c.ctx, c.vocab, c.batch, (double)gpt_n_params(&c), d.n_devices, cluster, secs,
+           simulate ? " (the best ranked by simulating their lowered programs)" : "");
     double tokens = (double)c.batch * c.ctx;
     for (int i = 0; i < nf && i < top; i++) {
         char s[256];
