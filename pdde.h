@@ -1191,8 +1191,9 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
 /* The planner search's view of a cluster (pdde_plan_search): each device's FLOP/s from its GEMM table
  * at (m, n, k) (0, 0, 0 = 4096^3; the peak without a table), its memory bandwidth (the largest
  * elementwise point's, else the spec's), its memory and machine; the links are the slowest machine's
- * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each. Devices in the
- * cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
+ * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each, or where the cluster
+ * has a measured allreduce (algo AUTO, within a machine or across) the link that reproduces it in the
+ * search's ring formula at the most ranks measured. Devices in the cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
 pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out);
 void pdde_plan_devices_free(pdde_plan_devices *d);

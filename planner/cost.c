@@ -188,6 +188,22 @@ pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, 
     }
     if (!isfinite(out->intra_bw)) out->intra_bw = 0;
     if (!isfinite(out->inter_bw)) out->inter_bw = 0;
+    /* a measured allreduce (what pdde's collectives choose, on the most ranks measured) replaces the
+     * link: the search times a ring allreduce of B bytes on n ranks as 2(n-1)/n B/bw + 2(n-1) lat, so
+     * the link that gives the measured latency + B/bandwidth at that n */
+    for (int intra = 0; intra <= 1; intra++) {
+        const pdde_collective_calib *best = NULL;
+        for (int j = 0; j < c->n_calibs; j++) {
+            const pdde_collective_calib *k = &c->calibs[j];
+            if (k->op == PDDE_COLL_ALLREDUCE && k->algo == PDDE_ALGO_AUTO && k->intra == intra && k->ranks > 1 && k->bandwidth > 0 &&
+                (!best || k->ranks > best->ranks))
+                best = k;
+        }
+        if (!best) continue;
+        double steps = 2.0 * (best->ranks - 1);
+        *(intra ? &out->intra_bw : &out->inter_bw) = best->bandwidth * steps / best->ranks;
+        *(intra ? &out->intra_lat : &out->inter_lat) = best->latency / steps;
+    }
     out->n_devices = nd, out->flops = flops, out->mem_bw = bw, out->memory = mem, out->host = host, out->op_latency = lat;
     return PDDE_OK;
 }

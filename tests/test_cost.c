@@ -406,6 +406,31 @@ static void test_plan_programs(void) {
     pdde_cluster_free(c);
 }
 
+/* The search's view of a cluster takes the measured allreduce where there is one: a ring allreduce on
+ * its links, as the search times it, takes the measured time at the measured rank count. */
+static void test_plan_devices_calibrated(void) {
+    pdde_cluster *c = make_cluster(2, 4);
+    pdde_plan_devices d;
+    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK && d.intra_bw == 1e9 && d.inter_bw == 1e8, "links without calibration: %g, %g",
+          d.intra_bw, d.inter_bw);
+    pdde_plan_devices_free(&d);
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 4, 1, 3e-5, 12e9});
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 2, 1, 1e-5, 9e9});   /* fewer ranks: not used */
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, 8, 1, 1e-5, 1e9});   /* another algorithm */
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 8, 0, 2e-4, 2e9});
+    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    const double B = 64e6;
+    for (int intra = 0; intra <= 1; intra++) {
+        int n = intra ? 4 : 8;
+        double bw = intra ? d.intra_bw : d.inter_bw, lat = intra ? d.intra_lat : d.inter_lat;
+        double ring = 2.0 * (n - 1) / n * B / bw + 2.0 * (n - 1) * lat, measured = intra ? 3e-5 + B / 12e9 : 2e-4 + B / 2e9;
+        CHECK(test_close(ring, measured, 1e-12, 0), "%s: the search's ring allreduce of %g B on %d ranks %g s, measured %g s",
+              intra ? "within a machine" : "across machines", B, n, ring, measured);
+    }
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -416,6 +441,7 @@ int main(void) {
     test_overlap_and_errors();
     test_from_graph();
     test_plan_programs();
+    test_plan_devices_calibrated();
     pdde_context_free(ctx);
     return test_finish();
 }
