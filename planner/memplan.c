@@ -8,7 +8,7 @@
  * session_plan_memory) and the cost model predicts a rank's memory from the same plan without a
  * session (pdde_lower_memory): prediction and allocation cannot drift apart. Included by pdde.c after
  * lower.c. */
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 typedef struct { size_t offset, size; } arena_block;
 

@@ -6,7 +6,7 @@
  * row reductions, the micro-batch passes in the schedule's order, the update and the step's loss
  * allreduce. Each rank's memory is its memory plan's (memplan.c), so the simulated peak is what the
  * session allocates. Included by pdde.c after memplan.c. */
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 typedef struct {
     pdde_cost_program *cp;

@@ -1,5 +1,6 @@
-/* planner/pdde_impl.h — the private header of pdde's core: the internal structs (context, graph,
- * planner state, the local program that lowering returns) and the prototypes the parts share.
+/* planner/planner_impl.h — the private header of the graph IR and the planner: the internal structs
+ * (graph, planner state, the local program that lowering returns) and the prototypes the planner's
+ * parts share with each other and with pdde.c above them (the context is backends/backend_impl.h's).
  *
  * It sits in planner/ because the top level holds only the public header and the amalgamation, and
  * planner/ is the lowest layer that knows the graph IR: backends/ and comm/ never include it (they
@@ -9,8 +10,8 @@
  *
  * Parts are compiled as one unit by pdde.c (PDDE_PRIVATE = static) and, to check that each depends
  * only on this header and the layers below, alone (`make check-parts`: PDDE_PRIVATE empty). */
-#ifndef PDDE_IMPL_H
-#define PDDE_IMPL_H
+#ifndef PDDE_PLANNER_IMPL_H
+#define PDDE_PLANNER_IMPL_H
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -38,15 +39,7 @@
 #endif
 
 /* ------------------------------------------------------------------------------------------------
- * Context and graph (pdde.c) */
-
-struct pdde_context {
-    int n_threads;
-    uint64_t seed;
-    int log_level;
-    char last_error[1024];
-    pdde_registry *registry; /* backends and their devices (backends/registry.c) */
-};
+ * The graph (pdde.c builds it; the context is backends/backend_impl.h's) */
 
 struct pdde_graph {
     pdde_context *ctx;
@@ -96,9 +89,6 @@ static inline pdde_tensor *storage_root(pdde_tensor *t) {
 }
 /* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer. */
 static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE; }
-
-/* Prints t's shape as [a,b,c]. */
-PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);
 
 /* ------------------------------------------------------------------------------------------------
  * Planner state (planner/planner.c and the files it includes) */
@@ -189,7 +179,7 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
  * without changing the user's graph. The executor runs it; a cost model can simulate it.
  *
  * Its nodes are pdde_tensors of their own (so a backend's compute runs them as they are): op, dtype,
- * named op params (backend_impl.h accessors), the LOCAL shape, src pointing at other nodes of the
+ * named op params (pdde.h accessors), the LOCAL shape, src pointing at other nodes of the
  * same program, phase (forward / backward / optimizer), layer, device (always set: a global device
  * index), dist (the attr this block has). `id` is the node's index in `nodes`; data/offset are the
  * executor's to fill. What a node is beyond a kernel call is in its pdde_program_node. */
