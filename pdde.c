@@ -736,8 +736,6 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
  * the memory plan frees them during the forward pass. Working on the emitted segment, rather than
  * predicting what each op's backward reads, keeps the per-op knowledge in backward_node alone. */
 
-static bool is_persistent(const pdde_tensor *t);
-static pdde_tensor *storage_root(pdde_tensor *t);
 
 typedef struct {
     int layer;              /* layer of the segment being emitted (-1: none) */
@@ -1004,6 +1002,8 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
 #include "planner/cost.c"
 #include "planner/search.c"
 #include "planner/lower.c"
+#include "planner/memplan.c"
+#include "planner/simulate.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:
@@ -1015,8 +1015,6 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
  * Running walks the program's order pass by pass, skipping what a pass leaves out; collectives,
  * send/recv and the vocab-parallel cross-entropy run here, on comm/. */
 
-#define ARENA_ALIGN 64
-
 typedef struct {
     int device;                 /* global device index */
     const pdde_backend_iface *iface;
@@ -1026,8 +1024,6 @@ typedef struct {
     void **arenas;              /* n_live arenas (arenas[0] = arena): one per micro-batch in flight */
     size_t arena_bytes, persist_bytes;
 } session_device;
-
-typedef struct { size_t offset, size; } arena_block;
 
 /* A SEND node's data in flight: copied out of the arena so the arena can be reused at once. */
 struct session_send {
@@ -1085,15 +1081,6 @@ static double monotonic_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static bool is_persistent(const pdde_tensor *t) {
-    return t->op == PDDE_OP_NONE; /* inputs, parameters, constants and optimizer state are leaves */
-}
-
-static pdde_tensor *storage_root(pdde_tensor *t) {
-    while (is_root_sharing(t)) t = t->src[0];
-    return t;
-}
-
 static int session_slot_for(pdde_session *s, int device) {
     for (int i = 0; i < s->n_devs; i++)
         if (s->devs[i].device == device) return i;
@@ -1107,60 +1094,6 @@ static int session_slot_for(pdde_session *s, int device) {
     sd->host = strcmp(sd->iface->name, "cpu") == 0;
     if (sd->iface->stream_create(sd->dev, &sd->stream) != PDDE_OK) return -1;
     return s->n_devs++;
-}
-
-/* Arena planning: a sorted list of free blocks; best fit; freed blocks merge with their neighbours. */
-typedef struct { arena_block *free; int n, cap; size_t top; } arena_plan;
-
-static bool arena_alloc(arena_plan *a, size_t size, size_t *offset) {
-    size = (size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
-    if (size == 0) size = ARENA_ALIGN;
-    int best = -1;
-    for (int i = 0; i < a->n; i++)
-        if (a->free[i].size >= size && (best < 0 || a->free[i].size < a->free[best].size)) best = i;
-    if (best >= 0) {
-        *offset = a->free[best].offset;
-        a->free[best].offset += size, a->free[best].size -= size;
-        if (a->free[best].size == 0) memmove(&a->free[best], &a->free[best + 1], (size_t)(--a->n - best) * sizeof *a->free);
-        return true;
-    }
-    /* grow the top; a free block touching the top is extended rather than wasted */
-    if (a->n > 0 && a->free[a->n - 1].offset + a->free[a->n - 1].size == a->top) {
-        *offset = a->free[a->n - 1].offset;
-        a->top = *offset + size;
-        a->n--;
-    } else {
-        *offset = a->top;
-        a->top += size;
-    }
-    return true;
-}
-
-static bool arena_release(arena_plan *a, size_t offset, size_t size) {
-    size = (size + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
-    if (size == 0) size = ARENA_ALIGN;
-    int i = 0;
-    while (i < a->n && a->free[i].offset < offset) i++;
-    if (a->n == a->cap) {
-        int cap = a->cap ? 2 * a->cap : 64;
-        arena_block *f = realloc(a->free, (size_t)cap * sizeof *f);
-        if (!f) return false;
-        a->free = f, a->cap = cap;
-    }
-    memmove(&a->free[i + 1], &a->free[i], (size_t)(a->n - i) * sizeof *a->free);
-    a->free[i] = (arena_block){offset, size};
-    a->n++;
-    if (i + 1 < a->n && a->free[i].offset + a->free[i].size == a->free[i + 1].offset) { /* merge right */
-        a->free[i].size += a->free[i + 1].size;
-        memmove(&a->free[i + 1], &a->free[i + 2], (size_t)(a->n - i - 2) * sizeof *a->free);
-        a->n--;
-    }
-    if (i > 0 && a->free[i - 1].offset + a->free[i - 1].size == a->free[i].offset) { /* merge left */
-        a->free[i - 1].size += a->free[i].size;
-        memmove(&a->free[i], &a->free[i + 1], (size_t)(a->n - i - 1) * sizeof *a->free);
-        a->n--;
-    }
-    return true;
 }
 
 /* Nodes the executor runs itself rather than a backend's compute: copies between devices and the
@@ -1466,86 +1399,28 @@ static pdde_status session_split_world(pdde_session *s) {
 }
 #endif
 
-static size_t aligned_bytes(const pdde_tensor *t) {
-    return (pdde_tensor_nbytes(t) + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
-}
-
-/* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
- * sharing its memory (views, in-place writers). Losses and outputs live to the end of the step. */
+/* The memory plan (planner/memplan.c, which the cost model's prediction shares): each node's offset,
+ * each device's persistent buffer and activation arena. */
 static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
-    int n = s->prog->n;
-    int *last = malloc((size_t)n * sizeof *last);
-    arena_plan *plans = calloc((size_t)s->n_devs, sizeof *plans);
-    if (!last || !plans) { free(last), free(plans); return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); }
-    for (int i = 0; i < n; i++) last[i] = -1;
-    /* an in-place write into a tensor that someone still reads later gets its own memory instead */
-    for (int i = 0; i < s->n_order; i++) {
-        pdde_tensor *t = s->order[i];
-        for (int k = 0; k < t->nsrc; k++) last[t->src[k]->id] = i > last[t->src[k]->id] ? i : last[t->src[k]->id];
+    program_memory m;
+    pdde_status st = program_plan_memory(s->ctx, s->prog, reuse, &m);
+    if (st) return st;
+    if (m.n_devs != s->n_devs) { /* (both open devices in the order the nodes first use them) */
+        program_memory_free(&m);
+        return pdde_error(s->ctx, PDDE_ERR_STATE, "session: the memory plan has %d devices, the session %d", m.n_devs, s->n_devs);
     }
-    for (int i = 0; i < s->n_order; i++) {
-        pdde_tensor *t = s->order[i];
-        if ((t->flags & PDDE_TENSOR_INPLACE) && !is_persistent(storage_root(t->src[0])) && last[t->src[0]->id] > i)
-            t->flags &= ~(uint32_t)PDDE_TENSOR_INPLACE;
+    for (int d = 0; d < m.n_devs; d++) {
+        s->devs[d].persist_bytes = m.devs[d].persist_bytes;
+        s->devs[d].arena_bytes = m.devs[d].arena_bytes;
     }
-    /* group lifetimes on the storage roots */
-    int end = s->n_order;
-    for (int i = 0; i < s->n_order; i++) {
-        pdde_tensor *t = s->order[i];
-        int l = last[t->id] > i ? last[t->id] : i;
-        if (t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) l = end;
-        pdde_tensor *r = storage_root(t);
-        if (l > last[r->id]) last[r->id] = l;
+    for (int i = 0; s->input_base && i < s->n_order; i++) {
+        const pdde_tensor *t = s->order[i];
+        if (is_persistent(t) && (t->flags & PDDE_TENSOR_INPUT)) s->input_base[t->id] = t->offset;
     }
-    memset(&s->mem, 0, sizeof s->mem);
-    pdde_status st = PDDE_OK;
-    size_t live = 0;
-    /* walk the schedule: allocate roots when made, release them after their last reader */
-    int **release_at = calloc((size_t)end + 1, sizeof *release_at);
-    int *n_release = calloc((size_t)end + 1, sizeof *n_release);
-    if (!release_at || !n_release) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
-        pdde_tensor *t = s->order[i];
-        session_device *sd = &s->devs[s->slot[t->id]];
-        size_t bytes = pdde_tensor_nbytes(t);
-        if (is_root_sharing(t)) {
-            /* shares its root's memory */
-        } else if (is_persistent(t)) {
-            t->offset = sd->persist_bytes;
-            bool per_micro = (t->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1; /* one slot per micro-batch */
-            if (per_micro) s->input_base[t->id] = t->offset;
-            sd->persist_bytes += aligned_bytes(t) * (per_micro ? (size_t)s->n_micro : 1);
-            if (t->flags & PDDE_TENSOR_PARAM) s->mem.param_bytes += bytes;
-            else if (t->flags & PDDE_TENSOR_GRAD) s->mem.grad_bytes += bytes;
-            else if (t->flags & PDDE_TENSOR_STATE) s->mem.optimizer_bytes += bytes;
-            else s->mem.input_bytes += bytes;
-        } else {
-            s->mem.activation_bytes += bytes;
-            live += bytes;
-            if (live > s->mem.activation_peak_bytes) s->mem.activation_peak_bytes = live;
-            arena_alloc(&plans[s->slot[t->id]], pdde_tensor_nbytes(t), &t->offset);
-            int at = reuse ? last[t->id] : end;
-            int *list = realloc(release_at[at], (size_t)(n_release[at] + 1) * sizeof *list);
-            if (!list) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
-            release_at[at] = list;
-            list[n_release[at]++] = t->id;
-        }
-        for (int k = 0; k < n_release[i]; k++) {
-            pdde_tensor *r = s->prog->nodes[release_at[i][k]];
-            live -= pdde_tensor_nbytes(r);
-            if (!arena_release(&plans[s->slot[r->id]], r->offset, pdde_tensor_nbytes(r)))
-                st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-        }
-    }
-    for (int d = 0; d < s->n_devs; d++) {
-        s->devs[d].arena_bytes = plans[d].top;
-        s->mem.arena_bytes += plans[d].top * (size_t)s->n_live;
-        free(plans[d].free);
-    }
-    for (int i = 0; i <= end && release_at; i++) free(release_at[i]);
-    free(release_at), free(n_release), free(plans), free(last);
-    s->mem.n_nodes = s->n_order;
-    return st;
+    s->mem = m.stats;
+    s->mem.allocated_bytes = s->mem.persistent_allocated_bytes = s->mem.transfer_bytes = 0; /* counted as allocated */
+    program_memory_free(&m);
+    return PDDE_OK;
 }
 
 /* Deterministic initial values: a per-tensor stream (seed, name), so a parameter's initial value
@@ -1700,7 +1575,7 @@ static pdde_status session_allocate(pdde_session *s) {
     for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
         session_device *sd = &s->devs[d];
         if (!(sd->arenas = calloc((size_t)s->n_live, sizeof *sd->arenas))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-        size_t arena = sd->arena_bytes ? sd->arena_bytes : ARENA_ALIGN, persist = sd->persist_bytes ? sd->persist_bytes : ARENA_ALIGN;
+        size_t arena = sd->arena_bytes ? sd->arena_bytes : PDDE_ARENA_ALIGN, persist = sd->persist_bytes ? sd->persist_bytes : PDDE_ARENA_ALIGN;
         for (int k = 0; k < s->n_live && st == PDDE_OK; k++)
             if ((st = sd->iface->buffer_alloc(sd->dev, arena, &sd->arenas[k])) == PDDE_OK) s->mem.allocated_bytes += arena;
         sd->arena = sd->arenas[0];
@@ -1742,6 +1617,7 @@ static pdde_status session_allocate(pdde_session *s) {
         pdde_tensor *t = s->order[i];
         if (t->op != PDDE_OP_COPY || s->devs[s->slot[t->id]].host) continue;
         if (!(s->staging[t->id] = malloc(pdde_tensor_nbytes(t) + 1))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        else s->mem.transfer_bytes += pdde_tensor_nbytes(t) + 1;
     }
     /* sends between pipeline stages: a host copy per live micro-batch */
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
@@ -1754,7 +1630,10 @@ static pdde_status session_allocate(pdde_session *s) {
         if (!ss || !ss->copy || !ss->requests) {
             if (ss) free(ss->copy), free(ss->requests);
             st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
-        } else s->send_of[t->id] = s->n_sends++;
+        } else {
+            s->send_of[t->id] = s->n_sends++;
+            s->mem.transfer_bytes += pdde_tensor_nbytes(t) * (size_t)s->n_live + 1;
+        }
     }
     return st;
 }
@@ -1910,7 +1789,7 @@ static unsigned mode_phases(pdde_run_mode mode) {
 static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
     pdde_tensor *r = storage_root(t);
     if (!is_persistent(r)) t->data = s->devs[s->slot[r->id]].arenas[m % s->n_live];
-    else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * aligned_bytes(r);
+    else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * program_aligned_bytes(r);
 }
 
 /* ------------------------------------------------------------------------------------------------

@@ -573,6 +573,9 @@ typedef struct {
     /* the most activation bytes alive at once in the plan (arena_bytes less the arena's fragmentation;
      * per micro-batch in flight) */
     size_t activation_peak_bytes;
+    /* host buffers for data leaving the rank or crossing devices: a copy of each send per micro-batch
+     * alive, a bounce buffer per copy onto a device (malloc'ed, not in allocated_bytes) */
+    size_t transfer_bytes;
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
 /* This rank's program as it will run: every scheduled node in order with its phase, device, local
@@ -586,6 +589,9 @@ void pdde_session_dump(const pdde_session *s, FILE *f);
  * it: world_size ranks of the graph context's threads each leave this machine a core.) f NULL: lowers
  * and prints nothing (whether the plan lowers on that rank). */
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
+/* What pdde_session_memory reports for rank `rank` of that plan (g lowered as pdde_lower_dump does),
+ * without a session: the same memory plan the session allocates by (planner/memplan.c). */
+pdde_status pdde_lower_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out);
 /* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
  * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes
  * g's tensors, so sizes for pdde_session_read/write come from here. */
@@ -748,6 +754,8 @@ typedef struct {
     const double *op_latency;   /* [n] s: the least time any op takes there (dispatch, launch); NULL = 0 */
 } pdde_plan_devices;
 
+struct pdde_plan;
+struct pdde_cluster;
 typedef struct {
     int64_t batch;       /* the global batch the graph was built with (required) */
     int n_layers;        /* layer ids 0..n_layers-1; 0 = from the graph */
@@ -758,13 +766,23 @@ typedef struct {
     int use_all_devices; /* 1: only plans on every device (a job whose ranks are all started) */
     int no_interleave, no_bf16_comm, no_stage_blocks; /* 1 leaves interleaved stages, bf16 collectives,
                                                        * the stage-block layout out of the search */
+    /* Simulation of the plans' real programs (planner/simulate.c) instead of the analytic estimate,
+     * when both are set: cluster holds the devices of pdde_plan_devices (in its order; one device of a
+     * one-machine cluster may stand for every rank), and build builds a plan's training graph into an
+     * empty graph (annotated and completed, as its sessions compile it; e.g. gpt_plan_build).
+     * pdde_plan_evaluate then simulates the plan (every rank lowered, the cluster's measured curves and
+     * collectives, memory as the sessions allocate it); pdde_plan_search ranks the best plans its
+     * estimate finds (max_plans of them) by simulation. */
+    const struct pdde_cluster *cluster;
+    pdde_status (*build)(pdde_graph *g, const struct pdde_plan *plan, void *user);
+    void *build_user;
 } pdde_plan_params;
-#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+#define PDDE_PLAN_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, NULL, NULL, NULL}
 
 /* A plan: dp x tp x pp ranks on a [dp, tp, pp] mesh (pp innermost: mesh rank r on the r-th device used,
  * in the devices' order, unless stage_blocks), micro-batches per step, ZeRO stage over dp, recompute,
  * interleaved runs per stage, the layers of each stage, the schedule and what collectives carry. */
-typedef struct {
+typedef struct pdde_plan {
     int dp, tp, pp, micro, zero, recompute, chunks; /* recompute: 1 = every layer (else recompute_layers) */
     int stage_first[PDDE_PLAN_MAX_STAGES + 1]; /* stage s runs layers [stage_first[s], stage_first[s+1]) */
     double step_s;      /* predicted step time (for a rejected plan: had it fitted) */
@@ -792,6 +810,12 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
  * search would, with its schedule, comm_dtype, recompute (or recompute_layers) and layout: fills
  * step_s, bubble_s, peak_bytes, peak_device and why ("" when it fits). */
 pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan);
+/* Re-planning after the devices changed (a device lost or added; elasticity): the best plan for g on
+ * every one of `devices` (the changed set), as pdde_plan_search finds it. The old plan (NULL: none)
+ * is kept, evaluated anew, when it uses exactly that many devices, fits and is within 1% of the best
+ * (changing plans costs resharding the state). PDDE_ERR_NO_PLAN when nothing fits. */
+pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
+                             pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
  * [,blocks=1]" (rc: layers recomputed per stage, written when some but not all are); returns what
  * snprintf would. */
@@ -1191,7 +1215,7 @@ typedef struct {
     double latency, bandwidth;
 } pdde_collective_calib;
 
-typedef struct {
+typedef struct pdde_cluster {
     char name[64];
     int n_specs;
     pdde_device_spec *specs;
@@ -1236,8 +1260,9 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
 /* The planner search's view of a cluster (pdde_plan_search): each device's FLOP/s from its GEMM table
  * at (m, n, k) (0, 0, 0 = 4096^3; the peak without a table), its memory bandwidth (the largest
  * elementwise point's, else the spec's), its memory and machine; the links are the slowest machine's
- * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each. Devices in the
- * cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
+ * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each, or where the cluster
+ * has a measured allreduce (algo AUTO, within a machine or across) the link that reproduces it in the
+ * search's ring formula at the most ranks measured. Devices in the cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
 pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out);
 void pdde_plan_devices_free(pdde_plan_devices *d);
@@ -1304,6 +1329,7 @@ typedef struct {
      * in this rank's program; < the op's own index: freed at the end of the step) */
     double out_bytes;
     int last_use;
+    int on_device;           /* compute: 1 + the cluster device id it runs on when not its rank's; 0 = the rank's */
 } pdde_cost_op;
 
 typedef struct pdde_cost_program pdde_cost_program;
@@ -1321,6 +1347,24 @@ const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, i
 /* One rank running g's step (every node that reaches a loss, an output or an update, in order) on
  * cluster device device_id: each node a compute op with its class, GEMM shape, bytes and liveness. */
 pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out);
+/* Every rank of a plan's real programs (planner/simulate.c): g annotated and completed as its sessions
+ * compile it, sp what they pass (world not read; NULL = defaults), each rank lowered as pdde_lower_dump
+ * does and its step turned into what the executor does: each node computed on the device it is placed
+ * on, reshard collectives on their axis' group with their real size and dtype (comm_dtype), blocking or
+ * started early and completed at their COMM_WAIT, sends and receives paired by tag, the vocab-parallel
+ * cross-entropy's row reductions, the micro-batch passes in the schedule's order, the update and the
+ * step's loss allreduce. A rank's persistent bytes are its whole memory plan (pdde_lower_memory:
+ * allocated_bytes + transfer_bytes), so the simulated peak is what its session allocates. */
+typedef struct {
+    int world_size;           /* ranks (0 = one process) */
+    const int *rank_devices;  /* [max(world_size, 1)]: the cluster device id of each rank; NULL = the
+                                 cluster's devices in order (all on the first when it has fewer) */
+    const int *local_devices; /* [n_local_devices]: the cluster device id of each local device index nodes
+                                 are placed on (sp->layer_devices); NULL, or -1 = the rank's device */
+    int n_local_devices;
+} pdde_cost_plan;
+pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph *g, const pdde_session_params *sp,
+                                        const pdde_cost_plan *plan, pdde_cost_program **out);
 
 typedef struct {
     int rank, op;
@@ -1355,6 +1399,10 @@ void pdde_cost_timeline_text(const pdde_cost_result *r, FILE *f, int width);
 /* The timeline as SVG (a lane per rank, compute and communication coloured, bubbles blank). */
 pdde_status pdde_cost_timeline_svg(pdde_context *ctx, const pdde_cost_result *r, const pdde_cost_program *p,
                                    const char *path);
+/* The timeline as a Chrome/Perfetto trace: {"traceEvents":[{"name","cat":"compute"|"comm","ph":"X",
+ * "ts":us,"dur":us,"pid":rank,"tid":0 compute stream | 1 communication}]}, as measured runs write it. */
+pdde_status pdde_cost_timeline_trace(pdde_context *ctx, const pdde_cost_result *r, const pdde_cost_program *p,
+                                     const char *path);
 
 /* ---------------------------------------------------------------------------------------------------
  * Parameter server (comm/ps.c): sparse tables keyed by 64-bit feature ids, served by server ranks to

@@ -205,6 +205,23 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
     return st;
 }
 
+/* What pdde_plan_params.build wants (user: a gpt_plan_builder): the training graph of a planner's plan
+ * for the GPT of cfg with optimizer opt, for the planner to simulate its real programs. */
+typedef struct {
+    gpt_config cfg;
+    pdde_optimizer_params opt;
+} gpt_plan_builder;
+
+static inline pdde_status gpt_plan_build(pdde_graph *g, const pdde_plan *p, void *user) {
+    const gpt_plan_builder *b = (const gpt_plan_builder *)user;
+    pdde_plan even = *p;
+    if (even.pp > 1 && even.chunks <= 1 && even.stage_first[even.pp] == 0) /* no cut given: the even one */
+        for (int s = 0; s <= even.pp; s++) even.stage_first[s] = s * (b->cfg.layers + 2) / even.pp;
+    gpt_plan gp = gpt_plan_of(&even);
+    gpt_model m;
+    return gpt_build_plan(g, &b->cfg, &gp, &b->opt, &m);
+}
+
 /* The planner's devices for training the GPT of c: the devices of a cluster file (pdde-bench writes
  * one), timed on the nodes of the model's training step as one of the ranks runs them
  * (pdde_cluster_plan_devices_graph). With ranks > 0 the
@@ -250,9 +267,10 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
 }
 
 /* The planner's plans for training the GPT of c on d (fastest first, then rejected ones with why):
- * pdde_plan_search over the model's training graph at its global batch, tensor parallelism by heads. */
-static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
-                                          pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
+ * pdde_plan_search over the model's training graph at its global batch, tensor parallelism by heads;
+ * with a cluster (d's devices), the best ones ranked by simulating their real programs on it. */
+static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
+                                                    const pdde_cluster *cluster, pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
     pdde_graph *g = NULL;
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
@@ -261,11 +279,20 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
     if (!st) st = pdde_backward(g, m.loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+    gpt_plan_builder b;
+    b.cfg = *c, b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
     /* a job's ranks run pp innermost (gpt_build_plan's mesh): no stage-block layout for it */
     pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices, pp.no_stage_blocks = use_all_devices;
+    if (cluster) pp.cluster = cluster, pp.build = gpt_plan_build, pp.build_user = &b;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);
     return st;
+}
+
+/* The same by the estimate alone. */
+static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
+                                          pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
+    return gpt_plan_search_simulated(ctx, c, d, use_all_devices, NULL, plans, max_plans, n_fit, n_rejected);
 }
 
 static inline int64_t gpt_n_params(const gpt_config *c) {

@@ -6,10 +6,6 @@
 
 #include <errno.h>
 
-#include "planner_impl.h"
-
-#include <errno.h>
-
 struct cost_rank {
     int device;
     double persistent;
@@ -192,6 +188,22 @@ pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, 
     }
     if (!isfinite(out->intra_bw)) out->intra_bw = 0;
     if (!isfinite(out->inter_bw)) out->inter_bw = 0;
+    /* a measured allreduce (what pdde's collectives choose, on the most ranks measured) replaces the
+     * link: the search times a ring allreduce of B bytes on n ranks as 2(n-1)/n B/bw + 2(n-1) lat, so
+     * the link that gives the measured latency + B/bandwidth at that n */
+    for (int intra = 0; intra <= 1; intra++) {
+        const pdde_collective_calib *best = NULL;
+        for (int j = 0; j < c->n_calibs; j++) {
+            const pdde_collective_calib *k = &c->calibs[j];
+            if (k->op == PDDE_COLL_ALLREDUCE && k->algo == PDDE_ALGO_AUTO && k->intra == intra && k->ranks > 1 && k->bandwidth > 0 &&
+                (!best || k->ranks > best->ranks))
+                best = k;
+        }
+        if (!best) continue;
+        double steps = 2.0 * (best->ranks - 1);
+        *(intra ? &out->intra_bw : &out->inter_bw) = best->bandwidth * steps / best->ranks;
+        *(intra ? &out->intra_lat : &out->inter_lat) = best->latency / steps;
+    }
     out->n_devices = nd, out->flops = flops, out->mem_bw = bw, out->memory = mem, out->host = host, out->op_latency = lat;
     return PDDE_OK;
 }
@@ -438,7 +450,7 @@ typedef struct {
 
 typedef struct {
     int src, dst, tag, used;
-    double arrival;
+    double sent, arrival;    /* when the transfer started, when it is in */
 } cost_message;
 
 typedef struct {
@@ -524,7 +536,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                 double start = t[r], end;
                 int lane = 1;
                 if (op->kind == PDDE_COST_COMPUTE) {
-                    double d = cost_compute(ctx, c, rk->device, op, &res->uncalibrated);
+                    double d = cost_compute(ctx, c, op->on_device > 0 ? op->on_device - 1 : rk->device, op, &res->uncalibrated);
                     if (!isfinite(d)) { st = PDDE_ERR_NO_PLAN; goto done; }
                     end = start + d, lane = 0;
                     res->compute_time[r] += d;
@@ -545,7 +557,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                         if (!m) { st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory"); goto done; }
                         msgs = m;
                     }
-                    msgs[n_msgs++] = (cost_message){r, op->peer, op->tag, 0, end};
+                    msgs[n_msgs++] = (cost_message){r, op->peer, op->tag, 0, start, end};
                     if ((st = cost_result_event(res, &ev_cap, r, pc[r], start, end, 1))) goto done;
                     pc[r]++, moved = 1;
                     continue; /* the compute stream goes on */
@@ -555,6 +567,8 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     if (m == n_msgs) break; /* not sent yet */
                     msgs[m].used = 1;
                     end = msgs[m].arrival > start ? msgs[m].arrival : start;
+                    /* waiting for the peer to send is idle (a pipeline bubble); the transfer, communication */
+                    if (msgs[m].sent > start) start = msgs[m].sent < end ? msgs[m].sent : end;
                     res->comm_wait[r] += end - start;
                 } else if (op->kind == PDDE_COST_COLLECTIVE) {
                     if (op->group < 0 || op->group >= G) {
@@ -596,6 +610,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     if (!gi->v[k].done) break;
                     issued[r] = 0;
                     end = gi->v[k].end > start ? gi->v[k].end : start;
+                    if (gi->v[k].ready > start) start = gi->v[k].ready < end ? gi->v[k].ready : end; /* before: waiting for the group (idle) */
                     res->comm_wait[r] += end - start;
                     t[r] = end, pc[r]++, moved = 1;
                     continue;
@@ -609,6 +624,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     const cost_instance *in = &inst[w->group].v[inst_of[(size_t)r * (size_t)max_ops + (size_t)op->wait]];
                     if (!in->done) break;
                     end = in->end > start ? in->end : start;
+                    if (in->ready > start) start = in->ready < end ? in->ready : end; /* waiting for the group: idle */
                     res->comm_wait[r] += end - start;
                 }
                 if (end > start && (st = cost_result_event(res, &ev_cap, r, pc[r], start, end, lane))) goto done;
@@ -646,7 +662,7 @@ done:
 
 /* Bytes a node reads and writes: its inputs and its output, except that a lookup touches only the rows
  * it reads (and its backward only the rows it adds to), not the whole table. */
-static double cost_node_bytes(const pdde_tensor *x) {
+PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x) {
     if (x->op == PDDE_OP_EMBEDDING && x->nsrc >= 2)
         return 2.0 * (double)pdde_tensor_nbytes(x) + (double)pdde_tensor_nbytes(x->src[1]);
     if (x->op == PDDE_OP_EMBEDDING_BACK && x->nsrc >= 3)
@@ -722,7 +738,7 @@ void pdde_cost_timeline_text(const pdde_cost_result *r, FILE *f, int width) {
         line[width] = 0;
         for (int e = 0; e < r->n_events; e++) {
             const pdde_cost_event *ev = &r->events[e];
-            if (ev->rank != k) continue;
+            if (ev->rank != k || ev->end - ev->start < 0.01 * T / width) continue; /* (a flicker would hide what is around it) */
             int a = (int)(ev->start / T * width), b = (int)ceil(ev->end / T * width);
             for (int x = a; x < b && x < width; x++)
                 if (ev->lane == 0) line[x] = '#'; /* compute wins a shared column */
@@ -761,5 +777,27 @@ pdde_status pdde_cost_timeline_svg(pdde_context *ctx, const pdde_cost_result *r,
                 title, ev->start, ev->end);
     }
     fprintf(f, "</svg>\n");
+    return fclose(f) ? pdde_error(ctx, PDDE_ERR_IO, "%s: write failed", path) : PDDE_OK;
+}
+
+pdde_status pdde_cost_timeline_trace(pdde_context *ctx, const pdde_cost_result *r, const pdde_cost_program *p,
+                                     const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return pdde_error(ctx, PDDE_ERR_IO, "%s: %s", path, strerror(errno));
+    fprintf(f, "{\"traceEvents\":[\n");
+    for (int k = 0; k < r->n_ranks; k++) /* lane names, so that a viewer labels them */
+        fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"args\":{\"name\":\"rank %d (predicted)\"}},\n"
+                   "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"compute\"}},\n"
+                   "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":1,\"args\":{\"name\":\"communication\"}},\n", k, k, k, k);
+    for (int e = 0; e < r->n_events; e++) {
+        const pdde_cost_event *ev = &r->events[e];
+        const pdde_cost_op *op = ev->op >= 0 ? pdde_cost_program_op(p, ev->rank, ev->op) : NULL;
+        char name[sizeof op->name];
+        snprintf(name, sizeof name, "%s", op ? op->name : "collective");
+        for (char *q = name; *q; q++) if (*q == '"' || *q == '\\' || (unsigned char)*q < 32) *q = ' ';
+        fprintf(f, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d}%s\n", name,
+                ev->lane ? "comm" : "compute", ev->start * 1e6, (ev->end - ev->start) * 1e6, ev->rank, ev->lane, e + 1 < r->n_events ? "," : "");
+    }
+    fprintf(f, "],\"displayTimeUnit\":\"ms\",\"otherData\":{\"step_s\":%.9g,\"source\":\"pdde cost model\"}}\n", r->step_time);
     return fclose(f) ? pdde_error(ctx, PDDE_ERR_IO, "%s: write failed", path) : PDDE_OK;
 }

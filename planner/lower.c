@@ -896,14 +896,19 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
         fprintf(f, "%s%c%d%s", i ? " " : "# step: ", "FBU"[P->step[i].phase], P->step[i].micro, i == P->n_step - 1 ? "\n" : "");
 }
 
+PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank) {
+    pdde_lower_params lp = {world_size, rank, p->device, p->layer_devices, p->n_layer_devices, p->pipeline_schedule, p->comm_dtype,
+                            p->overlap_gradients > 0};
+    if (p->overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
+        lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
+    return lp;
+}
+
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f) {
     if (!g) return PDDE_ERR_INVALID_ARG;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     if (params) sp = *params;
-    pdde_lower_params lp = {world_size, rank, sp.device, sp.layer_devices, sp.n_layer_devices, sp.pipeline_schedule, sp.comm_dtype,
-                            sp.overlap_gradients > 0};
-    if (sp.overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
-        lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
+    pdde_lower_params lp = program_lower_params(g, &sp, world_size, rank);
     pdde_program *P;
     pdde_status st = program_lower(g, &lp, &P);
     if (st) return st;

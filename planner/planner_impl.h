@@ -82,6 +82,13 @@ static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt
 
 /* A view or an in-place op: it shares the storage of its first input. */
 static inline bool is_root_sharing(const pdde_tensor *t) { return t->nsrc > 0 && (t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE)); }
+/* The tensor whose memory t uses (t itself unless it is a view or writes in place). */
+static inline pdde_tensor *storage_root(pdde_tensor *t) {
+    while (is_root_sharing(t)) t = t->src[0];
+    return t;
+}
+/* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer. */
+static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE; }
 
 /* ------------------------------------------------------------------------------------------------
  * Planner state (planner/planner.c and the files it includes) */
@@ -157,6 +164,15 @@ typedef struct {
     unsigned avg_reduce;                  /* a split letter the output lacks is averaged, not summed */
 } spmd_ctx;
 PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
+
+/* simulate.c: plan (on devices dev[rank], indices into d) simulated from its real programs, pp->build
+ * making its graph and pp->cluster the devices: fills step_s, bubble_s (the most idle rank's idle),
+ * peak_bytes, peak_device and why (out of memory on a device). */
+PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
+                                       pdde_plan *plan);
+
+/* cost.c: bytes a node reads and writes (what its op class's time curve is measured by) */
+PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
 
 /* ------------------------------------------------------------------------------------------------
  * The local program (planner/lower.c): what one rank runs of a plan, computed from the completed
@@ -255,5 +271,32 @@ PDDE_PRIVATE void program_free(pdde_program *p);
 PDDE_PRIVATE int program_axis(const pdde_program *p, const pdde_mesh *mesh, int a);
 /* Prints the program (one line per node in run order; the step's passes last). */
 PDDE_PRIVATE void program_dump(const pdde_program *p, FILE *f);
+/* The lowering params a session with params p on rank `rank` of world_size ranks on one host uses
+ * (overlap_gradients 0, auto: when the ranks of the context's threads leave this machine a core). */
+PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank);
+
+/* ------------------------------------------------------------------------------------------------
+ * The memory plan of a local program (planner/memplan.c): what the executor allocates, and what the
+ * cost model predicts. */
+#define PDDE_ARENA_ALIGN 64
+
+typedef struct {
+    int device;            /* global device index */
+    size_t persist_bytes;  /* its persistent buffer (leaves, aligned; inputs once per micro-batch) */
+    size_t arena_bytes;    /* one micro-batch's activation arena (allocated n_live times) */
+} program_device_memory;
+
+typedef struct {
+    program_device_memory *devs; /* in the order the program's nodes first use them */
+    int n_devs;
+    int *slot;                   /* by program node id (of the nodes in order): its index in devs */
+    pdde_memory_stats stats;     /* what pdde_session_memory reports for a session of this program */
+} program_memory;
+
+/* Plans p's memory (reuse = 0: every tensor its own bytes): writes each node's offset (in its device's
+ * persistent buffer or arena) and clears the INPLACE flag of in-place nodes whose input is read later. */
+PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *p, bool reuse, program_memory *out);
+PDDE_PRIVATE void program_memory_free(program_memory *m);
+PDDE_PRIVATE size_t program_aligned_bytes(const pdde_tensor *t);
 
 #endif

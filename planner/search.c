@@ -645,6 +645,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
         e.slots = e.m + (double)(e.pp - 1) / e.v;
         plan_links(&e);
         plan_evaluate(&e, p, NULL, NULL, true);
+        if (params->cluster && params->build) st = plan_simulate(g, devices, params, dev, p);
     }
     free(order), free(dev);
     plan_profile_free(&prof);
@@ -723,6 +724,18 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
             }
         }
     }
+    if (pp.cluster && pp.build) { /* the best by the estimate, ranked by simulating their real programs */
+        int kept = 0;
+        for (int i = 0; i < nf && !st; i++) {
+            pdde_plan p = plans[i];
+            plan_pick_devices(order, p.dp * p.tp * p.pp, dev);
+            if ((st = plan_simulate(g, d, &pp, dev, &p))) break;
+            if (p.why[0]) plan_keep(rejected, &nr, keep_rejected, &p, p.step_s);
+            else plan_keep(plans, &kept, nf, &p, p.step_s); /* (kept <= i: the unread ones stay where they are) */
+        }
+        if (st) goto done;
+        nf = kept;
+    }
     for (int i = 0; i < nr && nf + i < max_plans; i++) plans[nf + i] = rejected[i];
     *n_fit = nf, *n_rejected = nr < max_plans - nf ? nr : max_plans - nf;
     if (nf == 0) st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "plan: no plan fits on %d devices%s%s", N, nr ? "; the closest: " : "", nr ? rejected[0].why : "");
@@ -757,4 +770,23 @@ pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdd
     if (!st) *plan = plans[0];
     pdde_plan_devices_free(&d);
     return st;
+}
+
+pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
+                             pdde_plan *out) {
+    if (!g || !devices || !params || !out) return PDDE_ERR_INVALID_ARG;
+    pdde_plan_params pp = *params;
+    pp.use_all_devices = 1; /* the job's ranks are the devices it has now */
+    enum { KEEP = 8 };
+    pdde_plan plans[KEEP];
+    int nf = 0, nr = 0;
+    pdde_status st = pdde_plan_search(g, devices, &pp, plans, KEEP, &nf, &nr);
+    if (st) return st;
+    *out = plans[0];
+    if (old && old->dp * old->tp * old->pp == devices->n_devices) { /* the old plan still has its ranks */
+        pdde_plan again = *old;
+        /* kept when it fits and is within 1% of the best: changing plans costs a reshard of the state */
+        if (pdde_plan_evaluate(g, devices, &pp, &again) == PDDE_OK && !again.why[0] && again.step_s <= 1.01 * plans[0].step_s) *out = again;
+    }
+    return PDDE_OK;
 }

@@ -1,10 +1,12 @@
 /* test_cost — the cost model against cases computed by hand: one GEMM and the curves, collectives
  * (ring, recursive doubling, two-level, a shared NIC, bf16, a measured calibration), and timelines
  * (a 2-stage 1F1B and GPipe pipeline with its bubble and the activations each schedule keeps alive,
- * an overlapped gradient allreduce, a deadlock). */
+ * an overlapped gradient allreduce, a deadlock), and the simulation of plans' real lowered programs
+ * (pdde_cost_program_from_plan: data, tensor and pipeline parallel GPTs). */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "test_util.h"
+#include "examples/gpt.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -180,7 +182,9 @@ static void test_pipeline(void) {
         CHECK(test_close(r->step_time, 15e-3, 1e-9, 0), "%s: step %g s", name, r->step_time);
         for (int k = 0; k < 2; k++) {
             CHECK(test_close(r->compute_time[k], 12e-3, 1e-9, 0), "%s rank %d compute %g", name, k, r->compute_time[k]);
-            CHECK(test_close(r->idle[k] + r->comm_wait[k], 3e-3, 1e-9, 1e-12), "%s rank %d bubble %g + %g", name, k, r->idle[k], r->comm_wait[k]);
+            /* the bubble is idle: waiting for a peer to send is not communication (the links here are instant) */
+            CHECK(test_close(r->idle[k], 3e-3, 1e-9, 1e-12) && r->comm_wait[k] < 1e-12, "%s rank %d bubble: idle %g, comm wait %g", name, k,
+                  r->idle[k], r->comm_wait[k]);
         }
         double want0 = 5e6 + (gpipe ? 4 : 2) * 1e6, want1 = 5e6 + (gpipe ? 4 : 1) * 1e6;
         CHECK(r->peak_memory[0] == want0, "%s: stage 0 peak %g, expected %g", name, r->peak_memory[0], want0);
@@ -191,8 +195,8 @@ static void test_pipeline(void) {
             FILE *f = open_memstream(&buf, &len);
             pdde_cost_timeline_text(r, f, 30);
             fclose(f);
-            /* 30 columns of 0.5 ms: rank 1 waits 1 ms for the first activations (a receive: communication) */
-            CHECK(buf && strstr(buf, "rank   1 |==##"), "timeline text:\n%s", buf ? buf : "");
+            /* 30 columns of 0.5 ms: rank 1 waits 1 ms for the first activations (idle: the bubble) */
+            CHECK(buf && strstr(buf, "rank   1 |..##"), "timeline text:\n%s", buf ? buf : "");
             printf("%s", buf ? buf : "");
             free(buf);
             char path[64];
@@ -337,6 +341,135 @@ static void test_attention(void) {
     CHECK(flops == 2.0 * 2.0 * 4 * 1024 * 1025 / 2 * 64, "forward flops %g", flops);
 }
 
+/* A plan's real programs: what each rank communicates, with whom, on which device, and its memory. */
+static const gpt_config small = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
+
+/* The GPT of `small` under plan text, lowered for every rank and simulated on c (rank_devices NULL:
+ * the cluster's devices in order); *g and *p for the caller to free. */
+static pdde_cost_result *simulate_plan(pdde_cluster *c, const char *text, const pdde_session_params *sp, const int *rank_devices,
+                                       pdde_graph **g, pdde_cost_program **p) {
+    pdde_plan pl;
+    gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_cost_result *r = NULL;
+    *p = NULL;
+    pdde_graph_init(ctx, g);
+    CHECK(pdde_plan_parse(text, &pl) == PDDE_OK, "parse %s", text);
+    gpt_plan gp = gpt_plan_of(&pl);
+    int ranks = pl.dp * pl.tp * pl.pp;
+    pdde_cost_plan cp = {ranks > 1 ? ranks : 0, rank_devices, NULL, 0};
+    CHECK(gpt_build_plan(*g, &small, &gp, &op, &m) == PDDE_OK && pdde_cost_program_from_plan(c, *g, sp, &cp, p) == PDDE_OK &&
+          pdde_cost_simulate(ctx, c, *p, &r) == PDDE_OK, "%s: %s", text, pdde_last_error(ctx));
+    return r;
+}
+
+static void test_plan_programs(void) {
+    pdde_cluster *c = make_cluster(1, 4);
+    pdde_graph *g;
+    pdde_cost_program *p;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.overlap_gradients = 1;
+    double params = (double)gpt_n_params(&small);
+    /* data parallel: every gradient is allreduced once over both ranks, started early (async) and
+     * completed at a WAIT; the ranks' memory is their memory plan's */
+    pdde_cost_result *r = simulate_plan(c, "dp=2", &sp, NULL, &g, &p);
+    for (int k = 0; r && k < 2; k++) {
+        double reduced = 0;
+        int waits = 0, asyncs = 0;
+        for (int i = 0; i < pdde_cost_program_n_ops(p, k); i++) {
+            const pdde_cost_op *o = pdde_cost_program_op(p, k, i);
+            if (o->kind == PDDE_COST_COLLECTIVE && o->async) reduced += (double)o->count, asyncs++;
+            waits += o->kind == PDDE_COST_WAIT;
+        }
+        CHECK(reduced == params && asyncs == waits && asyncs > 0, "dp=2 rank %d: %.0f gradient elements allreduced early (%d, %d waits), %.0f parameters",
+              k, reduced, asyncs, waits, params);
+        pdde_memory_stats ms;
+        CHECK(pdde_lower_memory(g, &sp, 2, k, &ms) == PDDE_OK && r->peak_memory[k] == (double)(ms.allocated_bytes + ms.transfer_bytes),
+              "dp=2 rank %d: simulated peak %.0f, memory plan %zu + %zu", k, r->peak_memory[k], ms.allocated_bytes, ms.transfer_bytes);
+        CHECK(r->comm_wait[k] > 0 && r->compute_time[k] > 0, "dp=2 rank %d communicates (%g s) and computes (%g s)", k, r->comm_wait[k], r->compute_time[k]);
+    }
+    double dp_compute = r ? r->compute_time[0] : 0;
+    pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
+    /* bf16 on the wire: the same elements in half the bytes */
+    sp.comm_dtype = PDDE_BF16;
+    r = simulate_plan(c, "dp=2", &sp, NULL, &g, &p);
+    int bf16 = 0, other = 0;
+    double reduced = 0;
+    for (int i = 0; r && i < pdde_cost_program_n_ops(p, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
+        if (o->kind != PDDE_COST_COLLECTIVE || !strcmp(o->name, "loss allreduce")) continue;
+        bf16 += o->dtype == PDDE_BF16, other += o->dtype != PDDE_BF16, reduced += (double)o->count;
+    }
+    CHECK(bf16 > 0 && other == 0 && reduced == params, "comm_dtype bf16: %d gradient allreduces in bf16, %d not, %.0f elements (%.0f parameters)",
+          bf16, other, reduced, params);
+    pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
+    sp.comm_dtype = PDDE_F32;
+    /* a device half as fast (its own spec): the rank on it computes twice as long */
+    pdde_device_spec slow = c->specs[0];
+    for (int i = 0; i < slow.n_gemm; i++) slow.gemm[i].flops /= 2;
+    for (int i = 0; i < slow.n_curve[PDDE_OPCLASS_ELEMENTWISE]; i++) slow.curve[PDDE_OPCLASS_ELEMENTWISE][i].seconds *= 2;
+    slow.peak_flops /= 2, slow.mem_bandwidth /= 2;
+    c->machines[0].devices[3].spec = pdde_cluster_add_spec(c, &slow);
+    r = simulate_plan(c, "dp=2", &sp, (const int[]){0, 3}, &g, &p);
+    CHECK(r && test_close(r->compute_time[1], 2 * r->compute_time[0], 1e-9, 0) && test_close(r->compute_time[0], dp_compute, 1e-12, 0),
+          "dp=2 with rank 1 on a device half as fast: compute %g s and %g s (rank 0 alone %g s)", r ? r->compute_time[0] : 0,
+          r ? r->compute_time[1] : 0, dp_compute);
+    CHECK(r && r->idle[0] > 0.5 * r->compute_time[0], "the fast rank waits for the slow one at the gradient allreduces: idle %g s", r ? r->idle[0] : 0);
+    pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
+    /* tensor parallel: activations allreduced over the tp group in forward and backward (blocking) */
+    r = simulate_plan(c, "tp=2", &sp, NULL, &g, &p);
+    int sync = 0;
+    for (int i = 0; r && i < pdde_cost_program_n_ops(p, 1); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(p, 1, i);
+        sync += o->kind == PDDE_COST_COLLECTIVE && !o->async && o->phase == PDDE_PHASE_FORWARD && o->coll == PDDE_COLL_ALLREDUCE;
+    }
+    /* one per block's attention and MLP, the vocab-parallel lookup, and the cross-entropy's two */
+    CHECK(sync == 2 * small.layers + 3, "tp=2: %d blocking forward allreduces on rank 1, expected %d", sync, 2 * small.layers + 3);
+    pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
+    /* two pipeline stages, 4 micro-batches: each send meets a receive on the other stage; both stages
+     * idle in the fill and drain (the bubble), the first keeps more alive than the second */
+    r = simulate_plan(c, "pp=2,mb=4", &sp, NULL, &g, &p);
+    int sends[2] = {0, 0}, recvs[2] = {0, 0};
+    for (int k = 0; r && k < 2; k++)
+        for (int i = 0; i < pdde_cost_program_n_ops(p, k); i++) {
+            const pdde_cost_op *o = pdde_cost_program_op(p, k, i);
+            sends[k] += o->kind == PDDE_COST_SEND && o->peer == 1 - k, recvs[k] += o->kind == PDDE_COST_RECV && o->peer == 1 - k;
+        }
+    CHECK(sends[0] == recvs[1] && sends[1] == recvs[0] && sends[0] >= 4 && sends[1] >= 4, "pp=2: sends %d/%d, receives %d/%d", sends[0],
+          sends[1], recvs[0], recvs[1]);
+    for (int k = 0; r && k < 2; k++)
+        CHECK(r->idle[k] > 0.1 * r->compute_time[k], "pp=2 stage %d: idle %g s of a %g s step (compute %g s)", k, r->idle[k], r->step_time,
+              r->compute_time[k]);
+    if (r) pdde_cost_timeline_text(r, stdout, 60);
+    pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
+    pdde_cluster_free(c);
+}
+
+/* The search's view of a cluster takes the measured allreduce where there is one: a ring allreduce on
+ * its links, as the search times it, takes the measured time at the measured rank count. */
+static void test_plan_devices_calibrated(void) {
+    pdde_cluster *c = make_cluster(2, 4);
+    pdde_plan_devices d;
+    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK && d.intra_bw == 1e9 && d.inter_bw == 1e8, "links without calibration: %g, %g",
+          d.intra_bw, d.inter_bw);
+    pdde_plan_devices_free(&d);
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 4, 1, 3e-5, 12e9});
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 2, 1, 1e-5, 9e9});   /* fewer ranks: not used */
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, 8, 1, 1e-5, 1e9});   /* another algorithm */
+    pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 8, 0, 2e-4, 2e9});
+    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    const double B = 64e6;
+    for (int intra = 0; intra <= 1; intra++) {
+        int n = intra ? 4 : 8;
+        double bw = intra ? d.intra_bw : d.inter_bw, lat = intra ? d.intra_lat : d.inter_lat;
+        double ring = 2.0 * (n - 1) / n * B / bw + 2.0 * (n - 1) * lat, measured = intra ? 3e-5 + B / 12e9 : 2e-4 + B / 2e9;
+        CHECK(test_close(ring, measured, 1e-12, 0), "%s: the search's ring allreduce of %g B on %d ranks %g s, measured %g s",
+              intra ? "within a machine" : "across machines", B, n, ring, measured);
+    }
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -347,6 +480,8 @@ int main(void) {
     test_overlap_and_errors();
     test_from_graph();
     test_attention();
+    test_plan_programs();
+    test_plan_devices_calibrated();
     pdde_context_free(ctx);
     return test_finish();
 }

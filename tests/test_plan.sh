@@ -17,6 +17,27 @@ JSON
 check "pdde-plan --auto on the cluster file ($(tail -2 "$tmp/plan.log"))" $?
 grep -q '^best dp=' "$tmp/plan.log"
 check "pdde-plan --auto prints a best plan" $?
+# one step of a forced plan, simulated from both ranks' lowered programs: the text timeline, an SVG and
+# a Chrome trace with both ranks' compute and communication, the pipeline's bubble idle on each stage
+"$build/pdde-plan" --plan dp=1,pp=2,mb=4 --cluster "$tmp/cluster.json" --timeline "$tmp/t.svg" --trace "$tmp/t.json" >"$tmp/tl.log" 2>&1
+check "pdde-plan --plan pp=2 --timeline --trace ($(tail -1 "$tmp/tl.log"))" $?
+grep -q '^rank   1 |' "$tmp/tl.log" && grep -Eq '^rank   0 \|#+\.+' "$tmp/tl.log"
+check "the text timeline has a lane per rank, stage 0 idle while stage 1 fills ($(grep '^rank   0' "$tmp/tl.log" | cut -c1-60))" $?
+[ "$(grep -c '<rect' "$tmp/t.svg")" -gt 100 ] && grep -q 'rank 1' "$tmp/t.svg"
+check "the SVG timeline draws both ranks' events" $?
+python3 - "$tmp/t.json" <<'PY'
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+kinds = {(e["pid"], e["tid"], e["cat"]) for e in ev}
+need = {(0, 0, "compute"), (1, 0, "compute"), (0, 1, "comm"), (1, 1, "comm")}
+ok = need <= kinds and all(e["dur"] >= 0 and e["ts"] >= 0 for e in ev)
+print(len(ev), "events", sorted(kinds))
+sys.exit(0 if ok else 1)
+PY
+check "the Chrome trace is JSON with compute and comm events of both ranks" $?
+"$build/pdde-plan" --plan dp=1,pp=2,mb=3 --cluster "$tmp/cluster.json" >"$tmp/tlbad.log" 2>&1
+[ $? -ne 0 ] && grep -q 'do not divide the batch' "$tmp/tlbad.log"
+check "a forced plan whose micro-batches do not divide the batch is refused ($(head -1 "$tmp/tlbad.log"))" $?
 "$build/pdde-plan" --auto --cluster "$tmp/nonexistent.json" >"$tmp/bad.log" 2>&1
 [ $? -ne 0 ] && grep -q nonexistent "$tmp/bad.log"
 check "a missing cluster file is an error naming it ($(head -1 "$tmp/bad.log"))" $?

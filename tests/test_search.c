@@ -180,6 +180,97 @@ static pdde_cluster *cpu_cluster(int n, double memory) {
     return c;
 }
 
+/* Re-planning: a device of a 4-device cluster lost gives a valid plan on the other 3; added back, a
+ * plan on all 4 again. */
+static void test_replan(pdde_graph *g, const pdde_plan_params *pp) {
+    cluster c;
+    cluster_init(&c, 4, 1e11, 1e10, 1e9, 4);
+    pdde_plan before, lost, back;
+    CHECK(pdde_plan_replan(g, &c.d, pp, NULL, &before) == PDDE_OK && plan_devices(&before) == 4 && !before.why[0],
+          "4 devices: %s", pdde_last_error(pdde_graph_context(g)));
+    cluster three;
+    cluster_init(&three, 3, 1e11, 1e10, 1e9, 4);
+    CHECK(pdde_plan_replan(g, &three.d, pp, &before, &lost) == PDDE_OK && plan_devices(&lost) == 3 && !lost.why[0] &&
+          lost.peak_bytes <= 1e9 && lost.step_s > before.step_s, "a device lost: %dx%dx%d, %g s (4 devices: %g s): %s", lost.dp, lost.tp,
+          lost.pp, lost.step_s, before.step_s, pdde_last_error(pdde_graph_context(g)));
+    CHECK(pdde_plan_replan(g, &c.d, pp, &lost, &back) == PDDE_OK && plan_devices(&back) == 4 && test_close(back.step_s, before.step_s, 1e-12, 0),
+          "added back: %dx%dx%d, %g s (before %g s)", back.dp, back.tp, back.pp, back.step_s, before.step_s);
+    /* the old plan is kept when it is as good as the best (no reshard for nothing) */
+    pdde_plan same;
+    CHECK(pdde_plan_replan(g, &c.d, pp, &back, &same) == PDDE_OK && same.dp == back.dp && same.tp == back.tp && same.pp == back.pp &&
+          same.micro == back.micro && same.zero == back.zero, "unchanged devices keep the plan");
+    char s[3][128];
+    pdde_plan_str(&before, s[0], sizeof s[0]), pdde_plan_str(&lost, s[1], sizeof s[1]), pdde_plan_str(&back, s[2], sizeof s[2]);
+    printf("replan: 4 devices %s; one lost: %s; added back: %s\n", s[0], s[1], s[2]);
+}
+
+/* Plans evaluated by simulating their real programs (params.cluster + build): the prediction is the
+ * simulation's, memory the sessions' allocation, and the search ranks its best by it. */
+static void test_simulated(pdde_context *ctx) {
+    gpt_plan_builder b;
+    b.cfg = (gpt_config){.vocab = 256, .ctx = 16, .layers = 2, .heads = 4, .width = 64, .batch = 8};
+    b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_graph *g;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    gpt_build(g, &b.cfg, &m);
+    pdde_cluster *cl;
+    pdde_cluster_init("sim", &cl);
+    pdde_device_spec spec = {.kind = PDDE_DEVICE_CPU, .peak_flops = 1e11, .mem_bandwidth = 1e10};
+    pdde_cluster_add_spec(cl, &spec);
+    pdde_cluster_machine mm = {.id = 0, .intra = {-1, -1, PDDE_LINK_SHM, 5e9, 2e-6, -1}, .nic = {-1, -1, PDDE_LINK_NET, 0, 0, -1}};
+    int mi = pdde_cluster_add_machine(cl, &mm);
+    for (int i = 0; i < 2; i++) pdde_cluster_add_device(cl, mi, &(pdde_cluster_device){10 + i, 0, 1ull << 30});
+    pdde_plan_devices d;
+    CHECK(pdde_cluster_plan_devices(ctx, cl, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+    pp.batch = 8, pp.tp_divisor = 4, pp.max_micro = 4, pp.cluster = cl, pp.build = gpt_plan_build, pp.build_user = &b;
+    const char *texts[] = {"dp=2", "tp=2", "pp=2,mb=4"};
+    for (int i = 0; i < 3; i++) {
+        pdde_plan p, q;
+        pdde_plan_parse(texts[i], &p);
+        q = p;
+        CHECK(pdde_plan_evaluate(g, &d, &pp, &p) == PDDE_OK && !p.why[0], "%s: %s", texts[i], pdde_last_error(ctx));
+        /* the same plan simulated by hand */
+        pdde_graph *pg;
+        pdde_cost_program *cp = NULL;
+        pdde_cost_result *r = NULL;
+        pdde_graph_init(ctx, &pg);
+        pdde_cost_plan cpl = {2, (const int[]){10, 11}, NULL, 0};
+        CHECK(gpt_plan_build(pg, &q, &b) == PDDE_OK && pdde_cost_program_from_plan(cl, pg, NULL, &cpl, &cp) == PDDE_OK &&
+              pdde_cost_simulate(ctx, cl, cp, &r) == PDDE_OK, "%s by hand: %s", texts[i], pdde_last_error(ctx));
+        double peak = 0;
+        for (int k = 0; k < 2; k++) {
+            pdde_memory_stats ms;
+            pdde_lower_memory(pg, NULL, 2, k, &ms);
+            peak = fmax(peak, (double)(ms.allocated_bytes + ms.transfer_bytes));
+        }
+        CHECK(r && p.step_s == r->step_time && p.peak_bytes == peak, "%s: evaluated %g s, %.0f B; simulated %g s, sessions' memory %.0f B",
+              texts[i], p.step_s, p.peak_bytes, r ? r->step_time : 0, peak);
+        pdde_cost_result_free(r), pdde_cost_program_free(cp), pdde_graph_free(pg);
+    }
+    /* a device too small for what the sessions would allocate: rejected with the simulated figure */
+    double small_mem[2] = {1e5, 1e5};
+    pdde_plan_devices tiny = d;
+    tiny.memory = small_mem;
+    pdde_plan p;
+    pdde_plan_parse("dp=2", &p);
+    CHECK(pdde_plan_evaluate(g, &tiny, &pp, &p) == PDDE_OK && strstr(p.why, "out of memory on device") && strstr(p.why, "(simulated)"),
+          "dp=2 on 100 kB devices: why '%s'", p.why);
+    /* the search: its fitting plans are ranked by their simulated step time */
+    pdde_plan plans[16];
+    int nf = 0, nr = 0;
+    CHECK(pdde_plan_search(g, &d, &pp, plans, 16, &nf, &nr) == PDDE_OK && nf > 1, "simulated search: %s", pdde_last_error(ctx));
+    for (int i = 0; i < nf; i++) {
+        pdde_plan again = plans[i];
+        CHECK(pdde_plan_evaluate(g, &d, &pp, &again) == PDDE_OK && again.step_s == plans[i].step_s && (i == 0 || plans[i - 1].step_s <= plans[i].step_s),
+              "plan %d: step %g s, simulated again %g s (the one before %g s)", i, plans[i].step_s, again.step_s, i ? plans[i - 1].step_s : 0);
+    }
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(cl);
+    pdde_graph_free(g);
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -355,6 +446,7 @@ int main(void) {
               "mixed: %s %g s; the same pp innermost %g s", s, plans[0].step_s, inner.step_s);
         check_fitting(g, &mixed, &no_drop, plans, nf);
     }
+    test_replan(g, &pp);
     pdde_graph_free(g);
 
     /* 10. the entry points on a non-GPT graph: pdde_plan_auto on a cluster, pdde_plan_apply compiles and
@@ -489,6 +581,7 @@ int main(void) {
         pdde_session_free(s);
         pdde_graph_free(tg[0]), pdde_graph_free(tg[1]);
     }
+    test_simulated(ctx);
     pdde_context_free(ctx);
     return test_finish();
 }

@@ -45,6 +45,7 @@ typedef struct {
     double state_bytes, block_param_bytes, wte_bytes, arena_bytes, persistent_allocated;
     int ok, dump_ok, device;
     uint64_t program_hash; /* of the program it ran (pdde_session_dump) */
+    pdde_memory_stats mem;  /* what its session allocated */
     int64_t loaded_step;
     uint64_t loaded_position;
     char error[256];
@@ -124,6 +125,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
     }
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
+    out->mem = ms;
     out->state_bytes = (double)(ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes);
     for (int i = 0; i < pdde_graph_n_tensors(g); i++) { /* (this rank's blocks: the session's tensors) */
         const pdde_tensor *t = pdde_session_tensor(s, pdde_graph_tensor(g, i));
@@ -230,6 +232,20 @@ static int opencl_device_exists(void) {
 
 static void train_rank(pdde_context *ctx, pdde_comm *world, void *arg) { train(ctx, world, arg, test_rank_result); }
 
+/* Memory predictions (pdde_lower_memory) against what a session allocated. */
+static int predicted_ranks;
+static int memory_equal(const pdde_memory_stats *a, const pdde_memory_stats *b) {
+    return a->allocated_bytes == b->allocated_bytes && a->persistent_allocated_bytes == b->persistent_allocated_bytes &&
+           a->transfer_bytes == b->transfer_bytes && a->arena_bytes == b->arena_bytes && a->activation_bytes == b->activation_bytes &&
+           a->param_bytes == b->param_bytes && a->grad_bytes == b->grad_bytes && a->optimizer_bytes == b->optimizer_bytes &&
+           a->input_bytes == b->input_bytes && a->n_nodes == b->n_nodes;
+}
+static char *memory_str(const pdde_memory_stats *m, char *buf, size_t n) {
+    snprintf(buf, n, "allocated %zu (persistent %zu, arenas %zu), transfer buffers %zu, %d nodes", m->allocated_bytes,
+             m->persistent_allocated_bytes, m->arena_bytes, m->transfer_bytes, m->n_nodes);
+    return buf;
+}
+
 static void run_plan(const char *store_addr, const plan *p, result *out) {
     int ranks = p->dp * p->tp * p->pp;
     result res[8];
@@ -254,6 +270,12 @@ static void run_plan(const char *store_addr, const plan *p, result *out) {
         CHECK(!st && hash_str(dump) == res[r].program_hash, "%s rank %d: the program it ran is not the one lowered for it: %s", p->name, r,
               st ? pdde_last_error(ctx_of_main) : "another dump");
         free(dump);
+        /* ...and the memory predicted for it here is what its session allocated, byte for byte */
+        pdde_memory_stats pm;
+        st = pdde_lower_memory(g, &sp, ranks, r, &pm);
+        CHECK(!st && memory_equal(&pm, &res[r].mem), "%s rank %d: predicted memory %s, the session's %s", p->name, r,
+              memory_str(&pm, (char[256]){0}, 256), memory_str(&res[r].mem, (char[256]){0}, 256));
+        predicted_ranks += !st && memory_equal(&pm, &res[r].mem);
     }
     pdde_graph_free(g);
     *out = res[0];
@@ -312,6 +334,15 @@ int main(void) {
     memset(&ref, 0, sizeof ref);
     train(ctx, NULL, NULL, &ref);
     CHECK(ref.ok, "one process: %s", ref.error);
+    {
+        pdde_graph *g1;
+        gpt_model m1;
+        pdde_memory_stats pm;
+        pdde_graph_init(ctx, &g1);
+        CHECK(build(g1, &m1, NULL) == PDDE_OK && pdde_lower_memory(g1, NULL, 0, 0, &pm) == PDDE_OK && memory_equal(&pm, &ref.mem),
+              "one process: predicted memory %s, the session's %s", memory_str(&pm, (char[256]){0}, 256), memory_str(&ref.mem, (char[256]){0}, 256));
+        pdde_graph_free(g1);
+    }
     /* zero3 saves file 1 at step 5, tp2_pp2 file 2; the *_resume plans continue from them under other
      * plans (pipeline ones included) */
     static const plan plans[] = {
@@ -411,6 +442,7 @@ int main(void) {
     /* the first stage keeps 2 micro-batches' activations under 1F1B, all 4 under GPipe */
     CHECK(arena_1f1b > 0 && arena_gpipe == 2 * arena_1f1b, "stage 0 activations: 1F1B %.0f B, GPipe %.0f B", arena_1f1b, arena_gpipe);
     printf("stage 0 activation memory: 1F1B %.0f B, GPipe %.0f B (4 micro-batches)\n", arena_1f1b, arena_gpipe);
+    printf("memory predicted without a session (pdde_lower_memory) equals the allocation on %d ranks of the plans\n", predicted_ranks);
     /* the file records the layout each tensor was saved from (TP2 x PP2: a column-parallel weight of
      * the second stage) */
     FILE *fk = fopen(ckpt_path[2], "rb");

@@ -1,8 +1,14 @@
 /* pdde-plan — plans the example GPT without running it.
  *   pdde-plan --auto [--model gpt:layers=96,width=12288,heads=96,ctx=2048,vocab=50304,batch=1536]
- *             [--cluster cluster.json] [--ranks N] [--top K]
+ *             [--cluster cluster.json] [--ranks N] [--top K] [--simulate]
  *       the planner's best plans for the model on the cluster's devices (or N ranks on this machine,
- *       as pdde-bench measured it) with predicted step time and memory, and the rejected ones with why
+ *       as pdde-bench measured it) with predicted step time and memory, and the rejected ones with why;
+ *       --simulate ranks the best by simulating every rank's lowered program (as --timeline does)
+ *   pdde-plan --plan dp=1,pp=2,mb=4 [--model gpt:...] [--cluster FILE] [--timeline out.svg] [--trace out.json]
+ *       (also after --auto, for the plan it picks) one step of that plan simulated on the cluster's devices
+ *       from every rank's real lowered program: a text timeline on the terminal (a lane per rank; '#'
+ *       compute, '=' communication, '.' idle: the pipeline bubbles), per-rank compute, communication wait,
+ *       idle and peak memory; --timeline writes it as SVG, --trace as a Chrome/Perfetto trace
  *   pdde-plan --dp 2 --tp 2 --pp 2 --zero 1 [--layers 2 --width 64 --heads 4 --ctx 32 --vocab 256 --batch 8]
  *             [--micro N] [--recompute] [--show-program [--rank R]]
  *       what one plan does: the program with every tensor's distributed attribute and the reshards
@@ -41,20 +47,65 @@ static int parse_model(const char *spec, gpt_config *c) {
     return c->width % c->heads ? -1 : 0;
 }
 
+/* One step of plan p for the GPT of c, simulated on the cluster from every rank's lowered program. */
+static int plan_timeline(pdde_context *ctx, const gpt_config *c, const pdde_plan *p, const char *cluster_path, const char *svg,
+                         const char *trace) {
+    pdde_cluster *cl = NULL;
+    pdde_graph *g = NULL;
+    pdde_cost_program *cp = NULL;
+    pdde_cost_result *res = NULL;
+    gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_plan even = *p;
+    if (even.pp > 1 && even.chunks <= 1 && even.stage_first[even.pp] == 0) /* no cut given: the even one gpt makes */
+        for (int s = 0; s <= even.pp; s++) even.stage_first[s] = s * (c->layers + 2) / even.pp;
+    p = &even;
+    gpt_plan gp = gpt_plan_of(p);
+    int ranks = p->dp * p->tp * p->pp;
+    pdde_cost_plan plan = {ranks > 1 ? ranks : 0, NULL, NULL, 0};
+    pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
+    if (!st) st = pdde_graph_init(ctx, &g);
+    if (!st) st = gpt_build_plan(g, c, &gp, &op, &m);
+    if (!st) st = pdde_cost_program_from_plan(cl, g, NULL, &plan, &cp);
+    if (!st) st = pdde_cost_simulate(ctx, cl, cp, &res);
+    if (!st) {
+        char s[256];
+        pdde_plan_str(p, s, sizeof s);
+        printf("one step of %s on %s, simulated from the %d ranks' lowered programs:\n", s, cluster_path, ranks);
+        pdde_cost_timeline_text(res, stdout, 100);
+        if (res->uncalibrated) printf("(%d ops timed from peak figures: the cluster has no measured curve for them)\n", res->uncalibrated);
+    }
+    if (!st && svg && !(st = pdde_cost_timeline_svg(ctx, res, cp, svg))) printf("timeline: %s\n", svg);
+    if (!st && trace && !(st = pdde_cost_timeline_trace(ctx, res, cp, trace))) printf("trace: %s\n", trace);
+    if (st) fprintf(stderr, "pdde-plan: timeline: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
+    pdde_cost_result_free(res);
+    pdde_cost_program_free(cp);
+    pdde_graph_free(g);
+    pdde_cluster_free(cl);
+    return st ? 1 : 0;
+}
+
 static int plan_auto(int argc, char **argv) {
     gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8}; /* build/gpt's default */
     const char *cluster = "build/cluster.json";
-    int ranks = 0, top = 8;
+    const char *svg = NULL, *trace = NULL, *forced = NULL;
+    int ranks = 0, top = 8, auto_ = 0, simulate = 0;
+    pdde_plan fp;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--auto")) continue;
+        if (!strcmp(a, "--auto")) { auto_ = 1; continue; }
+        if (!strcmp(a, "--simulate")) { simulate = 1; continue; }
         if (v && !strcmp(a, "--model") && !parse_model(v, &c)) i++;
         else if (v && !strcmp(a, "--cluster")) cluster = v, i++;
         else if (v && !strcmp(a, "--ranks") && (ranks = atoi(v)) > 0) i++;
         else if (v && !strcmp(a, "--top") && (top = atoi(v)) > 0 && top <= 48) i++;
+        else if (v && !strcmp(a, "--timeline")) svg = v, i++;
+        else if (v && !strcmp(a, "--trace")) trace = v, i++;
+        else if (v && !strcmp(a, "--plan") && pdde_plan_parse(v, &fp) == PDDE_OK) forced = v, i++;
         else {
-            fprintf(stderr, "pdde-plan: bad argument '%s'%s\nusage: pdde-plan --auto [--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N]] "
-                            "[--cluster FILE] [--ranks N] [--top K]\n", a, v ? "" : " (or its value is missing)");
+            fprintf(stderr, "pdde-plan: bad argument '%s'%s\nusage: pdde-plan --auto|--plan dp=..,tp=..,pp=..,mb=..,zero=..,recompute=.. "
+                            "[--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N]] [--cluster FILE] [--ranks N] [--top K] "
+                            "[--simulate] [--timeline out.svg] [--trace out.json]\n", a, v ? "" : " (or its value is missing)");
             return 2;
         }
     }
@@ -62,6 +113,16 @@ static int plan_auto(int argc, char **argv) {
     cp.backends = "cpu";
     pdde_context *ctx;
     if (pdde_context_init(&cp, &ctx)) return 1;
+    if (forced && !auto_) { /* a plan given: its timeline only */
+        int rc = 2;
+        if (fp.pp > 1 && fp.stage_first[fp.pp] && fp.stage_first[fp.pp] != c.layers + 2)
+            fprintf(stderr, "pdde-plan: --plan %s: the stages must cut the %d layers (embedding, blocks, head)\n", forced, c.layers + 2);
+        else if (c.batch % fp.micro)
+            fprintf(stderr, "pdde-plan: --plan %s: %d micro-batches do not divide the batch %d\n", forced, fp.micro, c.batch);
+        else rc = plan_timeline(ctx, &c, &fp, cluster, svg, trace);
+        pdde_context_free(ctx);
+        return rc;
+    }
     pdde_plan_devices d;
     pdde_plan plans[64];
     int nf = 0, nr = 0;
@@ -73,12 +134,21 @@ static int plan_auto(int argc, char **argv) {
         pdde_context_free(ctx);
         return 1;
     }
+    pdde_cluster *cl = NULL;
+    if (simulate && (st = pdde_cluster_load(ctx, cluster, &cl))) {
+        fprintf(stderr, "pdde-plan: %s\n", pdde_last_error(ctx));
+        pdde_plan_devices_free(&d);
+        pdde_context_free(ctx);
+        return 1;
+    }
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    st = gpt_plan_search(ctx, &c, &d, ranks > 0, plans, top + top / 3 + 1, &nf, &nr);
+    st = gpt_plan_search_simulated(ctx, &c, &d, ranks > 0, cl, plans, top + top / 3 + 1, &nf, &nr);
+    pdde_cluster_free(cl);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    printf("GPT %d layers, width %d, %d heads, ctx %d, vocab %d, batch %d: %.3g parameters; %d devices (%s); planned in %.2f s\n", c.layers,
-           c.width, c.heads, c.ctx, c.vocab, c.batch, (double)gpt_n_params(&c), d.n_devices, cluster, secs);
+    printf("GPT %d layers, width %d, %d heads, ctx %d, vocab %d, batch %d: %.3g parameters; %d devices (%s); planned in %.2f s%s\n", c.layers,
+           c.width, c.heads, c.ctx, c.vocab, c.batch, (double)gpt_n_params(&c), d.n_devices, cluster, secs,
+           simulate ? " (the best ranked by simulating their lowered programs)" : "");
     double tokens = (double)c.batch * c.ctx;
     for (int i = 0; i < nf && i < top; i++) {
         char s[256];
@@ -92,6 +162,7 @@ static int plan_auto(int argc, char **argv) {
         printf("no   %-56s %10.4g s/step had it fitted: %s\n", s, plans[i].step_s, plans[i].why);
     }
     if (st) fprintf(stderr, "pdde-plan: %s\n", pdde_last_error(ctx));
+    if (!st && nf > 0 && (svg || trace)) st = plan_timeline(ctx, &c, &plans[0], cluster, svg, trace) ? PDDE_ERR_NO_PLAN : PDDE_OK;
     pdde_plan_devices_free(&d);
     pdde_context_free(ctx);
     return st ? 1 : 0;
@@ -99,7 +170,7 @@ static int plan_auto(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--auto")) return plan_auto(argc, argv);
+        if (!strcmp(argv[i], "--auto") || !strcmp(argv[i], "--plan")) return plan_auto(argc, argv);
     gpt_config c = {.vocab = 256, .ctx = 32, .layers = 2, .heads = 4, .width = 64, .batch = 8};
     int dp = 1, tp = 1, pp = 1, zero = 0, show = 0, recompute = 0, rank = -1, micro = 1;
     for (int i = 1; i < argc; i++) {

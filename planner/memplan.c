@@ -1,0 +1,197 @@
+/* planner/memplan.c — the memory plan of a local program: where each tensor of one rank's program
+ * lives and how big each device's buffers are. Persistent tensors (parameters, gradients, optimizer
+ * state, inputs: the leaves) are laid out one after the other in a device's persistent buffer, inputs
+ * once per micro-batch; every other tensor gets bytes of the device's activation arena for its
+ * lifetime (best fit; freed blocks merge), and the arena is allocated once per micro-batch alive.
+ *
+ * It is a pure function of the program, so the executor allocates exactly what it says (pdde.c,
+ * session_plan_memory) and the cost model predicts a rank's memory from the same plan without a
+ * session (pdde_lower_memory): prediction and allocation cannot drift apart. Included by pdde.c after
+ * lower.c. */
+#include "planner_impl.h"
+
+typedef struct { size_t offset, size; } arena_block;
+
+/* Arena planning: a sorted list of free blocks; best fit; freed blocks merge with their neighbours. */
+typedef struct { arena_block *free; int n, cap; size_t top; } arena_plan;
+
+PDDE_PRIVATE size_t program_aligned_bytes(const pdde_tensor *t) {
+    return (pdde_tensor_nbytes(t) + PDDE_ARENA_ALIGN - 1) / PDDE_ARENA_ALIGN * PDDE_ARENA_ALIGN;
+}
+
+static void arena_alloc(arena_plan *a, size_t size, size_t *offset) {
+    size = (size + PDDE_ARENA_ALIGN - 1) / PDDE_ARENA_ALIGN * PDDE_ARENA_ALIGN;
+    if (size == 0) size = PDDE_ARENA_ALIGN;
+    int best = -1;
+    for (int i = 0; i < a->n; i++)
+        if (a->free[i].size >= size && (best < 0 || a->free[i].size < a->free[best].size)) best = i;
+    if (best >= 0) {
+        *offset = a->free[best].offset;
+        a->free[best].offset += size, a->free[best].size -= size;
+        if (a->free[best].size == 0) memmove(&a->free[best], &a->free[best + 1], (size_t)(--a->n - best) * sizeof *a->free);
+        return;
+    }
+    /* grow the top; a free block touching the top is extended rather than wasted */
+    if (a->n > 0 && a->free[a->n - 1].offset + a->free[a->n - 1].size == a->top) {
+        *offset = a->free[a->n - 1].offset;
+        a->top = *offset + size;
+        a->n--;
+    } else {
+        *offset = a->top;
+        a->top += size;
+    }
+}
+
+static bool arena_release(arena_plan *a, size_t offset, size_t size) {
+    size = (size + PDDE_ARENA_ALIGN - 1) / PDDE_ARENA_ALIGN * PDDE_ARENA_ALIGN;
+    if (size == 0) size = PDDE_ARENA_ALIGN;
+    int i = 0;
+    while (i < a->n && a->free[i].offset < offset) i++;
+    if (a->n == a->cap) {
+        int cap = a->cap ? 2 * a->cap : 64;
+        arena_block *f = realloc(a->free, (size_t)cap * sizeof *f);
+        if (!f) return false;
+        a->free = f, a->cap = cap;
+    }
+    memmove(&a->free[i + 1], &a->free[i], (size_t)(a->n - i) * sizeof *a->free);
+    a->free[i] = (arena_block){offset, size};
+    a->n++;
+    if (i + 1 < a->n && a->free[i].offset + a->free[i].size == a->free[i + 1].offset) { /* merge right */
+        a->free[i].size += a->free[i + 1].size;
+        memmove(&a->free[i + 1], &a->free[i + 2], (size_t)(a->n - i - 2) * sizeof *a->free);
+        a->n--;
+    }
+    if (i > 0 && a->free[i - 1].offset + a->free[i - 1].size == a->free[i].offset) { /* merge left */
+        a->free[i - 1].size += a->free[i].size;
+        memmove(&a->free[i], &a->free[i + 1], (size_t)(a->n - i - 1) * sizeof *a->free);
+        a->n--;
+    }
+    return true;
+}
+
+/* The slot of device `device` in m (added in the order devices first appear, as the session opens them). */
+static int memplan_slot(program_memory *m, int device) {
+    for (int i = 0; i < m->n_devs; i++)
+        if (m->devs[i].device == device) return i;
+    program_device_memory *d = realloc(m->devs, (size_t)(m->n_devs + 1) * sizeof *d);
+    if (!d) return -1;
+    m->devs = d;
+    d[m->n_devs] = (program_device_memory){device, 0, 0};
+    return m->n_devs++;
+}
+
+PDDE_PRIVATE void program_memory_free(program_memory *m) {
+    if (m) free(m->devs), free(m->slot);
+}
+
+/* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
+ * sharing its memory (views, in-place writers). Losses and outputs live to the end of the step. An
+ * in-place write into a tensor that someone still reads later gets its own memory instead (its
+ * INPLACE flag is cleared). Writes each node's offset. */
+PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P, bool reuse, program_memory *m) {
+    memset(m, 0, sizeof *m);
+    int n = P->n, end = P->n_order;
+    int *last = malloc((size_t)(n ? n : 1) * sizeof *last);
+    m->slot = malloc((size_t)(n ? n : 1) * sizeof *m->slot);
+    int **release_at = calloc((size_t)end + 1, sizeof *release_at);
+    int *n_release = calloc((size_t)end + 1, sizeof *n_release);
+    arena_plan *plans = NULL;
+    pdde_status st = last && m->slot && release_at && n_release ? PDDE_OK : PDDE_ERR_OOM;
+    for (int i = 0; i < end && !st; i++)
+        if ((m->slot[P->order[i]->id] = memplan_slot(m, P->order[i]->device)) < 0) st = PDDE_ERR_OOM;
+    if (!st && !(plans = calloc((size_t)m->n_devs + 1, sizeof *plans))) st = PDDE_ERR_OOM;
+    if (st) goto done;
+    for (int i = 0; i < n; i++) last[i] = -1;
+    for (int i = 0; i < end; i++) {
+        pdde_tensor *t = P->order[i];
+        for (int k = 0; k < t->nsrc; k++) last[t->src[k]->id] = i > last[t->src[k]->id] ? i : last[t->src[k]->id];
+    }
+    for (int i = 0; i < end; i++) {
+        pdde_tensor *t = P->order[i];
+        if ((t->flags & PDDE_TENSOR_INPLACE) && !is_persistent(storage_root(t->src[0])) && last[t->src[0]->id] > i)
+            t->flags &= ~(uint32_t)PDDE_TENSOR_INPLACE;
+    }
+    /* group lifetimes on the storage roots */
+    for (int i = 0; i < end; i++) {
+        pdde_tensor *t = P->order[i];
+        int l = last[t->id] > i ? last[t->id] : i;
+        if (t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) l = end;
+        pdde_tensor *r = storage_root(t);
+        if (l > last[r->id]) last[r->id] = l;
+    }
+    /* walk the schedule: allocate roots when made, release them after their last reader */
+    pdde_memory_stats *s = &m->stats;
+    size_t live = 0; /* activation bytes alive (activation_peak_bytes: their most, fragmentation aside) */
+    for (int i = 0; i < end && !st; i++) {
+        pdde_tensor *t = P->order[i];
+        program_device_memory *d = &m->devs[m->slot[t->id]];
+        size_t bytes = pdde_tensor_nbytes(t);
+        if (is_root_sharing(t)) {
+            /* shares its root's memory */
+        } else if (is_persistent(t)) {
+            t->offset = d->persist_bytes;
+            bool per_micro = (t->flags & PDDE_TENSOR_INPUT) && P->n_micro > 1; /* one slot per micro-batch */
+            d->persist_bytes += program_aligned_bytes(t) * (per_micro ? (size_t)P->n_micro : 1);
+            if (t->flags & PDDE_TENSOR_PARAM) s->param_bytes += bytes;
+            else if (t->flags & PDDE_TENSOR_GRAD) s->grad_bytes += bytes;
+            else if (t->flags & PDDE_TENSOR_STATE) s->optimizer_bytes += bytes;
+            else s->input_bytes += bytes;
+        } else {
+            s->activation_bytes += bytes;
+            live += bytes;
+            if (live > s->activation_peak_bytes) s->activation_peak_bytes = live;
+            arena_alloc(&plans[m->slot[t->id]], bytes, &t->offset);
+            int at = reuse ? last[t->id] : end;
+            int *list = realloc(release_at[at], (size_t)(n_release[at] + 1) * sizeof *list);
+            if (!list) { st = PDDE_ERR_OOM; break; }
+            release_at[at] = list;
+            list[n_release[at]++] = t->id;
+        }
+        for (int k = 0; k < n_release[i]; k++) {
+            pdde_tensor *r = P->nodes[release_at[i][k]];
+            live -= pdde_tensor_nbytes(r);
+            if (!arena_release(&plans[m->slot[r->id]], r->offset, pdde_tensor_nbytes(r))) st = PDDE_ERR_OOM;
+        }
+        /* host copies of what leaves this rank or crosses devices (not in the buffers above) */
+        if (t->op == PDDE_OP_SEND) s->transfer_bytes += bytes * (size_t)P->n_live + 1;
+        if (t->op == PDDE_OP_COPY && !registry_device_is_host(ctx->registry, t->device)) s->transfer_bytes += bytes + 1;
+    }
+    /* the buffers the session allocates: n_live arenas and a persistent buffer per device (at least
+     * one alignment unit each) */
+    for (int d = 0; d < m->n_devs && !st; d++) {
+        program_device_memory *pd = &m->devs[d];
+        pd->arena_bytes = plans[d].top;
+        s->arena_bytes += plans[d].top * (size_t)P->n_live;
+        size_t arena = pd->arena_bytes ? pd->arena_bytes : PDDE_ARENA_ALIGN, persist = pd->persist_bytes ? pd->persist_bytes : PDDE_ARENA_ALIGN;
+        s->allocated_bytes += arena * (size_t)P->n_live + persist;
+        s->persistent_allocated_bytes += persist;
+    }
+    s->n_nodes = end;
+done:
+    for (int d = 0; plans && d < m->n_devs; d++) free(plans[d].free);
+    for (int i = 0; release_at && i <= end; i++) free(release_at[i]);
+    free(release_at), free(n_release), free(plans), free(last);
+    if (st) {
+        program_memory_free(m);
+        memset(m, 0, sizeof *m);
+        return pdde_error(ctx, st, "memory plan: out of memory");
+    }
+    return PDDE_OK;
+}
+
+pdde_status pdde_lower_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out) {
+    if (!g || !out) return PDDE_ERR_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    if (params) sp = *params;
+    pdde_lower_params lp = program_lower_params(g, &sp, world_size, rank);
+    pdde_program *P;
+    pdde_status st = program_lower(g, &lp, &P);
+    if (st) return st;
+    program_memory m;
+    st = program_plan_memory(g->ctx, P, !sp.no_memory_reuse, &m);
+    if (!st) *out = m.stats;
+    program_memory_free(&m);
+    program_free(P);
+    return st;
+}
