@@ -11,6 +11,7 @@
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
 #include <malloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -640,6 +641,138 @@ static void test_worker_killed_mid_push(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * The asynchronous pipeline */
+
+#define PIPE_N 20
+#define PIPE_SLOTS 3
+typedef struct {
+    pthread_mutex_t mu;
+    int seen[3][PIPE_N];          /* times stage k ran batch i */
+    int order_ok, in_flight, max_in_flight;
+    int sleep_us[3];
+    int64_t fail_at, slow_at;     /* stage 1 fails at / stage 0 sleeps 1.5 s at this batch (-1: never) */
+    int slot_used[PIPE_SLOTS];
+} pipe_probe;
+
+typedef struct { pipe_probe *pr; int k; } pipe_stage_arg;
+
+static pdde_status pipe_stage_fn(void *u, void *slot, int64_t i, int worker) {
+    pipe_stage_arg *a = u;
+    pipe_probe *pr = a->pr;
+    (void)worker;
+    pthread_mutex_lock(&pr->mu);
+    if (i < 0 || i >= PIPE_N) pr->order_ok = 0;
+    else {
+        if (a->k > 0 && pr->seen[a->k - 1][i] != 1) pr->order_ok = 0; /* the stage before has not finished it */
+        if (a->k == 0 && ++pr->in_flight > pr->max_in_flight) pr->max_in_flight = pr->in_flight;
+        *(int *)slot += 1;
+    }
+    pthread_mutex_unlock(&pr->mu);
+    usleep((useconds_t)pr->sleep_us[a->k]);
+    if (a->k == 0 && i == pr->slow_at) usleep(1500000);
+    if (a->k == 1 && i == pr->fail_at) return PDDE_ERR_IO;
+    pthread_mutex_lock(&pr->mu);
+    if (i >= 0 && i < PIPE_N) pr->seen[a->k][i]++;
+    if (a->k == 2) pr->in_flight--;
+    pthread_mutex_unlock(&pr->mu);
+    return PDDE_OK;
+}
+
+/* A pipeline of three stages over a probe (workers: each stage's, 0 = sized). */
+static pdde_status pipe_make(pdde_context *ctx, pipe_probe *pr, pipe_stage_arg *a, pdde_pipeline_stage *st, void **slots,
+                             const int *workers, int max_threads, double timeout_s, pdde_pipeline **out) {
+    static const char *names[3] = {"a", "b", "c"};
+    for (int k = 0; k < 3; k++) {
+        a[k] = (pipe_stage_arg){pr, k};
+        st[k] = (pdde_pipeline_stage){names[k], pipe_stage_fn, &a[k], workers[k], 0, 0};
+    }
+    for (int i = 0; i < PIPE_SLOTS; i++) slots[i] = &pr->slot_used[i];
+    pdde_pipeline_params p = PDDE_PIPELINE_PARAMS_INIT;
+    p.n_stages = 3, p.stages = st, p.slots = slots, p.n_slots = PIPE_SLOTS, p.max_threads = max_threads, p.timeout_s = timeout_s;
+    return pdde_pipeline_init(ctx, &p, out);
+}
+
+static void pipe_probe_init(pipe_probe *pr, int s0, int s1, int s2) {
+    memset(pr, 0, sizeof *pr);
+    pthread_mutex_init(&pr->mu, NULL);
+    pr->order_ok = 1, pr->fail_at = pr->slow_at = -1;
+    pr->sleep_us[0] = s0, pr->sleep_us[1] = s1, pr->sleep_us[2] = s2;
+}
+
+static void test_pipeline(pdde_context *ctx) {
+    pipe_probe pr;
+    pipe_stage_arg a[3];
+    pdde_pipeline_stage st[3];
+    void *slots[PIPE_SLOTS];
+    pdde_pipeline *pl = NULL;
+    /* every batch through every stage once, in stage order, at most PIPE_SLOTS in flight, overlapped */
+    pipe_probe_init(&pr, 10000, 10000, 10000);
+    pdde_status s = pipe_make(ctx, &pr, a, st, slots, (int[]){1, 1, 1}, 3, 10, &pl);
+    double t0 = test_now();
+    if (!s) s = pdde_pipeline_run(pl, 0, PIPE_N);
+    double wall = test_now() - t0;
+    int once = 1, uses = 0;
+    for (int k = 0; k < 3; k++) for (int i = 0; i < PIPE_N; i++) once &= pr.seen[k][i] == 1;
+    for (int i = 0; i < PIPE_SLOTS; i++) uses += pr.slot_used[i] > 0;
+    CHECK(s == PDDE_OK && once && pr.order_ok, "pipeline: every batch once through every stage, in order (%s)", pdde_last_error(ctx));
+    CHECK(pr.max_in_flight <= PIPE_SLOTS && pr.max_in_flight >= 2 && uses == PIPE_SLOTS, "pipeline: %d batches in flight (bound %d), %d slots used",
+          pr.max_in_flight, PIPE_SLOTS, uses);
+    /* in turn: 20 x 30 ms; overlapped: about 22 x 10 ms */
+    CHECK(wall < 0.6 * PIPE_N * 0.03, "pipeline: stages overlap: %.3f s for %d batches of 3 x 10 ms", wall, PIPE_N);
+    pdde_pipeline_stats ps;
+    pdde_pipeline_stats_get(pl, &ps);
+    CHECK(ps.batches == PIPE_N && ps.stage[1].batches == PIPE_N && ps.stage[1].busy_s > 0.15 && !strcmp(ps.sizing, "as given"),
+          "pipeline stats: %lld batches, stage b busy %.3f s, sized %s", (long long)ps.batches, ps.stage[1].busy_s, ps.sizing);
+    /* an error in a stage ends the run with it; the next run has every slot again */
+    memset(pr.seen, 0, sizeof pr.seen), pr.fail_at = 5;
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    CHECK(s == PDDE_ERR_IO && pr.seen[2][PIPE_N - 1] == 0, "pipeline: a stage's error is returned and stops the run (%d)", (int)s);
+    memset(pr.seen, 0, sizeof pr.seen), pr.fail_at = -1, pr.in_flight = 0;
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    once = 1;
+    for (int i = 0; i < PIPE_N; i++) once &= pr.seen[2][i] == 1;
+    CHECK(s == PDDE_OK && once, "pipeline: runs again after an error (%s)", pdde_last_error(ctx));
+    pdde_pipeline_free(pl);
+
+    /* a stage that never delivers is a timeout naming the stage that waited, not a hang */
+    pipe_probe_init(&pr, 0, 0, 0);
+    pr.slow_at = 2;
+    pipe_make(ctx, &pr, a, st, slots, (int[]){1, 1, 1}, 3, 0.3, &pl);
+    t0 = test_now();
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    CHECK(s == PDDE_ERR_TIMEOUT && strstr(pdde_last_error(ctx), "waited 0.3 s for a batch from the stage before") && test_now() - t0 < 10,
+          "pipeline: a starved stage times out (%d: %s)", (int)s, pdde_last_error(ctx));
+    pdde_pipeline_free(pl);
+
+    /* sizing: the slow stage gets the threads, from a measured balance or from predictions */
+    pipe_probe_init(&pr, 2000, 30000, 2000);
+    pipe_make(ctx, &pr, a, st, slots, (int[]){0, 0, 0}, 5, 10, &pl);
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    pdde_pipeline_stats_get(pl, &ps);
+    once = 1;
+    for (int i = 0; i < PIPE_N; i++) once &= pr.seen[2][i] == 1;
+    CHECK(s == PDDE_OK && once && ps.stage[1].workers == 3 && ps.stage[0].workers == 1 && strstr(ps.sizing, "measured"),
+          "pipeline: measured sizing gives the slow stage 3 of 5 threads (%d %d %d: %s)", ps.stage[0].workers, ps.stage[1].workers,
+          ps.stage[2].workers, ps.sizing);
+    pdde_pipeline_free(pl);
+    pipe_probe_init(&pr, 0, 0, 0);
+    pipe_make(ctx, &pr, a, st, slots, (int[]){0, 0, 0}, 4, 10, &pl);
+    st[0].predicted_s = 0.001, st[1].predicted_s = 0.001, st[2].predicted_s = 0.004;
+    pdde_pipeline_free(pl);
+    pdde_pipeline_params pp = PDDE_PIPELINE_PARAMS_INIT;
+    pp.n_stages = 3, pp.stages = st, pp.slots = slots, pp.n_slots = PIPE_SLOTS, pp.max_threads = 4;
+    pdde_pipeline_init(ctx, &pp, &pl);
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    pdde_pipeline_stats_get(pl, &ps);
+    CHECK(s == PDDE_OK && ps.stage[2].workers == 2 && strstr(ps.sizing, "predictions"), "pipeline: sized from predictions (%d %d %d: %s)",
+          ps.stage[0].workers, ps.stage[1].workers, ps.stage[2].workers, ps.sizing);
+    pdde_pipeline_free(pl);
+    pp.n_slots = 0;
+    CHECK(pdde_pipeline_init(ctx, &pp, &pl) == PDDE_ERR_INVALID_ARG && !pl, "pipeline: no slots is an error");
+    pthread_mutex_destroy(&pr.mu);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * The reader and AUC on synthetic data */
 
 static void test_reader(void) {
@@ -666,6 +799,67 @@ static void test_reader(void) {
         CHECK(s[0].ids[5] == PDDE_SPARSE_NO_ID && s[0].ids[6] == ((uint64_t)6 << 32 | 0xac2), "ids keyed by field, empty = none");
     }
     free(s);
+}
+
+/* Batch k of an array of samples (wrapping around). */
+typedef struct { const dlrm_sample *v; long n; int batch; } sample_source;
+static pdde_status source_batch(void *u, int64_t k, dlrm_sample *out) {
+    const sample_source *src = u;
+    long per = src->n / src->batch;
+    memcpy(out, src->v + (k % per) * src->batch, (size_t)src->batch * sizeof *out);
+    return PDDE_OK;
+}
+
+/* Trains a DLRM model on src for n batches, in turn (slots 0) or through the pipeline with n_slots,
+ * then predicts the first n_eval samples of eval (p) and pulls the probe rows (rows). */
+static pdde_status pipe_train(pdde_context *ctx, const dlrm_config *cfg, const pdde_ps_params *pp, sample_source *src, long n, int n_slots,
+                              const dlrm_sample *eval, long n_eval, double *p, float *rows) {
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    dlrm_model m = {0};
+    pdde_ps_client *c = NULL;
+    dlrm_slot sl[4] = {{0}};
+    void *slot_ptr[4];
+    pdde_pipeline *pl = NULL;
+    pdde_graph_init(ctx, &g);
+    pdde_status st = dlrm_build(g, cfg, &m);
+    if (!st) st = pdde_session_init(g, NULL, &s);
+    if (!st) st = pdde_ps_client_init(ctx, NULL, pp, &c);
+    for (int i = 0; i < (n_slots ? n_slots : 1) && !st; i++) st = dlrm_slot_init(&sl[i], &m), slot_ptr[i] = &sl[i];
+    dlrm_stages d = {&m, s, c, NULL, source_batch, src};
+    pdde_pipeline_stage stages[3];
+    dlrm_stages_fill(&d, stages);
+    if (!st && n_slots) {
+        pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
+        plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = n_slots, plp.max_threads = 3;
+        st = pdde_pipeline_init(ctx, &plp, &pl);
+        if (!st) st = pdde_pipeline_run(pl, 0, n);
+    }
+    for (long k = 0; k < n && !st && !n_slots; k++)
+        for (int i = 0; i < 3 && !st; i++) st = stages[i].fn(stages[i].user, &sl[0], k, 0);
+    if (!st) st = dlrm_predict(s, &m, sl[0].sb, c, eval, n_eval, p, sl[0].ids);
+    uint64_t probe[SYNC_PROBE];
+    probe_ids(probe);
+    if (!st && rows) st = pdde_ps_client_pull(c, SYNC_PROBE, probe, rows);
+    pdde_pipeline_free(pl);
+    for (int i = 0; i < 4; i++) dlrm_slot_free(&sl[i]);
+    pdde_ps_client_free(c);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_sparse_embedding_free(m.emb);
+    return st;
+}
+
+/* One slot: the pipeline is the step in turn, bit for bit (the stages hand the same buffers on). */
+static void test_pipeline_one_slot(pdde_context *ctx) {
+    pdde_ps_params pp = sync_params();
+    sample_source src = {g_samples, g_n_samples, SYNC_B};
+    double p1[64], p2[64];
+    float r1[SYNC_PROBE * 4], r2[SYNC_PROBE * 4];
+    pdde_status a = pipe_train(ctx, &sync_cfg, &pp, &src, 12, 0, g_samples, 64, p1, r1);
+    pdde_status b = pipe_train(ctx, &sync_cfg, &pp, &src, 12, 1, g_samples, 64, p2, r2);
+    CHECK(!a && !b && memcmp(p1, p2, sizeof p1) == 0 && memcmp(r1, r2, sizeof r1) == 0 && !isnan(p1[0]),
+          "dlrm through a one-slot pipeline = in turn: p %g vs %g (%s)", p1[0], p2[0], pdde_last_error(ctx));
 }
 
 static void test_auc(pdde_context *ctx) {
@@ -704,6 +898,13 @@ static void test_auc(pdde_context *ctx) {
     double auc = st ? NAN : dlrm_auc(p, y, TEST), ll = st ? NAN : dlrm_logloss(p, y, TEST), best_ll = dlrm_logloss(p_true + TRAIN, y, TEST);
     printf("dlrm synthetic: AUC %.4f (ceiling %.4f), logloss %.4f (ceiling %.4f), %.1f s\n", auc, ceiling, ll, best_ll, test_now() - t0);
     CHECK(auc >= ceiling - 0.01, "AUC %.4f within 0.01 of the ground truth's %.4f", auc, ceiling);
+    /* the same through the asynchronous pipeline, 4 batches in flight (rows up to 3 pushes stale) */
+    sample_source src = {s, TRAIN, cfg.batch};
+    t0 = test_now();
+    st = pipe_train(ctx, &cfg, &pp, &src, (long)EPOCHS * (TRAIN / cfg.batch), 4, s + TRAIN, TEST, p, NULL);
+    double auc_pipe = st ? NAN : dlrm_auc(p, y, TEST);
+    printf("dlrm synthetic, pipelined (4 slots): AUC %.4f, %.1f s\n", auc_pipe, test_now() - t0);
+    CHECK(auc_pipe >= ceiling - 0.01, "pipelined: AUC %.4f within 0.01 of the ground truth's %.4f (%s)", auc_pipe, ceiling, st ? pdde_last_error(ctx) : "");
     pdde_ps_client_free(c);
     pdde_sparse_batch_free(sb);
     pdde_session_free(ss);
@@ -727,6 +928,7 @@ int main(void) {
     test_bytes_per_id(ctx);
     test_sparse_pooling(ctx);
     test_reader();
+    test_pipeline(ctx);
 
     char synth[300];
     snprintf(synth, sizeof synth, "%s/sync.tsv", g_dir);
@@ -737,6 +939,7 @@ int main(void) {
         g_server = srv;
         snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", pdde_store_server_port(srv));
         test_sync_equals_one_process(ctx);
+        test_pipeline_one_slot(ctx);
         test_async_staleness();
         test_geo(ctx);
         test_server_restart(ctx);
