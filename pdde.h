@@ -1340,14 +1340,21 @@ typedef struct {
                                     start (NULL: empty tables) */
     int fault_kill_mid_push;     /* tests only: a worker raises SIGKILL between a push's ids and its
                                     gradients (n-th push, 1-based; 0 = never) */
+    /* Servers: automatic checkpoints of their shard into checkpoint_dir (atomic, as
+     * pdde_ps_table_save) after every checkpoint_every steps of the table (a sync round, an async
+     * push or a geo delta), before that step is acknowledged, and when the job ends; a server
+     * restarted with load_dir = checkpoint_dir serves the rows of its last checkpoint. 0 = never. */
+    const char *checkpoint_dir;
+    int64_t checkpoint_every;
 } pdde_ps_params;
-#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, 0}
+#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, 0, NULL, 0}
 
 typedef struct {
     pdde_ps_table_stats table;   /* of this server's shard */
     int64_t pushes, pulls;       /* served */
     int64_t max_staleness;       /* ASYNC: the largest (puller's clock - slowest clock) served */
     int64_t deferred_pulls;      /* ASYNC: pulls held back by the staleness bound */
+    int64_t checkpoints;         /* automatic checkpoints written */
 } pdde_ps_server_stats;
 
 typedef struct pdde_ps_server pdde_ps_server;

@@ -463,6 +463,8 @@ struct pdde_ps_server {
     float *round_sum;
     uint64_t *round_ids;
     size_t round_n, round_cap;
+    char *ckpt_path;         /* automatic checkpoints: this shard's file (NULL: none) */
+    int64_t ckpt_step;       /* the table step of the last one */
 };
 
 pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out) {
@@ -474,14 +476,21 @@ pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int 
     if (!s) return pdde_error(ctx, PDDE_ERR_OOM, "ps server: out of memory");
     s->ctx = ctx, s->p = *p, s->index = server_index;
     s->p.n_servers = n_servers;
-    s->p.load_dir = NULL;
-    pdde_status st = pdde_ps_table_init(ctx, &p->table, &s->table);
+    s->p.load_dir = s->p.checkpoint_dir = NULL;
+    pdde_status st = PDDE_OK;
+    if (p->checkpoint_dir && p->checkpoint_every > 0) {
+        char path[4096];
+        if (pdde_ps_shard_path(path, sizeof path, p->checkpoint_dir, server_index, n_servers) >= (int)sizeof path || !(s->ckpt_path = strdup(path)))
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: checkpoint directory %s: path too long or out of memory", p->checkpoint_dir);
+    }
+    if (!st) st = pdde_ps_table_init(ctx, &p->table, &s->table);
     if (!st && p->load_dir) {
         char path[4096];
         pdde_ps_shard_path(path, sizeof path, p->load_dir, server_index, n_servers);
         st = pdde_ps_table_load(s->table, path);
     }
     if (st) { pdde_ps_server_free(s); return st; }
+    s->ckpt_step = s->table->step;
     *out = s;
     return PDDE_OK;
 }
@@ -491,6 +500,7 @@ void pdde_ps_server_free(pdde_ps_server *s) {
     pdde_ps_table_free(s->table);
     ps_map_free(&s->round_index);
     free(s->round_sum), free(s->round_ids);
+    free(s->ckpt_path);
     free(s);
 }
 
@@ -499,6 +509,19 @@ pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return s->table; }
 void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out) {
     *out = s->stats;
     pdde_ps_table_stats_get(s->table, &out->table);
+}
+
+/* Writes the automatic checkpoint when checkpoint_every steps have passed since the last (or, force,
+ * any step). Called before the step is acknowledged: a worker that saw its push acknowledged past a
+ * checkpoint step knows the checkpoint holds it. */
+static pdde_status ps_auto_checkpoint(pdde_ps_server *s, bool force) {
+    int64_t step = s->table->step;
+    if (!s->ckpt_path || step == s->ckpt_step || (!force && step - s->ckpt_step < s->p.checkpoint_every)) return PDDE_OK;
+    pdde_status st = pdde_ps_table_save(s->table, s->ckpt_path);
+    if (st) { fprintf(stderr, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx)); return st; }
+    s->ckpt_step = step;
+    s->stats.checkpoints++;
+    return PDDE_OK;
 }
 
 static pdde_status ps_reply(pdde_comm *comm, int peer, int64_t status, int64_t n) {
@@ -572,6 +595,7 @@ static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker 
     for (int i = 0; i < nw; i++) live += w[i].state != PS_W_GONE, waiting += w[i].state == PS_W_ACK_WAIT;
     if (!waiting || waiting < live) return PDDE_OK;
     pdde_status st = pdde_ps_table_push(s->table, s->round_n, s->round_ids, s->round_sum, 1.0f / (float)waiting);
+    if (!st) st = ps_auto_checkpoint(s, false);
     s->round_n = 0;
     ps_map_free(&s->round_index);
     for (int i = 0; i < nw; i++) {
@@ -622,6 +646,7 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
             if (!st) st = ps_close_round(s, comm, w, nw);
         } else {
             pdde_status sa = pdde_ps_table_push(s->table, (size_t)h.n, ids, vals, 1.0f);
+            if (!sa) sa = ps_auto_checkpoint(s, false);
             st = ps_reply(comm, peer, sa, 0);
             if (!st && s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
         }
@@ -630,6 +655,7 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
         s->stats.pushes++;
         w[i].clock++;
         pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
+        if (!sa) sa = ps_auto_checkpoint(s, false);
         st = ps_reply(comm, peer, sa, 0);
         break;
     }
@@ -698,6 +724,7 @@ pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
         free(w[i].ids);
     }
     free(w);
+    if (!st) st = ps_auto_checkpoint(s, true); /* the job's last steps */
     return st;
 }
 

@@ -16,7 +16,8 @@
 #include <time.h>
 
 typedef struct {
-    const char *data, *save_dir, *load_dir, *dense_on;
+    const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir;
+    long ckpt_every;
     long synthetic;
     int vocab, epochs, servers, staleness, geo_steps;
     double test_fraction;
@@ -37,9 +38,10 @@ static void usage(void) {
     puts("usage: dlrm [--data FILE | --synthetic N [--vocab V]] [--epochs E] [--batch B] [--dim D] [--hidden H]\n"
          "            [--lr X] [--table-lr X] [--optimizer sgd|adagrad|adam] [--test-fraction F]\n"
          "            [--mode local|sync|async|geo] [--servers N] [--staleness K] [--geo-steps K]\n"
-         "            [--save DIR] [--load DIR] [--dense-on BACKEND]\n"
+         "            [--save DIR] [--load DIR] [--dense-on BACKEND] [--checkpoint DIR --checkpoint-every N]\n"
          "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
-         "(--servers, or PDDE_PS_SERVERS in the environment).");
+         "(--servers, or PDDE_PS_SERVERS in the environment). --checkpoint: servers write their shard\n"
+         "there every N steps of the table and at the end (restart with --load DIR).");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -68,6 +70,8 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--save")) o->save_dir = v;
         else if (!strcmp(a, "--load")) o->load_dir = v;
         else if (!strcmp(a, "--dense-on")) o->dense_on = v;
+        else if (!strcmp(a, "--checkpoint")) o->ckpt_dir = v;
+        else if (!strcmp(a, "--checkpoint-every")) o->ckpt_every = atol(v);
         else if (!strcmp(a, "--optimizer")) {
             if (!strcmp(v, "sgd")) o->optimizer = PDDE_PS_SGD;
             else if (!strcmp(v, "adagrad")) o->optimizer = PDDE_PS_ADAGRAD;
@@ -108,6 +112,7 @@ int main(int argc, char **argv) {
     pp.table.dim = o.cfg.dim, pp.table.optimizer = o.optimizer, pp.table.lr = o.table_lr, pp.table.init_std = 0.01f;
     pp.table.seed = 1;
     pp.load_dir = o.load_dir;
+    pp.checkpoint_dir = o.ckpt_dir, pp.checkpoint_every = o.ckpt_dir ? (o.ckpt_every > 0 ? o.ckpt_every : 1000) : 0;
     int rc = 0;
     if (world && !o.local) pdde_comm_split(world, rank < o.servers ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
     if (!o.local && rank < o.servers) { /* a server */

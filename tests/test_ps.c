@@ -586,6 +586,87 @@ static void test_server_restart(pdde_context *ctx) {
     pdde_ps_table_free(fresh);
 }
 
+/* Automatic checkpoints: the server writes its shard every AUTO_EVERY steps by itself; SIGKILLed after
+ * 10 steps and restarted from that directory, it serves the rows of step 8 (its last checkpoint). */
+#define AUTO_EVERY 4
+#define AUTO_STEPS 10
+typedef struct { float at8[KILL_IDS * 2], at10[KILL_IDS * 2], rows[KILL_IDS * 2]; int ok; int64_t checkpoints; } auto_result;
+
+static pdde_ps_params auto_params(void) {
+    pdde_ps_params p = kill_params();
+    static char dir[300];
+    snprintf(dir, sizeof dir, "%s/auto", g_dir);
+    p.checkpoint_dir = dir, p.checkpoint_every = AUTO_EVERY;
+    if (g_restart) p.load_dir = dir;
+    return p;
+}
+
+static void auto_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    pdde_ps_params p = auto_params();
+    auto_result *out = test_rank_result;
+    uint64_t ids[KILL_IDS];
+    for (int i = 0; i < KILL_IDS; i++) ids[i] = (uint64_t)i * 1000003;
+    if (pdde_comm_rank(world) == 0) {
+        pdde_ps_server *srv;
+        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
+        if (!st) st = pdde_ps_server_run(srv, world);
+        CHECK(st == PDDE_OK, "auto-checkpointing server: %s", pdde_last_error(ctx));
+        pdde_ps_server_stats ss;
+        pdde_ps_server_stats_get(srv, &ss);
+        out->checkpoints = ss.checkpoints, out->ok = !st;
+        pdde_ps_server_free(srv);
+        return;
+    }
+    pdde_ps_client *c;
+    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
+    float g[KILL_IDS * 2];
+    for (int i = 0; i < KILL_IDS * 2; i++) g[i] = 0.01f * (float)(i % 13) - 0.05f;
+    if (!g_restart) {
+        for (int step = 1; step <= AUTO_STEPS && !st; step++) {
+            st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+            if (!st) st = pdde_ps_client_push(c, KILL_IDS, ids, g);
+            if (!st && step == 8) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->at8);
+        }
+        if (!st) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->at10);
+        CHECK(st == PDDE_OK, "first life: %s", pdde_last_error(ctx));
+        out->ok = !st;
+        kill(test_pids[0], SIGKILL); /* no goodbye: only the automatic checkpoints are on disk */
+    } else {
+        st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+        CHECK(st == PDDE_OK, "restarted: %s", pdde_last_error(ctx));
+        out->ok = !st;
+    }
+    pdde_ps_client_free(c);
+}
+
+static void test_server_auto_checkpoint(void) {
+    auto_result res[2];
+    memset(res, 0, sizeof res);
+    char prefix[32], dir[300], path[400], tmp[410];
+    snprintf(dir, sizeof dir, "%s/auto", g_dir);
+    mkdir(dir, 0700);
+    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res, tp.killed_ok = 1;
+    g_restart = 0;
+    test_run_ranks(2, &tp, auto_rank, NULL, 60);
+    pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    struct stat sb;
+    CHECK(res[1].ok && stat(path, &sb) == 0 && stat(tmp, &sb) != 0, "the server wrote %s by itself (and no .tmp is left)", path);
+    CHECK(memcmp(res[1].at8, res[1].at10, sizeof res[1].at8) != 0, "steps 9 and 10 changed the rows");
+    float at8[KILL_IDS * 2];
+    memcpy(at8, res[1].at8, sizeof at8);
+    memset(res, 0, sizeof res);
+    tp = ranks_params(prefix, sizeof prefix);
+    tp.results = res, tp.result_size = sizeof *res;
+    g_restart = 1;
+    test_run_ranks(2, &tp, auto_rank, NULL, 60);
+    CHECK(res[1].ok && memcmp(res[1].rows, at8, sizeof at8) == 0, "restarted from its automatic checkpoint, the server serves the rows of step 8 (%g, want %g)",
+          res[1].rows[0], at8[0]);
+    CHECK(res[0].ok && res[0].checkpoints == 0, "a run that changes nothing writes no checkpoint (%lld)", (long long)res[0].checkpoints);
+}
+
 #define PUSHES_BEFORE 3
 typedef struct { int ok, failed, same_as_before, differs_from_after; } midpush_result;
 
@@ -943,6 +1024,7 @@ int main(void) {
         test_async_staleness();
         test_geo(ctx);
         test_server_restart(ctx);
+        test_server_auto_checkpoint();
         test_worker_killed_mid_push();
     } else CHECK(0, "store server / sample data: %s", pdde_last_error(ctx));
     pdde_store_server_free(srv);
