@@ -2791,7 +2791,17 @@ struct pdde_sparse_batch {
     int32_t *local;            /* [slots] local rows */
     float *weights;            /* [slots] (bag > 1) */
     float *rows;               /* [rows, dim]: the pulled rows, then (collect) their gradients */
-    float *zeros;              /* [rows, dim] zeros, written over the gradient accumulator */
+    float *zeros;              /* zeros written over gradient accumulators ([rows, dim], or a larger dense one) */
+    /* dense parameters held on the servers (pdde_sparse_batch_hold_dense): each is ceil(numel / dim)
+     * rows of the table, with ids PDDE_PS_DENSE_IDS | parameter << 32 | row */
+    int n_dense;
+    pdde_tensor **dense;       /* the session's non-sparse parameters with a gradient */
+    int64_t *dense_row0;       /* each one's first row */
+    int64_t dense_rows;
+    uint64_t *dense_ids;       /* [dense_rows] */
+    float *dense_vals;         /* [dense_rows, dim]: pulled values, then (collect) gradients */
+    uint64_t *push_ids;        /* [slots + dense_rows]: a push of both in one request (one clock tick) */
+    float *push_vals;
 };
 
 pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
@@ -2843,6 +2853,7 @@ void pdde_sparse_batch_free(pdde_sparse_batch *b) {
     if (!b) return;
     ps_map_free(&b->index);
     free(b->unique), free(b->local), free(b->weights), free(b->rows), free(b->zeros);
+    free(b->dense), free(b->dense_row0), free(b->dense_ids), free(b->dense_vals), free(b->push_ids), free(b->push_vals);
     free(b);
 }
 
@@ -2872,7 +2883,9 @@ pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, cons
         }
     /* rows past the unique ones (and the empty row) are zeros: no id refers to them */
     memset(b->rows + b->n_unique * e->dim, 0, (size_t)(e->rows - b->n_unique) * e->dim * sizeof(float));
-    return pdde_ps_client_pull(c, (size_t)b->n_unique, b->unique, b->rows);
+    pdde_status st = pdde_ps_client_pull(c, (size_t)b->n_unique, b->unique, b->rows);
+    if (!st && b->n_dense) st = pdde_ps_client_pull(c, (size_t)b->dense_rows, b->dense_ids, b->dense_vals);
+    return st;
 }
 
 pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
@@ -2880,6 +2893,8 @@ pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) {
     pdde_status st = pdde_session_write(s, e->table, b->rows, (size_t)e->rows * e->dim * sizeof(float));
     if (!st) st = pdde_session_write(s, e->ids, b->local, (size_t)e->slots * sizeof(int32_t));
     if (!st && e->weights) st = pdde_session_write(s, e->weights, b->weights, (size_t)e->slots * sizeof(float));
+    for (int i = 0; i < b->n_dense && !st; i++)
+        st = pdde_session_write(s, b->dense[i], b->dense_vals + b->dense_row0[i] * e->dim, pdde_tensor_nbytes(b->dense[i]));
     return st;
 }
 
@@ -2888,13 +2903,70 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
     size_t bytes = (size_t)e->rows * e->dim * sizeof(float);
     if (!e->table->grad) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: %s has no gradient (pdde_backward not called, or the loss does not use it)", e->table->name);
     pdde_status st = pdde_session_read(s, e->table->grad, b->rows, bytes);
-    /* the accumulator is the optimizers' to zero, and they skip sparse tables */
+    /* the accumulator is the optimizers' to zero, and they skip sparse tables (and the graph of a
+     * model whose dense parameters live on the servers has no optimizer) */
     if (!st) st = pdde_session_write(s, e->table->grad, b->zeros, bytes);
+    for (int i = 0; i < b->n_dense && !st; i++) {
+        pdde_tensor *g = b->dense[i]->grad;
+        st = pdde_session_read(s, g, b->dense_vals + b->dense_row0[i] * e->dim, pdde_tensor_nbytes(g));
+        if (!st) st = pdde_session_write(s, g, b->zeros, pdde_tensor_nbytes(g));
+    }
     return st;
 }
 
 pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c) {
-    return pdde_ps_client_push(c, (size_t)b->n_unique, b->unique, b->rows);
+    if (!b->n_dense) return pdde_ps_client_push(c, (size_t)b->n_unique, b->unique, b->rows);
+    size_t C = (size_t)b->e->dim, U = (size_t)b->n_unique;
+    memcpy(b->push_ids, b->unique, U * sizeof *b->push_ids);
+    memcpy(b->push_ids + U, b->dense_ids, (size_t)b->dense_rows * sizeof *b->push_ids);
+    memcpy(b->push_vals, b->rows, U * C * sizeof *b->push_vals);
+    memcpy(b->push_vals + U * C, b->dense_vals, (size_t)b->dense_rows * C * sizeof *b->push_vals);
+    return pdde_ps_client_push(c, U + (size_t)b->dense_rows, b->push_ids, b->push_vals);
+}
+
+pdde_status pdde_sparse_batch_hold_dense(pdde_sparse_batch *b, pdde_session *s, pdde_ps_client *c, int seed) {
+    const pdde_sparse_embedding *e = b->e;
+    pdde_graph *g = s->g;
+    if (b->n_dense) return pdde_error(s->ctx, PDDE_ERR_STATE, "sparse batch: holds its dense parameters on the servers already");
+    int n = 0;
+    int64_t rows = 0, largest = 0;
+    for (int i = 0; i < g->n; i++) {
+        pdde_tensor *t = g->nodes[i];
+        if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
+        if (t->dtype != PDDE_F32) return pdde_error(s->ctx, PDDE_ERR_DTYPE, "sparse batch: dense parameter %s on the servers must be f32", t->name);
+        if (n >= 1 << 24) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "sparse batch: more than 2^24 dense parameters");
+        int64_t k = (pdde_tensor_numel(t) + e->dim - 1) / e->dim;
+        if (k >= (int64_t)1 << 32) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "sparse batch: %s has more than 2^32 rows of %d", t->name, e->dim);
+        n++, rows += k;
+        if (pdde_tensor_numel(t) > largest) largest = pdde_tensor_numel(t);
+    }
+    if (!n) return PDDE_OK;
+    b->dense = malloc((size_t)n * sizeof *b->dense), b->dense_row0 = malloc((size_t)n * sizeof *b->dense_row0);
+    b->dense_ids = malloc((size_t)rows * sizeof *b->dense_ids), b->dense_vals = calloc((size_t)rows * e->dim, sizeof *b->dense_vals);
+    b->push_ids = malloc((size_t)(e->slots + rows) * sizeof *b->push_ids);
+    b->push_vals = malloc((size_t)(e->slots + rows) * e->dim * sizeof *b->push_vals);
+    if (largest > e->rows * e->dim) {
+        float *z = realloc(b->zeros, (size_t)largest * sizeof *z);
+        if (z) memset(z, 0, (size_t)largest * sizeof *z), b->zeros = z;
+        else largest = -1;
+    }
+    if (!b->dense || !b->dense_row0 || !b->dense_ids || !b->dense_vals || !b->push_ids || !b->push_vals || largest < 0)
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "sparse batch: out of memory (%lld dense rows)", (long long)rows);
+    int k = 0;
+    int64_t r = 0;
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < g->n && !st; i++) {
+        pdde_tensor *t = g->nodes[i];
+        if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue;
+        int64_t m = (pdde_tensor_numel(t) + e->dim - 1) / e->dim;
+        b->dense[k] = t, b->dense_row0[k] = r;
+        for (int64_t j = 0; j < m; j++) b->dense_ids[r + j] = PDDE_PS_DENSE_IDS | (uint64_t)k << 32 | (uint64_t)j;
+        if (seed) st = pdde_session_read(s, t, b->dense_vals + r * e->dim, pdde_tensor_nbytes(t));
+        k++, r += m;
+    }
+    b->n_dense = n, b->dense_rows = rows;
+    if (!st && seed) st = pdde_ps_client_set(c, (size_t)rows, b->dense_ids, b->dense_vals);
+    return st;
 }
 
 pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) {

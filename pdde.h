@@ -1309,6 +1309,8 @@ pdde_status pdde_ps_table_push(pdde_ps_table *t, size_t n, const uint64_t *ids, 
 pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *deltas);
 /* Reads a row without creating it: PDDE_ERR_NOT_FOUND when the table has none. */
 pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out);
+/* Sets rows (created if absent, admission aside) to vals [n, dim] with fresh optimizer state; not a step. */
+pdde_status pdde_ps_table_set(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals);
 void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out);
 /* Atomic save (path.tmp, fsync, rename; a crc32 at the end) and load (replaces the contents; a
  * mismatching dim/optimizer or a corrupt file changes nothing). */
@@ -1381,6 +1383,8 @@ pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids
 pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads);
 /* GEO: sends the pending deltas now (also done by free). No-op in other modes. */
 pdde_status pdde_ps_client_flush(pdde_ps_client *c);
+/* pdde_ps_table_set on the servers (not a push: no clock, no sync round). */
+pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals);
 /* Every server saves its shard to dir (atomically); returns when all are written. */
 pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir);
 /* The stats of server `index` (of the local table when comm is NULL). */
@@ -1422,6 +1426,16 @@ pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s);
 pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s);
 pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c);
 int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b);
+/* Dense parameters held on the servers (instead of data-parallel over the workers): from now on the
+ * batch also pulls every non-sparse parameter of s that has a gradient (as rows of the table: ids
+ * PDDE_PS_DENSE_IDS | parameter << 32 | row, the last row of each zero-padded; sparse ids must stay
+ * out of that range), feed writes them into s, collect reads and zeroes their gradients, and push
+ * sends them with the sparse rows in one push, so the servers' table optimizer (and the mode: sync
+ * means over the workers, async, geo) updates them like rows. The graph then has no optimizer.
+ * seed: first set the servers' rows to s's current values (one worker does, before any worker's
+ * first pull: the others wait on a barrier; not when the servers loaded a checkpoint). */
+#define PDDE_PS_DENSE_IDS (0xFEull << 56)
+pdde_status pdde_sparse_batch_hold_dense(pdde_sparse_batch *b, pdde_session *s, pdde_ps_client *c, int seed);
 /* Data parallelism of the dense part over the workers: averages the gradient accumulators of every
  * parameter of s except sparse ones over comm (one allreduce), between FORWARD_BACKWARD and OPTIMIZER. */
 pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm);

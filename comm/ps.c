@@ -336,6 +336,20 @@ pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, c
     return ps_push_or_add(t, n, ids, deltas, 1.0f, true);
 }
 
+pdde_status pdde_ps_table_set(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals) {
+    int C = t->p.dim;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t *r = ps_map_find(&t->index, ids[i]);
+        char *row = r ? ps_row(t, *r) : ps_new_row(t, ids[i]); /* (no admission: the caller means it) */
+        if (!row) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory at %lld rows", (long long)t->rows);
+        uint32_t meta[2] = {(uint32_t)t->step, 0};
+        memcpy(row + 8, meta, 8);
+        memcpy(ps_row_vals(row), vals + i * C, (size_t)C * sizeof(float));
+        memset(ps_row_vals(row) + C, 0, (size_t)t->state * sizeof(float));
+    }
+    return PDDE_OK;
+}
+
 void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) {
     memset(out, 0, sizeof *out);
     out->rows = t->rows, out->step = t->step, out->evicted = t->evicted;
@@ -428,7 +442,7 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
  * as f32); the server answers with a reply header, then rows or stats. A worker has at most one
  * request outstanding per server, so messages of one (pair, tag) never overtake each other. */
 
-enum { PS_PULL = 1, PS_PUSH, PS_ADD, PS_SAVE, PS_STATS, PS_BYE };
+enum { PS_PULL = 1, PS_PUSH, PS_ADD, PS_SAVE, PS_STATS, PS_BYE, PS_SET };
 enum { PS_TAG_REQ = 0xF0000, PS_TAG_IDS, PS_TAG_VALS, PS_TAG_REPLY, PS_TAG_ROWS };
 typedef struct { int64_t op, n, clock, status; } ps_hdr;
 #define PS_HDR_WORDS (sizeof(ps_hdr) / 8)
@@ -617,13 +631,13 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
     if (h.n < 0 || h.n > ((int64_t)1 << 32))
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: request op %lld from rank %d with %lld ids",
                           s->index, (long long)h.op, peer, (long long)h.n);
-    if (h.op == PS_PULL || h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SAVE) {
+    if (h.op == PS_PULL || h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SET || h.op == PS_SAVE) {
         /* SAVE sends its path as bytes in an i64 array of ceil(len / 8) + 1 words */
         size_t words = h.op == PS_SAVE ? (size_t)h.n / 8 + 1 : (size_t)h.n;
         if (words && !(ids = calloc(words, 8))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
         if (words) st = pdde_comm_recv(comm, ids, words, PDDE_I64, peer, PS_TAG_IDS);
     }
-    if (!st && (h.op == PS_PUSH || h.op == PS_ADD) && h.n) {
+    if (!st && (h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SET) && h.n) {
         if (!(vals = malloc((size_t)h.n * C * sizeof(float)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
         else st = pdde_comm_recv(comm, vals, (size_t)h.n * C, PDDE_F32, peer, PS_TAG_VALS);
     }
@@ -659,6 +673,9 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
         st = ps_reply(comm, peer, sa, 0);
         break;
     }
+    case PS_SET: /* not a step: no clock, no round */
+        st = ps_reply(comm, peer, pdde_ps_table_set(s->table, (size_t)h.n, ids, vals), 0);
+        break;
     case PS_SAVE: {
         char path[4096];
         pdde_ps_shard_path(path, sizeof path, (const char *)ids, s->index, s->p.n_servers);
@@ -948,6 +965,13 @@ pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids
         if (!st) c->clock++;
     }
     if (!st) c->pushes++;
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals) {
+    pthread_mutex_lock(&c->lock);
+    pdde_status st = c->comm ? ps_request(c, PS_SET, n, ids, vals, NULL) : pdde_ps_table_set(c->local, n, ids, vals);
     pthread_mutex_unlock(&c->lock);
     return st;
 }

@@ -22,7 +22,7 @@ typedef struct {
     int vocab, epochs, servers, staleness, geo_steps;
     double test_fraction;
     pdde_ps_mode mode;
-    int local;
+    int local, dense_on_servers;
     pdde_ps_optimizer optimizer;
     float table_lr;
     dlrm_config cfg;
@@ -39,6 +39,7 @@ static void usage(void) {
          "            [--lr X] [--table-lr X] [--optimizer sgd|adagrad|adam] [--test-fraction F]\n"
          "            [--mode local|sync|async|geo] [--servers N] [--staleness K] [--geo-steps K]\n"
          "            [--save DIR] [--load DIR] [--dense-on BACKEND] [--checkpoint DIR --checkpoint-every N]\n"
+         "            [--dense-on-servers 0|1]\n"
          "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
          "(--servers, or PDDE_PS_SERVERS in the environment). --checkpoint: servers write their shard\n"
          "there every N steps of the table and at the end (restart with --load DIR).");
@@ -48,7 +49,7 @@ static int parse(int argc, char **argv, options *o) {
     const char *env_servers = getenv("PDDE_PS_SERVERS"); /* (what a launcher's --servers would set) */
     *o = (options){.vocab = 1000, .epochs = 1, .servers = env_servers ? atoi(env_servers) : 1, .staleness = 2, .geo_steps = 4, .test_fraction = 0.1,
                    .mode = PDDE_PS_SYNC, .local = 1, .optimizer = PDDE_PS_ADAGRAD, .table_lr = 0.05f,
-                   .cfg = {256, 8, 64, 0.01f}};
+                   .cfg = {256, 8, 64, 0.01f, DLRM_DENSE_ADAMW}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) { usage(); exit(0); }
@@ -71,6 +72,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--load")) o->load_dir = v;
         else if (!strcmp(a, "--dense-on")) o->dense_on = v;
         else if (!strcmp(a, "--checkpoint")) o->ckpt_dir = v;
+        else if (!strcmp(a, "--dense-on-servers")) o->dense_on_servers = atoi(v);
         else if (!strcmp(a, "--checkpoint-every")) o->ckpt_every = atol(v);
         else if (!strcmp(a, "--optimizer")) {
             if (!strcmp(v, "sgd")) o->optimizer = PDDE_PS_SGD;
@@ -159,6 +161,7 @@ int main(int argc, char **argv) {
     pdde_ps_client *c = NULL;
     dlrm_model m = {0};
     pdde_graph_init(ctx, &g);
+    if (o.dense_on_servers) o.cfg.dense = DLRM_DENSE_ON_SERVERS;
     pdde_status st = dlrm_build(g, &o.cfg, &m);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     int layer_dev[2] = {0, 0};
@@ -170,6 +173,10 @@ int main(int argc, char **argv) {
     if (!st) st = pdde_session_init(g, &sp, &s);
     if (!st) st = pdde_sparse_batch_init(m.emb, &sb);
     if (!st) st = pdde_ps_client_init(ctx, o.local ? NULL : world, &pp, &c);
+    if (!st && o.dense_on_servers) { /* worker 0 seeds the servers (unless they loaded a checkpoint holding them) */
+        st = pdde_sparse_batch_hold_dense(sb, s, c, lead && !o.load_dir);
+        if (!st && workers) st = pdde_comm_barrier(workers);
+    }
     char dense_path[600];
     if (!st && o.load_dir) { /* the dense network (the table is loaded by its servers) */
         snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", o.load_dir);
@@ -181,7 +188,7 @@ int main(int argc, char **argv) {
     double t0 = now_s(), loss_avg = 0;
     for (int e = 0; e < o.epochs && !st; e++)
         for (long k = 0; k < per_epoch && !st; k++, step++) {
-            st = dlrm_train_step(s, &m, sb, c, workers, samples + (k * nw + w) * o.cfg.batch, ids);
+            st = dlrm_train_step(s, &m, sb, c, o.dense_on_servers ? NULL : workers, samples + (k * nw + w) * o.cfg.batch, ids);
             float loss = pdde_session_loss(s);
             loss_avg = step ? 0.98 * loss_avg + 0.02 * loss : loss;
             if (lead && !st && (step % 100 == 0 || step + 1 == total)) {

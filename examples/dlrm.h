@@ -22,9 +22,15 @@
 #define DLRM_FIELDS (1 + DLRM_DENSE + DLRM_SPARSE)
 #define DLRM_LINE_MAX 4096
 
+/* Where the dense network's parameters are updated: by AdamW (or SGD) in the graph (data-parallel
+ * over the workers: pdde_sparse_allreduce_dense), or held on the parameter servers (the graph has no
+ * optimizer; pdde_sparse_batch_hold_dense). */
+typedef enum { DLRM_DENSE_ADAMW = 0, DLRM_DENSE_SGD, DLRM_DENSE_ON_SERVERS } dlrm_dense_update;
+
 typedef struct {
     int batch, dim, hidden;
-    float lr;                 /* dense AdamW */
+    float lr;                 /* dense AdamW / SGD */
+    dlrm_dense_update dense;
 } dlrm_config;
 
 typedef struct {
@@ -69,7 +75,8 @@ static inline pdde_status dlrm_build(pdde_graph *g, const dlrm_config *c, dlrm_m
     if (!st) st = pdde_backward(g, m->loss);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = c->lr;
-    if (!st) st = pdde_optimizer_adamw(g, &op);
+    if (!st && c->dense == DLRM_DENSE_ADAMW) st = pdde_optimizer_adamw(g, &op);
+    if (!st && c->dense == DLRM_DENSE_SGD) st = pdde_optimizer_sgd(g, &op);
     return st;
 }
 

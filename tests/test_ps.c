@@ -277,17 +277,21 @@ static void test_sparse_pooling(pdde_context *ctx) {
 #define SYNC_SERVERS 2
 #define SYNC_WORKERS 2
 #define SYNC_PROBE 24
-static const dlrm_config sync_cfg = {SYNC_B, 4, 8, 0.02f};
+static const dlrm_config sync_cfg = {SYNC_B, 4, 8, 0.02f, DLRM_DENSE_ADAMW};
 static dlrm_sample *g_samples;
 static long g_n_samples;
 
-typedef struct { float losses[SYNC_STEPS]; float rows[SYNC_PROBE * 4]; int ok; } sync_result;
+#define SYNC_DENSE 594 /* the dense parameters' values: bottom 13x4+4, top1 (the first 512 of 108x8)+8, top2 8x2+2
+                          (a rank's result is one pipe write) */
+typedef struct { float losses[SYNC_STEPS]; float rows[SYNC_PROBE * 4]; float dense[SYNC_DENSE]; int ok; } sync_result;
 
-static pdde_ps_params sync_params(void) {
+/* dense_on_servers: the dense network's parameters are rows on the servers too, updated by their SGD
+ * (lr 0.5, like the one process's graph SGD), instead of AdamW data-parallel over the workers. */
+static pdde_ps_params sync_params(int dense_on_servers) {
     pdde_ps_params p = PDDE_PS_PARAMS_INIT;
     p.mode = PDDE_PS_SYNC, p.n_servers = SYNC_SERVERS;
     p.table = table_params(4, PDDE_PS_SGD); /* (not Adagrad or Adam: they would hide a wrongly scaled gradient) */
-    p.table.lr = 2.0f;
+    p.table.lr = dense_on_servers ? 0.5f : 2.0f;
     return p;
 }
 
@@ -296,10 +300,14 @@ static void probe_ids(uint64_t *ids) {
 }
 
 /* Trains SYNC_STEPS steps of global batch SYNC_B x workers: worker w takes its slice of each global
- * batch (comm NULL: one process takes all of it). */
-static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, pdde_ps_client *c, int w, int nw, sync_result *out) {
+ * batch (comm NULL: one process takes all of it, with its dense update in the graph: SGD when the
+ * distributed run holds the dense parameters on the servers). */
+static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, pdde_ps_client *c, int w, int nw, int dense_on_servers,
+                       sync_result *out) {
     dlrm_config cfg = sync_cfg;
     cfg.batch = SYNC_B * (world ? 1 : nw);
+    if (dense_on_servers) cfg.dense = world ? DLRM_DENSE_ON_SERVERS : DLRM_DENSE_SGD, cfg.lr = sync_params(1).table.lr;
+    int on_servers = cfg.dense == DLRM_DENSE_ON_SERVERS;
     pdde_graph *g;
     pdde_session *s = NULL;
     pdde_sparse_batch *sb = NULL;
@@ -309,9 +317,11 @@ static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, 
     pdde_status st = dlrm_build(g, &cfg, &m);
     if (!st) st = pdde_session_init(g, NULL, &s);
     if (!st) st = pdde_sparse_batch_init(m.emb, &sb);
+    if (!st && on_servers) st = pdde_sparse_batch_hold_dense(sb, s, c, w == 0); /* worker 0 seeds the servers */
+    if (!st && on_servers) st = pdde_comm_barrier(workers);
     for (int step = 0; step < SYNC_STEPS && !st; step++) {
         const dlrm_sample *b = g_samples + (long)step * SYNC_B * nw + (world ? (long)w * SYNC_B : 0);
-        st = dlrm_train_step(s, &m, sb, c, workers, b, ids);
+        st = dlrm_train_step(s, &m, sb, c, on_servers ? NULL : workers, b, ids);
         float loss = pdde_session_loss(s);
         if (workers) pdde_comm_allreduce(workers, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG);
         out->losses[step] = loss;
@@ -319,9 +329,24 @@ static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, 
     uint64_t probe[SYNC_PROBE];
     probe_ids(probe);
     if (!st) st = pdde_ps_client_pull(c, SYNC_PROBE, probe, out->rows);
-    CHECK(st == PDDE_OK, "sync training: %s", pdde_last_error(ctx));
+    if (!st && on_servers) { /* the servers' dense values into the session */
+        dlrm_batch_ids(g_samples, cfg.batch, ids);
+        st = pdde_sparse_batch_pull(sb, c, ids);
+        if (!st) st = pdde_sparse_batch_feed(sb, s);
+    }
+    static const char *names[6] = {"bottom.w", "bottom.b", "top1.w", "top1.b", "top2.w", "top2.b"};
+    size_t off = 0;
+    static float whole[(DLRM_SPARSE + 1) * 4 * 8];
+    for (int i = 0; i < 6 && !st; i++) {
+        pdde_tensor *t = pdde_graph_find(g, names[i]);
+        size_t n = t ? (size_t)pdde_tensor_numel(t) : 0, keep = i == 2 ? 512 : n;
+        if (!t || n > sizeof whole / sizeof *whole || off + keep > SYNC_DENSE) st = PDDE_ERR_NOT_FOUND;
+        else st = pdde_session_read(s, t, whole, n * sizeof(float));
+        if (!st) memcpy(out->dense + off, whole, keep * sizeof(float));
+        off += keep;
+    }
+    CHECK(st == PDDE_OK && off == SYNC_DENSE, "sync training: %s", pdde_last_error(ctx));
     out->ok = st == PDDE_OK;
-    (void)world;
     pdde_sparse_batch_free(sb);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -329,8 +354,8 @@ static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, 
 }
 
 static void sync_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
-    (void)arg;
-    pdde_ps_params p = sync_params();
+    int dense_on_servers = *(const int *)arg;
+    pdde_ps_params p = sync_params(dense_on_servers);
     int rank = pdde_comm_rank(world);
     pdde_comm *workers = NULL;
     pdde_comm_split(world, rank < SYNC_SERVERS ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
@@ -344,23 +369,26 @@ static void sync_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     }
     pdde_ps_client *c;
     if (pdde_ps_client_init(ctx, world, &p, &c)) { CHECK(0, "client: %s", pdde_last_error(ctx)); return; }
-    sync_train(ctx, world, workers, c, rank - SYNC_SERVERS, SYNC_WORKERS, test_rank_result);
+    sync_train(ctx, world, workers, c, rank - SYNC_SERVERS, SYNC_WORKERS, dense_on_servers, test_rank_result);
     pdde_ps_client_free(c);
     pdde_comm_free(workers);
 }
 
-static void test_sync_equals_one_process(pdde_context *ctx) {
-    sync_result one = {0}, ranks[SYNC_SERVERS + SYNC_WORKERS];
-    memset(ranks, 0, sizeof ranks);
-    pdde_ps_params p = sync_params();
+/* Sync PS training of 2 workers x batch B on 2 servers equals one process of batch 2B: losses, the
+ * rows and the dense parameters (1e-4; NaN fails). */
+static void test_sync_equals_one_process(pdde_context *ctx, int dense_on_servers) {
+    const char *what = dense_on_servers ? "dense on the servers" : "dense data-parallel";
+    static sync_result one, ranks[SYNC_SERVERS + SYNC_WORKERS];
+    memset(&one, 0, sizeof one), memset(ranks, 0, sizeof ranks);
+    pdde_ps_params p = sync_params(dense_on_servers);
     pdde_ps_client *local;
     pdde_ps_client_init(ctx, NULL, &p, &local);
-    sync_train(ctx, NULL, NULL, local, 0, SYNC_WORKERS, &one);
+    sync_train(ctx, NULL, NULL, local, 0, SYNC_WORKERS, dense_on_servers, &one);
     pdde_ps_client_free(local);
     char prefix[32];
     test_ranks_params tp = ranks_params(prefix, sizeof prefix);
     tp.results = ranks, tp.result_size = sizeof(sync_result);
-    test_run_ranks(SYNC_SERVERS + SYNC_WORKERS, &tp, sync_rank, NULL, 120);
+    test_run_ranks(SYNC_SERVERS + SYNC_WORKERS, &tp, sync_rank, &dense_on_servers, 120);
     sync_result *w0 = &ranks[SYNC_SERVERS];
     int ok = one.ok && w0->ok;
     double worst = 0;
@@ -369,11 +397,16 @@ static void test_sync_equals_one_process(pdde_context *ctx) {
         if (fabs(w0->losses[i] - one.losses[i]) > worst) worst = fabs(w0->losses[i] - one.losses[i]);
     }
     for (int i = 0; i < SYNC_PROBE * 4; i++) ok &= test_close(w0->rows[i], one.rows[i], 1e-4, 1e-6);
-    CHECK(ok, "sync PS (2 servers, 2 workers) equals one process: loss %g vs %g at step %d, worst diff %g",
+    CHECK(ok, "sync PS (2 servers, 2 workers, %s) equals one process: loss %g vs %g at step %d, worst diff %g", what,
           w0->losses[SYNC_STEPS - 1], one.losses[SYNC_STEPS - 1], SYNC_STEPS, worst);
+    char what_dense[96];
+    snprintf(what_dense, sizeof what_dense, "sync PS (%s): the dense parameters after %d steps", what, SYNC_STEPS);
+    double worst_dense = test_close_all(what_dense, w0->dense, one.dense, SYNC_DENSE, 1e-2, 1e-4);
+    printf("sync PS (%s) vs one process: worst loss diff %.3g, worst dense parameter diff %.3g (relative)\n", what, worst, worst_dense);
+    CHECK(w0->ok && memcmp(w0->dense, ranks[SYNC_SERVERS + 1].dense, sizeof w0->dense) == 0, "both workers hold the same dense parameters");
     CHECK(one.losses[SYNC_STEPS - 1] != one.losses[0], "training changes the loss");
     int moved = 0;
-    pdde_ps_table_params tpp = sync_params().table;
+    pdde_ps_table_params tpp = p.table;
     pdde_ps_table *fresh;
     pdde_ps_table_init(ctx, &tpp, &fresh);
     uint64_t probe[SYNC_PROBE];
@@ -933,7 +966,7 @@ static pdde_status pipe_train(pdde_context *ctx, const dlrm_config *cfg, const p
 
 /* One slot: the pipeline is the step in turn, bit for bit (the stages hand the same buffers on). */
 static void test_pipeline_one_slot(pdde_context *ctx) {
-    pdde_ps_params pp = sync_params();
+    pdde_ps_params pp = sync_params(0);
     sample_source src = {g_samples, g_n_samples, SYNC_B};
     double p1[64], p2[64];
     float r1[SYNC_PROBE * 4], r2[SYNC_PROBE * 4];
@@ -956,7 +989,7 @@ static void test_auc(pdde_context *ctx) {
     if (!s || n != TRAIN + TEST) { free(s), free(p_true), free(p), free(y); return; }
     for (int i = 0; i < TEST; i++) y[i] = s[TRAIN + i].label;
     double ceiling = dlrm_auc(p_true + TRAIN, y, TEST);
-    dlrm_config cfg = {256, 4, 16, 0.01f};
+    dlrm_config cfg = {256, 4, 16, 0.01f, DLRM_DENSE_ADAMW};
     pdde_graph *g;
     pdde_session *ss = NULL;
     pdde_sparse_batch *sb = NULL;
@@ -1019,7 +1052,8 @@ int main(void) {
     if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK && g_samples) {
         g_server = srv;
         snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", pdde_store_server_port(srv));
-        test_sync_equals_one_process(ctx);
+        test_sync_equals_one_process(ctx, 0);
+        test_sync_equals_one_process(ctx, 1);
         test_pipeline_one_slot(ctx);
         test_async_staleness();
         test_geo(ctx);

@@ -141,7 +141,7 @@ static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, 
     su->ctx = ctx;
     su->parse = (parser){data, batch, {0}};
     snprintf(su->parse.errors.path, sizeof su->parse.errors.path, "bench data");
-    dlrm_config cfg = {batch, 16, 256, 0.01f};
+    dlrm_config cfg = {batch, 16, 256, 0.01f, DLRM_DENSE_ADAMW};
     pdde_graph_init(ctx, &su->g);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     int layer_dev[2] = {0, device < 0 ? 0 : device};
