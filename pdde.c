@@ -3213,7 +3213,8 @@ static void pipe_count(pdde_pipeline *pl, int k, const pipe_counts *c) {
     s->batches += c->batches, s->busy_s += c->busy_s, s->cpu_s += c->cpu_s, s->starved_s += c->starved_s, s->blocked_s += c->blocked_s;
 }
 
-/* The measured balance: the first batches through every stage in turn, on this thread. */
+/* The measured balance: the first batches through every stage in turn, on this thread (wall time: a
+ * device stage's work is not on this thread's CPU clock). */
 static pdde_status pipe_calibrate(pdde_pipeline *pl, int64_t first, int64_t m) {
     int n = pl->p.n_stages;
     for (int64_t b = 0; b < m; b++)
@@ -3224,7 +3225,8 @@ static pdde_status pipe_calibrate(pdde_pipeline *pl, int64_t first, int64_t m) {
             c.busy_s = pipe_clock(CLOCK_MONOTONIC) - t0, c.cpu_s = pipe_clock(CLOCK_THREAD_CPUTIME_ID) - c0;
             pipe_count(pl, k, &c);
             if (st) return st;
-            pl->per_batch_s[k] += c.busy_s / (double)m;
+            /* the fastest batch: on a shared machine the slower ones measure other processes' load */
+            if (b == 0 || c.busy_s < pl->per_batch_s[k]) pl->per_batch_s[k] = c.busy_s;
         }
     char source[64];
     snprintf(source, sizeof source, "a balance measured over %lld batches", (long long)m);
@@ -3282,6 +3284,11 @@ pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n) {
     pl->stats.wall_s += pipe_clock(CLOCK_MONOTONIC) - w0;
     pl->stats.process_cpu_s += pipe_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
     return st;
+}
+
+void pdde_pipeline_stats_reset(pdde_pipeline *pl) {
+    memset(pl->stats.stage, 0, sizeof pl->stats.stage);
+    pl->stats.batches = 0, pl->stats.wall_s = pl->stats.process_cpu_s = 0;
 }
 
 void pdde_pipeline_stats_get(const pdde_pipeline *pl, pdde_pipeline_stats *out) {

@@ -1452,9 +1452,9 @@ pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm);
  * trained: the staleness of async mode). Each wait gives up after timeout_s with an error naming the
  * stage; a stage's error stops every stage and is returned.
  * Sizing: a stage with workers = 0 gets its worker count from the stage times: predicted_s when every
- * such stage has one (from the cost model, pdde_cost_simulate of the stage's graph), else a balance
+ * stage has one (from the cost model, pdde_cost_simulate of the stage's graph), else a balance
  * measured on the first calibrate_batches batches, run stage after stage on the calling thread (they
- * are real batches: nothing is wasted). Threads then go, one at a time, to the stage with the longest
+ * are real batches: nothing is wasted; each stage's fastest batch counts). Threads then go, one at a time, to the stage with the longest
  * time per worker, up to max_threads in all; the choice and its reasons are logged (context
  * log_level >= 1) and kept in the stats' sizing text. */
 #define PDDE_PIPELINE_MAX_STAGES 8
@@ -1509,6 +1509,8 @@ void pdde_pipeline_free(pdde_pipeline *pl);
  * last stage, or at the first error (every thread joined; the slots are free again either way). */
 pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n);
 void pdde_pipeline_stats_get(const pdde_pipeline *pl, pdde_pipeline_stats *out);
+/* Zeroes the counters (after warm-up batches); the sizing stays. */
+void pdde_pipeline_stats_reset(pdde_pipeline *pl);
 
 #ifdef __cplusplus
 }

@@ -84,24 +84,39 @@ typedef struct {
     pdde_pipeline *pl;         /* NULL: the stages in turn */
     int64_t next;              /* the next batch */
     double stage_s[3];         /* time in each stage, summed over batches (in turn) */
+    double stage_cpu[3];       /* the process's CPU time in each stage (in turn: pool threads included) */
+    double cpu_s;              /* the process's CPU time in run() */
+    long batches;              /* batches timed */
     double times[16];
     pdde_status st;
 } setup;
 
 /* samples/s of n batches, each through the three stages in turn, or pipelined. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static double run(setup *su, long n) {
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_now();
     if (su->pl) su->st = pdde_pipeline_run(su->pl, su->next, n);
     else
         for (long k = 0; k < n && !su->st; k++)
             for (int i = 0; i < 3 && !su->st; i++) {
-                double t1 = now_s();
+                double t1 = now_s(), c1 = cpu_now();
                 su->st = su->stages[i].fn(su->stages[i].user, &su->slots[0], su->next + k, 0);
-                su->stage_s[i] += now_s() - t1;
+                su->stage_s[i] += now_s() - t1, su->stage_cpu[i] += cpu_now() - c1;
             }
-    su->next += n;
+    su->next += n, su->batches += n, su->cpu_s += cpu_now() - c0;
     if (su->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(su->ctx));
     return su->st ? NAN : (double)n * su->m.cfg.batch / (now_s() - t0);
+}
+
+static void reset_counts(setup *su) {
+    memset(su->stage_s, 0, sizeof su->stage_s), memset(su->stage_cpu, 0, sizeof su->stage_cpu);
+    su->cpu_s = 0, su->batches = 0;
+    if (su->pl) pdde_pipeline_stats_reset(su->pl);
 }
 
 static void setup_free(setup *su) {
@@ -113,14 +128,16 @@ static void setup_free(setup *su) {
     pdde_sparse_embedding_free(su->m.emb);
 }
 
-static void report_stages(const char *name, const setup *su, long n) {
-    printf("%-12s per batch: stage 1 (parse, pull) %.2f ms, stage 2 (dense) %.2f ms, stage 3 (push) %.2f ms\n", name,
-           1e3 * su->stage_s[0] / (double)n, 1e3 * su->stage_s[1] / (double)n, 1e3 * su->stage_s[2] / (double)n);
+static void report_stages(const char *name, const setup *su) {
+    double n = (double)su->batches;
+    printf("%-12s per batch: stage 1 (parse, pull) %.2f ms, stage 2 (dense) %.2f ms, stage 3 (push) %.2f ms; CPU time %.2f + %.2f + %.2f ms\n",
+           name, 1e3 * su->stage_s[0] / n, 1e3 * su->stage_s[1] / n, 1e3 * su->stage_s[2] / n, 1e3 * su->stage_cpu[0] / n,
+           1e3 * su->stage_cpu[1] / n, 1e3 * su->stage_cpu[2] / n);
 }
 
 /* The pipeline's own account: sizing, and per stage its workers, busy time and the fraction of a core
  * its threads used; the rest of the process's CPU time went to pool threads and device runtimes. */
-static void report_pipeline(const setup *su) {
+static void report_pipeline(setup *su) {
     pdde_pipeline_stats ps;
     pdde_pipeline_stats_get(su->pl, &ps);
     printf("hetero       sized from %s\n", ps.sizing);
@@ -128,10 +145,13 @@ static void report_pipeline(const setup *su) {
     for (int k = 0; k < ps.n_stages; k++) {
         const pdde_pipeline_stage_stats *s = &ps.stage[k];
         stage_cpu += s->cpu_s;
-        printf("hetero       stage %d (%s) x%d: busy %.2f ms per batch, %.2f of a core (its threads), starved %.0f%%, blocked %.0f%%\n", k + 1,
-               su->stages[k].name, s->workers, 1e3 * s->busy_s / (double)(s->batches ? s->batches : 1), s->cpu_s / ps.wall_s,
+        double nb = (double)(s->batches ? s->batches : 1);
+        printf("hetero       stage %d (%s) x%d: busy %.2f ms per batch, CPU %.2f ms per batch = %.2f of a core (its threads), starved %.0f%%, blocked %.0f%%\n",
+               k + 1, su->stages[k].name, s->workers, 1e3 * s->busy_s / nb, 1e3 * s->cpu_s / nb, s->cpu_s / ps.wall_s,
                100 * s->starved_s / ps.wall_s / s->workers, 100 * s->blocked_s / ps.wall_s / s->workers);
+        su->stage_cpu[k] = s->cpu_s / nb;
     }
+    su->stage_cpu[1] += (ps.process_cpu_s - stage_cpu) / (double)ps.batches; /* the pool's and runtime's threads work for the dense stage */
     printf("hetero       other threads (kernel pool, device runtime): %.2f of a core; whole process %.2f cores\n",
            (ps.process_cpu_s - stage_cpu) / ps.wall_s, ps.process_cpu_s / ps.wall_s);
 }
@@ -164,7 +184,7 @@ static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, 
     }
     su->st = st;
     if (!st) run(su, 4); /* warm up: kernels built, first rows created, the pipeline sized */
-    memset(su->stage_s, 0, sizeof su->stage_s);
+    reset_counts(su);
     if (su->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(ctx));
     return su->st;
 }
@@ -232,6 +252,8 @@ int main(int argc, char **argv) {
     /* the accelerator alone first, and freed before the others run: its runtime's threads (PoCL's on
      * these same cores) would take from them */
     if (accel >= 0 && (ok[1] = setup_init(&su[1], ctx, &data, batch, accel, 0) == PDDE_OK)) {
+        run(&su[1], batches); /* untimed, as for the others: every batch's rows exist */
+        reset_counts(&su[1]);
         for (int i = 0; i < reps; i++) su[1].times[i] = run(&su[1], batches);
         rate[1] = su[1].st ? NAN : bench_median(su[1].times, reps);
     }
@@ -241,18 +263,37 @@ int main(int argc, char **argv) {
     int dense = !isnan(rate[1]) && !(rate[1] < first_cpu) ? accel : -1;
     if (dense < 0 && pdde_context_init(&hp, &het_ctx)) het_ctx = ctx;
     if (dense < 0 && ok[1]) {
-        report_stages(names[1], &su[1], batches * reps);
+        report_stages(names[1], &su[1]);
         setup_free(&su[1]), ok[1] = 0;
     }
     ok[2] = setup_init(&su[2], het_ctx, &data, batch, dense, 1) == PDDE_OK;
     if (ok[2]) run(&su[2], batches); /* as CPU only's first run: every batch's rows exist */
-    memset(su[0].stage_s, 0, sizeof su[0].stage_s);
+    reset_counts(&su[0]), reset_counts(&su[2]);
     for (int i = 0; i < reps; i++) /* CPU only and the pipeline interleaved: both see the same load */
         for (int k = 0; k < 3; k += 2) su[k].times[i] = ok[k] ? run(&su[k], batches) : NAN;
     for (int k = 0; k < 3; k += 2) rate[k] = ok[k] && !su[k].st ? bench_median(su[k].times, reps) : NAN;
     if (getenv("BENCH_DLRM_VERBOSE")) for (int i = 0; i < reps; i++) printf("rep %d: cpu %.0f hetero %.0f\n", i, su[0].times[i], su[2].times[i]);
-    if (ok[0]) report_stages(names[0], &su[0], batches * reps);
+    if (ok[0]) report_stages(names[0], &su[0]);
     if (ok[2]) report_pipeline(&su[2]);
+    /* What an idle machine would give, from the CPU time each stage used (the shared machine's load
+     * skews wall-clock ratios: a process with more runnable threads gets a larger share of the cores):
+     * in turn, the dense stage on the context's threads; pipelined, the busiest stage per worker or
+     * all the work spread over the cores, whichever is longer (ideal scaling in both). */
+    double projected = NAN;
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (ok[0] && ok[2] && dense < 0) {
+        double nb = (double)su[0].batches, *a = su[0].stage_cpu, *h = su[2].stage_cpu;
+        int dt = pdde_context_n_threads(ctx) < cores ? pdde_context_n_threads(ctx) : cores;
+        double turn = (a[0] + a[2] + a[1] / dt) / nb;
+        pdde_pipeline_stats ps;
+        pdde_pipeline_stats_get(su[2].pl, &ps);
+        double het = fmax(fmax(h[0] / ps.stage[0].workers, h[2] / ps.stage[2].workers), fmax(h[1] / hp.n_threads, (h[0] + h[1] + h[2]) / cores));
+        projected = turn / het;
+        printf("projected for an idle %d-core machine from each stage's CPU time (ideal scaling): in turn %.2f ms, hetero %.2f ms per batch: ratio %.2f\n",
+               cores, 1e3 * turn, 1e3 * het, projected);
+        printf("CPU time per batch, whole process: cpu only %.2f ms, hetero %.2f ms\n", 1e3 * su[0].cpu_s / nb,
+               1e3 * ps.process_cpu_s / (double)ps.batches);
+    }
     for (int k = 0; k < 3; k++) {
         printf("%-12s %9.0f samples/s", names[k], rate[k]);
         if (k == 2) printf("  (dense stage on %s, %d threads)", dense >= 0 ? props.name : "the CPU", dense >= 0 ? 0 : hp.n_threads);
@@ -263,7 +304,11 @@ int main(int argc, char **argv) {
     double cpu = rate[0], acc = rate[1], het = rate[2], best = isnan(acc) || cpu > acc ? cpu : acc;
     const char *max_env = getenv("BENCH_DLRM_MAX_IDS");
     double bpi = bytes_per_id(ctx, max_env ? atol(max_env) : 10000000);
-    printf("RESULT dlrm cpu_only=%.0f accel_only=%.0f hetero=%.0f hetero_ratio=%.2f bytes_per_id=%.1f\n", cpu, acc, het, het / best, bpi);
+    double load = NAN;
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) { if (fscanf(la, "%lf", &load) != 1) load = NAN; fclose(la); }
+    printf("RESULT dlrm cpu_only=%.0f accel_only=%.0f hetero=%.0f hetero_ratio=%.2f bytes_per_id=%.1f projected_ratio=%.2f load=%.1f\n", cpu, acc,
+           het, het / best, bpi, projected, load);
     free(data.text), free(data.line);
     pdde_context_free(ctx);
     return 0;
