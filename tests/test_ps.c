@@ -540,29 +540,47 @@ static void test_geo(pdde_context *ctx) {
  * Failures */
 
 #define KILL_IDS 64
-typedef struct { float rows[KILL_IDS * 2]; int ok, failed_fast; double detect_s; } kill_result;
-static float g_saved_rows[KILL_IDS * 2];
-static int g_restart; /* 0: first life (train, save, kill the server); 1: restarted from the checkpoint */
+#define AUTO_EVERY 4
+#define AUTO_STEPS 10
+typedef struct { float rows[KILL_IDS * 2], at_end[KILL_IDS * 2]; int ok, failed_fast; double detect_s; int64_t checkpoints; } kill_result;
+static int g_restart; /* 0: first life (train, checkpoint, kill the server); 1: restarted from the checkpoint */
+static int g_auto;    /* 0: the worker asks for a checkpoint after 3 steps; 1: the server writes one every
+                         AUTO_EVERY steps by itself, and is killed after AUTO_STEPS */
 
 static pdde_ps_params kill_params(void) {
     pdde_ps_params p = PDDE_PS_PARAMS_INIT;
     p.mode = PDDE_PS_ASYNC, p.staleness = 4, p.table = table_params(2, PDDE_PS_ADAGRAD);
+    static char auto_dir[300];
+    snprintf(auto_dir, sizeof auto_dir, "%s/auto", g_dir);
+    if (g_auto) p.checkpoint_dir = auto_dir, p.checkpoint_every = AUTO_EVERY;
+    if (g_restart) p.load_dir = g_auto ? auto_dir : g_dir;
     return p;
 }
 
+/* Rank 0 serves (its stats into *stats when not NULL); returns the server's status. */
+static pdde_status serve(pdde_context *ctx, pdde_comm *world, const pdde_ps_params *p, pdde_ps_server_stats *stats) {
+    pdde_ps_server *srv;
+    pdde_status st = pdde_ps_server_init(ctx, p, 0, &srv);
+    if (!st) st = pdde_ps_server_run(srv, world);
+    if (!st && stats) pdde_ps_server_stats_get(srv, stats);
+    pdde_ps_server_free(srv);
+    return st;
+}
+
+/* First life: train, have a checkpoint written (asked for, or automatic), note the rows it holds
+ * (rows) and, automatic, those of the last step (at_end), kill the server and time how soon the
+ * worker knows. Restarted: pull the rows. */
 static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     (void)arg;
     pdde_ps_params p = kill_params();
     kill_result *out = test_rank_result;
-    if (g_restart) p.load_dir = g_dir;
     uint64_t ids[KILL_IDS];
     for (int i = 0; i < KILL_IDS; i++) ids[i] = (uint64_t)i * 1000003;
     if (pdde_comm_rank(world) == 0) {
-        pdde_ps_server *srv;
-        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
-        if (!st) st = pdde_ps_server_run(srv, world);
+        pdde_ps_server_stats ss = {0};
+        pdde_status st = serve(ctx, world, &p, &ss);
         CHECK(st == PDDE_OK, "server: %s", pdde_last_error(ctx));
-        pdde_ps_server_free(srv);
+        out->checkpoints = ss.checkpoints, out->ok = !st;
         return;
     }
     pdde_ps_client *c;
@@ -570,17 +588,19 @@ static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     float g[KILL_IDS * 2];
     for (int i = 0; i < KILL_IDS * 2; i++) g[i] = 0.01f * (float)(i % 13) - 0.05f;
     if (!g_restart) {
-        for (int step = 0; step < 3 && !st; step++) {
-            st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+        int steps = g_auto ? AUTO_STEPS : 3;
+        float r[KILL_IDS * 2];
+        for (int step = 1; step <= steps && !st; step++) {
+            st = pdde_ps_client_pull(c, KILL_IDS, ids, r);
             if (!st) st = pdde_ps_client_push(c, KILL_IDS, ids, g);
+            if (!st && g_auto && step == 2 * AUTO_EVERY) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
         }
-        if (!st) st = pdde_ps_client_save(c, g_dir);
-        if (!st) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+        if (!st && !g_auto) st = pdde_ps_client_save(c, g_dir);
+        if (!st) st = pdde_ps_client_pull(c, KILL_IDS, ids, g_auto ? out->at_end : out->rows);
         CHECK(st == PDDE_OK, "first life: %s", pdde_last_error(ctx));
         out->ok = !st;
-        kill(test_pids[0], SIGKILL); /* the server, mid-job */
+        kill(test_pids[0], SIGKILL); /* the server, mid-job: no goodbye, no last checkpoint */
         double t0 = test_now();
-        float r[KILL_IDS * 2];
         pdde_status lost = pdde_ps_client_pull(c, KILL_IDS, ids, r);
         out->detect_s = test_now() - t0;
         out->failed_fast = lost != PDDE_OK;
@@ -592,22 +612,36 @@ static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     pdde_ps_client_free(c);
 }
 
-static void test_server_restart(pdde_context *ctx) {
+/* A server SIGKILLed and restarted from its checkpoint serves the rows it had: one the worker asked
+ * for (auto 0), or the last one it wrote by itself (auto 1: of step 8, not the 10 it had done). */
+static void test_server_restart(pdde_context *ctx, int automatic) {
     kill_result res[2];
     memset(res, 0, sizeof res);
-    char prefix[32];
+    char prefix[32], dir[300], path[400], tmp[410];
+    snprintf(dir, sizeof dir, "%s/auto", g_dir);
+    if (automatic) mkdir(dir, 0700);
     test_ranks_params tp = ranks_params(prefix, sizeof prefix);
     tp.results = res, tp.result_size = sizeof *res, tp.killed_ok = 1;
-    g_restart = 0;
+    g_restart = 0, g_auto = automatic;
     test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
     CHECK(res[1].ok && res[1].failed_fast && res[1].detect_s < 10, "the killed server is an error at the worker (after %.2f s)", res[1].detect_s);
-    memcpy(g_saved_rows, res[1].rows, sizeof g_saved_rows);
+    float saved[KILL_IDS * 2];
+    memcpy(saved, res[1].rows, sizeof saved);
+    if (automatic) {
+        pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0 && stat(tmp, &sb) != 0, "the server wrote %s by itself (and no .tmp is left)", path);
+        CHECK(memcmp(res[1].at_end, saved, sizeof saved) != 0, "steps 9 and 10 changed the rows");
+    }
     memset(res, 0, sizeof res);
     tp = ranks_params(prefix, sizeof prefix);
     tp.results = res, tp.result_size = sizeof *res;
     g_restart = 1;
     test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
-    CHECK(res[1].ok && memcmp(res[1].rows, g_saved_rows, sizeof g_saved_rows) == 0, "the restarted server serves the rows it had");
+    CHECK(res[1].ok && memcmp(res[1].rows, saved, sizeof saved) == 0, "the restarted server serves the rows of its %s checkpoint (%g, want %g)",
+          automatic ? "last automatic" : "", res[1].rows[0], saved[0]);
+    if (automatic) CHECK(res[0].ok && res[0].checkpoints == 0, "a run that changes nothing writes no checkpoint (%lld)", (long long)res[0].checkpoints);
     /* and they are trained rows, not fresh ones (a load that did nothing would fail above) */
     pdde_ps_params p = kill_params();
     pdde_ps_table *fresh;
@@ -615,89 +649,9 @@ static void test_server_restart(pdde_context *ctx) {
     uint64_t id0 = 0;
     float init[2];
     pdde_ps_table_pull(fresh, 1, &id0, init);
-    CHECK(init[0] != g_saved_rows[0] || init[1] != g_saved_rows[1], "the saved rows differ from initial ones");
+    CHECK(init[0] != saved[0] || init[1] != saved[1], "the saved rows differ from initial ones");
     pdde_ps_table_free(fresh);
-}
-
-/* Automatic checkpoints: the server writes its shard every AUTO_EVERY steps by itself; SIGKILLed after
- * 10 steps and restarted from that directory, it serves the rows of step 8 (its last checkpoint). */
-#define AUTO_EVERY 4
-#define AUTO_STEPS 10
-typedef struct { float at8[KILL_IDS * 2], at10[KILL_IDS * 2], rows[KILL_IDS * 2]; int ok; int64_t checkpoints; } auto_result;
-
-static pdde_ps_params auto_params(void) {
-    pdde_ps_params p = kill_params();
-    static char dir[300];
-    snprintf(dir, sizeof dir, "%s/auto", g_dir);
-    p.checkpoint_dir = dir, p.checkpoint_every = AUTO_EVERY;
-    if (g_restart) p.load_dir = dir;
-    return p;
-}
-
-static void auto_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
-    (void)arg;
-    pdde_ps_params p = auto_params();
-    auto_result *out = test_rank_result;
-    uint64_t ids[KILL_IDS];
-    for (int i = 0; i < KILL_IDS; i++) ids[i] = (uint64_t)i * 1000003;
-    if (pdde_comm_rank(world) == 0) {
-        pdde_ps_server *srv;
-        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
-        if (!st) st = pdde_ps_server_run(srv, world);
-        CHECK(st == PDDE_OK, "auto-checkpointing server: %s", pdde_last_error(ctx));
-        pdde_ps_server_stats ss;
-        pdde_ps_server_stats_get(srv, &ss);
-        out->checkpoints = ss.checkpoints, out->ok = !st;
-        pdde_ps_server_free(srv);
-        return;
-    }
-    pdde_ps_client *c;
-    pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
-    float g[KILL_IDS * 2];
-    for (int i = 0; i < KILL_IDS * 2; i++) g[i] = 0.01f * (float)(i % 13) - 0.05f;
-    if (!g_restart) {
-        for (int step = 1; step <= AUTO_STEPS && !st; step++) {
-            st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
-            if (!st) st = pdde_ps_client_push(c, KILL_IDS, ids, g);
-            if (!st && step == 8) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->at8);
-        }
-        if (!st) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->at10);
-        CHECK(st == PDDE_OK, "first life: %s", pdde_last_error(ctx));
-        out->ok = !st;
-        kill(test_pids[0], SIGKILL); /* no goodbye: only the automatic checkpoints are on disk */
-    } else {
-        st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
-        CHECK(st == PDDE_OK, "restarted: %s", pdde_last_error(ctx));
-        out->ok = !st;
-    }
-    pdde_ps_client_free(c);
-}
-
-static void test_server_auto_checkpoint(void) {
-    auto_result res[2];
-    memset(res, 0, sizeof res);
-    char prefix[32], dir[300], path[400], tmp[410];
-    snprintf(dir, sizeof dir, "%s/auto", g_dir);
-    mkdir(dir, 0700);
-    test_ranks_params tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res, tp.killed_ok = 1;
-    g_restart = 0;
-    test_run_ranks(2, &tp, auto_rank, NULL, 60);
-    pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    struct stat sb;
-    CHECK(res[1].ok && stat(path, &sb) == 0 && stat(tmp, &sb) != 0, "the server wrote %s by itself (and no .tmp is left)", path);
-    CHECK(memcmp(res[1].at8, res[1].at10, sizeof res[1].at8) != 0, "steps 9 and 10 changed the rows");
-    float at8[KILL_IDS * 2];
-    memcpy(at8, res[1].at8, sizeof at8);
-    memset(res, 0, sizeof res);
-    tp = ranks_params(prefix, sizeof prefix);
-    tp.results = res, tp.result_size = sizeof *res;
-    g_restart = 1;
-    test_run_ranks(2, &tp, auto_rank, NULL, 60);
-    CHECK(res[1].ok && memcmp(res[1].rows, at8, sizeof at8) == 0, "restarted from its automatic checkpoint, the server serves the rows of step 8 (%g, want %g)",
-          res[1].rows[0], at8[0]);
-    CHECK(res[0].ok && res[0].checkpoints == 0, "a run that changes nothing writes no checkpoint (%lld)", (long long)res[0].checkpoints);
+    g_restart = g_auto = 0;
 }
 
 #define PUSHES_BEFORE 3
@@ -820,7 +774,7 @@ static void test_pipeline(pdde_context *ctx) {
     void *slots[PIPE_SLOTS];
     pdde_pipeline *pl = NULL;
     /* every batch through every stage once, in stage order, at most PIPE_SLOTS in flight, overlapped */
-    pipe_probe_init(&pr, 10000, 10000, 10000);
+    pipe_probe_init(&pr, 20000, 20000, 20000); /* (long sleeps: a loaded machine's wake-up delays matter less) */
     pdde_status s = pipe_make(ctx, &pr, a, st, slots, (int[]){1, 1, 1}, 3, 10, &pl);
     double t0 = test_now();
     if (!s) s = pdde_pipeline_run(pl, 0, PIPE_N);
@@ -831,11 +785,13 @@ static void test_pipeline(pdde_context *ctx) {
     CHECK(s == PDDE_OK && once && pr.order_ok, "pipeline: every batch once through every stage, in order (%s)", pdde_last_error(ctx));
     CHECK(pr.max_in_flight <= PIPE_SLOTS && pr.max_in_flight >= 2 && uses == PIPE_SLOTS, "pipeline: %d batches in flight (bound %d), %d slots used",
           pr.max_in_flight, PIPE_SLOTS, uses);
-    /* in turn: 20 x 30 ms; overlapped: about 22 x 10 ms */
-    CHECK(wall < 0.6 * PIPE_N * 0.03, "pipeline: stages overlap: %.3f s for %d batches of 3 x 10 ms", wall, PIPE_N);
+    /* in turn it would take the stages' busy times summed (20 x 60 ms, more on a loaded machine);
+     * overlapped, about a third of that */
     pdde_pipeline_stats ps;
     pdde_pipeline_stats_get(pl, &ps);
-    CHECK(ps.batches == PIPE_N && ps.stage[1].batches == PIPE_N && ps.stage[1].busy_s > 0.15 && !strcmp(ps.sizing, "as given"),
+    double in_turn = ps.stage[0].busy_s + ps.stage[1].busy_s + ps.stage[2].busy_s;
+    CHECK(wall < 0.75 * in_turn, "pipeline: stages overlap: %.3f s for %d batches that take %.3f s in turn", wall, PIPE_N, in_turn);
+    CHECK(ps.batches == PIPE_N && ps.stage[1].batches == PIPE_N && ps.stage[1].busy_s > 0.3 && !strcmp(ps.sizing, "as given"),
           "pipeline stats: %lld batches, stage b busy %.3f s, sized %s", (long long)ps.batches, ps.stage[1].busy_s, ps.sizing);
     /* an error in a stage ends the run with it; the next run has every slot again */
     memset(pr.seen, 0, sizeof pr.seen), pr.fail_at = 5;
@@ -859,7 +815,7 @@ static void test_pipeline(pdde_context *ctx) {
     pdde_pipeline_free(pl);
 
     /* sizing: the slow stage gets the threads, from a measured balance or from predictions */
-    pipe_probe_init(&pr, 2000, 30000, 2000);
+    pipe_probe_init(&pr, 3000, 60000, 3000); /* (b far the slowest even when a loaded machine stretches the sleeps) */
     pipe_make(ctx, &pr, a, st, slots, (int[]){0, 0, 0}, 5, 10, &pl);
     s = pdde_pipeline_run(pl, 0, PIPE_N);
     pdde_pipeline_stats_get(pl, &ps);
@@ -1057,8 +1013,8 @@ int main(void) {
         test_pipeline_one_slot(ctx);
         test_async_staleness();
         test_geo(ctx);
-        test_server_restart(ctx);
-        test_server_auto_checkpoint();
+        test_server_restart(ctx, 0);
+        test_server_restart(ctx, 1);
         test_worker_killed_mid_push();
     } else CHECK(0, "store server / sample data: %s", pdde_last_error(ctx));
     pdde_store_server_free(srv);

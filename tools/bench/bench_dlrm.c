@@ -22,12 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* The data: the TSV file in memory, parsed batch by batch inside the timed runs (parsing is stage 1's
  * work as much as pulling is). */
 typedef struct { char *text; long *line; long n_lines; } corpus;
@@ -99,18 +93,18 @@ static double cpu_now(void) {
 }
 
 static double run(setup *su, long n) {
-    double t0 = now_s(), c0 = cpu_now();
+    double t0 = bench_now(), c0 = cpu_now();
     if (su->pl) su->st = pdde_pipeline_run(su->pl, su->next, n);
     else
         for (long k = 0; k < n && !su->st; k++)
             for (int i = 0; i < 3 && !su->st; i++) {
-                double t1 = now_s(), c1 = cpu_now();
+                double t1 = bench_now(), c1 = cpu_now();
                 su->st = su->stages[i].fn(su->stages[i].user, &su->slots[0], su->next + k, 0);
-                su->stage_s[i] += now_s() - t1, su->stage_cpu[i] += cpu_now() - c1;
+                su->stage_s[i] += bench_now() - t1, su->stage_cpu[i] += cpu_now() - c1;
             }
     su->next += n, su->batches += n, su->cpu_s += cpu_now() - c0;
     if (su->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(su->ctx));
-    return su->st ? NAN : (double)n * su->m.cfg.batch / (now_s() - t0);
+    return su->st ? NAN : (double)n * su->m.cfg.batch / (bench_now() - t0);
 }
 
 static void reset_counts(setup *su) {
@@ -201,7 +195,7 @@ static double bytes_per_id(pdde_context *ctx, long max_ids) {
         size_t before = mallinfo2().uordblks + mallinfo2().hblkhd;
         pdde_ps_table *t;
         if (pdde_ps_table_init(ctx, &p, &t)) break;
-        double t0 = now_s();
+        double t0 = bench_now();
         for (long i = 0; i < n; i += CHUNK) {
             long m = n - i < CHUNK ? n - i : CHUNK;
             for (long k = 0; k < m; k++) ids[k] = (uint64_t)(i + k) * 0x9E3779B97F4A7C15ull;
@@ -209,7 +203,7 @@ static double bytes_per_id(pdde_context *ctx, long max_ids) {
         }
         double per = (double)(mallinfo2().uordblks + mallinfo2().hblkhd - before) / (double)n;
         printf("table, dim 16, SGD: %9ld ids  %6.1f bytes per id (allocator; a row's values are 64)  %.2f M ids/s\n",
-               n, per, (double)n / (now_s() - t0) / 1e6);
+               n, per, (double)n / (bench_now() - t0) / 1e6);
         if (per > worst) worst = per;
         pdde_ps_table_free(t);
     }
