@@ -22,7 +22,7 @@ typedef struct {
     int vocab, epochs, servers, staleness, geo_steps;
     double test_fraction;
     pdde_ps_mode mode;
-    int local, dense_on_servers;
+    int local, dense_on_servers, pipeline;
     pdde_ps_optimizer optimizer;
     float table_lr;
     dlrm_config cfg;
@@ -39,10 +39,19 @@ static void usage(void) {
          "            [--lr X] [--table-lr X] [--optimizer sgd|adagrad|adam] [--test-fraction F]\n"
          "            [--mode local|sync|async|geo] [--servers N] [--staleness K] [--geo-steps K]\n"
          "            [--save DIR] [--load DIR] [--dense-on BACKEND] [--checkpoint DIR --checkpoint-every N]\n"
-         "            [--dense-on-servers 0|1]\n"
+         "            [--dense-on-servers 0|1] [--pipeline SLOTS]\n"
          "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
          "(--servers, or PDDE_PS_SERVERS in the environment). --checkpoint: servers write their shard\n"
-         "there every N steps of the table and at the end (restart with --load DIR).");
+         "there every N steps of the table and at the end (restart with --load DIR). --pipeline: train\n"
+         "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight.");
+}
+
+/* The pipeline's stage 1 source: batch k of this worker (epochs wrap around). */
+typedef struct { const dlrm_sample *samples; long per_epoch; int nw, w, batch; } worker_batches;
+static pdde_status worker_batch(void *u, int64_t k, dlrm_sample *out) {
+    const worker_batches *b = u;
+    memcpy(out, b->samples + ((k % b->per_epoch) * b->nw + b->w) * b->batch, (size_t)b->batch * sizeof *out);
+    return PDDE_OK;
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -73,6 +82,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--dense-on")) o->dense_on = v;
         else if (!strcmp(a, "--checkpoint")) o->ckpt_dir = v;
         else if (!strcmp(a, "--dense-on-servers")) o->dense_on_servers = atoi(v);
+        else if (!strcmp(a, "--pipeline")) o->pipeline = atoi(v);
         else if (!strcmp(a, "--checkpoint-every")) o->ckpt_every = atol(v);
         else if (!strcmp(a, "--optimizer")) {
             if (!strcmp(v, "sgd")) o->optimizer = PDDE_PS_SGD;
@@ -87,6 +97,7 @@ static int parse(int argc, char **argv, options *o) {
             else if (!o->local) { fprintf(stderr, "dlrm: --mode %s: expected local, sync, async or geo\n", v); return -1; }
         } else { fprintf(stderr, "dlrm: unknown option %s (--help lists them)\n", a); return -1; }
     }
+    if (o->pipeline < 0 || o->pipeline > 16) { fprintf(stderr, "dlrm: --pipeline %d: expected 0 (off) to 16 slots\n", o->pipeline); return -1; }
     if (o->cfg.batch <= 0 || o->cfg.dim <= 0 || o->cfg.hidden <= 0 || o->epochs <= 0 || o->servers <= 0 ||
         o->vocab <= 0 || o->test_fraction < 0 || o->test_fraction >= 1) {
         fprintf(stderr, "dlrm: batch, dim, hidden, epochs, servers and vocab must be positive, test-fraction in [0, 1)\n");
@@ -186,7 +197,34 @@ int main(int argc, char **argv) {
     long per_epoch = n_train / o.cfg.batch / nw; /* steps per worker and epoch (equal on every worker) */
     long total = per_epoch * o.epochs, step = 0;
     double t0 = now_s(), loss_avg = 0;
-    for (int e = 0; e < o.epochs && !st; e++)
+    if (o.pipeline && !st) { /* every epoch in one run of the pipeline */
+        worker_batches src = {samples, per_epoch, nw, w, o.cfg.batch};
+        dlrm_stages d = {&m, s, c, o.dense_on_servers ? NULL : workers, worker_batch, &src};
+        pdde_pipeline_stage stages[3];
+        dlrm_stages_fill(&d, stages);
+        dlrm_slot slots[16];
+        void *slot_ptr[16];
+        int made = 0;
+        for (; made < o.pipeline && !st; made++) {
+            st = dlrm_slot_init(&slots[made], &m), slot_ptr[made] = &slots[made];
+            if (!st && o.dense_on_servers) st = pdde_sparse_batch_hold_dense(slots[made].sb, s, c, 0);
+        }
+        pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
+        plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = o.pipeline;
+        pdde_pipeline *pl = NULL;
+        if (!st) st = pdde_pipeline_init(ctx, &plp, &pl);
+        for (int e = 0; e < o.epochs && !st; e++) {
+            st = pdde_pipeline_run(pl, e * per_epoch, per_epoch);
+            double el = now_s() - t0, rate = (double)(e + 1) * per_epoch * o.cfg.batch * nw / el;
+            if (lead && !st) printf("epoch %d (pipelined, %d slots)  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, o.pipeline, pdde_session_loss(s), rate,
+                                    (double)(o.epochs - e - 1) * per_epoch * o.cfg.batch * nw / rate);
+        }
+        pdde_pipeline_stats ps;
+        if (pl && lead) pdde_pipeline_stats_get(pl, &ps), printf("pipeline sized from %s\n", ps.sizing);
+        pdde_pipeline_free(pl);
+        for (int i = 0; i < made; i++) dlrm_slot_free(&slots[i]);
+    }
+    for (int e = 0; e < o.epochs && !st && !o.pipeline; e++)
         for (long k = 0; k < per_epoch && !st; k++, step++) {
             st = dlrm_train_step(s, &m, sb, c, o.dense_on_servers ? NULL : workers, samples + (k * nw + w) * o.cfg.batch, ids);
             float loss = pdde_session_loss(s);
