@@ -2908,7 +2908,10 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) {
     if (!st) st = pdde_session_write(s, e->table->grad, b->zeros, bytes);
     for (int i = 0; i < b->n_dense && !st; i++) {
         pdde_tensor *g = b->dense[i]->grad;
-        st = pdde_session_read(s, g, b->dense_vals + b->dense_row0[i] * e->dim, pdde_tensor_nbytes(g));
+        float *dst = b->dense_vals + b->dense_row0[i] * e->dim;
+        int64_t n = pdde_tensor_numel(g), end = (i + 1 < b->n_dense ? b->dense_row0[i + 1] : b->dense_rows) * e->dim - b->dense_row0[i] * e->dim;
+        st = pdde_session_read(s, g, dst, pdde_tensor_nbytes(g));
+        memset(dst + n, 0, (size_t)(end - n) * sizeof *dst); /* the last row's padding has no gradient */
         if (!st) st = pdde_session_write(s, g, b->zeros, pdde_tensor_nbytes(g));
     }
     return st;
