@@ -1,7 +1,7 @@
 /* comm/ps.c — the parameter server: sparse tables keyed by 64-bit ids, a server loop that serves
  * them to worker ranks over point-to-point messages of a world communicator (sync, async with
  * bounded staleness, geo), and the worker's client. Knows nothing of graphs: rows are float arrays.
- * Included by pdde.c after comm/comm.c (uses its crc32_update). */
+ * Included by pdde.c after comm/comm.c; its files carry the crc32 of backends/base.c (the bottom part). */
 
 #include <signal.h>
 
