@@ -1447,6 +1447,8 @@ pdde_status pdde_ps_table_push(pdde_ps_table *t, size_t n, const uint64_t *ids, 
 pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *deltas);
 /* Reads a row without creating it: PDDE_ERR_NOT_FOUND when the table has none. */
 pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out);
+/* Sets rows (created if absent, admission aside) to vals [n, dim] with fresh optimizer state; not a step. */
+pdde_status pdde_ps_table_set(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals);
 void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out);
 /* Atomic save (path.tmp, fsync, rename; a crc32 at the end) and load (replaces the contents; a
  * mismatching dim/optimizer or a corrupt file changes nothing). */
@@ -1478,14 +1480,21 @@ typedef struct {
                                     start (NULL: empty tables) */
     int fault_kill_mid_push;     /* tests only: a worker raises SIGKILL between a push's ids and its
                                     gradients (n-th push, 1-based; 0 = never) */
+    /* Servers: automatic checkpoints of their shard into checkpoint_dir (atomic, as
+     * pdde_ps_table_save) after every checkpoint_every steps of the table (a sync round, an async
+     * push or a geo delta), before that step is acknowledged, and when the job ends; a server
+     * restarted with load_dir = checkpoint_dir serves the rows of its last checkpoint. 0 = never. */
+    const char *checkpoint_dir;
+    int64_t checkpoint_every;
 } pdde_ps_params;
-#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, 0}
+#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, 0, NULL, 0}
 
 typedef struct {
     pdde_ps_table_stats table;   /* of this server's shard */
     int64_t pushes, pulls;       /* served */
     int64_t max_staleness;       /* ASYNC: the largest (puller's clock - slowest clock) served */
     int64_t deferred_pulls;      /* ASYNC: pulls held back by the staleness bound */
+    int64_t checkpoints;         /* automatic checkpoints written */
 } pdde_ps_server_stats;
 
 typedef struct pdde_ps_server pdde_ps_server;
@@ -1512,6 +1521,8 @@ pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids
 pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads);
 /* GEO: sends the pending deltas now (also done by free). No-op in other modes. */
 pdde_status pdde_ps_client_flush(pdde_ps_client *c);
+/* pdde_ps_table_set on the servers (not a push: no clock, no sync round). */
+pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals);
 /* Every server saves its shard to dir (atomically); returns when all are written. */
 pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir);
 /* The stats of server `index` (of the local table when comm is NULL). */
@@ -1553,9 +1564,91 @@ pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s);
 pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s);
 pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c);
 int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b);
+/* Dense parameters held on the servers (instead of data-parallel over the workers): from now on the
+ * batch also pulls every non-sparse parameter of s that has a gradient (as rows of the table: ids
+ * PDDE_PS_DENSE_IDS | parameter << 32 | row, the last row of each zero-padded; sparse ids must stay
+ * out of that range), feed writes them into s, collect reads and zeroes their gradients, and push
+ * sends them with the sparse rows in one push, so the servers' table optimizer (and the mode: sync
+ * means over the workers, async, geo) updates them like rows. The graph then has no optimizer.
+ * seed: first set the servers' rows to s's current values (one worker does, before any worker's
+ * first pull: the others wait on a barrier; not when the servers loaded a checkpoint). */
+#define PDDE_PS_DENSE_IDS (0xFEull << 56)
+pdde_status pdde_sparse_batch_hold_dense(pdde_sparse_batch *b, pdde_session *s, pdde_ps_client *c, int seed);
 /* Data parallelism of the dense part over the workers: averages the gradient accumulators of every
  * parameter of s except sparse ones over comm (one allreduce), between FORWARD_BACKWARD and OPTIMIZER. */
 pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Asynchronous pipeline (pdde.c): the heterogeneous pipeline of recommender training as a library
+ * object. A batch passes through n stages in order, each a function the caller gives (e.g. 1: read,
+ * parse and pull the batch's rows on CPU threads; 2: the dense forward and backward on an
+ * accelerator's session; 3: push the rows' gradients); each stage runs on its own worker threads;
+ * bounded queues between stages hold the batches in flight, so while one batch trains the next is
+ * pulled and the one before pushed, and every device keeps busy. A batch lives in a caller's slot
+ * (its buffers: samples, pulled rows, gradients), handed from stage to stage; n_slots bounds the
+ * batches in flight (with the sparse rows of a batch pulled up to n_slots - 1 pushes before it is
+ * trained: the staleness of async mode). Each wait gives up after timeout_s with an error naming the
+ * stage; a stage's error stops every stage and is returned.
+ * Sizing: a stage with workers = 0 gets its worker count from the stage times: predicted_s when every
+ * stage has one (from the cost model, pdde_cost_simulate of the stage's graph), else a balance
+ * measured on the first calibrate_batches batches, run stage after stage on the calling thread (they
+ * are real batches: nothing is wasted; each stage's fastest batch counts). Threads then go, one at a time, to the stage with the longest
+ * time per worker, up to max_threads in all; the choice and its reasons are logged (context
+ * log_level >= 1) and kept in the stats' sizing text. */
+#define PDDE_PIPELINE_MAX_STAGES 8
+/* Runs batch `index` of the run through one stage in `slot`; `worker` (0..workers-1) says which of
+ * the stage's threads runs it (e.g. to pick a per-worker session or device). */
+typedef pdde_status (*pdde_pipeline_fn)(void *user, void *slot, int64_t index, int worker);
+typedef struct {
+    const char *name;        /* for the log and errors */
+    pdde_pipeline_fn fn;
+    void *user;
+    int workers;             /* threads of the stage; 0 = sized (see above) */
+    int max_workers;         /* 0 = no limit (a stage that drives one session: 1) */
+    double predicted_s;      /* seconds per batch on one worker; 0 = unknown */
+} pdde_pipeline_stage;
+
+typedef struct {
+    int n_stages;
+    const pdde_pipeline_stage *stages;
+    void **slots;            /* the caller's batch buffers */
+    int n_slots;             /* >= 1; 1 runs the stages strictly in turn */
+    int queue_depth;         /* batches waiting between two stages; 0 = n_slots */
+    int max_threads;         /* stage workers in all, for sizing; 0 = the context's thread count */
+    int calibrate_batches;   /* for a measured balance; 0 = 3 */
+    double timeout_s;        /* every wait; 0 = 60 */
+} pdde_pipeline_params;
+#define PDDE_PIPELINE_PARAMS_INIT {0, NULL, NULL, 0, 0, 0, 0, 0}
+
+typedef struct {
+    int workers;
+    int64_t batches;
+    double predicted_s;      /* per batch and worker: what sizing used (measured or given); 0 = not sized */
+    double busy_s;           /* wall time inside the stage function, summed over its workers */
+    double cpu_s;            /* CPU time of the stage's threads (kernels on a session's pool threads not included) */
+    double starved_s;        /* waiting for a batch from the stage before */
+    double blocked_s;        /* waiting for room in the queue after */
+} pdde_pipeline_stage_stats;
+
+typedef struct {
+    int n_stages;
+    pdde_pipeline_stage_stats stage[PDDE_PIPELINE_MAX_STAGES];
+    int64_t batches;
+    double wall_s;           /* in pdde_pipeline_run, summed over calls */
+    double process_cpu_s;    /* the whole process's CPU time over those calls: minus the stages' own, what
+                                pool threads and device runtimes used */
+    char sizing[512];        /* how the stages were sized */
+} pdde_pipeline_stats;
+
+typedef struct pdde_pipeline pdde_pipeline;
+pdde_status pdde_pipeline_init(pdde_context *ctx, const pdde_pipeline_params *p, pdde_pipeline **out);
+void pdde_pipeline_free(pdde_pipeline *pl);
+/* Runs batches first .. first + n - 1 through every stage; returns when the last one has left the
+ * last stage, or at the first error (every thread joined; the slots are free again either way). */
+pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n);
+void pdde_pipeline_stats_get(const pdde_pipeline *pl, pdde_pipeline_stats *out);
+/* Zeroes the counters (after warm-up batches); the sizing stays. */
+void pdde_pipeline_stats_reset(pdde_pipeline *pl);
 
 #ifdef __cplusplus
 }

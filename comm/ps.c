@@ -347,6 +347,20 @@ pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, c
     return ps_push_or_add(t, n, ids, deltas, 1.0f, true);
 }
 
+pdde_status pdde_ps_table_set(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals) {
+    int C = t->p.dim;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t *r = ps_map_find(&t->index, ids[i]);
+        char *row = r ? ps_row(t, *r) : ps_new_row(t, ids[i]); /* (no admission: the caller means it) */
+        if (!row) return pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory at %lld rows", (long long)t->rows);
+        uint32_t meta[2] = {(uint32_t)t->step, 0};
+        memcpy(row + 8, meta, 8);
+        memcpy(ps_row_vals(row), vals + i * C, (size_t)C * sizeof(float));
+        memset(ps_row_vals(row) + C, 0, (size_t)t->state * sizeof(float));
+    }
+    return PDDE_OK;
+}
+
 void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) {
     memset(out, 0, sizeof *out);
     out->rows = t->rows, out->step = t->step, out->evicted = t->evicted;
@@ -439,7 +453,7 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
  * as f32); the server answers with a reply header, then rows or stats. A worker has at most one
  * request outstanding per server, so messages of one (pair, tag) never overtake each other. */
 
-enum { PS_PULL = 1, PS_PUSH, PS_ADD, PS_SAVE, PS_STATS, PS_BYE };
+enum { PS_PULL = 1, PS_PUSH, PS_ADD, PS_SAVE, PS_STATS, PS_BYE, PS_SET };
 enum { PS_TAG_REQ = 0xF0000, PS_TAG_IDS, PS_TAG_VALS, PS_TAG_REPLY, PS_TAG_ROWS };
 typedef struct { int64_t op, n, clock, status; } ps_hdr;
 #define PS_HDR_WORDS (sizeof(ps_hdr) / 8)
@@ -474,6 +488,8 @@ struct pdde_ps_server {
     float *round_sum;
     uint64_t *round_ids;
     size_t round_n, round_cap;
+    char *ckpt_path;         /* automatic checkpoints: this shard's file (NULL: none) */
+    int64_t ckpt_step;       /* the table step of the last one */
 };
 
 pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out) {
@@ -485,14 +501,21 @@ pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int 
     if (!s) return pdde_error(ctx, PDDE_ERR_OOM, "ps server: out of memory");
     s->ctx = ctx, s->p = *p, s->index = server_index;
     s->p.n_servers = n_servers;
-    s->p.load_dir = NULL;
-    pdde_status st = pdde_ps_table_init(ctx, &p->table, &s->table);
+    s->p.load_dir = s->p.checkpoint_dir = NULL;
+    pdde_status st = PDDE_OK;
+    if (p->checkpoint_dir && p->checkpoint_every > 0) {
+        char path[4096];
+        if (pdde_ps_shard_path(path, sizeof path, p->checkpoint_dir, server_index, n_servers) >= (int)sizeof path || !(s->ckpt_path = strdup(path)))
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "ps server: checkpoint directory %s: path too long or out of memory", p->checkpoint_dir);
+    }
+    if (!st) st = pdde_ps_table_init(ctx, &p->table, &s->table);
     if (!st && p->load_dir) {
         char path[4096];
         pdde_ps_shard_path(path, sizeof path, p->load_dir, server_index, n_servers);
         st = pdde_ps_table_load(s->table, path);
     }
     if (st) { pdde_ps_server_free(s); return st; }
+    s->ckpt_step = s->table->step;
     *out = s;
     return PDDE_OK;
 }
@@ -502,6 +525,7 @@ void pdde_ps_server_free(pdde_ps_server *s) {
     pdde_ps_table_free(s->table);
     ps_map_free(&s->round_index);
     free(s->round_sum), free(s->round_ids);
+    free(s->ckpt_path);
     free(s);
 }
 
@@ -510,6 +534,19 @@ pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return s->table; }
 void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out) {
     *out = s->stats;
     pdde_ps_table_stats_get(s->table, &out->table);
+}
+
+/* Writes the automatic checkpoint when checkpoint_every steps have passed since the last (or, force,
+ * any step). Called before the step is acknowledged: a worker that saw its push acknowledged past a
+ * checkpoint step knows the checkpoint holds it. */
+static pdde_status ps_auto_checkpoint(pdde_ps_server *s, bool force) {
+    int64_t step = s->table->step;
+    if (!s->ckpt_path || step == s->ckpt_step || (!force && step - s->ckpt_step < s->p.checkpoint_every)) return PDDE_OK;
+    pdde_status st = pdde_ps_table_save(s->table, s->ckpt_path);
+    if (st) { fprintf(stderr, "pdde ps server %d: automatic checkpoint: %s\n", s->index, pdde_last_error(s->ctx)); return st; }
+    s->ckpt_step = step;
+    s->stats.checkpoints++;
+    return PDDE_OK;
 }
 
 static pdde_status ps_reply(pdde_comm *comm, int peer, int64_t status, int64_t n) {
@@ -583,6 +620,7 @@ static pdde_status ps_close_round(pdde_ps_server *s, pdde_comm *comm, ps_worker 
     for (int i = 0; i < nw; i++) live += w[i].state != PS_W_GONE, waiting += w[i].state == PS_W_ACK_WAIT;
     if (!waiting || waiting < live) return PDDE_OK;
     pdde_status st = pdde_ps_table_push(s->table, s->round_n, s->round_ids, s->round_sum, 1.0f / (float)waiting);
+    if (!st) st = ps_auto_checkpoint(s, false);
     s->round_n = 0;
     ps_map_free(&s->round_index);
     for (int i = 0; i < nw; i++) {
@@ -604,13 +642,13 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
     if (h.n < 0 || h.n > ((int64_t)1 << 32))
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "ps server %d: request op %lld from rank %d with %lld ids",
                           s->index, (long long)h.op, peer, (long long)h.n);
-    if (h.op == PS_PULL || h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SAVE) {
+    if (h.op == PS_PULL || h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SET || h.op == PS_SAVE) {
         /* SAVE sends its path as bytes in an i64 array of ceil(len / 8) + 1 words */
         size_t words = h.op == PS_SAVE ? (size_t)h.n / 8 + 1 : (size_t)h.n;
         if (words && !(ids = calloc(words, 8))) return pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
         if (words) st = pdde_comm_recv(comm, ids, words, PDDE_I64, peer, PS_TAG_IDS);
     }
-    if (!st && (h.op == PS_PUSH || h.op == PS_ADD) && h.n) {
+    if (!st && (h.op == PS_PUSH || h.op == PS_ADD || h.op == PS_SET) && h.n) {
         if (!(vals = malloc((size_t)h.n * C * sizeof(float)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "ps server: out of memory");
         else st = pdde_comm_recv(comm, vals, (size_t)h.n * C, PDDE_F32, peer, PS_TAG_VALS);
     }
@@ -633,6 +671,7 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
             if (!st) st = ps_close_round(s, comm, w, nw);
         } else {
             pdde_status sa = pdde_ps_table_push(s->table, (size_t)h.n, ids, vals, 1.0f);
+            if (!sa) sa = ps_auto_checkpoint(s, false);
             st = ps_reply(comm, peer, sa, 0);
             if (!st && s->p.mode == PDDE_PS_ASYNC) st = ps_release_pulls(s, comm, w, nw);
         }
@@ -641,9 +680,13 @@ static pdde_status ps_handle(pdde_ps_server *s, pdde_comm *comm, ps_worker *w, i
         s->stats.pushes++;
         w[i].clock++;
         pdde_status sa = pdde_ps_table_add(s->table, (size_t)h.n, ids, vals);
+        if (!sa) sa = ps_auto_checkpoint(s, false);
         st = ps_reply(comm, peer, sa, 0);
         break;
     }
+    case PS_SET: /* not a step: no clock, no round */
+        st = ps_reply(comm, peer, pdde_ps_table_set(s->table, (size_t)h.n, ids, vals), 0);
+        break;
     case PS_SAVE: {
         char path[4096];
         pdde_ps_shard_path(path, sizeof path, (const char *)ids, s->index, s->p.n_servers);
@@ -709,6 +752,7 @@ pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) {
         free(w[i].ids);
     }
     free(w);
+    if (!st) st = ps_auto_checkpoint(s, true); /* the job's last steps */
     return st;
 }
 
@@ -932,6 +976,13 @@ pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids
         if (!st) c->clock++;
     }
     if (!st) c->pushes++;
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *vals) {
+    pthread_mutex_lock(&c->lock);
+    pdde_status st = c->comm ? ps_request(c, PS_SET, n, ids, vals, NULL) : pdde_ps_table_set(c->local, n, ids, vals);
     pthread_mutex_unlock(&c->lock);
     return st;
 }

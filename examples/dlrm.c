@@ -16,12 +16,13 @@
 #include <time.h>
 
 typedef struct {
-    const char *data, *save_dir, *load_dir, *dense_on;
+    const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir;
+    long ckpt_every;
     long synthetic;
     int vocab, epochs, servers, staleness, geo_steps;
     double test_fraction;
     pdde_ps_mode mode;
-    int local;
+    int local, dense_on_servers, pipeline;
     pdde_ps_optimizer optimizer;
     float table_lr;
     dlrm_config cfg;
@@ -37,16 +38,27 @@ static void usage(void) {
     puts("usage: dlrm [--data FILE | --synthetic N [--vocab V]] [--epochs E] [--batch B] [--dim D] [--hidden H]\n"
          "            [--lr X] [--table-lr X] [--optimizer sgd|adagrad|adam] [--test-fraction F]\n"
          "            [--mode local|sync|async|geo] [--servers N] [--staleness K] [--geo-steps K]\n"
-         "            [--save DIR] [--load DIR] [--dense-on BACKEND]\n"
+         "            [--save DIR] [--load DIR] [--dense-on BACKEND] [--checkpoint DIR --checkpoint-every N]\n"
+         "            [--dense-on-servers 0|1] [--pipeline SLOTS]\n"
          "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
-         "(--servers, or PDDE_PS_SERVERS in the environment).");
+         "(--servers, or PDDE_PS_SERVERS in the environment). --checkpoint: servers write their shard\n"
+         "there every N steps of the table and at the end (restart with --load DIR). --pipeline: train\n"
+         "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight.");
+}
+
+/* The pipeline's stage 1 source: batch k of this worker (epochs wrap around). */
+typedef struct { const dlrm_sample *samples; long per_epoch; int nw, w, batch; } worker_batches;
+static pdde_status worker_batch(void *u, int64_t k, dlrm_sample *out) {
+    const worker_batches *b = u;
+    memcpy(out, b->samples + ((k % b->per_epoch) * b->nw + b->w) * b->batch, (size_t)b->batch * sizeof *out);
+    return PDDE_OK;
 }
 
 static int parse(int argc, char **argv, options *o) {
     const char *env_servers = getenv("PDDE_PS_SERVERS"); /* (what a launcher's --servers would set) */
     *o = (options){.vocab = 1000, .epochs = 1, .servers = env_servers ? atoi(env_servers) : 1, .staleness = 2, .geo_steps = 4, .test_fraction = 0.1,
                    .mode = PDDE_PS_SYNC, .local = 1, .optimizer = PDDE_PS_ADAGRAD, .table_lr = 0.05f,
-                   .cfg = {256, 8, 64, 0.01f}};
+                   .cfg = {256, 8, 64, 0.01f, DLRM_DENSE_ADAMW}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) { usage(); exit(0); }
@@ -68,6 +80,10 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--save")) o->save_dir = v;
         else if (!strcmp(a, "--load")) o->load_dir = v;
         else if (!strcmp(a, "--dense-on")) o->dense_on = v;
+        else if (!strcmp(a, "--checkpoint")) o->ckpt_dir = v;
+        else if (!strcmp(a, "--dense-on-servers")) o->dense_on_servers = atoi(v);
+        else if (!strcmp(a, "--pipeline")) o->pipeline = atoi(v);
+        else if (!strcmp(a, "--checkpoint-every")) o->ckpt_every = atol(v);
         else if (!strcmp(a, "--optimizer")) {
             if (!strcmp(v, "sgd")) o->optimizer = PDDE_PS_SGD;
             else if (!strcmp(v, "adagrad")) o->optimizer = PDDE_PS_ADAGRAD;
@@ -81,6 +97,7 @@ static int parse(int argc, char **argv, options *o) {
             else if (!o->local) { fprintf(stderr, "dlrm: --mode %s: expected local, sync, async or geo\n", v); return -1; }
         } else { fprintf(stderr, "dlrm: unknown option %s (--help lists them)\n", a); return -1; }
     }
+    if (o->pipeline < 0 || o->pipeline > 16) { fprintf(stderr, "dlrm: --pipeline %d: expected 0 (off) to 16 slots\n", o->pipeline); return -1; }
     if (o->cfg.batch <= 0 || o->cfg.dim <= 0 || o->cfg.hidden <= 0 || o->epochs <= 0 || o->servers <= 0 ||
         o->vocab <= 0 || o->test_fraction < 0 || o->test_fraction >= 1) {
         fprintf(stderr, "dlrm: batch, dim, hidden, epochs, servers and vocab must be positive, test-fraction in [0, 1)\n");
@@ -108,6 +125,7 @@ int main(int argc, char **argv) {
     pp.table.dim = o.cfg.dim, pp.table.optimizer = o.optimizer, pp.table.lr = o.table_lr, pp.table.init_std = 0.01f;
     pp.table.seed = 1;
     pp.load_dir = o.load_dir;
+    pp.checkpoint_dir = o.ckpt_dir, pp.checkpoint_every = o.ckpt_dir ? (o.ckpt_every > 0 ? o.ckpt_every : 1000) : 0;
     int rc = 0;
     if (world && !o.local) pdde_comm_split(world, rank < o.servers ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
     if (!o.local && rank < o.servers) { /* a server */
@@ -154,6 +172,7 @@ int main(int argc, char **argv) {
     pdde_ps_client *c = NULL;
     dlrm_model m = {0};
     pdde_graph_init(ctx, &g);
+    if (o.dense_on_servers) o.cfg.dense = DLRM_DENSE_ON_SERVERS;
     pdde_status st = dlrm_build(g, &o.cfg, &m);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     int layer_dev[2] = {0, 0};
@@ -165,6 +184,10 @@ int main(int argc, char **argv) {
     if (!st) st = pdde_session_init(g, &sp, &s);
     if (!st) st = pdde_sparse_batch_init(m.emb, &sb);
     if (!st) st = pdde_ps_client_init(ctx, o.local ? NULL : world, &pp, &c);
+    if (!st && o.dense_on_servers) { /* worker 0 seeds the servers (unless they loaded a checkpoint holding them) */
+        st = pdde_sparse_batch_hold_dense(sb, s, c, lead && !o.load_dir);
+        if (!st && workers) st = pdde_comm_barrier(workers);
+    }
     char dense_path[600];
     if (!st && o.load_dir) { /* the dense network (the table is loaded by its servers) */
         snprintf(dense_path, sizeof dense_path, "%s/dense.ckpt", o.load_dir);
@@ -174,9 +197,36 @@ int main(int argc, char **argv) {
     long per_epoch = n_train / o.cfg.batch / nw; /* steps per worker and epoch (equal on every worker) */
     long total = per_epoch * o.epochs, step = 0;
     double t0 = now_s(), loss_avg = 0;
-    for (int e = 0; e < o.epochs && !st; e++)
+    if (o.pipeline && !st) { /* every epoch in one run of the pipeline */
+        worker_batches src = {samples, per_epoch, nw, w, o.cfg.batch};
+        dlrm_stages d = {&m, s, c, o.dense_on_servers ? NULL : workers, worker_batch, &src};
+        pdde_pipeline_stage stages[3];
+        dlrm_stages_fill(&d, stages);
+        dlrm_slot slots[16];
+        void *slot_ptr[16];
+        int made = 0;
+        for (; made < o.pipeline && !st; made++) {
+            st = dlrm_slot_init(&slots[made], &m), slot_ptr[made] = &slots[made];
+            if (!st && o.dense_on_servers) st = pdde_sparse_batch_hold_dense(slots[made].sb, s, c, 0);
+        }
+        pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
+        plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = o.pipeline;
+        pdde_pipeline *pl = NULL;
+        if (!st) st = pdde_pipeline_init(ctx, &plp, &pl);
+        for (int e = 0; e < o.epochs && !st; e++) {
+            st = pdde_pipeline_run(pl, e * per_epoch, per_epoch);
+            double el = now_s() - t0, rate = (double)(e + 1) * per_epoch * o.cfg.batch * nw / el;
+            if (lead && !st) printf("epoch %d (pipelined, %d slots)  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, o.pipeline, pdde_session_loss(s), rate,
+                                    (double)(o.epochs - e - 1) * per_epoch * o.cfg.batch * nw / rate);
+        }
+        pdde_pipeline_stats ps;
+        if (pl && lead) pdde_pipeline_stats_get(pl, &ps), printf("pipeline sized from %s\n", ps.sizing);
+        pdde_pipeline_free(pl);
+        for (int i = 0; i < made; i++) dlrm_slot_free(&slots[i]);
+    }
+    for (int e = 0; e < o.epochs && !st && !o.pipeline; e++)
         for (long k = 0; k < per_epoch && !st; k++, step++) {
-            st = dlrm_train_step(s, &m, sb, c, workers, samples + (k * nw + w) * o.cfg.batch, ids);
+            st = dlrm_train_step(s, &m, sb, c, o.dense_on_servers ? NULL : workers, samples + (k * nw + w) * o.cfg.batch, ids);
             float loss = pdde_session_loss(s);
             loss_avg = step ? 0.98 * loss_avg + 0.02 * loss : loss;
             if (lead && !st && (step % 100 == 0 || step + 1 == total)) {

@@ -22,9 +22,15 @@
 #define DLRM_FIELDS (1 + DLRM_DENSE + DLRM_SPARSE)
 #define DLRM_LINE_MAX 4096
 
+/* Where the dense network's parameters are updated: by AdamW (or SGD) in the graph (data-parallel
+ * over the workers: pdde_sparse_allreduce_dense), or held on the parameter servers (the graph has no
+ * optimizer; pdde_sparse_batch_hold_dense). */
+typedef enum { DLRM_DENSE_ADAMW = 0, DLRM_DENSE_SGD, DLRM_DENSE_ON_SERVERS } dlrm_dense_update;
+
 typedef struct {
     int batch, dim, hidden;
-    float lr;                 /* dense AdamW */
+    float lr;                 /* dense AdamW / SGD */
+    dlrm_dense_update dense;
 } dlrm_config;
 
 typedef struct {
@@ -69,7 +75,8 @@ static inline pdde_status dlrm_build(pdde_graph *g, const dlrm_config *c, dlrm_m
     if (!st) st = pdde_backward(g, m->loss);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = c->lr;
-    if (!st) st = pdde_optimizer_adamw(g, &op);
+    if (!st && c->dense == DLRM_DENSE_ADAMW) st = pdde_optimizer_adamw(g, &op);
+    if (!st && c->dense == DLRM_DENSE_SGD) st = pdde_optimizer_sgd(g, &op);
     return st;
 }
 
@@ -281,18 +288,83 @@ static inline double dlrm_logloss(const double *p, const int *y, long n) {
  * Steps. A training step: pull the batch's rows, forward + backward, the dense gradients averaged
  * over the workers (dense_comm; NULL: one worker), the dense update, the rows' gradients pushed. */
 
-static inline pdde_status dlrm_train_step(pdde_session *s, const dlrm_model *m, pdde_sparse_batch *sb, pdde_ps_client *c,
-                                          pdde_comm *dense_comm, const dlrm_sample *b, uint64_t *ids_scratch) {
-    dlrm_batch_ids(b, m->cfg.batch, ids_scratch);
-    pdde_status st = pdde_sparse_batch_pull(sb, c, ids_scratch);
-    if (!st) st = pdde_sparse_batch_feed(sb, s);
+/* The dense part of a step on a batch whose rows are pulled into sb: forward + backward, the rows'
+ * gradients collected into sb, the dense gradients averaged over the workers, the dense update. */
+static inline pdde_status dlrm_step_dense(pdde_session *s, const dlrm_model *m, pdde_sparse_batch *sb, pdde_comm *dense_comm,
+                                          const dlrm_sample *b) {
+    pdde_status st = pdde_sparse_batch_feed(sb, s);
     if (!st) st = dlrm_feed_dense(s, m, b);
     if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
     if (!st) st = pdde_sparse_batch_collect(sb, s);
     if (!st) st = pdde_sparse_allreduce_dense(s, dense_comm);
     if (!st) st = pdde_session_run(s, PDDE_RUN_OPTIMIZER);
+    return st;
+}
+
+static inline pdde_status dlrm_train_step(pdde_session *s, const dlrm_model *m, pdde_sparse_batch *sb, pdde_ps_client *c,
+                                          pdde_comm *dense_comm, const dlrm_sample *b, uint64_t *ids_scratch) {
+    dlrm_batch_ids(b, m->cfg.batch, ids_scratch);
+    pdde_status st = pdde_sparse_batch_pull(sb, c, ids_scratch);
+    if (!st) st = dlrm_step_dense(s, m, sb, dense_comm, b);
     if (!st) st = pdde_sparse_batch_push(sb, c);
     return st;
+}
+
+/* The same step as the three stages of the asynchronous heterogeneous pipeline (pdde_pipeline):
+ * 1 "pull" (CPU threads): the batch's samples from get_batch (reading and parsing), its rows pulled;
+ * 2 "dense" (the session's device, one worker): dlrm_step_dense; 3 "push" (CPU): the rows' gradients.
+ * A batch lives in a dlrm_slot while in flight. */
+typedef struct {
+    dlrm_sample *samples;
+    uint64_t *ids;
+    pdde_sparse_batch *sb;
+} dlrm_slot;
+
+typedef struct {
+    const dlrm_model *m;
+    pdde_session *s;
+    pdde_ps_client *c;
+    pdde_comm *dense_comm;
+    pdde_status (*get_batch)(void *user, int64_t k, dlrm_sample *out); /* batch k's samples */
+    void *user;
+} dlrm_stages;
+
+static inline pdde_status dlrm_stage_pull(void *u, void *slot, int64_t k, int worker) {
+    const dlrm_stages *d = u;
+    dlrm_slot *sl = slot;
+    (void)worker;
+    pdde_status st = d->get_batch(d->user, k, sl->samples);
+    if (!st) dlrm_batch_ids(sl->samples, d->m->cfg.batch, sl->ids);
+    return st ? st : pdde_sparse_batch_pull(sl->sb, d->c, sl->ids);
+}
+static inline pdde_status dlrm_stage_dense(void *u, void *slot, int64_t k, int worker) {
+    const dlrm_stages *d = u;
+    (void)k, (void)worker;
+    return dlrm_step_dense(d->s, d->m, ((dlrm_slot *)slot)->sb, d->dense_comm, ((dlrm_slot *)slot)->samples);
+}
+static inline pdde_status dlrm_stage_push(void *u, void *slot, int64_t k, int worker) {
+    (void)k, (void)worker;
+    return pdde_sparse_batch_push(((dlrm_slot *)slot)->sb, ((const dlrm_stages *)u)->c);
+}
+
+/* The three stages over d (workers: 0 = sized by the pipeline; the dense stage has one session). */
+static inline void dlrm_stages_fill(dlrm_stages *d, pdde_pipeline_stage st[3]) {
+    memset(st, 0, 3 * sizeof *st);
+    st[0] = (pdde_pipeline_stage){"pull", dlrm_stage_pull, d, 0, 0, 0};
+    st[1] = (pdde_pipeline_stage){"dense", dlrm_stage_dense, d, 1, 1, 0};
+    st[2] = (pdde_pipeline_stage){"push", dlrm_stage_push, d, 0, 0, 0};
+}
+
+static inline pdde_status dlrm_slot_init(dlrm_slot *sl, const dlrm_model *m) {
+    memset(sl, 0, sizeof *sl);
+    sl->samples = malloc((size_t)m->cfg.batch * sizeof *sl->samples);
+    sl->ids = malloc((size_t)m->cfg.batch * DLRM_SPARSE * sizeof *sl->ids);
+    if (!sl->samples || !sl->ids) return PDDE_ERR_OOM;
+    return pdde_sparse_batch_init(m->emb, &sl->sb);
+}
+static inline void dlrm_slot_free(dlrm_slot *sl) {
+    free(sl->samples), free(sl->ids), pdde_sparse_batch_free(sl->sb);
+    memset(sl, 0, sizeof *sl);
 }
 
 /* Click probabilities of n samples (whole batches only: n is rounded down). */

@@ -11,6 +11,7 @@
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
 #include <malloc.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -276,17 +277,21 @@ static void test_sparse_pooling(pdde_context *ctx) {
 #define SYNC_SERVERS 2
 #define SYNC_WORKERS 2
 #define SYNC_PROBE 24
-static const dlrm_config sync_cfg = {SYNC_B, 4, 8, 0.02f};
+static const dlrm_config sync_cfg = {SYNC_B, 4, 8, 0.02f, DLRM_DENSE_ADAMW};
 static dlrm_sample *g_samples;
 static long g_n_samples;
 
-typedef struct { float losses[SYNC_STEPS]; float rows[SYNC_PROBE * 4]; int ok; } sync_result;
+#define SYNC_DENSE 594 /* the dense parameters' values: bottom 13x4+4, top1 (the first 512 of 108x8)+8, top2 8x2+2
+                          (a rank's result is one pipe write) */
+typedef struct { float losses[SYNC_STEPS]; float rows[SYNC_PROBE * 4]; float dense[SYNC_DENSE]; int ok; } sync_result;
 
-static pdde_ps_params sync_params(void) {
+/* dense_on_servers: the dense network's parameters are rows on the servers too, updated by their SGD
+ * (lr 0.5, like the one process's graph SGD), instead of AdamW data-parallel over the workers. */
+static pdde_ps_params sync_params(int dense_on_servers) {
     pdde_ps_params p = PDDE_PS_PARAMS_INIT;
     p.mode = PDDE_PS_SYNC, p.n_servers = SYNC_SERVERS;
     p.table = table_params(4, PDDE_PS_SGD); /* (not Adagrad or Adam: they would hide a wrongly scaled gradient) */
-    p.table.lr = 2.0f;
+    p.table.lr = dense_on_servers ? 0.5f : 2.0f;
     return p;
 }
 
@@ -295,10 +300,14 @@ static void probe_ids(uint64_t *ids) {
 }
 
 /* Trains SYNC_STEPS steps of global batch SYNC_B x workers: worker w takes its slice of each global
- * batch (comm NULL: one process takes all of it). */
-static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, pdde_ps_client *c, int w, int nw, sync_result *out) {
+ * batch (comm NULL: one process takes all of it, with its dense update in the graph: SGD when the
+ * distributed run holds the dense parameters on the servers). */
+static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, pdde_ps_client *c, int w, int nw, int dense_on_servers,
+                       sync_result *out) {
     dlrm_config cfg = sync_cfg;
     cfg.batch = SYNC_B * (world ? 1 : nw);
+    if (dense_on_servers) cfg.dense = world ? DLRM_DENSE_ON_SERVERS : DLRM_DENSE_SGD, cfg.lr = sync_params(1).table.lr;
+    int on_servers = cfg.dense == DLRM_DENSE_ON_SERVERS;
     pdde_graph *g;
     pdde_session *s = NULL;
     pdde_sparse_batch *sb = NULL;
@@ -308,9 +317,11 @@ static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, 
     pdde_status st = dlrm_build(g, &cfg, &m);
     if (!st) st = pdde_session_init(g, NULL, &s);
     if (!st) st = pdde_sparse_batch_init(m.emb, &sb);
+    if (!st && on_servers) st = pdde_sparse_batch_hold_dense(sb, s, c, w == 0); /* worker 0 seeds the servers */
+    if (!st && on_servers) st = pdde_comm_barrier(workers);
     for (int step = 0; step < SYNC_STEPS && !st; step++) {
         const dlrm_sample *b = g_samples + (long)step * SYNC_B * nw + (world ? (long)w * SYNC_B : 0);
-        st = dlrm_train_step(s, &m, sb, c, workers, b, ids);
+        st = dlrm_train_step(s, &m, sb, c, on_servers ? NULL : workers, b, ids);
         float loss = pdde_session_loss(s);
         if (workers) pdde_comm_allreduce(workers, &loss, &loss, 1, PDDE_F32, PDDE_REDUCE_AVG);
         out->losses[step] = loss;
@@ -318,9 +329,24 @@ static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, 
     uint64_t probe[SYNC_PROBE];
     probe_ids(probe);
     if (!st) st = pdde_ps_client_pull(c, SYNC_PROBE, probe, out->rows);
-    CHECK(st == PDDE_OK, "sync training: %s", pdde_last_error(ctx));
+    if (!st && on_servers) { /* the servers' dense values into the session */
+        dlrm_batch_ids(g_samples, cfg.batch, ids);
+        st = pdde_sparse_batch_pull(sb, c, ids);
+        if (!st) st = pdde_sparse_batch_feed(sb, s);
+    }
+    static const char *names[6] = {"bottom.w", "bottom.b", "top1.w", "top1.b", "top2.w", "top2.b"};
+    size_t off = 0;
+    static float whole[(DLRM_SPARSE + 1) * 4 * 8];
+    for (int i = 0; i < 6 && !st; i++) {
+        pdde_tensor *t = pdde_graph_find(g, names[i]);
+        size_t n = t ? (size_t)pdde_tensor_numel(t) : 0, keep = i == 2 ? 512 : n;
+        if (!t || n > sizeof whole / sizeof *whole || off + keep > SYNC_DENSE) st = PDDE_ERR_NOT_FOUND;
+        else st = pdde_session_read(s, t, whole, n * sizeof(float));
+        if (!st) memcpy(out->dense + off, whole, keep * sizeof(float));
+        off += keep;
+    }
+    CHECK(st == PDDE_OK && off == SYNC_DENSE, "sync training: %s", pdde_last_error(ctx));
     out->ok = st == PDDE_OK;
-    (void)world;
     pdde_sparse_batch_free(sb);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -328,8 +354,8 @@ static void sync_train(pdde_context *ctx, pdde_comm *world, pdde_comm *workers, 
 }
 
 static void sync_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
-    (void)arg;
-    pdde_ps_params p = sync_params();
+    int dense_on_servers = *(const int *)arg;
+    pdde_ps_params p = sync_params(dense_on_servers);
     int rank = pdde_comm_rank(world);
     pdde_comm *workers = NULL;
     pdde_comm_split(world, rank < SYNC_SERVERS ? PDDE_COMM_NO_COLOR : 1, rank, &workers);
@@ -343,23 +369,26 @@ static void sync_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     }
     pdde_ps_client *c;
     if (pdde_ps_client_init(ctx, world, &p, &c)) { CHECK(0, "client: %s", pdde_last_error(ctx)); return; }
-    sync_train(ctx, world, workers, c, rank - SYNC_SERVERS, SYNC_WORKERS, test_rank_result);
+    sync_train(ctx, world, workers, c, rank - SYNC_SERVERS, SYNC_WORKERS, dense_on_servers, test_rank_result);
     pdde_ps_client_free(c);
     pdde_comm_free(workers);
 }
 
-static void test_sync_equals_one_process(pdde_context *ctx) {
-    sync_result one = {0}, ranks[SYNC_SERVERS + SYNC_WORKERS];
-    memset(ranks, 0, sizeof ranks);
-    pdde_ps_params p = sync_params();
+/* Sync PS training of 2 workers x batch B on 2 servers equals one process of batch 2B: losses, the
+ * rows and the dense parameters (1e-4; NaN fails). */
+static void test_sync_equals_one_process(pdde_context *ctx, int dense_on_servers) {
+    const char *what = dense_on_servers ? "dense on the servers" : "dense data-parallel";
+    static sync_result one, ranks[SYNC_SERVERS + SYNC_WORKERS];
+    memset(&one, 0, sizeof one), memset(ranks, 0, sizeof ranks);
+    pdde_ps_params p = sync_params(dense_on_servers);
     pdde_ps_client *local;
     pdde_ps_client_init(ctx, NULL, &p, &local);
-    sync_train(ctx, NULL, NULL, local, 0, SYNC_WORKERS, &one);
+    sync_train(ctx, NULL, NULL, local, 0, SYNC_WORKERS, dense_on_servers, &one);
     pdde_ps_client_free(local);
     char prefix[32];
     test_ranks_params tp = ranks_params(prefix, sizeof prefix);
     tp.results = ranks, tp.result_size = sizeof(sync_result);
-    test_run_ranks(SYNC_SERVERS + SYNC_WORKERS, &tp, sync_rank, NULL, 120);
+    test_run_ranks(SYNC_SERVERS + SYNC_WORKERS, &tp, sync_rank, &dense_on_servers, 120);
     sync_result *w0 = &ranks[SYNC_SERVERS];
     int ok = one.ok && w0->ok;
     double worst = 0;
@@ -368,11 +397,16 @@ static void test_sync_equals_one_process(pdde_context *ctx) {
         if (fabs(w0->losses[i] - one.losses[i]) > worst) worst = fabs(w0->losses[i] - one.losses[i]);
     }
     for (int i = 0; i < SYNC_PROBE * 4; i++) ok &= test_close(w0->rows[i], one.rows[i], 1e-4, 1e-6);
-    CHECK(ok, "sync PS (2 servers, 2 workers) equals one process: loss %g vs %g at step %d, worst diff %g",
+    CHECK(ok, "sync PS (2 servers, 2 workers, %s) equals one process: loss %g vs %g at step %d, worst diff %g", what,
           w0->losses[SYNC_STEPS - 1], one.losses[SYNC_STEPS - 1], SYNC_STEPS, worst);
+    char what_dense[96];
+    snprintf(what_dense, sizeof what_dense, "sync PS (%s): the dense parameters after %d steps", what, SYNC_STEPS);
+    double worst_dense = test_close_all(what_dense, w0->dense, one.dense, SYNC_DENSE, 1e-2, 1e-4);
+    printf("sync PS (%s) vs one process: worst loss diff %.3g, worst dense parameter diff %.3g (relative)\n", what, worst, worst_dense);
+    CHECK(w0->ok && memcmp(w0->dense, ranks[SYNC_SERVERS + 1].dense, sizeof w0->dense) == 0, "both workers hold the same dense parameters");
     CHECK(one.losses[SYNC_STEPS - 1] != one.losses[0], "training changes the loss");
     int moved = 0;
-    pdde_ps_table_params tpp = sync_params().table;
+    pdde_ps_table_params tpp = p.table;
     pdde_ps_table *fresh;
     pdde_ps_table_init(ctx, &tpp, &fresh);
     uint64_t probe[SYNC_PROBE];
@@ -506,29 +540,47 @@ static void test_geo(pdde_context *ctx) {
  * Failures */
 
 #define KILL_IDS 64
-typedef struct { float rows[KILL_IDS * 2]; int ok, failed_fast; double detect_s; } kill_result;
-static float g_saved_rows[KILL_IDS * 2];
-static int g_restart; /* 0: first life (train, save, kill the server); 1: restarted from the checkpoint */
+#define AUTO_EVERY 4
+#define AUTO_STEPS 10
+typedef struct { float rows[KILL_IDS * 2], at_end[KILL_IDS * 2]; int ok, failed_fast; double detect_s; int64_t checkpoints; } kill_result;
+static int g_restart; /* 0: first life (train, checkpoint, kill the server); 1: restarted from the checkpoint */
+static int g_auto;    /* 0: the worker asks for a checkpoint after 3 steps; 1: the server writes one every
+                         AUTO_EVERY steps by itself, and is killed after AUTO_STEPS */
 
 static pdde_ps_params kill_params(void) {
     pdde_ps_params p = PDDE_PS_PARAMS_INIT;
     p.mode = PDDE_PS_ASYNC, p.staleness = 4, p.table = table_params(2, PDDE_PS_ADAGRAD);
+    static char auto_dir[300];
+    snprintf(auto_dir, sizeof auto_dir, "%s/auto", g_dir);
+    if (g_auto) p.checkpoint_dir = auto_dir, p.checkpoint_every = AUTO_EVERY;
+    if (g_restart) p.load_dir = g_auto ? auto_dir : g_dir;
     return p;
 }
 
+/* Rank 0 serves (its stats into *stats when not NULL); returns the server's status. */
+static pdde_status serve(pdde_context *ctx, pdde_comm *world, const pdde_ps_params *p, pdde_ps_server_stats *stats) {
+    pdde_ps_server *srv;
+    pdde_status st = pdde_ps_server_init(ctx, p, 0, &srv);
+    if (!st) st = pdde_ps_server_run(srv, world);
+    if (!st && stats) pdde_ps_server_stats_get(srv, stats);
+    pdde_ps_server_free(srv);
+    return st;
+}
+
+/* First life: train, have a checkpoint written (asked for, or automatic), note the rows it holds
+ * (rows) and, automatic, those of the last step (at_end), kill the server and time how soon the
+ * worker knows. Restarted: pull the rows. */
 static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     (void)arg;
     pdde_ps_params p = kill_params();
     kill_result *out = test_rank_result;
-    if (g_restart) p.load_dir = g_dir;
     uint64_t ids[KILL_IDS];
     for (int i = 0; i < KILL_IDS; i++) ids[i] = (uint64_t)i * 1000003;
     if (pdde_comm_rank(world) == 0) {
-        pdde_ps_server *srv;
-        pdde_status st = pdde_ps_server_init(ctx, &p, 0, &srv);
-        if (!st) st = pdde_ps_server_run(srv, world);
+        pdde_ps_server_stats ss = {0};
+        pdde_status st = serve(ctx, world, &p, &ss);
         CHECK(st == PDDE_OK, "server: %s", pdde_last_error(ctx));
-        pdde_ps_server_free(srv);
+        out->checkpoints = ss.checkpoints, out->ok = !st;
         return;
     }
     pdde_ps_client *c;
@@ -536,17 +588,19 @@ static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     float g[KILL_IDS * 2];
     for (int i = 0; i < KILL_IDS * 2; i++) g[i] = 0.01f * (float)(i % 13) - 0.05f;
     if (!g_restart) {
-        for (int step = 0; step < 3 && !st; step++) {
-            st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+        int steps = g_auto ? AUTO_STEPS : 3;
+        float r[KILL_IDS * 2];
+        for (int step = 1; step <= steps && !st; step++) {
+            st = pdde_ps_client_pull(c, KILL_IDS, ids, r);
             if (!st) st = pdde_ps_client_push(c, KILL_IDS, ids, g);
+            if (!st && g_auto && step == 2 * AUTO_EVERY) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
         }
-        if (!st) st = pdde_ps_client_save(c, g_dir);
-        if (!st) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+        if (!st && !g_auto) st = pdde_ps_client_save(c, g_dir);
+        if (!st) st = pdde_ps_client_pull(c, KILL_IDS, ids, g_auto ? out->at_end : out->rows);
         CHECK(st == PDDE_OK, "first life: %s", pdde_last_error(ctx));
         out->ok = !st;
-        kill(test_pids[0], SIGKILL); /* the server, mid-job */
+        kill(test_pids[0], SIGKILL); /* the server, mid-job: no goodbye, no last checkpoint */
         double t0 = test_now();
-        float r[KILL_IDS * 2];
         pdde_status lost = pdde_ps_client_pull(c, KILL_IDS, ids, r);
         out->detect_s = test_now() - t0;
         out->failed_fast = lost != PDDE_OK;
@@ -558,22 +612,36 @@ static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     pdde_ps_client_free(c);
 }
 
-static void test_server_restart(pdde_context *ctx) {
+/* A server SIGKILLed and restarted from its checkpoint serves the rows it had: one the worker asked
+ * for (auto 0), or the last one it wrote by itself (auto 1: of step 8, not the 10 it had done). */
+static void test_server_restart(pdde_context *ctx, int automatic) {
     kill_result res[2];
     memset(res, 0, sizeof res);
-    char prefix[32];
+    char prefix[32], dir[300], path[400], tmp[410];
+    snprintf(dir, sizeof dir, "%s/auto", g_dir);
+    if (automatic) mkdir(dir, 0700);
     test_ranks_params tp = ranks_params(prefix, sizeof prefix);
     tp.results = res, tp.result_size = sizeof *res, tp.killed_ok = 1;
-    g_restart = 0;
+    g_restart = 0, g_auto = automatic;
     test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
     CHECK(res[1].ok && res[1].failed_fast && res[1].detect_s < 10, "the killed server is an error at the worker (after %.2f s)", res[1].detect_s);
-    memcpy(g_saved_rows, res[1].rows, sizeof g_saved_rows);
+    float saved[KILL_IDS * 2];
+    memcpy(saved, res[1].rows, sizeof saved);
+    if (automatic) {
+        pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        struct stat sb;
+        CHECK(stat(path, &sb) == 0 && stat(tmp, &sb) != 0, "the server wrote %s by itself (and no .tmp is left)", path);
+        CHECK(memcmp(res[1].at_end, saved, sizeof saved) != 0, "steps 9 and 10 changed the rows");
+    }
     memset(res, 0, sizeof res);
     tp = ranks_params(prefix, sizeof prefix);
     tp.results = res, tp.result_size = sizeof *res;
     g_restart = 1;
     test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
-    CHECK(res[1].ok && memcmp(res[1].rows, g_saved_rows, sizeof g_saved_rows) == 0, "the restarted server serves the rows it had");
+    CHECK(res[1].ok && memcmp(res[1].rows, saved, sizeof saved) == 0, "the restarted server serves the rows of its %s checkpoint (%g, want %g)",
+          automatic ? "last automatic" : "", res[1].rows[0], saved[0]);
+    if (automatic) CHECK(res[0].ok && res[0].checkpoints == 0, "a run that changes nothing writes no checkpoint (%lld)", (long long)res[0].checkpoints);
     /* and they are trained rows, not fresh ones (a load that did nothing would fail above) */
     pdde_ps_params p = kill_params();
     pdde_ps_table *fresh;
@@ -581,8 +649,9 @@ static void test_server_restart(pdde_context *ctx) {
     uint64_t id0 = 0;
     float init[2];
     pdde_ps_table_pull(fresh, 1, &id0, init);
-    CHECK(init[0] != g_saved_rows[0] || init[1] != g_saved_rows[1], "the saved rows differ from initial ones");
+    CHECK(init[0] != saved[0] || init[1] != saved[1], "the saved rows differ from initial ones");
     pdde_ps_table_free(fresh);
+    g_restart = g_auto = 0;
 }
 
 #define PUSHES_BEFORE 3
@@ -640,6 +709,140 @@ static void test_worker_killed_mid_push(void) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * The asynchronous pipeline */
+
+#define PIPE_N 20
+#define PIPE_SLOTS 3
+typedef struct {
+    pthread_mutex_t mu;
+    int seen[3][PIPE_N];          /* times stage k ran batch i */
+    int order_ok, in_flight, max_in_flight;
+    int sleep_us[3];
+    int64_t fail_at, slow_at;     /* stage 1 fails at / stage 0 sleeps 1.5 s at this batch (-1: never) */
+    int slot_used[PIPE_SLOTS];
+} pipe_probe;
+
+typedef struct { pipe_probe *pr; int k; } pipe_stage_arg;
+
+static pdde_status pipe_stage_fn(void *u, void *slot, int64_t i, int worker) {
+    pipe_stage_arg *a = u;
+    pipe_probe *pr = a->pr;
+    (void)worker;
+    pthread_mutex_lock(&pr->mu);
+    if (i < 0 || i >= PIPE_N) pr->order_ok = 0;
+    else {
+        if (a->k > 0 && pr->seen[a->k - 1][i] != 1) pr->order_ok = 0; /* the stage before has not finished it */
+        if (a->k == 0 && ++pr->in_flight > pr->max_in_flight) pr->max_in_flight = pr->in_flight;
+        *(int *)slot += 1;
+    }
+    pthread_mutex_unlock(&pr->mu);
+    usleep((useconds_t)pr->sleep_us[a->k]);
+    if (a->k == 0 && i == pr->slow_at) usleep(1500000);
+    if (a->k == 1 && i == pr->fail_at) return PDDE_ERR_IO;
+    pthread_mutex_lock(&pr->mu);
+    if (i >= 0 && i < PIPE_N) pr->seen[a->k][i]++;
+    if (a->k == 2) pr->in_flight--;
+    pthread_mutex_unlock(&pr->mu);
+    return PDDE_OK;
+}
+
+/* A pipeline of three stages over a probe (workers: each stage's, 0 = sized). */
+static pdde_status pipe_make(pdde_context *ctx, pipe_probe *pr, pipe_stage_arg *a, pdde_pipeline_stage *st, void **slots,
+                             const int *workers, int max_threads, double timeout_s, pdde_pipeline **out) {
+    static const char *names[3] = {"a", "b", "c"};
+    for (int k = 0; k < 3; k++) {
+        a[k] = (pipe_stage_arg){pr, k};
+        st[k] = (pdde_pipeline_stage){names[k], pipe_stage_fn, &a[k], workers[k], 0, 0};
+    }
+    for (int i = 0; i < PIPE_SLOTS; i++) slots[i] = &pr->slot_used[i];
+    pdde_pipeline_params p = PDDE_PIPELINE_PARAMS_INIT;
+    p.n_stages = 3, p.stages = st, p.slots = slots, p.n_slots = PIPE_SLOTS, p.max_threads = max_threads, p.timeout_s = timeout_s;
+    return pdde_pipeline_init(ctx, &p, out);
+}
+
+static void pipe_probe_init(pipe_probe *pr, int s0, int s1, int s2) {
+    memset(pr, 0, sizeof *pr);
+    pthread_mutex_init(&pr->mu, NULL);
+    pr->order_ok = 1, pr->fail_at = pr->slow_at = -1;
+    pr->sleep_us[0] = s0, pr->sleep_us[1] = s1, pr->sleep_us[2] = s2;
+}
+
+static void test_pipeline(pdde_context *ctx) {
+    pipe_probe pr;
+    pipe_stage_arg a[3];
+    pdde_pipeline_stage st[3];
+    void *slots[PIPE_SLOTS];
+    pdde_pipeline *pl = NULL;
+    /* every batch through every stage once, in stage order, at most PIPE_SLOTS in flight, overlapped */
+    pipe_probe_init(&pr, 20000, 20000, 20000); /* (long sleeps: a loaded machine's wake-up delays matter less) */
+    pdde_status s = pipe_make(ctx, &pr, a, st, slots, (int[]){1, 1, 1}, 3, 10, &pl);
+    double t0 = test_now();
+    if (!s) s = pdde_pipeline_run(pl, 0, PIPE_N);
+    double wall = test_now() - t0;
+    int once = 1, uses = 0;
+    for (int k = 0; k < 3; k++) for (int i = 0; i < PIPE_N; i++) once &= pr.seen[k][i] == 1;
+    for (int i = 0; i < PIPE_SLOTS; i++) uses += pr.slot_used[i] > 0;
+    CHECK(s == PDDE_OK && once && pr.order_ok, "pipeline: every batch once through every stage, in order (%s)", pdde_last_error(ctx));
+    CHECK(pr.max_in_flight <= PIPE_SLOTS && pr.max_in_flight >= 2 && uses == PIPE_SLOTS, "pipeline: %d batches in flight (bound %d), %d slots used",
+          pr.max_in_flight, PIPE_SLOTS, uses);
+    /* in turn it would take the stages' busy times summed (20 x 60 ms, more on a loaded machine);
+     * overlapped, about a third of that */
+    pdde_pipeline_stats ps;
+    pdde_pipeline_stats_get(pl, &ps);
+    double in_turn = ps.stage[0].busy_s + ps.stage[1].busy_s + ps.stage[2].busy_s;
+    CHECK(wall < 0.75 * in_turn, "pipeline: stages overlap: %.3f s for %d batches that take %.3f s in turn", wall, PIPE_N, in_turn);
+    CHECK(ps.batches == PIPE_N && ps.stage[1].batches == PIPE_N && ps.stage[1].busy_s > 0.3 && !strcmp(ps.sizing, "as given"),
+          "pipeline stats: %lld batches, stage b busy %.3f s, sized %s", (long long)ps.batches, ps.stage[1].busy_s, ps.sizing);
+    /* an error in a stage ends the run with it; the next run has every slot again */
+    memset(pr.seen, 0, sizeof pr.seen), pr.fail_at = 5;
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    CHECK(s == PDDE_ERR_IO && pr.seen[2][PIPE_N - 1] == 0, "pipeline: a stage's error is returned and stops the run (%d)", (int)s);
+    memset(pr.seen, 0, sizeof pr.seen), pr.fail_at = -1, pr.in_flight = 0;
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    once = 1;
+    for (int i = 0; i < PIPE_N; i++) once &= pr.seen[2][i] == 1;
+    CHECK(s == PDDE_OK && once, "pipeline: runs again after an error (%s)", pdde_last_error(ctx));
+    pdde_pipeline_free(pl);
+
+    /* a stage that never delivers is a timeout naming the stage that waited, not a hang */
+    pipe_probe_init(&pr, 0, 0, 0);
+    pr.slow_at = 2;
+    pipe_make(ctx, &pr, a, st, slots, (int[]){1, 1, 1}, 3, 0.3, &pl);
+    t0 = test_now();
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    CHECK(s == PDDE_ERR_TIMEOUT && strstr(pdde_last_error(ctx), "waited 0.3 s for a batch from the stage before") && test_now() - t0 < 10,
+          "pipeline: a starved stage times out (%d: %s)", (int)s, pdde_last_error(ctx));
+    pdde_pipeline_free(pl);
+
+    /* sizing: the slow stage gets the threads, from a measured balance or from predictions */
+    pipe_probe_init(&pr, 3000, 60000, 3000); /* (b far the slowest even when a loaded machine stretches the sleeps) */
+    pipe_make(ctx, &pr, a, st, slots, (int[]){0, 0, 0}, 5, 10, &pl);
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    pdde_pipeline_stats_get(pl, &ps);
+    once = 1;
+    for (int i = 0; i < PIPE_N; i++) once &= pr.seen[2][i] == 1;
+    CHECK(s == PDDE_OK && once && ps.stage[1].workers == 3 && ps.stage[0].workers == 1 && strstr(ps.sizing, "measured"),
+          "pipeline: measured sizing gives the slow stage 3 of 5 threads (%d %d %d: %s)", ps.stage[0].workers, ps.stage[1].workers,
+          ps.stage[2].workers, ps.sizing);
+    pdde_pipeline_free(pl);
+    pipe_probe_init(&pr, 0, 0, 0);
+    pipe_make(ctx, &pr, a, st, slots, (int[]){0, 0, 0}, 4, 10, &pl);
+    st[0].predicted_s = 0.001, st[1].predicted_s = 0.001, st[2].predicted_s = 0.004;
+    pdde_pipeline_free(pl);
+    pdde_pipeline_params pp = PDDE_PIPELINE_PARAMS_INIT;
+    pp.n_stages = 3, pp.stages = st, pp.slots = slots, pp.n_slots = PIPE_SLOTS, pp.max_threads = 4;
+    pdde_pipeline_init(ctx, &pp, &pl);
+    s = pdde_pipeline_run(pl, 0, PIPE_N);
+    pdde_pipeline_stats_get(pl, &ps);
+    CHECK(s == PDDE_OK && ps.stage[2].workers == 2 && strstr(ps.sizing, "predictions"), "pipeline: sized from predictions (%d %d %d: %s)",
+          ps.stage[0].workers, ps.stage[1].workers, ps.stage[2].workers, ps.sizing);
+    pdde_pipeline_free(pl);
+    pp.n_slots = 0;
+    CHECK(pdde_pipeline_init(ctx, &pp, &pl) == PDDE_ERR_INVALID_ARG && !pl, "pipeline: no slots is an error");
+    pthread_mutex_destroy(&pr.mu);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * The reader and AUC on synthetic data */
 
 static void test_reader(void) {
@@ -668,6 +871,67 @@ static void test_reader(void) {
     free(s);
 }
 
+/* Batch k of an array of samples (wrapping around). */
+typedef struct { const dlrm_sample *v; long n; int batch; } sample_source;
+static pdde_status source_batch(void *u, int64_t k, dlrm_sample *out) {
+    const sample_source *src = u;
+    long per = src->n / src->batch;
+    memcpy(out, src->v + (k % per) * src->batch, (size_t)src->batch * sizeof *out);
+    return PDDE_OK;
+}
+
+/* Trains a DLRM model on src for n batches, in turn (slots 0) or through the pipeline with n_slots,
+ * then predicts the first n_eval samples of eval (p) and pulls the probe rows (rows). */
+static pdde_status pipe_train(pdde_context *ctx, const dlrm_config *cfg, const pdde_ps_params *pp, sample_source *src, long n, int n_slots,
+                              const dlrm_sample *eval, long n_eval, double *p, float *rows) {
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    dlrm_model m = {0};
+    pdde_ps_client *c = NULL;
+    dlrm_slot sl[4] = {{0}};
+    void *slot_ptr[4];
+    pdde_pipeline *pl = NULL;
+    pdde_graph_init(ctx, &g);
+    pdde_status st = dlrm_build(g, cfg, &m);
+    if (!st) st = pdde_session_init(g, NULL, &s);
+    if (!st) st = pdde_ps_client_init(ctx, NULL, pp, &c);
+    for (int i = 0; i < (n_slots ? n_slots : 1) && !st; i++) st = dlrm_slot_init(&sl[i], &m), slot_ptr[i] = &sl[i];
+    dlrm_stages d = {&m, s, c, NULL, source_batch, src};
+    pdde_pipeline_stage stages[3];
+    dlrm_stages_fill(&d, stages);
+    if (!st && n_slots) {
+        pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
+        plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = n_slots, plp.max_threads = 3;
+        st = pdde_pipeline_init(ctx, &plp, &pl);
+        if (!st) st = pdde_pipeline_run(pl, 0, n);
+    }
+    for (long k = 0; k < n && !st && !n_slots; k++)
+        for (int i = 0; i < 3 && !st; i++) st = stages[i].fn(stages[i].user, &sl[0], k, 0);
+    if (!st) st = dlrm_predict(s, &m, sl[0].sb, c, eval, n_eval, p, sl[0].ids);
+    uint64_t probe[SYNC_PROBE];
+    probe_ids(probe);
+    if (!st && rows) st = pdde_ps_client_pull(c, SYNC_PROBE, probe, rows);
+    pdde_pipeline_free(pl);
+    for (int i = 0; i < 4; i++) dlrm_slot_free(&sl[i]);
+    pdde_ps_client_free(c);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_sparse_embedding_free(m.emb);
+    return st;
+}
+
+/* One slot: the pipeline is the step in turn, bit for bit (the stages hand the same buffers on). */
+static void test_pipeline_one_slot(pdde_context *ctx) {
+    pdde_ps_params pp = sync_params(0);
+    sample_source src = {g_samples, g_n_samples, SYNC_B};
+    double p1[64], p2[64];
+    float r1[SYNC_PROBE * 4], r2[SYNC_PROBE * 4];
+    pdde_status a = pipe_train(ctx, &sync_cfg, &pp, &src, 12, 0, g_samples, 64, p1, r1);
+    pdde_status b = pipe_train(ctx, &sync_cfg, &pp, &src, 12, 1, g_samples, 64, p2, r2);
+    CHECK(!a && !b && memcmp(p1, p2, sizeof p1) == 0 && memcmp(r1, r2, sizeof r1) == 0 && !isnan(p1[0]),
+          "dlrm through a one-slot pipeline = in turn: p %g vs %g (%s)", p1[0], p2[0], pdde_last_error(ctx));
+}
+
 static void test_auc(pdde_context *ctx) {
     enum { TRAIN = 49152, TEST = 8192, VOCAB = 20, EPOCHS = 3 };
     char path[300];
@@ -681,7 +945,7 @@ static void test_auc(pdde_context *ctx) {
     if (!s || n != TRAIN + TEST) { free(s), free(p_true), free(p), free(y); return; }
     for (int i = 0; i < TEST; i++) y[i] = s[TRAIN + i].label;
     double ceiling = dlrm_auc(p_true + TRAIN, y, TEST);
-    dlrm_config cfg = {256, 4, 16, 0.01f};
+    dlrm_config cfg = {256, 4, 16, 0.01f, DLRM_DENSE_ADAMW};
     pdde_graph *g;
     pdde_session *ss = NULL;
     pdde_sparse_batch *sb = NULL;
@@ -704,6 +968,13 @@ static void test_auc(pdde_context *ctx) {
     double auc = st ? NAN : dlrm_auc(p, y, TEST), ll = st ? NAN : dlrm_logloss(p, y, TEST), best_ll = dlrm_logloss(p_true + TRAIN, y, TEST);
     printf("dlrm synthetic: AUC %.4f (ceiling %.4f), logloss %.4f (ceiling %.4f), %.1f s\n", auc, ceiling, ll, best_ll, test_now() - t0);
     CHECK(auc >= ceiling - 0.01, "AUC %.4f within 0.01 of the ground truth's %.4f", auc, ceiling);
+    /* the same through the asynchronous pipeline, 4 batches in flight (rows up to 3 pushes stale) */
+    sample_source src = {s, TRAIN, cfg.batch};
+    t0 = test_now();
+    st = pipe_train(ctx, &cfg, &pp, &src, (long)EPOCHS * (TRAIN / cfg.batch), 4, s + TRAIN, TEST, p, NULL);
+    double auc_pipe = st ? NAN : dlrm_auc(p, y, TEST);
+    printf("dlrm synthetic, pipelined (4 slots): AUC %.4f, %.1f s\n", auc_pipe, test_now() - t0);
+    CHECK(auc_pipe >= ceiling - 0.01, "pipelined: AUC %.4f within 0.01 of the ground truth's %.4f (%s)", auc_pipe, ceiling, st ? pdde_last_error(ctx) : "");
     pdde_ps_client_free(c);
     pdde_sparse_batch_free(sb);
     pdde_session_free(ss);
@@ -727,6 +998,7 @@ int main(void) {
     test_bytes_per_id(ctx);
     test_sparse_pooling(ctx);
     test_reader();
+    test_pipeline(ctx);
 
     char synth[300];
     snprintf(synth, sizeof synth, "%s/sync.tsv", g_dir);
@@ -736,10 +1008,13 @@ int main(void) {
     if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK && g_samples) {
         g_server = srv;
         snprintf(g_addr, sizeof g_addr, "127.0.0.1:%d", pdde_store_server_port(srv));
-        test_sync_equals_one_process(ctx);
+        test_sync_equals_one_process(ctx, 0);
+        test_sync_equals_one_process(ctx, 1);
+        test_pipeline_one_slot(ctx);
         test_async_staleness();
         test_geo(ctx);
-        test_server_restart(ctx);
+        test_server_restart(ctx, 0);
+        test_server_restart(ctx, 1);
         test_worker_killed_mid_push();
     } else CHECK(0, "store server / sample data: %s", pdde_last_error(ctx));
     pdde_store_server_free(srv);

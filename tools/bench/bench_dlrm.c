@@ -20,12 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include <unistd.h>
 
 /* The data: the TSV file in memory, parsed batch by batch inside the timed runs (parsing is stage 1's
  * work as much as pulling is). */
@@ -51,182 +46,141 @@ static int corpus_load(const char *path, corpus *c) {
     return c->n_lines > 0 ? 0 : -1;
 }
 
-typedef struct {
-    dlrm_sample *samples;
-    uint64_t *ids;
-    pdde_sparse_batch *sb;
-    long index;
-} slot;
+/* Stage 1's source of batches: batch k's lines parsed out of the corpus. */
+typedef struct { const corpus *data; int batch; dlrm_reader errors; } parser;
 
-typedef struct {
-    pdde_context *ctx;
-    const corpus *data;
-    dlrm_model m;
-    pdde_session *s;
-    pdde_ps_client *c;
-    dlrm_reader parse_errors;
-    int batch;
-    pdde_status st;
-    double stage_s[3];         /* time in each stage, summed over batches (sequential runs) */
-} runner;
-
-static pdde_status stage1(runner *r, slot *sl, long k) {
+static pdde_status parse_batch(void *u, int64_t k, dlrm_sample *out) {
+    parser *p = u;
     char buf[DLRM_LINE_MAX + 1];
-    long first = (k * r->batch) % (r->data->n_lines - r->batch);
-    for (int i = 0; i < r->batch; i++) {
-        snprintf(buf, sizeof buf, "%s", r->data->text + r->data->line[first + i]);
-        if (!dlrm_parse_line(&r->parse_errors, buf, &sl->samples[i])) return PDDE_ERR_CORRUPT; /* (the data is ours) */
+    long first = (long)(k * p->batch) % (p->data->n_lines - p->batch);
+    for (int i = 0; i < p->batch; i++) {
+        snprintf(buf, sizeof buf, "%s", p->data->text + p->data->line[first + i]);
+        if (!dlrm_parse_line(&p->errors, buf, &out[i])) return PDDE_ERR_CORRUPT; /* (the data is ours) */
     }
-    sl->index = k;
-    dlrm_batch_ids(sl->samples, r->batch, sl->ids);
-    return pdde_sparse_batch_pull(sl->sb, r->c, sl->ids);
+    return PDDE_OK;
 }
 
-static pdde_status stage2(runner *r, slot *sl) {
-    pdde_status st = pdde_sparse_batch_feed(sl->sb, r->s);
-    if (!st) st = dlrm_feed_dense(r->s, &r->m, sl->samples);
-    if (!st) st = pdde_session_run(r->s, PDDE_RUN_FORWARD_BACKWARD);
-    if (!st) st = pdde_sparse_batch_collect(sl->sb, r->s);
-    if (!st) st = pdde_session_run(r->s, PDDE_RUN_OPTIMIZER);
-    return st;
-}
-
-static pdde_status stage3(runner *r, slot *sl) { return pdde_sparse_batch_push(sl->sb, r->c); }
-
-/* A bounded queue of slots; every wait gives up after 60 s. */
-#define QCAP 8
-typedef struct {
-    slot *v[QCAP];
-    int head, n, cap;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-} queue;
-
-static void q_init(queue *q, int cap) {
-    memset(q, 0, sizeof *q);
-    q->cap = cap;
-    pthread_mutex_init(&q->mu, NULL);
-    pthread_cond_init(&q->cv, NULL);
-}
-
-static int q_wait(queue *q, int want_space) {
-    struct timespec dl;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += 60;
-    while (want_space ? q->n == q->cap : q->n == 0)
-        if (pthread_cond_timedwait(&q->cv, &q->mu, &dl)) return -1;
-    return 0;
-}
-
-static int q_put(queue *q, slot *s) {
-    pthread_mutex_lock(&q->mu);
-    int rc = q_wait(q, 1);
-    if (!rc) q->v[(q->head + q->n++) % QCAP] = s;
-    pthread_cond_broadcast(&q->cv);
-    pthread_mutex_unlock(&q->mu);
-    return rc;
-}
-
-static slot *q_get(queue *q) {
-    pthread_mutex_lock(&q->mu);
-    slot *s = NULL;
-    if (!q_wait(q, 0)) s = q->v[q->head], q->head = (q->head + 1) % QCAP, q->n--;
-    pthread_cond_broadcast(&q->cv);
-    pthread_mutex_unlock(&q->mu);
-    return s;
-}
-
-typedef struct { runner *r; queue *in, *out; long n; int stage; } stage_arg;
-
-static void *stage_thread(void *p) {
-    stage_arg *a = p;
-    for (long k = 0; k < a->n; k++) {
-        slot *s = q_get(a->in);
-        pdde_status st = s ? PDDE_OK : PDDE_ERR_TIMEOUT;
-        double t0 = now_s();
-        if (!st && !a->r->st) st = a->stage == 1 ? stage1(a->r, s, k) : a->stage == 2 ? stage2(a->r, s) : stage3(a->r, s);
-        a->r->stage_s[a->stage - 1] += now_s() - t0; /* (each stage's own slot: no race) */
-        if (st && !a->r->st) a->r->st = st;
-        if (!s || q_put(a->out, s)) { a->r->st = PDDE_ERR_TIMEOUT; break; }
-    }
-    return NULL;
-}
-
+#define MAX_SLOTS 8
 #define SLOTS (getenv("BENCH_SLOTS") ? atoi(getenv("BENCH_SLOTS")) : 4)
 
-/* samples/s of n batches, either each batch through the three stages in turn or pipelined. */
-static double run(runner *r, slot *slots, long n, int pipelined) {
-    double t0 = now_s();
-    if (!pipelined) {
-        for (long k = 0; k < n && !r->st; k++) {
-            double t1 = now_s();
-            r->st = stage1(r, &slots[0], k);
-            double t2 = now_s();
-            if (!r->st) r->st = stage2(r, &slots[0]);
-            double t3 = now_s();
-            if (!r->st) r->st = stage3(r, &slots[0]);
-            r->stage_s[0] += t2 - t1, r->stage_s[1] += t3 - t2, r->stage_s[2] += now_s() - t3;
-        }
-    } else {
-        queue free_q, q12, q23;
-        q_init(&free_q, SLOTS), q_init(&q12, 2), q_init(&q23, 2);
-        for (int i = 0; i < SLOTS; i++) q_put(&free_q, &slots[i]);
-        stage_arg a[3] = {{r, &free_q, &q12, n, 1}, {r, &q12, &q23, n, 2}, {r, &q23, &free_q, n, 3}};
-        pthread_t th[3];
-        for (int i = 0; i < 3; i++) pthread_create(&th[i], NULL, stage_thread, &a[i]);
-        for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
-    }
-    return r->st ? NAN : (double)n * r->batch / (now_s() - t0);
-}
-
-/* One of the three configurations: the model with its dense layer on device (-1: the CPU), its
- * in-process table and the slots of the batches in flight. */
+/* One of the three configurations: the model with its dense layer on a device, its in-process table,
+ * the slots of the batches in flight and (hetero) the pipeline. */
 typedef struct {
-    runner r;
+    pdde_context *ctx;
     pdde_graph *g;
-    slot slots[8];
-    int pipelined;
+    dlrm_model m;
+    parser parse;
+    dlrm_stages d;
+    pdde_pipeline_stage stages[3];
+    dlrm_slot slots[MAX_SLOTS];
+    void *slot_ptr[MAX_SLOTS];
+    int n_slots;
+    pdde_pipeline *pl;         /* NULL: the stages in turn */
+    int64_t next;              /* the next batch */
+    double stage_s[3];         /* time in each stage, summed over batches (in turn) */
+    double stage_cpu[3];       /* the process's CPU time in each stage (in turn: pool threads included) */
+    double cpu_s;              /* the process's CPU time in run() */
+    long batches;              /* batches timed */
     double times[16];
+    pdde_status st;
 } setup;
 
-static void setup_free(setup *su) {
-    for (int i = 0; i < SLOTS; i++) free(su->slots[i].samples), free(su->slots[i].ids), pdde_sparse_batch_free(su->slots[i].sb);
-    pdde_ps_client_free(su->r.c);
-    pdde_session_free(su->r.s);
-    pdde_graph_free(su->g);
-    pdde_sparse_embedding_free(su->r.m.emb);
+/* samples/s of n batches, each through the three stages in turn, or pipelined. */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void report_stages(const char *name, const setup *su, long n) {
-    printf("%-12s per batch: stage 1 (parse, pull) %.2f ms, stage 2 (dense) %.2f ms, stage 3 (push) %.2f ms\n", name,
-           1e3 * su->r.stage_s[0] / (double)n, 1e3 * su->r.stage_s[1] / (double)n, 1e3 * su->r.stage_s[2] / (double)n);
+static double run(setup *su, long n) {
+    double t0 = bench_now(), c0 = cpu_now();
+    if (su->pl) su->st = pdde_pipeline_run(su->pl, su->next, n);
+    else
+        for (long k = 0; k < n && !su->st; k++)
+            for (int i = 0; i < 3 && !su->st; i++) {
+                double t1 = bench_now(), c1 = cpu_now();
+                su->st = su->stages[i].fn(su->stages[i].user, &su->slots[0], su->next + k, 0);
+                su->stage_s[i] += bench_now() - t1, su->stage_cpu[i] += cpu_now() - c1;
+            }
+    su->next += n, su->batches += n, su->cpu_s += cpu_now() - c0;
+    if (su->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(su->ctx));
+    return su->st ? NAN : (double)n * su->m.cfg.batch / (bench_now() - t0);
+}
+
+static void reset_counts(setup *su) {
+    memset(su->stage_s, 0, sizeof su->stage_s), memset(su->stage_cpu, 0, sizeof su->stage_cpu);
+    su->cpu_s = 0, su->batches = 0;
+    if (su->pl) pdde_pipeline_stats_reset(su->pl);
+}
+
+static void setup_free(setup *su) {
+    pdde_pipeline_free(su->pl);
+    for (int i = 0; i < su->n_slots; i++) dlrm_slot_free(&su->slots[i]);
+    pdde_ps_client_free(su->d.c);
+    pdde_session_free(su->d.s);
+    pdde_graph_free(su->g);
+    pdde_sparse_embedding_free(su->m.emb);
+}
+
+static void report_stages(const char *name, const setup *su) {
+    double n = (double)su->batches;
+    printf("%-12s per batch: stage 1 (parse, pull) %.2f ms, stage 2 (dense) %.2f ms, stage 3 (push) %.2f ms; CPU time %.2f + %.2f + %.2f ms\n",
+           name, 1e3 * su->stage_s[0] / n, 1e3 * su->stage_s[1] / n, 1e3 * su->stage_s[2] / n, 1e3 * su->stage_cpu[0] / n,
+           1e3 * su->stage_cpu[1] / n, 1e3 * su->stage_cpu[2] / n);
+}
+
+/* The pipeline's own account: sizing, and per stage its workers, busy time and the fraction of a core
+ * its threads used; the rest of the process's CPU time went to pool threads and device runtimes. */
+static void report_pipeline(setup *su) {
+    pdde_pipeline_stats ps;
+    pdde_pipeline_stats_get(su->pl, &ps);
+    printf("hetero       sized from %s\n", ps.sizing);
+    double stage_cpu = 0;
+    for (int k = 0; k < ps.n_stages; k++) {
+        const pdde_pipeline_stage_stats *s = &ps.stage[k];
+        stage_cpu += s->cpu_s;
+        double nb = (double)(s->batches ? s->batches : 1);
+        printf("hetero       stage %d (%s) x%d: busy %.2f ms per batch, CPU %.2f ms per batch = %.2f of a core (its threads), starved %.0f%%, blocked %.0f%%\n",
+               k + 1, su->stages[k].name, s->workers, 1e3 * s->busy_s / nb, 1e3 * s->cpu_s / nb, s->cpu_s / ps.wall_s,
+               100 * s->starved_s / ps.wall_s / s->workers, 100 * s->blocked_s / ps.wall_s / s->workers);
+        su->stage_cpu[k] = s->cpu_s / nb;
+    }
+    su->stage_cpu[1] += (ps.process_cpu_s - stage_cpu) / (double)ps.batches; /* the pool's and runtime's threads work for the dense stage */
+    printf("hetero       other threads (kernel pool, device runtime): %.2f of a core; whole process %.2f cores\n",
+           (ps.process_cpu_s - stage_cpu) / ps.wall_s, ps.process_cpu_s / ps.wall_s);
 }
 
 static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, int batch, int device, int pipelined) {
     memset(su, 0, sizeof *su);
-    runner *r = &su->r;
-    r->ctx = ctx, r->data = data, r->batch = batch;
-    su->pipelined = pipelined;
-    snprintf(r->parse_errors.path, sizeof r->parse_errors.path, "bench data");
-    dlrm_config cfg = {batch, 16, 256, 0.01f};
+    su->ctx = ctx;
+    su->parse = (parser){data, batch, {0}};
+    snprintf(su->parse.errors.path, sizeof su->parse.errors.path, "bench data");
+    dlrm_config cfg = {batch, 16, 256, 0.01f, DLRM_DENSE_ADAMW};
     pdde_graph_init(ctx, &su->g);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     int layer_dev[2] = {0, device < 0 ? 0 : device};
     sp.layer_devices = layer_dev, sp.n_layer_devices = 2;
     pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
     pp.table.dim = cfg.dim, pp.table.optimizer = PDDE_PS_ADAGRAD, pp.table.lr = 0.05f, pp.table.init_std = 0.01f;
-    r->st = dlrm_build(su->g, &cfg, &r->m);
-    if (!r->st) r->st = pdde_session_init(su->g, &sp, &r->s);
-    if (!r->st) r->st = pdde_ps_client_init(ctx, NULL, &pp, &r->c);
-    for (int i = 0; i < SLOTS && !r->st; i++) {
-        su->slots[i].samples = malloc((size_t)batch * sizeof(dlrm_sample));
-        su->slots[i].ids = malloc((size_t)batch * DLRM_SPARSE * sizeof(uint64_t));
-        r->st = pdde_sparse_batch_init(r->m.emb, &su->slots[i].sb);
+    su->d = (dlrm_stages){&su->m, NULL, NULL, NULL, parse_batch, &su->parse};
+    dlrm_stages_fill(&su->d, su->stages);
+    su->n_slots = pipelined ? SLOTS : 1;
+    if (su->n_slots < 1 || su->n_slots > MAX_SLOTS) su->n_slots = 4;
+    pdde_status st = dlrm_build(su->g, &cfg, &su->m);
+    if (!st) st = pdde_session_init(su->g, &sp, &su->d.s);
+    if (!st) st = pdde_ps_client_init(ctx, NULL, &pp, &su->d.c);
+    for (int i = 0; i < su->n_slots && !st; i++) st = dlrm_slot_init(&su->slots[i], &su->m), su->slot_ptr[i] = &su->slots[i];
+    if (!st && pipelined) {
+        pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
+        plp.n_stages = 3, plp.stages = su->stages, plp.slots = su->slot_ptr, plp.n_slots = su->n_slots;
+        plp.max_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+        st = pdde_pipeline_init(ctx, &plp, &su->pl);
     }
-    if (!r->st) run(r, su->slots, 4, pipelined); /* warm up: kernels built, first rows created */
-    memset(r->stage_s, 0, sizeof r->stage_s);
-    if (r->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(ctx));
-    return r->st;
+    su->st = st;
+    if (!st) run(su, 4); /* warm up: kernels built, first rows created, the pipeline sized */
+    reset_counts(su);
+    if (su->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(ctx));
+    return su->st;
 }
 
 /* The table's heap bytes per touched id (the allocator's count), the largest from 10^4 to max_ids. */
@@ -241,7 +195,7 @@ static double bytes_per_id(pdde_context *ctx, long max_ids) {
         size_t before = mallinfo2().uordblks + mallinfo2().hblkhd;
         pdde_ps_table *t;
         if (pdde_ps_table_init(ctx, &p, &t)) break;
-        double t0 = now_s();
+        double t0 = bench_now();
         for (long i = 0; i < n; i += CHUNK) {
             long m = n - i < CHUNK ? n - i : CHUNK;
             for (long k = 0; k < m; k++) ids[k] = (uint64_t)(i + k) * 0x9E3779B97F4A7C15ull;
@@ -249,7 +203,7 @@ static double bytes_per_id(pdde_context *ctx, long max_ids) {
         }
         double per = (double)(mallinfo2().uordblks + mallinfo2().hblkhd - before) / (double)n;
         printf("table, dim 16, SGD: %9ld ids  %6.1f bytes per id (allocator; a row's values are 64)  %.2f M ids/s\n",
-               n, per, (double)n / (now_s() - t0) / 1e6);
+               n, per, (double)n / (bench_now() - t0) / 1e6);
         if (per > worst) worst = per;
         pdde_ps_table_free(t);
     }
@@ -292,27 +246,48 @@ int main(int argc, char **argv) {
     /* the accelerator alone first, and freed before the others run: its runtime's threads (PoCL's on
      * these same cores) would take from them */
     if (accel >= 0 && (ok[1] = setup_init(&su[1], ctx, &data, batch, accel, 0) == PDDE_OK)) {
-        for (int i = 0; i < reps; i++) su[1].times[i] = run(&su[1].r, su[1].slots, batches, 0);
-        rate[1] = su[1].r.st ? NAN : bench_median(su[1].times, reps);
+        run(&su[1], batches); /* untimed, as for the others: every batch's rows exist */
+        reset_counts(&su[1]);
+        for (int i = 0; i < reps; i++) su[1].times[i] = run(&su[1], batches);
+        rate[1] = su[1].st ? NAN : bench_median(su[1].times, reps);
     }
     ok[0] = setup_init(&su[0], ctx, &data, batch, -1, 0) == PDDE_OK;
-    double first_cpu = ok[0] ? run(&su[0].r, su[0].slots, batches, 0) : NAN;
+    double first_cpu = ok[0] ? run(&su[0], batches) : NAN;
     /* the pipeline puts the dense stage on the faster kind */
     int dense = !isnan(rate[1]) && !(rate[1] < first_cpu) ? accel : -1;
     if (dense < 0 && pdde_context_init(&hp, &het_ctx)) het_ctx = ctx;
     if (dense < 0 && ok[1]) {
-        report_stages(names[1], &su[1], batches * reps);
+        report_stages(names[1], &su[1]);
         setup_free(&su[1]), ok[1] = 0;
     }
     ok[2] = setup_init(&su[2], het_ctx, &data, batch, dense, 1) == PDDE_OK;
-    if (ok[2]) run(&su[2].r, su[2].slots, batches, 1); /* as CPU only's first run: every batch's rows exist */
-    memset(su[0].r.stage_s, 0, sizeof su[0].r.stage_s), memset(su[2].r.stage_s, 0, sizeof su[2].r.stage_s);
+    if (ok[2]) run(&su[2], batches); /* as CPU only's first run: every batch's rows exist */
+    reset_counts(&su[0]), reset_counts(&su[2]);
     for (int i = 0; i < reps; i++) /* CPU only and the pipeline interleaved: both see the same load */
-        for (int k = 0; k < 3; k += 2) su[k].times[i] = ok[k] ? run(&su[k].r, su[k].slots, batches, k == 2) : NAN;
-    for (int k = 0; k < 3; k += 2) rate[k] = ok[k] && !su[k].r.st ? bench_median(su[k].times, reps) : NAN;
+        for (int k = 0; k < 3; k += 2) su[k].times[i] = ok[k] ? run(&su[k], batches) : NAN;
+    for (int k = 0; k < 3; k += 2) rate[k] = ok[k] && !su[k].st ? bench_median(su[k].times, reps) : NAN;
     if (getenv("BENCH_DLRM_VERBOSE")) for (int i = 0; i < reps; i++) printf("rep %d: cpu %.0f hetero %.0f\n", i, su[0].times[i], su[2].times[i]);
-    if (ok[0]) report_stages(names[0], &su[0], batches * reps);
-    if (ok[2]) report_stages("hetero busy", &su[2], batches * reps);
+    if (ok[0]) report_stages(names[0], &su[0]);
+    if (ok[2]) report_pipeline(&su[2]);
+    /* What an idle machine would give, from the CPU time each stage used (the shared machine's load
+     * skews wall-clock ratios: a process with more runnable threads gets a larger share of the cores):
+     * in turn, the dense stage on the context's threads; pipelined, the busiest stage per worker or
+     * all the work spread over the cores, whichever is longer (ideal scaling in both). */
+    double projected = NAN;
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (ok[0] && ok[2] && dense < 0) {
+        double nb = (double)su[0].batches, *a = su[0].stage_cpu, *h = su[2].stage_cpu;
+        int dt = pdde_context_n_threads(ctx) < cores ? pdde_context_n_threads(ctx) : cores;
+        double turn = (a[0] + a[2] + a[1] / dt) / nb;
+        pdde_pipeline_stats ps;
+        pdde_pipeline_stats_get(su[2].pl, &ps);
+        double het = fmax(fmax(h[0] / ps.stage[0].workers, h[2] / ps.stage[2].workers), fmax(h[1] / hp.n_threads, (h[0] + h[1] + h[2]) / cores));
+        projected = turn / het;
+        printf("projected for an idle %d-core machine from each stage's CPU time (ideal scaling): in turn %.2f ms, hetero %.2f ms per batch: ratio %.2f\n",
+               cores, 1e3 * turn, 1e3 * het, projected);
+        printf("CPU time per batch, whole process: cpu only %.2f ms, hetero %.2f ms\n", 1e3 * su[0].cpu_s / nb,
+               1e3 * ps.process_cpu_s / (double)ps.batches);
+    }
     for (int k = 0; k < 3; k++) {
         printf("%-12s %9.0f samples/s", names[k], rate[k]);
         if (k == 2) printf("  (dense stage on %s, %d threads)", dense >= 0 ? props.name : "the CPU", dense >= 0 ? 0 : hp.n_threads);
@@ -323,7 +298,11 @@ int main(int argc, char **argv) {
     double cpu = rate[0], acc = rate[1], het = rate[2], best = isnan(acc) || cpu > acc ? cpu : acc;
     const char *max_env = getenv("BENCH_DLRM_MAX_IDS");
     double bpi = bytes_per_id(ctx, max_env ? atol(max_env) : 10000000);
-    printf("RESULT dlrm cpu_only=%.0f accel_only=%.0f hetero=%.0f hetero_ratio=%.2f bytes_per_id=%.1f\n", cpu, acc, het, het / best, bpi);
+    double load = NAN;
+    FILE *la = fopen("/proc/loadavg", "r");
+    if (la) { if (fscanf(la, "%lf", &load) != 1) load = NAN; fclose(la); }
+    printf("RESULT dlrm cpu_only=%.0f accel_only=%.0f hetero=%.0f hetero_ratio=%.2f bytes_per_id=%.1f projected_ratio=%.2f load=%.1f\n", cpu, acc,
+           het, het / best, bpi, projected, load);
     free(data.text), free(data.line);
     pdde_context_free(ctx);
     return 0;
