@@ -58,4 +58,33 @@ done
 (cd "$tmp/vendor" && gcc -c pdde.c -o pdde.o && gcc -I. "$OLDPWD/examples/mlp.c" pdde.o -o mlp -lm -ldl -pthread && ./mlp) >"$tmp/mlp.log" 2>&1
 check "examples/mlp.c links against the vendored pdde.o with -lm -ldl -pthread and trains ($(tail -1 "$tmp/mlp.log"))" $?
 
+# A copy without comm/ (and without the GPU backends) still links a program that calls them: the
+# calls say PDDE_ERR_UNAVAILABLE with a message, and pdde_features() says what the build has.
+mkdir -p "$tmp/nocomm"
+cp -r pdde.h pdde.c backends planner "$tmp/nocomm/"
+cat >"$tmp/nocomm/main.c" <<'EOF'
+#include "pdde.h"
+#include <stdio.h>
+#include <string.h>
+int main(void) {
+    pdde_context *ctx;
+    if (pdde_context_init(NULL, &ctx)) return 10;
+    uint32_t f = pdde_features();
+    pdde_comm *comm = (pdde_comm *)1;
+    pdde_status st = pdde_comm_init(ctx, NULL, &comm);
+    int ok = st == PDDE_ERR_UNAVAILABLE && comm == NULL && strstr(pdde_last_error(ctx), "pdde_comm_init") &&
+             strstr(pdde_last_error(ctx), "without communication");
+    pdde_store *store;
+    ok = ok && pdde_store_connect(ctx, "127.0.0.1:1", 1, &store) == PDDE_ERR_UNAVAILABLE;
+    printf("features:");
+    for (int i = 0; i < PDDE_FEATURE_COUNT; i++) if (f & 1u << i) printf(" %s", pdde_feature_name(1u << i));
+    printf("\ncomm_init: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));
+    pdde_context_free(ctx);
+    return !(ok && !(f & PDDE_FEATURE_COMM) && !(f & PDDE_FEATURE_OPENCL) && !(f & PDDE_FEATURE_CUDA) && (f & PDDE_FEATURE_LEVEL_ZERO));
+}
+EOF
+(cd "$tmp/nocomm" && gcc -std=c99 -DPDDE_HAVE_UCX -DPDDE_NO_OPENCL -DPDDE_NO_CUDA -c pdde.c -o pdde.o &&
+    gcc -std=c99 -I. main.c pdde.o -o main -lm -ldl -pthread && ./main) >"$tmp/nocomm.log" 2>&1
+check "a copy without comm/ (PDDE_NO_OPENCL, PDDE_NO_CUDA) links pdde_comm_init, which says unavailable; pdde_features agrees ($(tail -2 "$tmp/nocomm.log"))" $?
+
 finish
