@@ -1208,7 +1208,10 @@ struct pdde_session {
     bool pass_has_loss;         /* this run computes the loss in the pass that updates */
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
+    struct session_trace *trace; /* pdde_session_params.trace / PDDE_TRACE (NULL: off) */
 };
+
+static pdde_status trace_open(pdde_session *s, const char *path);
 
 static double monotonic_seconds(void) {
     struct timespec ts;
@@ -1940,6 +1943,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->world) st = session_split_world(s);
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
+    if (st == PDDE_OK) st = trace_open(s, p.trace);
     if (st == PDDE_OK && s->prog->n_fallback)
         fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
@@ -1961,6 +1965,139 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     return PDDE_OK;
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Traces (Chrome trace event format, which Perfetto and chrome://tracing open): one complete event
+ * ("ph":"X") per node run, per micro-batch pass and per run, kept in memory and written when the
+ * session is freed. */
+
+enum { TRACE_LANE_COMM = 1000, TRACE_LANE_SCHEDULE = 1001, TRACE_MAX_EVENTS = 4000000 };
+enum { TRACE_OP, TRACE_COPY, TRACE_COMM, TRACE_SEND, TRACE_RECV, TRACE_WAIT, TRACE_PASS, TRACE_RUN };
+static const char *const trace_cats[] = {"op", "copy", "collective", "send", "recv", "wait", "micro-batch", "run"};
+
+typedef struct {
+    const char *name;   /* a program node's name, or a constant */
+    uint8_t cat;
+    int lane;
+    int micro;          /* -1: none */
+    int64_t step;
+    double ts, dur;     /* microseconds */
+} trace_event;
+
+struct session_trace {
+    char path[4096];
+    int rank;
+    trace_event *ev;
+    size_t n, cap;
+    bool truncated;
+};
+
+static double trace_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* the wall clock: ranks on one host share it */
+    return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
+}
+
+/* Turns tracing on for s when asked (path, else PDDE_TRACE); under several ranks the file is
+ * path.rank<R>. */
+static pdde_status trace_open(pdde_session *s, const char *path) {
+    if (!path) path = getenv("PDDE_TRACE");
+    if (!path || !*path) return PDDE_OK;
+    struct session_trace *tr = calloc(1, sizeof *tr);
+    if (!tr) return pdde_error(s->ctx, PDDE_ERR_OOM, "trace: out of memory");
+    int rank = 0, size = 1;
+    const char *er = getenv("PDDE_RANK"), *ew = getenv("PDDE_WORLD_SIZE");
+    if (er && ew) rank = atoi(er), size = atoi(ew);
+#ifdef PDDE_HAVE_COMM
+    if (s->world) rank = pdde_comm_rank(s->world), size = pdde_comm_size(s->world);
+#endif
+    tr->rank = rank;
+    int n = size > 1 ? snprintf(tr->path, sizeof tr->path, "%s.rank%d", path, rank) : snprintf(tr->path, sizeof tr->path, "%s", path);
+    if (n < 0 || (size_t)n >= sizeof tr->path) {
+        free(tr);
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "trace: path too long: %.200s...", path);
+    }
+    s->trace = tr;
+    return PDDE_OK;
+}
+
+static void trace_add(pdde_session *s, const char *name, int cat, int lane, int micro, double ts, double dur) {
+    struct session_trace *tr = s->trace;
+    if (tr->n == tr->cap) {
+        size_t cap = tr->cap ? 2 * tr->cap : 4096;
+        trace_event *ev = cap <= TRACE_MAX_EVENTS ? realloc(tr->ev, cap * sizeof *ev) : NULL;
+        if (!ev) { tr->truncated = true; return; } /* (the file says so) */
+        tr->ev = ev, tr->cap = cap;
+    }
+    tr->ev[tr->n++] = (trace_event){name, (uint8_t)cat, lane, micro, s->step, ts, dur};
+}
+
+/* The category and lane of a node: communication on its own lane, the rest on its device's. */
+static void trace_node(pdde_session *s, const pdde_tensor *t, int micro, double ts, double dur) {
+    int cat = TRACE_OP, lane = s->devs[s->slot[t->id]].device;
+    if (t->op == PDDE_OP_COPY) cat = TRACE_COPY;
+    else if (t->op == PDDE_OP_SEND) cat = TRACE_SEND, lane = TRACE_LANE_COMM;
+    else if (t->op == PDDE_OP_RECV) cat = TRACE_RECV, lane = TRACE_LANE_COMM;
+    else if (t->op == PDDE_OP_COMM_WAIT) cat = TRACE_WAIT, lane = TRACE_LANE_COMM;
+    else if (program_runs_itself(s->prog, t)) cat = TRACE_COMM, lane = TRACE_LANE_COMM;
+    trace_add(s, t->name, cat, lane, s->n_micro > 1 ? micro : -1, ts, dur);
+}
+
+static void trace_string(FILE *f, const char *text) {
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+/* Writes the trace: lane names first, then the events, one per line (pdde-run merges ranks' files
+ * line by line: keep this layout). */
+static void trace_write(pdde_session *s) {
+    struct session_trace *tr = s->trace;
+    FILE *f = fopen(tr->path, "w");
+    if (!f) {
+        fprintf(stderr, "pdde: trace: cannot write %s: %s\n", tr->path, strerror(errno));
+        return;
+    }
+    fprintf(f, "{\"traceEvents\":[\n");
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", tr->rank, tr->rank);
+    for (int d = 0; d < s->n_devs; d++) {
+        pdde_device_props props;
+        if (registry_device_props(s->ctx->registry, s->devs[d].device, &props) != PDDE_OK) snprintf(props.name, sizeof props.name, "?");
+        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", tr->rank, s->devs[d].device);
+        char lane[200];
+        snprintf(lane, sizeof lane, "device %d: %s", s->devs[d].device, props.name);
+        trace_string(f, lane);
+        fprintf(f, "}}");
+    }
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"communication\"}}", tr->rank, TRACE_LANE_COMM);
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"schedule\"}}", tr->rank, TRACE_LANE_SCHEDULE);
+    if (tr->truncated)
+        fprintf(f, ",\n{\"name\":\"truncated\",\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"args\":{\"kept\":%zu}}", tr->rank,
+                TRACE_LANE_SCHEDULE, tr->n ? tr->ev[tr->n - 1].ts : 0.0, tr->n);
+    for (size_t i = 0; i < tr->n; i++) {
+        const trace_event *e = &tr->ev[i];
+        fprintf(f, ",\n{\"name\":");
+        trace_string(f, e->name);
+        fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{\"step\":%lld", trace_cats[e->cat],
+                e->ts, e->dur, tr->rank, e->lane, (long long)e->step);
+        if (e->micro >= 0) fprintf(f, ",\"micro\":%d", e->micro);
+        fprintf(f, "}}");
+    }
+    fprintf(f, "\n]}\n");
+    if (fclose(f)) fprintf(stderr, "pdde: trace: cannot write %s: %s\n", tr->path, strerror(errno));
+}
+
+static void trace_close(pdde_session *s) {
+    if (!s->trace) return;
+    if (s->trace->n) trace_write(s); /* (a session that never ran, or failed to start, writes nothing) */
+    free(s->trace->ev);
+    free(s->trace);
+    s->trace = NULL;
+}
+
 static void print_profile(const pdde_session *s) {
     double total = 0;
     for (int op = 0; op < PDDE_OP_COUNT; op++) total += s->op_seconds[op];
@@ -1974,6 +2111,7 @@ static void print_profile(const pdde_session *s) {
 void pdde_session_free(pdde_session *s) {
     if (!s) return;
     if (s->profile) print_profile(s);
+    trace_close(s); /* (before the program: events name its nodes) */
     if (s->g->session == s) s->g->session = NULL;
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
     drop_requests(s);
@@ -2162,7 +2300,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
     /* timing an asynchronous device needs its stream drained; only when profiling */
-    if (s->profile && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
     return st;
 }
 
@@ -2178,9 +2316,10 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
             bind_micro(s, t, micro);
             for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
         }
-        double t0 = s->profile ? monotonic_seconds() : 0;
+        double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
         st = run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
+        if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us);
         bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
         if (!st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT) st = check_node(s, t, micro);
     }
@@ -2208,7 +2347,13 @@ static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float 
         const pdde_program_pass *ps = &passes[i];
         if (ps->phase == PDDE_PHASE_OPTIMIZER && !mode_runs_update(mode)) continue;
         s->early_starts = ps->early && mode_runs_update(mode);
+        double t0_us = s->trace ? trace_now_us() : 0;
         st = run_chunk(s, PHASE_BIT(ps->phase), ps->micro, ps->chunk, lr);
+        if (s->trace) {
+            static const char *const pass_names[] = {"forward", "backward", "update"};
+            trace_add(s, pass_names[ps->phase], TRACE_PASS, TRACE_LANE_SCHEDULE, ps->phase == PDDE_PHASE_OPTIMIZER ? -1 : ps->micro, t0_us,
+                      trace_now_us() - t0_us);
+        }
         s->early_starts = false;
         if (!st && ps->phase == PDDE_PHASE_FORWARD && s->loss && (ps->chunk < 0 || ps->chunk == P->loss_chunk)) st = add_loss(s, ps->micro, loss_sum);
     }
@@ -2232,7 +2377,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * pass reuses the last training pass's masks (so the forward it evaluates is the function that was
      * differentiated) */
     if (mode_runs_backward(mode)) s->run_counter++;
-    double loss_sum = 0;
+    double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
     s->update_checked = false;
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
@@ -2263,6 +2408,10 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         memcpy(s->ctx->last_error, why, sizeof why);
     }
 #endif
+    if (s->trace) {
+        static const char *const run_names[8] = {"run", "forward", "run", "forward+backward", "update", "run", "run", "step"};
+        trace_add(s, run_names[mode & 7], TRACE_RUN, TRACE_LANE_SCHEDULE, -1, t0_us, trace_now_us() - t0_us);
+    }
     if (st != PDDE_OK) return st;
     if (mode_runs_forward(mode) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
     if (mode_runs_update(mode) && g->has_optimizer) s->step++;

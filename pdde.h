@@ -522,8 +522,16 @@ typedef struct {
      * ops cannot move and stay an error. 1 = no fallback: PDDE_ERR_UNSUPPORTED instead (a backend's
      * conformance suite); also the environment's PDDE_CPU_FALLBACK=0. */
     int no_cpu_fallback;
+    /* A Chrome/Perfetto trace of every run, written when the session is freed ("Traces" in README):
+     * {"traceEvents":[{"name","cat","ph":"X","ts","dur","pid":rank,"tid":lane,"args"}]} with a lane
+     * per device (ops, copies), one for communication (collectives, sends, receives, waits) and one
+     * for the schedule (runs, micro-batch passes); ts and dur in microseconds of the wall clock, so
+     * ranks on one host line up. NULL = the environment's PDDE_TRACE. Under several ranks each writes
+     * trace.rank<R> (pdde-run --trace merges them). Device streams are synchronized after each node
+     * while tracing, so spans are the kernels' time, not their enqueueing. */
+    const char *trace;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,

@@ -24,7 +24,7 @@ typedef struct {
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     float lr, weight_decay, clip;
     uint64_t seed;
-    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster;
+    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics;
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
 
@@ -34,8 +34,8 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
@@ -44,6 +44,10 @@ static void usage(void) {
             "           [--pp-chunks N]    (interleaved stages: N runs of layers per stage; --micro a multiple of --pp)\n"
             "           [--show-program]   (print each rank's local program: nodes, shapes, attributes, communication)\n"
             "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n"
+            "           [--trace FILE]     (a Chrome/Perfetto trace of every step; under pdde-run -n N each rank writes\n"
+            "                              FILE.rank<R>: use pdde-run --trace FILE to get them merged into FILE)\n"
+            "           [--metrics FILE]   (one JSON line per step: step, loss, lr, tokens/s, memory; build/pdde-plot\n"
+            "                              draws the loss of one or several such files)\n"
             "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
             "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
@@ -60,7 +64,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--recompute")) { o->recompute = 1; continue; }
         if (!strcmp(a, "--show-program")) { o->show_program = 1; continue; }
         if (!strcmp(a, "--comm-bf16")) { o->comm_bf16 = 1; continue; }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
@@ -88,7 +92,9 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
         else if (!strcmp(a, "--plan")) o->plan = v;
         else if (!strcmp(a, "--cluster")) o->cluster = v;
-        else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(); return -1; }
+        else if (!strcmp(a, "--trace")) o->trace = v;
+        else if (!strcmp(a, "--metrics")) o->metrics = v;
+        else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(stderr); return -1; }
         char *end = NULL;
         long x = 0;
         if (iv) { x = strtol(v, &end, 10); if (end == v || *end || x < 0) { fprintf(stderr, "gpt: %s wants a non-negative integer, got '%s'\n", a, v); return -1; } *iv = (int)x; }
@@ -284,6 +290,7 @@ int main(int argc, char **argv) {
     sp.world = comm;
     sp.pipeline_schedule = o.gpipe ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
     if (o.comm_bf16) sp.comm_dtype = PDDE_BF16;
+    sp.trace = o.trace;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
     if (o.blocks_on) {
@@ -329,6 +336,11 @@ int main(int argc, char **argv) {
         }
     }
 
+    FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
+    if (o.metrics && rank == 0 && !(metrics = fopen(o.metrics, o.resume ? "a" : "w"))) {
+        fprintf(stderr, "gpt: --metrics %s: cannot open it for writing\n", o.metrics);
+        return 1;
+    }
     size_t bt = (size_t)o.model.batch * o.model.ctx;
     int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
     double t0 = now(), tlast = t0;
@@ -348,9 +360,16 @@ int main(int argc, char **argv) {
         if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps))
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs\n", (long long)step + 1, o.steps,
                    loss, pdde_lr_at(&op, step), ema_tps, eta);
+        if (metrics) {
+            pdde_session_memory(s, &ms);
+            fprintf(metrics, "{\"step\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"memory_bytes\":%zu,\"time_s\":%.3f}\n",
+                    (long long)step + 1, loss, pdde_lr_at(&op, step), tps, dt, ms.allocated_bytes, t - t0);
+            fflush(metrics);
+        }
         if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)) {
             float vloss = validate(s, &m, val, o.val_batches, o.micro, x, y);
             if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);
+            if (metrics) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6g}\n", (long long)step + 1, vloss), fflush(metrics);
         }
         if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
@@ -358,6 +377,7 @@ int main(int argc, char **argv) {
         }
     }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
+    if (metrics) fclose(metrics);
     if (o.sample_len > 0) sample(s, &m, o.sample_len, o.micro, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
