@@ -1185,6 +1185,7 @@ struct pdde_session {
     int64_t step;
     uint32_t run_counter;
     float last_loss;
+    pdde_optimizer_params schedule; /* the learning rate's: the graph optimizer's, or a checkpoint's */
     pdde_tensor *loss;
     pdde_memory_stats mem;
     void **requests;            /* per program node id of a collective started early: its pending request */
@@ -1918,6 +1919,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->ctx = g->ctx;
     s->g = g;
     s->last_loss = NAN;
+    s->schedule = g->opt;
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
     const char *check = getenv("PDDE_CHECK_NONFINITE");
@@ -2372,7 +2374,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         return pdde_error(s->ctx, PDDE_ERR_STATE, "session_run: pipeline stages run whole steps (write each micro-batch with "
                                                   "pdde_session_write_micro, then PDDE_RUN_STEP)");
     pdde_graph *g = s->g;
-    float lr = g->has_optimizer ? pdde_lr_at(&g->opt, s->step) : 0.0f;
+    float lr = pdde_session_lr(s);
     /* each training pass draws new dropout masks (micro-batch m of a step: counter + m); a forward-only
      * pass reuses the last training pass's masks (so the forward it evaluates is the function that was
      * differentiated) */
@@ -2416,6 +2418,10 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (mode_runs_forward(mode) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
     if (mode_runs_update(mode) && g->has_optimizer) s->step++;
     return st;
+}
+
+float pdde_session_lr(const pdde_session *s) {
+    return s && s->g->has_optimizer ? pdde_lr_at(&s->schedule, s->step) : 0.0f;
 }
 
 /* The session's tensor of user tensor t: its block on this rank (NULL: not in the step here). */
@@ -2549,7 +2555,8 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
  * mismatched file changes nothing. */
 
 #define CKPT_MAGIC "PDDECKPT"
-#define CKPT_VERSION 2u /* 2 added each tensor's dist attr; version 1 files still load */
+#define CKPT_VERSION 3u /* 2 added each tensor's dist attr, 3 the learning-rate schedule; 1 and 2 still load */
+#define CKPT_SCHEDULE_BYTES 28u
 
 static uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
     static uint32_t table[256];
@@ -2676,6 +2683,10 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
     uint64_t step = (uint64_t)s->step, pos = extra ? extra->data_position : 0, rng[2] = {s->ctx->seed, s->run_counter};
     ckpt_put(&w, CKPT_MAGIC, 8), ckpt_put(&w, &version, 4), ckpt_put(&w, &count, 4);
     ckpt_put(&w, &step, 8), ckpt_put(&w, &pos, 8), ckpt_put(&w, rng, 16);
+    const pdde_optimizer_params *sc = &s->schedule;
+    uint32_t kind = (uint32_t)sc->schedule;
+    int64_t warmup = sc->warmup_steps, total = sc->total_steps;
+    ckpt_put(&w, &kind, 4), ckpt_put(&w, &sc->lr, 4), ckpt_put(&w, &sc->min_lr_ratio, 4), ckpt_put(&w, &warmup, 8), ckpt_put(&w, &total, 8);
     void *buf = NULL;
     size_t cap = 0;
     pdde_status st = PDDE_OK;
@@ -2760,16 +2771,21 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     pdde_status st;
     char *buf = read_file(s->ctx, path, "checkpoint", &size, &st);
     if (!buf) return st;
-    const size_t header = 8 + 4 + 4 + 8 + 8 + 16;
+    size_t header = 8 + 4 + 4 + 8 + 8 + 16;
     uint32_t version, count, crc;
     if (size < header + 4 || memcmp(buf, CKPT_MAGIC, 8) != 0) {
         free(buf);
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: not a pdde checkpoint (bad magic or too short)", path);
     }
     memcpy(&version, buf + 8, 4), memcpy(&count, buf + 12, 4), memcpy(&crc, buf + size - 4, 4);
-    if (version != CKPT_VERSION && version != 1) {
+    if (version < 1 || version > CKPT_VERSION) {
         free(buf);
-        return pdde_error(s->ctx, PDDE_ERR_VERSION, "checkpoint %s: version %u, this build reads version %u", path, version, CKPT_VERSION);
+        return pdde_error(s->ctx, PDDE_ERR_VERSION, "checkpoint %s: version %u, this build reads versions 1 to %u", path, version, CKPT_VERSION);
+    }
+    if (version >= 3) header += CKPT_SCHEDULE_BYTES;
+    if (size < header + 4) {
+        free(buf);
+        return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: too short for its version %u header", path, version);
     }
     if (crc32_update(0, buf, size - 4) != crc) {
         free(buf);
@@ -2839,7 +2855,19 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     memcpy(&step, buf + 16, 8), memcpy(&pos, buf + 24, 8), memcpy(rng, buf + 32, 16);
     s->step = (int64_t)step;
     s->run_counter = (uint32_t)rng[1];
-    if (extra) extra->data_position = pos;
+    pdde_optimizer_params saved = s->g->opt; /* (a file without a schedule: the graph's) */
+    if (version >= 3) {
+        const char *at = buf + 48;
+        uint32_t kind;
+        memcpy(&kind, at, 4), memcpy(&saved.lr, at + 4, 4), memcpy(&saved.min_lr_ratio, at + 8, 4);
+        memcpy(&saved.warmup_steps, at + 12, 8), memcpy(&saved.total_steps, at + 20, 8);
+        saved.schedule = (pdde_lr_schedule)kind;
+    }
+    const pdde_optimizer_params *now = &s->g->opt;
+    bool differs = s->g->has_optimizer && (saved.lr != now->lr || saved.schedule != now->schedule || saved.warmup_steps != now->warmup_steps ||
+                                           saved.total_steps != now->total_steps || saved.min_lr_ratio != now->min_lr_ratio);
+    s->schedule = extra && extra->use_graph_schedule ? *now : saved;
+    if (extra) extra->data_position = pos, extra->schedule = saved, extra->schedule_differs = differs;
     free(buf);
     return PDDE_OK;
 truncated:

@@ -568,6 +568,9 @@ pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const voi
  * that does not hold t (another pipeline stage's input) ignores the call. */
 pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro, const void *src, size_t nbytes);
 float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if none) */
+/* The learning rate the next optimizer step uses (the session's schedule: the graph's optimizer's,
+ * or the one a checkpoint load kept; 0 without an optimizer). */
+float pdde_session_lr(const pdde_session *s);
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
 
 typedef struct {
@@ -605,6 +608,7 @@ const pdde_tensor *pdde_session_node(const pdde_session *s, int i);
 /* ---------------------------------------------------------------------------------------------------
  * Checkpoints. Format (little-endian), documented in README.md "Checkpoint format":
  *   "PDDECKPT" u32 version u32 n_tensors u64 step u64 data_position u64 rng[2]
+ *   (version >= 3) the schedule: u32 kind, f32 lr, f32 min_lr_ratio, i64 warmup_steps, i64 total_steps
  *   per tensor: u16 name_len, name, u8 dtype, u8 ndim, i64 shape[ndim] (global), u16 attr_len, attr
  *   (the dist attr it was saved under, as pdde_dist_attr_str writes it; empty without one), u64 nbytes,
  *   data (the whole tensor, so it loads under any plan)
@@ -612,6 +616,16 @@ const pdde_tensor *pdde_session_node(const pdde_session *s, int i);
  * Written to path.tmp, fsync'ed, then renamed over path: a crash mid-save leaves the old file. */
 typedef struct {
     uint64_t data_position;  /* the data loader's position, restored by the caller */
+    /* The learning-rate schedule (lr, schedule, warmup_steps, total_steps, min_lr_ratio) of the run
+     * that saved the file (format version 3; older files have none). On load the session continues
+     * with it, so a resumed run's learning rate goes on where it was, whatever the graph's optimizer
+     * now says (a longer --steps does not re-stretch the cosine): out: the stored schedule and
+     * schedule_differs = 1 when it is not the graph's (the caller should say so). In:
+     * use_graph_schedule = 1 continues with the graph's schedule instead (the caller says it
+     * changes). Saving ignores these. */
+    pdde_optimizer_params schedule;
+    int schedule_differs;
+    int use_graph_schedule;
 } pdde_checkpoint_extra;
 
 pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra);

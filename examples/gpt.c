@@ -22,6 +22,7 @@
 typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
+    int stop_after, reschedule;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics;
@@ -39,6 +40,9 @@ static void usage(FILE *f) {
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
+            "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
+            "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
+            "                              checkpoint's, which a resumed run keeps by default)\n"
             "           [--recompute] [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
             "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n"
             "           [--pp-chunks N]    (interleaved stages: N runs of layers per stage; --micro a multiple of --pp)\n"
@@ -64,6 +68,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--recompute")) { o->recompute = 1; continue; }
         if (!strcmp(a, "--show-program")) { o->show_program = 1; continue; }
         if (!strcmp(a, "--comm-bf16")) { o->comm_bf16 = 1; continue; }
+        if (!strcmp(a, "--reschedule")) { o->reschedule = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -77,6 +82,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--sample-len")) iv = &o->sample_len;
         else if (!strcmp(a, "--threads")) iv = &o->threads;
         else if (!strcmp(a, "--ckpt-every")) iv = &o->ckpt_every;
+        else if (!strcmp(a, "--stop-after")) iv = &o->stop_after;
         else if (!strcmp(a, "--dp")) iv = &o->dp;
         else if (!strcmp(a, "--tp")) iv = &o->tp;
         else if (!strcmp(a, "--pp")) iv = &o->pp;
@@ -324,11 +330,18 @@ int main(int argc, char **argv) {
         /* ZeRO-1 shards the optimizer state: every rank keeps its own file */
         snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir); /* whole tensors, whatever the plan */
         if (o.resume) {
-            pdde_checkpoint_extra ex;
+            pdde_checkpoint_extra ex = {.use_graph_schedule = o.reschedule};
             pdde_status st = pdde_checkpoint_load(s, ckpt, &ex);
             if (st == PDDE_OK) {
                 pdde_data_set_position(train, ex.data_position);
                 printf("gpt: resumed from %s at step %lld\n", ckpt, (long long)pdde_session_step(s));
+                const pdde_optimizer_params *was = &ex.schedule;
+                if (ex.schedule_differs && rank == 0)
+                    printf("gpt: the checkpoint's run scheduled lr %.3g over %lld steps (warmup %lld); this one asks for lr %.3g over %lld "
+                           "(warmup %lld): %s (lr of the next step %.3g)\n", was->lr, (long long)was->total_steps,
+                           (long long)was->warmup_steps, op.lr, (long long)op.total_steps, (long long)op.warmup_steps,
+                           o.reschedule ? "--reschedule: CHANGING to this run's schedule" : "keeping the checkpoint's schedule (--reschedule changes it)",
+                           pdde_session_lr(s));
             } else if (st != PDDE_ERR_NOT_FOUND) {
                 fprintf(stderr, "gpt: cannot resume: %s\n", pdde_last_error(ctx));
                 return 1;
@@ -346,8 +359,10 @@ int main(int argc, char **argv) {
     double t0 = now(), tlast = t0;
     int64_t first = pdde_session_step(s);
     float ema_tps = 0;
-    for (int64_t step = first; step < o.steps; step++) {
+    int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
+    for (int64_t step = first; step < last; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
+        float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
         /* under SPMD every rank gets its block of each micro-batch from its attributes */
         TRY(write_batch(s, &m, x, y, o.micro)); /* each rank keeps its block of each micro-batch */
         TRY(pdde_session_run(s, PDDE_RUN_STEP));
@@ -359,24 +374,25 @@ int main(int argc, char **argv) {
         double eta = (double)(o.steps - step - 1) * bt / ema_tps;
         if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps))
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs\n", (long long)step + 1, o.steps,
-                   loss, pdde_lr_at(&op, step), ema_tps, eta);
+                   loss, lr, ema_tps, eta);
         if (metrics) {
             pdde_session_memory(s, &ms);
             fprintf(metrics, "{\"step\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"memory_bytes\":%zu,\"time_s\":%.3f}\n",
-                    (long long)step + 1, loss, pdde_lr_at(&op, step), tps, dt, ms.allocated_bytes, t - t0);
+                    (long long)step + 1, loss, lr, tps, dt, ms.allocated_bytes, t - t0);
             fflush(metrics);
         }
-        if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)) {
+        if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == last)) {
             float vloss = validate(s, &m, val, o.val_batches, o.micro, x, y);
             if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);
             if (metrics) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6g}\n", (long long)step + 1, vloss), fflush(metrics);
         }
-        if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
+        if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == last)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
             TRY(pdde_checkpoint_save(s, ckpt, &ex));
         }
     }
-    if (rank == 0) printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
+    if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
+                          last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
     if (o.sample_len > 0) sample(s, &m, o.sample_len, o.micro, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
