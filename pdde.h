@@ -522,7 +522,7 @@ typedef struct {
      * ops cannot move and stay an error. 1 = no fallback: PDDE_ERR_UNSUPPORTED instead (a backend's
      * conformance suite); also the environment's PDDE_CPU_FALLBACK=0. */
     int no_cpu_fallback;
-    /* A Chrome/Perfetto trace of every run, written when the session is freed ("Traces" in README):
+    /* A Chrome/Perfetto trace of every run, written when the session is freed (README "Seeing what a run does"):
      * {"traceEvents":[{"name","cat","ph":"X","ts","dur","pid":rank,"tid":lane,"args"}]} with a lane
      * per device (ops, copies), one for communication (collectives, sends, receives, waits) and one
      * for the schedule (runs, micro-batch passes); ts and dur in microseconds of the wall clock, so
