@@ -1,10 +1,11 @@
 /* pdde.c — the core of pdde, and the single compilation unit of the library: it includes the enabled
  * backends, comm and planner parts, so `cc -c pdde.c` builds everything (PDDE_NO_<X> leaves X out).
  *
- * Sections: context and errors · dtypes · graph building · autodiff · optimizers · executor (memory
- * plan, schedule, thread pool) · checkpoints · data. */
+ * Sections: context lifetime · graph building · autodiff · optimizers · executor (memory plan,
+ * schedule, thread pool) · checkpoints · data. Errors, dtypes and other helpers every layer uses are
+ * in backends/base.c, the bottom part. */
 #define _GNU_SOURCE
-#include "planner/pdde_impl.h" /* the internal structs and prototypes every part shares */
+#include "planner/planner_impl.h" /* the internal structs and prototypes every part shares */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -21,117 +22,9 @@
 #include <unistd.h>
 
 /* ================================================================================================
- * Context and errors */
+ * The bottom part, then the backends (each one file; the registry lists them) */
 
-const char *pdde_status_str(int status) {
-    switch (status) {
-    case PDDE_OK: return "ok";
-    case PDDE_ERR_INVALID_ARG: return "invalid argument";
-    case PDDE_ERR_SHAPE: return "shape mismatch";
-    case PDDE_ERR_DTYPE: return "unsupported dtype";
-    case PDDE_ERR_UNKNOWN_OP: return "unknown op";
-    case PDDE_ERR_STATE: return "call out of order";
-    case PDDE_ERR_OOM: return "out of host memory";
-    case PDDE_ERR_DEVICE_OOM: return "out of device memory";
-    case PDDE_ERR_IO: return "i/o error";
-    case PDDE_ERR_CORRUPT: return "corrupt file";
-    case PDDE_ERR_VERSION: return "unsupported format version";
-    case PDDE_ERR_MISMATCH: return "does not match the model";
-    case PDDE_ERR_NOT_FOUND: return "not found";
-    case PDDE_ERR_UNAVAILABLE: return "backend unavailable";
-    case PDDE_ERR_UNSUPPORTED: return "unsupported by the device";
-    case PDDE_ERR_BUILD: return "kernel build failed";
-    case PDDE_ERR_BACKEND: return "backend error";
-    case PDDE_ERR_TIMEOUT: return "timed out";
-    case PDDE_ERR_PEER_LOST: return "peer lost";
-    case PDDE_ERR_COMM: return "communication error";
-    case PDDE_ERR_ABORTED: return "aborted";
-    case PDDE_ERR_ENV: return "bad launcher environment";
-    case PDDE_ERR_AUTH: return "authentication failed";
-    case PDDE_ERR_NO_PLAN: return "no plan fits";
-    case PDDE_ERR_DIST_ATTR: return "bad distributed attribute";
-    case PDDE_ERR_NONFINITE: return "non-finite value";
-    default: return "unknown status";
-    }
-}
-
-int pdde_error(pdde_context *ctx, int status, const char *fmt, ...) {
-    if (ctx) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
-        va_end(ap);
-        if (ctx->log_level >= 2) fprintf(stderr, "pdde: %s\n", ctx->last_error);
-    }
-    return status;
-}
-
-const char *pdde_last_error(const pdde_context *ctx) { return ctx ? ctx->last_error : "no context"; }
-int pdde_context_n_threads(const pdde_context *ctx) { return ctx->n_threads; }
-
-/* ================================================================================================
- * Dtypes */
-
-size_t pdde_dtype_size(pdde_dtype t) {
-    switch (t) {
-    case PDDE_F32: case PDDE_I32: return 4;
-    case PDDE_F16: case PDDE_BF16: return 2;
-    case PDDE_I64: return 8;
-    default: return 0;
-    }
-}
-
-const char *pdde_dtype_name(pdde_dtype t) {
-    static const char *names[] = {"f32", "f16", "bf16", "i32", "i64"};
-    return (unsigned)t < PDDE_DTYPE_COUNT ? names[t] : "?";
-}
-
-uint16_t pdde_f32_to_bf16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fff + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-
-float pdde_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
-}
-
-uint16_t pdde_f32_to_f16(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000, absu = u & 0x7fffffff;
-    if (absu > 0x7f800000) return (uint16_t)(sign | 0x7e00);          /* NaN */
-    if (absu >= 0x477ff000) return (uint16_t)(sign | 0x7c00);         /* overflow -> inf */
-    if (absu < 0x38800000) {                                          /* subnormal or zero */
-        if (absu < 0x33000000) return (uint16_t)sign;
-        uint32_t mant = (absu & 0x7fffff) | 0x800000;
-        int shift = 126 - (int)(absu >> 23); /* value = mant * 2^(e-150), f16 unit = 2^-24 */
-        uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1))) half++;
-        return (uint16_t)(sign | half);
-    }
-    uint32_t h = ((absu >> 13) - (112u << 10)), rem = absu & 0x1fff;
-    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-}
-
-float pdde_f16_to_f32(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-    if (e == 0) {
-        if (m == 0) u = sign;
-        else { /* subnormal: normalise */
-            e = 113;
-            while (!(m & 0x400)) { m <<= 1; e--; }
-            u = sign | (e << 23) | ((m & 0x3ff) << 13);
-        }
-    } else if (e == 31) u = sign | 0x7f800000 | (m << 13);
-    else u = sign | ((e + 112) << 23) | (m << 13);
-    float f; memcpy(&f, &u, 4); return f;
-}
-
-/* ================================================================================================
- * Backends (each one file; the registry lists them) */
-
+#include "backends/base.c"
 #include "backends/cpu.c"
 #ifndef PDDE_NO_OPENCL
 #include "backends/opencl.c"
@@ -234,31 +127,6 @@ void pdde_context_free(pdde_context *ctx) {
     free(ctx);
 }
 
-int pdde_device_count(pdde_context *ctx) { return ctx && ctx->registry ? ctx->registry->n_devices : 0; }
-
-pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out) {
-    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
-    if (device < 0 || device >= ctx->registry->n_devices)
-        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, ctx->registry->n_devices);
-    return registry_device_props(ctx->registry, device, out);
-}
-
-int pdde_device_find(pdde_context *ctx, const char *backend, int index) { return registry_device_find(ctx->registry, backend, index); }
-
-int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_families : 0; }
-
-const char *pdde_backend_name(pdde_context *ctx, int backend) {
-    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return NULL;
-    return registry_family_name(&ctx->registry->families[backend]);
-}
-
-pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why) {
-    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return PDDE_ERR_INVALID_ARG;
-    registry_family *f = &ctx->registry->families[backend];
-    if (why) *why = f->status == PDDE_OK ? "" : f->why;
-    return f->status;
-}
-
 #define PDDE_MAX_LAYER_ID (1 << 20) /* layer ids index per-layer tables */
 
 /* ================================================================================================
@@ -319,44 +187,6 @@ pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name) {
     for (int i = 0; g && name && i < g->n; i++)
         if (strcmp(g->nodes[i]->name, name) == 0) return g->nodes[i];
     return NULL;
-}
-
-int64_t pdde_tensor_numel(const pdde_tensor *t) {
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
-    return n;
-}
-
-size_t pdde_tensor_nbytes(const pdde_tensor *t) { return (size_t)pdde_tensor_numel(t) * pdde_dtype_size(t->dtype); }
-
-const char *pdde_op_name(pdde_op op) {
-    static const char *names[PDDE_OP_COUNT] = {
-        [PDDE_OP_NONE] = "leaf", [PDDE_OP_MATMUL] = "matmul", [PDDE_OP_ADD] = "add", [PDDE_OP_SUB] = "sub",
-        [PDDE_OP_MUL] = "mul", [PDDE_OP_SCALE] = "scale", [PDDE_OP_GELU] = "gelu", [PDDE_OP_RELU] = "relu",
-        [PDDE_OP_SILU] = "silu", [PDDE_OP_LAYERNORM] = "layernorm", [PDDE_OP_RMSNORM] = "rmsnorm",
-        [PDDE_OP_SOFTMAX] = "softmax", [PDDE_OP_CROSS_ENTROPY] = "cross_entropy", [PDDE_OP_EMBEDDING] = "embedding",
-        [PDDE_OP_RESHAPE] = "reshape", [PDDE_OP_PERMUTE] = "permute", [PDDE_OP_CONCAT] = "concat",
-        [PDDE_OP_SLICE] = "slice", [PDDE_OP_SUM] = "sum", [PDDE_OP_MEAN] = "mean", [PDDE_OP_DROPOUT] = "dropout",
-        [PDDE_OP_CAST] = "cast", [PDDE_OP_SUM_TO] = "sum_to", [PDDE_OP_EXPAND] = "expand",
-        [PDDE_OP_GELU_BACK] = "gelu_back", [PDDE_OP_RELU_BACK] = "relu_back", [PDDE_OP_SILU_BACK] = "silu_back",
-        [PDDE_OP_LAYERNORM_BACK] = "layernorm_back", [PDDE_OP_LAYERNORM_BACK_GAMMA] = "layernorm_back_gamma",
-        [PDDE_OP_RMSNORM_BACK] = "rmsnorm_back", [PDDE_OP_RMSNORM_BACK_GAMMA] = "rmsnorm_back_gamma",
-        [PDDE_OP_SOFTMAX_BACK] = "softmax_back", [PDDE_OP_CROSS_ENTROPY_BACK] = "cross_entropy_back",
-        [PDDE_OP_EMBEDDING_BACK] = "embedding_back", [PDDE_OP_SLICE_BACK] = "slice_back",
-        [PDDE_OP_DROPOUT_BACK] = "dropout_back", [PDDE_OP_GRAD_ACCUM] = "grad_accum",
-        [PDDE_OP_GRAD_NORM_SQ] = "grad_norm_sq", [PDDE_OP_SGD_UPDATE] = "sgd_update",
-        [PDDE_OP_ADAMW_UPDATE] = "adamw_update", [PDDE_OP_COPY] = "copy",
-        [PDDE_OP_ALLREDUCE] = "allreduce", [PDDE_OP_REDUCE_SCATTER] = "reduce_scatter", [PDDE_OP_ALLGATHER] = "allgather",
-        [PDDE_OP_ALLTOALL] = "alltoall",
-        [PDDE_OP_COMM_WAIT] = "comm_wait", [PDDE_OP_SEND] = "send", [PDDE_OP_RECV] = "recv",
-    };
-    return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
-}
-
-PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n) {
-    size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < t->ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
-    if (k < n) snprintf(buf + k, n - k, "]");
 }
 
 /* The name a node gets unless it is given one: its op and id. */
@@ -444,13 +274,13 @@ pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype dt, int ndim
 pdde_tensor *pdde_param(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float init_std) {
     if (g && !isfinite(init_std)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "%s: init_std %g is not finite", name ? name : "param", init_std);
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, ndim, shape, PDDE_TENSOR_PARAM);
-    if (t) t->fparams[0] = init_std;
+    if (t) pdde_op_set_f32(t, PDDE_P_PARAM_INIT_STD, init_std);
     return t;
 }
 
 static pdde_tensor *new_const(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float value) {
     pdde_tensor *t = new_leaf(g, name, PDDE_F32, ndim, shape, PDDE_TENSOR_CONST);
-    if (t) t->fparams[0] = value;
+    if (t) pdde_op_set_f32(t, PDDE_P_CONST_VALUE, value);
     return t;
 }
 
@@ -510,7 +340,7 @@ pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_
 pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s) {
     if (!isfinite(s)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "scale: factor %g of %s is not finite", s, a ? a->name : "NULL");
     pdde_tensor *t = unary(g, PDDE_OP_SCALE, a);
-    if (t) t->fparams[0] = s;
+    if (t) pdde_op_set_f32(t, PDDE_P_SCALE, s);
     return t;
 }
 
@@ -538,7 +368,7 @@ pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int tran
     memcpy(shape, big->shape, sizeof shape);
     shape[big->ndim - 2] = M, shape[big->ndim - 1] = N;
     pdde_tensor *t = new_node(g, PDDE_OP_MATMUL, PDDE_F32, big->ndim, shape, 2, src);
-    if (t) t->iparams[0] = trans_a != 0, t->iparams[1] = trans_b != 0;
+    if (t) pdde_op_set_i32(t, PDDE_P_MATMUL_TRANS_A, trans_a != 0), pdde_op_set_i32(t, PDDE_P_MATMUL_TRANS_B, trans_b != 0);
     return t;
 }
 
@@ -554,7 +384,7 @@ static pdde_tensor *norm_node(pdde_graph *g, pdde_op op, pdde_tensor *x, pdde_te
             return graph_fail(g, PDDE_ERR_SHAPE, "%s: %s must have shape [%lld] (the last dim of %s)", pdde_op_name(op),
                               src[i]->name, (long long)C, x->name);
     pdde_tensor *t = new_node(g, op, PDDE_F32, x->ndim, x->shape, nsrc, src);
-    if (t) t->fparams[0] = eps > 0 ? eps : 1e-5f;
+    if (t) pdde_op_set_f32(t, PDDE_P_NORM_EPS, eps > 0 ? eps : 1e-5f);
     return t;
 }
 
@@ -569,7 +399,7 @@ pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal) {
     pdde_tensor *t = unary(g, PDDE_OP_SOFTMAX, x);
     if (t && causal && (t->ndim < 2 || t->shape[t->ndim - 1] != t->shape[t->ndim - 2]))
         return graph_fail(g, PDDE_ERR_SHAPE, "softmax: a causal softmax of %s needs square last two dims", x->name);
-    if (t) t->iparams[0] = causal != 0;
+    if (t) pdde_op_set_i32(t, PDDE_P_SOFTMAX_CAUSAL, causal != 0);
     return t;
 }
 
@@ -638,7 +468,7 @@ pdde_tensor *pdde_permute(pdde_graph *g, pdde_tensor *x, const int *perm) {
         shape[i] = x->shape[perm[i]];
     }
     pdde_tensor *t = new_node(g, PDDE_OP_PERMUTE, x->dtype, x->ndim, shape, 1, &x);
-    for (int i = 0; t && i < x->ndim; i++) t->iparams[i] = perm[i];
+    for (int i = 0; t && i < x->ndim; i++) pdde_op_set_i32(t, PDDE_P_PERMUTE_DIM0 + i, perm[i]);
     return t;
 }
 
@@ -672,7 +502,7 @@ pdde_tensor *pdde_concat(pdde_graph *g, int n, pdde_tensor *const *xs, int axis)
         shape[axis] += xs[i]->shape[axis];
     }
     pdde_tensor *t = new_node(g, PDDE_OP_CONCAT, x0->dtype, x0->ndim, shape, n, xs);
-    if (t) t->iparams[0] = axis;
+    if (t) pdde_op_set_i32(t, PDDE_P_CONCAT_AXIS, axis);
     return t;
 }
 
@@ -688,7 +518,7 @@ pdde_tensor *pdde_slice(pdde_graph *g, pdde_tensor *x, int axis, int64_t start, 
     shape[axis] = len;
     pdde_tensor *t = new_node(g, PDDE_OP_SLICE, x->dtype, x->ndim, shape, 1, &x);
     if (t && start > INT32_MAX) return graph_fail(g, PDDE_ERR_UNSUPPORTED, "slice: start %lld of %s is beyond 2^31 - 1", (long long)start, x->name);
-    if (t) t->iparams[0] = axis, t->iparams[1] = (int32_t)start;
+    if (t) pdde_op_set_i32(t, PDDE_P_SLICE_AXIS, axis), pdde_op_set_i32(t, PDDE_P_SLICE_START, (int32_t)start);
     return t;
 }
 
@@ -717,7 +547,7 @@ static pdde_tensor *reduce(pdde_graph *g, pdde_op op, pdde_tensor *x, int axis, 
         if (nd == 0) shape[nd++] = 1;
     }
     pdde_tensor *t = new_node(g, op, PDDE_F32, nd, shape, 1, &x);
-    if (t) t->iparams[0] = axis, t->iparams[1] = keepdim != 0;
+    if (t) pdde_op_set_i32(t, PDDE_P_REDUCE_AXIS, axis), pdde_op_set_i32(t, PDDE_P_REDUCE_KEEPDIM, keepdim != 0);
     return t;
 }
 
@@ -727,7 +557,9 @@ pdde_tensor *pdde_mean(pdde_graph *g, pdde_tensor *x, int axis, int keepdim) { r
 pdde_tensor *pdde_dropout(pdde_graph *g, pdde_tensor *x, float p, uint64_t seed) {
     if (!(p >= 0 && p < 1)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "dropout: p = %g must be in [0, 1)", p);
     pdde_tensor *t = unary(g, PDDE_OP_DROPOUT, x);
-    if (t) t->fparams[0] = p, t->iparams[0] = (int32_t)(uint32_t)seed, t->iparams[1] = (int32_t)(uint32_t)(seed >> 32);
+    if (t)
+        pdde_op_set_f32(t, PDDE_P_DROPOUT_P, p), pdde_op_set_i32(t, PDDE_P_DROPOUT_SEED_LO, (int32_t)(uint32_t)seed),
+            pdde_op_set_i32(t, PDDE_P_DROPOUT_SEED_HI, (int32_t)(uint32_t)(seed >> 32));
     return t;
 }
 
@@ -764,7 +596,7 @@ static pdde_tensor *flatten_rows(pdde_graph *g, pdde_tensor *x) {
 
 static void backward_matmul(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_tensor **dsrc) {
     pdde_tensor *a = y->src[0], *b = y->src[1];
-    int ta = y->iparams[0], tb = y->iparams[1];
+    int ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B);
     if (a->dtype == PDDE_BF16) dy = pdde_cast(g, dy, PDDE_BF16); /* the gradient GEMMs in bf16 too */
     dsrc[0] = ta ? grad_matmul(g, b, dy, tb, 1, a) : grad_matmul(g, dy, b, 0, !tb, a);
     if (b->ndim == 2 && a->ndim > 2 && !ta) {
@@ -778,12 +610,12 @@ static void backward_matmul(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde
 
 static pdde_tensor *expand_back(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, float scale) {
     pdde_tensor *x = y->src[0];
-    int axis = y->iparams[0];
+    int axis = pdde_op_i32(y, PDDE_P_REDUCE_AXIS);
     int64_t shape[PDDE_MAX_DIMS];
     for (int i = 0; i < x->ndim; i++) shape[i] = (axis == -1 || i == axis) ? 1 : x->shape[i];
     pdde_tensor *dyk = pdde_reshape(g, dy, x->ndim, shape);
     pdde_tensor *t = node_with(g, PDDE_OP_EXPAND, x, 1, &dyk);
-    if (t) t->fparams[0] = scale;
+    if (t) pdde_op_set_f32(t, PDDE_P_SCALE, scale);
     return t;
 }
 
@@ -804,7 +636,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         dsrc[0] = grad_sum_to(g, pdde_mul(g, dy, y->src[1]), x);
         dsrc[1] = grad_sum_to(g, pdde_mul(g, dy, x), y->src[1]);
         break;
-    case PDDE_OP_SCALE: dsrc[0] = pdde_scale(g, dy, y->fparams[0]); break;
+    case PDDE_OP_SCALE: dsrc[0] = pdde_scale(g, dy, pdde_op_f32(y, PDDE_P_SCALE)); break;
     case PDDE_OP_GELU: case PDDE_OP_RELU: case PDDE_OP_SILU: {
         pdde_op back = y->op == PDDE_OP_GELU ? PDDE_OP_GELU_BACK : y->op == PDDE_OP_RELU ? PDDE_OP_RELU_BACK : PDDE_OP_SILU_BACK;
         pdde_tensor *src[2] = {x, dy};
@@ -818,7 +650,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         dsrc[1] = node_with(g, ln ? PDDE_OP_LAYERNORM_BACK_GAMMA : PDDE_OP_RMSNORM_BACK_GAMMA, y->src[1], 2, gsrc);
         if (ln) dsrc[2] = grad_sum_to(g, dy, y->src[2]);
         for (int i = 0; i < 2; i++)
-            if (dsrc[i]) dsrc[i]->fparams[0] = y->fparams[0];
+            if (dsrc[i]) pdde_op_set_f32(dsrc[i], PDDE_P_NORM_EPS, pdde_op_f32(y, PDDE_P_NORM_EPS));
         break;
     }
     case PDDE_OP_SOFTMAX: {
@@ -843,12 +675,12 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     case PDDE_OP_RESHAPE: dsrc[0] = pdde_reshape(g, dy, x->ndim, x->shape); break;
     case PDDE_OP_PERMUTE: {
         int inv[PDDE_MAX_DIMS];
-        for (int i = 0; i < y->ndim; i++) inv[y->iparams[i]] = i;
+        for (int i = 0; i < y->ndim; i++) inv[pdde_op_i32(y, PDDE_P_PERMUTE_DIM0 + i)] = i;
         dsrc[0] = pdde_permute(g, dy, inv);
         break;
     }
     case PDDE_OP_CONCAT: {
-        int axis = y->iparams[0];
+        int axis = pdde_op_i32(y, PDDE_P_CONCAT_AXIS);
         int64_t start = 0;
         for (int i = 0; i < y->nsrc; i++) {
             dsrc[i] = pdde_slice(g, dy, axis, start, y->src[i]->shape[axis]);
@@ -858,7 +690,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     }
     case PDDE_OP_SLICE: {
         dsrc[0] = node_with(g, PDDE_OP_SLICE_BACK, x, 1, &dy);
-        if (dsrc[0]) dsrc[0]->iparams[0] = y->iparams[0], dsrc[0]->iparams[1] = y->iparams[1];
+        if (dsrc[0]) pdde_op_params_copy(dsrc[0], y); /* its axis and start */
         break;
     }
     case PDDE_OP_SUM: dsrc[0] = expand_back(g, y, dy, 1.0f); break;
@@ -867,7 +699,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         break;
     case PDDE_OP_DROPOUT: {
         dsrc[0] = node_with(g, PDDE_OP_DROPOUT_BACK, x, 1, &dy);
-        if (dsrc[0]) memcpy(dsrc[0]->iparams, y->iparams, sizeof y->iparams), dsrc[0]->fparams[0] = y->fparams[0];
+        if (dsrc[0]) pdde_op_params_copy(dsrc[0], y); /* its p and seed: the same mask */
         break;
     }
     case PDDE_OP_CAST: dsrc[0] = x->dtype == PDDE_F32 ? pdde_cast(g, dy, PDDE_F32) : NULL; break;
@@ -944,10 +776,9 @@ static void recompute_segment(pdde_graph *g, recompute_state *rc, int n_fwd) {
         for (int k = 0; k < t->nsrc; k++) src[k] = rc->clone[t->src[k]->id] ? rc->clone[t->src[k]->id] : t->src[k];
         pdde_tensor *c = new_node(g, t->op, t->dtype, t->ndim, t->shape, t->nsrc, src);
         if (!c) return;
-        /* iparams carry dropout's seed; the executor gives every dropout node the same run counter,
-         * so the clone draws the original's mask */
-        memcpy(c->iparams, t->iparams, sizeof c->iparams);
-        memcpy(c->fparams, t->fparams, sizeof c->fparams);
+        /* the params carry dropout's seed; the executor gives every dropout node the same run
+         * counter, so the clone draws the original's mask */
+        pdde_op_params_copy(c, t);
         c->flags = t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE); /* views of the clones */
         c->layer = t->layer, c->device = t->device;
         rc->clone[i] = c;
@@ -1092,7 +923,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
             pdde_tensor *src[2] = {t->grad, norm_sq};
             int64_t one = 1;
             norm_sq = new_node(g, PDDE_OP_GRAD_NORM_SQ, PDDE_F32, 1, &one, norm_sq ? 2 : 1, src);
-            if (norm_sq) norm_sq->fparams[6] = scale;
+            if (norm_sq) pdde_op_set_f32(norm_sq, PDDE_P_UPDATE_GRAD_SCALE, scale);
         }
     }
     for (int i = 0; i < n && g->status == PDDE_OK; i++) {
@@ -1116,9 +947,12 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
         if (!u) break;
         u->flags |= PDDE_TENSOR_INPLACE;
         u->device = t->device;
-        float f[7] = {p.lr, update_op == PDDE_OP_ADAMW_UPDATE ? p.beta1 : p.momentum, p.beta2, p.eps,
-                      t->ndim >= 2 ? p.weight_decay : 0.0f, p.clip_norm, scale};
-        memcpy(u->fparams, f, sizeof f);
+        pdde_op_set_f32(u, PDDE_P_UPDATE_LR, p.lr), pdde_op_set_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY, t->ndim >= 2 ? p.weight_decay : 0.0f);
+        pdde_op_set_f32(u, PDDE_P_UPDATE_CLIP, p.clip_norm), pdde_op_set_f32(u, PDDE_P_UPDATE_GRAD_SCALE, scale);
+        if (update_op == PDDE_OP_ADAMW_UPDATE)
+            pdde_op_set_f32(u, PDDE_P_UPDATE_BETA1, p.beta1), pdde_op_set_f32(u, PDDE_P_UPDATE_BETA2, p.beta2), pdde_op_set_f32(u, PDDE_P_UPDATE_EPS, p.eps);
+        else
+            pdde_op_set_f32(u, PDDE_P_SGD_MOMENTUM, p.momentum);
     }
     g->layer = -1;
     return g->status;
@@ -1703,7 +1537,7 @@ static void init_leaf_values(const pdde_context *ctx, const pdde_tensor *t, void
     int64_t n = pdde_tensor_numel(t);
     memset(host, 0, pdde_tensor_nbytes(t));
     if (t->dtype != PDDE_F32) return;
-    float *f = host, v = t->fparams[0];
+    float *f = host, v = pdde_op_f32(t, (t->flags & PDDE_TENSOR_CONST) ? PDDE_P_CONST_VALUE : PDDE_P_PARAM_INIT_STD);
     if (t->flags & PDDE_TENSOR_CONST) {
         for (int64_t i = 0; i < n; i++) f[i] = v;
     } else if (t->flags & PDDE_TENSOR_PARAM) {
@@ -2249,7 +2083,7 @@ static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micr
         if (!(st = read_local(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
     }
     int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
-    if (!st && u->nsrc > plain && u->fparams[5] > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
+    if (!st && u->nsrc > plain && pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
         st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
     return st;
 }
@@ -2391,7 +2225,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         if (st == PDDE_OK) st = sync;
     }
     if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
-    if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || (mode & PDDE_RUN_OPTIMIZER))) drop_gradients(s);
+    if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || mode_runs_update(mode))) drop_gradients(s);
 #ifdef PDDE_HAVE_COMM
     /* the step's loss on every rank: the mean over the ranks holding one (data-parallel ranks hold
      * their rows' mean; other pipeline stages none) */
@@ -2557,20 +2391,6 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
 #define CKPT_MAGIC "PDDECKPT"
 #define CKPT_VERSION 3u /* 2 added each tensor's dist attr, 3 the learning-rate schedule; 1 and 2 still load */
 #define CKPT_SCHEDULE_BYTES 28u
-
-static uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
-    static uint32_t table[256];
-    if (!table[1]) /* benign race: every thread writes the same values */
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-    const uint8_t *p = data;
-    crc = ~crc;
-    while (n--) crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
-    return ~crc;
-}
 
 static bool ckpt_saved(const pdde_tensor *t) {
     return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));

@@ -150,64 +150,72 @@ float pdde_bf16_to_f32(uint16_t h);
 /* ---------------------------------------------------------------------------------------------------
  * Tensors and ops. A pdde_tensor is a node of a graph: its op, inputs, shape and attributes. It holds
  * data only inside a compiled session. The struct is public so that out-of-tree backends can read a
- * node's op and parameters (ggml style); user code treats it as read-only. */
+ * node's op and parameters (ggml style); user code treats it as read-only. An op's parameters are
+ * named slots, listed with each op below ("i:" integer, "f:" float; NAME is PDDE_P_NAME of
+ * backends/op_params.h, read with pdde_op_i32/pdde_op_f32 there). */
 #define PDDE_MAX_DIMS 6
 #define PDDE_MAX_SRC 6
 
 typedef enum {
     PDDE_OP_NONE = 0, /* leaf: input, parameter or optimizer state */
     /* forward ops */
-    PDDE_OP_MATMUL,      /* [..,M,K]x[..,K,N]; iparams: trans_a, trans_b; b may be 2-D (shared); f32, or bf16 in, f32 out */
+    PDDE_OP_MATMUL,      /* [..,M,K]x[..,K,N]; i: MATMUL_TRANS_A, MATMUL_TRANS_B; b may be 2-D (shared); f32, or bf16
+                            in, f32 out */
     PDDE_OP_ADD,         /* numpy broadcasting of src1 onto src0's shape */
     PDDE_OP_SUB,
     PDDE_OP_MUL,
-    PDDE_OP_SCALE,       /* fparams[0] * x */
+    PDDE_OP_SCALE,       /* f: SCALE times x */
     PDDE_OP_GELU,        /* tanh approximation (GPT-2) */
     PDDE_OP_RELU,
     PDDE_OP_SILU,
-    PDDE_OP_LAYERNORM,   /* over the last dim; src: x, gamma, beta; fparams[0] = eps */
-    PDDE_OP_RMSNORM,     /* over the last dim; src: x, gamma; fparams[0] = eps */
-    PDDE_OP_SOFTMAX,     /* over the last dim; iparams[0] = causal (mask j > i of the last two dims) */
+    PDDE_OP_LAYERNORM,   /* over the last dim; src: x, gamma, beta; f: NORM_EPS */
+    PDDE_OP_RMSNORM,     /* over the last dim; src: x, gamma; f: NORM_EPS */
+    PDDE_OP_SOFTMAX,     /* over the last dim; i: SOFTMAX_CAUSAL (mask j > i of the last two dims) */
     PDDE_OP_CROSS_ENTROPY, /* src: logits [N,V], targets i32 [N]; scalar mean loss over targets >= 0 */
     PDDE_OP_EMBEDDING,   /* src: table [V,C], ids i32 [...]; out [...,C]. Vocab parallel (set by an SPMD
-                            session; 0, 0 = a whole table): iparams[0] = the first id the table holds,
-                            iparams[1] = the whole vocab; ids outside the table's rows give zero rows */
+                            session; 0, 0 = a whole table): i: VOCAB_FIRST = the first id the table
+                            holds, VOCAB_SIZE = the whole vocab; ids outside the table's rows give zero
+                            rows */
     PDDE_OP_RESHAPE,     /* a view: same data, new shape */
-    PDDE_OP_PERMUTE,     /* iparams[0..ndim): output dim i takes input dim iparams[i] */
-    PDDE_OP_CONCAT,      /* iparams[0] = axis; 2..PDDE_MAX_SRC inputs */
-    PDDE_OP_SLICE,       /* iparams: axis, start; the output shape gives the length */
-    PDDE_OP_SUM,         /* iparams[0] = axis (-1: all), iparams[1] = keepdim */
-    PDDE_OP_MEAN,
-    PDDE_OP_DROPOUT,     /* fparams[0] = p; iparams[0..1] = seed (lo, hi), iparams[2] = run counter
-                            (set by the executor each run); keep(i) = hash(seed, counter, i) >= p */
+    PDDE_OP_PERMUTE,     /* i: PERMUTE_DIM0 + d for d < ndim: the input dim output dim d takes */
+    PDDE_OP_CONCAT,      /* i: CONCAT_AXIS; 2..PDDE_MAX_SRC inputs */
+    PDDE_OP_SLICE,       /* i: SLICE_AXIS, SLICE_START; the output shape gives the length */
+    PDDE_OP_SUM,         /* i: REDUCE_AXIS (-1: all), REDUCE_KEEPDIM */
+    PDDE_OP_MEAN,        /* as SUM */
+    PDDE_OP_DROPOUT,     /* f: DROPOUT_P; i: DROPOUT_SEED_LO, DROPOUT_SEED_HI, DROPOUT_COUNTER (set by the
+                            executor each run); keep(i) = hash(seed, counter, i) >= p */
     PDDE_OP_CAST,        /* to the output dtype */
     /* backward ops (appended by pdde_backward) */
     PDDE_OP_SUM_TO,      /* reduce src0 to this tensor's (broadcast-compatible) shape */
-    PDDE_OP_EXPAND,      /* broadcast src0 to this tensor's shape, times fparams[0] */
+    PDDE_OP_EXPAND,      /* broadcast src0 to this tensor's shape, times f: SCALE */
     PDDE_OP_GELU_BACK,   /* src: x, dy */
     PDDE_OP_RELU_BACK,
     PDDE_OP_SILU_BACK,
-    PDDE_OP_LAYERNORM_BACK,       /* src: x, gamma, dy -> dx */
+    PDDE_OP_LAYERNORM_BACK,       /* src: x, gamma, dy -> dx; f: NORM_EPS (as are the next three) */
     PDDE_OP_LAYERNORM_BACK_GAMMA, /* src: x, dy -> dgamma */
     PDDE_OP_RMSNORM_BACK,         /* src: x, gamma, dy -> dx */
     PDDE_OP_RMSNORM_BACK_GAMMA,   /* src: x, dy -> dgamma */
     PDDE_OP_SOFTMAX_BACK,         /* src: y, dy */
     PDDE_OP_CROSS_ENTROPY_BACK,   /* src: logits, targets, dloss (scalar) -> dlogits. With the
-                                     forward: iparams[1] > 0 = logits split on the vocab (first
-                                     column iparams[0] of iparams[1]), run by the executor itself
-                                     (cross-rank row reductions) */
+                                     forward: i: VOCAB_SIZE > 0 = logits split on the vocab (their
+                                     first column is VOCAB_FIRST); that form is run by the executor
+                                     itself (cross-rank row reductions), a backend only says it
+                                     does not support it */
     PDDE_OP_EMBEDDING_BACK,       /* src: base grad [V,C], ids, dy: base + scatter-add (in place);
-                                     iparams as the embedding's (ids of other rows are skipped) */
-    PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape */
-    PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same seed) */
+                                     i: as the embedding's (ids of other rows are skipped) */
+    PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape; i: as SLICE's */
+    PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same params) */
     PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
-     * and zero the gradient they consumed. fparams: [0] lr (set by the executor each step), [1] beta1
-     * or momentum, [2] beta2, [3] eps, [4] weight decay, [5] clip norm (0 = off), [6] gradient scale
-     * (1/grad_accum_steps); iparams[0] = step t, 1-based (set by the executor). */
-    PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2) */
-    PDDE_OP_SGD_UPDATE,           /* src: param, grad, momentum [, gnorm_sq] */
-    PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq] */
+     * and zero the gradient they consumed. f: UPDATE_LR (set by the executor each step),
+     * UPDATE_WEIGHT_DECAY, UPDATE_CLIP (0 = off; with a gnorm_sq source, gradients are scaled by
+     * clip / (|g| + 1e-6) when |g| > clip), UPDATE_GRAD_SCALE (1/grad_accum_steps); i: UPDATE_STEP
+     * t, 1-based (set by the executor). */
+    PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2),
+                                     scale = f: UPDATE_GRAD_SCALE */
+    PDDE_OP_SGD_UPDATE,           /* src: param, grad, momentum [, gnorm_sq]; f: also SGD_MOMENTUM */
+    PDDE_OP_ADAMW_UPDATE,         /* src: param, grad, m, v [, gnorm_sq]; f: also UPDATE_BETA1,
+                                     UPDATE_BETA2, UPDATE_EPS */
     /* communication and device-boundary ops (distributed graph; see the planner) */
     PDDE_OP_COPY,                 /* to another device */
     /* reshard collectives (inserted by lowering where an op needs another layout of an input, see
@@ -227,7 +235,6 @@ typedef enum {
     PDDE_OP_COUNT
 } pdde_op;
 
-const char *pdde_op_name(pdde_op op);
 
 typedef enum {
     PDDE_TENSOR_INPUT = 1 << 0,      /* fed by the caller each step */
@@ -237,7 +244,7 @@ typedef enum {
     PDDE_TENSOR_OUTPUT = 1 << 4,     /* kept alive to the end of the step so the caller can read it */
     PDDE_TENSOR_VIEW = 1 << 5,       /* shares its src0's memory */
     PDDE_TENSOR_INPLACE = 1 << 6,    /* writes into its src0's memory */
-    PDDE_TENSOR_CONST = 1 << 7,      /* a leaf filled with fparams[0] once */
+    PDDE_TENSOR_CONST = 1 << 7,      /* a leaf filled with f: CONST_VALUE once */
     PDDE_TENSOR_GRAD = 1 << 8,       /* a parameter's gradient accumulator (STATE, not checkpointed) */
     PDDE_TENSOR_SPARSE = 1 << 9,     /* a batch's rows of a parameter-server table: a PARAM with a gradient
                                         that the optimizers skip and checkpoints leave out (pdde_sparse_*) */
@@ -284,8 +291,8 @@ struct pdde_tensor {
     int64_t shape[PDDE_MAX_DIMS];
     int nsrc;
     pdde_tensor *src[PDDE_MAX_SRC];
-    int32_t iparams[8];
-    float fparams[8];        /* leaves: [0] initial value (param: normal std; const: fill value) */
+    int32_t iparams[8];      /* op parameters: named slots (backends/op_params.h), see the op list */
+    float fparams[8];
     uint32_t flags;          /* pdde_tensor_flags */
     pdde_phase phase;
     int device;              /* index into the session's devices; -1 = not placed (default device) */
@@ -297,6 +304,8 @@ struct pdde_tensor {
     size_t offset;           /* byte offset of the data in that buffer */
     char name[64];
 };
+
+const char *pdde_op_name(pdde_op op);
 
 int64_t pdde_tensor_numel(const pdde_tensor *t);
 size_t pdde_tensor_nbytes(const pdde_tensor *t);

@@ -1,6 +1,7 @@
 /* backends/backend_impl.h — what the backends layer shares with the layers above it, beyond the
- * public vtable in pdde.h: the registry of backend families and devices (registry.c), the optional
- * vtable slot test, and math helpers both the CPU kernels and the executor's host-side ops use.
+ * public vtable in pdde.h: the context struct, the registry of backend families and devices
+ * (registry.c), the optional vtable slot test, the bottom helpers of base.c, and math helpers both the
+ * CPU kernels and the executor's host-side ops use. The named op parameters are op_params.h's.
  * Nothing here knows graphs, sessions or distribution. */
 #ifndef PDDE_BACKEND_IMPL_H
 #define PDDE_BACKEND_IMPL_H
@@ -15,6 +16,7 @@
 #include <string.h>
 
 #include "../pdde.h"
+#include "op_params.h"
 
 #ifndef PDDE_PRIVATE
 #define PDDE_PRIVATE static __attribute__((unused))
@@ -25,6 +27,16 @@ extern const pdde_backend_iface pdde_backend_cpu, pdde_backend_opencl, pdde_back
 
 /* Whether backend b fills an optional slot (slots past its struct_size count as NULL). */
 #define IFACE_HAS(b, slot) ((b)->struct_size >= offsetof(pdde_backend_iface, slot) + sizeof((b)->slot) && (b)->slot)
+
+/* The library's context: made by pdde_context_init (pdde.c), read by every layer (its last error,
+ * threads, seed, and the registry of its devices). */
+struct pdde_context {
+    int n_threads;
+    uint64_t seed;
+    int log_level;
+    char last_error[1024];
+    struct pdde_registry *registry; /* backends and their devices (registry.c) */
+};
 
 /* The backend families of a context and their devices; built once, then fixed. */
 typedef struct {
@@ -66,37 +78,9 @@ PDDE_PRIVATE bool registry_device_supports(pdde_context *ctx, pdde_registry *r, 
 /* A family's name: its backend's, or a refused plugin's file name. */
 PDDE_PRIVATE const char *registry_family_name(const registry_family *f);
 
-/* Named op parameters: each slot of an op's iparams/fparams has one meaning, named here, and is read
- * and written through pdde_op_i32/pdde_op_f32 (ggml's op params). What the executor alone needs of a
- * node (its collective's mesh axis, a peer, an early start) is not an op parameter: it lives in the
- * local program (planner/pdde_impl.h). */
-typedef enum {
-    PDDE_P_MATMUL_TRANS_A = 0, PDDE_P_MATMUL_TRANS_B = 1,
-    PDDE_P_SOFTMAX_CAUSAL = 0,
-    PDDE_P_PERMUTE_DIM0 = 0,            /* output dim i takes input dim [PDDE_P_PERMUTE_DIM0 + i] */
-    PDDE_P_CONCAT_AXIS = 0,
-    PDDE_P_SLICE_AXIS = 0, PDDE_P_SLICE_START = 1,
-    PDDE_P_REDUCE_AXIS = 0, PDDE_P_REDUCE_KEEPDIM = 1,          /* sum, mean */
-    PDDE_P_DROPOUT_SEED_LO = 0, PDDE_P_DROPOUT_SEED_HI = 1, PDDE_P_DROPOUT_COUNTER = 2,
-    /* embedding, its backward, cross-entropy, its backward: the vocab rows/columns this rank holds
-     * (0, 0 = all of it) */
-    PDDE_P_VOCAB_FIRST = 0, PDDE_P_VOCAB_SIZE = 1,
-    PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
-} pdde_iparam;
-
-typedef enum {
-    PDDE_P_LEAF_INIT = 0,               /* parameter: normal std (< 0: ones); constant: fill value */
-    PDDE_P_SCALE = 0,                   /* scale, expand */
-    PDDE_P_NORM_EPS = 0,                /* layernorm, rmsnorm */
-    PDDE_P_DROPOUT_P = 0,
-    PDDE_P_UPDATE_LR = 0, PDDE_P_UPDATE_BETA1 = 1, PDDE_P_UPDATE_BETA2 = 2, PDDE_P_UPDATE_EPS = 3,
-    PDDE_P_UPDATE_WEIGHT_DECAY = 4, PDDE_P_UPDATE_CLIP = 5, PDDE_P_UPDATE_GRAD_SCALE = 6,
-} pdde_fparam;
-
-static inline int32_t pdde_op_i32(const pdde_tensor *t, pdde_iparam p) { return t->iparams[p]; }
-static inline void pdde_op_set_i32(pdde_tensor *t, pdde_iparam p, int32_t v) { t->iparams[p] = v; }
-static inline float pdde_op_f32(const pdde_tensor *t, pdde_fparam p) { return t->fparams[p]; }
-static inline void pdde_op_set_f32(pdde_tensor *t, pdde_fparam p, float v) { t->fparams[p] = v; }
+/* base.c: t's shape as [a,b,c]; the CRC-32 (zlib's) of n bytes continuing crc (0 to start). */
+PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);
+PDDE_PRIVATE uint32_t crc32_update(uint32_t crc, const void *data, size_t n);
 
 /* exp(x) for float, written so that loops over it vectorise (glibc's expf/tanhf calls do not):
  * exp(x) = 2^n * e^g with n = rint(x / ln2) and |g| <= ln2/2, e^g by its degree-7 Taylor polynomial

@@ -225,7 +225,7 @@ static float *bf16_widen(const pdde_tensor *t) {
 
 static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
     const pdde_tensor *a = y->src[0], *b = y->src[1];
-    gemm_job j = {.ta = y->iparams[0], .tb = y->iparams[1], .A = F32(a), .B = F32(b), .C = F32(y)};
+    gemm_job j = {.ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), .tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B), .A = F32(a), .B = F32(b), .C = F32(y)};
     j.M = y->shape[y->ndim - 2], j.N = y->shape[y->ndim - 1];
     j.K = a->shape[a->ndim - (j.ta ? 2 : 1)];
     j.batch = j.M > 0 && j.N > 0 ? pdde_tensor_numel(y) / (j.M * j.N) : 0;
@@ -342,7 +342,7 @@ CPU_KERNEL static void unary_task(void *arg, int64_t begin, int64_t end) {
     const float *x = F32(t->src[0]);
     float *y = F32(t);
     const float *dy = t->nsrc > 1 ? F32(t->src[1]) : NULL;
-    float s = t->fparams[0];
+    float s = pdde_op_f32(t, PDDE_P_SCALE);
     switch (t->op) {
     case PDDE_OP_SCALE: for (int64_t i = begin; i < end; i++) y[i] = s * x[i]; break;
     case PDDE_OP_GELU: for (int64_t i = begin; i < end; i++) y[i] = gelu_tanh(x[i]); break;
@@ -373,10 +373,12 @@ static void dropout_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     const float *x = F32(t->src[0]);
     float *y = F32(t);
-    float p = t->fparams[0], keep_scale = 1.0f / (1.0f - p);
+    float p = pdde_op_f32(t, PDDE_P_DROPOUT_P), keep_scale = 1.0f / (1.0f - p);
     uint32_t threshold = (uint32_t)((double)p * 4294967296.0 > 4294967295.0 ? 4294967295.0 : (double)p * 4294967296.0);
+    uint32_t lo = (uint32_t)pdde_op_i32(t, PDDE_P_DROPOUT_SEED_LO), hi = (uint32_t)pdde_op_i32(t, PDDE_P_DROPOUT_SEED_HI);
+    uint32_t ctr = (uint32_t)pdde_op_i32(t, PDDE_P_DROPOUT_COUNTER);
     for (int64_t i = begin; i < end; i++) {
-        uint32_t h = dropout_hash((uint32_t)t->iparams[0], (uint32_t)t->iparams[1], (uint32_t)t->iparams[2], (uint64_t)i);
+        uint32_t h = dropout_hash(lo, hi, ctr, (uint64_t)i);
         y[i] = h >= threshold ? x[i] * keep_scale : 0.0f;
     }
 }
@@ -400,7 +402,7 @@ static void row_stats(const float *x, int64_t C, bool centred, float eps, float 
 CPU_KERNEL static void layernorm_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     int64_t C = LAST_DIM(t);
-    float eps = t->fparams[0];
+    float eps = pdde_op_f32(t, PDDE_P_NORM_EPS);
     const float *x = F32(t->src[0]), *gamma = F32(t->src[1]);
     const float *beta = t->op == PDDE_OP_LAYERNORM ? F32(t->src[2]) : NULL;
     float *y = F32(t);
@@ -419,7 +421,7 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     bool ln = t->op == PDDE_OP_LAYERNORM_BACK;
     int64_t C = LAST_DIM(t);
-    float eps = t->fparams[0];
+    float eps = pdde_op_f32(t, PDDE_P_NORM_EPS);
     const float *x = F32(t->src[0]), *gamma = F32(t->src[1]), *dy = F32(t->src[2]);
     float *dx = F32(t);
     for (int64_t r = begin; r < end; r++) {
@@ -464,13 +466,13 @@ static void norm_stats_task(void *arg, int64_t begin, int64_t end) {
     int64_t C = LAST_DIM(xt);
     const float *x = F32(xt);
     float *stats = (float *)j->extra;
-    for (int64_t r = begin; r < end; r++) row_stats(x + r * C, C, ln, t->fparams[0], &stats[2 * r], &stats[2 * r + 1]);
+    for (int64_t r = begin; r < end; r++) row_stats(x + r * C, C, ln, pdde_op_f32(t, PDDE_P_NORM_EPS), &stats[2 * r], &stats[2 * r + 1]);
 }
 
 CPU_KERNEL static void softmax_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     int64_t C = LAST_DIM(t), T = t->ndim >= 2 ? t->shape[t->ndim - 2] : 1;
-    bool causal = t->iparams[0];
+    bool causal = pdde_op_i32(t, PDDE_P_SOFTMAX_CAUSAL);
     const float *x = F32(t->src[0]);
     float *y = F32(t);
     for (int64_t r = begin; r < end; r++) {
@@ -587,7 +589,7 @@ static void cpu_permute(pdde_threadpool *pool, pdde_tensor *y) {
     strided_job j = {.y = F32(y), .x = F32(x), .ndim = y->ndim};
     int64_t xst[PDDE_MAX_DIMS];
     contiguous_strides(x, xst);
-    for (int d = 0; d < y->ndim; d++) j.ys[d] = y->shape[d], j.xs[d] = xst[y->iparams[d]];
+    for (int d = 0; d < y->ndim; d++) j.ys[d] = y->shape[d], j.xs[d] = xst[pdde_op_i32(y, PDDE_P_PERMUTE_DIM0 + d)];
     parallel_for(pool, pdde_tensor_numel(y), 1 << 15, strided_task, &j);
 }
 
@@ -630,14 +632,14 @@ static void cpu_expand(pdde_tensor *y) {
     const pdde_tensor *x = y->src[0];
     bcast bc;
     bcast_init(&bc, y, x);
-    float *out = F32(y), s = y->fparams[0];
+    float *out = F32(y), s = pdde_op_f32(y, PDDE_P_SCALE);
     const float *in = F32(x);
     for (int64_t i = 0, n = pdde_tensor_numel(y); i < n; i++) out[i] = s * in[bcast_index(&bc, i)];
 }
 
 static void cpu_reduce(pdde_tensor *y) {
     const pdde_tensor *x = y->src[0];
-    int axis = y->iparams[0];
+    int axis = pdde_op_i32(y, PDDE_P_REDUCE_AXIS);
     const float *in = F32(x);
     float *out = F32(y);
     int64_t n = pdde_tensor_numel(x);
@@ -699,8 +701,9 @@ CPU_KERNEL static void adamw_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
-    float lr = u->fparams[0], b1 = u->fparams[1], b2 = u->fparams[2], eps = u->fparams[3], wd = u->fparams[4];
-    float gs = u->fparams[6] * j->clip_coef;
+    float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), b1 = pdde_op_f32(u, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(u, PDDE_P_UPDATE_BETA2);
+    float eps = pdde_op_f32(u, PDDE_P_UPDATE_EPS), wd = pdde_op_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY);
+    float gs = pdde_op_f32(u, PDDE_P_UPDATE_GRAD_SCALE) * j->clip_coef;
     for (int64_t i = begin; i < end; i++) {
         float gi = g[i] * gs;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
@@ -715,7 +718,8 @@ CPU_KERNEL static void sgd_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *buf = F32(u->src[2]);
-    float lr = u->fparams[0], mom = u->fparams[1], wd = u->fparams[4], gs = u->fparams[6] * j->clip_coef;
+    float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), mom = pdde_op_f32(u, PDDE_P_SGD_MOMENTUM), wd = pdde_op_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY);
+    float gs = pdde_op_f32(u, PDDE_P_UPDATE_GRAD_SCALE) * j->clip_coef;
     for (int64_t i = begin; i < end; i++) {
         float gi = g[i] * gs + wd * p[i];
         buf[i] = mom * buf[i] + gi;
@@ -733,9 +737,10 @@ CPU_KERNEL static void accum_task(void *arg, int64_t begin, int64_t end) {
 
 static float clip_coefficient(const pdde_tensor *u) {
     int nsrc_plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3;
-    if (u->nsrc <= nsrc_plain || u->fparams[5] <= 0) return 1.0f;
+    float clip = pdde_op_f32(u, PDDE_P_UPDATE_CLIP);
+    if (u->nsrc <= nsrc_plain || clip <= 0) return 1.0f;
     float norm = sqrtf(F32(u->src[nsrc_plain])[0]);
-    return norm > u->fparams[5] ? u->fparams[5] / (norm + 1e-6f) : 1.0f;
+    return norm > clip ? clip / (norm + 1e-6f) : 1.0f;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -783,7 +788,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_SOFTMAX_BACK: parallel_for(pool, ROWS(t), 16, softmax_back_task, &job); return PDDE_OK;
     case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: {
         const pdde_tensor *logits = t->src[0];
-        if (t->iparams[1] > 0) /* its rows span ranks: the session runs it (run_cross_entropy_vocab) */
+        if (pdde_op_i32(t, PDDE_P_VOCAB_SIZE) > 0) /* its rows span ranks: the session runs it (run_cross_entropy_vocab) */
             return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "%s: logits split on the vocab over a mesh axis run in an SPMD session", t->name);
         int64_t R = logits->shape[0], V = logits->shape[1], count = count_valid_targets(t->src[1], V);
         job.a = count ? count : 1;
@@ -804,9 +809,9 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     }
     case PDDE_OP_EMBEDDING: {
         const pdde_tensor *table = t->src[0];
-        int64_t V = table->shape[0], C = table->shape[1], rows = pdde_tensor_numel(t->src[1]), first = t->iparams[0];
-        /* a vocab-parallel table (set by an SPMD session) holds rows [first, first + V) of iparams[1] */
-        int64_t vocab = t->iparams[1] > 0 ? t->iparams[1] : V;
+        int64_t V = table->shape[0], C = table->shape[1], rows = pdde_tensor_numel(t->src[1]), first = pdde_op_i32(t, PDDE_P_VOCAB_FIRST);
+        /* a vocab-parallel table (set by an SPMD session) holds rows [first, first + V) of the vocab */
+        int64_t vocab = pdde_op_i32(t, PDDE_P_VOCAB_SIZE) > 0 ? pdde_op_i32(t, PDDE_P_VOCAB_SIZE) : V;
         const int32_t *ids = I32(t->src[1]);
         for (int64_t r = 0; r < rows; r++)
             if (ids[r] < 0 || ids[r] >= vocab)
@@ -822,7 +827,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_EMBEDDING_BACK: {
         bool has_base = t->nsrc == 3;
         const pdde_tensor *ids_t = t->src[has_base ? 1 : 0], *dy_t = t->src[has_base ? 2 : 1];
-        int64_t V = t->shape[0], C = t->shape[1], rows = pdde_tensor_numel(ids_t), first = t->iparams[0];
+        int64_t V = t->shape[0], C = t->shape[1], rows = pdde_tensor_numel(ids_t), first = pdde_op_i32(t, PDDE_P_VOCAB_FIRST);
         float *dw = F32(t);
         if (!has_base) memset(dw, 0, pdde_tensor_nbytes(t));
         else if (F32(t->src[0]) != dw) memcpy(dw, F32(t->src[0]), pdde_tensor_nbytes(t));
@@ -838,7 +843,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     }
     case PDDE_OP_PERMUTE: cpu_permute(pool, t); return PDDE_OK;
     case PDDE_OP_CONCAT: {
-        int axis = t->iparams[0];
+        int axis = pdde_op_i32(t, PDDE_P_CONCAT_AXIS);
         int64_t outer, inner, start = 0;
         axis_geometry(t, axis, &outer, &inner);
         for (int i = 0; i < t->nsrc; i++) {
@@ -850,19 +855,19 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     }
     case PDDE_OP_SLICE: {
         const pdde_tensor *x = t->src[0];
-        int axis = t->iparams[0];
+        int axis = pdde_op_i32(t, PDDE_P_SLICE_AXIS);
         int64_t outer, inner;
         axis_geometry(t, axis, &outer, &inner);
-        axis_copy(F32(t), t->shape[axis], 0, F32(x), x->shape[axis], t->iparams[1], t->shape[axis], outer, inner);
+        axis_copy(F32(t), t->shape[axis], 0, F32(x), x->shape[axis], pdde_op_i32(t, PDDE_P_SLICE_START), t->shape[axis], outer, inner);
         return PDDE_OK;
     }
     case PDDE_OP_SLICE_BACK: {
         const pdde_tensor *dy = t->src[0];
-        int axis = t->iparams[0];
+        int axis = pdde_op_i32(t, PDDE_P_SLICE_AXIS);
         int64_t outer, inner;
         axis_geometry(t, axis, &outer, &inner);
         memset(F32(t), 0, pdde_tensor_nbytes(t));
-        axis_copy(F32(t), t->shape[axis], t->iparams[1], F32(dy), dy->shape[axis], 0, dy->shape[axis], outer, inner);
+        axis_copy(F32(t), t->shape[axis], pdde_op_i32(t, PDDE_P_SLICE_START), F32(dy), dy->shape[axis], 0, dy->shape[axis], outer, inner);
         return PDDE_OK;
     }
     case PDDE_OP_SUM: case PDDE_OP_MEAN: cpu_reduce(t); return PDDE_OK;
@@ -875,15 +880,15 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         const float *g = F32(gt);
         double s = 0;
         for (int64_t i = 0, m = pdde_tensor_numel(gt); i < m; i++) s += (double)g[i] * g[i];
-        float scale = t->fparams[6];
+        float scale = pdde_op_f32(t, PDDE_P_UPDATE_GRAD_SCALE);
         F32(t)[0] = (float)(s * scale * scale) + (t->nsrc > 1 ? F32(t->src[1])[0] : 0.0f);
         return PDDE_OK;
     }
     case PDDE_OP_ADAMW_UPDATE: case PDDE_OP_SGD_UPDATE: {
         update_job uj = {.u = t, .clip_coef = clip_coefficient(t)};
-        int step = t->iparams[0] > 0 ? t->iparams[0] : 1;
-        uj.bc1 = 1.0f - powf(t->fparams[1], (float)step);
-        uj.bc2 = 1.0f - powf(t->fparams[2], (float)step);
+        int step = pdde_op_i32(t, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(t, PDDE_P_UPDATE_STEP) : 1;
+        if (t->op == PDDE_OP_ADAMW_UPDATE) /* Adam's bias corrections */
+            uj.bc1 = 1.0f - powf(pdde_op_f32(t, PDDE_P_UPDATE_BETA1), (float)step), uj.bc2 = 1.0f - powf(pdde_op_f32(t, PDDE_P_UPDATE_BETA2), (float)step);
         parallel_for(pool, n, PAR_MIN, t->op == PDDE_OP_ADAMW_UPDATE ? adamw_task : sgd_task, &uj);
         return PDDE_OK;
     }

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../pdde.h"
+#include "op_params.h"
 
 /* A device address: a buffer (the backend's buffer handle, as in pdde_tensor.data) and a byte offset into
  * it; base 0 is a null pointer. CUDA and Level Zero add the two into one pointer (pgd_addr); OpenCL
@@ -96,9 +96,14 @@ static int64_t pgd_numel(const pdde_tensor *t) {
     return n;
 }
 
+/* Whether a node is the vocab-parallel form of the embedding or cross-entropy (or their backward). */
+static int pgd_vocab_split(const pdde_tensor *node) {
+    return pdde_op_i32(node, PDDE_P_VOCAB_FIRST) != 0 || pdde_op_i32(node, PDDE_P_VOCAB_SIZE) != 0;
+}
+
 /* 1 if the device can run this node: every op of the enum in f32 (ids and targets i32), any cast.
- * Vocab-parallel forms of the embedding and cross-entropy (iparams[0..1], set by an SPMD session,
- * which runs them on host memory) have no device kernels. */
+ * Vocab-parallel forms of the embedding and cross-entropy (PDDE_P_VOCAB_FIRST/SIZE set by an SPMD
+ * session, which runs them on host memory) have no device kernels. */
 static int pgd_supports_op(const pdde_tensor *node) {
     if (!node || node->ndim > PGD_MAX_DIMS) return 0;
     if (node->op == PDDE_OP_NONE || node->op >= PDDE_OP_COPY) return 0; /* copies and collectives are the core's */
@@ -110,18 +115,18 @@ static int pgd_supports_op(const pdde_tensor *node) {
         return node->nsrc == 1 && (unsigned)a->dtype < PDDE_DTYPE_COUNT && (unsigned)node->dtype < PDDE_DTYPE_COUNT;
     case PDDE_OP_RESHAPE: return node->nsrc == 1 && node->dtype == a->dtype;
     case PDDE_OP_EMBEDDING: case PDDE_OP_CROSS_ENTROPY:
-        if (node->nsrc != 2 || node->iparams[0] || node->iparams[1]) return 0;
+        if (node->nsrc != 2 || pgd_vocab_split(node)) return 0;
         break;
     case PDDE_OP_CROSS_ENTROPY_BACK:
-        if (node->nsrc != 3 || node->iparams[0] || node->iparams[1]) return 0;
+        if (node->nsrc != 3 || pgd_vocab_split(node)) return 0;
         break;
     case PDDE_OP_EMBEDDING_BACK: /* [base,] ids, dy */
-        if (node->nsrc < 2 || node->nsrc > 3 || node->ndim != 2 || node->iparams[0] || node->iparams[1]) return 0;
+        if (node->nsrc < 2 || node->nsrc > 3 || node->ndim != 2 || pgd_vocab_split(node)) return 0;
         break;
     case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch */
         if (node->nsrc != 2 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
-        int64_t K = node->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        int64_t K = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         int64_t batch = M && N ? pgd_numel(node) / (M * N) : 0, ab = M && K ? pgd_numel(a) / (M * K) : 1,
                 bb = K && N ? pgd_numel(b) / (K * N) : 1;
         if (batch && !((ab == 1 || ab == batch) && (bb == 1 || bb == batch))) return 0;
@@ -328,7 +333,7 @@ static int pgd_reduce(const pgd_ctx *g, pgd_ptr px, const int64_t *xshape, int n
 
 static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *a = node->src[0], *b = node->src[1];
-    int32_t ta = node->iparams[0] != 0, tb = node->iparams[1] != 0;
+    int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
     if (node->ndim < 2 || a->ndim < 2 || b->ndim < 2)
         return pdde_error(g->ctx, PDDE_ERR_SHAPE, "%s: matmul %s needs operands of 2 dims or more", g->name, node->name);
     int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
@@ -390,7 +395,7 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
     pdde_tensor *x = node->src[0], *dy = node->src[1];
     int64_t rows, C;
     if (!pgd_rows(x, &rows, &C)) return g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)pgd_numel(node));
-    float eps = node->fparams[0], one = 1.0f;
+    float eps = pdde_op_f32(node, PDDE_P_NORM_EPS), one = 1.0f;
     int64_t chunks = pgd_row_chunks(g, rows, C), rpc = (rows + chunks - 1) / chunks;
     /* scratch: the row statistics [rows][2], then the chunk sums [chunks][C] when the rows are split */
     size_t stats_bytes = ((size_t)rows * 2 * sizeof(float) + 255) & ~(size_t)255;
@@ -441,9 +446,6 @@ static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
     return g->copy(g->impl, g->stream, dst, src, n);
 }
 
-/* The gradient scale of optimizer nodes (fparams[6], 1/grad_accum_steps), as the CPU backend reads it. */
-static float pgd_gscale(const pdde_tensor *node) { return node->fparams[6]; }
-
 /* src[i] where the node has it (optional operands: a layernorm's beta, an update's gnorm_sq), else null */
 static pgd_ptr pgd_opt_src(const pdde_tensor *node, int i) {
     return node->nsrc > i && node->src[i] ? pgd_ptr_of(node->src[i]) : pgd_null;
@@ -467,7 +469,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         int32_t opi = PGD_B_ADD;
         return pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pa), PGD_P(pb), PGD_P(pa), PGD_A(n), PGD_A(n), PGD_A(opi)));
     }
-    case PDDE_OP_SCALE: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_SCALE, node->fparams[0]);
+    case PDDE_OP_SCALE: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_SCALE, pdde_op_f32(node, PDDE_P_SCALE));
     case PDDE_OP_GELU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_GELU, 0.0f);
     case PDDE_OP_RELU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_RELU, 0.0f);
     case PDDE_OP_SILU: return pgd_unary(g, pgd_ptr_of(x), pgd_ptr_of(node), n, PGD_U_SILU, 0.0f);
@@ -479,7 +481,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_RMSNORM: {
         int64_t rows, C;
         if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
-        float eps = node->fparams[0];
+        float eps = pdde_op_f32(node, PDDE_P_NORM_EPS);
         pgd_ptr px = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), py = pgd_ptr_of(node);
         if (node->op == PDDE_OP_RMSNORM)
             return pgd_row_launch(g, PGD_K_RMSNORM, rows, C,
@@ -492,7 +494,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_RMSNORM_BACK: {
         int64_t rows, C;
         if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
-        float eps = node->fparams[0];
+        float eps = pdde_op_f32(node, PDDE_P_NORM_EPS);
         pgd_ptr px = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pdy = pgd_ptr_of(node->src[2]), pdx = pgd_ptr_of(node);
         return pgd_row_launch(g, node->op == PDDE_OP_RMSNORM_BACK ? PGD_K_RMSNORM_BACK : PGD_K_LAYERNORM_BACK, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps)));
@@ -503,7 +505,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         int64_t rows, C;
         if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
         int64_t T = x->ndim >= 2 ? x->shape[x->ndim - 2] : 1;
-        int32_t causal = node->iparams[0] != 0;
+        int32_t causal = pdde_op_i32(node, PDDE_P_SOFTMAX_CAUSAL) != 0;
         pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
         return pgd_row_launch(g, PGD_K_SOFTMAX, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(T), PGD_A(causal)));
@@ -552,20 +554,20 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
                 acc *= x->shape[i];
             }
             for (int i = 0; i < node->ndim; i++) {
-                int p = node->iparams[i];
+                int p = pdde_op_i32(node, PDDE_P_PERMUTE_DIM0 + i);
                 if (p < 0 || p >= x->ndim)
                     return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "%s: permute %s: bad axis %d", g->name, node->name, p);
                 sh.sa[i] = st[p];
             }
         } else {
             pgd_bcast_strides(x, node->ndim, node->shape, sh.sa);
-            scale = node->fparams[0];
+            scale = pdde_op_f32(node, PDDE_P_SCALE);
         }
         pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
         return pgd_launch_1d(g, PGD_K_GATHER, n, PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(sh), PGD_A(scale)));
     }
     case PDDE_OP_CONCAT: {
-        int axis = node->iparams[0];
+        int axis = pdde_op_i32(node, PDDE_P_CONCAT_AXIS);
         int64_t outer, inner, total = node->shape[axis], off = 0;
         pgd_axis_split(node, axis, &outer, &inner);
         for (int i = 0; i < node->nsrc; i++) {
@@ -578,15 +580,15 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         return PDDE_OK;
     }
     case PDDE_OP_SLICE: {
-        int axis = node->iparams[0];
-        int64_t start = node->iparams[1], outer, inner, len = node->shape[axis], full = x->shape[axis];
+        int axis = pdde_op_i32(node, PDDE_P_SLICE_AXIS);
+        int64_t start = pdde_op_i32(node, PDDE_P_SLICE_START), outer, inner, len = node->shape[axis], full = x->shape[axis];
         pgd_axis_split(node, axis, &outer, &inner);
         return pgd_copy2d(g, pgd_ptr_of(x), pgd_ptr_of(node), outer, len * inner, full * inner, start * inner,
                           len * inner, 0);
     }
     case PDDE_OP_SLICE_BACK: {
-        int axis = node->iparams[0];
-        int64_t start = node->iparams[1], outer, inner, len = x->shape[axis], full = node->shape[axis];
+        int axis = pdde_op_i32(node, PDDE_P_SLICE_AXIS);
+        int64_t start = pdde_op_i32(node, PDDE_P_SLICE_START), outer, inner, len = x->shape[axis], full = node->shape[axis];
         pgd_axis_split(node, axis, &outer, &inner);
         if (n && (e = g->fill32(g->impl, g->stream, pgd_ptr_of(node), 0, (size_t)n))) return e;
         return pgd_copy2d(g, pgd_ptr_of(x), pgd_ptr_of(node), outer, len * inner, len * inner, 0, full * inner,
@@ -594,7 +596,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     }
     case PDDE_OP_SUM:
     case PDDE_OP_MEAN: {
-        int axis = node->iparams[0], red[PGD_MAX_DIMS];
+        int axis = pdde_op_i32(node, PDDE_P_REDUCE_AXIS), red[PGD_MAX_DIMS];
         int64_t nred = 1;
         for (int i = 0; i < x->ndim; i++) {
             red[i] = axis < 0 || i == axis;
@@ -617,10 +619,11 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_DROPOUT_BACK: {
         if (!n) return PDDE_OK;
         /* the CPU backend's threshold and scale, computed the same way */
-        float p = node->fparams[0], scale = 1.0f / (1.0f - p);
+        float p = pdde_op_f32(node, PDDE_P_DROPOUT_P), scale = 1.0f / (1.0f - p);
         double th = (double)p * 4294967296.0;
         uint32_t thr = (uint32_t)(th > 4294967295.0 ? 4294967295.0 : th);
-        uint32_t lo = (uint32_t)node->iparams[0], hi = (uint32_t)node->iparams[1], ctr = (uint32_t)node->iparams[2];
+        uint32_t lo = (uint32_t)pdde_op_i32(node, PDDE_P_DROPOUT_SEED_LO), hi = (uint32_t)pdde_op_i32(node, PDDE_P_DROPOUT_SEED_HI);
+        uint32_t ctr = (uint32_t)pdde_op_i32(node, PDDE_P_DROPOUT_COUNTER);
         pgd_ptr px = pgd_ptr_of(x), py = pgd_ptr_of(node);
         return pgd_launch_1d(g, PGD_K_DROPOUT, n,
                              PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(thr), PGD_A(scale), PGD_A(lo), PGD_A(hi),
@@ -634,7 +637,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         return pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
     }
     case PDDE_OP_GRAD_NORM_SQ: {
-        float gs = pgd_gscale(node);
+        float gs = pdde_op_f32(node, PDDE_P_UPDATE_GRAD_SCALE);
         return pgd_sum_all(g, pgd_ptr_of(x), pgd_numel(x), 1, pgd_opt_src(node, 1), gs * gs, pgd_ptr_of(node));
     }
     case PDDE_OP_SGD_UPDATE:
@@ -642,16 +645,18 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         int64_t np = pgd_numel(x);
         if (!np) return PDDE_OK;
         pgd_ptr pp = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pm = pgd_opt_src(node, 2);
-        float lr = node->fparams[0], b1 = node->fparams[1], b2 = node->fparams[2], eps = node->fparams[3],
-              wd = node->fparams[4], clip = node->fparams[5], gs = pgd_gscale(node);
+        float lr = pdde_op_f32(node, PDDE_P_UPDATE_LR), wd = pdde_op_f32(node, PDDE_P_UPDATE_WEIGHT_DECAY),
+              clip = pdde_op_f32(node, PDDE_P_UPDATE_CLIP), gs = pdde_op_f32(node, PDDE_P_UPDATE_GRAD_SCALE);
         if (node->op == PDDE_OP_SGD_UPDATE) {
             pgd_ptr gn = pgd_opt_src(node, 3);
+            float mom = pdde_op_f32(node, PDDE_P_SGD_MOMENTUM);
             return pgd_launch_1d(g, PGD_K_SGD, np,
-                                 PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(b1),
+                                 PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(mom),
                                           PGD_A(wd), PGD_A(clip), PGD_A(gs)));
         }
         pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_opt_src(node, 4);
-        int t = node->iparams[0] > 0 ? node->iparams[0] : 1;
+        float b1 = pdde_op_f32(node, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(node, PDDE_P_UPDATE_BETA2), eps = pdde_op_f32(node, PDDE_P_UPDATE_EPS);
+        int t = pdde_op_i32(node, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(node, PDDE_P_UPDATE_STEP) : 1;
         float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
         return pgd_launch_1d(g, PGD_K_ADAMW, np,
                              PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(pv), PGD_P(gn), PGD_A(np), PGD_A(lr),

@@ -34,7 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../pdde.h"
+#include "backend_impl.h"
 #include "gpu_dispatch.h"
 #include "gpu_kernels_cl.h"
 #ifdef PDDE_HAVE_CLBLAST

@@ -4,7 +4,8 @@
  * include it in pdde.c, and add one line to builtin_backends below. Out-of-tree backends come in through
  * pdde_context_params.extra_backends, or as plugins (shared libraries named by PDDE_BACKEND_PLUGINS,
  * loaded here; backends/README.md is the guide). The registry is built once per context and then fixed;
- * it knows the context only as the handle backends report errors on (pdde.c owns the context). */
+ * pdde.c owns the context; the public queries of its devices and backends (pdde_device_*,
+ * pdde_backend_*) read its registry here. */
 
 #include "backend_impl.h"
 
@@ -208,4 +209,32 @@ PDDE_PRIVATE bool registry_device_supports(pdde_context *ctx, pdde_registry *r, 
 
 PDDE_PRIVATE const char *registry_family_name(const registry_family *f) {
     return f->iface && f->iface->name ? f->iface->name : f->label[0] ? f->label : "?";
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The public view of a context's registry */
+
+int pdde_device_count(pdde_context *ctx) { return ctx && ctx->registry ? ctx->registry->n_devices : 0; }
+
+pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out) {
+    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
+    if (device < 0 || device >= ctx->registry->n_devices)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "device %d does not exist (%d devices)", device, ctx->registry->n_devices);
+    return registry_device_props(ctx->registry, device, out);
+}
+
+int pdde_device_find(pdde_context *ctx, const char *backend, int index) { return registry_device_find(ctx->registry, backend, index); }
+
+int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_families : 0; }
+
+const char *pdde_backend_name(pdde_context *ctx, int backend) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return NULL;
+    return registry_family_name(&ctx->registry->families[backend]);
+}
+
+pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why) {
+    if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return PDDE_ERR_INVALID_ARG;
+    registry_family *f = &ctx->registry->families[backend];
+    if (why) *why = f->status == PDDE_OK ? "" : f->why;
+    return f->status;
 }

@@ -144,9 +144,12 @@ static pdde_status ucx_init(pdde_context *ctx, const pdde_transport_params *p, v
     return PDDE_OK;
 }
 
+static void ucx_conn_close(void *conn);
+
 static void ucx_fini(void *p) {
     ucx_transport *tr = p;
     if (!tr) return;
+    while (tr->pending) ucx_conn_close(tr->pending); /* connects given up before their ACK came */
     /* flushes towards live peers are quick; peers that do not answer cost at most 1 s in all. After a
      * failure nothing is progressed (see pdde_transport_iface.abort). */
     double deadline = comm_now() + 1.0;

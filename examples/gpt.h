@@ -220,9 +220,7 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
                 for (int r = 0; r < ranks; r++)
                     a[r] = d->flops[0], a[ranks + r] = d->mem_bw[0], a[2 * ranks + r] = d->memory[0] / ranks,
                     a[3 * ranks + r] = d->op_latency ? d->op_latency[0] : 0;
-                pdde_plan_devices one = *d;
                 free((void *)d->flops), free((void *)d->host);
-                *d = one;
                 d->n_devices = ranks, d->flops = a, d->mem_bw = a + ranks, d->memory = a + 2 * ranks, d->op_latency = a + 3 * ranks;
                 d->host = host;
                 if (!(d->intra_bw > 0)) d->intra_bw = cl->machines[0].intra.bandwidth, d->intra_lat = cl->machines[0].intra.latency;

@@ -9,11 +9,13 @@
  *   PDDE_BACKEND_PLUGINS=$PWD/libpdde_toy.so build/pdde-info
  *   build/test_backend_ops --plugin $PWD/libpdde_toy.so                 (the conformance suite)
  *
- * It includes pdde.h only for the types: everything it calls in pdde comes through the host table
+ * It includes pdde.h for the types and backends/op_params.h (header-only) for the op parameters by
+ * name; everything it calls in pdde comes through the host table
  * its entry point receives, so the same .so loads into programs linking pdde statically or shared.
  * TOY_API_VERSION (default PDDE_BACKEND_API_VERSION) builds a plugin of another version, which pdde
  * must refuse (the tests do). */
 #include "pdde.h"
+#include "backends/op_params.h" /* op parameters by name (header-only) */
 
 #include <stdlib.h>
 #include <string.h>
@@ -123,13 +125,13 @@ static pdde_status toy_compute(void *dev, void *stream, pdde_tensor *t) {
     case PDDE_OP_ADD: for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i]; break;
     case PDDE_OP_SUB: for (int64_t i = 0; i < n; i++) y[i] = a[i] - b[i]; break;
     case PDDE_OP_MUL: for (int64_t i = 0; i < n; i++) y[i] = a[i] * b[i]; break;
-    case PDDE_OP_SCALE: for (int64_t i = 0; i < n; i++) y[i] = t->fparams[0] * a[i]; break;
+    case PDDE_OP_SCALE: for (int64_t i = 0; i < n; i++) y[i] = pdde_op_f32(t, PDDE_P_SCALE) * a[i]; break;
     case PDDE_OP_RELU: for (int64_t i = 0; i < n; i++) y[i] = a[i] > 0 ? a[i] : 0.0f; break;
     case PDDE_OP_RELU_BACK: for (int64_t i = 0; i < n; i++) y[i] = a[i] > 0 ? b[i] : 0.0f; break; /* src: x, dy */
     case PDDE_OP_RESHAPE: if (y != a) memmove(y, a, (size_t)n * sizeof *y); break;
     case PDDE_OP_GRAD_ACCUM: for (int64_t i = 0; i < n; i++) y[i] += b[i]; break; /* y is src0's memory */
-    case PDDE_OP_MATMUL: { /* [M,K] x [K,N], either operand stored transposed (iparams 0 and 1) */
-        int ta = t->iparams[0], tb = t->iparams[1];
+    case PDDE_OP_MATMUL: { /* [M,K] x [K,N], either operand stored transposed */
+        int ta = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A), tb = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_B);
         int64_t M = t->shape[0], N = t->shape[1], K = t->src[0]->shape[ta ? 0 : 1];
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {

@@ -1,10 +1,10 @@
 /* planner/cluster.c — the unified cluster object: machines -> devices -> links, its checks, its JSON
  * form (cJSON) and the detection of this machine (backends + hwloc). Included by pdde.c. */
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #include <errno.h>
 #include <unistd.h>
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #ifdef PDDE_HAVE_CJSON
 #include <cjson/cJSON.h>
@@ -37,9 +37,9 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
     case PDDE_OP_RMSNORM_BACK: case PDDE_OP_RMSNORM_BACK_GAMMA: case PDDE_OP_CROSS_ENTROPY_BACK:
         return PDDE_OPCLASS_ROW;
     case PDDE_OP_SOFTMAX:
-        return node->iparams[0] ? PDDE_OPCLASS_ATTENTION : PDDE_OPCLASS_ROW;
+        return pdde_op_i32(node, PDDE_P_SOFTMAX_CAUSAL) ? PDDE_OPCLASS_ATTENTION : PDDE_OPCLASS_ROW;
     case PDDE_OP_SOFTMAX_BACK: /* the causal flag is on the forward softmax it differentiates (src0 = y) */
-        return node->nsrc > 0 && node->src[0]->op == PDDE_OP_SOFTMAX && node->src[0]->iparams[0]
+        return node->nsrc > 0 && node->src[0]->op == PDDE_OP_SOFTMAX && pdde_op_i32(node->src[0], PDDE_P_SOFTMAX_CAUSAL)
                    ? PDDE_OPCLASS_ATTENTION : PDDE_OPCLASS_ROW;
     case PDDE_OP_EMBEDDING: case PDDE_OP_EMBEDDING_BACK: return PDDE_OPCLASS_EMBEDDING;
     case PDDE_OP_GRAD_NORM_SQ: case PDDE_OP_SGD_UPDATE: case PDDE_OP_ADAMW_UPDATE: return PDDE_OPCLASS_OPTIMIZER;

@@ -3,7 +3,7 @@
  * gives every leaf its attr and runs every op's SPMD rule (spmd_rules.c), keeping what each op
  * requires of its inputs; pdde_graph_dump_dist prints the result as a program. */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 PDDE_PRIVATE bool completion_annotated(const struct planner_graph *pg, const pdde_tensor *t) {
     return pg && t->id < pg->n_annotated && pg->annotated[t->id];

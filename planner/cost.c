@@ -2,11 +2,11 @@
  * communication time from the topology and the algorithm, and a per-rank timeline simulation of one
  * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, memory
  * liveness). Included by pdde.c after cluster.c. */
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #include <errno.h>
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #include <errno.h>
 
@@ -633,12 +633,12 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
     pdde_cost_program *p;
     pdde_status st = pdde_cost_program_init(1, &p);
     if (st) return st;
-    int n = pdde_graph_n_tensors(g);
+    int n = g ? g->n : 0;
     int *index = malloc((size_t)(n ? n : 1) * sizeof *index); /* tensor id -> op index (-1: a leaf) */
     if (!index) { pdde_cost_program_free(p); return PDDE_ERR_OOM; }
     double persistent = 0;
     for (int i = 0; i < n && !st; i++) {
-        const pdde_tensor *x = pdde_graph_tensor(g, i);
+        const pdde_tensor *x = g->nodes[i];
         index[i] = -1;
         if (x->op == PDDE_OP_NONE) {
             persistent += (double)pdde_tensor_nbytes(x);
@@ -656,7 +656,7 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
         if (x->op == PDDE_OP_MATMUL && x->nsrc >= 2 && x->ndim >= 2) {
             const pdde_tensor *a = x->src[0];
             op.n = x->shape[x->ndim - 1];
-            op.k = x->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+            op.k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
             op.m = op.n ? pdde_tensor_numel(x) / op.n : 0;
         }
         int k = pdde_cost_program_add(p, 0, &op);
@@ -664,7 +664,7 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
         index[i] = k;
         for (int s = 0; s < x->nsrc; s++) { /* the inputs live until here */
             int j = index[x->src[s]->id];
-            if (j >= 0 && !(pdde_graph_tensor(g, x->src[s]->id)->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)))
+            if (j >= 0 && !(x->src[s]->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)))
                 p->ranks[0].ops[j].last_use = k;
         }
     }

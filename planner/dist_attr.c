@@ -1,7 +1,7 @@
 /* planner/dist_attr.c — small helpers on dist attrs: making, comparing, printing, and naming the
  * reshard between what a producer gives and what a consumer requires. */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 PDDE_PRIVATE pdde_dist_attr attr_replicated(const pdde_mesh *mesh, int ndim) {
     pdde_dist_attr a = {.mesh = mesh, .ndim = (int8_t)ndim};

@@ -1,5 +1,5 @@
 /* planner/lower.c — lowering: from a completed graph, the lowering params and a rank, that rank's local
- * program (pdde_program, pdde_impl.h). A pure function: it reads the graph and writes only the program
+ * program (pdde_program, planner_impl.h). A pure function: it reads the graph and writes only the program
  * it returns — no communicator (peers and groups are mesh coordinates turned into ranks), no device,
  * no tensor memory — so a planner can lower every rank of a candidate plan in one process, and a
  * graph can be compiled many times under different plans.
@@ -17,7 +17,7 @@
  *   schedule:  the pipeline stages (the runs of layers on one mesh), this rank's, its chunks, and the
  *              passes of a step in the 1F1B or GPipe order. */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #include <unistd.h>
 

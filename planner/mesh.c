@@ -1,7 +1,7 @@
 /* planner/mesh.c — process meshes: N-d arrays of ranks with named axes, owned by their graph.
  * (Paddle's ProcessMesh{shape, process_ids, dim_names}.) */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 PDDE_PRIVATE int mesh_numel(int ndim, const int *shape) {
     int n = 1;

@@ -1,4 +1,4 @@
-/* planner/planner.c — the per-graph planner state (struct planner_graph in pdde_impl.h): made on
+/* planner/planner.c — the per-graph planner state (struct planner_graph in planner_impl.h): made on
  * first use, freed with the graph. The planner's other files, one purpose each (pdde.c includes them
  * in this order):
  *   mesh.c        process meshes (owned by the graph)
@@ -13,7 +13,7 @@
  *   lower.c       lowering: a rank's local program of a completed graph (pure: no communicator,
  *                 device or tensor memory, the graph unchanged) */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 PDDE_PRIVATE void planner_graph_free(struct planner_graph *p) {
     if (!p) return;

@@ -23,7 +23,7 @@
  * stage's cost grows with its range, the prefix optimum with the prefix, so the split point is found
  * by bisection: O(stages x layers x log layers) per candidate). */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #include <float.h>
 
@@ -88,9 +88,9 @@ static pdde_status plan_profile_index(pdde_context *ctx, plan_profile *p) {
  * its output, and so does an embedding lookup (vocab parallel). */
 static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile *p) {
     memset(p, 0, sizeof *p);
-    int n = pdde_graph_n_tensors(g), L = 1;
+    int n = g->n, L = 1;
     for (int i = 0; i < n && n_layers <= 0; i++) {
-        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        const pdde_tensor *t = g->nodes[i];
         if (t->layer + 1 > L) L = t->layer + 1;
     }
     if (n_layers > 0) L = n_layers;
@@ -100,13 +100,13 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
     uint8_t *counted = calloc((size_t)n, 1);
     if (!mem || !cnt || !counted) {
         free(mem), free(cnt), free(counted);
-        return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "plan: out of memory");
+        return pdde_error(g->ctx, PDDE_ERR_OOM, "plan: out of memory");
     }
     p->flops = mem, p->bytes = mem + L, p->params = mem + 2 * L, p->acts = mem + 3 * L, p->out = mem + 4 * L, p->tp_ar = mem + 5 * L, p->ops = mem + 6 * L;
     p->tp_n = cnt;
     int *weight_gemms = cnt + L;
     for (int i = 0; i < n; i++) {
-        const pdde_tensor *t = pdde_graph_tensor(g, i);
+        const pdde_tensor *t = g->nodes[i];
         int l = t->layer >= 0 && t->layer < L ? t->layer : 0;
         double nb = (double)pdde_tensor_nbytes(t);
         if (t->op == PDDE_OP_NONE) {
@@ -117,7 +117,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         if (!(t->flags & PDDE_TENSOR_VIEW)) p->acts[l] += nb, p->ops[l] += 1;
         if (t->op == PDDE_OP_MATMUL) {
             const pdde_tensor *a = t->src[0];
-            int64_t k = t->iparams[0] ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+            int64_t k = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
             p->flops[l] += 2.0 * (double)pdde_tensor_numel(t) * (double)k;
             if (t->src[1]->flags & PDDE_TENSOR_PARAM && ++weight_gemms[l] % 2 == 0) p->tp_ar[l] += nb, p->tp_n[l]++;
         } else if (!(t->flags & PDDE_TENSOR_VIEW)) {
@@ -133,7 +133,7 @@ static pdde_status plan_profile_build(pdde_graph *g, int n_layers, plan_profile 
         }
     }
     free(counted);
-    pdde_status st = plan_profile_index(pdde_graph_context(g), p);
+    pdde_status st = plan_profile_index(g->ctx, p);
     if (st) plan_profile_free(p);
     return st;
 }
@@ -418,7 +418,7 @@ static void plan_pick_devices(const int *order, int n, int *dev) {
 }
 
 pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan) {
-    pdde_context *ctx = g ? pdde_graph_context(g) : NULL;
+    pdde_context *ctx = g ? g->ctx : NULL;
     if (!g || !devices || !params || !plan) return PDDE_ERR_INVALID_ARG;
     pdde_status st = plan_check_inputs(ctx, devices, params);
     if (st) return st;
@@ -458,7 +458,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
 
 pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params,
                              pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
-    pdde_context *ctx = g ? pdde_graph_context(g) : NULL;
+    pdde_context *ctx = g ? g->ctx : NULL;
     if (!g || !devices || !plans || max_plans < 1 || !n_fit || !n_rejected) return PDDE_ERR_INVALID_ARG;
     const pdde_plan_devices *d = devices;
     pdde_plan_params pp = params ? *params : (pdde_plan_params)PDDE_PLAN_PARAMS_INIT;

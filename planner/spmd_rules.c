@@ -16,7 +16,7 @@
  * matmul stays partial and the allreduce happens where a non-linear op (the next layernorm) needs the
  * full value. */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 #include <assert.h>
 
@@ -262,7 +262,7 @@ static int spmd_matmul_weight(const pdde_tensor *y) {
  * batch axis, is gathered). */
 static void spmd_rule_matmul(spmd_ctx *c) {
     const pdde_tensor *y = c->node, *a = y->src[0], *b = y->src[1];
-    int ta = y->iparams[0], tb = y->iparams[1], nb = y->ndim - 2;
+    int ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B), nb = y->ndim - 2;
     spmd_letters(c->out_dims, nb, 'a');
     c->out_dims[nb] = 'm', c->out_dims[nb + 1] = 'n', c->out_dims[nb + 2] = 0;
     /* an operand's batch dims are the output's (2-D operands have none) */
@@ -388,7 +388,7 @@ static void spmd_rule_reshape(spmd_ctx *c) {
 static void spmd_rule_permute(spmd_ctx *c) {
     const pdde_tensor *y = c->node;
     spmd_letters(c->dims[0], y->ndim, 'a');
-    for (int i = 0; i < y->ndim; i++) c->out_dims[i] = (char)('a' + y->iparams[i]);
+    for (int i = 0; i < y->ndim; i++) c->out_dims[i] = (char)('a' + pdde_op_i32(y, PDDE_P_PERMUTE_DIM0 + i));
     c->out_dims[y->ndim] = 0;
     c->linear = 1;
     spmd_einsum(c, NULL);
@@ -397,7 +397,7 @@ static void spmd_rule_permute(spmd_ctx *c) {
 /* concat: the cut axis is required replicated; the inputs are laid side by side (one partial) */
 static void spmd_rule_concat(spmd_ctx *c) {
     spmd_letters_same(c);
-    spmd_pin(c, c->out_dims[c->node->iparams[0]]);
+    spmd_pin(c, c->out_dims[pdde_op_i32(c->node, PDDE_P_CONCAT_AXIS)]);
     c->linear = (1u << c->nsrc) - 1, c->additive = true;
     spmd_einsum(c, NULL);
 }
@@ -405,7 +405,7 @@ static void spmd_rule_concat(spmd_ctx *c) {
 /* slice, slice_back: the cut axis is required replicated */
 static void spmd_rule_slice(spmd_ctx *c) {
     spmd_letters_same(c);
-    spmd_pin(c, c->out_dims[c->node->iparams[0]]);
+    spmd_pin(c, c->out_dims[pdde_op_i32(c->node, PDDE_P_SLICE_AXIS)]);
     c->linear = 1;
     spmd_einsum(c, NULL);
 }
@@ -413,7 +413,7 @@ static void spmd_rule_slice(spmd_ctx *c) {
 /* sum, mean over one axis or all: a reduced split dim makes the output partial (a mean: averaged) */
 static void spmd_rule_reduce(spmd_ctx *c) {
     const pdde_tensor *x = c->node->src[0], *y = c->node;
-    int axis = y->iparams[0], keep = y->iparams[1], nd = 0;
+    int axis = pdde_op_i32(y, PDDE_P_REDUCE_AXIS), keep = pdde_op_i32(y, PDDE_P_REDUCE_KEEPDIM), nd = 0;
     spmd_letters(c->dims[0], x->ndim, 'a');
     for (int i = 0; i < x->ndim; i++) {
         bool reduced = axis == -1 || i == axis;
@@ -441,7 +441,7 @@ static void spmd_rule_sum_to(spmd_ctx *c) {
 /* expand (a reduction's gradient, broadcast back): kept dims follow, the broadcast ones are replicated
  * (consumers split them by a local slice). Partition contract: a mean's gradient carrying the mean
  * marker on axis a (avg{a}: each rank differentiates its own mean) is scaled by the local count, i.e.
- * fparams[0] (1/global count) times the size of a. */
+ * its PDDE_P_SCALE (1/global count) times the size of a. */
 static void spmd_rule_expand(spmd_ctx *c) {
     const pdde_tensor *x = c->node->src[0], *y = c->node;
     spmd_letters(c->out_dims, y->ndim, 'a');

@@ -3,7 +3,7 @@
  * mesh, so they compose (data parallel, then ZeRO or tensor parallel) and pdde_complete does the rest.
  * No strategy gets a code path of its own in completion or execution. */
 
-#include "pdde_impl.h"
+#include "planner_impl.h"
 
 /* t's current mapping on mesh (its annotation there, else replicated) into map. */
 static void strategy_current(const pdde_graph *g, const pdde_tensor *t, const pdde_mesh *mesh, int *map) {
@@ -137,7 +137,7 @@ pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *m
     /* run r: layers [r * n / R, (r + 1) * n / R) on the slice of the mesh at r % S along the axis */
     for (int r = 0; r < runs; r++) {
         const pdde_mesh *stage = pdde_mesh_slice(g, mesh, ax, r % stages);
-        if (!stage) return pdde_graph_status(g);
+        if (!stage) return g->status;
         pdde_status st = pdde_graph_set_layer_mesh(g, r * n_layers / runs, (r + 1) * n_layers / runs - 1, stage);
         if (st) return st;
     }

@@ -14,6 +14,7 @@
  * a kernel that does not build gives PDDE_ERR_BUILD with the log, a huge buffer PDDE_ERR_DEVICE_OOM. */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "backends/op_params.h" /* the named op parameters the test sets */
 #include "tests/test_util.h"
 
 #include <stdbool.h>
@@ -486,7 +487,7 @@ static void graph_traffic(pdde_graph *g, double *bytes, double *flops) {
         for (int k = 0; k < t->nsrc; k++) *bytes += (double)pdde_tensor_nbytes(t->src[k]);
         if (t->op == PDDE_OP_MATMUL) {
             const pdde_tensor *a = t->src[0];
-            double K = (double)a->shape[a->ndim - (t->iparams[0] ? 2 : 1)];
+            double K = (double)a->shape[a->ndim - (pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? 2 : 1)];
             *flops += 2.0 * (double)pdde_tensor_numel(t) * K;
         }
     }
@@ -590,13 +591,13 @@ static void test_errors(pdde_context *ctx, int device, const char *backend) {
     pdde_graph *g;
     pdde_session *s = NULL;
     pdde_status st;
-    /* an op the device cannot run: the vocab-parallel cross-entropy (iparams[1] > 0, which an SPMD
-     * session sets and runs on host memory) */
+    /* an op the device cannot run: the vocab-parallel cross-entropy (PDDE_P_VOCAB_SIZE > 0, which an
+     * SPMD session sets and runs on host memory) */
     if (strcmp(backend, "cpu")) {
         pdde_graph_init(ctx, &g);
         pdde_tensor *ce = pdde_cross_entropy(g, pdde_input(g, "logits", PDDE_F32, 2, (int64_t[]){4, 5}),
                                              pdde_input(g, "tgt", PDDE_I32, 1, (int64_t[]){4}));
-        ce->iparams[0] = 5, ce->iparams[1] = 15;
+        pdde_op_set_i32(ce, PDDE_P_VOCAB_FIRST, 5), pdde_op_set_i32(ce, PDDE_P_VOCAB_SIZE, 15);
         pdde_mark_output(ce);
         st = pdde_session_init(g, &sp, &s);
         CHECK(st == PDDE_ERR_UNSUPPORTED, "unsupported op: got %s (%s)", pdde_status_str(st), pdde_last_error(ctx));
@@ -616,8 +617,8 @@ static void test_errors(pdde_context *ctx, int device, const char *backend) {
     pdde_graph_free(g);
 }
 
-/* The vocab-parallel embedding (iparams[0] = the first id of the table's rows, iparams[1] = the whole
- * vocab; an SPMD session sets them where the table is split on the vocab): the CPU looks up the ids
+/* The vocab-parallel embedding (PDDE_P_VOCAB_FIRST = the first id of the table's rows,
+ * PDDE_P_VOCAB_SIZE = the whole vocab; an SPMD session sets them where the table is split on the vocab): the CPU looks up the ids
  * in its range, gives zero rows for the others and scatters only its own rows' gradient; an id
  * outside the whole vocab is still an error. Other devices refuse the node cleanly (session init). */
 static void test_vocab_offset(pdde_context *ctx, int device) {
@@ -631,7 +632,7 @@ static void test_vocab_offset(pdde_context *ctx, int device) {
     pdde_backward(g, loss);
     for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
-        if (t->op == PDDE_OP_EMBEDDING || t->op == PDDE_OP_EMBEDDING_BACK) t->iparams[0] = FIRST, t->iparams[1] = VOCAB;
+        if (t->op == PDDE_OP_EMBEDDING || t->op == PDDE_OP_EMBEDDING_BACK) pdde_op_set_i32(t, PDDE_P_VOCAB_FIRST, FIRST), pdde_op_set_i32(t, PDDE_P_VOCAB_SIZE, VOCAB);
     }
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;

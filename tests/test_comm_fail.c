@@ -323,7 +323,7 @@ int main(int argc, char **argv) {
         for (int sig = 0; sig < 2; sig++)
             for (int n = 2; n <= 4; n += 2) {
                 int arg[3] = {n - 2, n == 4 ? 1 << 20 : 2, sig ? SIGSTOP : SIGKILL};
-                char prefix[32];
+                char prefix[64];
                 snprintf(prefix, sizeof prefix, "kill%d_%d_%d_%d", ucx, sig, n, arg[1]);
                 g_shared[0] = g_shared[1] = 0;
                 if (ucx) setenv("PDDE_COMM_SHM", "0", 1);

@@ -15,13 +15,13 @@ check "libpdde.so -> libpdde.so.0 -> libpdde.so.0.1.0 and libpdde.a installed" $
 
 export PKG_CONFIG_PATH="$tmp/usr/lib/pkgconfig"
 # shellcheck disable=SC2046
-cc -std=c11 $(pkg-config --cflags pdde) examples/gpt.c -o "$tmp/gpt" $(pkg-config --libs pdde) -lm 2>"$tmp/cc.log"
+cc -std=c11 $(pkg-config --cflags pdde) examples/gpt.c -o "$tmp/gpt" $(pkg-config --libs pdde) -lm ${PDDE_TEST_SANITIZE:-} 2>"$tmp/cc.log"
 rc=$?
 check "examples/gpt.c builds with pkg-config --cflags/--libs pdde ($(head -3 "$tmp/cc.log"))" $rc
 LD_LIBRARY_PATH="$tmp/usr/lib" ldd "$tmp/gpt" | grep -q "libpdde.so.0 => $tmp/usr/lib/libpdde.so.0"
 check "gpt links the installed libpdde.so.0" $?
 # shellcheck disable=SC2046
-cc -std=c11 $(pkg-config --cflags pdde) examples/gpt.c -o "$tmp/gpt-static" "$tmp/usr/lib/libpdde.a" $(pkg-config --libs-only-l --static pdde | sed 's/-lpdde//') 2>"$tmp/cc2.log"
+cc -std=c11 $(pkg-config --cflags pdde) examples/gpt.c -o "$tmp/gpt-static" "$tmp/usr/lib/libpdde.a" $(pkg-config --libs-only-l --static pdde | sed 's/-lpdde//') ${PDDE_TEST_SANITIZE:-} 2>"$tmp/cc2.log"
 rc=$?
 check "examples/gpt.c links statically with pkg-config --static ($(head -3 "$tmp/cc2.log"))" $rc
 

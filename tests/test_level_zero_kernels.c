@@ -11,6 +11,7 @@
  * where there is no OpenCL device with fine-grained SVM. */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "backends/op_params.h" /* the named op parameters the test sets */
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 
@@ -175,7 +176,7 @@ static void fill_leaf(pdde_tensor *t, void *buf, int64_t vocab) {
         s = s * 1664525u + 1013904223u;
         float u = (float)(s >> 8) / 16777216.0f;
         if (t->dtype == PDDE_I32) ((int32_t *)buf)[i] = (i % 13 == 7 && strstr(t->name, "target")) ? -1 : (int32_t)((s >> 8) % (uint32_t)vocab);
-        else if (t->flags & PDDE_TENSOR_CONST) ((float *)buf)[i] = t->fparams[0];
+        else if (t->flags & PDDE_TENSOR_CONST) ((float *)buf)[i] = pdde_op_f32(t, PDDE_P_CONST_VALUE);
         else if (t->flags & PDDE_TENSOR_STATE) ((float *)buf)[i] = 0.0f;
         else ((float *)buf)[i] = (u - 0.5f) * 0.5f;
     }
@@ -219,8 +220,8 @@ static void *svm_alloc(void *arg, size_t n) {
 static void prepare(pdde_graph *g) {
     for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
-        if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) t->fparams[0] = 0.01f, t->iparams[0] = 2;
-        if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) t->iparams[2] = 3;
+        if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) pdde_op_set_f32(t, PDDE_P_UPDATE_LR, 0.01f), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, 2);
+        if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, 3);
     }
 }
 

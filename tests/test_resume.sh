@@ -17,7 +17,8 @@ cp -r "$tmp/ck" "$tmp/ck2"
 rc=$?
 check "resumed with --steps 30 ($(tail -1 "$tmp/b.log"))" $rc
 grep -q "over 20 steps .*over 30 .*keeping the checkpoint's schedule" "$tmp/b.log"
-check "the resume says it keeps the 20-step schedule ($(grep 'schedule' "$tmp/b.log" | head -1))" $?
+rc=$?
+check "the resume says it keeps the 20-step schedule ($(grep 'schedule' "$tmp/b.log" | head -1))" $rc
 
 python3 - "$tmp/full.jsonl" "$tmp/a.jsonl" "$tmp/b.jsonl" >"$tmp/cmp" 2>&1 <<'PY'
 import json, math, sys

@@ -1,5 +1,6 @@
-/* planner/pdde_impl.h — the private header of pdde's core: the internal structs (context, graph,
- * planner state, the local program that lowering returns) and the prototypes the parts share.
+/* planner/planner_impl.h — the private header of the graph IR and the planner: the internal structs
+ * (graph, planner state, the local program that lowering returns) and the prototypes the planner's
+ * parts share with each other and with pdde.c above them (the context is backends/backend_impl.h's).
  *
  * It sits in planner/ because the top level holds only the public header and the amalgamation, and
  * planner/ is the lowest layer that knows the graph IR: backends/ and comm/ never include it (they
@@ -9,8 +10,8 @@
  *
  * Parts are compiled as one unit by pdde.c (PDDE_PRIVATE = static) and, to check that each depends
  * only on this header and the layers below, alone (`make check-parts`: PDDE_PRIVATE empty). */
-#ifndef PDDE_IMPL_H
-#define PDDE_IMPL_H
+#ifndef PDDE_PLANNER_IMPL_H
+#define PDDE_PLANNER_IMPL_H
 
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -38,15 +39,7 @@
 #endif
 
 /* ------------------------------------------------------------------------------------------------
- * Context and graph (pdde.c) */
-
-struct pdde_context {
-    int n_threads;
-    uint64_t seed;
-    int log_level;
-    char last_error[1024];
-    pdde_registry *registry; /* backends and their devices (backends/registry.c) */
-};
+ * The graph (pdde.c builds it; the context is backends/backend_impl.h's) */
 
 struct pdde_graph {
     pdde_context *ctx;
@@ -89,9 +82,6 @@ static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt
 
 /* A view or an in-place op: it shares the storage of its first input. */
 static inline bool is_root_sharing(const pdde_tensor *t) { return t->nsrc > 0 && (t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE)); }
-
-/* Prints t's shape as [a,b,c]. */
-PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);
 
 /* ------------------------------------------------------------------------------------------------
  * Planner state (planner/planner.c and the files it includes) */
@@ -173,7 +163,7 @@ PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
  * without changing the user's graph. The executor runs it; a cost model can simulate it.
  *
  * Its nodes are pdde_tensors of their own (so a backend's compute runs them as they are): op, dtype,
- * named op params (backend_impl.h accessors), the LOCAL shape, src pointing at other nodes of the
+ * named op params (pdde.h accessors), the LOCAL shape, src pointing at other nodes of the
  * same program, phase (forward / backward / optimizer), layer, device (always set: a global device
  * index), dist (the attr this block has). `id` is the node's index in `nodes`; data/offset are the
  * executor's to fill. What a node is beyond a kernel call is in its pdde_program_node. */

@@ -1,0 +1,176 @@
+/* backends/base.c — the bottom of pdde, which every layer may call: status strings and the
+ * context's last error, dtype sizes, names and conversions (f16, bf16), a tensor's element and byte
+ * counts, op names and shapes as text, and the CRC-32 that checkpoint and parameter-server files carry.
+ * It knows no graph, session, communicator or device. */
+#include "backend_impl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------------
+ * Errors */
+
+const char *pdde_status_str(int status) {
+    switch (status) {
+    case PDDE_OK: return "ok";
+    case PDDE_ERR_INVALID_ARG: return "invalid argument";
+    case PDDE_ERR_SHAPE: return "shape mismatch";
+    case PDDE_ERR_DTYPE: return "unsupported dtype";
+    case PDDE_ERR_UNKNOWN_OP: return "unknown op";
+    case PDDE_ERR_STATE: return "call out of order";
+    case PDDE_ERR_OOM: return "out of host memory";
+    case PDDE_ERR_DEVICE_OOM: return "out of device memory";
+    case PDDE_ERR_IO: return "i/o error";
+    case PDDE_ERR_CORRUPT: return "corrupt file";
+    case PDDE_ERR_VERSION: return "unsupported format version";
+    case PDDE_ERR_MISMATCH: return "does not match the model";
+    case PDDE_ERR_NOT_FOUND: return "not found";
+    case PDDE_ERR_UNAVAILABLE: return "backend unavailable";
+    case PDDE_ERR_UNSUPPORTED: return "unsupported by the device";
+    case PDDE_ERR_BUILD: return "kernel build failed";
+    case PDDE_ERR_BACKEND: return "backend error";
+    case PDDE_ERR_TIMEOUT: return "timed out";
+    case PDDE_ERR_PEER_LOST: return "peer lost";
+    case PDDE_ERR_COMM: return "communication error";
+    case PDDE_ERR_ABORTED: return "aborted";
+    case PDDE_ERR_ENV: return "bad launcher environment";
+    case PDDE_ERR_AUTH: return "authentication failed";
+    case PDDE_ERR_NO_PLAN: return "no plan fits";
+    case PDDE_ERR_DIST_ATTR: return "bad distributed attribute";
+    case PDDE_ERR_NONFINITE: return "non-finite value";
+    default: return "unknown status";
+    }
+}
+
+int pdde_error(pdde_context *ctx, int status, const char *fmt, ...) {
+    if (ctx) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+        va_end(ap);
+        if (ctx->log_level >= 2) fprintf(stderr, "pdde: %s\n", ctx->last_error);
+    }
+    return status;
+}
+
+const char *pdde_last_error(const pdde_context *ctx) { return ctx ? ctx->last_error : "no context"; }
+int pdde_context_n_threads(const pdde_context *ctx) { return ctx->n_threads; }
+
+/* ------------------------------------------------------------------------------------------------
+ * Dtypes */
+
+size_t pdde_dtype_size(pdde_dtype t) {
+    switch (t) {
+    case PDDE_F32: case PDDE_I32: return 4;
+    case PDDE_F16: case PDDE_BF16: return 2;
+    case PDDE_I64: return 8;
+    default: return 0;
+    }
+}
+
+const char *pdde_dtype_name(pdde_dtype t) {
+    static const char *names[] = {"f32", "f16", "bf16", "i32", "i64"};
+    return (unsigned)t < PDDE_DTYPE_COUNT ? names[t] : "?";
+}
+
+uint16_t pdde_f32_to_bf16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fff + ((u >> 16) & 1);
+    return (uint16_t)(u >> 16);
+}
+
+float pdde_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f;
+}
+
+uint16_t pdde_f32_to_f16(float f) {
+    uint32_t u; memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000, absu = u & 0x7fffffff;
+    if (absu > 0x7f800000) return (uint16_t)(sign | 0x7e00);          /* NaN */
+    if (absu >= 0x477ff000) return (uint16_t)(sign | 0x7c00);         /* overflow -> inf */
+    if (absu < 0x38800000) {                                          /* subnormal or zero */
+        if (absu < 0x33000000) return (uint16_t)sign;
+        uint32_t mant = (absu & 0x7fffff) | 0x800000;
+        int shift = 126 - (int)(absu >> 23); /* value = mant * 2^(e-150), f16 unit = 2^-24 */
+        uint32_t half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = ((absu >> 13) - (112u << 10)), rem = absu & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+}
+
+float pdde_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
+    if (e == 0) {
+        if (m == 0) u = sign;
+        else { /* subnormal: normalise */
+            e = 113;
+            while (!(m & 0x400)) { m <<= 1; e--; }
+            u = sign | (e << 23) | ((m & 0x3ff) << 13);
+        }
+    } else if (e == 31) u = sign | 0x7f800000 | (m << 13);
+    else u = sign | ((e + 112) << 23) | (m << 13);
+    float f; memcpy(&f, &u, 4); return f;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Tensors and ops as numbers and text */
+
+int64_t pdde_tensor_numel(const pdde_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+size_t pdde_tensor_nbytes(const pdde_tensor *t) { return (size_t)pdde_tensor_numel(t) * pdde_dtype_size(t->dtype); }
+
+const char *pdde_op_name(pdde_op op) {
+    static const char *names[PDDE_OP_COUNT] = {
+        [PDDE_OP_NONE] = "leaf", [PDDE_OP_MATMUL] = "matmul", [PDDE_OP_ADD] = "add", [PDDE_OP_SUB] = "sub",
+        [PDDE_OP_MUL] = "mul", [PDDE_OP_SCALE] = "scale", [PDDE_OP_GELU] = "gelu", [PDDE_OP_RELU] = "relu",
+        [PDDE_OP_SILU] = "silu", [PDDE_OP_LAYERNORM] = "layernorm", [PDDE_OP_RMSNORM] = "rmsnorm",
+        [PDDE_OP_SOFTMAX] = "softmax", [PDDE_OP_CROSS_ENTROPY] = "cross_entropy", [PDDE_OP_EMBEDDING] = "embedding",
+        [PDDE_OP_RESHAPE] = "reshape", [PDDE_OP_PERMUTE] = "permute", [PDDE_OP_CONCAT] = "concat",
+        [PDDE_OP_SLICE] = "slice", [PDDE_OP_SUM] = "sum", [PDDE_OP_MEAN] = "mean", [PDDE_OP_DROPOUT] = "dropout",
+        [PDDE_OP_CAST] = "cast", [PDDE_OP_SUM_TO] = "sum_to", [PDDE_OP_EXPAND] = "expand",
+        [PDDE_OP_GELU_BACK] = "gelu_back", [PDDE_OP_RELU_BACK] = "relu_back", [PDDE_OP_SILU_BACK] = "silu_back",
+        [PDDE_OP_LAYERNORM_BACK] = "layernorm_back", [PDDE_OP_LAYERNORM_BACK_GAMMA] = "layernorm_back_gamma",
+        [PDDE_OP_RMSNORM_BACK] = "rmsnorm_back", [PDDE_OP_RMSNORM_BACK_GAMMA] = "rmsnorm_back_gamma",
+        [PDDE_OP_SOFTMAX_BACK] = "softmax_back", [PDDE_OP_CROSS_ENTROPY_BACK] = "cross_entropy_back",
+        [PDDE_OP_EMBEDDING_BACK] = "embedding_back", [PDDE_OP_SLICE_BACK] = "slice_back",
+        [PDDE_OP_DROPOUT_BACK] = "dropout_back", [PDDE_OP_GRAD_ACCUM] = "grad_accum",
+        [PDDE_OP_GRAD_NORM_SQ] = "grad_norm_sq", [PDDE_OP_SGD_UPDATE] = "sgd_update",
+        [PDDE_OP_ADAMW_UPDATE] = "adamw_update", [PDDE_OP_COPY] = "copy",
+        [PDDE_OP_ALLREDUCE] = "allreduce", [PDDE_OP_REDUCE_SCATTER] = "reduce_scatter", [PDDE_OP_ALLGATHER] = "allgather",
+        [PDDE_OP_ALLTOALL] = "alltoall",
+        [PDDE_OP_COMM_WAIT] = "comm_wait", [PDDE_OP_SEND] = "send", [PDDE_OP_RECV] = "recv",
+    };
+    return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
+}
+
+PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n) {
+    size_t k = (size_t)snprintf(buf, n, "[");
+    for (int i = 0; i < t->ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ",%lld" : "%lld", (long long)t->shape[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Checksums (CRC-32, the zlib polynomial) */
+
+PDDE_PRIVATE uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
+    static uint32_t table[256];
+    if (!table[1]) /* benign race: every thread writes the same values */
+        for (uint32_t i = 0; i < 256; i++) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            table[i] = c;
+        }
+    const uint8_t *p = data;
+    crc = ~crc;
+    while (n--) crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return ~crc;
+}

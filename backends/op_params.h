@@ -1,0 +1,49 @@
+/* backends/op_params.h — the named op parameters: each slot of an op's iparams/fparams has one
+ * meaning, named here, and is read and written through pdde_op_i32/pdde_op_f32 (ggml's op params),
+ * never by position. pdde.h's op list says which names each op has; names of different ops may share
+ * a slot. This is what a backend (also one built out of tree) needs beyond pdde.h to read a node.
+ * What the executor alone needs of a node (its collective's mesh axis, a peer, an early start) is not
+ * an op parameter: it lives in the local program (planner/planner_impl.h). */
+#ifndef PDDE_OP_PARAMS_H
+#define PDDE_OP_PARAMS_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "../pdde.h"
+
+typedef enum {
+    PDDE_P_MATMUL_TRANS_A = 0, PDDE_P_MATMUL_TRANS_B = 1,
+    PDDE_P_SOFTMAX_CAUSAL = 0,
+    PDDE_P_PERMUTE_DIM0 = 0,            /* output dim i takes input dim [PDDE_P_PERMUTE_DIM0 + i] */
+    PDDE_P_CONCAT_AXIS = 0,
+    PDDE_P_SLICE_AXIS = 0, PDDE_P_SLICE_START = 1,
+    PDDE_P_REDUCE_AXIS = 0, PDDE_P_REDUCE_KEEPDIM = 1,          /* sum, mean */
+    PDDE_P_DROPOUT_SEED_LO = 0, PDDE_P_DROPOUT_SEED_HI = 1, PDDE_P_DROPOUT_COUNTER = 2,
+    /* embedding, its backward, cross-entropy, its backward: the vocab rows/columns this rank holds
+     * (0, 0 = all of it) */
+    PDDE_P_VOCAB_FIRST = 0, PDDE_P_VOCAB_SIZE = 1,
+    PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
+} pdde_iparam;
+
+typedef enum {
+    PDDE_P_PARAM_INIT_STD = 0,          /* parameter leaf: normal std (0: zeros; < 0: ones) */
+    PDDE_P_CONST_VALUE = 0,             /* constant leaf: its fill value */
+    PDDE_P_SCALE = 0,                   /* scale, expand */
+    PDDE_P_NORM_EPS = 0,                /* layernorm, rmsnorm and their backward ops */
+    PDDE_P_DROPOUT_P = 0,
+    PDDE_P_UPDATE_LR = 0, PDDE_P_UPDATE_BETA1 = 1, PDDE_P_UPDATE_BETA2 = 2, PDDE_P_UPDATE_EPS = 3,
+    PDDE_P_UPDATE_WEIGHT_DECAY = 4, PDDE_P_UPDATE_CLIP = 5, PDDE_P_UPDATE_GRAD_SCALE = 6,
+    PDDE_P_SGD_MOMENTUM = 1,            /* sgd (beta1, beta2 and eps are adamw's) */
+} pdde_fparam;
+
+static inline int32_t pdde_op_i32(const pdde_tensor *t, pdde_iparam p) { return t->iparams[p]; }
+static inline void pdde_op_set_i32(pdde_tensor *t, pdde_iparam p, int32_t v) { t->iparams[p] = v; }
+static inline float pdde_op_f32(const pdde_tensor *t, pdde_fparam p) { return t->fparams[p]; }
+static inline void pdde_op_set_f32(pdde_tensor *t, pdde_fparam p, float v) { t->fparams[p] = v; }
+/* dst takes all of src's op parameters (a clone, or a backward op that shares its forward's). */
+static inline void pdde_op_params_copy(pdde_tensor *dst, const pdde_tensor *src) {
+    memcpy(dst->iparams, src->iparams, sizeof dst->iparams), memcpy(dst->fparams, src->fparams, sizeof dst->fparams);
+}
+
+#endif
