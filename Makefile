@@ -160,6 +160,9 @@ $(BUILD)/libpdde_toy.so: examples/toy_backend.c pdde.h | $(BUILD)
 $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 	$(CC) $(CFLAGS) -DTOY_API_VERSION=99 -shared $< -o $@
 
+# (the tests that load them build them: test_plugin, and the conformance run through --plugin)
+$(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
+
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
