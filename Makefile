@@ -3,7 +3,9 @@
 CC       ?= cc
 PREFIX   ?= /usr/local
 BUILD    ?= build
-OPT      ?= -O3 -march=native -fno-math-errno
+# Portable by default (an installed library runs on any x86-64); NATIVE=1 compiles for this machine's
+# CPU only. No trapping math: the kernels' NaN-aware clamps and selects then vectorise without AVX-512 masks.
+OPT      ?= -O3 -fno-math-errno -fno-trapping-math $(if $(NATIVE),-march=native -DPDDE_NATIVE_BUILD)
 CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -pthread -I.
 LDLIBS   += -lm -ldl -pthread $(LDLIBS_EXTRA)
 
@@ -63,7 +65,10 @@ CFLAGS += $(DEFS)
 
 LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
-EXAMPLES  := $(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c))
+EXAMPLES  := $(filter-out $(BUILD)/toy_backend,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
+# The toy backend plugin (examples/toy_backend.c), and the same built with another vtable version,
+# which the loader must refuse (test_plugin).
+PLUGINS   := $(BUILD)/libpdde_toy.so $(BUILD)/libpdde_toy_v99.so
 TOOLS     := $(patsubst tools/%.c,$(BUILD)/%,$(wildcard tools/pdde-*.c))
 ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which needs UCX
   TOOLS := $(filter-out $(BUILD)/pdde-run,$(TOOLS))
@@ -124,7 +129,7 @@ endif
 endif
 
 .PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention install uninstall clean
-all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES)
+all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
 	@printf 'pdde optional dependencies:'; \
@@ -148,6 +153,15 @@ $(BUILD)/%: tests/%.c $(wildcard tests/*.h) $(wildcard examples/*.h) $(BUILD)/li
 
 $(BUILD)/%: tests/%.sh | $(BUILD)
 	cp $< $@ && chmod +x $@
+
+# A plugin links nothing of pdde's: what it calls comes through the host table its entry point gets.
+$(BUILD)/libpdde_toy.so: examples/toy_backend.c pdde.h | $(BUILD)
+	$(CC) $(CFLAGS) -shared $< -o $@
+$(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
+	$(CC) $(CFLAGS) -DTOY_API_VERSION=99 -shared $< -o $@
+
+# (the tests that load them build them: test_plugin, and the conformance run through --plugin)
+$(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)

@@ -37,6 +37,53 @@
 #endif
 #include "backends/registry.c"
 
+/* (after the parts: each says whether it is in) */
+uint32_t pdde_features(void) {
+    uint32_t f = 0;
+#ifdef PDDE_HAVE_COMM
+    f |= PDDE_FEATURE_COMM;
+#endif
+#ifdef PDDE_HAVE_OPENCL_BACKEND
+    f |= PDDE_FEATURE_OPENCL;
+#endif
+#ifndef PDDE_NO_CUDA
+    f |= PDDE_FEATURE_CUDA;
+#endif
+#ifndef PDDE_NO_LEVEL_ZERO
+    f |= PDDE_FEATURE_LEVEL_ZERO;
+#endif
+#ifdef PDDE_HAVE_OPENBLAS
+    f |= PDDE_FEATURE_OPENBLAS;
+#endif
+#ifdef PDDE_HAVE_DNNL
+    f |= PDDE_FEATURE_DNNL;
+#endif
+#ifdef PDDE_HAVE_CLBLAST
+    f |= PDDE_FEATURE_CLBLAST;
+#endif
+#ifdef PDDE_HAVE_HWLOC
+    f |= PDDE_FEATURE_HWLOC;
+#endif
+#ifdef PDDE_HAVE_CJSON
+    f |= PDDE_FEATURE_CJSON;
+#endif
+#ifndef PDDE_NO_PLUGINS
+    f |= PDDE_FEATURE_PLUGINS;
+#endif
+#ifdef PDDE_NATIVE_BUILD
+    f |= PDDE_FEATURE_NATIVE;
+#endif
+    return f;
+}
+
+const char *pdde_feature_name(uint32_t feature) {
+    static const char *const names[PDDE_FEATURE_COUNT] = {"comm", "opencl", "cuda", "level_zero", "openblas", "dnnl",
+                                                          "clblast", "hwloc", "cjson", "plugins", "native"};
+    for (int i = 0; i < PDDE_FEATURE_COUNT; i++)
+        if (feature == 1u << i) return names[i];
+    return NULL;
+}
+
 /* ================================================================================================
  * Communication (comm/): store, transport, communicators and collectives; the parameter server */
 
@@ -1045,6 +1092,7 @@ struct pdde_session {
     int64_t step;
     uint32_t run_counter;
     float last_loss;
+    pdde_optimizer_params schedule; /* the learning rate's: the graph optimizer's, or a checkpoint's */
     pdde_tensor *loss;
     pdde_memory_stats mem;
     void **requests;            /* per program node id of a collective started early: its pending request */
@@ -1073,7 +1121,10 @@ struct pdde_session {
     pdde_loss_scale_stats scaler;
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
+    struct session_trace *trace; /* pdde_session_params.trace / PDDE_TRACE (NULL: off) */
 };
+
+static pdde_status trace_open(pdde_session *s, const char *path);
 
 static double monotonic_seconds(void) {
     struct timespec ts;
@@ -1665,11 +1716,14 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->ctx = g->ctx;
     s->g = g;
     s->last_loss = NAN;
+    s->schedule = g->opt;
     const char *prof = getenv("PDDE_PROFILE");
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
-    pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0};
+    pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false};
+    const char *fallback = getenv("PDDE_CPU_FALLBACK");
+    lp.no_cpu_fallback = p.no_cpu_fallback || (fallback && !strcmp(fallback, "0"));
     pdde_status st = PDDE_OK;
     if (p.world) {
 #ifdef PDDE_HAVE_COMM
@@ -1688,6 +1742,10 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->world) st = session_split_world(s);
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
+    if (st == PDDE_OK) st = trace_open(s, p.trace);
+    if (st == PDDE_OK && s->prog->n_fallback)
+        fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,
+                s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
     if (st == PDDE_OK) st = session_place(s);
 #ifdef PDDE_HAVE_COMM
     if (st == PDDE_OK && s->world && !(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)))
@@ -1711,6 +1769,139 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     return PDDE_OK;
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Traces (Chrome trace event format, which Perfetto and chrome://tracing open): one complete event
+ * ("ph":"X") per node run, per micro-batch pass and per run, kept in memory and written when the
+ * session is freed. */
+
+enum { TRACE_LANE_COMM = 1000, TRACE_LANE_SCHEDULE = 1001, TRACE_MAX_EVENTS = 4000000 };
+enum { TRACE_OP, TRACE_COPY, TRACE_COMM, TRACE_SEND, TRACE_RECV, TRACE_WAIT, TRACE_PASS, TRACE_RUN };
+static const char *const trace_cats[] = {"op", "copy", "collective", "send", "recv", "wait", "micro-batch", "run"};
+
+typedef struct {
+    const char *name;   /* a program node's name, or a constant */
+    uint8_t cat;
+    int lane;
+    int micro;          /* -1: none */
+    int64_t step;
+    double ts, dur;     /* microseconds */
+} trace_event;
+
+struct session_trace {
+    char path[4096];
+    int rank;
+    trace_event *ev;
+    size_t n, cap;
+    bool truncated;
+};
+
+static double trace_now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts); /* the wall clock: ranks on one host share it */
+    return 1e6 * (double)ts.tv_sec + 1e-3 * (double)ts.tv_nsec;
+}
+
+/* Turns tracing on for s when asked (path, else PDDE_TRACE); under several ranks the file is
+ * path.rank<R>. */
+static pdde_status trace_open(pdde_session *s, const char *path) {
+    if (!path) path = getenv("PDDE_TRACE");
+    if (!path || !*path) return PDDE_OK;
+    struct session_trace *tr = calloc(1, sizeof *tr);
+    if (!tr) return pdde_error(s->ctx, PDDE_ERR_OOM, "trace: out of memory");
+    int rank = 0, size = 1;
+    const char *er = getenv("PDDE_RANK"), *ew = getenv("PDDE_WORLD_SIZE");
+    if (er && ew) rank = atoi(er), size = atoi(ew);
+#ifdef PDDE_HAVE_COMM
+    if (s->world) rank = pdde_comm_rank(s->world), size = pdde_comm_size(s->world);
+#endif
+    tr->rank = rank;
+    int n = size > 1 ? snprintf(tr->path, sizeof tr->path, "%s.rank%d", path, rank) : snprintf(tr->path, sizeof tr->path, "%s", path);
+    if (n < 0 || (size_t)n >= sizeof tr->path) {
+        free(tr);
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "trace: path too long: %.200s...", path);
+    }
+    s->trace = tr;
+    return PDDE_OK;
+}
+
+static void trace_add(pdde_session *s, const char *name, int cat, int lane, int micro, double ts, double dur) {
+    struct session_trace *tr = s->trace;
+    if (tr->n == tr->cap) {
+        size_t cap = tr->cap ? 2 * tr->cap : 4096;
+        trace_event *ev = cap <= TRACE_MAX_EVENTS ? realloc(tr->ev, cap * sizeof *ev) : NULL;
+        if (!ev) { tr->truncated = true; return; } /* (the file says so) */
+        tr->ev = ev, tr->cap = cap;
+    }
+    tr->ev[tr->n++] = (trace_event){name, (uint8_t)cat, lane, micro, s->step, ts, dur};
+}
+
+/* The category and lane of a node: communication on its own lane, the rest on its device's. */
+static void trace_node(pdde_session *s, const pdde_tensor *t, int micro, double ts, double dur) {
+    int cat = TRACE_OP, lane = s->devs[s->slot[t->id]].device;
+    if (t->op == PDDE_OP_COPY) cat = TRACE_COPY;
+    else if (t->op == PDDE_OP_SEND) cat = TRACE_SEND, lane = TRACE_LANE_COMM;
+    else if (t->op == PDDE_OP_RECV) cat = TRACE_RECV, lane = TRACE_LANE_COMM;
+    else if (t->op == PDDE_OP_COMM_WAIT) cat = TRACE_WAIT, lane = TRACE_LANE_COMM;
+    else if (program_runs_itself(s->prog, t)) cat = TRACE_COMM, lane = TRACE_LANE_COMM;
+    trace_add(s, t->name, cat, lane, s->n_micro > 1 ? micro : -1, ts, dur);
+}
+
+static void trace_string(FILE *f, const char *text) {
+    fputc('"', f);
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == '"' || *c == '\\') fprintf(f, "\\%c", *c);
+        else if (*c < 0x20) fprintf(f, "\\u%04x", *c);
+        else fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+/* Writes the trace: lane names first, then the events, one per line (pdde-run merges ranks' files
+ * line by line: keep this layout). */
+static void trace_write(pdde_session *s) {
+    struct session_trace *tr = s->trace;
+    FILE *f = fopen(tr->path, "w");
+    if (!f) {
+        fprintf(stderr, "pdde: trace: cannot write %s: %s\n", tr->path, strerror(errno));
+        return;
+    }
+    fprintf(f, "{\"traceEvents\":[\n");
+    fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"name\":\"rank %d\"}}", tr->rank, tr->rank);
+    for (int d = 0; d < s->n_devs; d++) {
+        pdde_device_props props;
+        if (registry_device_props(s->ctx->registry, s->devs[d].device, &props) != PDDE_OK) snprintf(props.name, sizeof props.name, "?");
+        fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":", tr->rank, s->devs[d].device);
+        char lane[200];
+        snprintf(lane, sizeof lane, "device %d: %s", s->devs[d].device, props.name);
+        trace_string(f, lane);
+        fprintf(f, "}}");
+    }
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"communication\"}}", tr->rank, TRACE_LANE_COMM);
+    fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"args\":{\"name\":\"schedule\"}}", tr->rank, TRACE_LANE_SCHEDULE);
+    if (tr->truncated)
+        fprintf(f, ",\n{\"name\":\"truncated\",\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"args\":{\"kept\":%zu}}", tr->rank,
+                TRACE_LANE_SCHEDULE, tr->n ? tr->ev[tr->n - 1].ts : 0.0, tr->n);
+    for (size_t i = 0; i < tr->n; i++) {
+        const trace_event *e = &tr->ev[i];
+        fprintf(f, ",\n{\"name\":");
+        trace_string(f, e->name);
+        fprintf(f, ",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%d,\"tid\":%d,\"args\":{\"step\":%lld", trace_cats[e->cat],
+                e->ts, e->dur, tr->rank, e->lane, (long long)e->step);
+        if (e->micro >= 0) fprintf(f, ",\"micro\":%d", e->micro);
+        fprintf(f, "}}");
+    }
+    fprintf(f, "\n]}\n");
+    if (fclose(f)) fprintf(stderr, "pdde: trace: cannot write %s: %s\n", tr->path, strerror(errno));
+}
+
+static void trace_close(pdde_session *s) {
+    if (!s->trace) return;
+    if (s->trace->n) trace_write(s); /* (a session that never ran, or failed to start, writes nothing) */
+    free(s->trace->ev);
+    free(s->trace);
+    s->trace = NULL;
+}
+
 static void print_profile(const pdde_session *s) {
     double total = 0;
     for (int op = 0; op < PDDE_OP_COUNT; op++) total += s->op_seconds[op];
@@ -1724,6 +1915,7 @@ static void print_profile(const pdde_session *s) {
 void pdde_session_free(pdde_session *s) {
     if (!s) return;
     if (s->profile) print_profile(s);
+    trace_close(s); /* (before the program: events name its nodes) */
     if (s->g->session == s) s->g->session = NULL;
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
     drop_requests(s);
@@ -1924,7 +2116,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
     /* timing an asynchronous device needs its stream drained; only when profiling */
-    if (s->profile && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
     return st;
 }
 
@@ -1940,9 +2132,10 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
             bind_micro(s, t, micro);
             for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
         }
-        double t0 = s->profile ? monotonic_seconds() : 0;
+        double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
         st = run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
+        if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us);
         bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
         if (!st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT) st = check_node(s, t, micro);
     }
@@ -1970,7 +2163,13 @@ static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float 
         const pdde_program_pass *ps = &passes[i];
         if (ps->phase == PDDE_PHASE_OPTIMIZER && !mode_runs_update(mode)) continue;
         s->early_starts = ps->early && mode_runs_update(mode);
+        double t0_us = s->trace ? trace_now_us() : 0;
         st = run_chunk(s, PHASE_BIT(ps->phase), ps->micro, ps->chunk, lr);
+        if (s->trace) {
+            static const char *const pass_names[] = {"forward", "backward", "update"};
+            trace_add(s, pass_names[ps->phase], TRACE_PASS, TRACE_LANE_SCHEDULE, ps->phase == PDDE_PHASE_OPTIMIZER ? -1 : ps->micro, t0_us,
+                      trace_now_us() - t0_us);
+        }
         s->early_starts = false;
         if (!st && ps->phase == PDDE_PHASE_FORWARD && s->loss && (ps->chunk < 0 || ps->chunk == P->loss_chunk)) st = add_loss(s, ps->micro, loss_sum);
     }
@@ -2049,12 +2248,12 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         return pdde_error(s->ctx, PDDE_ERR_STATE, "session_run: pipeline stages run whole steps (write each micro-batch with "
                                                   "pdde_session_write_micro, then PDDE_RUN_STEP)");
     pdde_graph *g = s->g;
-    float lr = g->has_optimizer ? pdde_lr_at(&g->opt, s->step) : 0.0f;
+    float lr = pdde_session_lr(s);
     /* each training pass draws new dropout masks (micro-batch m of a step: counter + m); a forward-only
      * pass reuses the last training pass's masks (so the forward it evaluates is the function that was
      * differentiated) */
     if (mode_runs_backward(mode)) s->run_counter++;
-    double loss_sum = 0;
+    double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
     s->update_checked = false;
     s->skip_update = false;
     s->scaling_pass = mode_runs_backward(mode);
@@ -2087,6 +2286,10 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         memcpy(s->ctx->last_error, why, sizeof why);
     }
 #endif
+    if (s->trace) {
+        static const char *const run_names[8] = {"run", "forward", "run", "forward+backward", "update", "run", "run", "step"};
+        trace_add(s, run_names[mode & 7], TRACE_RUN, TRACE_LANE_SCHEDULE, -1, t0_us, trace_now_us() - t0_us);
+    }
     if (st != PDDE_OK) return st;
     if (mode_runs_forward(mode) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
     if (mode_runs_update(mode) && g->has_optimizer) {
@@ -2094,6 +2297,10 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         s->step++;
     }
     return st;
+}
+
+float pdde_session_lr(const pdde_session *s) {
+    return s && s->g->has_optimizer ? pdde_lr_at(&s->schedule, s->step) : 0.0f;
 }
 
 /* The session's tensor of user tensor t: its block on this rank (NULL: not in the step here). */
@@ -2227,7 +2434,8 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
  * mismatched file changes nothing. */
 
 #define CKPT_MAGIC "PDDECKPT"
-#define CKPT_VERSION 2u /* 2 added each tensor's dist attr; version 1 files still load */
+#define CKPT_VERSION 3u /* 2 added each tensor's dist attr, 3 the learning-rate schedule; 1 and 2 still load */
+#define CKPT_SCHEDULE_BYTES 28u
 
 static bool ckpt_saved(const pdde_tensor *t) {
     return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));
@@ -2340,6 +2548,10 @@ pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_c
     uint64_t step = (uint64_t)s->step, pos = extra ? extra->data_position : 0, rng[2] = {s->ctx->seed, s->run_counter};
     ckpt_put(&w, CKPT_MAGIC, 8), ckpt_put(&w, &version, 4), ckpt_put(&w, &count, 4);
     ckpt_put(&w, &step, 8), ckpt_put(&w, &pos, 8), ckpt_put(&w, rng, 16);
+    const pdde_optimizer_params *sc = &s->schedule;
+    uint32_t kind = (uint32_t)sc->schedule;
+    int64_t warmup = sc->warmup_steps, total = sc->total_steps;
+    ckpt_put(&w, &kind, 4), ckpt_put(&w, &sc->lr, 4), ckpt_put(&w, &sc->min_lr_ratio, 4), ckpt_put(&w, &warmup, 8), ckpt_put(&w, &total, 8);
     void *buf = NULL;
     size_t cap = 0;
     pdde_status st = PDDE_OK;
@@ -2424,16 +2636,21 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     pdde_status st;
     char *buf = read_file(s->ctx, path, "checkpoint", &size, &st);
     if (!buf) return st;
-    const size_t header = 8 + 4 + 4 + 8 + 8 + 16;
+    size_t header = 8 + 4 + 4 + 8 + 8 + 16;
     uint32_t version, count, crc;
     if (size < header + 4 || memcmp(buf, CKPT_MAGIC, 8) != 0) {
         free(buf);
         return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: not a pdde checkpoint (bad magic or too short)", path);
     }
     memcpy(&version, buf + 8, 4), memcpy(&count, buf + 12, 4), memcpy(&crc, buf + size - 4, 4);
-    if (version != CKPT_VERSION && version != 1) {
+    if (version < 1 || version > CKPT_VERSION) {
         free(buf);
-        return pdde_error(s->ctx, PDDE_ERR_VERSION, "checkpoint %s: version %u, this build reads version %u", path, version, CKPT_VERSION);
+        return pdde_error(s->ctx, PDDE_ERR_VERSION, "checkpoint %s: version %u, this build reads versions 1 to %u", path, version, CKPT_VERSION);
+    }
+    if (version >= 3) header += CKPT_SCHEDULE_BYTES;
+    if (size < header + 4) {
+        free(buf);
+        return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "checkpoint %s: too short for its version %u header", path, version);
     }
     if (crc32_update(0, buf, size - 4) != crc) {
         free(buf);
@@ -2505,7 +2722,19 @@ pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpo
     memcpy(&step, buf + 16, 8), memcpy(&pos, buf + 24, 8), memcpy(rng, buf + 32, 16);
     s->step = (int64_t)step;
     s->run_counter = (uint32_t)rng[1];
-    if (extra) extra->data_position = pos;
+    pdde_optimizer_params saved = s->g->opt; /* (a file without a schedule: the graph's) */
+    if (version >= 3) {
+        const char *at = buf + 48;
+        uint32_t kind;
+        memcpy(&kind, at, 4), memcpy(&saved.lr, at + 4, 4), memcpy(&saved.min_lr_ratio, at + 8, 4);
+        memcpy(&saved.warmup_steps, at + 12, 8), memcpy(&saved.total_steps, at + 20, 8);
+        saved.schedule = (pdde_lr_schedule)kind;
+    }
+    const pdde_optimizer_params *now = &s->g->opt;
+    bool differs = s->g->has_optimizer && (saved.lr != now->lr || saved.schedule != now->schedule || saved.warmup_steps != now->warmup_steps ||
+                                           saved.total_steps != now->total_steps || saved.min_lr_ratio != now->min_lr_ratio);
+    s->schedule = extra && extra->use_graph_schedule ? *now : saved;
+    if (extra) extra->data_position = pos, extra->schedule = saved, extra->schedule_differs = differs;
     free(buf);
     return s->loss_scaling ? scaler_load(s) : PDDE_OK;
 truncated:
@@ -2957,6 +3186,111 @@ pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) {
     free(buf);
     return st;
 }
+#else /* no comm/: every call of its part of pdde.h links and says so */
+
+static pdde_status comm_unavailable(pdde_context *ctx, const char *fn) {
+    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "%s: pdde was built without communication (comm/ needs UCX; PDDE_HAVE_UCX, "
+                      "no PDDE_NO_COMM; pdde_features() says what a build has)", fn);
+}
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+/* (the hashes have no status to return: they give zeros, which no real digest is) */
+void pdde_comm_abort(pdde_comm *comm) {  }
+pdde_status pdde_comm_allgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t, pdde_reduce_op op) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls, void *recvbuf, const size_t *recvcounts, const size_t *rdispls, pdde_dtype t) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_barrier(pdde_comm *c) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root) { return comm_unavailable(NULL, __func__); }
+pdde_context *pdde_comm_context(const pdde_comm *comm) { return NULL; }
+pdde_status pdde_comm_env_read(pdde_context *ctx, pdde_comm_env *out) { return comm_unavailable(ctx, __func__); }
+void pdde_comm_free(pdde_comm *comm) {  }
+pdde_status pdde_comm_iallgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_ialltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_ialltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls, void *recvbuf, const size_t *recvcounts, const size_t *rdispls, pdde_dtype t, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_ibarrier(pdde_comm *c, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_ibroadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pdde_comm **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_comm_irecv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_ireduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t, pdde_reduce_op op, int root, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount, pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_isend(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
+const char *pdde_comm_last_algo(const pdde_comm *comm) { return NULL; }
+int pdde_comm_n_hosts(const pdde_comm *comm) { return 0; }
+int pdde_comm_rank(const pdde_comm *comm) { return 0; }
+pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t, pdde_reduce_op op, int root) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_reduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount, pdde_dtype t, pdde_reduce_op op) { return comm_unavailable(NULL, __func__); }
+void pdde_comm_request_free(pdde_comm_request *req) {  }
+pdde_status pdde_comm_send(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag) { return comm_unavailable(NULL, __func__); }
+void pdde_comm_set_algo(pdde_comm *comm, pdde_comm_algo algo) {  }
+int pdde_comm_size(const pdde_comm *comm) { return 0; }
+pdde_status pdde_comm_split(pdde_comm *comm, int color, int key, pdde_comm **out) { if (out) *out = NULL; return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_status(pdde_comm *comm) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_test(pdde_comm_request *req, int *done) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_wait(pdde_comm_request *req, double timeout_s) { return comm_unavailable(NULL, __func__); }
+void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]) { memset(out, 0, 32); }
+pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap) { return comm_unavailable(ctx, __func__); }
+pdde_status pdde_ps_client_flush(pdde_ps_client *c) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_client_free(pdde_ps_client *c) {  }
+double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c) { return 0; }
+pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_client_server_stats(pdde_ps_client *c, int index, pdde_ps_server_stats *out) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_server_free(pdde_ps_server *s) {  }
+pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out) { if (out) memset(out, 0, sizeof *out); }
+pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return NULL; }
+int pdde_ps_shard_of(uint64_t id, int n_servers) { return 0; }
+int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_servers) { return 0; }
+pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *deltas) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_table_free(pdde_ps_table *t) {  }
+pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_table_init(pdde_context *ctx, const pdde_ps_table_params *p, pdde_ps_table **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_table_pull(pdde_ps_table *t, size_t n, const uint64_t *ids, float *out) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_table_push(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *grads, float scale) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) { if (out) memset(out, 0, sizeof *out); }
+void pdde_sha256(const void *data, size_t n, unsigned char out[32]) { memset(out, 0, 32); }
+pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) { return comm_unavailable(NULL, __func__); }
+void pdde_sparse_batch_free(pdde_sparse_batch *b) {  }
+pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_batch **out) { if (out) *out = NULL; return comm_unavailable(NULL, __func__); }
+int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b) { return 0; }
+pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c) { return comm_unavailable(NULL, __func__); }
+pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim, pdde_pooling pool, pdde_sparse_embedding **out) {
+    if (out) *out = NULL;
+    return graph_fail(g, PDDE_ERR_UNAVAILABLE, "%s: pdde was built without communication (comm/, UCX)", __func__);
+}
+void pdde_sparse_embedding_free(pdde_sparse_embedding *e) {  }
+pdde_status pdde_store_add(pdde_store *s, const char *key, int64_t delta, int64_t *out) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_compare_set(pdde_store *s, const char *key, const void *expected, size_t expected_len, const void *desired, size_t desired_len, int *swapped) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+void pdde_store_free(pdde_store *s) {  }
+pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_ping(pdde_store *s) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_remove(pdde_store *s, const char *key) { return comm_unavailable(NULL, __func__); }
+int pdde_store_server_first_failure(pdde_store_server *srv, char *buf, size_t cap) { return 0; }
+void pdde_store_server_free(pdde_store_server *srv) {  }
+pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_store_server_init_params(pdde_context *ctx, const pdde_store_server_params *params, pdde_store_server **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+int pdde_store_server_n_clients(const pdde_store_server *srv) { return 0; }
+int pdde_store_server_port(const pdde_store_server *srv) { return 0; }
+pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_set_liveness(pdde_store *s, const char *key, const void *val, size_t len, double lease_s) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_wait(pdde_store *s, const char *key, double timeout_s) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+const pdde_transport_iface *pdde_transport_ucx(void) { return NULL; }
+#pragma GCC diagnostic pop
 #endif
 
 /* ================================================================================================

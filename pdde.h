@@ -75,6 +75,28 @@ typedef enum {
 /* A short constant description of a status code ("shape mismatch", ...). */
 const char *pdde_status_str(int status);
 
+/* What this build of the library contains. A part left out (PDDE_NO_COMM, no UCX, a vendored copy
+ * without comm/, ...) still links: its calls return PDDE_ERR_UNAVAILABLE with a message naming what
+ * is missing, so a program can test a bit here, or simply call and report the error. */
+typedef enum {
+    PDDE_FEATURE_COMM = 1u << 0,       /* comm/: store, collectives, SPMD sessions, parameter server (UCX) */
+    PDDE_FEATURE_OPENCL = 1u << 1,     /* the OpenCL backend (its driver is opened at run time) */
+    PDDE_FEATURE_CUDA = 1u << 2,       /* the CUDA backend (likewise) */
+    PDDE_FEATURE_LEVEL_ZERO = 1u << 3, /* the Level Zero backend (likewise) */
+    PDDE_FEATURE_OPENBLAS = 1u << 4,   /* CPU GEMM through OpenBLAS */
+    PDDE_FEATURE_DNNL = 1u << 5,       /* CPU GEMM (f32, bf16) through oneDNN */
+    PDDE_FEATURE_CLBLAST = 1u << 6,    /* OpenCL GEMM through CLBlast */
+    PDDE_FEATURE_HWLOC = 1u << 7,      /* topology detection for the cluster object */
+    PDDE_FEATURE_CJSON = 1u << 8,      /* cluster files (pdde_cluster_load/save) */
+    PDDE_FEATURE_PLUGINS = 1u << 9,    /* out-of-tree backends loaded with dlopen (PDDE_BACKEND_PLUGINS) */
+    PDDE_FEATURE_NATIVE = 1u << 10,    /* compiled for the building machine's CPU: may not run on older ones */
+} pdde_feature;
+#define PDDE_FEATURE_COUNT 11
+/* The PDDE_FEATURE_* bits of this build. */
+uint32_t pdde_features(void);
+/* "comm", "opencl", ... for one bit; NULL for a bit that names no feature. */
+const char *pdde_feature_name(uint32_t feature);
+
 /* ---------------------------------------------------------------------------------------------------
  * Context: owns the backends in use, the thread pool and the last-error message. */
 typedef struct pdde_context pdde_context;
@@ -96,8 +118,11 @@ typedef struct {
      * threads that do not survive fork(): a process that forks workers (without exec) should start
      * only "cpu" and let each worker make its own context. */
     const char *backends;
+    /* Out-of-tree backends in shared libraries, "/path/liba.so:/path/libb.so" (see "Backend plugins");
+     * NULL = the environment variable PDDE_BACKEND_PLUGINS. */
+    const char *backend_plugins;
 } pdde_context_params;
-#define PDDE_CONTEXT_PARAMS_INIT {0, 0, 0, NULL, 0, NULL}
+#define PDDE_CONTEXT_PARAMS_INIT {0, 0, 0, NULL, 0, NULL, NULL}
 
 pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **out);
 void pdde_context_free(pdde_context *ctx);
@@ -456,6 +481,25 @@ struct pdde_backend_iface {
     void (*host_free)(void *dev, void *ptr);
 };
 
+/* Backend plugins: a shared library (backends/README.md is the guide) that exports
+ *     const pdde_backend_iface *pdde_backend_plugin(const pdde_backend_host *host);
+ * pdde calls it once per context with host->api_version = PDDE_BACKEND_API_VERSION and the library
+ * functions a plugin may call (so a plugin links against nothing of pdde's, whether pdde is a static
+ * or a shared library); it returns its vtable, or NULL (after host->error) when it cannot serve.
+ * A plugin that does not load, lacks the symbol, returns NULL or a vtable of another api_version is
+ * refused: its family is listed unavailable with the reason (pdde_backend_status) and one line goes
+ * to stderr; the context still starts with the other backends. */
+#define PDDE_BACKEND_PLUGIN_ENTRY "pdde_backend_plugin"
+typedef struct {
+    uint32_t api_version;   /* PDDE_BACKEND_API_VERSION of the loading library */
+    uint32_t struct_size;
+    int (*error)(pdde_context *ctx, int status, const char *fmt, ...); /* = pdde_error */
+    const char *(*op_name)(pdde_op op);                                /* = pdde_op_name */
+    int64_t (*numel)(const pdde_tensor *t);                            /* = pdde_tensor_numel */
+    size_t (*dtype_size)(pdde_dtype t);                                /* = pdde_dtype_size */
+} pdde_backend_host;
+typedef const pdde_backend_iface *(*pdde_backend_plugin_fn)(const pdde_backend_host *host);
+
 /* ---------------------------------------------------------------------------------------------------
  * Session: a compiled graph with its memory plan, run step by step. */
 typedef struct pdde_session pdde_session;
@@ -498,8 +542,22 @@ typedef struct {
      * MemAvailable (and the cgroup's limit), shared by the job's ranks on the host, or
      * PDDE_MEMORY_AVAILABLE bytes when set; a device's is its free (else total) memory. */
     double memory_headroom;
+    /* A node placed on a device whose backend does not run its op (supports_op) runs on the CPU, with
+     * COPY nodes at the boundaries and a one-line notice on stderr (ggml's scheduler does the same);
+     * ops that write their input in place (accumulators, optimizer updates) and the vocab-parallel
+     * ops cannot move and stay an error. 1 = no fallback: PDDE_ERR_UNSUPPORTED instead (a backend's
+     * conformance suite); also the environment's PDDE_CPU_FALLBACK=0. */
+    int no_cpu_fallback;
+    /* A Chrome/Perfetto trace of every run, written when the session is freed (README "Seeing what a run does"):
+     * {"traceEvents":[{"name","cat","ph":"X","ts","dur","pid":rank,"tid":lane,"args"}]} with a lane
+     * per device (ops, copies), one for communication (collectives, sends, receives, waits) and one
+     * for the schedule (runs, micro-batch passes); ts and dur in microseconds of the wall clock, so
+     * ranks on one host line up. NULL = the environment's PDDE_TRACE. Under several ranks each writes
+     * trace.rank<R> (pdde-run --trace merges them). Device streams are synchronized after each node
+     * while tracing, so spans are the kernels' time, not their enqueueing. */
+    const char *trace;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,
@@ -536,6 +594,9 @@ pdde_status pdde_session_write_global(pdde_session *s, pdde_tensor *t, const voi
  * that does not hold t (another pipeline stage's input) ignores the call. */
 pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro, const void *src, size_t nbytes);
 float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if none) */
+/* The learning rate the next optimizer step uses (the session's schedule: the graph's optimizer's,
+ * or the one a checkpoint load kept; 0 without an optimizer). */
+float pdde_session_lr(const pdde_session *s);
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
 
 /* Dynamic loss scaling, on in a graph with f16 matmuls (pdde_graph_set_compute_dtype(g, PDDE_F16)),
@@ -603,6 +664,7 @@ const pdde_tensor *pdde_session_node(const pdde_session *s, int i);
 /* ---------------------------------------------------------------------------------------------------
  * Checkpoints. Format (little-endian), documented in README.md "Checkpoint format":
  *   "PDDECKPT" u32 version u32 n_tensors u64 step u64 data_position u64 rng[2]
+ *   (version >= 3) the schedule: u32 kind, f32 lr, f32 min_lr_ratio, i64 warmup_steps, i64 total_steps
  *   per tensor: u16 name_len, name, u8 dtype, u8 ndim, i64 shape[ndim] (global), u16 attr_len, attr
  *   (the dist attr it was saved under, as pdde_dist_attr_str writes it; empty without one), u64 nbytes,
  *   data (the whole tensor, so it loads under any plan)
@@ -610,6 +672,16 @@ const pdde_tensor *pdde_session_node(const pdde_session *s, int i);
  * Written to path.tmp, fsync'ed, then renamed over path: a crash mid-save leaves the old file. */
 typedef struct {
     uint64_t data_position;  /* the data loader's position, restored by the caller */
+    /* The learning-rate schedule (lr, schedule, warmup_steps, total_steps, min_lr_ratio) of the run
+     * that saved the file (format version 3; older files have none). On load the session continues
+     * with it, so a resumed run's learning rate goes on where it was, whatever the graph's optimizer
+     * now says (a longer --steps does not re-stretch the cosine): out: the stored schedule and
+     * schedule_differs = 1 when it is not the graph's (the caller should say so). In:
+     * use_graph_schedule = 1 continues with the graph's schedule instead (the caller says it
+     * changes). Saving ignores these. */
+    pdde_optimizer_params schedule;
+    int schedule_differs;
+    int use_graph_schedule;
 } pdde_checkpoint_extra;
 
 pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra);

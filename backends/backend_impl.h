@@ -41,10 +41,12 @@ struct pdde_context {
 
 /* The backend families of a context and their devices; built once, then fixed. */
 typedef struct {
-    const pdde_backend_iface *iface;
+    const pdde_backend_iface *iface; /* NULL: a plugin that was refused */
     void *family;       /* NULL when unavailable */
     int status;         /* PDDE_OK or why not */
     char why[1024];
+    char label[64];     /* a refused plugin's name (its file) */
+    void *dl;           /* a plugin's library handle (dlclose'd when the registry is freed) */
     int first_device;   /* global index of its device 0 */
     int n_devices;
 } registry_family;
@@ -71,6 +73,11 @@ PDDE_PRIVATE pdde_status registry_device_props(const pdde_registry *r, int devic
 /* Whether a device's data handles are host pointers (the CPU's), from the registry alone. */
 PDDE_PRIVATE bool registry_device_is_host(const pdde_registry *r, int device);
 PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backend, int index);
+/* Whether a device runs node (its backend's supports_op; the CPU runs everything). A device that
+ * cannot be opened says yes: opening it later reports why. */
+PDDE_PRIVATE bool registry_device_supports(pdde_context *ctx, pdde_registry *r, int device, const pdde_tensor *node);
+/* A family's name: its backend's, or a refused plugin's file name. */
+PDDE_PRIVATE const char *registry_family_name(const registry_family *f);
 
 /* base.c: t's shape as [a,b,c]; the CRC-32 (zlib's) of n bytes continuing crc (0 to start). */
 PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);
@@ -84,7 +91,9 @@ static inline float exp_fast(float x_in) {
      * given back as the result instead) */
     float x = x_in > -87.0f ? x_in : -87.0f;
     x = x < 88.0f ? x : 88.0f;
-    float n = __builtin_rintf(x * 1.4426950408889634f);
+    /* round to nearest by adding and removing 1.5 * 2^23 (|x / ln2| < 2^22 here): rintf needs SSE4.1's
+     * roundps to vectorise, which a portable x86-64 build does not have (it called libm per element) */
+    float n = (x * 1.4426950408889634f + 12582912.0f) - 12582912.0f;
     float g = x - n * 0.693145751953125f - n * 1.428606765330187e-06f; /* ln2 split for accuracy */
     float p = 1.0f + g * (1.0f + g * (0.5f + g * (1.0f / 6 + g * (1.0f / 24 + g * (1.0f / 120 + g * (1.0f / 720 + g * (1.0f / 5040)))))));
     int32_t bits = ((int32_t)n + 127) << 23;

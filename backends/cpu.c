@@ -123,6 +123,15 @@ static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cp
 /* ------------------------------------------------------------------------------------------------
  * Helpers */
 
+/* The elementwise, row and optimizer kernels are compiled for AVX-512, AVX2 and baseline x86-64 and
+ * one is chosen when the library loads (ifunc): a portable build (the default; NATIVE=1 compiles for
+ * the building CPU only) keeps the vector width of the machine it runs on. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__) && !defined(PDDE_NATIVE_BUILD) && !defined(PDDE_NO_MULTIVERSION)
+#define CPU_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CPU_KERNEL
+#endif
+
 #define F32(t) ((float *)((char *)(t)->data + (t)->offset))
 #define I32(t) ((int32_t *)((char *)(t)->data + (t)->offset))
 #define LAST_DIM(t) ((t)->ndim ? (t)->shape[(t)->ndim - 1] : 1)
@@ -196,7 +205,7 @@ typedef struct {
 
 /* Each task is one (batch, row tile, column tile) block of C, so both small batched GEMMs and one
  * large GEMM spread over the threads. */
-static void gemm_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void gemm_task(void *arg, int64_t begin, int64_t end) {
     gemm_job *j = arg;
     for (int64_t t = begin; t < end; t++) {
         int64_t per_batch = j->row_tiles * j->col_tiles, bi = t / per_batch, r = t % per_batch;
@@ -316,7 +325,7 @@ static inline int64_t bcast_index(const bcast *bc, int64_t i) {
 typedef struct { pdde_tensor *y; bcast bc; } binary_job;
 
 /* The general broadcast: one index computation per element. */
-static void binary_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void binary_task(void *arg, int64_t begin, int64_t end) {
     binary_job *j = arg;
     const float *a = F32(j->y->src[0]), *b = F32(j->y->src[1]);
     float *y = F32(j->y);
@@ -328,7 +337,7 @@ static void binary_task(void *arg, int64_t begin, int64_t end) {
 }
 
 /* b repeats every `period` elements of a (same shapes, bias, row scale): rows of plain loops. */
-static void binary_rows_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void binary_rows_task(void *arg, int64_t begin, int64_t end) {
     binary_job *j = arg;
     int64_t P = j->bc.period;
     const float *b = F32(j->y->src[1]);
@@ -342,7 +351,7 @@ static void binary_rows_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static void unary_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void unary_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     const float *x = F32(t->src[0]);
     float *y = F32(t);
@@ -404,7 +413,7 @@ static void row_stats(const float *x, int64_t C, bool centred, float eps, float 
     *rstd = (float)(1.0 / sqrt(var + eps));
 }
 
-static void layernorm_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void layernorm_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     int64_t C = LAST_DIM(t);
     float eps = pdde_op_f32(t, PDDE_P_NORM_EPS);
@@ -422,7 +431,7 @@ static void layernorm_task(void *arg, int64_t begin, int64_t end) {
 
 /* dx for layernorm (mean-centred) and rmsnorm: with xhat = (x - mean) * rstd and g = dy * gamma,
  * dx = rstd * (g - mean(g) - xhat * mean(g * xhat)); rmsnorm drops the mean(g) term. */
-static void norm_back_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     bool ln = t->op == PDDE_OP_LAYERNORM_BACK;
     int64_t C = LAST_DIM(t);
@@ -448,7 +457,7 @@ static void norm_back_task(void *arg, int64_t begin, int64_t end) {
 }
 
 /* dgamma[c] = sum over rows of dy * xhat: threads own columns, so no reduction between threads. */
-static void norm_back_gamma_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void norm_back_gamma_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     const pdde_tensor *xt = t->src[0];
     int64_t C = LAST_DIM(xt), R = ROWS(xt);
@@ -474,7 +483,7 @@ static void norm_stats_task(void *arg, int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; r++) row_stats(x + r * C, C, ln, pdde_op_f32(t, PDDE_P_NORM_EPS), &stats[2 * r], &stats[2 * r + 1]);
 }
 
-static void softmax_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void softmax_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     int64_t C = LAST_DIM(t), T = t->ndim >= 2 ? t->shape[t->ndim - 2] : 1;
     bool causal = pdde_op_i32(t, PDDE_P_SOFTMAX_CAUSAL);
@@ -494,7 +503,7 @@ static void softmax_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static void softmax_back_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void softmax_back_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     int64_t C = LAST_DIM(t);
     const float *y = F32(t->src[0]), *dy = F32(t->src[1]);
@@ -509,7 +518,7 @@ static void softmax_back_task(void *arg, int64_t begin, int64_t end) {
 }
 
 /* cross-entropy: per-row losses into extra, summed by the caller (deterministic order) */
-static void cross_entropy_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end) {
     cpu_job *j = arg;
     const pdde_tensor *t = j->node;
     const pdde_tensor *lt = t->src[0];
@@ -741,7 +750,7 @@ static void cast_task(void *arg, int64_t begin, int64_t end) {
 
 typedef struct { pdde_tensor *u; float clip_coef, bc1, bc2; } update_job;
 
-static void adamw_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void adamw_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
@@ -758,7 +767,7 @@ static void adamw_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static void sgd_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void sgd_task(void *arg, int64_t begin, int64_t end) {
     update_job *j = arg;
     const pdde_tensor *u = j->u;
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *buf = F32(u->src[2]);
@@ -772,7 +781,7 @@ static void sgd_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static void accum_task(void *arg, int64_t begin, int64_t end) {
+CPU_KERNEL static void accum_task(void *arg, int64_t begin, int64_t end) {
     const pdde_tensor *t = ((cpu_job *)arg)->node;
     float *acc = F32(t->src[0]);
     const float *g = F32(t->src[1]);

@@ -2,7 +2,8 @@
  *
  * Adding a device family: write backends/<name>.c defining `const pdde_backend_iface pdde_backend_<name>`,
  * include it in pdde.c, and add one line to builtin_backends below. Out-of-tree backends come in through
- * pdde_context_params.extra_backends instead. The registry is built once per context and then fixed;
+ * pdde_context_params.extra_backends, or as plugins (shared libraries named by PDDE_BACKEND_PLUGINS,
+ * loaded here; backends/README.md is the guide). The registry is built once per context and then fixed;
  * pdde.c owns the context; the public queries of its devices and backends (pdde_device_*,
  * pdde_backend_*) read its registry here. */
 
@@ -10,6 +11,9 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#ifndef PDDE_NO_PLUGINS
+#include <dlfcn.h>
+#endif
 
 
 static const pdde_backend_iface *const builtin_backends[] = {
@@ -45,18 +49,79 @@ static bool backend_wanted(const char *list, const char *name) {
     return false;
 }
 
+/* The number of plugin paths in a ':'-separated list. */
+static int plugin_count(const char *list) {
+    int n = 0;
+    for (const char *q = list; q && *q; q++)
+        if (*q != ':' && (q == list || q[-1] == ':')) n++;
+    return n;
+}
+
+#ifndef PDDE_NO_PLUGINS
+/* Loads one plugin into f: its vtable, or (refused) a reason in f->why and a line on stderr. */
+static void plugin_load(pdde_context *ctx, registry_family *f, const char *path) {
+    const char *base = strrchr(path, '/');
+    snprintf(f->label, sizeof f->label, "%.63s", base ? base + 1 : path);
+    f->status = PDDE_ERR_UNAVAILABLE;
+    static const pdde_backend_host host = {PDDE_BACKEND_API_VERSION, sizeof(pdde_backend_host), pdde_error, pdde_op_name,
+                                           pdde_tensor_numel, pdde_dtype_size};
+    pdde_backend_plugin_fn entry = NULL;
+    const pdde_backend_iface *b = NULL;
+    if (!(f->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+        snprintf(f->why, sizeof f->why, "plugin %.400s does not load: %.500s", path, dlerror());
+    } else if (!(*(void **)&entry = dlsym(f->dl, PDDE_BACKEND_PLUGIN_ENTRY))) {
+        snprintf(f->why, sizeof f->why, "plugin %.400s has no entry symbol %s (backends/README.md)", path, PDDE_BACKEND_PLUGIN_ENTRY);
+    } else if (!(b = entry(&host))) {
+        const char *why = pdde_last_error(ctx);
+        snprintf(f->why, sizeof f->why, "plugin %.400s declined to load: %.500s", path, why[0] ? why : "no reason given");
+    } else if (b->api_version != PDDE_BACKEND_API_VERSION) {
+        f->status = PDDE_ERR_VERSION;
+        snprintf(f->why, sizeof f->why, "plugin %.400s (%.64s) has backend api_version %u; this pdde takes %d", path, b->name ? b->name : "?",
+                 b->api_version, PDDE_BACKEND_API_VERSION);
+    } else if (!iface_valid(b)) {
+        f->status = PDDE_ERR_INVALID_ARG;
+        snprintf(f->why, sizeof f->why, "plugin %.400s (%.64s): invalid vtable (struct_size %u, or a required slot is NULL)", path,
+                 b->name ? b->name : "?", b->struct_size);
+    } else {
+        f->iface = b;
+        f->status = PDDE_OK;
+        return;
+    }
+    fprintf(stderr, "pdde: %s\n", f->why);
+}
+#endif
+
 PDDE_PRIVATE pdde_status registry_init(pdde_context *ctx, const pdde_context_params *p, pdde_registry **out) {
     int n_builtin = (int)(sizeof builtin_backends / sizeof builtin_backends[0]);
-    int n = n_builtin + (p && p->n_extra_backends > 0 ? p->n_extra_backends : 0);
+    int n_extra = p && p->n_extra_backends > 0 ? p->n_extra_backends : 0;
+    const char *plugins = p && p->backend_plugins ? p->backend_plugins : getenv("PDDE_BACKEND_PLUGINS");
+    int n = n_builtin + n_extra + plugin_count(plugins);
     pdde_registry *r = calloc(1, sizeof *r);
     if (!r || !(r->families = calloc((size_t)n, sizeof *r->families))) {
         free(r);
         return pdde_error(ctx, PDDE_ERR_OOM, "registry: out of memory");
     }
     *out = r;
+    const char *next_plugin = plugins;
     for (int i = 0; i < n; i++) {
         registry_family *f = &r->families[r->n_families++];
-        f->iface = i < n_builtin ? builtin_backends[i] : p->extra_backends[i - n_builtin];
+        if (i >= n_builtin + n_extra) { /* the next path of the plugin list */
+            while (*next_plugin == ':') next_plugin++;
+            size_t len = strcspn(next_plugin, ":");
+            char path[4096];
+            snprintf(path, sizeof path, "%.*s", (int)len, next_plugin);
+            next_plugin += len;
+#ifndef PDDE_NO_PLUGINS
+            plugin_load(ctx, f, path);
+#else
+            snprintf(f->label, sizeof f->label, "plugin");
+            snprintf(f->why, sizeof f->why, "plugin %.400s: pdde was built with PDDE_NO_PLUGINS", path);
+            f->status = PDDE_ERR_UNAVAILABLE;
+#endif
+            if (!f->iface) continue;
+        } else {
+            f->iface = i < n_builtin ? builtin_backends[i] : p->extra_backends[i - n_builtin];
+        }
         if (!iface_valid(f->iface)) {
             f->status = PDDE_ERR_INVALID_ARG;
             snprintf(f->why, sizeof f->why, "backend %d: invalid interface (api_version, struct_size or a required slot)", i);
@@ -94,6 +159,10 @@ PDDE_PRIVATE void registry_free(pdde_registry *r) {
     }
     for (int i = 0; i < r->n_families; i++)
         if (r->families[i].family && r->families[i].iface->free) r->families[i].iface->free(r->families[i].family);
+#ifndef PDDE_NO_PLUGINS
+    for (int i = 0; i < r->n_families; i++)
+        if (r->families[i].dl) dlclose(r->families[i].dl);
+#endif
     free(r->devices);
     free(r->families);
     free(r);
@@ -131,6 +200,17 @@ PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backen
     return -1;
 }
 
+PDDE_PRIVATE bool registry_device_supports(pdde_context *ctx, pdde_registry *r, int device, const pdde_tensor *node) {
+    const pdde_backend_iface *b;
+    void *dev;
+    if (registry_device_is_host(r, device) || registry_device_get(ctx, r, device, &b, &dev) != PDDE_OK) return true;
+    return b->supports_op(dev, node) != 0;
+}
+
+PDDE_PRIVATE const char *registry_family_name(const registry_family *f) {
+    return f->iface && f->iface->name ? f->iface->name : f->label[0] ? f->label : "?";
+}
+
 /* ------------------------------------------------------------------------------------------------
  * The public view of a context's registry */
 
@@ -149,8 +229,7 @@ int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_famili
 
 const char *pdde_backend_name(pdde_context *ctx, int backend) {
     if (!ctx || backend < 0 || backend >= ctx->registry->n_families) return NULL;
-    const pdde_backend_iface *b = ctx->registry->families[backend].iface;
-    return b && b->name ? b->name : "?";
+    return registry_family_name(&ctx->registry->families[backend]);
 }
 
 pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why) {

@@ -22,9 +22,10 @@
 typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
+    int stop_after, reschedule;
     float lr, weight_decay, clip;
     uint64_t seed;
-    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster;
+    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
@@ -35,11 +36,14 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
+            "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
+            "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
+            "                              checkpoint's, which a resumed run keeps by default)\n"
             "           [--recompute] [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
             "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n"
             "           [--pp-chunks N]    (interleaved stages: N runs of layers per stage; --micro a multiple of --pp)\n"
@@ -47,6 +51,10 @@ static void usage(void) {
             "           [--comm-bf16]      (tensor/pipeline/ZeRO collectives carry bf16 instead of f32)\n"
             "           [--dtype f32|bf16|f16]   (mixed precision: matmuls in bf16 or f16 with f32 accumulation, f32 master\n"
             "                              weights; f16 scales the loss dynamically, the log shows the scale and skipped steps)\n"
+            "           [--trace FILE]     (a Chrome/Perfetto trace of every step; under pdde-run -n N each rank writes\n"
+            "                              FILE.rank<R>: use pdde-run --trace FILE to get them merged into FILE)\n"
+            "           [--metrics FILE]   (one JSON line per step: step, loss, lr, tokens/s, memory; build/pdde-plot\n"
+            "                              draws the loss of one or several such files)\n"
             "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
             "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
@@ -63,7 +71,8 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--recompute")) { o->recompute = 1; continue; }
         if (!strcmp(a, "--show-program")) { o->show_program = 1; continue; }
         if (!strcmp(a, "--comm-bf16")) { o->comm_bf16 = 1; continue; }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); exit(0); }
+        if (!strcmp(a, "--reschedule")) { o->reschedule = 1; continue; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
         else if (!strcmp(a, "--heads")) iv = &o->model.heads;
@@ -76,6 +85,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--sample-len")) iv = &o->sample_len;
         else if (!strcmp(a, "--threads")) iv = &o->threads;
         else if (!strcmp(a, "--ckpt-every")) iv = &o->ckpt_every;
+        else if (!strcmp(a, "--stop-after")) iv = &o->stop_after;
         else if (!strcmp(a, "--dp")) iv = &o->dp;
         else if (!strcmp(a, "--tp")) iv = &o->tp;
         else if (!strcmp(a, "--pp")) iv = &o->pp;
@@ -95,7 +105,9 @@ static int parse(int argc, char **argv, options *o) {
             o->dtype = v && !strcmp(v, "bf16") ? PDDE_BF16 : v && !strcmp(v, "f16") ? PDDE_F16 : PDDE_F32;
             if (!v || (strcmp(v, "f32") && o->dtype == PDDE_F32)) { fprintf(stderr, "gpt: --dtype takes f32, bf16 or f16\n"); return -1; }
         }
-        else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(); return -1; }
+                else if (!strcmp(a, "--trace")) o->trace = v;
+        else if (!strcmp(a, "--metrics")) o->metrics = v;
+        else { fprintf(stderr, "gpt: unknown flag %s\n", a); usage(stderr); return -1; }
         char *end = NULL;
         long x = 0;
         if (iv) { x = strtol(v, &end, 10); if (end == v || *end || x < 0) { fprintf(stderr, "gpt: %s wants a non-negative integer, got '%s'\n", a, v); return -1; } *iv = (int)x; }
@@ -293,6 +305,7 @@ int main(int argc, char **argv) {
     sp.world = comm;
     sp.pipeline_schedule = o.gpipe || (o.plan && o.parsed_plan.schedule == PDDE_PIPELINE_GPIPE) ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
     if (o.comm_bf16 || (o.plan && o.parsed_plan.comm_dtype == PDDE_BF16)) sp.comm_dtype = PDDE_BF16;
+    sp.trace = o.trace;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
     if (o.blocks_on) {
@@ -326,11 +339,18 @@ int main(int argc, char **argv) {
         /* ZeRO-1 shards the optimizer state: every rank keeps its own file */
         snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir); /* whole tensors, whatever the plan */
         if (o.resume) {
-            pdde_checkpoint_extra ex;
+            pdde_checkpoint_extra ex = {.use_graph_schedule = o.reschedule};
             pdde_status st = pdde_checkpoint_load(s, ckpt, &ex);
             if (st == PDDE_OK) {
                 pdde_data_set_position(train, ex.data_position);
                 printf("gpt: resumed from %s at step %lld\n", ckpt, (long long)pdde_session_step(s));
+                const pdde_optimizer_params *was = &ex.schedule;
+                if (ex.schedule_differs && rank == 0)
+                    printf("gpt: the checkpoint's run scheduled lr %.3g over %lld steps (warmup %lld); this one asks for lr %.3g over %lld "
+                           "(warmup %lld): %s (lr of the next step %.3g)\n", was->lr, (long long)was->total_steps,
+                           (long long)was->warmup_steps, op.lr, (long long)op.total_steps, (long long)op.warmup_steps,
+                           o.reschedule ? "--reschedule: CHANGING to this run's schedule" : "keeping the checkpoint's schedule (--reschedule changes it)",
+                           pdde_session_lr(s));
             } else if (st != PDDE_ERR_NOT_FOUND) {
                 fprintf(stderr, "gpt: cannot resume: %s\n", pdde_last_error(ctx));
                 return 1;
@@ -338,13 +358,20 @@ int main(int argc, char **argv) {
         }
     }
 
+    FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
+    if (o.metrics && rank == 0 && !(metrics = fopen(o.metrics, o.resume ? "a" : "w"))) {
+        fprintf(stderr, "gpt: --metrics %s: cannot open it for writing\n", o.metrics);
+        return 1;
+    }
     size_t bt = (size_t)o.model.batch * o.model.ctx;
     int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
     double t0 = now(), tlast = t0;
     int64_t first = pdde_session_step(s);
     float ema_tps = 0;
-    for (int64_t step = first; step < o.steps; step++) {
+    int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
+    for (int64_t step = first; step < last; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
+        float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
         /* under SPMD every rank gets its block of each micro-batch from its attributes */
         TRY(write_batch(s, &m, x, y, o.micro)); /* each rank keeps its block of each micro-batch */
         TRY(pdde_session_run(s, PDDE_RUN_STEP));
@@ -360,17 +387,26 @@ int main(int argc, char **argv) {
         if (sc.enabled) snprintf(scaling, sizeof scaling, "  scale %g%s (%lld skipped)", sc.scale, sc.last_skipped ? " SKIPPED" : "", (long long)sc.skipped_steps);
         if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps || sc.last_skipped))
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs%s\n", (long long)step + 1, o.steps,
-                   loss, pdde_lr_at(&op, step), ema_tps, eta, scaling);
-        if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == o.steps)) {
+                   loss, lr, ema_tps, eta, scaling);
+        if (metrics) {
+            pdde_session_memory(s, &ms);
+            fprintf(metrics, "{\"step\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"memory_bytes\":%zu,\"time_s\":%.3f}\n",
+                    (long long)step + 1, loss, lr, tps, dt, ms.allocated_bytes, t - t0);
+            fflush(metrics);
+        }
+        if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == last)) {
             float vloss = validate(s, &m, val, o.val_batches, o.micro, x, y);
             if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);
+            if (metrics) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6g}\n", (long long)step + 1, vloss), fflush(metrics);
         }
-        if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == o.steps)) {
+        if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == last)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
             TRY(pdde_checkpoint_save(s, ckpt, &ex));
         }
     }
-    if (rank == 0) printf("gpt: trained %lld steps in %.1f s\n", (long long)(o.steps - first), now() - t0);
+    if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
+                          last < o.steps ? " (--stop-after: --resume continues)" : "");
+    if (metrics) fclose(metrics);
     if (o.sample_len > 0) sample(s, &m, o.sample_len, o.micro, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);

@@ -180,6 +180,16 @@ static void relevant_nodes(lowering *L, uint8_t *need) {
     }
 }
 
+/* Records that u moves from `device` to the CPU (its op named once in the program's notice). */
+static void fallback_note(pdde_program *P, const pdde_tensor *u, int device) {
+    char item[64];
+    snprintf(item, sizeof item, "%s (device %d)", pdde_op_name(u->op), device);
+    P->n_fallback++;
+    size_t len = strlen(P->fallback);
+    if (strstr(P->fallback, item)) return; /* (no op's name ends another's: "gelu (" is not in "gelu_back (") */
+    if (len + strlen(item) + 3 < sizeof P->fallback) snprintf(P->fallback + len, sizeof P->fallback - len, "%s%s", len ? ", " : "", item);
+}
+
 static pdde_status lower_place(lowering *L) {
     const pdde_graph *g = L->g;
     pdde_program *P = L->P;
@@ -197,6 +207,9 @@ static pdde_status lower_place(lowering *L) {
         if ((unsigned)u->op >= PDDE_OP_COUNT) { st = pdde_error(L->ctx, PDDE_ERR_UNKNOWN_OP, "lower: node %s has unknown op %d", u->name, u->op); break; }
         /* views and in-place ops live where their storage lives */
         device[i] = is_root_sharing(u) ? device[u->src[0]->id] : node_device(u, L->p);
+        if (u->op != PDDE_OP_NONE && !is_root_sharing(u) && !L->p->no_cpu_fallback && need[i] == 2 &&
+            !registry_device_supports(L->ctx, L->ctx->registry, device[i], u))
+            fallback_note(P, u, device[i]), device[i] = 0; /* the CPU: device 0 */
         if (need[i] != 2) { /* another rank's, and no neighbour of this rank's */
             P->elsewhere[i] = true;
             continue;
@@ -898,7 +911,7 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
 
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank) {
     pdde_lower_params lp = {world_size, rank, p->device, p->layer_devices, p->n_layer_devices, p->pipeline_schedule, p->comm_dtype,
-                            p->overlap_gradients > 0};
+                            p->overlap_gradients > 0, p->no_cpu_fallback != 0};
     if (p->overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
         lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
     return lp;

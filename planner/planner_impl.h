@@ -247,6 +247,10 @@ typedef struct pdde_program {
     int n_step;
     pdde_program_pass *forward; /* a forward-only run of every micro-batch */
     int n_forward;
+    /* nodes moved to the CPU because their device does not run their op: how many, and which ops
+     * from which devices ("gelu, gelu_back (device 1)"), for the session's one-line notice */
+    int n_fallback;
+    char fallback[256];
     /* storage of the nodes (blocks, so node pointers stay put as the program grows) */
     pdde_tensor **blocks;
     int n_blocks;
@@ -262,6 +266,7 @@ typedef struct {
     pdde_pipeline_schedule schedule;
     pdde_dtype comm_dtype;      /* what reshard collectives of f32 tensors carry */
     bool overlap_gradients;     /* gradient reductions start early (on host memory) */
+    bool no_cpu_fallback;       /* a node its device cannot run stays there (the session then refuses it) */
 } pdde_lower_params;
 
 /* Lowers g for one rank. The program is freed with program_free. */

@@ -6,7 +6,7 @@
  * 16/32, empty where legal). Everything goes through the public API: a tiny graph per case, one
  * session on the CPU and one on the device under test, the same inputs written to both.
  *
- *   test_backend_ops [--backend NAME] [--op NAME] [--perf] [-v]
+ *   test_backend_ops [--backend NAME | --plugin /path/lib.so] [--op NAME] [--perf] [-v]
  *
  * --op matches the op under test or any op in the case's graph (e.g. softmax_back). --perf prints
  * GFLOP/s (matmul) or GB/s per op and shape on each device instead of checking. The last line is
@@ -387,14 +387,33 @@ static double to_double(const pdde_tensor *t, const void *buf, int64_t i) {
 }
 
 /* Runs g on device with the case's inputs; reads the tensors of checks. steps > 0: training steps. */
+/* How many nodes of the session run `op` on `device` (op NULL or not an op's name, as "attention": any
+ * node that computes there). A device that does not run the op under test gets it moved to the CPU
+ * (the fallback), so a case counts for the device only where this is not 0. */
+static int nodes_on(const pdde_session *s, int device, const char *op) {
+    int n = 0, named = 0;
+    for (int o = 0; o < PDDE_OP_COUNT && op; o++) named |= !strcmp(pdde_op_name((pdde_op)o), op);
+    for (int i = 0; i < pdde_session_n_nodes(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
+        if (t->device != device || t->op == PDDE_OP_NONE || t->op == PDDE_OP_COPY) continue;
+        n += named ? !strcmp(pdde_op_name(t->op), op) : 1;
+    }
+    return n;
+}
+
 static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case_index, int mode, int steps,
                           const pdde_tensor *const *checks, int n_checks, results *out, double *perf_s, int perf_iters) {
     (void)ctx;
+    memset(out, 0, sizeof *out); /* (freed by the caller whatever happens) */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
     pdde_session *s;
     pdde_status st = pdde_session_init(g, &sp, &s);
     if (st) return st;
+    if (device != 0 && !nodes_on(s, device, cases[case_index].op)) {
+        pdde_session_free(s);
+        return PDDE_ERR_UNSUPPORTED; /* the op under test would run on the CPU: nothing to compare */
+    }
     size_t max = 1;
     int n = pdde_graph_n_tensors(g);
     for (int i = 0; i < n; i++) {
@@ -420,7 +439,6 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
         }
         *perf_s = (now_s() - t0) / it;
     }
-    memset(out, 0, sizeof *out);
     for (int c = 0; c < n_checks && st == PDDE_OK; c++) {
         const pdde_tensor *t = checks[c];
         size_t nb = pdde_tensor_nbytes(t);
@@ -457,7 +475,10 @@ typedef struct {
     pdde_context *ctx;
     const char *backend, *op;
     int perf, verbose;
+    int strict; /* an op the device does not run is a failure (the built-in GPU backends run them all) */
 } options;
+
+static int n_unsupported; /* cases whose op the device under test does not run */
 
 static void case_label(const op_case *c, char *buf, size_t n) {
     int k = snprintf(buf, n, "%s(", c->op);
@@ -554,7 +575,10 @@ static void run_case(const options *o, int ci, int device, int mode) {
         return;
     }
     st = run_on(o->ctx, g, device, ci, run_mode, steps, checks, n_checks, &got, NULL, 0);
-    if (st) {
+    if (st == PDDE_ERR_UNSUPPORTED && !o->strict) {
+        n_unsupported++; /* the device does not run this op: a partial backend (its fallback is tested elsewhere) */
+        if (o->verbose) printf("  %-10s %-44s %-5s not supported (runs on the CPU)\n", props.backend, label, what);
+    } else if (st) {
         CHECK(0, "%s %s on %s: %s (%s)", label, what, props.name, pdde_status_str(st), pdde_last_error(o->ctx));
     } else {
         /* gradients pass through more ops (and the loss through a full reduction) */
@@ -638,6 +662,7 @@ static void test_fused_attention(const options *o, int device) {
 static void test_errors(pdde_context *ctx, int device, const char *backend) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
+    sp.no_cpu_fallback = 1; /* (else the unsupported op below would run on the CPU) */
     pdde_graph *g;
     pdde_session *s = NULL;
     pdde_status st;
@@ -686,6 +711,7 @@ static void test_vocab_offset(pdde_context *ctx, int device) {
     }
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
+    sp.no_cpu_fallback = 1;
     pdde_session *s = NULL;
     pdde_status st = pdde_session_init(g, &sp, &s);
     pdde_device_props props;
@@ -745,26 +771,72 @@ static void test_build_failure(int device) {
     pdde_context_free(ctx);
 }
 
+static const char usage[] = "usage: %s [--backend NAME | --plugin /path/lib.so] [--op NAME] [--perf] [-v]\n"
+                            "  --plugin loads a backend plugin (backends/README.md) and tests its device; ops it does\n"
+                            "  not run are counted as unsupported, not failed (they fall back to the CPU)\n";
+
+/* Whether name is an op (pdde_op_name) or a case of this suite ("attention"). */
+static bool known_op(const char *name) {
+    for (int o = 0; o < PDDE_OP_COUNT; o++)
+        if (!strcmp(pdde_op_name((pdde_op)o), name)) return true;
+    for (int ci = 0; ci < N_CASES; ci++)
+        if (!strcmp(cases[ci].op, name)) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
     options o = {0};
+    const char *plugin = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--backend") && i + 1 < argc) o.backend = argv[++i];
+        else if (!strcmp(argv[i], "--plugin") && i + 1 < argc) plugin = argv[++i];
         else if (!strcmp(argv[i], "--op") && i + 1 < argc) o.op = argv[++i];
         else if (!strcmp(argv[i], "--perf")) o.perf = 1;
         else if (!strcmp(argv[i], "-v")) o.verbose = 1;
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { printf(usage, argv[0]); return 0; }
         else {
-            fprintf(stderr, "usage: %s [--backend NAME] [--op NAME] [--perf] [-v]\n", argv[0]);
+            fprintf(stderr, "test_backend_ops: unknown argument '%s'\n", argv[i]);
+            fprintf(stderr, usage, argv[0]);
             return 2;
         }
     }
+    if (o.op && !known_op(o.op)) {
+        fprintf(stderr, "test_backend_ops: --op %s: no such op (pdde_op_name's names, or attention)\n", o.op);
+        return 2;
+    }
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backend_plugins = plugin;
     pdde_context *ctx;
-    if (pdde_context_init(NULL, &ctx) != PDDE_OK) { CHECK(0, "context_init"); return test_finish(); }
+    if (pdde_context_init(&cp, &ctx) != PDDE_OK) { CHECK(0, "context_init"); return test_finish(); }
     o.ctx = ctx;
+    bool backend_known = !o.backend;
     for (int b = 0; b < pdde_backend_count(ctx); b++) {
         const char *why;
         pdde_status st = pdde_backend_status(ctx, b, &why);
         printf("backend %-10s %s%s\n", pdde_backend_name(ctx, b), st == PDDE_OK ? "available" : "unavailable: ", st == PDDE_OK ? "" : why);
+        backend_known |= o.backend && !strcmp(pdde_backend_name(ctx, b), o.backend);
     }
+    if (plugin) { /* the plugin is the last family: test its devices */
+        const char *why;
+        int last = pdde_backend_count(ctx) - 1;
+        if (pdde_backend_status(ctx, last, &why) != PDDE_OK) {
+            fprintf(stderr, "test_backend_ops: --plugin %s: %s\n", plugin, why);
+            pdde_context_free(ctx);
+            return 1;
+        }
+        if (o.backend && strcmp(o.backend, pdde_backend_name(ctx, last))) {
+            fprintf(stderr, "test_backend_ops: --backend %s, but the plugin's backend is %s\n", o.backend, pdde_backend_name(ctx, last));
+            pdde_context_free(ctx);
+            return 2;
+        }
+        o.backend = pdde_backend_name(ctx, last);
+    } else if (!backend_known) {
+        fprintf(stderr, "test_backend_ops: --backend %s: no such backend in this build (see the list above; an out-of-tree one needs --plugin)\n",
+                o.backend);
+        pdde_context_free(ctx);
+        return 2;
+    }
+    o.strict = !plugin; /* the built-in backends run every op of the suite */
     /* the devices under test: every device but the CPU reference, unless --backend cpu */
     int devs[64], n_devs = 0;
     for (int d = 0; d < pdde_device_count(ctx) && n_devs < 64; d++) {
@@ -796,7 +868,9 @@ int main(int argc, char **argv) {
         }
         if (!o.perf && !o.op) test_vocab_offset(ctx, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "attention"))) test_fused_attention(&o, devs[k]);
-        if (!o.perf) printf("device %d: %d passed, %d failed (%.1fs)\n", devs[k], test_passed - passed0, test_failed - failed0, now_s() - td);
+        if (!o.perf) printf("device %d: %d passed, %d failed, %d cases of ops it does not run (%.1fs)\n", devs[k], test_passed - passed0,
+                            test_failed - failed0, n_unsupported, now_s() - td);
+        n_unsupported = 0;
     }
     if (!o.perf && !o.op && !o.backend) test_vocab_offset(ctx, 0); /* the CPU, the reference (not among devs) */
     if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend) test_fused_attention(&o, 0);

@@ -14,7 +14,8 @@ cat >"$tmp/cluster.json" <<'JSON'
  "links": [], "collectives": []}
 JSON
 "$build/pdde-plan" --auto --cluster "$tmp/cluster.json" --ranks 2 >"$tmp/plan.log" 2>&1
-check "pdde-plan --auto on the cluster file ($(tail -2 "$tmp/plan.log"))" $?
+rc=$?
+check "pdde-plan --auto on the cluster file ($(tail -2 "$tmp/plan.log"))" $rc
 grep -q '^best dp=' "$tmp/plan.log"
 check "pdde-plan --auto prints a best plan" $?
 # one step of a forced plan, simulated from both ranks' lowered programs: the text timeline, an SVG and
@@ -40,7 +41,8 @@ check "the Chrome trace is JSON with compute and comm events of both ranks" $?
 check "a forced plan whose micro-batches do not divide the batch is refused ($(head -1 "$tmp/tlbad.log"))" $?
 "$build/pdde-plan" --auto --cluster "$tmp/nonexistent.json" >"$tmp/bad.log" 2>&1
 [ $? -ne 0 ] && grep -q nonexistent "$tmp/bad.log"
-check "a missing cluster file is an error naming it ($(head -1 "$tmp/bad.log"))" $?
+rc=$?
+check "a missing cluster file is an error naming it ($(head -1 "$tmp/bad.log"))" $rc
 
 # the losses of steps 1..4, as gpt prints them (rank 0 or the only process)
 losses() { grep -E 'step +[1-4]/4 ' "$1" | sed -E 's/.*loss ([0-9.]+).*/\1/' | tr '\n' ' '; }
@@ -50,12 +52,14 @@ ref=$(losses "$tmp/one.log")
 check "one process trains ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
 if [ -x "$build/pdde-run" ]; then
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan auto --cluster "$tmp/cluster.json" "${args[@]}" >"$tmp/auto.log" 2>&1
-    check "pdde-run -n 2 gpt --plan auto exits 0 ($(tail -2 "$tmp/auto.log"))" $?
+    rc=$?
+    check "pdde-run -n 2 gpt --plan auto exits 0 ($(tail -2 "$tmp/auto.log"))" $rc
     grep -q 'the planner chose dp=' "$tmp/auto.log"
     check "gpt says which plan the planner chose" $?
     check "--plan auto: losses '$(losses "$tmp/auto.log")' equal one process's '$ref'" $([ "$(losses "$tmp/auto.log")" = "$ref" ] && echo 0 || echo 1)
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,stages=5:1 "${args[@]}" >"$tmp/cut.log" 2>&1
-    check "an uneven stage cut (5:1) runs ($(tail -1 "$tmp/cut.log"))" $?
+    rc=$?
+    check "an uneven stage cut (5:1) runs ($(tail -1 "$tmp/cut.log"))" $rc
     check "--plan pp=2,stages=5:1: losses '$(losses "$tmp/cut.log")' equal one process's '$ref'" $([ "$(losses "$tmp/cut.log")" = "$ref" ] && echo 0 || echo 1)
 else
     echo "SKIP comm: the 2-rank runs (this build has no UCX)"

@@ -109,9 +109,9 @@ static unsigned char *slurp(const char *path, size_t *n) {
 /* Writes a checkpoint made of the header of `file` and the records listed in `pick` (indices into the
  * file's records, in that order), with the count and the CRC fixed: a well-formed file. */
 static void write_records(const char *path, const unsigned char *file, size_t size, const int *pick, int n_pick) {
-    size_t at = 48, off[64], len[64];
-    uint32_t count;
-    memcpy(&count, file + 12, 4);
+    uint32_t count, version;
+    memcpy(&count, file + 12, 4), memcpy(&version, file + 8, 4);
+    size_t header = 48 + (version >= 3 ? 28 : 0), at = header, off[64], len[64]; /* (3 added the schedule) */
     for (uint32_t k = 0; k < count && k < 64; k++) {
         uint16_t nl, al;
         uint64_t nb;
@@ -124,8 +124,8 @@ static void write_records(const char *path, const unsigned char *file, size_t si
         len[k] = at - off[k];
     }
     unsigned char *out = malloc(size * 2);
-    memcpy(out, file, 48);
-    size_t w = 48;
+    memcpy(out, file, header);
+    size_t w = header;
     for (int i = 0; i < n_pick; i++) memcpy(out + w, file + off[pick[i]], len[pick[i]]), w += len[pick[i]];
     uint32_t n = (uint32_t)n_pick, crc;
     memcpy(out + 12, &n, 4);

@@ -196,7 +196,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
             goto done;
         }
         out->losses[step] = loss;
-        pdde_checkpoint_extra extra = {DATA_POSITION};
+        pdde_checkpoint_extra extra = {.data_position = DATA_POSITION};
         if (step + 1 == SAVE_AT && (p ? p->save : 1)) {
             if (p) snprintf(path, sizeof path, "%s", ckpt_path[p->save]);
             else run_file(path, sizeof path, name, "saved");

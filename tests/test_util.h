@@ -99,7 +99,7 @@ static inline int test_ckpt_read(const char *path, test_ckpt *c) {
 typedef struct { const char *name; int name_len, dtype; const void *data; uint64_t nbytes; } test_ckpt_tensor;
 
 static inline int test_ckpt_tensor_at(const test_ckpt *c, uint32_t i, test_ckpt_tensor *t) {
-    size_t o = 48;
+    size_t o = 48 + (c->version >= 3 ? 28 : 0); /* (version 3 added the learning-rate schedule) */
     for (uint32_t k = 0; k <= i; k++) {
         uint16_t nl, al = 0;
         uint8_t ndim;

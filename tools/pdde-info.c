@@ -39,7 +39,10 @@ int main(int argc, char **argv) {
     printf("pdde %d.%d.%d, %d CPU threads\n", PDDE_VERSION_MAJOR, PDDE_VERSION_MINOR, PDDE_VERSION_PATCH,
            pdde_context_n_threads(ctx));
     if (!quiet) {
-        printf("\nbackends:\n");
+        printf("built with:");
+        for (int i = 0; i < PDDE_FEATURE_COUNT; i++)
+            if (pdde_features() & 1u << i) printf(" %s", pdde_feature_name(1u << i));
+        printf("\n\nbackends:\n");
         for (int b = 0; b < pdde_backend_count(ctx); b++) {
             const char *why = "";
             pdde_status bs = pdde_backend_status(ctx, b, &why);

@@ -10,7 +10,9 @@
  *
  * Each rank gets PDDE_RANK, PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_LOCAL_SIZE, PDDE_STORE_ADDR, the
  * job secret (PDDE_JOB_SECRET, made here unless the user gave one) and its share of the cores
- * (PDDE_NUM_THREADS = cores / ranks here, unless set); its output lines are prefixed with "[rank] ".
+ * (PDDE_NUM_THREADS = cores / ranks here, unless set); its output lines are prefixed with "[rank] "
+ * (and written unprefixed to DIR/rank<R>.log with --log-dir DIR). --trace FILE has the ranks trace
+ * their sessions and merges their files into FILE when they are gone.
  * Each rank runs in a process group of its own, and signals go to the whole group, so a rank's
  * children stop with it. SIGINT and SIGTERM are forwarded; when a rank fails (non-zero exit or
  * signal) the others are stopped (SIGTERM, then SIGKILL after a grace period). Once the ranks are
@@ -35,6 +37,7 @@ int main(void) {
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +47,7 @@ int main(void) {
 typedef struct {
     pid_t pid;
     int rank;
+    FILE *log;          /* --log-dir: this rank's lines, both streams (NULL: none) */
     int fd[2];          /* stdout, stderr pipes (-1 when closed) */
     char *line[2];      /* a partial line per stream */
     size_t len[2];
@@ -70,6 +74,10 @@ static void usage(FILE *f) {
             "                 A non-loopback address opens the store to that network: then only the\n"
             "                 job secret keeps others out\n"
             "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)\n"
+            "  --log-dir D    also write each rank's output (stdout and stderr, unprefixed) to D/rank<R>.log\n"
+            "  --trace FILE   the ranks trace their sessions (PDDE_TRACE: FILE.rank<R> each); once they are\n"
+            "                 gone, the ranks' files of this host are merged into FILE (one Chrome/Perfetto trace,\n"
+            "                 a process per rank) and removed\n"
             "  -h, --help     this text\n"
             "environment: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (required with --nnodes > 1; made here\n"
             "otherwise), PDDE_NUM_THREADS (threads per rank; default: the cores divided among the ranks here)\n");
@@ -99,12 +107,15 @@ static void emit(child *c, int s, const char *buf, size_t n, int flush) {
     for (size_t i = 0; i < c->len[s]; i++)
         if (l[i] == '\n') {
             fprintf(out, "[%d] %.*s\n", c->rank, (int)(i - start), l + start);
+            if (c->log) fprintf(c->log, "%.*s\n", (int)(i - start), l + start);
             start = i + 1;
         }
     if (flush && start < c->len[s]) {
         fprintf(out, "[%d] %.*s\n", c->rank, (int)(c->len[s] - start), l + start);
+        if (c->log) fprintf(c->log, "%.*s\n", (int)(c->len[s] - start), l + start);
         start = c->len[s];
     }
+    if (c->log) fflush(c->log);
     memmove(l, l + start, c->len[s] - start);
     c->len[s] -= start;
     fflush(out);
@@ -121,6 +132,38 @@ static void describe(const child *c, char *buf, size_t cap) {
         snprintf(buf, cap, "was killed by signal %d (%s)", WTERMSIG(c->status), strsignal(WTERMSIG(c->status)));
     else
         snprintf(buf, cap, "exited with status %d", WEXITSTATUS(c->status));
+}
+
+/* Merges the ranks' traces path.rank<first..first+n) into path: the events of each (the lines between
+ * the first and the last, as pdde writes them) in one traceEvents array; the parts are removed.
+ * Returns how many parts were merged, -1 when path cannot be written. */
+static int merge_traces(const char *path, int first, int n) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) return -1;
+    fprintf(out, "{\"traceEvents\":[");
+    int merged = 0, events = 0;
+    for (int r = first; r < first + n; r++) {
+        char part[4200], *line = NULL;
+        size_t cap = 0;
+        snprintf(part, sizeof part, "%s.rank%d", path, r);
+        FILE *in = fopen(part, "r");
+        if (!in) continue;
+        ssize_t len;
+        for (int k = 0; (len = getline(&line, &cap, in)) > 0; k++) {
+            while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == ',')) line[--len] = 0;
+            if (k == 0 || line[0] != '{') continue; /* the header and the closing "]}" */
+            fprintf(out, "%s\n%s", events++ ? "," : "", line);
+        }
+        free(line);
+        fclose(in);
+        remove(part);
+        merged++;
+    }
+    fprintf(out, "\n]}\n");
+    if (fclose(out) || rename(tmp, path)) return -1;
+    return merged;
 }
 
 /* 1 if the process is stopped (SIGSTOP, a debugger): it cannot answer, whatever it is. */
@@ -147,14 +190,14 @@ static void signal_rank(const child *c, int sig) {
 int main(int argc, char **argv) {
     int n = 0, nnodes = 1, node_rank = 0;
     double grace = 3;
-    const char *store_addr = NULL;
+    const char *store_addr = NULL, *log_dir = NULL, *trace = NULL;
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) { i++; break; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         int known = !strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--nnodes") || !strcmp(a, "--node-rank") ||
-                    !strcmp(a, "--store") || !strcmp(a, "--grace");
+                    !strcmp(a, "--store") || !strcmp(a, "--grace") || !strcmp(a, "--log-dir") || !strcmp(a, "--trace");
         if (!known) { fprintf(stderr, "pdde-run: unknown option '%s' (see --help)\n", a); return 2; }
         if (i + 1 >= argc) { fprintf(stderr, "pdde-run: %s needs a value (see --help)\n", a); return 2; }
         const char *v = argv[++i];
@@ -162,6 +205,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--nnodes")) nnodes = int_arg(a, v, 1, 65536);
         else if (!strcmp(a, "--node-rank")) node_rank = int_arg(a, v, 0, 65535);
         else if (!strcmp(a, "--store")) store_addr = v;
+        else if (!strcmp(a, "--log-dir")) log_dir = v;
+        else if (!strcmp(a, "--trace")) trace = v;
         else {
             char *end;
             grace = strtod(v, &end);
@@ -182,6 +227,11 @@ int main(int argc, char **argv) {
         return 2;
     }
     char **cmd = argv + i;
+    if (log_dir && mkdir(log_dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "pdde-run: --log-dir %s: %s\n", log_dir, strerror(errno));
+        return 2;
+    }
+    if (trace) setenv("PDDE_TRACE", trace, 1);
 
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
@@ -239,6 +289,11 @@ int main(int argc, char **argv) {
     for (int r = 0; r < n; r++) {
         child *c = &ch[r];
         c->rank = node_rank * n + r;
+        if (log_dir) {
+            char path[4200];
+            snprintf(path, sizeof path, "%s/rank%d.log", log_dir, c->rank);
+            if (!(c->log = fopen(path, "w"))) { fprintf(stderr, "pdde-run: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+        }
         int out[2], err[2];
         if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) { perror("pdde-run: pipe"); return 1; }
         c->pid = fork();
@@ -250,6 +305,8 @@ int main(int argc, char **argv) {
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
             signal(SIGPIPE, SIG_DFL);
+            for (int k = 0; k <= r; k++)
+                if (ch[k].log) fclose(ch[k].log); /* (the parent's: a rank writes only its pipes) */
             dup2(out[1], 1); dup2(err[1], 2);
             execvp(cmd[0], cmd);
             fprintf(stderr, "pdde-run: cannot run %s: %s\n", cmd[0], strerror(errno));
@@ -337,7 +394,15 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pdde-run: stopped by signal %d\n", (int)got_signal);
         rc = 128 + got_signal;
     }
-    for (int r = 0; r < n; r++) { free(ch[r].line[0]); free(ch[r].line[1]); }
+    if (trace) {
+        int merged = merge_traces(trace, node_rank * n, n);
+        if (merged < 0) fprintf(stderr, "pdde-run: --trace: cannot write %s: %s\n", trace, strerror(errno));
+        else if (merged < n) fprintf(stderr, "pdde-run: --trace: %d of %d ranks wrote a trace (%s)\n", merged, n, trace);
+    }
+    for (int r = 0; r < n; r++) {
+        free(ch[r].line[0]), free(ch[r].line[1]);
+        if (ch[r].log) fclose(ch[r].log);
+    }
     free(ch);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);

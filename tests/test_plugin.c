@@ -1,0 +1,193 @@
+/* test_plugin.c — backend plugins through the loader, and the CPU fallback of ops a device lacks.
+ *
+ * The toy plugin (examples/toy_backend.c, built as build/libpdde_toy.so) runs a handful of ops on host
+ * memory. Checked: PDDE_BACKEND_PLUGINS loads it; a plugin of another vtable version, a file that is
+ * no library and a library without the entry symbol are refused by name with the reason; a two-layer
+ * MLP placed on the toy device (its GELU, sums and reductions are not the toy's) compiles, runs the
+ * toy's ops on the toy and the others on the CPU with copies, says so in one line, and gives the
+ * loss and every gradient of the same graph on the CPU alone; with no_cpu_fallback (or
+ * PDDE_CPU_FALLBACK=0) the unsupported op is an error naming it. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "tests/test_util.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char plugin_dir[PATH_MAX];
+
+static void plugin_path(char *out, size_t n, const char *file) { snprintf(out, n, "%s/%s", plugin_dir, file); }
+
+/* The family of a context whose name is `name` (-1: none). */
+static int family_of(pdde_context *ctx, const char *name) {
+    for (int b = 0; b < pdde_backend_count(ctx); b++)
+        if (!strcmp(pdde_backend_name(ctx, b), name)) return b;
+    return -1;
+}
+
+static void test_loader(void) {
+    char toy[4200], v99[4200], list[9000];
+    plugin_path(toy, sizeof toy, "libpdde_toy.so");
+    plugin_path(v99, sizeof v99, "libpdde_toy_v99.so");
+    /* the environment variable is what a user sets; a bogus path and a library that is no plugin too */
+    snprintf(list, sizeof list, "%s:%s:/nonexistent/libnothing.so:libm.so.6", toy, v99);
+    setenv("PDDE_BACKEND_PLUGINS", list, 1);
+    pdde_context *ctx;
+    pdde_status st = pdde_context_init(NULL, &ctx);
+    unsetenv("PDDE_BACKEND_PLUGINS");
+    CHECK(st == PDDE_OK, "context with plugins: %s", pdde_status_str(st));
+    if (st) return;
+    const char *why = NULL;
+    int b = family_of(ctx, "toy");
+    CHECK(b >= 0 && pdde_backend_status(ctx, b, &why) == PDDE_OK, "the toy plugin is available (%s)", why ? why : "not listed");
+    int dev = pdde_device_find(ctx, "toy", 0);
+    pdde_device_props props = {0};
+    CHECK(dev > 0 && pdde_device_get_props(ctx, dev, &props) == PDDE_OK && props.kind == PDDE_DEVICE_ACCEL &&
+              !strcmp(props.backend, "toy"), "toy device: index %d, backend '%s'", dev, props.backend);
+    b = family_of(ctx, "libpdde_toy_v99.so");
+    st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
+    CHECK(st == PDDE_ERR_VERSION && strstr(why, "api_version 99") && strstr(why, "takes 1"), "v99 refused: %s (%s)", pdde_status_str(st),
+          b >= 0 ? why : "not listed");
+    b = family_of(ctx, "libnothing.so");
+    st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
+    CHECK(st == PDDE_ERR_UNAVAILABLE && strstr(why, "does not load"), "missing file refused: %s", b >= 0 ? why : "not listed");
+    b = family_of(ctx, "libm.so.6");
+    st = b >= 0 ? pdde_backend_status(ctx, b, &why) : PDDE_OK;
+    CHECK(st == PDDE_ERR_UNAVAILABLE && strstr(why, "entry symbol pdde_backend_plugin"), "libm refused: %s", b >= 0 ? why : "not listed");
+    pdde_context_free(ctx);
+}
+
+enum { B = 6, D_IN = 16, D_HID = 24, D_OUT = 5 };
+
+typedef struct {
+    pdde_graph *g;
+    pdde_tensor *x, *w1, *w2, *loss;
+} mlp;
+
+/* loss = sum((gelu(x W1) W2)^2) / 2, every node in layer 0 (the layer placed on the toy) */
+static pdde_status mlp_build(pdde_context *ctx, mlp *m) {
+    pdde_status st = pdde_graph_init(ctx, &m->g);
+    if (st) return st;
+    pdde_graph *g = m->g;
+    pdde_graph_set_layer(g, 0);
+    m->x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){B, D_IN});
+    m->w1 = pdde_param(g, "w1", 2, (int64_t[]){D_IN, D_HID}, 0.3f);
+    m->w2 = pdde_param(g, "w2", 2, (int64_t[]){D_HID, D_OUT}, 0.3f);
+    pdde_tensor *y = pdde_matmul(g, pdde_gelu(g, pdde_matmul(g, m->x, m->w1, 0, 0)), m->w2, 0, 0);
+    m->loss = pdde_scale(g, pdde_sum(g, pdde_mul(g, y, y), -1, 0), 0.5f);
+    pdde_backward(g, m->loss);
+    return pdde_graph_status(g);
+}
+
+typedef struct { float loss, gw1[D_IN * D_HID], gw2[D_HID * D_OUT]; } mlp_result;
+
+/* Runs forward and backward on `device` (layer 0 placed there); the same seed gives the same weights. */
+static pdde_status mlp_run(pdde_context *ctx, int device, int no_fallback, mlp_result *r, int *on_device, int *on_cpu_gelu) {
+    mlp m;
+    pdde_status st = mlp_build(ctx, &m);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    int layer_dev[1] = {device};
+    sp.layer_devices = layer_dev, sp.n_layer_devices = 1;
+    sp.no_cpu_fallback = no_fallback;
+    pdde_session *s = NULL;
+    if (!st) st = pdde_session_init(m.g, &sp, &s);
+    if (!st) {
+        float x[B * D_IN];
+        for (int i = 0; i < B * D_IN; i++) x[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+        st = pdde_session_write(s, m.x, x, sizeof x);
+    }
+    if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
+    if (!st) st = pdde_session_read(s, m.w1->grad, r->gw1, sizeof r->gw1);
+    if (!st) st = pdde_session_read(s, m.w2->grad, r->gw2, sizeof r->gw2);
+    if (!st) r->loss = pdde_session_loss(s);
+    *on_device = *on_cpu_gelu = 0;
+    for (int i = 0; !st && i < pdde_session_n_nodes(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
+        *on_device += t->device == device && t->op != PDDE_OP_NONE && t->op != PDDE_OP_COPY;
+        *on_cpu_gelu += t->device == 0 && (t->op == PDDE_OP_GELU || t->op == PDDE_OP_GELU_BACK);
+    }
+    pdde_session_free(s);
+    pdde_graph_free(m.g);
+    return st;
+}
+
+/* stderr of fn() while it runs, into buf */
+static void capture_stderr(char *buf, size_t n, pdde_status (*fn)(void *), void *arg, pdde_status *st) {
+    char path[] = "/tmp/pdde-test-plugin.XXXXXX";
+    int fd = mkstemp(path), saved = dup(2);
+    fflush(stderr);
+    dup2(fd, 2);
+    *st = fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t len = pread(fd, buf, n - 1, 0);
+    buf[len > 0 ? len : 0] = 0;
+    close(fd);
+    unlink(path);
+}
+
+typedef struct { pdde_context *ctx; int device; mlp_result r; int on_device, on_cpu_gelu; } fallback_run;
+static pdde_status fallback_fn(void *arg) {
+    fallback_run *f = arg;
+    return mlp_run(f->ctx, f->device, 0, &f->r, &f->on_device, &f->on_cpu_gelu);
+}
+
+static void test_fallback(void) {
+    char toy[4200];
+    plugin_path(toy, sizeof toy, "libpdde_toy.so");
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backend_plugins = toy;
+    cp.seed = 7;
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx) != PDDE_OK) { CHECK(0, "context"); return; }
+    int dev = pdde_device_find(ctx, "toy", 0);
+    CHECK(dev > 0, "toy device found through backend_plugins");
+    if (dev <= 0) { pdde_context_free(ctx); return; }
+
+    mlp_result ref;
+    int n_dev, n_gelu;
+    pdde_status st = mlp_run(ctx, 0, 0, &ref, &n_dev, &n_gelu);
+    CHECK(st == PDDE_OK, "the MLP on the CPU: %s", pdde_last_error(ctx));
+
+    fallback_run f = {.ctx = ctx, .device = dev};
+    char err[4096];
+    capture_stderr(err, sizeof err, fallback_fn, &f, &st);
+    CHECK(st == PDDE_OK, "the MLP on the toy with fallback: %s (%s)", pdde_status_str(st), pdde_last_error(ctx));
+    CHECK(f.on_device >= 5, "the toy runs its ops (matmuls, mul, scale): %d nodes on it", f.on_device);
+    CHECK(f.on_cpu_gelu == 2, "gelu and gelu_back run on the CPU: %d", f.on_cpu_gelu);
+    const char *line = strstr(err, "pdde: ");
+    CHECK(line && strstr(line, "run on the CPU") && strstr(line, "gelu (device") && strstr(line, "gelu_back (device") &&
+              strchr(line, '\n') == strrchr(err, '\n'),
+          "one notice line naming the ops: '%s'", err);
+    if (st == PDDE_OK) {
+        CHECK(test_close(f.r.loss, ref.loss, 1e-5, 0), "loss with fallback %.9g, on the CPU %.9g", f.r.loss, ref.loss);
+        test_close_all("grad w1 (fallback vs CPU)", f.r.gw1, ref.gw1, D_IN * D_HID, 1e-3, 1e-4);
+        test_close_all("grad w2 (fallback vs CPU)", f.r.gw2, ref.gw2, D_HID * D_OUT, 1e-3, 1e-4);
+    }
+
+    /* without the fallback: the op the device lacks is an error naming it */
+    mlp_result r;
+    st = mlp_run(ctx, dev, 1, &r, &n_dev, &n_gelu);
+    CHECK(st == PDDE_ERR_UNSUPPORTED && strstr(pdde_last_error(ctx), "gelu"), "no_cpu_fallback: %s (%s)", pdde_status_str(st),
+          pdde_last_error(ctx));
+    setenv("PDDE_CPU_FALLBACK", "0", 1);
+    st = mlp_run(ctx, dev, 0, &r, &n_dev, &n_gelu);
+    unsetenv("PDDE_CPU_FALLBACK");
+    CHECK(st == PDDE_ERR_UNSUPPORTED, "PDDE_CPU_FALLBACK=0: %s", pdde_status_str(st));
+    pdde_context_free(ctx);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    /* the plugins are built next to this test */
+    if (!realpath(argv[0], plugin_dir)) { CHECK(0, "realpath %s", argv[0]); return test_finish(); }
+    *strrchr(plugin_dir, '/') = 0;
+    test_loader();
+    test_fallback();
+    return test_finish();
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# A resumed run keeps the learning-rate schedule of the run it resumes: a 20-step run stopped after 10
+# steps and resumed with --steps 30 trains steps 11-20 with exactly the learning rates (and so the
+# losses) of an uninterrupted 20-step run, and says that it keeps the checkpoint's schedule;
+# --reschedule says it changes it and follows the new one. Run from the repository root.
+. tests/script_util.sh resume
+gpt=(--val-every 0 --sample-len 0 --threads 1 --layers 2 --width 64 --heads 2 --seed 5)
+
+"$build/gpt" "${gpt[@]}" --steps 20 --metrics "$tmp/full.jsonl" >"$tmp/full.log" 2>&1
+rc=$?
+check "the uninterrupted 20-step run ($(tail -1 "$tmp/full.log"))" $rc
+"$build/gpt" "${gpt[@]}" --steps 20 --stop-after 10 --ckpt-dir "$tmp/ck" --metrics "$tmp/a.jsonl" >"$tmp/a.log" 2>&1
+rc=$?
+check "a 20-step run stopped after step 10 ($(tail -1 "$tmp/a.log"))" $rc
+cp -r "$tmp/ck" "$tmp/ck2"
+"$build/gpt" "${gpt[@]}" --steps 30 --resume --ckpt-dir "$tmp/ck" --metrics "$tmp/b.jsonl" >"$tmp/b.log" 2>&1
+rc=$?
+check "resumed with --steps 30 ($(tail -1 "$tmp/b.log"))" $rc
+grep -q "over 20 steps .*over 30 .*keeping the checkpoint's schedule" "$tmp/b.log"
+rc=$?
+check "the resume says it keeps the 20-step schedule ($(grep 'schedule' "$tmp/b.log" | head -1))" $rc
+
+python3 - "$tmp/full.jsonl" "$tmp/a.jsonl" "$tmp/b.jsonl" >"$tmp/cmp" 2>&1 <<'PY'
+import json, math, sys
+def rows(p): return {r["step"]: r for r in map(json.loads, open(p)) if "loss" in r}
+full, a, b = map(rows, sys.argv[1:])
+assert sorted(a) == list(range(1, 11)) and sorted(b) == list(range(11, 31)), (sorted(a), sorted(b))
+for k in range(11, 21):
+    assert b[k]["lr"] == full[k]["lr"], "step %d: lr %g resumed, %g uninterrupted" % (k, b[k]["lr"], full[k]["lr"])
+    assert math.isfinite(b[k]["loss"]) and abs(b[k]["loss"] - full[k]["loss"]) <= 1e-4 * abs(full[k]["loss"]), \
+        "step %d: loss %g resumed, %g uninterrupted" % (k, b[k]["loss"], full[k]["loss"])
+assert all(b[k]["lr"] == b[21]["lr"] for k in range(21, 31)) and b[21]["lr"] < full[20]["lr"], \
+    "past its end the schedule stays at its minimum: %s" % [b[k]["lr"] for k in range(19, 31)]
+print("ok: lr and loss of steps 11-20 as uninterrupted (step 15: lr %g, loss %.5f)" % (b[15]["lr"], b[15]["loss"]))
+PY
+rc=$?
+check "steps 11-20 after the resume have the uninterrupted run's lr and loss ($(tail -1 "$tmp/cmp"))" $rc
+
+"$build/gpt" "${gpt[@]}" --steps 30 --resume --reschedule --ckpt-dir "$tmp/ck2" --metrics "$tmp/c.jsonl" >"$tmp/c.log" 2>&1
+rc=$?
+check "resumed with --steps 30 --reschedule ($(tail -1 "$tmp/c.log"))" $rc
+grep -q "CHANGING to this run's schedule" "$tmp/c.log" &&
+    python3 -c "
+import json, sys
+c = {r['step']: r for r in map(json.loads, open('$tmp/c.jsonl')) if 'loss' in r}
+f = {r['step']: r for r in map(json.loads, open('$tmp/full.jsonl')) if 'loss' in r}
+sys.exit(0 if c[15]['lr'] > f[15]['lr'] else 1)"
+check "--reschedule says it changes the schedule and stretches the cosine over 30 steps" $?
+
+finish
