@@ -141,26 +141,6 @@ void pdde_context_free(pdde_context *ctx) {
  * Graph building. Nodes are created in topological order (a node's inputs exist before it), so the
  * id order is a valid schedule. Errors are sticky: the first one is kept and later calls return NULL. */
 
-pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
-    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
-    pdde_graph *g = calloc(1, sizeof *g);
-    if (!g) return pdde_error(ctx, PDDE_ERR_OOM, "graph: out of memory");
-    g->ctx = ctx;
-    g->layer = -1;
-    *out = g;
-    return PDDE_OK;
-}
-
-void pdde_graph_free(pdde_graph *g) {
-    if (!g) return;
-    planner_graph_free(g->planner);
-    for (int i = 0; i < g->n; i++) free(g->nodes[i]);
-    free(g->nodes);
-    free(g->recompute);
-    free(g->cast_of);
-    free(g);
-}
-
 pdde_status pdde_graph_status(const pdde_graph *g) { return g ? g->status : PDDE_ERR_INVALID_ARG; }
 pdde_context *pdde_graph_context(const pdde_graph *g) { return g ? g->ctx : NULL; }
 int pdde_graph_n_tensors(const pdde_graph *g) { return g ? g->n : 0; }

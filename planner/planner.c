@@ -26,6 +26,28 @@ PDDE_PRIVATE void planner_graph_free(struct planner_graph *p) {
     free(p);
 }
 
+/* The graph object itself (struct pdde_graph, planner_impl.h) is made and freed here, below the
+ * executor: the planner builds candidate plans' graphs (simulate.c) and the core adds nodes to them. */
+pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out) {
+    if (!ctx || !out) return PDDE_ERR_INVALID_ARG;
+    pdde_graph *g = calloc(1, sizeof *g);
+    if (!g) return pdde_error(ctx, PDDE_ERR_OOM, "graph: out of memory");
+    g->ctx = ctx;
+    g->layer = -1;
+    *out = g;
+    return PDDE_OK;
+}
+
+void pdde_graph_free(pdde_graph *g) {
+    if (!g) return;
+    planner_graph_free(g->planner);
+    for (int i = 0; i < g->n; i++) free(g->nodes[i]);
+    free(g->nodes);
+    free(g->recompute);
+    free(g->cast_of);
+    free(g);
+}
+
 /* The graph's planner state, made on first use (NULL and an error on ctx when out of memory). */
 PDDE_PRIVATE struct planner_graph *planner_of(pdde_graph *g) {
     if (!g->planner) {

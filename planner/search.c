@@ -746,13 +746,13 @@ done:
 }
 
 pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan) {
-    pdde_context *ctx = g ? pdde_graph_context(g) : NULL;
+    pdde_context *ctx = g ? g->ctx : NULL;
     if (!g || !cluster || !params || !plan) return PDDE_ERR_INVALID_ARG;
     /* the devices' GEMM speed at the graph's largest GEMM, on one device's share of its rows */
     int64_t m = 0, n = 0, k = 0;
     double most = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
-        const pdde_tensor *t = pdde_graph_tensor(g, i);
+    for (int i = 0; i < g->n; i++) {
+        const pdde_tensor *t = g->nodes[i];
         if (t->op != PDDE_OP_MATMUL || t->phase != PDDE_PHASE_FORWARD) continue;
         const pdde_tensor *a = t->src[0];
         int64_t cols = t->shape[t->ndim - 1], kk = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
