@@ -65,6 +65,12 @@ PY
     check "the ranks' trace parts are removed after merging" $?
     grep -q "^gpt: " "$tmp/logs/rank0.log" && grep -q "^gpt: " "$tmp/logs/rank1.log" && ! grep -q "^\[1\]" "$tmp/logs/rank1.log"
     check "--log-dir: rank0.log and rank1.log hold each rank's own lines, unprefixed" $?
+    if [ "$(nproc)" -ge 2 ]; then # --bind cores: one core each (PDDE_NUM_THREADS=1), not the same one
+        PDDE_NUM_THREADS=1 timeout 30 "$build/pdde-run" -n 2 --bind cores sh -c 'grep Cpus_allowed_list /proc/self/status' >"$tmp/bind.log" 2>&1
+        a=$(awk '/^\[0\]/ {print $NF}' "$tmp/bind.log"); b=$(awk '/^\[1\]/ {print $NF}' "$tmp/bind.log")
+        [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$b" ] && ! echo "$a$b" | grep -q '[-,]'
+        check "--bind cores: each rank on one core of its own (rank 0: '$a', rank 1: '$b')" $?
+    fi
 else
     echo "SKIP: pdde-run (no comm in this build)"
 fi

@@ -21,6 +21,7 @@
  * rank that died, or stopped answering and lost its lease), not the rank that reported it first. */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include <sched.h>
 
 #if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
 #include <stdio.h>
@@ -75,12 +76,28 @@ static void usage(FILE *f) {
             "                 job secret keeps others out\n"
             "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)\n"
             "  --log-dir D    also write each rank's output (stdout and stderr, unprefixed) to D/rank<R>.log\n"
+            "  --bind cores   pin each rank to its share of the cores this host gives pdde-run (PDDE_NUM_THREADS\n"
+            "                 consecutive ones from rank x share); --bind none (the default) leaves them to the OS\n"
             "  --trace FILE   the ranks trace their sessions (PDDE_TRACE: FILE.rank<R> each); once they are\n"
             "                 gone, the ranks' files of this host are merged into FILE (one Chrome/Perfetto trace,\n"
             "                 a process per rank) and removed\n"
             "  -h, --help     this text\n"
             "environment: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (required with --nnodes > 1; made here\n"
             "otherwise), PDDE_NUM_THREADS (threads per rank; default: the cores divided among the ranks here)\n");
+}
+
+/* --bind cores: local rank r runs on PDDE_NUM_THREADS consecutive cores of those this process may
+ * use (in their order; wrapping round when the ranks' shares exceed them). */
+static void bind_rank(int r) {
+    cpu_set_t allowed, set;
+    if (sched_getaffinity(0, sizeof allowed, &allowed)) return;
+    int cpus[CPU_SETSIZE], n = 0, t = atoi(getenv("PDDE_NUM_THREADS") ? getenv("PDDE_NUM_THREADS") : "1");
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed)) cpus[n++] = c;
+    if (n == 0) return;
+    CPU_ZERO(&set);
+    for (int k = 0; k < (t > 0 ? t : 1); k++) CPU_SET(cpus[((long)r * (t > 0 ? t : 1) + k) % n], &set);
+    if (sched_setaffinity(0, sizeof set, &set)) fprintf(stderr, "pdde-run: rank %d: cannot bind: %s\n", r, strerror(errno));
 }
 
 /* Parses an integer argument in [lo, hi]; exits 2 naming the argument otherwise. */
@@ -191,13 +208,14 @@ int main(int argc, char **argv) {
     int n = 0, nnodes = 1, node_rank = 0;
     double grace = 3;
     const char *store_addr = NULL, *log_dir = NULL, *trace = NULL;
-    int i = 1;
+    int i = 1, bind = 0;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) { i++; break; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         int known = !strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--nnodes") || !strcmp(a, "--node-rank") ||
-                    !strcmp(a, "--store") || !strcmp(a, "--grace") || !strcmp(a, "--log-dir") || !strcmp(a, "--trace");
+                    !strcmp(a, "--store") || !strcmp(a, "--grace") || !strcmp(a, "--log-dir") || !strcmp(a, "--trace") ||
+                    !strcmp(a, "--bind");
         if (!known) { fprintf(stderr, "pdde-run: unknown option '%s' (see --help)\n", a); return 2; }
         if (i + 1 >= argc) { fprintf(stderr, "pdde-run: %s needs a value (see --help)\n", a); return 2; }
         const char *v = argv[++i];
@@ -207,6 +225,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--store")) store_addr = v;
         else if (!strcmp(a, "--log-dir")) log_dir = v;
         else if (!strcmp(a, "--trace")) trace = v;
+        else if (!strcmp(a, "--bind")) {
+            if (strcmp(v, "cores") && strcmp(v, "none")) { fprintf(stderr, "pdde-run: --bind '%s': want cores or none\n", v); return 2; }
+            bind = !strcmp(v, "cores");
+        }
         else {
             char *end;
             grace = strtod(v, &end);
@@ -302,6 +324,7 @@ int main(int argc, char **argv) {
             setpgid(0, 0);
             snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
             snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
+            if (bind) bind_rank(r);
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
             signal(SIGPIPE, SIG_DFL);
