@@ -917,13 +917,18 @@ PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const p
     return lp;
 }
 
-pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f) {
-    if (!g) return PDDE_ERR_INVALID_ARG;
+/* The local program of `rank` under params (NULL: the defaults), as that rank's session lowers it. */
+PDDE_PRIVATE pdde_status program_lower_rank(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_program **out) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     if (params) sp = *params;
     pdde_lower_params lp = program_lower_params(g, &sp, world_size, rank);
+    return program_lower(g, &lp, out);
+}
+
+pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f) {
+    if (!g) return PDDE_ERR_INVALID_ARG;
     pdde_program *P;
-    pdde_status st = program_lower(g, &lp, &P);
+    pdde_status st = program_lower_rank(g, params, world_size, rank, &P);
     if (st) return st;
     if (f) program_dump(P, f);
     program_free(P);

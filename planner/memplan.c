@@ -182,14 +182,11 @@ done:
 pdde_status pdde_lower_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out) {
     if (!g || !out) return PDDE_ERR_INVALID_ARG;
     memset(out, 0, sizeof *out);
-    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    if (params) sp = *params;
-    pdde_lower_params lp = program_lower_params(g, &sp, world_size, rank);
     pdde_program *P;
-    pdde_status st = program_lower(g, &lp, &P);
+    pdde_status st = program_lower_rank(g, params, world_size, rank, &P);
     if (st) return st;
     program_memory m;
-    st = program_plan_memory(g->ctx, P, !sp.no_memory_reuse, &m);
+    st = program_plan_memory(g->ctx, P, !(params && params->no_memory_reuse), &m);
     if (!st) *out = m.stats;
     program_memory_free(&m);
     program_free(P);

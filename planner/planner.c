@@ -9,9 +9,13 @@
  *                 parallelism
  *   cluster.c     the unified cluster object: machines, devices, links; JSON; detection
  *   cost.c        the cost model
- *   search.c      the planner search: degrees, micro-batches, ZeRO, recompute, stage cuts per device
+ *   search.c      the planner search: degrees, layouts, micro-batches, interleaving, ZeRO, bf16
+ *                 collectives, recompute per layer, stage cuts per device
  *   lower.c       lowering: a rank's local program of a completed graph (pure: no communicator,
- *                 device or tensor memory, the graph unchanged) */
+ *                 device or tensor memory, the graph unchanged)
+ *   memplan.c     the memory plan of a local program (the session allocates by it, pdde_lower_memory
+ *                 predicts from it)
+ *   simulate.c    the cost model on a plan's lowered programs */
 
 #include "planner_impl.h"
 

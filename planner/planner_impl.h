@@ -279,6 +279,7 @@ PDDE_PRIVATE void program_dump(const pdde_program *p, FILE *f);
 /* The lowering params a session with params p on rank `rank` of world_size ranks on one host uses
  * (overlap_gradients 0, auto: when the ranks of the context's threads leave this machine a core). */
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank);
+PDDE_PRIVATE pdde_status program_lower_rank(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_program **out);
 
 /* ------------------------------------------------------------------------------------------------
  * The memory plan of a local program (planner/memplan.c): what the executor allocates, and what the
