@@ -1027,6 +1027,7 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
 #include "planner/strategy.c"
 #include "planner/cluster.c"
 #include "planner/cost.c"
+#include "planner/plan_text.c"
 #include "planner/search.c"
 #include "planner/lower.c"
 #include "planner/memplan.c"

@@ -9,6 +9,7 @@
  *                 parallelism
  *   cluster.c     the unified cluster object: machines, devices, links; JSON; detection
  *   cost.c        the cost model
+ *   plan_text.c   a plan's text form (pdde_plan_str, pdde_plan_parse)
  *   search.c      the planner search: degrees, layouts, micro-batches, interleaving, ZeRO, bf16
  *                 collectives, recompute per layer, stage cuts per device
  *   lower.c       lowering: a rank's local program of a completed graph (pure: no communicator,
