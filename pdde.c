@@ -3277,7 +3277,10 @@ const pdde_transport_iface *pdde_transport_ucx(void) { return NULL; }
 /* ================================================================================================
  * Asynchronous pipeline (pdde.h): stage functions on worker threads, bounded queues of slots between
  * them. Queue k feeds stage k (queue 0 holds the free slots); the last stage gives its slots back to
- * queue 0. A stage's last worker to finish closes the queue after it, so the stages drain in order. */
+ * queue 0. A stage's last worker to finish closes the queue after it, so the stages drain in order.
+ * Errors: the context's last-error buffer is one for every thread, so worker threads never write it
+ * themselves: the run's first error is kept in the pipeline under its lock (a stage's own message
+ * copied at once) and written to the context by the calling thread once every worker has joined. */
 
 typedef struct { void *slot; int64_t index; } pipe_item;
 
@@ -3305,6 +3308,7 @@ struct pdde_pipeline {
     int64_t next, end;       /* the run's next batch to start, and its end */
     pdde_status st;          /* the run's first error */
     bool failed;
+    char error[sizeof ((pdde_context *)0)->last_error]; /* its message */
     pdde_pipeline_stats stats;
 };
 
@@ -3363,9 +3367,15 @@ void pdde_pipeline_free(pdde_pipeline *pl) {
     free(pl);
 }
 
-/* Records the run's first error (the caller holds mu) and wakes every waiting thread. */
-static void pipe_fail(pdde_pipeline *pl, pdde_status st) {
-    if (!pl->failed) pl->failed = true, pl->st = st;
+/* Records the run's first error and its message (the caller holds mu) and wakes every waiting thread. */
+__attribute__((format(printf, 3, 4))) static void pipe_fail(pdde_pipeline *pl, pdde_status st, const char *fmt, ...) {
+    if (!pl->failed) {
+        pl->failed = true, pl->st = st;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(pl->error, sizeof pl->error, fmt, ap);
+        va_end(ap);
+    }
     pthread_cond_broadcast(&pl->cv);
 }
 
@@ -3428,8 +3438,8 @@ static bool pipe_get(pdde_pipeline *pl, int k, pipe_item *it) {
         }
         if (k > 0 && q->open_producers == 0) return false;
         if (pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) == ETIMEDOUT) {
-            pipe_fail(pl, pdde_error(pl->ctx, PDDE_ERR_TIMEOUT, "pipeline: stage %d (%s) waited %g s for %s", k, pl->stage[k].name,
-                                     pl->p.timeout_s, k ? "a batch from the stage before" : "a free slot"));
+            pipe_fail(pl, PDDE_ERR_TIMEOUT, "pipeline: stage %d (%s) waited %g s for %s", k, pl->stage[k].name, pl->p.timeout_s,
+                      k ? "a batch from the stage before" : "a free slot");
             return false;
         }
     }
@@ -3443,8 +3453,8 @@ static bool pipe_put(pdde_pipeline *pl, int k, pipe_item it, int from) {
     dl.tv_sec += (time_t)pl->p.timeout_s + 1;
     while (q->n == q->cap && !pl->failed)
         if (pthread_cond_timedwait(&pl->cv, &pl->mu, &dl) == ETIMEDOUT) {
-            pipe_fail(pl, pdde_error(pl->ctx, PDDE_ERR_TIMEOUT, "pipeline: stage %d (%s) waited %g s for room after it", from,
-                                     pl->stage[from].name, pl->p.timeout_s));
+            pipe_fail(pl, PDDE_ERR_TIMEOUT, "pipeline: stage %d (%s) waited %g s for room after it", from, pl->stage[from].name,
+                      pl->p.timeout_s);
             return false;
         }
     if (pl->failed) return false;
@@ -3471,7 +3481,10 @@ static void *pipe_worker_main(void *arg) {
         double t2 = pipe_clock(CLOCK_MONOTONIC);
         w->c.busy_s += t2 - t1, w->c.batches++;
         pthread_mutex_lock(&pl->mu);
-        if (st) { pipe_fail(pl, st); break; }
+        if (st) { /* (the stage's message: as the stage left it, unless another stage fails at the same time) */
+            pipe_fail(pl, st, "pipeline: stage %d (%s), batch %lld: %s", k, pl->stage[k].name, (long long)it.index, pdde_last_error(pl->ctx));
+            break;
+        }
         bool put = pipe_put(pl, (k + 1) % n, it, k); /* the last stage frees the slot */
         w->c.blocked_s += pipe_clock(CLOCK_MONOTONIC) - t2;
         if (!put) break;
@@ -3541,7 +3554,7 @@ pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n) {
                 w[i].pl = pl, w[i].stage = k, w[i].worker = j;
                 if (pthread_create(&th[i], NULL, pipe_worker_main, &w[i])) {
                     pthread_mutex_lock(&pl->mu);
-                    pipe_fail(pl, pdde_error(pl->ctx, PDDE_ERR_OOM, "pipeline: cannot start a thread of stage %d (%s)", k, pl->stage[k].name));
+                    pipe_fail(pl, PDDE_ERR_OOM, "pipeline: cannot start a thread of stage %d (%s)", k, pl->stage[k].name);
                     /* the threads that would have closed the queues after this stage never run */
                     for (int kk = k + 1; kk < ns; kk++) pl->q[kk].open_producers = 0;
                     pthread_mutex_unlock(&pl->mu);
@@ -3551,7 +3564,7 @@ pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n) {
                 started = i + 1;
             }
         for (int i = 0; i < started; i++) pthread_join(th[i], NULL), pipe_count(pl, w[i].stage, &w[i].c);
-        if (pl->failed) st = pl->st;
+        if (pl->failed) st = pdde_error(pl->ctx, pl->st, "%s", pl->error); /* every worker has joined: this thread alone writes */
     }
     free(w), free(th);
     pl->stats.batches += n;

@@ -369,9 +369,12 @@ void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) {
                  ps_map_bytes(&t->index) + ps_map_bytes(&t->seen) + ps_map_bytes(&t->first) + t->sum_cap * sizeof(float);
 }
 
-/* File: "PDDEPS01" u32 dim u32 optimizer u32 row_bytes u32 0 i64 step i64 rows, rows x row_bytes,
- * u32 crc32 of everything before it. (Admission counts are not saved: a restart forgets them.) */
-#define PS_MAGIC "PDDEPS01"
+/* File: "PDDEPS02" u32 dim u32 optimizer u32 row_bytes u32 0 i64 step i64 rows, rows x row_bytes,
+ * i64 pending, pending x (u64 id, u32 times pulled): the admission filter's counts of ids not admitted
+ * yet, so a restart goes on counting; u32 crc32 of everything before it. "PDDEPS01" files (before the
+ * counts were saved) load with no counts. */
+#define PS_MAGIC "PDDEPS02"
+#define PS_MAGIC_V1 "PDDEPS01"
 
 pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) {
     char tmp[4096];
@@ -388,6 +391,13 @@ pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) {
     PS_PUT(head, sizeof head);
     PS_PUT(nums, sizeof nums);
     for (int64_t i = 0; i < t->rows; i++) PS_PUT(ps_row(t, (uint32_t)i), t->row_bytes);
+    int64_t pending = (int64_t)t->seen.n;
+    PS_PUT(&pending, sizeof pending);
+    for (size_t i = 0; i < t->seen.cap; i++)
+        if (t->seen.vals[i] != PS_EMPTY) {
+            PS_PUT(&t->seen.keys[i], sizeof t->seen.keys[i]);
+            PS_PUT(&t->seen.vals[i], sizeof t->seen.vals[i]);
+        }
 #undef PS_PUT
     ok = ok && fwrite(&crc, 4, 1, f) == 1 && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f) != 0) ok = false;
@@ -406,7 +416,8 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
     uint32_t head[4], crc = 0, want;
     int64_t nums[2];
     pdde_status st = PDDE_OK;
-    if (fread(magic, 1, 8, f) != 8 || memcmp(magic, PS_MAGIC, 8) || fread(head, sizeof head, 1, f) != 1 ||
+    bool v1 = false;
+    if (fread(magic, 1, 8, f) != 8 || (memcmp(magic, PS_MAGIC, 8) && !(v1 = !memcmp(magic, PS_MAGIC_V1, 8))) || fread(head, sizeof head, 1, f) != 1 ||
         fread(nums, sizeof nums, 1, f) != 1)
         st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is not a table file (magic or header)", path);
     else if (head[0] != (uint32_t)t->p.dim || head[1] != (uint32_t)t->p.optimizer || head[2] != t->row_bytes)
@@ -434,15 +445,32 @@ pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) {
             }
             free(row);
         }
+        int64_t pending = 0;
+        if (!st && !v1 && fread(&pending, sizeof pending, 1, f) != 1)
+            st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is truncated before its admission counts", path);
+        else if (!st && (pending < 0 || pending >= (int64_t)UINT32_MAX))
+            st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s: admission count of %lld ids", path, (long long)pending);
+        crc = crc32_update(crc, &pending, v1 ? 0 : sizeof pending);
+        for (int64_t i = 0; i < pending && !st; i++) {
+            uint64_t id;
+            uint32_t times;
+            if (fread(&id, sizeof id, 1, f) != 1 || fread(&times, sizeof times, 1, f) != 1)
+                st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s is truncated at admission count %lld of %lld", path, (long long)i, (long long)pending);
+            else if (ps_map_find(&n->index, id) || ps_map_find(&n->seen, id))
+                st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s counts id %llu twice (or has a row for it)", path, (unsigned long long)id);
+            else if (!ps_map_insert(&n->seen, id, times))
+                st = pdde_error(t->ctx, PDDE_ERR_OOM, "ps table: out of memory loading %s", path);
+            else crc = crc32_update(crc32_update(crc, &id, sizeof id), &times, sizeof times);
+        }
         if (!st && (fread(&want, 4, 1, f) != 1 || want != crc))
             st = pdde_error(t->ctx, PDDE_ERR_CORRUPT, "ps table: %s: checksum mismatch", path);
     }
     fclose(f);
     if (!st) { /* swap the contents in */
         ps_table_clear(t);
-        t->index = n->index, t->chunks = n->chunks, t->n_chunks = n->n_chunks, t->chunk_cap = n->chunk_cap;
+        t->index = n->index, t->seen = n->seen, t->chunks = n->chunks, t->n_chunks = n->n_chunks, t->chunk_cap = n->chunk_cap;
         t->rows = n->rows, t->step = nums[0];
-        memset(&n->index, 0, sizeof n->index), n->chunks = NULL, n->n_chunks = n->chunk_cap = 0;
+        memset(&n->index, 0, sizeof n->index), memset(&n->seen, 0, sizeof n->seen), n->chunks = NULL, n->n_chunks = n->chunk_cap = 0;
     }
     pdde_ps_table_free(n);
     return st;

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct {
     const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir;
@@ -27,12 +26,6 @@ typedef struct {
     float table_lr;
     dlrm_config cfg;
 } options;
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void usage(void) {
     puts("usage: dlrm [--data FILE | --synthetic N [--vocab V]] [--epochs E] [--batch B] [--dim D] [--hidden H]\n"
@@ -158,12 +151,12 @@ int main(int argc, char **argv) {
         if (!p_true || dlrm_synthesize(path, o.synthetic, o.vocab, 1, p_true)) return 1;
     } else snprintf(path, sizeof path, "%s", o.data);
     long n = 0, malformed = 0;
-    double t_read = now_s();
+    double t_read = dlrm_seconds(CLOCK_MONOTONIC);
     dlrm_sample *samples = dlrm_load(path, &n, &malformed);
     if (!samples || n < 2L * o.cfg.batch) { fprintf(stderr, "dlrm: %s: %ld samples, need at least 2 batches\n", path, n); return 1; }
     long n_test = (long)((double)n * o.test_fraction), n_train = n - n_test;
     if (lead) printf("data: %s: %ld samples (%ld malformed lines skipped), %ld for training, %ld held out; read in %.1f s\n",
-                     path, n, malformed, n_train, n_test, now_s() - t_read);
+                     path, n, malformed, n_train, n_test, dlrm_seconds(CLOCK_MONOTONIC) - t_read);
 
     /* model */
     pdde_graph *g;
@@ -196,7 +189,7 @@ int main(int argc, char **argv) {
     uint64_t *ids = malloc((size_t)o.cfg.batch * DLRM_SPARSE * sizeof *ids);
     long per_epoch = n_train / o.cfg.batch / nw; /* steps per worker and epoch (equal on every worker) */
     long total = per_epoch * o.epochs, step = 0;
-    double t0 = now_s(), loss_avg = 0;
+    double t0 = dlrm_seconds(CLOCK_MONOTONIC), loss_avg = 0;
     if (o.pipeline && !st) { /* every epoch in one run of the pipeline */
         worker_batches src = {samples, per_epoch, nw, w, o.cfg.batch};
         dlrm_stages d = {&m, s, c, o.dense_on_servers ? NULL : workers, worker_batch, &src};
@@ -215,7 +208,7 @@ int main(int argc, char **argv) {
         if (!st) st = pdde_pipeline_init(ctx, &plp, &pl);
         for (int e = 0; e < o.epochs && !st; e++) {
             st = pdde_pipeline_run(pl, e * per_epoch, per_epoch);
-            double el = now_s() - t0, rate = (double)(e + 1) * per_epoch * o.cfg.batch * nw / el;
+            double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(e + 1) * per_epoch * o.cfg.batch * nw / el;
             if (lead && !st) printf("epoch %d (pipelined, %d slots)  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, o.pipeline, pdde_session_loss(s), rate,
                                     (double)(o.epochs - e - 1) * per_epoch * o.cfg.batch * nw / rate);
         }
@@ -230,14 +223,14 @@ int main(int argc, char **argv) {
             float loss = pdde_session_loss(s);
             loss_avg = step ? 0.98 * loss_avg + 0.02 * loss : loss;
             if (lead && !st && (step % 100 == 0 || step + 1 == total)) {
-                double el = now_s() - t0, rate = (double)(step + 1) * o.cfg.batch * nw / el;
+                double el = dlrm_seconds(CLOCK_MONOTONIC) - t0, rate = (double)(step + 1) * o.cfg.batch * nw / el;
                 printf("epoch %d step %ld/%ld  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, step + 1, total, loss_avg, rate,
                        (double)(total - step - 1) * o.cfg.batch * nw / rate);
                 fflush(stdout);
             }
         }
     if (st) fprintf(stderr, "dlrm: training: %s\n", pdde_last_error(ctx)), rc = 1;
-    double train_s = now_s() - t0;
+    double train_s = dlrm_seconds(CLOCK_MONOTONIC) - t0;
 
     if (!st && lead && n_test >= o.cfg.batch) {
         long nt = n_test / o.cfg.batch * o.cfg.batch;

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DLRM_DENSE 13
 #define DLRM_SPARSE 26
@@ -44,6 +45,13 @@ typedef struct {
     float dense[DLRM_DENSE];
     uint64_t ids[DLRM_SPARSE];  /* (field << 32) | the hex value; PDDE_SPARSE_NO_ID when empty */
 } dlrm_sample;
+
+/* Seconds on a clock: CLOCK_MONOTONIC for wall time, CLOCK_PROCESS_CPUTIME_ID for the process's CPU time. */
+static inline double dlrm_seconds(clockid_t clock) {
+    struct timespec t;
+    clock_gettime(clock, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static inline pdde_tensor *dlrm_linear(pdde_graph *g, const char *name, pdde_tensor *x, int64_t in, int64_t out) {
     char n[64];
@@ -353,6 +361,61 @@ static inline void dlrm_stages_fill(dlrm_stages *d, pdde_pipeline_stage st[3]) {
     st[0] = (pdde_pipeline_stage){"pull", dlrm_stage_pull, d, 0, 0, 0};
     st[1] = (pdde_pipeline_stage){"dense", dlrm_stage_dense, d, 1, 1, 0};
     st[2] = (pdde_pipeline_stage){"push", dlrm_stage_push, d, 0, 0, 0};
+}
+
+/* Each stage's seconds per batch on one worker (pdde_pipeline_stage.predicted_s) from the planner's
+ * cost model on cluster c (a pdde-bench file; pdde_cluster_detect's has no rates): "pull" a lookup of
+ * the batch's B x 26 rows and "push" the table optimizer's update of as many rows, timed by the
+ * embedding and optimizer curves of the CPU device cpu_id (the bytes counted as for the graph's own
+ * lookup and update nodes); "dense" the model's step (pdde_cost_program_from_graph of g) simulated on
+ * device dense_id. A stage the cluster cannot time (no curve or peak figure for its device) is left
+ * at 0, so the pipeline measures a balance instead; returns how many stages were predicted (0..3). */
+static inline int dlrm_stages_predict(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, const dlrm_model *m,
+                                      pdde_ps_optimizer table_optimizer, int cpu_id, int dense_id, pdde_pipeline_stage st[3]) {
+    double rows = (double)m->cfg.batch * DLRM_SPARSE, row_bytes = (double)m->cfg.dim * sizeof(float);
+    double state = table_optimizer == PDDE_PS_SGD ? 0 : table_optimizer == PDDE_PS_ADAGRAD ? 1 : 2; /* per value */
+    pdde_cost_op lookup = {.kind = PDDE_COST_COMPUTE, .name = "pull rows", .op_class = PDDE_OPCLASS_EMBEDDING,
+                           .bytes = rows * (2 * row_bytes + sizeof(uint64_t))}; /* ids read, rows read and written */
+    pdde_cost_op update = {.kind = PDDE_COST_COMPUTE, .name = "push rows", .op_class = PDDE_OPCLASS_OPTIMIZER,
+                           .bytes = rows * row_bytes * (1 + 2 * (1 + state))}; /* gradients read, values and state read and written */
+    st[0].predicted_s = pdde_cost_compute_time(ctx, c, cpu_id, &lookup);
+    st[2].predicted_s = pdde_cost_compute_time(ctx, c, cpu_id, &update);
+    st[1].predicted_s = NAN;
+    pdde_cost_program *p = NULL;
+    pdde_cost_result *r = NULL;
+    if (!pdde_cost_program_from_graph(g, dense_id, &p) && !pdde_cost_simulate(ctx, c, p, &r)) st[1].predicted_s = r->step_time;
+    pdde_cost_result_free(r);
+    pdde_cost_program_free(p);
+    int known = 0;
+    for (int k = 0; k < 3; k++) {
+        if (!(st[k].predicted_s > 0 && isfinite(st[k].predicted_s))) st[k].predicted_s = 0;
+        known += st[k].predicted_s > 0;
+    }
+    return known;
+}
+
+/* The id of the first device of cluster c whose spec has this backend ("cpu", "opencl", ...); -1: none. */
+static inline int dlrm_cluster_device(const pdde_cluster *c, const char *backend) {
+    for (int h = 0; c && h < c->n_machines; h++)
+        for (int d = 0; d < c->machines[h].n_devices; d++)
+            if (!strcmp(c->specs[c->machines[h].devices[d].spec].backend, backend)) return c->machines[h].devices[d].id;
+    return -1;
+}
+
+/* Per stage: its workers, the time per batch the sizing used (predicted or measured) and the time it
+ * took (busy), and how long its threads waited for the stage before (starved) or for room after
+ * (blocked), as fractions of the run's wall time. */
+static inline void dlrm_pipeline_report(FILE *f, const char *prefix, const pdde_pipeline *pl, const pdde_pipeline_stage *stages) {
+    pdde_pipeline_stats ps;
+    pdde_pipeline_stats_get(pl, &ps);
+    fprintf(f, "%ssized from %s\n", prefix, ps.sizing);
+    for (int k = 0; k < ps.n_stages; k++) {
+        const pdde_pipeline_stage_stats *s = &ps.stage[k];
+        double nb = (double)(s->batches ? s->batches : 1), wall = ps.wall_s > 0 ? ps.wall_s : 1;
+        fprintf(f, "%sstage %d (%s) x%d: sized at %.2f ms, took %.2f ms per batch (busy %.0f%%, starved %.0f%%, blocked %.0f%% of its threads' time)\n",
+                prefix, k + 1, stages[k].name, s->workers, 1e3 * s->predicted_s, 1e3 * s->busy_s / nb, 100 * s->busy_s / wall / s->workers,
+                100 * s->starved_s / wall / s->workers, 100 * s->blocked_s / wall / s->workers);
+    }
 }
 
 static inline pdde_status dlrm_slot_init(dlrm_slot *sl, const dlrm_model *m) {

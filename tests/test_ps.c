@@ -542,7 +542,14 @@ static void test_geo(pdde_context *ctx) {
 #define KILL_IDS 64
 #define AUTO_EVERY 4
 #define AUTO_STEPS 10
-typedef struct { float rows[KILL_IDS * 2], at_end[KILL_IDS * 2]; int ok, failed_fast; double detect_s; int64_t checkpoints; } kill_result;
+#define KILL_ADMIT 3   /* ids get a row at their third pull */
+#define KILL_PENDING 8 /* ids pulled KILL_ADMIT - 1 times before the checkpoint: admitted at the first pull after the restart */
+typedef struct {
+    float rows[KILL_IDS * 2], at_end[KILL_IDS * 2], pending[KILL_PENDING * 2];
+    int ok, failed_fast;
+    double detect_s;
+    int64_t checkpoints;
+} kill_result;
 static int g_restart; /* 0: first life (train, checkpoint, kill the server); 1: restarted from the checkpoint */
 static int g_auto;    /* 0: the worker asks for a checkpoint after 3 steps; 1: the server writes one every
                          AUTO_EVERY steps by itself, and is killed after AUTO_STEPS */
@@ -550,6 +557,7 @@ static int g_auto;    /* 0: the worker asks for a checkpoint after 3 steps; 1: t
 static pdde_ps_params kill_params(void) {
     pdde_ps_params p = PDDE_PS_PARAMS_INIT;
     p.mode = PDDE_PS_ASYNC, p.staleness = 4, p.table = table_params(2, PDDE_PS_ADAGRAD);
+    p.table.admit_after = KILL_ADMIT;
     static char auto_dir[300];
     snprintf(auto_dir, sizeof auto_dir, "%s/auto", g_dir);
     if (g_auto) p.checkpoint_dir = auto_dir, p.checkpoint_every = AUTO_EVERY;
@@ -574,8 +582,9 @@ static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     (void)arg;
     pdde_ps_params p = kill_params();
     kill_result *out = test_rank_result;
-    uint64_t ids[KILL_IDS];
+    uint64_t ids[KILL_IDS], pending[KILL_PENDING];
     for (int i = 0; i < KILL_IDS; i++) ids[i] = (uint64_t)i * 1000003;
+    for (int i = 0; i < KILL_PENDING; i++) pending[i] = 77 + (uint64_t)i;
     if (pdde_comm_rank(world) == 0) {
         pdde_ps_server_stats ss = {0};
         pdde_status st = serve(ctx, world, &p, &ss);
@@ -595,6 +604,7 @@ static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
             if (!st) st = pdde_ps_client_push(c, KILL_IDS, ids, g);
             if (!st && g_auto && step == 2 * AUTO_EVERY) st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
         }
+        for (int i = 0; i < KILL_ADMIT - 1 && !st && !g_auto; i++) st = pdde_ps_client_pull(c, KILL_PENDING, pending, out->pending);
         if (!st && !g_auto) st = pdde_ps_client_save(c, g_dir);
         if (!st) st = pdde_ps_client_pull(c, KILL_IDS, ids, g_auto ? out->at_end : out->rows);
         CHECK(st == PDDE_OK, "first life: %s", pdde_last_error(ctx));
@@ -606,6 +616,7 @@ static void kill_server_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
         out->failed_fast = lost != PDDE_OK;
     } else {
         st = pdde_ps_client_pull(c, KILL_IDS, ids, out->rows);
+        if (!st && !g_auto) st = pdde_ps_client_pull(c, KILL_PENDING, pending, out->pending);
         CHECK(st == PDDE_OK, "restarted: %s", pdde_last_error(ctx));
         out->ok = !st;
     }
@@ -627,6 +638,8 @@ static void test_server_restart(pdde_context *ctx, int automatic) {
     CHECK(res[1].ok && res[1].failed_fast && res[1].detect_s < 10, "the killed server is an error at the worker (after %.2f s)", res[1].detect_s);
     float saved[KILL_IDS * 2];
     memcpy(saved, res[1].rows, sizeof saved);
+    float none[KILL_PENDING * 2] = {0};
+    if (!automatic) CHECK(memcmp(res[1].pending, none, sizeof none) == 0, "ids pulled %d times of %d have no row yet", KILL_ADMIT - 1, KILL_ADMIT);
     if (automatic) {
         pdde_ps_shard_path(path, sizeof path, dir, 0, 1);
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -641,6 +654,12 @@ static void test_server_restart(pdde_context *ctx, int automatic) {
     test_run_ranks(2, &tp, kill_server_rank, NULL, 60);
     CHECK(res[1].ok && memcmp(res[1].rows, saved, sizeof saved) == 0, "the restarted server serves the rows of its %s checkpoint (%g, want %g)",
           automatic ? "last automatic" : "", res[1].rows[0], saved[0]);
+    if (!automatic) { /* the admission counts came back with the rows: the ids counted twice before the kill are in at their third pull */
+        int admitted = 0;
+        for (int i = 0; i < KILL_PENDING; i++) admitted += res[1].pending[2 * i] != 0 || res[1].pending[2 * i + 1] != 0;
+        CHECK(res[1].ok && admitted == KILL_PENDING, "admission counts survive the restart: %d of %d ids pulled %d times before it have rows "
+              "at the first pull after it", admitted, KILL_PENDING, KILL_ADMIT - 1);
+    }
     if (automatic) CHECK(res[0].ok && res[0].checkpoints == 0, "a run that changes nothing writes no checkpoint (%lld)", (long long)res[0].checkpoints);
     /* and they are trained rows, not fresh ones (a load that did nothing would fail above) */
     pdde_ps_params p = kill_params();
@@ -797,6 +816,7 @@ static void test_pipeline(pdde_context *ctx) {
     memset(pr.seen, 0, sizeof pr.seen), pr.fail_at = 5;
     s = pdde_pipeline_run(pl, 0, PIPE_N);
     CHECK(s == PDDE_ERR_IO && pr.seen[2][PIPE_N - 1] == 0, "pipeline: a stage's error is returned and stops the run (%d)", (int)s);
+    CHECK(strstr(pdde_last_error(ctx), "stage 1 (b), batch 5") != NULL, "pipeline: the error names the stage and batch: %s", pdde_last_error(ctx));
     memset(pr.seen, 0, sizeof pr.seen), pr.fail_at = -1, pr.in_flight = 0;
     s = pdde_pipeline_run(pl, 0, PIPE_N);
     once = 1;
@@ -881,9 +901,11 @@ static pdde_status source_batch(void *u, int64_t k, dlrm_sample *out) {
 }
 
 /* Trains a DLRM model on src for n batches, in turn (slots 0) or through the pipeline with n_slots,
- * then predicts the first n_eval samples of eval (p) and pulls the probe rows (rows). */
+ * then predicts the first n_eval samples of eval (p) and pulls the probe rows (rows). cluster: the
+ * stages sized by the cost model on it (CPU device 0, dense device 1; up to 5 threads, stats into ps). */
 static pdde_status pipe_train(pdde_context *ctx, const dlrm_config *cfg, const pdde_ps_params *pp, sample_source *src, long n, int n_slots,
-                              const dlrm_sample *eval, long n_eval, double *p, float *rows) {
+                              const dlrm_sample *eval, long n_eval, double *p, float *rows, const pdde_cluster *cluster,
+                              pdde_pipeline_stats *ps) {
     pdde_graph *g;
     pdde_session *s = NULL;
     dlrm_model m = {0};
@@ -899,11 +921,15 @@ static pdde_status pipe_train(pdde_context *ctx, const dlrm_config *cfg, const p
     dlrm_stages d = {&m, s, c, NULL, source_batch, src};
     pdde_pipeline_stage stages[3];
     dlrm_stages_fill(&d, stages);
+    if (!st && cluster && dlrm_stages_predict(ctx, cluster, g, &m, pp->table.optimizer, 0, 1, stages) != 3)
+        st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "the cost model predicted %g %g %g s for the stages", stages[0].predicted_s,
+                        stages[1].predicted_s, stages[2].predicted_s);
     if (!st && n_slots) {
         pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
-        plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = n_slots, plp.max_threads = 3;
+        plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = n_slots, plp.max_threads = cluster ? 5 : 3;
         st = pdde_pipeline_init(ctx, &plp, &pl);
         if (!st) st = pdde_pipeline_run(pl, 0, n);
+        if (!st && ps) pdde_pipeline_stats_get(pl, ps);
     }
     for (long k = 0; k < n && !st && !n_slots; k++)
         for (int i = 0; i < 3 && !st; i++) st = stages[i].fn(stages[i].user, &sl[0], k, 0);
@@ -926,10 +952,52 @@ static void test_pipeline_one_slot(pdde_context *ctx) {
     sample_source src = {g_samples, g_n_samples, SYNC_B};
     double p1[64], p2[64];
     float r1[SYNC_PROBE * 4], r2[SYNC_PROBE * 4];
-    pdde_status a = pipe_train(ctx, &sync_cfg, &pp, &src, 12, 0, g_samples, 64, p1, r1);
-    pdde_status b = pipe_train(ctx, &sync_cfg, &pp, &src, 12, 1, g_samples, 64, p2, r2);
+    pdde_status a = pipe_train(ctx, &sync_cfg, &pp, &src, 12, 0, g_samples, 64, p1, r1, NULL, NULL);
+    pdde_status b = pipe_train(ctx, &sync_cfg, &pp, &src, 12, 1, g_samples, 64, p2, r2, NULL, NULL);
     CHECK(!a && !b && memcmp(p1, p2, sizeof p1) == 0 && memcmp(r1, r2, sizeof r1) == 0 && !isnan(p1[0]),
           "dlrm through a one-slot pipeline = in turn: p %g vs %g (%s)", p1[0], p2[0], pdde_last_error(ctx));
+}
+
+/* A cluster of a CPU (device 0) and an accelerator (device 1) known by peak figures only, the CPU's
+ * lookups (the embedding curve) taking lookup_s per byte. */
+static pdde_cluster *sizing_cluster(double lookup_s) {
+    pdde_cluster *c;
+    if (pdde_cluster_init("sizing", &c)) return NULL;
+    pdde_device_spec cpu = {.name = "cpu", .kind = PDDE_DEVICE_CPU, .backend = "cpu", .peak_flops = 1e11, .mem_bandwidth = 1e10};
+    cpu.n_curve[PDDE_OPCLASS_EMBEDDING] = 1;
+    cpu.curve[PDDE_OPCLASS_EMBEDDING][0] = (pdde_curve_point){1, lookup_s}; /* (beyond its one point: its bandwidth) */
+    pdde_device_spec acc = {.name = "accel", .kind = PDDE_DEVICE_ACCEL, .backend = "opencl", .peak_flops = 1e10, .mem_bandwidth = 1e10};
+    pdde_cluster_machine mm = {.id = 0, .name = "m"};
+    int sc = pdde_cluster_add_spec(c, &cpu), sa = pdde_cluster_add_spec(c, &acc), mi = pdde_cluster_add_machine(c, &mm);
+    pdde_cluster_add_device(c, mi, &(pdde_cluster_device){0, sc, 1ull << 32});
+    pdde_cluster_add_device(c, mi, &(pdde_cluster_device){1, sa, 1ull << 32});
+    return c;
+}
+
+/* The planner's cost model sizes the pipeline: predictions from the cluster's device figures, and a
+ * stage whose device is made slower gets more workers. */
+static void test_pipeline_cost_sizing(pdde_context *ctx) {
+    pdde_ps_params pp = sync_params(0);
+    sample_source src = {g_samples, g_n_samples, SYNC_B};
+    double p[SYNC_B];
+    pdde_pipeline_stats fast, slow;
+    memset(&fast, 0, sizeof fast), memset(&slow, 0, sizeof slow);
+    pdde_cluster *c = sizing_cluster(1e-10); /* lookups at 10 GB/s: the dense step on the slow accelerator is the longest */
+    pdde_status a = c ? pipe_train(ctx, &sync_cfg, &pp, &src, 6, 3, g_samples, SYNC_B, p, NULL, c, &fast) : PDDE_ERR_OOM;
+    pdde_cluster_free(c);
+    c = sizing_cluster(1e-6); /* lookups at 1 MB/s: pulling is the longest */
+    pdde_status b = c ? pipe_train(ctx, &sync_cfg, &pp, &src, 6, 3, g_samples, SYNC_B, p, NULL, c, &slow) : PDDE_ERR_OOM;
+    pdde_cluster_free(c);
+    printf("sized by the cost model: fast lookups %s\n  slow lookups %s\n", fast.sizing, slow.sizing);
+    CHECK(!a && !b && strstr(fast.sizing, "predictions") && strstr(slow.sizing, "predictions"), "the cost model's predictions size the pipeline (%s)",
+          pdde_last_error(ctx));
+    CHECK(fast.stage[1].predicted_s > fast.stage[0].predicted_s && fast.stage[0].workers == 1 && fast.stage[2].workers == 1,
+          "fast lookups: the dense stage (%.3g ms) is the longest, pull and push keep 1 worker (%d, %d)", 1e3 * fast.stage[1].predicted_s,
+          fast.stage[0].workers, fast.stage[2].workers);
+    CHECK(slow.stage[0].predicted_s > 100 * fast.stage[0].predicted_s && slow.stage[1].predicted_s == fast.stage[1].predicted_s,
+          "slow lookups: only the pull stage's prediction grows (%.3g -> %.3g ms)", 1e3 * fast.stage[0].predicted_s, 1e3 * slow.stage[0].predicted_s);
+    CHECK(slow.stage[0].workers == 3 && slow.stage[2].workers == 1, "slow lookups: the pull stage gets the spare threads (%d workers, push %d)",
+          slow.stage[0].workers, slow.stage[2].workers);
 }
 
 static void test_auc(pdde_context *ctx) {
@@ -971,7 +1039,7 @@ static void test_auc(pdde_context *ctx) {
     /* the same through the asynchronous pipeline, 4 batches in flight (rows up to 3 pushes stale) */
     sample_source src = {s, TRAIN, cfg.batch};
     t0 = test_now();
-    st = pipe_train(ctx, &cfg, &pp, &src, (long)EPOCHS * (TRAIN / cfg.batch), 4, s + TRAIN, TEST, p, NULL);
+    st = pipe_train(ctx, &cfg, &pp, &src, (long)EPOCHS * (TRAIN / cfg.batch), 4, s + TRAIN, TEST, p, NULL, NULL, NULL);
     double auc_pipe = st ? NAN : dlrm_auc(p, y, TEST);
     printf("dlrm synthetic, pipelined (4 slots): AUC %.4f, %.1f s\n", auc_pipe, test_now() - t0);
     CHECK(auc_pipe >= ceiling - 0.01, "pipelined: AUC %.4f within 0.01 of the ground truth's %.4f (%s)", auc_pipe, ceiling, st ? pdde_last_error(ctx) : "");
@@ -1011,6 +1079,7 @@ int main(void) {
         test_sync_equals_one_process(ctx, 0);
         test_sync_equals_one_process(ctx, 1);
         test_pipeline_one_slot(ctx);
+        test_pipeline_cost_sizing(ctx);
         test_async_staleness();
         test_geo(ctx);
         test_server_restart(ctx, 0);

@@ -1,15 +1,23 @@
-/* bench_dlrm — DLRM training throughput on the same Criteo-format data, in one run: CPU only (every
- * stage in turn, the dense network on the CPU), accelerator only (every stage in turn, the dense
- * network on the OpenCL device), and the asynchronous heterogeneous pipeline (stage 1: parse the TSV
- * lines and pull the rows, on a CPU thread; stage 2: the dense forward and backward on the
- * accelerator; stage 3: push the rows' gradients, on a CPU thread; bounded queues between them, so a
- * batch is pulled while the one before it trains and the one before that is pushed — a staleness of
- * at most the queue depth, like async mode). Then the table's heap bytes per touched id as ids grow
- * from 10^4 to 10^7 (BENCH_DLRM_MAX_IDS lowers the top).
+/* bench_dlrm — DLRM training throughput on the same Criteo-format data, in one run:
+ *   cpu only      every stage in turn on the CPU (parse + pull, dense forward/backward/update, push);
+ *   accel only    every stage in turn, the dense network on the accelerator (CUDA, else OpenCL: PoCL here);
+ *   hetero        the asynchronous heterogeneous pipeline: stage 1 (parse the TSV lines, pull the rows)
+ *                 and stage 3 (push the rows' gradients) on CPU threads, stage 2 (dense) on the
+ *                 accelerator, bounded queues between them (a batch is pulled while the one before it
+ *                 trains and the one before that is pushed: a staleness of at most the slots, like
+ *                 async mode);
+ *   cpu pipeline  the same pipeline with stage 2 on the CPU (what runs best where the accelerator is
+ *                 slower than the CPU).
+ * The pipelines' stages are sized by the planner's cost model on the cluster file (pdde-bench's
+ * measurements; `make bench-dlrm` writes build/cluster.json with pdde-bench --quick when it is missing),
+ * else by a measured balance; each stage's predicted and measured time per batch and its busy, starved
+ * and blocked shares are printed. Then the table's heap bytes per touched id as ids grow from 10^4 to
+ * 10^7 (BENCH_DLRM_MAX_IDS lowers the top).
  *
- *   bench_dlrm [--batches N] [--reps R] [--batch B]
- * Last line: RESULT dlrm cpu_only=<samples/s> accel_only=<samples/s> hetero=<samples/s>
- *            hetero_ratio=<hetero / best single kind> bytes_per_id=<largest measured> (medians of R) */
+ *   bench_dlrm [--batches N] [--reps R] [--batch B] [--cluster FILE]
+ * Last line (medians of R): RESULT dlrm cpu_only=<samples/s> accel_only=<samples/s> hetero=<samples/s>
+ *   hetero_ratio=<hetero / the better of cpu_only and accel_only> bytes_per_id=<largest measured>
+ *   cpu_pipeline=<samples/s> cpu_pipeline_ratio=<cpu_pipeline / the same> load=<1-minute load average> */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/dlrm.h"
@@ -19,7 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <math.h>
 #include <unistd.h>
 
 /* The data: the TSV file in memory, parsed batch by batch inside the timed runs (parsing is stage 1's
@@ -85,26 +93,23 @@ typedef struct {
     pdde_status st;
 } setup;
 
-/* samples/s of n batches, each through the three stages in turn, or pipelined. */
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+static double wall_now(void) { return dlrm_seconds(CLOCK_MONOTONIC); }
+static double cpu_now(void) { return dlrm_seconds(CLOCK_PROCESS_CPUTIME_ID); }
 
+/* samples/s of n batches, each through the three stages in turn, or pipelined. */
 static double run(setup *su, long n) {
-    double t0 = bench_now(), c0 = cpu_now();
+    double t0 = wall_now(), c0 = cpu_now();
     if (su->pl) su->st = pdde_pipeline_run(su->pl, su->next, n);
     else
         for (long k = 0; k < n && !su->st; k++)
             for (int i = 0; i < 3 && !su->st; i++) {
-                double t1 = bench_now(), c1 = cpu_now();
+                double t1 = wall_now(), c1 = cpu_now();
                 su->st = su->stages[i].fn(su->stages[i].user, &su->slots[0], su->next + k, 0);
-                su->stage_s[i] += bench_now() - t1, su->stage_cpu[i] += cpu_now() - c1;
+                su->stage_s[i] += wall_now() - t1, su->stage_cpu[i] += cpu_now() - c1;
             }
     su->next += n, su->batches += n, su->cpu_s += cpu_now() - c0;
     if (su->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(su->ctx));
-    return su->st ? NAN : (double)n * su->m.cfg.batch / (bench_now() - t0);
+    return su->st ? NAN : (double)n * su->m.cfg.batch / (wall_now() - t0);
 }
 
 static void reset_counts(setup *su) {
@@ -129,28 +134,26 @@ static void report_stages(const char *name, const setup *su) {
            1e3 * su->stage_cpu[1] / n, 1e3 * su->stage_cpu[2] / n);
 }
 
-/* The pipeline's own account: sizing, and per stage its workers, busy time and the fraction of a core
- * its threads used; the rest of the process's CPU time went to pool threads and device runtimes. */
-static void report_pipeline(setup *su) {
+/* The pipeline's own account (dlrm_pipeline_report: each stage sized at vs took, busy, starved and
+ * blocked), and the CPU the process used: its stage threads, and the rest (the kernel pool, the device
+ * runtime's threads). */
+static void report_pipeline(const char *name, setup *su) {
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "%-12s ", name);
+    dlrm_pipeline_report(stdout, prefix, su->pl, su->stages);
     pdde_pipeline_stats ps;
     pdde_pipeline_stats_get(su->pl, &ps);
-    printf("hetero       sized from %s\n", ps.sizing);
     double stage_cpu = 0;
-    for (int k = 0; k < ps.n_stages; k++) {
-        const pdde_pipeline_stage_stats *s = &ps.stage[k];
-        stage_cpu += s->cpu_s;
-        double nb = (double)(s->batches ? s->batches : 1);
-        printf("hetero       stage %d (%s) x%d: busy %.2f ms per batch, CPU %.2f ms per batch = %.2f of a core (its threads), starved %.0f%%, blocked %.0f%%\n",
-               k + 1, su->stages[k].name, s->workers, 1e3 * s->busy_s / nb, 1e3 * s->cpu_s / nb, s->cpu_s / ps.wall_s,
-               100 * s->starved_s / ps.wall_s / s->workers, 100 * s->blocked_s / ps.wall_s / s->workers);
-        su->stage_cpu[k] = s->cpu_s / nb;
-    }
-    su->stage_cpu[1] += (ps.process_cpu_s - stage_cpu) / (double)ps.batches; /* the pool's and runtime's threads work for the dense stage */
-    printf("hetero       other threads (kernel pool, device runtime): %.2f of a core; whole process %.2f cores\n",
-           (ps.process_cpu_s - stage_cpu) / ps.wall_s, ps.process_cpu_s / ps.wall_s);
+    for (int k = 0; k < ps.n_stages; k++) stage_cpu += ps.stage[k].cpu_s;
+    printf("%sCPU: the stage threads %.2f cores, other threads (kernel pool, device runtime) %.2f, the whole process %.2f of %ld\n", prefix,
+           stage_cpu / ps.wall_s, (ps.process_cpu_s - stage_cpu) / ps.wall_s, ps.process_cpu_s / ps.wall_s, sysconf(_SC_NPROCESSORS_ONLN));
 }
 
-static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, int batch, int device, int pipelined) {
+/* dense: the context's device index of the dense layer (-1: the CPU); pipelined: through the pipeline,
+ * its stages sized by the cost model on cluster (CPU device cpu_id, dense device dense_id) when it can
+ * time them all, else by a balance measured on the first batches. */
+static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, int batch, int dense, int pipelined,
+                              const pdde_cluster *cluster, int cpu_id, int dense_id) {
     memset(su, 0, sizeof *su);
     su->ctx = ctx;
     su->parse = (parser){data, batch, {0}};
@@ -158,7 +161,7 @@ static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, 
     dlrm_config cfg = {batch, 16, 256, 0.01f, DLRM_DENSE_ADAMW};
     pdde_graph_init(ctx, &su->g);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    int layer_dev[2] = {0, device < 0 ? 0 : device};
+    int layer_dev[2] = {0, dense < 0 ? 0 : dense};
     sp.layer_devices = layer_dev, sp.n_layer_devices = 2;
     pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
     pp.table.dim = cfg.dim, pp.table.optimizer = PDDE_PS_ADAGRAD, pp.table.lr = 0.05f, pp.table.init_std = 0.01f;
@@ -171,6 +174,7 @@ static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, 
     if (!st) st = pdde_ps_client_init(ctx, NULL, &pp, &su->d.c);
     for (int i = 0; i < su->n_slots && !st; i++) st = dlrm_slot_init(&su->slots[i], &su->m), su->slot_ptr[i] = &su->slots[i];
     if (!st && pipelined) {
+        if (cluster && cpu_id >= 0 && dense_id >= 0) dlrm_stages_predict(ctx, cluster, su->g, &su->m, pp.table.optimizer, cpu_id, dense_id, su->stages);
         pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
         plp.n_stages = 3, plp.stages = su->stages, plp.slots = su->slot_ptr, plp.n_slots = su->n_slots;
         plp.max_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -181,6 +185,18 @@ static pdde_status setup_init(setup *su, pdde_context *ctx, const corpus *data, 
     reset_counts(su);
     if (su->st) fprintf(stderr, "bench_dlrm: %s\n", pdde_last_error(ctx));
     return su->st;
+}
+
+/* Times two setups (either may be missing: ok 0) over reps runs of n batches, interleaved so that both
+ * see the same load, after one untimed run each (every batch's rows exist); the medians into rate. */
+static void time_pair(setup *a, int ok_a, setup *b, int ok_b, long n, int reps, double *rate_a, double *rate_b) {
+    setup *su[2] = {a, b};
+    int ok[2] = {ok_a, ok_b};
+    double *rate[2] = {rate_a, rate_b};
+    for (int k = 0; k < 2; k++) if (ok[k]) run(su[k], n), reset_counts(su[k]);
+    for (int i = 0; i < reps; i++)
+        for (int k = 0; k < 2; k++) su[k]->times[i] = ok[k] ? run(su[k], n) : NAN;
+    for (int k = 0; k < 2; k++) *rate[k] = ok[k] && !su[k]->st ? bench_median(su[k]->times, reps) : NAN;
 }
 
 /* The table's heap bytes per touched id (the allocator's count), the largest from 10^4 to max_ids. */
@@ -195,7 +211,7 @@ static double bytes_per_id(pdde_context *ctx, long max_ids) {
         size_t before = mallinfo2().uordblks + mallinfo2().hblkhd;
         pdde_ps_table *t;
         if (pdde_ps_table_init(ctx, &p, &t)) break;
-        double t0 = bench_now();
+        double t0 = wall_now();
         for (long i = 0; i < n; i += CHUNK) {
             long m = n - i < CHUNK ? n - i : CHUNK;
             for (long k = 0; k < m; k++) ids[k] = (uint64_t)(i + k) * 0x9E3779B97F4A7C15ull;
@@ -203,7 +219,7 @@ static double bytes_per_id(pdde_context *ctx, long max_ids) {
         }
         double per = (double)(mallinfo2().uordblks + mallinfo2().hblkhd - before) / (double)n;
         printf("table, dim 16, SGD: %9ld ids  %6.1f bytes per id (allocator; a row's values are 64)  %.2f M ids/s\n",
-               n, per, (double)n / (bench_now() - t0) / 1e6);
+               n, per, (double)n / (wall_now() - t0) / 1e6);
         if (per > worst) worst = per;
         pdde_ps_table_free(t);
     }
@@ -214,10 +230,12 @@ static double bytes_per_id(pdde_context *ctx, long max_ids) {
 int main(int argc, char **argv) {
     long batches = 40;
     int reps = 3, batch = 512;
+    const char *cluster_path = "build/cluster.json";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--batches")) batches = atol(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch")) batch = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cluster")) cluster_path = argv[i + 1];
     }
     if (reps < 1 || reps > 16 || batches < 1 || batch < 1) { fprintf(stderr, "bench_dlrm: bad arguments\n"); return 2; }
     pdde_context *ctx;
@@ -230,80 +248,61 @@ int main(int argc, char **argv) {
     if (accel < 0) accel = pdde_device_find(ctx, "opencl", 0);
     pdde_device_props props = {0};
     if (accel >= 0) pdde_device_get_props(ctx, accel, &props);
-    printf("dlrm: batch %d, %ld batches per run, median of %d (the three kinds interleaved); accelerator: %s\n", batch, batches, reps,
-           accel >= 0 ? props.name : "none");
-    /* the pipeline's CPU dense stage leaves the threads of stages 1 and 3 a core: its own context with
-     * one thread fewer than the cores (a dense stage on an accelerator needs none) */
-    pdde_context *het_ctx = ctx;
+    /* the cost model's cluster (pdde-bench's measurements of this machine) sizes the pipelines */
+    pdde_cluster *cluster = NULL;
+    if (access(cluster_path, R_OK) == 0 && pdde_cluster_load(ctx, cluster_path, &cluster))
+        fprintf(stderr, "bench_dlrm: %s: %s\n", cluster_path, pdde_last_error(ctx));
+    int cpu_id = dlrm_cluster_device(cluster, "cpu"), accel_id = accel >= 0 ? dlrm_cluster_device(cluster, props.backend) : -1;
+    printf("dlrm: batch %d, %ld batches per run, median of %d; accelerator: %s; pipelines sized by %s%s\n", batch, batches, reps,
+           accel >= 0 ? props.name : "none", cluster ? "the cost model on " : "a measured balance (no cluster file: make bench-dlrm writes one)",
+           cluster ? cluster_path : "");
+    static setup su[4];
+    const char *names[4] = {"cpu only", "accel only", "hetero", "cpu pipeline"};
+    int ok[4] = {0, 0, 0, 0};
+    double rate[4] = {NAN, NAN, NAN, NAN}, accel_dense_ms = NAN;
+    /* The accelerator's two first, then freed: its runtime's threads (PoCL's, on these same cores) would
+     * take from the CPU's runs. accel only: every stage in turn, the dense network on the accelerator;
+     * hetero: the pipeline, stages 1 and 3 on CPU threads, stage 2 (dense) on the accelerator. */
+    if (accel >= 0) {
+        ok[1] = setup_init(&su[1], ctx, &data, batch, accel, 0, NULL, -1, -1) == PDDE_OK;
+        ok[2] = setup_init(&su[2], ctx, &data, batch, accel, 1, cluster, cpu_id, accel_id) == PDDE_OK;
+        time_pair(&su[1], ok[1], &su[2], ok[2], batches, reps, &rate[1], &rate[2]);
+        if (ok[1]) accel_dense_ms = 1e3 * su[1].stage_s[1] / (double)su[1].batches, report_stages(names[1], &su[1]), setup_free(&su[1]);
+        if (ok[2]) report_pipeline(names[2], &su[2]), setup_free(&su[2]);
+    }
+    /* cpu only: every stage in turn on the CPU; cpu pipeline: the same pipeline with the dense stage on
+     * the CPU, in a context of one thread fewer than the cores (the stage threads of 1 and 3 get one) */
+    pdde_context *pipe_ctx = ctx;
     pdde_context_params hp = PDDE_CONTEXT_PARAMS_INIT;
     hp.n_threads = pdde_context_n_threads(ctx) > 1 ? pdde_context_n_threads(ctx) - 1 : 1;
     hp.backends = "cpu"; /* (another device runtime's threads would only compete for the cores) */
-    if (getenv("BENCH_DLRM_HETERO_THREADS")) hp.n_threads = atoi(getenv("BENCH_DLRM_HETERO_THREADS"));
-    static setup su[3];
-    const char *names[3] = {"cpu only", "accel only", "hetero"};
-    int ok[3] = {0, 0, 0};
-    double rate[3] = {NAN, NAN, NAN};
-    /* the accelerator alone first, and freed before the others run: its runtime's threads (PoCL's on
-     * these same cores) would take from them */
-    if (accel >= 0 && (ok[1] = setup_init(&su[1], ctx, &data, batch, accel, 0) == PDDE_OK)) {
-        run(&su[1], batches); /* untimed, as for the others: every batch's rows exist */
-        reset_counts(&su[1]);
-        for (int i = 0; i < reps; i++) su[1].times[i] = run(&su[1], batches);
-        rate[1] = su[1].st ? NAN : bench_median(su[1].times, reps);
-    }
-    ok[0] = setup_init(&su[0], ctx, &data, batch, -1, 0) == PDDE_OK;
-    double first_cpu = ok[0] ? run(&su[0], batches) : NAN;
-    /* the pipeline puts the dense stage on the faster kind */
-    int dense = !isnan(rate[1]) && !(rate[1] < first_cpu) ? accel : -1;
-    if (dense < 0 && pdde_context_init(&hp, &het_ctx)) het_ctx = ctx;
-    if (dense < 0 && ok[1]) {
-        report_stages(names[1], &su[1]);
-        setup_free(&su[1]), ok[1] = 0;
-    }
-    ok[2] = setup_init(&su[2], het_ctx, &data, batch, dense, 1) == PDDE_OK;
-    if (ok[2]) run(&su[2], batches); /* as CPU only's first run: every batch's rows exist */
-    reset_counts(&su[0]), reset_counts(&su[2]);
-    for (int i = 0; i < reps; i++) /* CPU only and the pipeline interleaved: both see the same load */
-        for (int k = 0; k < 3; k += 2) su[k].times[i] = ok[k] ? run(&su[k], batches) : NAN;
-    for (int k = 0; k < 3; k += 2) rate[k] = ok[k] && !su[k].st ? bench_median(su[k].times, reps) : NAN;
-    if (getenv("BENCH_DLRM_VERBOSE")) for (int i = 0; i < reps; i++) printf("rep %d: cpu %.0f hetero %.0f\n", i, su[0].times[i], su[2].times[i]);
+    if (pdde_context_init(&hp, &pipe_ctx)) pipe_ctx = ctx;
+    ok[0] = setup_init(&su[0], ctx, &data, batch, -1, 0, NULL, -1, -1) == PDDE_OK;
+    ok[3] = setup_init(&su[3], pipe_ctx, &data, batch, -1, 1, cluster, cpu_id, cpu_id) == PDDE_OK;
+    time_pair(&su[0], ok[0], &su[3], ok[3], batches, reps, &rate[0], &rate[3]);
     if (ok[0]) report_stages(names[0], &su[0]);
-    if (ok[2]) report_pipeline(&su[2]);
-    /* What an idle machine would give, from the CPU time each stage used (the shared machine's load
-     * skews wall-clock ratios: a process with more runnable threads gets a larger share of the cores):
-     * in turn, the dense stage on the context's threads; pipelined, the busiest stage per worker or
-     * all the work spread over the cores, whichever is longer (ideal scaling in both). */
-    double projected = NAN;
-    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (ok[0] && ok[2] && dense < 0) {
-        double nb = (double)su[0].batches, *a = su[0].stage_cpu, *h = su[2].stage_cpu;
-        int dt = pdde_context_n_threads(ctx) < cores ? pdde_context_n_threads(ctx) : cores;
-        double turn = (a[0] + a[2] + a[1] / dt) / nb;
-        pdde_pipeline_stats ps;
-        pdde_pipeline_stats_get(su[2].pl, &ps);
-        double het = fmax(fmax(h[0] / ps.stage[0].workers, h[2] / ps.stage[2].workers), fmax(h[1] / hp.n_threads, (h[0] + h[1] + h[2]) / cores));
-        projected = turn / het;
-        printf("projected for an idle %d-core machine from each stage's CPU time (ideal scaling): in turn %.2f ms, hetero %.2f ms per batch: ratio %.2f\n",
-               cores, 1e3 * turn, 1e3 * het, projected);
-        printf("CPU time per batch, whole process: cpu only %.2f ms, hetero %.2f ms\n", 1e3 * su[0].cpu_s / nb,
-               1e3 * ps.process_cpu_s / (double)ps.batches);
-    }
-    for (int k = 0; k < 3; k++) {
+    if (ok[3]) report_pipeline(names[3], &su[3]);
+    double cpu_dense_ms = ok[0] ? 1e3 * su[0].stage_s[1] / (double)su[0].batches : NAN;
+    for (int k = 0; k < 4; k++) {
         printf("%-12s %9.0f samples/s", names[k], rate[k]);
-        if (k == 2) printf("  (dense stage on %s, %d threads)", dense >= 0 ? props.name : "the CPU", dense >= 0 ? 0 : hp.n_threads);
+        if (k >= 2) printf("  (stages 1, 3 on CPU threads; stage 2, dense, on %s)", k == 2 ? (accel >= 0 ? props.name : "-") : "the CPU");
         printf("\n");
-        if (ok[k]) setup_free(&su[k]);
     }
-    if (het_ctx != ctx) pdde_context_free(het_ctx);
+    for (int k = 0; k < 4; k += 3) if (ok[k]) setup_free(&su[k]);
+    if (pipe_ctx != ctx) pdde_context_free(pipe_ctx);
     double cpu = rate[0], acc = rate[1], het = rate[2], best = isnan(acc) || cpu > acc ? cpu : acc;
+    if (!isnan(accel_dense_ms) && !isnan(cpu_dense_ms))
+        printf("dense step in turn: %.2f ms per batch on %s, %.2f ms on the CPU (%.1fx); a pipeline runs at its slowest stage's pace\n",
+               accel_dense_ms, props.name, cpu_dense_ms, accel_dense_ms / cpu_dense_ms);
     const char *max_env = getenv("BENCH_DLRM_MAX_IDS");
     double bpi = bytes_per_id(ctx, max_env ? atol(max_env) : 10000000);
     double load = NAN;
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) { if (fscanf(la, "%lf", &load) != 1) load = NAN; fclose(la); }
-    printf("RESULT dlrm cpu_only=%.0f accel_only=%.0f hetero=%.0f hetero_ratio=%.2f bytes_per_id=%.1f projected_ratio=%.2f load=%.1f\n", cpu, acc,
-           het, het / best, bpi, projected, load);
+    printf("RESULT dlrm cpu_only=%.0f accel_only=%.0f hetero=%.0f hetero_ratio=%.2f bytes_per_id=%.1f cpu_pipeline=%.0f cpu_pipeline_ratio=%.2f load=%.1f\n",
+           cpu, acc, het, het / best, bpi, rate[3], rate[3] / best, load);
     free(data.text), free(data.line);
+    pdde_cluster_free(cluster);
     pdde_context_free(ctx);
     return 0;
 }
