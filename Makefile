@@ -267,8 +267,10 @@ bench-parallel: all
 	@$(BUILD)/bench_parallel $(or $(BENCH_PARALLEL_STEPS),15)
 
 # DLRM samples/s: CPU only, accelerator only, the heterogeneous pipeline; the table's bytes per id.
+# the pipelines are sized by the cost model on this machine's measurements (pdde-bench, once)
 bench-dlrm: all
-	@$(BUILD)/bench_dlrm $(BENCH_DLRM_ARGS)
+	@test -f $(BUILD)/cluster.json || $(BUILD)/pdde-bench --quick --no-comm -o $(BUILD)/cluster.json
+	@$(BUILD)/bench_dlrm --cluster $(BUILD)/cluster.json $(BENCH_DLRM_ARGS)
 
 # Installed like a Debian library: versioned .so with a SONAME, DESTDIR for staging, and a pdde.pc whose
 # Cflags carry the feature macros this build was made with (examples test PDDE_HAVE_UCX, say).

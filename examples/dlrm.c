@@ -15,7 +15,7 @@
 #include <string.h>
 
 typedef struct {
-    const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir;
+    const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir, *cluster;
     long ckpt_every;
     long synthetic;
     int vocab, epochs, servers, staleness, geo_steps;
@@ -32,11 +32,12 @@ static void usage(void) {
          "            [--lr X] [--table-lr X] [--optimizer sgd|adagrad|adam] [--test-fraction F]\n"
          "            [--mode local|sync|async|geo] [--servers N] [--staleness K] [--geo-steps K]\n"
          "            [--save DIR] [--load DIR] [--dense-on BACKEND] [--checkpoint DIR --checkpoint-every N]\n"
-         "            [--dense-on-servers 0|1] [--pipeline SLOTS]\n"
+         "            [--dense-on-servers 0|1] [--pipeline SLOTS [--cluster FILE]]\n"
          "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
          "(--servers, or PDDE_PS_SERVERS in the environment). --checkpoint: servers write their shard\n"
          "there every N steps of the table and at the end (restart with --load DIR). --pipeline: train\n"
-         "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight.");
+         "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight;\n"
+         "--cluster: its stages sized by the cost model on a pdde-bench cluster file (else a measured balance).");
 }
 
 /* The pipeline's stage 1 source: batch k of this worker (epochs wrap around). */
@@ -76,6 +77,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--checkpoint")) o->ckpt_dir = v;
         else if (!strcmp(a, "--dense-on-servers")) o->dense_on_servers = atoi(v);
         else if (!strcmp(a, "--pipeline")) o->pipeline = atoi(v);
+        else if (!strcmp(a, "--cluster")) o->cluster = v;
         else if (!strcmp(a, "--checkpoint-every")) o->ckpt_every = atol(v);
         else if (!strcmp(a, "--optimizer")) {
             if (!strcmp(v, "sgd")) o->optimizer = PDDE_PS_SGD;
@@ -202,6 +204,15 @@ int main(int argc, char **argv) {
             st = dlrm_slot_init(&slots[made], &m), slot_ptr[made] = &slots[made];
             if (!st && o.dense_on_servers) st = pdde_sparse_batch_hold_dense(slots[made].sb, s, c, 0);
         }
+        pdde_cluster *cluster = NULL;
+        if (!st && o.cluster && !(st = pdde_cluster_load(ctx, o.cluster, &cluster))) {
+            pdde_device_props dp;
+            int cpu_id = dlrm_cluster_device(cluster, "cpu"), dense_id = cpu_id;
+            if (o.dense_on && !pdde_device_get_props(ctx, layer_dev[1], &dp)) dense_id = dlrm_cluster_device(cluster, dp.backend);
+            if (dlrm_stages_predict(ctx, cluster, g, &m, o.optimizer, cpu_id, dense_id, stages) < 3 && lead)
+                printf("pipeline: %s cannot time every stage (run pdde-bench on this machine): sized from a measured balance\n", o.cluster);
+        }
+        pdde_cluster_free(cluster);
         pdde_pipeline_params plp = PDDE_PIPELINE_PARAMS_INIT;
         plp.n_stages = 3, plp.stages = stages, plp.slots = slot_ptr, plp.n_slots = o.pipeline;
         pdde_pipeline *pl = NULL;
@@ -212,8 +223,7 @@ int main(int argc, char **argv) {
             if (lead && !st) printf("epoch %d (pipelined, %d slots)  loss %.4f  %.0f samples/s  ETA %.0f s\n", e, o.pipeline, pdde_session_loss(s), rate,
                                     (double)(o.epochs - e - 1) * per_epoch * o.cfg.batch * nw / rate);
         }
-        pdde_pipeline_stats ps;
-        if (pl && lead) pdde_pipeline_stats_get(pl, &ps), printf("pipeline sized from %s\n", ps.sizing);
+        if (pl && lead) dlrm_pipeline_report(stdout, "pipeline ", pl, stages);
         pdde_pipeline_free(pl);
         for (int i = 0; i < made; i++) dlrm_slot_free(&slots[i]);
     }

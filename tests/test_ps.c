@@ -423,7 +423,7 @@ static void test_sync_equals_one_process(pdde_context *ctx, int dense_on_servers
 
 #define ASYNC_K 1
 #define ASYNC_STEPS 12
-typedef struct { int64_t max_staleness, deferred, pushes; int ok; } async_result;
+typedef struct { int64_t max_staleness, deferred, pushes, seen_ahead; int ok; } async_result;
 
 static void async_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     (void)arg;
@@ -445,9 +445,17 @@ static void async_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     pdde_ps_client *c;
     pdde_status st = pdde_ps_client_init(ctx, world, &p, &c);
     uint64_t ids[2] = {1, (uint64_t)rank * 100};
-    float rows[4], g[4] = {0.1f, 0.1f, 0.1f, 0.1f};
+    float rows[4], g[4] = {0.1f, 0.1f, 0.1f, 0.1f}, init[2];
+    /* Seen from the fast worker, not the server's counter: the shared row 1 moves by lr x 0.1 per push
+     * of either worker, so a pull after its own `step` pushes tells how many the slow one has made. */
+    pdde_ps_table *fresh;
+    pdde_ps_table_init(ctx, &p.table, &fresh);
+    pdde_ps_table_pull(fresh, 1, ids, init);
+    pdde_ps_table_free(fresh);
     for (int step = 0; step < ASYNC_STEPS && !st; step++) {
         st = pdde_ps_client_pull(c, 2, ids, rows);
+        int64_t applied = (int64_t)lround((init[0] - rows[0]) / (p.table.lr * g[0])), slow_pushes = applied - step;
+        if (step - slow_pushes > out->seen_ahead) out->seen_ahead = step - slow_pushes;
         if (rank == 1) usleep(20000); /* the slow worker */
         if (!st) st = pdde_ps_client_push(c, 2, ids, g);
     }
@@ -465,6 +473,8 @@ static void test_async_staleness(void) {
     CHECK(res[0].ok && res[0].pushes == 2 * ASYNC_STEPS, "async: every push applied (%lld)", (long long)res[0].pushes);
     CHECK(res[0].ok && res[0].max_staleness <= ASYNC_K, "async: staleness %lld <= bound %d", (long long)res[0].max_staleness, ASYNC_K);
     CHECK(res[0].deferred > 0, "async: the bound held the fast worker back (%lld pulls deferred)", (long long)res[0].deferred);
+    CHECK(res[2].seen_ahead > 0 && res[2].seen_ahead <= ASYNC_K, "async: the rows the fast worker pulled were at most %d of the slow one's pushes "
+          "behind its own (seen: %lld)", ASYNC_K, (long long)res[2].seen_ahead);
 }
 
 /* ------------------------------------------------------------------------------------------------
