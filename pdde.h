@@ -1523,7 +1523,7 @@ pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out);
 pdde_status pdde_ps_table_set(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *vals);
 void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out);
 /* Atomic save (path.tmp, fsync, rename; a crc32 at the end) and load (replaces the contents; a
- * mismatching dim/optimizer or a corrupt file changes nothing). */
+ * mismatching dim/optimizer or a corrupt file changes nothing) of the rows and the admission counts. */
 pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path);
 pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path);
 /* The server an id belongs to among n_servers (a hash of the id, not id % n). */
@@ -1660,7 +1660,8 @@ pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm);
  * (its buffers: samples, pulled rows, gradients), handed from stage to stage; n_slots bounds the
  * batches in flight (with the sparse rows of a batch pulled up to n_slots - 1 pushes before it is
  * trained: the staleness of async mode). Each wait gives up after timeout_s with an error naming the
- * stage; a stage's error stops every stage and is returned.
+ * stage; a stage's error stops every stage and is returned (its message, naming the stage and batch,
+ * written to the context by the calling thread once every worker has joined).
  * Sizing: a stage with workers = 0 gets its worker count from the stage times: predicted_s when every
  * stage has one (from the cost model, pdde_cost_simulate of the stage's graph), else a balance
  * measured on the first calibrate_batches batches, run stage after stage on the calling thread (they

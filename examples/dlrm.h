@@ -412,8 +412,8 @@ static inline void dlrm_pipeline_report(FILE *f, const char *prefix, const pdde_
     for (int k = 0; k < ps.n_stages; k++) {
         const pdde_pipeline_stage_stats *s = &ps.stage[k];
         double nb = (double)(s->batches ? s->batches : 1), wall = ps.wall_s > 0 ? ps.wall_s : 1;
-        fprintf(f, "%sstage %d (%s) x%d: sized at %.2f ms, took %.2f ms per batch (busy %.0f%%, starved %.0f%%, blocked %.0f%% of its threads' time)\n",
-                prefix, k + 1, stages[k].name, s->workers, 1e3 * s->predicted_s, 1e3 * s->busy_s / nb, 100 * s->busy_s / wall / s->workers,
+        fprintf(f, "%s%s x%d: sized at %.2f ms, took %.2f ms per batch (busy %.0f%%, starved %.0f%%, blocked %.0f%% of its threads' time)\n",
+                prefix, stages[k].name, s->workers, 1e3 * s->predicted_s, 1e3 * s->busy_s / nb, 100 * s->busy_s / wall / s->workers,
                 100 * s->starved_s / wall / s->workers, 100 * s->blocked_s / wall / s->workers);
     }
 }
