@@ -3368,7 +3368,12 @@ void pdde_pipeline_free(pdde_pipeline *pl) {
 }
 
 /* Records the run's first error and its message (the caller holds mu) and wakes every waiting thread. */
-__attribute__((format(printf, 3, 4))) static void pipe_fail(pdde_pipeline *pl, pdde_status st, const char *fmt, ...) {
+static void pipe_fail(pdde_pipeline *pl, pdde_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void pipe_fail(pdde_pipeline *pl, pdde_status st, const char *fmt, ...) {
     if (!pl->failed) {
         pl->failed = true, pl->st = st;
         va_list ap;
