@@ -130,6 +130,70 @@ static void run_float_sums(pdde_comm *comm, const char *path) {
     free(a), free(b);
 }
 
+/* Every rank of a test forks from one process on one host: with the channel on (PDDE_COMM_SHM unset)
+ * and the algorithm left to pdde, a communicator of 2+ ranks runs these on shared memory. */
+static int g_expect_shm;
+
+static int took_shm(pdde_comm *comm, size_t count) {
+    return !g_expect_shm || pdde_comm_size(comm) < 2 || !count || !strcmp(pdde_comm_last_algo(comm), "shm");
+}
+
+/* The shared-memory reduce-scatter, allgather and broadcast, non-blocking and in flight together with a
+ * blocking allreduce (as the executor issues them), against the transport's (forced ring, then forced
+ * recursive/tree) bit for bit: copies are exact, and a sum of integers, or of two ranks' floats (each
+ * pair added once, in either order), has one answer. Float sums of 3+ ranks are run_float_sums' job.
+ * Non-integer inputs, every dtype, odd counts, one chunk and several (512 KiB chunks). */
+static void run_shm_vs_ucx(pdde_comm *comm) {
+    pdde_context *ctx = pdde_comm_context(comm);
+    int n = pdde_comm_size(comm), me = pdde_comm_rank(comm), root = n - 1;
+    static const size_t counts[] = {1, 7, 4099, 65537, 300001};
+    size_t maxc = 300001, big = maxc * 8 * (size_t)n;
+    unsigned char *in = malloc(big), *ucx = malloc(3 * big), *shm = malloc(3 * big);
+    for (size_t di = 0; di < sizeof DTYPES / sizeof *DTYPES; di++)
+        for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+            pdde_dtype t = DTYPES[di];
+            size_t count = counts[ci], esz = pdde_dtype_size(t), block = count * esz;
+            int exact_rs = n == 2 || t == PDDE_I32 || t == PDDE_I64;
+            for (size_t i = 0; i < count * (size_t)n; i++) put(in, t, i, 3.7 * sin(1.3 * me + 0.71 * (double)i) + 0.01 * me);
+            for (int algo = PDDE_ALGO_RING; algo <= PDDE_ALGO_RECURSIVE; algo++) {
+                unsigned char *rs_u = ucx, *ag_u = ucx + big, *bc_u = ucx + 2 * big, *rs_s = shm, *ag_s = shm + big, *bc_s = shm + 2 * big;
+                pdde_comm_set_algo(comm, (pdde_comm_algo)algo);
+                memcpy(bc_u, in, block);
+                pdde_status st = pdde_comm_reduce_scatter(comm, in, rs_u, count, t, PDDE_REDUCE_SUM);
+                if (!st) st = pdde_comm_allgather(comm, in, ag_u, count, t);
+                if (!st) st = pdde_comm_broadcast(comm, bc_u, count, t, root);
+                CHECK(st == PDDE_OK, "transport reference %s count=%zu: %s", pdde_dtype_name(t), count, pdde_last_error(ctx));
+                pdde_comm_set_algo(comm, PDDE_ALGO_AUTO);
+                memcpy(bc_s, in, block);
+                memset(rs_s, 0x55, block), memset(ag_s, 0x55, block * (size_t)n);
+                pdde_comm_request *rq[3] = {0};
+                int32_t one = 1, ranks = 0;
+                const char *algos[3] = {0};
+                st = pdde_comm_ireduce_scatter(comm, in, rs_s, count, t, PDDE_REDUCE_SUM, &rq[0]);
+                algos[0] = pdde_comm_last_algo(comm);
+                if (!st) st = pdde_comm_allreduce(comm, &one, &ranks, 1, PDDE_I32, PDDE_REDUCE_SUM);
+                if (!st) st = pdde_comm_iallgather(comm, in, ag_s, count, t, &rq[1]);
+                algos[1] = pdde_comm_last_algo(comm);
+                if (!st) st = pdde_comm_ibroadcast(comm, bc_s, count, t, root, &rq[2]);
+                algos[2] = pdde_comm_last_algo(comm);
+                for (int k = 0; k < 3; k++) {
+                    if (!st && rq[k]) st = pdde_comm_wait(rq[k], 30);
+                    pdde_comm_request_free(rq[k]);
+                }
+                CHECK(st == PDDE_OK && ranks == n, "non-blocking %s count=%zu: %s", pdde_dtype_name(t), count, pdde_last_error(ctx));
+                CHECK(!g_expect_shm || n < 2 || (!strcmp(algos[0], "shm") && !strcmp(algos[1], "shm") && !strcmp(algos[2], "shm")),
+                      "n=%d: the non-blocking forms took %s, %s, %s, not shm", n, algos[0], algos[1], algos[2]);
+                CHECK(!exact_rs || !memcmp(rs_s, rs_u, block), "reduce_scatter %s n=%d count=%zu: shm != %s", pdde_dtype_name(t), n,
+                      count, algo == PDDE_ALGO_RING ? "ring" : "recursive");
+                CHECK(!memcmp(ag_s, ag_u, block * (size_t)n), "allgather %s n=%d count=%zu: shm != %s", pdde_dtype_name(t), n, count,
+                      algo == PDDE_ALGO_RING ? "ring" : "recursive");
+                CHECK(!memcmp(bc_s, bc_u, block), "broadcast %s n=%d count=%zu root=%d: shm != %s", pdde_dtype_name(t), n, count,
+                      root, algo == PDDE_ALGO_RING ? "chain" : "tree");
+            }
+        }
+    free(in), free(ucx), free(shm);
+}
+
 /* Runs every collective on comm; ids[r] is the "input rank" of comm rank r (its world rank). */
 static void run_collectives(pdde_comm *comm, const int *ids, int full) {
     pdde_context *ctx = pdde_comm_context(comm);
@@ -160,6 +224,7 @@ static void run_collectives(pdde_comm *comm, const int *ids, int full) {
                 CHECK(st == PDDE_OK, "reduce_scatter: %s", pdde_last_error(ctx));
                 VERIFY(b, t, rc, expect(t, op, ids, n, (size_t)me * rc + i), "reduce_scatter %s %s n=%d recvcount=%zu",
                        tn, OP_NAMES[oi], n, rc);
+                CHECK(took_shm(comm, rc), "reduce_scatter n=%d recvcount=%zu took %s", n, rc, pdde_comm_last_algo(comm));
                 /* reduce to the last rank */
                 int root = (oi + (int)si) % n;
                 for (size_t i = 0; i < count; i++) put(a, t, i, val(my, i));
@@ -176,6 +241,7 @@ static void run_collectives(pdde_comm *comm, const int *ids, int full) {
             pdde_status st = pdde_comm_allgather(comm, a, b, count, t);
             CHECK(st == PDDE_OK, "allgather: %s", pdde_last_error(ctx));
             VERIFY(b, t, count * (size_t)n, val(ids[i / count], i % count), "allgather %s n=%d count=%zu", tn, n, count);
+            CHECK(took_shm(comm, count), "allgather n=%d count=%zu took %s", n, count, pdde_comm_last_algo(comm));
             /* broadcast from each end */
             for (int root = 0; root < n; root += n - 1) {
                 for (size_t i = 0; i < count; i++) put(a, t, i, me == root ? val(my, i) : 99);
@@ -183,6 +249,7 @@ static void run_collectives(pdde_comm *comm, const int *ids, int full) {
                 CHECK(st == PDDE_OK, "broadcast: %s", pdde_last_error(ctx));
                 VERIFY(a, t, count, val(ids[root], i), "broadcast %s n=%d count=%zu root=%d algo=%s", tn, n, count, root,
                        pdde_comm_last_algo(comm));
+                CHECK(took_shm(comm, count), "broadcast n=%d count=%zu took %s", n, count, pdde_comm_last_algo(comm));
                 if (n == 1) break;
             }
             /* alltoall: block j of rank r holds val(r*n + j, i); I get block j = val(ids[j]*n + me, i) */
@@ -229,10 +296,12 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     int ids[64];
     for (int i = 0; i < n; i++) ids[i] = i;
     pdde_comm_set_algo(comm, (pdde_comm_algo)ca->algo);
+    g_expect_shm = ca->algo == PDDE_ALGO_AUTO && !getenv("PDDE_COMM_SHM");
     if (ca->float_sums_only || ca->algo == PDDE_ALGO_AUTO) run_float_sums(comm, getenv("PDDE_COMM_SHM") ? "UCX" : "the default path");
     if (ca->float_sums_only) return;
     run_collectives(comm, ids, ca->full);
     if (ca->algo != PDDE_ALGO_AUTO) return;
+    run_shm_vs_ucx(comm);
 
     /* non-blocking: several operations in flight, overlapping "compute" */
     enum { NOPS = 6, CNT = 300000 };
@@ -292,6 +361,7 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
             for (int r = n - 1; r >= 0; r--) if (r % 2 == me % 2) sids[k++] = r; /* key n-r: descending */
             CHECK(sids[pdde_comm_rank(sub)] == me, "split rank %d of world rank %d", pdde_comm_rank(sub), me);
             run_collectives(sub, sids, 0);
+            run_shm_vs_ucx(sub);
             /* a sub-communicator and the world used alternately */
             int32_t one = 1, sum = 0;
             CHECK(pdde_comm_allreduce(comm, &one, &sum, 1, PDDE_I32, PDDE_REDUCE_SUM) == PDDE_OK && sum == n, "world after split");
