@@ -1263,7 +1263,9 @@ static pdde_status session_plan_buckets(pdde_session *s, int64_t cap_bytes) {
             return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a gradient bucket of %zu bytes)", b->bytes);
         b->members[b->packed++] = t;
     }
+#ifdef PDDE_HAVE_COMM
     for (int k = 0; k < s->n_buckets; k++) s->buckets[k].packed = 0;
+#endif
     return PDDE_OK;
 }
 
@@ -2368,6 +2370,11 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
     s->gradient_collectives = 0;
+    /* (a bucket some of whose gradients started in a pass that did not start them all is reduced at the
+     * waits, one by one: nothing of it may carry over into this run) */
+#ifdef PDDE_HAVE_COMM
+    for (int k = 0; k < s->n_buckets; k++) s->buckets[k].packed = 0;
+#endif
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
