@@ -1085,7 +1085,9 @@ typedef enum { PDDE_REDUCE_SUM = 0, PDDE_REDUCE_AVG, PDDE_REDUCE_MAX, PDDE_REDUC
 
 /* Algorithm choice (allreduce, reduce_scatter, allgather, broadcast, reduce). AUTO picks by message
  * size and topology: recursive doubling / trees for small messages, rings and pipelined chains for
- * large ones, two-level (intra-host, then inter-host) for allreduce when ranks span hosts. */
+ * large ones, two-level (intra-host, then inter-host) for allreduce when ranks span hosts; on a
+ * communicator whose ranks are all on one host, allreduce, reduce_scatter, allgather and broadcast go
+ * through a shared-memory segment instead (pdde_comm_last_algo "shm"; PDDE_COMM_SHM=0 turns it off). */
 typedef enum {
     PDDE_ALGO_AUTO = 0,
     PDDE_ALGO_RING,       /* ring (allreduce, reduce_scatter, allgather); chain (broadcast, reduce) */
