@@ -194,6 +194,39 @@ static void run_shm_vs_ucx(pdde_comm *comm) {
     free(in), free(ucx), free(shm);
 }
 
+/* A dp x tp mesh of 4 ranks (rank = 2 dp + tp): the tp groups {0,1}, {2,3} and the dp groups {0,2},
+ * {1,3} each get their own segment; a reduce-scatter over tp and an allgather over dp in flight at
+ * once, then a broadcast over tp (as a ZeRO x Megatron step issues them), every result exact. */
+static void run_mesh_axes(pdde_comm *world) {
+    pdde_context *ctx = pdde_comm_context(world);
+    int me = pdde_comm_rank(world), dp = me / 2, tp = me % 2;
+    pdde_comm *tpc = NULL, *dpc = NULL;
+    CHECK(pdde_comm_split(world, dp, tp, &tpc) == PDDE_OK && pdde_comm_split(world, tp, dp, &dpc) == PDDE_OK,
+          "mesh split: %s", pdde_last_error(ctx));
+    if (!tpc || !dpc) { pdde_comm_free(tpc), pdde_comm_free(dpc); return; }
+    enum { N = 200003 }; /* odd, several chunks */
+    int32_t *rs_in = malloc(2 * N * sizeof *rs_in), *rs_out = malloc(N * sizeof *rs_out), *ag_in = malloc(N * sizeof *ag_in),
+            *ag_out = malloc(2 * N * sizeof *ag_out), *bc = malloc(N * sizeof *bc);
+    for (size_t i = 0; i < 2 * (size_t)N; i++) rs_in[i] = val(me, i);
+    for (size_t i = 0; i < N; i++) ag_in[i] = val(me + 7, i), bc[i] = tp == 1 ? val(me + 3, i) : -1;
+    pdde_comm_request *rq[2] = {0};
+    pdde_status st = pdde_comm_ireduce_scatter(tpc, rs_in, rs_out, N, PDDE_I32, PDDE_REDUCE_SUM, &rq[0]);
+    if (!st) st = pdde_comm_iallgather(dpc, ag_in, ag_out, N, PDDE_I32, &rq[1]);
+    for (int k = 0; k < 2; k++) {
+        if (!st && rq[k]) st = pdde_comm_wait(rq[k], 30);
+        pdde_comm_request_free(rq[k]);
+    }
+    if (!st) st = pdde_comm_broadcast(tpc, bc, N, PDDE_I32, 1);
+    CHECK(st == PDDE_OK && !strcmp(pdde_comm_last_algo(tpc), "shm") && !strcmp(pdde_comm_last_algo(dpc), "shm"),
+          "mesh axes: %s (tp took %s, dp %s)", pdde_last_error(ctx), pdde_comm_last_algo(tpc), pdde_comm_last_algo(dpc));
+    int tp0 = 2 * dp; /* the tp group's first rank; block b of the dp allgather comes from rank 2 b + tp */
+    VERIFY(rs_out, PDDE_I32, N, val(tp0, (size_t)tp * N + i) + val(tp0 + 1, (size_t)tp * N + i), "mesh: tp reduce_scatter (rank %d)", me);
+    VERIFY(ag_out, PDDE_I32, 2 * (size_t)N, val(2 * (int)(i / N) + tp + 7, i % N), "mesh: dp allgather (rank %d)", me);
+    VERIFY(bc, PDDE_I32, N, val(tp0 + 1 + 3, i), "mesh: tp broadcast (rank %d)", me);
+    free(rs_in), free(rs_out), free(ag_in), free(ag_out), free(bc);
+    pdde_comm_free(tpc), pdde_comm_free(dpc);
+}
+
 /* Runs every collective on comm; ids[r] is the "input rank" of comm rank r (its world rank). */
 static void run_collectives(pdde_comm *comm, const int *ids, int full) {
     pdde_context *ctx = pdde_comm_context(comm);
@@ -302,6 +335,7 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     run_collectives(comm, ids, ca->full);
     if (ca->algo != PDDE_ALGO_AUTO) return;
     run_shm_vs_ucx(comm);
+    if (n == 4 && g_expect_shm) run_mesh_axes(comm);
 
     /* non-blocking: several operations in flight, overlapping "compute" */
     enum { NOPS = 6, CNT = 300000 };
