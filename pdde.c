@@ -1259,8 +1259,11 @@ static pdde_status session_plan_buckets(pdde_session *s, int64_t cap_bytes) {
         if (!bucketable(s, t) || m->bucket < 0) continue;
         session_bucket *b = &s->buckets[m->bucket];
         if (b->n == 1) { m->bucket = -1; continue; }
-        if (!b->members && (!(b->members = malloc((size_t)b->n * sizeof *b->members)) || !(b->buf = malloc(b->bytes))))
-            return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a gradient bucket of %zu bytes)", b->bytes);
+        if (!b->members) {
+            if (!(b->members = malloc((size_t)b->n * sizeof *b->members)) || !(b->buf = malloc(b->bytes)))
+                return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a gradient bucket of %zu bytes)", b->bytes);
+            s->mem.transfer_bytes += b->bytes;
+        }
         b->members[b->packed++] = t;
     }
 #ifdef PDDE_HAVE_COMM
@@ -1858,12 +1861,14 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #ifdef PDDE_HAVE_COMM
     if (st == PDDE_OK && s->world && !(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)))
         st = pdde_error(g->ctx, PDDE_ERR_OOM, "session: out of memory");
-    if (st == PDDE_OK && s->world) st = session_plan_buckets(s, p.gradient_bucket_bytes);
 #endif
     if (st == PDDE_OK) st = session_setup_micro(s);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
+#ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world) st = session_plan_buckets(s, p.gradient_bucket_bytes);
+#endif
     if (st != PDDE_OK) {
         pdde_session_free(s);
         return st;

@@ -643,7 +643,8 @@ typedef struct {
      * per micro-batch in flight) */
     size_t activation_peak_bytes;
     /* host buffers for data leaving the rank or crossing devices: a copy of each send per micro-batch
-     * alive, a bounce buffer per copy onto a device (malloc'ed, not in allocated_bytes) */
+     * alive, a bounce buffer per copy onto a device, the gradient buckets (malloc'ed, not in
+     * allocated_bytes) */
     size_t transfer_bytes;
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
