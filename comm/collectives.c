@@ -147,8 +147,7 @@ pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbu
     pdde_status st = comm_check(c, t, op, req);
     if (st) return st;
     COMM_NEED(!count || (sendbuf && recvbuf), "NULL buffer");
-    if (comm_shm_takes(c, count, 1, t, op))
-        return comm_shm_istart(c, (comm_shm_op){.kind = SHM_ALLREDUCE, .src = sendbuf, .dst = recvbuf, .count = count, .dtype = t, .op = op}, req);
+    if (comm_shm_takes(c, count, 1, t, op)) return comm_shm_istart(c, comm_shm_allreduce_op(sendbuf, recvbuf, count, t, op), req);
     size_t esz = pdde_dtype_size(t), bytes = count * esz;
     if (sendbuf != recvbuf && bytes) memcpy(recvbuf, sendbuf, bytes);
     pdde_comm_algo algo = comm_pick(c, bytes);
@@ -512,7 +511,7 @@ static pdde_status comm_allreduce_fast(pdde_comm *c, void *buf, size_t count, pd
 pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                                 pdde_reduce_op op) {
     if (comm_shm_takes(c, count, sendbuf && recvbuf, t, op))
-        return comm_shm_run(c, (comm_shm_op){.kind = SHM_ALLREDUCE, .src = sendbuf, .dst = recvbuf, .count = count, .dtype = t, .op = op});
+        return comm_shm_run(c, comm_shm_allreduce_op(sendbuf, recvbuf, count, t, op));
     if (c && c->size > 1 && !(c->size & (c->size - 1)) && count && sendbuf && recvbuf && (unsigned)t < PDDE_DTYPE_COUNT &&
         (unsigned)op <= PDDE_REDUCE_MIN && count * pdde_dtype_size(t) <= COMM_FAST_BYTES &&
         (c->algo == PDDE_ALGO_AUTO || c->algo == PDDE_ALGO_RECURSIVE)) {

@@ -366,6 +366,10 @@ static int comm_shm_takes(const pdde_comm *c, size_t count, int buffers_given, p
            (unsigned)op <= PDDE_REDUCE_MIN;
 }
 
+/* The operations, as the public calls describe them. */
+static comm_shm_op comm_shm_allreduce_op(const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t, pdde_reduce_op op) {
+    return (comm_shm_op){.kind = SHM_ALLREDUCE, .src = sendbuf, .dst = recvbuf, .count = count, .dtype = t, .op = op};
+}
 static comm_shm_op comm_shm_reduce_scatter_op(const void *sendbuf, void *recvbuf, size_t recvcount, pdde_dtype t,
                                               pdde_reduce_op op) {
     return (comm_shm_op){.kind = SHM_REDUCE_SCATTER, .src = sendbuf, .dst = recvbuf, .count = recvcount, .dtype = t, .op = op};
