@@ -1077,6 +1077,10 @@ struct pdde_session {
     pdde_tensor *loss;
     pdde_memory_stats mem;
     void **requests;            /* per program node id of a collective started early: its pending request */
+    struct session_bucket *buckets; /* gradient buckets (session_plan_buckets) */
+    int n_buckets;
+    struct session_bucket_member *bucket_member; /* per program node id */
+    int gradient_collectives;   /* started early by the last run (pdde_session_gradient_collectives) */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
@@ -1193,14 +1197,133 @@ static pdde_status run_reshard(pdde_session *s, pdde_tensor *t);
 
 static const pdde_program_node *node_info(const pdde_session *s, const pdde_tensor *t) { return &s->prog->info[t->id]; }
 
+/* Gradient buckets (torch DDP's): the early gradient allreduces of one mesh axis, dtype and reduction
+ * that follow each other in the program are packed, each as it starts, into one buffer of at most
+ * gradient_bucket_bytes, which one allreduce reduces once the last of them has started; the first of
+ * their waits copies every result out. Lowering keeps one collective per gradient (and the cost model
+ * sees those): bucketing is the executor's, decided once from the program, so every rank of an axis
+ * makes the same buckets and issues the same collectives in the same order. Only allreduces are
+ * bucketed (a fused reduce-scatter would have to interleave every rank's blocks). */
+typedef struct session_bucket {
+    int axis, reduce;
+    pdde_dtype dtype;
+    int n, packed;            /* members, and those packed in this pass */
+    int unwaited;             /* members whose wait has not run since the bucket's allreduce started */
+    size_t bytes;
+    char *buf;
+    void *request;            /* its allreduce in flight (pdde_comm_request) */
+    pdde_tensor **members;
+} session_bucket;
+
+typedef struct session_bucket_member {
+    int bucket;               /* index in buckets; -1: reduced alone */
+    size_t offset;            /* bytes into its bucket */
+    char *out;                /* where its result goes (taken when it is packed: its memory then) */
+} session_bucket_member;
+
+#define GRADIENT_BUCKET_BYTES ((size_t)25 << 20) /* torch DDP's bucket_cap_mb */
+
+static bool bucketable(const pdde_session *s, const pdde_tensor *t) {
+    const pdde_program_node *in = &s->prog->info[t->id];
+    return t->op == PDDE_OP_ALLREDUCE && in->early && in->axis >= 0;
+}
+
+/* Groups the program's early gradient allreduces into buckets (see above); a bucket of one is none. */
+static pdde_status session_plan_buckets(pdde_session *s, int64_t cap_bytes) {
+    pdde_program *P = s->prog;
+    size_t cap = cap_bytes < 0 ? 0 : cap_bytes ? (size_t)cap_bytes : GRADIENT_BUCKET_BYTES;
+    if (!(s->bucket_member = malloc(((size_t)P->n + 1) * sizeof *s->bucket_member)) ||
+        !(s->buckets = calloc((size_t)P->n_order + 1, sizeof *s->buckets)))
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (gradient buckets)");
+    for (int i = 0; i < P->n; i++) s->bucket_member[i].bucket = -1;
+    session_bucket *open = NULL;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *t = P->order[i];
+        size_t bytes = pdde_tensor_nbytes(t);
+        if (!bucketable(s, t) || bytes >= cap) continue;
+        const pdde_program_node *in = &P->info[t->id];
+        if (open && (open->axis != in->axis || open->dtype != t->dtype || open->reduce != in->reduce || open->bytes + bytes > cap))
+            open = NULL;
+        if (!open) {
+            open = &s->buckets[s->n_buckets++];
+            open->axis = in->axis, open->dtype = t->dtype, open->reduce = in->reduce;
+        }
+        s->bucket_member[t->id] = (session_bucket_member){(int)(open - s->buckets), open->bytes, NULL};
+        open->bytes += bytes;
+        open->n++;
+    }
+    /* members in program order, buffers; a bucket of one member is dissolved */
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *t = P->order[i];
+        session_bucket_member *m = &s->bucket_member[t->id];
+        if (!bucketable(s, t) || m->bucket < 0) continue;
+        session_bucket *b = &s->buckets[m->bucket];
+        if (b->n == 1) { m->bucket = -1; continue; }
+        if (!b->members) {
+            if (!(b->members = malloc((size_t)b->n * sizeof *b->members)) || !(b->buf = malloc(b->bytes)))
+                return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a gradient bucket of %zu bytes)", b->bytes);
+            s->mem.transfer_bytes += b->bytes;
+        }
+        b->members[b->packed++] = t;
+    }
+#ifdef PDDE_HAVE_COMM
+    for (int k = 0; k < s->n_buckets; k++) s->buckets[k].packed = 0;
+#endif
+    return PDDE_OK;
+}
+
+static void free_buckets(pdde_session *s) {
+    for (int k = 0; s->buckets && k < s->n_buckets; k++) free(s->buckets[k].buf), free(s->buckets[k].members);
+    free(s->buckets), free(s->bucket_member);
+}
+
+/* t's gradient goes into its bucket; the last one in starts the bucket's allreduce. */
+static pdde_status bucket_pack(pdde_session *s, pdde_tensor *t, const char *in, char *out) {
+    session_bucket_member *m = &s->bucket_member[t->id];
+    session_bucket *b = &s->buckets[m->bucket];
+    memcpy(b->buf + m->offset, in, pdde_tensor_nbytes(t));
+    m->out = out;
+    if (++b->packed < b->n) return PDDE_OK;
+    b->packed = 0, b->unwaited = b->n;
+    s->gradient_collectives++;
+    return pdde_comm_iallreduce(s->axis_comm[b->axis], b->buf, b->buf, b->bytes / pdde_dtype_size(b->dtype), b->dtype,
+                                (pdde_reduce_op)b->reduce, (pdde_comm_request **)&b->request);
+}
+
+/* The wait of bucket member c: the first one completes the allreduce and copies every member's result
+ * out. A bucket not started in this pass (its reductions are not early here) leaves c to the wait. */
+static pdde_status bucket_wait(pdde_session *s, const pdde_tensor *c, bool *handled) {
+    session_bucket *b = &s->buckets[s->bucket_member[c->id].bucket];
+    *handled = b->unwaited > 0;
+    if (!*handled) return PDDE_OK;
+    if (b->request) {
+        pdde_comm_request **req = (pdde_comm_request **)&b->request;
+        pdde_status st = pdde_comm_wait(*req, -1);
+        if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
+        if (st) return st;
+        for (int j = 0; j < b->n; j++) {
+            const session_bucket_member *m = &s->bucket_member[b->members[j]->id];
+            memcpy(m->out, b->buf + m->offset, pdde_tensor_nbytes(b->members[j]));
+        }
+    }
+    b->unwaited--;
+    return PDDE_OK;
+}
+
 /* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
  * run did not start it, it runs it now. */
 static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *c = t->src[0];
     pdde_comm_request **started = (pdde_comm_request **)&s->requests[c->id];
-    if (!*started) return run_reshard(s, c);
-    pdde_status st = pdde_comm_wait(*started, -1);
-    if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
+    pdde_status st = PDDE_OK;
+    bool bucketed = s->bucket_member && s->bucket_member[c->id].bucket >= 0, handled = false;
+    if (bucketed) st = bucket_wait(s, c, &handled);
+    if (bucketed && !handled) return run_reshard(s, c);
+    if (!bucketed && !*started) return run_reshard(s, c);
+    if (!bucketed) {
+        st = pdde_comm_wait(*started, -1);
+        if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
+    }
     return st ? pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx)) : PDDE_OK;
 }
 
@@ -1208,6 +1331,11 @@ static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
 static void drop_requests(pdde_session *s) {
     for (int i = 0; s->requests && i < s->prog->n; i++)
         if (s->requests[i]) pdde_comm_request_free(s->requests[i]), s->requests[i] = NULL;
+    for (int k = 0; k < s->n_buckets; k++) {
+        session_bucket *b = &s->buckets[k];
+        if (b->request) pdde_comm_request_free(b->request), b->request = NULL;
+        b->packed = b->unwaited = 0;
+    }
 }
 
 /* Completes the sends to other pipeline stages (at the end of a step: their copies are reused next). */
@@ -1329,13 +1457,15 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
 }
 
 /* A gradient reduction that lowering started early (host memory, no packing: only those are), started
- * without waiting; its COMM_WAIT completes it. */
+ * without waiting (or packed into its bucket); its COMM_WAIT completes it. */
 static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[0];
     const pdde_program_node *info = node_info(s, t);
     pdde_comm *c = s->axis_comm[info->axis];
     char *in = (char *)x->data + x->offset, *out = (char *)t->data + t->offset;
     pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
+    if (s->bucket_member && s->bucket_member[t->id].bucket >= 0) return bucket_pack(s, t, in, out);
+    s->gradient_collectives++;
     return t->op == PDDE_OP_ALLREDUCE
                ? pdde_comm_iallreduce(c, in, out, (size_t)pdde_tensor_numel(x), t->dtype, (pdde_reduce_op)info->reduce, req)
                : pdde_comm_ireduce_scatter(c, in, out, (size_t)pdde_tensor_numel(t), t->dtype, (pdde_reduce_op)info->reduce, req);
@@ -1736,6 +1866,9 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
+#ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world) st = session_plan_buckets(s, p.gradient_bucket_bytes);
+#endif
     if (st != PDDE_OK) {
         pdde_session_free(s);
         return st;
@@ -1900,6 +2033,7 @@ void pdde_session_free(pdde_session *s) {
     if (s->g->session == s) s->g->session = NULL;
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
     drop_requests(s);
+    free_buckets(s);
     drop_sends(s);
     comm_staging_free(s);
     for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) pdde_comm_free(s->axis_comm[a]);
@@ -2240,6 +2374,12 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->scaling_pass = mode_runs_backward(mode);
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
+    s->gradient_collectives = 0;
+    /* (a bucket some of whose gradients started in a pass that did not start them all is reduced at the
+     * waits, one by one: nothing of it may carry over into this run) */
+#ifdef PDDE_HAVE_COMM
+    for (int k = 0; k < s->n_buckets; k++) s->buckets[k].packed = 0;
+#endif
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
@@ -2398,6 +2538,7 @@ pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro,
 
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
 int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
+int pdde_session_gradient_collectives(const pdde_session *s) { return s ? s->gradient_collectives : 0; }
 
 void pdde_session_dump(const pdde_session *s, FILE *f) {
     if (s && f) program_dump(s->prog, f);

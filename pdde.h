@@ -556,8 +556,13 @@ typedef struct {
      * trace.rank<R> (pdde-run --trace merges them). Device streams are synchronized after each node
      * while tracing, so spans are the kernels' time, not their enqueueing. */
     const char *trace;
+    /* Gradient buckets (torch DDP's): the gradient allreduces that start early (overlap_gradients),
+     * consecutive in the step and of one mesh axis, dtype and reduction, are packed into buffers of at
+     * most this many bytes, each reduced by one collective once its last gradient is final; a gradient
+     * as large as the cap is reduced alone. 0 = 25 MiB; < 0 = one collective per gradient. */
+    int64_t gradient_bucket_bytes;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,
@@ -598,6 +603,9 @@ float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if no
  * or the one a checkpoint load kept; 0 without an optimizer). */
 float pdde_session_lr(const pdde_session *s);
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
+/* Collectives the last run started early for gradient reductions (overlap_gradients): one per
+ * gradient bucket, one per gradient outside a bucket. */
+int pdde_session_gradient_collectives(const pdde_session *s);
 
 /* Dynamic loss scaling, on in a graph with f16 matmuls (pdde_graph_set_compute_dtype(g, PDDE_F16)),
  * with torch.cuda.amp.GradScaler's constants: the backward pass starts from d loss = scale (initially
@@ -635,7 +643,8 @@ typedef struct {
      * per micro-batch in flight) */
     size_t activation_peak_bytes;
     /* host buffers for data leaving the rank or crossing devices: a copy of each send per micro-batch
-     * alive, a bounce buffer per copy onto a device (malloc'ed, not in allocated_bytes) */
+     * alive, a bounce buffer per copy onto a device, the gradient buckets (malloc'ed, not in
+     * allocated_bytes) */
     size_t transfer_bytes;
 } pdde_memory_stats;
 pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
@@ -1077,7 +1086,9 @@ typedef enum { PDDE_REDUCE_SUM = 0, PDDE_REDUCE_AVG, PDDE_REDUCE_MAX, PDDE_REDUC
 
 /* Algorithm choice (allreduce, reduce_scatter, allgather, broadcast, reduce). AUTO picks by message
  * size and topology: recursive doubling / trees for small messages, rings and pipelined chains for
- * large ones, two-level (intra-host, then inter-host) for allreduce when ranks span hosts. */
+ * large ones, two-level (intra-host, then inter-host) for allreduce when ranks span hosts; on a
+ * communicator whose ranks are all on one host, allreduce, reduce_scatter, allgather and broadcast go
+ * through a shared-memory segment instead (pdde_comm_last_algo "shm"; PDDE_COMM_SHM=0 turns it off). */
 typedef enum {
     PDDE_ALGO_AUTO = 0,
     PDDE_ALGO_RING,       /* ring (allreduce, reduce_scatter, allgather); chain (broadcast, reduce) */

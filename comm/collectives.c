@@ -147,7 +147,7 @@ pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbu
     pdde_status st = comm_check(c, t, op, req);
     if (st) return st;
     COMM_NEED(!count || (sendbuf && recvbuf), "NULL buffer");
-    if (c->shm && c->algo == PDDE_ALGO_AUTO && count) return comm_shm_iallreduce(c, sendbuf, recvbuf, count, t, op, req);
+    if (comm_shm_takes(c, count, 1, t, op)) return comm_shm_istart(c, comm_shm_allreduce_op(sendbuf, recvbuf, count, t, op), req);
     size_t esz = pdde_dtype_size(t), bytes = count * esz;
     if (sendbuf != recvbuf && bytes) memcpy(recvbuf, sendbuf, bytes);
     pdde_comm_algo algo = comm_pick(c, bytes);
@@ -197,6 +197,8 @@ pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *r
     pdde_status st = comm_check(c, t, op, req);
     if (st) return st;
     COMM_NEED(!recvcount || (sendbuf && recvbuf), "NULL buffer");
+    if (comm_shm_takes(c, recvcount, 1, t, op))
+        return comm_shm_istart(c, comm_shm_reduce_scatter_op(sendbuf, recvbuf, recvcount, t, op), req);
     int n = c->size;
     size_t esz = pdde_dtype_size(t), total = recvcount * (size_t)n;
     int rec = comm_pick(c, total * esz) == PDDE_ALGO_RECURSIVE;
@@ -238,6 +240,8 @@ pdde_status pdde_comm_iallgather(pdde_comm *c, const void *sendbuf, void *recvbu
     pdde_status st = comm_check(c, t, PDDE_REDUCE_SUM, req);
     if (st) return st;
     COMM_NEED(!sendcount || (sendbuf && recvbuf), "NULL buffer");
+    if (comm_shm_takes(c, sendcount, 1, t, PDDE_REDUCE_SUM))
+        return comm_shm_istart(c, comm_shm_allgather_op(sendbuf, recvbuf, sendcount, t), req);
     int n = c->size, me = c->rank;
     size_t esz = pdde_dtype_size(t), block = sendcount * esz;
     char *out = recvbuf;
@@ -280,6 +284,7 @@ pdde_status pdde_comm_ibroadcast(pdde_comm *c, void *buf, size_t count, pdde_dty
     if (st) return st;
     COMM_NEED(!count || buf, "NULL buffer");
     COMM_NEED(root >= 0 && root < c->size, "root out of range");
+    if (comm_shm_takes(c, count, 1, t, PDDE_REDUCE_SUM)) return comm_shm_istart(c, comm_shm_broadcast_op(buf, count, t, root), req);
     int n = c->size, v = mod(c->rank - root, n);
     size_t esz = pdde_dtype_size(t);
     int tree = comm_pick(c, count * esz) == PDDE_ALGO_RECURSIVE;
@@ -505,9 +510,8 @@ static pdde_status comm_allreduce_fast(pdde_comm *c, void *buf, size_t count, pd
 
 pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                                 pdde_reduce_op op) {
-    if (c && c->shm && c->algo == PDDE_ALGO_AUTO && count && sendbuf && recvbuf && (unsigned)t < PDDE_DTYPE_COUNT &&
-        (unsigned)op <= PDDE_REDUCE_MIN)
-        return comm_shm_allreduce(c, sendbuf, recvbuf, count, t, op);
+    if (comm_shm_takes(c, count, sendbuf && recvbuf, t, op))
+        return comm_shm_run(c, comm_shm_allreduce_op(sendbuf, recvbuf, count, t, op));
     if (c && c->size > 1 && !(c->size & (c->size - 1)) && count && sendbuf && recvbuf && (unsigned)t < PDDE_DTYPE_COUNT &&
         (unsigned)op <= PDDE_REDUCE_MIN && count * pdde_dtype_size(t) <= COMM_FAST_BYTES &&
         (c->algo == PDDE_ALGO_AUTO || c->algo == PDDE_ALGO_RECURSIVE)) {
@@ -521,18 +525,24 @@ pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf
 }
 pdde_status pdde_comm_reduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount, pdde_dtype t,
                                      pdde_reduce_op op) {
+    if (comm_shm_takes(c, recvcount, sendbuf && recvbuf, t, op))
+        return comm_shm_run(c, comm_shm_reduce_scatter_op(sendbuf, recvbuf, recvcount, t, op));
     pdde_comm_request *r = NULL;
     comm_blocking_call = 1;
     pdde_status st = pdde_comm_ireduce_scatter(c, sendbuf, recvbuf, recvcount, t, op, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_allgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t) {
+    if (comm_shm_takes(c, sendcount, sendbuf && recvbuf, t, PDDE_REDUCE_SUM))
+        return comm_shm_run(c, comm_shm_allgather_op(sendbuf, recvbuf, sendcount, t));
     pdde_comm_request *r = NULL;
     comm_blocking_call = 1;
     pdde_status st = pdde_comm_iallgather(c, sendbuf, recvbuf, sendcount, t, &r);
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root) {
+    if (comm_shm_takes(c, count, buf != NULL, t, PDDE_REDUCE_SUM) && root >= 0 && root < c->size)
+        return comm_shm_run(c, comm_shm_broadcast_op(buf, count, t, root));
     pdde_comm_request *r = NULL;
     comm_blocking_call = 1;
     pdde_status st = pdde_comm_ibroadcast(c, buf, count, t, root, &r);

@@ -50,7 +50,7 @@ struct pdde_comm_request {
     pdde_status status;
     char msg[256];
     pdde_comm_request *prev, *next; /* the world's running operations */
-    /* an operation that runs without programs (shm.c's allreduce on shared memory) advances itself:
+    /* an operation that runs without programs (shm.c's collectives on shared memory) advances itself:
      * returns 1 if anything moved */
     int (*advance)(pdde_comm_request *r);
     comm_shm_op shm;

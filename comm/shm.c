@@ -1,5 +1,5 @@
 /* comm/shm.c — the shared-memory channel of a communicator whose ranks all live on one host, and the
- * blocking allreduce that runs on it instead of the transport.
+ * collectives that run on it instead of the transport: allreduce, reduce-scatter, allgather, broadcast.
  *
  * Every member maps one segment (created by comm rank 0, named through the store, unlinked as soon
  * as everyone has it mapped). It holds one flag per rank and, per rank, two sets of staging areas
@@ -14,9 +14,15 @@
  *    "res" (a reduce-scatter and an allgather through memory the caches share). A chunk stays in cache,
  *    so the message itself is read and written once from memory.
  *
+ * Reduce-scatter, allgather and broadcast take one barrier per chunk: copy into my "in" what the others
+ * read (reduce-scatter: their blocks' parts; allgather: my block's part; broadcast: the root's part),
+ * barrier, then read from the others' "in" (reduce my block's part from everybody's, in rank order
+ * after my own; copy each rank's part; copy the root's part).
+ *
  * Buffer sets alternate per chunk (or small operation). Reusing a set is safe without a wait: before
  * unit u writes set u % 2, every peer has reached the first barrier of unit u - 1, so it has finished
- * reading everything of unit u - 2.
+ * reading everything of unit u - 2 (every kind reads a unit's areas before it arrives at a barrier of
+ * the unit after next).
  *
  * Failures: every wait has the communicator's timeout and watches the world's failure state, which the
  * service thread takes from the store (a dead rank's death notice) within ~50 ms; the service thread is
@@ -146,10 +152,13 @@ static void comm_shm_unlink(comm_shm *s) {
 }
 
 /* The world failed or the deadline passed: report it the way every other wait does. */
-static pdde_status shm_give_up(comm_world *w) {
+static const char *const SHM_KIND_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+
+static pdde_status shm_give_up(comm_world *w, comm_shm_kind kind) {
     pthread_mutex_lock(&w->lock);
     if (!w->failed) {
-        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a shm allreduce did not finish within %.3g s", w->rank, w->timeout_s);
+        comm_fail(w, PDDE_ERR_TIMEOUT, "rank %d: a shm %s did not finish within %.3g s", w->rank, SHM_KIND_NAMES[kind],
+                  w->timeout_s);
         world_progress(w); /* ends the world's running operations */
     }
     pdde_status st = w->failed;
@@ -181,7 +190,55 @@ static int shm_peer_on_my_cpu(const comm_shm *s) {
     return atomic_load_explicit(&shm_flag(s, s->behind)->cpu, memory_order_relaxed) == sched_getcpu();
 }
 
-enum { SHM_START, SHM_WHOLE_REDUCE, SHM_COPY_IN, SHM_COPY_OUT, SHM_REDUCE, SHM_DONE };
+enum { SHM_START, SHM_WHOLE_REDUCE, SHM_COPY_IN, SHM_COPY_OUT, SHM_REDUCE, SHM_UNIT_IN, SHM_UNIT_OUT, SHM_DONE };
+
+/* Reduce-scatter, allgather, broadcast: what chunk k (elements [at, at + m) of each block) puts into my
+ * "in" before the barrier. A reduce-scatter lays its chunk out as n parts of chunk_elems, part p for
+ * rank p; my own block's part stays in my buffer. */
+static void shm_unit_in(comm_shm *s, const comm_shm_op *o, size_t at, size_t m, int set) {
+    size_t esz = pdde_dtype_size(o->dtype);
+    char *in = shm_in(s, s->me, set);
+    switch (o->kind) {
+    case SHM_REDUCE_SCATTER:
+        for (int p = 0; p < s->n; p++)
+            if (p != s->me) memcpy(in + (size_t)p * o->chunk_elems * esz, o->src + ((size_t)p * o->count + at) * esz, m * esz);
+        break;
+    case SHM_ALLGATHER: /* mine goes straight to my block too (memmove: in place, src is that block) */
+        memcpy(in, o->src + at * esz, m * esz);
+        memmove(o->dst + ((size_t)s->me * o->count + at) * esz, o->src + at * esz, m * esz);
+        break;
+    case SHM_BROADCAST:
+        if (s->me == o->root) memcpy(in, o->src + at * esz, m * esz);
+        break;
+    default:
+        break;
+    }
+}
+
+/* ... and what it reads after the barrier, from the others' "in". */
+static void shm_unit_out(comm_shm *s, const comm_shm_op *o, size_t at, size_t m, int set) {
+    size_t esz = pdde_dtype_size(o->dtype);
+    int n = s->n, me = s->me;
+    switch (o->kind) {
+    case SHM_REDUCE_SCATTER: { /* mine first (it may be dst itself: in place), then the others in rank order */
+        char *out = o->dst + at * esz;
+        memmove(out, o->src + ((size_t)me * o->count + at) * esz, m * esz);
+        for (int p = 0; p < n; p++)
+            if (p != me) comm_reduce(out, shm_in(s, p, set) + (size_t)me * o->chunk_elems * esz, m, o->dtype, o->op);
+        if (o->op == PDDE_REDUCE_AVG) comm_divide(out, m, o->dtype, n);
+        break;
+    }
+    case SHM_ALLGATHER:
+        for (int p = 0; p < n; p++)
+            if (p != me) memcpy(o->dst + ((size_t)p * o->count + at) * esz, shm_in(s, p, set), m * esz);
+        break;
+    case SHM_BROADCAST:
+        if (me != o->root) memcpy(o->dst + at * esz, shm_in(s, o->root, set), m * esz);
+        break;
+    default:
+        break;
+    }
+}
 
 /* Runs o as far as it goes without waiting for another rank; returns 1 when it is finished.
  * Large messages, per chunk k: copy in (the parts the others reduce), barrier A_k; [wait for B_{k-1},
@@ -196,7 +253,12 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
         switch (o->stage) {
         case SHM_START:
             o->unit0 = s->unit;
-            if (o->count * esz <= SHM_WHOLE_BYTES) {
+            if (o->kind != SHM_ALLREDUCE) { /* a reduce-scatter's chunk holds a part for every rank */
+                o->chunk_elems = s->chunk / esz / (o->kind == SHM_REDUCE_SCATTER ? (size_t)n : 1);
+                o->nchunks = (o->count + o->chunk_elems - 1) / o->chunk_elems;
+                s->unit += o->nchunks;
+                o->stage = SHM_UNIT_IN;
+            } else if (o->count * esz <= SHM_WHOLE_BYTES) {
                 s->unit++;
                 memcpy(shm_in(s, me, (int)(o->unit0 & 1)), o->src, o->count * esz);
                 o->barrier_a = shm_arrive(s);
@@ -262,6 +324,20 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
             o->stage = o->k < o->nchunks ? SHM_COPY_IN : SHM_COPY_OUT;
             break;
         }
+        case SHM_UNIT_IN:
+            shm_unit_in(s, o, at, m, set);
+            o->barrier_a = shm_arrive(s);
+            o->stage = SHM_UNIT_OUT;
+            break;
+        case SHM_UNIT_OUT:
+            if (!shm_reached(s, o->barrier_a)) return 0;
+            shm_unit_out(s, o, at, m, set);
+            if (++o->k == o->nchunks) {
+                o->stage = SHM_DONE;
+                return 1;
+            }
+            o->stage = SHM_UNIT_IN;
+            break;
         default:
             return 1;
         }
@@ -282,12 +358,35 @@ static int comm_shm_advance(pdde_comm_request *r) {
     return s->phase != before;
 }
 
-static pdde_status comm_shm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                                       pdde_reduce_op op, pdde_comm_request **req) {
+/* Does c run a collective of count elements (per rank, where it has blocks) on its channel? The
+ * others (no channel, a forced algorithm, nothing to move, arguments the general path refuses by
+ * name) take the transport. */
+static int comm_shm_takes(const pdde_comm *c, size_t count, int buffers_given, pdde_dtype t, pdde_reduce_op op) {
+    return c && c->shm && c->algo == PDDE_ALGO_AUTO && count && buffers_given && (unsigned)t < PDDE_DTYPE_COUNT &&
+           (unsigned)op <= PDDE_REDUCE_MIN;
+}
+
+/* The operations, as the public calls describe them. */
+static comm_shm_op comm_shm_allreduce_op(const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t, pdde_reduce_op op) {
+    return (comm_shm_op){.kind = SHM_ALLREDUCE, .src = sendbuf, .dst = recvbuf, .count = count, .dtype = t, .op = op};
+}
+static comm_shm_op comm_shm_reduce_scatter_op(const void *sendbuf, void *recvbuf, size_t recvcount, pdde_dtype t,
+                                              pdde_reduce_op op) {
+    return (comm_shm_op){.kind = SHM_REDUCE_SCATTER, .src = sendbuf, .dst = recvbuf, .count = recvcount, .dtype = t, .op = op};
+}
+static comm_shm_op comm_shm_allgather_op(const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t) {
+    return (comm_shm_op){.kind = SHM_ALLGATHER, .src = sendbuf, .dst = recvbuf, .count = sendcount, .dtype = t};
+}
+static comm_shm_op comm_shm_broadcast_op(void *buf, size_t count, pdde_dtype t, int root) {
+    return (comm_shm_op){.kind = SHM_BROADCAST, .root = root, .src = buf, .dst = buf, .count = count, .dtype = t};
+}
+
+/* The non-blocking form of every shm collective. */
+static pdde_status comm_shm_istart(pdde_comm *c, comm_shm_op o, pdde_comm_request **req) {
     pdde_comm_request *r = NULL;
-    pdde_status st = req_alloc(c, 0, t, op, &r);
+    pdde_status st = req_alloc(c, 0, o.dtype, o.op, &r);
     if (st) return st;
-    comm_shm_op o = {sendbuf, recvbuf, count, 0, 0, 0, t, op, SHM_START, 0, 0, 0, 0};
+    o.stage = SHM_START;
     r->advance = comm_shm_advance;
     r->shm = o;
     pthread_mutex_lock(&c->w->lock);
@@ -302,8 +401,7 @@ static pdde_status comm_shm_iallreduce(pdde_comm *c, const void *sendbuf, void *
 /* The blocking form: with no non-blocking operation ahead of it on the channel, it runs right here,
  * without a request or the world lock (nothing else touches the channel meanwhile: only the caller
  * starts operations on it); the wait is that of every other blocking operation. */
-static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                                      pdde_reduce_op op) {
+static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
     comm_world *w = c->w;
     comm_shm *s = c->shm;
     pthread_mutex_lock(&w->lock);
@@ -318,22 +416,22 @@ static pdde_status comm_shm_allreduce(pdde_comm *c, const void *sendbuf, void *r
     if (queued) {
         pdde_comm_request *r = NULL;
         comm_blocking_call = 1;
-        st = comm_shm_iallreduce(c, sendbuf, recvbuf, count, t, op, &r);
+        st = comm_shm_istart(c, o, &r);
         return comm_finish(c, st, r);
     }
     c->last_algo = "shm";
-    comm_shm_op o = {sendbuf, recvbuf, count, 0, 0, 0, t, op, SHM_START, 0, 0, 0, 0};
+    o.stage = SHM_START;
     int spin = w->spin_s > 0 ? 64 : 0; /* polls before the first clock read (and backoff decision) */
     double start = 0, deadline = 0, idle_since = 0, last_nudge = 0;
     uint64_t seen = s->phase;
     for (int tries = 0; !shm_step(s, &o); tries++) {
         int shared_cpu = shm_peer_on_my_cpu(s);
         if (tries < spin && !shared_cpu) { shm_cpu_relax(); continue; }
-        if (w->failed) return shm_give_up(w);
+        if (w->failed) return shm_give_up(w, o.kind);
         double now = comm_now();
         if (!start) { start = idle_since = last_nudge = now; deadline = now + w->timeout_s; }
         if (s->phase != seen) { seen = s->phase; idle_since = now; }
-        if (now >= deadline) return shm_give_up(w);
+        if (now >= deadline) return shm_give_up(w, o.kind);
         if (now - last_nudge > 20e-3) {
             /* a long wait: keep the service thread polling the store's failure key (it stops a while
              * after the last operation it saw start) */

@@ -72,8 +72,13 @@ struct pdde_comm {
 };
 
 typedef struct comm_shm comm_shm;
-/* A shared-memory allreduce in progress (shm.c); non-blocking ones live inside their request. */
+/* The collectives the shared-memory channel runs (shm.c). */
+typedef enum { SHM_ALLREDUCE, SHM_REDUCE_SCATTER, SHM_ALLGATHER, SHM_BROADCAST } comm_shm_kind;
+/* A shared-memory collective in progress (shm.c); non-blocking ones live inside their request.
+ * count is per rank where the collective has blocks (reduce-scatter: recvcount, allgather: sendcount). */
 typedef struct {
+    comm_shm_kind kind;
+    int root;                              /* broadcast */
     const char *src;
     char *dst;
     size_t count, chunk_elems, nchunks, k; /* elements; chunks; the chunk being worked on */

@@ -130,6 +130,103 @@ static void run_float_sums(pdde_comm *comm, const char *path) {
     free(a), free(b);
 }
 
+/* Every rank of a test forks from one process on one host: with the channel on (PDDE_COMM_SHM unset)
+ * and the algorithm left to pdde, a communicator of 2+ ranks runs these on shared memory. */
+static int g_expect_shm;
+
+static int took_shm(pdde_comm *comm, size_t count) {
+    return !g_expect_shm || pdde_comm_size(comm) < 2 || !count || !strcmp(pdde_comm_last_algo(comm), "shm");
+}
+
+/* The shared-memory reduce-scatter, allgather and broadcast, non-blocking and in flight together with a
+ * blocking allreduce (as the executor issues them), against the transport's (forced ring, then forced
+ * recursive/tree) bit for bit: copies are exact, and a sum of integers, or of two ranks' floats (each
+ * pair added once, in either order), has one answer. Float sums of 3+ ranks are run_float_sums' job.
+ * Non-integer inputs, every dtype, odd counts, one chunk and several (512 KiB chunks). */
+static void run_shm_vs_ucx(pdde_comm *comm) {
+    pdde_context *ctx = pdde_comm_context(comm);
+    int n = pdde_comm_size(comm), me = pdde_comm_rank(comm), root = n - 1;
+    static const size_t counts[] = {1, 7, 4099, 65537, 300001};
+    size_t maxc = 300001, big = maxc * 8 * (size_t)n;
+    unsigned char *in = malloc(big), *ucx = malloc(3 * big), *shm = malloc(3 * big);
+    for (size_t di = 0; di < sizeof DTYPES / sizeof *DTYPES; di++)
+        for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+            pdde_dtype t = DTYPES[di];
+            size_t count = counts[ci], esz = pdde_dtype_size(t), block = count * esz;
+            int exact_rs = n == 2 || t == PDDE_I32 || t == PDDE_I64;
+            for (size_t i = 0; i < count * (size_t)n; i++) put(in, t, i, 3.7 * sin(1.3 * me + 0.71 * (double)i) + 0.01 * me);
+            for (int algo = PDDE_ALGO_RING; algo <= PDDE_ALGO_RECURSIVE; algo++) {
+                unsigned char *rs_u = ucx, *ag_u = ucx + big, *bc_u = ucx + 2 * big, *rs_s = shm, *ag_s = shm + big, *bc_s = shm + 2 * big;
+                pdde_comm_set_algo(comm, (pdde_comm_algo)algo);
+                memcpy(bc_u, in, block);
+                pdde_status st = pdde_comm_reduce_scatter(comm, in, rs_u, count, t, PDDE_REDUCE_SUM);
+                if (!st) st = pdde_comm_allgather(comm, in, ag_u, count, t);
+                if (!st) st = pdde_comm_broadcast(comm, bc_u, count, t, root);
+                CHECK(st == PDDE_OK, "transport reference %s count=%zu: %s", pdde_dtype_name(t), count, pdde_last_error(ctx));
+                pdde_comm_set_algo(comm, PDDE_ALGO_AUTO);
+                memcpy(bc_s, in, block);
+                memset(rs_s, 0x55, block), memset(ag_s, 0x55, block * (size_t)n);
+                pdde_comm_request *rq[3] = {0};
+                int32_t one = 1, ranks = 0;
+                const char *algos[3] = {0};
+                st = pdde_comm_ireduce_scatter(comm, in, rs_s, count, t, PDDE_REDUCE_SUM, &rq[0]);
+                algos[0] = pdde_comm_last_algo(comm);
+                if (!st) st = pdde_comm_allreduce(comm, &one, &ranks, 1, PDDE_I32, PDDE_REDUCE_SUM);
+                if (!st) st = pdde_comm_iallgather(comm, in, ag_s, count, t, &rq[1]);
+                algos[1] = pdde_comm_last_algo(comm);
+                if (!st) st = pdde_comm_ibroadcast(comm, bc_s, count, t, root, &rq[2]);
+                algos[2] = pdde_comm_last_algo(comm);
+                for (int k = 0; k < 3; k++) {
+                    if (!st && rq[k]) st = pdde_comm_wait(rq[k], 30);
+                    pdde_comm_request_free(rq[k]);
+                }
+                CHECK(st == PDDE_OK && ranks == n, "non-blocking %s count=%zu: %s", pdde_dtype_name(t), count, pdde_last_error(ctx));
+                CHECK(!g_expect_shm || n < 2 || (!strcmp(algos[0], "shm") && !strcmp(algos[1], "shm") && !strcmp(algos[2], "shm")),
+                      "n=%d: the non-blocking forms took %s, %s, %s, not shm", n, algos[0], algos[1], algos[2]);
+                CHECK(!exact_rs || !memcmp(rs_s, rs_u, block), "reduce_scatter %s n=%d count=%zu: shm != %s", pdde_dtype_name(t), n,
+                      count, algo == PDDE_ALGO_RING ? "ring" : "recursive");
+                CHECK(!memcmp(ag_s, ag_u, block * (size_t)n), "allgather %s n=%d count=%zu: shm != %s", pdde_dtype_name(t), n, count,
+                      algo == PDDE_ALGO_RING ? "ring" : "recursive");
+                CHECK(!memcmp(bc_s, bc_u, block), "broadcast %s n=%d count=%zu root=%d: shm != %s", pdde_dtype_name(t), n, count,
+                      root, algo == PDDE_ALGO_RING ? "chain" : "tree");
+            }
+        }
+    free(in), free(ucx), free(shm);
+}
+
+/* A dp x tp mesh of 4 ranks (rank = 2 dp + tp): the tp groups {0,1}, {2,3} and the dp groups {0,2},
+ * {1,3} each get their own segment; a reduce-scatter over tp and an allgather over dp in flight at
+ * once, then a broadcast over tp (as a ZeRO x Megatron step issues them), every result exact. */
+static void run_mesh_axes(pdde_comm *world) {
+    pdde_context *ctx = pdde_comm_context(world);
+    int me = pdde_comm_rank(world), dp = me / 2, tp = me % 2;
+    pdde_comm *tpc = NULL, *dpc = NULL;
+    CHECK(pdde_comm_split(world, dp, tp, &tpc) == PDDE_OK && pdde_comm_split(world, tp, dp, &dpc) == PDDE_OK,
+          "mesh split: %s", pdde_last_error(ctx));
+    if (!tpc || !dpc) { pdde_comm_free(tpc), pdde_comm_free(dpc); return; }
+    enum { N = 200003 }; /* odd, several chunks */
+    int32_t *rs_in = malloc(2 * N * sizeof *rs_in), *rs_out = malloc(N * sizeof *rs_out), *ag_in = malloc(N * sizeof *ag_in),
+            *ag_out = malloc(2 * N * sizeof *ag_out), *bc = malloc(N * sizeof *bc);
+    for (size_t i = 0; i < 2 * (size_t)N; i++) rs_in[i] = val(me, i);
+    for (size_t i = 0; i < N; i++) ag_in[i] = val(me + 7, i), bc[i] = tp == 1 ? val(me + 3, i) : -1;
+    pdde_comm_request *rq[2] = {0};
+    pdde_status st = pdde_comm_ireduce_scatter(tpc, rs_in, rs_out, N, PDDE_I32, PDDE_REDUCE_SUM, &rq[0]);
+    if (!st) st = pdde_comm_iallgather(dpc, ag_in, ag_out, N, PDDE_I32, &rq[1]);
+    for (int k = 0; k < 2; k++) {
+        if (!st && rq[k]) st = pdde_comm_wait(rq[k], 30);
+        pdde_comm_request_free(rq[k]);
+    }
+    if (!st) st = pdde_comm_broadcast(tpc, bc, N, PDDE_I32, 1);
+    CHECK(st == PDDE_OK && !strcmp(pdde_comm_last_algo(tpc), "shm") && !strcmp(pdde_comm_last_algo(dpc), "shm"),
+          "mesh axes: %s (tp took %s, dp %s)", pdde_last_error(ctx), pdde_comm_last_algo(tpc), pdde_comm_last_algo(dpc));
+    int tp0 = 2 * dp; /* the tp group's first rank; block b of the dp allgather comes from rank 2 b + tp */
+    VERIFY(rs_out, PDDE_I32, N, val(tp0, (size_t)tp * N + i) + val(tp0 + 1, (size_t)tp * N + i), "mesh: tp reduce_scatter (rank %d)", me);
+    VERIFY(ag_out, PDDE_I32, 2 * (size_t)N, val(2 * (int)(i / N) + tp + 7, i % N), "mesh: dp allgather (rank %d)", me);
+    VERIFY(bc, PDDE_I32, N, val(tp0 + 1 + 3, i), "mesh: tp broadcast (rank %d)", me);
+    free(rs_in), free(rs_out), free(ag_in), free(ag_out), free(bc);
+    pdde_comm_free(tpc), pdde_comm_free(dpc);
+}
+
 /* Runs every collective on comm; ids[r] is the "input rank" of comm rank r (its world rank). */
 static void run_collectives(pdde_comm *comm, const int *ids, int full) {
     pdde_context *ctx = pdde_comm_context(comm);
@@ -160,6 +257,7 @@ static void run_collectives(pdde_comm *comm, const int *ids, int full) {
                 CHECK(st == PDDE_OK, "reduce_scatter: %s", pdde_last_error(ctx));
                 VERIFY(b, t, rc, expect(t, op, ids, n, (size_t)me * rc + i), "reduce_scatter %s %s n=%d recvcount=%zu",
                        tn, OP_NAMES[oi], n, rc);
+                CHECK(took_shm(comm, rc), "reduce_scatter n=%d recvcount=%zu took %s", n, rc, pdde_comm_last_algo(comm));
                 /* reduce to the last rank */
                 int root = (oi + (int)si) % n;
                 for (size_t i = 0; i < count; i++) put(a, t, i, val(my, i));
@@ -176,6 +274,7 @@ static void run_collectives(pdde_comm *comm, const int *ids, int full) {
             pdde_status st = pdde_comm_allgather(comm, a, b, count, t);
             CHECK(st == PDDE_OK, "allgather: %s", pdde_last_error(ctx));
             VERIFY(b, t, count * (size_t)n, val(ids[i / count], i % count), "allgather %s n=%d count=%zu", tn, n, count);
+            CHECK(took_shm(comm, count), "allgather n=%d count=%zu took %s", n, count, pdde_comm_last_algo(comm));
             /* broadcast from each end */
             for (int root = 0; root < n; root += n - 1) {
                 for (size_t i = 0; i < count; i++) put(a, t, i, me == root ? val(my, i) : 99);
@@ -183,6 +282,7 @@ static void run_collectives(pdde_comm *comm, const int *ids, int full) {
                 CHECK(st == PDDE_OK, "broadcast: %s", pdde_last_error(ctx));
                 VERIFY(a, t, count, val(ids[root], i), "broadcast %s n=%d count=%zu root=%d algo=%s", tn, n, count, root,
                        pdde_comm_last_algo(comm));
+                CHECK(took_shm(comm, count), "broadcast n=%d count=%zu took %s", n, count, pdde_comm_last_algo(comm));
                 if (n == 1) break;
             }
             /* alltoall: block j of rank r holds val(r*n + j, i); I get block j = val(ids[j]*n + me, i) */
@@ -229,10 +329,13 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     int ids[64];
     for (int i = 0; i < n; i++) ids[i] = i;
     pdde_comm_set_algo(comm, (pdde_comm_algo)ca->algo);
+    g_expect_shm = ca->algo == PDDE_ALGO_AUTO && !getenv("PDDE_COMM_SHM");
     if (ca->float_sums_only || ca->algo == PDDE_ALGO_AUTO) run_float_sums(comm, getenv("PDDE_COMM_SHM") ? "UCX" : "the default path");
     if (ca->float_sums_only) return;
     run_collectives(comm, ids, ca->full);
     if (ca->algo != PDDE_ALGO_AUTO) return;
+    run_shm_vs_ucx(comm);
+    if (n == 4 && g_expect_shm) run_mesh_axes(comm);
 
     /* non-blocking: several operations in flight, overlapping "compute" */
     enum { NOPS = 6, CNT = 300000 };
@@ -292,6 +395,7 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
             for (int r = n - 1; r >= 0; r--) if (r % 2 == me % 2) sids[k++] = r; /* key n-r: descending */
             CHECK(sids[pdde_comm_rank(sub)] == me, "split rank %d of world rank %d", pdde_comm_rank(sub), me);
             run_collectives(sub, sids, 0);
+            run_shm_vs_ucx(sub);
             /* a sub-communicator and the world used alternately */
             int32_t one = 1, sum = 0;
             CHECK(pdde_comm_allreduce(comm, &one, &sum, 1, PDDE_I32, PDDE_REDUCE_SUM) == PDDE_OK && sum == n, "world after split");

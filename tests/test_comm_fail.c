@@ -144,13 +144,16 @@ static void *killer(void *arg) {
     return NULL;
 }
 
-/* arg: {victim rank, elements per allreduce, signal}; small counts take the blocking fast path. A
- * SIGKILL closes the rank's connections (its store connection drops: the death notice); a SIGSTOP
- * closes nothing, so only its lease of peer_timeout_s expiring in the store tells the others. */
+static const char *const COLLECTIVE_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+
+/* arg: {victim rank, elements per rank, signal, collective (index in COLLECTIVE_NAMES)}; small
+ * allreduces take the blocking fast path. A SIGKILL closes the rank's connections (its store
+ * connection drops: the death notice); a SIGSTOP closes nothing, so only its lease of peer_timeout_s
+ * expiring in the store tells the others. */
 static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
-    int victim = ((int *)arg)[0], me = pdde_comm_rank(comm);
+    int victim = ((int *)arg)[0], me = pdde_comm_rank(comm), coll = ((int *)arg)[3], size = pdde_comm_size(comm);
     size_t n = (size_t)((int *)arg)[1];
-    float *buf = calloc(n, sizeof *buf);
+    float *buf = calloc(n * (size_t)size, sizeof *buf), *out = calloc(n * (size_t)size, sizeof *out);
     if (me == victim) {
         pthread_t t;
         pthread_create(&t, NULL, killer, (int *)arg + 2);
@@ -159,21 +162,29 @@ static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     int iters = 0;
     double t0 = test_now();
     while (!st && test_now() - t0 < 20) { /* the kill comes after 0.6 s */
-        st = pdde_comm_allreduce(comm, buf, buf, n, PDDE_F32, PDDE_REDUCE_SUM);
+        switch (coll) {
+        case 0: st = pdde_comm_allreduce(comm, buf, buf, n, PDDE_F32, PDDE_REDUCE_SUM); break;
+        case 1: st = pdde_comm_reduce_scatter(comm, buf, out, n, PDDE_F32, PDDE_REDUCE_SUM); break;
+        case 2: st = pdde_comm_allgather(comm, buf, out, n, PDDE_F32); break;
+        default: st = pdde_comm_broadcast(comm, buf, n, PDDE_F32, size - 1); break;
+        }
         iters++;
     }
     double t_err = test_now();
-    free(buf);
+    free(buf), free(out);
     /* the documented bound (pdde.h, README): PDDE_ERR_PEER_LOST on every rank within peer_timeout_s
      * (the operation timeout is 60 s: a TIMEOUT here would be detection failing) */
     const char *how = ((int *)arg)[2] == SIGKILL ? "SIGKILL" : "SIGSTOP", *path = getenv("PDDE_COMM_SHM") ? "UCX" : "shared memory";
-    CHECK(st == PDDE_ERR_PEER_LOST, "rank %d, %s, %s: status %s (%s)", me, how, path, pdde_status_str(st), pdde_last_error(ctx));
-    CHECK(g_shared[0] > 0 && t_err - g_shared[0] <= PEER_TIMEOUT, "rank %d, %s, %s: error %.3f s after the signal (%d allreduces), bound %.2f s", me,
-          how, path, t_err - g_shared[0], iters, PEER_TIMEOUT);
+    CHECK(st == PDDE_ERR_PEER_LOST, "rank %d, %s, %s %s: status %s (%s)", me, how, path, COLLECTIVE_NAMES[coll], pdde_status_str(st),
+          pdde_last_error(ctx));
+    CHECK(g_shared[0] > 0 && t_err - g_shared[0] <= PEER_TIMEOUT, "rank %d, %s, %s: error %.3f s after the signal (%d %ss), bound %.2f s", me,
+          how, path, t_err - g_shared[0], iters, COLLECTIVE_NAMES[coll], PEER_TIMEOUT);
+    CHECK(coll == 0 || !strcmp(pdde_comm_last_algo(comm), "shm"), "rank %d: the %s took %s, not shared memory", me,
+          COLLECTIVE_NAMES[coll], pdde_comm_last_algo(comm));
     CHECK(pdde_comm_barrier(comm) != PDDE_OK, "rank %d: later operations fail too", me);
     if (g_shared[1] > 0) kill((pid_t)g_shared[1], SIGKILL);
-    printf("rank %d of %d, %s over %s, %zu floats: %s %.3f s after the signal\n", me, pdde_comm_size(comm), how, path, n,
-           pdde_status_str(st), t_err - g_shared[0]);
+    printf("rank %d of %d, %s over %s, %s of %zu floats: %s %.3f s after the signal\n", me, size, how, path,
+           COLLECTIVE_NAMES[coll], n, pdde_status_str(st), t_err - g_shared[0]);
 }
 
 /* ---- abort and timeouts ---- */
@@ -322,7 +333,7 @@ int main(int argc, char **argv) {
     for (int ucx = 0; ucx < 2; ucx++)
         for (int sig = 0; sig < 2; sig++)
             for (int n = 2; n <= 4; n += 2) {
-                int arg[3] = {n - 2, n == 4 ? 1 << 20 : 2, sig ? SIGSTOP : SIGKILL};
+                int arg[4] = {n - 2, n == 4 ? 1 << 20 : 2, sig ? SIGSTOP : SIGKILL, 0};
                 char prefix[64];
                 snprintf(prefix, sizeof prefix, "kill%d_%d_%d_%d", ucx, sig, n, arg[1]);
                 g_shared[0] = g_shared[1] = 0;
@@ -332,6 +343,18 @@ int main(int argc, char **argv) {
                 test_run_ranks(n, &tp, kill_rank, arg, 30);
                 unsetenv("PDDE_COMM_SHM");
             }
+    /* the other collectives on shared memory: 3 ranks, the middle one killed or frozen, 1 MiB per rank
+     * (several chunks) */
+    for (int coll = 1; coll < 4; coll++)
+        for (int sig = 0; sig < 2; sig++) {
+            int arg[4] = {1, 1 << 18, sig ? SIGSTOP : SIGKILL, coll};
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "killshm_%d_%d", coll, sig);
+            g_shared[0] = g_shared[1] = 0;
+            test_ranks_params tp = {.addr = g_addr, .prefix = prefix, .timeout_s = 60, .peer_timeout_s = PEER_TIMEOUT,
+                                    .killed_ok = 1u << arg[0], .server = srv};
+            test_run_ranks(3, &tp, kill_rank, arg, 30);
+        }
     test_ranks_params ta = {.addr = g_addr, .prefix = "abort", .timeout_s = 60, .peer_timeout_s = 1.5, .server = srv};
     test_run_ranks(2, &ta, abort_rank, NULL, 30);
     test_ranks_params tt = {.addr = g_addr, .prefix = "timeout", .timeout_s = 1.0, .peer_timeout_s = 1.5, .server = srv};

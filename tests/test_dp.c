@@ -30,7 +30,7 @@ static char tmp_prefix[128];
 
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
-typedef struct { float losses[STEPS]; double optimizer_bytes; int early_reductions, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; double optimizer_bytes; int early_reductions, gradient_collectives, ok; char error[256]; } run_result;
 
 typedef struct {
     const char *name;
@@ -40,6 +40,7 @@ typedef struct {
     int on_device;         /* 1: the whole model on the last device (collectives staged via host) */
     int scale_sensitive;   /* 1: unclipped AdamW with eps 1e-3, of the size of these gradients: clipping
                               and Adam's normalisation (eps 1e-8) hide a gradient scaled by the rank count */
+    int64_t bucket_bytes;  /* gradient_bucket_bytes (0: 25 MiB, every gradient of this model in one bucket) */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -62,6 +63,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
+    sp.gradient_bucket_bytes = dc->bucket_bytes;
     if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
     if (dc->scale_sensitive) op.eps = 1e-3f, op.clip_norm = 0;
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
@@ -88,6 +90,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
         }
         if (pdde_session_run(s, dc->calls ? PDDE_RUN_OPTIMIZER : PDDE_RUN_STEP)) FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
         out->losses[step] = dc->calls ? (float)loss : pdde_session_loss(s);
+        out->gradient_collectives = pdde_session_gradient_collectives(s);
     }
     char path[256]; /* every tensor, gathered whole, for the parent to compare */
     snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, dc->name);
@@ -168,24 +171,26 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0, 0},
-        {"dp2_micro", 0, 2, 0, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0, 0},
-        {"zero1_micro", 1, 2, 0, 0, 0},
-        {"dp2_device", 0, 1, 0, 1, 0},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1, 0},
+        {"dp2", 0, 1, 0, 0, 0, 0},
+        {"dp2_micro", 0, 2, 0, 0, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0, 0},
+        {"zero1_micro", 1, 2, 0, 0, 0, 0},
+        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1},  /* one collective per gradient */
+        {"dp2_buckets", 0, 1, 0, 0, 0, 4096},   /* small buckets: several, with gradients between them alone */
+        {"dp2_device", 0, 1, 0, 1, 0, 0},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0, 0},
     };
-    const dp_config single = {"ref", 0, 1, 0, 0, 0};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
-    int n_configs = has_device ? 7 : 5;
-    for (int i = n_configs; i < 7; i++)
+    int n_configs = has_device ? 9 : 7;
+    for (int i = n_configs; i < 9; i++)
 #if defined(__SANITIZE_ADDRESS__)
         test_skip("asan", "%s: PoCL in forked ranks under AddressSanitizer", configs[i].name);
 #else
         test_skip("opencl", "%s: no device besides the CPU (PoCL in CI)", configs[i].name);
 #endif
-    run_result ref = {0}, res[7];
+    run_result ref = {0}, res[9];
     memset(res, 0, sizeof res);
     for (int i = 0; i < n_configs; i++) run_ranks(addr, &configs[i], &res[i]);
     train(ctx, NULL, &single, &ref);
@@ -194,7 +199,7 @@ int main(void) {
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
     for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
     /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
-    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1};
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0};
     run_result sres = {0}, sref = {0};
     run_ranks(addr, &scaled, &sres);
     train(ctx, NULL, &scaled_ref, &sref);
@@ -205,6 +210,17 @@ int main(void) {
      * reduces each whole for the clipping norm besides reduce-scattering it for its shard's update) */
     CHECK(dp.early_reductions == 28 && zero.early_reductions == 56, "reductions started in backward: %d (ZeRO-1 %d), want 28 (56)",
           dp.early_reductions, zero.early_reductions);
+    /* ... and travel in buckets: the 28 allreduces in one of 25 MiB; in buckets of 4 KiB the 9 of 4 KiB
+     * and more alone (wte; per layer qkv, attention projection, fc, mlp projection), the other 19 (5632
+     * bytes) in two, the first closed where the next gradient would overflow it: 11; ZeRO-1's
+     * reduce-scatters alone */
+    int unbucketed = res[5].gradient_collectives, small = res[6].gradient_collectives;
+    printf("gradient collectives per step: %d unbucketed, %d in 4 KiB buckets, %d in 25 MiB buckets (ZeRO-1 %d)\n", unbucketed, small,
+           dp.gradient_collectives, zero.gradient_collectives);
+    CHECK(unbucketed == 28 && dp.gradient_collectives == 1 && zero.gradient_collectives == 29,
+          "gradient collectives per step: %d unbucketed, %d bucketed (ZeRO-1 %d), want 28, 1 (29)", unbucketed, dp.gradient_collectives,
+          zero.gradient_collectives);
+    CHECK(small == 11, "4 KiB buckets: %d collectives, want 11 (9 gradients alone, 2 buckets)", small);
     CHECK(dp.optimizer_bytes == ref.optimizer_bytes, "plain data parallelism keeps the whole optimizer state");
     CHECK(zero.optimizer_bytes <= 0.5 * ref.optimizer_bytes + 64, "ZeRO-1 state %.0f bytes vs %.0f: must be halved", zero.optimizer_bytes, ref.optimizer_bytes);
     char cmd[200];
