@@ -145,7 +145,10 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
         else if (s->peak_flops > 0) rate = s->peak_flops, ++*uncalibrated;
         if (!(rate > 0))
             return pdde_error(ctx, PDDE_ERR_NO_PLAN, "cost: device %d (%s) has no GEMM curve and no peak_flops (run pdde-bench)", device_id, s->name), NAN;
-        return flops / rate;
+        double softmax = 0; /* a fused attention's softmax between its GEMMs */
+        if (op->softmax_bytes > 0 && s->n_curve[PDDE_OPCLASS_ATTENTION])
+            softmax = cost_curve_time(s->curve[PDDE_OPCLASS_ATTENTION], s->n_curve[PDDE_OPCLASS_ATTENTION], op->softmax_bytes);
+        return flops / rate + softmax;
     }
     if (op->bytes <= 0) return 0; /* views and no-ops */
     int k = op->op_class;
@@ -483,7 +486,7 @@ static int cost_calls_add(cost_calls *k, double start, double end) {
  * or the end of its step at finished >= 0); -1 while its timeline does not reach that far. */
 static double cost_next_call(const cost_calls *k, double blocked_since, double finished, double posted) {
     for (int i = 0; i < k->n; i++)
-        if (k->end[i] >= posted) return k->start[i] <= posted ? posted : k->start[i];
+        if (k->end[i] > posted) return k->start[i] <= posted ? posted : k->start[i];
     double next = blocked_since >= 0 ? blocked_since : finished;
     return next < 0 ? -1 : next > posted ? next : posted;
 }
@@ -607,7 +610,8 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     if (m == n_msgs) break; /* not sent yet */
                     if (msgs[m].rendezvous) { /* it moves once the sender is in a call */
                         int s = op->peer;
-                        double go = cost_next_call(&calls[s], blocked_since[s], pc[s] == p->ranks[s].n ? t[s] : -1, start);
+                        double posted = start > msgs[m].sent ? start : msgs[m].sent; /* both the receive and the send */
+                        double go = cost_next_call(&calls[s], blocked_since[s], pc[s] == p->ranks[s].n ? t[s] : -1, posted);
                         if (go < 0) break; /* the sender's timeline is not there yet */
                         double moved_at = go + msgs[m].arrival - msgs[m].sent;
                         if (moved_at > msgs[m].arrival) msgs[m].arrival = moved_at;
@@ -719,9 +723,10 @@ done:
 /* ------------------------------------------------------------------------------------------------
  * A graph as one rank's program */
 
-/* The GEMM work of a matmul or fused attention node into op (shape, FLOPs, the inputs' dtype); other
- * nodes keep op as it is. Both the graph's program and the simulation of lowered programs time nodes
- * by it, so a fused attention is never a GEMM of no work in one of them. */
+/* The GEMM work of a matmul or fused attention node into op (shape, FLOPs, the inputs' dtype; for the
+ * attention also the causal softmax it runs between its GEMMs); other nodes keep op as it is. Both the
+ * graph's program and the simulation of lowered programs time nodes by it, so a fused attention is
+ * never a GEMM of no work in one of them. */
 PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
     if (x->op == PDDE_OP_MATMUL && x->nsrc >= 2 && x->ndim >= 2) {
         const pdde_tensor *a = x->src[0];
@@ -734,6 +739,11 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         const pdde_tensor *q = x->src[0];
         op->m = q->shape[0] * q->shape[1] * q->shape[2], op->n = q->shape[2] < 128 ? q->shape[2] : 128, op->k = q->shape[3];
         op->flops = pdde_attention_flops(x);
+        /* the softmax over its [B, H, T, T] scores as the attention curve measures one (scores in,
+         * probabilities out: 2 x 4 bytes a score); the backward recomputes it and runs its gradient
+         * (y, dy, dx: 3 more) */
+        double scores = (double)q->shape[0] * (double)q->shape[1] * (double)q->shape[2] * (double)q->shape[2];
+        op->softmax_bytes = (x->op == PDDE_OP_ATTENTION ? 2 : 5) * 4.0 * scores;
     }
 }
 
