@@ -15,14 +15,16 @@
  * calibration (pdde-bench --quick) taken just before it, and every figure is the median over steps of
  * the slowest rank's step, then over the rounds.
  *
- * pdde's prediction is the planner's (pdde_plan_evaluate, what pdde_plan_search ranks plans by) on
- * device figures timed on the model's own nodes (pdde_cluster_plan_devices_graph); the throttled rank's
- * are a third of the others' (a calibration inside the cgroup times short ops between throttles, and
- * their medians come out unthrottled); more ranks than cores divide the speed. The baseline is
- * Paddle's published formula (every op FLOPs / (0.65 x peak), alpha-beta communication) in the same
- * schedule. Memory: the plan's peak bytes against the most a rank's session allocated. pick_gap: how
- * much slower the planner's pick for 2 ranks (pdde_plan_search) measures than the fastest 2-rank plan
- * measured, the worse of the two model sizes.
+ * pdde's prediction simulates what runs: the graph the ranks build, lowered for every rank as its
+ * session lowers it (pdde_cost_program_from_plan), on this machine's calibration with a device per
+ * rank; the throttled rank's figures are a third of the others' (a calibration inside the cgroup
+ * times short ops between throttles, and their medians come out unthrottled); more ranks than cores
+ * divide the speed. Memory: the most any rank's memory plan allocates (pdde_lower_memory of the same
+ * graph and session params) against the most a rank's session allocated. The baseline is Paddle's
+ * published formula (every op FLOPs / (0.65 x peak), alpha-beta communication) in the planner's
+ * analytic schedule (pdde_plan_evaluate). pick_gap: how much slower the planner's pick for 2 ranks
+ * (pdde_plan_search, its best plans ranked by the same simulation) measures than the fastest 2-rank
+ * plan measured, the worse of the two model sizes.
  *
  * --hetero: a fast and a throttled rank, and the CPU with the PoCL device; for each model the
  * planner's picks (on both ranks, and free to leave one out) against the best uniform plan measured
