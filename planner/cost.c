@@ -145,8 +145,12 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
         else if (s->peak_flops > 0) rate = s->peak_flops, ++*uncalibrated;
         if (!(rate > 0))
             return pdde_error(ctx, PDDE_ERR_NO_PLAN, "cost: device %d (%s) has no GEMM curve and no peak_flops (run pdde-bench)", device_id, s->name), NAN;
-        double softmax = 0; /* a fused attention's softmax between its GEMMs */
-        if (op->softmax_bytes > 0 && s->n_curve[PDDE_OPCLASS_ATTENTION])
+        /* a fused attention on the CPU: backends/cpu_attention.c runs the online softmax of each score
+         * tile (scalar exps) between its tile GEMMs, at the causal softmax's cost. Device kernels fuse
+         * it into their GEMM loops: PoCL's whole fused attention measured a third of what its causal
+         * softmax curve alone would give, so there the GEMMs stand for it. */
+        double softmax = 0;
+        if (op->softmax_bytes > 0 && s->kind == PDDE_DEVICE_CPU && s->n_curve[PDDE_OPCLASS_ATTENTION])
             softmax = cost_curve_time(s->curve[PDDE_OPCLASS_ATTENTION], s->n_curve[PDDE_OPCLASS_ATTENTION], op->softmax_bytes);
         return flops / rate + softmax;
     }
