@@ -1413,6 +1413,8 @@ typedef struct {
     double out_bytes;
     int last_use;
     int on_device;           /* compute: 1 + the cluster device id it runs on when not its rank's; 0 = the rank's */
+    double softmax_bytes;    /* a fused attention: bytes of the causal softmax over its scores (and in the
+                                backward its gradient) it runs between its GEMMs, timed on the attention curve */
 } pdde_cost_op;
 
 typedef struct pdde_cost_program pdde_cost_program;

@@ -153,13 +153,17 @@ static pdde_status comm_report(comm_world *w, pdde_status st) {
 static _Thread_local int comm_blocking_call;
 
 /* Spins for a few microseconds (latency), then yields (other ranks may share the core: with more
- * ranks than cores the peer we wait for needs it), then sleeps with a growing pause up to 1 ms, so
- * that a long wait costs almost no CPU. */
+ * ranks than cores the peer we wait for needs it), then, past COMM_YIELD_S, sleeps with a growing
+ * pause up to 1 ms, so that a long wait costs almost no CPU. The yielding stays short: yielding on an
+ * idle core is spinning, and a rank under a CPU quota (a cgroup's CFS quota) that spins through a
+ * pipeline bubble spends the quota it then lacks for its compute (bench_costmodel's throttled pair
+ * waited in sched_yield for up to 20 ms at a time). */
 #define COMM_SPIN_S 50e-6
+#define COMM_YIELD_S 1e-3
 
 static void comm_backoff(double idle, double left, double spin_s) {
     if (idle < spin_s) return;
-    if (idle < 20e-3) { sched_yield(); return; }
+    if (idle < COMM_YIELD_S) { sched_yield(); return; }
     double pause = idle / 16;
     if (pause > 1e-3) pause = 1e-3;
     if (pause > left) pause = left;

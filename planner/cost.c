@@ -145,7 +145,14 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
         else if (s->peak_flops > 0) rate = s->peak_flops, ++*uncalibrated;
         if (!(rate > 0))
             return pdde_error(ctx, PDDE_ERR_NO_PLAN, "cost: device %d (%s) has no GEMM curve and no peak_flops (run pdde-bench)", device_id, s->name), NAN;
-        return flops / rate;
+        /* a fused attention on the CPU: backends/cpu_attention.c runs the online softmax of each score
+         * tile (scalar exps) between its tile GEMMs, at the causal softmax's cost. Device kernels fuse
+         * it into their GEMM loops: PoCL's whole fused attention measured a third of what its causal
+         * softmax curve alone would give, so there the GEMMs stand for it. */
+        double softmax = 0;
+        if (op->softmax_bytes > 0 && s->kind == PDDE_DEVICE_CPU && s->n_curve[PDDE_OPCLASS_ATTENTION])
+            softmax = cost_curve_time(s->curve[PDDE_OPCLASS_ATTENTION], s->n_curve[PDDE_OPCLASS_ATTENTION], op->softmax_bytes);
+        return flops / rate + softmax;
     }
     if (op->bytes <= 0) return 0; /* views and no-ops */
     int k = op->op_class;
@@ -438,8 +445,13 @@ double pdde_cost_collective_time(pdde_context *ctx, const pdde_cluster *c, pdde_
  * and sends also use its communication stream (free at comm_free), so an asynchronous collective
  * overlaps the compute that follows it until its WAIT. A collective starts when every rank of its
  * group has issued it (the k-th collective a rank issues on a group meets the others' k-th); a RECV
- * ends when its SEND's data has arrived. The simulation sweeps over the ranks, advancing each as far
- * as it can; a sweep that moves no rank while some are unfinished is a deadlock in the program. */
+ * ends when its SEND's data has arrived. A rank computing on a CPU keeps its cores busy, so its
+ * transport moves only inside its communication calls (a RECV, a blocking collective, a WAIT, the end
+ * of its step where the executor completes its sends): its message moves once the receiver has posted
+ * the receive and the sender is in such a call (a rendezvous; measured with pdde-run pp=2 on 2 cores:
+ * the second stage's receive completed the moment the first stage entered its next receive,
+ * milliseconds after the send was posted). The simulation sweeps over the ranks, advancing each as
+ * far as it can; a sweep that moves no rank while some are unfinished is a deadlock in the program. */
 
 typedef struct {
     int arrived;
@@ -450,8 +462,38 @@ typedef struct {
 
 typedef struct {
     int src, dst, tag, used;
-    double sent, arrival;    /* when the transfer started, when it is in */
+    int rendezvous;          /* from a CPU rank: moves only while the sender is in a communication call */
+    double sent, arrival;    /* when the transfer started, when it is in (rendezvous: at the earliest) */
 } cost_message;
+
+/* The communication calls a rank has made so far (start, end), in time order. */
+typedef struct {
+    int n, cap;
+    double *start, *end;
+} cost_calls;
+
+static int cost_calls_add(cost_calls *k, double start, double end) {
+    if (k->n == k->cap) {
+        int nc = k->cap ? 2 * k->cap : 64;
+        double *a = realloc(k->start, (size_t)nc * sizeof *a);
+        if (a) k->start = a;
+        double *b = a ? realloc(k->end, (size_t)nc * sizeof *b) : NULL;
+        if (!b) return PDDE_ERR_OOM;
+        k->end = b, k->cap = nc;
+    }
+    k->start[k->n] = start, k->end[k->n++] = end;
+    return PDDE_OK;
+}
+
+/* The first time from `posted` on at which a rank is inside a communication call: `posted` when a
+ * call spans it, else the start of its next call (the one it is blocked in since blocked_since >= 0,
+ * or the end of its step at finished >= 0); -1 while its timeline does not reach that far. */
+static double cost_next_call(const cost_calls *k, double blocked_since, double finished, double posted) {
+    for (int i = 0; i < k->n; i++)
+        if (k->end[i] > posted) return k->start[i] <= posted ? posted : k->start[i];
+    double next = blocked_since >= 0 ? blocked_since : finished;
+    return next < 0 ? -1 : next > posted ? next : posted;
+}
 
 typedef struct {
     int n, cap;
@@ -512,7 +554,10 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
         res->idle = calloc((size_t)R, sizeof(double));
     }
     devs = malloc((size_t)R * sizeof *devs);
-    if (!res || !pc || !issued || !seq || !inst_of || !t || !comm_free || !dies || !inst || !devs ||
+    cost_calls *calls = calloc((size_t)R, sizeof *calls);  /* each rank's communication calls so far */
+    double *blocked_since = malloc((size_t)R * sizeof *blocked_since); /* in the call it stopped at; -1 */
+    for (int r = 0; blocked_since && r < R; r++) blocked_since[r] = -1;
+    if (!res || !pc || !issued || !seq || !inst_of || !t || !comm_free || !dies || !inst || !devs || !calls || !blocked_since ||
         !res->peak_memory || !res->compute_time || !res->comm_wait || !res->idle) {
         st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory");
         goto done;
@@ -531,6 +576,8 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
         finished = 0;
         for (int r = 0; r < R; r++) {
             const struct cost_rank *rk = &p->ranks[r];
+            const pdde_device_spec *spec = cost_spec(c, rk->device);
+            int rendezvous = spec && spec->kind == PDDE_DEVICE_CPU;
             while (pc[r] < rk->n) {
                 const pdde_cost_op *op = &rk->ops[pc[r]];
                 double start = t[r], end;
@@ -557,7 +604,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                         if (!m) { st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory"); goto done; }
                         msgs = m;
                     }
-                    msgs[n_msgs++] = (cost_message){r, op->peer, op->tag, 0, start, end};
+                    msgs[n_msgs++] = (cost_message){r, op->peer, op->tag, 0, rendezvous, start, end};
                     if ((st = cost_result_event(res, &ev_cap, r, pc[r], start, end, 1))) goto done;
                     pc[r]++, moved = 1;
                     continue; /* the compute stream goes on */
@@ -565,6 +612,14 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     int m = 0;
                     while (m < n_msgs && (msgs[m].used || msgs[m].src != op->peer || msgs[m].dst != r || msgs[m].tag != op->tag)) m++;
                     if (m == n_msgs) break; /* not sent yet */
+                    if (msgs[m].rendezvous) { /* it moves once the sender is in a call */
+                        int s = op->peer;
+                        double posted = start > msgs[m].sent ? start : msgs[m].sent; /* both the receive and the send */
+                        double go = cost_next_call(&calls[s], blocked_since[s], pc[s] == p->ranks[s].n ? t[s] : -1, posted);
+                        if (go < 0) break; /* the sender's timeline is not there yet */
+                        double moved_at = go + msgs[m].arrival - msgs[m].sent;
+                        if (moved_at > msgs[m].arrival) msgs[m].arrival = moved_at;
+                    }
                     msgs[m].used = 1;
                     end = msgs[m].arrival > start ? msgs[m].arrival : start;
                     /* waiting for the peer to send is idle (a pipeline bubble); the transfer, communication */
@@ -612,6 +667,8 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     end = gi->v[k].end > start ? gi->v[k].end : start;
                     if (gi->v[k].ready > start) start = gi->v[k].ready < end ? gi->v[k].ready : end; /* before: waiting for the group (idle) */
                     res->comm_wait[r] += end - start;
+                    if (cost_calls_add(&calls[r], t[r], end)) { st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory"); goto done; }
+                    blocked_since[r] = -1;
                     t[r] = end, pc[r]++, moved = 1;
                     continue;
                 } else { /* WAIT */
@@ -628,8 +685,16 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     res->comm_wait[r] += end - start;
                 }
                 if (end > start && (st = cost_result_event(res, &ev_cap, r, pc[r], start, end, lane))) goto done;
+                if (op->kind != PDDE_COST_COMPUTE && cost_calls_add(&calls[r], t[r], end)) { /* a RECV or WAIT */
+                    st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory");
+                    goto done;
+                }
+                blocked_since[r] = -1;
                 t[r] = end, pc[r]++, moved = 1;
             }
+            /* stopped at a RECV, collective or WAIT: inside that call from now on (which may let a
+             * message it sent move) */
+            if (pc[r] < rk->n && blocked_since[r] < 0) blocked_since[r] = t[r], moved = 1;
             finished += pc[r] == rk->n;
         }
         if (!moved && finished < R) {
@@ -651,7 +716,9 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
     }
 done:
     for (int g = 0; inst && g < G; g++) free(inst[g].v);
+    for (int r = 0; calls && r < R; r++) free(calls[r].start), free(calls[r].end);
     free(inst), free(pc), free(issued), free(seq), free(inst_of), free(t), free(comm_free), free(dies), free(msgs), free(devs);
+    free(calls), free(blocked_since);
     if (st) pdde_cost_result_free(res);
     else *out = res;
     return st;
@@ -659,6 +726,30 @@ done:
 
 /* ------------------------------------------------------------------------------------------------
  * A graph as one rank's program */
+
+/* The GEMM work of a matmul or fused attention node into op (shape, FLOPs, the inputs' dtype; for the
+ * attention also the causal softmax it runs between its GEMMs); other nodes keep op as it is. Both the
+ * graph's program and the simulation of lowered programs time nodes by it, so a fused attention is
+ * never a GEMM of no work in one of them. */
+PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
+    if (x->op == PDDE_OP_MATMUL && x->nsrc >= 2 && x->ndim >= 2) {
+        const pdde_tensor *a = x->src[0];
+        op->n = x->shape[x->ndim - 1];
+        op->k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+        op->m = op->n ? pdde_tensor_numel(x) / op->n : 0;
+        op->dtype = a->dtype; /* the GEMM's kind is its inputs' (bf16 in, f32 out: the bf16 rate) */
+    } else if ((x->op == PDDE_OP_ATTENTION || x->op == PDDE_OP_ATTENTION_BACK) && x->nsrc >= 3) {
+        /* rated as its tile GEMMs: rows x a tile of keys (the CPU's 128) x the head dim */
+        const pdde_tensor *q = x->src[0];
+        op->m = q->shape[0] * q->shape[1] * q->shape[2], op->n = q->shape[2] < 128 ? q->shape[2] : 128, op->k = q->shape[3];
+        op->flops = pdde_attention_flops(x);
+        /* the softmax over its [B, H, T, T] scores as the attention curve measures one (scores in,
+         * probabilities out: 2 x 4 bytes a score); the backward recomputes it and runs its gradient
+         * (y, dy, dx: 3 more) */
+        double scores = (double)q->shape[0] * (double)q->shape[1] * (double)q->shape[2] * (double)q->shape[2];
+        op->softmax_bytes = (x->op == PDDE_OP_ATTENTION ? 2 : 5) * 4.0 * scores;
+    }
+}
 
 /* Bytes a node reads and writes: its inputs and its output, except that a lookup touches only the rows
  * it reads (and its backward only the rows it adds to), not the whole table. */
@@ -696,18 +787,7 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
         int view = (x->flags & PDDE_TENSOR_VIEW) != 0;
         if (!view) op.bytes = cost_node_bytes(x);
         if (!view && !(x->flags & PDDE_TENSOR_INPLACE)) op.out_bytes = (double)pdde_tensor_nbytes(x);
-        if (x->op == PDDE_OP_MATMUL && x->nsrc >= 2 && x->ndim >= 2) {
-            const pdde_tensor *a = x->src[0];
-            op.n = x->shape[x->ndim - 1];
-            op.k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
-            op.m = op.n ? pdde_tensor_numel(x) / op.n : 0;
-            op.dtype = a->dtype; /* the GEMM's kind is its inputs' (bf16 in, f32 out: the bf16 rate) */
-        } else if ((x->op == PDDE_OP_ATTENTION || x->op == PDDE_OP_ATTENTION_BACK) && x->nsrc >= 3) {
-            /* rated as its tile GEMMs: rows x a tile of keys (the CPU's 128) x the head dim */
-            const pdde_tensor *q = x->src[0];
-            op.m = q->shape[0] * q->shape[1] * q->shape[2], op.n = q->shape[2] < 128 ? q->shape[2] : 128, op.k = q->shape[3];
-            op.flops = pdde_attention_flops(x);
-        }
+        cost_node_gemm(x, &op);
         int k = pdde_cost_program_add(p, 0, &op);
         if (k < 0) { st = k; break; }
         index[i] = k;

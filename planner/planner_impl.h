@@ -171,8 +171,10 @@ PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
 PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
                                        pdde_plan *plan);
 
-/* cost.c: bytes a node reads and writes (what its op class's time curve is measured by) */
+/* cost.c: bytes a node reads and writes (what its op class's time curve is measured by), and the GEMM
+ * work of a matmul or fused attention node (shape, FLOPs, dtype) */
 PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
+PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op);
 
 /* ------------------------------------------------------------------------------------------------
  * The local program (planner/lower.c): what one rank runs of a plan, computed from the completed

@@ -48,19 +48,15 @@ static int sim_collective_op(sim_rank *s, const pdde_tensor *t, int micro, int a
     return pdde_cost_program_add(s->cp, s->rank, &op);
 }
 
-/* A compute node: its class, bytes and GEMM shape (local), on the device it is placed on. */
+/* A compute node: its class, bytes and GEMM work (local; a fused attention's too), on the device it is
+ * placed on. */
 static int sim_compute_op(sim_rank *s, const pdde_tensor *t, int micro) {
     pdde_cost_op op;
     memset(&op, 0, sizeof op);
     op.kind = PDDE_COST_COMPUTE, op.phase = t->phase, op.micro = micro, op.dtype = t->dtype, op.last_use = -1;
     op.op_class = pdde_op_class_of(t);
     if (!(t->flags & PDDE_TENSOR_VIEW)) op.bytes = cost_node_bytes(t);
-    if (t->op == PDDE_OP_MATMUL && t->nsrc >= 2 && t->ndim >= 2) {
-        const pdde_tensor *a = t->src[0];
-        op.n = t->shape[t->ndim - 1];
-        op.k = pdde_op_i32(t, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
-        op.m = op.n ? pdde_tensor_numel(t) / op.n : 0;
-    }
+    cost_node_gemm(t, &op);
     const pdde_cost_plan *pl = s->plan;
     if (pl->local_devices && t->device >= 0 && t->device < pl->n_local_devices && pl->local_devices[t->device] >= 0)
         op.on_device = 1 + pl->local_devices[t->device];

@@ -1,13 +1,15 @@
 /* test_cost — the cost model against cases computed by hand: one GEMM and the curves, collectives
  * (ring, recursive doubling, two-level, a shared NIC, bf16, a measured calibration), and timelines
  * (a 2-stage 1F1B and GPipe pipeline with its bubble and the activations each schedule keeps alive,
- * an overlapped gradient allreduce, a deadlock), and the simulation of plans' real lowered programs
+ * an overlapped gradient allreduce, a deadlock, CPU ranks' sends moving only in their calls), and the
+ * simulation of plans' real lowered programs
  * (pdde_cost_program_from_plan: data, tensor and pipeline parallel GPTs). */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "test_util.h"
 #include "examples/gpt.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,6 +54,17 @@ static void test_compute(void) {
     op.flops = 1e9; /* an explicit FLOP count with the shape's rate */
     op.m = op.n = op.k = 1024;
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3, 1e-12, 0), "explicit flops");
+    /* a fused attention on a CPU: its GEMMs, then its softmax's 2e6 bytes at the attention curve's
+     * bandwidth (one point: 1e6 B in 50 us); on a GPU its GEMMs alone (the kernel fuses the softmax) */
+    c->specs[0].n_curve[PDDE_OPCLASS_ATTENTION] = 1;
+    c->specs[0].curve[PDDE_OPCLASS_ATTENTION][0] = (pdde_curve_point){1e6, 50e-6};
+    op.softmax_bytes = 2e6;
+    t = pdde_cost_compute_time(ctx, c, 0, &op);
+    CHECK(test_close(t, 1e-3, 1e-12, 0), "attention on a GPU: 1 ms of GEMM: %g s", t);
+    c->specs[0].kind = PDDE_DEVICE_CPU;
+    t = pdde_cost_compute_time(ctx, c, 0, &op);
+    CHECK(test_close(t, 1e-3 + 100e-6, 1e-12, 0), "attention on a CPU: 1 ms of GEMM and 100 us of softmax: %g s", t);
+    c->specs[0].kind = PDDE_DEVICE_GPU;
     pdde_cost_op ew = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .bytes = 500500};
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &ew), 50.5e-6, 1e-9, 0), "curve midpoint");
     ew.bytes = 2e6;
@@ -265,6 +278,43 @@ static void test_overlap_and_errors(void) {
     pdde_cluster_free(c);
 }
 
+/* Sends between CPU ranks move only while the sender is in a communication call (a rendezvous: the
+ * receive posted, then the sender's next RECV, collective, WAIT or the end of its step). Rank 0 sends
+ * 1 MB, computes 10 ms, receives 1 MB back; rank 1 receives, sends back, computes 5 ms. A transfer
+ * takes 10 us + 1e6 B / 1e9 B/s = 1.01 ms. GPUs (their transport is progressed while they compute):
+ * rank 1 has the data at 1.01 ms and its answer is in by 2.02 ms, so the step is rank 0's 10 ms.
+ * CPUs: rank 0's message moves when it enters its receive at 10 ms (in at 11.01 ms); rank 1's answer,
+ * sent after its receive (a call that spans rank 0's receive but is over before the send), moves from
+ * its end of step at 16.01 ms (in at 17.02 ms). */
+static double ping_pong_step(pdde_device_kind kind) {
+    pdde_cluster *c = make_cluster(1, 2);
+    c->specs[0].kind = kind;
+    pdde_cost_program *p;
+    pdde_cost_program_init(2, &p);
+    pdde_cost_op there = p2p(PDDE_COST_SEND, 1, 1), back = p2p(PDDE_COST_RECV, 1, 2);
+    there.count = back.count = 250000;
+    pdde_cost_program_add(p, 0, &there);
+    pdde_cost_program_add(p, 0, &(pdde_cost_op[]){gemm_op("compute", 1e10, 0, PDDE_PHASE_FORWARD)}[0]);
+    pdde_cost_program_add(p, 0, &back);
+    there.kind = PDDE_COST_RECV, there.peer = 0, back.kind = PDDE_COST_SEND, back.peer = 0;
+    pdde_cost_program_add(p, 1, &there);
+    pdde_cost_program_add(p, 1, &back);
+    pdde_cost_program_add(p, 1, &(pdde_cost_op[]){gemm_op("after", 5e9, 0, PDDE_PHASE_FORWARD)}[0]);
+    pdde_cost_result *r = NULL;
+    CHECK(pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "ping-pong: %s", pdde_last_error(ctx));
+    double t = r ? r->step_time : NAN;
+    pdde_cost_result_free(r);
+    pdde_cost_program_free(p);
+    pdde_cluster_free(c);
+    return t;
+}
+
+static void test_rendezvous(void) {
+    double gpu = ping_pong_step(PDDE_DEVICE_GPU), cpu = ping_pong_step(PDDE_DEVICE_CPU);
+    CHECK(test_close(gpu, 10e-3, 1e-9, 0), "GPU ranks: step %g s, expected 10 ms (the answer is in before it is received)", gpu);
+    CHECK(test_close(cpu, 17.02e-3, 1e-9, 0), "CPU ranks: step %g s, expected 17.02 ms (each message moves in its sender's next call)", cpu);
+}
+
 /* A graph's program: an MLP step (forward, backward, AdamW) on one device. */
 static void test_from_graph(void) {
     pdde_graph *g;
@@ -368,6 +418,27 @@ static void test_plan_programs(void) {
     pdde_graph *g;
     pdde_cost_program *p;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    /* one process: the lowered program computes what the graph's program does, its fused attention
+     * nodes as the GEMM work they are (not as free GEMMs) */
+    pdde_cost_result *one = simulate_plan(c, "", NULL, NULL, &g, &p), *whole = NULL;
+    pdde_cost_program *gp = NULL;
+    CHECK(pdde_cost_program_from_graph(g, 0, &gp) == PDDE_OK && pdde_cost_simulate(ctx, c, gp, &whole) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(one && whole && test_close(one->compute_time[0], whole->compute_time[0], 1e-12, 0), "one process: lowered %g s, graph %g s",
+          one ? one->compute_time[0] : 0, whole ? whole->compute_time[0] : 0);
+    double attention = 0;
+    for (int i = 0; p && i < pdde_cost_program_n_ops(p, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
+        if (strstr(o->name, " attention")) attention += pdde_cost_compute_time(ctx, c, 0, o);
+    }
+    /* each of the 2 layers: the causal half of 2 forward and 5 backward GEMMs, 2*B*H*T*(T+1)/2*D
+     * FLOPs each, rated at its tiles' shape B*H*T x T x D = 256 x 16 x 16: the inverse-distance
+     * weighting (log space) of the 64^3 point (0.5e12, distance 3 ln(4)^2) and the 1024^3 one (1e12,
+     * ln(4)^2 + 2 ln(64)^2) */
+    double d64 = 3 * log(4) * log(4), d1024 = log(4) * log(4) + 2 * log(64) * log(64);
+    double rate = (0.5e12 / d64 + 1e12 / d1024) / (1 / d64 + 1 / d1024);
+    double expect = small.layers * 7 * 2.0 * (8.0 * 2 * 16 * 17 / 2 * 16) / rate;
+    CHECK(test_close(attention, expect, 1e-9, 0), "fused attention in the lowered program: %g s, expected %g s", attention, expect);
+    pdde_cost_result_free(one), pdde_cost_result_free(whole), pdde_cost_program_free(gp), pdde_cost_program_free(p), pdde_graph_free(g);
     sp.overlap_gradients = 1;
     double params = (double)gpt_n_params(&small);
     /* data parallel: every gradient is allreduced once over both ranks, started early (async) and
@@ -478,6 +549,7 @@ int main(void) {
     test_collectives();
     test_pipeline();
     test_overlap_and_errors();
+    test_rendezvous();
     test_from_graph();
     test_attention();
     test_plan_programs();

@@ -15,14 +15,16 @@
  * calibration (pdde-bench --quick) taken just before it, and every figure is the median over steps of
  * the slowest rank's step, then over the rounds.
  *
- * pdde's prediction is the planner's (pdde_plan_evaluate, what pdde_plan_search ranks plans by) on
- * device figures timed on the model's own nodes (pdde_cluster_plan_devices_graph); the throttled rank's
- * are a third of the others' (a calibration inside the cgroup times short ops between throttles, and
- * their medians come out unthrottled); more ranks than cores divide the speed. The baseline is
- * Paddle's published formula (every op FLOPs / (0.65 x peak), alpha-beta communication) in the same
- * schedule. Memory: the plan's peak bytes against the most a rank's session allocated. pick_gap: how
- * much slower the planner's pick for 2 ranks (pdde_plan_search) measures than the fastest 2-rank plan
- * measured, the worse of the two model sizes.
+ * pdde's prediction simulates what runs: the graph the ranks build, lowered for every rank as its
+ * session lowers it (pdde_cost_program_from_plan), on this machine's calibration with a device per
+ * rank; the throttled rank's figures are a third of the others' (a calibration inside the cgroup
+ * times short ops between throttles, and their medians come out unthrottled); more ranks than cores
+ * divide the speed. Memory: the most any rank's memory plan allocates (pdde_lower_memory of the same
+ * graph and session params) against the most a rank's session allocated. The baseline is Paddle's
+ * published formula (every op FLOPs / (0.65 x peak), alpha-beta communication) in the planner's
+ * analytic schedule (pdde_plan_evaluate). pick_gap: how much slower the planner's pick for 2 ranks
+ * (pdde_plan_search, its best plans ranked by the same simulation) measures than the fastest 2-rank
+ * plan measured, the worse of the two model sizes.
  *
  * --hetero: a fast and a throttled rank, and the CPU with the PoCL device; for each model the
  * planner's picks (on both ranks, and free to leave one out) against the best uniform plan measured
@@ -79,6 +81,26 @@ static char cgroup_path[300];
 /* ------------------------------------------------------------------------------------------------
  * A rank (under pdde-run) */
 
+/* Configuration's training graph as each of its ranks builds it (gpt_build_plan of the plan, AdamW),
+ * and the session params of a rank placed at `place`: PLACE_OPENCL puts every layer on local device
+ * `opencl` (layer_dev: room for the model's layers + 2). The ranks and the predictions both call it,
+ * so what is predicted is what runs. */
+static pdde_status config_build(pdde_graph *g, int model, const pdde_plan *pl, gpt_model *m) {
+    gpt_plan gp = gpt_plan_of(pl);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    return gpt_build_plan(g, &model_sizes[model], &gp, &op, m);
+}
+
+static pdde_session_params config_session_params(int model, int place, int opencl, int *layer_dev) {
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    if (place == PLACE_OPENCL) {
+        int n_layers = model_sizes[model].layers + 2;
+        for (int l = 0; l < n_layers; l++) layer_dev[l] = opencl;
+        sp.layer_devices = layer_dev, sp.n_layer_devices = n_layers;
+    }
+    return sp;
+}
+
 static int worker(int argc, char **argv) {
     if (argc < 6) return 2;
     int model = atoi(argv[0]), steps = atoi(argv[2]);
@@ -102,20 +124,13 @@ static int worker(int argc, char **argv) {
     pdde_graph *g = NULL;
     pdde_session *s = NULL;
     gpt_model m;
-    gpt_plan gp = gpt_plan_of(&pl);
     const gpt_config *c = &model_sizes[model];
-    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    int layer_dev[64] = {0}, n_layers = c->layers + 2;
+    int layer_dev[64] = {0}, opencl = pdde_device_find(ctx, "opencl", 0);
+    pdde_session_params sp = config_session_params(model, my_place, opencl, layer_dev);
     pdde_status st = pl.dp * pl.tp * pl.pp > 1 ? pdde_comm_init(ctx, NULL, &comm) : PDDE_OK;
+    if (!st && my_place == PLACE_OPENCL && opencl < 0) st = pdde_error(ctx, PDDE_ERR_NOT_FOUND, "no OpenCL device");
     if (!st) st = pdde_graph_init(ctx, &g);
-    if (!st) st = gpt_build_plan(g, c, &gp, &op, &m);
-    if (!st && my_place == PLACE_OPENCL) {
-        int dev = pdde_device_find(ctx, "opencl", 0);
-        if (dev < 0) st = pdde_error(ctx, PDDE_ERR_NOT_FOUND, "no OpenCL device");
-        for (int l = 0; l < n_layers; l++) layer_dev[l] = dev;
-        sp.layer_devices = layer_dev, sp.n_layer_devices = n_layers;
-    }
+    if (!st) st = config_build(g, model, &pl, &m);
     sp.world = comm;
     if (!st) st = pdde_session_init(g, &sp, &s);
     size_t rows = (size_t)(c->batch / pl.micro) * (size_t)c->ctx;
@@ -330,7 +345,109 @@ static pdde_status config_graph(pdde_context *ctx, const bench_config *c, pdde_g
     return st;
 }
 
-/* Appends c's predictions from the current calibration to c->pred and c->base; sets c->mem_predicted. */
+/* This machine's calibrated device of backend `backend` (its spec index; -1: none) and, with link, its
+ * explicit link from the CPU (the bus an OpenCL device's copies cross). */
+static int cluster_spec_of(const char *backend, pdde_cluster_link *link) {
+    for (int i = 0; i < cluster->n_machines; i++)
+        for (int j = 0; j < cluster->machines[i].n_devices; j++) {
+            const pdde_cluster_device *d = &cluster->machines[i].devices[j];
+            if (strcmp(cluster->specs[d->spec].backend, backend)) continue;
+            for (int l = 0; link && l < cluster->n_links; l++)
+                if (cluster->links[l].a == d->id || cluster->links[l].b == d->id) *link = cluster->links[l];
+            return d->spec;
+        }
+    return -1;
+}
+
+/* What rank r of c runs at: a core, a third of one (the throttled cgroup's quota) or the OpenCL device. */
+static int config_place(const bench_config *c, int r) { return r < 2 ? c->place[r] : PLACE_CPU; }
+
+/* The cluster c's ranks run on, for the simulation: this machine's calibration with one device per
+ * rank (id r), each the CPU's figures times the rank's share of a core (a third in the throttled
+ * cgroup, whose calibration inside it would time short ops between throttles and come out
+ * unthrottled; cores / ranks when more ranks than cores), or the OpenCL device's for a PoCL rank of a
+ * mixed pair; when every rank places its layers on the OpenCL device, that device once more (id
+ * ranks, reached over the calibrated bus), the local device their layers name (*opencl_id). */
+static pdde_status config_cluster(pdde_context *ctx, const bench_config *c, int ranks, pdde_cluster **out, int *opencl_id) {
+    pdde_cluster_link bus = {0};
+    int cpu = cluster_spec_of("cpu", NULL), ocl = cluster_spec_of("opencl", &bus), uniform_ocl = 1;
+    for (int r = 0; r < ranks; r++) uniform_ocl &= config_place(c, r) == PLACE_OPENCL;
+    *out = NULL, *opencl_id = -1;
+    if (cpu < 0 || ((uniform_ocl || c->place[0] == PLACE_OPENCL || c->place[1] == PLACE_OPENCL) && ocl < 0))
+        return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "%s has no %s device", cluster_path_cpu, cpu < 0 ? "cpu" : "OpenCL");
+    pdde_cluster *cl;
+    pdde_status st = pdde_cluster_init("bench_costmodel", &cl);
+    pdde_cluster_machine m = cluster->machines[0];
+    m.n_devices = 0, m.devices = NULL;
+    if (!st && pdde_cluster_add_machine(cl, &m) < 0) st = PDDE_ERR_OOM;
+    double over = ranks > cores ? (double)cores / ranks : 1;
+    for (int r = 0; r < ranks && !st; r++) {
+        int place = config_place(c, r);
+        pdde_device_spec s = cluster->specs[place == PLACE_OPENCL && !uniform_ocl ? ocl : cpu];
+        double speed = place == PLACE_OPENCL ? 1 : over / (place == PLACE_SLOW ? SLOW_SHARE : 1);
+        for (int i = 0; i < s.n_gemm; i++) s.gemm[i].flops *= speed;
+        for (int k = 0; k < PDDE_OPCLASS_COUNT; k++)
+            for (int i = 0; i < s.n_curve[k]; i++) s.curve[k][i].seconds /= speed;
+        s.peak_flops *= speed, s.mem_bandwidth *= speed;
+        pdde_cluster_device d = {r, pdde_cluster_add_spec(cl, &s), cluster->machines[0].devices[0].memory};
+        if (d.spec < 0 || pdde_cluster_add_device(cl, 0, &d) < 0) st = PDDE_ERR_OOM;
+    }
+    if (!st && uniform_ocl) {
+        pdde_cluster_device d = {ranks, pdde_cluster_add_spec(cl, &cluster->specs[ocl]), cluster->machines[0].devices[0].memory};
+        if (d.spec < 0 || pdde_cluster_add_device(cl, 0, &d) < 0) st = PDDE_ERR_OOM;
+        for (int r = 0; r < ranks && !st && bus.bandwidth > 0; r++) {
+            pdde_cluster_link l = bus;
+            l.a = r, l.b = ranks;
+            if (pdde_cluster_add_link(cl, &l) < 0) st = PDDE_ERR_OOM;
+        }
+        *opencl_id = ranks;
+    }
+    for (int i = 0; i < cluster->n_calibs && !st; i++)
+        if (pdde_cluster_add_calib(cl, &cluster->calibs[i]) < 0) st = PDDE_ERR_OOM;
+    if (st) {
+        pdde_cluster_free(cl);
+        return pdde_error(ctx, st, "bench_costmodel: out of memory");
+    }
+    *out = cl;
+    return PDDE_OK;
+}
+
+/* pdde's prediction of c: its ranks' real programs (the graph they build, lowered for each rank as its
+ * session lowers it) simulated on the cluster of config_cluster; memory: the most any rank's memory
+ * plan allocates (pdde_lower_memory, what its session allocates). */
+static pdde_status predict_simulated(pdde_context *ctx, bench_config *c, const pdde_plan *pl, double *step_s, double *mem) {
+    int ranks = pl->dp * pl->tp * pl->pp, world = ranks > 1 ? ranks : 0, opencl_id, layer_dev[64];
+    int local_opencl = pdde_device_find(ctx, "opencl", 0), local_devices[16];
+    pdde_cluster *cl = NULL;
+    pdde_graph *g = NULL;
+    pdde_cost_program *cp = NULL;
+    pdde_cost_result *res = NULL;
+    gpt_model m;
+    pdde_status st = config_cluster(ctx, c, ranks, &cl, &opencl_id);
+    if (!st) st = pdde_graph_init(ctx, &g);
+    if (!st) st = config_build(g, c->model, pl, &m);
+    *mem = 0;
+    for (int r = 0; r < ranks && !st; r++) {
+        pdde_session_params sp = config_session_params(c->model, config_place(c, r), local_opencl, layer_dev);
+        pdde_memory_stats ms;
+        if (!(st = pdde_lower_memory(g, &sp, world, r, &ms)) && (double)ms.allocated_bytes > *mem) *mem = (double)ms.allocated_bytes;
+    }
+    /* the ranks' layers on the OpenCL device: as one session's params, the local device mapped to it */
+    pdde_session_params sp = config_session_params(c->model, opencl_id >= 0 ? PLACE_OPENCL : PLACE_CPU, local_opencl, layer_dev);
+    for (int i = 0; i < 16; i++) local_devices[i] = i == local_opencl ? opencl_id : -1;
+    pdde_cost_plan cpl = {world, NULL, local_devices, opencl_id >= 0 && local_opencl >= 0 && local_opencl < 16 ? local_opencl + 1 : 0};
+    if (!st) st = pdde_cost_program_from_plan(cl, g, &sp, &cpl, &cp);
+    if (!st) st = pdde_cost_simulate(ctx, cl, cp, &res);
+    if (!st) *step_s = res->step_time;
+    pdde_cost_result_free(res);
+    pdde_cost_program_free(cp);
+    pdde_graph_free(g);
+    pdde_cluster_free(cl);
+    return st;
+}
+
+/* Appends c's predictions from the current calibration to c->pred (the simulation) and c->base
+ * (Paddle's formula, in the planner's analytic schedule); sets c->mem_predicted. */
 static pdde_status predict(pdde_context *ctx, bench_config *c) {
     pdde_plan pl;
     pdde_plan_parse(c->plan, &pl);
@@ -340,32 +457,34 @@ static pdde_status predict(pdde_context *ctx, bench_config *c) {
     pdde_plan_devices d;
     double a[16];
     pdde_status st = config_graph(ctx, c, &g, &pp);
-    for (int paddle = 0; paddle < 2 && !st; paddle++) {
-        pdde_plan p = pl;
-        if (!(st = config_devices(ctx, c, g, ranks, paddle, &d, a))) st = pdde_plan_evaluate(g, &d, &pp, &p);
-        if (!st && paddle) c->base[c->n_pred] = p.step_s;
-        else if (!st) c->pred[c->n_pred] = p.step_s, c->mem_predicted = p.peak_bytes;
-    }
+    pdde_plan p = pl;
+    if (!st && !(st = config_devices(ctx, c, g, ranks, 1, &d, a))) st = pdde_plan_evaluate(g, &d, &pp, &p);
+    if (!st) c->base[c->n_pred] = p.step_s;
     pdde_graph_free(g);
+    if (!st) st = predict_simulated(ctx, c, &pl, &c->pred[c->n_pred], &c->mem_predicted);
     if (!st && c->n_pred < 16) c->n_pred++;
     return st;
 }
 
 /* The planner's pick for the ranks and placement of c (pdde_plan_search, on every rank or on those it
- * chooses): into out. */
+ * chooses, its best plans ranked by simulating them on c's cluster): into out. */
 static pdde_status planner_pick(pdde_context *ctx, const bench_config *c, int ranks, int use_all, char *out, size_t n) {
     pdde_graph *g = NULL;
     pdde_plan_params pp;
     pdde_plan_devices d;
     pdde_plan plans[8];
-    int nf = 0, nr = 0;
+    pdde_cluster *cl = NULL;
+    int nf = 0, nr = 0, opencl_id;
     double a[16];
     pdde_status st = config_graph(ctx, c, &g, &pp);
     if (!st) st = config_devices(ctx, c, g, ranks, 0, &d, a);
-    pp.use_all_devices = use_all;
-    if (!st) st = pdde_plan_search(g, &d, &pp, plans, 8, &nf, &nr);
-    if (!st) pdde_plan_str(&plans[0], out, n);
     pdde_graph_free(g);
+    /* the simulation needs a device per rank (not the one-rank layer placement) */
+    if (!st) st = config_cluster(ctx, c, ranks, &cl, &opencl_id);
+    if (!st && opencl_id >= 0) pdde_cluster_free(cl), cl = NULL;
+    if (!st) st = gpt_plan_search_simulated(ctx, &model_sizes[c->model], &d, use_all, cl, plans, 8, &nf, &nr);
+    if (!st) pdde_plan_str(&plans[0], out, n);
+    pdde_cluster_free(cl);
     return st;
 }
 
