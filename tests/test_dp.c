@@ -3,8 +3,9 @@
  * graph is annotated data parallel (each takes half of every batch; gradients accumulate locally,
  * partial over dp, and are averaged once a step, the reduction started in backward as soon as a
  * gradient is final), with ZeRO-1 (the update on this rank's shard of the optimizer state), with two
- * micro-batches per step (one RUN_STEP, or one call per micro-batch and then the update), and on a
- * device. Every step's loss must agree within TOL_LOSS relative and every parameter and optimizer
+ * micro-batches per step (one RUN_STEP, or one call per micro-batch and then the update), on a
+ * device, and with uneven shares (3:1, 1:3 with two micro-batches each, and under ZeRO-1: rank r runs
+ * its share of the step's micro-batches; the result is one process's on the whole batch). Every step's loss must agree within TOL_LOSS relative and every parameter and optimizer
  * state tensor after the last step (gathered through a checkpoint) within TOL_PARAM, the loss must
  * fall, ZeRO-1 must halve the optimizer state per rank
  * and the reductions must start in backward. Ranks are real processes meeting through a TCP store on
@@ -40,6 +41,8 @@ typedef struct {
     int on_device;         /* 1: the whole model on the last device (collectives staged via host) */
     int scale_sensitive;   /* 1: unclipped AdamW with eps 1e-3, of the size of these gradients: clipping
                               and Adam's normalisation (eps 1e-8) hide a gradient scaled by the rank count */
+    int shares[RANKS];     /* uneven data parallelism: rank r runs shares[r] x micro_batches micro-batches
+                              of the global batch's consecutive blocks (gpt_write_batch); {0} = equal */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -58,7 +61,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     int micro = dc->micro_batches;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
-    gpt_plan plan = {comm ? RANKS : 1, 1, 1, micro, dc->zero, 0, 0, NULL, NULL};
+    gpt_plan plan = {comm ? RANKS : 1, 1, 1, micro, dc->zero, 0, 0, NULL, comm && dc->shares[0] ? dc->shares : NULL};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
@@ -77,6 +80,12 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
         double loss = 0;
+        if (plan.shares) { /* this rank's share of the step's micro-batches, then the step */
+            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm), x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+                FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
+            out->losses[step] = pdde_session_loss(s);
+            continue;
+        }
         for (int mb = 0; mb < micro; mb++) { /* micro-batch mb: the global batch's mb-th rows */
             pdde_status st = dc->calls ? pdde_session_write_global(s, m.ids, x + mb * rows, bytes)
                                        : pdde_session_write_micro(s, m.ids, mb, x + mb * rows, bytes);
@@ -168,15 +177,15 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0, 0},
-        {"dp2_micro", 0, 2, 0, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0, 0},
-        {"zero1_micro", 1, 2, 0, 0, 0},
-        {"dp2_device", 0, 1, 0, 1, 0},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1, 0},
+        {"dp2", 0, 1, 0, 0, 0, {0}},
+        {"dp2_micro", 0, 2, 0, 0, 0, {0}},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0, {0}},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0, {0}},
+        {"zero1_micro", 1, 2, 0, 0, 0, {0}},
+        {"dp2_device", 0, 1, 0, 1, 0, {0}},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0, {0}},
     };
-    const dp_config single = {"ref", 0, 1, 0, 0, 0};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0, {0}};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
     int n_configs = has_device ? 7 : 5;
     for (int i = n_configs; i < 7; i++)
@@ -194,12 +203,24 @@ int main(void) {
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
     for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
     /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
-    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1};
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, {0}}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, {0}};
     run_result sres = {0}, sref = {0};
     run_ranks(addr, &scaled, &sres);
     train(ctx, NULL, &scaled_ref, &sref);
     CHECK(sref.ok, "reference: %s", sref.error);
     compare(scaled.name, scaled_ref.name, &sref, &sres);
+    /* uneven shares: each micro-batch weighs the same whatever rank runs it (gradient scale-sensitive
+     * too: a rank's share weighted as a whole rank's, or the update's scale 1 / micro, shows) */
+    static const dp_config uneven[] = {
+        {"shares_3_1", 0, 1, 0, 0, 1, {3, 1}},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
+        {"shares_1_3_mb2", 0, 2, 0, 0, 1, {1, 3}},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
+        {"shares_zero1", 1, 1, 0, 0, 1, {3, 1}},     /* ZeRO-1: the shard updates take the same scale */
+    };
+    for (int i = 0; i < 3; i++) {
+        run_result ures = {0};
+        run_ranks(addr, &uneven[i], &ures);
+        compare(uneven[i].name, scaled_ref.name, &sref, &ures);
+    }
     run_result dp = res[0], zero = res[3];
     /* every parameter's gradient reduction starts in backward (28 parameters in this model; ZeRO-1 also
      * reduces each whole for the clipping norm besides reduce-scattering it for its shard's update) */
