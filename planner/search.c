@@ -432,7 +432,7 @@ static void plan_links(plan_eval *e) {
 
 /* Uneven shares for the dp indices of candidate e (pp 1, links computed), out of `units` micro-batch
  * units: each index's share in proportion to its speed on the model's forward work (its devices' time
- * for a micro-batch), at least 1, rounded by largest remainder. False when the devices are alike (equal
+ * for a micro-batch), at least 1, rounded down and the units left to the largest remainders. False when the devices are alike (equal
  * shares are the plan) or the shares come out equal. */
 static bool plan_shares(const plan_eval *e, int units, int *shares) {
     if (e->pp != 1 || e->dp < 2 || e->dp > PDDE_PLAN_MAX_SHARES || units <= e->dp) return false;
@@ -448,14 +448,14 @@ static bool plan_shares(const plan_eval *e, int units, int *shares) {
     int given = 0;
     double rest[PDDE_PLAN_MAX_SHARES];
     for (int i = 0; i < e->dp; i++) {
-        double exact = (units - e->dp) * speed[i] / total; /* one unit each, the rest by speed */
-        shares[i] = 1 + (int)exact, rest[i] = exact - (int)exact, given += shares[i];
+        double exact = units * speed[i] / total;
+        shares[i] = exact < 1 ? 1 : (int)exact, rest[i] = exact - shares[i], given += shares[i];
     }
-    while (given < units) { /* the largest remainders take the units left */
-        int k = 0;
-        for (int i = 1; i < e->dp; i++)
-            if (rest[i] > rest[k]) k = i;
-        shares[k]++, rest[k] = -1, given++;
+    while (given != units) { /* the largest remainders take the units left (the smallest give back what the minimum of 1 took) */
+        int k = -1;
+        for (int i = 0; i < e->dp; i++)
+            if ((given < units || shares[i] > 1) && (k < 0 || (given < units ? rest[i] > rest[k] : rest[i] < rest[k]))) k = i;
+        shares[k] += given < units ? 1 : -1, rest[k] += given < units ? -1 : 1, given += given < units ? 1 : -1;
     }
     for (int i = 1; i < e->dp; i++)
         if (shares[i] != shares[0]) return true;
