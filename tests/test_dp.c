@@ -4,12 +4,12 @@
  * partial over dp, and are averaged once a step, the reduction started in backward as soon as a
  * gradient is final), with ZeRO-1 (the update on this rank's shard of the optimizer state), with two
  * micro-batches per step (one RUN_STEP, or one call per micro-batch and then the update), on a
- * device, and with uneven shares (3:1, 1:3 with two micro-batches each, and under ZeRO-1: rank r runs
- * its share of the step's micro-batches; the result is one process's on the whole batch). Every step's loss must agree within TOL_LOSS relative and every parameter and optimizer
- * state tensor after the last step (gathered through a checkpoint) within TOL_PARAM, the loss must
- * fall, ZeRO-1 must halve the optimizer state per rank
- * and the reductions must start in backward. Ranks are real processes meeting through a TCP store on
- * 127.0.0.1 that this test hosts. */
+ * device, and with uneven shares (3:1, 1:3 with two micro-batches each, and 3:1 under ZeRO-1: rank r
+ * runs its share of the step's micro-batches, and the step is one process's on the whole batch).
+ * Every step's loss must agree within TOL_LOSS relative and every parameter and optimizer state
+ * tensor after the last step (gathered through a checkpoint) within TOL_PARAM, the loss must fall,
+ * ZeRO-1 must halve the optimizer state per rank and the reductions must start in backward. Ranks
+ * are real processes meeting through a TCP store on 127.0.0.1 that this test hosts. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
