@@ -817,7 +817,8 @@ pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *m
  * The planner search (planner/search.c): how to run a layered model on a set of devices. It tries
  * every data x tensor x pipeline degree the devices allow (and plans leaving the slowest devices out),
  * two layouts of the ranks on the devices, micro-batch counts, interleaved stages, ZeRO stages, f32 or
- * bf16 collectives and recompute per layer (the fewest layers of each stage that make it fit), cuts the
+ * bf16 collectives, recompute per layer (the fewest layers of each stage that make it fit) and, where
+ * data-parallel indices' devices differ in speed, uneven batch shares (pdde_plan.shares), cuts the
  * layers (ids of pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and
  * predicts each candidate's step time and per-device memory from the graph's work per layer and the
  * devices' speeds, memories and links. Reads the symbolic graph only (build it at any size).

@@ -2,7 +2,8 @@
  *
  * It enumerates the data / tensor / pipeline degrees, two layouts of the ranks on the devices (pp
  * innermost, or a block of devices per stage), micro-batch counts, interleaved stages, ZeRO stages,
- * f32 or bf16 collectives and recompute per layer, cuts the layers into pipeline stages sized by each
+ * f32 or bf16 collectives, recompute per layer and (devices of different speeds) uneven
+ * data-parallel shares, cuts the layers into pipeline stages sized by each
  * stage's devices (speed and memory), predicts every candidate's step time and per-device memory, and
  * returns the fastest plans that fit with the rejected ones and why. It reads the symbolic graph
  * through the public API only (a 260B-parameter model is a few thousand nodes of metadata) and
@@ -279,27 +280,6 @@ static double cast_s(const plan_eval *e, const plan_stage_devices *d, double byt
     return e->wire < 1 ? 3 * bytes / d->mem_bw + 2 * d->op_latency : 0;
 }
 
-/* Stage s's time per micro-batch, plus its gradient reduction and optimizer update spread over the
- * step's slots. */
-static double micro_time(const plan_eval *e, const plan_stage_devices *d, const stage_work *w, double *fwd_s);
-
-static double stage_time(const plan_eval *e, int s, const stage_work *w) {
-    const plan_stage_devices *d = &e->st[s];
-    double fwd, t = micro_time(e, d, w, &fwd);
-    /* uneven shares: the dp index whose share takes longest on its devices paces the step */
-    for (int i = 0; e->shares && i < e->dp; i++) {
-        double f, ti = e->shares[i] * micro_time(e, &e->rep[i], w, &f);
-        if (i == 0 || ti > t) t = ti, fwd = e->shares[i] * f;
-    }
-    double dp = e->dp, wbytes = w->params / e->tp;
-    double sync = e->dp > 1 ? ring_allreduce_s(wbytes * e->wire, e->dp, e->dp_bw, e->dp_lat) + cast_s(e, d, wbytes) : 0;
-    if (e->params->overlap_dp) sync = fmax(0, sync - e->m * fwd * 2);
-    double update = 32.0 / 4.0 * (e->zero >= 1 ? wbytes / dp : wbytes) / d->mem_bw; /* AdamW: p, g, m, v in; p, m, v out */
-    if ((e->zero == 1 || e->zero == 2) && e->dp > 1) /* each updated shard gathered back into its parameter, one allgather a tensor */
-        update += (dp - 1) / dp * wbytes * e->wire / e->dp_bw + w->tensors * (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp);
-    return t + (sync + update) / e->slots;
-}
-
 /* One micro-batch's forward, backward and recompute of work w on devices d, with its tensor-parallel
  * allreduces, stage-crossing sends and ZeRO-3 gathers; *fwd_s: the forward's compute. */
 static double micro_time(const plan_eval *e, const plan_stage_devices *d, const stage_work *w, double *fwd_s) {
@@ -320,6 +300,25 @@ static double micro_time(const plan_eval *e, const plan_stage_devices *d, const 
         t += 2 * ((dp - 1) / dp * wbytes * e->wire / e->dp_bw + (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp));
     *fwd_s = fwd;
     return t;
+}
+
+/* Stage s's time per micro-batch, plus its gradient reduction and optimizer update spread over the
+ * step's slots. */
+static double stage_time(const plan_eval *e, int s, const stage_work *w) {
+    const plan_stage_devices *d = &e->st[s];
+    double fwd, t = micro_time(e, d, w, &fwd);
+    /* uneven shares: the dp index whose share takes longest on its devices paces the step */
+    for (int i = 0; e->shares && i < e->dp; i++) {
+        double f, ti = e->shares[i] * micro_time(e, &e->rep[i], w, &f);
+        if (i == 0 || ti > t) t = ti, fwd = e->shares[i] * f;
+    }
+    double dp = e->dp, wbytes = w->params / e->tp;
+    double sync = e->dp > 1 ? ring_allreduce_s(wbytes * e->wire, e->dp, e->dp_bw, e->dp_lat) + cast_s(e, d, wbytes) : 0;
+    if (e->params->overlap_dp) sync = fmax(0, sync - e->m * fwd * 2);
+    double update = 32.0 / 4.0 * (e->zero >= 1 ? wbytes / dp : wbytes) / d->mem_bw; /* AdamW: p, g, m, v in; p, m, v out */
+    if ((e->zero == 1 || e->zero == 2) && e->dp > 1) /* each updated shard gathered back into its parameter, one allgather a tensor */
+        update += (dp - 1) / dp * wbytes * e->wire / e->dp_bw + w->tensors * (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp);
+    return t + (sync + update) / e->slots;
 }
 
 /* The layers stage s recomputes of its run [a, b), as e->rc says; -1 when the stage does not fit. */
@@ -432,8 +431,8 @@ static void plan_links(plan_eval *e) {
 
 /* Uneven shares for the dp indices of candidate e (pp 1, links computed), out of `units` micro-batch
  * units: each index's share in proportion to its speed on the model's forward work (its devices' time
- * for a micro-batch), at least 1, rounded down and the units left to the largest remainders. False when the devices are alike (equal
- * shares are the plan) or the shares come out equal. */
+ * for a micro-batch), at least 1, rounded down and the units left to the largest remainders. False
+ * when the devices are alike (equal shares are the plan) or the shares come out equal. */
 static bool plan_shares(const plan_eval *e, int units, int *shares) {
     if (e->pp != 1 || e->dp < 2 || e->dp > PDDE_PLAN_MAX_SHARES || units <= e->dp) return false;
     int L = e->prof->n_layers;
