@@ -547,6 +547,26 @@ int main(void) {
         CHECK(last && last->n_ranks == 2 && last->ranks[0] == 2 && last->ranks[1] == 3, "the last stage on processes %d, %d",
               last ? last->ranks[0] : -1, last && last->n_ranks > 1 ? last->ranks[1] : -1);
         pdde_graph_free(mg);
+        /* uneven shares: dp index 0 runs 1 x 2 micro-batches, index 1 3 x 2; a share missing is refused by name */
+        mg = mlp_build(ctx, &m);
+        CHECK(pdde_plan_parse("dp=2,mb=2,shares=1:3", &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_OK,
+              "apply shares=1:3: %s", pdde_last_error(ctx));
+        for (int r = 0; r < 2; r++) {
+            char *buf = NULL, want[64];
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            pdde_status st = pdde_lower_dump(mg, NULL, 2, r, f);
+            fclose(f);
+            snprintf(want, sizeof want, "; %d micro-batches per step", r ? 6 : 2);
+            CHECK(st == PDDE_OK && strstr(buf, want), "rank %d of shares=1:3: %s (%s)", r, want, pdde_last_error(ctx));
+            free(buf);
+        }
+        pdde_graph_free(mg);
+        mg = mlp_build(ctx, &m);
+        p.shares[1] = 0;
+        CHECK(pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "share 1 is 0"),
+              "a missing share is refused: %s", pdde_last_error(ctx));
+        pdde_graph_free(mg);
         mg = mlp_build(ctx, &m);
         CHECK(pdde_plan_parse("tp=3", &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_ERR_DIST_ATTR &&
                   strstr(pdde_last_error(ctx), "w1.0"), "tp=3 is refused naming the weight: %s", pdde_last_error(ctx));
