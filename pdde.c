@@ -2208,7 +2208,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, (int32_t)(s->run_counter + (uint32_t)micro));
     bool update = t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE;
     if (s->loss_scaling && (update || t->op == PDDE_OP_GRAD_NORM_SQ)) /* the gradients are the scale times too large */
-        pdde_op_set_f32(t, PDDE_P_UPDATE_GRAD_SCALE, 1.0f / (float)s->g->opt.grad_accum_steps / s->scaler.scale);
+        pdde_op_set_f32(t, PDDE_P_UPDATE_GRAD_SCALE, s->prog->grad_scale / s->scaler.scale);
     if (update) {
         pdde_op_set_f32(t, PDDE_P_UPDATE_LR, lr), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, (int32_t)(s->step + 1));
         pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, t, micro);
@@ -2390,12 +2390,13 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
     if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || mode_runs_update(mode))) drop_gradients(s);
 #ifdef PDDE_HAVE_COMM
-    /* the step's loss on every rank: the mean over the ranks holding one (data-parallel ranks hold
-     * their rows' mean; other pipeline stages none) */
+    /* the step's loss on every rank: the mean over the micro-batches of the ranks holding one
+     * (data-parallel ranks hold their rows' mean per micro-batch, as many micro-batches as their
+     * share; other pipeline stages none) */
     if (st == PDDE_OK && mode_runs_forward(mode) && s->world) {
-        float mean_and_count[2] = {s->loss ? (float)(loss_sum / (every_micro ? s->n_micro : 1)) : 0.0f, s->loss ? 1.0f : 0.0f};
-        st = pdde_comm_allreduce(s->world, mean_and_count, mean_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
-        if (st == PDDE_OK) s->last_loss = mean_and_count[1] > 0 ? mean_and_count[0] / mean_and_count[1] : NAN;
+        float sum_and_count[2] = {s->loss ? (float)loss_sum : 0.0f, s->loss ? (float)(every_micro ? s->n_micro : 1) : 0.0f};
+        st = pdde_comm_allreduce(s->world, sum_and_count, sum_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
+        if (st == PDDE_OK) s->last_loss = sum_and_count[1] > 0 ? sum_and_count[0] / sum_and_count[1] : NAN;
     }
     if (st != PDDE_OK && s->world) {
         /* the other ranks are inside the same collectives: fail them now rather than at their timeout */
@@ -2539,6 +2540,7 @@ pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro,
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
 int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
 int pdde_session_gradient_collectives(const pdde_session *s) { return s ? s->gradient_collectives : 0; }
+int pdde_session_micro_batches(const pdde_session *s) { return s ? s->n_micro : 0; }
 
 void pdde_session_dump(const pdde_session *s, FILE *f) {
     if (s && f) program_dump(s->prog, f);
@@ -3025,6 +3027,12 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
     if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->pp > PDDE_PLAN_MAX_STAGES || p->micro < 1 || p->chunks < 1 || p->zero < 0 || p->zero > 3)
         return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: dp %d, tp %d, pp %d, mb %d, chunks %d, zero %d out of range", p->dp, p->tp, p->pp,
                           p->micro, p->chunks, p->zero);
+    bool uneven = false;
+    for (int i = 0; i < PDDE_PLAN_MAX_SHARES; i++) uneven |= p->shares[i] != 0;
+    for (int i = 0; i < PDDE_PLAN_MAX_SHARES && uneven; i++)
+        if ((i < p->dp) != (p->shares[i] > 0) || p->dp > PDDE_PLAN_MAX_SHARES)
+            return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: shares: want dp = %d shares >= 1 (at most %d); share %d is %d", p->dp,
+                              PDDE_PLAN_MAX_SHARES, i, p->shares[i]);
     int L = p->stage_first[p->pp]; /* the layers the plan cut; a parsed plan without stages: the graph's */
     for (int i = 0; i < g->n && p->stage_first[p->pp] == 0; i++)
         if (g->nodes[i]->layer + 1 > L) L = g->nodes[i]->layer + 1;
@@ -3051,6 +3059,7 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
         free(proc);
         if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
+        if (!st && p->dp > 1 && uneven) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
         if (!st && p->tp > 1) st = plan_apply_tensor_parallel(g, mesh, p->tp);
         if (!st && p->pp > 1 && p->chunks > 1) st = pdde_strategy_pipeline_interleaved(g, mesh, "pp", L, p->chunks);
         for (int s = 0; s < p->pp && p->pp > 1 && p->chunks == 1 && !st; s++) {

@@ -606,6 +606,9 @@ int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
 /* Collectives the last run started early for gradient reductions (overlap_gradients): one per
  * gradient bucket, one per gradient outside a bucket. */
 int pdde_session_gradient_collectives(const pdde_session *s);
+/* Micro-batches this rank runs per step: grad_accum_steps, times its share under uneven data
+ * parallelism (pdde_strategy_data_parallel_shares). */
+int pdde_session_micro_batches(const pdde_session *s);
 
 /* Dynamic loss scaling, on in a graph with f16 matmuls (pdde_graph_set_compute_dtype(g, PDDE_F16)),
  * with torch.cuda.amp.GradScaler's constants: the backward pass starts from d loss = scale (initially
@@ -786,6 +789,12 @@ void pdde_graph_dump_dist(const pdde_graph *g, FILE *f);
  * parallel, then pdde_complete). */
 /* Every input's dim 0 (the batch) split over axis; unannotated parameters replicated on mesh. */
 pdde_status pdde_strategy_data_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis);
+/* Uneven data parallelism, for devices of different speeds: index i of axis (of size n) runs
+ * shares[i] x grad_accum_steps micro-batches per step, each of the graph's micro-batch shape (local
+ * shapes stay alike), and the update scales the reduced gradients by n / (grad_accum_steps x the sum
+ * of shares), so that a step equals one process's on all those micro-batches (the mean loss over
+ * every sample). Call after pdde_strategy_data_parallel; shares[i] >= 1, n of them. */
+pdde_status pdde_strategy_data_parallel_shares(pdde_graph *g, const pdde_mesh *mesh, const char *axis, const int *shares);
 /* ZeRO over the data-parallel axis (after the optimizer is appended): stage 1 splits optimizer state,
  * 2 also the gradient accumulators, 3 also the parameters, each along its first dim that the axis
  * divides (kept as it is when none). */
@@ -817,12 +826,14 @@ pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *m
  * The planner search (planner/search.c): how to run a layered model on a set of devices. It tries
  * every data x tensor x pipeline degree the devices allow (and plans leaving the slowest devices out),
  * two layouts of the ranks on the devices, micro-batch counts, interleaved stages, ZeRO stages, f32 or
- * bf16 collectives and recompute per layer (the fewest layers of each stage that make it fit), cuts the
+ * bf16 collectives, recompute per layer (the fewest layers of each stage that make it fit) and, where
+ * data-parallel indices' devices differ in speed, uneven batch shares (pdde_plan.shares), cuts the
  * layers (ids of pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and
  * predicts each candidate's step time and per-device memory from the graph's work per layer and the
  * devices' speeds, memories and links. Reads the symbolic graph only (build it at any size).
  * pdde_plan_auto / pdde_plan_apply (after the cluster object) are a program's entry points: choose, then run. */
 #define PDDE_PLAN_MAX_STAGES 64
+#define PDDE_PLAN_MAX_SHARES 16 /* data-parallel degrees a plan may give uneven shares */
 
 typedef struct {
     int n_devices;
@@ -880,6 +891,10 @@ typedef struct pdde_plan {
      * ((d * tp) + t) * pp + s is the process on device s * dp * tp + d * tp + t), so that on a cluster
      * of mixed machines a stage's devices are alike; 0: pp innermost (mesh rank r on device r) */
     int stage_blocks;
+    /* uneven data parallelism (devices of different speeds): dp index i runs shares[i] x micro
+     * micro-batches per step (pdde_strategy_data_parallel_shares), each of batch / (micro x the sum
+     * of shares) rows; all 0 = equal shares (every dp index micro micro-batches of batch / (dp x micro)) */
+    int shares[PDDE_PLAN_MAX_SHARES];
 } pdde_plan;
 
 /* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
@@ -898,8 +913,8 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
 pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
                              pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
- * [,blocks=1]" (rc: layers recomputed per stage, written when some but not all are); returns what
- * snprintf would. */
+ * [,blocks=1][,shares=3:1]" (rc: layers recomputed per stage, written when some but not all are;
+ * shares: micro-batch shares of the dp indices, dp of them); returns what snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage). */
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out);
@@ -1362,7 +1377,8 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
  * (a forward graph built at params->batch, the global batch, whose repeated blocks carry layer ids)
  * on the cluster's devices, timed at g's largest GEMM; PDDE_ERR_NO_PLAN names why nothing fits.
  * pdde_plan_apply: runs a plan on g, built again for one micro-batch (batch / plan->micro rows; the
- * same graph when micro is 1): annotates it (a [dp, tp, pp] mesh; data parallel; in each layer the
+ * same graph when micro is 1; with shares, dp x batch / (micro x the sum of shares) rows, dp index i
+ * running shares[i] x micro of them): annotates it (a [dp, tp, pp] mesh; data parallel; in each layer the
  * GEMMs with a 2-D weight parameter alternately column- and row-parallel with their biases; the
  * stage cuts or interleaved runs; recompute per layer), appends backward (of loss) and AdamW (opt,
  * grad_accum_steps = plan->micro), ZeRO, completes it and, with out, compiles it with params (its

@@ -56,7 +56,8 @@ static void usage(FILE *f) {
             "           [--metrics FILE]   (one JSON line per step: step, loss, lr, tokens/s, memory; build/pdde-plot\n"
             "                              draws the loss of one or several such files)\n"
             "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
-            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n"
+            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints;\n"
+            "                              shares=3:1: dp index i runs shares[i] x mb micro-batches, for devices of different speeds)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
@@ -120,7 +121,7 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe]\n", o->plan); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,shares=A:B:..]\n  (shares: one per dp index, each >= 1)\n", o->plan); return -1; }
         if (p->stage_blocks) { fprintf(stderr, "gpt: --plan '%s': blocks=1 (a stage per block of devices) is not run by gpt, whose ranks are pp innermost\n", o->plan); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
     }
@@ -134,8 +135,10 @@ static int parse(int argc, char **argv, options *o) {
     for (int k = 0; k < 4; k++)
         if (*plan_v[k] < at_least_one[k].min) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", at_least_one[k].name, *plan_v[k]); return -1; }
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
-    if ((long)o->dp * o->micro > m->batch || m->batch % (o->dp * o->micro) || o->pp > m->layers + 2 || (long)o->dp * o->tp * o->pp > 1 << 16) {
-        fprintf(stderr, "gpt: --dp x --micro must divide --batch (the global batch), --pp at most layers + 2, at most 2^16 ranks\n");
+    gpt_plan shares = {.dp = o->dp, .shares = o->plan && o->parsed_plan.shares[0] ? o->parsed_plan.shares : NULL};
+    long units = gpt_plan_units(&shares); /* dp, or the sum of the shares */
+    if (units * o->micro > m->batch || m->batch % (units * o->micro) || o->pp > m->layers + 2 || (long)o->dp * o->tp * o->pp > 1 << 16) {
+        fprintf(stderr, "gpt: --dp (or the sum of the plan's shares) x --micro must divide --batch (the global batch), --pp at most layers + 2, at most 2^16 ranks\n");
         return -1;
     }
     return 0;
@@ -189,26 +192,20 @@ static int choose_plan(pdde_context *ctx, options *o) {
         }                                                                                      \
     } while (0)
 
-/* Writes a global batch (y may be NULL): micro-batch i is its i-th block of the graph's rows (under
- * SPMD execution each rank keeps its own part of it). */
-static pdde_status write_batch(pdde_session *s, gpt_model *m, const int32_t *x, const int32_t *y, int micro) {
-    size_t rows = (size_t)m->cfg.batch * m->cfg.ctx, bytes = rows * sizeof *x;
-    pdde_status st = PDDE_OK;
-    for (int i = 0; i < micro && st == PDDE_OK; i++) {
-        st = pdde_session_write_micro(s, m->ids, i, x + (size_t)i * rows, bytes);
-        if (st == PDDE_OK && y) st = pdde_session_write_micro(s, m->targets, i, y + (size_t)i * rows, bytes);
-    }
-    return st;
-}
+/* What a rank writes its batches with: its plan and data-parallel index (gpt_write_batch). */
+typedef struct {
+    const gpt_plan *plan;
+    int dp_index, batch; /* batch: the global batch's rows */
+} feeder;
 
 /* Mean loss over a few validation batches (forward only). */
-static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, int micro, int32_t *x, int32_t *y) {
+static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches, const feeder *f, int32_t *x, int32_t *y) {
     uint64_t pos = pdde_data_position(val);
     double sum = 0;
     pdde_data_set_position(val, 0); /* the same validation windows every time */
     for (int i = 0; i < batches; i++) {
-        pdde_data_next_batch(val, m->cfg.batch * micro, m->cfg.ctx, 99, x, y);
-        if (write_batch(s, m, x, y, micro) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
+        pdde_data_next_batch(val, f->batch, m->cfg.ctx, 99, x, y);
+        if (gpt_write_batch(s, m, f->plan, f->dp_index, x, y) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) return NAN;
         sum += pdde_session_loss(s);
     }
     pdde_data_set_position(val, pos);
@@ -218,8 +215,8 @@ static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches
 /* Samples n bytes: the context fills every row of the batch, the next byte comes from the logits at
  * the last filled position (temperature 0.8). Every rank runs it; the ones holding the logits (the
  * last pipeline stage) can read them, and `print` says which one prints. */
-static void sample(pdde_session *s, gpt_model *m, int n, int micro, uint64_t seed, int print) {
-    int T = m->cfg.ctx, V = m->cfg.vocab, BT = m->cfg.batch * micro * T;
+static void sample(pdde_session *s, gpt_model *m, int n, const feeder *f, uint64_t seed, int print) {
+    int T = m->cfg.ctx, V = m->cfg.vocab, BT = f->batch * T;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
     const pdde_tensor *block = pdde_session_tensor(s, m->logits); /* this rank's (NULL: another stage's) */
     size_t bytes = block ? pdde_tensor_nbytes(block) : sizeof(float);
@@ -229,7 +226,7 @@ static void sample(pdde_session *s, gpt_model *m, int n, int micro, uint64_t see
     ids[0] = '\n';
     for (int k = 0; k < n; k++) {
         for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
-        if (write_batch(s, m, ids, NULL, micro) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
+        if (gpt_write_batch(s, m, f->plan, f->dp_index, ids, NULL) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
         if (!block || pdde_session_read(s, m->logits, logits, bytes) != PDDE_OK) print = 0; /* another stage's */
         const float *row = logits + (size_t)(filled - 1) * V;
         double mx = -INFINITY, sum = 0;
@@ -295,7 +292,7 @@ int main(int argc, char **argv) {
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     /* recompute: only the residual stream between blocks is kept for backward */
-    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute, o.pp_chunks, NULL};
+    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute, o.pp_chunks, NULL, NULL};
     if (o.plan) plan = gpt_plan_of(&o.parsed_plan);
     TRY(gpt_build_plan(g, &o.model, &plan, &op, &m));
     pdde_mark_output(m.logits);
@@ -364,6 +361,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     size_t bt = (size_t)o.model.batch * o.model.ctx;
+    feeder feed = {&plan, rank / (o.tp * o.pp), o.model.batch}; /* (mesh [dp, tp, pp]: pp innermost) */
     int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
     double t0 = now(), tlast = t0;
     int64_t first = pdde_session_step(s);
@@ -372,8 +370,9 @@ int main(int argc, char **argv) {
     for (int64_t step = first; step < last; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
-        /* under SPMD every rank gets its block of each micro-batch from its attributes */
-        TRY(write_batch(s, &m, x, y, o.micro)); /* each rank keeps its block of each micro-batch */
+        /* under SPMD every rank gets its block of each micro-batch from its attributes (uneven shares:
+         * its share of the micro-batches) */
+        TRY(gpt_write_batch(s, &m, &plan, feed.dp_index, x, y));
         TRY(pdde_session_run(s, PDDE_RUN_STEP));
         float loss = pdde_session_loss(s); /* the step's loss, the same on every rank */
         double t = now(), dt = t - tlast;
@@ -395,7 +394,7 @@ int main(int argc, char **argv) {
             fflush(metrics);
         }
         if (((o.val_every && (step + 1) % o.val_every == 0) || step + 1 == last)) {
-            float vloss = validate(s, &m, val, o.val_batches, o.micro, x, y);
+            float vloss = validate(s, &m, val, o.val_batches, &feed, x, y);
             if (rank == 0) printf("step %5lld  validation loss %.4f\n", (long long)step + 1, vloss);
             if (metrics) fprintf(metrics, "{\"step\":%lld,\"val_loss\":%.6g}\n", (long long)step + 1, vloss), fflush(metrics);
         }
@@ -407,7 +406,7 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
                           last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
-    if (o.sample_len > 0) sample(s, &m, o.sample_len, o.micro, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
+    if (o.sample_len > 0) sample(s, &m, o.sample_len, &feed, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
     pdde_graph_free(g);

@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     int vocab, ctx, layers, heads, width, batch;
@@ -142,6 +143,9 @@ typedef struct {
     /* with pp > 1 and one run per stage: stage s runs layer ids [stage_first[s], stage_first[s+1]) of
      * the layers + 2 (embedding, blocks, head), as the planner cuts them; NULL = an even cut */
     const int *stage_first;
+    /* uneven data parallelism: dp index i runs shares[i] x micro micro-batches of the batch's
+     * batch / (micro x the sum of shares) rows (pdde_strategy_data_parallel_shares); NULL = equal */
+    const int *shares;
 } gpt_plan;
 
 /* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts point into p. A
@@ -150,9 +154,56 @@ typedef struct {
 static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
     int rc = p->recompute;
     for (int s = 0; s < p->pp && s < PDDE_PLAN_MAX_STAGES; s++) rc |= p->recompute_layers[s] > 0;
-    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, rc, p->chunks, NULL};
+    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, rc, p->chunks, NULL, NULL};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
+    if (p->dp > 1 && p->shares[0] > 0) g.shares = p->shares;
     return g;
+}
+
+/* The micro-batch units of a step's batch per micro-batch count: dp (equal shares) or the sum of the
+ * shares (0 when one is < 1). */
+static inline int gpt_plan_units(const gpt_plan *p) {
+    if (!p->shares || p->dp < 2) return p->dp;
+    int units = 0;
+    for (int i = 0; i < p->dp; i++) {
+        if (p->shares[i] < 1) return 0;
+        units += p->shares[i];
+    }
+    return units;
+}
+
+/* Writes this rank's micro-batches of a step's global batch x (and targets y, may be NULL; [rows, ctx]
+ * each) into session s of model m (built by gpt_build_plan: m->cfg.batch is the graph's micro-batch)
+ * under plan p; dp_index: the rank's data-parallel index. Equal shares: micro-batch i is the i-th block
+ * of the global batch, of which each rank keeps its rows. Uneven shares: dp index d takes its share of
+ * consecutive blocks of m->cfg.batch / dp rows (the blocks of the indices before it first), each
+ * written where index d's rows of the graph's micro-batch sit. */
+static inline pdde_status gpt_write_batch(pdde_session *s, const gpt_model *m, const gpt_plan *p, int dp_index, const int32_t *x,
+                                          const int32_t *y) {
+    size_t T = (size_t)m->cfg.ctx, graph_rows = (size_t)m->cfg.batch;
+    pdde_status st = PDDE_OK;
+    if (!p->shares || p->dp < 2) {
+        size_t block = graph_rows * T;
+        for (int i = 0; i < pdde_session_micro_batches(s) && st == PDDE_OK; i++) {
+            st = pdde_session_write_micro(s, m->ids, i, x + i * block, block * sizeof *x);
+            if (st == PDDE_OK && y) st = pdde_session_write_micro(s, m->targets, i, y + i * block, block * sizeof *y);
+        }
+        return st;
+    }
+    size_t block = graph_rows / (size_t)p->dp * T, first = 0;
+    for (int d = 0; d < dp_index; d++) first += (size_t)p->shares[d] * (size_t)(p->micro > 1 ? p->micro : 1);
+    int32_t *scratch = (int32_t *)calloc(graph_rows * T, sizeof *scratch);
+    if (!scratch) return PDDE_ERR_OOM;
+    for (int i = 0; i < pdde_session_micro_batches(s) && st == PDDE_OK; i++) {
+        memcpy(scratch + (size_t)dp_index * block, x + (first + i) * block, block * sizeof *x);
+        st = pdde_session_write_micro(s, m->ids, i, scratch, graph_rows * T * sizeof *x);
+        if (st == PDDE_OK && y) {
+            memcpy(scratch + (size_t)dp_index * block, y + (first + i) * block, block * sizeof *y);
+            st = pdde_session_write_micro(s, m->targets, i, scratch, graph_rows * T * sizeof *y);
+        }
+    }
+    free(scratch);
+    return st;
 }
 
 /* The training graph of a plan: the model for one micro-batch (c->batch / micro rows of the global
@@ -162,14 +213,14 @@ static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
  * pp index over the embedding, blocks and head) and ZeRO, and completed. */
 static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, const gpt_plan *p, const pdde_optimizer_params *opt,
                                          gpt_model *m) {
-    int micro = p->micro > 1 ? p->micro : 1;
+    int micro = p->micro > 1 ? p->micro : 1, units = gpt_plan_units(p);
     *m = (gpt_model){.cfg = *c};
-    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->zero < 0 || p->zero > 3 || c->batch % micro)
+    if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->zero < 0 || p->zero > 3 || units < 1 || c->batch % (micro * units))
         return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: plan dp %d, tp %d, pp %d (each >= 1), ZeRO stage %d (0..3), "
-                          "%d micro-batches dividing the batch %d", p->dp, p->tp, p->pp, p->zero, micro, c->batch);
+                          "%d micro-batches x %d shares (each >= 1) dividing the batch %d", p->dp, p->tp, p->pp, p->zero, micro, units, c->batch);
     bool parallel = p->dp * p->tp * p->pp > 1;
     gpt_config local = *c;
-    local.batch /= micro;
+    local.batch = c->batch / (micro * units) * p->dp; /* one micro-batch of every dp index */
     pdde_status st = gpt_build(g, &local, m);
     const pdde_mesh *mesh = NULL;
     if (!st && parallel) {
@@ -180,6 +231,7 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
         if (!(mesh = pdde_mesh_create(g, n, shape, names, NULL))) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
+        if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
         if (!st && p->pp > 1 && p->stage_first && p->pp_chunks <= 1) {
             if (p->stage_first[0] != 0 || p->stage_first[p->pp] != c->layers + 2) {

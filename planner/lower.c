@@ -803,11 +803,35 @@ static pdde_status lower_passes(lowering *L, bool training, pdde_program_pass **
     return st;
 }
 
+/* Uneven data parallelism: this rank's dp index runs its share of the step's micro-batches, and the
+ * update scales the gradients (summed over a rank's micro-batches, averaged over the dp ranks) by
+ * dp / (all micro-batches of the step), so every micro-batch weighs the same: the mean loss over
+ * every sample, as one process would take it. Clipping's norm reads the same scale. */
+static pdde_status lower_shares(lowering *L) {
+    const struct planner_graph *pg = L->g->planner;
+    pdde_program *P = L->P;
+    if (!P->world_size || !P->mesh || !pg || !pg->shares) return PDDE_OK;
+    int axis = program_axis(P, pg->share_mesh, pg->share_axis);
+    if (axis < 0) return pdde_error(L->ctx, PDDE_ERR_DIST_ATTR, "lower: the data-parallel shares' axis is not an axis of the graph's mesh");
+    int n = P->mesh->shape[axis], accum = P->n_micro;
+    P->n_micro = accum * pg->shares[P->coords[axis]];
+    P->grad_scale = (float)n / ((float)accum * (float)pg->share_total);
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *t = P->order[i];
+        if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE || t->op == PDDE_OP_GRAD_NORM_SQ)
+            pdde_op_set_f32(t, PDDE_P_UPDATE_GRAD_SCALE, P->grad_scale);
+    }
+    return PDDE_OK;
+}
+
 static pdde_status lower_schedule(lowering *L) {
     const pdde_graph *g = L->g;
     pdde_program *P = L->P;
     P->n_micro = g->has_optimizer ? g->opt.grad_accum_steps : 1;
     if (P->n_micro < 1) P->n_micro = 1;
+    P->grad_scale = 1.0f / (float)P->n_micro;
+    pdde_status st = lower_shares(L);
+    if (st) return st;
     P->n_stages = 1, P->n_chunks = 1, P->n_live = 1, P->schedule = L->p->schedule, P->loss_chunk = 0;
     if (P->schedule != PDDE_PIPELINE_1F1B && P->schedule != PDDE_PIPELINE_GPIPE)
         return pdde_error(L->ctx, PDDE_ERR_INVALID_ARG, "lower: unknown pipeline schedule %d", (int)P->schedule);
@@ -815,7 +839,7 @@ static pdde_status lower_schedule(lowering *L) {
     int n_layers = pg ? pg->n_layer_mesh : 0;
     int *chunk_of_layer = malloc((size_t)(n_layers + 1) * sizeof *chunk_of_layer);
     if (!chunk_of_layer) return lower_oom(L);
-    pdde_status st = lower_stages(L, chunk_of_layer);
+    st = lower_stages(L, chunk_of_layer);
     for (int i = 0; i < P->n_order && !st && P->n_stages > 1; i++) {
         pdde_tensor *t = P->order[i];
         P->info[t->id].chunk = t->layer >= 0 && t->layer < n_layers ? chunk_of_layer[t->layer] : -1;

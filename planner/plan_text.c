@@ -25,6 +25,10 @@ int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
     if (p->comm_dtype == PDDE_BF16) plan_append(buf, n, &k, ",comm=bf16", 0);
     if (p->schedule == PDDE_PIPELINE_GPIPE) plan_append(buf, n, &k, ",sched=gpipe", 0);
     if (p->stage_blocks) plan_append(buf, n, &k, ",blocks=1", 0);
+    if (p->shares[0] > 0) {
+        plan_append(buf, n, &k, ",shares=", 0);
+        for (int i = 0; i < p->dp && i < PDDE_PLAN_MAX_SHARES; i++) plan_append(buf, n, &k, i ? ":%d" : "%d", p->shares[i]);
+    }
     return k;
 }
 
@@ -41,7 +45,7 @@ static int plan_parse_list(const char **s, int *v, int max, int least) {
 
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     pdde_plan p = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
-    int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0, n_rc = 0;
+    int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0, n_rc = 0, n_shares = 0;
     const char *s = text ? text : "";
     while (*s) {
         char key[16];
@@ -54,6 +58,8 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
                : !strcmp(key, "blocks") ? &p.stage_blocks : NULL;
         if (!strcmp(key, "stages")) {
             if ((n_stage_layers = plan_parse_list(&s, stage_layers, PDDE_PLAN_MAX_STAGES, 1)) < 0) return PDDE_ERR_INVALID_ARG;
+        } else if (!strcmp(key, "shares")) {
+            if ((n_shares = plan_parse_list(&s, p.shares, PDDE_PLAN_MAX_SHARES, 1)) < 0) return PDDE_ERR_INVALID_ARG;
         } else if (!strcmp(key, "rc")) {
             if ((n_rc = plan_parse_list(&s, p.recompute_layers, PDDE_PLAN_MAX_STAGES, 0)) < 0) return PDDE_ERR_INVALID_ARG;
         } else if (!strcmp(key, "comm") || !strcmp(key, "sched")) {
@@ -72,7 +78,7 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     }
     if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.pp > PDDE_PLAN_MAX_STAGES || p.micro < 1 || p.zero < 0 || p.zero > 3 ||
         p.recompute < 0 || p.recompute > 1 || p.chunks < 1 || (n_stage_layers && n_stage_layers != p.pp) || (n_rc && n_rc != p.pp) ||
-        p.stage_blocks < 0 || p.stage_blocks > 1)
+        p.stage_blocks < 0 || p.stage_blocks > 1 || (n_shares && n_shares != p.dp))
         return PDDE_ERR_INVALID_ARG;
     for (int i = 0; i < n_stage_layers; i++) p.stage_first[i + 1] = p.stage_first[i] + stage_layers[i];
     *out = p;

@@ -25,6 +25,7 @@ PDDE_PRIVATE void planner_graph_free(struct planner_graph *p) {
     for (int i = 0; i < p->n_meshes; i++) free(p->meshes[i]);
     free(p->meshes);
     free(p->layer_mesh);
+    free(p->shares);
     free(p->annotated);
     free(p->required);
     free(p->conflicts);

@@ -106,6 +106,10 @@ struct planner_graph {
     const pdde_mesh *mesh;         /* the graph's mesh: unannotated inputs and parameters live here */
     const pdde_mesh **layer_mesh;  /* by layer id: the sub-mesh its ops run on (pipeline stage), or NULL */
     int n_layer_mesh;
+    /* uneven data parallelism (pdde_strategy_data_parallel_shares): index i of share_mesh's axis
+     * share_axis runs shares[i] x grad_accum_steps micro-batches; NULL = equal shares */
+    const pdde_mesh *share_mesh;
+    int share_axis, *shares, share_total;
     uint8_t *annotated;            /* by tensor id: 1 when pdde_shard set its attr */
     int n_annotated;
     /* results of the last pdde_complete */
@@ -239,7 +243,10 @@ typedef struct pdde_program {
     bool *elsewhere;            /* by user id: in the step, but on other ranks (another stage's) */
     pdde_tensor *loss;          /* the loss node on this rank, or NULL */
     /* micro-batches, pipeline stages, the schedule */
-    int n_micro;                /* micro-batches per step (the optimizer's grad_accum_steps) */
+    int n_micro;                /* micro-batches per step (the optimizer's grad_accum_steps, times this
+                                   rank's share under uneven data parallelism) */
+    float grad_scale;           /* what the update multiplies the reduced gradients by: 1 / grad_accum_steps,
+                                   or dp / (grad_accum_steps x the shares' sum) with uneven shares */
     int n_stages, stage;        /* pipeline stages (1: none) and this rank's */
     int n_chunks;               /* runs of layers this rank's stage holds (interleaved stages; 1 = one) */
     int loss_chunk;             /* the chunk holding the loss */

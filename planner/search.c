@@ -2,7 +2,8 @@
  *
  * It enumerates the data / tensor / pipeline degrees, two layouts of the ranks on the devices (pp
  * innermost, or a block of devices per stage), micro-batch counts, interleaved stages, ZeRO stages,
- * f32 or bf16 collectives and recompute per layer, cuts the layers into pipeline stages sized by each
+ * f32 or bf16 collectives, recompute per layer and (devices of different speeds) uneven
+ * data-parallel shares, cuts the layers into pipeline stages sized by each
  * stage's devices (speed and memory), predicts every candidate's step time and per-device memory, and
  * returns the fastest plans that fit with the rejected ones and why. It reads the symbolic graph
  * through the public API only (a 260B-parameter model is a few thousand nodes of metadata) and
@@ -225,6 +226,11 @@ typedef struct {
     double wire; /* bytes a collective carries per f32 byte: 1, or 0.5 in bf16 (with a cast each side) */
     double tp_bw, tp_lat, dp_bw, dp_lat, pp_bw, pp_lat;
     plan_stage_devices st[PDDE_PLAN_MAX_STAGES];
+    /* uneven data parallelism (pp 1): dp index i runs shares[i] x m micro-batches of 1 / (units x m) of
+     * the batch on its devices rep[i] (the slowest of its tp group); shares NULL: equal, units = dp */
+    const int *shares;
+    int units;
+    plan_stage_devices rep[PDDE_PLAN_MAX_SHARES];
     double slots; /* m + (pp - 1) / v: the step in units of the slowest stage's per-micro time */
     const char *no_link; /* the group ("tp", "dp", "pp") whose devices have no link between them */
 } plan_eval;
@@ -257,7 +263,7 @@ static void work_add(const plan_eval *e, stage_work *w, int a, int b, int k) {
 
 /* Bytes one device of stage s holds. */
 static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
-    double dp = e->dp, params = w->params / e->tp, per_micro = 1.0 / (dp * e->m * e->tp);
+    double dp = e->dp, params = w->params / e->tp, per_micro = 1.0 / ((double)e->units * e->m * e->tp);
     double weights = e->zero >= 3 ? params / dp : params;
     double grads = e->zero >= 2 ? params / dp : params;
     double adam = 2 * (e->zero >= 1 ? params / dp : params);
@@ -274,11 +280,10 @@ static double cast_s(const plan_eval *e, const plan_stage_devices *d, double byt
     return e->wire < 1 ? 3 * bytes / d->mem_bw + 2 * d->op_latency : 0;
 }
 
-/* Stage s's time per micro-batch, plus its gradient reduction and optimizer update spread over the
- * step's slots. */
-static double stage_time(const plan_eval *e, int s, const stage_work *w) {
-    const plan_stage_devices *d = &e->st[s];
-    double share = 1.0 / ((double)e->dp * e->m * e->tp);
+/* One micro-batch's forward, backward and recompute of work w on devices d, with its tensor-parallel
+ * allreduces, stage-crossing sends and ZeRO-3 gathers; *fwd_s: the forward's compute. */
+static double micro_time(const plan_eval *e, const plan_stage_devices *d, const stage_work *w, double *fwd_s) {
+    double share = 1.0 / ((double)e->units * e->m * e->tp);
     /* about half of a block's other ops (its layernorms, residual adds) run whole on every tensor-parallel rank */
     double bytes_share = share * (0.5 * e->tp + 0.5);
     double fwd = w->flops / d->flops * share + w->bytes / d->mem_bw * bytes_share + w->ops * d->op_latency;
@@ -286,13 +291,28 @@ static double stage_time(const plan_eval *e, int s, const stage_work *w) {
                              : 2 * fwd; /* a graph without its backward: twice the forward */
     double t = fwd + bwd + w->r_flops / d->flops * share + w->r_bytes / d->mem_bw * bytes_share + w->r_ops * d->op_latency;
     if (e->tp > 1 && w->tp_n > 0) { /* forward, backward and recompute: an allreduce per row-parallel linear */
-        double per = w->tp_ar / ((double)e->dp * e->m) / w->tp_n;
+        double per = w->tp_ar / ((double)e->units * e->m) / w->tp_n;
         t += (2 * w->tp_n + w->r_tp_n) * (ring_allreduce_s(per * e->wire, e->tp, e->tp_bw, e->tp_lat) + cast_s(e, d, per));
     }
     double dp = e->dp, wbytes = w->params / e->tp;
-    if (w->n_send) t += 2 * (w->send / (dp * e->m) / e->pp_bw + w->n_send * e->pp_lat);
+    if (w->n_send) t += 2 * (w->send / ((double)e->units * e->m) / e->pp_bw + w->n_send * e->pp_lat);
     if (e->zero >= 3 && e->dp > 1) /* parameters gathered for forward and again for backward */
         t += 2 * ((dp - 1) / dp * wbytes * e->wire / e->dp_bw + (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp));
+    *fwd_s = fwd;
+    return t;
+}
+
+/* Stage s's time per micro-batch, plus its gradient reduction and optimizer update spread over the
+ * step's slots. */
+static double stage_time(const plan_eval *e, int s, const stage_work *w) {
+    const plan_stage_devices *d = &e->st[s];
+    double fwd, t = micro_time(e, d, w, &fwd);
+    /* uneven shares: the dp index whose share takes longest on its devices paces the step */
+    for (int i = 0; e->shares && i < e->dp; i++) {
+        double f, ti = e->shares[i] * micro_time(e, &e->rep[i], w, &f);
+        if (i == 0 || ti > t) t = ti, fwd = e->shares[i] * f;
+    }
+    double dp = e->dp, wbytes = w->params / e->tp;
     double sync = e->dp > 1 ? ring_allreduce_s(wbytes * e->wire, e->dp, e->dp_bw, e->dp_lat) + cast_s(e, d, wbytes) : 0;
     if (e->params->overlap_dp) sync = fmax(0, sync - e->m * fwd * 2);
     double update = 32.0 / 4.0 * (e->zero >= 1 ? wbytes / dp : wbytes) / d->mem_bw; /* AdamW: p, g, m, v in; p, m, v out */
@@ -397,12 +417,48 @@ static void plan_links(plan_eval *e) {
         sd->flops = sd->mem_bw = sd->memory = DBL_MAX, sd->op_latency = 0;
         for (int i = 0; i < members; i++) {
             int dev = r->dev[plan_member(e, s, i)];
-            if (d->flops[dev] < sd->flops) sd->flops = d->flops[dev];
-            if (d->mem_bw[dev] < sd->mem_bw) sd->mem_bw = d->mem_bw[dev];
-            if (d->memory[dev] < sd->memory) sd->memory = d->memory[dev], sd->worst_mem_device = dev;
-            if (d->op_latency && d->op_latency[dev] > sd->op_latency) sd->op_latency = d->op_latency[dev];
+            plan_stage_devices *rd = e->pp == 1 && e->dp <= PDDE_PLAN_MAX_SHARES ? &e->rep[i / e->tp] : NULL; /* its dp index's */
+            if (rd && i % e->tp == 0) *rd = (plan_stage_devices){DBL_MAX, DBL_MAX, DBL_MAX, 0, dev};
+            for (plan_stage_devices *x = sd; x; x = x == sd ? rd : NULL) {
+                if (d->flops[dev] < x->flops) x->flops = d->flops[dev];
+                if (d->mem_bw[dev] < x->mem_bw) x->mem_bw = d->mem_bw[dev];
+                if (d->memory[dev] < x->memory) x->memory = d->memory[dev], x->worst_mem_device = dev;
+                if (d->op_latency && d->op_latency[dev] > x->op_latency) x->op_latency = d->op_latency[dev];
+            }
         }
     }
+}
+
+/* Uneven shares for the dp indices of candidate e (pp 1, links computed), out of `units` micro-batch
+ * units: each index's share in proportion to its speed on the model's forward work (its devices' time
+ * for a micro-batch), at least 1, rounded down and the units left to the largest remainders. False
+ * when the devices are alike (equal shares are the plan) or the shares come out equal. */
+static bool plan_shares(const plan_eval *e, int units, int *shares) {
+    if (e->pp != 1 || e->dp < 2 || e->dp > PDDE_PLAN_MAX_SHARES || units <= e->dp) return false;
+    int L = e->prof->n_layers;
+    double speed[PDDE_PLAN_MAX_SHARES], total = 0, fastest = 0, slowest = DBL_MAX;
+    for (int i = 0; i < e->dp; i++) {
+        const plan_stage_devices *d = &e->rep[i];
+        double t = prof_sum(e->prof, PROF_FLOPS, 0, L) / d->flops + prof_sum(e->prof, PROF_BYTES, 0, L) / d->mem_bw +
+                   prof_sum(e->prof, PROF_OPS, 0, L) * d->op_latency;
+        speed[i] = 1 / t, total += speed[i], fastest = fmax(fastest, speed[i]), slowest = fmin(slowest, speed[i]);
+    }
+    if (fastest < 1.05 * slowest) return false;
+    int given = 0;
+    double rest[PDDE_PLAN_MAX_SHARES];
+    for (int i = 0; i < e->dp; i++) {
+        double exact = units * speed[i] / total;
+        shares[i] = exact < 1 ? 1 : (int)exact, rest[i] = exact - shares[i], given += shares[i];
+    }
+    while (given != units) { /* the largest remainders take the units left (the smallest give back what the minimum of 1 took) */
+        int k = -1;
+        for (int i = 0; i < e->dp; i++)
+            if ((given < units || shares[i] > 1) && (k < 0 || (given < units ? rest[i] > rest[k] : rest[i] < rest[k]))) k = i;
+        shares[k] += given < units ? 1 : -1, rest[k] += given < units ? -1 : 1, given += given < units ? 1 : -1;
+    }
+    for (int i = 1; i < e->dp; i++)
+        if (shares[i] != shares[0]) return true;
+    return false;
 }
 
 /* False when no cut can fit: the stages' weights, gradients and optimizer state, spread as evenly as
@@ -423,6 +479,11 @@ static double plan_lower_bound(const plan_eval *e) {
     for (int s = 0; s < e->pp; s++) speed += e->st[s].flops;
     int L = e->prof->n_layers;
     double fwd = prof_sum(e->prof, PROF_FLOPS, 0, L), bwd = prof_sum(e->prof, PROF_BOPS, 0, L) > 0 ? prof_sum(e->prof, PROF_BFLOPS, 0, L) : 2 * fwd;
+    if (e->shares) { /* uneven shares: at best every dp index busy all the step, on its own devices' speed */
+        double sum = 0;
+        for (int i = 0; i < e->dp; i++) sum += e->rep[i].flops;
+        return (fwd + bwd) / e->tp / sum;
+    }
     return e->slots * (fwd + bwd) / ((double)e->dp * e->m * e->tp) / speed;
 }
 
@@ -433,6 +494,7 @@ static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *ar
     plan->dp = e->dp, plan->tp = e->tp, plan->pp = e->pp, plan->micro = e->m, plan->zero = e->zero, plan->chunks = e->v;
     plan->schedule = e->gpipe ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B, plan->comm_dtype = e->wire < 1 ? PDDE_BF16 : PDDE_F32;
     plan->stage_blocks = e->blocks, plan->why[0] = 0;
+    for (int i = 0; i < PDDE_PLAN_MAX_SHARES; i++) plan->shares[i] = e->shares && i < e->dp ? e->shares[i] : 0;
     if (e->no_link) {
         snprintf(plan->why, sizeof plan->why, "no link between the devices of a %s-parallel group", e->no_link);
         return plan->step_s = DBL_MAX;
@@ -536,12 +598,19 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
     pdde_status st = plan_check_inputs(ctx, devices, params);
     if (st) return st;
     pdde_plan *p = plan;
-    int n = p->dp * p->tp * p->pp;
+    int n = p->dp * p->tp * p->pp, units = p->shares[0] > 0 ? 0 : p->dp;
+    for (int i = 0; i < PDDE_PLAN_MAX_SHARES && !units; i++) {
+        if ((i < p->dp) != (p->shares[i] > 0) || p->dp > PDDE_PLAN_MAX_SHARES || p->pp > 1)
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: shares: want dp = %d shares >= 1 (at most %d) and no pipeline stages (pp %d); "
+                              "share %d is %d", p->dp, PDDE_PLAN_MAX_SHARES, p->pp, i, p->shares[i]);
+        if (i == p->dp - 1)
+            for (int k = 0; k < p->dp; k++) units += p->shares[k];
+    }
     if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->pp > PDDE_PLAN_MAX_STAGES || n > devices->n_devices || p->micro < 1 || p->chunks < 1 ||
-        p->zero < 0 || p->zero > 3 || params->batch % ((int64_t)p->dp * p->micro) || (p->comm_dtype != PDDE_F32 && p->comm_dtype != PDDE_BF16) ||
+        p->zero < 0 || p->zero > 3 || params->batch % ((int64_t)units * p->micro) || (p->comm_dtype != PDDE_F32 && p->comm_dtype != PDDE_BF16) ||
         (p->schedule != PDDE_PIPELINE_1F1B && p->schedule != PDDE_PIPELINE_GPIPE))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: dp %d x tp %d x pp %d (of %d devices), mb %d, zero %d, chunks %d, comm %s, schedule %d: "
-                          "out of range or the batch %lld does not divide by dp x mb", p->dp, p->tp, p->pp, devices->n_devices, p->micro, p->zero,
+                          "out of range or the batch %lld does not divide by dp (or the shares' sum) x mb", p->dp, p->tp, p->pp, devices->n_devices, p->micro, p->zero,
                           p->chunks, pdde_dtype_name(p->comm_dtype), (int)p->schedule, (long long)params->batch);
     plan_profile prof;
     if ((st = plan_profile_build(g, params->n_layers, &prof))) return st;
@@ -566,7 +635,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
         plan_eval e = {.prof = &prof, .params = params, .ranks = &ranks, .dp = p->dp, .tp = p->tp, .pp = p->pp, .m = p->micro,
                        .zero = p->zero, .v = p->chunks, .rc = p->recompute == 1 ? RC_ALL : given ? RC_GIVEN : RC_NONE,
                        .rc_given = p->recompute_layers, .gpipe = p->schedule == PDDE_PIPELINE_GPIPE, .blocks = p->stage_blocks,
-                       .wire = p->comm_dtype == PDDE_BF16 ? 0.5 : 1};
+                       .wire = p->comm_dtype == PDDE_BF16 ? 0.5 : 1, .shares = p->shares[0] > 0 ? p->shares : NULL, .units = units};
         e.slots = e.m + (double)(e.pp - 1) / e.v;
         plan_links(&e);
         plan_evaluate(&e, p, NULL, NULL, true);
@@ -617,10 +686,19 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                 if (pp.batch % dpd) continue;
                 /* the layouts: pp innermost, and with stages, each stage on a block of devices */
                 for (int blocks = 0; blocks <= (pipe > 1 && !pp.no_stage_blocks); blocks++) {
-                    plan_eval links = {.prof = &prof, .params = &pp, .ranks = &ranks, .dp = dpd, .tp = tp, .pp = pipe, .blocks = blocks};
+                    plan_eval links = {.prof = &prof, .params = &pp, .ranks = &ranks, .dp = dpd, .tp = tp, .pp = pipe, .blocks = blocks, .units = dpd};
                     plan_links(&links);
-                    for (int m = 1; m <= max_micro && m <= pp.batch / dpd; m++) {
-                        if ((pp.batch / dpd) % m) continue;
+                    /* equal shares, then (devices of different speeds, no stages) shares by speed out of
+                     * dp + 1 .. 4 dp units */
+                    int options[4 * PDDE_PLAN_MAX_SHARES][PDDE_PLAN_MAX_SHARES], option_units[4 * PDDE_PLAN_MAX_SHARES], n_options = 1;
+                    option_units[0] = dpd;
+                    for (int u = dpd + 1; u <= 4 * dpd && u <= pp.batch; u++)
+                        if (plan_shares(&links, u, options[n_options]) && (n_options == 1 || memcmp(options[n_options], options[n_options - 1], sizeof options[0])))
+                            option_units[n_options++] = u;
+                    for (int o = 0; o < n_options; o++)
+                    for (int m = 1; m <= max_micro && m <= pp.batch / option_units[o]; m++) {
+                        if (pp.batch % ((int64_t)option_units[o] * m)) continue;
+                        links.shares = o ? options[o] : NULL, links.units = option_units[o];
                         /* interleaved stages (Megatron's virtual pipeline: m a multiple of the stages) */
                         for (int v = 1; v <= 4; v *= 2) {
                             if (v > 1 && (pipe == 1 || pp.no_interleave || m % pipe || v * pipe > L)) continue;

@@ -51,6 +51,27 @@ pdde_status pdde_strategy_data_parallel(pdde_graph *g, const pdde_mesh *mesh, co
     return PDDE_OK;
 }
 
+pdde_status pdde_strategy_data_parallel_shares(pdde_graph *g, const pdde_mesh *mesh, const char *axis, const int *shares) {
+    if (!g || !shares) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    int ax = strategy_axis(g, mesh, axis, "data parallel shares");
+    if (ax < 0) return PDDE_ERR_DIST_ATTR;
+    int n = mesh->shape[ax], total = 0;
+    for (int i = 0; i < n; i++) {
+        if (shares[i] < 1 || shares[i] > 1 << 16)
+            return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "data parallel shares: share %d of axis %s is %d: want 1..65536 micro-batch units",
+                              i, axis, shares[i]);
+        total += shares[i];
+    }
+    struct planner_graph *pg = planner_of(g);
+    int *copy = pg ? malloc((size_t)n * sizeof *copy) : NULL;
+    if (!copy) return pdde_error(g->ctx, PDDE_ERR_OOM, "data parallel shares: out of memory");
+    memcpy(copy, shares, (size_t)n * sizeof *copy);
+    free(pg->shares);
+    pg->shares = copy, pg->share_mesh = mesh, pg->share_axis = ax, pg->share_total = total;
+    return PDDE_OK;
+}
+
 pdde_status pdde_strategy_zero(pdde_graph *g, const pdde_mesh *mesh, const char *axis, int stage) {
     if (!g) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;

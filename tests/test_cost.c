@@ -487,6 +487,24 @@ static void test_plan_programs(void) {
           r ? r->compute_time[1] : 0, dp_compute);
     CHECK(r && r->idle[0] > 0.5 * r->compute_time[0], "the fast rank waits for the slow one at the gradient allreduces: idle %g s", r ? r->idle[0] : 0);
     pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
+    /* uneven shares: rank 0 runs three micro-batches of the same shape to rank 1's one, and its memory
+     * (as its session plans it) holds the inputs of three */
+    r = simulate_plan(c, "dp=2,shares=3:1", &sp, NULL, &g, &p);
+    int forward_ops[2] = {0, 0};
+    for (int k = 0; r && k < 2; k++) {
+        for (int i = 0; i < pdde_cost_program_n_ops(p, k); i++) {
+            const pdde_cost_op *o = pdde_cost_program_op(p, k, i);
+            forward_ops[k] += o->kind == PDDE_COST_COMPUTE && o->phase == PDDE_PHASE_FORWARD;
+        }
+        pdde_memory_stats ms;
+        CHECK(pdde_lower_memory(g, &sp, 2, k, &ms) == PDDE_OK && r->peak_memory[k] == (double)(ms.allocated_bytes + ms.transfer_bytes),
+              "shares 3:1 rank %d: simulated peak %.0f, memory plan %zu + %zu", k, r->peak_memory[k], ms.allocated_bytes, ms.transfer_bytes);
+    }
+    CHECK(forward_ops[1] > 0 && forward_ops[0] == 3 * forward_ops[1], "shares 3:1: %d forward ops on rank 0, %d on rank 1", forward_ops[0], forward_ops[1]);
+    CHECK(r && r->peak_memory[0] > r->peak_memory[1] && r->compute_time[0] > 1.5 * r->compute_time[1],
+          "shares 3:1: rank 0 holds more (%.0f, %.0f bytes) and computes longer (%g s, %g s)", r ? r->peak_memory[0] : 0,
+          r ? r->peak_memory[1] : 0, r ? r->compute_time[0] : 0, r ? r->compute_time[1] : 0);
+    pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
     /* tensor parallel: activations allreduced over the tp group in forward and backward (blocking) */
     r = simulate_plan(c, "tp=2", &sp, NULL, &g, &p);
     int sync = 0;

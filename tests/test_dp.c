@@ -3,12 +3,13 @@
  * graph is annotated data parallel (each takes half of every batch; gradients accumulate locally,
  * partial over dp, and are averaged once a step, the reduction started in backward as soon as a
  * gradient is final), with ZeRO-1 (the update on this rank's shard of the optimizer state), with two
- * micro-batches per step (one RUN_STEP, or one call per micro-batch and then the update), and on a
- * device. Every step's loss must agree within TOL_LOSS relative and every parameter and optimizer
- * state tensor after the last step (gathered through a checkpoint) within TOL_PARAM, the loss must
- * fall, ZeRO-1 must halve the optimizer state per rank
- * and the reductions must start in backward. Ranks are real processes meeting through a TCP store on
- * 127.0.0.1 that this test hosts. */
+ * micro-batches per step (one RUN_STEP, or one call per micro-batch and then the update), on a
+ * device, and with uneven shares (3:1, 1:3 with two micro-batches each, and 3:1 under ZeRO-1: rank r
+ * runs its share of the step's micro-batches, and the step is one process's on the whole batch).
+ * Every step's loss must agree within TOL_LOSS relative and every parameter and optimizer state
+ * tensor after the last step (gathered through a checkpoint) within TOL_PARAM, the loss must fall,
+ * ZeRO-1 must halve the optimizer state per rank and the reductions must start in backward. Ranks
+ * are real processes meeting through a TCP store on 127.0.0.1 that this test hosts. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -41,6 +42,8 @@ typedef struct {
     int scale_sensitive;   /* 1: unclipped AdamW with eps 1e-3, of the size of these gradients: clipping
                               and Adam's normalisation (eps 1e-8) hide a gradient scaled by the rank count */
     int64_t bucket_bytes;  /* gradient_bucket_bytes (0: 25 MiB, every gradient of this model in one bucket) */
+    int shares[RANKS];     /* uneven data parallelism: rank r runs shares[r] x micro_batches micro-batches
+                              of the global batch's consecutive blocks (gpt_write_batch); {0} = equal */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -59,7 +62,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     int micro = dc->micro_batches;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
-    gpt_plan plan = {comm ? RANKS : 1, 1, 1, micro, dc->zero, 0, 0, NULL};
+    gpt_plan plan = {comm ? RANKS : 1, 1, 1, micro, dc->zero, 0, 0, NULL, comm && dc->shares[0] ? dc->shares : NULL};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
@@ -79,6 +82,12 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
         double loss = 0;
+        if (plan.shares) { /* this rank's share of the step's micro-batches, then the step */
+            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm), x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+                FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
+            out->losses[step] = pdde_session_loss(s);
+            continue;
+        }
         for (int mb = 0; mb < micro; mb++) { /* micro-batch mb: the global batch's mb-th rows */
             pdde_status st = dc->calls ? pdde_session_write_global(s, m.ids, x + mb * rows, bytes)
                                        : pdde_session_write_micro(s, m.ids, mb, x + mb * rows, bytes);
@@ -205,6 +214,18 @@ int main(void) {
     train(ctx, NULL, &scaled_ref, &sref);
     CHECK(sref.ok, "reference: %s", sref.error);
     compare(scaled.name, scaled_ref.name, &sref, &sres);
+    /* uneven shares: each micro-batch weighs the same whatever rank runs it (gradient scale-sensitive
+     * too: a rank's share weighted as a whole rank's, or the update's scale 1 / micro, shows) */
+    static const dp_config uneven[] = {
+        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
+        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
+        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}},     /* ZeRO-1: the shard updates take the same scale */
+    };
+    for (int i = 0; i < 3; i++) {
+        run_result ures = {0};
+        run_ranks(addr, &uneven[i], &ures);
+        compare(uneven[i].name, scaled_ref.name, &sref, &ures);
+    }
     run_result dp = res[0], zero = res[3];
     /* every parameter's gradient reduction starts in backward (28 parameters in this model; ZeRO-1 also
      * reduces each whole for the clipping norm besides reduce-scattering it for its shard's update) */

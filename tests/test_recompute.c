@@ -230,7 +230,7 @@ static void test_readme_arena(void) {
         gpt_model m;
         pdde_context_init(&cp, &ctx);
         pdde_graph_init(ctx, &g);
-        gpt_plan plan = {1, 1, 1, 1, 0, rc, 0, NULL};
+        gpt_plan plan = {1, 1, 1, 1, 0, rc, 0, NULL, NULL};
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         pdde_status st = gpt_build_plan(g, &c, &plan, &op, &m);
         if (!st) pdde_mark_output(m.logits), st = pdde_session_init(g, NULL, &s);

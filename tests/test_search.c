@@ -344,6 +344,34 @@ int main(void) {
                 CHECK(slow <= b->stage_first[s + 1] - b->stage_first[s], "the slow device's stage has the fewest layers (%d)", slow);
         }
     }
+    /* 4b. two devices, the second a third as fast (flops and bandwidth): on both, the plan gives the slow
+     * one the smaller data-parallel share (uneven shares, by speed) and beats equal shares by over 1.3x;
+     * the shares' text reads back; bad shares are refused */
+    {
+        cluster c;
+        cluster_init(&c, 2, 3e10, 3e9, 1e9, 2);
+        c.flops[1] = 1e10, c.bw[1] = 1e9;
+        pdde_plan_params both = pp;
+        both.use_all_devices = 1, both.no_tp = 1, both.no_pp = 1;
+        CHECK(pdde_plan_search(g, &c.d, &both, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "a slow second device: %s", pdde_last_error(ctx));
+        pdde_plan *b = &plans[0], equal = {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
+        char s[256];
+        pdde_plan_str(b, s, sizeof s);
+        pdde_plan_evaluate(g, &c.d, &both, &equal);
+        CHECK(b->dp == 2 && b->shares[0] > b->shares[1] && b->shares[1] >= 1, "the slow device gets the smaller share: %s", s);
+        CHECK(b->step_s * 1.3 < equal.step_s, "%s: %g s against %g s for equal shares", s, b->step_s, equal.step_s);
+        pdde_plan again = *b, back;
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &again) == PDDE_OK && fabs(again.step_s - b->step_s) <= 1e-12 * b->step_s,
+              "evaluating %s again predicts what the search did (%g s, %g s)", s, again.step_s, b->step_s);
+        CHECK(strstr(s, ",shares=") && pdde_plan_parse(s, &back) == PDDE_OK && !memcmp(back.shares, b->shares, sizeof back.shares),
+              "%s reads back with its shares", s);
+        static const char *const bad[] = {"dp=2,shares=3", "dp=2,shares=3:0", "dp=2,shares=3:x", "dp=1,shares=1:1", "dp=2,shares=:1"};
+        for (int i = 0; i < 5; i++) CHECK(pdde_plan_parse(bad[i], &back) == PDDE_ERR_INVALID_ARG, "'%s' is refused", bad[i]);
+        pdde_plan staged = {.dp = 1, .tp = 1, .pp = 2, .micro = 2, .chunks = 1, .shares = {1}};
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &staged) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "shares"),
+              "shares with pipeline stages: an error naming them (%s)", pdde_last_error(ctx));
+        printf("a device 3x slower: %s, %.3g ms against %.3g ms for equal shares\n", s, b->step_s * 1e3, equal.step_s * 1e3);
+    }
     /* 5. one device with too little memory for anything: left out */
     {
         cluster c;
@@ -518,6 +546,26 @@ int main(void) {
         const pdde_mesh *last = pdde_graph_find(mg, "wo")->dist.mesh;
         CHECK(last && last->n_ranks == 2 && last->ranks[0] == 2 && last->ranks[1] == 3, "the last stage on processes %d, %d",
               last ? last->ranks[0] : -1, last && last->n_ranks > 1 ? last->ranks[1] : -1);
+        pdde_graph_free(mg);
+        /* uneven shares: dp index 0 runs 1 x 2 micro-batches, index 1 3 x 2; a share missing is refused by name */
+        mg = mlp_build(ctx, &m);
+        CHECK(pdde_plan_parse("dp=2,mb=2,shares=1:3", &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_OK,
+              "apply shares=1:3: %s", pdde_last_error(ctx));
+        for (int r = 0; r < 2; r++) {
+            char *buf = NULL, want[64];
+            size_t len = 0;
+            FILE *f = open_memstream(&buf, &len);
+            pdde_status st = pdde_lower_dump(mg, NULL, 2, r, f);
+            fclose(f);
+            snprintf(want, sizeof want, "; %d micro-batches per step", r ? 6 : 2);
+            CHECK(st == PDDE_OK && strstr(buf, want), "rank %d of shares=1:3: %s (%s)", r, want, pdde_last_error(ctx));
+            free(buf);
+        }
+        pdde_graph_free(mg);
+        mg = mlp_build(ctx, &m);
+        p.shares[1] = 0;
+        CHECK(pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "share 1 is 0"),
+              "a missing share is refused: %s", pdde_last_error(ctx));
         pdde_graph_free(mg);
         mg = mlp_build(ctx, &m);
         CHECK(pdde_plan_parse("tp=3", &p) == PDDE_OK && pdde_plan_apply(mg, &p, m.loss, NULL, NULL, NULL) == PDDE_ERR_DIST_ATTR &&
