@@ -1089,6 +1089,7 @@ struct pdde_session {
     bool bind;                  /* tensors are pointed at a micro-batch's memory before each node */
     size_t *input_base;         /* per program node id of an input: offset of its micro-batch 0 (then one slot each) */
     int *send_of;               /* per program node id of a SEND: its index in sends */
+    pdde_tensor **update_group; /* n_order slots: the update nodes of one multi-tensor launch */
     struct session_send *sends; /* per SEND node: host copies in flight, one per live micro-batch */
     int n_sends;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
@@ -1644,7 +1645,8 @@ static pdde_status session_allocate(pdde_session *s) {
     /* host bounce buffers for copies between two non-host devices or out of the host arena */
     s->staging = calloc((size_t)s->prog->n, sizeof *s->staging);
     s->send_of = calloc((size_t)s->prog->n, sizeof *s->send_of);
-    if (!s->staging || !s->send_of) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->update_group = calloc((size_t)s->n_order + 1, sizeof *s->update_group);
+    if (!s->staging || !s->send_of || !s->update_group) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
         if (t->op != PDDE_OP_COPY || s->devs[s->slot[t->id]].host) continue;
@@ -1919,6 +1921,7 @@ void pdde_session_free(pdde_session *s) {
     for (int i = 0; i < s->n_sends; i++) free(s->sends[i].copy), free(s->sends[i].requests);
     free(s->sends);
     free(s->send_of);
+    free(s->update_group);
     free(s->requests);
     free(s->slot);
     program_free(s->prog);
@@ -2070,13 +2073,19 @@ static void drop_gradients(pdde_session *s) {
     }
 }
 
-static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
+static bool is_update(const pdde_tensor *t) { return t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE; }
+
+/* The parameters of this step that the executor sets on t before it runs. */
+static void set_run_params(pdde_session *s, pdde_tensor *t, int micro, float lr) {
     if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, (int32_t)(s->run_counter + (uint32_t)micro));
-    bool update = t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE;
-    if (s->loss_scaling && (update || t->op == PDDE_OP_GRAD_NORM_SQ)) /* the gradients are the scale times too large */
+    if (s->loss_scaling && (is_update(t) || t->op == PDDE_OP_GRAD_NORM_SQ)) /* the gradients are the scale times too large */
         pdde_op_set_f32(t, PDDE_P_UPDATE_GRAD_SCALE, 1.0f / (float)s->g->opt.grad_accum_steps / s->scaler.scale);
-    if (update) {
-        pdde_op_set_f32(t, PDDE_P_UPDATE_LR, lr), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, (int32_t)(s->step + 1));
+    if (is_update(t)) pdde_op_set_f32(t, PDDE_P_UPDATE_LR, lr), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, (int32_t)(s->step + 1));
+}
+
+static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
+    set_run_params(s, t, micro, lr);
+    if (is_update(t)) {
         pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, t, micro);
         if (st || s->skip_update) return st;
     }
@@ -2101,6 +2110,57 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     return st;
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Multi-tensor updates: the update nodes that follow one another in the schedule (leaves and views
+ * between them aside) on one device, with the same parameters but for weight decay and the same
+ * gradient norm, go to the backend as one launch (pdde_backend_iface.compute_group); a backend
+ * without it, or declining, runs them one by one. The numerics are those of the single updates. */
+
+static bool update_joins(const pdde_session *s, const pdde_tensor *first, const pdde_tensor *t) {
+    if (t->op != first->op || t->phase != first->phase || t->nsrc != first->nsrc || s->slot[t->id] != s->slot[first->id]) return false;
+    if (t->nsrc > 0 && first->src[t->nsrc - 1]->op == PDDE_OP_GRAD_NORM_SQ && t->src[t->nsrc - 1] != first->src[first->nsrc - 1]) return false;
+    if (memcmp(t->iparams, first->iparams, sizeof t->iparams)) return false;
+    for (int k = 0; k < (int)(sizeof t->fparams / sizeof t->fparams[0]); k++)
+        if (k != PDDE_P_UPDATE_WEIGHT_DECAY && memcmp(&t->fparams[k], &first->fparams[k], sizeof t->fparams[k])) return false;
+    return true;
+}
+
+/* Gathers in s->update_group the update nodes from order[i] that one launch can take (after setting
+ * their parameters of this step); returns the index of the last one in s->order, *n their count. */
+static int gather_update_group(pdde_session *s, int i, int micro, float lr, int *n) {
+    pdde_tensor *first = s->order[i];
+    int last = i;
+    *n = 0;
+    s->update_group[(*n)++] = first;
+    set_run_params(s, first, micro, lr);
+    if (!IFACE_HAS(s->devs[s->slot[first->id]].iface, compute_group)) return i;
+    for (int j = i + 1; j < s->n_order; j++) {
+        pdde_tensor *t = s->order[j];
+        if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE) continue;
+        if (!is_update(t)) break;
+        set_run_params(s, t, micro, lr);
+        if (!update_joins(s, first, t)) break;
+        s->update_group[(*n)++] = t, last = j;
+    }
+    return last;
+}
+
+/* The n nodes of s->update_group, after the check before the step's first update. */
+static pdde_status run_update_group(pdde_session *s, int n, int micro) {
+    pdde_tensor **u = s->update_group;
+    pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, u[0], micro);
+    if (st || s->skip_update) return st;
+    session_device *sd = &s->devs[s->slot[u[0]->id]];
+    st = sd->iface->compute_group(sd->dev, sd->stream, u, n);
+    if (st == PDDE_ERR_UNSUPPORTED) { /* declined, with nothing enqueued: one by one */
+        st = PDDE_OK;
+        for (int k = 0; k < n && !st; k++)
+            if (pdde_tensor_numel(u[k])) st = sd->iface->compute(sd->dev, sd->stream, u[k]);
+    }
+    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    return st;
+}
+
 /* Runs the scheduled nodes of the phases in `phases` (PHASE_BIT set) for micro-batch `micro`; with
  * chunk >= 0 (interleaved stages), only the forward and backward nodes of that chunk. */
 static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int chunk, float lr) {
@@ -2109,16 +2169,20 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
         pdde_tensor *t = s->order[i];
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !(phases & PHASE_BIT(t->phase))) continue;
         if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && s->prog->info[t->id].chunk != chunk) continue;
-        if (s->bind) {
-            bind_micro(s, t, micro);
-            for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
+        int n_group = 1, last = is_update(t) ? gather_update_group(s, i, micro, lr, &n_group) : i;
+        for (int g = 0; s->bind && g < n_group; g++) {
+            pdde_tensor *u = n_group > 1 ? s->update_group[g] : t;
+            bind_micro(s, u, micro);
+            for (int k = 0; k < u->nsrc; k++) bind_micro(s, u->src[k], micro);
         }
         double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
-        st = run_node(s, t, micro, lr);
+        st = n_group > 1 ? run_update_group(s, n_group, micro) : run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
-        if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us);
+        if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
         bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
-        if (!st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT) st = check_node(s, t, micro);
+        for (int g = 0; g < n_group && !st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT; g++)
+            st = check_node(s, n_group > 1 ? s->update_group[g] : t, micro);
+        i = last;
     }
     return st;
 }

@@ -479,6 +479,11 @@ struct pdde_backend_iface {
     /* optional: page-locked host memory for staging transfers (NULL: plain malloc) */
     pdde_status (*host_alloc)(void *dev, size_t nbytes, void **ptr);
     void (*host_free)(void *dev, void *ptr);
+    /* optional: enqueue n update nodes of one op (PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE) as one
+     * multi-tensor launch. The core groups only nodes whose parameters are equal but for
+     * UPDATE_WEIGHT_DECAY and that share their gnorm_sq source. PDDE_ERR_UNSUPPORTED (with nothing
+     * enqueued; or NULL) makes the core run them one by one with compute. */
+    pdde_status (*compute_group)(void *dev, void *stream, pdde_tensor *const *nodes, int n);
 };
 
 /* Backend plugins: a shared library (backends/README.md is the guide) that exports

@@ -224,21 +224,14 @@ __device__ float block_max(float v) {
     return warp_max(v);
 }
 
-__device__ __forceinline__ long long reduce_base(const struct pdde_cu_reduce &s, long long o) {
-    long long base = 0;
-    for (int d = (int)s.nk - 1; d >= 0; d--) {
-        long long c = o % s.kshape[d];
-        o /= s.kshape[d];
-        base += c * s.kstride[d];
-    }
-    return base;
-}
-__device__ __forceinline__ long long reduce_off(const struct pdde_cu_reduce &s, long long r) {
+/* The element offset of index i of a row-major shape [n dims] with the given strides: where output o
+ * starts (the kept dims) and where reduced element r sits from there (the reduced dims). */
+__device__ __forceinline__ long long strided_offset(long long i, long long n, const long long *shape, const long long *stride) {
     long long off = 0;
-    for (int d = (int)s.nr - 1; d >= 0; d--) {
-        long long c = r % s.rshape[d];
-        r /= s.rshape[d];
-        off += c * s.rstride[d];
+    for (int d = (int)n - 1; d >= 0; d--) {
+        long long c = i % shape[d];
+        i /= shape[d];
+        off += c * stride[d];
     }
     return off;
 }
@@ -247,9 +240,9 @@ __device__ __forceinline__ long long reduce_off(const struct pdde_cu_reduce &s, 
 extern "C" __global__ void k_reduce_thread(const float *__restrict__ x, float *__restrict__ y, long long nout,
                                            long long nred, struct pdde_cu_reduce s, float scale) {
     GRID_STRIDE(o, nout) {
-        long long base = reduce_base(s, o);
+        long long base = strided_offset(o, s.nk, s.kshape, s.kstride);
         float acc = 0.0f;
-        for (long long r = 0; r < nred; r++) acc += x[base + reduce_off(s, r)];
+        for (long long r = 0; r < nred; r++) acc += x[base + strided_offset(r, s.nr, s.rshape, s.rstride)];
         y[o] = scale * acc;
     }
 }
@@ -258,9 +251,9 @@ extern "C" __global__ void k_reduce_thread(const float *__restrict__ x, float *_
 extern "C" __global__ void k_reduce_block(const float *__restrict__ x, float *__restrict__ y, long long nout,
                                           long long nred, struct pdde_cu_reduce s, float scale) {
     for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-        long long base = reduce_base(s, o);
+        long long base = strided_offset(o, s.nk, s.kshape, s.kstride);
         float acc = 0.0f;
-        for (long long r = threadIdx.x; r < nred; r += blockDim.x) acc += x[base + reduce_off(s, r)];
+        for (long long r = threadIdx.x; r < nred; r += blockDim.x) acc += x[base + strided_offset(r, s.nr, s.rshape, s.rstride)];
         acc = block_sum(acc);
         if (threadIdx.x == 0) y[o] = scale * acc;
     }

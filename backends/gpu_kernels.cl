@@ -164,21 +164,14 @@ __kernel void k_copy2d(PTR(const float, src), PTR(float, dst), long outer, long 
 
 /* ---- reductions ------------------------------------------------------------------------------- */
 
-static long reduce_base(const pgd_reduce_desc *s, long o) {
-    long base = 0;
-    for (int d = (int)s->nk - 1; d >= 0; d--) {
-        long c = o % s->kshape[d];
-        o /= s->kshape[d];
-        base += c * s->kstride[d];
-    }
-    return base;
-}
-static long reduce_off(const pgd_reduce_desc *s, long r) {
+/* The element offset of index i of a row-major shape [n dims] with the given strides: where output o
+ * starts (the kept dims) and where reduced element r sits from there (the reduced dims). */
+static long strided_offset(long i, long n, const long *shape, const long *stride) {
     long off = 0;
-    for (int d = (int)s->nr - 1; d >= 0; d--) {
-        long c = r % s->rshape[d];
-        r /= s->rshape[d];
-        off += c * s->rstride[d];
+    for (int d = (int)n - 1; d >= 0; d--) {
+        long c = i % shape[d];
+        i /= shape[d];
+        off += c * stride[d];
     }
     return off;
 }
@@ -187,9 +180,9 @@ __kernel void k_reduce_thread(PTR(const float, x), PTR(float, y), long nout, lon
                               float scale) {
     BIND(const float, x); BIND(float, y);
     GRID_STRIDE(o, nout) {
-        long base = reduce_base(&s, o);
+        long base = strided_offset(o, s.nk, s.kshape, s.kstride);
         float acc = 0.0f;
-        for (long r = 0; r < nred; r++) acc += x[base + reduce_off(&s, r)];
+        for (long r = 0; r < nred; r++) acc += x[base + strided_offset(r, s.nr, s.rshape, s.rstride)];
         y[o] = scale * acc;
     }
 }
@@ -198,9 +191,9 @@ __kernel void k_reduce_block(PTR(const float, x), PTR(float, y), long nout, long
     BIND(const float, x); BIND(float, y);
     __local float sh[MAX_GROUP];
     for (long o = get_group_id(0); o < nout; o += get_num_groups(0)) {
-        long base = reduce_base(&s, o);
+        long base = strided_offset(o, s.nk, s.kshape, s.kstride);
         float acc = 0.0f;
-        for (long r = get_local_id(0); r < nred; r += get_local_size(0)) acc += x[base + reduce_off(&s, r)];
+        for (long r = get_local_id(0); r < nred; r += get_local_size(0)) acc += x[base + strided_offset(r, s.nr, s.rshape, s.rstride)];
         acc = group_sum(acc, sh);
         if (get_local_id(0) == 0) y[o] = scale * acc;
     }
