@@ -89,6 +89,8 @@ static inline pdde_tensor *storage_root(pdde_tensor *t) {
 }
 /* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer. */
 static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE; }
+/* An optimizer's update: writes its parameter, gradient and state in place. */
+static inline bool is_update(const pdde_tensor *t) { return t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE; }
 
 /* ------------------------------------------------------------------------------------------------
  * Planner state (planner/planner.c and the files it includes) */
