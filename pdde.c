@@ -1095,6 +1095,9 @@ struct pdde_session {
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
     bool check_nonfinite;       /* PDDE_CHECK_NONFINITE=1: every node's output is checked (debugging) */
     bool update_checked;        /* this run checked the loss and gradient norm before its first update */
+    bool loss_read;             /* ...and read the loss then (loss_value): its end need not read it again */
+    float loss_value;
+    int64_t host_syncs;         /* waits for a device's stream (pdde_session_host_syncs) */
     bool pass_has_loss;         /* this run computes the loss in the pass that updates */
     /* dynamic loss scaling (graphs with f16 matmuls): the scale is the backward's seed, a checkpointed
      * tensor; this is its value */
@@ -1231,12 +1234,18 @@ static void drop_sends(pdde_session *s) {
             if (s->sends[i].requests[k]) pdde_comm_request_free(s->sends[i].requests[k]), s->sends[i].requests[k] = NULL;
 }
 
+/* The host waits for sd's stream (counted where it is a device's: pdde_session_host_syncs). */
+static pdde_status device_sync(pdde_session *s, session_device *sd) {
+    if (!sd->host) s->host_syncs++;
+    return sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
 /* t's bytes into host memory (from a device through its stream). */
 static pdde_status read_host(pdde_session *s, const pdde_tensor *t, void *dst) {
     session_device *sd = &s->devs[s->slot[t->id]];
     if (sd->host) { memcpy(dst, (const char *)t->data + t->offset, pdde_tensor_nbytes(t)); return PDDE_OK; }
     pdde_status st = sd->iface->read(sd->dev, sd->stream, t->data, t->offset, dst, pdde_tensor_nbytes(t));
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    return st ? st : device_sync(s, sd);
 }
 
 /* Host bytes into t (synchronously: the caller may reuse src at once). */
@@ -1244,7 +1253,7 @@ static pdde_status write_host(pdde_session *s, pdde_tensor *t, const void *src) 
     session_device *sd = &s->devs[s->slot[t->id]];
     if (sd->host) { memcpy((char *)t->data + t->offset, src, pdde_tensor_nbytes(t)); return PDDE_OK; }
     pdde_status st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, src, pdde_tensor_nbytes(t));
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    return st ? st : device_sync(s, sd);
 }
 
 /* RECV: from another stage's rank, into a device through host memory. */
@@ -1639,7 +1648,7 @@ static pdde_status session_allocate(pdde_session *s) {
         session_device *sd = &s->devs[s->slot[t->id]];
         init_leaf_values(s->ctx, t, host);
         st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, host, pdde_tensor_nbytes(t));
-        if (st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+        if (st == PDDE_OK) st = device_sync(s, sd);
     }
     free(host);
     /* host bounce buffers for copies between two non-host devices or out of the host arena */
@@ -1937,13 +1946,13 @@ static pdde_status run_copy(pdde_session *s, pdde_tensor *t) {
     pdde_status st;
     if (dst->host) {
         st = src->iface->read(src->dev, src->stream, x->data, x->offset, (char *)t->data + t->offset, n);
-        return st ? st : src->iface->stream_sync(src->dev, src->stream);
+        return st ? st : device_sync(s, src);
     }
     void *bounce = s->staging[t->id];
     if (src->host) memcpy(bounce, (char *)x->data + x->offset, n);
     else {
         st = src->iface->read(src->dev, src->stream, x->data, x->offset, bounce, n);
-        if (!st) st = src->iface->stream_sync(src->dev, src->stream);
+        if (!st) st = device_sync(s, src);
         if (st) return st;
     }
     return dst->iface->write(dst->dev, dst->stream, t->data, t->offset, bounce, n);
@@ -2027,26 +2036,38 @@ static pdde_status check_loss(pdde_session *s, float loss, int micro) {
     return nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
 }
 
-/* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by. */
+/* The f32 scalars a and b (either may be NULL) read with one wait for each device holding one. */
+static pdde_status read_scalars(pdde_session *s, const pdde_tensor *a, float *va, const pdde_tensor *b, float *vb) {
+    const pdde_tensor *t[2] = {a, b};
+    float *v[2] = {va, vb};
+    pdde_status st = PDDE_OK;
+    for (int k = 0; k < 2 && !st; k++)
+        if (t[k]) {
+            session_device *sd = &s->devs[s->slot[t[k]->id]];
+            st = sd->iface->read(sd->dev, sd->stream, t[k]->data, t[k]->offset, v[k], sizeof *v[k]);
+        }
+    for (int k = 0; k < 2 && !st; k++)
+        if (t[k] && !(k == 1 && a && s->slot[a->id] == s->slot[b->id])) st = device_sync(s, &s->devs[s->slot[t[k]->id]]);
+    return st;
+}
+
+/* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by
+ * (or that shows an overflow under loss scaling), read together: the step's one wait before its end. */
 static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
     s->update_checked = true;
-    pdde_status st = PDDE_OK;
-    float v = 0;
-    if (s->pass_has_loss && s->loss) {
-        if (s->bind) bind_micro(s, s->loss, micro);
-        if (!(st = read_local(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
-    }
     int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
-    if (s->loss_scaling && st == PDDE_OK) {
-        /* an overflow anywhere makes the loss or the squared norm of the gradients infinite or NaN */
-        float norm = NAN;
-        s->skip_update = (s->pass_has_loss && s->loss && !isfinite(v)) ||
-                         (u->nsrc > plain && !(st = read_local(s, u->src[plain], &norm, sizeof norm)) && !isfinite(norm));
-        return st;
-    }
-    if (!st && u->nsrc > plain && pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
-        st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
-    return st;
+    const pdde_tensor *loss = s->pass_has_loss ? s->loss : NULL;
+    const pdde_tensor *norm = u->nsrc > plain && (s->loss_scaling || pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0) ? u->src[plain] : NULL;
+    float lv = 0, nv = 0;
+    if (loss && s->bind) bind_micro(s, s->loss, micro);
+    pdde_status st = read_scalars(s, loss, &lv, norm, &nv);
+    if (st) return st;
+    if (loss) s->loss_read = true, s->loss_value = lv;
+    /* under loss scaling an overflow anywhere makes the loss or the squared norm infinite or NaN: skip */
+    if (s->loss_scaling) { s->skip_update = (loss && !isfinite(lv)) || (norm && !isfinite(nv)); return PDDE_OK; }
+    if (loss && (st = check_loss(s, lv, micro))) return st;
+    if (norm && !isfinite(nv)) return nonfinite_error(s, "the squared gradient norm", norm, nv, PDDE_TENSOR_GRAD, micro);
+    return PDDE_OK;
 }
 
 /* PDDE_CHECK_NONFINITE: t's output, after it ran. */
@@ -2104,7 +2125,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
     /* timing an asynchronous device needs its stream drained; only when profiling */
-    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
     return st;
 }
 
@@ -2155,7 +2176,7 @@ static pdde_status run_update_group(pdde_session *s, int n, int micro) {
         for (int k = 0; k < n && !st; k++)
             if (pdde_tensor_numel(u[k])) st = sd->iface->compute(sd->dev, sd->stream, u[k]);
     }
-    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
     return st;
 }
 
@@ -2297,7 +2318,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * differentiated) */
     if (mode_runs_backward(mode)) s->run_counter++;
     double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
-    s->update_checked = false;
+    s->update_checked = s->loss_read = false;
     s->skip_update = false;
     s->scaling_pass = mode_runs_backward(mode);
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
@@ -2306,10 +2327,11 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->early_starts = false;
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
     for (int d = 0; d < s->n_devs; d++) {
-        pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);
+        pdde_status sync = device_sync(s, &s->devs[d]);
         if (st == PDDE_OK) st = sync;
     }
-    if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
+    if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) /* (read before the update, or now) */
+        st = s->loss_read ? (loss_sum += s->loss_value, check_loss(s, s->loss_value, 0)) : add_loss(s, 0, &loss_sum);
     if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || mode_runs_update(mode))) drop_gradients(s);
 #ifdef PDDE_HAVE_COMM
     /* the step's loss on every rank: the mean over the ranks holding one (data-parallel ranks hold
@@ -2372,13 +2394,13 @@ static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes
 static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
     pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    return st ? st : device_sync(s, sd);
 }
 
 static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
     pdde_status st = sd->iface->read(sd->dev, sd->stream, lt->data, lt->offset, dst, nbytes);
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    return st ? st : device_sync(s, sd);
 }
 
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
@@ -2460,6 +2482,7 @@ pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro,
 
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
 int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
+int64_t pdde_session_host_syncs(const pdde_session *s) { return s ? s->host_syncs : 0; }
 
 void pdde_session_dump(const pdde_session *s, FILE *f) {
     if (s && f) program_dump(s->prog, f);

@@ -603,6 +603,10 @@ float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if no
  * or the one a checkpoint load kept; 0 without an optimizer). */
 float pdde_session_lr(const pdde_session *s);
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
+/* How many times the session has made the host wait for a device other than the CPU (a stream
+ * synchronisation, or a read or write, which ends in one) since it was made. A step on one device
+ * waits twice: for the loss and gradient norm its update checks (read together), and at its end. */
+int64_t pdde_session_host_syncs(const pdde_session *s);
 
 /* Dynamic loss scaling, on in a graph with f16 matmuls (pdde_graph_set_compute_dtype(g, PDDE_F16)),
  * with torch.cuda.amp.GradScaler's constants: the backward pass starts from d loss = scale (initially

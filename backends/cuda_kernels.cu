@@ -791,21 +791,21 @@ extern "C" __global__ void k_attention_back_kv(const float *__restrict__ q, cons
     }
 }
 
-/* ---- multi-tensor AdamW: up to MULTI_MAX tensors of one buffer in one launch ------------------------ */
+/* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
 
 /* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
- * its parameter, gradient and moments from the buffer's start, with its weight decay. */
+ * its parameter, gradient and moments from their buffer's start, with its weight decay. */
 #define MULTI_MAX 16
 struct pdde_cu_multi {
     long long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
     float wd[MULTI_MAX];
 };
 
-/* Tensor k = block row k (blockIdx.y). */
-extern "C" __global__ void k_adamw_multi(float *base, const float *gnorm_sq, struct pdde_cu_multi t, float lr, float b1,
-                                         float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+/* Tensor k = block row k (blockIdx.y); gradients in gbase, the rest in base. */
+extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float *gnorm_sq, struct pdde_cu_multi t, float lr,
+                                         float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
     int k = blockIdx.y;
     float f = gscale * clip_factor(gnorm_sq, clip);
-    float *p = base + t.p[k], *g = base + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
+    float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
     GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
 }

@@ -69,8 +69,9 @@ typedef struct {
 } pgd_reduce_desc;
 
 /* Multi-tensor AdamW (k_adamw_multi): up to PGD_MULTI_MAX tensors a launch, passed by value (within
- * the 1 KiB of kernel arguments OpenCL guarantees), as element offsets from the start of the one
- * buffer that holds them all (the session's persistent buffer). */
+ * the 1 KiB of kernel arguments OpenCL guarantees), as element offsets from the start of the buffer
+ * holding the parameters and moments (the session's persistent buffer) and of the one holding the
+ * gradients (the same, or the activation arena where a reduction wrote them). */
 #define PGD_MULTI_MAX 16
 typedef struct {
     int64_t n[PGD_MULTI_MAX], p[PGD_MULTI_MAX], g[PGD_MULTI_MAX], m[PGD_MULTI_MAX], v[PGD_MULTI_MAX];
@@ -742,16 +743,17 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
 
 /* n AdamW update nodes (pdde_backend_iface.compute_group: parameters equal but for weight decay, one
  * gnorm_sq) as k_adamw_multi launches of up to PGD_MULTI_MAX tensors each. PDDE_ERR_UNSUPPORTED, with
- * nothing enqueued, for another op or tensors outside one buffer. */
+ * nothing enqueued, for another op, or parameters and moments outside one buffer (gradients another). */
 static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n) {
     if (n < 1 || nodes[0]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
     const pdde_tensor *u = nodes[0];
-    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gn = pgd_opt_src(u, 4);
+    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gbase = {(uintptr_t)u->src[1]->data, 0}, gn = pgd_opt_src(u, 4);
     int64_t widest = 0;
     for (int k = 0; k < n; k++) {
         if (nodes[k]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
         for (int s = 0; s < 4; s++)
-            if ((uintptr_t)nodes[k]->src[s]->data != base.base || nodes[k]->src[s]->offset % sizeof(float)) return PDDE_ERR_UNSUPPORTED;
+            if ((uintptr_t)nodes[k]->src[s]->data != (s == 1 ? gbase : base).base || nodes[k]->src[s]->offset % sizeof(float))
+                return PDDE_ERR_UNSUPPORTED;
         widest = pgd_numel(nodes[k]) > widest ? pgd_numel(nodes[k]) : widest;
     }
     if (pgd_too_many(g, PGD_K_ADAMW_MULTI, widest)) return PDDE_ERR_UNSUPPORTED;
@@ -774,8 +776,8 @@ static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes,
         }
         if (count && (count == PGD_MULTI_MAX || k == n - 1)) {
             e = pgd_launch(g, PGD_K_ADAMW_MULTI, pgd_grid(g, widest, 256), (unsigned)count, 1, 256, 1,
-                           PGD_ARGS(PGD_P(base), PGD_P(gn), PGD_A(t), PGD_A(lr), PGD_A(b1), PGD_A(b2), PGD_A(eps), PGD_A(clip),
-                                    PGD_A(gs), PGD_A(bc1), PGD_A(bc2)));
+                           PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(lr), PGD_A(b1), PGD_A(b2),
+                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2)));
             count = 0, widest = 0;
         }
     }

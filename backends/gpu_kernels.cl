@@ -741,22 +741,22 @@ __kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(
     }
 }
 
-/* ---- multi-tensor AdamW: up to MULTI_MAX tensors of one buffer in one launch ------------------------ */
+/* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
 
 /* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
- * its parameter, gradient and moments from the buffer's start, with its weight decay. */
+ * its parameter, gradient and moments from their buffer's start, with its weight decay. */
 #define MULTI_MAX 16
 typedef struct {
     long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
     float wd[MULTI_MAX];
 } pgd_multi;
 
-/* Tensor k = group row k (get_group_id(1)). */
-__kernel void k_adamw_multi(PTR(float, base), PTR(const float, gnorm_sq), pgd_multi t, float lr, float b1, float b2,
-                            float eps, float clip, float gscale, float bc1, float bc2) {
-    BIND(float, base); BIND(const float, gnorm_sq);
+/* Tensor k = group row k (get_group_id(1)); gradients in gbase, the rest in base. */
+__kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,
+                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+    BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);
     int k = get_group_id(1);
     float f = gscale * clip_factor(gnorm_sq, clip);
-    __global float *p = base + t.p[k], *g = base + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
+    __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
     GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
 }

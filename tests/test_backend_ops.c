@@ -735,21 +735,36 @@ static void test_multi_tensor_adamw(const options *o, int device) {
     char trace[96];
     snprintf(trace, sizeof trace, "/tmp/pdde_test_backend_ops.%d.trace", (int)getpid());
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.device = device, sp.no_cpu_fallback = 1, sp.trace = trace;
+    sp.device = device, sp.no_cpu_fallback = 1;
     pdde_session *s = NULL;
     pdde_status st = pdde_graph_status(g) ? pdde_graph_status(g) : pdde_session_init(g, &sp, &s);
-    for (int i = 0; i < MT_PARAMS && !st; i++) {
-        st = pdde_session_write(s, params[i], p[i], (size_t)len[i] * sizeof(float));
-        if (!st) st = pdde_session_write(s, inputs[i], x[i], (size_t)len[i] * sizeof(float));
+    int64_t syncs = 0;
+    int launches = -1;
+    /* a run checked against the reference, then a traced one (a trace waits for the device after every node) */
+    for (int traced = 0; traced < 2 && !st; traced++) {
+        if (traced) {
+            pdde_session_free(s), s = NULL;
+            sp.trace = trace;
+            st = pdde_session_init(g, &sp, &s);
+        }
+        for (int i = 0; i < MT_PARAMS && !st; i++) {
+            st = pdde_session_write(s, params[i], p[i], (size_t)len[i] * sizeof(float));
+            if (!st) st = pdde_session_write(s, inputs[i], x[i], (size_t)len[i] * sizeof(float));
+        }
+        for (int k = 1; k <= MT_STEPS && !st; k++) {
+            int64_t before = pdde_session_host_syncs(s);
+            st = pdde_session_run(s, PDDE_RUN_STEP);
+            if (traced) continue;
+            syncs += pdde_session_host_syncs(s) - before;
+            mt_reference(p, m, v, x, len, k, &op);
+        }
+        for (int i = 0; i < MT_PARAMS && !st && !traced; i++) st = pdde_session_read(s, params[i], got[i], (size_t)len[i] * sizeof(float));
     }
-    for (int k = 1; k <= MT_STEPS && !st; k++) {
-        st = pdde_session_run(s, PDDE_RUN_STEP);
-        mt_reference(p, m, v, x, len, k, &op);
-    }
+    pdde_session_free(s);
+    if (!st) launches = mt_update_events(trace);
     double worst = 0;
     int64_t differ = 0;
     for (int i = 0; i < MT_PARAMS && !st; i++) {
-        st = pdde_session_read(s, params[i], got[i], (size_t)len[i] * sizeof(float));
         differ += memcmp(got[i], p[i], (size_t)len[i] * sizeof(float)) != 0;
         double d[2] = {0, 0};
         for (int64_t k = 0; k < len[i] && !st; k++) {
@@ -759,7 +774,6 @@ static void test_multi_tensor_adamw(const options *o, int device) {
         }
         worst = fmax(worst, d[0] / (d[1] > 0 ? d[1] : 1));
     }
-    pdde_session_free(s);
     bool cpu = !strcmp(props.backend, "cpu");
     CHECK(st == PDDE_OK, "multi-tensor adamw on %s: %s (%s)", props.backend, pdde_status_str(st), pdde_last_error(o->ctx));
     if (cpu) CHECK(!st && differ == 0, "multi-tensor adamw on cpu: %lld of %d parameters differ from the reference (largest relative "
@@ -768,9 +782,13 @@ static void test_multi_tensor_adamw(const options *o, int device) {
                props.backend, worst);
     /* one update a step (an event of the trace per compute or compute_group call; the GPUs' kernels
      * take 16 tensors a launch within it) */
-    int launches = mt_update_events(trace);
     CHECK(!st && launches == MT_STEPS, "multi-tensor adamw on %s: %d updates in %d steps, want one a step", props.backend, launches, MT_STEPS);
-    if (o->verbose) printf("  multi-tensor adamw on %-10s largest relative difference %.3g, %d updates\n", props.backend, worst, launches);
+    /* the host waits for the device twice a step: for the loss and the norm before the update, and at
+     * the step's end (the CPU: never) */
+    CHECK(!st && syncs == (cpu ? 0 : 2 * MT_STEPS), "multi-tensor adamw on %s: the host waited for the device %lld times in %d steps, "
+          "want %d", props.backend, (long long)syncs, MT_STEPS, cpu ? 0 : 2 * MT_STEPS);
+    if (o->verbose) printf("  multi-tensor adamw on %-10s largest relative difference %.3g, %d updates, %lld host syncs\n", props.backend,
+                           worst, launches, (long long)syncs);
     remove(trace);
     for (int i = 0; i < MT_PARAMS; i++) free(p[i]), free(m[i]), free(v[i]), free(x[i]), free(got[i]);
     pdde_graph_free(g);
