@@ -1117,6 +1117,12 @@ static double monotonic_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The host waits for sd's stream (counted where it is a device's: pdde_session_host_syncs). */
+static pdde_status device_sync(pdde_session *s, session_device *sd) {
+    if (!sd->host) s->host_syncs++;
+    return sd->iface->stream_sync(sd->dev, sd->stream);
+}
+
 static int session_slot_for(pdde_session *s, int device) {
     for (int i = 0; i < s->n_devs; i++)
         if (s->devs[i].device == device) return i;
@@ -1232,12 +1238,6 @@ static void drop_sends(pdde_session *s) {
     for (int i = 0; i < s->n_sends; i++)
         for (int k = 0; k < s->n_live; k++)
             if (s->sends[i].requests[k]) pdde_comm_request_free(s->sends[i].requests[k]), s->sends[i].requests[k] = NULL;
-}
-
-/* The host waits for sd's stream (counted where it is a device's: pdde_session_host_syncs). */
-static pdde_status device_sync(pdde_session *s, session_device *sd) {
-    if (!sd->host) s->host_syncs++;
-    return sd->iface->stream_sync(sd->dev, sd->stream);
 }
 
 /* t's bytes into host memory (from a device through its stream). */
@@ -2055,9 +2055,8 @@ static pdde_status read_scalars(pdde_session *s, const pdde_tensor *a, float *va
  * (or that shows an overflow under loss scaling), read together: the step's one wait before its end. */
 static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
     s->update_checked = true;
-    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
     const pdde_tensor *loss = s->pass_has_loss ? s->loss : NULL;
-    const pdde_tensor *norm = u->nsrc > plain && (s->loss_scaling || pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0) ? u->src[plain] : NULL;
+    const pdde_tensor *norm = s->loss_scaling || pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0 ? update_norm(u) : NULL;
     float lv = 0, nv = 0;
     if (loss && s->bind) bind_micro(s, s->loss, micro);
     pdde_status st = read_scalars(s, loss, &lv, norm, &nv);
@@ -2137,7 +2136,7 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
 
 static bool update_joins(const pdde_session *s, const pdde_tensor *first, const pdde_tensor *t) {
     if (t->op != first->op || t->phase != first->phase || t->nsrc != first->nsrc || s->slot[t->id] != s->slot[first->id]) return false;
-    if (t->nsrc > 0 && first->src[t->nsrc - 1]->op == PDDE_OP_GRAD_NORM_SQ && t->src[t->nsrc - 1] != first->src[first->nsrc - 1]) return false;
+    if (update_norm(t) != update_norm(first)) return false;
     if (memcmp(t->iparams, first->iparams, sizeof t->iparams)) return false;
     for (int k = 0; k < (int)(sizeof t->fparams / sizeof t->fparams[0]); k++)
         if (k != PDDE_P_UPDATE_WEIGHT_DECAY && memcmp(&t->fparams[k], &first->fparams[k], sizeof t->fparams[k])) return false;

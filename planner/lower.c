@@ -734,7 +734,7 @@ static bool update_conflict(pdde_tensor *t, uint8_t *use, bool mark) {
     bool clash = false;
     for (int k = 0; k < t->nsrc; k++) {
         pdde_tensor *r = storage_root(t->src[k]);
-        bool written = is_update(t) ? r->op != PDDE_OP_GRAD_NORM_SQ : r == storage_root(t); /* (in place) */
+        bool written = is_update(t) ? t->src[k] != update_norm(t) : r == storage_root(t); /* (in place) */
         clash |= written ? use[r->id] != 0 : (use[r->id] & ROOT_WRITTEN) != 0;
         if (mark) use[r->id] |= written ? ROOT_WRITTEN : ROOT_READ;
     }
