@@ -735,9 +735,17 @@ static void test_multi_tensor_adamw(const options *o, int device) {
     char trace[96];
     snprintf(trace, sizeof trace, "/tmp/pdde_test_backend_ops.%d.trace", (int)getpid());
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.device = device, sp.no_cpu_fallback = 1;
+    sp.device = device, sp.no_cpu_fallback = o->strict; /* (a plugin's device may leave ops to the CPU) */
     pdde_session *s = NULL;
     pdde_status st = pdde_graph_status(g) ? pdde_graph_status(g) : pdde_session_init(g, &sp, &s);
+    bool declined = st == PDDE_ERR_UNSUPPORTED || (!st && device != 0 && !nodes_on(s, device, "adamw_update"));
+    if (declined && !o->strict) { /* a plugin that does not run the update */
+        n_unsupported++;
+        pdde_session_free(s);
+        for (int i = 0; i < MT_PARAMS; i++) free(p[i]), free(m[i]), free(v[i]), free(x[i]), free(got[i]);
+        pdde_graph_free(g);
+        return;
+    }
     int64_t syncs = 0;
     int launches = -1;
     /* a run checked against the reference, then a traced one (a trace waits for the device after every node) */
@@ -781,11 +789,12 @@ static void test_multi_tensor_adamw(const options *o, int device) {
     else CHECK(!st && worst <= 1e-5, "multi-tensor adamw on %s: parameters differ from the reference by %.3g of the largest (> 1e-5)",
                props.backend, worst);
     /* one update a step (an event of the trace per compute or compute_group call; the GPUs' kernels
-     * take 16 tensors a launch within it) */
-    CHECK(!st && launches == MT_STEPS, "multi-tensor adamw on %s: %d updates in %d steps, want one a step", props.backend, launches, MT_STEPS);
+     * take 16 tensors a launch within it): the built-in backends' (a plugin need not group them, and
+     * its copies to and from the CPU wait too) */
+    if (o->strict) CHECK(!st && launches == MT_STEPS, "multi-tensor adamw on %s: %d updates in %d steps, want one a step", props.backend, launches, MT_STEPS);
     /* the host waits for the device twice a step: for the loss and the norm before the update, and at
      * the step's end (the CPU: never) */
-    CHECK(!st && syncs == (cpu ? 0 : 2 * MT_STEPS), "multi-tensor adamw on %s: the host waited for the device %lld times in %d steps, "
+    if (o->strict) CHECK(!st && syncs == (cpu ? 0 : 2 * MT_STEPS), "multi-tensor adamw on %s: the host waited for the device %lld times in %d steps, "
           "want %d", props.backend, (long long)syncs, MT_STEPS, cpu ? 0 : 2 * MT_STEPS);
     if (o->verbose) printf("  multi-tensor adamw on %-10s largest relative difference %.3g, %d updates, %lld host syncs\n", props.backend,
                            worst, launches, (long long)syncs);
