@@ -1093,11 +1093,15 @@ struct pdde_session {
     bool bind;                  /* tensors are pointed at a micro-batch's memory before each node */
     size_t *input_base;         /* per program node id of an input: offset of its micro-batch 0 (then one slot each) */
     int *send_of;               /* per program node id of a SEND: its index in sends */
+    pdde_tensor **update_group; /* n_order slots: the update nodes of one multi-tensor launch */
     struct session_send *sends; /* per SEND node: host copies in flight, one per live micro-batch */
     int n_sends;
     bool profile;               /* PDDE_PROFILE=1: time per op, printed when the session is freed */
     bool check_nonfinite;       /* PDDE_CHECK_NONFINITE=1: every node's output is checked (debugging) */
     bool update_checked;        /* this run checked the loss and gradient norm before its first update */
+    bool loss_read;             /* ...and read the loss then (loss_value): its end need not read it again */
+    float loss_value;
+    int64_t host_syncs;         /* waits for a device's stream (pdde_session_host_syncs) */
     bool pass_has_loss;         /* this run computes the loss in the pass that updates */
     /* dynamic loss scaling (graphs with f16 matmuls): the scale is the backward's seed, a checkpointed
      * tensor; this is its value */
@@ -1115,6 +1119,12 @@ static double monotonic_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The host waits for sd's stream (counted where it is a device's: pdde_session_host_syncs). */
+static pdde_status device_sync(pdde_session *s, session_device *sd) {
+    if (!sd->host) s->host_syncs++;
+    return sd->iface->stream_sync(sd->dev, sd->stream);
 }
 
 static int session_slot_for(pdde_session *s, int device) {
@@ -1363,7 +1373,7 @@ static pdde_status read_host(pdde_session *s, const pdde_tensor *t, void *dst) {
     session_device *sd = &s->devs[s->slot[t->id]];
     if (sd->host) { memcpy(dst, (const char *)t->data + t->offset, pdde_tensor_nbytes(t)); return PDDE_OK; }
     pdde_status st = sd->iface->read(sd->dev, sd->stream, t->data, t->offset, dst, pdde_tensor_nbytes(t));
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    return st ? st : device_sync(s, sd);
 }
 
 /* Host bytes into t (synchronously: the caller may reuse src at once). */
@@ -1371,7 +1381,7 @@ static pdde_status write_host(pdde_session *s, pdde_tensor *t, const void *src) 
     session_device *sd = &s->devs[s->slot[t->id]];
     if (sd->host) { memcpy((char *)t->data + t->offset, src, pdde_tensor_nbytes(t)); return PDDE_OK; }
     pdde_status st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, src, pdde_tensor_nbytes(t));
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    return st ? st : device_sync(s, sd);
 }
 
 /* RECV: from another stage's rank, into a device through host memory. */
@@ -1768,13 +1778,14 @@ static pdde_status session_allocate(pdde_session *s) {
         session_device *sd = &s->devs[s->slot[t->id]];
         init_leaf_values(s->ctx, t, host);
         st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, host, pdde_tensor_nbytes(t));
-        if (st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+        if (st == PDDE_OK) st = device_sync(s, sd);
     }
     free(host);
     /* host bounce buffers for copies between two non-host devices or out of the host arena */
     s->staging = calloc((size_t)s->prog->n, sizeof *s->staging);
     s->send_of = calloc((size_t)s->prog->n, sizeof *s->send_of);
-    if (!s->staging || !s->send_of) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->update_group = calloc((size_t)s->n_order + 1, sizeof *s->update_group);
+    if (!s->staging || !s->send_of || !s->update_group) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
         if (t->op != PDDE_OP_COPY || s->devs[s->slot[t->id]].host) continue;
@@ -2053,6 +2064,7 @@ void pdde_session_free(pdde_session *s) {
     for (int i = 0; i < s->n_sends; i++) free(s->sends[i].copy), free(s->sends[i].requests);
     free(s->sends);
     free(s->send_of);
+    free(s->update_group);
     free(s->requests);
     free(s->slot);
     program_free(s->prog);
@@ -2068,13 +2080,13 @@ static pdde_status run_copy(pdde_session *s, pdde_tensor *t) {
     pdde_status st;
     if (dst->host) {
         st = src->iface->read(src->dev, src->stream, x->data, x->offset, (char *)t->data + t->offset, n);
-        return st ? st : src->iface->stream_sync(src->dev, src->stream);
+        return st ? st : device_sync(s, src);
     }
     void *bounce = s->staging[t->id];
     if (src->host) memcpy(bounce, (char *)x->data + x->offset, n);
     else {
         st = src->iface->read(src->dev, src->stream, x->data, x->offset, bounce, n);
-        if (!st) st = src->iface->stream_sync(src->dev, src->stream);
+        if (!st) st = device_sync(s, src);
         if (st) return st;
     }
     return dst->iface->write(dst->dev, dst->stream, t->data, t->offset, bounce, n);
@@ -2158,26 +2170,37 @@ static pdde_status check_loss(pdde_session *s, float loss, int micro) {
     return nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
 }
 
-/* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by. */
+/* The f32 scalars a and b (either may be NULL) read with one wait for each device holding one. */
+static pdde_status read_scalars(pdde_session *s, const pdde_tensor *a, float *va, const pdde_tensor *b, float *vb) {
+    const pdde_tensor *t[2] = {a, b};
+    float *v[2] = {va, vb};
+    pdde_status st = PDDE_OK;
+    for (int k = 0; k < 2 && !st; k++)
+        if (t[k]) {
+            session_device *sd = &s->devs[s->slot[t[k]->id]];
+            st = sd->iface->read(sd->dev, sd->stream, t[k]->data, t[k]->offset, v[k], sizeof *v[k]);
+        }
+    for (int k = 0; k < 2 && !st; k++)
+        if (t[k] && !(k == 1 && a && s->slot[a->id] == s->slot[b->id])) st = device_sync(s, &s->devs[s->slot[t[k]->id]]);
+    return st;
+}
+
+/* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by
+ * (or that shows an overflow under loss scaling), read together: the step's one wait before its end. */
 static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
     s->update_checked = true;
-    pdde_status st = PDDE_OK;
-    float v = 0;
-    if (s->pass_has_loss && s->loss) {
-        if (s->bind) bind_micro(s, s->loss, micro);
-        if (!(st = read_local(s, s->loss, &v, sizeof v))) st = check_loss(s, v, micro);
-    }
-    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3; /* sources before the norm */
-    if (s->loss_scaling && st == PDDE_OK) {
-        /* an overflow anywhere makes the loss or the squared norm of the gradients infinite or NaN */
-        float norm = NAN;
-        s->skip_update = (s->pass_has_loss && s->loss && !isfinite(v)) ||
-                         (u->nsrc > plain && !(st = read_local(s, u->src[plain], &norm, sizeof norm)) && !isfinite(norm));
-        return st;
-    }
-    if (!st && u->nsrc > plain && pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
-        st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
-    return st;
+    const pdde_tensor *loss = s->pass_has_loss ? s->loss : NULL;
+    const pdde_tensor *norm = s->loss_scaling || pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0 ? update_norm(u) : NULL;
+    float lv = 0, nv = 0;
+    if (loss && s->bind) bind_micro(s, s->loss, micro);
+    pdde_status st = read_scalars(s, loss, &lv, norm, &nv);
+    if (st) return st;
+    if (loss) s->loss_read = true, s->loss_value = lv;
+    /* under loss scaling an overflow anywhere makes the loss or the squared norm infinite or NaN: skip */
+    if (s->loss_scaling) { s->skip_update = (loss && !isfinite(lv)) || (norm && !isfinite(nv)); return PDDE_OK; }
+    if (loss && (st = check_loss(s, lv, micro))) return st;
+    if (norm && !isfinite(nv)) return nonfinite_error(s, "the squared gradient norm", norm, nv, PDDE_TENSOR_GRAD, micro);
+    return PDDE_OK;
 }
 
 /* PDDE_CHECK_NONFINITE: t's output, after it ran. */
@@ -2204,13 +2227,17 @@ static void drop_gradients(pdde_session *s) {
     }
 }
 
-static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
+/* The parameters of this step that the executor sets on t before it runs. */
+static void set_run_params(pdde_session *s, pdde_tensor *t, int micro, float lr) {
     if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, (int32_t)(s->run_counter + (uint32_t)micro));
-    bool update = t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE;
-    if (s->loss_scaling && (update || t->op == PDDE_OP_GRAD_NORM_SQ)) /* the gradients are the scale times too large */
+    if (s->loss_scaling && (is_update(t) || t->op == PDDE_OP_GRAD_NORM_SQ)) /* the gradients are the scale times too large */
         pdde_op_set_f32(t, PDDE_P_UPDATE_GRAD_SCALE, s->prog->grad_scale / s->scaler.scale);
-    if (update) {
-        pdde_op_set_f32(t, PDDE_P_UPDATE_LR, lr), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, (int32_t)(s->step + 1));
+    if (is_update(t)) pdde_op_set_f32(t, PDDE_P_UPDATE_LR, lr), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, (int32_t)(s->step + 1));
+}
+
+static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
+    set_run_params(s, t, micro, lr);
+    if (is_update(t)) {
         pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, t, micro);
         if (st || s->skip_update) return st;
     }
@@ -2231,7 +2258,58 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     session_device *sd = &s->devs[s->slot[t->id]];
     pdde_status st = sd->iface->compute(sd->dev, sd->stream, t);
     /* timing an asynchronous device needs its stream drained; only when profiling */
-    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = sd->iface->stream_sync(sd->dev, sd->stream);
+    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
+    return st;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Multi-tensor updates: the update nodes that follow one another in the schedule (leaves and views
+ * between them aside) on one device, with the same parameters but for weight decay and the same
+ * gradient norm, go to the backend as one launch (pdde_backend_iface.compute_group); a backend
+ * without it, or declining, runs them one by one. The numerics are those of the single updates. */
+
+static bool update_joins(const pdde_session *s, const pdde_tensor *first, const pdde_tensor *t) {
+    if (t->op != first->op || t->phase != first->phase || t->nsrc != first->nsrc || s->slot[t->id] != s->slot[first->id]) return false;
+    if (update_norm(t) != update_norm(first)) return false;
+    if (memcmp(t->iparams, first->iparams, sizeof t->iparams)) return false;
+    for (int k = 0; k < (int)(sizeof t->fparams / sizeof t->fparams[0]); k++)
+        if (k != PDDE_P_UPDATE_WEIGHT_DECAY && memcmp(&t->fparams[k], &first->fparams[k], sizeof t->fparams[k])) return false;
+    return true;
+}
+
+/* Gathers in s->update_group the update nodes from order[i] that one launch can take (after setting
+ * their parameters of this step); returns the index of the last one in s->order, *n their count. */
+static int gather_update_group(pdde_session *s, int i, int micro, float lr, int *n) {
+    pdde_tensor *first = s->order[i];
+    int last = i;
+    *n = 0;
+    s->update_group[(*n)++] = first;
+    set_run_params(s, first, micro, lr);
+    if (!IFACE_HAS(s->devs[s->slot[first->id]].iface, compute_group)) return i;
+    for (int j = i + 1; j < s->n_order; j++) {
+        pdde_tensor *t = s->order[j];
+        if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE) continue;
+        if (!is_update(t)) break;
+        set_run_params(s, t, micro, lr);
+        if (!update_joins(s, first, t)) break;
+        s->update_group[(*n)++] = t, last = j;
+    }
+    return last;
+}
+
+/* The n nodes of s->update_group, after the check before the step's first update. */
+static pdde_status run_update_group(pdde_session *s, int n, int micro) {
+    pdde_tensor **u = s->update_group;
+    pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, u[0], micro);
+    if (st || s->skip_update) return st;
+    session_device *sd = &s->devs[s->slot[u[0]->id]];
+    st = sd->iface->compute_group(sd->dev, sd->stream, u, n);
+    if (st == PDDE_ERR_UNSUPPORTED) { /* declined, with nothing enqueued: one by one */
+        st = PDDE_OK;
+        for (int k = 0; k < n && !st; k++)
+            if (pdde_tensor_numel(u[k])) st = sd->iface->compute(sd->dev, sd->stream, u[k]);
+    }
+    if ((s->profile || s->trace) && !sd->host && st == PDDE_OK) st = device_sync(s, sd);
     return st;
 }
 
@@ -2243,16 +2321,20 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
         pdde_tensor *t = s->order[i];
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !(phases & PHASE_BIT(t->phase))) continue;
         if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && s->prog->info[t->id].chunk != chunk) continue;
-        if (s->bind) {
-            bind_micro(s, t, micro);
-            for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
+        int n_group = 1, last = is_update(t) ? gather_update_group(s, i, micro, lr, &n_group) : i;
+        for (int g = 0; s->bind && g < n_group; g++) {
+            pdde_tensor *u = n_group > 1 ? s->update_group[g] : t;
+            bind_micro(s, u, micro);
+            for (int k = 0; k < u->nsrc; k++) bind_micro(s, u->src[k], micro);
         }
         double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
-        st = run_node(s, t, micro, lr);
+        st = n_group > 1 ? run_update_group(s, n_group, micro) : run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
-        if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us);
+        if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
         bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
-        if (!st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT) st = check_node(s, t, micro);
+        for (int g = 0; g < n_group && !st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT; g++)
+            st = check_node(s, n_group > 1 ? s->update_group[g] : t, micro);
+        i = last;
     }
     return st;
 }
@@ -2369,7 +2451,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * differentiated) */
     if (mode_runs_backward(mode)) s->run_counter++;
     double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
-    s->update_checked = false;
+    s->update_checked = s->loss_read = false;
     s->skip_update = false;
     s->scaling_pass = mode_runs_backward(mode);
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
@@ -2384,10 +2466,11 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->early_starts = false;
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
     for (int d = 0; d < s->n_devs; d++) {
-        pdde_status sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].stream);
+        pdde_status sync = device_sync(s, &s->devs[d]);
         if (st == PDDE_OK) st = sync;
     }
-    if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) st = add_loss(s, 0, &loss_sum);
+    if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) /* (read before the update, or now) */
+        st = s->loss_read ? (loss_sum += s->loss_value, check_loss(s, s->loss_value, 0)) : add_loss(s, 0, &loss_sum);
     if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || mode_runs_update(mode))) drop_gradients(s);
 #ifdef PDDE_HAVE_COMM
     /* the step's loss on every rank: the mean over the micro-batches of the ranks holding one
@@ -2451,13 +2534,13 @@ static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes
 static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
     pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    return st ? st : device_sync(s, sd);
 }
 
 static pdde_status read_local(pdde_session *s, const pdde_tensor *lt, void *dst, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
     pdde_status st = sd->iface->read(sd->dev, sd->stream, lt->data, lt->offset, dst, nbytes);
-    return st ? st : sd->iface->stream_sync(sd->dev, sd->stream);
+    return st ? st : device_sync(s, sd);
 }
 
 pdde_status pdde_session_write(pdde_session *s, pdde_tensor *t, const void *src, size_t nbytes) {
@@ -2541,6 +2624,7 @@ float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
 int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
 int pdde_session_gradient_collectives(const pdde_session *s) { return s ? s->gradient_collectives : 0; }
 int pdde_session_micro_batches(const pdde_session *s) { return s ? s->n_micro : 0; }
+int64_t pdde_session_host_syncs(const pdde_session *s) { return s ? s->host_syncs : 0; }
 
 void pdde_session_dump(const pdde_session *s, FILE *f) {
     if (s && f) program_dump(s->prog, f);

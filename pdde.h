@@ -479,6 +479,11 @@ struct pdde_backend_iface {
     /* optional: page-locked host memory for staging transfers (NULL: plain malloc) */
     pdde_status (*host_alloc)(void *dev, size_t nbytes, void **ptr);
     void (*host_free)(void *dev, void *ptr);
+    /* optional: enqueue n update nodes of one op (PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE) as one
+     * multi-tensor launch. The core groups only nodes whose parameters are equal but for
+     * UPDATE_WEIGHT_DECAY and that share their gnorm_sq source. PDDE_ERR_UNSUPPORTED (with nothing
+     * enqueued; or NULL) makes the core run them one by one with compute. */
+    pdde_status (*compute_group)(void *dev, void *stream, pdde_tensor *const *nodes, int n);
 };
 
 /* Backend plugins: a shared library (backends/README.md is the guide) that exports
@@ -609,6 +614,10 @@ int pdde_session_gradient_collectives(const pdde_session *s);
 /* Micro-batches this rank runs per step: grad_accum_steps, times its share under uneven data
  * parallelism (pdde_strategy_data_parallel_shares). */
 int pdde_session_micro_batches(const pdde_session *s);
+/* How many times the session has made the host wait for a device other than the CPU (a stream
+ * synchronisation, or a read or write, which ends in one) since it was made. A step on one device
+ * waits twice: for the loss and gradient norm its update checks (read together), and at its end. */
+int64_t pdde_session_host_syncs(const pdde_session *s);
 
 /* Dynamic loss scaling, on in a graph with f16 matmuls (pdde_graph_set_compute_dtype(g, PDDE_F16)),
  * with torch.cuda.amp.GradScaler's constants: the backward pass starts from d loss = scale (initially

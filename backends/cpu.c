@@ -748,28 +748,27 @@ static void cast_task(void *arg, int64_t begin, int64_t end) {
 /* ------------------------------------------------------------------------------------------------
  * Optimizer kernels */
 
-typedef struct { pdde_tensor *u; float clip_coef, bc1, bc2; } update_job;
+/* An update over one or more nodes of one op (a multi-tensor update: pdde_backend_iface.compute_group):
+ * element e of the job is element e - start[k] of nodes[k], start[] running sums of the nodes' sizes
+ * (n + 1 entries). The nodes share the clip norm, the step and so Adam's bias corrections. */
+typedef struct { pdde_tensor *const *nodes; const int64_t *start; int n; float clip_coef, bc1, bc2; } update_job;
 
-CPU_KERNEL static void adamw_task(void *arg, int64_t begin, int64_t end) {
-    update_job *j = arg;
-    const pdde_tensor *u = j->u;
+CPU_KERNEL static void adamw_range(const pdde_tensor *u, const update_job *j, int64_t begin, int64_t end) {
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
     float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), b1 = pdde_op_f32(u, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(u, PDDE_P_UPDATE_BETA2);
     float eps = pdde_op_f32(u, PDDE_P_UPDATE_EPS), wd = pdde_op_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY);
-    float gs = pdde_op_f32(u, PDDE_P_UPDATE_GRAD_SCALE) * j->clip_coef;
+    float gs = pdde_op_f32(u, PDDE_P_UPDATE_GRAD_SCALE) * j->clip_coef, bc1 = j->bc1, bc2 = j->bc2;
     for (int64_t i = begin; i < end; i++) {
         float gi = g[i] * gs;
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-        float mhat = m[i] / j->bc1, vhat = v[i] / j->bc2;
+        float mhat = m[i] / bc1, vhat = v[i] / bc2;
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
         g[i] = 0.0f;
     }
 }
 
-CPU_KERNEL static void sgd_task(void *arg, int64_t begin, int64_t end) {
-    update_job *j = arg;
-    const pdde_tensor *u = j->u;
+CPU_KERNEL static void sgd_range(const pdde_tensor *u, const update_job *j, int64_t begin, int64_t end) {
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *buf = F32(u->src[2]);
     float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), mom = pdde_op_f32(u, PDDE_P_SGD_MOMENTUM), wd = pdde_op_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY);
     float gs = pdde_op_f32(u, PDDE_P_UPDATE_GRAD_SCALE) * j->clip_coef;
@@ -778,6 +777,23 @@ CPU_KERNEL static void sgd_task(void *arg, int64_t begin, int64_t end) {
         buf[i] = mom * buf[i] + gi;
         p[i] -= lr * (mom > 0 ? buf[i] : gi);
         g[i] = 0.0f;
+    }
+}
+
+/* The job's elements [begin, end): the part of each node that falls in it. */
+static void update_task(void *arg, int64_t begin, int64_t end) {
+    const update_job *j = arg;
+    int lo = 0, hi = j->n - 1; /* the node holding element begin: the last k with start[k] <= begin */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (j->start[mid] <= begin) lo = mid;
+        else hi = mid - 1;
+    }
+    for (int k = lo; k < j->n && j->start[k] < end; k++) {
+        int64_t b = (begin > j->start[k] ? begin : j->start[k]) - j->start[k];
+        int64_t e = (end < j->start[k + 1] ? end : j->start[k + 1]) - j->start[k];
+        if (j->nodes[k]->op == PDDE_OP_ADAMW_UPDATE) adamw_range(j->nodes[k], j, b, e);
+        else sgd_range(j->nodes[k], j, b, e);
     }
 }
 
@@ -796,10 +812,26 @@ static float clip_coefficient(const pdde_tensor *u) {
     return norm > clip ? clip / (norm + 1e-6f) : 1.0f;
 }
 
+#define PAR_MIN (1 << 14) /* elements below which a job stays on one thread */
+
+/* n update nodes of one op as one threaded loop over all their elements (one node: compute). */
+static pdde_status cpu_update(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *const *nodes, int n) {
+    int64_t one[2], *start = n == 1 ? one : malloc(((size_t)n + 1) * sizeof *start);
+    if (!start) return pdde_error(ctx, PDDE_ERR_OOM, "cpu: multi-tensor %s over %d tensors: out of memory", pdde_op_name(nodes[0]->op), n);
+    start[0] = 0;
+    for (int k = 0; k < n; k++) start[k + 1] = start[k] + pdde_tensor_numel(nodes[k]);
+    const pdde_tensor *u = nodes[0];
+    update_job uj = {.nodes = nodes, .start = start, .n = n, .clip_coef = clip_coefficient(u)};
+    int step = pdde_op_i32(u, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(u, PDDE_P_UPDATE_STEP) : 1;
+    if (u->op == PDDE_OP_ADAMW_UPDATE) /* Adam's bias corrections */
+        uj.bc1 = 1.0f - powf(pdde_op_f32(u, PDDE_P_UPDATE_BETA1), (float)step), uj.bc2 = 1.0f - powf(pdde_op_f32(u, PDDE_P_UPDATE_BETA2), (float)step);
+    parallel_for(pool, start[n], PAR_MIN, update_task, &uj);
+    if (start != one) free(start);
+    return PDDE_OK;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * The dispatcher: runs one node on the CPU. Returns PDDE_ERR_UNSUPPORTED for ops it does not know. */
-
-#define PAR_MIN (1 << 14) /* elements below which a job stays on one thread */
 
 static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *t) {
     cpu_job job = {.node = t};
@@ -938,14 +970,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         F32(t)[0] = (float)(s * scale * scale) + (t->nsrc > 1 ? F32(t->src[1])[0] : 0.0f);
         return PDDE_OK;
     }
-    case PDDE_OP_ADAMW_UPDATE: case PDDE_OP_SGD_UPDATE: {
-        update_job uj = {.u = t, .clip_coef = clip_coefficient(t)};
-        int step = pdde_op_i32(t, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(t, PDDE_P_UPDATE_STEP) : 1;
-        if (t->op == PDDE_OP_ADAMW_UPDATE) /* Adam's bias corrections */
-            uj.bc1 = 1.0f - powf(pdde_op_f32(t, PDDE_P_UPDATE_BETA1), (float)step), uj.bc2 = 1.0f - powf(pdde_op_f32(t, PDDE_P_UPDATE_BETA2), (float)step);
-        parallel_for(pool, n, PAR_MIN, t->op == PDDE_OP_ADAMW_UPDATE ? adamw_task : sgd_task, &uj);
-        return PDDE_OK;
-    }
+    case PDDE_OP_ADAMW_UPDATE: case PDDE_OP_SGD_UPDATE: return cpu_update(ctx, pool, &t, 1);
     default:
         return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "cpu: op %s (%s) is not implemented", pdde_op_name(t->op), t->name);
     }
@@ -1040,6 +1065,15 @@ static pdde_status cpu_compute(void *dev, void *stream, pdde_tensor *node) {
     return cpu_compute_node(f->ctx, f->pool, f->dnnl, node);
 }
 
+static pdde_status cpu_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
+    cpu_family *f = dev;
+    (void)stream;
+    if (n < 1 || (nodes[0]->op != PDDE_OP_ADAMW_UPDATE && nodes[0]->op != PDDE_OP_SGD_UPDATE)) return PDDE_ERR_UNSUPPORTED;
+    for (int k = 1; k < n; k++)
+        if (nodes[k]->op != nodes[0]->op) return PDDE_ERR_UNSUPPORTED;
+    return cpu_update(f->ctx, f->pool, nodes, n);
+}
+
 const pdde_backend_iface pdde_backend_cpu = {
     .api_version = PDDE_BACKEND_API_VERSION,
     .struct_size = sizeof(pdde_backend_iface),
@@ -1058,4 +1092,5 @@ const pdde_backend_iface pdde_backend_cpu = {
     .stream_free = cpu_stream_free,
     .stream_sync = cpu_stream_sync,
     .compute = cpu_compute,
+    .compute_group = cpu_compute_group,
 };

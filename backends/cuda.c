@@ -641,17 +641,29 @@ static int pcu_supports_op(void *dev, const pdde_tensor *node) {
     return pgd_supports_op(node);
 }
 
-static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
-    pcu_dev *d = dev;
+/* The dispatcher's view of device d and stream (bound to this thread). */
+static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
     int e = pcu_bind(d);
     if (e) return e;
-    pgd_ctx g = {
+    *out = (pgd_ctx){
         .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = pcu_st(d, stream),
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp,
     };
-    return pgd_compute(&g, node);
+    return PDDE_OK;
+}
+
+static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
+    pgd_ctx g;
+    pdde_status st = pcu_dispatcher(dev, stream, &g);
+    return st ? st : pgd_compute(&g, node);
+}
+
+static pdde_status pcu_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
+    pgd_ctx g;
+    pdde_status st = pcu_dispatcher(dev, stream, &g);
+    return st ? st : pgd_compute_group(&g, nodes, n);
 }
 
 const pdde_backend_iface pdde_backend_cuda = {
@@ -677,6 +689,7 @@ const pdde_backend_iface pdde_backend_cuda = {
     .event_record = pcu_event_record,
     .event_sync = pcu_event_sync,
     .stream_wait_event = pcu_stream_wait_event,
+    .compute_group = pcu_compute_group,
 };
 
 #endif /* PDDE_NO_CUDA */

@@ -224,21 +224,14 @@ __device__ float block_max(float v) {
     return warp_max(v);
 }
 
-__device__ __forceinline__ long long reduce_base(const struct pdde_cu_reduce &s, long long o) {
-    long long base = 0;
-    for (int d = (int)s.nk - 1; d >= 0; d--) {
-        long long c = o % s.kshape[d];
-        o /= s.kshape[d];
-        base += c * s.kstride[d];
-    }
-    return base;
-}
-__device__ __forceinline__ long long reduce_off(const struct pdde_cu_reduce &s, long long r) {
+/* The element offset of index i of a row-major shape [n dims] with the given strides: where output o
+ * starts (the kept dims) and where reduced element r sits from there (the reduced dims). */
+__device__ __forceinline__ long long strided_offset(long long i, long long n, const long long *shape, const long long *stride) {
     long long off = 0;
-    for (int d = (int)s.nr - 1; d >= 0; d--) {
-        long long c = r % s.rshape[d];
-        r /= s.rshape[d];
-        off += c * s.rstride[d];
+    for (int d = (int)n - 1; d >= 0; d--) {
+        long long c = i % shape[d];
+        i /= shape[d];
+        off += c * stride[d];
     }
     return off;
 }
@@ -247,9 +240,9 @@ __device__ __forceinline__ long long reduce_off(const struct pdde_cu_reduce &s, 
 extern "C" __global__ void k_reduce_thread(const float *__restrict__ x, float *__restrict__ y, long long nout,
                                            long long nred, struct pdde_cu_reduce s, float scale) {
     GRID_STRIDE(o, nout) {
-        long long base = reduce_base(s, o);
+        long long base = strided_offset(o, s.nk, s.kshape, s.kstride);
         float acc = 0.0f;
-        for (long long r = 0; r < nred; r++) acc += x[base + reduce_off(s, r)];
+        for (long long r = 0; r < nred; r++) acc += x[base + strided_offset(r, s.nr, s.rshape, s.rstride)];
         y[o] = scale * acc;
     }
 }
@@ -258,9 +251,9 @@ extern "C" __global__ void k_reduce_thread(const float *__restrict__ x, float *_
 extern "C" __global__ void k_reduce_block(const float *__restrict__ x, float *__restrict__ y, long long nout,
                                           long long nred, struct pdde_cu_reduce s, float scale) {
     for (long long o = blockIdx.x; o < nout; o += gridDim.x) {
-        long long base = reduce_base(s, o);
+        long long base = strided_offset(o, s.nk, s.kshape, s.kstride);
         float acc = 0.0f;
-        for (long long r = threadIdx.x; r < nred; r += blockDim.x) acc += x[base + reduce_off(s, r)];
+        for (long long r = threadIdx.x; r < nred; r += blockDim.x) acc += x[base + strided_offset(r, s.nr, s.rshape, s.rstride)];
         acc = block_sum(acc);
         if (threadIdx.x == 0) y[o] = scale * acc;
     }
@@ -635,20 +628,24 @@ extern "C" __global__ void k_sgd(float *__restrict__ p, float *__restrict__ g, f
     }
 }
 
+/* One element of an AdamW step (f: the gradient's scale, clipping included). */
+__device__ __forceinline__ void adamw_element(float *p, float *g, float *m, float *v, float f, float lr, float b1, float b2,
+                                              float eps, float wd, float bc1, float bc2) {
+    float gi = *g * f;
+    float mi = b1 * *m + (1.0f - b1) * gi;
+    float vi = b2 * *v + (1.0f - b2) * gi * gi;
+    *m = mi;
+    *v = vi;
+    float mh = mi / bc1, vh = vi / bc2;
+    *p -= lr * (mh / (sqrtf(vh) + eps) + wd * *p);
+    *g = 0.0f;
+}
+
 extern "C" __global__ void k_adamw(float *__restrict__ p, float *__restrict__ g, float *__restrict__ m,
                                    float *__restrict__ v, const float *gnorm_sq, long long n, float lr, float b1,
                                    float b2, float eps, float wd, float clip, float gscale, float bc1, float bc2) {
     float f = gscale * clip_factor(gnorm_sq, clip);
-    GRID_STRIDE(i, n) {
-        float gi = g[i] * f;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float mh = mi / bc1, vh = vi / bc2;
-        p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
-        g[i] = 0.0f;
-    }
+    GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
 }
 
 /* ---- GEMM fallback (when cuBLAS is absent) ----------------------------------------------------- */
@@ -792,4 +789,23 @@ extern "C" __global__ void k_attention_back_kv(const float *__restrict__ q, cons
         }
         for (long long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
     }
+}
+
+/* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
+
+/* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
+ * its parameter, gradient and moments from their buffer's start, with its weight decay. */
+#define MULTI_MAX 16
+struct pdde_cu_multi {
+    long long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
+    float wd[MULTI_MAX];
+};
+
+/* Tensor k = block row k (blockIdx.y); gradients in gbase, the rest in base. */
+extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float *gnorm_sq, struct pdde_cu_multi t, float lr,
+                                         float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+    int k = blockIdx.y;
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
+    GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
 }

@@ -35,7 +35,8 @@ enum {
     PGD_K_LAYERNORM, PGD_K_LAYERNORM_BACK, PGD_K_RMSNORM, PGD_K_RMSNORM_BACK, PGD_K_ROW_STATS,
     PGD_K_GAMMA_BACK, PGD_K_SOFTMAX, PGD_K_SOFTMAX_BACK, PGD_K_CE_ROWS, PGD_K_CE_FINAL, PGD_K_CE_COUNT,
     PGD_K_CE_BACK, PGD_K_EMBEDDING, PGD_K_EMBEDDING_BACK, PGD_K_DROPOUT, PGD_K_CAST, PGD_K_SGD,
-    PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV, PGD_K_COUNT
+    PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV,
+    PGD_K_ADAMW_MULTI, PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
@@ -44,6 +45,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_gamma_back", "k_softmax", "k_softmax_back", "k_ce_rows", "k_ce_final", "k_ce_count",
     "k_ce_back", "k_embedding", "k_embedding_back", "k_dropout", "k_cast", "k_sgd",
     "k_adamw", "k_gemm", "k_attention", "k_attention_back_q", "k_attention_back_kv",
+    "k_adamw_multi",
 };
 
 /* The largest head dim of the attention kernels: an item keeps a few rows of D floats in registers
@@ -65,6 +67,16 @@ typedef struct {
     int64_t kshape[PGD_MAX_DIMS], kstride[PGD_MAX_DIMS];
     int64_t rshape[PGD_MAX_DIMS], rstride[PGD_MAX_DIMS];
 } pgd_reduce_desc;
+
+/* Multi-tensor AdamW (k_adamw_multi): up to PGD_MULTI_MAX tensors a launch, passed by value (within
+ * the 1 KiB of kernel arguments OpenCL guarantees), as element offsets from the start of the buffer
+ * holding the parameters and moments (the session's persistent buffer) and of the one holding the
+ * gradients (the same, or the activation arena where a reduction wrote them). */
+#define PGD_MULTI_MAX 16
+typedef struct {
+    int64_t n[PGD_MULTI_MAX], p[PGD_MULTI_MAX], g[PGD_MULTI_MAX], m[PGD_MULTI_MAX], v[PGD_MULTI_MAX];
+    float wd[PGD_MULTI_MAX];
+} pgd_multi;
 
 enum { PGD_U_SCALE = 0, PGD_U_GELU, PGD_U_RELU, PGD_U_SILU };
 enum { PGD_B_ADD = 0, PGD_B_SUB, PGD_B_MUL };
@@ -505,6 +517,12 @@ static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
                                   PGD_A(T), PGD_A(D), PGD_A(scale)));
 }
 
+/* AdamW's bias corrections of the node's step. */
+static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, float *bc2) {
+    int t = pdde_op_i32(node, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(node, PDDE_P_UPDATE_STEP) : 1;
+    *bc1 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA1), (float)t), *bc2 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA2), (float)t);
+}
+
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     if (!pgd_supports_op(node))
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
@@ -711,8 +729,8 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         }
         pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_opt_src(node, 4);
         float b1 = pdde_op_f32(node, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(node, PDDE_P_UPDATE_BETA2), eps = pdde_op_f32(node, PDDE_P_UPDATE_EPS);
-        int t = pdde_op_i32(node, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(node, PDDE_P_UPDATE_STEP) : 1;
-        float bc1 = 1.0f - powf(b1, (float)t), bc2 = 1.0f - powf(b2, (float)t);
+        float bc1, bc2;
+        pgd_adamw_bias_corrections(node, &bc1, &bc2);
         return pgd_launch_1d(g, PGD_K_ADAMW, np,
                              PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(pv), PGD_P(gn), PGD_A(np), PGD_A(lr),
                                       PGD_A(b1), PGD_A(b2), PGD_A(eps), PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_A(bc1),
@@ -721,6 +739,49 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     default:
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s is not supported", g->name, pdde_op_name(node->op));
     }
+}
+
+/* n AdamW update nodes (pdde_backend_iface.compute_group: parameters equal but for weight decay, one
+ * gnorm_sq) as k_adamw_multi launches of up to PGD_MULTI_MAX tensors each. PDDE_ERR_UNSUPPORTED, with
+ * nothing enqueued, for another op, or parameters and moments outside one buffer (gradients another). */
+static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n) {
+    if (n < 1 || nodes[0]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
+    const pdde_tensor *u = nodes[0];
+    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gbase = {(uintptr_t)u->src[1]->data, 0}, gn = pgd_opt_src(u, 4);
+    int64_t widest = 0;
+    for (int k = 0; k < n; k++) {
+        if (nodes[k]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
+        for (int s = 0; s < 4; s++)
+            if ((uintptr_t)nodes[k]->src[s]->data != (s == 1 ? gbase : base).base || nodes[k]->src[s]->offset % sizeof(float))
+                return PDDE_ERR_UNSUPPORTED;
+        widest = pgd_numel(nodes[k]) > widest ? pgd_numel(nodes[k]) : widest;
+    }
+    if (pgd_too_many(g, PGD_K_ADAMW_MULTI, widest)) return PDDE_ERR_UNSUPPORTED;
+    float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), b1 = pdde_op_f32(u, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(u, PDDE_P_UPDATE_BETA2),
+          eps = pdde_op_f32(u, PDDE_P_UPDATE_EPS), clip = pdde_op_f32(u, PDDE_P_UPDATE_CLIP), gs = pdde_op_f32(u, PDDE_P_UPDATE_GRAD_SCALE), bc1, bc2;
+    pgd_adamw_bias_corrections(u, &bc1, &bc2);
+    pgd_multi t;
+    memset(&t, 0, sizeof t);
+    int count = 0, e = PDDE_OK;
+    widest = 0;
+    for (int k = 0; k < n && !e; k++) {
+        const pdde_tensor *x = nodes[k];
+        int64_t np = pgd_numel(x->src[0]);
+        if (np) {
+            t.n[count] = np, t.wd[count] = pdde_op_f32(x, PDDE_P_UPDATE_WEIGHT_DECAY);
+            t.p[count] = (int64_t)(x->src[0]->offset / sizeof(float)), t.g[count] = (int64_t)(x->src[1]->offset / sizeof(float));
+            t.m[count] = (int64_t)(x->src[2]->offset / sizeof(float)), t.v[count] = (int64_t)(x->src[3]->offset / sizeof(float));
+            widest = np > widest ? np : widest;
+            count++;
+        }
+        if (count && (count == PGD_MULTI_MAX || k == n - 1)) {
+            e = pgd_launch(g, PGD_K_ADAMW_MULTI, pgd_grid(g, widest, 256), (unsigned)count, 1, 256, 1,
+                           PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(lr), PGD_A(b1), PGD_A(b2),
+                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2)));
+            count = 0, widest = 0;
+        }
+    }
+    return e;
 }
 
 #endif /* PDDE_GPU_DISPATCH_H */

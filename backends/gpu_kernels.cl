@@ -164,21 +164,14 @@ __kernel void k_copy2d(PTR(const float, src), PTR(float, dst), long outer, long 
 
 /* ---- reductions ------------------------------------------------------------------------------- */
 
-static long reduce_base(const pgd_reduce_desc *s, long o) {
-    long base = 0;
-    for (int d = (int)s->nk - 1; d >= 0; d--) {
-        long c = o % s->kshape[d];
-        o /= s->kshape[d];
-        base += c * s->kstride[d];
-    }
-    return base;
-}
-static long reduce_off(const pgd_reduce_desc *s, long r) {
+/* The element offset of index i of a row-major shape [n dims] with the given strides: where output o
+ * starts (the kept dims) and where reduced element r sits from there (the reduced dims). */
+static long strided_offset(long i, long n, const long *shape, const long *stride) {
     long off = 0;
-    for (int d = (int)s->nr - 1; d >= 0; d--) {
-        long c = r % s->rshape[d];
-        r /= s->rshape[d];
-        off += c * s->rstride[d];
+    for (int d = (int)n - 1; d >= 0; d--) {
+        long c = i % shape[d];
+        i /= shape[d];
+        off += c * stride[d];
     }
     return off;
 }
@@ -187,9 +180,9 @@ __kernel void k_reduce_thread(PTR(const float, x), PTR(float, y), long nout, lon
                               float scale) {
     BIND(const float, x); BIND(float, y);
     GRID_STRIDE(o, nout) {
-        long base = reduce_base(&s, o);
+        long base = strided_offset(o, s.nk, s.kshape, s.kstride);
         float acc = 0.0f;
-        for (long r = 0; r < nred; r++) acc += x[base + reduce_off(&s, r)];
+        for (long r = 0; r < nred; r++) acc += x[base + strided_offset(r, s.nr, s.rshape, s.rstride)];
         y[o] = scale * acc;
     }
 }
@@ -198,9 +191,9 @@ __kernel void k_reduce_block(PTR(const float, x), PTR(float, y), long nout, long
     BIND(const float, x); BIND(float, y);
     __local float sh[MAX_GROUP];
     for (long o = get_group_id(0); o < nout; o += get_num_groups(0)) {
-        long base = reduce_base(&s, o);
+        long base = strided_offset(o, s.nk, s.kshape, s.kstride);
         float acc = 0.0f;
-        for (long r = get_local_id(0); r < nred; r += get_local_size(0)) acc += x[base + reduce_off(&s, r)];
+        for (long r = get_local_id(0); r < nred; r += get_local_size(0)) acc += x[base + strided_offset(r, s.nr, s.rshape, s.rstride)];
         acc = group_sum(acc, sh);
         if (get_local_id(0) == 0) y[o] = scale * acc;
     }
@@ -590,21 +583,25 @@ __kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const flo
     }
 }
 
+/* One element of an AdamW step (f: the gradient's scale, clipping included). */
+static void adamw_element(__global float *p, __global float *g, __global float *m, __global float *v, float f, float lr,
+                          float b1, float b2, float eps, float wd, float bc1, float bc2) {
+    float gi = *g * f;
+    float mi = b1 * *m + (1.0f - b1) * gi;
+    float vi = b2 * *v + (1.0f - b2) * gi * gi;
+    *m = mi;
+    *v = vi;
+    float mh = mi / bc1, vh = vi / bc2;
+    *p -= lr * (mh / (sqrt(vh) + eps) + wd * *p);
+    *g = 0.0f;
+}
+
 __kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,
                       float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,
                       float bc2) {
     BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq);
     float f = gscale * clip_factor(gnorm_sq, clip);
-    GRID_STRIDE(i, n) {
-        float gi = g[i] * f;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        float mh = mi / bc1, vh = vi / bc2;
-        p[i] -= lr * (mh / (sqrt(vh) + eps) + wd * p[i]);
-        g[i] = 0.0f;
-    }
+    GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
 }
 
 /* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */
@@ -742,4 +739,24 @@ __kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(
         }
         for (long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
     }
+}
+
+/* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
+
+/* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
+ * its parameter, gradient and moments from their buffer's start, with its weight decay. */
+#define MULTI_MAX 16
+typedef struct {
+    long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
+    float wd[MULTI_MAX];
+} pgd_multi;
+
+/* Tensor k = group row k (get_group_id(1)); gradients in gbase, the rest in base. */
+__kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,
+                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+    BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);
+    int k = get_group_id(1);
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
+    GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
 }

@@ -770,15 +770,24 @@ static int pze_supports_op(void *dev, const pdde_tensor *node) {
     return pgd_supports_op(node);
 }
 
-static pdde_status pze_compute(void *dev, void *stream, pdde_tensor *node) {
-    pze_dev *d = dev;
-    pgd_ctx g = {
+/* The dispatcher's view of device d and stream. */
+static pgd_ctx pze_dispatcher(pze_dev *d, void *stream) {
+    return (pgd_ctx){
         .ctx = d->fam->ctx, .name = "level_zero", .impl = d, .stream = pze_st(d, stream),
         .units = d->units, .max_block = d->max_block,
         .launch = pze_cb_launch, .scratch = pze_cb_scratch, .fill32 = pze_cb_fill32, .copy = pze_cb_copy,
         .gemm = NULL,
     };
+}
+
+static pdde_status pze_compute(void *dev, void *stream, pdde_tensor *node) {
+    pgd_ctx g = pze_dispatcher(dev, stream);
     return pgd_compute(&g, node);
+}
+
+static pdde_status pze_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
+    pgd_ctx g = pze_dispatcher(dev, stream);
+    return pgd_compute_group(&g, nodes, n);
 }
 
 const pdde_backend_iface pdde_backend_level_zero = {
@@ -804,6 +813,7 @@ const pdde_backend_iface pdde_backend_level_zero = {
     .event_record = pze_event_record,
     .event_sync = pze_event_sync,
     .stream_wait_event = pze_stream_wait_event,
+    .compute_group = pze_compute_group,
 };
 
 #endif /* PDDE_NO_LEVEL_ZERO */

@@ -596,11 +596,11 @@ static int pdde_ocl_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M,
 }
 #endif
 
-static pdde_status pdde_ocl_compute(void *dev, void *stream, pdde_tensor *node) {
-    pdde_ocl_device *d = dev;
+/* The dispatcher's view of device d and stream (after its kernels are built). */
+static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx *out) {
     pdde_status st = pdde_ocl_prepare(d);
     if (st != PDDE_OK) return st;
-    pgd_ctx g = {
+    *out = (pgd_ctx){
         .ctx = d->fam->ctx, .name = "opencl", .impl = d, .stream = pdde_ocl_st(d, stream),
         .units = d->props.compute_units > 0 ? (unsigned)d->props.compute_units : 1, .max_block = (unsigned)d->wg,
         .item_per_element = d->item_per_element,
@@ -610,7 +610,19 @@ static pdde_status pdde_ocl_compute(void *dev, void *stream, pdde_tensor *node) 
         .gemm = pdde_ocl_cb_gemm,
 #endif
     };
-    return pgd_compute(&g, node);
+    return PDDE_OK;
+}
+
+static pdde_status pdde_ocl_compute(void *dev, void *stream, pdde_tensor *node) {
+    pgd_ctx g;
+    pdde_status st = pdde_ocl_dispatcher(dev, stream, &g);
+    return st ? st : pgd_compute(&g, node);
+}
+
+static pdde_status pdde_ocl_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
+    pgd_ctx g;
+    pdde_status st = pdde_ocl_dispatcher(dev, stream, &g);
+    return st ? st : pgd_compute_group(&g, nodes, n);
 }
 
 static int pdde_ocl_supports_op(void *dev, const pdde_tensor *node) {
@@ -641,6 +653,7 @@ const pdde_backend_iface pdde_backend_opencl = {
     .event_record = pdde_ocl_event_record,
     .event_sync = pdde_ocl_event_sync,
     .stream_wait_event = pdde_ocl_stream_wait_event,
+    .compute_group = pdde_ocl_compute_group,
 };
 
 #endif /* PDDE_OCL_NO_HEADERS */

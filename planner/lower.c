@@ -702,10 +702,10 @@ static pdde_status lower_partition(lowering *L) {
         if (!st) st = lower_vocab_parallel(L, t);
         if (!st && order_push(P, t)) st = lower_oom(L);
         /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
-        if (!st && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) && t->src[0] != param)
+        if (!st && is_update(t) && t->src[0] != param)
             st = gather_into_param(L, t, param);
         /* ...and an update that read a slice of a whole gradient accumulator zeroed only the slice */
-        if (!st && (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) && t->src[1] != grad) {
+        if (!st && is_update(t) && t->src[1] != grad) {
             pdde_tensor *zero = node_add(L, PDDE_OP_SCALE, grad, grad->ndim, grad->shape, 1, &grad);
             if (!zero || order_push(P, zero)) st = lower_oom(L);
             else {
@@ -716,6 +716,55 @@ static pdde_status lower_partition(lowering *L) {
     }
     free(old);
     return st ? st : overlap_gradient_reductions(L);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Multi-tensor updates. The executor runs update nodes that follow one another in the order as one
+ * launch (pdde_backend_iface.compute_group), so the optimizer phase is reordered to bring them
+ * together: first the nodes that need no update (gradient reductions and their waits, ZeRO's slices,
+ * the norm), then the updates, then what needs one (ZeRO's gathers back into the parameters, zeroing
+ * a sliced gradient), each part in its old order. "Needs" follows memory (storage roots): reading
+ * what such a node wrote, or writing what it read or wrote. An update that needs another stays in
+ * the third part. Every rank of a stage reorders alike, so its collectives keep one order. */
+
+enum { ROOT_READ = 1, ROOT_WRITTEN = 2 }; /* by storage root: how the nodes put after the updates use it */
+
+/* Whether t touches memory the nodes marked in use use in a conflicting way; with mark, records t's uses. */
+static bool update_conflict(pdde_tensor *t, uint8_t *use, bool mark) {
+    bool clash = false;
+    for (int k = 0; k < t->nsrc; k++) {
+        pdde_tensor *r = storage_root(t->src[k]);
+        bool written = is_update(t) ? t->src[k] != update_norm(t) : r == storage_root(t); /* (in place) */
+        clash |= written ? use[r->id] != 0 : (use[r->id] & ROOT_WRITTEN) != 0;
+        if (mark) use[r->id] |= written ? ROOT_WRITTEN : ROOT_READ;
+    }
+    pdde_tensor *out = storage_root(t);
+    clash |= use[out->id] != 0;
+    if (mark) use[out->id] |= ROOT_WRITTEN;
+    return clash;
+}
+
+static pdde_status group_updates(lowering *L) {
+    pdde_program *P = L->P;
+    uint8_t *use = calloc((size_t)P->n + 1, 1), *part = malloc((size_t)P->n_order + 1);
+    int *at = malloc(((size_t)P->n_order + 1) * sizeof *at), n_at = 0;
+    pdde_tensor **seq = malloc(((size_t)P->n_order + 1) * sizeof *seq);
+    pdde_status st = use && part && at && seq ? PDDE_OK : lower_oom(L);
+    for (int i = 0; i < P->n_order && !st; i++) {
+        pdde_tensor *t = P->order[i];
+        if (t->phase != PDDE_PHASE_OPTIMIZER) continue;
+        bool after = update_conflict(t, use, false);
+        part[n_at] = after ? 2 : is_update(t) ? 1 : 0;
+        if (part[n_at]) update_conflict(t, use, true); /* (an update marks what the later ones must not touch) */
+        at[n_at++] = i;
+    }
+    int n_seq = 0;
+    for (int p = 0; p < 3 && !st; p++)
+        for (int k = 0; k < n_at; k++)
+            if (part[k] == p) seq[n_seq++] = P->order[at[k]];
+    for (int k = 0; k < n_at && !st; k++) P->order[at[k]] = seq[k];
+    free(use), free(part), free(at), free(seq);
+    return st;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -886,6 +935,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     P->of_user = calloc((size_t)g->n, sizeof *P->of_user), P->elsewhere = calloc((size_t)g->n, sizeof *P->elsewhere);
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
+    if (!st) st = group_updates(&L);
     if (!st) st = lower_schedule(&L);
     for (int i = 0; !st && i < P->n_order; i++)
         if (P->order[i]->flags & PDDE_TENSOR_LOSS) P->loss = P->order[i];

@@ -89,6 +89,14 @@ static inline pdde_tensor *storage_root(pdde_tensor *t) {
 }
 /* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer. */
 static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE; }
+/* An optimizer's update: writes its parameter, gradient and state in place. */
+static inline bool is_update(const pdde_tensor *t) { return t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE; }
+/* An update's squared gradient norm source (clipping, loss scaling), after its parameter, gradient and
+ * state; NULL without one. */
+static inline pdde_tensor *update_norm(const pdde_tensor *u) {
+    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3;
+    return u->nsrc > plain ? u->src[plain] : NULL;
+}
 
 /* ------------------------------------------------------------------------------------------------
  * Planner state (planner/planner.c and the files it includes) */

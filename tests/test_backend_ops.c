@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* LeakSanitizer (make test-asan): PoCL's kernel compiler leaks a few KB per program it compiles on a
  * cold cache (inside libpocl/LLVM, nothing pdde allocates); this hook is read by LSan only. */
@@ -659,6 +660,150 @@ static void test_fused_attention(const options *o, int device) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Multi-tensor AdamW: the update nodes of a device run as one launch (one threaded loop on the CPU,
+ * k_adamw_multi on the GPUs, 16 tensors a launch) with the numerics of one node each: checked against
+ * AdamW written out here (llm.c's), bit for bit on the CPU, over 18 parameters of awkward sizes (more
+ * than one GPU launch holds; one larger than a CPU thread's share, so a tensor is split between
+ * threads), 1-D ones without weight decay, and clipping by the global norm. The loss sum(p_i * x_i)
+ * makes each gradient exactly x_i. The session's trace shows how many update calls a step took. */
+
+enum { MT_PARAMS = 18, MT_STEPS = 3 };
+static const int64_t mt_shape[MT_PARAMS][2] = {
+    {1, 0}, {7, 0}, {33, 31}, {129, 131}, {3, 0}, {16, 16}, {5, 3}, {2, 0}, {17, 0},
+    {1, 1}, {64, 0}, {9, 9}, {31, 0}, {2, 2}, {11, 0}, {8, 3}, {1000, 0}, {3, 5},
+};
+
+/* The library's AdamW step over every parameter, as the CPU computes it (float; the squared norm a
+ * double sum per gradient, added up in float in graph order). */
+static void mt_reference(float **p, float **m, float **v, float *const *x, const int64_t *len, int step, const pdde_optimizer_params *op) {
+    float norm_sq = 0;
+    for (int i = 0; i < MT_PARAMS; i++) {
+        double sum = 0;
+        for (int64_t k = 0; k < len[i]; k++) sum += (double)x[i][k] * x[i][k];
+        norm_sq = (float)sum + norm_sq;
+    }
+    float norm = sqrtf(norm_sq), gs = norm > op->clip_norm ? op->clip_norm / (norm + 1e-6f) : 1.0f;
+    float b1 = op->beta1, b2 = op->beta2, bc1 = 1.0f - powf(b1, (float)step), bc2 = 1.0f - powf(b2, (float)step);
+    for (int i = 0; i < MT_PARAMS; i++) {
+        float wd = mt_shape[i][1] ? op->weight_decay : 0.0f; /* (1-D parameters: biases, gains) */
+        for (int64_t k = 0; k < len[i]; k++) {
+            float gi = x[i][k] * gs;
+            m[i][k] = b1 * m[i][k] + (1.0f - b1) * gi;
+            v[i][k] = b2 * v[i][k] + (1.0f - b2) * gi * gi;
+            float mhat = m[i][k] / bc1, vhat = v[i][k] / bc2;
+            p[i][k] -= op->lr * (mhat / (sqrtf(vhat) + op->eps) + wd * p[i][k]);
+        }
+    }
+}
+
+/* How many events of the trace file path are update launches ("adamw_update.<id>"). */
+static int mt_update_events(const char *path) {
+    FILE *f = fopen(path, "r");
+    int n = 0;
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) n += strstr(line, "\"name\":\"adamw_update.") != NULL;
+    if (f) fclose(f);
+    return n;
+}
+
+static void test_multi_tensor_adamw(const options *o, int device) {
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    pdde_graph *g;
+    pdde_graph_init(o->ctx, &g);
+    pdde_tensor *params[MT_PARAMS], *inputs[MT_PARAMS], *loss = NULL;
+    int64_t len[MT_PARAMS];
+    float *p[MT_PARAMS], *m[MT_PARAMS], *v[MT_PARAMS], *x[MT_PARAMS], *got[MT_PARAMS];
+    for (int i = 0; i < MT_PARAMS; i++) {
+        char name[16];
+        int nd = mt_shape[i][1] ? 2 : 1;
+        snprintf(name, sizeof name, "p%d", i);
+        params[i] = pdde_param(g, name, nd, mt_shape[i], 0.0f);
+        snprintf(name, sizeof name, "x%d", i);
+        inputs[i] = pdde_input(g, name, PDDE_F32, nd, mt_shape[i]);
+        pdde_tensor *term = pdde_sum(g, pdde_mul(g, params[i], inputs[i]), -1, 0);
+        loss = loss ? pdde_add(g, loss, term) : term;
+        len[i] = mt_shape[i][0] * (mt_shape[i][1] ? mt_shape[i][1] : 1);
+        p[i] = malloc((size_t)len[i] * sizeof(float)), x[i] = malloc((size_t)len[i] * sizeof(float)), got[i] = malloc((size_t)len[i] * sizeof(float));
+        m[i] = calloc((size_t)len[i], sizeof(float)), v[i] = calloc((size_t)len[i], sizeof(float));
+        fill_leaf(params[i], 2000, p[i]), fill_leaf(inputs[i], 2000, x[i]);
+    }
+    pdde_backward(g, loss);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 0.05f, op.weight_decay = 0.1f, op.clip_norm = 0.5f, op.beta1 = 0.9f, op.beta2 = 0.999f, op.eps = 1e-8f;
+    pdde_optimizer_adamw(g, &op);
+    char trace[96];
+    snprintf(trace, sizeof trace, "/tmp/pdde_test_backend_ops.%d.trace", (int)getpid());
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device, sp.no_cpu_fallback = o->strict; /* (a plugin's device may leave ops to the CPU) */
+    pdde_session *s = NULL;
+    pdde_status st = pdde_graph_status(g) ? pdde_graph_status(g) : pdde_session_init(g, &sp, &s);
+    bool declined = st == PDDE_ERR_UNSUPPORTED || (!st && device != 0 && !nodes_on(s, device, "adamw_update"));
+    if (declined && !o->strict) { /* a plugin that does not run the update */
+        n_unsupported++;
+        pdde_session_free(s);
+        for (int i = 0; i < MT_PARAMS; i++) free(p[i]), free(m[i]), free(v[i]), free(x[i]), free(got[i]);
+        pdde_graph_free(g);
+        return;
+    }
+    int64_t syncs = 0;
+    int launches = -1;
+    /* a run checked against the reference, then a traced one (a trace waits for the device after every node) */
+    for (int traced = 0; traced < 2 && !st; traced++) {
+        if (traced) {
+            pdde_session_free(s), s = NULL;
+            sp.trace = trace;
+            st = pdde_session_init(g, &sp, &s);
+        }
+        for (int i = 0; i < MT_PARAMS && !st; i++) {
+            st = pdde_session_write(s, params[i], p[i], (size_t)len[i] * sizeof(float));
+            if (!st) st = pdde_session_write(s, inputs[i], x[i], (size_t)len[i] * sizeof(float));
+        }
+        for (int k = 1; k <= MT_STEPS && !st; k++) {
+            int64_t before = pdde_session_host_syncs(s);
+            st = pdde_session_run(s, PDDE_RUN_STEP);
+            if (traced) continue;
+            syncs += pdde_session_host_syncs(s) - before;
+            mt_reference(p, m, v, x, len, k, &op);
+        }
+        for (int i = 0; i < MT_PARAMS && !st && !traced; i++) st = pdde_session_read(s, params[i], got[i], (size_t)len[i] * sizeof(float));
+    }
+    pdde_session_free(s);
+    if (!st) launches = mt_update_events(trace);
+    double worst = 0;
+    int64_t differ = 0;
+    for (int i = 0; i < MT_PARAMS && !st; i++) {
+        differ += memcmp(got[i], p[i], (size_t)len[i] * sizeof(float)) != 0;
+        double d[2] = {0, 0};
+        for (int64_t k = 0; k < len[i] && !st; k++) {
+            double e = fabs((double)got[i][k] - p[i][k]);
+            d[0] = fmax(d[0], isnan(e) ? INFINITY : e); /* (fmax drops a NaN) */
+            d[1] = fmax(d[1], fabs(p[i][k]));
+        }
+        worst = fmax(worst, d[0] / (d[1] > 0 ? d[1] : 1));
+    }
+    bool cpu = !strcmp(props.backend, "cpu");
+    CHECK(st == PDDE_OK, "multi-tensor adamw on %s: %s (%s)", props.backend, pdde_status_str(st), pdde_last_error(o->ctx));
+    if (cpu) CHECK(!st && differ == 0, "multi-tensor adamw on cpu: %lld of %d parameters differ from the reference (largest relative "
+                   "difference %.3g); the CPU must match it bit for bit", (long long)differ, MT_PARAMS, worst);
+    else CHECK(!st && worst <= 1e-5, "multi-tensor adamw on %s: parameters differ from the reference by %.3g of the largest (> 1e-5)",
+               props.backend, worst);
+    /* one update a step (an event of the trace per compute or compute_group call; the GPUs' kernels
+     * take 16 tensors a launch within it): the built-in backends' (a plugin need not group them, and
+     * its copies to and from the CPU wait too) */
+    if (o->strict) CHECK(!st && launches == MT_STEPS, "multi-tensor adamw on %s: %d updates in %d steps, want one a step", props.backend, launches, MT_STEPS);
+    /* the host waits for the device twice a step: for the loss and the norm before the update, and at
+     * the step's end (the CPU: never) */
+    if (o->strict) CHECK(!st && syncs == (cpu ? 0 : 2 * MT_STEPS), "multi-tensor adamw on %s: the host waited for the device %lld times in %d steps, "
+          "want %d", props.backend, (long long)syncs, MT_STEPS, cpu ? 0 : 2 * MT_STEPS);
+    if (o->verbose) printf("  multi-tensor adamw on %-10s largest relative difference %.3g, %d updates, %lld host syncs\n", props.backend,
+                           worst, launches, (long long)syncs);
+    remove(trace);
+    for (int i = 0; i < MT_PARAMS; i++) free(p[i]), free(m[i]), free(v[i]), free(x[i]), free(got[i]);
+    pdde_graph_free(g);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Error paths */
 
 static void test_errors(pdde_context *ctx, int device, const char *backend) {
@@ -870,12 +1015,14 @@ int main(int argc, char **argv) {
         }
         if (!o.perf && !o.op) test_vocab_offset(ctx, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "attention"))) test_fused_attention(&o, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update"))) test_multi_tensor_adamw(&o, devs[k]);
         if (!o.perf) printf("device %d: %d passed, %d failed, %d cases of ops it does not run (%.1fs)\n", devs[k], test_passed - passed0,
                             test_failed - failed0, n_unsupported, now_s() - td);
         n_unsupported = 0;
     }
     if (!o.perf && !o.op && !o.backend) test_vocab_offset(ctx, 0); /* the CPU, the reference (not among devs) */
     if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend) test_fused_attention(&o, 0);
+    if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update")) && !o.backend) test_multi_tensor_adamw(&o, 0);
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);
     pdde_context_free(ctx);
     return test_finish();
