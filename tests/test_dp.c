@@ -180,17 +180,17 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0, 0, 0},
-        {"dp2_micro", 0, 2, 0, 0, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0, 0, 0},
-        {"zero1_micro", 1, 2, 0, 0, 0, 0},
-        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1},  /* one collective per gradient */
-        {"dp2_buckets", 0, 1, 0, 0, 0, 4096},   /* small buckets: several, with gradients between them alone */
-        {"dp2_device", 0, 1, 0, 1, 0, 0},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1, 0, 0},
+        {"dp2", 0, 1, 0, 0, 0, 0, {0}},
+        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0, 0, {0}},
+        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}},
+        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}},  /* one collective per gradient */
+        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}},   /* small buckets: several, with gradients between them alone */
+        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}},
     };
-    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
     int n_configs = has_device ? 9 : 7;
     for (int i = n_configs; i < 9; i++)
@@ -208,7 +208,7 @@ int main(void) {
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
     for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
     /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
-    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0};
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}};
     run_result sres = {0}, sref = {0};
     run_ranks(addr, &scaled, &sres);
     train(ctx, NULL, &scaled_ref, &sref);
