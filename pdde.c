@@ -2875,6 +2875,22 @@ static pdde_status plan_apply_tensor_parallel(pdde_graph *g, const pdde_mesh *me
     return st;
 }
 
+int pdde_plan_process(const pdde_plan *p, int mesh_rank) {
+    if (!p || p->pp < 1 || mesh_rank < 0) return -1;
+    int s = mesh_rank % p->pp, member = mesh_rank / p->pp;
+    return p->stage_blocks ? s * p->dp * p->tp + member : mesh_rank;
+}
+
+int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer) {
+    if (!p || p->pp < 1 || p->pp > PDDE_PLAN_MAX_STAGES || layer < 0 || layer >= n_layers) return 0;
+    bool cut = p->stage_first[p->pp] > 0 && p->chunks <= 1;
+    for (int s = 0; s < p->pp; s++) {
+        int first = cut ? p->stage_first[s] : s * n_layers / p->pp, next = cut ? p->stage_first[s + 1] : (s + 1) * n_layers / p->pp;
+        if (layer >= first && layer < next) return p->recompute == 1 || layer < first + p->recompute_layers[s];
+    }
+    return 0;
+}
+
 pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
                             const pdde_session_params *params, pdde_session **out) {
     if (!g || !plan || !loss) return PDDE_ERR_INVALID_ARG;
@@ -2901,10 +2917,7 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
         if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
         if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
         if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
-        for (int r = 0; r < ranks; r++) {
-            int s = r % p->pp, member = r / p->pp;
-            proc[r] = p->stage_blocks ? s * p->dp * p->tp + member : r;
-        }
+        for (int r = 0; r < ranks; r++) proc[r] = pdde_plan_process(p, r);
         mesh = pdde_mesh_create(g, n, shape, names, proc);
         free(proc);
         if (!mesh) return pdde_graph_status(g);
@@ -2916,10 +2929,8 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
             st = stage ? pdde_graph_set_layer_mesh(g, first[s], first[s + 1] - 1, stage) : pdde_graph_status(g);
         }
     }
-    for (int s = 0; s < p->pp && !st; s++) { /* every layer, or each stage's first recompute_layers[s] */
-        int last = p->recompute == 1 ? first[s + 1] : first[s] + p->recompute_layers[s];
-        for (int l = first[s]; l < last && l < first[s + 1] && !st; l++) st = pdde_graph_set_recompute(g, l, 1);
-    }
+    for (int l = 0; l < L && !st; l++) /* every layer, or each stage's first recompute_layers[s] */
+        if (pdde_plan_recomputes(p, L, l)) st = pdde_graph_set_recompute(g, l, 1);
     pdde_optimizer_params op = opt ? *opt : (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
     op.grad_accum_steps = p->micro;
     if (!st) st = pdde_backward(g, loss);

@@ -1357,6 +1357,14 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
  * grad_accum_steps = plan->micro), ZeRO, completes it and, with out, compiles it with params (its
  * world has the plan's dp x tp x pp ranks) under the plan's schedule and comm_dtype. */
 pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan);
+/* How a program runs a plan (pdde_plan_apply does; a program annotating its graph itself, as
+ * examples/gpt.h does, calls them). pdde_plan_process: the process (the device in the order the plan
+ * was made for) running rank mesh_rank of the plan's [dp, tp, pp] mesh: mesh_rank itself, or with
+ * stage_blocks the member of stage s's block (-1: no such rank). pdde_plan_recomputes: 1 when the plan
+ * recomputes layer `layer` of the n_layers it cuts into stages (stage_first, or an even cut when it has
+ * none): every layer with recompute 1, else the first recompute_layers[s] of stage s. */
+int pdde_plan_process(const pdde_plan *p, int mesh_rank);
+int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer);
 pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
                             const pdde_session_params *params, pdde_session **out);
 

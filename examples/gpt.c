@@ -55,8 +55,10 @@ static void usage(FILE *f) {
             "                              FILE.rank<R>: use pdde-run --trace FILE to get them merged into FILE)\n"
             "           [--metrics FILE]   (one JSON line per step: step, loss, lr, tokens/s, memory; build/pdde-plot\n"
             "                              draws the loss of one or several such files)\n"
-            "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
-            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints)\n"
+            "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3][,rc=2:0][,blocks=1]]   (all of\n"
+            "                              the above at once, stages = layers per pipeline stage of the layers + 2, rc = the\n"
+            "                              first layers of each stage recomputed, blocks=1: stage s on ranks s*dp*tp.., as\n"
+            "                              pdde-plan --auto prints)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
@@ -121,7 +123,6 @@ static int parse(int argc, char **argv, options *o) {
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
         if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe]\n", o->plan); return -1; }
-        if (p->stage_blocks) { fprintf(stderr, "gpt: --plan '%s': blocks=1 (a stage per block of devices) is not run by gpt, whose ranks are pp innermost\n", o->plan); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
     }
     gpt_config *m = &o->model;
@@ -295,7 +296,7 @@ int main(int argc, char **argv) {
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     /* recompute: only the residual stream between blocks is kept for backward */
-    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute, o.pp_chunks, NULL};
+    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute, o.pp_chunks, NULL, NULL};
     if (o.plan) plan = gpt_plan_of(&o.parsed_plan);
     TRY(gpt_build_plan(g, &o.model, &plan, &op, &m));
     pdde_mark_output(m.logits);

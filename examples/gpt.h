@@ -142,15 +142,18 @@ typedef struct {
     /* with pp > 1 and one run per stage: stage s runs layer ids [stage_first[s], stage_first[s+1]) of
      * the layers + 2 (embedding, blocks, head), as the planner cuts them; NULL = an even cut */
     const int *stage_first;
+    /* the planner's plan this one runs (NULL: none, the fields above by hand): its layers recomputed
+     * (recompute 1, or each stage's first recompute_layers, pdde_plan_recomputes) instead of the
+     * blocks when recompute is set, and its ranks' processes (stage_blocks, pdde_plan_process) */
+    const pdde_plan *plan;
 } gpt_plan;
 
-/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts point into p. A
- * plan recomputing some layers of a stage recomputes every block here (less memory, a little slower);
- * the session takes p's schedule and comm_dtype (pdde_session_params). */
+/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts and plan point
+ * into p. The session takes p's schedule and comm_dtype (pdde_session_params). */
 static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
-    int rc = p->recompute;
+    int rc = p->recompute == 1;
     for (int s = 0; s < p->pp && s < PDDE_PLAN_MAX_STAGES; s++) rc |= p->recompute_layers[s] > 0;
-    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, rc, p->chunks, NULL};
+    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, rc, p->chunks, NULL, p};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
     return g;
 }
@@ -178,7 +181,12 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
         if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
         if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
-        if (!(mesh = pdde_mesh_create(g, n, shape, names, NULL))) return pdde_graph_status(g);
+        int *proc = (int *)malloc((size_t)p->dp * p->tp * p->pp * sizeof *proc); /* mesh rank -> process */
+        if (!proc) return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "gpt: out of memory");
+        for (int r = 0; r < p->dp * p->tp * p->pp; r++) proc[r] = p->plan ? pdde_plan_process(p->plan, r) : r;
+        mesh = pdde_mesh_create(g, n, shape, names, proc);
+        free(proc);
+        if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
         if (!st && p->pp > 1 && p->stage_first && p->pp_chunks <= 1) {
@@ -195,7 +203,8 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
             st = pdde_strategy_pipeline_interleaved(g, mesh, "pp", c->layers + 2, p->pp_chunks > 1 ? p->pp_chunks : 1);
         }
     }
-    for (int l = 1; l <= c->layers && !st && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
+    for (int l = 0; l < c->layers + 2 && !st && p->recompute; l++) /* the plan's layers, or every block */
+        if (p->plan ? pdde_plan_recomputes(p->plan, c->layers + 2, l) : l >= 1 && l <= c->layers) st = pdde_graph_set_recompute(g, l, 1);
     pdde_optimizer_params op = *opt;
     op.grad_accum_steps = micro;
     if (!st) st = pdde_backward(g, m->loss);
@@ -281,8 +290,7 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
     gpt_plan_builder b;
     b.cfg = *c, b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
-    /* a job's ranks run pp innermost (gpt_build_plan's mesh): no stage-block layout for it */
-    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices, pp.no_stage_blocks = use_all_devices;
+    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
     if (cluster) pp.cluster = cluster, pp.build = gpt_plan_build, pp.build_user = &b;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);

@@ -61,6 +61,23 @@ if [ -x "$build/pdde-run" ]; then
     rc=$?
     check "an uneven stage cut (5:1) runs ($(tail -1 "$tmp/cut.log"))" $rc
     check "--plan pp=2,stages=5:1: losses '$(losses "$tmp/cut.log")' equal one process's '$ref'" $([ "$(losses "$tmp/cut.log")" = "$ref" ] && echo 0 || echo 1)
+    # the plans the search returns run as they say: a stage recomputing its first layers (rc), and a
+    # stage per block of ranks (blocks=1: ranks 0 and 1 are stage 0)
+    arena() { grep -E "^\[$2\] gpt: data" "$1" | sed -E 's/.*activations ([0-9.]+) MB \(plan\).*/\1/'; }
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4 "${args[@]}" >"$tmp/pp.log" 2>&1
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,rc=2:0 "${args[@]}" >"$tmp/rc.log" 2>&1
+    rc=$?
+    check "--plan pp=2,rc=2:0 runs ($(tail -1 "$tmp/rc.log"))" $rc
+    check "--plan pp=2,rc=2:0: losses '$(losses "$tmp/rc.log")' equal one process's '$ref'" $([ "$(losses "$tmp/rc.log")" = "$ref" ] && echo 0 || echo 1)
+    a0=$(arena "$tmp/pp.log" 0); a1=$(arena "$tmp/rc.log" 0); b0=$(arena "$tmp/pp.log" 1); b1=$(arena "$tmp/rc.log" 1)
+    awk -v a="$a0" -v b="$a1" -v c="$b0" -v d="$b1" 'BEGIN { exit !(b + 0 > 0 && b < a && d == c) }' </dev/null
+    check "rc=2:0 shrinks stage 0's activation arena only (stage 0: $a0 -> $a1 MB, stage 1: $b0 -> $b1 MB)" $?
+    timeout 300 "$build/pdde-run" -n 4 "$build/gpt" --plan dp=2,pp=2,mb=2,blocks=1 --show-program "${args[@]}" >"$tmp/blocks.log" 2>&1
+    rc=$?
+    check "--plan dp=2,pp=2,blocks=1 runs on 4 ranks ($(tail -1 "$tmp/blocks.log"))" $rc
+    check "--plan blocks=1: losses '$(losses "$tmp/blocks.log")' equal one process's '$ref'" $([ "$(losses "$tmp/blocks.log")" = "$ref" ] && echo 0 || echo 1)
+    grep -q '^\[1\] # local program.*pipeline stage 0 of 2' "$tmp/blocks.log" && grep -q '^\[2\] # local program.*pipeline stage 1 of 2' "$tmp/blocks.log"
+    check "blocks=1: process 1 runs stage 0, process 2 stage 1 ($(grep -o '^\[1\] # local program.*' "$tmp/blocks.log" | cut -c1-90))" $?
 else
     echo "SKIP comm: the 2-rank runs (this build has no UCX)"
 fi
