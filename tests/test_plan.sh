@@ -21,9 +21,11 @@ check "pdde-plan --auto prints a best plan" $?
 # one step of a forced plan, simulated from both ranks' lowered programs: the text timeline, an SVG and
 # a Chrome trace with both ranks' compute and communication, the pipeline's bubble idle on each stage
 "$build/pdde-plan" --plan dp=1,pp=2,mb=4 --cluster "$tmp/cluster.json" --timeline "$tmp/t.svg" --trace "$tmp/t.json" >"$tmp/tl.log" 2>&1
-check "pdde-plan --plan pp=2 --timeline --trace ($(tail -1 "$tmp/tl.log"))" $?
+rc=$?
+check "pdde-plan --plan pp=2 --timeline --trace ($(tail -1 "$tmp/tl.log"))" $rc
 grep -q '^rank   1 |' "$tmp/tl.log" && grep -Eq '^rank   0 \|#+\.+' "$tmp/tl.log"
-check "the text timeline has a lane per rank, stage 0 idle while stage 1 fills ($(grep '^rank   0' "$tmp/tl.log" | cut -c1-60))" $?
+rc=$?
+check "the text timeline has a lane per rank, stage 0 idle while stage 1 fills ($(grep '^rank   0' "$tmp/tl.log" | cut -c1-60))" $rc
 [ "$(grep -c '<rect' "$tmp/t.svg")" -gt 100 ] && grep -q 'rank 1' "$tmp/t.svg"
 check "the SVG timeline draws both ranks' events" $?
 python3 - "$tmp/t.json" <<'PY'
@@ -38,7 +40,8 @@ PY
 check "the Chrome trace is JSON with compute and comm events of both ranks" $?
 "$build/pdde-plan" --plan dp=1,pp=2,mb=3 --cluster "$tmp/cluster.json" >"$tmp/tlbad.log" 2>&1
 [ $? -ne 0 ] && grep -q 'do not divide the batch' "$tmp/tlbad.log"
-check "a forced plan whose micro-batches do not divide the batch is refused ($(head -1 "$tmp/tlbad.log"))" $?
+rc=$?
+check "a forced plan whose micro-batches do not divide the batch is refused ($(head -1 "$tmp/tlbad.log"))" $rc
 "$build/pdde-plan" --auto --cluster "$tmp/nonexistent.json" >"$tmp/bad.log" 2>&1
 [ $? -ne 0 ] && grep -q nonexistent "$tmp/bad.log"
 rc=$?
@@ -71,13 +74,15 @@ if [ -x "$build/pdde-run" ]; then
     check "--plan pp=2,rc=2:0: losses '$(losses "$tmp/rc.log")' equal one process's '$ref'" $([ "$(losses "$tmp/rc.log")" = "$ref" ] && echo 0 || echo 1)
     a0=$(arena "$tmp/pp.log" 0); a1=$(arena "$tmp/rc.log" 0); b0=$(arena "$tmp/pp.log" 1); b1=$(arena "$tmp/rc.log" 1)
     awk -v a="$a0" -v b="$a1" -v c="$b0" -v d="$b1" 'BEGIN { exit !(b + 0 > 0 && b < a && d == c) }' </dev/null
-    check "rc=2:0 shrinks stage 0's activation arena only (stage 0: $a0 -> $a1 MB, stage 1: $b0 -> $b1 MB)" $?
+    rc=$?
+    check "rc=2:0 shrinks stage 0's activation arena only (stage 0: $a0 -> $a1 MB, stage 1: $b0 -> $b1 MB)" $rc
     timeout 300 "$build/pdde-run" -n 4 "$build/gpt" --plan dp=2,pp=2,mb=2,blocks=1 --show-program "${args[@]}" >"$tmp/blocks.log" 2>&1
     rc=$?
     check "--plan dp=2,pp=2,blocks=1 runs on 4 ranks ($(tail -1 "$tmp/blocks.log"))" $rc
     check "--plan blocks=1: losses '$(losses "$tmp/blocks.log")' equal one process's '$ref'" $([ "$(losses "$tmp/blocks.log")" = "$ref" ] && echo 0 || echo 1)
     grep -q '^\[1\] # local program.*pipeline stage 0 of 2' "$tmp/blocks.log" && grep -q '^\[2\] # local program.*pipeline stage 1 of 2' "$tmp/blocks.log"
-    check "blocks=1: process 1 runs stage 0, process 2 stage 1 ($(grep -o '^\[1\] # local program.*' "$tmp/blocks.log" | cut -c1-90))" $?
+    rc=$?
+    check "blocks=1: process 1 runs stage 0, process 2 stage 1 ($(grep -o '^\[1\] # local program.*' "$tmp/blocks.log" | cut -c1-90))" $rc
 else
     echo "SKIP comm: the 2-rank runs (this build has no UCX)"
 fi
