@@ -2891,6 +2891,21 @@ int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer) {
     return 0;
 }
 
+/* The device of each of the L layers under plan p's placement (malloc'ed): those it places on the
+ * first device of backend p->place, the others -1 (the rank's own). */
+static pdde_status plan_apply_placement(pdde_graph *g, const pdde_plan *p, int L, int **out) {
+    int dev = pdde_device_find(g->ctx, p->place, 0);
+    if (dev < 0) return pdde_error(g->ctx, PDDE_ERR_NOT_FOUND, "plan apply: place=%s: this process has no device of backend %s (see pdde-info)", p->place, p->place);
+    if (p->pp != 1 || p->chunks != 1)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: place=%s places layers within one stage (pp 1, chunks 1), not pp %d x chunks %d",
+                          p->place, p->pp, p->chunks);
+    int *d = malloc((size_t)L * sizeof *d);
+    if (!d) return pdde_error(g->ctx, PDDE_ERR_OOM, "plan apply: out of memory");
+    for (int l = 0; l < L; l++) d[l] = pdde_plan_places(p, L, l) ? dev : -1;
+    *out = d;
+    return PDDE_OK;
+}
+
 pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
                             const pdde_session_params *params, pdde_session **out) {
     if (!g || !plan || !loss) return PDDE_ERR_INVALID_ARG;
@@ -2940,7 +2955,12 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
     if (st || !out) return st;
     pdde_session_params sp = params ? *params : (pdde_session_params)PDDE_SESSION_PARAMS_INIT;
     sp.pipeline_schedule = p->schedule, sp.comm_dtype = p->comm_dtype;
-    return pdde_session_init(g, &sp, out);
+    int *layer_devices = NULL;
+    if (p->place[0] && (st = plan_apply_placement(g, p, L, &layer_devices))) return st;
+    if (layer_devices) sp.layer_devices = layer_devices, sp.n_layer_devices = L;
+    st = pdde_session_init(g, &sp, out);
+    free(layer_devices); /* (read while the session lowers its program) */
+    return st;
 }
 
 #ifdef PDDE_HAVE_COMM

@@ -824,6 +824,14 @@ typedef struct {
     double intra_bw, intra_lat; /* a link between devices of one host: B/s, s (bandwidth 0: none) */
     double inter_bw, inter_lat; /* between hosts (bandwidth 0: none) */
     const double *op_latency;   /* [n] s: the least time any op takes there (dispatch, launch); NULL = 0 */
+    /* Device placement (place_flops NULL: none): a second device each rank may run layers on, beside
+     * its own (a host's OpenCL or GPU device next to the CPU, as gpt --blocks-on uses it): its FLOP/s,
+     * B/s and bytes ([n]; flops 0: that rank has none), its backend (what a plan's place names) and
+     * the link the copies at the placement's boundaries cross (B/s, s). The search then also tries
+     * plans of one stage whose middle layers (all but the first and the last) run there. */
+    const double *place_flops, *place_mem_bw, *place_memory;
+    char place_backend[16];
+    double place_bw, place_lat;
 } pdde_plan_devices;
 
 struct pdde_plan;
@@ -871,6 +879,12 @@ typedef struct pdde_plan {
      * ((d * tp) + t) * pp + s is the process on device s * dp * tp + d * tp + t), so that on a cluster
      * of mixed machines a stage's devices are alike; 0: pp innermost (mesh rank r on device r) */
     int stage_blocks;
+    /* device placement in each rank (pp 1): layers [place_first, place_last) run on the rank's device
+     * of backend place ("opencl"; "" = none: every layer on the rank's own device), with copies at
+     * the boundaries; place_last 0 = all but the first and the last layer (a model's blocks between
+     * its embedding and its head). Text: place=opencl (the blocks), place=opencl:1-5 (layers 1..4). */
+    char place[16];
+    int place_first, place_last;
 } pdde_plan;
 
 /* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
@@ -889,7 +903,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
 pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
                              pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
- * [,blocks=1]" (rc: layers recomputed per stage, written when some but not all are); returns what
+ * [,blocks=1][,place=opencl[:1-5]]" (rc: layers recomputed per stage, written when some but not all are); returns what
  * snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage). */
@@ -1365,6 +1379,8 @@ pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdd
  * none): every layer with recompute 1, else the first recompute_layers[s] of stage s. */
 int pdde_plan_process(const pdde_plan *p, int mesh_rank);
 int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer);
+/* 1 when the plan places layer `layer` (of n_layers) on each rank's device of backend p->place. */
+int pdde_plan_places(const pdde_plan *p, int n_layers, int layer);
 pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
                             const pdde_session_params *params, pdde_session **out);
 

@@ -58,7 +58,8 @@ static void usage(FILE *f) {
             "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3][,rc=2:0][,blocks=1]]   (all of\n"
             "                              the above at once, stages = layers per pipeline stage of the layers + 2, rc = the\n"
             "                              first layers of each stage recomputed, blocks=1: stage s on ranks s*dp*tp.., as\n"
-            "                              pdde-plan --auto prints)\n"
+            "                              pdde-plan --auto prints; ,place=opencl[:A-B]: the blocks, or layers A..B, on that\n"
+            "                              backend's device, as --blocks-on)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
@@ -124,6 +125,10 @@ static int parse(int argc, char **argv, options *o) {
         pdde_plan *p = &o->parsed_plan;
         if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe]\n", o->plan); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+        if (p->place[0] && (p->pp > 1 || p->chunks > 1 || o->blocks_on)) {
+            fprintf(stderr, "gpt: --plan '%s': place= puts layers on a second device within one stage: not with pp > 1, chunks or --blocks-on\n", o->plan);
+            return -1;
+        }
     }
     gpt_config *m = &o->model;
     if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->ctx < 2 || m->vocab < 256 || m->batch < 1 || m->width % m->heads) {
@@ -309,15 +314,18 @@ int main(int argc, char **argv) {
     sp.trace = o.trace;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
-    if (o.blocks_on) {
-        int dev = pdde_device_find(ctx, o.blocks_on, 0);
+    const pdde_plan *placed = o.plan && o.parsed_plan.place[0] ? &o.parsed_plan : NULL; /* --plan ...,place=B: the plan's layers */
+    if (o.blocks_on || placed) {
+        const char *backend = o.blocks_on ? o.blocks_on : placed->place;
+        int dev = pdde_device_find(ctx, backend, 0);
         if (dev < 0) {
-            fprintf(stderr, "gpt: no device of backend '%s' (see build/pdde-info)\n", o.blocks_on);
+            fprintf(stderr, "gpt: no device of backend '%s' (see build/pdde-info)\n", backend);
             return 1;
         }
-        for (int l = 1; l <= o.model.layers; l++) layer_dev[l] = dev;
+        for (int l = 0; l < o.model.layers + 2; l++)
+            if (o.blocks_on ? l >= 1 && l <= o.model.layers : pdde_plan_places(placed, o.model.layers + 2, l)) layer_dev[l] = dev;
         sp.layer_devices = layer_dev, sp.n_layer_devices = o.model.layers + 2;
-        where = o.blocks_on;
+        where = backend;
     }
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
