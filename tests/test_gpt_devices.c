@@ -13,7 +13,9 @@
 
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 4};
 
-static int train(pdde_context *ctx, int blocks_device, float *losses, int *n_copies) {
+/* blocks_device: the blocks placed by hand (layer devices); or with plan, the planner's placement
+ * (pdde_plan_apply of a plan with place=<backend>) */
+static int train(pdde_context *ctx, int blocks_device, const pdde_plan *plan, float *losses, int *n_copies) {
     pdde_graph *g;
     pdde_session *s;
     gpt_model m;
@@ -24,8 +26,9 @@ static int train(pdde_context *ctx, int blocks_device, float *losses, int *n_cop
     for (int l = 1; l <= cfg.layers; l++) layer_devices[l] = blocks_device;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.layer_devices = layer_devices, sp.n_layer_devices = cfg.layers + 2;
-    if (gpt_build(g, &cfg, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op)) return -1;
-    if (pdde_session_init(g, &sp, &s)) {
+    if (gpt_build(g, &cfg, &m)) return -1;
+    if (plan ? pdde_plan_apply(g, plan, m.loss, &op, NULL, &s)
+             : pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, &sp, &s)) {
         fprintf(stderr, "session: %s\n", pdde_last_error(ctx));
         pdde_graph_free(g);
         return -1;
@@ -61,13 +64,21 @@ int main(void) {
     }
     pdde_device_props props;
     pdde_device_get_props(ctx, accel, &props);
-    float cpu[STEPS], mixed[STEPS];
-    int copies_cpu = 0, copies_mixed = 0;
-    CHECK(train(ctx, 0, cpu, &copies_cpu) == 0, "all-CPU run");
-    CHECK(train(ctx, accel, mixed, &copies_mixed) == 0, "run with the blocks on %s (%s)", props.name, props.backend);
+    float cpu[STEPS], mixed[STEPS], planned[STEPS];
+    int copies_cpu = 0, copies_mixed = 0, copies_planned = 0;
+    CHECK(train(ctx, 0, NULL, cpu, &copies_cpu) == 0, "all-CPU run");
+    CHECK(train(ctx, accel, NULL, mixed, &copies_mixed) == 0, "run with the blocks on %s (%s)", props.name, props.backend);
     CHECK(copies_cpu == 0 && copies_mixed > 0, "copy nodes at the device boundaries: %d (all CPU: %d)", copies_mixed, copies_cpu);
-    for (int i = 0; i < STEPS; i++) printf("step %d  cpu %.6f  cpu+%s %.6f\n", i, cpu[i], props.backend, mixed[i]);
+    /* the planner's placement of the blocks (plan text place=<backend>), run by pdde_plan_apply */
+    char text[64];
+    snprintf(text, sizeof text, "dp=1,tp=1,pp=1,mb=1,place=%s", props.backend);
+    pdde_plan plan;
+    CHECK(pdde_plan_parse(text, &plan) == PDDE_OK, "parse %s", text);
+    CHECK(train(ctx, 0, &plan, planned, &copies_planned) == 0, "plan %s: %s", text, pdde_last_error(ctx));
+    CHECK(copies_planned == copies_mixed, "plan %s: %d copy nodes, the blocks placed by hand %d", text, copies_planned, copies_mixed);
+    for (int i = 0; i < STEPS; i++) printf("step %d  cpu %.6f  cpu+%s %.6f  planned %.6f\n", i, cpu[i], props.backend, mixed[i], planned[i]);
     double worst = test_close_all("losses, blocks on the device against all CPU", mixed, cpu, STEPS, 0, 1e-6);
+    test_close_all("losses, the plan's placement against all CPU", planned, cpu, STEPS, 0, 1e-6);
     CHECK(cpu[STEPS - 1] < cpu[0], "the model learns");
     printf("blocks on %s (%s): %d copy nodes, worst relative loss difference %.2g\n", props.name, props.backend, copies_mixed, worst);
     pdde_context_free(ctx);

@@ -86,7 +86,28 @@ if [ -x "$build/pdde-run" ]; then
 else
     echo "SKIP comm: the 2-rank runs (this build has no UCX)"
 fi
-for bad in "dp=0" "zero=5" "pp=2,stages=9:9" "dp=x"; do
+# device placement: the blocks on the OpenCL device (PoCL in CI) by a forced plan, and chosen by the
+# planner from a cluster file whose machine has a CPU and a (here much faster) OpenCL device
+if "$build/pdde-info" 2>/dev/null | grep -Eq '^ +opencl +available'; then
+    "$build/gpt" --plan dp=1,place=opencl "${args[@]}" >"$tmp/place.log" 2>&1
+    rc=$?
+    check "gpt --plan dp=1,place=opencl runs ($(tail -1 "$tmp/place.log"))" $rc
+    grep -q 'blocks on opencl' "$tmp/place.log"
+    check "gpt says the blocks are on opencl" $?
+    check "--plan place=opencl: losses '$(losses "$tmp/place.log")' equal one process's '$ref'" $([ "$(losses "$tmp/place.log")" = "$ref" ] && echo 0 || echo 1)
+    sed -e 's/"specs": \[/"specs": [{"name": "ocl", "kind": "gpu", "backend": "opencl", "peak_flops": 5e12, "mem_bandwidth": 1e12, "gemm": [],\n            "curves": {"elementwise": [], "row": [], "attention": [], "embedding": [], "optimizer": []}}, /' \
+        -e 's/"devices": \[{"id": 0, "spec": "cpu", "memory": 8000000000}\]/"devices": [{"id": 0, "spec": "cpu", "memory": 8000000000}, {"id": 1, "spec": "ocl", "memory": 8000000000}]/' \
+        "$tmp/cluster.json" >"$tmp/cluster2.json"
+    "$build/gpt" --plan auto --cluster "$tmp/cluster2.json" "${args[@]}" >"$tmp/autoplace.log" 2>&1
+    rc=$?
+    check "gpt --plan auto on a CPU + fast OpenCL machine runs ($(grep -m1 'planner chose' "$tmp/autoplace.log"; tail -1 "$tmp/autoplace.log"))" $rc
+    grep -q 'the planner chose .*place=opencl' "$tmp/autoplace.log" && grep -q 'blocks on opencl' "$tmp/autoplace.log"
+    check "the planner places the blocks on the faster OpenCL device" $?
+    check "--plan auto, placed: losses '$(losses "$tmp/autoplace.log")' equal one process's '$ref'" $([ "$(losses "$tmp/autoplace.log")" = "$ref" ] && echo 0 || echo 1)
+else
+    echo "SKIP opencl: no OpenCL device (PoCL in CI): the placed runs"
+fi
+for bad in "dp=0" "zero=5" "pp=2,stages=9:9" "dp=x" "pp=2,place=opencl"; do
     "$build/gpt" --plan "$bad" "${args[@]}" >"$tmp/badplan.log" 2>&1
     check "gpt --plan $bad is refused" $([ $? -ne 0 ] && echo 0 || echo 1)
 done
