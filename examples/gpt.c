@@ -221,23 +221,50 @@ static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches
     return (float)(sum / batches);
 }
 
+/* The whole vocab row `row` of the logits at sampling: under vocab-parallel tensor parallelism each
+ * rank holds `cols` = V / tp consecutive columns of it (in tp order), gathered from the ranks of this
+ * rank's tp group (mesh rank ((d * tp) + t) * pp + s, on process pdde_plan_process(plan, .)); every
+ * rank takes part (those without the logits, other pipeline stages, send zeros). */
+static void gather_vocab_row(pdde_comm *comm, const options *o, const float *row, int cols, float *all, float *whole) {
+#ifdef PDDE_HAVE_UCX
+    int ranks = o->dp * o->tp * o->pp, me = pdde_comm_rank(comm), mine = 0;
+    const pdde_plan *plan = o->plan ? &o->parsed_plan : NULL;
+    if (pdde_comm_allgather(comm, row, all, (size_t)cols, PDDE_F32) != PDDE_OK) return;
+    for (int r = 0; r < ranks; r++)
+        if ((plan ? pdde_plan_process(plan, r) : r) == me) mine = r;
+    int s = mine % o->pp, d = mine / o->pp / o->tp;
+    for (int t = 0; t < o->tp; t++) {
+        int r = (d * o->tp + t) * o->pp + s, proc = plan ? pdde_plan_process(plan, r) : r;
+        memcpy(whole + (size_t)t * cols, all + (size_t)proc * cols, (size_t)cols * sizeof *whole);
+    }
+#else
+    (void)comm, (void)o, (void)row, (void)cols, (void)all, (void)whole;
+#endif
+}
+
 /* Samples n bytes: the context fills every row of the batch, the next byte comes from the logits at
  * the last filled position (temperature 0.8). Every rank runs it; the ones holding the logits (the
  * last pipeline stage) can read them, and `print` says which one prints. */
-static void sample(pdde_session *s, gpt_model *m, int n, int micro, uint64_t seed, int print) {
-    int T = m->cfg.ctx, V = m->cfg.vocab, BT = m->cfg.batch * micro * T;
+static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options *o, int n, int print) {
+    int T = m->cfg.ctx, V = m->cfg.vocab, micro = o->micro, BT = m->cfg.batch * micro * T;
+    uint64_t seed = o->seed;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
     const pdde_tensor *block = pdde_session_tensor(s, m->logits); /* this rank's (NULL: another stage's) */
     size_t bytes = block ? pdde_tensor_nbytes(block) : sizeof(float);
-    float *logits = malloc(bytes);
+    /* this rank's columns of a row: V, or V / tp under vocab-parallel tensor parallelism */
+    int cols = block ? (int)block->shape[block->ndim - 1] : V / o->tp, split = comm && o->tp > 1 && V % o->tp == 0;
+    float *logits = malloc(bytes), *zeros = calloc((size_t)V, sizeof *zeros), *whole = malloc((size_t)V * sizeof *whole);
+    float *all = malloc((size_t)(split ? o->dp * o->tp * o->pp : 1) * cols * sizeof *all);
     char *text = malloc((size_t)n + 2);
     int len = 0, filled = 1;
     ids[0] = '\n';
     for (int k = 0; k < n; k++) {
         for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
         if (write_batch(s, m, ids, NULL, micro) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
-        if (!block || pdde_session_read(s, m->logits, logits, bytes) != PDDE_OK) print = 0; /* another stage's */
-        const float *row = logits + (size_t)(filled - 1) * V;
+        bool have = block && pdde_session_read(s, m->logits, logits, bytes) == PDDE_OK;
+        if (!have) print = 0; /* another stage's */
+        const float *row = have ? logits + (size_t)(filled - 1) * cols : zeros;
+        if (split) gather_vocab_row(comm, o, row, cols, all, whole), row = whole;
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < 256; v++) mx = row[v] > mx ? row[v] : mx;
         for (int v = 0; v < 256; v++) sum += exp((row[v] - mx) / 0.8);
@@ -251,7 +278,7 @@ static void sample(pdde_session *s, gpt_model *m, int n, int micro, uint64_t see
     }
     text[len] = 0;
     if (print) printf("---- sample ----\n%s\n----------------\n", text);
-    free(ids), free(logits), free(text);
+    free(ids), free(logits), free(zeros), free(whole), free(all), free(text);
 }
 
 int main(int argc, char **argv) {
@@ -416,7 +443,7 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
                           last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
-    if (o.sample_len > 0) sample(s, &m, o.sample_len, o.micro, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
+    if (o.sample_len > 0) sample(s, &m, comm, &o, o.sample_len, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
     pdde_graph_free(g);

@@ -83,6 +83,15 @@ if [ -x "$build/pdde-run" ]; then
     grep -q '^\[1\] # local program.*pipeline stage 0 of 2' "$tmp/blocks.log" && grep -q '^\[2\] # local program.*pipeline stage 1 of 2' "$tmp/blocks.log"
     rc=$?
     check "blocks=1: process 1 runs stage 0, process 2 stage 1 ($(grep -o '^\[1\] # local program.*' "$tmp/blocks.log" | cut -c1-90))" $rc
+    # sampling under vocab-parallel tensor parallelism (each rank holds V/2 columns of the logits): from
+    # the same checkpoint, the same text as one process
+    sample() { sed -n '/---- sample/,/^\(\[0\] \)\{0,1\}----------------$/p' "$1" | sed 's/^\[0\] //' | od -c; }
+    "$build/gpt" --steps 2 --val-every 0 --sample-len 40 --threads 1 --ckpt-dir "$tmp/ck" >"$tmp/s1.log" 2>&1
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --tp 2 --steps 2 --val-every 0 --sample-len 40 --threads 1 --ckpt-dir "$tmp/ck" --resume \
+        >"$tmp/s2.log" 2>&1
+    [ -n "$(sample "$tmp/s1.log")" ] && [ "$(sample "$tmp/s1.log")" = "$(sample "$tmp/s2.log")" ]
+    rc=$?
+    check "gpt --tp 2 samples what one process samples from the same checkpoint ($(sample "$tmp/s2.log" | head -2 | tr -s ' ' | tr '\n' ' '))" $rc
 else
     echo "SKIP comm: the 2-rank runs (this build has no UCX)"
 fi
