@@ -2023,6 +2023,29 @@ static pdde_status check_loss(pdde_session *s, float loss, int micro) {
     return nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
 }
 
+/* Under several ranks the overflow decision and the loss scale are the world's: pipeline stages and
+ * data-parallel ranks each see their own loss and gradients, and a stage unscales by its own copy of
+ * the scale while only the loss's stage seeds the backward pass with it. So before the step's first
+ * update every rank learns whether any rank saw an overflow, the scale of the ranks holding the loss
+ * and whether all ranks hold the same scale; the step is skipped everywhere if any overflowed or the
+ * scales differ (a rank unscaled by the wrong one: after set_loss_scale on some ranks, or a checkpoint
+ * the stages without the loss did not read it from), and every rank goes on from the loss's scale. */
+static pdde_tensor *local_of(const pdde_session *s, const pdde_tensor *t);
+static pdde_status scaler_agree(pdde_session *s) {
+#ifdef PDDE_HAVE_COMM
+    if (!s->world || pdde_comm_size(s->world) < 2) return PDDE_OK;
+    bool seeds = local_of(s, s->g->grad_seed) != NULL;
+    float v[4] = {s->skip_update ? 1.0f : 0.0f, seeds ? s->scaler.scale : 0.0f, s->scaler.scale, -s->scaler.scale};
+    pdde_status st = pdde_comm_allreduce(s->world, v, v, 4, PDDE_F32, PDDE_REDUCE_MAX);
+    if (st) return st;
+    s->skip_update = v[0] > 0 || v[2] != -v[3];
+    if (v[1] > 0) s->scaler.scale = v[1];
+#else
+    (void)s;
+#endif
+    return PDDE_OK;
+}
+
 /* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by. */
 static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
     s->update_checked = true;
@@ -2038,7 +2061,7 @@ static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micr
         float norm = NAN;
         s->skip_update = (s->pass_has_loss && s->loss && !isfinite(v)) ||
                          (u->nsrc > plain && !(st = read_local(s, u->src[plain], &norm, sizeof norm)) && !isfinite(norm));
-        return st;
+        return st ? st : scaler_agree(s);
     }
     if (!st && u->nsrc > plain && pdde_op_f32(u, PDDE_P_UPDATE_CLIP) > 0 && !(st = read_local(s, u->src[plain], &v, sizeof v)) && !isfinite(v))
         st = nonfinite_error(s, "the squared gradient norm", u->src[plain], v, PDDE_TENSOR_GRAD, micro);
