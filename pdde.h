@@ -808,7 +808,8 @@ pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *m
  * The planner search (planner/search.c): how to run a layered model on a set of devices. It tries
  * every data x tensor x pipeline degree the devices allow (and plans leaving the slowest devices out),
  * two layouts of the ranks on the devices, micro-batch counts, interleaved stages, ZeRO stages, f32 or
- * bf16 collectives and recompute per layer (the fewest layers of each stage that make it fit), cuts the
+ * bf16 collectives, recompute per layer (the fewest layers of each stage that make it fit) and, where
+ * each rank has a second device (place_*), the middle layers placed on it (one stage), cuts the
  * layers (ids of pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and
  * predicts each candidate's step time and per-device memory from the graph's work per layer and the
  * devices' speeds, memories and links. Reads the symbolic graph only (build it at any size).
@@ -893,7 +894,8 @@ typedef struct pdde_plan {
 pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params,
                              pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected);
 /* Predicts one plan (plan->stage_first all 0: an even cut), on its dp*tp*pp fastest devices, as the
- * search would, with its schedule, comm_dtype, recompute (or recompute_layers) and layout: fills
+ * search would, with its schedule, comm_dtype, recompute (or recompute_layers), layout and placement
+ * (place: devices must have a second device of that backend; pp 1, no chunks, no recompute): fills
  * step_s, bubble_s, peak_bytes, peak_device and why ("" when it fits). */
 pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan);
 /* Re-planning after the devices changed (a device lost or added; elasticity): the best plan for g on

@@ -29,7 +29,10 @@
  * stage's cost grows with its range, the prefix optimum with the prefix, so the split point is found
  * by bisection: O(stages x layers x log layers) per candidate). A stage recomputes the fewest of its
  * first layers that make it fit (more recomputed never needs more memory, so bisection finds them);
- * that is the fastest choice for the stage, so the recompute dimension folds into the DP. What depends
+ * that is the fastest choice for the stage, so the recompute dimension folds into the DP. Where every
+ * rank has a second device (pdde_plan_devices.place_*), one-stage plans are also tried with the middle
+ * layers placed there: each part timed on its own device, the boundary activations and their
+ * gradients copied over the link between them, each device's memory checked alone. What depends
  * only on the degrees and the layout (links, each stage's slowest device) is computed once for all
  * the rest, and a candidate whose GEMM work alone cannot beat the last plan kept is skipped. */
 
