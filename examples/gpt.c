@@ -123,7 +123,7 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe]\n", o->plan); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]]\n", o->plan); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
         if (p->place[0] && (p->pp > 1 || p->chunks > 1 || o->blocks_on)) {
             fprintf(stderr, "gpt: --plan '%s': place= puts layers on a second device within one stage: not with pp > 1, chunks or --blocks-on\n", o->plan);

@@ -8,6 +8,8 @@
  * session allocates. Included by pdde.c after memplan.c. */
 #include "planner_impl.h"
 
+#include <float.h>
+
 typedef struct {
     pdde_cost_program *cp;
     const pdde_program *P;
