@@ -18,7 +18,9 @@
 #define _GNU_SOURCE /* usleep, unsetenv (comm_test_util.h) */
 #include "tests/gpt_golden.h"
 #include "tests/test_util.h"
+#ifdef PDDE_HAVE_UCX /* the ranks test (4.) */
 #include "tests/comm_test_util.h"
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
