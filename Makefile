@@ -305,13 +305,17 @@ install: all
 	ln -sf libpdde.so.$(VERSION) $(LIBDIR)/libpdde.so.$(SOVERSION)
 	ln -sf libpdde.so.$(SOVERSION) $(LIBDIR)/libpdde.so
 	install -m 644 pdde.h $(DESTDIR)$(PREFIX)/include/
+	install -d $(DESTDIR)$(PREFIX)/include/pdde/backends
+	install -m 644 backends/op_params.h $(DESTDIR)$(PREFIX)/include/pdde/backends/
 	for t in $(TOOLS); do install -m 755 $$t $(DESTDIR)$(PREFIX)/bin/; done
-	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: pdde\nDescription: adaptive distributed training engine\nVersion: %s\nLibs: -L$${libdir} -lpdde\nLibs.private: %s\nCflags: -I$${includedir} %s\n' \
+	printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: pdde\nDescription: adaptive distributed training engine\nVersion: %s\nLibs: -L$${libdir} -lpdde\nLibs.private: %s\nCflags: -I$${includedir} -I$${includedir}/pdde %s\n' \
 	  '$(PREFIX)' '$(VERSION)' '$(strip $(LDLIBS))' '$(strip $(DEFS))' > $(LIBDIR)/pkgconfig/pdde.pc
 
 uninstall:
 	rm -f $(LIBDIR)/libpdde.a $(LIBDIR)/libpdde.so $(LIBDIR)/libpdde.so.$(SOVERSION) $(LIBDIR)/libpdde.so.$(VERSION) \
-	  $(LIBDIR)/pkgconfig/pdde.pc $(DESTDIR)$(PREFIX)/include/pdde.h $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS)))
+	  $(LIBDIR)/pkgconfig/pdde.pc $(DESTDIR)$(PREFIX)/include/pdde.h \
+	  $(DESTDIR)$(PREFIX)/include/pdde/backends/op_params.h $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS)))
+	-rmdir $(DESTDIR)$(PREFIX)/include/pdde/backends $(DESTDIR)$(PREFIX)/include/pdde 2>/dev/null
 
 clean:
 	rm -rf $(BUILD)

@@ -1844,8 +1844,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false};
-    const char *fallback = getenv("PDDE_CPU_FALLBACK");
-    lp.no_cpu_fallback = p.no_cpu_fallback || (fallback && !strcmp(fallback, "0"));
+    lp.no_cpu_fallback = program_no_cpu_fallback(&p);
     pdde_status st = PDDE_OK;
     if (p.world) {
 #ifdef PDDE_HAVE_COMM
@@ -2185,6 +2184,29 @@ static pdde_status read_scalars(pdde_session *s, const pdde_tensor *a, float *va
     return st;
 }
 
+/* Under several ranks the overflow decision and the loss scale are the world's: pipeline stages and
+ * data-parallel ranks each see their own loss and gradients, and a stage unscales by its own copy of
+ * the scale while only the loss's stage seeds the backward pass with it. So before the step's first
+ * update every rank learns whether any rank saw an overflow, the scale of the ranks holding the loss
+ * and whether all ranks hold the same scale; the step is skipped everywhere if any overflowed or the
+ * scales differ (a rank unscaled by the wrong one: after set_loss_scale on some ranks, or a checkpoint
+ * the stages without the loss did not read it from), and every rank goes on from the loss's scale. */
+static pdde_tensor *local_of(const pdde_session *s, const pdde_tensor *t);
+static pdde_status scaler_agree(pdde_session *s) {
+#ifdef PDDE_HAVE_COMM
+    if (!s->world || pdde_comm_size(s->world) < 2) return PDDE_OK;
+    bool seeds = local_of(s, s->g->grad_seed) != NULL;
+    float v[4] = {s->skip_update ? 1.0f : 0.0f, seeds ? s->scaler.scale : 0.0f, s->scaler.scale, -s->scaler.scale};
+    pdde_status st = pdde_comm_allreduce(s->world, v, v, 4, PDDE_F32, PDDE_REDUCE_MAX);
+    if (st) return st;
+    s->skip_update = v[0] > 0 || v[2] != -v[3];
+    if (v[1] > 0) s->scaler.scale = v[1];
+#else
+    (void)s;
+#endif
+    return PDDE_OK;
+}
+
 /* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by
  * (or that shows an overflow under loss scaling), read together: the step's one wait before its end. */
 static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
@@ -2197,7 +2219,7 @@ static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micr
     if (st) return st;
     if (loss) s->loss_read = true, s->loss_value = lv;
     /* under loss scaling an overflow anywhere makes the loss or the squared norm infinite or NaN: skip */
-    if (s->loss_scaling) { s->skip_update = (loss && !isfinite(lv)) || (norm && !isfinite(nv)); return PDDE_OK; }
+    if (s->loss_scaling) { s->skip_update = (loss && !isfinite(lv)) || (norm && !isfinite(nv)); return scaler_agree(s); }
     if (loss && (st = check_loss(s, lv, micro))) return st;
     if (norm && !isfinite(nv)) return nonfinite_error(s, "the squared gradient norm", norm, nv, PDDE_TENSOR_GRAD, micro);
     return PDDE_OK;
@@ -3103,6 +3125,37 @@ static pdde_status plan_apply_tensor_parallel(pdde_graph *g, const pdde_mesh *me
     return st;
 }
 
+int pdde_plan_process(const pdde_plan *p, int mesh_rank) {
+    if (!p || p->pp < 1 || mesh_rank < 0) return -1;
+    int s = mesh_rank % p->pp, member = mesh_rank / p->pp;
+    return p->stage_blocks ? s * p->dp * p->tp + member : mesh_rank;
+}
+
+int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer) {
+    if (!p || p->pp < 1 || p->pp > PDDE_PLAN_MAX_STAGES || layer < 0 || layer >= n_layers) return 0;
+    bool cut = p->stage_first[p->pp] > 0 && p->chunks <= 1;
+    for (int s = 0; s < p->pp; s++) {
+        int first = cut ? p->stage_first[s] : s * n_layers / p->pp, next = cut ? p->stage_first[s + 1] : (s + 1) * n_layers / p->pp;
+        if (layer >= first && layer < next) return p->recompute == 1 || layer < first + p->recompute_layers[s];
+    }
+    return 0;
+}
+
+/* The device of each of the L layers under plan p's placement (malloc'ed): those it places on the
+ * first device of backend p->place, the others -1 (the rank's own). */
+static pdde_status plan_apply_placement(pdde_graph *g, const pdde_plan *p, int L, int **out) {
+    int dev = pdde_device_find(g->ctx, p->place, 0);
+    if (dev < 0) return pdde_error(g->ctx, PDDE_ERR_NOT_FOUND, "plan apply: place=%s: this process has no device of backend %s (see pdde-info)", p->place, p->place);
+    if (p->pp != 1 || p->chunks != 1)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: place=%s places layers within one stage (pp 1, chunks 1), not pp %d x chunks %d",
+                          p->place, p->pp, p->chunks);
+    int *d = malloc((size_t)L * sizeof *d);
+    if (!d) return pdde_error(g->ctx, PDDE_ERR_OOM, "plan apply: out of memory");
+    for (int l = 0; l < L; l++) d[l] = pdde_plan_places(p, L, l) ? dev : -1;
+    *out = d;
+    return PDDE_OK;
+}
+
 pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
                             const pdde_session_params *params, pdde_session **out) {
     if (!g || !plan || !loss) return PDDE_ERR_INVALID_ARG;
@@ -3135,10 +3188,7 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
         if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
         if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
         if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
-        for (int r = 0; r < ranks; r++) {
-            int s = r % p->pp, member = r / p->pp;
-            proc[r] = p->stage_blocks ? s * p->dp * p->tp + member : r;
-        }
+        for (int r = 0; r < ranks; r++) proc[r] = pdde_plan_process(p, r);
         mesh = pdde_mesh_create(g, n, shape, names, proc);
         free(proc);
         if (!mesh) return pdde_graph_status(g);
@@ -3151,10 +3201,8 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
             st = stage ? pdde_graph_set_layer_mesh(g, first[s], first[s + 1] - 1, stage) : pdde_graph_status(g);
         }
     }
-    for (int s = 0; s < p->pp && !st; s++) { /* every layer, or each stage's first recompute_layers[s] */
-        int last = p->recompute == 1 ? first[s + 1] : first[s] + p->recompute_layers[s];
-        for (int l = first[s]; l < last && l < first[s + 1] && !st; l++) st = pdde_graph_set_recompute(g, l, 1);
-    }
+    for (int l = 0; l < L && !st; l++) /* every layer, or each stage's first recompute_layers[s] */
+        if (pdde_plan_recomputes(p, L, l)) st = pdde_graph_set_recompute(g, l, 1);
     pdde_optimizer_params op = opt ? *opt : (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
     op.grad_accum_steps = p->micro;
     if (!st) st = pdde_backward(g, loss);
@@ -3164,7 +3212,12 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
     if (st || !out) return st;
     pdde_session_params sp = params ? *params : (pdde_session_params)PDDE_SESSION_PARAMS_INIT;
     sp.pipeline_schedule = p->schedule, sp.comm_dtype = p->comm_dtype;
-    return pdde_session_init(g, &sp, out);
+    int *layer_devices = NULL;
+    if (p->place[0] && (st = plan_apply_placement(g, p, L, &layer_devices))) return st;
+    if (layer_devices) sp.layer_devices = layer_devices, sp.n_layer_devices = L;
+    st = pdde_session_init(g, &sp, out);
+    free(layer_devices); /* (read while the session lowers its program) */
+    return st;
 }
 
 #ifdef PDDE_HAVE_COMM

@@ -836,7 +836,8 @@ pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *m
  * every data x tensor x pipeline degree the devices allow (and plans leaving the slowest devices out),
  * two layouts of the ranks on the devices, micro-batch counts, interleaved stages, ZeRO stages, f32 or
  * bf16 collectives, recompute per layer (the fewest layers of each stage that make it fit) and, where
- * data-parallel indices' devices differ in speed, uneven batch shares (pdde_plan.shares), cuts the
+ * data-parallel indices' devices differ in speed, uneven batch shares (pdde_plan.shares), where
+ * each rank has a second device (place_*), the middle layers placed on it (one stage), cuts the
  * layers (ids of pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and
  * predicts each candidate's step time and per-device memory from the graph's work per layer and the
  * devices' speeds, memories and links. Reads the symbolic graph only (build it at any size).
@@ -853,6 +854,14 @@ typedef struct {
     double intra_bw, intra_lat; /* a link between devices of one host: B/s, s (bandwidth 0: none) */
     double inter_bw, inter_lat; /* between hosts (bandwidth 0: none) */
     const double *op_latency;   /* [n] s: the least time any op takes there (dispatch, launch); NULL = 0 */
+    /* Device placement (place_flops NULL: none): a second device each rank may run layers on, beside
+     * its own (a host's OpenCL or GPU device next to the CPU, as gpt --blocks-on uses it): its FLOP/s,
+     * B/s and bytes ([n]; flops 0: that rank has none), its backend (what a plan's place names) and
+     * the link the copies at the placement's boundaries cross (B/s, s). The search then also tries
+     * plans of one stage whose middle layers (all but the first and the last) run there. */
+    const double *place_flops, *place_mem_bw, *place_memory;
+    char place_backend[16];
+    double place_bw, place_lat;
 } pdde_plan_devices;
 
 struct pdde_plan;
@@ -904,6 +913,12 @@ typedef struct pdde_plan {
      * micro-batches per step (pdde_strategy_data_parallel_shares), each of batch / (micro x the sum
      * of shares) rows; all 0 = equal shares (every dp index micro micro-batches of batch / (dp x micro)) */
     int shares[PDDE_PLAN_MAX_SHARES];
+    /* device placement in each rank (pp 1): layers [place_first, place_last) run on the rank's device
+     * of backend place ("opencl"; "" = none: every layer on the rank's own device), with copies at
+     * the boundaries; place_last 0 = all but the first and the last layer (a model's blocks between
+     * its embedding and its head). Text: place=opencl (the blocks), place=opencl:1-5 (layers 1..4). */
+    char place[16];
+    int place_first, place_last;
 } pdde_plan;
 
 /* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
@@ -912,7 +927,8 @@ typedef struct pdde_plan {
 pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params,
                              pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected);
 /* Predicts one plan (plan->stage_first all 0: an even cut), on its dp*tp*pp fastest devices, as the
- * search would, with its schedule, comm_dtype, recompute (or recompute_layers) and layout: fills
+ * search would, with its schedule, comm_dtype, recompute (or recompute_layers), layout and placement
+ * (place: devices must have a second device of that backend; pp 1, no chunks, no recompute): fills
  * step_s, bubble_s, peak_bytes, peak_device and why ("" when it fits). */
 pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan);
 /* Re-planning after the devices changed (a device lost or added; elasticity): the best plan for g on
@@ -922,8 +938,8 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
 pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
                              pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
- * [,blocks=1][,shares=3:1]" (rc: layers recomputed per stage, written when some but not all are;
- * shares: micro-batch shares of the dp indices, dp of them); returns what snprintf would. */
+ * [,blocks=1][,shares=3:1][,place=opencl[:1-5]]" (rc: layers recomputed per stage, written when some but
+ * not all are; shares: micro-batch shares of the dp indices, dp of them); returns what snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage). */
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out);
@@ -1393,6 +1409,16 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
  * grad_accum_steps = plan->micro), ZeRO, completes it and, with out, compiles it with params (its
  * world has the plan's dp x tp x pp ranks) under the plan's schedule and comm_dtype. */
 pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan);
+/* How a program runs a plan (pdde_plan_apply does; a program annotating its graph itself, as
+ * examples/gpt.h does, calls them). pdde_plan_process: the process (the device in the order the plan
+ * was made for) running rank mesh_rank of the plan's [dp, tp, pp] mesh: mesh_rank itself, or with
+ * stage_blocks the member of stage s's block (-1: no such rank). pdde_plan_recomputes: 1 when the plan
+ * recomputes layer `layer` of the n_layers it cuts into stages (stage_first, or an even cut when it has
+ * none): every layer with recompute 1, else the first recompute_layers[s] of stage s. */
+int pdde_plan_process(const pdde_plan *p, int mesh_rank);
+int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer);
+/* 1 when the plan places layer `layer` (of n_layers) on each rank's device of backend p->place. */
+int pdde_plan_places(const pdde_plan *p, int n_layers, int layer);
 pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
                             const pdde_session_params *params, pdde_session **out);
 

@@ -55,9 +55,12 @@ static void usage(FILE *f) {
             "                              FILE.rank<R>: use pdde-run --trace FILE to get them merged into FILE)\n"
             "           [--metrics FILE]   (one JSON line per step: step, loss, lr, tokens/s, memory; build/pdde-plot\n"
             "                              draws the loss of one or several such files)\n"
-            "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3]]   (all of the above at once,\n"
-            "                              stages = layers per pipeline stage of the layers + 2, as pdde-plan --auto prints;\n"
-            "                              shares=3:1: dp index i runs shares[i] x mb micro-batches, for devices of different speeds)\n"
+            "           [--plan dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=N][,stages=3:3][,rc=2:0][,blocks=1]]   (all of\n"
+            "                              the above at once, stages = layers per pipeline stage of the layers + 2, rc = the\n"
+            "                              first layers of each stage recomputed, blocks=1: stage s on ranks s*dp*tp.., as\n"
+            "                              pdde-plan --auto prints; ,place=opencl[:A-B]: the blocks, or layers A..B, on that\n"
+            "                              backend's device, as --blocks-on; shares=3:1: dp index i runs shares[i] x mb\n"
+            "                              micro-batches, for devices of different speeds)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
@@ -121,9 +124,12 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,shares=A:B:..]\n  (shares: one per dp index, each >= 1)\n", o->plan); return -1; }
-        if (p->stage_blocks) { fprintf(stderr, "gpt: --plan '%s': blocks=1 (a stage per block of devices) is not run by gpt, whose ranks are pp innermost\n", o->plan); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..]\n  (shares: one per dp index, each >= 1)\n", o->plan); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+        if (p->place[0] && (p->pp > 1 || p->chunks > 1 || o->blocks_on)) {
+            fprintf(stderr, "gpt: --plan '%s': place= puts layers on a second device within one stage: not with pp > 1, chunks or --blocks-on\n", o->plan);
+            return -1;
+        }
     }
     gpt_config *m = &o->model;
     if (m->layers < 1 || m->heads < 1 || m->width < 1 || m->ctx < 2 || m->vocab < 256 || m->batch < 1 || m->width % m->heads) {
@@ -212,23 +218,50 @@ static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches
     return (float)(sum / batches);
 }
 
+/* The whole vocab row `row` of the logits at sampling: under vocab-parallel tensor parallelism each
+ * rank holds `cols` = V / tp consecutive columns of it (in tp order), gathered from the ranks of this
+ * rank's tp group (mesh rank ((d * tp) + t) * pp + s, on process pdde_plan_process(plan, .)); every
+ * rank takes part (those without the logits, other pipeline stages, send zeros). */
+static void gather_vocab_row(pdde_comm *comm, const options *o, const float *row, int cols, float *all, float *whole) {
+#ifdef PDDE_HAVE_UCX
+    int ranks = o->dp * o->tp * o->pp, me = pdde_comm_rank(comm), mine = 0;
+    const pdde_plan *plan = o->plan ? &o->parsed_plan : NULL;
+    if (pdde_comm_allgather(comm, row, all, (size_t)cols, PDDE_F32) != PDDE_OK) return;
+    for (int r = 0; r < ranks; r++)
+        if ((plan ? pdde_plan_process(plan, r) : r) == me) mine = r;
+    int s = mine % o->pp, d = mine / o->pp / o->tp;
+    for (int t = 0; t < o->tp; t++) {
+        int r = (d * o->tp + t) * o->pp + s, proc = plan ? pdde_plan_process(plan, r) : r;
+        memcpy(whole + (size_t)t * cols, all + (size_t)proc * cols, (size_t)cols * sizeof *whole);
+    }
+#else
+    (void)comm, (void)o, (void)row, (void)cols, (void)all, (void)whole;
+#endif
+}
+
 /* Samples n bytes: the context fills every row of the batch, the next byte comes from the logits at
  * the last filled position (temperature 0.8). Every rank runs it; the ones holding the logits (the
  * last pipeline stage) can read them, and `print` says which one prints. */
-static void sample(pdde_session *s, gpt_model *m, int n, const feeder *f, uint64_t seed, int print) {
+static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options *o, const feeder *f, int n, int print) {
     int T = m->cfg.ctx, V = m->cfg.vocab, BT = f->batch * T;
+    uint64_t seed = o->seed;
     int32_t *ids = calloc((size_t)BT, sizeof *ids);
     const pdde_tensor *block = pdde_session_tensor(s, m->logits); /* this rank's (NULL: another stage's) */
     size_t bytes = block ? pdde_tensor_nbytes(block) : sizeof(float);
-    float *logits = malloc(bytes);
+    /* this rank's columns of a row: V, or V / tp under vocab-parallel tensor parallelism */
+    int cols = block ? (int)block->shape[block->ndim - 1] : V / o->tp, split = comm && o->tp > 1 && V % o->tp == 0;
+    float *logits = malloc(bytes), *zeros = calloc((size_t)V, sizeof *zeros), *whole = malloc((size_t)V * sizeof *whole);
+    float *all = malloc((size_t)(split ? o->dp * o->tp * o->pp : 1) * cols * sizeof *all);
     char *text = malloc((size_t)n + 2);
     int len = 0, filled = 1;
     ids[0] = '\n';
     for (int k = 0; k < n; k++) {
         for (int r = 1; r < BT / T; r++) memcpy(ids + r * T, ids, (size_t)T * sizeof *ids);
         if (gpt_write_batch(s, m, f->plan, f->dp_index, ids, NULL) != PDDE_OK || pdde_session_run(s, PDDE_RUN_FORWARD) != PDDE_OK) break;
-        if (!block || pdde_session_read(s, m->logits, logits, bytes) != PDDE_OK) print = 0; /* another stage's */
-        const float *row = logits + (size_t)(filled - 1) * V;
+        bool have = block && pdde_session_read(s, m->logits, logits, bytes) == PDDE_OK;
+        if (!have) print = 0; /* another stage's */
+        const float *row = have ? logits + (size_t)(filled - 1) * cols : zeros;
+        if (split) gather_vocab_row(comm, o, row, cols, all, whole), row = whole;
         double mx = -INFINITY, sum = 0;
         for (int v = 0; v < 256; v++) mx = row[v] > mx ? row[v] : mx;
         for (int v = 0; v < 256; v++) sum += exp((row[v] - mx) / 0.8);
@@ -242,7 +275,7 @@ static void sample(pdde_session *s, gpt_model *m, int n, const feeder *f, uint64
     }
     text[len] = 0;
     if (print) printf("---- sample ----\n%s\n----------------\n", text);
-    free(ids), free(logits), free(text);
+    free(ids), free(logits), free(zeros), free(whole), free(all), free(text);
 }
 
 int main(int argc, char **argv) {
@@ -292,7 +325,7 @@ int main(int argc, char **argv) {
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     /* recompute: only the residual stream between blocks is kept for backward */
-    gpt_plan plan = {o.dp, o.tp, o.pp, o.micro, o.zero, o.recompute, o.pp_chunks, NULL, NULL};
+    gpt_plan plan = {.dp = o.dp, .tp = o.tp, .pp = o.pp, .micro = o.micro, .zero = o.zero, .recompute = o.recompute, .pp_chunks = o.pp_chunks};
     if (o.plan) plan = gpt_plan_of(&o.parsed_plan);
     TRY(gpt_build_plan(g, &o.model, &plan, &op, &m));
     pdde_mark_output(m.logits);
@@ -305,15 +338,18 @@ int main(int argc, char **argv) {
     sp.trace = o.trace;
     int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
     const char *where = "cpu";
-    if (o.blocks_on) {
-        int dev = pdde_device_find(ctx, o.blocks_on, 0);
+    const pdde_plan *placed = o.plan && o.parsed_plan.place[0] ? &o.parsed_plan : NULL; /* --plan ...,place=B: the plan's layers */
+    if (o.blocks_on || placed) {
+        const char *backend = o.blocks_on ? o.blocks_on : placed->place;
+        int dev = pdde_device_find(ctx, backend, 0);
         if (dev < 0) {
-            fprintf(stderr, "gpt: no device of backend '%s' (see build/pdde-info)\n", o.blocks_on);
+            fprintf(stderr, "gpt: no device of backend '%s' (see build/pdde-info)\n", backend);
             return 1;
         }
-        for (int l = 1; l <= o.model.layers; l++) layer_dev[l] = dev;
+        for (int l = 0; l < o.model.layers + 2; l++)
+            if (o.blocks_on ? l >= 1 && l <= o.model.layers : pdde_plan_places(placed, o.model.layers + 2, l)) layer_dev[l] = dev;
         sp.layer_devices = layer_dev, sp.n_layer_devices = o.model.layers + 2;
-        where = o.blocks_on;
+        where = backend;
     }
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
@@ -406,7 +442,7 @@ int main(int argc, char **argv) {
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
                           last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
-    if (o.sample_len > 0) sample(s, &m, o.sample_len, &feed, o.seed, rank == (o.pp > 1 ? ranks - 1 : 0));
+    if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
     pdde_graph_free(g);

@@ -146,15 +146,18 @@ typedef struct {
     /* uneven data parallelism: dp index i runs shares[i] x micro micro-batches of the batch's
      * batch / (micro x the sum of shares) rows (pdde_strategy_data_parallel_shares); NULL = equal */
     const int *shares;
+    /* the planner's plan this one runs (NULL: none, the fields above by hand): its layers recomputed
+     * (recompute 1, or each stage's first recompute_layers, pdde_plan_recomputes) instead of the
+     * blocks when recompute is set, and its ranks' processes (stage_blocks, pdde_plan_process) */
+    const pdde_plan *plan;
 } gpt_plan;
 
-/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts point into p. A
- * plan recomputing some layers of a stage recomputes every block here (less memory, a little slower);
- * the session takes p's schedule and comm_dtype (pdde_session_params). */
+/* The gpt_plan of a planner's plan (pdde_plan_search or pdde_plan_parse); stage cuts and plan point
+ * into p. The session takes p's schedule and comm_dtype (pdde_session_params). */
 static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
-    int rc = p->recompute;
+    int rc = p->recompute == 1;
     for (int s = 0; s < p->pp && s < PDDE_PLAN_MAX_STAGES; s++) rc |= p->recompute_layers[s] > 0;
-    gpt_plan g = {p->dp, p->tp, p->pp, p->micro, p->zero, rc, p->chunks, NULL, NULL};
+    gpt_plan g = {.dp = p->dp, .tp = p->tp, .pp = p->pp, .micro = p->micro, .zero = p->zero, .recompute = rc, .pp_chunks = p->chunks, .plan = p};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
     if (p->dp > 1 && p->shares[0] > 0) g.shares = p->shares;
     return g;
@@ -229,7 +232,12 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
         if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
         if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
-        if (!(mesh = pdde_mesh_create(g, n, shape, names, NULL))) return pdde_graph_status(g);
+        int *proc = (int *)malloc((size_t)p->dp * p->tp * p->pp * sizeof *proc); /* mesh rank -> process */
+        if (!proc) return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "gpt: out of memory");
+        for (int r = 0; r < p->dp * p->tp * p->pp; r++) proc[r] = p->plan ? pdde_plan_process(p->plan, r) : r;
+        mesh = pdde_mesh_create(g, n, shape, names, proc);
+        free(proc);
+        if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
@@ -247,7 +255,8 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
             st = pdde_strategy_pipeline_interleaved(g, mesh, "pp", c->layers + 2, p->pp_chunks > 1 ? p->pp_chunks : 1);
         }
     }
-    for (int l = 1; l <= c->layers && !st && p->recompute; l++) st = pdde_graph_set_recompute(g, l, 1);
+    for (int l = 0; l < c->layers + 2 && !st && p->recompute; l++) /* the plan's layers, or every block */
+        if (p->plan ? pdde_plan_recomputes(p->plan, c->layers + 2, l) : l >= 1 && l <= c->layers) st = pdde_graph_set_recompute(g, l, 1);
     pdde_optimizer_params op = *opt;
     op.grad_accum_steps = micro;
     if (!st) st = pdde_backward(g, m->loss);
@@ -297,7 +306,15 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
         if (cl->n_machines != 1) {
             st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s lists %d devices on %d machines, the job has %d ranks", cluster_path, have, cl->n_machines, ranks);
         } else {
-            double *a = (double *)malloc((size_t)ranks * 4 * sizeof *a);
+            /* the machine's first device of another backend than the first's (a CPU's OpenCL or GPU
+             * device): each rank may place layers there (shared by the ranks: a share of its memory) */
+            const pdde_cluster_machine *mc = &cl->machines[0];
+            int second = 0;
+            for (int i = 1; i < mc->n_devices && i < have && !second; i++)
+                if (strcmp(cl->specs[mc->devices[i].spec].backend, cl->specs[mc->devices[0].spec].backend)) second = i;
+            pdde_cluster_link link = {0};
+            if (second && pdde_cluster_link_between(cl, mc->devices[0].id, mc->devices[second].id, &link)) second = 0;
+            double *a = (double *)malloc((size_t)ranks * 7 * sizeof *a);
             int *host = (int *)calloc((size_t)ranks, sizeof *host);
             if (!a || !host) {
                 free(a), free(host);
@@ -305,11 +322,17 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
             } else {
                 for (int r = 0; r < ranks; r++)
                     a[r] = d->flops[0], a[ranks + r] = d->mem_bw[0], a[2 * ranks + r] = d->memory[0] / ranks,
-                    a[3 * ranks + r] = d->op_latency ? d->op_latency[0] : 0;
+                    a[3 * ranks + r] = d->op_latency ? d->op_latency[0] : 0, a[4 * ranks + r] = second ? d->flops[second] : 0,
+                    a[5 * ranks + r] = second ? d->mem_bw[second] : 0, a[6 * ranks + r] = second ? d->memory[second] / ranks : 0;
                 free((void *)d->flops), free((void *)d->host);
                 d->n_devices = ranks, d->flops = a, d->mem_bw = a + ranks, d->memory = a + 2 * ranks, d->op_latency = a + 3 * ranks;
                 d->host = host;
                 if (!(d->intra_bw > 0)) d->intra_bw = cl->machines[0].intra.bandwidth, d->intra_lat = cl->machines[0].intra.latency;
+                if (second && link.bandwidth > 0) {
+                    d->place_flops = a + 4 * ranks, d->place_mem_bw = a + 5 * ranks, d->place_memory = a + 6 * ranks;
+                    d->place_bw = link.bandwidth, d->place_lat = link.latency;
+                    snprintf(d->place_backend, sizeof d->place_backend, "%s", cl->specs[mc->devices[second].spec].backend);
+                }
             }
         }
         if (st && have) pdde_plan_devices_free(d);
@@ -333,8 +356,7 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
     gpt_plan_builder b;
     b.cfg = *c, b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
-    /* a job's ranks run pp innermost (gpt_build_plan's mesh): no stage-block layout for it */
-    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices, pp.no_stage_blocks = use_all_devices;
+    pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
     if (cluster) pp.cluster = cluster, pp.build = gpt_plan_build, pp.build_user = &b;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);

@@ -983,9 +983,16 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
         fprintf(f, "%s%c%d%s", i ? " " : "# step: ", "FBU"[P->step[i].phase], P->step[i].micro, i == P->n_step - 1 ? "\n" : "");
 }
 
+/* No CPU fallback: the session's params ask so, or the environment does (PDDE_CPU_FALLBACK=0). The
+ * session and the predictions (pdde_lower_dump, pdde_lower_memory) read it here, so they agree. */
+PDDE_PRIVATE bool program_no_cpu_fallback(const pdde_session_params *p) {
+    const char *env = getenv("PDDE_CPU_FALLBACK");
+    return p->no_cpu_fallback || (env && !strcmp(env, "0"));
+}
+
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank) {
     pdde_lower_params lp = {world_size, rank, p->device, p->layer_devices, p->n_layer_devices, p->pipeline_schedule, p->comm_dtype,
-                            p->overlap_gradients > 0, p->no_cpu_fallback != 0};
+                            p->overlap_gradients > 0, program_no_cpu_fallback(p)};
     if (p->overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
         lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
     return lp;

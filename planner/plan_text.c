@@ -29,6 +29,10 @@ int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
         plan_append(buf, n, &k, ",shares=", 0);
         for (int i = 0; i < p->dp && i < PDDE_PLAN_MAX_SHARES; i++) plan_append(buf, n, &k, i ? ":%d" : "%d", p->shares[i]);
     }
+    if (p->place[0]) {
+        k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, ",place=%.15s", p->place);
+        if (p->place_last > 0) plan_append(buf, n, &k, ":%d", p->place_first), plan_append(buf, n, &k, "-%d", p->place_last - 1);
+    }
     return k;
 }
 
@@ -62,6 +66,16 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
             if ((n_shares = plan_parse_list(&s, p.shares, PDDE_PLAN_MAX_SHARES, 1)) < 0) return PDDE_ERR_INVALID_ARG;
         } else if (!strcmp(key, "rc")) {
             if ((n_rc = plan_parse_list(&s, p.recompute_layers, PDDE_PLAN_MAX_STAGES, 0)) < 0) return PDDE_ERR_INVALID_ARG;
+        } else if (!strcmp(key, "place")) { /* a backend name, then optionally :first-last (layers) */
+            int len_name = 0;
+            while ((s[len_name] >= 'a' && s[len_name] <= 'z') || (s[len_name] >= '0' && s[len_name] <= '9') || s[len_name] == '_') len_name++;
+            if (len_name == 0 || len_name >= (int)sizeof p.place) return PDDE_ERR_INVALID_ARG;
+            memcpy(p.place, s, (size_t)len_name), p.place[len_name] = 0, s += len_name;
+            int a, b;
+            if (*s == ':') {
+                if (sscanf(s, ":%d-%d%n", &a, &b, &consumed) != 2 || a < 0 || b < a) return PDDE_ERR_INVALID_ARG;
+                p.place_first = a, p.place_last = b + 1, s += consumed;
+            }
         } else if (!strcmp(key, "comm") || !strcmp(key, "sched")) {
             const char *word = !strcmp(key, "comm") ? (!strncmp(s, "bf16", 4) ? "bf16" : "f32") : (!strncmp(s, "gpipe", 5) ? "gpipe" : "1f1b");
             if (strncmp(s, word, strlen(word))) return PDDE_ERR_INVALID_ARG;

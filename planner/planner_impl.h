@@ -293,6 +293,8 @@ PDDE_PRIVATE void program_free(pdde_program *p);
 PDDE_PRIVATE int program_axis(const pdde_program *p, const pdde_mesh *mesh, int a);
 /* Prints the program (one line per node in run order; the step's passes last). */
 PDDE_PRIVATE void program_dump(const pdde_program *p, FILE *f);
+/* no CPU fallback: the session params or PDDE_CPU_FALLBACK=0 (the session and the predictions agree) */
+PDDE_PRIVATE bool program_no_cpu_fallback(const pdde_session_params *p);
 /* The lowering params a session with params p on rank `rank` of world_size ranks on one host uses
  * (overlap_gradients 0, auto: when the ranks of the context's threads leave this machine a core). */
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank);

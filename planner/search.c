@@ -30,7 +30,10 @@
  * stage's cost grows with its range, the prefix optimum with the prefix, so the split point is found
  * by bisection: O(stages x layers x log layers) per candidate). A stage recomputes the fewest of its
  * first layers that make it fit (more recomputed never needs more memory, so bisection finds them);
- * that is the fastest choice for the stage, so the recompute dimension folds into the DP. What depends
+ * that is the fastest choice for the stage, so the recompute dimension folds into the DP. Where every
+ * rank has a second device (pdde_plan_devices.place_*), one-stage plans are also tried with the middle
+ * layers placed there: each part timed on its own device, the boundary activations and their
+ * gradients copied over the link between them, each device's memory checked alone. What depends
  * only on the degrees and the layout (links, each stage's slowest device) is computed once for all
  * the rest, and a candidate whose GEMM work alone cannot beat the last plan kept is skipped. */
 
@@ -233,6 +236,11 @@ typedef struct {
     plan_stage_devices rep[PDDE_PLAN_MAX_SHARES];
     double slots; /* m + (pp - 1) / v: the step in units of the slowest stage's per-micro time */
     const char *no_link; /* the group ("tp", "dp", "pp") whose devices have no link between them */
+    /* placement: layers [place_first, place_last) on each rank's second device, the slowest and
+     * smallest of which is `placed` (place_ok: every rank has one) */
+    int place, place_first, place_last;
+    bool place_ok;
+    plan_stage_devices placed;
 } plan_eval;
 
 /* What a stage does per micro-batch, summed over its runs of layers (one, or `chunks` interleaved). */
@@ -302,13 +310,13 @@ static double micro_time(const plan_eval *e, const plan_stage_devices *d, const 
     return t;
 }
 
-/* Stage s's time per micro-batch, plus its gradient reduction and optimizer update spread over the
- * step's slots. */
-static double stage_time(const plan_eval *e, int s, const stage_work *w) {
-    const plan_stage_devices *d = &e->st[s];
+/* A stage's time per micro-batch on devices d, plus its gradient reduction and optimizer update spread
+ * over the step's slots. */
+static double stage_time_on(const plan_eval *e, const plan_stage_devices *d, const stage_work *w) {
     double fwd, t = micro_time(e, d, w, &fwd);
-    /* uneven shares: the dp index whose share takes longest on its devices paces the step */
-    for (int i = 0; e->shares && i < e->dp; i++) {
+    /* uneven shares (pp 1, d the stage's devices): the dp index whose share takes longest on its
+     * devices paces the step */
+    for (int i = 0; e->shares && d == &e->st[0] && i < e->dp; i++) {
         double f, ti = e->shares[i] * micro_time(e, &e->rep[i], w, &f);
         if (i == 0 || ti > t) t = ti, fwd = e->shares[i] * f;
     }
@@ -320,6 +328,8 @@ static double stage_time(const plan_eval *e, int s, const stage_work *w) {
         update += (dp - 1) / dp * wbytes * e->wire / e->dp_bw + w->tensors * (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp);
     return t + (sync + update) / e->slots;
 }
+
+static double stage_time(const plan_eval *e, int s, const stage_work *w) { return stage_time_on(e, &e->st[s], w); }
 
 /* The layers stage s recomputes of its run [a, b), as e->rc says; -1 when the stage does not fit. */
 static int stage_recompute(const plan_eval *e, int s, int a, int b, stage_work *w) {
@@ -427,6 +437,17 @@ static void plan_links(plan_eval *e) {
             }
         }
     }
+    plan_stage_devices *pl = &e->placed;
+    pl->flops = pl->mem_bw = pl->memory = DBL_MAX, pl->op_latency = 0, pl->worst_mem_device = 0;
+    e->place_ok = d->place_flops && d->place_mem_bw && d->place_memory && e->pp == 1;
+    for (int i = 0; i < r->n && e->place_ok; i++) {
+        int dev = r->dev[i];
+        e->place_ok = d->place_flops[dev] > 0 && d->place_mem_bw[dev] > 0 && d->place_memory[dev] > 0;
+        if (d->place_flops[dev] < pl->flops) pl->flops = d->place_flops[dev];
+        if (d->place_mem_bw[dev] < pl->mem_bw) pl->mem_bw = d->place_mem_bw[dev];
+        if (d->place_memory[dev] < pl->memory) pl->memory = d->place_memory[dev], pl->worst_mem_device = dev;
+        if (d->op_latency && d->op_latency[dev] > pl->op_latency) pl->op_latency = d->op_latency[dev];
+    }
 }
 
 /* Uneven shares for the dp indices of candidate e (pp 1, links computed), out of `units` micro-batch
@@ -476,7 +497,7 @@ static bool plan_may_fit(const plan_eval *e) {
  * model's GEMM work over the stages' summed speed. */
 static double plan_lower_bound(const plan_eval *e) {
     double speed = 0;
-    for (int s = 0; s < e->pp; s++) speed += e->st[s].flops;
+    for (int s = 0; s < e->pp; s++) speed += e->place ? fmax(e->st[s].flops, e->placed.flops) : e->st[s].flops;
     int L = e->prof->n_layers;
     double fwd = prof_sum(e->prof, PROF_FLOPS, 0, L), bwd = prof_sum(e->prof, PROF_BOPS, 0, L) > 0 ? prof_sum(e->prof, PROF_BFLOPS, 0, L) : 2 * fwd;
     if (e->shares) { /* uneven shares: at best every dp index busy all the step, on its own devices' speed */
@@ -487,6 +508,49 @@ static double plan_lower_bound(const plan_eval *e) {
     return e->slots * (fwd + bwd) / ((double)e->dp * e->m * e->tp) / speed;
 }
 
+/* Layers [*first, *last) of n_layers that plan p places on its second device (none: 0, 0). */
+static void plan_place_range(const pdde_plan *p, int n_layers, int *first, int *last) {
+    *first = *last = 0;
+    if (!p->place[0]) return;
+    if (p->place_last > 0) *first = p->place_first < n_layers ? p->place_first : n_layers, *last = p->place_last < n_layers ? p->place_last : n_layers;
+    else *first = n_layers > 2 ? 1 : 0, *last = n_layers > 2 ? n_layers - 1 : n_layers;
+}
+
+int pdde_plan_places(const pdde_plan *p, int n_layers, int layer) {
+    int first, last;
+    if (!p) return 0;
+    plan_place_range(p, n_layers, &first, &last);
+    return layer >= first && layer < last;
+}
+
+/* A plan of one stage whose layers [place_first, place_last) run on each rank's second device: each
+ * part's work on its device (the placed part at the slowest rank's second device), the activations
+ * crossing each boundary copied there in forward and their gradients back in backward, and the memory
+ * of each device (its part's parameters, state and activations) against what that device holds. */
+static double plan_evaluate_placed(plan_eval *e, pdde_plan *plan) {
+    const plan_profile *p = e->prof;
+    int L = p->n_layers, a = e->place_first, b = e->place_last;
+    stage_work own, placed;
+    memset(&own, 0, sizeof own), memset(&placed, 0, sizeof placed);
+    work_add(e, &own, 0, a, 0), work_add(e, &own, b, L, 0), work_add(e, &placed, a, b, 0);
+    double crossing = (a > 0 ? p->out[a - 1] : 0) + (b < L ? p->out[b - 1] : 0), n_cross = (a > 0) + (b < L);
+    double copies = 2 * (crossing / ((double)e->dp * e->m) / e->ranks->d->place_bw + n_cross * e->ranks->d->place_lat);
+    double worst = stage_time_on(e, &e->st[0], &own) + stage_time_on(e, &e->placed, &placed) + copies;
+    double m_own = stage_memory(e, 0, &own), m_placed = stage_memory(e, 0, &placed);
+    plan->stage_first[0] = 0, plan->stage_first[1] = L, plan->recompute = 0, plan->recompute_layers[0] = 0;
+    plan->peak_bytes = fmax(m_own, m_placed);
+    plan->peak_device = m_own >= m_placed ? e->st[0].worst_mem_device : e->placed.worst_mem_device;
+    plan->bubble_s = 0;
+    if (m_placed > e->placed.memory)
+        snprintf(plan->why, sizeof plan->why, "out of memory on the %s device of device %d (layers %d-%d placed there) by %.2f GiB (%.0f bytes)",
+                 plan->place, e->placed.worst_mem_device, a, b - 1, (m_placed - e->placed.memory) / 1073741824.0, m_placed - e->placed.memory);
+    else if (m_own > e->st[0].memory)
+        snprintf(plan->why, sizeof plan->why, "out of memory on device %d (its layers beside those placed on %s) by %.2f GiB (%.0f bytes)",
+                 e->st[0].worst_mem_device, plan->place, (m_own - e->st[0].memory) / 1073741824.0, m_own - e->st[0].memory);
+    if (plan->why[0]) return plan->step_s = DBL_MAX;
+    return plan->step_s = e->slots * worst;
+}
+
 /* Fills plan's prediction for candidate e (links computed: plan_links); returns its step time (DBL_MAX
  * when it does not fit, with plan->why saying where). fixed_cut: plan->stage_first is given. */
 static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *arg, bool fixed_cut) {
@@ -495,10 +559,16 @@ static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *ar
     plan->schedule = e->gpipe ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B, plan->comm_dtype = e->wire < 1 ? PDDE_BF16 : PDDE_F32;
     plan->stage_blocks = e->blocks, plan->why[0] = 0;
     for (int i = 0; i < PDDE_PLAN_MAX_SHARES; i++) plan->shares[i] = e->shares && i < e->dp ? e->shares[i] : 0;
+    plan->place[0] = 0, plan->place_first = plan->place_last = 0;
+    if (e->place) {
+        snprintf(plan->place, sizeof plan->place, "%s", e->ranks->d->place_backend);
+        if (e->place_first != 1 || e->place_last != L - 1 || L <= 2) plan->place_first = e->place_first, plan->place_last = e->place_last;
+    }
     if (e->no_link) {
         snprintf(plan->why, sizeof plan->why, "no link between the devices of a %s-parallel group", e->no_link);
         return plan->step_s = DBL_MAX;
     }
+    if (e->place) return plan_evaluate_placed(e, plan);
     if (e->v > 1) /* interleaved: the even cut of runs (stage_first: an even cut, the layers' count per stage) */
         for (int s = 0; s <= e->pp; s++) plan->stage_first[s] = s * L / e->pp;
     bool fits = fixed_cut || e->v > 1 || plan_may_fit(e);
@@ -564,6 +634,15 @@ static double plan_unconstrained(plan_eval *e) {
     return e->slots * worst;
 }
 
+/* A placed plan's time had it fitted (both devices' memory ignored). */
+static double plan_placed_unconstrained(plan_eval *e) {
+    plan_eval free_memory = *e;
+    free_memory.st[0].memory = free_memory.placed.memory = DBL_MAX;
+    pdde_plan p;
+    memset(&p, 0, sizeof p);
+    return plan_evaluate_placed(&free_memory, &p);
+}
+
 static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices *d, const pdde_plan_params *p) {
     if (d->n_devices < 1 || !d->flops || !d->mem_bw || !d->memory)
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: devices need n_devices >= 1, flops, mem_bw and memory");
@@ -574,6 +653,9 @@ static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices 
     if (!(d->intra_bw >= 0) || !(d->inter_bw >= 0) || !(d->intra_lat >= 0) || !(d->inter_lat >= 0) || isinf(d->intra_bw + d->inter_bw))
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: link bandwidths (0 = no link) and latencies must be finite and >= 0");
     if (p->batch < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: params.batch (the global batch of the graph) must be >= 1");
+    if (d->place_flops && (!d->place_mem_bw || !d->place_memory || !d->place_backend[0] || !(d->place_bw > 0) || isinf(d->place_bw) || !(d->place_lat >= 0)))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: devices.place_flops needs place_mem_bw, place_memory, place_backend (\"%.15s\") and "
+                          "a link to it: place_bw %g B/s > 0, place_lat %g s >= 0", d->place_backend, d->place_bw, d->place_lat);
     return PDDE_OK;
 }
 
@@ -635,11 +717,17 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
         plan_eval e = {.prof = &prof, .params = params, .ranks = &ranks, .dp = p->dp, .tp = p->tp, .pp = p->pp, .m = p->micro,
                        .zero = p->zero, .v = p->chunks, .rc = p->recompute == 1 ? RC_ALL : given ? RC_GIVEN : RC_NONE,
                        .rc_given = p->recompute_layers, .gpipe = p->schedule == PDDE_PIPELINE_GPIPE, .blocks = p->stage_blocks,
-                       .wire = p->comm_dtype == PDDE_BF16 ? 0.5 : 1, .shares = p->shares[0] > 0 ? p->shares : NULL, .units = units};
+                       .wire = p->comm_dtype == PDDE_BF16 ? 0.5 : 1, .shares = p->shares[0] > 0 ? p->shares : NULL, .units = units, .place = p->place[0] != 0};
         e.slots = e.m + (double)(e.pp - 1) / e.v;
         plan_links(&e);
-        plan_evaluate(&e, p, NULL, NULL, true);
-        if (params->cluster && params->build) st = plan_simulate(g, devices, params, dev, p);
+        plan_place_range(p, L, &e.place_first, &e.place_last);
+        if (e.place && (!e.place_ok || e.shares || p->chunks > 1 || given || p->recompute == 1 || strcmp(p->place, devices->place_backend) || e.place_first >= e.place_last))
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: place=%s (layers %d-%d) needs one stage (pp 1, no chunks, no recompute, equal shares) on devices whose "
+                            "second device is a %s one (devices.place_backend \"%s\"%s)", p->place, e.place_first, e.place_last - 1, p->place,
+                            devices->place_backend, e.place_ok ? "" : ", not every device has one");
+        else
+            plan_evaluate(&e, p, NULL, NULL, true);
+        if (!st && params->cluster && params->build) st = plan_simulate(g, devices, params, dev, p);
     }
     free(order), free(dev);
     plan_profile_free(&prof);
@@ -707,19 +795,22 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                 for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? 3 : 0); zero++)
                                     /* recompute: the fewest layers per stage that fit; interleaved runs all or none.
                                      * GPipe is not tried: under this estimate it takes 1F1B's time with more
-                                     * activations alive (pdde_plan_evaluate predicts it) */
-                                    for (int rc = v > 1 ? RC_NONE : RC_FEWEST; rc <= (v > 1 ? RC_ALL : RC_FEWEST); rc++) {
+                                     * activations alive (pdde_plan_evaluate predicts it). Placement (one stage,
+                                     * every rank with a second device): the middle layers there, nothing recomputed */
+                                    for (int rc = v > 1 ? RC_NONE : RC_FEWEST; rc <= (v > 1 ? RC_ALL : RC_FEWEST + (links.place_ok && !links.shares)); rc++) {
                                         plan_eval e = links;
                                         e.m = m, e.v = v, e.zero = zero, e.wire = bf ? 0.5 : 1;
                                         e.rc = pp.no_recompute ? RC_NONE : rc;
                                         e.slots = m + (double)(pipe - 1) / v;
+                                        if (v == 1 && rc == RC_FEWEST + 1) /* (past RC_FEWEST: the placed candidate) */
+                                            e.place = 1, e.rc = RC_NONE, e.place_first = L > 2 ? 1 : 0, e.place_last = L > 2 ? L - 1 : L;
                                         if (pp.no_recompute && rc == RC_ALL) continue;
                                         if (nf == keep_fit && !e.no_link && plan_lower_bound(&e) >= plans[keep_fit - 1].step_s) continue;
                                         pdde_plan cand;
                                         memset(&cand, 0, sizeof cand);
                                         double t = plan_evaluate(&e, &cand, best, arg, false);
                                         if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
-                                        else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, plan_unconstrained(&e));
+                                        else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, e.place ? plan_placed_unconstrained(&e) : plan_unconstrained(&e));
                                     }
                         }
                     }

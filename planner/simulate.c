@@ -8,6 +8,8 @@
  * session allocates. Included by pdde.c after memplan.c. */
 #include "planner_impl.h"
 
+#include <float.h>
+
 typedef struct {
     pdde_cost_program *cp;
     const pdde_program *P;
@@ -205,6 +207,32 @@ pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph 
 /* ------------------------------------------------------------------------------------------------
  * Plans of the search, simulated (pdde_plan_params.cluster and .build) */
 
+/* A placed plan's devices, for lowering g here and timing it on the cluster: layer_devices[l] is this
+ * process's first device of the plan's backend for the layers it places (else -1, the rank's own), and
+ * local[] maps that local device to the cluster's device of that backend on the machine of cluster
+ * device rank_device (both malloc'ed). */
+static pdde_status sim_placement(const pdde_graph *g, const pdde_cluster *c, const pdde_plan *plan, int rank_device, int **layer_devices,
+                                 int *n_layers, int **local, int *n_local) {
+    int here = pdde_device_find(g->ctx, plan->place, 0), machine = -1, there = -1, L = 0;
+    if (here < 0) return pdde_error(g->ctx, PDDE_ERR_NOT_FOUND, "no %s device in this process", plan->place);
+    pdde_cluster_find_device(c, rank_device, &machine);
+    const pdde_cluster_machine *m = machine >= 0 ? &c->machines[machine] : NULL;
+    for (int i = 0; m && i < m->n_devices && there < 0; i++)
+        if (!strcmp(c->specs[m->devices[i].spec].backend, plan->place)) there = m->devices[i].id;
+    if (there < 0) return pdde_error(g->ctx, PDDE_ERR_NOT_FOUND, "no %s device on the machine of cluster device %d", plan->place, rank_device);
+    for (int i = 0; i < g->n; i++) L = g->nodes[i]->layer + 1 > L ? g->nodes[i]->layer + 1 : L;
+    int *d = malloc((size_t)(L > 0 ? L : 1) * sizeof *d), *map = malloc((size_t)(here + 1) * sizeof *map);
+    if (!d || !map) {
+        free(d), free(map);
+        return pdde_error(g->ctx, PDDE_ERR_OOM, "plan: out of memory");
+    }
+    for (int l = 0; l < L; l++) d[l] = pdde_plan_places(plan, L, l) ? here : -1;
+    for (int i = 0; i < here; i++) map[i] = -1;
+    map[here] = there;
+    *layer_devices = d, *n_layers = L, *local = map, *n_local = here + 1;
+    return PDDE_OK;
+}
+
 PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
                                        pdde_plan *plan) {
     pdde_context *ctx = g->ctx;
@@ -222,7 +250,19 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
         st = pdde_error(ctx, st, "plan %s: building its graph: %s", s, pdde_last_error(ctx));
     }
     pdde_cost_plan cpl = {n > 1 ? n : 0, rank_devices, NULL, 0};
-    if (!st) st = pdde_cost_program_from_plan(c, pg, NULL, &cpl, &cp);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    int *layer_devices = NULL, *local = NULL;
+    if (!st && plan->place[0] && sim_placement(pg, c, plan, rank_devices[0], &layer_devices, &sp.n_layer_devices, &local, &cpl.n_local_devices)) {
+        snprintf(plan->why, sizeof plan->why, "place=%s: simulated where this process and the cluster's machine have such a device; here: %s",
+                 plan->place, pdde_last_error(ctx));
+        plan->step_s = DBL_MAX, plan->peak_device = -1;
+        free(rank_devices);
+        pdde_graph_free(pg);
+        return PDDE_OK;
+    }
+    sp.layer_devices = layer_devices, cpl.local_devices = local;
+    if (!st) st = pdde_cost_program_from_plan(c, pg, &sp, &cpl, &cp);
+    free(layer_devices), free(local);
     if (!st) st = pdde_cost_simulate(ctx, c, cp, &r);
     if (!st) {
         plan->step_s = r->step_time, plan->bubble_s = 0, plan->peak_bytes = 0, plan->peak_device = -1, plan->why[0] = 0;

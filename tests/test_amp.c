@@ -10,9 +10,17 @@
  * 3. f16 dynamic loss scaling: an overflow (an input beyond f16's range at one step) skips exactly
  *    that step, halves the scale and changes no parameter; training then goes on and the loss falls;
  *    a scale too large for the gradients is halved step by step until they fit; 2000 good steps double
- *    it; a checkpoint keeps the scale and the f32 masters. */
+ *    it; a checkpoint keeps the scale and the f32 masters.
+ * 4. f16 loss scaling on 4 ranks (dp 2 x pp 2, forked around a store as pdde-run starts them): an
+ *    overflow injected on one stage of one data-parallel rank (its loss scale set far too large, so
+ *    its backward overflows) makes every rank skip the same steps with the same scale on every rank,
+ *    and no rank changes a parameter in the skipped step; training then goes on, the loss falling. */
+#define _GNU_SOURCE /* usleep, unsetenv (comm_test_util.h) */
 #include "tests/gpt_golden.h"
 #include "tests/test_util.h"
+#ifdef PDDE_HAVE_UCX /* the ranks test (4.) */
+#include "tests/comm_test_util.h"
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -370,6 +378,107 @@ static void test_f16_loss_scaling(pdde_context *ctx) {
     }
 }
 
+#ifdef PDDE_HAVE_UCX
+enum { SCALE_RANKS = 4, SCALE_STEPS = 24, INJECT_AT = 3 };
+typedef struct {
+    int ok;
+    char error[160];
+    float scale_after, scale_end, loss_first, loss_end;
+    long long skipped_after, skipped_end, step_before, step_after, step_end;
+    int last_skipped, params_unchanged;
+} scale_result;
+
+/* FNV-1a of this rank's blocks of every parameter */
+static uint64_t params_hash(pdde_session *s, pdde_graph *g) {
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+        const pdde_tensor *t = pdde_graph_tensor(g, i), *local = NULL;
+        if (!(t->flags & PDDE_TENSOR_PARAM) || !(local = pdde_session_tensor(s, t))) continue;
+        size_t n = pdde_tensor_nbytes(local);
+        unsigned char *b = malloc(n);
+        if (b && pdde_session_read(s, t, b, n) == PDDE_OK)
+            for (size_t k = 0; k < n; k++) h = (h ^ b[k]) * 1099511628211ull;
+        free(b);
+    }
+    return h;
+}
+
+static void scale_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
+    (void)arg;
+    scale_result *out = test_rank_result;
+    const gpt_config cfg = {.vocab = 64, .ctx = 8, .layers = 2, .heads = 2, .width = 32, .batch = 8};
+    gpt_plan plan = {.dp = 2, .tp = 1, .pp = 2, .micro = 2}; /* dp 2 x pp 2, 2 micro-batches */
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f;
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = world;
+    pdde_status st = pdde_graph_set_compute_dtype(g, PDDE_F16);
+    if (!st) st = gpt_build_plan(g, &cfg, &plan, &op, &m);
+    if (!st) st = pdde_session_init(g, &sp, &s);
+    int rank = pdde_comm_rank(world);
+    int32_t x[8 * 8], y[8 * 8];
+    for (int step = 0; step < SCALE_STEPS && !st; step++) {
+        for (int i = 0; i < 64; i++) x[i] = (i * 5 + step * 3) % 7 + 1, y[i] = (x[i] * 3 + 1) % cfg.vocab;
+        for (int k = 0; k < 2 && !st; k++) {
+            st = pdde_session_write_micro(s, m.ids, k, x + k * 32, sizeof x / 2);
+            if (!st) st = pdde_session_write_micro(s, m.targets, k, y + k * 32, sizeof y / 2);
+        }
+        /* the injection: mesh rank 1 (dp 0, stage 1, which holds the loss) scales its loss far beyond f16 */
+        if (!st && step == INJECT_AT && rank == 1) st = pdde_session_set_loss_scale(s, 1e8f);
+        uint64_t before = step == INJECT_AT ? params_hash(s, g) : 0;
+        if (step == INJECT_AT) out->step_before = pdde_session_step(s);
+        if (!st) st = pdde_session_run(s, PDDE_RUN_STEP);
+        pdde_loss_scale_stats sc;
+        pdde_session_loss_scale(s, &sc);
+        if (step == 0) out->loss_first = pdde_session_loss(s);
+        if (step == INJECT_AT) {
+            out->params_unchanged = params_hash(s, g) == before, out->last_skipped = sc.last_skipped;
+            out->scale_after = sc.scale, out->skipped_after = sc.skipped_steps, out->step_after = pdde_session_step(s);
+        }
+        out->scale_end = sc.scale, out->skipped_end = sc.skipped_steps, out->loss_end = pdde_session_loss(s);
+    }
+    out->step_end = s ? pdde_session_step(s) : -1;
+    out->ok = st == PDDE_OK;
+    if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+static void test_f16_loss_scaling_ranks(pdde_context *ctx) {
+    pdde_store_server *srv;
+    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) != PDDE_OK) { CHECK(0, "store: %s", pdde_last_error(ctx)); return; }
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    scale_result res[SCALE_RANKS];
+    memset(res, 0, sizeof res);
+    test_ranks_params tp = {.addr = addr, .prefix = "amp-scale", .timeout_s = 60, .n_threads = 1, .server = srv, .results = res,
+                            .result_size = sizeof *res};
+    CHECK(test_run_ranks(SCALE_RANKS, &tp, scale_rank, NULL, 300) == 0, "the 4 ranks exit cleanly");
+    for (int r = 0; r < SCALE_RANKS; r++) {
+        scale_result *q = &res[r];
+        printf("rank %d: injected step: skipped %d (%lld), scale %g, step %lld -> %lld; end: scale %g, skipped %lld, step %lld, loss %.4f -> %.4f\n", r,
+               q->last_skipped, q->skipped_after, q->scale_after, q->step_before, q->step_after, q->scale_end, q->skipped_end, q->step_end,
+               q->loss_first, q->loss_end);
+        CHECK(q->ok, "rank %d: %s", r, q->error);
+        CHECK(q->last_skipped && q->skipped_after == 1 && q->step_after == q->step_before && q->params_unchanged,
+              "rank %d skips the injected step without changing a parameter (skipped %d, %lld in all, step %lld -> %lld, unchanged %d)", r,
+              q->last_skipped, q->skipped_after, q->step_before, q->step_after, q->params_unchanged);
+        CHECK(q->scale_after == res[0].scale_after && q->scale_end == res[0].scale_end && q->skipped_end == res[0].skipped_end &&
+                  q->step_end == res[0].step_end,
+              "rank %d: scale %g then %g, %lld skipped, step %lld; rank 0: %g then %g, %lld, %lld", r, q->scale_after, q->scale_end,
+              q->skipped_end, q->step_end, res[0].scale_after, res[0].scale_end, res[0].skipped_end, res[0].step_end);
+    }
+    CHECK(res[0].step_end > INJECT_AT + 1 && res[0].scale_end < 1e8f && res[0].loss_end < res[0].loss_first,
+          "training goes on after the skips: %lld steps taken, scale %g, loss %.4f -> %.4f", res[0].step_end, res[0].scale_end, res[0].loss_first,
+          res[0].loss_end);
+    pdde_store_server_free(srv);
+}
+#endif
+
 int main(void) {
     pdde_context *ctx;
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
@@ -379,6 +488,9 @@ int main(void) {
     test_graph_and_memory(ctx);
     test_f16_step_matches_f32(ctx);
     test_f16_loss_scaling(ctx);
+#ifdef PDDE_HAVE_UCX
+    test_f16_loss_scaling_ranks(ctx);
+#endif
     pdde_context_free(ctx);
     return test_finish();
 }

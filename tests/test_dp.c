@@ -62,7 +62,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     int micro = dc->micro_batches;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
-    gpt_plan plan = {comm ? RANKS : 1, 1, 1, micro, dc->zero, 0, 0, NULL, comm && dc->shares[0] ? dc->shares : NULL};
+    gpt_plan plan = {.dp = comm ? RANKS : 1, .tp = 1, .pp = 1, .micro = micro, .zero = dc->zero, .shares = comm && dc->shares[0] ? dc->shares : NULL};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */

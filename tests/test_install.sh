@@ -25,6 +25,17 @@ cc -std=c11 $(pkg-config --cflags pdde) examples/gpt.c -o "$tmp/gpt-static" "$tm
 rc=$?
 check "examples/gpt.c links statically with pkg-config --static ($(head -3 "$tmp/cc2.log"))" $rc
 
+# A backend plugin built against the installed tree alone (a copy of the toy outside the sources, so
+# its backends/op_params.h can only come from the installed headers), loaded by the installed pdde-info.
+mkdir -p "$tmp/plugin"
+cp examples/toy_backend.c "$tmp/plugin/"
+# shellcheck disable=SC2046
+cc -std=c11 -fPIC -shared -Wall -Wextra -Werror $(pkg-config --cflags pdde) "$tmp/plugin/toy_backend.c" -o "$tmp/plugin/libpdde_toy.so" 2>"$tmp/plugin.log"
+rc=$?
+check "the toy plugin (pdde.h, backends/op_params.h) builds with pkg-config --cflags pdde ($(head -3 "$tmp/plugin.log"))" $rc
+LD_LIBRARY_PATH="$tmp/usr/lib" PDDE_BACKEND_PLUGINS="$tmp/plugin/libpdde_toy.so" timeout 60 "$tmp/usr/bin/pdde-info" 2>&1 | grep -Eq '^ +toy +available'
+check "the installed pdde-info loads that plugin (toy available)" $?
+
 if grep -q PDDE_HAVE_UCX "$tmp/usr/lib/pkgconfig/pdde.pc"; then
     LD_LIBRARY_PATH="$tmp/usr/lib" timeout 120 "$tmp/usr/bin/pdde-run" -n 2 "$tmp/gpt" --dp 2 --steps 4 --val-every 0 \
         --sample-len 0 --threads 1 >"$tmp/run.log" 2>&1

@@ -21,9 +21,11 @@ check "pdde-plan --auto prints a best plan" $?
 # one step of a forced plan, simulated from both ranks' lowered programs: the text timeline, an SVG and
 # a Chrome trace with both ranks' compute and communication, the pipeline's bubble idle on each stage
 "$build/pdde-plan" --plan dp=1,pp=2,mb=4 --cluster "$tmp/cluster.json" --timeline "$tmp/t.svg" --trace "$tmp/t.json" >"$tmp/tl.log" 2>&1
-check "pdde-plan --plan pp=2 --timeline --trace ($(tail -1 "$tmp/tl.log"))" $?
+rc=$?
+check "pdde-plan --plan pp=2 --timeline --trace ($(tail -1 "$tmp/tl.log"))" $rc
 grep -q '^rank   1 |' "$tmp/tl.log" && grep -Eq '^rank   0 \|#+\.+' "$tmp/tl.log"
-check "the text timeline has a lane per rank, stage 0 idle while stage 1 fills ($(grep '^rank   0' "$tmp/tl.log" | cut -c1-60))" $?
+rc=$?
+check "the text timeline has a lane per rank, stage 0 idle while stage 1 fills ($(grep '^rank   0' "$tmp/tl.log" | cut -c1-60))" $rc
 [ "$(grep -c '<rect' "$tmp/t.svg")" -gt 100 ] && grep -q 'rank 1' "$tmp/t.svg"
 check "the SVG timeline draws both ranks' events" $?
 python3 - "$tmp/t.json" <<'PY'
@@ -38,7 +40,8 @@ PY
 check "the Chrome trace is JSON with compute and comm events of both ranks" $?
 "$build/pdde-plan" --plan dp=1,pp=2,mb=3 --cluster "$tmp/cluster.json" >"$tmp/tlbad.log" 2>&1
 [ $? -ne 0 ] && grep -q 'do not divide the batch' "$tmp/tlbad.log"
-check "a forced plan whose micro-batches do not divide the batch is refused ($(head -1 "$tmp/tlbad.log"))" $?
+rc=$?
+check "a forced plan whose micro-batches do not divide the batch is refused ($(head -1 "$tmp/tlbad.log"))" $rc
 "$build/pdde-plan" --auto --cluster "$tmp/nonexistent.json" >"$tmp/bad.log" 2>&1
 [ $? -ne 0 ] && grep -q nonexistent "$tmp/bad.log"
 rc=$?
@@ -61,10 +64,59 @@ if [ -x "$build/pdde-run" ]; then
     rc=$?
     check "an uneven stage cut (5:1) runs ($(tail -1 "$tmp/cut.log"))" $rc
     check "--plan pp=2,stages=5:1: losses '$(losses "$tmp/cut.log")' equal one process's '$ref'" $([ "$(losses "$tmp/cut.log")" = "$ref" ] && echo 0 || echo 1)
+    # the plans the search returns run as they say: a stage recomputing its first layers (rc), and a
+    # stage per block of ranks (blocks=1: ranks 0 and 1 are stage 0)
+    arena() { grep -E "^\[$2\] gpt: data" "$1" | sed -E 's/.*activations ([0-9.]+) MB \(plan\).*/\1/'; }
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4 "${args[@]}" >"$tmp/pp.log" 2>&1
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,rc=2:0 "${args[@]}" >"$tmp/rc.log" 2>&1
+    rc=$?
+    check "--plan pp=2,rc=2:0 runs ($(tail -1 "$tmp/rc.log"))" $rc
+    check "--plan pp=2,rc=2:0: losses '$(losses "$tmp/rc.log")' equal one process's '$ref'" $([ "$(losses "$tmp/rc.log")" = "$ref" ] && echo 0 || echo 1)
+    a0=$(arena "$tmp/pp.log" 0); a1=$(arena "$tmp/rc.log" 0); b0=$(arena "$tmp/pp.log" 1); b1=$(arena "$tmp/rc.log" 1)
+    awk -v a="$a0" -v b="$a1" -v c="$b0" -v d="$b1" 'BEGIN { exit !(b + 0 > 0 && b < a && d == c) }' </dev/null
+    rc=$?
+    check "rc=2:0 shrinks stage 0's activation arena only (stage 0: $a0 -> $a1 MB, stage 1: $b0 -> $b1 MB)" $rc
+    timeout 300 "$build/pdde-run" -n 4 "$build/gpt" --plan dp=2,pp=2,mb=2,blocks=1 --show-program "${args[@]}" >"$tmp/blocks.log" 2>&1
+    rc=$?
+    check "--plan dp=2,pp=2,blocks=1 runs on 4 ranks ($(tail -1 "$tmp/blocks.log"))" $rc
+    check "--plan blocks=1: losses '$(losses "$tmp/blocks.log")' equal one process's '$ref'" $([ "$(losses "$tmp/blocks.log")" = "$ref" ] && echo 0 || echo 1)
+    grep -q '^\[1\] # local program.*pipeline stage 0 of 2' "$tmp/blocks.log" && grep -q '^\[2\] # local program.*pipeline stage 1 of 2' "$tmp/blocks.log"
+    rc=$?
+    check "blocks=1: process 1 runs stage 0, process 2 stage 1 ($(grep -o '^\[1\] # local program.*' "$tmp/blocks.log" | cut -c1-90))" $rc
+    # sampling under vocab-parallel tensor parallelism (each rank holds V/2 columns of the logits): from
+    # the same checkpoint, the same text as one process
+    sample() { sed -n '/---- sample/,/^\(\[0\] \)\{0,1\}----------------$/p' "$1" | sed 's/^\[0\] //' | od -c; }
+    "$build/gpt" --steps 2 --val-every 0 --sample-len 40 --threads 1 --ckpt-dir "$tmp/ck" >"$tmp/s1.log" 2>&1
+    timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --tp 2 --steps 2 --val-every 0 --sample-len 40 --threads 1 --ckpt-dir "$tmp/ck" --resume \
+        >"$tmp/s2.log" 2>&1
+    [ -n "$(sample "$tmp/s1.log")" ] && [ "$(sample "$tmp/s1.log")" = "$(sample "$tmp/s2.log")" ]
+    rc=$?
+    check "gpt --tp 2 samples what one process samples from the same checkpoint ($(sample "$tmp/s2.log" | head -2 | tr -s ' ' | tr '\n' ' '))" $rc
 else
     echo "SKIP comm: the 2-rank runs (this build has no UCX)"
 fi
-for bad in "dp=0" "zero=5" "pp=2,stages=9:9" "dp=x"; do
+# device placement: the blocks on the OpenCL device (PoCL in CI) by a forced plan, and chosen by the
+# planner from a cluster file whose machine has a CPU and a (here much faster) OpenCL device
+if "$build/pdde-info" 2>/dev/null | grep -Eq '^ +opencl +available'; then
+    "$build/gpt" --plan dp=1,place=opencl "${args[@]}" >"$tmp/place.log" 2>&1
+    rc=$?
+    check "gpt --plan dp=1,place=opencl runs ($(tail -1 "$tmp/place.log"))" $rc
+    grep -q 'blocks on opencl' "$tmp/place.log"
+    check "gpt says the blocks are on opencl" $?
+    check "--plan place=opencl: losses '$(losses "$tmp/place.log")' equal one process's '$ref'" $([ "$(losses "$tmp/place.log")" = "$ref" ] && echo 0 || echo 1)
+    sed -e 's/"specs": \[/"specs": [{"name": "ocl", "kind": "gpu", "backend": "opencl", "peak_flops": 5e12, "mem_bandwidth": 1e12, "gemm": [],\n            "curves": {"elementwise": [], "row": [], "attention": [], "embedding": [], "optimizer": []}}, /' \
+        -e 's/"devices": \[{"id": 0, "spec": "cpu", "memory": 8000000000}\]/"devices": [{"id": 0, "spec": "cpu", "memory": 8000000000}, {"id": 1, "spec": "ocl", "memory": 8000000000}]/' \
+        "$tmp/cluster.json" >"$tmp/cluster2.json"
+    "$build/gpt" --plan auto --cluster "$tmp/cluster2.json" "${args[@]}" >"$tmp/autoplace.log" 2>&1
+    rc=$?
+    check "gpt --plan auto on a CPU + fast OpenCL machine runs ($(grep -m1 'planner chose' "$tmp/autoplace.log"; tail -1 "$tmp/autoplace.log"))" $rc
+    grep -q 'the planner chose .*place=opencl' "$tmp/autoplace.log" && grep -q 'blocks on opencl' "$tmp/autoplace.log"
+    check "the planner places the blocks on the faster OpenCL device" $?
+    check "--plan auto, placed: losses '$(losses "$tmp/autoplace.log")' equal one process's '$ref'" $([ "$(losses "$tmp/autoplace.log")" = "$ref" ] && echo 0 || echo 1)
+else
+    echo "SKIP opencl: no OpenCL device (PoCL in CI): the placed runs"
+fi
+for bad in "dp=0" "zero=5" "pp=2,stages=9:9" "dp=x" "pp=2,place=opencl"; do
     "$build/gpt" --plan "$bad" "${args[@]}" >"$tmp/badplan.log" 2>&1
     check "gpt --plan $bad is refused" $([ $? -ne 0 ] && echo 0 || echo 1)
 done

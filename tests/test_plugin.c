@@ -177,8 +177,40 @@ static void test_fallback(void) {
           pdde_last_error(ctx));
     setenv("PDDE_CPU_FALLBACK", "0", 1);
     st = mlp_run(ctx, dev, 0, &r, &n_dev, &n_gelu);
-    unsetenv("PDDE_CPU_FALLBACK");
     CHECK(st == PDDE_ERR_UNSUPPORTED, "PDDE_CPU_FALLBACK=0: %s", pdde_status_str(st));
+    /* the predictions of that session's program (pdde_lower_dump, pdde_lower_memory) lower it as the
+     * session does: the op left on the device (which the session refuses), no copies to the CPU */
+    mlp m;
+    int layer_dev[1] = {dev};
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.layer_devices = layer_dev, sp.n_layer_devices = 1;
+    char *env_dump = NULL, *asked_dump = NULL, *fallback_dump = NULL;
+    size_t len = 0;
+    pdde_memory_stats env_mem = {0}, fallback_mem = {0};
+    if (mlp_build(ctx, &m) == PDDE_OK) {
+        FILE *f = open_memstream(&env_dump, &len);
+        CHECK(pdde_lower_dump(m.g, &sp, 0, 0, f) == PDDE_OK && pdde_lower_memory(m.g, &sp, 0, 0, &env_mem) == PDDE_OK, "%s", pdde_last_error(ctx));
+        fclose(f);
+        unsetenv("PDDE_CPU_FALLBACK");
+        f = open_memstream(&fallback_dump, &len);
+        CHECK(pdde_lower_dump(m.g, &sp, 0, 0, f) == PDDE_OK && pdde_lower_memory(m.g, &sp, 0, 0, &fallback_mem) == PDDE_OK, "%s", pdde_last_error(ctx));
+        fclose(f);
+        sp.no_cpu_fallback = 1;
+        f = open_memstream(&asked_dump, &len);
+        CHECK(pdde_lower_dump(m.g, &sp, 0, 0, f) == PDDE_OK, "%s", pdde_last_error(ctx));
+        fclose(f);
+        CHECK(env_dump && asked_dump && !strcmp(env_dump, asked_dump), "pdde_lower_dump under PDDE_CPU_FALLBACK=0 is the no_cpu_fallback program:\n%s\nvs\n%s",
+              env_dump, asked_dump);
+        CHECK(fallback_dump && env_dump && strcmp(fallback_dump, env_dump) && strstr(fallback_dump, "copy") && !strstr(env_dump, "copy"),
+              "with the fallback the program copies to the CPU, under PDDE_CPU_FALLBACK=0 not:\n%s\nvs\n%s", fallback_dump, env_dump);
+        CHECK(env_mem.activation_bytes < fallback_mem.activation_bytes, "pdde_lower_memory under PDDE_CPU_FALLBACK=0: %zu activation bytes, "
+              "with the copies of the fallback %zu", env_mem.activation_bytes, fallback_mem.activation_bytes);
+    } else {
+        CHECK(0, "mlp_build: %s", pdde_last_error(ctx));
+    }
+    unsetenv("PDDE_CPU_FALLBACK");
+    free(env_dump), free(asked_dump), free(fallback_dump);
+    pdde_graph_free(m.g);
     pdde_context_free(ctx);
 }
 

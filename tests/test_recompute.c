@@ -230,7 +230,7 @@ static void test_readme_arena(void) {
         gpt_model m;
         pdde_context_init(&cp, &ctx);
         pdde_graph_init(ctx, &g);
-        gpt_plan plan = {1, 1, 1, 1, 0, rc, 0, NULL, NULL};
+        gpt_plan plan = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .recompute = rc};
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         pdde_status st = gpt_build_plan(g, &c, &plan, &op, &m);
         if (!st) pdde_mark_output(m.logits), st = pdde_session_init(g, NULL, &s);
@@ -246,6 +246,57 @@ static void test_readme_arena(void) {
           mb[0], mb[1]);
 }
 
+/* A planner's plan recomputing the first rc layers of its one stage ("rc=K", what the search picks when
+ * a stage fits only so), run by gpt_build_plan: exactly those layers are recomputed (the backward of
+ * each reads clones, the next layer's reads its own activations), the arena the session allocates
+ * shrinks as pdde_lower_memory predicts, and the losses equal the plan's without recompute. */
+static void test_plan_partial(void) {
+    enum { STEPS = 3 };
+    const int counts[3] = {0, 3, small.layers + 2};
+    float loss[3][STEPS];
+    size_t arena[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        char text[96];
+        snprintf(text, sizeof text, "dp=1,tp=1,pp=1,mb=1,zero=0,recompute=0,rc=%d", counts[i]);
+        pdde_plan plan;
+        run r;
+        memset(&r, 0, sizeof r);
+        pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+        cp.n_threads = 2;
+        pdde_status st = pdde_plan_parse(text, &plan);
+        CHECK(st == PDDE_OK && plan.recompute_layers[0] == counts[i], "parse %s", text);
+        if (st || pdde_context_init(&cp, &r.ctx) || pdde_graph_init(r.ctx, &r.g)) return;
+        gpt_plan gp = gpt_plan_of(&plan);
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        op.lr = 1e-2f;
+        st = gpt_build_plan(r.g, &small, &gp, &op, &r.m);
+        if (!st) st = pdde_session_init(r.g, NULL, &r.s);
+        pdde_memory_stats predicted = {0};
+        if (!st) st = pdde_lower_memory(r.g, NULL, 0, 0, &predicted);
+        CHECK(st == PDDE_OK, "%s: %s", text, pdde_last_error(r.ctx));
+        if (st) { run_free(&r); return; }
+        pdde_session_memory(r.s, &r.mem);
+        arena[i] = r.mem.arena_bytes;
+        CHECK(predicted.arena_bytes == r.mem.arena_bytes, "%s: pdde_lower_memory predicts an arena of %zu B, the session allocates %zu B", text,
+              predicted.arena_bytes, r.mem.arena_bytes);
+        unsigned first = counts[i] >= 32 ? ~0u : (1u << counts[i]) - 1, next = 1u << counts[i];
+        CHECK(reads_kept_activations(&r, first) == 0, "%s: the backward of a layer below %d reads its kept activations", text, counts[i]);
+        if (counts[i] >= 1 && counts[i] <= small.layers) /* a block: its backward reads what it kept */
+            CHECK(reads_kept_activations(&r, next) > 0, "%s: layer %d (not in the plan's rc) is recomputed too", text, counts[i]);
+        for (int step = 0; step < STEPS; step++) {
+            feed(&r, step);
+            CHECK(pdde_session_run(r.s, PDDE_RUN_STEP) == PDDE_OK, "%s: %s", text, pdde_last_error(r.ctx));
+            loss[i][step] = pdde_session_loss(r.s);
+        }
+        run_free(&r);
+    }
+    CHECK(arena[1] < arena[0] && arena[2] < arena[1], "arena with rc=0, 3, %d: %zu, %zu, %zu B (must fall)", small.layers + 2, arena[0], arena[1],
+          arena[2]);
+    for (int step = 0; step < STEPS; step++)
+        CHECK(loss[1][step] == loss[0][step] && loss[2][step] == loss[0][step], "step %d: loss %.9g (rc=3), %.9g (all) vs %.9g without", step,
+              loss[1][step], loss[2][step], loss[0][step]);
+}
+
 int main(void) {
     test_readme_arena();
     unsigned blocks = 0;
@@ -256,6 +307,7 @@ int main(void) {
     compare("dropout model, every block", build_dropout_model, blocks, 1);
     compare("dropout model, blocks 1 and 3", build_dropout_model, 1u << 1 | 1u << 3, 0);
     test_accumulation();
+    test_plan_partial();
     test_errors();
     return test_finish();
 }

@@ -21,7 +21,8 @@ typedef struct {
 static void cluster_init(cluster *c, int n, double flops, double bw, double mem, int per_host) {
     memset(c, 0, sizeof *c);
     for (int i = 0; i < n; i++) c->flops[i] = flops, c->bw[i] = bw, c->mem[i] = mem, c->host[i] = i / per_host;
-    c->d = (pdde_plan_devices){n, c->flops, c->bw, c->mem, c->host, 20e9, 2e-6, 2e9, 20e-6, NULL};
+    c->d = (pdde_plan_devices){.n_devices = n, .flops = c->flops, .mem_bw = c->bw, .memory = c->mem, .host = c->host, .intra_bw = 20e9,
+                               .intra_lat = 2e-6, .inter_bw = 2e9, .inter_lat = 20e-6};
 }
 
 static pdde_graph *small_gpt(pdde_context *ctx, int layers, int batch) {
@@ -271,6 +272,79 @@ static void test_simulated(pdde_context *ctx) {
     pdde_graph_free(g);
 }
 
+/* Device placement: two ranks, each with a second device (an OpenCL one) that may run the blocks
+ * (layers 1..L-2). The search places them there when that device is faster, not when it is slower;
+ * each device's memory is checked on its own: a placement the second device cannot hold is
+ * rejected naming it, and a model the ranks' own devices cannot hold whole fits when placed. */
+static void test_placement(pdde_graph *g, const pdde_plan_params *pp, int L) {
+    pdde_context *ctx = pdde_graph_context(g);
+    cluster c;
+    double pf[MAXD], pbw[MAXD], pmem[MAXD];
+    pdde_plan plans[MAX_PLANS];
+    int nf = 0, nr = 0;
+    char s[256];
+    cluster_init(&c, 2, 1e10, 1e10, 1e9, 2);
+    for (int i = 0; i < 2; i++) pf[i] = 1e12, pbw[i] = 1e11, pmem[i] = 1e9;
+    c.d.place_flops = pf, c.d.place_mem_bw = pbw, c.d.place_memory = pmem, c.d.place_bw = 10e9, c.d.place_lat = 1e-5;
+    snprintf(c.d.place_backend, sizeof c.d.place_backend, "opencl");
+
+    /* a faster second device: the blocks go there */
+    CHECK(pdde_plan_search(g, &c.d, pp, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "search: %s", pdde_last_error(ctx));
+    pdde_plan_str(&plans[0], s, sizeof s);
+    CHECK(!strcmp(plans[0].place, "opencl") && plans[0].pp == 1 && pdde_plan_places(&plans[0], L, 1) && pdde_plan_places(&plans[0], L, L - 2) &&
+              !pdde_plan_places(&plans[0], L, 0) && !pdde_plan_places(&plans[0], L, L - 1) && strstr(s, ",place=opencl"),
+          "a 100x faster second device: the best plan %s places the blocks there", s);
+    pdde_plan parsed, own = plans[0];
+    CHECK(pdde_plan_parse(s, &parsed) == PDDE_OK && !strcmp(parsed.place, "opencl") && parsed.place_last == 0, "parse '%s'", s);
+    own.place[0] = 0, own.stage_first[1] = 0;
+    CHECK(pdde_plan_evaluate(g, &c.d, pp, &own) == PDDE_OK && own.step_s > plans[0].step_s, "the same plan unplaced: %g s, placed %g s", own.step_s,
+          plans[0].step_s);
+    pdde_plan again = plans[0];
+    CHECK(pdde_plan_evaluate(g, &c.d, pp, &again) == PDDE_OK && fabs(again.step_s - plans[0].step_s) <= 1e-12 * plans[0].step_s,
+          "pdde_plan_evaluate of the placed plan %g s, the search's %g s", again.step_s, plans[0].step_s);
+    pdde_plan range;
+    CHECK(pdde_plan_parse("dp=2,place=opencl:2-3", &range) == PDDE_OK && range.place_first == 2 && range.place_last == 4 &&
+              pdde_plan_places(&range, L, 2) && pdde_plan_places(&range, L, 3) && !pdde_plan_places(&range, L, 1) && !pdde_plan_places(&range, L, 4),
+          "place=opencl:2-3 places layers 2 and 3");
+    pdde_plan_str(&range, s, sizeof s);
+    CHECK(strstr(s, ",place=opencl:2-3") != NULL, "written back: %s", s);
+    CHECK(pdde_plan_parse("dp=1,place=", &range) != PDDE_OK && pdde_plan_parse("dp=1,place=opencl:3-1", &range) != PDDE_OK, "bad place= refused");
+
+    /* a slower one: nothing placed */
+    for (int i = 0; i < 2; i++) pf[i] = 1e9, pbw[i] = 1e9;
+    CHECK(pdde_plan_search(g, &c.d, pp, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "search: %s", pdde_last_error(ctx));
+    pdde_plan_str(&plans[0], s, sizeof s);
+    CHECK(plans[0].place[0] == 0, "a 10x slower second device: the best plan %s places nothing", s);
+
+    /* memory per device: the ranks' own devices too small for the whole model, the second device's
+     * room enough for the blocks: placed although slower */
+    own = plans[0];
+    CHECK(pdde_plan_evaluate(g, &c.d, pp, &own) == PDDE_OK, "%s", pdde_last_error(ctx));
+    double whole = own.peak_bytes;
+    for (int i = 0; i < 2; i++) c.mem[i] = 0.5 * whole;
+    pdde_plan_params only_place = *pp; /* (the other ways to fit left out) */
+    only_place.no_tp = only_place.no_pp = only_place.no_zero = only_place.no_recompute = 1;
+    CHECK(pdde_plan_search(g, &c.d, &only_place, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "search: %s", pdde_last_error(ctx));
+    pdde_plan_str(&plans[0], s, sizeof s);
+    bool all_placed = true;
+    for (int i = 0; i < nf; i++) all_placed &= plans[i].place[0] != 0;
+    CHECK(!strcmp(plans[0].place, "opencl") && all_placed,
+          "own devices of half the model's %g bytes: the best plan %s places the blocks (%g bytes on the fullest device), and so do all %d that fit",
+          whole, s, plans[0].peak_bytes, nf);
+    /* and the second device too small for them: every placement rejected, naming it */
+    for (int i = 0; i < 2; i++) c.mem[i] = 1e9, pmem[i] = 1e3, pf[i] = 1e12, pbw[i] = 1e11;
+    CHECK(pdde_plan_search(g, &c.d, pp, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "search: %s", pdde_last_error(ctx));
+    int placed_fit = 0, placed_rejected = 0;
+    for (int i = 0; i < nf; i++) placed_fit += plans[i].place[0] != 0;
+    for (int i = nf; i < nf + nr; i++) placed_rejected += plans[i].place[0] && strstr(plans[i].why, "opencl device") != NULL;
+    CHECK(placed_fit == 0 && placed_rejected > 0, "a second device of 1 kB: %d placed plans fit, %d rejected naming it (%s)", placed_fit,
+          placed_rejected, nr ? plans[nf].why : "");
+    /* a plan placing on a kind the devices lack is refused */
+    pdde_plan bad;
+    pdde_plan_parse("dp=1,place=cuda", &bad);
+    CHECK(pdde_plan_evaluate(g, &c.d, pp, &bad) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "cuda"), "place=cuda: %s", pdde_last_error(ctx));
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -475,6 +549,7 @@ int main(void) {
         check_fitting(g, &mixed, &no_drop, plans, nf);
     }
     test_replan(g, &pp);
+    test_placement(g, &pp, L);
     pdde_graph_free(g);
 
     /* 10. the entry points on a non-GPT graph: pdde_plan_auto on a cluster, pdde_plan_apply compiles and
@@ -486,7 +561,7 @@ int main(void) {
         mp.batch = MLP_B, mp.max_micro = 1;
         /* one device whose memory is between what no recompute and every layer recomputed need */
         static double fl[1] = {1e11}, bw[1] = {1e10}, big[1] = {1e12};
-        pdde_plan_devices one = {1, fl, bw, big, NULL, 0, 0, 0, 0, NULL};
+        pdde_plan_devices one = {.n_devices = 1, .flops = fl, .mem_bw = bw, .memory = big};
         pdde_plan none = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1}, all = none;
         all.recompute = 1;
         pdde_plan_evaluate(mg, &one, &mp, &none), pdde_plan_evaluate(mg, &one, &mp, &all);
@@ -583,7 +658,8 @@ int main(void) {
         static double fl[64], bw[64], mem[64];
         static int host[64];
         for (int i = 0; i < 64; i++) fl[i] = 150e12, bw[i] = 1.5e12, mem[i] = 40e9, host[i] = i / 8;
-        pdde_plan_devices d = {64, fl, bw, mem, host, 150e9, 5e-6, 12.5e9, 10e-6, NULL};
+        pdde_plan_devices d = {.n_devices = 64, .flops = fl, .mem_bw = bw, .memory = mem, .host = host, .intra_bw = 150e9, .intra_lat = 5e-6,
+                               .inter_bw = 12.5e9, .inter_lat = 10e-6};
         pdde_plan_params bp = PDDE_PLAN_PARAMS_INIT;
         bp.batch = 512, bp.tp_divisor = 16, bp.overlap_dp = 1;
         CHECK(pdde_plan_search(big, &d, &bp, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0 && plan_devices(&plans[0]) == 64 &&

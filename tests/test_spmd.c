@@ -86,7 +86,7 @@ static int micro_batches(const plan *p) { return p && p->micro > 1 ? p->micro : 
 static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f;
-    gpt_plan gp = {p ? p->dp : 1, p ? p->tp : 1, p ? p->pp : 1, micro_batches(p), p ? p->zero : 0, p ? p->recompute : 0, p ? p->chunks : 0, NULL, NULL};
+    gpt_plan gp = {.dp = p ? p->dp : 1, .tp = p ? p->tp : 1, .pp = p ? p->pp : 1, .micro = micro_batches(p), .zero = p ? p->zero : 0, .recompute = p ? p->recompute : 0, .pp_chunks = p ? p->chunks : 0};
     return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 

@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    gpt_plan plan = {dp, tp, pp, micro, zero, recompute, 0, NULL, NULL};
+    gpt_plan plan = {.dp = dp, .tp = tp, .pp = pp, .micro = micro, .zero = zero, .recompute = recompute};
     pdde_status st = gpt_build_plan(g, &c, &plan, &op, &m);
     if (st) {
         fprintf(stderr, "pdde-plan: %s: %s\n", pdde_status_str(st), pdde_last_error(ctx));

@@ -78,7 +78,7 @@ static void batch(int step, int32_t *x, int32_t *y) {
 static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f;
-    gpt_plan gp = {p->dp, p->tp, p->pp, p->micro, p->zero, p->recompute, p->chunks, NULL, NULL};
+    gpt_plan gp = {.dp = p->dp, .tp = p->tp, .pp = p->pp, .micro = p->micro, .zero = p->zero, .recompute = p->recompute, .pp_chunks = p->chunks};
     return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 
