@@ -40,6 +40,7 @@ typedef struct pze_build_log_st *pze_build_log;
 
 enum {
     PZE_RESULT_SUCCESS = 0,
+    PZE_RESULT_NOT_READY = 1, /* a wait that timed out */
     PZE_RESULT_ERROR_OUT_OF_HOST_MEMORY = 0x70000002,
     PZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY = 0x70000003,
     PZE_RESULT_ERROR_MODULE_BUILD_FAILURE = 0x70000004,
@@ -271,12 +272,19 @@ typedef struct {
     unsigned units, max_block;
 } pze_dev;
 
+/* Every host wait on the device ends: work not done after this long is taken as a hung device and
+ * reported (PDDE_ERR_TIMEOUT), rather than waited on forever. */
+#define PZE_SYNC_TIMEOUT_NS 600000000000ull
+
 static int pze_fail(pze_family *f, pze_result r, const char *what, size_t nbytes) {
     if (r == PZE_RESULT_ERROR_OUT_OF_DEVICE_MEMORY)
         return pdde_error(f->ctx, PDDE_ERR_DEVICE_OOM, "level_zero: %s: out of device memory (%zu bytes requested)",
                           what, nbytes);
     if (r == PZE_RESULT_ERROR_OUT_OF_HOST_MEMORY)
         return pdde_error(f->ctx, PDDE_ERR_OOM, "level_zero: %s: out of host memory (%zu bytes requested)", what, nbytes);
+    if (r == PZE_RESULT_NOT_READY)
+        return pdde_error(f->ctx, PDDE_ERR_TIMEOUT, "level_zero: %s: the device has not finished after %.0f s (hung?)", what,
+                          PZE_SYNC_TIMEOUT_NS / 1e9);
     return pdde_error(f->ctx, PDDE_ERR_BACKEND, "level_zero: %s failed: ze_result_t 0x%x", what, (unsigned)r);
 }
 
@@ -445,7 +453,7 @@ static int pze_stream_new(pze_dev *d, pze_stream **out) {
 static int pze_drain(pze_dev *d, pze_stream *s) {
     const pze_api *ze = &d->fam->ze;
     PZE_CHECK(d, ze->CommandListAppendBarrier(s->list, s->done, 0, NULL), "zeCommandListAppendBarrier");
-    PZE_CHECK(d, ze->EventHostSynchronize(s->done, UINT64_MAX), "zeEventHostSynchronize");
+    PZE_CHECK(d, ze->EventHostSynchronize(s->done, PZE_SYNC_TIMEOUT_NS), "zeEventHostSynchronize");
     PZE_CHECK(d, ze->EventHostReset(s->done), "zeEventHostReset");
     for (int i = 0; i < s->n_pend; i++) {
         if (s->pend[i].dst) memcpy(s->pend[i].dst, s->pend[i].host, s->pend[i].n);
@@ -686,7 +694,7 @@ static pdde_status pze_event_record(void *dev, void *event, void *stream) {
 
 static pdde_status pze_event_sync(void *dev, void *event) {
     pze_dev *d = dev;
-    PZE_CHECK(d, d->fam->ze.EventHostSynchronize(((pze_ev *)event)->ev, UINT64_MAX), "zeEventHostSynchronize");
+    PZE_CHECK(d, d->fam->ze.EventHostSynchronize(((pze_ev *)event)->ev, PZE_SYNC_TIMEOUT_NS), "zeEventHostSynchronize");
     return PDDE_OK;
 }
 
