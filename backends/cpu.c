@@ -374,6 +374,21 @@ CPU_KERNEL static void unary_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* bias_gelu and its backward: rows of N, the bias added to each row on the fly (x + bias is what
+ * PDDE_OP_ADD computes, to the bit, then gelu_tanh / gelu_tanh_grad as PDDE_OP_GELU and GELU_BACK). */
+CPU_KERNEL static void bias_gelu_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    int64_t N = LAST_DIM(t);
+    const float *bias = F32(t->src[1]);
+    bool back = t->op == PDDE_OP_BIAS_GELU_BACK;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = F32(t->src[0]) + r * N, *dy = back ? F32(t->src[2]) + r * N : NULL;
+        float *y = F32(t) + r * N;
+        if (back) for (int64_t i = 0; i < N; i++) y[i] = dy[i] * gelu_tanh_grad(x[i] + bias[i]);
+        else for (int64_t i = 0; i < N; i++) y[i] = gelu_tanh(x[i] + bias[i]);
+    }
+}
+
 /* dropout keeps element i when hash(seed, counter, i) >= p * 2^32 (a counter-based RNG: no state,
  * the same mask in the backward pass, identical on every backend). */
 static inline uint32_t dropout_hash(uint32_t seed_lo, uint32_t seed_hi, uint32_t counter, uint64_t i) {
@@ -818,6 +833,9 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_GELU_BACK: case PDDE_OP_RELU_BACK: case PDDE_OP_SILU_BACK:
         parallel_for(pool, n, PAR_MIN, unary_task, &job);
         return PDDE_OK;
+    case PDDE_OP_BIAS_GELU: case PDDE_OP_BIAS_GELU_BACK:
+        if (n) parallel_for(pool, ROWS(t), PAR_MIN / LAST_DIM(t) + 1, bias_gelu_task, &job);
+        return PDDE_OK;
     case PDDE_OP_DROPOUT: case PDDE_OP_DROPOUT_BACK:
         parallel_for(pool, n, PAR_MIN, dropout_task, &job);
         return PDDE_OK;
@@ -1005,7 +1023,11 @@ static pdde_status cpu_device_props(void *family, int index, pdde_device_props *
 
 static pdde_status cpu_device_open(void *family, int index, void **dev) { (void)index; *dev = family; return PDDE_OK; }
 static void cpu_device_close(void *dev) { (void)dev; }
-static int cpu_supports_op(void *dev, const pdde_tensor *node) { (void)dev; return node->op < PDDE_OP_COPY; }
+/* every compute op; copies, collectives and pipeline sends are the core's */
+static int cpu_supports_op(void *dev, const pdde_tensor *node) {
+    (void)dev;
+    return node->op < PDDE_OP_COPY || (node->op > PDDE_OP_RECV && node->op < PDDE_OP_COUNT);
+}
 
 static pdde_status cpu_buffer_alloc(void *dev, size_t nbytes, void **handle) {
     cpu_family *f = dev;

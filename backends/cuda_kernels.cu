@@ -793,3 +793,15 @@ extern "C" __global__ void k_attention_back_kv(const float *__restrict__ q, cons
         for (long long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
     }
 }
+
+/* ---- fused kernels ---------------------------------------------------------------------------- */
+
+/* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
+extern "C" __global__ void k_bias_gelu(const float *__restrict__ x, const float *__restrict__ bias,
+                                       const float *__restrict__ dy, float *__restrict__ y, long long n, long long nb,
+                                       int back) {
+    GRID_STRIDE(i, n) {
+        float v = x[i] + bias[i % nb];
+        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+    }
+}

@@ -743,3 +743,15 @@ __kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(
         for (long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
     }
 }
+
+/* ---- fused kernels ---------------------------------------------------------------------------- */
+
+/* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
+__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(float, y), long n,
+                          long nb, int back) {
+    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(float, y);
+    GRID_STRIDE(i, n) {
+        float v = x[i] + bias[i % nb];
+        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+    }
+}

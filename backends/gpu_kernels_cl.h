@@ -753,4 +753,17 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];\n"
     "    }\n"
     "}\n"
+    "\n"
+    "/* ---- fused kernels ---------------------------------------------------------------------------- */\n"
+    "\n"
+    ,
+    "/* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */\n"
+    "__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(float, y), long n,\n"
+    "                          long nb, int back) {\n"
+    "    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(float, y);\n"
+    "    GRID_STRIDE(i, n) {\n"
+    "        float v = x[i] + bias[i % nb];\n"
+    "        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);\n"
+    "    }\n"
+    "}\n"
     , 0};

@@ -197,6 +197,13 @@ static void spmd_rule_act_back(spmd_ctx *c) {
     spmd_einsum(c, NULL);
 }
 
+/* bias_gelu_back (x, bias, dy): elementwise with the bias broadcast, linear in dy */
+static void spmd_rule_bias_act_back(spmd_ctx *c) {
+    spmd_letters_same(c);
+    c->linear = 4;
+    spmd_einsum(c, NULL);
+}
+
 /* layernorm (x, gamma, beta), rmsnorm (x, gamma): the normalised last dim needs whole rows, so it is
  * required replicated; gamma and beta too. Rows keep x's layout. */
 static void spmd_rule_norm(spmd_ctx *c) {
@@ -555,6 +562,8 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
     /* the session's reshard collectives (inserted after completion): their layout passes through */
     [PDDE_OP_ALLREDUCE] = spmd_rule_follow_linear, [PDDE_OP_REDUCE_SCATTER] = spmd_rule_follow_linear,
     [PDDE_OP_ALLGATHER] = spmd_rule_follow_linear, [PDDE_OP_COMM_WAIT] = spmd_rule_follow_linear,
+    /* bias_gelu (x, bias): gelu's rule, the bias broadcast as ADD's is */
+    [PDDE_OP_BIAS_GELU] = spmd_rule_follow, [PDDE_OP_BIAS_GELU_BACK] = spmd_rule_bias_act_back,
 };
 
 /* Runs the rule of c->node (c->in filled); checks the invariants every rule must keep. */
