@@ -2884,7 +2884,7 @@ static pdde_status plan_apply_tensor_parallel(pdde_graph *g, const pdde_mesh *me
         pdde_tensor *bias = NULL;
         for (int j = i + 1; j < n && !bias; j++) {
             pdde_tensor *u = g->nodes[j], *b = u->nsrc == 2 && u->src[0] == t ? u->src[1] : NULL;
-            if (u->op == PDDE_OP_ADD && b && (b->flags & PDDE_TENSOR_PARAM) && b->ndim == 1 && b->shape[0] == w->shape[1]) bias = b;
+            if ((u->op == PDDE_OP_ADD || u->op == PDDE_OP_BIAS_GELU) && b && (b->flags & PDDE_TENSOR_PARAM) && b->ndim == 1 && b->shape[0] == w->shape[1]) bias = b;
         }
         st = pdde_strategy_tensor_parallel_linear(g, w, bias, mesh, "tp", kind);
     }
