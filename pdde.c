@@ -338,6 +338,15 @@ pdde_tensor *pdde_gelu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_
 pdde_tensor *pdde_relu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_RELU, x); }
 pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x) { return unary(g, PDDE_OP_SILU, x); }
 
+pdde_tensor *pdde_bias_gelu(pdde_graph *g, pdde_tensor *x, pdde_tensor *bias) {
+    if (x && bias && (x->ndim < 1 || bias->ndim != 1 || bias->shape[0] != x->shape[x->ndim - 1])) {
+        char sx[96], sb[96];
+        shape_str(x, sx, sizeof sx), shape_str(bias, sb, sizeof sb);
+        return graph_fail(g, PDDE_ERR_SHAPE, "bias_gelu: bias %s %s must be 1-D of the last dim of %s %s", bias->name, sb, x->name, sx);
+    }
+    return binary(g, PDDE_OP_BIAS_GELU, x, bias);
+}
+
 pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s) {
     if (!isfinite(s)) return graph_fail(g, PDDE_ERR_INVALID_ARG, "scale: factor %g of %s is not finite", s, a ? a->name : "NULL");
     pdde_tensor *t = unary(g, PDDE_OP_SCALE, a);
@@ -677,6 +686,13 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         pdde_op back = y->op == PDDE_OP_GELU ? PDDE_OP_GELU_BACK : y->op == PDDE_OP_RELU ? PDDE_OP_RELU_BACK : PDDE_OP_SILU_BACK;
         pdde_tensor *src[2] = {x, dy};
         dsrc[0] = node_with(g, back, x, 2, src);
+        break;
+    }
+    case PDDE_OP_BIAS_GELU: { /* the gradient of x + bias, then that sum's backward (as ADD's) */
+        pdde_tensor *src[3] = {x, y->src[1], dy};
+        pdde_tensor *dpre = node_with(g, PDDE_OP_BIAS_GELU_BACK, x, 3, src);
+        dsrc[0] = dpre;
+        dsrc[1] = grad_sum_to(g, dpre, y->src[1]);
         break;
     }
     case PDDE_OP_LAYERNORM: case PDDE_OP_RMSNORM: {
@@ -3117,7 +3133,7 @@ static pdde_status plan_apply_tensor_parallel(pdde_graph *g, const pdde_mesh *me
         pdde_tensor *bias = NULL;
         for (int j = i + 1; j < n && !bias; j++) {
             pdde_tensor *u = g->nodes[j], *b = u->nsrc == 2 && u->src[0] == t ? u->src[1] : NULL;
-            if (u->op == PDDE_OP_ADD && b && (b->flags & PDDE_TENSOR_PARAM) && b->ndim == 1 && b->shape[0] == w->shape[1]) bias = b;
+            if ((u->op == PDDE_OP_ADD || u->op == PDDE_OP_BIAS_GELU) && b && (b->flags & PDDE_TENSOR_PARAM) && b->ndim == 1 && b->shape[0] == w->shape[1]) bias = b;
         }
         st = pdde_strategy_tensor_parallel_linear(g, w, bias, mesh, "tp", kind);
     }

@@ -238,6 +238,9 @@ typedef enum {
      * (no src) receives it */
     PDDE_OP_SEND,
     PDDE_OP_RECV,
+    /* fused kernels: one pass where the unfused ops take two (the unfused graph is their reference) */
+    PDDE_OP_BIAS_GELU,            /* src: x [..., N], bias [N]: gelu(x + bias) (pdde_bias_gelu) */
+    PDDE_OP_BIAS_GELU_BACK,       /* src: x, bias, dy -> dy * gelu'(x + bias): the gradient of x + bias */
     PDDE_OP_COUNT
 } pdde_op;
 
@@ -356,6 +359,9 @@ pdde_tensor *pdde_scale(pdde_graph *g, pdde_tensor *a, float s);
 /* x + bias over the last dim (an add with broadcasting, named for readability). */
 pdde_tensor *pdde_bias_add(pdde_graph *g, pdde_tensor *x, pdde_tensor *bias);
 pdde_tensor *pdde_gelu(pdde_graph *g, pdde_tensor *x);
+/* gelu(x + bias), bias [N] over x's last dim N, as one op: pdde_gelu(g, pdde_bias_add(g, x, bias)) in
+ * one pass over x, and the pre-activation x + bias is never stored (the backward recomputes it). */
+pdde_tensor *pdde_bias_gelu(pdde_graph *g, pdde_tensor *x, pdde_tensor *bias);
 pdde_tensor *pdde_relu(pdde_graph *g, pdde_tensor *x);
 pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x);
 pdde_tensor *pdde_layernorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, pdde_tensor *beta, float eps);

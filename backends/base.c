@@ -149,6 +149,7 @@ const char *pdde_op_name(pdde_op op) {
         [PDDE_OP_ALLREDUCE] = "allreduce", [PDDE_OP_REDUCE_SCATTER] = "reduce_scatter", [PDDE_OP_ALLGATHER] = "allgather",
         [PDDE_OP_ALLTOALL] = "alltoall",
         [PDDE_OP_COMM_WAIT] = "comm_wait", [PDDE_OP_SEND] = "send", [PDDE_OP_RECV] = "recv",
+        [PDDE_OP_BIAS_GELU] = "bias_gelu", [PDDE_OP_BIAS_GELU_BACK] = "bias_gelu_back",
     };
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }

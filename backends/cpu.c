@@ -374,6 +374,21 @@ CPU_KERNEL static void unary_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* bias_gelu and its backward: rows of N, the bias added to each row on the fly (x + bias is what
+ * PDDE_OP_ADD computes, to the bit, then gelu_tanh / gelu_tanh_grad as PDDE_OP_GELU and GELU_BACK). */
+CPU_KERNEL static void bias_gelu_task(void *arg, int64_t begin, int64_t end) {
+    const pdde_tensor *t = ((cpu_job *)arg)->node;
+    int64_t N = LAST_DIM(t);
+    const float *bias = F32(t->src[1]);
+    bool back = t->op == PDDE_OP_BIAS_GELU_BACK;
+    for (int64_t r = begin; r < end; r++) {
+        const float *x = F32(t->src[0]) + r * N, *dy = back ? F32(t->src[2]) + r * N : NULL;
+        float *y = F32(t) + r * N;
+        if (back) for (int64_t i = 0; i < N; i++) y[i] = dy[i] * gelu_tanh_grad(x[i] + bias[i]);
+        else for (int64_t i = 0; i < N; i++) y[i] = gelu_tanh(x[i] + bias[i]);
+    }
+}
+
 /* dropout keeps element i when hash(seed, counter, i) >= p * 2^32 (a counter-based RNG: no state,
  * the same mask in the backward pass, identical on every backend). */
 static inline uint32_t dropout_hash(uint32_t seed_lo, uint32_t seed_hi, uint32_t counter, uint64_t i) {
@@ -401,14 +416,31 @@ static void dropout_task(void *arg, int64_t begin, int64_t end) {
  * Row-wise ops over the last dim: norms, softmax, cross-entropy */
 
 /* Mean (layernorm; 0 for rmsnorm) and 1/sqrt(variance + eps) of one row, accumulated in double. */
-static void row_stats(const float *x, int64_t C, bool centred, float eps, float *mean, float *rstd) {
-    double m = 0, var = 0;
+/* Row sums are double, kept in ROW_LANES independent lanes (lane l sums every ROW_LANES-th element):
+ * the compiler vectorises the lanes, while one running sum is a chain of dependent scalar adds whose
+ * order it may not change (no -ffast-math); that chain made layernorm latency-bound, ~5x slower. */
+#define ROW_LANES 8
+
+static inline double lanes_total(const double *s) {
+    double t = 0;
+    for (int l = 0; l < ROW_LANES; l++) t += s[l];
+    return t;
+}
+
+static inline void row_stats(const float *x, int64_t C, bool centred, float eps, float *mean, float *rstd) {
+    double s[ROW_LANES] = {0}, m = 0;
+    int64_t body = C / ROW_LANES * ROW_LANES;
     if (centred) {
-        for (int64_t i = 0; i < C; i++) m += x[i];
-        m /= (double)C;
+        for (int64_t i = 0; i < body; i += ROW_LANES)
+            for (int l = 0; l < ROW_LANES; l++) s[l] += x[i + l];
+        for (int64_t i = body; i < C; i++) s[i - body] += x[i];
+        m = lanes_total(s) / (double)C;
     }
-    for (int64_t i = 0; i < C; i++) var += (x[i] - m) * (x[i] - m);
-    var /= (double)C;
+    double v[ROW_LANES] = {0};
+    for (int64_t i = 0; i < body; i += ROW_LANES)
+        for (int l = 0; l < ROW_LANES; l++) v[l] += (x[i + l] - m) * (x[i + l] - m);
+    for (int64_t i = body; i < C; i++) v[i - body] += (x[i] - m) * (x[i] - m);
+    double var = lanes_total(v) / (double)C;
     *mean = (float)m;
     *rstd = (float)(1.0 / sqrt(var + eps));
 }
@@ -442,12 +474,18 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
         const float *xr = x + r * C, *dyr = dy + r * C;
         float *dxr = dx + r * C, m, rstd;
         row_stats(xr, C, ln, eps, &m, &rstd);
-        double gmean = 0, gxmean = 0;
-        for (int64_t i = 0; i < C; i++) {
+        double gs[ROW_LANES] = {0}, gxs[ROW_LANES] = {0};
+        int64_t body = C / ROW_LANES * ROW_LANES;
+        for (int64_t i = 0; i < body; i += ROW_LANES)
+            for (int l = 0; l < ROW_LANES; l++) {
+                float g = dyr[i + l] * gamma[i + l], xh = (xr[i + l] - m) * rstd;
+                gs[l] += g, gxs[l] += g * xh;
+            }
+        for (int64_t i = body; i < C; i++) {
             float g = dyr[i] * gamma[i], xh = (xr[i] - m) * rstd;
-            gmean += g, gxmean += g * xh;
+            gs[i - body] += g, gxs[i - body] += g * xh;
         }
-        gmean /= (double)C, gxmean /= (double)C;
+        double gmean = lanes_total(gs) / (double)C, gxmean = lanes_total(gxs) / (double)C;
         if (!ln) gmean = 0;
         for (int64_t i = 0; i < C; i++) {
             float xh = (xr[i] - m) * rstd;
@@ -850,6 +888,9 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_GELU_BACK: case PDDE_OP_RELU_BACK: case PDDE_OP_SILU_BACK:
         parallel_for(pool, n, PAR_MIN, unary_task, &job);
         return PDDE_OK;
+    case PDDE_OP_BIAS_GELU: case PDDE_OP_BIAS_GELU_BACK:
+        if (n) parallel_for(pool, ROWS(t), PAR_MIN / LAST_DIM(t) + 1, bias_gelu_task, &job);
+        return PDDE_OK;
     case PDDE_OP_DROPOUT: case PDDE_OP_DROPOUT_BACK:
         parallel_for(pool, n, PAR_MIN, dropout_task, &job);
         return PDDE_OK;
@@ -1030,7 +1071,11 @@ static pdde_status cpu_device_props(void *family, int index, pdde_device_props *
 
 static pdde_status cpu_device_open(void *family, int index, void **dev) { (void)index; *dev = family; return PDDE_OK; }
 static void cpu_device_close(void *dev) { (void)dev; }
-static int cpu_supports_op(void *dev, const pdde_tensor *node) { (void)dev; return node->op < PDDE_OP_COPY; }
+/* every compute op; copies, collectives and pipeline sends are the core's */
+static int cpu_supports_op(void *dev, const pdde_tensor *node) {
+    (void)dev;
+    return node->op < PDDE_OP_COPY || (node->op > PDDE_OP_RECV && node->op < PDDE_OP_COUNT);
+}
 
 static pdde_status cpu_buffer_alloc(void *dev, size_t nbytes, void **handle) {
     cpu_family *f = dev;

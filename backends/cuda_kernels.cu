@@ -809,3 +809,15 @@ extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float 
     float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
     GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
 }
+
+/* ---- fused kernels ---------------------------------------------------------------------------- */
+
+/* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
+extern "C" __global__ void k_bias_gelu(const float *__restrict__ x, const float *__restrict__ bias,
+                                       const float *__restrict__ dy, float *__restrict__ y, long long n, long long nb,
+                                       int back) {
+    GRID_STRIDE(i, n) {
+        float v = x[i] + bias[i % nb];
+        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+    }
+}

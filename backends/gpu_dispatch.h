@@ -36,7 +36,7 @@ enum {
     PGD_K_GAMMA_BACK, PGD_K_SOFTMAX, PGD_K_SOFTMAX_BACK, PGD_K_CE_ROWS, PGD_K_CE_FINAL, PGD_K_CE_COUNT,
     PGD_K_CE_BACK, PGD_K_EMBEDDING, PGD_K_EMBEDDING_BACK, PGD_K_DROPOUT, PGD_K_CAST, PGD_K_SGD,
     PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV,
-    PGD_K_ADAMW_MULTI, PGD_K_COUNT
+    PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
@@ -45,7 +45,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_gamma_back", "k_softmax", "k_softmax_back", "k_ce_rows", "k_ce_final", "k_ce_count",
     "k_ce_back", "k_embedding", "k_embedding_back", "k_dropout", "k_cast", "k_sgd",
     "k_adamw", "k_gemm", "k_attention", "k_attention_back_q", "k_attention_back_kv",
-    "k_adamw_multi",
+    "k_adamw_multi", "k_bias_gelu",
 };
 
 /* The largest head dim of the attention kernels: an item keeps a few rows of D floats in registers
@@ -127,7 +127,8 @@ static int pgd_vocab_split(const pdde_tensor *node) {
  * session, which runs them on host memory) have no device kernels. */
 static int pgd_supports_op(const pdde_tensor *node) {
     if (!node || node->ndim > PGD_MAX_DIMS) return 0;
-    if (node->op == PDDE_OP_NONE || node->op >= PDDE_OP_COPY) return 0; /* copies and collectives are the core's */
+    if (node->op == PDDE_OP_NONE || (node->op >= PDDE_OP_COPY && node->op <= PDDE_OP_RECV))
+        return 0; /* copies, collectives and pipeline sends are the core's */
     for (int i = 0; i < node->nsrc; i++)
         if (!node->src[i] || node->src[i]->ndim > PGD_MAX_DIMS) return 0;
     const pdde_tensor *a = node->nsrc > 0 ? node->src[0] : NULL, *b = node->nsrc > 1 ? node->src[1] : NULL;
@@ -549,6 +550,14 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_RELU_BACK: return pgd_unary_back(g, node, PGD_U_RELU);
     case PDDE_OP_SILU_BACK: return pgd_unary_back(g, node, PGD_U_SILU);
     case PDDE_OP_RESHAPE: return pgd_dcopy(g, pgd_ptr_of(node), pgd_ptr_of(x), pdde_tensor_nbytes(node));
+    case PDDE_OP_BIAS_GELU: case PDDE_OP_BIAS_GELU_BACK: {
+        int64_t nb = pgd_numel(node->src[1]);
+        int32_t back = node->op == PDDE_OP_BIAS_GELU_BACK;
+        if (!n) return PDDE_OK;
+        pgd_ptr px = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]), py = pgd_ptr_of(node);
+        pgd_ptr pdy = back ? pgd_ptr_of(node->src[2]) : pgd_null;
+        return pgd_launch_1d(g, PGD_K_BIAS_GELU, n, PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back)));
+    }
     case PDDE_OP_LAYERNORM:
     case PDDE_OP_RMSNORM: {
         int64_t rows, C;

@@ -760,3 +760,15 @@ __kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float
     __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
     GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
 }
+
+/* ---- fused kernels ---------------------------------------------------------------------------- */
+
+/* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
+__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(float, y), long n,
+                          long nb, int back) {
+    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(float, y);
+    GRID_STRIDE(i, n) {
+        float v = x[i] + bias[i % nb];
+        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+    }
+}

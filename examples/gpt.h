@@ -4,7 +4,7 @@
  *   x = wte[ids] + wpe[0..T)
  *   per block:  x += proj(attention(ln1(x)))      attention: causal, H heads of D = C / H; q, k, v
  *                                                 from one fused [C, 3C] weight, columns [H, 3, D]
- *               x += fcproj(gelu(fc(ln2(x))))
+ *               x += fcproj(gelu(fc(ln2(x))))      fc's bias and the gelu: one op (pdde_bias_gelu)
  *   logits = ln_f(x) @ wte^T,  loss = mean cross-entropy(logits, targets) */
 #ifndef PDDE_EXAMPLE_GPT_H
 #define PDDE_EXAMPLE_GPT_H
@@ -19,6 +19,7 @@ typedef struct {
     int vocab, ctx, layers, heads, width, batch;
     int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
     int unfused_attention; /* 1: attention from matmul + causal softmax + matmul (the reference), not fused */
+    int unfused_gelu;      /* 1: the MLP's bias add and gelu as two ops (the reference), not pdde_bias_gelu */
 } gpt_config;
 
 static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
@@ -30,13 +31,20 @@ typedef struct {
     pdde_tensor *loss;
 } gpt_model;
 
-static inline pdde_tensor *gpt_linear(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std) {
+/* x @ W + b with the weight <prefix>.w [in, out] and bias <prefix>.b [out]; gelu: gelu(x @ W + b), the
+ * bias and the activation in one op (pdde_bias_gelu) */
+static inline pdde_tensor *gpt_linear_act(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std, bool gelu) {
     char name[64];
     snprintf(name, sizeof name, "%s.w", prefix);
     pdde_tensor *w = pdde_param(g, name, 2, (int64_t[]){in, out}, std);
     snprintf(name, sizeof name, "%s.b", prefix);
     pdde_tensor *b = pdde_param(g, name, 1, (int64_t[]){out}, 0.0f);
-    return pdde_bias_add(g, pdde_matmul(g, x, w, 0, 0), b);
+    pdde_tensor *xw = pdde_matmul(g, x, w, 0, 0);
+    return gelu ? pdde_bias_gelu(g, xw, b) : pdde_bias_add(g, xw, b);
+}
+
+static inline pdde_tensor *gpt_linear(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t in, int64_t out, float std) {
+    return gpt_linear_act(g, prefix, x, in, out, std, false);
 }
 
 static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t C) {
@@ -81,7 +89,7 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         snprintf(p, sizeof p, "h%d.ln2", l);
         pdde_tensor *h = gpt_layernorm(g, p, x, C);
         snprintf(p, sizeof p, "h%d.fc", l);
-        h = pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f));
+        h = c->unfused_gelu ? pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f)) : gpt_linear_act(g, p, h, C, F, 0.02f, true);
         snprintf(p, sizeof p, "h%d.fcproj", l);
         x = pdde_add(g, x, gpt_linear(g, p, h, F, C, proj_std));
     }

@@ -190,10 +190,11 @@ static void spmd_rule_follow(spmd_ctx *c) {
     spmd_einsum(c, NULL);
 }
 
-/* gelu_back, relu_back, silu_back (x, dy): elementwise, linear in dy */
+/* gelu_back, relu_back, silu_back (x, dy), bias_gelu_back (x, bias, dy): elementwise (a bias
+ * broadcast), linear in dy, the last input */
 static void spmd_rule_act_back(spmd_ctx *c) {
     spmd_letters_same(c);
-    c->linear = 2;
+    c->linear = 1u << (c->nsrc - 1);
     spmd_einsum(c, NULL);
 }
 
@@ -555,6 +556,8 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
     /* the session's reshard collectives (inserted after completion): their layout passes through */
     [PDDE_OP_ALLREDUCE] = spmd_rule_follow_linear, [PDDE_OP_REDUCE_SCATTER] = spmd_rule_follow_linear,
     [PDDE_OP_ALLGATHER] = spmd_rule_follow_linear, [PDDE_OP_COMM_WAIT] = spmd_rule_follow_linear,
+    /* bias_gelu (x, bias): gelu's rule, the bias broadcast as ADD's is */
+    [PDDE_OP_BIAS_GELU] = spmd_rule_follow, [PDDE_OP_BIAS_GELU_BACK] = spmd_rule_act_back,
 };
 
 /* Runs the rule of c->node (c->in filled); checks the invariants every rule must keep. */

@@ -93,6 +93,12 @@ static pdde_tensor *b_unary(pdde_graph *g, const op_case *c) {
     return pdde_silu(g, pdde_scale(g, x, 3.0f));
 }
 
+/* bias_gelu: x of the shape, bias of its last dim (x scaled as gelu's case: both tails of the tanh) */
+static pdde_tensor *b_bias_gelu(pdde_graph *g, const op_case *c) {
+    pdde_tensor *x = pdde_scale(g, P(g, "x", SHAPE_ARGS(c)), 3.0f);
+    return pdde_bias_gelu(g, x, P(g, "bias", 1, c->p[c->p[0]], 0, 0, 0));
+}
+
 static pdde_tensor *b_norm(pdde_graph *g, const op_case *c) {
     pdde_tensor *x = P(g, "x", SHAPE_ARGS(c));
     int64_t C = c->p[c->p[0]];
@@ -325,6 +331,11 @@ static const op_case cases[] = {
     {"attention_unfused", b_attention, {2, 3, 16, 8, 1}, 1, T_DEF}, /* (not an op name: any node on the device counts) */
     {"adamw_update", b_mlp, {1}, 3, T_DEF},
     {"sgd_update", b_mlp, {0}, 3, T_DEF},
+    /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
+    {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
+    {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
+    {"bias_gelu", b_bias_gelu, {1, 1}, 1, T_DEF},
+    {"bias_gelu", b_bias_gelu, {2, 0, 5}, 0, T_DEF},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -804,6 +815,51 @@ static void test_multi_tensor_adamw(const options *o, int device) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Fused elementwise ops against their unfused graphs (the reference) on the CPU: bias_gelu against
+ * gelu(bias_add), the output and the gradients of x and the bias. */
+
+static pdde_tensor *bias_gelu_graph(pdde_graph *g, const int64_t *s, bool fused, const pdde_tensor **checks) {
+    pdde_tensor *x = pdde_param(g, "x", 2, s, 0.0f), *b = pdde_param(g, "bias", 1, s + 1, 0.0f);
+    pdde_tensor *x3 = pdde_scale(g, x, 3.0f);
+    pdde_tensor *y = fused ? pdde_bias_gelu(g, x3, b) : pdde_gelu(g, pdde_bias_add(g, x3, b));
+    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, pdde_input(g, "dy_weights", PDDE_F32, 2, s)), -1, 0);
+    pdde_mark_output(y);
+    pdde_backward(g, loss);
+    checks[0] = y, checks[1] = x->grad, checks[2] = b->grad;
+    return loss;
+}
+
+static void test_fused_bias_gelu(const options *o, int device) {
+    static const int64_t shapes[][2] = {{1, 1}, {7, 33}, {131, 257}};
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int64_t *s = shapes[si];
+        char label[96];
+        snprintf(label, sizeof label, "bias_gelu [%lld,%lld] on %s vs unfused", (long long)s[0], (long long)s[1], props.backend);
+        pdde_graph *gf, *gu;
+        const pdde_tensor *cf[3], *cu[3];
+        pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
+        bias_gelu_graph(gf, s, true, cf), bias_gelu_graph(gu, s, false, cu);
+        bool fused = graph_has_op(gf, "bias_gelu") && graph_has_op(gf, "bias_gelu_back") && !graph_has_op(gf, "gelu");
+        CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && fused, "%s: graphs: %s", label, pdde_last_error(o->ctx));
+        results got, ref;
+        int ci = 2000 + (int)si; /* the same inputs in both graphs (by leaf name) */
+        pdde_status st = run_on(o->ctx, gu, 0, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cu, 3, &ref, NULL, 0);
+        if (st == PDDE_OK) st = run_on(o->ctx, gf, device, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cf, 3, &got, NULL, 0);
+        else memset(&got, 0, sizeof got);
+        CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
+        for (int k = 0; st == PDDE_OK && k < 3; k++) {
+            double e = nmse(got.v[k], ref.v[k], got.len[k]);
+            CHECK(got.len[k] == ref.len[k] && e <= T_DEF, "%s: %s NMSE %.3g > %.0e", label, k ? cu[k]->name : "output", e, T_DEF);
+            if (o->verbose) printf("  %-58s %-8s NMSE %.3g\n", label, k ? cu[k]->name : "output", e);
+        }
+        results_free(&got), results_free(&ref);
+        pdde_graph_free(gf), pdde_graph_free(gu);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Error paths */
 
 static void test_errors(pdde_context *ctx, int device, const char *backend) {
@@ -1016,6 +1072,7 @@ int main(int argc, char **argv) {
         if (!o.perf && !o.op) test_vocab_offset(ctx, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "attention"))) test_fused_attention(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update"))) test_multi_tensor_adamw(&o, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu"))) test_fused_bias_gelu(&o, devs[k]);
         if (!o.perf) printf("device %d: %d passed, %d failed, %d cases of ops it does not run (%.1fs)\n", devs[k], test_passed - passed0,
                             test_failed - failed0, n_unsupported, now_s() - td);
         n_unsupported = 0;
@@ -1023,6 +1080,7 @@ int main(int argc, char **argv) {
     if (!o.perf && !o.op && !o.backend) test_vocab_offset(ctx, 0); /* the CPU, the reference (not among devs) */
     if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend) test_fused_attention(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update")) && !o.backend) test_multi_tensor_adamw(&o, 0);
+    if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu")) && !o.backend) test_fused_bias_gelu(&o, 0);
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);
     pdde_context_free(ctx);
     return test_finish();

@@ -33,6 +33,7 @@ static pdde_tensor *b_sub(pdde_graph *g, pdde_tensor **x) { return pdde_sub(g, x
 static pdde_tensor *b_mul(pdde_graph *g, pdde_tensor **x) { return pdde_mul(g, x[0], x[1]); }
 static pdde_tensor *b_scale(pdde_graph *g, pdde_tensor **x) { return pdde_scale(g, x[0], -1.7f); }
 static pdde_tensor *b_gelu(pdde_graph *g, pdde_tensor **x) { return pdde_gelu(g, x[0]); }
+static pdde_tensor *b_bias_gelu(pdde_graph *g, pdde_tensor **x) { return pdde_bias_gelu(g, x[0], x[1]); }
 static pdde_tensor *b_relu(pdde_graph *g, pdde_tensor **x) { return pdde_relu(g, x[0]); }
 static pdde_tensor *b_silu(pdde_graph *g, pdde_tensor **x) { return pdde_silu(g, x[0]); }
 static pdde_tensor *b_layernorm(pdde_graph *g, pdde_tensor **x) { return pdde_layernorm(g, x[0], x[1], x[2], 1e-5f); }
@@ -68,6 +69,7 @@ static const grad_case cases[] = {
     {"mul_broadcast", 2, {2, 2}, {{4, 3}, {4, 1}}, b_mul, {-1, -1}},
     {"scale", 1, {2}, {{4, 3}}, b_scale, {-1}},
     {"gelu", 1, {2}, {{4, 5}}, b_gelu, {-1}},
+    {"bias_gelu", 2, {3, 1}, {{2, 3, 5}, {5}}, b_bias_gelu, {-1, -1}},
     {"relu", 1, {2}, {{4, 5}}, b_relu, {-1}},
     {"silu", 1, {2}, {{4, 5}}, b_silu, {-1}},
     {"layernorm", 3, {3, 1, 1}, {{2, 3, 7}, {7}, {7}}, b_layernorm, {-1, -1, -1}},

@@ -5,7 +5,8 @@
  * oneDNN called directly with its own OpenMP threads (f32 also next to OpenBLAS with its own threads),
  * and on the OpenCL device next to CLBlast; measurements interleaved, medians. CPU results are also
  * stated as a percentage of this machine's FMA peak on the same threads (bench_peak.h, measured first).
- * Then the main elementwise / row kernels through pdde on every backend, in GB/s.
+ * Then the main elementwise / row kernels through pdde on every backend, in GB/s (bias add + gelu
+ * unfused and fused among them).
  *
  *   bench_ops [--reps N] [--quick]
  *
@@ -383,7 +384,9 @@ int main(int argc, char **argv) {
 
     /* row and elementwise kernels at GPT-2 small activations: [4096, 768] (and [512, 50257] logits) */
     printf("\nelementwise and row kernels through pdde, median of %d, GB/s (bytes read + written):\n", reps);
-    const char *ops[] = {"add", "gelu", "layernorm", "softmax", "cross_entropy", "adamw_update"};
+    /* bias+gelu (bias_add then gelu) against the fused bias_gelu: both counted as one read of x and one
+     * write of y, so their GB/s compare the time directly */
+    const char *ops[] = {"add", "gelu", "bias+gelu", "bias_gelu", "layernorm", "softmax", "cross_entropy", "adamw_update"};
     for (int oi = 0; oi < (int)(sizeof ops / sizeof ops[0]); oi++) {
         for (int which = 0; which < 2; which++) {
             int device = which == 0 ? cl_dev : 0;
@@ -396,6 +399,8 @@ int main(int argc, char **argv) {
             const char *op = ops[oi];
             if (!strcmp(op, "add")) y = pdde_add(b.g, x, pdde_param(b.g, "b", 2, x_shape, 0)), bytes = 3.0 * R * C * 4;
             else if (!strcmp(op, "gelu")) y = pdde_gelu(b.g, x), bytes = 2.0 * R * C * 4;
+            else if (!strcmp(op, "bias+gelu")) y = pdde_gelu(b.g, pdde_bias_add(b.g, x, pdde_param(b.g, "b", 1, c_shape, 0))), bytes = 2.0 * R * C * 4;
+            else if (!strcmp(op, "bias_gelu")) y = pdde_bias_gelu(b.g, x, pdde_param(b.g, "b", 1, c_shape, 0)), bytes = 2.0 * R * C * 4;
             else if (!strcmp(op, "layernorm"))
                 y = pdde_layernorm(b.g, x, pdde_param(b.g, "g", 1, c_shape, 0), pdde_param(b.g, "be", 1, c_shape, 0), 1e-5f),
                 bytes = 2.0 * R * C * 4;

@@ -29,13 +29,7 @@ int main(int argc, char **argv) {
     double f1 = peak_gflops(0, 1, seconds, reps), b1 = peak_gflops(1, 1, seconds, reps);
     double ft = peak_gflops(0, threads, seconds, reps), bt = peak_gflops(1, threads, seconds, reps);
     printf("FMA peak, best of %d, GFLOP/s:   1 thread   %d threads\n", reps, threads);
-    printf("  f32  (%-20s) %9.1f %11.1f\n",
-#if defined(__AVX512F__)
-           "AVX-512 vfmadd231ps",
-#else
-           "AVX2 vfmadd231ps",
-#endif
-           f1, ft);
+    printf("  f32  (%-20s) %9.1f %11.1f\n", peak_has_avx512() ? "AVX-512 vfmadd231ps" : "AVX2 vfmadd231ps", f1, ft);
     printf("  bf16 (%-20s) %9.1f %11.1f\n", "AVX512-BF16 vdpbf16ps", b1, bt);
     printf("RESULT peak_fma threads=%d f32_gflops=%.1f bf16_gflops=%.1f f32_1t=%.1f bf16_1t=%.1f\n", threads, ft, bt, f1, b1);
     return 0;

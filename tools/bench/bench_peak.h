@@ -4,7 +4,7 @@
  * Each thread runs independent chains of fused multiply-adds on registers only (no memory traffic):
  * f32 with AVX-512 vfmadd231ps (32 flops per instruction), else AVX2 FMA (16); bf16 with AVX512-BF16
  * vdpbf16ps (32 bf16 products summed into 16 f32 lanes: 64 flops). Enough chains cover the latency of
- * two FMA pipes. A build without the instructions reports NaN for what it cannot measure. */
+ * two FMA pipes. A processor without the instructions reports NaN for what it cannot measure. */
 #ifndef PDDE_BENCH_PEAK_H
 #define PDDE_BENCH_PEAK_H
 #include <immintrin.h>
@@ -21,9 +21,21 @@ static inline double peak_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* f32: returns the flops done (0 when the build has no FMA) and a value that depends on every result */
-static double peak_f32_kernel(int64_t iters, float *sink) {
-#if defined(__AVX512F__)
+/* The kernels are compiled for their instruction sets whatever the build's -march (the default build
+ * targets baseline x86-64) and run only where the processor has them (peak_has_*, from cpuid). */
+#define PEAK_AVX512 __attribute__((target("avx512f,fma")))
+#define PEAK_AVX2 __attribute__((target("avx2,fma")))
+#define PEAK_BF16 __attribute__((target("avx512f,avx512bf16")))
+
+static inline int peak_has_avx512(void) { return __builtin_cpu_supports("avx512f"); }
+static inline int peak_has_avx2(void) { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+static inline int peak_has_bf16(void) {
+    unsigned a, b, c, d; /* cpuid leaf 7 subleaf 1, eax bit 5: AVX512_BF16 (older compilers cannot name it) */
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+    return peak_has_avx512() && (a >> 5 & 1);
+}
+
+PEAK_AVX512 static double peak_f32_avx512(int64_t iters, float *sink) {
     __m512 acc[PEAK_CHAINS], m = _mm512_set1_ps(0.999f), a = _mm512_set1_ps(1e-3f);
     for (int c = 0; c < PEAK_CHAINS; c++) acc[c] = _mm512_set1_ps((float)c);
     for (int64_t i = 0; i < iters; i++)
@@ -31,7 +43,9 @@ static double peak_f32_kernel(int64_t iters, float *sink) {
     for (int c = 1; c < PEAK_CHAINS; c++) acc[0] = _mm512_add_ps(acc[0], acc[c]);
     *sink = _mm512_reduce_add_ps(acc[0]);
     return 32.0 * PEAK_CHAINS * (double)iters;
-#elif defined(__FMA__) && defined(__AVX2__)
+}
+
+PEAK_AVX2 static double peak_f32_avx2(int64_t iters, float *sink) {
     __m256 acc[PEAK_CHAINS], m = _mm256_set1_ps(0.999f), a = _mm256_set1_ps(1e-3f);
     for (int c = 0; c < PEAK_CHAINS; c++) acc[c] = _mm256_set1_ps((float)c);
     for (int64_t i = 0; i < iters; i++)
@@ -41,15 +55,9 @@ static double peak_f32_kernel(int64_t iters, float *sink) {
     _mm256_storeu_ps(out, acc[0]);
     *sink = out[0] + out[7];
     return 16.0 * PEAK_CHAINS * (double)iters;
-#else
-    (void)iters;
-    *sink = 0;
-    return 0;
-#endif
 }
 
-static double peak_bf16_kernel(int64_t iters, float *sink) {
-#if defined(__AVX512BF16__)
+PEAK_BF16 static double peak_bf16_avx512(int64_t iters, float *sink) {
     __m512 acc[PEAK_CHAINS];
     __m512bh x = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(-1e-3f));
     __m512bh y = _mm512_cvtne2ps_pbh(_mm512_set1_ps(0.5f), _mm512_set1_ps(0.5f));
@@ -59,11 +67,20 @@ static double peak_bf16_kernel(int64_t iters, float *sink) {
     for (int c = 1; c < PEAK_CHAINS; c++) acc[0] = _mm512_add_ps(acc[0], acc[c]);
     *sink = _mm512_reduce_add_ps(acc[0]);
     return 64.0 * PEAK_CHAINS * (double)iters;
-#else
-    (void)iters;
+}
+
+/* f32: returns the flops done (0 when the processor has no FMA) and a value that depends on every result */
+static double peak_f32_kernel(int64_t iters, float *sink) {
+    if (peak_has_avx512()) return peak_f32_avx512(iters, sink);
+    if (peak_has_avx2()) return peak_f32_avx2(iters, sink);
     *sink = 0;
     return 0;
-#endif
+}
+
+static double peak_bf16_kernel(int64_t iters, float *sink) {
+    if (peak_has_bf16()) return peak_bf16_avx512(iters, sink);
+    *sink = 0;
+    return 0;
 }
 
 typedef struct {
