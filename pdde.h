@@ -917,7 +917,8 @@ typedef struct pdde_plan {
     int stage_blocks;
     /* uneven data parallelism (devices of different speeds): dp index i runs shares[i] x micro
      * micro-batches per step (pdde_strategy_data_parallel_shares), each of batch / (micro x the sum
-     * of shares) rows; all 0 = equal shares (every dp index micro micro-batches of batch / (dp x micro)) */
+     * of shares) rows; all 0 = equal shares (every dp index micro micro-batches of batch / (dp x micro)).
+     * With pp 1 and ZeRO 0 or 1 (ZeRO 2 and 3 reduce or gather in every micro-batch: as many on every rank) */
     int shares[PDDE_PLAN_MAX_SHARES];
     /* device placement in each rank (pp 1): layers [place_first, place_last) run on the rank's device
      * of backend place ("opencl"; "" = none: every layer on the rank's own device), with copies at

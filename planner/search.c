@@ -682,9 +682,10 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
     pdde_plan *p = plan;
     int n = p->dp * p->tp * p->pp, units = p->shares[0] > 0 ? 0 : p->dp;
     for (int i = 0; i < PDDE_PLAN_MAX_SHARES && !units; i++) {
-        if ((i < p->dp) != (p->shares[i] > 0) || p->dp > PDDE_PLAN_MAX_SHARES || p->pp > 1)
-            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: shares: want dp = %d shares >= 1 (at most %d) and no pipeline stages (pp %d); "
-                              "share %d is %d", p->dp, PDDE_PLAN_MAX_SHARES, p->pp, i, p->shares[i]);
+        if ((i < p->dp) != (p->shares[i] > 0) || p->dp > PDDE_PLAN_MAX_SHARES || p->pp > 1 || p->zero >= 2)
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: shares: want dp = %d shares >= 1 (at most %d), no pipeline stages (pp %d) "
+                              "and ZeRO 0 or 1 (zero %d: its collectives in every micro-batch need the same count on every rank); "
+                              "share %d is %d", p->dp, PDDE_PLAN_MAX_SHARES, p->pp, p->zero, i, p->shares[i]);
         if (i == p->dp - 1)
             for (int k = 0; k < p->dp; k++) units += p->shares[k];
     }
@@ -792,7 +793,9 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                             if (v > 1 && (pipe == 1 || pp.no_interleave || m % pipe || v * pipe > L)) continue;
                             /* bf16 collectives only where there are collectives */
                             for (int bf = 0; bf <= (!pp.no_bf16_comm && dpd * tp > 1); bf++)
-                                for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? 3 : 0); zero++)
+                                /* (uneven shares: ZeRO 0 or 1; 2 and 3 reduce or gather in every micro-batch,
+                                 * which must then be as many on every rank) */
+                                for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? (links.shares ? 1 : 3) : 0); zero++)
                                     /* recompute: the fewest layers per stage that fit; interleaved runs all or none.
                                      * GPipe is not tried: under this estimate it takes 1F1B's time with more
                                      * activations alive (pdde_plan_evaluate predicts it). Placement (one stage,

@@ -444,6 +444,13 @@ int main(void) {
         pdde_plan staged = {.dp = 1, .tp = 1, .pp = 2, .micro = 2, .chunks = 1, .shares = {1}};
         CHECK(pdde_plan_evaluate(g, &c.d, &both, &staged) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "shares"),
               "shares with pipeline stages: an error naming them (%s)", pdde_last_error(ctx));
+        /* ZeRO-2/3 reduce or gather in every micro-batch: uneven counts would leave a rank waiting for ever */
+        bool zero_ok = true;
+        for (int i = 0; i < nf; i++) zero_ok &= !(plans[i].shares[0] && plans[i].zero >= 2);
+        CHECK(zero_ok, "no plan with shares takes ZeRO 2 or 3");
+        pdde_plan zero2 = {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .zero = 2, .shares = {3, 1}};
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &zero2) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "ZeRO"),
+              "shares with ZeRO-2: an error naming it (%s)", pdde_last_error(ctx));
         printf("a device 3x slower: %s, %.3g ms against %.3g ms for equal shares\n", s, b->step_s * 1e3, equal.step_s * 1e3);
     }
     /* 5. one device with too little memory for anything: left out */
