@@ -1595,10 +1595,10 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
     return PDDE_OK;
 }
 
-/* Deterministic initial values: a per-tensor stream (seed, name), so a parameter's initial value
- * does not depend on the order the model was built in. */
 #define SPLITMIX64_STEP 0x9E3779B97F4A7C15ull /* what each call adds to the state */
 
+/* Deterministic initial values: a per-tensor stream (seed, name), so a parameter's initial value
+ * does not depend on the order the model was built in. */
 static uint64_t splitmix64(uint64_t *x) {
     uint64_t z = (*x += SPLITMIX64_STEP);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
