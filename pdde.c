@@ -1611,10 +1611,12 @@ static pdde_status session_plan_memory(pdde_session *s, bool reuse) {
     return PDDE_OK;
 }
 
+#define SPLITMIX64_STEP 0x9E3779B97F4A7C15ull /* what each call adds to the state */
+
 /* Deterministic initial values: a per-tensor stream (seed, name), so a parameter's initial value
  * does not depend on the order the model was built in. */
 static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    uint64_t z = (*x += SPLITMIX64_STEP);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
@@ -1626,7 +1628,49 @@ static uint64_t hash_name(const char *s) {
     return h;
 }
 
-static void init_leaf_values(const pdde_context *ctx, const pdde_tensor *t, void *host) {
+/* Elements [first, first + n) of a parameter's normal(0, std) stream, into out. Element g is the cosine
+ * (g even) or sine (g odd) of Box-Muller pair g / 2, which takes the stream's calls 2(g/2) and 2(g/2)+1;
+ * splitmix64's state is a counter, so any pair is computed directly, without the elements before it. */
+static void normal_values(uint64_t stream, int64_t first, int64_t n, float std, float *out) {
+    for (int64_t g = first; g < first + n;) {
+        uint64_t state = stream + (uint64_t)(g / 2) * 2 * SPLITMIX64_STEP;
+        double u1 = ((splitmix64(&state) >> 11) + 1.0) / 9007199254740993.0;
+        double u2 = (splitmix64(&state) >> 11) / 9007199254740992.0;
+        double r = sqrt(-2.0 * log(u1));
+        if (g % 2 == 0) out[g++ - first] = std * (float)(r * cos(2 * M_PI * u2));
+        if (g < first + n) out[g++ - first] = std * (float)(r * sin(2 * M_PI * u2));
+    }
+}
+
+/* A parameter's initial values are those of the whole (one-process) tensor, so a rank holding a block
+ * of a split parameter (tensor parallel, ZeRO-3) starts from that block of the one-process model: each
+ * local element takes the stream's value at its global index. The block's offset along a split dim is
+ * the local size times this rank's coordinate on the mesh axis it is split over; within a run of local
+ * elements that are consecutive globally (the dims from the innermost split one on), indexes follow. */
+static void init_param_normal(const pdde_program *P, const pdde_tensor *t, uint64_t stream, float std, float *f) {
+    int64_t n = pdde_tensor_numel(t), gshape[PDDE_MAX_DIMS], first[PDDE_MAX_DIMS] = {0};
+    int coords[PDDE_MAX_MESH_DIMS], inner = -1;
+    bool split = P->mesh && t->dist.mesh && pdde_mesh_coords(t->dist.mesh, P->rank, coords) == PDDE_OK;
+    for (int d = 0; d < t->ndim; d++) {
+        int ax = split && d < t->dist.ndim ? t->dist.dims_mapping[d] : -1;
+        gshape[d] = ax >= 0 ? t->shape[d] * t->dist.mesh->shape[ax] : t->shape[d];
+        first[d] = ax >= 0 ? t->shape[d] * coords[ax] : 0;
+        if (ax >= 0) inner = d;
+    }
+    int64_t run = 1; /* local elements consecutive in the global tensor */
+    for (int d = inner < 0 ? 0 : inner; d < t->ndim; d++) run *= t->shape[d];
+    for (int64_t i = 0; i < n && run > 0; i += run) {
+        int64_t g = 0, rest = i; /* the global index of local element i */
+        for (int d = 0; d < t->ndim; d++) {
+            int64_t below = 1;
+            for (int e = d + 1; e < t->ndim; e++) below *= t->shape[e];
+            g = g * gshape[d] + first[d] + rest / below, rest %= below;
+        }
+        normal_values(stream, g, run, std, f + i);
+    }
+}
+
+static void init_leaf_values(const pdde_context *ctx, const pdde_program *P, const pdde_tensor *t, void *host) {
     int64_t n = pdde_tensor_numel(t);
     memset(host, 0, pdde_tensor_nbytes(t));
     if (t->dtype != PDDE_F32) return;
@@ -1635,16 +1679,7 @@ static void init_leaf_values(const pdde_context *ctx, const pdde_tensor *t, void
         for (int64_t i = 0; i < n; i++) f[i] = v;
     } else if (t->flags & PDDE_TENSOR_PARAM) {
         if (v < 0) for (int64_t i = 0; i < n; i++) f[i] = 1.0f;
-        else if (v > 0) {
-            uint64_t state = ctx->seed ^ hash_name(t->name);
-            for (int64_t i = 0; i < n; i += 2) { /* Box-Muller, two values per pair of uniforms */
-                double u1 = ((splitmix64(&state) >> 11) + 1.0) / 9007199254740993.0;
-                double u2 = (splitmix64(&state) >> 11) / 9007199254740992.0;
-                double r = sqrt(-2.0 * log(u1));
-                f[i] = v * (float)(r * cos(2 * M_PI * u2));
-                if (i + 1 < n) f[i + 1] = v * (float)(r * sin(2 * M_PI * u2));
-            }
-        }
+        else if (v > 0) init_param_normal(P, t, ctx->seed ^ hash_name(t->name), v, f);
     }
 }
 
@@ -1792,7 +1827,7 @@ static pdde_status session_allocate(pdde_session *s) {
         pdde_tensor *t = s->order[i];
         if (!is_persistent(t)) continue;
         session_device *sd = &s->devs[s->slot[t->id]];
-        init_leaf_values(s->ctx, t, host);
+        init_leaf_values(s->ctx, s->prog, t, host);
         st = sd->iface->write(sd->dev, sd->stream, t->data, t->offset, host, pdde_tensor_nbytes(t));
         if (st == PDDE_OK) st = device_sync(s, sd);
     }

@@ -347,7 +347,10 @@ pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on);
  * optimizer adds dynamic loss scaling (pdde_session_loss_scale). Call before pdde_backward. */
 pdde_status pdde_graph_set_compute_dtype(pdde_graph *g, pdde_dtype dt);
 
-/* Leaves. init_std > 0: normal(0, init_std) initial values; 0: zeros; < 0: ones. */
+/* Leaves. init_std > 0: normal(0, init_std) initial values; 0: zeros; < 0: ones. The values depend on
+ * the context's seed and the parameter's name only (not the build order), and are the same whatever
+ * the plan: a rank holding a block of a split parameter (tensor parallel, ZeRO-3) starts from that block
+ * of the one-process tensor. */
 pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype t, int ndim, const int64_t *shape);
 pdde_tensor *pdde_param(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float init_std);
 

@@ -60,6 +60,12 @@ if [ -x "$build/pdde-run" ]; then
     grep -q 'the planner chose dp=' "$tmp/auto.log"
     check "gpt says which plan the planner chose" $?
     check "--plan auto: losses '$(losses "$tmp/auto.log")' equal one process's '$ref'" $([ "$(losses "$tmp/auto.log")" = "$ref" ] && echo 0 || echo 1)
+    # split parameters start as their slices of one process's initial values (tensor parallel: each
+    # rank its columns; ZeRO-3: each its rows), so the losses are one process's from step 1 on
+    for plan in "--tp 2" "--plan dp=2,zero=3"; do
+        timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $plan "${args[@]}" >"$tmp/split.log" 2>&1
+        check "gpt $plan: losses '$(losses "$tmp/split.log")' equal one process's '$ref'" $([ "$(losses "$tmp/split.log")" = "$ref" ] && echo 0 || echo 1)
+    done
     timeout 180 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,stages=5:1 "${args[@]}" >"$tmp/cut.log" 2>&1
     rc=$?
     check "an uneven stage cut (5:1) runs ($(tail -1 "$tmp/cut.log"))" $rc

@@ -4,7 +4,9 @@
  * and proj row, vocab-parallel embedding and cross-entropy), ZeRO-1/2/3, pipeline parallel (two stages, 4 micro-batches, 1F1B and GPipe) and
  * their combinations on 2 and 4 ranks, and checkpoints saved under one plan resumed under another.
  * Completion gives every tensor its attribute; each rank runs its partition with the reshard
- * collectives and stage sends the executor inserts. Every step's loss and, after the last step, every
+ * collectives and stage sends the executor inserts. Every plan starts from its own initialisation, which
+ * must be one process's exactly (each rank's block of a split parameter is that slice of the whole
+ * tensor, checked gathered through a checkpoint right after init). Every step's loss and, after the last step, every
  * parameter and optimizer state tensor (gathered whole through a checkpoint) must match one process
  * at the tolerances below (about 10x the worst measured, printed); the loss must fall; per-rank
  * state and activation memory must be what each plan implies. A resumed plan starts from parameters
@@ -24,7 +26,6 @@
 #define STEPS 20
 static const pdde_store_server *g_server; /* (test_run_ranks waits for its clients to leave before forking) */
 static pdde_context *ctx_of_main;         /* the test's own process (no communicator): lowers every rank's program */
-#define MAX_PARAMS 64
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
 /* pp: pipeline stages, micro: micro-batches per step (grad_accum_steps), gpipe: that schedule (else
@@ -72,10 +73,6 @@ static double block_param_bytes_tp(int tp) {
     double C = cfg.width, split = 3 * C * C + 3 * C + C * C + 4 * C * C + 4 * C + 4 * C * C, whole = 2 * C + C + 2 * C + C;
     return cfg.layers * (split / tp + whole) * sizeof(float);
 }
-
-/* the reference's initial parameters, which every plan starts from */
-static struct { char name[64]; float *data; size_t bytes; } params[MAX_PARAMS];
-static int n_params;
 
 static void batch(int step, int32_t *x, int32_t *y) {
     for (int i = 0; i < cfg.batch * cfg.ctx; i++) x[i] = (i * 7 + step * 13 + i / 5) % cfg.vocab, y[i] = (i * 3 + step * 5 + 1) % cfg.vocab;
@@ -146,23 +143,14 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
         out->program_hash = hash_str(dump);
         free(dump);
     }
-    for (int i = 0; i < pdde_graph_n_tensors(g) && !p; i++) {
-        pdde_tensor *t = pdde_graph_tensor(g, i);
-        if (!(t->flags & PDDE_TENSOR_PARAM) || n_params == MAX_PARAMS) continue;
-        snprintf(params[n_params].name, sizeof params[n_params].name, "%s", t->name);
-        params[n_params].bytes = pdde_tensor_nbytes(t);
-        params[n_params].data = malloc(params[n_params].bytes);
-        pdde_session_read(s, t, params[n_params].data, params[n_params].bytes);
-        n_params++;
-    }
-    for (int i = 0; i < n_params && p && !p->load; i++) /* (a resumed plan keeps its own seed's parameters) */
-        if (pdde_session_write_global(s, pdde_graph_find(g, params[i].name), params[i].data, params[i].bytes)) {
-            snprintf(out->error, sizeof out->error, "write %.60s: %.180s", params[i].name, pdde_last_error(ctx));
-            goto done;
-        }
     int first = 0;
     char path[256];
     const char *name = p ? p->name : "ref";
+    run_file(path, sizeof path, name, "init"); /* every tensor as initialised, gathered whole */
+    if (!(p && p->load) && pdde_checkpoint_save(s, path, NULL)) {
+        snprintf(out->error, sizeof out->error, "init save: %.200s", pdde_last_error(ctx));
+        goto done;
+    }
     if (p && p->load) { /* what the session holds right after the load goes to a file the parent compares */
         pdde_checkpoint_extra extra = {0};
         run_file(path, sizeof path, name, "loaded");
@@ -367,8 +355,9 @@ int main(void) {
 #else
     int has_opencl = opencl_device_exists();
 #endif
-    char ref_final[256], ref_saved[256], got[256], what[96];
+    char ref_final[256], ref_saved[256], ref_init[256], got[256], what[96];
     run_file(ref_final, sizeof ref_final, "ref", "final"), run_file(ref_saved, sizeof ref_saved, "ref", "saved");
+    run_file(ref_init, sizeof ref_init, "ref", "init");
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.3, "one process learns: %.4f -> %.4f", ref.losses[0], ref.losses[STEPS - 1]);
     double worst_loss = 0, worst_param = 0;
     for (size_t i = 0; i < sizeof plans / sizeof plans[0] && ref.ok; i++) {
@@ -391,6 +380,11 @@ int main(void) {
             snprintf(what, sizeof what, "%s: right after the load", plans[i].name);
             run_file(got, sizeof got, plans[i].name, "loaded");
             test_ckpt_compare(what, got, ckpt_path[plans[i].load], 0, 0);
+        }
+        if (!plans[i].load) { /* each rank's blocks of the parameters start as those of one process, exactly */
+            snprintf(what, sizeof what, "%s: as initialised", plans[i].name);
+            run_file(got, sizeof got, plans[i].name, "init");
+            test_ckpt_compare(what, got, ref_init, 0, 0);
         }
         if (plans[i].save) { /* what it saved at SAVE_AT is what one process had then */
             snprintf(what, sizeof what, "%s: saved at step %d", plans[i].name, SAVE_AT);
@@ -493,7 +487,6 @@ int main(void) {
           "stage 1 killed: stage 0 got %s after %.2f s at step %d", pdde_status_str(lost[0].st), lost[0].seconds, lost[0].steps);
     printf("%-14s stage 1 killed at step 3: stage 0 failed with \"%s\" %.2f s into the step\n", "pp2_lost", pdde_status_str(lost[0].st),
            lost[0].seconds);
-    for (int i = 0; i < n_params; i++) free(params[i].data);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return test_finish();
