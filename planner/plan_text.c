@@ -1,6 +1,6 @@
 /* planner/plan_text.c — a plan's text form ("dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0,..."):
- * pdde_plan_str writes it, pdde_plan_parse reads it. Below the search and the simulation, which both
- * name plans in their results and errors. */
+ * pdde_plan_str writes it, pdde_plan_parse reads it; and which layers a plan places on a second device
+ * (pdde_plan_places). Below the search and the simulation, which both read plans. */
 
 #include "planner_impl.h"
 
@@ -97,4 +97,11 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     for (int i = 0; i < n_stage_layers; i++) p.stage_first[i + 1] = p.stage_first[i] + stage_layers[i];
     *out = p;
     return PDDE_OK;
+}
+
+int pdde_plan_places(const pdde_plan *p, int n_layers, int layer) {
+    int first, last;
+    if (!p) return 0;
+    plan_place_range(p, n_layers, &first, &last);
+    return layer >= first && layer < last;
 }

@@ -81,6 +81,14 @@ static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt
 }
 
 /* A view or an in-place op: it shares the storage of its first input. */
+/* Layers [*first, *last) of n_layers that plan p places on its second device (none: 0, 0). */
+static inline void plan_place_range(const pdde_plan *p, int n_layers, int *first, int *last) {
+    *first = *last = 0;
+    if (!p->place[0]) return;
+    if (p->place_last > 0) *first = p->place_first < n_layers ? p->place_first : n_layers, *last = p->place_last < n_layers ? p->place_last : n_layers;
+    else *first = n_layers > 2 ? 1 : 0, *last = n_layers > 2 ? n_layers - 1 : n_layers;
+}
+
 static inline bool is_root_sharing(const pdde_tensor *t) { return t->nsrc > 0 && (t->flags & (PDDE_TENSOR_VIEW | PDDE_TENSOR_INPLACE)); }
 /* The tensor whose memory t uses (t itself unless it is a view or writes in place). */
 static inline pdde_tensor *storage_root(pdde_tensor *t) {

@@ -508,21 +508,6 @@ static double plan_lower_bound(const plan_eval *e) {
     return e->slots * (fwd + bwd) / ((double)e->dp * e->m * e->tp) / speed;
 }
 
-/* Layers [*first, *last) of n_layers that plan p places on its second device (none: 0, 0). */
-static void plan_place_range(const pdde_plan *p, int n_layers, int *first, int *last) {
-    *first = *last = 0;
-    if (!p->place[0]) return;
-    if (p->place_last > 0) *first = p->place_first < n_layers ? p->place_first : n_layers, *last = p->place_last < n_layers ? p->place_last : n_layers;
-    else *first = n_layers > 2 ? 1 : 0, *last = n_layers > 2 ? n_layers - 1 : n_layers;
-}
-
-int pdde_plan_places(const pdde_plan *p, int n_layers, int layer) {
-    int first, last;
-    if (!p) return 0;
-    plan_place_range(p, n_layers, &first, &last);
-    return layer >= first && layer < last;
-}
-
 /* A plan of one stage whose layers [place_first, place_last) run on each rank's second device: each
  * part's work on its device (the placed part at the slowest rank's second device), the activations
  * crossing each boundary copied there in forward and their gradients back in backward, and the memory
