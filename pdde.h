@@ -1261,6 +1261,12 @@ typedef enum {
     PDDE_OPCLASS_ATTENTION,   /* the causal softmax of attention scores and its backward: seconds by bytes */
     PDDE_OPCLASS_EMBEDDING,   /* lookups and their scatter-add backward: seconds by bytes */
     PDDE_OPCLASS_OPTIMIZER,   /* update ops and the gradient norm: seconds by bytes */
+    /* Ops whose time is not their bytes on a CPU; without a curve of their own a class times its ops
+     * by the curve in brackets (cluster files from before these classes predict as they did). */
+    PDDE_OPCLASS_LOSS,           /* cross-entropy and its backward: an exp per logit, 3-4 passes a row [row] */
+    PDDE_OPCLASS_GELU,           /* the GELU family: a tanh per element [elementwise] */
+    PDDE_OPCLASS_ROW_BACKWARD,   /* layernorm / rmsnorm backward and their gamma gradients: 2-3 passes a row [row] */
+    PDDE_OPCLASS_FUSED_ATTENTION, /* the non-GEMM work of a CPU fused attention, by its softmax bytes [attention] */
     PDDE_OPCLASS_COUNT
 } pdde_op_class;
 const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */

@@ -14,7 +14,8 @@
 #endif
 
 static const char *const cluster_class_names[PDDE_OPCLASS_COUNT] = {"gemm", "elementwise", "row", "attention",
-                                                                     "embedding", "optimizer"};
+                                                                     "embedding", "optimizer", "loss", "gelu",
+                                                                     "row_backward", "fused_attention"};
 static const char *const cluster_kind_names[] = {"cpu", "gpu", "accel"};
 static const char *const cluster_link_names[] = {"shm", "pcie", "nvlink", "net"};
 static const char *const cluster_coll_names[PDDE_COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter",
@@ -33,10 +34,12 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
     switch (node->op) {
     case PDDE_OP_MATMUL: return PDDE_OPCLASS_GEMM;
     case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: return PDDE_OPCLASS_GEMM; /* tiles of GEMMs (pdde_attention_flops) */
-    case PDDE_OP_LAYERNORM: case PDDE_OP_RMSNORM: case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_SUM:
-    case PDDE_OP_MEAN: case PDDE_OP_SUM_TO: case PDDE_OP_LAYERNORM_BACK: case PDDE_OP_LAYERNORM_BACK_GAMMA:
-    case PDDE_OP_RMSNORM_BACK: case PDDE_OP_RMSNORM_BACK_GAMMA: case PDDE_OP_CROSS_ENTROPY_BACK:
+    case PDDE_OP_LAYERNORM: case PDDE_OP_RMSNORM: case PDDE_OP_SUM: case PDDE_OP_MEAN: case PDDE_OP_SUM_TO:
         return PDDE_OPCLASS_ROW;
+    case PDDE_OP_LAYERNORM_BACK: case PDDE_OP_LAYERNORM_BACK_GAMMA: case PDDE_OP_RMSNORM_BACK: case PDDE_OP_RMSNORM_BACK_GAMMA:
+        return PDDE_OPCLASS_ROW_BACKWARD;
+    case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: return PDDE_OPCLASS_LOSS;
+    case PDDE_OP_GELU: case PDDE_OP_GELU_BACK: case PDDE_OP_BIAS_GELU: case PDDE_OP_BIAS_GELU_BACK: return PDDE_OPCLASS_GELU;
     case PDDE_OP_SOFTMAX:
         return pdde_op_i32(node, PDDE_P_SOFTMAX_CAUSAL) ? PDDE_OPCLASS_ATTENTION : PDDE_OPCLASS_ROW;
     case PDDE_OP_SOFTMAX_BACK: /* the causal flag is on the forward softmax it differentiates (src0 = y) */

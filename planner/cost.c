@@ -126,6 +126,19 @@ static double cost_curve_time(const pdde_curve_point *c, int n, double bytes) {
     return c[n - 1].seconds * bytes / c[n - 1].bytes;
 }
 
+/* The class whose curve times class k on s: k's own, or for a class split off a broader one (pdde.h)
+ * and not measured in s, the broader class's. */
+static int cost_curve_class(const pdde_device_spec *s, int k) {
+    if (s->n_curve[k]) return k;
+    switch (k) {
+    case PDDE_OPCLASS_LOSS: return PDDE_OPCLASS_ROW;
+    case PDDE_OPCLASS_GELU: return PDDE_OPCLASS_ELEMENTWISE;
+    case PDDE_OPCLASS_ROW_BACKWARD: return PDDE_OPCLASS_ROW;
+    case PDDE_OPCLASS_FUSED_ATTENTION: return PDDE_OPCLASS_ATTENTION;
+    default: return k;
+    }
+}
+
 static const pdde_device_spec *cost_spec(const pdde_cluster *c, int device_id) {
     const pdde_cluster_device *d = pdde_cluster_find_device(c, device_id, NULL);
     return d && d->spec >= 0 && d->spec < c->n_specs ? &c->specs[d->spec] : NULL;
@@ -150,12 +163,13 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
          * it into their GEMM loops: PoCL's whole fused attention measured a third of what its causal
          * softmax curve alone would give, so there the GEMMs stand for it. */
         double softmax = 0;
-        if (op->softmax_bytes > 0 && s->kind == PDDE_DEVICE_CPU && s->n_curve[PDDE_OPCLASS_ATTENTION])
-            softmax = cost_curve_time(s->curve[PDDE_OPCLASS_ATTENTION], s->n_curve[PDDE_OPCLASS_ATTENTION], op->softmax_bytes);
+        int a = cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
+        if (op->softmax_bytes > 0 && s->kind == PDDE_DEVICE_CPU && s->n_curve[a])
+            softmax = cost_curve_time(s->curve[a], s->n_curve[a], op->softmax_bytes);
         return flops / rate + softmax;
     }
     if (op->bytes <= 0) return 0; /* views and no-ops */
-    int k = op->op_class;
+    int k = cost_curve_class(s, op->op_class);
     if (s->n_curve[k]) return cost_curve_time(s->curve[k], s->n_curve[k], op->bytes);
     if (s->mem_bandwidth > 0) return ++*uncalibrated, op->bytes / s->mem_bandwidth;
     return pdde_error(ctx, PDDE_ERR_NO_PLAN, "cost: device %d (%s) has no %s curve and no mem_bandwidth (run pdde-bench)",

@@ -64,7 +64,30 @@ static void test_compute(void) {
     c->specs[0].kind = PDDE_DEVICE_CPU;
     t = pdde_cost_compute_time(ctx, c, 0, &op);
     CHECK(test_close(t, 1e-3 + 100e-6, 1e-12, 0), "attention on a CPU: 1 ms of GEMM and 100 us of softmax: %g s", t);
+    /* with a curve of the CPU fused attention itself (pdde-bench), that curve: 2e6 B at 1e6 B in 80 us */
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 1;
+    c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION][0] = (pdde_curve_point){1e6, 80e-6};
+    t = pdde_cost_compute_time(ctx, c, 0, &op);
+    CHECK(test_close(t, 1e-3 + 160e-6, 1e-12, 0), "attention on a CPU: 1 ms of GEMM and 160 us measured fused: %g s", t);
     c->specs[0].kind = PDDE_DEVICE_GPU;
+    t = pdde_cost_compute_time(ctx, c, 0, &op);
+    CHECK(test_close(t, 1e-3, 1e-12, 0), "attention on a GPU ignores the CPU's fused curve: %g s", t);
+    /* the classes split off for their backward: their own curve, else the broader class's */
+    pdde_cost_op gelu = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GELU, .bytes = 500500};
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &gelu), 50.5e-6, 1e-9, 0), "gelu without its curve: the elementwise one");
+    c->specs[0].n_curve[PDDE_OPCLASS_GELU] = 1;
+    c->specs[0].curve[PDDE_OPCLASS_GELU][0] = (pdde_curve_point){1e5, 40e-6};
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &gelu), 200.2e-6, 1e-9, 0), "gelu at its curve's 0.4 ns a byte");
+    pdde_cost_op back = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ROW_BACKWARD, .bytes = 1e6};
+    c->specs[0].n_curve[PDDE_OPCLASS_ROW] = 1;
+    c->specs[0].curve[PDDE_OPCLASS_ROW][0] = (pdde_curve_point){1e6, 30e-6};
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &back), 30e-6, 1e-12, 0), "row backward without its curve: the row one");
+    back.op_class = PDDE_OPCLASS_LOSS;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &back), 30e-6, 1e-12, 0), "loss without its curve: the row one");
+    c->specs[0].n_curve[PDDE_OPCLASS_LOSS] = 1;
+    c->specs[0].curve[PDDE_OPCLASS_LOSS][0] = (pdde_curve_point){1e6, 250e-6};
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &back), 250e-6, 1e-12, 0), "loss at its own curve");
+    c->specs[0].n_curve[PDDE_OPCLASS_ROW] = 0;
     pdde_cost_op ew = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .bytes = 500500};
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &ew), 50.5e-6, 1e-9, 0), "curve midpoint");
     ew.bytes = 2e6;
@@ -328,16 +351,18 @@ static void test_from_graph(void) {
     pdde_optimizer_adamw(g, &op);
     pdde_cost_program *p = NULL;
     CHECK(pdde_cost_program_from_graph(g, 0, &p) == PDDE_OK, "%s", pdde_last_error(ctx));
-    int gemms = 0, first = 0, updates = 0;
+    int gemms = 0, first = 0, updates = 0, losses = 0;
     for (int i = 0; p && i < pdde_cost_program_n_ops(p, 0); i++) {
         const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
         gemms += o->op_class == PDDE_OPCLASS_GEMM;
         updates += o->op_class == PDDE_OPCLASS_OPTIMIZER;
+        losses += o->op_class == PDDE_OPCLASS_LOSS;
         if (o->op_class == PDDE_OPCLASS_GEMM && !first++)
             CHECK(o->m == 32 && o->n == 128 && o->k == 784 && o->phase == PDDE_PHASE_FORWARD, "first GEMM %lldx%lldx%lld",
                   (long long)o->m, (long long)o->n, (long long)o->k);
     }
     CHECK(gemms >= 2 + 3 && updates == 2, "%d GEMMs (2 forward, at least 3 backward), %d update ops", gemms, updates);
+    CHECK(losses == 2, "the cross-entropy and its backward in the loss class: %d", losses);
     pdde_cluster *c = make_cluster(1, 1);
     pdde_cost_result *r = NULL;
     CHECK(p && pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "%s", pdde_last_error(ctx));

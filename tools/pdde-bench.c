@@ -8,8 +8,10 @@
  * graphs through that device's backend and measures: the GEMM throughput over sizes and shapes (a
  * table of (m, n, k) -> FLOP/s), and a time curve (seconds by bytes touched) for each op class:
  * elementwise (add), row ops (layernorm), attention (causal softmax of [B, H, T, T] scores),
- * embedding (lookup) and optimizer (AdamW update). The bytes of each point are what the cost model
- * counts for the same node (pdde_cost_program_from_graph), so a curve reads back what it measured.
+ * embedding (lookup) and optimizer (AdamW update), then, forward + backward and less the same graph
+ * without the op, on CPUs: loss (cross-entropy), gelu (bias + GELU), row_backward (layernorm) and
+ * fused_attention. The bytes of each point are what the cost model counts for the same node
+ * (pdde_cost_program_from_graph), so a curve reads back what it measured.
  * Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
  * 127.0.0.1 and measures allreduce (auto, ring, recursive), allgather, reduce-scatter and send/recv at
  * a small and a large size: latency and bandwidth of each (pdde_collective_calib) and of the
@@ -64,7 +66,7 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
         void *h = malloc(pdde_tensor_nbytes(t));
         for (size_t j = 0; h && j < n; j++) {
             seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
-            if (t->dtype == PDDE_I32) ((int32_t *)h)[j] = (int32_t)(seed % 8192); /* the rows of class_graph's table */
+            if (t->dtype == PDDE_I32) ((int32_t *)h)[j] = (int32_t)(seed % 8192); /* class_graph's table rows and classes */
             else ((float *)h)[j] = (float)((double)(seed >> 40) / 16777216.0 - 0.5);
         }
         if (h) pdde_session_write(s, t, h, pdde_tensor_nbytes(t));
@@ -139,8 +141,18 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
     }
 }
 
-/* One graph per size for op class k; size s is the number of f32 elements of the main tensor. */
-static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s) {
+/* The loss of a class graph measured forward + backward: a cross-entropy over the first 8192 values
+ * of y (y holds a multiple of 8192), whose backward gives y a gradient of its full size. */
+static void bench_row_loss(pdde_graph *g, pdde_tensor *y) {
+    int64_t n = pdde_tensor_numel(y);
+    pdde_tensor *flat = pdde_reshape(g, y, 2, (int64_t[]){n / 8192, 8192});
+    pdde_tensor *ids = pdde_input(g, "ids", PDDE_I32, 1, (int64_t[]){1});
+    pdde_backward(g, pdde_cross_entropy(g, pdde_slice(g, flat, 0, 0, 1), ids));
+}
+
+/* One graph per size for op class k; size s is the number of f32 elements of the main tensor. For the
+ * classes measured forward + backward, bare leaves their op out (the loss takes its input). */
+static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, int bare) {
     pdde_graph *g = new_graph(ctx);
     switch (k) {
     case PDDE_OPCLASS_ELEMENTWISE: {
@@ -178,41 +190,114 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s) {
         pdde_optimizer_adamw(g, &op);
         break;
     }
+    /* the classes split off for their backward: a forward + backward of the op as a model runs it, the
+     * loss a cross-entropy over one row of its output (a mean's backward would broadcast through an
+     * expand as slow as the op) */
+    case PDDE_OPCLASS_LOSS: {
+        int64_t c = 8192, rows = s / c > 0 ? s / c : 1;
+        pdde_tensor *x = pdde_param(g, "x", 2, (int64_t[]){rows, c}, 1.0f), *ids = pdde_input(g, "ids", PDDE_I32, 1, (int64_t[]){rows});
+        pdde_backward(g, pdde_cross_entropy(g, x, ids));
+        break;
+    }
+    case PDDE_OPCLASS_GELU: { /* the MLP's gelu(x + bias), rows of 1024 */
+        int64_t c = 1024, n = s / c / 8 > 0 ? s / c / 8 * 8 : 8; /* bench_row_loss's 8192 values */
+        pdde_tensor *x = pdde_param(g, "x", 2, (int64_t[]){n, c}, 1.0f), *b = pdde_param(g, "b", 1, (int64_t[]){c}, 0.02f);
+        bench_row_loss(g, bare ? x : pdde_bias_gelu(g, x, b));
+        break;
+    }
+    case PDDE_OPCLASS_ROW_BACKWARD: {
+        int64_t c = 1024, n = s / c / 8 > 0 ? s / c / 8 * 8 : 8; /* bench_row_loss's 8192 values */
+        pdde_tensor *x = pdde_param(g, "x", 2, (int64_t[]){n, c}, 1.0f);
+        if (bare) { bench_row_loss(g, x); break; }
+        pdde_tensor *w = pdde_param(g, "w", 1, (int64_t[]){c}, -1), *bb = pdde_param(g, "b", 1, (int64_t[]){c}, 0);
+        bench_row_loss(g, pdde_layernorm(g, x, w, bb, 1e-5f));
+        break;
+    }
+    case PDDE_OPCLASS_FUSED_ATTENTION: { /* q, k, v [1, B H, T, 64] with T = 128: s scores */
+        int64_t t = 128, bh = s / (t * t) > 0 ? s / (t * t) : 1, shape[4] = {1, bh, t, 64};
+        pdde_tensor *q = pdde_param(g, "q", 4, shape, 1.0f);
+        if (bare) { bench_row_loss(g, q); break; }
+        pdde_tensor *kk = pdde_param(g, "k", 4, shape, 1.0f), *v = pdde_param(g, "v", 4, shape, 1.0f);
+        bench_row_loss(g, pdde_attention(g, q, kk, v));
+        break;
+    }
     default: break;
     }
     return g;
 }
 
-static void measure_curves(pdde_context *ctx, int device, pdde_device_spec *sp) {
+/* A class measured inside a forward + backward graph: the bytes the cost model counts for all its
+ * nodes (for the fused attention, their softmax bytes), and in *others the model's seconds for the
+ * graph's other nodes and for the attention's GEMMs, timed by the curves measured before this one. */
+static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int device, const pdde_graph *g,
+                                  pdde_op_class k, double *others) {
+    pdde_cost_program *p;
+    double bytes = 0;
+    *others = 0;
+    if (pdde_cost_program_from_graph(g, device, &p)) return 0;
+    for (int i = 0; i < pdde_cost_program_n_ops(p, 0); i++) {
+        pdde_cost_op op = *pdde_cost_program_op(p, 0, i);
+        if (k == PDDE_OPCLASS_FUSED_ATTENTION && op.softmax_bytes > 0) bytes += op.softmax_bytes, op.softmax_bytes = 0;
+        else if (op.op_class == k) { bytes += op.bytes; continue; }
+        double t = pdde_cost_compute_time(ctx, c, device, &op);
+        if (isfinite(t)) *others += t;
+    }
+    pdde_cost_program_free(p);
+    return bytes;
+}
+
+/* The curves of sp, the spec of device in c, in the order of the classes. A class measured in a
+ * forward + backward graph takes the time of the graph less that of its bare graph (the loss and the
+ * gradient's writes, measured alike) and less the model's time for the other nodes its op adds (a
+ * bias's sum, a layernorm's forward, an attention's GEMMs), whose classes are measured by then. */
+static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device, pdde_device_spec *sp) {
     static const int64_t sizes[] = {1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22};
     int n_sizes = quick ? 3 : 5;
     for (int k = PDDE_OPCLASS_ELEMENTWISE; k < PDDE_OPCLASS_COUNT; k++) {
+        int in_step = k >= PDDE_OPCLASS_LOSS;
+        /* CPU kernels are what runs these ops at a few elements a nanosecond; a device's run at its
+         * memory's speed, as their broader class measures (PoCL's step was predicted within 1% so), and
+         * the cost model reads the fused attention's curve on CPUs only */
+        if (in_step && sp->kind != PDDE_DEVICE_CPU) continue;
         printf("  %-11s", pdde_op_class_name((pdde_op_class)k));
         for (int i = 0; i < n_sizes; i++) {
-            int64_t s = sizes[i] * (k == PDDE_OPCLASS_ATTENTION ? 4 : 1);
-            pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s);
-            double bytes = class_bytes(g, (pdde_op_class)k);
+            int64_t s = sizes[i] * (k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION ? 4 : 1);
+            pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s, 0);
+            /* the loss's graph is its op alone */
+            pdde_graph *bare = in_step && k != PDDE_OPCLASS_LOSS ? class_graph(ctx, (pdde_op_class)k, s, 1) : NULL;
+            double others = 0, bare_others = 0, t_bare = 0;
+            double bytes = in_step ? class_bytes_in_step(ctx, c, device, g, (pdde_op_class)k, &others) : class_bytes(g, (pdde_op_class)k);
+            if (bare) class_bytes_in_step(ctx, c, device, bare, (pdde_op_class)k, &bare_others), others -= bare_others;
             int c0 = sp->n_curve[k];
-            if (c0 && sp->curve[k][c0 - 1].seconds * bytes / sp->curve[k][c0 - 1].bytes > max_run_s) {
-                pdde_graph_free(g); /* beyond the last point the model extrapolates its bandwidth anyway */
+            if (c0 && sp->curve[k][c0 - 1].seconds * bytes / sp->curve[k][c0 - 1].bytes + others > max_run_s) {
+                pdde_graph_free(g), pdde_graph_free(bare); /* beyond the last point the model extrapolates its bandwidth anyway */
                 break;
             }
-            double t = time_graph(ctx, g, device, k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD);
+            if (bare) t_bare = time_graph(ctx, bare, device, PDDE_RUN_FORWARD_BACKWARD), pdde_graph_free(bare);
+            double t = time_graph(ctx, g, device, in_step ? PDDE_RUN_FORWARD_BACKWARD : k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD);
             pdde_graph_free(g);
-            int c = sp->n_curve[k];
-            /* a curve is increasing in bytes; noise may make a larger op faster: keep time monotone */
-            if (!(t > 0) || !(bytes > 0) || (c && bytes <= sp->curve[k][c - 1].bytes)) continue;
-            if (c && t < sp->curve[k][c - 1].seconds) t = sp->curve[k][c - 1].seconds;
-            sp->curve[k][c] = (pdde_curve_point){bytes, t};
+            /* a noisy run whose rest took it all keeps a tenth */
+            if (in_step) t = t - t_bare - others > 0.1 * t ? t - t_bare - others : 0.1 * t;
+            int n = sp->n_curve[k];
+            if (!(t > 0) || !(bytes > 0) || (n && bytes <= sp->curve[k][n - 1].bytes)) continue;
+            /* a curve is increasing in bytes; noise may make a larger op faster: keep time monotone,
+             * lifting a later point, or for a difference of two runs, which is surest where it is
+             * largest, lowering the earlier ones (below) */
+            if (n && !in_step && t < sp->curve[k][n - 1].seconds) t = sp->curve[k][n - 1].seconds;
+            sp->curve[k][n] = (pdde_curve_point){bytes, t};
             sp->n_curve[k]++;
-            printf(" %.3g MB: %.3g ms (%.3g GB/s)", bytes / 1e6, t * 1e3, bytes / t / 1e9);
             if (k == PDDE_OPCLASS_ELEMENTWISE && bytes / t > sp->mem_bandwidth) sp->mem_bandwidth = bytes / t;
+        }
+        for (int i = sp->n_curve[k] - 2; in_step && i >= 0; i--)
+            if (sp->curve[k][i].seconds > sp->curve[k][i + 1].seconds) sp->curve[k][i].seconds = sp->curve[k][i + 1].seconds;
+        for (int i = 0; i < sp->n_curve[k]; i++) {
+            const pdde_curve_point *p = &sp->curve[k][i];
+            printf(" %.3g MB: %.3g ms (%.3g GB/s)", p->bytes / 1e6, p->seconds * 1e3, p->bytes / p->seconds / 1e9);
         }
         printf("\n");
     }
 }
 
-/* Host -> device copies of a small and a large tensor: the link's latency and bandwidth. */
 static void measure_link(pdde_context *ctx, int device, pdde_cluster_link *l) {
     double t[2] = {NAN, NAN}, bytes[2] = {4096, 64 << 20};
     for (int i = 0; i < 2; i++) {
@@ -459,7 +544,7 @@ int main(int argc, char **argv) {
         printf("device %d (%s, %s):\n", dev->id, sp->name, sp->backend);
         sp->peak_flops = 0, sp->mem_bandwidth = 0; /* measured from here on */
         measure_gemm(ctx, dev->id, sp);
-        measure_curves(ctx, dev->id, sp);
+        measure_curves(ctx, c, dev->id, sp);
         for (int i = 0; i < c->n_links; i++)
             if (c->links[i].b == dev->id && c->links[i].a != dev->id) measure_link(ctx, dev->id, &c->links[i]);
     }
