@@ -635,6 +635,16 @@ static pdde_tensor *attention_graph(pdde_graph *g, const int64_t *s, bool fused,
     return loss;
 }
 
+/* The unfused reference graph gu on the CPU, then the fused graph gf on `device`, both from the inputs
+ * of case ci (by leaf name): their n checked tensors into *ref and *got (got zeroed when ref fails). */
+static pdde_status run_fused_and_reference(const options *o, pdde_graph *gf, pdde_graph *gu, int device, int ci,
+                                           const pdde_tensor **cf, const pdde_tensor **cu, int n, results *got, results *ref) {
+    pdde_status st = run_on(o->ctx, gu, 0, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cu, n, ref, NULL, 0);
+    if (st == PDDE_OK) st = run_on(o->ctx, gf, device, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cf, n, got, NULL, 0);
+    else memset(got, 0, sizeof *got);
+    return st;
+}
+
 static void test_fused_attention(const options *o, int device) {
     pdde_device_props props;
     pdde_device_get_props(o->ctx, device, &props);
@@ -650,10 +660,7 @@ static void test_fused_attention(const options *o, int device) {
         bool has_fused = graph_has_op(gf, "attention") && graph_has_op(gf, "attention_back") && !graph_has_op(gf, "softmax");
         CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && has_fused, "%s: graphs: %s", label, pdde_last_error(o->ctx));
         results got, ref;
-        int ci = 1000 + (int)si; /* the same inputs in both graphs (by leaf name) */
-        pdde_status st = run_on(o->ctx, gu, 0, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cu, 4, &ref, NULL, 0);
-        if (st == PDDE_OK) st = run_on(o->ctx, gf, device, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cf, 4, &got, NULL, 0);
-        else memset(&got, 0, sizeof got);
+        pdde_status st = run_fused_and_reference(o, gf, gu, device, 1000 + (int)si, cf, cu, 4, &got, &ref);
         CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
         for (int k = 0; st == PDDE_OK && k < 4; k++) {
             /* T = 1: dq and dk are exactly zero (one key: the softmax is constant), and both paths give
@@ -844,10 +851,7 @@ static void test_fused_bias_gelu(const options *o, int device) {
         bool fused = graph_has_op(gf, "bias_gelu") && graph_has_op(gf, "bias_gelu_back") && !graph_has_op(gf, "gelu");
         CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && fused, "%s: graphs: %s", label, pdde_last_error(o->ctx));
         results got, ref;
-        int ci = 2000 + (int)si; /* the same inputs in both graphs (by leaf name) */
-        pdde_status st = run_on(o->ctx, gu, 0, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cu, 3, &ref, NULL, 0);
-        if (st == PDDE_OK) st = run_on(o->ctx, gf, device, ci, PDDE_RUN_FORWARD_BACKWARD, 1, cf, 3, &got, NULL, 0);
-        else memset(&got, 0, sizeof got);
+        pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + (int)si, cf, cu, 3, &got, &ref);
         CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
         for (int k = 0; st == PDDE_OK && k < 3; k++) {
             double e = nmse(got.v[k], ref.v[k], got.len[k]);
