@@ -435,13 +435,19 @@ static bool attention_inputs_ok(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, p
     if (!q || !k || !v) return graph_fail(g, PDDE_ERR_INVALID_ARG, "attention: NULL input"), false;
     if (q->ndim != 4 || !same_shape(q, k) || !same_shape(q, v) || q->shape[3] < 1)
         return graph_fail(g, PDDE_ERR_SHAPE, "attention: q, k, v (%s, %s, %s) must all be [B, H, T, D] with D >= 1", q->name, k->name, v->name), false;
-    pdde_tensor *src[3] = {q, k, v};
-    return dtypes_ok(g, PDDE_OP_ATTENTION, 3, src, false);
+    /* bf16 / f16 as matmul takes them: all three of one dtype, f32 accumulation */
+    if (q->dtype != k->dtype || q->dtype != v->dtype || (q->dtype != PDDE_F32 && q->dtype != PDDE_BF16 && q->dtype != PDDE_F16))
+        return graph_fail(g, PDDE_ERR_DTYPE, "attention: q, k, v (%s %s, %s %s, %s %s) must all be f32, all bf16 or all f16",
+                          q->name, pdde_dtype_name(q->dtype), k->name, pdde_dtype_name(k->dtype), v->name, pdde_dtype_name(v->dtype)), false;
+    return true;
 }
 
-/* The fused op writes [B,H,T,D+1] (the output and each row's logsumexp, which its backward reads);
- * the caller gets the output columns. */
+/* The fused op writes [B,H,T,D+1] f32 (the output and each row's logsumexp, which its backward reads);
+ * the caller gets the output columns. Under a compute dtype q, k, v are converted as a matmul's
+ * operands are (torch.autocast runs attention in bf16 too): its GEMMs read the 2-byte copies, and the
+ * backward keeps those instead of the f32 originals. Statistics, softmax and the output stay f32. */
 pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
+    if (g && g->status == PDDE_OK && q && k && v) q = autocast(g, q), k = autocast(g, k), v = autocast(g, v);
     if (!attention_inputs_ok(g, q, k, v)) return NULL;
     pdde_tensor *src[3] = {q, k, v};
     int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], q->shape[3] + 1};

@@ -5,7 +5,13 @@
  * Included by cpu.c.
  *
  * Layouts: q, k, v [BH, T, D]; the forward's output y [BH, T, D + 1] (the attention output, then the
- * row's logsumexp); the backward's output [3, BH, T, D] (dq, dk, dv). */
+ * row's logsumexp); the backward's output [3, BH, T, D] (dq, dk, dv). y, dy and the output are f32.
+ *
+ * Mixed precision: q, k, v may be bf16 or f16 (all three alike). Row statistics, the softmax and every
+ * accumulation stay f32. bf16 runs oneDNN's bf16 GEMM on the tiles, as flash attention does on a GPU:
+ * the probabilities (and dS, dO) are rounded to bf16 to be its operands. Where that GEMM is missing,
+ * and for f16 (oneDNN has no f16 GEMM on these CPUs), the head's rows are widened to f32 and the f32
+ * tile GEMMs run (attention_operands). */
 
 /* Tiles of 128 x 128 (64 KB of scores) ran the T = 1024 pass in about 7% less CPU time than 64 x 64
  * (make bench-attention); -D overrides them for such comparisons. */
@@ -16,14 +22,44 @@
 #define ATT_BC 128 /* keys of a tile */
 #endif
 
-/* The tile GEMMs: oneDNN's sgemm (its JIT kernels, single-threaded on the pool thread) where the build
- * has it, else gemm_rows_acc (OpenBLAS or the portable loop). */
-static void attention_gemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                           const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+static void half_to_f32(const uint16_t *h, float *f, int64_t n, pdde_dtype dt);
+static void f32_to_half(const float *f, uint16_t *h, int64_t n, pdde_dtype dt);
+
 #ifdef PDDE_HAVE_DNNL
-    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success) return;
+/* oneDNN's bf16 GEMM, row-major like dnnl_sgemm, bf16 A and B, f32 accumulation and C: exported by
+ * libdnnl (its own tests declare it) but not in dnnl.h. Weak, so that a oneDNN without it leaves it
+ * NULL (attention_bf16_gemm_works) and the widening path runs. */
+dnnl_status_t dnnl_gemm_bf16bf16f32(char transa, char transb, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K, float alpha,
+                                    const uint16_t *A, dnnl_dim_t lda, const uint16_t *B, dnnl_dim_t ldb, float beta,
+                                    float *C, dnnl_dim_t ldc) __attribute__((weak));
 #endif
+
+/* Whether the bf16 tile GEMM runs here: present and implemented for this processor (oneDNN returns
+ * unimplemented without AVX-512). Asked on a 1x1 product once per node, on one OpenMP thread. */
+static bool attention_bf16_gemm_works(void) {
+#ifdef PDDE_HAVE_DNNL
+    const uint16_t one = 0x3f80; /* 1.0 */
+    float c = 0.0f;
+    return dnnl_gemm_bf16bf16f32 && dnnl_gemm_bf16bf16f32('N', 'N', 1, 1, 1, 1.0f, &one, 1, &one, 1, 0.0f, &c, 1) == dnnl_success &&
+           c == 1.0f;
+#else
+    return false;
+#endif
+}
+
+/* The tile GEMMs, C = alpha op(A) op(B) + beta C with operands of gemm_dt: f32 through oneDNN's sgemm
+ * (its JIT kernels, single-threaded on the pool thread) where the build has it, else gemm_rows_acc
+ * (OpenBLAS or the portable loop); bf16 through oneDNN's bf16 GEMM. Returns 0, or -1 when that failed. */
+static int attention_gemm(pdde_dtype gemm_dt, int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const void *A,
+                          int64_t lda, const void *B, int64_t ldb, float beta, float *C, int64_t ldc) {
+#ifdef PDDE_HAVE_DNNL
+    if (gemm_dt == PDDE_BF16)
+        return dnnl_gemm_bf16bf16f32(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success ? 0 : -1;
+    if (dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc) == dnnl_success) return 0;
+#endif
+    if (gemm_dt != PDDE_F32) return -1;
     gemm_rows_acc(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return 0;
 }
 
 /* oneDNN's sgemm threads with OpenMP: one thread on each pool thread (as cpu_onednn.c runs it), the
@@ -46,12 +82,50 @@ static void attention_threads_leave(int prev) {
 }
 
 typedef struct {
-    const float *q, *k, *v, *y, *dy; /* y, dy: the forward's output and its gradient (backward only) */
+    const void *q, *k, *v;   /* of dtype dt */
+    const float *y, *dy;     /* the forward's output and its gradient (backward only) */
     float *out;
+    pdde_dtype dt, gemm_dt;  /* q, k, v's; the tile GEMMs' operands' (f32, or bf16 for bf16 inputs) */
     int64_t BH, T, D, n_qtiles;
     float scale;
-    int oom; /* a task could not allocate its scratch */
+    int oom;                 /* a task could not allocate its scratch */
+    int gemm_failed;         /* a tile GEMM returned an error */
 } attention_job;
+
+/* A task's scratch: f32 and 2-byte pieces carved from one allocation, each 64-byte aligned. */
+typedef struct { char *base; size_t used; } attention_scratch;
+static void *attention_carve(attention_scratch *s, int64_t n, size_t elem) {
+    void *p = s->base ? s->base + s->used : NULL;
+    s->used += ((size_t)n * elem + 63) / 64 * 64;
+    return p;
+}
+
+/* q, k, v rows [r0, r1) of head bh as GEMM operands (gemm_dt): the tensors themselves where their
+ * dtype is the GEMM's, else widened to f32 into wide[0..2] (rows r0.. at the same offsets). rows[3]
+ * gives each of q, k, v its own range. */
+static void attention_operands(const attention_job *j, int64_t bh, const int64_t rows[3][2], float *const wide[3],
+                               const void *op[3]) {
+    const void *src[3] = {j->q, j->k, j->v};
+    size_t es = pdde_dtype_size(j->dt);
+    for (int i = 0; i < 3; i++) {
+        int64_t first = (bh * j->T + rows[i][0]) * j->D, n = (rows[i][1] - rows[i][0]) * j->D;
+        if (j->dt == j->gemm_dt) { op[i] = (const char *)src[i] + (size_t)(bh * j->T * j->D) * es; continue; }
+        half_to_f32((const uint16_t *)src[i] + first, wide[i] + rows[i][0] * j->D, n, j->dt);
+        op[i] = wide[i];
+    }
+}
+
+/* An f32 tile as a GEMM operand: itself, or rounded to bf16 into lowp */
+static const void *attention_tile_operand(const attention_job *j, const float *x, int64_t n, uint16_t *lowp) {
+    if (j->gemm_dt == PDDE_F32) return x;
+    f32_to_half(x, lowp, n, PDDE_BF16);
+    return lowp;
+}
+
+/* Element offset e of a GEMM operand of dtype dt */
+static const void *attention_at(const void *p, pdde_dtype dt, int64_t e) {
+    return (const char *)p + (size_t)e * pdde_dtype_size(dt);
+}
 
 /* Query tile of task row r: light and heavy tiles alternate (tile 0, the last, 1, the one before...)
  * so that the contiguous ranges parallel_for hands the threads carry about equal causal work. */
@@ -61,19 +135,34 @@ static int64_t attention_qtile(int64_t r, int64_t n) { return r % 2 == 0 ? r / 2
 static void attention_task(void *arg, int64_t begin, int64_t end) {
     attention_job *j = arg;
     int64_t T = j->T, D = j->D, Dy = D + 1;
-    float *S = malloc(sizeof(float) * (size_t)(ATT_BR * ATT_BC + ATT_BR * D + 2 * ATT_BR));
-    if (!S) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
+    bool widen = j->dt != j->gemm_dt, lowp = j->gemm_dt != PDDE_F32;
+    attention_scratch sc = {0};
+    for (int pass = 0; pass < 2; pass++) { /* sizes, then the pieces */
+        if (pass) sc = (attention_scratch){.base = malloc(sc.used)};
+        if (pass && !sc.base) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
+        attention_carve(&sc, ATT_BR * ATT_BC + ATT_BR * D + 2 * ATT_BR, sizeof(float));
+        attention_carve(&sc, lowp ? ATT_BR * ATT_BC : 0, sizeof(uint16_t));
+        attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float));
+    }
+    sc.used = 0;
+    float *S = attention_carve(&sc, ATT_BR * ATT_BC + ATT_BR * D + 2 * ATT_BR, sizeof(float));
     float *acc = S + ATT_BR * ATT_BC, *mx = acc + ATT_BR * D, *sum = mx + ATT_BR;
-    int omp_prev = attention_threads_enter();
-    for (int64_t t = begin; t < end; t++) {
+    uint16_t *Slowp = attention_carve(&sc, lowp ? ATT_BR * ATT_BC : 0, sizeof(uint16_t));
+    float *w = attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float)), *wide[3] = {w, w + T * D, w + 2 * T * D};
+    int omp_prev = attention_threads_enter(), failed = 0;
+    for (int64_t t = begin; t < end && !failed; t++) {
         int64_t bh = t % j->BH, i0 = attention_qtile(t / j->BH, j->n_qtiles) * ATT_BR;
         int64_t br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
-        const float *q = j->q + (bh * T + i0) * D, *k = j->k + bh * T * D, *v = j->v + bh * T * D;
+        const int64_t rows[3][2] = {{i0, i0 + br}, {0, i0 + br}, {0, i0 + br}}; /* the tile's queries, the keys they see */
+        const void *op[3];
+        attention_operands(j, bh, rows, wide, op);
+        pdde_dtype gd = j->gemm_dt;
+        const void *q = attention_at(op[0], gd, i0 * D), *k = op[1], *v = op[2];
         for (int64_t r = 0; r < br; r++) mx[r] = -INFINITY, sum[r] = 0.0f;
         memset(acc, 0, sizeof(float) * (size_t)(br * D));
-        for (int64_t j0 = 0; j0 < i0 + br; j0 += ATT_BC) { /* keys up to the tile's last row */
+        for (int64_t j0 = 0; j0 < i0 + br && !failed; j0 += ATT_BC) { /* keys up to the tile's last row */
             int64_t bc = i0 + br - j0 < ATT_BC ? i0 + br - j0 : ATT_BC;
-            attention_gemm(0, 1, br, bc, D, 1.0f, q, D, k + j0 * D, D, 0.0f, S, bc);
+            failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, q, D, attention_at(k, gd, j0 * D), D, 0.0f, S, bc);
             for (int64_t r = 0; r < br; r++) {
                 float *s = S + r * bc;
                 int64_t valid = i0 + r - j0 + 1; /* row i sees keys 0..i */
@@ -88,9 +177,10 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
                 if (alpha != 1.0f)
                     for (int64_t d = 0; d < D; d++) acc[r * D + d] *= alpha;
             }
-            attention_gemm(0, 0, br, D, bc, 1.0f, S, bc, v + j0 * D, D, 1.0f, acc, D);
+            const void *p = attention_tile_operand(j, S, br * bc, Slowp);
+            failed |= attention_gemm(gd, 0, 0, br, D, bc, 1.0f, p, bc, attention_at(v, gd, j0 * D), D, 1.0f, acc, D);
         }
-        float *y = (float *)j->out + (bh * T + i0) * Dy;
+        float *y = j->out + (bh * T + i0) * Dy;
         for (int64_t r = 0; r < br; r++) {
             float inv = 1.0f / sum[r];
             for (int64_t d = 0; d < D; d++) y[r * Dy + d] = acc[r * D + d] * inv;
@@ -98,7 +188,8 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
         }
     }
     attention_threads_leave(omp_prev);
-    free(S);
+    if (failed) __atomic_store_n(&j->gemm_failed, 1, __ATOMIC_RELAXED);
+    free(sc.base);
 }
 
 /* Backward of one batch*head per task. For each key tile (outer) and the query tiles that see it:
@@ -107,28 +198,52 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
 static void attention_back_task(void *arg, int64_t begin, int64_t end) {
     attention_job *j = arg;
     int64_t T = j->T, D = j->D, Dy = D + 1, n = j->BH * T * D;
-    float *P = malloc(sizeof(float) * (size_t)(2 * ATT_BR * ATT_BC + T));
-    if (!P) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
+    bool widen = j->dt != j->gemm_dt, lowp = j->gemm_dt != PDDE_F32;
+    attention_scratch sc = {0};
+    for (int pass = 0; pass < 2; pass++) { /* sizes, then the pieces */
+        if (pass) sc = (attention_scratch){.base = malloc(sc.used)};
+        if (pass && !sc.base) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
+        attention_carve(&sc, 2 * ATT_BR * ATT_BC + T, sizeof(float));
+        attention_carve(&sc, lowp ? 2 * ATT_BR * ATT_BC + T * D : 0, sizeof(uint16_t));
+        attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float));
+    }
+    sc.used = 0;
+    float *P = attention_carve(&sc, 2 * ATT_BR * ATT_BC + T, sizeof(float));
     float *dP = P + ATT_BR * ATT_BC, *rowdot = dP + ATT_BR * ATT_BC;
-    int omp_prev = attention_threads_enter();
-    for (int64_t bh = begin; bh < end; bh++) {
-        const float *q = j->q + bh * T * D, *k = j->k + bh * T * D, *v = j->v + bh * T * D;
+    uint16_t *Plowp = attention_carve(&sc, lowp ? 2 * ATT_BR * ATT_BC + T * D : 0, sizeof(uint16_t));
+    uint16_t *dPlowp = Plowp + ATT_BR * ATT_BC, *dOlowp = dPlowp + ATT_BR * ATT_BC;
+    float *w = attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float)), *wide[3] = {w, w + T * D, w + 2 * T * D};
+    pdde_dtype gd = j->gemm_dt;
+    int omp_prev = attention_threads_enter(), failed = 0;
+    for (int64_t bh = begin; bh < end && !failed; bh++) {
+        const int64_t rows[3][2] = {{0, T}, {0, T}, {0, T}};
+        const void *op[3];
+        attention_operands(j, bh, rows, wide, op);
+        const void *q = op[0], *k = op[1], *v = op[2];
         const float *y = j->y + bh * T * Dy, *dy = j->dy + bh * T * Dy; /* dO: dy's first D columns */
+        /* dO as a GEMM operand: dy itself (row stride Dy), or its bf16 rounding [T, D] */
+        const void *dO = dy;
+        int64_t ldo = Dy;
+        if (lowp) {
+            for (int64_t i = 0; i < T; i++) f32_to_half(dy + i * Dy, dOlowp + i * D, D, PDDE_BF16);
+            dO = dOlowp, ldo = D;
+        }
         float *dq = j->out + bh * T * D, *dk = dq + n, *dv = dk + n;
         memset(dq, 0, sizeof(float) * (size_t)(T * D));
         memset(dk, 0, sizeof(float) * (size_t)(T * D));
         memset(dv, 0, sizeof(float) * (size_t)(T * D));
-        for (int64_t i = 0; i < T; i++) {
+        for (int64_t i = 0; i < T; i++) { /* of the dO the GEMMs read, so that dP - rowdot cancels as it should */
             float s = 0.0f;
-            for (int64_t d = 0; d < D; d++) s += dy[i * Dy + d] * y[i * Dy + d];
+            for (int64_t d = 0; d < D; d++) s += (lowp ? pdde_bf16_to_f32(dOlowp[i * D + d]) : dy[i * Dy + d]) * y[i * Dy + d];
             rowdot[i] = s;
         }
         for (int64_t j0 = 0; j0 < T; j0 += ATT_BC) {
             int64_t bc = T - j0 < ATT_BC ? T - j0 : ATT_BC;
-            for (int64_t i0 = j0 / ATT_BR * ATT_BR; i0 < T; i0 += ATT_BR) { /* rows i >= j0 */
+            for (int64_t i0 = j0 / ATT_BR * ATT_BR; i0 < T && !failed; i0 += ATT_BR) { /* rows i >= j0 */
                 int64_t br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
-                attention_gemm(0, 1, br, bc, D, 1.0f, q + i0 * D, D, k + j0 * D, D, 0.0f, P, bc);
-                attention_gemm(0, 1, br, bc, D, 1.0f, dy + i0 * Dy, Dy, v + j0 * D, D, 0.0f, dP, bc);
+                const void *qi = attention_at(q, gd, i0 * D), *kj = attention_at(k, gd, j0 * D), *doi = attention_at(dO, gd, i0 * ldo);
+                failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, qi, D, kj, D, 0.0f, P, bc);
+                failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, doi, ldo, attention_at(v, gd, j0 * D), D, 0.0f, dP, bc);
                 for (int64_t r = 0; r < br; r++) {
                     int64_t i = i0 + r, valid = i - j0 + 1;
                     if (valid > bc) valid = bc;
@@ -139,29 +254,38 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
                         dp[c] = pc * (dp[c] - rowdot[i]);
                     }
                 }
-                attention_gemm(1, 0, bc, D, br, 1.0f, P, bc, dy + i0 * Dy, Dy, 1.0f, dv + j0 * D, D);
-                attention_gemm(0, 0, br, D, bc, j->scale, dP, bc, k + j0 * D, D, 1.0f, dq + i0 * D, D);
-                attention_gemm(1, 0, bc, D, br, j->scale, dP, bc, q + i0 * D, D, 1.0f, dk + j0 * D, D);
+                const void *p = attention_tile_operand(j, P, br * bc, Plowp), *ds = attention_tile_operand(j, dP, br * bc, dPlowp);
+                failed |= attention_gemm(gd, 1, 0, bc, D, br, 1.0f, p, bc, doi, ldo, 1.0f, dv + j0 * D, D);
+                failed |= attention_gemm(gd, 0, 0, br, D, bc, j->scale, ds, bc, kj, D, 1.0f, dq + i0 * D, D);
+                failed |= attention_gemm(gd, 1, 0, bc, D, br, j->scale, ds, bc, qi, D, 1.0f, dk + j0 * D, D);
             }
         }
     }
     attention_threads_leave(omp_prev);
-    free(P);
+    if (failed) __atomic_store_n(&j->gemm_failed, 1, __ATOMIC_RELAXED);
+    free(sc.base);
 }
 
 static pdde_status cpu_attention(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
     bool back = t->op == PDDE_OP_ATTENTION_BACK;
     const pdde_tensor *q = t->src[0];
-    attention_job j = {.q = F32(q), .k = F32(t->src[1]), .v = F32(t->src[2]), .out = F32(t),
-                       .scale = pdde_op_f32(t, PDDE_P_ATTENTION_SCALE)};
+    attention_job j = {.q = F32(q), .k = F32(t->src[1]), .v = F32(t->src[2]), .out = F32(t), .dt = q->dtype,
+                       .gemm_dt = PDDE_F32, .scale = pdde_op_f32(t, PDDE_P_ATTENTION_SCALE)};
     j.BH = q->shape[0] * q->shape[1], j.T = q->shape[2], j.D = q->shape[3];
     j.n_qtiles = (j.T + ATT_BR - 1) / ATT_BR;
     if (j.BH * j.T == 0) return PDDE_OK;
+    if (j.dt == PDDE_BF16) {
+        int omp_prev = attention_threads_enter();
+        if (attention_bf16_gemm_works()) j.gemm_dt = PDDE_BF16;
+        attention_threads_leave(omp_prev);
+    }
     if (back) {
         j.y = F32(t->src[3]), j.dy = F32(t->src[4]);
         parallel_for(pool, j.BH, 2, attention_back_task, &j);
     } else {
         parallel_for(pool, j.BH * j.n_qtiles, 2, attention_task, &j);
     }
-    return j.oom ? pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory for the attention tiles", t->name) : PDDE_OK;
+    if (j.oom) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory for the attention tiles", t->name);
+    if (j.gemm_failed) return pdde_error(ctx, PDDE_ERR_BACKEND, "%s: a %s tile GEMM of the attention failed (oneDNN)", t->name, pdde_dtype_name(j.gemm_dt));
+    return PDDE_OK;
 }

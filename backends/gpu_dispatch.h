@@ -161,6 +161,11 @@ static int pgd_supports_op(const pdde_tensor *node) {
     }
     if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32 || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
+    if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
+        for (int i = 0; i < node->nsrc; i++) /* q, k, v of a->dtype (pgd_attention widens them); y, dy f32 */
+            if (node->src[i]->dtype != (i < 3 ? a->dtype : PDDE_F32)) return 0;
+        return 1;
+    }
     for (int i = 0; i < node->nsrc; i++) {
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
@@ -496,19 +501,31 @@ static pgd_ptr pgd_opt_src(const pdde_tensor *node, int i) {
 
 /* Fused causal attention: an item per query row (forward, dq) or key row (dk, dv), each walking the
  * keys (queries) its row meets with an online softmax (probabilities recomputed from the saved
- * logsumexp). dq's kernel also leaves rowsum(dO * O) per row in scratch for the dk, dv kernel. */
+ * logsumexp). dq's kernel also leaves rowsum(dO * O) per row in scratch for the dk, dv kernel.
+ * bf16 / f16 q, k, v (mixed precision) are widened to f32 in that scratch first, as a low-precision
+ * matmul's operands are: the kernels' products of rounded inputs are then exact in f32 and everything
+ * after them is f32, the CPU's numerics. */
 static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T;
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T, n = rows * D;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
     pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
+    int64_t wide = q->dtype != PDDE_F32 ? 3 * n : 0, rowdot_n = node->op == PDDE_OP_ATTENTION_BACK ? rows : 0;
+    pgd_ptr w = pgd_null;
+    int e = wide + rowdot_n ? g->scratch(g->impl, g->stream, (size_t)(wide + rowdot_n) * sizeof(float), &w) : PDDE_OK;
+    pgd_ptr *in[3] = {&pq, &pk, &pv};
+    int32_t sdt = (int32_t)q->dtype, ddt = (int32_t)PDDE_F32;
+    for (int i = 0; !e && wide && i < 3; i++) {
+        pgd_ptr wi = pgd_at(w, i * n * (int64_t)sizeof(float));
+        e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(*in[i]), PGD_P(wi), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
+        *in[i] = wi;
+    }
+    if (e) return e;
     if (node->op == PDDE_OP_ATTENTION)
         return pgd_launch_1d(g, PGD_K_ATTENTION, rows,
                              PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale)));
-    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_null;
-    int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
-    if (e) return e;
+    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_at(w, wide * (int64_t)sizeof(float));
     e = pgd_launch_1d(g, PGD_K_ATTENTION_BACK_Q, rows,
                       PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
                                PGD_A(T), PGD_A(D), PGD_A(scale)));

@@ -757,6 +757,7 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         const pdde_tensor *q = x->src[0];
         op->m = q->shape[0] * q->shape[1] * q->shape[2], op->n = q->shape[2] < 128 ? q->shape[2] : 128, op->k = q->shape[3];
         op->flops = pdde_attention_flops(x);
+        op->dtype = q->dtype; /* bf16 q, k, v (mixed precision): the bf16 GEMM rate, as a matmul's */
         /* the softmax over its [B, H, T, T] scores as the attention curve measures one (scores in,
          * probabilities out: 2 x 4 bytes a score); the backward recomputes it and runs its gradient
          * (y, dy, dx: 3 more) */
