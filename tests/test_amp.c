@@ -130,11 +130,13 @@ static void test_graph_and_memory(pdde_context *ctx) {
     pdde_graph *g32, *g16;
     pdde_session *s32 = gpt_session(ctx, PDDE_F32, &g32), *s16 = gpt_session(ctx, PDDE_BF16, &g16);
     if (!s32 || !s16) return;
-    int matmuls = 0, lowp = 0, param_casts = 0, f32_others = 0, others = 0;
+    int matmuls = 0, lowp = 0, attentions = 0, attentions_lowp = 0, param_casts = 0, f32_others = 0, others = 0;
     int *casts_of = calloc((size_t)pdde_graph_n_tensors(g16), sizeof *casts_of);
     for (int i = 0; i < pdde_graph_n_tensors(g16); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g16, i);
         if (t->op == PDDE_OP_MATMUL) matmuls++, lowp += t->src[0]->dtype == PDDE_BF16 && t->src[1]->dtype == PDDE_BF16 && t->dtype == PDDE_F32;
+        else if (t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) /* a bf16 op of autocast's too */
+            attentions++, attentions_lowp += t->src[0]->dtype == PDDE_BF16 && t->src[1]->dtype == PDDE_BF16 && t->src[2]->dtype == PDDE_BF16 && t->dtype == PDDE_F32;
         else if (t->op == PDDE_OP_CAST && (t->src[0]->flags & PDDE_TENSOR_PARAM)) param_casts++, casts_of[t->src[0]->id]++;
         else if (t->op != PDDE_OP_NONE && t->op != PDDE_OP_CAST && t->op != PDDE_OP_RESHAPE) {
             others++;
@@ -147,9 +149,11 @@ static void test_graph_and_memory(pdde_context *ctx) {
     for (int i = 0; i < pdde_graph_n_tensors(g16); i++) twice += casts_of[i] > 1;
     free(casts_of);
     int weights = 1 + 4 * MEM_CFG.layers; /* wte (the tied head) and attn, proj, fc, fcproj of each block */
-    printf("bf16 graph: %d of %d matmuls bf16 x bf16 -> f32, %d weight conversions (%d weights), %d of %d other ops f32\n", lowp,
-           matmuls, param_casts, weights, f32_others, others);
+    printf("bf16 graph: %d of %d matmuls bf16 x bf16 -> f32, %d of %d attention nodes bf16 q, k, v -> f32, %d weight conversions (%d weights), "
+           "%d of %d other ops f32\n", lowp, matmuls, attentions_lowp, attentions, param_casts, weights, f32_others, others);
     CHECK(matmuls > 0 && lowp == matmuls, "%d of %d matmuls run in bf16", lowp, matmuls);
+    CHECK(attentions == 2 * MEM_CFG.layers && attentions_lowp == attentions, "%d of %d attention nodes read bf16 (want %d)", attentions_lowp,
+          attentions, 2 * MEM_CFG.layers);
     CHECK(param_casts == weights && twice == 0, "%d weight conversions (want %d, one per weight; %d converted twice)", param_casts, weights, twice);
     CHECK(f32_others == others, "%d of %d norm/softmax/loss/optimizer/elementwise ops are not all-f32", others - f32_others, others);
 
@@ -158,9 +162,15 @@ static void test_graph_and_memory(pdde_context *ctx) {
     double ratio = (double)m16.activation_peak_bytes / (double)m32.activation_peak_bytes;
     printf("activations alive at the peak: f32 %zu bytes, bf16 %zu bytes (%.2fx; arenas %zu and %zu); parameters %zu / %zu bytes (f32 masters)\n",
            m32.activation_peak_bytes, m16.activation_peak_bytes, ratio, m32.arena_bytes, m16.arena_bytes, m32.param_bytes, m16.param_bytes);
-    CHECK(ratio < 0.92 && m16.arena_bytes < m32.arena_bytes, "bf16 activations at the peak are %.2fx the f32 ones (arena %zu vs %zu)", ratio,
+    CHECK(ratio < 0.87 && m16.arena_bytes < m32.arena_bytes, "bf16 activations at the peak are %.2fx the f32 ones (arena %zu vs %zu)", ratio,
           m16.arena_bytes, m32.arena_bytes);
     CHECK(m16.param_bytes == m32.param_bytes && m16.optimizer_bytes == m32.optimizer_bytes, "masters or optimizer state changed size");
+    /* the memory plan predicted without a session is what the bf16 session allocated */
+    pdde_memory_stats lowered;
+    CHECK(pdde_lower_memory(g16, NULL, 0, 0, &lowered) == PDDE_OK && lowered.allocated_bytes == m16.allocated_bytes && lowered.arena_bytes == m16.arena_bytes &&
+              lowered.activation_bytes == m16.activation_bytes && lowered.n_nodes == m16.n_nodes,
+          "bf16: predicted memory %zu bytes (arena %zu), the session's %zu (arena %zu)", lowered.allocated_bytes, lowered.arena_bytes,
+          m16.allocated_bytes, m16.arena_bytes);
     pdde_loss_scale_stats sc;
     CHECK(pdde_session_loss_scale(s16, &sc) == PDDE_OK && !sc.enabled && sc.scale == 1.0f, "bf16 scales its loss (enabled %d)", sc.enabled);
     CHECK(pdde_session_set_loss_scale(s16, 2.0f) == PDDE_ERR_STATE, "set_loss_scale on a bf16 session");
@@ -173,7 +183,7 @@ static void test_graph_and_memory(pdde_context *ctx) {
     CHECK(pdde_plan_evaluate(g32, &dev, &pp, &p32) == PDDE_OK && pdde_plan_evaluate(g16, &dev, &pp, &p16) == PDDE_OK, "plan: %s",
           pdde_last_error(ctx));
     printf("planner's predicted peak: f32 %.0f bytes, bf16 %.0f bytes (%.2fx)\n", p32.peak_bytes, p16.peak_bytes, p16.peak_bytes / p32.peak_bytes);
-    CHECK(p16.peak_bytes < 0.95 * p32.peak_bytes, "the planner predicts %.0f bytes for bf16, %.0f for f32", p16.peak_bytes, p32.peak_bytes);
+    CHECK(p16.peak_bytes < 0.91 * p32.peak_bytes, "the planner predicts %.0f bytes for bf16, %.0f for f32", p16.peak_bytes, p32.peak_bytes);
     pdde_session_free(s32), pdde_session_free(s16);
     pdde_graph_free(g32), pdde_graph_free(g16);
 
