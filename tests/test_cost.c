@@ -414,6 +414,25 @@ static void test_attention(void) {
     CHECK(peak[1] > 0 && peak[1] < 0.3 * peak[0], "predicted peak: fused %g, unfused %g bytes", peak[1], peak[0]);
     CHECK(alloc[1] > 0 && alloc[1] < 0.3 * alloc[0], "allocated: fused %g, unfused %g bytes", alloc[1], alloc[0]);
     CHECK(flops == 2.0 * 2.0 * 4 * 1024 * 1025 / 2 * 64, "forward flops %g", flops);
+    /* under a bf16 compute dtype both attention nodes are GEMMs of bf16 operands (the bf16 rate, as a
+     * bf16 matmul's), and the 2-byte q, k, v are what the program keeps */
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *q = pdde_param(g, "q", 4, s, 1.0f), *k = pdde_param(g, "k", 4, s, 1.0f), *v = pdde_param(g, "v", 4, s, 1.0f);
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *y = pdde_attention(g, q, k, v);
+    pdde_graph_set_compute_dtype(g, PDDE_F32);
+    pdde_backward(g, pdde_sum(g, pdde_mul(g, y, pdde_input(g, "w", PDDE_F32, 4, s)), -1, 0));
+    pdde_cost_program *p = NULL;
+    CHECK(pdde_cost_program_from_graph(g, 0, &p) == PDDE_OK, "%s", pdde_last_error(ctx));
+    int bf16_gemms = 0;
+    for (int i = 0; p && i < pdde_cost_program_n_ops(p, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
+        if (strstr(o->name, "attention")) bf16_gemms += o->op_class == PDDE_OPCLASS_GEMM && o->dtype == PDDE_BF16;
+    }
+    CHECK(bf16_gemms == 2, "bf16 attention: %d of its 2 nodes are bf16 GEMM work", bf16_gemms);
+    pdde_cost_program_free(p);
+    pdde_graph_free(g);
 }
 
 /* A plan's real programs: what each rank communicates, with whom, on which device, and its memory. */

@@ -8,7 +8,11 @@
  * session holds from the backends' allocators (pdde_memory_stats.allocated_bytes: the activation
  * arena and the parameters, gradients and inputs). Last line:
  *   RESULT attention mem_ratio=<fused / unfused memory, CPU, T=4096> speed_ratio=<fused / unfused
- *   time, CPU, T=1024> opencl_mem_ratio=.. opencl_speed_ratio=..
+ *   time, CPU, T=1024> opencl_mem_ratio=.. opencl_speed_ratio=.. bf16_speed_ratio=<fused / unfused
+ *   time, both under compute dtype bf16, CPU, T=1024> bf16_vs_f32=<fused bf16 / fused f32 time, CPU,
+ *   T=1024>
+ * The bf16 rows (CPU, T = 256 and 1024) build the graphs under pdde_graph_set_compute_dtype(PDDE_BF16):
+ * q, k, v converted, the fused tiles on oneDNN's bf16 GEMM.
  *
  *   bench_attention [--heads H] [--dim D] [--batch B] [--max-t T] [--cpu-only 1] */
 #include "pdde.h"
@@ -33,12 +37,14 @@ static double cpu_now(void) {
 }
 
 /* One configuration: builds, runs warm + reps passes, measures. 0 on success. */
-static int run_point(pdde_context *ctx, int device, int fused, const int64_t *shape, int reps, point *out) {
+static int run_point(pdde_context *ctx, int device, int fused, pdde_dtype dt, const int64_t *shape, int reps, point *out) {
     pdde_graph *g;
     if (pdde_graph_init(ctx, &g)) return 1;
     pdde_tensor *q = pdde_param(g, "q", 4, shape, 1.0f), *k = pdde_param(g, "k", 4, shape, 1.0f);
     pdde_tensor *v = pdde_param(g, "v", 4, shape, 1.0f), *w = pdde_input(g, "w", PDDE_F32, 4, shape);
+    pdde_graph_set_compute_dtype(g, dt);
     pdde_tensor *y = fused ? pdde_attention(g, q, k, v) : pdde_attention_unfused(g, q, k, v);
+    pdde_graph_set_compute_dtype(g, PDDE_F32);
     pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, w), -1, 0);
     pdde_session *s = NULL;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
@@ -60,8 +66,8 @@ static int run_point(pdde_context *ctx, int device, int fused, const int64_t *sh
         out->ms = bench_median(t, reps) * 1e3, out->cpu_ms = bench_median(c, reps) * 1e3;
         out->mb = (double)ms.allocated_bytes / 1e6;
     }
-    if (rc) fprintf(stderr, "bench_attention: %s T=%lld on device %d: %s\n", fused ? "fused" : "unfused", (long long)shape[2],
-                    device, pdde_last_error(ctx));
+    if (rc) fprintf(stderr, "bench_attention: %s %s T=%lld on device %d: %s\n", fused ? "fused" : "unfused", pdde_dtype_name(dt),
+                    (long long)shape[2], device, pdde_last_error(ctx));
     free(wv);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -83,7 +89,7 @@ int main(int argc, char **argv) {
     if (pdde_context_init(NULL, &ctx)) { fprintf(stderr, "bench_attention: no context\n"); return 1; }
     int devices[2] = {0, cpu_only ? -1 : pdde_device_find(ctx, "opencl", 0)};
     static const int64_t Ts[3] = {256, 1024, 4096};
-    double mem_ratio[2] = {NAN, NAN}, speed_ratio[2] = {NAN, NAN};
+    double mem_ratio[2] = {NAN, NAN}, speed_ratio[2] = {NAN, NAN}, bf16_speed_ratio = NAN, bf16_vs_f32 = NAN, f32_fused_1024 = NAN;
     printf("causal attention, forward + backward, B=%lld H=%lld D=%lld (q, k, v parameters)\n", (long long)B, (long long)H, (long long)D);
     printf("%-8s %6s %10s %10s %7s %10s %10s %7s %10s %10s %7s\n", "device", "T", "fused ms", "unfused", "ratio", "cpu ms",
            "unfused", "ratio", "fused MB", "unfused", "ratio");
@@ -98,16 +104,26 @@ int main(int argc, char **argv) {
              * on OpenCL on a CPU */
             int reps = Ts[ti] >= 4096 ? 1 : 5;
             point f, u;
-            if (run_point(ctx, devices[di], 1, shape, reps, &f) || run_point(ctx, devices[di], 0, shape, reps, &u)) { failed = 1; continue; }
+            if (run_point(ctx, devices[di], 1, PDDE_F32, shape, reps, &f) || run_point(ctx, devices[di], 0, PDDE_F32, shape, reps, &u)) { failed = 1; continue; }
             printf("%-8s %6lld %10.2f %10.2f %7.3f %10.2f %10.2f %7.3f %10.1f %10.1f %7.3f\n", props.backend, (long long)Ts[ti], f.ms,
                    u.ms, f.ms / u.ms, f.cpu_ms, u.cpu_ms, f.cpu_ms / u.cpu_ms, f.mb, u.mb, f.mb / u.mb);
             fflush(stdout);
             if (Ts[ti] == 4096) mem_ratio[di] = f.mb / u.mb;
             if (Ts[ti] == 1024) speed_ratio[di] = f.ms / u.ms;
+            if (Ts[ti] == 1024 && di == 0) f32_fused_1024 = f.ms;
         }
     }
+    for (int ti = 0; ti < 2 && Ts[ti] <= max_t; ti++) { /* mixed precision on the CPU */
+        int64_t shape[4] = {B, H, Ts[ti], D};
+        point f, u;
+        if (run_point(ctx, 0, 1, PDDE_BF16, shape, 5, &f) || run_point(ctx, 0, 0, PDDE_BF16, shape, 5, &u)) { failed = 1; continue; }
+        printf("%-8s %6lld %10.2f %10.2f %7.3f %10.2f %10.2f %7.3f %10.1f %10.1f %7.3f\n", "cpu bf16", (long long)Ts[ti], f.ms, u.ms,
+               f.ms / u.ms, f.cpu_ms, u.cpu_ms, f.cpu_ms / u.cpu_ms, f.mb, u.mb, f.mb / u.mb);
+        fflush(stdout);
+        if (Ts[ti] == 1024) bf16_speed_ratio = f.ms / u.ms, bf16_vs_f32 = f.ms / f32_fused_1024;
+    }
     pdde_context_free(ctx);
-    printf("RESULT attention mem_ratio=%.3f speed_ratio=%.3f opencl_mem_ratio=%.3f opencl_speed_ratio=%.3f\n", mem_ratio[0],
-           speed_ratio[0], mem_ratio[1], speed_ratio[1]);
+    printf("RESULT attention mem_ratio=%.3f speed_ratio=%.3f opencl_mem_ratio=%.3f opencl_speed_ratio=%.3f bf16_speed_ratio=%.3f "
+           "bf16_vs_f32=%.3f\n", mem_ratio[0], speed_ratio[0], mem_ratio[1], speed_ratio[1], bf16_speed_ratio, bf16_vs_f32);
     return failed;
 }
