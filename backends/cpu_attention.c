@@ -100,9 +100,9 @@ static void *attention_carve(attention_scratch *s, int64_t n, size_t elem) {
     return p;
 }
 
-/* q, k, v rows [r0, r1) of head bh as GEMM operands (gemm_dt): the tensors themselves where their
- * dtype is the GEMM's, else widened to f32 into wide[0..2] (rows r0.. at the same offsets). rows[3]
- * gives each of q, k, v its own range. */
+/* Head bh of q, k, v as GEMM operands (gemm_dt) in op[0..2]: the tensors themselves where their dtype
+ * is the GEMM's, else rows [rows[i][0], rows[i][1]) of each widened to f32 into wide[i] (at the rows'
+ * own offsets, so that the caller indexes both alike). */
 static void attention_operands(const attention_job *j, int64_t bh, const int64_t rows[3][2], float *const wide[3],
                                const void *op[3]) {
     const void *src[3] = {j->q, j->k, j->v};
@@ -137,18 +137,16 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
     int64_t T = j->T, D = j->D, Dy = D + 1;
     bool widen = j->dt != j->gemm_dt, lowp = j->gemm_dt != PDDE_F32;
     attention_scratch sc = {0};
-    for (int pass = 0; pass < 2; pass++) { /* sizes, then the pieces */
-        if (pass) sc = (attention_scratch){.base = malloc(sc.used)};
-        if (pass && !sc.base) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
-        attention_carve(&sc, ATT_BR * ATT_BC + ATT_BR * D + 2 * ATT_BR, sizeof(float));
-        attention_carve(&sc, lowp ? ATT_BR * ATT_BC : 0, sizeof(uint16_t));
-        attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float));
+    float *S = NULL, *w = NULL;
+    uint16_t *Slowp = NULL;
+    for (int pass = 0; pass < 2; pass++) { /* the size (no base yet), then the pieces */
+        if (pass && !(sc = (attention_scratch){.base = malloc(sc.used)}).base) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
+        S = attention_carve(&sc, ATT_BR * ATT_BC + ATT_BR * D + 2 * ATT_BR, sizeof(float));
+        Slowp = attention_carve(&sc, lowp ? ATT_BR * ATT_BC : 0, sizeof(uint16_t));
+        w = attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float));
     }
-    sc.used = 0;
-    float *S = attention_carve(&sc, ATT_BR * ATT_BC + ATT_BR * D + 2 * ATT_BR, sizeof(float));
     float *acc = S + ATT_BR * ATT_BC, *mx = acc + ATT_BR * D, *sum = mx + ATT_BR;
-    uint16_t *Slowp = attention_carve(&sc, lowp ? ATT_BR * ATT_BC : 0, sizeof(uint16_t));
-    float *w = attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float)), *wide[3] = {w, w + T * D, w + 2 * T * D};
+    float *wide[3] = {w, widen ? w + T * D : NULL, widen ? w + 2 * T * D : NULL};
     int omp_prev = attention_threads_enter(), failed = 0;
     for (int64_t t = begin; t < end && !failed; t++) {
         int64_t bh = t % j->BH, i0 = attention_qtile(t / j->BH, j->n_qtiles) * ATT_BR;
@@ -200,19 +198,17 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
     int64_t T = j->T, D = j->D, Dy = D + 1, n = j->BH * T * D;
     bool widen = j->dt != j->gemm_dt, lowp = j->gemm_dt != PDDE_F32;
     attention_scratch sc = {0};
-    for (int pass = 0; pass < 2; pass++) { /* sizes, then the pieces */
-        if (pass) sc = (attention_scratch){.base = malloc(sc.used)};
-        if (pass && !sc.base) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
-        attention_carve(&sc, 2 * ATT_BR * ATT_BC + T, sizeof(float));
-        attention_carve(&sc, lowp ? 2 * ATT_BR * ATT_BC + T * D : 0, sizeof(uint16_t));
-        attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float));
+    float *P = NULL, *w = NULL;
+    uint16_t *Plowp = NULL;
+    for (int pass = 0; pass < 2; pass++) { /* the size (no base yet), then the pieces */
+        if (pass && !(sc = (attention_scratch){.base = malloc(sc.used)}).base) { __atomic_store_n(&j->oom, 1, __ATOMIC_RELAXED); return; }
+        P = attention_carve(&sc, 2 * ATT_BR * ATT_BC + T, sizeof(float));
+        Plowp = attention_carve(&sc, lowp ? 2 * ATT_BR * ATT_BC + T * D : 0, sizeof(uint16_t));
+        w = attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float));
     }
-    sc.used = 0;
-    float *P = attention_carve(&sc, 2 * ATT_BR * ATT_BC + T, sizeof(float));
     float *dP = P + ATT_BR * ATT_BC, *rowdot = dP + ATT_BR * ATT_BC;
-    uint16_t *Plowp = attention_carve(&sc, lowp ? 2 * ATT_BR * ATT_BC + T * D : 0, sizeof(uint16_t));
-    uint16_t *dPlowp = Plowp + ATT_BR * ATT_BC, *dOlowp = dPlowp + ATT_BR * ATT_BC;
-    float *w = attention_carve(&sc, widen ? 3 * T * D : 0, sizeof(float)), *wide[3] = {w, w + T * D, w + 2 * T * D};
+    float *wide[3] = {w, widen ? w + T * D : NULL, widen ? w + 2 * T * D : NULL};
+    uint16_t *dPlowp = lowp ? Plowp + ATT_BR * ATT_BC : NULL, *dOlowp = lowp ? Plowp + 2 * ATT_BR * ATT_BC : NULL;
     pdde_dtype gd = j->gemm_dt;
     int omp_prev = attention_threads_enter(), failed = 0;
     for (int64_t bh = begin; bh < end && !failed; bh++) {
