@@ -453,6 +453,7 @@ pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_
     int64_t shape[4] = {q->shape[0], q->shape[1], q->shape[2], q->shape[3] + 1};
     pdde_tensor *y = new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 4, shape, 3, src);
     if (y) pdde_op_set_f32(y, PDDE_P_ATTENTION_SCALE, 1.0f / sqrtf((float)q->shape[3]));
+    if (y && q->dtype == PDDE_F16) g->loss_scaling = true; /* its gradients, as an f16 matmul's, need it */
     return pdde_slice(g, y, 3, 0, q->shape[3]);
 }
 
