@@ -188,7 +188,9 @@ typedef enum {
     PDDE_OP_ATTENTION,   /* fused causal attention of q, k, v [B,H,T,D] -> [B,H,T,D+1]: columns 0..D-1 the
                             output softmax(q k^T * scale, causal) v, column D each row's logsumexp (what
                             the backward recomputes the probabilities from); f: ATTENTION_SCALE.
-                            Flash-attention style: keys in tiles with an online softmax, no [T,T] */
+                            Flash-attention style: keys in tiles with an online softmax, no [T,T].
+                            q, k, v all f32, all bf16 or all f16 (then f32 accumulation, statistics
+                            and softmax); the output f32 */
     /* backward ops (appended by pdde_backward) */
     PDDE_OP_SUM_TO,      /* reduce src0 to this tensor's (broadcast-compatible) shape */
     PDDE_OP_EXPAND,      /* broadcast src0 to this tensor's shape, times f: SCALE */
@@ -339,8 +341,9 @@ void pdde_graph_set_layer(pdde_graph *g, int layer);
  * so the activation memory of the layer is needed during its own backward only, at the price of about
  * one more forward of the layer. Call before pdde_backward (PDDE_ERR_STATE after). */
 pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on);
-/* Mixed precision, as a region like torch.autocast: matmuls built while the compute dtype is PDDE_BF16
- * or PDDE_F16 (attention's included) convert their f32 inputs to it and accumulate and return f32;
+/* Mixed precision, as a region like torch.autocast: matmuls and fused attentions (pdde_attention) built
+ * while the compute dtype is PDDE_BF16 or PDDE_F16 convert their f32 inputs to it and accumulate and
+ * return f32 (the attention's row statistics and softmax f32 too);
  * everything else (norms, softmax, the loss, the optimizer, the gradients it reads) stays f32, and the
  * parameters stay f32 masters (each is converted once per step, however many matmuls read it; the
  * gradient GEMMs read the same copies). PDDE_F32 (the default) ends the region. With PDDE_F16 the
@@ -370,8 +373,9 @@ pdde_tensor *pdde_silu(pdde_graph *g, pdde_tensor *x);
 pdde_tensor *pdde_layernorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, pdde_tensor *beta, float eps);
 pdde_tensor *pdde_rmsnorm(pdde_graph *g, pdde_tensor *x, pdde_tensor *gamma, float eps);
 pdde_tensor *pdde_softmax(pdde_graph *g, pdde_tensor *x, int causal);
-/* Causal self-attention of q, k, v [B, H, T, D]: softmax(q k^T / sqrt(D), causal) v -> [B, H, T, D].
- * Fused (PDDE_OP_ATTENTION and its backward): memory O(B*H*T*D), never the [B, H, T, T] scores. */
+/* Causal self-attention of q, k, v [B, H, T, D]: softmax(q k^T / sqrt(D), causal) v -> [B, H, T, D] f32.
+ * Fused (PDDE_OP_ATTENTION and its backward): memory O(B*H*T*D), never the [B, H, T, T] scores. q, k, v
+ * are f32, or all bf16 / all f16; under a compute dtype f32 ones are converted to it. */
 pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v);
 /* The same attention from matmul, scale, causal softmax and matmul (materialises [B, H, T, T] scores
  * and probabilities): the reference the fused op is checked against. */

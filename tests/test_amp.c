@@ -211,6 +211,13 @@ static void test_graph_and_memory(pdde_context *ctx) {
     CHECK(w1_casts == 1, "w1, read by two matmuls, is converted %d times", w1_casts);
     CHECK(pdde_graph_set_compute_dtype(g, PDDE_BF16) == PDDE_ERR_STATE, "set_compute_dtype after backward");
     pdde_graph_free(g);
+    /* attention of mixed dtypes (outside a region nothing converts them): an error naming the tensors */
+    pdde_graph_init(ctx, &g);
+    int64_t s4[4] = {1, 2, 3, 4};
+    pdde_tensor *q = pdde_cast(g, pdde_input(g, "q", PDDE_F32, 4, s4), PDDE_BF16), *kv = pdde_input(g, "kv", PDDE_F32, 4, s4);
+    CHECK(pdde_attention(g, q, kv, kv) == NULL && pdde_graph_status(g) == PDDE_ERR_DTYPE && strstr(pdde_last_error(ctx), "kv f32"),
+          "bf16 q with f32 k, v: %s", pdde_last_error(ctx));
+    pdde_graph_free(g);
 }
 
 /* ------------------------------------------------------------------------------------------------
