@@ -95,6 +95,9 @@ static pdde_session_params plan_params(const plan *p, int dev, int *layer_dev) {
         sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
     }
     if (p && p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
+    /* the *_overlap plans start their gradient reductions in backward (early buckets), the others run
+     * them at the update (whatever this machine's cores would choose) */
+    if (p) sp.overlap_gradients = strstr(p->name, "_overlap") ? 1 : -1;
     return sp;
 }
 
@@ -345,6 +348,8 @@ int main(void) {
         {"tp2_opencl",     1, 2, 1, 0, 0, 0, 0, 0, 0, 1, 0}, {"pp2_hetero", 2, 1, 2, 4, 0, 0, 0, 0, 0, 1, 0},
         {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0},
         {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0, 0, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0, 0, 0},
+        {"dp2tp2_overlap", 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"dp2pp2_overlap", 2, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0},
+        {"zero2_overlap",  2, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0},
     };
     double arena_1f1b = 0, arena_gpipe = 0;
     /* PoCL starting in forked ranks under AddressSanitizer hangs now and then (its worker threads'
