@@ -1268,9 +1268,20 @@ static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool s
     return req ? pdde_comm_iallgather(c, buf, result, count, b->dtype, req) : pdde_comm_allgather(c, buf, result, count, b->dtype);
 }
 
+/* t's error st, what comm said after it (copied first: pdde_error writes where it reads) */
+static pdde_status comm_error(pdde_session *s, const pdde_tensor *t, pdde_status st, const char *what) {
+    char why[sizeof s->ctx->last_error];
+    memcpy(why, s->ctx->last_error, sizeof why);
+    return pdde_error(s->ctx, st, "%s%s: %s", t->name, what, why);
+}
+
 static pdde_status bucket_error(pdde_session *s, pdde_tensor *t, const pdde_tensor *b, pdde_status st) {
-    return pdde_error(s->ctx, st, "%s (gradient bucket %s of %d %s): %s", t->name, b->name, node_info(s, b)->bucket_members,
-                      b->op == PDDE_OP_ALLGATHER ? "parameter shards" : "gradients", pdde_last_error(s->ctx));
+    char what[sizeof b->name + 64];
+    const char *of = b->op == PDDE_OP_ALLGATHER ? "parameter shards" : "gradients";
+    int n = node_info(s, b)->bucket_members;
+    if (t == b) snprintf(what, sizeof what, " (a gradient bucket of %d %s)", n, of);
+    else snprintf(what, sizeof what, " (in gradient bucket %s of %d %s)", b->name, n, of);
+    return comm_error(s, t, st, what);
 }
 
 /* The bucket node: an early one starts in the pass that starts early reductions (else its first
@@ -1320,7 +1331,7 @@ static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
     }
     pdde_status st = pdde_comm_wait(*started, -1);
     if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
-    return st ? pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx)) : PDDE_OK;
+    return st ? comm_error(s, t, st, "") : PDDE_OK;
 }
 
 /* After a failed run: requests still in flight are detached (they finish or fail on their own). */
@@ -1386,7 +1397,7 @@ static pdde_status run_send(pdde_session *s, pdde_tensor *t, int micro) {
     if (*req) { /* the copy of micro-batch micro - n_live: delivered long since, in every schedule */
         pdde_status st = pdde_comm_wait(*req, -1);
         if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
-        if (st) return pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx));
+        if (st) return comm_error(s, t, st, "");
     }
     pdde_status st = read_host(s, t, ss->copy + (size_t)k * n);
     if (st) return st;
@@ -1510,7 +1521,7 @@ static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
     if (!st) st = pdde_comm_allreduce(c, sum, sum, (size_t)(2 * N), PDDE_F32, PDDE_REDUCE_SUM);
     if (st) {
         free(mx);
-        return pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx));
+        return comm_error(s, t, st, "");
     }
     float *out = (float *)((char *)t->data + t->offset);
     if (t->op == PDDE_OP_CROSS_ENTROPY) {

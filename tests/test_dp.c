@@ -15,6 +15,7 @@
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -54,23 +55,33 @@ static void global_batch(int step, int32_t *x, int32_t *y) {
 
 #define FAIL_WITH(...) do { snprintf(out->error, sizeof out->error, __VA_ARGS__); goto done; } while (0)
 
-/* Trains STEPS steps (comm NULL: one process); the loss of a step is the global mean. */
-static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_result *out) {
-    pdde_graph *g;
-    pdde_session *s = NULL;
-    gpt_model m;
-    pdde_graph_init(ctx, &g);
-    int micro = dc->micro_batches;
+/* The GPT of dc in session *s (comm NULL: one process); *g to free after *s either way. */
+static pdde_status open_session(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, pdde_graph **g, gpt_model *m, gpt_plan *plan,
+                                pdde_session **s) {
+    *s = NULL;
+    pdde_graph_init(ctx, g);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
-    gpt_plan plan = {.dp = comm ? RANKS : 1, .tp = 1, .pp = 1, .micro = micro, .zero = dc->zero, .shares = comm && dc->shares[0] ? dc->shares : NULL};
+    *plan = (gpt_plan){.dp = comm ? RANKS : 1, .tp = 1, .pp = 1, .micro = dc->micro_batches, .zero = dc->zero,
+                       .shares = comm && dc->shares[0] ? dc->shares : NULL};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     sp.overlap_gradients = dc->at_update ? -1 : 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
     sp.gradient_bucket_bytes = dc->bucket_bytes;
     if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
     if (dc->scale_sensitive) op.eps = 1e-3f, op.clip_norm = 0;
-    if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
+    pdde_status st = gpt_build_plan(*g, &cfg, plan, &op, m);
+    return st ? st : pdde_session_init(*g, &sp, s);
+}
+
+/* Trains STEPS steps (comm NULL: one process); the loss of a step is the global mean. */
+static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_result *out) {
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    gpt_plan plan;
+    int micro = dc->micro_batches;
+    if (open_session(ctx, comm, dc, &g, &m, &plan, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     out->optimizer_bytes = (double)ms.optimizer_bytes;
@@ -112,6 +123,33 @@ done:
 }
 
 static void train_rank(pdde_context *ctx, pdde_comm *comm, void *arg) { train(ctx, comm, arg, test_rank_result); }
+
+/* Rank 1 SIGKILLed between steps: rank 0's next step fails in its gradient bucket (started early, or
+ * run at the update) with PDDE_ERR_PEER_LOST, the error naming the bucket, within the peer timeout. */
+typedef struct { pdde_status st; double seconds; int steps; char error[256]; } lost_result;
+
+static void lose_a_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    lost_result *out = test_rank_result;
+    pdde_graph *g;
+    pdde_session *s;
+    gpt_model m;
+    gpt_plan plan;
+    int32_t x[8 * 16], y[8 * 16];
+    double t0 = test_now();
+    out->st = open_session(ctx, comm, arg, &g, &m, &plan, &s);
+    for (int step = 0; step < 200 && !out->st; step++) {
+        if (step == 3 && pdde_comm_rank(comm) == 1) raise(SIGKILL);
+        global_batch(step, x, y);
+        out->st = gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm), x, y);
+        t0 = test_now();
+        if (!out->st) out->st = pdde_session_run(s, PDDE_RUN_STEP);
+        out->steps = step;
+    }
+    out->seconds = test_now() - t0;
+    snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
 
 /* RANKS processes that meet through the store; rank 0's result comes back. */
 static void run_ranks(const char *store_addr, const dp_config *dc, run_result *out) {
@@ -266,6 +304,18 @@ int main(void) {
         snprintf(what, sizeof what, "%s as %s, bit for bit", same[i][0], same[i][1]);
         snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, same[i][0]), snprintf(ref_path, sizeof ref_path, "%s.%s.ckpt", tmp_prefix, same[i][1]);
         test_ckpt_compare(what, path, ref_path, 0, 0);
+    }
+    for (int late = 0; late < 2; late++) {
+        const dp_config killed = {late ? "dp2_lost_late" : "dp2_lost", 0, 1, 0, 0, 0, 0, {0}, late};
+        lost_result lost[RANKS];
+        memset(lost, 0, sizeof lost);
+        test_ranks_params tl = {.addr = addr, .prefix = killed.name, .timeout_s = 60, .peer_timeout_s = 2, .n_threads = 1,
+                                .killed_ok = 1u << 1, .server = srv, .results = lost, .result_size = sizeof *lost};
+        test_run_ranks(RANKS, &tl, lose_a_rank, (void *)&killed, 60);
+        CHECK(lost[0].st == PDDE_ERR_PEER_LOST && lost[0].steps == 3 && lost[0].seconds <= tl.peer_timeout_s && strstr(lost[0].error, "gradient bucket"),
+              "%s: rank 1 killed, rank 0 got %s after %.2f s at step %d: %s", killed.name, pdde_status_str(lost[0].st), lost[0].seconds,
+              lost[0].steps, lost[0].error);
+        printf("%-12s rank 1 killed at step 3: rank 0 failed %.2f s into the step: %s\n", killed.name, lost[0].seconds, lost[0].error);
     }
     run_result dp = res[0], zero = res[3];
     /* every parameter's gradient reduction starts in backward (28 parameters in this model; ZeRO-1 also
