@@ -14,6 +14,8 @@
  *              partial -> split = reduce-scatter, split -> whole = allgather, whole -> split = a
  *              local slice, split on another dim = alltoall, whole -> partial sum = the value on
  *              the axis' first rank and zeros elsewhere; across stages, send and recv.
+ *   buckets:   (with a world) the data-parallel collectives of small tensors share collectives on flat
+ *              buffers (gradient buckets).
  *   schedule:  the pipeline stages (the runs of layers on one mesh), this rank's, its chunks, and the
  *              passes of a step in the 1F1B or GPipe order. */
 
@@ -789,13 +791,21 @@ static pdde_status group_updates(lowering *L) {
  * reduce-scatter its shard of the result, a gather its updated shard. */
 static int64_t bucket_share(const pdde_tensor *c) { return pdde_tensor_numel(c->op == PDDE_OP_ALLGATHER ? c->src[1] : c); }
 
-static bool bucket_candidate(lowering *L, const pdde_tensor *c) {
-    const pdde_program_node *in = &L->P->info[c->id];
-    if (!is_collective(c->op) || in->axis < 0 || in->dim > 0 || !registry_device_is_host(L->ctx->registry, c->device)) return false;
-    if (c->op == PDDE_OP_ALLGATHER) return in->write_back && c->phase == PDDE_PHASE_OPTIMIZER && c->src[1]->device == c->device;
+/* A data-parallel collective: a gradient accumulator's reduction (once a step), or the gather of an
+ * updated shard back into its parameter (ZeRO). */
+static bool data_parallel_collective(const pdde_program *P, const pdde_tensor *c) {
+    const pdde_program_node *in = &P->info[c->id];
+    if (!is_collective(c->op) || in->axis < 0) return false;
+    if (c->op == PDDE_OP_ALLGATHER) return in->write_back && c->phase == PDDE_PHASE_OPTIMIZER;
     const pdde_tensor *acc = c->src[0];
     return c->nsrc == 1 && (c->op == PDDE_OP_ALLREDUCE || c->op == PDDE_OP_REDUCE_SCATTER) && (in->early || c->phase == PDDE_PHASE_OPTIMIZER) &&
-           acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD) && acc->device == c->device;
+           acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD);
+}
+
+/* ...that a bucket may carry: host memory, split (if at all) on dim 0. */
+static bool bucket_candidate(lowering *L, const pdde_tensor *c) {
+    const pdde_tensor *x = c->src[c->nsrc - 1]; /* (what it sends) */
+    return L->P->info[c->id].dim <= 0 && registry_device_is_host(L->ctx->registry, c->device) && x->device == c->device;
 }
 
 /* Whether c may join the bucket whose first member is f. */
@@ -879,8 +889,9 @@ static pdde_status lower_buckets(lowering *L) {
     int n_order = P->n_order;
     for (int i = 0; i < n_order && !st; i++) {
         pdde_tensor *c = P->order[i];
-        if (!bucket_candidate(L, c)) continue;
+        if (!data_parallel_collective(P, c)) continue;
         P->info[c->id].data_parallel = true;
+        if (!bucket_candidate(L, c)) continue;
         int n = P->mesh->shape[P->info[c->id].axis];
         int64_t share = bucket_share(c), esz = (int64_t)pdde_dtype_size(c->dtype), per_elem = c->op == PDDE_OP_ALLREDUCE ? esz : n * esz;
         if (cap < 0 || share * per_elem >= cap) continue; /* (alone) */

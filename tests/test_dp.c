@@ -338,6 +338,9 @@ int main(void) {
                           "zero1 unbucketed", "zero1 in 512 B buckets", "zero1 at the update"};
     for (int i = 0; i < 9; i++)
         CHECK(want[i][0] == want[i][1], "%s: %d data-parallel collectives a step, want %d", what[i], want[i][0], want[i][1]);
+    /* (gradients in device memory go one collective each: buckets are host memory's) */
+    CHECK(!has_device || (res[7].gradient_collectives == 28 && res[8].gradient_collectives == 84), "gradients on a device: %d data-parallel "
+          "collectives a step (ZeRO-1 %d), want 28 (84)", res[7].gradient_collectives, res[8].gradient_collectives);
     /* (ZeRO-2 reduce-scatters each micro-batch's gradient in backward, before any accumulator: those
      * are not bucketed nor counted; its 28 gathers of updated shards are, in one bucket) */
     CHECK(bres[6].gradient_collectives == 28 && bres[5].gradient_collectives == 1, "zero2: %d data-parallel collectives unbucketed, %d "

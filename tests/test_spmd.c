@@ -349,7 +349,7 @@ int main(void) {
         {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0},
         {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0, 0, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0, 0, 0},
         {"dp2tp2_overlap", 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"dp2pp2_overlap", 2, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0},
-        {"zero2_overlap",  2, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0},
+        {"zero2_overlap",  2, 1, 1, 0, 0, 2, 0, 0, 0, 0, 0}, {"zero3_overlap", 2, 1, 1, 0, 0, 3, 0, 0, 0, 0, 0},
     };
     double arena_1f1b = 0, arena_gpipe = 0;
     /* PoCL starting in forked ranks under AddressSanitizer hangs now and then (its worker threads'
