@@ -902,7 +902,7 @@ static pdde_status lower_buckets(lowering *L) {
         if (b && ((b->elems + share) * per_elem > cap || (c->op == PDDE_OP_ALLGATHER && at[c->src[1]->id] > b->at))) st = bucket_close(L, b);
         for (int k = 0; k < KINDS && !b; k++)
             if (!open[k].first) b = &open[k];
-        if (!b) st = bucket_close(L, b = &open[0]); /* (more kinds at once than slots: the oldest closes) */
+        if (!b) st = bucket_close(L, b = &open[0]); /* (more kinds at once than slots: the first slot's closes) */
         if (st) break;
         if (!b->first) b->first = c, b->at = i;
         else P->info[b->last->id].bucket_next = c;
