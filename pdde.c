@@ -1100,10 +1100,8 @@ struct pdde_session {
     pdde_tensor *loss;
     pdde_memory_stats mem;
     void **requests;            /* per program node id of a collective started early: its pending request */
-    struct session_bucket *buckets; /* gradient buckets (session_plan_buckets) */
-    int n_buckets;
-    struct session_bucket_member *bucket_member; /* per program node id */
-    int gradient_collectives;   /* started early by the last run (pdde_session_gradient_collectives) */
+    bool *bucket_done;          /* per program node id of a gradient bucket: completed in this run */
+    int gradient_collectives;   /* issued by the last run (pdde_session_gradient_collectives) */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
@@ -1230,116 +1228,102 @@ static pdde_status run_reshard(pdde_session *s, pdde_tensor *t);
 
 static const pdde_program_node *node_info(const pdde_session *s, const pdde_tensor *t) { return &s->prog->info[t->id]; }
 
-/* Gradient buckets (torch DDP's): the early gradient allreduces of one mesh axis, dtype and reduction
- * that follow each other in the program are packed, each as it starts, into one buffer of at most
- * gradient_bucket_bytes, which one allreduce reduces once the last of them has started; the first of
- * their waits copies every result out. Lowering keeps one collective per gradient (and the cost model
- * sees those): bucketing is the executor's, decided once from the program, so every rank of an axis
- * makes the same buckets and issues the same collectives in the same order. Only allreduces are
- * bucketed (a fused reduce-scatter would have to interleave every rank's blocks). */
-typedef struct session_bucket {
-    int axis, reduce;
-    pdde_dtype dtype;
-    int n, packed;            /* members, and those packed in this pass */
-    int unwaited;             /* members whose wait has not run since the bucket's allreduce started */
-    size_t bytes;
-    char *buf;
-    void *request;            /* its allreduce in flight (pdde_comm_request) */
-    pdde_tensor **members;
-} session_bucket;
+static void bind_micro(pdde_session *s, pdde_tensor *t, int m);
+static char *host_bytes(const pdde_tensor *t) { return (char *)t->data + t->offset; }
 
-typedef struct session_bucket_member {
-    int bucket;               /* index in buckets; -1: reduced alone */
-    size_t offset;            /* bytes into its bucket */
-    char *out;                /* where its result goes (taken when it is packed: its memory then) */
-} session_bucket_member;
+/* Gradient buckets (lowering's: lower_buckets in planner/lower.c). A bucket node packs its members'
+ * inputs into its flat buffer (an allreduce's in place; a reduce-scatter's or gather's rank-major,
+ * its result after them) and runs one collective, started early or blocking; each member copies its
+ * part of the result out, the first one completing the bucket (waiting for it, or running it when
+ * this run did not start it). Host memory only (lowering buckets nothing else). */
 
-#define GRADIENT_BUCKET_BYTES ((size_t)25 << 20) /* torch DDP's bucket_cap_mb */
+/* A member's input: the gradient it reduces, or the updated shard it gathers (its bucket is last). */
+static const pdde_tensor *bucket_member_input(const pdde_tensor *m) { return m->src[m->nsrc - 2]; }
 
-static bool bucketable(const pdde_session *s, const pdde_tensor *t) {
-    const pdde_program_node *in = &s->prog->info[t->id];
-    return t->op == PDDE_OP_ALLREDUCE && in->early && in->axis >= 0;
+/* Bytes from the start of bucket b's buffer to its result. */
+static size_t bucket_result_at(pdde_session *s, const pdde_tensor *b) {
+    const pdde_program_node *bi = node_info(s, b);
+    size_t ranks = b->op == PDDE_OP_REDUCE_SCATTER ? (size_t)pdde_comm_size(s->axis_comm[bi->axis]) : b->op == PDDE_OP_ALLGATHER ? 1 : 0;
+    return ranks * (size_t)bi->bucket_block * pdde_dtype_size(b->dtype);
 }
 
-/* Groups the program's early gradient allreduces into buckets (see above); a bucket of one is none. */
-static pdde_status session_plan_buckets(pdde_session *s, int64_t cap_bytes) {
-    pdde_program *P = s->prog;
-    size_t cap = cap_bytes < 0 ? 0 : cap_bytes ? (size_t)cap_bytes : GRADIENT_BUCKET_BYTES;
-    if (!(s->bucket_member = malloc(((size_t)P->n + 1) * sizeof *s->bucket_member)) ||
-        !(s->buckets = calloc((size_t)P->n_order + 1, sizeof *s->buckets)))
-        return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (gradient buckets)");
-    for (int i = 0; i < P->n; i++) s->bucket_member[i].bucket = -1;
-    session_bucket *open = NULL;
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *t = P->order[i];
-        size_t bytes = pdde_tensor_nbytes(t);
-        if (!bucketable(s, t) || bytes >= cap) continue;
-        const pdde_program_node *in = &P->info[t->id];
-        if (open && (open->axis != in->axis || open->dtype != t->dtype || open->reduce != in->reduce || open->bytes + bytes > cap))
-            open = NULL;
-        if (!open) {
-            open = &s->buckets[s->n_buckets++];
-            open->axis = in->axis, open->dtype = t->dtype, open->reduce = in->reduce;
-        }
-        s->bucket_member[t->id] = (session_bucket_member){(int)(open - s->buckets), open->bytes, NULL};
-        open->bytes += bytes;
-        open->n++;
+static void bucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
+    const pdde_program_node *bi = node_info(s, b);
+    size_t esz = pdde_dtype_size(b->dtype), block = (size_t)bi->bucket_block * esz;
+    int n = b->op == PDDE_OP_REDUCE_SCATTER ? pdde_comm_size(s->axis_comm[bi->axis]) : 1; /* (blocks of dim 0: contiguous) */
+    for (pdde_tensor *m = bi->bucket_next; m; m = node_info(s, m)->bucket_next) {
+        pdde_tensor *x = (pdde_tensor *)bucket_member_input(m);
+        if (s->bind) bind_micro(s, x, micro);
+        size_t part = pdde_tensor_nbytes(x) / (size_t)n, at = (size_t)node_info(s, m)->bucket_offset * esz;
+        for (int r = 0; r < n; r++) memcpy(host_bytes(b) + (size_t)r * block + at, host_bytes(x) + (size_t)r * part, part);
     }
-    /* members in program order, buffers; a bucket of one member is dissolved */
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *t = P->order[i];
-        session_bucket_member *m = &s->bucket_member[t->id];
-        if (!bucketable(s, t) || m->bucket < 0) continue;
-        session_bucket *b = &s->buckets[m->bucket];
-        if (b->n == 1) { m->bucket = -1; continue; }
-        if (!b->members) {
-            if (!(b->members = malloc((size_t)b->n * sizeof *b->members)) || !(b->buf = malloc(b->bytes)))
-                return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a gradient bucket of %zu bytes)", b->bytes);
-            s->mem.transfer_bytes += b->bytes;
-        }
-        b->members[b->packed++] = t;
-    }
-#ifdef PDDE_HAVE_COMM
-    for (int k = 0; k < s->n_buckets; k++) s->buckets[k].packed = 0;
-#endif
+}
+
+/* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
+static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool start) {
+    const pdde_program_node *bi = node_info(s, b);
+    pdde_comm *c = s->axis_comm[bi->axis];
+    size_t count = (size_t)bi->bucket_block;
+    char *buf = host_bytes(b), *result = buf + bucket_result_at(s, b);
+    pdde_comm_request **req = start ? (pdde_comm_request **)&s->requests[b->id] : NULL;
+    pdde_reduce_op op = (pdde_reduce_op)bi->reduce;
+    bucket_pack(s, b, micro);
+    s->gradient_collectives++;
+    if (b->op == PDDE_OP_ALLREDUCE) return req ? pdde_comm_iallreduce(c, buf, buf, count, b->dtype, op, req) : pdde_comm_allreduce(c, buf, buf, count, b->dtype, op);
+    if (b->op == PDDE_OP_REDUCE_SCATTER)
+        return req ? pdde_comm_ireduce_scatter(c, buf, result, count, b->dtype, op, req) : pdde_comm_reduce_scatter(c, buf, result, count, b->dtype, op);
+    return req ? pdde_comm_iallgather(c, buf, result, count, b->dtype, req) : pdde_comm_allgather(c, buf, result, count, b->dtype);
+}
+
+/* t's error st, what comm said after it (copied first: pdde_error writes where it reads) */
+static pdde_status comm_error(pdde_session *s, const pdde_tensor *t, pdde_status st, const char *what) {
+    char why[sizeof s->ctx->last_error];
+    memcpy(why, s->ctx->last_error, sizeof why);
+    return pdde_error(s->ctx, st, "%s%s: %s", t->name, what, why);
+}
+
+static pdde_status bucket_error(pdde_session *s, pdde_tensor *t, const pdde_tensor *b, pdde_status st) {
+    char what[sizeof b->name + 64];
+    const char *of = b->op == PDDE_OP_ALLGATHER ? "parameter shards" : "gradients";
+    int n = node_info(s, b)->bucket_members;
+    if (t == b) snprintf(what, sizeof what, " (a gradient bucket of %d %s)", n, of);
+    else snprintf(what, sizeof what, " (in gradient bucket %s of %d %s)", b->name, n, of);
+    return comm_error(s, t, st, what);
+}
+
+/* The bucket node: an early one starts in the pass that starts early reductions (else its first
+ * member runs it), one at the update runs now. */
+static pdde_status run_bucket(pdde_session *s, pdde_tensor *b, int micro) {
+    bool early = node_info(s, b)->early;
+    if (early && !s->early_starts) return PDDE_OK;
+    pdde_status st = bucket_run(s, b, micro, early);
+    if (st) return bucket_error(s, b, b, st);
+    s->bucket_done[b->id] = !early;
     return PDDE_OK;
 }
 
-static void free_buckets(pdde_session *s) {
-    for (int k = 0; s->buckets && k < s->n_buckets; k++) free(s->buckets[k].buf), free(s->buckets[k].members);
-    free(s->buckets), free(s->bucket_member);
-}
-
-/* t's gradient goes into its bucket; the last one in starts the bucket's allreduce. */
-static pdde_status bucket_pack(pdde_session *s, pdde_tensor *t, const char *in, char *out) {
-    session_bucket_member *m = &s->bucket_member[t->id];
-    session_bucket *b = &s->buckets[m->bucket];
-    memcpy(b->buf + m->offset, in, pdde_tensor_nbytes(t));
-    m->out = out;
-    if (++b->packed < b->n) return PDDE_OK;
-    b->packed = 0, b->unwaited = b->n;
-    s->gradient_collectives++;
-    return pdde_comm_iallreduce(s->axis_comm[b->axis], b->buf, b->buf, b->bytes / pdde_dtype_size(b->dtype), b->dtype,
-                                (pdde_reduce_op)b->reduce, (pdde_comm_request **)&b->request);
-}
-
-/* The wait of bucket member c: the first one completes the allreduce and copies every member's result
- * out. A bucket not started in this pass (its reductions are not early here) leaves c to the wait. */
-static pdde_status bucket_wait(pdde_session *s, const pdde_tensor *c, bool *handled) {
-    session_bucket *b = &s->buckets[s->bucket_member[c->id].bucket];
-    *handled = b->unwaited > 0;
-    if (!*handled) return PDDE_OK;
-    if (b->request) {
-        pdde_comm_request **req = (pdde_comm_request **)&b->request;
-        pdde_status st = pdde_comm_wait(*req, -1);
+/* A member: its part of the bucket's result out (into its parameter, for a gather). */
+static pdde_status run_bucket_member(pdde_session *s, pdde_tensor *m, int micro) {
+    const pdde_program_node *in = node_info(s, m);
+    pdde_tensor *b = in->bucket;
+    pdde_comm_request **req = (pdde_comm_request **)&s->requests[b->id];
+    pdde_status st = PDDE_OK;
+    if (!s->bucket_done[b->id] && *req) {
+        st = pdde_comm_wait(*req, -1);
         if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
-        if (st) return st;
-        for (int j = 0; j < b->n; j++) {
-            const session_bucket_member *m = &s->bucket_member[b->members[j]->id];
-            memcpy(m->out, b->buf + m->offset, pdde_tensor_nbytes(b->members[j]));
-        }
+    } else if (!s->bucket_done[b->id]) {
+        st = bucket_run(s, b, micro, false);
     }
-    b->unwaited--;
+    if (st) return bucket_error(s, m, b, st);
+    s->bucket_done[b->id] = true;
+    size_t esz = pdde_dtype_size(m->dtype), at = (size_t)in->bucket_offset * esz, block = (size_t)node_info(s, b)->bucket_block * esz;
+    const char *result = host_bytes(b) + bucket_result_at(s, b);
+    if (m->op != PDDE_OP_ALLGATHER) {
+        memcpy(host_bytes(m), result + at, pdde_tensor_nbytes(m));
+        return PDDE_OK;
+    }
+    size_t part = pdde_tensor_nbytes(bucket_member_input(m)); /* (the gathered parameter: m's memory) */
+    for (int r = 0; r < pdde_comm_size(s->axis_comm[in->axis]); r++) memcpy(host_bytes(m) + (size_t)r * part, result + (size_t)r * block + at, part);
     return PDDE_OK;
 }
 
@@ -1348,27 +1332,19 @@ static pdde_status bucket_wait(pdde_session *s, const pdde_tensor *c, bool *hand
 static pdde_status run_wait(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *c = t->src[0];
     pdde_comm_request **started = (pdde_comm_request **)&s->requests[c->id];
-    pdde_status st = PDDE_OK;
-    bool bucketed = s->bucket_member && s->bucket_member[c->id].bucket >= 0, handled = false;
-    if (bucketed) st = bucket_wait(s, c, &handled);
-    if (bucketed && !handled) return run_reshard(s, c);
-    if (!bucketed && !*started) return run_reshard(s, c);
-    if (!bucketed) {
-        st = pdde_comm_wait(*started, -1);
-        if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
+    if (!*started) {
+        s->gradient_collectives += node_info(s, c)->data_parallel;
+        return run_reshard(s, c);
     }
-    return st ? pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx)) : PDDE_OK;
+    pdde_status st = pdde_comm_wait(*started, -1);
+    if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*started), *started = NULL;
+    return st ? comm_error(s, t, st, "") : PDDE_OK;
 }
 
 /* After a failed run: requests still in flight are detached (they finish or fail on their own). */
 static void drop_requests(pdde_session *s) {
     for (int i = 0; s->requests && i < s->prog->n; i++)
         if (s->requests[i]) pdde_comm_request_free(s->requests[i]), s->requests[i] = NULL;
-    for (int k = 0; k < s->n_buckets; k++) {
-        session_bucket *b = &s->buckets[k];
-        if (b->request) pdde_comm_request_free(b->request), b->request = NULL;
-        b->packed = b->unwaited = 0;
-    }
 }
 
 /* Completes the sends to other pipeline stages (at the end of a step: their copies are reused next). */
@@ -1428,7 +1404,7 @@ static pdde_status run_send(pdde_session *s, pdde_tensor *t, int micro) {
     if (*req) { /* the copy of micro-batch micro - n_live: delivered long since, in every schedule */
         pdde_status st = pdde_comm_wait(*req, -1);
         if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
-        if (st) return pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx));
+        if (st) return comm_error(s, t, st, "");
     }
     pdde_status st = read_host(s, t, ss->copy + (size_t)k * n);
     if (st) return st;
@@ -1490,14 +1466,13 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
 }
 
 /* A gradient reduction that lowering started early (host memory, no packing: only those are), started
- * without waiting (or packed into its bucket); its COMM_WAIT completes it. */
+ * without waiting; its COMM_WAIT completes it. */
 static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
     pdde_tensor *x = t->src[0];
     const pdde_program_node *info = node_info(s, t);
     pdde_comm *c = s->axis_comm[info->axis];
     char *in = (char *)x->data + x->offset, *out = (char *)t->data + t->offset;
     pdde_comm_request **req = (pdde_comm_request **)&s->requests[t->id];
-    if (s->bucket_member && s->bucket_member[t->id].bucket >= 0) return bucket_pack(s, t, in, out);
     s->gradient_collectives++;
     return t->op == PDDE_OP_ALLREDUCE
                ? pdde_comm_iallreduce(c, in, out, (size_t)pdde_tensor_numel(x), t->dtype, (pdde_reduce_op)info->reduce, req)
@@ -1553,7 +1528,7 @@ static pdde_status run_cross_entropy_vocab(pdde_session *s, pdde_tensor *t) {
     if (!st) st = pdde_comm_allreduce(c, sum, sum, (size_t)(2 * N), PDDE_F32, PDDE_REDUCE_SUM);
     if (st) {
         free(mx);
-        return pdde_error(s->ctx, st, "%s: %s", t->name, pdde_last_error(s->ctx));
+        return comm_error(s, t, st, "");
     }
     float *out = (float *)((char *)t->data + t->offset);
     if (t->op == PDDE_OP_CROSS_ENTROPY) {
@@ -1901,7 +1876,8 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     s->profile = prof && *prof && strcmp(prof, "0") != 0;
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
-    pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false};
+    pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
+                            p.gradient_bucket_bytes};
     lp.no_cpu_fallback = program_no_cpu_fallback(&p);
     pdde_status st = PDDE_OK;
     if (p.world) {
@@ -1927,7 +1903,8 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
                 s->prog->n_fallback == 1 ? "" : "s", s->prog->fallback);
     if (st == PDDE_OK) st = session_place(s);
 #ifdef PDDE_HAVE_COMM
-    if (st == PDDE_OK && s->world && !(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)))
+    if (st == PDDE_OK && s->world && (!(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)) ||
+                                      !(s->bucket_done = calloc((size_t)s->prog->n + 1, sizeof *s->bucket_done))))
         st = pdde_error(g->ctx, PDDE_ERR_OOM, "session: out of memory");
 #endif
     if (st == PDDE_OK) st = session_setup_micro(s);
@@ -1935,7 +1912,6 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
 #ifdef PDDE_HAVE_COMM
-    if (st == PDDE_OK && s->world) st = session_plan_buckets(s, p.gradient_bucket_bytes);
 #endif
     if (st != PDDE_OK) {
         pdde_session_free(s);
@@ -2101,7 +2077,6 @@ void pdde_session_free(pdde_session *s) {
     if (s->g->session == s) s->g->session = NULL;
 #ifdef PDDE_HAVE_COMM /* first: they point into the device buffers freed below */
     drop_requests(s);
-    free_buckets(s);
     drop_sends(s);
     comm_staging_free(s);
     for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) pdde_comm_free(s->axis_comm[a]);
@@ -2122,7 +2097,7 @@ void pdde_session_free(pdde_session *s) {
     free(s->sends);
     free(s->send_of);
     free(s->update_group);
-    free(s->requests);
+    free(s->requests), free(s->bucket_done);
     free(s->slot);
     program_free(s->prog);
     free(s);
@@ -2325,7 +2300,10 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
 #ifdef PDDE_HAVE_COMM
     const pdde_program_node *in = node_info(s, t);
     bool collective = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && in->axis >= 0;
+    if (in->bucket) return run_bucket_member(s, t, micro);
+    if (collective && in->bucket_members) return run_bucket(s, t, micro);
     if (collective && in->early) return s->early_starts ? start_reduction(s, t) : PDDE_OK; /* (not due in this pass: its wait runs it) */
+    if (collective) s->gradient_collectives += in->data_parallel;
     if (collective) return run_reshard(s, t);
     if ((t->op == PDDE_OP_CROSS_ENTROPY || t->op == PDDE_OP_CROSS_ENTROPY_BACK) && in->vocab_axis >= 0) return run_cross_entropy_vocab(s, t);
     if (t->op == PDDE_OP_COMM_WAIT) return run_wait(s, t);
@@ -2537,11 +2515,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
     s->gradient_collectives = 0;
-    /* (a bucket some of whose gradients started in a pass that did not start them all is reduced at the
-     * waits, one by one: nothing of it may carry over into this run) */
-#ifdef PDDE_HAVE_COMM
-    for (int k = 0; k < s->n_buckets; k++) s->buckets[k].packed = 0;
-#endif
+    if (s->bucket_done) memset(s->bucket_done, 0, (size_t)s->prog->n * sizeof *s->bucket_done);
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;

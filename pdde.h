@@ -574,10 +574,13 @@ typedef struct {
      * trace.rank<R> (pdde-run --trace merges them). Device streams are synchronized after each node
      * while tracing, so spans are the kernels' time, not their enqueueing. */
     const char *trace;
-    /* Gradient buckets (torch DDP's): the gradient allreduces that start early (overlap_gradients),
-     * consecutive in the step and of one mesh axis, dtype and reduction, are packed into buffers of at
-     * most this many bytes, each reduced by one collective once its last gradient is final; a gradient
-     * as large as the cap is reduced alone. 0 = 25 MiB; < 0 = one collective per gradient. */
+    /* Gradient buckets (torch DDP's): the data-parallel collectives — gradient reductions (allreduce,
+     * ZeRO's reduce-scatter) and ZeRO's gathers of updated shards, early (overlap_gradients) or at the
+     * update — consecutive in the step and of one op, mesh axis, dtype and reduction, share one
+     * collective on a flat buffer covering at most this many bytes of gradients (or parameters); an
+     * early one starts once its last gradient is final; a tensor as large as the cap goes alone.
+     * Lowering makes them (pdde_lower_dump shows them; host memory only). 0 = 25 MiB; < 0 = one
+     * collective per tensor. */
     int64_t gradient_bucket_bytes;
 } pdde_session_params;
 #define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0}
@@ -621,8 +624,8 @@ float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if no
  * or the one a checkpoint load kept; 0 without an optimizer). */
 float pdde_session_lr(const pdde_session *s);
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
-/* Collectives the last run started early for gradient reductions (overlap_gradients): one per
- * gradient bucket, one per gradient outside a bucket. */
+/* Data-parallel collectives the last run issued (gradient reductions and ZeRO's gathers of updated
+ * shards, early or at the update): one per gradient bucket, one per tensor outside a bucket. */
 int pdde_session_gradient_collectives(const pdde_session *s);
 /* Micro-batches this rank runs per step: grad_accum_steps, times its share under uneven data
  * parallelism (pdde_strategy_data_parallel_shares). */

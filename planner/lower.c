@@ -14,6 +14,8 @@
  *              partial -> split = reduce-scatter, split -> whole = allgather, whole -> split = a
  *              local slice, split on another dim = alltoall, whole -> partial sum = the value on
  *              the axis' first rank and zeros elsewhere; across stages, send and recv.
+ *   buckets:   (with a world) the data-parallel collectives of small tensors share collectives on flat
+ *              buffers (gradient buckets).
  *   schedule:  the pipeline stages (the runs of layers on one mesh), this rank's, its chunks, and the
  *              passes of a step in the 1F1B or GPipe order. */
 
@@ -768,6 +770,151 @@ static pdde_status group_updates(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Gradient buckets (torch DDP's). The data-parallel collectives of small tensors — gradient
+ * reductions (allreduce, reduce-scatter) and ZeRO's gathers of updated shards — travel in buckets:
+ * consecutive ones of one op, mesh axis, reduction, dtype and timing (started early or not) share one
+ * collective on a flat buffer of at most gradient_bucket_bytes of gradients (or parameters), the
+ * bucket's node. Every rank of an axis lowers the same buckets, so their collectives match. A
+ * reduce-scatter or allgather bucket is laid out rank-major, each member's block r at r x block +
+ * its offset, so each rank's shard of the bucket is one contiguous block; only dim-0 splits (whose
+ * blocks are contiguous) qualify. The bucket node copies its members' inputs in and runs the
+ * collective; each member stays in the order as the copy of its result out of the bucket (it reads
+ * the bucket node, which lives in the arena until its last member). An early bucket starts where
+ * its last member's gradient is final, and its members move to their waits' places (the first one
+ * completes it, or runs it when this pass started nothing); a bucket at the update runs where its
+ * first member was (every input is final by then: gradient accumulators, and updates before the
+ * gathers). */
+
+#define GRADIENT_BUCKET_BYTES ((int64_t)25 << 20) /* torch DDP's bucket_cap_mb */
+
+/* What a collective puts in each rank's block of its bucket (elements): an allreduce its tensor, a
+ * reduce-scatter its shard of the result, a gather its updated shard. */
+static int64_t bucket_share(const pdde_tensor *c) { return pdde_tensor_numel(c->op == PDDE_OP_ALLGATHER ? c->src[1] : c); }
+
+/* A data-parallel collective: a gradient accumulator's reduction (once a step), or the gather of an
+ * updated shard back into its parameter (ZeRO). */
+static bool data_parallel_collective(const pdde_program *P, const pdde_tensor *c) {
+    const pdde_program_node *in = &P->info[c->id];
+    if (!is_collective(c->op) || in->axis < 0) return false;
+    if (c->op == PDDE_OP_ALLGATHER) return in->write_back && c->phase == PDDE_PHASE_OPTIMIZER;
+    const pdde_tensor *acc = c->src[0];
+    return c->nsrc == 1 && (c->op == PDDE_OP_ALLREDUCE || c->op == PDDE_OP_REDUCE_SCATTER) && (in->early || c->phase == PDDE_PHASE_OPTIMIZER) &&
+           acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD);
+}
+
+/* ...that a bucket may carry: host memory, split (if at all) on dim 0. */
+static bool bucket_candidate(lowering *L, const pdde_tensor *c) {
+    const pdde_tensor *x = c->src[c->nsrc - 1]; /* (what it sends) */
+    return L->P->info[c->id].dim <= 0 && registry_device_is_host(L->ctx->registry, c->device) && x->device == c->device;
+}
+
+/* Whether c may join the bucket whose first member is f. */
+static bool bucket_same_kind(const pdde_program *P, const pdde_tensor *f, const pdde_tensor *c) {
+    const pdde_program_node *a = &P->info[f->id], *b = &P->info[c->id];
+    return f->op == c->op && f->dtype == c->dtype && f->device == c->device && a->axis == b->axis && a->reduce == b->reduce && a->early == b->early;
+}
+
+typedef struct { pdde_tensor *first, *last; int n, at; int64_t elems; } bucket_fill;
+
+/* Closes a bucket being filled: its node, or (one member) none. */
+static pdde_status bucket_close(lowering *L, bucket_fill *b) {
+    pdde_program *P = L->P;
+    pdde_tensor *f = b->first;
+    if (b->n < 2) {
+        if (f) P->info[f->id].bucket_next = NULL, P->info[f->id].bucket_offset = 0;
+        *b = (bucket_fill){0};
+        return PDDE_OK;
+    }
+    int axis = P->info[f->id].axis, n = P->mesh->shape[axis];
+    int64_t S = b->elems, total = f->op == PDDE_OP_ALLREDUCE ? S : (int64_t)(n + 1) * S; /* (a reduce-scatter's or gather's result after its input) */
+    pdde_tensor *B = node_new(P, NULL, f->op, f->dtype, 1, &total, 0, NULL);
+    if (!B) return lower_oom(L);
+    pdde_program_node *bi = &P->info[B->id], *fi = &P->info[f->id];
+    snprintf(B->name, sizeof B->name, "bucket.%d", B->id);
+    for (int d = 0; d < PDDE_MAX_DIMS; d++) B->dist.dims_mapping[d] = -1;
+    B->device = f->device, B->phase = fi->early ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER, B->layer = fi->early ? b->last->layer : -1;
+    bi->axis = axis, bi->dim = 0, bi->reduce = fi->reduce, bi->early = fi->early, bi->data_parallel = true;
+    bi->bytes = (size_t)(f->op == PDDE_OP_REDUCE_SCATTER ? (int64_t)n * S : S) * pdde_dtype_size(f->dtype);
+    bi->bucket_members = b->n, bi->bucket_block = S, bi->bucket_next = f;
+    for (pdde_tensor *m = f; m; m = P->info[m->id].bucket_next) {
+        P->info[m->id].bucket = B;
+        m->src[m->nsrc++] = B;
+    }
+    *b = (bucket_fill){0};
+    return PDDE_OK;
+}
+
+/* The order with the buckets in it: an early bucket in its last member's place and each member in
+ * its wait's (whose readers read the member), a bucket at the update before its first member. */
+static pdde_status bucket_reorder(lowering *L) {
+    pdde_program *P = L->P;
+    pdde_tensor **order = malloc(((size_t)P->n_order + (size_t)P->n + 1) * sizeof *order);
+    pdde_tensor **member_of_wait = calloc((size_t)P->n + 1, sizeof *member_of_wait); /* by wait id */
+    if (!order || !member_of_wait) { free(order), free(member_of_wait); return lower_oom(L); }
+    int k = 0;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *t = P->order[i];
+        pdde_program_node *in = &P->info[t->id];
+        pdde_tensor *m = t->op == PDDE_OP_COMM_WAIT ? t->src[0] : NULL;
+        if (m && P->info[m->id].bucket) { /* an early member, copied out here */
+            m->phase = t->phase, m->layer = t->layer, P->info[m->id].early = false;
+            member_of_wait[t->id] = m, order[k++] = m;
+            continue;
+        }
+        if (in->bucket && in->early) { /* started with its bucket, after the last */
+            if (!in->bucket_next) order[k++] = in->bucket;
+            continue;
+        }
+        if (in->bucket && P->info[in->bucket->id].bucket_next == t) order[k++] = in->bucket;
+        order[k++] = t;
+    }
+    for (int i = 0; i < k; i++)
+        for (int j = 0; j < order[i]->nsrc; j++)
+            if (order[i]->src[j] && member_of_wait[order[i]->src[j]->id]) order[i]->src[j] = member_of_wait[order[i]->src[j]->id];
+    free(P->order), free(member_of_wait);
+    P->order = order, P->n_order = P->cap_order = k;
+    return PDDE_OK;
+}
+
+static pdde_status lower_buckets(lowering *L) {
+    pdde_program *P = L->P;
+    if (!P->world_size) return PDDE_OK;
+    int64_t cap = L->p->gradient_bucket_bytes ? L->p->gradient_bucket_bytes : GRADIENT_BUCKET_BYTES;
+    int *at = malloc(((size_t)P->n + 1) * sizeof *at); /* by node id: its place in the order */
+    if (!at) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++) at[P->order[i]->id] = i;
+    enum { KINDS = 8 };
+    bucket_fill open[KINDS] = {{0}};
+    pdde_status st = PDDE_OK;
+    int n_order = P->n_order;
+    for (int i = 0; i < n_order && !st; i++) {
+        pdde_tensor *c = P->order[i];
+        if (!data_parallel_collective(P, c)) continue;
+        P->info[c->id].data_parallel = true;
+        if (!bucket_candidate(L, c)) continue;
+        int n = P->mesh->shape[P->info[c->id].axis];
+        int64_t share = bucket_share(c), esz = (int64_t)pdde_dtype_size(c->dtype), per_elem = c->op == PDDE_OP_ALLREDUCE ? esz : n * esz;
+        if (cap < 0 || share * per_elem >= cap) continue; /* (alone) */
+        bucket_fill *b = NULL;
+        for (int k = 0; k < KINDS && !b; k++)
+            if (open[k].first && bucket_same_kind(P, open[k].first, c)) b = &open[k];
+        /* full, or (at the update) a gather whose update comes after the bucket's place */
+        if (b && ((b->elems + share) * per_elem > cap || (c->op == PDDE_OP_ALLGATHER && at[c->src[1]->id] > b->at))) st = bucket_close(L, b);
+        for (int k = 0; k < KINDS && !b; k++)
+            if (!open[k].first) b = &open[k];
+        if (!b) st = bucket_close(L, b = &open[0]); /* (more kinds at once than slots: the first slot's closes) */
+        if (st) break;
+        if (!b->first) b->first = c, b->at = i;
+        else P->info[b->last->id].bucket_next = c;
+        P->info[c->id].bucket_offset = b->elems;
+        b->elems += share, b->last = c, b->n++;
+    }
+    for (int k = 0; k < KINDS && !st; k++) st = bucket_close(L, &open[k]);
+    free(at);
+    return st ? st : bucket_reorder(L);
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Stages and the schedule */
 
 /* Micro-batches and pipeline stages: a step's micro-batch count, the stages (the distinct meshes of
@@ -936,6 +1083,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
     if (!st) st = group_updates(&L);
+    if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);
     for (int i = 0; !st && i < P->n_order; i++)
         if (P->order[i]->flags & PDDE_TENSOR_LOSS) P->loss = P->order[i];
@@ -970,10 +1118,13 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
                 t->dist.mesh ? attr : "");
         if (t->op == PDDE_OP_SEND || t->op == PDDE_OP_RECV)
             fprintf(f, "  %s rank %d (tag %d)", t->op == PDDE_OP_SEND ? "to" : "from", in->peer, in->tag);
+        else if (in->bucket)
+            fprintf(f, "  out of %s (its elements %lld..)", in->bucket->name, (long long)in->bucket_offset);
         else if (is_collective(t->op) && in->axis >= 0) {
             fprintf(f, "  over %s [", P->mesh->names[in->axis]);
             for (int r = 0; r < P->mesh->shape[in->axis]; r++) fprintf(f, r ? " %d" : "%d", P->group[in->axis][r]);
             fprintf(f, "] %zu bytes%s", in->bytes, in->early ? ", started early" : "");
+            if (in->bucket_members) fprintf(f, ", a bucket of %d", in->bucket_members);
         } else if (t->op == PDDE_OP_COPY)
             fprintf(f, "  from device %d", t->src[0]->device);
         if (in->chunk >= 0 && P->n_chunks > 1) fprintf(f, "  chunk %d", in->chunk);
@@ -992,7 +1143,7 @@ PDDE_PRIVATE bool program_no_cpu_fallback(const pdde_session_params *p) {
 
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank) {
     pdde_lower_params lp = {world_size, rank, p->device, p->layer_devices, p->n_layer_devices, p->pipeline_schedule, p->comm_dtype,
-                            p->overlap_gradients > 0, program_no_cpu_fallback(p)};
+                            p->overlap_gradients > 0, program_no_cpu_fallback(p), p->gradient_bucket_bytes};
     if (p->overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
         lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
     return lp;

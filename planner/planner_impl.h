@@ -227,6 +227,16 @@ typedef struct {
      * mesh axis vocab_axis (-1: not split); the executor runs the cross-entropy's reductions */
     int vocab_axis;
     size_t bytes;       /* what the node moves: a collective's input block, a message, a copy */
+    /* gradient buckets (lower_buckets): data-parallel collectives of small tensors carried by one
+     * collective on a flat buffer, the bucket's own node. A bucket node: bucket_members > 0, its
+     * first member in bucket_next, bucket_block elements per rank's block (an allreduce's whole
+     * buffer). A member: bucket = its bucket node, bucket_next the next member, bucket_offset its
+     * elements' place in each block; it stays in the order as the copy of its result out of the
+     * bucket (its last source). */
+    bool data_parallel; /* a gradient reduction or a gather of updated shards (ZeRO): bucketable */
+    int bucket_members;
+    int64_t bucket_block, bucket_offset;
+    pdde_tensor *bucket, *bucket_next;
 } pdde_program_node;
 
 /* One pass of a step: the nodes of `phase` (forward or backward, for micro-batch `micro`, of chunk
@@ -292,6 +302,7 @@ typedef struct {
     pdde_dtype comm_dtype;      /* what reshard collectives of f32 tensors carry */
     bool overlap_gradients;     /* gradient reductions start early (on host memory) */
     bool no_cpu_fallback;       /* a node its device cannot run stays there (the session then refuses it) */
+    int64_t gradient_bucket_bytes; /* pdde_session_params': 0 = GRADIENT_BUCKET_BYTES, < 0 = no buckets */
 } pdde_lower_params;
 
 /* Lowers g for one rank. The program is freed with program_free. */

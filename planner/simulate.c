@@ -44,7 +44,8 @@ static int sim_collective_op(sim_rank *s, const pdde_tensor *t, int micro, int a
     op.coll = sim_collective(t->op), op.algo = PDDE_ALGO_AUTO, op.dtype = t->dtype;
     /* (the calibration's convention: the whole buffer of an allreduce, the gathered result of an
      * allgather, the input of a reduce-scatter or an alltoall) */
-    op.count = pdde_tensor_numel(t->op == PDDE_OP_ALLGATHER ? t : t->src[0]);
+    op.count = in->bucket_members ? (t->op == PDDE_OP_ALLREDUCE ? 1 : s->P->mesh->shape[in->axis]) * in->bucket_block
+                                  : pdde_tensor_numel(t->op == PDDE_OP_ALLGATHER ? t : t->src[0]);
     if ((op.group = sim_group(s, in->axis)) < 0) return op.group;
     sim_name(&op, t, micro);
     return pdde_cost_program_add(s->cp, s->rank, &op);
@@ -92,6 +93,23 @@ static int sim_vocab_ce(sim_rank *s, const pdde_tensor *t, int micro) {
     return k;
 }
 
+/* A gradient bucket's member (lower_buckets): the first completes its bucket — waits for it if it
+ * started early, runs it if it did not start in this step — and the copies out are left uncharged. */
+static int sim_bucket_member(sim_rank *s, const pdde_tensor *t, int micro) {
+    const pdde_tensor *b = s->P->info[t->id].bucket;
+    int *started = &s->started[b->id], k = 0;
+    if (*started == -1) k = sim_collective_op(s, b, micro, 0);
+    if (*started >= 0) {
+        pdde_cost_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = PDDE_COST_WAIT, op.phase = t->phase, op.micro = micro, op.last_use = -1, op.wait = *started;
+        sim_name(&op, t, micro);
+        k = pdde_cost_program_add(s->cp, s->rank, &op);
+    }
+    *started = -2; /* (done) */
+    return k;
+}
+
 /* One pass of the step (phase < 0: every phase, a step of one micro-batch). */
 static int sim_pass(sim_rank *s, int phase, int micro, int chunk, bool early) {
     const pdde_program *P = s->P;
@@ -102,10 +120,13 @@ static int sim_pass(sim_rank *s, int phase, int micro, int chunk, bool early) {
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || (phase >= 0 && (int)t->phase != phase)) continue;
         if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && in->chunk != chunk) continue;
         bool collective = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && in->axis >= 0;
-        if (collective && in->early) { /* started in the step's last backward pass only; else its wait runs it */
+        if (in->bucket) {
+            k = sim_bucket_member(s, t, micro);
+        } else if (collective && in->early) { /* started in the step's last backward pass only; else its wait runs it */
             if (early) k = s->started[t->id] = sim_collective_op(s, t, micro, 1);
         } else if (collective) {
             k = sim_collective_op(s, t, micro, 0);
+            if (in->bucket_members && k >= 0) s->started[t->id] = -2; /* (its members copy out) */
         } else if (t->op == PDDE_OP_COMM_WAIT) {
             const pdde_tensor *c = t->src[0];
             if (s->started[c->id] < 0) {

@@ -505,6 +505,30 @@ static void test_plan_programs(void) {
     }
     double dp_compute = r ? r->compute_time[0] : 0;
     pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
+    /* gradient buckets: one collective a bucket, its latency paid once. dp=2 carries its 28 gradient
+     * allreduces (4P = 112128 bytes) in one bucket (25 MiB), or in 28 collectives without buckets. On
+     * this cluster (1e-5 s latency, 1e9 B/s within the machine) an allreduce over 2 ranks of up to 64
+     * KiB is one round of recursive doubling, 1e-5 s + bytes / 1e9 (every gradient here: 16 KiB at
+     * most), a larger one a ring of 2 steps of 1e-5 s + bytes / 2e9 (the bucket): 28e-5 + 4P / 1e9 s
+     * without buckets, 2e-5 + 4P / 1e9 s with */
+    for (int bucketed = 0; bucketed < 2; bucketed++) {
+        sp.gradient_bucket_bytes = bucketed ? 0 : -1;
+        r = simulate_plan(c, "dp=2", &sp, NULL, &g, &p);
+        int n = 0;
+        double elems = 0, seconds = 0;
+        for (int i = 0; r && i < pdde_cost_program_n_ops(p, 0); i++) {
+            const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
+            if (o->kind != PDDE_COST_COLLECTIVE || !strcmp(o->name, "loss allreduce")) continue;
+            n++, elems += (double)o->count;
+            seconds += pdde_cost_collective_time(ctx, c, o->coll, o->algo, (const int[]){0, 1}, 2, o->count, o->dtype);
+        }
+        int want = bucketed ? 1 : 28;
+        double want_s = (bucketed ? 2e-5 : 28e-5) + 4 * params / 1e9;
+        CHECK(n == want && elems == params && test_close(seconds, want_s, 1e-9, 0), "dp=2 %s: %d gradient collectives of %.0f elements in "
+              "%g s, want %d of %.0f in %g s", bucketed ? "bucketed" : "unbucketed", n, elems, seconds, want, params, want_s);
+        pdde_cost_result_free(r), pdde_cost_program_free(p), pdde_graph_free(g);
+    }
+    sp.gradient_bucket_bytes = 0;
     /* bf16 on the wire: the same elements in half the bytes */
     sp.comm_dtype = PDDE_BF16;
     r = simulate_plan(c, "dp=2", &sp, NULL, &g, &p);

@@ -15,6 +15,7 @@
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -44,6 +45,7 @@ typedef struct {
     int64_t bucket_bytes;  /* gradient_bucket_bytes (0: 25 MiB, every gradient of this model in one bucket) */
     int shares[RANKS];     /* uneven data parallelism: rank r runs shares[r] x micro_batches micro-batches
                               of the global batch's consecutive blocks (gpt_write_batch); {0} = equal */
+    int at_update;         /* 1: no overlap (overlap_gradients -1): the reductions and their buckets run at the update */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -53,23 +55,33 @@ static void global_batch(int step, int32_t *x, int32_t *y) {
 
 #define FAIL_WITH(...) do { snprintf(out->error, sizeof out->error, __VA_ARGS__); goto done; } while (0)
 
+/* The GPT of dc in session *s (comm NULL: one process); *g to free after *s either way. */
+static pdde_status open_session(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, pdde_graph **g, gpt_model *m, gpt_plan *plan,
+                                pdde_session **s) {
+    *s = NULL;
+    pdde_graph_init(ctx, g);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
+    *plan = (gpt_plan){.dp = comm ? RANKS : 1, .tp = 1, .pp = 1, .micro = dc->micro_batches, .zero = dc->zero,
+                       .shares = comm && dc->shares[0] ? dc->shares : NULL};
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = comm;
+    sp.overlap_gradients = dc->at_update ? -1 : 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
+    sp.gradient_bucket_bytes = dc->bucket_bytes;
+    if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
+    if (dc->scale_sensitive) op.eps = 1e-3f, op.clip_norm = 0;
+    pdde_status st = gpt_build_plan(*g, &cfg, plan, &op, m);
+    return st ? st : pdde_session_init(*g, &sp, s);
+}
+
 /* Trains STEPS steps (comm NULL: one process); the loss of a step is the global mean. */
 static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_result *out) {
     pdde_graph *g;
     pdde_session *s = NULL;
     gpt_model m;
-    pdde_graph_init(ctx, &g);
+    gpt_plan plan;
     int micro = dc->micro_batches;
-    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
-    gpt_plan plan = {.dp = comm ? RANKS : 1, .tp = 1, .pp = 1, .micro = micro, .zero = dc->zero, .shares = comm && dc->shares[0] ? dc->shares : NULL};
-    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.world = comm;
-    sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
-    sp.gradient_bucket_bytes = dc->bucket_bytes;
-    if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
-    if (dc->scale_sensitive) op.eps = 1e-3f, op.clip_norm = 0;
-    if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
+    if (open_session(ctx, comm, dc, &g, &m, &plan, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     out->optimizer_bytes = (double)ms.optimizer_bytes;
@@ -111,6 +123,33 @@ done:
 }
 
 static void train_rank(pdde_context *ctx, pdde_comm *comm, void *arg) { train(ctx, comm, arg, test_rank_result); }
+
+/* Rank 1 SIGKILLed between steps: rank 0's next step fails in its gradient bucket (started early, or
+ * run at the update) with PDDE_ERR_PEER_LOST, the error naming the bucket, within the peer timeout. */
+typedef struct { pdde_status st; double seconds; int steps; char error[256]; } lost_result;
+
+static void lose_a_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    lost_result *out = test_rank_result;
+    pdde_graph *g;
+    pdde_session *s;
+    gpt_model m;
+    gpt_plan plan;
+    int32_t x[8 * 16], y[8 * 16];
+    double t0 = test_now();
+    out->st = open_session(ctx, comm, arg, &g, &m, &plan, &s);
+    for (int step = 0; step < 200 && !out->st; step++) {
+        if (step == 3 && pdde_comm_rank(comm) == 1) raise(SIGKILL);
+        global_batch(step, x, y);
+        out->st = gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm), x, y);
+        t0 = test_now();
+        if (!out->st) out->st = pdde_session_run(s, PDDE_RUN_STEP);
+        out->steps = step;
+    }
+    out->seconds = test_now() - t0;
+    snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
 
 /* RANKS processes that meet through the store; rank 0's result comes back. */
 static void run_ranks(const char *store_addr, const dp_config *dc, run_result *out) {
@@ -180,17 +219,17 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0, 0, 0, {0}},
-        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0, 0, 0, {0}},
-        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}},
-        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}},  /* one collective per gradient */
-        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}},   /* small buckets: several, with gradients between them alone */
-        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}},
+        {"dp2", 0, 1, 0, 0, 0, 0, {0}, 0},
+        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}, 0},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0, 0, {0}, 0},
+        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}, 0},
+        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}, 0},  /* one collective per gradient */
+        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}, 0},   /* small buckets: several, with gradients between them alone */
+        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}, 0},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}, 0},
     };
-    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}, 0};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
     int n_configs = has_device ? 9 : 7;
     for (int i = n_configs; i < 9; i++)
@@ -208,7 +247,7 @@ int main(void) {
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
     for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
     /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
-    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}};
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}, 0}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}, 0};
     run_result sres = {0}, sref = {0};
     run_ranks(addr, &scaled, &sres);
     train(ctx, NULL, &scaled_ref, &sref);
@@ -217,31 +256,99 @@ int main(void) {
     /* uneven shares: each micro-batch weighs the same whatever rank runs it (gradient scale-sensitive
      * too: a rank's share weighted as a whole rank's, or the update's scale 1 / micro, shows) */
     static const dp_config uneven[] = {
-        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
-        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
-        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}},     /* ZeRO-1: the shard updates take the same scale */
+        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}, 0},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
+        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}, 0},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
+        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}, 0},     /* ZeRO-1: the shard updates take the same scale */
     };
     for (int i = 0; i < 3; i++) {
         run_result ures = {0};
         run_ranks(addr, &uneven[i], &ures);
         compare(uneven[i].name, scaled_ref.name, &sref, &ures);
     }
+    /* gradient buckets at the update too (no overlap), ZeRO-1 and -2 without buckets and in buckets of
+     * 512 bytes (many), the same numbers as one process */
+    static const dp_config bucketed[] = {
+        {"dp2_late", 0, 1, 0, 0, 0, 0, {0}, 1},             /* one allreduce bucket at the update */
+        {"dp2_late_512", 0, 1, 0, 0, 0, 512, {0}, 1},
+        {"zero1_unbucketed", 1, 1, 0, 0, 0, -1, {0}, 0},
+        {"zero1_512", 1, 1, 0, 0, 0, 512, {0}, 0},
+        {"zero1_late", 1, 1, 0, 0, 0, 0, {0}, 1},
+        {"zero2", 2, 1, 0, 0, 0, 0, {0}, 0},
+        {"zero2_unbucketed", 2, 1, 0, 0, 0, -1, {0}, 0},
+    };
+    enum { N_BUCKETED = sizeof bucketed / sizeof *bucketed };
+    run_result bres[N_BUCKETED];
+    memset(bres, 0, sizeof bres);
+    for (int i = 0; i < N_BUCKETED; i++) {
+        run_ranks(addr, &bucketed[i], &bres[i]);
+        compare(bucketed[i].name, "ref", &ref, &bres[i]);
+    }
+    /* buckets change what travels together, not the arithmetic: a sum of 2 ranks is the same bits in
+     * any bucket, so every bucketed run is the unbucketed run of its plan exactly, losses and final state */
+    static const char *const same[][2] = {{"dp2", "dp2_unbucketed"}, {"dp2_buckets", "dp2_unbucketed"}, {"dp2_late", "dp2_unbucketed"},
+                                          {"dp2_late_512", "dp2_unbucketed"}, {"zero1", "zero1_unbucketed"}, {"zero1_512", "zero1_unbucketed"},
+                                          {"zero1_late", "zero1_unbucketed"}, {"zero2", "zero2_unbucketed"}};
+    for (int i = 0; i < (int)(sizeof same / sizeof *same); i++) {
+        const run_result *a = NULL, *b = NULL;
+        for (int k = 0; k < n_configs; k++) {
+            if (!strcmp(configs[k].name, same[i][0])) a = &res[k];
+            if (!strcmp(configs[k].name, same[i][1])) b = &res[k];
+        }
+        for (int k = 0; k < N_BUCKETED; k++) {
+            if (!strcmp(bucketed[k].name, same[i][0])) a = &bres[k];
+            if (!strcmp(bucketed[k].name, same[i][1])) b = &bres[k];
+        }
+        if (!a || !b || !a->ok || !b->ok) continue;
+        CHECK(!memcmp(a->losses, b->losses, sizeof a->losses), "%s: the losses are not %s's bit for bit", same[i][0], same[i][1]);
+        char what[96], path[256], ref_path[256];
+        snprintf(what, sizeof what, "%s as %s, bit for bit", same[i][0], same[i][1]);
+        snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, same[i][0]), snprintf(ref_path, sizeof ref_path, "%s.%s.ckpt", tmp_prefix, same[i][1]);
+        test_ckpt_compare(what, path, ref_path, 0, 0);
+    }
+    for (int late = 0; late < 2; late++) {
+        const dp_config killed = {late ? "dp2_lost_late" : "dp2_lost", 0, 1, 0, 0, 0, 0, {0}, late};
+        lost_result lost[RANKS];
+        memset(lost, 0, sizeof lost);
+        test_ranks_params tl = {.addr = addr, .prefix = killed.name, .timeout_s = 60, .peer_timeout_s = 2, .n_threads = 1,
+                                .killed_ok = 1u << 1, .server = srv, .results = lost, .result_size = sizeof *lost};
+        test_run_ranks(RANKS, &tl, lose_a_rank, (void *)&killed, 60);
+        CHECK(lost[0].st == PDDE_ERR_PEER_LOST && lost[0].steps == 3 && lost[0].seconds <= tl.peer_timeout_s && strstr(lost[0].error, "gradient bucket"),
+              "%s: rank 1 killed, rank 0 got %s after %.2f s at step %d: %s", killed.name, pdde_status_str(lost[0].st), lost[0].seconds,
+              lost[0].steps, lost[0].error);
+        printf("%-12s rank 1 killed at step 3: rank 0 failed %.2f s into the step: %s\n", killed.name, lost[0].seconds, lost[0].error);
+    }
     run_result dp = res[0], zero = res[3];
     /* every parameter's gradient reduction starts in backward (28 parameters in this model; ZeRO-1 also
-     * reduces each whole for the clipping norm besides reduce-scattering it for its shard's update) */
-    CHECK(dp.early_reductions == 28 && zero.early_reductions == 56, "reductions started in backward: %d (ZeRO-1 %d), want 28 (56)",
-          dp.early_reductions, zero.early_reductions);
-    /* ... and travel in buckets: the 28 allreduces in one of 25 MiB; in buckets of 4 KiB the 9 of 4 KiB
-     * and more alone (wte; per layer qkv, attention projection, fc, mlp projection), the other 19 (5632
-     * bytes) in two, the first closed where the next gradient would overflow it: 11; ZeRO-1's
-     * reduce-scatters alone */
-    int unbucketed = res[5].gradient_collectives, small = res[6].gradient_collectives;
-    printf("gradient collectives per step: %d unbucketed, %d in 4 KiB buckets, %d in 25 MiB buckets (ZeRO-1 %d)\n", unbucketed, small,
-           dp.gradient_collectives, zero.gradient_collectives);
-    CHECK(unbucketed == 28 && dp.gradient_collectives == 1 && zero.gradient_collectives == 29,
-          "gradient collectives per step: %d unbucketed, %d bucketed (ZeRO-1 %d), want 28, 1 (29)", unbucketed, dp.gradient_collectives,
-          zero.gradient_collectives);
-    CHECK(small == 11, "4 KiB buckets: %d collectives, want 11 (9 gradients alone, 2 buckets)", small);
+     * reduces each whole for the clipping norm besides reduce-scattering it for its shard's update): one
+     * collective each, or one a bucket (the 28 allreduces in one, ZeRO-1's reduce-scatters in another) */
+    CHECK(res[5].early_reductions == 28 && dp.early_reductions == 1 && zero.early_reductions == 2 && bres[2].early_reductions == 56,
+          "reductions started in backward: %d unbucketed, %d bucketed (ZeRO-1 %d, unbucketed %d), want 28, 1 (2, 56)", res[5].early_reductions,
+          dp.early_reductions, zero.early_reductions, bres[2].early_reductions);
+    /* ... and every data-parallel collective a step, counted as it runs: in buckets of 25 MiB, one a
+     * kind (ZeRO-1: the allreduces, the reduce-scatters, the gathers of the updated shards); in buckets
+     * of 4 KiB the 9 gradients of 4 KiB and more alone (wte; per layer qkv, attention projection, fc,
+     * mlp projection), the other 19 (5632 bytes) in a bucket of 18 and one alone, the bucket closed
+     * where the next gradient would overflow it: 11; in buckets of 512 bytes the 12 of 512 bytes and
+     * more alone and the 16 others in 6 buckets, early (backward's order) or at the update (the
+     * parameters' order): 18 (ZeRO-1: 18 a kind) */
+    int want[][2] = {{res[5].gradient_collectives, 28}, {dp.gradient_collectives, 1}, {res[6].gradient_collectives, 11},
+                     {zero.gradient_collectives, 3}, {bres[0].gradient_collectives, 1}, {bres[1].gradient_collectives, 18},
+                     {bres[2].gradient_collectives, 84}, {bres[3].gradient_collectives, 54}, {bres[4].gradient_collectives, 3}};
+    const char *what[] = {"dp2 unbucketed", "dp2", "dp2 in 4 KiB buckets", "zero1", "dp2 at the update", "dp2 at the update in 512 B buckets",
+                          "zero1 unbucketed", "zero1 in 512 B buckets", "zero1 at the update"};
+    for (int i = 0; i < 9; i++)
+        CHECK(want[i][0] == want[i][1], "%s: %d data-parallel collectives a step, want %d", what[i], want[i][0], want[i][1]);
+    /* (gradients in device memory go one collective each: buckets are host memory's) */
+    CHECK(!has_device || (res[7].gradient_collectives == 28 && res[8].gradient_collectives == 84), "gradients on a device: %d data-parallel "
+          "collectives a step (ZeRO-1 %d), want 28 (84)", res[7].gradient_collectives, res[8].gradient_collectives);
+    /* (ZeRO-2 reduce-scatters each micro-batch's gradient in backward, before any accumulator: those
+     * are not bucketed nor counted; its 28 gathers of updated shards are, in one bucket) */
+    CHECK(bres[6].gradient_collectives == 28 && bres[5].gradient_collectives == 1, "zero2: %d data-parallel collectives unbucketed, %d "
+          "bucketed, want 28, 1", bres[6].gradient_collectives, bres[5].gradient_collectives);
+    printf("data-parallel collectives per step: dp2 %d unbucketed, %d in 4 KiB buckets, %d in 25 MiB buckets; at the update %d, %d in 512 B "
+           "buckets; ZeRO-1 %d unbucketed, %d in 512 B buckets, %d in 25 MiB buckets, %d at the update; ZeRO-2 %d unbucketed, %d bucketed\n",
+           want[0][0], want[2][0], want[1][0], want[4][0], want[5][0], want[6][0], want[7][0], want[3][0], want[8][0],
+           bres[6].gradient_collectives, bres[5].gradient_collectives);
     CHECK(dp.optimizer_bytes == ref.optimizer_bytes, "plain data parallelism keeps the whole optimizer state");
     CHECK(zero.optimizer_bytes <= 0.5 * ref.optimizer_bytes + 64, "ZeRO-1 state %.0f bytes vs %.0f: must be halved", zero.optimizer_bytes, ref.optimizer_bytes);
     char cmd[200];

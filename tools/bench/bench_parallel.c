@@ -91,6 +91,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_resul
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = world;
     if (p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
+    if (strstr(p->name, "_nobucket")) sp.gradient_bucket_bytes = -1; /* (one collective per gradient: what buckets save) */
     if (build(g, &m, p) || pdde_session_init(g, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %.180s", pdde_last_error(ctx));
         pdde_graph_free(g);
@@ -261,11 +262,13 @@ int main(int argc, char **argv) {
     static const plan plans[] = {
         /* name            dp tp pp micro gpipe zero recompute chunks */
         {"dp2",            2, 1, 1, 1, 0, 0, 0, 0},
+        {"dp2_nobucket",   2, 1, 1, 1, 0, 0, 0, 0},
         {"tp2",            1, 2, 1, 1, 0, 0, 0, 0},
         {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0},
         {"pp2_gpipe",      1, 1, 2, 4, 1, 0, 0, 0},
         {"pp2_interleaved", 1, 1, 2, 4, 0, 0, 0, 2},
         {"zero1_dp2",      2, 1, 1, 1, 0, 1, 0, 0},
+        {"zero1_nobucket", 2, 1, 1, 1, 0, 1, 0, 0},
         {"zero2_dp2",      2, 1, 1, 1, 0, 2, 0, 0},
         {"zero3_dp2",      2, 1, 1, 1, 0, 3, 0, 0},
         {"dp4",            4, 1, 1, 1, 0, 0, 0, 0},
