@@ -104,6 +104,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     if (params) p = *params;
     pdde_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return PDDE_ERR_OOM;
+    error_init(ctx);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
     const char *share = getenv("PDDE_NUM_THREADS"); /* a launcher's share of the cores for this rank */
@@ -124,7 +125,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
         pdde_context_free(ctx);
         return st;
     }
-    ctx->last_error[0] = 0; /* a backend whose driver is absent is not an error of this call */
+    error_clear(ctx); /* a backend whose driver is absent is not an error of this call */
     *out = ctx;
     return PDDE_OK;
 }
@@ -132,6 +133,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
 void pdde_context_free(pdde_context *ctx) {
     if (!ctx) return;
     registry_free(ctx->registry);
+    error_fini(ctx);
     free(ctx);
 }
 
@@ -1175,9 +1177,8 @@ static pdde_status session_place(pdde_session *s) {
         pdde_tensor *t = P->order[i];
         int slot = session_slot_for(s, t->device);
         if (slot < 0) {
-            char why[sizeof s->ctx->last_error];
-            memcpy(why, s->ctx->last_error, sizeof why);
-            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened (%s)", t->name, t->device, why);
+            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened (%s)", t->name, t->device,
+                              pdde_last_error(s->ctx));
         }
         s->slot[t->id] = slot;
         session_device *sd = &s->devs[slot];
@@ -2241,7 +2242,8 @@ static pdde_status read_scalars(pdde_session *s, const pdde_tensor *a, float *va
  * update every rank learns whether any rank saw an overflow, the scale of the ranks holding the loss
  * and whether all ranks hold the same scale; the step is skipped everywhere if any overflowed or the
  * scales differ (a rank unscaled by the wrong one: after set_loss_scale on some ranks, or a checkpoint
- * the stages without the loss did not read it from), and every rank goes on from the loss's scale. */
+ * the stages without the loss did not read it from), and every rank goes on from the loss's scale.
+ * Every rank calls it once per updating run: at its first update, or after its run when it has none. */
 static pdde_tensor *local_of(const pdde_session *s, const pdde_tensor *t);
 static pdde_status scaler_agree(pdde_session *s) {
 #ifdef PDDE_HAVE_COMM
@@ -2542,6 +2544,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         pdde_status sync = device_sync(s, &s->devs[d]);
         if (st == PDDE_OK) st = sync;
     }
+    /* a rank without update nodes (a pipeline stage without parameters) never reached the check before
+     * the first update: it joins the others' skip decision now, before the collectives that follow */
+    if (st == PDDE_OK && s->loss_scaling && mode_runs_update(mode) && !s->update_checked) st = scaler_agree(s);
     if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) /* (read before the update, or now) */
         st = s->loss_read ? (loss_sum += s->loss_value, check_loss(s, s->loss_value, 0)) : add_loss(s, 0, &loss_sum);
     if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || mode_runs_update(mode))) drop_gradients(s);
@@ -2557,11 +2562,11 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (st != PDDE_OK && s->world) {
         /* the other ranks are inside the same collectives: fail them now rather than at their timeout */
         char why[sizeof s->ctx->last_error];
-        memcpy(why, s->ctx->last_error, sizeof why);
+        snprintf(why, sizeof why, "%s", pdde_last_error(s->ctx));
         drop_requests(s);
         drop_sends(s);
         if (st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_ABORTED) pdde_comm_abort(s->world);
-        memcpy(s->ctx->last_error, why, sizeof why);
+        pdde_error(s->ctx, st, "%s", why); /* (what the abort raised is not the cause) */
     }
 #endif
     if (s->trace) {
@@ -3616,9 +3621,9 @@ const pdde_transport_iface *pdde_transport_ucx(void) { return NULL; }
  * Asynchronous pipeline (pdde.h): stage functions on worker threads, bounded queues of slots between
  * them. Queue k feeds stage k (queue 0 holds the free slots); the last stage gives its slots back to
  * queue 0. A stage's last worker to finish closes the queue after it, so the stages drain in order.
- * Errors: the context's last-error buffer is one for every thread, so worker threads never write it
- * themselves: the run's first error is kept in the pipeline under its lock (a stage's own message
- * copied at once) and written to the context by the calling thread once every worker has joined. */
+ * Errors: a stage's message is its worker thread's own (errors are per thread: backends/base.c); the
+ * run's first error is kept in the pipeline under its lock (that message copied at once, or a note
+ * that the stage left none) and raised on the calling thread once every worker has joined. */
 
 typedef struct { void *slot; int64_t index; } pipe_item;
 
@@ -3820,12 +3825,15 @@ static void *pipe_worker_main(void *arg) {
         w->c.starved_s += t1 - t0;
         if (!got) break;
         pthread_mutex_unlock(&pl->mu);
+        uint64_t errors_before = error_count();
         pdde_status st = pl->stage[k].fn(pl->stage[k].user, it.slot, it.index, w->worker);
         double t2 = pipe_clock(CLOCK_MONOTONIC);
         w->c.busy_s += t2 - t1, w->c.batches++;
         pthread_mutex_lock(&pl->mu);
-        if (st) { /* (the stage's message: as the stage left it, unless another stage fails at the same time) */
-            pipe_fail(pl, st, "pipeline: stage %d (%s), batch %lld: %s", k, pl->stage[k].name, (long long)it.index, pdde_last_error(pl->ctx));
+        if (st) { /* (a stage that raised nothing in this call: not this thread's older message, nor another's) */
+            bool told = error_count() != errors_before;
+            pipe_fail(pl, st, "pipeline: stage %d (%s), batch %lld: %s%s", k, pl->stage[k].name, (long long)it.index,
+                      told ? pdde_last_error(pl->ctx) : pdde_status_str(st), told ? "" : " (the stage left no message)");
             break;
         }
         bool put = pipe_put(pl, (k + 1) % n, it, k); /* the last stage frees the slot */
