@@ -24,7 +24,6 @@
 #ifdef PDDE_HAVE_UCX /* the ranks test (4.) */
 #include "tests/comm_test_util.h"
 #endif
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -558,8 +557,8 @@ static int paramless_head_rank(void) {
 
 static void test_f16_paramless_stage(const char *self) {
     char dir[512], run[600], cmd[1400], out[8192] = "";
-    snprintf(dir, sizeof dir, "%s", self);
-    snprintf(run, sizeof run, "%s/pdde-run", dirname(dir));
+    test_binary_dir(self, dir, sizeof dir);
+    snprintf(run, sizeof run, "%s/pdde-run", dir);
     if (access(run, X_OK)) { test_skip("ucx", "no %s (make all builds it): the paramless stage under pdde-run", run); return; }
     snprintf(cmd, sizeof cmd, "PDDE_BACKENDS=cpu UCX_WARN_UNUSED_ENV_VARS=n timeout -s KILL 120 %s -n 2 %s --paramless-head-rank 2>&1", run, self);
     FILE *p = popen(cmd, "r");

@@ -455,12 +455,6 @@ static void test_nonfinite_first_node(void) {
  * Memory admission: a plan bigger than the machine is refused at session init with the numbers,
  * before anything is allocated (the graph is symbolic: a 4 TB weight costs nothing to build) */
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* y = x @ w with w [n, n] and AdamW (n = 2^20: 4 TB of f32 and 16 TB of state), on `device`. */
 static pdde_status absurd_session(pdde_context *ctx, int device, int64_t n, double headroom, pdde_graph **g, pdde_session **s) {
     pdde_graph_init(ctx, g);
@@ -481,13 +475,13 @@ static void test_memory_admission(void) {
     pdde_graph *g;
     pdde_session *s = NULL;
     pdde_context_init(&cp, &ctx);
-    double t0 = seconds_now();
+    double t0 = test_now();
     pdde_status st = absurd_session(ctx, 0, (int64_t)1 << 20, 0, &g, &s);
     const char *e = pdde_last_error(ctx);
     printf("absurd model: %s\n", e);
     CHECK(st == PDDE_ERR_OOM && !s && contains(e, "bytes) of host memory") && contains(e, "available"),
           "a 16 TB plan is refused with the numbers: %s: %s", pdde_status_str(st), e);
-    CHECK(seconds_now() - t0 < 5, "refused at once (%.1f s): nothing was allocated or touched", seconds_now() - t0);
+    CHECK(test_now() - t0 < 5, "refused at once (%.1f s): nothing was allocated or touched", test_now() - t0);
     pdde_graph_free(g);
 
     /* what is available can be stated (PDDE_MEMORY_AVAILABLE), and the check skipped */
@@ -752,10 +746,7 @@ static void test_errors_under_threads(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    snprintf(build_dir, sizeof build_dir, "%s", argv[0]);
-    char *slash = strrchr(build_dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(build_dir, sizeof build_dir, ".");
+    test_binary_dir(argv[0], build_dir, sizeof build_dir);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pdde_test_robust.XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     signal(SIGALRM, on_alarm);
