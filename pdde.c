@@ -3727,6 +3727,15 @@ static void pipe_fail(pdde_pipeline *pl, pdde_status st, const char *fmt, ...) {
     pthread_cond_broadcast(&pl->cv);
 }
 
+/* Stage k's failure st on batch index, into out: the message its call raised (on whichever context),
+ * or a note that it raised none (errors_before: error_count() before the call), never an older
+ * message of the thread's nor another thread's. */
+static void pipe_stage_error(const pdde_pipeline *pl, int k, int64_t index, pdde_status st, uint64_t errors_before, char *out, size_t cap) {
+    bool told = error_count() != errors_before;
+    snprintf(out, cap, "pipeline: stage %d (%.32s), batch %lld: %.900s%s", k, pl->stage[k].name, (long long)index,
+             told ? error_here() : pdde_status_str(st), told ? "" : " (the stage left no message)");
+}
+
 /* Gives every stage without a fixed worker count its share of max_threads, from per_batch_s. */
 static void pipe_size(pdde_pipeline *pl, const char *source) {
     int n = pl->p.n_stages, used = 0;
@@ -3830,10 +3839,10 @@ static void *pipe_worker_main(void *arg) {
         double t2 = pipe_clock(CLOCK_MONOTONIC);
         w->c.busy_s += t2 - t1, w->c.batches++;
         pthread_mutex_lock(&pl->mu);
-        if (st) { /* (a stage that raised nothing in this call: not this thread's older message, nor another's) */
-            bool told = error_count() != errors_before;
-            pipe_fail(pl, st, "pipeline: stage %d (%s), batch %lld: %s%s", k, pl->stage[k].name, (long long)it.index,
-                      told ? pdde_last_error(pl->ctx) : pdde_status_str(st), told ? "" : " (the stage left no message)");
+        if (st) {
+            char msg[sizeof pl->error];
+            pipe_stage_error(pl, k, it.index, st, errors_before, msg, sizeof msg);
+            pipe_fail(pl, st, "%s", msg);
             break;
         }
         bool put = pipe_put(pl, (k + 1) % n, it, k); /* the last stage frees the slot */
@@ -3859,10 +3868,15 @@ static pdde_status pipe_calibrate(pdde_pipeline *pl, int64_t first, int64_t m) {
         for (int k = 0; k < n; k++) {
             pipe_counts c = {1, 0, 0, 0, 0};
             double t0 = pipe_clock(CLOCK_MONOTONIC), c0 = pipe_clock(CLOCK_THREAD_CPUTIME_ID);
+            uint64_t errors_before = error_count();
             pdde_status st = pl->stage[k].fn(pl->stage[k].user, pl->p.slots[0], first + b, 0);
             c.busy_s = pipe_clock(CLOCK_MONOTONIC) - t0, c.cpu_s = pipe_clock(CLOCK_THREAD_CPUTIME_ID) - c0;
             pipe_count(pl, k, &c);
-            if (st) return st;
+            if (st) {
+                char msg[sizeof pl->error];
+                pipe_stage_error(pl, k, first + b, st, errors_before, msg, sizeof msg);
+                return pdde_error(pl->ctx, st, "%s", msg);
+            }
             /* the fastest batch: on a shared machine the slower ones measure other processes' load */
             if (b == 0 || c.busy_s < pl->per_batch_s[k]) pl->per_batch_s[k] = c.busy_s;
         }

@@ -85,13 +85,15 @@ PDDE_PRIVATE const char *registry_family_name(const registry_family *f);
 
 /* base.c, errors: error_init/error_fini make and end a context's error state; error_vset records a
  * message (pdde_error's body, for callers with a va_list); error_clear forgets the calling thread's
- * and the context's message; error_count is how many errors this thread has raised so far (on any
- * context), so a caller can tell whether a call it made left a message of its own. */
+ * and the context's message; error_count is how many errors this thread has raised so far and
+ * error_here the message of its last one, on any context: so a caller can tell whether a call it
+ * made raised a message, and read it whatever context the call raised it on. */
 PDDE_PRIVATE void error_init(pdde_context *ctx);
 PDDE_PRIVATE void error_fini(pdde_context *ctx);
 PDDE_PRIVATE void error_vset(pdde_context *ctx, const char *fmt, va_list ap);
 PDDE_PRIVATE void error_clear(pdde_context *ctx);
 PDDE_PRIVATE uint64_t error_count(void);
+PDDE_PRIVATE const char *error_here(void);
 
 /* base.c: t's shape as [a,b,c]; the CRC-32 (zlib's) of n bytes continuing crc (0 to start). */
 PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);

@@ -659,7 +659,7 @@ static void *error_thread_main(void *arg) {
     return NULL;
 }
 
-typedef struct { pdde_context *ctx; int fail_stage, fail_at, raise; } error_stages;
+typedef struct { pdde_context *ctx, *own; } error_stages;
 
 /* Stage k of the both-fail case: raises its own message on batch fail_at and fails after a pause
  * (time for the other stage to raise its own meanwhile). */
@@ -683,6 +683,13 @@ static pdde_status stage_recovers(void *user, void *slot, int64_t index, int wor
 static pdde_status stage_silent(void *user, void *slot, int64_t index, int worker) {
     (void)user, (void)slot, (void)worker;
     return index == 1 ? PDDE_ERR_IO : PDDE_OK;
+}
+
+/* A stage that drives a session of a context of its own fails batch 1 there. */
+static pdde_status stage_own_context(void *user, void *slot, int64_t index, int worker) {
+    (void)slot, (void)worker;
+    return index == 1 ? pdde_error(((error_stages *)user)->own, PDDE_ERR_MISMATCH, "batch %lld failed on the stage's context", (long long)index)
+                      : PDDE_OK;
 }
 
 static void test_errors_under_threads(void) {
@@ -741,6 +748,21 @@ static void test_errors_under_threads(void) {
               "a stage failing without a message: %s, '%s'", pdde_status_str(st), msg);
         pdde_pipeline_free(pl);
     }
+
+    /* a stage whose error is on a context of its own: its message, on a worker thread and when
+     * sizing runs the stages on the calling thread (workers 0) */
+    pdde_context_init(&cp, &es.own);
+    for (int workers = 1; workers >= 0; workers--) {
+        stages[1] = (pdde_pipeline_stage){.name = "train", .fn = stage_own_context, .user = &es, .workers = workers};
+        stages[0].workers = workers;
+        if (pdde_pipeline_init(ctx, &pp, &pl) != PDDE_OK) continue;
+        pdde_status st = pdde_pipeline_run(pl, 0, 3);
+        const char *msg = pdde_last_error(ctx);
+        CHECK(st == PDDE_ERR_MISMATCH && strstr(msg, "stage 1 (train), batch 1: batch 1 failed on the stage's context"),
+              "a stage failing on its own context (%s): %s, '%s'", workers ? "a worker thread" : "sizing", pdde_status_str(st), msg);
+        pdde_pipeline_free(pl);
+    }
+    pdde_context_free(es.own);
     pdde_context_free(ctx);
 }
 
