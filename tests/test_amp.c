@@ -603,7 +603,7 @@ int main(int argc, char **argv) {
 #ifdef PDDE_HAVE_UCX
     if (argc == 3 && !strcmp(argv[1], "--bare-stage-rank")) return bare_stage_rank(atoi(argv[2]));
 #endif
-    (void)argc;
+    (void)argc, (void)argv;
     pdde_context *ctx;
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = 2;
