@@ -148,7 +148,7 @@ $(BUILD)/libpdde.a: $(BUILD)/pdde.o
 $(BUILD)/libpdde.so: $(BUILD)/pdde.o
 	$(CC) -shared -Wl,-soname,libpdde.so.$(SOVERSION) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/%: tests/%.c $(wildcard tests/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a
+$(BUILD)/%: tests/%.c $(wildcard tests/*.h) $(wildcard examples/*.h) $(wildcard tools/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 $(BUILD)/%: tests/%.sh | $(BUILD)
@@ -166,7 +166,7 @@ $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
-$(BUILD)/%: tools/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
+$(BUILD)/%: tools/%.c $(wildcard examples/*.h) $(wildcard tools/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
 
 $(BUILD)/%: tools/bench/%.c $(wildcard tools/bench/*.h) $(wildcard examples/*.h) $(BUILD)/libpdde.a

@@ -104,6 +104,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
     if (params) p = *params;
     pdde_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return PDDE_ERR_OOM;
+    error_init(ctx);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (cores < 1) cores = 1;
     const char *share = getenv("PDDE_NUM_THREADS"); /* a launcher's share of the cores for this rank */
@@ -124,7 +125,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
         pdde_context_free(ctx);
         return st;
     }
-    ctx->last_error[0] = 0; /* a backend whose driver is absent is not an error of this call */
+    error_clear(ctx); /* a backend whose driver is absent is not an error of this call */
     *out = ctx;
     return PDDE_OK;
 }
@@ -132,6 +133,7 @@ pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **
 void pdde_context_free(pdde_context *ctx) {
     if (!ctx) return;
     registry_free(ctx->registry);
+    error_fini(ctx);
     free(ctx);
 }
 
@@ -1180,9 +1182,8 @@ static pdde_status session_place(pdde_session *s) {
         pdde_tensor *t = P->order[i];
         int slot = session_slot_for(s, t->device);
         if (slot < 0) {
-            char why[sizeof s->ctx->last_error];
-            memcpy(why, s->ctx->last_error, sizeof why);
-            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened (%s)", t->name, t->device, why);
+            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: %s is placed on device %d, which cannot be opened (%s)", t->name, t->device,
+                              pdde_last_error(s->ctx));
         }
         s->slot[t->id] = slot;
         session_device *sd = &s->devs[slot];
@@ -2223,7 +2224,8 @@ static pdde_status read_scalars(pdde_session *s, const pdde_tensor *a, float *va
  * update every rank learns whether any rank saw an overflow, the scale of the ranks holding the loss
  * and whether all ranks hold the same scale; the step is skipped everywhere if any overflowed or the
  * scales differ (a rank unscaled by the wrong one: after set_loss_scale on some ranks, or a checkpoint
- * the stages without the loss did not read it from), and every rank goes on from the loss's scale. */
+ * the stages without the loss did not read it from), and every rank goes on from the loss's scale.
+ * Every rank calls it once per updating run: at its first update, or after its run when it has none. */
 static pdde_tensor *local_of(const pdde_session *s, const pdde_tensor *t);
 static pdde_status scaler_agree(pdde_session *s) {
 #ifdef PDDE_HAVE_COMM
@@ -2523,6 +2525,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         pdde_status sync = device_sync(s, &s->devs[d]);
         if (st == PDDE_OK) st = sync;
     }
+    /* a rank without update nodes (a pipeline stage without parameters) never reached the check before
+     * the first update: it joins the others' skip decision now, before the collectives that follow */
+    if (st == PDDE_OK && s->loss_scaling && mode_runs_update(mode) && !s->update_checked) st = scaler_agree(s);
     if (st == PDDE_OK && mode_runs_forward(mode) && s->loss && !every_micro) /* (read before the update, or now) */
         st = s->loss_read ? (loss_sum += s->loss_value, check_loss(s, s->loss_value, 0)) : add_loss(s, 0, &loss_sum);
     if (st == PDDE_ERR_NONFINITE && (mode_runs_backward(mode) || mode_runs_update(mode))) drop_gradients(s);
@@ -2538,11 +2543,11 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (st != PDDE_OK && s->world) {
         /* the other ranks are inside the same collectives: fail them now rather than at their timeout */
         char why[sizeof s->ctx->last_error];
-        memcpy(why, s->ctx->last_error, sizeof why);
+        snprintf(why, sizeof why, "%s", pdde_last_error(s->ctx));
         drop_requests(s);
         drop_sends(s);
         if (st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_ABORTED) pdde_comm_abort(s->world);
-        memcpy(s->ctx->last_error, why, sizeof why);
+        pdde_error(s->ctx, st, "%s", why); /* (what the abort raised is not the cause) */
     }
 #endif
     if (s->trace) {
@@ -3597,9 +3602,9 @@ const pdde_transport_iface *pdde_transport_ucx(void) { return NULL; }
  * Asynchronous pipeline (pdde.h): stage functions on worker threads, bounded queues of slots between
  * them. Queue k feeds stage k (queue 0 holds the free slots); the last stage gives its slots back to
  * queue 0. A stage's last worker to finish closes the queue after it, so the stages drain in order.
- * Errors: the context's last-error buffer is one for every thread, so worker threads never write it
- * themselves: the run's first error is kept in the pipeline under its lock (a stage's own message
- * copied at once) and written to the context by the calling thread once every worker has joined. */
+ * Errors: a stage's message is its worker thread's own (errors are per thread: backends/base.c); the
+ * run's first error is kept in the pipeline under its lock (that message copied at once, or a note
+ * that the stage left none) and raised on the calling thread once every worker has joined. */
 
 typedef struct { void *slot; int64_t index; } pipe_item;
 
@@ -3703,6 +3708,15 @@ static void pipe_fail(pdde_pipeline *pl, pdde_status st, const char *fmt, ...) {
     pthread_cond_broadcast(&pl->cv);
 }
 
+/* Stage k's failure st on batch index, into out: the message its call raised (on whichever context),
+ * or a note that it raised none (errors_before: error_count() before the call), never an older
+ * message of the thread's nor another thread's. */
+static void pipe_stage_error(const pdde_pipeline *pl, int k, int64_t index, pdde_status st, uint64_t errors_before, char *out, size_t cap) {
+    bool told = error_count() != errors_before;
+    snprintf(out, cap, "pipeline: stage %d (%.32s), batch %lld: %.900s%s", k, pl->stage[k].name, (long long)index,
+             told ? error_here() : pdde_status_str(st), told ? "" : " (the stage left no message)");
+}
+
 /* Gives every stage without a fixed worker count its share of max_threads, from per_batch_s. */
 static void pipe_size(pdde_pipeline *pl, const char *source) {
     int n = pl->p.n_stages, used = 0;
@@ -3801,12 +3815,15 @@ static void *pipe_worker_main(void *arg) {
         w->c.starved_s += t1 - t0;
         if (!got) break;
         pthread_mutex_unlock(&pl->mu);
+        uint64_t errors_before = error_count();
         pdde_status st = pl->stage[k].fn(pl->stage[k].user, it.slot, it.index, w->worker);
         double t2 = pipe_clock(CLOCK_MONOTONIC);
         w->c.busy_s += t2 - t1, w->c.batches++;
         pthread_mutex_lock(&pl->mu);
-        if (st) { /* (the stage's message: as the stage left it, unless another stage fails at the same time) */
-            pipe_fail(pl, st, "pipeline: stage %d (%s), batch %lld: %s", k, pl->stage[k].name, (long long)it.index, pdde_last_error(pl->ctx));
+        if (st) {
+            char msg[sizeof pl->error];
+            pipe_stage_error(pl, k, it.index, st, errors_before, msg, sizeof msg);
+            pipe_fail(pl, st, "%s", msg);
             break;
         }
         bool put = pipe_put(pl, (k + 1) % n, it, k); /* the last stage frees the slot */
@@ -3832,10 +3849,15 @@ static pdde_status pipe_calibrate(pdde_pipeline *pl, int64_t first, int64_t m) {
         for (int k = 0; k < n; k++) {
             pipe_counts c = {1, 0, 0, 0, 0};
             double t0 = pipe_clock(CLOCK_MONOTONIC), c0 = pipe_clock(CLOCK_THREAD_CPUTIME_ID);
+            uint64_t errors_before = error_count();
             pdde_status st = pl->stage[k].fn(pl->stage[k].user, pl->p.slots[0], first + b, 0);
             c.busy_s = pipe_clock(CLOCK_MONOTONIC) - t0, c.cpu_s = pipe_clock(CLOCK_THREAD_CPUTIME_ID) - c0;
             pipe_count(pl, k, &c);
-            if (st) return st;
+            if (st) {
+                char msg[sizeof pl->error];
+                pipe_stage_error(pl, k, first + b, st, errors_before, msg, sizeof msg);
+                return pdde_error(pl->ctx, st, "%s", msg);
+            }
             /* the fastest batch: on a shared machine the slower ones measure other processes' load */
             if (b == 0 || c.busy_s < pl->per_batch_s[k]) pl->per_batch_s[k] = c.busy_s;
         }

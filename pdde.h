@@ -13,7 +13,8 @@
  *
  * Conventions (shared/DESIGN.md "Style"):
  *  - fallible calls return pdde_status (0 = ok, negative = error, grouped by hundreds) and give outputs
- *    through their last pointer argument; pdde_last_error(ctx) carries the detail of the last error.
+ *    through their last pointer argument; pdde_last_error(ctx) carries the detail of the calling
+ *    thread's last error (errors are per thread).
  *  - graph-building calls return a tensor, or NULL on error (the graph then remembers the first error,
  *    see pdde_graph_status), so a model can be written as plain expressions and checked once.
  *  - parameter structs are made by PDDE_*_PARAMS_INIT; a zero field means "the default".
@@ -126,10 +127,16 @@ typedef struct {
 
 pdde_status pdde_context_init(const pdde_context_params *params, pdde_context **out);
 void pdde_context_free(pdde_context *ctx);
-/* The message of the last error raised through ctx ("" if none). Valid until the next failing call. */
+/* The message of the last error raised through ctx on the calling thread ("" if none). Errors are per
+ * thread, as errno is: threads that share a context (pipeline stages, data loaders) each read their
+ * own message, whole, whatever the others raise meanwhile; read it on the thread that got the error
+ * (pdde_pipeline_run raises a stage's error on the thread that called it). A thread that has raised
+ * none on ctx, or whose last error was on another context, reads the context's last error of any
+ * thread. The text stays valid on this thread until its next failing call or pdde_last_error. */
 const char *pdde_last_error(const pdde_context *ctx);
 int pdde_context_n_threads(const pdde_context *ctx);
-/* Records an error message on ctx and returns status (for backends, plugins and the library itself). */
+/* Records an error message on ctx and returns status (for backends, plugins and the library itself);
+ * safe on any thread: the message is the calling thread's (see pdde_last_error). */
 int pdde_error(pdde_context *ctx, int status, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -1748,7 +1755,8 @@ pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm);
  * batches in flight (with the sparse rows of a batch pulled up to n_slots - 1 pushes before it is
  * trained: the staleness of async mode). Each wait gives up after timeout_s with an error naming the
  * stage; a stage's error stops every stage and is returned (its message, naming the stage and batch,
- * written to the context by the calling thread once every worker has joined).
+ * raised on the calling thread once every worker has joined: the message the stage's own call raised,
+ * or a note that it raised none, never another stage's).
  * Sizing: a stage with workers = 0 gets its worker count from the stage times: predicted_s when every
  * stage has one (from the cost model, pdde_cost_simulate of the stage's graph), else a balance
  * measured on the first calibrate_batches batches, run stage after stage on the calling thread (they

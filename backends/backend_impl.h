@@ -10,6 +10,8 @@
 #define _GNU_SOURCE
 #endif
 
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,8 +37,10 @@ struct pdde_context {
     int n_threads;
     uint64_t seed;
     int log_level;
-    char last_error[1024];
+    char last_error[1024];          /* the last error of any thread (under error_lock; see base.c "Errors") */
     struct pdde_registry *registry; /* backends and their devices (registry.c) */
+    pthread_mutex_t error_lock;     /* threads that share the context may fail at the same time */
+    uint64_t id;                    /* unique in the process: which context a thread's own last error is of */
 };
 
 /* The backend families of a context and their devices; built once, then fixed. */
@@ -78,6 +82,18 @@ PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backen
 PDDE_PRIVATE bool registry_device_supports(pdde_context *ctx, pdde_registry *r, int device, const pdde_tensor *node);
 /* A family's name: its backend's, or a refused plugin's file name. */
 PDDE_PRIVATE const char *registry_family_name(const registry_family *f);
+
+/* base.c, errors: error_init/error_fini make and end a context's error state; error_vset records a
+ * message (pdde_error's body, for callers with a va_list); error_clear forgets the calling thread's
+ * and the context's message; error_count is how many errors this thread has raised so far and
+ * error_here the message of its last one, on any context: so a caller can tell whether a call it
+ * made raised a message, and read it whatever context the call raised it on. */
+PDDE_PRIVATE void error_init(pdde_context *ctx);
+PDDE_PRIVATE void error_fini(pdde_context *ctx);
+PDDE_PRIVATE void error_vset(pdde_context *ctx, const char *fmt, va_list ap);
+PDDE_PRIVATE void error_clear(pdde_context *ctx);
+PDDE_PRIVATE uint64_t error_count(void);
+PDDE_PRIVATE const char *error_here(void);
 
 /* base.c: t's shape as [a,b,c]; the CRC-32 (zlib's) of n bytes continuing crc (0 to start). */
 PDDE_PRIVATE void shape_str(const pdde_tensor *t, char *buf, size_t n);

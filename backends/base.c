@@ -1,5 +1,5 @@
-/* backends/base.c — the bottom of pdde, which every layer may call: status strings and the
- * context's last error, dtype sizes, names and conversions (f16, bf16), a tensor's element and byte
+/* backends/base.c — the bottom of pdde, which every layer may call: status strings and errors (each
+ * thread's last, and the context's), dtype sizes, names and conversions (f16, bf16), a tensor's element and byte
  * counts, op names and shapes as text, and the CRC-32 that checkpoint and parameter-server files carry.
  * It knows no graph, session, communicator or device. */
 #include "backend_impl.h"
@@ -43,18 +43,69 @@ const char *pdde_status_str(int status) {
     }
 }
 
+/* Errors are per thread, as errno is: each thread keeps the text of its own last error and the
+ * context it was raised on, so threads that share a context (pipeline stages, data loaders) never
+ * overwrite or tear each other's message. The context keeps the last error of any thread too, under
+ * its lock, for a thread that has raised none on it. The library raises an error on the thread whose
+ * call returns it (comm/ hands a peer's failure to the caller, the pipeline a stage's to its run). */
+static _Thread_local uint64_t thread_error_ctx;                             /* 0: none */
+static _Thread_local char thread_error[sizeof ((pdde_context *)0)->last_error];
+static _Thread_local char thread_error_copy[sizeof ((pdde_context *)0)->last_error]; /* of the context's */
+static _Thread_local uint64_t thread_errors;
+
+PDDE_PRIVATE void error_init(pdde_context *ctx) {
+    static _Atomic uint64_t contexts;
+    ctx->id = ++contexts;
+    pthread_mutex_init(&ctx->error_lock, NULL);
+}
+
+PDDE_PRIVATE void error_fini(pdde_context *ctx) {
+    if (thread_error_ctx == ctx->id) thread_error_ctx = 0;
+    pthread_mutex_destroy(&ctx->error_lock);
+}
+
+PDDE_PRIVATE void error_vset(pdde_context *ctx, const char *fmt, va_list ap) {
+    char text[sizeof ctx->last_error];
+    vsnprintf(text, sizeof text, fmt, ap); /* first: an argument may be this thread's last message */
+    memcpy(thread_error, text, sizeof text);
+    thread_error_ctx = ctx->id;
+    thread_errors++;
+    pthread_mutex_lock(&ctx->error_lock);
+    memcpy(ctx->last_error, text, sizeof text);
+    pthread_mutex_unlock(&ctx->error_lock);
+    if (ctx->log_level >= 2) fprintf(stderr, "pdde: %s\n", text);
+}
+
+PDDE_PRIVATE void error_clear(pdde_context *ctx) {
+    if (thread_error_ctx == ctx->id) thread_error_ctx = 0;
+    pthread_mutex_lock(&ctx->error_lock);
+    ctx->last_error[0] = 0;
+    pthread_mutex_unlock(&ctx->error_lock);
+}
+
+PDDE_PRIVATE uint64_t error_count(void) { return thread_errors; }
+PDDE_PRIVATE const char *error_here(void) { return thread_error; }
+
 int pdde_error(pdde_context *ctx, int status, const char *fmt, ...) {
     if (ctx) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(ctx->last_error, sizeof ctx->last_error, fmt, ap);
+        error_vset(ctx, fmt, ap);
         va_end(ap);
-        if (ctx->log_level >= 2) fprintf(stderr, "pdde: %s\n", ctx->last_error);
     }
     return status;
 }
 
-const char *pdde_last_error(const pdde_context *ctx) { return ctx ? ctx->last_error : "no context"; }
+const char *pdde_last_error(const pdde_context *ctx) {
+    if (!ctx) return "no context";
+    if (thread_error_ctx == ctx->id) return thread_error;
+    pthread_mutex_t *lock = (pthread_mutex_t *)&ctx->error_lock; /* (the lock is not the context's state) */
+    pthread_mutex_lock(lock);
+    memcpy(thread_error_copy, ctx->last_error, sizeof thread_error_copy);
+    pthread_mutex_unlock(lock);
+    return thread_error_copy;
+}
+
 int pdde_context_n_threads(const pdde_context *ctx) { return ctx->n_threads; }
 
 /* ------------------------------------------------------------------------------------------------

@@ -689,9 +689,7 @@ pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster 
     pdde_status st = pdde_cluster_parse(ctx, buf, out);
     free(buf);
     if (st && ctx) { /* put the file's name in front of the field path */
-        char msg[sizeof ctx->last_error];
-        snprintf(msg, sizeof msg, "%s", ctx->last_error);
-        pdde_error(ctx, st, "%s: %s", path, msg);
+        pdde_error(ctx, st, "%s: %s", path, pdde_last_error(ctx));
     }
     return st;
 }

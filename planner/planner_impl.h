@@ -74,7 +74,7 @@ static inline pdde_tensor *graph_fail(pdde_graph *g, int status, const char *fmt
         g->status = status;
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(g->ctx->last_error, sizeof g->ctx->last_error, fmt, ap);
+        error_vset(g->ctx, fmt, ap);
         va_end(ap);
     }
     return NULL;

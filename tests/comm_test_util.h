@@ -12,12 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double test_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 typedef void (*test_rank_fn)(pdde_context *ctx, pdde_comm *comm, void *arg);
 
 typedef struct {

@@ -14,7 +14,11 @@
  * 4. f16 loss scaling on 4 ranks (dp 2 x pp 2, forked around a store as pdde-run starts them): an
  *    overflow injected on one stage of one data-parallel rank (its loss scale set far too large, so
  *    its backward overflows) makes every rank skip the same steps with the same scale on every rank,
- *    and no rank changes a parameter in the skipped step; training then goes on, the loss falling. */
+ *    and no rank changes a parameter in the skipped step; training then goes on, the loss falling.
+ * 5. f16 loss scaling with a pipeline stage that has no parameters (no update node, so it never
+ *    reaches the check before the update): the loss head alone on the last stage, or an input
+ *    transform alone on the first; 2 ranks under pdde-run: the job completes, an overflow on the
+ *    other stage is skipped by both ranks together, with one scale. */
 #define _GNU_SOURCE /* usleep, unsetenv (comm_test_util.h) */
 #include "tests/gpt_golden.h"
 #include "tests/test_util.h"
@@ -496,7 +500,127 @@ static void test_f16_loss_scaling_ranks(pdde_context *ctx) {
 }
 #endif
 
-int main(void) {
+#ifdef PDDE_HAVE_UCX
+/* ------------------------------------------------------------------------------------------------
+ * 5. A pipeline stage without parameters under f16 loss scaling, 2 ranks under pdde-run: the
+ *    classifier (x W1 -> relu -> W2, f16 matmuls) on one stage; on the other, bare = 1 the
+ *    cross-entropy alone, bare = 0 an input transform (relu(x)) alone */
+
+enum { BARE_STEPS = 8, BARE_POISON_AT = 3 };
+
+static int bare_stage_rank(int bare) {
+    pdde_context *ctx;
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = 1;
+    if (pdde_context_init(&cp, &ctx)) return 3;
+    pdde_comm_params cm = PDDE_COMM_PARAMS_INIT;
+    cm.timeout_s = 15; /* a rank left out of a collective fails within this, not the test's limit */
+    pdde_comm *world = NULL;
+    pdde_graph *g = NULL;
+    pdde_session *s = NULL;
+    pdde_status st = pdde_comm_init(ctx, &cm, &world);
+    if (!st) st = pdde_graph_init(ctx, &g);
+    if (!st) st = pdde_graph_set_compute_dtype(g, PDDE_F16);
+    pdde_graph_set_layer(g, 0);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){N, IN}), *h = bare == 0 ? pdde_relu(g, x) : x;
+    pdde_graph_set_layer(g, bare == 0 ? 1 : 0);
+    pdde_tensor *w1 = pdde_param(g, "w1", 2, (int64_t[]){IN, HID}, 0.3f), *w2 = pdde_param(g, "w2", 2, (int64_t[]){HID, OUT}, 0.3f);
+    pdde_tensor *logits = pdde_matmul(g, pdde_relu(g, pdde_matmul(g, h, w1, 0, 0)), w2, 0, 0);
+    pdde_graph_set_layer(g, 1);
+    pdde_tensor *t = pdde_input(g, "t", PDDE_I32, 1, (int64_t[]){N});
+    pdde_tensor *loss = pdde_cross_entropy(g, logits, t);
+    pdde_graph_set_layer(g, -1);
+    const pdde_mesh *mesh = g ? pdde_mesh_create(g, 1, (int[]){2}, (const char *[]){"pp"}, NULL) : NULL;
+    if (!st) st = mesh ? pdde_strategy_pipeline(g, mesh, "pp", 2) : pdde_graph_status(g);
+    if (!st) st = pdde_backward(g, loss);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 0.1f, op.grad_accum_steps = 2;
+    if (!st) st = pdde_optimizer_sgd(g, &op);
+    if (!st) st = pdde_complete(g);
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = world;
+    if (!st) st = pdde_session_init(g, &sp, &s);
+    int rank = world ? pdde_comm_rank(world) : -1, holds_params = s && pdde_session_tensor(s, w1) != NULL;
+    pdde_loss_scale_stats sc = {0}, at_poison = {0};
+    long long step_before = -1, step_after = -1;
+    int unchanged = 0;
+    float xs[N * IN];
+    int32_t ts[N];
+    for (int i = 0; i < N; i++) {
+        ts[i] = i % OUT;
+        for (int j = 0; j < IN; j++) xs[i * IN + j] = (j % OUT == ts[i] ? 1.0f : 0.0f) + 0.1f * (float)((i * 7 + j * 3) % 5 - 2);
+    }
+    for (int step = 0; step < BARE_STEPS && !st; step++) {
+        float xp[N * IN];
+        memcpy(xp, xs, sizeof xp);
+        if (step == BARE_POISON_AT) xp[5] = 1e6f; /* beyond f16 in the first matmul: the gradients overflow */
+        for (int k = 0; k < 2 && !st; k++) { /* (the graph is one micro-batch: both get the same rows) */
+            st = pdde_session_write_micro(s, x, k, xp, sizeof xp);
+            if (!st) st = pdde_session_write_micro(s, t, k, ts, sizeof ts);
+        }
+        uint64_t before = step == BARE_POISON_AT ? params_hash(s, g) : 0;
+        if (step == BARE_POISON_AT) step_before = pdde_session_step(s);
+        if (!st) st = pdde_session_run(s, PDDE_RUN_STEP);
+        pdde_session_loss_scale(s, &sc);
+        if (step == BARE_POISON_AT) at_poison = sc, step_after = pdde_session_step(s), unchanged = params_hash(s, g) == before;
+    }
+    printf("bare rank %d: status %d params %d poisoned: skipped %d (%lld in all) scale %g step %lld -> %lld unchanged %d; "
+           "end: skipped %lld scale %g step %lld (%s)\n", rank, st, holds_params, at_poison.last_skipped, (long long)at_poison.skipped_steps,
+           at_poison.scale, step_before, step_after, unchanged, (long long)sc.skipped_steps, sc.scale, s ? (long long)pdde_session_step(s) : -1LL,
+           st ? pdde_last_error(ctx) : "ok");
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_comm_free(world);
+    pdde_context_free(ctx);
+    return st ? 1 : 0;
+}
+
+static void test_f16_bare_stage(const char *self, int bare) {
+    char dir[512], run[600], cmd[1400], out[8192] = "";
+    test_binary_dir(self, dir, sizeof dir);
+    snprintf(run, sizeof run, "%s/pdde-run", dir);
+    if (access(run, X_OK)) { test_skip("ucx", "no %s (make all builds it): a stage without parameters under pdde-run", run); return; }
+    snprintf(cmd, sizeof cmd, "PDDE_BACKENDS=cpu UCX_WARN_UNUSED_ENV_VARS=n timeout -s KILL 120 %s -n 2 %s --bare-stage-rank %d 2>&1", run, self, bare);
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    int rc = p ? pclose(p) : -1;
+    printf("%s", out);
+    CHECK(WIFEXITED(rc) && WEXITSTATUS(rc) == 0, "pdde-run -n 2 with stage %d without parameters: exit status 0x%x", bare, rc);
+    struct { int st, params, skipped; long long skipped_n, step_before, step_after, skipped_end, step_end; float scale, scale_end; int unchanged; } r[2];
+    memset(r, 0, sizeof r);
+    int found = 0;
+    for (const char *l = out; (l = strstr(l, "bare rank ")); l++) {
+        int k, st, params, skipped, unchanged;
+        long long sn, sb, sa, se, te;
+        float scale, scale_end;
+        if (sscanf(l, "bare rank %d: status %d params %d poisoned: skipped %d (%lld in all) scale %g step %lld -> %lld unchanged %d; end: skipped %lld scale %g step %lld",
+                   &k, &st, &params, &skipped, &sn, &scale, &sb, &sa, &unchanged, &se, &scale_end, &te) == 12 && k >= 0 && k < 2) {
+            r[k].st = st, r[k].params = params, r[k].skipped = skipped, r[k].skipped_n = sn, r[k].scale = scale, r[k].step_before = sb;
+            r[k].step_after = sa, r[k].unchanged = unchanged, r[k].skipped_end = se, r[k].scale_end = scale_end, r[k].step_end = te;
+            found |= 1 << k;
+        }
+    }
+    CHECK(found == 3 && r[1 - bare].params && !r[bare].params, "both ranks report; stage %d holds the parameters and stage %d none (ranks %d, params %d %d)",
+          1 - bare, bare, found, r[0].params, r[1].params);
+    for (int k = 0; k < 2 && found == 3; k++) {
+        CHECK(r[k].st == 0, "rank %d: status %d", k, r[k].st);
+        CHECK(r[k].skipped && r[k].skipped_n == 1 && r[k].step_after == r[k].step_before && r[k].unchanged &&
+                  r[k].scale == PDDE_LOSS_SCALE_INIT * PDDE_LOSS_SCALE_BACKOFF,
+              "rank %d skips the poisoned step with the other (skipped %d, %lld in all, step %lld -> %lld, unchanged %d, scale %g)", k,
+              r[k].skipped, r[k].skipped_n, r[k].step_before, r[k].step_after, r[k].unchanged, r[k].scale);
+        CHECK(r[k].skipped_end == 1 && r[k].step_end == BARE_STEPS - 1 && r[k].scale_end == r[0].scale_end,
+              "rank %d at the end: skipped %lld, step %lld (want 1, %d), scale %g (rank 0 %g)", k, r[k].skipped_end, r[k].step_end, BARE_STEPS - 1,
+              r[k].scale_end, r[0].scale_end);
+    }
+}
+#endif
+
+int main(int argc, char **argv) {
+#ifdef PDDE_HAVE_UCX
+    if (argc == 3 && !strcmp(argv[1], "--bare-stage-rank")) return bare_stage_rank(atoi(argv[2]));
+#endif
+    (void)argc, (void)argv;
     pdde_context *ctx;
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = 2;
@@ -507,6 +631,8 @@ int main(void) {
     test_f16_loss_scaling(ctx);
 #ifdef PDDE_HAVE_UCX
     test_f16_loss_scaling_ranks(ctx);
+    test_f16_bare_stage(argv[0], 1);
+    test_f16_bare_stage(argv[0], 0);
 #endif
     pdde_context_free(ctx);
     return test_finish();

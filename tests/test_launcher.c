@@ -14,27 +14,22 @@ int main(void) {
 }
 #else
 #include "test_util.h"
+#include "tools/proc_stat.h"
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 static char g_dir[512], g_self[512], g_run[600]; /* this binary's folder, itself, pdde-run */
-
-static double test_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- the ranks ---- */
 
@@ -180,17 +175,36 @@ static void test_pdde_run_args(void) {
     }
 }
 
-/* 1 if pid exists and is not a zombie. */
-static int running(pid_t pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && p[2] != 'Z' && p[2] != 'X';
+/* What pdde-run reads of a rank (tools/proc_stat.h), on a child whose command name holds ") R (", as
+ * a program's name may: stopped by SIGSTOP it is stopped, continued it is not, killed (a zombie until
+ * reaped) it is no longer running, reaped it is gone. */
+static void test_proc_stat(void) {
+    int ready[2];
+    if (pipe(ready)) return;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_NAME, "rank) R (0");
+        if (write(ready[1], "x", 1) != 1) _exit(1);
+        for (;;) pause();
+    }
+    char x;
+    close(ready[1]);
+    if (read(ready[0], &x, 1) != 1) { CHECK(0, "the child did not start"); close(ready[0]); return; }
+    close(ready[0]);
+    int stopped = 0, dead = 0;
+    proc_stat ps = {0, 0};
+    kill(pid, SIGSTOP);
+    for (double t0 = test_now(); !stopped && test_now() - t0 < 5; usleep(2000)) stopped = proc_is_stopped(pid);
+    CHECK(stopped && proc_is_running(pid), "a stopped child is stopped (%d) and still running (%d)", stopped, proc_is_running(pid));
+    kill(pid, SIGCONT);
+    for (double t0 = test_now(); stopped && test_now() - t0 < 5; usleep(2000)) stopped = proc_is_stopped(pid);
+    CHECK(!stopped && proc_is_running(pid), "a continued child is not stopped (%d) and runs (%d)", stopped, proc_is_running(pid));
+    kill(pid, SIGKILL);
+    for (double t0 = test_now(); !dead && test_now() - t0 < 5; usleep(2000)) dead = !proc_is_running(pid);
+    CHECK(dead && proc_stat_read(pid, &ps) == 0 && ps.state == 'Z', "a killed child, not yet reaped, is a zombie: state %c", ps.state);
+    waitpid(pid, NULL, 0);
+    CHECK(proc_stat_read(pid, &ps) == -1, "a reaped child has no /proc entry");
 }
 
 static void test_pdde_run_grandchild(void) {
@@ -221,7 +235,7 @@ static void test_pdde_run_grandchild(void) {
         if (f) { if (fscanf(f, "%d", &gpid[k]) != 1) gpid[k] = 0; fclose(f); }
     }
     int alive = 1;
-    for (double t0 = test_now(); alive && test_now() - t0 < 2; usleep(20000)) alive = gpid[0] > 0 && running(gpid[0]);
+    for (double t0 = test_now(); alive && test_now() - t0 < 2; usleep(20000)) alive = gpid[0] > 0 && proc_is_running(gpid[0]);
     CHECK(gpid[0] > 0 && !alive, "the grandchild in the rank's process group was stopped with it (pid %d)", gpid[0]);
     for (int k = 0; k < 2; k++)
         if (gpid[k] > 0) kill(gpid[k], SIGKILL);
@@ -318,9 +332,9 @@ int main(int argc, char **argv) {
     setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
     setenv("PDDE_BACKENDS", "cpu", 0);
     if (!realpath(argv[0], g_self)) snprintf(g_self, sizeof g_self, "%s", argv[0]);
-    memcpy(g_dir, g_self, sizeof g_dir);
-    dirname(g_dir);
+    test_binary_dir(g_self, g_dir, sizeof g_dir);
     snprintf(g_run, sizeof g_run, "%.500s/pdde-run", g_dir);
+    test_proc_stat();
     test_pdde_run_args();
     test_pdde_run_threads();
     test_pdde_run_grandchild();

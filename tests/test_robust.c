@@ -1,10 +1,13 @@
 /* test_robust — bad input must not crash, hang or silently corrupt: checkpoints that repeat or omit a
  * tensor, paths that are not regular files (directories, FIFOs, devices), zero-sized and absurd
- * shapes, non-finite hyperparameters, losses and gradients, and plans that do not fit in memory. */
+ * shapes, non-finite hyperparameters, losses and gradients, plans that do not fit in memory; and
+ * threads sharing a context that fail at once, each of which must read its own error message. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -452,12 +455,6 @@ static void test_nonfinite_first_node(void) {
  * Memory admission: a plan bigger than the machine is refused at session init with the numbers,
  * before anything is allocated (the graph is symbolic: a 4 TB weight costs nothing to build) */
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* y = x @ w with w [n, n] and AdamW (n = 2^20: 4 TB of f32 and 16 TB of state), on `device`. */
 static pdde_status absurd_session(pdde_context *ctx, int device, int64_t n, double headroom, pdde_graph **g, pdde_session **s) {
     pdde_graph_init(ctx, g);
@@ -478,13 +475,13 @@ static void test_memory_admission(void) {
     pdde_graph *g;
     pdde_session *s = NULL;
     pdde_context_init(&cp, &ctx);
-    double t0 = seconds_now();
+    double t0 = test_now();
     pdde_status st = absurd_session(ctx, 0, (int64_t)1 << 20, 0, &g, &s);
     const char *e = pdde_last_error(ctx);
     printf("absurd model: %s\n", e);
     CHECK(st == PDDE_ERR_OOM && !s && contains(e, "bytes) of host memory") && contains(e, "available"),
           "a 16 TB plan is refused with the numbers: %s: %s", pdde_status_str(st), e);
-    CHECK(seconds_now() - t0 < 5, "refused at once (%.1f s): nothing was allocated or touched", seconds_now() - t0);
+    CHECK(test_now() - t0 < 5, "refused at once (%.1f s): nothing was allocated or touched", test_now() - t0);
     pdde_graph_free(g);
 
     /* what is available can be stated (PDDE_MEMORY_AVAILABLE), and the check skipped */
@@ -611,12 +608,167 @@ static void test_fuzzer_findings(void) {
     pdde_context_free(ctx);
 }
 
+/* ------------------------------------------------------------------------------------------------
+ * Errors under threads: threads sharing a context that fail at the same time each read their own
+ * message, whole (errors are per thread, as errno is), through pdde_error, a failing call and a
+ * graph's error; a pipeline stage's error carries that stage's message, and a stage that failed
+ * without raising one is not given another stage's. */
+
+enum { ERROR_THREADS = 4, ERROR_ROUNDS = 5000, ERROR_CALLS = 300 };
+
+typedef struct {
+    pdde_context *ctx;
+    int id;
+    pthread_barrier_t *start;
+    int wrong;              /* messages read back that were not this thread's own */
+    char first_wrong[200];
+} error_thread;
+
+static void error_thread_check(error_thread *e, const char *got, const char *want) {
+    if (!strstr(got, want) && !e->wrong++) snprintf(e->first_wrong, sizeof e->first_wrong, "want '%.60s', got '%.120s'", want, got);
+}
+
+static void *error_thread_main(void *arg) {
+    error_thread *e = arg;
+    char pad[700], want[900];
+    memset(pad, 'a' + e->id, sizeof pad - 1), pad[sizeof pad - 1] = 0; /* long: a torn message shows */
+    pthread_barrier_wait(e->start);
+    for (int i = 0; i < ERROR_ROUNDS; i++) {
+        snprintf(want, sizeof want, "thread %d, error %d: %s", e->id, i, pad);
+        pdde_error(e->ctx, PDDE_ERR_INVALID_ARG, "%s", want);
+        sched_yield(); /* (the others raise theirs meanwhile, on a loaded core too) */
+        const char *got = pdde_last_error(e->ctx);
+        if (strcmp(got, want)) error_thread_check(e, got, want);
+    }
+    for (int i = 0; i < ERROR_CALLS; i++) {
+        pdde_graph *g;
+        pdde_graph_init(e->ctx, &g);
+        int layer = -(1000 * e->id + i + 1);
+        snprintf(want, sizeof want, "layer %d must be", layer);
+        pdde_graph_set_recompute(g, layer, 1); /* a failing call: pdde_error */
+        sched_yield();
+        error_thread_check(e, pdde_last_error(e->ctx), want);
+        char a[32], b[32];
+        snprintf(a, sizeof a, "a_%d_%d", e->id, i), snprintf(b, sizeof b, "b_%d_%d", e->id, i);
+        pdde_tensor *x = pdde_input(g, a, PDDE_F32, 2, (int64_t[]){2, 3}), *y = pdde_input(g, b, PDDE_F32, 2, (int64_t[]){4, 5});
+        pdde_matmul(g, x, y, 0, 0); /* a graph's first error (it went straight into the context's buffer) */
+        sched_yield();
+        error_thread_check(e, pdde_last_error(e->ctx), b);
+        pdde_graph_free(g);
+    }
+    return NULL;
+}
+
+typedef struct { pdde_context *ctx, *own; } error_stages;
+
+/* Stage k of the both-fail case: raises its own message on batch fail_at and fails after a pause
+ * (time for the other stage to raise its own meanwhile). */
+static pdde_status stage_fails(error_stages *e, int k, int64_t index) {
+    int at = k == 0 ? 1 : 0; /* stage 0 on batch 1 while stage 1 runs batch 0 */
+    if (index != at) return PDDE_OK;
+    pdde_status st = pdde_error(e->ctx, PDDE_ERR_IO, "stage %d failed batch %lld", k, (long long)index);
+    usleep(2000);
+    return st;
+}
+static pdde_status stage0_fails(void *user, void *slot, int64_t index, int worker) { (void)slot, (void)worker; return stage_fails(user, 0, index); }
+static pdde_status stage1_fails(void *user, void *slot, int64_t index, int worker) { (void)slot, (void)worker; return stage_fails(user, 1, index); }
+
+/* The silent case: stage 0 raises a message it recovers from (a retried read) on every batch; stage 1
+ * fails batch 1 with a status and no message. */
+static pdde_status stage_recovers(void *user, void *slot, int64_t index, int worker) {
+    (void)slot, (void)worker;
+    pdde_error(((error_stages *)user)->ctx, PDDE_ERR_IO, "read: batch %lld retried", (long long)index);
+    return PDDE_OK;
+}
+static pdde_status stage_silent(void *user, void *slot, int64_t index, int worker) {
+    (void)user, (void)slot, (void)worker;
+    return index == 1 ? PDDE_ERR_IO : PDDE_OK;
+}
+
+/* A stage that drives a session of a context of its own fails batch 1 there. */
+static pdde_status stage_own_context(void *user, void *slot, int64_t index, int worker) {
+    (void)slot, (void)worker;
+    return index == 1 ? pdde_error(((error_stages *)user)->own, PDDE_ERR_MISMATCH, "batch %lld failed on the stage's context", (long long)index)
+                      : PDDE_OK;
+}
+
+static void test_errors_under_threads(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx)) { CHECK(0, "context"); return; }
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, ERROR_THREADS);
+    error_thread e[ERROR_THREADS];
+    pthread_t th[ERROR_THREADS];
+    for (int i = 0; i < ERROR_THREADS; i++) {
+        e[i] = (error_thread){.ctx = ctx, .id = i, .start = &start};
+        pthread_create(&th[i], NULL, error_thread_main, &e[i]);
+    }
+    for (int i = 0; i < ERROR_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        CHECK(e[i].wrong == 0, "thread %d read %d messages not its own (of %d): %s", i, e[i].wrong, ERROR_ROUNDS + 2 * ERROR_CALLS,
+              e[i].first_wrong);
+    }
+    pthread_barrier_destroy(&start);
+    CHECK(strstr(pdde_last_error(ctx), "thread ") || strstr(pdde_last_error(ctx), "must be") || strstr(pdde_last_error(ctx), "a_"),
+          "a thread that raised nothing reads the context's last error: '%.80s'", pdde_last_error(ctx));
+
+    /* both stages fail at once: the run's error names one stage, with that stage's message */
+    error_stages es = {.ctx = ctx};
+    int slot_mem[4];
+    void *slots[4] = {&slot_mem[0], &slot_mem[1], &slot_mem[2], &slot_mem[3]};
+    int mixed = 0;
+    char example[300] = "";
+    for (int run = 0; run < 20; run++) {
+        pdde_pipeline_stage stages[2] = {{.name = "read", .fn = stage0_fails, .user = &es, .workers = 1},
+                                         {.name = "train", .fn = stage1_fails, .user = &es, .workers = 1}};
+        pdde_pipeline_params pp = PDDE_PIPELINE_PARAMS_INIT;
+        pp.n_stages = 2, pp.stages = stages, pp.slots = slots, pp.n_slots = 4, pp.timeout_s = 20;
+        pdde_pipeline *pl;
+        if (pdde_pipeline_init(ctx, &pp, &pl)) { CHECK(0, "pipeline: %s", pdde_last_error(ctx)); break; }
+        pdde_status st = pdde_pipeline_run(pl, 0, 4);
+        const char *msg = pdde_last_error(ctx);
+        int ok = st == PDDE_ERR_IO && (strstr(msg, "stage 0 (read), batch 1: stage 0 failed batch 1") ||
+                                       strstr(msg, "stage 1 (train), batch 0: stage 1 failed batch 0"));
+        if (!ok && !mixed++) snprintf(example, sizeof example, "%s: %.250s", pdde_status_str(st), msg);
+        pdde_pipeline_free(pl);
+    }
+    CHECK(mixed == 0, "%d of 20 runs whose stages failed at once gave a message not the failing stage's own: %s", mixed, example);
+
+    pdde_pipeline_stage stages[2] = {{.name = "read", .fn = stage_recovers, .user = &es, .workers = 1},
+                                     {.name = "train", .fn = stage_silent, .user = &es, .workers = 1}};
+    pdde_pipeline_params pp = PDDE_PIPELINE_PARAMS_INIT;
+    pp.n_stages = 2, pp.stages = stages, pp.slots = slots, pp.n_slots = 1, pp.timeout_s = 20; /* one slot: batch 1 is read before it trains */
+    pdde_pipeline *pl;
+    if (pdde_pipeline_init(ctx, &pp, &pl) == PDDE_OK) {
+        pdde_status st = pdde_pipeline_run(pl, 0, 3);
+        const char *msg = pdde_last_error(ctx);
+        CHECK(st == PDDE_ERR_IO && strstr(msg, "stage 1 (train), batch 1: i/o error (the stage left no message)") && !strstr(msg, "retried"),
+              "a stage failing without a message: %s, '%s'", pdde_status_str(st), msg);
+        pdde_pipeline_free(pl);
+    }
+
+    /* a stage whose error is on a context of its own: its message, on a worker thread and when
+     * sizing runs the stages on the calling thread (workers 0) */
+    pdde_context_init(&cp, &es.own);
+    for (int workers = 1; workers >= 0; workers--) {
+        stages[1] = (pdde_pipeline_stage){.name = "train", .fn = stage_own_context, .user = &es, .workers = workers};
+        stages[0].workers = workers;
+        if (pdde_pipeline_init(ctx, &pp, &pl) != PDDE_OK) continue;
+        pdde_status st = pdde_pipeline_run(pl, 0, 3);
+        const char *msg = pdde_last_error(ctx);
+        CHECK(st == PDDE_ERR_MISMATCH && strstr(msg, "stage 1 (train), batch 1: batch 1 failed on the stage's context"),
+              "a stage failing on its own context (%s): %s, '%s'", workers ? "a worker thread" : "sizing", pdde_status_str(st), msg);
+        pdde_pipeline_free(pl);
+    }
+    pdde_context_free(es.own);
+    pdde_context_free(ctx);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
-    snprintf(build_dir, sizeof build_dir, "%s", argv[0]);
-    char *slash = strrchr(build_dir, '/');
-    if (slash) *slash = 0;
-    else snprintf(build_dir, sizeof build_dir, ".");
+    test_binary_dir(argv[0], build_dir, sizeof build_dir);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/pdde_test_robust.XXXXXX");
     if (!mkdtemp(tmpdir)) return 1;
     signal(SIGALRM, on_alarm);
@@ -629,6 +781,7 @@ int main(int argc, char **argv) {
     test_nonfinite_first_node();
     test_memory_admission();
     test_fuzzer_findings();
+    test_errors_under_threads();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", tmpdir);

@@ -16,6 +16,7 @@ int main(void) {
 #else
 #include "test_util.h"
 #include "comm_test_util.h"
+#include "tools/proc_stat.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -481,7 +482,11 @@ static void test_job_vs_abuse(void) {
 /* The store in a process of its own with few file descriptors; a client opens connections until
  * they run out. The store must keep serving its job, refuse newcomers without spinning, and serve
  * again once the abuser is gone. */
-static double cpu_seconds(pid_t pid);
+/* pid's CPU time so far (0 when it is gone) */
+static double cpu_seconds(pid_t pid) {
+    proc_stat ps;
+    return proc_stat_read(pid, &ps) ? 0 : ps.cpu_s;
+}
 
 /* Exit code 0: it was refused with a reason and the store used under 10% of a core meanwhile. */
 static int fd_abuser(const abuse_args *a) {
@@ -509,20 +514,6 @@ static int fd_abuser(const abuse_args *a) {
     for (int k = 0; k < n; k++) close(fds[k]);
     printf("store: %.1f%% of a core while its descriptors ran out; %d refusals told\n", busy * 100, refused);
     return (refused ? 0 : 1) + (busy < 0.1 ? 0 : 2);
-}
-
-static double cpu_seconds(pid_t pid) {
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    unsigned long ut = 0, st = 0;
-    char *p = strrchr(buf, ')');
-    if (p) sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st);
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
 static void test_fd_exhaustion(void) {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int test_passed, test_failed, test_skipped;
 
@@ -179,6 +180,23 @@ static inline double test_ckpt_compare_noise(const char *what, const char *got_p
 
 static inline double test_ckpt_compare(const char *what, const char *got_path, const char *want_path, double floor, double tol) {
     return test_ckpt_compare_noise(what, got_path, want_path, floor, tol, NULL, 0);
+}
+
+#ifdef CLOCK_MONOTONIC /* (a POSIX clock: where the test defines _GNU_SOURCE) */
+/* Seconds on the monotonic clock, for deadlines and the durations a test prints. */
+static inline double test_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+#endif
+
+/* The folder of the test binary at argv0 ("." when it has none), where make also puts the tools. */
+static inline void test_binary_dir(const char *argv0, char *dir, size_t cap) {
+    snprintf(dir, cap, "%s", argv0);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, cap, ".");
 }
 
 static inline int test_finish(void) {

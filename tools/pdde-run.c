@@ -43,6 +43,8 @@ int main(void) {
 #include <time.h>
 #include <unistd.h>
 
+#include "tools/proc_stat.h"
+
 #define MAX_RANKS 256
 
 typedef struct {
@@ -181,19 +183,6 @@ static int merge_traces(const char *path, int first, int n) {
     fprintf(out, "\n]}\n");
     if (fclose(out) || rename(tmp, path)) return -1;
     return merged;
-}
-
-/* 1 if the process is stopped (SIGSTOP, a debugger): it cannot answer, whatever it is. */
-static int is_stopped(pid_t pid) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')'); /* the state follows the command name, which may hold anything */
-    return p && p[1] == ' ' && (p[2] == 'T' || p[2] == 't');
 }
 
 /* Signals a rank's whole process group (its children too); a stopped rank is continued, so that it
@@ -382,7 +371,7 @@ int main(int argc, char **argv) {
                     char how[128];
                     describe(&ch[r], how, sizeof how);
                     for (int k = 0; k < n && stopped_rank < 0; k++)
-                        if (!ch[k].exited && is_stopped(ch[k].pid)) stopped_rank = k;
+                        if (!ch[k].exited && proc_is_stopped(ch[k].pid)) stopped_rank = k;
                     fprintf(stderr, "pdde-run: rank %d (pid %d) %s; stopping the other ranks\n", ch[r].rank, (int)pid, how);
                 }
             }

@@ -1,6 +1,8 @@
 /* bench_parallel.c — GPT-small training steps under each parallel strategy on 2 and 4 ranks, against
- * the same model trained in one process (the peer) on the same global batches from the same initial
- * parameters. Per strategy: median step time, tokens/s, per-rank state (parameters + gradients +
+ * the same model trained in one process (the peer) on the same global batches. Each run starts from
+ * its own session's initial parameters, which are the one process's whatever the plan (pdde_param:
+ * a rank's block of a split parameter is that block of the one-process tensor), so the first step's
+ * loss already compares the starting points. Per strategy: median step time, tokens/s, per-rank state (parameters + gradients +
  * optimizer) and activation arena, peak RSS, each against one process, and the worst relative loss
  * difference over the steps. The last line:
  *   RESULT parallel strategies=<ran> equal_losses=<within 1e-4> zero3_mem_ratio=<ZeRO-3 DP2 state / one process>
@@ -20,7 +22,6 @@ int main(void) {
 #else
 #include "bench_common.h"
 #include "examples/gpt.h"
-#include <malloc.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,7 +33,6 @@ int main(void) {
 #define WARMUP 3
 #define MAX_STEPS 64
 #define MAX_RANKS 4
-#define MAX_PARAMS 64
 #define LOSS_TOL 1e-4
 /* examples/gpt.c's default model */
 static const gpt_config cfg = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8};
@@ -52,10 +52,6 @@ typedef struct {
 } rank_result;
 
 static int n_steps; /* warm-up + timed */
-
-/* one process's initial parameters, which every plan starts from */
-static struct { char name[64]; float *data; size_t bytes; } params[MAX_PARAMS];
-static int n_params;
 
 static double now_s(void) {
     struct timespec ts;
@@ -101,11 +97,6 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_resul
     pdde_session_memory(s, &ms);
     out->state_bytes = (double)(ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes);
     out->arena_bytes = (double)ms.arena_bytes;
-    for (int i = 0; i < n_params; i++)
-        if (pdde_session_write_global(s, pdde_graph_find(g, params[i].name), params[i].data, params[i].bytes)) {
-            snprintf(out->error, sizeof out->error, "write %.40s: %.150s", params[i].name, pdde_last_error(ctx));
-            goto done;
-        }
     static int32_t x[8 * 64], y[8 * 64];
     int rows = cfg.batch / p->micro * cfg.ctx; /* micro-batch i: the i-th rows of the global batch */
     for (int step = 0; step < n_steps; step++) {
@@ -209,35 +200,6 @@ static double rss_now_bytes(void) {
     return (double)pages * (double)sysconf(_SC_PAGESIZE);
 }
 
-/* one process's initial parameters, read from a session that is then freed */
-static int read_initial_params(pdde_context *ctx) {
-    static const plan one = {"init", 1, 1, 1, 1, 0, 0, 0, 0};
-    pdde_graph *g;
-    pdde_session *s = NULL;
-    gpt_model m;
-    pdde_graph_init(ctx, &g);
-    pdde_status st = build(g, &m, &one);
-    if (!st) st = pdde_session_init(g, NULL, &s);
-    for (int i = 0; i < pdde_graph_n_tensors(g) && !st; i++) {
-        pdde_tensor *t = pdde_graph_tensor(g, i);
-        if (!(t->flags & PDDE_TENSOR_PARAM)) continue;
-        if (n_params == MAX_PARAMS) {
-            fprintf(stderr, "bench_parallel: more than %d parameters\n", MAX_PARAMS);
-            return 1;
-        }
-        snprintf(params[n_params].name, sizeof params[n_params].name, "%s", t->name);
-        params[n_params].bytes = pdde_tensor_nbytes(t);
-        params[n_params].data = malloc(params[n_params].bytes);
-        st = pdde_session_read(s, t, params[n_params].data, params[n_params].bytes);
-        n_params++;
-    }
-    if (st) fprintf(stderr, "bench_parallel: initial parameters: %s\n", pdde_last_error(ctx));
-    pdde_session_free(s);
-    pdde_graph_free(g);
-    malloc_trim(0); /* a forked rank's peak RSS starts at this process's RSS */
-    return st ? 1 : 0;
-}
-
 int main(int argc, char **argv) {
     n_steps = WARMUP + (argc > 1 ? atoi(argv[1]) : 15);
     if (n_steps <= WARMUP || n_steps > MAX_STEPS) {
@@ -256,7 +218,6 @@ int main(int argc, char **argv) {
     }
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
-    if (read_initial_params(ctx)) return 1;
 
     static const plan one = {"1_process", 1, 1, 1, 1, 0, 0, 0, 0};
     static const plan plans[] = {
@@ -320,7 +281,6 @@ int main(int argc, char **argv) {
         fflush(stdout);
     }
     printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f\n", ran, equal, zero3_ratio);
-    for (int i = 0; i < n_params; i++) free(params[i].data);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return 0;
