@@ -836,7 +836,8 @@ static size_t nf_snapshot(pdde_session *s, pdde_graph *g, float *out, size_t cap
     for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g, i);
         size_t k = (size_t)pdde_tensor_numel(t);
-        if (t->op != PDDE_OP_NONE || !(t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) || n + k > cap) continue;
+        bool state = (t->flags & PDDE_TENSOR_STATE) && !(t->flags & PDDE_TENSOR_GRAD);
+        if (t->op != PDDE_OP_NONE || !((t->flags & PDDE_TENSOR_PARAM) || state) || n + k > cap) continue;
         if (pdde_session_read(s, t, out + n, k * sizeof(float)) == PDDE_OK) n += k;
     }
     return n;
