@@ -1134,6 +1134,11 @@ struct pdde_session {
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
     struct session_trace *trace; /* pdde_session_params.trace / PDDE_TRACE (NULL: off) */
+    /* the check before the step's first update, left to its end (check_after_step): the norm the
+     * updates read (NULL: checked before them, or no update), the micro-batch, and the norm read */
+    const pdde_tensor *deferred_norm;
+    int deferred_micro;
+    float norm_value;
 };
 
 static pdde_status trace_open(pdde_session *s, const char *path);
@@ -2203,16 +2208,19 @@ static pdde_status check_loss(pdde_session *s, float loss, int micro) {
     return nonfinite_error(s, "the loss", s->loss, loss, PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM, micro);
 }
 
+/* Enqueues the read of f32 scalar t into *v (complete when its device's stream is synchronised). */
+static pdde_status enqueue_read_scalar(pdde_session *s, const pdde_tensor *t, float *v) {
+    session_device *sd = &s->devs[s->slot[t->id]];
+    return sd->iface->read(sd->dev, sd->stream, t->data, t->offset, v, sizeof *v);
+}
+
 /* The f32 scalars a and b (either may be NULL) read with one wait for each device holding one. */
 static pdde_status read_scalars(pdde_session *s, const pdde_tensor *a, float *va, const pdde_tensor *b, float *vb) {
     const pdde_tensor *t[2] = {a, b};
     float *v[2] = {va, vb};
     pdde_status st = PDDE_OK;
     for (int k = 0; k < 2 && !st; k++)
-        if (t[k]) {
-            session_device *sd = &s->devs[s->slot[t[k]->id]];
-            st = sd->iface->read(sd->dev, sd->stream, t[k]->data, t[k]->offset, v[k], sizeof *v[k]);
-        }
+        if (t[k]) st = enqueue_read_scalar(s, t[k], v[k]);
     for (int k = 0; k < 2 && !st; k++)
         if (t[k] && !(k == 1 && a && s->slot[a->id] == s->slot[b->id])) st = device_sync(s, &s->devs[s->slot[t[k]->id]]);
     return st;
@@ -2242,6 +2250,22 @@ static pdde_status scaler_agree(pdde_session *s) {
     return PDDE_OK;
 }
 
+/* What the loss lv and the squared norm nv the updates read (loss, norm: NULL where not read) say:
+ * an error naming the non-finite one, or under loss scaling whether the step is skipped. */
+static pdde_status check_update_scalars(pdde_session *s, const pdde_tensor *loss, float lv, const pdde_tensor *norm, float nv, int micro) {
+    pdde_status st;
+    if (loss) s->loss_read = true, s->loss_value = lv;
+    /* under loss scaling an overflow anywhere makes the loss or the squared norm infinite or NaN: skip
+     * (checked after the step, what the kernels did: they skipped when the norm was not finite) */
+    if (s->loss_scaling) {
+        s->skip_update = (loss && !isfinite(lv) && !s->deferred_norm) || (norm && !isfinite(nv));
+        return scaler_agree(s);
+    }
+    if (loss && (st = check_loss(s, lv, micro))) return st;
+    if (norm && !isfinite(nv)) return nonfinite_error(s, "the squared gradient norm", norm, nv, PDDE_TENSOR_GRAD, micro);
+    return PDDE_OK;
+}
+
 /* Before update u, the step's first: the loss of this pass (when it has one) and the norm u clips by
  * (or that shows an overflow under loss scaling), read together: the step's one wait before its end. */
 static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micro) {
@@ -2251,13 +2275,41 @@ static pdde_status check_before_update(pdde_session *s, pdde_tensor *u, int micr
     float lv = 0, nv = 0;
     if (loss && s->bind) bind_micro(s, s->loss, micro);
     pdde_status st = read_scalars(s, loss, &lv, norm, &nv);
-    if (st) return st;
-    if (loss) s->loss_read = true, s->loss_value = lv;
-    /* under loss scaling an overflow anywhere makes the loss or the squared norm infinite or NaN: skip */
-    if (s->loss_scaling) { s->skip_update = (loss && !isfinite(lv)) || (norm && !isfinite(nv)); return scaler_agree(s); }
-    if (loss && (st = check_loss(s, lv, micro))) return st;
-    if (norm && !isfinite(nv)) return nonfinite_error(s, "the squared gradient norm", norm, nv, PDDE_TENSOR_GRAD, micro);
+    return st ? st : check_update_scalars(s, loss, lv, norm, nv, micro);
+}
+
+/* Whether the check before update u may wait for the step's end, saving the host a wait in the step:
+ * u reads the squared norm, and its kernel does nothing when that is not finite (so nothing changed
+ * before the host reports the NaN or skips the overflowed step). Not under several ranks, which agree
+ * on a skip before updating (scaler_agree), nor without a norm: a non-finite loss is then seen by the
+ * host alone, before the update. And only where the updates end the schedule, so that no later node
+ * takes the norm's memory before the host reads it. */
+static bool check_after_step(const pdde_session *s, const pdde_tensor *u) {
+#ifdef PDDE_HAVE_COMM
+    if (s->world && pdde_comm_size(s->world) > 1) return false;
+#endif
+    if (!update_norm(u)) return false;
+    int i = s->n_order - 1;
+    while (i >= 0 && (is_update(s->order[i]) || s->order[i]->op == PDDE_OP_NONE || s->order[i]->op == PDDE_OP_RESHAPE) && s->order[i] != u) i--;
+    return i >= 0 && s->order[i] == u;
+}
+
+/* Before update u: the check of the step's first update, now or (check_after_step) at the step's end. */
+static pdde_status before_update(pdde_session *s, pdde_tensor *u, int micro) {
+    if (s->update_checked) return PDDE_OK;
+    if (!check_after_step(s, u)) return check_before_update(s, u, micro);
+    s->update_checked = true, s->deferred_norm = update_norm(u), s->deferred_micro = micro;
     return PDDE_OK;
+}
+
+/* The deferred check's reads, enqueued behind the step's work: the step's end waits for them. */
+static pdde_status enqueue_deferred_reads(pdde_session *s) {
+    pdde_status st = PDDE_OK;
+    if (s->pass_has_loss && s->loss) {
+        if (s->bind) bind_micro(s, s->loss, s->deferred_micro);
+        st = enqueue_read_scalar(s, s->loss, &s->loss_value);
+    }
+    return st ? st : enqueue_read_scalar(s, s->deferred_norm, &s->norm_value);
 }
 
 /* PDDE_CHECK_NONFINITE: t's output, after it ran. */
@@ -2295,7 +2347,7 @@ static void set_run_params(pdde_session *s, pdde_tensor *t, int micro, float lr)
 static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr) {
     set_run_params(s, t, micro, lr);
     if (is_update(t)) {
-        pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, t, micro);
+        pdde_status st = before_update(s, t, micro);
         if (st || s->skip_update) return st;
     }
     if (t->op == PDDE_OP_COPY) return run_copy(s, t);
@@ -2360,7 +2412,7 @@ static int gather_update_group(pdde_session *s, int i, int micro, float lr, int 
 /* The n nodes of s->update_group, after the check before the step's first update. */
 static pdde_status run_update_group(pdde_session *s, int n, int micro) {
     pdde_tensor **u = s->update_group;
-    pdde_status st = s->update_checked ? PDDE_OK : check_before_update(s, u[0], micro);
+    pdde_status st = before_update(s, u[0], micro);
     if (st || s->skip_update) return st;
     session_device *sd = &s->devs[s->slot[u[0]->id]];
     st = sd->iface->compute_group(sd->dev, sd->stream, u, n);
@@ -2513,6 +2565,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     double loss_sum = 0, t0_us = s->trace ? trace_now_us() : 0;
     s->update_checked = s->loss_read = false;
     s->skip_update = false;
+    s->deferred_norm = NULL;
     s->scaling_pass = mode_runs_backward(mode);
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
@@ -2521,10 +2574,13 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
+    if (st == PDDE_OK && s->deferred_norm) st = enqueue_deferred_reads(s);
     for (int d = 0; d < s->n_devs; d++) {
         pdde_status sync = device_sync(s, &s->devs[d]);
         if (st == PDDE_OK) st = sync;
     }
+    if (st == PDDE_OK && s->deferred_norm) /* (the kernels did nothing if the norm is not finite) */
+        st = check_update_scalars(s, s->pass_has_loss ? s->loss : NULL, s->loss_value, s->deferred_norm, s->norm_value, s->deferred_micro);
     /* a rank without update nodes (a pipeline stage without parameters) never reached the check before
      * the first update: it joins the others' skip decision now, before the collectives that follow */
     if (st == PDDE_OK && s->loss_scaling && mode_runs_update(mode) && !s->update_checked) st = scaler_agree(s);

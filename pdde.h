@@ -224,7 +224,8 @@ typedef enum {
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
      * and zero the gradient they consumed. f: UPDATE_LR (set by the executor each step),
      * UPDATE_WEIGHT_DECAY, UPDATE_CLIP (0 = off; with a gnorm_sq source, gradients are scaled by
-     * clip / (|g| + 1e-6) when |g| > clip), UPDATE_GRAD_SCALE (1/grad_accum_steps); i: UPDATE_STEP
+     * clip / (|g| + 1e-6) when |g| > clip; a gnorm_sq that is not finite makes the update do
+     * nothing: parameter, state and gradient unchanged), UPDATE_GRAD_SCALE (1/grad_accum_steps); i: UPDATE_STEP
      * t, 1-based (set by the executor). */
     PDDE_OP_GRAD_NORM_SQ,         /* src: grad [, previous partial sum]: partial + scale^2 * sum(g^2),
                                      scale = f: UPDATE_GRAD_SCALE */
@@ -612,7 +613,7 @@ typedef enum {
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out);
 void pdde_session_free(pdde_session *s);
 /* PDDE_ERR_NONFINITE: the loss, or the gradient norm when clipping, is NaN or infinite (see README
- * "Non-finite guard"); the update did not run and the step's gradients were dropped. */
+ * "Non-finite guard"); the update changed nothing and the step's gradients were dropped. */
 pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode);
 /* Copies between caller memory and a tensor's data (inputs, params, outputs, gradients).
  * nbytes must equal the bytes of t's block on this rank: pdde_tensor_nbytes(pdde_session_tensor(s, t))
@@ -639,7 +640,9 @@ int pdde_session_gradient_collectives(const pdde_session *s);
 int pdde_session_micro_batches(const pdde_session *s);
 /* How many times the session has made the host wait for a device other than the CPU (a stream
  * synchronisation, or a read or write, which ends in one) since it was made. A step on one device
- * waits twice: for the loss and gradient norm its update checks (read together), and at its end. */
+ * waits once, at its end, where it clips or scales the loss (its update kernels check the gradient
+ * norm themselves, the host reads the loss and norm after the step); without a norm, or under several
+ * ranks, it also waits for the loss and norm before its first update (README "Non-finite guard"). */
 int64_t pdde_session_host_syncs(const pdde_session *s);
 
 /* Dynamic loss scaling, on in a graph with f16 matmuls (pdde_graph_set_compute_dtype(g, PDDE_F16)),

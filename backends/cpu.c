@@ -842,11 +842,16 @@ CPU_KERNEL static void accum_task(void *arg, int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) acc[i] += g[i];
 }
 
-static float clip_coefficient(const pdde_tensor *u) {
+/* The squared gradient norm update u reads (its source after the parameter, gradient and state), or NULL. */
+static const float *update_norm_sq(const pdde_tensor *u) {
     int nsrc_plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3;
+    return u->nsrc > nsrc_plain ? F32(u->src[nsrc_plain]) : NULL;
+}
+
+static float clip_coefficient(const pdde_tensor *u) {
     float clip = pdde_op_f32(u, PDDE_P_UPDATE_CLIP);
-    if (u->nsrc <= nsrc_plain || clip <= 0) return 1.0f;
-    float norm = sqrtf(F32(u->src[nsrc_plain])[0]);
+    if (!update_norm_sq(u) || clip <= 0) return 1.0f;
+    float norm = sqrtf(update_norm_sq(u)[0]);
     return norm > clip ? clip / (norm + 1e-6f) : 1.0f;
 }
 
@@ -854,11 +859,14 @@ static float clip_coefficient(const pdde_tensor *u) {
 
 /* n update nodes of one op as one threaded loop over all their elements (one node: compute). */
 static pdde_status cpu_update(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *const *nodes, int n) {
+    const pdde_tensor *u = nodes[0];
+    /* a squared norm that is not finite (a NaN or an overflow in some gradient): a no-op, as on the GPUs
+     * (gpu_kernels.cl's update_skipped), which the executor reports after the step */
+    if (update_norm_sq(u) && !isfinite(update_norm_sq(u)[0])) return PDDE_OK;
     int64_t one[2], *start = n == 1 ? one : malloc(((size_t)n + 1) * sizeof *start);
     if (!start) return pdde_error(ctx, PDDE_ERR_OOM, "cpu: multi-tensor %s over %d tensors: out of memory", pdde_op_name(nodes[0]->op), n);
     start[0] = 0;
     for (int k = 0; k < n; k++) start[k + 1] = start[k] + pdde_tensor_numel(nodes[k]);
-    const pdde_tensor *u = nodes[0];
     update_job uj = {.nodes = nodes, .start = start, .n = n, .clip_coef = clip_coefficient(u)};
     int step = pdde_op_i32(u, PDDE_P_UPDATE_STEP) > 0 ? pdde_op_i32(u, PDDE_P_UPDATE_STEP) : 1;
     if (u->op == PDDE_OP_ADAMW_UPDATE) /* Adam's bias corrections */

@@ -608,6 +608,11 @@ extern "C" __global__ void k_cast(const void *__restrict__ src, void *__restrict
 
 /* ---- optimizers ------------------------------------------------------------------------------- */
 
+/* A squared norm that is not finite (a NaN or an overflow in some gradient) makes an update a no-op:
+ * parameter, state and gradient stay as they are, and the host, reading the norm once after the
+ * step's work, reports it (or, under loss scaling, skips the step) without a wait before the update. */
+__device__ __forceinline__ bool update_skipped(const float *gnorm_sq) { return gnorm_sq && !isfinite(gnorm_sq[0]); }
+
 /* The factor that clips the gradient to clip_norm given the (scaled) squared norm. */
 __device__ __forceinline__ float clip_factor(const float *gnorm_sq, float clip) {
     if (!gnorm_sq || clip <= 0.0f) return 1.0f;
@@ -618,6 +623,7 @@ __device__ __forceinline__ float clip_factor(const float *gnorm_sq, float clip) 
 extern "C" __global__ void k_sgd(float *__restrict__ p, float *__restrict__ g, float *__restrict__ mom,
                                  const float *gnorm_sq, long long n, float lr, float momentum, float wd,
                                  float clip, float gscale) {
+    if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
         float gi = g[i] * f + wd * p[i];
@@ -644,6 +650,7 @@ __device__ __forceinline__ void adamw_element(float *p, float *g, float *m, floa
 extern "C" __global__ void k_adamw(float *__restrict__ p, float *__restrict__ g, float *__restrict__ m,
                                    float *__restrict__ v, const float *gnorm_sq, long long n, float lr, float b1,
                                    float b2, float eps, float wd, float clip, float gscale, float bc1, float bc2) {
+    if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
 }
@@ -804,6 +811,7 @@ struct pdde_cu_multi {
 /* Tensor k = block row k (blockIdx.y); gradients in gbase, the rest in base. */
 extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float *gnorm_sq, struct pdde_cu_multi t, float lr,
                                          float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+    if (update_skipped(gnorm_sq)) return;
     int k = blockIdx.y;
     float f = gscale * clip_factor(gnorm_sq, clip);
     float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];

@@ -564,6 +564,11 @@ __kernel void k_cast(PTR(const void, src), PTR(void, dst), long n, int sdt, int 
 
 /* ---- optimizers ------------------------------------------------------------------------------- */
 
+/* A squared norm that is not finite (a NaN or an overflow in some gradient) makes an update a no-op:
+ * parameter, state and gradient stay as they are, and the host, reading the norm once after the
+ * step's work, reports it (or, under loss scaling, skips the step) without a wait before the update. */
+static bool update_skipped(__global const float *gnorm_sq) { return gnorm_sq && !isfinite(gnorm_sq[0]); }
+
 static float clip_factor(__global const float *gnorm_sq, float clip) {
     if (!gnorm_sq || clip <= 0.0f) return 1.0f;
     float nrm = sqrt(gnorm_sq[0]);
@@ -573,6 +578,7 @@ static float clip_factor(__global const float *gnorm_sq, float clip) {
 __kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const float, gnorm_sq), long n, float lr,
                     float momentum, float wd, float clip, float gscale) {
     BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq);
+    if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
         float gi = g[i] * f + wd * p[i];
@@ -600,6 +606,7 @@ __kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v)
                       float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,
                       float bc2) {
     BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq);
+    if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
 }
@@ -755,6 +762,7 @@ typedef struct {
 __kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,
                             float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
     BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);
+    if (update_skipped(gnorm_sq)) return;
     int k = get_group_id(1);
     float f = gscale * clip_factor(gnorm_sq, clip);
     __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];

@@ -237,7 +237,8 @@ typedef struct {
     int32_t ts[N];
 } mlp;
 
-static int mlp_init(pdde_context *ctx, mlp *m, pdde_dtype dt) {
+/* The classifier's session on `device` (0: the CPU). */
+static int mlp_init_on(pdde_context *ctx, mlp *m, pdde_dtype dt, int device) {
     pdde_graph_init(ctx, &m->g);
     pdde_graph *g = m->g;
     pdde_graph_set_compute_dtype(g, dt);
@@ -253,13 +254,17 @@ static int mlp_init(pdde_context *ctx, mlp *m, pdde_dtype dt) {
     op.lr = 0.1f, op.momentum = 0.9f;
     pdde_optimizer_sgd(g, &op);
     m->s = NULL;
-    CHECK(pdde_session_init(g, NULL, &m->s) == PDDE_OK, "mlp session: %s", pdde_last_error(ctx));
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    CHECK(pdde_session_init(g, &sp, &m->s) == PDDE_OK, "mlp session on device %d: %s", device, pdde_last_error(ctx));
     for (int i = 0; i < N; i++) {
         m->ts[i] = i % OUT;
         for (int j = 0; j < IN; j++) m->xs[i * IN + j] = (j % OUT == m->ts[i] ? 1.0f : 0.0f) + 0.1f * (float)((i * 7 + j * 3) % 5 - 2);
     }
     return m->s != NULL;
 }
+
+static int mlp_init(pdde_context *ctx, mlp *m, pdde_dtype dt) { return mlp_init_on(ctx, m, dt, 0); }
 
 static pdde_status mlp_step(mlp *m, float poison) {
     float xs[N * IN];
@@ -397,6 +402,63 @@ static void test_f16_loss_scaling(pdde_context *ctx) {
         CHECK(mlp_step(&mb, INFINITY) == PDDE_ERR_NONFINITE, "an infinite bf16 input is not refused");
         mlp_free(&mb);
     }
+}
+
+/* Every parameter and optimizer state (SGD's momentum) of the classifier, into one buffer. */
+static size_t mlp_snapshot(mlp *m, float *out, size_t cap) {
+    size_t n = 0;
+    for (int i = 0; i < pdde_graph_n_tensors(m->g); i++) {
+        const pdde_tensor *t = pdde_graph_tensor(m->g, i);
+        size_t k = (size_t)pdde_tensor_numel(t);
+        bool state = (t->flags & PDDE_TENSOR_STATE) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_CONST)); /* (not the scale) */
+        if (t->op != PDDE_OP_NONE || !((t->flags & PDDE_TENSOR_PARAM) || state) || n + k > cap) continue;
+        if (pdde_session_read(m->s, t, out + n, k * sizeof(float)) == PDDE_OK) n += k;
+    }
+    return n;
+}
+
+/* The overflow on the OpenCL device (PoCL on CI), whose update kernels see it themselves (a squared
+ * norm that is not finite makes them do nothing) while the host reads the norm only after the step:
+ * the step is skipped with every parameter and the momentum bit-identical, the scale halved and no
+ * step counted; a good step waits for the device once, at its end. */
+static void test_f16_overflow_on_device(pdde_context *ctx) {
+    int device = -1;
+    for (int d = 0; d < pdde_device_count(ctx) && device < 0; d++) {
+        pdde_device_props p;
+        if (pdde_device_get_props(ctx, d, &p) == PDDE_OK && !strcmp(p.backend, "opencl")) device = d;
+    }
+    if (device < 0) { test_skip("opencl", "f16 overflow on a device: no OpenCL device"); return; }
+    mlp m;
+    if (!mlp_init_on(ctx, &m, PDDE_F16, device)) { mlp_free(&m); return; }
+    int64_t syncs = 0;
+    pdde_status st = mlp_step(&m, 1.0f); /* (writing the inputs waits too) */
+    for (int k = 0; k < 3 && st == PDDE_OK; k++) {
+        int64_t before = pdde_session_host_syncs(m.s);
+        st = pdde_session_run(m.s, PDDE_RUN_STEP);
+        syncs += pdde_session_host_syncs(m.s) - before;
+    }
+    pdde_loss_scale_stats sc;
+    pdde_session_loss_scale(m.s, &sc);
+    CHECK(st == PDDE_OK && sc.skipped_steps == 0 && syncs == 3, "f16 on device %d: 4 good steps (%s), %lld skipped, %lld host waits (want 3)", device,
+          pdde_last_error(ctx), (long long)sc.skipped_steps, (long long)syncs);
+    float before[2 * (IN * HID + HID + HID * OUT)], after[sizeof before / sizeof *before];
+    size_t n = mlp_snapshot(&m, before, sizeof before / sizeof *before);
+    int64_t step = pdde_session_step(m.s);
+    float scale = sc.scale;
+    st = mlp_step(&m, 1e6f);
+    pdde_session_loss_scale(m.s, &sc);
+    CHECK(st == PDDE_OK && sc.last_skipped && sc.skipped_steps == 1 && sc.scale == scale * PDDE_LOSS_SCALE_BACKOFF && pdde_session_step(m.s) == step,
+          "f16 overflow on device %d: %s, skipped %d (%lld), scale %g -> %g, step %lld -> %lld", device, pdde_status_str(st), sc.last_skipped,
+          (long long)sc.skipped_steps, scale, sc.scale, (long long)step, (long long)pdde_session_step(m.s));
+    CHECK(mlp_snapshot(&m, after, sizeof after / sizeof *after) == n && n == sizeof before / sizeof *before && !memcmp(before, after, n * sizeof(float)),
+          "f16 overflow on device %d: a parameter or the momentum changed in the skipped step", device);
+    st = mlp_step(&m, 1.0f);
+    pdde_session_loss_scale(m.s, &sc);
+    printf("f16 on device %d: %lld host waits in 3 good steps; overflow skipped (scale %g -> %g), then loss %.4f\n", device, (long long)syncs, scale,
+           scale * PDDE_LOSS_SCALE_BACKOFF, pdde_session_loss(m.s));
+    CHECK(st == PDDE_OK && !sc.last_skipped && pdde_session_step(m.s) == step + 1, "f16 on device %d: the step after the overflow: %s", device,
+          pdde_last_error(ctx));
+    mlp_free(&m);
 }
 
 #ifdef PDDE_HAVE_UCX
@@ -629,6 +691,7 @@ int main(int argc, char **argv) {
     test_graph_and_memory(ctx);
     test_f16_step_matches_f32(ctx);
     test_f16_loss_scaling(ctx);
+    test_f16_overflow_on_device(ctx);
 #ifdef PDDE_HAVE_UCX
     test_f16_loss_scaling_ranks(ctx);
     test_f16_bare_stage(argv[0], 1);
