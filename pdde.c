@@ -2412,6 +2412,29 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
     return st;
 }
 
+/* A phantom micro-batch (uneven shares under ZeRO-2/3, planner_impl.h): the collectives over the
+ * shares' axis of this phase that every micro-batch makes, reductions contributing zeros, and the
+ * accumulation of what they bring this rank's shard; gathers are discarded. No other node runs. */
+static pdde_status run_phantom(pdde_session *s, pdde_phase phase, int micro) {
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        if (t->phase != phase || !program_phantom_runs(s->prog, t)) continue;
+        if (s->bind) {
+            bind_micro(s, t, micro);
+            for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
+        }
+        if (t->op == PDDE_OP_ALLREDUCE || t->op == PDDE_OP_REDUCE_SCATTER) { /* its input was never computed: zeros */
+            size_t nbytes = pdde_tensor_nbytes(t->src[0]);
+            void *zeros = calloc(1, nbytes + 1);
+            st = zeros ? write_bound(s, t->src[0], zeros, nbytes) : pdde_error(s->ctx, PDDE_ERR_OOM, "phantom micro-batch: out of memory");
+            free(zeros);
+        }
+        if (st == PDDE_OK) st = run_node(s, t, micro, 0);
+    }
+    return st;
+}
+
 /* The loss of micro-batch `micro` (this rank holds the loss): added to *sum. */
 static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
     float loss;
@@ -2434,6 +2457,10 @@ static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float 
         if (ps->phase == PDDE_PHASE_OPTIMIZER && !mode_runs_update(mode)) continue;
         s->early_starts = ps->early && mode_runs_update(mode);
         double t0_us = s->trace ? trace_now_us() : 0;
+        if (ps->phantom) {
+            st = run_phantom(s, ps->phase, ps->micro);
+            continue;
+        }
         st = run_chunk(s, PHASE_BIT(ps->phase), ps->micro, ps->chunk, lr);
         if (s->trace) {
             static const char *const pass_names[] = {"forward", "backward", "update"};
@@ -2513,10 +2540,13 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (!s) return PDDE_ERR_INVALID_ARG;
     if (mode != PDDE_RUN_FORWARD && mode != PDDE_RUN_FORWARD_BACKWARD && mode != PDDE_RUN_OPTIMIZER && mode != PDDE_RUN_STEP)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_run: unknown mode %d", mode);
-    bool pipelined = s->n_stages > 1, every_micro = s->n_micro > 1 && (mode == PDDE_RUN_STEP || mode == PDDE_RUN_FORWARD);
+    bool pipelined = s->n_stages > 1, every_micro = (s->n_micro > 1 || s->prog->n_phantom) && (mode == PDDE_RUN_STEP || mode == PDDE_RUN_FORWARD);
     if (pipelined && (mode == PDDE_RUN_FORWARD_BACKWARD || mode == PDDE_RUN_OPTIMIZER))
         return pdde_error(s->ctx, PDDE_ERR_STATE, "session_run: pipeline stages run whole steps (write each micro-batch with "
                                                   "pdde_session_write_micro, then PDDE_RUN_STEP)");
+    if (s->prog->n_phantom && (mode == PDDE_RUN_FORWARD_BACKWARD || mode == PDDE_RUN_OPTIMIZER))
+        return pdde_error(s->ctx, PDDE_ERR_STATE, "session_run: uneven shares under ZeRO-2/3 run whole steps (this rank makes %d "
+                                                  "phantom micro-batches' collectives for the larger shares): PDDE_RUN_STEP", s->prog->n_phantom);
     pdde_graph *g = s->g;
     float lr = pdde_session_lr(s);
     /* each training pass draws new dropout masks (micro-batch m of a step: counter + m); a forward-only

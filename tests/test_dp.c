@@ -42,8 +42,9 @@ typedef struct {
     int scale_sensitive;   /* 1: unclipped AdamW with eps 1e-3, of the size of these gradients: clipping
                               and Adam's normalisation (eps 1e-8) hide a gradient scaled by the rank count */
     int64_t bucket_bytes;  /* gradient_bucket_bytes (0: 25 MiB, every gradient of this model in one bucket) */
-    int shares[RANKS];     /* uneven data parallelism: rank r runs shares[r] x micro_batches micro-batches
+    int shares[RANKS];     /* uneven data parallelism: dp index d runs shares[d] x micro_batches micro-batches
                               of the global batch's consecutive blocks (gpt_write_batch); {0} = equal */
+    int pp;                /* pipeline stages (0: 1): RANKS x pp processes, pp innermost */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -62,7 +63,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     int micro = dc->micro_batches;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
-    gpt_plan plan = {.dp = comm ? RANKS : 1, .tp = 1, .pp = 1, .micro = micro, .zero = dc->zero, .shares = comm && dc->shares[0] ? dc->shares : NULL};
+    int pp = comm && dc->pp > 1 ? dc->pp : 1;
+    gpt_plan plan = {.dp = comm ? RANKS : 1, .tp = 1, .pp = pp, .micro = micro, .zero = dc->zero, .shares = comm && dc->shares[0] ? dc->shares : NULL};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     sp.overlap_gradients = 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
@@ -83,7 +85,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
         global_batch(step, x, y);
         double loss = 0;
         if (plan.shares) { /* this rank's share of the step's micro-batches, then the step */
-            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm), x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm) / pp, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
                 FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
             out->losses[step] = pdde_session_loss(s);
             continue;
@@ -114,12 +116,13 @@ static void train_rank(pdde_context *ctx, pdde_comm *comm, void *arg) { train(ct
 
 /* RANKS processes that meet through the store; rank 0's result comes back. */
 static void run_ranks(const char *store_addr, const dp_config *dc, run_result *out) {
-    run_result res[RANKS];
+    int n = RANKS * (dc->pp > 1 ? dc->pp : 1);
+    run_result res[RANKS * 2];
     memset(res, 0, sizeof res);
     test_ranks_params tp = {.addr = store_addr, .prefix = dc->name, .timeout_s = 60, .n_threads = 1,
                             .server = g_server, .device_runtimes = dc->on_device, .results = res, .result_size = sizeof *res};
-    test_run_ranks(RANKS, &tp, train_rank, (void *)dc, 240);
-    for (int r = 0; r < RANKS; r++) CHECK(res[r].ok, "%s rank %d failed: %s", dc->name, r, res[r].error);
+    test_run_ranks(n, &tp, train_rank, (void *)dc, 240);
+    for (int r = 0; r < n; r++) CHECK(res[r].ok, "%s rank %d failed: %s", dc->name, r, res[r].error);
     *out = res[0];
 }
 
@@ -180,17 +183,17 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0, 0, 0, {0}},
-        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0, 0, 0, {0}},
-        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}},
-        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}},  /* one collective per gradient */
-        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}},   /* small buckets: several, with gradients between them alone */
-        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}},
+        {"dp2", 0, 1, 0, 0, 0, 0, {0}, 1},
+        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}, 1},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}, 1},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0, 0, {0}, 1},
+        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}, 1},
+        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}, 1},  /* one collective per gradient */
+        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}, 1},   /* small buckets: several, with gradients between them alone */
+        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}, 1},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}, 1},
     };
-    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}, 1};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
     int n_configs = has_device ? 9 : 7;
     for (int i = n_configs; i < 9; i++)
@@ -208,7 +211,7 @@ int main(void) {
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
     for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
     /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
-    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}};
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}, 1}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}, 1};
     run_result sres = {0}, sref = {0};
     run_ranks(addr, &scaled, &sres);
     train(ctx, NULL, &scaled_ref, &sref);
@@ -217,11 +220,15 @@ int main(void) {
     /* uneven shares: each micro-batch weighs the same whatever rank runs it (gradient scale-sensitive
      * too: a rank's share weighted as a whole rank's, or the update's scale 1 / micro, shows) */
     static const dp_config uneven[] = {
-        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
-        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
-        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}},     /* ZeRO-1: the shard updates take the same scale */
+        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}, 1},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
+        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}, 1},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
+        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}, 1},     /* ZeRO-1: the shard updates take the same scale */
+        {"shares_zero2", 2, 1, 0, 0, 1, 0, {3, 1}, 1},     /* ZeRO-2: rank 1 reduce-scatters zeros in its missing micro-batches */
+        {"shares_zero3", 3, 2, 0, 0, 1, 0, {1, 3}, 1},     /* ZeRO-3: ... and gathers the parameters it does not use */
+        {"shares_pp2", 0, 1, 0, 0, 1, 0, {3, 1}, 2},    /* 4 ranks: each dp index's two stages run its share under 1F1B */
+        {"shares_pp2_mb2", 0, 2, 0, 0, 1, 0, {3, 1}, 2},
     };
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof uneven / sizeof uneven[0]; i++) {
         run_result ures = {0};
         run_ranks(addr, &uneven[i], &ures);
         compare(uneven[i].name, scaled_ref.name, &sref, &ures);

@@ -482,9 +482,18 @@ int main(void) {
         pdde_plan_str(&p, s, sizeof s);
         CHECK(pdde_plan_parse(s, &q) == PDDE_OK && !memcmp(q.stage_first, p.stage_first, sizeof p.stage_first) && q.dp == p.dp && q.micro == p.micro,
               "round trip through '%s'", s);
-        const char *bad[] = {"dp=0", "zero=5", "foo=1", "dp=2,pp=2,stages=3", "dp=x", "dp=2,,", "recompute=2", "mb=-1",
-                             "pp=2,rc=1", "comm=f64", "sched=zb", "blocks=2", "rc=-1"};
-        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(pdde_plan_parse(bad[i], &p) == PDDE_ERR_INVALID_ARG, "'%s' is refused", bad[i]);
+        /* bad text: refused, and the message (in why: parsing has no context) names the key at fault */
+        static const char *const bad[][2] = {{"dp=0", "dp"}, {"zero=5", "zero"}, {"foo=1", "foo"}, {"dp=2,pp=2,stages=3", "stages"},
+            {"dp=x", "dp"}, {"dp=2,,", "a key"}, {"recompute=2", "recompute"}, {"mb=-1", "mb"}, {"pp=2,rc=1", "rc"}, {"comm=f64", "comm"},
+            {"sched=zb", "sched"}, {"blocks=2", "blocks"}, {"rc=-1", "rc"}, {"dp=2,shares=3", "shares"}, {"dp=2,shares=3:0", "shares"},
+            {"dp=2,shares=3:x", "shares"}, {"dp=1,shares=1:1", "shares"}, {"dp=2,shares=:1", "shares"}, {"dp=1,place=", "place"},
+            {"place=opencl:3-1", "place"}, {"place=opencl:1-2x", "place"}, {"pp=65", "pp"}, {"dp=2x", "dp"}, {"stages=0:2", "stages"}};
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "plan text: %s: want ", bad[i][1]);
+            CHECK(pdde_plan_parse(bad[i][0], &p) == PDDE_ERR_INVALID_ARG && strstr(p.why, key), "'%s' is refused naming %s: %s", bad[i][0],
+                  bad[i][1], p.why);
+        }
         const char *full = "dp=1,tp=2,pp=2,mb=4,zero=0,recompute=0,stages=4:2,rc=2:0,comm=bf16,sched=gpipe,blocks=1";
         CHECK(pdde_plan_parse(full, &p) == PDDE_OK && p.recompute_layers[0] == 2 && p.recompute_layers[1] == 0 && p.comm_dtype == PDDE_BF16 &&
               p.schedule == PDDE_PIPELINE_GPIPE && p.stage_blocks == 1, "parse '%s'", full);
