@@ -53,25 +53,49 @@ static double every_recompute(pdde_graph *g, const cluster *c, const pdde_plan_p
     }
 }
 
-/* The best fitting step time over every plan the search may consider: degrees, layouts, micro-batch
- * counts, interleaving, comm dtypes, ZeRO stages, every stage cut and every per-stage recompute count. */
+/* Every uneven share vector of dp indices (each >= 1, not all equal) out of u = dp + 1 .. 4 dp units
+ * dividing the batch, into v[1..] with its units (v[0]: equal shares, dp units); the count with it. */
+enum { MAX_SHARE_VECTORS = 128 };
+static void compose(int dp, int k, int left, int u, int *x, int (*v)[PDDE_PLAN_MAX_SHARES], int *units, int *n) {
+    if (k == dp - 1) {
+        x[k] = left;
+        bool equal = true;
+        for (int i = 1; i < dp; i++) equal &= x[i] == x[0];
+        if (!equal && *n < MAX_SHARE_VECTORS) memset(v[*n], 0, sizeof v[0]), memcpy(v[*n], x, (size_t)dp * sizeof *x), units[(*n)++] = u;
+        return;
+    }
+    for (int a = 1; a <= left - (dp - k - 1); a++) x[k] = a, compose(dp, k + 1, left - a, u, x, v, units, n);
+}
+static int share_vectors(int dp, int64_t batch, int (*v)[PDDE_PLAN_MAX_SHARES], int *units) {
+    int n = 1, x[PDDE_PLAN_MAX_SHARES];
+    memset(v[0], 0, sizeof v[0]), units[0] = dp;
+    for (int u = dp + 1; u <= 4 * dp && u <= batch && dp > 1; u++)
+        if (batch % u == 0) compose(dp, 0, u, u, x, v, units, &n);
+    return n;
+}
+
+/* The best fitting step time over every plan the search may consider: degrees, layouts, uneven
+ * shares, micro-batch counts, interleaving, comm dtypes, ZeRO stages, every stage cut and every
+ * per-stage recompute count. */
 static double exhaustive(pdde_graph *g, const cluster *c, const pdde_plan_params *pp, int L, int *n_evaluated) {
     double best = INFINITY;
     int max_micro = pp->max_micro;
+    static int shares[MAX_SHARE_VECTORS][PDDE_PLAN_MAX_SHARES], units[MAX_SHARE_VECTORS];
     for (int n = 1; n <= c->d.n_devices; n++)
         for (int tp = 1; tp <= n; tp++)
             for (int pipe = 1; pipe * tp <= n; pipe++) {
                 if (n % (tp * pipe) || (pp->tp_divisor % tp) || pipe > L) continue;
-                int dp = n / tp / pipe;
-                if (pp->batch % dp) continue;
+                int dp = n / tp / pipe, n_shares = share_vectors(dp, pp->batch, shares, units);
                 for (int blocks = 0; blocks <= (pipe > 1); blocks++)
-                    for (int m = 1; m <= max_micro && m <= pp->batch / dp; m++)
+                    for (int o = 0; o < n_shares; o++)
+                    for (int m = 1; m <= max_micro && m <= pp->batch / units[o]; m++)
                         for (int v = 1; v <= 4; v *= 2)
                             for (int bf = 0; bf <= (dp * tp > 1); bf++)
-                                for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
-                                    if ((pp->batch / dp) % m || (v > 1 && (pipe == 1 || m % pipe || L < v * pipe))) continue;
+                                for (int zero = 0; zero <= (dp > 1 ? (o && pipe > 1 ? 1 : 3) : 0); zero++) {
+                                    if (pp->batch % ((int64_t)units[o] * m) || (v > 1 && (pipe == 1 || m % pipe || L < v * pipe))) continue;
                                     pdde_plan p = {.dp = dp, .tp = tp, .pp = pipe, .micro = m, .zero = zero, .chunks = v, .stage_blocks = blocks,
                                                    .comm_dtype = bf ? PDDE_BF16 : PDDE_F32};
+                                    memcpy(p.shares, shares[o], sizeof p.shares);
                                     if (v > 1) { /* interleaved: the even cut, every layer recomputed or none */
                                         for (int rc = 0; rc <= 1; rc++) {
                                             pdde_plan q = p;
@@ -371,6 +395,9 @@ int main(void) {
         CHECK(nf > 0 && isfinite(best) && fabs(plans[0].step_s - best) <= 1e-12 * best,
               "search's best %s %.9g s equals the exhaustive optimum %.9g s over %d plans", s, nf ? plans[0].step_s : NAN, best, n_eval);
         CHECK(n_eval > 10000, "the exhaustive search covered %d plans", n_eval);
+        printf("exhaustive: %d plans, the best %s %.4g ms, as the search's\n", n_eval, s, best * 1e3);
+        /* (two fast devices and two slower ones: a pipeline of each pair, the faster taking 3 of 4 shares) */
+        CHECK(nf > 0 && plans[0].pp > 1 && plans[0].shares[0] > plans[0].shares[1], "the best plan gives uneven shares to pipelines: %s", s);
         /* with room for one plan the pruning by lower bound is at its sharpest: still the optimum */
         pdde_plan one[2];
         int nf1 = 0, nr1 = 0;
@@ -441,16 +468,24 @@ int main(void) {
               "%s reads back with its shares", s);
         static const char *const bad[] = {"dp=2,shares=3", "dp=2,shares=3:0", "dp=2,shares=3:x", "dp=1,shares=1:1", "dp=2,shares=:1"};
         for (int i = 0; i < 5; i++) CHECK(pdde_plan_parse(bad[i], &back) == PDDE_ERR_INVALID_ARG, "'%s' is refused", bad[i]);
-        pdde_plan staged = {.dp = 1, .tp = 1, .pp = 2, .micro = 2, .chunks = 1, .shares = {1}};
-        CHECK(pdde_plan_evaluate(g, &c.d, &both, &staged) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "shares"),
-              "shares with pipeline stages: an error naming them (%s)", pdde_last_error(ctx));
-        /* ZeRO-2/3 reduce or gather in every micro-batch: uneven counts would leave a rank waiting for ever */
+        pdde_plan one_index = {.dp = 1, .tp = 1, .pp = 2, .micro = 2, .chunks = 1, .shares = {1}};
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &one_index) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "shares"),
+              "shares of one dp index: an error naming them (%s)", pdde_last_error(ctx));
+        /* ZeRO-2/3 reduce or gather in every micro-batch: a smaller share makes up the larger's count with
+         * phantom micro-batches (one stage only), whose ZeRO-3 gathers the estimate charges */
         bool zero_ok = true;
-        for (int i = 0; i < nf; i++) zero_ok &= !(plans[i].shares[0] && plans[i].zero >= 2);
-        CHECK(zero_ok, "no plan with shares takes ZeRO 2 or 3");
-        pdde_plan zero2 = {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .zero = 2, .shares = {3, 1}};
-        CHECK(pdde_plan_evaluate(g, &c.d, &both, &zero2) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "ZeRO"),
-              "shares with ZeRO-2: an error naming it (%s)", pdde_last_error(ctx));
+        for (int i = 0; i < nf; i++) zero_ok &= !(plans[i].shares[0] && plans[i].zero >= 2 && plans[i].pp > 1);
+        CHECK(zero_ok, "no plan with shares and stages takes ZeRO 2 or 3");
+        pdde_plan staged2 = {.dp = 2, .tp = 1, .pp = 2, .micro = 1, .chunks = 1, .zero = 2, .shares = {3, 1}};
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &staged2) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "ZeRO"),
+              "shares with ZeRO-2 and stages: an error naming it (%s)", pdde_last_error(ctx));
+        pdde_plan zero3 = {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .zero = 3, .shares = {3, 1}};
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &zero3) == PDDE_OK && !zero3.why[0], "shares with ZeRO-3 in one stage are predicted: %s",
+              pdde_last_error(ctx));
+        pdde_plan gathers = {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .zero = 1, .shares = {3, 1}};
+        pdde_plan_evaluate(g, &c.d, &both, &gathers);
+        CHECK(zero3.step_s > gathers.step_s, "ZeRO-3's gathers, phantom ones included, cost time: %g s against %g s under ZeRO-1", zero3.step_s,
+              gathers.step_s);
         printf("a device 3x slower: %s, %.3g ms against %.3g ms for equal shares\n", s, b->step_s * 1e3, equal.step_s * 1e3);
     }
     /* 5. one device with too little memory for anything: left out */
