@@ -3223,13 +3223,14 @@ int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer) {
 }
 
 /* The device of each of the L layers under plan p's placement (malloc'ed): those it places on the
- * first device of backend p->place, the others -1 (the rank's own). */
+ * first device of backend p->place, the others -1 (the rank's own). With stages, each stage's
+ * session places those of its layers (the others are not on its rank). */
 static pdde_status plan_apply_placement(pdde_graph *g, const pdde_plan *p, int L, int **out) {
     int dev = pdde_device_find(g->ctx, p->place, 0);
     if (dev < 0) return pdde_error(g->ctx, PDDE_ERR_NOT_FOUND, "plan apply: place=%s: this process has no device of backend %s (see pdde-info)", p->place, p->place);
-    if (p->pp != 1 || p->chunks != 1)
-        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: place=%s places layers within one stage (pp 1, chunks 1), not pp %d x chunks %d",
-                          p->place, p->pp, p->chunks);
+    if (p->chunks != 1)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: place=%s places layers of one run per stage (chunks 1), not %d chunks",
+                          p->place, p->chunks);
     int *d = malloc((size_t)L * sizeof *d);
     if (!d) return pdde_error(g->ctx, PDDE_ERR_OOM, "plan apply: out of memory");
     for (int l = 0; l < L; l++) d[l] = pdde_plan_places(p, L, l) ? dev : -1;

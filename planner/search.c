@@ -388,9 +388,16 @@ static int stage_recompute(const plan_eval *e, int s, int a, int b, stage_work *
     return k;
 }
 
-/* Stage s's cost for layers [a, b); DBL_MAX when they do not fit its memory. */
+static double stage_time_placed(const plan_eval *e, int s, int a, int b, double *m_own, double *m_placed);
+
+/* Stage s's cost for layers [a, b); DBL_MAX when they do not fit its memory (its devices', and with a
+ * placement its second devices'). */
 static double stage_cost(const plan_eval *e, int s, int a, int b) {
     stage_work w;
+    if (e->place) {
+        double m_own, m_placed, t = stage_time_placed(e, s, a, b, &m_own, &m_placed);
+        return m_own > e->st[s].memory || m_placed > e->placed.memory ? DBL_MAX : t;
+    }
     return stage_recompute(e, s, a, b, &w) < 0 ? DBL_MAX : stage_time(e, s, &w);
 }
 
@@ -466,7 +473,7 @@ static void plan_links(plan_eval *e) {
     }
     plan_stage_devices *pl = &e->placed;
     pl->flops = pl->mem_bw = pl->memory = DBL_MAX, pl->op_latency = 0, pl->worst_mem_device = 0;
-    e->place_ok = d->place_flops && d->place_mem_bw && d->place_memory && e->pp == 1;
+    e->place_ok = d->place_flops && d->place_mem_bw && d->place_memory;
     for (int i = 0; i < r->n && e->place_ok; i++) {
         int dev = r->dev[i];
         e->place_ok = d->place_flops[dev] > 0 && d->place_mem_bw[dev] > 0 && d->place_memory[dev] > 0;
@@ -578,30 +585,55 @@ static double plan_lower_bound(const plan_eval *e) {
     return e->slots * (fwd + bwd) / ((double)e->dp * e->m * e->tp) / speed;
 }
 
-/* A plan of one stage whose layers [place_first, place_last) run on each rank's second device: each
- * part's work on its device (the placed part at the slowest rank's second device), the activations
- * crossing each boundary copied there in forward and their gradients back in backward, and the memory
- * of each device (its part's parameters, state and activations) against what that device holds. */
-static double plan_evaluate_placed(plan_eval *e, pdde_plan *plan) {
+/* Stage s with layers [a, b) of which those in [place_first, place_last) run on each rank's second
+ * device: each part's work on its device (the placed part at the slowest rank's second device), the
+ * activations crossing each boundary between the parts copied there in forward and their gradients
+ * back in backward; *m_own, *m_placed: the memory of each device (its part's parameters, state and
+ * activations). The stage's send to the next goes from the part holding its last layer. */
+static double stage_time_placed(const plan_eval *e, int s, int a, int b, double *m_own, double *m_placed) {
     const plan_profile *p = e->prof;
-    int L = p->n_layers, a = e->place_first, b = e->place_last;
+    int L = p->n_layers, pa = e->place_first > a ? e->place_first : a, pb = e->place_last < b ? e->place_last : b;
+    if (pb < pa) pa = pb = b; /* nothing of the stage placed */
     stage_work own, placed;
     memset(&own, 0, sizeof own), memset(&placed, 0, sizeof placed);
-    work_add(e, &own, 0, a, 0), work_add(e, &own, b, L, 0), work_add(e, &placed, a, b, 0);
-    double crossing = (a > 0 ? p->out[a - 1] : 0) + (b < L ? p->out[b - 1] : 0), n_cross = (a > 0) + (b < L);
-    double copies = 2 * (crossing / ((double)e->dp * e->m) / e->ranks->d->place_bw + n_cross * e->ranks->d->place_lat);
-    double worst = stage_time_on(e, &e->st[0], &own) + stage_time_on(e, &e->placed, &placed) + copies;
-    double m_own = stage_memory(e, 0, &own), m_placed = stage_memory(e, 0, &placed);
-    plan->stage_first[0] = 0, plan->stage_first[1] = L, plan->recompute = 0, plan->recompute_layers[0] = 0;
-    plan->peak_bytes = fmax(m_own, m_placed);
-    plan->peak_device = m_own >= m_placed ? e->st[0].worst_mem_device : e->placed.worst_mem_device;
-    plan->bubble_s = 0;
-    if (m_placed > e->placed.memory)
-        snprintf(plan->why, sizeof plan->why, "out of memory on the %s device of device %d (layers %d-%d placed there) by %.2f GiB (%.0f bytes)",
-                 plan->place, e->placed.worst_mem_device, a, b - 1, (m_placed - e->placed.memory) / 1073741824.0, m_placed - e->placed.memory);
-    else if (m_own > e->st[0].memory)
-        snprintf(plan->why, sizeof plan->why, "out of memory on device %d (its layers beside those placed on %s) by %.2f GiB (%.0f bytes)",
-                 e->st[0].worst_mem_device, plan->place, (m_own - e->st[0].memory) / 1073741824.0, m_own - e->st[0].memory);
+    work_add(e, &own, a, pa, 0), work_add(e, &own, pb, b, 0), work_add(e, &placed, pa, pb, 0);
+    stage_work *last = pb == b && pb > pa ? &placed : &own;
+    own.send = placed.send = 0, own.n_send = placed.n_send = 0;
+    if (e->pp > 1 && b < L) last->send = p->out[b - 1], last->n_send = 1;
+    double crossing = (pa > a && pb > pa ? p->out[pa - 1] : 0) + (pb < b && pb > pa ? p->out[pb - 1] : 0);
+    double n_cross = (pa > a && pb > pa) + (pb < b && pb > pa);
+    double copies = 2 * (crossing / ((double)e->units * e->m) / e->ranks->d->place_bw + n_cross * e->ranks->d->place_lat);
+    *m_own = stage_memory(e, s, &own), *m_placed = stage_memory(e, s, &placed);
+    return stage_time_on(e, &e->st[s], &own) + (pb > pa ? stage_time_on(e, &e->placed, &placed) : 0) + copies;
+}
+
+/* A plan whose layers [place_first, place_last) run on each rank's second device: each stage as
+ * stage_time_placed says, cut by the dynamic program (or as given: fixed_cut), nothing recomputed;
+ * each device's memory against what it holds. */
+static double plan_evaluate_placed(plan_eval *e, pdde_plan *plan, double *best, int *arg, bool fixed_cut) {
+    int L = e->prof->n_layers;
+    double worst = 0;
+    if (!fixed_cut && e->pp > 1 && plan_cut_stages(e, plan->stage_first, best, arg) == DBL_MAX) /* the memory of an even cut says why */
+        for (int s = 0; s <= e->pp; s++) plan->stage_first[s] = s * L / e->pp;
+    if (e->pp == 1) plan->stage_first[0] = 0, plan->stage_first[1] = L;
+    plan->recompute = 0, plan->peak_bytes = 0, plan->peak_device = -1;
+    for (int s = 0; s < e->pp; s++) {
+        int a = plan->stage_first[s], b = plan->stage_first[s + 1];
+        double m_own, m_placed;
+        worst = fmax(worst, stage_time_placed(e, s, a, b, &m_own, &m_placed));
+        plan->recompute_layers[s] = 0;
+        if (fmax(m_own, m_placed) > plan->peak_bytes)
+            plan->peak_bytes = fmax(m_own, m_placed), plan->peak_device = m_own >= m_placed ? e->st[s].worst_mem_device : e->placed.worst_mem_device;
+        if (plan->why[0]) continue;
+        if (m_placed > e->placed.memory)
+            snprintf(plan->why, sizeof plan->why, "out of memory on the %s device of device %d (stage %d, layers %d-%d placed there) by %.2f GiB (%.0f bytes)",
+                     plan->place, e->placed.worst_mem_device, s, e->place_first > a ? e->place_first : a, (e->place_last < b ? e->place_last : b) - 1,
+                     (m_placed - e->placed.memory) / 1073741824.0, m_placed - e->placed.memory);
+        else if (m_own > e->st[s].memory)
+            snprintf(plan->why, sizeof plan->why, "out of memory on device %d (stage %d: its layers beside those placed on %s) by %.2f GiB (%.0f bytes)",
+                     e->st[s].worst_mem_device, s, plan->place, (m_own - e->st[s].memory) / 1073741824.0, m_own - e->st[s].memory);
+    }
+    plan->bubble_s = (e->slots - e->m) * worst;
     if (plan->why[0]) return plan->step_s = DBL_MAX;
     return plan->step_s = e->slots * worst;
 }
@@ -623,7 +655,7 @@ static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *ar
         snprintf(plan->why, sizeof plan->why, "no link between the devices of a %s-parallel group", e->no_link);
         return plan->step_s = DBL_MAX;
     }
-    if (e->place) return plan_evaluate_placed(e, plan);
+    if (e->place) return plan_evaluate_placed(e, plan, best, arg, fixed_cut);
     if (e->v > 1) /* interleaved: the even cut of runs (stage_first: an even cut, the layers' count per stage) */
         for (int s = 0; s <= e->pp; s++) plan->stage_first[s] = s * L / e->pp;
     bool fits = fixed_cut || e->v > 1 || plan_may_fit(e);
@@ -689,13 +721,15 @@ static double plan_unconstrained(plan_eval *e) {
     return e->slots * worst;
 }
 
-/* A placed plan's time had it fitted (both devices' memory ignored). */
+/* A placed plan's time had it fitted (every device's memory ignored; an even cut). */
 static double plan_placed_unconstrained(plan_eval *e) {
     plan_eval free_memory = *e;
-    free_memory.st[0].memory = free_memory.placed.memory = DBL_MAX;
+    for (int s = 0; s < e->pp; s++) free_memory.st[s].memory = DBL_MAX;
+    free_memory.placed.memory = DBL_MAX;
     pdde_plan p;
     memset(&p, 0, sizeof p);
-    return plan_evaluate_placed(&free_memory, &p);
+    for (int s = 0; s <= e->pp; s++) p.stage_first[s] = s * e->prof->n_layers / e->pp;
+    return plan_evaluate_placed(&free_memory, &p, NULL, NULL, true);
 }
 
 static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices *d, const pdde_plan_params *p) {
@@ -778,7 +812,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
         plan_links(&e);
         plan_place_range(p, L, &e.place_first, &e.place_last);
         if (e.place && (!e.place_ok || e.shares || p->chunks > 1 || given || p->recompute == 1 || strcmp(p->place, devices->place_backend) || e.place_first >= e.place_last))
-            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: place=%s (layers %d-%d) needs one stage (pp 1, no chunks, no recompute, equal shares) on devices whose "
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: place=%s (layers %d-%d) needs no chunks, no recompute and equal shares on devices whose "
                             "second device is a %s one (devices.place_backend \"%s\"%s)", p->place, e.place_first, e.place_last - 1, p->place,
                             devices->place_backend, e.place_ok ? "" : ", not every device has one");
         else

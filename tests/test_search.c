@@ -363,6 +363,42 @@ static void test_placement(pdde_graph *g, const pdde_plan_params *pp, int L) {
     for (int i = nf; i < nf + nr; i++) placed_rejected += plans[i].place[0] && strstr(plans[i].why, "opencl device") != NULL;
     CHECK(placed_fit == 0 && placed_rejected > 0, "a second device of 1 kB: %d placed plans fit, %d rejected naming it (%s)", placed_fit,
           placed_rejected, nr ? plans[nf].why : "");
+    /* with pipeline stages: each stage places the layers of the range it holds (place=opencl:3-4 with
+     * stages=3:3: stage 1's two blocks), each part timed on its device and each device's memory checked */
+    for (int i = 0; i < 2; i++) c.mem[i] = 1e9, pmem[i] = 1e9, pf[i] = 1e12, pbw[i] = 1e11;
+    pdde_plan staged, staged_own;
+    CHECK(pdde_plan_parse("dp=1,pp=2,mb=2,stages=3:3,place=opencl:3-4", &staged) == PDDE_OK && pdde_plan_parse("dp=1,pp=2,mb=2,stages=3:3", &staged_own) == PDDE_OK &&
+              pdde_plan_evaluate(g, &c.d, pp, &staged) == PDDE_OK && pdde_plan_evaluate(g, &c.d, pp, &staged_own) == PDDE_OK && !staged.why[0],
+          "pp=2 with stage 1's blocks placed: %s %s", pdde_last_error(ctx), staged.why);
+    CHECK(staged.step_s < staged_own.step_s, "stage 1's blocks on a 100x faster device: %g s, unplaced %g s", staged.step_s, staged_own.step_s);
+    for (int i = 0; i < 2; i++) pmem[i] = 1e3;
+    CHECK(pdde_plan_evaluate(g, &c.d, pp, &staged) == PDDE_OK && strstr(staged.why, "opencl device") && strstr(staged.why, "stage 1, layers 3-4"),
+          "a second device of 1 kB: '%s'", staged.why);
+    /* own devices that hold neither the whole model nor a stage of it, second devices that hold no
+     * model's blocks whole: only stages with their blocks placed fit, and the search cuts them best */
+    pdde_plan one = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
+    for (int i = 0; i < 2; i++) c.mem[i] = 1e12, pmem[i] = 1e12;
+    pdde_plan_evaluate(g, &c.d, pp, &one);
+    for (int i = 0; i < 2; i++) c.mem[i] = 0.3 * one.peak_bytes, pmem[i] = 0.4 * one.peak_bytes;
+    pdde_plan_params stages_only = *pp;
+    stages_only.no_tp = stages_only.no_zero = stages_only.no_recompute = stages_only.use_all_devices = 1;
+    CHECK(pdde_plan_search(g, &c.d, &stages_only, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "search: %s", pdde_last_error(ctx));
+    pdde_plan_str(&plans[0], s, sizeof s);
+    double best_cut = INFINITY;
+    for (int cut = 1; cut < L; cut++) {
+        pdde_plan q = plans[0];
+        q.stage_first[1] = cut, q.stage_first[2] = L;
+        if (pdde_plan_evaluate(g, &c.d, &stages_only, &q) == PDDE_OK && !q.why[0]) best_cut = fmin(best_cut, q.step_s);
+    }
+    CHECK(plans[0].pp == 2 && plans[0].place[0] && fabs(plans[0].step_s - best_cut) <= 1e-12 * best_cut,
+          "devices too small for a stage: the best plan %s (%g s) places blocks in stages, cut as the best of every cut (%g s)", s, plans[0].step_s,
+          best_cut);
+    for (int i = 0; i < nf; i++) { /* (check_fitting reads own devices' memory only) */
+        pdde_plan q = plans[i];
+        CHECK(pdde_plan_evaluate(g, &c.d, &stages_only, &q) == PDDE_OK && !q.why[0] && q.pp == 2 && q.place[0] &&
+                  fabs(q.step_s - plans[i].step_s) <= 1e-12 * q.step_s, "fitting plan %d is placed in stages and fits when evaluated: %s", i, q.why);
+    }
+    printf("placement in stages: %s, %.3g ms\n", s, plans[0].step_s * 1e3);
     /* a plan placing on a kind the devices lack is refused */
     pdde_plan bad;
     pdde_plan_parse("dp=1,place=cuda", &bad);
