@@ -62,7 +62,7 @@ if [ -x "$build/pdde-run" ]; then
     check "--plan auto: losses '$(losses "$tmp/auto.log")' equal one process's '$ref'" $([ "$(losses "$tmp/auto.log")" = "$ref" ] && echo 0 || echo 1)
     # split parameters start as their slices of one process's initial values (tensor parallel: each
     # rank its columns; ZeRO-3: each its rows), so the losses are one process's from step 1 on
-    for plan in "--tp 2" "--plan dp=2,zero=3"; do
+    for plan in "--tp 2" "--plan dp=2,zero=3" "--plan dp=2,zero=2,shares=3:1"; do
         timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $plan "${args[@]}" >"$tmp/split.log" 2>&1
         check "gpt $plan: losses '$(losses "$tmp/split.log")' equal one process's '$ref'" $([ "$(losses "$tmp/split.log")" = "$ref" ] && echo 0 || echo 1)
     done
