@@ -59,7 +59,8 @@ static void usage(FILE *f) {
             "                              the above at once, stages = layers per pipeline stage of the layers + 2, rc = the\n"
             "                              first layers of each stage recomputed, blocks=1: stage s on ranks s*dp*tp.., as\n"
             "                              pdde-plan --auto prints; ,place=opencl[:A-B]: the blocks, or layers A..B, on that\n"
-            "                              backend's device, as --blocks-on; shares=3:1: dp index i runs shares[i] x mb\n"
+            "                              backend's device, as --blocks-on (with stages: those each stage holds);\n"
+            "                              shares=3:1: dp index i (each of its stages) runs shares[i] x mb\n"
             "                              micro-batches, for devices of different speeds)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
