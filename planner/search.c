@@ -286,7 +286,9 @@ static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
 }
 
 /* A collective of `bytes` (f32) in the wire's dtype: casting there and back reads and writes it. */
-static double cast_s(const plan_eval *e, const plan_stage_devices *d, double bytes);
+static double cast_s(const plan_eval *e, const plan_stage_devices *d, double bytes) {
+    return e->wire < 1 ? 3 * bytes / d->mem_bw + 2 * d->op_latency : 0;
+}
 
 /* ZeRO-3's gathers of a micro-batch (forward and again backward) of wbytes of parameters per rank. */
 static double zero3_gather_s(const plan_eval *e, const plan_stage_devices *d, double wbytes) {
@@ -298,21 +300,19 @@ static double zero3_gather_s(const plan_eval *e, const plan_stage_devices *d, do
 /* The plan's index of the device running member i (d * tp + t) of stage s. */
 static int plan_member(const plan_eval *e, int s, int i) { return e->blocks ? s * e->dp * e->tp + i : i * e->pp + s; }
 
+/* x becomes the slowest and smallest of itself and device dev. */
+static void devices_take(plan_stage_devices *x, const pdde_plan_devices *d, int dev) {
+    if (d->flops[dev] < x->flops) x->flops = d->flops[dev];
+    if (d->mem_bw[dev] < x->mem_bw) x->mem_bw = d->mem_bw[dev];
+    if (d->memory[dev] < x->memory) x->memory = d->memory[dev], x->worst_mem_device = dev;
+    if (d->op_latency && d->op_latency[dev] > x->op_latency) x->op_latency = d->op_latency[dev];
+}
+
 /* The slowest and smallest device of data-parallel index i's tensor-parallel group on stage s. */
 static plan_stage_devices plan_index_devices(const plan_eval *e, int s, int i) {
-    const pdde_plan_devices *d = e->ranks->d;
     plan_stage_devices x = {DBL_MAX, DBL_MAX, DBL_MAX, 0, 0};
-    for (int t = 0; t < e->tp; t++) {
-        int dev = e->ranks->dev[plan_member(e, s, i * e->tp + t)];
-        if (d->flops[dev] < x.flops) x.flops = d->flops[dev];
-        if (d->mem_bw[dev] < x.mem_bw) x.mem_bw = d->mem_bw[dev];
-        if (d->memory[dev] < x.memory) x.memory = d->memory[dev], x.worst_mem_device = dev;
-        if (d->op_latency && d->op_latency[dev] > x.op_latency) x.op_latency = d->op_latency[dev];
-    }
+    for (int t = 0; t < e->tp; t++) devices_take(&x, e->ranks->d, e->ranks->dev[plan_member(e, s, i * e->tp + t)]);
     return x;
-}
-static double cast_s(const plan_eval *e, const plan_stage_devices *d, double bytes) {
-    return e->wire < 1 ? 3 * bytes / d->mem_bw + 2 * d->op_latency : 0;
 }
 
 /* One micro-batch's forward, backward and recompute of work w on devices d, with its tensor-parallel
@@ -463,12 +463,8 @@ static void plan_links(plan_eval *e) {
             int dev = r->dev[plan_member(e, s, i)];
             plan_stage_devices *rd = e->dp <= PDDE_PLAN_MAX_SHARES ? &e->rep[i / e->tp] : NULL; /* its dp index's, over the stages */
             if (rd && i % e->tp == 0 && s == 0) *rd = (plan_stage_devices){DBL_MAX, DBL_MAX, DBL_MAX, 0, dev};
-            for (plan_stage_devices *x = sd; x; x = x == sd ? rd : NULL) {
-                if (d->flops[dev] < x->flops) x->flops = d->flops[dev];
-                if (d->mem_bw[dev] < x->mem_bw) x->mem_bw = d->mem_bw[dev];
-                if (d->memory[dev] < x->memory) x->memory = d->memory[dev], x->worst_mem_device = dev;
-                if (d->op_latency && d->op_latency[dev] > x->op_latency) x->op_latency = d->op_latency[dev];
-            }
+            devices_take(sd, d, dev);
+            if (rd) devices_take(rd, d, dev);
         }
     }
     plan_stage_devices *pl = &e->placed;
