@@ -2451,6 +2451,29 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
     return st;
 }
 
+/* A phantom micro-batch (uneven shares under ZeRO-2/3, planner_impl.h): the collectives over the
+ * shares' axis of this phase that every micro-batch makes, reductions contributing zeros, and the
+ * accumulation of what they bring this rank's shard; gathers are discarded. No other node runs. */
+static pdde_status run_phantom(pdde_session *s, pdde_phase phase, int micro) {
+    pdde_status st = PDDE_OK;
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *t = s->order[i];
+        if (t->phase != phase || !program_phantom_runs(s->prog, t)) continue;
+        if (s->bind) {
+            bind_micro(s, t, micro);
+            for (int k = 0; k < t->nsrc; k++) bind_micro(s, t->src[k], micro);
+        }
+        if (t->op == PDDE_OP_ALLREDUCE || t->op == PDDE_OP_REDUCE_SCATTER) { /* its input was never computed: zeros */
+            size_t nbytes = pdde_tensor_nbytes(t->src[0]);
+            void *zeros = calloc(1, nbytes + 1);
+            st = zeros ? write_bound(s, t->src[0], zeros, nbytes) : pdde_error(s->ctx, PDDE_ERR_OOM, "phantom micro-batch: out of memory");
+            free(zeros);
+        }
+        if (st == PDDE_OK) st = run_node(s, t, micro, 0);
+    }
+    return st;
+}
+
 /* The loss of micro-batch `micro` (this rank holds the loss): added to *sum. */
 static pdde_status add_loss(pdde_session *s, int micro, double *sum) {
     float loss;
@@ -2473,6 +2496,10 @@ static pdde_status run_micro_batches(pdde_session *s, pdde_run_mode mode, float 
         if (ps->phase == PDDE_PHASE_OPTIMIZER && !mode_runs_update(mode)) continue;
         s->early_starts = ps->early && mode_runs_update(mode);
         double t0_us = s->trace ? trace_now_us() : 0;
+        if (ps->phantom) {
+            st = run_phantom(s, ps->phase, ps->micro);
+            continue;
+        }
         st = run_chunk(s, PHASE_BIT(ps->phase), ps->micro, ps->chunk, lr);
         if (s->trace) {
             static const char *const pass_names[] = {"forward", "backward", "update"};
@@ -2552,10 +2579,13 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     if (!s) return PDDE_ERR_INVALID_ARG;
     if (mode != PDDE_RUN_FORWARD && mode != PDDE_RUN_FORWARD_BACKWARD && mode != PDDE_RUN_OPTIMIZER && mode != PDDE_RUN_STEP)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session_run: unknown mode %d", mode);
-    bool pipelined = s->n_stages > 1, every_micro = s->n_micro > 1 && (mode == PDDE_RUN_STEP || mode == PDDE_RUN_FORWARD);
+    bool pipelined = s->n_stages > 1, every_micro = (s->n_micro > 1 || s->prog->n_phantom) && (mode == PDDE_RUN_STEP || mode == PDDE_RUN_FORWARD);
     if (pipelined && (mode == PDDE_RUN_FORWARD_BACKWARD || mode == PDDE_RUN_OPTIMIZER))
         return pdde_error(s->ctx, PDDE_ERR_STATE, "session_run: pipeline stages run whole steps (write each micro-batch with "
                                                   "pdde_session_write_micro, then PDDE_RUN_STEP)");
+    if (s->prog->n_phantom && (mode == PDDE_RUN_FORWARD_BACKWARD || mode == PDDE_RUN_OPTIMIZER))
+        return pdde_error(s->ctx, PDDE_ERR_STATE, "session_run: uneven shares under ZeRO-2/3 run whole steps (this rank makes %d "
+                                                  "phantom micro-batches' collectives for the larger shares): PDDE_RUN_STEP", s->prog->n_phantom);
     pdde_graph *g = s->g;
     float lr = pdde_session_lr(s);
     /* each training pass draws new dropout masks (micro-batch m of a step: counter + m); a forward-only
@@ -3235,13 +3265,14 @@ int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer) {
 }
 
 /* The device of each of the L layers under plan p's placement (malloc'ed): those it places on the
- * first device of backend p->place, the others -1 (the rank's own). */
+ * first device of backend p->place, the others -1 (the rank's own). With stages, each stage's
+ * session places those of its layers (the others are not on its rank). */
 static pdde_status plan_apply_placement(pdde_graph *g, const pdde_plan *p, int L, int **out) {
     int dev = pdde_device_find(g->ctx, p->place, 0);
     if (dev < 0) return pdde_error(g->ctx, PDDE_ERR_NOT_FOUND, "plan apply: place=%s: this process has no device of backend %s (see pdde-info)", p->place, p->place);
-    if (p->pp != 1 || p->chunks != 1)
-        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: place=%s places layers within one stage (pp 1, chunks 1), not pp %d x chunks %d",
-                          p->place, p->pp, p->chunks);
+    if (p->chunks != 1)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: place=%s places layers of one run per stage (chunks 1), not %d chunks",
+                          p->place, p->chunks);
     int *d = malloc((size_t)L * sizeof *d);
     if (!d) return pdde_error(g->ctx, PDDE_ERR_OOM, "plan apply: out of memory");
     for (int l = 0; l < L; l++) d[l] = pdde_plan_places(p, L, l) ? dev : -1;
@@ -3260,9 +3291,9 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
     bool uneven = false;
     for (int i = 0; i < PDDE_PLAN_MAX_SHARES; i++) uneven |= p->shares[i] != 0;
     for (int i = 0; i < PDDE_PLAN_MAX_SHARES && uneven; i++)
-        if ((i < p->dp) != (p->shares[i] > 0) || p->dp > PDDE_PLAN_MAX_SHARES || p->zero >= 2)
-            return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: shares: want dp = %d shares >= 1 (at most %d) and ZeRO 0 or 1 (zero "
-                              "%d); share %d is %d", p->dp, PDDE_PLAN_MAX_SHARES, p->zero, i, p->shares[i]);
+        if ((i < p->dp) != (p->shares[i] > 0) || p->dp < 2 || p->dp > PDDE_PLAN_MAX_SHARES || (p->pp > 1 && p->zero >= 2))
+            return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: shares: want dp = %d shares >= 1 (dp 2..%d), and with pipeline "
+                              "stages (pp %d) ZeRO 0 or 1 (zero %d); share %d is %d", p->dp, PDDE_PLAN_MAX_SHARES, p->pp, p->zero, i, p->shares[i]);
     int L = p->stage_first[p->pp]; /* the layers the plan cut; a parsed plan without stages: the graph's */
     for (int i = 0; i < g->n && p->stage_first[p->pp] == 0; i++)
         if (g->nodes[i]->layer + 1 > L) L = g->nodes[i]->layer + 1;

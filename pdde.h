@@ -863,7 +863,7 @@ pdde_status pdde_strategy_pipeline_interleaved(pdde_graph *g, const pdde_mesh *m
  * two layouts of the ranks on the devices, micro-batch counts, interleaved stages, ZeRO stages, f32 or
  * bf16 collectives, recompute per layer (the fewest layers of each stage that make it fit) and, where
  * data-parallel indices' devices differ in speed, uneven batch shares (pdde_plan.shares), where
- * each rank has a second device (place_*), the middle layers placed on it (one stage), cuts the
+ * each rank has a second device (place_*), the middle layers placed on it (in every stage), cuts the
  * layers (ids of pdde_graph_set_layer) into pipeline stages sized by each stage's devices, and
  * predicts each candidate's step time and per-device memory from the graph's work per layer and the
  * devices' speeds, memories and links. Reads the symbolic graph only (build it at any size).
@@ -884,7 +884,7 @@ typedef struct {
      * its own (a host's OpenCL or GPU device next to the CPU, as gpt --blocks-on uses it): its FLOP/s,
      * B/s and bytes ([n]; flops 0: that rank has none), its backend (what a plan's place names) and
      * the link the copies at the placement's boundaries cross (B/s, s). The search then also tries
-     * plans of one stage whose middle layers (all but the first and the last) run there. */
+     * plans whose middle layers (all but the first and the last) run there, in each stage that holds them. */
     const double *place_flops, *place_mem_bw, *place_memory;
     char place_backend[16];
     double place_bw, place_lat;
@@ -938,12 +938,14 @@ typedef struct pdde_plan {
     /* uneven data parallelism (devices of different speeds): dp index i runs shares[i] x micro
      * micro-batches per step (pdde_strategy_data_parallel_shares), each of batch / (micro x the sum
      * of shares) rows; all 0 = equal shares (every dp index micro micro-batches of batch / (dp x micro)).
-     * With pp 1 and ZeRO 0 or 1 (ZeRO 2 and 3 reduce or gather in every micro-batch: as many on every rank) */
+     * With stages, each pipeline runs its count. ZeRO 2 and 3 reduce or gather in every micro-batch: a
+     * smaller share first runs phantom micro-batches of those collectives only (one stage, whole steps) */
     int shares[PDDE_PLAN_MAX_SHARES];
-    /* device placement in each rank (pp 1): layers [place_first, place_last) run on the rank's device
-     * of backend place ("opencl"; "" = none: every layer on the rank's own device), with copies at
-     * the boundaries; place_last 0 = all but the first and the last layer (a model's blocks between
-     * its embedding and its head). Text: place=opencl (the blocks), place=opencl:1-5 (layers 1..4). */
+    /* device placement in each rank: layers [place_first, place_last) run on the rank's device of
+     * backend place ("opencl"; "" = none: every layer on the rank's own device), with copies at the
+     * boundaries; with stages each stage places those of its layers; place_last 0 = all but the first
+     * and the last layer (a model's blocks between its embedding and its head). Text: place=opencl
+     * (the blocks), place=opencl:1-4 (layers 1..4). No chunks, no recompute, equal shares. */
     char place[16];
     int place_first, place_last;
 } pdde_plan;
@@ -955,7 +957,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                              pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected);
 /* Predicts one plan (plan->stage_first all 0: an even cut), on its dp*tp*pp fastest devices, as the
  * search would, with its schedule, comm_dtype, recompute (or recompute_layers), layout and placement
- * (place: devices must have a second device of that backend; pp 1, no chunks, no recompute): fills
+ * (place: devices must have a second device of that backend; no chunks, no recompute): fills
  * step_s, bubble_s, peak_bytes, peak_device and why ("" when it fits). */
 pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, pdde_plan *plan);
 /* Re-planning after the devices changed (a device lost or added; elasticity): the best plan for g on
@@ -968,7 +970,9 @@ pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, co
  * [,blocks=1][,shares=3:1][,place=opencl[:1-5]]" (rc: layers recomputed per stage, written when some but
  * not all are; shares: micro-batch shares of the dp indices, dp of them); returns what snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
-/* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage). */
+/* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage).
+ * PDDE_ERR_INVALID_ARG on bad text, with out->why naming the key and what it expected ("plan text:
+ * zero: want 0, 1, 2 or 3, got '5'"; the rest of *out zero). */
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out);
 
 /* ---------------------------------------------------------------------------------------------------

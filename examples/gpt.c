@@ -59,7 +59,8 @@ static void usage(FILE *f) {
             "                              the above at once, stages = layers per pipeline stage of the layers + 2, rc = the\n"
             "                              first layers of each stage recomputed, blocks=1: stage s on ranks s*dp*tp.., as\n"
             "                              pdde-plan --auto prints; ,place=opencl[:A-B]: the blocks, or layers A..B, on that\n"
-            "                              backend's device, as --blocks-on; shares=3:1: dp index i runs shares[i] x mb\n"
+            "                              backend's device, as --blocks-on (with stages: those each stage holds);\n"
+            "                              shares=3:1: dp index i (each of its stages) runs shares[i] x mb\n"
             "                              micro-batches, for devices of different speeds)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
@@ -124,14 +125,14 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..]\n  (shares: one per dp index, each >= 1)\n", o->plan); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
-        if (p->shares[0] && (p->pp > 1 || p->zero >= 2)) {
-            fprintf(stderr, "gpt: --plan '%s': shares= needs one stage (pp 1) and ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
+        if (p->shares[0] && p->pp > 1 && p->zero >= 2) {
+            fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
         }
-        if (p->place[0] && (p->pp > 1 || p->chunks > 1 || o->blocks_on)) {
-            fprintf(stderr, "gpt: --plan '%s': place= puts layers on a second device within one stage: not with pp > 1, chunks or --blocks-on\n", o->plan);
+        if (p->place[0] && (p->chunks > 1 || o->blocks_on)) {
+            fprintf(stderr, "gpt: --plan '%s': place= puts layers of each stage on a second device: not with chunks or --blocks-on\n", o->plan);
             return -1;
         }
     }

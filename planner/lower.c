@@ -985,17 +985,23 @@ static pdde_status pass_push(lowering *L, pdde_program_pass **list, int *n, pdde
 static pdde_status lower_passes(lowering *L, bool training, pdde_program_pass **list, int *n) {
     const pdde_program *P = L->P;
     int S = P->n_stages, v = P->n_chunks, M = P->n_micro, total = M * v, next_f = 0, next_b = 0;
+    pdde_status st = PDDE_OK;
+    /* phantom micro-batches first (one stage): the last backward, which starts the early reductions,
+     * is a real one on every rank */
+    for (int k = 0; k < P->n_phantom && !st; k++) {
+        st = pass_push(L, list, n, (pdde_program_pass){.phase = PDDE_PHASE_FORWARD, .chunk = -1, .phantom = true});
+        if (!st && training) st = pass_push(L, list, n, (pdde_program_pass){.phase = PDDE_PHASE_BACKWARD, .chunk = -1, .phantom = true});
+    }
     int ahead = v > 1 ? 2 * (S - P->stage - 1) + (v - 1) * S : S - P->stage - 1; /* forwards before the first backward */
     if (!training || P->schedule == PDDE_PIPELINE_GPIPE || ahead > total) ahead = total;
-    pdde_status st = PDDE_OK;
     while (!st && (next_f < total || (training && next_b < total))) {
         bool forward = next_f < total && (!training || (v > 1 ? next_f < ahead || next_f - ahead <= next_b : next_f - next_b <= ahead));
         int k = forward ? next_f++ : next_b++, m = v > 1 ? k / (S * v) * S + k % S : k, c = v > 1 ? k / S % v : -1;
         if (!forward && v > 1) c = v - 1 - c;
-        st = pass_push(L, list, n, (pdde_program_pass){forward ? PDDE_PHASE_FORWARD : PDDE_PHASE_BACKWARD, m, c, !forward && m == M - 1});
+        st = pass_push(L, list, n, (pdde_program_pass){forward ? PDDE_PHASE_FORWARD : PDDE_PHASE_BACKWARD, m, c, !forward && m == M - 1, false});
     }
     /* the update in the last micro-batch's memory: where the early reductions left their results */
-    if (!st && training) st = pass_push(L, list, n, (pdde_program_pass){PDDE_PHASE_OPTIMIZER, M - 1, -1, false});
+    if (!st && training) st = pass_push(L, list, n, (pdde_program_pass){PDDE_PHASE_OPTIMIZER, M - 1, -1, false, false});
     return st;
 }
 
@@ -1009,9 +1015,15 @@ static pdde_status lower_shares(lowering *L) {
     if (!P->world_size || !P->mesh || !pg || !pg->shares) return PDDE_OK;
     int axis = program_axis(P, pg->share_mesh, pg->share_axis);
     if (axis < 0) return pdde_error(L->ctx, PDDE_ERR_DIST_ATTR, "lower: the data-parallel shares' axis is not an axis of the graph's mesh");
-    int n = P->mesh->shape[axis], accum = P->n_micro;
+    int n = P->mesh->shape[axis], accum = P->n_micro, most = 0;
     P->n_micro = accum * pg->shares[P->coords[axis]];
     P->grad_scale = (float)n / ((float)accum * (float)pg->share_total);
+    P->share_axis = axis;
+    for (int i = 0; i < n; i++) most = pg->shares[i] > most ? pg->shares[i] : most;
+    for (int i = 0; i < P->n_order && !P->n_phantom; i++) {
+        const pdde_tensor *t = P->order[i];
+        if (t->phase != PDDE_PHASE_OPTIMIZER && program_phantom_runs(P, t)) P->n_phantom = accum * most - P->n_micro;
+    }
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *t = P->order[i];
         if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE || t->op == PDDE_OP_GRAD_NORM_SQ)
@@ -1026,6 +1038,7 @@ static pdde_status lower_schedule(lowering *L) {
     P->n_micro = g->has_optimizer ? g->opt.grad_accum_steps : 1;
     if (P->n_micro < 1) P->n_micro = 1;
     P->grad_scale = 1.0f / (float)P->n_micro;
+    P->share_axis = -1, P->n_phantom = 0;
     pdde_status st = lower_shares(L);
     if (st) return st;
     P->n_stages = 1, P->n_chunks = 1, P->n_live = 1, P->schedule = L->p->schedule, P->loss_chunk = 0;
@@ -1059,8 +1072,12 @@ static pdde_status lower_schedule(lowering *L) {
         P->n_live = P->schedule == PDDE_PIPELINE_GPIPE || ahead > P->n_micro ? P->n_micro : ahead;
     }
     free(chunk_of_layer);
-    if (!st && P->n_micro > 1) st = lower_passes(L, true, &P->step, &P->n_step);
-    if (!st && P->n_micro > 1) st = lower_passes(L, false, &P->forward, &P->n_forward);
+    if (!st && P->n_phantom && P->n_stages > 1) /* (a phantom pass would reuse memory a real one still holds) */
+        st = pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: uneven data-parallel shares with collectives over %s in every "
+                        "micro-batch (ZeRO-2/3) need one pipeline stage, not %d: use ZeRO 0 or 1, or equal shares",
+                        P->mesh->names[P->share_axis], P->n_stages);
+    if (!st && P->n_micro + P->n_phantom > 1) st = lower_passes(L, true, &P->step, &P->n_step);
+    if (!st && P->n_micro + P->n_phantom > 1) st = lower_passes(L, false, &P->forward, &P->n_forward);
     return st;
 }
 
@@ -1104,6 +1121,7 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
         for (int a = 0; a < P->mesh->ndim; a++) fprintf(f, " %s=%d", P->mesh->names[a], P->mesh->shape[a]);
     }
     if (P->n_micro > 1) fprintf(f, "; %d micro-batches per step", P->n_micro);
+    if (P->n_phantom) fprintf(f, " (and %d phantom ones: uneven shares)", P->n_phantom);
     if (P->n_stages > 1)
         fprintf(f, "; pipeline stage %d of %d, %s, %d micro-batches alive", P->stage, P->n_stages,
                 P->schedule == PDDE_PIPELINE_GPIPE ? "GPipe" : "1F1B", P->n_live);
@@ -1131,7 +1149,8 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
         fputc('\n', f);
     }
     for (int i = 0; i < P->n_step; i++)
-        fprintf(f, "%s%c%d%s", i ? " " : "# step: ", "FBU"[P->step[i].phase], P->step[i].micro, i == P->n_step - 1 ? "\n" : "");
+        fprintf(f, "%s%c%d%s", i ? " " : "# step: ", (P->step[i].phantom ? "fbu" : "FBU")[P->step[i].phase], P->step[i].micro,
+                i == P->n_step - 1 ? "\n" : ""); /* (lower case: a phantom micro-batch) */
 }
 
 /* No CPU fallback: the session's params ask so, or the environment does (PDDE_CPU_FALLBACK=0). The

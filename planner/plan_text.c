@@ -36,7 +36,7 @@ int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
     return k;
 }
 
-/* "a:b:c" into v[0..max); the count, or -1. */
+/* "a:b:c" into v[0..max), each >= least; the count, or -1. */
 static int plan_parse_list(const char **s, int *v, int max, int least) {
     int n = 0, consumed = 0;
     do {
@@ -47,53 +47,82 @@ static int plan_parse_list(const char **s, int *v, int max, int least) {
     return n;
 }
 
+/* A parse error: out->why names the key and what it expected (pdde_plan_parse has no context). */
+static pdde_status plan_parse_fail(pdde_plan *out, const char *key, const char *want, const char *got) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->why, sizeof out->why, "plan text: %s: want %s, got '%.24s'", key, want, got);
+    return PDDE_ERR_INVALID_ARG;
+}
+
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     pdde_plan p = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
     int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0, n_rc = 0, n_shares = 0;
     const char *s = text ? text : "";
+    if (!out) return PDDE_ERR_INVALID_ARG;
     while (*s) {
         char key[16];
+        const char *value;
         int len = 0, consumed = 0;
         while (s[len] && s[len] != '=' && s[len] != ',') len++;
-        if (s[len] != '=' || len == 0 || len >= (int)sizeof key) return PDDE_ERR_INVALID_ARG;
-        memcpy(key, s, (size_t)len), key[len] = 0, s += len + 1;
+        if (s[len] != '=' || len == 0 || len >= (int)sizeof key) return plan_parse_fail(out, "a key", "key=value (keys of at most 15 characters)", s);
+        memcpy(key, s, (size_t)len), key[len] = 0, s = value = s + len + 1;
         int *v = !strcmp(key, "dp") ? &p.dp : !strcmp(key, "tp") ? &p.tp : !strcmp(key, "pp") ? &p.pp : !strcmp(key, "mb") ? &p.micro
                : !strcmp(key, "zero") ? &p.zero : !strcmp(key, "recompute") ? &p.recompute : !strcmp(key, "chunks") ? &p.chunks
                : !strcmp(key, "blocks") ? &p.stage_blocks : NULL;
         if (!strcmp(key, "stages")) {
-            if ((n_stage_layers = plan_parse_list(&s, stage_layers, PDDE_PLAN_MAX_STAGES, 1)) < 0) return PDDE_ERR_INVALID_ARG;
+            if ((n_stage_layers = plan_parse_list(&s, stage_layers, PDDE_PLAN_MAX_STAGES, 1)) < 0)
+                return plan_parse_fail(out, key, "layers per stage, each >= 1, as A:B:.. (at most 64)", value);
         } else if (!strcmp(key, "shares")) {
-            if ((n_shares = plan_parse_list(&s, p.shares, PDDE_PLAN_MAX_SHARES, 1)) < 0) return PDDE_ERR_INVALID_ARG;
+            if ((n_shares = plan_parse_list(&s, p.shares, PDDE_PLAN_MAX_SHARES, 1)) < 0)
+                return plan_parse_fail(out, key, "one share per dp index, each >= 1, as A:B:.. (at most 16)", value);
         } else if (!strcmp(key, "rc")) {
-            if ((n_rc = plan_parse_list(&s, p.recompute_layers, PDDE_PLAN_MAX_STAGES, 0)) < 0) return PDDE_ERR_INVALID_ARG;
+            if ((n_rc = plan_parse_list(&s, p.recompute_layers, PDDE_PLAN_MAX_STAGES, 0)) < 0)
+                return plan_parse_fail(out, key, "layers recomputed per stage, each >= 0, as A:B:..", value);
         } else if (!strcmp(key, "place")) { /* a backend name, then optionally :first-last (layers) */
+            static const char want[] = "a backend name (a-z, 0-9, _) and optionally :FIRST-LAST layers";
             int len_name = 0;
             while ((s[len_name] >= 'a' && s[len_name] <= 'z') || (s[len_name] >= '0' && s[len_name] <= '9') || s[len_name] == '_') len_name++;
-            if (len_name == 0 || len_name >= (int)sizeof p.place) return PDDE_ERR_INVALID_ARG;
+            if (len_name == 0 || len_name >= (int)sizeof p.place) return plan_parse_fail(out, key, want, value);
             memcpy(p.place, s, (size_t)len_name), p.place[len_name] = 0, s += len_name;
             int a, b;
             if (*s == ':') {
-                if (sscanf(s, ":%d-%d%n", &a, &b, &consumed) != 2 || a < 0 || b < a) return PDDE_ERR_INVALID_ARG;
+                if (sscanf(s, ":%d-%d%n", &a, &b, &consumed) != 2 || a < 0 || b < a) return plan_parse_fail(out, key, want, value);
                 p.place_first = a, p.place_last = b + 1, s += consumed;
             }
         } else if (!strcmp(key, "comm") || !strcmp(key, "sched")) {
-            const char *word = !strcmp(key, "comm") ? (!strncmp(s, "bf16", 4) ? "bf16" : "f32") : (!strncmp(s, "gpipe", 5) ? "gpipe" : "1f1b");
-            if (strncmp(s, word, strlen(word))) return PDDE_ERR_INVALID_ARG;
+            bool comm = !strcmp(key, "comm");
+            const char *word = comm ? (!strncmp(s, "bf16", 4) ? "bf16" : "f32") : (!strncmp(s, "gpipe", 5) ? "gpipe" : "1f1b");
+            if (strncmp(s, word, strlen(word))) return plan_parse_fail(out, key, comm ? "f32 or bf16" : "1f1b or gpipe", value);
             if (!strcmp(word, "bf16")) p.comm_dtype = PDDE_BF16;
             if (!strcmp(word, "gpipe")) p.schedule = PDDE_PIPELINE_GPIPE;
             s += strlen(word);
-        } else if (!v || sscanf(s, "%d%n", v, &consumed) != 1) {
-            return PDDE_ERR_INVALID_ARG;
+        } else if (!v) {
+            return plan_parse_fail(out, key, "dp tp pp mb zero recompute chunks stages rc comm sched blocks shares place",
+                                   key);
+        } else if (sscanf(s, "%d%n", v, &consumed) != 1) {
+            return plan_parse_fail(out, key, "an integer", value);
         } else {
             s += consumed;
         }
         if (*s == ',') s++;
-        else if (*s) return PDDE_ERR_INVALID_ARG;
+        else if (*s) return plan_parse_fail(out, key, "',' or the end after its value", value);
     }
-    if (p.dp < 1 || p.tp < 1 || p.pp < 1 || p.pp > PDDE_PLAN_MAX_STAGES || p.micro < 1 || p.zero < 0 || p.zero > 3 ||
-        p.recompute < 0 || p.recompute > 1 || p.chunks < 1 || (n_stage_layers && n_stage_layers != p.pp) || (n_rc && n_rc != p.pp) ||
-        p.stage_blocks < 0 || p.stage_blocks > 1 || (n_shares && n_shares != p.dp))
-        return PDDE_ERR_INVALID_ARG;
+    /* each value's range, by key (lists: their length) */
+    const struct { const char *key, *want; int got; bool bad; } range[] = {
+        {"dp", "an integer >= 1", p.dp, p.dp < 1}, {"tp", "an integer >= 1", p.tp, p.tp < 1},
+        {"pp", "an integer 1..64", p.pp, p.pp < 1 || p.pp > PDDE_PLAN_MAX_STAGES}, {"mb", "an integer >= 1", p.micro, p.micro < 1},
+        {"zero", "0, 1, 2 or 3", p.zero, p.zero < 0 || p.zero > 3}, {"recompute", "0 or 1", p.recompute, p.recompute < 0 || p.recompute > 1},
+        {"chunks", "an integer >= 1", p.chunks, p.chunks < 1}, {"blocks", "0 or 1", p.stage_blocks, p.stage_blocks < 0 || p.stage_blocks > 1},
+        {"stages", "one count per stage (pp of them)", n_stage_layers, n_stage_layers && n_stage_layers != p.pp},
+        {"rc", "one count per stage (pp of them)", n_rc, n_rc && n_rc != p.pp},
+        {"shares", "one share per dp index (dp >= 2 of them)", n_shares, n_shares && (n_shares != p.dp || p.dp < 2)},
+    };
+    for (size_t i = 0; i < sizeof range / sizeof *range; i++)
+        if (range[i].bad) {
+            char got[48];
+            snprintf(got, sizeof got, i >= 8 ? "%d of them for pp=%d, dp=%d" : "%d", range[i].got, p.pp, p.dp);
+            return plan_parse_fail(out, range[i].key, range[i].want, got);
+        }
     for (int i = 0; i < n_stage_layers; i++) p.stage_first[i + 1] = p.stage_first[i] + stage_layers[i];
     *out = p;
     return PDDE_OK;

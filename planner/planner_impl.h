@@ -246,6 +246,10 @@ typedef struct {
     int micro;
     int chunk;
     bool early;         /* the step's last backward: early gradient reductions start in it */
+    /* a micro-batch this rank does not have (uneven shares under ZeRO-2/3, whose reduce-scatters and
+     * gathers run in every micro-batch): only its collectives over the shares' axis run, reducing
+     * zeros (program_phantom_runs), so that every rank of the axis makes as many (in micro's memory) */
+    bool phantom;
 } pdde_program_pass;
 
 typedef struct pdde_program {
@@ -289,7 +293,21 @@ typedef struct pdde_program {
     /* storage of the nodes (blocks, so node pointers stay put as the program grows) */
     pdde_tensor **blocks;
     int n_blocks;
+    /* uneven shares with collectives over their axis in every micro-batch (ZeRO-2/3): the phantom
+     * micro-batches this rank runs first, to make as many of those collectives as the largest share
+     * (0: none), and the mesh axis of the shares (-1: even) */
+    int n_phantom, share_axis;
 } pdde_program;
+
+/* Whether node t of P runs in a phantom pass: a collective over the shares' axis that is due in
+ * every micro-batch (not one started early in the last backward), and the accumulation of what a
+ * reduction brought (the other ranks' gradients for this rank's shard). */
+static inline bool program_phantom_runs(const pdde_program *P, const pdde_tensor *t) {
+    const pdde_tensor *c = t->op == PDDE_OP_GRAD_ACCUM && t->nsrc > 1 ? t->src[1] : t;
+    if (c->op < PDDE_OP_ALLREDUCE || c->op > PDDE_OP_ALLGATHER || (c != t && c->op == PDDE_OP_ALLGATHER)) return false;
+    const pdde_program_node *in = &P->info[c->id];
+    return P->share_axis >= 0 && in->axis == P->share_axis && !in->early;
+}
 
 /* The lowering params: the plan's parts that are not attributes on the graph. */
 typedef struct {

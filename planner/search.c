@@ -229,10 +229,11 @@ typedef struct {
     double wire; /* bytes a collective carries per f32 byte: 1, or 0.5 in bf16 (with a cast each side) */
     double tp_bw, tp_lat, dp_bw, dp_lat, pp_bw, pp_lat;
     plan_stage_devices st[PDDE_PLAN_MAX_STAGES];
-    /* uneven data parallelism (pp 1): dp index i runs shares[i] x m micro-batches of 1 / (units x m) of
-     * the batch on its devices rep[i] (the slowest of its tp group); shares NULL: equal, units = dp */
+    /* uneven data parallelism: dp index i runs shares[i] x m micro-batches of 1 / (units x m) of the
+     * batch, on each stage on the slowest device of its tp group there (plan_index_devices); rep[i]:
+     * the slowest over its stages; most: the largest share; shares NULL: equal, units = dp */
     const int *shares;
-    int units;
+    int units, most;
     plan_stage_devices rep[PDDE_PLAN_MAX_SHARES];
     double slots; /* m + (pp - 1) / v: the step in units of the slowest stage's per-micro time */
     const char *no_link; /* the group ("tp", "dp", "pp") whose devices have no link between them */
@@ -277,15 +278,41 @@ static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
     double adam = 2 * (e->zero >= 1 ? params / dp : params);
     /* micro-batches (chunks, interleaved) whose activations the schedule keeps alive on stage s: GPipe
      * all of them, 1F1B those in flight */
-    double alive = e->gpipe ? e->m
-                 : e->v > 1 ? fmin((double)e->m * e->v, 2.0 * (e->pp - s - 1) + (e->v - 1) * e->pp + 1) / e->v
-                            : fmin((double)e->m, (double)(e->pp - s));
+    double m = (double)e->m * (e->shares ? e->most : 1); /* (uneven shares: the largest share's) */
+    double alive = e->gpipe ? m
+                 : e->v > 1 ? fmin(m * e->v, 2.0 * (e->pp - s - 1) + (e->v - 1) * e->pp + 1) / e->v
+                            : fmin(m, (double)(e->pp - s));
     return weights + grads + adam + (alive * w->kept + w->biggest) * per_micro;
 }
 
 /* A collective of `bytes` (f32) in the wire's dtype: casting there and back reads and writes it. */
 static double cast_s(const plan_eval *e, const plan_stage_devices *d, double bytes) {
     return e->wire < 1 ? 3 * bytes / d->mem_bw + 2 * d->op_latency : 0;
+}
+
+/* ZeRO-3's gathers of a micro-batch (forward and again backward) of wbytes of parameters per rank. */
+static double zero3_gather_s(const plan_eval *e, const plan_stage_devices *d, double wbytes) {
+    double dp = e->dp;
+    if (e->zero < 3 || e->dp < 2) return 0;
+    return 2 * ((dp - 1) / dp * wbytes * e->wire / e->dp_bw + (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp));
+}
+
+/* The plan's index of the device running member i (d * tp + t) of stage s. */
+static int plan_member(const plan_eval *e, int s, int i) { return e->blocks ? s * e->dp * e->tp + i : i * e->pp + s; }
+
+/* x becomes the slowest and smallest of itself and device dev. */
+static void devices_take(plan_stage_devices *x, const pdde_plan_devices *d, int dev) {
+    if (d->flops[dev] < x->flops) x->flops = d->flops[dev];
+    if (d->mem_bw[dev] < x->mem_bw) x->mem_bw = d->mem_bw[dev];
+    if (d->memory[dev] < x->memory) x->memory = d->memory[dev], x->worst_mem_device = dev;
+    if (d->op_latency && d->op_latency[dev] > x->op_latency) x->op_latency = d->op_latency[dev];
+}
+
+/* The slowest and smallest device of data-parallel index i's tensor-parallel group on stage s. */
+static plan_stage_devices plan_index_devices(const plan_eval *e, int s, int i) {
+    plan_stage_devices x = {DBL_MAX, DBL_MAX, DBL_MAX, 0, 0};
+    for (int t = 0; t < e->tp; t++) devices_take(&x, e->ranks->d, e->ranks->dev[plan_member(e, s, i * e->tp + t)]);
+    return x;
 }
 
 /* One micro-batch's forward, backward and recompute of work w on devices d, with its tensor-parallel
@@ -302,10 +329,9 @@ static double micro_time(const plan_eval *e, const plan_stage_devices *d, const 
         double per = w->tp_ar / ((double)e->units * e->m) / w->tp_n;
         t += (2 * w->tp_n + w->r_tp_n) * (ring_allreduce_s(per * e->wire, e->tp, e->tp_bw, e->tp_lat) + cast_s(e, d, per));
     }
-    double dp = e->dp, wbytes = w->params / e->tp;
+    double wbytes = w->params / e->tp;
     if (w->n_send) t += 2 * (w->send / ((double)e->units * e->m) / e->pp_bw + w->n_send * e->pp_lat);
-    if (e->zero >= 3 && e->dp > 1) /* parameters gathered for forward and again for backward */
-        t += 2 * ((dp - 1) / dp * wbytes * e->wire / e->dp_bw + (dp - 1) * e->dp_lat + cast_s(e, d, wbytes / dp));
+    t += zero3_gather_s(e, d, wbytes); /* parameters gathered for forward and again for backward */
     *fwd_s = fwd;
     return t;
 }
@@ -314,11 +340,15 @@ static double micro_time(const plan_eval *e, const plan_stage_devices *d, const 
  * over the step's slots. */
 static double stage_time_on(const plan_eval *e, const plan_stage_devices *d, const stage_work *w) {
     double fwd, t = micro_time(e, d, w, &fwd);
-    /* uneven shares (pp 1, d the stage's devices): the dp index whose share takes longest on its
-     * devices paces the step */
-    for (int i = 0; e->shares && d == &e->st[0] && i < e->dp; i++) {
-        double f, ti = e->shares[i] * micro_time(e, &e->rep[i], w, &f);
-        if (i == 0 || ti > t) t = ti, fwd = e->shares[i] * f;
+    /* uneven shares (d a stage's devices): the dp index whose pipeline takes longest on its devices
+     * paces the step: its shares[i] x m micro-batches and the fill and drain, in the step's slots; a
+     * smaller share also makes the larger one's ZeRO-3 gathers (phantom micro-batches) */
+    int s = d >= e->st && d < e->st + e->pp ? (int)(d - e->st) : -1;
+    for (int i = 0; e->shares && s >= 0 && i < e->dp; i++) {
+        plan_stage_devices di = plan_index_devices(e, s, i);
+        double f, ti = micro_time(e, &di, w, &f), runs = ((double)e->shares[i] * e->m + (e->pp - 1.0) / e->v) / e->slots;
+        ti = runs * ti + (double)(e->most - e->shares[i]) * e->m / e->slots * zero3_gather_s(e, &di, w->params / e->tp);
+        if (i == 0 || ti > t) t = ti, fwd = runs * f;
     }
     double dp = e->dp, wbytes = w->params / e->tp;
     double sync = e->dp > 1 ? ring_allreduce_s(wbytes * e->wire, e->dp, e->dp_bw, e->dp_lat) + cast_s(e, d, wbytes) : 0;
@@ -358,9 +388,16 @@ static int stage_recompute(const plan_eval *e, int s, int a, int b, stage_work *
     return k;
 }
 
-/* Stage s's cost for layers [a, b); DBL_MAX when they do not fit its memory. */
+static double stage_time_placed(const plan_eval *e, int s, int a, int b, double *m_own, double *m_placed);
+
+/* Stage s's cost for layers [a, b); DBL_MAX when they do not fit its memory (its devices', and with a
+ * placement its second devices'). */
 static double stage_cost(const plan_eval *e, int s, int a, int b) {
     stage_work w;
+    if (e->place) {
+        double m_own, m_placed, t = stage_time_placed(e, s, a, b, &m_own, &m_placed);
+        return m_own > e->st[s].memory || m_placed > e->placed.memory ? DBL_MAX : t;
+    }
     return stage_recompute(e, s, a, b, &w) < 0 ? DBL_MAX : stage_time(e, s, &w);
 }
 
@@ -406,9 +443,6 @@ static double plan_cut_stages(const plan_eval *e, int *cut, double *best, int *a
     return result;
 }
 
-/* The plan's index of the device running member i (d * tp + t) of stage s. */
-static int plan_member(const plan_eval *e, int s, int i) { return e->blocks ? s * e->dp * e->tp + i : i * e->pp + s; }
-
 /* The links each group's traffic crosses and each stage's slowest and smallest device: they depend on
  * the degrees and the layout only, so the search computes them once for all micro-batch counts, ZeRO
  * stages, dtypes and recompute choices. */
@@ -427,19 +461,15 @@ static void plan_links(plan_eval *e) {
         sd->flops = sd->mem_bw = sd->memory = DBL_MAX, sd->op_latency = 0;
         for (int i = 0; i < members; i++) {
             int dev = r->dev[plan_member(e, s, i)];
-            plan_stage_devices *rd = e->pp == 1 && e->dp <= PDDE_PLAN_MAX_SHARES ? &e->rep[i / e->tp] : NULL; /* its dp index's */
-            if (rd && i % e->tp == 0) *rd = (plan_stage_devices){DBL_MAX, DBL_MAX, DBL_MAX, 0, dev};
-            for (plan_stage_devices *x = sd; x; x = x == sd ? rd : NULL) {
-                if (d->flops[dev] < x->flops) x->flops = d->flops[dev];
-                if (d->mem_bw[dev] < x->mem_bw) x->mem_bw = d->mem_bw[dev];
-                if (d->memory[dev] < x->memory) x->memory = d->memory[dev], x->worst_mem_device = dev;
-                if (d->op_latency && d->op_latency[dev] > x->op_latency) x->op_latency = d->op_latency[dev];
-            }
+            plan_stage_devices *rd = e->dp <= PDDE_PLAN_MAX_SHARES ? &e->rep[i / e->tp] : NULL; /* its dp index's, over the stages */
+            if (rd && i % e->tp == 0 && s == 0) *rd = (plan_stage_devices){DBL_MAX, DBL_MAX, DBL_MAX, 0, dev};
+            devices_take(sd, d, dev);
+            if (rd) devices_take(rd, d, dev);
         }
     }
     plan_stage_devices *pl = &e->placed;
     pl->flops = pl->mem_bw = pl->memory = DBL_MAX, pl->op_latency = 0, pl->worst_mem_device = 0;
-    e->place_ok = d->place_flops && d->place_mem_bw && d->place_memory && e->pp == 1;
+    e->place_ok = d->place_flops && d->place_mem_bw && d->place_memory;
     for (int i = 0; i < r->n && e->place_ok; i++) {
         int dev = r->dev[i];
         e->place_ok = d->place_flops[dev] > 0 && d->place_mem_bw[dev] > 0 && d->place_memory[dev] > 0;
@@ -450,12 +480,12 @@ static void plan_links(plan_eval *e) {
     }
 }
 
-/* Uneven shares for the dp indices of candidate e (pp 1, links computed), out of `units` micro-batch
+/* Uneven shares for the dp indices of candidate e (links computed), out of `units` micro-batch
  * units: each index's share in proportion to its speed on the model's forward work (its devices' time
  * for a micro-batch), at least 1, rounded down and the units left to the largest remainders. False
  * when the devices are alike (equal shares are the plan) or the shares come out equal. */
 static bool plan_shares(const plan_eval *e, int units, int *shares) {
-    if (e->pp != 1 || e->dp < 2 || e->dp > PDDE_PLAN_MAX_SHARES || units <= e->dp) return false;
+    if (e->dp < 2 || e->dp > PDDE_PLAN_MAX_SHARES || units <= e->dp) return false;
     int L = e->prof->n_layers;
     double speed[PDDE_PLAN_MAX_SHARES], total = 0, fastest = 0, slowest = DBL_MAX;
     for (int i = 0; i < e->dp; i++) {
@@ -482,6 +512,48 @@ static bool plan_shares(const plan_eval *e, int units, int *shares) {
     return false;
 }
 
+enum { PLAN_SHARE_OPTIONS = 64 }; /* uneven share vectors tried per degree and layout, at most */
+
+/* Appends to v[*n..) every way of giving indices k..dp-1 `left` units, each at least 1 (v[*n][0..k)
+ * given), but the equal one; v needs room for one more (the prefix is carried there). */
+static void plan_share_compositions(int dp, int k, int left, int (*v)[PDDE_PLAN_MAX_SHARES], int *n) {
+    if (k == dp - 1) {
+        v[*n][k] = left;
+        bool equal = true;
+        for (int i = 1; i < dp; i++) equal &= v[*n][i] == v[*n][0];
+        if (!equal) memcpy(v[*n + 1], v[*n], sizeof v[0]), (*n)++;
+        return;
+    }
+    for (int x = 1; x <= left - (dp - k - 1); x++) v[*n][k] = x, plan_share_compositions(dp, k + 1, left - x, v, n);
+}
+
+/* The uneven share vectors the search tries for candidate e (links computed) on a global batch:
+ * devices of different speeds only; out of u = dp + 1 .. 4 dp units dividing the batch, every vector
+ * when there are at most PLAN_SHARE_OPTIONS - 1 of them all told (a few devices: the estimate's best
+ * for sure), else each u's in proportion to the indices' speeds (plan_shares). v[n], units[n]: the
+ * options (v needs room for one more); their count. */
+static int plan_share_options(const plan_eval *e, int64_t batch, int (*v)[PDDE_PLAN_MAX_SHARES], int *units) {
+    int n = 0, dp = e->dp, probe[PDDE_PLAN_MAX_SHARES];
+    if (!plan_shares(e, dp + 1, probe)) return 0; /* (alike, or dp out of range) */
+    double all = 0; /* compositions of u into dp parts: C(u - 1, dp - 1) */
+    for (int u = dp + 1; u <= 4 * dp && u <= batch; u++) {
+        double c = 1;
+        for (int j = 1; j < dp; j++) c = c * (u - j) / j;
+        all += batch % u ? 0 : c - (u % dp == 0);
+    }
+    for (int u = dp + 1; u <= 4 * dp && u <= batch; u++) {
+        if (batch % u) continue;
+        if (all < PLAN_SHARE_OPTIONS) {
+            int before = n;
+            plan_share_compositions(dp, 0, u, v, &n);
+            for (int k = before; k < n; k++) units[k] = u;
+        } else if (plan_shares(e, u, v[n]) && (n == 0 || memcmp(v[n], v[n - 1], sizeof v[0]))) {
+            units[n++] = u;
+        }
+    }
+    return n;
+}
+
 /* False when no cut can fit: the stages' weights, gradients and optimizer state, spread as evenly as
  * layers allow, exceed what the stages' devices hold together (the DP would only confirm it). */
 static bool plan_may_fit(const plan_eval *e) {
@@ -500,38 +572,64 @@ static double plan_lower_bound(const plan_eval *e) {
     for (int s = 0; s < e->pp; s++) speed += e->place ? fmax(e->st[s].flops, e->placed.flops) : e->st[s].flops;
     int L = e->prof->n_layers;
     double fwd = prof_sum(e->prof, PROF_FLOPS, 0, L), bwd = prof_sum(e->prof, PROF_BOPS, 0, L) > 0 ? prof_sum(e->prof, PROF_BFLOPS, 0, L) : 2 * fwd;
-    if (e->shares) { /* uneven shares: at best every dp index busy all the step, on its own devices' speed */
+    if (e->shares) { /* uneven shares: at best every device busy all the step, at its own speed */
         double sum = 0;
-        for (int i = 0; i < e->dp; i++) sum += e->rep[i].flops;
+        for (int i = 0; i < e->dp; i++)
+            for (int s = 0; s < e->pp; s++) sum += plan_index_devices(e, s, i).flops;
         return (fwd + bwd) / e->tp / sum;
     }
     return e->slots * (fwd + bwd) / ((double)e->dp * e->m * e->tp) / speed;
 }
 
-/* A plan of one stage whose layers [place_first, place_last) run on each rank's second device: each
- * part's work on its device (the placed part at the slowest rank's second device), the activations
- * crossing each boundary copied there in forward and their gradients back in backward, and the memory
- * of each device (its part's parameters, state and activations) against what that device holds. */
-static double plan_evaluate_placed(plan_eval *e, pdde_plan *plan) {
+/* Stage s with layers [a, b) of which those in [place_first, place_last) run on each rank's second
+ * device: each part's work on its device (the placed part at the slowest rank's second device), the
+ * activations crossing each boundary between the parts copied there in forward and their gradients
+ * back in backward; *m_own, *m_placed: the memory of each device (its part's parameters, state and
+ * activations). The stage's send to the next goes from the part holding its last layer. */
+static double stage_time_placed(const plan_eval *e, int s, int a, int b, double *m_own, double *m_placed) {
     const plan_profile *p = e->prof;
-    int L = p->n_layers, a = e->place_first, b = e->place_last;
+    int L = p->n_layers, pa = e->place_first > a ? e->place_first : a, pb = e->place_last < b ? e->place_last : b;
+    if (pb < pa) pa = pb = b; /* nothing of the stage placed */
     stage_work own, placed;
     memset(&own, 0, sizeof own), memset(&placed, 0, sizeof placed);
-    work_add(e, &own, 0, a, 0), work_add(e, &own, b, L, 0), work_add(e, &placed, a, b, 0);
-    double crossing = (a > 0 ? p->out[a - 1] : 0) + (b < L ? p->out[b - 1] : 0), n_cross = (a > 0) + (b < L);
-    double copies = 2 * (crossing / ((double)e->dp * e->m) / e->ranks->d->place_bw + n_cross * e->ranks->d->place_lat);
-    double worst = stage_time_on(e, &e->st[0], &own) + stage_time_on(e, &e->placed, &placed) + copies;
-    double m_own = stage_memory(e, 0, &own), m_placed = stage_memory(e, 0, &placed);
-    plan->stage_first[0] = 0, plan->stage_first[1] = L, plan->recompute = 0, plan->recompute_layers[0] = 0;
-    plan->peak_bytes = fmax(m_own, m_placed);
-    plan->peak_device = m_own >= m_placed ? e->st[0].worst_mem_device : e->placed.worst_mem_device;
-    plan->bubble_s = 0;
-    if (m_placed > e->placed.memory)
-        snprintf(plan->why, sizeof plan->why, "out of memory on the %s device of device %d (layers %d-%d placed there) by %.2f GiB (%.0f bytes)",
-                 plan->place, e->placed.worst_mem_device, a, b - 1, (m_placed - e->placed.memory) / 1073741824.0, m_placed - e->placed.memory);
-    else if (m_own > e->st[0].memory)
-        snprintf(plan->why, sizeof plan->why, "out of memory on device %d (its layers beside those placed on %s) by %.2f GiB (%.0f bytes)",
-                 e->st[0].worst_mem_device, plan->place, (m_own - e->st[0].memory) / 1073741824.0, m_own - e->st[0].memory);
+    work_add(e, &own, a, pa, 0), work_add(e, &own, pb, b, 0), work_add(e, &placed, pa, pb, 0);
+    stage_work *last = pb == b && pb > pa ? &placed : &own;
+    own.send = placed.send = 0, own.n_send = placed.n_send = 0;
+    if (e->pp > 1 && b < L) last->send = p->out[b - 1], last->n_send = 1;
+    double crossing = (pa > a && pb > pa ? p->out[pa - 1] : 0) + (pb < b && pb > pa ? p->out[pb - 1] : 0);
+    double n_cross = (pa > a && pb > pa) + (pb < b && pb > pa);
+    double copies = 2 * (crossing / ((double)e->units * e->m) / e->ranks->d->place_bw + n_cross * e->ranks->d->place_lat);
+    *m_own = stage_memory(e, s, &own), *m_placed = stage_memory(e, s, &placed);
+    return stage_time_on(e, &e->st[s], &own) + (pb > pa ? stage_time_on(e, &e->placed, &placed) : 0) + copies;
+}
+
+/* A plan whose layers [place_first, place_last) run on each rank's second device: each stage as
+ * stage_time_placed says, cut by the dynamic program (or as given: fixed_cut), nothing recomputed;
+ * each device's memory against what it holds. */
+static double plan_evaluate_placed(plan_eval *e, pdde_plan *plan, double *best, int *arg, bool fixed_cut) {
+    int L = e->prof->n_layers;
+    double worst = 0;
+    if (!fixed_cut && e->pp > 1 && plan_cut_stages(e, plan->stage_first, best, arg) == DBL_MAX) /* the memory of an even cut says why */
+        for (int s = 0; s <= e->pp; s++) plan->stage_first[s] = s * L / e->pp;
+    if (e->pp == 1) plan->stage_first[0] = 0, plan->stage_first[1] = L;
+    plan->recompute = 0, plan->peak_bytes = 0, plan->peak_device = -1;
+    for (int s = 0; s < e->pp; s++) {
+        int a = plan->stage_first[s], b = plan->stage_first[s + 1];
+        double m_own, m_placed;
+        worst = fmax(worst, stage_time_placed(e, s, a, b, &m_own, &m_placed));
+        plan->recompute_layers[s] = 0;
+        if (fmax(m_own, m_placed) > plan->peak_bytes)
+            plan->peak_bytes = fmax(m_own, m_placed), plan->peak_device = m_own >= m_placed ? e->st[s].worst_mem_device : e->placed.worst_mem_device;
+        if (plan->why[0]) continue;
+        if (m_placed > e->placed.memory)
+            snprintf(plan->why, sizeof plan->why, "out of memory on the %s device of device %d (stage %d, layers %d-%d placed there) by %.2f GiB (%.0f bytes)",
+                     plan->place, e->placed.worst_mem_device, s, e->place_first > a ? e->place_first : a, (e->place_last < b ? e->place_last : b) - 1,
+                     (m_placed - e->placed.memory) / 1073741824.0, m_placed - e->placed.memory);
+        else if (m_own > e->st[s].memory)
+            snprintf(plan->why, sizeof plan->why, "out of memory on device %d (stage %d: its layers beside those placed on %s) by %.2f GiB (%.0f bytes)",
+                     e->st[s].worst_mem_device, s, plan->place, (m_own - e->st[s].memory) / 1073741824.0, m_own - e->st[s].memory);
+    }
+    plan->bubble_s = (e->slots - e->m) * worst;
     if (plan->why[0]) return plan->step_s = DBL_MAX;
     return plan->step_s = e->slots * worst;
 }
@@ -553,7 +651,7 @@ static double plan_evaluate(plan_eval *e, pdde_plan *plan, double *best, int *ar
         snprintf(plan->why, sizeof plan->why, "no link between the devices of a %s-parallel group", e->no_link);
         return plan->step_s = DBL_MAX;
     }
-    if (e->place) return plan_evaluate_placed(e, plan);
+    if (e->place) return plan_evaluate_placed(e, plan, best, arg, fixed_cut);
     if (e->v > 1) /* interleaved: the even cut of runs (stage_first: an even cut, the layers' count per stage) */
         for (int s = 0; s <= e->pp; s++) plan->stage_first[s] = s * L / e->pp;
     bool fits = fixed_cut || e->v > 1 || plan_may_fit(e);
@@ -619,13 +717,15 @@ static double plan_unconstrained(plan_eval *e) {
     return e->slots * worst;
 }
 
-/* A placed plan's time had it fitted (both devices' memory ignored). */
+/* A placed plan's time had it fitted (every device's memory ignored; an even cut). */
 static double plan_placed_unconstrained(plan_eval *e) {
     plan_eval free_memory = *e;
-    free_memory.st[0].memory = free_memory.placed.memory = DBL_MAX;
+    for (int s = 0; s < e->pp; s++) free_memory.st[s].memory = DBL_MAX;
+    free_memory.placed.memory = DBL_MAX;
     pdde_plan p;
     memset(&p, 0, sizeof p);
-    return plan_evaluate_placed(&free_memory, &p);
+    for (int s = 0; s <= e->pp; s++) p.stage_first[s] = s * e->prof->n_layers / e->pp;
+    return plan_evaluate_placed(&free_memory, &p, NULL, NULL, true);
 }
 
 static pdde_status plan_check_inputs(pdde_context *ctx, const pdde_plan_devices *d, const pdde_plan_params *p) {
@@ -665,14 +765,14 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
     pdde_status st = plan_check_inputs(ctx, devices, params);
     if (st) return st;
     pdde_plan *p = plan;
-    int n = p->dp * p->tp * p->pp, units = p->shares[0] > 0 ? 0 : p->dp;
+    int n = p->dp * p->tp * p->pp, units = p->shares[0] > 0 ? 0 : p->dp, most = 0;
     for (int i = 0; i < PDDE_PLAN_MAX_SHARES && !units; i++) {
-        if ((i < p->dp) != (p->shares[i] > 0) || p->dp > PDDE_PLAN_MAX_SHARES || p->pp > 1 || p->zero >= 2)
-            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: shares: want dp = %d shares >= 1 (at most %d), no pipeline stages (pp %d) "
-                              "and ZeRO 0 or 1 (zero %d: its collectives in every micro-batch need the same count on every rank); "
-                              "share %d is %d", p->dp, PDDE_PLAN_MAX_SHARES, p->pp, p->zero, i, p->shares[i]);
+        if ((i < p->dp) != (p->shares[i] > 0) || p->dp < 2 || p->dp > PDDE_PLAN_MAX_SHARES || (p->pp > 1 && p->zero >= 2))
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: shares: want dp = %d shares >= 1 (dp 2..%d), and with pipeline stages "
+                              "(pp %d) ZeRO 0 or 1 (zero %d: the collectives of 2 and 3 in every micro-batch are made up by phantom "
+                              "micro-batches in one stage only); share %d is %d", p->dp, PDDE_PLAN_MAX_SHARES, p->pp, p->zero, i, p->shares[i]);
         if (i == p->dp - 1)
-            for (int k = 0; k < p->dp; k++) units += p->shares[k];
+            for (int k = 0; k < p->dp; k++) units += p->shares[k], most = p->shares[k] > most ? p->shares[k] : most;
     }
     if (p->dp < 1 || p->tp < 1 || p->pp < 1 || p->pp > PDDE_PLAN_MAX_STAGES || n > devices->n_devices || p->micro < 1 || p->chunks < 1 ||
         p->zero < 0 || p->zero > 3 || params->batch % ((int64_t)units * p->micro) || (p->comm_dtype != PDDE_F32 && p->comm_dtype != PDDE_BF16) ||
@@ -703,12 +803,12 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
         plan_eval e = {.prof = &prof, .params = params, .ranks = &ranks, .dp = p->dp, .tp = p->tp, .pp = p->pp, .m = p->micro,
                        .zero = p->zero, .v = p->chunks, .rc = p->recompute == 1 ? RC_ALL : given ? RC_GIVEN : RC_NONE,
                        .rc_given = p->recompute_layers, .gpipe = p->schedule == PDDE_PIPELINE_GPIPE, .blocks = p->stage_blocks,
-                       .wire = p->comm_dtype == PDDE_BF16 ? 0.5 : 1, .shares = p->shares[0] > 0 ? p->shares : NULL, .units = units, .place = p->place[0] != 0};
+                       .wire = p->comm_dtype == PDDE_BF16 ? 0.5 : 1, .shares = p->shares[0] > 0 ? p->shares : NULL, .units = units, .most = most, .place = p->place[0] != 0};
         e.slots = e.m + (double)(e.pp - 1) / e.v;
         plan_links(&e);
         plan_place_range(p, L, &e.place_first, &e.place_last);
         if (e.place && (!e.place_ok || e.shares || p->chunks > 1 || given || p->recompute == 1 || strcmp(p->place, devices->place_backend) || e.place_first >= e.place_last))
-            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: place=%s (layers %d-%d) needs one stage (pp 1, no chunks, no recompute, equal shares) on devices whose "
+            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan: place=%s (layers %d-%d) needs no chunks, no recompute and equal shares on devices whose "
                             "second device is a %s one (devices.place_backend \"%s\"%s)", p->place, e.place_first, e.place_last - 1, p->place,
                             devices->place_backend, e.place_ok ? "" : ", not every device has one");
         else
@@ -762,25 +862,23 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                 for (int blocks = 0; blocks <= (pipe > 1 && !pp.no_stage_blocks); blocks++) {
                     plan_eval links = {.prof = &prof, .params = &pp, .ranks = &ranks, .dp = dpd, .tp = tp, .pp = pipe, .blocks = blocks, .units = dpd};
                     plan_links(&links);
-                    /* equal shares, then (devices of different speeds, no stages) shares by speed out of
-                     * dp + 1 .. 4 dp units */
-                    int options[4 * PDDE_PLAN_MAX_SHARES][PDDE_PLAN_MAX_SHARES], option_units[4 * PDDE_PLAN_MAX_SHARES], n_options = 1;
+                    /* equal shares, then (devices of different speeds) uneven ones out of dp + 1 .. 4 dp units */
+                    int options[PLAN_SHARE_OPTIONS + 1][PDDE_PLAN_MAX_SHARES], option_units[PLAN_SHARE_OPTIONS + 1];
                     option_units[0] = dpd;
-                    for (int u = dpd + 1; u <= 4 * dpd && u <= pp.batch; u++)
-                        if (plan_shares(&links, u, options[n_options]) && (n_options == 1 || memcmp(options[n_options], options[n_options - 1], sizeof options[0])))
-                            option_units[n_options++] = u;
+                    int n_options = 1 + plan_share_options(&links, pp.batch, options + 1, option_units + 1);
                     for (int o = 0; o < n_options; o++)
                     for (int m = 1; m <= max_micro && m <= pp.batch / option_units[o]; m++) {
                         if (pp.batch % ((int64_t)option_units[o] * m)) continue;
-                        links.shares = o ? options[o] : NULL, links.units = option_units[o];
+                        links.shares = o ? options[o] : NULL, links.units = option_units[o], links.most = 0;
+                        for (int i = 0; o && i < dpd; i++) links.most = options[o][i] > links.most ? options[o][i] : links.most;
                         /* interleaved stages (Megatron's virtual pipeline: m a multiple of the stages) */
                         for (int v = 1; v <= 4; v *= 2) {
                             if (v > 1 && (pipe == 1 || pp.no_interleave || m % pipe || v * pipe > L)) continue;
                             /* bf16 collectives only where there are collectives */
                             for (int bf = 0; bf <= (!pp.no_bf16_comm && dpd * tp > 1); bf++)
-                                /* (uneven shares: ZeRO 0 or 1; 2 and 3 reduce or gather in every micro-batch,
-                                 * which must then be as many on every rank) */
-                                for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? (links.shares ? 1 : 3) : 0); zero++)
+                                /* (uneven shares with stages: ZeRO 0 or 1; 2 and 3 reduce or gather in every
+                                 * micro-batch, which the smaller shares make up by phantom ones in one stage only) */
+                                for (int zero = 0; zero <= (dpd > 1 && !pp.no_zero ? (links.shares && pipe > 1 ? 1 : 3) : 0); zero++)
                                     /* recompute: the fewest layers per stage that fit; interleaved runs all or none.
                                      * GPipe is not tried: under this estimate it takes 1F1B's time with more
                                      * activations alive (pdde_plan_evaluate predicts it). Placement (one stage,

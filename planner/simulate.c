@@ -150,6 +150,19 @@ static int sim_pass(sim_rank *s, int phase, int micro, int chunk, bool early) {
     return k < 0 ? k : 0;
 }
 
+/* A phantom micro-batch's pass (uneven shares under ZeRO-2/3): what the executor runs of it, the
+ * collectives over the shares' axis and the accumulations of what they bring (program_phantom_runs). */
+static int sim_phantom_pass(sim_rank *s, int phase, int micro) {
+    const pdde_program *P = s->P;
+    int k = 0;
+    for (int i = 0; i < P->n_order && k >= 0; i++) {
+        const pdde_tensor *t = P->order[i];
+        if ((int)t->phase != phase || !program_phantom_runs(P, t)) continue;
+        k = t->op == PDDE_OP_GRAD_ACCUM ? sim_compute_op(s, t, micro) : sim_collective_op(s, t, micro, 0);
+    }
+    return k < 0 ? k : 0;
+}
+
 /* The cluster device id of the i-th device in the cluster's order (-1 past the end). */
 static int sim_device_at(const pdde_cluster *c, int i) {
     for (int h = 0; h < c->n_machines; h++) {
@@ -197,9 +210,10 @@ pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph 
         sim_rank s = {cp, P, r, R, group_of, pl, malloc((size_t)(P->n ? P->n : 1) * sizeof(int))};
         if (!st && !s.started) st = PDDE_ERR_OOM;
         for (int i = 0; !st && i < P->n; i++) s.started[i] = -1;
-        if (!st && P->n_micro > 1) {
+        if (!st && P->n_micro + P->n_phantom > 1) {
             for (int i = 0; i < P->n_step && !st; i++)
-                st = sim_pass(&s, (int)P->step[i].phase, P->step[i].micro, P->step[i].chunk, P->step[i].early);
+                st = P->step[i].phantom ? sim_phantom_pass(&s, (int)P->step[i].phase, P->step[i].micro)
+                                        : sim_pass(&s, (int)P->step[i].phase, P->step[i].micro, P->step[i].chunk, P->step[i].early);
         } else if (!st) {
             st = sim_pass(&s, -1, 0, -1, true);
         }

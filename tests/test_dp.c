@@ -43,9 +43,10 @@ typedef struct {
     int scale_sensitive;   /* 1: unclipped AdamW with eps 1e-3, of the size of these gradients: clipping
                               and Adam's normalisation (eps 1e-8) hide a gradient scaled by the rank count */
     int64_t bucket_bytes;  /* gradient_bucket_bytes (0: 25 MiB, every gradient of this model in one bucket) */
-    int shares[RANKS];     /* uneven data parallelism: rank r runs shares[r] x micro_batches micro-batches
+    int shares[RANKS];     /* uneven data parallelism: dp index d runs shares[d] x micro_batches micro-batches
                               of the global batch's consecutive blocks (gpt_write_batch); {0} = equal */
     int at_update;         /* 1: no overlap (overlap_gradients -1): the reductions and their buckets run at the update */
+    int pp;                /* pipeline stages (0: 1): RANKS x pp processes, pp innermost */
 } dp_config;
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
@@ -62,7 +63,7 @@ static pdde_status open_session(pdde_context *ctx, pdde_comm *comm, const dp_con
     pdde_graph_init(ctx, g);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 0.5f;
-    *plan = (gpt_plan){.dp = comm ? RANKS : 1, .tp = 1, .pp = 1, .micro = dc->micro_batches, .zero = dc->zero,
+    *plan = (gpt_plan){.dp = comm ? RANKS : 1, .tp = 1, .pp = comm && dc->pp > 1 ? dc->pp : 1, .micro = dc->micro_batches, .zero = dc->zero,
                        .shares = comm && dc->shares[0] ? dc->shares : NULL};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
@@ -95,7 +96,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
         global_batch(step, x, y);
         double loss = 0;
         if (plan.shares) { /* this rank's share of the step's micro-batches, then the step */
-            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm), x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm) / pp, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
                 FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
             out->losses[step] = pdde_session_loss(s);
             continue;
@@ -153,12 +154,13 @@ static void lose_a_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
 
 /* RANKS processes that meet through the store; rank 0's result comes back. */
 static void run_ranks(const char *store_addr, const dp_config *dc, run_result *out) {
-    run_result res[RANKS];
+    int n = RANKS * (dc->pp > 1 ? dc->pp : 1);
+    run_result res[RANKS * 2];
     memset(res, 0, sizeof res);
     test_ranks_params tp = {.addr = store_addr, .prefix = dc->name, .timeout_s = 60, .n_threads = 1,
                             .server = g_server, .device_runtimes = dc->on_device, .results = res, .result_size = sizeof *res};
-    test_run_ranks(RANKS, &tp, train_rank, (void *)dc, 240);
-    for (int r = 0; r < RANKS; r++) CHECK(res[r].ok, "%s rank %d failed: %s", dc->name, r, res[r].error);
+    test_run_ranks(n, &tp, train_rank, (void *)dc, 240);
+    for (int r = 0; r < n; r++) CHECK(res[r].ok, "%s rank %d failed: %s", dc->name, r, res[r].error);
     *out = res[0];
 }
 
@@ -259,8 +261,12 @@ int main(void) {
         {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}, 0},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
         {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}, 0},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
         {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}, 0},     /* ZeRO-1: the shard updates take the same scale */
+        {"shares_zero2", 2, 1, 0, 0, 1, 0, {3, 1}, 0, 1},     /* ZeRO-2: rank 1 reduce-scatters zeros in its missing micro-batches */
+        {"shares_zero3", 3, 2, 0, 0, 1, 0, {1, 3}, 0, 1},     /* ZeRO-3: ... and gathers the parameters it does not use */
+        {"shares_pp2", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 2},    /* 4 ranks: each dp index's two stages run its share under 1F1B */
+        {"shares_pp2_mb2", 0, 2, 0, 0, 1, 0, {3, 1}, 0, 2},
     };
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof uneven / sizeof uneven[0]; i++) {
         run_result ures = {0};
         run_ranks(addr, &uneven[i], &ures);
         compare(uneven[i].name, scaled_ref.name, &sref, &ures);

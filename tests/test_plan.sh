@@ -62,7 +62,7 @@ if [ -x "$build/pdde-run" ]; then
     check "--plan auto: losses '$(losses "$tmp/auto.log")' equal one process's '$ref'" $([ "$(losses "$tmp/auto.log")" = "$ref" ] && echo 0 || echo 1)
     # split parameters start as their slices of one process's initial values (tensor parallel: each
     # rank its columns; ZeRO-3: each its rows), so the losses are one process's from step 1 on
-    for plan in "--tp 2" "--plan dp=2,zero=3"; do
+    for plan in "--tp 2" "--plan dp=2,zero=3" "--plan dp=2,zero=2,shares=3:1"; do
         timeout 180 "$build/pdde-run" -n 2 "$build/gpt" $plan "${args[@]}" >"$tmp/split.log" 2>&1
         check "gpt $plan: losses '$(losses "$tmp/split.log")' equal one process's '$ref'" $([ "$(losses "$tmp/split.log")" = "$ref" ] && echo 0 || echo 1)
     done
@@ -119,10 +119,17 @@ if "$build/pdde-info" 2>/dev/null | grep -Eq '^ +opencl +available'; then
     grep -q 'the planner chose .*place=opencl' "$tmp/autoplace.log" && grep -q 'blocks on opencl' "$tmp/autoplace.log"
     check "the planner places the blocks on the faster OpenCL device" $?
     check "--plan auto, placed: losses '$(losses "$tmp/autoplace.log")' equal one process's '$ref'" $([ "$(losses "$tmp/autoplace.log")" = "$ref" ] && echo 0 || echo 1)
+    # with pipeline stages: stage 1 (layers 3..5 of 6) runs its last block, layer 4, on OpenCL
+    if [ -x "$build/pdde-run" ]; then
+        timeout 300 "$build/pdde-run" -n 2 "$build/gpt" --plan dp=1,pp=2,mb=4,place=opencl:4-4 "${args[@]}" >"$tmp/ppplace.log" 2>&1
+        rc=$?
+        check "pdde-run -n 2 gpt --plan dp=1,pp=2,mb=4,place=opencl:4-4 runs ($(tail -1 "$tmp/ppplace.log"))" $rc
+        check "--plan pp=2,place=opencl:4-4: losses '$(losses "$tmp/ppplace.log")' equal one process's '$ref'" $([ "$(losses "$tmp/ppplace.log")" = "$ref" ] && echo 0 || echo 1)
+    fi
 else
     echo "SKIP opencl: no OpenCL device (PoCL in CI): the placed runs"
 fi
-for bad in "dp=0" "zero=5" "pp=2,stages=9:9" "dp=x" "pp=2,place=opencl"; do
+for bad in "dp=0" "zero=5" "pp=2,stages=9:9" "dp=x" "pp=2,mb=2,chunks=2,place=opencl"; do
     "$build/gpt" --plan "$bad" "${args[@]}" >"$tmp/badplan.log" 2>&1
     check "gpt --plan $bad is refused" $([ $? -ne 0 ] && echo 0 || echo 1)
 done

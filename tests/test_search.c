@@ -53,25 +53,49 @@ static double every_recompute(pdde_graph *g, const cluster *c, const pdde_plan_p
     }
 }
 
-/* The best fitting step time over every plan the search may consider: degrees, layouts, micro-batch
- * counts, interleaving, comm dtypes, ZeRO stages, every stage cut and every per-stage recompute count. */
+/* Every uneven share vector of dp indices (each >= 1, not all equal) out of u = dp + 1 .. 4 dp units
+ * dividing the batch, into v[1..] with its units (v[0]: equal shares, dp units); the count with it. */
+enum { MAX_SHARE_VECTORS = 128 };
+static void compose(int dp, int k, int left, int u, int *x, int (*v)[PDDE_PLAN_MAX_SHARES], int *units, int *n) {
+    if (k == dp - 1) {
+        x[k] = left;
+        bool equal = true;
+        for (int i = 1; i < dp; i++) equal &= x[i] == x[0];
+        if (!equal && *n < MAX_SHARE_VECTORS) memset(v[*n], 0, sizeof v[0]), memcpy(v[*n], x, (size_t)dp * sizeof *x), units[(*n)++] = u;
+        return;
+    }
+    for (int a = 1; a <= left - (dp - k - 1); a++) x[k] = a, compose(dp, k + 1, left - a, u, x, v, units, n);
+}
+static int share_vectors(int dp, int64_t batch, int (*v)[PDDE_PLAN_MAX_SHARES], int *units) {
+    int n = 1, x[PDDE_PLAN_MAX_SHARES];
+    memset(v[0], 0, sizeof v[0]), units[0] = dp;
+    for (int u = dp + 1; u <= 4 * dp && u <= batch && dp > 1; u++)
+        if (batch % u == 0) compose(dp, 0, u, u, x, v, units, &n);
+    return n;
+}
+
+/* The best fitting step time over every plan the search may consider: degrees, layouts, uneven
+ * shares, micro-batch counts, interleaving, comm dtypes, ZeRO stages, every stage cut and every
+ * per-stage recompute count. */
 static double exhaustive(pdde_graph *g, const cluster *c, const pdde_plan_params *pp, int L, int *n_evaluated) {
     double best = INFINITY;
     int max_micro = pp->max_micro;
+    static int shares[MAX_SHARE_VECTORS][PDDE_PLAN_MAX_SHARES], units[MAX_SHARE_VECTORS];
     for (int n = 1; n <= c->d.n_devices; n++)
         for (int tp = 1; tp <= n; tp++)
             for (int pipe = 1; pipe * tp <= n; pipe++) {
                 if (n % (tp * pipe) || (pp->tp_divisor % tp) || pipe > L) continue;
-                int dp = n / tp / pipe;
-                if (pp->batch % dp) continue;
+                int dp = n / tp / pipe, n_shares = share_vectors(dp, pp->batch, shares, units);
                 for (int blocks = 0; blocks <= (pipe > 1); blocks++)
-                    for (int m = 1; m <= max_micro && m <= pp->batch / dp; m++)
+                    for (int o = 0; o < n_shares; o++)
+                    for (int m = 1; m <= max_micro && m <= pp->batch / units[o]; m++)
                         for (int v = 1; v <= 4; v *= 2)
                             for (int bf = 0; bf <= (dp * tp > 1); bf++)
-                                for (int zero = 0; zero <= (dp > 1 ? 3 : 0); zero++) {
-                                    if ((pp->batch / dp) % m || (v > 1 && (pipe == 1 || m % pipe || L < v * pipe))) continue;
+                                for (int zero = 0; zero <= (dp > 1 ? (o && pipe > 1 ? 1 : 3) : 0); zero++) {
+                                    if (pp->batch % ((int64_t)units[o] * m) || (v > 1 && (pipe == 1 || m % pipe || L < v * pipe))) continue;
                                     pdde_plan p = {.dp = dp, .tp = tp, .pp = pipe, .micro = m, .zero = zero, .chunks = v, .stage_blocks = blocks,
                                                    .comm_dtype = bf ? PDDE_BF16 : PDDE_F32};
+                                    memcpy(p.shares, shares[o], sizeof p.shares);
                                     if (v > 1) { /* interleaved: the even cut, every layer recomputed or none */
                                         for (int rc = 0; rc <= 1; rc++) {
                                             pdde_plan q = p;
@@ -339,6 +363,42 @@ static void test_placement(pdde_graph *g, const pdde_plan_params *pp, int L) {
     for (int i = nf; i < nf + nr; i++) placed_rejected += plans[i].place[0] && strstr(plans[i].why, "opencl device") != NULL;
     CHECK(placed_fit == 0 && placed_rejected > 0, "a second device of 1 kB: %d placed plans fit, %d rejected naming it (%s)", placed_fit,
           placed_rejected, nr ? plans[nf].why : "");
+    /* with pipeline stages: each stage places the layers of the range it holds (place=opencl:3-4 with
+     * stages=3:3: stage 1's two blocks), each part timed on its device and each device's memory checked */
+    for (int i = 0; i < 2; i++) c.mem[i] = 1e9, pmem[i] = 1e9, pf[i] = 1e12, pbw[i] = 1e11;
+    pdde_plan staged, staged_own;
+    CHECK(pdde_plan_parse("dp=1,pp=2,mb=2,stages=3:3,place=opencl:3-4", &staged) == PDDE_OK && pdde_plan_parse("dp=1,pp=2,mb=2,stages=3:3", &staged_own) == PDDE_OK &&
+              pdde_plan_evaluate(g, &c.d, pp, &staged) == PDDE_OK && pdde_plan_evaluate(g, &c.d, pp, &staged_own) == PDDE_OK && !staged.why[0],
+          "pp=2 with stage 1's blocks placed: %s %s", pdde_last_error(ctx), staged.why);
+    CHECK(staged.step_s < staged_own.step_s, "stage 1's blocks on a 100x faster device: %g s, unplaced %g s", staged.step_s, staged_own.step_s);
+    for (int i = 0; i < 2; i++) pmem[i] = 1e3;
+    CHECK(pdde_plan_evaluate(g, &c.d, pp, &staged) == PDDE_OK && strstr(staged.why, "opencl device") && strstr(staged.why, "stage 1, layers 3-4"),
+          "a second device of 1 kB: '%s'", staged.why);
+    /* own devices that hold neither the whole model nor a stage of it, second devices that hold no
+     * model's blocks whole: only stages with their blocks placed fit, and the search cuts them best */
+    pdde_plan one = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
+    for (int i = 0; i < 2; i++) c.mem[i] = 1e12, pmem[i] = 1e12;
+    pdde_plan_evaluate(g, &c.d, pp, &one);
+    for (int i = 0; i < 2; i++) c.mem[i] = 0.3 * one.peak_bytes, pmem[i] = 0.4 * one.peak_bytes;
+    pdde_plan_params stages_only = *pp;
+    stages_only.no_tp = stages_only.no_zero = stages_only.no_recompute = stages_only.use_all_devices = 1;
+    CHECK(pdde_plan_search(g, &c.d, &stages_only, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "search: %s", pdde_last_error(ctx));
+    pdde_plan_str(&plans[0], s, sizeof s);
+    double best_cut = INFINITY;
+    for (int cut = 1; cut < L; cut++) {
+        pdde_plan q = plans[0];
+        q.stage_first[1] = cut, q.stage_first[2] = L;
+        if (pdde_plan_evaluate(g, &c.d, &stages_only, &q) == PDDE_OK && !q.why[0]) best_cut = fmin(best_cut, q.step_s);
+    }
+    CHECK(plans[0].pp == 2 && plans[0].place[0] && fabs(plans[0].step_s - best_cut) <= 1e-12 * best_cut,
+          "devices too small for a stage: the best plan %s (%g s) places blocks in stages, cut as the best of every cut (%g s)", s, plans[0].step_s,
+          best_cut);
+    for (int i = 0; i < nf; i++) { /* (check_fitting reads own devices' memory only) */
+        pdde_plan q = plans[i];
+        CHECK(pdde_plan_evaluate(g, &c.d, &stages_only, &q) == PDDE_OK && !q.why[0] && q.pp == 2 && q.place[0] &&
+                  fabs(q.step_s - plans[i].step_s) <= 1e-12 * q.step_s, "fitting plan %d is placed in stages and fits when evaluated: %s", i, q.why);
+    }
+    printf("placement in stages: %s, %.3g ms\n", s, plans[0].step_s * 1e3);
     /* a plan placing on a kind the devices lack is refused */
     pdde_plan bad;
     pdde_plan_parse("dp=1,place=cuda", &bad);
@@ -371,6 +431,9 @@ int main(void) {
         CHECK(nf > 0 && isfinite(best) && fabs(plans[0].step_s - best) <= 1e-12 * best,
               "search's best %s %.9g s equals the exhaustive optimum %.9g s over %d plans", s, nf ? plans[0].step_s : NAN, best, n_eval);
         CHECK(n_eval > 10000, "the exhaustive search covered %d plans", n_eval);
+        printf("exhaustive: %d plans, the best %s %.4g ms, as the search's\n", n_eval, s, best * 1e3);
+        /* (two fast devices and two slower ones: a pipeline of each pair, the faster taking 3 of 4 shares) */
+        CHECK(nf > 0 && plans[0].pp > 1 && plans[0].shares[0] > plans[0].shares[1], "the best plan gives uneven shares to pipelines: %s", s);
         /* with room for one plan the pruning by lower bound is at its sharpest: still the optimum */
         pdde_plan one[2];
         int nf1 = 0, nr1 = 0;
@@ -441,16 +504,24 @@ int main(void) {
               "%s reads back with its shares", s);
         static const char *const bad[] = {"dp=2,shares=3", "dp=2,shares=3:0", "dp=2,shares=3:x", "dp=1,shares=1:1", "dp=2,shares=:1"};
         for (int i = 0; i < 5; i++) CHECK(pdde_plan_parse(bad[i], &back) == PDDE_ERR_INVALID_ARG, "'%s' is refused", bad[i]);
-        pdde_plan staged = {.dp = 1, .tp = 1, .pp = 2, .micro = 2, .chunks = 1, .shares = {1}};
-        CHECK(pdde_plan_evaluate(g, &c.d, &both, &staged) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "shares"),
-              "shares with pipeline stages: an error naming them (%s)", pdde_last_error(ctx));
-        /* ZeRO-2/3 reduce or gather in every micro-batch: uneven counts would leave a rank waiting for ever */
+        pdde_plan one_index = {.dp = 1, .tp = 1, .pp = 2, .micro = 2, .chunks = 1, .shares = {1}};
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &one_index) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "shares"),
+              "shares of one dp index: an error naming them (%s)", pdde_last_error(ctx));
+        /* ZeRO-2/3 reduce or gather in every micro-batch: a smaller share makes up the larger's count with
+         * phantom micro-batches (one stage only), whose ZeRO-3 gathers the estimate charges */
         bool zero_ok = true;
-        for (int i = 0; i < nf; i++) zero_ok &= !(plans[i].shares[0] && plans[i].zero >= 2);
-        CHECK(zero_ok, "no plan with shares takes ZeRO 2 or 3");
-        pdde_plan zero2 = {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .zero = 2, .shares = {3, 1}};
-        CHECK(pdde_plan_evaluate(g, &c.d, &both, &zero2) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "ZeRO"),
-              "shares with ZeRO-2: an error naming it (%s)", pdde_last_error(ctx));
+        for (int i = 0; i < nf; i++) zero_ok &= !(plans[i].shares[0] && plans[i].zero >= 2 && plans[i].pp > 1);
+        CHECK(zero_ok, "no plan with shares and stages takes ZeRO 2 or 3");
+        pdde_plan staged2 = {.dp = 2, .tp = 1, .pp = 2, .micro = 1, .chunks = 1, .zero = 2, .shares = {3, 1}};
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &staged2) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "ZeRO"),
+              "shares with ZeRO-2 and stages: an error naming it (%s)", pdde_last_error(ctx));
+        pdde_plan zero3 = {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .zero = 3, .shares = {3, 1}};
+        CHECK(pdde_plan_evaluate(g, &c.d, &both, &zero3) == PDDE_OK && !zero3.why[0], "shares with ZeRO-3 in one stage are predicted: %s",
+              pdde_last_error(ctx));
+        pdde_plan gathers = {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .chunks = 1, .zero = 1, .shares = {3, 1}};
+        pdde_plan_evaluate(g, &c.d, &both, &gathers);
+        CHECK(zero3.step_s > gathers.step_s, "ZeRO-3's gathers, phantom ones included, cost time: %g s against %g s under ZeRO-1", zero3.step_s,
+              gathers.step_s);
         printf("a device 3x slower: %s, %.3g ms against %.3g ms for equal shares\n", s, b->step_s * 1e3, equal.step_s * 1e3);
     }
     /* 5. one device with too little memory for anything: left out */
@@ -482,9 +553,18 @@ int main(void) {
         pdde_plan_str(&p, s, sizeof s);
         CHECK(pdde_plan_parse(s, &q) == PDDE_OK && !memcmp(q.stage_first, p.stage_first, sizeof p.stage_first) && q.dp == p.dp && q.micro == p.micro,
               "round trip through '%s'", s);
-        const char *bad[] = {"dp=0", "zero=5", "foo=1", "dp=2,pp=2,stages=3", "dp=x", "dp=2,,", "recompute=2", "mb=-1",
-                             "pp=2,rc=1", "comm=f64", "sched=zb", "blocks=2", "rc=-1"};
-        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(pdde_plan_parse(bad[i], &p) == PDDE_ERR_INVALID_ARG, "'%s' is refused", bad[i]);
+        /* bad text: refused, and the message (in why: parsing has no context) names the key at fault */
+        static const char *const bad[][2] = {{"dp=0", "dp"}, {"zero=5", "zero"}, {"foo=1", "foo"}, {"dp=2,pp=2,stages=3", "stages"},
+            {"dp=x", "dp"}, {"dp=2,,", "a key"}, {"recompute=2", "recompute"}, {"mb=-1", "mb"}, {"pp=2,rc=1", "rc"}, {"comm=f64", "comm"},
+            {"sched=zb", "sched"}, {"blocks=2", "blocks"}, {"rc=-1", "rc"}, {"dp=2,shares=3", "shares"}, {"dp=2,shares=3:0", "shares"},
+            {"dp=2,shares=3:x", "shares"}, {"dp=1,shares=1:1", "shares"}, {"dp=2,shares=:1", "shares"}, {"dp=1,place=", "place"},
+            {"place=opencl:3-1", "place"}, {"place=opencl:1-2x", "place"}, {"pp=65", "pp"}, {"dp=2x", "dp"}, {"stages=0:2", "stages"}};
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "plan text: %s: want ", bad[i][1]);
+            CHECK(pdde_plan_parse(bad[i][0], &p) == PDDE_ERR_INVALID_ARG && strstr(p.why, key), "'%s' is refused naming %s: %s", bad[i][0],
+                  bad[i][1], p.why);
+        }
         const char *full = "dp=1,tp=2,pp=2,mb=4,zero=0,recompute=0,stages=4:2,rc=2:0,comm=bf16,sched=gpipe,blocks=1";
         CHECK(pdde_plan_parse(full, &p) == PDDE_OK && p.recompute_layers[0] == 2 && p.recompute_layers[1] == 0 && p.comm_dtype == PDDE_BF16 &&
               p.schedule == PDDE_PIPELINE_GPIPE && p.stage_blocks == 1, "parse '%s'", full);

@@ -32,8 +32,10 @@ static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, 
  * 1F1B); save: write checkpoint file 1 or 2 after step SAVE_AT; load: start from file 1 or 2;
  * recompute: every block recomputed in backward (the clones get attributes and reshards like any op);
  * device: layers on the OpenCL device (PoCL in CI): the blocks, or with stages the second stage's
- * layers, so that one stage computes on the CPU and the other on the device */
+ * layers, so that one stage computes on the CPU and the other on the device; 2: as the plan text
+ * PLACE_TEXT places them (with stages: the second stage's block there, its head on the CPU) */
 typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, save, load, recompute, device, chunks; } plan;
+#define PLACE_TEXT "pp=2,place=opencl:2-2" /* of the layers 0..3: the second block, in stage 1 */
 #define SAVE_AT 5
 #define DATA_POSITION 4242 /* what the saving plans record, for the resumed ones to find */
 /* Tolerances, relative (absolute below FLOOR): about 10x the worst measured over the plans */
@@ -50,6 +52,7 @@ typedef struct {
     int64_t loaded_step;
     uint64_t loaded_position;
     char error[256];
+    int device_nodes; /* nodes of its program computed on a device other than the CPU (not moves nor views) */
 } result;
 
 /* The key biases of attention: softmax ignores a shift common to a row's scores, so their exact
@@ -90,8 +93,12 @@ static pdde_status build(pdde_graph *g, gpt_model *m, const plan *p) {
 /* The session params of plan p, its device layers on device dev. */
 static pdde_session_params plan_params(const plan *p, int dev, int *layer_dev) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    pdde_plan placed;
+    if (p && p->device == 2 && pdde_plan_parse(PLACE_TEXT, &placed)) placed.place[0] = 0;
     if (p && p->device) { /* the collectives and stage transfers of device tensors go through host memory */
-        for (int l = 0; l < cfg.layers + 2; l++) layer_dev[l] = p->pp > 1 ? (l >= (cfg.layers + 2) / 2 ? dev : -1) : (l >= 1 && l <= cfg.layers ? dev : -1);
+        for (int l = 0; l < cfg.layers + 2; l++)
+            layer_dev[l] = p->device == 2 ? (pdde_plan_places(&placed, cfg.layers + 2, l) ? dev : -1)
+                         : p->pp > 1 ? (l >= (cfg.layers + 2) / 2 ? dev : -1) : (l >= 1 && l <= cfg.layers ? dev : -1);
         sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
     }
     if (p && p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
@@ -147,6 +154,13 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
         fclose(f);
         out->dump_ok = strstr(dump, "pipeline stage") && (strstr(dump, " send ") || strstr(dump, " recv ")) && strstr(dump, " rank ");
         out->program_hash = hash_str(dump);
+        for (const char *line = dump; line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+            char phase[16], op[32], word[40];
+            int dev;
+            if (sscanf(line, "%15s %d %31s", phase, &dev, op) == 3 && dev > 0 &&
+                !strstr(" copy send recv reshape leaf ", (snprintf(word, sizeof word, " %s ", op), word)))
+                out->device_nodes++; /* (a stage's boundary with the next stage's device layer: its copy, send and receive there) */
+        }
         free(dump);
     }
     int first = 0;
@@ -248,6 +262,9 @@ static void run_plan(const char *store_addr, const plan *p, result *out) {
                             .server = g_server, .device_runtimes = p->device, .results = res, .result_size = sizeof *res};
     test_run_ranks(ranks, &tp, train_rank, (void *)p, 240);
     for (int r = 0; r < ranks; r++) CHECK(res[r].ok, "%s rank %d: %s", p->name, r, res[r].error);
+    if (p->device == 2) /* (PLACE_TEXT: stage 0 computes on the CPU, stage 1 across the CPU and the device) */
+        CHECK(res[0].device_nodes == 0 && res[1].device_nodes > 0, "%s: nodes computed on the device: stage 0 %d, stage 1 %d (want none, some)",
+              p->name, res[0].device_nodes, res[1].device_nodes);
     /* each rank ran the program lowered for it here, in a process with no communicator */
     pdde_graph *g;
     gpt_model m;
@@ -349,6 +366,7 @@ int main(void) {
         {"dp2tp2_recomp",  2, 2, 1, 0, 0, 0, 0, 0, 1, 0, 0}, {"dp2pp2_recomp", 2, 1, 2, 4, 0, 0, 0, 0, 1, 0, 0},
         {"tp2pp2_recomp",  1, 2, 2, 4, 1, 0, 0, 0, 1, 0, 0},
         {"tp2_opencl",     1, 2, 1, 0, 0, 0, 0, 0, 0, 1, 0}, {"pp2_hetero", 2, 1, 2, 4, 0, 0, 0, 0, 0, 1, 0},
+        {"pp2_place",      1, 1, 2, 4, 0, 0, 0, 0, 0, 2, 0},  /* stage 1 partly on the device (PLACE_TEXT) */
         {"tp2_resume",     1, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0}, {"dp2tp2_resume", 2, 2, 1, 0, 0, 0, 0, 1, 0, 0, 0},
         {"pp2_resume",     1, 1, 2, 2, 0, 0, 0, 1, 0, 0, 0}, {"dp4_resume", 4, 1, 1, 0, 0, 0, 0, 2, 0, 0, 0},
         {"dp2tp2_overlap", 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0}, {"dp2pp2_overlap", 2, 1, 2, 4, 0, 0, 0, 0, 0, 0, 0},

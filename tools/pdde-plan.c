@@ -103,9 +103,10 @@ static int plan_auto(int argc, char **argv) {
         else if (v && !strcmp(a, "--trace")) trace = v, i++;
         else if (v && !strcmp(a, "--plan") && pdde_plan_parse(v, &fp) == PDDE_OK) forced = v, i++;
         else {
-            fprintf(stderr, "pdde-plan: bad argument '%s'%s\nusage: pdde-plan --auto|--plan dp=..,tp=..,pp=..,mb=..,zero=..,recompute=.. "
+            fprintf(stderr, "pdde-plan: bad argument '%s'%s%s%s\nusage: pdde-plan --auto|--plan dp=..,tp=..,pp=..,mb=..,zero=..,recompute=.. "
                             "[--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N]] [--cluster FILE] [--ranks N] [--top K] "
-                            "[--simulate] [--timeline out.svg] [--trace out.json]\n", a, v ? "" : " (or its value is missing)");
+                            "[--simulate] [--timeline out.svg] [--trace out.json]\n", a, v ? "" : " (or its value is missing)",
+                    v && !strcmp(a, "--plan") ? ": " : "", v && !strcmp(a, "--plan") ? fp.why : ""); /* (pdde_plan_parse's: the key and what it expected) */
             return 2;
         }
     }
