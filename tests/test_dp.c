@@ -96,7 +96,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
         global_batch(step, x, y);
         double loss = 0;
         if (plan.shares) { /* this rank's share of the step's micro-batches, then the step */
-            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm) / pp, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+            if (gpt_write_batch(s, &m, &plan, pdde_comm_rank(comm) / plan.pp, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
                 FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
             out->losses[step] = pdde_session_loss(s);
             continue;
@@ -221,17 +221,17 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
     static const dp_config configs[] = {
-        {"dp2", 0, 1, 0, 0, 0, 0, {0}, 0},
-        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
-        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}, 0},       /* one call per micro-batch: the update's waits run the reductions */
-        {"zero1", 1, 1, 0, 0, 0, 0, {0}, 0},
-        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}, 0},
-        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}, 0},  /* one collective per gradient */
-        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}, 0},   /* small buckets: several, with gradients between them alone */
-        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}, 0},      /* gradients in device memory, staged through the host */
-        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}, 0},
+        {"dp2", 0, 1, 0, 0, 0, 0, {0}, 0, 0},
+        {"dp2_micro", 0, 2, 0, 0, 0, 0, {0}, 0, 0},       /* two micro-batches in one RUN_STEP: reduced once, in the last backward */
+        {"dp2_calls", 0, 2, 1, 0, 0, 0, {0}, 0, 0},       /* one call per micro-batch: the update's waits run the reductions */
+        {"zero1", 1, 1, 0, 0, 0, 0, {0}, 0, 0},
+        {"zero1_micro", 1, 2, 0, 0, 0, 0, {0}, 0, 0},
+        {"dp2_unbucketed", 0, 1, 0, 0, 0, -1, {0}, 0, 0},  /* one collective per gradient */
+        {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}, 0, 0},   /* small buckets: several, with gradients between them alone */
+        {"dp2_device", 0, 1, 0, 1, 0, 0, {0}, 0, 0},      /* gradients in device memory, staged through the host */
+        {"zero1_device", 1, 1, 0, 1, 0, 0, {0}, 0, 0},
     };
-    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}, 0};
+    const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}, 0, 0};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
     int n_configs = has_device ? 9 : 7;
     for (int i = n_configs; i < 9; i++)
@@ -249,7 +249,7 @@ int main(void) {
     CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.1, "the model learns (%.4f -> %.4f)", ref.losses[0], ref.losses[STEPS - 1]);
     for (int i = 0; i < n_configs; i++) compare(configs[i].name, "ref", &ref, &res[i]);
     /* the gradient scale: averaged over the ranks, not summed (AdamW with clipping above cannot tell) */
-    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}, 0}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}, 0};
+    const dp_config scaled = {"dp2_scale", 0, 2, 0, 0, 1, 0, {0}, 0, 0}, scaled_ref = {"ref_scale", 0, 2, 0, 0, 1, 0, {0}, 0, 0};
     run_result sres = {0}, sref = {0};
     run_ranks(addr, &scaled, &sres);
     train(ctx, NULL, &scaled_ref, &sref);
@@ -258,9 +258,9 @@ int main(void) {
     /* uneven shares: each micro-batch weighs the same whatever rank runs it (gradient scale-sensitive
      * too: a rank's share weighted as a whole rank's, or the update's scale 1 / micro, shows) */
     static const dp_config uneven[] = {
-        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}, 0},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
-        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}, 0},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
-        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}, 0},     /* ZeRO-1: the shard updates take the same scale */
+        {"shares_3_1", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 0},       /* 4 micro-batches of 2 rows: 3 on rank 0, 1 on rank 1 */
+        {"shares_1_3_mb2", 0, 2, 0, 0, 1, 0, {1, 3}, 0, 0},   /* 8 of 1 row: 2 on rank 0, 6 on rank 1, each with its own micro count */
+        {"shares_zero1", 1, 1, 0, 0, 1, 0, {3, 1}, 0, 0},     /* ZeRO-1: the shard updates take the same scale */
         {"shares_zero2", 2, 1, 0, 0, 1, 0, {3, 1}, 0, 1},     /* ZeRO-2: rank 1 reduce-scatters zeros in its missing micro-batches */
         {"shares_zero3", 3, 2, 0, 0, 1, 0, {1, 3}, 0, 1},     /* ZeRO-3: ... and gathers the parameters it does not use */
         {"shares_pp2", 0, 1, 0, 0, 1, 0, {3, 1}, 0, 2},    /* 4 ranks: each dp index's two stages run its share under 1F1B */
@@ -274,13 +274,13 @@ int main(void) {
     /* gradient buckets at the update too (no overlap), ZeRO-1 and -2 without buckets and in buckets of
      * 512 bytes (many), the same numbers as one process */
     static const dp_config bucketed[] = {
-        {"dp2_late", 0, 1, 0, 0, 0, 0, {0}, 1},             /* one allreduce bucket at the update */
-        {"dp2_late_512", 0, 1, 0, 0, 0, 512, {0}, 1},
-        {"zero1_unbucketed", 1, 1, 0, 0, 0, -1, {0}, 0},
-        {"zero1_512", 1, 1, 0, 0, 0, 512, {0}, 0},
-        {"zero1_late", 1, 1, 0, 0, 0, 0, {0}, 1},
-        {"zero2", 2, 1, 0, 0, 0, 0, {0}, 0},
-        {"zero2_unbucketed", 2, 1, 0, 0, 0, -1, {0}, 0},
+        {"dp2_late", 0, 1, 0, 0, 0, 0, {0}, 1, 0},             /* one allreduce bucket at the update */
+        {"dp2_late_512", 0, 1, 0, 0, 0, 512, {0}, 1, 0},
+        {"zero1_unbucketed", 1, 1, 0, 0, 0, -1, {0}, 0, 0},
+        {"zero1_512", 1, 1, 0, 0, 0, 512, {0}, 0, 0},
+        {"zero1_late", 1, 1, 0, 0, 0, 0, {0}, 1, 0},
+        {"zero2", 2, 1, 0, 0, 0, 0, {0}, 0, 0},
+        {"zero2_unbucketed", 2, 1, 0, 0, 0, -1, {0}, 0, 0},
     };
     enum { N_BUCKETED = sizeof bucketed / sizeof *bucketed };
     run_result bres[N_BUCKETED];
@@ -312,7 +312,7 @@ int main(void) {
         test_ckpt_compare(what, path, ref_path, 0, 0);
     }
     for (int late = 0; late < 2; late++) {
-        const dp_config killed = {late ? "dp2_lost_late" : "dp2_lost", 0, 1, 0, 0, 0, 0, {0}, late};
+        const dp_config killed = {late ? "dp2_lost_late" : "dp2_lost", 0, 1, 0, 0, 0, 0, {0}, late, 0};
         lost_result lost[RANKS];
         memset(lost, 0, sizeof lost);
         test_ranks_params tl = {.addr = addr, .prefix = killed.name, .timeout_s = 60, .peer_timeout_s = 2, .n_threads = 1,
