@@ -1304,6 +1304,11 @@ typedef struct {
     pdde_gemm_point gemm[PDDE_CLUSTER_MAX_GEMM];
     int n_curve[PDDE_OPCLASS_COUNT];
     pdde_curve_point curve[PDDE_OPCLASS_COUNT][PDDE_CLUSTER_MAX_CURVE];
+    /* How much slower an op of class k runs when every core of its machine runs one (memory bandwidth
+     * and caches shared; pdde-bench measures a GEMM, elementwise and row op); 0 = not measured. A class
+     * not measured takes its broader class's figure (GEMM: fused attention; row: attention, loss, row
+     * backward; elementwise: the rest), else 1. Only CPU devices' are read. */
+    double contention[PDDE_OPCLASS_COUNT];
 } pdde_device_spec;
 
 typedef struct {
