@@ -1332,7 +1332,8 @@ typedef struct {
 typedef struct {
     int id;                  /* unique in the cluster */
     char name[64];           /* host name */
-    int cores;               /* physical cores (hwloc); 0 = unknown */
+    int cores;               /* physical cores (hwloc); 0 = unknown. The cost model shares them among the
+                                ranks computing on the machine's CPU devices at each moment */
     int numa_nodes;
     uint64_t host_memory;    /* bytes */
     uint64_t l3_cache;       /* bytes, all L3 caches together */
@@ -1448,7 +1449,9 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
  * compute op timed from its device's measured curves, each collective from the topology and its
  * algorithm (alpha-beta per link, flows on a shared link dividing it, bf16/f16 halving the bytes) or a
  * measured calibration, a compute stream and a communication stream per rank (asynchronous
- * collectives overlap compute until their WAIT), send/recv pairs across pipeline stages, and memory
+ * collectives overlap compute until their WAIT), send/recv pairs across pipeline stages, ranks on a
+ * machine's CPU sharing its cores (only those computing at each moment, each slowed by its op class's
+ * measured contention while several compute: planner/README.md "Cost model"), and memory
  * (persistent bytes + the activations alive at each point, freed after their last use).
  *
  * A program is what a rank runs, in order. Programs are built with pdde_cost_program_add (tests,

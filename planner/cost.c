@@ -1,7 +1,7 @@
 /* planner/cost.c — the cost model: compute time of an op from its device's measured curves,
  * communication time from the topology and the algorithm, and a per-rank timeline simulation of one
- * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, memory
- * liveness). Included by pdde.c after cluster.c. */
+ * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, ranks
+ * sharing a machine's cores, memory liveness). Included by pdde.c after cluster.c. */
 #include "planner_impl.h"
 
 #include <errno.h>
@@ -465,7 +465,9 @@ double pdde_cost_collective_time(pdde_context *ctx, const pdde_cluster *c, pdde_
  * the receive and the sender is in such a call (a rendezvous; measured with pdde-run pp=2 on 2 cores:
  * the second stage's receive completed the moment the first stage entered its next receive,
  * milliseconds after the send was posted). The simulation sweeps over the ranks, advancing each as
- * far as it can; a sweep that moves no rank while some are unfinished is a deadlock in the program. */
+ * far as it can; a compute op on a CPU stops its rank until cost_shared_advance has run it (its speed
+ * depends on the ranks computing beside it); a sweep that moves no rank while none computes and some
+ * are unfinished is a deadlock in the program. */
 
 typedef struct {
     int arrived;
@@ -588,8 +590,8 @@ static double cost_shared_speed(int cores, int busy, double contention) {
 }
 
 /* Advances the running shared ops of sh[0..R) from the earliest moment one of them runs to the next
- * moment one ends or another starts; returns that moment (the ops ending there get work 0). */
-static double cost_shared_advance(const pdde_cluster *c, cost_shared *sh, int R) {
+ * moment one ends or another starts (the ops ending there get work 0). */
+static void cost_shared_advance(const pdde_cluster *c, cost_shared *sh, int R) {
     double now = INFINITY, next = INFINITY;
     for (int r = 0; r < R; r++)
         if (sh[r].machine >= 0 && sh[r].work > 0 && sh[r].from < now) now = sh[r].from;
@@ -612,7 +614,6 @@ static double cost_shared_advance(const pdde_cluster *c, cost_shared *sh, int R)
         if (sh[r].work < 0) sh[r].work = 0;
         sh[r].from = next;
     }
-    return next;
 }
 
 pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const pdde_cost_program *p,
@@ -787,8 +788,8 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                 blocked_since[r] = -1;
                 t[r] = end, pc[r]++, moved = 1;
             }
-            /* stopped at a RECV, collective or WAIT: inside that call from now on (which may let a
-             * message it sent move) */
+            /* stopped at a RECV, collective or WAIT (not a compute op on shared cores): inside that call
+             * from now on (which may let a message it sent move) */
             if (pc[r] < rk->n && sh[r].machine < 0 && blocked_since[r] < 0) blocked_since[r] = t[r], moved = 1;
             finished += pc[r] == rk->n;
         }
