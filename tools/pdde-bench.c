@@ -53,14 +53,12 @@ static void evict_caches(void) {
     memset(junk, ++pass, JUNK_BYTES);
 }
 
-/* The copies of a contention measurement (tools in shared memory, forked): a barrier every run. */
+/* The forked copies of a contention measurement (in shared memory): a barrier before every run. */
 struct run_together {
     atomic_int arrived;      /* arrivals at the barrier so far, all copies and runs */
     int copies;
     int runs;                /* each copy times this many runs a point */
 };
-
-static int together_runs(void) { return together->runs; }
 
 /* Seconds: wall-clock time; measuring contention, this process's CPU time, which stalls on memory count
  * in but other programs' turns on the core do not (on a loaded machine they would pass for contention). */
@@ -81,7 +79,8 @@ static int together_wait(void) {
 
 /* Compiles g on device, fills its inputs and parameters, runs mode once to warm up (kernel builds),
  * then repeatedly until the budget is spent, each run after evict_caches: the median seconds of a
- * run, NaN on failure. */
+ * run, NaN on failure. Measuring contention: together->runs runs, each started with the other copies
+ * (together_wait), in CPU seconds (run_clock). */
 static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_mode mode) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
@@ -107,7 +106,7 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
     double v[64];
     int n = 0;
     if (pdde_session_run(s, mode) == PDDE_OK) {
-        for (double t_end = bench_now() + budget_s; n < 64 && (together ? n < together_runs() : n < 3 || bench_now() < t_end);) {
+        for (double t_end = bench_now() + budget_s; n < 64 && (together ? n < together->runs : n < 3 || bench_now() < t_end);) {
             evict_caches();
             if (together && together_wait()) break;
             double t0 = run_clock();
