@@ -1325,6 +1325,11 @@ typedef struct {
     pdde_gemm_point gemm[PDDE_CLUSTER_MAX_GEMM];
     int n_curve[PDDE_OPCLASS_COUNT];
     pdde_curve_point curve[PDDE_OPCLASS_COUNT][PDDE_CLUSTER_MAX_CURVE];
+    /* How much slower an op of class k runs when every core of its machine runs one (memory bandwidth
+     * and caches shared; pdde-bench measures a GEMM, elementwise and row op); 0 = not measured. A class
+     * not measured takes its broader class's figure (GEMM: fused attention; row: attention, loss, row
+     * backward; elementwise: the rest), else 1. Only CPU devices' are read. */
+    double contention[PDDE_OPCLASS_COUNT];
 } pdde_device_spec;
 
 typedef struct {
@@ -1348,7 +1353,8 @@ typedef struct {
 typedef struct {
     int id;                  /* unique in the cluster */
     char name[64];           /* host name */
-    int cores;               /* physical cores (hwloc); 0 = unknown */
+    int cores;               /* physical cores (hwloc); 0 = unknown. The cost model shares them among the
+                                ranks computing on the machine's CPU devices at each moment */
     int numa_nodes;
     uint64_t host_memory;    /* bytes */
     uint64_t l3_cache;       /* bytes, all L3 caches together */
@@ -1464,7 +1470,9 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
  * compute op timed from its device's measured curves, each collective from the topology and its
  * algorithm (alpha-beta per link, flows on a shared link dividing it, bf16/f16 halving the bytes) or a
  * measured calibration, a compute stream and a communication stream per rank (asynchronous
- * collectives overlap compute until their WAIT), send/recv pairs across pipeline stages, and memory
+ * collectives overlap compute until their WAIT), send/recv pairs across pipeline stages, ranks on a
+ * machine's CPU sharing its cores (only those computing at each moment, each slowed by its op class's
+ * measured contention while several compute: planner/README.md "Cost model"), and memory
  * (persistent bytes + the activations alive at each point, freed after their last use).
  *
  * A program is what a rank runs, in order. Programs are built with pdde_cost_program_add (tests,

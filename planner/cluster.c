@@ -189,6 +189,10 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
                     return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].curves.%s[%d]: expected bytes > 0 (increasing) and seconds > 0", s, cluster_class_names[k], i);
             }
         }
+        for (int k = 0; k < PDDE_OPCLASS_COUNT; k++)
+            if (!(sp->contention[k] == 0 || (sp->contention[k] >= 1 && isfinite(sp->contention[k]))))
+                return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "specs[%d].contention.%s: expected a slowdown >= 1 (or 0: not measured), got %g", s,
+                                  cluster_class_names[k], sp->contention[k]);
     }
     for (int i = 0; i < c->n_machines; i++) {
         const pdde_cluster_machine *m = &c->machines[i];
@@ -427,6 +431,25 @@ static pdde_status cluster_read_spec(cluster_reader *r, const cJSON *o, const ch
     return PDDE_OK;
 }
 
+/* A spec's optional "contention": {class: slowdown >= 1, ...} (pdde-bench: each class's time with a
+ * copy on every core over its time alone); absent in files from before it: 0, not measured. */
+static pdde_status cluster_read_contention(cluster_reader *r, const cJSON *o, const char *path, pdde_device_spec *s) {
+    const cJSON *obj = cJSON_GetObjectItemCaseSensitive(o, "contention"), *e;
+    char p[160];
+    if (!obj) return PDDE_OK;
+    if (!cJSON_IsObject(obj)) return cluster_fail(r, path, "contention", "expected an object of op-class slowdowns");
+    snprintf(p, sizeof p, "%s.contention", path);
+    cJSON_ArrayForEach(e, obj) {
+        int k = 0;
+        while (k < PDDE_OPCLASS_COUNT && strcmp(e->string, cluster_class_names[k])) k++;
+        if (k == PDDE_OPCLASS_COUNT) return cluster_fail(r, p, e->string, "unknown op class (expected gemm, elementwise, row, ...)");
+        if (!cJSON_IsNumber(e) || !isfinite(e->valuedouble) || e->valuedouble < 1)
+            return cluster_fail(r, p, e->string, "expected a slowdown as a number >= 1");
+        s->contention[k] = e->valuedouble;
+    }
+    return PDDE_OK;
+}
+
 static pdde_status cluster_read_machine(cluster_reader *r, const cJSON *o, const char *path, pdde_cluster *c,
                                         pdde_cluster_machine *m) {
     pdde_status st;
@@ -495,7 +518,7 @@ static pdde_status cluster_read(cluster_reader *r, const cJSON *root, pdde_clust
     cJSON_ArrayForEach(e, arr) {
         pdde_device_spec s;
         snprintf(p, sizeof p, "specs[%d]", c->n_specs);
-        if ((st = cluster_read_spec(r, e, p, &s))) return st;
+        if ((st = cluster_read_spec(r, e, p, &s)) || (st = cluster_read_contention(r, e, p, &s))) return st;
         for (int t = 0; t < c->n_specs; t++)
             if (!strcmp(c->specs[t].name, s.name)) return cluster_fail(r, p, "name", "duplicate spec name");
         if (pdde_cluster_add_spec(c, &s) < 0) return PDDE_ERR_OOM;
@@ -562,6 +585,14 @@ pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster
 /* Adds a number; NULL (and so an OOM from the print) if cJSON could not allocate. */
 static void cluster_put_num(cJSON *o, const char *key, double v) { cJSON_AddNumberToObject(o, key, v); }
 
+/* A spec's contention figures, where it has any (so files without them save as they were). */
+static void cluster_put_contention(cJSON *o, const pdde_device_spec *sp) {
+    cJSON *obj = NULL;
+    for (int k = 0; k < PDDE_OPCLASS_COUNT; k++)
+        if (sp->contention[k] > 0 && (obj || (obj = cJSON_AddObjectToObject(o, "contention"))))
+            cluster_put_num(obj, cluster_class_names[k], sp->contention[k]);
+}
+
 static cJSON *cluster_write_link(const pdde_cluster_link *l, int endpoints) {
     cJSON *o = cJSON_CreateObject();
     if (endpoints) cluster_put_num(o, "a", l->a), cluster_put_num(o, "b", l->b);
@@ -604,6 +635,7 @@ static cJSON *cluster_write(const pdde_cluster *c) {
             for (int i = 0; i < sp->n_curve[k]; i++)
                 cJSON_AddItemToArray(a, cJSON_CreateDoubleArray((double[]){sp->curve[k][i].bytes, sp->curve[k][i].seconds}, 2));
         }
+        cluster_put_contention(o, sp);
     }
     cJSON *machines = cJSON_AddArrayToObject(root, "machines");
     for (int i = 0; i < c->n_machines; i++) {

@@ -1,7 +1,7 @@
 /* planner/cost.c — the cost model: compute time of an op from its device's measured curves,
  * communication time from the topology and the algorithm, and a per-rank timeline simulation of one
- * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, memory
- * liveness). Included by pdde.c after cluster.c. */
+ * step (compute and communication streams, collectives meeting across ranks, send/recv pairs, ranks
+ * sharing a machine's cores, memory liveness). Included by pdde.c after cluster.c. */
 #include "planner_impl.h"
 
 #include <errno.h>
@@ -465,7 +465,9 @@ double pdde_cost_collective_time(pdde_context *ctx, const pdde_cluster *c, pdde_
  * the receive and the sender is in such a call (a rendezvous; measured with pdde-run pp=2 on 2 cores:
  * the second stage's receive completed the moment the first stage entered its next receive,
  * milliseconds after the send was posted). The simulation sweeps over the ranks, advancing each as
- * far as it can; a sweep that moves no rank while some are unfinished is a deadlock in the program. */
+ * far as it can; a compute op on a CPU stops its rank until cost_shared_advance has run it (its speed
+ * depends on the ranks computing beside it); a sweep that moves no rank while none computes and some
+ * are unfinished is a deadlock in the program. */
 
 typedef struct {
     int arrived;
@@ -545,6 +547,75 @@ static double cost_rank_memory(const struct cost_rank *rk, double *dies) {
     return rk->persistent + peak;
 }
 
+/* Ranks sharing a machine's cores (processor sharing). A CPU device's figures are those of one rank
+ * on one core; at each moment the ranks computing on CPU devices of a machine with C cores
+ * (pdde_cluster_machine.cores; 0 = unknown: no limit) share them, each at min(1, C / computing) of its
+ * speed, and the busy cores contend for memory bandwidth and caches: an op runs its class's contention
+ * figure slower with all C busy, not at all with one, linearly between. A rank waiting (a pipeline
+ * bubble, a receive, a collective) uses no core, so the others' compute speeds up while it waits.
+ * The speed changes whenever a rank starts or ends an op, so the simulation advances such ops from
+ * one of those moments to the next. */
+typedef struct {
+    int machine;             /* of the CPU device whose cores its compute op shares; -1 = none running */
+    double start;            /* when that op started */
+    double from, work;       /* seconds of one core's work left at time `from` (0: it ended at `from`) */
+    double contention;       /* its class's slowdown with every core of the machine busy */
+    double speed;            /* of one core's, from `from` on */
+} cost_shared;
+
+/* The slowdown of class k on spec s with every core busy: its own figure, else its broader class's. */
+static double cost_contention(const pdde_device_spec *s, int k) {
+    if (s->contention[k] > 0) return s->contention[k];
+    int broader = k == PDDE_OPCLASS_GEMM || k == PDDE_OPCLASS_FUSED_ATTENTION ? PDDE_OPCLASS_GEMM
+                : k == PDDE_OPCLASS_ROW || k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_LOSS || k == PDDE_OPCLASS_ROW_BACKWARD
+                    ? PDDE_OPCLASS_ROW : PDDE_OPCLASS_ELEMENTWISE;
+    return s->contention[broader] > 0 ? s->contention[broader] : 1;
+}
+
+/* The machine whose cores a compute op on device `device` shares: its machine for a CPU, else -1 (a
+ * device computes on its own). */
+static int cost_shares_cores(const pdde_cluster *c, int device) {
+    int machine = -1;
+    const pdde_device_spec *s = cost_spec(c, device);
+    pdde_cluster_find_device(c, device, &machine);
+    return s && s->kind == PDDE_DEVICE_CPU ? machine : -1;
+}
+
+/* A rank's speed (of one core's) while `busy` ranks compute on a machine of `cores` cores (0 =
+ * unknown: each its own core), its op's class slowing by `contention` with every core busy. */
+static double cost_shared_speed(int cores, int busy, double contention) {
+    int used = cores > 0 && busy > cores ? cores : busy;
+    double all_busy = cores > 1 ? (double)(used - 1) / (cores - 1) : cores == 0 && used > 1;
+    return (double)used / busy / (1 + (contention - 1) * all_busy);
+}
+
+/* Advances the running shared ops of sh[0..R) from the earliest moment one of them runs to the next
+ * moment one ends or another starts (the ops ending there get work 0). */
+static void cost_shared_advance(const pdde_cluster *c, cost_shared *sh, int R) {
+    double now = INFINITY, next = INFINITY;
+    for (int r = 0; r < R; r++)
+        if (sh[r].machine >= 0 && sh[r].work > 0 && sh[r].from < now) now = sh[r].from;
+    for (int r = 0; r < R; r++) {
+        if (sh[r].machine < 0 || !(sh[r].work > 0)) continue;
+        if (sh[r].from > now) { /* starts later: until then the others run without it */
+            next = sh[r].from < next ? sh[r].from : next;
+            continue;
+        }
+        int busy = 0;
+        for (int q = 0; q < R; q++) busy += sh[q].machine == sh[r].machine && sh[q].work > 0 && sh[q].from <= now;
+        sh[r].speed = cost_shared_speed(c->machines[sh[r].machine].cores, busy, sh[r].contention);
+        double end = now + sh[r].work / sh[r].speed;
+        next = end < next ? end : next;
+    }
+    for (int r = 0; r < R; r++) {
+        if (sh[r].machine < 0 || !(sh[r].work > 0) || sh[r].from > now) continue;
+        int ends = now + sh[r].work / sh[r].speed <= next;
+        sh[r].work = ends ? 0 : sh[r].work - sh[r].speed * (next - now);
+        if (sh[r].work < 0) sh[r].work = 0;
+        sh[r].from = next;
+    }
+}
+
 pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const pdde_cost_program *p,
                                pdde_cost_result **out) {
     *out = NULL;
@@ -570,8 +641,10 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
     devs = malloc((size_t)R * sizeof *devs);
     cost_calls *calls = calloc((size_t)R, sizeof *calls);  /* each rank's communication calls so far */
     double *blocked_since = malloc((size_t)R * sizeof *blocked_since); /* in the call it stopped at; -1 */
+    cost_shared *sh = malloc((size_t)R * sizeof *sh); /* each rank's compute op sharing its machine's cores */
     for (int r = 0; blocked_since && r < R; r++) blocked_since[r] = -1;
-    if (!res || !pc || !issued || !seq || !inst_of || !t || !comm_free || !dies || !inst || !devs || !calls || !blocked_since ||
+    for (int r = 0; sh && r < R; r++) sh[r].machine = -1;
+    if (!res || !pc || !issued || !seq || !inst_of || !t || !comm_free || !dies || !inst || !devs || !calls || !blocked_since || !sh ||
         !res->peak_memory || !res->compute_time || !res->comm_wait || !res->idle) {
         st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory");
         goto done;
@@ -596,9 +669,18 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                 const pdde_cost_op *op = &rk->ops[pc[r]];
                 double start = t[r], end;
                 int lane = 1;
-                if (op->kind == PDDE_COST_COMPUTE) {
-                    double d = cost_compute(ctx, c, op->on_device > 0 ? op->on_device - 1 : rk->device, op, &res->uncalibrated);
+                if (op->kind == PDDE_COST_COMPUTE && sh[r].machine >= 0) { /* sharing cores: ends when its work is done */
+                    if (sh[r].work > 0) break;
+                    start = sh[r].start, end = sh[r].from, lane = 0, sh[r].machine = -1;
+                    res->compute_time[r] += end - start;
+                } else if (op->kind == PDDE_COST_COMPUTE) {
+                    int device = op->on_device > 0 ? op->on_device - 1 : rk->device, machine = cost_shares_cores(c, device);
+                    double d = cost_compute(ctx, c, device, op, &res->uncalibrated);
                     if (!isfinite(d)) { st = PDDE_ERR_NO_PLAN; goto done; }
+                    if (machine >= 0 && d > 0) { /* cost_shared_advance runs it */
+                        sh[r] = (cost_shared){machine, start, start, d, cost_contention(cost_spec(c, device), op->op_class), 1};
+                        break;
+                    }
                     end = start + d, lane = 0;
                     res->compute_time[r] += d;
                 } else if (op->kind == PDDE_COST_SEND) {
@@ -706,10 +788,16 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                 blocked_since[r] = -1;
                 t[r] = end, pc[r]++, moved = 1;
             }
-            /* stopped at a RECV, collective or WAIT: inside that call from now on (which may let a
-             * message it sent move) */
-            if (pc[r] < rk->n && blocked_since[r] < 0) blocked_since[r] = t[r], moved = 1;
+            /* stopped at a RECV, collective or WAIT (not a compute op on shared cores): inside that call
+             * from now on (which may let a message it sent move) */
+            if (pc[r] < rk->n && sh[r].machine < 0 && blocked_since[r] < 0) blocked_since[r] = t[r], moved = 1;
             finished += pc[r] == rk->n;
+        }
+        int computing = 0;
+        for (int r = 0; r < R; r++) computing |= sh[r].machine >= 0;
+        if (!moved && computing) { /* every rank computes or waits: on to the next op that ends or starts */
+            cost_shared_advance(c, sh, R);
+            continue;
         }
         if (!moved && finished < R) {
             int r = 0;
@@ -732,7 +820,7 @@ done:
     for (int g = 0; inst && g < G; g++) free(inst[g].v);
     for (int r = 0; calls && r < R; r++) free(calls[r].start), free(calls[r].end);
     free(inst), free(pc), free(issued), free(seq), free(inst_of), free(t), free(comm_free), free(dies), free(msgs), free(devs);
-    free(calls), free(blocked_since);
+    free(calls), free(blocked_since), free(sh);
     if (st) pdde_cost_result_free(res);
     else *out = res;
     return st;

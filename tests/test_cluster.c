@@ -36,6 +36,7 @@ static pdde_cluster *make_cluster(void) {
     b.n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 2; /* the last class, by its name */
     b.curve[PDDE_OPCLASS_FUSED_ATTENTION][0] = (pdde_curve_point){4e5, 3.1e-5};
     b.curve[PDDE_OPCLASS_FUSED_ATTENTION][1] = (pdde_curve_point){3e7, 2.7e-3};
+    b.contention[PDDE_OPCLASS_GEMM] = 1.25, b.contention[PDDE_OPCLASS_ROW] = 1.0625; /* (a has none: written without) */
     pdde_cluster_add_spec(c, &a);
     pdde_cluster_add_spec(c, &b);
     pdde_cluster_machine m0 = {.id = 7, .cores = 64, .numa_nodes = 2, .host_memory = 1ull << 40, .l3_cache = 256u << 20,
@@ -101,6 +102,9 @@ static void test_round_trip(void) {
     CHECK(d->specs[1].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] == 2 && d->specs[1].curve[PDDE_OPCLASS_FUSED_ATTENTION][1].seconds == 2.7e-3 &&
           text && strstr(text, "\"fused_attention\""), "the fused attention curve, by name");
     CHECK(d->specs[0].curve[PDDE_OPCLASS_ELEMENTWISE][1].bytes == 1 << 30 && d->specs[0].n_curve[PDDE_OPCLASS_ROW] == 0, "curves");
+    CHECK(d->specs[1].contention[PDDE_OPCLASS_GEMM] == 1.25 && d->specs[1].contention[PDDE_OPCLASS_ROW] == 1.0625 &&
+          d->specs[1].contention[PDDE_OPCLASS_ELEMENTWISE] == 0 && d->specs[0].contention[PDDE_OPCLASS_GEMM] == 0 && text &&
+          strstr(text, "\"contention\"") && !strstr(strstr(text, "\"contention\"") + 1, "\"contention\""), "contention: spec 1's figures, spec 0 none (written once)");
     CHECK(d->machines[1].id == 3 && d->machines[1].n_devices == 4 && d->machines[1].devices[3].memory == 17000000003ull &&
           d->machines[1].devices[3].spec == 1 && d->machines[0].host_memory == 1ull << 40, "machines");
     CHECK(d->machines[0].intra.kind == PDDE_LINK_NVLINK && d->machines[0].intra.latency == 2e-6 && d->machines[1].nic.bandwidth == 1.25e9, "machine links");
@@ -175,6 +179,9 @@ static void test_malformed(void) {
     expect_error(base, "\"flops\":\t14100000000000", "\"flops\":\t0", 1, "specs[0].gemm[0].flops: expected FLOP/s as a number > 0");
     expect_error(base, "\"elementwise\":", "\"sorcery\":", 1, "specs[0].curves.sorcery: unknown op class");
     expect_error(base, "[1073741824, 0.00081]", "[1024, 0.00081]", 1, "specs[0].curves.elementwise[1]: expected bytes increasing");
+    expect_error(base, "\"row\":\t1.0625", "\"row\":\t0.5", 1, "specs[1].contention.row: expected a slowdown as a number >= 1");
+    expect_error(base, "\"gemm\":\t1.25", "\"gemm\":\t\"fast\"", 1, "specs[1].contention.gemm: expected a slowdown");
+    expect_error(base, "\"gemm\":\t1.25", "\"sorcery\":\t1.25", 1, "specs[1].contention.sorcery: unknown op class");
     expect_error(base, "\"ranks\":\t2", "\"ranks\":\t1", 1, "collectives[0].ranks: expected an integer >= 2");
     expect_error(base, "\"intra\":\ttrue", "\"intra\":\t1", 1, "collectives[0].intra: expected true");
     expect_error(base, "\"algo\":\t\"ring\"", "\"algo\":\t\"ring of fire\"", 1, "collectives[0].algo: unknown algorithm");
@@ -200,6 +207,9 @@ static void test_validate(void) {
     c->specs[1].kind = (pdde_device_kind)7;
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "specs[1].kind"), "%s", pdde_last_error(ctx));
     c->specs[1].kind = PDDE_DEVICE_ACCEL;
+    c->specs[0].contention[PDDE_OPCLASS_ROW] = 0.5; /* a speedup is no contention */
+    CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "specs[0].contention.row"), "%s", pdde_last_error(ctx));
+    c->specs[0].contention[PDDE_OPCLASS_ROW] = 0;
     c->machines[0].nic.bandwidth = NAN;
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[0].nic.bandwidth"), "%s", pdde_last_error(ctx));
     pdde_cluster_free(c);

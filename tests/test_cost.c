@@ -1,7 +1,8 @@
 /* test_cost — the cost model against cases computed by hand: one GEMM and the curves, collectives
  * (ring, recursive doubling, two-level, a shared NIC, bf16, a measured calibration), and timelines
  * (a 2-stage 1F1B and GPipe pipeline with its bubble and the activations each schedule keeps alive,
- * an overlapped gradient allreduce, a deadlock, CPU ranks' sends moving only in their calls), and the
+ * an overlapped gradient allreduce, a deadlock, CPU ranks' sends moving only in their calls, ranks
+ * sharing a machine's cores and contending for its memory), and the
  * simulation of plans' real lowered programs
  * (pdde_cost_program_from_plan: data, tensor and pipeline parallel GPTs). */
 #define _GNU_SOURCE
@@ -338,6 +339,94 @@ static void test_rendezvous(void) {
     CHECK(test_close(cpu, 17.02e-3, 1e-9, 0), "CPU ranks: step %g s, expected 17.02 ms (each message moves in its sender's next call)", cpu);
 }
 
+/* Ranks sharing a machine's cores (make_cluster's device as a CPU; GEMMs of 1e9 FLOPs: 1 ms of one
+ * core; free links). Simulates p on a machine of `cores` cores whose GEMMs run `gemm_contention` and row
+ * ops `row_contention` slower with every core busy; the step, and the compute time of each rank in t. */
+static double shared_step(pdde_cost_program *p, int cores, pdde_device_kind kind, double gemm_contention, double row_contention,
+                          double *t) {
+    pdde_cluster *c = make_cluster(1, 3);
+    c->specs[0].kind = kind, c->machines[0].cores = cores;
+    c->specs[0].contention[PDDE_OPCLASS_GEMM] = gemm_contention, c->specs[0].contention[PDDE_OPCLASS_ROW] = row_contention;
+    c->machines[0].intra.latency = 0, c->machines[0].intra.bandwidth = 1e15;
+    pdde_cost_result *r = NULL;
+    CHECK(pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "shared cores: %s", pdde_last_error(ctx));
+    double step = r ? r->step_time : NAN;
+    for (int k = 0; r && t && k < r->n_ranks; k++) t[k] = r->compute_time[k];
+    pdde_cost_result_free(r);
+    pdde_cluster_free(c);
+    return step;
+}
+
+static void test_shared_cores(void) {
+    pdde_cost_op ms = gemm_op("1 ms", 1e9, 0, PDDE_PHASE_FORWARD), two = gemm_op("2 ms", 2e9, 0, PDDE_PHASE_FORWARD);
+    double t[3];
+    /* both compute 2 ms: on one core each at half speed, 4 ms; on two, or cores unknown, 2 ms */
+    pdde_cost_program *p;
+    pdde_cost_program_init(2, &p);
+    pdde_cost_program_add(p, 0, &two), pdde_cost_program_add(p, 1, &two);
+    double step = shared_step(p, 1, PDDE_DEVICE_CPU, 0, 0, t);
+    CHECK(test_close(step, 4e-3, 1e-9, 0) && test_close(t[0], 4e-3, 1e-9, 0) && test_close(t[1], 4e-3, 1e-9, 0),
+          "two ranks on one core: step %g s, compute %g and %g s (expected 4 ms each)", step, t[0], t[1]);
+    CHECK(test_close(shared_step(p, 2, PDDE_DEVICE_CPU, 0, 0, NULL), 2e-3, 1e-9, 0), "two ranks on two cores: 2 ms");
+    CHECK(test_close(shared_step(p, 0, PDDE_DEVICE_CPU, 0, 0, NULL), 2e-3, 1e-9, 0), "cores unknown: no limit");
+    CHECK(test_close(shared_step(p, 2, PDDE_DEVICE_CPU, 1.5, 0, NULL), 3e-3, 1e-9, 0), "both compute on two cores, GEMMs 1.5x slower: 3 ms");
+    pdde_cost_program_free(p);
+
+    /* rank 0 computes 2 ms and sends; rank 1 computes 1 ms, receives, computes 1 ms. One core: both at
+     * half speed until rank 1's first ms is done at 2 ms; then it waits and rank 0 has its core, ending
+     * its last ms at 3 ms; rank 1's last ms alone: 4 ms (a rank charged half a core throughout: 6 ms).
+     * Two cores, contention 1.5: rank 1's first ms ends at 1.5 ms, rank 0's last ms alone at 2.5 ms,
+     * rank 1's alone: 3.5 ms. Without contention 3 ms, as on GPUs (their own cores). */
+    pdde_cost_program_init(2, &p);
+    pdde_cost_program_add(p, 0, &two), pdde_cost_program_add(p, 0, &(pdde_cost_op[]){p2p(PDDE_COST_SEND, 1, 1)}[0]);
+    pdde_cost_program_add(p, 1, &ms), pdde_cost_program_add(p, 1, &(pdde_cost_op[]){p2p(PDDE_COST_RECV, 0, 1)}[0]);
+    pdde_cost_program_add(p, 1, &ms);
+    step = shared_step(p, 1, PDDE_DEVICE_CPU, 0, 0, t);
+    CHECK(test_close(step, 4e-3, 1e-9, 0) && test_close(t[0], 3e-3, 1e-9, 0) && test_close(t[1], 3e-3, 1e-9, 0),
+          "one core, rank 1 waiting from 2 ms: step %g s (expected 4 ms), compute %g s and %g s (3 ms each)", step, t[0], t[1]);
+    step = shared_step(p, 2, PDDE_DEVICE_CPU, 1.5, 0, t);
+    CHECK(test_close(step, 3.5e-3, 1e-9, 0) && test_close(t[1], 2.5e-3, 1e-9, 0),
+          "two cores, contention only while both compute: step %g s (expected 3.5 ms), rank 1 computes %g s (2.5 ms)", step, t[1]);
+    CHECK(test_close(shared_step(p, 2, PDDE_DEVICE_CPU, 0, 0, NULL), 3e-3, 1e-9, 0), "two cores, no contention: 3 ms");
+    CHECK(test_close(shared_step(p, 1, PDDE_DEVICE_GPU, 1.5, 0, NULL), 3e-3, 1e-9, 0), "GPUs share no cores: 3 ms");
+    pdde_cost_program_free(p);
+
+    /* one core, three ranks: rank 2 computes 3 ms; rank 0 computes 1 ms, then an allreduce with rank 1
+     * (1 ms of latency), which then computes 1 ms. Ranks 0 and 2 share the core until 2 ms; the
+     * allreduce runs 2-3 ms while rank 2 computes alone (2 ms of work left, 1 ms of it done by 3 ms);
+     * then ranks 1 and 2 share it: both end at 5 ms. */
+    pdde_cost_program_init(3, &p);
+    int g = pdde_cost_program_group(p, 2, (int[]){0, 1});
+    pdde_cost_op ar = {.kind = PDDE_COST_COLLECTIVE, .coll = PDDE_COLL_ALLREDUCE, .algo = PDDE_ALGO_RECURSIVE, .group = g,
+                       .count = 2, .dtype = PDDE_F32, .last_use = -1};
+    pdde_cost_program_add(p, 0, &ms), pdde_cost_program_add(p, 0, &ar);
+    pdde_cost_program_add(p, 1, &ar), pdde_cost_program_add(p, 1, &ms);
+    pdde_cost_program_add(p, 2, &(pdde_cost_op[]){gemm_op("3 ms", 3e9, 0, PDDE_PHASE_FORWARD)}[0]);
+    pdde_cluster *c = make_cluster(1, 3);
+    c->specs[0].kind = PDDE_DEVICE_CPU, c->machines[0].cores = 1;
+    c->machines[0].intra.latency = 1e-3, c->machines[0].intra.bandwidth = 1e15;
+    pdde_cost_result *r = NULL;
+    CHECK(pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(r && test_close(r->step_time, 5e-3, 1e-9, 0) && test_close(r->compute_time[2], 5e-3, 1e-9, 0) &&
+          test_close(r->compute_time[1], 2e-3, 1e-9, 0) && test_close(r->compute_time[0], 2e-3, 1e-9, 0),
+          "rank 1 starting after its allreduce: step %g s (expected 5 ms), compute %g, %g, %g s (2, 2, 5 ms)", r ? r->step_time : NAN,
+          r ? r->compute_time[0] : NAN, r ? r->compute_time[1] : NAN, r ? r->compute_time[2] : NAN);
+    pdde_cost_result_free(r);
+    pdde_cluster_free(c);
+    pdde_cost_program_free(p);
+
+    /* a class without its own contention figure takes its broader class's: a loss op (1e8 B at the
+     * 1e11 B/s fallback: 1 ms) with the row figure 1.2, beside a 1 ms GEMM with none measured: by 1 ms
+     * the loss has done 1/1.2 of its work, the rest alone: 1 + 1 - 1/1.2 ms */
+    pdde_cost_op loss = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_LOSS, .bytes = 1e8, .last_use = -1};
+    pdde_cost_program_init(2, &p);
+    pdde_cost_program_add(p, 0, &loss), pdde_cost_program_add(p, 1, &ms);
+    step = shared_step(p, 2, PDDE_DEVICE_CPU, 0, 1.2, t);
+    CHECK(test_close(step, (2 - 1 / 1.2) * 1e-3, 1e-9, 0) && test_close(t[1], 1e-3, 1e-9, 0),
+          "the loss at the row ops' contention 1.2: step %g s (expected 1.167 ms), the GEMM's %g s (1 ms)", step, t[1]);
+    pdde_cost_program_free(p);
+}
+
 /* A graph's program: an MLP step (forward, backward, AdamW) on one device. */
 static void test_from_graph(void) {
     pdde_graph *g;
@@ -636,6 +725,7 @@ int main(void) {
     test_pipeline();
     test_overlap_and_errors();
     test_rendezvous();
+    test_shared_cores();
     test_from_graph();
     test_attention();
     test_plan_programs();

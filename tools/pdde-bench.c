@@ -15,7 +15,9 @@
  * Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
  * 127.0.0.1 and measures allreduce (auto, ring, recursive), allgather, reduce-scatter and send/recv at
  * a small and a large size: latency and bandwidth of each (pdde_collective_calib) and of the
- * machine's shared-memory link.
+ * machine's shared-memory link. Before the devices, a GEMM, an elementwise and a row op run alone and
+ * then once on every core at the same time: the CPU's slowdown per class when ranks share the machine
+ * (its spec's "contention").
  *
  * This is how a new accelerator teaches the cost model: fill the backend vtable, pass
  * test_backend_ops, run pdde-bench, hand the cluster file to the planner. */
@@ -24,15 +26,19 @@
 #include "tools/bench/bench_common.h"
 
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 static double budget_s = 0.12;  /* per measured point */
+static struct run_together *together; /* measuring contention: every copy starts each run at once */
 static double max_run_s = 0.25; /* a point whose one run would take longer is left out */
 static int quick;
 
@@ -47,9 +53,34 @@ static void evict_caches(void) {
     memset(junk, ++pass, JUNK_BYTES);
 }
 
+/* The forked copies of a contention measurement (in shared memory): a barrier before every run. */
+struct run_together {
+    atomic_int arrived;      /* arrivals at the barrier so far, all copies and runs */
+    int copies;
+    int runs;                /* each copy times this many runs a point */
+};
+
+/* Seconds: wall-clock time; measuring contention, this process's CPU time, which stalls on memory count
+ * in but other programs' turns on the core do not (on a loaded machine they would pass for contention). */
+static double run_clock(void) {
+    struct timespec ts;
+    if (!together || clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts)) return bench_now();
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Waits until every copy has arrived at this run (10 s at most: a copy that died); 0 when they have. */
+static int together_wait(void) {
+    int round = atomic_fetch_add(&together->arrived, 1) / together->copies + 1;
+    for (double until = bench_now() + 10; atomic_load(&together->arrived) < round * together->copies;)
+        if (bench_now() > until) return -1;
+        else sched_yield();
+    return 0;
+}
+
 /* Compiles g on device, fills its inputs and parameters, runs mode once to warm up (kernel builds),
  * then repeatedly until the budget is spent, each run after evict_caches: the median seconds of a
- * run, NaN on failure. */
+ * run, NaN on failure. Measuring contention: together->runs runs, each started with the other copies
+ * (together_wait), in CPU seconds (run_clock). */
 static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_mode mode) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
@@ -75,11 +106,12 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
     double v[64];
     int n = 0;
     if (pdde_session_run(s, mode) == PDDE_OK) {
-        for (double t_end = bench_now() + budget_s; n < 64 && (n < 3 || bench_now() < t_end);) {
+        for (double t_end = bench_now() + budget_s; n < 64 && (together ? n < together->runs : n < 3 || bench_now() < t_end);) {
             evict_caches();
-            double t0 = bench_now();
+            if (together && together_wait()) break;
+            double t0 = run_clock();
             if (pdde_session_run(s, mode) != PDDE_OK) break;
-            v[n++] = bench_now() - t0;
+            v[n++] = run_clock() - t0;
         }
     }
     if (n < 3) fprintf(stderr, "pdde-bench: device %d: run failed: %s\n", device, pdde_last_error(ctx));
@@ -106,6 +138,15 @@ static pdde_graph *new_graph(pdde_context *ctx) {
     return g;
 }
 
+/* One GEMM [m, k] x [k, n] (bt > 1: bt batches of m / bt rows). */
+static pdde_graph *gemm_graph(pdde_context *ctx, int64_t bt, int64_t m, int64_t n, int64_t k) {
+    pdde_graph *g = new_graph(ctx);
+    pdde_tensor *a = bt > 1 ? pdde_input(g, "a", PDDE_F32, 3, (int64_t[]){bt, m / bt, k}) : pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
+    pdde_tensor *b = bt > 1 ? pdde_input(g, "b", PDDE_F32, 3, (int64_t[]){bt, k, n}) : pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, n});
+    pdde_mark_output(pdde_matmul(g, a, b, 0, 0));
+    return g;
+}
+
 static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
     /* squares for the size curve, then training shapes: tall activations times square and 4x weights */
     /* batch, m, n, k: batched ones are attention's q k^T and p v per head (the model folds batch into m) */
@@ -127,10 +168,7 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
             printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
             continue;
         }
-        pdde_graph *g = new_graph(ctx);
-        pdde_tensor *a = bt > 1 ? pdde_input(g, "a", PDDE_F32, 3, (int64_t[]){bt, m / bt, k}) : pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
-        pdde_tensor *b = bt > 1 ? pdde_input(g, "b", PDDE_F32, 3, (int64_t[]){bt, k, nn}) : pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, nn});
-        pdde_mark_output(pdde_matmul(g, a, b, 0, 0));
+        pdde_graph *g = gemm_graph(ctx, bt, m, nn, k);
         double t = time_graph(ctx, g, device, PDDE_RUN_FORWARD);
         pdde_graph_free(g);
         if (!(t > 0)) continue;
@@ -332,6 +370,107 @@ static void measure_link(pdde_context *ctx, int device, pdde_cluster_link *l) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Contention: ranks on a machine's cores share its memory bandwidth and caches. A GEMM, an elementwise
+ * and a row op at a small model's sizes, timed by one process alone, then by one copy on every core at
+ * once (forked, each pinned to its core, one thread, every run started together): the ratio is each
+ * class's slowdown (the spec's "contention"). Forked before any device runtime starts, as the ranks of
+ * the collectives are. */
+
+enum { N_CONTENTION = 3, MAX_COPIES = 64 };
+static const pdde_op_class contention_classes[N_CONTENTION] = {PDDE_OPCLASS_GEMM, PDDE_OPCLASS_ELEMENTWISE, PDDE_OPCLASS_ROW};
+
+/* In a copy pinned to cpu: the median seconds of each class's op, written to fd; 0 on success. */
+static int contention_copy(int cpu, int fd) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    if (sched_setaffinity(0, sizeof set, &set)) fprintf(stderr, "pdde-bench: contention: cannot pin a copy to cpu %d\n", cpu);
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu", cp.n_threads = 1;
+    pdde_context *ctx;
+    if (pdde_context_init(&cp, &ctx)) return 1;
+    double t[N_CONTENTION];
+    for (int i = 0; i < N_CONTENTION; i++) { /* the small model's QKV GEMM; 1 MB of activations */
+        pdde_op_class k = contention_classes[i];
+        pdde_graph *g = k == PDDE_OPCLASS_GEMM ? gemm_graph(ctx, 1, 1024, 576, 192) : class_graph(ctx, k, 1 << 18, 0);
+        t[i] = time_graph(ctx, g, 0, PDDE_RUN_FORWARD);
+        pdde_graph_free(g);
+    }
+    pdde_context_free(ctx);
+    return write(fd, t, sizeof t) != (ssize_t)sizeof t;
+}
+
+/* Runs a copy on each of cpus[0..copies) at once: each class's mean time over the copies into t; 0 on
+ * success. */
+static int contention_run(const int *cpus, int copies, double *t) {
+    int fds[2], bad = 0;
+    if (pipe(fds)) return -1;
+    atomic_store(&together->arrived, 0);
+    together->copies = copies;
+    fflush(NULL);
+    pid_t pids[MAX_COPIES];
+    for (int i = 0; i < copies; i++)
+        if ((pids[i] = fork()) == 0) {
+            close(fds[0]);
+            _exit(contention_copy(cpus[i], fds[1]));
+        }
+    close(fds[1]);
+    for (int k = 0; k < N_CONTENTION; k++) t[k] = 0;
+    for (int i = 0; i < copies; i++) {
+        double one[N_CONTENTION];
+        bad |= read(fds[0], one, sizeof one) != (ssize_t)sizeof one;
+        for (int k = 0; k < N_CONTENTION && !bad; k++) t[k] += one[k] / copies;
+    }
+    close(fds[0]);
+    for (int i = 0; i < copies; i++) {
+        int status = 0;
+        double until = bench_now() + 120;
+        pid_t w;
+        while ((w = waitpid(pids[i], &status, WNOHANG)) == 0 && bench_now() < until) usleep(10000);
+        if (w == 0) kill(pids[i], SIGKILL), waitpid(pids[i], &status, 0), bad = 1;
+        bad |= !WIFEXITED(status) || WEXITSTATUS(status);
+    }
+    return bad ? -1 : 0;
+}
+
+/* Each class's slowdown with a copy on every core this process may use over one copy alone into
+ * slowdown[class] (at least 1; left 0 when it could not be measured or there is one core). */
+static void measure_contention(double *slowdown) {
+    cpu_set_t set;
+    int cpus[MAX_COPIES], copies = 0;
+    if (sched_getaffinity(0, sizeof set, &set)) return;
+    for (int i = 0; i < CPU_SETSIZE && copies < MAX_COPIES; i++)
+        if (CPU_ISSET(i, &set)) cpus[copies++] = i;
+    if (copies < 2) return;
+    together = mmap(NULL, sizeof *together, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (together == MAP_FAILED) {
+        together = NULL;
+        return;
+    }
+    together->runs = quick ? 15 : 40;
+    /* alone, together, twice over: a drift of the machine's load between them touches both alike */
+    double alone[N_CONTENTION] = {0}, all[N_CONTENTION] = {0}, t[2][N_CONTENTION];
+    int bad = 0;
+    for (int round = 0; round < 2 && !bad; round++) {
+        bad = contention_run(cpus, 1, t[0]) || contention_run(cpus, copies, t[1]);
+        for (int i = 0; i < N_CONTENTION; i++) alone[i] += t[0][i], all[i] += t[1][i];
+    }
+    if (!bad) {
+        printf("contention, %d copies (one a core) over one:", copies);
+        for (int i = 0; i < N_CONTENTION; i++) {
+            if (!(alone[i] > 0) || !(all[i] > 0)) continue;
+            slowdown[contention_classes[i]] = all[i] > alone[i] ? all[i] / alone[i] : 1; /* (faster: noise) */
+            printf(" %s %.3fx", pdde_op_class_name(contention_classes[i]), all[i] / alone[i]);
+        }
+        printf("\n");
+    } else {
+        fprintf(stderr, "pdde-bench: the contention measurement failed; the CPU's contention stays unmeasured\n");
+    }
+    munmap(together, sizeof *together);
+    together = NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Collectives on 2 ranks (forked, CPU-only contexts: device runtimes do not survive fork) */
 
 #ifdef PDDE_HAVE_UCX
@@ -517,6 +656,8 @@ int main(int argc, char **argv) {
 #else
     (void)no_comm;
 #endif
+    double slowdown[PDDE_OPCLASS_COUNT] = {0};
+    if (!devices || strstr(devices, "cpu")) measure_contention(slowdown); /* forks too: before the context */
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = devices;
     pdde_context *ctx;
@@ -545,6 +686,7 @@ int main(int argc, char **argv) {
         sp->peak_flops = 0, sp->mem_bandwidth = 0; /* measured from here on */
         measure_gemm(ctx, dev->id, sp);
         measure_curves(ctx, c, dev->id, sp);
+        if (sp->kind == PDDE_DEVICE_CPU) memcpy(sp->contention, slowdown, sizeof slowdown);
         for (int i = 0; i < c->n_links; i++)
             if (c->links[i].b == dev->id && c->links[i].a != dev->id) measure_link(ctx, dev->id, &c->links[i]);
     }

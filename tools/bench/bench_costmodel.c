@@ -18,8 +18,9 @@
  * pdde's prediction simulates what runs: the graph the ranks build, lowered for every rank as its
  * session lowers it (pdde_cost_program_from_plan), on this machine's calibration with a device per
  * rank; the throttled rank's figures are a third of the others' (a calibration inside the cgroup
- * times short ops between throttles, and their medians come out unthrottled); more ranks than cores
- * divide the speed. Memory: the most any rank's memory plan allocates (pdde_lower_memory of the same
+ * times short ops between throttles, and their medians come out unthrottled); the simulation shares
+ * the machine's cores among the ranks computing at each moment, slowed by the calibration's
+ * contention figures while several compute. Memory: the most any rank's memory plan allocates (pdde_lower_memory of the same
  * graph and session params) against the most a rank's session allocated. The baseline is Paddle's
  * published formula (every op FLOPs / (0.65 x peak), alpha-beta communication) in the planner's
  * analytic schedule (pdde_plan_evaluate). pick_gap: how much slower the planner's pick for 2 ranks
@@ -365,9 +366,9 @@ static int cluster_spec_of(const char *backend, pdde_cluster_link *link) {
 static int config_place(const bench_config *c, int r) { return r < 2 ? c->place[r] : PLACE_CPU; }
 
 /* The cluster c's ranks run on, for the simulation: this machine's calibration with one device per
- * rank (id r), each the CPU's figures times the rank's share of a core (a third in the throttled
- * cgroup, whose calibration inside it would time short ops between throttles and come out
- * unthrottled; cores / ranks when more ranks than cores), or the OpenCL device's for a PoCL rank of a
+ * rank (id r) on this machine (its cores: the simulation shares them among the ranks computing at each
+ * moment), each the CPU's figures (a third of them in the throttled cgroup, whose calibration inside
+ * it would time short ops between throttles and come out unthrottled), or the OpenCL device's for a PoCL rank of a
  * mixed pair; when every rank places its layers on the OpenCL device, that device once more (id
  * ranks, reached over the calibrated bus), the local device their layers name (*opencl_id). */
 static pdde_status config_cluster(pdde_context *ctx, const bench_config *c, int ranks, pdde_cluster **out, int *opencl_id) {
@@ -382,11 +383,10 @@ static pdde_status config_cluster(pdde_context *ctx, const bench_config *c, int 
     pdde_cluster_machine m = cluster->machines[0];
     m.n_devices = 0, m.devices = NULL;
     if (!st && pdde_cluster_add_machine(cl, &m) < 0) st = PDDE_ERR_OOM;
-    double over = ranks > cores ? (double)cores / ranks : 1;
     for (int r = 0; r < ranks && !st; r++) {
         int place = config_place(c, r);
         pdde_device_spec s = cluster->specs[place == PLACE_OPENCL && !uniform_ocl ? ocl : cpu];
-        double speed = place == PLACE_OPENCL ? 1 : over / (place == PLACE_SLOW ? SLOW_SHARE : 1);
+        double speed = place == PLACE_SLOW ? 1.0 / SLOW_SHARE : 1;
         for (int i = 0; i < s.n_gemm; i++) s.gemm[i].flops *= speed;
         for (int k = 0; k < PDDE_OPCLASS_COUNT; k++)
             for (int i = 0; i < s.n_curve[k]; i++) s.curve[k][i].seconds /= speed;
