@@ -462,13 +462,14 @@ static void test_f16_overflow_on_device(pdde_context *ctx) {
 }
 
 #ifdef PDDE_HAVE_UCX
-enum { SCALE_RANKS = 4, SCALE_STEPS = 24, INJECT_AT = 3 };
+enum { SCALE_RANKS = 4, SCALE_STEPS = 24, INJECT_AT = 3, DISAGREE_AT = 6 };
 typedef struct {
     int ok;
     char error[160];
     float scale_after, scale_end, loss_first, loss_end;
     long long skipped_after, skipped_end, step_before, step_after, step_end;
     int last_skipped, params_unchanged;
+    int disagree_skipped, disagree_unchanged; /* the step where rank 0's scale differs (no overflow anywhere) */
 } scale_result;
 
 /* FNV-1a of this rank's blocks of every parameter */
@@ -512,7 +513,12 @@ static void scale_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
         }
         /* the injection: mesh rank 1 (dp 0, stage 1, which holds the loss) scales its loss far beyond f16 */
         if (!st && step == INJECT_AT && rank == 1) st = pdde_session_set_loss_scale(s, 1e8f);
-        uint64_t before = step == INJECT_AT ? params_hash(s, g) : 0;
+        /* a scale set on one rank only (stage 0: not the loss's) makes the ranks disagree: every rank skips,
+         * though no gradient overflowed, so no update kernel could have seen it by itself */
+        pdde_loss_scale_stats now;
+        pdde_session_loss_scale(s, &now);
+        if (!st && step == DISAGREE_AT && rank == 0) st = pdde_session_set_loss_scale(s, now.scale * 0.5f);
+        uint64_t before = step == INJECT_AT || step == DISAGREE_AT ? params_hash(s, g) : 0;
         if (step == INJECT_AT) out->step_before = pdde_session_step(s);
         if (!st) st = pdde_session_run(s, PDDE_RUN_STEP);
         pdde_loss_scale_stats sc;
@@ -522,6 +528,7 @@ static void scale_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
             out->params_unchanged = params_hash(s, g) == before, out->last_skipped = sc.last_skipped;
             out->scale_after = sc.scale, out->skipped_after = sc.skipped_steps, out->step_after = pdde_session_step(s);
         }
+        if (step == DISAGREE_AT) out->disagree_skipped = sc.last_skipped, out->disagree_unchanged = params_hash(s, g) == before;
         out->scale_end = sc.scale, out->skipped_end = sc.skipped_steps, out->loss_end = pdde_session_loss(s);
     }
     out->step_end = s ? pdde_session_step(s) : -1;
@@ -550,6 +557,8 @@ static void test_f16_loss_scaling_ranks(pdde_context *ctx) {
         CHECK(q->last_skipped && q->skipped_after == 1 && q->step_after == q->step_before && q->params_unchanged,
               "rank %d skips the injected step without changing a parameter (skipped %d, %lld in all, step %lld -> %lld, unchanged %d)", r,
               q->last_skipped, q->skipped_after, q->step_before, q->step_after, q->params_unchanged);
+        CHECK(q->disagree_skipped && q->disagree_unchanged, "rank %d skips the step where the ranks' scales differ without changing a parameter (skipped %d, unchanged %d)",
+              r, q->disagree_skipped, q->disagree_unchanged);
         CHECK(q->scale_after == res[0].scale_after && q->scale_end == res[0].scale_end && q->skipped_end == res[0].skipped_end &&
                   q->step_end == res[0].step_end,
               "rank %d: scale %g then %g, %lld skipped, step %lld; rank 0: %g then %g, %lld, %lld", r, q->scale_after, q->scale_end,
