@@ -488,11 +488,13 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
         row_stats(xr, C, ln, eps, &m, &rstd);
         double gs[ROW_LANES] = {0}, gxs[ROW_LANES] = {0};
         int64_t body = C / ROW_LANES * ROW_LANES;
+        /* the two sums in two loops: each vectorises as row_stats' does (as one loop gcc ran its 8
+         * lanes one scalar at a time, 4x the forward's time); each lane adds the same floats in the
+         * same order either way */
         for (int64_t i = 0; i < body; i += ROW_LANES)
-            for (int l = 0; l < ROW_LANES; l++) {
-                float g = dyr[i + l] * gamma[i + l], xh = (xr[i + l] - m) * rstd;
-                gs[l] += g, gxs[l] += g * xh;
-            }
+            for (int l = 0; l < ROW_LANES; l++) gs[l] += dyr[i + l] * gamma[i + l];
+        for (int64_t i = 0; i < body; i += ROW_LANES)
+            for (int l = 0; l < ROW_LANES; l++) gxs[l] += (dyr[i + l] * gamma[i + l]) * ((xr[i + l] - m) * rstd);
         for (int64_t i = body; i < C; i++) {
             float g = dyr[i] * gamma[i], xh = (xr[i] - m) * rstd;
             gs[i - body] += g, gxs[i - body] += g * xh;
