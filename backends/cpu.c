@@ -39,7 +39,7 @@ typedef struct pdde_threadpool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    int next_share; /* the next share to claim; n_threads when none is left */
+    int next_share; /* the next share to claim; none is left from n_threads on (INT32_MAX between jobs) */
     int pending;    /* shares claimed but not finished, plus those not claimed */
     bool stop;
     cpu_range_fn fn;
@@ -701,7 +701,7 @@ static void cpu_sum_to(pdde_threadpool *pool, pdde_tensor *y) {
     float *out = F32(y);
     const float *in = F32(x);
     int64_t n = pdde_tensor_numel(x), ny = pdde_tensor_numel(y);
-    if (bc.period > 0) { /* y is x's trailing suffix: sum rows (double accumulators for accuracy) */
+    if (bc.period > 0 && ny > 0) { /* y is x's trailing suffix: sum rows (double accumulators for accuracy) */
         cpu_job job = {.node = y, .a = n / ny, .b = ny};
         parallel_for(pool, ny, n < PAR_MIN ? INT64_MAX : 128, sum_rows_task, &job);
         return;
