@@ -25,8 +25,12 @@ void openblas_set_num_threads(int n);
 #endif
 
 /* ------------------------------------------------------------------------------------------------
- * Thread pool: parallel_for(n, fn) splits [0, n) into one contiguous range per thread. The caller
- * thread takes part; workers sleep on a condition variable between jobs (no idle spinning). */
+ * Thread pool: parallel_for(n, fn) splits [0, n) into one contiguous range (share) per thread. The
+ * caller thread takes part; workers sleep on a condition variable between jobs (no idle spinning).
+ * Shares are claimed, not assigned: the caller runs share 0 and then any share no worker has claimed
+ * yet, so a job does not wait for a worker that wakes late (descheduled, or still waking when the
+ * caller's share is done: a small model's short ops) and a woken worker finding nothing claims none.
+ * Each share is still one contiguous range run by one thread, which the oneDNN tiles rely on. */
 
 typedef void (*cpu_range_fn)(void *arg, int64_t begin, int64_t end);
 
@@ -35,8 +39,8 @@ typedef struct pdde_threadpool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    uint64_t generation;
-    int pending;
+    int next_share; /* the next share to claim; none is left from n_threads on (INT32_MAX between jobs) */
+    int pending;    /* shares claimed but not finished, plus those not claimed */
     bool stop;
     cpu_range_fn fn;
     void *arg;
@@ -49,24 +53,31 @@ static void pool_run_share(pdde_threadpool *p, int index) {
     if (b < e) p->fn(p->arg, b, e);
 }
 
-typedef struct { pdde_threadpool *pool; int index; } pool_worker_arg;
+/* Claims a share of the current job under p->mu; -1 when every share is taken. */
+static int pool_claim_locked(pdde_threadpool *p) {
+    return p->next_share < p->n_threads ? p->next_share++ : -1;
+}
 
-static void *pool_worker(void *varg) {
-    pool_worker_arg *wa = varg;
-    pdde_threadpool *p = wa->pool;
-    int index = wa->index;
-    free(wa);
-    uint64_t seen = 0;
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+/* Runs shares until none is left to claim, then records them finished. */
+static void pool_run_claimed(pdde_threadpool *p, int index) {
+    while (index >= 0) {
         pool_run_share(p, index);
         pthread_mutex_lock(&p->mu);
         if (--p->pending == 0) pthread_cond_signal(&p->done);
+        index = pool_claim_locked(p);
         pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void *pool_worker(void *varg) {
+    pdde_threadpool *p = varg;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        int index;
+        while (!p->stop && (index = pool_claim_locked(p)) < 0) pthread_cond_wait(&p->wake, &p->mu);
+        if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
+        pthread_mutex_unlock(&p->mu);
+        pool_run_claimed(p, index);
     }
 }
 
@@ -74,19 +85,16 @@ static pdde_threadpool *pool_create(int n_threads) {
     pdde_threadpool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads < 1 ? 1 : n_threads;
+    p->next_share = INT32_MAX; /* no job: nothing to claim */
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     p->threads = calloc((size_t)p->n_threads, sizeof *p->threads);
-    for (int i = 1; i < p->n_threads; i++) {
-        pool_worker_arg *wa = malloc(sizeof *wa);
-        if (wa) wa->pool = p, wa->index = i;
-        if (!wa || pthread_create(&p->threads[i], NULL, pool_worker, wa) != 0) {
-            free(wa);
+    for (int i = 1; i < p->n_threads; i++)
+        if (pthread_create(&p->threads[i], NULL, pool_worker, p) != 0) {
             p->n_threads = i; /* run with the threads we have */
             break;
         }
-    }
     return p;
 }
 
@@ -110,13 +118,14 @@ static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cp
     if (!p || p->n_threads == 1 || n < min_parallel) { fn(arg, 0, n); return; }
     pthread_mutex_lock(&p->mu);
     p->fn = fn, p->arg = arg, p->n = n;
-    p->pending = p->n_threads - 1;
-    p->generation++;
+    p->pending = p->n_threads;
+    p->next_share = 1; /* share 0 is the caller's */
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    pool_run_share(p, 0);
+    pool_run_claimed(p, 0);
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
+    p->next_share = INT32_MAX;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -132,6 +141,7 @@ static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cp
 #define CPU_KERNEL
 #endif
 
+#define PAR_MIN (1 << 14) /* elements below which a job stays on one thread */
 #define F32(t) ((float *)((char *)(t)->data + (t)->offset))
 #define I32(t) ((int32_t *)((char *)(t)->data + (t)->offset))
 #define LAST_DIM(t) ((t)->ndim ? (t)->shape[(t)->ndim - 1] : 1)
@@ -143,21 +153,23 @@ typedef struct cpu_job {
     const void *extra;
 } cpu_job;
 
-/* tanh(u) = sign(u) (1 - 2 / (e^{2|u|} + 1)); absolute error ~1e-7 */
-static inline float tanh_fast(float u) {
-    float a = u < 0 ? -u : u, t = 1.0f - 2.0f / (exp_fast(2.0f * a) + 1.0f);
-    return u < 0 ? -t : t;
+/* GELU, tanh form: 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as x sigmoid(2u)
+ * (the same function: 0.5 (1 + tanh(u)) = 1 / (1 + e^{-2u})), one exp_fast and one division and no
+ * sign handling: 30% less time forward and 20% less backward than through tanh on AVX-512, within
+ * 7.4e-7 of the double-precision tanh form for x in [-10, 10] (the tanh route: 6.2e-7). A large -2u
+ * saturates exp_fast (finite), so the result goes to -0 without an infinity. */
+static inline float gelu_tanh_sigmoid(float x) {
+    const float k2 = 2.0f * 0.7978845608028654f; /* 2 sqrt(2/pi) */
+    return 1.0f / (1.0f + exp_fast(-k2 * (x + 0.044715f * x * x * x)));
 }
 
-static inline float gelu_tanh(float x) {
-    const float k = 0.7978845608028654f; /* sqrt(2/pi) */
-    return 0.5f * x * (1.0f + tanh_fast(k * (x + 0.044715f * x * x * x)));
-}
+static inline float gelu_tanh(float x) { return x * gelu_tanh_sigmoid(x); }
 
+/* d/dx x s(2u) = s + x s (1 - s) 2 u' */
 static inline float gelu_tanh_grad(float x) {
     const float k = 0.7978845608028654f;
-    float th = tanh_fast(k * (x + 0.044715f * x * x * x));
-    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * k * (1.0f + 3.0f * 0.044715f * x * x);
+    float s = gelu_tanh_sigmoid(x);
+    return s + 2.0f * x * s * (1.0f - s) * k * (1.0f + 3.0f * 0.044715f * x * x);
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -476,11 +488,13 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
         row_stats(xr, C, ln, eps, &m, &rstd);
         double gs[ROW_LANES] = {0}, gxs[ROW_LANES] = {0};
         int64_t body = C / ROW_LANES * ROW_LANES;
+        /* the two sums in two loops: each vectorises as row_stats' does (as one loop gcc ran its 8
+         * lanes one scalar at a time, 4x the forward's time); each lane adds the same floats in the
+         * same order either way */
         for (int64_t i = 0; i < body; i += ROW_LANES)
-            for (int l = 0; l < ROW_LANES; l++) {
-                float g = dyr[i + l] * gamma[i + l], xh = (xr[i + l] - m) * rstd;
-                gs[l] += g, gxs[l] += g * xh;
-            }
+            for (int l = 0; l < ROW_LANES; l++) gs[l] += dyr[i + l] * gamma[i + l];
+        for (int64_t i = 0; i < body; i += ROW_LANES)
+            for (int l = 0; l < ROW_LANES; l++) gxs[l] += (dyr[i + l] * gamma[i + l]) * ((xr[i + l] - m) * rstd);
         for (int64_t i = body; i < C; i++) {
             float g = dyr[i] * gamma[i], xh = (xr[i] - m) * rstd;
             gs[i - body] += g, gxs[i - body] += g * xh;
@@ -658,7 +672,28 @@ static void axis_geometry(const pdde_tensor *t, int axis, int64_t *outer, int64_
     for (int d = axis + 1; d < t->ndim; d++) *inner *= t->shape[d];
 }
 
-static void cpu_sum_to(pdde_tensor *y) {
+/* sum_to where y is x's trailing suffix (a bias gradient: the column sums of x's rows): each thread
+ * takes a range of columns and sums every row into double accumulators, a block of columns at a time.
+ * Each column is summed in row order whatever the threads, so results do not depend on them. */
+#define SUM_ROWS_BLOCK 512
+CPU_KERNEL static void sum_rows_task(void *arg, int64_t begin, int64_t end) {
+    const cpu_job *j = arg;
+    const float *in = F32(j->node->src[0]);
+    float *out = F32(j->node);
+    int64_t rows = j->a, cols = j->b;
+    double acc[SUM_ROWS_BLOCK];
+    for (int64_t c0 = begin; c0 < end; c0 += SUM_ROWS_BLOCK) {
+        int64_t nc = end - c0 < SUM_ROWS_BLOCK ? end - c0 : SUM_ROWS_BLOCK;
+        for (int64_t k = 0; k < nc; k++) acc[k] = 0;
+        for (int64_t r = 0; r < rows; r++) {
+            const float *row = in + r * cols + c0;
+            for (int64_t k = 0; k < nc; k++) acc[k] += row[k];
+        }
+        for (int64_t k = 0; k < nc; k++) out[c0 + k] = (float)acc[k];
+    }
+}
+
+static void cpu_sum_to(pdde_threadpool *pool, pdde_tensor *y) {
     /* y's shape broadcasts to x's: accumulate x into y through broadcast indexing */
     const pdde_tensor *x = y->src[0];
     bcast bc;
@@ -666,15 +701,10 @@ static void cpu_sum_to(pdde_tensor *y) {
     float *out = F32(y);
     const float *in = F32(x);
     int64_t n = pdde_tensor_numel(x), ny = pdde_tensor_numel(y);
-    if (bc.period > 0) { /* y is x's trailing suffix: sum rows (double accumulators for accuracy) */
-        double *acc = calloc((size_t)ny, sizeof *acc);
-        if (acc) {
-            for (int64_t i = 0; i < n; i += ny)
-                for (int64_t k = 0; k < ny; k++) acc[k] += in[i + k];
-            for (int64_t k = 0; k < ny; k++) out[k] = (float)acc[k];
-            free(acc);
-            return;
-        }
+    if (bc.period > 0 && ny > 0) { /* y is x's trailing suffix: sum rows (double accumulators for accuracy) */
+        cpu_job job = {.node = y, .a = n / ny, .b = ny};
+        parallel_for(pool, ny, n < PAR_MIN ? INT64_MAX : 128, sum_rows_task, &job);
+        return;
     }
     memset(out, 0, (size_t)ny * sizeof *out);
     for (int64_t i = 0; i < n; i++) out[bcast_index(&bc, i)] += in[i];
@@ -855,7 +885,6 @@ static float clip_coefficient(const pdde_tensor *u) {
     return norm > clip ? clip / (norm + 1e-6f) : 1.0f;
 }
 
-#define PAR_MIN (1 << 14) /* elements below which a job stays on one thread */
 
 /* n update nodes of one op as one threaded loop over all their elements (one node: compute). */
 static pdde_status cpu_update(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *const *nodes, int n) {
@@ -1006,7 +1035,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         return PDDE_OK;
     }
     case PDDE_OP_SUM: case PDDE_OP_MEAN: cpu_reduce(t); return PDDE_OK;
-    case PDDE_OP_SUM_TO: cpu_sum_to(t); return PDDE_OK;
+    case PDDE_OP_SUM_TO: cpu_sum_to(pool, t); return PDDE_OK;
     case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
     case PDDE_OP_CAST: parallel_for(pool, n, PAR_MIN, cast_task, &job); return PDDE_OK;
     case PDDE_OP_GRAD_ACCUM: parallel_for(pool, n, PAR_MIN, accum_task, &job); return PDDE_OK;

@@ -993,6 +993,52 @@ static void test_fused_bias_gelu(const options *o, int device) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * The bias gradient (sum_to over rows) against column sums computed here: the CPU, the reference
+ * of every other comparison, is checked on its own. Shapes: one element, rows of more than one
+ * 512-column block on one thread, and a job split over the CPU's threads with blocks crossing the
+ * split. w[r][c] = (r * 7 + c * 3) % 11 - 5: small integers, so every order of summing gives the
+ * same float. */
+
+static void test_bias_grad_sums(const options *o, int device) {
+    static const int64_t shapes[][2] = {{1, 1}, {3, 700}, {41, 1031}, {256, 128}};
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        int64_t R = shapes[si][0], C = shapes[si][1];
+        pdde_graph *g;
+        pdde_session *s = NULL;
+        pdde_graph_init(o->ctx, &g);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){R, C}), *b = pdde_param(g, "b", 1, (int64_t[]){C}, 0.0f);
+        pdde_tensor *w = pdde_input(g, "w", PDDE_F32, 2, (int64_t[]){R, C});
+        pdde_backward(g, pdde_sum(g, pdde_mul(g, pdde_bias_add(g, x, b), w), -1, 0));
+        pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+        sp.device = device;
+        float *wv = malloc((size_t)(R * C) * sizeof *wv), *got = malloc((size_t)C * sizeof *got);
+        for (int64_t i = 0; i < R * C; i++) wv[i] = (float)((i / C * 7 + i % C * 3) % 11 - 5);
+        pdde_status st = pdde_graph_status(g);
+        if (!st) st = pdde_session_init(g, &sp, &s);
+        if (!st) st = pdde_session_write(s, x, wv, (size_t)(R * C) * sizeof *wv); /* (x's value does not matter) */
+        if (!st) st = pdde_session_write(s, w, wv, (size_t)(R * C) * sizeof *wv);
+        if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD);
+        if (!st) st = pdde_session_read(s, b->grad, got, (size_t)C * sizeof *got);
+        CHECK(st == PDDE_OK, "bias gradient [%lld,%lld] on %s: %s (%s)", (long long)R, (long long)C, props.backend, pdde_status_str(st),
+              pdde_last_error(o->ctx));
+        int64_t bad = -1;
+        double want = 0;
+        for (int64_t c = 0; st == PDDE_OK && c < C && bad < 0; c++) {
+            want = 0;
+            for (int64_t r = 0; r < R; r++) want += wv[r * C + c];
+            if (got[c] != (float)want) bad = c;
+        }
+        CHECK(bad < 0, "bias gradient [%lld,%lld] on %s: b.grad[%lld] = %g, expected the column sum %g", (long long)R, (long long)C,
+              props.backend, (long long)bad, bad < 0 ? 0.0 : got[bad], want);
+        free(wv), free(got);
+        pdde_session_free(s);
+        pdde_graph_free(g);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Error paths */
 
 static void test_errors(pdde_context *ctx, int device, const char *backend) {
@@ -1207,6 +1253,7 @@ int main(int argc, char **argv) {
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update"))) test_multi_tensor_adamw(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update"))) test_update_nonfinite_norm(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu"))) test_fused_bias_gelu(&o, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "sum_to"))) test_bias_grad_sums(&o, devs[k]);
         if (!o.perf) printf("device %d: %d passed, %d failed, %d cases of ops it does not run (%.1fs)\n", devs[k], test_passed - passed0,
                             test_failed - failed0, n_unsupported, now_s() - td);
         n_unsupported = 0;
@@ -1216,6 +1263,7 @@ int main(int argc, char **argv) {
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update")) && !o.backend) test_multi_tensor_adamw(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update")) && !o.backend) test_update_nonfinite_norm(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu")) && !o.backend) test_fused_bias_gelu(&o, 0);
+    if (!o.perf && (!o.op || !strcmp(o.op, "sum_to")) && !o.backend) test_bias_grad_sums(&o, 0);
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);
     pdde_context_free(ctx);
     return test_finish();

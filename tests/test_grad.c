@@ -73,6 +73,9 @@ static const grad_case cases[] = {
     {"relu", 1, {2}, {{4, 5}}, b_relu, {-1}},
     {"silu", 1, {2}, {{4, 5}}, b_silu, {-1}},
     {"layernorm", 3, {3, 1, 1}, {{2, 3, 7}, {7}, {7}}, b_layernorm, {-1, -1, -1}},
+    /* C past the CPU kernels' 8 lanes: their vector body and a tail of 3 */
+    {"layernorm_wide", 3, {3, 1, 1}, {{2, 3, 19}, {19}, {19}}, b_layernorm, {-1, -1, -1}},
+    {"rmsnorm_wide", 2, {2, 1}, {{3, 19}, {19}}, b_rmsnorm, {-1, -1}},
     {"rmsnorm", 2, {2, 1}, {{3, 7}, {7}}, b_rmsnorm, {-1, -1}},
     {"softmax", 1, {2}, {{3, 6}}, b_softmax, {-1}},
     {"softmax_causal", 1, {3}, {{2, 5, 5}}, b_softmax_causal, {-1}},
