@@ -213,7 +213,8 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
         bench_row_loss(g, pdde_layernorm(g, x, w, bb, 1e-5f));
         break;
     }
-    case PDDE_OPCLASS_FUSED_ATTENTION: { /* q, k, v [1, B H, T, 64] with T = 128: s scores */
+    case PDDE_OPCLASS_FUSED_ATTENTION: /* q, k, v [1, B H, T, 64] with T = 128: s scores */
+    case PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD: {
         int64_t t = 128, bh = s / (t * t) > 0 ? s / (t * t) : 1, shape[4] = {1, bh, t, 64};
         pdde_tensor *q = pdde_param(g, "q", 4, shape, 1.0f);
         if (bare) { bench_row_loss(g, q); break; }
@@ -226,9 +227,14 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
     return g;
 }
 
-/* A class measured inside a forward + backward graph: the bytes the cost model counts for all its
- * nodes (for the fused attention, their softmax bytes), and in *others the model's seconds for the
- * graph's other nodes and for the attention's GEMMs, timed by the curves measured before this one. */
+/* The fused attention's forward is measured in a forward run, its backward in a forward + backward
+ * run less the forward (timed by the curve measured just before). */
+static int class_forward_only(int k) { return k == PDDE_OPCLASS_FUSED_ATTENTION; }
+
+/* A class measured inside a forward + backward graph (or its forward alone: class_forward_only): the
+ * bytes the cost model counts for all its nodes (for the fused attention, their softmax bytes), and in
+ * *others the model's seconds for the graph's other nodes that run and for the attention's GEMMs,
+ * timed by the curves measured before this one. */
 static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int device, const pdde_graph *g,
                                   pdde_op_class k, double *others) {
     pdde_cost_program *p;
@@ -237,7 +243,9 @@ static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int 
     if (pdde_cost_program_from_graph(g, device, &p)) return 0;
     for (int i = 0; i < pdde_cost_program_n_ops(p, 0); i++) {
         pdde_cost_op op = *pdde_cost_program_op(p, 0, i);
-        if (k == PDDE_OPCLASS_FUSED_ATTENTION && op.softmax_bytes > 0) bytes += op.softmax_bytes, op.softmax_bytes = 0;
+        int softmax_class = op.softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
+        if (class_forward_only(k) && op.phase != PDDE_PHASE_FORWARD) continue;
+        if (op.softmax_bytes > 0 && softmax_class == (int)k) bytes += op.softmax_bytes, op.softmax_bytes = 0;
         else if (op.op_class == k) { bytes += op.bytes; continue; }
         double t = pdde_cost_compute_time(ctx, c, device, &op);
         if (isfinite(t)) *others += t;
@@ -261,7 +269,8 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
         if (in_step && sp->kind != PDDE_DEVICE_CPU) continue;
         printf("  %-11s", pdde_op_class_name((pdde_op_class)k));
         for (int i = 0; i < n_sizes; i++) {
-            int64_t s = sizes[i] * (k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION ? 4 : 1);
+            int attention = k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD;
+            int64_t s = sizes[i] * (attention ? 4 : 1);
             pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s, 0);
             /* the loss's graph is its op alone */
             pdde_graph *bare = in_step && k != PDDE_OPCLASS_LOSS ? class_graph(ctx, (pdde_op_class)k, s, 1) : NULL;
@@ -273,8 +282,9 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
                 pdde_graph_free(g), pdde_graph_free(bare); /* beyond the last point the model extrapolates its bandwidth anyway */
                 break;
             }
-            if (bare) t_bare = time_graph(ctx, bare, device, PDDE_RUN_FORWARD_BACKWARD), pdde_graph_free(bare);
-            double t = time_graph(ctx, g, device, in_step ? PDDE_RUN_FORWARD_BACKWARD : k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD);
+            pdde_run_mode step = class_forward_only(k) ? PDDE_RUN_FORWARD : PDDE_RUN_FORWARD_BACKWARD;
+            if (bare) t_bare = time_graph(ctx, bare, device, step), pdde_graph_free(bare);
+            double t = time_graph(ctx, g, device, in_step ? step : k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD);
             pdde_graph_free(g);
             /* a noisy run whose rest took it all keeps a tenth */
             if (in_step) t = t - t_bare - others > 0.1 * t ? t - t_bare - others : 0.1 * t;
