@@ -1288,6 +1288,8 @@ typedef enum {
     PDDE_OPCLASS_GELU,           /* the GELU family: a tanh per element [elementwise] */
     PDDE_OPCLASS_ROW_BACKWARD,   /* layernorm / rmsnorm backward and their gamma gradients: 2-3 passes a row [row] */
     PDDE_OPCLASS_FUSED_ATTENTION, /* the non-GEMM work of a CPU fused attention, by its softmax bytes [attention] */
+    PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD, /* that of its backward, which recomputes the probabilities and runs
+                                              their gradient, by its softmax bytes [fused_attention] */
     PDDE_OPCLASS_COUNT
 } pdde_op_class;
 const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */
@@ -1511,6 +1513,8 @@ typedef struct {
     int on_device;           /* compute: 1 + the cluster device id it runs on when not its rank's; 0 = the rank's */
     double softmax_bytes;    /* a fused attention: bytes of the causal softmax over its scores (and in the
                                 backward its gradient) it runs between its GEMMs, timed on the attention curve */
+    int softmax_backward;    /* 1: softmax_bytes are an attention backward's, timed on the fused_attention_backward
+                                curve (0: the forward's, on the fused_attention curve) */
 } pdde_cost_op;
 
 typedef struct pdde_cost_program pdde_cost_program;

@@ -135,6 +135,7 @@ static int cost_curve_class(const pdde_device_spec *s, int k) {
     case PDDE_OPCLASS_GELU: return PDDE_OPCLASS_ELEMENTWISE;
     case PDDE_OPCLASS_ROW_BACKWARD: return PDDE_OPCLASS_ROW;
     case PDDE_OPCLASS_FUSED_ATTENTION: return PDDE_OPCLASS_ATTENTION;
+    case PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
     default: return k;
     }
 }
@@ -163,7 +164,7 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
          * it into their GEMM loops: PoCL's whole fused attention measured a third of what its causal
          * softmax curve alone would give, so there the GEMMs stand for it. */
         double softmax = 0;
-        int a = cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
+        int a = cost_curve_class(s, op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION);
         if (op->softmax_bytes > 0 && s->kind == PDDE_DEVICE_CPU && s->n_curve[a])
             softmax = cost_curve_time(s->curve[a], s->n_curve[a], op->softmax_bytes);
         return flops / rate + softmax;
@@ -851,6 +852,7 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
          * (y, dy, dx: 3 more) */
         double scores = (double)q->shape[0] * (double)q->shape[1] * (double)q->shape[2] * (double)q->shape[2];
         op->softmax_bytes = (x->op == PDDE_OP_ATTENTION ? 2 : 5) * 4.0 * scores;
+        op->softmax_backward = x->op == PDDE_OP_ATTENTION_BACK;
     }
 }
 

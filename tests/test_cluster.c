@@ -33,10 +33,12 @@ static pdde_cluster *make_cluster(void) {
     snprintf(b.backend, sizeof b.backend, "opencl");
     b.n_curve[PDDE_OPCLASS_OPTIMIZER] = 1;
     b.curve[PDDE_OPCLASS_OPTIMIZER][0] = (pdde_curve_point){1e6, 0.1};
-    b.n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 2; /* the last class, by its name */
+    b.n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 2;
     b.curve[PDDE_OPCLASS_FUSED_ATTENTION][0] = (pdde_curve_point){4e5, 3.1e-5};
     b.curve[PDDE_OPCLASS_FUSED_ATTENTION][1] = (pdde_curve_point){3e7, 2.7e-3};
     b.contention[PDDE_OPCLASS_GEMM] = 1.25, b.contention[PDDE_OPCLASS_ROW] = 1.0625; /* (a has none: written without) */
+    b.n_curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD] = 1; /* the last class, by its name */
+    b.curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD][0] = (pdde_curve_point){1e6, 2.9e-4};
     pdde_cluster_add_spec(c, &a);
     pdde_cluster_add_spec(c, &b);
     pdde_cluster_machine m0 = {.id = 7, .cores = 64, .numa_nodes = 2, .host_memory = 1ull << 40, .l3_cache = 256u << 20,
@@ -101,6 +103,9 @@ static void test_round_trip(void) {
     CHECK(d->specs[1].peak_flops == 1e12 / 3 && d->specs[1].curve[PDDE_OPCLASS_OPTIMIZER][0].seconds == 0.1, "spec 1 numbers");
     CHECK(d->specs[1].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] == 2 && d->specs[1].curve[PDDE_OPCLASS_FUSED_ATTENTION][1].seconds == 2.7e-3 &&
           text && strstr(text, "\"fused_attention\""), "the fused attention curve, by name");
+    CHECK(d->specs[1].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD] == 1 &&
+          d->specs[1].curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD][0].seconds == 2.9e-4 && text &&
+          strstr(text, "\"fused_attention_backward\""), "the fused attention backward curve, by name");
     CHECK(d->specs[0].curve[PDDE_OPCLASS_ELEMENTWISE][1].bytes == 1 << 30 && d->specs[0].n_curve[PDDE_OPCLASS_ROW] == 0, "curves");
     CHECK(d->specs[1].contention[PDDE_OPCLASS_GEMM] == 1.25 && d->specs[1].contention[PDDE_OPCLASS_ROW] == 1.0625 &&
           d->specs[1].contention[PDDE_OPCLASS_ELEMENTWISE] == 0 && d->specs[0].contention[PDDE_OPCLASS_GEMM] == 0 && text &&

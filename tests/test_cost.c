@@ -70,9 +70,26 @@ static void test_compute(void) {
     c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION][0] = (pdde_curve_point){1e6, 80e-6};
     t = pdde_cost_compute_time(ctx, c, 0, &op);
     CHECK(test_close(t, 1e-3 + 160e-6, 1e-12, 0), "attention on a CPU: 1 ms of GEMM and 160 us measured fused: %g s", t);
+    /* its backward: the forward's curve while the cluster has no backward curve (files from before
+     * it predict as they did), then its own: 2e6 B at 1e6 B in 30 us; the forward keeps its curve */
+    pdde_cost_op att_back = op;
+    att_back.softmax_backward = 1;
+    t = pdde_cost_compute_time(ctx, c, 0, &att_back);
+    CHECK(test_close(t, 1e-3 + 160e-6, 1e-12, 0), "attention backward without its curve: the fused one: %g s", t);
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD] = 1;
+    c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD][0] = (pdde_curve_point){1e6, 30e-6};
+    t = pdde_cost_compute_time(ctx, c, 0, &att_back);
+    CHECK(test_close(t, 1e-3 + 60e-6, 1e-12, 0), "attention backward at its own curve: %g s", t);
+    t = pdde_cost_compute_time(ctx, c, 0, &op);
+    CHECK(test_close(t, 1e-3 + 160e-6, 1e-12, 0), "attention forward keeps the fused curve: %g s", t);
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 0; /* a backward curve alone: the forward falls back to attention's */
+    t = pdde_cost_compute_time(ctx, c, 0, &op);
+    CHECK(test_close(t, 1e-3 + 100e-6, 1e-12, 0), "attention forward without its curve: %g s", t);
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 1;
     c->specs[0].kind = PDDE_DEVICE_GPU;
     t = pdde_cost_compute_time(ctx, c, 0, &op);
     CHECK(test_close(t, 1e-3, 1e-12, 0), "attention on a GPU ignores the CPU's fused curve: %g s", t);
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &att_back), 1e-3, 1e-12, 0), "and its backward curve");
     /* the classes split off for their backward: their own curve, else the broader class's */
     pdde_cost_op gelu = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GELU, .bytes = 500500};
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &gelu), 50.5e-6, 1e-9, 0), "gelu without its curve: the elementwise one");
@@ -484,12 +501,30 @@ static void test_attention(void) {
         pdde_cluster *c = make_cluster(1, 1);
         CHECK(pdde_cost_program_from_graph(g, 0, &p) == PDDE_OK && pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "%s", pdde_last_error(ctx));
         if (r) peak[fused] = r->peak_memory[0];
+        /* the forward's softmax on the fused_attention curve, the backward's on its own: on a CPU with
+         * a backward curve 10x slower a byte, the backward node takes its GEMMs + 5/2 x 10 x the
+         * forward's softmax time */
+        c->specs[0].kind = PDDE_DEVICE_CPU;
+        c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD] = 1;
+        c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION][0] = (pdde_curve_point){1, 1e-9};
+        c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD][0] = (pdde_curve_point){1, 1e-8};
+        int seen = 0;
         for (int i = 0; fused && p && i < pdde_cost_program_n_ops(p, 0); i++) {
             const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
-            if (strncmp(o->name, "attention F", 11) != 0) continue;
+            int back = !strncmp(o->name, "attention_back B", 16);
+            if (strncmp(o->name, "attention F", 11) != 0 && !back) continue;
+            seen |= 1 << back;
+            pdde_cost_op gemm = *o;
+            gemm.softmax_bytes = 0;
+            double t = pdde_cost_compute_time(ctx, c, 0, o) - pdde_cost_compute_time(ctx, c, 0, &gemm);
+            double scores = 4.0 * 1024 * 1024, want = back ? 5 * 4 * scores * 1e-8 : 2 * 4 * scores * 1e-9;
+            CHECK(o->softmax_backward == back && test_close(t, want, 1e-9, 0), "%s: softmax_backward %d, softmax %g s, want %g",
+                  o->name, o->softmax_backward, t, want);
+            if (back) continue;
             flops = o->flops;
             CHECK(o->op_class == PDDE_OPCLASS_GEMM, "attention is GEMM work");
         }
+        CHECK(!fused || seen == 3, "the forward and backward attention nodes (%d)", seen);
         pdde_session *ss = NULL;
         pdde_memory_stats ms;
         if (pdde_session_init(g, NULL, &ss) == PDDE_OK && pdde_session_memory(ss, &ms) == PDDE_OK) alloc[fused] = (double)ms.allocated_bytes;

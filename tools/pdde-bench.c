@@ -9,8 +9,8 @@
  * table of (m, n, k) -> FLOP/s), and a time curve (seconds by bytes touched) for each op class:
  * elementwise (add), row ops (layernorm), attention (causal softmax of [B, H, T, T] scores),
  * embedding (lookup) and optimizer (AdamW update), then, forward + backward and less the same graph
- * without the op, on CPUs: loss (cross-entropy), gelu (bias + GELU), row_backward (layernorm) and
- * fused_attention. The bytes of each point are what the cost model counts for the same node
+ * without the op, on CPUs: loss (cross-entropy), gelu (bias + GELU), row_backward (layernorm),
+ * fused_attention (its forward run alone) and fused_attention_backward. The bytes of each point are what the cost model counts for the same node
  * (pdde_cost_program_from_graph), so a curve reads back what it measured.
  * Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
  * 127.0.0.1 and measures allreduce (auto, ring, recursive), allgather, reduce-scatter and send/recv at
@@ -79,9 +79,12 @@ static int together_wait(void) {
 
 /* Compiles g on device, fills its inputs and parameters, runs mode once to warm up (kernel builds),
  * then repeatedly until the budget is spent, each run after evict_caches: the median seconds of a
- * run, NaN on failure. Measuring contention: together->runs runs, each started with the other copies
- * (together_wait), in CPU seconds (run_clock). */
-static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_mode mode) {
+ * run, or with fastest the fastest run's, NaN on failure. A class measured as the difference of two
+ * graphs takes their fastest runs: under load one preempted run moves the median of a few by more
+ * than the difference itself (a fused attention point 35x its quiet value at load 9). Measuring
+ * contention: together->runs runs, each started with the other copies (together_wait), in CPU
+ * seconds (run_clock). */
+static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_mode mode, int fastest) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
     pdde_session *s = NULL;
@@ -116,7 +119,8 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
     }
     if (n < 3) fprintf(stderr, "pdde-bench: device %d: run failed: %s\n", device, pdde_last_error(ctx));
     pdde_session_free(s);
-    return n >= 3 ? bench_median(v, n) : NAN;
+    double median = n >= 3 ? bench_median(v, n) : NAN; /* (sorts v) */
+    return n >= 3 ? (fastest ? v[0] : median) : NAN;
 }
 
 /* The bytes the cost model counts for the first node of class k in g. */
@@ -169,7 +173,7 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
             continue;
         }
         pdde_graph *g = gemm_graph(ctx, bt, m, nn, k);
-        double t = time_graph(ctx, g, device, PDDE_RUN_FORWARD);
+        double t = time_graph(ctx, g, device, PDDE_RUN_FORWARD, 0);
         pdde_graph_free(g);
         if (!(t > 0)) continue;
         double flops = 2.0 * (double)m * (double)nn * (double)k / t;
@@ -187,6 +191,9 @@ static void bench_row_loss(pdde_graph *g, pdde_tensor *y) {
     pdde_tensor *ids = pdde_input(g, "ids", PDDE_I32, 1, (int64_t[]){1});
     pdde_backward(g, pdde_cross_entropy(g, pdde_slice(g, flat, 0, 0, 1), ids));
 }
+
+/* The row length the row_backward point of s elements is measured at (class_graph). */
+static int64_t row_backward_length(int64_t s) { return s < (1 << 18) ? 128 : 1024; }
 
 /* One graph per size for op class k; size s is the number of f32 elements of the main tensor. For the
  * classes measured forward + backward, bare leaves their op out (the loss takes its input). */
@@ -244,14 +251,21 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
         break;
     }
     case PDDE_OPCLASS_ROW_BACKWARD: {
-        int64_t c = 1024, n = s / c / 8 > 0 ? s / c / 8 * 8 : 8; /* bench_row_loss's 8192 values */
+        /* rows as long as the models of that size have: a norm backward's time a byte depends on its row
+         * length too (per-row reductions; the gamma gradient sums over rows): measured alone at 0.66 MB,
+         * rows of 128 (the small models' width) took 1.2x rows of 1024 */
+        int64_t c = row_backward_length(s), per = 8192 / c, n = s / c / per > 0 ? s / c / per * per : per; /* bench_row_loss's 8192 values */
         pdde_tensor *x = pdde_param(g, "x", 2, (int64_t[]){n, c}, 1.0f);
         if (bare) { bench_row_loss(g, x); break; }
-        pdde_tensor *w = pdde_param(g, "w", 1, (int64_t[]){c}, -1), *bb = pdde_param(g, "b", 1, (int64_t[]){c}, 0);
+        /* the bias an input: its gradient (a sum over rows, the row class's) would be one more node
+         * whose model time, the row curve's smallest, is taken off the difference (a third of it at
+         * 0.16 MB) */
+        pdde_tensor *w = pdde_param(g, "w", 1, (int64_t[]){c}, -1), *bb = pdde_input(g, "b", PDDE_F32, 1, (int64_t[]){c});
         bench_row_loss(g, pdde_layernorm(g, x, w, bb, 1e-5f));
         break;
     }
-    case PDDE_OPCLASS_FUSED_ATTENTION: { /* q, k, v [1, B H, T, 64] with T = 128: s scores */
+    case PDDE_OPCLASS_FUSED_ATTENTION: /* q, k, v [1, B H, T, 64] with T = 128: s scores */
+    case PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD: {
         int64_t t = 128, bh = s / (t * t) > 0 ? s / (t * t) : 1, shape[4] = {1, bh, t, 64};
         pdde_tensor *q = pdde_param(g, "q", 4, shape, 1.0f);
         if (bare) { bench_row_loss(g, q); break; }
@@ -264,9 +278,14 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
     return g;
 }
 
-/* A class measured inside a forward + backward graph: the bytes the cost model counts for all its
- * nodes (for the fused attention, their softmax bytes), and in *others the model's seconds for the
- * graph's other nodes and for the attention's GEMMs, timed by the curves measured before this one. */
+/* The fused attention's forward is measured in a forward run, its backward in a forward + backward
+ * run less the forward (timed by the curve measured just before). */
+static int class_forward_only(int k) { return k == PDDE_OPCLASS_FUSED_ATTENTION; }
+
+/* A class measured inside a forward + backward graph (or its forward alone: class_forward_only): the
+ * bytes the cost model counts for all its nodes (for the fused attention, their softmax bytes), and in
+ * *others the model's seconds for the graph's other nodes that run and for the attention's GEMMs,
+ * timed by the curves measured before this one. */
 static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int device, const pdde_graph *g,
                                   pdde_op_class k, double *others) {
     pdde_cost_program *p;
@@ -275,7 +294,9 @@ static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int 
     if (pdde_cost_program_from_graph(g, device, &p)) return 0;
     for (int i = 0; i < pdde_cost_program_n_ops(p, 0); i++) {
         pdde_cost_op op = *pdde_cost_program_op(p, 0, i);
-        if (k == PDDE_OPCLASS_FUSED_ATTENTION && op.softmax_bytes > 0) bytes += op.softmax_bytes, op.softmax_bytes = 0;
+        int softmax_class = op.softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
+        if (class_forward_only(k) && op.phase != PDDE_PHASE_FORWARD) continue;
+        if (op.softmax_bytes > 0 && softmax_class == (int)k) bytes += op.softmax_bytes, op.softmax_bytes = 0;
         else if (op.op_class == k) { bytes += op.bytes; continue; }
         double t = pdde_cost_compute_time(ctx, c, device, &op);
         if (isfinite(t)) *others += t;
@@ -299,7 +320,8 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
         if (in_step && sp->kind != PDDE_DEVICE_CPU) continue;
         printf("  %-11s", pdde_op_class_name((pdde_op_class)k));
         for (int i = 0; i < n_sizes; i++) {
-            int64_t s = sizes[i] * (k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION ? 4 : 1);
+            int attention = k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD;
+            int64_t s = sizes[i] * (attention ? 4 : 1);
             pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s, 0);
             /* the loss's graph is its op alone */
             pdde_graph *bare = in_step && k != PDDE_OPCLASS_LOSS ? class_graph(ctx, (pdde_op_class)k, s, 1) : NULL;
@@ -311,8 +333,9 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
                 pdde_graph_free(g), pdde_graph_free(bare); /* beyond the last point the model extrapolates its bandwidth anyway */
                 break;
             }
-            if (bare) t_bare = time_graph(ctx, bare, device, PDDE_RUN_FORWARD_BACKWARD), pdde_graph_free(bare);
-            double t = time_graph(ctx, g, device, in_step ? PDDE_RUN_FORWARD_BACKWARD : k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD);
+            pdde_run_mode step = class_forward_only(k) ? PDDE_RUN_FORWARD : PDDE_RUN_FORWARD_BACKWARD;
+            if (bare) t_bare = time_graph(ctx, bare, device, step, 1), pdde_graph_free(bare);
+            double t = time_graph(ctx, g, device, in_step ? step : k == PDDE_OPCLASS_OPTIMIZER ? PDDE_RUN_OPTIMIZER : PDDE_RUN_FORWARD, in_step);
             pdde_graph_free(g);
             /* a noisy run whose rest took it all keeps a tenth */
             if (in_step) t = t - t_bare - others > 0.1 * t ? t - t_bare - others : 0.1 * t;
@@ -393,7 +416,7 @@ static int contention_copy(int cpu, int fd) {
     for (int i = 0; i < N_CONTENTION; i++) { /* the small model's QKV GEMM; 1 MB of activations */
         pdde_op_class k = contention_classes[i];
         pdde_graph *g = k == PDDE_OPCLASS_GEMM ? gemm_graph(ctx, 1, 1024, 576, 192) : class_graph(ctx, k, 1 << 18, 0);
-        t[i] = time_graph(ctx, g, 0, PDDE_RUN_FORWARD);
+        t[i] = time_graph(ctx, g, 0, PDDE_RUN_FORWARD, 0);
         pdde_graph_free(g);
     }
     pdde_context_free(ctx);
