@@ -247,8 +247,18 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
     pdde_status st = pdde_cluster_plan_devices(ctx, c, 0, 0, 0, out);
     if (!st && (st = pdde_cost_program_from_graph(g, 0, &p))) pdde_error(ctx, st, "cluster: cannot read the graph's nodes");
     double share = ranks > 1 ? 1.0 / ranks : 1.0;
+    /* a device's figures depend on its spec only: timed once per spec (4096 devices share a few) */
+    int *timed_as = !st ? malloc(((size_t)c->n_specs + 1) * sizeof *timed_as) : NULL;
+    if (!st && !timed_as) st = pdde_error(ctx, PDDE_ERR_OOM, "cluster: out of memory");
+    for (int i = 0; timed_as && i < c->n_specs; i++) timed_as[i] = -1;
     for (int h = 0, i = 0; !st && h < c->n_machines; h++)
         for (int d = 0; d < c->machines[h].n_devices; d++, i++) {
+            int spec = c->machines[h].devices[d].spec;
+            if (spec >= 0 && spec < c->n_specs && timed_as[spec] >= 0) {
+                ((double *)out->flops)[i] = out->flops[timed_as[spec]], ((double *)out->mem_bw)[i] = out->mem_bw[timed_as[spec]];
+                continue;
+            }
+            if (spec >= 0 && spec < c->n_specs) timed_as[spec] = i;
             double flops = 0, t_gemm = 0, bytes = 0, t_other = 0;
             int unc = 0;
             for (int k = 0; k < pdde_cost_program_n_ops(p, 0); k++) {
@@ -263,6 +273,7 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
             if (flops > 0 && t_gemm > 0) ((double *)out->flops)[i] = flops / t_gemm;
             if (bytes > 0 && t_other > 0) ((double *)out->mem_bw)[i] = bytes / t_other;
         }
+    free(timed_as);
     pdde_cost_program_free(p);
     if (st && out->flops) pdde_plan_devices_free(out);
     return st;
