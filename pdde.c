@@ -1864,6 +1864,21 @@ static pdde_status session_setup_micro(pdde_session *s) {
 static void scaler_init(pdde_session *s);
 static pdde_status scaler_write(pdde_session *s);
 
+#ifdef PDDE_HAVE_COMM
+/* Gradient buckets and early (overlapped) reductions take host memory only, so a rank whose
+ * data-parallel gradients live on a device reduces them one by one at the update; its peers must issue
+ * the same collectives in the same order: when any rank of the world has such a gradient (a CPU rank
+ * beside a PoCL rank), every rank lowers again without buckets and without early reductions. */
+static pdde_status session_agree_collectives(pdde_session *s, pdde_graph *g, pdde_lower_params *lp) {
+    float any = s->prog->n_device_collectives > 0 ? 1.0f : 0.0f;
+    pdde_status st = pdde_comm_allreduce(s->world, &any, &any, 1, PDDE_F32, PDDE_REDUCE_MAX);
+    if (st || any == 0) return st; /* (the communicator said why) */
+    program_free(s->prog), s->prog = NULL;
+    lp->gradient_bucket_bytes = -1, lp->overlap_gradients = false;
+    return program_lower(g, lp, &s->prog);
+}
+#endif
+
 pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, pdde_session **out) {
     if (!g || !out) return PDDE_ERR_INVALID_ARG;
     *out = NULL;
@@ -1903,6 +1918,9 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->world) st = session_split_world(s);
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
+#ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world && (lp.gradient_bucket_bytes >= 0 || lp.overlap_gradients)) st = session_agree_collectives(s, g, &lp);
+#endif
     if (st == PDDE_OK) st = trace_open(s, p.trace);
     if (st == PDDE_OK && s->prog->n_fallback)
         fprintf(stderr, "pdde: %d node%s run on the CPU, with copies: their devices do not run %s\n", s->prog->n_fallback,

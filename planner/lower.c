@@ -891,7 +891,10 @@ static pdde_status lower_buckets(lowering *L) {
         pdde_tensor *c = P->order[i];
         if (!data_parallel_collective(P, c)) continue;
         P->info[c->id].data_parallel = true;
-        if (!bucket_candidate(L, c)) continue;
+        if (!bucket_candidate(L, c)) {
+            P->n_device_collectives += !registry_device_is_host(L->ctx->registry, c->device);
+            continue;
+        }
         int n = P->mesh->shape[P->info[c->id].axis];
         int64_t share = bucket_share(c), esz = (int64_t)pdde_dtype_size(c->dtype), per_elem = c->op == PDDE_OP_ALLREDUCE ? esz : n * esz;
         if (cap < 0 || share * per_elem >= cap) continue; /* (alone) */

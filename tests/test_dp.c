@@ -69,7 +69,8 @@ static pdde_status open_session(pdde_context *ctx, pdde_comm *comm, const dp_con
     sp.world = comm;
     sp.overlap_gradients = dc->at_update ? -1 : 1; /* (this machine may have no core to spare: the mechanism is tested anyway) */
     sp.gradient_bucket_bytes = dc->bucket_bytes;
-    if (dc->on_device) sp.device = pdde_device_count(ctx) - 1; /* the last device: not the CPU when there is another */
+    /* the last device: not the CPU when there is another (on_device 2: rank 1 only, rank 0 on the CPU) */
+    if (dc->on_device == 1 || (dc->on_device == 2 && comm && pdde_comm_rank(comm) == 1)) sp.device = pdde_device_count(ctx) - 1;
     if (dc->scale_sensitive) op.eps = 1e-3f, op.clip_norm = 0;
     pdde_status st = gpt_build_plan(*g, &cfg, plan, &op, m);
     return st ? st : pdde_session_init(*g, &sp, s);
@@ -230,17 +231,18 @@ int main(void) {
         {"dp2_buckets", 0, 1, 0, 0, 0, 4096, {0}, 0, 0},   /* small buckets: several, with gradients between them alone */
         {"dp2_device", 0, 1, 0, 1, 0, 0, {0}, 0, 0},      /* gradients in device memory, staged through the host */
         {"zero1_device", 1, 1, 0, 1, 0, 0, {0}, 0, 0},
+        {"dp2_mixed", 0, 1, 0, 2, 0, 0, {0}, 0, 0},     /* a CPU rank and a device rank: the same collectives (no buckets, none early) */
     };
     const dp_config single = {"ref", 0, 1, 0, 0, 0, 0, {0}, 0, 0};
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_dp.%d", (int)getpid());
-    int n_configs = has_device ? 9 : 7;
-    for (int i = n_configs; i < 9; i++)
+    int n_configs = has_device ? 10 : 7;
+    for (int i = n_configs; i < 10; i++)
 #if defined(__SANITIZE_ADDRESS__)
         test_skip("asan", "%s: PoCL in forked ranks under AddressSanitizer", configs[i].name);
 #else
         test_skip("opencl", "%s: no device besides the CPU (PoCL in CI)", configs[i].name);
 #endif
-    run_result ref = {0}, res[9];
+    run_result ref = {0}, res[10];
     memset(res, 0, sizeof res);
     for (int i = 0; i < n_configs; i++) run_ranks(addr, &configs[i], &res[i]);
     train(ctx, NULL, &single, &ref);
@@ -347,6 +349,9 @@ int main(void) {
     /* (gradients in device memory go one collective each: buckets are host memory's) */
     CHECK(!has_device || (res[7].gradient_collectives == 28 && res[8].gradient_collectives == 84), "gradients on a device: %d data-parallel "
           "collectives a step (ZeRO-1 %d), want 28 (84)", res[7].gradient_collectives, res[8].gradient_collectives);
+    /* (a CPU rank beside a device rank leaves its buckets out too, or the two would wait on different collectives) */
+    CHECK(!has_device || res[9].gradient_collectives == 28, "a CPU rank and a device rank: %d data-parallel collectives a step, want 28",
+          res[9].gradient_collectives);
     /* (ZeRO-2 reduce-scatters each micro-batch's gradient in backward, before any accumulator: those
      * are not bucketed nor counted; its 28 gathers of updated shards are, in one bucket) */
     CHECK(bres[6].gradient_collectives == 28 && bres[5].gradient_collectives == 1, "zero2: %d data-parallel collectives unbucketed, %d "
