@@ -1867,12 +1867,20 @@ static pdde_status scaler_write(pdde_session *s);
 #ifdef PDDE_HAVE_COMM
 /* Gradient buckets and early (overlapped) reductions take host memory only, so a rank whose
  * data-parallel gradients live on a device reduces them one by one at the update; its peers must issue
- * the same collectives in the same order: when any rank of the world has such a gradient (a CPU rank
- * beside a PoCL rank), every rank lowers again without buckets and without early reductions. */
-static pdde_status session_agree_collectives(pdde_session *s, pdde_graph *g, pdde_lower_params *lp) {
-    float any = s->prog->n_device_collectives > 0 ? 1.0f : 0.0f;
-    pdde_status st = pdde_comm_allreduce(s->world, &any, &any, 1, PDDE_F32, PDDE_REDUCE_MAX);
-    if (st || any == 0) return st; /* (the communicator said why) */
+ * the same collectives in the same order. Where the ranks of an axis group differ in that (a CPU rank
+ * beside a PoCL rank), every rank of the world lowers again without buckets and early reductions.
+ * Every rank takes part, also one whose lowering failed (lowered false: it only listens). */
+static pdde_status session_agree_collectives(pdde_session *s, pdde_graph *g, pdde_lower_params *lp, bool lowered) {
+    const struct planner_graph *pg = g->planner;
+    unsigned axes = lowered ? s->prog->device_collective_axes : 0;
+    float differ = 0;
+    pdde_status st = PDDE_OK;
+    for (int a = 0; pg && pg->mesh && a < pg->mesh->ndim && !st; a++) {
+        float bit = (float)((axes >> a) & 1u), v[2] = {bit, -bit}; /* (max, -min) */
+        if (s->axis_comm[a] && !(st = pdde_comm_allreduce(s->axis_comm[a], v, v, 2, PDDE_F32, PDDE_REDUCE_MAX))) differ += v[0] != -v[1];
+    }
+    if (!st) st = pdde_comm_allreduce(s->world, &differ, &differ, 1, PDDE_F32, PDDE_REDUCE_MAX);
+    if (st || differ == 0 || !lowered) return st; /* (the communicator said why) */
     program_free(s->prog), s->prog = NULL;
     lp->gradient_bucket_bytes = -1, lp->overlap_gradients = false;
     return program_lower(g, lp, &s->prog);
@@ -1919,7 +1927,10 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
 #endif
     if (st == PDDE_OK) st = program_lower(g, &lp, &s->prog);
 #ifdef PDDE_HAVE_COMM
-    if (st == PDDE_OK && s->world && (lp.gradient_bucket_bytes >= 0 || lp.overlap_gradients)) st = session_agree_collectives(s, g, &lp);
+    if (s->world && (lp.gradient_bucket_bytes >= 0 || lp.overlap_gradients)) {
+        pdde_status agreed = session_agree_collectives(s, g, &lp, st == PDDE_OK);
+        if (st == PDDE_OK) st = agreed;
+    }
 #endif
     if (st == PDDE_OK) st = trace_open(s, p.trace);
     if (st == PDDE_OK && s->prog->n_fallback)

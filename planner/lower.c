@@ -892,7 +892,7 @@ static pdde_status lower_buckets(lowering *L) {
         if (!data_parallel_collective(P, c)) continue;
         P->info[c->id].data_parallel = true;
         if (!bucket_candidate(L, c)) {
-            P->n_device_collectives += !registry_device_is_host(L->ctx->registry, c->device);
+            if (!registry_device_is_host(L->ctx->registry, c->device)) P->device_collective_axes |= 1u << P->info[c->id].axis;
             continue;
         }
         int n = P->mesh->shape[P->info[c->id].axis];

@@ -290,10 +290,10 @@ typedef struct pdde_program {
      * from which devices ("gelu, gelu_back (device 1)"), for the session's one-line notice */
     int n_fallback;
     char fallback[256];
-    /* data-parallel collectives in device memory, which neither buckets nor early reductions take
-     * (host memory only): a session of several ranks lowers without both when any rank has one, so
-     * that every rank issues the same collectives in the same order */
-    int n_device_collectives;
+    /* the mesh axes (bit a: axis a) with a data-parallel collective in device memory, which neither
+     * buckets nor early reductions take (host memory only): where a group's ranks differ in it, a
+     * session lowers every rank again without both, so that peers issue the same collectives */
+    unsigned device_collective_axes;
     /* storage of the nodes (blocks, so node pointers stay put as the program grows) */
     pdde_tensor **blocks;
     int n_blocks;
