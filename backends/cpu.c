@@ -25,12 +25,8 @@ void openblas_set_num_threads(int n);
 #endif
 
 /* ------------------------------------------------------------------------------------------------
- * Thread pool: parallel_for(n, fn) splits [0, n) into one contiguous range (share) per thread. The
- * caller thread takes part; workers sleep on a condition variable between jobs (no idle spinning).
- * Shares are claimed, not assigned: the caller runs share 0 and then any share no worker has claimed
- * yet, so a job does not wait for a worker that wakes late (descheduled, or still waking when the
- * caller's share is done: a small model's short ops) and a woken worker finding nothing claims none.
- * Each share is still one contiguous range run by one thread, which the oneDNN tiles rely on. */
+ * Thread pool: parallel_for(n, fn) splits [0, n) into one contiguous range per thread. The caller
+ * thread takes part; workers sleep on a condition variable between jobs (no idle spinning). */
 
 typedef void (*cpu_range_fn)(void *arg, int64_t begin, int64_t end);
 
@@ -39,8 +35,8 @@ typedef struct pdde_threadpool {
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    int next_share; /* the next share to claim; none is left from n_threads on (INT32_MAX between jobs) */
-    int pending;    /* shares claimed but not finished, plus those not claimed */
+    uint64_t generation;
+    int pending;
     bool stop;
     cpu_range_fn fn;
     void *arg;
@@ -53,31 +49,24 @@ static void pool_run_share(pdde_threadpool *p, int index) {
     if (b < e) p->fn(p->arg, b, e);
 }
 
-/* Claims a share of the current job under p->mu; -1 when every share is taken. */
-static int pool_claim_locked(pdde_threadpool *p) {
-    return p->next_share < p->n_threads ? p->next_share++ : -1;
-}
+typedef struct { pdde_threadpool *pool; int index; } pool_worker_arg;
 
-/* Runs shares until none is left to claim, then records them finished. */
-static void pool_run_claimed(pdde_threadpool *p, int index) {
-    while (index >= 0) {
+static void *pool_worker(void *varg) {
+    pool_worker_arg *wa = varg;
+    pdde_threadpool *p = wa->pool;
+    int index = wa->index;
+    free(wa);
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
+        if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
+        seen = p->generation;
+        pthread_mutex_unlock(&p->mu);
         pool_run_share(p, index);
         pthread_mutex_lock(&p->mu);
         if (--p->pending == 0) pthread_cond_signal(&p->done);
-        index = pool_claim_locked(p);
         pthread_mutex_unlock(&p->mu);
-    }
-}
-
-static void *pool_worker(void *varg) {
-    pdde_threadpool *p = varg;
-    for (;;) {
-        pthread_mutex_lock(&p->mu);
-        int index;
-        while (!p->stop && (index = pool_claim_locked(p)) < 0) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) { pthread_mutex_unlock(&p->mu); return NULL; }
-        pthread_mutex_unlock(&p->mu);
-        pool_run_claimed(p, index);
     }
 }
 
@@ -85,16 +74,19 @@ static pdde_threadpool *pool_create(int n_threads) {
     pdde_threadpool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads < 1 ? 1 : n_threads;
-    p->next_share = INT32_MAX; /* no job: nothing to claim */
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
     p->threads = calloc((size_t)p->n_threads, sizeof *p->threads);
-    for (int i = 1; i < p->n_threads; i++)
-        if (pthread_create(&p->threads[i], NULL, pool_worker, p) != 0) {
+    for (int i = 1; i < p->n_threads; i++) {
+        pool_worker_arg *wa = malloc(sizeof *wa);
+        if (wa) wa->pool = p, wa->index = i;
+        if (!wa || pthread_create(&p->threads[i], NULL, pool_worker, wa) != 0) {
+            free(wa);
             p->n_threads = i; /* run with the threads we have */
             break;
         }
+    }
     return p;
 }
 
@@ -118,14 +110,13 @@ static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cp
     if (!p || p->n_threads == 1 || n < min_parallel) { fn(arg, 0, n); return; }
     pthread_mutex_lock(&p->mu);
     p->fn = fn, p->arg = arg, p->n = n;
-    p->pending = p->n_threads;
-    p->next_share = 1; /* share 0 is the caller's */
+    p->pending = p->n_threads - 1;
+    p->generation++;
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
-    pool_run_claimed(p, 0);
+    pool_run_share(p, 0);
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0) pthread_cond_wait(&p->done, &p->mu);
-    p->next_share = INT32_MAX;
     pthread_mutex_unlock(&p->mu);
 }
 
