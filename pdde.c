@@ -1281,11 +1281,9 @@ static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool s
     return req ? pdde_comm_iallgather(c, buf, result, count, b->dtype, req) : pdde_comm_allgather(c, buf, result, count, b->dtype);
 }
 
-/* t's error st, what comm said after it (copied first: pdde_error writes where it reads) */
+/* t's error st, what comm said after it (pdde_error formats before it stores: it may read its own text) */
 static pdde_status comm_error(pdde_session *s, const pdde_tensor *t, pdde_status st, const char *what) {
-    char why[sizeof s->ctx->last_error];
-    memcpy(why, s->ctx->last_error, sizeof why);
-    return pdde_error(s->ctx, st, "%s%s: %s", t->name, what, why);
+    return pdde_error(s->ctx, st, "%s%s: %s", t->name, what, pdde_last_error(s->ctx));
 }
 
 static pdde_status bucket_error(pdde_session *s, pdde_tensor *t, const pdde_tensor *b, pdde_status st) {
