@@ -145,7 +145,7 @@ void pdde_context_free(pdde_context *ctx) {
 
 pdde_status pdde_graph_status(const pdde_graph *g) { return g ? g->status : PDDE_ERR_INVALID_ARG; }
 pdde_context *pdde_graph_context(const pdde_graph *g) { return g ? g->ctx : NULL; }
-int pdde_graph_n_tensors(const pdde_graph *g) { return g ? g->n : 0; }
+int pdde_graph_tensor_count(const pdde_graph *g) { return g ? g->n : 0; }
 pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id) { return g && id >= 0 && id < g->n ? g->nodes[id] : NULL; }
 
 void pdde_graph_set_layer(pdde_graph *g, int layer) {
@@ -1744,7 +1744,7 @@ static pdde_status session_admit(pdde_session *s, const pdde_session_params *p) 
     int ranks_here = 1; /* the job's ranks on this host take their memory at about the same time */
 #ifdef PDDE_HAVE_COMM
     if (s->world) {
-        int hosts = pdde_comm_n_hosts(s->world) > 0 ? pdde_comm_n_hosts(s->world) : 1;
+        int hosts = pdde_comm_host_count(s->world) > 0 ? pdde_comm_host_count(s->world) : 1;
         ranks_here = (pdde_comm_size(s->world) + hosts - 1) / hosts;
     }
 #endif
@@ -1913,7 +1913,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
         lp.world_size = pdde_comm_size(p.world), lp.rank = pdde_comm_rank(p.world);
         if (p.overlap_gradients == 0) { /* auto: when a host's ranks leave it a core */
             long cores = sysconf(_SC_NPROCESSORS_ONLN);
-            int hosts = pdde_comm_n_hosts(p.world) > 0 ? pdde_comm_n_hosts(p.world) : 1;
+            int hosts = pdde_comm_host_count(p.world) > 0 ? pdde_comm_host_count(p.world) : 1;
             lp.overlap_gradients = cores > (long)(pdde_comm_size(p.world) + hosts - 1) / hosts * g->ctx->n_threads;
         }
 #else
@@ -2687,7 +2687,7 @@ static pdde_tensor *local_of(const pdde_session *s, const pdde_tensor *t) {
 }
 
 const pdde_tensor *pdde_session_tensor(const pdde_session *s, const pdde_tensor *t) { return s ? local_of(s, t) : NULL; }
-int pdde_session_n_nodes(const pdde_session *s) { return s ? s->n_order : 0; }
+int pdde_session_node_count(const pdde_session *s) { return s ? s->n_order : 0; }
 const pdde_tensor *pdde_session_node(const pdde_session *s, int i) { return s && i >= 0 && i < s->n_order ? s->order[i] : NULL; }
 
 /* Checks that user tensor t is in this rank's step and, unless nbytes is SIZE_MAX, that its block
@@ -3179,13 +3179,13 @@ pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begi
 
 pdde_status pdde_data_open(pdde_context *ctx, const char *path, pdde_data **out) { return pdde_data_open_part(ctx, path, 0, 1, out); }
 
-void pdde_data_free(pdde_data *d) {
+void pdde_data_close(pdde_data *d) {
     if (!d) return;
     free(d->tokens);
     free(d);
 }
 
-int64_t pdde_data_n_tokens(const pdde_data *d) { return d ? d->n : 0; }
+int64_t pdde_data_token_count(const pdde_data *d) { return d ? d->n : 0; }
 uint64_t pdde_data_position(const pdde_data *d) { return d ? d->position : 0; }
 void pdde_data_set_position(pdde_data *d, uint64_t pos) { if (d) d->position = pos; }
 
@@ -3275,13 +3275,13 @@ static pdde_status plan_apply_tensor_parallel(pdde_graph *g, const pdde_mesh *me
     return st;
 }
 
-int pdde_plan_process(const pdde_plan *p, int mesh_rank) {
+int pdde_plan_process_of_rank(const pdde_plan *p, int mesh_rank) {
     if (!p || p->pp < 1 || mesh_rank < 0) return -1;
     int s = mesh_rank % p->pp, member = mesh_rank / p->pp;
     return p->stage_blocks ? s * p->dp * p->tp + member : mesh_rank;
 }
 
-int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer) {
+int pdde_plan_layer_recomputed(const pdde_plan *p, int n_layers, int layer) {
     if (!p || p->pp < 1 || p->pp > PDDE_PLAN_MAX_STAGES || layer < 0 || layer >= n_layers) return 0;
     bool cut = p->stage_first[p->pp] > 0 && p->chunks <= 1;
     for (int s = 0; s < p->pp; s++) {
@@ -3302,7 +3302,7 @@ static pdde_status plan_apply_placement(pdde_graph *g, const pdde_plan *p, int L
                           p->place, p->chunks);
     int *d = malloc((size_t)L * sizeof *d);
     if (!d) return pdde_error(g->ctx, PDDE_ERR_OOM, "plan apply: out of memory");
-    for (int l = 0; l < L; l++) d[l] = pdde_plan_places(p, L, l) ? dev : -1;
+    for (int l = 0; l < L; l++) d[l] = pdde_plan_layer_on_device(p, L, l) ? dev : -1;
     *out = d;
     return PDDE_OK;
 }
@@ -3339,7 +3339,7 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
         if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
         if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
         if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
-        for (int r = 0; r < ranks; r++) proc[r] = pdde_plan_process(p, r);
+        for (int r = 0; r < ranks; r++) proc[r] = pdde_plan_process_of_rank(p, r);
         mesh = pdde_mesh_create(g, n, shape, names, proc);
         free(proc);
         if (!mesh) return pdde_graph_status(g);
@@ -3353,13 +3353,13 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
         }
     }
     for (int l = 0; l < L && !st; l++) /* every layer, or each stage's first recompute_layers[s] */
-        if (pdde_plan_recomputes(p, L, l)) st = pdde_graph_set_recompute(g, l, 1);
+        if (pdde_plan_layer_recomputed(p, L, l)) st = pdde_graph_set_recompute(g, l, 1);
     pdde_optimizer_params op = opt ? *opt : (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
     op.grad_accum_steps = p->micro;
     if (!st) st = pdde_backward(g, loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
     if (!st && mesh && p->zero && p->dp > 1) st = pdde_strategy_zero(g, mesh, "dp", p->zero);
-    if (!st && mesh) st = pdde_complete(g);
+    if (!st && mesh) st = pdde_complete_dist_attrs(g);
     if (st || !out) return st;
     pdde_session_params sp = params ? *params : (pdde_session_params)PDDE_SESSION_PARAMS_INIT;
     sp.pipeline_schedule = p->schedule, sp.comm_dtype = p->comm_dtype;
@@ -3408,7 +3408,7 @@ struct pdde_sparse_batch {
     float *push_vals;
 };
 
-pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
+pdde_tensor *pdde_sparse_embedding_init(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
                                        pdde_pooling pool, pdde_sparse_embedding **out) {
     *out = NULL;
     if (!g || g->status) return NULL;
@@ -3461,7 +3461,7 @@ void pdde_sparse_batch_free(pdde_sparse_batch *b) {
     free(b);
 }
 
-int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b) { return b->n_unique; }
+int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b) { return b->n_unique; }
 
 pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids) {
     const pdde_sparse_embedding *e = b->e;
@@ -3637,7 +3637,7 @@ pdde_status pdde_comm_ireduce(pdde_comm *c, const void *sendbuf, void *recvbuf, 
 pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount, pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
 pdde_status pdde_comm_isend(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag, pdde_comm_request **req) { if (req) *req = NULL; return comm_unavailable(NULL, __func__); }
 const char *pdde_comm_last_algo(const pdde_comm *comm) { return NULL; }
-int pdde_comm_n_hosts(const pdde_comm *comm) { return 0; }
+int pdde_comm_host_count(const pdde_comm *comm) { return 0; }
 int pdde_comm_rank(const pdde_comm *comm) { return 0; }
 pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t, pdde_reduce_op op, int root) { return comm_unavailable(NULL, __func__); }
@@ -3682,10 +3682,10 @@ pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) { r
 pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) { return comm_unavailable(NULL, __func__); }
 void pdde_sparse_batch_free(pdde_sparse_batch *b) {  }
 pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_batch **out) { if (out) *out = NULL; return comm_unavailable(NULL, __func__); }
-int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b) { return 0; }
+int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b) { return 0; }
 pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c) { return comm_unavailable(NULL, __func__); }
-pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim, pdde_pooling pool, pdde_sparse_embedding **out) {
+pdde_tensor *pdde_sparse_embedding_init(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim, pdde_pooling pool, pdde_sparse_embedding **out) {
     if (out) *out = NULL;
     return graph_fail(g, PDDE_ERR_UNAVAILABLE, "%s: pdde was built without communication (comm/, UCX)", __func__);
 }
@@ -3694,7 +3694,7 @@ pdde_status pdde_store_add(pdde_store *s, const char *key, int64_t delta, int64_
 pdde_status pdde_store_compare_set(pdde_store *s, const char *key, const void *expected, size_t expected_len, const void *desired, size_t desired_len, int *swapped) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
 pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
-void pdde_store_free(pdde_store *s) {  }
+void pdde_store_close(pdde_store *s) {  }
 pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_store_ping(pdde_store *s) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_store_remove(pdde_store *s, const char *key) { return comm_unavailable(NULL, __func__); }
@@ -3773,7 +3773,7 @@ pdde_status pdde_pipeline_init(pdde_context *ctx, const pdde_pipeline_params *p,
     if (!pl) return pdde_error(ctx, PDDE_ERR_OOM, "pipeline: out of memory");
     pl->ctx = ctx, pl->p = *p;
     if (!pl->p.queue_depth || pl->p.queue_depth > p->n_slots) pl->p.queue_depth = p->n_slots;
-    if (!pl->p.max_threads) pl->p.max_threads = pdde_context_n_threads(ctx);
+    if (!pl->p.max_threads) pl->p.max_threads = pdde_context_thread_count(ctx);
     if (!pl->p.calibrate_batches) pl->p.calibrate_batches = 3;
     if (pl->p.timeout_s == 0) pl->p.timeout_s = 60;
     pl->p.stages = NULL;

@@ -134,7 +134,7 @@ void pdde_context_free(pdde_context *ctx);
  * none on ctx, or whose last error was on another context, reads the context's last error of any
  * thread. The text stays valid on this thread until its next failing call or pdde_last_error. */
 const char *pdde_last_error(const pdde_context *ctx);
-int pdde_context_n_threads(const pdde_context *ctx);
+int pdde_context_thread_count(const pdde_context *ctx);
 /* Records an error message on ctx and returns status (for backends, plugins and the library itself);
  * safe on any thread: the message is the calling thread's (see pdde_last_error). */
 int pdde_error(pdde_context *ctx, int status, const char *fmt, ...)
@@ -337,7 +337,7 @@ pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out);
 void pdde_graph_free(pdde_graph *g);
 pdde_status pdde_graph_status(const pdde_graph *g);
 pdde_context *pdde_graph_context(const pdde_graph *g);
-int pdde_graph_n_tensors(const pdde_graph *g);
+int pdde_graph_tensor_count(const pdde_graph *g);
 pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id);
 pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name);
 /* Layer id given to tensors made from now on (for placement per layer and recompute); -1 = none. */
@@ -544,7 +544,7 @@ typedef struct {
      * layer_devices[l] (-1 = the default). Copies are inserted at every device boundary. */
     const int *layer_devices;
     int n_layer_devices;
-    /* SPMD execution of a graph completed by pdde_complete: each rank runs its partition of the graph
+    /* SPMD execution of a graph completed by pdde_complete_dist_attrs: each rank runs its partition of the graph
      * (local shapes) and reshard collectives are inserted where an op needs another attribute of an
      * input. world's ranks are the graph mesh's ranks, and every rank builds the same graph and passes
      * the same session params. Nodes may be placed on devices (layer_devices): the collectives and
@@ -691,7 +691,7 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
  * sends and receives with their peer), and under pipeline stages the micro-batch schedule. */
 void pdde_session_dump(const pdde_session *s, FILE *f);
 /* The same program for any rank of any plan, without running, communicating or allocating: g lowered
- * (pdde_complete first, for world_size > 0) under params (NULL = defaults; world is not read) for rank
+ * (pdde_complete_dist_attrs first, for world_size > 0) under params (NULL = defaults; world is not read) for rank
  * `rank` of world_size ranks (0 = one process). It prints what pdde_session_dump prints on that rank;
  * g is not changed. (params->overlap_gradients = 0, auto, is decided as a session on one host decides
  * it: world_size ranks of the graph context's threads each leave this machine a core.) f NULL: lowers
@@ -699,13 +699,13 @@ void pdde_session_dump(const pdde_session *s, FILE *f);
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
 /* What pdde_session_memory reports for rank `rank` of that plan (g lowered as pdde_lower_dump does),
  * without a session: the same memory plan the session allocates by (planner/memplan.c). */
-pdde_status pdde_lower_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out);
+pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out);
 /* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
  * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes
  * g's tensors, so sizes for pdde_session_read/write come from here. */
 const pdde_tensor *pdde_session_tensor(const pdde_session *s, const pdde_tensor *t);
 /* This rank's program in run order: node i of n (the session's own tensors; NULL past the end). */
-int pdde_session_n_nodes(const pdde_session *s);
+int pdde_session_node_count(const pdde_session *s);
 const pdde_tensor *pdde_session_node(const pdde_session *s, int i);
 
 /* ---------------------------------------------------------------------------------------------------
@@ -743,8 +743,8 @@ pdde_status pdde_data_open(pdde_context *ctx, const char *path, pdde_data **out)
 /* The part [begin, end) of the tokens, as fractions (e.g. 0.9..1.0 for validation). */
 pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begin, double end,
                                 pdde_data **out);
-void pdde_data_free(pdde_data *d);
-int64_t pdde_data_n_tokens(const pdde_data *d);
+void pdde_data_close(pdde_data *d);
+int64_t pdde_data_token_count(const pdde_data *d);
 /* Fills x and y (next-token targets) [batch, T] with windows at positions shuffled by seed (a new
  * permutation each epoch); advances the position by batch. */
 pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y);
@@ -756,7 +756,7 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
 /* ---------------------------------------------------------------------------------------------------
  * Distributed attributes (shared/DESIGN.md "Distributed attributes"; Paddle's semi-automatic
  * auto-parallel). A program describes its ranks as process meshes, annotates a few tensors (inputs,
- * parameters, optimizer state) with pdde_shard or a strategy helper, and pdde_complete gives every
+ * parameters, optimizer state) with pdde_shard or a strategy helper, and pdde_complete_dist_attrs gives every
  * tensor of the graph a dist attr through per-op SPMD rules, and every op the attr it requires of
  * each input. Where a producer's attr and a consumer's requirement differ, the executor reshards:
  * partial -> replicated = allreduce, partial -> split = reduce_scatter, split -> replicated =
@@ -766,7 +766,7 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
  *     const pdde_mesh *mesh = pdde_mesh_create(g, 2, (int[]){2, 4}, (const char *[]){"dp", "tp"}, NULL);
  *     pdde_strategy_data_parallel(g, mesh, "dp");
  *     pdde_strategy_tensor_parallel_linear(g, w, b, mesh, "tp", PDDE_TP_COLUMN);
- *     pdde_complete(g);
+ *     pdde_complete_dist_attrs(g);
  *     pdde_graph_dump_dist(g, stdout);
  *
  * Meshes belong to the graph (freed with it). The first mesh created is the graph's mesh: the ranks
@@ -806,11 +806,11 @@ pdde_status pdde_shard(pdde_graph *g, pdde_tensor *t, const pdde_mesh *mesh, con
  * Can be called again after more annotations (it starts over). Where the inputs of an op disagree
  * (two dims on one axis, a dim split two ways) the op's rule decides, e.g. the weight follows the
  * activation, and records a conflict; nothing is silently guessed. */
-pdde_status pdde_complete(pdde_graph *g);
+pdde_status pdde_complete_dist_attrs(pdde_graph *g);
 /* The attr node requires of its k-th input (NULL before completion, for leaves, or k out of range). */
-const pdde_dist_attr *pdde_op_input_dist(const pdde_graph *g, const pdde_tensor *node, int k);
+const pdde_dist_attr *pdde_op_input_dist_attr(const pdde_graph *g, const pdde_tensor *node, int k);
 /* The conflicts the last completion resolved, and the message of the i-th ("node, input, why"). */
-int pdde_complete_n_conflicts(const pdde_graph *g);
+int pdde_complete_conflict_count(const pdde_graph *g);
 const char *pdde_complete_conflict(const pdde_graph *g, int i);
 /* "mesh[2,2] dims[dp,-1,tp] partial{tp}" (partial{dp:avg} for a pending mean, avg{dp} for a local
  * mean, "unannotated" without mesh); returns what snprintf would. */
@@ -821,7 +821,7 @@ void pdde_graph_dump_dist(const pdde_graph *g, FILE *f);
 
 /* Strategies: helpers that emit the annotations of common parallelisms (they only call pdde_shard,
  * merging with what is already annotated, so they compose: data parallel, then ZeRO or tensor
- * parallel, then pdde_complete). */
+ * parallel, then pdde_complete_dist_attrs). */
 /* Every input's dim 0 (the batch) split over axis; unannotated parameters replicated on mesh. */
 pdde_status pdde_strategy_data_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis);
 /* Uneven data parallelism, for devices of different speeds: index i of axis (of size n) runs
@@ -1012,7 +1012,7 @@ typedef struct {
     /* optional (NULL: pdde polls get): waits until key exists; PDDE_ERR_TIMEOUT after timeout_s */
     pdde_status (*wait)(void *impl, pdde_context *ctx, const char *key, double timeout_s);
     /* optional: if this client goes away (its process dies, or it is silent for lease_s > 0 seconds)
-     * before pdde_store_free, the store sets key to val unless key exists (an ephemeral "death
+     * before pdde_store_close, the store sets key to val unless key exists (an ephemeral "death
      * notice", like an etcd lease); any call refreshes the lease. */
     pdde_status (*set_liveness)(void *impl, pdde_context *ctx, const char *key, const void *val,
                                 size_t len, double lease_s);
@@ -1034,7 +1034,7 @@ pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap);
 void pdde_sha256(const void *data, size_t n, unsigned char out[32]);
 void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]);
 
-/* Wraps a backend (etcd, ...): the store owns impl and closes it in pdde_store_free. */
+/* Wraps a backend (etcd, ...): the store owns impl and closes it in pdde_store_close. */
 pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out);
 /* A client of the built-in TCP store at "host:port", retrying the connection for up to timeout_s
  * (0 = 30 s) so that ranks may start before the server. */
@@ -1043,7 +1043,7 @@ pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeo
  * prove it (the server also proves it to the client, so a squatter on the port is found out). */
 pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s,
                                       pdde_store **out);
-void pdde_store_free(pdde_store *s);
+void pdde_store_close(pdde_store *s);
 pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len);
 pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len);
 pdde_status pdde_store_wait(pdde_store *s, const char *key, double timeout_s);
@@ -1195,7 +1195,7 @@ pdde_status pdde_comm_split(pdde_comm *comm, int color, int key, pdde_comm **out
 void pdde_comm_free(pdde_comm *comm);
 int pdde_comm_rank(const pdde_comm *comm);
 int pdde_comm_size(const pdde_comm *comm);
-int pdde_comm_n_hosts(const pdde_comm *comm);
+int pdde_comm_host_count(const pdde_comm *comm);
 pdde_context *pdde_comm_context(const pdde_comm *comm);
 void pdde_comm_set_algo(pdde_comm *comm, pdde_comm_algo algo);
 /* The algorithm the last collective on comm used ("ring", "recursive", "two_level", ...). */
@@ -1418,7 +1418,7 @@ pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char 
 /* This machine: one machine with ctx's devices (pdde_device_get_props), cores, NUMA nodes and caches
  * from hwloc (when built with it). Specs carry the backends' peak figures only; pdde-bench measures. */
 pdde_status pdde_cluster_detect(pdde_context *ctx, pdde_cluster **out);
-int pdde_cluster_n_devices(const pdde_cluster *c);
+int pdde_cluster_device_count(const pdde_cluster *c);
 /* The device with this id (NULL if none); *machine gets its machine's index (may be NULL). */
 const pdde_cluster_device *pdde_cluster_find_device(const pdde_cluster *c, int id, int *machine);
 /* The link data flows over between devices a and b (explicit, the machine's intra link, or across
@@ -1431,16 +1431,16 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
  * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each, or where the cluster
  * has a measured allreduce (algo AUTO, within a machine or across) the link that reproduces it in the
  * search's ring formula at the most ranks measured. Devices in the cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
-pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
+pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out);
 void pdde_plan_devices_free(pdde_plan_devices *d);
 /* The same, with each device's figures timed on the nodes of g (build it with its backward and
  * optimizer) as one of `ranks` data-parallel ranks runs them (GEMM rows and other nodes' bytes divided
  * by ranks): FLOP/s = the GEMMs' FLOPs over their predicted times, bandwidth = the other nodes' bytes
  * over theirs (each at least the first point of its class's curve: what small nodes cost). A device
- * lacking a figure a node needs keeps pdde_cluster_plan_devices' (at 4096^3). A single shape's rate
+ * lacking a figure a node needs keeps pdde_plan_devices_init' (at 4096^3). A single shape's rate
  * misjudges a model whose GEMMs are tall, skinny or batched per attention head. */
-pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+pdde_status pdde_plan_devices_init_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                             pdde_plan_devices *out);
 
 /* The planner for a program, in two calls. pdde_plan_auto: the fastest plan that fits for training g
@@ -1455,15 +1455,15 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
  * world has the plan's dp x tp x pp ranks) under the plan's schedule and comm_dtype. */
 pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan);
 /* How a program runs a plan (pdde_plan_apply does; a program annotating its graph itself, as
- * examples/gpt.h does, calls them). pdde_plan_process: the process (the device in the order the plan
+ * examples/gpt.h does, calls them). pdde_plan_process_of_rank: the process (the device in the order the plan
  * was made for) running rank mesh_rank of the plan's [dp, tp, pp] mesh: mesh_rank itself, or with
- * stage_blocks the member of stage s's block (-1: no such rank). pdde_plan_recomputes: 1 when the plan
+ * stage_blocks the member of stage s's block (-1: no such rank). pdde_plan_layer_recomputed: 1 when the plan
  * recomputes layer `layer` of the n_layers it cuts into stages (stage_first, or an even cut when it has
  * none): every layer with recompute 1, else the first recompute_layers[s] of stage s. */
-int pdde_plan_process(const pdde_plan *p, int mesh_rank);
-int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer);
+int pdde_plan_process_of_rank(const pdde_plan *p, int mesh_rank);
+int pdde_plan_layer_recomputed(const pdde_plan *p, int n_layers, int layer);
 /* 1 when the plan places layer `layer` (of n_layers) on each rank's device of backend p->place. */
-int pdde_plan_places(const pdde_plan *p, int n_layers, int layer);
+int pdde_plan_layer_on_device(const pdde_plan *p, int n_layers, int layer);
 pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
                             const pdde_session_params *params, pdde_session **out);
 
@@ -1527,7 +1527,7 @@ pdde_status pdde_cost_program_set_rank(pdde_cost_program *p, int rank, int devic
 int pdde_cost_program_group(pdde_cost_program *p, int n, const int *ranks);
 /* Appends op to rank's program; returns its index or a status < 0. */
 int pdde_cost_program_add(pdde_cost_program *p, int rank, const pdde_cost_op *op);
-int pdde_cost_program_n_ops(const pdde_cost_program *p, int rank);
+int pdde_cost_program_op_count(const pdde_cost_program *p, int rank);
 const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, int index);
 /* One rank running g's step (every node that reaches a loss, an output or an update, in order) on
  * cluster device device_id: each node a compute op with its class, GEMM shape, bytes and liveness. */
@@ -1538,7 +1538,7 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
  * on, reshard collectives on their axis' group with their real size and dtype (comm_dtype), blocking or
  * started early and completed at their COMM_WAIT, sends and receives paired by tag, the vocab-parallel
  * cross-entropy's row reductions, the micro-batch passes in the schedule's order, the update and the
- * step's loss allreduce. A rank's persistent bytes are its whole memory plan (pdde_lower_memory:
+ * step's loss allreduce. A rank's persistent bytes are its whole memory plan (pdde_predict_memory:
  * allocated_bytes + transfer_bytes), so the simulated peak is what its session allocates. */
 typedef struct {
     int world_size;           /* ranks (0 = one process) */
@@ -1736,7 +1736,7 @@ typedef struct pdde_sparse_batch pdde_sparse_batch;
 /* Appends the local table (a PDDE_TENSOR_SPARSE parameter), the ids input and the pooling to g; NULL
  * and a graph error on bad arguments. *out is freed by pdde_sparse_embedding_free (after the graph's
  * sessions are done with it). */
-pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
+pdde_tensor *pdde_sparse_embedding_init(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
                                        pdde_pooling pool, pdde_sparse_embedding **out);
 void pdde_sparse_embedding_free(pdde_sparse_embedding *e);
 pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_batch **out);
@@ -1748,7 +1748,7 @@ pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s);
 /* After a forward + backward of s: reads the rows' gradients and zeroes the accumulator. */
 pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s);
 pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c);
-int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b);
+int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b);
 /* Dense parameters held on the servers (instead of data-parallel over the workers): from now on the
  * batch also pulls every non-sparse parameter of s that has a gradient (as rows of the table: ids
  * PDDE_PS_DENSE_IDS | parameter << 32 | row, the last row of each zero-padded; sparse ids must stay

@@ -106,7 +106,7 @@ const char *pdde_last_error(const pdde_context *ctx) {
     return thread_error_copy;
 }
 
-int pdde_context_n_threads(const pdde_context *ctx) { return ctx->n_threads; }
+int pdde_context_thread_count(const pdde_context *ctx) { return ctx->n_threads; }
 
 /* ------------------------------------------------------------------------------------------------
  * Dtypes */

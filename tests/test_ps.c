@@ -215,7 +215,7 @@ static void test_sparse_pooling(pdde_context *ctx) {
     pdde_sparse_batch *sb = NULL;
     pdde_ps_client *c = NULL;
     pdde_graph_init(ctx, &g);
-    pdde_tensor *pooled = pdde_sparse_embedding_add(g, "e", B, F, K, C, PDDE_POOL_MEAN, &e);
+    pdde_tensor *pooled = pdde_sparse_embedding_init(g, "e", B, F, K, C, PDDE_POOL_MEAN, &e);
     pdde_tensor *loss = pdde_mean(g, pooled, -1, 0);
     pdde_mark_output(pooled);
     pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
@@ -239,7 +239,7 @@ static void test_sparse_pooling(pdde_context *ctx) {
     if (!st) st = pdde_sparse_batch_push(sb, c);
     if (!st) st = pdde_ps_client_pull(c, 4, uniq, after);
     CHECK(st == PDDE_OK, "sparse pooling: %s", pdde_last_error(ctx));
-    CHECK(!st && pdde_sparse_batch_n_unique(sb) == 4, "4 unique ids in the batch");
+    CHECK(!st && pdde_sparse_batch_unique_count(sb) == 4, "4 unique ids in the batch");
     /* bags: {7, 8}, {9}, {7, 7, 10}, {} */
     float want[B * F * C], grad[4 * C] = {0};
     for (int k = 0; k < C; k++) {
