@@ -63,7 +63,7 @@ ifndef NO_CJSON
 endif
 CFLAGS += $(DEFS)
 
-LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+LIB_SRC   := pdde.c $(wildcard core/*.c backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
 EXAMPLES  := $(filter-out $(BUILD)/toy_backend,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 # The toy backend plugin (examples/toy_backend.c), and the same built with another vtable version,
