@@ -1,5 +1,6 @@
-/* dlrm — trains the DLRM-style CTR model of dlrm.h on Criteo-format data (or synthetic data from a
- * known logistic ground truth), with its sparse table on parameter servers.
+/* dlrm — Demonstrates how to train a recommender with parameter servers: the DLRM-style CTR model of
+ * dlrm.h on Criteo-format data (or synthetic data from a known logistic ground truth), its sparse
+ * table on server ranks.
  *
  *   ./build/dlrm --synthetic 100000                      one process (in-process table)
  *   ./build/pdde-run -n 4 ./build/dlrm --servers 2 --mode sync --synthetic 100000

@@ -1,4 +1,5 @@
-/* dlrm.h — a DLRM-style CTR model over parameter-server tables, the Criteo TSV reader, a synthetic
+/* dlrm.h — Demonstrates how to build a recommender over parameter-server tables and run its step as
+ * an asynchronous pipeline: a DLRM-style CTR model, the Criteo TSV reader, a synthetic
  * Criteo-format generator with a known logistic ground truth, and AUC / logloss (shared by
  * examples/dlrm.c, the tests and the benchmark).
  *

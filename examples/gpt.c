@@ -1,4 +1,5 @@
-/* gpt — trains a GPT-2-style model on any text file with pdde, then samples from it.
+/* gpt — Demonstrates how to train a GPT-2-style model on any text file under any plan (data, tensor,
+ * pipeline, ZeRO, or the planner's choice), checkpoint and resume it, then sample from it.
  *
  *   ./build/gpt                                   # small model on a fortunes file, all CPU threads
  *   ./build/gpt --data corpus.txt --layers 6 --width 256 --steps 2000 --ckpt-dir ckpt --resume

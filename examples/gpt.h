@@ -1,5 +1,6 @@
-/* gpt.h — a GPT-2-style model built with pdde's graph API (shared by examples/gpt.c, the tests and the
- * benchmarks). Weights are [in, out] and used as x @ W; the head is tied to the token embedding.
+/* gpt.h — Demonstrates how to build a transformer with pdde's graph API and annotate it for every
+ * parallelism: a GPT-2-style model (shared by examples/gpt.c, the tests and the benchmarks).
+ * Weights are [in, out] and used as x @ W; the head is tied to the token embedding.
  *
  *   x = wte[ids] + wpe[0..T)
  *   per block:  x += proj(attention(ln1(x)))      attention: causal, H heads of D = C / H; q, k, v

@@ -1,4 +1,5 @@
-/* mlp — the README's example: a two-layer MLP classifier trained with AdamW. */
+/* mlp — Demonstrates how to build, train and checkpoint a model: a two-layer MLP classifier trained
+ * with AdamW in one process (the README's program). */
 #include "pdde.h"
 #include <stdio.h>
 

@@ -1,5 +1,6 @@
-/* toy_backend.c — a backend plugin in one file: the smallest device pdde can load at run time, as a
- * template for bringing up an accelerator (backends/README.md is the contract it follows).
+/* toy_backend.c — Demonstrates how to write a backend plugin: the smallest device pdde can load at run
+ * time, in one file, as a template for bringing up an accelerator (backends/README.md is the contract
+ * it follows).
  *
  * Its "device" is host memory and runs a handful of ops (add, sub, mul of equal shapes, scale, relu
  * and its backward, 2-D f32 matmul, and the two every backend needs: reshape and the gradient
