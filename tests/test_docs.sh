@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The documentation says what is true of this tree (no build needed; run from the repository root):
+#  - every repository path a README cites in backticks (`comm/README.md`, `tests/test_*.c`) exists;
+#  - the README's C program is examples/mlp.c, byte for byte (the file `make` builds);
+#  - every pdde_ name the README uses is declared in the public headers;
+#  - every public function that allocates an object (returns it through `T **out`, or returns a new
+#    `T *` from an _init/_open/_create/_connect/_load) has a destructor: a _free or _close taking `T *`;
+#  - no README and no public header refers to project history or to files outside the repository.
+# Each check is also run on a copy with a planted violation, which it must report.
+. tests/script_util.sh docs
+
+# The READMEs: the front page and each folder's.
+docs() { (cd "$1" && ls README.md */README.md */*/README.md tools/bench/*.md 2>/dev/null); }
+
+# Prints "FILE: PATH" for each backticked repository path in FILE (under root $1) that does not exist.
+# A path is a word inside backticks whose first component is a folder of the repository (build/ is
+# made by make and not checked); it may be relative to the root or to FILE's folder; globs must match.
+missing_paths() {
+    local root=$1 file=$2 dirs
+    dirs=$(cd "$root" && find . -mindepth 1 -maxdepth 1 -type d ! -name build ! -name '.*' | sed 's|^\./||' | paste -sd'|')
+    # inline code only: fenced blocks are commands and programs, not citations
+    awk '/^```/ { fence = !fence; next } !fence' "$root/$file" |
+        grep -oE '`[^`]+`' | tr -d '`' | tr ' (),;' '\n\n\n\n\n' | sed -E 's/[:.]+$//' |
+        grep -E "^($dirs)(/[A-Za-z0-9_.*-]+)*/?$" | sort -u |
+        while read -r p; do
+            ( cd "$root" && compgen -G "$p" >/dev/null ) || ( cd "$root/$(dirname "$file")" && compgen -G "$p" >/dev/null ) ||
+                echo "$file: $p"
+        done
+}
+
+# The ```c blocks of a markdown file, each as a file $2.N (N from 1).
+c_blocks() {
+    awk -v out="$2" '/^```c$/ { n++; f = out "." n; printf "" > f; inb = 1; next }
+                     inb && /^```$/ { inb = 0; close(f); next } inb { print > f }' "$1"
+}
+# 0 when one of README.md's C blocks is examples/mlp.c byte for byte.
+readme_example_is_mlp() {
+    local root=$1 d
+    d=$(mktemp -d "$tmp/blocks.XXXX")
+    c_blocks "$root/README.md" "$d/block"
+    for b in "$d"/block.*; do [ -f "$b" ] && cmp -s "$b" "$root/examples/mlp.c" && return 0; done
+    return 1
+}
+
+# The public headers' declarations, one a line, comments and directives removed.
+declarations() {
+    for h in "$1/pdde.h" "$1/pdde_extension.h"; do [ -f "$h" ] && gcc -fpreprocessed -E -P -x c "$h" 2>/dev/null; done |
+        grep -v '^[[:space:]]*#' | tr '\n' ' ' | tr ';{}' '\n\n\n' | sed -E 's/[[:space:]]+/ /g; s/^ //' |
+        grep -E '^[A-Za-z_][A-Za-z0-9_ ]*[ *]pdde_[a-z0-9_]+ ?\([^()]*\) ?$'
+}
+
+# Allocators that rightly have no destructor of their own ("function type"): the tensors pdde_split
+# and pdde_sparse_embedding_init return belong to the graph and are freed with it (pdde_graph_free).
+ALLOC_EXCEPTIONS="pdde_split pdde_tensor
+pdde_sparse_embedding_init pdde_tensor"
+
+# Prints "FUNCTION allocates TYPE with no _free/_close" for each allocator without a destructor.
+unpaired_allocators() {
+    declarations "$1" | awk -v exceptions="$ALLOC_EXCEPTIONS" '
+    BEGIN { n = split(exceptions, ex, "\n"); for (i = 1; i <= n; i++) excused[ex[i]] = 1 }
+    {
+        match($0, /pdde_[a-z0-9_]+ ?\(/); name = substr($0, RSTART, RLENGTH); sub(/ ?\($/, "", name)
+        ret = substr($0, 1, RSTART - 1); params = substr($0, RSTART + RLENGTH); sub(/\) ?$/, "", params)
+        np = split(params, ps, ",")
+        if (name ~ /_(free|close)$/) {
+            p = ps[1]; sub(/^ ?(const )?/, "", p)
+            if (match(p, /^pdde_[a-z0-9_]+ ?\*/)) { t = substr(p, 1, RLENGTH); sub(/ ?\*$/, "", t); freed[t] = 1 }
+            next
+        }
+        for (i = 1; i <= np; i++) {
+            p = ps[i]; sub(/^ /, "", p)
+            if (p ~ /^pdde_[a-z0-9_]+ ?\*\* ?[a-z_0-9]*$/) { t = p; sub(/ ?\*\*.*/, "", t); alloc[name " " t] = 1 }
+        }
+        if (ret ~ /^pdde_[a-z0-9_]+ ?\* ?$/ && name ~ /_(init|open|create|connect|load)$/) {
+            t = ret; sub(/ ?\* ?$/, "", t); alloc[name " " t] = 1
+        }
+    }
+    END { for (k in alloc) { split(k, f, " "); if (!freed[f[2]] && !excused[k]) print f[1] " allocates " f[2] " with no _free/_close" } }' | sort
+}
+
+# Prints each lowercase pdde_ name in README.md that no public header declares or mentions.
+undeclared_names() {
+    local root=$1 known
+    known=$(cat "$root/pdde.h" "$root"/pdde_extension.h 2>/dev/null | grep -oE '\bpdde_[a-z0-9_]+' | sort -u)
+    grep -oE '\bpdde_[a-z0-9_]*[a-z0-9]\b' "$root/README.md" | sort -u | grep -vxF -f <(echo "$known")
+}
+
+# Prints "FILE:LINE: text" for references to project history or to files outside the repository.
+history_refs() {
+    local root=$1; shift
+    (cd "$root" && grep -nHiE 'shared/DESIGN|\.\./shared|DESIGN\.md|\bstop [0-9]+|\bissue [0-9]+|this stop|\bengineers\b' "$@" 2>/dev/null)
+}
+HISTORY_FILES="$(docs .) $( [ -f pdde_extension.h ] && echo pdde_extension.h)"
+
+# --- the checks on this tree
+for f in $(docs .); do
+    bad=$(missing_paths . "$f")
+    check "$f cites only paths that exist${bad:+: $(echo $bad)}" $([ -z "$bad" ] && echo 0 || echo 1)
+done
+readme_example_is_mlp .
+check "README.md's C program is examples/mlp.c, byte for byte" $?
+bad=$(undeclared_names .)
+check "every pdde_ name in README.md is in the public headers${bad:+: $(echo $bad)}" $([ -z "$bad" ] && echo 0 || echo 1)
+bad=$(unpaired_allocators .)
+check "every public allocator has a _free/_close${bad:+: $bad}" $([ -z "$bad" ] && echo 0 || echo 1)
+n=$(declarations . | wc -l)
+check "the public declarations were read ($n functions)" $([ "$n" -gt 100 ] && echo 0 || echo 1)
+bad=$(history_refs . $HISTORY_FILES)
+check "no history or outside references in the READMEs and public headers${bad:+: $bad}" $([ -z "$bad" ] && echo 0 || echo 1)
+
+# --- planted violations, each in a copy of the tree (no build/), must be reported
+mkdir -p "$tmp/bad"
+tar --exclude=./build --exclude=./.git -cf - . | tar -xf - -C "$tmp/bad"
+printf '\nThe scheduler lives in `core/no_such_file.c`; see `tests/no_such_test_*.c`.\n' >>"$tmp/bad/tests/README.md"
+bad=$(missing_paths "$tmp/bad" tests/README.md)
+echo "$bad" | grep -qxF "tests/README.md: core/no_such_file.c" && echo "$bad" | grep -qxF "tests/README.md: tests/no_such_test_*.c"
+check "a planted violation is reported: a README cites a file that does not exist" $?
+sed -i 's/opt.lr = 1e-2f;/opt.lr = 2e-2f;/' "$tmp/bad/examples/mlp.c"
+cmp -s examples/mlp.c "$tmp/bad/examples/mlp.c"; changed=$?
+readme_example_is_mlp "$tmp/bad"; rc=$?
+check "a planted violation is reported: examples/mlp.c no longer matches the README's block" $([ $changed != 0 ] && [ $rc != 0 ] && echo 0 || echo 1)
+printf '\nCall `pdde_no_such_call()` first.\n' >>"$tmp/bad/README.md"
+undeclared_names "$tmp/bad" | grep -qx pdde_no_such_call
+check "a planted violation is reported: the README names a function no header declares" $?
+printf '\ntypedef struct pdde_planted pdde_planted;\npdde_status pdde_planted_init(pdde_context *ctx,\n    pdde_planted **out);\npdde_widget *pdde_widget_open(const char *path);\ntypedef struct pdde_widget pdde_widget;\n' >>"$tmp/bad/pdde.h"
+bad=$(unpaired_allocators "$tmp/bad")
+echo "$bad" | grep -qx "pdde_planted_init allocates pdde_planted with no _free/_close" && echo "$bad" | grep -qx "pdde_widget_open allocates pdde_widget with no _free/_close"
+check "a planted violation is reported: an allocator without a destructor (through **out and returned)" $?
+printf '\nvoid pdde_planted_free(pdde_planted *p);\nvoid pdde_widget_close(pdde_widget *w);\n' >>"$tmp/bad/pdde.h"
+bad=$(unpaired_allocators "$tmp/bad")
+check "and its destructor satisfies the check" $([ -z "$bad" ] && echo 0 || echo 1)
+printf '\nAs decided in stop 12 (see ../shared/DESIGN.md), for issue 7.\n' >>"$tmp/bad/tests/README.md"
+printf '/* see shared/DESIGN.md "Layers" */\n' >>"$tmp/bad/pdde.h"
+bad=$(history_refs "$tmp/bad" tests/README.md pdde.h)
+[ "$(echo "$bad" | grep -c 'tests/README.md')" -ge 1 ] && echo "$bad" | grep -q '^pdde.h:'
+check "a planted violation is reported: history and outside references in a README and the header" $?
+finish
