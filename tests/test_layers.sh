@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The layers call one way (shared/DESIGN.md "Layers"): backends/ at the bottom, then comm/, planner/,
+# The layers call one way: backends/ at the bottom, then comm/, planner/,
 # and pdde.c's core and executor on top. From the sources, comments stripped (no build needed):
 #  - a backends/ file calls no function defined in comm/, planner/ or pdde.c;
 #  - a comm/ file calls no function defined in planner/ or pdde.c, and includes or calls no comm/ file

@@ -1,7 +1,7 @@
 /* test_lower — lowering is a pure pass: compiling a session never changes the user's graph (every
  * node byte for byte, before, during and after), a graph compiles again and again under different
- * plans with identical programs and losses (also with nodes on the OpenCL device, which used to
- * leave the first compile's copy nodes in the graph), and any rank's program of any plan is printed
+ * plans with identical programs and losses (also with nodes on the OpenCL device: the first compile's
+ * copy nodes must not stay in the graph), and any rank's program of any plan is printed
  * without a communicator. (That the program each rank runs is the one lowered for it elsewhere is
  * checked for every plan of test_spmd, by test_spmd.) */
 #define _GNU_SOURCE
