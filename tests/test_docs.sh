@@ -115,10 +115,9 @@ printf '\nThe scheduler lives in `core/no_such_file.c`; see `tests/no_such_test_
 bad=$(missing_paths "$tmp/bad" tests/README.md)
 echo "$bad" | grep -qxF "tests/README.md: core/no_such_file.c" && echo "$bad" | grep -qxF "tests/README.md: tests/no_such_test_*.c"
 check "a planted violation is reported: a README cites a file that does not exist" $?
-sed -i 's/opt.lr = 1e-2f;/opt.lr = 2e-2f;/' "$tmp/bad/examples/mlp.c"
-cmp -s examples/mlp.c "$tmp/bad/examples/mlp.c"; changed=$?
-readme_example_is_mlp "$tmp/bad"; rc=$?
-check "a planted violation is reported: examples/mlp.c no longer matches the README's block" $([ $changed != 0 ] && [ $rc != 0 ] && echo 0 || echo 1)
+printf '/* a line the README does not have */\n' >>"$tmp/bad/examples/mlp.c"
+readme_example_is_mlp "$tmp/bad"
+check "a planted violation is reported: examples/mlp.c no longer matches the README's block" $([ $? != 0 ] && echo 0 || echo 1)
 printf '\nCall `pdde_no_such_call()` first.\n' >>"$tmp/bad/README.md"
 undeclared_names "$tmp/bad" | grep -qx pdde_no_such_call
 check "a planted violation is reported: the README names a function no header declares" $?
