@@ -1386,7 +1386,8 @@ typedef struct {
      * in this rank's program; < the op's own index: freed at the end of the step) */
     double out_bytes;
     int last_use;
-    int on_device;           /* compute: 1 + the cluster device id it runs on when not its rank's; 0 = the rank's */
+    int placed;              /* compute: 1 = runs on placed_device (a placement target), not on its rank's device */
+    int placed_device;       /* with placed: the cluster device id */
     double softmax_bytes;    /* a fused attention: bytes of the causal softmax over its scores (and in the
                                 backward its gradient) it runs between its GEMMs, timed on the attention curve */
     int softmax_backward;    /* 1: softmax_bytes are an attention backward's, timed on the fused_attention_backward
