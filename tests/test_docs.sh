@@ -90,7 +90,7 @@ history_refs() {
     local root=$1; shift
     (cd "$root" && grep -nHiE 'shared/DESIGN|\.\./shared|DESIGN\.md|\bstop [0-9]+|\bissue [0-9]+|this stop|\bengineers\b' "$@" 2>/dev/null)
 }
-HISTORY_FILES="$(docs .) $( [ -f pdde_extension.h ] && echo pdde_extension.h)"
+HISTORY_FILES="$(docs .) pdde.h $( [ -f pdde_extension.h ] && echo pdde_extension.h)"
 
 # --- the checks on this tree
 for f in $(docs .); do

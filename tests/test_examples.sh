@@ -7,8 +7,9 @@
 . tests/script_util.sh examples
 TOL=1e-5   # measured: equal to the last printed digit (9 significant)
 
-# examples/X.c or examples/X.h cited in the READMEs
-listed=$(cat README.md examples/README.md | grep -oE 'examples/[A-Za-z0-9_]+\.[ch]\b' | sort -u)
+# examples/X.c or examples/X.h cited in the READMEs, and `X.c` / `X.h` in the index examples/README.md
+listed=$( { cat README.md examples/README.md | grep -oE 'examples/[A-Za-z0-9_]+\.[ch]\b';
+            grep -oE '`[A-Za-z0-9_]+\.[ch]`' examples/README.md | tr -d '`' | sed 's|^|examples/|'; } | sort -u)
 check "README.md and examples/README.md name examples ($(echo $listed | wc -w))" $([ -n "$listed" ] && echo 0 || echo 1)
 for f in $listed; do
     [ -f "$f" ]; check "$f, named in a README, exists" $?
