@@ -254,6 +254,7 @@ static pdde_status pdde_ocl_init(pdde_context *ctx, void **family, int *n_device
             f->cl.clGetDeviceInfo(ids[i], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
             f->cl.clGetDeviceInfo(ids[i], CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof mwg, &mwg, NULL);
             d->props.kind = (d->type & CL_DEVICE_TYPE_GPU) ? PDDE_DEVICE_GPU : PDDE_DEVICE_ACCEL;
+            d->props.on_host_cores = (d->type & CL_DEVICE_TYPE_CPU) != 0;
             snprintf(d->props.backend, sizeof d->props.backend, "opencl");
             d->props.memory_total = mem;
             d->props.compute_units = (int)cu;
