@@ -174,7 +174,7 @@ static pdde_status device_select_auto(pdde_context *ctx, const pdde_device_selec
             snprintf(why, sizeof why, "auto: the CPU, the only device%s", n > 1 ? " the cost model can time" : "");
     }
     *out = cand[best];
-    snprintf(out->why, sizeof out->why, "%s%s", why, skipped);
+    snprintf(out->why, sizeof out->why, "%.250s%.130s", why, skipped);
     return PDDE_OK;
 }
 
