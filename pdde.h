@@ -1878,6 +1878,18 @@ typedef struct {
 } pdde_device_choice;
 pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_params *params, pdde_device_choice *out);
 
+/* The devices `ranks` processes of a job on a one-machine cluster c train on, for the planner search
+ * (entry r: local rank r's, each timed on g as pdde_plan_devices_init_graph does): where the cost model
+ * predicts the machine's first accelerator (a device that is not a CPU) faster than its CPU for g, or
+ * there is no CPU, rank r on the r-th accelerator as pdde_device_select gives it, ranks beyond them
+ * on the CPU (extra data-parallel ranks: the search gives them their share or leaves them out), and
+ * the CPU a placement target beside each accelerator (place_*: the search places layers there where
+ * that pays); else every rank on the CPU and the first accelerator a placement target they share.
+ * A CPU's figures are a rank's (pdde-bench measures one rank's threads); a shared device's memory,
+ * and an accelerator's speed, are divided among the ranks on it. Free with pdde_plan_devices_free. */
+pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+                                           pdde_plan_devices *out);
+
 #ifdef __cplusplus
 }
 #endif
