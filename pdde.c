@@ -1241,7 +1241,8 @@ static char *host_bytes(const pdde_tensor *t) { return (char *)t->data + t->offs
  * inputs into its flat buffer (an allreduce's in place; a reduce-scatter's or gather's rank-major,
  * its result after them) and runs one collective, started early or blocking; each member copies its
  * part of the result out, the first one completing the bucket (waiting for it, or running it when
- * this run did not start it). Host memory only (lowering buckets nothing else). */
+ * this run did not start it). The bucket's buffer is host memory; members on a device are read into
+ * it through the device's stream (one synchronisation a bucket) and written back from it. */
 
 /* A member's input: the gradient it reduces, or the updated shard it gathers (its bucket is last). */
 static const pdde_tensor *bucket_member_input(const pdde_tensor *m) { return m->src[m->nsrc - 2]; }
@@ -1253,16 +1254,25 @@ static size_t bucket_result_at(pdde_session *s, const pdde_tensor *b) {
     return ranks * (size_t)bi->bucket_block * pdde_dtype_size(b->dtype);
 }
 
-static void bucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
+static pdde_status bucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
     const pdde_program_node *bi = node_info(s, b);
     size_t esz = pdde_dtype_size(b->dtype), block = (size_t)bi->bucket_block * esz;
     int n = b->op == PDDE_OP_REDUCE_SCATTER ? pdde_comm_size(s->axis_comm[bi->axis]) : 1; /* (blocks of dim 0: contiguous) */
-    for (pdde_tensor *m = bi->bucket_next; m; m = node_info(s, m)->bucket_next) {
+    session_device *dev = NULL; /* the members' device, when not the host */
+    pdde_status st = PDDE_OK;
+    for (pdde_tensor *m = bi->bucket_next; m && !st; m = node_info(s, m)->bucket_next) {
         pdde_tensor *x = (pdde_tensor *)bucket_member_input(m);
         if (s->bind) bind_micro(s, x, micro);
         size_t part = pdde_tensor_nbytes(x) / (size_t)n, at = (size_t)node_info(s, m)->bucket_offset * esz;
-        for (int r = 0; r < n; r++) memcpy(host_bytes(b) + (size_t)r * block + at, host_bytes(x) + (size_t)r * part, part);
+        session_device *sd = &s->devs[s->slot[x->id]];
+        if (!sd->host) dev = sd;
+        for (int r = 0; r < n && !st; r++) {
+            char *to = host_bytes(b) + (size_t)r * block + at;
+            if (sd->host) memcpy(to, host_bytes(x) + (size_t)r * part, part);
+            else st = sd->iface->read(sd->dev, sd->stream, x->data, x->offset + (size_t)r * part, to, part);
+        }
     }
+    return st || !dev ? st : device_sync(s, dev);
 }
 
 /* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
@@ -1273,7 +1283,8 @@ static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool s
     char *buf = host_bytes(b), *result = buf + bucket_result_at(s, b);
     pdde_comm_request **req = start ? (pdde_comm_request **)&s->requests[b->id] : NULL;
     pdde_reduce_op op = (pdde_reduce_op)bi->reduce;
-    bucket_pack(s, b, micro);
+    pdde_status st = bucket_pack(s, b, micro);
+    if (st) return st;
     s->gradient_collectives++;
     if (b->op == PDDE_OP_ALLREDUCE) return req ? pdde_comm_iallreduce(c, buf, buf, count, b->dtype, op, req) : pdde_comm_allreduce(c, buf, buf, count, b->dtype, op);
     if (b->op == PDDE_OP_REDUCE_SCATTER)
@@ -1322,13 +1333,19 @@ static pdde_status run_bucket_member(pdde_session *s, pdde_tensor *m, int micro)
     s->bucket_done[b->id] = true;
     size_t esz = pdde_dtype_size(m->dtype), at = (size_t)in->bucket_offset * esz, block = (size_t)node_info(s, b)->bucket_block * esz;
     const char *result = host_bytes(b) + bucket_result_at(s, b);
+    session_device *sd = &s->devs[s->slot[m->id]];
     if (m->op != PDDE_OP_ALLGATHER) {
-        memcpy(host_bytes(m), result + at, pdde_tensor_nbytes(m));
-        return PDDE_OK;
+        if (sd->host) memcpy(host_bytes(m), result + at, pdde_tensor_nbytes(m));
+        else st = sd->iface->write(sd->dev, sd->stream, m->data, m->offset, result + at, pdde_tensor_nbytes(m));
+    } else {
+        size_t part = pdde_tensor_nbytes(bucket_member_input(m)); /* (the gathered parameter: m's memory) */
+        for (int r = 0; r < pdde_comm_size(s->axis_comm[in->axis]) && !st; r++) {
+            if (sd->host) memcpy(host_bytes(m) + (size_t)r * part, result + (size_t)r * block + at, part);
+            else st = sd->iface->write(sd->dev, sd->stream, m->data, m->offset + (size_t)r * part, result + (size_t)r * block + at, part);
+        }
     }
-    size_t part = pdde_tensor_nbytes(bucket_member_input(m)); /* (the gathered parameter: m's memory) */
-    for (int r = 0; r < pdde_comm_size(s->axis_comm[in->axis]); r++) memcpy(host_bytes(m) + (size_t)r * part, result + (size_t)r * block + at, part);
-    return PDDE_OK;
+    /* (the bucket's buffer is reused once its members are out: a device's writes complete first) */
+    return st || sd->host ? st : device_sync(s, sd);
 }
 
 /* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
