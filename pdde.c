@@ -1106,6 +1106,7 @@ struct pdde_session {
     int gradient_collectives;   /* issued by the last run (pdde_session_gradient_collectives) */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
+    const struct session_collective_path *collective_path; /* how gradient buckets travel */
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
     session_device *comm_staging_dev;
@@ -1276,20 +1277,40 @@ static pdde_status bucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
 }
 
 /* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
-static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool start) {
+/* Bucket b's collective over its axis: started (*req kept) or, req NULL, blocking. */
+static pdde_status bucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_request **req) {
     const pdde_program_node *bi = node_info(s, b);
     pdde_comm *c = s->axis_comm[bi->axis];
     size_t count = (size_t)bi->bucket_block;
     char *buf = host_bytes(b), *result = buf + bucket_result_at(s, b);
-    pdde_comm_request **req = start ? (pdde_comm_request **)&s->requests[b->id] : NULL;
     pdde_reduce_op op = (pdde_reduce_op)bi->reduce;
-    pdde_status st = bucket_pack(s, b, micro);
-    if (st) return st;
-    s->gradient_collectives++;
     if (b->op == PDDE_OP_ALLREDUCE) return req ? pdde_comm_iallreduce(c, buf, buf, count, b->dtype, op, req) : pdde_comm_allreduce(c, buf, buf, count, b->dtype, op);
     if (b->op == PDDE_OP_REDUCE_SCATTER)
         return req ? pdde_comm_ireduce_scatter(c, buf, result, count, b->dtype, op, req) : pdde_comm_reduce_scatter(c, buf, result, count, b->dtype, op);
     return req ? pdde_comm_iallgather(c, buf, result, count, b->dtype, req) : pdde_comm_allgather(c, buf, result, count, b->dtype);
+}
+
+static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m);
+
+/* The collectives' path: how a gradient bucket is filled, reduced and emptied, whether its members
+ * live in host or device memory. The staged path is the only one: members on a device are read into
+ * the bucket's host buffer through the device's stream, pdde_comm's host collective runs on it, and
+ * the results are written back. A device-native implementation (NCCL: the collective on device
+ * memory on a stream of its own, its communicator bootstrapped through the store) fills the same
+ * three calls; the executor and the lowering do not change (comm/README.md). */
+typedef struct session_collective_path {
+    pdde_status (*pack)(pdde_session *s, pdde_tensor *bucket, int micro);            /* members' inputs in */
+    pdde_status (*collective)(pdde_session *s, pdde_tensor *bucket, pdde_comm_request **req); /* req NULL: blocking */
+    pdde_status (*unpack)(pdde_session *s, pdde_tensor *member);                     /* its part of the result out */
+} session_collective_path;
+static const session_collective_path collective_path_staged = {bucket_pack, bucket_collective, bucket_unpack};
+
+/* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
+static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool start) {
+    pdde_status st = s->collective_path->pack(s, b, micro);
+    if (st) return st;
+    s->gradient_collectives++;
+    return s->collective_path->collective(s, b, start ? (pdde_comm_request **)&s->requests[b->id] : NULL);
 }
 
 /* t's error st, what comm said after it (pdde_error formats before it stores: it may read its own text) */
@@ -1331,6 +1352,13 @@ static pdde_status run_bucket_member(pdde_session *s, pdde_tensor *m, int micro)
     }
     if (st) return bucket_error(s, m, b, st);
     s->bucket_done[b->id] = true;
+    return s->collective_path->unpack(s, m);
+}
+
+static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m) {
+    const pdde_program_node *in = node_info(s, m);
+    pdde_tensor *b = in->bucket;
+    pdde_status st = PDDE_OK;
     size_t esz = pdde_dtype_size(m->dtype), at = (size_t)in->bucket_offset * esz, block = (size_t)node_info(s, b)->bucket_block * esz;
     const char *result = host_bytes(b) + bucket_result_at(s, b);
     session_device *sd = &s->devs[s->slot[m->id]];
@@ -1847,6 +1875,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->world && (!(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)) ||
                                       !(s->bucket_done = calloc((size_t)s->prog->n + 1, sizeof *s->bucket_done))))
         st = pdde_error(g->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->collective_path = &collective_path_staged;
 #endif
     if (st == PDDE_OK) st = session_setup_micro(s);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
