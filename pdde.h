@@ -1408,7 +1408,8 @@ int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k);
 /* Checks ids (unique), spec indices, links (to devices that exist), numbers (finite, >= 0). ctx gets a
  * message naming the field path ("machines[1].devices[3].memory: ..."). */
 pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c);
-/* JSON (needs cJSON: PDDE_ERR_UNAVAILABLE in a build without it). Load errors are PDDE_ERR_CORRUPT
+/* JSON: reading needs cJSON (load and parse are PDDE_ERR_UNAVAILABLE in a build without it, naming
+ * the package); writing (save, to_json) needs nothing, byte for byte the same. Load errors are PDDE_ERR_CORRUPT
  * with the field path and what was expected; save writes the canonical form, which load reads back to
  * the same bytes (save(load(f)) == f for every file save wrote, and for tools/clusters/). */
 pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster **out);

@@ -207,7 +207,7 @@ static void test_validate(void) {
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[1].devices[2].spec"),
           "%s", pdde_last_error(ctx));
     char *s = NULL;
-    CHECK(!have_json || (pdde_cluster_to_json(ctx, c, &s) == PDDE_ERR_INVALID_ARG && !s), "a bad cluster was written");
+    CHECK(pdde_cluster_to_json(ctx, c, &s) == PDDE_ERR_INVALID_ARG && !s, "a bad cluster was written");
     c->machines[1].devices[2].spec = 1;
     c->specs[1].kind = (pdde_device_kind)7;
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "specs[1].kind"), "%s", pdde_last_error(ctx));
@@ -369,6 +369,36 @@ static void test_one_machine(void) {
     pdde_graph_free(g);
 }
 
+/* The writer (no library): strings escaped and numbers printed as cJSON does, so that they read back
+ * to the same bits (where cJSON is there to read them) and print the same text again; without cJSON
+ * the file is still written. */
+static void test_writer(void) {
+    pdde_cluster *c = make_cluster();
+    snprintf(c->name, sizeof c->name, "q\"b\\t\tn\nc\x01 \xc3\xa9");
+    static const double odd[] = {0.1, 1.0 / 3, 1e-300, 6.02214076e23, 4294967296.0, 2147483647.0, 2147483648.0, 123456789.123456789,
+                                 1e15 + 0.5, 5e-324}; /* (as with cJSON, 2^53 + 1 would print lossily: within epsilon at 15 digits) */
+    enum { N_ODD = sizeof odd / sizeof *odd };
+    c->specs[0].n_gemm = N_ODD;
+    for (int i = 0; i < N_ODD; i++) c->specs[0].gemm[i] = (pdde_gemm_point){PDDE_F32, 64 + i, 64, 64, odd[i]};
+    char *text = NULL, *again = NULL;
+    CHECK(pdde_cluster_to_json(ctx, c, &text) == PDDE_OK && text, "%s", pdde_last_error(ctx));
+    CHECK(text && strstr(text, "\"name\":\t\"q\\\"b\\\\t\\tn\\nc\\u0001 \xc3\xa9\""), "the name escaped as cJSON does:\n%.300s", text ? text : "");
+    CHECK(text && strstr(text, "\"flops\":\t0.1\n") && strstr(text, "\"flops\":\t0.33333333333333331\n") && strstr(text, "\"flops\":\t4294967296\n") &&
+          strstr(text, "\"flops\":\t2147483647\n") && strstr(text, "\"flops\":\t1e-300\n"), "numbers as cJSON prints them");
+    pdde_cluster *d = NULL;
+    if (have_json && text && pdde_cluster_parse(ctx, text, &d) == PDDE_OK) {
+        int same = !strcmp(d->name, c->name);
+        for (int i = 0; i < N_ODD; i++) same &= !memcmp(&d->specs[0].gemm[i].flops, &odd[i], sizeof odd[i]);
+        CHECK(same, "every number and the name read back to the same bits");
+        CHECK(pdde_cluster_to_json(ctx, d, &again) == PDDE_OK && !strcmp(text, again), "printed again the same");
+    } else if (have_json) {
+        CHECK(0, "the writer's text does not parse: %s", pdde_last_error(ctx));
+    }
+    pdde_cluster_free(d);
+    free(text), free(again);
+    pdde_cluster_free(c);
+}
+
 /* The search plans on a cluster file: a GPT (layers 0..5) on the mixed example cluster. The plan fits
  * every device it uses, and uses the fast devices: with 28 devices of 3 models, none gets a share it
  * could not hold. */
@@ -431,12 +461,15 @@ int main(void) {
     pdde_context_init(&cp, &ctx);
     char *probe = NULL;
     pdde_cluster *c = make_cluster();
-    have_json = pdde_cluster_to_json(ctx, c, &probe) != PDDE_ERR_UNAVAILABLE;
+    have_json = (pdde_features() & PDDE_FEATURE_CJSON) != 0; /* (reading: writing needs no library) */
+    CHECK(pdde_cluster_to_json(ctx, c, &probe) == PDDE_OK && probe && strstr(probe, "\"A100-like\""), "written with or without cJSON: %s",
+          pdde_last_error(ctx));
     test_validate();
     test_detect();
     test_plan_devices();
     test_plan_devices_graph();
     test_one_machine();
+    test_writer();
     if (!have_json) {
         test_skip("cjson", "the JSON tests: pdde was built without cJSON");
     } else {
