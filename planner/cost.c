@@ -162,10 +162,13 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
         /* a fused attention on the CPU: backends/cpu_attention.c runs the online softmax of each score
          * tile (scalar exps) between its tile GEMMs, at the causal softmax's cost. Device kernels fuse
          * it into their GEMM loops: PoCL's whole fused attention measured a third of what its causal
-         * softmax curve alone would give, so there the GEMMs stand for it. */
+         * softmax curve alone would give, so there the broader curves do not stand for it; a device's
+         * own fused-attention curve (pdde-bench: what the op takes beyond its GEMMs at the device's
+         * GEMM rate, which a kernel giving a thread a row makes most of the op) does. */
         double softmax = 0;
-        int a = cost_curve_class(s, op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION);
-        if (op->softmax_bytes > 0 && s->kind == PDDE_DEVICE_CPU && s->n_curve[a])
+        int own = op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
+        int a = s->kind == PDDE_DEVICE_CPU ? cost_curve_class(s, (pdde_op_class)own) : own;
+        if (op->softmax_bytes > 0 && s->n_curve[a])
             softmax = cost_curve_time(s->curve[a], s->n_curve[a], op->softmax_bytes);
         return flops / rate + softmax;
     }
