@@ -159,6 +159,7 @@ int main(void) {
         {"zero1_unbucketed", "dp=2,zero=1", -1, 0},
         {"zero1_buckets", "dp=2,zero=1", 0, 0},
         {"zero1_small", "dp=2,zero=1", 512, 1},
+        {"tp2", "tp=2", 0, 0}, /* pdde_plan_apply on a device: the vocab-parallel loss's layer on the CPU, the rest on OpenCL */
     };
     enum { N = sizeof configs / sizeof *configs };
     result res[N];
@@ -174,6 +175,9 @@ int main(void) {
         CHECK(!memcmp(a->losses, b->losses, sizeof a->losses), "%s: losses not %s's bit for bit", configs[same[k][0]].name, configs[same[k][1]].name);
         CHECK(a->param_hash == b->param_hash, "%s: parameters not %s's bit for bit", configs[same[k][0]].name, configs[same[k][1]].name);
     }
+    const result *tp = &res[N - 1];
+    test_diff d = test_diff_f32(tp->losses, res[0].losses, tp->ok ? STEPS : 0, 1e-3);
+    CHECK(tp->ok && tp->on_device && d.worst <= 1e-6, "tp=2 on the device: losses within 1e-6 of dp=2's: worst %.3g at step %zu", d.worst, d.index);
     /* what travelled: one collective a gradient, or a bucket; in backward unless at the update */
     CHECK(res[0].gradient_collectives == 6 && res[2].gradient_collectives == 1 && res[3].gradient_collectives == 5 && res[4].gradient_collectives == 1,
           "data-parallel collectives a step: %d, %d, %d, %d; want 6, 1, 5, 1", res[0].gradient_collectives, res[2].gradient_collectives,
