@@ -1107,6 +1107,8 @@ struct pdde_session {
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
     const struct session_collective_path *collective_path; /* how gradient buckets travel */
+    struct session_own_buffer { void *p; session_device *sd; bool pinned; } *own_buffers; /* device buckets' */
+    int n_own_buffers;
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
     session_device *comm_staging_dev;
@@ -1781,6 +1783,26 @@ static pdde_status session_allocate(pdde_session *s) {
             s->mem.transfer_bytes += pdde_tensor_nbytes(t) * (size_t)s->n_live + 1;
         }
     }
+#ifdef PDDE_HAVE_COMM
+    /* gradient buckets of device tensors: host buffers of their own, page-locked where the members'
+     * backend can give them (its copies then go by DMA), else malloc'ed */
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *b = s->order[i];
+        const pdde_program_node *bi = &s->prog->info[b->id];
+        if (!bi->own_buffer) continue;
+        struct session_own_buffer *more = realloc(s->own_buffers, (size_t)(s->n_own_buffers + 1) * sizeof *more);
+        if (!more) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
+        s->own_buffers = more;
+        struct session_own_buffer *ob = &more[s->n_own_buffers];
+        size_t n = pdde_tensor_nbytes(b);
+        ob->sd = &s->devs[s->slot[bucket_member_input(bi->bucket_next)->id]], ob->p = NULL;
+        ob->pinned = IFACE_HAS(ob->sd->iface, host_alloc) && ob->sd->iface->host_alloc(ob->sd->dev, n, &ob->p) == PDDE_OK && ob->p;
+        if (!ob->pinned && !(ob->p = malloc(n + 1))) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a bucket of %zu bytes)", n); break; }
+        s->n_own_buffers++;
+        b->data = ob->p, b->offset = 0;
+        s->mem.transfer_bytes += n + 1;
+    }
+#endif
     return st;
 }
 
@@ -1908,6 +1930,12 @@ void pdde_session_free(pdde_session *s) {
     drop_requests(s);
     drop_sends(s);
     comm_staging_free(s);
+    for (int i = 0; i < s->n_own_buffers; i++) {
+        struct session_own_buffer *ob = &s->own_buffers[i];
+        if (ob->pinned) ob->sd->iface->host_free(ob->sd->dev, ob->p);
+        else free(ob->p);
+    }
+    free(s->own_buffers);
     for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) pdde_comm_free(s->axis_comm[a]);
 #endif
     for (int d = 0; d < s->n_devs; d++) {
@@ -1967,6 +1995,7 @@ static unsigned mode_phases(pdde_run_mode mode) {
 
 /* Points t at micro-batch m's memory: an input at its slot m, an activation in arena m % n_live. */
 static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
+    if (s->prog->info[t->id].own_buffer) return; /* (a device bucket's buffer is its own) */
     pdde_tensor *r = storage_root(t);
     if (!is_persistent(r)) t->data = s->devs[s->slot[r->id]].arenas[m % s->n_live];
     else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * program_aligned_bytes(r);

@@ -842,7 +842,7 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
     B->device = on_device(L, f) ? 0 : f->device, B->phase = fi->early ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER, B->layer = fi->early ? b->last->layer : -1;
     bi->axis = axis, bi->dim = 0, bi->reduce = fi->reduce, bi->early = fi->early, bi->data_parallel = true;
     bi->bytes = (size_t)(f->op == PDDE_OP_REDUCE_SCATTER ? (int64_t)n * S : S) * pdde_dtype_size(f->dtype);
-    bi->bucket_members = b->n, bi->bucket_block = S, bi->bucket_next = f;
+    bi->bucket_members = b->n, bi->bucket_block = S, bi->bucket_next = f, bi->own_buffer = on_device(L, f);
     for (pdde_tensor *m = f; m; m = P->info[m->id].bucket_next) {
         P->info[m->id].bucket = B;
         m->src[m->nsrc++] = B;
