@@ -52,6 +52,14 @@ static void test_compute(void) {
     op.m = op.n = op.k = 256; /* between the two in log space, equally far: the mean rate */
     t = pdde_cost_compute_time(ctx, c, 1, &op);
     CHECK(test_close(t, 2.0 * 256 * 256 * 256 / 0.75e12, 1e-9, 0), "halfway: %g s", t);
+    /* bf16 at bf16's measured rate (pdde-bench measures both): 4x the f32 rate at this shape */
+    c->specs[0].gemm[c->specs[0].n_gemm++] = (pdde_gemm_point){PDDE_BF16, 1024, 1024, 1024, 4e12};
+    pdde_cost_op half = op;
+    half.m = half.n = half.k = 1024, half.dtype = PDDE_BF16;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 1, &half), 2.0 * 1024 * 1024 * 1024 / 4e12, 1e-12, 0), "a bf16 GEMM at the bf16 rate");
+    half.dtype = PDDE_F32;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 1, &half), 2.0 * 1024 * 1024 * 1024 / 1e12, 1e-12, 0), "an f32 GEMM at the f32 rate");
+    c->specs[0].n_gemm--;
     op.flops = 1e9; /* an explicit FLOP count with the shape's rate */
     op.m = op.n = op.k = 1024;
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3, 1e-12, 0), "explicit flops");
