@@ -162,8 +162,8 @@ $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 
 # (the tests that load them build them: test_plugin, and the conformance run through --plugin)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
-# (test_rank_devices runs gpt under pdde-run)
-$(BUILD)/test_rank_devices: $(BUILD)/gpt $(BUILD)/pdde-run
+# (test_rank_devices runs gpt, under pdde-run where comm is built)
+$(BUILD)/test_rank_devices: $(BUILD)/gpt $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
