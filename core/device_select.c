@@ -171,7 +171,7 @@ static pdde_status device_select_auto(pdde_context *ctx, const pdde_device_selec
                      "backend runs its own kernels on: no faster, and no measured figures say otherwise", host_cores, cand[host_i].index,
                      cand[host_i].name);
         else
-            snprintf(why, sizeof why, "auto: the CPU, the only device%s", n > 1 ? " the cost model can time" : "");
+            snprintf(why, sizeof why, "auto: the CPU, the only candidate%s", n > 1 ? " the cost model can time" : "");
     }
     *out = cand[best];
     snprintf(out->why, sizeof out->why, "%.250s%.130s", why, skipped);
