@@ -70,6 +70,9 @@ static pdde_status device_select_named(pdde_context *ctx, const char *backend, i
         device_choice_fill(ctx, backend, index, count, out);
         return PDDE_OK;
     }
+    /* the CPU is every local rank's: each runs its own threads on it (the host's cores are shared as
+     * the launcher's thread counts say) */
+    if (!strcmp(backend, "cpu")) share = 1;
     if (lr >= count && !share)
         return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "device '%s': local rank %d needs %s device %d, but this host has %d %s device%s: start "
                           "at most %d rank%s a host, or let ranks share devices (PDDE_DEVICE_SHARE=1; gpt --share-device)", backend, lr,

@@ -55,6 +55,10 @@ static void test_select(pdde_context *ctx, int n_ocl) {
     st = select_dev(ctx, "opencl", n_ocl, 0, NULL, &c);
     CHECK(st == PDDE_OK && c.index == 0 && c.shared, "PDDE_DEVICE_SHARE=1 shares too: st %d index %d", st, c.index);
     unsetenv("PDDE_DEVICE_SHARE");
+    /* the CPU is every local rank's */
+    st = select_dev(ctx, "cpu", 3, 0, NULL, &c);
+    CHECK(st == PDDE_OK && c.device == 0 && !strcmp(c.backend, "cpu"), "local rank 3 on the CPU: st %d device %d (%s)", st, c.device,
+          pdde_last_error(ctx));
     /* BACKEND:INDEX names a device whatever the local rank */
     st = select_dev(ctx, "opencl:1", 0, 0, NULL, &c);
     CHECK(st == PDDE_OK && c.index == 1, "opencl:1 is device 1: st %d index %d", st, c.index);
