@@ -1722,7 +1722,7 @@ void pdde_pipeline_stats_reset(pdde_pipeline *pl);
  *
  * The local rank comes from the launcher: PDDE_LOCAL_RANK (pdde-run), OMPI_COMM_WORLD_LOCAL_RANK
  * (Open MPI), SLURM_LOCALID (Slurm); 0 without one. More local ranks than devices is an error naming
- * the count, unless the ranks may share devices (local rank mod count). A named backend that is
+ * the count, unless the ranks may share devices (local rank mod count; the CPU is every rank's). A named backend that is
  * missing is PDDE_ERR_UNAVAILABLE naming what is missing (the driver library, or no device); an
  * unknown name PDDE_ERR_INVALID_ARG. "auto" takes the CPU or, of every other family, this local
  * rank's device: the one the cost model predicts fastest for graph where it can time them all
