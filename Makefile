@@ -164,6 +164,8 @@ $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 # (test_examples checks that make built every example and runs mlp_dp under pdde-run)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
+# (test_rank_devices runs gpt, under pdde-run where comm is built)
+$(BUILD)/test_rank_devices: $(BUILD)/gpt $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)

@@ -1106,6 +1106,9 @@ struct pdde_session {
     int gradient_collectives;   /* issued by the last run (pdde_session_gradient_collectives) */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
+    const struct session_collective_path *collective_path; /* how gradient buckets travel */
+    struct session_own_buffer { void *p; session_device *sd; bool pinned; } *own_buffers; /* device buckets' */
+    int n_own_buffers;
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
     session_device *comm_staging_dev;
@@ -1241,7 +1244,8 @@ static char *host_bytes(const pdde_tensor *t) { return (char *)t->data + t->offs
  * inputs into its flat buffer (an allreduce's in place; a reduce-scatter's or gather's rank-major,
  * its result after them) and runs one collective, started early or blocking; each member copies its
  * part of the result out, the first one completing the bucket (waiting for it, or running it when
- * this run did not start it). Host memory only (lowering buckets nothing else). */
+ * this run did not start it). The bucket's buffer is host memory; members on a device are read into
+ * it through the device's stream (one synchronisation a bucket) and written back from it. */
 
 /* A member's input: the gradient it reduces, or the updated shard it gathers (its bucket is last). */
 static const pdde_tensor *bucket_member_input(const pdde_tensor *m) { return m->src[m->nsrc - 2]; }
@@ -1253,32 +1257,62 @@ static size_t bucket_result_at(pdde_session *s, const pdde_tensor *b) {
     return ranks * (size_t)bi->bucket_block * pdde_dtype_size(b->dtype);
 }
 
-static void bucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
+static pdde_status bucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
     const pdde_program_node *bi = node_info(s, b);
     size_t esz = pdde_dtype_size(b->dtype), block = (size_t)bi->bucket_block * esz;
     int n = b->op == PDDE_OP_REDUCE_SCATTER ? pdde_comm_size(s->axis_comm[bi->axis]) : 1; /* (blocks of dim 0: contiguous) */
-    for (pdde_tensor *m = bi->bucket_next; m; m = node_info(s, m)->bucket_next) {
+    session_device *dev = NULL; /* the members' device, when not the host */
+    pdde_status st = PDDE_OK;
+    for (pdde_tensor *m = bi->bucket_next; m && !st; m = node_info(s, m)->bucket_next) {
         pdde_tensor *x = (pdde_tensor *)bucket_member_input(m);
         if (s->bind) bind_micro(s, x, micro);
         size_t part = pdde_tensor_nbytes(x) / (size_t)n, at = (size_t)node_info(s, m)->bucket_offset * esz;
-        for (int r = 0; r < n; r++) memcpy(host_bytes(b) + (size_t)r * block + at, host_bytes(x) + (size_t)r * part, part);
+        session_device *sd = &s->devs[s->slot[x->id]];
+        if (!sd->host) dev = sd;
+        for (int r = 0; r < n && !st; r++) {
+            char *to = host_bytes(b) + (size_t)r * block + at;
+            if (sd->host) memcpy(to, host_bytes(x) + (size_t)r * part, part);
+            else st = sd->iface->read(sd->dev, sd->stream, x->data, x->offset + (size_t)r * part, to, part);
+        }
     }
+    return st || !dev ? st : device_sync(s, dev);
 }
 
 /* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
-static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool start) {
+/* Bucket b's collective over its axis: started (*req kept) or, req NULL, blocking. */
+static pdde_status bucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_request **req) {
     const pdde_program_node *bi = node_info(s, b);
     pdde_comm *c = s->axis_comm[bi->axis];
     size_t count = (size_t)bi->bucket_block;
     char *buf = host_bytes(b), *result = buf + bucket_result_at(s, b);
-    pdde_comm_request **req = start ? (pdde_comm_request **)&s->requests[b->id] : NULL;
     pdde_reduce_op op = (pdde_reduce_op)bi->reduce;
-    bucket_pack(s, b, micro);
-    s->gradient_collectives++;
     if (b->op == PDDE_OP_ALLREDUCE) return req ? pdde_comm_iallreduce(c, buf, buf, count, b->dtype, op, req) : pdde_comm_allreduce(c, buf, buf, count, b->dtype, op);
     if (b->op == PDDE_OP_REDUCE_SCATTER)
         return req ? pdde_comm_ireduce_scatter(c, buf, result, count, b->dtype, op, req) : pdde_comm_reduce_scatter(c, buf, result, count, b->dtype, op);
     return req ? pdde_comm_iallgather(c, buf, result, count, b->dtype, req) : pdde_comm_allgather(c, buf, result, count, b->dtype);
+}
+
+static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m);
+
+/* The collectives' path: how a gradient bucket is filled, reduced and emptied, whether its members
+ * live in host or device memory. The staged path is the only one: members on a device are read into
+ * the bucket's host buffer through the device's stream, pdde_comm's host collective runs on it, and
+ * the results are written back. A device-native implementation (NCCL: the collective on device
+ * memory on a stream of its own, its communicator bootstrapped through the store) fills the same
+ * three calls; the executor and the lowering do not change (comm/README.md). */
+typedef struct session_collective_path {
+    pdde_status (*pack)(pdde_session *s, pdde_tensor *bucket, int micro);            /* members' inputs in */
+    pdde_status (*collective)(pdde_session *s, pdde_tensor *bucket, pdde_comm_request **req); /* req NULL: blocking */
+    pdde_status (*unpack)(pdde_session *s, pdde_tensor *member);                     /* its part of the result out */
+} session_collective_path;
+static const session_collective_path collective_path_staged = {bucket_pack, bucket_collective, bucket_unpack};
+
+/* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
+static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool start) {
+    pdde_status st = s->collective_path->pack(s, b, micro);
+    if (st) return st;
+    s->gradient_collectives++;
+    return s->collective_path->collective(s, b, start ? (pdde_comm_request **)&s->requests[b->id] : NULL);
 }
 
 /* t's error st, what comm said after it (pdde_error formats before it stores: it may read its own text) */
@@ -1320,15 +1354,28 @@ static pdde_status run_bucket_member(pdde_session *s, pdde_tensor *m, int micro)
     }
     if (st) return bucket_error(s, m, b, st);
     s->bucket_done[b->id] = true;
+    return s->collective_path->unpack(s, m);
+}
+
+static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m) {
+    const pdde_program_node *in = node_info(s, m);
+    pdde_tensor *b = in->bucket;
+    pdde_status st = PDDE_OK;
     size_t esz = pdde_dtype_size(m->dtype), at = (size_t)in->bucket_offset * esz, block = (size_t)node_info(s, b)->bucket_block * esz;
     const char *result = host_bytes(b) + bucket_result_at(s, b);
+    session_device *sd = &s->devs[s->slot[m->id]];
     if (m->op != PDDE_OP_ALLGATHER) {
-        memcpy(host_bytes(m), result + at, pdde_tensor_nbytes(m));
-        return PDDE_OK;
+        if (sd->host) memcpy(host_bytes(m), result + at, pdde_tensor_nbytes(m));
+        else st = sd->iface->write(sd->dev, sd->stream, m->data, m->offset, result + at, pdde_tensor_nbytes(m));
+    } else {
+        size_t part = pdde_tensor_nbytes(bucket_member_input(m)); /* (the gathered parameter: m's memory) */
+        for (int r = 0; r < pdde_comm_size(s->axis_comm[in->axis]) && !st; r++) {
+            if (sd->host) memcpy(host_bytes(m) + (size_t)r * part, result + (size_t)r * block + at, part);
+            else st = sd->iface->write(sd->dev, sd->stream, m->data, m->offset + (size_t)r * part, result + (size_t)r * block + at, part);
+        }
     }
-    size_t part = pdde_tensor_nbytes(bucket_member_input(m)); /* (the gathered parameter: m's memory) */
-    for (int r = 0; r < pdde_comm_size(s->axis_comm[in->axis]); r++) memcpy(host_bytes(m) + (size_t)r * part, result + (size_t)r * block + at, part);
-    return PDDE_OK;
+    /* (the bucket's buffer is reused once its members are out: a device's writes complete first) */
+    return st || sd->host ? st : device_sync(s, sd);
 }
 
 /* COMM_WAIT completes the collective it reads (started early: overlap_gradient_reductions); if the
@@ -1736,6 +1783,26 @@ static pdde_status session_allocate(pdde_session *s) {
             s->mem.transfer_bytes += pdde_tensor_nbytes(t) * (size_t)s->n_live + 1;
         }
     }
+#ifdef PDDE_HAVE_COMM
+    /* gradient buckets of device tensors: host buffers of their own, page-locked where the members'
+     * backend can give them (its copies then go by DMA), else malloc'ed */
+    for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
+        pdde_tensor *b = s->order[i];
+        const pdde_program_node *bi = &s->prog->info[b->id];
+        if (!bi->own_buffer) continue;
+        struct session_own_buffer *more = realloc(s->own_buffers, (size_t)(s->n_own_buffers + 1) * sizeof *more);
+        if (!more) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory"); break; }
+        s->own_buffers = more;
+        struct session_own_buffer *ob = &more[s->n_own_buffers];
+        size_t n = pdde_tensor_nbytes(b);
+        ob->sd = &s->devs[s->slot[bucket_member_input(bi->bucket_next)->id]], ob->p = NULL;
+        ob->pinned = IFACE_HAS(ob->sd->iface, host_alloc) && ob->sd->iface->host_alloc(ob->sd->dev, n, &ob->p) == PDDE_OK && ob->p;
+        if (!ob->pinned && !(ob->p = malloc(n + 1))) { st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (a bucket of %zu bytes)", n); break; }
+        s->n_own_buffers++;
+        b->data = ob->p, b->offset = 0;
+        s->mem.transfer_bytes += n + 1;
+    }
+#endif
     return st;
 }
 
@@ -1830,6 +1897,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK && s->world && (!(s->requests = calloc((size_t)s->prog->n + 1, sizeof *s->requests)) ||
                                       !(s->bucket_done = calloc((size_t)s->prog->n + 1, sizeof *s->bucket_done))))
         st = pdde_error(g->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->collective_path = &collective_path_staged;
 #endif
     if (st == PDDE_OK) st = session_setup_micro(s);
     if (st == PDDE_OK) st = session_plan_memory(s, !p.no_memory_reuse);
@@ -1862,6 +1930,12 @@ void pdde_session_free(pdde_session *s) {
     drop_requests(s);
     drop_sends(s);
     comm_staging_free(s);
+    for (int i = 0; i < s->n_own_buffers; i++) {
+        struct session_own_buffer *ob = &s->own_buffers[i];
+        if (ob->pinned) ob->sd->iface->host_free(ob->sd->dev, ob->p);
+        else free(ob->p);
+    }
+    free(s->own_buffers);
     for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++) pdde_comm_free(s->axis_comm[a]);
 #endif
     for (int d = 0; d < s->n_devs; d++) {
@@ -1921,6 +1995,7 @@ static unsigned mode_phases(pdde_run_mode mode) {
 
 /* Points t at micro-batch m's memory: an input at its slot m, an activation in arena m % n_live. */
 static void bind_micro(pdde_session *s, pdde_tensor *t, int m) {
+    if (s->prog->info[t->id].own_buffer) return; /* (a device bucket's buffer is its own) */
     pdde_tensor *r = storage_root(t);
     if (!is_persistent(r)) t->data = s->devs[s->slot[r->id]].arenas[m % s->n_live];
     else if ((r->flags & PDDE_TENSOR_INPUT) && s->n_micro > 1) t->offset = s->input_base[r->id] + (size_t)m * program_aligned_bytes(r);
@@ -2561,6 +2636,7 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
 #include "core/checkpoint.c"
 #include "core/data.c"
 #include "core/plan_apply.c"
+#include "core/device_select.c"
 #include "core/ps_worker.c"
 
 #include "core/pipeline.c"

@@ -680,6 +680,7 @@ typedef struct {
     int compute_units;
     double peak_flops_f32;   /* FLOP/s, measured or from the vendor; 0 = unknown */
     double mem_bandwidth;    /* B/s; 0 = unknown */
+    int on_host_cores;       /* 1: it computes on this host's CPU cores (an OpenCL CPU device such as PoCL's) */
 } pdde_device_props;
 
 int pdde_device_count(pdde_context *ctx);
@@ -1306,7 +1307,8 @@ int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k);
 /* Checks ids (unique), spec indices, links (to devices that exist), numbers (finite, >= 0). ctx gets a
  * message naming the field path ("machines[1].devices[3].memory: ..."). */
 pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c);
-/* JSON (needs cJSON: PDDE_ERR_UNAVAILABLE in a build without it). Load errors are PDDE_ERR_CORRUPT
+/* JSON: reading needs cJSON (load and parse are PDDE_ERR_UNAVAILABLE in a build without it, naming
+ * the package); writing (save, to_json) needs nothing, byte for byte the same. Load errors are PDDE_ERR_CORRUPT
  * with the field path and what was expected; save writes the canonical form, which load reads back to
  * the same bytes (save(load(f)) == f for every file save wrote, and for tools/clusters/). */
 pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster **out);
@@ -1709,6 +1711,58 @@ pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n);
 void pdde_pipeline_stats_get(const pdde_pipeline *pl, pdde_pipeline_stats *out);
 /* Zeroes the counters (after warm-up batches); the sizing stays. */
 void pdde_pipeline_stats_reset(pdde_pipeline *pl);
+
+/* ---------------------------------------------------------------------------------------------------
+ * A rank's device (core/device_select.c), as torchrun users expect: rank r of a host trains on that
+ * host's r-th device of the backend the user names; pass choice.device as pdde_session_params.device
+ * and the whole step (embedding, head, loss, optimizer) runs there.
+ *
+ *     pdde_device_select_params dp = PDDE_DEVICE_SELECT_PARAMS_INIT;  dp.backend = "cuda";
+ *     pdde_device_choice c;  pdde_device_select(ctx, &dp, &c);   sp.device = c.device;
+ *
+ * The local rank comes from the launcher: PDDE_LOCAL_RANK (pdde-run), OMPI_COMM_WORLD_LOCAL_RANK
+ * (Open MPI), SLURM_LOCALID (Slurm); 0 without one. More local ranks than devices is an error naming
+ * the count, unless the ranks may share devices (local rank mod count; the CPU is every rank's). A named backend that is
+ * missing is PDDE_ERR_UNAVAILABLE naming what is missing (the driver library, or no device); an
+ * unknown name PDDE_ERR_INVALID_ARG. "auto" takes the CPU or, of every other family, this local
+ * rank's device: the one the cost model predicts fastest for graph where it can time them all
+ * (cluster's measured figures, or peak figures), else a GPU (or an accelerator of its own) over the
+ * CPU; a device computing on the host's own CPU cores (PoCL) is not taken over the CPU without a
+ * measurement saying it is faster. choice.why says how the device was chosen, in one line. */
+typedef struct {
+    const char *backend;          /* "cuda", "opencl", "level_zero", "cpu", a plugin's family, BACKEND:INDEX (that
+                                     device, whatever the local rank) or "auto"; NULL = $PDDE_DEVICE, else "auto" */
+    const int *local_rank;        /* this process's index among its host's ranks; NULL = the launcher's */
+    int share;                    /* 1: ranks may share devices; 0 = only when $PDDE_DEVICE_SHARE is 1 */
+    const pdde_graph *graph;      /* auto: the training step (forward, backward, optimizer) the cost model
+                                     times on each candidate; NULL = by kind */
+    const pdde_cluster *cluster;  /* auto: measured figures (pdde-bench's file of this machine: device ids are
+                                     device indices); NULL = the backends' peak figures */
+} pdde_device_select_params;
+#define PDDE_DEVICE_SELECT_PARAMS_INIT {NULL, NULL, 0, NULL, NULL}
+
+typedef struct {
+    int device;                   /* global index (pdde_device_count): pdde_session_params.device */
+    int local_rank;               /* the local rank it was chosen for */
+    int index, count;             /* its index among its family's devices on this host, and their count */
+    int shared;                   /* 1: other local ranks take it too */
+    char backend[16];
+    char name[128];
+    char why[384];                /* one line: how it was chosen */
+} pdde_device_choice;
+pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_params *params, pdde_device_choice *out);
+
+/* The devices `ranks` processes of a job on a one-machine cluster c train on, for the planner search
+ * (entry r: local rank r's, each timed on g as pdde_plan_devices_init_graph does): where the cost model
+ * predicts the machine's first accelerator (a device that is not a CPU) faster than its CPU for g, or
+ * there is no CPU, rank r on the r-th accelerator as pdde_device_select gives it, ranks beyond them
+ * on the CPU (extra data-parallel ranks: the search gives them their share or leaves them out), and
+ * the CPU a placement target beside each accelerator (place_*: the search places layers there where
+ * that pays); else every rank on the CPU and the first accelerator a placement target they share.
+ * A CPU's figures are a rank's (pdde-bench measures one rank's threads); a shared device's memory,
+ * and an accelerator's speed, are divided among the ranks on it. Free with pdde_plan_devices_free. */
+pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+                                           pdde_plan_devices *out);
 
 #ifdef __cplusplus
 }

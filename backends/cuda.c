@@ -66,6 +66,8 @@ typedef struct {
     pcu_result (*MemGetInfo)(size_t *, size_t *);
     pcu_result (*MemAlloc)(pcu_ptr *, size_t);
     pcu_result (*MemFree)(pcu_ptr);
+    pcu_result (*MemHostAlloc)(void **, size_t, unsigned);
+    pcu_result (*MemFreeHost)(void *);
     pcu_result (*MemcpyHtoDAsync)(pcu_ptr, const void *, size_t, pcu_cstream);
     pcu_result (*MemcpyDtoHAsync)(void *, pcu_ptr, size_t, pcu_cstream);
     pcu_result (*MemcpyDtoDAsync)(pcu_ptr, pcu_ptr, size_t, pcu_cstream);
@@ -101,6 +103,8 @@ static const struct { const char *name; size_t off; } pcu_syms[] = {
     PCU_SYM(MemGetInfo, "cuMemGetInfo_v2"),
     PCU_SYM(MemAlloc, "cuMemAlloc_v2"),
     PCU_SYM(MemFree, "cuMemFree_v2"),
+    PCU_SYM(MemHostAlloc, "cuMemHostAlloc"),
+    PCU_SYM(MemFreeHost, "cuMemFreeHost"),
     PCU_SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
     PCU_SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
     PCU_SYM(MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"),
@@ -455,6 +459,23 @@ static void pcu_buffer_free(void *dev, void *handle) {
     d->fam->cu.MemFree((pcu_ptr)(uintptr_t)handle);
 }
 
+/* Page-locked host memory (portable: any context may copy from it), for staging collectives: the
+ * driver copies it by DMA, without a bounce through its own pinned buffer. */
+static pdde_status pcu_host_alloc(void *dev, size_t nbytes, void **ptr) {
+    pcu_dev *d = dev;
+    *ptr = NULL;
+    int st = pcu_bind(d);
+    if (st) return st;
+    pcu_result r = d->fam->cu.MemHostAlloc(ptr, nbytes ? nbytes : 4, 1 /* CU_MEMHOSTALLOC_PORTABLE */);
+    if (r != PCU_SUCCESS) return *ptr = NULL, pcu_fail(d->fam, r, "cuMemHostAlloc", nbytes);
+    return PDDE_OK;
+}
+
+static void pcu_host_free(void *dev, void *ptr) {
+    pcu_dev *d = dev;
+    if (ptr && !pcu_bind(d)) d->fam->cu.MemFreeHost(ptr);
+}
+
 static pcu_stream *pcu_st(pcu_dev *d, void *stream) { return stream ? (pcu_stream *)stream : d->default_stream; }
 
 static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offset, const void *src, size_t n) {
@@ -689,6 +710,8 @@ const pdde_backend_iface pdde_backend_cuda = {
     .event_record = pcu_event_record,
     .event_sync = pcu_event_sync,
     .stream_wait_event = pcu_stream_wait_event,
+    .host_alloc = pcu_host_alloc,
+    .host_free = pcu_host_free,
     .compute_group = pcu_compute_group,
 };
 

@@ -80,6 +80,9 @@
     X(cl_int, clEnqueueBarrierWithWaitList, (cl_command_queue, cl_uint, const cl_event *, cl_event *))      \
     X(cl_int, clFlush, (cl_command_queue))                                                                  \
     X(cl_int, clFinish, (cl_command_queue))                                                                 \
+    X(void *, clEnqueueMapBuffer,                                                                           \
+      (cl_command_queue, cl_mem, cl_bool, cl_map_flags, size_t, size_t, cl_uint, const cl_event *, cl_event *, cl_int *)) \
+    X(cl_int, clEnqueueUnmapMemObject, (cl_command_queue, cl_mem, void *, cl_uint, const cl_event *, cl_event *)) \
     X(cl_int, clWaitForEvents, (cl_uint, const cl_event *))                                                 \
     X(cl_int, clReleaseEvent, (cl_event))
 
@@ -254,6 +257,7 @@ static pdde_status pdde_ocl_init(pdde_context *ctx, void **family, int *n_device
             f->cl.clGetDeviceInfo(ids[i], CL_DEVICE_MAX_COMPUTE_UNITS, sizeof cu, &cu, NULL);
             f->cl.clGetDeviceInfo(ids[i], CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof mwg, &mwg, NULL);
             d->props.kind = (d->type & CL_DEVICE_TYPE_GPU) ? PDDE_DEVICE_GPU : PDDE_DEVICE_ACCEL;
+            d->props.on_host_cores = (d->type & CL_DEVICE_TYPE_CPU) != 0;
             snprintf(d->props.backend, sizeof d->props.backend, "opencl");
             d->props.memory_total = mem;
             d->props.compute_units = (int)cu;
@@ -409,6 +413,39 @@ static pdde_status pdde_ocl_buffer_alloc(void *dev, size_t nbytes, void **handle
 static void pdde_ocl_buffer_free(void *dev, void *handle) {
     pdde_ocl_device *d = dev;
     if (handle) d->fam->cl.clReleaseMemObject((cl_mem)handle);
+}
+
+/* Host memory the runtime can copy by DMA (pinned where it pins): a CL_MEM_ALLOC_HOST_PTR buffer,
+ * mapped for good. The buffer handle sits in the 64 bytes before the pointer returned. */
+#define PDDE_OCL_HOST_HEADER 64
+static pdde_status pdde_ocl_host_alloc(void *dev, size_t nbytes, void **ptr) {
+    pdde_ocl_device *d = dev;
+    *ptr = NULL;
+    pdde_status st = pdde_ocl_prepare(d);
+    if (st != PDDE_OK) return st;
+    cl_int e = CL_SUCCESS;
+    size_t total = nbytes + PDDE_OCL_HOST_HEADER;
+    cl_mem m = d->fam->cl.clCreateBuffer(d->cl, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, total, NULL, &e);
+    if (!m) return pdde_ocl_fail(d, e, "clCreateBuffer (host staging)");
+    char *p = d->fam->cl.clEnqueueMapBuffer(d->def.q, m, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, total, 0, NULL, NULL, &e);
+    if (!p) {
+        d->fam->cl.clReleaseMemObject(m);
+        return pdde_ocl_fail(d, e, "clEnqueueMapBuffer (host staging)");
+    }
+    memcpy(p, &m, sizeof m);
+    *ptr = p + PDDE_OCL_HOST_HEADER;
+    return PDDE_OK;
+}
+
+static void pdde_ocl_host_free(void *dev, void *ptr) {
+    pdde_ocl_device *d = dev;
+    if (!ptr) return;
+    char *p = (char *)ptr - PDDE_OCL_HOST_HEADER;
+    cl_mem m;
+    memcpy(&m, p, sizeof m);
+    d->fam->cl.clEnqueueUnmapMemObject(d->def.q, m, p, 0, NULL, NULL);
+    d->fam->cl.clFinish(d->def.q);
+    d->fam->cl.clReleaseMemObject(m);
 }
 
 static pdde_ocl_stream *pdde_ocl_st(pdde_ocl_device *d, void *stream) {
@@ -653,6 +690,8 @@ const pdde_backend_iface pdde_backend_opencl = {
     .event_record = pdde_ocl_event_record,
     .event_sync = pdde_ocl_event_sync,
     .stream_wait_event = pdde_ocl_stream_wait_event,
+    .host_alloc = pdde_ocl_host_alloc,
+    .host_free = pdde_ocl_host_free,
     .compute_group = pdde_ocl_compute_group,
 };
 

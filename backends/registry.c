@@ -186,6 +186,7 @@ PDDE_PRIVATE pdde_status registry_device_get(pdde_context *ctx, pdde_registry *r
 PDDE_PRIVATE pdde_status registry_device_props(const pdde_registry *r, int device, pdde_device_props *out) {
     if (device < 0 || device >= r->n_devices) return PDDE_ERR_INVALID_ARG;
     const registry_family *f = &r->families[r->devices[device].family];
+    memset(out, 0, sizeof *out); /* (a plugin built before a field was appended leaves it 0) */
     return f->iface->device_props(f->family, r->devices[device].index, out);
 }
 

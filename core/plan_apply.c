@@ -60,8 +60,15 @@ int pdde_plan_layer_recomputed(const pdde_plan *p, int n_layers, int layer) {
  * first device of backend p->place, the others -1 (the rank's own). With stages, each stage's
  * session places those of its layers (the others are not on its rank). */
 static pdde_status plan_apply_placement(pdde_graph *g, const pdde_plan *p, int L, int **out) {
-    int dev = pdde_device_find(g->ctx, p->place, 0);
-    if (dev < 0) return pdde_error(g->ctx, PDDE_ERR_NOT_FOUND, "plan apply: place=%s: this process has no device of backend %s (see pdde-info)", p->place, p->place);
+    /* this local rank's device of that backend; a host with fewer than its ranks shares them (the
+     * planner placed layers there knowing the machine) */
+    pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
+    pdde_device_choice c;
+    ds.backend = p->place, ds.share = 1;
+    if (pdde_device_select(g->ctx, &ds, &c))
+        return pdde_error(g->ctx, PDDE_ERR_NOT_FOUND, "plan apply: place=%s: this process has no device of backend %s (see pdde-info): %s", p->place,
+                          p->place, pdde_last_error(g->ctx));
+    int dev = c.device;
     if (p->chunks != 1)
         return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "plan apply: place=%s places layers of one run per stage (chunks 1), not %d chunks",
                           p->place, p->chunks);
@@ -69,6 +76,21 @@ static pdde_status plan_apply_placement(pdde_graph *g, const pdde_plan *p, int L
     if (!d) return pdde_error(g->ctx, PDDE_ERR_OOM, "plan apply: out of memory");
     for (int l = 0; l < L; l++) d[l] = pdde_plan_layer_on_device(p, L, l) ? dev : -1;
     *out = d;
+    return PDDE_OK;
+}
+
+/* Under tensor parallelism on a device: the layers holding an embedding or a cross-entropy (their
+ * vocab-parallel forms are the CPU's) on the CPU, the others (-1) on the rank's device. Fills *layers
+ * (kept, when placement made it) or makes it. */
+static pdde_status plan_apply_vocab_on_cpu(pdde_graph *g, int L, int **layers) {
+    int *d = *layers ? *layers : malloc((size_t)L * sizeof *d);
+    if (!d) return pdde_error(g->ctx, PDDE_ERR_OOM, "plan apply: out of memory");
+    for (int l = 0; l < L && !*layers; l++) d[l] = -1;
+    for (int i = 0; i < g->n; i++) {
+        const pdde_tensor *t = g->nodes[i];
+        if ((t->op == PDDE_OP_EMBEDDING || t->op == PDDE_OP_CROSS_ENTROPY) && t->layer >= 0 && t->layer < L) d[t->layer] = 0;
+    }
+    *layers = d;
     return PDDE_OK;
 }
 
@@ -128,8 +150,18 @@ pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *l
     if (st || !out) return st;
     pdde_session_params sp = params ? *params : (pdde_session_params)PDDE_SESSION_PARAMS_INIT;
     sp.pipeline_schedule = p->schedule, sp.comm_dtype = p->comm_dtype;
+    if (!params) { /* the rank's device: $PDDE_DEVICE, else the one the cost model predicts fastest for g */
+        pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
+        pdde_device_choice c;
+        ds.graph = g;
+        if ((st = pdde_device_select(g->ctx, &ds, &c))) return st;
+        sp.device = c.device;
+    }
     int *layer_devices = NULL;
     if (p->place[0] && (st = plan_apply_placement(g, p, L, &layer_devices))) return st;
+    if (!st && !sp.layer_devices && p->tp > 1 && !registry_device_is_host(g->ctx->registry, sp.device) &&
+        (st = plan_apply_vocab_on_cpu(g, L, &layer_devices)))
+        return st;
     if (layer_devices) sp.layer_devices = layer_devices, sp.n_layer_devices = L;
     st = pdde_session_init(g, &sp, out);
     free(layer_devices); /* (read while the session lowers its program) */

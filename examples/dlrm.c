@@ -173,8 +173,14 @@ int main(int argc, char **argv) {
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     int layer_dev[2] = {0, 0};
     if (!st && o.dense_on) {
-        layer_dev[1] = pdde_device_find(ctx, o.dense_on, 0);
-        if (layer_dev[1] < 0) st = pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "no %s device (./build/pdde-info lists them)", o.dense_on);
+        /* this rank's device of that backend (its local rank's; shared where the host has fewer) */
+        pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
+        pdde_device_choice dc;
+        ds.backend = o.dense_on, ds.share = 1;
+        if (!(st = pdde_device_select(ctx, &ds, &dc))) {
+            layer_dev[1] = dc.device;
+            printf("dlrm: the dense layers on device %d, %s:%d (%s): %s\n", dc.device, dc.backend, dc.index, dc.name, dc.why);
+        }
         sp.layer_devices = layer_dev, sp.n_layer_devices = 2;
     }
     if (!st) st = pdde_session_init(g, &sp, &s);

@@ -3,6 +3,7 @@
  *
  *   ./build/gpt                                   # small model on a fortunes file, all CPU threads
  *   ./build/gpt --data corpus.txt --layers 6 --width 256 --steps 2000 --ckpt-dir ckpt --resume
+ *   ./build/gpt --device cuda                     # the whole step on the GPU (under pdde-run: each rank its own)
  *   ./build/gpt --blocks-on opencl                # embedding/head on the CPU, the blocks on OpenCL
  *   ./build/gpt --recompute                       # recompute the blocks in backward: less activation memory
  *   ./build/pdde-run -n 2 ./build/gpt --dp 2 --zero 1   # data parallel on 2 ranks, ZeRO-1
@@ -23,10 +24,10 @@
 typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
-    int stop_after, reschedule;
+    int stop_after, reschedule, share_device;
     float lr, weight_decay, clip;
     uint64_t seed;
-    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics;
+    const char *data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
     pdde_plan parsed_plan; /* --plan: its stage cuts */
 } options;
@@ -45,6 +46,10 @@ static void usage(FILE *f) {
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
             "                              checkpoint's, which a resumed run keeps by default)\n"
+            "           [--device cuda|opencl|level_zero|cpu|auto|BACKEND:N]   (where the whole step runs; default\n"
+            "                              $PDDE_DEVICE, else auto: the device the cost model predicts fastest. Under a\n"
+            "                              launcher each rank takes its local rank's device of the backend)\n"
+            "           [--share-device]   (more ranks on a host than devices: they share them, local rank mod count)\n"
             "           [--recompute] [--blocks-on BACKEND] [--dp N] [--tp N] [--pp N] [--zero 0-3]   (run under pdde-run -n dp*tp*pp)\n"
             "           [--micro N] [--gpipe]   (micro-batches per step; pipeline schedule GPipe instead of 1F1B)\n"
             "           [--pp-chunks N]    (interleaved stages: N runs of layers per stage; --micro a multiple of --pp)\n"
@@ -78,6 +83,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--show-program")) { o->show_program = 1; continue; }
         if (!strcmp(a, "--comm-bf16")) { o->comm_bf16 = 1; continue; }
         if (!strcmp(a, "--reschedule")) { o->reschedule = 1; continue; }
+        if (!strcmp(a, "--share-device")) { o->share_device = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -105,6 +111,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--data")) o->data = v;
         else if (!strcmp(a, "--ckpt-dir")) o->ckpt_dir = v;
         else if (!strcmp(a, "--blocks-on")) o->blocks_on = v;
+        else if (!strcmp(a, "--device")) o->device = v;
         else if (!strcmp(a, "--plan")) o->plan = v;
         else if (!strcmp(a, "--cluster")) o->cluster = v;
         else if (!strcmp(a, "--dtype")) {
@@ -284,6 +291,22 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
     free(ids), free(logits), free(zeros), free(whole), free(all), free(text);
 }
 
+/* --device (else $PDDE_DEVICE, else auto) for this rank, auto timing the step g on each candidate with
+ * the figures of the cluster file when one is there (--cluster, else build/cluster.json). */
+static int rank_device(pdde_context *ctx, const options *o, const pdde_graph *g, pdde_device_choice *out) {
+    pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
+    ds.backend = o->device, ds.share = o->share_device, ds.graph = g;
+    pdde_cluster *measured = NULL;
+    const char *path = o->cluster ? o->cluster : "build/cluster.json";
+    FILE *f = fopen(path, "r");
+    if (f) fclose(f), pdde_cluster_load(ctx, path, &measured); /* (unreadable: timed by kind) */
+    ds.cluster = measured;
+    pdde_status st = pdde_device_select(ctx, &ds, out);
+    pdde_cluster_free(measured);
+    if (st) fprintf(stderr, "gpt: --device: %s\n", pdde_last_error(ctx));
+    return st != PDDE_OK;
+}
+
 int main(int argc, char **argv) {
     options o = {
         .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},
@@ -342,20 +365,34 @@ int main(int argc, char **argv) {
     sp.pipeline_schedule = o.gpipe || (o.plan && o.parsed_plan.schedule == PDDE_PIPELINE_GPIPE) ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
     if (o.comm_bf16 || (o.plan && o.parsed_plan.comm_dtype == PDDE_BF16)) sp.comm_dtype = PDDE_BF16;
     sp.trace = o.trace;
-    int *layer_dev = calloc((size_t)o.model.layers + 2, sizeof *layer_dev);
-    const char *where = "cpu";
+    /* the rank's device (its local rank's of the backend asked for) runs the whole step */
+    pdde_device_choice dc;
+    if (rank_device(ctx, &o, g, &dc)) return 1;
+    sp.device = dc.device;
+    printf("gpt: rank %d: device %d, %s:%d (%s): %s\n", rank, dc.device, dc.backend, dc.index, dc.name, dc.why);
+    int L = o.model.layers + 2, *layer_dev = malloc((size_t)L * sizeof *layer_dev);
+    const char *where = dc.backend;
     const pdde_plan *placed = o.plan && o.parsed_plan.place[0] ? &o.parsed_plan : NULL; /* --plan ...,place=B: the plan's layers */
+    for (int l = 0; l < L; l++) layer_dev[l] = -1; /* the rank's device */
     if (o.blocks_on || placed) {
         const char *backend = o.blocks_on ? o.blocks_on : placed->place;
-        int dev = pdde_device_find(ctx, backend, 0);
-        if (dev < 0) {
-            fprintf(stderr, "gpt: no device of backend '%s' (see build/pdde-info)\n", backend);
+        pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
+        pdde_device_choice pc;
+        ds.backend = backend, ds.share = 1; /* a placement target: shared when a host has fewer than its ranks */
+        if (pdde_device_select(ctx, &ds, &pc)) {
+            fprintf(stderr, "gpt: %s %s: %s (see build/pdde-info)\n", o.blocks_on ? "--blocks-on" : "--plan place=", backend, pdde_last_error(ctx));
             return 1;
         }
-        for (int l = 0; l < o.model.layers + 2; l++)
-            if (o.blocks_on ? l >= 1 && l <= o.model.layers : pdde_plan_layer_on_device(placed, o.model.layers + 2, l)) layer_dev[l] = dev;
-        sp.layer_devices = layer_dev, sp.n_layer_devices = o.model.layers + 2;
+        for (int l = 0; l < L; l++)
+            if (o.blocks_on ? l >= 1 && l <= o.model.layers : pdde_plan_layer_on_device(placed, L, l)) layer_dev[l] = pc.device;
+            else if (o.blocks_on) layer_dev[l] = 0; /* the embedding and the head on the CPU */
+        sp.layer_devices = layer_dev, sp.n_layer_devices = L;
         where = backend;
+    } else if (o.tp > 1 && dc.device != 0) {
+        /* the vocab-parallel embedding and head (the vocab split over tp) run in their CPU form */
+        layer_dev[0] = layer_dev[L - 1] = 0;
+        sp.layer_devices = layer_dev, sp.n_layer_devices = L;
+        if (rank == 0) printf("gpt: tp %d: the vocab-parallel embedding and head run on the CPU, the blocks on %s\n", o.tp, dc.backend);
     }
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
@@ -431,7 +468,7 @@ int main(int argc, char **argv) {
                    loss, lr, ema_tps, eta, scaling);
         if (metrics) {
             pdde_session_memory(s, &ms);
-            fprintf(metrics, "{\"step\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"memory_bytes\":%zu,\"time_s\":%.3f}\n",
+            fprintf(metrics, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"memory_bytes\":%zu,\"time_s\":%.3f}\n",
                     (long long)step + 1, loss, lr, tps, dt, ms.allocated_bytes, t - t0);
             fflush(metrics);
         }

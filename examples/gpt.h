@@ -296,8 +296,9 @@ static inline pdde_status gpt_plan_build(pdde_graph *g, const pdde_plan *p, void
  * one), timed on the nodes of the model's training step as one of the ranks runs them
  * (pdde_plan_devices_init_graph). With ranks > 0 the
  * job has that many ranks: a one-machine cluster (this machine, as pdde-bench measured it with the
- * threads a rank gets, PDDE_NUM_THREADS) gives every rank a copy of its first device (the CPU) and a
- * share of its memory; a cluster of several machines must list one device per rank. */
+ * threads a rank gets, PDDE_NUM_THREADS) gives each rank its own accelerator where the cost model
+ * predicts them faster than the CPU, else every rank the CPU and a share of its memory
+ * (pdde_plan_devices_init_machine); a cluster of several machines must list one device per rank. */
 static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluster_path, const gpt_config *c, int ranks, pdde_plan_devices *d) {
     pdde_cluster *cl = NULL;
     pdde_graph *g = NULL;
@@ -308,43 +309,13 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
     if (!st) st = gpt_build(g, c, &m);
     if (!st) st = pdde_backward(g, m.loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
-    if (!st) st = pdde_plan_devices_init_graph(ctx, cl, g, ranks, d);
+    /* one machine: each rank its own accelerator where they are faster, the CPU beside them */
+    bool one = !st && ranks > 0 && cl->n_machines == 1;
+    if (!st) st = one ? pdde_plan_devices_init_machine(ctx, cl, g, ranks, d) : pdde_plan_devices_init_graph(ctx, cl, g, ranks, d);
     pdde_graph_free(g);
-    int have = st ? 0 : d->n_devices;
-    if (!st && ranks > 0 && (cl->n_machines == 1 || have != ranks)) {
-        if (cl->n_machines != 1) {
-            st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s lists %d devices on %d machines, the job has %d ranks", cluster_path, have, cl->n_machines, ranks);
-        } else {
-            /* the machine's first device of another backend than the first's (a CPU's OpenCL or GPU
-             * device): each rank may place layers there (shared by the ranks: a share of its memory) */
-            const pdde_cluster_machine *mc = &cl->machines[0];
-            int second = 0;
-            for (int i = 1; i < mc->n_devices && i < have && !second; i++)
-                if (strcmp(cl->specs[mc->devices[i].spec].backend, cl->specs[mc->devices[0].spec].backend)) second = i;
-            pdde_cluster_link link = {0};
-            if (second && pdde_cluster_link_between(cl, mc->devices[0].id, mc->devices[second].id, &link)) second = 0;
-            double *a = (double *)malloc((size_t)ranks * 7 * sizeof *a);
-            int *host = (int *)calloc((size_t)ranks, sizeof *host);
-            if (!a || !host) {
-                free(a), free(host);
-                st = pdde_error(ctx, PDDE_ERR_OOM, "gpt: out of memory");
-            } else {
-                for (int r = 0; r < ranks; r++)
-                    a[r] = d->flops[0], a[ranks + r] = d->mem_bw[0], a[2 * ranks + r] = d->memory[0] / ranks,
-                    a[3 * ranks + r] = d->op_latency ? d->op_latency[0] : 0, a[4 * ranks + r] = second ? d->flops[second] : 0,
-                    a[5 * ranks + r] = second ? d->mem_bw[second] : 0, a[6 * ranks + r] = second ? d->memory[second] / ranks : 0;
-                free((void *)d->flops), free((void *)d->host);
-                d->n_devices = ranks, d->flops = a, d->mem_bw = a + ranks, d->memory = a + 2 * ranks, d->op_latency = a + 3 * ranks;
-                d->host = host;
-                if (!(d->intra_bw > 0)) d->intra_bw = cl->machines[0].intra.bandwidth, d->intra_lat = cl->machines[0].intra.latency;
-                if (second && link.bandwidth > 0) {
-                    d->place_flops = a + 4 * ranks, d->place_mem_bw = a + 5 * ranks, d->place_memory = a + 6 * ranks;
-                    d->place_bw = link.bandwidth, d->place_lat = link.latency;
-                    snprintf(d->place_backend, sizeof d->place_backend, "%s", cl->specs[mc->devices[second].spec].backend);
-                }
-            }
-        }
-        if (st && have) pdde_plan_devices_free(d);
+    if (!st && !one && ranks > 0 && d->n_devices != ranks) {
+        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s lists %d devices on %d machines, the job has %d ranks", cluster_path, d->n_devices, cl->n_machines, ranks);
+        pdde_plan_devices_free(d);
     }
     pdde_cluster_free(cl);
     return st;

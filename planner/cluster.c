@@ -1,8 +1,11 @@
 /* planner/cluster.c — the unified cluster object: machines -> devices -> links, its checks, its JSON
- * form (cJSON) and the detection of this machine (backends + hwloc). Included by pdde.c. */
+ * form (read with cJSON, written without it) and the detection of this machine (backends + hwloc). Included by pdde.c. */
 #include "planner_impl.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <unistd.h>
 #include "planner_impl.h"
 
@@ -235,9 +238,9 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * JSON. The reader names the path of every field it rejects; the writer emits every field in one
- * fixed order through cJSON's printer, whose numbers read back to the same doubles and print the same
- * again: that is what makes save(load(f)) == f for the canonical form. */
+ * JSON. The reader (cJSON) names the path of every field it rejects; the writer (below, no library)
+ * emits every field in one fixed order as cJSON's printer would, whose numbers read back to the same
+ * doubles and print the same again: that is what makes save(load(f)) == f for the canonical form. */
 
 #ifdef PDDE_HAVE_CJSON
 
@@ -583,115 +586,6 @@ pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster
     return st;
 }
 
-/* Adds a number; NULL (and so an OOM from the print) if cJSON could not allocate. */
-static void cluster_put_num(cJSON *o, const char *key, double v) { cJSON_AddNumberToObject(o, key, v); }
-
-/* A spec's contention figures, where it has any (so files without them save as they were). */
-static void cluster_put_contention(cJSON *o, const pdde_device_spec *sp) {
-    cJSON *obj = NULL;
-    for (int k = 0; k < PDDE_OPCLASS_COUNT; k++)
-        if (sp->contention[k] > 0 && (obj || (obj = cJSON_AddObjectToObject(o, "contention"))))
-            cluster_put_num(obj, cluster_class_names[k], sp->contention[k]);
-}
-
-static cJSON *cluster_write_link(const pdde_cluster_link *l, int endpoints) {
-    cJSON *o = cJSON_CreateObject();
-    if (endpoints) cluster_put_num(o, "a", l->a), cluster_put_num(o, "b", l->b);
-    cJSON_AddStringToObject(o, "kind", pdde_link_kind_name(l->kind));
-    cluster_put_num(o, "bandwidth", l->bandwidth);
-    cluster_put_num(o, "latency", l->latency);
-    cluster_put_num(o, "group", l->group);
-    return o;
-}
-
-static cJSON *cluster_write(const pdde_cluster *c) {
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "format", "pdde-cluster");
-    cluster_put_num(root, "version", 1);
-    cJSON_AddStringToObject(root, "name", c->name);
-    cJSON *specs = cJSON_AddArrayToObject(root, "specs");
-    for (int s = 0; s < c->n_specs; s++) {
-        const pdde_device_spec *sp = &c->specs[s];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(specs, o);
-        cJSON_AddStringToObject(o, "name", sp->name);
-        cJSON_AddStringToObject(o, "kind", cluster_kind_names[sp->kind]);
-        cJSON_AddStringToObject(o, "backend", sp->backend);
-        cluster_put_num(o, "peak_flops", sp->peak_flops);
-        cluster_put_num(o, "mem_bandwidth", sp->mem_bandwidth);
-        cJSON *gemm = cJSON_AddArrayToObject(o, "gemm");
-        for (int i = 0; i < sp->n_gemm; i++) {
-            cJSON *g = cJSON_CreateObject();
-            cJSON_AddItemToArray(gemm, g);
-            cJSON_AddStringToObject(g, "dtype", pdde_dtype_name(sp->gemm[i].dtype));
-            cluster_put_num(g, "m", (double)sp->gemm[i].m);
-            cluster_put_num(g, "n", (double)sp->gemm[i].n);
-            cluster_put_num(g, "k", (double)sp->gemm[i].k);
-            cluster_put_num(g, "flops", sp->gemm[i].flops);
-        }
-        cJSON *curves = cJSON_AddObjectToObject(o, "curves");
-        for (int k = 1; k < PDDE_OPCLASS_COUNT; k++) {
-            if (!sp->n_curve[k]) continue;
-            cJSON *a = cJSON_AddArrayToObject(curves, cluster_class_names[k]);
-            for (int i = 0; i < sp->n_curve[k]; i++)
-                cJSON_AddItemToArray(a, cJSON_CreateDoubleArray((double[]){sp->curve[k][i].bytes, sp->curve[k][i].seconds}, 2));
-        }
-        cluster_put_contention(o, sp);
-    }
-    cJSON *machines = cJSON_AddArrayToObject(root, "machines");
-    for (int i = 0; i < c->n_machines; i++) {
-        const pdde_cluster_machine *m = &c->machines[i];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(machines, o);
-        cluster_put_num(o, "id", m->id);
-        cJSON_AddStringToObject(o, "name", m->name);
-        cluster_put_num(o, "cores", m->cores);
-        cluster_put_num(o, "numa_nodes", m->numa_nodes);
-        cluster_put_num(o, "host_memory", (double)m->host_memory);
-        cluster_put_num(o, "l3_cache", (double)m->l3_cache);
-        cJSON_AddItemToObject(o, "intra", cluster_write_link(&m->intra, 0));
-        cJSON_AddItemToObject(o, "nic", cluster_write_link(&m->nic, 0));
-        cJSON *devs = cJSON_AddArrayToObject(o, "devices");
-        for (int d = 0; d < m->n_devices; d++) {
-            cJSON *dv = cJSON_CreateObject();
-            cJSON_AddItemToArray(devs, dv);
-            cluster_put_num(dv, "id", m->devices[d].id);
-            cJSON_AddStringToObject(dv, "spec", c->specs[m->devices[d].spec].name);
-            cluster_put_num(dv, "memory", (double)m->devices[d].memory);
-        }
-    }
-    cJSON *links = cJSON_AddArrayToObject(root, "links");
-    for (int i = 0; i < c->n_links; i++) cJSON_AddItemToArray(links, cluster_write_link(&c->links[i], 1));
-    cJSON *colls = cJSON_AddArrayToObject(root, "collectives");
-    for (int i = 0; i < c->n_calibs; i++) {
-        const pdde_collective_calib *k = &c->calibs[i];
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddItemToArray(colls, o);
-        cJSON_AddStringToObject(o, "op", cluster_coll_names[k->op]);
-        cJSON_AddStringToObject(o, "algo", cluster_algo_names[k->algo]);
-        cluster_put_num(o, "ranks", k->ranks);
-        cJSON_AddBoolToObject(o, "intra", k->intra);
-        cluster_put_num(o, "latency", k->latency);
-        cluster_put_num(o, "bandwidth", k->bandwidth);
-    }
-    return root;
-}
-
-pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char **out) {
-    *out = NULL;
-    pdde_status st = pdde_cluster_validate(ctx, c);
-    if (st) return st;
-    cJSON *root = cluster_write(c);
-    char *s = root ? cJSON_Print(root) : NULL;
-    cJSON_Delete(root);
-    if (!s) return pdde_error(ctx, PDDE_ERR_OOM, "cluster JSON: out of memory");
-    size_t n = strlen(s);
-    *out = malloc(n + 2);
-    if (*out) memcpy(*out, s, n), memcpy(*out + n, "\n", 2);
-    cJSON_free(s);
-    return *out ? PDDE_OK : pdde_error(ctx, PDDE_ERR_OOM, "cluster JSON: out of memory");
-}
-
 #else
 
 pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster **out) {
@@ -700,13 +594,209 @@ pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster
     return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "cluster JSON: pdde was built without cJSON (install libcjson-dev and rebuild)");
 }
 
-pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char **out) {
-    (void)c;
-    *out = NULL;
-    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "cluster JSON: pdde was built without cJSON (install libcjson-dev and rebuild)");
+#endif
+
+/* The writer needs no library: it prints what cJSON_Print (1.7) prints for the same tree, byte for
+ * byte (tabs, "key":<tab>value, arrays on one line with ", ", numbers as integers when they equal
+ * their int, else %.15g when that reads back within a double's epsilon, else %.17g), so files saved
+ * with or without cJSON are the same and the canonical form holds either way. */
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int depth, oom;
+    int members[64]; /* per open object or array: elements written so far */
+    char kind[64];   /* '{' or '[' */
+} cluster_json;
+
+static void cj_raw(cluster_json *w, const char *t, size_t len) {
+    if (w->oom) return;
+    if (w->n + len + 1 > w->cap) {
+        size_t cap = w->cap ? w->cap : 4096;
+        while (cap < w->n + len + 1) cap *= 2;
+        char *more = realloc(w->s, cap);
+        if (!more) { w->oom = 1; return; }
+        w->s = more, w->cap = cap;
+    }
+    memcpy(w->s + w->n, t, len);
+    w->n += len;
+    w->s[w->n] = 0;
+}
+static void cj_str(cluster_json *w, const char *t) { cj_raw(w, t, strlen(t)); }
+static void cj_tabs(cluster_json *w, int n) {
+    for (int i = 0; i < n; i++) cj_raw(w, "\t", 1);
+}
+static void cj_quoted(cluster_json *w, const char *t) {
+    cj_raw(w, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)t; *p; p++) {
+        char esc[8];
+        switch (*p) {
+        case '"': cj_str(w, "\\\""); break;
+        case '\\': cj_str(w, "\\\\"); break;
+        case '\b': cj_str(w, "\\b"); break;
+        case '\f': cj_str(w, "\\f"); break;
+        case '\n': cj_str(w, "\\n"); break;
+        case '\r': cj_str(w, "\\r"); break;
+        case '\t': cj_str(w, "\\t"); break;
+        default:
+            if (*p < 32) snprintf(esc, sizeof esc, "\\u%04x", *p), cj_str(w, esc);
+            else cj_raw(w, (const char *)p, 1);
+        }
+    }
+    cj_raw(w, "\"", 1);
+}
+/* Before a value: in an object its key (NULL in an array), with the separator from the one before. */
+static void cj_key(cluster_json *w, const char *key) {
+    int d = w->depth;
+    if (d > 0 && w->members[d - 1]++) cj_str(w, w->kind[d - 1] == '{' ? ",\n" : ", ");
+    if (d > 0 && w->kind[d - 1] == '{') cj_tabs(w, d), cj_quoted(w, key), cj_str(w, ":\t");
+}
+static void cj_open(cluster_json *w, const char *key, char kind) {
+    cj_key(w, key);
+    cj_raw(w, kind == '{' ? "{\n" : "[", kind == '{' ? 2 : 1);
+    if (w->depth < 64) w->members[w->depth] = 0, w->kind[w->depth] = kind;
+    w->depth++;
+}
+static void cj_close(cluster_json *w) {
+    w->depth--;
+    if (w->kind[w->depth] == '{') {
+        if (w->members[w->depth]) cj_str(w, "\n");
+        cj_tabs(w, w->depth), cj_str(w, "}");
+    } else {
+        cj_str(w, "]");
+    }
+}
+static void cj_num(cluster_json *w, const char *key, double d) {
+    char b[32];
+    int vi = d >= INT_MAX ? INT_MAX : d <= (double)INT_MIN ? INT_MIN : (int)d;
+    if (isnan(d) || isinf(d)) snprintf(b, sizeof b, "null");
+    else if (d == (double)vi) snprintf(b, sizeof b, "%d", vi);
+    else {
+        double back = 0;
+        snprintf(b, sizeof b, "%1.15g", d);
+        double big = fabs(back = strtod(b, NULL)) > fabs(d) ? fabs(back) : fabs(d);
+        if (!(fabs(back - d) <= big * DBL_EPSILON)) snprintf(b, sizeof b, "%1.17g", d);
+    }
+    cj_key(w, key);
+    cj_str(w, b);
+}
+static void cj_string(cluster_json *w, const char *key, const char *v) { cj_key(w, key), cj_quoted(w, v); }
+
+static void cluster_write_link(cluster_json *w, const char *key, const pdde_cluster_link *l, int endpoints) {
+    cj_open(w, key, '{');
+    if (endpoints) cj_num(w, "a", l->a), cj_num(w, "b", l->b);
+    cj_string(w, "kind", pdde_link_kind_name(l->kind));
+    cj_num(w, "bandwidth", l->bandwidth);
+    cj_num(w, "latency", l->latency);
+    cj_num(w, "group", l->group);
+    cj_close(w);
 }
 
-#endif
+static void cluster_write(cluster_json *w, const pdde_cluster *c) {
+    cj_open(w, NULL, '{');
+    cj_string(w, "format", "pdde-cluster");
+    cj_num(w, "version", 1);
+    cj_string(w, "name", c->name);
+    cj_open(w, "specs", '[');
+    for (int s = 0; s < c->n_specs; s++) {
+        const pdde_device_spec *sp = &c->specs[s];
+        cj_open(w, NULL, '{');
+        cj_string(w, "name", sp->name);
+        cj_string(w, "kind", cluster_kind_names[sp->kind]);
+        cj_string(w, "backend", sp->backend);
+        cj_num(w, "peak_flops", sp->peak_flops);
+        cj_num(w, "mem_bandwidth", sp->mem_bandwidth);
+        cj_open(w, "gemm", '[');
+        for (int i = 0; i < sp->n_gemm; i++) {
+            cj_open(w, NULL, '{');
+            cj_string(w, "dtype", pdde_dtype_name(sp->gemm[i].dtype));
+            cj_num(w, "m", (double)sp->gemm[i].m);
+            cj_num(w, "n", (double)sp->gemm[i].n);
+            cj_num(w, "k", (double)sp->gemm[i].k);
+            cj_num(w, "flops", sp->gemm[i].flops);
+            cj_close(w);
+        }
+        cj_close(w);
+        cj_open(w, "curves", '{');
+        for (int k = 1; k < PDDE_OPCLASS_COUNT; k++) {
+            if (!sp->n_curve[k]) continue;
+            cj_open(w, cluster_class_names[k], '[');
+            for (int i = 0; i < sp->n_curve[k]; i++) {
+                cj_open(w, NULL, '[');
+                cj_num(w, NULL, sp->curve[k][i].bytes), cj_num(w, NULL, sp->curve[k][i].seconds);
+                cj_close(w);
+            }
+            cj_close(w);
+        }
+        cj_close(w);
+        int any = 0; /* contention figures, where it has any (so files without them save as they were) */
+        for (int k = 0; k < PDDE_OPCLASS_COUNT; k++) any |= sp->contention[k] > 0;
+        if (any) {
+            cj_open(w, "contention", '{');
+            for (int k = 0; k < PDDE_OPCLASS_COUNT; k++)
+                if (sp->contention[k] > 0) cj_num(w, cluster_class_names[k], sp->contention[k]);
+            cj_close(w);
+        }
+        cj_close(w);
+    }
+    cj_close(w);
+    cj_open(w, "machines", '[');
+    for (int i = 0; i < c->n_machines; i++) {
+        const pdde_cluster_machine *m = &c->machines[i];
+        cj_open(w, NULL, '{');
+        cj_num(w, "id", m->id);
+        cj_string(w, "name", m->name);
+        cj_num(w, "cores", m->cores);
+        cj_num(w, "numa_nodes", m->numa_nodes);
+        cj_num(w, "host_memory", (double)m->host_memory);
+        cj_num(w, "l3_cache", (double)m->l3_cache);
+        cluster_write_link(w, "intra", &m->intra, 0);
+        cluster_write_link(w, "nic", &m->nic, 0);
+        cj_open(w, "devices", '[');
+        for (int d = 0; d < m->n_devices; d++) {
+            cj_open(w, NULL, '{');
+            cj_num(w, "id", m->devices[d].id);
+            cj_string(w, "spec", c->specs[m->devices[d].spec].name);
+            cj_num(w, "memory", (double)m->devices[d].memory);
+            cj_close(w);
+        }
+        cj_close(w);
+        cj_close(w);
+    }
+    cj_close(w);
+    cj_open(w, "links", '[');
+    for (int i = 0; i < c->n_links; i++) cluster_write_link(w, NULL, &c->links[i], 1);
+    cj_close(w);
+    cj_open(w, "collectives", '[');
+    for (int i = 0; i < c->n_calibs; i++) {
+        const pdde_collective_calib *k = &c->calibs[i];
+        cj_open(w, NULL, '{');
+        cj_string(w, "op", cluster_coll_names[k->op]);
+        cj_string(w, "algo", cluster_algo_names[k->algo]);
+        cj_num(w, "ranks", k->ranks);
+        cj_key(w, "intra"), cj_str(w, k->intra ? "true" : "false");
+        cj_num(w, "latency", k->latency);
+        cj_num(w, "bandwidth", k->bandwidth);
+        cj_close(w);
+    }
+    cj_close(w);
+    cj_close(w);
+    cj_str(w, "\n");
+}
+
+pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char **out) {
+    *out = NULL;
+    pdde_status st = pdde_cluster_validate(ctx, c);
+    if (st) return st;
+    cluster_json w;
+    memset(&w, 0, sizeof w);
+    cluster_write(&w, c);
+    if (w.oom || !w.s) {
+        free(w.s);
+        return pdde_error(ctx, PDDE_ERR_OOM, "cluster JSON: out of memory");
+    }
+    *out = w.s;
+    return PDDE_OK;
+}
 
 pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster **out) {
     *out = NULL;

@@ -162,10 +162,13 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
         /* a fused attention on the CPU: backends/cpu_attention.c runs the online softmax of each score
          * tile (scalar exps) between its tile GEMMs, at the causal softmax's cost. Device kernels fuse
          * it into their GEMM loops: PoCL's whole fused attention measured a third of what its causal
-         * softmax curve alone would give, so there the GEMMs stand for it. */
+         * softmax curve alone would give, so there the broader curves do not stand for it; a device's
+         * own fused-attention curve (pdde-bench: what the op takes beyond its GEMMs at the device's
+         * GEMM rate, which a kernel giving a thread a row makes most of the op) does. */
         double softmax = 0;
-        int a = cost_curve_class(s, op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION);
-        if (op->softmax_bytes > 0 && s->kind == PDDE_DEVICE_CPU && s->n_curve[a])
+        int own = op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
+        int a = s->kind == PDDE_DEVICE_CPU ? cost_curve_class(s, (pdde_op_class)own) : own;
+        if (op->softmax_bytes > 0 && s->n_curve[a])
             softmax = cost_curve_time(s->curve[a], s->n_curve[a], op->softmax_bytes);
         return flops / rate + softmax;
     }
@@ -234,6 +237,81 @@ void pdde_plan_devices_free(pdde_plan_devices *d) {
     if (!d) return;
     free((void *)d->flops), free((void *)d->host); /* mem_bw, memory and op_latency share flops' block */
     memset(d, 0, sizeof *d);
+}
+
+/* The cost model's time for one process running g's step alone on device id (NaN: it cannot be timed). */
+static double cost_step_alone(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int id) {
+    pdde_cost_program *p = NULL;
+    pdde_cost_result *r = NULL;
+    double t = NAN;
+    if (pdde_cost_program_from_graph(g, id, &p) == PDDE_OK && pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK) t = r->step_time;
+    pdde_cost_result_free(r);
+    pdde_cost_program_free(p);
+    return t > 0 ? t : NAN;
+}
+
+pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+                                           pdde_plan_devices *out) {
+    memset(out, 0, sizeof *out);
+    if (!c || !g || ranks < 1 || c->n_machines != 1)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "plan devices: want one machine and ranks >= 1 (have %d machines, %d ranks)", c ? c->n_machines : 0, ranks);
+    pdde_plan_devices all;
+    pdde_status st = pdde_plan_devices_init_graph(ctx, c, g, ranks, &all);
+    if (st) return st;
+    const pdde_cluster_machine *mc = &c->machines[0];
+    int nd = all.n_devices, cpu = -1, n_acc = 0;
+    int *acc = malloc((size_t)nd * sizeof *acc), *dev = malloc((size_t)ranks * sizeof *dev), *on = calloc((size_t)nd, sizeof *on);
+    double *a = malloc((size_t)ranks * 7 * sizeof *a);
+    int *host = calloc((size_t)ranks, sizeof *host);
+    if (!acc || !dev || !on || !a || !host) {
+        free(acc), free(dev), free(on), free(a), free(host), pdde_plan_devices_free(&all);
+        return pdde_error(ctx, PDDE_ERR_OOM, "plan devices: out of memory");
+    }
+    for (int i = 0; i < nd; i++) {
+        if (c->specs[mc->devices[i].spec].kind == PDDE_DEVICE_CPU) { if (cpu < 0) cpu = i; }
+        else acc[n_acc++] = i;
+    }
+    /* the accelerators are the ranks' own devices when the cost model predicts the first one faster
+     * than the CPU for g (or there is no CPU) */
+    double t_cpu = cpu >= 0 ? cost_step_alone(ctx, c, g, mc->devices[cpu].id) : NAN;
+    double t_acc = n_acc ? cost_step_alone(ctx, c, g, mc->devices[acc[0]].id) : NAN;
+    bool own = n_acc > 0 && (cpu < 0 || (isfinite(t_acc) && (!isfinite(t_cpu) || t_acc < t_cpu)));
+    for (int r = 0; r < ranks; r++) {
+        dev[r] = !own ? (cpu >= 0 ? cpu : 0) : r < n_acc ? acc[r] : cpu >= 0 ? cpu : acc[r % n_acc];
+        on[dev[r]]++;
+    }
+    /* the placement target beside each rank's device: the CPU beside an accelerator, or the first
+     * accelerator beside the CPU; shared by the ranks placing there (a share of its memory each) */
+    int place = own ? cpu : n_acc ? acc[0] : -1, base = own ? acc[0] : cpu;
+    pdde_cluster_link link = {0};
+    int n_place = 0;
+    for (int r = 0; r < ranks && place >= 0; r++) n_place += dev[r] != place;
+    if (place >= 0 && (base < 0 || !n_place || pdde_cluster_link_between(c, mc->devices[base].id, mc->devices[place].id, &link) ||
+                       !(link.bandwidth > 0)))
+        place = -1;
+    for (int r = 0; r < ranks; r++) {
+        int d = dev[r];
+        bool cpu_dev = d == cpu;
+        /* a CPU's figures are per rank already (pdde-bench measures a rank's threads); an accelerator
+         * shared by k ranks gives each a k-th */
+        double k = cpu_dev ? 1 : on[d];
+        a[r] = all.flops[d] / k, a[ranks + r] = all.mem_bw[d] / k, a[2 * ranks + r] = all.memory[d] / on[d];
+        a[3 * ranks + r] = all.op_latency ? all.op_latency[d] : 0;
+        bool placing = place >= 0 && d != place;
+        a[4 * ranks + r] = placing ? all.flops[place] : 0, a[5 * ranks + r] = placing ? all.mem_bw[place] : 0;
+        a[6 * ranks + r] = placing ? all.memory[place] / n_place : 0;
+    }
+    *out = all;
+    out->n_devices = ranks, out->flops = a, out->mem_bw = a + ranks, out->memory = a + 2 * ranks, out->op_latency = a + 3 * ranks;
+    out->host = host;
+    if (!(out->intra_bw > 0)) out->intra_bw = mc->intra.bandwidth, out->intra_lat = mc->intra.latency;
+    if (place >= 0) {
+        out->place_flops = a + 4 * ranks, out->place_mem_bw = a + 5 * ranks, out->place_memory = a + 6 * ranks;
+        out->place_bw = link.bandwidth, out->place_lat = link.latency;
+        snprintf(out->place_backend, sizeof out->place_backend, "%s", c->specs[mc->devices[place].spec].backend);
+    }
+    free((void *)all.flops), free((void *)all.host), free(acc), free(dev), free(on);
+    return PDDE_OK;
 }
 
 double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op) {

@@ -584,7 +584,8 @@ static pdde_status lower_vocab_parallel(lowering *L, pdde_tensor *t) {
  * micro-batch), so it travels while the rest of backward runs, and a COMM_WAIT takes its place before
  * the optimizer. The early start only happens in a pass that ends with the update (the pass' early
  * flag); otherwise (backward alone, one call per micro-batch) the wait runs the reduction itself.
- * Host memory and collectives that need no packing only; the others stay where they are. */
+ * Collectives that need no packing only, on host memory or (staged by their gradient bucket) on a
+ * device; the others stay where they are. */
 static pdde_status overlap_gradient_reductions(lowering *L) {
     pdde_program *P = L->P;
     if (!L->p->overlap_gradients) return PDDE_OK;
@@ -602,8 +603,9 @@ static pdde_status overlap_gradient_reductions(lowering *L) {
         pdde_program_node *in = &P->info[c->id];
         bool reduction = in->axis >= 0 && !in->write_back && c->phase == PDDE_PHASE_OPTIMIZER && c->nsrc == 1 &&
                          (c->op == PDDE_OP_ALLREDUCE || (c->op == PDDE_OP_REDUCE_SCATTER && in->dim == 0));
+        /* (on a device: only where buckets stage it, on its accumulator's device) */
         if (!reduction || acc->op != PDDE_OP_NONE || !(acc->flags & PDDE_TENSOR_GRAD) || !last_write[acc->id] ||
-            !registry_device_is_host(L->ctx->registry, c->device))
+            (!registry_device_is_host(L->ctx->registry, c->device) && (L->p->gradient_bucket_bytes < 0 || acc->device != c->device)))
             continue;
         pdde_tensor *w = node_add(L, PDDE_OP_COMM_WAIT, c, c->ndim, c->shape, 1, &c);
         if (!w) { st = lower_oom(L); break; }
@@ -802,11 +804,16 @@ static bool data_parallel_collective(const pdde_program *P, const pdde_tensor *c
            acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD);
 }
 
-/* ...that a bucket may carry: host memory, split (if at all) on dim 0. */
+/* ...that a bucket may carry: split (if at all) on dim 0, what it sends on its own device (host
+ * memory, or a device's: its bucket is then host memory the members' data is read into). */
 static bool bucket_candidate(lowering *L, const pdde_tensor *c) {
     const pdde_tensor *x = c->src[c->nsrc - 1]; /* (what it sends) */
-    return L->P->info[c->id].dim <= 0 && registry_device_is_host(L->ctx->registry, c->device) && x->device == c->device;
+    return L->P->info[c->id].dim <= 0 && x->device == c->device;
 }
+
+/* A collective on device memory: it goes through a host bucket (one of its own when alone), which
+ * stages it; with buckets off (cap < 0), alone and at the update, through the session's staging. */
+static bool on_device(lowering *L, const pdde_tensor *c) { return !registry_device_is_host(L->ctx->registry, c->device); }
 
 /* Whether c may join the bucket whose first member is f. */
 static bool bucket_same_kind(const pdde_program *P, const pdde_tensor *f, const pdde_tensor *c) {
@@ -820,7 +827,7 @@ typedef struct { pdde_tensor *first, *last; int n, at; int64_t elems; } bucket_f
 static pdde_status bucket_close(lowering *L, bucket_fill *b) {
     pdde_program *P = L->P;
     pdde_tensor *f = b->first;
-    if (b->n < 2) {
+    if (b->n < 2 && !(f && on_device(L, f))) {
         if (f) P->info[f->id].bucket_next = NULL, P->info[f->id].bucket_offset = 0;
         *b = (bucket_fill){0};
         return PDDE_OK;
@@ -832,10 +839,10 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
     pdde_program_node *bi = &P->info[B->id], *fi = &P->info[f->id];
     snprintf(B->name, sizeof B->name, "bucket.%d", B->id);
     for (int d = 0; d < PDDE_MAX_DIMS; d++) B->dist.dims_mapping[d] = -1;
-    B->device = f->device, B->phase = fi->early ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER, B->layer = fi->early ? b->last->layer : -1;
+    B->device = on_device(L, f) ? 0 : f->device, B->phase = fi->early ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER, B->layer = fi->early ? b->last->layer : -1;
     bi->axis = axis, bi->dim = 0, bi->reduce = fi->reduce, bi->early = fi->early, bi->data_parallel = true;
     bi->bytes = (size_t)(f->op == PDDE_OP_REDUCE_SCATTER ? (int64_t)n * S : S) * pdde_dtype_size(f->dtype);
-    bi->bucket_members = b->n, bi->bucket_block = S, bi->bucket_next = f;
+    bi->bucket_members = b->n, bi->bucket_block = S, bi->bucket_next = f, bi->own_buffer = on_device(L, f);
     for (pdde_tensor *m = f; m; m = P->info[m->id].bucket_next) {
         P->info[m->id].bucket = B;
         m->src[m->nsrc++] = B;
@@ -891,13 +898,19 @@ static pdde_status lower_buckets(lowering *L) {
         pdde_tensor *c = P->order[i];
         if (!data_parallel_collective(P, c)) continue;
         P->info[c->id].data_parallel = true;
-        if (!bucket_candidate(L, c)) {
-            if (!registry_device_is_host(L->ctx->registry, c->device)) P->device_collective_axes |= 1u << P->info[c->id].axis;
-            continue;
-        }
+        if (on_device(L, c)) P->device_collective_axes |= 1u << P->info[c->id].axis;
+        if (!bucket_candidate(L, c)) continue;
         int n = P->mesh->shape[P->info[c->id].axis];
         int64_t share = bucket_share(c), esz = (int64_t)pdde_dtype_size(c->dtype), per_elem = c->op == PDDE_OP_ALLREDUCE ? esz : n * esz;
-        if (cap < 0 || share * per_elem >= cap) continue; /* (alone) */
+        if (cap < 0) continue;
+        if (share * per_elem >= cap) { /* alone: on a device, in a bucket of its own (its host buffer) */
+            if (on_device(L, c)) {
+                bucket_fill one = {c, c, 1, i, share};
+                P->info[c->id].bucket_offset = 0, P->info[c->id].bucket_next = NULL;
+                st = bucket_close(L, &one);
+            }
+            continue;
+        }
         bucket_fill *b = NULL;
         for (int k = 0; k < KINDS && !b; k++)
             if (open[k].first && bucket_same_kind(P, open[k].first, c)) b = &open[k];

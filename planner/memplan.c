@@ -128,6 +128,8 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
         size_t bytes = pdde_tensor_nbytes(t);
         if (is_root_sharing(t)) {
             /* shares its root's memory */
+        } else if (P->info[t->id].own_buffer) {
+            s->transfer_bytes += bytes + 1; /* the session's staging buffer, pinned where it can be */
         } else if (is_persistent(t)) {
             t->offset = d->persist_bytes;
             bool per_micro = (t->flags & PDDE_TENSOR_INPUT) && P->n_micro > 1; /* one slot per micro-batch */

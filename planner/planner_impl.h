@@ -237,6 +237,8 @@ typedef struct {
     int bucket_members;
     int64_t bucket_block, bucket_offset;
     pdde_tensor *bucket, *bucket_next;
+    bool own_buffer;    /* a bucket of device tensors: its host buffer is the session's (pinned where the
+                           members' backend can), not the arena's */
 } pdde_program_node;
 
 /* One pass of a step: the nodes of `phase` (forward or backward, for micro-batch `micro`, of chunk

@@ -207,7 +207,7 @@ static void test_validate(void) {
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "machines[1].devices[2].spec"),
           "%s", pdde_last_error(ctx));
     char *s = NULL;
-    CHECK(!have_json || (pdde_cluster_to_json(ctx, c, &s) == PDDE_ERR_INVALID_ARG && !s), "a bad cluster was written");
+    CHECK(pdde_cluster_to_json(ctx, c, &s) == PDDE_ERR_INVALID_ARG && !s, "a bad cluster was written");
     c->machines[1].devices[2].spec = 1;
     c->specs[1].kind = (pdde_device_kind)7;
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "specs[1].kind"), "%s", pdde_last_error(ctx));
@@ -284,6 +284,121 @@ static void test_plan_devices_graph(void) {
     pdde_cluster_free(c);
 }
 
+/* One machine of a CPU and n_acc accelerators of spec `acc` (PCIe links to the CPU, NVLink between them). */
+static pdde_cluster *one_machine(int n_acc, double acc_flops, pdde_device_kind kind, const char *backend) {
+    pdde_cluster *c;
+    pdde_cluster_init("one machine", &c);
+    pdde_device_spec cpu = {.kind = PDDE_DEVICE_CPU}, acc = {.kind = kind};
+    snprintf(cpu.name, sizeof cpu.name, "cpu:test"), snprintf(cpu.backend, sizeof cpu.backend, "cpu");
+    snprintf(acc.name, sizeof acc.name, "%s:test", backend), snprintf(acc.backend, sizeof acc.backend, "%s", backend);
+    double rate[2] = {1e11, acc_flops};
+    pdde_device_spec *sp[2] = {&cpu, &acc};
+    for (int i = 0; i < 2; i++) {
+        sp[i]->n_gemm = 1, sp[i]->gemm[0] = (pdde_gemm_point){PDDE_F32, 1024, 1024, 1024, rate[i]};
+        for (int k = 0; k < PDDE_OPCLASS_COUNT; k++) /* memory-bound classes at a hundredth of the GEMM rate, in B/s */
+            sp[i]->n_curve[k] = 1, sp[i]->curve[k][0] = (pdde_curve_point){1e8, 1e8 / (rate[i] / 100)};
+    }
+    pdde_cluster_add_spec(c, &cpu), pdde_cluster_add_spec(c, &acc);
+    pdde_cluster_machine m = {.id = 0, .cores = 32, .numa_nodes = 1, .host_memory = 512ull << 30,
+                              .intra = {-1, -1, PDDE_LINK_NVLINK, 3e11, 2e-6, -1}, .nic = {-1, -1, PDDE_LINK_NET, 2.5e10, 5e-6, -1}};
+    snprintf(m.name, sizeof m.name, "gpu-box");
+    int mi = pdde_cluster_add_machine(c, &m);
+    pdde_cluster_add_device(c, mi, &(pdde_cluster_device){0, 0, 256ull << 30});
+    for (int d = 1; d <= n_acc; d++) {
+        pdde_cluster_add_device(c, mi, &(pdde_cluster_device){d, 1, 80ull << 30});
+        pdde_cluster_add_link(c, &(pdde_cluster_link){0, d, PDDE_LINK_PCIE, 2.5e10, 1e-5, -1});
+    }
+    return c;
+}
+
+/* The planner's view of one machine (pdde_plan_devices_init_machine): with 8 GPUs and a CPU each rank
+ * gets its own GPU (its figures and its memory whole) and the CPU beside it as a placement target; a
+ * ninth rank is an extra data-parallel rank on the CPU; where the accelerator is slower than the CPU
+ * (PoCL on the same cores) every rank stays on the CPU with the accelerator a shared placement target. */
+static void test_one_machine(void) {
+    pdde_graph *g;
+    gpt_model m;
+    gpt_config cfg = {.vocab = 512, .ctx = 64, .layers = 4, .heads = 8, .width = 256, .batch = 32};
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_graph_init(ctx, &g);
+    CHECK(gpt_build(g, &cfg, &m) == PDDE_OK && pdde_backward(g, m.loss) == PDDE_OK && pdde_optimizer_adamw(g, &op) == PDDE_OK, "gpt");
+    pdde_cluster *c = one_machine(8, 4e14, PDDE_DEVICE_GPU, "cuda");
+    pdde_plan_devices all, d;
+    CHECK(pdde_plan_devices_init_graph(ctx, c, g, 8, &all) == PDDE_OK && all.n_devices == 9, "%s", pdde_last_error(ctx));
+    CHECK(all.flops[1] > 100 * all.flops[0], "the GPU's figure above the CPU's: %g vs %g", all.flops[1], all.flops[0]);
+    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 8, &d) == PDDE_OK && d.n_devices == 8, "8 ranks: %s", pdde_last_error(ctx));
+    int own = 0;
+    for (int r = 0; r < d.n_devices; r++)
+        own += d.flops[r] == all.flops[1 + r] && d.mem_bw[r] == all.mem_bw[1 + r] && d.memory[r] == (double)(80ull << 30) &&
+               d.place_flops && d.place_flops[r] == all.flops[0] && d.place_memory[r] == all.memory[0] / 8;
+    CHECK(own == 8 && !strcmp(d.place_backend, "cpu") && d.place_bw == 2.5e10,
+          "each of 8 ranks on its own GPU, the CPU a placement target beside it: %d of 8, place '%s'", own, d.place_backend);
+    /* the search on it: every rank used; placing layers on the CPU does not pay */
+    pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+    pp.batch = cfg.batch, pp.tp_divisor = cfg.heads, pp.use_all_devices = 1;
+    pdde_plan plans[8];
+    int nf = 0, nr = 0;
+    CHECK(pdde_plan_search(g, &d, &pp, plans, 8, &nf, &nr) == PDDE_OK && nf > 0 && plans[0].dp * plans[0].tp * plans[0].pp == 8 &&
+          !plans[0].place[0], "the best plan on the 8 GPUs places nothing on the CPU: %s", nf ? plans[0].why : pdde_last_error(ctx));
+    pdde_plan_devices_free(&d);
+    pdde_plan_devices_free(&all);
+    /* two ranks: GPUs 0 and 1, whole (figures timed as one of 2 ranks) */
+    pdde_plan_devices_init_graph(ctx, c, g, 2, &all);
+    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 2 && d.flops[0] == all.flops[1] &&
+          d.flops[1] == all.flops[2] && d.memory[1] == (double)(80ull << 30), "2 ranks on GPUs 0 and 1");
+    pdde_plan_devices_free(&d);
+    pdde_plan_devices_free(&all);
+    /* nine ranks: the ninth on the CPU */
+    pdde_plan_devices_init_graph(ctx, c, g, 9, &all);
+    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 9, &d) == PDDE_OK && d.n_devices == 9 && d.flops[7] == all.flops[8] &&
+          d.flops[8] == all.flops[0] && d.memory[8] == all.memory[0] && d.place_flops[8] == 0,
+          "9 ranks: 8 on the GPUs, the ninth on the CPU (no placement beside it)");
+    pdde_plan_devices_free(&d);
+    pdde_plan_devices_free(&all);
+    pdde_cluster_free(c);
+    /* an accelerator slower than the CPU: every rank on the CPU, the accelerator a shared placement target */
+    c = one_machine(1, 1e9, PDDE_DEVICE_ACCEL, "opencl");
+    CHECK(pdde_plan_devices_init_graph(ctx, c, g, 2, &all) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(pdde_plan_devices_init_machine(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 2 && d.flops[0] == all.flops[0] &&
+          d.flops[1] == all.flops[0] && d.memory[1] == all.memory[0] / 2 && !strcmp(d.place_backend, "opencl") &&
+          d.place_flops[1] == all.flops[1] && d.place_memory[0] == all.memory[1] / 2,
+          "a slow accelerator: both ranks on the CPU, the accelerator shared beside them ('%s')", d.place_backend);
+    pdde_plan_devices_free(&d);
+    pdde_plan_devices_free(&all);
+    pdde_cluster_free(c);
+    pdde_graph_free(g);
+}
+
+/* The writer (no library): strings escaped and numbers printed as cJSON does, so that they read back
+ * to the same bits (where cJSON is there to read them) and print the same text again; without cJSON
+ * the file is still written. */
+static void test_writer(void) {
+    pdde_cluster *c = make_cluster();
+    snprintf(c->name, sizeof c->name, "q\"b\\t\tn\nc\x01 \xc3\xa9");
+    static const double odd[] = {0.1, 1.0 / 3, 1e-300, 6.02214076e23, 4294967296.0, 2147483647.0, 2147483648.0, 123456789.123456789,
+                                 1e15 + 0.5, 5e-324}; /* (as with cJSON, 2^53 + 1 would print lossily: within epsilon at 15 digits) */
+    enum { N_ODD = sizeof odd / sizeof *odd };
+    c->specs[0].n_gemm = N_ODD;
+    for (int i = 0; i < N_ODD; i++) c->specs[0].gemm[i] = (pdde_gemm_point){PDDE_F32, 64 + i, 64, 64, odd[i]};
+    char *text = NULL, *again = NULL;
+    CHECK(pdde_cluster_to_json(ctx, c, &text) == PDDE_OK && text, "%s", pdde_last_error(ctx));
+    CHECK(text && strstr(text, "\"name\":\t\"q\\\"b\\\\t\\tn\\nc\\u0001 \xc3\xa9\""), "the name escaped as cJSON does:\n%.300s", text ? text : "");
+    CHECK(text && strstr(text, "\"flops\":\t0.1\n") && strstr(text, "\"flops\":\t0.33333333333333331\n") && strstr(text, "\"flops\":\t4294967296\n") &&
+          strstr(text, "\"flops\":\t2147483647\n") && strstr(text, "\"flops\":\t1e-300\n"), "numbers as cJSON prints them");
+    pdde_cluster *d = NULL;
+    if (have_json && text && pdde_cluster_parse(ctx, text, &d) == PDDE_OK) {
+        int same = !strcmp(d->name, c->name);
+        for (int i = 0; i < N_ODD; i++) same &= !memcmp(&d->specs[0].gemm[i].flops, &odd[i], sizeof odd[i]);
+        CHECK(same, "every number and the name read back to the same bits");
+        CHECK(pdde_cluster_to_json(ctx, d, &again) == PDDE_OK && !strcmp(text, again), "printed again the same");
+    } else if (have_json) {
+        CHECK(0, "the writer's text does not parse: %s", pdde_last_error(ctx));
+    }
+    pdde_cluster_free(d);
+    free(text), free(again);
+    pdde_cluster_free(c);
+}
+
 /* The search plans on a cluster file: a GPT (layers 0..5) on the mixed example cluster. The plan fits
  * every device it uses, and uses the fast devices: with 28 devices of 3 models, none gets a share it
  * could not hold. */
@@ -346,11 +461,15 @@ int main(void) {
     pdde_context_init(&cp, &ctx);
     char *probe = NULL;
     pdde_cluster *c = make_cluster();
-    have_json = pdde_cluster_to_json(ctx, c, &probe) != PDDE_ERR_UNAVAILABLE;
+    have_json = (pdde_features() & PDDE_FEATURE_CJSON) != 0; /* (reading: writing needs no library) */
+    CHECK(pdde_cluster_to_json(ctx, c, &probe) == PDDE_OK && probe && strstr(probe, "\"A100-like\""), "written with or without cJSON: %s",
+          pdde_last_error(ctx));
     test_validate();
     test_detect();
     test_plan_devices();
     test_plan_devices_graph();
+    test_one_machine();
+    test_writer();
     if (!have_json) {
         test_skip("cjson", "the JSON tests: pdde was built without cJSON");
     } else {

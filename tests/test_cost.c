@@ -52,6 +52,14 @@ static void test_compute(void) {
     op.m = op.n = op.k = 256; /* between the two in log space, equally far: the mean rate */
     t = pdde_cost_compute_time(ctx, c, 1, &op);
     CHECK(test_close(t, 2.0 * 256 * 256 * 256 / 0.75e12, 1e-9, 0), "halfway: %g s", t);
+    /* bf16 at bf16's measured rate (pdde-bench measures both): 4x the f32 rate at this shape */
+    c->specs[0].gemm[c->specs[0].n_gemm++] = (pdde_gemm_point){PDDE_BF16, 1024, 1024, 1024, 4e12};
+    pdde_cost_op half = op;
+    half.m = half.n = half.k = 1024, half.dtype = PDDE_BF16;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 1, &half), 2.0 * 1024 * 1024 * 1024 / 4e12, 1e-12, 0), "a bf16 GEMM at the bf16 rate");
+    half.dtype = PDDE_F32;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 1, &half), 2.0 * 1024 * 1024 * 1024 / 1e12, 1e-12, 0), "an f32 GEMM at the f32 rate");
+    c->specs[0].n_gemm--;
     op.flops = 1e9; /* an explicit FLOP count with the shape's rate */
     op.m = op.n = op.k = 1024;
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3, 1e-12, 0), "explicit flops");
@@ -85,11 +93,18 @@ static void test_compute(void) {
     c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 0; /* a backward curve alone: the forward falls back to attention's */
     t = pdde_cost_compute_time(ctx, c, 0, &op);
     CHECK(test_close(t, 1e-3 + 100e-6, 1e-12, 0), "attention forward without its curve: %g s", t);
+    /* a device: its own fused-attention curves (measured on it: what its kernels take beyond the
+     * GEMMs), never the broader ones (its kernels fuse the softmax); the backward only by its own */
     c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 1;
     c->specs[0].kind = PDDE_DEVICE_GPU;
     t = pdde_cost_compute_time(ctx, c, 0, &op);
-    CHECK(test_close(t, 1e-3, 1e-12, 0), "attention on a GPU ignores the CPU's fused curve: %g s", t);
-    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &att_back), 1e-3, 1e-12, 0), "and its backward curve");
+    CHECK(test_close(t, 1e-3 + 160e-6, 1e-12, 0), "attention on a GPU with its own fused curve: %g s", t);
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &att_back), 1e-3 + 60e-6, 1e-12, 0), "and its backward's");
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD] = 0;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &att_back), 1e-3, 1e-12, 0), "a GPU's backward without its own curve: the GEMMs");
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 0;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3, 1e-12, 0), "nor the attention curve: the GEMMs");
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD] = 1;
     /* the classes split off for their backward: their own curve, else the broader class's */
     pdde_cost_op gelu = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GELU, .bytes = 500500};
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &gelu), 50.5e-6, 1e-9, 0), "gelu without its curve: the elementwise one");

@@ -116,8 +116,10 @@ if "$build/pdde-info" 2>/dev/null | grep -Eq '^ +opencl +available'; then
     "$build/gpt" --plan auto --cluster "$tmp/cluster2.json" "${args[@]}" >"$tmp/autoplace.log" 2>&1
     rc=$?
     check "gpt --plan auto on a CPU + fast OpenCL machine runs ($(grep -m1 'planner chose' "$tmp/autoplace.log"; tail -1 "$tmp/autoplace.log"))" $rc
-    grep -q 'the planner chose .*place=opencl' "$tmp/autoplace.log" && grep -q 'blocks on opencl' "$tmp/autoplace.log"
-    check "the planner places the blocks on the faster OpenCL device" $?
+    grep -q 'the planner chose' "$tmp/autoplace.log" && grep -q 'rank 0: device [0-9]*, opencl:0 .*auto: predicted' "$tmp/autoplace.log" &&
+        grep -q 'blocks on opencl' "$tmp/autoplace.log"
+    rc=$?
+    check "the rank trains on the faster OpenCL device, its own ($(grep -m1 'rank 0: device' "$tmp/autoplace.log"))" $rc
     check "--plan auto, placed: losses '$(losses "$tmp/autoplace.log")' equal one process's '$ref'" $([ "$(losses "$tmp/autoplace.log")" = "$ref" ] && echo 0 || echo 1)
     # with pipeline stages: stage 1 (layers 3..5 of 6) runs its last block, layer 4, on OpenCL
     if [ -x "$build/pdde-run" ]; then

@@ -29,7 +29,7 @@ echo
 echo "== the planner's options for $ranks rank(s) of $threads thread(s) on this machine =="
 ./build/pdde-plan --auto --cluster "$cluster" --ranks "$ranks" --top 5
 echo
-echo "== training with the planner's choice =="
+echo "== training with the planner's choice (each rank says which device it took: PDDE_DEVICE=${PDDE_DEVICE:-auto}) =="
 launcher=()
 [ "$ranks" -gt 1 ] && launcher=(./build/pdde-run -n "$ranks")
 # shellcheck disable=SC2086

@@ -101,6 +101,8 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
         for (size_t j = 0; h && j < n; j++) {
             seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
             if (t->dtype == PDDE_I32) ((int32_t *)h)[j] = (int32_t)(seed % 8192); /* class_graph's table rows and classes */
+            else if (t->dtype == PDDE_BF16) ((uint16_t *)h)[j] = (uint16_t)(0x3f00 | (seed >> 57)); /* [0.5, 1) */
+            else if (t->dtype == PDDE_F16) ((uint16_t *)h)[j] = (uint16_t)(0x3800 | (seed >> 54));
             else ((float *)h)[j] = (float)((double)(seed >> 40) / 16777216.0 - 0.5);
         }
         if (h) pdde_session_write(s, t, h, pdde_tensor_nbytes(t));
@@ -142,16 +144,16 @@ static pdde_graph *new_graph(pdde_context *ctx) {
     return g;
 }
 
-/* One GEMM [m, k] x [k, n] (bt > 1: bt batches of m / bt rows). */
-static pdde_graph *gemm_graph(pdde_context *ctx, int64_t bt, int64_t m, int64_t n, int64_t k) {
+/* One GEMM [m, k] x [k, n] of dtype dt (bt > 1: bt batches of m / bt rows). */
+static pdde_graph *gemm_graph(pdde_context *ctx, pdde_dtype dt, int64_t bt, int64_t m, int64_t n, int64_t k) {
     pdde_graph *g = new_graph(ctx);
-    pdde_tensor *a = bt > 1 ? pdde_input(g, "a", PDDE_F32, 3, (int64_t[]){bt, m / bt, k}) : pdde_input(g, "a", PDDE_F32, 2, (int64_t[]){m, k});
-    pdde_tensor *b = bt > 1 ? pdde_input(g, "b", PDDE_F32, 3, (int64_t[]){bt, k, n}) : pdde_input(g, "b", PDDE_F32, 2, (int64_t[]){k, n});
+    pdde_tensor *a = bt > 1 ? pdde_input(g, "a", dt, 3, (int64_t[]){bt, m / bt, k}) : pdde_input(g, "a", dt, 2, (int64_t[]){m, k});
+    pdde_tensor *b = bt > 1 ? pdde_input(g, "b", dt, 3, (int64_t[]){bt, k, n}) : pdde_input(g, "b", dt, 2, (int64_t[]){k, n});
     pdde_mark_output(pdde_matmul(g, a, b, 0, 0));
     return g;
 }
 
-static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
+static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp, pdde_dtype dt) {
     /* squares for the size curve, then training shapes: tall activations times square and 4x weights */
     /* batch, m, n, k: batched ones are attention's q k^T and p v per head (the model folds batch into m) */
     static const int64_t shapes[][4] = {{1, 64, 64, 64}, {1, 128, 128, 128}, {1, 256, 256, 256}, {1, 512, 512, 512},
@@ -164,22 +166,27 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp) {
                                         {1, 1024, 192, 768}, {1, 1024, 768, 192}, {1, 128, 128, 512}, {1, 192, 768, 1024},
                                         {64, 64, 64, 48}, {64, 64, 48, 64}, {64, 48, 64, 64}, {32, 32, 64, 64}};
     int n = (int)(sizeof shapes / sizeof shapes[0]);
+    /* bf16 and f16 (the mixed-precision GEMMs: half inputs, f32 out) at the squares and the training
+     * shapes, every other one: the table's room is shared with f32's */
+    int half = dt != PDDE_F32;
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
         int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
+        if (half && (i % 2 || bt > 1 || sp->n_gemm + 2 > PDDE_CLUSTER_MAX_GEMM)) continue;
         if (quick && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
         if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
             printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
             continue;
         }
-        pdde_graph *g = gemm_graph(ctx, bt, m, nn, k);
+        pdde_graph *g = gemm_graph(ctx, dt, bt, m, nn, k);
         double t = time_graph(ctx, g, device, PDDE_RUN_FORWARD, 0);
         pdde_graph_free(g);
-        if (!(t > 0)) continue;
+        if (!(t > 0)) continue; /* (a dtype the device does not run: no point) */
         double flops = 2.0 * (double)m * (double)nn * (double)k / t;
-        sp->gemm[sp->n_gemm++] = (pdde_gemm_point){PDDE_F32, m, nn, k, flops};
-        if (flops > sp->peak_flops) sp->peak_flops = flops;
-        printf("  gemm %5lld x %5lld x %5lld%s %8.2f GFLOP/s\n", (long long)m, (long long)nn, (long long)k, bt > 1 ? " (batched)" : "           ", flops / 1e9);
+        sp->gemm[sp->n_gemm++] = (pdde_gemm_point){dt, m, nn, k, flops};
+        if (!half && flops > sp->peak_flops) sp->peak_flops = flops; /* (peak_flops is f32's) */
+        printf("  gemm %-4s %5lld x %5lld x %5lld%s %8.2f GFLOP/s\n", pdde_dtype_name(dt), (long long)m, (long long)nn, (long long)k,
+               bt > 1 ? " (batched)" : "           ", flops / 1e9);
     }
 }
 
@@ -314,10 +321,8 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
     int n_sizes = quick ? 3 : 5;
     for (int k = PDDE_OPCLASS_ELEMENTWISE; k < PDDE_OPCLASS_COUNT; k++) {
         int in_step = k >= PDDE_OPCLASS_LOSS;
-        /* CPU kernels are what runs these ops at a few elements a nanosecond; a device's run at its
-         * memory's speed, as their broader class measures (PoCL's step was predicted within 1% so), and
-         * the cost model reads the fused attention's curve on CPUs only */
-        if (in_step && sp->kind != PDDE_DEVICE_CPU) continue;
+        /* every class on every device: a device's kernels for these may run far from its memory's
+         * speed (a fused attention giving a thread a row) */
         printf("  %-11s", pdde_op_class_name((pdde_op_class)k));
         for (int i = 0; i < n_sizes; i++) {
             int attention = k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD;
@@ -415,7 +420,7 @@ static int contention_copy(int cpu, int fd) {
     double t[N_CONTENTION];
     for (int i = 0; i < N_CONTENTION; i++) { /* the small model's QKV GEMM; 1 MB of activations */
         pdde_op_class k = contention_classes[i];
-        pdde_graph *g = k == PDDE_OPCLASS_GEMM ? gemm_graph(ctx, 1, 1024, 576, 192) : class_graph(ctx, k, 1 << 18, 0);
+        pdde_graph *g = k == PDDE_OPCLASS_GEMM ? gemm_graph(ctx, PDDE_F32, 1, 1024, 576, 192) : class_graph(ctx, k, 1 << 18, 0);
         t[i] = time_graph(ctx, g, 0, PDDE_RUN_FORWARD, 0);
         pdde_graph_free(g);
     }
@@ -707,7 +712,9 @@ int main(int argc, char **argv) {
         if (sp->n_gemm) continue; /* a second device of a measured model */
         printf("device %d (%s, %s):\n", dev->id, sp->name, sp->backend);
         sp->peak_flops = 0, sp->mem_bandwidth = 0; /* measured from here on */
-        measure_gemm(ctx, dev->id, sp);
+        measure_gemm(ctx, dev->id, sp, PDDE_F32);
+        measure_gemm(ctx, dev->id, sp, PDDE_BF16);
+        measure_gemm(ctx, dev->id, sp, PDDE_F16);
         measure_curves(ctx, c, dev->id, sp);
         if (sp->kind == PDDE_DEVICE_CPU) memcpy(sp->contention, slowdown, sizeof slowdown);
         for (int i = 0; i < c->n_links; i++)

@@ -6,6 +6,7 @@
  * optimizer) and activation arena, peak RSS, each against one process, and the worst relative loss
  * difference over the steps. The last line:
  *   RESULT parallel strategies=<ran> equal_losses=<within 1e-4> zero3_mem_ratio=<ZeRO-3 DP2 state / one process>
+ *          opencl_dp2_vs_cpu=<step time with every rank on its OpenCL device / the same plan on the CPU, run just before> ...
  *
  *   bench_parallel [STEPS]     (what `make bench-parallel` runs; STEPS timed steps, default 15, after 3 warm-up)
  *
@@ -40,7 +41,9 @@ static const gpt_config cfg = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4,
 /* micro: micro-batches per step (grad_accum_steps; the pipeline plans need them in flight), gpipe: that
  * schedule instead of 1F1B, zero: ZeRO stage over dp, recompute: every block recomputed in backward,
  * chunks: runs of layers per pipeline stage (interleaved stages) */
-typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, recompute, chunks; } plan;
+typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, recompute, chunks, opencl; } plan;
+/* opencl: every rank's step on its OpenCL device (pdde_device_select; ranks share the host's device
+ * where it has fewer: PoCL's is this machine's CPU), under tp the vocab-parallel embedding and head on the CPU */
 
 /* what one rank sends back through its pipe (well under PIPE_BUF) */
 typedef struct {
@@ -88,6 +91,19 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_resul
     sp.world = world;
     if (p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
     if (strstr(p->name, "_nobucket")) sp.gradient_bucket_bytes = -1; /* (one collective per gradient: what buckets save) */
+    int layer_dev[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    if (p->opencl) {
+        pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
+        pdde_device_choice dc;
+        ds.backend = "opencl", ds.share = 1;
+        if (pdde_device_select(ctx, &ds, &dc)) {
+            snprintf(out->error, sizeof out->error, "device: %.180s", pdde_last_error(ctx));
+            pdde_graph_free(g);
+            return;
+        }
+        sp.device = dc.device;
+        if (p->tp > 1) layer_dev[0] = layer_dev[cfg.layers + 1] = 0, sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
+    }
     if (build(g, &m, p) || pdde_session_init(g, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %.180s", pdde_last_error(ctx));
         pdde_graph_free(g);
@@ -134,6 +150,7 @@ static void rank_main(const char *store_addr, const plan *p, int rank, int fd) {
     snprintf(r, sizeof r, "%d", rank), snprintf(n, sizeof n, "%d", n_ranks(p));
     setenv("PDDE_RANK", r, 1), setenv("PDDE_LOCAL_RANK", r, 1), setenv("PDDE_WORLD_SIZE", n, 1);
     setenv("PDDE_STORE_ADDR", store_addr, 1);
+    if (p->opencl) unsetenv("PDDE_BACKENDS"); /* (this rank alone starts the device runtime) */
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = 1;
     pdde_context *ctx;
@@ -219,24 +236,24 @@ int main(int argc, char **argv) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
-    static const plan one = {"1_process", 1, 1, 1, 1, 0, 0, 0, 0};
+    static const plan one = {"1_process", 1, 1, 1, 1, 0, 0, 0, 0, 0};
     static const plan plans[] = {
-        /* name            dp tp pp micro gpipe zero recompute chunks */
-        {"dp2",            2, 1, 1, 1, 0, 0, 0, 0},
-        {"dp2_nobucket",   2, 1, 1, 1, 0, 0, 0, 0},
-        {"tp2",            1, 2, 1, 1, 0, 0, 0, 0},
-        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0},
-        {"pp2_gpipe",      1, 1, 2, 4, 1, 0, 0, 0},
-        {"pp2_interleaved", 1, 1, 2, 4, 0, 0, 0, 2},
-        {"zero1_dp2",      2, 1, 1, 1, 0, 1, 0, 0},
-        {"zero1_nobucket", 2, 1, 1, 1, 0, 1, 0, 0},
-        {"zero2_dp2",      2, 1, 1, 1, 0, 2, 0, 0},
-        {"zero3_dp2",      2, 1, 1, 1, 0, 3, 0, 0},
-        {"dp4",            4, 1, 1, 1, 0, 0, 0, 0},
-        {"dp2xtp2",        2, 2, 1, 1, 0, 0, 0, 0},
-        {"dp2xpp2",        2, 1, 2, 4, 0, 0, 0, 0},
-        {"tp2xpp2",        1, 2, 2, 4, 0, 0, 0, 0},
-        {"dp2xtp2_recomp", 2, 2, 1, 1, 0, 0, 1, 0},
+        /* name            dp tp pp micro gpipe zero recompute chunks opencl */
+        {"dp2",            2, 1, 1, 1, 0, 0, 0, 0, 0},
+        {"dp2_nobucket",   2, 1, 1, 1, 0, 0, 0, 0, 0},
+        {"tp2",            1, 2, 1, 1, 0, 0, 0, 0, 0},
+        {"pp2_1f1b",       1, 1, 2, 4, 0, 0, 0, 0, 0},
+        {"pp2_gpipe",      1, 1, 2, 4, 1, 0, 0, 0, 0},
+        {"pp2_interleaved", 1, 1, 2, 4, 0, 0, 0, 2, 0},
+        {"zero1_dp2",      2, 1, 1, 1, 0, 1, 0, 0, 0},
+        {"zero1_nobucket", 2, 1, 1, 1, 0, 1, 0, 0, 0},
+        {"zero2_dp2",      2, 1, 1, 1, 0, 2, 0, 0, 0},
+        {"zero3_dp2",      2, 1, 1, 1, 0, 3, 0, 0, 0},
+        {"dp4",            4, 1, 1, 1, 0, 0, 0, 0, 0},
+        {"dp2xtp2",        2, 2, 1, 1, 0, 0, 0, 0, 0},
+        {"dp2xpp2",        2, 1, 2, 4, 0, 0, 0, 0, 0},
+        {"tp2xpp2",        1, 2, 2, 4, 0, 0, 0, 0, 0},
+        {"dp2xtp2_recomp", 2, 2, 1, 1, 0, 0, 1, 0, 0},
     };
     int n_plans = (int)(sizeof plans / sizeof plans[0]);
     int tokens = cfg.batch * cfg.ctx, timed = n_steps - WARMUP;
@@ -280,7 +297,44 @@ int main(int argc, char **argv) {
                res.rss_bytes / 1e6, worst, match ? "ok" : "DIFFERS");
         fflush(stdout);
     }
-    printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f\n", ran, equal, zero3_ratio);
+    /* every rank on its OpenCL device against the same plan on the CPU */
+    static const plan on_device[] = {
+        {"dp2_opencl",     2, 1, 1, 1, 0, 0, 0, 0, 1},
+        {"tp2_opencl",     1, 2, 1, 1, 0, 0, 0, 0, 1},
+        {"zero1_opencl",   2, 1, 1, 1, 0, 1, 0, 0, 1},
+    };
+    double device_ratio[3] = {NAN, NAN, NAN};
+    for (int i = 0; i < 3; i++) {
+        const plan *p = &on_device[i];
+        rank_result res, cpu;
+        memset(&res, 0, sizeof res), memset(&cpu, 0, sizeof cpu);
+        const plan *same = NULL;
+        for (int k = 0; k < n_plans; k++)
+            if (plans[k].dp == p->dp && plans[k].tp == p->tp && plans[k].pp == p->pp && plans[k].zero == p->zero && !strstr(plans[k].name, "_nobucket")) {
+                same = &plans[k];
+                break;
+            }
+        if (!same || run_plan(addr, same, &ref, &cpu) || run_plan(addr, p, &ref, &res)) {
+            printf("%-15s %5d  did not run (see above)\n", p->name, n_ranks(p));
+            continue;
+        }
+        ran++;
+        double worst = 0;
+        for (int k = 0; k < n_steps; k++) {
+            double d = fabs(res.losses[k] - ref.losses[k]) / fabs(ref.losses[k]);
+            if (isnan(d) || d > worst) worst = d;
+        }
+        int match = worst <= LOSS_TOL;
+        equal += match;
+        double ms = 1e3 * bench_median(res.step_s + WARMUP, timed), cpu_ms = 1e3 * bench_median(cpu.step_s + WARMUP, timed);
+        device_ratio[i] = ms / cpu_ms;
+        printf("%-15s %5d %9.1f %8.0f %6.2f %8.2f %6.2f %8.2f %6.2f %7.1f %9.2g %s (%s on the CPU in this run: %.1f ms; %.2fx)\n", p->name,
+               n_ranks(p), ms, tokens / ms * 1e3, ms / ref_ms, res.state_bytes / 1e6, res.state_bytes / ref.state_bytes, res.arena_bytes / 1e6,
+               res.arena_bytes / ref.arena_bytes, res.rss_bytes / 1e6, worst, match ? "ok" : "DIFFERS", same->name, cpu_ms, ms / cpu_ms);
+        fflush(stdout);
+    }
+    printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f opencl_dp2_vs_cpu=%.2f opencl_tp2_vs_cpu=%.2f "
+           "opencl_zero1_vs_cpu=%.2f\n", ran, equal, zero3_ratio, device_ratio[0], device_ratio[1], device_ratio[2]);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return 0;

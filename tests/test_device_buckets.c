@@ -1,0 +1,190 @@
+/* test_device_buckets — gradient buckets of device memory (PoCL here): a data-parallel MLP whose
+ * every tensor lives on the OpenCL device trains on 2 ranks with its gradients read into host
+ * buckets through the device's stream, reduced in one collective a bucket (started in backward, or
+ * at the update) and written back. Bucketing changes what travels together, not the arithmetic (a sum
+ * of 2 ranks is the same bits in any buffer), and the model's kernels add in a fixed order (no
+ * embedding: PoCL's embedding backward adds with atomics), so every bucketed run must equal the
+ * unbucketed one (each gradient staged alone) bit for bit: every step's loss and every parameter
+ * after the last step. The same for ZeRO-1 (reduce-scatters of rank-major blocks, gathers of the
+ * updated shards). A run that lost a rank mid-step is test_dp's (dev_lost). */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "tests/test_util.h"
+#include "tests/comm_test_util.h"
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define STEPS 6
+#define B 16
+#define IN 32
+#define HID 64
+#define OUT 16
+static const pdde_store_server *g_server;
+
+typedef struct {
+    const char *name, *plan;
+    int64_t bucket_bytes; /* gradient_bucket_bytes: -1 none, 0 one (25 MiB), else the cap */
+    int at_update;        /* 1: overlap_gradients -1 (the buckets run at the update), else 1 (started in backward) */
+} config;
+
+typedef struct {
+    float losses[STEPS];
+    uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
+    int gradient_collectives, early, on_device, ok;
+    char error[200];
+} result;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
+    return h;
+}
+
+static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    const config *c = arg;
+    result *out = test_rank_result;
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){B, IN}), *y = pdde_input(g, "y", PDDE_I32, 1, (int64_t[]){B});
+    pdde_tensor *params[6];
+    const int64_t dims[4] = {IN, HID, HID, OUT};
+    pdde_tensor *h = x;
+    for (int l = 0; l < 3; l++) {
+        pdde_graph_set_layer(g, l);
+        char name[16];
+        snprintf(name, sizeof name, "w%d", l);
+        params[2 * l] = pdde_param(g, name, 2, (int64_t[]){dims[l], dims[l + 1]}, 0.2f);
+        snprintf(name, sizeof name, "b%d", l);
+        params[2 * l + 1] = pdde_param(g, name, 1, (int64_t[]){dims[l + 1]}, 0.05f);
+        h = pdde_matmul(g, h, params[2 * l], 0, 0);
+        h = l < 2 ? pdde_bias_gelu(g, h, params[2 * l + 1]) : pdde_bias_add(g, h, params[2 * l + 1]);
+    }
+    pdde_tensor *loss = pdde_cross_entropy(g, h, y);
+    pdde_plan plan;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 1e-2f, op.weight_decay = 0.1f, op.clip_norm = 1.0f;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = comm;
+    sp.device = pdde_device_find(ctx, "opencl", 0);
+    sp.overlap_gradients = c->at_update ? -1 : 1;
+    sp.gradient_bucket_bytes = c->bucket_bytes;
+    float xs[B * IN];
+    int32_t ys[B];
+    if (sp.device < 0) { snprintf(out->error, sizeof out->error, "no OpenCL device"); goto done; }
+    if (pdde_plan_parse(c->plan, &plan) || pdde_plan_apply(g, &plan, loss, &op, &sp, &s)) {
+        snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
+        goto done;
+    }
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
+        out->early += t->phase == PDDE_PHASE_BACKWARD && (t->op == PDDE_OP_ALLREDUCE || t->op == PDDE_OP_REDUCE_SCATTER);
+    }
+    out->on_device = pdde_session_tensor(s, params[0]) && pdde_session_tensor(s, params[0])->device == sp.device;
+    for (int step = 0; step < STEPS; step++) {
+        for (int i = 0; i < B * IN; i++) xs[i] = (float)((i * 37 + step * 11) % 23) / 23.0f - 0.5f;
+        for (int i = 0; i < B; i++) ys[i] = (i * 5 + step * 3) % OUT;
+        if (pdde_session_write_global(s, x, xs, sizeof xs) || pdde_session_write_global(s, y, ys, sizeof ys) || pdde_session_run(s, PDDE_RUN_STEP)) {
+            snprintf(out->error, sizeof out->error, "step %d: %s", step, pdde_last_error(ctx));
+            goto done;
+        }
+        out->losses[step] = pdde_session_loss(s);
+    }
+    out->gradient_collectives = pdde_session_gradient_collectives(s);
+    out->param_hash = 1469598103934665603ull;
+    for (int k = 0; k < 6; k++) {
+        size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
+        void *buf = malloc(n);
+        if (!buf || pdde_session_read(s, params[k], buf, n)) { free(buf); snprintf(out->error, sizeof out->error, "read: %s", pdde_last_error(ctx)); goto done; }
+        out->param_hash = fnv(out->param_hash, buf, n);
+        free(buf);
+    }
+    out->ok = 1;
+done:
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+static void run(const char *addr, const config *c, result *out) {
+    result res[2];
+    memset(res, 0, sizeof res);
+    test_ranks_params tp = {.addr = addr, .prefix = c->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .device_runtimes = 1,
+                            .results = res, .result_size = sizeof *res};
+    test_run_ranks(2, &tp, train, (void *)c, 120);
+    for (int r = 0; r < 2; r++) CHECK(res[r].ok, "%s rank %d: %s", c->name, r, res[r].error);
+    *out = res[0];
+    printf("%-18s losses %.6f -> %.6f, %d data-parallel collectives a step, %d started in backward, parameters %016llx\n", c->name,
+           out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early, (unsigned long long)out->param_hash);
+}
+
+/* Asked in a child process: device runtimes do not survive fork(). */
+static int opencl_exists(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        pdde_context *c;
+        pdde_context_init(NULL, &c);
+        _exit(pdde_device_find(c, "opencl", 0) >= 0 ? 0 : 1);
+    }
+    int status = 1;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+int main(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    test_skip("asan", "PoCL in forked ranks under AddressSanitizer");
+    return test_finish();
+#endif
+    if (!opencl_exists()) {
+        test_skip("opencl", "no OpenCL device (PoCL in CI)");
+        return test_finish();
+    }
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context *ctx;
+    pdde_context_init(&cp, &ctx);
+    pdde_store_server *srv;
+    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
+    if (test_failed) return test_finish();
+    g_server = srv;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    static const config configs[] = {
+        {"unbucketed", "dp=2", -1, 0},
+        {"unbucketed_again", "dp=2", -1, 0}, /* (the kernels are deterministic: else nothing below can hold) */
+        {"one_bucket", "dp=2", 0, 0},        /* the 6 gradients in one bucket, started in backward */
+        {"small_buckets", "dp=2", 512, 0},   /* w0, w1, w2 (>= 512 B) a bucket each, the biases in two (b2 b1, b0) */
+        {"at_update", "dp=2", 0, 1},
+        {"zero1_unbucketed", "dp=2,zero=1", -1, 0},
+        {"zero1_buckets", "dp=2,zero=1", 0, 0},
+        {"zero1_small", "dp=2,zero=1", 512, 1},
+        {"tp2", "tp=2", 0, 0}, /* pdde_plan_apply on a device: the vocab-parallel loss's layer on the CPU, the rest on OpenCL */
+    };
+    enum { N = sizeof configs / sizeof *configs };
+    result res[N];
+    memset(res, 0, sizeof res);
+    for (int i = 0; i < N; i++) run(addr, &configs[i], &res[i]);
+    CHECK(res[0].on_device, "the parameters live on the OpenCL device");
+    for (int i = 0; i < STEPS; i++) CHECK(isfinite(res[0].losses[i]), "step %d: loss %g", i, res[0].losses[i]);
+    CHECK(res[0].losses[STEPS - 1] < res[0].losses[0], "the loss falls: %g -> %g", res[0].losses[0], res[0].losses[STEPS - 1]);
+    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}};
+    for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
+        const result *a = &res[same[k][0]], *b = &res[same[k][1]];
+        if (!a->ok || !b->ok) continue;
+        CHECK(!memcmp(a->losses, b->losses, sizeof a->losses), "%s: losses not %s's bit for bit", configs[same[k][0]].name, configs[same[k][1]].name);
+        CHECK(a->param_hash == b->param_hash, "%s: parameters not %s's bit for bit", configs[same[k][0]].name, configs[same[k][1]].name);
+    }
+    const result *tp = &res[N - 1];
+    test_diff d = test_diff_f32(tp->losses, res[0].losses, tp->ok ? STEPS : 0, 1e-3);
+    CHECK(tp->ok && tp->on_device && d.worst <= 1e-6, "tp=2 on the device: losses within 1e-6 of dp=2's: worst %.3g at step %zu", d.worst, d.index);
+    /* what travelled: one collective a gradient, or a bucket; in backward unless at the update */
+    CHECK(res[0].gradient_collectives == 6 && res[2].gradient_collectives == 1 && res[3].gradient_collectives == 5 && res[4].gradient_collectives == 1,
+          "data-parallel collectives a step: %d, %d, %d, %d; want 6, 1, 5, 1", res[0].gradient_collectives, res[2].gradient_collectives,
+          res[3].gradient_collectives, res[4].gradient_collectives);
+    CHECK(res[0].early == 0 && res[2].early == 1 && res[3].early == 5 && res[4].early == 0,
+          "collectives started in backward: %d, %d, %d, %d; want 0, 1, 5, 0", res[0].early, res[2].early, res[3].early, res[4].early);
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return test_finish();
+}
