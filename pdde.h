@@ -251,6 +251,22 @@ typedef enum {
     /* fused kernels: one pass where the unfused ops take two (the unfused graph is their reference) */
     PDDE_OP_BIAS_GELU,            /* src: x [..., N], bias [N]: gelu(x + bias) (pdde_bias_gelu) */
     PDDE_OP_BIAS_GELU_BACK,       /* src: x, bias, dy -> dy * gelu'(x + bias): the gradient of x + bias */
+    /* Mixture-of-Experts routing (see "Mixture-of-Experts"). Row r of an expert-ordered buffer [R, C]:
+     * expert e's rows start at its offset (dropless, i: MOE_CAPACITY 0: the running sum of the counts
+     * before it, R = N*k; with a capacity: e * capacity, R = E * capacity, rows past its count zero);
+     * within an expert, tokens in order (n, then j). i: MOE_EXPERTS = E where no source gives it. */
+    PDDE_OP_MOE_TOPK,             /* src: logits [N,E] f32 [, bias [E]] -> i32 [N,k]: the k experts of
+                                     largest score + bias (ties: the lower expert), best first;
+                                     i: MOE_FLAGS (PDDE_MOE_SIGMOID: score = sigmoid, else softmax) */
+    PDDE_OP_MOE_GATE,             /* src: logits, idx [N,k] -> weights [N,k]; i: MOE_FLAGS */
+    PDDE_OP_MOE_GATE_BACK,        /* src: logits, idx, dweights -> dlogits [N,E]; i: MOE_FLAGS */
+    PDDE_OP_MOE_COUNTS,           /* src: idx -> i32 [E]: tokens routed to each expert (before dropping) */
+    PDDE_OP_MOE_DISPATCH,         /* src: x [N,C], idx [, w [N,k]] -> [R,C]: row (n,j) = x[n] (* w[n,j]) */
+    PDDE_OP_MOE_COMBINE,          /* src: ye [R,C], idx [, w] -> [N,C]: sum_j (w[n,j] *) ye[row (n,j)] */
+    PDDE_OP_MOE_COMBINE_BACK_W,   /* src: ye, idx, dy -> dw [N,k] = dot(dy[n], ye[row (n,j)]) */
+    PDDE_OP_MOE_GROUPED_MATMUL,   /* src: x [R,K], w [E,K,M] (i: MOE_TRANS_B: [E,M,K]), idx -> [R,M]:
+                                     each expert's rows times its own matrix, one op for all E */
+    PDDE_OP_MOE_GROUPED_MATMUL_BACK_W, /* src: a [R,K], b [R,M], idx -> [E,K,M]: a_e^T b_e per expert */
     PDDE_OP_COUNT
 } pdde_op;
 
@@ -1836,6 +1852,42 @@ pdde_status pdde_pipeline_run(pdde_pipeline *pl, int64_t first, int64_t n);
 void pdde_pipeline_stats_get(const pdde_pipeline *pl, pdde_pipeline_stats *out);
 /* Zeroes the counters (after warm-up batches); the sizing stays. */
 void pdde_pipeline_stats_reset(pdde_pipeline *pl);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Mixture-of-Experts. A token x[n] [C] goes to k of E experts; the expert FFNs run as grouped GEMMs
+ * over an expert-ordered buffer of token rows whose per-expert counts vary from step to step while
+ * every shape stays static:
+ *
+ *     logits = x @ router                                 [N, E]
+ *     idx    = pdde_moe_topk(g, logits, bias, k, flags)   i32 [N, k]
+ *     w      = pdde_moe_gate(g, logits, idx, flags)       [N, k], softmax over the k chosen (or sigmoid)
+ *     xe     = pdde_moe_dispatch(g, x, idx, E, cap)       [R, C]: rows grouped by expert
+ *     he     = pdde_moe_grouped_matmul(g, xe, w1, idx, cap, 0)   w1 [E, C, F]
+ *     ye     = pdde_moe_grouped_matmul(g, gelu(he), w2, idx, cap, 0)
+ *     y      = pdde_moe_combine(g, ye, idx, w, E, cap)    [N, C]: the k outputs weighted and summed
+ *
+ * cap = 0 is dropless (R = N*k: no token is dropped); cap > 0 gives each expert cap rows (R = E*cap)
+ * and drops the tokens past them (in token order): their outputs are 0 and pdde_moe_dropped counts
+ * them. Every op has its gradient; the routing choice itself (top-k) has none. */
+#define PDDE_MOE_SIGMOID 1u      /* scores sigmoid(logit) (DeepSeek-V3), not softmax */
+#define PDDE_MOE_NO_NORMALIZE 2u /* weights are the chosen scores, not divided by their sum (Switch) */
+/* The k best experts by score + bias (bias [E] or NULL: DeepSeek's balancing bias, it changes the
+ * choice only, never the weights); ties go to the lower expert id. */
+pdde_tensor *pdde_moe_topk(pdde_graph *g, pdde_tensor *logits, pdde_tensor *bias, int k, unsigned flags);
+pdde_tensor *pdde_moe_gate(pdde_graph *g, pdde_tensor *logits, pdde_tensor *idx, unsigned flags);
+/* i32 [E]: how many of the N*k choices picked each expert. */
+pdde_tensor *pdde_moe_counts(pdde_graph *g, pdde_tensor *idx, int experts);
+pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
+pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b);
+pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, pdde_tensor *weights, int experts, int64_t capacity);
+/* Switch/GShard's load-balancing loss E * sum_e f_e P_e (f_e: the share of the N*k choices that went
+ * to e, held constant; P_e: the mean softmax probability of e): 1 when balanced, E when every token
+ * picks one expert. A scalar [1]. */
+pdde_tensor *pdde_moe_aux_loss(pdde_graph *g, pdde_tensor *logits, pdde_tensor *idx, int experts);
+/* Rows per expert for a capacity factor (ceil(factor * N * k / E)); factor <= 0: 0 (dropless). */
+int64_t pdde_moe_capacity(int64_t tokens, int k, int experts, float factor);
+/* The tokens a capacity drops, from the counts of pdde_moe_counts: sum_e max(0, counts[e] - capacity). */
+int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
 
 #ifdef __cplusplus
 }
