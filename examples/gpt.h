@@ -20,6 +20,13 @@ typedef struct {
     int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
     int unfused_attention; /* 1: attention from matmul + causal softmax + matmul (the reference), not fused */
     int unfused_gelu;      /* 1: the MLP's bias add and gelu as two ops (the reference), not pdde_bias_gelu */
+    /* Mixture-of-Experts (gpt_moe_ffn): moe_experts > 1 replaces the MLP of every moe_every-th block
+     * (0 or 1: every block) by moe_experts expert MLPs of ffn hidden units each, moe_topk (0 = 2) of
+     * them per token; moe_capacity > 0: that capacity factor (tokens past it dropped), 0 dropless;
+     * moe_aux: weight of the balance loss in the loss; moe_bias: 1 = DeepSeek's balancing bias (an
+     * input "h<l>.moe.bias" [E] the caller updates, gpt_moe_update_bias) */
+    int moe_experts, moe_topk, moe_every, moe_bias;
+    float moe_capacity, moe_aux;
 } gpt_config;
 
 static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
@@ -29,7 +36,46 @@ typedef struct {
     pdde_tensor *ids, *targets;   /* i32 [B, T] inputs */
     pdde_tensor *logits;          /* [B*T, V] */
     pdde_tensor *loss;
+    pdde_tensor *moe_balance;     /* MoE: the balance loss, averaged over the MoE blocks (NULL without) */
 } gpt_model;
+
+static inline int gpt_moe_topk(const gpt_config *c) { return c->moe_topk > 0 ? c->moe_topk : 2; }
+/* whether block l has the MoE feed-forward */
+static inline bool gpt_block_is_moe(const gpt_config *c, int l) {
+    return c->moe_experts > 1 && (l + 1) % (c->moe_every > 1 ? c->moe_every : 1) == 0;
+}
+
+/* The MoE feed-forward of block l on h [B, T, C] (Mixtral-style, GELU experts as the dense MLP, no
+ * biases): router logits, top-k, the weights softmax-normalised over the k chosen, the tokens
+ * dispatched into expert order, two grouped GEMMs, combined back. Its tensors: h<l>.moe.router [C, E],
+ * .w1 [E, C, F], .w2 [E, F, C]; "h<l>.moe.counts" (i32 [E], tokens per expert, kept readable). *balance
+ * gets the block's balance loss. */
+static inline pdde_tensor *gpt_moe_ffn(pdde_graph *g, const gpt_config *c, int l, pdde_tensor *h, float proj_std, pdde_tensor **balance) {
+    int64_t N = (int64_t)c->batch * c->ctx, C = c->width, F = gpt_ffn(c), E = c->moe_experts;
+    int k = gpt_moe_topk(c);
+    int64_t cap = pdde_moe_capacity(N, k, (int)E, c->moe_capacity);
+    char name[64];
+    pdde_tensor *x = pdde_reshape(g, h, 2, (int64_t[]){N, C}), *bias = NULL;
+    snprintf(name, sizeof name, "h%d.moe.router", l);
+    pdde_tensor *logits = pdde_matmul(g, x, pdde_param(g, name, 2, (int64_t[]){C, E}, 0.02f), 0, 0);
+    if (c->moe_bias) {
+        snprintf(name, sizeof name, "h%d.moe.bias", l);
+        bias = pdde_input(g, name, PDDE_F32, 1, (int64_t[]){E});
+    }
+    pdde_tensor *idx = pdde_moe_topk(g, logits, bias, k, 0);
+    pdde_tensor *counts = pdde_moe_counts(g, idx, (int)E);
+    snprintf(name, sizeof name, "h%d.moe.counts", l);
+    if (counts) pdde_tensor_set_name(counts, name), pdde_mark_output(counts);
+    snprintf(name, sizeof name, "h%d.moe.w1", l);
+    pdde_tensor *w1 = pdde_param(g, name, 3, (int64_t[]){E, C, F}, 0.02f);
+    snprintf(name, sizeof name, "h%d.moe.w2", l);
+    pdde_tensor *w2 = pdde_param(g, name, 3, (int64_t[]){E, F, C}, proj_std);
+    pdde_tensor *xe = pdde_moe_dispatch(g, x, idx, (int)E, cap);
+    pdde_tensor *he = pdde_gelu(g, pdde_moe_grouped_matmul(g, xe, w1, idx, cap, 0));
+    pdde_tensor *y = pdde_moe_combine(g, pdde_moe_grouped_matmul(g, he, w2, idx, cap, 0), idx, pdde_moe_gate(g, logits, idx, 0), (int)E, cap);
+    *balance = pdde_moe_aux_loss(g, logits, idx, (int)E);
+    return pdde_reshape(g, y, 3, (int64_t[]){c->batch, c->ctx, C});
+}
 
 /* x @ W + b with the weight <prefix>.w [in, out] and bias <prefix>.b [out]; gelu: gelu(x @ W + b), the
  * bias and the activation in one op (pdde_bias_gelu) */
@@ -65,6 +111,10 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
                           c->width, c->heads, c->layers);
     int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads, F = gpt_ffn(c);
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
+    int n_moe = 0;
+    if (c->moe_experts > 1 && (gpt_moe_topk(c) > c->moe_experts || c->moe_capacity < 0 || c->moe_aux < 0))
+        return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: MoE top-%d of %d experts (k at most the experts), capacity factor %g and "
+                          "balance weight %g (each >= 0)", gpt_moe_topk(c), c->moe_experts, c->moe_capacity, c->moe_aux);
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
     m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
@@ -88,6 +138,13 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         x = pdde_add(g, x, gpt_linear(g, p, y, C, C, proj_std));
         snprintf(p, sizeof p, "h%d.ln2", l);
         pdde_tensor *h = gpt_layernorm(g, p, x, C);
+        if (gpt_block_is_moe(c, l)) {
+            pdde_tensor *bal = NULL;
+            x = pdde_add(g, x, gpt_moe_ffn(g, c, l, h, proj_std, &bal));
+            m->moe_balance = m->moe_balance ? pdde_add(g, m->moe_balance, bal) : bal;
+            n_moe++;
+            continue;
+        }
         snprintf(p, sizeof p, "h%d.fc", l);
         h = c->unfused_gelu ? pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f)) : gpt_linear_act(g, p, h, C, F, 0.02f, true);
         snprintf(p, sizeof p, "h%d.fcproj", l);
@@ -97,6 +154,11 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     x = gpt_layernorm(g, "lnf", x, C);
     m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), wte, 0, 1);
     m->loss = pdde_cross_entropy(g, m->logits, m->targets);
+    if (m->moe_balance) {
+        m->moe_balance = pdde_scale(g, m->moe_balance, 1.0f / (float)n_moe);
+        pdde_mark_output(m->moe_balance);
+        if (c->moe_aux > 0) m->loss = pdde_add(g, m->loss, pdde_scale(g, m->moe_balance, c->moe_aux));
+    }
     pdde_graph_set_layer(g, -1);
     return pdde_graph_status(g);
 }
@@ -378,8 +440,32 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
 }
 
 static inline int64_t gpt_n_params(const gpt_config *c) {
-    int64_t C = c->width, F = gpt_ffn(c);
-    return (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C +
-           (int64_t)c->layers * (4 * C + 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C);
+    int64_t C = c->width, F = gpt_ffn(c), n = (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C;
+    for (int l = 0; l < c->layers; l++)
+        n += 4 * C + 3 * C * C + 3 * C + C * C + C + (gpt_block_is_moe(c, l) ? C * c->moe_experts + 2 * c->moe_experts * C * F : C * F + F + F * C + C);
+    return n;
+}
+
+/* DeepSeek-V3's balance without a loss: after a step, each MoE block's bias (an input, cfg.moe_bias)
+ * moves by rate towards the experts that got fewer tokens than the mean: b_e += rate * sign(mean -
+ * count_e). bias: [blocks][E] the caller's values, written to the session. */
+static inline pdde_status gpt_moe_update_bias(pdde_session *s, pdde_graph *g, const gpt_config *c, float rate, float *bias) {
+    int E = c->moe_experts, b = 0;
+    int32_t *counts = (int32_t *)malloc((size_t)E * sizeof *counts);
+    pdde_status st = counts ? PDDE_OK : PDDE_ERR_OOM;
+    for (int l = 0; l < c->layers && !st; l++) {
+        if (!gpt_block_is_moe(c, l)) continue;
+        char name[64];
+        snprintf(name, sizeof name, "h%d.moe.counts", l);
+        st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts);
+        double mean = 0;
+        for (int e = 0; e < E; e++) mean += counts[e] / (double)E;
+        float *bl = bias + (size_t)b++ * E;
+        for (int e = 0; e < E && !st; e++) bl[e] += counts[e] < mean ? rate : counts[e] > mean ? -rate : 0.0f;
+        snprintf(name, sizeof name, "h%d.moe.bias", l);
+        if (!st) st = pdde_session_write(s, pdde_graph_find(g, name), bl, (size_t)E * sizeof *bl);
+    }
+    free(counts);
+    return st;
 }
 #endif
