@@ -1061,6 +1061,7 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
 #include "planner/lower.c"
 #include "planner/memplan.c"
 #include "planner/simulate.c"
+#include "planner/moe_cost.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:

@@ -1889,6 +1889,48 @@ int64_t pdde_moe_capacity(int64_t tokens, int k, int experts, float factor);
 /* The tokens a capacity drops, from the counts of pdde_moe_counts: sum_e max(0, counts[e] - capacity). */
 int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
 
+/* The cost of the MoE layers under expert parallelism (ep ranks share the experts; n_ranks / ep
+ * replicate them, data parallel): what ep changes per rank and step. The token exchange: an alltoall
+ * before and after the experts, forward and backward, each of tokens x k x width x dtype (padded to the
+ * capacity when there is one), over the first ep of devices as the cluster's links carry it; the
+ * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
+ * skew: measured counts, or a stated max/mean); the experts' gradient reduction over their
+ * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages
+ * split them over the data-parallel replicas). */
+typedef struct {
+    int64_t tokens;          /* per step, all ranks (global batch x context) */
+    int width, ffn, experts, topk, layers;   /* layers: the MoE ones */
+    float capacity_factor;   /* 0 = dropless */
+    double skew;             /* the busiest expert's tokens over the mean; 0 = 1 (even) */
+    const int32_t *counts;   /* or tokens per expert as a router measured them ([experts]); NULL = skew */
+    pdde_dtype dtype;        /* of the exchanged activations */
+    pdde_dtype compute_dtype;/* of the expert GEMMs */
+    int zero;                /* ZeRO stage over the data-parallel replicas of the experts */
+    double memory_budget;    /* bytes a rank may give the experts; 0 = the device's memory */
+} pdde_moe_cost_params;
+#define PDDE_MOE_COST_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, NULL, PDDE_F32, PDDE_F32, 0, 0}
+typedef struct {
+    int ep;
+    double alltoall_bytes;     /* leaving one rank in a step, all MoE layers */
+    double alltoall_s;         /* its time */
+    double cross_host_share;   /* of the ep group's peers, those on other machines */
+    double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
+    double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and the
+                                  parameters gathered) */
+    double imbalance;          /* the busiest rank's rows over the mean */
+    double gemm_efficiency;    /* the GEMM rate at one expert's rows over the rate at all the rank's rows */
+    double expert_param_bytes, expert_optimizer_bytes; /* a rank's: parameters + gradients, AdamW state */
+    double step_s;             /* alltoall_s + expert_gemm_s + dp_sync_s */
+    int fits;                  /* the experts' memory within the budget */
+} pdde_moe_cost;
+pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
+                                   const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out);
+/* The ep (dividing the ranks and the experts) of the least step_s among those that fit (*best); every
+ * one tried into all[0..*n_all) when all is not NULL. PDDE_ERR_NO_PLAN when none fits (*best: the
+ * smallest memory). */
+pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
+                               pdde_moe_cost *best, pdde_moe_cost *all, int max_all, int *n_all);
+
 #ifdef __cplusplus
 }
 #endif
