@@ -777,7 +777,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     /* (gradients are f32: the one of a low-precision copy passes through to its f32 original) */
     case PDDE_OP_CAST: dsrc[0] = x->dtype != PDDE_F32 ? NULL : dy->dtype == PDDE_F32 ? dy : pdde_cast(g, dy, PDDE_F32); break;
     case PDDE_OP_MOE_TOPK: case PDDE_OP_MOE_GATE: case PDDE_OP_MOE_COUNTS: case PDDE_OP_MOE_DISPATCH:
-    case PDDE_OP_MOE_COMBINE: case PDDE_OP_MOE_GROUPED_MATMUL: moe_backward(g, y, dy, dsrc); break;
+    case PDDE_OP_MOE_COMBINE: case PDDE_OP_MOE_GROUPED_MATMUL: case PDDE_OP_MOE_AUX_LOSS: moe_backward(g, y, dy, dsrc); break;
     default:
         graph_fail(g, PDDE_ERR_UNKNOWN_OP, "backward: op %s (%s) has no gradient", pdde_op_name(y->op), y->name);
     }

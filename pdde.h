@@ -267,6 +267,9 @@ typedef enum {
     PDDE_OP_MOE_GROUPED_MATMUL,   /* src: x [R,K], w [E,K,M] (i: MOE_TRANS_B: [E,M,K]), idx -> [R,M]:
                                      each expert's rows times its own matrix, one op for all E */
     PDDE_OP_MOE_GROUPED_MATMUL_BACK_W, /* src: a [R,K], b [R,M], idx -> [E,K,M]: a_e^T b_e per expert */
+    PDDE_OP_MOE_AUX_LOSS,         /* src: logits [N,E], counts i32 [E] -> [1]: E sum_e f_e P_e, f = counts /
+                                     their sum, P = the mean over the rows of softmax(logits) */
+    PDDE_OP_MOE_AUX_LOSS_BACK,    /* src: logits, counts, dloss [1] -> dlogits [N,E] */
     PDDE_OP_COUNT
 } pdde_op;
 

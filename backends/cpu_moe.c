@@ -359,6 +359,30 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
         moe_layout_free(&L);
         return st;
     }
+    case PDDE_OP_MOE_AUX_LOSS: case PDDE_OP_MOE_AUX_LOSS_BACK: {
+        /* the mean over this node's rows (a rank's own under data parallelism: its mean, as its
+         * cross-entropy's); f from the counts of all tokens */
+        const pdde_tensor *lt = t->src[0];
+        int64_t N = lt->shape[0], Ex = lt->shape[1];
+        const int32_t *cnt = I32(t->src[1]);
+        float *f = malloc((size_t)(2 * Ex + 1) * sizeof *f), *p = f + Ex;
+        if (!f) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        double total = 0, loss = 0;
+        for (int64_t e = 0; e < Ex; e++) total += cnt[e];
+        for (int64_t e = 0; e < Ex; e++) f[e] = total > 0 ? (float)(cnt[e] / total) : 0.0f;
+        float dl = t->op == PDDE_OP_MOE_AUX_LOSS_BACK ? F32(t->src[2])[0] * (float)Ex / (float)(N ? N : 1) : 0.0f;
+        for (int64_t n = 0; n < N; n++) {
+            moe_scores(F32(lt) + n * Ex, Ex, false, p);
+            double pf = 0;
+            for (int64_t e = 0; e < Ex; e++) pf += (double)p[e] * f[e];
+            if (t->op == PDDE_OP_MOE_AUX_LOSS) { loss += pf; continue; }
+            float *d = F32(t) + n * Ex; /* softmax's Jacobian applied to E f / N */
+            for (int64_t e = 0; e < Ex; e++) d[e] = dl * p[e] * (f[e] - (float)pf);
+        }
+        if (t->op == PDDE_OP_MOE_AUX_LOSS) F32(t)[0] = N ? (float)(Ex * loss / N) : 0.0f;
+        free(f);
+        return PDDE_OK;
+    }
     default: return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "cpu: op %s (%s) is not a MoE op", pdde_op_name(t->op), t->name);
     }
 }

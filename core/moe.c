@@ -123,11 +123,12 @@ pdde_tensor *pdde_moe_aux_loss(pdde_graph *g, pdde_tensor *logits, pdde_tensor *
     if (!logits || !idx) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_aux_loss: NULL input");
     if (!moe_is(logits, PDDE_F32, 2) || logits->shape[1] != experts || !moe_idx_ok(g, "moe_aux_loss", idx) || idx->shape[0] != logits->shape[0])
         return graph_fail(g, PDDE_ERR_SHAPE, "moe_aux_loss: logits %s must be f32 [N, %d] and ids %s i32 [N, k]", logits->name, experts, idx->name);
-    /* P_e = mean_n softmax(logits)[n, e] (differentiable), f_e = counts_e / (N k) (a constant) */
-    pdde_tensor *P = pdde_mean(g, pdde_softmax(g, logits, 0), 0, 0);
-    double nk = (double)pdde_tensor_numel(idx);
-    pdde_tensor *f = pdde_scale(g, pdde_cast(g, pdde_moe_counts(g, idx, experts), PDDE_F32), nk > 0 ? (float)(experts / nk) : 0.0f);
-    return pdde_reshape(g, pdde_sum(g, pdde_mul(g, P, f), -1, 0), 1, (int64_t[]){1});
+    /* one op (and one for its gradient), as the cross-entropy: under data parallelism each rank's
+     * mean over its own rows, and a gradient of that mean */
+    pdde_tensor *src[2] = {logits, pdde_moe_counts(g, idx, experts)};
+    pdde_tensor *t = new_node(g, PDDE_OP_MOE_AUX_LOSS, PDDE_F32, 1, (int64_t[]){1}, 2, src);
+    if (t) pdde_op_set_i32(t, PDDE_P_MOE_EXPERTS, experts);
+    return t;
 }
 
 /* The gradients (pdde_backward): the permutation ops are each other's transposes, the grouped GEMM
@@ -138,6 +139,12 @@ static void moe_backward(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_te
     pdde_tensor *x = y->src[0];
     switch (y->op) {
     case PDDE_OP_MOE_TOPK: case PDDE_OP_MOE_COUNTS: break;
+    case PDDE_OP_MOE_AUX_LOSS: { /* the counts are held constant (Switch's f) */
+        pdde_tensor *src[3] = {x, y->src[1], dy};
+        dsrc[0] = new_node(g, PDDE_OP_MOE_AUX_LOSS_BACK, PDDE_F32, 2, x->shape, 3, src);
+        if (dsrc[0]) pdde_op_set_i32(dsrc[0], PDDE_P_MOE_EXPERTS, (int32_t)E);
+        break;
+    }
     case PDDE_OP_MOE_GATE: {
         pdde_tensor *src[3] = {x, y->src[1], dy};
         dsrc[0] = moe_node(g, PDDE_OP_MOE_GATE_BACK, PDDE_F32, x->shape[0], x->shape[1], 3, src, E, 0, flags);

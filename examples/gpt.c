@@ -160,8 +160,8 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (m->moe_experts > 1 && (long)o->dp * o->tp * o->pp > 1) {
-        fprintf(stderr, "gpt: --moe-experts trains on one process: --dp, --tp and --pp must be 1\n");
+    if (m->moe_experts > 1 && (long)o->tp * o->pp > 1) {
+        fprintf(stderr, "gpt: --moe-experts runs data parallel (--dp, ZeRO): --tp and --pp must be 1\n");
         return -1;
     }
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
