@@ -24,6 +24,7 @@ static pdde_status moe_layout_init(pdde_context *ctx, const pdde_tensor *node, c
                                    bool want_rows, moe_layout *L) {
     memset(L, 0, sizeof *L);
     int64_t nk = pdde_tensor_numel(idx);
+    if (cap > 0 && R != INT64_MAX && E > 0) cap = R / E; /* a rank's share of the capacity (its buffer: E x share) */
     L->E = E, L->cap = cap, L->R = R;
     L->offset = calloc((size_t)(E ? E : 1), sizeof *L->offset);
     L->rows = calloc((size_t)(E ? E : 1), sizeof *L->rows);

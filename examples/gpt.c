@@ -307,7 +307,7 @@ static void sample(pdde_session *s, gpt_model *m, pdde_comm *comm, const options
 static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m) {
     const gpt_config *c = &m->cfg;
     int E = c->moe_experts, k = gpt_moe_topk(c);
-    int64_t N = (int64_t)c->batch * c->ctx, cap = pdde_moe_capacity(N, k, E, c->moe_capacity), dropped = 0;
+    int64_t N = (int64_t)c->batch * c->ctx, cap = pdde_moe_capacity(N, k, E, c->moe_capacity), dropped = 0, routed = 0;
     int32_t counts[4096];
     float balance;
     pdde_status st = pdde_session_read(s, m->moe_balance, &balance, sizeof balance);
@@ -318,17 +318,17 @@ static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m)
         char name[64];
         snprintf(name, sizeof name, "h%d.moe.counts", l);
         if ((st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts))) break;
-        int most = 0;
-        for (int e = 0; e < E; e++) most = counts[e] > most ? counts[e] : most;
-        worst = fmax(worst, most / ((double)N * k / E));
-        dropped += pdde_moe_dropped(counts, E, cap);
+        int most = 0, sum = 0;
+        for (int e = 0; e < E; e++) most = counts[e] > most ? counts[e] : most, sum += counts[e];
+        worst = fmax(worst, most / ((double)sum / E));
+        dropped += pdde_moe_dropped(counts, E, cap), routed += sum;
         if (!first[0]) {
             size_t n = (size_t)snprintf(first, sizeof first, "h%d", l);
             for (int e = 0; e < E && e < 64 && n < sizeof first; e++) n += (size_t)snprintf(first + n, sizeof first - n, " %d", counts[e]);
         }
     }
     if (!st) printf("      moe  balance %.4f  tokens per expert %s  busiest/mean %.2f  dropped %lld of %lld\n", balance, first, worst, (long long)dropped,
-                    (long long)(N * k));
+                    (long long)routed);
     return st;
 }
 
@@ -461,7 +461,7 @@ int main(int argc, char **argv) {
         for (int l = 0, b = 0; l < o.model.layers; l++) {
             char name[64];
             snprintf(name, sizeof name, "h%d.moe.bias", l);
-            if (gpt_block_is_moe(&o.model, l)) TRY(pdde_session_write(s, pdde_graph_find(g, name), moe_bias + (size_t)b++ * o.model.moe_experts, (size_t)o.model.moe_experts * sizeof *moe_bias));
+            if (gpt_block_is_moe(&o.model, l)) TRY(pdde_session_write_global(s, pdde_graph_find(g, name), moe_bias + (size_t)b++ * o.model.moe_experts, (size_t)o.model.moe_experts * sizeof *moe_bias));
         }
     }
     double t0 = now(), tlast = t0;

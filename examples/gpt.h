@@ -463,7 +463,7 @@ static inline pdde_status gpt_moe_update_bias(pdde_session *s, pdde_graph *g, co
         float *bl = bias + (size_t)b++ * E;
         for (int e = 0; e < E && !st; e++) bl[e] += counts[e] < mean ? rate : counts[e] > mean ? -rate : 0.0f;
         snprintf(name, sizeof name, "h%d.moe.bias", l);
-        if (!st) st = pdde_session_write(s, pdde_graph_find(g, name), bl, (size_t)E * sizeof *bl);
+        if (!st) st = pdde_session_write_global(s, pdde_graph_find(g, name), bl, (size_t)E * sizeof *bl);
     }
     free(counts);
     return st;

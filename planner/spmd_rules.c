@@ -530,11 +530,11 @@ static void spmd_rule_replicated(spmd_ctx *c) {
 /* Mixture-of-Experts (pdde.h PDDE_OP_MOE_*): tokens n may be split (data parallel); a token's rows of
  * the expert-ordered buffer [R, C] are on the rank of the token (its dispatch writes them there), so R
  * takes n's split: the buffer of a rank is its own tokens' rows in expert order, the ops' kernels
- * compute that layout from the local ids. The experts E stay whole. With a capacity the buffer's
- * rows are E x capacity of all tokens, so its tokens are not split. */
+ * compute that layout from the local ids. With a capacity a rank's buffer is E x (its share of the
+ * capacity): the capacity applies to each rank's tokens (GShard's groups). The experts E stay whole. */
 static void spmd_moe_tokens(spmd_ctx *c, char rows) {
+    (void)rows;
     spmd_pin(c, 'e');
-    if (pdde_op_i32(c->node, PDDE_P_MOE_CAPACITY) > 0) spmd_pin(c, rows);
 }
 
 /* moe_topk (logits [N,E] [, bias [E]]), moe_gate (logits, ids), moe_gate_back (logits, ids, dw) */
