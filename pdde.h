@@ -1881,6 +1881,14 @@ pdde_tensor *pdde_moe_gate(pdde_graph *g, pdde_tensor *logits, pdde_tensor *idx,
 /* i32 [E]: how many of the N*k choices picked each expert. */
 pdde_tensor *pdde_moe_counts(pdde_graph *g, pdde_tensor *idx, int experts);
 pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
+/* The same rows as [E, capacity, C], one block of capacity rows an expert (capacity >= 1; rows past an
+ * expert's tokens zero): the layout for expert parallelism. pdde_moe_grouped_matmul on it (ids may be
+ * NULL) multiplies every row of each block, pdde_moe_combine takes it back. Weights [E, ...] split over
+ * a mesh axis that also splits the tokens make completion exchange the blocks by all-to-all (each
+ * rank's tokens' rows to the rank of their experts and back) and reduce-scatter the experts'
+ * gradients. A capacity of N (every token) drops nothing. Under data parallelism each rank's buffer
+ * holds its tokens (capacity / ranks of them an expert). */
+pdde_tensor *pdde_moe_dispatch_experts(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
 pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b);
 pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, pdde_tensor *weights, int experts, int64_t capacity);
 /* Switch/GShard's load-balancing loss E * sum_e f_e P_e (f_e: the share of the N*k choices that went

@@ -261,7 +261,7 @@ static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_t
     bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
     moe_gemm_job j = {.t = t, .L = L};
     if (back_w) j.K = t->shape[1], j.M = t->shape[2];
-    else j.K = t->src[0]->shape[1], j.M = t->shape[1];
+    else j.K = t->src[0]->shape[t->src[0]->ndim - 1], j.M = t->shape[t->ndim - 1];
     if (!back_w) { /* rows no expert uses (past a capacity's counts, or a dropless tail) are zero */
         float *y = F32(t);
         int64_t used_end = 0;
@@ -337,12 +337,14 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
         return PDDE_OK;
     }
     case PDDE_OP_MOE_DISPATCH: case PDDE_OP_MOE_COMBINE: case PDDE_OP_MOE_COMBINE_BACK_W: {
-        const pdde_tensor *idx = t->src[1];
-        int64_t R = t->op == PDDE_OP_MOE_DISPATCH ? t->shape[0] : t->src[0]->shape[0];
+        /* the expert-ordered buffer as rows of C ([R, C], or [E, S, C]: R = E S, the capacity S) */
+        const pdde_tensor *idx = t->src[1], *buf = t->op == PDDE_OP_MOE_DISPATCH ? t : t->src[0];
+        int64_t C = buf->shape[buf->ndim - 1], R = C ? pdde_tensor_numel(buf) / C : 0;
+        if (buf->ndim == 3) R = buf->shape[0] * buf->shape[1];
         moe_layout L;
         pdde_status st = moe_layout_init(ctx, t, idx, E, cap, R, true, &L);
         if (st) return st;
-        moe_perm_job j = {.t = t, .L = &L, .k = idx->shape[1], .C = t->op == PDDE_OP_MOE_COMBINE_BACK_W ? t->src[0]->shape[1] : t->shape[1]};
+        moe_perm_job j = {.t = t, .L = &L, .k = idx->shape[1], .C = C};
         if (t->op == PDDE_OP_MOE_DISPATCH) {
             if (cap > 0 || pdde_tensor_numel(idx) < R) memset(F32(t), 0, pdde_tensor_nbytes(t)); /* the unused rows */
             parallel_for(pool, idx->shape[0], 256, moe_dispatch_task, &j);
@@ -354,7 +356,19 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
     }
     case PDDE_OP_MOE_GROUPED_MATMUL: case PDDE_OP_MOE_GROUPED_MATMUL_BACK_W: {
         moe_layout L;
-        pdde_status st = moe_layout_init(ctx, t, t->src[2], E, cap, t->src[0]->shape[0], false, &L);
+        pdde_status st;
+        if (t->src[0]->ndim == 3) { /* by expert, [E, S, K] (this rank's experts): every row of each block */
+            int64_t El = t->src[0]->shape[0], S = t->src[0]->shape[1];
+            memset(&L, 0, sizeof L);
+            L.E = El, L.cap = S, L.R = El * S;
+            L.offset = calloc((size_t)(El ? El : 1), sizeof *L.offset), L.rows = calloc((size_t)(El ? El : 1), sizeof *L.rows);
+            if (!L.offset || !L.rows) { moe_layout_free(&L); return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); }
+            for (int64_t e = 0; e < El; e++) L.offset[e] = e * S, L.rows[e] = S;
+            st = cpu_moe_gemm(ctx, pool, t, &L);
+            moe_layout_free(&L);
+            return st;
+        }
+        st = moe_layout_init(ctx, t, t->src[2], E, cap, t->src[0]->shape[0], false, &L);
         if (st) return st;
         st = cpu_moe_gemm(ctx, pool, t, &L);
         moe_layout_free(&L);

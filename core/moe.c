@@ -89,25 +89,45 @@ pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, 
     return moe_node(g, PDDE_OP_MOE_DISPATCH, PDDE_F32, moe_buffer_rows(idx, experts, capacity), x->shape[1], 2, src, experts, capacity, 0);
 }
 
+pdde_tensor *pdde_moe_dispatch_experts(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity) {
+    if (!g || g->status) return NULL;
+    if (capacity < 1) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_dispatch_experts: a capacity of %lld rows (>= 1) per expert", (long long)capacity);
+    pdde_tensor *t = pdde_moe_dispatch(g, x, idx, experts, capacity);
+    if (!t) return NULL;
+    t->ndim = 3, t->shape[0] = experts, t->shape[1] = capacity, t->shape[2] = x->shape[1];
+    return t;
+}
+
 pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, pdde_tensor *weights, int experts, int64_t capacity) {
     if (!g || g->status) return NULL;
     if (!ye || !idx) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_combine: NULL input");
     if (!moe_idx_ok(g, "moe_combine", idx) || !moe_experts_ok(g, "moe_combine", experts, capacity)) return NULL;
-    if (!moe_is(ye, PDDE_F32, 2) || ye->shape[0] != moe_buffer_rows(idx, experts, capacity))
-        return graph_fail(g, PDDE_ERR_SHAPE, "moe_combine: expert outputs %s must be f32 [%lld, C] (%s)", ye->name,
-                          (long long)moe_buffer_rows(idx, experts, capacity), capacity ? "experts x capacity" : "N x k");
+    bool by_expert = moe_is(ye, PDDE_F32, 3); /* [E, capacity, C]: pdde_moe_dispatch_experts' layout */
+    if (by_expert ? ye->shape[0] != experts || ye->shape[1] != capacity || capacity < 1
+                  : !moe_is(ye, PDDE_F32, 2) || ye->shape[0] != moe_buffer_rows(idx, experts, capacity))
+        return graph_fail(g, PDDE_ERR_SHAPE, "moe_combine: expert outputs %s must be f32 [%lld, C] (%s) or [%d, %lld, C]", ye->name,
+                          (long long)moe_buffer_rows(idx, experts, capacity), capacity ? "experts x capacity" : "N x k", experts, (long long)capacity);
     if (weights && (!moe_is(weights, PDDE_F32, 2) || weights->shape[0] != idx->shape[0] || weights->shape[1] != idx->shape[1]))
         return graph_fail(g, PDDE_ERR_SHAPE, "moe_combine: weights %s must be f32 of the shape of %s [N, k]", weights->name, idx->name);
     pdde_tensor *src[3] = {ye, idx, weights};
-    return moe_node(g, PDDE_OP_MOE_COMBINE, PDDE_F32, idx->shape[0], ye->shape[1], weights ? 3 : 2, src, experts, capacity, 0);
+    return moe_node(g, PDDE_OP_MOE_COMBINE, PDDE_F32, idx->shape[0], ye->shape[ye->ndim - 1], weights ? 3 : 2, src, experts, capacity, 0);
 }
 
 pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b) {
     if (!g || g->status) return NULL;
-    if (!x || !w || !idx) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_grouped_matmul: NULL input");
+    if (!x || !w || (!idx && !moe_is(x, PDDE_F32, 3))) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_grouped_matmul: NULL input");
+    int64_t E = moe_is(w, PDDE_F32, 3) ? w->shape[0] : 0, K = w->shape[trans_b ? 2 : 1], M = w->shape[trans_b ? 1 : 2];
+    if (moe_is(x, PDDE_F32, 3)) { /* [E, S, K] by expert: every row of each expert's block (its capacity) */
+        if (!moe_is(w, PDDE_F32, 3) || x->shape[0] != E || x->shape[2] != K)
+            return graph_fail(g, PDDE_ERR_SHAPE, "moe_grouped_matmul: rows %s [E, S, K] and weights %s [E, K, M] disagree", x->name, w->name);
+        pdde_tensor *src[2] = {x, w};
+        pdde_tensor *t = new_node(g, PDDE_OP_MOE_GROUPED_MATMUL, PDDE_F32, 3, (int64_t[]){E, x->shape[1], M}, 2, src);
+        if (t) pdde_op_set_i32(t, PDDE_P_MOE_EXPERTS, (int32_t)E), pdde_op_set_i32(t, PDDE_P_MOE_CAPACITY, (int32_t)x->shape[1]),
+               pdde_op_set_i32(t, PDDE_P_MOE_TRANS_B, trans_b != 0);
+        return t;
+    }
     if (!moe_is(w, PDDE_F32, 3) || !moe_is(x, PDDE_F32, 2))
         return graph_fail(g, PDDE_ERR_SHAPE, "moe_grouped_matmul: rows %s must be f32 [R, K] and weights %s f32 [E, K, M]", x->name, w->name);
-    int64_t E = w->shape[0], K = w->shape[trans_b ? 2 : 1], M = w->shape[trans_b ? 1 : 2];
     if (!moe_idx_ok(g, "moe_grouped_matmul", idx) || !moe_experts_ok(g, "moe_grouped_matmul", E, capacity)) return NULL;
     if (x->shape[1] != K || x->shape[0] != moe_buffer_rows(idx, E, capacity))
         return graph_fail(g, PDDE_ERR_SHAPE, "moe_grouped_matmul: rows %s [%lld, %lld] must be [%lld, %lld] for weights %s and ids %s", x->name,
@@ -162,6 +182,7 @@ static void moe_backward(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_te
     case PDDE_OP_MOE_COMBINE: {
         pdde_tensor *src[3] = {dy, y->src[1], y->nsrc > 2 ? y->src[2] : NULL};
         dsrc[0] = moe_node(g, PDDE_OP_MOE_DISPATCH, PDDE_F32, x->shape[0], x->shape[1], y->nsrc > 2 ? 3 : 2, src, E, cap, 0);
+        if (dsrc[0] && x->ndim == 3) dsrc[0]->ndim = 3, memcpy(dsrc[0]->shape, x->shape, sizeof x->shape); /* (by expert) */
         if (y->nsrc > 2) {
             pdde_tensor *wsrc[3] = {x, y->src[1], dy};
             dsrc[2] = moe_node(g, PDDE_OP_MOE_COMBINE_BACK_W, PDDE_F32, y->src[2]->shape[0], y->src[2]->shape[1], 3, wsrc, E, cap, 0);
@@ -169,11 +190,11 @@ static void moe_backward(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_te
         break;
     }
     case PDDE_OP_MOE_GROUPED_MATMUL: {
-        pdde_tensor *w = y->src[1], *idx = y->src[2];
+        pdde_tensor *w = y->src[1], *idx = y->nsrc > 2 ? y->src[2] : NULL;
         int tb = pdde_op_i32(y, PDDE_P_MOE_TRANS_B);
-        dsrc[0] = pdde_moe_grouped_matmul(g, dy, w, idx, cap, !tb); /* dx = dy w_e^T */
+        dsrc[0] = pdde_moe_grouped_matmul(g, dy, w, idx, x->ndim == 3 ? 0 : cap, !tb); /* dx = dy w_e^T */
         pdde_tensor *src[3] = {tb ? dy : x, tb ? x : dy, idx};    /* dw_e = x_e^T dy_e (or its transpose) */
-        pdde_tensor *dw = new_node(g, PDDE_OP_MOE_GROUPED_MATMUL_BACK_W, PDDE_F32, 3, w->shape, 3, src);
+        pdde_tensor *dw = new_node(g, PDDE_OP_MOE_GROUPED_MATMUL_BACK_W, PDDE_F32, 3, w->shape, idx ? 3 : 2, src);
         if (dw) pdde_op_set_i32(dw, PDDE_P_MOE_EXPERTS, (int32_t)E), pdde_op_set_i32(dw, PDDE_P_MOE_CAPACITY, (int32_t)cap);
         dsrc[1] = dw;
         break;

@@ -63,10 +63,11 @@ static void usage(FILE *f) {
             "                              backend's device, as --blocks-on (with stages: those each stage holds);\n"
             "                              shares=3:1: dp index i (each of its stages) runs shares[i] x mb\n"
             "                              micro-batches, for devices of different speeds)\n"
-            "           [--moe-experts E [--moe-topk K] [--moe-every N] [--moe-capacity F] [--moe-aux W] [--moe-bias-rate U]]\n"
+            "           [--moe-experts E [--moe-topk K] [--moe-every N] [--moe-capacity F] [--moe-aux W] [--moe-bias-rate U] [--moe-ep]]\n"
             "                              (Mixture-of-Experts: E expert MLPs in every N-th block, K per token (default 2);\n"
             "                              capacity factor F drops the tokens past it (default 0: dropless); W weights the\n"
-            "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead)\n"
+            "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead;\n"
+            "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
@@ -82,6 +83,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--show-program")) { o->show_program = 1; continue; }
         if (!strcmp(a, "--comm-bf16")) { o->comm_bf16 = 1; continue; }
         if (!strcmp(a, "--reschedule")) { o->reschedule = 1; continue; }
+        if (!strcmp(a, "--moe-ep")) { o->model.moe_ep = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -158,6 +160,10 @@ static int parse(int argc, char **argv, options *o) {
         if (*plan_v[k] < at_least_one[k].min) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", at_least_one[k].name, *plan_v[k]); return -1; }
     if (m->moe_experts == 1 || m->moe_experts > 4096 || (m->moe_experts > 1 && gpt_moe_topk(m) > m->moe_experts)) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
+        return -1;
+    }
+    if (m->moe_ep && m->moe_experts % o->dp) {
+        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the --dp %d ranks: they must divide them\n", m->moe_experts, o->dp);
         return -1;
     }
     if (m->moe_experts > 1 && (long)o->tp * o->pp > 1) {

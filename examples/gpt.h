@@ -24,8 +24,10 @@ typedef struct {
      * (0 or 1: every block) by moe_experts expert MLPs of ffn hidden units each, moe_topk (0 = 2) of
      * them per token; moe_capacity > 0: that capacity factor (tokens past it dropped), 0 dropless;
      * moe_aux: weight of the balance loss in the loss; moe_bias: 1 = DeepSeek's balancing bias (an
-     * input "h<l>.moe.bias" [E] the caller updates, gpt_moe_update_bias) */
-    int moe_experts, moe_topk, moe_every, moe_bias;
+     * input "h<l>.moe.bias" [E] the caller updates, gpt_moe_update_bias); moe_ep: the experts' buffer
+     * by expert (pdde_moe_dispatch_experts, capacity N when dropless), and under data parallelism the
+     * experts split over the dp axis (expert parallelism: gpt_shard_experts) */
+    int moe_experts, moe_topk, moe_every, moe_bias, moe_ep;
     float moe_capacity, moe_aux;
 } gpt_config;
 
@@ -70,7 +72,8 @@ static inline pdde_tensor *gpt_moe_ffn(pdde_graph *g, const gpt_config *c, int l
     pdde_tensor *w1 = pdde_param(g, name, 3, (int64_t[]){E, C, F}, 0.02f);
     snprintf(name, sizeof name, "h%d.moe.w2", l);
     pdde_tensor *w2 = pdde_param(g, name, 3, (int64_t[]){E, F, C}, proj_std);
-    pdde_tensor *xe = pdde_moe_dispatch(g, x, idx, (int)E, cap);
+    if (c->moe_ep && cap == 0) cap = N; /* by expert: N rows an expert hold every token, dropless */
+    pdde_tensor *xe = c->moe_ep ? pdde_moe_dispatch_experts(g, x, idx, (int)E, cap) : pdde_moe_dispatch(g, x, idx, (int)E, cap);
     pdde_tensor *he = pdde_gelu(g, pdde_moe_grouped_matmul(g, xe, w1, idx, cap, 0));
     pdde_tensor *y = pdde_moe_combine(g, pdde_moe_grouped_matmul(g, he, w2, idx, cap, 0), idx, pdde_moe_gate(g, logits, idx, 0), (int)E, cap);
     *balance = pdde_moe_aux_loss(g, logits, idx, (int)E);
@@ -205,6 +208,22 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
     }
 }
 
+/* Expert parallelism: every MoE block's experts (w1, w2 [E, ...]) split over mesh axis `axis`, which
+ * also splits the tokens (data parallel): completion exchanges the tokens' rows by all-to-all (the
+ * model built with cfg.moe_ep). */
+static inline pdde_status gpt_shard_experts(pdde_graph *g, const gpt_config *c, const pdde_mesh *mesh, const char *axis) {
+    int ax = pdde_mesh_axis(mesh, axis), dims[3] = {ax, -1, -1};
+    for (int l = 0; l < c->layers; l++) {
+        for (int i = 1; i <= 2 && gpt_block_is_moe(c, l); i++) {
+            char name[64];
+            snprintf(name, sizeof name, "h%d.moe.w%d", l, i);
+            pdde_status st = pdde_shard(g, pdde_graph_find(g, name), mesh, dims);
+            if (st) return st;
+        }
+    }
+    return PDDE_OK;
+}
+
 /* A parallel plan: dp x tp x pp ranks, micro-batches per step, ZeRO stage (over dp), recompute of
  * every block. */
 typedef struct {
@@ -310,6 +329,7 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
+        if (!st && p->dp > 1 && c->moe_ep && c->moe_experts > 1) st = gpt_shard_experts(g, c, mesh, "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
         if (!st && p->pp > 1 && p->stage_first && p->pp_chunks <= 1) {
             if (p->stage_first[0] != 0 || p->stage_first[p->pp] != c->layers + 2) {

@@ -562,12 +562,17 @@ static void spmd_rule_moe_counts(spmd_ctx *c) {
  * moe_combine_back_w (ye, ids, dy [N,C]) -> [N,k]: rows and tokens one letter */
 static void spmd_rule_moe_permute(spmd_ctx *c) {
     const pdde_tensor *y = c->node;
-    strcpy(c->dims[0], "nc"), strcpy(c->dims[1], "nj");
+    /* the buffer by expert ([E, S, C], pdde_moe_dispatch_experts): its S rows are the tokens' too, and
+     * a buffer split by expert (after the experts) gives way to the tokens' split: all-to-all back */
+    bool by_expert = (y->op == PDDE_OP_MOE_DISPATCH ? y : y->src[0])->ndim == 3;
+    const char *buf = by_expert ? "enc" : "nc";
+    strcpy(c->dims[0], y->op == PDDE_OP_MOE_DISPATCH ? "nc" : buf), strcpy(c->dims[1], "nj");
     if (c->nsrc > 2) strcpy(c->dims[2], y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nc" : "nj");
-    strcpy(c->out_dims, y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nj" : "nc");
+    strcpy(c->out_dims, y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nj" : y->op == PDDE_OP_MOE_DISPATCH ? buf : "nc");
     c->linear = 1u | (c->nsrc > 2 ? 1u << 2 : 0);
-    spmd_moe_tokens(c, 'n');
-    spmd_einsum(c, NULL);
+    if (!by_expert) spmd_moe_tokens(c, 'n');
+    int order[3] = {1, 0, 2}; /* the ids first: their tokens' split wins */
+    spmd_einsum(c, by_expert ? order : NULL);
 }
 
 /* moe_grouped_matmul (x [R,K], w [E,K,M] or [E,M,K], ids) -> [R,M]; its weight gradient (a [R,K],
@@ -575,6 +580,22 @@ static void spmd_rule_moe_permute(spmd_ctx *c) {
  * weight gradient is) */
 static void spmd_rule_moe_grouped_matmul(spmd_ctx *c) {
     const pdde_tensor *y = c->node;
+    if (y->src[0]->ndim == 3) {
+        /* by expert, [E, S, K]: the weights first, so experts split over an axis bring the rows to
+         * them (all-to-all from the tokens' split: expert parallelism); the weight gradient sums the
+         * rows where the tokens are split (the experts whole: a reduce-scatter into split weights) */
+        c->linear = 3;
+        if (y->op == PDDE_OP_MOE_GROUPED_MATMUL) {
+            strcpy(c->dims[0], "enk"), strcpy(c->dims[1], pdde_op_i32(y, PDDE_P_MOE_TRANS_B) ? "emk" : "ekm"), strcpy(c->out_dims, "enm");
+            int order[2] = {1, 0};
+            spmd_einsum(c, order);
+        } else {
+            strcpy(c->dims[0], "enk"), strcpy(c->dims[1], "enm"), strcpy(c->out_dims, "ekm");
+            spmd_pin(c, 'e');
+            spmd_einsum(c, NULL);
+        }
+        return;
+    }
     if (y->op == PDDE_OP_MOE_GROUPED_MATMUL) {
         strcpy(c->dims[0], "rk"), strcpy(c->dims[1], pdde_op_i32(y, PDDE_P_MOE_TRANS_B) ? "emk" : "ekm"), strcpy(c->out_dims, "rm");
     } else {

@@ -1,7 +1,8 @@
 /* test_moe_dp — a Mixture-of-Experts GPT (an MoE feed-forward in every block, top-2 of 4 experts, the
- * balance loss) under data parallelism from distributed attributes, against one process: 2 ranks
- * (each routes, dispatches and runs the experts on its half of every batch; the experts' gradients
- * averaged with the others), ZeRO-1, and skewed routing (a balancing bias sends every token to expert 0:
+ * balance loss) under data and expert parallelism from distributed attributes, against one process:
+ * 2 ranks (each routes, dispatches and runs the experts on its half of every batch; the experts'
+ * gradients averaged with the others), ZeRO-1, expert parallelism (each rank holds 2 of the 4
+ * experts: completion sends the tokens' rows to them and back by all-to-all), and skewed routing (a balancing bias sends every token to expert 0:
  * three experts get none). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
  * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
  * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall. */
@@ -23,12 +24,12 @@
 static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
-typedef struct { const char *name; int zero; float capacity; int skewed; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens; int ok; char error[256]; } run_result;
+typedef struct { const char *name; int zero; float capacity; int skewed, ep; } moe_config;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts; int alltoalls, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
-                    .moe_capacity = mc->capacity, .moe_aux = 0.01f, .moe_bias = mc->skewed};
+                    .moe_capacity = mc->capacity, .moe_aux = 0.01f, .moe_bias = mc->skewed, .moe_ep = mc->ep};
     return c;
 }
 
@@ -56,6 +57,9 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         snprintf(name, sizeof name, "h%d.moe.bias", l);
         if (pdde_session_write_global(s, pdde_graph_find(g, name), bias[l], sizeof bias[l])) FAIL_WITH("bias: %s", pdde_last_error(ctx));
     }
+    for (int i = 0; i < pdde_session_node_count(s); i++) out->alltoalls += pdde_session_node(s, i)->op == PDDE_OP_ALLTOALL;
+    const pdde_tensor *w1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1"));
+    out->local_experts = w1 ? w1->shape[0] : -1;
     int32_t x[8 * 16], y[8 * 16], counts[4];
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
@@ -94,9 +98,12 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
     static const moe_config configs[] = {
-        {"moe_dp2", 0, 0, 0},
-        {"moe_zero1", 1, 0, 0},
-        {"moe_skewed", 0, 0, 1},
+        {"moe_dp2", 0, 0, 0, 0},
+        {"moe_zero1", 1, 0, 0, 0},
+        {"moe_skewed", 0, 0, 1, 0},
+        {"moe_ep2", 0, 0, 0, 1},
+        {"moe_ep2_skewed", 0, 0, 1, 1},
+        {"moe_ep2_zero1", 1, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
@@ -120,8 +127,14 @@ int main(void) {
             CHECK(ref.expert0_tokens == (int64_t)STEPS * 8 * 16 && res[0].expert0_tokens == ref.expert0_tokens && res[1].expert0_tokens == ref.expert0_tokens,
                   "%s: expert 0 got %lld tokens in one process, %lld + %lld on the ranks, want all %d", mc->name, (long long)ref.expert0_tokens,
                   (long long)res[0].expert0_tokens, (long long)res[1].expert0_tokens, STEPS * 8 * 16);
-        printf("%-14s losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g)\n",
-               mc->name, res[0].losses[0], res[0].losses[STEPS - 1], worst, TOL_LOSS, worst_param, TOL_PARAM);
+        /* expert parallelism: each rank holds half the experts, and the tokens' rows go to them and back
+         * by all-to-all, forward and backward, in both blocks: 4 a block at least (data parallelism: none) */
+        if (mc->ep) CHECK(res[0].local_experts == 2 && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want 2), %d all-to-alls (want >= 8)",
+                          mc->name, (long long)res[0].local_experts, res[0].alltoalls);
+        else CHECK(res[0].local_experts == 4 && res[0].alltoalls == 0, "%s: %lld experts on rank 0 (want 4), %d all-to-alls (want 0)", mc->name,
+                   (long long)res[0].local_experts, res[0].alltoalls);
+        printf("%-14s %lld experts a rank, %d all-to-alls; losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g)\n",
+               mc->name, (long long)res[0].local_experts, res[0].alltoalls, res[0].losses[0], res[0].losses[STEPS - 1], worst, TOL_LOSS, worst_param, TOL_PARAM);
     }
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -f %s.*", tmp_prefix);
