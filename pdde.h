@@ -1918,8 +1918,11 @@ typedef struct {
     pdde_dtype compute_dtype;/* of the expert GEMMs */
     int zero;                /* ZeRO stage over the data-parallel replicas of the experts */
     double memory_budget;    /* bytes a rank may give the experts; 0 = the device's memory */
+    int grads_over_ep;       /* 1: the experts' gradients are summed over the ep group too (a reduce-scatter of
+                                all experts' into each rank's: pdde's expert parallelism, whose weight
+                                gradient sums the rows where the tokens are split) */
 } pdde_moe_cost_params;
-#define PDDE_MOE_COST_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, NULL, PDDE_F32, PDDE_F32, 0, 0}
+#define PDDE_MOE_COST_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, NULL, PDDE_F32, PDDE_F32, 0, 0, 0}
 typedef struct {
     int ep;
     double alltoall_bytes;     /* leaving one rank in a step, all MoE layers */

@@ -100,11 +100,16 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
         for (int i = 0; i < dp; i++) group[i] = devices[i * ep];
         int64_t count = (int64_t)params;
         double t = pdde_cost_collective_time(ctx, c, p->zero >= 2 ? PDDE_COLL_REDUCE_SCATTER : PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, group, dp,
-                                             p->zero >= 2 ? count / dp : count, PDDE_F32);
+                                             count, PDDE_F32); /* (a reduce-scatter's count: its input) */
         if (p->zero >= 3) t += 2 * pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLGATHER, PDDE_ALGO_AUTO, group, dp, count, PDDE_F32);
         free(group);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over %d replicas: %s", dp, pdde_last_error(ctx));
         out->dp_sync_s = t;
+    }
+    if (ep > 1 && p->grads_over_ep) {
+        double t = pdde_cost_collective_time(ctx, c, PDDE_COLL_REDUCE_SCATTER, PDDE_ALGO_AUTO, devices, ep, (int64_t)(params * ep), PDDE_F32);
+        if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over the ep group: %s", pdde_last_error(ctx));
+        out->dp_sync_s += t;
     }
     out->step_s = out->alltoall_s + out->expert_gemm_s + out->dp_sync_s;
     return PDDE_OK;

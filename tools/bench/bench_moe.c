@@ -12,10 +12,14 @@
  *    alltoall_vs_mpi = pdde's bandwidth / MPI's at 16 MiB a rank on 2 ranks (the other sizes printed).
  * 3. The cost model: the MoE layer's forward and backward for 4, 8, 16 and 32 experts predicted from a
  *    calibration of this machine (pdde-bench --quick, taken first) against their measured medians:
- *    cost_mape. pick_gap_pct compares the planner's ep pick with the best measured ep; pdde runs MoE
- *    on one process (no expert-parallel execution), so it is reported as na.
+ *    cost_mape.
+ * 4. The ep pick: an MoE GPT (8 experts, top-2) trained on 2 ranks under build/pdde-run, data parallel
+ *    (ep 1) and expert parallel (--moe-ep, ep 2), the median step of each measured; pdde_moe_cost_estimate
+ *    of each (the layouts as they run: ep 2's buffer holds every token an expert, its expert gradients
+ *    reduce-scattered) on this machine's calibration (with collectives) picks one: pick_gap_pct = how
+ *    much slower the pick measured than the faster.
  *
- * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=na cost_mape=.. */
+ * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "bench_common.h"
@@ -232,8 +236,54 @@ int main(int argc, char **argv) {
         }
         fflush(stdout);
     }
-    printf("RESULT moe layer_vs_dense=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f pick_gap_pct=na cost_mape=%.1f\n", layer_vs_dense,
-           vs_mpi[0], vs_mpi[1], mape);
+    /* 4. the ep pick on 2 ranks */
+    double measured[2] = {NAN, NAN}, predicted[2] = {NAN, NAN}, gap = NAN;
+    for (int ep = 1; ep <= 2; ep++) {
+        char metrics[1024];
+        snprintf(metrics, sizeof metrics, "%s/bench_moe_ep%d.jsonl", build, ep);
+        snprintf(cmd, sizeof cmd, "%s/pdde-run -n 2 %s/gpt --dp 2 --moe-experts 8 --moe-topk 2 --layers 2 --width 128 --ctx 64 --batch 8 "
+                 "--steps 30 --val-every 0 --sample-len 0 --ckpt-every 0 --threads 1 %s --metrics %s >/dev/null 2>&1", build, build,
+                 ep == 2 ? "--moe-ep" : "", metrics);
+        FILE *f = system(cmd) == 0 ? fopen(metrics, "r") : NULL;
+        double t[64];
+        int n = 0;
+        char line[512];
+        while (f && fgets(line, sizeof line, f)) {
+            char *p = strstr(line, "\"step_s\":");
+            int step = 0;
+            if (p && sscanf(line, "{\"step\":%d", &step) == 1 && step > 10 && n < 64) t[n++] = atof(p + 9);
+        }
+        if (f) fclose(f);
+        if (n) measured[ep - 1] = bench_median(t, n);
+        else fprintf(stderr, "bench_moe: '%s' gave no steps\n", cmd);
+    }
+    snprintf(cmd, sizeof cmd, "PDDE_NUM_THREADS=1 %s/pdde-bench -o %s --quick --devices cpu >/dev/null 2>&1", build, cluster);
+    cl = NULL;
+    if (system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
+        /* the second rank: a copy of the machine's CPU device (the ranks share it, a thread each) */
+        pdde_cluster_device d0 = cl->machines[0].devices[0], d1 = d0;
+        d1.id = d0.id + 1000;
+        pdde_cluster_add_device(cl, 0, &d1);
+        int dev[2] = {d0.id, d1.id};
+        for (int ep = 1; ep <= 2; ep++) {
+            pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
+            mp.tokens = 8 * 64, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
+            mp.capacity_factor = ep == 2 ? 8.0f / 2 : 0; /* by expert: every token's row in every expert's block */
+            mp.grads_over_ep = 1;
+            pdde_moe_cost mc;
+            if (pdde_moe_cost_estimate(ctx, cl, dev, 2, &mp, ep, &mc) == PDDE_OK) predicted[ep - 1] = mc.step_s;
+            else fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
+        }
+    }
+    pdde_cluster_free(cl);
+    if (isfinite(measured[0]) && isfinite(measured[1]) && isfinite(predicted[0]) && isfinite(predicted[1])) {
+        int pick = predicted[1] < predicted[0], best = measured[1] < measured[0];
+        gap = 100 * (measured[pick] / measured[best] - 1);
+        printf("ep pick on 2 ranks (MoE GPT, 8 experts, top-2): measured %.2f ms (ep 1), %.2f ms (ep 2); the model's MoE part %.2f ms, %.2f ms: "
+               "picks ep %d, %.1f%% from the faster\n", measured[0] * 1e3, measured[1] * 1e3, predicted[0] * 1e3, predicted[1] * 1e3, pick + 1, gap);
+    }
+    printf("RESULT moe layer_vs_dense=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f pick_gap_pct=%.1f cost_mape=%.1f\n", layer_vs_dense,
+           vs_mpi[0], vs_mpi[1], gap, mape);
     pdde_context_free(ctx);
     return 0;
 }
