@@ -2,7 +2,8 @@
  * balance loss) under data and expert parallelism from distributed attributes, against one process:
  * 2 ranks (each routes, dispatches and runs the experts on its half of every batch; the experts'
  * gradients averaged with the others), ZeRO-1, expert parallelism (each rank holds 2 of the 4
- * experts: completion sends the tokens' rows to them and back by all-to-all), and skewed routing (a balancing bias sends every token to expert 0:
+ * experts: completion sends the tokens' rows to them and back by all-to-all; on 4 ranks one expert a
+ * rank, with ZeRO-2), and skewed routing (a balancing bias sends every token to expert 0:
  * three experts get none). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
  * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
  * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall. */
@@ -16,7 +17,6 @@
 #include <unistd.h>
 
 #define STEPS 12
-#define RANKS 2
 /* test_dp's tolerances (printed: what was measured) */
 #define TOL_LOSS 1e-6  /* measured 1.2e-7 */
 #define TOL_PARAM 1e-3 /* measured 1.0e-5 */
@@ -24,7 +24,7 @@
 static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
-typedef struct { const char *name; int zero; float capacity; int skewed, ep; } moe_config;
+typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks; } moe_config;
 typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts; int alltoalls, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
@@ -47,7 +47,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.eps = 1e-3f, op.clip_norm = 0;
-    gpt_plan plan = {.dp = comm ? RANKS : 1, .tp = 1, .pp = 1, .micro = 1, .zero = comm ? mc->zero : 0};
+    gpt_plan plan = {.dp = comm ? pdde_comm_size(comm) : 1, .tp = 1, .pp = 1, .micro = 1, .zero = comm ? mc->zero : 0};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
@@ -98,21 +98,22 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
     static const moe_config configs[] = {
-        {"moe_dp2", 0, 0, 0, 0},
-        {"moe_zero1", 1, 0, 0, 0},
-        {"moe_skewed", 0, 0, 1, 0},
-        {"moe_ep2", 0, 0, 0, 1},
-        {"moe_ep2_skewed", 0, 0, 1, 1},
-        {"moe_ep2_zero1", 1, 0, 0, 1},
+        {"moe_dp2", 0, 0, 0, 0, 2},
+        {"moe_zero1", 1, 0, 0, 0, 2},
+        {"moe_skewed", 0, 0, 1, 0, 2},
+        {"moe_ep2", 0, 0, 0, 1, 2},
+        {"moe_ep2_skewed", 0, 0, 1, 1, 2},
+        {"moe_ep2_zero1", 1, 0, 0, 1, 2},
+        {"moe_ep4_zero2", 2, 0, 0, 1, 4}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
-        run_result ref = {0}, res[RANKS];
+        run_result ref = {0}, res[4];
         memset(res, 0, sizeof res);
         test_ranks_params tp = {.addr = addr, .prefix = mc->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .results = res,
                                 .result_size = sizeof *res};
-        test_run_ranks(RANKS, &tp, train_rank, (void *)mc, 240);
-        for (int r = 0; r < RANKS; r++) CHECK(res[r].ok, "%s rank %d failed: %s", mc->name, r, res[r].error);
+        test_run_ranks(mc->ranks, &tp, train_rank, (void *)mc, 240);
+        for (int r = 0; r < mc->ranks; r++) CHECK(res[r].ok, "%s rank %d failed: %s", mc->name, r, res[r].error);
         train(ctx, NULL, mc, &ref);
         CHECK(ref.ok, "%s reference: %s", mc->name, ref.error);
         if (!ref.ok || !res[0].ok) continue;
@@ -124,13 +125,13 @@ int main(void) {
         double worst_param = test_ckpt_compare_noise(what, path, ref_path, FLOOR, TOL_PARAM, key_bias, 2 * 3e-3 * STEPS);
         CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.05, "%s: the loss falls: %.4f -> %.4f", mc->name, ref.losses[0], ref.losses[STEPS - 1]);
         if (mc->skewed) /* every token to expert 0 (the counts are of all the tokens, on every rank) */
-            CHECK(ref.expert0_tokens == (int64_t)STEPS * 8 * 16 && res[0].expert0_tokens == ref.expert0_tokens && res[1].expert0_tokens == ref.expert0_tokens,
+            CHECK(ref.expert0_tokens == (int64_t)STEPS * 8 * 16 && res[0].expert0_tokens == ref.expert0_tokens && res[mc->ranks - 1].expert0_tokens == ref.expert0_tokens,
                   "%s: expert 0 got %lld tokens in one process, %lld + %lld on the ranks, want all %d", mc->name, (long long)ref.expert0_tokens,
                   (long long)res[0].expert0_tokens, (long long)res[1].expert0_tokens, STEPS * 8 * 16);
         /* expert parallelism: each rank holds half the experts, and the tokens' rows go to them and back
          * by all-to-all, forward and backward, in both blocks: 4 a block at least (data parallelism: none) */
-        if (mc->ep) CHECK(res[0].local_experts == 2 && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want 2), %d all-to-alls (want >= 8)",
-                          mc->name, (long long)res[0].local_experts, res[0].alltoalls);
+        if (mc->ep) CHECK(res[0].local_experts == 4 / mc->ranks && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= 8)",
+                          mc->name, (long long)res[0].local_experts, 4 / mc->ranks, res[0].alltoalls);
         else CHECK(res[0].local_experts == 4 && res[0].alltoalls == 0, "%s: %lld experts on rank 0 (want 4), %d all-to-alls (want 0)", mc->name,
                    (long long)res[0].local_experts, res[0].alltoalls);
         printf("%-14s %lld experts a rank, %d all-to-alls; losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g)\n",
