@@ -23,15 +23,19 @@ typedef struct {
     int trans_b;           /* w2 stored [E, C, F] and used transposed */
     int force_expert;      /* >= 0: a bias that sends every token to this expert first (k = 1: only) */
     int zero_router;       /* all logits tied at 0 */
+    int by_expert;         /* the buffer by expert, [E, capacity, C] (capacity N when dropless) */
 } moe_case;
 
 static const moe_case cases[] = {
-    {"dropless_top2", 12, 6, 5, 4, 2, 0, 0, 0.1f, 0, -1, 0},
-    {"capacity_drops", 16, 5, 4, 4, 2, 0, 0.75f, 0.1f, 0, -1, 0},
-    {"sigmoid_unnormalised_trans_b", 10, 6, 5, 5, 2, PDDE_MOE_SIGMOID | PDDE_MOE_NO_NORMALIZE, 0, 0, 1, -1, 0},
-    {"switch_top1_all_to_one", 9, 5, 4, 4, 1, PDDE_MOE_NO_NORMALIZE, 0, 0.05f, 0, 2, 0},
-    {"bias_top2_sigmoid", 8, 4, 3, 6, 2, PDDE_MOE_SIGMOID, 0, 0, 0, 5, 0},
-    {"tied_logits", 6, 4, 3, 4, 2, 0, 0, 0.1f, 0, -1, 1},
+    {"dropless_top2", 12, 6, 5, 4, 2, 0, 0, 0.1f, 0, -1, 0, 0},
+    {"capacity_drops", 16, 5, 4, 4, 2, 0, 0.75f, 0.1f, 0, -1, 0, 0},
+    {"sigmoid_unnormalised_trans_b", 10, 6, 5, 5, 2, PDDE_MOE_SIGMOID | PDDE_MOE_NO_NORMALIZE, 0, 0, 1, -1, 0, 0},
+    {"switch_top1_all_to_one", 9, 5, 4, 4, 1, PDDE_MOE_NO_NORMALIZE, 0, 0.05f, 0, 2, 0, 0},
+    {"bias_top2_sigmoid", 8, 4, 3, 6, 2, PDDE_MOE_SIGMOID, 0, 0, 0, 5, 0, 0},
+    {"tied_logits", 6, 4, 3, 4, 2, 0, 0, 0.1f, 0, -1, 1, 0},
+    {"by_expert_dropless", 12, 6, 5, 4, 2, 0, 0, 0.1f, 0, -1, 0, 1},
+    {"by_expert_capacity_trans_b", 16, 5, 4, 4, 2, 0, 0.75f, 0.1f, 1, -1, 0, 1},
+    {"by_expert_all_to_one", 9, 5, 4, 4, 1, PDDE_MOE_NO_NORMALIZE, 0, 0.05f, 0, 2, 0, 1},
 };
 
 static uint64_t rng = 7;
@@ -56,11 +60,12 @@ static pdde_status build(pdde_graph *g, const moe_case *c, moe_net *m) {
     m->bias = c->force_expert >= 0 ? pdde_input(g, "bias", PDDE_F32, 1, (int64_t[]){E}) : NULL;
     m->wout = pdde_input(g, "wout", PDDE_F32, 2, (int64_t[]){N, C});
     m->cap = pdde_moe_capacity(N, c->k, c->E, c->capacity_factor);
+    if (c->by_expert && m->cap == 0) m->cap = N; /* (an expert gets each token once at most: nothing dropped) */
     pdde_tensor *logits = pdde_matmul(g, m->x, m->router, 0, 0);
     m->idx = pdde_moe_topk(g, logits, m->bias, c->k, c->flags);
     m->gate = pdde_moe_gate(g, logits, m->idx, c->flags);
     m->counts = pdde_moe_counts(g, m->idx, c->E);
-    pdde_tensor *xe = pdde_moe_dispatch(g, m->x, m->idx, c->E, m->cap);
+    pdde_tensor *xe = c->by_expert ? pdde_moe_dispatch_experts(g, m->x, m->idx, c->E, m->cap) : pdde_moe_dispatch(g, m->x, m->idx, c->E, m->cap);
     pdde_tensor *h = pdde_gelu(g, pdde_moe_grouped_matmul(g, xe, m->w1, m->idx, m->cap, 0));
     pdde_tensor *ye = pdde_moe_grouped_matmul(g, h, m->w2, m->idx, m->cap, c->trans_b);
     m->y = pdde_moe_combine(g, ye, m->idx, m->gate, c->E, m->cap);
