@@ -224,7 +224,8 @@ typedef struct {
     int64_t tile_m, tile_n;
     int64_t *task_expert, *task_first; /* per task: its expert and first tile index within it */
     int64_t n_tasks;
-    int64_t row_tiles_of_max;
+    const float *a, *b;      /* the rows (forward: x; back_w: a, b), at the layout's offsets */
+    float *c;                /* forward: the output rows */
 } moe_gemm_job;
 
 static void moe_gemm_task(void *arg, int64_t begin, int64_t end) {
@@ -240,7 +241,7 @@ static void moe_gemm_task(void *arg, int64_t begin, int64_t end) {
         int64_t rows = back_w ? j->K : j->L->rows[e], off = j->L->offset[e];
         int64_t m = rows - i0 < j->tile_m ? rows - i0 : j->tile_m, n = j->M - j0 < j->tile_n ? j->M - j0 : j->tile_n;
         if (back_w) { /* dw_e[i0.., j0..] = a_e[:, i0..]^T b_e[:, j0..] over the expert's rows */
-            const float *A = F32(t->src[0]) + off * j->K + i0, *B = F32(t->src[1]) + off * j->M + j0;
+            const float *A = j->a + off * j->K + i0, *B = j->b + off * j->M + j0;
             float *Cm = F32(t) + e * j->K * j->M + i0 * j->M + j0;
             if (j->L->rows[e] == 0) {
                 for (int64_t r = 0; r < m; r++) memset(Cm + r * j->M, 0, (size_t)n * sizeof *Cm);
@@ -248,22 +249,25 @@ static void moe_gemm_task(void *arg, int64_t begin, int64_t end) {
             }
             attention_gemm(PDDE_F32, 1, 0, m, n, j->L->rows[e], 1.0f, A, j->K, B, j->M, 0.0f, Cm, j->M);
         } else {
-            const float *A = F32(t->src[0]) + (off + i0) * j->K;
+            const float *A = j->a + (off + i0) * j->K;
             const float *W = F32(t->src[1]) + e * j->K * j->M + (tb ? j0 * j->K : j0);
-            float *Cm = F32(t) + (off + i0) * j->M + j0;
+            float *Cm = j->c + (off + i0) * j->M + j0;
             attention_gemm(PDDE_F32, 0, tb, m, n, j->K, 1.0f, A, j->K, W, tb ? j->K : j->M, 0.0f, Cm, j->M);
         }
     }
     attention_threads_leave(prev);
 }
 
-static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t, const moe_layout *L) {
+/* a, b: the rows as the layout places them (NULL: the node's inputs); c: where the forward writes its
+ * rows (NULL: the node's output) */
+static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t, const moe_layout *L, const float *a,
+                                const float *b, float *c) {
     bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
-    moe_gemm_job j = {.t = t, .L = L};
+    moe_gemm_job j = {.t = t, .L = L, .a = a ? a : F32(t->src[0]), .b = b ? b : back_w ? F32(t->src[1]) : NULL, .c = c ? c : F32(t)};
     if (back_w) j.K = t->shape[1], j.M = t->shape[2];
     else j.K = t->src[0]->shape[t->src[0]->ndim - 1], j.M = t->shape[t->ndim - 1];
     if (!back_w) { /* rows no expert uses (past a capacity's counts, or a dropless tail) are zero */
-        float *y = F32(t);
+        float *y = j.c;
         int64_t used_end = 0;
         for (int64_t e = 0; e < L->E; e++) {
             if (L->offset[e] > used_end) memset(y + used_end * j.M, 0, (size_t)((L->offset[e] - used_end) * j.M) * sizeof *y);
@@ -302,6 +306,58 @@ static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_t
     parallel_for(pool, n_tasks, flops < 2e5 ? INT64_MAX : 2, moe_gemm_task, &j);
     free(j.task_first), free(j.task_expert);
     return PDDE_OK;
+}
+
+/* The buffer by expert, [E, S, K] (this rank's experts; S rows each, the capacity): the rows of zeros
+ * (past each block's tokens: the padding the exchange brought) add nothing to a GEMM without a bias, so
+ * only the others are multiplied: gathered into one block an expert, multiplied, and the results
+ * scattered back (the zero rows' outputs zero). For the weight gradient, a zero row of a. */
+static pdde_status cpu_moe_gemm_by_expert(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
+    bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
+    const pdde_tensor *x = t->src[0];
+    int64_t El = x->shape[0], S = x->shape[1], K = x->shape[2], M = back_w ? t->src[1]->shape[2] : t->shape[2];
+    const float *xa = F32(x);
+    moe_layout L;
+    memset(&L, 0, sizeof L);
+    L.E = El, L.cap = S;
+    L.offset = calloc((size_t)(El ? El : 1), sizeof *L.offset), L.rows = calloc((size_t)(El ? El : 1), sizeof *L.rows);
+    int64_t *used = malloc((size_t)(El * S > 0 ? El * S : 1) * sizeof *used);
+    float *ca = NULL, *cb = NULL, *cc = NULL;
+    pdde_status st = PDDE_OK;
+    if (!L.offset || !L.rows || !used) { st = pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); goto done; }
+    int64_t n = 0;
+    for (int64_t e = 0; e < El; e++) {
+        L.offset[e] = n;
+        for (int64_t r = e * S; r < (e + 1) * S; r++) {
+            const float *row = xa + r * K;
+            int64_t i = 0;
+            while (i < K && row[i] == 0.0f) i++;
+            if (i < K) used[n++] = r;
+        }
+        L.rows[e] = n - L.offset[e];
+    }
+    L.R = n;
+    if (n == El * S) { /* no padding: the rows where they are */
+        st = cpu_moe_gemm(ctx, pool, t, &L, NULL, NULL, NULL);
+        goto done;
+    }
+    ca = malloc((size_t)(n * K + 1) * sizeof *ca);
+    if (back_w) cb = malloc((size_t)(n * M + 1) * sizeof *cb);
+    else cc = malloc((size_t)(n * M + 1) * sizeof *cc);
+    if (!ca || (back_w ? !cb : !cc)) { st = pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); goto done; }
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(ca + i * K, xa + used[i] * K, (size_t)K * sizeof *ca);
+        if (back_w) memcpy(cb + i * M, F32(t->src[1]) + used[i] * M, (size_t)M * sizeof *cb);
+    }
+    st = cpu_moe_gemm(ctx, pool, t, &L, ca, cb, cc);
+    if (!st && !back_w) {
+        memset(F32(t), 0, pdde_tensor_nbytes(t));
+        for (int64_t i = 0; i < n; i++) memcpy(F32(t) + used[i] * M, cc + i * M, (size_t)M * sizeof *cc);
+    }
+done:
+    free(ca), free(cb), free(cc), free(used);
+    moe_layout_free(&L);
+    return st;
 }
 
 /* ---- the ops ---- */
@@ -357,20 +413,10 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
     case PDDE_OP_MOE_GROUPED_MATMUL: case PDDE_OP_MOE_GROUPED_MATMUL_BACK_W: {
         moe_layout L;
         pdde_status st;
-        if (t->src[0]->ndim == 3) { /* by expert, [E, S, K] (this rank's experts): every row of each block */
-            int64_t El = t->src[0]->shape[0], S = t->src[0]->shape[1];
-            memset(&L, 0, sizeof L);
-            L.E = El, L.cap = S, L.R = El * S;
-            L.offset = calloc((size_t)(El ? El : 1), sizeof *L.offset), L.rows = calloc((size_t)(El ? El : 1), sizeof *L.rows);
-            if (!L.offset || !L.rows) { moe_layout_free(&L); return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); }
-            for (int64_t e = 0; e < El; e++) L.offset[e] = e * S, L.rows[e] = S;
-            st = cpu_moe_gemm(ctx, pool, t, &L);
-            moe_layout_free(&L);
-            return st;
-        }
+        if (t->src[0]->ndim == 3) return cpu_moe_gemm_by_expert(ctx, pool, t);
         st = moe_layout_init(ctx, t, t->src[2], E, cap, t->src[0]->shape[0], false, &L);
         if (st) return st;
-        st = cpu_moe_gemm(ctx, pool, t, &L);
+        st = cpu_moe_gemm(ctx, pool, t, &L, NULL, NULL, NULL);
         moe_layout_free(&L);
         return st;
     }
