@@ -1871,7 +1871,9 @@ void pdde_pipeline_stats_reset(pdde_pipeline *pl);
  *
  * cap = 0 is dropless (R = N*k: no token is dropped); cap > 0 gives each expert cap rows (R = E*cap)
  * and drops the tokens past them (in token order): their outputs are 0 and pdde_moe_dropped counts
- * them. Every op has its gradient; the routing choice itself (top-k) has none. */
+ * them. Every op has its gradient; the routing choice itself (top-k) has none. The ops run on the
+ * CPU (devices: through the CPU fallback); tokens split over a mesh axis (data parallelism) keep
+ * their rows on their rank. */
 #define PDDE_MOE_SIGMOID 1u      /* scores sigmoid(logit) (DeepSeek-V3), not softmax */
 #define PDDE_MOE_NO_NORMALIZE 2u /* weights are the chosen scores, not divided by their sum (Switch) */
 /* The k best experts by score + bias (bias [E] or NULL: DeepSeek's balancing bias, it changes the
@@ -1887,13 +1889,15 @@ pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, 
  * a mesh axis that also splits the tokens make completion exchange the blocks by all-to-all (each
  * rank's tokens' rows to the rank of their experts and back) and reduce-scatter the experts'
  * gradients. A capacity of N (every token) drops nothing. Under data parallelism each rank's buffer
- * holds its tokens (capacity / ranks of them an expert). */
+ * holds its tokens (capacity / ranks of them an expert). The rows of zeros (past each expert's tokens)
+ * are skipped by the grouped GEMM, but travel in the exchange. */
 pdde_tensor *pdde_moe_dispatch_experts(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
 pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b);
 pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, pdde_tensor *weights, int experts, int64_t capacity);
 /* Switch/GShard's load-balancing loss E * sum_e f_e P_e (f_e: the share of the N*k choices that went
  * to e, held constant; P_e: the mean softmax probability of e): 1 when balanced, E when every token
- * picks one expert. A scalar [1]. */
+ * picks one expert. A scalar [1] (PDDE_OP_MOE_AUX_LOSS). Under data parallelism f counts every rank's
+ * tokens and P is each rank's mean, averaged as the cross-entropy is. */
 pdde_tensor *pdde_moe_aux_loss(pdde_graph *g, pdde_tensor *logits, pdde_tensor *idx, int experts);
 /* Rows per expert for a capacity factor (ceil(factor * N * k / E)); factor <= 0: 0 (dropless). */
 int64_t pdde_moe_capacity(int64_t tokens, int k, int experts, float factor);
