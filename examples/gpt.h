@@ -447,6 +447,7 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
     gpt_plan_builder b;
     b.cfg = *c, b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
     pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
+    if (c->moe_experts > 1) pp.no_tp = pp.no_pp = 1; /* (MoE blocks run data and expert parallel) */
     if (cluster) pp.cluster = cluster, pp.build = gpt_plan_build, pp.build_user = &b;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);
