@@ -454,6 +454,45 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
     return st;
 }
 
+/* Expert parallelism or not for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
+ * pdde_moe_cost_estimate of ep 1 (experts on every rank) and ep = ranks (the layout by expert, the
+ * exchange padded to every token, the experts' gradients reduce-scattered) on the devices of the
+ * cluster file in order (one machine: copies of its first device, as gpt_plan_devices); *ep the faster
+ * of those whose experts' parameters and AdamW state fit a device's memory,
+ * pred[0], pred[1] their MoE parts in s a step. */
+static inline pdde_status gpt_moe_choose_ep(pdde_context *ctx, const char *cluster_path, const gpt_config *c, int ranks, int zero, int *ep,
+                                            double pred[2]) {
+    pdde_cluster *cl = NULL;
+    *ep = 1, pred[0] = pred[1] = 0;
+    pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
+    int *dev = (int *)calloc((size_t)(ranks > 0 ? ranks : 1), sizeof *dev), n = 0, blocks = 0, fits[2] = {1, 1};
+    if (!st && !dev) st = PDDE_ERR_OOM;
+    for (int mi = 0; !st && cl->n_machines > 1 && mi < cl->n_machines; mi++) /* (one machine: its first device a rank, as gpt_plan_devices) */
+        for (int d = 0; d < cl->machines[mi].n_devices && n < ranks; d++) dev[n++] = cl->machines[mi].devices[d].id;
+    if (!st && n == 0 && cl->n_machines > 0 && cl->machines[0].n_devices > 0) dev[n++] = cl->machines[0].devices[0].id;
+    for (int k = 1; !st && n < ranks && cl->n_machines > 0 && cl->machines[0].n_devices > 0; k++) { /* copies of the first */
+        pdde_cluster_device copy = cl->machines[0].devices[0];
+        copy.id = dev[0] + 100000 * k;
+        if (pdde_cluster_add_device(cl, 0, &copy) < 0) st = PDDE_ERR_OOM;
+        else dev[n++] = copy.id;
+    }
+    for (int l = 0; l < c->layers; l++) blocks += gpt_block_is_moe(c, l);
+    for (int e = 0; !st && e < 2 && n == ranks && blocks; e++) {
+        pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+        p.tokens = (int64_t)c->batch * c->ctx, p.width = c->width, p.ffn = (int)gpt_ffn(c), p.experts = c->moe_experts;
+        p.topk = gpt_moe_topk(c), p.layers = blocks, p.zero = zero, p.grads_over_ep = 1;
+        p.capacity_factor = c->moe_capacity > 0 ? c->moe_capacity : e ? (float)c->moe_experts / (float)p.topk : 0;
+        pdde_moe_cost m;
+        st = pdde_moe_cost_estimate(ctx, cl, dev, ranks, &p, e ? ranks : 1, &m);
+        pred[e] = m.step_s, fits[e] = m.fits;
+    }
+    /* the faster of those whose experts fit a device (both or neither: the faster) */
+    if (!st && n == ranks && blocks && (fits[1] != fits[0] ? fits[1] : pred[1] < pred[0])) *ep = ranks;
+    free(dev);
+    pdde_cluster_free(cl);
+    return st;
+}
+
 /* The same by the estimate alone. */
 static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
                                           pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {

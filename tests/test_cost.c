@@ -834,6 +834,29 @@ static void test_moe_cost(void) {
     pdde_cost_program_free(prog);
     pdde_graph_free(g);
 
+    /* gpt's choice (gpt_moe_choose_ep, from a cluster file): on 2 machines of one device each, NICs of
+     * 1e8 B/s, small experts (ffn 64): the exchange (16 MB a step) costs more than the experts'
+     * gradient reduction it halves (2 MB): data parallel; with 32 experts of ffn 4096 (10 GB
+     * of experts with their AdamW state) on devices of 8 GB only expert parallelism fits */
+    if (pdde_features() & PDDE_FEATURE_CJSON) {
+        char cpath[64];
+        snprintf(cpath, sizeof cpath, "/tmp/pdde_test_cost_moe.%d.json", (int)getpid());
+        pdde_cluster *two = make_cluster(2, 1);
+        two->machines[0].devices[0].memory = two->machines[1].devices[0].memory = 8000000000ull;
+        CHECK(pdde_cluster_save(ctx, two, cpath) == PDDE_OK, "save: %s", pdde_last_error(ctx));
+        gpt_config gc = {.vocab = 256, .ctx = 64, .layers = 2, .heads = 4, .width = 256, .batch = 8, .ffn = 64, .moe_experts = 8, .moe_topk = 2};
+        int ep = 0;
+        double pred[2];
+        CHECK(gpt_moe_choose_ep(ctx, cpath, &gc, 2, 0, &ep, pred) == PDDE_OK && ep == 1 && pred[1] > pred[0],
+              "gpt_moe_choose_ep over slow NICs: ep %d (%g s vs %g s at ep 1): %s", ep, pred[1], pred[0], pdde_last_error(ctx));
+        /* (32 x 2 x 256 x 4096 x 10 = 671M parameters, 16 B each; 32K tokens: the exchange the slower) */
+        gc.moe_experts = 32, gc.ffn = 4096, gc.layers = 10, gc.batch = 64, gc.ctx = 512;
+        CHECK(gpt_moe_choose_ep(ctx, cpath, &gc, 2, 0, &ep, pred) == PDDE_OK && ep == 2 && pred[1] > pred[0],
+              "gpt_moe_choose_ep when only ep 2 fits: ep %d (%g s vs %g s at ep 1)", ep, pred[1], pred[0]);
+        remove(cpath);
+        pdde_cluster_free(two);
+    }
+
     /* Mixtral-8x22B's shape (56 layers of 8 experts, width 6144, ffn 16384, top-2), a 4M-token batch in
      * bf16 on 128 H100s, ZeRO-1 */
     pdde_cluster *h = NULL;
