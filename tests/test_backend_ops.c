@@ -216,16 +216,16 @@ static pdde_tensor *b_mlp(pdde_graph *g, const op_case *c) {
 
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
- * p = {N, C, F, E, k, capacity factor x 100 (0: dropless), flags, trans_b}. The MoE ops have i32 expert
+ * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags, trans_b}. The MoE ops have i32 expert
  * ids: a device without them leaves them to the CPU and runs the rest (the fallback's copies) */
 static pdde_tensor *b_moe(pdde_graph *g, const op_case *c) {
     int64_t N = c->p[0], C = c->p[1], F = c->p[2], E = c->p[3], k = c->p[4];
-    int64_t cap = pdde_moe_capacity(N, (int)k, (int)E, (float)c->p[5] / 100.0f);
+    int64_t cap = c->p[5] < 0 ? N : pdde_moe_capacity(N, (int)k, (int)E, (float)c->p[5] / 100.0f);
     pdde_tensor *x = P(g, "x", 2, N, C, 0, 0), *router = P(g, "router", 2, C, E, 0, 0);
     pdde_tensor *w1 = P(g, "w1", 3, E, C, F, 0), *w2 = c->p[7] ? P(g, "w2", 3, E, C, F, 0) : P(g, "w2", 3, E, F, C, 0);
     pdde_tensor *logits = pdde_matmul(g, x, router, 0, 0);
     pdde_tensor *idx = pdde_moe_topk(g, logits, NULL, (int)k, (unsigned)c->p[6]);
-    pdde_tensor *xe = pdde_moe_dispatch(g, x, idx, (int)E, cap);
+    pdde_tensor *xe = c->p[5] < 0 ? pdde_moe_dispatch_experts(g, x, idx, (int)E, cap) : pdde_moe_dispatch(g, x, idx, (int)E, cap);
     pdde_tensor *h = pdde_gelu(g, pdde_moe_grouped_matmul(g, xe, w1, idx, cap, 0));
     pdde_tensor *y = pdde_moe_combine(g, pdde_moe_grouped_matmul(g, h, w2, idx, cap, (int)c->p[7]), idx,
                                       pdde_moe_gate(g, logits, idx, (unsigned)c->p[6]), (int)E, cap);
@@ -359,6 +359,7 @@ static const op_case cases[] = {
     {"moe_layer", b_moe, {37, 19, 23, 8, 2, 0, 0, 0}, 1, T_MM},
     {"moe_layer", b_moe, {64, 16, 33, 4, 2, 100, 0, 1}, 1, T_MM},
     {"moe_layer", b_moe, {17, 8, 5, 5, 1, 0, PDDE_MOE_SIGMOID | PDDE_MOE_NO_NORMALIZE, 0}, 1, T_MM},
+    {"moe_layer", b_moe, {29, 12, 7, 4, 2, -1, 0, 1}, 1, T_MM},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
