@@ -6,7 +6,8 @@
  * rank, with ZeRO-2), and skewed routing (a balancing bias sends every token to expert 0:
  * three experts get none). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
  * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
- * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall. */
+ * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall; each
+ * rank's memory after the steps is what lowering predicts for it (pdde_predict_memory). */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -25,7 +26,7 @@ static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
 typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts; int alltoalls, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted; int alltoalls, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -68,6 +69,14 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         out->losses[step] = pdde_session_loss(s);
         if (pdde_session_read(s, pdde_graph_find(g, "h0.moe.counts"), counts, sizeof counts)) FAIL_WITH("counts: %s", pdde_last_error(ctx));
         out->expert0_tokens += counts[0];
+    }
+    if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
+        pdde_memory_stats ms, pm;
+        pdde_session_params psp = sp;
+        psp.world = NULL;
+        if (pdde_session_memory(s, &ms) || pdde_predict_memory(g, &psp, pdde_comm_size(comm), pdde_comm_rank(comm), &pm))
+            FAIL_WITH("memory: %s", pdde_last_error(ctx));
+        out->allocated = (int64_t)ms.allocated_bytes, out->predicted = (int64_t)pm.allocated_bytes;
     }
     char path[256];
     snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, comm ? mc->name : "ref");
@@ -113,7 +122,11 @@ int main(void) {
         test_ranks_params tp = {.addr = addr, .prefix = mc->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .results = res,
                                 .result_size = sizeof *res};
         test_run_ranks(mc->ranks, &tp, train_rank, (void *)mc, 240);
-        for (int r = 0; r < mc->ranks; r++) CHECK(res[r].ok, "%s rank %d failed: %s", mc->name, r, res[r].error);
+        for (int r = 0; r < mc->ranks; r++) {
+            CHECK(res[r].ok, "%s rank %d failed: %s", mc->name, r, res[r].error);
+            CHECK(res[r].allocated == res[r].predicted && res[r].allocated > 0, "%s rank %d: %lld bytes allocated, lowering predicts %lld", mc->name, r,
+                  (long long)res[r].allocated, (long long)res[r].predicted);
+        }
         train(ctx, NULL, mc, &ref);
         CHECK(ref.ok, "%s reference: %s", mc->name, ref.error);
         if (!ref.ok || !res[0].ok) continue;
