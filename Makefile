@@ -128,7 +128,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention bench-moe install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -286,6 +286,11 @@ LIBDIR     = $(DESTDIR)$(PREFIX)/lib
 # for its cgroups (without, it runs unprioritised and without the throttled configurations).
 # BENCH_COSTMODEL_ARGS="--reps 5" for more repeats. bench-hetero: the planner's plan for a throttled
 # rank and for the CPU with the PoCL device against the best uniform plan.
+# MoE layer against the dense one, alltoallv against Open MPI's on 2 and 4 ranks, the cost model's error.
+bench-moe: all
+	mpicc -O3 -Itools/bench tools/bench/mpi_alltoallv.c -o $(BUILD)/mpi_alltoallv
+	@$(BUILD)/bench_moe --build $(BUILD) $(BENCH_MOE_ARGS)
+
 bench-costmodel: all
 	@$(BUILD)/bench_costmodel --build $(BUILD) $(BENCH_COSTMODEL_ARGS)
 

@@ -623,6 +623,8 @@ pdde_tensor *pdde_cast(pdde_graph *g, pdde_tensor *x, pdde_dtype to) {
     return new_node(g, PDDE_OP_CAST, to, x->ndim, x->shape, 1, &x);
 }
 
+#include "core/moe.c"
+
 /* ================================================================================================
  * Autodiff. Walks the forward nodes in reverse creation order and appends, for every node whose
  * gradient is known, the nodes computing its inputs' gradients. Several uses of a tensor add up. */
@@ -774,6 +776,8 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     }
     /* (gradients are f32: the one of a low-precision copy passes through to its f32 original) */
     case PDDE_OP_CAST: dsrc[0] = x->dtype != PDDE_F32 ? NULL : dy->dtype == PDDE_F32 ? dy : pdde_cast(g, dy, PDDE_F32); break;
+    case PDDE_OP_MOE_TOPK: case PDDE_OP_MOE_GATE: case PDDE_OP_MOE_COUNTS: case PDDE_OP_MOE_DISPATCH:
+    case PDDE_OP_MOE_COMBINE: case PDDE_OP_MOE_GROUPED_MATMUL: case PDDE_OP_MOE_AUX_LOSS: moe_backward(g, y, dy, dsrc); break;
     default:
         graph_fail(g, PDDE_ERR_UNKNOWN_OP, "backward: op %s (%s) has no gradient", pdde_op_name(y->op), y->name);
     }
@@ -1057,6 +1061,7 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p) { 
 #include "planner/lower.c"
 #include "planner/memplan.c"
 #include "planner/simulate.c"
+#include "planner/moe_cost.c"
 
 /* ================================================================================================
  * Executor. Compiling a graph:

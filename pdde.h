@@ -263,6 +263,25 @@ typedef enum {
     /* fused kernels: one pass where the unfused ops take two (the unfused graph is their reference) */
     PDDE_OP_BIAS_GELU,            /* src: x [..., N], bias [N]: gelu(x + bias) (pdde_bias_gelu) */
     PDDE_OP_BIAS_GELU_BACK,       /* src: x, bias, dy -> dy * gelu'(x + bias): the gradient of x + bias */
+    /* Mixture-of-Experts routing (see "Mixture-of-Experts"). Row r of an expert-ordered buffer [R, C]:
+     * expert e's rows start at its offset (dropless, i: MOE_CAPACITY 0: the running sum of the counts
+     * before it, R = N*k; with a capacity: e * capacity, R = E * capacity, rows past its count zero);
+     * within an expert, tokens in order (n, then j). i: MOE_EXPERTS = E where no source gives it. */
+    PDDE_OP_MOE_TOPK,             /* src: logits [N,E] f32 [, bias [E]] -> i32 [N,k]: the k experts of
+                                     largest score + bias (ties: the lower expert), best first;
+                                     i: MOE_FLAGS (PDDE_MOE_SIGMOID: score = sigmoid, else softmax) */
+    PDDE_OP_MOE_GATE,             /* src: logits, idx [N,k] -> weights [N,k]; i: MOE_FLAGS */
+    PDDE_OP_MOE_GATE_BACK,        /* src: logits, idx, dweights -> dlogits [N,E]; i: MOE_FLAGS */
+    PDDE_OP_MOE_COUNTS,           /* src: idx -> i32 [E]: tokens routed to each expert (before dropping) */
+    PDDE_OP_MOE_DISPATCH,         /* src: x [N,C], idx [, w [N,k]] -> [R,C]: row (n,j) = x[n] (* w[n,j]) */
+    PDDE_OP_MOE_COMBINE,          /* src: ye [R,C], idx [, w] -> [N,C]: sum_j (w[n,j] *) ye[row (n,j)] */
+    PDDE_OP_MOE_COMBINE_BACK_W,   /* src: ye, idx, dy -> dw [N,k] = dot(dy[n], ye[row (n,j)]) */
+    PDDE_OP_MOE_GROUPED_MATMUL,   /* src: x [R,K], w [E,K,M] (i: MOE_TRANS_B: [E,M,K]), idx -> [R,M]:
+                                     each expert's rows times its own matrix, one op for all E */
+    PDDE_OP_MOE_GROUPED_MATMUL_BACK_W, /* src: a [R,K], b [R,M], idx -> [E,K,M]: a_e^T b_e per expert */
+    PDDE_OP_MOE_AUX_LOSS,         /* src: logits [N,E], counts i32 [E] -> [1]: E sum_e f_e P_e, f = counts /
+                                     their sum, P = the mean over the rows of softmax(logits) */
+    PDDE_OP_MOE_AUX_LOSS_BACK,    /* src: logits, counts, dloss [1] -> dlogits [N,E] */
     PDDE_OP_COUNT
 } pdde_op;
 
@@ -1763,6 +1782,99 @@ pdde_status pdde_device_select(pdde_context *ctx, const pdde_device_select_param
  * and an accelerator's speed, are divided among the ranks on it. Free with pdde_plan_devices_free. */
 pdde_status pdde_plan_devices_init_machine(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                            pdde_plan_devices *out);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Mixture-of-Experts. A token x[n] [C] goes to k of E experts; the expert FFNs run as grouped GEMMs
+ * over an expert-ordered buffer of token rows whose per-expert counts vary from step to step while
+ * every shape stays static:
+ *
+ *     logits = x @ router                                 [N, E]
+ *     idx    = pdde_moe_topk(g, logits, bias, k, flags)   i32 [N, k]
+ *     w      = pdde_moe_gate(g, logits, idx, flags)       [N, k], softmax over the k chosen (or sigmoid)
+ *     xe     = pdde_moe_dispatch(g, x, idx, E, cap)       [R, C]: rows grouped by expert
+ *     he     = pdde_moe_grouped_matmul(g, xe, w1, idx, cap, 0)   w1 [E, C, F]
+ *     ye     = pdde_moe_grouped_matmul(g, gelu(he), w2, idx, cap, 0)
+ *     y      = pdde_moe_combine(g, ye, idx, w, E, cap)    [N, C]: the k outputs weighted and summed
+ *
+ * cap = 0 is dropless (R = N*k: no token is dropped); cap > 0 gives each expert cap rows (R = E*cap)
+ * and drops the tokens past them (in token order): their outputs are 0 and pdde_moe_dropped counts
+ * them. Every op has its gradient; the routing choice itself (top-k) has none. The ops run on the
+ * CPU (devices: through the CPU fallback); tokens split over a mesh axis (data parallelism) keep
+ * their rows on their rank. */
+#define PDDE_MOE_SIGMOID 1u      /* scores sigmoid(logit) (DeepSeek-V3), not softmax */
+#define PDDE_MOE_NO_NORMALIZE 2u /* weights are the chosen scores, not divided by their sum (Switch) */
+/* The k best experts by score + bias (bias [E] or NULL: DeepSeek's balancing bias, it changes the
+ * choice only, never the weights); ties go to the lower expert id. */
+pdde_tensor *pdde_moe_topk(pdde_graph *g, pdde_tensor *logits, pdde_tensor *bias, int k, unsigned flags);
+pdde_tensor *pdde_moe_gate(pdde_graph *g, pdde_tensor *logits, pdde_tensor *idx, unsigned flags);
+/* i32 [E]: how many of the N*k choices picked each expert. */
+pdde_tensor *pdde_moe_counts(pdde_graph *g, pdde_tensor *idx, int experts);
+pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
+/* The same rows as [E, capacity, C], one block of capacity rows an expert (capacity >= 1; rows past an
+ * expert's tokens zero): the layout for expert parallelism. pdde_moe_grouped_matmul on it (ids may be
+ * NULL) multiplies every row of each block, pdde_moe_combine takes it back. Weights [E, ...] split over
+ * a mesh axis that also splits the tokens make completion exchange the blocks by all-to-all (each
+ * rank's tokens' rows to the rank of their experts and back) and reduce-scatter the experts'
+ * gradients. A capacity of N (every token) drops nothing. Under data parallelism each rank's buffer
+ * holds its tokens (capacity / ranks of them an expert). The rows of zeros (past each expert's tokens)
+ * are skipped by the grouped GEMM, but travel in the exchange. */
+pdde_tensor *pdde_moe_dispatch_experts(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
+pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b);
+pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, pdde_tensor *weights, int experts, int64_t capacity);
+/* Switch/GShard's load-balancing loss E * sum_e f_e P_e (f_e: the share of the N*k choices that went
+ * to e, held constant; P_e: the mean softmax probability of e): 1 when balanced, E when every token
+ * picks one expert. A scalar [1] (PDDE_OP_MOE_AUX_LOSS). Under data parallelism f counts every rank's
+ * tokens and P is each rank's mean, averaged as the cross-entropy is. */
+pdde_tensor *pdde_moe_aux_loss(pdde_graph *g, pdde_tensor *logits, pdde_tensor *idx, int experts);
+/* Rows per expert for a capacity factor (ceil(factor * N * k / E)); factor <= 0: 0 (dropless). */
+int64_t pdde_moe_capacity(int64_t tokens, int k, int experts, float factor);
+/* The tokens a capacity drops, from the counts of pdde_moe_counts: sum_e max(0, counts[e] - capacity). */
+int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
+
+/* The cost of the MoE layers under expert parallelism (ep ranks share the experts; n_ranks / ep
+ * replicate them, data parallel): what ep changes per rank and step. The token exchange: an alltoall
+ * before and after the experts, forward and backward, each of tokens x k x width x dtype (padded to the
+ * capacity when there is one), over the first ep of devices as the cluster's links carry it; the
+ * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
+ * skew: measured counts, or a stated max/mean); the experts' gradient reduction over their
+ * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages
+ * split them over the data-parallel replicas). */
+typedef struct {
+    int64_t tokens;          /* per step, all ranks (global batch x context) */
+    int width, ffn, experts, topk, layers;   /* layers: the MoE ones */
+    float capacity_factor;   /* 0 = dropless */
+    double skew;             /* the busiest expert's tokens over the mean; 0 = 1 (even) */
+    const int32_t *counts;   /* or tokens per expert as a router measured them ([experts]); NULL = skew */
+    pdde_dtype dtype;        /* of the exchanged activations */
+    pdde_dtype compute_dtype;/* of the expert GEMMs */
+    int zero;                /* ZeRO stage over the data-parallel replicas of the experts */
+    double memory_budget;    /* bytes a rank may give the experts; 0 = the device's memory */
+    int grads_over_ep;       /* 1: the experts' gradients are summed over the ep group too (a reduce-scatter of
+                                all experts' into each rank's: pdde's expert parallelism, whose weight
+                                gradient sums the rows where the tokens are split) */
+} pdde_moe_cost_params;
+#define PDDE_MOE_COST_PARAMS_INIT {0, 0, 0, 0, 0, 0, 0, 0, NULL, PDDE_F32, PDDE_F32, 0, 0, 0}
+typedef struct {
+    int ep;
+    double alltoall_bytes;     /* leaving one rank in a step, all MoE layers */
+    double alltoall_s;         /* its time */
+    double cross_host_share;   /* of the ep group's peers, those on other machines */
+    double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
+    double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and the
+                                  parameters gathered) */
+    double imbalance;          /* the busiest rank's rows over the mean */
+    double gemm_efficiency;    /* the GEMM rate at one expert's rows over the rate at all the rank's rows */
+    double expert_param_bytes, expert_optimizer_bytes; /* a rank's: parameters + gradients, AdamW state */
+    double step_s;             /* alltoall_s + expert_gemm_s + dp_sync_s */
+    int fits;                  /* the experts' memory within the budget */
+} pdde_moe_cost;
+pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
+                                   const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out);
+/* The ep (dividing the ranks and the experts) of the least step_s among those that fit (*best); every
+ * one tried into all[0..*n_all) when all is not NULL. PDDE_ERR_NO_PLAN when none fits (*best: the
+ * smallest memory). */
+pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
+                               pdde_moe_cost *best, pdde_moe_cost *all, int max_all, int *n_all);
 
 #ifdef __cplusplus
 }

@@ -202,6 +202,11 @@ const char *pdde_op_name(pdde_op op) {
         [PDDE_OP_ALLTOALL] = "alltoall",
         [PDDE_OP_COMM_WAIT] = "comm_wait", [PDDE_OP_SEND] = "send", [PDDE_OP_RECV] = "recv",
         [PDDE_OP_BIAS_GELU] = "bias_gelu", [PDDE_OP_BIAS_GELU_BACK] = "bias_gelu_back",
+        [PDDE_OP_MOE_TOPK] = "moe_topk", [PDDE_OP_MOE_GATE] = "moe_gate", [PDDE_OP_MOE_GATE_BACK] = "moe_gate_back",
+        [PDDE_OP_MOE_COUNTS] = "moe_counts", [PDDE_OP_MOE_DISPATCH] = "moe_dispatch", [PDDE_OP_MOE_COMBINE] = "moe_combine",
+        [PDDE_OP_MOE_COMBINE_BACK_W] = "moe_combine_back_w", [PDDE_OP_MOE_GROUPED_MATMUL] = "moe_grouped_matmul",
+        [PDDE_OP_MOE_GROUPED_MATMUL_BACK_W] = "moe_grouped_matmul_back_w",
+        [PDDE_OP_MOE_AUX_LOSS] = "moe_aux_loss", [PDDE_OP_MOE_AUX_LOSS_BACK] = "moe_aux_loss_back",
     };
     return (unsigned)op < PDDE_OP_COUNT && names[op] ? names[op] : "unknown";
 }

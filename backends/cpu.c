@@ -228,6 +228,7 @@ typedef struct cpu_dnnl cpu_dnnl;
 #endif
 
 #include "cpu_attention.c"
+#include "cpu_moe.c"
 
 static void half_to_f32(const uint16_t *h, float *f, int64_t n, pdde_dtype dt);
 
@@ -1040,6 +1041,10 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         return PDDE_OK;
     }
     case PDDE_OP_ADAMW_UPDATE: case PDDE_OP_SGD_UPDATE: return cpu_update(ctx, pool, &t, 1);
+    case PDDE_OP_MOE_TOPK: case PDDE_OP_MOE_GATE: case PDDE_OP_MOE_GATE_BACK: case PDDE_OP_MOE_COUNTS:
+    case PDDE_OP_MOE_DISPATCH: case PDDE_OP_MOE_COMBINE: case PDDE_OP_MOE_COMBINE_BACK_W:
+    case PDDE_OP_MOE_GROUPED_MATMUL: case PDDE_OP_MOE_GROUPED_MATMUL_BACK_W: case PDDE_OP_MOE_AUX_LOSS: case PDDE_OP_MOE_AUX_LOSS_BACK:
+        return cpu_moe(ctx, pool, t);
     default:
         return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "cpu: op %s (%s) is not implemented", pdde_op_name(t->op), t->name);
     }

@@ -26,6 +26,7 @@ typedef struct {
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     int stop_after, reschedule, share_device;
     float lr, weight_decay, clip;
+    float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics, *device;
     pdde_dtype dtype;      /* --dtype: the matmuls' compute dtype (mixed precision) */
@@ -68,6 +69,11 @@ static void usage(FILE *f) {
             "                              backend's device, as --blocks-on (with stages: those each stage holds);\n"
             "                              shares=3:1: dp index i (each of its stages) runs shares[i] x mb\n"
             "                              micro-batches, for devices of different speeds)\n"
+            "           [--moe-experts E [--moe-topk K] [--moe-every N] [--moe-capacity F] [--moe-aux W] [--moe-bias-rate U] [--moe-ep]]\n"
+            "                              (Mixture-of-Experts: E expert MLPs in every N-th block, K per token (default 2);\n"
+            "                              capacity factor F drops the tokens past it (default 0: dropless); W weights the\n"
+            "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead;\n"
+            "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
@@ -84,6 +90,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--comm-bf16")) { o->comm_bf16 = 1; continue; }
         if (!strcmp(a, "--reschedule")) { o->reschedule = 1; continue; }
         if (!strcmp(a, "--share-device")) { o->share_device = 1; continue; }
+        if (!strcmp(a, "--moe-ep")) { o->model.moe_ep = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -104,6 +111,12 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--pp-chunks")) iv = &o->pp_chunks;
         else if (!strcmp(a, "--micro")) iv = &o->micro;
         else if (!strcmp(a, "--zero")) iv = &o->zero;
+        else if (!strcmp(a, "--moe-experts")) iv = &o->model.moe_experts;
+        else if (!strcmp(a, "--moe-topk")) iv = &o->model.moe_topk;
+        else if (!strcmp(a, "--moe-every")) iv = &o->model.moe_every;
+        else if (!strcmp(a, "--moe-capacity")) fv = &o->model.moe_capacity;
+        else if (!strcmp(a, "--moe-aux")) fv = &o->model.moe_aux;
+        else if (!strcmp(a, "--moe-bias-rate")) fv = &o->moe_bias_rate;
         else if (!strcmp(a, "--lr")) fv = &o->lr;
         else if (!strcmp(a, "--weight-decay")) fv = &o->weight_decay;
         else if (!strcmp(a, "--clip")) fv = &o->clip;
@@ -153,6 +166,18 @@ static int parse(int argc, char **argv, options *o) {
     const int *plan_v[] = {&o->dp, &o->tp, &o->pp, &o->micro};
     for (int k = 0; k < 4; k++)
         if (*plan_v[k] < at_least_one[k].min) { fprintf(stderr, "gpt: %s must be >= 1, got %d\n", at_least_one[k].name, *plan_v[k]); return -1; }
+    if (m->moe_experts == 1 || m->moe_experts > 4096 || (m->moe_experts > 1 && gpt_moe_topk(m) > m->moe_experts)) {
+        fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
+        return -1;
+    }
+    if (m->moe_ep && m->moe_experts % o->dp) {
+        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the --dp %d ranks: they must divide them\n", m->moe_experts, o->dp);
+        return -1;
+    }
+    if (m->moe_experts > 1 && (long)o->tp * o->pp > 1) {
+        fprintf(stderr, "gpt: --moe-experts runs data parallel (--dp, ZeRO): --tp and --pp must be 1\n");
+        return -1;
+    }
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
     gpt_plan shares = {.dp = o->dp, .shares = o->plan && o->parsed_plan.shares[0] ? o->parsed_plan.shares : NULL};
     long units = gpt_plan_units(&shares); /* dp, or the sum of the shares */
@@ -198,6 +223,18 @@ static int choose_plan(pdde_context *ctx, options *o) {
             pdde_plan_str(&plans[i], s, sizeof s);
             printf("gpt:   next: %s, %.3g s/step (%+.1f%%)\n", s, plans[i].step_s, 100 * (plans[i].step_s / p->step_s - 1));
         }
+    }
+    if (o->model.moe_experts > 1 && o->dp > 1 && o->model.moe_experts % o->dp == 0 && !o->model.moe_ep) {
+        int ep;
+        double pred[2];
+        if (gpt_moe_choose_ep(ctx, path, &o->model, o->dp, o->zero, &ep, pred)) {
+            fprintf(stderr, "gpt: --plan auto: expert parallelism: %s\n", pdde_last_error(ctx));
+            return 1;
+        }
+        o->model.moe_ep = ep > 1;
+        if (env.rank == 0)
+            printf("gpt: the MoE blocks: %s (their exchange, experts and expert gradients predicted %.3g s/step with ep %d, %.3g s with ep 1)\n",
+                   ep > 1 ? "expert parallel" : "data parallel", pred[1], o->dp, pred[0]);
     }
     return 0;
 }
@@ -307,14 +344,46 @@ static int rank_device(pdde_context *ctx, const options *o, const pdde_graph *g,
     return st != PDDE_OK;
 }
 
+/* The MoE log line: the balance loss (1 = even), tokens per expert of the first MoE block, the busiest
+ * expert over the mean in any block, and the tokens a capacity dropped in all of them. */
+static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m) {
+    const gpt_config *c = &m->cfg;
+    int E = c->moe_experts, k = gpt_moe_topk(c);
+    int64_t N = (int64_t)c->batch * c->ctx, cap = pdde_moe_capacity(N, k, E, c->moe_capacity), dropped = 0, routed = 0;
+    int32_t counts[4096];
+    float balance;
+    pdde_status st = pdde_session_read(s, m->moe_balance, &balance, sizeof balance);
+    char first[1024] = "";
+    double worst = 0;
+    for (int l = 0; l < c->layers && !st; l++) {
+        if (!gpt_block_is_moe(c, l)) continue;
+        char name[64];
+        snprintf(name, sizeof name, "h%d.moe.counts", l);
+        if ((st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts))) break;
+        int most = 0, sum = 0;
+        for (int e = 0; e < E; e++) most = counts[e] > most ? counts[e] : most, sum += counts[e];
+        worst = fmax(worst, most / ((double)sum / E));
+        dropped += pdde_moe_dropped(counts, E, cap), routed += sum;
+        if (!first[0]) {
+            size_t n = (size_t)snprintf(first, sizeof first, "h%d", l);
+            for (int e = 0; e < E && e < 64 && n < sizeof first; e++) n += (size_t)snprintf(first + n, sizeof first - n, " %d", counts[e]);
+        }
+    }
+    if (!st) printf("      moe  balance %.4f  tokens per expert %s  busiest/mean %.2f  dropped %lld of %lld\n", balance, first, worst, (long long)dropped,
+                    (long long)routed);
+    return st;
+}
+
 int main(int argc, char **argv) {
     options o = {
         .model = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},
         .steps = 600, .val_every = 100, .val_batches = 8, .sample_len = 300, .ckpt_every = 200,
+        .model.moe_aux = 0.01f,
         .lr = 3e-3f, .weight_decay = 0.1f, .clip = 1.0f, .seed = 1337, .dp = 1, .tp = 1, .pp = 1, .micro = 1,
         .data = "/usr/share/games/fortunes/songs-poems",
     };
     if (parse(argc, argv, &o)) return 2;
+    o.model.moe_bias = o.moe_bias_rate > 0;
     setvbuf(stdout, NULL, _IOLBF, 0);
 
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
@@ -442,6 +511,15 @@ int main(int argc, char **argv) {
     size_t bt = (size_t)o.model.batch * o.model.ctx;
     feeder feed = {&plan, rank / (o.tp * o.pp), o.model.batch}; /* (mesh [dp, tp, pp]: pp innermost) */
     int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
+    float *moe_bias = NULL; /* --moe-bias-rate: each MoE block's bias, from zeros */
+    if (o.model.moe_experts > 1 && o.model.moe_bias) {
+        moe_bias = calloc((size_t)o.model.layers * o.model.moe_experts, sizeof *moe_bias);
+        for (int l = 0, b = 0; l < o.model.layers; l++) {
+            char name[64];
+            snprintf(name, sizeof name, "h%d.moe.bias", l);
+            if (gpt_block_is_moe(&o.model, l)) TRY(pdde_session_write_global(s, pdde_graph_find(g, name), moe_bias + (size_t)b++ * o.model.moe_experts, (size_t)o.model.moe_experts * sizeof *moe_bias));
+        }
+    }
     double t0 = now(), tlast = t0;
     int64_t first = pdde_session_step(s);
     float ema_tps = 0;
@@ -466,6 +544,8 @@ int main(int argc, char **argv) {
         if (rank == 0 && (step % 10 == 0 || step + 1 == o.steps || sc.last_skipped))
             printf("step %5lld/%d  loss %.4f  lr %.2e  %7.0f tok/s  ETA %4.0fs%s\n", (long long)step + 1, o.steps,
                    loss, lr, ema_tps, eta, scaling);
+        if (rank == 0 && m.moe_balance && (step % 10 == 0 || step + 1 == o.steps)) TRY(print_moe(s, g, &m));
+        if (moe_bias) TRY(gpt_moe_update_bias(s, g, &o.model, o.moe_bias_rate, moe_bias));
         if (metrics) {
             pdde_session_memory(s, &ms);
             fprintf(metrics, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"memory_bytes\":%zu,\"time_s\":%.3f}\n",
@@ -486,7 +566,7 @@ int main(int argc, char **argv) {
                           last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
     if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == (o.pp > 1 ? ranks - 1 : 0));
-    free(x), free(y), free(layer_dev);
+    free(x), free(y), free(layer_dev), free(moe_bias);
     pdde_session_free(s);
     pdde_graph_free(g);
 #ifdef PDDE_HAVE_UCX

@@ -21,6 +21,15 @@ typedef struct {
     int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
     int unfused_attention; /* 1: attention from matmul + causal softmax + matmul (the reference), not fused */
     int unfused_gelu;      /* 1: the MLP's bias add and gelu as two ops (the reference), not pdde_bias_gelu */
+    /* Mixture-of-Experts (gpt_moe_ffn): moe_experts > 1 replaces the MLP of every moe_every-th block
+     * (0 or 1: every block) by moe_experts expert MLPs of ffn hidden units each, moe_topk (0 = 2) of
+     * them per token; moe_capacity > 0: that capacity factor (tokens past it dropped), 0 dropless;
+     * moe_aux: weight of the balance loss in the loss; moe_bias: 1 = DeepSeek's balancing bias (an
+     * input "h<l>.moe.bias" [E] the caller updates, gpt_moe_update_bias); moe_ep: the experts' buffer
+     * by expert (pdde_moe_dispatch_experts, capacity N when dropless), and under data parallelism the
+     * experts split over the dp axis (expert parallelism: gpt_shard_experts) */
+    int moe_experts, moe_topk, moe_every, moe_bias, moe_ep;
+    float moe_capacity, moe_aux;
 } gpt_config;
 
 static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
@@ -30,7 +39,47 @@ typedef struct {
     pdde_tensor *ids, *targets;   /* i32 [B, T] inputs */
     pdde_tensor *logits;          /* [B*T, V] */
     pdde_tensor *loss;
+    pdde_tensor *moe_balance;     /* MoE: the balance loss, averaged over the MoE blocks (NULL without) */
 } gpt_model;
+
+static inline int gpt_moe_topk(const gpt_config *c) { return c->moe_topk > 0 ? c->moe_topk : 2; }
+/* whether block l has the MoE feed-forward */
+static inline bool gpt_block_is_moe(const gpt_config *c, int l) {
+    return c->moe_experts > 1 && (l + 1) % (c->moe_every > 1 ? c->moe_every : 1) == 0;
+}
+
+/* The MoE feed-forward of block l on h [B, T, C] (Mixtral-style, GELU experts as the dense MLP, no
+ * biases): router logits, top-k, the weights softmax-normalised over the k chosen, the tokens
+ * dispatched into expert order, two grouped GEMMs, combined back. Its tensors: h<l>.moe.router [C, E],
+ * .w1 [E, C, F], .w2 [E, F, C]; "h<l>.moe.counts" (i32 [E], tokens per expert, kept readable). *balance
+ * gets the block's balance loss. */
+static inline pdde_tensor *gpt_moe_ffn(pdde_graph *g, const gpt_config *c, int l, pdde_tensor *h, float proj_std, pdde_tensor **balance) {
+    int64_t N = (int64_t)c->batch * c->ctx, C = c->width, F = gpt_ffn(c), E = c->moe_experts;
+    int k = gpt_moe_topk(c);
+    int64_t cap = pdde_moe_capacity(N, k, (int)E, c->moe_capacity);
+    char name[64];
+    pdde_tensor *x = pdde_reshape(g, h, 2, (int64_t[]){N, C}), *bias = NULL;
+    snprintf(name, sizeof name, "h%d.moe.router", l);
+    pdde_tensor *logits = pdde_matmul(g, x, pdde_param(g, name, 2, (int64_t[]){C, E}, 0.02f), 0, 0);
+    if (c->moe_bias) {
+        snprintf(name, sizeof name, "h%d.moe.bias", l);
+        bias = pdde_input(g, name, PDDE_F32, 1, (int64_t[]){E});
+    }
+    pdde_tensor *idx = pdde_moe_topk(g, logits, bias, k, 0);
+    pdde_tensor *counts = pdde_moe_counts(g, idx, (int)E);
+    snprintf(name, sizeof name, "h%d.moe.counts", l);
+    if (counts) pdde_tensor_set_name(counts, name), pdde_mark_output(counts);
+    snprintf(name, sizeof name, "h%d.moe.w1", l);
+    pdde_tensor *w1 = pdde_param(g, name, 3, (int64_t[]){E, C, F}, 0.02f);
+    snprintf(name, sizeof name, "h%d.moe.w2", l);
+    pdde_tensor *w2 = pdde_param(g, name, 3, (int64_t[]){E, F, C}, proj_std);
+    if (c->moe_ep && cap == 0) cap = N; /* by expert: N rows an expert hold every token, dropless */
+    pdde_tensor *xe = c->moe_ep ? pdde_moe_dispatch_experts(g, x, idx, (int)E, cap) : pdde_moe_dispatch(g, x, idx, (int)E, cap);
+    pdde_tensor *he = pdde_gelu(g, pdde_moe_grouped_matmul(g, xe, w1, idx, cap, 0));
+    pdde_tensor *y = pdde_moe_combine(g, pdde_moe_grouped_matmul(g, he, w2, idx, cap, 0), idx, pdde_moe_gate(g, logits, idx, 0), (int)E, cap);
+    *balance = pdde_moe_aux_loss(g, logits, idx, (int)E);
+    return pdde_reshape(g, y, 3, (int64_t[]){c->batch, c->ctx, C});
+}
 
 /* x @ W + b with the weight <prefix>.w [in, out] and bias <prefix>.b [out]; gelu: gelu(x @ W + b), the
  * bias and the activation in one op (pdde_bias_gelu) */
@@ -66,6 +115,10 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
                           c->width, c->heads, c->layers);
     int64_t B = c->batch, T = c->ctx, C = c->width, V = c->vocab, H = c->heads, D = c->width / c->heads, F = gpt_ffn(c);
     float proj_std = 0.02f / sqrtf(2.0f * (float)c->layers);
+    int n_moe = 0;
+    if (c->moe_experts > 1 && (gpt_moe_topk(c) > c->moe_experts || c->moe_capacity < 0 || c->moe_aux < 0))
+        return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: MoE top-%d of %d experts (k at most the experts), capacity factor %g and "
+                          "balance weight %g (each >= 0)", gpt_moe_topk(c), c->moe_experts, c->moe_capacity, c->moe_aux);
     pdde_graph_set_layer(g, 0);
     m->ids = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){B, T});
     m->targets = pdde_input(g, "targets", PDDE_I32, 1, (int64_t[]){B * T});
@@ -89,6 +142,13 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         x = pdde_add(g, x, gpt_linear(g, p, y, C, C, proj_std));
         snprintf(p, sizeof p, "h%d.ln2", l);
         pdde_tensor *h = gpt_layernorm(g, p, x, C);
+        if (gpt_block_is_moe(c, l)) {
+            pdde_tensor *bal = NULL;
+            x = pdde_add(g, x, gpt_moe_ffn(g, c, l, h, proj_std, &bal));
+            m->moe_balance = m->moe_balance ? pdde_add(g, m->moe_balance, bal) : bal;
+            n_moe++;
+            continue;
+        }
         snprintf(p, sizeof p, "h%d.fc", l);
         h = c->unfused_gelu ? pdde_gelu(g, gpt_linear(g, p, h, C, F, 0.02f)) : gpt_linear_act(g, p, h, C, F, 0.02f, true);
         snprintf(p, sizeof p, "h%d.fcproj", l);
@@ -98,6 +158,11 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
     x = gpt_layernorm(g, "lnf", x, C);
     m->logits = pdde_matmul(g, pdde_reshape(g, x, 2, (int64_t[]){B * T, C}), wte, 0, 1);
     m->loss = pdde_cross_entropy(g, m->logits, m->targets);
+    if (m->moe_balance) {
+        m->moe_balance = pdde_scale(g, m->moe_balance, 1.0f / (float)n_moe);
+        pdde_mark_output(m->moe_balance);
+        if (c->moe_aux > 0) m->loss = pdde_add(g, m->loss, pdde_scale(g, m->moe_balance, c->moe_aux));
+    }
     pdde_graph_set_layer(g, -1);
     return pdde_graph_status(g);
 }
@@ -142,6 +207,22 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
             if (st) return st;
         }
     }
+}
+
+/* Expert parallelism: every MoE block's experts (w1, w2 [E, ...]) split over mesh axis `axis`, which
+ * also splits the tokens (data parallel): completion exchanges the tokens' rows by all-to-all (the
+ * model built with cfg.moe_ep). */
+static inline pdde_status gpt_shard_experts(pdde_graph *g, const gpt_config *c, const pdde_mesh *mesh, const char *axis) {
+    int ax = pdde_mesh_axis(mesh, axis), dims[3] = {ax, -1, -1};
+    for (int l = 0; l < c->layers; l++) {
+        for (int i = 1; i <= 2 && gpt_block_is_moe(c, l); i++) {
+            char name[64];
+            snprintf(name, sizeof name, "h%d.moe.w%d", l, i);
+            pdde_status st = pdde_shard(g, pdde_graph_find(g, name), mesh, dims);
+            if (st) return st;
+        }
+    }
+    return PDDE_OK;
 }
 
 /* A parallel plan: dp x tp x pp ranks, micro-batches per step, ZeRO stage (over dp), recompute of
@@ -249,6 +330,7 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
+        if (!st && p->dp > 1 && c->moe_ep && c->moe_experts > 1) st = gpt_shard_experts(g, c, mesh, "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
         if (!st && p->pp > 1 && p->stage_first && p->pp_chunks <= 1) {
             if (p->stage_first[0] != 0 || p->stage_first[p->pp] != c->layers + 2) {
@@ -337,9 +419,49 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
     gpt_plan_builder b;
     b.cfg = *c, b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
     pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
+    if (c->moe_experts > 1) pp.no_tp = pp.no_pp = 1; /* (MoE blocks run data and expert parallel) */
     if (cluster) pp.cluster = cluster, pp.build = gpt_plan_build, pp.build_user = &b;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);
+    return st;
+}
+
+/* Expert parallelism or not for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
+ * pdde_moe_cost_estimate of ep 1 (experts on every rank) and ep = ranks (the layout by expert, the
+ * exchange padded to every token, the experts' gradients reduce-scattered) on the devices of the
+ * cluster file in order (one machine: copies of its first device, as gpt_plan_devices); *ep the faster
+ * of those whose experts' parameters and AdamW state fit a device's memory,
+ * pred[0], pred[1] their MoE parts in s a step. */
+static inline pdde_status gpt_moe_choose_ep(pdde_context *ctx, const char *cluster_path, const gpt_config *c, int ranks, int zero, int *ep,
+                                            double pred[2]) {
+    pdde_cluster *cl = NULL;
+    *ep = 1, pred[0] = pred[1] = 0;
+    pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
+    int *dev = (int *)calloc((size_t)(ranks > 0 ? ranks : 1), sizeof *dev), n = 0, blocks = 0, fits[2] = {1, 1};
+    if (!st && !dev) st = PDDE_ERR_OOM;
+    for (int mi = 0; !st && cl->n_machines > 1 && mi < cl->n_machines; mi++) /* (one machine: its first device a rank, as gpt_plan_devices) */
+        for (int d = 0; d < cl->machines[mi].n_devices && n < ranks; d++) dev[n++] = cl->machines[mi].devices[d].id;
+    if (!st && n == 0 && cl->n_machines > 0 && cl->machines[0].n_devices > 0) dev[n++] = cl->machines[0].devices[0].id;
+    for (int k = 1; !st && n < ranks && cl->n_machines > 0 && cl->machines[0].n_devices > 0; k++) { /* copies of the first */
+        pdde_cluster_device copy = cl->machines[0].devices[0];
+        copy.id = dev[0] + 100000 * k;
+        if (pdde_cluster_add_device(cl, 0, &copy) < 0) st = PDDE_ERR_OOM;
+        else dev[n++] = copy.id;
+    }
+    for (int l = 0; l < c->layers; l++) blocks += gpt_block_is_moe(c, l);
+    for (int e = 0; !st && e < 2 && n == ranks && blocks; e++) {
+        pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+        p.tokens = (int64_t)c->batch * c->ctx, p.width = c->width, p.ffn = (int)gpt_ffn(c), p.experts = c->moe_experts;
+        p.topk = gpt_moe_topk(c), p.layers = blocks, p.zero = zero, p.grads_over_ep = 1;
+        p.capacity_factor = c->moe_capacity > 0 ? c->moe_capacity : e ? (float)c->moe_experts / (float)p.topk : 0;
+        pdde_moe_cost m;
+        st = pdde_moe_cost_estimate(ctx, cl, dev, ranks, &p, e ? ranks : 1, &m);
+        pred[e] = m.step_s, fits[e] = m.fits;
+    }
+    /* the faster of those whose experts fit a device (both or neither: the faster) */
+    if (!st && n == ranks && blocks && (fits[1] != fits[0] ? fits[1] : pred[1] < pred[0])) *ep = ranks;
+    free(dev);
+    pdde_cluster_free(cl);
     return st;
 }
 
@@ -350,8 +472,32 @@ static inline pdde_status gpt_plan_search(pdde_context *ctx, const gpt_config *c
 }
 
 static inline int64_t gpt_n_params(const gpt_config *c) {
-    int64_t C = c->width, F = gpt_ffn(c);
-    return (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C +
-           (int64_t)c->layers * (4 * C + 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C);
+    int64_t C = c->width, F = gpt_ffn(c), n = (int64_t)c->vocab * C + (int64_t)c->ctx * C + 2 * C;
+    for (int l = 0; l < c->layers; l++)
+        n += 4 * C + 3 * C * C + 3 * C + C * C + C + (gpt_block_is_moe(c, l) ? C * c->moe_experts + 2 * c->moe_experts * C * F : C * F + F + F * C + C);
+    return n;
+}
+
+/* DeepSeek-V3's balance without a loss: after a step, each MoE block's bias (an input, cfg.moe_bias)
+ * moves by rate towards the experts that got fewer tokens than the mean: b_e += rate * sign(mean -
+ * count_e). bias: [blocks][E] the caller's values, written to the session. */
+static inline pdde_status gpt_moe_update_bias(pdde_session *s, pdde_graph *g, const gpt_config *c, float rate, float *bias) {
+    int E = c->moe_experts, b = 0;
+    int32_t *counts = (int32_t *)malloc((size_t)E * sizeof *counts);
+    pdde_status st = counts ? PDDE_OK : PDDE_ERR_OOM;
+    for (int l = 0; l < c->layers && !st; l++) {
+        if (!gpt_block_is_moe(c, l)) continue;
+        char name[64];
+        snprintf(name, sizeof name, "h%d.moe.counts", l);
+        st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts);
+        double mean = 0;
+        for (int e = 0; e < E; e++) mean += counts[e] / (double)E;
+        float *bl = bias + (size_t)b++ * E;
+        for (int e = 0; e < E && !st; e++) bl[e] += counts[e] < mean ? rate : counts[e] > mean ? -rate : 0.0f;
+        snprintf(name, sizeof name, "h%d.moe.bias", l);
+        if (!st) st = pdde_session_write_global(s, pdde_graph_find(g, name), bl, (size_t)E * sizeof *bl);
+    }
+    free(counts);
+    return st;
 }
 #endif

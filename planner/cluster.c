@@ -38,11 +38,13 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
     switch (node->op) {
     case PDDE_OP_MATMUL: return PDDE_OPCLASS_GEMM;
     case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: return PDDE_OPCLASS_GEMM; /* tiles of GEMMs (pdde_attention_flops) */
+    case PDDE_OP_MOE_GROUPED_MATMUL: case PDDE_OP_MOE_GROUPED_MATMUL_BACK_W: return PDDE_OPCLASS_GEMM; /* a GEMM per expert */
     case PDDE_OP_LAYERNORM: case PDDE_OP_RMSNORM: case PDDE_OP_SUM: case PDDE_OP_MEAN: case PDDE_OP_SUM_TO:
         return PDDE_OPCLASS_ROW;
     case PDDE_OP_LAYERNORM_BACK: case PDDE_OP_LAYERNORM_BACK_GAMMA: case PDDE_OP_RMSNORM_BACK: case PDDE_OP_RMSNORM_BACK_GAMMA:
         return PDDE_OPCLASS_ROW_BACKWARD;
-    case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: return PDDE_OPCLASS_LOSS;
+    case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: case PDDE_OP_MOE_AUX_LOSS: case PDDE_OP_MOE_AUX_LOSS_BACK:
+        return PDDE_OPCLASS_LOSS;
     case PDDE_OP_GELU: case PDDE_OP_GELU_BACK: case PDDE_OP_BIAS_GELU: case PDDE_OP_BIAS_GELU_BACK: return PDDE_OPCLASS_GELU;
     case PDDE_OP_SOFTMAX:
         return pdde_op_i32(node, PDDE_P_SOFTMAX_CAUSAL) ? PDDE_OPCLASS_ATTENTION : PDDE_OPCLASS_ROW;

@@ -942,6 +942,16 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         double scores = (double)q->shape[0] * (double)q->shape[1] * (double)q->shape[2] * (double)q->shape[2];
         op->softmax_bytes = (x->op == PDDE_OP_ATTENTION ? 2 : 5) * 4.0 * scores;
         op->softmax_backward = x->op == PDDE_OP_ATTENTION_BACK;
+    } else if ((x->op == PDDE_OP_MOE_GROUPED_MATMUL || x->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W) && x->nsrc >= 3 && x->src[0]->ndim == 2) {
+        /* a GEMM per expert over its rows, rated at the mean rows an expert gets (few when the
+         * experts are many: the small-m end of the GEMM curve); the FLOPs of all R rows */
+        const pdde_tensor *a = x->src[0];
+        int64_t E = pdde_op_i32(x, PDDE_P_MOE_EXPERTS) > 0 ? pdde_op_i32(x, PDDE_P_MOE_EXPERTS) : 1, R = a->shape[0];
+        int64_t per = R / E > 0 ? R / E : 1;
+        bool fwd = x->op == PDDE_OP_MOE_GROUPED_MATMUL;
+        op->m = fwd ? per : x->shape[1], op->n = fwd ? x->shape[1] : x->shape[2], op->k = fwd ? a->shape[1] : per;
+        op->flops = 2.0 * (double)R * (fwd ? (double)x->shape[1] * (double)a->shape[1] : (double)x->shape[1] * (double)x->shape[2]);
+        op->dtype = PDDE_F32;
     }
 }
 

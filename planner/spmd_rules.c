@@ -527,6 +527,100 @@ static void spmd_rule_replicated(spmd_ctx *c) {
     if (c->nsrc) spmd_conflict(c, 0, "no SPMD rule for %s: every input is required replicated", pdde_op_name(c->node->op));
 }
 
+/* Mixture-of-Experts (pdde.h PDDE_OP_MOE_*): tokens n may be split (data parallel); a token's rows of
+ * the expert-ordered buffer [R, C] are on the rank of the token (its dispatch writes them there), so R
+ * takes n's split: the buffer of a rank is its own tokens' rows in expert order, the ops' kernels
+ * compute that layout from the local ids. With a capacity a rank's buffer is E x (its share of the
+ * capacity): the capacity applies to each rank's tokens (GShard's groups). The experts E stay whole. */
+static void spmd_moe_tokens(spmd_ctx *c, char rows) {
+    (void)rows;
+    spmd_pin(c, 'e');
+}
+
+/* moe_topk (logits [N,E] [, bias [E]]), moe_gate (logits, ids), moe_gate_back (logits, ids, dw) */
+static void spmd_rule_moe_route(spmd_ctx *c) {
+    const pdde_tensor *y = c->node;
+    strcpy(c->dims[0], "ne");
+    if (y->op == PDDE_OP_MOE_TOPK) strcpy(c->dims[1], "e");
+    else strcpy(c->dims[1], "nj");
+    if (y->op == PDDE_OP_MOE_GATE_BACK) strcpy(c->dims[2], "nj"), c->linear = 1u << 2;
+    strcpy(c->out_dims, y->op == PDDE_OP_MOE_GATE_BACK ? "ne" : "nj");
+    spmd_pin(c, 'e');
+    spmd_einsum(c, NULL);
+}
+
+/* moe_counts (ids [N,k]) -> [E], of all the tokens: the ids are gathered (N x k integers) rather than
+ * the counts left partial, since the balance loss multiplies them with the mean probabilities, whose
+ * gradient must not be a product of two pending reductions */
+static void spmd_rule_moe_counts(spmd_ctx *c) {
+    strcpy(c->dims[0], "nj"), strcpy(c->out_dims, "e");
+    spmd_pin(c, 'e'), spmd_pin(c, 'n');
+    spmd_einsum(c, NULL);
+}
+
+/* moe_dispatch (x [N,C], ids [, w]) -> [R,C]; moe_combine (ye [R,C], ids [, w]) -> [N,C];
+ * moe_combine_back_w (ye, ids, dy [N,C]) -> [N,k]: rows and tokens one letter */
+static void spmd_rule_moe_permute(spmd_ctx *c) {
+    const pdde_tensor *y = c->node;
+    /* the buffer by expert ([E, S, C], pdde_moe_dispatch_experts): its S rows are the tokens' too, and
+     * a buffer split by expert (after the experts) gives way to the tokens' split: all-to-all back */
+    bool by_expert = (y->op == PDDE_OP_MOE_DISPATCH ? y : y->src[0])->ndim == 3;
+    const char *buf = by_expert ? "enc" : "nc";
+    strcpy(c->dims[0], y->op == PDDE_OP_MOE_DISPATCH ? "nc" : buf), strcpy(c->dims[1], "nj");
+    if (c->nsrc > 2) strcpy(c->dims[2], y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nc" : "nj");
+    strcpy(c->out_dims, y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nj" : y->op == PDDE_OP_MOE_DISPATCH ? buf : "nc");
+    c->linear = 1u | (c->nsrc > 2 ? 1u << 2 : 0);
+    if (!by_expert) spmd_moe_tokens(c, 'n');
+    int order[3] = {1, 0, 2}; /* the ids first: their tokens' split wins */
+    spmd_einsum(c, by_expert ? order : NULL);
+}
+
+/* moe_grouped_matmul (x [R,K], w [E,K,M] or [E,M,K], ids) -> [R,M]; its weight gradient (a [R,K],
+ * b [R,M], ids) -> [E,K,M], summed over the rows (partial where they are split, averaged as a matmul's
+ * weight gradient is) */
+static void spmd_rule_moe_grouped_matmul(spmd_ctx *c) {
+    const pdde_tensor *y = c->node;
+    if (y->src[0]->ndim == 3) {
+        /* by expert, [E, S, K]: the weights first, so experts split over an axis bring the rows to
+         * them (all-to-all from the tokens' split: expert parallelism); the weight gradient sums the
+         * rows where the tokens are split (the experts whole: a reduce-scatter into split weights) */
+        c->linear = 3;
+        if (y->op == PDDE_OP_MOE_GROUPED_MATMUL) {
+            strcpy(c->dims[0], "enk"), strcpy(c->dims[1], pdde_op_i32(y, PDDE_P_MOE_TRANS_B) ? "emk" : "ekm"), strcpy(c->out_dims, "enm");
+            int order[2] = {1, 0};
+            spmd_einsum(c, order);
+        } else {
+            strcpy(c->dims[0], "enk"), strcpy(c->dims[1], "enm"), strcpy(c->out_dims, "ekm");
+            spmd_pin(c, 'e');
+            spmd_einsum(c, NULL);
+        }
+        return;
+    }
+    if (y->op == PDDE_OP_MOE_GROUPED_MATMUL) {
+        strcpy(c->dims[0], "rk"), strcpy(c->dims[1], pdde_op_i32(y, PDDE_P_MOE_TRANS_B) ? "emk" : "ekm"), strcpy(c->out_dims, "rm");
+    } else {
+        strcpy(c->dims[0], "rk"), strcpy(c->dims[1], "rm"), strcpy(c->out_dims, "ekm");
+    }
+    strcpy(c->dims[2], "rj");
+    c->linear = 3;
+    spmd_moe_tokens(c, 'r');
+    spmd_einsum(c, NULL);
+}
+
+/* moe_aux_loss (logits [N,E], counts [E]) -> [1]: a mean over the rows, as the cross-entropy's (rows
+ * split: the loss partial with an average); moe_aux_loss_back (logits, counts, dloss) -> dlogits, each
+ * rank's gradient of its own mean, with the mean marker (see spmd_rule_cross_entropy_back) */
+static void spmd_rule_moe_aux_loss(spmd_ctx *c) {
+    bool back = c->node->op == PDDE_OP_MOE_AUX_LOSS_BACK;
+    strcpy(c->dims[0], "ne"), strcpy(c->dims[1], "e");
+    if (back) strcpy(c->dims[2], "1"), c->linear = 4;
+    strcpy(c->out_dims, back ? "ne" : "1");
+    spmd_pin(c, 'e');
+    c->avg_reduce = ~0u;
+    spmd_einsum(c, NULL);
+    if (back && c->out.dims_mapping[0] >= 0) c->out.partial_avg |= (uint8_t)(1u << c->out.dims_mapping[0]);
+}
+
 typedef void (*spmd_rule_fn)(spmd_ctx *c);
 
 static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
@@ -558,6 +652,12 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
     [PDDE_OP_ALLGATHER] = spmd_rule_follow_linear, [PDDE_OP_COMM_WAIT] = spmd_rule_follow_linear,
     /* bias_gelu (x, bias): gelu's rule, the bias broadcast as ADD's is */
     [PDDE_OP_BIAS_GELU] = spmd_rule_follow, [PDDE_OP_BIAS_GELU_BACK] = spmd_rule_act_back,
+    [PDDE_OP_MOE_TOPK] = spmd_rule_moe_route, [PDDE_OP_MOE_GATE] = spmd_rule_moe_route, [PDDE_OP_MOE_GATE_BACK] = spmd_rule_moe_route,
+    [PDDE_OP_MOE_COUNTS] = spmd_rule_moe_counts,
+    [PDDE_OP_MOE_DISPATCH] = spmd_rule_moe_permute, [PDDE_OP_MOE_COMBINE] = spmd_rule_moe_permute,
+    [PDDE_OP_MOE_COMBINE_BACK_W] = spmd_rule_moe_permute,
+    [PDDE_OP_MOE_GROUPED_MATMUL] = spmd_rule_moe_grouped_matmul, [PDDE_OP_MOE_GROUPED_MATMUL_BACK_W] = spmd_rule_moe_grouped_matmul,
+    [PDDE_OP_MOE_AUX_LOSS] = spmd_rule_moe_aux_loss, [PDDE_OP_MOE_AUX_LOSS_BACK] = spmd_rule_moe_aux_loss,
 };
 
 /* Runs the rule of c->node (c->in filled); checks the invariants every rule must keep. */

@@ -214,6 +214,25 @@ static pdde_tensor *b_mlp(pdde_graph *g, const op_case *c) {
     return pdde_cross_entropy(g, pdde_matmul(g, ln, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
 }
 
+/* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
+ * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
+ * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags, trans_b}. The MoE ops have i32 expert
+ * ids: a device without them leaves them to the CPU and runs the rest (the fallback's copies) */
+static pdde_tensor *b_moe(pdde_graph *g, const op_case *c) {
+    int64_t N = c->p[0], C = c->p[1], F = c->p[2], E = c->p[3], k = c->p[4];
+    int64_t cap = c->p[5] < 0 ? N : pdde_moe_capacity(N, (int)k, (int)E, (float)c->p[5] / 100.0f);
+    pdde_tensor *x = P(g, "x", 2, N, C, 0, 0), *router = P(g, "router", 2, C, E, 0, 0);
+    pdde_tensor *w1 = P(g, "w1", 3, E, C, F, 0), *w2 = c->p[7] ? P(g, "w2", 3, E, C, F, 0) : P(g, "w2", 3, E, F, C, 0);
+    pdde_tensor *logits = pdde_matmul(g, x, router, 0, 0);
+    pdde_tensor *idx = pdde_moe_topk(g, logits, NULL, (int)k, (unsigned)c->p[6]);
+    pdde_tensor *xe = c->p[5] < 0 ? pdde_moe_dispatch_experts(g, x, idx, (int)E, cap) : pdde_moe_dispatch(g, x, idx, (int)E, cap);
+    pdde_tensor *h = pdde_gelu(g, pdde_moe_grouped_matmul(g, xe, w1, idx, cap, 0));
+    pdde_tensor *y = pdde_moe_combine(g, pdde_moe_grouped_matmul(g, h, w2, idx, cap, (int)c->p[7]), idx,
+                                      pdde_moe_gate(g, logits, idx, (unsigned)c->p[6]), (int)E, cap);
+    pdde_tensor *aux = pdde_moe_aux_loss(g, logits, idx, (int)E);
+    return pdde_add(g, y, aux); /* (aux [1] broadcast over y: its gradient flows through the sum) */
+}
+
 #define T_DEF 1e-10 /* f32 round-off of one op, a few ulp of reordered sums */
 #define T_MM 1e-9   /* long dot products in another order */
 #define T_EXACT 0.0 /* data movement, casts, masks: bit for bit */
@@ -336,6 +355,11 @@ static const op_case cases[] = {
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {1, 1}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 0, 5}, 0, T_DEF},
+    /* Mixture-of-Experts (not an op name: the layer's nodes the device runs count) {N, C, F, E, k, cap%, flags, trans_b} */
+    {"moe_layer", b_moe, {37, 19, 23, 8, 2, 0, 0, 0}, 1, T_MM},
+    {"moe_layer", b_moe, {64, 16, 33, 4, 2, 100, 0, 1}, 1, T_MM},
+    {"moe_layer", b_moe, {17, 8, 5, 5, 1, 0, PDDE_MOE_SIGMOID | PDDE_MOE_NO_NORMALIZE, 0}, 1, T_MM},
+    {"moe_layer", b_moe, {29, 12, 7, 4, 2, -1, 0, 1}, 1, T_MM},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -766,6 +766,138 @@ static void test_plan_devices_calibrated(void) {
     pdde_cluster_free(c);
 }
 
+/* The MoE cost model (pdde_moe_cost_estimate) on two machines of 4 devices (NVLink 1e9 B/s inside, NICs
+ * 1e8 B/s): the exchange's bytes as tokens x k x width x dtype, 4 times a layer, (ep-1)/ep of them
+ * leaving the rank; its time grows when the group crosses machines; the experts' memory halves with
+ * twice the ep and ZeRO-1 splits their AdamW state over the replicas; a skewed router slows the
+ * busiest rank by its share; few rows per expert run at the GEMM curve's lower rate; the choice of ep
+ * follows memory and the links. And Mixtral-8x22B's shape on the 128-H100 cluster file: planned in
+ * under a second. */
+static void test_moe_cost(void) {
+    pdde_cluster *c = make_cluster(2, 4);
+    int dev[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+    p.tokens = 8192, p.width = 256, p.ffn = 1024, p.experts = 8, p.topk = 2, p.layers = 2;
+    pdde_moe_cost m1, m2, m4, m8;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 1, &m1) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 2, &m2) == PDDE_OK &&
+          pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &m4) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 8, &m8) == PDDE_OK,
+          "moe cost: %s", pdde_last_error(ctx));
+    /* 1024 tokens a rank x 2 x 256 x 4 B = 2 MiB an exchange, 8 exchanges, 3/4 leave the rank at ep 4 */
+    CHECK(test_close(m4.alltoall_bytes, 8.0 * 1024 * 2 * 256 * 4 * 3 / 4, 1e-12, 0), "moe alltoall bytes %g", m4.alltoall_bytes);
+    CHECK(m1.alltoall_bytes == 0 && m1.alltoall_s == 0 && m1.cross_host_share == 0, "ep 1 exchanges nothing");
+    CHECK(m4.cross_host_share == 0 && test_close(m8.cross_host_share, 4.0 / 7, 1e-12, 0), "cross-host shares %g, %g", m4.cross_host_share, m8.cross_host_share);
+    /* ep 8 crosses the 10x slower NICs for 4 of its 7 steps with 8/7 the bytes of ep 4 */
+    CHECK(m8.alltoall_s > 3 * m4.alltoall_s, "moe alltoall across machines %g s vs inside one %g s", m8.alltoall_s, m4.alltoall_s);
+    double params4 = 2.0 * 2 * 2 * 256 * 1024; /* 2 layers x 2 experts x 2 matrices */
+    CHECK(test_close(m4.expert_param_bytes, 8 * params4, 1e-12, 0) && test_close(m4.expert_optimizer_bytes, 8 * params4, 1e-12, 0) &&
+          test_close(m2.expert_param_bytes, 2 * m4.expert_param_bytes, 1e-12, 0), "moe memory %g, %g", m4.expert_param_bytes, m2.expert_param_bytes);
+    p.zero = 1;
+    pdde_moe_cost z;
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &z);
+    CHECK(test_close(z.expert_optimizer_bytes, m4.expert_optimizer_bytes / 2, 1e-12, 0) && z.expert_param_bytes == m4.expert_param_bytes,
+          "moe ZeRO-1: AdamW state over the 2 replicas: %g", z.expert_optimizer_bytes);
+    p.zero = 0;
+    /* routing skew: every token to expert 0 makes the rank holding it do ep x the mean */
+    int32_t counts[8] = {100, 0, 0, 0, 0, 0, 0, 0};
+    p.counts = counts;
+    pdde_moe_cost s8, s2;
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 8, &s8), pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 2, &s2);
+    CHECK(s8.imbalance == 8 && s2.imbalance == 2, "moe imbalance from counts: %g (ep 8), %g (ep 2)", s8.imbalance, s2.imbalance);
+    /* (8 x the rows; the curve's rate at the larger shape moves it by less than a quarter) */
+    CHECK(s8.expert_gemm_s > 6 * m8.expert_gemm_s && s8.expert_gemm_s < 10 * m8.expert_gemm_s, "moe skewed GEMMs %g s vs even %g s",
+          s8.expert_gemm_s, m8.expert_gemm_s);
+    p.counts = NULL, p.skew = 3;
+    pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &s2);
+    CHECK(test_close(s2.imbalance, (3 + 5.0 / 7) / 2, 1e-12, 0), "moe stated skew 3 over pairs of experts: %g", s2.imbalance);
+    p.skew = 0;
+    /* 256 rows an expert at ep 1, all 2048 of the rank at once in the dense shape: a lower rate */
+    CHECK(m1.gemm_efficiency < 1 && m1.gemm_efficiency > 0.5 && m8.gemm_efficiency == 1, "moe grouped GEMM efficiency %g (ep 1), %g (ep 8)",
+          m1.gemm_efficiency, m8.gemm_efficiency);
+    /* the choice: the fastest that fits; a budget only ep 8 meets forces it */
+    pdde_moe_cost best, all[8];
+    int n_all = 0;
+    CHECK(pdde_moe_choose_ep(ctx, c, dev, 8, &p, &best, all, 8, &n_all) == PDDE_OK && n_all == 4, "moe choose ep: %s", pdde_last_error(ctx));
+    int fastest = 1;
+    for (int i = 0; i < n_all; i++) fastest &= best.step_s <= all[i].step_s;
+    CHECK(fastest && best.ep < 8, "moe choose ep %d (%g s): not the fastest, or across the slow NICs", best.ep, best.step_s);
+    p.memory_budget = 1.01 * (m8.expert_param_bytes + m8.expert_optimizer_bytes);
+    CHECK(pdde_moe_choose_ep(ctx, c, dev, 8, &p, &best, NULL, 0, NULL) == PDDE_OK && best.ep == 8, "moe choose ep under a tight budget: %d", best.ep);
+    p.memory_budget = 0.5 * (m8.expert_param_bytes + m8.expert_optimizer_bytes);
+    CHECK(pdde_moe_choose_ep(ctx, c, dev, 8, &p, &best, NULL, 0, NULL) == PDDE_ERR_NO_PLAN && strstr(pdde_last_error(ctx), "GB"),
+          "moe choose ep when nothing fits: %s", pdde_last_error(ctx));
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 3, &best) == PDDE_ERR_INVALID_ARG, "ep 3 of 8 ranks must be refused");
+    pdde_cluster_free(c);
+
+    /* a graph's grouped GEMM is a GEMM of its FLOPs, rated at the rows an expert gets: 512 rows over 8
+     * experts, [64] x [64, 256] each; its weight gradient [8, 64, 256] over the same rows */
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *rows = pdde_param(g, "x", 2, (int64_t[]){512, 64}, 0.1f), *chosen = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){256, 2});
+    pdde_tensor *y = pdde_moe_grouped_matmul(g, rows, pdde_param(g, "w", 3, (int64_t[]){8, 64, 256}, 0.1f), chosen, 0, 0);
+    pdde_backward(g, pdde_sum(g, y, -1, 0));
+    pdde_cost_program *prog = NULL;
+    CHECK(pdde_cost_program_from_graph(g, 0, &prog) == PDDE_OK, "moe graph: %s", pdde_last_error(ctx));
+    int fwd = 0, back_w = 0;
+    for (int i = 0; prog && i < pdde_cost_program_op_count(prog, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(prog, 0, i);
+        if (!strcmp(o->name, "moe_grouped_matmul F"))
+            fwd = o->op_class == PDDE_OPCLASS_GEMM && o->m == 64 && o->n == 256 && o->k == 64 && o->flops == 2.0 * 512 * 64 * 256;
+        if (!strncmp(o->name, "moe_grouped_matmul_b", 20)) /* (names are cut at 20 characters) */
+            back_w = o->op_class == PDDE_OPCLASS_GEMM && o->m == 64 && o->n == 256 && o->k == 64 && o->flops == 2.0 * 512 * 64 * 256;
+    }
+    CHECK(fwd && back_w, "moe grouped GEMM and its weight gradient as GEMMs of 8 x 64 rows: %d, %d", fwd, back_w);
+    pdde_cost_program_free(prog);
+    pdde_graph_free(g);
+
+    /* gpt's choice (gpt_moe_choose_ep, from a cluster file): on 2 machines of one device each, NICs of
+     * 1e8 B/s, small experts (ffn 64): the exchange (16 MB a step) costs more than the experts'
+     * gradient reduction it halves (2 MB): data parallel; with 32 experts of ffn 4096 (10 GB
+     * of experts with their AdamW state) on devices of 8 GB only expert parallelism fits */
+    if (pdde_features() & PDDE_FEATURE_CJSON) {
+        char cpath[64];
+        snprintf(cpath, sizeof cpath, "/tmp/pdde_test_cost_moe.%d.json", (int)getpid());
+        pdde_cluster *two = make_cluster(2, 1);
+        two->machines[0].devices[0].memory = two->machines[1].devices[0].memory = 8000000000ull;
+        CHECK(pdde_cluster_save(ctx, two, cpath) == PDDE_OK, "save: %s", pdde_last_error(ctx));
+        gpt_config gc = {.vocab = 256, .ctx = 64, .layers = 2, .heads = 4, .width = 256, .batch = 8, .ffn = 64, .moe_experts = 8, .moe_topk = 2};
+        int ep = 0;
+        double pred[2];
+        CHECK(gpt_moe_choose_ep(ctx, cpath, &gc, 2, 0, &ep, pred) == PDDE_OK && ep == 1 && pred[1] > pred[0],
+              "gpt_moe_choose_ep over slow NICs: ep %d (%g s vs %g s at ep 1): %s", ep, pred[1], pred[0], pdde_last_error(ctx));
+        /* (32 x 2 x 256 x 4096 x 10 = 671M parameters, 16 B each; 32K tokens: the exchange the slower) */
+        gc.moe_experts = 32, gc.ffn = 4096, gc.layers = 10, gc.batch = 64, gc.ctx = 512;
+        CHECK(gpt_moe_choose_ep(ctx, cpath, &gc, 2, 0, &ep, pred) == PDDE_OK && ep == 2 && pred[1] > pred[0],
+              "gpt_moe_choose_ep when only ep 2 fits: ep %d (%g s vs %g s at ep 1)", ep, pred[1], pred[0]);
+        remove(cpath);
+        pdde_cluster_free(two);
+    }
+
+    /* Mixtral-8x22B's shape (56 layers of 8 experts, width 6144, ffn 16384, top-2), a 4M-token batch in
+     * bf16 on 128 H100s, ZeRO-1 */
+    pdde_cluster *h = NULL;
+    if (!(pdde_features() & PDDE_FEATURE_CJSON)) { test_skip("cjson", "no cluster files in this build"); return; }
+    CHECK(pdde_cluster_load(ctx, "tools/clusters/h100_128.json", &h) == PDDE_OK, "h100_128.json: %s", pdde_last_error(ctx));
+    if (!h) return;
+    int ids[128], n = 0;
+    for (int mi = 0; mi < h->n_machines; mi++)
+        for (int d = 0; d < h->machines[mi].n_devices && n < 128; d++) ids[n++] = h->machines[mi].devices[d].id;
+    pdde_moe_cost_params x = PDDE_MOE_COST_PARAMS_INIT;
+    x.tokens = 1024 * 4096, x.width = 6144, x.ffn = 16384, x.experts = 8, x.topk = 2, x.layers = 56;
+    x.dtype = x.compute_dtype = PDDE_BF16, x.zero = 3;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pdde_status st = pdde_moe_choose_ep(ctx, h, ids, n, &x, &best, all, 8, &n_all);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK(n == 128 && st == PDDE_OK && best.fits && secs <= 1.0, "Mixtral-8x22B on %d H100s: %s, ep %d, %.3f s to plan", n,
+          st ? pdde_last_error(ctx) : "ok", best.ep, secs);
+    printf("moe cost: Mixtral-8x22B shape on 128 H100s: ep %d (alltoall %.3f s, experts %.3f s, their gradients %.3f s a step; %.1f GB a rank), "
+           "planned in %.2f ms\n", best.ep, best.alltoall_s, best.expert_gemm_s, best.dp_sync_s,
+           (best.expert_param_bytes + best.expert_optimizer_bytes) / 1e9, secs * 1e3);
+    for (int i = 0; i < n_all; i++) printf("  ep %d: %.3f s\n", all[i].ep, all[i].step_s);
+    pdde_cluster_free(h);
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -780,6 +912,7 @@ int main(void) {
     test_attention();
     test_plan_programs();
     test_plan_devices_calibrated();
+    test_moe_cost();
     pdde_context_free(ctx);
     return test_finish();
 }

@@ -1,0 +1,449 @@
+/* backends/cpu_moe.c — the Mixture-of-Experts ops on the CPU: routing (top-k, gate weights and their
+ * gradient, counts), the token permutation into expert order and back (dispatch, combine) and the
+ * grouped GEMM over experts of varying row counts. Included by cpu.c; the reference the other
+ * backends are compared with.
+ *
+ * The expert-ordered buffer (pdde.h, PDDE_OP_MOE_TOPK..): choice (n, j) of token n lands on row
+ * offset[e] + (its rank among e's choices in (n, j) order), e = idx[n, j]; offset[e] is the sum of
+ * the counts before e (dropless, capacity 0) or e * capacity; with a capacity, a choice ranked past
+ * it is dropped (row -1). moe_layout computes this in one O(N k + E) pass; every op recomputes it
+ * from idx rather than passing a permutation tensor, so a graph holds no extra integer state. */
+
+typedef struct {
+    int64_t E, cap, R;
+    int64_t *offset; /* [E] first row of each expert */
+    int64_t *rows;   /* [E] rows in use of each expert (its count, at most cap) */
+    int32_t *row;    /* [N*k] the row of choice (n, j), -1 when dropped (NULL when not asked for) */
+} moe_layout;
+
+static void moe_layout_free(moe_layout *L) { free(L->offset), free(L->rows), free(L->row); }
+
+/* idx: i32 [N, k]; R the rows of the expert-ordered buffer. Fails on an expert id out of [0, E) or a
+ * buffer too short for the counts. */
+static pdde_status moe_layout_init(pdde_context *ctx, const pdde_tensor *node, const pdde_tensor *idx, int64_t E, int64_t cap, int64_t R,
+                                   bool want_rows, moe_layout *L) {
+    memset(L, 0, sizeof *L);
+    int64_t nk = pdde_tensor_numel(idx);
+    if (cap > 0 && R != INT64_MAX && E > 0) cap = R / E; /* a rank's share of the capacity (its buffer: E x share) */
+    L->E = E, L->cap = cap, L->R = R;
+    L->offset = calloc((size_t)(E ? E : 1), sizeof *L->offset);
+    L->rows = calloc((size_t)(E ? E : 1), sizeof *L->rows);
+    int64_t *seen = calloc((size_t)(E ? E : 1), sizeof *seen);
+    if (want_rows) L->row = malloc((size_t)(nk ? nk : 1) * sizeof *L->row);
+    if (!L->offset || !L->rows || !seen || (want_rows && !L->row)) {
+        free(seen), moe_layout_free(L);
+        return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", node->name);
+    }
+    const int32_t *id = (const int32_t *)((const char *)idx->data + idx->offset);
+    for (int64_t i = 0; i < nk; i++) {
+        if (id[i] < 0 || id[i] >= E) {
+            free(seen), moe_layout_free(L);
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "%s: %s[%lld] = %d is not an expert id in 0..%lld", node->name, idx->name,
+                              (long long)i, id[i], (long long)E - 1);
+        }
+        L->rows[id[i]]++;
+    }
+    int64_t total = 0;
+    for (int64_t e = 0; e < E; e++) {
+        if (cap > 0 && L->rows[e] > cap) L->rows[e] = cap;
+        L->offset[e] = cap > 0 ? e * cap : total;
+        total += L->rows[e];
+    }
+    if ((cap > 0 ? E * cap : total) > R) {
+        free(seen), moe_layout_free(L);
+        return pdde_error(ctx, PDDE_ERR_SHAPE, "%s: %lld expert rows do not fit the %lld rows of the buffer", node->name,
+                          (long long)(cap > 0 ? E * cap : total), (long long)R);
+    }
+    if (want_rows)
+        for (int64_t i = 0; i < nk; i++) {
+            int64_t e = id[i], r = seen[e]++;
+            L->row[i] = r < L->rows[e] ? (int32_t)(L->offset[e] + r) : -1;
+        }
+    free(seen);
+    return PDDE_OK;
+}
+
+/* ---- routing ---- */
+
+static inline float moe_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* The scores of one row of logits: softmax or sigmoid. */
+static void moe_scores(const float *l, int64_t E, bool sigmoid, float *s) {
+    if (sigmoid) {
+        for (int64_t e = 0; e < E; e++) s[e] = moe_sigmoid(l[e]);
+        return;
+    }
+    float m = -INFINITY;
+    for (int64_t e = 0; e < E; e++) m = l[e] > m ? l[e] : m;
+    double z = 0;
+    for (int64_t e = 0; e < E; e++) z += s[e] = expf(l[e] - m);
+    for (int64_t e = 0; e < E; e++) s[e] = (float)(s[e] / z);
+}
+
+/* scratch: E + 2k floats per row of logits (allocated once by cpu_moe: a task cannot fail) */
+typedef struct { const pdde_tensor *t; int64_t E, k; bool sigmoid, normalize; float *scratch; } moe_route_job;
+
+static void moe_topk_task(void *arg, int64_t begin, int64_t end) {
+    const moe_route_job *j = arg;
+    const pdde_tensor *t = j->t;
+    const float *bias = t->nsrc > 1 ? F32(t->src[1]) : NULL;
+    for (int64_t n = begin; n < end; n++) {
+        float *sc = j->scratch + n * (j->E + 2 * j->k);
+        moe_scores(F32(t->src[0]) + n * j->E, j->E, j->sigmoid, sc);
+        if (bias)
+            for (int64_t e = 0; e < j->E; e++) sc[e] += bias[e];
+        int32_t *out = I32(t) + n * j->k;
+        for (int64_t c = 0; c < j->k; c++) { /* k passes: k is small; strict > keeps the lower id on ties */
+            int64_t best = -1;
+            for (int64_t e = 0; e < j->E; e++) {
+                bool taken = false;
+                for (int64_t p = 0; p < c && !taken; p++) taken = out[p] == e;
+                if (!taken && (best < 0 || sc[e] > sc[best] || (isnan(sc[best]) && !isnan(sc[e])))) best = e;
+            }
+            out[c] = (int32_t)best;
+        }
+    }
+}
+
+/* weights of row n (and, for the backward, the chosen scores s): softmax over the chosen logits, or
+ * the chosen softmax probabilities / sigmoids, normalised by their sum unless asked not to */
+static void moe_gate_row(const moe_route_job *j, const float *l, const int32_t *id, float *full, float *s, float *w) {
+    int64_t k = j->k;
+    if (!j->sigmoid && !j->normalize) {
+        moe_scores(l, j->E, false, full);
+        for (int64_t c = 0; c < k; c++) s[c] = w[c] = full[id[c]];
+        return;
+    }
+    if (!j->sigmoid) { /* = the chosen probabilities renormalised */
+        float m = -INFINITY;
+        for (int64_t c = 0; c < k; c++) m = l[id[c]] > m ? l[id[c]] : m;
+        double z = 0;
+        for (int64_t c = 0; c < k; c++) z += s[c] = expf(l[id[c]] - m);
+        for (int64_t c = 0; c < k; c++) w[c] = (float)(s[c] / z);
+        return;
+    }
+    double z = 0;
+    for (int64_t c = 0; c < k; c++) z += s[c] = moe_sigmoid(l[id[c]]);
+    for (int64_t c = 0; c < k; c++) w[c] = j->normalize ? (float)(s[c] / z) : s[c];
+}
+
+static void moe_gate_task(void *arg, int64_t begin, int64_t end) {
+    const moe_route_job *j = arg;
+    const pdde_tensor *t = j->t, *lt = t->src[0], *it = t->src[1];
+    bool back = t->op == PDDE_OP_MOE_GATE_BACK;
+    for (int64_t n = begin; n < end; n++) {
+        float *full = j->scratch + n * (j->E + 2 * j->k), *s = full + j->E, *w = s + j->k;
+        const float *l = F32(lt) + n * j->E;
+        const int32_t *id = I32(it) + n * j->k;
+        moe_gate_row(j, l, id, full, s, w);
+        if (!back) {
+            memcpy(F32(t) + n * j->k, w, (size_t)j->k * sizeof *w);
+            continue;
+        }
+        const float *dw = F32(t->src[2]) + n * j->k;
+        float *dl = F32(t) + n * j->E;
+        memset(dl, 0, (size_t)j->E * sizeof *dl);
+        double wdw = 0;
+        for (int64_t c = 0; c < j->k; c++) wdw += (double)w[c] * dw[c];
+        if (!j->sigmoid && j->normalize) { /* softmax over the chosen: dl = w (dw - <w, dw>) */
+            for (int64_t c = 0; c < j->k; c++) dl[id[c]] += w[c] * (float)(dw[c] - wdw);
+        } else if (!j->sigmoid) { /* w_c = p[id_c]: dl_i = sum_c dw_c p_c (delta - p_i) */
+            for (int64_t e = 0; e < j->E; e++) dl[e] = -full[e] * (float)wdw;
+            for (int64_t c = 0; c < j->k; c++) dl[id[c]] += dw[c] * w[c];
+        } else { /* w = s / S (or s): ds, then sigmoid' */
+            double S = 0;
+            for (int64_t c = 0; c < j->k; c++) S += s[c];
+            for (int64_t c = 0; c < j->k; c++) {
+                double ds = j->normalize ? (dw[c] - wdw) / S : dw[c];
+                dl[id[c]] += (float)(ds * s[c] * (1.0 - s[c]));
+            }
+        }
+    }
+}
+
+/* ---- the permutation ---- */
+
+typedef struct { const pdde_tensor *t; const moe_layout *L; int64_t k, C; } moe_perm_job;
+
+/* dispatch: row(n, j) = x[n] (* w[n, j]); over tokens n */
+static void moe_dispatch_task(void *arg, int64_t begin, int64_t end) {
+    const moe_perm_job *j = arg;
+    const pdde_tensor *t = j->t;
+    const float *x = F32(t->src[0]), *w = t->nsrc > 2 ? F32(t->src[2]) : NULL;
+    float *y = F32(t);
+    for (int64_t n = begin; n < end; n++)
+        for (int64_t c = 0; c < j->k; c++) {
+            int32_t r = j->L->row[n * j->k + c];
+            if (r < 0) continue;
+            float s = w ? w[n * j->k + c] : 1.0f;
+            const float *xr = x + n * j->C;
+            float *yr = y + (int64_t)r * j->C;
+            for (int64_t i = 0; i < j->C; i++) yr[i] = s * xr[i];
+        }
+}
+
+/* combine: y[n] = sum_j (w[n, j] *) ye[row(n, j)]; combine_back_w: dw[n, j] = <dy[n], ye[row(n, j)]> */
+static void moe_combine_task(void *arg, int64_t begin, int64_t end) {
+    const moe_perm_job *j = arg;
+    const pdde_tensor *t = j->t;
+    const float *ye = F32(t->src[0]);
+    if (t->op == PDDE_OP_MOE_COMBINE_BACK_W) {
+        const float *dy = F32(t->src[2]);
+        for (int64_t n = begin; n < end; n++)
+            for (int64_t c = 0; c < j->k; c++) {
+                int32_t r = j->L->row[n * j->k + c];
+                double d = 0;
+                if (r >= 0)
+                    for (int64_t i = 0; i < j->C; i++) d += (double)dy[n * j->C + i] * ye[(int64_t)r * j->C + i];
+                F32(t)[n * j->k + c] = (float)d;
+            }
+        return;
+    }
+    const float *w = t->nsrc > 2 ? F32(t->src[2]) : NULL;
+    for (int64_t n = begin; n < end; n++) {
+        float *yn = F32(t) + n * j->C;
+        memset(yn, 0, (size_t)j->C * sizeof *yn);
+        for (int64_t c = 0; c < j->k; c++) {
+            int32_t r = j->L->row[n * j->k + c];
+            if (r < 0) continue;
+            float s = w ? w[n * j->k + c] : 1.0f;
+            const float *er = ye + (int64_t)r * j->C;
+            for (int64_t i = 0; i < j->C; i++) yn[i] += s * er[i];
+        }
+    }
+}
+
+/* ---- the grouped GEMM ---- */
+
+/* Tasks are (expert, row tile, column tile) blocks of the output, as gemm_task's are for one GEMM, so
+ * a few busy experts and many idle ones spread over the threads alike. */
+typedef struct {
+    const pdde_tensor *t;
+    const moe_layout *L;
+    int64_t K, M;            /* forward: x [R,K] -> [R,M]; back_w: [E,K,M] */
+    int64_t tile_m, tile_n;
+    int64_t *task_expert, *task_first; /* per task: its expert and first tile index within it */
+    int64_t n_tasks;
+    const float *a, *b;      /* the rows (forward: x; back_w: a, b), at the layout's offsets */
+    float *c;                /* forward: the output rows */
+} moe_gemm_job;
+
+static void moe_gemm_task(void *arg, int64_t begin, int64_t end) {
+    const moe_gemm_job *j = arg;
+    const pdde_tensor *t = j->t;
+    bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
+    int tb = back_w ? 0 : pdde_op_i32(t, PDDE_P_MOE_TRANS_B);
+    int prev = attention_threads_enter();
+    int64_t col_tiles = (j->M + j->tile_n - 1) / j->tile_n;
+    for (int64_t task = begin; task < end; task++) {
+        int64_t e = j->task_expert[task], tile = task - j->task_first[e];
+        int64_t i0 = tile / col_tiles * j->tile_m, j0 = tile % col_tiles * j->tile_n;
+        int64_t rows = back_w ? j->K : j->L->rows[e], off = j->L->offset[e];
+        int64_t m = rows - i0 < j->tile_m ? rows - i0 : j->tile_m, n = j->M - j0 < j->tile_n ? j->M - j0 : j->tile_n;
+        if (back_w) { /* dw_e[i0.., j0..] = a_e[:, i0..]^T b_e[:, j0..] over the expert's rows */
+            const float *A = j->a + off * j->K + i0, *B = j->b + off * j->M + j0;
+            float *Cm = F32(t) + e * j->K * j->M + i0 * j->M + j0;
+            if (j->L->rows[e] == 0) {
+                for (int64_t r = 0; r < m; r++) memset(Cm + r * j->M, 0, (size_t)n * sizeof *Cm);
+                continue;
+            }
+            attention_gemm(PDDE_F32, 1, 0, m, n, j->L->rows[e], 1.0f, A, j->K, B, j->M, 0.0f, Cm, j->M);
+        } else {
+            const float *A = j->a + (off + i0) * j->K;
+            const float *W = F32(t->src[1]) + e * j->K * j->M + (tb ? j0 * j->K : j0);
+            float *Cm = j->c + (off + i0) * j->M + j0;
+            attention_gemm(PDDE_F32, 0, tb, m, n, j->K, 1.0f, A, j->K, W, tb ? j->K : j->M, 0.0f, Cm, j->M);
+        }
+    }
+    attention_threads_leave(prev);
+}
+
+/* a, b: the rows as the layout places them (NULL: the node's inputs); c: where the forward writes its
+ * rows (NULL: the node's output) */
+static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t, const moe_layout *L, const float *a,
+                                const float *b, float *c) {
+    bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
+    moe_gemm_job j = {.t = t, .L = L, .a = a ? a : F32(t->src[0]), .b = b ? b : back_w ? F32(t->src[1]) : NULL, .c = c ? c : F32(t)};
+    if (back_w) j.K = t->shape[1], j.M = t->shape[2];
+    else j.K = t->src[0]->shape[t->src[0]->ndim - 1], j.M = t->shape[t->ndim - 1];
+    if (!back_w) { /* rows no expert uses (past a capacity's counts, or a dropless tail) are zero */
+        float *y = j.c;
+        int64_t used_end = 0;
+        for (int64_t e = 0; e < L->E; e++) {
+            if (L->offset[e] > used_end) memset(y + used_end * j.M, 0, (size_t)((L->offset[e] - used_end) * j.M) * sizeof *y);
+            used_end = L->offset[e] + L->rows[e];
+        }
+        if (L->R > used_end) memset(y + used_end * j.M, 0, (size_t)((L->R - used_end) * j.M) * sizeof *y);
+    }
+    if (j.M == 0 || (back_w && j.K == 0)) return PDDE_OK;
+    int64_t total_rows = 0, used_rows = 0, threads = pool ? pool->n_threads : 1;
+    for (int64_t e = 0; e < L->E; e++) total_rows += back_w ? j.K : L->rows[e], used_rows += L->rows[e];
+    /* tiles: about 2 tasks a thread over all experts, at least 16 rows x 64 columns */
+    int64_t want = 2 * threads;
+    j.tile_m = total_rows / want > 16 ? total_rows / want : 16;
+    j.tile_n = j.M;
+    if (total_rows < want * 16 && j.M > 64) {
+        int64_t split = want * 16 / (total_rows ? total_rows : 1);
+        j.tile_n = (j.M + split - 1) / split;
+        if (j.tile_n < 64) j.tile_n = 64;
+    }
+    int64_t col_tiles = (j.M + j.tile_n - 1) / j.tile_n;
+    j.task_first = malloc((size_t)(L->E + 1) * sizeof *j.task_first);
+    if (!j.task_first) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    int64_t n_tasks = 0;
+    for (int64_t e = 0; e < L->E; e++) {
+        int64_t rows = back_w ? j.K : L->rows[e];
+        j.task_first[e] = n_tasks;
+        n_tasks += (rows + j.tile_m - 1) / j.tile_m * col_tiles;
+    }
+    j.task_first[L->E] = n_tasks;
+    j.task_expert = malloc((size_t)(n_tasks ? n_tasks : 1) * sizeof *j.task_expert);
+    if (!j.task_expert) { free(j.task_first); return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); }
+    for (int64_t e = 0; e < L->E; e++)
+        for (int64_t k = j.task_first[e]; k < j.task_first[e + 1]; k++) j.task_expert[k] = e;
+    j.n_tasks = n_tasks;
+    double flops = 2.0 * (double)used_rows * (double)j.M * (double)j.K;
+    parallel_for(pool, n_tasks, flops < 2e5 ? INT64_MAX : 2, moe_gemm_task, &j);
+    free(j.task_first), free(j.task_expert);
+    return PDDE_OK;
+}
+
+/* The buffer by expert, [E, S, K] (this rank's experts; S rows each, the capacity): the rows of zeros
+ * (past each block's tokens: the padding the exchange brought) add nothing to a GEMM without a bias, so
+ * only the others are multiplied: gathered into one block an expert, multiplied, and the results
+ * scattered back (the zero rows' outputs zero). For the weight gradient, a zero row of a. */
+static pdde_status cpu_moe_gemm_by_expert(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
+    bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
+    const pdde_tensor *x = t->src[0];
+    int64_t El = x->shape[0], S = x->shape[1], K = x->shape[2], M = back_w ? t->src[1]->shape[2] : t->shape[2];
+    const float *xa = F32(x);
+    moe_layout L;
+    memset(&L, 0, sizeof L);
+    L.E = El, L.cap = S;
+    L.offset = calloc((size_t)(El ? El : 1), sizeof *L.offset), L.rows = calloc((size_t)(El ? El : 1), sizeof *L.rows);
+    int64_t *used = malloc((size_t)(El * S > 0 ? El * S : 1) * sizeof *used);
+    float *ca = NULL, *cb = NULL, *cc = NULL;
+    pdde_status st = PDDE_OK;
+    if (!L.offset || !L.rows || !used) { st = pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); goto done; }
+    int64_t n = 0;
+    for (int64_t e = 0; e < El; e++) {
+        L.offset[e] = n;
+        for (int64_t r = e * S; r < (e + 1) * S; r++) {
+            const float *row = xa + r * K;
+            int64_t i = 0;
+            while (i < K && row[i] == 0.0f) i++;
+            if (i < K) used[n++] = r;
+        }
+        L.rows[e] = n - L.offset[e];
+    }
+    L.R = n;
+    if (n == El * S) { /* no padding: the rows where they are */
+        st = cpu_moe_gemm(ctx, pool, t, &L, NULL, NULL, NULL);
+        goto done;
+    }
+    ca = malloc((size_t)(n * K + 1) * sizeof *ca);
+    if (back_w) cb = malloc((size_t)(n * M + 1) * sizeof *cb);
+    else cc = malloc((size_t)(n * M + 1) * sizeof *cc);
+    if (!ca || (back_w ? !cb : !cc)) { st = pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); goto done; }
+    for (int64_t i = 0; i < n; i++) {
+        memcpy(ca + i * K, xa + used[i] * K, (size_t)K * sizeof *ca);
+        if (back_w) memcpy(cb + i * M, F32(t->src[1]) + used[i] * M, (size_t)M * sizeof *cb);
+    }
+    st = cpu_moe_gemm(ctx, pool, t, &L, ca, cb, cc);
+    if (!st && !back_w) {
+        memset(F32(t), 0, pdde_tensor_nbytes(t));
+        for (int64_t i = 0; i < n; i++) memcpy(F32(t) + used[i] * M, cc + i * M, (size_t)M * sizeof *cc);
+    }
+done:
+    free(ca), free(cb), free(cc), free(used);
+    moe_layout_free(&L);
+    return st;
+}
+
+/* ---- the ops ---- */
+
+static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
+    int64_t E = pdde_op_i32(t, PDDE_P_MOE_EXPERTS), cap = pdde_op_i32(t, PDDE_P_MOE_CAPACITY);
+    unsigned flags = (unsigned)pdde_op_i32(t, PDDE_P_MOE_FLAGS);
+    switch (t->op) {
+    case PDDE_OP_MOE_TOPK: case PDDE_OP_MOE_GATE: case PDDE_OP_MOE_GATE_BACK: {
+        const pdde_tensor *l = t->src[0];
+        moe_route_job j = {.t = t, .E = l->shape[1], .k = t->op == PDDE_OP_MOE_TOPK ? t->shape[1] : t->src[1]->shape[1],
+                           .sigmoid = flags & PDDE_MOE_SIGMOID, .normalize = !(flags & PDDE_MOE_NO_NORMALIZE)};
+        if (t->op != PDDE_OP_MOE_TOPK) { /* the expert ids are checked once here, not per row */
+            moe_layout L;
+            pdde_status st = moe_layout_init(ctx, t, t->src[1], j.E, 0, INT64_MAX, false, &L);
+            if (st) return st;
+            moe_layout_free(&L);
+        }
+        j.scratch = malloc((size_t)(l->shape[0] * (j.E + 2 * j.k) + 1) * sizeof *j.scratch);
+        if (!j.scratch) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        parallel_for(pool, l->shape[0], 64, t->op == PDDE_OP_MOE_TOPK ? moe_topk_task : moe_gate_task, &j);
+        free(j.scratch);
+        return PDDE_OK;
+    }
+    case PDDE_OP_MOE_COUNTS: {
+        moe_layout L;
+        pdde_status st = moe_layout_init(ctx, t, t->src[0], E, 0, INT64_MAX, false, &L);
+        if (st) return st;
+        const int32_t *id = I32(t->src[0]);
+        memset(I32(t), 0, (size_t)E * sizeof(int32_t));
+        for (int64_t i = 0, n = pdde_tensor_numel(t->src[0]); i < n; i++) I32(t)[id[i]]++;
+        moe_layout_free(&L);
+        return PDDE_OK;
+    }
+    case PDDE_OP_MOE_DISPATCH: case PDDE_OP_MOE_COMBINE: case PDDE_OP_MOE_COMBINE_BACK_W: {
+        /* the expert-ordered buffer as rows of C ([R, C], or [E, S, C]: R = E S, the capacity S) */
+        const pdde_tensor *idx = t->src[1], *buf = t->op == PDDE_OP_MOE_DISPATCH ? t : t->src[0];
+        int64_t C = buf->shape[buf->ndim - 1], R = C ? pdde_tensor_numel(buf) / C : 0;
+        if (buf->ndim == 3) R = buf->shape[0] * buf->shape[1];
+        moe_layout L;
+        pdde_status st = moe_layout_init(ctx, t, idx, E, cap, R, true, &L);
+        if (st) return st;
+        moe_perm_job j = {.t = t, .L = &L, .k = idx->shape[1], .C = C};
+        if (t->op == PDDE_OP_MOE_DISPATCH) {
+            if (cap > 0 || pdde_tensor_numel(idx) < R) memset(F32(t), 0, pdde_tensor_nbytes(t)); /* the unused rows */
+            parallel_for(pool, idx->shape[0], 256, moe_dispatch_task, &j);
+        } else {
+            parallel_for(pool, idx->shape[0], 256, moe_combine_task, &j);
+        }
+        moe_layout_free(&L);
+        return PDDE_OK;
+    }
+    case PDDE_OP_MOE_GROUPED_MATMUL: case PDDE_OP_MOE_GROUPED_MATMUL_BACK_W: {
+        moe_layout L;
+        pdde_status st;
+        if (t->src[0]->ndim == 3) return cpu_moe_gemm_by_expert(ctx, pool, t);
+        st = moe_layout_init(ctx, t, t->src[2], E, cap, t->src[0]->shape[0], false, &L);
+        if (st) return st;
+        st = cpu_moe_gemm(ctx, pool, t, &L, NULL, NULL, NULL);
+        moe_layout_free(&L);
+        return st;
+    }
+    case PDDE_OP_MOE_AUX_LOSS: case PDDE_OP_MOE_AUX_LOSS_BACK: {
+        /* the mean over this node's rows (a rank's own under data parallelism: its mean, as its
+         * cross-entropy's); f from the counts of all tokens */
+        const pdde_tensor *lt = t->src[0];
+        int64_t N = lt->shape[0], Ex = lt->shape[1];
+        const int32_t *cnt = I32(t->src[1]);
+        float *f = malloc((size_t)(2 * Ex + 1) * sizeof *f), *p = f + Ex;
+        if (!f) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        double total = 0, loss = 0;
+        for (int64_t e = 0; e < Ex; e++) total += cnt[e];
+        for (int64_t e = 0; e < Ex; e++) f[e] = total > 0 ? (float)(cnt[e] / total) : 0.0f;
+        float dl = t->op == PDDE_OP_MOE_AUX_LOSS_BACK ? F32(t->src[2])[0] * (float)Ex / (float)(N ? N : 1) : 0.0f;
+        for (int64_t n = 0; n < N; n++) {
+            moe_scores(F32(lt) + n * Ex, Ex, false, p);
+            double pf = 0;
+            for (int64_t e = 0; e < Ex; e++) pf += (double)p[e] * f[e];
+            if (t->op == PDDE_OP_MOE_AUX_LOSS) { loss += pf; continue; }
+            float *d = F32(t) + n * Ex; /* softmax's Jacobian applied to E f / N */
+            for (int64_t e = 0; e < Ex; e++) d[e] = dl * p[e] * (f[e] - (float)pf);
+        }
+        if (t->op == PDDE_OP_MOE_AUX_LOSS) F32(t)[0] = N ? (float)(Ex * loss / N) : 0.0f;
+        free(f);
+        return PDDE_OK;
+    }
+    default: return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "cpu: op %s (%s) is not a MoE op", pdde_op_name(t->op), t->name);
+    }
+}

@@ -1,0 +1,140 @@
+/* planner/moe_cost.c — the cost model of a Mixture-of-Experts layer under expert parallelism, and the
+ * choice of the ep degree (pdde.h "Mixture-of-Experts cost"). What ep changes, per rank and step, over
+ * the MoE layers: the token exchange (an all-to-all before and after the experts, forward and
+ * backward: tokens x k x width x dtype each, the (ep-1)/ep of it that leaves the rank, over the
+ * cluster's links as cost.c times an alltoall), the experts' grouped GEMMs (rated by the device's GEMM
+ * curve at the rows one expert gets, which ep multiplies; the busiest rank paces the step: its share
+ * of a measured or stated routing skew), and the experts' parameters, gradients and AdamW state (split
+ * over ep; the optimizer state over dp too with ZeRO-1, the gradients with ZeRO-2, all with ZeRO-3) and
+ * their gradients' reduction over the dp replicas (less with more ep: fewer experts a rank).
+ * The dense part of the model is the same for every ep and is left out. Included by pdde.c after
+ * cost.c. */
+#include "planner_impl.h"
+
+#include <math.h>
+
+/* The busiest rank's tokens over the mean, when E experts in runs of E/ep per rank get counts[] (or, with
+ * no counts, the busiest expert gets skew x the mean and the others share the rest evenly). */
+static double moe_rank_imbalance(const pdde_moe_cost_params *p, int ep) {
+    int E = p->experts, per = E / ep;
+    if (p->counts) {
+        double total = 0, most = 0;
+        for (int e = 0; e < E; e++) total += p->counts[e];
+        for (int r = 0; r < ep; r++) {
+            double load = 0;
+            for (int e = r * per; e < (r + 1) * per; e++) load += p->counts[e];
+            most = load > most ? load : most;
+        }
+        return total > 0 ? most / (total / ep) : 1.0;
+    }
+    double s = p->skew >= 1 ? p->skew : 1.0;
+    if (s > E) s = E;
+    double rest = E > 1 ? ((double)E - s) / (E - 1) : 0; /* each other expert, in means */
+    return (s + (per - 1) * rest) / per;
+}
+
+pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
+                                   const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out) {
+    memset(out, 0, sizeof *out);
+    if (!c || !devices || !p || n_ranks < 1)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "moe cost: a cluster, %d devices and the layer's parameters are needed", n_ranks);
+    if (p->experts < 1 || p->topk < 1 || p->topk > p->experts || p->width < 1 || p->ffn < 1 || p->layers < 1 || p->tokens < 1)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "moe cost: %d experts, top-%d (1..experts), width %d, ffn %d, %d layers, %lld tokens: each >= 1",
+                          p->experts, p->topk, p->width, p->ffn, p->layers, (long long)p->tokens);
+    if (ep < 1 || n_ranks % ep || p->experts % ep)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "moe cost: ep %d must divide the %d ranks and the %d experts", ep, n_ranks, p->experts);
+    if (p->zero < 0 || p->zero > 3 || (unsigned)p->dtype >= PDDE_DTYPE_COUNT)
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "moe cost: ZeRO stage %d (0..3), dtype %d", p->zero, p->dtype);
+    int dp = n_ranks / ep, E = p->experts, per = E / ep;
+    double C = p->width, F = p->ffn, k = p->topk, esz = (double)pdde_dtype_size(p->dtype);
+    double tokens = (double)p->tokens / n_ranks; /* this rank's */
+    /* rows each rank sends in one exchange: its tokens' k choices, padded to the capacity when there is one */
+    double rows = tokens * k * (p->capacity_factor > 0 ? p->capacity_factor : 1.0);
+    out->ep = ep;
+    out->imbalance = moe_rank_imbalance(p, ep);
+    /* 4 exchanges a layer (dispatch and combine, forward and backward); what leaves the rank */
+    out->alltoall_bytes = 4.0 * p->layers * rows * C * esz * (ep - 1) / ep;
+    /* an ep group: ep consecutive ranks (dp outer); the group of rank 0 stands for all */
+    if (ep > 1) {
+        double t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, devices, ep, (int64_t)(rows * C), p->dtype);
+        if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the alltoall over %d ranks: %s", ep, pdde_last_error(ctx));
+        out->alltoall_s = 4.0 * p->layers * t;
+        int m0 = -1, cross = 0;
+        pdde_cluster_find_device(c, devices[0], &m0);
+        for (int r = 1; r < ep; r++) {
+            int m = -1;
+            pdde_cluster_find_device(c, devices[r], &m);
+            cross += m != m0;
+        }
+        out->cross_host_share = (double)cross / (ep - 1);
+    }
+    /* the busiest rank's expert GEMMs: its rows (the mean, tokens x k, times the imbalance; at most
+     * the capacity), per local expert; forward 2 GEMMs, backward 4 */
+    double rank_rows = tokens * k * out->imbalance;
+    if (p->capacity_factor > 0 && rank_rows > rows) rank_rows = rows;
+    double m = rank_rows / per > 1 ? rank_rows / per : 1;
+    pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = (int64_t)m, .n = p->ffn, .k = p->width,
+                       .dtype = p->compute_dtype};
+    op.flops = 2.0 * m * C * F;
+    double t1 = pdde_cost_compute_time(ctx, c, devices[0], &op);
+    if (!isfinite(t1)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the expert GEMM: %s", pdde_last_error(ctx));
+    out->expert_gemm_s = p->layers * 6.0 * per * t1;
+    /* the efficiency of those GEMMs against one of the rank's whole rows (the dense layer's shape) */
+    pdde_cost_op dense = op;
+    dense.m = (int64_t)(tokens * k > 1 ? tokens * k : 1), dense.flops = 2.0 * (double)dense.m * C * F;
+    double td = pdde_cost_compute_time(ctx, c, devices[0], &dense);
+    out->gemm_efficiency = td > 0 && t1 > 0 ? (op.flops / t1) / (dense.flops / td) : 1.0;
+    /* memory: parameters (f32), gradients (f32), AdamW m and v (2 x f32), of the rank's experts */
+    double params = (double)p->layers * per * 2.0 * C * F;
+    double shard_opt = p->zero >= 1 ? dp : 1, shard_grad = p->zero >= 2 ? dp : 1, shard_param = p->zero >= 3 ? dp : 1;
+    out->expert_param_bytes = 4.0 * params / shard_param + 4.0 * params / shard_grad;
+    out->expert_optimizer_bytes = 8.0 * params / shard_opt;
+    const pdde_cluster_device *d = pdde_cluster_find_device(c, devices[0], NULL);
+    double budget = p->memory_budget > 0 ? p->memory_budget : d ? (double)d->memory : 0;
+    out->fits = budget <= 0 || out->expert_param_bytes + out->expert_optimizer_bytes <= budget;
+    /* the experts' gradients over their dp replicas (ranks r, r + ep, ...): an allreduce (ZeRO 0, 1), a
+     * reduce-scatter (2), and with ZeRO-3 the parameters gathered for the forward and the backward */
+    if (dp > 1) {
+        int *group = malloc((size_t)dp * sizeof *group);
+        if (!group) return pdde_error(ctx, PDDE_ERR_OOM, "moe cost: out of memory");
+        for (int i = 0; i < dp; i++) group[i] = devices[i * ep];
+        int64_t count = (int64_t)params;
+        double t = pdde_cost_collective_time(ctx, c, p->zero >= 2 ? PDDE_COLL_REDUCE_SCATTER : PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, group, dp,
+                                             count, PDDE_F32); /* (a reduce-scatter's count: its input) */
+        if (p->zero >= 3) t += 2 * pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLGATHER, PDDE_ALGO_AUTO, group, dp, count, PDDE_F32);
+        free(group);
+        if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over %d replicas: %s", dp, pdde_last_error(ctx));
+        out->dp_sync_s = t;
+    }
+    if (ep > 1 && p->grads_over_ep) {
+        double t = pdde_cost_collective_time(ctx, c, PDDE_COLL_REDUCE_SCATTER, PDDE_ALGO_AUTO, devices, ep, (int64_t)(params * ep), PDDE_F32);
+        if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over the ep group: %s", pdde_last_error(ctx));
+        out->dp_sync_s += t;
+    }
+    out->step_s = out->alltoall_s + out->expert_gemm_s + out->dp_sync_s;
+    return PDDE_OK;
+}
+
+pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
+                               pdde_moe_cost *best, pdde_moe_cost *all, int max_all, int *n_all) {
+    memset(best, 0, sizeof *best);
+    if (n_all) *n_all = 0;
+    int found = 0;
+    for (int ep = 1; ep <= n_ranks && p && ep <= p->experts; ep++) {
+        if (n_ranks % ep || p->experts % ep) continue;
+        pdde_moe_cost m;
+        pdde_status st = pdde_moe_cost_estimate(ctx, c, devices, n_ranks, p, ep, &m);
+        if (st) return st;
+        if (all && n_all && *n_all < max_all) all[(*n_all)++] = m;
+        /* the fastest that fits; while none fits, the smallest memory */
+        bool better = !found || (m.fits && !best->fits) ||
+                      (m.fits == best->fits && (m.fits ? m.step_s < best->step_s
+                                                       : m.expert_param_bytes + m.expert_optimizer_bytes <
+                                                             best->expert_param_bytes + best->expert_optimizer_bytes));
+        if (better) *best = m, found = 1;
+    }
+    if (!found) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "moe choose ep: no parameters, or no ep divides %d ranks and the experts", n_ranks);
+    return best->fits ? PDDE_OK
+                      : pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe choose ep: the experts need %.3g GB a rank at best (ep %d), more than a device holds",
+                                   (best->expert_param_bytes + best->expert_optimizer_bytes) / 1e9, best->ep);
+}

@@ -1,0 +1,362 @@
+/* test_moe — the Mixture-of-Experts ops on the CPU: a whole MoE feed-forward (router, top-k, gate,
+ * dispatch, grouped GEMMs, combine, balance loss) against a per-token reference in double precision
+ * written here without any permutation, and every parameter's gradient against central finite
+ * differences (2e-2 of the gradient's scale, as test_grad). Routing edge cases: tied logits (the
+ * lower expert wins), every token sent to one expert (the others get none), a balancing bias that
+ * changes the choice but not the weights, a capacity that drops tokens (the count dropped is what the
+ * capacity implies), sigmoid scores, unnormalised weights, a transposed expert weight; bad expert ids
+ * give an error naming the tensor. A finite difference whose perturbation changes the routing (a
+ * discontinuity of the loss) is skipped and counted; most must be checked. */
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *name;
+    int N, C, F, E, k;
+    unsigned flags;
+    float capacity_factor; /* 0 = dropless */
+    float aux;             /* weight of the balance loss in the loss */
+    int trans_b;           /* w2 stored [E, C, F] and used transposed */
+    int force_expert;      /* >= 0: a bias that sends every token to this expert first (k = 1: only) */
+    int zero_router;       /* all logits tied at 0 */
+    int by_expert;         /* the buffer by expert, [E, capacity, C] (capacity N when dropless) */
+} moe_case;
+
+static const moe_case cases[] = {
+    {"dropless_top2", 12, 6, 5, 4, 2, 0, 0, 0.1f, 0, -1, 0, 0},
+    {"capacity_drops", 16, 5, 4, 4, 2, 0, 0.75f, 0.1f, 0, -1, 0, 0},
+    {"sigmoid_unnormalised_trans_b", 10, 6, 5, 5, 2, PDDE_MOE_SIGMOID | PDDE_MOE_NO_NORMALIZE, 0, 0, 1, -1, 0, 0},
+    {"switch_top1_all_to_one", 9, 5, 4, 4, 1, PDDE_MOE_NO_NORMALIZE, 0, 0.05f, 0, 2, 0, 0},
+    {"bias_top2_sigmoid", 8, 4, 3, 6, 2, PDDE_MOE_SIGMOID, 0, 0, 0, 5, 0, 0},
+    {"tied_logits", 6, 4, 3, 4, 2, 0, 0, 0.1f, 0, -1, 1, 0},
+    {"by_expert_dropless", 12, 6, 5, 4, 2, 0, 0, 0.1f, 0, -1, 0, 1},
+    {"by_expert_capacity_trans_b", 16, 5, 4, 4, 2, 0, 0.75f, 0.1f, 1, -1, 0, 1},
+    {"by_expert_all_to_one", 9, 5, 4, 4, 1, PDDE_MOE_NO_NORMALIZE, 0, 0.05f, 0, 2, 0, 1},
+};
+
+static uint64_t rng = 7;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) / 8388608.0) - 1.0f;
+}
+
+static double gelu_ref(double x) { return 0.5 * x * (1 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
+typedef struct {
+    pdde_tensor *x, *router, *w1, *w2, *bias, *wout, *idx, *gate, *counts, *y, *loss;
+    int64_t cap;
+} moe_net;
+
+static pdde_status build(pdde_graph *g, const moe_case *c, moe_net *m) {
+    int64_t N = c->N, C = c->C, F = c->F, E = c->E;
+    m->x = pdde_param(g, "x", 2, (int64_t[]){N, C}, 0.0f);
+    m->router = pdde_param(g, "router", 2, (int64_t[]){C, E}, 0.0f);
+    m->w1 = pdde_param(g, "w1", 3, (int64_t[]){E, C, F}, 0.0f);
+    m->w2 = c->trans_b ? pdde_param(g, "w2", 3, (int64_t[]){E, C, F}, 0.0f) : pdde_param(g, "w2", 3, (int64_t[]){E, F, C}, 0.0f);
+    m->bias = c->force_expert >= 0 ? pdde_input(g, "bias", PDDE_F32, 1, (int64_t[]){E}) : NULL;
+    m->wout = pdde_input(g, "wout", PDDE_F32, 2, (int64_t[]){N, C});
+    m->cap = pdde_moe_capacity(N, c->k, c->E, c->capacity_factor);
+    if (c->by_expert && m->cap == 0) m->cap = N; /* (an expert gets each token once at most: nothing dropped) */
+    pdde_tensor *logits = pdde_matmul(g, m->x, m->router, 0, 0);
+    m->idx = pdde_moe_topk(g, logits, m->bias, c->k, c->flags);
+    m->gate = pdde_moe_gate(g, logits, m->idx, c->flags);
+    m->counts = pdde_moe_counts(g, m->idx, c->E);
+    pdde_tensor *xe = c->by_expert ? pdde_moe_dispatch_experts(g, m->x, m->idx, c->E, m->cap) : pdde_moe_dispatch(g, m->x, m->idx, c->E, m->cap);
+    pdde_tensor *h = pdde_gelu(g, pdde_moe_grouped_matmul(g, xe, m->w1, m->idx, m->cap, 0));
+    pdde_tensor *ye = pdde_moe_grouped_matmul(g, h, m->w2, m->idx, m->cap, c->trans_b);
+    m->y = pdde_moe_combine(g, ye, m->idx, m->gate, c->E, m->cap);
+    m->loss = pdde_sum(g, pdde_mul(g, m->y, m->wout), -1, 0);
+    if (c->aux > 0) m->loss = pdde_add(g, pdde_reshape(g, m->loss, 1, (int64_t[]){1}), pdde_scale(g, pdde_moe_aux_loss(g, logits, m->idx, c->E), c->aux));
+    pdde_mark_output(m->idx), pdde_mark_output(m->gate), pdde_mark_output(m->counts), pdde_mark_output(m->y);
+    return pdde_graph_status(g);
+}
+
+typedef struct { float *x, *router, *w1, *w2, *bias, *wout; } moe_values;
+
+/* The reference: per token, its scores, its k experts (ties: the lower id), its weights, and each kept
+ * choice's expert MLP directly; a choice is kept when fewer than cap earlier choices (token order)
+ * picked its expert. Returns y [N, C], the chosen ids, the dropped count and the balance loss. */
+static void reference(const moe_case *c, int64_t cap, const moe_values *v, double *y, int *ids, int64_t *dropped, double *aux) {
+    int N = c->N, C = c->C, F = c->F, E = c->E, k = c->k;
+    bool sig = c->flags & PDDE_MOE_SIGMOID, norm = !(c->flags & PDDE_MOE_NO_NORMALIZE);
+    int *seen = calloc((size_t)E, sizeof *seen), *cnt = calloc((size_t)E, sizeof *cnt);
+    double *l = malloc((size_t)E * sizeof *l), *s = malloc((size_t)E * sizeof *s), *P = calloc((size_t)E, sizeof *P);
+    *dropped = 0;
+    memset(y, 0, (size_t)N * C * sizeof *y);
+    for (int n = 0; n < N; n++) {
+        double mx = -INFINITY, z = 0;
+        for (int e = 0; e < E; e++) {
+            l[e] = 0;
+            for (int i = 0; i < C; i++) l[e] += (double)v->x[n * C + i] * v->router[i * E + e];
+            mx = l[e] > mx ? l[e] : mx;
+        }
+        for (int e = 0; e < E; e++) z += exp(l[e] - mx);
+        for (int e = 0; e < E; e++) P[e] += exp(l[e] - mx) / z / N, s[e] = sig ? 1 / (1 + exp(-l[e])) : exp(l[e] - mx) / z;
+        int *id = ids + n * k;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                bool taken = false;
+                for (int p = 0; p < j; p++) taken |= id[p] == e;
+                double se = s[e] + (v->bias ? v->bias[e] : 0), sb = best >= 0 ? s[best] + (v->bias ? v->bias[best] : 0) : 0;
+                if (!taken && (best < 0 || se > sb)) best = e;
+            }
+            id[j] = best;
+        }
+        double sum = 0;
+        for (int j = 0; j < k; j++) sum += s[id[j]];
+        for (int j = 0; j < k; j++) {
+            int e = id[j];
+            cnt[e]++;
+            if (cap > 0 && seen[e]++ >= cap) { ++*dropped; continue; }
+            double w = norm ? s[e] / sum : s[e];
+            for (int o = 0; o < C; o++) {
+                double out = 0;
+                for (int f = 0; f < F; f++) {
+                    double h = 0;
+                    for (int i = 0; i < C; i++) h += (double)v->x[n * C + i] * v->w1[((int64_t)e * C + i) * F + f];
+                    double w2 = c->trans_b ? v->w2[((int64_t)e * C + o) * F + f] : v->w2[((int64_t)e * F + f) * C + o];
+                    out += gelu_ref(h) * w2;
+                }
+                y[n * C + o] += w * out;
+            }
+        }
+    }
+    *aux = 0;
+    for (int e = 0; e < E; e++) *aux += (double)E * cnt[e] / ((double)N * k) * P[e];
+    free(seen), free(cnt), free(l), free(s), free(P);
+}
+
+static void write_all(pdde_session *s, const moe_net *m, const moe_values *v) {
+    pdde_session_write(s, m->x, v->x, pdde_tensor_nbytes(m->x));
+    pdde_session_write(s, m->router, v->router, pdde_tensor_nbytes(m->router));
+    pdde_session_write(s, m->w1, v->w1, pdde_tensor_nbytes(m->w1));
+    pdde_session_write(s, m->w2, v->w2, pdde_tensor_nbytes(m->w2));
+    if (m->bias) pdde_session_write(s, m->bias, v->bias, pdde_tensor_nbytes(m->bias));
+    pdde_session_write(s, m->wout, v->wout, pdde_tensor_nbytes(m->wout));
+}
+
+static float *randoms(int64_t n, float scale) {
+    float *p = malloc((size_t)n * sizeof *p);
+    for (int64_t i = 0; i < n; i++) p[i] = scale * frand();
+    return p;
+}
+
+static void check_case(pdde_context *ctx, const moe_case *c) {
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    moe_net m;
+    pdde_session *s = NULL;
+    int before = test_failed;
+    CHECK(build(g, c, &m) == PDDE_OK, "%s: build: %s", c->name, pdde_last_error(ctx));
+    if (test_failed == before) CHECK(pdde_backward(g, m.loss) == PDDE_OK, "%s: backward: %s", c->name, pdde_last_error(ctx));
+    if (test_failed == before) CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "%s: session: %s", c->name, pdde_last_error(ctx));
+    if (test_failed != before) { pdde_graph_free(g); return; }
+    int64_t N = c->N, C = c->C, F = c->F, E = c->E, k = c->k;
+    moe_values v = {randoms(N * C, 1.0f), randoms(C * E, c->zero_router ? 0.0f : 1.0f), randoms(E * C * F, 0.6f), randoms(E * C * F, 0.6f), NULL,
+                    randoms(N * C, 1.0f)};
+    if (c->force_expert >= 0) {
+        v.bias = calloc((size_t)E, sizeof *v.bias);
+        v.bias[c->force_expert] = 10.0f; /* scores are in (0, 1): this expert is everyone's first */
+    }
+    write_all(s, &m, &v);
+    CHECK(pdde_session_run(s, PDDE_RUN_FORWARD_BACKWARD) == PDDE_OK, "%s: run: %s", c->name, pdde_last_error(ctx));
+
+    /* forward against the reference */
+    double *yref = malloc((size_t)(N * C) * sizeof *yref), aux_ref;
+    int *idref = malloc((size_t)(N * k) * sizeof *idref);
+    int64_t dropped_ref;
+    reference(c, m.cap, &v, yref, idref, &dropped_ref, &aux_ref);
+    float *y = malloc((size_t)(N * C) * sizeof *y), *yr = malloc((size_t)(N * C) * sizeof *yr);
+    int32_t *ids = malloc((size_t)(N * k) * sizeof *ids), *counts = malloc((size_t)E * sizeof *counts);
+    pdde_session_read(s, m.y, y, (size_t)(N * C) * sizeof *y);
+    pdde_session_read(s, m.idx, ids, (size_t)(N * k) * sizeof *ids);
+    pdde_session_read(s, m.counts, counts, (size_t)E * sizeof *counts);
+    for (int64_t i = 0; i < N * C; i++) yr[i] = (float)yref[i];
+    char what[96];
+    snprintf(what, sizeof what, "%s: moe output against the reference", c->name);
+    test_close_all(what, y, yr, (size_t)(N * C), 1e-3, 1e-4);
+    int same_ids = 1, counted = 0;
+    for (int64_t i = 0; i < N * k; i++) same_ids &= ids[i] == idref[i];
+    for (int64_t e = 0; e < E; e++) counted += counts[e];
+    CHECK(same_ids, "%s: top-k ids differ from the reference", c->name);
+    CHECK(counted == N * k, "%s: counts sum to %d, expected %lld", c->name, counted, (long long)(N * k));
+    CHECK(pdde_moe_dropped(counts, (int)E, m.cap) == dropped_ref, "%s: %lld dropped, the capacity %lld implies %lld", c->name,
+          (long long)pdde_moe_dropped(counts, (int)E, m.cap), (long long)m.cap, (long long)dropped_ref);
+    if (c->capacity_factor > 0) CHECK(dropped_ref > 0, "%s: the case must drop tokens (capacity %lld)", c->name, (long long)m.cap);
+    if (c->force_expert >= 0) {
+        CHECK(counts[c->force_expert] == N, "%s: expert %d got %d tokens, expected all %lld", c->name, c->force_expert, counts[c->force_expert], (long long)N);
+        if (k == 1)
+            for (int64_t e = 0; e < E; e++) CHECK(e == c->force_expert || counts[e] == 0, "%s: expert %lld got tokens", c->name, (long long)e);
+    }
+    if (c->zero_router) { /* every logit 0: the first k experts, weights 1/k */
+        int first = 1;
+        for (int64_t i = 0; i < N * k; i++) first &= ids[i] == (int32_t)(i % k);
+        CHECK(first, "%s: ties must go to the lower expert ids", c->name);
+    }
+    if (c->aux > 0) {
+        /* loss = sum(y * wout) + aux * balance: the balance from the loss and the reference's y */
+        double dot = 0;
+        for (int64_t i = 0; i < N * C; i++) dot += yref[i] * v.wout[i];
+        double balance = (pdde_session_loss(s) - dot) / c->aux;
+        CHECK(fabs(balance - aux_ref) < 1e-3 * (1 + aux_ref), "%s: balance loss %.6f, expected %.6f", c->name, balance, aux_ref);
+        if (c->zero_router) CHECK(fabs(aux_ref - 1.0) < 1e-9, "%s: tied logits: balance loss %.6f, expected 1", c->name, aux_ref);
+    }
+
+    /* gradients against finite differences */
+    pdde_tensor *params[4] = {m.x, m.router, m.w1, m.w2};
+    float *vals[4] = {v.x, v.router, v.w1, v.w2};
+    const char *names[4] = {"x", "router", "w1", "w2"};
+    int64_t checked = 0, skipped = 0;
+    int32_t *ids2 = malloc((size_t)(N * k) * sizeof *ids2);
+    for (int p = 0; p < 4; p++) {
+        int64_t n = pdde_tensor_numel(params[p]);
+        float *grad = malloc((size_t)n * sizeof *grad);
+        pdde_session_read(s, params[p]->grad, grad, (size_t)n * sizeof *grad);
+        double scale = 1e-3, maxerr = 0;
+        for (int64_t i = 0; i < n; i++) scale = fabs(grad[i]) > scale ? fabs(grad[i]) : scale;
+        for (int64_t i = 0; i < n; i++) {
+            const float h = 1e-2f;
+            float orig = vals[p][i];
+            double l[2];
+            bool flipped = false;
+            for (int side = 0; side < 2; side++) {
+                vals[p][i] = orig + (side ? -h : h);
+                pdde_session_write(s, params[p], vals[p], (size_t)n * sizeof *grad);
+                pdde_session_run(s, PDDE_RUN_FORWARD);
+                l[side] = pdde_session_loss(s);
+                pdde_session_read(s, m.idx, ids2, (size_t)(N * k) * sizeof *ids2);
+                flipped |= memcmp(ids, ids2, (size_t)(N * k) * sizeof *ids2) != 0;
+            }
+            vals[p][i] = orig;
+            pdde_session_write(s, params[p], vals[p], (size_t)n * sizeof *grad);
+            if (flipped) { skipped++; continue; }
+            checked++;
+            double err = fabs((l[0] - l[1]) / (2.0 * h) - grad[i]);
+            if (!(err <= maxerr)) maxerr = err; /* (NaN sticks) */
+        }
+        CHECK(maxerr <= 2e-2 * scale, "%s: gradient of %s off by %.3g (scale %.3g)", c->name, names[p], maxerr, scale);
+        free(grad);
+    }
+    CHECK(checked > 4 * skipped, "%s: %lld differences checked, %lld skipped (routing changed)", c->name, (long long)checked, (long long)skipped);
+    printf("%-30s %s (%lld differences, %lld skipped where the routing changed, capacity %lld, %lld dropped)\n", c->name,
+           test_failed == before ? "ok" : "FAILED", (long long)checked, (long long)skipped, (long long)m.cap, (long long)dropped_ref);
+    free(yref), free(idref), free(y), free(yr), free(ids), free(ids2), free(counts);
+    free(v.x), free(v.router), free(v.w1), free(v.w2), free(v.bias), free(v.wout);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+/* A GPT with an MoE feed-forward in every block (8 experts, top-2, the balance loss) trains: on token
+ * sequences with a learnable rule (t+1 = 5 t + 1 mod 32, one token in 8 random), the mean loss of the
+ * last 10 of 60 steps is below 60% of the first 10's; every step routes all N*k choices, and the
+ * experts' weights move (their gradients reach them through dispatch and combine). */
+static void check_gpt_trains(pdde_context *ctx, float capacity) {
+    gpt_config c = {.vocab = 32, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 8, .moe_topk = 2,
+                    .moe_capacity = capacity, .moe_aux = 0.01f};
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 1e-2f, op.weight_decay = 0; /* (a decay would move weights that get no gradient) */
+    pdde_session *s = NULL;
+    pdde_status st = gpt_build(g, &c, &m);
+    if (!st) st = pdde_backward(g, m.loss);
+    if (!st) st = pdde_optimizer_adamw(g, &op);
+    if (!st) st = pdde_session_init(g, NULL, &s);
+    CHECK(st == PDDE_OK, "moe gpt: %s", pdde_last_error(ctx));
+    if (st) { pdde_graph_free(g); return; }
+    int BT = c.batch * c.ctx;
+    int32_t *x = malloc((size_t)BT * sizeof *x), *y = malloc((size_t)BT * sizeof *y), counts[8];
+    pdde_tensor *w = pdde_graph_find(g, "h1.moe.w1");
+    size_t wb = pdde_tensor_nbytes(w);
+    float *w0 = calloc(1, wb), *w1 = calloc(1, wb);
+    double first = 0, last = 0;
+    int64_t routed_ok = 1, dropped = 0;
+    uint64_t r = 99;
+    for (int step = 0; step < 60; step++) {
+        for (int b = 0; b < c.batch; b++) {
+            int32_t t = (int32_t)(r >> 33) % 32;
+            for (int i = 0; i <= c.ctx; i++) {
+                r = r * 6364136223846793005ull + 1442695040888963407ull;
+                int32_t next = (r >> 33) % 8 == 0 ? (int32_t)((r >> 40) % 32) : (5 * t + 1) % 32;
+                if (i < c.ctx) x[b * c.ctx + i] = t;
+                if (i > 0) y[b * c.ctx + i - 1] = t;
+                t = next;
+            }
+        }
+        pdde_session_write(s, m.ids, x, (size_t)BT * sizeof *x);
+        pdde_session_write(s, m.targets, y, (size_t)BT * sizeof *y);
+        st = pdde_session_run(s, PDDE_RUN_STEP);
+        if (st) break;
+        float loss = pdde_session_loss(s);
+        if (step == 0) CHECK(pdde_session_read(s, w, w0, wb) == PDDE_OK, "moe gpt: read %s: %s", w->name, pdde_last_error(ctx));
+        if (step < 10) first += loss / 10;
+        if (step >= 50) last += loss / 10;
+        for (int l = 0; l < c.layers; l++) {
+            char name[32];
+            snprintf(name, sizeof name, "h%d.moe.counts", l);
+            pdde_session_read(s, pdde_graph_find(g, name), counts, sizeof counts);
+            int64_t sum = 0;
+            for (int e = 0; e < 8; e++) sum += counts[e];
+            routed_ok &= sum == (int64_t)BT * 2;
+            dropped += pdde_moe_dropped(counts, 8, pdde_moe_capacity(BT, 2, 8, capacity));
+        }
+    }
+    CHECK(st == PDDE_OK, "moe gpt: run: %s", pdde_last_error(ctx));
+    CHECK(pdde_session_read(s, w, w1, wb) == PDDE_OK, "moe gpt: read %s: %s", w->name, pdde_last_error(ctx));
+    CHECK(memcmp(w0, w1, wb) != 0, "moe gpt: the expert weights did not move after step 1");
+    CHECK(routed_ok, "moe gpt: a step did not route every token k times");
+    CHECK(last < 0.6 * first, "moe gpt (capacity %g): loss %.4f over the last 10 steps, %.4f over the first 10: not learning", capacity, last, first);
+    if (capacity > 0) CHECK(dropped > 0, "moe gpt: capacity %g dropped nothing in 60 steps", capacity);
+    printf("moe gpt (capacity %g)            loss %.4f -> %.4f, %lld dropped\n", capacity, first, last, (long long)dropped);
+    free(x), free(y), free(w0), free(w1);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+/* Expert ids a kernel cannot use (from an input, not top-k) fail the run with a message naming them. */
+static void check_bad_ids(pdde_context *ctx) {
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){3, 2});
+    pdde_tensor *idx = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){3, 1});
+    pdde_tensor *y = pdde_moe_dispatch(g, x, idx, 4, 0);
+    pdde_tensor *loss = pdde_sum(g, y, -1, 0);
+    CHECK(loss != NULL, "bad ids: build: %s", pdde_last_error(ctx));
+    CHECK(pdde_moe_dispatch(g, x, idx, 0, 0) == NULL && pdde_graph_status(g) == PDDE_ERR_INVALID_ARG, "0 experts must be refused");
+    pdde_graph_free(g);
+    pdde_graph_init(ctx, &g);
+    x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){3, 2});
+    idx = pdde_input(g, "ids", PDDE_I32, 2, (int64_t[]){3, 1});
+    loss = pdde_sum(g, pdde_moe_dispatch(g, x, idx, 4, 0), -1, 0);
+    pdde_session *s = NULL;
+    CHECK(pdde_session_init(g, NULL, &s) == PDDE_OK, "bad ids: session: %s", pdde_last_error(ctx));
+    if (s) {
+        float xv[6] = {1, 2, 3, 4, 5, 6};
+        int32_t iv[3] = {0, 7, 1};
+        pdde_session_write(s, x, xv, sizeof xv);
+        pdde_session_write(s, idx, iv, sizeof iv);
+        pdde_status st = pdde_session_run(s, PDDE_RUN_FORWARD);
+        CHECK(st == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "ids") && strstr(pdde_last_error(ctx), "7"),
+              "an expert id of 7 of 4 experts: status %d, message '%s'", st, pdde_last_error(ctx));
+        pdde_session_free(s);
+    }
+    pdde_graph_free(g);
+}
+
+int main(int argc, char **argv) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (argc < 2 || !strcmp(argv[1], cases[i].name)) check_case(ctx, &cases[i]);
+    if (argc < 2) check_bad_ids(ctx), check_gpt_trains(ctx, 0.0f), check_gpt_trains(ctx, 1.0f);
+    CHECK(pdde_moe_capacity(16, 2, 4, 1.25f) == 10 && pdde_moe_capacity(16, 2, 4, 0) == 0, "capacity: %lld",
+          (long long)pdde_moe_capacity(16, 2, 4, 1.25f));
+    pdde_context_free(ctx);
+    return test_finish();
+}

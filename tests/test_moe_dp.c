@@ -1,0 +1,159 @@
+/* test_moe_dp — a Mixture-of-Experts GPT (an MoE feed-forward in every block, top-2 of 4 experts, the
+ * balance loss) under data and expert parallelism from distributed attributes, against one process:
+ * 2 ranks (each routes, dispatches and runs the experts on its half of every batch; the experts'
+ * gradients averaged with the others), ZeRO-1, expert parallelism (each rank holds 2 of the 4
+ * experts: completion sends the tokens' rows to them and back by all-to-all; on 4 ranks one expert a
+ * rank, with ZeRO-2), and skewed routing (a balancing bias sends every token to expert 0:
+ * three experts get none). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
+ * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
+ * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall; each
+ * rank's memory after the steps is what lowering predicts for it (pdde_predict_memory). */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include "tests/comm_test_util.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define STEPS 12
+/* test_dp's tolerances (printed: what was measured) */
+#define TOL_LOSS 1e-6  /* measured 1.2e-7 */
+#define TOL_PARAM 1e-3 /* measured 1.0e-5 */
+#define FLOOR 1e-3
+static const pdde_store_server *g_server;
+static char tmp_prefix[128];
+
+typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks; } moe_config;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted; int alltoalls, ok; char error[256]; } run_result;
+
+static gpt_config config_of(const moe_config *mc) {
+    gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
+                    .moe_capacity = mc->capacity, .moe_aux = 0.01f, .moe_bias = mc->skewed, .moe_ep = mc->ep};
+    return c;
+}
+
+static void global_batch(int step, int32_t *x, int32_t *y) {
+    for (int i = 0; i < 8 * 16; i++) x[i] = (i * 7 + step * 13 + i / 5) % 64, y[i] = (i * 3 + step * 5 + 1) % 64;
+}
+
+#define FAIL_WITH(...) do { snprintf(out->error, sizeof out->error, __VA_ARGS__); goto done; } while (0)
+
+static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_result *out) {
+    gpt_config cfg = config_of(mc);
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.eps = 1e-3f, op.clip_norm = 0;
+    gpt_plan plan = {.dp = comm ? pdde_comm_size(comm) : 1, .tp = 1, .pp = 1, .micro = 1, .zero = comm ? mc->zero : 0};
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.world = comm;
+    if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
+    float bias[2][4] = {{10, 0, 0, 0}, {10, 0, 0, 0}}; /* (scores are in (0, 1)) */
+    for (int l = 0; l < cfg.layers && cfg.moe_bias; l++) {
+        char name[32];
+        snprintf(name, sizeof name, "h%d.moe.bias", l);
+        if (pdde_session_write_global(s, pdde_graph_find(g, name), bias[l], sizeof bias[l])) FAIL_WITH("bias: %s", pdde_last_error(ctx));
+    }
+    for (int i = 0; i < pdde_session_node_count(s); i++) out->alltoalls += pdde_session_node(s, i)->op == PDDE_OP_ALLTOALL;
+    const pdde_tensor *w1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1"));
+    out->local_experts = w1 ? w1->shape[0] : -1;
+    int32_t x[8 * 16], y[8 * 16], counts[4];
+    for (int step = 0; step < STEPS; step++) {
+        global_batch(step, x, y);
+        if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) : 0, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+            FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
+        out->losses[step] = pdde_session_loss(s);
+        if (pdde_session_read(s, pdde_graph_find(g, "h0.moe.counts"), counts, sizeof counts)) FAIL_WITH("counts: %s", pdde_last_error(ctx));
+        out->expert0_tokens += counts[0];
+    }
+    if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
+        pdde_memory_stats ms, pm;
+        pdde_session_params psp = sp;
+        psp.world = NULL;
+        if (pdde_session_memory(s, &ms) || pdde_predict_memory(g, &psp, pdde_comm_size(comm), pdde_comm_rank(comm), &pm))
+            FAIL_WITH("memory: %s", pdde_last_error(ctx));
+        out->allocated = (int64_t)ms.allocated_bytes, out->predicted = (int64_t)pm.allocated_bytes;
+    }
+    char path[256];
+    snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, comm ? mc->name : "ref");
+    if (pdde_checkpoint_save(s, path, NULL)) FAIL_WITH("save: %s", pdde_last_error(ctx));
+    out->ok = 1;
+done:
+    pdde_session_free(s);
+    pdde_graph_free(g);
+}
+
+static void train_rank(pdde_context *ctx, pdde_comm *comm, void *arg) { train(ctx, comm, arg, test_rank_result); }
+
+/* The attention key biases' exact gradient is zero: rounding noise, which AdamW turns into steps. */
+static int key_bias(const char *name, int len, size_t i) {
+    return len >= 9 && name[0] == 'h' && !memcmp(name + 2, ".attn.b", 7) && (len == 9 || name[9] == '.') && i / 16 % 3 == 1;
+}
+
+int main(void) {
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = 1, cp.backends = "cpu"; /* the ranks' thread count: the same arithmetic */
+    pdde_context *ctx;
+    pdde_context_init(&cp, &ctx);
+    pdde_store_server *srv;
+    CHECK(pdde_store_server_init(ctx, "127.0.0.1:0", &srv) == PDDE_OK, "store server: %s", pdde_last_error(ctx));
+    if (test_failed) return test_finish();
+    g_server = srv;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
+    static const moe_config configs[] = {
+        {"moe_dp2", 0, 0, 0, 0, 2},
+        {"moe_zero1", 1, 0, 0, 0, 2},
+        {"moe_skewed", 0, 0, 1, 0, 2},
+        {"moe_ep2", 0, 0, 0, 1, 2},
+        {"moe_ep2_skewed", 0, 0, 1, 1, 2},
+        {"moe_ep2_zero1", 1, 0, 0, 1, 2},
+        {"moe_ep4_zero2", 2, 0, 0, 1, 4}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
+    };
+    for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
+        const moe_config *mc = &configs[i];
+        run_result ref = {0}, res[4];
+        memset(res, 0, sizeof res);
+        test_ranks_params tp = {.addr = addr, .prefix = mc->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .results = res,
+                                .result_size = sizeof *res};
+        test_run_ranks(mc->ranks, &tp, train_rank, (void *)mc, 240);
+        for (int r = 0; r < mc->ranks; r++) {
+            CHECK(res[r].ok, "%s rank %d failed: %s", mc->name, r, res[r].error);
+            CHECK(res[r].allocated == res[r].predicted && res[r].allocated > 0, "%s rank %d: %lld bytes allocated, lowering predicts %lld", mc->name, r,
+                  (long long)res[r].allocated, (long long)res[r].predicted);
+        }
+        train(ctx, NULL, mc, &ref);
+        CHECK(ref.ok, "%s reference: %s", mc->name, ref.error);
+        if (!ref.ok || !res[0].ok) continue;
+        char what[96], path[256], ref_path[256];
+        snprintf(what, sizeof what, "%s: losses", mc->name);
+        double worst = test_close_all(what, res[0].losses, ref.losses, STEPS, 0, TOL_LOSS);
+        snprintf(what, sizeof what, "%s: after step %d", mc->name, STEPS);
+        snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, mc->name), snprintf(ref_path, sizeof ref_path, "%s.ref.ckpt", tmp_prefix);
+        double worst_param = test_ckpt_compare_noise(what, path, ref_path, FLOOR, TOL_PARAM, key_bias, 2 * 3e-3 * STEPS);
+        CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.05, "%s: the loss falls: %.4f -> %.4f", mc->name, ref.losses[0], ref.losses[STEPS - 1]);
+        if (mc->skewed) /* every token to expert 0 (the counts are of all the tokens, on every rank) */
+            CHECK(ref.expert0_tokens == (int64_t)STEPS * 8 * 16 && res[0].expert0_tokens == ref.expert0_tokens && res[mc->ranks - 1].expert0_tokens == ref.expert0_tokens,
+                  "%s: expert 0 got %lld tokens in one process, %lld + %lld on the ranks, want all %d", mc->name, (long long)ref.expert0_tokens,
+                  (long long)res[0].expert0_tokens, (long long)res[1].expert0_tokens, STEPS * 8 * 16);
+        /* expert parallelism: each rank holds half the experts, and the tokens' rows go to them and back
+         * by all-to-all, forward and backward, in both blocks: 4 a block at least (data parallelism: none) */
+        if (mc->ep) CHECK(res[0].local_experts == 4 / mc->ranks && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= 8)",
+                          mc->name, (long long)res[0].local_experts, 4 / mc->ranks, res[0].alltoalls);
+        else CHECK(res[0].local_experts == 4 && res[0].alltoalls == 0, "%s: %lld experts on rank 0 (want 4), %d all-to-alls (want 0)", mc->name,
+                   (long long)res[0].local_experts, res[0].alltoalls);
+        printf("%-14s %lld experts a rank, %d all-to-alls; losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g)\n",
+               mc->name, (long long)res[0].local_experts, res[0].alltoalls, res[0].losses[0], res[0].losses[STEPS - 1], worst, TOL_LOSS, worst_param, TOL_PARAM);
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -f %s.*", tmp_prefix);
+    if (system(cmd)) fprintf(stderr, "could not remove %s.*\n", tmp_prefix);
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return test_finish();
+}

@@ -1,0 +1,289 @@
+/* bench_moe — Mixture-of-Experts on this machine.
+ *
+ *   bench_moe [--build DIR] [--reps N] [--max BYTES]     (what `make bench-moe` runs)
+ *   bench_moe --worker MAX                                 (one rank of the all-to-all part, under pdde-run)
+ *
+ * 1. An MoE feed-forward (router, top-2 of 8 experts, dispatch, grouped GEMMs, GELU, combine) against
+ *    the dense MLP of the same active FLOPs (hidden 2 x the experts' ffn), forward and backward on the
+ *    same tokens, in alternating rounds: layer_vs_dense = the dense time / the MoE time (its share of
+ *    the dense layer's FLOP rate).
+ * 2. pdde_comm_alltoallv (equal counts, the shape of a balanced token exchange) against Open MPI's
+ *    MPI_Alltoallv (tools/bench/mpi_alltoallv.c, the same sizes and timing) on 2 and 4 ranks:
+ *    alltoall_vs_mpi = pdde's bandwidth / MPI's at 16 MiB a rank on 2 ranks (the other sizes printed).
+ * 3. The cost model: the MoE layer's forward and backward for 4, 8, 16 and 32 experts predicted from a
+ *    calibration of this machine (pdde-bench --quick, taken first) against their measured medians:
+ *    cost_mape.
+ * 4. The ep pick: an MoE GPT (8 experts, top-2) trained on 2 ranks under build/pdde-run, data parallel
+ *    (ep 1) and expert parallel (--moe-ep, ep 2), the median step of each measured; pdde_moe_cost_estimate
+ *    of each (the layouts as they run: ep 2's buffer holds every token an expert, its expert gradients
+ *    reduce-scattered) on this machine's calibration (with collectives) picks one: pick_gap_pct = how
+ *    much slower the pick measured than the faster.
+ *
+ * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "bench_common.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TOKENS 2048
+#define WIDTH 256
+#define FFN 512
+#define TOPK 2
+
+static uint64_t rng = 12345;
+static float frand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) / 8388608.0) - 1.0f;
+}
+
+/* The layer's graph: loss = sum(layer(x) * wout), experts 0: the dense MLP of hidden TOPK x FFN. */
+static pdde_tensor *build_layer(pdde_graph *g, int experts) {
+    int64_t N = TOKENS, C = WIDTH, F = FFN;
+    pdde_tensor *x = pdde_param(g, "x", 2, (int64_t[]){N, C}, 1.0f), *y;
+    if (experts == 0) {
+        pdde_tensor *w1 = pdde_param(g, "w1", 2, (int64_t[]){C, TOPK * F}, 0.05f), *w2 = pdde_param(g, "w2", 2, (int64_t[]){TOPK * F, C}, 0.05f);
+        y = pdde_matmul(g, pdde_gelu(g, pdde_matmul(g, x, w1, 0, 0)), w2, 0, 0);
+    } else {
+        int64_t E = experts;
+        pdde_tensor *logits = pdde_matmul(g, x, pdde_param(g, "router", 2, (int64_t[]){C, E}, 0.05f), 0, 0);
+        pdde_tensor *idx = pdde_moe_topk(g, logits, NULL, TOPK, 0);
+        pdde_tensor *w1 = pdde_param(g, "w1", 3, (int64_t[]){E, C, F}, 0.05f), *w2 = pdde_param(g, "w2", 3, (int64_t[]){E, F, C}, 0.05f);
+        pdde_tensor *h = pdde_gelu(g, pdde_moe_grouped_matmul(g, pdde_moe_dispatch(g, x, idx, experts, 0), w1, idx, 0, 0));
+        y = pdde_moe_combine(g, pdde_moe_grouped_matmul(g, h, w2, idx, 0, 0), idx, pdde_moe_gate(g, logits, idx, 0), experts, 0);
+    }
+    pdde_tensor *wout = pdde_input(g, "wout", PDDE_F32, 2, (int64_t[]){N, C});
+    return pdde_sum(g, pdde_mul(g, y, wout), -1, 0);
+}
+
+typedef struct {
+    pdde_graph *g;
+    pdde_session *s;
+    double t[64];
+    int n;
+} layer_run;
+
+static int layer_open(pdde_context *ctx, int experts, layer_run *r) {
+    memset(r, 0, sizeof *r);
+    pdde_graph_init(ctx, &r->g);
+    pdde_tensor *loss = build_layer(r->g, experts);
+    if (!loss || pdde_backward(r->g, loss) || pdde_session_init(r->g, NULL, &r->s)) {
+        fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
+        return -1;
+    }
+    pdde_tensor *wout = pdde_graph_find(r->g, "wout");
+    float *w = malloc((size_t)pdde_tensor_nbytes(wout));
+    for (int64_t i = 0; i < pdde_tensor_numel(wout); i++) w[i] = frand();
+    pdde_session_write(r->s, wout, w, pdde_tensor_nbytes(wout));
+    free(w);
+    return pdde_session_run(r->s, PDDE_RUN_FORWARD_BACKWARD); /* warm-up */
+}
+
+static int layer_time(layer_run *r) {
+    double t0 = bench_now();
+    int st = pdde_session_run(r->s, PDDE_RUN_FORWARD_BACKWARD);
+    if (r->n < 64) r->t[r->n++] = bench_now() - t0;
+    return st;
+}
+
+static void layer_close(layer_run *r) { pdde_session_free(r->s), pdde_graph_free(r->g); }
+
+/* ---- the all-to-all ---- */
+
+static int worker(size_t max) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_comm *c;
+    if (pdde_comm_init(ctx, NULL, &c)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
+    int n = pdde_comm_size(c), rc = 0;
+    float *send = calloc(max / 4 + (size_t)n, 4), *recv = calloc(max / 4 + (size_t)n, 4);
+    size_t *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
+    for (size_t bytes = 64; bytes <= max && !rc; bytes = bench_next_size(bytes)) {
+        size_t per = bytes / 4 / (size_t)n; /* bytes: one rank's whole send buffer */
+        for (int r = 0; r < n; r++) counts[r] = per, displs[r] = (size_t)r * per;
+        int iters = bench_iters(bytes), reps = bench_reps(bytes);
+        double t[16];
+        rc |= pdde_comm_alltoallv(c, send, counts, displs, recv, counts, displs, PDDE_F32);
+        for (int r = 0; r < reps && !rc; r++) {
+            rc |= pdde_comm_barrier(c);
+            double t0 = bench_now();
+            for (int i = 0; i < iters && !rc; i++) rc |= pdde_comm_alltoallv(c, send, counts, displs, recv, counts, displs, PDDE_F32);
+            t[r] = (bench_now() - t0) / iters;
+        }
+        if (rc) fprintf(stderr, "alltoallv: %s\n", pdde_last_error(ctx));
+        else if (pdde_comm_rank(c) == 0) printf("RES %zu %.9g\n", bytes, bench_median(t, reps));
+        fflush(stdout);
+    }
+    free(send), free(recv), free(counts), free(displs);
+    pdde_comm_free(c);
+    pdde_context_free(ctx);
+    return rc ? 1 : 0;
+}
+
+#define MAXS 32
+static int collect(const char *cmd, size_t *sizes, double *lat) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return 0;
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, p)) {
+        char *s = strstr(line, "RES ");
+        size_t b;
+        double t;
+        if (s && n < MAXS && sscanf(s, "RES %zu %lf", &b, &t) == 2) sizes[n] = b, lat[n++] = t;
+        else fputs(line, stderr);
+    }
+    int st = pclose(p);
+    if (st) fprintf(stderr, "bench_moe: '%s' failed (status 0x%x)\n", cmd, st);
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *build = "build";
+    int reps = 15;
+    size_t max = (size_t)16 << 20;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--worker")) return worker(i + 1 < argc ? strtoull(argv[i + 1], NULL, 10) : max);
+        if (!strcmp(argv[i], "--build") && i + 1 < argc) build = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoull(argv[++i], NULL, 10);
+        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--max BYTES] | --worker MAX\n"); return 2; }
+    }
+    if (reps < 3) reps = 3;
+    if (reps > 64) reps = 64;
+    pdde_context *ctx;
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.backends = "cpu";
+    pdde_context_init(&cp, &ctx);
+
+    /* 1. MoE layer against the dense one; 3. the cost model's predictions of the MoE layers */
+    static const int experts[] = {8, 4, 16, 32};
+    enum { NE = sizeof experts / sizeof experts[0] };
+    layer_run dense, moe[NE];
+    if (layer_open(ctx, 0, &dense)) return 1;
+    for (int e = 0; e < NE; e++)
+        if (layer_open(ctx, experts[e], &moe[e])) return 1;
+    for (int r = 0; r < reps; r++) { /* rounds of every layer, in turn: load others put on the machine hits all */
+        if (layer_time(&dense)) return 1;
+        for (int e = 0; e < NE; e++)
+            if (layer_time(&moe[e])) return 1;
+    }
+    double flops = 3.0 * 2.0 * 2.0 * TOKENS * (double)WIDTH * TOPK * FFN; /* 2 GEMMs, forward + 2x backward */
+    double td = bench_median(dense.t, dense.n);
+    printf("MoE feed-forward, %d tokens, width %d, top-%d of E experts of ffn %d, against the dense MLP of ffn %d (same active FLOPs), "
+           "forward + backward, %d threads, median of %d\n", TOKENS, WIDTH, TOPK, FFN, TOPK * FFN, pdde_context_thread_count(ctx), reps);
+    printf("  dense        %8.3f ms  %7.2f GFLOP/s\n", td * 1e3, flops / td * 1e-9);
+    double tm[NE];
+    for (int e = 0; e < NE; e++) {
+        tm[e] = bench_median(moe[e].t, moe[e].n);
+        printf("  moe E=%-3d    %8.3f ms  %7.2f GFLOP/s  %.3f of dense\n", experts[e], tm[e] * 1e3, flops / tm[e] * 1e-9, td / tm[e]);
+    }
+    double layer_vs_dense = td / tm[0];
+
+    char cmd[2048], cluster[1024];
+    snprintf(cluster, sizeof cluster, "%s/bench_moe_cluster.json", build);
+    snprintf(cmd, sizeof cmd, "%s/pdde-bench -o %s --quick --no-comm --devices cpu >/dev/null 2>&1", build, cluster);
+    double mape = NAN;
+    pdde_cluster *cl = NULL;
+    if (system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
+        double sum = 0;
+        int n = 0;
+        printf("cost model (calibration: pdde-bench --quick)\n");
+        for (int e = 0; e < NE; e++) {
+            pdde_cost_program *p = NULL;
+            pdde_cost_result *res = NULL;
+            if (pdde_cost_program_from_graph(moe[e].g, cl->machines[0].devices[0].id, &p) == PDDE_OK && pdde_cost_simulate(ctx, cl, p, &res) == PDDE_OK) {
+                double err = fabs(res->step_time - tm[e]) / tm[e];
+                printf("  moe E=%-3d    predicted %8.3f ms, measured %8.3f ms: %+.1f%%\n", experts[e], res->step_time * 1e3, tm[e] * 1e3,
+                       100 * (res->step_time / tm[e] - 1));
+                sum += err, n++;
+            } else {
+                fprintf(stderr, "bench_moe: cost model: %s\n", pdde_last_error(ctx));
+            }
+            pdde_cost_result_free(res), pdde_cost_program_free(p);
+        }
+        if (n) mape = 100 * sum / n;
+    } else {
+        fprintf(stderr, "bench_moe: no calibration (%s): cost_mape not measured\n", cl ? pdde_last_error(ctx) : cmd);
+    }
+    pdde_cluster_free(cl);
+    layer_close(&dense);
+    for (int e = 0; e < NE; e++) layer_close(&moe[e]);
+
+    /* 2. the all-to-all */
+    double vs_mpi[2] = {NAN, NAN};
+    for (int n = 2; n <= 4; n += 2) {
+        size_t s1[MAXS], s2[MAXS];
+        double l1[MAXS], l2[MAXS];
+        snprintf(cmd, sizeof cmd, "%s/pdde-run -n %d %s/bench_moe --worker %zu 2>&1", build, n, build, max);
+        int n1 = collect(cmd, s1, l1);
+        snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_alltoallv %zu 2>&1", n, build, max);
+        int n2 = collect(cmd, s2, l2);
+        printf("alltoallv f32, equal counts, %d ranks (one host, %ld cores): bytes a rank sends, bandwidth = bytes x (n-1)/n / time\n", n,
+               sysconf(_SC_NPROCESSORS_ONLN));
+        printf("%12s %12s %12s %12s %12s %8s\n", "bytes", "pdde us", "mpi us", "pdde GB/s", "mpi GB/s", "ratio");
+        for (int i = 0; i < n1; i++) {
+            double lm = 0;
+            for (int j = 0; j < n2; j++)
+                if (s2[j] == s1[i]) lm = l2[j];
+            double f = (double)(n - 1) / n, bp = s1[i] * f / l1[i] / 1e9, bm = lm > 0 ? s1[i] * f / lm / 1e9 : 0;
+            printf("%12zu %12.2f %12.2f %12.3f %12.3f %8.2f\n", s1[i], l1[i] * 1e6, lm * 1e6, bp, bm, bm > 0 ? bp / bm : 0);
+            if (s1[i] == max && bm > 0) vs_mpi[n / 2 - 1] = bp / bm;
+        }
+        fflush(stdout);
+    }
+    /* 4. the ep pick on 2 ranks */
+    double measured[2] = {NAN, NAN}, predicted[2] = {NAN, NAN}, gap = NAN;
+    for (int ep = 1; ep <= 2; ep++) {
+        char metrics[1024];
+        snprintf(metrics, sizeof metrics, "%s/bench_moe_ep%d.jsonl", build, ep);
+        snprintf(cmd, sizeof cmd, "%s/pdde-run -n 2 %s/gpt --dp 2 --moe-experts 8 --moe-topk 2 --layers 2 --width 128 --ctx 64 --batch 8 "
+                 "--steps 30 --val-every 0 --sample-len 0 --ckpt-every 0 --threads 1 %s --metrics %s >/dev/null 2>&1", build, build,
+                 ep == 2 ? "--moe-ep" : "", metrics);
+        FILE *f = system(cmd) == 0 ? fopen(metrics, "r") : NULL;
+        double t[64];
+        int n = 0;
+        char line[512];
+        while (f && fgets(line, sizeof line, f)) {
+            char *p = strstr(line, "\"step_s\":");
+            int step = 0;
+            if (p && sscanf(line, "{\"step\":%d", &step) == 1 && step > 10 && n < 64) t[n++] = atof(p + 9);
+        }
+        if (f) fclose(f);
+        if (n) measured[ep - 1] = bench_median(t, n);
+        else fprintf(stderr, "bench_moe: '%s' gave no steps\n", cmd);
+    }
+    snprintf(cmd, sizeof cmd, "PDDE_NUM_THREADS=1 %s/pdde-bench -o %s --quick --devices cpu >/dev/null 2>&1", build, cluster);
+    cl = NULL;
+    if (system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
+        /* the second rank: a copy of the machine's CPU device (the ranks share it, a thread each) */
+        pdde_cluster_device d0 = cl->machines[0].devices[0], d1 = d0;
+        d1.id = d0.id + 1000;
+        pdde_cluster_add_device(cl, 0, &d1);
+        int dev[2] = {d0.id, d1.id};
+        for (int ep = 1; ep <= 2; ep++) {
+            pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
+            mp.tokens = 8 * 64, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
+            mp.capacity_factor = ep == 2 ? 8.0f / 2 : 0; /* by expert: every token's row in every expert's block */
+            mp.grads_over_ep = 1;
+            pdde_moe_cost mc;
+            if (pdde_moe_cost_estimate(ctx, cl, dev, 2, &mp, ep, &mc) == PDDE_OK) predicted[ep - 1] = mc.step_s;
+            else fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
+        }
+    }
+    pdde_cluster_free(cl);
+    if (isfinite(measured[0]) && isfinite(measured[1]) && isfinite(predicted[0]) && isfinite(predicted[1])) {
+        int pick = predicted[1] < predicted[0], best = measured[1] < measured[0];
+        gap = 100 * (measured[pick] / measured[best] - 1);
+        printf("ep pick on 2 ranks (MoE GPT, 8 experts, top-2): measured %.2f ms (ep 1), %.2f ms (ep 2); the model's MoE part %.2f ms, %.2f ms: "
+               "picks ep %d, %.1f%% from the faster\n", measured[0] * 1e3, measured[1] * 1e3, predicted[0] * 1e3, predicted[1] * 1e3, pick + 1, gap);
+    }
+    printf("RESULT moe layer_vs_dense=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f pick_gap_pct=%.1f cost_mape=%.1f\n", layer_vs_dense,
+           vs_mpi[0], vs_mpi[1], gap, mape);
+    pdde_context_free(ctx);
+    return 0;
+}
