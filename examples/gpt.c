@@ -374,14 +374,18 @@ int main(int argc, char **argv) {
     char ckpt[4096] = "";
     if (o.ckpt_dir) {
         mkdir(o.ckpt_dir, 0755);
-        /* ZeRO-1 shards the optimizer state: every rank keeps its own file */
-        snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir); /* whole tensors, whatever the plan */
+        /* a sharded checkpoint (each rank writes its blocks; it loads under any plan) in the directory */
+        snprintf(ckpt, sizeof ckpt, "%s", o.ckpt_dir);
         if (o.resume) {
             pdde_checkpoint_extra ex = {.use_graph_schedule = o.reschedule};
             pdde_status st = pdde_checkpoint_load(s, ckpt, &ex);
+            char single[4200]; /* (or a single file that an older run saved there) */
+            snprintf(single, sizeof single, "%s/gpt.ckpt", o.ckpt_dir);
+            const char *from = ckpt;
+            if (st == PDDE_ERR_NOT_FOUND && (st = pdde_checkpoint_load(s, single, &ex)) == PDDE_OK) from = single;
             if (st == PDDE_OK) {
                 pdde_data_set_position(train, ex.data_position);
-                printf("gpt: resumed from %s at step %lld\n", ckpt, (long long)pdde_session_step(s));
+                if (rank == 0) printf("gpt: resumed from %s at step %lld (data position %llu)\n", from, (long long)pdde_session_step(s), (unsigned long long)ex.data_position);
                 const pdde_optimizer_params *was = &ex.schedule;
                 if (ex.schedule_differs && rank == 0)
                     printf("gpt: the checkpoint's run scheduled lr %.3g over %lld steps (warmup %lld); this one asks for lr %.3g over %lld "
