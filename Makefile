@@ -162,6 +162,8 @@ $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 
 # (the tests that load them build them: test_plugin, and the conformance run through --plugin)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
+# (the checkpoint tests compare checkpoints with pdde-ckpt)
+$(BUILD)/test_checkpoint_shard: $(BUILD)/pdde-ckpt
 
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)

@@ -53,7 +53,7 @@ typedef struct {
 /* What a checkpoint directory or a set of snapshots holds, and where. */
 typedef struct {
     pdde_context *ctx;
-    char what[600];       /* for messages: "checkpoint DIR" or "snapshot set" */
+    char what[4200];      /* for messages: "checkpoint DIR" or "snapshot set" */
     snap_meta meta;
     snap_tensor *t;
     int nt, cap_t;
@@ -871,8 +871,11 @@ static int dtype_of_name(const char *name) {
 }
 
 /* Reads and checks dir's manifest into s (sources: its shard files). */
-static pdde_status manifest_read(pdde_context *ctx, const char *dir, snap_set *s) {
+static const char *dir_name(const char *dir, char *buf, size_t n);
+static pdde_status manifest_read(pdde_context *ctx, const char *dir_in, snap_set *s) {
     *s = (snap_set){.ctx = ctx};
+    char dir_buf[4096];
+    const char *dir = dir_name(dir_in, dir_buf, sizeof dir_buf);
     snprintf(s->what, sizeof s->what, "checkpoint %s", dir);
     snprintf(s->dir, sizeof s->dir, "%s", dir);
     char path[4200];
@@ -1104,9 +1107,19 @@ static pdde_status snap_commit(pdde_context *ctx, const char *dir, uint64_t gen,
     return st;
 }
 
-pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const char *dir) {
-    if (!sn || !dir || !*dir) return PDDE_ERR_INVALID_ARG;
+/* dir without its trailing slashes (but "/"), into buf. */
+static const char *dir_name(const char *dir, char *buf, size_t n) {
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    snprintf(buf, n, "%.*s", (int)len, dir);
+    return buf;
+}
+
+pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const char *dir_in) {
+    if (!sn || !dir_in || !*dir_in) return PDDE_ERR_INVALID_ARG;
     pdde_context *ctx = sn->ctx;
+    char dir_buf[4096];
+    const char *dir = dir_name(dir_in, dir_buf, sizeof dir_buf);
     int rank = 0, size = 1;
 #ifdef PDDE_HAVE_COMM
     if (world) rank = pdde_comm_rank(world), size = pdde_comm_size(world);
