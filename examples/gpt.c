@@ -434,7 +434,7 @@ int main(int argc, char **argv) {
                    loss, lr, ema_tps, eta, scaling);
         if (metrics) {
             pdde_session_memory(s, &ms);
-            fprintf(metrics, "{\"step\":%lld,\"loss\":%.6g,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"memory_bytes\":%zu,\"time_s\":%.3f}\n",
+            fprintf(metrics, "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6g,\"tokens_per_s\":%.1f,\"step_s\":%.6f,\"memory_bytes\":%zu,\"time_s\":%.3f}\n",
                     (long long)step + 1, loss, lr, tps, dt, ms.allocated_bytes, t - t0);
             fflush(metrics);
         }
