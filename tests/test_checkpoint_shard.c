@@ -34,8 +34,33 @@ static void batch(int64_t step, int32_t *x, int32_t *y) {
 
 /* ---- a rank: worker PLAN SEED STEPS [dir=D every=K] [file=F at=K] [load=D] [expect=STEP,POS] [fail=TEXT] ---- */
 
+/* Restores s from the snapshots whose bytes are in files (comma-separated list). */
+static pdde_status restore_from(pdde_context *ctx, pdde_session *s, const char *files, pdde_checkpoint_extra *ex) {
+    pdde_snapshot *set[8];
+    int n = 0;
+    pdde_status st = PDDE_OK;
+    for (const char *f = files; *f && n < 8 && !st;) {
+        size_t len = strcspn(f, ",");
+        char path[600];
+        snprintf(path, sizeof path, "%.*s", (int)len, f);
+        f += len + (f[len] == ',');
+        FILE *fp = fopen(path, "rb");
+        long size = -1;
+        if (fp && fseek(fp, 0, SEEK_END) == 0) size = ftell(fp), rewind(fp);
+        char *buf = size > 0 ? malloc((size_t)size) : NULL;
+        if (!buf || fread(buf, 1, (size_t)size, fp) != (size_t)size) st = PDDE_ERR_IO, fprintf(stderr, "worker: cannot read %s\n", path);
+        if (fp) fclose(fp);
+        if (!st) st = pdde_snapshot_from_data(ctx, buf, (size_t)size, &set[n]);
+        if (!st) n++;
+        free(buf);
+    }
+    if (!st) st = pdde_snapshot_restore(s, (const pdde_snapshot *const *)set, n, ex);
+    for (int i = 0; i < n; i++) pdde_snapshot_free(set[i]);
+    return st;
+}
+
 static int worker(int argc, char **argv) {
-    const char *plan_text = argv[2], *dir = NULL, *file = NULL, *load = NULL, *fail = NULL;
+    const char *plan_text = argv[2], *dir = NULL, *file = NULL, *load = NULL, *fail = NULL, *snap = NULL, *restore = NULL;
     uint64_t seed = strtoull(argv[3], NULL, 10);
     long steps = strtol(argv[4], NULL, 10), every = 0, at = -1, expect_step = -1, expect_pos = -1;
     for (int i = 5; i < argc; i++) {
@@ -47,6 +72,8 @@ static int worker(int argc, char **argv) {
         else if (!strncmp(a, "load=", 5)) load = a + 5;
         else if (!strncmp(a, "fail=", 5)) fail = a + 5;
         else if (!strncmp(a, "expect=", 7)) sscanf(a + 7, "%ld,%ld", &expect_step, &expect_pos);
+        else if (!strncmp(a, "snap=", 5)) snap = a + 5;
+        else if (!strncmp(a, "restore=", 8)) restore = a + 8;
     }
     pdde_plan parsed;
     if (pdde_plan_parse(plan_text, &parsed)) { fprintf(stderr, "worker: plan %s: %s\n", plan_text, parsed.why); return 2; }
@@ -78,9 +105,9 @@ static int worker(int argc, char **argv) {
     sp.world = comm;
     pdde_session *s;
     W(pdde_session_init(g, &sp, &s));
-    if (load) {
+    if (load || restore) {
         pdde_checkpoint_extra ex = {0};
-        pdde_status st = pdde_checkpoint_load(s, load, &ex);
+        pdde_status st = load ? pdde_checkpoint_load(s, load, &ex) : restore_from(ctx, s, restore, &ex);
         if (fail) { /* the load must fail, saying so */
             int ok = 0; /* fail=A|B: the message holds A or B */
             for (const char *f = fail; st != PDDE_OK && *f && !ok;) {
@@ -111,7 +138,21 @@ static int worker(int argc, char **argv) {
         if (dir && every && (step + 1) % every == 0) W(pdde_checkpoint_save(s, dir, &ex));
         if (file && step + 1 == at) W(pdde_checkpoint_save(s, file, &ex));
     }
-    if (load && steps == expect_step) { /* nothing trained: it saves what it loaded */
+    if (snap) { /* a snapshot with replicas, its bytes kept in a file (as a peer would keep them) */
+        pdde_snapshot_params spp = PDDE_SNAPSHOT_PARAMS_INIT;
+        spp.replicas = 1;
+        pdde_checkpoint_extra ex = {.data_position = 1000 + 8 * (uint64_t)steps};
+        pdde_snapshot *sn;
+        W(pdde_snapshot_take(s, &spp, &ex, &sn));
+        char fp[600];
+        size_t n;
+        const void *bytes = pdde_snapshot_data(sn, &n);
+        snprintf(fp, sizeof fp, "%s/r%d.bin", snap, rank);
+        FILE *f = fopen(fp, "wb");
+        if (!f || fwrite(bytes, 1, n, f) != n || fclose(f)) { fprintf(stderr, "worker: cannot write %s\n", fp); return 1; }
+        pdde_snapshot_free(sn);
+    }
+    if ((load || restore) && steps == expect_step) { /* nothing trained: it saves what it loaded */
         pdde_checkpoint_extra ex = {.data_position = (uint64_t)expect_pos};
         if (file) W(pdde_checkpoint_save(s, file, &ex));
         if (dir) W(pdde_checkpoint_save(s, dir, &ex));
@@ -326,6 +367,23 @@ int main(int argc, char **argv) {
         CHECK(count_files(K, "s2-r") == 0 && count_files(K, "s3-r") == 2, "%s: the next save is generation 3 and removed generation 2's files", who[k]);
         CHECK(tool("verify", K, NULL, out, sizeof out) == 0, "%s: the new checkpoint verifies: %s", who[k], out);
     }
+
+    /* in-memory snapshots (with replicas) of dp=2 ZeRO-1, restored by one process: both ranks' snapshots
+     * make the whole state; rank 1's alone lacks rank 0's optimizer state shard */
+    char S[300], Sfile[300], Rfile[300], snaparg[400], restarg[1400];
+    path(S, sizeof S, "snaps"), path(Sfile, sizeof Sfile, "snap.ckpt"), path(Rfile, sizeof Rfile, "restored.ckpt");
+    mkdir(S, 0755);
+    snprintf(snaparg, sizeof snaparg, "snap=%s", S), snprintf(filearg, sizeof filearg, "file=%s", Sfile);
+    char *snap_job[] = {"dp=2,zero=1", "1", "3", snaparg, filearg, "at=3", NULL};
+    CHECK(run_job(&p, 2, snap_job, NULL, 60) == 0, "dp=2 ZeRO-1 trains 3 steps and takes snapshots with replicas");
+    snprintf(restarg, sizeof restarg, "restore=%s/r1.bin,%s/r0.bin", S, S), snprintf(filearg, sizeof filearg, "file=%s", Rfile);
+    char *restore_job[] = {"dp=1", "42", "3", restarg, "expect=3,1024", filearg, NULL};
+    CHECK(run_job(&p, 1, restore_job, NULL, 60) == 0, "one process (seed 42) restores from the two snapshots");
+    check_identical(Sfile, Rfile, "snapshots of dp=2 ZeRO-1 -> one process");
+    snprintf(restarg, sizeof restarg, "restore=%s/r1.bin", S);
+    char *restore_part[] = {"dp=1", "42", "3", restarg, "fail=in none of its blocks", NULL};
+    CHECK(run_job(&p, 1, restore_part, NULL, 60) == 0 && strstr(p.out, "refusal as expected") && strstr(p.out, "adam"),
+          "rank 1's snapshot alone is refused, naming an optimizer state tensor it lacks (%s)", p.out);
 
     /* a flipped byte, a missing shard */
     char name[256] = "", shard[600], moved[700];
