@@ -1404,7 +1404,6 @@ pdde_status pdde_checkpoint_verify(pdde_context *ctx, const char *path) {
     pdde_snapshot *sn = NULL;
     pdde_status st = set_open(ctx, path, &s, &sn); /* the manifest's CRC and its blocks' cover, or the file's CRC */
     if (st) return st;
-    if (!sn) st = set_check_cover(&s, true);
     /* each shard's own header and index, and its blocks as the manifest names them */
     for (int f = 0; f < s.nsrc && !sn && !st; f++) {
         snap_set own = {.ctx = ctx};
