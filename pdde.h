@@ -1895,6 +1895,18 @@ pdde_status pdde_snapshot_restore(pdde_session *s, const pdde_snapshot *const *s
  * training step does not use) to write a checkpoint in the background. */
 pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const char *dir);
 
+/* A sharded save in the background (so that steps need not wait for the disk): start copies this
+ * rank's state to host memory (pdde_snapshot_take), agrees on the save with the other ranks and
+ * leaves the shard file to a thread of its own; the session may run steps meanwhile. finish (at a
+ * later step boundary, on every rank) waits for the file, then makes the checkpoint visible as
+ * pdde_checkpoint_save does (collective over the session's world) and frees the writer. Until then
+ * the previous checkpoint is the one that loads. _start_snapshot saves a snapshot the caller keeps
+ * alive until finish (over world: NULL for one process). */
+typedef struct pdde_checkpoint_writer pdde_checkpoint_writer;
+pdde_status pdde_checkpoint_writer_start(pdde_session *s, const char *dir, const pdde_checkpoint_extra *extra, pdde_checkpoint_writer **out);
+pdde_status pdde_checkpoint_writer_start_snapshot(const pdde_snapshot *sn, pdde_comm *world, const char *dir, pdde_checkpoint_writer **out);
+pdde_status pdde_checkpoint_writer_finish(pdde_checkpoint_writer *w);
+
 /* Checks a checkpoint (a sharded directory or a single file) without a session: the manifest's and
  * every shard's CRCs, every block's CRC, and that the blocks cover every tensor exactly once. */
 pdde_status pdde_checkpoint_verify(pdde_context *ctx, const char *path);

@@ -1115,41 +1115,85 @@ static const char *dir_name(const char *dir, char *buf, size_t n) {
     return buf;
 }
 
-pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const char *dir_in) {
-    if (!sn || !dir_in || !*dir_in) return PDDE_ERR_INVALID_ARG;
-    pdde_context *ctx = sn->ctx;
-    char dir_buf[4096];
-    const char *dir = dir_name(dir_in, dir_buf, sizeof dir_buf);
-    int rank = 0, size = 1;
+/* A save in progress: its snapshot, the generation rank 0 named, and this rank's shard file (written
+ * here or by a thread of its own). */
+struct pdde_checkpoint_writer {
+    pdde_context *ctx;
+    const pdde_snapshot *sn;
+    pdde_snapshot *owned; /* taken by pdde_checkpoint_writer_start: freed with the writer */
+    pdde_comm *world;
+    char dir[4096];
+    int rank, size;
+    int64_t gen;
+    pdde_status st;       /* this rank's outcome so far */
+    char msg[1024];       /* its message, when the thread failed (errors are per thread) */
+    pthread_t thread;
+    bool threaded;
+};
+
+#define SNAP_WAIT_S 3600.0 /* a peer still writing a large shard: dead peers fail sooner (peer_timeout_s) */
+
 #ifdef PDDE_HAVE_COMM
-    if (world) rank = pdde_comm_rank(world), size = pdde_comm_size(world);
-#else
-    if (world) return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "checkpoint: a communicator without comm/ in this build");
+/* Waits for a receive or broadcast that may wait for the slowest rank's disk (*req: started, or NULL
+ * with st its failure). */
+static pdde_status snap_wait(pdde_status st, pdde_comm_request **req) {
+    if (!st) st = pdde_comm_wait(*req, SNAP_WAIT_S);
+    if (*req) pdde_comm_request_free(*req);
+    return st;
+}
 #endif
+
+/* Checks, creates the directory and agrees on the generation (collective). */
+static pdde_status save_begin(pdde_checkpoint_writer *w) {
+    pdde_context *ctx = w->ctx;
+    w->rank = 0, w->size = 1;
+#ifdef PDDE_HAVE_COMM
+    if (w->world) w->rank = pdde_comm_rank(w->world), w->size = pdde_comm_size(w->world);
+#else
+    if (w->world) return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "checkpoint: a communicator without comm/ in this build");
+#endif
+    const char *dir = w->dir;
     pdde_status st = PDDE_OK;
-    if (sn->meta.world != size || sn->meta.rank != rank)
-        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "checkpoint %s: a snapshot of rank %d of %d saved by rank %d of %d", dir, sn->meta.rank, sn->meta.world, rank, size);
+    if (w->sn->meta.world != w->size || w->sn->meta.rank != w->rank)
+        st = pdde_error(ctx, PDDE_ERR_INVALID_ARG, "checkpoint %s: a snapshot of rank %d of %d saved by rank %d of %d", dir, w->sn->meta.rank,
+                        w->sn->meta.world, w->rank, w->size);
     struct stat sb;
     if (!st && mkdir(dir, 0755) != 0 && errno != EEXIST) st = pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot create the directory %s: %s", dir, strerror(errno));
     if (!st && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))) st = pdde_error(ctx, PDDE_ERR_IO, "checkpoint: %s is not a directory", dir);
-    int64_t gen = 0;
-    if (rank == 0 && !st) gen = (int64_t)next_generation(ctx, dir);
+    w->gen = 0;
+    if (w->rank == 0 && !st) w->gen = (int64_t)next_generation(ctx, dir);
 #ifdef PDDE_HAVE_COMM
-    if (world) { /* rank 0 names the generation; 0: it failed */
-        pdde_status cs = pdde_comm_broadcast(world, &gen, 1, PDDE_I64, 0);
+    if (w->world) { /* rank 0 names the generation; 0: it failed */
+        pdde_status cs = pdde_comm_broadcast(w->world, &w->gen, 1, PDDE_I64, 0);
         if (cs) return cs;
-        if (!st && gen == 0) st = pdde_error(ctx, PDDE_ERR_IO, "checkpoint %s: rank 0 could not start the save", dir);
+        if (!st && w->gen == 0) st = pdde_error(ctx, PDDE_ERR_IO, "checkpoint %s: rank 0 could not start the save", dir);
     }
 #endif
-    /* this rank's shard file, if it holds a block no lower rank holds */
+    w->st = st;
+    return PDDE_OK;
+}
+
+/* This rank's shard file, if it holds a block no lower rank holds. */
+static void *save_write(void *arg) {
+    pdde_checkpoint_writer *w = arg;
+    if (w->st || !w->sn->n_primary) return NULL;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/s%llu-r%d.shard", w->dir, (unsigned long long)w->gen, w->rank);
+    w->st = write_synced(w->ctx, path, w->sn->data, w->sn->size, w->rank, (uint64_t)w->gen);
+    if (w->st) snprintf(w->msg, sizeof w->msg, "%s", pdde_last_error(w->ctx));
+    return NULL;
+}
+
+/* Every rank's outcome and index to rank 0, which commits; its outcome back to all (collective). */
+static pdde_status save_commit(pdde_checkpoint_writer *w) {
+    pdde_context *ctx = w->ctx;
+    const pdde_snapshot *sn = w->sn;
+    const char *dir = w->dir;
+    int rank = w->rank, size = w->size;
+    pdde_status st = w->st;
+    if (st && w->msg[0]) pdde_error(ctx, st, "%s", w->msg);
     size_t prefix_n = 0;
-    if (!st) memcpy(&prefix_n, sn->data + 88, 8), prefix_n += SNAP_HEADER + 4;
-    if (!st && sn->n_primary) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/s%llu-r%d.shard", dir, (unsigned long long)gen, rank);
-        st = write_synced(ctx, path, sn->data, sn->size, rank, (uint64_t)gen);
-    }
-    /* every rank's outcome and index to rank 0, which commits; its outcome back to all */
+    memcpy(&prefix_n, sn->data + 88, 8), prefix_n += SNAP_HEADER + 4;
     int64_t result[2] = {st, rank};
     if (rank == 0) {
         unsigned char **prefix = calloc((size_t)size, sizeof *prefix);
@@ -1161,14 +1205,16 @@ pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const 
 #ifdef PDDE_HAVE_COMM
         for (int r = 1; r < size && prefix && pn; r++) {
             int64_t h[3];
-            pdde_status cs = pdde_comm_recv(world, h, 3, PDDE_I64, r, SNAP_TAG);
+            pdde_comm_request *req = NULL;
+            pdde_status cs = pdde_comm_irecv(w->world, h, 3, PDDE_I64, r, SNAP_TAG, &req);
+            cs = snap_wait(cs, &req);
             if (cs) return free(prefix), free(pn), cs; /* (a lost peer: the communication layer fails the others too) */
             if (h[0] && !peer) peer = (pdde_status)h[0], bad = r;
             if (h[1] > 0) {
                 size_t words = ((size_t)h[1] + 7) / 8;
                 prefix[r] = malloc(words * 8);
                 if (!prefix[r]) return free(prefix), free(pn), pdde_error(ctx, PDDE_ERR_OOM, "checkpoint: out of memory");
-                cs = pdde_comm_recv(world, prefix[r], words, PDDE_I64, r, SNAP_TAG + 1);
+                cs = pdde_comm_recv(w->world, prefix[r], words, PDDE_I64, r, SNAP_TAG + 1);
                 if (cs) return free(prefix[r]), free(prefix), free(pn), cs;
                 pn[r] = (size_t)h[1];
                 if (!h[2]) free(prefix[r]), prefix[r] = NULL; /* holds only replicas: no file */
@@ -1176,7 +1222,7 @@ pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const 
         }
 #endif
         if (!st && peer) st = pdde_error(ctx, peer, "checkpoint %s: rank %d could not write its shard (its own message says why); the previous checkpoint stays", dir, bad);
-        if (!st) st = snap_commit(ctx, dir, (uint64_t)gen, prefix, pn, size);
+        if (!st) st = snap_commit(ctx, dir, (uint64_t)w->gen, prefix, pn, size);
         for (int r = 1; prefix && r < size; r++) free(prefix[r]);
         free(prefix), free(pn);
         result[0] = st, result[1] = peer && bad ? bad : 0;
@@ -1184,24 +1230,85 @@ pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const 
 #ifdef PDDE_HAVE_COMM
     else {
         int64_t h[3] = {st, st ? 0 : (int64_t)prefix_n, sn->n_primary > 0};
-        pdde_status cs = pdde_comm_send(world, h, 3, PDDE_I64, 0, SNAP_TAG);
+        pdde_status cs = pdde_comm_send(w->world, h, 3, PDDE_I64, 0, SNAP_TAG);
         if (!cs && h[1] > 0) {
             size_t words = (prefix_n + 7) / 8;
             unsigned char *pad = calloc(words, 8);
             if (!pad) cs = pdde_error(ctx, PDDE_ERR_OOM, "checkpoint: out of memory");
-            else memcpy(pad, sn->data, prefix_n), cs = pdde_comm_send(world, pad, words, PDDE_I64, 0, SNAP_TAG + 1);
+            else memcpy(pad, sn->data, prefix_n), cs = pdde_comm_send(w->world, pad, words, PDDE_I64, 0, SNAP_TAG + 1);
             free(pad);
         }
         if (cs) return cs;
     }
-    if (world) {
-        pdde_status cs = pdde_comm_broadcast(world, result, 2, PDDE_I64, 0);
+    if (w->world) {
+        pdde_comm_request *req = NULL;
+        pdde_status cs = pdde_comm_ibroadcast(w->world, result, 2, PDDE_I64, 0, &req);
+        cs = snap_wait(cs, &req);
         if (cs) return cs;
         if (!st && result[0])
             st = pdde_error(ctx, (pdde_status)result[0], "checkpoint %s: not saved (rank %d failed: its own message says why); the previous checkpoint stays",
                             dir, (int)result[1]);
     }
 #endif
+    return st;
+}
+
+static pdde_checkpoint_writer *writer_new(pdde_context *ctx, const pdde_snapshot *sn, pdde_comm *world, const char *dir) {
+    pdde_checkpoint_writer *w = calloc(1, sizeof *w);
+    if (!w) return NULL;
+    w->ctx = ctx, w->sn = sn, w->world = world;
+    dir_name(dir, w->dir, sizeof w->dir);
+    return w;
+}
+
+pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const char *dir) {
+    if (!sn || !dir || !*dir) return PDDE_ERR_INVALID_ARG;
+    pdde_checkpoint_writer *w = writer_new(sn->ctx, sn, world, dir);
+    if (!w) return pdde_error(sn->ctx, PDDE_ERR_OOM, "checkpoint: out of memory");
+    pdde_status st = save_begin(w);
+    if (!st) save_write(w), st = save_commit(w);
+    free(w);
+    return st;
+}
+
+pdde_status pdde_checkpoint_writer_start_snapshot(const pdde_snapshot *sn, pdde_comm *world, const char *dir, pdde_checkpoint_writer **out) {
+    if (!sn || !dir || !*dir || !out) return PDDE_ERR_INVALID_ARG;
+    *out = NULL;
+    pdde_checkpoint_writer *w = writer_new(sn->ctx, sn, world, dir);
+    if (!w) return pdde_error(sn->ctx, PDDE_ERR_OOM, "checkpoint: out of memory");
+    pdde_status st = save_begin(w);
+    if (st) { free(w); return st; }
+    /* (a thread that cannot start: the file is written now) */
+    w->threaded = !w->st && sn->n_primary && pthread_create(&w->thread, NULL, save_write, w) == 0;
+    if (!w->threaded) save_write(w);
+    *out = w;
+    return PDDE_OK;
+}
+
+pdde_status pdde_checkpoint_writer_start(pdde_session *s, const char *dir, const pdde_checkpoint_extra *extra, pdde_checkpoint_writer **out) {
+    if (!s || !dir || !*dir || !out) return PDDE_ERR_INVALID_ARG;
+    *out = NULL;
+    pdde_snapshot *sn = NULL;
+    pdde_status st = pdde_snapshot_take(s, NULL, extra, &sn);
+#ifdef PDDE_HAVE_COMM
+    if (s->world) { /* a rank that could not copy its state: no rank goes on */
+        float bad = st ? 1.0f : 0.0f, any = 0;
+        pdde_status cs = pdde_comm_allreduce(s->world, &bad, &any, 1, PDDE_F32, PDDE_REDUCE_MAX);
+        if (!st && (cs || any > 0)) st = cs ? cs : pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint %s: another rank could not copy its state; not saved", dir);
+    }
+#endif
+    if (!st) st = pdde_checkpoint_writer_start_snapshot(sn, s->world, dir, out);
+    if (st) { pdde_snapshot_free(sn); return st; }
+    (*out)->owned = sn;
+    return PDDE_OK;
+}
+
+pdde_status pdde_checkpoint_writer_finish(pdde_checkpoint_writer *w) {
+    if (!w) return PDDE_ERR_INVALID_ARG;
+    if (w->threaded) pthread_join(w->thread, NULL);
+    pdde_status st = save_commit(w);
+    pdde_snapshot_free(w->owned);
+    free(w);
     return st;
 }
 
@@ -1216,22 +1323,9 @@ static bool ckpt_is_dir(const char *path) {
 }
 
 static pdde_status ckpt_save_dir(pdde_session *s, const char *dir, const pdde_checkpoint_extra *extra) {
-    pdde_snapshot *sn = NULL;
-    pdde_status st = pdde_snapshot_take(s, NULL, extra, &sn);
-#ifdef PDDE_HAVE_COMM
-    if (s->world) { /* a rank that could not take its snapshot still takes part (with an empty one) */
-        float bad = st ? 1.0f : 0.0f, any = 0;
-        pdde_status cs = pdde_comm_allreduce(s->world, &bad, &any, 1, PDDE_F32, PDDE_REDUCE_MAX);
-        if (cs || any > 0) {
-            pdde_snapshot_free(sn);
-            return st ? st : cs ? cs : pdde_error(s->ctx, PDDE_ERR_IO, "checkpoint %s: another rank could not copy its state; not saved", dir);
-        }
-    }
-#endif
-    if (st) return st;
-    st = pdde_snapshot_save(sn, s->world, dir);
-    pdde_snapshot_free(sn);
-    return st;
+    pdde_checkpoint_writer *w = NULL;
+    pdde_status st = pdde_checkpoint_writer_start(s, dir, extra, &w);
+    return st ? st : pdde_checkpoint_writer_finish(w);
 }
 
 static pdde_status ckpt_load_dir(pdde_session *s, const char *dir, pdde_checkpoint_extra *extra) {

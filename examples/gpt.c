@@ -22,7 +22,7 @@
 typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
-    int stop_after, reschedule;
+    int stop_after, reschedule, ckpt_async;
     float lr, weight_decay, clip;
     uint64_t seed;
     const char *data, *ckpt_dir, *blocks_on, *plan, *cluster, *trace, *metrics;
@@ -41,6 +41,7 @@ static void usage(FILE *f) {
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
+            "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
             "                              checkpoint's, which a resumed run keeps by default)\n"
@@ -77,6 +78,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--show-program")) { o->show_program = 1; continue; }
         if (!strcmp(a, "--comm-bf16")) { o->comm_bf16 = 1; continue; }
         if (!strcmp(a, "--reschedule")) { o->reschedule = 1; continue; }
+        if (!strcmp(a, "--ckpt-async")) { o->ckpt_async = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -412,6 +414,7 @@ int main(int argc, char **argv) {
     int64_t first = pdde_session_step(s);
     float ema_tps = 0;
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
+    pdde_checkpoint_writer *writer = NULL; /* --ckpt-async: the save in progress */
     for (int64_t step = first; step < last; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
@@ -445,7 +448,11 @@ int main(int argc, char **argv) {
         }
         if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == last)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
-            TRY(pdde_checkpoint_save(s, ckpt, &ex));
+            pdde_checkpoint_writer *was = writer; /* the previous one becomes visible */
+            writer = NULL;
+            if (was) TRY(pdde_checkpoint_writer_finish(was));
+            if (o.ckpt_async && step + 1 < last) TRY(pdde_checkpoint_writer_start(s, ckpt, &ex, &writer));
+            else TRY(pdde_checkpoint_save(s, ckpt, &ex));
         }
     }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
