@@ -1090,11 +1090,11 @@ static pdde_status snap_commit(pdde_context *ctx, const char *dir, uint64_t gen,
     if (!st) snap_pause("manifest", 0, gen);
     if (!st && rename(tmp, path) != 0) st = pdde_error(ctx, PDDE_ERR_IO, "checkpoint: cannot rename %s to %s: %s", tmp, path, strerror(errno));
     if (!st) st = fsync_dir(ctx, dir);
-    if (!st) { /* the previous generations are no longer named by the manifest */
+    if (!st) { /* the earlier generations are no longer named by the manifest */
         DIR *d = opendir(dir);
         for (struct dirent *e = d ? readdir(d) : NULL; e; e = readdir(d)) {
             uint64_t g = shard_generation(e->d_name);
-            if (g && g != gen) {
+            if (g && g < gen) { /* (a later save may be under way) */
                 char old[4400];
                 snprintf(old, sizeof old, "%s/%s", dir, e->d_name);
                 unlink(old);

@@ -4,7 +4,8 @@
 # every step's loss equals one process's within 1e-6 relative (NaN fails). The position is in every
 # checkpoint, so a job resized at a checkpoint goes on with the same samples: 1 process for 10 steps,
 # then 2 ranks (dp 2) for 10 more, and 2 ranks (shares 3:1) for 10 steps, then 1 process for 10 more,
-# each equal to 20 steps of one process. Run from the repository root.
+# each equal to 20 steps of one process; and a job that resumes from a checkpoint written in the
+# background (gpt --ckpt-async) after the next save was killed. Run from the repository root.
 . tests/script_util.sh data_order
 if [ ! -x "$build/pdde-run" ]; then
     echo "SKIP ucx: no build/pdde-run (this build has no UCX)"
@@ -34,6 +35,22 @@ run2 "${gpt[@]}" --plan dp=2,shares=3:1 --stop-after 10 --ckpt-dir "$tmp/down" -
 rc=$?
 check "2 ranks (shares 3:1) for 10 steps, then 1 process resumes ($(grep -h 'resumed from' "$tmp/down2.log"))" $rc
 
+# --ckpt-async: the checkpoint of step 8, written in the background while steps 9 and 10 ran, is the
+# one left when the save of step 10 dies before its manifest's rename; resumed, it goes on as above
+PDDE_CHECKPOINT_PAUSE=manifest:3 "$build/gpt" "${gpt[@]}" --stop-after 10 --ckpt-every 4 --ckpt-async --ckpt-dir "$tmp/async" \
+    --metrics "$tmp/async1.jsonl" >"$tmp/async1.log" 2>&1 &
+bg=$!
+for i in $(seq 300); do grep -q 'checkpoint paused' "$tmp/async1.log" && break; sleep 0.1; done
+pid=$(grep -o 'paused at manifest:3 (pid [0-9]*' "$tmp/async1.log" | grep -o '[0-9]*$')
+[ -n "$pid" ] && kill -9 "$pid"
+wait $bg 2>/dev/null
+check "--ckpt-async: the save of step 10 paused before its rename and was killed (pid ${pid:-none})" $([ -n "$pid" ] && echo 0 || echo 1)
+"$build/gpt" "${gpt[@]}" --resume --ckpt-dir "$tmp/async" --metrics "$tmp/async.jsonl" >"$tmp/async2.log" 2>&1
+rc=$?
+grep -q 'resumed from .* at step 8 (data position 64)' "$tmp/async2.log"
+check "the background checkpoint of step 8 resumes ($(grep -h 'resumed from' "$tmp/async2.log"))" $(( rc || $? ))
+head -8 "$tmp/async1.jsonl" | cat - "$tmp/async.jsonl" >"$tmp/async.all" && mv "$tmp/async.all" "$tmp/async.jsonl"
+
 python3 - "$tmp" >"$tmp/cmp" 2>&1 <<'PY'
 import json, math, sys
 t = sys.argv[1]
@@ -41,7 +58,7 @@ def losses(name):
     return {r["step"]: r["loss"] for r in map(json.loads, open("%s/%s.jsonl" % (t, name))) if "loss" in r}
 one, bad = losses("one"), []
 assert sorted(one) == list(range(1, 21)), sorted(one)
-for name in ("dp2", "shares", "up", "down"):
+for name in ("dp2", "shares", "up", "down", "async"):
     got = losses(name)
     if sorted(got) != list(range(1, 21)):
         bad.append("%s: steps %s" % (name, sorted(got)))
