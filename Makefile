@@ -128,7 +128,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention bench-checkpoint install uninstall clean
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -250,6 +250,10 @@ demo:
 
 bench-gpt: all
 	@bash tools/bench/bench_gpt.sh $(BUILD)
+
+# Sharded checkpoints every few steps of gpt on 2 ranks: written synchronously against in the background.
+bench-checkpoint: all
+	@bash tools/bench/bench_checkpoint.sh $(BUILD)
 
 # Fused causal attention against the unfused reference at T = 256, 1024, 4096 on the CPU and OpenCL.
 bench-attention: $(BUILD)/bench_attention
