@@ -59,6 +59,7 @@ typedef struct {
     int nt, cap_t;
     snap_block *b;
     int nb, cap_b;
+    int *first; /* once indexed (set_index): tensor t's blocks are b[first[t]] .. b[first[t + 1] - 1] */
     /* sources: the shard files of a directory (name, bytes, descriptor opened on first read) or
      * snapshots in memory */
     char dir[4096];
@@ -168,13 +169,24 @@ static void rd_get(snap_rd *r, void *out, size_t n) {
     r->at += n;
 }
 
+/* A global shape a reader can trust: every dim >= 1, at most 2^48 elements in all (no product of
+ * untrusted dims overflows). */
+static bool shape_ok(const int64_t *shape, int ndim) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 1 || shape[d] > (INT64_C(1) << 48) / n) return false;
+        n *= shape[d];
+    }
+    return true;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * Sets: tensors and blocks */
 
 static void set_free(snap_set *s) {
     for (int i = 0; s->fd && i < s->nsrc; i++)
         if (s->fd[i] >= 0) close(s->fd[i]);
-    free(s->t), free(s->b), free(s->file), free(s->file_bytes), free(s->fd);
+    free(s->t), free(s->b), free(s->first), free(s->file), free(s->file_bytes), free(s->fd);
     memset(s, 0, sizeof *s);
 }
 
@@ -213,6 +225,29 @@ static pdde_status set_block(snap_set *s, const snap_block *b) {
         s->b = q, s->cap_b = cap;
     }
     s->b[s->nb++] = *b;
+    free(s->first), s->first = NULL;
+    return PDDE_OK;
+}
+
+/* Orders the blocks by tensor (in their order otherwise: a replica earlier in the set stays first). */
+static pdde_status set_index(snap_set *s) {
+    if (s->first) return PDDE_OK;
+    int *first = calloc((size_t)s->nt + 2, sizeof *first);
+    snap_block *b = malloc(((size_t)s->nb + 1) * sizeof *b);
+    if (!first || !b) {
+        free(first), free(b);
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", s->what);
+    }
+    for (int k = 0; k < s->nb; k++) first[s->b[k].tensor + 1]++;
+    for (int t = 0; t < s->nt; t++) first[t + 1] += first[t];
+    int *at = calloc((size_t)s->nt + 1, sizeof *at);
+    if (!at) {
+        free(first), free(b);
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", s->what);
+    }
+    for (int k = 0; k < s->nb; k++) b[first[s->b[k].tensor] + at[s->b[k].tensor]++] = s->b[k];
+    free(at), free(s->b);
+    s->b = b, s->cap_b = s->nb + 1, s->first = first;
     return PDDE_OK;
 }
 
@@ -233,16 +268,18 @@ static pdde_status check_block(const snap_set *s, const snap_block *b, const cha
 
 /* Every tensor's primary blocks (or all, primary_only false) tile it exactly once: none outside it,
  * none overlapping another, together its every element. */
-static pdde_status set_check_cover(const snap_set *s, bool primary_only) {
+static pdde_status set_check_cover(snap_set *s, bool primary_only) {
+    pdde_status st = set_index(s);
+    if (st) return st;
     for (int i = 0; i < s->nt; i++) {
         const snap_tensor *t = &s->t[i];
         int64_t total = 1, got = 0;
         for (int d = 0; d < t->ndim; d++) total *= t->shape[d];
-        for (int k = 0; k < s->nb; k++) {
+        for (int k = s->first[i]; k < s->first[i + 1]; k++) {
             const snap_block *a = &s->b[k];
             if (a->tensor != i || (primary_only && !a->primary)) continue;
             got += box_numel(&a->box, t->ndim);
-            for (int j = k + 1; j < s->nb; j++) {
+            for (int j = k + 1; j < s->first[i + 1]; j++) {
                 const snap_block *c = &s->b[j];
                 snap_box x;
                 if (c->tensor != i || (primary_only && !c->primary) || !box_intersect(&a->box, &c->box, t->ndim, &x)) continue;
@@ -391,12 +428,7 @@ static pdde_status snap_parse(snap_set *s, const unsigned char *p, size_t size, 
         if (r.bad || attr_len >= sizeof t.attr) { r.bad = true; break; }
         rd_get(&r, t.attr, attr_len), rd_get(&r, &b.offset, 8), rd_get(&r, &b.nbytes, 8), rd_get(&r, &b.crc, 4);
         if (r.bad) break;
-        for (int d = 0; d < t.ndim; d++)
-            if (t.shape[d] < 1) {
-                r.bad = true;
-                break;
-            }
-        if (r.bad) break;
+        if (!shape_ok(t.shape, t.ndim)) { r.bad = true; break; }
         if (b.offset < SNAP_HEADER + index_bytes + 4 || b.offset > total || b.nbytes > total - b.offset)
             return pdde_error(s->ctx, PDDE_ERR_CORRUPT, "%s: %s: tensor %s's block lies outside the shard's %llu bytes", s->what, where, t.name,
                               (unsigned long long)total);
@@ -594,10 +626,11 @@ static pdde_status set_assemble(snap_set *s, int ti, const snap_box *want, char 
     const snap_tensor *t = &s->t[ti];
     size_t esz = pdde_dtype_size(t->dtype);
     int64_t covered = 0, need = box_numel(want, t->ndim);
+    pdde_status st = set_index(s);
+    if (st) return st;
     int *used = malloc(((size_t)s->nb + 1) * sizeof *used), n_used = 0;
     if (!used) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", s->what);
-    pdde_status st = PDDE_OK;
-    for (int k = 0; k < s->nb && !st; k++) {
+    for (int k = s->first[ti]; k < s->first[ti + 1] && !st; k++) {
         const snap_block *b = &s->b[k];
         snap_box in, x;
         if (b->tensor != ti || !box_intersect(&b->box, want, t->ndim, &in)) continue;
@@ -614,7 +647,7 @@ static pdde_status set_assemble(snap_set *s, int ti, const snap_box *want, char 
         const char *data = NULL;
         st = set_block_data(s, b, tmp, cap, &data);
         if (st) { /* a replica further on may be whole */
-            for (int j = k + 1; j < s->nb; j++)
+            for (int j = k + 1; j < s->first[ti + 1]; j++)
                 if (s->b[j].tensor == ti && box_equal(&s->b[j].box, &b->box, t->ndim)) { st = PDDE_OK; break; }
             continue;
         }
@@ -951,8 +984,7 @@ static pdde_status manifest_read(pdde_context *ctx, const char *dir_in, snap_set
                 t.dtype = (pdde_dtype)dt;
                 t.ndim = strcmp(tok[4], "-") ? 1 : 0;
                 for (const char *p = tok[4]; *p; p++) t.ndim += *p == 'x';
-                ok = t.ndim <= PDDE_MAX_DIMS && parse_dims(tok[4], 'x', t.shape, t.ndim);
-                for (int d = 0; ok && d < t.ndim; d++) ok = t.shape[d] >= 1;
+                ok = t.ndim <= PDDE_MAX_DIMS && parse_dims(tok[4], 'x', t.shape, t.ndim) && shape_ok(t.shape, t.ndim);
             }
             if (ok && set_find(s, t.name) >= 0) ok = false;
             if (ok) st = set_tensor(s, &t, &idx), tensors++;
@@ -1389,11 +1421,8 @@ static pdde_status single_read(pdde_context *ctx, const char *path, pdde_snapsho
         rd_get(&r, &it[k].nbytes, 8);
         t->dtype = (pdde_dtype)dt, t->ndim = nd;
         int64_t numel = 1;
-        for (int d = 0; d < nd; d++) {
-            if (t->shape[d] < 1) r.bad = true;
-            numel *= t->shape[d];
-            it[k].box.extent[d] = t->shape[d];
-        }
+        if (!r.bad && !shape_ok(t->shape, nd)) r.bad = true;
+        for (int d = 0; d < nd && !r.bad; d++) numel *= t->shape[d], it[k].box.extent[d] = t->shape[d];
         if (r.bad || it[k].nbytes != (uint64_t)numel * pdde_dtype_size(t->dtype) || it[k].nbytes > r.n - r.at) {
             st = pdde_error(ctx, PDDE_ERR_CORRUPT, "checkpoint %s: record %u (%s) is malformed or runs past the end of the file", path, k, t->name);
             break;

@@ -415,6 +415,8 @@ int main(int argc, char **argv) {
     float ema_tps = 0;
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
     pdde_checkpoint_writer *writer = NULL; /* --ckpt-async: the save in progress */
+    double ckpt_s = 0; /* what saving made the loop wait */
+    int n_ckpt = 0;
     for (int64_t step = first; step < last; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
@@ -449,10 +451,14 @@ int main(int argc, char **argv) {
         if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == last)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
             pdde_checkpoint_writer *was = writer; /* the previous one becomes visible */
+            double c0 = now();
             writer = NULL;
             if (was) TRY(pdde_checkpoint_writer_finish(was));
+            if (step + 1 == last && rank == 0 && n_ckpt) /* (the last one is written before the program ends, either way) */
+                printf("gpt: the %d checkpoints before the last held the training loop %.3f s\n", n_ckpt, ckpt_s + now() - c0);
             if (o.ckpt_async && step + 1 < last) TRY(pdde_checkpoint_writer_start(s, ckpt, &ex, &writer));
             else TRY(pdde_checkpoint_save(s, ckpt, &ex));
+            ckpt_s += now() - c0, n_ckpt++;
         }
     }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
