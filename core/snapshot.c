@@ -1281,6 +1281,8 @@ static pdde_status save_commit(pdde_checkpoint_writer *w) {
             st = pdde_error(ctx, (pdde_status)result[0], "checkpoint %s: not saved (rank %d failed: its own message says why); the previous checkpoint stays",
                             dir, (int)result[1]);
     }
+#else
+    (void)result;
 #endif
     return st;
 }
