@@ -144,7 +144,7 @@ typedef struct {
 } snap_buf;
 
 static void sb_put(snap_buf *b, const void *p, size_t n) {
-    if (b->oom) return;
+    if (b->oom || n == 0) return;
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n) cap *= 2;

@@ -83,10 +83,14 @@ static int worker(int argc, char **argv) {
     if (pdde_context_init(&cp, &ctx)) return 2;
     pdde_comm *comm = NULL;
     int ranks = parsed.dp * parsed.tp * parsed.pp, rank = 0;
+    int rc = 1; /* (every way out frees what it made: the sanitizers' leak check runs the ranks too) */
+    pdde_graph *g = NULL;
+    pdde_session *s = NULL;
+    int32_t *x = NULL, *y = NULL;
 #define W(call)                                                                                     \
     do {                                                                                            \
         pdde_status st_ = (call);                                                                   \
-        if (st_) { fprintf(stderr, "worker: %s: %s\n", #call, pdde_last_error(ctx)); return 1; } \
+        if (st_) { fprintf(stderr, "worker: %s: %s\n", #call, pdde_last_error(ctx)); goto out; } \
     } while (0)
     if (ranks > 1) {
         pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
@@ -94,7 +98,6 @@ static int worker(int argc, char **argv) {
         W(pdde_comm_init(ctx, &p, &comm));
         rank = pdde_comm_rank(comm);
     }
-    pdde_graph *g;
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f;
@@ -103,7 +106,6 @@ static int worker(int argc, char **argv) {
     W(gpt_build_plan(g, &cfg, &gp, &op, &m));
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
-    pdde_session *s;
     W(pdde_session_init(g, &sp, &s));
     if (load || restore) {
         pdde_checkpoint_extra ex = {0};
@@ -119,17 +121,18 @@ static int worker(int argc, char **argv) {
             }
             printf("load refused: %s: %s\n", pdde_status_str(st), st ? pdde_last_error(ctx) : "(it loaded)");
             printf("refusal %s\n", ok ? "as expected" : "NOT AS EXPECTED");
-            return ok ? 0 : 1;
+            rc = !ok;
+            goto out;
         }
         W(st);
         if (pdde_session_step(s) != expect_step || (long)ex.data_position != expect_pos) {
             fprintf(stderr, "worker: loaded step %lld, data position %llu; want %ld, %ld\n", (long long)pdde_session_step(s),
                     (unsigned long long)ex.data_position, expect_step, expect_pos);
-            return 1;
+            goto out;
         }
     }
     size_t bt = (size_t)cfg.batch * cfg.ctx;
-    int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
+    x = malloc(bt * sizeof *x), y = malloc(bt * sizeof *y);
     for (int64_t step = pdde_session_step(s); step < steps; step++) {
         batch(step, x, y);
         W(gpt_write_batch(s, &m, &gp, rank / (parsed.tp * parsed.pp), x, y));
@@ -149,8 +152,10 @@ static int worker(int argc, char **argv) {
         const void *bytes = pdde_snapshot_data(sn, &n);
         snprintf(fp, sizeof fp, "%s/r%d.bin", snap, rank);
         FILE *f = fopen(fp, "wb");
-        if (!f || fwrite(bytes, 1, n, f) != n || fclose(f)) { fprintf(stderr, "worker: cannot write %s\n", fp); return 1; }
+        bool ok = f && fwrite(bytes, 1, n, f) == n;
+        if (f && fclose(f)) ok = false;
         pdde_snapshot_free(sn);
+        if (!ok) { fprintf(stderr, "worker: cannot write %s\n", fp); goto out; }
     }
     if ((load || restore) && steps == expect_step) { /* nothing trained: it saves what it loaded */
         pdde_checkpoint_extra ex = {.data_position = (uint64_t)expect_pos};
@@ -158,12 +163,14 @@ static int worker(int argc, char **argv) {
         if (dir) W(pdde_checkpoint_save(s, dir, &ex));
     }
     if (rank == 0) printf("worker %s: done at step %lld\n", plan_text, (long long)pdde_session_step(s));
+    rc = 0;
+out:
     free(x), free(y);
     pdde_session_free(s);
     pdde_graph_free(g);
     pdde_comm_free(comm);
     pdde_context_free(ctx);
-    return 0;
+    return rc;
 }
 
 /* ---- the driver ---- */

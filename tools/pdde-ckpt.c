@@ -87,7 +87,7 @@ static void next_record(const single *s, size_t *at, record *r) {
 }
 
 static int diff(pdde_context *ctx, const char *a, const char *b) {
-    single sa, sb;
+    single sa = {0}, sb = {0};
     char ta[256] = "", tb[256] = "";
     int bad = 0;
     if (single_open(ctx, a, &sa, ta, sizeof ta) || single_open(ctx, b, &sb, tb, sizeof tb)) bad = -1;
