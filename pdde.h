@@ -1743,10 +1743,13 @@ typedef struct {
 #define PDDE_SNAPSHOT_PARAMS_INIT {0}
 
 /* Copies this rank's blocks to host memory (p may be NULL; extra: the data position to keep, may be
- * NULL). Local: no communication; every rank takes one at the same step boundary for a set. */
+ * NULL). Local: no communication; every rank takes one at the same step boundary for a set. Taking
+ * is a copy only: the CRCs are computed when first needed (pdde_snapshot_data, a save, on its writer
+ * thread, or a restore), on whichever thread needs them. */
 pdde_status pdde_snapshot_take(pdde_session *s, const pdde_snapshot_params *p, const pdde_checkpoint_extra *extra, pdde_snapshot **out);
 void pdde_snapshot_free(pdde_snapshot *sn);
-/* Its serialized form (a shard file's bytes, to send to a peer or keep): valid until it is freed. */
+/* Its serialized form (a shard file's bytes, to send to a peer or keep): valid until it is freed;
+ * NULL (and *nbytes 0) when its CRCs cannot be computed (out of memory). */
 const void *pdde_snapshot_data(const pdde_snapshot *sn, size_t *nbytes);
 /* A snapshot of serialized bytes (copied): header and index are checked now, block CRCs on restore. */
 pdde_status pdde_snapshot_from_data(pdde_context *ctx, const void *data, size_t nbytes, pdde_snapshot **out);

@@ -76,6 +76,12 @@ struct pdde_snapshot {
     size_t size;
     snap_meta meta;
     int n_blocks, n_primary;
+    /* a taken snapshot's CRCs are computed when first needed (its bytes handed out, saved, restored):
+     * taking it is a copy only, and a save computes them on its writer thread */
+    pthread_mutex_t seal_lock;
+    bool sealed;
+    void *items;          /* until sealed: its snap_items, and the snap_tensors they point to */
+    void *tensors;
 };
 
 /* ------------------------------------------------------------------------------------------------
@@ -367,6 +373,7 @@ static pdde_status snap_alloc(pdde_context *ctx, const snap_meta *m, snap_item *
     memcpy(data, head.p, head.n);
     free(head.p);
     sn->ctx = ctx, sn->data = data, sn->size = (size_t)total, sn->meta = *m, sn->n_blocks = n;
+    pthread_mutex_init(&sn->seal_lock, NULL);
     for (int i = 0; i < n; i++) sn->n_primary += it[i].primary;
     *out = sn;
     return PDDE_OK;
@@ -382,7 +389,21 @@ static pdde_status snap_seal(pdde_snapshot *sn, snap_item *it, int n) {
     memcpy(sn->data, head.p, head.n);
     memcpy(sn->data + head.n, &crc, 4);
     free(head.p);
+    sn->sealed = true;
     return PDDE_OK;
+}
+
+/* Seals a taken snapshot once (any thread; the bytes do not change otherwise). */
+static pdde_status snap_ready(const pdde_snapshot *csn) {
+    pdde_snapshot *sn = (pdde_snapshot *)csn; /* (logically const: the CRCs of bytes already there) */
+    pdde_status st = PDDE_OK;
+    pthread_mutex_lock(&sn->seal_lock);
+    if (!sn->sealed) {
+        st = snap_seal(sn, sn->items, sn->n_blocks);
+        if (!st) free(sn->items), free(sn->tensors), sn->items = sn->tensors = NULL;
+    }
+    pthread_mutex_unlock(&sn->seal_lock);
+    return st;
 }
 
 /* Parses a snapshot's header and index (`size`: the bytes present, at least the header and index;
@@ -519,22 +540,30 @@ pdde_status pdde_snapshot_take(pdde_session *s, const pdde_snapshot_params *p, c
     pdde_snapshot *sn = NULL;
     pdde_status st = snap_alloc(s->ctx, &m, it, k, &sn);
     for (int i = 0; i < k && !st; i++) st = read_local(s, lts[i], sn->data + it[i].offset, (size_t)it[i].nbytes);
-    if (!st) st = snap_seal(sn, it, k);
-    free(ts), free(it), free(lts);
-    if (st) { pdde_snapshot_free(sn); return st; }
+    free(lts);
+    if (st || !sn) {
+        free(ts), free(it);
+        pdde_snapshot_free(sn);
+        return st;
+    }
+    sn->items = it, sn->tensors = ts; /* sealed when first needed (snap_ready) */
     *out = sn;
     return PDDE_OK;
 }
 
 void pdde_snapshot_free(pdde_snapshot *sn) {
     if (!sn) return;
+    pthread_mutex_destroy(&sn->seal_lock);
+    free(sn->items), free(sn->tensors);
     free(sn->data);
     free(sn);
 }
 
 const void *pdde_snapshot_data(const pdde_snapshot *sn, size_t *nbytes) {
-    if (nbytes) *nbytes = sn ? sn->size : 0;
-    return sn ? sn->data : NULL;
+    if (nbytes) *nbytes = 0;
+    if (!sn || snap_ready(sn)) return NULL;
+    if (nbytes) *nbytes = sn->size;
+    return sn->data;
 }
 
 int64_t pdde_snapshot_step(const pdde_snapshot *sn) { return sn ? (int64_t)sn->meta.step : 0; }
@@ -556,7 +585,8 @@ pdde_status pdde_snapshot_from_data(pdde_context *ctx, const void *data, size_t 
     if (!st && (!sn || !(sn->data = malloc(nbytes ? nbytes : 1)))) free(sn), sn = NULL, st = pdde_error(ctx, PDDE_ERR_OOM, "snapshot: out of memory");
     if (!st) {
         memcpy(sn->data, data, nbytes);
-        sn->ctx = ctx, sn->size = nbytes, sn->meta = m, sn->n_blocks = set.nb;
+        sn->ctx = ctx, sn->size = nbytes, sn->meta = m, sn->n_blocks = set.nb, sn->sealed = true;
+        pthread_mutex_init(&sn->seal_lock, NULL);
         for (int i = 0; i < set.nb; i++) sn->n_primary += set.b[i].primary;
         *out = sn;
     }
@@ -766,7 +796,8 @@ pdde_status pdde_snapshot_restore(pdde_session *s, const pdde_snapshot *const *s
         char where[64];
         snprintf(where, sizeof where, "the snapshot of rank %d", shards[i]->meta.rank);
         snap_meta m;
-        st = snap_parse(&set, shards[i]->data, shards[i]->size, i, false, where, &m);
+        st = snap_ready(shards[i]);
+        if (!st) st = snap_parse(&set, shards[i]->data, shards[i]->size, i, false, where, &m);
         if (!st && i == 0) set.meta = m;
         if (!st && m.step != set.meta.step)
             st = pdde_error(s->ctx, PDDE_ERR_MISMATCH, "snapshot restore: the set mixes steps %llu (rank %d) and %llu (rank %d)",
@@ -1208,6 +1239,7 @@ static pdde_status save_begin(pdde_checkpoint_writer *w) {
 /* This rank's shard file, if it holds a block no lower rank holds. */
 static void *save_write(void *arg) {
     pdde_checkpoint_writer *w = arg;
+    if (!w->st && (w->st = snap_ready(w->sn))) snprintf(w->msg, sizeof w->msg, "%s", pdde_last_error(w->ctx));
     if (w->st || !w->sn->n_primary) return NULL;
     char path[4200];
     snprintf(path, sizeof path, "%s/s%llu-r%d.shard", w->dir, (unsigned long long)w->gen, w->rank);
@@ -1224,6 +1256,7 @@ static pdde_status save_commit(pdde_checkpoint_writer *w) {
     int rank = w->rank, size = w->size;
     pdde_status st = w->st;
     if (st && w->msg[0]) pdde_error(ctx, st, "%s", w->msg);
+    if (!st) st = snap_ready(sn); /* (a rank whose save did not start its thread) */
     size_t prefix_n = 0;
     memcpy(&prefix_n, sn->data + 88, 8), prefix_n += SNAP_HEADER + 4;
     int64_t result[2] = {st, rank};
@@ -1313,7 +1346,7 @@ pdde_status pdde_checkpoint_writer_start_snapshot(const pdde_snapshot *sn, pdde_
     pdde_status st = save_begin(w);
     if (st) { free(w); return st; }
     /* (a thread that cannot start: the file is written now) */
-    w->threaded = !w->st && sn->n_primary && pthread_create(&w->thread, NULL, save_write, w) == 0;
+    w->threaded = !w->st && pthread_create(&w->thread, NULL, save_write, w) == 0;
     if (!w->threaded) save_write(w);
     *out = w;
     return PDDE_OK;
