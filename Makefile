@@ -128,7 +128,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention bench-moe install uninstall clean
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention bench-moe install uninstall clean bench-checkpoint
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -166,6 +166,8 @@ $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
 # (test_rank_devices runs gpt, under pdde-run where comm is built)
 $(BUILD)/test_rank_devices: $(BUILD)/gpt $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+# (the checkpoint tests compare checkpoints with pdde-ckpt)
+$(BUILD)/test_checkpoint_shard: $(BUILD)/pdde-ckpt
 
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
@@ -252,6 +254,10 @@ demo:
 
 bench-gpt: all
 	@bash tools/bench/bench_gpt.sh $(BUILD)
+
+# Sharded checkpoints every few steps of gpt on 2 ranks: written synchronously against in the background.
+bench-checkpoint: all
+	@bash tools/bench/bench_checkpoint.sh $(BUILD)
 
 # Fused causal attention against the unfused reference at T = 256, 1024, 4096 on the CPU and OpenCL.
 bench-attention: $(BUILD)/bench_attention

@@ -7,6 +7,8 @@
 #define _GNU_SOURCE
 #include "planner/planner_impl.h" /* the internal structs and prototypes every part shares */
 
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -2639,6 +2641,7 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
 }
 
 #include "core/checkpoint.c"
+#include "core/snapshot.c"
 #include "core/data.c"
 #include "core/plan_apply.c"
 #include "core/device_select.c"

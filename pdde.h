@@ -1876,6 +1876,89 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
 pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
                                pdde_moe_cost *best, pdde_moe_cost *all, int max_all, int *n_all);
 
+/* ---------------------------------------------------------------------------------------------------
+ * Sharded checkpoints and in-memory snapshots (resharding on load).
+ *
+ * A snapshot is one rank's blocks of what a checkpoint keeps (parameters, optimizer state, the loss
+ * scale) copied to host memory, with its own index: for each block the tensor's name, dtype, global
+ * shape and dist attr, the block's box in the global tensor (start and extent per dim) and a CRC-32,
+ * and the step (the optimizer's step count), the data position, the learning-rate schedule. Its
+ * serialized form is the bytes of a shard file. A sharded checkpoint is a directory: shard files
+ * (s<generation>-r<rank>.shard, one per rank holding a block no lower rank holds) and one text
+ * manifest ("manifest": every tensor's global shape, dtype and dist attr, which file holds which
+ * block at which offset with its CRC, the step, the data position, the schedule; its own CRC last).
+ * Restoring a session, under any plan, reads for each block this rank holds only the saved blocks
+ * that overlap it, each checked against its CRC: any dp/tp/pp/ZeRO/shares layout to any other, any
+ * world size. A missing or damaged shard is refused naming the file and the tensor.
+ *
+ * pdde_checkpoint_save/_load pick the format by path: a directory (an existing one, or a path ending
+ * in '/') is a sharded checkpoint, anything else the single file above. Sharded, both are collective
+ * over the session's world: every rank writes its shard file in parallel and fsyncs it, rank 0 then
+ * fsyncs the directory, writes the manifest to manifest.tmp, fsyncs it and renames it over manifest,
+ * fsyncs the directory again and removes the previous generation's shards. Until that rename the
+ * previous checkpoint stays whole and loadable; a crash at any moment leaves one of the two. A load
+ * fails on every rank when it fails on one (the message names what and where). */
+typedef struct pdde_snapshot pdde_snapshot;
+
+typedef struct {
+    /* 0: the blocks no lower rank holds (over all ranks, every block once: a checkpoint's shards);
+     * 1: every block this rank holds, replicas too (the survivors' snapshots then still cover the
+     * blocks of a lost rank that some survivor held a copy of) */
+    int replicas;
+} pdde_snapshot_params;
+#define PDDE_SNAPSHOT_PARAMS_INIT {0}
+
+/* Copies this rank's blocks to host memory (p may be NULL; extra: the data position to keep, may be
+ * NULL). Local: no communication; every rank takes one at the same step boundary for a set. Taking
+ * is a copy only: the CRCs are computed when first needed (pdde_snapshot_data, a save, on its writer
+ * thread, or a restore), on whichever thread needs them. */
+pdde_status pdde_snapshot_take(pdde_session *s, const pdde_snapshot_params *p, const pdde_checkpoint_extra *extra, pdde_snapshot **out);
+void pdde_snapshot_free(pdde_snapshot *sn);
+/* Its serialized form (a shard file's bytes, to send to a peer or keep): valid until it is freed;
+ * NULL (and *nbytes 0) when its CRCs cannot be computed (out of memory). */
+const void *pdde_snapshot_data(const pdde_snapshot *sn, size_t *nbytes);
+/* A snapshot of serialized bytes (copied): header and index are checked now, block CRCs on restore. */
+pdde_status pdde_snapshot_from_data(pdde_context *ctx, const void *data, size_t nbytes, pdde_snapshot **out);
+int64_t pdde_snapshot_step(const pdde_snapshot *sn);
+/* The world rank that took it (0 for one process) and that world's size. */
+int pdde_snapshot_rank(const pdde_snapshot *sn);
+int pdde_snapshot_world_size(const pdde_snapshot *sn);
+/* Restores session s, under its own plan, from a set of snapshots of one step (any plan, any world
+ * size, replicas allowed: e.g. the survivors' own and their copies of lost ranks'): every block this
+ * rank holds is assembled from the overlapping blocks of the set, each checked against its CRC; then
+ * the step, schedule and loss scale, and extra (may be NULL) as pdde_checkpoint_load fills it. Local:
+ * no communication. Refused, naming the tensor and the missing box, when the set does not cover a
+ * block this rank needs; nothing is written then. */
+pdde_status pdde_snapshot_restore(pdde_session *s, const pdde_snapshot *const *set, int n, pdde_checkpoint_extra *extra);
+/* Writes snapshots as a sharded checkpoint into directory dir (created if missing): collective over
+ * world (NULL: one process). Each rank passes its own snapshot of the same step (taken with or
+ * without replicas: the manifest lists every block once, from the lowest rank holding it); the
+ * atomic protocol of pdde_checkpoint_save. Usable from a thread of its own (on a communicator the
+ * training step does not use) to write a checkpoint in the background. */
+pdde_status pdde_snapshot_save(const pdde_snapshot *sn, pdde_comm *world, const char *dir);
+
+/* A sharded save in the background (so that steps need not wait for the disk): start copies this
+ * rank's state to host memory (pdde_snapshot_take), agrees on the save with the other ranks and
+ * leaves the shard file to a thread of its own; the session may run steps meanwhile. finish (at a
+ * later step boundary, on every rank) waits for the file, then makes the checkpoint visible as
+ * pdde_checkpoint_save does (collective over the session's world) and frees the writer. Until then
+ * the previous checkpoint is the one that loads. _start_snapshot saves a snapshot the caller keeps
+ * alive until finish (over world: NULL for one process). */
+typedef struct pdde_checkpoint_writer pdde_checkpoint_writer;
+pdde_status pdde_checkpoint_writer_start(pdde_session *s, const char *dir, const pdde_checkpoint_extra *extra, pdde_checkpoint_writer **out);
+pdde_status pdde_checkpoint_writer_start_snapshot(const pdde_snapshot *sn, pdde_comm *world, const char *dir, pdde_checkpoint_writer **out);
+pdde_status pdde_checkpoint_writer_finish(pdde_checkpoint_writer *w);
+
+/* Checks a checkpoint (a sharded directory or a single file) without a session: the manifest's and
+ * every shard's CRCs, every block's CRC, and that the blocks cover every tensor exactly once. */
+pdde_status pdde_checkpoint_verify(pdde_context *ctx, const char *path);
+/* Converts a sharded checkpoint directory into a single file, or a single file into a sharded
+ * directory (one shard, whole tensors), by what `from` is; `to` is replaced atomically. */
+pdde_status pdde_checkpoint_convert(pdde_context *ctx, const char *from, const char *to);
+/* Prints what a checkpoint holds (step, data position, schedule, files; each tensor's dtype, shape,
+ * dist attr and blocks) to out. */
+pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,11 @@ static bool ckpt_in_step(const pdde_session *s, const pdde_tensor *t) {
     return ckpt_saved(t) && (local_of(s, t) || held_elsewhere(s, t));
 }
 
+/* A directory is a sharded checkpoint (core/snapshot.c). */
+static bool ckpt_is_dir(const char *path);
+static pdde_status ckpt_save_dir(pdde_session *s, const char *dir, const pdde_checkpoint_extra *extra);
+static pdde_status ckpt_load_dir(pdde_session *s, const char *dir, pdde_checkpoint_extra *extra);
+
 typedef struct { FILE *f; uint32_t crc; bool ok; } ckpt_writer;
 
 static void ckpt_put(ckpt_writer *w, const void *p, size_t n) {
@@ -101,6 +106,7 @@ static pdde_status create_regular(pdde_context *ctx, const char *path, const cha
 
 pdde_status pdde_checkpoint_save(pdde_session *s, const char *path, const pdde_checkpoint_extra *extra) {
     if (!s || !path) return PDDE_ERR_INVALID_ARG;
+    if (ckpt_is_dir(path)) return ckpt_save_dir(s, path, extra);
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "checkpoint: path too long");
     /* under SPMD execution the file holds whole tensors, written by rank 0 after the others helped
@@ -205,6 +211,7 @@ static char *read_file(pdde_context *ctx, const char *path, const char *what, si
 
 pdde_status pdde_checkpoint_load(pdde_session *s, const char *path, pdde_checkpoint_extra *extra) {
     if (!s || !path) return PDDE_ERR_INVALID_ARG;
+    if (ckpt_is_dir(path)) return ckpt_load_dir(s, path, extra);
     size_t size = 0;
     pdde_status st;
     char *buf = read_file(s->ctx, path, "checkpoint", &size, &st);

@@ -24,7 +24,7 @@
 typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
-    int stop_after, reschedule, share_device;
+    int stop_after, reschedule, share_device, ckpt_async;
     float lr, weight_decay, clip;
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
@@ -44,6 +44,7 @@ static void usage(FILE *f) {
             "usage: gpt [--data FILE] [--layers N] [--heads N] [--width N] [--ctx N] [--vocab N] [--batch N]\n"
             "           [--steps N] [--lr X] [--weight-decay X] [--clip X] [--seed N] [--threads N]\n"
             "           [--val-every N] [--sample-len N] [--ckpt-dir DIR] [--ckpt-every N] [--resume]\n"
+            "           [--ckpt-async]     (write checkpoints in the background from a host copy; visible at the next one)\n"
             "           [--stop-after N]   (save and stop after step N, as an interrupted run would; --resume goes on)\n"
             "           [--reschedule]     (with --resume: follow this run's --steps/--lr schedule instead of the\n"
             "                              checkpoint's, which a resumed run keeps by default)\n"
@@ -91,6 +92,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--reschedule")) { o->reschedule = 1; continue; }
         if (!strcmp(a, "--share-device")) { o->share_device = 1; continue; }
         if (!strcmp(a, "--moe-ep")) { o->model.moe_ep = 1; continue; }
+        if (!strcmp(a, "--ckpt-async")) { o->ckpt_async = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -481,14 +483,18 @@ int main(int argc, char **argv) {
     char ckpt[4096] = "";
     if (o.ckpt_dir) {
         mkdir(o.ckpt_dir, 0755);
-        /* ZeRO-1 shards the optimizer state: every rank keeps its own file */
-        snprintf(ckpt, sizeof ckpt, "%s/gpt.ckpt", o.ckpt_dir); /* whole tensors, whatever the plan */
+        /* a sharded checkpoint (each rank writes its blocks; it loads under any plan) in the directory */
+        snprintf(ckpt, sizeof ckpt, "%s", o.ckpt_dir);
         if (o.resume) {
             pdde_checkpoint_extra ex = {.use_graph_schedule = o.reschedule};
             pdde_status st = pdde_checkpoint_load(s, ckpt, &ex);
+            char single[4200]; /* (or a single file that an older run saved there) */
+            snprintf(single, sizeof single, "%s/gpt.ckpt", o.ckpt_dir);
+            const char *from = ckpt;
+            if (st == PDDE_ERR_NOT_FOUND && (st = pdde_checkpoint_load(s, single, &ex)) == PDDE_OK) from = single;
             if (st == PDDE_OK) {
                 pdde_data_set_position(train, ex.data_position);
-                printf("gpt: resumed from %s at step %lld\n", ckpt, (long long)pdde_session_step(s));
+                if (rank == 0) printf("gpt: resumed from %s at step %lld (data position %llu)\n", from, (long long)pdde_session_step(s), (unsigned long long)ex.data_position);
                 const pdde_optimizer_params *was = &ex.schedule;
                 if (ex.schedule_differs && rank == 0)
                     printf("gpt: the checkpoint's run scheduled lr %.3g over %lld steps (warmup %lld); this one asks for lr %.3g over %lld "
@@ -524,6 +530,9 @@ int main(int argc, char **argv) {
     int64_t first = pdde_session_step(s);
     float ema_tps = 0;
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
+    pdde_checkpoint_writer *writer = NULL; /* --ckpt-async: the save in progress */
+    double ckpt_s = 0; /* what saving made the loop wait */
+    int n_ckpt = 0;
     for (int64_t step = first; step < last; step++) {
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
@@ -559,7 +568,15 @@ int main(int argc, char **argv) {
         }
         if (ckpt[0] && ((o.ckpt_every && (step + 1) % o.ckpt_every == 0) || step + 1 == last)) {
             pdde_checkpoint_extra ex = {.data_position = pdde_data_position(train)};
-            TRY(pdde_checkpoint_save(s, ckpt, &ex));
+            pdde_checkpoint_writer *was = writer; /* the previous one becomes visible */
+            double c0 = now();
+            writer = NULL;
+            if (was) TRY(pdde_checkpoint_writer_finish(was));
+            if (step + 1 == last && rank == 0 && n_ckpt) /* (the last one is written before the program ends, either way) */
+                printf("gpt: the %d checkpoints before the last held the training loop %.3f s\n", n_ckpt, ckpt_s + now() - c0);
+            if (o.ckpt_async && step + 1 < last) TRY(pdde_checkpoint_writer_start(s, ckpt, &ex, &writer));
+            else TRY(pdde_checkpoint_save(s, ckpt, &ex));
+            ckpt_s += now() - c0, n_ckpt++;
         }
     }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
