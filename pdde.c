@@ -2559,6 +2559,7 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
 }
 
 #include "core/checkpoint.c"
+#include "core/elastic.c"
 #include "core/data.c"
 #include "core/plan_apply.c"
 #include "core/ps_worker.c"

@@ -308,7 +308,22 @@ int main(int argc, char **argv) {
     pdde_comm *comm = NULL;
     if (o.plan && !strcmp(o.plan, "auto") && choose_plan(ctx, &o)) return 1;
     int rank = 0, ranks = o.dp * o.tp * o.pp;
-    if (ranks > 1) {
+    /* under pdde-run --elastic: data parallel over whatever ranks there are; a lost rank is recovered
+     * from in process (the survivors re-form the world, rebuild for dp = the ranks left, restore the
+     * in-memory snapshot and go on) */
+    pdde_elastic *el = NULL;
+    char el_plan[128] = "";
+    if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
+        if (o.tp * o.pp > 1 || o.zero || o.plan) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are (no --tp, --pp, --zero, --plan)\n"); return 2; }
+        TRY(pdde_elastic_init(ctx, NULL, &el));
+        comm = pdde_elastic_world(el);
+    }
+elastic_rebuild:
+    if (el) {
+        rank = pdde_comm_rank(comm), ranks = o.dp = pdde_comm_size(comm);
+        if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
+        snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=0", o.dp, o.micro);
+    } else if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
         TRY(pdde_comm_init(ctx, &pp, &comm));
@@ -358,6 +373,11 @@ int main(int argc, char **argv) {
     }
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
+    if (el && pdde_elastic_generation(el) > 0) {
+        uint64_t pos = 0;
+        TRY(pdde_elastic_restore(el, s, el_plan, &pos));
+        pdde_data_set_position(train, pos);
+    }
     if (o.show_program) pdde_session_dump(s, stdout);
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
@@ -397,7 +417,7 @@ int main(int argc, char **argv) {
     }
 
     FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
-    if (o.metrics && rank == 0 && !(metrics = fopen(o.metrics, o.resume ? "a" : "w"))) {
+    if (o.metrics && rank == 0 && !metrics && !(metrics = fopen(o.metrics, o.resume || (el && pdde_elastic_generation(el) > 0) ? "a" : "w"))) {
         fprintf(stderr, "gpt: --metrics %s: cannot open it for writing\n", o.metrics);
         return 1;
     }
@@ -409,12 +429,18 @@ int main(int argc, char **argv) {
     float ema_tps = 0;
     int64_t last = o.stop_after > 0 && o.stop_after < o.steps ? o.stop_after : o.steps;
     for (int64_t step = first; step < last; step++) {
+        int change = 0;
+        if (el) TRY(pdde_elastic_step_begin(el, s, pdde_data_position(train), &change));
+        if (change == PDDE_ELASTIC_LEAVE) { printf("gpt: rank %d leaves the job at step %lld\n", rank, (long long)step); last = step, o.sample_len = 0; break; }
+        if (change) goto elastic_recover;
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
         /* under SPMD every rank gets its block of each micro-batch from its attributes (uneven shares:
          * its share of the micro-batches) */
         TRY(gpt_write_batch(s, &m, &plan, feed.dp_index, x, y));
-        TRY(pdde_session_run(s, PDDE_RUN_STEP));
+        pdde_status run = pdde_session_run(s, PDDE_RUN_STEP);
+        if (el && (run = pdde_elastic_step_end(el, s, run)) == PDDE_ERR_PEER_LOST) goto elastic_recover;
+        TRY(run);
         float loss = pdde_session_loss(s); /* the step's loss, the same on every rank */
         double t = now(), dt = t - tlast;
         tlast = t;
@@ -444,6 +470,13 @@ int main(int argc, char **argv) {
             TRY(pdde_checkpoint_save(s, ckpt, &ex));
         }
     }
+    if (0) {
+    elastic_recover: /* free what uses the old world, re-form it, rebuild for the ranks there are */
+        pdde_session_free(s), pdde_graph_free(g), free(x), free(y), free(layer_dev);
+        TRY(pdde_elastic_recover(el, NULL));
+        comm = pdde_elastic_world(el);
+        goto elastic_rebuild;
+    }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
                           last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
@@ -452,7 +485,8 @@ int main(int argc, char **argv) {
     pdde_session_free(s);
     pdde_graph_free(g);
 #ifdef PDDE_HAVE_UCX
-    pdde_comm_free(comm);
+    if (el) pdde_elastic_free(el);
+    else pdde_comm_free(comm);
 #endif
     pdde_data_close(train), pdde_data_close(val);
     pdde_context_free(ctx);

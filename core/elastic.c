@@ -1,0 +1,574 @@
+/* core/elastic.c — elastic training in process: membership through the store, in-memory snapshots of a
+ * session's state at step boundaries, and recovery that keeps the survivors' processes (re-form the
+ * world, let the caller re-plan and rebuild its session, restore the snapshot, continue).
+ * A part of pdde.c: included there in place (it reads and writes the session's private state).
+ *
+ * Keys, under J = "elastic/<job>":
+ *   J/dead/<id>          a member's death notice: set by the store when its connection drops or its
+ *                        lease (heartbeats every lease/4) ends, so a killed or frozen member is known
+ *   J/left/<id>          a member that left at a step boundary on purpose
+ *   J/exit/<id>          how the launcher saw the process end ("SIGKILL", "stopped (SIGSTOP)"; optional)
+ *   J/g<G>/...           generation G: its world communicator's keys (prefix J/g<G>/comm), the
+ *                        survivors' announcements here/<id> ("<latest snapshot step> <previous>"), and
+ *                        members: "<resume step> <n> <id0> .. <id n-1>", written once (compare-and-set)
+ *                        by the lowest surviving member; rank r of generation G is member id r.
+ * A member that finds itself outside the members of the generation it tries to join (it was frozen or
+ * cut off while the others re-formed) is fenced: recover fails with PDDE_ERR_STATE and it stops; its
+ * old world's peers are gone and its store connection was dropped when its lease ran out. */
+
+#ifdef PDDE_HAVE_COMM
+
+#define ELASTIC_MAX_MEMBERS 4096
+
+typedef struct {
+    char name[sizeof ((pdde_tensor *)0)->name];
+    size_t offset, nbytes;
+} elastic_entry;
+
+/* The state of a session at a step boundary, in host memory. */
+typedef struct {
+    int64_t step;                 /* -1: empty */
+    uint64_t user;
+    uint32_t run_counter;
+    pdde_optimizer_params schedule;
+    pdde_loss_scale_stats scaler;
+    elastic_entry *entries;
+    int n_entries, cap_entries;
+    char *data;
+    size_t bytes, cap_bytes;
+} elastic_snapshot;
+
+struct pdde_elastic {
+    pdde_context *ctx;
+    pdde_store *store;            /* this member's own connection: its death notice and heartbeats */
+    pthread_mutex_t store_lock;   /* shared by the caller's thread and the heartbeat thread */
+    pthread_t heartbeat;
+    int heartbeat_started;
+    _Atomic int stop;
+    double lease_s;
+    char job[160];                /* J */
+    int id;                       /* this member's id: its rank at the start (stable) */
+    int *members, n_members;      /* of this generation: rank r is member members[r] */
+    int rank, generation, restarts;
+    int min_ranks, max_ranks, max_restarts, snapshot_every;
+    double peer_timeout_s, timeout_s;
+    pdde_comm *world;
+    pdde_store *world_store;      /* the world's own connection (its death notice is the world's) */
+    char store_addr[256];
+    elastic_snapshot snap[2];     /* the last two boundaries: survivors may be a step apart */
+    int latest;                   /* the newest filled slot, -1 none */
+    /* the change in progress (between a failure or boundary and the restore) */
+    int changing, planned;
+    double change_t0;             /* when it was noticed */
+    int64_t change_step;          /* the step in progress then */
+    int old_size;
+    int64_t resume_step;
+    char what[400];               /* "rank 3 lost (SIGKILL) at step 412" */
+    char line[700];               /* the last transition's log line */
+    char leave[256];              /* planned departures: "id@step,..." (PDDE_ELASTIC_LEAVE) */
+};
+
+static double elastic_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void elastic_sleep(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- the store, under this member's lock ---- */
+
+static pdde_status el_get(pdde_elastic *e, const char *key, char **val) {
+    void *v = NULL;
+    size_t n = 0;
+    pthread_mutex_lock(&e->store_lock);
+    pdde_status st = e->store->iface->get(e->store->impl, NULL, key, &v, &n);
+    pthread_mutex_unlock(&e->store_lock);
+    if (st) { free(v); v = NULL; }
+    *val = v;
+    return st;
+}
+
+static pdde_status el_set(pdde_elastic *e, const char *key, const char *val) {
+    pthread_mutex_lock(&e->store_lock);
+    pdde_status st = pdde_store_set(e->store, key, val, strlen(val));
+    pthread_mutex_unlock(&e->store_lock);
+    return st;
+}
+
+static pdde_status el_cas(pdde_elastic *e, const char *key, const char *val, int *swapped) {
+    pthread_mutex_lock(&e->store_lock);
+    pdde_status st = pdde_store_compare_set(e->store, key, "", 0, val, strlen(val), swapped);
+    pthread_mutex_unlock(&e->store_lock);
+    return st;
+}
+
+static int el_exists(pdde_elastic *e, const char *key) {
+    char *v = NULL;
+    pdde_status st = el_get(e, key, &v);
+    free(v);
+    return st == PDDE_OK;
+}
+
+/* Renews the lease: a member whose process is frozen stops renewing it, and the store then sets its
+ * death notice. */
+static void *elastic_heartbeat(void *arg) {
+    pdde_elastic *e = arg;
+    double period = e->lease_s / 4;
+    while (!atomic_load(&e->stop)) {
+        for (double slept = 0; slept < period && !atomic_load(&e->stop); slept += 0.01) elastic_sleep(0.01);
+        if (atomic_load(&e->stop)) break;
+        pthread_mutex_lock(&e->store_lock);
+        pdde_store_ping(e->store);
+        pthread_mutex_unlock(&e->store_lock);
+    }
+    return NULL;
+}
+
+static int elastic_env_int(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : dflt;
+}
+
+static double elastic_env_double(const char *name, double dflt) {
+    const char *v = getenv(name);
+    return v && *v && atof(v) > 0 ? atof(v) : dflt;
+}
+
+static pdde_status elastic_join_world(pdde_elastic *e) {
+    pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
+    char prefix[200];
+    snprintf(prefix, sizeof prefix, "%s/g%d/comm", e->job, e->generation);
+    p.rank = e->rank, p.world_size = e->n_members, p.prefix = prefix;
+    p.timeout_s = e->timeout_s, p.peer_timeout_s = e->peer_timeout_s;
+    pdde_status st = pdde_store_connect(e->ctx, e->store_addr, e->timeout_s, &e->world_store);
+    if (!st) p.store = e->world_store, st = pdde_comm_init(e->ctx, &p, &e->world);
+    if (st) return pdde_error(e->ctx, st, "elastic: generation %d: cannot form the world of %d ranks: %s", e->generation, e->n_members,
+                              pdde_last_error(e->ctx));
+    return PDDE_OK;
+}
+
+pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *params, pdde_elastic **out) {
+    if (!out) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "pdde_elastic_init: out is NULL");
+    *out = NULL;
+    pdde_elastic_params p = PDDE_ELASTIC_PARAMS_INIT;
+    if (params) p = *params;
+    pdde_comm_env env;
+    pdde_status st = pdde_comm_env_read(ctx, &env);
+    if (st) return st;
+    if (!env.store_addr[0]) return pdde_error(ctx, PDDE_ERR_ENV, "elastic: PDDE_STORE_ADDR is not set (pdde-run --elastic sets it)");
+    pdde_elastic *e = calloc(1, sizeof *e);
+    if (!e) return pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory");
+    e->ctx = ctx;
+    e->latest = -1;
+    e->snap[0].step = e->snap[1].step = -1;
+    pthread_mutex_init(&e->store_lock, NULL);
+    const char *job = p.job ? p.job : getenv("PDDE_ELASTIC_JOB");
+    snprintf(e->job, sizeof e->job, "elastic/%.100s", job && *job ? job : "job");
+    e->min_ranks = p.min_ranks > 0 ? p.min_ranks : elastic_env_int("PDDE_ELASTIC_MIN", 1);
+    e->max_ranks = p.max_ranks > 0 ? p.max_ranks : elastic_env_int("PDDE_ELASTIC_MAX", env.world_size);
+    e->max_restarts = p.max_restarts ? p.max_restarts : elastic_env_int("PDDE_ELASTIC_MAX_RESTARTS", 10);
+    e->snapshot_every = p.snapshot_every > 0 ? p.snapshot_every : elastic_env_int("PDDE_ELASTIC_SNAPSHOT_EVERY", 1);
+    if (e->snapshot_every < 1) e->snapshot_every = 1;
+    e->peer_timeout_s = p.peer_timeout_s > 0 ? p.peer_timeout_s : elastic_env_double("PDDE_PEER_TIMEOUT", 5);
+    e->timeout_s = p.timeout_s > 0 ? p.timeout_s : 300;
+    const char *leave = getenv("PDDE_ELASTIC_LEAVE");
+    snprintf(e->leave, sizeof e->leave, "%s", leave ? leave : "");
+    e->id = e->rank = env.rank;
+    snprintf(e->store_addr, sizeof e->store_addr, "%s", env.store_addr);
+    e->n_members = env.world_size;
+    if (env.world_size < e->min_ranks) {
+        int min = e->min_ranks;
+        free(e);
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "elastic: %d ranks started, fewer than the minimum %d", env.world_size, min);
+    }
+    e->members = malloc((size_t)env.world_size * sizeof *e->members);
+    if (!e->members) { free(e); return pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); }
+    for (int i = 0; i < env.world_size; i++) e->members[i] = i;
+    if ((st = pdde_store_connect(ctx, env.store_addr, e->timeout_s, &e->store))) goto fail;
+    char key[300], notice[64];
+    snprintf(key, sizeof key, "%s/dead/%d", e->job, e->id);
+    snprintf(notice, sizeof notice, "%d", (int)getpid());
+    double margin = e->peer_timeout_s / 4 < 0.25 ? e->peer_timeout_s / 4 : 0.25;
+    e->lease_s = e->peer_timeout_s - margin;
+    if ((st = pdde_store_set_liveness(e->store, key, notice, strlen(notice), e->lease_s))) goto fail;
+    if (pthread_create(&e->heartbeat, NULL, elastic_heartbeat, e)) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: no heartbeat thread"); goto fail; }
+    e->heartbeat_started = 1;
+    if ((st = elastic_join_world(e))) goto fail;
+    *out = e;
+    return PDDE_OK;
+fail:
+    pdde_elastic_free(e);
+    return st;
+}
+
+static void snapshot_clear(elastic_snapshot *sn) {
+    free(sn->entries), free(sn->data);
+    memset(sn, 0, sizeof *sn);
+    sn->step = -1;
+}
+
+static void elastic_leave_world(pdde_elastic *e) {
+    pdde_comm_free(e->world);
+    pdde_store_close(e->world_store);
+    e->world = NULL, e->world_store = NULL;
+}
+
+void pdde_elastic_free(pdde_elastic *e) {
+    if (!e) return;
+    elastic_leave_world(e);
+    if (e->heartbeat_started) {
+        atomic_store(&e->stop, 1);
+        pthread_join(e->heartbeat, NULL);
+    }
+    pdde_store_close(e->store); /* a clean goodbye: no death notice */
+    snapshot_clear(&e->snap[0]), snapshot_clear(&e->snap[1]);
+    pthread_mutex_destroy(&e->store_lock);
+    free(e->members);
+    free(e);
+}
+
+pdde_comm *pdde_elastic_world(const pdde_elastic *e) { return e ? e->world : NULL; }
+int pdde_elastic_generation(const pdde_elastic *e) { return e ? e->generation : -1; }
+const char *pdde_elastic_last_change(const pdde_elastic *e) { return e ? e->line : ""; }
+
+/* ---- snapshots ---- */
+
+/* The state a snapshot holds: parameters and optimizer state (as a checkpoint does). */
+static bool elastic_saved(const pdde_tensor *t) {
+    return t->op == PDDE_OP_NONE && (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE)) &&
+           !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));
+}
+
+static bool elastic_replicated(const pdde_tensor *lt) {
+    if (!lt->dist.mesh) return true;
+    for (int d = 0; d < lt->ndim; d++)
+        if (lt->dist.dims_mapping[d] >= 0) return false;
+    return true;
+}
+
+static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint64_t user) {
+    int slot = e->latest == 0 ? 1 : 0;
+    elastic_snapshot *sn = &e->snap[slot];
+    sn->n_entries = 0, sn->bytes = 0;
+    for (int i = 0; i < s->g->n; i++) {
+        pdde_tensor *t = s->g->nodes[i];
+        if (!elastic_saved(t)) continue;
+        pdde_tensor *lt = local_of(s, t);
+        if (!lt && !held_elsewhere(s, t)) continue; /* not in the step */
+        if (!lt || !elastic_replicated(lt))
+            return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "elastic: %s is %s on this rank: in-memory snapshots hold replicated "
+                              "state only (data parallel without ZeRO, tensor or pipeline parallelism)", t->name,
+                              lt ? "sharded" : "held by another pipeline stage");
+        size_t nb = pdde_tensor_nbytes(lt);
+        if (sn->n_entries == sn->cap_entries) {
+            int cap = sn->cap_entries ? 2 * sn->cap_entries : 64;
+            elastic_entry *en = realloc(sn->entries, (size_t)cap * sizeof *en);
+            if (!en) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: out of memory for a snapshot");
+            sn->entries = en, sn->cap_entries = cap;
+        }
+        if (sn->bytes + nb > sn->cap_bytes) {
+            size_t cap = sn->cap_bytes ? sn->cap_bytes : 1 << 20;
+            while (cap < sn->bytes + nb) cap *= 2;
+            char *d = realloc(sn->data, cap);
+            if (!d) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: no memory for a snapshot of %zu bytes", cap);
+            sn->data = d, sn->cap_bytes = cap;
+        }
+        elastic_entry *en = &sn->entries[sn->n_entries++];
+        snprintf(en->name, sizeof en->name, "%s", t->name);
+        en->offset = sn->bytes, en->nbytes = nb;
+        pdde_status st = read_local(s, lt, sn->data + sn->bytes, nb);
+        if (st) { sn->step = -1; return st; }
+        sn->bytes += nb;
+    }
+    sn->step = s->step, sn->user = user, sn->run_counter = s->run_counter;
+    sn->schedule = s->schedule, sn->scaler = s->scaler;
+    e->latest = slot;
+    return PDDE_OK;
+}
+
+static const elastic_snapshot *elastic_snapshot_at(const pdde_elastic *e, int64_t step) {
+    for (int k = 0; k < 2; k++)
+        if (e->snap[k].step == step) return &e->snap[k];
+    return NULL;
+}
+
+/* ---- the step protocol ---- */
+
+/* Whether member id leaves at step (PDDE_ELASTIC_LEAVE "id@step,..."). */
+static int elastic_leaves(const pdde_elastic *e, int id, int64_t step) {
+    for (const char *p = e->leave; *p;) {
+        char *end;
+        long who = strtol(p, &end, 10);
+        if (end == p || *end != '@') return 0;
+        long long at = strtoll(end + 1, &end, 10);
+        if (who == id && at == step) return 1;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return 0;
+    }
+    return 0;
+}
+
+pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
+    if (!e || !s || !change) return PDDE_ERR_INVALID_ARG;
+    *change = 0;
+    int64_t step = s->step;
+    if (!elastic_snapshot_at(e, step) &&
+        (e->latest < 0 || step - e->snap[e->latest].step >= e->snapshot_every)) {
+        pdde_status st = elastic_snapshot_take(e, s, user);
+        if (st) return st;
+    }
+    int leaving = 0, me = 0;
+    for (int r = 0; r < e->n_members; r++)
+        if (elastic_leaves(e, e->members[r], step)) leaving++, me |= r == e->rank;
+    if (!leaving) return PDDE_OK;
+    e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
+    if (me) {
+        char key[300];
+        snprintf(key, sizeof key, "%s/left/%d", e->job, e->id);
+        pdde_status st = el_set(e, key, "left");
+        if (st) return st;
+        *change = PDDE_ELASTIC_LEAVE;
+        return PDDE_OK;
+    }
+    *change = PDDE_ELASTIC_CHANGE;
+    return PDDE_OK;
+}
+
+pdde_status pdde_elastic_step_end(pdde_elastic *e, pdde_session *s, pdde_status run_status) {
+    if (!e) return PDDE_ERR_INVALID_ARG;
+    if (run_status == PDDE_OK) return PDDE_OK;
+    if (run_status == PDDE_ERR_PEER_LOST || run_status == PDDE_ERR_TIMEOUT || run_status == PDDE_ERR_ABORTED ||
+        run_status == PDDE_ERR_COMM) {
+        e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->old_size = e->n_members;
+        e->change_step = s ? s->step : (e->latest >= 0 ? e->snap[e->latest].step : 0);
+        return PDDE_ERR_PEER_LOST;
+    }
+    if (run_status == PDDE_ERR_NONFINITE)
+        return pdde_error(e->ctx, run_status, "elastic: the loss or the gradients are not finite at step %lld: that repeats "
+                          "after a restart, so the job stops (%s)", (long long)(s ? s->step : -1), pdde_last_error(e->ctx));
+    return pdde_error(e->ctx, run_status, "elastic: %s: not a lost peer, so a restart would repeat it: the job stops",
+                      pdde_last_error(e->ctx));
+}
+
+/* ---- recovery ---- */
+
+static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids, int cap) {
+    char *end;
+    *step = strtoll(v, &end, 10);
+    long k = strtol(end, &end, 10);
+    if (k < 1 || k > cap) return -1;
+    for (long i = 0; i < k; i++) {
+        char *p = end;
+        ids[i] = (int)strtol(p, &end, 10);
+        if (end == p) return -1;
+    }
+    *n = (int)k;
+    return 0;
+}
+
+/* How the launcher saw member id end, or what the store knows. */
+static void elastic_cause(pdde_elastic *e, int id, char *buf, size_t cap) {
+    char key[300], *v = NULL;
+    snprintf(key, sizeof key, "%s/left/%d", e->job, id);
+    if (el_exists(e, key)) { snprintf(buf, cap, "left"); return; }
+    snprintf(key, sizeof key, "%s/exit/%d", e->job, id);
+    for (int k = 0; k < 20 && el_get(e, key, &v) != PDDE_OK; k++) elastic_sleep(0.005); /* (the launcher writes it as it reaps) */
+    if (v) { snprintf(buf, cap, "lost (%s)", v); free(v); return; }
+    snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
+    snprintf(buf, cap, el_exists(e, key) ? "lost (died or stopped answering)" : "lost (cut off)");
+}
+
+pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
+    if (!e) return PDDE_ERR_INVALID_ARG;
+    pdde_context *ctx = e->ctx;
+    if (!e->changing) {
+        e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->old_size = e->n_members;
+        e->change_step = e->latest >= 0 ? e->snap[e->latest].step : 0;
+    }
+    if (!e->planned && ++e->restarts > e->max_restarts && e->max_restarts >= 0)
+        return pdde_error(ctx, PDDE_ERR_ABORTED, "elastic: %d failures, more than --max-restarts %d: the job stops", e->restarts,
+                          e->max_restarts);
+    /* the old world first: its sessions and sub-communicators are the caller's to free before */
+    elastic_leave_world(e);
+    int next = e->generation + 1, n_old = e->n_members;
+    char key[300], val[64], *v = NULL;
+    int64_t latest = e->latest >= 0 ? e->snap[e->latest].step : -1, prev = e->latest >= 0 ? e->snap[!e->latest].step : -1;
+    snprintf(key, sizeof key, "%s/g%d/here/%d", e->job, next, e->id);
+    snprintf(val, sizeof val, "%lld %lld", (long long)latest, (long long)prev);
+    pdde_status st = el_set(e, key, val);
+    if (st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_TIMEOUT)
+        return pdde_error(ctx, PDDE_ERR_STATE, "elastic: member %d lost its connection to the store (%s): its lease ran out while it "
+                          "was frozen or cut off, and the others went on without it: fenced, it stops", e->id, pdde_last_error(ctx));
+    if (st) return pdde_error(ctx, st, "elastic: cannot reach the store to re-form the world (%s): the job stops", pdde_last_error(ctx));
+    int *here = calloc((size_t)n_old, sizeof *here), *gone = calloc((size_t)n_old, sizeof *gone);
+    int64_t *have = calloc((size_t)n_old * 2, sizeof *have);
+    int *ids = malloc((size_t)ELASTIC_MAX_MEMBERS * sizeof *ids), n_new = 0;
+    int64_t resume = -1;
+    if (!here || !gone || !have || !ids) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); goto done; }
+    /* the members not heard from after this long are left out (a frozen one's lease ends sooner) */
+    double deadline = elastic_now() + 2 * e->peer_timeout_s + 2, give_up = elastic_now() + e->timeout_s;
+    char members_key[300];
+    snprintf(members_key, sizeof members_key, "%s/g%d/members", e->job, next);
+    for (;;) {
+        if (el_get(e, members_key, &v) == PDDE_OK) {
+            int bad = elastic_parse_members(v, &resume, &n_new, ids, ELASTIC_MAX_MEMBERS);
+            free(v);
+            if (bad) { st = pdde_error(ctx, PDDE_ERR_CORRUPT, "elastic: generation %d's member list is malformed", next); goto done; }
+            break;
+        }
+        int pending = 0, lead = -1;
+        for (int r = 0; r < n_old; r++) {
+            int id = e->members[r];
+            if (!here[r] || !gone[r]) {
+                snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
+                gone[r] = el_exists(e, key);
+                snprintf(key, sizeof key, "%s/left/%d", e->job, id);
+                gone[r] |= el_exists(e, key);
+            }
+            if (!here[r]) {
+                snprintf(key, sizeof key, "%s/g%d/here/%d", e->job, next, id);
+                if (el_get(e, key, &v) == PDDE_OK) {
+                    char *end;
+                    have[2 * r] = strtoll(v, &end, 10), have[2 * r + 1] = strtoll(end, NULL, 10);
+                    here[r] = 1;
+                    free(v);
+                }
+            }
+            if (here[r] && !gone[r] && lead < 0) lead = r;
+            pending += !here[r] && !gone[r];
+        }
+        double now = elastic_now();
+        if (lead >= 0 && e->members[lead] == e->id && (!pending || now > deadline)) {
+            /* the lowest survivor decides: the newest step every survivor holds a snapshot of */
+            int64_t step = INT64_MAX;
+            for (int r = 0; r < n_old; r++)
+                if (here[r] && !gone[r] && have[2 * r] < step) step = have[2 * r];
+            char list[16 * 64 + 64];
+            int len = snprintf(list, sizeof list, "%lld ", (long long)step), count = 0;
+            for (int r = 0; r < n_old; r++) count += here[r] && !gone[r];
+            len += snprintf(list + len, sizeof list - (size_t)len, "%d", count);
+            char *big = malloc((size_t)count * 12 + sizeof list);
+            if (!big) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); goto done; }
+            memcpy(big, list, (size_t)len + 1);
+            for (int r = 0; r < n_old; r++)
+                if (here[r] && !gone[r]) len += sprintf(big + len, " %d", e->members[r]);
+            int swapped = 0;
+            st = el_cas(e, members_key, big, &swapped);
+            free(big);
+            if (st) goto done;
+            continue; /* read back what was decided (ours, or an earlier leader's) */
+        }
+        if (now > give_up) {
+            st = pdde_error(ctx, PDDE_ERR_TIMEOUT, "elastic: generation %d was not formed within %.3g s", next, e->timeout_s);
+            goto done;
+        }
+        elastic_sleep(0.002);
+    }
+    int rank = -1;
+    for (int i = 0; i < n_new; i++)
+        if (ids[i] == e->id) rank = i;
+    if (rank < 0) {
+        st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: member %d was left out of generation %d (it stopped answering or came "
+                        "late): fenced, it stops", e->id, next);
+        goto done;
+    }
+    if (n_new < e->min_ranks) {
+        st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "elastic: %d rank%s left, fewer than the minimum %d (--min): the job stops", n_new,
+                        n_new == 1 ? "" : "s", e->min_ranks);
+        goto done;
+    }
+    if (!elastic_snapshot_at(e, resume)) {
+        st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: no snapshot of step %lld here (the survivors hold no common step)",
+                        (long long)resume);
+        goto done;
+    }
+    /* what changed, for the log line */
+    int len = 0;
+    e->what[0] = 0;
+    for (int r = 0; r < n_old; r++) {
+        int kept = 0;
+        for (int i = 0; i < n_new; i++) kept |= ids[i] == e->members[r];
+        if (kept) continue;
+        char cause[160];
+        elastic_cause(e, e->members[r], cause, sizeof cause);
+        len += snprintf(e->what + len, sizeof e->what - (size_t)(len < (int)sizeof e->what ? len : (int)sizeof e->what - 1),
+                        "%srank %d %s", len ? ", " : "", r, cause);
+        if (len >= (int)sizeof e->what) len = (int)sizeof e->what - 1;
+    }
+    snprintf(e->what + len, sizeof e->what - (size_t)len, " at step %lld", (long long)e->change_step);
+    free(e->members);
+    e->members = ids, ids = NULL;
+    e->n_members = n_new, e->rank = rank, e->generation = next, e->resume_step = resume;
+    if ((st = elastic_join_world(e))) goto done;
+    if (out) {
+        memset(out, 0, sizeof *out);
+        out->generation = next, out->rank = rank, out->world_size = n_new, out->old_world_size = n_old;
+        out->resume_step = resume, out->planned = e->planned;
+        snprintf(out->what, sizeof out->what, "%s", e->what);
+    }
+done:
+    free(here), free(gone), free(have), free(ids);
+    return st;
+}
+
+pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user) {
+    if (!e || !s) return PDDE_ERR_INVALID_ARG;
+    const elastic_snapshot *sn = elastic_snapshot_at(e, e->resume_step);
+    if (!sn) return pdde_error(e->ctx, PDDE_ERR_STATE, "elastic: no snapshot of step %lld to restore", (long long)e->resume_step);
+    for (int k = 0; k < sn->n_entries; k++) {
+        const elastic_entry *en = &sn->entries[k];
+        pdde_tensor *t = pdde_graph_find(s->g, en->name);
+        if (!t) return pdde_error(e->ctx, PDDE_ERR_MISMATCH, "elastic: the snapshot's tensor %s is not in the new session's graph", en->name);
+        pdde_status st = pdde_session_write_global(s, t, sn->data + en->offset, en->nbytes);
+        if (st) return st;
+    }
+    s->step = sn->step, s->run_counter = sn->run_counter, s->schedule = sn->schedule;
+    if (s->loss_scaling) {
+        s->scaler = sn->scaler;
+        pdde_status st = scaler_load(s);
+        if (st) return st;
+        s->scaler.good_steps = sn->scaler.good_steps;
+    }
+    if (user) *user = sn->user;
+    /* the snapshots of the old world stay valid for the new one (the same replicated state) */
+    double dt = elastic_now() - e->change_t0;
+    snprintf(e->line, sizeof e->line, "elastic: %s; re-plan %d -> %d ranks: %s; resumed at step %lld in %.2f s", e->what, e->old_size,
+             e->n_members, plan && *plan ? plan : "(same plan)", (long long)sn->step, dt);
+    if (e->rank == 0) fprintf(stderr, "%s\n", e->line);
+    e->changing = 0;
+    return PDDE_OK;
+}
+
+#else /* no comm/: the calls link and say so */
+
+pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *params, pdde_elastic **out) {
+    (void)params;
+    if (out) *out = NULL;
+    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "pdde_elastic_init: pdde was built without communication (comm/ needs UCX)");
+}
+void pdde_elastic_free(pdde_elastic *e) { (void)e; }
+pdde_comm *pdde_elastic_world(const pdde_elastic *e) { (void)e; return NULL; }
+int pdde_elastic_generation(const pdde_elastic *e) { (void)e; return -1; }
+const char *pdde_elastic_last_change(const pdde_elastic *e) { (void)e; return ""; }
+pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
+    (void)e, (void)s, (void)user, (void)change;
+    return PDDE_ERR_UNAVAILABLE;
+}
+pdde_status pdde_elastic_step_end(pdde_elastic *e, pdde_session *s, pdde_status run_status) {
+    (void)e, (void)s;
+    return run_status;
+}
+pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
+    (void)e, (void)out;
+    return PDDE_ERR_UNAVAILABLE;
+}
+pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user) {
+    (void)e, (void)s, (void)plan, (void)user;
+    return PDDE_ERR_UNAVAILABLE;
+}
+
+#endif
