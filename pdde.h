@@ -1902,6 +1902,14 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out);
 pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user);
 /* The last transition's log line ("" before any). */
 const char *pdde_elastic_last_change(const pdde_elastic *e);
+typedef struct {
+    int64_t snapshots;        /* taken so far */
+    double snapshot_s;        /* the time they took, in all (the caller's thread) */
+    size_t snapshot_bytes;    /* of the last one */
+    int changes;              /* transitions completed (restores) */
+    double last_recover_s;    /* the last one: from noticing the change to the state restored */
+} pdde_elastic_stats;
+pdde_status pdde_elastic_stats_get(const pdde_elastic *e, pdde_elastic_stats *out);
 
 #ifdef __cplusplus
 }

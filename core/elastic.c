@@ -66,6 +66,7 @@ struct pdde_elastic {
     char what[400];               /* "rank 3 lost (SIGKILL) at step 412" */
     char line[700];               /* the last transition's log line */
     char leave[256];              /* planned departures: "id@step,..." (PDDE_ELASTIC_LEAVE) */
+    pdde_elastic_stats stats;
 };
 
 static double elastic_now(void) {
@@ -234,6 +235,11 @@ void pdde_elastic_free(pdde_elastic *e) {
 pdde_comm *pdde_elastic_world(const pdde_elastic *e) { return e ? e->world : NULL; }
 int pdde_elastic_generation(const pdde_elastic *e) { return e ? e->generation : -1; }
 const char *pdde_elastic_last_change(const pdde_elastic *e) { return e ? e->line : ""; }
+pdde_status pdde_elastic_stats_get(const pdde_elastic *e, pdde_elastic_stats *out) {
+    if (!e || !out) return PDDE_ERR_INVALID_ARG;
+    *out = e->stats;
+    return PDDE_OK;
+}
 
 /* ---- snapshots ---- */
 
@@ -251,6 +257,7 @@ static bool elastic_replicated(const pdde_tensor *lt) {
 }
 
 static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint64_t user) {
+    double t0 = elastic_now();
     int slot = e->latest == 0 ? 1 : 0;
     elastic_snapshot *sn = &e->snap[slot];
     sn->n_entries = 0, sn->bytes = 0;
@@ -287,6 +294,7 @@ static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint6
     sn->step = s->step, sn->user = user, sn->run_counter = s->run_counter;
     sn->schedule = s->schedule, sn->scaler = s->scaler;
     e->latest = slot;
+    e->stats.snapshots++, e->stats.snapshot_bytes = sn->bytes, e->stats.snapshot_s += elastic_now() - t0;
     return PDDE_OK;
 }
 
@@ -540,6 +548,7 @@ pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *p
              e->n_members, plan && *plan ? plan : "(same plan)", (long long)sn->step, dt);
     if (e->rank == 0) fprintf(stderr, "%s\n", e->line);
     e->changing = 0;
+    e->stats.changes++, e->stats.last_recover_s = dt;
     return PDDE_OK;
 }
 
@@ -554,6 +563,10 @@ void pdde_elastic_free(pdde_elastic *e) { (void)e; }
 pdde_comm *pdde_elastic_world(const pdde_elastic *e) { (void)e; return NULL; }
 int pdde_elastic_generation(const pdde_elastic *e) { (void)e; return -1; }
 const char *pdde_elastic_last_change(const pdde_elastic *e) { (void)e; return ""; }
+pdde_status pdde_elastic_stats_get(const pdde_elastic *e, pdde_elastic_stats *out) {
+    (void)e, (void)out;
+    return PDDE_ERR_UNAVAILABLE;
+}
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
     (void)e, (void)s, (void)user, (void)change;
     return PDDE_ERR_UNAVAILABLE;

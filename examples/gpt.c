@@ -480,6 +480,9 @@ elastic_rebuild:
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
                           last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
+    pdde_elastic_stats es;
+    if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
+        printf("gpt: elastic: %lld snapshots of %.2f MB, %.3f ms each\n", (long long)es.snapshots, es.snapshot_bytes / 1e6, 1e3 * es.snapshot_s / (double)es.snapshots);
     if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
