@@ -10,6 +10,7 @@
  *  - two failures in a row (4 -> 3 -> 2 ranks), a planned shrink 4 -> 2;
  *  - errors that would repeat stop the job: --max-restarts 0 and a kill; a non-finite loss; fewer
  *    ranks than --min.
+ *  - a program that is not gpt (examples/elastic.c, an MLP on the pdde_elastic_* calls) survives a kill.
  * The seed of the random steps is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -380,6 +381,38 @@ static void test_stops(unsigned seed) {
     free(k.out);
 }
 
+/* The library's example, a program that is not gpt, under a kill: it finishes on 3 ranks. */
+static void test_example(const char *dir) {
+    char prog[600];
+    snprintf(prog, sizeof prog, "%s/elastic", dir);
+    if (access(prog, X_OK)) { test_skip("build", "%s is not built", prog); return; }
+    char *argv[] = {g_run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", PEER_TIMEOUT, prog, "8000", NULL};
+    job j = {.pid = -1, .fd = -1, .t0 = test_now()};
+    int fds[2];
+    if (pipe(fds)) return;
+    fflush(NULL);
+    j.pid = fork();
+    if (j.pid == 0) {
+        setenv("PDDE_BACKENDS", "cpu", 1);
+        setenv("PDDE_NUM_THREADS", "1", 1);
+        dup2(fds[1], 1), dup2(fds[1], 2);
+        close(fds[0]), close(fds[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    j.fd = fds[0];
+    fcntl(j.fd, F_SETFL, O_NONBLOCK);
+    pid_t pids[8];
+    while (job_ranks(j.pid, pids, 8) < 4 && test_now() - j.t0 < 10) job_poll(&j, 10);
+    for (double t = test_now(); test_now() - t < 0.5;) job_poll(&j, 10); /* a few hundred steps in */
+    kill(pids[2], SIGKILL);
+    int rc = job_finish(&j, 50);
+    CHECK(rc == 0 && strstr(job_text(&j), "rank 2 lost (SIGKILL)") && strstr(job_text(&j), "after 8000 steps on 3 ranks"),
+          "examples/elastic.c: a rank killed, the job finishes on 3 ranks: rc %d\n%s", rc, job_text(&j));
+    free(j.out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char dir[512];
@@ -407,6 +440,7 @@ int main(int argc, char **argv) {
     test_lose_one(seed + 1, SIGSTOP);
     test_two_failures(seed);
     test_stops(seed);
+    test_example(dir);
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
     if (system(cmd)) {}
