@@ -1856,7 +1856,10 @@ void pdde_pipeline_stats_reset(pdde_pipeline *pl);
  * peer_timeout_s (a killed member is known at once, a frozen one within peer_timeout_s); the survivors
  * of generation G announce themselves, the lowest one writes generation G+1's members and the step to
  * resume at, once; a member left out (it was frozen, or came back late) is fenced: recover returns
- * PDDE_ERR_STATE and it must stop. Errors that would repeat (a non-finite loss, a bad configuration,
+ * PDDE_ERR_STATE and it must stop. A member lost while the next world forms makes the others form the
+ * one after (within timeout_s). Ranks started later with PDDE_ELASTIC_JOIN=1 (pdde-run --join) are
+ * taken in at the members' next step boundary while the world is below max_ranks; they get the state
+ * from rank 0 by broadcast. Errors that would repeat (a non-finite loss, a bad configuration,
  * too few ranks, more failures than max_restarts) end the job instead. */
 typedef struct pdde_elastic pdde_elastic;
 typedef struct {
@@ -1866,7 +1869,7 @@ typedef struct {
     int max_restarts;         /* failures recovered from, at most; 0 = PDDE_ELASTIC_MAX_RESTARTS or 10; < 0 no limit */
     int snapshot_every;       /* steps between snapshots; 0 = PDDE_ELASTIC_SNAPSHOT_EVERY or 1 */
     double peer_timeout_s;    /* failure detection bound; 0 = PDDE_PEER_TIMEOUT or 5 */
-    double timeout_s;         /* forming a world, blocking collectives; 0 = 300 */
+    double timeout_s;         /* forming a world, blocking collectives; 0 = PDDE_ELASTIC_TIMEOUT or 300 */
 } pdde_elastic_params;
 #define PDDE_ELASTIC_PARAMS_INIT {NULL, 0, 0, 0, 0, 0, 0}
 /* What pdde_elastic_step_begin's change says. */

@@ -17,6 +17,7 @@
  * old world's peers are gone and its store connection was dropped when its lease ran out. */
 
 #ifdef PDDE_HAVE_COMM
+#include <signal.h>
 
 #define ELASTIC_MAX_MEMBERS 4096
 
@@ -50,6 +51,7 @@ struct pdde_elastic {
     int id;                       /* this member's id: its rank at the start (stable) */
     int *members, n_members;      /* of this generation: rank r is member members[r] */
     int rank, generation, restarts;
+    int joined;                   /* members new to this generation: restore hands them the state */
     int min_ranks, max_ranks, max_restarts, snapshot_every;
     double peer_timeout_s, timeout_s;
     pdde_comm *world;
@@ -139,6 +141,37 @@ static double elastic_env_double(const char *name, double dflt) {
     return v && *v && atof(v) > 0 ? atof(v) : dflt;
 }
 
+static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids, int *n_joined, int cap);
+#define ELASTIC_JOINER_ID0 65536
+
+/* A rank started later (PDDE_ELASTIC_JOIN=1): it asks to join and waits until a generation takes it
+ * in (the members notice it at their next step boundary). */
+static pdde_status elastic_wait_admitted(pdde_elastic *e) {
+    char key[300], *v = NULL;
+    double give_up = elastic_now() + e->timeout_s;
+    int *ids = malloc((size_t)ELASTIC_MAX_MEMBERS * sizeof *ids);
+    if (!ids) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
+    for (int g = 1; elastic_now() < give_up;) {
+        snprintf(key, sizeof key, "%s/g%d/members", e->job, g);
+        if (el_get(e, key, &v) != PDDE_OK) { elastic_sleep(0.01); continue; }
+        int n = 0, joined = 0, rank = -1;
+        int64_t step;
+        int bad = elastic_parse_members(v, &step, &n, ids, &joined, ELASTIC_MAX_MEMBERS);
+        free(v);
+        for (int i = 0; !bad && i < n; i++)
+            if (ids[i] == e->id) rank = i;
+        if (rank < 0) { g++; continue; }
+        free(e->members);
+        e->members = ids, e->n_members = n, e->rank = rank, e->generation = g, e->resume_step = step, e->joined = joined;
+        e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = n - joined;
+        snprintf(e->what, sizeof e->what, "%d rank%s joined at step %lld", joined, joined > 1 ? "s" : "", (long long)step);
+        return PDDE_OK;
+    }
+    free(ids);
+    return pdde_error(e->ctx, PDDE_ERR_TIMEOUT, "elastic: member %d asked to join job %s and was not taken in within %.3g s (is the job "
+                      "running, below its --max?)", e->id, e->job, e->timeout_s);
+}
+
 static pdde_status elastic_join_world(pdde_elastic *e) {
     pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
     char prefix[200];
@@ -175,7 +208,7 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     e->snapshot_every = p.snapshot_every > 0 ? p.snapshot_every : elastic_env_int("PDDE_ELASTIC_SNAPSHOT_EVERY", 1);
     if (e->snapshot_every < 1) e->snapshot_every = 1;
     e->peer_timeout_s = p.peer_timeout_s > 0 ? p.peer_timeout_s : elastic_env_double("PDDE_PEER_TIMEOUT", 5);
-    e->timeout_s = p.timeout_s > 0 ? p.timeout_s : 300;
+    e->timeout_s = p.timeout_s > 0 ? p.timeout_s : elastic_env_double("PDDE_ELASTIC_TIMEOUT", 300);
     const char *leave = getenv("PDDE_ELASTIC_LEAVE");
     snprintf(e->leave, sizeof e->leave, "%s", leave ? leave : "");
     e->id = e->rank = env.rank;
@@ -186,18 +219,39 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
         free(e);
         return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "elastic: %d ranks started, fewer than the minimum %d", env.world_size, min);
     }
+    char key[300], notice[64];
     e->members = malloc((size_t)env.world_size * sizeof *e->members);
     if (!e->members) { free(e); return pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); }
     for (int i = 0; i < env.world_size; i++) e->members[i] = i;
     if ((st = pdde_store_connect(ctx, env.store_addr, e->timeout_s, &e->store))) goto fail;
-    char key[300], notice[64];
+    const char *join = getenv("PDDE_ELASTIC_JOIN");
+    int joiner = join && atoi(join) > 0;
+    if (joiner) { /* an id of its own, after those of the ranks started and of earlier joiners */
+        int64_t k = 0;
+        snprintf(key, sizeof key, "%s/joined", e->job);
+        if ((st = pdde_store_add(e->store, key, 1, &k))) goto fail;
+        e->id = ELASTIC_JOINER_ID0 + (int)k - 1;
+    }
     snprintf(key, sizeof key, "%s/dead/%d", e->job, e->id);
     snprintf(notice, sizeof notice, "%d", (int)getpid());
+
     double margin = e->peer_timeout_s / 4 < 0.25 ? e->peer_timeout_s / 4 : 0.25;
     e->lease_s = e->peer_timeout_s - margin;
     if ((st = pdde_store_set_liveness(e->store, key, notice, strlen(notice), e->lease_s))) goto fail;
     if (pthread_create(&e->heartbeat, NULL, elastic_heartbeat, e)) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: no heartbeat thread"); goto fail; }
     e->heartbeat_started = 1;
+    char maxv[32];
+    snprintf(key, sizeof key, "%s/max", e->job);
+    snprintf(maxv, sizeof maxv, "%d", e->max_ranks);
+    if (!joiner && e->id == 0 && (st = el_set(e, key, maxv))) goto fail; /* (every member must agree on it) */
+    if (joiner) {
+        char *v = NULL;
+        for (double until = elastic_now() + e->timeout_s; el_get(e, key, &v) != PDDE_OK && elastic_now() < until;) elastic_sleep(0.01);
+        if (v) e->max_ranks = atoi(v);
+        free(v);
+        snprintf(key, sizeof key, "%s/join/%d", e->job, e->id);
+        if ((st = el_set(e, key, notice)) || (st = elastic_wait_admitted(e))) goto fail;
+    }
     if ((st = elastic_join_world(e))) goto fail;
     *out = e;
     return PDDE_OK;
@@ -320,6 +374,26 @@ static int elastic_leaves(const pdde_elastic *e, int id, int64_t step) {
     return 0;
 }
 
+
+/* The joiners waiting to be taken in (rank 0 asks the store; everyone learns it by broadcast). */
+static int elastic_joiners_waiting(pdde_elastic *e) {
+    char key[300], *v = NULL;
+    snprintf(key, sizeof key, "%s/joined", e->job);
+    if (el_get(e, key, &v) != PDDE_OK) return 0;
+    int count = atoi(v), waiting = 0;
+    free(v);
+    for (int k = 0; k < count && e->n_members + waiting < e->max_ranks; k++) {
+        int id = ELASTIC_JOINER_ID0 + k, member = 0;
+        for (int r = 0; r < e->n_members; r++) member |= e->members[r] == id;
+        if (member) continue;
+        snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
+        if (el_exists(e, key)) continue;
+        snprintf(key, sizeof key, "%s/join/%d", e->job, id);
+        waiting += el_exists(e, key);
+    }
+    return waiting;
+}
+
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
     if (!e || !s || !change) return PDDE_ERR_INVALID_ARG;
     *change = 0;
@@ -332,6 +406,21 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
     int leaving = 0, me = 0;
     for (int r = 0; r < e->n_members; r++)
         if (elastic_leaves(e, e->members[r], step)) leaving++, me |= r == e->rank;
+    if (!leaving && e->n_members < e->max_ranks) {
+        /* room to grow: are ranks waiting to join? (rank 0 asks, all hear it, so all change together) */
+        int64_t waiting = e->rank == 0 ? elastic_joiners_waiting(e) : 0;
+        pdde_status st = pdde_comm_broadcast(e->world, &waiting, 1, PDDE_I64, 0);
+        if (st) {
+            e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
+            *change = PDDE_ELASTIC_CHANGE;
+            return PDDE_OK;
+        }
+        if (waiting > 0) {
+            e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
+            *change = PDDE_ELASTIC_CHANGE;
+        }
+        return PDDE_OK;
+    }
     if (!leaving) return PDDE_OK;
     e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
     if (me) {
@@ -364,7 +453,8 @@ pdde_status pdde_elastic_step_end(pdde_elastic *e, pdde_session *s, pdde_status 
 
 /* ---- recovery ---- */
 
-static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids, int cap) {
+/* "<resume step> <n> <id>... <joined> <id>...": the members in rank order, then those new to it. */
+static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids, int *n_joined, int cap) {
     char *end;
     *step = strtoll(v, &end, 10);
     long k = strtol(end, &end, 10);
@@ -375,7 +465,8 @@ static int elastic_parse_members(const char *v, int64_t *step, int *n, int *ids,
         if (end == p) return -1;
     }
     *n = (int)k;
-    return 0;
+    *n_joined = (int)strtol(end, &end, 10);
+    return *n_joined < 0 || *n_joined > k ? -1 : 0;
 }
 
 /* How the launcher saw member id end, or what the store knows. */
@@ -390,19 +481,11 @@ static void elastic_cause(pdde_elastic *e, int id, char *buf, size_t cap) {
     snprintf(buf, cap, el_exists(e, key) ? "lost (died or stopped answering)" : "lost (cut off)");
 }
 
-pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
-    if (!e) return PDDE_ERR_INVALID_ARG;
+/* Agrees on generation `next`'s members with the others (see the top of this file): fills ids (rank
+ * order), *n, *n_joined and the step to resume at. */
+static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, int *n_joined, int64_t *resume) {
     pdde_context *ctx = e->ctx;
-    if (!e->changing) {
-        e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->old_size = e->n_members;
-        e->change_step = e->latest >= 0 ? e->snap[e->latest].step : 0;
-    }
-    if (!e->planned && ++e->restarts > e->max_restarts && e->max_restarts >= 0)
-        return pdde_error(ctx, PDDE_ERR_ABORTED, "elastic: %d failures, more than --max-restarts %d: the job stops", e->restarts,
-                          e->max_restarts);
-    /* the old world first: its sessions and sub-communicators are the caller's to free before */
-    elastic_leave_world(e);
-    int next = e->generation + 1, n_old = e->n_members;
+    int n_old = e->n_members;
     char key[300], val[64], *v = NULL;
     int64_t latest = e->latest >= 0 ? e->snap[e->latest].step : -1, prev = e->latest >= 0 ? e->snap[!e->latest].step : -1;
     snprintf(key, sizeof key, "%s/g%d/here/%d", e->job, next, e->id);
@@ -414,19 +497,18 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
     if (st) return pdde_error(ctx, st, "elastic: cannot reach the store to re-form the world (%s): the job stops", pdde_last_error(ctx));
     int *here = calloc((size_t)n_old, sizeof *here), *gone = calloc((size_t)n_old, sizeof *gone);
     int64_t *have = calloc((size_t)n_old * 2, sizeof *have);
-    int *ids = malloc((size_t)ELASTIC_MAX_MEMBERS * sizeof *ids), n_new = 0;
-    int64_t resume = -1;
-    if (!here || !gone || !have || !ids) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); goto done; }
+    char *list = malloc((size_t)(n_old + e->max_ranks) * 12 + 64);
+    if (!here || !gone || !have || !list) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); goto done; }
     /* the members not heard from after this long are left out (a frozen one's lease ends sooner) */
     double deadline = elastic_now() + 2 * e->peer_timeout_s + 2, give_up = elastic_now() + e->timeout_s;
     char members_key[300];
     snprintf(members_key, sizeof members_key, "%s/g%d/members", e->job, next);
     for (;;) {
         if (el_get(e, members_key, &v) == PDDE_OK) {
-            int bad = elastic_parse_members(v, &resume, &n_new, ids, ELASTIC_MAX_MEMBERS);
+            int bad = elastic_parse_members(v, resume, n, ids, n_joined, ELASTIC_MAX_MEMBERS);
             free(v);
-            if (bad) { st = pdde_error(ctx, PDDE_ERR_CORRUPT, "elastic: generation %d's member list is malformed", next); goto done; }
-            break;
+            if (bad) st = pdde_error(ctx, PDDE_ERR_CORRUPT, "elastic: generation %d's member list is malformed", next);
+            goto done;
         }
         int pending = 0, lead = -1;
         for (int r = 0; r < n_old; r++) {
@@ -451,22 +533,41 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
         }
         double now = elastic_now();
         if (lead >= 0 && e->members[lead] == e->id && (!pending || now > deadline)) {
-            /* the lowest survivor decides: the newest step every survivor holds a snapshot of */
+            /* the lowest survivor decides: the newest step every survivor holds a snapshot of, the
+             * survivors in their order, then the ranks waiting to join (up to max_ranks) */
             int64_t step = INT64_MAX;
+            int count = 0, joined = 0;
             for (int r = 0; r < n_old; r++)
-                if (here[r] && !gone[r] && have[2 * r] < step) step = have[2 * r];
-            char list[16 * 64 + 64];
-            int len = snprintf(list, sizeof list, "%lld ", (long long)step), count = 0;
-            for (int r = 0; r < n_old; r++) count += here[r] && !gone[r];
-            len += snprintf(list + len, sizeof list - (size_t)len, "%d", count);
-            char *big = malloc((size_t)count * 12 + sizeof list);
-            if (!big) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); goto done; }
-            memcpy(big, list, (size_t)len + 1);
+                if (here[r] && !gone[r]) count++, step = have[2 * r] < step ? have[2 * r] : step;
+            int len = 0;
+            char ids_text[64];
             for (int r = 0; r < n_old; r++)
-                if (here[r] && !gone[r]) len += sprintf(big + len, " %d", e->members[r]);
+                if (here[r] && !gone[r]) {
+                    snprintf(ids_text, sizeof ids_text, " %d", e->members[r]);
+                    len += sprintf(list + len, "%s", ids_text);
+                }
+            snprintf(key, sizeof key, "%s/joined", e->job);
+            int waiting = el_get(e, key, &v) == PDDE_OK ? atoi(v) : 0;
+            free(v), v = NULL;
+            char joiners[ELASTIC_MAX_MEMBERS > 0 ? 1024 : 1] = "";
+            int jl = 0;
+            for (int k = 0; k < waiting && count < e->max_ranks && jl < (int)sizeof joiners - 16; k++) {
+                int id = ELASTIC_JOINER_ID0 + k, member = 0;
+                for (int r = 0; r < n_old; r++) member |= e->members[r] == id;
+                snprintf(key, sizeof key, "%s/dead/%d", e->job, id);
+                if (member || el_exists(e, key)) continue;
+                snprintf(key, sizeof key, "%s/join/%d", e->job, id);
+                if (!el_exists(e, key)) continue;
+                len += sprintf(list + len, " %d", id);
+                jl += snprintf(joiners + jl, sizeof joiners - (size_t)jl, " %d", id);
+                count++, joined++;
+            }
+            char *text = malloc((size_t)len + 64);
+            if (!text) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); goto done; }
+            snprintf(text, (size_t)len + 64, "%lld %d%s %d", (long long)step, count, list, joined);
             int swapped = 0;
-            st = el_cas(e, members_key, big, &swapped);
-            free(big);
+            st = el_cas(e, members_key, text, &swapped);
+            free(text);
             if (st) goto done;
             continue; /* read back what was decided (ours, or an earlier leader's) */
         }
@@ -476,55 +577,137 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
         }
         elastic_sleep(0.002);
     }
-    int rank = -1;
-    for (int i = 0; i < n_new; i++)
-        if (ids[i] == e->id) rank = i;
-    if (rank < 0) {
-        st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: member %d was left out of generation %d (it stopped answering or came "
-                        "late): fenced, it stops", e->id, next);
-        goto done;
-    }
-    if (n_new < e->min_ranks) {
-        st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "elastic: %d rank%s left, fewer than the minimum %d (--min): the job stops", n_new,
-                        n_new == 1 ? "" : "s", e->min_ranks);
-        goto done;
-    }
-    if (!elastic_snapshot_at(e, resume)) {
-        st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: no snapshot of step %lld here (the survivors hold no common step)",
-                        (long long)resume);
-        goto done;
-    }
-    /* what changed, for the log line */
+done:
+    free(here), free(gone), free(have), free(list);
+    return st;
+}
+
+/* The log line's account of what changed from the old members to ids. */
+static void elastic_describe(pdde_elastic *e, const int *ids, int n, int n_joined) {
     int len = 0;
+    size_t cap = sizeof e->what;
     e->what[0] = 0;
-    for (int r = 0; r < n_old; r++) {
+    for (int r = 0; r < e->n_members; r++) {
         int kept = 0;
-        for (int i = 0; i < n_new; i++) kept |= ids[i] == e->members[r];
+        for (int i = 0; i < n; i++) kept |= ids[i] == e->members[r];
         if (kept) continue;
         char cause[160];
         elastic_cause(e, e->members[r], cause, sizeof cause);
-        len += snprintf(e->what + len, sizeof e->what - (size_t)(len < (int)sizeof e->what ? len : (int)sizeof e->what - 1),
-                        "%srank %d %s", len ? ", " : "", r, cause);
-        if (len >= (int)sizeof e->what) len = (int)sizeof e->what - 1;
+        len += snprintf(e->what + len, cap - (size_t)len, "%srank %d %s", len ? ", " : "", r, cause);
+        if (len >= (int)cap) len = (int)cap - 1;
     }
-    snprintf(e->what + len, sizeof e->what - (size_t)len, " at step %lld", (long long)e->change_step);
-    free(e->members);
-    e->members = ids, ids = NULL;
-    e->n_members = n_new, e->rank = rank, e->generation = next, e->resume_step = resume;
-    if ((st = elastic_join_world(e))) goto done;
+    if (n_joined) len += snprintf(e->what + len, cap - (size_t)len, "%s%d rank%s joined", len ? ", " : "", n_joined, n_joined > 1 ? "s" : "");
+    if (len >= (int)cap) len = (int)cap - 1;
+    snprintf(e->what + len, cap - (size_t)len, " at step %lld", (long long)e->change_step);
+}
+
+pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
+    if (!e) return PDDE_ERR_INVALID_ARG;
+    pdde_context *ctx = e->ctx;
+    if (!e->changing) {
+        e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->old_size = e->n_members;
+        e->change_step = e->latest >= 0 ? e->snap[e->latest].step : 0;
+    }
+    if (!e->planned && ++e->restarts > e->max_restarts && e->max_restarts >= 0)
+        return pdde_error(ctx, PDDE_ERR_ABORTED, "elastic: %d failures, more than --max-restarts %d: the job stops", e->restarts,
+                          e->max_restarts);
+    /* the old world first: its sessions and sub-communicators are the caller's to free before */
+    elastic_leave_world(e);
+    e->what[0] = 0;
+    for (;;) { /* once per generation tried: a member lost while forming one means forming the next */
+        int next = e->generation + 1, n = 0, n_joined = 0;
+        int64_t resume = -1;
+        int *ids = malloc((size_t)ELASTIC_MAX_MEMBERS * sizeof *ids);
+        if (!ids) return pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory");
+        pdde_status st = elastic_agree(e, next, ids, &n, &n_joined, &resume);
+        int rank = -1;
+        for (int i = 0; !st && i < n; i++)
+            if (ids[i] == e->id) rank = i;
+        if (!st && rank < 0)
+            st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: member %d was left out of generation %d (it stopped answering or came "
+                            "late): fenced, it stops", e->id, next);
+        if (!st && n < e->min_ranks)
+            st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "elastic: %d rank%s left, fewer than the minimum %d (--min): the job stops", n,
+                            n == 1 ? "" : "s", e->min_ranks);
+        if (!st && !elastic_snapshot_at(e, resume))
+            st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: no snapshot of step %lld here (the survivors hold no common step)",
+                            (long long)resume);
+        if (st) { free(ids); return st; }
+        char before[sizeof e->what];
+        snprintf(before, sizeof before, "%s", e->what);
+        elastic_describe(e, ids, n, n_joined);
+        if (before[0]) { /* a second change while forming: say both */
+            char both[sizeof e->what];
+            snprintf(both, sizeof both, "%.190s; then %.190s", before, e->what);
+            snprintf(e->what, sizeof e->what, "%s", both);
+        }
+        free(e->members);
+        e->members = ids;
+        e->n_members = n, e->rank = rank, e->generation = next, e->resume_step = resume, e->joined = n_joined;
+        const char *die = getenv("PDDE_TEST_ELASTIC_DIE_FORMING");
+        if (die && atoi(die) == e->id && e->id != 0) raise(SIGKILL); /* (tests: a member lost while the next world forms) */
+        st = elastic_join_world(e);
+        if (!st) break;
+        if (st != PDDE_ERR_TIMEOUT && st != PDDE_ERR_PEER_LOST && st != PDDE_ERR_COMM && st != PDDE_ERR_ABORTED) return st;
+        elastic_leave_world(e); /* a member did not make it: form the next generation without it */
+        if (!e->planned && ++e->restarts > e->max_restarts && e->max_restarts >= 0)
+            return pdde_error(ctx, PDDE_ERR_ABORTED, "elastic: %d failures, more than --max-restarts %d: the job stops", e->restarts,
+                              e->max_restarts);
+    }
     if (out) {
         memset(out, 0, sizeof *out);
-        out->generation = next, out->rank = rank, out->world_size = n_new, out->old_world_size = n_old;
-        out->resume_step = resume, out->planned = e->planned;
+        out->generation = e->generation, out->rank = e->rank, out->world_size = e->n_members, out->old_world_size = e->old_size;
+        out->resume_step = e->resume_step, out->planned = e->planned;
         snprintf(out->what, sizeof out->what, "%s", e->what);
     }
-done:
-    free(here), free(gone), free(have), free(ids);
-    return st;
+    return PDDE_OK;
+}
+
+/* Broadcasts nbytes of buf from rank 0 of the world (as 4-byte words: buffers are padded to them). */
+static pdde_status elastic_bcast(pdde_elastic *e, void *buf, size_t nbytes) {
+    return nbytes ? pdde_comm_broadcast(e->world, buf, (nbytes + 3) / 4, PDDE_I32, 0) : PDDE_OK;
+}
+
+/* Ranks new to the world get the snapshot from rank 0 (a survivor): the others hold it already. */
+static pdde_status elastic_share_snapshot(pdde_elastic *e) {
+    int slot = e->latest >= 0 ? e->latest : 0;
+    const elastic_snapshot *have = elastic_snapshot_at(e, e->resume_step);
+    if (have) slot = (int)(have - e->snap);
+    else if (e->latest >= 0) slot = !e->latest;
+    elastic_snapshot *sn = &e->snap[slot];
+    int64_t head[6] = {sn->step, (int64_t)sn->user, sn->run_counter, sn->n_entries, (int64_t)sn->bytes, 0};
+    pdde_status st = pdde_comm_broadcast(e->world, head, 6, PDDE_I64, 0);
+    if (st) return st;
+    if (!have) { /* the joiner: make room */
+        size_t cap_b = ((size_t)head[4] + 3) & ~(size_t)3;
+        elastic_entry *en = realloc(sn->entries, ((size_t)head[3] + 1) * sizeof *en);
+        char *d = en ? realloc(sn->data, cap_b + 4) : NULL;
+        if (en) sn->entries = en, sn->cap_entries = (int)head[3] + 1;
+        if (!en || !d) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: no memory for the snapshot of %lld bytes", (long long)head[4]);
+        sn->data = d, sn->cap_bytes = cap_b + 4;
+        sn->step = head[0], sn->user = (uint64_t)head[1], sn->run_counter = (uint32_t)head[2];
+        sn->n_entries = (int)head[3], sn->bytes = (size_t)head[4];
+        e->latest = slot;
+    } else if (sn->cap_bytes < ((sn->bytes + 3) & ~(size_t)3)) {
+        char *d = realloc(sn->data, sn->bytes + 4);
+        if (!d) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
+        sn->data = d, sn->cap_bytes = sn->bytes + 4;
+    }
+    if ((st = elastic_bcast(e, sn->entries, (size_t)sn->n_entries * sizeof *sn->entries))) return st;
+    if ((st = elastic_bcast(e, sn->data, sn->bytes))) return st;
+    char extra[((sizeof sn->schedule + sizeof sn->scaler) + 3) & ~(size_t)3];
+    memcpy(extra, &sn->schedule, sizeof sn->schedule), memcpy(extra + sizeof sn->schedule, &sn->scaler, sizeof sn->scaler);
+    if ((st = elastic_bcast(e, extra, sizeof extra))) return st;
+    memcpy(&sn->schedule, extra, sizeof sn->schedule), memcpy(&sn->scaler, extra + sizeof sn->schedule, sizeof sn->scaler);
+    return PDDE_OK;
 }
 
 pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user) {
     if (!e || !s) return PDDE_ERR_INVALID_ARG;
+    if (e->joined) {
+        pdde_status st = elastic_share_snapshot(e);
+        if (st) return pdde_error(e->ctx, st, "elastic: handing the state to the ranks that joined failed: %s", pdde_last_error(e->ctx));
+    }
     const elastic_snapshot *sn = elastic_snapshot_at(e, e->resume_step);
     if (!sn) return pdde_error(e->ctx, PDDE_ERR_STATE, "elastic: no snapshot of step %lld to restore", (long long)e->resume_step);
     for (int k = 0; k < sn->n_entries; k++) {
@@ -547,7 +730,7 @@ pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *p
     snprintf(e->line, sizeof e->line, "elastic: %s; re-plan %d -> %d ranks: %s; resumed at step %lld in %.2f s", e->what, e->old_size,
              e->n_members, plan && *plan ? plan : "(same plan)", (long long)sn->step, dt);
     if (e->rank == 0) fprintf(stderr, "%s\n", e->line);
-    e->changing = 0;
+    e->changing = 0, e->joined = 0;
     e->stats.changes++, e->stats.last_recover_s = dt;
     return PDDE_OK;
 }

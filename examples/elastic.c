@@ -13,6 +13,7 @@
 #define BATCH 12 /* the global batch: 4, 3, 2 and 1 ranks divide it */
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 300;
+    setvbuf(stdout, NULL, _IOLBF, 0);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     pdde_elastic *el;
@@ -54,6 +55,8 @@ int main(int argc, char **argv) {
             pdde_session_write_global(s, x, xs, sizeof xs);
             pdde_session_write_global(s, t, ts, sizeof ts);
             if ((st = pdde_elastic_step_end(el, s, pdde_session_run(s, PDDE_RUN_STEP)))) break;
+            if (pdde_comm_rank(world) == 0 && pdde_session_step(s) % 1000 == 0)
+                printf("step %lld loss %.4f\n", (long long)pdde_session_step(s), pdde_session_loss(s));
         }
         if (!st && !change && pdde_comm_rank(world) == 0) printf("loss %.4f after %d steps on %d ranks\n", pdde_session_loss(s), steps, n);
         pdde_session_free(s);

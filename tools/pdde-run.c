@@ -95,6 +95,8 @@ static void usage(FILE *f) {
             "  --max-restarts K   failures the job recovers from, at most (default 10)\n"
             "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it\n"
             "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5)\n"
+            "  --join         these ranks join a running elastic job (--rdzv tcp://HOST:PORT/JOB of it, the same\n"
+            "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max)\n"
             "  -h, --help     this text\n"
             "environment: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (required with --nnodes > 1; made here\n"
             "otherwise), PDDE_NUM_THREADS (threads per rank; default: the cores divided among the ranks here)\n");
@@ -209,13 +211,14 @@ int main(int argc, char **argv) {
     int n = 0, nnodes = 1, node_rank = 0;
     double grace = 3;
     const char *store_addr = NULL, *log_dir = NULL, *trace = NULL;
-    int i = 1, bind = 0, elastic = 0, min_ranks = 1, max_ranks = 0, max_restarts = -2;
+    int i = 1, bind = 0, elastic = 0, join = 0, min_ranks = 1, max_ranks = 0, max_restarts = -2;
     const char *rdzv = NULL, *peer_timeout = NULL;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) { i++; break; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
         if (!strcmp(a, "--elastic")) { elastic = 1; continue; }
+        if (!strcmp(a, "--join")) { join = 1; continue; }
         int known = !strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--nnodes") || !strcmp(a, "--node-rank") ||
                     !strcmp(a, "--store") || !strcmp(a, "--grace") || !strcmp(a, "--log-dir") || !strcmp(a, "--trace") ||
                     !strcmp(a, "--bind") || !strcmp(a, "--min") || !strcmp(a, "--max") || !strcmp(a, "--max-restarts") ||
@@ -284,9 +287,18 @@ int main(int argc, char **argv) {
         if (path && path[1]) snprintf(job, sizeof job, "%.190s", path + 1);
         if (!elastic) { fprintf(stderr, "pdde-run: --rdzv is for --elastic jobs\n"); return 2; }
     }
+    if (join) {
+        if (!elastic || !rdzv) { fprintf(stderr, "pdde-run: --join needs --elastic and the job's --rdzv tcp://HOST:PORT/JOB\n"); return 2; }
+        if (!getenv("PDDE_JOB_SECRET") && !getenv("PDDE_JOB_SECRET_FILE")) {
+            fprintf(stderr, "pdde-run: --join: set the job's secret (PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE)\n");
+            return 2;
+        }
+        setenv("PDDE_ELASTIC_JOIN", "1", 1);
+        node_rank = 1, nnodes = 2; /* (connects to the job's store, hosts none) */
+    }
     if (elastic) {
-        if (!max_ranks) max_ranks = n * nnodes;
-        if (min_ranks > max_ranks || n * nnodes < min_ranks || n * nnodes > max_ranks) {
+        if (!max_ranks) max_ranks = join ? 65536 : n * nnodes;
+        if (!join && (min_ranks > max_ranks || n * nnodes < min_ranks || n * nnodes > max_ranks)) {
             fprintf(stderr, "pdde-run: --elastic: want --min %d <= ranks started %d <= --max %d\n", min_ranks, n * nnodes, max_ranks);
             return 2;
         }
@@ -349,7 +361,7 @@ int main(int argc, char **argv) {
 
     child *ch = calloc((size_t)n, sizeof *ch);
     pdde_store *notes = NULL; /* --elastic: where pdde-run tells the ranks how one of them ended */
-    if (elastic && pdde_store_connect(ctx, addr, 30, &notes)) {
+    if (elastic && !join && pdde_store_connect(ctx, addr, 30, &notes)) {
         fprintf(stderr, "pdde-run: --elastic: %s\n", pdde_last_error(ctx));
         return 1;
     }
