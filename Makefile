@@ -61,6 +61,15 @@ ifndef NO_CJSON
     HAVE_CJSON = 1
   endif
 endif
+# libcurl (Debian: libcurl4-openssl-dev) for etcd as the store (comm/etcd.c: elastic jobs' membership)
+ifndef NO_CURL
+  ifeq ($(call has_pc,libcurl),1)
+    DEFS += -DPDDE_HAVE_CURL
+    CFLAGS += $(shell pkg-config --cflags libcurl)
+    LDLIBS += $(shell pkg-config --libs libcurl)
+    HAVE_CURL = 1
+  endif
+endif
 CFLAGS += $(DEFS)
 
 LIB_SRC   := pdde.c $(wildcard core/*.c backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
@@ -133,7 +142,7 @@ all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(B
 
 deps-report:
 	@printf 'pdde optional dependencies:'; \
-	for d in DNNL:$(HAVE_DNNL) OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON); do \
+	for d in DNNL:$(HAVE_DNNL) OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON) CURL:$(HAVE_CURL); do \
 	  n=$${d%%:*}; v=$${d#*:}; if [ "$$v" = 1 ]; then printf ' ✓%s' $$n; else printf ' ✗%s' $$n; fi; done; echo
 
 $(BUILD):

@@ -1862,6 +1862,14 @@ void pdde_pipeline_stats_reset(pdde_pipeline *pl);
  * from rank 0 by broadcast. Errors that would repeat (a non-finite loss, a bad configuration,
  * too few ranks, more failures than max_restarts) end the job instead. */
 typedef struct pdde_elastic pdde_elastic;
+/* etcd (v3.4 or later) as the store, through its v3 JSON gateway ("http://host:port"): put, range,
+ * transactions (compare_set, add), watches (wait), leases as death notices (set_liveness: a lease of
+ * lease_s, at least etcd's 2 s, kept alive by ping; once it ends, a get of the notice's key finds the
+ * notice). Retries the first request for up to timeout_s. Unauthenticated: keep etcd on 127.0.0.1 or
+ * a network only the job's hosts reach. PDDE_ERR_UNAVAILABLE when pdde was built without libcurl.
+ * Elastic jobs use it for their membership with PDDE_RDZV=etcd://host:port (pdde-run --rdzv
+ * etcd://host:port/JOB); their worlds still meet through the built-in store. */
+pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, double timeout_s, pdde_store **out);
 typedef struct {
     const char *job;          /* the job's name in the store; NULL = PDDE_ELASTIC_JOB (pdde-run sets it) */
     int min_ranks;            /* fewer survivors stop the job; 0 = PDDE_ELASTIC_MIN or 1 */

@@ -14,6 +14,7 @@
 #include "util.c"          /* clocks, byte packing, addresses, socket reads/writes */
 #include "auth.c"          /* SHA-256, HMAC, the job secret */
 #include "store.c"         /* the bootstrap store: server and client */
+#include "etcd.c"          /* etcd as a store (membership of elastic jobs) */
 #include "env.c"           /* launcher environments */
 #include "transport_ucx.c" /* the transport */
 #include "world.c"         /* the world's state, failures and their root cause */

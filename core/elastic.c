@@ -223,7 +223,11 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     e->members = malloc((size_t)env.world_size * sizeof *e->members);
     if (!e->members) { free(e); return pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); }
     for (int i = 0; i < env.world_size; i++) e->members[i] = i;
-    if ((st = pdde_store_connect(ctx, env.store_addr, e->timeout_s, &e->store))) goto fail;
+    /* the membership: etcd (PDDE_RDZV=etcd://host:port) or the built-in store */
+    const char *rdzv = getenv("PDDE_RDZV");
+    if (rdzv && !strncmp(rdzv, "etcd://", 7)) st = pdde_store_etcd_connect(ctx, rdzv, e->timeout_s, &e->store);
+    else st = pdde_store_connect(ctx, env.store_addr, e->timeout_s, &e->store);
+    if (st) goto fail;
     const char *join = getenv("PDDE_ELASTIC_JOIN");
     int joiner = join && atoi(join) > 0;
     if (joiner) { /* an id of its own, after those of the ranks started and of earlier joiners */
@@ -749,6 +753,11 @@ const char *pdde_elastic_last_change(const pdde_elastic *e) { (void)e; return ""
 pdde_status pdde_elastic_stats_get(const pdde_elastic *e, pdde_elastic_stats *out) {
     (void)e, (void)out;
     return PDDE_ERR_UNAVAILABLE;
+}
+pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, double timeout_s, pdde_store **out) {
+    (void)endpoint, (void)timeout_s;
+    if (out) *out = NULL;
+    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "etcd: pdde was built without communication (comm/ needs UCX)");
 }
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
     (void)e, (void)s, (void)user, (void)change;

@@ -93,7 +93,8 @@ static void usage(FILE *f) {
             "                 the survivors recover in process; success = at least --min ranks exit 0\n"
             "  --min M, --max N   the fewest ranks the job may go on with (default 1), the most (default -n)\n"
             "  --max-restarts K   failures the job recovers from, at most (default 10)\n"
-            "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it\n"
+            "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it;\n"
+            "                 etcd://HOST:PORT/JOB: the membership in that etcd (leases, transactions, watches)\n"
             "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5)\n"
             "  --join         these ranks join a running elastic job (--rdzv tcp://HOST:PORT/JOB of it, the same\n"
             "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max)\n"
@@ -211,7 +212,7 @@ int main(int argc, char **argv) {
     int n = 0, nnodes = 1, node_rank = 0;
     double grace = 3;
     const char *store_addr = NULL, *log_dir = NULL, *trace = NULL;
-    int i = 1, bind = 0, elastic = 0, join = 0, min_ranks = 1, max_ranks = 0, max_restarts = -2;
+    int i = 1, bind = 0, elastic = 0, join = 0, etcd = 0, min_ranks = 1, max_ranks = 0, max_restarts = -2;
     const char *rdzv = NULL, *peer_timeout = NULL;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
@@ -278,10 +279,15 @@ int main(int argc, char **argv) {
             if (!strchr(rdzv_store, ':')) { fprintf(stderr, "pdde-run: --rdzv %s: want tcp://HOST:PORT/JOB\n", rdzv); return 2; }
             store_addr = rdzv_store;
         } else if (!strncmp(rdzv, "etcd://", 7)) {
-            fprintf(stderr, "pdde-run: --rdzv %s: etcd rendezvous is not available in this build (use tcp://HOST:PORT/JOB)\n", rdzv);
-            return 2;
+            /* membership through etcd; the ranks' worlds still meet at this pdde-run's store */
+            const char *hp = rdzv + 7;
+            path = strchr(hp, '/');
+            snprintf(rdzv_store, sizeof rdzv_store, "etcd://%.*s", path ? (int)(path - hp) : (int)strlen(hp), hp);
+            if (!strchr(rdzv_store + 7, ':')) { fprintf(stderr, "pdde-run: --rdzv %s: want etcd://HOST:PORT/JOB\n", rdzv); return 2; }
+            setenv("PDDE_RDZV", rdzv_store, 1);
+            etcd = 1;
         } else {
-            fprintf(stderr, "pdde-run: --rdzv '%s': want tcp://HOST:PORT/JOB\n", rdzv);
+            fprintf(stderr, "pdde-run: --rdzv '%s': want tcp://HOST:PORT/JOB or etcd://HOST:PORT/JOB\n", rdzv);
             return 2;
         }
         if (path && path[1]) snprintf(job, sizeof job, "%.190s", path + 1);
@@ -293,6 +299,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "pdde-run: --join: set the job's secret (PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE)\n");
             return 2;
         }
+        if (etcd) { fprintf(stderr, "pdde-run: --join takes the job's tcp:// --rdzv (joining through etcd is not supported)\n"); return 2; }
         setenv("PDDE_ELASTIC_JOIN", "1", 1);
         node_rank = 1, nnodes = 2; /* (connects to the job's store, hosts none) */
     }
@@ -361,7 +368,7 @@ int main(int argc, char **argv) {
 
     child *ch = calloc((size_t)n, sizeof *ch);
     pdde_store *notes = NULL; /* --elastic: where pdde-run tells the ranks how one of them ended */
-    if (elastic && !join && pdde_store_connect(ctx, addr, 30, &notes)) {
+    if (elastic && !join && (etcd ? pdde_store_etcd_connect(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes))) {
         fprintf(stderr, "pdde-run: --elastic: %s\n", pdde_last_error(ctx));
         return 1;
     }
