@@ -23,10 +23,16 @@
 
 typedef struct {
     char name[sizeof ((pdde_tensor *)0)->name];
-    size_t offset, nbytes;
+    size_t offset, nbytes;        /* in data (replicated) or shard (this rank's block of a split tensor) */
+    int sharded;                  /* 1: split along split_dim into nblocks blocks, block `rank` here (ZeRO) */
+    int split_dim, nblocks;
+    int64_t gshape[PDDE_MAX_DIMS];
+    int ndim;
 } elastic_entry;
 
-/* The state of a session at a step boundary, in host memory. */
+/* The state of a session at a step boundary, in host memory: replicated tensors whole, split ones
+ * (ZeRO's optimizer state) as this rank's block, with a copy of the previous rank's blocks (peer),
+ * sent and received around the ring of the world that took it (members, in its rank order). */
 typedef struct {
     int64_t step;                 /* -1: empty */
     uint64_t user;
@@ -37,7 +43,14 @@ typedef struct {
     int n_entries, cap_entries;
     char *data;
     size_t bytes, cap_bytes;
+    char *shard, *peer;           /* this rank's blocks; the previous rank's (same layout) */
+    size_t shard_bytes, cap_shard, cap_peer;
+    int peer_ok;                  /* the peer's blocks arrived (and ours left): the snapshot is complete */
+    pdde_comm_request *reqs[2];   /* the exchange in flight */
+    int *members, n_members, rank; /* the world that took it */
 } elastic_snapshot;
+
+#define ELASTIC_PEER_TAG 0xE1A57
 
 struct pdde_elastic {
     pdde_context *ctx;
@@ -265,7 +278,7 @@ fail:
 }
 
 static void snapshot_clear(elastic_snapshot *sn) {
-    free(sn->entries), free(sn->data);
+    free(sn->entries), free(sn->data), free(sn->shard), free(sn->peer), free(sn->members);
     memset(sn, 0, sizeof *sn);
     sn->step = -1;
 }
@@ -307,27 +320,57 @@ static bool elastic_saved(const pdde_tensor *t) {
            !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_SPARSE));
 }
 
-static bool elastic_replicated(const pdde_tensor *lt) {
-    if (!lt->dist.mesh) return true;
-    for (int d = 0; d < lt->ndim; d++)
-        if (lt->dist.dims_mapping[d] >= 0) return false;
-    return true;
+
+/* Finishes (wait) or drops the peer exchange of a snapshot; 1 when it completed. */
+static int elastic_exchange_end(elastic_snapshot *sn, int wait) {
+    int ok = 1;
+    for (int k = 0; k < 2; k++) {
+        if (!sn->reqs[k]) continue;
+        int done = 0;
+        pdde_status st = wait ? pdde_comm_wait(sn->reqs[k], -1) : pdde_comm_test(sn->reqs[k], &done);
+        if (wait) done = 1;
+        ok &= done && !st;
+        pdde_comm_request_free(sn->reqs[k]);
+        sn->reqs[k] = NULL;
+    }
+    return ok;
+}
+
+/* The step a slot can restore everywhere it is needed (-1: none): a split snapshot needs its peer copy. */
+static int64_t elastic_complete_step(const elastic_snapshot *sn) {
+    return sn->step >= 0 && (!sn->shard_bytes || sn->peer_ok) ? sn->step : -1;
+}
+
+static pdde_status elastic_grow(pdde_context *ctx, char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return PDDE_OK;
+    size_t c = *cap ? *cap : 1 << 20;
+    while (c < need) c *= 2;
+    char *d = realloc(*buf, c + 4);
+    if (!d) return pdde_error(ctx, PDDE_ERR_OOM, "elastic: no memory for a snapshot of %zu bytes", c);
+    *buf = d, *cap = c;
+    return PDDE_OK;
 }
 
 static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint64_t user) {
     double t0 = elastic_now();
     int slot = e->latest == 0 ? 1 : 0;
     elastic_snapshot *sn = &e->snap[slot];
-    sn->n_entries = 0, sn->bytes = 0;
+    elastic_exchange_end(sn, 0);
+    sn->n_entries = 0, sn->bytes = 0, sn->shard_bytes = 0, sn->peer_ok = 0, sn->step = -1;
     for (int i = 0; i < s->g->n; i++) {
         pdde_tensor *t = s->g->nodes[i];
         if (!elastic_saved(t)) continue;
         pdde_tensor *lt = local_of(s, t);
         if (!lt && !held_elsewhere(s, t)) continue; /* not in the step */
-        if (!lt || !elastic_replicated(lt))
+        int split = -1, nsplit = 0;
+        for (int d = 0; lt && d < lt->ndim; d++)
+            if (lt->dist.dims_mapping[d] >= 0) split = d, nsplit++;
+        int axis = split >= 0 ? program_axis(s->prog, lt->dist.mesh, lt->dist.dims_mapping[split]) : -1;
+        if (!lt || nsplit > 1 || (split >= 0 && (lt->dtype != PDDE_F32 || lt->dist.mesh->shape[lt->dist.dims_mapping[split]] != e->n_members ||
+                                                  s->prog->coords[axis] != e->rank)))
             return pdde_error(s->ctx, PDDE_ERR_UNSUPPORTED, "elastic: %s is %s on this rank: in-memory snapshots hold replicated "
-                              "state only (data parallel without ZeRO, tensor or pipeline parallelism)", t->name,
-                              lt ? "sharded" : "held by another pipeline stage");
+                              "state and state split over the data-parallel ranks (ZeRO), not tensor or pipeline parallelism",
+                              t->name, lt ? "split another way" : "held by another pipeline stage");
         size_t nb = pdde_tensor_nbytes(lt);
         if (sn->n_entries == sn->cap_entries) {
             int cap = sn->cap_entries ? 2 * sn->cap_entries : 64;
@@ -344,10 +387,34 @@ static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint6
         }
         elastic_entry *en = &sn->entries[sn->n_entries++];
         snprintf(en->name, sizeof en->name, "%s", t->name);
-        en->offset = sn->bytes, en->nbytes = nb;
-        pdde_status st = read_local(s, lt, sn->data + sn->bytes, nb);
-        if (st) { sn->step = -1; return st; }
-        sn->bytes += nb;
+        en->nbytes = nb, en->sharded = split >= 0, en->split_dim = split, en->ndim = t->ndim;
+        en->nblocks = split >= 0 ? lt->dist.mesh->shape[lt->dist.dims_mapping[split]] : 1;
+        memcpy(en->gshape, t->shape, sizeof en->gshape);
+        pdde_status st;
+        if (en->sharded) {
+            if ((st = elastic_grow(s->ctx, &sn->shard, &sn->cap_shard, sn->shard_bytes + nb))) return st;
+            en->offset = sn->shard_bytes;
+            if ((st = read_local(s, lt, sn->shard + sn->shard_bytes, nb))) return st;
+            sn->shard_bytes += nb;
+        } else {
+            en->offset = sn->bytes;
+            if ((st = read_local(s, lt, sn->data + sn->bytes, nb))) return st;
+            sn->bytes += nb;
+        }
+    }
+    int *m = realloc(sn->members, (size_t)e->n_members * sizeof *m);
+    if (!m) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: out of memory");
+    memcpy(m, e->members, (size_t)e->n_members * sizeof *m);
+    sn->members = m, sn->n_members = e->n_members, sn->rank = e->rank;
+    if (sn->shard_bytes && e->n_members > 1) { /* my blocks to the next rank, the previous rank's to me */
+        pdde_status st = elastic_grow(s->ctx, &sn->peer, &sn->cap_peer, sn->shard_bytes);
+        size_t words = (sn->shard_bytes + 3) / 4;
+        int n = e->n_members, next = (e->rank + 1) % n, prev = (e->rank + n - 1) % n;
+        if (!st) st = pdde_comm_irecv(e->world, sn->peer, words, PDDE_I32, prev, ELASTIC_PEER_TAG, &sn->reqs[0]);
+        if (!st) st = pdde_comm_isend(e->world, sn->shard, words, PDDE_I32, next, ELASTIC_PEER_TAG, &sn->reqs[1]);
+        if (st) return st;
+    } else {
+        sn->peer_ok = 1;
     }
     sn->step = s->step, sn->user = user, sn->run_counter = s->run_counter;
     sn->schedule = s->schedule, sn->scaler = s->scaler;
@@ -420,12 +487,16 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
             return PDDE_OK;
         }
         if (waiting > 0) {
+            if (e->latest >= 0 && (e->snap[e->latest].reqs[0] || e->snap[e->latest].reqs[1]))
+                e->snap[e->latest].peer_ok = elastic_exchange_end(&e->snap[e->latest], 1);
             e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
             *change = PDDE_ELASTIC_CHANGE;
         }
         return PDDE_OK;
     }
     if (!leaving) return PDDE_OK;
+    if (e->latest >= 0 && (e->snap[e->latest].reqs[0] || e->snap[e->latest].reqs[1])) /* (everyone is here: finish the copies) */
+        e->snap[e->latest].peer_ok = elastic_exchange_end(&e->snap[e->latest], 1);
     e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
     if (me) {
         char key[300];
@@ -441,6 +512,9 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
 
 pdde_status pdde_elastic_step_end(pdde_elastic *e, pdde_session *s, pdde_status run_status) {
     if (!e) return PDDE_ERR_INVALID_ARG;
+    elastic_snapshot *sn = e->latest >= 0 ? &e->snap[e->latest] : NULL;
+    if (run_status == PDDE_OK && sn && (sn->reqs[0] || sn->reqs[1]) && !(sn->peer_ok = elastic_exchange_end(sn, 1)))
+        run_status = PDDE_ERR_PEER_LOST; /* the copy to the next rank failed: a peer is gone */
     if (run_status == PDDE_OK) return PDDE_OK;
     if (run_status == PDDE_ERR_PEER_LOST || run_status == PDDE_ERR_TIMEOUT || run_status == PDDE_ERR_ABORTED ||
         run_status == PDDE_ERR_COMM) {
@@ -491,7 +565,8 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
     pdde_context *ctx = e->ctx;
     int n_old = e->n_members;
     char key[300], val[64], *v = NULL;
-    int64_t latest = e->latest >= 0 ? e->snap[e->latest].step : -1, prev = e->latest >= 0 ? e->snap[!e->latest].step : -1;
+    int64_t c0 = elastic_complete_step(&e->snap[0]), c1 = elastic_complete_step(&e->snap[1]);
+    int64_t latest = c0 > c1 ? c0 : c1, prev = c0 > c1 ? c1 : c0;
     snprintf(key, sizeof key, "%s/g%d/here/%d", e->job, next, e->id);
     snprintf(val, sizeof val, "%lld %lld", (long long)latest, (long long)prev);
     pdde_status st = el_set(e, key, val);
@@ -615,6 +690,9 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
     if (!e->planned && ++e->restarts > e->max_restarts && e->max_restarts >= 0)
         return pdde_error(ctx, PDDE_ERR_ABORTED, "elastic: %d failures, more than --max-restarts %d: the job stops", e->restarts,
                           e->max_restarts);
+    /* exchanges of peer copies that completed count; the others are dropped with the old world */
+    for (int k = 0; k < 2; k++)
+        if (e->snap[k].reqs[0] || e->snap[k].reqs[1]) e->snap[k].peer_ok |= elastic_exchange_end(&e->snap[k], 0);
     /* the old world first: its sessions and sub-communicators are the caller's to free before */
     elastic_leave_world(e);
     e->what[0] = 0;
@@ -633,7 +711,8 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
         if (!st && n < e->min_ranks)
             st = pdde_error(ctx, PDDE_ERR_NO_PLAN, "elastic: %d rank%s left, fewer than the minimum %d (--min): the job stops", n,
                             n == 1 ? "" : "s", e->min_ranks);
-        if (!st && !elastic_snapshot_at(e, resume))
+        const elastic_snapshot *have = elastic_snapshot_at(e, resume);
+        if (!st && (!have || elastic_complete_step(have) != resume))
             st = pdde_error(ctx, PDDE_ERR_STATE, "elastic: no snapshot of step %lld here (the survivors hold no common step)",
                             (long long)resume);
         if (st) { free(ids); return st; }
@@ -679,9 +758,11 @@ static pdde_status elastic_share_snapshot(pdde_elastic *e) {
     if (have) slot = (int)(have - e->snap);
     else if (e->latest >= 0) slot = !e->latest;
     elastic_snapshot *sn = &e->snap[slot];
-    int64_t head[6] = {sn->step, (int64_t)sn->user, sn->run_counter, sn->n_entries, (int64_t)sn->bytes, 0};
+    int64_t head[6] = {sn->step, (int64_t)sn->user, sn->run_counter, sn->n_entries, (int64_t)sn->bytes, (int64_t)sn->shard_bytes};
     pdde_status st = pdde_comm_broadcast(e->world, head, 6, PDDE_I64, 0);
     if (st) return st;
+    if (head[5]) return pdde_error(e->ctx, PDDE_ERR_UNSUPPORTED, "elastic: ranks joining a job whose state is split (ZeRO) is not "
+                                   "supported: run it without ZeRO to grow it");
     if (!have) { /* the joiner: make room */
         size_t cap_b = ((size_t)head[4] + 3) & ~(size_t)3;
         elastic_entry *en = realloc(sn->entries, ((size_t)head[3] + 1) * sizeof *en);
@@ -706,6 +787,45 @@ static pdde_status elastic_share_snapshot(pdde_elastic *e) {
     return PDDE_OK;
 }
 
+static int elastic_is_member(const pdde_elastic *e, int id) {
+    for (int r = 0; r < e->n_members; r++)
+        if (e->members[r] == id) return 1;
+    return 0;
+}
+
+/* A split tensor of the snapshot, whole again: block b comes from the rank that took it if it is
+ * still here, else from the next rank's copy; each survivor puts in the blocks it is to give (zeros
+ * elsewhere) and a sum over the new world makes the whole tensor everywhere (x + 0 is exact). */
+static pdde_status elastic_restore_split(pdde_elastic *e, pdde_session *s, const elastic_snapshot *sn, const elastic_entry *en, pdde_tensor *t) {
+    int nb = en->nblocks, d = en->split_dim;
+    size_t total = en->nbytes * (size_t)nb;
+    float *whole = calloc(1, total + 4);
+    if (!whole) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: no memory to make %s whole (%zu bytes)", en->name, total);
+    int64_t outer = 1, inner = 1;
+    for (int k = 0; k < d; k++) outer *= en->gshape[k];
+    for (int k = d + 1; k < en->ndim; k++) inner *= en->gshape[k];
+    int64_t chunk = en->gshape[d] / nb * inner; /* elements of one block per outer index */
+    for (int b = 0; b < nb && b < sn->n_members; b++) {
+        int owner = sn->members[b], next = sn->members[(b + 1) % sn->n_members];
+        int from_owner = elastic_is_member(e, owner);
+        if (!from_owner && (nb == 1 || !elastic_is_member(e, next))) {
+            free(whole);
+            return pdde_error(e->ctx, PDDE_ERR_STATE, "elastic: block %d of %s is lost: ranks %d and %d of the world that took the "
+                              "snapshot are both gone (each block is kept by its rank and the next): the job stops", b, en->name, b,
+                              (b + 1) % sn->n_members);
+        }
+        int holder = from_owner ? owner : next;
+        if (holder != e->id) continue;
+        const float *block = (const float *)((from_owner ? sn->shard : sn->peer) + en->offset);
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(whole + o * en->gshape[d] * inner + (int64_t)b * chunk, block + o * chunk, (size_t)chunk * sizeof(float));
+    }
+    pdde_status st = pdde_comm_allreduce(e->world, whole, whole, total / sizeof(float), PDDE_F32, PDDE_REDUCE_SUM);
+    if (!st) st = pdde_session_write_global(s, t, whole, total);
+    free(whole);
+    return st;
+}
+
 pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user) {
     if (!e || !s) return PDDE_ERR_INVALID_ARG;
     if (e->joined) {
@@ -718,7 +838,7 @@ pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *p
         const elastic_entry *en = &sn->entries[k];
         pdde_tensor *t = pdde_graph_find(s->g, en->name);
         if (!t) return pdde_error(e->ctx, PDDE_ERR_MISMATCH, "elastic: the snapshot's tensor %s is not in the new session's graph", en->name);
-        pdde_status st = pdde_session_write_global(s, t, sn->data + en->offset, en->nbytes);
+        pdde_status st = en->sharded ? elastic_restore_split(e, s, sn, en, t) : pdde_session_write_global(s, t, sn->data + en->offset, en->nbytes);
         if (st) return st;
     }
     s->step = sn->step, s->run_counter = sn->run_counter, s->schedule = sn->schedule;

@@ -314,7 +314,7 @@ int main(int argc, char **argv) {
     pdde_elastic *el = NULL;
     char el_plan[128] = "";
     if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
-        if (o.tp * o.pp > 1 || o.zero || o.plan) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are (no --tp, --pp, --zero, --plan)\n"); return 2; }
+        if (o.tp * o.pp > 1 || o.zero > 1 || o.plan) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0 or 1 (no --tp, --pp, --plan)\n"); return 2; }
         TRY(pdde_elastic_init(ctx, NULL, &el));
         comm = pdde_elastic_world(el);
     }
@@ -322,7 +322,7 @@ elastic_rebuild:
     if (el) {
         rank = pdde_comm_rank(comm), ranks = o.dp = pdde_comm_size(comm);
         if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
-        snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=0", o.dp, o.micro);
+        snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=%d", o.dp, o.micro, o.dp > 1 ? o.zero : 0);
     } else if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
