@@ -1918,7 +1918,8 @@ pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *p
 const char *pdde_elastic_last_change(const pdde_elastic *e);
 typedef struct {
     int64_t snapshots;        /* taken so far */
-    double snapshot_s;        /* the time they took, in all (the caller's thread) */
+    double snapshot_s;        /* the time the caller's thread spent on them (setting up, waiting for a copy) */
+    double copy_s;            /* the time the copies took (in the background where the devices are host memory) */
     size_t snapshot_bytes;    /* of the last one */
     int changes;              /* transitions completed (restores) */
     double last_recover_s;    /* the last one: from noticing the change to the state restored */

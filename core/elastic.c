@@ -52,6 +52,8 @@ typedef struct {
 
 #define ELASTIC_PEER_TAG 0xE1A57
 
+typedef struct { const char *src; char *dst; size_t n; } elastic_copy;
+
 struct pdde_elastic {
     pdde_context *ctx;
     pdde_store *store;            /* this member's own connection: its death notice and heartbeats */
@@ -82,6 +84,18 @@ struct pdde_elastic {
     char line[700];               /* the last transition's log line */
     char leave[256];              /* planned departures: "id@step,..." (PDDE_ELASTIC_LEAVE) */
     pdde_elastic_stats stats;
+    /* the snapshot being copied while a step runs (elastic_copier) */
+    int async;                    /* copy in the background (PDDE_ELASTIC_SYNC_SNAPSHOT=1: in step_begin) */
+    pthread_t copier;
+    int copier_started, copy_pending, copy_stop;
+    pthread_mutex_t copy_lock;
+    pthread_cond_t copy_cv;
+    elastic_copy *copies;
+    int n_copies, cap_copies;
+    int pending_slot;             /* the slot being filled (-1: none) */
+    int64_t pending_step;
+    pdde_session *hooked;         /* the session whose update hook is set */
+    pdde_status hook_status;
 };
 
 static double elastic_now(void) {
@@ -210,7 +224,11 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     pdde_elastic *e = calloc(1, sizeof *e);
     if (!e) return pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory");
     e->ctx = ctx;
-    e->latest = -1;
+    e->latest = -1, e->pending_slot = -1;
+    pthread_mutex_init(&e->copy_lock, NULL);
+    pthread_cond_init(&e->copy_cv, NULL);
+    const char *sync = getenv("PDDE_ELASTIC_SYNC_SNAPSHOT");
+    e->async = !(sync && atoi(sync));
     e->snap[0].step = e->snap[1].step = -1;
     pthread_mutex_init(&e->store_lock, NULL);
     const char *job = p.job ? p.job : getenv("PDDE_ELASTIC_JOB");
@@ -291,6 +309,17 @@ static void elastic_leave_world(pdde_elastic *e) {
 
 void pdde_elastic_free(pdde_elastic *e) {
     if (!e) return;
+    if (e->copier_started) {
+        pthread_mutex_lock(&e->copy_lock);
+        while (e->copy_pending) pthread_cond_wait(&e->copy_cv, &e->copy_lock);
+        e->copy_stop = 1;
+        pthread_cond_broadcast(&e->copy_cv);
+        pthread_mutex_unlock(&e->copy_lock);
+        pthread_join(e->copier, NULL);
+    }
+    free(e->copies);
+    pthread_mutex_destroy(&e->copy_lock);
+    pthread_cond_destroy(&e->copy_cv);
     elastic_leave_world(e);
     if (e->heartbeat_started) {
         atomic_store(&e->stop, 1);
@@ -351,12 +380,69 @@ static pdde_status elastic_grow(pdde_context *ctx, char **buf, size_t *cap, size
     return PDDE_OK;
 }
 
+/* The copier thread: copies the snapshot's tensors while the step's forward and backward run (they
+ * read the parameters and the optimizer state, the updates write them: the session's update hook waits
+ * for the copy before its first update). */
+static void *elastic_copier(void *arg) {
+    pdde_elastic *e = arg;
+    pthread_mutex_lock(&e->copy_lock);
+    for (;;) {
+        while (!e->copy_pending && !e->copy_stop) pthread_cond_wait(&e->copy_cv, &e->copy_lock);
+        if (e->copy_stop) break;
+        pthread_mutex_unlock(&e->copy_lock);
+        double t0 = elastic_now();
+        for (int i = 0; i < e->n_copies; i++) memcpy(e->copies[i].dst, e->copies[i].src, e->copies[i].n);
+        pthread_mutex_lock(&e->copy_lock);
+        e->stats.copy_s += elastic_now() - t0;
+        e->copy_pending = 0;
+        pthread_cond_broadcast(&e->copy_cv);
+    }
+    pthread_mutex_unlock(&e->copy_lock);
+    return NULL;
+}
+
+/* Completes the snapshot in progress (waits for the copier), and starts the copy of this rank's blocks
+ * to the next rank when `exchange`. */
+static pdde_status elastic_snapshot_finish(pdde_elastic *e, int exchange) {
+    if (e->pending_slot < 0) return PDDE_OK;
+    double t0 = elastic_now();
+    pthread_mutex_lock(&e->copy_lock);
+    while (e->copy_pending) pthread_cond_wait(&e->copy_cv, &e->copy_lock);
+    pthread_mutex_unlock(&e->copy_lock);
+    elastic_snapshot *sn = &e->snap[e->pending_slot];
+    sn->step = e->pending_step;
+    e->latest = e->pending_slot, e->pending_slot = -1;
+    pdde_status st = PDDE_OK;
+    if (sn->shard_bytes && e->n_members > 1 && exchange) { /* my blocks to the next rank, the previous rank's to me */
+        st = elastic_grow(e->ctx, &sn->peer, &sn->cap_peer, sn->shard_bytes);
+        size_t words = (sn->shard_bytes + 3) / 4;
+        int n = e->n_members, next = (e->rank + 1) % n, prev = (e->rank + n - 1) % n;
+        if (!st) st = pdde_comm_irecv(e->world, sn->peer, words, PDDE_I32, prev, ELASTIC_PEER_TAG, &sn->reqs[0]);
+        if (!st) st = pdde_comm_isend(e->world, sn->shard, words, PDDE_I32, next, ELASTIC_PEER_TAG, &sn->reqs[1]);
+    } else {
+        sn->peer_ok = !sn->shard_bytes || e->n_members == 1;
+    }
+    e->stats.snapshots++, e->stats.snapshot_bytes = sn->bytes + sn->shard_bytes, e->stats.snapshot_s += elastic_now() - t0;
+    return st;
+}
+
+/* The session's update hook: the copy must be whole before the first update. */
+static void elastic_update_hook(void *arg) {
+    pdde_elastic *e = arg;
+    if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
+    e->hook_status = elastic_snapshot_finish(e, 1);
+}
+
 static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint64_t user) {
     double t0 = elastic_now();
+    pdde_status st = elastic_snapshot_finish(e, 0); /* (one left by a run without updates) */
+    if (st) return st;
     int slot = e->latest == 0 ? 1 : 0;
     elastic_snapshot *sn = &e->snap[slot];
     elastic_exchange_end(sn, 0);
     sn->n_entries = 0, sn->bytes = 0, sn->shard_bytes = 0, sn->peer_ok = 0, sn->step = -1;
+    e->n_copies = 0;
+    int async = 1;
     for (int i = 0; i < s->g->n; i++) {
         pdde_tensor *t = s->g->nodes[i];
         if (!elastic_saved(t)) continue;
@@ -378,49 +464,52 @@ static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint6
             if (!en) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: out of memory for a snapshot");
             sn->entries = en, sn->cap_entries = cap;
         }
-        if (sn->bytes + nb > sn->cap_bytes) {
-            size_t cap = sn->cap_bytes ? sn->cap_bytes : 1 << 20;
-            while (cap < sn->bytes + nb) cap *= 2;
-            char *d = realloc(sn->data, cap);
-            if (!d) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: no memory for a snapshot of %zu bytes", cap);
-            sn->data = d, sn->cap_bytes = cap;
+        if (e->n_copies == e->cap_copies) {
+            int cap = e->cap_copies ? 2 * e->cap_copies : 64;
+            elastic_copy *c = realloc(e->copies, (size_t)cap * sizeof *c);
+            if (!c) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: out of memory for a snapshot");
+            e->copies = c, e->cap_copies = cap;
         }
         elastic_entry *en = &sn->entries[sn->n_entries++];
         snprintf(en->name, sizeof en->name, "%s", t->name);
         en->nbytes = nb, en->sharded = split >= 0, en->split_dim = split, en->ndim = t->ndim;
         en->nblocks = split >= 0 ? lt->dist.mesh->shape[lt->dist.dims_mapping[split]] : 1;
         memcpy(en->gshape, t->shape, sizeof en->gshape);
-        pdde_status st;
-        if (en->sharded) {
-            if ((st = elastic_grow(s->ctx, &sn->shard, &sn->cap_shard, sn->shard_bytes + nb))) return st;
-            en->offset = sn->shard_bytes;
-            if ((st = read_local(s, lt, sn->shard + sn->shard_bytes, nb))) return st;
-            sn->shard_bytes += nb;
-        } else {
-            en->offset = sn->bytes;
-            if ((st = read_local(s, lt, sn->data + sn->bytes, nb))) return st;
-            sn->bytes += nb;
-        }
+        en->offset = en->sharded ? sn->shard_bytes : sn->bytes;
+        *(en->sharded ? &sn->shard_bytes : &sn->bytes) += nb;
+        const session_device *sd = &s->devs[s->slot[lt->id]];
+        async &= sd->host;
+        e->copies[e->n_copies] = (elastic_copy){sd->host ? (const char *)lt->data + lt->offset : NULL, NULL, nb};
+        e->n_copies++;
     }
+    if ((st = elastic_grow(s->ctx, &sn->data, &sn->cap_bytes, sn->bytes)) || (st = elastic_grow(s->ctx, &sn->shard, &sn->cap_shard, sn->shard_bytes)))
+        return st;
+    for (int k = 0; k < sn->n_entries; k++) e->copies[k].dst = (sn->entries[k].sharded ? sn->shard : sn->data) + sn->entries[k].offset;
     int *m = realloc(sn->members, (size_t)e->n_members * sizeof *m);
     if (!m) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: out of memory");
     memcpy(m, e->members, (size_t)e->n_members * sizeof *m);
     sn->members = m, sn->n_members = e->n_members, sn->rank = e->rank;
-    if (sn->shard_bytes && e->n_members > 1) { /* my blocks to the next rank, the previous rank's to me */
-        pdde_status st = elastic_grow(s->ctx, &sn->peer, &sn->cap_peer, sn->shard_bytes);
-        size_t words = (sn->shard_bytes + 3) / 4;
-        int n = e->n_members, next = (e->rank + 1) % n, prev = (e->rank + n - 1) % n;
-        if (!st) st = pdde_comm_irecv(e->world, sn->peer, words, PDDE_I32, prev, ELASTIC_PEER_TAG, &sn->reqs[0]);
-        if (!st) st = pdde_comm_isend(e->world, sn->shard, words, PDDE_I32, next, ELASTIC_PEER_TAG, &sn->reqs[1]);
-        if (st) return st;
-    } else {
-        sn->peer_ok = 1;
+    sn->user = user, sn->run_counter = s->run_counter, sn->schedule = s->schedule, sn->scaler = s->scaler;
+    e->pending_slot = slot, e->pending_step = s->step;
+    if (async && e->async && !e->copier_started) {
+        if (pthread_create(&e->copier, NULL, elastic_copier, e)) e->async = 0;
+        else e->copier_started = 1;
     }
-    sn->step = s->step, sn->user = user, sn->run_counter = s->run_counter;
-    sn->schedule = s->schedule, sn->scaler = s->scaler;
-    e->latest = slot;
-    e->stats.snapshots++, e->stats.snapshot_bytes = sn->bytes, e->stats.snapshot_s += elastic_now() - t0;
-    return PDDE_OK;
+    if (async && e->async) { /* copied while the step runs; the session's update hook waits for it */
+        pthread_mutex_lock(&e->copy_lock);
+        e->copy_pending = 1;
+        pthread_cond_signal(&e->copy_cv);
+        pthread_mutex_unlock(&e->copy_lock);
+        s->update_hook = elastic_update_hook, s->update_hook_arg = e, e->hooked = s;
+        e->stats.snapshot_s += elastic_now() - t0;
+        return PDDE_OK;
+    }
+    for (int k = 0; k < sn->n_entries; k++) {
+        pdde_tensor *t = pdde_graph_find(s->g, sn->entries[k].name);
+        if ((st = read_local(s, local_of(s, t), e->copies[k].dst, sn->entries[k].nbytes))) { e->pending_slot = -1; return st; }
+    }
+    e->stats.snapshot_s += elastic_now() - t0;
+    return elastic_snapshot_finish(e, 1);
 }
 
 static const elastic_snapshot *elastic_snapshot_at(const pdde_elastic *e, int64_t step) {
@@ -487,6 +576,8 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
             return PDDE_OK;
         }
         if (waiting > 0) {
+            if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
+            if ((st = elastic_snapshot_finish(e, 1))) return st;
             if (e->latest >= 0 && (e->snap[e->latest].reqs[0] || e->snap[e->latest].reqs[1]))
                 e->snap[e->latest].peer_ok = elastic_exchange_end(&e->snap[e->latest], 1);
             e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
@@ -495,6 +586,9 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
         return PDDE_OK;
     }
     if (!leaving) return PDDE_OK;
+    if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
+    pdde_status fs = elastic_snapshot_finish(e, 1);
+    if (fs) return fs;
     if (e->latest >= 0 && (e->snap[e->latest].reqs[0] || e->snap[e->latest].reqs[1])) /* (everyone is here: finish the copies) */
         e->snap[e->latest].peer_ok = elastic_exchange_end(&e->snap[e->latest], 1);
     e->changing = 1, e->planned = 1, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
@@ -512,6 +606,12 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
 
 pdde_status pdde_elastic_step_end(pdde_elastic *e, pdde_session *s, pdde_status run_status) {
     if (!e) return PDDE_ERR_INVALID_ARG;
+    /* a copy the run did not wait for (it failed, or updated nothing) ends here: the state it copied
+     * did not change before an update */
+    if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
+    pdde_status hs = elastic_snapshot_finish(e, run_status == PDDE_OK);
+    if (run_status == PDDE_OK && (hs || e->hook_status)) run_status = hs ? hs : e->hook_status;
+    e->hook_status = PDDE_OK;
     elastic_snapshot *sn = e->latest >= 0 ? &e->snap[e->latest] : NULL;
     if (run_status == PDDE_OK && sn && (sn->reqs[0] || sn->reqs[1]) && !(sn->peer_ok = elastic_exchange_end(sn, 1)))
         run_status = PDDE_ERR_PEER_LOST; /* the copy to the next rank failed: a peer is gone */

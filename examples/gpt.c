@@ -482,7 +482,8 @@ elastic_rebuild:
     if (metrics) fclose(metrics);
     pdde_elastic_stats es;
     if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
-        printf("gpt: elastic: %lld snapshots of %.2f MB, %.3f ms each\n", (long long)es.snapshots, es.snapshot_bytes / 1e6, 1e3 * es.snapshot_s / (double)es.snapshots);
+        printf("gpt: elastic: %lld snapshots of %.2f MB, %.3f ms each in the step, %.3f ms copying beside it\n", (long long)es.snapshots,
+               es.snapshot_bytes / 1e6, 1e3 * es.snapshot_s / (double)es.snapshots, 1e3 * es.copy_s / (double)es.snapshots);
     if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev);
     pdde_session_free(s);
