@@ -50,7 +50,7 @@ static inline pdde_tensor *gpt_linear(pdde_graph *g, const char *prefix, pdde_te
 static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t C) {
     char name[64];
     snprintf(name, sizeof name, "%s.g", prefix);
-    pdde_tensor *gamma = pdde_param(g, name, 1, (int64_t[]){C}, -1.0f); /* ones */
+    pdde_tensor *gamma = pdde_param(g, name, 1, (int64_t[]){C}, PDDE_INIT_ONES);
     snprintf(name, sizeof name, "%s.b", prefix);
     pdde_tensor *beta = pdde_param(g, name, 1, (int64_t[]){C}, 0.0f);
     return pdde_layernorm(g, x, gamma, beta, 1e-5f);

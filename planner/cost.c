@@ -686,7 +686,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     start = sh[r].start, end = sh[r].from, lane = 0, sh[r].machine = -1;
                     res->compute_time[r] += end - start;
                 } else if (op->kind == PDDE_COST_COMPUTE) {
-                    int device = op->on_device > 0 ? op->on_device - 1 : rk->device, machine = cost_shares_cores(c, device);
+                    int device = op->placed ? op->placed_device : rk->device, machine = cost_shares_cores(c, device);
                     double d = cost_compute(ctx, c, device, op, &res->uncalibrated);
                     if (!isfinite(d)) { st = PDDE_ERR_NO_PLAN; goto done; }
                     if (machine >= 0 && d > 0) { /* cost_shared_advance runs it */

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../pdde.h"
+#include "../pdde_extension.h"
 #include "../backends/backend_impl.h"
 
 /* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */

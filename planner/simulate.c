@@ -62,7 +62,7 @@ static int sim_compute_op(sim_rank *s, const pdde_tensor *t, int micro) {
     cost_node_gemm(t, &op);
     const pdde_cost_plan *pl = s->plan;
     if (pl->local_devices && t->device >= 0 && t->device < pl->n_local_devices && pl->local_devices[t->device] >= 0)
-        op.on_device = 1 + pl->local_devices[t->device];
+        op.placed = 1, op.placed_device = pl->local_devices[t->device];
     sim_name(&op, t, micro);
     return pdde_cost_program_add(s->cp, s->rank, &op);
 }

@@ -10,8 +10,7 @@
  * remaining ops with SGD) run node by node on both; every f32 node is compared. Skipped (0 checks)
  * where there is no OpenCL device with fine-grained SVM. */
 #define _GNU_SOURCE
-#include "pdde.h"
-#include "backends/op_params.h" /* the named op parameters the test sets */
+#include "pdde_extension.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 

@@ -5,7 +5,7 @@
  * its big replies, a client hoards memory, and a client exhausts the store's file descriptors (which
  * must not make it spin); the UCX handshake refusing a peer with another secret. */
 #define _GNU_SOURCE
-#include "pdde.h"
+#include "pdde_extension.h"
 
 #if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
 #include <stdio.h>
