@@ -1728,8 +1728,8 @@ void pdde_pipeline_stats_reset(pdde_pipeline *pl);
  * state) as this rank's block plus a copy of the previous rank's, sent around the ring at the boundary
  * and awaited in step_end; restoring makes split tensors whole from the survivors' blocks and copies
  * (two neighbours lost together lose a block: the job stops). A failure loses at most the steps since
- * the last complete snapshot. Tensor and pipeline parallelism are not supported. Membership lives in the store: each member has a death notice with a lease of
- * peer_timeout_s (a killed member is known at once, a frozen one within peer_timeout_s); the survivors
+ * the last complete snapshot. Tensor and pipeline parallelism are not supported.
+ * Membership lives in the store: each member has a death notice with a lease of peer_timeout_s (a killed member is known at once, a frozen one within peer_timeout_s); the survivors
  * of generation G announce themselves, the lowest one writes generation G+1's members and the step to
  * resume at, once; a member left out (it was frozen, or came back late) is fenced: recover returns
  * PDDE_ERR_STATE and it must stop. A member lost while the next world forms makes the others form the
