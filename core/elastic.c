@@ -54,6 +54,8 @@ typedef struct {
 
 typedef struct { const char *src; char *dst; size_t n; } elastic_copy;
 
+#define ELASTIC_SLOTS 3
+
 struct pdde_elastic {
     pdde_context *ctx;
     pdde_store *store;            /* this member's own connection: its death notice and heartbeats */
@@ -72,7 +74,8 @@ struct pdde_elastic {
     pdde_comm *world;
     pdde_store *world_store;      /* the world's own connection (its death notice is the world's) */
     char store_addr[256];
-    elastic_snapshot snap[2];     /* the last two boundaries: survivors may be a step apart */
+    elastic_snapshot snap[ELASTIC_SLOTS]; /* the last boundaries: survivors may be a step apart, and the
+                                             newest may lack its peer copy */
     int latest;                   /* the newest filled slot, -1 none */
     /* the change in progress (between a failure or boundary and the restore) */
     int changing, planned;
@@ -229,7 +232,7 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     pthread_cond_init(&e->copy_cv, NULL);
     const char *sync = getenv("PDDE_ELASTIC_SYNC_SNAPSHOT");
     e->async = !(sync && atoi(sync));
-    e->snap[0].step = e->snap[1].step = -1;
+    for (int k = 0; k < ELASTIC_SLOTS; k++) e->snap[k].step = -1;
     pthread_mutex_init(&e->store_lock, NULL);
     const char *job = p.job ? p.job : getenv("PDDE_ELASTIC_JOB");
     snprintf(e->job, sizeof e->job, "elastic/%.100s", job && *job ? job : "job");
@@ -326,7 +329,7 @@ void pdde_elastic_free(pdde_elastic *e) {
         pthread_join(e->heartbeat, NULL);
     }
     pdde_store_close(e->store); /* a clean goodbye: no death notice */
-    snapshot_clear(&e->snap[0]), snapshot_clear(&e->snap[1]);
+    for (int k = 0; k < ELASTIC_SLOTS; k++) snapshot_clear(&e->snap[k]);
     pthread_mutex_destroy(&e->store_lock);
     free(e->members);
     free(e);
@@ -437,7 +440,9 @@ static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint6
     double t0 = elastic_now();
     pdde_status st = elastic_snapshot_finish(e, 0); /* (one left by a run without updates) */
     if (st) return st;
-    int slot = e->latest == 0 ? 1 : 0;
+    int slot = -1; /* the oldest (an empty one first), never the newest */
+    for (int k = 0; k < ELASTIC_SLOTS; k++)
+        if (k != e->latest && (slot < 0 || e->snap[k].step < e->snap[slot].step)) slot = k;
     elastic_snapshot *sn = &e->snap[slot];
     elastic_exchange_end(sn, 0);
     sn->n_entries = 0, sn->bytes = 0, sn->shard_bytes = 0, sn->peer_ok = 0, sn->step = -1;
@@ -513,7 +518,7 @@ static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint6
 }
 
 static const elastic_snapshot *elastic_snapshot_at(const pdde_elastic *e, int64_t step) {
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < ELASTIC_SLOTS; k++)
         if (e->snap[k].step == step) return &e->snap[k];
     return NULL;
 }
@@ -665,17 +670,17 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
     pdde_context *ctx = e->ctx;
     int n_old = e->n_members;
     char key[300], val[64], *v = NULL;
-    int64_t c0 = elastic_complete_step(&e->snap[0]), c1 = elastic_complete_step(&e->snap[1]);
-    int64_t latest = c0 > c1 ? c0 : c1, prev = c0 > c1 ? c1 : c0;
+    /* the steps this member can restore (each slot's, -1 for none) */
     snprintf(key, sizeof key, "%s/g%d/here/%d", e->job, next, e->id);
-    snprintf(val, sizeof val, "%lld %lld", (long long)latest, (long long)prev);
+    snprintf(val, sizeof val, "%lld %lld %lld", (long long)elastic_complete_step(&e->snap[0]),
+             (long long)elastic_complete_step(&e->snap[1]), (long long)elastic_complete_step(&e->snap[2]));
     pdde_status st = el_set(e, key, val);
     if (st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_TIMEOUT)
         return pdde_error(ctx, PDDE_ERR_STATE, "elastic: member %d lost its connection to the store (%s): its lease ran out while it "
                           "was frozen or cut off, and the others went on without it: fenced, it stops", e->id, pdde_last_error(ctx));
     if (st) return pdde_error(ctx, st, "elastic: cannot reach the store to re-form the world (%s): the job stops", pdde_last_error(ctx));
     int *here = calloc((size_t)n_old, sizeof *here), *gone = calloc((size_t)n_old, sizeof *gone);
-    int64_t *have = calloc((size_t)n_old * 2, sizeof *have);
+    int64_t *have = calloc((size_t)n_old * ELASTIC_SLOTS, sizeof *have);
     char *list = malloc((size_t)(n_old + e->max_ranks) * 12 + 64);
     if (!here || !gone || !have || !list) { st = pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory"); goto done; }
     /* the members not heard from after this long are left out (a frozen one's lease ends sooner) */
@@ -702,7 +707,8 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
                 snprintf(key, sizeof key, "%s/g%d/here/%d", e->job, next, id);
                 if (el_get(e, key, &v) == PDDE_OK) {
                     char *end;
-                    have[2 * r] = strtoll(v, &end, 10), have[2 * r + 1] = strtoll(end, NULL, 10);
+                    const char *p = v;
+                    for (int k = 0; k < ELASTIC_SLOTS; k++) have[ELASTIC_SLOTS * r + k] = strtoll(p, &end, 10), p = end;
                     here[r] = 1;
                     free(v);
                 }
@@ -712,12 +718,22 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
         }
         double now = elastic_now();
         if (lead >= 0 && e->members[lead] == e->id && (!pending || now > deadline)) {
-            /* the lowest survivor decides: the newest step every survivor holds a snapshot of, the
-             * survivors in their order, then the ranks waiting to join (up to max_ranks) */
-            int64_t step = INT64_MAX;
+            /* the lowest survivor decides: the newest step every survivor can restore (-1: none, the
+             * members then stop with that), the survivors in their order, then the ranks waiting to
+             * join (up to max_ranks) */
+            int64_t step = -1;
             int count = 0, joined = 0;
-            for (int r = 0; r < n_old; r++)
-                if (here[r] && !gone[r]) count++, step = have[2 * r] < step ? have[2 * r] : step;
+            for (int k = 0; k < ELASTIC_SLOTS; k++) {
+                int64_t cand = have[ELASTIC_SLOTS * lead + k], all = cand >= 0;
+                for (int r = 0; r < n_old && all; r++) {
+                    if (!here[r] || gone[r]) continue;
+                    int has = 0;
+                    for (int j = 0; j < ELASTIC_SLOTS; j++) has |= have[ELASTIC_SLOTS * r + j] == cand;
+                    all = has;
+                }
+                if (all && cand > step) step = cand;
+            }
+            for (int r = 0; r < n_old; r++) count += here[r] && !gone[r];
             int len = 0;
             char ids_text[64];
             for (int r = 0; r < n_old; r++)
@@ -791,7 +807,7 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
         return pdde_error(ctx, PDDE_ERR_ABORTED, "elastic: %d failures, more than --max-restarts %d: the job stops", e->restarts,
                           e->max_restarts);
     /* exchanges of peer copies that completed count; the others are dropped with the old world */
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < ELASTIC_SLOTS; k++)
         if (e->snap[k].reqs[0] || e->snap[k].reqs[1]) e->snap[k].peer_ok |= elastic_exchange_end(&e->snap[k], 0);
     /* the old world first: its sessions and sub-communicators are the caller's to free before */
     elastic_leave_world(e);
@@ -856,7 +872,7 @@ static pdde_status elastic_share_snapshot(pdde_elastic *e) {
     int slot = e->latest >= 0 ? e->latest : 0;
     const elastic_snapshot *have = elastic_snapshot_at(e, e->resume_step);
     if (have) slot = (int)(have - e->snap);
-    else if (e->latest >= 0) slot = !e->latest;
+    else if (e->latest >= 0) slot = (e->latest + 1) % ELASTIC_SLOTS;
     elastic_snapshot *sn = &e->snap[slot];
     int64_t head[6] = {sn->step, (int64_t)sn->user, sn->run_counter, sn->n_entries, (int64_t)sn->bytes, (int64_t)sn->shard_bytes};
     pdde_status st = pdde_comm_broadcast(e->world, head, 6, PDDE_I64, 0);
