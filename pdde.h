@@ -1778,7 +1778,9 @@ int pdde_elastic_generation(const pdde_elastic *e);
  * "id@step,..." in the environment makes member id leave at that step: a planned shrink). */
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change);
 /* Classifies a step's status: PDDE_OK; PDDE_ERR_PEER_LOST when the world lost a member (a lost peer, a
- * timeout, an abort: recover); any other error is returned with a message saying it would repeat. */
+ * timeout, an abort: recover); any other error is returned with a message saying it would repeat.
+ * Call it after every step_begin that returned no change, before the session is freed: the snapshot
+ * step_begin started is copied while the step runs (until the step's first update, or here). */
 pdde_status pdde_elastic_step_end(pdde_elastic *e, pdde_session *s, pdde_status run_status);
 /* Re-forms the world with the members that remain (the caller has freed everything using the old
  * one); blocks until the new generation is agreed (bounded by about 2 x peer_timeout_s + 2 s). */

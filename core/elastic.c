@@ -575,7 +575,9 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
         /* room to grow: are ranks waiting to join? (rank 0 asks, all hear it, so all change together) */
         int64_t waiting = e->rank == 0 ? elastic_joiners_waiting(e) : 0;
         pdde_status st = pdde_comm_broadcast(e->world, &waiting, 1, PDDE_I64, 0);
-        if (st) {
+        if (st) { /* a member is gone: the copy in flight ends here, before the caller frees the session */
+            if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
+            elastic_snapshot_finish(e, 0);
             e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
             *change = PDDE_ELASTIC_CHANGE;
             return PDDE_OK;
@@ -806,6 +808,9 @@ pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out) {
     if (!e->planned && ++e->restarts > e->max_restarts && e->max_restarts >= 0)
         return pdde_error(ctx, PDDE_ERR_ABORTED, "elastic: %d failures, more than --max-restarts %d: the job stops", e->restarts,
                           e->max_restarts);
+    /* a copy still in flight (the caller skipped step_end): let it end; its session is the caller's */
+    e->hooked = NULL;
+    elastic_snapshot_finish(e, 0);
     /* exchanges of peer copies that completed count; the others are dropped with the old world */
     for (int k = 0; k < ELASTIC_SLOTS; k++)
         if (e->snap[k].reqs[0] || e->snap[k].reqs[1]) e->snap[k].peer_ok |= elastic_exchange_end(&e->snap[k], 0);
