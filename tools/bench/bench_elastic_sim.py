@@ -98,10 +98,10 @@ def double_failure_fraction(rate, window, rng, jobs=20000, day=86400.0):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--detect", type=float, default=0.053)
-    p.add_argument("--recover", type=float, default=0.48)
+    p.add_argument("--detect", type=float, default=0.067)
+    p.add_argument("--recover", type=float, default=0.366)
     p.add_argument("--lost-steps", type=float, default=0)
-    p.add_argument("--snapshot-pct", type=float, default=4.6)
+    p.add_argument("--snapshot-pct", type=float, default=1.88)
     p.add_argument("--step", type=float, default=6.0, help="seconds per training step at scale")
     p.add_argument("--restart", type=float, default=600.0, help="seconds a checkpoint-restart takes")
     p.add_argument("--ckpt", type=float, default=60.0, help="seconds a checkpoint blocks the job")
