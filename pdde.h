@@ -1733,7 +1733,7 @@ void pdde_pipeline_stats_reset(pdde_pipeline *pl);
  * of generation G announce themselves, the lowest one writes generation G+1's members and the step to
  * resume at, once; a member left out (it was frozen, or came back late) is fenced: recover returns
  * PDDE_ERR_STATE and it must stop. A member lost while the next world forms makes the others form the
- * one after (within timeout_s). Ranks started later with PDDE_ELASTIC_JOIN=1 (pdde-run --join) are
+ * one after. Ranks started later with PDDE_ELASTIC_JOIN=1 (pdde-run --join) are
  * taken in at the members' next step boundary while the world is below max_ranks; they get the state
  * from rank 0 by broadcast. Errors that would repeat (a non-finite loss, a bad configuration,
  * too few ranks, more failures than max_restarts) end the job instead. */

@@ -202,14 +202,51 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
                       "running, below its --max?)", e->id, e->job, e->timeout_s);
 }
 
+/* While a world forms: a member whose membership notice appears (it died or froze before it could
+ * register its notice with the world) is reported as the world's failure, which the others' world
+ * setup watches, so they give up at once instead of at the timeout. */
+typedef struct { pdde_elastic *e; const char *failed_key; _Atomic int stop; } elastic_watch;
+
+static void *elastic_watch_forming(void *arg) {
+    elastic_watch *w = arg;
+    pdde_elastic *e = w->e;
+    char key[300];
+    while (!atomic_load(&w->stop)) {
+        for (int r = 0; r < e->n_members && !atomic_load(&w->stop); r++) {
+            if (e->members[r] == e->id) continue;
+            snprintf(key, sizeof key, "%s/dead/%d", e->job, e->members[r]);
+            if (!el_exists(e, key)) continue;
+            char msg[200];
+            snprintf(msg, sizeof msg, "%d|rank %d (member %d) died or stopped answering while the world formed", PDDE_ERR_PEER_LOST, r,
+                     e->members[r]);
+            int swapped;
+            el_cas(e, w->failed_key, msg, &swapped);
+            return NULL;
+        }
+        elastic_sleep(0.05);
+    }
+    return NULL;
+}
+
 static pdde_status elastic_join_world(pdde_elastic *e) {
     pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
-    char prefix[200];
+    char prefix[200], failed[240];
     snprintf(prefix, sizeof prefix, "%s/g%d/comm", e->job, e->generation);
+    snprintf(failed, sizeof failed, "%s/1/failed", prefix); /* (a fresh prefix: the world's first generation) */
     p.rank = e->rank, p.world_size = e->n_members, p.prefix = prefix;
     p.timeout_s = e->timeout_s, p.peer_timeout_s = e->peer_timeout_s;
-    pdde_status st = pdde_store_connect(e->ctx, e->store_addr, e->timeout_s, &e->world_store);
+    pdde_status st = PDDE_OK;
+    /* the membership's notices count while the world forms (only where both live in one store) */
+    elastic_watch watch = {e, failed, 0};
+    pthread_t watcher;
+    const char *rdzv = getenv("PDDE_RDZV");
+    int watching = !(rdzv && !strncmp(rdzv, "etcd://", 7)) && !pthread_create(&watcher, NULL, elastic_watch_forming, &watch);
+    st = pdde_store_connect(e->ctx, e->store_addr, e->timeout_s, &e->world_store);
     if (!st) p.store = e->world_store, st = pdde_comm_init(e->ctx, &p, &e->world);
+    if (watching) {
+        atomic_store(&watch.stop, 1);
+        pthread_join(watcher, NULL);
+    }
     if (st) return pdde_error(e->ctx, st, "elastic: generation %d: cannot form the world of %d ranks: %s", e->generation, e->n_members,
                               pdde_last_error(e->ctx));
     return PDDE_OK;
