@@ -157,10 +157,13 @@ static void job_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     double secs = *(double *)arg;
     job_result *r = test_rank_result;
     float buf[256];
-    for (double t0 = test_now(); test_now() - t0 < secs; r->iters++) {
+    for (double t0 = test_now();; r->iters++) {
         for (int i = 0; i < 256; i++) buf[i] = (float)(pdde_comm_rank(comm) + 1);
         if (pdde_comm_allreduce(comm, buf, buf, 256, PDDE_F32, PDDE_REDUCE_SUM)) { r->wrong++; break; }
         r->wrong += buf[17] != 3.0f;
+        int32_t done = test_now() - t0 >= secs; /* (both ranks stop at the same iteration) */
+        if (pdde_comm_allreduce(comm, &done, &done, 1, PDDE_I32, PDDE_REDUCE_MAX)) { r->wrong++; break; }
+        if (done) break;
         usleep(2000);
     }
 }
