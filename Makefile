@@ -61,6 +61,15 @@ ifndef NO_CJSON
     HAVE_CJSON = 1
   endif
 endif
+# libcurl (Debian: libcurl4-openssl-dev) for etcd as the store (comm/etcd.c: elastic jobs' membership)
+ifndef NO_CURL
+  ifeq ($(call has_pc,libcurl),1)
+    DEFS += -DPDDE_HAVE_CURL
+    CFLAGS += $(shell pkg-config --cflags libcurl)
+    LDLIBS += $(shell pkg-config --libs libcurl)
+    HAVE_CURL = 1
+  endif
+endif
 CFLAGS += $(DEFS)
 
 LIB_SRC   := pdde.c pdde_extension.h $(wildcard core/*.c backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
@@ -128,12 +137,12 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention bench-moe install uninstall clean bench-checkpoint
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
 	@printf 'pdde optional dependencies:'; \
-	for d in DNNL:$(HAVE_DNNL) OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON); do \
+	for d in DNNL:$(HAVE_DNNL) OPENBLAS:$(HAVE_OPENBLAS) CLBLAST:$(HAVE_CLBLAST) UCX:$(HAVE_UCX) HWLOC:$(HAVE_HWLOC) CJSON:$(HAVE_CJSON) CURL:$(HAVE_CURL); do \
 	  n=$${d%%:*}; v=$${d#*:}; if [ "$$v" = 1 ]; then printf ' ✓%s' $$n; else printf ' ✗%s' $$n; fi; done; echo
 
 $(BUILD):
@@ -308,6 +317,16 @@ bench-hetero: all
 bench-planner: $(BUILD)/bench_planner
 	@python3 tools/clusters/gen_clusters.py --scale $(BUILD)/clusters
 	@$(BUILD)/bench_planner $(BUILD)/clusters $(or $(BENCH_PLANNER_REPEATS),3)
+
+# A lost rank under pdde-run --elastic: GPT-small on 4 ranks, one killed, one frozen (detect, recover,
+# lost steps, snapshot overhead); BENCH_ELASTIC_REPEATS runs (3). bench-elastic-sim: a 16,384-device job
+# replayed with failures at Llama 3's rate and at one a minute, elastic against checkpoint-restart
+# (BENCH_ELASTIC_SIM_ARGS: the measured costs, see the script's --help).
+bench-elastic: $(BUILD)/bench_elastic $(BUILD)/pdde-run $(BUILD)/gpt
+	@$(BUILD)/bench_elastic $(BUILD) $(or $(BENCH_ELASTIC_REPEATS),3)
+
+bench-elastic-sim:
+	@python3 tools/bench/bench_elastic_sim.py $(BENCH_ELASTIC_SIM_ARGS)
 
 # Lowering every rank of GPT-3 175B's shape under dp=8 x tp=8 x pp=16 (1024 ranks) in one process.
 bench-lower: $(BUILD)/bench_lower

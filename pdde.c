@@ -1149,6 +1149,10 @@ struct pdde_session {
     const pdde_tensor *deferred_norm;
     int deferred_micro;
     float norm_value;
+    /* called once per updating run, before its first update (elastic snapshots copied while the step's
+     * forward and backward run must be done by then) */
+    void (*update_hook)(void *arg);
+    void *update_hook_arg;
 };
 
 static pdde_status trace_open(pdde_session *s, const char *path);
@@ -2156,6 +2160,7 @@ static bool check_after_step(const pdde_session *s, const pdde_tensor *u) {
 /* Before update u: the check of the step's first update, now or (check_after_step) at the step's end. */
 static pdde_status before_update(pdde_session *s, pdde_tensor *u, int micro) {
     if (s->update_checked) return PDDE_OK;
+    if (s->update_hook) s->update_hook(s->update_hook_arg);
     if (!check_after_step(s, u)) return check_before_update(s, u, micro);
     s->update_checked = true, s->deferred_norm = update_norm(u), s->deferred_micro = micro;
     return PDDE_OK;
@@ -2642,6 +2647,7 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out) {
 
 #include "core/checkpoint.c"
 #include "core/snapshot.c"
+#include "core/elastic.c"
 #include "core/data.c"
 #include "core/plan_apply.c"
 #include "core/device_select.c"

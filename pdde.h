@@ -1959,6 +1959,97 @@ pdde_status pdde_checkpoint_convert(pdde_context *ctx, const char *from, const c
  * dist attr and blocks) to out. */
 pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out);
 
+/* ---------------------------------------------------------------------------------------------------
+ * Elastic training (core/elastic.c): a job that loses a rank (killed, frozen, cut off) or changes size
+ * at a step boundary goes on in the surviving processes, which keep their state. Under
+ * `pdde-run --elastic` (or any launcher giving PDDE_RANK, PDDE_WORLD_SIZE and PDDE_STORE_ADDR):
+ *
+ *     pdde_elastic *el;  pdde_elastic_init(ctx, NULL, &el);    world = pdde_elastic_world(el)
+ *     build:  graph and session for pdde_comm_size(world) ranks (sp.world = world)
+ *             if (pdde_elastic_generation(el) > 0) pdde_elastic_restore(el, s, plan_text, &data_pos)
+ *     each step:  pdde_elastic_step_begin(el, s, data_pos, &change)    (snapshot; planned changes)
+ *                 st = pdde_elastic_step_end(el, s, pdde_session_run(s, PDDE_RUN_STEP))
+ *                 on PDDE_ERR_PEER_LOST or change == PDDE_ELASTIC_CHANGE: free the session (and all
+ *                 that uses the world), pdde_elastic_recover(el, &c), re-plan for c.world_size, build
+ *
+ * Snapshots are taken in host memory at step boundaries (every snapshot_every steps; the last two are
+ * kept): replicated tensors whole, tensors split over the data-parallel ranks (ZeRO-1's optimizer
+ * state) as this rank's block plus a copy of the previous rank's, sent around the ring at the boundary
+ * and awaited in step_end; restoring makes split tensors whole from the survivors' blocks and copies
+ * (two neighbours lost together lose a block: the job stops). A failure loses at most the steps since
+ * the last complete snapshot. Tensor and pipeline parallelism are not supported.
+ * Membership lives in the store: each member has a death notice with a lease of peer_timeout_s (a killed member is known at once, a frozen one within peer_timeout_s); the survivors
+ * of generation G announce themselves, the lowest one writes generation G+1's members and the step to
+ * resume at, once; a member left out (it was frozen, or came back late) is fenced: recover returns
+ * PDDE_ERR_STATE and it must stop. A member lost while the next world forms makes the others form the
+ * one after. Ranks started later with PDDE_ELASTIC_JOIN=1 (pdde-run --join) are
+ * taken in at the members' next step boundary while the world is below max_ranks; they get the state
+ * from rank 0 by broadcast. Errors that would repeat (a non-finite loss, a bad configuration,
+ * too few ranks, more failures than max_restarts) end the job instead. */
+typedef struct pdde_elastic pdde_elastic;
+/* etcd (v3.4 or later) as the store, through its v3 JSON gateway ("http://host:port"): put, range,
+ * transactions (compare_set, add), watches (wait), leases as death notices (set_liveness: a lease of
+ * lease_s, at least etcd's 2 s, kept alive by ping; once it ends, a get of the notice's key finds the
+ * notice). Retries the first request for up to timeout_s. Unauthenticated: keep etcd on 127.0.0.1 or
+ * a network only the job's hosts reach. PDDE_ERR_UNAVAILABLE when pdde was built without libcurl.
+ * Elastic jobs use it for their membership with PDDE_RDZV=etcd://host:port (pdde-run --rdzv
+ * etcd://host:port/JOB); their worlds still meet through the built-in store. */
+pdde_status pdde_store_etcd_connect(pdde_context *ctx, const char *endpoint, double timeout_s, pdde_store **out);
+typedef struct {
+    const char *job;          /* the job's name in the store; NULL = PDDE_ELASTIC_JOB (pdde-run sets it) */
+    int min_ranks;            /* fewer survivors stop the job; 0 = PDDE_ELASTIC_MIN or 1 */
+    int max_ranks;            /* 0 = PDDE_ELASTIC_MAX or the starting world size */
+    int max_restarts;         /* failures recovered from, at most; 0 = PDDE_ELASTIC_MAX_RESTARTS or 10; < 0 no limit */
+    int snapshot_every;       /* steps between snapshots; 0 = PDDE_ELASTIC_SNAPSHOT_EVERY or 1 */
+    double peer_timeout_s;    /* failure detection bound; 0 = PDDE_PEER_TIMEOUT or 5 */
+    double timeout_s;         /* forming a world, blocking collectives; 0 = PDDE_ELASTIC_TIMEOUT or 300 */
+} pdde_elastic_params;
+#define PDDE_ELASTIC_PARAMS_INIT {NULL, 0, 0, 0, 0, 0, 0}
+/* What pdde_elastic_step_begin's change says. */
+#define PDDE_ELASTIC_CHANGE 1 /* the world changes at this boundary: free the session, recover */
+#define PDDE_ELASTIC_LEAVE 2  /* this rank leaves at this boundary: stop (cleanly) */
+typedef struct {
+    int generation;           /* 0 at the start, +1 per change */
+    int rank, world_size, old_world_size;
+    int64_t resume_step;      /* the step the snapshot restores */
+    int planned;              /* 1: a change at a step boundary, 0: a failure */
+    char what[400];           /* "rank 3 lost (SIGKILL) at step 412" */
+} pdde_elastic_change;
+
+/* Joins generation 0 of the job: the store at PDDE_STORE_ADDR, the world of PDDE_WORLD_SIZE ranks. */
+pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *params, pdde_elastic **out);
+void pdde_elastic_free(pdde_elastic *e);
+/* The current generation's world communicator (owned by e; changes at each recover). */
+pdde_comm *pdde_elastic_world(const pdde_elastic *e);
+int pdde_elastic_generation(const pdde_elastic *e);
+/* At a step boundary, before the step's batch is read: snapshots s with the caller's word user (a data
+ * position) when due. *change: 0, PDDE_ELASTIC_CHANGE or PDDE_ELASTIC_LEAVE (PDDE_ELASTIC_LEAVE
+ * "id@step,..." in the environment makes member id leave at that step: a planned shrink). */
+pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change);
+/* Classifies a step's status: PDDE_OK; PDDE_ERR_PEER_LOST when the world lost a member (a lost peer, a
+ * timeout, an abort: recover); any other error is returned with a message saying it would repeat.
+ * Call it after every step_begin that returned no change, before the session is freed: the snapshot
+ * step_begin started is copied while the step runs (until the step's first update, or here). */
+pdde_status pdde_elastic_step_end(pdde_elastic *e, pdde_session *s, pdde_status run_status);
+/* Re-forms the world with the members that remain (the caller has freed everything using the old
+ * one); blocks until the new generation is agreed (bounded by about 2 x peer_timeout_s + 2 s). */
+pdde_status pdde_elastic_recover(pdde_elastic *e, pdde_elastic_change *out);
+/* Writes the agreed snapshot into s (compiled for the new world), sets its step and schedule, gives
+ * back the snapshot's user word, and (rank 0) logs one line: "elastic: rank 3 lost (SIGKILL) at step
+ * 412; re-plan 4 -> 3 ranks: <plan>; resumed at step 412 in 1.80 s". */
+pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user);
+/* The last transition's log line ("" before any). */
+const char *pdde_elastic_last_change(const pdde_elastic *e);
+typedef struct {
+    int64_t snapshots;        /* taken so far */
+    double snapshot_s;        /* the time the caller's thread spent on them (setting up, waiting for a copy) */
+    double copy_s;            /* the time the copies took (in the background where the devices are host memory) */
+    size_t snapshot_bytes;    /* of the last one */
+    int changes;              /* transitions completed (restores) */
+    double last_recover_s;    /* the last one: from noticing the change to the state restored */
+} pdde_elastic_stats;
+pdde_status pdde_elastic_stats_get(const pdde_elastic *e, pdde_elastic_stats *out);
+
 #ifdef __cplusplus
 }
 #endif

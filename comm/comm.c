@@ -14,6 +14,7 @@
 #include "util.c"          /* clocks, byte packing, addresses, socket reads/writes */
 #include "auth.c"          /* SHA-256, HMAC, the job secret */
 #include "store.c"         /* the bootstrap store: server and client */
+#include "etcd.c"          /* etcd as a store (membership of elastic jobs) */
 #include "env.c"           /* launcher environments */
 #include "transport_ucx.c" /* the transport */
 #include "world.c"         /* the world's state, failures and their root cause */
@@ -166,6 +167,21 @@ static pdde_comm_algo comm_algo_from_env(pdde_comm_algo given) {
     return PDDE_ALGO_AUTO;
 }
 
+/* A death notice of the world forming (a rank that died or went silent after registering its notice):
+ * PDDE_ERR_PEER_LOST with its message, else PDDE_OK. Reading it also renews this rank's lease. */
+static pdde_status world_forming_check(comm_world *w) {
+    char key[256];
+    void *v = NULL;
+    size_t len;
+    world_failed_key(w, key, sizeof key);
+    pdde_status st = w->store->iface->get(w->store->impl, NULL, key, &v, &len);
+    if (st) { free(v); return st == PDDE_ERR_NOT_FOUND ? PDDE_OK : st; }
+    char *bar = strchr(v, '|');
+    st = pdde_error(w->ctx, PDDE_ERR_PEER_LOST, "comm: while the world formed: %s", bar ? bar + 1 : (char *)v);
+    free(v);
+    return st;
+}
+
 /* Publishes this rank's listen handle and host id, then connects to and accepts from every peer. */
 static pdde_status world_connect(comm_world *w, const char *host_id, double deadline) {
     pdde_context *ctx = w->ctx;
@@ -199,12 +215,18 @@ static pdde_status world_connect(comm_world *w, const char *host_id, double dead
     int n_hosts = 0;
     for (int p = 0; p < n && !st; p++) {
         snprintf(key, sizeof key, "%s/addr/%d", w->prefix, p);
-        double left = deadline - comm_now();
-        if ((st = pdde_store_wait(w->store, key, left > 0 ? left : 0))) {
+        /* in slices, watching the world's death notices: a rank lost while the world forms fails it now */
+        for (;;) {
+            double left = deadline - comm_now();
+            st = pdde_store_wait(w->store, key, left < 0 ? 0 : left < 0.1 ? left : 0.1);
+            if (st != PDDE_ERR_TIMEOUT || left <= 0.1 || (st = world_forming_check(w))) break;
+        }
+        if (st == PDDE_ERR_TIMEOUT) {
             st = pdde_error(ctx, st, "comm: rank %d did not publish its address within the init timeout (%s)", p,
                             pdde_last_error(ctx));
             break;
         }
+        if (st) break;
         void *v; size_t len;
         if ((st = pdde_store_get(w->store, key, &v, &len))) break;
         uint32_t hl = len >= 4 ? get_u32(v) : 0;
@@ -221,7 +243,7 @@ static pdde_status world_connect(comm_world *w, const char *host_id, double dead
     }
     /* every pair gets a connection each way; a 4-byte hello on the new connection names the sender */
     int todo_send = n - 1, todo_recv = n - 1;
-    double idle_since = comm_now();
+    double idle_since = comm_now(), last_check = comm_now();
     while (!st && (todo_send || todo_recv)) {
         int moved = 0;
         for (int p = 0; p < n && !st; p++) {
@@ -267,6 +289,7 @@ static pdde_status world_connect(comm_world *w, const char *host_id, double dead
         w->tp->progress(w->tr);
         double now = comm_now();
         if (moved) idle_since = now;
+        if (now - last_check > 0.1 && (last_check = now, st = world_forming_check(w))) break;
         if (now > deadline) {
             st = pdde_error(ctx, PDDE_ERR_TIMEOUT, "comm: rank %d: %d outgoing and %d incoming connections not up "
                             "within the init timeout", me, todo_send, todo_recv);
@@ -374,6 +397,21 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     snprintf(key, sizeof key, "%s/generation/%d", p.prefix ? p.prefix : "pdde", w->rank);
     if ((st = pdde_store_add(w->store, key, 1, &gen))) goto fail;
     snprintf(w->prefix, sizeof w->prefix, "%s/%lld", p.prefix ? p.prefix : "pdde", (long long)gen);
+    /* the death notice from here on: a rank lost while the world forms fails the others' init at once
+     * (world_connect watches the notices; its store calls renew this rank's lease meanwhile) */
+    {
+        char notice[COMM_HOST_ID_MAX + 128];
+        snprintf(notice, sizeof notice, "%d|rank %d (pid %d on %s) died or lost its connection to the store",
+                 PDDE_ERR_PEER_LOST, w->rank, (int)getpid(), host_id);
+        world_failed_key(w, key, sizeof key);
+        /* The lease ends short of peer_timeout_s by what noticing its end takes (the server's 0.1 s
+         * poll, this thread's 0.05 s one): a frozen peer is reported within peer_timeout_s as documented
+         * (with the whole of it as lease, test_comm_fail measured 1.50-1.65 s for 1.5). Pings every
+         * peer_timeout_s/4 still renew it at least three times. */
+        double margin = w->peer_timeout_s / 4 < 0.25 ? w->peer_timeout_s / 4 : 0.25;
+        st = pdde_store_set_liveness(w->store, key, notice, strlen(notice), w->peer_timeout_s - margin);
+        if (st && st != PDDE_ERR_UNSUPPORTED) goto fail;
+    }
     if ((st = world_connect(w, host_id, deadline))) goto fail;
     if (w->secret_file) { comm_launch_secret_done(&w->launch); w->secret_file = 0; } /* everyone has read it */
     int here = 0;
@@ -381,17 +419,6 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     /* spinning pays when every local rank has a core to itself (the service threads sleep): with 2
      * ranks on 2 cores a yield or a sleep per message costs microseconds to milliseconds */
     w->spin_s = here <= sysconf(_SC_NPROCESSORS_ONLN) ? COMM_SPIN_S : 0;
-    char notice[COMM_HOST_ID_MAX + 128];
-    snprintf(notice, sizeof notice, "%d|rank %d (pid %d on %s) died or lost its connection to the store",
-             PDDE_ERR_PEER_LOST, w->rank, (int)getpid(), host_id);
-    world_failed_key(w, key, sizeof key);
-    /* The lease ends short of peer_timeout_s by what noticing its end takes (the server's 0.1 s
-     * poll, this thread's 0.05 s one): a frozen peer is reported within peer_timeout_s as documented
-     * (with the whole of it as lease, test_comm_fail measured 1.50-1.65 s for 1.5). Pings every
-     * peer_timeout_s/4 still renew it at least three times. */
-    double margin = w->peer_timeout_s / 4 < 0.25 ? w->peer_timeout_s / 4 : 0.25;
-    st = pdde_store_set_liveness(w->store, key, notice, strlen(notice), w->peer_timeout_s - margin);
-    if (st && st != PDDE_ERR_UNSUPPORTED) goto fail;
     if (pthread_create(&w->thread, NULL, comm_service, w)) {
         st = pdde_error(ctx, PDDE_ERR_OOM, "comm: cannot start the service thread");
         goto fail;

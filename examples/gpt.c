@@ -403,7 +403,22 @@ int main(int argc, char **argv) {
     pdde_comm *comm = NULL;
     if (o.plan && !strcmp(o.plan, "auto") && choose_plan(ctx, &o)) return 1;
     int rank = 0, ranks = o.dp * o.tp * o.pp;
-    if (ranks > 1) {
+    /* under pdde-run --elastic: data parallel over whatever ranks there are; a lost rank is recovered
+     * from in process (the survivors re-form the world, rebuild for dp = the ranks left, restore the
+     * in-memory snapshot and go on) */
+    pdde_elastic *el = NULL;
+    char el_plan[128] = "";
+    if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
+        if (o.tp * o.pp > 1 || o.zero > 1 || o.plan) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0 or 1 (no --tp, --pp, --plan)\n"); return 2; }
+        TRY(pdde_elastic_init(ctx, NULL, &el));
+        comm = pdde_elastic_world(el);
+    }
+elastic_rebuild:
+    if (el) {
+        rank = pdde_comm_rank(comm), ranks = o.dp = pdde_comm_size(comm);
+        if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
+        snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=%d", o.dp, o.micro, o.dp > 1 ? o.zero : 0);
+    } else if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
         TRY(pdde_comm_init(ctx, &pp, &comm));
@@ -467,6 +482,11 @@ int main(int argc, char **argv) {
     }
     pdde_session *s;
     TRY(pdde_session_init(g, &sp, &s));
+    if (el && pdde_elastic_generation(el) > 0) {
+        uint64_t pos = 0;
+        TRY(pdde_elastic_restore(el, s, el_plan, &pos));
+        pdde_data_set_position(train, pos);
+    }
     if (o.show_program) pdde_session_dump(s, stdout);
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
@@ -510,7 +530,7 @@ int main(int argc, char **argv) {
     }
 
     FILE *metrics = NULL; /* rank 0 writes it: the loss and the schedule are the same on every rank */
-    if (o.metrics && rank == 0 && !(metrics = fopen(o.metrics, o.resume ? "a" : "w"))) {
+    if (o.metrics && rank == 0 && !metrics && !(metrics = fopen(o.metrics, o.resume || (el && pdde_elastic_generation(el) > 0) ? "a" : "w"))) {
         fprintf(stderr, "gpt: --metrics %s: cannot open it for writing\n", o.metrics);
         return 1;
     }
@@ -534,12 +554,18 @@ int main(int argc, char **argv) {
     double ckpt_s = 0; /* what saving made the loop wait */
     int n_ckpt = 0;
     for (int64_t step = first; step < last; step++) {
+        int change = 0;
+        if (el) TRY(pdde_elastic_step_begin(el, s, pdde_data_position(train), &change));
+        if (change == PDDE_ELASTIC_LEAVE) { printf("gpt: rank %d leaves the job at step %lld\n", rank, (long long)step); last = step, o.sample_len = 0; break; }
+        if (change) goto elastic_recover;
         TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
         /* under SPMD every rank gets its block of each micro-batch from its attributes (uneven shares:
          * its share of the micro-batches) */
         TRY(gpt_write_batch(s, &m, &plan, feed.dp_index, x, y));
-        TRY(pdde_session_run(s, PDDE_RUN_STEP));
+        pdde_status run = pdde_session_run(s, PDDE_RUN_STEP);
+        if (el && (run = pdde_elastic_step_end(el, s, run)) == PDDE_ERR_PEER_LOST) goto elastic_recover;
+        TRY(run);
         float loss = pdde_session_loss(s); /* the step's loss, the same on every rank */
         double t = now(), dt = t - tlast;
         tlast = t;
@@ -579,15 +605,27 @@ int main(int argc, char **argv) {
             ckpt_s += now() - c0, n_ckpt++;
         }
     }
+    if (0) {
+    elastic_recover: /* free what uses the old world, re-form it, rebuild for the ranks there are */
+        pdde_session_free(s), pdde_graph_free(g), free(x), free(y), free(layer_dev);
+        TRY(pdde_elastic_recover(el, NULL));
+        comm = pdde_elastic_world(el);
+        goto elastic_rebuild;
+    }
     if (rank == 0) printf("gpt: trained %lld steps in %.1f s%s\n", (long long)(last - first > 0 ? last - first : 0), now() - t0,
                           last < o.steps ? " (--stop-after: --resume continues)" : "");
     if (metrics) fclose(metrics);
+    pdde_elastic_stats es;
+    if (el && rank == 0 && pdde_elastic_stats_get(el, &es) == PDDE_OK && es.snapshots)
+        printf("gpt: elastic: %lld snapshots of %.2f MB, %.3f ms each in the step, %.3f ms copying beside it\n", (long long)es.snapshots,
+               es.snapshot_bytes / 1e6, 1e3 * es.snapshot_s / (double)es.snapshots, 1e3 * es.copy_s / (double)es.snapshots);
     if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == (o.pp > 1 ? ranks - 1 : 0));
     free(x), free(y), free(layer_dev), free(moe_bias);
     pdde_session_free(s);
     pdde_graph_free(g);
 #ifdef PDDE_HAVE_UCX
-    pdde_comm_free(comm);
+    if (el) pdde_elastic_free(el);
+    else pdde_comm_free(comm);
 #endif
     pdde_data_close(train), pdde_data_close(val);
     pdde_context_free(ctx);

@@ -18,7 +18,13 @@
  * signal) the others are stopped (SIGTERM, then SIGKILL after a grace period). Once the ranks are
  * gone pdde-run drains their output for at most a second and exits, even if something they started
  * still holds the pipes. The summary names the root cause: the first failure the store recorded (a
- * rank that died, or stopped answering and lost its lease), not the rank that reported it first. */
+ * rank that died, or stopped answering and lost its lease), not the rank that reported it first.
+ *
+ *   pdde-run -n 4 --elastic --min 2 --max 4 [--max-restarts K] [--rdzv tcp://HOST:PORT/JOB] ./prog
+ *       an elastic job: a rank that dies or is stopped does not stop the others; the program recovers
+ *       in process (pdde_elastic_*: the survivors re-form the world and go on). pdde-run tells the
+ *       store how each rank ended (SIGKILL, stopped), kills ranks left stopped once the others are
+ *       done, and succeeds when at least --min ranks finish cleanly. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include <sched.h>
@@ -83,6 +89,15 @@ static void usage(FILE *f) {
             "  --trace FILE   the ranks trace their sessions (PDDE_TRACE: FILE.rank<R> each); once they are\n"
             "                 gone, the ranks' files of this host are merged into FILE (one Chrome/Perfetto trace,\n"
             "                 a process per rank) and removed\n"
+            "  --elastic      an elastic job (see pdde_elastic_* in pdde.h): a rank lost does not stop the others,\n"
+            "                 the survivors recover in process; success = at least --min ranks exit 0\n"
+            "  --min M, --max N   the fewest ranks the job may go on with (default 1), the most (default -n)\n"
+            "  --max-restarts K   failures the job recovers from, at most (default 10)\n"
+            "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it;\n"
+            "                 etcd://HOST:PORT/JOB: the membership in that etcd (leases, transactions, watches)\n"
+            "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5)\n"
+            "  --join         these ranks join a running elastic job (--rdzv tcp://HOST:PORT/JOB of it, the same\n"
+            "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max)\n"
             "  -h, --help     this text\n"
             "environment: PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE (required with --nnodes > 1; made here\n"
             "otherwise), PDDE_NUM_THREADS (threads per rank; default: the cores divided among the ranks here)\n");
@@ -197,14 +212,18 @@ int main(int argc, char **argv) {
     int n = 0, nnodes = 1, node_rank = 0;
     double grace = 3;
     const char *store_addr = NULL, *log_dir = NULL, *trace = NULL;
-    int i = 1, bind = 0;
+    int i = 1, bind = 0, elastic = 0, join = 0, etcd = 0, min_ranks = 1, max_ranks = 0, max_restarts = -2;
+    const char *rdzv = NULL, *peer_timeout = NULL;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) { i++; break; }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+        if (!strcmp(a, "--elastic")) { elastic = 1; continue; }
+        if (!strcmp(a, "--join")) { join = 1; continue; }
         int known = !strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--nnodes") || !strcmp(a, "--node-rank") ||
                     !strcmp(a, "--store") || !strcmp(a, "--grace") || !strcmp(a, "--log-dir") || !strcmp(a, "--trace") ||
-                    !strcmp(a, "--bind");
+                    !strcmp(a, "--bind") || !strcmp(a, "--min") || !strcmp(a, "--max") || !strcmp(a, "--max-restarts") ||
+                    !strcmp(a, "--rdzv") || !strcmp(a, "--peer-timeout");
         if (!known) { fprintf(stderr, "pdde-run: unknown option '%s' (see --help)\n", a); return 2; }
         if (i + 1 >= argc) { fprintf(stderr, "pdde-run: %s needs a value (see --help)\n", a); return 2; }
         const char *v = argv[++i];
@@ -214,6 +233,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--store")) store_addr = v;
         else if (!strcmp(a, "--log-dir")) log_dir = v;
         else if (!strcmp(a, "--trace")) trace = v;
+        else if (!strcmp(a, "--min")) min_ranks = int_arg(a, v, 1, 65536);
+        else if (!strcmp(a, "--max")) max_ranks = int_arg(a, v, 1, 65536);
+        else if (!strcmp(a, "--max-restarts")) max_restarts = int_arg(a, v, -1, 1000000);
+        else if (!strcmp(a, "--rdzv")) rdzv = v;
+        else if (!strcmp(a, "--peer-timeout")) {
+            char *end;
+            double t = strtod(v, &end);
+            if (end == v || *end || !(t > 0 && t <= 3600)) { fprintf(stderr, "pdde-run: --peer-timeout '%s': want seconds in (0, 3600]\n", v); return 2; }
+            peer_timeout = v;
+        }
         else if (!strcmp(a, "--bind")) {
             if (strcmp(v, "cores") && strcmp(v, "none")) { fprintf(stderr, "pdde-run: --bind '%s': want cores or none\n", v); return 2; }
             bind = !strcmp(v, "cores");
@@ -238,6 +267,59 @@ int main(int argc, char **argv) {
         return 2;
     }
     char **cmd = argv + i;
+    char job[200];
+    snprintf(job, sizeof job, "job-%d", (int)getpid());
+    static char rdzv_store[300];
+    if (rdzv) {
+        const char *path;
+        if (!strncmp(rdzv, "tcp://", 6)) {
+            const char *hp = rdzv + 6;
+            path = strchr(hp, '/');
+            snprintf(rdzv_store, sizeof rdzv_store, "%.*s", path ? (int)(path - hp) : (int)strlen(hp), hp);
+            if (!strchr(rdzv_store, ':')) { fprintf(stderr, "pdde-run: --rdzv %s: want tcp://HOST:PORT/JOB\n", rdzv); return 2; }
+            store_addr = rdzv_store;
+        } else if (!strncmp(rdzv, "etcd://", 7)) {
+            /* membership through etcd; the ranks' worlds still meet at this pdde-run's store */
+            const char *hp = rdzv + 7;
+            path = strchr(hp, '/');
+            snprintf(rdzv_store, sizeof rdzv_store, "etcd://%.*s", path ? (int)(path - hp) : (int)strlen(hp), hp);
+            if (!strchr(rdzv_store + 7, ':')) { fprintf(stderr, "pdde-run: --rdzv %s: want etcd://HOST:PORT/JOB\n", rdzv); return 2; }
+            setenv("PDDE_RDZV", rdzv_store, 1);
+            etcd = 1;
+        } else {
+            fprintf(stderr, "pdde-run: --rdzv '%s': want tcp://HOST:PORT/JOB or etcd://HOST:PORT/JOB\n", rdzv);
+            return 2;
+        }
+        if (path && path[1]) snprintf(job, sizeof job, "%.190s", path + 1);
+        if (!elastic) { fprintf(stderr, "pdde-run: --rdzv is for --elastic jobs\n"); return 2; }
+    }
+    if (join) {
+        if (!elastic || !rdzv) { fprintf(stderr, "pdde-run: --join needs --elastic and the job's --rdzv tcp://HOST:PORT/JOB\n"); return 2; }
+        if (!getenv("PDDE_JOB_SECRET") && !getenv("PDDE_JOB_SECRET_FILE")) {
+            fprintf(stderr, "pdde-run: --join: set the job's secret (PDDE_JOB_SECRET or PDDE_JOB_SECRET_FILE)\n");
+            return 2;
+        }
+        if (etcd) { fprintf(stderr, "pdde-run: --join takes the job's tcp:// --rdzv (joining through etcd is not supported)\n"); return 2; }
+        setenv("PDDE_ELASTIC_JOIN", "1", 1);
+        node_rank = 1, nnodes = 2; /* (connects to the job's store, hosts none) */
+    }
+    if (elastic) {
+        if (!max_ranks) max_ranks = join ? 65536 : n * nnodes;
+        if (!join && (min_ranks > max_ranks || n * nnodes < min_ranks || n * nnodes > max_ranks)) {
+            fprintf(stderr, "pdde-run: --elastic: want --min %d <= ranks started %d <= --max %d\n", min_ranks, n * nnodes, max_ranks);
+            return 2;
+        }
+        char v[64];
+        setenv("PDDE_ELASTIC", "1", 1);
+        setenv("PDDE_ELASTIC_JOB", job, 1);
+        snprintf(v, sizeof v, "%d", min_ranks); setenv("PDDE_ELASTIC_MIN", v, 1);
+        snprintf(v, sizeof v, "%d", max_ranks); setenv("PDDE_ELASTIC_MAX", v, 1);
+        if (max_restarts != -2) { snprintf(v, sizeof v, "%d", max_restarts); setenv("PDDE_ELASTIC_MAX_RESTARTS", v, 1); }
+        if (peer_timeout) setenv("PDDE_PEER_TIMEOUT", peer_timeout, 1);
+    } else if (min_ranks != 1 || max_ranks || max_restarts != -2) {
+        fprintf(stderr, "pdde-run: --min, --max and --max-restarts are for --elastic jobs\n");
+        return 2;
+    }
     if (log_dir && mkdir(log_dir, 0755) && errno != EEXIST) {
         fprintf(stderr, "pdde-run: --log-dir %s: %s\n", log_dir, strerror(errno));
         return 2;
@@ -285,6 +367,11 @@ int main(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
 
     child *ch = calloc((size_t)n, sizeof *ch);
+    pdde_store *notes = NULL; /* --elastic: where pdde-run tells the ranks how one of them ended */
+    if (elastic && !join && (etcd ? pdde_store_etcd_connect(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes))) {
+        fprintf(stderr, "pdde-run: --elastic: %s\n", pdde_last_error(ctx));
+        return 1;
+    }
     char v[64];
     setenv("PDDE_STORE_ADDR", addr, 1);
     snprintf(v, sizeof v, "%d", n * nnodes); setenv("PDDE_WORLD_SIZE", v, 1);
@@ -329,7 +416,8 @@ int main(int argc, char **argv) {
         c->fd[0] = out[0]; c->fd[1] = err[0];
     }
 
-    int running = n, failed = -1, forwarded = 0, stopped_rank = -1;
+    int running = n, failed = -1, forwarded = 0, stopped_rank = -1, finished_ok = 0, lost = 0;
+    double next_stop_check = 0;
     double stop_at = 0;     /* when to SIGKILL after a SIGTERM */
     double drain_until = 0; /* once every rank is gone: how long their leftovers may hold the pipes */
     struct pollfd pfd[2 * MAX_RANKS];
@@ -366,6 +454,21 @@ int main(int argc, char **argv) {
                 if (ch[r].pid != pid) continue;
                 ch[r].exited = 1; ch[r].status = status; running--;
                 int bad = !WIFEXITED(status) || WEXITSTATUS(status);
+                if (elastic) {
+                    char key[300], how[128];
+                    if (WIFSIGNALED(status)) snprintf(how, sizeof how, "SIG%s", sigabbrev_np(WTERMSIG(status)) ? sigabbrev_np(WTERMSIG(status)) : "?");
+                    else snprintf(how, sizeof how, "exit status %d", WEXITSTATUS(status));
+                    snprintf(key, sizeof key, "elastic/%s/exit/%d", job, ch[r].rank);
+                    if (notes) pdde_store_set(notes, key, how, strlen(how));
+                    if (!bad) finished_ok++;
+                    else {
+                        lost++;
+                        if (failed < 0) failed = r;
+                        describe(&ch[r], how, sizeof how);
+                        fprintf(stderr, "pdde-run: rank %d (pid %d) %s; --elastic: the others go on\n", ch[r].rank, (int)pid, how);
+                    }
+                    continue;
+                }
                 if (bad && failed < 0 && !got_signal) {
                     failed = r;
                     char how[128];
@@ -376,7 +479,33 @@ int main(int argc, char **argv) {
                 }
             }
         }
-        if ((failed >= 0 || got_signal) && !forwarded) {
+        if (elastic && running && now_s() > next_stop_check) {
+            /* a stopped rank: say so once; ranks all stopped with no one else left would wait forever */
+            int stopped = 0;
+            for (int r = 0; r < n; r++) {
+                if (ch[r].exited || !proc_is_stopped(ch[r].pid)) continue;
+                stopped++;
+                char key[300];
+                snprintf(key, sizeof key, "elastic/%s/exit/%d", job, ch[r].rank);
+                void *old = NULL;
+                size_t ol;
+                if (notes && pdde_store_get(notes, key, &old, &ol) != PDDE_OK) pdde_store_set(notes, key, "SIGSTOP", 7);
+                free(old);
+            }
+            if (stopped == running && stopped && (finished_ok || lost)) {
+                fprintf(stderr, "pdde-run: --elastic: the %d rank%s left %s stopped and the others are gone: killing %s\n", stopped,
+                        stopped > 1 ? "s" : "", stopped > 1 ? "are" : "is", stopped > 1 ? "them" : "it");
+                for (int r = 0; r < n; r++) signal_rank(&ch[r], SIGKILL);
+            }
+            next_stop_check = now_s() + 0.1;
+        }
+        if (!elastic && (failed >= 0 || got_signal) && !forwarded) {
+            int sig = got_signal ? got_signal : SIGTERM;
+            for (int r = 0; r < n; r++) signal_rank(&ch[r], sig);
+            forwarded = 1;
+            stop_at = now_s() + grace;
+        }
+        if (elastic && got_signal && !forwarded) {
             int sig = got_signal ? got_signal : SIGTERM;
             for (int r = 0; r < n; r++) signal_rank(&ch[r], sig);
             forwarded = 1;
@@ -389,6 +518,16 @@ int main(int argc, char **argv) {
     }
     for (int r = 0; r < n; r++) kill(-ch[r].pid, SIGKILL); /* what the ranks left in their groups goes too */
     int rc = 0;
+    if (elastic && !got_signal) {
+        if (finished_ok >= min_ranks) {
+            if (lost) fprintf(stderr, "pdde-run: --elastic: %d rank%s finished, %d lost on the way\n", finished_ok, finished_ok > 1 ? "s" : "", lost);
+            failed = -1;
+        } else {
+            fprintf(stderr, "pdde-run: --elastic: job failed: %d rank%s finished cleanly, fewer than --min %d\n", finished_ok,
+                    finished_ok == 1 ? "" : "s", min_ranks);
+            if (failed < 0) rc = 1;
+        }
+    }
     if (failed >= 0) {
         char how[128], cause[700];
         describe(&ch[failed], how, sizeof how);
@@ -416,6 +555,7 @@ int main(int argc, char **argv) {
         if (ch[r].log) fclose(ch[r].log);
     }
     free(ch);
+    pdde_store_close(notes);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return rc;

@@ -31,7 +31,7 @@ for mut in "$root"/tests/mutants/*.mut; do
     fi
     first=$("$py" "$root/tests/mutants/apply.py" "$mut" "$work" --tests)
     log="$scratch/$name.log"; : >"$log"
-    # what `make test` runs (the test binaries and the launcher two of them start), each built once;
+    # what `make test` runs (the test binaries, and the launcher and gpt that some of them start), each built once;
     # the mutant's tests first, the portable build's (another compile of the library) only when all passed
     # (and the shell tests the mutant names: the others run in `make test` only)
     tests=$(cd "$work" && { ls tests/test_*.c | sed 's|^tests/|build/|; s|\.c$||'; for t in $first; do [ -f "tests/$t.sh" ] && echo "build/$t"; done; })
@@ -42,7 +42,7 @@ for mut in "$root"/tests/mutants/*.mut; do
     verdict=""
     for group in "$firsts" "$rest"; do
         [ -n "$(echo $group)" ] || continue
-        if ! make -C "$work" -s -j2 OPT="$opt" $group build/pdde-run >>"$log" 2>&1 || ! (cd "$work" && ls $group >/dev/null 2>&1); then
+        if ! make -C "$work" -s -j2 OPT="$opt" $group build/pdde-run build/gpt >>"$log" 2>&1 || ! (cd "$work" && ls $group >/dev/null 2>&1); then
             # a compile error is the mutant's doing; anything else (no fork, disk) is not a verdict
             if grep -q 'error:' "$log"; then verdict="killed (does not build)"; else verdict="ERROR (build, see $log)"; fi
             break

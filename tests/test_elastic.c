@@ -1,0 +1,546 @@
+/* test_elastic.c — a job that survives: gpt (a tiny model, data parallel) on 4 ranks under
+ * `pdde-run --elastic`, with real processes and real signals:
+ *  - one rank killed with SIGKILL at a random step: the survivors (the same processes: their pids do
+ *    not change) re-form the world on 3 ranks and finish; at most one step is lost (snapshot interval
+ *    1); every step's loss equals (1e-6 relative, NaN fails) that of a failure-free run that makes the
+ *    same plan change at the same step (rank 3 leaving there on purpose, PDDE_ELASTIC_LEAVE);
+ *  - the same with ZeRO-1 (optimizer state split over the ranks): the lost rank's blocks come from the
+ *    copy the next rank holds (at most 2 steps lost: the newest copy may not have arrived);
+ *  - one rank frozen with SIGSTOP: detected within the peer timeout plus the recovery, handled as a
+ *    death; continued (SIGCONT) afterwards, it finds itself fenced and stops, and the new world's
+ *    losses are still the reference's;
+ *  - two failures in a row (4 -> 3 -> 2 ranks), a planned shrink 4 -> 2, a member lost while the next
+ *    world forms (the others form the one after), growing 2 -> 4 (two ranks started later with
+ *    pdde-run --join get the state from a member; the losses go on as a run without changes);
+ *  - errors that would repeat stop the job: --max-restarts 0 and a kill; a non-finite loss; fewer
+ *    ranks than --min.
+ *  - a program that is not gpt (examples/elastic.c, an MLP on the pdde_elastic_* calls) survives a kill.
+ * The seed of the random steps is printed (PDDE_TEST_SEED repeats it). */
+#define _GNU_SOURCE
+#include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    printf("SKIP ucx: pdde was built without comm (no UCX)\n0 passed, 0 failed, 1 skipped\n");
+    return 0;
+}
+#else
+#include "test_util.h"
+#include "tools/proc_stat.h"
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define STEPS 240
+#define PEER_TIMEOUT "1.5"
+
+static char g_run[600], g_gpt[600], g_tmp[256];
+
+typedef struct {
+    pid_t pid;
+    int fd, exited, status;
+    char *out;
+    size_t len, cap;
+    double t0;
+} job;
+
+/* The ranks pdde-run started (its children), by PDDE_RANK: pids[rank], 0 where none. */
+static int job_ranks(pid_t runner, pid_t *pids, int cap) {
+    memset(pids, 0, (size_t)cap * sizeof *pids);
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        pid_t pid = atoi(de->d_name);
+        if (pid <= 0) continue;
+        char path[64], buf[4096];
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *p = strrchr(buf, ')');
+        int ppid = 0;
+        if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1 || ppid != runner) continue;
+        snprintf(path, sizeof path, "/proc/%d/environ", pid);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        ssize_t k = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        for (ssize_t i = 0; i < k;) {
+            const char *var = buf + i;
+            if (!strncmp(var, "PDDE_RANK=", 10)) {
+                int r = atoi(var + 10);
+                if (r >= 0 && r < cap) pids[r] = pid, found++;
+            }
+            i += (ssize_t)strnlen(var, (size_t)(k - i)) + 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+static job job_start(const char *leave, const char *metrics, const char *const *extra_run, const char *const *extra_gpt) {
+    job j = {.pid = -1, .fd = -1, .t0 = test_now()};
+    char *argv[64];
+    int a = 0;
+    argv[a++] = g_run;
+    const char *base_run[] = {"-n", "4", "--elastic", "--min", "2", "--peer-timeout", PEER_TIMEOUT, "--grace", "1", NULL};
+    for (int i = 0; base_run[i]; i++) argv[a++] = (char *)base_run[i];
+    for (int i = 0; extra_run && extra_run[i]; i++) argv[a++] = (char *)extra_run[i];
+    argv[a++] = g_gpt;
+    static char steps[16];
+    snprintf(steps, sizeof steps, "%d", STEPS);
+    const char *base_gpt[] = {"--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps,
+                              "--val-every", "0", "--sample-len", "0", "--threads", "1", "--metrics", metrics, NULL};
+    for (int i = 0; base_gpt[i]; i++) argv[a++] = (char *)base_gpt[i];
+    for (int i = 0; extra_gpt && extra_gpt[i]; i++) argv[a++] = (char *)extra_gpt[i];
+    argv[a] = NULL;
+    int fds[2];
+    if (pipe(fds)) return j;
+    fflush(NULL);
+    j.pid = fork();
+    if (j.pid == 0) {
+        if (leave) setenv("PDDE_ELASTIC_LEAVE", leave, 1);
+        else unsetenv("PDDE_ELASTIC_LEAVE");
+        setenv("PDDE_BACKENDS", "cpu", 1);
+        dup2(fds[1], 1), dup2(fds[1], 2);
+        close(fds[0]), close(fds[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    j.fd = fds[0];
+    fcntl(j.fd, F_SETFL, O_NONBLOCK);
+    return j;
+}
+
+/* Reads what is there (waiting up to ms); 1 once the job has exited and its output is read. */
+static int job_poll(job *j, int ms) {
+    if (j->fd >= 0) {
+        struct pollfd q = {j->fd, POLLIN, 0};
+        if (poll(&q, 1, ms) > 0) {
+            char buf[8192];
+            ssize_t r;
+            while ((r = read(j->fd, buf, sizeof buf)) > 0) {
+                if (j->len + (size_t)r + 1 > j->cap) {
+                    j->cap = (j->len + (size_t)r + 1) * 2;
+                    j->out = realloc(j->out, j->cap);
+                }
+                memcpy(j->out + j->len, buf, (size_t)r);
+                j->len += (size_t)r;
+                j->out[j->len] = 0;
+            }
+            if (r == 0) close(j->fd), j->fd = -1;
+        }
+    } else {
+        usleep((useconds_t)ms * 1000);
+    }
+    if (!j->exited && waitpid(j->pid, &j->status, WNOHANG) == j->pid) j->exited = 1;
+    return j->exited && j->fd < 0;
+}
+
+/* Stops the job and every rank it started, whatever state they are in. */
+static void job_kill(job *j) {
+    pid_t pids[8];
+    if (!j->exited) {
+        job_ranks(j->pid, pids, 8);
+        kill(j->pid, SIGKILL);
+        for (int r = 0; r < 8; r++)
+            if (pids[r]) kill(-pids[r], SIGKILL), kill(pids[r], SIGKILL);
+        waitpid(j->pid, &j->status, 0);
+        j->exited = 1;
+    }
+    if (j->fd >= 0) close(j->fd), j->fd = -1;
+}
+
+/* Runs the job to its end (killed after limit_s); returns its exit code, -1 when killed. */
+static int job_finish(job *j, double limit_s) {
+    while (!job_poll(j, 50))
+        if (test_now() - j->t0 > limit_s) {
+            fprintf(stderr, "FAIL: the job did not finish within %.0f s: killed\n", limit_s);
+            job_kill(j);
+            return -1;
+        }
+    return WIFEXITED(j->status) ? WEXITSTATUS(j->status) : -1;
+}
+
+static const char *job_text(const job *j) { return j->out ? j->out : ""; }
+
+/* The newest step in the metrics file (0 if none). */
+static int metrics_last_step(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[512];
+    int last = 0;
+    while (fgets(line, sizeof line, f)) {
+        int s;
+        if (sscanf(line, "{\"step\":%d,\"loss\"", &s) == 1) last = s;
+    }
+    fclose(f);
+    return last;
+}
+
+/* Every step's loss (the last line written for it; NaN when none) and how many steps were written
+ * twice (done again after a recovery). */
+static int metrics_losses(const char *path, double *loss, int n) {
+    for (int i = 0; i <= n; i++) loss[i] = NAN;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[512];
+    int again = 0;
+    while (fgets(line, sizeof line, f)) {
+        int s;
+        double l;
+        if (sscanf(line, "{\"step\":%d,\"loss\":%lf", &s, &l) != 2 || s < 1 || s > n) continue;
+        if (!isnan(loss[s])) again++;
+        loss[s] = l;
+    }
+    fclose(f);
+    return again;
+}
+
+/* Parses the transition line: the step it resumed at and the seconds it took; -1 when absent. */
+static int parse_resumed(const char *text, const char *after, int *step, double *secs, char *line, size_t cap) {
+    const char *r = strstr(after ? after : text, "resumed at step ");
+    if (!r) return -1;
+    const char *p = r;
+    while (p > text && p[-1] != '\n') p--;
+    const char *eol = strchr(r, '\n');
+    if (!eol) return -1; /* (the whole line first) */
+    if (strstr(p, "elastic: ") && strstr(p, "elastic: ") < r) p = strstr(p, "elastic: ");
+    if (sscanf(r, "resumed at step %d in %lf s", step, secs) != 2) return -1;
+    snprintf(line, cap, "%.*s", eol ? (int)(eol - p) : (int)strlen(p), p);
+    return 0;
+}
+
+static char g_base[300], g_base_zero[300]; /* the losses of runs without any change (4 ranks throughout; ZeRO-1) */
+
+/* Compares two runs' losses step by step (NaN fails) at tolerance tol (relative); prints the worst
+ * difference. */
+static void compare_losses(const char *what, const char *got_path, const char *want_path, int from, int to, double tol) {
+    double got[STEPS + 1], want[STEPS + 1];
+    metrics_losses(got_path, got, STEPS), metrics_losses(want_path, want, STEPS);
+    double worst = 0;
+    int bad = -1;
+    for (int s = from; s <= to; s++) {
+        double d = isfinite(got[s]) && isfinite(want[s]) ? fabs(got[s] - want[s]) / fabs(want[s]) : INFINITY;
+        if (d > worst) worst = d;
+        if (!(d <= tol) && bad < 0) bad = s;
+    }
+    CHECK(bad < 0, "%s: step %d's loss %.9g differs from %s's %.9g (tolerance %.3g relative)", what, bad, bad > 0 ? got[bad] : 0,
+          want_path, bad > 0 ? want[bad] : 0, tol);
+    printf("%s: the losses of steps %d..%d equal %s's within %.3g (relative; tolerance %.3g)\n", what, from, to, want_path, worst, tol);
+}
+
+/* Waits until the metrics file reaches step, within limit_s; 0 ok. */
+static int wait_step(job *j, const char *metrics, int step, double limit_s) {
+    double t0 = test_now();
+    while (metrics_last_step(metrics) < step) {
+        if (job_poll(j, 2) || test_now() - t0 > limit_s) return -1;
+    }
+    return 0;
+}
+
+/* Kills (SIGKILL) or freezes (SIGSTOP) rank `victim` at a random step; checks the recovery. */
+static void test_lose_one(unsigned seed, int sig, int zero) {
+    const char *name = zero ? "kill (ZeRO-1)" : sig == SIGKILL ? "kill" : "freeze";
+    const char *zero_gpt[] = {"--zero", "1", NULL}, *const *gpt_args = zero ? zero_gpt : NULL;
+    char m_fail[300], m_ref[300];
+    snprintf(m_fail, sizeof m_fail, "%s/%s%s.jsonl", g_tmp, sig == SIGKILL ? "kill" : "freeze", zero ? "_zero" : "");
+    snprintf(m_ref, sizeof m_ref, "%s/%s%s_ref.jsonl", g_tmp, sig == SIGKILL ? "kill" : "freeze", zero ? "_zero" : "");
+    srand(seed);
+    int victim = 1 + rand() % 3, at = 20 + rand() % 100;
+    job j = job_start(NULL, m_fail, NULL, gpt_args);
+    if (wait_step(&j, m_fail, at, 30)) {
+        CHECK(0, "%s: the job did not reach step %d: %s", name, at, job_text(&j));
+        job_kill(&j);
+        return;
+    }
+    pid_t before[8], after[8];
+    job_ranks(j.pid, before, 8);
+    int step_hit = metrics_last_step(m_fail);
+    double t_sig = test_now();
+    kill(before[victim], sig);
+    /* the survivors resume: their processes are the ones that ran before */
+    int resumed = -1;
+    double secs = -1, seen_at = 0;
+    char line[800] = "";
+    while (!job_poll(&j, 5) && test_now() - t_sig < 20)
+        if (parse_resumed(job_text(&j), NULL, &resumed, &secs, line, sizeof line) == 0) { seen_at = test_now(); break; }
+    CHECK(resumed >= 0, "%s: no recovery line within 20 s of the signal:\n%s", name, job_text(&j));
+    if (resumed < 0) { job_kill(&j); return; }
+    job_ranks(j.pid, after, 8);
+    int same = 1;
+    for (int r = 0; r < 4; r++)
+        if (r != victim) same &= after[r] == before[r] && proc_is_running(before[r]);
+    CHECK(same, "%s: the survivors' pids changed: before %d %d %d %d, after %d %d %d %d", name, before[0], before[1], before[2],
+          before[3], after[0], after[1], after[2], after[3]);
+    double detect_bound = sig == SIGKILL ? 2.0 : atof(PEER_TIMEOUT) + 2.0;
+    CHECK(seen_at - t_sig <= detect_bound, "%s: resumed %.2f s after the signal (bound %.1f s)", name, seen_at - t_sig, detect_bound);
+    char want[64];
+    snprintf(want, sizeof want, "rank %d lost (%s)", victim, sig == SIGKILL ? "SIGKILL" : "SIGSTOP");
+    CHECK(strstr(line, want) && strstr(line, "re-plan 4 -> 3 ranks: dp=3"), "%s: the log line names the cause and the plan: %s",
+          name, line);
+    printf("%s: rank %d at step ~%d (seed %u): %s (seen %.2f s after the signal)\n", name, victim, step_hit, seed, line,
+           seen_at - t_sig);
+    if (sig == SIGSTOP) {
+        kill(before[victim], SIGCONT); /* the stale rank comes back: it must find itself fenced */
+        int waited = 0;
+        while (!job_poll(&j, 20) && proc_is_running(before[victim]) && waited++ < 400) {}
+    }
+    int rc = job_finish(&j, 40);
+    CHECK(rc == 0 && strstr(job_text(&j), "3 ranks finished, 1 lost"), "%s: the job finishes on 3 ranks: rc %d\n%s", name, rc,
+          job_text(&j));
+    if (sig == SIGSTOP)
+        CHECK(strstr(job_text(&j), "fenced") != NULL, "freeze: the continued rank says it was fenced:\n%s", job_text(&j));
+    double loss[STEPS + 1];
+    int again = metrics_losses(m_fail, loss, STEPS);
+    /* (split state: the newest snapshot whose copy reached the next rank, one step older at worst) */
+    CHECK(again >= 0 && again <= 1 + zero, "%s: %d steps lost and done again (snapshot interval 1)", name, again);
+    /* the reference: no failure, rank `victim` leaves at the step the recovery resumed at */
+    char leave[32];
+    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
+    job ref = job_start(leave, m_ref, NULL, gpt_args);
+    rc = job_finish(&ref, 40);
+    CHECK(rc == 0 && strstr(job_text(&ref), "left at step"), "%s: the reference run (leave %s): rc %d\n%s", name, leave, rc,
+          job_text(&ref));
+    compare_losses(name, m_fail, m_ref, 1, STEPS, 1e-6);
+    /* and a run that never changed (4 ranks throughout): the same training up to the reductions'
+     * rounding, which the training then amplifies: the steps up to 10 after the resume */
+    compare_losses(name, m_fail, zero ? g_base_zero : g_base, 1, resumed + 10, 1e-4);
+    free(j.out), free(ref.out);
+}
+
+/* Two failures in a row: 4 -> 3 -> 2 ranks; and a planned shrink 4 -> 2 at one step. */
+static void test_two_failures(unsigned seed) {
+    char m[300];
+    snprintf(m, sizeof m, "%s/two.jsonl", g_tmp);
+    srand(seed * 7 + 1);
+    int at1 = 20 + rand() % 40, at2 = at1 + 30 + rand() % 40;
+    job j = job_start(NULL, m, NULL, NULL);
+    pid_t pids[8];
+    int ok = !wait_step(&j, m, at1, 30);
+    job_ranks(j.pid, pids, 8);
+    if (ok) kill(pids[2], SIGKILL);
+    ok = ok && !wait_step(&j, m, at2, 30) && strstr(job_text(&j), "resumed at step");
+    job_ranks(j.pid, pids, 8);
+    if (ok && pids[1]) kill(pids[1], SIGKILL);
+    int rc = job_finish(&j, 40);
+    const char *t = job_text(&j), *first = strstr(t, "re-plan 4 -> 3"), *second = strstr(t, "re-plan 3 -> 2");
+    CHECK(ok && rc == 0 && first && second && strstr(t, "2 ranks finished, 2 lost"),
+          "two failures: 4 -> 3 -> 2 ranks and the job finishes: rc %d\n%s", rc, t);
+    double loss[STEPS + 1];
+    int again = metrics_losses(m, loss, STEPS), all = 1;
+    for (int s = 1; s <= STEPS; s++) all &= isfinite(loss[s]);
+    CHECK(all && again <= 2, "two failures: every step has a finite loss, %d done again", again);
+    free(j.out);
+    /* planned: ranks 1 and 3 leave at step 30 */
+    snprintf(m, sizeof m, "%s/shrink.jsonl", g_tmp);
+    job s = job_start("1@30,3@30", m, NULL, NULL);
+    rc = job_finish(&s, 40);
+    CHECK(rc == 0 && strstr(job_text(&s), "rank 1 left, rank 3 left at step 30; re-plan 4 -> 2 ranks: dp=2"),
+          "shrink 4 -> 2 at step 30: rc %d\n%s", rc, job_text(&s));
+    free(s.out);
+}
+
+/* A free TCP port on 127.0.0.1 (bound and released: another process may take it in between). */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* Grow: a job of 2 ranks (--max 4), then 2 more with pdde-run --join: the members take them in at a
+ * step boundary and hand them the state; the losses continue as a run of 4 ranks throughout. */
+static void test_grow(void) {
+    char m[300], rdzv[128];
+    snprintf(m, sizeof m, "%s/grow.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/grow", free_port());
+    /* (job_start passes -n 4 --min 2: the last of each wins) */
+    const char *two[] = {"-n", "2", "--max", "4", "--min", "1", "--rdzv", rdzv, NULL};
+    char m_base2[300];
+    snprintf(m_base2, sizeof m_base2, "%s/base2.jsonl", g_tmp);
+    const char *two_alone[] = {"-n", "2", NULL};
+    job base2 = job_start(NULL, m_base2, two_alone, NULL);
+    int rc_base = job_finish(&base2, 40);
+    free(base2.out);
+    job a = job_start(NULL, m, two, NULL);
+    int ok = !wait_step(&a, m, 20, 30) && rc_base == 0;
+    char m2[300];
+    snprintf(m2, sizeof m2, "%s/grow_joiners.jsonl", g_tmp);
+    const char *joiners[] = {"-n", "2", "--join", "--min", "1", "--rdzv", rdzv, NULL};
+    job b = job_start(NULL, m2, joiners, NULL);
+    int rc_b = job_finish(&b, 40), rc_a = job_finish(&a, 40);
+    const char *t = job_text(&a);
+    int at = -1;
+    double secs;
+    char line[800] = "";
+    parse_resumed(t, NULL, &at, &secs, line, sizeof line);
+    /* (the two may be taken in together or one after the other) */
+    CHECK(ok && rc_a == 0 && rc_b == 0 && strstr(line, "joined at step") && strstr(t, "ranks: dp=4") && !strstr(t, "lost"),
+          "grow 2 -> 4: rc %d and %d (joiners)\n%s\n--- joiners:\n%s", rc_a, rc_b, t, job_text(&b));
+    printf("grow: %s\n", line);
+    /* the same training as 2 ranks without changes, up to the reductions' rounding (4 ranks after) */
+    if (at > 0) compare_losses("grow", m, m_base2, 1, at + 10, 1e-4);
+    free(a.out), free(b.out);
+}
+
+/* A member lost while the next world forms: member 2 dies right after the members of the generation
+ * after a kill are agreed; the others see its death notice while that world forms (no timeout) and
+ * form the next without it, within seconds. */
+static void test_lost_while_forming(unsigned seed) {
+    char m[300];
+    snprintf(m, sizeof m, "%s/forming.jsonl", g_tmp);
+    setenv("PDDE_TEST_ELASTIC_DIE_FORMING", "2", 1);
+    job j = job_start(NULL, m, NULL, NULL);
+    unsetenv("PDDE_TEST_ELASTIC_DIE_FORMING");
+    srand(seed * 3 + 11);
+    pid_t pids[8];
+    double t_kill = 0, t_resumed = 0;
+    if (!wait_step(&j, m, 15 + rand() % 30, 30)) {
+        job_ranks(j.pid, pids, 8);
+        kill(pids[3], SIGKILL);
+        t_kill = test_now();
+        while (!job_poll(&j, 5) && !strstr(job_text(&j), "resumed at step") && test_now() - t_kill < 30) {}
+        t_resumed = test_now();
+    }
+    int rc = job_finish(&j, 50);
+    const char *t = job_text(&j);
+    CHECK(t_kill && t_resumed - t_kill < 5, "a member lost while the world forms: resumed %.2f s after the first kill (bound 5 s)",
+          t_resumed - t_kill);
+    CHECK(rc == 0 && strstr(t, "rank 3 lost (SIGKILL)") && strstr(t, "then rank 2 lost") && strstr(t, "re-plan 4 -> 2 ranks") &&
+          strstr(t, "2 ranks finished, 2 lost"), "a member lost while the next world forms: rc %d\n%s", rc, t);
+    double loss[STEPS + 1];
+    int again = metrics_losses(m, loss, STEPS), all = 1;
+    for (int s = 1; s <= STEPS; s++) all &= isfinite(loss[s]);
+    CHECK(all && again <= 1, "lost while forming: every step has a finite loss, %d done again", again);
+    free(j.out);
+}
+
+/* Errors that would repeat stop the job, with a message saying why. */
+static void test_stops(unsigned seed) {
+    char m[300];
+    snprintf(m, sizeof m, "%s/stop.jsonl", g_tmp);
+    const char *no_restarts[] = {"--max-restarts", "0", NULL};
+    job j = job_start(NULL, m, no_restarts, NULL);
+    pid_t pids[8];
+    srand(seed * 13 + 5);
+    if (!wait_step(&j, m, 10 + rand() % 20, 30)) {
+        job_ranks(j.pid, pids, 8);
+        kill(pids[3], SIGKILL);
+    }
+    int rc = job_finish(&j, 30);
+    CHECK(rc != 0 && strstr(job_text(&j), "more than --max-restarts 0") && !strstr(job_text(&j), "resumed at"),
+          "--max-restarts 0: one kill stops the job: rc %d\n%s", rc, job_text(&j));
+    free(j.out);
+    const char *huge_lr[] = {"--lr", "1e30", "--clip", "0", NULL};
+    job n = job_start(NULL, m, NULL, huge_lr);
+    rc = job_finish(&n, 30);
+    CHECK(rc != 0 && strstr(job_text(&n), "not finite") && strstr(job_text(&n), "the job stops") && !strstr(job_text(&n), "resumed at"),
+          "a non-finite loss stops the job (no restart loop): rc %d\n%s", rc, job_text(&n));
+    free(n.out);
+    const char *min4[] = {"--min", "4", NULL};
+    job k = job_start(NULL, m, min4, NULL);
+    if (!wait_step(&k, m, 15, 30)) {
+        job_ranks(k.pid, pids, 8);
+        kill(pids[1], SIGKILL);
+    }
+    rc = job_finish(&k, 30);
+    CHECK(rc != 0 && strstr(job_text(&k), "fewer than the minimum 4"), "--min 4 and a rank lost: the job stops: rc %d\n%s", rc,
+          job_text(&k));
+    free(k.out);
+}
+
+/* The library's example, a program that is not gpt, under a kill: it finishes on 3 ranks. */
+static void test_example(const char *dir) {
+    char prog[600];
+    snprintf(prog, sizeof prog, "%s/elastic", dir);
+    if (access(prog, X_OK)) { test_skip("build", "%s is not built", prog); return; }
+    char *argv[] = {g_run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", PEER_TIMEOUT, prog, "20000", NULL};
+    job j = {.pid = -1, .fd = -1, .t0 = test_now()};
+    int fds[2];
+    if (pipe(fds)) return;
+    fflush(NULL);
+    j.pid = fork();
+    if (j.pid == 0) {
+        setenv("PDDE_BACKENDS", "cpu", 1);
+        setenv("PDDE_NUM_THREADS", "1", 1);
+        dup2(fds[1], 1), dup2(fds[1], 2);
+        close(fds[0]), close(fds[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    j.fd = fds[0];
+    fcntl(j.fd, F_SETFL, O_NONBLOCK);
+    pid_t pids[8];
+    while (job_ranks(j.pid, pids, 8) < 4 && test_now() - j.t0 < 10) job_poll(&j, 10);
+    while (!strstr(job_text(&j), "step 1000 loss") && test_now() - j.t0 < 20) job_poll(&j, 5); /* on its way */
+    kill(pids[2], SIGKILL);
+    int rc = job_finish(&j, 50);
+    CHECK(rc == 0 && strstr(job_text(&j), "rank 2 lost (SIGKILL)") && strstr(job_text(&j), "after 20000 steps on 3 ranks"),
+          "examples/elastic.c: a rank killed, the job finishes on 3 ranks: rc %d\n%s", rc, job_text(&j));
+    free(j.out);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char dir[512];
+    test_binary_dir(argv[0], dir, sizeof dir);
+    snprintf(g_run, sizeof g_run, "%s/pdde-run", dir);
+    snprintf(g_gpt, sizeof g_gpt, "%s/gpt", dir);
+    if (access(g_run, X_OK) || access(g_gpt, X_OK)) {
+        test_skip("build", "%s or %s is not built (make builds them)", g_run, g_gpt);
+        return test_finish();
+    }
+    if (access("/usr/share/games/fortunes/songs-poems", R_OK)) {
+        test_skip("data", "gpt's default data file /usr/share/games/fortunes/songs-poems is missing (fortunes-min)");
+        return test_finish();
+    }
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/pdde-elastic.XXXXXX");
+    if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
+    unsigned seed = getenv("PDDE_TEST_SEED") ? (unsigned)atoi(getenv("PDDE_TEST_SEED")) : (unsigned)time(NULL);
+    printf("seed %u\n", seed);
+    setenv("PDDE_JOB_SECRET", "test-elastic-secret-0123456789abcdef", 1); /* (the joiners must know the job's) */
+    snprintf(g_base, sizeof g_base, "%s/base.jsonl", g_tmp);
+    job base = job_start(NULL, g_base, NULL, NULL);
+    int rc = job_finish(&base, 40);
+    CHECK(rc == 0 && !strstr(job_text(&base), "elastic: rank"), "a run without failures: rc %d\n%s", rc, job_text(&base));
+    free(base.out);
+    test_lose_one(seed, SIGKILL, 0);
+    test_lose_one(seed + 1, SIGSTOP, 0);
+    snprintf(g_base_zero, sizeof g_base_zero, "%s/base_zero.jsonl", g_tmp);
+    const char *zero_gpt[] = {"--zero", "1", NULL};
+    job bz = job_start(NULL, g_base_zero, NULL, zero_gpt);
+    rc = job_finish(&bz, 40);
+    CHECK(rc == 0, "a ZeRO-1 run without failures: rc %d\n%s", rc, job_text(&bz));
+    free(bz.out);
+    test_lose_one(seed + 2, SIGKILL, 1);
+    test_two_failures(seed);
+    test_stops(seed);
+    test_example(dir);
+    test_grow();
+    test_lost_while_forming(seed);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    if (system(cmd)) {}
+    return test_finish();
+}
+#endif

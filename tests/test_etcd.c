@@ -1,0 +1,389 @@
+/* test_etcd.c — etcd as the store (comm/etcd.c) against a real etcd (Debian's etcd-server) started here
+ * on 127.0.0.1 with free ports and a temporary data folder, and stopped at the end:
+ *  - set/get/remove, a missing key, compare_set, add from 4 processes at once (no update lost), wait
+ *    (woken by a watch when another process sets the key; a timeout when nobody does);
+ *  - death notices from leases: a process killed (SIGKILL) or frozen (SIGSTOP) with a notice
+ *    registered: the notice appears within its lease (2 s) + 2 s; one that closes cleanly leaves none;
+ *  - nothing listening: a clear error within the timeout;
+ *  - an elastic job with --rdzv etcd://: a rank killed, the others finish on 3 ranks; etcd killed and
+ *    restarted mid-job: the job carries on; etcd killed and a rank lost while it is down: the job stops
+ *    with a message saying the store cannot be reached, within a bound (never a hang). */
+#define _GNU_SOURCE
+#include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM) || !defined(PDDE_HAVE_CURL)
+#include <stdio.h>
+int main(void) {
+    printf("SKIP curl: pdde was built without comm (UCX) or without libcurl\n0 passed, 0 failed, 1 skipped\n");
+    return 0;
+}
+#else
+#include "test_util.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_tmp[256], g_url[128], g_dir[512];
+static int g_client_port, g_peer_port;
+static pid_t g_etcd = -1;
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* Starts etcd (the same ports and data folder each time: a restart keeps the data). 0 when it answers. */
+static int etcd_start(void) {
+    char client[64], peer[64], data[300], cluster[128], log[300];
+    snprintf(client, sizeof client, "http://127.0.0.1:%d", g_client_port);
+    snprintf(peer, sizeof peer, "http://127.0.0.1:%d", g_peer_port);
+    snprintf(cluster, sizeof cluster, "default=%s", peer);
+    snprintf(data, sizeof data, "%s/etcd-data", g_tmp);
+    snprintf(log, sizeof log, "%s/etcd.log", g_tmp);
+    fflush(NULL);
+    g_etcd = fork();
+    if (g_etcd == 0) {
+        setpgid(0, 0);
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2);
+        execlp("etcd", "etcd", "--data-dir", data, "--listen-client-urls", client, "--advertise-client-urls", client,
+               "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster, (char *)NULL);
+        _exit(127);
+    }
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_store *s = NULL;
+    pdde_status st = pdde_store_etcd_connect(ctx, g_url, 15, &s);
+    pdde_store_close(s);
+    pdde_context_free(ctx);
+    return st == PDDE_OK ? 0 : -1;
+}
+
+static void etcd_stop(int sig) {
+    if (g_etcd <= 0) return;
+    kill(-g_etcd, sig), kill(g_etcd, sig);
+    waitpid(g_etcd, NULL, 0);
+    g_etcd = -1;
+}
+
+/* ---- the store's operations ---- */
+
+static void test_ops(pdde_context *ctx) {
+    pdde_store *s = NULL;
+    pdde_status st = pdde_store_etcd_connect(ctx, g_url, 5, &s);
+    CHECK(st == PDDE_OK, "connect: %s", pdde_last_error(ctx));
+    if (st) return;
+    void *v = NULL;
+    size_t n = 0;
+    CHECK(pdde_store_set(s, "t/a", "hello\0x", 7) == PDDE_OK, "set");
+    st = pdde_store_get(s, "t/a", &v, &n);
+    CHECK(st == PDDE_OK && n == 7 && !memcmp(v, "hello\0x", 7), "get gives the bytes set back (n %zu)", n);
+    free(v), v = NULL;
+    CHECK(pdde_store_get(s, "t/missing", &v, &n) == PDDE_ERR_NOT_FOUND && !v, "a missing key: NOT_FOUND");
+    int swapped = -1;
+    CHECK(pdde_store_compare_set(s, "t/c", "", 0, "one", 3, &swapped) == PDDE_OK && swapped == 1, "cas on a missing key");
+    CHECK(pdde_store_compare_set(s, "t/c", "two", 3, "three", 5, &swapped) == PDDE_OK && swapped == 0, "cas with the wrong value: no swap");
+    CHECK(pdde_store_compare_set(s, "t/c", "one", 3, "three", 5, &swapped) == PDDE_OK && swapped == 1, "cas with the right value");
+    st = pdde_store_get(s, "t/c", &v, &n);
+    CHECK(st == PDDE_OK && n == 5 && !memcmp(v, "three", 5), "cas wrote its value");
+    free(v), v = NULL;
+    CHECK(pdde_store_remove(s, "t/c") == PDDE_OK && pdde_store_get(s, "t/c", &v, &n) == PDDE_ERR_NOT_FOUND, "remove");
+    CHECK(pdde_store_remove(s, "t/c") == PDDE_ERR_NOT_FOUND, "remove of a missing key: NOT_FOUND");
+    /* 4 processes add 25 times each at once: no update is lost */
+    pid_t kids[4];
+    fflush(NULL);
+    for (int k = 0; k < 4; k++)
+        if ((kids[k] = fork()) == 0) {
+            pdde_context *c2;
+            pdde_context_init(NULL, &c2);
+            pdde_store *s2;
+            if (pdde_store_etcd_connect(c2, g_url, 5, &s2)) _exit(2);
+            for (int i = 0; i < 25; i++)
+                if (pdde_store_add(s2, "t/count", 1, NULL)) _exit(3);
+            pdde_store_close(s2);
+            _exit(0);
+        }
+    int bad = 0;
+    for (int k = 0; k < 4; k++) {
+        int status;
+        waitpid(kids[k], &status, 0);
+        bad += !WIFEXITED(status) || WEXITSTATUS(status);
+    }
+    int64_t total = 0;
+    CHECK(!bad && pdde_store_add(s, "t/count", 0, &total) == PDDE_OK && total == 100, "4 x 25 concurrent adds give 100: %lld",
+          (long long)total);
+    /* wait: a watch wakes it when another process sets the key */
+    fflush(NULL);
+    pid_t setter = fork();
+    if (setter == 0) {
+        usleep(400000);
+        pdde_context *c2;
+        pdde_context_init(NULL, &c2);
+        pdde_store *s2;
+        if (pdde_store_etcd_connect(c2, g_url, 5, &s2) || pdde_store_set(s2, "t/later", "x", 1)) _exit(2);
+        pdde_store_close(s2);
+        _exit(0);
+    }
+    double t0 = test_now();
+    st = pdde_store_wait(s, "t/later", 10);
+    double dt = test_now() - t0;
+    waitpid(setter, NULL, 0);
+    CHECK(st == PDDE_OK && dt < 2.5, "wait returns when another process sets the key: %s after %.2f s", pdde_status_str(st), dt);
+    t0 = test_now();
+    st = pdde_store_wait(s, "t/never", 0.5);
+    dt = test_now() - t0;
+    CHECK(st == PDDE_ERR_TIMEOUT && dt >= 0.45 && dt < 3, "wait for a key nobody sets: TIMEOUT after %.2f s", dt);
+    pdde_store_close(s);
+}
+
+/* A process registers a death notice (lease 2 s), then dies, freezes or closes; the notice appears
+ * within the lease + 2 s for the first two, never for the third. */
+static void test_notices(pdde_context *ctx) {
+    const char *how[] = {"SIGKILL", "SIGSTOP", "close"};
+    for (int k = 0; k < 3; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "t/dead/%d", k);
+        int ready[2];
+        if (pipe(ready)) return;
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(ready[0]);
+            pdde_context *c2;
+            pdde_context_init(NULL, &c2);
+            pdde_store *s2;
+            if (pdde_store_etcd_connect(c2, g_url, 5, &s2) || pdde_store_set_liveness(s2, key, "gone", 4, 2)) _exit(2);
+            if (write(ready[1], "x", 1) != 1) _exit(3);
+            if (k == 2) { pdde_store_close(s2); _exit(0); }
+            for (;;) { pdde_store_ping(s2); usleep(200000); } /* (heartbeats, as a member keeps them) */
+        }
+        close(ready[1]);
+        char x;
+        int ok = read(ready[0], &x, 1) == 1;
+        close(ready[0]);
+        pdde_store *s = NULL;
+        if (!ok || pdde_store_etcd_connect(ctx, g_url, 5, &s)) { CHECK(0, "%s: the child did not register", how[k]); kill(pid, SIGKILL); waitpid(pid, NULL, 0); continue; }
+        usleep(500000); /* alive for a while: no notice */
+        void *v = NULL;
+        size_t n;
+        CHECK(pdde_store_get(s, key, &v, &n) == PDDE_ERR_NOT_FOUND, "%s: no notice while the process lives", how[k]);
+        free(v), v = NULL;
+        double t0 = test_now();
+        if (k == 0) kill(pid, SIGKILL);
+        if (k == 1) kill(pid, SIGSTOP);
+        pdde_status st = PDDE_ERR_NOT_FOUND;
+        while (st == PDDE_ERR_NOT_FOUND && test_now() - t0 < (k == 2 ? 5 : 8)) {
+            st = pdde_store_get(s, key, &v, &n);
+            if (st == PDDE_ERR_NOT_FOUND) usleep(50000);
+        }
+        double dt = test_now() - t0;
+        if (k < 2)
+            CHECK(st == PDDE_OK && n == 4 && !memcmp(v, "gone", 4) && dt <= 4.0, "%s: the notice appears within the lease + 2 s: %s after %.2f s",
+                  how[k], pdde_status_str(st), dt);
+        else
+            CHECK(st == PDDE_ERR_NOT_FOUND, "a clean close leaves no notice (%s after %.1f s)", pdde_status_str(st), dt);
+        printf("notice: %s: %s after %.2f s\n", how[k], st == PDDE_OK ? "set" : "none", dt);
+        free(v);
+        kill(pid, SIGKILL), kill(pid, SIGCONT);
+        waitpid(pid, NULL, 0);
+        pdde_store_close(s);
+    }
+    pdde_store *s = NULL;
+    double t0 = test_now();
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", free_port());
+    pdde_status st = pdde_store_etcd_connect(ctx, url, 1, &s);
+    CHECK(st != PDDE_OK && !s && test_now() - t0 < 5 && strstr(pdde_last_error(ctx), "etcd"), "nothing listening: %s after %.1f s: %s",
+          pdde_status_str(st), test_now() - t0, pdde_last_error(ctx));
+}
+
+/* ---- an elastic job with its membership in etcd ---- */
+
+typedef struct { pid_t pid; int fd; char *out; size_t len; } job;
+
+static job job_start(const char *rdzv, const char *metrics, int steps) {
+    job j = {-1, -1, NULL, 0};
+    char run[600], gpt[600], st[16];
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    snprintf(st, sizeof st, "%d", steps);
+    char *argv[] = {run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", (char *)rdzv, gpt,
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", st, "--val-every", "0",
+                    "--sample-len", "0", "--threads", "1", "--metrics", (char *)metrics, NULL};
+    int fds[2];
+    if (pipe(fds)) return j;
+    fflush(NULL);
+    j.pid = fork();
+    if (j.pid == 0) {
+        setenv("PDDE_BACKENDS", "cpu", 1);
+        setenv("PDDE_ELASTIC_TIMEOUT", "10", 1);
+        dup2(fds[1], 1), dup2(fds[1], 2);
+        close(fds[0]), close(fds[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    j.fd = fds[0];
+    fcntl(j.fd, F_SETFL, O_NONBLOCK);
+    return j;
+}
+
+static void job_read(job *j, int ms) {
+    struct pollfd q = {j->fd, POLLIN, 0};
+    if (j->fd < 0 || poll(&q, 1, ms) <= 0) return;
+    char buf[8192];
+    ssize_t r;
+    while ((r = read(j->fd, buf, sizeof buf)) > 0) {
+        j->out = realloc(j->out, j->len + (size_t)r + 1);
+        memcpy(j->out + j->len, buf, (size_t)r);
+        j->len += (size_t)r;
+        j->out[j->len] = 0;
+    }
+    if (r == 0) close(j->fd), j->fd = -1;
+}
+
+/* The ranks of the job (children of pdde-run), by PDDE_RANK. */
+static pid_t job_rank(const job *j, int rank) {
+    char cmd[128], line[64];
+    snprintf(cmd, sizeof cmd, "pgrep -P %d", (int)j->pid);
+    FILE *p = popen(cmd, "r");
+    pid_t found = 0;
+    while (p && fgets(line, sizeof line, p)) {
+        pid_t pid = atoi(line);
+        char path[64], env[8192];
+        snprintf(path, sizeof path, "/proc/%d/environ", pid);
+        int fd = open(path, O_RDONLY);
+        ssize_t k = fd >= 0 ? read(fd, env, sizeof env - 1) : -1;
+        if (fd >= 0) close(fd);
+        for (ssize_t i = 0; i < k; i += (ssize_t)strlen(env + i) + 1)
+            if (!strncmp(env + i, "PDDE_RANK=", 10) && atoi(env + i + 10) == rank) found = pid;
+    }
+    if (p) pclose(p);
+    return found;
+}
+
+static int metrics_step(const char *path) {
+    FILE *f = fopen(path, "r");
+    int last = 0, s;
+    char line[512];
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "{\"step\":%d,\"loss\"", &s) == 1) last = s;
+    if (f) fclose(f);
+    return last;
+}
+
+/* Runs the job to its end within limit_s (killed after); the exit code, -1 when killed. */
+static int job_end(job *j, double limit_s) {
+    double t0 = test_now();
+    int status = 0;
+    for (;;) {
+        job_read(j, 20);
+        if (waitpid(j->pid, &status, WNOHANG) == j->pid) break;
+        if (test_now() - t0 > limit_s) {
+            kill(j->pid, SIGTERM);
+            usleep(1500000);
+            for (int r = 0; r < 4; r++) { pid_t p = job_rank(j, r); if (p) kill(-p, SIGKILL), kill(p, SIGKILL); }
+            kill(j->pid, SIGKILL);
+            waitpid(j->pid, &status, 0);
+            fprintf(stderr, "FAIL: the job did not end within %.0f s: killed\n", limit_s);
+            return -1;
+        }
+    }
+    while (j->fd >= 0) job_read(j, 50);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static int wait_step(job *j, const char *m, int step) {
+    double t0 = test_now();
+    while (metrics_step(m) < step && test_now() - t0 < 30) job_read(j, 5);
+    return metrics_step(m) >= step ? 0 : -1;
+}
+
+static void test_job(void) {
+    char rdzv[160], m[300];
+    snprintf(m, sizeof m, "%s/kill.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/kill", g_client_port);
+    job j = job_start(rdzv, m, 300);
+    if (!wait_step(&j, m, 40)) kill(job_rank(&j, 2), SIGKILL);
+    int rc = job_end(&j, 50);
+    CHECK(rc == 0 && j.out && strstr(j.out, "rank 2 lost (SIGKILL)") && strstr(j.out, "re-plan 4 -> 3 ranks") &&
+          strstr(j.out, "3 ranks finished, 1 lost"), "--rdzv etcd: a rank killed, the job finishes on 3: rc %d\n%s", rc, j.out ? j.out : "");
+    free(j.out);
+
+    /* etcd killed and restarted while the job trains: it carries on */
+    snprintf(m, sizeof m, "%s/restart.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/restart", g_client_port);
+    j = job_start(rdzv, m, 2000);
+    int ok = !wait_step(&j, m, 30);
+    etcd_stop(SIGKILL);
+    int during = metrics_step(m);
+    for (double t0 = test_now(); test_now() - t0 < 1.0;) job_read(&j, 20);
+    int after = metrics_step(m);
+    ok = ok && !etcd_start();
+    rc = job_end(&j, 60);
+    CHECK(ok && rc == 0 && after > during && metrics_step(m) == 2000, "etcd killed and restarted mid-job: it trains on (step %d -> %d while etcd was "
+          "down) and finishes: rc %d\n%s", during, after, rc, j.out ? j.out : "");
+    free(j.out);
+
+    /* etcd down and a rank lost: the survivors cannot agree on a new world: a clear message, no hang */
+    snprintf(m, sizeof m, "%s/down.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/down", g_client_port);
+    j = job_start(rdzv, m, 3000);
+    ok = !wait_step(&j, m, 30);
+    etcd_stop(SIGKILL);
+    double t0 = test_now();
+    if (ok) kill(job_rank(&j, 1), SIGKILL);
+    rc = job_end(&j, 45);
+    double dt = test_now() - t0;
+    CHECK(ok && rc != 0 && rc != -1 && j.out && strstr(j.out, "cannot reach the store") && strstr(j.out, "etcd"),
+          "etcd down and a rank lost: the job stops with a clear message in %.1f s: rc %d\n%s", dt, rc, j.out ? j.out : "");
+    const char *why = j.out ? strstr(j.out, "cannot reach the store") : NULL;
+    if (why) printf("etcd down, a rank lost: stopped after %.1f s: ...%.*s\n", dt, (int)strcspn(why, "\n"), why);
+    free(j.out);
+    etcd_start(); /* (for a clean stop) */
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    test_binary_dir(argv[0], g_dir, sizeof g_dir);
+    if (system("command -v etcd >/dev/null 2>&1")) {
+        test_skip("etcd", "no etcd on PATH (Debian: etcd-server; tools/install-deps.sh installs it)");
+        return test_finish();
+    }
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/pdde-etcd.XXXXXX");
+    if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
+    g_client_port = free_port(), g_peer_port = free_port();
+    snprintf(g_url, sizeof g_url, "http://127.0.0.1:%d", g_client_port);
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    if (etcd_start()) {
+        CHECK(0, "etcd did not start on %s (see %s/etcd.log)", g_url, g_tmp);
+    } else {
+        test_ops(ctx);
+        test_notices(ctx);
+        char run[600];
+        snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+        if (access(run, X_OK)) test_skip("build", "%s is not built", run);
+        else test_job();
+    }
+    etcd_stop(SIGTERM);
+    pdde_context_free(ctx);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    if (system(cmd)) {}
+    return test_finish();
+}
+#endif
