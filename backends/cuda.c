@@ -172,6 +172,7 @@ typedef struct {
     pcublas_handle blas;
     pcu_stream *default_stream;
     int sm_count;
+    int has_flash; /* the module is the sm_80 one, with the tensor-core attention kernels */
 } pcu_dev;
 
 /* --------------------------------------------------------------------------------------------------
@@ -650,6 +651,10 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp,
+        /* the unfused path by default: the tiled kernels become the default once a GPU run has measured
+         * them correct and faster (tools/gpu-check.sh) */
+        .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_UNFUSED,
+        .has_flash = d->has_flash ? PGD_FLASH_BF16 : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;
 }

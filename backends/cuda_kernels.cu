@@ -829,3 +829,74 @@ extern "C" __global__ void k_bias_gelu(const float *__restrict__ x, const float 
         y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
     }
 }
+
+/* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */
+
+/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) and each row's
+ * logsumexp into lse[r * ls]; from_lse: P = exp(scale * S - lse) from a saved logsumexp (one pass).
+ * p may be s (each element is read before the same thread writes it: no __restrict__ here). */
+extern "C" __global__ void k_att_softmax(const float *s, float *p, float *lse, long long rows, long long T, float scale,
+                                         long long ls, int from_lse) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *sr = s + r * T;
+        long long lim = r % T + 1;
+        float m, inv = 1.0f;
+        if (from_lse) {
+            m = lse[r * ls];
+        } else {
+            m = -INFINITY;
+            for (long long j = threadIdx.x; j < lim; j += blockDim.x) m = fmaxf(m, scale * sr[j]);
+            m = block_max(m);
+            float z = 0.0f;
+            for (long long j = threadIdx.x; j < lim; j += blockDim.x) z += expf(scale * sr[j] - m);
+            z = block_sum(z);
+            inv = 1.0f / z;
+            if (threadIdx.x == 0) lse[r * ls] = m + logf(z);
+        }
+        for (long long j = threadIdx.x; j < T; j += blockDim.x) {
+            float v = sr[j];
+            p[r * T + j] = j < lim ? expf(scale * v - m) * inv : 0.0f;
+        }
+    }
+}
+
+/* dS = scale * P (dP - rowsum(P dP)) over the causal part of each row (0 beyond); ds may be dp. */
+extern "C" __global__ void k_att_softmax_back(const float *p, const float *dp, float *ds, long long rows, long long T,
+                                              float scale) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *pr = p + r * T, *dr = dp + r * T;
+        long long lim = r % T + 1;
+        float t = 0.0f;
+        for (long long j = threadIdx.x; j < lim; j += blockDim.x) t += pr[j] * dr[j];
+        t = block_sum(t);
+        for (long long j = threadIdx.x; j < T; j += blockDim.x) {
+            float v = j < lim ? scale * (pr[j] * (dr[j] - t)) : 0.0f;
+            ds[r * T + j] = v;
+        }
+    }
+}
+
+/* ---- tiled causal attention (backends/gpu_kernels.cl has the same schedule, commented there) ----- */
+
+/* rowdot[r] = dO_r . O_r (y and dy [rows, D + 1]: the output columns) */
+extern "C" __global__ void k_flash_rowdot(const float *__restrict__ y, const float *__restrict__ dy, float *__restrict__ rowdot,
+                                          long long rows, long long D) {
+    GRID_STRIDE(r, rows) {
+        float dot = 0.0f;
+        for (long long d = 0; d < D; d++) dot += dy[r * (D + 1) + d] * y[r * (D + 1) + d];
+        rowdot[r] = dot;
+    }
+}
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
+/* Before compute capability 8.0 there is no bf16 mma: the kernels exist (the module has every name) but
+ * the backend never launches them (pgd_ctx.has_flash is 0 there). */
+extern "C" __global__ void k_flash_fwd(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
+                                       long long D, float scale, int bf16) {}
+extern "C" __global__ void k_flash_back_dq(const void *q, const void *k, const void *v, const float *y, const float *dy,
+                                           const float *rowdot, float *out, long long BH, long long T, long long D,
+                                           float scale, int bf16) {}
+extern "C" __global__ void k_flash_back_dkv(const void *q, const void *k, const void *v, const float *y, const float *dy,
+                                            const float *rowdot, float *out, long long BH, long long T, long long D,
+                                            float scale, int bf16) {}
+#endif
