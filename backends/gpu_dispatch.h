@@ -547,8 +547,8 @@ static const char *const pgd_att_names[3] = {"rows", "unfused", "flash"};
 
 /* Which path runs this attention node: the backend's switch, else PDDE_ATTENTION (unfused, rows or flash),
  * else the backend's default. The tiled kernels take bf16 (and, where the backend's take it, f32) q, k,
- * v of head size 64 or 128; other nodes asked to run there take the default path (the unfused one where
- * the default is the tiled one). Read at each node, so that one process can measure every path. */
+ * v of head size 64 or 128 at 16-byte aligned offsets; other nodes asked to run there take the default
+ * path (the unfused one where the default is the tiled one). Read at each node, so that one process can measure every path. */
 static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     const char *var = g->attention_env, *v = var ? getenv(var) : NULL;
     if (!v || !*v) var = "PDDE_ATTENTION", v = getenv(var);
@@ -564,11 +564,13 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
         const pdde_tensor *q = node->src[0];
         int64_t D = q->shape[3];
         int dt_ok = (q->dtype == PDDE_BF16 && (g->has_flash & PGD_FLASH_BF16)) || (q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32));
-        if (!(D == 64 || D == 128) || !dt_ok) {
+        int aligned = 1; /* (the CUDA kernels move 16 bytes at a time) */
+        for (int i = 0; i < 3; i++) aligned &= node->src[i]->offset % 16 == 0;
+        if (!(D == 64 || D == 128) || !dt_ok || !aligned) {
             int fb = g->attention_default == PGD_ATT_FLASH ? PGD_ATT_UNFUSED : g->attention_default;
-            static const char *const why[3] = {"this device has no tiled attention kernels", "its q, k, v are of another dtype",
-                                               "its head size is not 64 or 128"};
-            int r = !g->has_flash ? 0 : !dt_ok ? 1 : 2;
+            static const char *const why[4] = {"this device has no tiled attention kernels", "its q, k, v are of another dtype",
+                                               "its head size is not 64 or 128", "its q, k or v is not 16-byte aligned"};
+            int r = !g->has_flash ? 0 : !dt_ok ? 1 : !(D == 64 || D == 128) ? 2 : 3;
             pgd_say_once(1 + r, "%s: the tiled attention does not run a node where %s: those take the %s path", g->name, why[r],
                          pgd_att_names[fb]);
             path = fb;
