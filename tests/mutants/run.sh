@@ -33,7 +33,7 @@ for mut in "$root"/tests/mutants/*.mut; do
     log="$scratch/$name.log"; : >"$log"
     # what `make test` runs (the test binaries and the launcher two of them start), each built once;
     # the mutant's tests first, the portable build's (another compile of the library) only when all passed
-    tests=$(cd "$work" && ls tests/test_*.c | sed 's|^tests/|build/|; s|\.c$||')
+    tests=$(cd "$work" && ls tests/test_*.c tests/test_*.sh | sed 's|^tests/|build/|; s|\.c$||; s|\.sh$||')
     ordered=$(for t in $first; do echo "$tests" | grep -x "build/$t"; done; echo "$tests" | grep -vxF -f <(for t in $first; do echo "build/$t"; done; echo none))
     opt=${MUTANT_OPT:--O1 -g0 -march=native -fno-math-errno}
     # the mutant's own tests are built and run first; the others are built only if those pass
