@@ -352,20 +352,34 @@ extern "C" __global__ void k_rmsnorm(const float *__restrict__ x, const float *_
     }
 }
 
-/* dx_j = rr*g_j*dy_j - x_j * rr^3 * mean(dy*g*x) */
+/* dx = rr * (dy*g - xhat * mean(dy*g * xhat)), the CPU reference's form and its roundings: its two row
+ * sums in double, rr = 1/sqrt(mean(x^2) + eps) rounded once to f32, every product rounded (__fmul_rn: no
+ * FMA contraction). With C = 1 the result is all cancellation, dy*g*rr*(1 - xhat^2) = dy*g*rr*eps/(x^2 +
+ * eps), whose condition number (x^2 + eps)/eps reaches 1e5: a rounding difference of one ulp anywhere
+ * (an rsqrtf, a float sum of squares, a contracted product) moves dx by up to 1e-2 relative. */
+__device__ double block_sum_d(double v) {
+    __shared__ double sh[32];
+    __syncthreads();
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
 extern "C" __global__ void k_rmsnorm_back(const float *__restrict__ x, const float *__restrict__ g,
                                           const float *__restrict__ dy, float *__restrict__ dx, long long rows,
                                           long long C, float eps) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C, *dr = dy + r * C;
-        float s = 0.0f, t = 0.0f;
-        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j] * xr[j];
-        float rr = rsqrtf(block_sum(s) / (float)C + eps);
-        /* dx = rr * (dy*g - xhat * mean(dy*g * xhat)), the CPU reference's form: with C = 1 it is all
-         * cancellation (xhat^2 ~ 1), which other arrangements round differently */
-        for (long long j = threadIdx.x; j < C; j += blockDim.x) t += dr[j] * g[j] * (xr[j] * rr);
-        t = block_sum(t) / (float)C;
-        for (long long j = threadIdx.x; j < C; j += blockDim.x) dx[r * C + j] = rr * (dr[j] * g[j] - xr[j] * rr * t);
+        double s = 0.0, t = 0.0;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += (double)xr[j] * (double)xr[j];
+        float rr = (float)(1.0 / sqrt(block_sum_d(s) / (double)C + (double)eps));
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) t += (double)__fmul_rn(__fmul_rn(dr[j], g[j]), __fmul_rn(xr[j], rr));
+        float tm = (float)(block_sum_d(t) / (double)C);
+        for (long long j = threadIdx.x; j < C; j += blockDim.x)
+            dx[r * C + j] = rr * __fsub_rn(__fmul_rn(dr[j], g[j]), __fmul_rn(__fmul_rn(xr[j], rr), tm));
     }
 }
 

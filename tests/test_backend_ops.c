@@ -265,7 +265,10 @@ static const op_case cases[] = {
     {"layernorm", b_norm, {2, 3, 1000}, 1, T_DEF},
     {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
-    {"rmsnorm", b_norm, {2, 1, 1}, 1, 1e-5}, /* C = 1: dx ~ 1 - xhat^2, all cancellation */
+    /* C = 1: dx = dy g rr (1 - xhat^2), all cancellation, condition number 1 + x^2/eps (~1e5): the CPU's
+     * own dx is off the exact value by NMSE > 1e-4 for about 1% of random pairs of rows, so this bound
+     * holds only where a device rounds as the CPU does (row sums in double, rr rounded once, no FMA) */
+    {"rmsnorm", b_norm, {2, 1, 1}, 1, 1e-5},
     /* softmax: shape, p[5] causal */
     {"softmax", b_softmax, {2, 5, 37, 0, 0, 0}, 1, T_DEF},
     {"softmax", b_softmax, {2, 1, 1, 0, 0, 0}, 1, T_DEF},
