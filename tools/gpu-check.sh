@@ -11,8 +11,8 @@
 #   PDDE_CUDA_ATTENTION path and the unfused graph, in f32, and the same model in PyTorch (bf16 eager
 #   with SDPA and fused AdamW, torch.compile, f32 with TF32 off); the whole conformance suite on cuda,
 #   and on opencl where NVIDIA's OpenCL is there.
-# Prints RESULT lines (also in $OUT/results.txt; every step's output in $OUT/gpu-check.log; $OUT defaults
-# to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
+# Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
+# every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root" || exit 1
@@ -92,6 +92,7 @@ export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib6
 if ! echo '#include <CL/cl.h>' | cc -E -x c - >/dev/null 2>&1 && [ -f /usr/local/cuda/include/CL/cl.h ]; then
     export CPATH=${CPATH:+$CPATH:}/usr/local/cuda/include
 fi
+command -v cc >/dev/null 2>&1 || export CC=gcc
 jobs=$(nproc 2>/dev/null || echo 4)
 step build 240 make -j"$jobs" NO_UCX=1 build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda
 rc=$?
@@ -155,6 +156,26 @@ else
     result "test_backend_ops_opencl status=skipped (no OpenCL ICD in /etc/OpenCL/vendors)"
 fi
 
+# ---- with what time is left: the new kernels under compute-sanitizer, and where a bf16 step's time goes
+if command -v compute-sanitizer >/dev/null 2>&1; then
+    step sanitizer_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        build/test_backend_ops --backend cuda --op attention
+    rc=$?
+    result "sanitizer_memcheck exit=$rc errors=$(grep -o 'ERROR SUMMARY: [0-9]*' "$out/step.out" | tail -1 | grep -o '[0-9]*$')"
+    [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 125 ] || failed=1
+fi
+PDDE_PROFILE=1 step gpt_bf16_flash_profile 60 env PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
+
 result "gpu_check status=done failed=$failed seconds=$(($(date +%s) - start))"
+# the record for tools/bench/ (the RESULT lines with the GPU and the date)
+{
+    echo "# CUDA check: $gpu, $(date -u +%Y-%m-%d)"
+    echo
+    echo "\`bash tools/gpu-check.sh\` (commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)); each line is a RESULT line."
+    echo
+    echo '```'
+    cat "$results"
+    echo '```'
+} >"$out/cuda_results.md"
 grep '^RESULT' "$results"
 exit $failed
