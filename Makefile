@@ -63,7 +63,7 @@ ifndef NO_CJSON
 endif
 CFLAGS += $(DEFS)
 
-LIB_SRC   := pdde.c $(wildcard backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
+LIB_SRC   := pdde.c pdde_extension.h $(wildcard core/*.c backends/*.c backends/*.h backends/*.cu backends/*.cl comm/*.c comm/*.h planner/*.c planner/*.h) pdde.h
 TESTS     := $(patsubst tests/%.c,$(BUILD)/%,$(wildcard tests/test_*.c)) $(patsubst tests/%.sh,$(BUILD)/%,$(wildcard tests/test_*.sh))
 EXAMPLES  := $(filter-out $(BUILD)/toy_backend,$(patsubst examples/%.c,$(BUILD)/%,$(wildcard examples/*.c)))
 # The toy backend plugin (examples/toy_backend.c), and the same built with another vtable version,
@@ -310,7 +310,7 @@ install: all
 	install -m 755 $(BUILD)/libpdde.so $(LIBDIR)/libpdde.so.$(VERSION)
 	ln -sf libpdde.so.$(VERSION) $(LIBDIR)/libpdde.so.$(SOVERSION)
 	ln -sf libpdde.so.$(SOVERSION) $(LIBDIR)/libpdde.so
-	install -m 644 pdde.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 pdde.h pdde_extension.h $(DESTDIR)$(PREFIX)/include/
 	install -d $(DESTDIR)$(PREFIX)/include/pdde/backends
 	install -m 644 backends/op_params.h $(DESTDIR)$(PREFIX)/include/pdde/backends/
 	for t in $(TOOLS); do install -m 755 $$t $(DESTDIR)$(PREFIX)/bin/; done
@@ -319,7 +319,7 @@ install: all
 
 uninstall:
 	rm -f $(LIBDIR)/libpdde.a $(LIBDIR)/libpdde.so $(LIBDIR)/libpdde.so.$(SOVERSION) $(LIBDIR)/libpdde.so.$(VERSION) \
-	  $(LIBDIR)/pkgconfig/pdde.pc $(DESTDIR)$(PREFIX)/include/pdde.h \
+	  $(LIBDIR)/pkgconfig/pdde.pc $(DESTDIR)$(PREFIX)/include/pdde.h $(DESTDIR)$(PREFIX)/include/pdde_extension.h \
 	  $(DESTDIR)$(PREFIX)/include/pdde/backends/op_params.h $(addprefix $(DESTDIR)$(PREFIX)/bin/,$(notdir $(TOOLS)))
 	-rmdir $(DESTDIR)$(PREFIX)/include/pdde/backends $(DESTDIR)$(PREFIX)/include/pdde 2>/dev/null
 

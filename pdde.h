@@ -1,24 +1,35 @@
-/* pdde.h — the one public header of pdde, an embeddable C engine for adaptive distributed training.
+/* pdde.h — the public header of pdde, an embeddable C engine for adaptive distributed training.
  *
- * A program builds a training step as a symbolic graph (no tensor data is allocated while building),
- * appends the backward pass and the optimizer update to the same graph, compiles it into a session
- * (memory plan + schedule on the chosen devices) and runs it step after step.
+ * Three objects and a dozen calls are all a first program needs (examples/mlp.c is one):
  *
- *     pdde_context *ctx; pdde_context_init(NULL, &ctx);
- *     pdde_graph *g;     pdde_graph_init(ctx, &g);
- *     pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 2, (int64_t[]){32, 784});
- *     ...build the model, pdde_backward(g, loss), pdde_optimizer_adamw(g, &opt)...
- *     pdde_session *s;   pdde_session_init(g, NULL, &s);
- *     pdde_session_run(s, PDDE_RUN_STEP);
+ *     pdde_context   pdde_context_init(params, &ctx)      pdde_context_free(ctx)    backends, threads, errors
+ *     pdde_graph     pdde_graph_init(ctx, &g)             pdde_graph_free(g)        the symbolic training step
+ *     pdde_session   pdde_session_init(g, params, &s)     pdde_session_free(s)      g compiled: memory, devices
  *
- * Conventions (shared/DESIGN.md "Style"):
+ *     pdde_input, pdde_param, pdde_matmul, ..., pdde_cross_entropy    build the forward pass (no data yet)
+ *     pdde_backward(g, loss)                                          append the backward pass
+ *     pdde_optimizer_adamw(g, &opt)                                    append the update
+ *     pdde_session_write(s, x, data, bytes)                            feed inputs
+ *     pdde_session_run(s, PDDE_RUN_STEP)                               forward + backward + update
+ *     pdde_session_loss(s), pdde_checkpoint_save(s, path, NULL)        read results, save
+ *     pdde_last_error(ctx)                                             what went wrong
+ *
+ * The sections below follow the order a program meets them: status codes, context, tensors and graph
+ * building, autodiff, optimizers, sessions, checkpoints, data, devices, several processes
+ * (communication), distributed attributes, the planner, the cluster object and cost model, the
+ * parameter server, the asynchronous pipeline. What a new backend, store or transport implements is in
+ * pdde_extension.h.
+ *
+ * Conventions:
  *  - fallible calls return pdde_status (0 = ok, negative = error, grouped by hundreds) and give outputs
  *    through their last pointer argument; pdde_last_error(ctx) carries the detail of the calling
  *    thread's last error (errors are per thread).
  *  - graph-building calls return a tensor, or NULL on error (the graph then remembers the first error,
  *    see pdde_graph_status), so a model can be written as plain expressions and checked once.
  *  - parameter structs are made by PDDE_*_PARAMS_INIT; a zero field means "the default".
- *  - every pdde_X_init has a pdde_X_free, and pdde_X_free(NULL) does nothing.
+ *  - every constructor has one destructor (pdde_X_init / pdde_X_free, pdde_X_open / pdde_X_close,
+ *    pdde_store_connect / pdde_store_close), and the destructor of NULL does nothing.
+ *  - counts are pdde_X_Y_count; units are SI (bytes, seconds, FLOP/s).
  *  - the library never calls exit() or abort() on bad input. */
 #ifndef PDDE_H
 #define PDDE_H
@@ -134,7 +145,7 @@ void pdde_context_free(pdde_context *ctx);
  * none on ctx, or whose last error was on another context, reads the context's last error of any
  * thread. The text stays valid on this thread until its next failing call or pdde_last_error. */
 const char *pdde_last_error(const pdde_context *ctx);
-int pdde_context_n_threads(const pdde_context *ctx);
+int pdde_context_thread_count(const pdde_context *ctx);
 /* Records an error message on ctx and returns status (for backends, plugins and the library itself);
  * safe on any thread: the message is the calling thread's (see pdde_last_error). */
 int pdde_error(pdde_context *ctx, int status, const char *fmt, ...)
@@ -144,7 +155,8 @@ int pdde_error(pdde_context *ctx, int status, const char *fmt, ...)
     ;
 
 /* ---------------------------------------------------------------------------------------------------
- * Data types. Computation is in f32; the others exist for memory accounting, ids and casts. */
+ * Data types. Parameters, gradients and optimizer state are f32; matmuls and attention also compute in
+ * bf16 or f16 under a compute dtype (pdde_graph_set_compute_dtype); i32/i64 hold ids. */
 typedef enum { PDDE_F32 = 0, PDDE_F16, PDDE_BF16, PDDE_I32, PDDE_I64, PDDE_DTYPE_COUNT } pdde_dtype;
 size_t pdde_dtype_size(pdde_dtype t);
 const char *pdde_dtype_name(pdde_dtype t);
@@ -310,7 +322,9 @@ struct pdde_tensor {
     int64_t shape[PDDE_MAX_DIMS];
     int nsrc;
     pdde_tensor *src[PDDE_MAX_SRC];
-    int32_t iparams[8];      /* op parameters: named slots (backends/op_params.h), see the op list */
+    /* op parameters: read and written only by name (pdde_op_i32 / pdde_op_f32 with the PDDE_P_* of
+     * pdde_extension.h); which names an op has is listed with the op above */
+    int32_t iparams[8];
     float fparams[8];
     uint32_t flags;          /* pdde_tensor_flags */
     pdde_phase phase;
@@ -337,7 +351,7 @@ pdde_status pdde_graph_init(pdde_context *ctx, pdde_graph **out);
 void pdde_graph_free(pdde_graph *g);
 pdde_status pdde_graph_status(const pdde_graph *g);
 pdde_context *pdde_graph_context(const pdde_graph *g);
-int pdde_graph_n_tensors(const pdde_graph *g);
+int pdde_graph_tensor_count(const pdde_graph *g);
 pdde_tensor *pdde_graph_tensor(const pdde_graph *g, int id);
 pdde_tensor *pdde_graph_find(const pdde_graph *g, const char *name);
 /* Layer id given to tensors made from now on (for placement per layer and recompute); -1 = none. */
@@ -358,11 +372,14 @@ pdde_status pdde_graph_set_recompute(pdde_graph *g, int layer, int on);
  * optimizer adds dynamic loss scaling (pdde_session_loss_scale). Call before pdde_backward. */
 pdde_status pdde_graph_set_compute_dtype(pdde_graph *g, pdde_dtype dt);
 
-/* Leaves. init_std > 0: normal(0, init_std) initial values; 0: zeros; < 0: ones. The values depend on
+/* Leaves. A parameter starts as normal(0, init_std) for init_std > 0, or as PDDE_INIT_ZEROS (biases) or
+ * PDDE_INIT_ONES (norm gains). The values depend on
  * the context's seed and the parameter's name only (not the build order), and are the same whatever
  * the plan: a rank holding a block of a split parameter (tensor parallel, ZeRO-3) starts from that block
  * of the one-process tensor. */
 pdde_tensor *pdde_input(pdde_graph *g, const char *name, pdde_dtype t, int ndim, const int64_t *shape);
+#define PDDE_INIT_ZEROS 0.0f
+#define PDDE_INIT_ONES (-1.0f)
 pdde_tensor *pdde_param(pdde_graph *g, const char *name, int ndim, const int64_t *shape, float init_std);
 
 pdde_tensor *pdde_matmul(pdde_graph *g, pdde_tensor *a, pdde_tensor *b, int trans_a, int trans_b);
@@ -439,94 +456,6 @@ pdde_status pdde_optimizer_sgd(pdde_graph *g, const pdde_optimizer_params *p);
 float pdde_lr_at(const pdde_optimizer_params *p, int64_t step);
 
 /* ---------------------------------------------------------------------------------------------------
- * Devices and backends (ggml-style layering: backend family -> device -> stream / buffer -> event).
- * Every device of every available family gets a global index; device 0 is always the CPU. */
-typedef enum { PDDE_DEVICE_CPU = 0, PDDE_DEVICE_GPU, PDDE_DEVICE_ACCEL } pdde_device_kind;
-
-typedef struct {
-    pdde_device_kind kind;
-    char name[128];
-    char backend[16];        /* family name: "cpu", "opencl", "cuda", "level_zero", ... */
-    uint64_t memory_total;   /* bytes */
-    uint64_t memory_free;    /* bytes; 0 = unknown */
-    int compute_units;
-    double peak_flops_f32;   /* FLOP/s, measured or from the vendor; 0 = unknown */
-    double mem_bandwidth;    /* B/s; 0 = unknown */
-} pdde_device_props;
-
-int pdde_device_count(pdde_context *ctx);
-pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out);
-/* The global index of the index-th device of a family, or -1. */
-int pdde_device_find(pdde_context *ctx, const char *backend, int index);
-
-int pdde_backend_count(pdde_context *ctx);
-const char *pdde_backend_name(pdde_context *ctx, int backend);
-/* PDDE_OK if the family is available; else its status and, in *why, the reason ("no OpenCL ICD"). */
-pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why);
-
-/* The backend interface, version 1. A backend fills one of these (api_version and struct_size first;
- * new slots are only ever appended; optional slots may be NULL and the core falls back).
- * Device memory: buffer_alloc returns a handle that the core stores in pdde_tensor.data, with the
- * tensor's byte offset in pdde_tensor.offset. Errors are reported with pdde_error(ctx, ...). */
-#define PDDE_BACKEND_API_VERSION 1
-struct pdde_backend_iface {
-    uint32_t api_version;
-    uint32_t struct_size;
-    const char *name;
-    /* family: PDDE_ERR_UNAVAILABLE with a message when there is no driver or no device */
-    pdde_status (*init)(pdde_context *ctx, void **family, int *n_devices);
-    void (*free)(void *family);
-    pdde_status (*device_props)(void *family, int index, pdde_device_props *out);
-    pdde_status (*device_open)(void *family, int index, void **dev);
-    void (*device_close)(void *dev);
-    /* 1 if the device can run this node (op, dtypes, shapes) */
-    int (*supports_op)(void *dev, const pdde_tensor *node);
-    pdde_status (*buffer_alloc)(void *dev, size_t nbytes, void **handle); /* PDDE_ERR_DEVICE_OOM */
-    void (*buffer_free)(void *dev, void *handle);
-    /* host <-> device copies, ordered on stream; complete when the stream is synchronized */
-    pdde_status (*write)(void *dev, void *stream, void *handle, size_t offset, const void *src, size_t n);
-    pdde_status (*read)(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n);
-    pdde_status (*stream_create)(void *dev, void **stream);
-    void (*stream_free)(void *dev, void *stream);
-    pdde_status (*stream_sync)(void *dev, void *stream);
-    /* enqueue the node's kernel on stream; node->data/offset and its srcs' are on this device */
-    pdde_status (*compute)(void *dev, void *stream, pdde_tensor *node);
-    /* optional: events (NULL: the core synchronizes the whole stream instead) */
-    pdde_status (*event_create)(void *dev, void **event);
-    void (*event_free)(void *dev, void *event);
-    pdde_status (*event_record)(void *dev, void *event, void *stream);
-    pdde_status (*event_sync)(void *dev, void *event);
-    pdde_status (*stream_wait_event)(void *dev, void *stream, void *event);
-    /* optional: page-locked host memory for staging transfers (NULL: plain malloc) */
-    pdde_status (*host_alloc)(void *dev, size_t nbytes, void **ptr);
-    void (*host_free)(void *dev, void *ptr);
-    /* optional: enqueue n update nodes of one op (PDDE_OP_ADAMW_UPDATE or PDDE_OP_SGD_UPDATE) as one
-     * multi-tensor launch. The core groups only nodes whose parameters are equal but for
-     * UPDATE_WEIGHT_DECAY and that share their gnorm_sq source. PDDE_ERR_UNSUPPORTED (with nothing
-     * enqueued; or NULL) makes the core run them one by one with compute. */
-    pdde_status (*compute_group)(void *dev, void *stream, pdde_tensor *const *nodes, int n);
-};
-
-/* Backend plugins: a shared library (backends/README.md is the guide) that exports
- *     const pdde_backend_iface *pdde_backend_plugin(const pdde_backend_host *host);
- * pdde calls it once per context with host->api_version = PDDE_BACKEND_API_VERSION and the library
- * functions a plugin may call (so a plugin links against nothing of pdde's, whether pdde is a static
- * or a shared library); it returns its vtable, or NULL (after host->error) when it cannot serve.
- * A plugin that does not load, lacks the symbol, returns NULL or a vtable of another api_version is
- * refused: its family is listed unavailable with the reason (pdde_backend_status) and one line goes
- * to stderr; the context still starts with the other backends. */
-#define PDDE_BACKEND_PLUGIN_ENTRY "pdde_backend_plugin"
-typedef struct {
-    uint32_t api_version;   /* PDDE_BACKEND_API_VERSION of the loading library */
-    uint32_t struct_size;
-    int (*error)(pdde_context *ctx, int status, const char *fmt, ...); /* = pdde_error */
-    const char *(*op_name)(pdde_op op);                                /* = pdde_op_name */
-    int64_t (*numel)(const pdde_tensor *t);                            /* = pdde_tensor_numel */
-    size_t (*dtype_size)(pdde_dtype t);                                /* = pdde_dtype_size */
-} pdde_backend_host;
-typedef const pdde_backend_iface *(*pdde_backend_plugin_fn)(const pdde_backend_host *host);
-
-/* ---------------------------------------------------------------------------------------------------
  * Session: a compiled graph with its memory plan, run step by step. */
 typedef struct pdde_session pdde_session;
 
@@ -539,56 +468,39 @@ typedef enum {
 
 typedef struct {
     int device;            /* default device for unplaced nodes (index in pdde_device_count); 0 = cpu */
-    int no_memory_reuse;   /* 1: every tensor gets its own memory (for debugging and tests) */
-    /* Placement per layer: nodes of layer l (pdde_graph_set_layer) without a device of their own run on
-     * layer_devices[l] (-1 = the default). Copies are inserted at every device boundary. */
+    int no_memory_reuse;   /* 1: every tensor gets its own memory (debugging) */
+    /* Nodes of layer l (pdde_graph_set_layer) run on layer_devices[l] (-1 = the default); copies are
+     * inserted at every device boundary. */
     const int *layer_devices;
     int n_layer_devices;
-    /* SPMD execution of a graph completed by pdde_complete: each rank runs its partition of the graph
-     * (local shapes) and reshard collectives are inserted where an op needs another attribute of an
-     * input. world's ranks are the graph mesh's ranks, and every rank builds the same graph and passes
-     * the same session params. Nodes may be placed on devices (layer_devices): the collectives and
-     * stage transfers of device tensors go through host memory. */
+    /* SPMD execution of a graph completed by pdde_complete_dist_attrs: each rank runs its partition
+     * (local shapes) with reshard collectives where an op needs another layout of an input. Every rank
+     * builds the same graph and passes the same params; world's ranks are the graph mesh's. */
     pdde_comm *world;
-    /* Pipeline parallelism (layers on stage sub-meshes, pdde_strategy_pipeline): the order in which
-     * each stage runs the forward and backward passes of a step's micro-batches. */
-    pdde_pipeline_schedule pipeline_schedule;
-    /* What the reshard collectives of f32 tensors communicate in: PDDE_F32 (default, exact), PDDE_BF16
-     * or PDDE_F16 (half the bytes on the wire; a cast on each side, visible in pdde_session_dump). */
+    pdde_pipeline_schedule pipeline_schedule; /* pipeline stages: the order of a step's micro-batches */
+    /* What reshard collectives of f32 tensors carry: PDDE_F32 (exact), PDDE_BF16 or PDDE_F16 (half the
+     * bytes; a cast on each side). */
     pdde_dtype comm_dtype;
-    /* Data parallelism's overlap: each gradient's reduction starts in the step's last backward as soon
-     * as the gradient is final (1), or runs at the update (-1). 0 = overlap when the ranks on a host
-     * leave it cores to progress communication (ranks x threads < cores): where they do not, the
-     * progress of collectives in flight only takes cores from the computation. */
+    /* Each gradient's reduction starts in backward once the gradient is final (1), or at the update
+     * (-1). 0 = overlap when the host has a spare core per rank to progress communication. */
     int overlap_gradients;
-    /* Memory admission: pdde_session_init refuses (PDDE_ERR_OOM, PDDE_ERR_DEVICE_OOM, with the numbers)
-     * a plan whose buffers on the host or on a device exceed what is available there less this
-     * fraction kept free (for the runtime, the program and fragmentation). 0 = the environment's
-     * PDDE_MEMORY_HEADROOM, else 0.1; < 0 (or PDDE_MEMORY_HEADROOM=off) = no check. Host memory is
-     * MemAvailable (and the cgroup's limit), shared by the job's ranks on the host, or
-     * PDDE_MEMORY_AVAILABLE bytes when set; a device's is its free (else total) memory. */
+    /* pdde_session_init refuses a plan that needs more than the host's or a device's available memory
+     * less this fraction (PDDE_ERR_OOM / PDDE_ERR_DEVICE_OOM, with the numbers). 0 = 0.1; < 0 = no
+     * check. Host memory is MemAvailable and the cgroup limit, shared by the host's ranks.
+     * Env: PDDE_MEMORY_HEADROOM (a fraction, or "off"), PDDE_MEMORY_AVAILABLE (bytes). */
     double memory_headroom;
-    /* A node placed on a device whose backend does not run its op (supports_op) runs on the CPU, with
-     * COPY nodes at the boundaries and a one-line notice on stderr (ggml's scheduler does the same);
-     * ops that write their input in place (accumulators, optimizer updates) and the vocab-parallel
-     * ops cannot move and stay an error. 1 = no fallback: PDDE_ERR_UNSUPPORTED instead (a backend's
-     * conformance suite); also the environment's PDDE_CPU_FALLBACK=0. */
+    /* A node whose device does not run its op (supports_op) runs on the CPU with copies around it and
+     * a one-line notice (in-place ops cannot move: an error). 1 = PDDE_ERR_UNSUPPORTED instead, as a
+     * conformance suite wants. Env: PDDE_CPU_FALLBACK=0. */
     int no_cpu_fallback;
-    /* A Chrome/Perfetto trace of every run, written when the session is freed (README "Seeing what a run does"):
-     * {"traceEvents":[{"name","cat","ph":"X","ts","dur","pid":rank,"tid":lane,"args"}]} with a lane
-     * per device (ops, copies), one for communication (collectives, sends, receives, waits) and one
-     * for the schedule (runs, micro-batch passes); ts and dur in microseconds of the wall clock, so
-     * ranks on one host line up. NULL = the environment's PDDE_TRACE. Under several ranks each writes
-     * trace.rank<R> (pdde-run --trace merges them). Device streams are synchronized after each node
-     * while tracing, so spans are the kernels' time, not their enqueueing. */
+    /* A Chrome/Perfetto trace of every run (a lane per device, one for communication, one for the
+     * schedule; wall-clock microseconds, so ranks line up), written when the session is freed; under
+     * several ranks each writes trace.rank<R> (pdde-run --trace merges them). Tracing synchronizes
+     * devices after each node, so spans are kernel times. NULL = env PDDE_TRACE. */
     const char *trace;
-    /* Gradient buckets (torch DDP's): the data-parallel collectives — gradient reductions (allreduce,
-     * ZeRO's reduce-scatter) and ZeRO's gathers of updated shards, early (overlap_gradients) or at the
-     * update — consecutive in the step and of one op, mesh axis, dtype and reduction, share one
-     * collective on a flat buffer covering at most this many bytes of gradients (or parameters); an
-     * early one starts once its last gradient is final; a tensor as large as the cap goes alone.
-     * Lowering makes them (pdde_lower_dump shows them; host memory only). 0 = 25 MiB; < 0 = one
-     * collective per tensor. */
+    /* Gradient buckets, as torch DDP's: consecutive data-parallel collectives of one kind, axis and
+     * dtype share one collective on a flat buffer of at most this many bytes (pdde_lower_dump shows
+     * them). 0 = 25 MiB; < 0 = one collective per tensor. */
     int64_t gradient_bucket_bytes;
 } pdde_session_params;
 #define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0}
@@ -691,7 +603,7 @@ pdde_status pdde_session_memory(const pdde_session *s, pdde_memory_stats *out);
  * sends and receives with their peer), and under pipeline stages the micro-batch schedule. */
 void pdde_session_dump(const pdde_session *s, FILE *f);
 /* The same program for any rank of any plan, without running, communicating or allocating: g lowered
- * (pdde_complete first, for world_size > 0) under params (NULL = defaults; world is not read) for rank
+ * (pdde_complete_dist_attrs first, for world_size > 0) under params (NULL = defaults; world is not read) for rank
  * `rank` of world_size ranks (0 = one process). It prints what pdde_session_dump prints on that rank;
  * g is not changed. (params->overlap_gradients = 0, auto, is decided as a session on one host decides
  * it: world_size ranks of the graph context's threads each leave this machine a core.) f NULL: lowers
@@ -699,17 +611,17 @@ void pdde_session_dump(const pdde_session *s, FILE *f);
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
 /* What pdde_session_memory reports for rank `rank` of that plan (g lowered as pdde_lower_dump does),
  * without a session: the same memory plan the session allocates by (planner/memplan.c). */
-pdde_status pdde_lower_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out);
+pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out);
 /* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
  * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes
  * g's tensors, so sizes for pdde_session_read/write come from here. */
 const pdde_tensor *pdde_session_tensor(const pdde_session *s, const pdde_tensor *t);
 /* This rank's program in run order: node i of n (the session's own tensors; NULL past the end). */
-int pdde_session_n_nodes(const pdde_session *s);
+int pdde_session_node_count(const pdde_session *s);
 const pdde_tensor *pdde_session_node(const pdde_session *s, int i);
 
 /* ---------------------------------------------------------------------------------------------------
- * Checkpoints. Format (little-endian), documented in README.md "Checkpoint format":
+ * Checkpoints (core/checkpoint.c). Format (little-endian):
  *   "PDDECKPT" u32 version u32 n_tensors u64 step u64 data_position u64 rng[2]
  *   (version >= 3) the schedule: u32 kind, f32 lr, f32 min_lr_ratio, i64 warmup_steps, i64 total_steps
  *   per tensor: u16 name_len, name, u8 dtype, u8 ndim, i64 shape[ndim] (global), u16 attr_len, attr
@@ -743,8 +655,8 @@ pdde_status pdde_data_open(pdde_context *ctx, const char *path, pdde_data **out)
 /* The part [begin, end) of the tokens, as fractions (e.g. 0.9..1.0 for validation). */
 pdde_status pdde_data_open_part(pdde_context *ctx, const char *path, double begin, double end,
                                 pdde_data **out);
-void pdde_data_free(pdde_data *d);
-int64_t pdde_data_n_tokens(const pdde_data *d);
+void pdde_data_close(pdde_data *d);
+int64_t pdde_data_token_count(const pdde_data *d);
 /* Fills x and y (next-token targets) [batch, T] with windows at positions shuffled by seed (a new
  * permutation each epoch); advances the position by batch. */
 pdde_status pdde_data_next_batch(pdde_data *d, int batch, int T, uint64_t seed, int32_t *x, int32_t *y);
@@ -754,9 +666,257 @@ void pdde_data_set_position(pdde_data *d, uint64_t pos);
 pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, const char *out_path);
 
 /* ---------------------------------------------------------------------------------------------------
- * Distributed attributes (shared/DESIGN.md "Distributed attributes"; Paddle's semi-automatic
+ * Devices: what the backends found (ggml-style layering: backend family -> device -> stream / buffer
+ * -> event; a new backend implements pdde_backend_iface of pdde_extension.h).
+ * Every device of every available family gets a global index; device 0 is always the CPU. */
+typedef enum { PDDE_DEVICE_CPU = 0, PDDE_DEVICE_GPU, PDDE_DEVICE_ACCEL } pdde_device_kind;
+
+typedef struct {
+    pdde_device_kind kind;
+    char name[128];
+    char backend[16];        /* family name: "cpu", "opencl", "cuda", "level_zero", ... */
+    uint64_t memory_total;   /* bytes */
+    uint64_t memory_free;    /* bytes; 0 = unknown */
+    int compute_units;
+    double peak_flops_f32;   /* FLOP/s, measured or from the vendor; 0 = unknown */
+    double mem_bandwidth;    /* B/s; 0 = unknown */
+} pdde_device_props;
+
+int pdde_device_count(pdde_context *ctx);
+pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_props *out);
+/* The global index of the index-th device of a family, or -1. */
+int pdde_device_find(pdde_context *ctx, const char *backend, int index);
+
+int pdde_backend_count(pdde_context *ctx);
+const char *pdde_backend_name(pdde_context *ctx, int backend);
+/* PDDE_OK if the family is available; else its status and, in *why, the reason ("no OpenCL ICD"). */
+pdde_status pdde_backend_status(pdde_context *ctx, int backend, const char **why);
+
+
+/* ---------------------------------------------------------------------------------------------------
+ * Communication (comm/): a bootstrap key-value store, rank discovery from launcher environments, a
+ * transport plugin interface (UCX built in) and communicators with collectives.
+ *
+ *     pdde_comm *world;  pdde_comm_init(ctx, NULL, &world);        (rank/size/store from the env)
+ *     pdde_comm_allreduce(world, grad, grad, n, PDDE_F32, PDDE_REDUCE_AVG);
+ *     pdde_comm *dp;     pdde_comm_split(world, rank % tp, rank, &dp);   (one mesh axis)
+ *
+ * Rules: collectives on a communicator are called in the same order by all its ranks; a communicator
+ * is used by one thread at a time (pdde_comm_abort excepted); every blocking call has a timeout.
+ * Failure semantics: a timeout, a lost peer or an abort poisons the world communicator and every
+ * communicator split from it: pending and future operations on them return PDDE_ERR_PEER_LOST,
+ * PDDE_ERR_TIMEOUT or PDDE_ERR_ABORTED (on every rank, within params.peer_timeout_s of the failure);
+ * recovery is pdde_comm_free and a new pdde_comm_init.
+ * This section is compiled when pdde is built with UCX (PDDE_HAVE_UCX) and without PDDE_NO_COMM. */
+
+/* The bootstrap store: string keys, byte-string values; built in (TCP) or any backend that fills
+ * pdde_store_iface (pdde_extension.h) and is wrapped by pdde_store_wrap. */
+typedef struct pdde_store pdde_store;
+typedef struct pdde_store_iface pdde_store_iface;
+
+/* The job secret. Every client of the built-in store and every transport connection proves it by an
+ * HMAC-SHA256 challenge-response before anything is served. Looked up in this order: PDDE_JOB_SECRET
+ * (the text itself, 16 to 256 bytes), PDDE_JOB_SECRET_FILE (a regular file of this user, mode 0600 or
+ * stricter), then the secret this process made: the first store server started without one in the
+ * environment makes a random one, which its own clients and the processes it forks then use (pdde-run
+ * passes its secret to the ranks in PDDE_JOB_SECRET). Never put it on a command line. Under mpirun and
+ * srun see comm/README.md. */
+/* Writes 64 random hex characters and a NUL to out (cap >= 65). */
+pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap);
+/* The primitives the handshakes use (FIPS 180-4 SHA-256, RFC 2104 HMAC), for tests and for deriving
+ * secrets. */
+void pdde_sha256(const void *data, size_t n, unsigned char out[32]);
+void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]);
+
+/* Wraps a backend (etcd, ...): the store owns impl and closes it in pdde_store_close. */
+pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out);
+/* A client of the built-in TCP store at "host:port", retrying the connection for up to timeout_s
+ * (0 = 30 s) so that ranks may start before the server. */
+pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out);
+/* The same with an explicit secret (NULL: the job secret). PDDE_ERR_AUTH when either side fails to
+ * prove it (the server also proves it to the client, so a squatter on the port is found out). */
+pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s,
+                                      pdde_store **out);
+void pdde_store_close(pdde_store *s);
+pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len);
+pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len);
+pdde_status pdde_store_wait(pdde_store *s, const char *key, double timeout_s);
+pdde_status pdde_store_add(pdde_store *s, const char *key, int64_t delta, int64_t *out);
+pdde_status pdde_store_compare_set(pdde_store *s, const char *key, const void *expected, size_t expected_len,
+                                   const void *desired, size_t desired_len, int *swapped);
+pdde_status pdde_store_remove(pdde_store *s, const char *key);
+pdde_status pdde_store_set_liveness(pdde_store *s, const char *key, const void *val, size_t len, double lease_s);
+pdde_status pdde_store_ping(pdde_store *s);
+
+/* The built-in TCP store server: one thread serving any number of clients. Hosted by pdde-run, or by
+ * rank 0 under other launchers. addr "host:port"; port 0 picks a free port (see _port). */
+typedef struct pdde_store_server pdde_store_server;
+pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out);
+/* Limits keep one client from stalling or exhausting the store: each gets an error naming the limit
+ * it hit; one that takes none of a pending reply for stall_timeout_s is dropped. */
+typedef struct {
+    const char *addr;            /* "host:port"; NULL = "127.0.0.1:0". 0.0.0.0 opens it to every host:
+                                    then only the secret keeps others out */
+    const char *secret;          /* NULL: the job secret (made for this process if there is none) */
+    size_t max_value_bytes;      /* 0 = 16 MiB per value */
+    size_t max_total_bytes;      /* 0 = 512 MiB: keys, values, buffers and pending replies together */
+    size_t max_client_bytes;     /* 0 = 64 MiB of keys and values made by one client */
+    int max_clients;             /* 0 = 1024 connections */
+    double auth_timeout_s;       /* 0 = 5: a connection that has not proved the secret by then is closed */
+    double stall_timeout_s;      /* 0 = 10 */
+} pdde_store_server_params;
+#define PDDE_STORE_SERVER_PARAMS_INIT {NULL, NULL, 0, 0, 0, 0, 0, 0}
+pdde_status pdde_store_server_init_params(pdde_context *ctx, const pdde_store_server_params *params,
+                                          pdde_store_server **out);
+int pdde_store_server_port(const pdde_store_server *srv);
+/* The clients connected now (authenticated ones). */
+int pdde_store_server_n_clients(const pdde_store_server *srv);
+/* The first failure notice the store received (the first value of a key ending in "/failed", set by a
+ * rank or by the store for a rank that died or stopped answering), with why the store set it; 1 if
+ * there is one. A launcher names the root cause of a failed job with it. */
+int pdde_store_server_first_failure(pdde_store_server *srv, char *buf, size_t cap);
+void pdde_store_server_free(pdde_store_server *srv);
+
+/* Rank discovery. Read in this order, the first launcher found wins: pdde-run (PDDE_RANK,
+ * PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_STORE_ADDR), OpenMPI (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK),
+ * PMI (PMI_RANK, PMI_SIZE), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The store address
+ * always comes from PDDE_STORE_ADDR (host:port). Missing or inconsistent variables give PDDE_ERR_ENV
+ * with a message naming the variable. */
+typedef struct {
+    int rank, world_size;
+    int local_rank;          /* -1 when the launcher does not say */
+    char store_addr[256];    /* "" when PDDE_STORE_ADDR is not set */
+    const char *launcher;    /* "pdde-run", "openmpi", "pmi", "slurm" */
+} pdde_comm_env;
+pdde_status pdde_comm_env_read(pdde_context *ctx, pdde_comm_env *out);
+
+/* Memory kinds of communication buffers. Host only for now; device buffers will be staged through
+ * host memory (or passed to transports whose props list PDDE_MEM_DEVICE). */
+typedef enum { PDDE_MEM_HOST = 0, PDDE_MEM_DEVICE = 1 } pdde_mem_kind;
+
+/* The transport a communicator runs on: UCX built in, or any that fills pdde_transport_iface
+ * (pdde_extension.h). */
+typedef struct pdde_transport_iface pdde_transport_iface;
+
+/* The built-in UCX transport (UCP tag API). Shared memory (posix, sysv, cma) then TCP by default;
+ * UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) override pdde's choices. */
+const pdde_transport_iface *pdde_transport_ucx(void);
+
+/* Communicators (pdde_comm, declared with the context) and collectives. */
+typedef struct pdde_comm_request pdde_comm_request;
+
+typedef enum { PDDE_REDUCE_SUM = 0, PDDE_REDUCE_AVG, PDDE_REDUCE_MAX, PDDE_REDUCE_MIN } pdde_reduce_op;
+
+/* Algorithm choice (allreduce, reduce_scatter, allgather, broadcast, reduce). AUTO picks by message
+ * size and topology: recursive doubling / trees for small messages, rings and pipelined chains for
+ * large ones, two-level (intra-host, then inter-host) for allreduce when ranks span hosts; on a
+ * communicator whose ranks are all on one host, allreduce, reduce_scatter, allgather and broadcast go
+ * through a shared-memory segment instead (pdde_comm_last_algo "shm"; PDDE_COMM_SHM=0 turns it off). */
+typedef enum {
+    PDDE_ALGO_AUTO = 0,
+    PDDE_ALGO_RING,       /* ring (allreduce, reduce_scatter, allgather); chain (broadcast, reduce) */
+    PDDE_ALGO_RECURSIVE,  /* recursive doubling (allreduce, allgather); binomial tree (broadcast, reduce) */
+    PDDE_ALGO_TWO_LEVEL,  /* allreduce only: intra-host reduce-scatter, inter-host allreduce, allgather */
+} pdde_comm_algo;
+
+typedef struct {
+    pdde_store *store;           /* NULL: connect to PDDE_STORE_ADDR (rank 0 hosts it under launchers
+                                    other than pdde-run); not owned */
+    int rank, world_size;        /* world_size 0: both from the environment (pdde_comm_env_read) */
+    const char *prefix;          /* key prefix in the store, one per job; NULL = "pdde" */
+    double timeout_s;            /* init and blocking collectives; 0 = 300 */
+    double peer_timeout_s;       /* bound on failure detection; 0 = 5 */
+    pdde_comm_algo algo;         /* 0 = auto; the env PDDE_COMM_ALGO (ring, recursive, two_level) too */
+    pdde_mem_kind mem_kind;      /* where the buffers passed to collectives live; host only for now */
+    const pdde_transport_iface *transport; /* NULL = UCX */
+    int no_progress_thread;      /* 1: non-blocking operations progress only inside test/wait */
+    const char *host_id;         /* NULL: PDDE_HOST_ID or hostname + network namespace */
+} pdde_comm_params;
+#define PDDE_COMM_PARAMS_INIT {NULL, 0, 0, NULL, 0, 0, PDDE_ALGO_AUTO, PDDE_MEM_HOST, NULL, 0, NULL}
+
+/* Collective over all ranks: reads the environment (or params), meets the others through the store,
+ * connects every pair, exchanges host ids. */
+pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pdde_comm **out);
+/* Collective over comm: ranks with the same color form a sub-communicator, ordered by (key, rank);
+ * color < 0 (PDDE_COMM_NO_COLOR) gives *out = NULL. Sub-communicators share the parent's connections
+ * and must be freed before their world. */
+#define PDDE_COMM_NO_COLOR (-1)
+pdde_status pdde_comm_split(pdde_comm *comm, int color, int key, pdde_comm **out);
+/* Local (no communication). Operations still pending on comm end with PDDE_ERR_ABORTED; requests of
+ * comm must be freed before it. */
+void pdde_comm_free(pdde_comm *comm);
+int pdde_comm_rank(const pdde_comm *comm);
+int pdde_comm_size(const pdde_comm *comm);
+int pdde_comm_host_count(const pdde_comm *comm);
+pdde_context *pdde_comm_context(const pdde_comm *comm);
+void pdde_comm_set_algo(pdde_comm *comm, pdde_comm_algo algo);
+/* The algorithm the last collective on comm used ("ring", "recursive", "two_level", ...). */
+const char *pdde_comm_last_algo(const pdde_comm *comm);
+/* Fails every pending and future operation of comm's world with PDDE_ERR_ABORTED here (and with
+ * PDDE_ERR_ABORTED on the other ranks, through the store). Safe from any thread. */
+void pdde_comm_abort(pdde_comm *comm);
+/* PDDE_OK, or the error that poisoned the communicator. */
+pdde_status pdde_comm_status(pdde_comm *comm);
+
+/* Blocking collectives; buffers of count elements of dtype (in place: sendbuf == recvbuf). */
+pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                pdde_dtype t, pdde_reduce_op op);
+/* sendbuf holds size * recvcount elements; rank r gets the reduced block r. */
+pdde_status pdde_comm_reduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                     pdde_dtype t, pdde_reduce_op op);
+/* recvbuf gets size * sendcount elements, block r from rank r. */
+pdde_status pdde_comm_allgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t);
+pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root);
+/* recvbuf is written on root only (may be NULL elsewhere). */
+pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                             pdde_reduce_op op, int root);
+/* Block r of sendbuf (count elements) goes to rank r; block r of recvbuf comes from rank r. */
+pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t);
+/* Counts and displacements in elements, one per rank. */
+pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts,
+                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                const size_t *rdispls, pdde_dtype t);
+pdde_status pdde_comm_barrier(pdde_comm *c);
+/* Point to point; tag in [0, 2^20). */
+pdde_status pdde_comm_send(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag);
+pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag);
+
+/* Non-blocking variants: same arguments, a request out; buffers stay untouched by the caller until the
+ * request is done. Operations progress in the background (a progress thread per world) and inside
+ * test/wait, so communication overlaps compute. */
+pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count,
+                                 pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req);
+pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
+                                      pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req);
+pdde_status pdde_comm_iallgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
+                                 pdde_dtype t, pdde_comm_request **req);
+pdde_status pdde_comm_ibroadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root,
+                                 pdde_comm_request **req);
+pdde_status pdde_comm_ireduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                              pdde_reduce_op op, int root, pdde_comm_request **req);
+pdde_status pdde_comm_ialltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
+                                pdde_comm_request **req);
+pdde_status pdde_comm_ialltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts,
+                                 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
+                                 const size_t *rdispls, pdde_dtype t, pdde_comm_request **req);
+pdde_status pdde_comm_ibarrier(pdde_comm *c, pdde_comm_request **req);
+pdde_status pdde_comm_isend(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag,
+                            pdde_comm_request **req);
+pdde_status pdde_comm_irecv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag,
+                            pdde_comm_request **req);
+/* *done = 1 once finished; returns the operation's status then (PDDE_OK while pending). */
+pdde_status pdde_comm_test(pdde_comm_request *req, int *done);
+/* Waits up to timeout_s (< 0: the communicator's timeout_s). PDDE_ERR_TIMEOUT leaves the request
+ * pending (wait again or free it); spins briefly, then sleeps, so a waiting rank does not burn a core. */
+pdde_status pdde_comm_wait(pdde_comm_request *req, double timeout_s);
+/* Frees a finished request; a pending one is detached and finishes (or fails) on its own, so its
+ * buffers must stay valid until then or until the communicator is freed. */
+void pdde_comm_request_free(pdde_comm_request *req);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Distributed attributes (planner/: the unified distributed graph; Paddle's semi-automatic
  * auto-parallel). A program describes its ranks as process meshes, annotates a few tensors (inputs,
- * parameters, optimizer state) with pdde_shard or a strategy helper, and pdde_complete gives every
+ * parameters, optimizer state) with pdde_shard or a strategy helper, and pdde_complete_dist_attrs gives every
  * tensor of the graph a dist attr through per-op SPMD rules, and every op the attr it requires of
  * each input. Where a producer's attr and a consumer's requirement differ, the executor reshards:
  * partial -> replicated = allreduce, partial -> split = reduce_scatter, split -> replicated =
@@ -766,7 +926,7 @@ pdde_status pdde_data_write_tokens(pdde_context *ctx, const char *text_path, con
  *     const pdde_mesh *mesh = pdde_mesh_create(g, 2, (int[]){2, 4}, (const char *[]){"dp", "tp"}, NULL);
  *     pdde_strategy_data_parallel(g, mesh, "dp");
  *     pdde_strategy_tensor_parallel_linear(g, w, b, mesh, "tp", PDDE_TP_COLUMN);
- *     pdde_complete(g);
+ *     pdde_complete_dist_attrs(g);
  *     pdde_graph_dump_dist(g, stdout);
  *
  * Meshes belong to the graph (freed with it). The first mesh created is the graph's mesh: the ranks
@@ -806,11 +966,11 @@ pdde_status pdde_shard(pdde_graph *g, pdde_tensor *t, const pdde_mesh *mesh, con
  * Can be called again after more annotations (it starts over). Where the inputs of an op disagree
  * (two dims on one axis, a dim split two ways) the op's rule decides, e.g. the weight follows the
  * activation, and records a conflict; nothing is silently guessed. */
-pdde_status pdde_complete(pdde_graph *g);
+pdde_status pdde_complete_dist_attrs(pdde_graph *g);
 /* The attr node requires of its k-th input (NULL before completion, for leaves, or k out of range). */
-const pdde_dist_attr *pdde_op_input_dist(const pdde_graph *g, const pdde_tensor *node, int k);
+const pdde_dist_attr *pdde_op_input_dist_attr(const pdde_graph *g, const pdde_tensor *node, int k);
 /* The conflicts the last completion resolved, and the message of the i-th ("node, input, why"). */
-int pdde_complete_n_conflicts(const pdde_graph *g);
+int pdde_complete_conflict_count(const pdde_graph *g);
 const char *pdde_complete_conflict(const pdde_graph *g, int i);
 /* "mesh[2,2] dims[dp,-1,tp] partial{tp}" (partial{dp:avg} for a pending mean, avg{dp} for a local
  * mean, "unannotated" without mesh); returns what snprintf would. */
@@ -821,7 +981,7 @@ void pdde_graph_dump_dist(const pdde_graph *g, FILE *f);
 
 /* Strategies: helpers that emit the annotations of common parallelisms (they only call pdde_shard,
  * merging with what is already annotated, so they compose: data parallel, then ZeRO or tensor
- * parallel, then pdde_complete). */
+ * parallel, then pdde_complete_dist_attrs). */
 /* Every input's dim 0 (the batch) split over axis; unannotated parameters replicated on mesh. */
 pdde_status pdde_strategy_data_parallel(pdde_graph *g, const pdde_mesh *mesh, const char *axis);
 /* Uneven data parallelism, for devices of different speeds: index i of axis (of size n) runs
@@ -975,294 +1135,33 @@ int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
  * zero: want 0, 1, 2 or 3, got '5'"; the rest of *out zero). */
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out);
 
-/* ---------------------------------------------------------------------------------------------------
- * Communication (comm/): a bootstrap key-value store, rank discovery from launcher environments, a
- * transport plugin interface (UCX built in) and communicators with collectives.
- *
- *     pdde_comm *world;  pdde_comm_init(ctx, NULL, &world);        (rank/size/store from the env)
- *     pdde_comm_allreduce(world, grad, grad, n, PDDE_F32, PDDE_REDUCE_AVG);
- *     pdde_comm *dp;     pdde_comm_split(world, rank % tp, rank, &dp);   (one mesh axis)
- *
- * Rules: collectives on a communicator are called in the same order by all its ranks; a communicator
- * is used by one thread at a time (pdde_comm_abort excepted); every blocking call has a timeout.
- * Failure semantics: a timeout, a lost peer or an abort poisons the world communicator and every
- * communicator split from it: pending and future operations on them return PDDE_ERR_PEER_LOST,
- * PDDE_ERR_TIMEOUT or PDDE_ERR_ABORTED (on every rank, within params.peer_timeout_s of the failure);
- * recovery is pdde_comm_free and a new pdde_comm_init.
- * This section is compiled when pdde is built with UCX (PDDE_HAVE_UCX) and without PDDE_NO_COMM. */
+/* The planner for a program, in two calls. pdde_plan_auto: the fastest plan that fits for training g
+ * (a forward graph built at params->batch, the global batch, whose repeated blocks carry layer ids)
+ * on the cluster's devices, timed at g's largest GEMM; PDDE_ERR_NO_PLAN names why nothing fits.
+ * pdde_plan_apply: runs a plan on g, built again for one micro-batch (batch / plan->micro rows; the
+ * same graph when micro is 1; with shares, dp x batch / (micro x the sum of shares) rows, dp index i
+ * running shares[i] x micro of them): annotates it (a [dp, tp, pp] mesh; data parallel; in each layer the
+ * GEMMs with a 2-D weight parameter alternately column- and row-parallel with their biases; the
+ * stage cuts or interleaved runs; recompute per layer), appends backward (of loss) and AdamW (opt,
+ * grad_accum_steps = plan->micro), ZeRO, completes it and, with out, compiles it with params (its
+ * world has the plan's dp x tp x pp ranks) under the plan's schedule and comm_dtype. */
+pdde_status pdde_plan_auto(pdde_graph *g, const struct pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan);
+/* How a program runs a plan (pdde_plan_apply does; a program annotating its graph itself, as
+ * examples/gpt.h does, calls them). pdde_plan_process_of_rank: the process (the device in the order the plan
+ * was made for) running rank mesh_rank of the plan's [dp, tp, pp] mesh: mesh_rank itself, or with
+ * stage_blocks the member of stage s's block (-1: no such rank). pdde_plan_layer_recomputed: 1 when the plan
+ * recomputes layer `layer` of the n_layers it cuts into stages (stage_first, or an even cut when it has
+ * none): every layer with recompute 1, else the first recompute_layers[s] of stage s. */
+int pdde_plan_process_of_rank(const pdde_plan *p, int mesh_rank);
+int pdde_plan_layer_recomputed(const pdde_plan *p, int n_layers, int layer);
+/* 1 when the plan places layer `layer` (of n_layers) on each rank's device of backend p->place. */
+int pdde_plan_layer_on_device(const pdde_plan *p, int n_layers, int layer);
+pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
+                            const pdde_session_params *params, pdde_session **out);
 
-/* The bootstrap store: string keys, byte-string values. A backend fills this vtable (api_version and
- * struct_size first; slots are only appended). Functions report errors with pdde_error(ctx, ...)
- * (ctx may be NULL) and return PDDE_ERR_NOT_FOUND for a missing key. */
-#define PDDE_STORE_API_VERSION 1
-typedef struct pdde_store pdde_store;
-typedef struct {
-    uint32_t api_version;
-    uint32_t struct_size;
-    const char *name;
-    pdde_status (*set)(void *impl, pdde_context *ctx, const char *key, const void *val, size_t len);
-    /* *val is malloc'ed (freed by the caller with free()) and NUL-terminated past len */
-    pdde_status (*get)(void *impl, pdde_context *ctx, const char *key, void **val, size_t *len);
-    /* atomically adds delta to the key's value (a decimal integer; a missing key is 0) */
-    pdde_status (*add)(void *impl, pdde_context *ctx, const char *key, int64_t delta, int64_t *out);
-    /* sets key to desired if its value equals expected (a missing key equals an empty expected) */
-    pdde_status (*compare_set)(void *impl, pdde_context *ctx, const char *key, const void *expected,
-                               size_t expected_len, const void *desired, size_t desired_len, int *swapped);
-    pdde_status (*remove)(void *impl, pdde_context *ctx, const char *key);
-    /* optional (NULL: pdde polls get): waits until key exists; PDDE_ERR_TIMEOUT after timeout_s */
-    pdde_status (*wait)(void *impl, pdde_context *ctx, const char *key, double timeout_s);
-    /* optional: if this client goes away (its process dies, or it is silent for lease_s > 0 seconds)
-     * before pdde_store_free, the store sets key to val unless key exists (an ephemeral "death
-     * notice", like an etcd lease); any call refreshes the lease. */
-    pdde_status (*set_liveness)(void *impl, pdde_context *ctx, const char *key, const void *val,
-                                size_t len, double lease_s);
-    pdde_status (*ping)(void *impl, pdde_context *ctx); /* optional: refreshes the lease */
-    void (*close)(void *impl); /* a clean goodbye: cancels the liveness notice */
-} pdde_store_iface;
-
-/* The job secret. Every client of the built-in store and every transport connection proves it by an
- * HMAC-SHA256 challenge-response before anything is served. Looked up in this order: PDDE_JOB_SECRET
- * (the text itself, 16 to 256 bytes), PDDE_JOB_SECRET_FILE (a regular file of this user, mode 0600 or
- * stricter), then the secret this process made: the first store server started without one in the
- * environment makes a random one, which its own clients and the processes it forks then use (pdde-run
- * passes its secret to the ranks in PDDE_JOB_SECRET). Never put it on a command line. Under mpirun and
- * srun see comm/README.md. */
-/* Writes 64 random hex characters and a NUL to out (cap >= 65). */
-pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap);
-/* The primitives the handshakes use (FIPS 180-4 SHA-256, RFC 2104 HMAC), for tests and for deriving
- * secrets. */
-void pdde_sha256(const void *data, size_t n, unsigned char out[32]);
-void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]);
-
-/* Wraps a backend (etcd, ...): the store owns impl and closes it in pdde_store_free. */
-pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out);
-/* A client of the built-in TCP store at "host:port", retrying the connection for up to timeout_s
- * (0 = 30 s) so that ranks may start before the server. */
-pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out);
-/* The same with an explicit secret (NULL: the job secret). PDDE_ERR_AUTH when either side fails to
- * prove it (the server also proves it to the client, so a squatter on the port is found out). */
-pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s,
-                                      pdde_store **out);
-void pdde_store_free(pdde_store *s);
-pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len);
-pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len);
-pdde_status pdde_store_wait(pdde_store *s, const char *key, double timeout_s);
-pdde_status pdde_store_add(pdde_store *s, const char *key, int64_t delta, int64_t *out);
-pdde_status pdde_store_compare_set(pdde_store *s, const char *key, const void *expected, size_t expected_len,
-                                   const void *desired, size_t desired_len, int *swapped);
-pdde_status pdde_store_remove(pdde_store *s, const char *key);
-pdde_status pdde_store_set_liveness(pdde_store *s, const char *key, const void *val, size_t len, double lease_s);
-pdde_status pdde_store_ping(pdde_store *s);
-
-/* The built-in TCP store server: one thread serving any number of clients. Hosted by pdde-run, or by
- * rank 0 under other launchers. addr "host:port"; port 0 picks a free port (see _port). */
-typedef struct pdde_store_server pdde_store_server;
-pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out);
-/* Limits keep one client from stalling or exhausting the store: each gets an error naming the limit
- * it hit; one that takes none of a pending reply for stall_timeout_s is dropped. */
-typedef struct {
-    const char *addr;            /* "host:port"; NULL = "127.0.0.1:0". 0.0.0.0 opens it to every host:
-                                    then only the secret keeps others out */
-    const char *secret;          /* NULL: the job secret (made for this process if there is none) */
-    size_t max_value_bytes;      /* 0 = 16 MiB per value */
-    size_t max_total_bytes;      /* 0 = 512 MiB: keys, values, buffers and pending replies together */
-    size_t max_client_bytes;     /* 0 = 64 MiB of keys and values made by one client */
-    int max_clients;             /* 0 = 1024 connections */
-    double auth_timeout_s;       /* 0 = 5: a connection that has not proved the secret by then is closed */
-    double stall_timeout_s;      /* 0 = 10 */
-} pdde_store_server_params;
-#define PDDE_STORE_SERVER_PARAMS_INIT {NULL, NULL, 0, 0, 0, 0, 0, 0}
-pdde_status pdde_store_server_init_params(pdde_context *ctx, const pdde_store_server_params *params,
-                                          pdde_store_server **out);
-int pdde_store_server_port(const pdde_store_server *srv);
-/* The clients connected now (authenticated ones). */
-int pdde_store_server_n_clients(const pdde_store_server *srv);
-/* The first failure notice the store received (the first value of a key ending in "/failed", set by a
- * rank or by the store for a rank that died or stopped answering), with why the store set it; 1 if
- * there is one. A launcher names the root cause of a failed job with it. */
-int pdde_store_server_first_failure(pdde_store_server *srv, char *buf, size_t cap);
-void pdde_store_server_free(pdde_store_server *srv);
-
-/* Rank discovery. Read in this order, the first launcher found wins: pdde-run (PDDE_RANK,
- * PDDE_WORLD_SIZE, PDDE_LOCAL_RANK, PDDE_STORE_ADDR), OpenMPI (OMPI_COMM_WORLD_RANK/_SIZE/_LOCAL_RANK),
- * PMI (PMI_RANK, PMI_SIZE), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). The store address
- * always comes from PDDE_STORE_ADDR (host:port). Missing or inconsistent variables give PDDE_ERR_ENV
- * with a message naming the variable. */
-typedef struct {
-    int rank, world_size;
-    int local_rank;          /* -1 when the launcher does not say */
-    char store_addr[256];    /* "" when PDDE_STORE_ADDR is not set */
-    const char *launcher;    /* "pdde-run", "openmpi", "pmi", "slurm" */
-} pdde_comm_env;
-pdde_status pdde_comm_env_read(pdde_context *ctx, pdde_comm_env *out);
-
-/* Memory kinds of communication buffers. Host only for now; device buffers will be staged through
- * host memory (or passed to transports whose props list PDDE_MEM_DEVICE). */
-typedef enum { PDDE_MEM_HOST = 0, PDDE_MEM_DEVICE = 1 } pdde_mem_kind;
-
-/* The transport interface, shaped like NCCL's net plugin. A listen handle is an opaque blob that the
- * communicator publishes through the store; connect and accept are non-blocking (they return PDDE_OK
- * with *comm NULL until the connection is up, and are called again); isend/irecv return a request that
- * test() completes. Messages are matched by (connection, tag); a receive is at least as large as its
- * message. A lost peer makes its connections' requests fail with PDDE_ERR_PEER_LOST. */
-#define PDDE_TRANSPORT_API_VERSION 1
-#define PDDE_TRANSPORT_HANDLE_MAX 1024
-#define PDDE_TRANSPORT_TAG_BITS 40 /* tags are < 2^40 */
-typedef struct {
-    char name[32];
-    double bandwidth;        /* B/s, for the cost model; 0 = unknown */
-    double latency;          /* s */
-    uint32_t mem_kinds;      /* bit (1 << pdde_mem_kind) for each kind isend/irecv can take */
-} pdde_transport_props;
-
-typedef struct {
-    double peer_timeout_s;   /* failure detection bound; 0 = 5 */
-    const char *secret;      /* the job secret a connection must prove (NULL: none is checked) */
-} pdde_transport_params;
-
-typedef struct {
-    uint32_t api_version;
-    uint32_t struct_size;
-    const char *name;
-    pdde_status (*init)(pdde_context *ctx, const pdde_transport_params *p, void **tr);
-    void (*fini)(void *tr);
-    pdde_status (*get_props)(void *tr, pdde_transport_props *out);
-    pdde_status (*listen)(void *tr, void *handle, size_t *handle_len, void **listen_comm);
-    pdde_status (*connect)(void *tr, const void *handle, size_t handle_len, void **send_comm);
-    pdde_status (*accept)(void *listen_comm, void **recv_comm);
-    pdde_status (*isend)(void *send_comm, const void *buf, size_t n, uint64_t tag, pdde_mem_kind kind, void **req);
-    pdde_status (*irecv)(void *recv_comm, void *buf, size_t n, uint64_t tag, pdde_mem_kind kind, void **req);
-    /* *done = 1 when finished (ok or not); the request is released when test returns done or an error */
-    pdde_status (*test)(void *req, int *done, size_t *nbytes);
-    /* releases a pending request; its buffer is not touched once cancel returns */
-    void (*cancel)(void *tr, void *req);
-    /* drives the transport; returns 1 if anything happened */
-    int (*progress)(void *tr);
-    void (*close_send)(void *send_comm);
-    void (*close_recv)(void *recv_comm);
-    void (*close_listen)(void *listen_comm);
-    /* optional: called after a failure, before the close_* calls, which then drop connections at once
-     * (no flush, no progress: a cancelled receive must not be written into a buffer freed since) */
-    void (*abort)(void *tr);
-} pdde_transport_iface;
-
-/* The built-in UCX transport (UCP tag API). Shared memory (posix, sysv, cma) then TCP by default;
- * UCX_* environment variables (UCX_TLS, UCX_NET_DEVICES, ...) override pdde's choices. */
-const pdde_transport_iface *pdde_transport_ucx(void);
-
-/* Communicators (pdde_comm, declared with the context) and collectives. */
-typedef struct pdde_comm_request pdde_comm_request;
-
-typedef enum { PDDE_REDUCE_SUM = 0, PDDE_REDUCE_AVG, PDDE_REDUCE_MAX, PDDE_REDUCE_MIN } pdde_reduce_op;
-
-/* Algorithm choice (allreduce, reduce_scatter, allgather, broadcast, reduce). AUTO picks by message
- * size and topology: recursive doubling / trees for small messages, rings and pipelined chains for
- * large ones, two-level (intra-host, then inter-host) for allreduce when ranks span hosts; on a
- * communicator whose ranks are all on one host, allreduce, reduce_scatter, allgather and broadcast go
- * through a shared-memory segment instead (pdde_comm_last_algo "shm"; PDDE_COMM_SHM=0 turns it off). */
-typedef enum {
-    PDDE_ALGO_AUTO = 0,
-    PDDE_ALGO_RING,       /* ring (allreduce, reduce_scatter, allgather); chain (broadcast, reduce) */
-    PDDE_ALGO_RECURSIVE,  /* recursive doubling (allreduce, allgather); binomial tree (broadcast, reduce) */
-    PDDE_ALGO_TWO_LEVEL,  /* allreduce only: intra-host reduce-scatter, inter-host allreduce, allgather */
-} pdde_comm_algo;
-
-typedef struct {
-    pdde_store *store;           /* NULL: connect to PDDE_STORE_ADDR (rank 0 hosts it under launchers
-                                    other than pdde-run); not owned */
-    int rank, world_size;        /* world_size 0: both from the environment (pdde_comm_env_read) */
-    const char *prefix;          /* key prefix in the store, one per job; NULL = "pdde" */
-    double timeout_s;            /* init and blocking collectives; 0 = 300 */
-    double peer_timeout_s;       /* bound on failure detection; 0 = 5 */
-    pdde_comm_algo algo;         /* 0 = auto; the env PDDE_COMM_ALGO (ring, recursive, two_level) too */
-    pdde_mem_kind mem_kind;      /* where the buffers passed to collectives live; host only for now */
-    const pdde_transport_iface *transport; /* NULL = UCX */
-    int no_progress_thread;      /* 1: non-blocking operations progress only inside test/wait */
-    const char *host_id;         /* NULL: PDDE_HOST_ID or hostname + network namespace */
-} pdde_comm_params;
-#define PDDE_COMM_PARAMS_INIT {NULL, 0, 0, NULL, 0, 0, PDDE_ALGO_AUTO, PDDE_MEM_HOST, NULL, 0, NULL}
-
-/* Collective over all ranks: reads the environment (or params), meets the others through the store,
- * connects every pair, exchanges host ids. */
-pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pdde_comm **out);
-/* Collective over comm: ranks with the same color form a sub-communicator, ordered by (key, rank);
- * color < 0 (PDDE_COMM_NO_COLOR) gives *out = NULL. Sub-communicators share the parent's connections
- * and must be freed before their world. */
-#define PDDE_COMM_NO_COLOR (-1)
-pdde_status pdde_comm_split(pdde_comm *comm, int color, int key, pdde_comm **out);
-/* Local (no communication). Operations still pending on comm end with PDDE_ERR_ABORTED; requests of
- * comm must be freed before it. */
-void pdde_comm_free(pdde_comm *comm);
-int pdde_comm_rank(const pdde_comm *comm);
-int pdde_comm_size(const pdde_comm *comm);
-int pdde_comm_n_hosts(const pdde_comm *comm);
-pdde_context *pdde_comm_context(const pdde_comm *comm);
-void pdde_comm_set_algo(pdde_comm *comm, pdde_comm_algo algo);
-/* The algorithm the last collective on comm used ("ring", "recursive", "two_level", ...). */
-const char *pdde_comm_last_algo(const pdde_comm *comm);
-/* Fails every pending and future operation of comm's world with PDDE_ERR_ABORTED here (and with
- * PDDE_ERR_ABORTED on the other ranks, through the store). Safe from any thread. */
-void pdde_comm_abort(pdde_comm *comm);
-/* PDDE_OK, or the error that poisoned the communicator. */
-pdde_status pdde_comm_status(pdde_comm *comm);
-
-/* Blocking collectives; buffers of count elements of dtype (in place: sendbuf == recvbuf). */
-pdde_status pdde_comm_allreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count,
-                                pdde_dtype t, pdde_reduce_op op);
-/* sendbuf holds size * recvcount elements; rank r gets the reduced block r. */
-pdde_status pdde_comm_reduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
-                                     pdde_dtype t, pdde_reduce_op op);
-/* recvbuf gets size * sendcount elements, block r from rank r. */
-pdde_status pdde_comm_allgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t);
-pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root);
-/* recvbuf is written on root only (may be NULL elsewhere). */
-pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                             pdde_reduce_op op, int root);
-/* Block r of sendbuf (count elements) goes to rank r; block r of recvbuf comes from rank r. */
-pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t);
-/* Counts and displacements in elements, one per rank. */
-pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts,
-                                const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                                const size_t *rdispls, pdde_dtype t);
-pdde_status pdde_comm_barrier(pdde_comm *c);
-/* Point to point; tag in [0, 2^20). */
-pdde_status pdde_comm_send(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag);
-pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag);
-
-/* Non-blocking variants: same arguments, a request out; buffers stay untouched by the caller until the
- * request is done. Operations progress in the background (a progress thread per world) and inside
- * test/wait, so communication overlaps compute. */
-pdde_status pdde_comm_iallreduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count,
-                                 pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req);
-pdde_status pdde_comm_ireduce_scatter(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t recvcount,
-                                      pdde_dtype t, pdde_reduce_op op, pdde_comm_request **req);
-pdde_status pdde_comm_iallgather(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t sendcount,
-                                 pdde_dtype t, pdde_comm_request **req);
-pdde_status pdde_comm_ibroadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root,
-                                 pdde_comm_request **req);
-pdde_status pdde_comm_ireduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                              pdde_reduce_op op, int root, pdde_comm_request **req);
-pdde_status pdde_comm_ialltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
-                                pdde_comm_request **req);
-pdde_status pdde_comm_ialltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts,
-                                 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
-                                 const size_t *rdispls, pdde_dtype t, pdde_comm_request **req);
-pdde_status pdde_comm_ibarrier(pdde_comm *c, pdde_comm_request **req);
-pdde_status pdde_comm_isend(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag,
-                            pdde_comm_request **req);
-pdde_status pdde_comm_irecv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag,
-                            pdde_comm_request **req);
-/* *done = 1 once finished; returns the operation's status then (PDDE_OK while pending). */
-pdde_status pdde_comm_test(pdde_comm_request *req, int *done);
-/* Waits up to timeout_s (< 0: the communicator's timeout_s). PDDE_ERR_TIMEOUT leaves the request
- * pending (wait again or free it); spins briefly, then sleeps, so a waiting rank does not burn a core. */
-pdde_status pdde_comm_wait(pdde_comm_request *req, double timeout_s);
-/* Frees a finished request; a pending one is detached and finishes (or fails) on its own, so its
- * buffers must stay valid until then or until the communicator is freed. */
-void pdde_comm_request_free(pdde_comm_request *req);
 
 /* ---------------------------------------------------------------------------------------------------
- * Unified cluster object (shared/DESIGN.md "Unified cluster object"; planner/cluster.c). Machines ->
+ * Unified cluster object (planner/cluster.c). Machines ->
  * devices -> links, heterogeneous by default: every device names a spec (its model's measured speed),
  * and machines may differ in device kind, count, memory and speed. Units are SI: bytes, seconds, B/s,
  * FLOP/s. The JSON schema is in planner/README.md; pdde-bench measures a machine and writes one.
@@ -1418,7 +1317,7 @@ pdde_status pdde_cluster_to_json(pdde_context *ctx, const pdde_cluster *c, char 
 /* This machine: one machine with ctx's devices (pdde_device_get_props), cores, NUMA nodes and caches
  * from hwloc (when built with it). Specs carry the backends' peak figures only; pdde-bench measures. */
 pdde_status pdde_cluster_detect(pdde_context *ctx, pdde_cluster **out);
-int pdde_cluster_n_devices(const pdde_cluster *c);
+int pdde_cluster_device_count(const pdde_cluster *c);
 /* The device with this id (NULL if none); *machine gets its machine's index (may be NULL). */
 const pdde_cluster_device *pdde_cluster_find_device(const pdde_cluster *c, int id, int *machine);
 /* The link data flows over between devices a and b (explicit, the machine's intra link, or across
@@ -1431,41 +1330,18 @@ pdde_status pdde_cluster_link_between(const pdde_cluster *c, int a, int b, pdde_
  * (intra) and the slowest NIC (inter), since pdde_plan_devices has one of each, or where the cluster
  * has a measured allreduce (algo AUTO, within a machine or across) the link that reproduces it in the
  * search's ring formula at the most ranks measured. Devices in the cluster's order. The arrays are malloc'ed: pdde_plan_devices_free. */
-pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
+pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out);
 void pdde_plan_devices_free(pdde_plan_devices *d);
 /* The same, with each device's figures timed on the nodes of g (build it with its backward and
  * optimizer) as one of `ranks` data-parallel ranks runs them (GEMM rows and other nodes' bytes divided
  * by ranks): FLOP/s = the GEMMs' FLOPs over their predicted times, bandwidth = the other nodes' bytes
  * over theirs (each at least the first point of its class's curve: what small nodes cost). A device
- * lacking a figure a node needs keeps pdde_cluster_plan_devices' (at 4096^3). A single shape's rate
+ * lacking a figure a node needs keeps pdde_plan_devices_init' (at 4096^3). A single shape's rate
  * misjudges a model whose GEMMs are tall, skinny or batched per attention head. */
-pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+pdde_status pdde_plan_devices_init_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                             pdde_plan_devices *out);
 
-/* The planner for a program, in two calls. pdde_plan_auto: the fastest plan that fits for training g
- * (a forward graph built at params->batch, the global batch, whose repeated blocks carry layer ids)
- * on the cluster's devices, timed at g's largest GEMM; PDDE_ERR_NO_PLAN names why nothing fits.
- * pdde_plan_apply: runs a plan on g, built again for one micro-batch (batch / plan->micro rows; the
- * same graph when micro is 1; with shares, dp x batch / (micro x the sum of shares) rows, dp index i
- * running shares[i] x micro of them): annotates it (a [dp, tp, pp] mesh; data parallel; in each layer the
- * GEMMs with a 2-D weight parameter alternately column- and row-parallel with their biases; the
- * stage cuts or interleaved runs; recompute per layer), appends backward (of loss) and AdamW (opt,
- * grad_accum_steps = plan->micro), ZeRO, completes it and, with out, compiles it with params (its
- * world has the plan's dp x tp x pp ranks) under the plan's schedule and comm_dtype. */
-pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdde_plan_params *params, pdde_plan *plan);
-/* How a program runs a plan (pdde_plan_apply does; a program annotating its graph itself, as
- * examples/gpt.h does, calls them). pdde_plan_process: the process (the device in the order the plan
- * was made for) running rank mesh_rank of the plan's [dp, tp, pp] mesh: mesh_rank itself, or with
- * stage_blocks the member of stage s's block (-1: no such rank). pdde_plan_recomputes: 1 when the plan
- * recomputes layer `layer` of the n_layers it cuts into stages (stage_first, or an even cut when it has
- * none): every layer with recompute 1, else the first recompute_layers[s] of stage s. */
-int pdde_plan_process(const pdde_plan *p, int mesh_rank);
-int pdde_plan_recomputes(const pdde_plan *p, int n_layers, int layer);
-/* 1 when the plan places layer `layer` (of n_layers) on each rank's device of backend p->place. */
-int pdde_plan_places(const pdde_plan *p, int n_layers, int layer);
-pdde_status pdde_plan_apply(pdde_graph *g, const pdde_plan *plan, pdde_tensor *loss, const pdde_optimizer_params *opt,
-                            const pdde_session_params *params, pdde_session **out);
 
 /* ---------------------------------------------------------------------------------------------------
  * Cost model (planner/cost.c): simulates one training step of per-rank programs on a cluster: each
@@ -1510,7 +1386,8 @@ typedef struct {
      * in this rank's program; < the op's own index: freed at the end of the step) */
     double out_bytes;
     int last_use;
-    int on_device;           /* compute: 1 + the cluster device id it runs on when not its rank's; 0 = the rank's */
+    int placed;              /* compute: 1 = runs on placed_device (a placement target), not on its rank's device */
+    int placed_device;       /* with placed: the cluster device id */
     double softmax_bytes;    /* a fused attention: bytes of the causal softmax over its scores (and in the
                                 backward its gradient) it runs between its GEMMs, timed on the attention curve */
     int softmax_backward;    /* 1: softmax_bytes are an attention backward's, timed on the fused_attention_backward
@@ -1527,7 +1404,7 @@ pdde_status pdde_cost_program_set_rank(pdde_cost_program *p, int rank, int devic
 int pdde_cost_program_group(pdde_cost_program *p, int n, const int *ranks);
 /* Appends op to rank's program; returns its index or a status < 0. */
 int pdde_cost_program_add(pdde_cost_program *p, int rank, const pdde_cost_op *op);
-int pdde_cost_program_n_ops(const pdde_cost_program *p, int rank);
+int pdde_cost_program_op_count(const pdde_cost_program *p, int rank);
 const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, int index);
 /* One rank running g's step (every node that reaches a loss, an output or an update, in order) on
  * cluster device device_id: each node a compute op with its class, GEMM shape, bytes and liveness. */
@@ -1538,7 +1415,7 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
  * on, reshard collectives on their axis' group with their real size and dtype (comm_dtype), blocking or
  * started early and completed at their COMM_WAIT, sends and receives paired by tag, the vocab-parallel
  * cross-entropy's row reductions, the micro-batch passes in the schedule's order, the update and the
- * step's loss allreduce. A rank's persistent bytes are its whole memory plan (pdde_lower_memory:
+ * step's loss allreduce. A rank's persistent bytes are its whole memory plan (pdde_predict_memory:
  * allocated_bytes + transfer_bytes), so the simulated peak is what its session allocates. */
 typedef struct {
     int world_size;           /* ranks (0 = one process) */
@@ -1663,8 +1540,6 @@ typedef struct {
     pdde_ps_table_params table;
     const char *load_dir;        /* servers (and a single-process client): load their shard from here at
                                     start (NULL: empty tables) */
-    int fault_kill_mid_push;     /* tests only: a worker raises SIGKILL between a push's ids and its
-                                    gradients (n-th push, 1-based; 0 = never) */
     /* Servers: automatic checkpoints of their shard into checkpoint_dir (atomic, as
      * pdde_ps_table_save) after every checkpoint_every steps of the table (a sync round, an async
      * push or a geo delta), before that step is acknowledged, and when the job ends; a server
@@ -1672,7 +1547,7 @@ typedef struct {
     const char *checkpoint_dir;
     int64_t checkpoint_every;
 } pdde_ps_params;
-#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, 0, NULL, 0}
+#define PDDE_PS_PARAMS_INIT {PDDE_PS_SYNC, 0, 0, 0, PDDE_PS_TABLE_PARAMS_INIT, NULL, NULL, 0}
 
 typedef struct {
     pdde_ps_table_stats table;   /* of this server's shard */
@@ -1712,11 +1587,9 @@ pdde_status pdde_ps_client_set(pdde_ps_client *c, size_t n, const uint64_t *ids,
 pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir);
 /* The stats of server `index` (of the local table when comm is NULL). */
 pdde_status pdde_ps_client_server_stats(pdde_ps_client *c, int index, pdde_ps_server_stats *out);
-/* GEO: the sum of every delta value this client has pushed (for checks). */
-double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c);
 
 
-/* The worker side of a sparse table in a graph (pdde.c). Each sample has `fields` bags of `bag`
+/* The worker side of a sparse table in a graph (core/ps_worker.c). Each sample has `fields` bags of `bag`
  * ids (multi-hot; PDDE_SPARSE_NO_ID marks an empty slot). A step's batch is pulled as its unique ids
  * into a local table [U, dim] (U = batch x fields x bag + 1: room for every id and one zero row for
  * empty slots), the ids remapped to local rows, and the ordinary embedding op looks them up and pools
@@ -1736,7 +1609,7 @@ typedef struct pdde_sparse_batch pdde_sparse_batch;
 /* Appends the local table (a PDDE_TENSOR_SPARSE parameter), the ids input and the pooling to g; NULL
  * and a graph error on bad arguments. *out is freed by pdde_sparse_embedding_free (after the graph's
  * sessions are done with it). */
-pdde_tensor *pdde_sparse_embedding_add(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
+pdde_tensor *pdde_sparse_embedding_init(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim,
                                        pdde_pooling pool, pdde_sparse_embedding **out);
 void pdde_sparse_embedding_free(pdde_sparse_embedding *e);
 pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_batch **out);
@@ -1748,7 +1621,7 @@ pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s);
 /* After a forward + backward of s: reads the rows' gradients and zeroes the accumulator. */
 pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s);
 pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c);
-int64_t pdde_sparse_batch_n_unique(const pdde_sparse_batch *b);
+int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b);
 /* Dense parameters held on the servers (instead of data-parallel over the workers): from now on the
  * batch also pulls every non-sparse parameter of s that has a gradient (as rows of the table: ids
  * PDDE_PS_DENSE_IDS | parameter << 32 | row, the last row of each zero-padded; sparse ids must stay
@@ -1764,7 +1637,7 @@ pdde_status pdde_sparse_batch_hold_dense(pdde_sparse_batch *b, pdde_session *s, 
 pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm);
 
 /* ---------------------------------------------------------------------------------------------------
- * Asynchronous pipeline (pdde.c): the heterogeneous pipeline of recommender training as a library
+ * Asynchronous pipeline (core/pipeline.c): the heterogeneous pipeline of recommender training as a library
  * object. A batch passes through n stages in order, each a function the caller gives (e.g. 1: read,
  * parse and pull the batch's rows on CPU threads; 2: the dense forward and backward on an
  * accelerator's session; 3: push the rows' gradients); each stage runs on its own worker threads;

@@ -17,8 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "../pdde.h"
-#include "op_params.h"
+#include "../pdde_extension.h"
 
 /* A function shared between parts: static in the amalgamation, external when a part is checked alone. */
 #ifndef PDDE_PRIVATE

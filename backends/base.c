@@ -1,7 +1,8 @@
-/* backends/base.c — the bottom of pdde, which every layer may call: status strings and errors (each
- * thread's last, and the context's), dtype sizes, names and conversions (f16, bf16), a tensor's element and byte
- * counts, op names and shapes as text, and the CRC-32 that checkpoint and parameter-server files carry.
- * It knows no graph, session, communicator or device. */
+/* backends/base.c — what every layer may call: status strings and errors (each thread's last, and the
+ * context's), dtype sizes, names and conversions (f16, bf16), a tensor's element and byte counts, op
+ * names and shapes as text, and the CRC-32 that checkpoint and parameter-server files carry. It is no
+ * backend: it lives in backends/ because that is the lowest layer, the one every other may call, and
+ * it knows no graph, session, communicator or device. */
 #include "backend_impl.h"
 
 #include <stdarg.h>
@@ -106,7 +107,7 @@ const char *pdde_last_error(const pdde_context *ctx) {
     return thread_error_copy;
 }
 
-int pdde_context_n_threads(const pdde_context *ctx) { return ctx->n_threads; }
+int pdde_context_thread_count(const pdde_context *ctx) { return ctx->n_threads; }
 
 /* ------------------------------------------------------------------------------------------------
  * Dtypes */

@@ -1054,7 +1054,7 @@ static pdde_status cpu_init(pdde_context *ctx, void **family, int *n_devices) {
     cpu_family *f = calloc(1, sizeof *f);
     if (!f) return pdde_error(ctx, PDDE_ERR_OOM, "cpu: out of memory");
     f->ctx = ctx;
-    f->pool = pool_create(pdde_context_n_threads(ctx));
+    f->pool = pool_create(pdde_context_thread_count(ctx));
     if (!f->pool) { free(f); return pdde_error(ctx, PDDE_ERR_OOM, "cpu: cannot create the thread pool"); }
 #ifdef PDDE_HAVE_OPENBLAS
     openblas_set_num_threads(1); /* pdde's pool parallelises GEMMs itself */

@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "op_params.h"
+#include "../pdde_extension.h" /* the backend vtable and the named op parameters */
 
 /* A device address: a buffer (the backend's buffer handle, as in pdde_tensor.data) and a byte offset into
  * it; base 0 is a null pointer. CUDA and Level Zero add the two into one pointer (pgd_addr); OpenCL

@@ -68,7 +68,7 @@ static void world_destroy(comm_world *w) {
     if (w->store) {
         if (!w->own_store && w->store->iface->set_liveness) /* a clean exit is no death: withdraw the notice */
             w->store->iface->set_liveness(w->store->impl, NULL, "", "", 0, 0);
-        if (w->own_store) pdde_store_free(w->store);
+        if (w->own_store) pdde_store_close(w->store);
     }
     if (w->secret_file) comm_launch_secret_done(&w->launch);
     if (w->server) {
@@ -425,7 +425,7 @@ void pdde_comm_free(pdde_comm *c) {
 
 int pdde_comm_rank(const pdde_comm *c) { return c ? c->rank : -1; }
 int pdde_comm_size(const pdde_comm *c) { return c ? c->size : 0; }
-int pdde_comm_n_hosts(const pdde_comm *c) { return c ? c->n_hosts : 0; }
+int pdde_comm_host_count(const pdde_comm *c) { return c ? c->n_hosts : 0; }
 pdde_context *pdde_comm_context(const pdde_comm *c) { return c ? c->w->ctx : NULL; }
 void pdde_comm_set_algo(pdde_comm *c, pdde_comm_algo algo) { if (c) c->algo = algo; }
 const char *pdde_comm_last_algo(const pdde_comm *c) { return c ? c->last_algo : ""; }

@@ -807,6 +807,7 @@ struct pdde_ps_client {
     uint8_t *geo_touched;
     size_t geo_n, geo_cap;
     double geo_delta_sum;
+    int64_t kill_at_push;      /* PDDE_TEST_PS_KILL_AT_PUSH: die by SIGKILL in the middle of that push (fault tests) */
 };
 
 pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out) {
@@ -817,6 +818,8 @@ pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_p
     if (c->p.n_servers <= 0) c->p.n_servers = 1;
     if (c->p.geo_steps <= 0) c->p.geo_steps = 1;
     if (c->p.table.lr == 0) c->p.table.lr = 0.01f;
+    const char *kill_at = getenv("PDDE_TEST_PS_KILL_AT_PUSH");
+    c->kill_at_push = kill_at ? strtoll(kill_at, NULL, 10) : 0;
     pthread_mutex_init(&c->lock, NULL);
     pdde_status st = PDDE_OK;
     int ns = c->p.n_servers;
@@ -882,7 +885,7 @@ static pdde_status ps_request(pdde_ps_client *c, int op, size_t n, const uint64_
         ps_hdr h = {op, (int64_t)c->count[s], c->clock, 0};
         st = pdde_comm_send(c->comm, &h, PS_HDR_WORDS, PDDE_I64, s, PS_TAG_REQ);
         if (!st && h.n) st = pdde_comm_send(c->comm, c->ids[s], (size_t)h.n, PDDE_I64, s, PS_TAG_IDS);
-        if (!st && op == PS_PUSH && c->p.fault_kill_mid_push == c->pushes + 1) raise(SIGKILL); /* tests: die mid-push */
+        if (!st && op == PS_PUSH && c->kill_at_push == c->pushes + 1) raise(SIGKILL);
         if (!st && vals && h.n) st = pdde_comm_send(c->comm, c->vals[s], (size_t)h.n * C, PDDE_F32, s, PS_TAG_VALS);
     }
     for (int s = 0; s < ns && !st; s++) {

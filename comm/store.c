@@ -67,7 +67,7 @@ pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, vo
     return PDDE_OK;
 }
 
-void pdde_store_free(pdde_store *s) {
+void pdde_store_close(pdde_store *s) {
     if (!s) return;
     s->iface->close(s->impl);
     free(s);

@@ -21,7 +21,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
-#include "../pdde.h"
+#include "../pdde_extension.h" /* the store and transport vtables */
 
 static double comm_now(void) {
     struct timespec ts;

@@ -67,7 +67,7 @@ static inline pdde_status dlrm_build(pdde_graph *g, const dlrm_config *c, dlrm_m
     int64_t B = c->batch, D = c->dim;
     m->cfg = *c;
     pdde_graph_set_layer(g, 0);
-    pdde_tensor *emb = pdde_sparse_embedding_add(g, "emb", B, DLRM_SPARSE, 1, c->dim, PDDE_POOL_SUM, &m->emb);
+    pdde_tensor *emb = pdde_sparse_embedding_init(g, "emb", B, DLRM_SPARSE, 1, c->dim, PDDE_POOL_SUM, &m->emb);
     pdde_graph_set_layer(g, 1);
     m->dense = pdde_input(g, "dense", PDDE_F32, 2, (int64_t[]){B, DLRM_DENSE});
     m->labels = pdde_input(g, "labels", PDDE_I32, 1, (int64_t[]){B});

@@ -225,7 +225,7 @@ static float validate(pdde_session *s, gpt_model *m, pdde_data *val, int batches
 
 /* The whole vocab row `row` of the logits at sampling: under vocab-parallel tensor parallelism each
  * rank holds `cols` = V / tp consecutive columns of it (in tp order), gathered from the ranks of this
- * rank's tp group (mesh rank ((d * tp) + t) * pp + s, on process pdde_plan_process(plan, .)); every
+ * rank's tp group (mesh rank ((d * tp) + t) * pp + s, on process pdde_plan_process_of_rank(plan, .)); every
  * rank takes part (those without the logits, other pipeline stages, send zeros). */
 static void gather_vocab_row(pdde_comm *comm, const options *o, const float *row, int cols, float *all, float *whole) {
 #ifdef PDDE_HAVE_UCX
@@ -233,10 +233,10 @@ static void gather_vocab_row(pdde_comm *comm, const options *o, const float *row
     const pdde_plan *plan = o->plan ? &o->parsed_plan : NULL;
     if (pdde_comm_allgather(comm, row, all, (size_t)cols, PDDE_F32) != PDDE_OK) return;
     for (int r = 0; r < ranks; r++)
-        if ((plan ? pdde_plan_process(plan, r) : r) == me) mine = r;
+        if ((plan ? pdde_plan_process_of_rank(plan, r) : r) == me) mine = r;
     int s = mine % o->pp, d = mine / o->pp / o->tp;
     for (int t = 0; t < o->tp; t++) {
-        int r = (d * o->tp + t) * o->pp + s, proc = plan ? pdde_plan_process(plan, r) : r;
+        int r = (d * o->tp + t) * o->pp + s, proc = plan ? pdde_plan_process_of_rank(plan, r) : r;
         memcpy(whole + (size_t)t * cols, all + (size_t)proc * cols, (size_t)cols * sizeof *whole);
     }
 #else
@@ -301,7 +301,7 @@ int main(int argc, char **argv) {
     pdde_data *train, *val;
     TRY(pdde_data_open_part(ctx, o.data, 0.0, 0.9, &train));
     TRY(pdde_data_open_part(ctx, o.data, 0.9, 1.0, &val));
-    if (pdde_data_n_tokens(val) <= o.model.ctx) { fprintf(stderr, "gpt: %s is too short for a context of %d\n", o.data, o.model.ctx); return 1; }
+    if (pdde_data_token_count(val) <= o.model.ctx) { fprintf(stderr, "gpt: %s is too short for a context of %d\n", o.data, o.model.ctx); return 1; }
 
     /* Several ranks: every parallelism comes from distributed attributes — one global graph (of one
      * micro-batch), annotated for the plan, completed, and run SPMD by each rank. */
@@ -352,7 +352,7 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (int l = 0; l < o.model.layers + 2; l++)
-            if (o.blocks_on ? l >= 1 && l <= o.model.layers : pdde_plan_places(placed, o.model.layers + 2, l)) layer_dev[l] = dev;
+            if (o.blocks_on ? l >= 1 && l <= o.model.layers : pdde_plan_layer_on_device(placed, o.model.layers + 2, l)) layer_dev[l] = dev;
         sp.layer_devices = layer_dev, sp.n_layer_devices = o.model.layers + 2;
         where = backend;
     }
@@ -363,12 +363,12 @@ int main(int argc, char **argv) {
     pdde_session_memory(s, &ms);
     printf("gpt: %d layers, %d heads, width %d, context %d, batch %d: %.2fM parameters; blocks on %s%s, %d threads",
            o.model.layers, o.model.heads, o.model.width, o.model.ctx, o.model.batch, (double)gpt_n_params(&o.model) / 1e6,
-           where, o.recompute ? " (recomputed)" : "", pdde_context_n_threads(ctx));
+           where, o.recompute ? " (recomputed)" : "", pdde_context_thread_count(ctx));
     if (ranks > 1) printf("; %d ranks: dp %d x tp %d x pp %d%s%s", ranks, o.dp, o.tp, o.pp, o.zero ? ", ZeRO-" : "", o.zero ? (const char *[]){"", "1", "2", "3"}[o.zero] : "");
     if (o.micro > 1) printf("; %d micro-batches%s", o.micro, o.pp > 1 ? (o.gpipe ? " (GPipe)" : " (1F1B)") : "");
     printf("\n");
     printf("gpt: data %s (%lld training tokens); memory: params %.1f MB, grads %.1f MB, adam %.1f MB, activations %.1f MB (plan) of %.1f MB\n",
-           o.data, (long long)pdde_data_n_tokens(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6,
+           o.data, (long long)pdde_data_token_count(train), ms.param_bytes / 1e6, ms.grad_bytes / 1e6, ms.optimizer_bytes / 1e6,
            ms.arena_bytes / 1e6, ms.activation_bytes / 1e6);
 
     char ckpt[4096] = "";
@@ -454,7 +454,7 @@ int main(int argc, char **argv) {
 #ifdef PDDE_HAVE_UCX
     pdde_comm_free(comm);
 #endif
-    pdde_data_free(train), pdde_data_free(val);
+    pdde_data_close(train), pdde_data_close(val);
     pdde_context_free(ctx);
     return 0;
 }

@@ -50,7 +50,7 @@ static inline pdde_tensor *gpt_linear(pdde_graph *g, const char *prefix, pdde_te
 static inline pdde_tensor *gpt_layernorm(pdde_graph *g, const char *prefix, pdde_tensor *x, int64_t C) {
     char name[64];
     snprintf(name, sizeof name, "%s.g", prefix);
-    pdde_tensor *gamma = pdde_param(g, name, 1, (int64_t[]){C}, -1.0f); /* ones */
+    pdde_tensor *gamma = pdde_param(g, name, 1, (int64_t[]){C}, PDDE_INIT_ONES);
     snprintf(name, sizeof name, "%s.b", prefix);
     pdde_tensor *beta = pdde_param(g, name, 1, (int64_t[]){C}, 0.0f);
     return pdde_layernorm(g, x, gamma, beta, 1e-5f);
@@ -155,8 +155,8 @@ typedef struct {
      * batch / (micro x the sum of shares) rows (pdde_strategy_data_parallel_shares); NULL = equal */
     const int *shares;
     /* the planner's plan this one runs (NULL: none, the fields above by hand): its layers recomputed
-     * (recompute 1, or each stage's first recompute_layers, pdde_plan_recomputes) instead of the
-     * blocks when recompute is set, and its ranks' processes (stage_blocks, pdde_plan_process) */
+     * (recompute 1, or each stage's first recompute_layers, pdde_plan_layer_recomputed) instead of the
+     * blocks when recompute is set, and its ranks' processes (stage_blocks, pdde_plan_process_of_rank) */
     const pdde_plan *plan;
 } gpt_plan;
 
@@ -242,7 +242,7 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
         int *proc = (int *)malloc((size_t)p->dp * p->tp * p->pp * sizeof *proc); /* mesh rank -> process */
         if (!proc) return pdde_error(pdde_graph_context(g), PDDE_ERR_OOM, "gpt: out of memory");
-        for (int r = 0; r < p->dp * p->tp * p->pp; r++) proc[r] = p->plan ? pdde_plan_process(p->plan, r) : r;
+        for (int r = 0; r < p->dp * p->tp * p->pp; r++) proc[r] = p->plan ? pdde_plan_process_of_rank(p->plan, r) : r;
         mesh = pdde_mesh_create(g, n, shape, names, proc);
         free(proc);
         if (!mesh) return pdde_graph_status(g);
@@ -264,13 +264,13 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         }
     }
     for (int l = 0; l < c->layers + 2 && !st && p->recompute; l++) /* the plan's layers, or every block */
-        if (p->plan ? pdde_plan_recomputes(p->plan, c->layers + 2, l) : l >= 1 && l <= c->layers) st = pdde_graph_set_recompute(g, l, 1);
+        if (p->plan ? pdde_plan_layer_recomputed(p->plan, c->layers + 2, l) : l >= 1 && l <= c->layers) st = pdde_graph_set_recompute(g, l, 1);
     pdde_optimizer_params op = *opt;
     op.grad_accum_steps = micro;
     if (!st) st = pdde_backward(g, m->loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
     if (!st && parallel && p->zero) st = pdde_strategy_zero(g, mesh, "dp", p->zero);
-    if (!st && parallel) st = pdde_complete(g);
+    if (!st && parallel) st = pdde_complete_dist_attrs(g);
     return st;
 }
 
@@ -293,7 +293,7 @@ static inline pdde_status gpt_plan_build(pdde_graph *g, const pdde_plan *p, void
 
 /* The planner's devices for training the GPT of c: the devices of a cluster file (pdde-bench writes
  * one), timed on the nodes of the model's training step as one of the ranks runs them
- * (pdde_cluster_plan_devices_graph). With ranks > 0 the
+ * (pdde_plan_devices_init_graph). With ranks > 0 the
  * job has that many ranks: a one-machine cluster (this machine, as pdde-bench measured it with the
  * threads a rank gets, PDDE_NUM_THREADS) gives every rank a copy of its first device (the CPU) and a
  * share of its memory; a cluster of several machines must list one device per rank. */
@@ -307,7 +307,7 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
     if (!st) st = gpt_build(g, c, &m);
     if (!st) st = pdde_backward(g, m.loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
-    if (!st) st = pdde_cluster_plan_devices_graph(ctx, cl, g, ranks, d);
+    if (!st) st = pdde_plan_devices_init_graph(ctx, cl, g, ranks, d);
     pdde_graph_free(g);
     int have = st ? 0 : d->n_devices;
     if (!st && ranks > 0 && (cl->n_machines == 1 || have != ranks)) {

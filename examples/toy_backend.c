@@ -9,13 +9,11 @@
  *   PDDE_BACKEND_PLUGINS=$PWD/libpdde_toy.so build/pdde-info
  *   build/test_backend_ops --plugin $PWD/libpdde_toy.so                 (the conformance suite)
  *
- * It includes pdde.h for the types and backends/op_params.h (header-only) for the op parameters by
- * name; everything it calls in pdde comes through the host table
+ * It includes pdde_extension.h (the backend vtable, and the op parameters by name); everything it calls in pdde comes through the host table
  * its entry point receives, so the same .so loads into programs linking pdde statically or shared.
  * TOY_API_VERSION (default PDDE_BACKEND_API_VERSION) builds a plugin of another version, which pdde
  * must refuse (the tests do). */
-#include "pdde.h"
-#include "backends/op_params.h" /* op parameters by name (header-only) */
+#include "pdde_extension.h"
 
 #include <stdlib.h>
 #include <string.h>

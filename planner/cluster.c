@@ -115,7 +115,7 @@ int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k) {
     return cluster_append((void **)&c->calibs, &c->n_calibs, sizeof *k, k);
 }
 
-int pdde_cluster_n_devices(const pdde_cluster *c) {
+int pdde_cluster_device_count(const pdde_cluster *c) {
     int n = 0;
     for (int i = 0; i < c->n_machines; i++) n += c->machines[i].n_devices;
     return n;

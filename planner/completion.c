@@ -1,5 +1,5 @@
 /* planner/completion.c — annotation and completion. pdde_shard records what the user (or a strategy)
- * decided for a few leaves; pdde_complete walks the graph in creation order (a topological order),
+ * decided for a few leaves; pdde_complete_dist_attrs walks the graph in creation order (a topological order),
  * gives every leaf its attr and runs every op's SPMD rule (spmd_rules.c), keeping what each op
  * requires of its inputs; pdde_graph_dump_dist prints the result as a program. */
 
@@ -109,7 +109,7 @@ static pdde_dist_attr completion_leaf(const pdde_graph *g, const pdde_tensor *t,
     return attr_replicated(home ? home : pg->mesh, t->ndim);
 }
 
-pdde_status pdde_complete(pdde_graph *g) {
+pdde_status pdde_complete_dist_attrs(pdde_graph *g) {
     if (!g) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;
     struct planner_graph *pg = planner_of(g);
@@ -151,14 +151,14 @@ pdde_status pdde_complete(pdde_graph *g) {
     return PDDE_OK;
 }
 
-const pdde_dist_attr *pdde_op_input_dist(const pdde_graph *g, const pdde_tensor *node, int k) {
+const pdde_dist_attr *pdde_op_input_dist_attr(const pdde_graph *g, const pdde_tensor *node, int k) {
     if (!g || !node || !g->planner || node->id < 0 || node->id >= g->planner->n_completed || g->nodes[node->id] != node)
         return NULL;
     if (node->op == PDDE_OP_NONE || k < 0 || k >= node->nsrc) return NULL;
     return &g->planner->required[(size_t)node->id * PDDE_MAX_SRC + k];
 }
 
-int pdde_complete_n_conflicts(const pdde_graph *g) { return g && g->planner ? g->planner->n_conflicts : 0; }
+int pdde_complete_conflict_count(const pdde_graph *g) { return g && g->planner ? g->planner->n_conflicts : 0; }
 
 const char *pdde_complete_conflict(const pdde_graph *g, int i) {
     if (!g || !g->planner || i < 0 || i >= g->planner->n_conflicts) return NULL;
@@ -169,7 +169,7 @@ void pdde_graph_dump_dist(const pdde_graph *g, FILE *f) {
     if (!g || !f) return;
     const struct planner_graph *pg = g->planner;
     if (!pg || !pg->n_completed) {
-        fprintf(f, "# dist attrs: not completed (pdde_complete)\n");
+        fprintf(f, "# dist attrs: not completed (pdde_complete_dist_attrs)\n");
         return;
     }
     char shape[96], have[160], need[160], how[160];

@@ -79,7 +79,7 @@ int pdde_cost_program_add(pdde_cost_program *p, int rank, const pdde_cost_op *op
     return r->n++;
 }
 
-int pdde_cost_program_n_ops(const pdde_cost_program *p, int rank) {
+int pdde_cost_program_op_count(const pdde_cost_program *p, int rank) {
     return rank >= 0 && rank < p->n_ranks ? p->ranks[rank].n : 0;
 }
 
@@ -177,10 +177,10 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
                       device_id, s->name, pdde_op_class_name(op->op_class)), NAN;
 }
 
-pdde_status pdde_cluster_plan_devices(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
+pdde_status pdde_plan_devices_init(pdde_context *ctx, const pdde_cluster *c, int64_t m, int64_t n, int64_t k,
                                       pdde_plan_devices *out) {
     memset(out, 0, sizeof *out);
-    int nd = pdde_cluster_n_devices(c), i = 0;
+    int nd = pdde_cluster_device_count(c), i = 0;
     if (nd < 1) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cluster \"%s\" has no devices", c->name);
     double *flops = malloc((size_t)nd * 4 * sizeof *flops);
     int *host = malloc((size_t)nd * sizeof *host);
@@ -241,10 +241,10 @@ double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int devi
     return cost_compute(ctx, c, device_id, op, &unc);
 }
 
-pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
+pdde_status pdde_plan_devices_init_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                             pdde_plan_devices *out) {
     pdde_cost_program *p = NULL;
-    pdde_status st = pdde_cluster_plan_devices(ctx, c, 0, 0, 0, out);
+    pdde_status st = pdde_plan_devices_init(ctx, c, 0, 0, 0, out);
     if (!st && (st = pdde_cost_program_from_graph(g, 0, &p))) pdde_error(ctx, st, "cluster: cannot read the graph's nodes");
     double share = ranks > 1 ? 1.0 / ranks : 1.0;
     /* a device's figures depend on its spec only: timed once per spec (4096 devices share a few) */
@@ -261,7 +261,7 @@ pdde_status pdde_cluster_plan_devices_graph(pdde_context *ctx, const pdde_cluste
             if (spec >= 0 && spec < c->n_specs) timed_as[spec] = i;
             double flops = 0, t_gemm = 0, bytes = 0, t_other = 0;
             int unc = 0;
-            for (int k = 0; k < pdde_cost_program_n_ops(p, 0); k++) {
+            for (int k = 0; k < pdde_cost_program_op_count(p, 0); k++) {
                 pdde_cost_op op = *pdde_cost_program_op(p, 0, k);
                 if (op.op_class == PDDE_OPCLASS_GEMM) op.m = op.m * share >= 1 ? (int64_t)(op.m * share) : 1;
                 else op.bytes *= share;
@@ -686,7 +686,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                     start = sh[r].start, end = sh[r].from, lane = 0, sh[r].machine = -1;
                     res->compute_time[r] += end - start;
                 } else if (op->kind == PDDE_COST_COMPUTE) {
-                    int device = op->on_device > 0 ? op->on_device - 1 : rk->device, machine = cost_shares_cores(c, device);
+                    int device = op->placed ? op->placed_device : rk->device, machine = cost_shares_cores(c, device);
                     double d = cost_compute(ctx, c, device, op, &res->uncalibrated);
                     if (!isfinite(d)) { st = PDDE_ERR_NO_PLAN; goto done; }
                     if (machine >= 0 && d > 0) { /* cost_shared_advance runs it */

@@ -284,7 +284,7 @@ static int dim_on_axis(const pdde_dist_attr *a, int ndim, int axis) {
 /* What op requires of input k of program node t (NULL: no requirement, as for inserted nodes). */
 static const pdde_dist_attr *required(const lowering *L, const pdde_tensor *t, int k) {
     int u = L->P->info[t->id].user;
-    return u >= 0 ? pdde_op_input_dist(L->g, L->g->nodes[u], k) : NULL;
+    return u >= 0 ? pdde_op_input_dist_attr(L->g, L->g->nodes[u], k) : NULL;
 }
 
 /* A reshard step over graph mesh axis `axis`: a node reading x with x's local shape changed along
@@ -644,7 +644,7 @@ static pdde_status lower_partition(lowering *L) {
     const pdde_graph *g = L->g;
     pdde_program *P = L->P;
     if (!g->planner || g->planner->n_completed < g->n)
-        return pdde_error(L->ctx, PDDE_ERR_STATE, "lower: SPMD execution needs pdde_complete on the whole graph first");
+        return pdde_error(L->ctx, PDDE_ERR_STATE, "lower: SPMD execution needs pdde_complete_dist_attrs on the whole graph first");
     P->mesh = g->planner->mesh;
     if (L->p->world_size != P->mesh->n_ranks)
         return pdde_error(L->ctx, PDDE_ERR_DIST_ATTR, "lower: the mesh has %d ranks, the world %d", P->mesh->n_ranks, L->p->world_size);
@@ -1157,7 +1157,7 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
 }
 
 /* No CPU fallback: the session's params ask so, or the environment does (PDDE_CPU_FALLBACK=0). The
- * session and the predictions (pdde_lower_dump, pdde_lower_memory) read it here, so they agree. */
+ * session and the predictions (pdde_lower_dump, pdde_predict_memory) read it here, so they agree. */
 PDDE_PRIVATE bool program_no_cpu_fallback(const pdde_session_params *p) {
     const char *env = getenv("PDDE_CPU_FALLBACK");
     return p->no_cpu_fallback || (env && !strcmp(env, "0"));

@@ -6,7 +6,7 @@
  *
  * It is a pure function of the program, so the executor allocates exactly what it says (pdde.c,
  * session_plan_memory) and the cost model predicts a rank's memory from the same plan without a
- * session (pdde_lower_memory): prediction and allocation cannot drift apart. Included by pdde.c after
+ * session (pdde_predict_memory): prediction and allocation cannot drift apart. Included by pdde.c after
  * lower.c. */
 #include "planner_impl.h"
 
@@ -179,7 +179,7 @@ done:
     return PDDE_OK;
 }
 
-pdde_status pdde_lower_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out) {
+pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out) {
     if (!g || !out) return PDDE_ERR_INVALID_ARG;
     memset(out, 0, sizeof *out);
     pdde_program *P;

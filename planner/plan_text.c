@@ -1,6 +1,6 @@
 /* planner/plan_text.c — a plan's text form ("dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0,..."):
  * pdde_plan_str writes it, pdde_plan_parse reads it; and which layers a plan places on a second device
- * (pdde_plan_places). Below the search and the simulation, which both read plans. */
+ * (pdde_plan_layer_on_device). Below the search and the simulation, which both read plans. */
 
 #include "planner_impl.h"
 
@@ -128,7 +128,7 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     return PDDE_OK;
 }
 
-int pdde_plan_places(const pdde_plan *p, int n_layers, int layer) {
+int pdde_plan_layer_on_device(const pdde_plan *p, int n_layers, int layer) {
     int first, last;
     if (!p) return 0;
     plan_place_range(p, n_layers, &first, &last);

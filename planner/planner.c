@@ -14,7 +14,7 @@
  *                 collectives, recompute per layer, stage cuts per device
  *   lower.c       lowering: a rank's local program of a completed graph (pure: no communicator,
  *                 device or tensor memory, the graph unchanged)
- *   memplan.c     the memory plan of a local program (the session allocates by it, pdde_lower_memory
+ *   memplan.c     the memory plan of a local program (the session allocates by it, pdde_predict_memory
  *                 predicts from it)
  *   simulate.c    the cost model on a plan's lowered programs */
 

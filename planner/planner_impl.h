@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../pdde.h"
+#include "../pdde_extension.h"
 #include "../backends/backend_impl.h"
 
 /* comm/ needs UCX; a vendored copy without the comm/ folder simply has no communication */
@@ -128,7 +128,7 @@ struct planner_graph {
     int share_axis, *shares, share_total;
     uint8_t *annotated;            /* by tensor id: 1 when pdde_shard set its attr */
     int n_annotated;
-    /* results of the last pdde_complete */
+    /* results of the last pdde_complete_dist_attrs */
     int n_completed;               /* nodes it covered (0 = not completed) */
     pdde_dist_attr *required;      /* [n_completed * PDDE_MAX_SRC]: what each op requires of input k */
     planner_conflict *conflicts;

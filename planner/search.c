@@ -939,10 +939,10 @@ pdde_status pdde_plan_auto(pdde_graph *g, const pdde_cluster *cluster, const pdd
         double flops = 2.0 * (double)pdde_tensor_numel(t) * (double)kk;
         if (flops > most) most = flops, n = cols, k = kk, m = pdde_tensor_numel(t) / (cols > 0 ? cols : 1);
     }
-    int nd = pdde_cluster_n_devices(cluster);
+    int nd = pdde_cluster_device_count(cluster);
     if (nd > 0 && m / nd > 0) m /= nd;
     pdde_plan_devices d;
-    pdde_status st = pdde_cluster_plan_devices(ctx, cluster, m, n, k, &d);
+    pdde_status st = pdde_plan_devices_init(ctx, cluster, m, n, k, &d);
     if (st) return st;
     pdde_plan plans[8];
     int nf = 0, nr = 0;

@@ -62,7 +62,7 @@ static int sim_compute_op(sim_rank *s, const pdde_tensor *t, int micro) {
     cost_node_gemm(t, &op);
     const pdde_cost_plan *pl = s->plan;
     if (pl->local_devices && t->device >= 0 && t->device < pl->n_local_devices && pl->local_devices[t->device] >= 0)
-        op.on_device = 1 + pl->local_devices[t->device];
+        op.placed = 1, op.placed_device = pl->local_devices[t->device];
     sim_name(&op, t, micro);
     return pdde_cost_program_add(s->cp, s->rank, &op);
 }
@@ -178,7 +178,7 @@ pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph 
     *out = NULL;
     pdde_cost_plan none = {0, NULL, NULL, 0};
     const pdde_cost_plan *pl = plan ? plan : &none;
-    int world = pl->world_size > 0 ? pl->world_size : 0, R = world ? world : 1, nd = pdde_cluster_n_devices(c);
+    int world = pl->world_size > 0 ? pl->world_size : 0, R = world ? world : 1, nd = pdde_cluster_device_count(c);
     if (nd < 1) return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "cost: cluster \"%s\" has no devices", c->name);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     if (params) sp = *params;
@@ -261,7 +261,7 @@ static pdde_status sim_placement(const pdde_graph *g, const pdde_cluster *c, con
         free(d), free(map);
         return pdde_error(g->ctx, PDDE_ERR_OOM, "plan: out of memory");
     }
-    for (int l = 0; l < L; l++) d[l] = pdde_plan_places(plan, L, l) ? here : -1;
+    for (int l = 0; l < L; l++) d[l] = pdde_plan_layer_on_device(plan, L, l) ? here : -1;
     for (int i = 0; i < here; i++) map[i] = -1;
     map[here] = there;
     *layer_devices = d, *n_layers = L, *local = map, *n_local = here + 1;
@@ -272,7 +272,7 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
                                        pdde_plan *plan) {
     pdde_context *ctx = g->ctx;
     const pdde_cluster *c = pp->cluster;
-    int n = plan->dp * plan->tp * plan->pp, nd = pdde_cluster_n_devices(c);
+    int n = plan->dp * plan->tp * plan->pp, nd = pdde_cluster_device_count(c);
     int *rank_devices = malloc((size_t)n * sizeof *rank_devices);
     pdde_graph *pg = NULL;
     pdde_cost_program *cp = NULL;

@@ -1,6 +1,6 @@
 /* planner/strategy.c — strategies as annotations: data parallel, ZeRO 1-3, Megatron tensor
  * parallel linears and the vocab-parallel embedding only call pdde_shard, each starting from what a tensor already has on the same
- * mesh, so they compose (data parallel, then ZeRO or tensor parallel) and pdde_complete does the rest.
+ * mesh, so they compose (data parallel, then ZeRO or tensor parallel) and pdde_complete_dist_attrs does the rest.
  * No strategy gets a code path of its own in completion or execution. */
 
 #include "planner_impl.h"

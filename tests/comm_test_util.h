@@ -71,7 +71,7 @@ static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, v
             }
             if (tp->no_comm || comm) fn(ctx, comm, arg);
             pdde_comm_free(comm);
-            pdde_store_free(store);
+            pdde_store_close(store);
             pdde_context_free(ctx);
             char buf[PIPE_BUF];
             int counts[2] = {test_passed, test_failed};

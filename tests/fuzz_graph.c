@@ -123,7 +123,7 @@ static void one_op(fuzz_state *f, reader *r) {
 
 /* Random bytes into every input of a session (ids within a small range, sometimes out of it). */
 static void fill_inputs(pdde_session *s, pdde_graph *g, reader *r) {
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (!(t->flags & PDDE_TENSOR_INPUT)) continue;
         size_t n = pdde_tensor_nbytes(t);
@@ -176,7 +176,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (mesh) {
             pdde_strategy_data_parallel(f.g, mesh, "dp");
             if (flags & 16) pdde_strategy_zero(f.g, mesh, "dp", (int)next_u8(&r) % 5 - 1);
-            if (pdde_complete(f.g) == PDDE_OK && (flags & 32)) {
+            if (pdde_complete_dist_attrs(f.g) == PDDE_OK && (flags & 32)) {
                 FILE *null = fopen("/dev/null", "w");
                 if (null) pdde_graph_dump_dist(f.g, null), fclose(null);
             }
@@ -184,7 +184,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     } else if (pdde_graph_status(f.g) == PDDE_OK) {
         /* small graphs run: every node's bytes summed stay under 4 MB */
         double bytes = 0;
-        for (int i = 0; i < pdde_graph_n_tensors(f.g); i++) bytes += (double)pdde_tensor_nbytes(pdde_graph_tensor(f.g, i));
+        for (int i = 0; i < pdde_graph_tensor_count(f.g); i++) bytes += (double)pdde_tensor_nbytes(pdde_graph_tensor(f.g, i));
         pdde_session *s = NULL;
         if (bytes < 4e6 && pdde_session_init(f.g, NULL, &s) == PDDE_OK) {
             fill_inputs(s, f.g, &r);

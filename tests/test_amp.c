@@ -135,8 +135,8 @@ static void test_graph_and_memory(pdde_context *ctx) {
     pdde_session *s32 = gpt_session(ctx, PDDE_F32, &g32), *s16 = gpt_session(ctx, PDDE_BF16, &g16);
     if (!s32 || !s16) return;
     int matmuls = 0, lowp = 0, attentions = 0, attentions_lowp = 0, param_casts = 0, f32_others = 0, others = 0;
-    int *casts_of = calloc((size_t)pdde_graph_n_tensors(g16), sizeof *casts_of);
-    for (int i = 0; i < pdde_graph_n_tensors(g16); i++) {
+    int *casts_of = calloc((size_t)pdde_graph_tensor_count(g16), sizeof *casts_of);
+    for (int i = 0; i < pdde_graph_tensor_count(g16); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g16, i);
         if (t->op == PDDE_OP_MATMUL) matmuls++, lowp += t->src[0]->dtype == PDDE_BF16 && t->src[1]->dtype == PDDE_BF16 && t->dtype == PDDE_F32;
         else if (t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) /* a bf16 op of autocast's too */
@@ -150,7 +150,7 @@ static void test_graph_and_memory(pdde_context *ctx) {
         }
     }
     int twice = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g16); i++) twice += casts_of[i] > 1;
+    for (int i = 0; i < pdde_graph_tensor_count(g16); i++) twice += casts_of[i] > 1;
     free(casts_of);
     int weights = 1 + 4 * MEM_CFG.layers; /* wte (the tied head) and attn, proj, fc, fcproj of each block */
     printf("bf16 graph: %d of %d matmuls bf16 x bf16 -> f32, %d of %d attention nodes bf16 q, k, v -> f32, %d weight conversions (%d weights), "
@@ -171,7 +171,7 @@ static void test_graph_and_memory(pdde_context *ctx) {
     CHECK(m16.param_bytes == m32.param_bytes && m16.optimizer_bytes == m32.optimizer_bytes, "masters or optimizer state changed size");
     /* the memory plan predicted without a session is what the bf16 session allocated */
     pdde_memory_stats lowered;
-    CHECK(pdde_lower_memory(g16, NULL, 0, 0, &lowered) == PDDE_OK && lowered.allocated_bytes == m16.allocated_bytes && lowered.arena_bytes == m16.arena_bytes &&
+    CHECK(pdde_predict_memory(g16, NULL, 0, 0, &lowered) == PDDE_OK && lowered.allocated_bytes == m16.allocated_bytes && lowered.arena_bytes == m16.arena_bytes &&
               lowered.activation_bytes == m16.activation_bytes && lowered.n_nodes == m16.n_nodes,
           "bf16: predicted memory %zu bytes (arena %zu), the session's %zu (arena %zu)", lowered.allocated_bytes, lowered.arena_bytes,
           m16.allocated_bytes, m16.arena_bytes);
@@ -205,7 +205,7 @@ static void test_graph_and_memory(pdde_context *ctx) {
     pdde_graph_set_compute_dtype(g, PDDE_F32);
     pdde_backward(g, pdde_mean(g, pdde_matmul(g, h, w2, 0, 0), -1, 0));
     int n_bf16 = 0, n_f32 = 0, w1_casts = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_MATMUL) n_bf16 += t->src[0]->dtype == PDDE_BF16, n_f32 += t->src[0]->dtype == PDDE_F32;
         w1_casts += t->op == PDDE_OP_CAST && t->src[0] == w1;
@@ -407,7 +407,7 @@ static void test_f16_loss_scaling(pdde_context *ctx) {
 /* Every parameter and optimizer state (SGD's momentum) of the classifier, into one buffer. */
 static size_t mlp_snapshot(mlp *m, float *out, size_t cap) {
     size_t n = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(m->g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(m->g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(m->g, i);
         size_t k = (size_t)pdde_tensor_numel(t);
         bool state = (t->flags & PDDE_TENSOR_STATE) && !(t->flags & (PDDE_TENSOR_GRAD | PDDE_TENSOR_CONST)); /* (not the scale) */
@@ -475,7 +475,7 @@ typedef struct {
 /* FNV-1a of this rank's blocks of every parameter */
 static uint64_t params_hash(pdde_session *s, pdde_graph *g) {
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g, i), *local = NULL;
         if (!(t->flags & PDDE_TENSOR_PARAM) || !(local = pdde_session_tensor(s, t))) continue;
         size_t n = pdde_tensor_nbytes(local);
@@ -607,7 +607,7 @@ static int bare_stage_rank(int bare) {
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 0.1f, op.grad_accum_steps = 2;
     if (!st) st = pdde_optimizer_sgd(g, &op);
-    if (!st) st = pdde_complete(g);
+    if (!st) st = pdde_complete_dist_attrs(g);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = world;
     if (!st) st = pdde_session_init(g, &sp, &s);

@@ -408,7 +408,7 @@ static double to_double(const pdde_tensor *t, const void *buf, int64_t i) {
 static int nodes_on(const pdde_session *s, int device, const char *op) {
     int n = 0, named = 0;
     for (int o = 0; o < PDDE_OP_COUNT && op; o++) named |= !strcmp(pdde_op_name((pdde_op)o), op);
-    for (int i = 0; i < pdde_session_n_nodes(s); i++) {
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         if (t->device != device || t->op == PDDE_OP_NONE || t->op == PDDE_OP_COPY) continue;
         n += named ? !strcmp(pdde_op_name(t->op), op) : 1;
@@ -432,7 +432,7 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
         return PDDE_ERR_UNSUPPORTED; /* the op under test would run on the CPU: nothing to compare */
     }
     size_t max = 1;
-    int n = pdde_graph_n_tensors(g);
+    int n = pdde_graph_tensor_count(g);
     for (int i = 0; i < n; i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_NONE && pdde_tensor_nbytes(t) > max) max = pdde_tensor_nbytes(t);
@@ -504,7 +504,7 @@ static void case_label(const op_case *c, char *buf, size_t n) {
 }
 
 static bool graph_has_op(pdde_graph *g, const char *name) {
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++)
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++)
         if (!strcmp(pdde_op_name(pdde_graph_tensor(g, i)->op), name)) return true;
     return false;
 }
@@ -512,7 +512,7 @@ static bool graph_has_op(pdde_graph *g, const char *name) {
 /* bytes read and written by the nodes of a forward graph (for GB/s) and matmul flops */
 static void graph_traffic(pdde_graph *g, double *bytes, double *flops) {
     *bytes = 0, *flops = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE) continue;
         *bytes += (double)pdde_tensor_nbytes(t);
@@ -556,7 +556,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
             steps = 3;
         }
         checks[n_checks++] = loss;
-        for (int i = 0; i < pdde_graph_n_tensors(g) && n_checks < 16; i++) {
+        for (int i = 0; i < pdde_graph_tensor_count(g) && n_checks < 16; i++) {
             pdde_tensor *t = pdde_graph_tensor(g, i);
             if ((t->flags & PDDE_TENSOR_PARAM) && t->grad) checks[n_checks++] = mode == 2 ? t : t->grad;
         }
@@ -659,7 +659,7 @@ static pdde_status run_fused_and_reference(const options *o, pdde_graph *gf, pdd
 /* Whether every fused attention node of g (forward and backward) reads q, k, v of dtype dt */
 static bool attention_reads(pdde_graph *g, pdde_dtype dt) {
     int n = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op != PDDE_OP_ATTENTION && t->op != PDDE_OP_ATTENTION_BACK) continue;
         for (int k = 0; k < 3; k++)
@@ -882,7 +882,7 @@ enum { NF_MAX_PARAMS = 3 };
 /* Every parameter and optimizer state of g, read from s into one buffer (at most cap floats). */
 static size_t nf_snapshot(pdde_session *s, pdde_graph *g, float *out, size_t cap) {
     size_t n = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g, i);
         size_t k = (size_t)pdde_tensor_numel(t);
         bool state = (t->flags & PDDE_TENSOR_STATE) && !(t->flags & PDDE_TENSOR_GRAD);
@@ -1106,7 +1106,7 @@ static void test_vocab_offset(pdde_context *ctx, int device) {
     pdde_tensor *y = pdde_embedding(g, table, idt), *loss = pdde_sum(g, y, -1, 0);
     pdde_mark_output(y);
     pdde_backward(g, loss);
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_EMBEDDING || t->op == PDDE_OP_EMBEDDING_BACK) pdde_op_set_i32(t, PDDE_P_VOCAB_FIRST, FIRST), pdde_op_set_i32(t, PDDE_P_VOCAB_SIZE, VOCAB);
     }

@@ -88,7 +88,7 @@ static void expect_error(const char *base, const char *from, const char *to, int
 static void test_round_trip(void) {
     pdde_cluster *c = make_cluster();
     CHECK(pdde_cluster_validate(ctx, c) == PDDE_OK, "%s", pdde_last_error(ctx));
-    CHECK(pdde_cluster_n_devices(c) == 6, "%d devices", pdde_cluster_n_devices(c));
+    CHECK(pdde_cluster_device_count(c) == 6, "%d devices", pdde_cluster_device_count(c));
     char *text = NULL, *again = NULL;
     CHECK(pdde_cluster_to_json(ctx, c, &text) == PDDE_OK, "%s", pdde_last_error(ctx));
     pdde_cluster *d = NULL;
@@ -246,7 +246,7 @@ static void test_detect(void) {
 static void test_plan_devices(void) {
     pdde_cluster *c = make_cluster();
     pdde_plan_devices d;
-    CHECK(pdde_cluster_plan_devices(ctx, c, 1024, 512, 256, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(pdde_plan_devices_init(ctx, c, 1024, 512, 256, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
     CHECK(d.n_devices == 6, "%d devices", d.n_devices);
     if (d.n_devices == 6) {
         CHECK(d.flops[0] == 1.41e13 && d.flops[5] == 1e12 / 3, "GEMM table at the shape, else the peak: %g %g", d.flops[0], d.flops[5]);
@@ -272,7 +272,7 @@ static void test_plan_devices_graph(void) {
     pdde_tensor *y = pdde_matmul(g, x, w, 0, 0);
     pdde_mark_output(pdde_add(g, y, y));
     pdde_plan_devices d;
-    CHECK(pdde_cluster_plan_devices_graph(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 6, "%s", pdde_last_error(ctx));
+    CHECK(pdde_plan_devices_init_graph(ctx, c, g, 2, &d) == PDDE_OK && d.n_devices == 6, "%s", pdde_last_error(ctx));
     if (d.n_devices == 6) {
         double bytes = 3.0 * 2048 * 512 * 4 / 2, t = 5e-6 + (bytes - 4096) / ((1 << 30) - 4096) * (8.1e-4 - 5e-6);
         CHECK(d.flops[0] == 1.41e13, "the GEMM at a rank's rows: %g", d.flops[0]);
@@ -294,7 +294,7 @@ static void test_search_on_file(void) {
         return;
     }
     pdde_plan_devices d;
-    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK && d.n_devices == 28, "%s", pdde_last_error(ctx));
+    CHECK(pdde_plan_devices_init(ctx, c, 0, 0, 0, &d) == PDDE_OK && d.n_devices == 28, "%s", pdde_last_error(ctx));
     pdde_graph *g;
     gpt_model m;
     gpt_config cfg = {.vocab = 512, .ctx = 64, .layers = 4, .heads = 8, .width = 256, .batch = 32};
@@ -333,7 +333,7 @@ static void test_example_files(void) {
         pdde_cluster *c = NULL;
         CHECK(text && pdde_cluster_load(ctx, path, &c) == PDDE_OK, "%s", pdde_last_error(ctx));
         CHECK(c && pdde_cluster_to_json(ctx, c, &again) == PDDE_OK && !strcmp(text, again), "%s: not in canonical form", path);
-        CHECK(c && pdde_cluster_n_devices(c) >= 16, "%s: devices", path);
+        CHECK(c && pdde_cluster_device_count(c) >= 16, "%s: devices", path);
         pdde_cluster_free(c);
         free(text), free(again);
     }

@@ -51,7 +51,7 @@ static void test_store(pdde_context *ctx) {
     if (pid == 0) {
         pdde_store *c;
         if (pdde_store_connect(NULL, g_addr, 5, &c) || pdde_store_set_liveness(c, "dead", "gone", 4, 0)) _exit(1);
-        _exit(0); /* no pdde_store_free: like a crash */
+        _exit(0); /* no pdde_store_close: like a crash */
     }
     int status;
     waitpid(pid, &status, 0);
@@ -60,9 +60,9 @@ static void test_store(pdde_context *ctx) {
     pdde_store *c;
     CHECK(pdde_store_connect(ctx, g_addr, 5, &c) == PDDE_OK, "connect");
     CHECK(pdde_store_set_liveness(c, "clean", "gone", 4, 0) == PDDE_OK, "liveness");
-    pdde_store_free(c);
+    pdde_store_close(c);
     CHECK(pdde_store_wait(s, "clean", 0.3) == PDDE_ERR_TIMEOUT, "no death notice after a clean close");
-    pdde_store_free(s);
+    pdde_store_close(s);
     /* nobody listening: a bounded connect */
     pdde_store_server *tmp;
     pdde_store_server_init(ctx, "127.0.0.1:0", &tmp);

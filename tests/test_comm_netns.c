@@ -32,7 +32,7 @@ static int child_main(void) {
     CHECK(st == PDDE_OK, "init: %s", pdde_last_error(ctx));
     if (!st) {
         int n = pdde_comm_size(comm), me = pdde_comm_rank(comm);
-        CHECK(pdde_comm_n_hosts(comm) == 2, "hosts: %d", pdde_comm_n_hosts(comm));
+        CHECK(pdde_comm_host_count(comm) == 2, "hosts: %d", pdde_comm_host_count(comm));
         static const size_t sizes[] = {1, 7, 1001, 65537, 1 << 19};
         static const pdde_comm_algo algos[] = {PDDE_ALGO_AUTO, PDDE_ALGO_TWO_LEVEL, PDDE_ALGO_RING, PDDE_ALGO_RECURSIVE};
         float *f = malloc((1 << 19) * sizeof *f);
@@ -74,7 +74,7 @@ static int child_main(void) {
         CHECK(pdde_comm_allgather(comm, mine, all, 3, PDDE_I32) == PDDE_OK && all[3 * 3 + 2] == 300 && all[4] == 10,
               "allgather across hosts");
         pdde_comm *host = NULL;
-        CHECK(pdde_comm_split(comm, me / 2, me, &host) == PDDE_OK && pdde_comm_n_hosts(host) == 1, "split per host");
+        CHECK(pdde_comm_split(comm, me / 2, me, &host) == PDDE_OK && pdde_comm_host_count(host) == 1, "split per host");
         pdde_comm_free(host);
         free(f); free(x);
         pdde_comm_free(comm);

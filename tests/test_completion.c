@@ -51,7 +51,7 @@ static const pdde_mesh *mesh_2x2(pdde_graph *g) { return pdde_mesh_create(g, 2, 
 
 /* The node that consumes t as input k with op (the first one), or NULL. */
 static pdde_tensor *consumer(pdde_graph *g, const pdde_tensor *t, pdde_op op, int k) {
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *n = pdde_graph_tensor(g, i);
         if (n->op == op && k < n->nsrc && n->src[k] == t) return n;
     }
@@ -138,7 +138,7 @@ static void test_bad_annotations(void) {
 
     g = new_graph();
     pdde_input(g, "x", PDDE_F32, 1, SHAPE(4));
-    CHECK(pdde_complete(g) == PDDE_ERR_DIST_ATTR && has(pdde_last_error(ctx), "no mesh"), "completion needs a mesh");
+    CHECK(pdde_complete_dist_attrs(g) == PDDE_ERR_DIST_ATTR && has(pdde_last_error(ctx), "no mesh"), "completion needs a mesh");
     pdde_graph_free(g);
 }
 
@@ -177,21 +177,21 @@ static void test_matmul_chain(void) {
     CHECK(!pdde_shard(g, x, m, MAP(DP, -1)) && !pdde_shard(g, w1, m, MAP(-1, TP)) && !pdde_shard(g, w2, m, MAP(TP, -1)) &&
               !pdde_shard(g, w3, m, MAP(-1, DP)),
           "annotate");
-    CHECK(pdde_complete(g) == PDDE_OK, "complete: %s", pdde_last_error(ctx));
+    CHECK(pdde_complete_dist_attrs(g) == PDDE_OK, "complete: %s", pdde_last_error(ctx));
     CHECK_ATTR(&w4->dist, MAP(-1, -1), 0, 0);
     CHECK_ATTR(&y1->dist, MAP(DP, TP), 0, 0);
     CHECK_ATTR(&y2->dist, MAP(DP, -1), BIT(TP), 0);
     /* y3 = y2 @ w3^T: w3's K (its dim 1) is split over dp, which y2's rows use: the weight follows
      * the activation (w3 gathered), y2's partial passes through (matmul is linear) */
     CHECK_ATTR(&y3->dist, MAP(DP, -1), BIT(TP), 0);
-    CHECK_ATTR(pdde_op_input_dist(g, y3, 1), MAP(-1, -1), 0, 0);
-    CHECK_ATTR(pdde_op_input_dist(g, y3, 0), MAP(DP, -1), BIT(TP), 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, y3, 1), MAP(-1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, y3, 0), MAP(DP, -1), BIT(TP), 0);
     /* y4 = w4 @ y3^T: src0 is the weight, so y3 (the activation) keeps its rows' split: N = dp */
     CHECK_ATTR(&y4->dist, MAP(-1, DP), BIT(TP), 0);
-    CHECK(pdde_complete_n_conflicts(g) == 1 && has(pdde_complete_conflict(g, 0), "w3") &&
+    CHECK(pdde_complete_conflict_count(g) == 1 && has(pdde_complete_conflict(g, 0), "w3") &&
               has(pdde_complete_conflict(g, 0), "input 1 follows input 0"),
-          "one conflict (w3): %d %s", pdde_complete_n_conflicts(g), pdde_complete_conflict(g, 0) ? pdde_complete_conflict(g, 0) : "");
-    CHECK(!pdde_op_input_dist(g, x, 0) && !pdde_op_input_dist(g, y1, 2) && !pdde_op_input_dist(g, y1, -1), "no requirement");
+          "one conflict (w3): %d %s", pdde_complete_conflict_count(g), pdde_complete_conflict(g, 0) ? pdde_complete_conflict(g, 0) : "");
+    CHECK(!pdde_op_input_dist_attr(g, x, 0) && !pdde_op_input_dist_attr(g, y1, 2) && !pdde_op_input_dist_attr(g, y1, -1), "no requirement");
 
     /* K split over different axes in the two operands: the weight follows the activation */
     pdde_graph_free(g);
@@ -202,10 +202,10 @@ static void test_matmul_chain(void) {
     y1 = pdde_matmul(g, x, w1, 0, 0);
     pdde_shard(g, x, m, MAP(-1, TP));
     pdde_shard(g, w1, m, MAP(DP, -1));
-    CHECK(pdde_complete(g) == PDDE_OK, "complete");
+    CHECK(pdde_complete_dist_attrs(g) == PDDE_OK, "complete");
     CHECK_ATTR(&y1->dist, MAP(-1, -1), BIT(TP), 0);
-    CHECK_ATTR(pdde_op_input_dist(g, y1, 1), MAP(TP, -1), 0, 0);
-    CHECK(pdde_complete_n_conflicts(g) == 1 && has(pdde_complete_conflict(g, 0), "split over dp but input 0 (x) dim 1 over tp"),
+    CHECK_ATTR(pdde_op_input_dist_attr(g, y1, 1), MAP(TP, -1), 0, 0);
+    CHECK(pdde_complete_conflict_count(g) == 1 && has(pdde_complete_conflict(g, 0), "split over dp but input 0 (x) dim 1 over tp"),
           "conflict: %s", pdde_complete_conflict(g, 0) ? pdde_complete_conflict(g, 0) : "none");
     pdde_graph_free(g);
 }
@@ -234,7 +234,7 @@ static void test_mlp(void) {
     CHECK_ATTR(&pdde_graph_find(g, "fc.b")->dist, MAP(TP), 0, 0);
     CHECK_ATTR(&pdde_graph_find(g, "fcproj.w")->dist, MAP(TP, -1), 0, 0);
     CHECK_ATTR(&pdde_graph_find(g, "fcproj.b")->dist, MAP(-1), 0, 0);
-    CHECK(pdde_complete(g) == PDDE_OK, "complete: %s", pdde_last_error(ctx));
+    CHECK(pdde_complete_dist_attrs(g) == PDDE_OK, "complete: %s", pdde_last_error(ctx));
     CHECK_ATTR(&h->dist, MAP(DP, -1, -1), 0, 0);
     CHECK_ATTR(&fc->dist, MAP(DP, -1, TP), 0, 0);
     CHECK_ATTR(&fcb->dist, MAP(DP, -1, TP), 0, 0);
@@ -242,13 +242,13 @@ static void test_mlp(void) {
     CHECK_ATTR(&pr->dist, MAP(DP, -1, -1), BIT(TP), 0);
     /* the bias is added once: required partial (kept on one tp rank) */
     CHECK_ATTR(&prb->dist, MAP(DP, -1, -1), BIT(TP), 0);
-    CHECK_ATTR(pdde_op_input_dist(g, prb, 1), MAP(-1), BIT(TP), 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, prb, 1), MAP(-1), BIT(TP), 0);
     CHECK_ATTR(&res->dist, MAP(DP, -1, -1), BIT(TP), 0);
-    CHECK_ATTR(pdde_op_input_dist(g, res, 0), MAP(DP, -1, -1), BIT(TP), 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, res, 0), MAP(DP, -1, -1), BIT(TP), 0);
     /* the allreduce site: ln2 requires its input whole */
-    CHECK_ATTR(pdde_op_input_dist(g, out, 0), MAP(DP, -1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, out, 0), MAP(DP, -1, -1), 0, 0);
     CHECK_ATTR(&out->dist, MAP(DP, -1, -1), 0, 0);
-    CHECK(pdde_complete_n_conflicts(g) == 0, "no conflicts: %d", pdde_complete_n_conflicts(g));
+    CHECK(pdde_complete_conflict_count(g) == 0, "no conflicts: %d", pdde_complete_conflict_count(g));
 
     /* the dump shows the allreduce */
     FILE *f = tmpfile();
@@ -288,7 +288,7 @@ static void test_attention(void) {
     /* a cut along a split dim needs the dim whole: slicing the heads of q */
     pdde_tensor *cut = pdde_slice(g, heads[0], 1, 0, 2);
     pdde_strategy_data_parallel(g, m, "dp");
-    CHECK(pdde_complete(g) == PDDE_OK, "complete: %s", pdde_last_error(ctx));
+    CHECK(pdde_complete_dist_attrs(g) == PDDE_OK, "complete: %s", pdde_last_error(ctx));
     CHECK_ATTR(&qkv[0]->dist, MAP(DP, -1, TP), 0, 0);
     CHECK_ATTR(&heads[0]->src[0]->dist, MAP(DP, -1, TP, -1), 0, 0); /* the reshape: C split -> H split */
     CHECK_ATTR(&heads[0]->dist, MAP(DP, TP, -1, -1), 0, 0);
@@ -301,11 +301,11 @@ static void test_attention(void) {
     for (int i = 0; i < 3; i++)
         for (int k = 0; k < 2; k++) {
             pdde_tensor *mm = k == 0 ? s : y;
-            CHECK(dims_are(pdde_op_input_dist(g, mm, k), MAP(DP, TP, -1, -1)), "attention matmul inputs need no reshard");
+            CHECK(dims_are(pdde_op_input_dist_attr(g, mm, k), MAP(DP, TP, -1, -1)), "attention matmul inputs need no reshard");
         }
-    CHECK_ATTR(pdde_op_input_dist(g, cut, 0), MAP(DP, -1, -1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, cut, 0), MAP(DP, -1, -1, -1), 0, 0);
     CHECK_ATTR(&cut->dist, MAP(DP, -1, -1, -1), 0, 0);
-    CHECK(pdde_complete_n_conflicts(g) == 0, "no conflicts");
+    CHECK(pdde_complete_conflict_count(g) == 0, "no conflicts");
     pdde_graph_free(g);
 }
 
@@ -329,15 +329,15 @@ static void test_misc_rules(void) {
     CHECK(pdde_graph_status(g) == PDDE_OK && !pdde_backward(g, loss), "build: %s", pdde_last_error(ctx));
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.momentum = 0.9f;
-    CHECK(!pdde_optimizer_sgd(g, &op) && !pdde_complete(g), "complete: %s", pdde_last_error(ctx));
+    CHECK(!pdde_optimizer_sgd(g, &op) && !pdde_complete_dist_attrs(g), "complete: %s", pdde_last_error(ctx));
     CHECK_ATTR(&flat->dist, MAP(DP), 0, 0);
     CHECK_ATTR(&back->dist, MAP(DP, -1, -1), 0, 0);
-    CHECK_ATTR(pdde_op_input_dist(g, zf, 0), MAP(-1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, zf, 0), MAP(-1, -1), 0, 0);
     CHECK_ATTR(&zf->dist, MAP(-1), 0, 0);
     CHECK_ATTR(&s0->dist, MAP(-1), BIT(DP), 0);            /* a summed split dim: partial sum */
     CHECK_ATTR(&m1->dist, MAP(DP, -1), 0, 0);               /* reduced dim not split: whole */
     CHECK_ATTR(&mall->dist, MAP(-1), BIT(DP), BIT(DP));     /* a mean over the split batch: average */
-    CHECK_ATTR(pdde_op_input_dist(g, cat0, 0), MAP(-1, -1), 0, 0); /* cut along the split dim: gathered */
+    CHECK_ATTR(pdde_op_input_dist_attr(g, cat0, 0), MAP(-1, -1), 0, 0); /* cut along the split dim: gathered */
     CHECK_ATTR(&cat1->dist, MAP(DP, -1), 0, 0);
     CHECK_ATTR(&zr->dist, MAP(TP, -1), 0, 0);
     CHECK_ATTR(&xn->dist, MAP(DP, -1), 0, 0);
@@ -346,11 +346,11 @@ static void test_misc_rules(void) {
      * summed over the split batch: partial-avg; SGD momentum follows w */
     pdde_tensor *acc = accum_of(g, w), *u = consumer(g, w, PDDE_OP_SGD_UPDATE, 0);
     CHECK(acc && acc->src[1]->dist.partial == BIT(DP) && acc->src[1]->dist.partial_avg == BIT(DP), "dw: %s", acc ? str(&acc->src[1]->dist) : "?");
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), BIT(DP), BIT(DP)); /* accumulated as it comes */
-    CHECK_ATTR(pdde_op_input_dist(g, u, 1), MAP(-1), 0, 0);               /* reduced for the update */
+    CHECK_ATTR(pdde_op_input_dist_attr(g, acc, 1), MAP(-1), BIT(DP), BIT(DP)); /* accumulated as it comes */
+    CHECK_ATTR(pdde_op_input_dist_attr(g, u, 1), MAP(-1), 0, 0);               /* reduced for the update */
     CHECK(u && dims_are(&u->src[2]->dist, MAP(-1)) && dims_are(&u->dist, MAP(-1)), "sgd");
-    CHECK(pdde_complete_n_conflicts(g) == 0, "no conflicts (%d: %s)", pdde_complete_n_conflicts(g),
-          pdde_complete_n_conflicts(g) ? pdde_complete_conflict(g, 0) : "");
+    CHECK(pdde_complete_conflict_count(g) == 0, "no conflicts (%d: %s)", pdde_complete_conflict_count(g),
+          pdde_complete_conflict_count(g) ? pdde_complete_conflict(g, 0) : "");
     pdde_graph_free(g);
 }
 
@@ -391,11 +391,11 @@ static int needs_comm(const pdde_dist_attr *have, const pdde_dist_attr *want, in
  * consumer. */
 static int forward_collectives(pdde_graph *g, int layer, pdde_tensor **last) {
     int n = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->layer != layer || t->phase != PDDE_PHASE_FORWARD || t->op == PDDE_OP_NONE) continue;
         for (int k = 0; k < t->nsrc; k++) {
-            const pdde_dist_attr *want = pdde_op_input_dist(g, t, k);
+            const pdde_dist_attr *want = pdde_op_input_dist_attr(g, t, k);
             if (want && needs_comm(&t->src[k]->dist, want, t->src[k]->ndim)) n++, *last = t;
         }
     }
@@ -419,7 +419,7 @@ static void check_head_parallel(pdde_graph *g, int dp, int tp) {
     CHECK(heads5 && heads5->ndim == 5 && dims_are(&heads5->dist, MAP(dp, -1, tp, -1, -1)), "[B,T,H,3,D]: %s",
           heads5 ? str(&heads5->dist) : "none");
     pdde_tensor *att = NULL, *back = NULL;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_ATTENTION && t->layer == 1 && !att) att = t;
         if (t->op == PDDE_OP_ATTENTION_BACK && t->src[3] == att && att) back = t;
@@ -432,7 +432,7 @@ static void check_head_parallel(pdde_graph *g, int dp, int tp) {
         CHECK(heads[i]->shape[1] == gpt_cfg.heads, "[B,H,T,x]");
     }
     CHECK_ATTR(&back->dist, MAP(-1, dp, tp, -1, -1), 0, 0);
-    for (int k = 0; k < back->nsrc; k++) CHECK_ATTR(pdde_op_input_dist(g, back, k), MAP(dp, tp, -1, -1), 0, 0);
+    for (int k = 0; k < back->nsrc; k++) CHECK_ATTR(pdde_op_input_dist_attr(g, back, k), MAP(dp, tp, -1, -1), 0, 0);
     pdde_tensor *ln1 = consumer(g, find(g, "h0.ln1.g"), PDDE_OP_LAYERNORM, 1);
     pdde_tensor *ln2 = consumer(g, find(g, "h0.ln2.g"), PDDE_OP_LAYERNORM, 1), *at = NULL;
     int n = forward_collectives(g, 1, &at);
@@ -456,21 +456,21 @@ static void check_vocab_parallel(pdde_graph *g, const gpt_model *mdl, int dp, in
     CHECK_ATTR(&wte->dist, MAP(tp, -1), 0, 0);
     CHECK_ATTR(&emb->dist, MAP(dp, -1, -1), BIT(tp), 0);
     CHECK_ATTR(&mdl->logits->dist, MAP(dp, tp), 0, 0);
-    CHECK_ATTR(pdde_op_input_dist(g, mdl->loss, 0), MAP(dp, tp), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, mdl->loss, 0), MAP(dp, tp), 0, 0);
     CHECK_ATTR(&mdl->loss->dist, MAP(-1), rows, rows);
     pdde_tensor *dlogits = consumer(g, mdl->logits, PDDE_OP_CROSS_ENTROPY_BACK, 0);
     CHECK(dlogits && dims_are(&dlogits->dist, MAP(dp, tp)) && dlogits->dist.partial == 0 && dlogits->dist.partial_avg == rows,
           "dlogits split on the vocab: %s", dlogits ? str(&dlogits->dist) : "none");
-    CHECK_ATTR(pdde_op_input_dist(g, dlogits, 0), MAP(dp, tp), 0, 0);
-    for (int i = 0; i < pdde_graph_n_tensors(g) && !eb; i++)
+    CHECK_ATTR(pdde_op_input_dist_attr(g, dlogits, 0), MAP(dp, tp), 0, 0);
+    for (int i = 0; i < pdde_graph_tensor_count(g) && !eb; i++)
         if (pdde_graph_tensor(g, i)->op == PDDE_OP_EMBEDDING_BACK) eb = pdde_graph_tensor(g, i);
     CHECK(eb != NULL, "embedding_back");
     if (!eb) return;
     CHECK_ATTR(&eb->dist, MAP(tp, -1), rows, rows);
-    CHECK_ATTR(pdde_op_input_dist(g, eb, eb->nsrc - 1), MAP(dp, -1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, eb, eb->nsrc - 1), MAP(dp, -1, -1), 0, 0);
     pdde_tensor *acc = accum_of(g, wte);
     CHECK_ATTR(&acc->src[1]->dist, MAP(tp, -1), rows, rows);
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(tp, -1), rows, rows);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, acc, 1), MAP(tp, -1), rows, rows);
     /* the program gathers nothing (the logits above all) */
     char *text = NULL;
     size_t len = 0;
@@ -485,30 +485,30 @@ static void test_gpt_dp(void) {
     gpt_model mdl;
     pdde_graph *g = gpt_graph(&mdl, 1);
     const pdde_mesh *m = mesh_1d(g, "dp");
-    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_complete(g), "dp: %s", pdde_last_error(ctx));
+    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_complete_dist_attrs(g), "dp: %s", pdde_last_error(ctx));
     CHECK_ATTR(&mdl.ids->dist, MAP(0, -1), 0, 0);
     CHECK_ATTR(&mdl.targets->dist, MAP(0), 0, 0);
     CHECK_ATTR(&mdl.logits->dist, MAP(0, -1), 0, 0);
     CHECK_ATTR(&mdl.loss->dist, MAP(-1), BIT(0), BIT(0)); /* a mean over the batch: partial-avg */
-    CHECK_ATTR(pdde_op_input_dist(g, mdl.loss, 0), MAP(0, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, mdl.loss, 0), MAP(0, -1), 0, 0);
     pdde_tensor *dlogits = consumer(g, mdl.logits, PDDE_OP_CROSS_ENTROPY_BACK, 0);
     CHECK(dlogits && dims_are(&dlogits->dist, MAP(0, -1)) && dlogits->dist.partial == 0 && dlogits->dist.partial_avg == BIT(0),
           "dlogits carries the mean marker: %s", dlogits ? str(&dlogits->dist) : "none");
     int n_params = 0, n_ok = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *p = pdde_graph_tensor(g, i);
         if (!(p->flags & PDDE_TENSOR_PARAM)) continue;
         n_params++;
         pdde_tensor *acc = accum_of(g, p), *u = update_of(g, p);
-        const pdde_dist_attr *need = pdde_op_input_dist(g, acc, 1);
+        const pdde_dist_attr *need = pdde_op_input_dist_attr(g, acc, 1);
         static const int none[PDDE_MAX_DIMS] = {-1, -1, -1, -1, -1, -1};
         /* every gradient backward produces is partial-avg on dp; the accumulator holds it so (the
          * micro-batches add up locally) and the update needs it replicated: one allreduce a step */
         int ok = acc && dims_are(&p->dist, none) && acc->src[1]->dist.partial == BIT(0) && acc->src[1]->dist.partial_avg == BIT(0) &&
                  need && dims_are(need, none) && need->partial == BIT(0) && need->partial_avg == BIT(0) &&
                  dims_are(&p->grad->dist, none) && p->grad->dist.partial == BIT(0) && u && dims_are(&u->dist, none) &&
-                 dims_are(&u->src[2]->dist, none) && dims_are(&u->src[3]->dist, none) && dims_are(pdde_op_input_dist(g, u, 1), none) &&
-                 pdde_op_input_dist(g, u, 1)->partial == 0;
+                 dims_are(&u->src[2]->dist, none) && dims_are(&u->src[3]->dist, none) && dims_are(pdde_op_input_dist_attr(g, u, 1), none) &&
+                 pdde_op_input_dist_attr(g, u, 1)->partial == 0;
         CHECK(ok, "%s: grad %s needs %s", p->name, acc ? str(&acc->src[1]->dist) : "?", need ? str(need) : "?");
         n_ok += ok;
     }
@@ -516,10 +516,10 @@ static void test_gpt_dp(void) {
     /* the clipping norm: squares of replicated accumulators are whole */
     pdde_tensor *u = update_of(g, find(g, "wte"));
     CHECK_ATTR(&u->src[4]->dist, MAP(-1), 0, 0);
-    CHECK(pdde_complete_n_conflicts(g) == 0, "dp: no conflicts (%d)", pdde_complete_n_conflicts(g));
+    CHECK(pdde_complete_conflict_count(g) == 0, "dp: no conflicts (%d)", pdde_complete_conflict_count(g));
     /* completion can run again and gives the same */
     pdde_dist_attr before = mdl.loss->dist;
-    CHECK(!pdde_complete(g) && !memcmp(&before, &mdl.loss->dist, sizeof before) && dims_are(&mdl.ids->dist, MAP(0, -1)), "again");
+    CHECK(!pdde_complete_dist_attrs(g) && !memcmp(&before, &mdl.loss->dist, sizeof before) && dims_are(&mdl.ids->dist, MAP(0, -1)), "again");
     pdde_graph_free(g);
 }
 
@@ -527,7 +527,7 @@ static void test_gpt_tp(void) {
     gpt_model mdl;
     pdde_graph *g = gpt_graph(&mdl, 0);
     const pdde_mesh *m = mesh_1d(g, "tp");
-    CHECK(!gpt_shard_tensor_parallel(g, m, "tp") && !pdde_complete(g), "tp: %s", pdde_last_error(ctx));
+    CHECK(!gpt_shard_tensor_parallel(g, m, "tp") && !pdde_complete_dist_attrs(g), "tp: %s", pdde_last_error(ctx));
     pdde_tensor *fcw = find(g, "h0.fc.w"), *fcb = find(g, "h0.fc.b"), *fpw = find(g, "h0.fcproj.w"), *pw = find(g, "h0.proj.w");
     CHECK_ATTR(&fcw->dist, MAP(-1, 0), 0, 0);
     CHECK_ATTR(&fcb->dist, MAP(0), 0, 0);
@@ -537,20 +537,20 @@ static void test_gpt_tp(void) {
     CHECK_ATTR(&fc->dist, MAP(-1, -1, 0), 0, 0);
     CHECK_ATTR(&fp->dist, MAP(-1, -1, -1), BIT(0), 0);
     CHECK_ATTR(&pr->dist, MAP(-1, -1, -1), BIT(0), 0);
-    CHECK_ATTR(pdde_op_input_dist(g, pr, 0), MAP(-1, -1, 0), 0, 0); /* the attention output, sliced locally */
+    CHECK_ATTR(pdde_op_input_dist_attr(g, pr, 0), MAP(-1, -1, 0), 0, 0); /* the attention output, sliced locally */
     /* the next layernorm (h1.ln1 after block 0's MLP) is an allreduce site */
     pdde_tensor *ln = consumer(g, find(g, "h1.ln1.g"), PDDE_OP_LAYERNORM, 1);
     CHECK(ln && ln->src[0]->dist.partial == BIT(0), "residual partial: %s", ln ? str(&ln->src[0]->dist) : "?");
-    CHECK_ATTR(pdde_op_input_dist(g, ln, 0), MAP(-1, -1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, ln, 0), MAP(-1, -1, -1), 0, 0);
     /* backward: the column-parallel weight's gradient comes out split like the weight, whole */
     pdde_tensor *acc = accum_of(g, fcw);
     CHECK_ATTR(&acc->src[1]->dist, MAP(-1, 0), 0, 0);
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1, 0), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, acc, 1), MAP(-1, 0), 0, 0);
     CHECK_ATTR(&accum_of(g, fpw)->src[1]->dist, MAP(0, -1), 0, 0);
     CHECK_ATTR(&accum_of(g, fcb)->src[1]->dist, MAP(0), 0, 0);
     /* fc's input gradient sums over the split hidden dim: partial on tp */
     pdde_tensor *dx = NULL;
-    for (int i = fc->id + 1; i < pdde_graph_n_tensors(g) && !dx; i++) {
+    for (int i = fc->id + 1; i < pdde_graph_tensor_count(g) && !dx; i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_MATMUL && t->src[1] == fcw && t->phase == PDDE_PHASE_BACKWARD) dx = t;
     }
@@ -561,7 +561,7 @@ static void test_gpt_tp(void) {
     CHECK_ATTR(&find(g, "h0.fc.w.adam_m")->dist, MAP(-1, 0), 0, 0);
     check_head_parallel(g, -1, 0);
     check_vocab_parallel(g, &mdl, -1, 0);
-    CHECK(pdde_complete_n_conflicts(g) == 0, "tp: no conflicts (%d)", pdde_complete_n_conflicts(g));
+    CHECK(pdde_complete_conflict_count(g) == 0, "tp: no conflicts (%d)", pdde_complete_conflict_count(g));
     pdde_graph_free(g);
 }
 
@@ -569,10 +569,10 @@ static void test_gpt_zero3(void) {
     gpt_model mdl;
     pdde_graph *g = gpt_graph(&mdl, 1);
     const pdde_mesh *m = mesh_1d(g, "dp");
-    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_strategy_zero(g, m, "dp", 3) && !pdde_complete(g), "zero3: %s",
+    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_strategy_zero(g, m, "dp", 3) && !pdde_complete_dist_attrs(g), "zero3: %s",
           pdde_last_error(ctx));
     int n_params = 0, n_ok = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *p = pdde_graph_tensor(g, i);
         if (!(p->flags & PDDE_TENSOR_PARAM)) continue;
         n_params++;
@@ -580,7 +580,7 @@ static void test_gpt_zero3(void) {
          * accumulator and AdamW state; the gradient arrives by reduce-scatter (partial-avg -> split) */
         int want[PDDE_MAX_DIMS] = {0, -1, -1, -1, -1, -1};
         pdde_tensor *acc = accum_of(g, p), *u = update_of(g, p);
-        const pdde_dist_attr *need = pdde_op_input_dist(g, acc, 1);
+        const pdde_dist_attr *need = pdde_op_input_dist_attr(g, acc, 1);
         int ok = dims_are(&p->dist, want) && dims_are(&p->grad->dist, want) && dims_are(&u->src[2]->dist, want) &&
                  dims_are(&u->src[3]->dist, want) && dims_are(&u->dist, want) && need && dims_are(need, want) && need->partial == 0 &&
                  acc->src[1]->dist.partial == BIT(0) && acc->src[1]->dist.partial_avg == BIT(0);
@@ -590,20 +590,20 @@ static void test_gpt_zero3(void) {
     CHECK(n_ok == n_params, "%d of %d parameters", n_ok, n_params);
     /* forward: the weight follows the activation (batch on dp): gathered, recorded as a conflict */
     pdde_tensor *fc = consumer(g, find(g, "h0.fc.w"), PDDE_OP_MATMUL, 1);
-    CHECK_ATTR(pdde_op_input_dist(g, fc, 1), MAP(-1, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, fc, 1), MAP(-1, -1), 0, 0);
     CHECK_ATTR(&fc->dist, MAP(0, -1, -1), 0, 0);
     pdde_tensor *ln = consumer(g, find(g, "h0.ln1.g"), PDDE_OP_LAYERNORM, 1);
-    CHECK_ATTR(pdde_op_input_dist(g, ln, 1), MAP(-1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, ln, 1), MAP(-1), 0, 0);
     /* per layer 4 linear weights + 4 biases, twice (forward, and the backward's dx for weights), and
      * fc's bias a third time (bias_gelu's backward reads it); wte in the embedding, the head and its
      * backward; wpe's add */
-    int n = pdde_complete_n_conflicts(g), follows = 0;
+    int n = pdde_complete_conflict_count(g), follows = 0;
     for (int i = 0; i < n; i++) follows += has(pdde_complete_conflict(g, i), "follows");
     CHECK(n == gpt_cfg.layers * 13 + 4 && follows == n, "%d conflicts, %d resolved by a rule", n, follows);
     /* the clipping norm of split gradients is partial over dp, reduced where the updates read it */
     pdde_tensor *u = update_of(g, find(g, "wte"));
     CHECK(u->src[4]->op == PDDE_OP_GRAD_NORM_SQ && u->src[4]->dist.partial == BIT(0), "norm partial: %s", str(&u->src[4]->dist));
-    CHECK_ATTR(pdde_op_input_dist(g, u, 4), MAP(-1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, u, 4), MAP(-1), 0, 0);
     pdde_graph_free(g);
 }
 
@@ -611,16 +611,16 @@ static void test_gpt_zero1(void) {
     gpt_model mdl;
     pdde_graph *g = gpt_graph(&mdl, 0);
     const pdde_mesh *m = mesh_1d(g, "dp");
-    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_strategy_zero(g, m, "dp", 1) && !pdde_complete(g), "zero1");
+    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_strategy_zero(g, m, "dp", 1) && !pdde_complete_dist_attrs(g), "zero1");
     pdde_tensor *w = find(g, "h0.fc.w"), *u = update_of(g, w);
     CHECK_ATTR(&w->dist, MAP(-1, -1), 0, 0);
     CHECK_ATTR(&w->grad->dist, MAP(-1, -1), BIT(0), BIT(0)); /* a step's sum, reduce-scattered for the update */
     CHECK_ATTR(&u->src[2]->dist, MAP(0, -1), 0, 0);
     /* the update runs on this rank's shard: parameter and gradient sliced, the result gathered back */
     CHECK_ATTR(&u->dist, MAP(0, -1), 0, 0);
-    CHECK_ATTR(pdde_op_input_dist(g, u, 0), MAP(0, -1), 0, 0);
-    CHECK_ATTR(pdde_op_input_dist(g, u, 1), MAP(0, -1), 0, 0);
-    CHECK(pdde_complete_n_conflicts(g) == 0, "zero1: no conflicts");
+    CHECK_ATTR(pdde_op_input_dist_attr(g, u, 0), MAP(0, -1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, u, 1), MAP(0, -1), 0, 0);
+    CHECK(pdde_complete_conflict_count(g) == 0, "zero1: no conflicts");
     pdde_graph_free(g);
 }
 
@@ -628,7 +628,7 @@ static void test_gpt_dp_tp(void) {
     gpt_model mdl;
     pdde_graph *g = gpt_graph(&mdl, 0);
     const pdde_mesh *m = mesh_2x2(g);
-    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !gpt_shard_tensor_parallel(g, m, "tp") && !pdde_complete(g), "dp x tp: %s",
+    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !gpt_shard_tensor_parallel(g, m, "tp") && !pdde_complete_dist_attrs(g), "dp x tp: %s",
           pdde_last_error(ctx));
     pdde_tensor *fcw = find(g, "h1.fc.w"), *fpw = find(g, "h1.fcproj.w"), *lng = find(g, "h1.ln2.g");
     CHECK_ATTR(&mdl.ids->dist, MAP(DP, -1), 0, 0);
@@ -639,19 +639,19 @@ static void test_gpt_dp_tp(void) {
     /* weight gradients: partial-avg over dp (rows), already split like the weight over tp */
     pdde_tensor *acc = accum_of(g, fcw);
     CHECK_ATTR(&acc->src[1]->dist, MAP(-1, TP), BIT(DP), BIT(DP));
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1, TP), BIT(DP), BIT(DP));
-    CHECK_ATTR(pdde_op_input_dist(g, update_of(g, fcw), 1), MAP(-1, TP), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, acc, 1), MAP(-1, TP), BIT(DP), BIT(DP));
+    CHECK_ATTR(pdde_op_input_dist_attr(g, update_of(g, fcw), 1), MAP(-1, TP), 0, 0);
     acc = accum_of(g, fpw);
     CHECK_ATTR(&acc->src[1]->dist, MAP(TP, -1), BIT(DP), BIT(DP));
     /* a layernorm gain after the row-parallel output: its gradient sums a tp-partial dy over dp
      * rows: partial on both, averaged on dp only */
     acc = accum_of(g, lng);
     CHECK_ATTR(&acc->src[1]->dist, MAP(-1), BIT(DP) | BIT(TP), BIT(DP));
-    CHECK_ATTR(pdde_op_input_dist(g, acc, 1), MAP(-1), BIT(DP) | BIT(TP), BIT(DP));
-    CHECK_ATTR(pdde_op_input_dist(g, update_of(g, lng), 1), MAP(-1), 0, 0);
+    CHECK_ATTR(pdde_op_input_dist_attr(g, acc, 1), MAP(-1), BIT(DP) | BIT(TP), BIT(DP));
+    CHECK_ATTR(pdde_op_input_dist_attr(g, update_of(g, lng), 1), MAP(-1), 0, 0);
     check_head_parallel(g, DP, TP);
     check_vocab_parallel(g, &mdl, DP, TP);
-    CHECK(pdde_complete_n_conflicts(g) == 0, "dp x tp: no conflicts (%d)", pdde_complete_n_conflicts(g));
+    CHECK(pdde_complete_conflict_count(g) == 0, "dp x tp: no conflicts (%d)", pdde_complete_conflict_count(g));
     pdde_graph_free(g);
 }
 
@@ -669,7 +669,7 @@ static void test_gpt_pp(void) {
     const pdde_mesh *other = pdde_mesh_create(g, 1, (int[]){2}, NAMES("x"), NULL);
     CHECK(pdde_graph_set_layer_mesh(g, 0, 1, other) == PDDE_ERR_DIST_ATTR && has(pdde_last_error(ctx), "slice"),
           "a mesh that is not a slice of the graph's: %s", pdde_last_error(ctx));
-    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_strategy_pipeline(g, m, "pp", gpt_cfg.layers + 2) && !pdde_complete(g),
+    CHECK(!pdde_strategy_data_parallel(g, m, "dp") && !pdde_strategy_pipeline(g, m, "pp", gpt_cfg.layers + 2) && !pdde_complete_dist_attrs(g),
           "dp x pp: %s", pdde_last_error(ctx));
     /* stage 0 = the slice pp=0: ranks 0 and 2 (row-major dp x pp); stage 1: ranks 1 and 3 */
     const pdde_mesh *s0 = find(g, "wte")->dist.mesh, *s1 = find(g, "lnf.g")->dist.mesh;
@@ -683,11 +683,11 @@ static void test_gpt_pp(void) {
     CHECK_ATTR(&mdl.ids->dist, MAP(0, -1), 0, 0); /* split over dp, seen on the slice */
     CHECK(mdl.ids->dist.mesh == s0, "ids on stage 0: %s", str(&mdl.ids->dist));
     CHECK(mdl.loss->dist.mesh == s1 && mdl.loss->dist.partial == BIT(0), "the loss on stage 1, a pending mean over dp: %s", str(&mdl.loss->dist));
-    const pdde_dist_attr *need = pdde_op_input_dist(g, mdl.loss, 1);
+    const pdde_dist_attr *need = pdde_op_input_dist_attr(g, mdl.loss, 1);
     CHECK(need && need->mesh == s1 && mdl.targets->dist.mesh == s0 && dims_are(need, MAP(0)), "targets cross to stage 1: %s",
           need ? str(need) : "?");
     /* the tied head reads wte from stage 0 */
-    const pdde_dist_attr *wte_need = pdde_op_input_dist(g, mdl.logits, 1);
+    const pdde_dist_attr *wte_need = pdde_op_input_dist_attr(g, mdl.logits, 1);
     CHECK(wte_need && wte_need->mesh == s1, "the head wants wte on stage 1: %s", wte_need ? str(wte_need) : "?");
     char *dump = NULL;
     size_t len = 0;

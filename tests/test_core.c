@@ -324,7 +324,7 @@ static void test_bad_input(void) {
     pdde_status st = pdde_data_open(ctx, "/nonexistent/corpus.txt", &d);
     CHECK(st == PDDE_ERR_NOT_FOUND && strstr(pdde_last_error(ctx), "/nonexistent/corpus.txt"), "missing data file: %s", pdde_last_error(ctx));
     pdde_context_free(ctx);
-    pdde_session_free(NULL), pdde_graph_free(NULL), pdde_context_free(NULL), pdde_data_free(NULL);
+    pdde_session_free(NULL), pdde_graph_free(NULL), pdde_context_free(NULL), pdde_data_close(NULL);
 }
 
 static void test_data(void) {
@@ -338,7 +338,7 @@ static void test_data(void) {
     pdde_context_init(NULL, &ctx);
     pdde_data *a, *b, *c;
     CHECK(pdde_data_open(ctx, path, &a) == PDDE_OK && pdde_data_write_tokens(ctx, path, tok) == PDDE_OK && pdde_data_open(ctx, tok, &b) == PDDE_OK, "open");
-    CHECK(pdde_data_n_tokens(a) == pdde_data_n_tokens(b) && pdde_data_n_tokens(a) > 1000, "token file has the text's tokens");
+    CHECK(pdde_data_token_count(a) == pdde_data_token_count(b) && pdde_data_token_count(a) > 1000, "token file has the text's tokens");
     int32_t x1[4 * 16], y1[4 * 16], x2[4 * 16], y2[4 * 16];
     pdde_data_next_batch(a, 4, 16, 7, x1, y1);
     pdde_data_next_batch(b, 4, 16, 7, x2, y2);
@@ -370,7 +370,7 @@ static void test_data(void) {
     }
     free(seen);
     CHECK(repeats == 0, "one epoch visits each of %lld windows once (%d repeats)", (long long)windows, repeats);
-    pdde_data_free(a), pdde_data_free(b), pdde_data_free(c);
+    pdde_data_close(a), pdde_data_close(b), pdde_data_close(c);
     pdde_context_free(ctx);
     unlink(path), unlink(tok);
 }

@@ -458,7 +458,7 @@ static void test_from_graph(void) {
     pdde_cost_program *p = NULL;
     CHECK(pdde_cost_program_from_graph(g, 0, &p) == PDDE_OK, "%s", pdde_last_error(ctx));
     int gemms = 0, first = 0, updates = 0, losses = 0;
-    for (int i = 0; p && i < pdde_cost_program_n_ops(p, 0); i++) {
+    for (int i = 0; p && i < pdde_cost_program_op_count(p, 0); i++) {
         const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
         gemms += o->op_class == PDDE_OPCLASS_GEMM;
         updates += o->op_class == PDDE_OPCLASS_OPTIMIZER;
@@ -509,7 +509,7 @@ static void test_attention(void) {
         c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION][0] = (pdde_curve_point){1, 1e-9};
         c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD][0] = (pdde_curve_point){1, 1e-8};
         int seen = 0;
-        for (int i = 0; fused && p && i < pdde_cost_program_n_ops(p, 0); i++) {
+        for (int i = 0; fused && p && i < pdde_cost_program_op_count(p, 0); i++) {
             const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
             int back = !strncmp(o->name, "attention_back B", 16);
             if (strncmp(o->name, "attention F", 11) != 0 && !back) continue;
@@ -550,7 +550,7 @@ static void test_attention(void) {
     pdde_cost_program *p = NULL;
     CHECK(pdde_cost_program_from_graph(g, 0, &p) == PDDE_OK, "%s", pdde_last_error(ctx));
     int bf16_gemms = 0;
-    for (int i = 0; p && i < pdde_cost_program_n_ops(p, 0); i++) {
+    for (int i = 0; p && i < pdde_cost_program_op_count(p, 0); i++) {
         const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
         if (strstr(o->name, "attention")) bf16_gemms += o->op_class == PDDE_OPCLASS_GEMM && o->dtype == PDDE_BF16;
     }
@@ -594,7 +594,7 @@ static void test_plan_programs(void) {
     CHECK(one && whole && test_close(one->compute_time[0], whole->compute_time[0], 1e-12, 0), "one process: lowered %g s, graph %g s",
           one ? one->compute_time[0] : 0, whole ? whole->compute_time[0] : 0);
     double attention = 0;
-    for (int i = 0; p && i < pdde_cost_program_n_ops(p, 0); i++) {
+    for (int i = 0; p && i < pdde_cost_program_op_count(p, 0); i++) {
         const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
         if (strstr(o->name, " attention")) attention += pdde_cost_compute_time(ctx, c, 0, o);
     }
@@ -615,7 +615,7 @@ static void test_plan_programs(void) {
     for (int k = 0; r && k < 2; k++) {
         double reduced = 0;
         int waits = 0, asyncs = 0;
-        for (int i = 0; i < pdde_cost_program_n_ops(p, k); i++) {
+        for (int i = 0; i < pdde_cost_program_op_count(p, k); i++) {
             const pdde_cost_op *o = pdde_cost_program_op(p, k, i);
             if (o->kind == PDDE_COST_COLLECTIVE && o->async) reduced += (double)o->count, asyncs++;
             waits += o->kind == PDDE_COST_WAIT;
@@ -623,7 +623,7 @@ static void test_plan_programs(void) {
         CHECK(reduced == params && asyncs == waits && asyncs > 0, "dp=2 rank %d: %.0f gradient elements allreduced early (%d, %d waits), %.0f parameters",
               k, reduced, asyncs, waits, params);
         pdde_memory_stats ms;
-        CHECK(pdde_lower_memory(g, &sp, 2, k, &ms) == PDDE_OK && r->peak_memory[k] == (double)(ms.allocated_bytes + ms.transfer_bytes),
+        CHECK(pdde_predict_memory(g, &sp, 2, k, &ms) == PDDE_OK && r->peak_memory[k] == (double)(ms.allocated_bytes + ms.transfer_bytes),
               "dp=2 rank %d: simulated peak %.0f, memory plan %zu + %zu", k, r->peak_memory[k], ms.allocated_bytes, ms.transfer_bytes);
         CHECK(r->comm_wait[k] > 0 && r->compute_time[k] > 0, "dp=2 rank %d communicates (%g s) and computes (%g s)", k, r->comm_wait[k], r->compute_time[k]);
     }
@@ -640,7 +640,7 @@ static void test_plan_programs(void) {
         r = simulate_plan(c, "dp=2", &sp, NULL, &g, &p);
         int n = 0;
         double elems = 0, seconds = 0;
-        for (int i = 0; r && i < pdde_cost_program_n_ops(p, 0); i++) {
+        for (int i = 0; r && i < pdde_cost_program_op_count(p, 0); i++) {
             const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
             if (o->kind != PDDE_COST_COLLECTIVE || !strcmp(o->name, "loss allreduce")) continue;
             n++, elems += (double)o->count;
@@ -658,7 +658,7 @@ static void test_plan_programs(void) {
     r = simulate_plan(c, "dp=2", &sp, NULL, &g, &p);
     int bf16 = 0, other = 0;
     double reduced = 0;
-    for (int i = 0; r && i < pdde_cost_program_n_ops(p, 0); i++) {
+    for (int i = 0; r && i < pdde_cost_program_op_count(p, 0); i++) {
         const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
         if (o->kind != PDDE_COST_COLLECTIVE || !strcmp(o->name, "loss allreduce")) continue;
         bf16 += o->dtype == PDDE_BF16, other += o->dtype != PDDE_BF16, reduced += (double)o->count;
@@ -684,12 +684,12 @@ static void test_plan_programs(void) {
     r = simulate_plan(c, "dp=2,shares=3:1", &sp, NULL, &g, &p);
     int forward_ops[2] = {0, 0};
     for (int k = 0; r && k < 2; k++) {
-        for (int i = 0; i < pdde_cost_program_n_ops(p, k); i++) {
+        for (int i = 0; i < pdde_cost_program_op_count(p, k); i++) {
             const pdde_cost_op *o = pdde_cost_program_op(p, k, i);
             forward_ops[k] += o->kind == PDDE_COST_COMPUTE && o->phase == PDDE_PHASE_FORWARD;
         }
         pdde_memory_stats ms;
-        CHECK(pdde_lower_memory(g, &sp, 2, k, &ms) == PDDE_OK && r->peak_memory[k] == (double)(ms.allocated_bytes + ms.transfer_bytes),
+        CHECK(pdde_predict_memory(g, &sp, 2, k, &ms) == PDDE_OK && r->peak_memory[k] == (double)(ms.allocated_bytes + ms.transfer_bytes),
               "shares 3:1 rank %d: simulated peak %.0f, memory plan %zu + %zu", k, r->peak_memory[k], ms.allocated_bytes, ms.transfer_bytes);
     }
     CHECK(forward_ops[1] > 0 && forward_ops[0] == 3 * forward_ops[1], "shares 3:1: %d forward ops on rank 0, %d on rank 1", forward_ops[0], forward_ops[1]);
@@ -700,7 +700,7 @@ static void test_plan_programs(void) {
     /* tensor parallel: activations allreduced over the tp group in forward and backward (blocking) */
     r = simulate_plan(c, "tp=2", &sp, NULL, &g, &p);
     int sync = 0;
-    for (int i = 0; r && i < pdde_cost_program_n_ops(p, 1); i++) {
+    for (int i = 0; r && i < pdde_cost_program_op_count(p, 1); i++) {
         const pdde_cost_op *o = pdde_cost_program_op(p, 1, i);
         sync += o->kind == PDDE_COST_COLLECTIVE && !o->async && o->phase == PDDE_PHASE_FORWARD && o->coll == PDDE_COLL_ALLREDUCE;
     }
@@ -712,7 +712,7 @@ static void test_plan_programs(void) {
     r = simulate_plan(c, "pp=2,mb=4", &sp, NULL, &g, &p);
     int sends[2] = {0, 0}, recvs[2] = {0, 0};
     for (int k = 0; r && k < 2; k++)
-        for (int i = 0; i < pdde_cost_program_n_ops(p, k); i++) {
+        for (int i = 0; i < pdde_cost_program_op_count(p, k); i++) {
             const pdde_cost_op *o = pdde_cost_program_op(p, k, i);
             sends[k] += o->kind == PDDE_COST_SEND && o->peer == 1 - k, recvs[k] += o->kind == PDDE_COST_RECV && o->peer == 1 - k;
         }
@@ -731,14 +731,14 @@ static void test_plan_programs(void) {
 static void test_plan_devices_calibrated(void) {
     pdde_cluster *c = make_cluster(2, 4);
     pdde_plan_devices d;
-    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK && d.intra_bw == 1e9 && d.inter_bw == 1e8, "links without calibration: %g, %g",
+    CHECK(pdde_plan_devices_init(ctx, c, 0, 0, 0, &d) == PDDE_OK && d.intra_bw == 1e9 && d.inter_bw == 1e8, "links without calibration: %g, %g",
           d.intra_bw, d.inter_bw);
     pdde_plan_devices_free(&d);
     pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 4, 1, 3e-5, 12e9});
     pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 2, 1, 1e-5, 9e9});   /* fewer ranks: not used */
     pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_RING, 8, 1, 1e-5, 1e9});   /* another algorithm */
     pdde_cluster_add_calib(c, &(pdde_collective_calib){PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, 8, 0, 2e-4, 2e9});
-    CHECK(pdde_cluster_plan_devices(ctx, c, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(pdde_plan_devices_init(ctx, c, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
     const double B = 64e6;
     for (int intra = 0; intra <= 1; intra++) {
         int n = intra ? 4 : 8;

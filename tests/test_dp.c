@@ -87,7 +87,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
     pdde_memory_stats ms;
     pdde_session_memory(s, &ms);
     out->optimizer_bytes = (double)ms.optimizer_bytes;
-    for (int i = 0; i < pdde_session_n_nodes(s); i++) {
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         out->early_reductions += t->phase == PDDE_PHASE_BACKWARD && (t->op == PDDE_OP_ALLREDUCE || t->op == PDDE_OP_REDUCE_SCATTER);
     }

@@ -34,7 +34,7 @@ static int train(pdde_context *ctx, int blocks_device, const pdde_plan *plan, fl
         return -1;
     }
     *n_copies = 0;
-    for (int i = 0; i < pdde_session_n_nodes(s); i++) *n_copies += pdde_session_node(s, i)->op == PDDE_OP_COPY;
+    for (int i = 0; i < pdde_session_node_count(s); i++) *n_copies += pdde_session_node(s, i)->op == PDDE_OP_COPY;
     int32_t x[4 * 16], y[4 * 16];
     int rc = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {

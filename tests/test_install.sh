@@ -55,10 +55,10 @@ make -s uninstall BUILD="$build" PREFIX="$tmp/usr" >/dev/null 2>&1 && [ -z "$(fi
 rc=$?
 check "make uninstall removes every installed file ($(find "$tmp/usr" -type f -o -type l | head -3))" $rc
 
-# Vendoring: the five paths copied into a project compile as one file with no flags, with gcc and clang
+# Vendoring: the seven paths copied into a project compile as one file with no flags, with gcc and clang
 # in C99 and C11, and link with -lm -ldl -pthread only (the optional libraries are then left out).
 mkdir -p "$tmp/vendor"
-cp -r pdde.h pdde.c backends comm planner "$tmp/vendor/"
+cp -r pdde.h pdde_extension.h pdde.c core backends comm planner "$tmp/vendor/"
 for cc in gcc clang; do
     command -v "$cc" >/dev/null || { echo "SKIP $cc: not installed"; continue; }
     for std in "" -std=c99 -std=c11; do
@@ -66,11 +66,13 @@ for cc in gcc clang; do
         rc=$?
         check "vendored: $cc $std -c pdde.c alone ($(head -2 "$tmp/vendor.log"))" $rc
     done
-    printf '#include "pdde.h"\nint main(void) { return pdde_status_str(PDDE_OK) == 0; }\n' >"$tmp/vendor/h.c"
-    for std in -std=c99 -std=c11; do
-        "$cc" $std -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$tmp/vendor" "$tmp/vendor/h.c" >"$tmp/vendor.log" 2>&1
-        rc=$?
-        check "pdde.h is clean under $cc $std -pedantic -Wall -Wextra ($(head -2 "$tmp/vendor.log"))" $rc
+    for header in pdde.h pdde_extension.h; do
+        printf '#include "%s"\nint main(void) { return pdde_status_str(PDDE_OK) == 0; }\n' "$header" >"$tmp/vendor/h.c"
+        for std in -std=c99 -std=c11; do
+            "$cc" $std -pedantic -Wall -Wextra -Werror -fsyntax-only -I"$tmp/vendor" "$tmp/vendor/h.c" >"$tmp/vendor.log" 2>&1
+            rc=$?
+            check "$header is clean under $cc $std -pedantic -Wall -Wextra ($(head -2 "$tmp/vendor.log"))" $rc
+        done
     done
 done
 (cd "$tmp/vendor" && gcc -c pdde.c -o pdde.o && gcc -I. "$OLDPWD/examples/mlp.c" pdde.o -o mlp -lm -ldl -pthread && ./mlp) >"$tmp/mlp.log" 2>&1
@@ -80,7 +82,7 @@ check "examples/mlp.c links against the vendored pdde.o with -lm -ldl -pthread a
 # A copy without comm/ (and without the GPU backends) still links a program that calls them: the
 # calls say PDDE_ERR_UNAVAILABLE with a message, and pdde_features() says what the build has.
 mkdir -p "$tmp/nocomm"
-cp -r pdde.h pdde.c backends planner "$tmp/nocomm/"
+cp -r pdde.h pdde_extension.h pdde.c core backends planner "$tmp/nocomm/"
 cat >"$tmp/nocomm/main.c" <<'EOF'
 #include "pdde.h"
 #include <stdio.h>

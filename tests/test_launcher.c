@@ -37,7 +37,7 @@ static int child_main(const char *mode) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     if (!strcmp(mode, "threads")) {
-        printf("threads %d\n", pdde_context_n_threads(ctx));
+        printf("threads %d\n", pdde_context_thread_count(ctx));
         pdde_context_free(ctx);
         return 0;
     }

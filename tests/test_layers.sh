@@ -18,7 +18,7 @@ done
 
 # Every part without comments (gcc's preprocessor: no include or macro is expanded), under $1.
 strip_tree() {
-    for f in backends/*.c backends/*.h comm/*.c planner/*.c planner/*.h pdde.c; do
+    for f in backends/*.c backends/*.h comm/*.c planner/*.c planner/*.h core/*.c pdde.c; do
         mkdir -p "$1/$(dirname "$f")"
         gcc -fpreprocessed -dD -E -P -x c "$f" >"$1/$f" 2>/dev/null
     done

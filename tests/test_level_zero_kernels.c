@@ -10,8 +10,7 @@
  * remaining ops with SGD) run node by node on both; every f32 node is compared. Skipped (0 checks)
  * where there is no OpenCL device with fine-grained SVM. */
 #define _GNU_SOURCE
-#include "pdde.h"
-#include "backends/op_params.h" /* the named op parameters the test sets */
+#include "pdde_extension.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 
@@ -190,7 +189,7 @@ static pdde_tensor *root(pdde_tensor *t) {
 /* Gives every tensor memory from alloc (aliasing views and in-place nodes to their root) and fills the
  * leaves; returns the buffers (one per tensor id, NULL for aliases). */
 static void **assign(pdde_graph *g, void *(*alloc)(void *, size_t), void *arg, int64_t vocab) {
-    int n = pdde_graph_n_tensors(g);
+    int n = pdde_graph_tensor_count(g);
     void **bufs = calloc((size_t)n, sizeof *bufs);
     for (int i = 0; i < n; i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
@@ -218,7 +217,7 @@ static void *svm_alloc(void *arg, size_t n) {
 
 /* the executor's per-run settings of update nodes */
 static void prepare(pdde_graph *g) {
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE) pdde_op_set_f32(t, PDDE_P_UPDATE_LR, 0.01f), pdde_op_set_i32(t, PDDE_P_UPDATE_STEP, 2);
         if (t->op == PDDE_OP_DROPOUT || t->op == PDDE_OP_DROPOUT_BACK) pdde_op_set_i32(t, PDDE_P_DROPOUT_COUNTER, 3);
@@ -228,7 +227,7 @@ static void prepare(pdde_graph *g) {
 static int op_seen[PDDE_OP_COUNT];
 
 static void check_graph(pdde_context *ctx, clrun *r, pdde_graph *g, const char *what, int64_t vocab) {
-    int n = pdde_graph_n_tensors(g);
+    int n = pdde_graph_tensor_count(g);
     prepare(g);
     void *cpu_fam = NULL, *cpu_dev = NULL, *cpu_stream = NULL;
     int nd = 0;

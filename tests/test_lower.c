@@ -19,7 +19,7 @@ static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, 
 typedef struct { int n; pdde_tensor *nodes; } snapshot;
 
 static snapshot snap(const pdde_graph *g) {
-    snapshot s = {pdde_graph_n_tensors(g), NULL};
+    snapshot s = {pdde_graph_tensor_count(g), NULL};
     s.nodes = malloc((size_t)(s.n + 1) * sizeof *s.nodes);
     for (int i = 0; i < s.n; i++) memcpy(&s.nodes[i], pdde_graph_tensor(g, i), sizeof *s.nodes);
     return s;
@@ -27,7 +27,7 @@ static snapshot snap(const pdde_graph *g) {
 
 /* The first node that differs from the snapshot (-1: none; n: the node count changed). */
 static int changed(const snapshot *s, const pdde_graph *g) {
-    if (pdde_graph_n_tensors(g) != s->n) return s->n;
+    if (pdde_graph_tensor_count(g) != s->n) return s->n;
     for (int i = 0; i < s->n; i++)
         if (memcmp(&s->nodes[i], pdde_graph_tensor(g, i), sizeof *s->nodes)) return i;
     return -1;

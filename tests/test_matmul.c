@@ -83,7 +83,7 @@ static void run_case(pdde_context *ctx, const mm_case *c, pdde_dtype dt) {
     pdde_backward(g, pdde_sum(g, y, -1, 0)); /* dy = 1: da = 1 op(b)^T summed, db likewise */
     char label[128];
     snprintf(label, sizeof label, "%s %lldx%lldx%lld ta%d tb%d batch %lld shared %d, %d threads", pdde_dtype_name(dt), (long long)M,
-             (long long)N, (long long)K, c->ta, c->tb, (long long)B, c->shared, pdde_context_n_threads(ctx));
+             (long long)N, (long long)K, c->ta, c->tb, (long long)B, c->shared, pdde_context_thread_count(ctx));
     pdde_status st = pdde_graph_status(g);
     if (st == PDDE_OK) st = pdde_session_init(g, NULL, &s);
     CHECK(st == PDDE_OK, "%s: %s", label, pdde_last_error(ctx));

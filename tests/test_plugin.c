@@ -105,7 +105,7 @@ static pdde_status mlp_run(pdde_context *ctx, int device, int no_fallback, mlp_r
     if (!st) st = pdde_session_read(s, m.w2->grad, r->gw2, sizeof r->gw2);
     if (!st) r->loss = pdde_session_loss(s);
     *on_device = *on_cpu_gelu = 0;
-    for (int i = 0; !st && i < pdde_session_n_nodes(s); i++) {
+    for (int i = 0; !st && i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         *on_device += t->device == device && t->op != PDDE_OP_NONE && t->op != PDDE_OP_COPY;
         *on_cpu_gelu += t->device == 0 && (t->op == PDDE_OP_GELU || t->op == PDDE_OP_GELU_BACK);
@@ -178,7 +178,7 @@ static void test_fallback(void) {
     setenv("PDDE_CPU_FALLBACK", "0", 1);
     st = mlp_run(ctx, dev, 0, &r, &n_dev, &n_gelu);
     CHECK(st == PDDE_ERR_UNSUPPORTED, "PDDE_CPU_FALLBACK=0: %s", pdde_status_str(st));
-    /* the predictions of that session's program (pdde_lower_dump, pdde_lower_memory) lower it as the
+    /* the predictions of that session's program (pdde_lower_dump, pdde_predict_memory) lower it as the
      * session does: the op left on the device (which the session refuses), no copies to the CPU */
     mlp m;
     int layer_dev[1] = {dev};
@@ -189,11 +189,11 @@ static void test_fallback(void) {
     pdde_memory_stats env_mem = {0}, fallback_mem = {0};
     if (mlp_build(ctx, &m) == PDDE_OK) {
         FILE *f = open_memstream(&env_dump, &len);
-        CHECK(pdde_lower_dump(m.g, &sp, 0, 0, f) == PDDE_OK && pdde_lower_memory(m.g, &sp, 0, 0, &env_mem) == PDDE_OK, "%s", pdde_last_error(ctx));
+        CHECK(pdde_lower_dump(m.g, &sp, 0, 0, f) == PDDE_OK && pdde_predict_memory(m.g, &sp, 0, 0, &env_mem) == PDDE_OK, "%s", pdde_last_error(ctx));
         fclose(f);
         unsetenv("PDDE_CPU_FALLBACK");
         f = open_memstream(&fallback_dump, &len);
-        CHECK(pdde_lower_dump(m.g, &sp, 0, 0, f) == PDDE_OK && pdde_lower_memory(m.g, &sp, 0, 0, &fallback_mem) == PDDE_OK, "%s", pdde_last_error(ctx));
+        CHECK(pdde_lower_dump(m.g, &sp, 0, 0, f) == PDDE_OK && pdde_predict_memory(m.g, &sp, 0, 0, &fallback_mem) == PDDE_OK, "%s", pdde_last_error(ctx));
         fclose(f);
         sp.no_cpu_fallback = 1;
         f = open_memstream(&asked_dump, &len);
@@ -203,7 +203,7 @@ static void test_fallback(void) {
               env_dump, asked_dump);
         CHECK(fallback_dump && env_dump && strcmp(fallback_dump, env_dump) && strstr(fallback_dump, "copy") && !strstr(env_dump, "copy"),
               "with the fallback the program copies to the CPU, under PDDE_CPU_FALLBACK=0 not:\n%s\nvs\n%s", fallback_dump, env_dump);
-        CHECK(env_mem.activation_bytes < fallback_mem.activation_bytes, "pdde_lower_memory under PDDE_CPU_FALLBACK=0: %zu activation bytes, "
+        CHECK(env_mem.activation_bytes < fallback_mem.activation_bytes, "pdde_predict_memory under PDDE_CPU_FALLBACK=0: %zu activation bytes, "
               "with the copies of the fallback %zu", env_mem.activation_bytes, fallback_mem.activation_bytes);
     } else {
         CHECK(0, "mlp_build: %s", pdde_last_error(ctx));

@@ -17,6 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Internal (comm/ps.c, not in pdde.h): GEO's sum of every delta value a client has pushed. */
+double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c);
+
 static const pdde_store_server *g_server;
 static char g_addr[64], g_dir[256];
 static int g_run;
@@ -215,7 +218,7 @@ static void test_sparse_pooling(pdde_context *ctx) {
     pdde_sparse_batch *sb = NULL;
     pdde_ps_client *c = NULL;
     pdde_graph_init(ctx, &g);
-    pdde_tensor *pooled = pdde_sparse_embedding_add(g, "e", B, F, K, C, PDDE_POOL_MEAN, &e);
+    pdde_tensor *pooled = pdde_sparse_embedding_init(g, "e", B, F, K, C, PDDE_POOL_MEAN, &e);
     pdde_tensor *loss = pdde_mean(g, pooled, -1, 0);
     pdde_mark_output(pooled);
     pdde_ps_params pp = PDDE_PS_PARAMS_INIT;
@@ -239,7 +242,7 @@ static void test_sparse_pooling(pdde_context *ctx) {
     if (!st) st = pdde_sparse_batch_push(sb, c);
     if (!st) st = pdde_ps_client_pull(c, 4, uniq, after);
     CHECK(st == PDDE_OK, "sparse pooling: %s", pdde_last_error(ctx));
-    CHECK(!st && pdde_sparse_batch_n_unique(sb) == 4, "4 unique ids in the batch");
+    CHECK(!st && pdde_sparse_batch_unique_count(sb) == 4, "4 unique ids in the batch");
     /* bags: {7, 8}, {9}, {7, 7, 10}, {} */
     float want[B * F * C], grad[4 * C] = {0};
     for (int k = 0; k < C; k++) {
@@ -689,7 +692,9 @@ typedef struct { int ok, failed, same_as_before, differs_from_after; } midpush_r
 static void midpush_rank(pdde_context *ctx, pdde_comm *world, void *arg) {
     (void)arg;
     pdde_ps_params p = kill_params();
-    p.fault_kill_mid_push = PUSHES_BEFORE + 1;
+    char kill_at[16];
+    snprintf(kill_at, sizeof kill_at, "%d", PUSHES_BEFORE + 1);
+    setenv("PDDE_TEST_PS_KILL_AT_PUSH", kill_at, 1); /* the client reads it at init: the worker dies mid-push */
     uint64_t ids[KILL_IDS];
     float g[KILL_IDS * 2], rows[KILL_IDS * 2];
     for (int i = 0; i < KILL_IDS; i++) ids[i] = (uint64_t)i * 1000003;

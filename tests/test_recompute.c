@@ -92,7 +92,7 @@ static void feed(run *r, int step) {
 /* Worst relative difference between the two runs' values of every parameter (grad: their gradients). */
 static double worst_param_diff(run *a, run *b, int grad) {
     double worst = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(a->g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(a->g); i++) {
         pdde_tensor *pa = pdde_graph_tensor(a->g, i);
         if (!(pa->flags & PDDE_TENSOR_PARAM)) continue;
         pdde_tensor *pb = pdde_graph_find(b->g, pa->name);
@@ -113,7 +113,7 @@ static double worst_param_diff(run *a, run *b, int grad) {
 /* No backward node of a recomputed layer reads that layer's own forward activations: it reads clones. */
 static int reads_kept_activations(const run *r, unsigned recompute) {
     int bad = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(r->g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(r->g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(r->g, i);
         if (t->phase != PDDE_PHASE_BACKWARD || t->layer < 0 || !(recompute >> t->layer & 1)) continue;
         for (int k = 0; k < t->nsrc; k++) {
@@ -133,7 +133,7 @@ static void compare(const char *what, model_fn model, unsigned recompute, int ex
     if (test_failed) return;
     CHECK(reads_kept_activations(&rc, recompute) == 0, "%s: backward reads activations of a recomputed layer", what);
     int dropouts = 0; /* the dropout model's MLP dropout feeds a matmul whose backward reads it */
-    for (int i = 0; i < pdde_graph_n_tensors(rc.g); i++)
+    for (int i = 0; i < pdde_graph_tensor_count(rc.g); i++)
         dropouts += pdde_graph_tensor(rc.g, i)->op == PDDE_OP_DROPOUT && pdde_graph_tensor(rc.g, i)->phase == PDDE_PHASE_BACKWARD;
     CHECK((model == build_dropout_model) == (dropouts > 0), "%s: %d dropouts recomputed", what, dropouts);
     double worst_loss = 0, worst_grad = 0;
@@ -207,7 +207,7 @@ static void test_errors(void) {
           "set after backward is refused: %s", pdde_last_error(ctx));
     /* layer 1 was turned off again: nothing was cloned */
     int clones = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g, i);
         clones += t->phase == PDDE_PHASE_BACKWARD && t->op == PDDE_OP_LAYERNORM;
     }
@@ -249,7 +249,7 @@ static void test_readme_arena(void) {
 /* A planner's plan recomputing the first rc layers of its one stage ("rc=K", what the search picks when
  * a stage fits only so), run by gpt_build_plan: exactly those layers are recomputed (the backward of
  * each reads clones, the next layer's reads its own activations), the arena the session allocates
- * shrinks as pdde_lower_memory predicts, and the losses equal the plan's without recompute. */
+ * shrinks as pdde_predict_memory predicts, and the losses equal the plan's without recompute. */
 static void test_plan_partial(void) {
     enum { STEPS = 3 };
     const int counts[3] = {0, 3, small.layers + 2};
@@ -272,12 +272,12 @@ static void test_plan_partial(void) {
         st = gpt_build_plan(r.g, &small, &gp, &op, &r.m);
         if (!st) st = pdde_session_init(r.g, NULL, &r.s);
         pdde_memory_stats predicted = {0};
-        if (!st) st = pdde_lower_memory(r.g, NULL, 0, 0, &predicted);
+        if (!st) st = pdde_predict_memory(r.g, NULL, 0, 0, &predicted);
         CHECK(st == PDDE_OK, "%s: %s", text, pdde_last_error(r.ctx));
         if (st) { run_free(&r); return; }
         pdde_session_memory(r.s, &r.mem);
         arena[i] = r.mem.arena_bytes;
-        CHECK(predicted.arena_bytes == r.mem.arena_bytes, "%s: pdde_lower_memory predicts an arena of %zu B, the session allocates %zu B", text,
+        CHECK(predicted.arena_bytes == r.mem.arena_bytes, "%s: pdde_predict_memory predicts an arena of %zu B, the session allocates %zu B", text,
               predicted.arena_bytes, r.mem.arena_bytes);
         unsigned first = counts[i] >= 32 ? ~0u : (1u << counts[i]) - 1, next = 1u << counts[i];
         CHECK(reads_kept_activations(&r, first) == 0, "%s: the backward of a layer below %d reads its kept activations", text, counts[i]);

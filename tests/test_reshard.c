@@ -1,6 +1,6 @@
 /* test_reshard — every reshard conversion of the SPMD executor on meshes [2], [4] and [2,2], through
  * the public path: inputs annotated with pdde_shard, an op whose SPMD rule requires another layout of
- * them, pdde_complete, and a session on forked rank processes. Each case checks which reshard nodes
+ * them, pdde_complete_dist_attrs, and a session on forked rank processes. Each case checks which reshard nodes
  * the session inserted and that every rank's block of the result equals the same graph run whole in
  * one process (shapes with odd unsplit dims and splits on inner dims, so blocks are packed).
  *
@@ -107,7 +107,7 @@ static const char *const input_names[4] = {"x", "z", "r", "u"};
 
 /* Whether a node of g reads t (a case leaves some of its four inputs unused, out of the schedule). */
 static bool used(pdde_graph *g, const pdde_tensor *t) {
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++)
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++)
         for (int k = 0; k < pdde_graph_tensor(g, i)->nsrc; k++)
             if (pdde_graph_tensor(g, i)->src[k] == t) return true;
     return false;
@@ -177,7 +177,7 @@ static void check_backward(pdde_context *ctx, pdde_comm *comm, const mesh_case *
         st = pdde_graph_status(gs[k]);
         if (!st) st = pdde_backward(gs[k], pdde_sum(gs[k], pdde_mul(gs[k], out, w), -1, 0));
         if (!st) st = pdde_optimizer_sgd(gs[k], &op);
-        if (!st && k) st = pdde_complete(gs[k]);
+        if (!st && k) st = pdde_complete_dist_attrs(gs[k]);
         pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
         sp.world = k ? comm : NULL;
         if (!st) st = pdde_session_init(gs[k], &sp, &ss[k]);
@@ -221,8 +221,8 @@ static void run_case(pdde_context *ctx, pdde_comm *comm, const mesh_case *mc, co
     pdde_tensor *out = build(g, mesh, c, sc, a, mc->shape[a], b);
     pdde_mark_output(rout), pdde_mark_output(out);
     pdde_status st = pdde_graph_status(ref) ? pdde_graph_status(ref) : pdde_graph_status(g);
-    if (!st) st = pdde_complete(g);
-    int n_graph = pdde_graph_n_tensors(g);
+    if (!st) st = pdde_complete_dist_attrs(g);
+    int n_graph = pdde_graph_tensor_count(g);
     int64_t gshape[PDDE_MAX_DIMS];
     memcpy(gshape, out->shape, sizeof gshape);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
@@ -238,7 +238,7 @@ static void run_case(pdde_context *ctx, pdde_comm *comm, const mesh_case *mc, co
     if (!st) {
         /* the reshard nodes the session inserted (its nodes that are no tensor of g), in schedule order */
         char nodes[128] = "";
-        for (int i = 0; i < pdde_session_n_nodes(s); i++) {
+        for (int i = 0; i < pdde_session_node_count(s); i++) {
             const pdde_tensor *t = pdde_session_node(s, i);
             bool inserted = true;
             for (int k = 0; k < n_graph && inserted; k++) inserted = pdde_session_tensor(s, pdde_graph_tensor(g, k)) != t;
@@ -308,7 +308,7 @@ static void bad_plans(pdde_context *ctx, pdde_comm *comm, void *arg) {
         pdde_graph_set_layer(g, 1);
         pdde_mark_output(pdde_matmul(g, h, pdde_param(g, "w1", 2, (int64_t[]){8, 8}, 0.1f), 0, 0));
         if (k == 1) pdde_graph_set_layer_mesh(g, 0, 0, mesh), pdde_graph_set_layer_mesh(g, 1, 1, pdde_mesh_slice(g, mesh, 0, 1));
-        pdde_status st = pdde_complete(g);
+        pdde_status st = pdde_complete_dist_attrs(g);
         if (!st) st = pdde_session_init(g, &sp, &s);
         if (k == 0)
             CHECK(st == PDDE_ERR_DIST_ATTR && strstr(pdde_last_error(ctx), "the mesh has 4 ranks, the world 2"),

@@ -74,7 +74,7 @@ static pdde_status tiny_step(tiny *t, float scale) {
 /* Every tensor a checkpoint holds, read into one buffer (to see that a failed load changed nothing). */
 static size_t snapshot(tiny *t, float *out, size_t cap) {
     size_t n = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(t->g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(t->g); i++) {
         pdde_tensor *x = pdde_graph_tensor(t->g, i);
         if (x->op != PDDE_OP_NONE || !(x->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_STATE))) continue;
         size_t k = (size_t)pdde_tensor_numel(x);
@@ -304,7 +304,7 @@ static void test_zero_and_absurd_shapes(void) {
           "a NaN dropout rate is refused");
     CHECK(pdde_graph_set_recompute(g, INT32_MAX, 1) != PDDE_OK, "a layer id of 2^31 - 1 is refused");
     pdde_graph_free(g);
-    CHECK(!pdde_input(NULL, "x", PDDE_F32, 1, (int64_t[]){4}) && pdde_graph_n_tensors(NULL) == 0 && !pdde_graph_find(NULL, "x"),
+    CHECK(!pdde_input(NULL, "x", PDDE_F32, 1, (int64_t[]){4}) && pdde_graph_tensor_count(NULL) == 0 && !pdde_graph_find(NULL, "x"),
           "a NULL graph is an error, not a crash");
 
     /* the example model: heads that do not divide the width */
@@ -318,8 +318,8 @@ static void test_zero_and_absurd_shapes(void) {
     cp.n_threads = 100000; /* thousands of threads exhaust the process's limit (a device runtime then aborts) */
     CHECK(pdde_context_init(&cp, &ctx) == PDDE_OK, "context");
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    CHECK(pdde_context_n_threads(ctx) >= 1 && pdde_context_n_threads(ctx) <= 4 * cores, "threads capped: %d for %ld cores",
-          pdde_context_n_threads(ctx), cores);
+    CHECK(pdde_context_thread_count(ctx) >= 1 && pdde_context_thread_count(ctx) <= 4 * cores, "threads capped: %d for %ld cores",
+          pdde_context_thread_count(ctx), cores);
     pdde_context_free(ctx);
 }
 

@@ -247,7 +247,7 @@ static void test_simulated(pdde_context *ctx) {
     int mi = pdde_cluster_add_machine(cl, &mm);
     for (int i = 0; i < 2; i++) pdde_cluster_add_device(cl, mi, &(pdde_cluster_device){10 + i, 0, 1ull << 30});
     pdde_plan_devices d;
-    CHECK(pdde_cluster_plan_devices(ctx, cl, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    CHECK(pdde_plan_devices_init(ctx, cl, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
     pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
     pp.batch = 8, pp.tp_divisor = 4, pp.max_micro = 4, pp.cluster = cl, pp.build = gpt_plan_build, pp.build_user = &b;
     const char *texts[] = {"dp=2", "tp=2", "pp=2,mb=4"};
@@ -267,7 +267,7 @@ static void test_simulated(pdde_context *ctx) {
         double peak = 0;
         for (int k = 0; k < 2; k++) {
             pdde_memory_stats ms;
-            pdde_lower_memory(pg, NULL, 2, k, &ms);
+            pdde_predict_memory(pg, NULL, 2, k, &ms);
             peak = fmax(peak, (double)(ms.allocated_bytes + ms.transfer_bytes));
         }
         CHECK(r && p.step_s == r->step_time && p.peak_bytes == peak, "%s: evaluated %g s, %.0f B; simulated %g s, sessions' memory %.0f B",
@@ -315,8 +315,8 @@ static void test_placement(pdde_graph *g, const pdde_plan_params *pp, int L) {
     /* a faster second device: the blocks go there */
     CHECK(pdde_plan_search(g, &c.d, pp, plans, MAX_PLANS, &nf, &nr) == PDDE_OK && nf > 0, "search: %s", pdde_last_error(ctx));
     pdde_plan_str(&plans[0], s, sizeof s);
-    CHECK(!strcmp(plans[0].place, "opencl") && plans[0].pp == 1 && pdde_plan_places(&plans[0], L, 1) && pdde_plan_places(&plans[0], L, L - 2) &&
-              !pdde_plan_places(&plans[0], L, 0) && !pdde_plan_places(&plans[0], L, L - 1) && strstr(s, ",place=opencl"),
+    CHECK(!strcmp(plans[0].place, "opencl") && plans[0].pp == 1 && pdde_plan_layer_on_device(&plans[0], L, 1) && pdde_plan_layer_on_device(&plans[0], L, L - 2) &&
+              !pdde_plan_layer_on_device(&plans[0], L, 0) && !pdde_plan_layer_on_device(&plans[0], L, L - 1) && strstr(s, ",place=opencl"),
           "a 100x faster second device: the best plan %s places the blocks there", s);
     pdde_plan parsed, own = plans[0];
     CHECK(pdde_plan_parse(s, &parsed) == PDDE_OK && !strcmp(parsed.place, "opencl") && parsed.place_last == 0, "parse '%s'", s);
@@ -328,7 +328,7 @@ static void test_placement(pdde_graph *g, const pdde_plan_params *pp, int L) {
           "pdde_plan_evaluate of the placed plan %g s, the search's %g s", again.step_s, plans[0].step_s);
     pdde_plan range;
     CHECK(pdde_plan_parse("dp=2,place=opencl:2-3", &range) == PDDE_OK && range.place_first == 2 && range.place_last == 4 &&
-              pdde_plan_places(&range, L, 2) && pdde_plan_places(&range, L, 3) && !pdde_plan_places(&range, L, 1) && !pdde_plan_places(&range, L, 4),
+              pdde_plan_layer_on_device(&range, L, 2) && pdde_plan_layer_on_device(&range, L, 3) && !pdde_plan_layer_on_device(&range, L, 1) && !pdde_plan_layer_on_device(&range, L, 4),
           "place=opencl:2-3 places layers 2 and 3");
     pdde_plan_str(&range, s, sizeof s);
     CHECK(strstr(s, ",place=opencl:2-3") != NULL, "written back: %s", s);

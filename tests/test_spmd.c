@@ -97,7 +97,7 @@ static pdde_session_params plan_params(const plan *p, int dev, int *layer_dev) {
     if (p && p->device == 2 && pdde_plan_parse(PLACE_TEXT, &placed)) placed.place[0] = 0;
     if (p && p->device) { /* the collectives and stage transfers of device tensors go through host memory */
         for (int l = 0; l < cfg.layers + 2; l++)
-            layer_dev[l] = p->device == 2 ? (pdde_plan_places(&placed, cfg.layers + 2, l) ? dev : -1)
+            layer_dev[l] = p->device == 2 ? (pdde_plan_layer_on_device(&placed, cfg.layers + 2, l) ? dev : -1)
                          : p->pp > 1 ? (l >= (cfg.layers + 2) / 2 ? dev : -1) : (l >= 1 && l <= cfg.layers ? dev : -1);
         sp.layer_devices = layer_dev, sp.n_layer_devices = cfg.layers + 2;
     }
@@ -137,7 +137,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, result *ou
     pdde_session_memory(s, &ms);
     out->mem = ms;
     out->state_bytes = (double)(ms.param_bytes + ms.grad_bytes + ms.optimizer_bytes);
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) { /* (this rank's blocks: the session's tensors) */
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) { /* (this rank's blocks: the session's tensors) */
         const pdde_tensor *t = pdde_session_tensor(s, pdde_graph_tensor(g, i));
         if (t && (t->flags & PDDE_TENSOR_PARAM) && t->name[0] == 'h' && t->name[1] >= '0' && t->name[1] <= '9')
             out->block_param_bytes += (double)pdde_tensor_nbytes(t);
@@ -240,7 +240,7 @@ static int opencl_device_exists(void) {
 
 static void train_rank(pdde_context *ctx, pdde_comm *world, void *arg) { train(ctx, world, arg, test_rank_result); }
 
-/* Memory predictions (pdde_lower_memory) against what a session allocated. */
+/* Memory predictions (pdde_predict_memory) against what a session allocated. */
 static int predicted_ranks;
 static int memory_equal(const pdde_memory_stats *a, const pdde_memory_stats *b) {
     return a->allocated_bytes == b->allocated_bytes && a->persistent_allocated_bytes == b->persistent_allocated_bytes &&
@@ -283,7 +283,7 @@ static void run_plan(const char *store_addr, const plan *p, result *out) {
         free(dump);
         /* ...and the memory predicted for it here is what its session allocated, byte for byte */
         pdde_memory_stats pm;
-        st = pdde_lower_memory(g, &sp, ranks, r, &pm);
+        st = pdde_predict_memory(g, &sp, ranks, r, &pm);
         CHECK(!st && memory_equal(&pm, &res[r].mem), "%s rank %d: predicted memory %s, the session's %s", p->name, r,
               memory_str(&pm, (char[256]){0}, 256), memory_str(&res[r].mem, (char[256]){0}, 256));
         predicted_ranks += !st && memory_equal(&pm, &res[r].mem);
@@ -350,7 +350,7 @@ int main(void) {
         gpt_model m1;
         pdde_memory_stats pm;
         pdde_graph_init(ctx, &g1);
-        CHECK(build(g1, &m1, NULL) == PDDE_OK && pdde_lower_memory(g1, NULL, 0, 0, &pm) == PDDE_OK && memory_equal(&pm, &ref.mem),
+        CHECK(build(g1, &m1, NULL) == PDDE_OK && pdde_predict_memory(g1, NULL, 0, 0, &pm) == PDDE_OK && memory_equal(&pm, &ref.mem),
               "one process: predicted memory %s, the session's %s", memory_str(&pm, (char[256]){0}, 256), memory_str(&ref.mem, (char[256]){0}, 256));
         pdde_graph_free(g1);
     }
@@ -475,7 +475,7 @@ int main(void) {
     /* the first stage keeps 2 micro-batches' activations under 1F1B, all 4 under GPipe */
     CHECK(arena_1f1b > 0 && arena_gpipe == 2 * arena_1f1b, "stage 0 activations: 1F1B %.0f B, GPipe %.0f B", arena_1f1b, arena_gpipe);
     printf("stage 0 activation memory: 1F1B %.0f B, GPipe %.0f B (4 micro-batches)\n", arena_1f1b, arena_gpipe);
-    printf("memory predicted without a session (pdde_lower_memory) equals the allocation on %d ranks of the plans\n", predicted_ranks);
+    printf("memory predicted without a session (pdde_predict_memory) equals the allocation on %d ranks of the plans\n", predicted_ranks);
     /* the file records the layout each tensor was saved from (TP2 x PP2: a column-parallel weight of
      * the second stage) */
     FILE *fk = fopen(ckpt_path[2], "rb");

@@ -5,7 +5,7 @@
  * its big replies, a client hoards memory, and a client exhausts the store's file descriptors (which
  * must not make it spin); the UCX handshake refusing a peer with another secret. */
 #define _GNU_SOURCE
-#include "pdde.h"
+#include "pdde_extension.h"
 
 #if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
 #include <stdio.h>
@@ -295,9 +295,9 @@ static void test_auth(pdde_context *ctx) {
     }
     CHECK(told && nfd <= 24, "too many connections: told after %d (%s)", nfd, msg);
     for (int i = 0; i < nfd; i++) close(fds[i]);
-    pdde_store_free(a);
-    pdde_store_free(b);
-    pdde_store_free(c);
+    pdde_store_close(a);
+    pdde_store_close(b);
+    pdde_store_close(c);
     pdde_store_server_free(srv);
 }
 
@@ -342,7 +342,7 @@ static int outsider(const abuse_args *a) {
         if (!pdde_store_connect_secret(NULL, addr, "guessed-secret-0123456789", 2, &s)) {
             accepted++;
             pdde_store_set(s, key, "-501|forged", 11);
-            pdde_store_free(s);
+            pdde_store_close(s);
         }
         int fd = raw_connect(a->port);
         int32_t status = 0;
@@ -397,7 +397,7 @@ static int insider(const abuse_args *a) {
         else got += (size_t)r;
     }
     close(fd);
-    pdde_store_free(s);
+    pdde_store_close(s);
     free(v);
     if (!refused) return 6;
     if (!ended || got >= (size_t)sent * big) return 7; /* never dropped: it got every reply */
@@ -418,7 +418,7 @@ static int prober(const abuse_args *a) {
         if (test_now() - t > worst) worst = test_now() - t;
         usleep(20000);
     }
-    pdde_store_free(s);
+    pdde_store_close(s);
     printf("store: slowest ping while abused %.3f s\n", worst);
     return worst < 2.0 ? 0 : 5; /* a reply written synchronously to the slow reader stalled it 5 s */
 }
@@ -465,7 +465,7 @@ static void test_job_vs_abuse(void) {
     CHECK(pdde_store_connect(ctx, addr, 5, &s) == PDDE_OK, "connect");
     CHECK(pdde_store_get(s, "outsiders/1/failed", &v, &n) == PDDE_ERR_NOT_FOUND, "no forged failure key");
     free(v);
-    pdde_store_free(s);
+    pdde_store_close(s);
 
     abuse_args in = {pdde_store_server_port(srv), "insiders", 0.3, 2.0, 0};
     pid_t i = spawn(insider, &in), pr = spawn(prober, &in);
@@ -552,7 +552,7 @@ static void test_fd_exhaustion(void) {
     pdde_store *s = NULL;
     pdde_status st = pdde_store_connect(NULL, addr, 5, &s);
     CHECK(st == PDDE_OK, "a client connects again once the abuser is gone");
-    pdde_store_free(s);
+    pdde_store_close(s);
     kill(host, SIGKILL);
     waitpid(host, NULL, 0);
 }

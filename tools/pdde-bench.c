@@ -93,7 +93,7 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
         return NAN;
     }
     uint64_t seed = 88172645463325252ull;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op != PDDE_OP_NONE || !(t->flags & PDDE_TENSOR_INPUT)) continue;
         size_t n = (size_t)pdde_tensor_numel(t);
@@ -128,7 +128,7 @@ static double class_bytes(const pdde_graph *g, pdde_op_class k) {
     pdde_cost_program *p;
     double bytes = 0;
     if (pdde_cost_program_from_graph(g, 0, &p)) return 0;
-    for (int i = 0; i < pdde_cost_program_n_ops(p, 0); i++) {
+    for (int i = 0; i < pdde_cost_program_op_count(p, 0); i++) {
         const pdde_cost_op *op = pdde_cost_program_op(p, 0, i);
         if (op->op_class == k) { bytes = op->bytes; break; }
     }
@@ -292,7 +292,7 @@ static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int 
     double bytes = 0;
     *others = 0;
     if (pdde_cost_program_from_graph(g, device, &p)) return 0;
-    for (int i = 0; i < pdde_cost_program_n_ops(p, 0); i++) {
+    for (int i = 0; i < pdde_cost_program_op_count(p, 0); i++) {
         pdde_cost_op op = *pdde_cost_program_op(p, 0, i);
         int softmax_class = op.softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
         if (class_forward_only(k) && op.phase != PDDE_PHASE_FORWARD) continue;
@@ -530,7 +530,7 @@ static int comm_rank(const char *addr, int r, int fd) {
     p.rank = r, p.world_size = 2, p.prefix = "pdde-bench", p.timeout_s = 60;
     if (pdde_store_connect(ctx, addr, 20, &store) || (p.store = store, pdde_comm_init(ctx, &p, &c))) {
         fprintf(stderr, "pdde-bench: rank %d: %s\n", r, pdde_last_error(ctx));
-        pdde_store_free(store), pdde_context_free(ctx);
+        pdde_store_close(store), pdde_context_free(ctx);
         return 1;
     }
     double out[N_COLL_CASES][3];
@@ -556,7 +556,7 @@ static int comm_rank(const char *addr, int r, int fd) {
     if (r == 0 && !bad && write(fd, out, sizeof out) != (ssize_t)sizeof out) bad = 1;
     free(a), free(b);
     pdde_comm_free(c);
-    pdde_store_free(store);
+    pdde_store_close(store);
     pdde_context_free(ctx);
     return bad;
 }
@@ -625,7 +625,7 @@ static int check_file(const char *path, int rewrite) {
     if (pdde_context_init(&cp, &ctx)) return 1;
     pdde_status st = pdde_cluster_load(ctx, path, &c);
     if (!st) {
-        printf("%s: \"%s\": %d machines, %d devices\n", path, c->name, c->n_machines, pdde_cluster_n_devices(c));
+        printf("%s: \"%s\": %d machines, %d devices\n", path, c->name, c->n_machines, pdde_cluster_device_count(c));
         for (int s = 0; s < c->n_specs; s++) {
             int n = 0;
             double mem = 0;

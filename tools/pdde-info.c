@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("pdde %d.%d.%d, %d CPU threads\n", PDDE_VERSION_MAJOR, PDDE_VERSION_MINOR, PDDE_VERSION_PATCH,
-           pdde_context_n_threads(ctx));
+           pdde_context_thread_count(ctx));
     if (!quiet) {
         printf("built with:");
         for (int i = 0; i < PDDE_FEATURE_COUNT; i++)

@@ -239,7 +239,7 @@ int main(int argc, char **argv) {
     enum { MAX_RANKS = 256 };
     int n = dp * tp * pp < MAX_RANKS ? dp * tp * pp : MAX_RANKS;
     double total[3] = {0}, bytes[MAX_RANKS][3] = {{0}};
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         const pdde_tensor *t = pdde_graph_tensor(g, i);
         int kind = t->flags & PDDE_TENSOR_PARAM ? 0 : t->flags & PDDE_TENSOR_GRAD ? 1 : t->flags & PDDE_TENSOR_STATE ? 2 : -1;
         if (kind < 0 || t->op != PDDE_OP_NONE) continue;
@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
         printf(": parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB each\n", bytes[r][0] / 1e6, bytes[r][1] / 1e6, bytes[r][2] / 1e6);
     }
     printf("one process: parameters %.2f MB, gradients %.2f MB, optimizer %.2f MB\n", total[0] / 1e6, total[1] / 1e6, total[2] / 1e6);
-    printf("completion conflicts resolved: %d\n", pdde_complete_n_conflicts(g));
+    printf("completion conflicts resolved: %d\n", pdde_complete_conflict_count(g));
     pdde_graph_free(g);
     pdde_context_free(ctx);
     return 0;

@@ -20,7 +20,7 @@
  * rank; the throttled rank's figures are a third of the others' (a calibration inside the cgroup
  * times short ops between throttles, and their medians come out unthrottled); the simulation shares
  * the machine's cores among the ranks computing at each moment, slowed by the calibration's
- * contention figures while several compute. Memory: the most any rank's memory plan allocates (pdde_lower_memory of the same
+ * contention figures while several compute. Memory: the most any rank's memory plan allocates (pdde_predict_memory of the same
  * graph and session params) against the most a rank's session allocated. The baseline is Paddle's
  * published formula (every op FLOPs / (0.65 x peak), alpha-beta communication) in the planner's
  * analytic schedule (pdde_plan_evaluate). pick_gap: how much slower the planner's pick for 2 ranks
@@ -298,7 +298,7 @@ static char cluster_path_cpu[300];
 static int cores = 2;
 
 /* The planner's devices for configuration c, whose training graph is g: rank r's figures from the
- * cluster file timed on g's nodes (pdde_cluster_plan_devices_graph; the OpenCL device's for
+ * cluster file timed on g's nodes (pdde_plan_devices_init_graph; the OpenCL device's for
  * PLACE_OPENCL), a third of that for the throttled rank (its quota) and divided by the ranks sharing a
  * core when there are more ranks than cores. paddle: instead every GEMM at 0.65 x the device's peak and
  * every other op one FLOP per output element (its bytes / 12: two f32 inputs and an output), no op
@@ -307,7 +307,7 @@ static pdde_status config_devices(pdde_context *ctx, const bench_config *c, cons
                                   double *a) {
     memset(d, 0, sizeof *d);
     pdde_plan_devices all;
-    pdde_status st = pdde_cluster_plan_devices_graph(ctx, cluster, g, ranks, &all);
+    pdde_status st = pdde_plan_devices_init_graph(ctx, cluster, g, ranks, &all);
     if (st) return st;
     int k_opencl = -1;
     for (int i = 0, dd = 0; i < cluster->n_machines; i++)
@@ -416,7 +416,7 @@ static pdde_status config_cluster(pdde_context *ctx, const bench_config *c, int 
 
 /* pdde's prediction of c: its ranks' real programs (the graph they build, lowered for each rank as its
  * session lowers it) simulated on the cluster of config_cluster; memory: the most any rank's memory
- * plan allocates (pdde_lower_memory, what its session allocates). */
+ * plan allocates (pdde_predict_memory, what its session allocates). */
 static pdde_status predict_simulated(pdde_context *ctx, bench_config *c, const pdde_plan *pl, double *step_s, double *mem) {
     int ranks = pl->dp * pl->tp * pl->pp, world = ranks > 1 ? ranks : 0, opencl_id, layer_dev[64];
     int local_opencl = pdde_device_find(ctx, "opencl", 0), local_devices[16];
@@ -432,7 +432,7 @@ static pdde_status predict_simulated(pdde_context *ctx, bench_config *c, const p
     for (int r = 0; r < ranks && !st; r++) {
         pdde_session_params sp = config_session_params(c->model, config_place(c, r), local_opencl, layer_dev);
         pdde_memory_stats ms;
-        if (!(st = pdde_lower_memory(g, &sp, world, r, &ms)) && (double)ms.allocated_bytes > *mem) *mem = (double)ms.allocated_bytes;
+        if (!(st = pdde_predict_memory(g, &sp, world, r, &ms)) && (double)ms.allocated_bytes > *mem) *mem = (double)ms.allocated_bytes;
     }
     /* the ranks' layers on the OpenCL device: as one session's params, the local device mapped to it */
     pdde_session_params sp = config_session_params(c->model, opencl_id >= 0 ? PLACE_OPENCL : PLACE_CPU, local_opencl, layer_dev);

@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
      * the CPU, in a context of one thread fewer than the cores (the stage threads of 1 and 3 get one) */
     pdde_context *pipe_ctx = ctx;
     pdde_context_params hp = PDDE_CONTEXT_PARAMS_INIT;
-    hp.n_threads = pdde_context_n_threads(ctx) > 1 ? pdde_context_n_threads(ctx) - 1 : 1;
+    hp.n_threads = pdde_context_thread_count(ctx) > 1 ? pdde_context_thread_count(ctx) - 1 : 1;
     hp.backends = "cpu"; /* (another device runtime's threads would only compete for the cores) */
     if (pdde_context_init(&hp, &pipe_ctx)) pipe_ctx = ctx;
     ok[0] = setup_init(&su[0], ctx, &data, batch, -1, 0, NULL, -1, -1) == PDDE_OK;

@@ -47,10 +47,10 @@ int main(void) {
         return 1;
     }
     double t_build = bench_now() - t0, params = 0;
-    for (int i = 0; i < pdde_graph_n_tensors(g); i++)
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++)
         if (pdde_graph_tensor(g, i)->flags & PDDE_TENSOR_PARAM) params += (double)pdde_tensor_numel(pdde_graph_tensor(g, i));
     printf("GPT %d layers, width %d, %.1fB parameters: %d graph nodes, built and completed in %.2f s\n", cfg.layers, cfg.width, params / 1e9,
-           pdde_graph_n_tensors(g), t_build);
+           pdde_graph_tensor_count(g), t_build);
     /* each rank lowered (and its program freed), timed per rank; nothing printed */
     double *ms = malloc((size_t)ranks * sizeof *ms), *wall = malloc((size_t)ranks * sizeof *wall);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;

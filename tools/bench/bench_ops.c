@@ -90,7 +90,7 @@ static int bench_graph_compile(pdde_context *ctx, bench_graph *b, int device) {
         return -1;
     }
     /* random inputs */
-    for (int i = 0; i < pdde_graph_n_tensors(b->g); i++) {
+    for (int i = 0; i < pdde_graph_tensor_count(b->g); i++) {
         pdde_tensor *t = pdde_graph_tensor(b->g, i);
         if (t->op != PDDE_OP_NONE || !(t->flags & (PDDE_TENSOR_INPUT | PDDE_TENSOR_PARAM))) continue;
         if (t->dtype != PDDE_F32 && t->dtype != PDDE_BF16) continue;
@@ -273,7 +273,7 @@ int main(int argc, char **argv) {
     if (reps < 1) reps = 1;
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx) != PDDE_OK) return 1;
-    int n_threads = pdde_context_n_threads(ctx);
+    int n_threads = pdde_context_thread_count(ctx);
     int cl_dev = pdde_device_find(ctx, "opencl", 0);
     pdde_device_props clp = {0}, cpup = {0};
     if (cl_dev >= 0) pdde_device_get_props(ctx, cl_dev, &clp);
