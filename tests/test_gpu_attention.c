@@ -39,7 +39,7 @@ static int train(pdde_context *ctx, int device, pdde_dtype dt, int unfused_graph
         return -1;
     }
     *on_device = 0;
-    for (int i = 0; i < pdde_session_n_nodes(s); i++) {
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         *on_device += (t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) && t->device == device;
     }
