@@ -64,8 +64,9 @@ __device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, lo
     }
 }
 
-/* The shared memory of every flash kernel (bf16 elements), sized for D = 128 */
-#define FL_SMEM (2 * FL_ROWS * (128 + 8) + 2 * 16 * (128 + 8))
+/* The shared memory of a flash kernel of head size D (bf16 elements): the most of its tiles (two 64-row
+ * tiles and, backward, two of the query tiles of flash_dkv: 32 rows at D 64, 16 at D 128) */
+#define FL_SMEM(D) (2 * FL_ROWS * ((D) + 8) + 2 * ((D) == 64 ? 32 : 16) * ((D) + 8))
 
 template <int D>
 __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,

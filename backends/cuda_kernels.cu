@@ -905,42 +905,45 @@ extern "C" __global__ void k_flash_rowdot(const float *__restrict__ y, const flo
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #include "cuda_flash.cuh"
 
-/* bf16 q, k, v only (the dispatcher sends nothing else here: pgd_ctx.has_flash), D 64 or 128 */
-extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_fwd(const void *q, const void *k, const void *v, float *y,
-                                                                         long long BH, long long T, long long D, float scale,
-                                                                         int bf16) {
-    __shared__ __align__(16) uint16_t sm[FL_SMEM];
-    (void)BH, (void)bf16;
-    if (D == 64) flash_fwd<64>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, T, scale);
-    else flash_fwd<128>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, T, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dq(const void *q, const void *k, const void *v, const float *y,
-                                                                             const float *dy, const float *rowdot, float *out,
-                                                                             long long BH, long long T, long long D, float scale,
-                                                                             int bf16) {
-    __shared__ __align__(16) uint16_t sm[FL_SMEM];
-    (void)BH, (void)bf16;
-    if (D == 64) flash_dq<64>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, T, scale);
-    else flash_dq<128>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, T, scale);
-}
-extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dkv(const void *q, const void *k, const void *v, const float *y,
-                                                                              const float *dy, const float *rowdot, float *out,
-                                                                              long long BH, long long T, long long D, float scale,
-                                                                              int bf16) {
-    __shared__ __align__(16) uint16_t sm[FL_SMEM];
-    (void)bf16;
-    if (D == 64) flash_dkv<64>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T, scale);
-    else flash_dkv<128>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T, scale);
-}
+/* bf16 q, k, v only (the dispatcher sends nothing else here: pgd_ctx.has_flash); a kernel per head size,
+ * each with the registers and shared memory its own needs (D 64: about 135 registers, three blocks an SM) */
+#define FL_KERNELS(D, sfx)                                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_fwd##sfx(                                     \
+        const void *q, const void *k, const void *v, float *y, long long BH, long long T, long long Dn, float scale,    \
+        int bf16) {                                                                                                    \
+        __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
+        (void)BH, (void)Dn, (void)bf16;                                                                                \
+        flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, T, scale);                  \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dq##sfx(                                 \
+        const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
+        long long BH, long long T, long long Dn, float scale, int bf16) {                                              \
+        __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
+        (void)BH, (void)Dn, (void)bf16;                                                                                \
+        flash_dq<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, T, scale);  \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dkv##sfx(                                \
+        const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
+        long long BH, long long T, long long Dn, float scale, int bf16) {                                              \
+        __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
+        (void)Dn, (void)bf16;                                                                                          \
+        flash_dkv<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,     \
+                     scale);                                                                                           \
+    }
+FL_KERNELS(64, )
+FL_KERNELS(128, _d128)
 #else
 /* Before compute capability 8.0 there is no bf16 mma: the kernels exist (the module has every name) but
  * the backend never launches them (pgd_ctx.has_flash is 0 there). */
-extern "C" __global__ void k_flash_fwd(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
-                                       long long D, float scale, int bf16) {}
-extern "C" __global__ void k_flash_back_dq(const void *q, const void *k, const void *v, const float *y, const float *dy,
-                                           const float *rowdot, float *out, long long BH, long long T, long long D,
-                                           float scale, int bf16) {}
-extern "C" __global__ void k_flash_back_dkv(const void *q, const void *k, const void *v, const float *y, const float *dy,
-                                            const float *rowdot, float *out, long long BH, long long T, long long D,
-                                            float scale, int bf16) {}
+#define FL_STUBS(sfx)                                                                                                  \
+    extern "C" __global__ void k_flash_fwd##sfx(const void *q, const void *k, const void *v, float *y, long long BH,    \
+                                                long long T, long long D, float scale, int bf16) {}                    \
+    extern "C" __global__ void k_flash_back_dq##sfx(const void *q, const void *k, const void *v, const float *y,        \
+                                                    const float *dy, const float *rowdot, float *out, long long BH,    \
+                                                    long long T, long long D, float scale, int bf16) {}                \
+    extern "C" __global__ void k_flash_back_dkv##sfx(const void *q, const void *k, const void *v, const float *y,       \
+                                                     const float *dy, const float *rowdot, float *out, long long BH,   \
+                                                     long long T, long long D, float scale, int bf16) {}
+FL_STUBS()
+FL_STUBS(_d128)
 #endif

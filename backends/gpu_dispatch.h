@@ -39,8 +39,9 @@ enum {
     PGD_K_GAMMA_BACK, PGD_K_SOFTMAX, PGD_K_SOFTMAX_BACK, PGD_K_CE_ROWS, PGD_K_CE_FINAL, PGD_K_CE_COUNT,
     PGD_K_CE_BACK, PGD_K_EMBEDDING, PGD_K_EMBEDDING_BACK, PGD_K_DROPOUT, PGD_K_CAST, PGD_K_SGD,
     PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV,
-    PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_ATT_SOFTMAX, PGD_K_ATT_SOFTMAX_BACK, PGD_K_FLASH_FWD,
-    PGD_K_FLASH_ROWDOT, PGD_K_FLASH_BACK_DQ, PGD_K_FLASH_BACK_DKV, PGD_K_COUNT
+    PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_ATT_SOFTMAX, PGD_K_ATT_SOFTMAX_BACK, PGD_K_FLASH_ROWDOT,
+    PGD_K_FLASH_FWD, PGD_K_FLASH_FWD_D128, PGD_K_FLASH_BACK_DQ, PGD_K_FLASH_BACK_DQ_D128, PGD_K_FLASH_BACK_DKV,
+    PGD_K_FLASH_BACK_DKV_D128, PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
@@ -49,12 +50,10 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_gamma_back", "k_softmax", "k_softmax_back", "k_ce_rows", "k_ce_final", "k_ce_count",
     "k_ce_back", "k_embedding", "k_embedding_back", "k_dropout", "k_cast", "k_sgd",
     "k_adamw", "k_gemm", "k_attention", "k_attention_back_q", "k_attention_back_kv",
-    "k_adamw_multi", "k_bias_gelu", "k_att_softmax", "k_att_softmax_back", "k_flash_fwd",
-    "k_flash_rowdot", "k_flash_back_dq", "k_flash_back_dkv",
+    "k_adamw_multi", "k_bias_gelu", "k_att_softmax", "k_att_softmax_back", "k_flash_rowdot",
+    "k_flash_fwd", "k_flash_fwd_d128", "k_flash_back_dq", "k_flash_back_dq_d128", "k_flash_back_dkv",
+    "k_flash_back_dkv_d128",
 };
-/* The tiled attention kernels: a backend without them (a CUDA device without bf16 tensor cores) leaves
- * pgd_ctx.has_flash 0 and the attention takes another path. */
-#define PGD_K_FLASH_FIRST PGD_K_FLASH_FWD
 
 /* The largest head dim of the attention kernels: an item keeps a few rows of D floats in registers
  * (PGD_ATT_DMAX in both kernel sources); larger heads run on the CPU. */
@@ -724,16 +723,17 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
                           node->name, (long long)groups);
     pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
     unsigned gx = (unsigned)groups, bx = g->flash_threads;
+    int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
     if (node->op == PDDE_OP_ATTENTION)
-        return pgd_launch(g, PGD_K_FLASH_FWD, gx, 1, 1, bx, 1,
+        return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1,
                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
     pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
     if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D)));
-    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ, gx, 1, 1, bx, 1,
+    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
                                     PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
-    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV, gx, 1, 1, bx, 1,
+    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
                                     PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
     return e;

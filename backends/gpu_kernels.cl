@@ -842,11 +842,8 @@ static float ld_qkv(__global const void *p, long i, int bf16) {
     return bf16 ? as_float((uint)((__global const ushort *)p)[i] << 16) : ((__global const float *)p)[i];
 }
 
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_fwd(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale,
-            int bf16) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
-    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+static void flash_fwd(__global const void *q, __global const void *k, __global const void *v, __global float *y, long BH,
+                      long T, long D, float scale, int bf16, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
     long i = tile * FR + l, kend = min(T, tile * FR + FR);
@@ -895,12 +892,9 @@ __kernel void k_flash_rowdot(PTR(const float, y), PTR(const float, dy), PTR(floa
 
 /* dq of the group's query rows (out[0 .. BH*T*D)): scale * sum over keys j <= i of p (dp - rowdot) k_j,
  * p recomputed from the saved logsumexp, the keys' k and v rows through group memory. */
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_back_dq(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-                PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
-    BIND(const float, rowdot); BIND(float, out);
-    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+static void flash_dq(__global const void *q, __global const void *k, __global const void *v, __global const float *y,
+                     __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,
+                     float scale, int bf16, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
     long i = tile * FR + l, kend = min(T, tile * FR + FR), Dy = D + 1;
@@ -933,12 +927,10 @@ k_flash_back_dq(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(
 
 /* dk, dv of the group's key rows (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j, whose
  * q and dO rows, logsumexp and rowdot come through group memory. */
-__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-                 PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
-    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
-    BIND(const float, rowdot); BIND(float, out);
-    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
+static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,
+                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,
+                      float scale, int bf16, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],
+                      __local float *lses, __local float *dots) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
     long j = tile * FR + l, n = BH * T * D, Dy = D + 1;
@@ -972,4 +964,51 @@ k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR
     }
     if (!live) return;
     for (long d = 0; d < D; d++) out[n + (base + j) * D + d] = scale * dk[d], out[2 * n + (base + j) * D + d] = dv[d];
+}
+
+/* The kernels, one name per head size (64: k_flash_*, 128: k_flash_*_d128), as the CUDA backend has them;
+ * here both take D as it comes. (Written out: backslash-continued macros do not survive the embedding.) */
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_fwd(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
+    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, ks, vs);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_fwd_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
+    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, ks, vs);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_back_dq(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
+    BIND(const float, rowdot); BIND(float, out);
+    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, ks, vs);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_back_dq_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
+    BIND(const float, rowdot); BIND(float, out);
+    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, ks, vs);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
+    BIND(const float, rowdot); BIND(float, out);
+    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
+    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, qs, dos, lses, dots);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
+    BIND(const float, rowdot); BIND(float, out);
+    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
+    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, qs, dos, lses, dots);
 }

@@ -151,7 +151,7 @@ static void ldsm4t(uint32_t r[4], const uint16_t *p) { ldsm_any(r, p, 1); }
 
 /* ---- the launches (as backends/cuda_kernels.cu's k_flash_* with the dispatcher's grid) ----------- */
 
-static uint16_t emu_sm[FL_SMEM] __attribute__((aligned(16)));
+static uint16_t emu_sm[FL_SMEM(128)] __attribute__((aligned(16)));
 static struct {
     const uint16_t *q, *k, *v;
     float *y, *out;
