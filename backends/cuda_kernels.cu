@@ -846,11 +846,11 @@ extern "C" __global__ void k_bias_gelu(const float *__restrict__ x, const float 
 
 /* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */
 
-/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) and each row's
- * logsumexp into lse[r * ls]; from_lse: P = exp(scale * S - lse) from a saved logsumexp (one pass).
- * p may be s (each element is read before the same thread writes it: no __restrict__ here). */
-extern "C" __global__ void k_att_softmax(const float *s, float *p, float *lse, long long rows, long long T, float scale,
-                                         long long ls, int from_lse) {
+/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the
+ * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P
+ * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */
+extern "C" __global__ void k_att_softmax(const float *__restrict__ s, void *__restrict__ p, float *__restrict__ lse,
+                                         long long rows, long long T, float scale, long long ls, int from_lse, int pdt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *sr = s + r * T;
         long long lim = r % T + 1;
@@ -868,24 +868,28 @@ extern "C" __global__ void k_att_softmax(const float *s, float *p, float *lse, l
             if (threadIdx.x == 0) lse[r * ls] = m + logf(z);
         }
         for (long long j = threadIdx.x; j < T; j += blockDim.x) {
-            float v = sr[j];
-            p[r * T + j] = j < lim ? expf(scale * v - m) * inv : 0.0f;
+            float v = j < lim ? expf(scale * sr[j] - m) * inv : 0.0f;
+            if (pdt == DT_BF16) ((unsigned short *)p)[r * T + j] = f32_to_bf16(v);
+            else ((float *)p)[r * T + j] = v;
         }
     }
 }
 
-/* dS = scale * P (dP - rowsum(P dP)) over the causal part of each row (0 beyond); ds may be dp. */
-extern "C" __global__ void k_att_softmax_back(const float *p, const float *dp, float *ds, long long rows, long long T,
-                                              float scale) {
+/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of
+ * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),
+ * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */
+extern "C" __global__ void k_att_dsoftmax(const float *__restrict__ s, const float *__restrict__ dp, const float *__restrict__ lse,
+                                          void *__restrict__ ds, long long rows, long long T, float scale, long long ls, int dsdt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *pr = p + r * T, *dr = dp + r * T;
+        const float *sr = s + r * T, *dr = dp + r * T;
         long long lim = r % T + 1;
-        float t = 0.0f;
-        for (long long j = threadIdx.x; j < lim; j += blockDim.x) t += pr[j] * dr[j];
+        float m = lse[r * ls], t = 0.0f;
+        for (long long j = threadIdx.x; j < lim; j += blockDim.x) t += expf(scale * sr[j] - m) * dr[j];
         t = block_sum(t);
         for (long long j = threadIdx.x; j < T; j += blockDim.x) {
-            float v = j < lim ? scale * (pr[j] * (dr[j] - t)) : 0.0f;
-            ds[r * T + j] = v;
+            float v = j < lim ? scale * (expf(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;
+            if (dsdt == DT_BF16) ((unsigned short *)ds)[r * T + j] = f32_to_bf16(v);
+            else ((float *)ds)[r * T + j] = v;
         }
     }
 }

@@ -39,7 +39,7 @@ enum {
     PGD_K_GAMMA_BACK, PGD_K_SOFTMAX, PGD_K_SOFTMAX_BACK, PGD_K_CE_ROWS, PGD_K_CE_FINAL, PGD_K_CE_COUNT,
     PGD_K_CE_BACK, PGD_K_EMBEDDING, PGD_K_EMBEDDING_BACK, PGD_K_DROPOUT, PGD_K_CAST, PGD_K_SGD,
     PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV,
-    PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_ATT_SOFTMAX, PGD_K_ATT_SOFTMAX_BACK, PGD_K_FLASH_ROWDOT,
+    PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_ATT_SOFTMAX, PGD_K_ATT_DSOFTMAX, PGD_K_FLASH_ROWDOT,
     PGD_K_FLASH_FWD, PGD_K_FLASH_FWD_D128, PGD_K_FLASH_BACK_DQ, PGD_K_FLASH_BACK_DQ_D128, PGD_K_FLASH_BACK_DKV,
     PGD_K_FLASH_BACK_DKV_D128, PGD_K_COUNT
 };
@@ -50,7 +50,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_gamma_back", "k_softmax", "k_softmax_back", "k_ce_rows", "k_ce_final", "k_ce_count",
     "k_ce_back", "k_embedding", "k_embedding_back", "k_dropout", "k_cast", "k_sgd",
     "k_adamw", "k_gemm", "k_attention", "k_attention_back_q", "k_attention_back_kv",
-    "k_adamw_multi", "k_bias_gelu", "k_att_softmax", "k_att_softmax_back", "k_flash_rowdot",
+    "k_adamw_multi", "k_bias_gelu", "k_att_softmax", "k_att_dsoftmax", "k_flash_rowdot",
     "k_flash_fwd", "k_flash_fwd_d128", "k_flash_back_dq", "k_flash_back_dq_d128", "k_flash_back_dkv",
     "k_flash_back_dkv_d128",
 };
@@ -621,10 +621,10 @@ static int64_t pgd_align256(int64_t bytes) { return (bytes + 255) & ~(int64_t)25
 
 /* The unfused form inside the node: per chunk of heads, S = Q K^T (a batched GEMM), P = causal
  * softmax(scale S) with each row's logsumexp into y's last column (k_att_softmax), O = P V; the backward
- * recomputes P from the logsumexp (one pass) and takes dV = P^T dO, dP = dO V^T, dS = scale P (dP -
- * rowsum(P dP)) (k_att_softmax_back), dQ = dS K, dK = dS^T Q. bf16 q, k, v: the GEMMs read bf16 (P, dO
- * and dS rounded to bf16 for them, as autocast's matmuls round theirs); f16 ones are widened to f32
- * first (f16 would flush small dS to zero). The GEMMs are the vendor's, as the unfused graph's are. */
+ * recomputes S and P from the logsumexp, dV = P^T dO, dP = dO V^T, dS = scale P (dP - rowsum(P dP))
+ * (k_att_dsoftmax), dQ = dS K, dK = dS^T Q. bf16 q, k, v: the GEMMs read bf16, P, dO and dS
+ * written as bf16 for them (as autocast's matmuls round theirs); f16 ones are widened to f32 first (f16
+ * would flush small dS to zero). The GEMMs are the vendor's, as the unfused graph's are. */
 static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
     int back = node->op == PDDE_OP_ATTENTION_BACK;
@@ -633,27 +633,28 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
     if (!BH || !T) return PDDE_OK;
     pdde_dtype gdt = q->dtype == PDDE_BF16 ? PDDE_BF16 : PDDE_F32; /* the GEMMs' operands */
     int widen = q->dtype != PDDE_F32 && gdt == PDDE_F32, lowp = gdt != PDDE_F32;
-    int64_t esz = q->dtype == PDDE_F32 ? 4 : 2;
-    /* bytes a head needs: S (P in place), [dP], O or dO f32, [P or dS and dO in bf16], [q, k, v widened],
-     * [the GEMM's widening room, where it has no bf16 GEMM: two operands, [T, D] and [T, T] or [T, D]] */
-    int64_t head = 4 * tt + (back ? 4 * tt : 0) + 4 * td + (lowp ? 2 * tt + 2 * td : 0) + (widen ? 12 * td : 0) +
-                   (lowp && !g->gemm_lowp ? 4 * (td + (tt > td ? tt : td)) : 0);
+    int64_t esz = q->dtype == PDDE_F32 ? 4 : 2, gsz = lowp ? 2 : 4;
+    /* bytes a head needs: S, P (then dS) of the GEMMs' dtype, O or dO f32, [dP], [dO of the GEMMs' dtype],
+     * [q, k, v widened], [the GEMM's widening room where it has no bf16 GEMM: two operands, [T, D] and
+     * [T, T] or [T, D]] */
+    int64_t gw_head = lowp && !g->gemm_lowp ? 4 * (td + (tt > td ? tt : td)) : 0;
+    int64_t head = 4 * tt + gsz * tt + 4 * td + (back ? 4 * tt : 0) + (lowp ? 2 * td : 0) + (widen ? 12 * td : 0) + gw_head;
     int64_t c = PGD_ATT_UNFUSED_SCRATCH / (head > 0 ? head : 1);
     c = c < 1 ? 1 : c > BH ? BH : c;
-    int64_t o_S = 0, o_dP = pgd_align256(4 * c * tt), o_O = o_dP + (back ? pgd_align256(4 * c * tt) : 0),
-            o_Pb = o_O + pgd_align256(4 * c * td), o_dOb = o_Pb + (lowp ? pgd_align256(2 * c * tt) : 0),
+    int64_t o_P = pgd_align256(4 * c * tt), o_O = o_P + pgd_align256(gsz * c * tt), o_dP = o_O + pgd_align256(4 * c * td),
+            o_dOb = o_dP + (back ? pgd_align256(4 * c * tt) : 0),
             o_wide = o_dOb + (lowp ? pgd_align256(2 * c * td) : 0), o_gw = o_wide + (widen ? pgd_align256(12 * c * td) : 0),
-            total = o_gw + (lowp && !g->gemm_lowp ? pgd_align256(4 * c * (td + (tt > td ? tt : td))) : 0);
+            total = o_gw + pgd_align256(c * gw_head);
     pgd_ptr w = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)total, &w);
     if (e) return e;
-    pgd_ptr S = pgd_at(w, o_S), dP = pgd_at(w, o_dP), O = pgd_at(w, o_O), Pb = pgd_at(w, o_Pb), dOb = pgd_at(w, o_dOb),
-            gw = lowp && !g->gemm_lowp ? pgd_at(w, o_gw) : pgd_null;
+    pgd_ptr S = w, P = pgd_at(w, o_P), O = pgd_at(w, o_O), dP = pgd_at(w, o_dP), dOb = pgd_at(w, o_dOb),
+            gw = gw_head ? pgd_at(w, o_gw) : pgd_null;
     pgd_ptr py = pgd_ptr_of(back ? node->src[3] : node), po = pgd_ptr_of(node);
-    int32_t f32 = (int32_t)PDDE_F32, bf16 = (int32_t)PDDE_BF16;
+    int32_t f32 = (int32_t)PDDE_F32, pdt = (int32_t)gdt;
     int64_t Dy = D + 1;
     for (int64_t h0 = 0; h0 < BH && !e; h0 += c) {
-        int64_t ch = BH - h0 < c ? BH - h0 : c, rows = ch * T, nS = ch * tt, nO = ch * td;
+        int64_t ch = BH - h0 < c ? BH - h0 : c, rows = ch * T, nO = ch * td;
         pgd_ptr qc = pgd_at(pgd_ptr_of(q), h0 * td * esz), kc = pgd_at(pgd_ptr_of(node->src[1]), h0 * td * esz),
                 vc = pgd_at(pgd_ptr_of(node->src[2]), h0 * td * esz);
         if (widen) {
@@ -665,42 +666,35 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
                 *in[i] = wi;
             }
         }
-        /* the chunk's logsumexp column of y: row h0 * T on, stride D + 1 */
+        /* the chunk's rows of y (and dy): row h0 * T on, the logsumexp in column D (stride D + 1) */
         pgd_ptr lse = pgd_at(py, (h0 * T * Dy + D) * 4);
-        if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, qc, td, kc, td, S, tt, ch, gw);
         int32_t from_lse = back;
+        if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, qc, td, kc, td, S, tt, ch, gw);
         if (!e) e = pgd_row_launch(g, PGD_K_ATT_SOFTMAX, rows, T,
-                                   PGD_ARGS(PGD_P(S), PGD_P(S), PGD_P(lse), PGD_A(rows), PGD_A(T), PGD_A(scale), PGD_A(Dy), PGD_A(from_lse)));
-        pgd_ptr P = S;
-        if (!e && lowp) {
-            e = pgd_launch_1d(g, PGD_K_CAST, nS, PGD_ARGS(PGD_P(S), PGD_P(Pb), PGD_A(nS), PGD_A(f32), PGD_A(bf16)));
-            P = Pb;
-        }
+                                   PGD_ARGS(PGD_P(S), PGD_P(P), PGD_P(lse), PGD_A(rows), PGD_A(T), PGD_A(scale), PGD_A(Dy),
+                                            PGD_A(from_lse), PGD_A(pdt)));
         if (!back) {
             if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, vc, td, O, td, ch, gw);
             /* into y's first D columns of the chunk's rows */
             if (!e) e = pgd_copy2d(g, O, py, rows, D, D, 0, Dy, h0 * T * Dy);
             continue;
         }
-        /* dO: y's gradient without its logsumexp column, contiguous (and rounded to bf16 for the GEMMs) */
+        /* dO: y's gradient without its logsumexp column, contiguous (and as bf16 for the GEMMs) */
         pgd_ptr dO = O;
         if (!e) e = pgd_copy2d(g, pgd_ptr_of(node->src[4]), O, rows, D, Dy, h0 * T * Dy, D, 0);
         if (!e && lowp) {
+            int32_t bf16 = (int32_t)PDDE_BF16;
             e = pgd_launch_1d(g, PGD_K_CAST, nO, PGD_ARGS(PGD_P(O), PGD_P(dOb), PGD_A(nO), PGD_A(f32), PGD_A(bf16)));
             dO = dOb;
         }
         pgd_ptr dq = pgd_at(po, h0 * td * 4), dk = pgd_at(po, (n + h0 * td) * 4), dv = pgd_at(po, (2 * n + h0 * td) * 4);
         if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, dO, td, dv, td, ch, gw);      /* dV = P^T dO */
         if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, dO, td, vc, td, dP, tt, ch, gw);     /* dP = dO V^T */
-        if (!e) e = pgd_row_launch(g, PGD_K_ATT_SOFTMAX_BACK, rows, T,                        /* dS, in dP */
-                                   PGD_ARGS(PGD_P(S), PGD_P(dP), PGD_P(dP), PGD_A(rows), PGD_A(T), PGD_A(scale)));
-        pgd_ptr dS = dP;
-        if (!e && lowp) {
-            e = pgd_launch_1d(g, PGD_K_CAST, nS, PGD_ARGS(PGD_P(dP), PGD_P(Pb), PGD_A(nS), PGD_A(f32), PGD_A(bf16)));
-            dS = Pb;
-        }
-        if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, dS, tt, kc, td, dq, td, ch, gw);     /* dQ = dS K */
-        if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, dS, tt, qc, td, dk, td, ch, gw);     /* dK = dS^T Q */
+        if (!e) e = pgd_row_launch(g, PGD_K_ATT_DSOFTMAX, rows, T,                           /* dS, in P's place */
+                                   PGD_ARGS(PGD_P(S), PGD_P(dP), PGD_P(lse), PGD_P(P), PGD_A(rows), PGD_A(T), PGD_A(scale),
+                                            PGD_A(Dy), PGD_A(pdt)));
+        if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, kc, td, dq, td, ch, gw);      /* dQ = dS K */
+        if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, qc, td, dk, td, ch, gw);      /* dK = dS^T Q */
     }
     return e;
 }

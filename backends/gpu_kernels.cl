@@ -783,12 +783,12 @@ __kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const
 
 /* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */
 
-/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) and each row's
- * logsumexp into lse[r * ls]; from_lse: P = exp(scale * S - lse) from a saved logsumexp (one pass).
- * p may be s (each element is read before the same item writes it). */
-__kernel void k_att_softmax(PTR(const float, s), PTR(float, p), PTR(float, lse), long rows, long T, float scale, long ls,
-                            int from_lse) {
-    BIND(const float, s); BIND(float, p); BIND(float, lse);
+/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the
+ * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P
+ * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */
+__kernel void k_att_softmax(PTR(const float, s), PTR(void, p), PTR(float, lse), long rows, long T, float scale, long ls,
+                            int from_lse, int pdt) {
+    BIND(const float, s); BIND(void, p); BIND(float, lse);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *sr = s + r * T;
@@ -807,25 +807,30 @@ __kernel void k_att_softmax(PTR(const float, s), PTR(float, p), PTR(float, lse),
             if (get_local_id(0) == 0) lse[r * ls] = m + log(z);
         }
         COLS_LOOP(j, T) {
-            float v = sr[j];
-            p[r * T + j] = j < lim ? exp(scale * v - m) * inv : 0.0f;
+            float v = j < lim ? exp(scale * sr[j] - m) * inv : 0.0f;
+            if (pdt == DT_BF16) ((__global ushort *)p)[r * T + j] = f32_to_bf16(v);
+            else ((__global float *)p)[r * T + j] = v;
         }
     }
 }
 
-/* dS = scale * P (dP - rowsum(P dP)) over the causal part of each row (0 beyond); ds may be dp. */
-__kernel void k_att_softmax_back(PTR(const float, p), PTR(const float, dp), PTR(float, ds), long rows, long T, float scale) {
-    BIND(const float, p); BIND(const float, dp); BIND(float, ds);
+/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of
+ * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),
+ * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */
+__kernel void k_att_dsoftmax(PTR(const float, s), PTR(const float, dp), PTR(const float, lse), PTR(void, ds), long rows,
+                             long T, float scale, long ls, int dsdt) {
+    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
-        __global const float *pr = p + r * T, *dr = dp + r * T;
+        __global const float *sr = s + r * T, *dr = dp + r * T;
         long lim = r % T + 1;
-        float t = 0.0f;
-        COLS_LOOP(j, lim) t += pr[j] * dr[j];
+        float m = lse[r * ls], t = 0.0f;
+        COLS_LOOP(j, lim) t += exp(scale * sr[j] - m) * dr[j];
         t = group_sum(t, sh);
         COLS_LOOP(j, T) {
-            float v = j < lim ? scale * (pr[j] * (dr[j] - t)) : 0.0f;
-            ds[r * T + j] = v;
+            float v = j < lim ? scale * (exp(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;
+            if (dsdt == DT_BF16) ((__global ushort *)ds)[r * T + j] = f32_to_bf16(v);
+            else ((__global float *)ds)[r * T + j] = v;
         }
     }
 }
