@@ -66,6 +66,7 @@ typedef struct {
     pcu_result (*DevicePrimaryCtxRetain)(pcu_ctx *, pcu_device_t);
     pcu_result (*DevicePrimaryCtxRelease)(pcu_device_t);
     pcu_result (*CtxSetCurrent)(pcu_ctx);
+    pcu_result (*CtxGetCurrent)(pcu_ctx *);
     pcu_result (*MemGetInfo)(size_t *, size_t *);
     pcu_result (*MemAlloc)(pcu_ptr *, size_t);
     pcu_result (*MemFree)(pcu_ptr);
@@ -101,6 +102,7 @@ static const struct { const char *name; size_t off; } pcu_syms[] = {
     PCU_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
     PCU_SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
     PCU_SYM(CtxSetCurrent, "cuCtxSetCurrent"),
+    PCU_SYM(CtxGetCurrent, "cuCtxGetCurrent"),
     PCU_SYM(MemGetInfo, "cuMemGetInfo_v2"),
     PCU_SYM(MemAlloc, "cuMemAlloc_v2"),
     PCU_SYM(MemFree, "cuMemFree_v2"),
@@ -196,7 +198,11 @@ static int pcu_fail(pcu_family *f, pcu_result r, const char *what, size_t nbytes
         if (r_ != PCU_SUCCESS) return pcu_fail((dev)->fam, r_, (what), 0);      \
     } while (0)
 
+/* Makes d's context current on this thread where it is not already (the thread's current context is
+ * read each time, not remembered: the program or a library may have set another in between). */
 static int pcu_bind(pcu_dev *d) {
+    pcu_ctx cur = NULL;
+    if (d->fam->cu.CtxGetCurrent(&cur) == PCU_SUCCESS && cur == d->cu_ctx) return PDDE_OK;
     pcu_result r = d->fam->cu.CtxSetCurrent(d->cu_ctx);
     return r == PCU_SUCCESS ? PDDE_OK : pcu_fail(d->fam, r, "cuCtxSetCurrent", 0);
 }
