@@ -106,6 +106,7 @@ fi
 test_step test_cuda 90 build/test_cuda
 test_step test_backend_ops_cuda_attention 90 build/test_backend_ops --backend cuda --op attention
 test_step test_gpu_attention 90 build/test_gpu_attention
+test_step test_backend_ops_cuda_rmsnorm 60 build/test_backend_ops --backend cuda --op rmsnorm_back
 
 # ---- attention alone, forward + backward (B 8, H 12, T 1024, D 64, bf16)
 declare -A att
