@@ -99,8 +99,11 @@ CLANG_SPIRV ?= $(shell command -v clang-15 2>/dev/null)
 LLVM_SPIRV  ?= $(shell command -v llvm-spirv-15 2>/dev/null || command -v llvm-spirv 2>/dev/null)
 # SPIR-V is emitted unoptimised (-O0): llvm-spirv-15 rejects the `freeze` instructions that LLVM's optimiser
 # makes, and the Level Zero driver optimises when it builds the module anyway.
-# PTX for the oldest architecture nvcc 13 targets; the driver JITs it for the device it runs on.
+# PTX for the oldest architecture nvcc 13 targets; the driver JITs it for the device it runs on. A second
+# PTX for compute capability 8.0 carries the tensor-core kernels (bf16 mma); the backend loads it on
+# devices of 8.0 and later.
 NVCC_PTX_ARCH ?= compute_75
+NVCC_PTX_ARCH_MMA ?= compute_80
 
 # A text file as a C array of string pieces (NULL-terminated), each under 4095 characters.
 text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
@@ -110,12 +113,15 @@ text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
 	       END { print "    , 0};" }'
 
 ifneq ($(NVCC),)
-backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu
+backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
-	@{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH)); do not edit.'; \
-	  echo ' * The PTX text in pieces of under 4095 characters (the longest string literal C requires). */'; \
-	  $(call text_to_c,pdde_cuda_ptx_parts) $(BUILD)/cuda_kernels.ptx; } > $@.tmp && mv $@.tmp $@
+	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH_MMA) -O3 $< -o $(BUILD)/cuda_kernels_mma.ptx
+	@{ echo '/* Generated from backends/cuda_kernels.cu by `make` (nvcc -ptx -arch=$(NVCC_PTX_ARCH), and -arch=$(NVCC_PTX_ARCH_MMA)'; \
+	  echo ' * for pdde_cuda_ptx_mma_parts); do not edit. The PTX texts in pieces of under 4095 characters (the longest'; \
+	  echo ' * string literal C requires). */'; \
+	  $(call text_to_c,pdde_cuda_ptx_parts) $(BUILD)/cuda_kernels.ptx; \
+	  $(call text_to_c,pdde_cuda_ptx_mma_parts) $(BUILD)/cuda_kernels_mma.ptx; } > $@.tmp && mv $@.tmp $@
 endif
 
 # The OpenCL backend builds backends/gpu_kernels.cl at run time: its text is embedded (needs only awk).

@@ -3,17 +3,20 @@
  * libcuda.so.1 is dlopen'ed and every cu* entry point resolved into a table in the family, so pdde
  * builds without the CUDA toolkit and runs where no driver is installed (the family then reports
  * PDDE_ERR_UNAVAILABLE). Kernels are CUDA C (backends/cuda_kernels.cu) compiled to PTX at build time
- * and embedded (backends/cuda_kernels_ptx.h, committed); the driver JITs them for the device when it
- * is opened. GEMM goes to cuBLAS (dlopen'ed too) and falls back to the tiled kernel k_gemm.
+ * and embedded (backends/cuda_kernels_ptx.h, committed): for compute_75, and for compute_80 with the
+ * tensor-core attention kernels, loaded on devices of compute capability 8.0 and later; the driver JITs
+ * the PTX for the device when it is opened. GEMM goes to cuBLAS (dlopen'ed too) and falls back to the tiled kernel k_gemm.
  *
  * Each device uses its primary context (the one the CUDA runtime and cuBLAS use), made current on the
  * calling thread at every entry point. Buffer handles are device pointers (CUdeviceptr) cast to void *.
  * Streams carry a small scratch buffer for multi-pass reductions, so concurrent streams never share it.
  *
- * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32. */
+ * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
+ * PDDE_CUDA_ATTENTION=unfused|rows|flash picks the attention's path (backends/README.md). */
 #ifndef PDDE_NO_CUDA
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +66,7 @@ typedef struct {
     pcu_result (*DevicePrimaryCtxRetain)(pcu_ctx *, pcu_device_t);
     pcu_result (*DevicePrimaryCtxRelease)(pcu_device_t);
     pcu_result (*CtxSetCurrent)(pcu_ctx);
+    pcu_result (*CtxGetCurrent)(pcu_ctx *);
     pcu_result (*MemGetInfo)(size_t *, size_t *);
     pcu_result (*MemAlloc)(pcu_ptr *, size_t);
     pcu_result (*MemFree)(pcu_ptr);
@@ -100,6 +104,7 @@ static const struct { const char *name; size_t off; } pcu_syms[] = {
     PCU_SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain"),
     PCU_SYM(DevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2"),
     PCU_SYM(CtxSetCurrent, "cuCtxSetCurrent"),
+    PCU_SYM(CtxGetCurrent, "cuCtxGetCurrent"),
     PCU_SYM(MemGetInfo, "cuMemGetInfo_v2"),
     PCU_SYM(MemAlloc, "cuMemAlloc_v2"),
     PCU_SYM(MemFree, "cuMemFree_v2"),
@@ -176,6 +181,7 @@ typedef struct {
     pcublas_handle blas;
     pcu_stream *default_stream;
     int sm_count;
+    int has_flash; /* the module is the sm_80 one, with the tensor-core attention kernels */
 } pcu_dev;
 
 /* --------------------------------------------------------------------------------------------------
@@ -196,7 +202,11 @@ static int pcu_fail(pcu_family *f, pcu_result r, const char *what, size_t nbytes
         if (r_ != PCU_SUCCESS) return pcu_fail((dev)->fam, r_, (what), 0);      \
     } while (0)
 
+/* Makes d's context current on this thread where it is not already (the thread's current context is
+ * read each time, not remembered: the program or a library may have set another in between). */
 static int pcu_bind(pcu_dev *d) {
+    pcu_ctx cur = NULL;
+    if (d->fam->cu.CtxGetCurrent(&cur) == PCU_SUCCESS && cur == d->cu_ctx) return PDDE_OK;
     pcu_result r = d->fam->cu.CtxSetCurrent(d->cu_ctx);
     return r == PCU_SUCCESS ? PDDE_OK : pcu_fail(d->fam, r, "cuCtxSetCurrent", 0);
 }
@@ -343,28 +353,29 @@ static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
 
 static void pcu_device_close(void *dev);
 
-/* The embedded PTX as one string (it is stored in pieces; see the generated header). */
-static char *pcu_ptx_text(void) {
+/* An embedded PTX text as one string (it is stored in pieces; see the generated header). */
+static char *pcu_ptx_text(const char *const *parts) {
     size_t n = 0;
-    for (int i = 0; pdde_cuda_ptx_parts[i]; i++) n += strlen(pdde_cuda_ptx_parts[i]);
+    for (int i = 0; parts[i]; i++) n += strlen(parts[i]);
     char *ptx = malloc(n + 1), *p = ptx;
     if (!ptx) return NULL;
-    for (int i = 0; pdde_cuda_ptx_parts[i]; i++) {
-        size_t l = strlen(pdde_cuda_ptx_parts[i]);
-        memcpy(p, pdde_cuda_ptx_parts[i], l);
+    for (int i = 0; parts[i]; i++) {
+        size_t l = strlen(parts[i]);
+        memcpy(p, parts[i], l);
         p += l;
     }
     *p = 0;
     return ptx;
 }
 
-static pdde_status pcu_load_module(pcu_dev *d) {
+/* Loads one PTX text into d->mod; the driver's code and error log on failure (no error recorded). */
+static pcu_result pcu_load_ptx(pcu_dev *d, const char *const *parts, char *elog, size_t elog_size) {
     pcu_family *f = d->fam;
-    char elog[4096] = "";
     int opts[2] = {PCU_JIT_ERROR_LOG_BUFFER, PCU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void *vals[2] = {elog, (void *)(uintptr_t)sizeof elog};
-    char *ptx = pcu_ptx_text();
-    if (!ptx) return pdde_error(f->ctx, PDDE_ERR_OOM, "cuda: out of host memory");
+    void *vals[2] = {elog, (void *)(uintptr_t)elog_size};
+    char *ptx = pcu_ptx_text(parts);
+    if (!ptx) return PCU_ERROR_OUT_OF_MEMORY;
+    elog[0] = 0;
     pcu_result r = f->cu.ModuleLoadDataEx(&d->mod, ptx, 2, opts, vals);
     if (r == PCU_ERROR_UNSUPPORTED_PTX_VERSION) {
         /* A driver older than the nvcc that wrote the PTX: the kernels use no recent PTX feature, so
@@ -375,6 +386,36 @@ static pdde_status pcu_load_module(pcu_dev *d) {
         r = f->cu.ModuleLoadDataEx(&d->mod, ptx, 2, opts, vals);
     }
     free(ptx);
+    return r;
+}
+
+/* The kernels: on compute capability 8.0 and later the PTX with the tensor-core attention kernels,
+ * else (or where that one does not load) the compute_75 PTX, whose attention takes the other paths;
+ * either fallback is said once on stderr. */
+static pdde_status pcu_load_module(pcu_dev *d) {
+    pcu_family *f = d->fam;
+    const pcu_dev_info *in = &f->info[d->index];
+    char elog[4096] = "";
+    pcu_result r = PCU_ERROR_NO_DEVICE;
+    d->has_flash = 0;
+    if (in->cc_major >= 8) {
+        r = pcu_load_ptx(d, pdde_cuda_ptx_mma_parts, elog, sizeof elog);
+        if (r == PCU_SUCCESS) d->has_flash = 1;
+        else {
+            static atomic_int said;
+            const char *name = NULL;
+            f->cu.GetErrorName(r, &name);
+            if (!atomic_exchange(&said, 1))
+                fprintf(stderr, "pdde: cuda: the compute_80 kernels did not load on %s (%s, %d): the compute_75 ones run, "
+                                "without the tiled attention: %.300s\n", in->name, name ? name : "?", r, elog);
+        }
+    } else {
+        static atomic_int said;
+        if (!atomic_exchange(&said, 1))
+            fprintf(stderr, "pdde: cuda: %s (compute capability %d.%d) has no bf16 tensor cores: the tiled attention does "
+                            "not run there\n", in->name, in->cc_major, in->cc_minor);
+    }
+    if (r != PCU_SUCCESS) r = pcu_load_ptx(d, pdde_cuda_ptx_parts, elog, sizeof elog);
     if (r != PCU_SUCCESS) {
         const char *name = NULL;
         f->cu.GetErrorName(r, &name);
@@ -671,6 +712,10 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp,
+        /* the unfused path by default: the tiled kernels become the default once a GPU run has measured
+         * them correct and faster (tools/gpu-check.sh) */
+        .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_UNFUSED,
+        .has_flash = d->has_flash ? PGD_FLASH_BF16 : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;
 }

@@ -352,20 +352,34 @@ extern "C" __global__ void k_rmsnorm(const float *__restrict__ x, const float *_
     }
 }
 
-/* dx_j = rr*g_j*dy_j - x_j * rr^3 * mean(dy*g*x) */
+/* dx = rr * (dy*g - xhat * mean(dy*g * xhat)), the CPU reference's form and its roundings: its two row
+ * sums in double, rr = 1/sqrt(mean(x^2) + eps) rounded once to f32, every product rounded (__fmul_rn: no
+ * FMA contraction). With C = 1 the result is all cancellation, dy*g*rr*(1 - xhat^2) = dy*g*rr*eps/(x^2 +
+ * eps), whose condition number (x^2 + eps)/eps reaches 1e5: a rounding difference of one ulp anywhere
+ * (an rsqrtf, a float sum of squares, a contracted product) moves dx by up to 1e-2 relative. */
+__device__ double block_sum_d(double v) {
+    __shared__ double sh[32];
+    __syncthreads();
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (l == 0) sh[w] = v;
+    __syncthreads();
+    v = l < nw ? sh[l] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
 extern "C" __global__ void k_rmsnorm_back(const float *__restrict__ x, const float *__restrict__ g,
                                           const float *__restrict__ dy, float *__restrict__ dx, long long rows,
                                           long long C, float eps) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C, *dr = dy + r * C;
-        float s = 0.0f, t = 0.0f;
-        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j] * xr[j];
-        float rr = rsqrtf(block_sum(s) / (float)C + eps);
-        /* dx = rr * (dy*g - xhat * mean(dy*g * xhat)), the CPU reference's form: with C = 1 it is all
-         * cancellation (xhat^2 ~ 1), which other arrangements round differently */
-        for (long long j = threadIdx.x; j < C; j += blockDim.x) t += dr[j] * g[j] * (xr[j] * rr);
-        t = block_sum(t) / (float)C;
-        for (long long j = threadIdx.x; j < C; j += blockDim.x) dx[r * C + j] = rr * (dr[j] * g[j] - xr[j] * rr * t);
+        double s = 0.0, t = 0.0;
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) s += (double)xr[j] * (double)xr[j];
+        float rr = (float)(1.0 / sqrt(block_sum_d(s) / (double)C + (double)eps));
+        for (long long j = threadIdx.x; j < C; j += blockDim.x) t += (double)__fmul_rn(__fmul_rn(dr[j], g[j]), __fmul_rn(xr[j], rr));
+        float tm = (float)(block_sum_d(t) / (double)C);
+        for (long long j = threadIdx.x; j < C; j += blockDim.x)
+            dx[r * C + j] = rr * __fsub_rn(__fmul_rn(dr[j], g[j]), __fmul_rn(__fmul_rn(xr[j], rr), tm));
     }
 }
 
@@ -829,3 +843,111 @@ extern "C" __global__ void k_bias_gelu(const float *__restrict__ x, const float 
         y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
     }
 }
+
+/* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */
+
+/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the
+ * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P
+ * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */
+extern "C" __global__ void k_att_softmax(const float *__restrict__ s, void *__restrict__ p, float *__restrict__ lse,
+                                         long long rows, long long T, float scale, long long ls, int from_lse, int pdt) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *sr = s + r * T;
+        long long lim = r % T + 1;
+        float m, inv = 1.0f;
+        if (from_lse) {
+            m = lse[r * ls];
+        } else {
+            m = -INFINITY;
+            for (long long j = threadIdx.x; j < lim; j += blockDim.x) m = fmaxf(m, scale * sr[j]);
+            m = block_max(m);
+            float z = 0.0f;
+            for (long long j = threadIdx.x; j < lim; j += blockDim.x) z += expf(scale * sr[j] - m);
+            z = block_sum(z);
+            inv = 1.0f / z;
+            if (threadIdx.x == 0) lse[r * ls] = m + logf(z);
+        }
+        for (long long j = threadIdx.x; j < T; j += blockDim.x) {
+            float v = j < lim ? expf(scale * sr[j] - m) * inv : 0.0f;
+            if (pdt == DT_BF16) ((unsigned short *)p)[r * T + j] = f32_to_bf16(v);
+            else ((float *)p)[r * T + j] = v;
+        }
+    }
+}
+
+/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of
+ * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),
+ * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */
+extern "C" __global__ void k_att_dsoftmax(const float *__restrict__ s, const float *__restrict__ dp, const float *__restrict__ lse,
+                                          void *__restrict__ ds, long long rows, long long T, float scale, long long ls, int dsdt) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const float *sr = s + r * T, *dr = dp + r * T;
+        long long lim = r % T + 1;
+        float m = lse[r * ls], t = 0.0f;
+        for (long long j = threadIdx.x; j < lim; j += blockDim.x) t += expf(scale * sr[j] - m) * dr[j];
+        t = block_sum(t);
+        for (long long j = threadIdx.x; j < T; j += blockDim.x) {
+            float v = j < lim ? scale * (expf(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;
+            if (dsdt == DT_BF16) ((unsigned short *)ds)[r * T + j] = f32_to_bf16(v);
+            else ((float *)ds)[r * T + j] = v;
+        }
+    }
+}
+
+/* ---- tiled causal attention (backends/gpu_kernels.cl has the same schedule, commented there) ----- */
+
+/* rowdot[r] = dO_r . O_r (y and dy [rows, D + 1]: the output columns) */
+extern "C" __global__ void k_flash_rowdot(const float *__restrict__ y, const float *__restrict__ dy, float *__restrict__ rowdot,
+                                          long long rows, long long D) {
+    GRID_STRIDE(r, rows) {
+        float dot = 0.0f;
+        for (long long d = 0; d < D; d++) dot += dy[r * (D + 1) + d] * y[r * (D + 1) + d];
+        rowdot[r] = dot;
+    }
+}
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#include "cuda_flash.cuh"
+
+/* bf16 q, k, v only (the dispatcher sends nothing else here: pgd_ctx.has_flash); a kernel per head size,
+ * each with the registers and shared memory its own needs (D 64: about 135 registers, three blocks an SM) */
+#define FL_KERNELS(D, sfx)                                                                                             \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_fwd##sfx(                                     \
+        const void *q, const void *k, const void *v, float *y, long long BH, long long T, long long Dn, float scale,    \
+        int bf16) {                                                                                                    \
+        __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
+        (void)BH, (void)Dn, (void)bf16;                                                                                \
+        flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, T, scale);                  \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dq##sfx(                                 \
+        const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
+        long long BH, long long T, long long Dn, float scale, int bf16) {                                              \
+        __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
+        (void)BH, (void)Dn, (void)bf16;                                                                                \
+        flash_dq<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, T, scale);  \
+    }                                                                                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dkv##sfx(                                \
+        const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
+        long long BH, long long T, long long Dn, float scale, int bf16) {                                              \
+        __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
+        (void)Dn, (void)bf16;                                                                                          \
+        flash_dkv<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,     \
+                     scale);                                                                                           \
+    }
+FL_KERNELS(64, )
+FL_KERNELS(128, _d128)
+#else
+/* Before compute capability 8.0 there is no bf16 mma: the kernels exist (the module has every name) but
+ * the backend never launches them (pgd_ctx.has_flash is 0 there). */
+#define FL_STUBS(sfx)                                                                                                  \
+    extern "C" __global__ void k_flash_fwd##sfx(const void *q, const void *k, const void *v, float *y, long long BH,    \
+                                                long long T, long long D, float scale, int bf16) {}                    \
+    extern "C" __global__ void k_flash_back_dq##sfx(const void *q, const void *k, const void *v, const float *y,        \
+                                                    const float *dy, const float *rowdot, float *out, long long BH,    \
+                                                    long long T, long long D, float scale, int bf16) {}                \
+    extern "C" __global__ void k_flash_back_dkv##sfx(const void *q, const void *k, const void *v, const float *y,       \
+                                                     const float *dy, const float *rowdot, float *out, long long BH,   \
+                                                     long long T, long long D, float scale, int bf16) {}
+FL_STUBS()
+FL_STUBS(_d128)
+#endif

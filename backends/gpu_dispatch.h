@@ -14,7 +14,10 @@
 #define PDDE_GPU_DISPATCH_H
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../pdde_extension.h" /* the backend vtable and the named op parameters */
@@ -36,7 +39,9 @@ enum {
     PGD_K_GAMMA_BACK, PGD_K_SOFTMAX, PGD_K_SOFTMAX_BACK, PGD_K_CE_ROWS, PGD_K_CE_FINAL, PGD_K_CE_COUNT,
     PGD_K_CE_BACK, PGD_K_EMBEDDING, PGD_K_EMBEDDING_BACK, PGD_K_DROPOUT, PGD_K_CAST, PGD_K_SGD,
     PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV,
-    PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_COUNT
+    PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_ATT_SOFTMAX, PGD_K_ATT_DSOFTMAX, PGD_K_FLASH_ROWDOT,
+    PGD_K_FLASH_FWD, PGD_K_FLASH_FWD_D128, PGD_K_FLASH_BACK_DQ, PGD_K_FLASH_BACK_DQ_D128, PGD_K_FLASH_BACK_DKV,
+    PGD_K_FLASH_BACK_DKV_D128, PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
@@ -45,7 +50,9 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_gamma_back", "k_softmax", "k_softmax_back", "k_ce_rows", "k_ce_final", "k_ce_count",
     "k_ce_back", "k_embedding", "k_embedding_back", "k_dropout", "k_cast", "k_sgd",
     "k_adamw", "k_gemm", "k_attention", "k_attention_back_q", "k_attention_back_kv",
-    "k_adamw_multi", "k_bias_gelu",
+    "k_adamw_multi", "k_bias_gelu", "k_att_softmax", "k_att_dsoftmax", "k_flash_rowdot",
+    "k_flash_fwd", "k_flash_fwd_d128", "k_flash_back_dq", "k_flash_back_dq_d128", "k_flash_back_dkv",
+    "k_flash_back_dkv_d128",
 };
 
 /* The largest head dim of the attention kernels: an item keeps a few rows of D floats in registers
@@ -101,7 +108,20 @@ typedef struct {
      * it declines (then the operands are widened and the f32 GEMM runs) */
     int (*gemm_lowp)(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
                      int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
+    /* Attention (pgd_attention): the backend's own switch (an environment variable read before
+     * PDDE_ATTENTION; NULL: none), the path it takes when neither is set (PGD_ATT_*), which q, k, v
+     * dtypes its tiled kernels take (PGD_FLASH_* bits; 0: it has none) and their launch shape:
+     * query (key) rows a group and items a group. */
+    const char *attention_env;
+    int attention_default, has_flash;
+    unsigned flash_rows, flash_threads;
 } pgd_ctx;
+
+/* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
+ * inside the node (vendor GEMMs and a causal softmax, pgd_attention_unfused), the tiled kernels
+ * (k_flash_*: key and value tiles in group memory, online softmax). */
+enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH };
+enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2 };
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -363,6 +383,54 @@ static int pgd_reduce(const pgd_ctx *g, pgd_ptr px, const int64_t *xshape, int n
                          PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(nout), PGD_A(nred), PGD_A(r), PGD_A(scale)));
 }
 
+/* Row-major batched C = op(A) op(B) (strides in elements, 0: shared) of operands of dtype dt, f32
+ * accumulation and output: the vendor GEMM where the backend has one for dt and takes the shapes, else
+ * (bf16 / f16) the operands widened to f32 in work (at least na + nb floats; a null work: the stream's
+ * scratch) and the f32 vendor GEMM, else k_gemm. Widening is exact and the products of rounded
+ * operands are exact in f32, so every route computes the same function. */
+static int pgd_gemm_run(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb, int64_t M, int64_t N, int64_t K, pgd_ptr pa,
+                        int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pc, int64_t sC, int64_t batch, pgd_ptr work) {
+    if (!batch || !M || !N) return PDDE_OK;
+    if (K == 0) {
+        for (int64_t b0 = 0; b0 < batch; b0++) {
+            int e = g->fill32(g->impl, g->stream, pgd_at(pc, b0 * sC * 4), 0, (size_t)(M * N));
+            if (e) return e;
+        }
+        return PDDE_OK;
+    }
+    if (dt != PDDE_F32 && g->gemm_lowp) {
+        int e = g->gemm_lowp(g->impl, g->stream, dt, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
+        if (e != 1) return e;
+    }
+    if (dt != PDDE_F32) {
+        int64_t na = (sA ? sA * (batch - 1) : 0) + M * K, nb = (sB ? sB * (batch - 1) : 0) + K * N;
+        int32_t sdt = (int32_t)dt, ddt = (int32_t)PDDE_F32;
+        int e = work.base ? PDDE_OK : g->scratch(g->impl, g->stream, (size_t)(na + nb) * sizeof(float), &work);
+        pgd_ptr wa = work, wb = pgd_at(work, na * (int64_t)sizeof(float));
+        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, na, PGD_ARGS(PGD_P(pa), PGD_P(wa), PGD_A(na), PGD_A(sdt), PGD_A(ddt)));
+        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, nb, PGD_ARGS(PGD_P(pb), PGD_P(wb), PGD_A(nb), PGD_A(sdt), PGD_A(ddt)));
+        if (e) return e;
+        pa = wa, pb = wb;
+    }
+    if (g->gemm) {
+        int e = g->gemm(g->impl, g->stream, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
+        if (e != 1) return e;
+    }
+    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
+        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: a %lldx%lldx%lld matmul is too large for the built-in kernel", g->name,
+                          (long long)M, (long long)N, (long long)K);
+    int32_t Mi = (int32_t)M, Ni = (int32_t)N, Ki = (int32_t)K;
+    for (int64_t b0 = 0; b0 < batch; b0 += 65535) {
+        int64_t nb = batch - b0 < 65535 ? batch - b0 : 65535;
+        pgd_ptr qa = pgd_at(pa, b0 * sA * 4), qb = pgd_at(pb, b0 * sB * 4), qc = pgd_at(pc, b0 * sC * 4);
+        int e = pgd_launch(g, PGD_K_GEMM, (unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64), (unsigned)nb, 256, 1,
+                           PGD_ARGS(PGD_P(qa), PGD_P(qb), PGD_P(qc), PGD_A(Mi), PGD_A(Ni), PGD_A(Ki), PGD_A(ta),
+                                    PGD_A(tb), PGD_A(sA), PGD_A(sB), PGD_A(sC)));
+        if (e) return e;
+    }
+    return PDDE_OK;
+}
+
 static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *a = node->src[0], *b = node->src[1];
     int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
@@ -380,41 +448,7 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
         M *= batch;
         batch = 1;
     }
-    if (a->dtype != PDDE_F32 && g->gemm_lowp) {
-        int e = g->gemm_lowp(g->impl, g->stream, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pc, M * N, batch);
-        if (e != 1) return e;
-    }
-    if (a->dtype != PDDE_F32) {
-        /* bf16 / f16 operands: widened on the device, then the f32 GEMM. Their products are exact in
-         * f32, so this is the f32-accumulated product of the rounded operands, as on the CPU. */
-        int64_t na = pgd_numel(a), nb = pgd_numel(b);
-        int32_t sdt = (int32_t)a->dtype, ddt = (int32_t)PDDE_F32;
-        pgd_ptr w;
-        int e = g->scratch(g->impl, g->stream, (size_t)(na + nb) * sizeof(float), &w);
-        pgd_ptr wa = w, wb = pgd_at(w, na * (int64_t)sizeof(float));
-        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, na, PGD_ARGS(PGD_P(pa), PGD_P(wa), PGD_A(na), PGD_A(sdt), PGD_A(ddt)));
-        if (!e) e = pgd_launch_1d(g, PGD_K_CAST, nb, PGD_ARGS(PGD_P(pb), PGD_P(wb), PGD_A(nb), PGD_A(sdt), PGD_A(ddt)));
-        if (e) return e;
-        pa = wa, pb = wb;
-    }
-    int64_t sC = M * N;
-    if (g->gemm) {
-        int e = g->gemm(g->impl, g->stream, ta, tb, M, N, K, pa, sA, pb, sB, pc, sC, batch);
-        if (e != 1) return e;
-    }
-    if (M > INT32_MAX || N > INT32_MAX || K > INT32_MAX)
-        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: matmul %s too large for the built-in kernel", g->name,
-                          node->name);
-    int32_t Mi = (int32_t)M, Ni = (int32_t)N, Ki = (int32_t)K;
-    for (int64_t b0 = 0; b0 < batch; b0 += 65535) {
-        int64_t nb = batch - b0 < 65535 ? batch - b0 : 65535;
-        pgd_ptr qa = pgd_at(pa, b0 * sA * 4), qb = pgd_at(pb, b0 * sB * 4), qc = pgd_at(pc, b0 * sC * 4);
-        int e = pgd_launch(g, PGD_K_GEMM, (unsigned)((N + 63) / 64), (unsigned)((M + 63) / 64), (unsigned)nb, 256, 1,
-                           PGD_ARGS(PGD_P(qa), PGD_P(qb), PGD_P(qc), PGD_A(Mi), PGD_A(Ni), PGD_A(Ki), PGD_A(ta),
-                                    PGD_A(tb), PGD_A(sA), PGD_A(sB), PGD_A(sC)));
-        if (e) return e;
-    }
-    return PDDE_OK;
+    return pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pc, M * N, batch, pgd_null);
 }
 
 static int pgd_copy2d(const pgd_ctx *g, pgd_ptr src, pgd_ptr dst, int64_t outer, int64_t rowlen, int64_t sp,
@@ -500,13 +534,58 @@ static pgd_ptr pgd_opt_src(const pdde_tensor *node, int i) {
     return node->nsrc > i && node->src[i] ? pgd_ptr_of(node->src[i]) : pgd_null;
 }
 
-/* Fused causal attention: an item per query row (forward, dq) or key row (dk, dv), each walking the
+/* A line on stderr, once per process for each `which` (a notice, not an error: nothing failed). */
+static void pgd_say_once(int which, const char *fmt, const char *a, const char *b, const char *c) {
+    static atomic_int said;
+    if (atomic_fetch_or(&said, 1 << which) & (1 << which)) return;
+    fprintf(stderr, "pdde: ");
+    fprintf(stderr, fmt, a, b, c);
+    fputc('\n', stderr);
+}
+
+static const char *const pgd_att_names[3] = {"rows", "unfused", "flash"};
+
+/* Which path runs this attention node: the backend's switch, else PDDE_ATTENTION (unfused, rows or flash),
+ * else the backend's default. The tiled kernels take bf16 (and, where the backend's take it, f32) q, k,
+ * v of head size 64 or 128 at 16-byte aligned offsets; other nodes asked to run there take the default
+ * path (the unfused one where the default is the tiled one). Read at each node, so that one process can measure every path. */
+static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
+    const char *var = g->attention_env, *v = var ? getenv(var) : NULL;
+    if (!v || !*v) var = "PDDE_ATTENTION", v = getenv(var);
+    int path = g->attention_default;
+    if (v && *v) {
+        int c = -1;
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(v, pgd_att_names[i])) c = i;
+        if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows or flash: the attention takes the %s path", var, v, pgd_att_names[path]);
+        else path = c;
+    }
+    if (path == PGD_ATT_FLASH) {
+        const pdde_tensor *q = node->src[0];
+        int64_t D = q->shape[3];
+        int dt_ok = (q->dtype == PDDE_BF16 && (g->has_flash & PGD_FLASH_BF16)) || (q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32));
+        int aligned = 1; /* (the CUDA kernels move 16 bytes at a time) */
+        for (int i = 0; i < 3; i++) aligned &= node->src[i]->offset % 16 == 0;
+        if (!(D == 64 || D == 128) || !dt_ok || !aligned) {
+            int fb = g->attention_default == PGD_ATT_FLASH ? PGD_ATT_UNFUSED : g->attention_default;
+            static const char *const why[4] = {"this device has no tiled attention kernels", "its q, k, v are of another dtype",
+                                               "its head size is not 64 or 128", "its q, k or v is not 16-byte aligned"};
+            int r = !g->has_flash ? 0 : !dt_ok ? 1 : !(D == 64 || D == 128) ? 2 : 3;
+            pgd_say_once(1 + r, "%s: the tiled attention does not run a node where %s: those take the %s path", g->name, why[r],
+                         pgd_att_names[fb]);
+            path = fb;
+        }
+    }
+    return path;
+}
+
+/* The row kernels: an item per query row (forward, dq) or key row (dk, dv), each walking the
  * keys (queries) its row meets with an online softmax (probabilities recomputed from the saved
  * logsumexp). dq's kernel also leaves rowsum(dO * O) per row in scratch for the dk, dv kernel.
  * bf16 / f16 q, k, v (mixed precision) are widened to f32 in that scratch first, as a low-precision
  * matmul's operands are: the kernels' products of rounded inputs are then exact in f32 and everything
  * after them is f32, the CPU's numerics. */
-static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
+static int pgd_attention_rows(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
     int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T, n = rows * D;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
@@ -534,6 +613,133 @@ static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
     return pgd_launch_1d(g, PGD_K_ATTENTION_BACK_KV, rows,
                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
                                   PGD_A(T), PGD_A(D), PGD_A(scale)));
+}
+
+/* Scratch of the unfused path, at most this many bytes (heads are taken in chunks that fit). */
+#define PGD_ATT_UNFUSED_SCRATCH ((int64_t)512 << 20)
+
+static int64_t pgd_align256(int64_t bytes) { return (bytes + 255) & ~(int64_t)255; }
+
+/* The unfused form inside the node: per chunk of heads, S = Q K^T (a batched GEMM), P = causal
+ * softmax(scale S) with each row's logsumexp into y's last column (k_att_softmax), O = P V; the backward
+ * recomputes S and P from the logsumexp, dV = P^T dO, dP = dO V^T, dS = scale P (dP - rowsum(P dP))
+ * (k_att_dsoftmax), dQ = dS K, dK = dS^T Q. bf16 q, k, v: the GEMMs read bf16, P, dO and dS
+ * written as bf16 for them (as autocast's matmuls round theirs); f16 ones are widened to f32 first (f16
+ * would flush small dS to zero). The GEMMs are the vendor's, as the unfused graph's are. */
+static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
+    const pdde_tensor *q = node->src[0];
+    int back = node->op == PDDE_OP_ATTENTION_BACK;
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], tt = T * T, td = T * D, n = BH * td;
+    float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
+    if (!BH || !T) return PDDE_OK;
+    pdde_dtype gdt = q->dtype == PDDE_BF16 ? PDDE_BF16 : PDDE_F32; /* the GEMMs' operands */
+    int widen = q->dtype != PDDE_F32 && gdt == PDDE_F32, lowp = gdt != PDDE_F32;
+    int64_t esz = q->dtype == PDDE_F32 ? 4 : 2, gsz = lowp ? 2 : 4;
+    /* bytes a head needs: S, P (then dS) of the GEMMs' dtype, O or dO f32, [dP], [dO of the GEMMs' dtype],
+     * [q, k, v widened], [the GEMM's widening room where it has no bf16 GEMM: two operands, [T, D] and
+     * [T, T] or [T, D]] */
+    int64_t gw_head = lowp && !g->gemm_lowp ? 4 * (td + (tt > td ? tt : td)) : 0;
+    int64_t head = 4 * tt + gsz * tt + 4 * td + (back ? 4 * tt : 0) + (lowp ? 2 * td : 0) + (widen ? 12 * td : 0) + gw_head;
+    int64_t c = PGD_ATT_UNFUSED_SCRATCH / (head > 0 ? head : 1);
+    c = c < 1 ? 1 : c > BH ? BH : c;
+    int64_t o_P = pgd_align256(4 * c * tt), o_O = o_P + pgd_align256(gsz * c * tt), o_dP = o_O + pgd_align256(4 * c * td),
+            o_dOb = o_dP + (back ? pgd_align256(4 * c * tt) : 0),
+            o_wide = o_dOb + (lowp ? pgd_align256(2 * c * td) : 0), o_gw = o_wide + (widen ? pgd_align256(12 * c * td) : 0),
+            total = o_gw + pgd_align256(c * gw_head);
+    pgd_ptr w = pgd_null;
+    int e = g->scratch(g->impl, g->stream, (size_t)total, &w);
+    if (e) return e;
+    pgd_ptr S = w, P = pgd_at(w, o_P), O = pgd_at(w, o_O), dP = pgd_at(w, o_dP), dOb = pgd_at(w, o_dOb),
+            gw = gw_head ? pgd_at(w, o_gw) : pgd_null;
+    pgd_ptr py = pgd_ptr_of(back ? node->src[3] : node), po = pgd_ptr_of(node);
+    int32_t f32 = (int32_t)PDDE_F32, pdt = (int32_t)gdt;
+    int64_t Dy = D + 1;
+    for (int64_t h0 = 0; h0 < BH && !e; h0 += c) {
+        int64_t ch = BH - h0 < c ? BH - h0 : c, rows = ch * T, nO = ch * td;
+        pgd_ptr qc = pgd_at(pgd_ptr_of(q), h0 * td * esz), kc = pgd_at(pgd_ptr_of(node->src[1]), h0 * td * esz),
+                vc = pgd_at(pgd_ptr_of(node->src[2]), h0 * td * esz);
+        if (widen) {
+            pgd_ptr *in[3] = {&qc, &kc, &vc};
+            int32_t sdt = (int32_t)q->dtype;
+            for (int i = 0; i < 3 && !e; i++) {
+                pgd_ptr wi = pgd_at(w, o_wide + i * 4 * nO);
+                e = pgd_launch_1d(g, PGD_K_CAST, nO, PGD_ARGS(PGD_P(*in[i]), PGD_P(wi), PGD_A(nO), PGD_A(sdt), PGD_A(f32)));
+                *in[i] = wi;
+            }
+        }
+        /* the chunk's rows of y (and dy): row h0 * T on, the logsumexp in column D (stride D + 1) */
+        pgd_ptr lse = pgd_at(py, (h0 * T * Dy + D) * 4);
+        int32_t from_lse = back;
+        if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, qc, td, kc, td, S, tt, ch, gw);
+        if (!e) e = pgd_row_launch(g, PGD_K_ATT_SOFTMAX, rows, T,
+                                   PGD_ARGS(PGD_P(S), PGD_P(P), PGD_P(lse), PGD_A(rows), PGD_A(T), PGD_A(scale), PGD_A(Dy),
+                                            PGD_A(from_lse), PGD_A(pdt)));
+        if (!back) {
+            if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, vc, td, O, td, ch, gw);
+            /* into y's first D columns of the chunk's rows */
+            if (!e) e = pgd_copy2d(g, O, py, rows, D, D, 0, Dy, h0 * T * Dy);
+            continue;
+        }
+        /* dO: y's gradient without its logsumexp column, contiguous (and as bf16 for the GEMMs) */
+        pgd_ptr dO = O;
+        if (!e) e = pgd_copy2d(g, pgd_ptr_of(node->src[4]), O, rows, D, Dy, h0 * T * Dy, D, 0);
+        if (!e && lowp) {
+            int32_t bf16 = (int32_t)PDDE_BF16;
+            e = pgd_launch_1d(g, PGD_K_CAST, nO, PGD_ARGS(PGD_P(O), PGD_P(dOb), PGD_A(nO), PGD_A(f32), PGD_A(bf16)));
+            dO = dOb;
+        }
+        pgd_ptr dq = pgd_at(po, h0 * td * 4), dk = pgd_at(po, (n + h0 * td) * 4), dv = pgd_at(po, (2 * n + h0 * td) * 4);
+        if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, dO, td, dv, td, ch, gw);      /* dV = P^T dO */
+        if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, dO, td, vc, td, dP, tt, ch, gw);     /* dP = dO V^T */
+        if (!e) e = pgd_row_launch(g, PGD_K_ATT_DSOFTMAX, rows, T,                           /* dS, in P's place */
+                                   PGD_ARGS(PGD_P(S), PGD_P(dP), PGD_P(lse), PGD_P(P), PGD_A(rows), PGD_A(T), PGD_A(scale),
+                                            PGD_A(Dy), PGD_A(pdt)));
+        if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, kc, td, dq, td, ch, gw);      /* dQ = dS K */
+        if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, qc, td, dk, td, ch, gw);      /* dK = dS^T Q */
+    }
+    return e;
+}
+
+/* The tiled kernels (FlashAttention-2's schedule): the forward a group per tile of query rows, walking
+ * key and value tiles in group memory with an online softmax and keeping each row's logsumexp; the
+ * backward rowsum(dO * O) per row first, then dq a group per query tile (over the key tiles it sees) and
+ * dk, dv a group per key tile (over the query tiles that see it): no atomics, deterministic. q, k, v are
+ * read as they are (bf16 or f32), everything after in f32 (a backend's tensor-core kernels round P and
+ * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. */
+static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
+    const pdde_tensor *q = node->src[0];
+    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T;
+    float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
+    if (!rows) return PDDE_OK;
+    int32_t bf16 = q->dtype == PDDE_BF16;
+    int64_t tiles = (T + g->flash_rows - 1) / g->flash_rows, groups = BH * tiles;
+    if (groups > (int64_t)UINT32_MAX / g->flash_threads)
+        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
+                          node->name, (long long)groups);
+    pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
+    unsigned gx = (unsigned)groups, bx = g->flash_threads;
+    int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
+    if (node->op == PDDE_OP_ATTENTION)
+        return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1,
+                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
+    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_null;
+    int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
+    if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D)));
+    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1,
+                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
+                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
+    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1,
+                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
+                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
+    return e;
+}
+
+static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
+    switch (pgd_attention_path(g, node)) {
+    case PGD_ATT_UNFUSED: return pgd_attention_unfused(g, node);
+    case PGD_ATT_FLASH: return pgd_attention_flash(g, node);
+    default: return pgd_attention_rows(g, node);
+    }
 }
 
 /* AdamW's bias corrections of the node's step. */

@@ -780,3 +780,240 @@ __kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const
         y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
     }
 }
+
+/* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */
+
+/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the
+ * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P
+ * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */
+__kernel void k_att_softmax(PTR(const float, s), PTR(void, p), PTR(float, lse), long rows, long T, float scale, long ls,
+                            int from_lse, int pdt) {
+    BIND(const float, s); BIND(void, p); BIND(float, lse);
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *sr = s + r * T;
+        long lim = r % T + 1;
+        float m, inv = 1.0f;
+        if (from_lse) {
+            m = lse[r * ls];
+        } else {
+            m = -INFINITY;
+            COLS_LOOP(j, lim) m = fmax(m, scale * sr[j]);
+            m = group_max(m, sh);
+            float z = 0.0f;
+            COLS_LOOP(j, lim) z += exp(scale * sr[j] - m);
+            z = group_sum(z, sh);
+            inv = 1.0f / z;
+            if (get_local_id(0) == 0) lse[r * ls] = m + log(z);
+        }
+        COLS_LOOP(j, T) {
+            float v = j < lim ? exp(scale * sr[j] - m) * inv : 0.0f;
+            if (pdt == DT_BF16) ((__global ushort *)p)[r * T + j] = f32_to_bf16(v);
+            else ((__global float *)p)[r * T + j] = v;
+        }
+    }
+}
+
+/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of
+ * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),
+ * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */
+__kernel void k_att_dsoftmax(PTR(const float, s), PTR(const float, dp), PTR(const float, lse), PTR(void, ds), long rows,
+                             long T, float scale, long ls, int dsdt) {
+    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds);
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        __global const float *sr = s + r * T, *dr = dp + r * T;
+        long lim = r % T + 1;
+        float m = lse[r * ls], t = 0.0f;
+        COLS_LOOP(j, lim) t += exp(scale * sr[j] - m) * dr[j];
+        t = group_sum(t, sh);
+        COLS_LOOP(j, T) {
+            float v = j < lim ? scale * (exp(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;
+            if (dsdt == DT_BF16) ((__global ushort *)ds)[r * T + j] = f32_to_bf16(v);
+            else ((__global float *)ds)[r * T + j] = v;
+        }
+    }
+}
+
+/* ---- tiled causal attention (FlashAttention-2's schedule; backends/gpu_dispatch.h, pgd_attention_flash) --
+ * A group of FR items takes FR query rows (forward, dq) or key rows (dk, dv) of one head, an item a row;
+ * the other side's rows come through group memory FK at a time. q, k, v are bf16 (bf16 = 1) or f32,
+ * read as they are; everything else is f32. Group g takes head g / tiles and, from the last, tile
+ * tiles - 1 - g % tiles (the heavy causal tiles first). */
+#define FR 64 /* rows a group: pgd_ctx.flash_rows and flash_threads of the OpenCL backend */
+#define FK 16 /* rows a tile in group memory */
+
+static float ld_qkv(__global const void *p, long i, int bf16) {
+    return bf16 ? as_float((uint)((__global const ushort *)p)[i] << 16) : ((__global const float *)p)[i];
+}
+
+static void flash_fwd(__global const void *q, __global const void *k, __global const void *v, __global float *y, long BH,
+                      long T, long D, float scale, int bf16, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
+    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
+    int l = get_local_id(0);
+    long i = tile * FR + l, kend = min(T, tile * FR + FR);
+    int live = i < T;
+    float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
+    for (long d = 0; d < D; d++) qr[d] = live ? ld_qkv(q, (base + i) * D + d, bf16) : 0.0f, acc[d] = 0.0f;
+    float m = -INFINITY, lsum = 0.0f;
+    for (long j0 = 0; j0 < kend; j0 += FK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (long e = l; e < FK * D; e += FR) {
+            long jj = e / D, d = e % D, j = j0 + jj;
+            ks[jj][d] = j < T ? ld_qkv(k, (base + j) * D + d, bf16) : 0.0f;
+            vs[jj][d] = j < T ? ld_qkv(v, (base + j) * D + d, bf16) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {
+            float s = 0.0f;
+            for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d];
+            s *= scale;
+            if (s > m) { /* online softmax: rescale what was summed under the smaller maximum */
+                float a = exp(m - s);
+                lsum *= a;
+                for (long d = 0; d < D; d++) acc[d] *= a;
+                m = s;
+            }
+            float p = exp(s - m);
+            lsum += p;
+            for (long d = 0; d < D; d++) acc[d] += p * vs[jj][d];
+        }
+    }
+    if (!live) return;
+    __global float *yr = y + (base + i) * (D + 1);
+    for (long d = 0; d < D; d++) yr[d] = acc[d] / lsum;
+    yr[D] = m + log(lsum);
+}
+
+/* rowdot[r] = dO_r . O_r (y and dy [rows, D + 1]: the output columns) */
+__kernel void k_flash_rowdot(PTR(const float, y), PTR(const float, dy), PTR(float, rowdot), long rows, long D) {
+    BIND(const float, y); BIND(const float, dy); BIND(float, rowdot);
+    GRID_STRIDE(r, rows) {
+        float dot = 0.0f;
+        for (long d = 0; d < D; d++) dot += dy[r * (D + 1) + d] * y[r * (D + 1) + d];
+        rowdot[r] = dot;
+    }
+}
+
+/* dq of the group's query rows (out[0 .. BH*T*D)): scale * sum over keys j <= i of p (dp - rowdot) k_j,
+ * p recomputed from the saved logsumexp, the keys' k and v rows through group memory. */
+static void flash_dq(__global const void *q, __global const void *k, __global const void *v, __global const float *y,
+                     __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,
+                     float scale, int bf16, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
+    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
+    int l = get_local_id(0);
+    long i = tile * FR + l, kend = min(T, tile * FR + FR), Dy = D + 1;
+    int live = i < T;
+    float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
+    for (long d = 0; d < D; d++) {
+        qr[d] = live ? ld_qkv(q, (base + i) * D + d, bf16) : 0.0f;
+        dor[d] = live ? dy[(base + i) * Dy + d] : 0.0f;
+        dq[d] = 0.0f;
+    }
+    float lse = live ? y[(base + i) * Dy + D] : 0.0f, dot = live ? rowdot[base + i] : 0.0f;
+    for (long j0 = 0; j0 < kend; j0 += FK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (long e = l; e < FK * D; e += FR) {
+            long jj = e / D, d = e % D, j = j0 + jj;
+            ks[jj][d] = j < T ? ld_qkv(k, (base + j) * D + d, bf16) : 0.0f;
+            vs[jj][d] = j < T ? ld_qkv(v, (base + j) * D + d, bf16) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {
+            float s = 0.0f, dp = 0.0f;
+            for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d], dp += dor[d] * vs[jj][d];
+            float ds = exp(s * scale - lse) * (dp - dot);
+            for (long d = 0; d < D; d++) dq[d] += ds * ks[jj][d];
+        }
+    }
+    if (!live) return;
+    for (long d = 0; d < D; d++) out[(base + i) * D + d] = scale * dq[d];
+}
+
+/* dk, dv of the group's key rows (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j, whose
+ * q and dO rows, logsumexp and rowdot come through group memory. */
+static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,
+                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,
+                      float scale, int bf16, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],
+                      __local float *lses, __local float *dots) {
+    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
+    int l = get_local_id(0);
+    long j = tile * FR + l, n = BH * T * D, Dy = D + 1;
+    int live = j < T;
+    float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
+    for (long d = 0; d < D; d++) {
+        kr[d] = live ? ld_qkv(k, (base + j) * D + d, bf16) : 0.0f;
+        vr[d] = live ? ld_qkv(v, (base + j) * D + d, bf16) : 0.0f;
+        dk[d] = 0.0f, dv[d] = 0.0f;
+    }
+    for (long i0 = tile * FR; i0 < T; i0 += FK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (long e = l; e < FK * D; e += FR) {
+            long ii = e / D, d = e % D, i = i0 + ii;
+            qs[ii][d] = i < T ? ld_qkv(q, (base + i) * D + d, bf16) : 0.0f;
+            dos[ii][d] = i < T ? dy[(base + i) * Dy + d] : 0.0f;
+        }
+        if (l < FK) {
+            long i = i0 + l;
+            lses[l] = i < T ? y[(base + i) * Dy + D] : 0.0f;
+            dots[l] = i < T ? rowdot[base + i] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (long ii = 0; live && ii < FK && i0 + ii < T; ii++) {
+            if (i0 + ii < j) continue; /* query i sees keys j <= i only */
+            float s = 0.0f, dp = 0.0f;
+            for (long d = 0; d < D; d++) s += qs[ii][d] * kr[d], dp += dos[ii][d] * vr[d];
+            float p = exp(s * scale - lses[ii]), ds = p * (dp - dots[ii]);
+            for (long d = 0; d < D; d++) dv[d] += p * dos[ii][d], dk[d] += ds * qs[ii][d];
+        }
+    }
+    if (!live) return;
+    for (long d = 0; d < D; d++) out[n + (base + j) * D + d] = scale * dk[d], out[2 * n + (base + j) * D + d] = dv[d];
+}
+
+/* The kernels, one name per head size (64: k_flash_*, 128: k_flash_*_d128), as the CUDA backend has them;
+ * here both take D as it comes. (Written out: backslash-continued macros do not survive the embedding.) */
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_fwd(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
+    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, ks, vs);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_fwd_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
+    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, ks, vs);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_back_dq(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
+    BIND(const float, rowdot); BIND(float, out);
+    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, ks, vs);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_back_dq_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
+    BIND(const float, rowdot); BIND(float, out);
+    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
+    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, ks, vs);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
+    BIND(const float, rowdot); BIND(float, out);
+    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
+    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, qs, dos, lses, dots);
+}
+__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
+k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
+    BIND(const float, rowdot); BIND(float, out);
+    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
+    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, qs, dos, lses, dots);
+}

@@ -643,6 +643,8 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
         .item_per_element = d->item_per_element,
         .launch = pdde_ocl_cb_launch, .scratch = pdde_ocl_cb_scratch, .fill32 = pdde_ocl_cb_fill32,
         .copy = pdde_ocl_cb_copy,
+        /* the tiled kernels' groups: FR in backends/gpu_kernels.cl */
+        .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
 #ifdef PDDE_HAVE_CLBLAST
         .gemm = pdde_ocl_cb_gemm,
 #endif

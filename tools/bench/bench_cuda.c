@@ -1,11 +1,16 @@
 /* bench_cuda — throughput of pdde's CUDA backend next to cuBLAS called directly, on the first CUDA device.
  *
- *   bench_cuda [--quick | --gpt]
+ *   bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16]]
  *
  * GEMM (f32, row-major C = A B): pdde's matmul node through a session (cuBLAS underneath, then the
  * built-in tiled kernel as on a machine without cuBLAS) against cublasSgemm on the same sizes.
  * Elementwise: pdde's add and scale nodes against cublasSaxpy / cublasSscal (the same bytes moved),
  * and a few row ops for reference. Then one GPT training step (forward, backward, AdamW) on the GPU.
+ * --gpt: only the GPT-2 124M step (B 8, T 1024), under the compute dtype given (mixed precision), with
+ * pdde_attention (its path: PDDE_CUDA_ATTENTION) or, --unfused-graph, the attention as matmul, causal
+ * softmax and matmul nodes; prints a "GPT ..." line for tools/gpu-check.sh.
+ * --attention: causal attention alone, forward and backward (B 8, H 12, T 1024, D 64; q, k, v f32 leaves
+ * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line.
  * Times are medians of timed repetitions after warm-up, each repetition synchronised.
  * Prints "no CUDA device" and exits 0 where there is none. */
 #define _GNU_SOURCE
@@ -213,13 +218,15 @@ static double pdde_elem(pdde_context *ctx, int dev, const char *op, int64_t rows
     return o.ok ? passes * (double)rows * (double)C * 4 / t / 1e9 : 0;
 }
 
-static void bench_gpt(pdde_context *ctx, int dev, int quick) {
-    gpt_config c = {.vocab = 50304, .ctx = 1024, .layers = quick ? 2 : 12, .heads = 12, .width = 768, .batch = 8};
+static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int unfused_graph) {
+    gpt_config c = {.vocab = 50304, .ctx = 1024, .layers = quick ? 2 : 12, .heads = 12, .width = 768, .batch = 8,
+                    .unfused_attention = unfused_graph};
     pdde_graph *g;
     pdde_graph_init(ctx, &g);
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    if (gpt_build(g, &c, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op)) {
+    if (pdde_graph_set_compute_dtype(g, dt) || gpt_build(g, &c, &m) || pdde_graph_set_compute_dtype(g, PDDE_F32) ||
+        pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op)) {
         fprintf(stderr, "gpt: %s\n", pdde_last_error(ctx));
         pdde_graph_free(g);
         return;
@@ -250,10 +257,16 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick) {
     if (!ok) fprintf(stderr, "gpt step: %s\n", pdde_last_error(ctx));
     else {
         qsort(t, (size_t)steps, sizeof *t, cmp_double);
-        double ms = t[steps / 2] * 1e3;
-        printf("gpt step (L=%d C=%d T=%d B=%d V=%d, %.0fM params, AdamW): %.1f ms, %.0f tokens/s, loss %.3f -> %.3f\n",
-               c.layers, c.width, c.ctx, c.batch, c.vocab, (double)gpt_n_params(&c) / 1e6, ms, BT / (ms / 1e3), loss0,
-               loss);
+        double ms = t[steps / 2] * 1e3, n_params = (double)gpt_n_params(&c);
+        /* model FLOPs per token: 6N for the weights' products (forward and backward), 12 L C T for the
+         * attention's (PaLM's accounting), against 989 TFLOP/s (dense bf16 of an H100/H200) */
+        double flops_tok = 6.0 * n_params + 12.0 * c.layers * c.width * c.ctx, tok_s = BT / (ms / 1e3);
+        const char *path = getenv("PDDE_CUDA_ATTENTION");
+        printf("gpt step (L=%d C=%d T=%d B=%d V=%d, %.0fM params, AdamW, %s): %.1f ms, %.0f tokens/s, loss %.3f -> %.3f\n",
+               c.layers, c.width, c.ctx, c.batch, c.vocab, n_params / 1e6, pdde_dtype_name(dt), ms, tok_s, loss0, loss);
+        printf("GPT dtype=%s attention=%s ms=%.2f tok_s=%.0f mfu_pct=%.2f loss0=%.5f loss=%.5f\n", pdde_dtype_name(dt),
+               unfused_graph ? "graph" : path && *path ? path : "default", ms, tok_s, 100.0 * tok_s * flops_tok / 989e12,
+               loss0, loss);
     }
     free(x);
     free(y);
@@ -261,8 +274,66 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick) {
     pdde_graph_free(g);
 }
 
+/* Attention alone, forward and backward, as in a training graph: f32 q, k, v leaves converted under the
+ * compute dtype, y = attention(q, k, v), loss = sum(y * w); tools/bench/attention_torch.py times the same
+ * in PyTorch (SDPA). */
+static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt) {
+    int64_t s[4] = {8, 12, 1024, 64};
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    pdde_tensor *q = pdde_param(g, "q", 4, s, 1.0f), *k = pdde_param(g, "k", 4, s, 1.0f), *v = pdde_param(g, "v", 4, s, 1.0f);
+    pdde_tensor *w = pdde_input(g, "w", PDDE_F32, 4, s);
+    pdde_graph_set_compute_dtype(g, dt);
+    pdde_tensor *y = pdde_attention(g, q, k, v);
+    pdde_graph_set_compute_dtype(g, PDDE_F32);
+    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, w), -1, 0);
+    if (!loss || pdde_backward(g, loss) != PDDE_OK) {
+        fprintf(stderr, "attention graph: %s\n", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return;
+    }
+    one_node o = {.ctx = ctx, .g = g};
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = dev;
+    if (pdde_session_init(g, &sp, &o.s) != PDDE_OK) {
+        fprintf(stderr, "attention session: %s\n", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return;
+    }
+    pdde_tensor *in[1] = {w};
+    fill_inputs(&o, 1, in);
+    o.ok = 1;
+    double t[32];
+    int reps = 20;
+    for (int i = 0; i < reps + 3 && o.ok; i++) {
+        double t0 = now();
+        if (pdde_session_run(o.s, PDDE_RUN_FORWARD_BACKWARD) != PDDE_OK) o.ok = 0;
+        if (i >= 3) t[i - 3] = now() - t0;
+    }
+    if (!o.ok) fprintf(stderr, "attention run: %s\n", pdde_last_error(ctx));
+    else {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        const char *path = getenv("PDDE_CUDA_ATTENTION");
+        printf("ATTENTION dtype=%s attention=%s B=8 H=12 T=1024 D=64 fwd_bwd_ms=%.3f loss=%.6g\n", pdde_dtype_name(dt),
+               path && *path ? path : "default", t[reps / 2] * 1e3, pdde_session_loss(o.s));
+    }
+    session_close(&o);
+}
+
 int main(int argc, char **argv) {
-    int quick = argc > 1 && !strcmp(argv[1], "--quick"), gpt_only = argc > 1 && !strcmp(argv[1], "--gpt");
+    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0;
+    pdde_dtype dt = PDDE_F32;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--gpt")) gpt_only = 1;
+        else if (!strcmp(argv[i], "--attention")) attention_only = 1;
+        else if (!strcmp(argv[i], "--unfused-graph")) unfused_graph = 1;
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dt = !strcmp(argv[++i], "bf16") ? PDDE_BF16 : PDDE_F32;
+        else {
+            fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16]]\n");
+            return 2;
+        }
+    }
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx) != PDDE_OK) return 1;
     int dev = pdde_device_find(ctx, "cuda", 0);
@@ -275,8 +346,9 @@ int main(int argc, char **argv) {
     pdde_device_get_props(ctx, dev, &p);
     printf("device: %s, %d SMs, %.1f TFLOP/s f32 (peak from clocks), %.0f GB/s\n", p.name, p.compute_units,
            p.peak_flops_f32 / 1e12, p.mem_bandwidth / 1e9);
-    if (gpt_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
-        bench_gpt(ctx, dev, 0);
+    if (gpt_only || attention_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
+        if (gpt_only) bench_gpt(ctx, dev, 0, dt, unfused_graph);
+        else bench_attention(ctx, dev, dt);
         pdde_context_free(ctx);
         return 0;
     }
@@ -302,7 +374,7 @@ int main(int argc, char **argv) {
     const char *ops[] = {"bias_add", "gelu", "softmax", "layernorm", "sum_rows"};
     for (int i = 0; i < 5; i++) printf("  pdde %-10s %8.0f\n", ops[i], pdde_elem(ctx, dev, ops[i], rows, C, reps));
     if (have_direct) d.Destroy(d.handle);
-    bench_gpt(ctx, dev, quick);
+    bench_gpt(ctx, dev, quick, PDDE_F32, 0);
     pdde_context_free(ctx);
 
     /* the built-in GEMM kernel (what runs where cuBLAS is absent) */

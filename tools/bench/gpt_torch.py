@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch baseline for pdde's GPT training benchmark (CPU, float32; --dtype bf16: autocast).
+"""PyTorch baseline for pdde's GPT training benchmark (CPU, float32; --dtype bf16: autocast; --device cuda).
 
 Trains the same GPT-2-style model as tools/gen_golden.py (pre-LN blocks, tanh GELU, causal
 attention, weight-tied output, weights [in, out] used as x @ W, AdamW lr=1e-3 with weight decay 0.1
@@ -8,6 +8,10 @@ forward + cross-entropy + backward + AdamW step + zero_grad(set_to_none=True).
 
     OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=2 /usr/bin/python3 tools/bench/gpt_torch.py \
         --vocab 256 --layers 4 --heads 4 --width 128 --ctx 64 --batch 8 --steps 10 --warmup 2 --threads 2
+
+On a GPU (tools/gpu-check.sh) as PyTorch users train: --device cuda --dtype bf16 --sdpa (causal
+scaled_dot_product_attention, AdamW fused), --compile (torch.compile of the forward and loss); in f32
+TF32 is off (as pdde's cuBLAS GEMMs without PDDE_CUDA_TF32).
 
 Prints exactly one final line:
     TORCH tokens_per_s=<B*T/median step s> step_ms=<median step ms> cpu_ms=<median CPU time per step> peak_mb=<MB>
@@ -36,7 +40,10 @@ def parse_args():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1") or 1))
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
-                    help="bf16: the forward under torch.autocast('cpu', bfloat16) (mixed precision)")
+                    help="bf16: the forward under torch.autocast(device, bfloat16) (mixed precision)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--sdpa", action="store_true", help="attention by F.scaled_dot_product_attention(is_causal=True)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the forward and loss")
     a = ap.parse_args()
     if a.width % a.heads:
         ap.error("--width must be divisible by --heads")
@@ -62,15 +69,20 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    dev = torch.device(a.device)
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
     V, L, H, C, T, B = a.vocab, a.layers, a.heads, a.width, a.ctx, a.batch
     D = C // H
     proj_std = 0.02 / math.sqrt(2 * L)
 
     def normal(shape, std):
-        return torch.empty(shape).normal_(0.0, std).requires_grad_(True)
+        return torch.empty(shape, device=dev).normal_(0.0, std).requires_grad_(True)
 
     def const(shape, v):
-        return torch.full(shape, float(v)).requires_grad_(True)
+        return torch.full(shape, float(v), device=dev).requires_grad_(True)
 
     wte, wpe = normal((V, C), 0.02), normal((T, C), 0.02)
     blocks = []
@@ -89,12 +101,12 @@ def main():
     no_decay = [p for p in params if p.ndim < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": no_decay, "weight_decay": 0.0}],
-                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
+                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8, **({"fused": True} if cuda else {}))
 
-    ids = torch.randint(0, V, (B, T))
-    targets = torch.randint(0, V, (B, T))
-    pos = torch.arange(T)
-    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # j > i
+    ids = torch.randint(0, V, (B, T)).to(dev)
+    targets = torch.randint(0, V, (B, T)).to(dev)
+    pos = torch.arange(T, device=dev)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool, device=dev), diagonal=1)  # j > i
     scale = 1.0 / math.sqrt(D)
 
     def forward():
@@ -104,9 +116,13 @@ def main():
             qkv = torch.addmm(p["attn.b"], a_.reshape(B * T, C), p["attn.w"]).reshape(B, T, 3 * C)
             # head-major columns [H, 3, D], as examples/gpt.h
             q, k, v = (t.permute(0, 2, 1, 3) for t in qkv.reshape(B, T, H, 3, D).unbind(dim=3))
-            att = (q @ k.transpose(-2, -1)) * scale
-            att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
-            y = (att @ v).permute(0, 2, 1, 3).reshape(B * T, C)
+            if a.sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * scale
+                att = torch.softmax(att.masked_fill(mask, float("-inf")), dim=-1)
+                y = att @ v
+            y = y.permute(0, 2, 1, 3).reshape(B * T, C)
             x = x + torch.addmm(p["proj.b"], y, p["proj.w"]).reshape(B, T, C)
             m = F.layer_norm(x, (C,), p["ln2.g"], p["ln2.b"], 1e-5).reshape(B * T, C)
             u = F.gelu(torch.addmm(p["fc.b"], m, p["fc.w"]), approximate="tanh")
@@ -115,12 +131,16 @@ def main():
         logits = x.reshape(B * T, C) @ wte.t()
         return F.cross_entropy(logits, targets.reshape(-1))
 
+    fwd = torch.compile(forward) if a.compile else forward
+
     def step():
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            loss = forward()
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            loss = fwd()
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
         return loss
 
     n_params = sum(p.numel() for p in params)

@@ -1,0 +1,333 @@
+/* cuda_flash.cuh — the tensor-core causal attention of the CUDA backend (FlashAttention-2's schedule),
+ * included by backends/cuda_kernels.cu for compute capability 8.0 and later, and by
+ * tests/flash_emu.cpp, which runs these functions on the CPU with the warp-level primitives emulated
+ * after the PTX manual (PDDE_FLASH_EMU) to check the fragment bookkeeping where there is no GPU.
+ *
+ * bf16 tensor cores (mma.sync m16n8k16, f32 accumulation), fragments loaded with ldmatrix from shared
+ * tiles whose rows are padded by 16 bytes (no bank conflicts). A block of 4 warps takes 64 rows (16 a
+ * warp) of one head; head sizes 64 and 128 are compiled in. The m16n8 accumulator layout of S is the
+ * A-fragment layout of the next product, so P and dS go from registers to the tensor cores as bf16.
+ * Row statistics use base-2 exponentials with log2(e) folded into the scale. */
+#define FL_WARPS 4
+#define FL_ROWS 64 /* rows a block: pgd_ctx.flash_rows of the CUDA backend (flash_threads = 32 * FL_WARPS) */
+#define FL_LOG2E 1.4426950408889634f
+
+#ifndef PDDE_FLASH_EMU
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* four 8x8 b16 matrices: lane l gives the address of row l % 8 of matrix l / 8 */
+__device__ __forceinline__ void ldsm4(uint32_t r[4], const uint16_t *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+__device__ __forceinline__ void ldsm4t(uint32_t r[4], const uint16_t *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+/* two f32 as bf16x2, round to nearest even; lo in the low half (the lower column of a fragment) */
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+#endif
+
+/* The ldmatrix address of lane for the 16x16 block at (r0, c0) of a tile with row pitch ld: rows r0 + lane % 16,
+ * columns c0 + 8 (lane / 16). Non-transposed: A fragments (a 16x16 block), or B fragments of two 8-row
+ * n-tiles ({r0, r2} and {r1, r3}); transposed (k-major B): two 8-column n-tiles ({r0, r1}, {r2, r3}). */
+__device__ __forceinline__ const uint16_t *fl_at(const uint16_t *tile, int ld, int r0, int c0, int lane) {
+    return tile + (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8;
+}
+
+/* rows [row0, row0 + n) of a bf16 [T, D] head into a shared tile (pitch D + 8), zeros past T; 16-byte moves */
+template <int D>
+__device__ __forceinline__ void fl_load(uint16_t *tile, const uint16_t *src, long long row0, long long T, int n) {
+    constexpr int V = D / 8;
+    for (int e = threadIdx.x; e < n * V; e += 32 * FL_WARPS) {
+        int r = e / V, c = (e % V) * 8;
+        long long gr = row0 + r;
+        uint4 v = gr < T ? *(const uint4 *)(src + gr * D + c) : make_uint4(0, 0, 0, 0);
+        *(uint4 *)(tile + r * (D + 8) + c) = v;
+    }
+}
+/* the same from an f32 [T, D + 1] (an output gradient with its logsumexp column), rounded to bf16 */
+template <int D>
+__device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, long long row0, long long T, int n) {
+    for (int e = threadIdx.x; e < n * (D / 2); e += 32 * FL_WARPS) {
+        int r = e / (D / 2), c = (e % (D / 2)) * 2;
+        long long gr = row0 + r;
+        float a = gr < T ? src[gr * (D + 1) + c] : 0.0f, b = gr < T ? src[gr * (D + 1) + c + 1] : 0.0f;
+        *(uint32_t *)(tile + r * (D + 8) + c) = pack_bf16(a, b);
+    }
+}
+
+/* The shared memory of a flash kernel of head size D (bf16 elements): the most of its tiles (two 64-row
+ * tiles and, backward, two of the query tiles of flash_dkv: 32 rows at D 64, 16 at D 128) */
+#define FL_SMEM(D) (2 * FL_ROWS * ((D) + 8) + 2 * ((D) == 64 ? 32 : 16) * ((D) + 8))
+
+template <int D>
+__device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
+                                          long long T, float scale) {
+    constexpr int LD = D + 8, BK = 64, NT = BK / 8, DT = D / 8, KS = D / 16;
+    uint16_t *ks = sm, *vs = sm + BK * LD;
+    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
+    const uint16_t *qb = q + bh * T * D, *kb = k + bh * T * D, *vb = v + bh * T * D;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    fl_load<D>(ks, qb, qt * FL_ROWS, T, FL_ROWS); /* Q through the K tile, into registers */
+    __syncthreads();
+    uint32_t qf[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) ldsm4(qf[kk], fl_at(ks, LD, warp * 16, kk * 16, lane));
+    __syncthreads();
+    float o[DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, sl2 = scale * FL_LOG2E;
+#pragma unroll
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    long long row0 = qt * FL_ROWS + warp * 16 + g; /* this thread's rows: row0, row0 + 8 */
+    for (long long kt = 0; kt <= qt; kt++) {
+        fl_load<D>(ks, kb, kt * BK, T, BK);
+        fl_load<D>(vs, vb, kt * BK, T, BK);
+        __syncthreads();
+        float s[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t b[4];
+                ldsm4(b, fl_at(ks, LD, n * 8, kk * 16, lane));
+                mma16816(s[n], qf[kk], b[0], b[2]);
+                mma16816(s[n + 1], qf[kk], b[1], b[3]);
+            }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
+                float x = s[n][e] * sl2;
+                s[n][e] = col > row ? -INFINITY : x; /* causal: (and every key past T is past the row) */
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn); /* (m = -inf at first: alpha 0) */
+            m[r] = mn;
+            l[r] *= alpha;
+#pragma unroll
+            for (int d = 0; d < DT; d++) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(s[n][e] - m[e >> 1]);
+                l[e >> 1] += s[n][e];
+            }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t b[4];
+                ldsm4t(b, fl_at(vs, LD, kk * 16, d * 8, lane));
+                mma16816(o[d], a, b[0], b[1]);
+                mma16816(o[d + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        long long row = row0 + r * 8;
+        if (row >= T) continue;
+        float *yr = y + (bh * T + row) * (D + 1), inv = 1.0f / l[r];
+#pragma unroll
+        for (int d = 0; d < DT; d++) yr[d * 8 + t4 * 2] = o[d][2 * r] * inv, yr[d * 8 + t4 * 2 + 1] = o[d][2 * r + 1] * inv;
+        if (t4 == 0) yr[D] = (m[r] + log2f(l[r])) / FL_LOG2E;
+    }
+}
+
+/* dq of a block's 64 query rows: over key tiles of 32, S = Q K^T and dP = dO V^T on the tensor cores,
+ * dS = P (dP - rowdot) with P from the saved logsumexp, dq += dS K. */
+template <int D>
+__device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *y,
+                                         const float *dy, const float *rowdot, float *out, long long T, float scale) {
+    constexpr int LD = D + 8, BK = 32, NT = BK / 8, DT = D / 8, KS = D / 16;
+    uint16_t *ks = sm, *vs = sm + FL_ROWS * LD; /* (Q and dO pass through these first) */
+    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
+    const uint16_t *qb = q + bh * T * D, *kb = k + bh * T * D, *vb = v + bh * T * D;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    fl_load<D>(ks, qb, qt * FL_ROWS, T, FL_ROWS);
+    fl_load_f32<D>(vs, dy + bh * T * (D + 1), qt * FL_ROWS, T, FL_ROWS);
+    __syncthreads();
+    uint32_t qf[KS][4], df[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) ldsm4(qf[kk], fl_at(ks, LD, warp * 16, kk * 16, lane)), ldsm4(df[kk], fl_at(vs, LD, warp * 16, kk * 16, lane));
+    __syncthreads();
+    long long row0 = qt * FL_ROWS + warp * 16 + g;
+    float lse2[2], dot[2], dq[DT][4], sl2 = scale * FL_LOG2E;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        long long row = row0 + r * 8;
+        lse2[r] = row < T ? y[(bh * T + row) * (D + 1) + D] * FL_LOG2E : 0.0f;
+        dot[r] = row < T ? rowdot[bh * T + row] : 0.0f;
+    }
+#pragma unroll
+    for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    long long kend = qt * FL_ROWS + FL_ROWS < T ? qt * FL_ROWS + FL_ROWS : T;
+    for (long long k0 = 0; k0 < kend; k0 += BK) {
+        fl_load<D>(ks, kb, k0, T, BK);
+        fl_load<D>(vs, vb, k0, T, BK);
+        __syncthreads();
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t b[4], c[4];
+                ldsm4(b, fl_at(ks, LD, n * 8, kk * 16, lane));
+                ldsm4(c, fl_at(vs, LD, n * 8, kk * 16, lane));
+                mma16816(s[n], qf[kk], b[0], b[2]);
+                mma16816(s[n + 1], qf[kk], b[1], b[3]);
+                mma16816(dp[n], df[kk], c[0], c[2]);
+                mma16816(dp[n + 1], df[kk], c[1], c[3]);
+            }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                long long col = k0 + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
+                float p = col > row ? 0.0f : exp2f(s[n][e] * sl2 - lse2[e >> 1]);
+                s[n][e] = p * (dp[n][e] - dot[e >> 1]); /* dS / scale */
+            }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t b[4];
+                ldsm4t(b, fl_at(ks, LD, kk * 16, d * 8, lane));
+                mma16816(dq[d], a, b[0], b[1]);
+                mma16816(dq[d + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        long long row = row0 + r * 8;
+        if (row >= T) continue;
+        float *o = out + (bh * T + row) * D;
+#pragma unroll
+        for (int d = 0; d < DT; d++) o[d * 8 + t4 * 2] = scale * dq[d][2 * r], o[d * 8 + t4 * 2 + 1] = scale * dq[d][2 * r + 1];
+    }
+}
+
+/* dk, dv of a block's 64 key rows: over the query tiles that see them (BQ rows, from the block's first
+ * key on), S^T = K Q^T and dP^T = V dO^T, P^T from the queries' logsumexp, dS^T = P^T (dP^T - rowdot),
+ * dv += P^T dO, dk += dS^T Q. */
+template <int D>
+__device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *y,
+                                          const float *dy, const float *rowdot, float *out, long long BH, long long T, float scale) {
+    constexpr int LD = D + 8, BQ = D == 64 ? 32 : 16, NT = BQ / 8, DT = D / 8, KS = D / 16;
+    uint16_t *ks = sm, *vs = sm + FL_ROWS * LD, *qs = vs + FL_ROWS * LD, *dos = qs + BQ * LD;
+    __shared__ float lse_s[BQ], dot_s[BQ];
+    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, kt = tiles - 1 - blockIdx.x % tiles;
+    const uint16_t *qb = q + bh * T * D, *kb = k + bh * T * D, *vb = v + bh * T * D;
+    const float *dyb = dy + bh * T * (D + 1), *yb = y + bh * T * (D + 1);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    fl_load<D>(ks, kb, kt * FL_ROWS, T, FL_ROWS);
+    fl_load<D>(vs, vb, kt * FL_ROWS, T, FL_ROWS);
+    long long key0 = kt * FL_ROWS + warp * 16 + g; /* this thread's keys: key0, key0 + 8 */
+    float dk[DT][4], dv[DT][4], sl2 = scale * FL_LOG2E;
+#pragma unroll
+    for (int d = 0; d < DT; d++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    for (long long i0 = kt * FL_ROWS; i0 < T; i0 += BQ) {
+        __syncthreads(); /* (the previous tile's readers are done) */
+        fl_load<D>(qs, qb, i0, T, BQ);
+        fl_load_f32<D>(dos, dyb, i0, T, BQ);
+        if (threadIdx.x < BQ) {
+            long long i = i0 + threadIdx.x;
+            lse_s[threadIdx.x] = i < T ? yb[i * (D + 1) + D] * FL_LOG2E : 0.0f;
+            dot_s[threadIdx.x] = i < T ? rowdot[bh * T + i] : 0.0f;
+        }
+        __syncthreads();
+        float s[NT][4], dp[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t a[4], c[4];
+            ldsm4(a, fl_at(ks, LD, warp * 16, kk * 16, lane));
+            ldsm4(c, fl_at(vs, LD, warp * 16, kk * 16, lane));
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t b[4], e[4];
+                ldsm4(b, fl_at(qs, LD, n * 8, kk * 16, lane));
+                ldsm4(e, fl_at(dos, LD, n * 8, kk * 16, lane));
+                mma16816(s[n], a, b[0], b[2]);
+                mma16816(s[n + 1], a, b[1], b[3]);
+                mma16816(dp[n], c, e[0], e[2]);
+                mma16816(dp[n + 1], c, e[1], e[3]);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int ci = n * 8 + t4 * 2 + (e & 1);
+                long long col = i0 + ci, key = key0 + (e >> 1) * 8;
+                float p = col < key || col >= T ? 0.0f : exp2f(s[n][e] * sl2 - lse_s[ci]);
+                s[n][e] = p;
+                dp[n][e] = p * (dp[n][e] - dot_s[ci]); /* dS^T / scale */
+            }
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t c[4] = {pack_bf16(dp[2 * kk][0], dp[2 * kk][1]), pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
+                             pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t b[4], e[4];
+                ldsm4t(b, fl_at(dos, LD, kk * 16, d * 8, lane));
+                ldsm4t(e, fl_at(qs, LD, kk * 16, d * 8, lane));
+                mma16816(dv[d], a, b[0], b[1]);
+                mma16816(dv[d + 1], a, b[2], b[3]);
+                mma16816(dk[d], c, e[0], e[1]);
+                mma16816(dk[d + 1], c, e[2], e[3]);
+            }
+        }
+    }
+    long long n = BH * T * D;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        long long key = key0 + r * 8;
+        if (key >= T) continue;
+        float *ok = out + n + (bh * T + key) * D, *ov = out + 2 * n + (bh * T + key) * D;
+#pragma unroll
+        for (int d = 0; d < DT; d++) {
+            ok[d * 8 + t4 * 2] = scale * dk[d][2 * r], ok[d * 8 + t4 * 2 + 1] = scale * dk[d][2 * r + 1];
+            ov[d * 8 + t4 * 2] = dv[d][2 * r], ov[d * 8 + t4 * 2 + 1] = dv[d][2 * r + 1];
+        }
+    }
+}
+

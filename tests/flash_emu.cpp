@@ -1,0 +1,278 @@
+/* flash_emu.cpp — the CUDA backend's tensor-core attention (backends/cuda_flash.cuh) run on the CPU.
+ *
+ * The kernels' device code is compiled for the host with the warp-level primitives it uses emulated
+ * from their definitions in NVIDIA's PTX manual: mma.sync m16n8k16 (bf16 in, f32 accumulation) with its
+ * A, B and C fragment layouts, ldmatrix .x4 (and .trans), cvt.rn.bf16x2.f32, shfl.xor and bar.sync. A
+ * block's 128 threads are cooperative fibers (ucontext) that all yield at each barrier and warp-collective
+ * step, so a block runs as the GPU would run it in lockstep. What this checks is the kernels' own
+ * bookkeeping (which fragment holds which element, the tile loops, masking, the online softmax, the
+ * scales), against a float64 reference: forward, dq, dk and dv, for head sizes 64 and 128, sequence
+ * lengths that are not multiples of the tiles, one and several heads. It cannot see what only a GPU
+ * shows (timing, races between real warps, the hardware's rounding inside the mma).
+ *
+ * Built and run by tests/test_flash_emu.sh; prints "N passed, N failed" last. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+/* ---- a block of cooperative threads ----------------------------------------------------------- */
+
+enum { EMU_THREADS = 128, EMU_STACK = 1 << 18 };
+static ucontext_t emu_main, emu_ctx[EMU_THREADS];
+static int emu_cur, emu_done[EMU_THREADS];
+static char *emu_stacks;
+struct emu_dim { unsigned x; };
+static emu_dim emu_block;
+static void (*emu_body)(void);
+
+/* every thread yields at every barrier: threads run a segment each, in order, round after round */
+static void emu_yield() { swapcontext(&emu_ctx[emu_cur], &emu_main); }
+static void emu_entry() {
+    emu_body();
+    emu_done[emu_cur] = 1;
+    swapcontext(&emu_ctx[emu_cur], &emu_main);
+}
+static void emu_run_block(unsigned block, void (*body)(void)) {
+    if (!emu_stacks) emu_stacks = (char *)malloc((size_t)EMU_THREADS * EMU_STACK);
+    emu_block.x = block;
+    emu_body = body;
+    for (int t = 0; t < EMU_THREADS; t++) {
+        getcontext(&emu_ctx[t]);
+        emu_ctx[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
+        emu_ctx[t].uc_stack.ss_size = EMU_STACK;
+        emu_ctx[t].uc_link = &emu_main;
+        makecontext(&emu_ctx[t], emu_entry, 0);
+        emu_done[t] = 0;
+    }
+    for (int live = 1; live;) {
+        live = 0;
+        for (emu_cur = 0; emu_cur < EMU_THREADS; emu_cur++)
+            if (!emu_done[emu_cur]) swapcontext(&emu_main, &emu_ctx[emu_cur]), live = 1;
+    }
+}
+static emu_dim emu_thread() { return emu_dim{(unsigned)emu_cur}; }
+
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define threadIdx emu_thread()
+#define blockIdx emu_block
+#define __syncthreads() emu_yield()
+struct uint4 { uint32_t x, y, z, w; };
+static uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
+
+/* ---- the warp-level primitives, after the PTX manual ---------------------------------------- */
+
+static int lane() { return emu_cur & 31; }
+static int warp_base() { return emu_cur & ~31; }
+
+static float sh_f[EMU_THREADS];
+static float __shfl_xor_sync(unsigned, float v, int o) {
+    sh_f[emu_cur] = v;
+    emu_yield();
+    float r = sh_f[warp_base() + (lane() ^ o)];
+    emu_yield();
+    return r;
+}
+
+static float bf16_f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t f_bf16(float f) { /* round to nearest even */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+/* cvt.rn.bf16x2.f32 d, a, b: a (here hi) into the upper half, b (lo) into the lower */
+static uint32_t pack_bf16(float lo, float hi) { return (uint32_t)f_bf16(lo) | (uint32_t)f_bf16(hi) << 16; }
+
+/* mma.m16n8k16 .row.col bf16: groupID g = lane / 4, threadID_in_group t = lane % 4.
+ * A: a_i (i = 0..7, two per register) at row g + 8 * ((i / 2) % 2), column 2t + i % 2 + 8 * (i / 4).
+ * B: b_i (i = 0..3) at row (k) 2t + i % 2 + 8 * (i / 2), column (n) g.
+ * C, D: c_i (i = 0..3) at row g + 8 * (i / 2), column 2t + i % 2. */
+static uint32_t mma_a[EMU_THREADS][4], mma_b[EMU_THREADS][2];
+static void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    for (int i = 0; i < 4; i++) mma_a[emu_cur][i] = a[i];
+    mma_b[emu_cur][0] = b0, mma_b[emu_cur][1] = b1;
+    emu_yield();
+    float A[16][16], B[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l / 4, t = l % 4, w = warp_base() + l;
+        for (int i = 0; i < 8; i++) {
+            uint16_t h = (uint16_t)(mma_a[w][i / 2] >> (16 * (i % 2)));
+            A[g + 8 * ((i / 2) % 2)][2 * t + i % 2 + 8 * (i / 4)] = bf16_f(h);
+        }
+        for (int i = 0; i < 4; i++) {
+            uint16_t h = (uint16_t)(mma_b[w][i / 2] >> (16 * (i % 2)));
+            B[2 * t + i % 2 + 8 * (i / 2)][g] = bf16_f(h);
+        }
+    }
+    int g = lane() / 4, t = lane() % 4;
+    for (int i = 0; i < 4; i++) {
+        int r = g + 8 * (i / 2), n = 2 * t + i % 2;
+        float acc = c[i];
+        for (int k = 0; k < 16; k++) acc += A[r][k] * B[k][n];
+        c[i] = acc;
+    }
+    emu_yield();
+}
+
+/* ldmatrix .m8n8.x4 .b16: thread l gives the address of row l % 8 of matrix l / 8; register j of thread l
+ * holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix j (the first in the low half); .trans
+ * delivers the transposed matrices. */
+static const uint16_t *ldsm_row[EMU_THREADS];
+static void ldsm_any(uint32_t r[4], const uint16_t *p, int trans) {
+    ldsm_row[emu_cur] = p;
+    emu_yield();
+    int l = lane();
+    for (int j = 0; j < 4; j++) {
+        uint16_t e[2];
+        for (int h = 0; h < 2; h++) {
+            int row = l / 4, col = 2 * (l % 4) + h;
+            if (trans) { int x = row; row = col; col = x; }
+            e[h] = ldsm_row[warp_base() + 8 * j + row][col];
+        }
+        r[j] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+    }
+    emu_yield();
+}
+static void ldsm4(uint32_t r[4], const uint16_t *p) { ldsm_any(r, p, 0); }
+static void ldsm4t(uint32_t r[4], const uint16_t *p) { ldsm_any(r, p, 1); }
+
+#define PDDE_FLASH_EMU
+#include "../backends/cuda_flash.cuh"
+
+/* ---- the launches (as backends/cuda_kernels.cu's k_flash_* with the dispatcher's grid) ----------- */
+
+static uint16_t emu_sm[FL_SMEM(128)] __attribute__((aligned(16)));
+static struct {
+    const uint16_t *q, *k, *v;
+    float *y, *out;
+    const float *dy, *rowdot;
+    long long BH, T;
+    int D;
+    float scale;
+} L;
+static void body_fwd() {
+    if (L.D == 64) flash_fwd<64>(emu_sm, L.q, L.k, L.v, L.y, L.T, L.scale);
+    else flash_fwd<128>(emu_sm, L.q, L.k, L.v, L.y, L.T, L.scale);
+}
+static void body_dq() {
+    if (L.D == 64) flash_dq<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.T, L.scale);
+    else flash_dq<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.T, L.scale);
+}
+static void body_dkv() {
+    if (L.D == 64) flash_dkv<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale);
+    else flash_dkv<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale);
+}
+static void launch(void (*body)(void)) {
+    long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
+    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body);
+}
+
+/* ---- the check ------------------------------------------------------------------------------- */
+
+static int passed, failed;
+static uint64_t rng = 88172645463325252ull;
+static float urand() { /* [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) / 8388608.0) - 1.0f;
+}
+static double nmse(const float *got, const double *ref, long long n) {
+    double e = 0, r = 0;
+    for (long long i = 0; i < n; i++) e += (got[i] - ref[i]) * (got[i] - ref[i]), r += ref[i] * ref[i];
+    return r > 0 ? e / r : e;
+}
+static void check(const char *what, double e, double tol, const char *label) {
+    int ok = e <= tol; /* (NaN fails) */
+    ok ? passed++ : failed++;
+    printf("%s %-34s %-6s NMSE %.3g (bound %.3g)\n", ok ? "ok  " : "FAIL", label, what, e, tol);
+}
+
+static void run_case(long long BH, long long T, int D) {
+    long long n = BH * T * D, Dy = D + 1;
+    float scale = 1.0f / sqrtf((float)D);
+    uint16_t *q = new uint16_t[n], *k = new uint16_t[n], *v = new uint16_t[n];
+    float *y = new float[BH * T * Dy], *dy = new float[BH * T * Dy], *out = new float[3 * n], *rowdot = new float[BH * T];
+    for (long long i = 0; i < n; i++) q[i] = f_bf16(urand() * 2), k[i] = f_bf16(urand() * 2), v[i] = f_bf16(urand());
+    for (long long i = 0; i < BH * T * Dy; i++) dy[i] = urand(), y[i] = NAN; /* (poisoned: every element must be written) */
+    for (long long i = 0; i < 3 * n; i++) out[i] = NAN;
+    L.q = q, L.k = k, L.v = v, L.y = y, L.out = out, L.dy = dy, L.rowdot = rowdot, L.BH = BH, L.T = T, L.D = D, L.scale = scale;
+    launch(body_fwd);
+    for (long long r = 0; r < BH * T; r++) { /* k_flash_rowdot */
+        float dot = 0.0f;
+        for (int d = 0; d < D; d++) dot += dy[r * Dy + d] * y[r * Dy + d];
+        rowdot[r] = dot;
+    }
+    launch(body_dq);
+    launch(body_dkv);
+    /* float64 reference from the same bf16 inputs */
+    double *ry = new double[BH * T * Dy], *rg = new double[3 * n], *p = new double[T];
+    float *gy = new float[BH * T * D];
+    double *ryo = new double[BH * T * D];
+    for (long long i = 0; i < 3 * n; i++) rg[i] = 0;
+    for (long long h = 0; h < BH; h++)
+        for (long long i = 0; i < T; i++) {
+            const uint16_t *qi = q + (h * T + i) * D;
+            double m = -INFINITY, z = 0;
+            for (long long j = 0; j <= i; j++) {
+                double s = 0;
+                for (int d = 0; d < D; d++) s += (double)bf16_f(qi[d]) * bf16_f(k[(h * T + j) * D + d]);
+                p[j] = s * scale;
+                m = fmax(m, p[j]);
+            }
+            for (long long j = 0; j <= i; j++) p[j] = exp(p[j] - m), z += p[j];
+            double *yo = ry + (h * T + i) * Dy, dot = 0;
+            for (int d = 0; d < D; d++) {
+                double o = 0;
+                for (long long j = 0; j <= i; j++) o += p[j] / z * bf16_f(v[(h * T + j) * D + d]);
+                yo[d] = o;
+                dot += o * dy[(h * T + i) * Dy + d];
+            }
+            yo[D] = m + log(z);
+            for (long long j = 0; j <= i; j++) {
+                double pj = p[j] / z, dp = 0;
+                for (int d = 0; d < D; d++) dp += dy[(h * T + i) * Dy + d] * (double)bf16_f(v[(h * T + j) * D + d]);
+                double ds = pj * (dp - dot) * scale;
+                for (int d = 0; d < D; d++) {
+                    rg[(h * T + i) * D + d] += ds * bf16_f(k[(h * T + j) * D + d]);
+                    rg[n + (h * T + j) * D + d] += ds * bf16_f(qi[d]);
+                    rg[2 * n + (h * T + j) * D + d] += pj * dy[(h * T + i) * Dy + d];
+                }
+            }
+        }
+    char label[64];
+    snprintf(label, sizeof label, "BH %lld T %lld D %d", BH, T, D);
+    for (long long r = 0; r < BH * T; r++)
+        for (int d = 0; d < D; d++) gy[r * D + d] = y[r * Dy + d], ryo[r * D + d] = ry[r * Dy + d];
+    float *lse = new float[BH * T];
+    double *rlse = new double[BH * T];
+    for (long long r = 0; r < BH * T; r++) lse[r] = y[r * Dy + D], rlse[r] = ry[r * Dy + D];
+    /* bounds: the bf16 rounding of P and dS (and dO) for the tensor cores, u = 2^-8, as the conformance
+     * suite's bf16 attention bounds: (2u)^2 for the output, (3u)^2 for the gradients */
+    double u = 1.0 / 256;
+    check("output", nmse(gy, ryo, BH * T * D), (2 * u) * (2 * u), label);
+    check("lse", nmse(lse, rlse, BH * T), 1e-10, label);
+    check("dq", nmse(out, rg, n), (3 * u) * (3 * u), label);
+    check("dk", nmse(out + n, rg + n, n), (3 * u) * (3 * u), label);
+    check("dv", nmse(out + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), label);
+    delete[] q, delete[] k, delete[] v, delete[] y, delete[] dy, delete[] out, delete[] rowdot;
+    delete[] ry, delete[] rg, delete[] p, delete[] gy, delete[] ryo, delete[] lse, delete[] rlse;
+}
+
+int main(int argc, char **argv) {
+    (void)argv;
+    run_case(1, 67, 64);   /* one head, T not a multiple of the tiles */
+    run_case(3, 130, 64);  /* several heads, three query tiles, the last of 2 rows */
+    run_case(2, 75, 128);  /* D 128 */
+    if (argc > 1) run_case(1, 300, 128);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

@@ -1,0 +1,109 @@
+/* test_gpu_attention — a GPT trained on a GPU backend's device (PoCL's OpenCL device in CI) with each
+ * attention path of backends/gpu_dispatch.h (PDDE_ATTENTION = rows, unfused, flash) and with the
+ * unfused graph (matmul, causal softmax, matmul nodes): the per-step losses must match the CPU's run of
+ * the same model, in f32 and under bf16 mixed precision. Head size 64 and T 80 (not a multiple of the
+ * tiled kernels' 64-row groups), so that the tiled path runs its kernels, not a fallback.
+ *
+ * Bounds, relative to the CPU's losses over STEPS AdamW steps: f32 1e-5 (rounding order only; measured on
+ * PoCL: at most 1.2e-7); bf16 2e-3 (the paths round P, dS and dO to bf16 at other places than the CPU's
+ * tiles do; measured at most 9.2e-5). NaN fails. */
+#define _GNU_SOURCE
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 4
+
+static gpt_config cfg = {.vocab = 64, .ctx = 80, .layers = 2, .heads = 2, .width = 128, .batch = 2};
+
+/* losses of STEPS steps with the whole model on device; *on_device: attention nodes the device runs */
+static int train(pdde_context *ctx, int device, pdde_dtype dt, int unfused_graph, float *losses, int *on_device) {
+    pdde_graph *g;
+    pdde_session *s;
+    gpt_model m;
+    gpt_config c = cfg;
+    c.unfused_attention = unfused_graph;
+    pdde_graph_init(ctx, &g);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f, op.weight_decay = 0.1f;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    sp.no_cpu_fallback = 1;
+    if (pdde_graph_set_compute_dtype(g, dt) || gpt_build(g, &c, &m) || pdde_graph_set_compute_dtype(g, PDDE_F32) ||
+        pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, &sp, &s)) {
+        fprintf(stderr, "session: %s\n", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return -1;
+    }
+    *on_device = 0;
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
+        *on_device += (t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) && t->device == device;
+    }
+    int n = c.batch * c.ctx, rc = 0;
+    int32_t *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    for (int step = 0; step < STEPS && rc == 0; step++) {
+        for (int i = 0; i < n; i++) x[i] = (i * 5 + step * 3) % c.vocab, y[i] = (i * 7 + step + 2) % c.vocab;
+        pdde_session_write(s, m.ids, x, (size_t)n * sizeof *x);
+        pdde_session_write(s, m.targets, y, (size_t)n * sizeof *y);
+        if (pdde_session_run(s, PDDE_RUN_STEP)) {
+            fprintf(stderr, "step %d: %s\n", step, pdde_last_error(ctx));
+            rc = -1;
+        }
+        losses[step] = pdde_session_loss(s);
+    }
+    free(x), free(y);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    return rc;
+}
+
+static double worst_rel(const float *a, const float *b) {
+    double w = 0;
+    for (int i = 0; i < STEPS; i++) {
+        double r = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), 1e-30);
+        w = isnan(r) || r > w ? (isnan(r) ? INFINITY : r) : w;
+    }
+    return w;
+}
+
+int main(void) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    unsetenv("PDDE_CUDA_ATTENTION"); /* (it would override PDDE_ATTENTION on CUDA) */
+    int n_gpu = 0;
+    for (int d = 1; d < pdde_device_count(ctx); d++) {
+        pdde_device_props props;
+        pdde_device_get_props(ctx, d, &props);
+        if (!strcmp(props.backend, "cpu")) continue;
+        n_gpu++;
+        static const pdde_dtype dts[2] = {PDDE_F32, PDDE_BF16};
+        static const char *const paths[4] = {"rows", "unfused", "flash", NULL}; /* NULL: the unfused graph */
+        for (int di = 0; di < 2; di++) {
+            float ref[STEPS], got[STEPS];
+            int n_att = 0;
+            unsetenv("PDDE_ATTENTION");
+            CHECK(train(ctx, 0, dts[di], 0, ref, &n_att) == 0, "the CPU's run (%s)", pdde_dtype_name(dts[di]));
+            for (int pi = 0; pi < 4; pi++) {
+                if (paths[pi]) setenv("PDDE_ATTENTION", paths[pi], 1);
+                else unsetenv("PDDE_ATTENTION");
+                int rc = train(ctx, d, dts[di], paths[pi] == NULL, got, &n_att);
+                double w = rc == 0 ? worst_rel(got, ref) : INFINITY, tol = dts[di] == PDDE_F32 ? 1e-5 : 2e-3;
+                printf("%s %s %-13s losses %.6f .. %.6f (CPU %.6f .. %.6f), worst relative difference %.3g (bound %.3g)\n",
+                       props.backend, pdde_dtype_name(dts[di]), paths[pi] ? paths[pi] : "unfused graph", got[0], got[STEPS - 1],
+                       ref[0], ref[STEPS - 1], w, tol);
+                CHECK(rc == 0 && w <= tol, "%s %s attention %s: losses differ from the CPU's by %.3g relative (bound %.3g)",
+                      props.backend, pdde_dtype_name(dts[di]), paths[pi] ? paths[pi] : "as an unfused graph", w, tol);
+                CHECK(paths[pi] == NULL || n_att == 2 * cfg.layers, "%s %s: %d fused attention nodes on the device, want %d",
+                      props.backend, paths[pi] ? paths[pi] : "", n_att, 2 * cfg.layers);
+            }
+        }
+        unsetenv("PDDE_ATTENTION");
+    }
+    if (!n_gpu) test_skip("opencl", "no GPU backend's device (PoCL in CI): the attention paths in training");
+    pdde_context_free(ctx);
+    return test_finish();
+}

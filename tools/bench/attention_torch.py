@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+"""PyTorch's causal attention forward and backward, as tools/bench/bench_cuda.c --attention times pdde's:
+f32 leaves q, k, v [B, H, T, D] under torch.autocast(bfloat16), y = scaled_dot_product_attention(q, k, v,
+is_causal=True), loss = sum(y * w), backward; the median of --reps timed runs after --warmup, each
+synchronised. Prints one final line:
+    TORCH_ATTENTION B=.. H=.. T=.. D=.. fwd_bwd_ms=<median ms> backend=<the SDPA kernels enabled>
+"""
+import argparse
+import statistics
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser(description="PyTorch SDPA forward + backward timing")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--heads", type=int, default=12)
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--dtype", choices=("f32", "bf16"), default="bf16")
+    a = ap.parse_args()
+    import torch
+    import torch.nn.functional as F
+    if not torch.cuda.is_available():
+        print("TORCH_ATTENTION no CUDA device")
+        return 0
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device("cuda")
+    shape = (a.batch, a.heads, a.ctx, a.head_dim)
+    q, k, v = (torch.randn(shape, device=dev).requires_grad_(True) for _ in range(3))
+    w = torch.randn(shape, device=dev)
+
+    def run():
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        loss = (y.float() * w).sum()
+        loss.backward()
+        q.grad = k.grad = v.grad = None
+
+    for _ in range(a.warmup):
+        run()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(a.reps):
+        t0 = time.perf_counter()
+        run()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    kinds = [n for n, on in (("flash", torch.backends.cuda.flash_sdp_enabled()),
+                             ("mem_efficient", torch.backends.cuda.mem_efficient_sdp_enabled()),
+                             ("cudnn", torch.backends.cuda.cudnn_sdp_enabled())) if on]
+    print("TORCH_ATTENTION B=%d H=%d T=%d D=%d dtype=%s fwd_bwd_ms=%.3f backend=%s"
+          % (a.batch, a.heads, a.ctx, a.head_dim, a.dtype, statistics.median(times) * 1e3, "+".join(kinds) or "math"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

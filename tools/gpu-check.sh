@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# tools/gpu-check.sh — the CUDA backend's check on a machine with an NVIDIA GPU, in under 8 minutes.
+#
+# Builds what it needs with what it finds (nvcc, the CUDA driver and cuBLAS; no OpenBLAS, oneDNN, UCX or
+# cJSON needed), then, each step under `timeout` and the whole under GPU_CHECK_BUDGET seconds (450), the
+# most telling steps first:
+#   test_cuda; test_backend_ops --backend cuda --op attention (every attention path against the f32
+#   reference) and test_gpu_attention (a small GPT's losses with each path against the CPU's); the
+#   attention alone, forward and backward, B 8 H 12 T 1024 D 64 bf16, per pdde path and in PyTorch
+#   (SDPA); GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with each
+#   PDDE_CUDA_ATTENTION path and the unfused graph, in f32, and the same model in PyTorch (bf16 eager
+#   with SDPA and fused AdamW, torch.compile, f32 with TF32 off); the whole conformance suite on cuda,
+#   and on opencl where NVIDIA's OpenCL is there.
+# Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
+# every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root" || exit 1
+out=${OUT:-$root/build/gpu-check}
+mkdir -p "$out"
+log=$out/gpu-check.log
+results=$out/results.txt
+: >"$log"
+: >"$results"
+budget=${GPU_CHECK_BUDGET:-450}
+start=$(date +%s)
+failed=0
+
+say() { echo "$*" | tee -a "$log"; }
+result() { echo "RESULT $*" | tee -a "$log" >>"$results"; }
+left() { echo $((budget - ($(date +%s) - start))); }
+
+# step NAME CAP CMD...: CMD under a limit of CAP seconds or what is left of the budget, whichever is less;
+# its output goes to the log and to $out/step.out (read by the caller). Returns CMD's status, 124 on
+# timeout, 125 when too little time is left to start it.
+step() {
+    local name=$1 cap=$2 t rc s0
+    shift 2
+    t=$(left)
+    t=$((t - 5))
+    [ "$t" -gt "$cap" ] && t=$cap
+    if [ "$t" -lt 10 ]; then
+        say "== $name: skipped, $(left) s of the budget left"
+        : >"$out/step.out"
+        return 125
+    fi
+    say "== $name (limit ${t}s): $*"
+    s0=$(date +%s)
+    timeout --signal=KILL "$t" "$@" >"$out/step.out" 2>&1
+    rc=$?
+    [ $rc = 137 ] && rc=124
+    cat "$out/step.out" >>"$log"
+    say "== $name: exit $rc after $(($(date +%s) - s0)) s"
+    return $rc
+}
+
+# "N passed, M failed" of a test's output as passed=N failed=M (a crash or timeout without it: failed=1)
+counts() {
+    local line
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$out/step.out" | tail -1)
+    if [ -n "$line" ]; then echo "$line" | awk '{printf "passed=%s failed=%s", $1, $3}'; else echo "passed=0 failed=1"; fi
+}
+test_step() { # NAME CAP CMD...: a test binary; a RESULT line; a failure counts
+    local name=$1 rc
+    step "$@"
+    rc=$?
+    [ $rc = 125 ] && { result "$name status=skipped"; return; }
+    local c
+    c=$(counts)
+    result "$name $c exit=$rc"
+    # (a suite that ran no case, as on a device that did not open, checked nothing)
+    [ $rc = 0 ] && [ "${c#passed=0 }" = "$c" ] || failed=1
+}
+field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1; } # FILE KEY: the last KEY=value in FILE
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "na" }'; }
+
+# ---- the machine
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+    say "no GPU: nvidia-smi finds no NVIDIA GPU here; nothing to check"
+    result "gpu_check status=no_gpu"
+    exit 0
+fi
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
+say "GPU: $gpu; $(nvcc --version 2>/dev/null | tail -1); python3: $(python3 -c 'import torch; print("torch", torch.__version__)' 2>&1 | tail -1)"
+result "gpu_check gpu=\"$gpu\" date=$(date -u +%Y-%m-%dT%H:%MZ) commit=$(git rev-parse --short HEAD 2>/dev/null || echo none)"
+
+# ---- build: the committed generated headers as they are (the PTX was made and checked with ptxas where
+# the kernels were written); no optional library is required
+touch backends/cuda_kernels_ptx.h backends/gpu_kernels_cl.h backends/gpu_kernels_spv.h
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
+# NVIDIA's OpenCL headers come with the toolkit: the OpenCL backend is built where they are found
+if ! echo '#include <CL/cl.h>' | cc -E -x c - >/dev/null 2>&1 && [ -f /usr/local/cuda/include/CL/cl.h ]; then
+    export CPATH=${CPATH:+$CPATH:}/usr/local/cuda/include
+fi
+command -v cc >/dev/null 2>&1 || export CC=gcc
+jobs=$(nproc 2>/dev/null || echo 4)
+step build 240 make -j"$jobs" NO_UCX=1 build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda
+rc=$?
+result "build exit=$rc"
+if [ $rc != 0 ]; then
+    result "gpu_check status=build_failed seconds=$(($(date +%s) - start))"
+    exit 1
+fi
+
+# ---- correctness of the kernels, the attention paths first
+test_step test_cuda 90 build/test_cuda
+test_step test_backend_ops_cuda_attention 90 build/test_backend_ops --backend cuda --op attention
+test_step test_gpu_attention 90 build/test_gpu_attention
+test_step test_backend_ops_cuda_rmsnorm 60 build/test_backend_ops --backend cuda --op rmsnorm_back
+
+# ---- attention alone, forward + backward (B 8, H 12, T 1024, D 64, bf16)
+declare -A att
+for path in unfused flash; do
+    step "attention_$path" 60 env PDDE_CUDA_ATTENTION=$path build/bench_cuda --attention --dtype bf16
+    att[$path]=$(field "$out/step.out" fwd_bwd_ms)
+done
+step attention_torch 90 python3 tools/bench/attention_torch.py --dtype bf16
+att[torch]=$(field "$out/step.out" fwd_bwd_ms)
+result "gpu_attention pdde_unfused_ms=${att[unfused]:-na} pdde_flash_ms=${att[flash]:-na} torch_sdpa_ms=${att[torch]:-na}" \
+       "fwd_bwd_vs_sdpa=$(ratio "${att[unfused]:-0}" "${att[torch]:-0}") flash_vs_sdpa=$(ratio "${att[flash]:-0}" "${att[torch]:-0}")"
+
+# ---- GPT-2 124M training steps
+declare -A tok
+gpt_run() { # NAME ENV... -- ARGS...: one bench_cuda --gpt run; its tokens/s in tok[NAME]
+    local name=$1
+    shift
+    step "gpt_$name" 90 env "$@"
+    tok[$name]=$(field "$out/step.out" tok_s)
+    local line
+    line=$(grep '^GPT ' "$out/step.out" | tail -1)
+    result "gpu_gpt_run name=$name ${line#GPT }"
+}
+gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
+mfu=$(field "$out/step.out" mfu_pct)
+gpt_run bf16_flash PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
+torch_args=(--device cuda --vocab 50304 --layers 12 --heads 12 --width 768 --ctx 1024 --batch 8 --steps 10 --warmup 3)
+step torch_bf16_eager 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa
+tok[torch_eager]=$(field "$out/step.out" tokens_per_s)
+step torch_bf16_compile 180 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa --compile
+tok[torch_compile]=$(field "$out/step.out" tokens_per_s)
+gpt_run f32_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype f32
+step torch_f32 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype f32 --sdpa
+tok[torch_f32]=$(field "$out/step.out" tokens_per_s)
+result "gpu_gpt bf16_tok_s=${tok[bf16_unfused]:-na} bf16_mfu_pct=${mfu:-na}" \
+       "torch_eager_ratio=$(ratio "${tok[bf16_unfused]:-0}" "${tok[torch_eager]:-0}")" \
+       "torch_compile_ratio=$(ratio "${tok[bf16_unfused]:-0}" "${tok[torch_compile]:-0}")" \
+       "f32_torch_ratio=$(ratio "${tok[f32_unfused]:-0}" "${tok[torch_f32]:-0}")" \
+       "bf16_flash_tok_s=${tok[bf16_flash]:-na} torch_eager_tok_s=${tok[torch_eager]:-na} torch_compile_tok_s=${tok[torch_compile]:-na}" \
+       "f32_tok_s=${tok[f32_unfused]:-na} torch_f32_tok_s=${tok[torch_f32]:-na}"
+gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
+
+# ---- the whole conformance suite
+test_step test_backend_ops_cuda 150 build/test_backend_ops --backend cuda
+if ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then
+    test_step test_backend_ops_opencl 120 build/test_backend_ops --backend opencl
+else
+    result "test_backend_ops_opencl status=skipped (no OpenCL ICD in /etc/OpenCL/vendors)"
+fi
+
+# ---- with what time is left: the new kernels under compute-sanitizer, and where a bf16 step's time goes
+if command -v compute-sanitizer >/dev/null 2>&1; then
+    step sanitizer_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        build/test_backend_ops --backend cuda --op attention
+    rc=$?
+    result "sanitizer_memcheck exit=$rc errors=$(grep -o 'ERROR SUMMARY: [0-9]*' "$out/step.out" | tail -1 | grep -o '[0-9]*$')"
+    [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 125 ] || failed=1
+fi
+PDDE_PROFILE=1 step gpt_bf16_flash_profile 60 env PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
+
+result "gpu_check status=done failed=$failed seconds=$(($(date +%s) - start))"
+# the record for tools/bench/ (the RESULT lines with the GPU and the date)
+{
+    echo "# CUDA check: $gpu, $(date -u +%Y-%m-%d)"
+    echo
+    echo "\`bash tools/gpu-check.sh\` (commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)); each line is a RESULT line."
+    echo
+    echo '```'
+    cat "$results"
+    echo '```'
+} >"$out/cuda_results.md"
+grep '^RESULT' "$results"
+exit $failed
