@@ -1,5 +1,6 @@
-/* elastic — the elastic API on a small MLP (data parallel over whatever ranks there are): kill a rank
- * and the others go on, in the same processes, from the last step boundary.
+/* elastic — Demonstrates how to keep training when ranks die or join: the elastic API on a small MLP
+ * (data parallel over whatever ranks there are): kill a rank and the others go on, in the same
+ * processes, from the last step boundary.
  *
  *   ./build/pdde-run -n 4 --elastic --min 2 ./build/elastic [STEPS]     (then: kill -9 <a rank's pid>)
  *

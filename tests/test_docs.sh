@@ -50,9 +50,13 @@ declarations() {
 }
 
 # Allocators that rightly have no destructor of their own ("function type"): the tensors pdde_split
-# and pdde_sparse_embedding_init return belong to the graph and are freed with it (pdde_graph_free).
+# and pdde_sparse_embedding_init return belong to the graph and are freed with it (pdde_graph_free); a
+# background checkpoint writer ends with pdde_checkpoint_writer_finish, which frees it and returns the
+# save's outcome (a destructor that can fail, so it is not called _free).
 ALLOC_EXCEPTIONS="pdde_split pdde_tensor
-pdde_sparse_embedding_init pdde_tensor"
+pdde_sparse_embedding_init pdde_tensor
+pdde_checkpoint_writer_start pdde_checkpoint_writer
+pdde_checkpoint_writer_start_snapshot pdde_checkpoint_writer"
 
 # Prints "FUNCTION allocates TYPE with no _free/_close" for each allocator without a destructor.
 unpaired_allocators() {
