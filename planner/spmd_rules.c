@@ -297,7 +297,7 @@ static void spmd_rule_matmul(spmd_ctx *c) {
 
 /* The logits' vocab dim of a cross-entropy (and its backward) may stay split over an axis (a
  * vocab-parallel tied head): the op's distributed form (Megatron's, Paddle's
- * c_softmax_with_cross_entropy; run by the executor, run_cross_entropy_vocab in pdde.c) reduces each
+ * c_softmax_with_cross_entropy; run by the executor, run_cross_entropy_vocab in core/session.c) reduces each
  * row's max and sum of exponentials over that axis inside, so no rank needs whole rows and nothing
  * the op gives is partial over it. Clears that axis from the loss's partial bits (the backward's
  * dlogits keeps the split, so it is never partial there anyway). */

@@ -127,7 +127,7 @@ pdde_status pdde_strategy_tensor_parallel_linear(pdde_graph *g, pdde_tensor *w, 
 /* The table's vocab dim (0) over the axis. The rules do the rest: a lookup in a vocab-split table is
  * partial over the axis (spmd_rule_embedding), a tied head's logits come out split on the vocab
  * (spmd_rule_matmul), and the cross-entropy keeps them split (spmd_rule_cross_entropy); the executor
- * runs those ops in their vocab-parallel form (session_vocab_parallel in pdde.c). */
+ * runs those ops in their vocab-parallel form (session_vocab_parallel in core/session.c). */
 pdde_status pdde_strategy_vocab_parallel(pdde_graph *g, pdde_tensor *table, const pdde_mesh *mesh, const char *axis) {
     if (!g || !table) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;
