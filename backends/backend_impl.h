@@ -30,7 +30,7 @@ extern const pdde_backend_iface pdde_backend_cpu, pdde_backend_opencl, pdde_back
 /* Whether backend b fills an optional slot (slots past its struct_size count as NULL). */
 #define IFACE_HAS(b, slot) ((b)->struct_size >= offsetof(pdde_backend_iface, slot) + sizeof((b)->slot) && (b)->slot)
 
-/* The library's context: made by pdde_context_init (pdde.c), read by every layer (its last error,
+/* The library's context: made by pdde_context_init (core/context.c), read by every layer (its last error,
  * threads, seed, and the registry of its devices). */
 struct pdde_context {
     int n_threads;
