@@ -712,9 +712,9 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp,
-        /* the unfused path by default: the tiled kernels become the default once a GPU run has measured
-         * them correct and faster (tools/gpu-check.sh) */
-        .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_UNFUSED,
+        /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
+         * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
+        .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,
         .has_flash = d->has_flash ? PGD_FLASH_BF16 : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;

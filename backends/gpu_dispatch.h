@@ -571,8 +571,9 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
             static const char *const why[4] = {"this device has no tiled attention kernels", "its q, k, v are of another dtype",
                                                "its head size is not 64 or 128", "its q, k or v is not 16-byte aligned"};
             int r = !g->has_flash ? 0 : !dt_ok ? 1 : !(D == 64 || D == 128) ? 2 : 3;
-            pgd_say_once(1 + r, "%s: the tiled attention does not run a node where %s: those take the %s path", g->name, why[r],
-                         pgd_att_names[fb]);
+            if (v && *v) /* (asked for by name: say why it does not run; the default falls back quietly) */
+                pgd_say_once(1 + r, "%s: the tiled attention does not run a node where %s: those take the %s path", g->name,
+                             why[r], pgd_att_names[fb]);
             path = fb;
         }
     }
