@@ -213,9 +213,10 @@ check-parts: $(BUILD)/pdde.o
 	@echo "check-parts: $(words $(PARTS) $(COMM_PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
 
 # The fallback GEMMs run the numerical tests too: the OpenBLAS build (no oneDNN) and the portable build
-# (neither library: pdde's own GEMM; no UCX either: the library without comm/).
+# (neither library: pdde's own GEMM; no UCX either: the library without comm/; no cJSON: cluster files
+# read by pdde's own JSON reader).
 OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden test_amp)
-PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp)
+PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp test_cluster)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.
 test:
@@ -227,7 +228,7 @@ FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
 # The last test is a 10 s smoke run of the graph fuzzer's seeded driver (test-fuzz is the long one).
 test-installed: all $(TESTS) check-parts $(BUILD)/fuzz_graph
 	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
-	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
+	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 NO_CJSON=1 $(PORTABLE_TESTS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS) \
 	  $(BUILD)/fuzz_graph
 

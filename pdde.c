@@ -63,9 +63,7 @@ uint32_t pdde_features(void) {
 #ifdef PDDE_HAVE_HWLOC
     f |= PDDE_FEATURE_HWLOC;
 #endif
-#ifdef PDDE_HAVE_CJSON
-    f |= PDDE_FEATURE_CJSON;
-#endif
+    f |= PDDE_FEATURE_CJSON; /* (cluster files are read with cJSON where it is, else with planner/json_read.c) */
 #ifndef PDDE_NO_PLUGINS
     f |= PDDE_FEATURE_PLUGINS;
 #endif

@@ -99,7 +99,7 @@ typedef enum {
     PDDE_FEATURE_DNNL = 1u << 5,       /* CPU GEMM (f32, bf16) through oneDNN */
     PDDE_FEATURE_CLBLAST = 1u << 6,    /* OpenCL GEMM through CLBlast */
     PDDE_FEATURE_HWLOC = 1u << 7,      /* topology detection for the cluster object */
-    PDDE_FEATURE_CJSON = 1u << 8,      /* cluster files (pdde_cluster_load/save) */
+    PDDE_FEATURE_CJSON = 1u << 8,      /* cluster files (pdde_cluster_load/save): every build */
     PDDE_FEATURE_PLUGINS = 1u << 9,    /* out-of-tree backends loaded with dlopen (PDDE_BACKEND_PLUGINS) */
     PDDE_FEATURE_NATIVE = 1u << 10,    /* compiled for the building machine's CPU: may not run on older ones */
 } pdde_feature;
@@ -1326,8 +1326,8 @@ int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k);
 /* Checks ids (unique), spec indices, links (to devices that exist), numbers (finite, >= 0). ctx gets a
  * message naming the field path ("machines[1].devices[3].memory: ..."). */
 pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c);
-/* JSON: reading needs cJSON (load and parse are PDDE_ERR_UNAVAILABLE in a build without it, naming
- * the package); writing (save, to_json) needs nothing, byte for byte the same. Load errors are PDDE_ERR_CORRUPT
+/* JSON: read with cJSON where the build finds it, else with pdde's own strict reader (the same files
+ * read the same, the same errors); writing (save, to_json) needs nothing, byte for byte the same. Load errors are PDDE_ERR_CORRUPT
  * with the field path and what was expected; save writes the canonical form, which load reads back to
  * the same bytes (save(load(f)) == f for every file save wrote, and for tools/clusters/). */
 pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster **out);

@@ -11,6 +11,8 @@
 
 #ifdef PDDE_HAVE_CJSON
 #include <cjson/cJSON.h>
+#else
+#include "planner/json_read.c" /* the part of cJSON's interface the reader below uses */
 #endif
 #ifdef PDDE_HAVE_HWLOC
 #include <hwloc.h>
@@ -243,8 +245,6 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
  * JSON. The reader (cJSON) names the path of every field it rejects; the writer (below, no library)
  * emits every field in one fixed order as cJSON's printer would, whose numbers read back to the same
  * doubles and print the same again: that is what makes save(load(f)) == f for the canonical form. */
-
-#ifdef PDDE_HAVE_CJSON
 
 /* Integers are exact in a double up to 2^53. */
 #define CLUSTER_MAX_INT 9007199254740992.0
@@ -588,15 +588,6 @@ pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster
     return st;
 }
 
-#else
-
-pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster **out) {
-    (void)json;
-    *out = NULL;
-    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "cluster JSON: pdde was built without cJSON (install libcjson-dev and rebuild)");
-}
-
-#endif
 
 /* The writer needs no library: it prints what cJSON_Print (1.7) prints for the same tree, byte for
  * byte (tabs, "key":<tab>value, arrays on one line with ", ", numbers as integers when they equal
