@@ -1209,6 +1209,10 @@ typedef enum {
     PDDE_OPCLASS_FUSED_ATTENTION, /* the non-GEMM work of a CPU fused attention, by its softmax bytes [attention] */
     PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD, /* that of its backward, which recomputes the probabilities and runs
                                               their gradient, by its softmax bytes [fused_attention] */
+    /* An accelerator's whole fused attention with bf16/f16 q, k, v (its tiled kernels: the GEMMs inside),
+     * by its softmax bytes; measured up to T = 1024 [the two above] */
+    PDDE_OPCLASS_FUSED_ATTENTION_HALF,
+    PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD,
     PDDE_OPCLASS_COUNT
 } pdde_op_class;
 const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */
@@ -1218,7 +1222,7 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node);
  * GEMMs: 2*B*H*T*T*D forward, 5*B*H*T*T*D backward), 0 for other ops. */
 double pdde_attention_flops(const pdde_tensor *node);
 
-#define PDDE_CLUSTER_MAX_GEMM 64   /* measured GEMM shapes per device spec */
+#define PDDE_CLUSTER_MAX_GEMM 96   /* measured GEMM shapes per device spec */
 #define PDDE_CLUSTER_MAX_CURVE 24  /* points per op-class curve */
 
 typedef struct {

@@ -136,6 +136,8 @@ static int cost_curve_class(const pdde_device_spec *s, int k) {
     case PDDE_OPCLASS_ROW_BACKWARD: return PDDE_OPCLASS_ROW;
     case PDDE_OPCLASS_FUSED_ATTENTION: return PDDE_OPCLASS_ATTENTION;
     case PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD);
     default: return k;
     }
 }
@@ -167,6 +169,11 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
          * GEMM rate, which a kernel giving a thread a row makes most of the op) does. */
         double softmax = 0;
         int own = op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
+        /* bf16 / f16 attention on an accelerator runs its own kernels (tiles on tensor cores, the GEMMs
+         * inside): where the device has their curve, it times the whole op */
+        int half = op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION_HALF;
+        if (op->softmax_bytes > 0 && (op->dtype == PDDE_BF16 || op->dtype == PDDE_F16) && s->kind != PDDE_DEVICE_CPU && s->n_curve[half])
+            return cost_curve_time(s->curve[half], s->n_curve[half], op->softmax_bytes);
         int a = s->kind == PDDE_DEVICE_CPU ? cost_curve_class(s, (pdde_op_class)own) : own;
         if (op->softmax_bytes > 0 && s->n_curve[a])
             softmax = cost_curve_time(s->curve[a], s->n_curve[a], op->softmax_bytes);

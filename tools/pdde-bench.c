@@ -41,6 +41,9 @@ static double budget_s = 0.12;  /* per measured point */
 static struct run_together *together; /* measuring contention: every copy starts each run at once */
 static double max_run_s = 0.25; /* a point whose one run would take longer is left out */
 static int quick;
+/* An accelerator's fixed cost of a session run (launching the step, the final synchronisation): a training
+ * step pays it once, not per op, so it is taken off each measured run (measure_run_overhead) */
+static double run_overhead, run_floor; /* (no run comes out below run_floor: half an op of the chain) */
 
 /* Writes a buffer larger than the caches, so that the next run reads its inputs from memory as a
  * training step does (its activations were written long before): run again and again on the same
@@ -110,19 +113,44 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
     }
     double v[64];
     int n = 0;
+    pdde_device_props props;
+    /* (a device with memory of its own: the host's caches are not its) */
+    int evict = pdde_device_get_props(ctx, device, &props) || props.kind == PDDE_DEVICE_CPU || props.on_host_cores;
     if (pdde_session_run(s, mode) == PDDE_OK) {
         for (double t_end = bench_now() + budget_s; n < 64 && (together ? n < together->runs : n < 3 || bench_now() < t_end);) {
-            evict_caches();
+            if (evict) evict_caches();
             if (together && together_wait()) break;
             double t0 = run_clock();
             if (pdde_session_run(s, mode) != PDDE_OK) break;
-            v[n++] = run_clock() - t0;
+            v[n] = run_clock() - t0 - run_overhead;
+            if (v[n] < run_floor) v[n] = run_floor;
+            n++;
         }
     }
     if (n < 3) fprintf(stderr, "pdde-bench: device %d: run failed: %s\n", device, pdde_last_error(ctx));
     pdde_session_free(s);
     double median = n >= 3 ? bench_median(v, n) : NAN; /* (sorts v) */
     return n >= 3 ? (fastest ? v[0] : median) : NAN;
+}
+
+/* run_overhead of an accelerator: runs of a chain of 1 and of 17 small adds; what the 16 more cost is
+ * what ops cost one after another in a step, the rest of the single run is the run's own. */
+static void measure_run_overhead(pdde_context *ctx, int device) {
+    double t[2];
+    run_overhead = run_floor = 0;
+    for (int i = 0; i < 2; i++) {
+        pdde_graph *g = NULL;
+        pdde_graph_init(ctx, &g);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){1024}), *y = x;
+        for (int j = 0; j < (i ? 17 : 1); j++) y = pdde_add(g, y, x);
+        pdde_mark_output(y);
+        t[i] = time_graph(ctx, g, device, PDDE_RUN_FORWARD, 0);
+        pdde_graph_free(g);
+    }
+    double per_op = (t[1] - t[0]) / 16;
+    if (t[0] - per_op > 0 && per_op > 0) run_overhead = t[0] - per_op, run_floor = per_op / 2;
+    printf("  a session run: %.3g us of its own, %.3g us an op in a chain of small ones (taken off every run below)\n",
+           run_overhead * 1e6, per_op * 1e6);
 }
 
 /* The bytes the cost model counts for the first node of class k in g. */
@@ -164,15 +192,22 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp, pd
                                         /* small models (width 128-256): their GEMMs are far from the squares */
                                         {1, 512, 128, 128}, {1, 512, 512, 128}, {1, 1024, 192, 192}, {1, 1024, 576, 192},
                                         {1, 1024, 192, 768}, {1, 1024, 768, 192}, {1, 128, 128, 512}, {1, 192, 768, 1024},
-                                        {64, 64, 64, 48}, {64, 64, 48, 64}, {64, 48, 64, 64}, {32, 32, 64, 64}};
-    int n = (int)(sizeof shapes / sizeof shapes[0]);
+                                        {64, 64, 64, 48}, {64, 64, 48, 64}, {64, 48, 64, 64}, {32, 32, 64, 64},
+                                        /* accelerators only (a CPU's rate has levelled off by 2048^3; an
+                                         * accelerator's still rises): GPT-2's at 8192 tokens, the weight
+                                         * gradients' k = 8192 and the 50304-word head's three */
+                                        {1, 8192, 768, 768}, {1, 8192, 2304, 768}, {1, 8192, 3072, 768}, {1, 8192, 768, 3072},
+                                        {1, 768, 768, 8192}, {1, 768, 2304, 8192}, {1, 768, 3072, 8192}, {1, 3072, 768, 8192},
+                                        {1, 8192, 50304, 768}, {1, 8192, 768, 50304}, {1, 50304, 768, 8192}};
+    int n = (int)(sizeof shapes / sizeof shapes[0]), n_all_devices = n - 11;
     /* bf16 and f16 (the mixed-precision GEMMs: half inputs, f32 out) at the squares and the training
      * shapes, every other one: the table's room is shared with f32's */
     int half = dt != PDDE_F32;
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
         int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
-        if (half && (i % 2 || bt > 1 || sp->n_gemm + 2 > PDDE_CLUSTER_MAX_GEMM)) continue;
-        if (quick && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
+        if (i >= n_all_devices && sp->kind == PDDE_DEVICE_CPU) break;
+        if (half && ((i % 2 && i < n_all_devices) || bt > 1 || sp->n_gemm + 2 > PDDE_CLUSTER_MAX_GEMM)) continue;
+        if (quick && i < n_all_devices && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
         if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
             printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
@@ -280,6 +315,18 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
         bench_row_loss(g, pdde_attention(g, q, kk, v));
         break;
     }
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF: /* the same in bf16 (a mixed-precision model's), T = 1024 from 1M scores */
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD: {
+        int64_t t = s < (1 << 20) ? (int64_t)sqrt((double)s) : 1024, bh = s / (t * t) > 0 ? s / (t * t) : 1, shape[4] = {1, bh, t, 64};
+        pdde_tensor *q = pdde_param(g, "q", 4, shape, 1.0f);
+        if (bare) { bench_row_loss(g, q); break; }
+        pdde_tensor *kk = pdde_param(g, "k", 4, shape, 1.0f), *v = pdde_param(g, "v", 4, shape, 1.0f);
+        pdde_graph_set_compute_dtype(g, PDDE_BF16);
+        pdde_tensor *y = pdde_attention(g, q, kk, v);
+        pdde_graph_set_compute_dtype(g, PDDE_F32);
+        bench_row_loss(g, y);
+        break;
+    }
     default: break;
     }
     return g;
@@ -287,7 +334,18 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
 
 /* The fused attention's forward is measured in a forward run, its backward in a forward + backward
  * run less the forward (timed by the curve measured just before). */
-static int class_forward_only(int k) { return k == PDDE_OPCLASS_FUSED_ATTENTION; }
+static int class_forward_only(int k) { return k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_HALF; }
+
+/* The class a fused attention op of a cost program is measured in (its softmax bytes'), as the cost
+ * model times it: bf16 / f16 ones by the half classes (on accelerators). */
+static int softmax_class_of(const pdde_cost_op *op) {
+    int half = op->dtype == PDDE_BF16 || op->dtype == PDDE_F16;
+    return op->softmax_backward ? (half ? PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD)
+                                : (half ? PDDE_OPCLASS_FUSED_ATTENTION_HALF : PDDE_OPCLASS_FUSED_ATTENTION);
+}
+
+/* The half classes time the whole op (GEMMs included), the others what it adds to its GEMMs. */
+static int class_whole_op(int k) { return k == PDDE_OPCLASS_FUSED_ATTENTION_HALF || k == PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD; }
 
 /* A class measured inside a forward + backward graph (or its forward alone: class_forward_only): the
  * bytes the cost model counts for all its nodes (for the fused attention, their softmax bytes), and in
@@ -301,10 +359,11 @@ static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int 
     if (pdde_cost_program_from_graph(g, device, &p)) return 0;
     for (int i = 0; i < pdde_cost_program_op_count(p, 0); i++) {
         pdde_cost_op op = *pdde_cost_program_op(p, 0, i);
-        int softmax_class = op.softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
         if (class_forward_only(k) && op.phase != PDDE_PHASE_FORWARD) continue;
-        if (op.softmax_bytes > 0 && softmax_class == (int)k) bytes += op.softmax_bytes, op.softmax_bytes = 0;
-        else if (op.op_class == k) { bytes += op.bytes; continue; }
+        if (op.softmax_bytes > 0 && softmax_class_of(&op) == (int)k) {
+            bytes += op.softmax_bytes, op.softmax_bytes = 0;
+            if (class_whole_op(k)) continue;
+        } else if (op.op_class == k) { bytes += op.bytes; continue; }
         double t = pdde_cost_compute_time(ctx, c, device, &op);
         if (isfinite(t)) *others += t;
     }
@@ -318,15 +377,18 @@ static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int 
  * bias's sum, a layernorm's forward, an attention's GEMMs), whose classes are measured by then. */
 static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device, pdde_device_spec *sp) {
     static const int64_t sizes[] = {1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22};
-    int n_sizes = quick ? 3 : 5;
+    /* the half attention's: a head of T = 256, then 1, 4, 16 and 64 heads of T = 1024 (a large GPU fills
+     * only from about 64) */
+    static const int64_t half_scores[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26};
     for (int k = PDDE_OPCLASS_ELEMENTWISE; k < PDDE_OPCLASS_COUNT; k++) {
-        int in_step = k >= PDDE_OPCLASS_LOSS;
+        int in_step = k >= PDDE_OPCLASS_LOSS, half = class_whole_op(k), n_sizes = half ? 5 : quick ? 3 : 5;
+        if (half && sp->kind == PDDE_DEVICE_CPU) continue; /* (a CPU's bf16 attention: the f32 curves stand for it) */
         /* every class on every device: a device's kernels for these may run far from its memory's
          * speed (a fused attention giving a thread a row) */
         printf("  %-11s", pdde_op_class_name((pdde_op_class)k));
         for (int i = 0; i < n_sizes; i++) {
             int attention = k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD;
-            int64_t s = sizes[i] * (attention ? 4 : 1);
+            int64_t s = half ? half_scores[i] : sizes[i] * (attention ? 4 : 1);
             pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s, 0);
             /* the loss's graph is its op alone */
             pdde_graph *bare = in_step && k != PDDE_OPCLASS_LOSS ? class_graph(ctx, (pdde_op_class)k, s, 1) : NULL;
@@ -710,13 +772,17 @@ int main(int argc, char **argv) {
         pdde_cluster_device *dev = &c->machines[0].devices[d];
         pdde_device_spec *sp = &c->specs[dev->spec];
         if (sp->n_gemm) continue; /* a second device of a measured model */
+        if (devices && !strstr(devices, sp->backend)) continue; /* (the CPU of a context: --devices did not name it) */
         printf("device %d (%s, %s):\n", dev->id, sp->name, sp->backend);
         sp->peak_flops = 0, sp->mem_bandwidth = 0; /* measured from here on */
+        run_overhead = run_floor = 0;
+        if (sp->kind != PDDE_DEVICE_CPU) measure_run_overhead(ctx, dev->id);
         measure_gemm(ctx, dev->id, sp, PDDE_F32);
         measure_gemm(ctx, dev->id, sp, PDDE_BF16);
         measure_gemm(ctx, dev->id, sp, PDDE_F16);
         measure_curves(ctx, c, dev->id, sp);
         if (sp->kind == PDDE_DEVICE_CPU) memcpy(sp->contention, slowdown, sizeof slowdown);
+        run_overhead = run_floor = 0; /* (a copy's time is its run's) */
         for (int i = 0; i < c->n_links; i++)
             if (c->links[i].b == dev->id && c->links[i].a != dev->id) measure_link(ctx, dev->id, &c->links[i]);
     }
