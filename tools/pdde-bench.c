@@ -1,6 +1,6 @@
 /* pdde-bench — calibrates the cost model on this machine and writes a cluster file.
  *
- *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S]
+ *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S] [--run-overhead]
  *   pdde-bench --check FILE [--rewrite]     checks a cluster file (errors name the field), prints a
  *                                           summary; --rewrite saves it back in canonical form
  *
@@ -12,7 +12,10 @@
  * without the op, on CPUs: loss (cross-entropy), gelu (bias + GELU), row_backward (layernorm),
  * fused_attention (its forward run alone) and fused_attention_backward. The bytes of each point are what the cost model counts for the same node
  * (pdde_cost_program_from_graph), so a curve reads back what it measured.
- * Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
+ * On a device with memory of its own (a GPU), every run's time is less the session run's own cost (a
+ * step pays it once, not per op; --run-overhead: on every accelerator), and the GEMM table goes on to
+ * GPT-2's training shapes; an accelerator's bf16 fused attention gets curves of its own (the whole op).
+ * --devices LIST measures only those families. Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
  * 127.0.0.1 and measures allreduce (auto, ring, recursive), allgather, reduce-scatter and send/recv at
  * a small and a large size: latency and bandwidth of each (pdde_collective_calib) and of the
  * machine's shared-memory link. Before the devices, a GEMM, an elementwise and a row op run alone and
@@ -44,6 +47,7 @@ static int quick;
 /* An accelerator's fixed cost of a session run (launching the step, the final synchronisation): a training
  * step pays it once, not per op, so it is taken off each measured run (measure_run_overhead) */
 static double run_overhead, run_floor; /* (no run comes out below run_floor: half an op of the chain) */
+static int force_overhead; /* --run-overhead: also on a device on the host's cores (PoCL's: not by default) */
 
 /* Writes a buffer larger than the caches, so that the next run reads its inputs from memory as a
  * training step does (its activations were written long before): run again and again on the same
@@ -205,7 +209,7 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp, pd
     int half = dt != PDDE_F32;
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
         int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
-        if (i >= n_all_devices && sp->kind == PDDE_DEVICE_CPU) break;
+        if (i >= n_all_devices && (sp->kind == PDDE_DEVICE_CPU || sp->peak_flops < 1e12)) break; /* (a GPU's) */
         if (half && ((i % 2 && i < n_all_devices) || bt > 1 || sp->n_gemm + 2 > PDDE_CLUSTER_MAX_GEMM)) continue;
         if (quick && i < n_all_devices && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
@@ -722,6 +726,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
         else if (!strcmp(argv[i], "--rewrite")) rewrite = 1;
+        else if (!strcmp(argv[i], "--run-overhead")) force_overhead = 1;
         else {
             fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point]\n"
                             "       %s --check cluster.json [--rewrite]\n", argv[0], argv[0]);
@@ -776,7 +781,9 @@ int main(int argc, char **argv) {
         printf("device %d (%s, %s):\n", dev->id, sp->name, sp->backend);
         sp->peak_flops = 0, sp->mem_bandwidth = 0; /* measured from here on */
         run_overhead = run_floor = 0;
-        if (sp->kind != PDDE_DEVICE_CPU) measure_run_overhead(ctx, dev->id);
+        pdde_device_props props;
+        if (sp->kind != PDDE_DEVICE_CPU && (force_overhead || (!pdde_device_get_props(ctx, dev->id, &props) && !props.on_host_cores)))
+            measure_run_overhead(ctx, dev->id);
         measure_gemm(ctx, dev->id, sp, PDDE_F32);
         measure_gemm(ctx, dev->id, sp, PDDE_BF16);
         measure_gemm(ctx, dev->id, sp, PDDE_F16);

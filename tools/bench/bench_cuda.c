@@ -3,6 +3,7 @@
  *   bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16]]
  *   bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]
  *              [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps N]
+ *   bench_cuda --probe [--device NAME]      the device it would run on, or "no ... device"
  *
  * GEMM (f32, row-major C = A B): pdde's matmul node through a session (cuBLAS underneath, then the
  * built-in tiled kernel as on a machine without cuBLAS) against cublasSgemm on the same sizes.
@@ -397,7 +398,7 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0;
+    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0, probe = 0;
     pdde_dtype dt = PDDE_F32;
     gpt_options o = {.backend = "cuda"}; /* (o.model: GPT-2 124M, where --model changes what it names) */
     o.model = (gpt_config){.vocab = 50304, .ctx = 1024, .layers = 12, .heads = 12, .width = 768, .batch = 8};
@@ -409,6 +410,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dt = !strcmp(argv[++i], "bf16") ? PDDE_BF16 : PDDE_F32;
         else if (!strcmp(argv[i], "--predict") && i + 1 < argc) o.predict = argv[++i];
         else if (!strcmp(argv[i], "--predict-only")) o.predict_only = 1;
+        else if (!strcmp(argv[i], "--probe")) probe = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) o.backend = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc && atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= 64) o.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc && !parse_model(argv[i + 1], &o.model)) i++;
@@ -422,7 +424,7 @@ int main(int argc, char **argv) {
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx) != PDDE_OK) return 1;
     int dev = pdde_device_find(ctx, o.backend, 0);
-    if (dev < 0 && gpt_only && o.predict_only) dev = 0; /* (the prediction needs no device) */
+    if (dev < 0 && gpt_only && o.predict_only && !probe) dev = 0; /* (the prediction needs no device) */
     if (dev < 0) {
         printf("no %s device\n", !strcmp(o.backend, "cuda") ? "CUDA" : o.backend);
         pdde_context_free(ctx);
@@ -432,6 +434,7 @@ int main(int argc, char **argv) {
     pdde_device_get_props(ctx, dev, &p);
     printf("device: %s, %d SMs, %.1f TFLOP/s f32 (peak from clocks), %.0f GB/s\n", p.name, p.compute_units,
            p.peak_flops_f32 / 1e12, p.mem_bandwidth / 1e9);
+    if (probe) return pdde_context_free(ctx), 0;
     if (gpt_only || attention_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
         if (gpt_only) bench_gpt(ctx, dev, 0, dt, unfused_graph, &o);
         else bench_attention(ctx, dev, dt);
