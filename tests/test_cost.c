@@ -105,6 +105,24 @@ static void test_compute(void) {
     c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 0;
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3, 1e-12, 0), "nor the attention curve: the GEMMs");
     c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD] = 1;
+    /* bf16 attention on a GPU with the half curves (its tiled kernels measured whole): the curve alone,
+     * no GEMM time (2e6 B at 1e6 B in 200 / 500 us); f32 keeps GEMMs + fused curve; a CPU never takes them */
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF] = c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD] = 1;
+    c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF][0] = (pdde_curve_point){1e6, 200e-6};
+    c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD][0] = (pdde_curve_point){1e6, 500e-6};
+    pdde_cost_op hop = op, hback = att_back;
+    hop.dtype = hback.dtype = PDDE_BF16;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hop), 400e-6, 1e-12, 0), "bf16 attention on a GPU: its half curve: %g s",
+          pdde_cost_compute_time(ctx, c, 0, &hop));
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hback), 1e-3, 1e-12, 0), "and its backward's half curve");
+    hop.dtype = PDDE_F16;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hop), 400e-6, 1e-12, 0), "f16 attention too");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3 + 160e-6, 1e-12, 0), "f32 attention: its GEMMs and the fused curve");
+    c->specs[0].kind = PDDE_DEVICE_CPU;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hback), 1e-3 + 60e-6, 1e-12, 0), "a CPU's bf16 attention: not the half curve");
+    c->specs[0].kind = PDDE_DEVICE_GPU;
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF] = c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD] = 0;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hop), 1e-3 + 160e-6, 1e-12, 0), "without the half curves: as f32's");
     /* the classes split off for their backward: their own curve, else the broader class's */
     pdde_cost_op gelu = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GELU, .bytes = 500500};
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &gelu), 50.5e-6, 1e-9, 0), "gelu without its curve: the elementwise one");
