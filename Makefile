@@ -84,9 +84,8 @@ ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which n
 endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
-ifneq ($(HAVE_UCX),1)
-  BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_dlrm,$(BENCHES))
-  EXAMPLES := $(filter-out $(BUILD)/dlrm,$(EXAMPLES))  # the parameter server is part of comm/
+ifneq ($(HAVE_UCX),1)  # (dlrm and bench_dlrm run their table in-process there: one process, no servers)
+  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
   TESTS := $(filter-out $(BUILD)/test_ps,$(TESTS))
 endif
 
@@ -179,8 +178,8 @@ $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 # (test_examples checks that make built every example and runs mlp_dp under pdde-run)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
-# (test_rank_devices runs gpt, under pdde-run where comm is built)
-$(BUILD)/test_rank_devices: $(BUILD)/gpt $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+# (test_rank_devices runs gpt and dlrm, under pdde-run where comm is built)
+$(BUILD)/test_rank_devices: $(BUILD)/gpt $(BUILD)/dlrm $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 # (the checkpoint tests compare checkpoints with pdde-ckpt)
 $(BUILD)/test_checkpoint_shard: $(BUILD)/pdde-ckpt
 

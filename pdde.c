@@ -86,8 +86,10 @@ const char *pdde_feature_name(uint32_t feature) {
 
 #ifdef PDDE_HAVE_COMM
 #include "comm/comm.c"
-#include "comm/ps.c"
 #endif
+/* (in every build: one process's in-process table needs no communication; servers and remote clients
+ * fail at their first message where there is no comm/) */
+#include "comm/ps.c"
 
 /* ================================================================================================
  * Planner (planner/): meshes, distributed attributes, completion, lowering */

@@ -380,12 +380,16 @@ static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int 
  * gradient's writes, measured alike) and less the model's time for the other nodes its op adds (a
  * bias's sum, a layernorm's forward, an attention's GEMMs), whose classes are measured by then. */
 static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device, pdde_device_spec *sp) {
-    static const int64_t sizes[] = {1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22};
+    /* (a device with memory of its own goes on to 16M values: a GPU is still far from its bandwidth at 4M,
+     * and a model's activations are that large; a point takes it well under a millisecond) */
+    static const int64_t sizes[] = {1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22, 1 << 24};
+    pdde_device_props props;
+    int own_memory = sp->kind != PDDE_DEVICE_CPU && !pdde_device_get_props(ctx, device, &props) && !props.on_host_cores;
     /* the half attention's: a head of T = 256, then 1, 4, 16 and 64 heads of T = 1024 (a large GPU fills
      * only from about 64) */
     static const int64_t half_scores[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26};
     for (int k = PDDE_OPCLASS_ELEMENTWISE; k < PDDE_OPCLASS_COUNT; k++) {
-        int in_step = k >= PDDE_OPCLASS_LOSS, half = class_whole_op(k), n_sizes = half ? 5 : quick ? 3 : 5;
+        int in_step = k >= PDDE_OPCLASS_LOSS, half = class_whole_op(k), n_sizes = half ? 5 : own_memory ? 6 : quick ? 3 : 5;
         if (half && sp->kind == PDDE_DEVICE_CPU) continue; /* (a CPU's bf16 attention: the f32 curves stand for it) */
         /* every class on every device: a device's kernels for these may run far from its memory's
          * speed (a fused attention giving a thread a row) */
