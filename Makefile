@@ -180,6 +180,8 @@ $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
 # (test_rank_devices runs gpt and dlrm, under pdde-run where comm is built)
 $(BUILD)/test_rank_devices: $(BUILD)/gpt $(BUILD)/dlrm $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+# (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
+$(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
 # (the checkpoint tests compare checkpoints with pdde-ckpt)
 $(BUILD)/test_checkpoint_shard: $(BUILD)/pdde-ckpt
 
