@@ -398,6 +398,7 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
         printf("  %-11s", pdde_op_class_name((pdde_op_class)k));
         for (int i = 0; i < n_sizes; i++) {
             int attention = k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD;
+            if (attention && !half && i >= 5) break; /* (4 x 4M scores is as far as they go) */
             int64_t s = half ? half_scores[i] : sizes[i] * (attention ? 4 : 1);
             pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s, 0);
             /* the loss's graph is its op alone */
@@ -792,7 +793,7 @@ int main(int argc, char **argv) {
             measure_run_overhead(ctx, dev->id);
         measure_gemm(ctx, dev->id, sp, PDDE_F32);
         measure_gemm(ctx, dev->id, sp, PDDE_BF16);
-        measure_gemm(ctx, dev->id, sp, PDDE_F16);
+        if (!quick || sp->kind == PDDE_DEVICE_CPU) measure_gemm(ctx, dev->id, sp, PDDE_F16); /* (--quick on an accelerator: bf16's only) */
         measure_curves(ctx, c, dev->id, sp);
         if (sp->kind == PDDE_DEVICE_CPU) memcpy(sp->contention, slowdown, sizeof slowdown);
         run_overhead = run_floor = 0; /* (a copy's time is its run's) */

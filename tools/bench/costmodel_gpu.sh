@@ -8,7 +8,7 @@
 # 1. builds pdde-bench and bench_cuda with what it finds (make NO_UCX=1: no UCX, cJSON, OpenBLAS or oneDNN
 #    needed; COSTMODEL_BUILD=DIR uses the binaries already in DIR instead);
 # 2. pdde-bench --quick --no-comm --devices $COSTMODEL_DEVICE (cuda) writes this machine's cluster file
-#    (under 60 s): GEMMs in f32, bf16 and f16, every op class's curve, the attention as the device runs it;
+#    (under a minute): GEMMs in f32 and bf16, every op class's curve, the attention as the device runs it;
 # 3. bench_cuda --gpt --dtype bf16 --predict FILE --predict-only: the cost model's step for the graph
 #    bench_cuda runs (GPT-2 124M: B 8, T 1024, AdamW, one device, the backend's default attention path),
 #    the session's program simulated on that file;
@@ -50,8 +50,8 @@ if echo "$probe" | grep -q "^no .* device"; then
     fail no_device 0
 fi
 
-echo "== calibration: pdde-bench --quick --no-comm --devices $device (limit 60 s)"
-timeout --signal=KILL 60 "$bin/pdde-bench" --quick --no-comm --devices "$device" ${COSTMODEL_BENCH_ARGS:-} -o "$cluster" >"$out/pdde-bench.log" 2>&1
+echo "== calibration: pdde-bench --quick --no-comm --devices $device (limit 75 s)"
+timeout --signal=KILL 75 "$bin/pdde-bench" --quick --no-comm --devices "$device" ${COSTMODEL_BENCH_ARGS:-} -o "$cluster" >"$out/pdde-bench.log" 2>&1
 rc=$?
 grep -E "^(device|  a session run|  fused_attention|wrote)" "$out/pdde-bench.log"
 [ $rc = 0 ] && [ -s "$cluster" ] || { tail -5 "$out/pdde-bench.log"; fail "calibration_failed_rc$rc"; }
