@@ -37,8 +37,9 @@ else
     touch backends/cuda_kernels_ptx.h backends/gpu_kernels_cl.h backends/gpu_kernels_spv.h
     export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
     command -v cc >/dev/null 2>&1 || export CC=gcc
-    echo "== build: make NO_UCX=1 $bin/pdde-bench $bin/bench_cuda"
-    timeout 300 make -j"$(nproc 2>/dev/null || echo 4)" NO_UCX=1 "$bin/pdde-bench" "$bin/bench_cuda" >"$out/build.log" 2>&1 ||
+    echo "== build: make NO_UCX=1 ${COSTMODEL_MAKE_ARGS:-} $bin/pdde-bench $bin/bench_cuda"
+    # shellcheck disable=SC2086 # (COSTMODEL_MAKE_ARGS: more make variables, e.g. NO_CJSON=1 to build as without it)
+    timeout 300 make -j"$(nproc 2>/dev/null || echo 4)" NO_UCX=1 ${COSTMODEL_MAKE_ARGS:-} "$bin/pdde-bench" "$bin/bench_cuda" >"$out/build.log" 2>&1 ||
         { tail -20 "$out/build.log"; fail build_failed; }
 fi
 for b in pdde-bench bench_cuda; do [ -x "$bin/$b" ] || fail "missing_$b"; done
