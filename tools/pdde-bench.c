@@ -1,6 +1,7 @@
 /* pdde-bench — calibrates the cost model on this machine and writes a cluster file.
  *
  *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S] [--run-overhead]
+ *              [--time-limit S]   (past S seconds no more points are measured; the file is written)
  *   pdde-bench --check FILE [--rewrite]     checks a cluster file (errors name the field), prints a
  *                                           summary; --rewrite saves it back in canonical form
  *
@@ -47,7 +48,8 @@ static int quick;
 /* An accelerator's fixed cost of a session run (launching the step, the final synchronisation): a training
  * step pays it once, not per op, so it is taken off each measured run (measure_run_overhead) */
 static double run_overhead, run_floor; /* (no run comes out below run_floor: half an op of the chain) */
-static int force_overhead; /* --run-overhead: also on a device on the host's cores (PoCL's: not by default) */
+static int force_overhead;
+static double deadline = INFINITY; /* --time-limit: past it no more points are measured (the file is written) */ /* --run-overhead: also on a device on the host's cores (PoCL's: not by default) */
 
 /* Writes a buffer larger than the caches, so that the next run reads its inputs from memory as a
  * training step does (its activations were written long before): run again and again on the same
@@ -212,6 +214,7 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp, pd
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
         int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
         if (i >= n_all_devices && (sp->kind == PDDE_DEVICE_CPU || sp->peak_flops < 1e12)) break; /* (a GPU's) */
+        if (bench_now() > deadline) break;
         if (half && ((i % 2 && i < n_all_devices) || bt > 1 || sp->n_gemm + 2 > PDDE_CLUSTER_MAX_GEMM)) continue;
         if (quick && i < n_all_devices && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
@@ -399,6 +402,7 @@ static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device,
         for (int i = 0; i < n_sizes; i++) {
             int attention = k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD;
             if (attention && !half && i >= 5) break; /* (4 x 4M scores is as far as they go) */
+            if (bench_now() > deadline) break;
             int64_t s = half ? half_scores[i] : sizes[i] * (attention ? 4 : 1);
             pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s, 0);
             /* the loss's graph is its op alone */
@@ -734,8 +738,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
         else if (!strcmp(argv[i], "--rewrite")) rewrite = 1;
         else if (!strcmp(argv[i], "--run-overhead")) force_overhead = 1;
+        else if (!strcmp(argv[i], "--time-limit") && i + 1 < argc && atof(argv[i + 1]) > 0) deadline = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point]\n"
+            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point] [--run-overhead] [--time-limit seconds]\n"
                             "       %s --check cluster.json [--rewrite]\n", argv[0], argv[0]);
             return 2;
         }
@@ -743,6 +748,7 @@ int main(int argc, char **argv) {
     if (check) return check_file(check, rewrite);
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress as it comes */
     double t0 = bench_now();
+    deadline += t0;
     pdde_cluster *cl = NULL;
     int comm_ok = -1;
 #ifdef PDDE_HAVE_UCX
@@ -802,7 +808,7 @@ int main(int argc, char **argv) {
     }
     pdde_status st = pdde_cluster_save(ctx, c, out);
     if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
-    else printf("wrote %s in %.1f s\n", out, bench_now() - t0);
+    else printf("wrote %s in %.1f s%s\n", out, bench_now() - t0, bench_now() > deadline ? " (the time limit cut the measurements short)" : "");
     pdde_cluster_free(c);
     pdde_context_free(ctx);
     return st ? 1 : 0;

@@ -51,8 +51,8 @@ if echo "$probe" | grep -q "^no .* device"; then
     fail no_device 0
 fi
 
-echo "== calibration: pdde-bench --quick --no-comm --devices $device (limit 75 s)"
-timeout --signal=KILL 75 "$bin/pdde-bench" --quick --no-comm --devices "$device" ${COSTMODEL_BENCH_ARGS:-} -o "$cluster" >"$out/pdde-bench.log" 2>&1
+echo "== calibration: pdde-bench --quick --no-comm --devices $device --time-limit 60 (killed at 90 s)"
+timeout --signal=KILL 90 "$bin/pdde-bench" --quick --no-comm --devices "$device" --time-limit 60 ${COSTMODEL_BENCH_ARGS:-} -o "$cluster" >"$out/pdde-bench.log" 2>&1
 rc=$?
 grep -E "^(device|  a session run|  fused_attention|wrote)" "$out/pdde-bench.log"
 [ $rc = 0 ] && [ -s "$cluster" ] || { tail -5 "$out/pdde-bench.log"; fail "calibration_failed_rc$rc"; }
