@@ -114,6 +114,7 @@ const char *pdde_feature_name(uint32_t feature);
 typedef struct pdde_context pdde_context;
 
 typedef struct pdde_backend_iface pdde_backend_iface;
+typedef struct pdde_device_collectives_iface pdde_device_collectives_iface; /* pdde_extension.h */
 typedef struct pdde_comm pdde_comm; /* a communicator (see "Communication") */
 
 typedef struct {
@@ -521,8 +522,11 @@ typedef struct {
      * dtype share one collective on a flat buffer of at most this many bytes (pdde_lower_dump shows
      * them). 0 = 25 MiB; < 0 = one collective per tensor. */
     int64_t gradient_bucket_bytes;
+    /* Allreduce buckets whose members are on a device of this implementation's backend run it on a
+     * device buffer of their own (pdde_extension.h: NCCL's shape); NULL: through host staging. */
+    const pdde_device_collectives_iface *device_collectives;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0, NULL}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,

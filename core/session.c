@@ -47,6 +47,9 @@ struct pdde_session {
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
     const struct session_collective_path *collective_path; /* how gradient buckets travel */
+    const pdde_device_collectives_iface *dcoll; /* pdde_session_params.device_collectives */
+    void *dcoll_impl[PDDE_MAX_MESH_DIMS];       /* its communicator of each axis (NULL: not made) */
+    void **dcoll_buf;           /* per program node id of a bucket it serves: the bucket's device buffer */
     struct session_own_buffer { void *p; session_device *sd; bool pinned; } *own_buffers; /* device buckets' */
     int n_own_buffers;
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
@@ -239,10 +242,9 @@ static pdde_status bucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_
 static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m);
 
 /* The collectives' path: how a gradient bucket is filled, reduced and emptied, whether its members
- * live in host or device memory. The staged path is the only one: members on a device are read into
- * the bucket's host buffer through the device's stream, pdde_comm's host collective runs on it, and
- * the results are written back. A device-native implementation (NCCL: the collective on device
- * memory on a stream of its own, its communicator bootstrapped through the store) fills the same
+ * live in host or device memory. The staged path: members on a device are read into the bucket's
+ * host buffer through the device's stream, pdde_comm's host collective runs on it, and the results are
+ * written back. The device path (below: pdde_device_collectives_iface, NCCL's shape) fills the same
  * three calls; the executor and the lowering do not change (comm/README.md). */
 typedef struct session_collective_path {
     pdde_status (*pack)(pdde_session *s, pdde_tensor *bucket, int micro);            /* members' inputs in */
@@ -250,6 +252,84 @@ typedef struct session_collective_path {
     pdde_status (*unpack)(pdde_session *s, pdde_tensor *member);                     /* its part of the result out */
 } session_collective_path;
 static const session_collective_path collective_path_staged = {bucket_pack, bucket_collective, bucket_unpack};
+
+/* The device path (pdde_device_collectives_iface): a bucket it serves is gathered into its device
+ * buffer, reduced there and scattered back, all ordered on its members' device stream; the others
+ * are staged. */
+static session_device *dbucket_dev(pdde_session *s, const pdde_tensor *b) {
+    return &s->devs[s->slot[bucket_member_input(node_info(s, b)->bucket_next)->id]];
+}
+
+static pdde_status dbucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
+    if (!s->dcoll_buf[b->id]) return bucket_pack(s, b, micro);
+    session_device *sd = dbucket_dev(s, b);
+    size_t esz = pdde_dtype_size(b->dtype);
+    pdde_status st = PDDE_OK;
+    for (pdde_tensor *m = node_info(s, b)->bucket_next; m && !st; m = node_info(s, m)->bucket_next) {
+        pdde_tensor *x = (pdde_tensor *)bucket_member_input(m);
+        if (s->bind) bind_micro(s, x, micro);
+        st = sd->iface->copy(sd->dev, sd->stream, x->data, x->offset, s->dcoll_buf[b->id], (size_t)node_info(s, m)->bucket_offset * esz,
+                             pdde_tensor_nbytes(x));
+    }
+    return st;
+}
+
+/* (ordered on the stream: no request; the bucket is done once it is enqueued) */
+static pdde_status dbucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_request **req) {
+    if (!s->dcoll_buf[b->id]) return bucket_collective(s, b, req);
+    const pdde_program_node *bi = node_info(s, b);
+    if (req) *req = NULL;
+    return s->dcoll->allreduce(s->dcoll_impl[bi->axis], dbucket_dev(s, b)->stream, s->dcoll_buf[b->id], 0, (size_t)bi->bucket_block,
+                               b->dtype, (pdde_reduce_op)bi->reduce);
+}
+
+static pdde_status dbucket_unpack(pdde_session *s, pdde_tensor *m) {
+    const pdde_program_node *in = node_info(s, m);
+    if (!s->dcoll_buf[in->bucket->id]) return bucket_unpack(s, m);
+    session_device *sd = dbucket_dev(s, in->bucket);
+    return sd->iface->copy(sd->dev, sd->stream, s->dcoll_buf[in->bucket->id], (size_t)in->bucket_offset * pdde_dtype_size(m->dtype),
+                           m->data, m->offset, pdde_tensor_nbytes(m));
+}
+static const session_collective_path collective_path_device = {dbucket_pack, dbucket_collective, dbucket_unpack};
+
+/* The buckets pdde_session_params.device_collectives serves: allreduce buckets whose members are all
+ * on one device of its backend, which has the copy slot; each gets a device buffer, each axis one
+ * communicator of the implementation (made on every rank at once: they all have the same buckets). An
+ * implementation that is unavailable (no libnccl) leaves them staged, with a notice. */
+static pdde_status session_device_buckets(pdde_session *s, const pdde_device_collectives_iface *dc) {
+    if (!dc) return PDDE_OK;
+    if (dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: device_collectives \"%s\": expected api_version %d and every slot",
+                          dc->name ? dc->name : "?", PDDE_DEVICE_COLLECTIVES_API_VERSION);
+    if (!(s->dcoll_buf = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_buf))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->dcoll = dc;
+    s->collective_path = &collective_path_device;
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *b = s->order[i];
+        const pdde_program_node *bi = &s->prog->info[b->id];
+        if (!bi->own_buffer || b->op != PDDE_OP_ALLREDUCE || !bi->bucket_next) continue;
+        session_device *sd = dbucket_dev(s, b);
+        bool one = !sd->host && IFACE_HAS(sd->iface, copy) && dc->backend && !strcmp(sd->iface->name, dc->backend);
+        for (pdde_tensor *m = bi->bucket_next; m && one; m = node_info(s, m)->bucket_next)
+            one = &s->devs[s->slot[bucket_member_input(m)->id]] == sd && &s->devs[s->slot[m->id]] == sd;
+        if (!one) continue;
+        if (!s->dcoll_impl[bi->axis]) {
+            pdde_device_collectives_params p = {s->ctx, s->axis_comm[bi->axis], sd->iface, sd->dev, 60};
+            pdde_status st = dc->init(&p, &s->dcoll_impl[bi->axis]);
+            if (st == PDDE_ERR_UNAVAILABLE) {
+                fprintf(stderr, "pdde: device collectives \"%s\" unavailable (%s): the gradient buckets go through host memory\n",
+                        dc->name ? dc->name : "?", pdde_last_error(s->ctx));
+                s->dcoll_impl[bi->axis] = NULL;
+                return PDDE_OK; /* (every rank finds the same) */
+            }
+            if (st) return st;
+        }
+        pdde_status st = sd->iface->buffer_alloc(sd->dev, pdde_tensor_nbytes(b), &s->dcoll_buf[b->id]);
+        if (st) return st;
+        s->mem.transfer_bytes += pdde_tensor_nbytes(b);
+    }
+    return PDDE_OK;
+}
 
 /* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
 static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool start) {
@@ -280,7 +360,7 @@ static pdde_status run_bucket(pdde_session *s, pdde_tensor *b, int micro) {
     if (early && !s->early_starts) return PDDE_OK;
     pdde_status st = bucket_run(s, b, micro, early);
     if (st) return bucket_error(s, b, b, st);
-    s->bucket_done[b->id] = !early;
+    s->bucket_done[b->id] = !early || !s->requests[b->id]; /* (no request: it was ordered on a device stream) */
     return PDDE_OK;
 }
 
@@ -848,6 +928,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
 #ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world) st = session_device_buckets(s, p.device_collectives);
 #endif
     if (st != PDDE_OK) {
         pdde_session_free(s);
@@ -874,6 +955,15 @@ void pdde_session_free(pdde_session *s) {
     drop_requests(s);
     drop_sends(s);
     comm_staging_free(s);
+    for (int i = 0; s->dcoll_buf && i < s->n_order; i++)
+        if (s->dcoll_buf[s->order[i]->id]) {
+            session_device *sd = dbucket_dev(s, s->order[i]);
+            sd->iface->stream_sync(sd->dev, sd->stream); /* (a collective still on the stream uses it) */
+            sd->iface->buffer_free(sd->dev, s->dcoll_buf[s->order[i]->id]);
+        }
+    free(s->dcoll_buf);
+    for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++)
+        if (s->dcoll_impl[a]) s->dcoll->free(s->dcoll_impl[a]);
     for (int i = 0; i < s->n_own_buffers; i++) {
         struct session_own_buffer *ob = &s->own_buffers[i];
         if (ob->pinned) ob->sd->iface->host_free(ob->sd->dev, ob->p);
