@@ -50,6 +50,8 @@ struct pdde_session {
     const pdde_device_collectives_iface *dcoll; /* pdde_session_params.device_collectives */
     void *dcoll_impl[PDDE_MAX_MESH_DIMS];       /* its communicator of each axis (NULL: not made) */
     void **dcoll_buf;           /* per program node id of a bucket it serves: the bucket's device buffer */
+    struct session_dstream { session_device *sd; void *stream; void **ev; } *dcoll_ds; /* per such node id: its copies' and
+                                   collective's stream (NULL: the device's), events ready, packed, done */
     struct session_own_buffer { void *p; session_device *sd; bool pinned; } *own_buffers; /* device buckets' */
     int n_own_buffers;
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
@@ -263,14 +265,21 @@ static session_device *dbucket_dev(pdde_session *s, const pdde_tensor *b) {
 static pdde_status dbucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
     if (!s->dcoll_buf[b->id]) return bucket_pack(s, b, micro);
     session_device *sd = dbucket_dev(s, b);
+    const struct session_dstream *ds = &s->dcoll_ds[b->id];
+    void *cs = ds->stream ? ds->stream : sd->stream;
     size_t esz = pdde_dtype_size(b->dtype);
     pdde_status st = PDDE_OK;
+    /* on a stream of its own: after the kernels that made the gradients, beside the backward that goes on */
+    if (ds->stream && !(st = sd->iface->event_record(sd->dev, ds->ev[0], sd->stream))) st = sd->iface->stream_wait_event(sd->dev, cs, ds->ev[0]);
     for (pdde_tensor *m = node_info(s, b)->bucket_next; m && !st; m = node_info(s, m)->bucket_next) {
         pdde_tensor *x = (pdde_tensor *)bucket_member_input(m);
         if (s->bind) bind_micro(s, x, micro);
-        st = sd->iface->copy(sd->dev, sd->stream, x->data, x->offset, s->dcoll_buf[b->id], (size_t)node_info(s, m)->bucket_offset * esz,
+        st = sd->iface->copy(sd->dev, cs, x->data, x->offset, s->dcoll_buf[b->id], (size_t)node_info(s, m)->bucket_offset * esz,
                              pdde_tensor_nbytes(x));
     }
+    /* (the device's later kernels wait for the copies, whose sources the memory plan may reuse, not
+     * for the collective) */
+    if (ds->stream && !st && !(st = sd->iface->event_record(sd->dev, ds->ev[1], cs))) st = sd->iface->stream_wait_event(sd->dev, sd->stream, ds->ev[1]);
     return st;
 }
 
@@ -279,16 +288,21 @@ static pdde_status dbucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm
     if (!s->dcoll_buf[b->id]) return bucket_collective(s, b, req);
     const pdde_program_node *bi = node_info(s, b);
     if (req) *req = NULL;
-    return s->dcoll->allreduce(s->dcoll_impl[bi->axis], dbucket_dev(s, b)->stream, s->dcoll_buf[b->id], 0, (size_t)bi->bucket_block,
-                               b->dtype, (pdde_reduce_op)bi->reduce);
+    session_device *sd = dbucket_dev(s, b);
+    const struct session_dstream *ds = &s->dcoll_ds[b->id];
+    pdde_status st = s->dcoll->allreduce(s->dcoll_impl[bi->axis], ds->stream ? ds->stream : sd->stream, s->dcoll_buf[b->id], 0,
+                                         (size_t)bi->bucket_block, b->dtype, (pdde_reduce_op)bi->reduce);
+    return st || !ds->stream ? st : sd->iface->event_record(sd->dev, ds->ev[2], ds->stream);
 }
 
 static pdde_status dbucket_unpack(pdde_session *s, pdde_tensor *m) {
     const pdde_program_node *in = node_info(s, m);
     if (!s->dcoll_buf[in->bucket->id]) return bucket_unpack(s, m);
     session_device *sd = dbucket_dev(s, in->bucket);
-    return sd->iface->copy(sd->dev, sd->stream, s->dcoll_buf[in->bucket->id], (size_t)in->bucket_offset * pdde_dtype_size(m->dtype),
-                           m->data, m->offset, pdde_tensor_nbytes(m));
+    const struct session_dstream *ds = &s->dcoll_ds[in->bucket->id];
+    pdde_status st = ds->stream ? sd->iface->stream_wait_event(sd->dev, sd->stream, ds->ev[2]) : PDDE_OK; /* (the result, on the device's stream) */
+    return st ? st : sd->iface->copy(sd->dev, sd->stream, s->dcoll_buf[in->bucket->id], (size_t)in->bucket_offset * pdde_dtype_size(m->dtype),
+                                     m->data, m->offset, pdde_tensor_nbytes(m));
 }
 static const session_collective_path collective_path_device = {dbucket_pack, dbucket_collective, dbucket_unpack};
 
@@ -301,7 +315,8 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_device_col
     if (dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: device_collectives \"%s\": expected api_version %d and every slot",
                           dc->name ? dc->name : "?", PDDE_DEVICE_COLLECTIVES_API_VERSION);
-    if (!(s->dcoll_buf = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_buf))) return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    if (!(s->dcoll_buf = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_buf)) || !(s->dcoll_ds = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_ds)))
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     s->dcoll = dc;
     s->collective_path = &collective_path_device;
     for (int i = 0; i < s->n_order; i++) {
@@ -327,6 +342,15 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_device_col
         pdde_status st = sd->iface->buffer_alloc(sd->dev, pdde_tensor_nbytes(b), &s->dcoll_buf[b->id]);
         if (st) return st;
         s->mem.transfer_bytes += pdde_tensor_nbytes(b);
+        /* a stream of its own where the backend has streams and events (else the device's: in order) */
+        struct session_dstream *ds = &s->dcoll_ds[b->id];
+        if (IFACE_HAS(sd->iface, event_create) && IFACE_HAS(sd->iface, event_record) && IFACE_HAS(sd->iface, stream_wait_event) &&
+            (ds->ev = calloc(3, sizeof *ds->ev))) {
+            ds->sd = sd;
+            for (int k = 0; k < 3 && !st; k++) st = sd->iface->event_create(sd->dev, &ds->ev[k]);
+            if (!st) st = sd->iface->stream_create(sd->dev, &ds->stream);
+            if (st) return st;
+        }
     }
     return PDDE_OK;
 }
@@ -955,13 +979,20 @@ void pdde_session_free(pdde_session *s) {
     drop_requests(s);
     drop_sends(s);
     comm_staging_free(s);
-    for (int i = 0; s->dcoll_buf && i < s->n_order; i++)
-        if (s->dcoll_buf[s->order[i]->id]) {
+    for (int i = 0; s->dcoll_buf && i < s->n_order; i++) {
+        int id = s->order[i]->id;
+        struct session_dstream *ds = &s->dcoll_ds[id];
+        if (s->dcoll_buf[id]) {
             session_device *sd = dbucket_dev(s, s->order[i]);
-            sd->iface->stream_sync(sd->dev, sd->stream); /* (a collective still on the stream uses it) */
-            sd->iface->buffer_free(sd->dev, s->dcoll_buf[s->order[i]->id]);
+            sd->iface->stream_sync(sd->dev, ds->stream ? ds->stream : sd->stream); /* (a collective still on the stream uses it) */
+            sd->iface->buffer_free(sd->dev, s->dcoll_buf[id]);
         }
-    free(s->dcoll_buf);
+        for (int k = 0; ds->ev && k < 3; k++)
+            if (ds->ev[k]) ds->sd->iface->event_free(ds->sd->dev, ds->ev[k]);
+        if (ds->stream) ds->sd->iface->stream_free(ds->sd->dev, ds->stream);
+        if (ds->ev) free(ds->ev);
+    }
+    free(s->dcoll_buf), free(s->dcoll_ds);
     for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++)
         if (s->dcoll_impl[a]) s->dcoll->free(s->dcoll_impl[a]);
     for (int i = 0; i < s->n_own_buffers; i++) {

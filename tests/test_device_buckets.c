@@ -37,7 +37,7 @@ typedef struct {
 typedef struct {
     float losses[STEPS];
     uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
-    int gradient_collectives, early, on_device, ok, relayed;
+    int gradient_collectives, early, on_device, ok, relayed, streams;
     char error[200];
 } result;
 
@@ -50,7 +50,9 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
  * memory: the device buffer read through the backend, pdde_comm's allreduce, written back. Its init
  * bootstraps as NCCL's does (rank 0's id broadcast to the group). */
 typedef struct { pdde_comm *comm; const pdde_backend_iface *be; void *dev; } relay;
-static int g_relayed; /* allreduces relayed in this rank (a process) */
+static int g_relayed;         /* allreduces relayed in this rank (a process) */
+static void *g_streams[16];   /* the streams they came on: each bucket's own (its copies and collective */
+static int g_n_streams;       /* beside the backward), not the device's */
 
 static pdde_status relay_init(const pdde_device_collectives_params *p, void **impl) {
     relay *r = calloc(1, sizeof *r);
@@ -72,6 +74,9 @@ static pdde_status relay_allreduce(void *impl, void *stream, void *handle, size_
     if (!st) st = r->be->stream_sync(r->dev, stream);
     free(h);
     g_relayed += !st;
+    int seen = 0;
+    for (int i = 0; i < g_n_streams; i++) seen |= g_streams[i] == stream;
+    if (!seen && g_n_streams < 16) g_streams[g_n_streams++] = stream;
     return st;
 }
 
@@ -109,7 +114,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     sp.overlap_gradients = c->at_update ? -1 : 1;
     sp.gradient_bucket_bytes = c->bucket_bytes;
     if (c->device_path) sp.device_collectives = &relay_collectives;
-    g_relayed = 0;
+    g_relayed = g_n_streams = 0;
     float xs[B * IN];
     int32_t ys[B];
     if (sp.device < 0) { snprintf(out->error, sizeof out->error, "no OpenCL device"); goto done; }
@@ -132,7 +137,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
         out->losses[step] = pdde_session_loss(s);
     }
     out->gradient_collectives = pdde_session_gradient_collectives(s);
-    out->relayed = g_relayed;
+    out->relayed = g_relayed, out->streams = g_n_streams;
     out->param_hash = 1469598103934665603ull;
     for (int k = 0; k < 6; k++) {
         size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
@@ -231,6 +236,7 @@ int main(void) {
     /* the device path served every bucket of every step: 1, 5 and 1 a step */
     CHECK(res[8].relayed == STEPS && res[9].relayed == 5 * STEPS && res[10].relayed == STEPS && res[8].gradient_collectives == 1,
           "allreduces through the device path: %d, %d, %d over %d steps; want 1, 5, 1 a step", res[8].relayed, res[9].relayed, res[10].relayed, STEPS);
+    CHECK(res[9].streams == 5, "the 5 buckets' collectives on 5 streams of their own, not the device's: %d", res[9].streams);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return test_finish();
