@@ -5,8 +5,9 @@
 #   COSTMODEL_DEVICE=opencl COSTMODEL_MODEL=layers=2,width=128,heads=4,ctx=64,vocab=256,batch=8 \
 #   COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh      (the same pipeline on another device)
 #
-# 1. builds pdde-bench and bench_cuda with what it finds (make NO_UCX=1: no UCX, cJSON, OpenBLAS or oneDNN
-#    needed; COSTMODEL_BUILD=DIR uses the binaries already in DIR instead);
+# 1. builds pdde-bench and bench_cuda with what it finds (no UCX, cJSON, OpenBLAS or oneDNN needed: UCX as
+#    tools/gpu-check.sh takes it, UCX_DIR or pkg-config, else NO_UCX=1; COSTMODEL_BUILD=DIR uses the
+#    binaries already in DIR instead);
 # 2. pdde-bench --quick --no-comm --devices $COSTMODEL_DEVICE (cuda) writes this machine's cluster file
 #    (under a minute): GEMMs in f32 and bf16, every op class's curve, the attention as the device runs it;
 # 3. bench_cuda --gpt --dtype bf16 --predict FILE --predict-only: the cost model's step for the graph
@@ -37,9 +38,14 @@ else
     touch backends/cuda_kernels_ptx.h backends/gpu_kernels_cl.h backends/gpu_kernels_spv.h
     export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
     command -v cc >/dev/null 2>&1 || export CC=gcc
-    echo "== build: make NO_UCX=1 ${COSTMODEL_MAKE_ARGS:-} $bin/pdde-bench $bin/bench_cuda"
+    # UCX as tools/gpu-check.sh finds it (UCX_DIR, else pkg-config, else none), so that both build the same
+    # library in build/
+    ucx=(NO_UCX=1)
+    if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
+    elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
+    echo "== build: make ${ucx[*]} ${COSTMODEL_MAKE_ARGS:-} $bin/pdde-bench $bin/bench_cuda"
     # shellcheck disable=SC2086 # (COSTMODEL_MAKE_ARGS: more make variables, e.g. NO_CJSON=1 to build as without it)
-    timeout 300 make -j"$(nproc 2>/dev/null || echo 4)" NO_UCX=1 ${COSTMODEL_MAKE_ARGS:-} "$bin/pdde-bench" "$bin/bench_cuda" >"$out/build.log" 2>&1 ||
+    timeout 300 make -j"$(nproc 2>/dev/null || echo 4)" "${ucx[@]}" ${COSTMODEL_MAKE_ARGS:-} "$bin/pdde-bench" "$bin/bench_cuda" >"$out/build.log" 2>&1 ||
         { tail -20 "$out/build.log"; fail build_failed; }
 fi
 for b in pdde-bench bench_cuda; do [ -x "$bin/$b" ] || fail "missing_$b"; done
