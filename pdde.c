@@ -87,9 +87,11 @@ const char *pdde_feature_name(uint32_t feature) {
 #ifdef PDDE_HAVE_COMM
 #include "comm/comm.c"
 #endif
-/* (in every build: one process's in-process table needs no communication; servers and remote clients
- * fail at their first message where there is no comm/) */
+/* (in every build that has it: one process's in-process table needs no communication; servers and
+ * remote clients fail at their first message where there is no comm/) */
+#ifdef PDDE_HAVE_PS
 #include "comm/ps.c"
+#endif
 
 /* ================================================================================================
  * Planner (planner/): meshes, distributed attributes, completion, lowering */

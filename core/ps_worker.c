@@ -1,6 +1,7 @@
 /* core/ps_worker.c — the worker side of parameter-server tables: sparse embeddings in a graph.
  * A part of pdde.c: included there in place (it uses the core's private types and helpers). */
 
+#ifdef PDDE_HAVE_PS /* (comm/ps.c is there: the table and its in-process client, with or without comm/) */
 /* ================================================================================================
  * Sparse tables in a graph: the worker side of parameter-server tables. A batch's unique ids are
  * pulled into a local [U, dim] table, the ids remapped to its rows, the embedding op and bag pooling
@@ -234,6 +235,8 @@ pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) {
     free(buf);
     return st;
 }
+#endif
+
 #ifndef PDDE_HAVE_COMM /* no comm/: every call of its part of pdde.h links and says so */
 
 static pdde_status comm_unavailable(pdde_context *ctx, const char *fn) {
@@ -302,4 +305,52 @@ pdde_status pdde_store_wait(pdde_store *s, const char *key, double timeout_s) { 
 pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
 const pdde_transport_iface *pdde_transport_ucx(void) { return NULL; }
 #pragma GCC diagnostic pop
+#endif
+
+#ifndef PDDE_HAVE_PS /* a copy without comm/ps.c: the parameter server's calls link and say so */
+static pdde_status ps_unavailable(pdde_context *ctx, const char *fn) {
+    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "%s: pdde was built without the parameter server (comm/ps.c)", fn);
+}
+#define comm_unavailable ps_unavailable
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+pdde_status pdde_ps_client_flush(pdde_ps_client *c) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_client_free(pdde_ps_client *c) {  }
+double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c) { return 0; }
+pdde_status pdde_ps_client_init(pdde_context *ctx, pdde_comm *comm, const pdde_ps_params *p, pdde_ps_client **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_ps_client_pull(pdde_ps_client *c, size_t n, const uint64_t *ids, float *out) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_client_push(pdde_ps_client *c, size_t n, const uint64_t *ids, const float *grads) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_client_save(pdde_ps_client *c, const char *dir) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_client_server_stats(pdde_ps_client *c, int index, pdde_ps_server_stats *out) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_server_free(pdde_ps_server *s) {  }
+pdde_status pdde_ps_server_init(pdde_context *ctx, const pdde_ps_params *p, int server_index, pdde_ps_server **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_ps_server_run(pdde_ps_server *s, pdde_comm *comm) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_server_stats_get(const pdde_ps_server *s, pdde_ps_server_stats *out) { if (out) memset(out, 0, sizeof *out); }
+pdde_ps_table *pdde_ps_server_table(pdde_ps_server *s) { return NULL; }
+int pdde_ps_shard_of(uint64_t id, int n_servers) { return 0; }
+int pdde_ps_shard_path(char *buf, size_t n, const char *dir, int index, int n_servers) { return 0; }
+pdde_status pdde_ps_table_add(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *deltas) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_table_free(pdde_ps_table *t) {  }
+pdde_status pdde_ps_table_get(const pdde_ps_table *t, uint64_t id, float *out) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_table_init(pdde_context *ctx, const pdde_ps_table_params *p, pdde_ps_table **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_ps_table_load(pdde_ps_table *t, const char *path) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_table_pull(pdde_ps_table *t, size_t n, const uint64_t *ids, float *out) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_table_push(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *grads, float scale) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) { return comm_unavailable(NULL, __func__); }
+void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) { if (out) memset(out, 0, sizeof *out); }
+pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) { return comm_unavailable(NULL, __func__); }
+void pdde_sparse_batch_free(pdde_sparse_batch *b) {  }
+pdde_status pdde_sparse_batch_init(const pdde_sparse_embedding *e, pdde_sparse_batch **out) { if (out) *out = NULL; return comm_unavailable(NULL, __func__); }
+int64_t pdde_sparse_batch_unique_count(const pdde_sparse_batch *b) { return 0; }
+pdde_status pdde_sparse_batch_pull(pdde_sparse_batch *b, pdde_ps_client *c, const uint64_t *ids) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_sparse_batch_push(pdde_sparse_batch *b, pdde_ps_client *c) { return comm_unavailable(NULL, __func__); }
+pdde_tensor *pdde_sparse_embedding_init(pdde_graph *g, const char *name, int64_t batch, int fields, int bag, int dim, pdde_pooling pool, pdde_sparse_embedding **out) {
+    if (out) *out = NULL;
+    return graph_fail(g, PDDE_ERR_UNAVAILABLE, "%s: pdde was built without communication (comm/, UCX)", __func__);
+}
+void pdde_sparse_embedding_free(pdde_sparse_embedding *e) {  }
+#pragma GCC diagnostic pop
+#undef comm_unavailable
 #endif

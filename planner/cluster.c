@@ -12,7 +12,7 @@
 #ifdef PDDE_HAVE_CJSON
 #include <cjson/cJSON.h>
 #else
-#include "planner/json_read.c" /* the part of cJSON's interface the reader below uses */
+#include "json_read.c" /* the part of cJSON's interface the reader below uses */
 #endif
 #ifdef PDDE_HAVE_HWLOC
 #include <hwloc.h>

@@ -4,7 +4,7 @@
  * planner/cluster.c reads a cluster file the same way in both builds. Strict RFC 8259 syntax;
  * nesting is bounded (no stack overflow on hostile input); an error gives the byte it stopped at. */
 #ifndef PDDE_HAVE_CJSON
-#include "planner/planner_impl.h"
+#include "planner_impl.h"
 
 #include <math.h>
 #include <stdbool.h>

@@ -32,6 +32,10 @@
 #if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("../comm/comm.c")
 #define PDDE_HAVE_COMM 1
 #endif
+/* the parameter server's table and in-process client need no transport: in every build that has the file */
+#if !defined(PDDE_NO_COMM) && __has_include("../comm/ps.c")
+#define PDDE_HAVE_PS 1
+#endif
 
 /* ------------------------------------------------------------------------------------------------
  * The graph (pdde.c builds it; the context is backends/backend_impl.h's) */
