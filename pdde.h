@@ -566,6 +566,9 @@ int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
 /* Data-parallel collectives the last run issued (gradient reductions and ZeRO's gathers of updated
  * shards, early or at the update): one per gradient bucket, one per tensor outside a bucket. */
 int pdde_session_gradient_collectives(const pdde_session *s);
+/* Token rows the last run sent to other ranks in expert parallelism's exchanges (only the rows routed
+ * to an expert cross: the counts go first, pdde_moe_dispatch_experts' padding stays home). */
+int64_t pdde_session_exchanged_rows(const pdde_session *s);
 /* Micro-batches this rank runs per step: grad_accum_steps, times its share under uneven data
  * parallelism (pdde_strategy_data_parallel_shares). */
 int pdde_session_micro_batches(const pdde_session *s);

@@ -314,6 +314,23 @@ static pdde_tensor *reshard_push(lowering *L, pdde_tensor *t, pdde_phase phase, 
 
 static bool is_collective(pdde_op op) { return op >= PDDE_OP_ALLREDUCE && op <= PDDE_OP_ALLGATHER; }
 
+/* Expert parallelism's token exchange: an alltoall between a by-expert buffer [E, S, ...] split on S
+ * (the tokens' rows, on their rank) and split on E (on the experts' rank). The buffer's rows that
+ * hold tokens are the first of each expert's block, as many as the local ids route there (capped
+ * at S): the executor sends only those (alltoallv, the counts exchanged first), so the exchange
+ * takes the ids as a second input. Found by walking first inputs up to the by-expert dispatch (or
+ * an exchange that already has them): the buffers between are the experts' GEMMs and activations
+ * of those same rows. NULL: not such an exchange. */
+static pdde_tensor *moe_exchange_ids(pdde_tensor *x, int grow, int shrink) {
+    if (x->ndim < 3 || !((grow == 0 && shrink == 1) || (grow == 1 && shrink == 0))) return NULL;
+    for (int depth = 0; x && depth < 8; depth++, x = x->nsrc > 0 ? x->src[0] : NULL) {
+        if (x->op == PDDE_OP_ALLTOALL && x->nsrc == 2) return x->src[1];
+        if (x->op == PDDE_OP_MOE_DISPATCH && x->ndim == 3 && x->nsrc >= 2 && x->src[1]->dtype == PDDE_I32) return x->src[1];
+        if (x->op == PDDE_OP_MOE_DISPATCH || x->op == PDDE_OP_MOE_COMBINE || x->op == PDDE_OP_MOE_COMBINE_BACK_W) return NULL;
+    }
+    return NULL;
+}
+
 /* A collective reshard step (op over graph mesh axis ga, reduce op rop where it reduces). With
  * comm_dtype narrower than t's f32, the data crosses the wire in it: a cast on each side (what is
  * sent, and what was received, rounded). */
@@ -325,8 +342,10 @@ static pdde_tensor *reshard_collective(lowering *L, pdde_op op, pdde_tensor *t, 
         if (c) c->dtype = L->p->comm_dtype;
         t = reshard_push(L, c, phase, device);
     }
+    pdde_tensor *ids = op == PDDE_OP_ALLTOALL ? moe_exchange_ids(t, grow, shrink) : NULL;
     t = t ? reshard_push(L, reshard_node(L, op, t, ga, grow, shrink, attr), phase, device) : NULL;
     if (t) L->P->info[t->id].reduce = rop;
+    if (t && ids) t->src[t->nsrc++] = ids; /* (read by the executor: the routed rows' counts) */
     if (t && narrow) {
         pdde_tensor *c = node_add(L, PDDE_OP_CAST, t, t->ndim, t->shape, 1, &t);
         if (c) c->dtype = PDDE_F32;

@@ -4,7 +4,9 @@
  * gradients averaged with the others), ZeRO-1, expert parallelism (each rank holds 2 of the 4
  * experts: completion sends the tokens' rows to them and back by all-to-all; on 4 ranks one expert a
  * rank, with ZeRO-2), and skewed routing (a balancing bias sends every token to expert 0:
- * three experts get none). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
+ * three experts get none; on 4 ranks, three ranks hold only experts without tokens). The exchange is
+ * dropless: only routed rows cross (pdde_session_exchanged_rows: exactly the skewed routing's, and
+ * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
  * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
  * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall; each
  * rank's memory after the steps is what lowering predicts for it (pdde_predict_memory). */
@@ -26,7 +28,7 @@ static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
 typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted; int alltoalls, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, exchanged, padded; int alltoalls, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -69,6 +71,11 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         out->losses[step] = pdde_session_loss(s);
         if (pdde_session_read(s, pdde_graph_find(g, "h0.moe.counts"), counts, sizeof counts)) FAIL_WITH("counts: %s", pdde_last_error(ctx));
         out->expert0_tokens += counts[0];
+    }
+    out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
+    for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
+        const pdde_tensor *t = pdde_session_node(s, i);
+        if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / mc->ranks * (mc->ranks - 1);
     }
     if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
         pdde_memory_stats ms, pm;
@@ -114,6 +121,7 @@ int main(void) {
         {"moe_ep2_skewed", 0, 0, 1, 1, 2},
         {"moe_ep2_zero1", 1, 0, 0, 1, 2},
         {"moe_ep4_zero2", 2, 0, 0, 1, 4}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
+        {"moe_ep4_skewed", 0, 0, 1, 1, 4}, /* ranks 1..3: experts without tokens, nothing sent back */
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
@@ -143,10 +151,25 @@ int main(void) {
                   (long long)res[0].expert0_tokens, (long long)res[1].expert0_tokens, STEPS * 8 * 16);
         /* expert parallelism: each rank holds half the experts, and the tokens' rows go to them and back
          * by all-to-all, forward and backward, in both blocks: 4 a block at least (data parallelism: none) */
+        /* dropless: only routed rows cross. Skewed (every token to expert 0, on rank 0): the tokens of
+         * the other ranks go there in 2 exchanges a block (forward and backward) and come back in 4
+         * (outputs, and the two weight gradients' rows); rank 0 sends none to the experts, the others
+         * none back */
+        if (mc->ep && mc->skewed)
+            for (int r = 0; r < mc->ranks; r++) {
+                int64_t want = (r == 0 ? 4 * (mc->ranks - 1) : 2) * 2 * (8 * 16 / mc->ranks);
+                CHECK(res[r].exchanged == want, "%s rank %d: %lld token rows sent in a step, want %lld (padded: %lld)", mc->name, r,
+                      (long long)res[r].exchanged, (long long)want, (long long)res[r].padded);
+            }
+        else if (mc->ep)
+            for (int r = 0; r < mc->ranks; r++)
+                CHECK(res[r].exchanged > 0 && res[r].exchanged < res[r].padded, "%s rank %d: %lld token rows sent in a step, the padded exchange %lld",
+                      mc->name, r, (long long)res[r].exchanged, (long long)res[r].padded);
         if (mc->ep) CHECK(res[0].local_experts == 4 / mc->ranks && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= 8)",
                           mc->name, (long long)res[0].local_experts, 4 / mc->ranks, res[0].alltoalls);
         else CHECK(res[0].local_experts == 4 && res[0].alltoalls == 0, "%s: %lld experts on rank 0 (want 4), %d all-to-alls (want 0)", mc->name,
                    (long long)res[0].local_experts, res[0].alltoalls);
+        if (mc->ep) printf("%-14s token rows sent by rank 0 in a step: %lld (the padded exchange: %lld)\n", mc->name, (long long)res[0].exchanged, (long long)res[0].padded);
         printf("%-14s %lld experts a rank, %d all-to-alls; losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g)\n",
                mc->name, (long long)res[0].local_experts, res[0].alltoalls, res[0].losses[0], res[0].losses[STEPS - 1], worst, TOL_LOSS, worst_param, TOL_PARAM);
     }
