@@ -198,11 +198,12 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
     for (int l = 0;; l++) {
         static const char *const names[4] = {"attn", "proj", "fc", "fcproj"};
         static const pdde_tp_kind kinds[4] = {PDDE_TP_COLUMN, PDDE_TP_ROW, PDDE_TP_COLUMN, PDDE_TP_ROW};
-        snprintf(w, sizeof w, "h%d.fc.w", l);
+        snprintf(w, sizeof w, "h%d.attn.w", l);
         if (!pdde_graph_find(g, w)) return l > 0 ? PDDE_OK : PDDE_ERR_NOT_FOUND;
         for (int i = 0; i < 4; i++) {
             snprintf(w, sizeof w, "h%d.%s.w", l, names[i]);
             snprintf(b, sizeof b, "h%d.%s.b", l, names[i]);
+            if (i >= 2 && !pdde_graph_find(g, w)) continue; /* an MoE block: its experts instead (gpt_shard_experts) */
             pdde_status st = pdde_strategy_tensor_parallel_linear(g, pdde_graph_find(g, w), pdde_graph_find(g, b), mesh, axis, kinds[i]);
             if (st) return st;
         }
@@ -330,7 +331,9 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
-        if (!st && p->dp > 1 && c->moe_ep && c->moe_experts > 1) st = gpt_shard_experts(g, c, mesh, "dp");
+        /* expert parallelism over the tensor-parallel axis when there is one (the tokens are whole
+         * there: each rank takes its experts' rows, gathered back), else over dp */
+        if (!st && c->moe_ep && c->moe_experts > 1 && (p->tp > 1 || p->dp > 1)) st = gpt_shard_experts(g, c, mesh, p->tp > 1 ? "tp" : "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
         if (!st && p->pp > 1 && p->stage_first && p->pp_chunks <= 1) {
             if (p->stage_first[0] != 0 || p->stage_first[p->pp] != c->layers + 2) {
