@@ -30,7 +30,7 @@ static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
 typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, exchanged, padded; int alltoalls, grad_split, grad_partial, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -68,6 +68,11 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     out->local_experts = w1 ? w1->shape[0] : -1;
     const pdde_tensor *dw1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1")->grad); /* before its reduction */
     out->grad_split = dw1 ? dw1->dist.dims_mapping[0] : -2, out->grad_partial = dw1 ? dw1->dist.partial : -1;
+    for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* a reduce-scatter into an expert weight's shard: reduced over its axis */
+        const pdde_tensor *t = pdde_session_node(s, i);
+        out->grad_scatters += t->op == PDDE_OP_REDUCE_SCATTER && t->ndim == 3 && t->shape[0] == w1->shape[0] &&
+                              ((t->shape[1] == w1->shape[1] && t->shape[2] == w1->shape[2]) || (t->shape[1] == w1->shape[2] && t->shape[2] == w1->shape[1]));
+    }
     int32_t x[8 * 16], y[8 * 16], counts[4];
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
@@ -173,9 +178,9 @@ int main(void) {
                   "%s: %lld experts on rank 0 (want %d), %d all-to-alls, %lld rows exchanged (want none)", mc->name, (long long)res[0].local_experts,
                   mc->ep ? 4 / mc->tp : 4, res[0].alltoalls, (long long)res[0].exchanged);
             if (mc->ep)
-                CHECK(res[0].grad_split == tp_axis && res[0].grad_partial == dp_bits,
-                      "%s: the expert gradient is split over mesh axis %d (want %d) and pending over axes 0x%x (want 0x%x: dp only)", mc->name,
-                      res[0].grad_split, tp_axis, res[0].grad_partial, dp_bits);
+                CHECK(res[0].grad_split == tp_axis && res[0].grad_partial == dp_bits && res[0].grad_scatters == 0,
+                      "%s: the expert gradient is split over mesh axis %d (want %d), pending over axes 0x%x (want 0x%x: dp only), %d reduce-scatters "
+                      "into expert weight shards (want 0)", mc->name, res[0].grad_split, tp_axis, res[0].grad_partial, dp_bits, res[0].grad_scatters);
         } else if (mc->ep && mc->skewed)
             for (int r = 0; r < mc->ranks; r++) {
                 int64_t want = (r == 0 ? 4 * (mc->ranks - 1) : 2) * 2 * (8 * 16 / mc->ranks);
