@@ -68,10 +68,9 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     out->local_experts = w1 ? w1->shape[0] : -1;
     const pdde_tensor *dw1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1")->grad); /* before its reduction */
     out->grad_split = dw1 ? dw1->dist.dims_mapping[0] : -2, out->grad_partial = dw1 ? dw1->dist.partial : -1;
-    for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* a reduce-scatter into an expert weight's shard: reduced over its axis */
+    for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* an expert weight gradient reduce-scattered into its shard: reduced over the experts' axis */
         const pdde_tensor *t = pdde_session_node(s, i);
-        out->grad_scatters += t->op == PDDE_OP_REDUCE_SCATTER && t->ndim == 3 && t->shape[0] == w1->shape[0] &&
-                              ((t->shape[1] == w1->shape[1] && t->shape[2] == w1->shape[2]) || (t->shape[1] == w1->shape[2] && t->shape[2] == w1->shape[1]));
+        out->grad_scatters += t->op == PDDE_OP_REDUCE_SCATTER && t->src[0]->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
     }
     int32_t x[8 * 16], y[8 * 16], counts[4];
     for (int step = 0; step < STEPS; step++) {
