@@ -70,7 +70,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     out->grad_split = dw1 ? dw1->dist.dims_mapping[0] : -2, out->grad_partial = dw1 ? dw1->dist.partial : -1;
     for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* an expert weight gradient reduce-scattered into its shard: reduced over the experts' axis */
         const pdde_tensor *t = pdde_session_node(s, i);
-        out->grad_scatters += t->op == PDDE_OP_REDUCE_SCATTER && t->src[0]->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
+        out->grad_scatters += t->op == PDDE_OP_REDUCE_SCATTER && t->nsrc > 0 && t->src[0] && t->src[0]->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
     }
     int32_t x[8 * 16], y[8 * 16], counts[4];
     for (int step = 0; step < STEPS; step++) {
