@@ -74,7 +74,8 @@ static void usage(FILE *f) {
             "                              (Mixture-of-Experts: E expert MLPs in every N-th block, K per token (default 2);\n"
             "                              capacity factor F drops the tokens past it (default 0: dropless); W weights the\n"
             "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead;\n"
-            "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all)\n"
+            "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all;\n"
+            "                              with --tp: over the tp ranks, attention tensor parallel)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
 }
@@ -172,12 +173,13 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (m->moe_ep && m->moe_experts % o->dp) {
-        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the --dp %d ranks: they must divide them\n", m->moe_experts, o->dp);
+    int ep_ranks = o->tp > 1 ? o->tp : o->dp; /* --moe-ep: over the --tp ranks where there are some */
+    if (m->moe_ep && m->moe_experts % ep_ranks) {
+        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
         return -1;
     }
-    if (m->moe_experts > 1 && (long)o->tp * o->pp > 1) {
-        fprintf(stderr, "gpt: --moe-experts runs data parallel (--dp, ZeRO): --tp and --pp must be 1\n");
+    if (m->moe_experts > 1 && o->pp > 1) {
+        fprintf(stderr, "gpt: --moe-experts runs data and tensor parallel (--dp, --tp, ZeRO): --pp must be 1\n");
         return -1;
     }
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
@@ -226,7 +228,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
             printf("gpt:   next: %s, %.3g s/step (%+.1f%%)\n", s, plans[i].step_s, 100 * (plans[i].step_s / p->step_s - 1));
         }
     }
-    if (o->model.moe_experts > 1 && o->dp > 1 && o->model.moe_experts % o->dp == 0 && !o->model.moe_ep) {
+    if (o->model.moe_experts > 1 && o->dp > 1 && o->tp == 1 && o->model.moe_experts % o->dp == 0 && !o->model.moe_ep) {
         int ep;
         double pred[2];
         if (gpt_moe_choose_ep(ctx, path, &o->model, o->dp, o->zero, &ep, pred)) {
