@@ -1482,6 +1482,11 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * (data-parallel ranks hold their rows' mean per micro-batch, as many micro-batches as their
      * share; other pipeline stages none) */
     if (st == PDDE_OK && mode_runs_forward(mode) && s->world) {
+        /* a loss still to be summed over an axis (a sum over a split batch, not a mean): its ranks'
+         * parts count that axis' size times, so that the mean over the ranks is their sum */
+        const pdde_dist_attr *la = s->loss ? &s->loss->dist : NULL;
+        for (int a = 0; la && la->mesh && a < la->mesh->ndim; a++)
+            if ((la->partial >> a & 1) && !(la->partial_avg >> a & 1)) loss_sum *= la->mesh->shape[a];
         float sum_and_count[2] = {s->loss ? (float)loss_sum : 0.0f, s->loss ? (float)(every_micro ? s->n_micro : 1) : 0.0f};
         st = pdde_comm_allreduce(s->world, sum_and_count, sum_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
         if (st == PDDE_OK) s->last_loss = sum_and_count[1] > 0 ? sum_and_count[0] / sum_and_count[1] : NAN;

@@ -131,7 +131,16 @@ static void spmd_finish(spmd_ctx *c, const int *order) {
         }
         /* a tensor is never partial over an axis it (or the output) is split over */
         unsigned keep = c->linear >> k & 1 ? c->in[k].partial & ~out_axes & ~attr_split_axes(r) : 0;
-        if (!c->additive) keep &= ~taken, taken |= keep; /* x*y: one partial factor per axis */
+        if (!c->additive) {
+            /* a pending average times another factor's mean marker (a local mean's gradient): the
+             * product would need both divisions by the axis size and its reduction gives one, so
+             * the average is reduced first */
+            unsigned marked = 0;
+            for (int j = 0; j < c->nsrc; j++)
+                if (j != k) marked |= c->in[j].partial_avg & ~c->in[j].partial;
+            keep &= ~(c->in[k].partial_avg & marked);
+            keep &= ~taken, taken |= keep; /* x*y: one partial factor per axis */
+        }
         r->partial = (uint8_t)keep;
         /* reducing a partial gives true values: their mean marker goes */
         r->partial_avg = (uint8_t)(c->in[k].partial_avg & ~(c->in[k].partial & ~keep));
