@@ -1,7 +1,8 @@
 /* test_dp_mean — means and products of reductions over a batch split by data parallelism, against one
  * process: the gradients completion and lowering give small graphs on 2 ranks (x [8, 4] split on its
  * rows, weights whole) equal one process's. One SGD step of lr 1 (the weights' change is minus their
- * gradient, within TOL relative, NaN fails) and the loss, for:
+ * gradient) and the loss the session reports (a loss pending a sum over the ranks: their sum), each
+ * within TOL relative (NaN fails), for:
  *   mean      loss = mean(x W1): the gradient of pdde_mean over the split rows (each rank's mean's
  *             gradient, averaged over the ranks: not 1/ranks too small)
  *   mean_rows loss = sum(mean(x W1, rows)): a mean over the split dim alone, then summed
@@ -93,6 +94,8 @@ int main(void) {
             CHECK(res[r].ok, "%s rank %d: %s", names[which], r, res[r].error);
             if (!res[r].ok || !ref.ok) continue;
             char what[64];
+            snprintf(what, sizeof what, "%s rank %d: the loss", names[which], r);
+            test_close_all(what, &res[r].loss, &ref.loss, 1, 1e-6, TOL);
             snprintf(what, sizeof what, "%s rank %d: w1's gradient", names[which], r);
             double w = test_close_all(what, res[r].dw1, ref.dw1, K * M, 1e-6, TOL);
             worst = w > worst ? w : worst;
