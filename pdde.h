@@ -1131,6 +1131,11 @@ typedef struct pdde_plan {
      * (the blocks), place=opencl:1-4 (layers 1..4). No chunks, no recompute, equal shares. */
     char place[16];
     int place_first, place_last;
+    /* Mixture-of-Experts models (pdde_moe_*): the experts split over ep ranks (ep = dp with tp 1: the
+     * dp axis, tokens exchanged all-to-all; ep = tp: the tp axis); 0 or 1 = every rank holds every
+     * expert. The search tries both where they divide the experts, by pdde_moe_cost_estimate on
+     * params->cluster (without one: ep 1 only). Text: ep=2. */
+    int ep;
 } pdde_plan;
 
 /* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
@@ -1150,7 +1155,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
 pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
                              pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
- * [,blocks=1][,shares=3:1][,place=opencl[:1-5]]" (rc: layers recomputed per stage, written when some but
+ * [,blocks=1][,shares=3:1][,place=opencl[:1-5]][,ep=2]" (rc: layers recomputed per stage, written when some but
  * not all are; shares: micro-batch shares of the dp indices, dp of them); returns what snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage).

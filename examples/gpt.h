@@ -374,7 +374,9 @@ static inline pdde_status gpt_plan_build(pdde_graph *g, const pdde_plan *p, void
         for (int s = 0; s <= even.pp; s++) even.stage_first[s] = s * (b->cfg.layers + 2) / even.pp;
     gpt_plan gp = gpt_plan_of(&even);
     gpt_model m;
-    return gpt_build_plan(g, &b->cfg, &gp, &b->opt, &m);
+    gpt_config cfg = b->cfg;
+    if (p->ep > 1) cfg.moe_ep = 1; /* (the experts over tp, else dp: gpt_build_plan) */
+    return gpt_build_plan(g, &cfg, &gp, &b->opt, &m);
 }
 
 /* The planner's devices for training the GPT of c: the devices of a cluster file (pdde-bench writes
