@@ -1825,7 +1825,8 @@ pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, 
  * rank's tokens' rows to the rank of their experts and back) and reduce-scatter the experts'
  * gradients. A capacity of N (every token) drops nothing. Under data parallelism each rank's buffer
  * holds its tokens (capacity / ranks of them an expert). The rows of zeros (past each expert's tokens)
- * are skipped by the grouped GEMM, but travel in the exchange. */
+ * are skipped by the grouped GEMM and stay home: the exchange sends each expert's routed rows only,
+ * the counts first (pdde_session_exchanged_rows). */
 pdde_tensor *pdde_moe_dispatch_experts(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
 pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b);
 pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, pdde_tensor *weights, int experts, int64_t capacity);
@@ -1841,8 +1842,8 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
 
 /* The cost of the MoE layers under expert parallelism (ep ranks share the experts; n_ranks / ep
  * replicate them, data parallel): what ep changes per rank and step. The token exchange: an alltoall
- * before and after the experts, forward and backward, each of tokens x k x width x dtype (padded to the
- * capacity when there is one), over the first ep of devices as the cluster's links carry it; the
+ * before and after the experts, forward and backward, each of tokens x k x width x dtype (the routed
+ * rows only), over the first ep of devices as the cluster's links carry it; the
  * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
  * skew: measured counts, or a stated max/mean); the experts' gradient reduction over their
  * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages

@@ -433,7 +433,7 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
 
 /* Expert parallelism or not for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
  * pdde_moe_cost_estimate of ep 1 (experts on every rank) and ep = ranks (the layout by expert, the
- * exchange padded to every token, the experts' gradients reduce-scattered) on the devices of the
+ * routed rows exchanged, the experts' gradients reduce-scattered) on the devices of the
  * cluster file in order (one machine: copies of its first device, as gpt_plan_devices); *ep the faster
  * of those whose experts' parameters and AdamW state fit a device's memory,
  * pred[0], pred[1] their MoE parts in s a step. */
@@ -458,7 +458,7 @@ static inline pdde_status gpt_moe_choose_ep(pdde_context *ctx, const char *clust
         pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
         p.tokens = (int64_t)c->batch * c->ctx, p.width = c->width, p.ffn = (int)gpt_ffn(c), p.experts = c->moe_experts;
         p.topk = gpt_moe_topk(c), p.layers = blocks, p.zero = zero, p.grads_over_ep = 1;
-        p.capacity_factor = c->moe_capacity > 0 ? c->moe_capacity : e ? (float)c->moe_experts / (float)p.topk : 0;
+        p.capacity_factor = c->moe_capacity; /* (the exchange sends the routed rows only) */
         pdde_moe_cost m;
         st = pdde_moe_cost_estimate(ctx, cl, dev, ranks, &p, e ? ranks : 1, &m);
         pred[e] = m.step_s, fits[e] = m.fits;

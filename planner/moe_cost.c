@@ -48,8 +48,9 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     int dp = n_ranks / ep, E = p->experts, per = E / ep;
     double C = p->width, F = p->ffn, k = p->topk, esz = (double)pdde_dtype_size(p->dtype);
     double tokens = (double)p->tokens / n_ranks; /* this rank's */
-    /* rows each rank sends in one exchange: its tokens' k choices, padded to the capacity when there is one */
-    double rows = tokens * k * (p->capacity_factor > 0 ? p->capacity_factor : 1.0);
+    /* rows each rank sends in one exchange: its tokens' k choices (dropless: the routed rows only, the
+     * counts first; a capacity only drops some) */
+    double rows = tokens * k;
     out->ep = ep;
     out->imbalance = moe_rank_imbalance(p, ep);
     /* 4 exchanges a layer (dispatch and combine, forward and backward); what leaves the rank */
@@ -71,7 +72,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     /* the busiest rank's expert GEMMs: its rows (the mean, tokens x k, times the imbalance; at most
      * the capacity), per local expert; forward 2 GEMMs, backward 4 */
     double rank_rows = tokens * k * out->imbalance;
-    if (p->capacity_factor > 0 && rank_rows > rows) rank_rows = rows;
+    if (p->capacity_factor > 0 && rank_rows > rows * p->capacity_factor) rank_rows = rows * p->capacity_factor;
     double m = rank_rows / per > 1 ? rank_rows / per : 1;
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = (int64_t)m, .n = p->ffn, .k = p->width,
                        .dtype = p->compute_dtype};
