@@ -919,8 +919,9 @@ static void test_moe_cost(void) {
         double pred[2];
         CHECK(gpt_moe_choose_ep(ctx, cpath, &gc, 2, 0, &ep, pred) == PDDE_OK && ep == 1 && pred[1] > pred[0],
               "gpt_moe_choose_ep over slow NICs: ep %d (%g s vs %g s at ep 1): %s", ep, pred[1], pred[0], pdde_last_error(ctx));
-        /* (32 x 2 x 256 x 4096 x 10 = 671M parameters, 16 B each; 32K tokens: the exchange the slower) */
-        gc.moe_experts = 32, gc.ffn = 4096, gc.layers = 10, gc.batch = 64, gc.ctx = 512;
+        /* (32 x 2 x 256 x 4096 x 10 = 671M parameters, 16 B each; 128K tokens: the exchange of their routed
+         * rows the slower) */
+        gc.moe_experts = 32, gc.ffn = 4096, gc.layers = 10, gc.batch = 256, gc.ctx = 512;
         CHECK(gpt_moe_choose_ep(ctx, cpath, &gc, 2, 0, &ep, pred) == PDDE_OK && ep == 2 && pred[1] > pred[0],
               "gpt_moe_choose_ep when only ep 2 fits: ep %d (%g s vs %g s at ep 1)", ep, pred[1], pred[0]);
         remove(cpath);
