@@ -59,7 +59,13 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     if (ep > 1) {
         double t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, devices, ep, (int64_t)(rows * C), p->dtype);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the alltoall over %d ranks: %s", ep, pdde_last_error(ctx));
-        out->alltoall_s = 4.0 * p->layers * t;
+        /* each exchange sends the counts first (E/ep integers a peer) and packs and unpacks its rows
+         * on the host (a copy of the rows each way) */
+        double tc = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, devices, ep, per > 0 ? per : 1, PDDE_I32);
+        pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype, .bytes = 4.0 * rows * C * esz};
+        double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy);
+        if (!isfinite(tc) || !isfinite(tp)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the exchange's counts or copies: %s", pdde_last_error(ctx));
+        out->alltoall_s = 4.0 * p->layers * (t + tc + tp);
         int m0 = -1, cross = 0;
         pdde_cluster_find_device(c, devices[0], &m0);
         for (int r = 1; r < ep; r++) {
