@@ -149,8 +149,9 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..][,ep=N]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+        if (p->ep > 1) o->model.moe_ep = 1; /* (ep=N: the experts over tp, else dp) */
         if (p->shares[0] && p->pp > 1 && p->zero >= 2) {
             fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
@@ -218,6 +219,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
     o->parsed_plan = plans[0];
     pdde_plan *p = &o->parsed_plan;
     o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+    if (p->ep > 1) o->model.moe_ep = 1; /* the search split the experts */
     if (env.rank == 0) {
         char s[256];
         pdde_plan_str(p, s, sizeof s);
