@@ -6,6 +6,8 @@
  *    same plan change at the same step (rank 3 leaving there on purpose, PDDE_ELASTIC_LEAVE);
  *  - the same with ZeRO-1 (optimizer state split over the ranks): the lost rank's blocks come from the
  *    copy the next rank holds (at most 2 steps lost: the newest copy may not have arrived);
+ *  - the same with one survivor a step behind the others when the failure reaches it
+ *    (PDDE_TEST_ELASTIC_LAG): the survivors agree on their snapshots again and finish;
  *  - one rank frozen with SIGSTOP: detected within the peer timeout plus the recovery, handled as a
  *    death; continued (SIGCONT) afterwards, it finds itself fenced and stops, and the new world's
  *    losses are still the reference's;
@@ -324,6 +326,53 @@ static void test_lose_one(unsigned seed, int sig, int zero) {
     free(j.out), free(ref.out);
 }
 
+/* A survivor a step behind: under ZeRO-1, member `lag` waits at the boundary before step `at`
+ * (PDDE_TEST_ELASTIC_LAG) while the others begin that step (and take its snapshot); a rank killed
+ * then reaches it before it begins the step. The survivors resume at the step before, all with the
+ * same snapshots (none newer kept), take the next one together (their ring copies meet) and finish:
+ * within a bound (a member waiting for a copy that never comes would wait for the world's timeout),
+ * with the losses of a run where the killed rank leaves at the resume step. */
+static void test_lagging_survivor(unsigned seed) {
+    char m_fail[300], m_ref[300], lag[32];
+    snprintf(m_fail, sizeof m_fail, "%s/lag.jsonl", g_tmp);
+    snprintf(m_ref, sizeof m_ref, "%s/lag_ref.jsonl", g_tmp);
+    srand(seed * 5 + 3);
+    int victim = 1 + rand() % 3, lagging = victim % 3 + 1, at = 20 + rand() % 60;
+    const char *zero_gpt[] = {"--zero", "1", NULL};
+    snprintf(lag, sizeof lag, "%d@%d", lagging, at);
+    setenv("PDDE_TEST_ELASTIC_LAG", lag, 1);
+    job j = job_start(NULL, m_fail, NULL, zero_gpt);
+    unsetenv("PDDE_TEST_ELASTIC_LAG");
+    if (wait_step(&j, m_fail, at, 30)) {
+        CHECK(0, "lagging survivor: the job did not reach step %d: %s", at, job_text(&j));
+        job_kill(&j);
+        return;
+    }
+    pid_t pids[8];
+    job_ranks(j.pid, pids, 8);
+    usleep(300000); /* (the others are inside step `at`; the lagging one waits before it) */
+    double t_kill = test_now();
+    kill(pids[victim], SIGKILL);
+    int rc = job_finish(&j, 40);
+    int resumed = -1;
+    double secs;
+    char line[800] = "";
+    parse_resumed(job_text(&j), NULL, &resumed, &secs, line, sizeof line);
+    CHECK(rc == 0 && strstr(job_text(&j), "3 ranks finished, 1 lost") && resumed == at - 1,
+          "lagging survivor (rank %d behind, rank %d killed at step %d): the job finishes on 3 ranks, resumed at step %d (want %d), "
+          "%.1f s after the kill: rc %d\n%s", lagging, victim, at, resumed, at - 1, test_now() - t_kill, rc, job_text(&j));
+    printf("lagging survivor: rank %d behind, rank %d killed at step %d (seed %u): %s; finished %.1f s after the kill\n", lagging,
+           victim, at, seed, line, test_now() - t_kill);
+    if (rc || resumed < 0) { free(j.out); return; }
+    char leave[32];
+    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
+    job ref = job_start(leave, m_ref, NULL, zero_gpt);
+    rc = job_finish(&ref, 40);
+    CHECK(rc == 0, "lagging survivor: the reference run (leave %s): rc %d\n%s", leave, rc, job_text(&ref));
+    compare_losses("lagging survivor", m_fail, m_ref, 1, STEPS, 1e-6);
+    free(j.out), free(ref.out);
+}
+
 /* Two failures in a row: 4 -> 3 -> 2 ranks; and a planned shrink 4 -> 2 at one step. */
 static void test_two_failures(unsigned seed) {
     char m[300];
@@ -533,6 +582,7 @@ int main(int argc, char **argv) {
     CHECK(rc == 0, "a ZeRO-1 run without failures: rc %d\n%s", rc, job_text(&bz));
     free(bz.out);
     test_lose_one(seed + 2, SIGKILL, 1);
+    test_lagging_survivor(seed);
     test_two_failures(seed);
     test_stops(seed);
     test_example(dir);
