@@ -30,15 +30,9 @@ int main(void) {
 #else
 #include "test_util.h"
 #include "tools/proc_stat.h"
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
+#include "job_util.h"
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -48,54 +42,7 @@ int main(void) {
 
 static char g_run[600], g_gpt[600], g_tmp[256];
 
-typedef struct {
-    pid_t pid;
-    int fd, exited, status;
-    char *out;
-    size_t len, cap;
-    double t0;
-} job;
-
-/* The ranks pdde-run started (its children), by PDDE_RANK: pids[rank], 0 where none. */
-static int job_ranks(pid_t runner, pid_t *pids, int cap) {
-    memset(pids, 0, (size_t)cap * sizeof *pids);
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    int found = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        pid_t pid = atoi(de->d_name);
-        if (pid <= 0) continue;
-        char path[64], buf[4096];
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        const char *p = strrchr(buf, ')');
-        int ppid = 0;
-        if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1 || ppid != runner) continue;
-        snprintf(path, sizeof path, "/proc/%d/environ", pid);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0) continue;
-        ssize_t k = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        for (ssize_t i = 0; i < k;) {
-            const char *var = buf + i;
-            if (!strncmp(var, "PDDE_RANK=", 10)) {
-                int r = atoi(var + 10);
-                if (r >= 0 && r < cap) pids[r] = pid, found++;
-            }
-            i += (ssize_t)strnlen(var, (size_t)(k - i)) + 1;
-        }
-    }
-    closedir(d);
-    return found;
-}
-
 static job job_start(const char *leave, const char *metrics, const char *const *extra_run, const char *const *extra_gpt) {
-    job j = {.pid = -1, .fd = -1, .t0 = test_now()};
     char *argv[64];
     int a = 0;
     argv[a++] = g_run;
@@ -110,108 +57,10 @@ static job job_start(const char *leave, const char *metrics, const char *const *
     for (int i = 0; base_gpt[i]; i++) argv[a++] = (char *)base_gpt[i];
     for (int i = 0; extra_gpt && extra_gpt[i]; i++) argv[a++] = (char *)extra_gpt[i];
     argv[a] = NULL;
-    int fds[2];
-    if (pipe(fds)) return j;
-    fflush(NULL);
-    j.pid = fork();
-    if (j.pid == 0) {
-        if (leave) setenv("PDDE_ELASTIC_LEAVE", leave, 1);
-        else unsetenv("PDDE_ELASTIC_LEAVE");
-        setenv("PDDE_BACKENDS", "cpu", 1);
-        dup2(fds[1], 1), dup2(fds[1], 2);
-        close(fds[0]), close(fds[1]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    j.fd = fds[0];
-    fcntl(j.fd, F_SETFL, O_NONBLOCK);
-    return j;
-}
-
-/* Reads what is there (waiting up to ms); 1 once the job has exited and its output is read. */
-static int job_poll(job *j, int ms) {
-    if (j->fd >= 0) {
-        struct pollfd q = {j->fd, POLLIN, 0};
-        if (poll(&q, 1, ms) > 0) {
-            char buf[8192];
-            ssize_t r;
-            while ((r = read(j->fd, buf, sizeof buf)) > 0) {
-                if (j->len + (size_t)r + 1 > j->cap) {
-                    j->cap = (j->len + (size_t)r + 1) * 2;
-                    j->out = realloc(j->out, j->cap);
-                }
-                memcpy(j->out + j->len, buf, (size_t)r);
-                j->len += (size_t)r;
-                j->out[j->len] = 0;
-            }
-            if (r == 0) close(j->fd), j->fd = -1;
-        }
-    } else {
-        usleep((useconds_t)ms * 1000);
-    }
-    if (!j->exited && waitpid(j->pid, &j->status, WNOHANG) == j->pid) j->exited = 1;
-    return j->exited && j->fd < 0;
-}
-
-/* Stops the job and every rank it started, whatever state they are in. */
-static void job_kill(job *j) {
-    pid_t pids[8];
-    if (!j->exited) {
-        job_ranks(j->pid, pids, 8);
-        kill(j->pid, SIGKILL);
-        for (int r = 0; r < 8; r++)
-            if (pids[r]) kill(-pids[r], SIGKILL), kill(pids[r], SIGKILL);
-        waitpid(j->pid, &j->status, 0);
-        j->exited = 1;
-    }
-    if (j->fd >= 0) close(j->fd), j->fd = -1;
-}
-
-/* Runs the job to its end (killed after limit_s); returns its exit code, -1 when killed. */
-static int job_finish(job *j, double limit_s) {
-    while (!job_poll(j, 50))
-        if (test_now() - j->t0 > limit_s) {
-            fprintf(stderr, "FAIL: the job did not finish within %.0f s: killed\n", limit_s);
-            job_kill(j);
-            return -1;
-        }
-    return WIFEXITED(j->status) ? WEXITSTATUS(j->status) : -1;
-}
-
-static const char *job_text(const job *j) { return j->out ? j->out : ""; }
-
-/* The newest step in the metrics file (0 if none). */
-static int metrics_last_step(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[512];
-    int last = 0;
-    while (fgets(line, sizeof line, f)) {
-        int s;
-        if (sscanf(line, "{\"step\":%d,\"loss\"", &s) == 1) last = s;
-    }
-    fclose(f);
-    return last;
-}
-
-/* Every step's loss (the last line written for it; NaN when none) and how many steps were written
- * twice (done again after a recovery). */
-static int metrics_losses(const char *path, double *loss, int n) {
-    for (int i = 0; i <= n; i++) loss[i] = NAN;
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[512];
-    int again = 0;
-    while (fgets(line, sizeof line, f)) {
-        int s;
-        double l;
-        if (sscanf(line, "{\"step\":%d,\"loss\":%lf", &s, &l) != 2 || s < 1 || s > n) continue;
-        if (!isnan(loss[s])) again++;
-        loss[s] = l;
-    }
-    fclose(f);
-    return again;
+    char leave_env[300];
+    snprintf(leave_env, sizeof leave_env, "PDDE_ELASTIC_LEAVE=%s", leave ? leave : "");
+    const char *env[] = {leave ? leave_env : "PDDE_ELASTIC_LEAVE", "PDDE_BACKENDS=cpu", NULL};
+    return job_spawn(argv, env);
 }
 
 /* Parses the transition line: the step it resumed at and the seconds it took; -1 when absent. */
@@ -247,15 +96,6 @@ static void compare_losses(const char *what, const char *got_path, const char *w
     printf("%s: the losses of steps %d..%d equal %s's within %.3g (relative; tolerance %.3g)\n", what, from, to, want_path, worst, tol);
 }
 
-/* Waits until the metrics file reaches step, within limit_s; 0 ok. */
-static int wait_step(job *j, const char *metrics, int step, double limit_s) {
-    double t0 = test_now();
-    while (metrics_last_step(metrics) < step) {
-        if (job_poll(j, 2) || test_now() - t0 > limit_s) return -1;
-    }
-    return 0;
-}
-
 /* Kills (SIGKILL) or freezes (SIGSTOP) rank `victim` at a random step; checks the recovery. */
 static void test_lose_one(unsigned seed, int sig, int zero) {
     const char *name = zero ? "kill (ZeRO-1)" : sig == SIGKILL ? "kill" : "freeze";
@@ -266,7 +106,7 @@ static void test_lose_one(unsigned seed, int sig, int zero) {
     srand(seed);
     int victim = 1 + rand() % 3, at = 20 + rand() % 100;
     job j = job_start(NULL, m_fail, NULL, gpt_args);
-    if (wait_step(&j, m_fail, at, 30)) {
+    if (job_wait_step(&j, m_fail, at, 30)) {
         CHECK(0, "%s: the job did not reach step %d: %s", name, at, job_text(&j));
         job_kill(&j);
         return;
@@ -343,7 +183,7 @@ static void test_lagging_survivor(unsigned seed) {
     setenv("PDDE_TEST_ELASTIC_LAG", lag, 1);
     job j = job_start(NULL, m_fail, NULL, zero_gpt);
     unsetenv("PDDE_TEST_ELASTIC_LAG");
-    if (wait_step(&j, m_fail, at, 30)) {
+    if (job_wait_step(&j, m_fail, at, 30)) {
         CHECK(0, "lagging survivor: the job did not reach step %d: %s", at, job_text(&j));
         job_kill(&j);
         return;
@@ -381,10 +221,10 @@ static void test_two_failures(unsigned seed) {
     int at1 = 20 + rand() % 40, at2 = at1 + 30 + rand() % 40;
     job j = job_start(NULL, m, NULL, NULL);
     pid_t pids[8];
-    int ok = !wait_step(&j, m, at1, 30);
+    int ok = !job_wait_step(&j, m, at1, 30);
     job_ranks(j.pid, pids, 8);
     if (ok) kill(pids[2], SIGKILL);
-    ok = ok && !wait_step(&j, m, at2, 30) && strstr(job_text(&j), "resumed at step");
+    ok = ok && !job_wait_step(&j, m, at2, 30) && strstr(job_text(&j), "resumed at step");
     job_ranks(j.pid, pids, 8);
     if (ok && pids[1]) kill(pids[1], SIGKILL);
     int rc = job_finish(&j, 40);
@@ -431,7 +271,7 @@ static void test_grow(void) {
     int rc_base = job_finish(&base2, 40);
     free(base2.out);
     job a = job_start(NULL, m, two, NULL);
-    int ok = !wait_step(&a, m, 20, 30) && rc_base == 0;
+    int ok = !job_wait_step(&a, m, 20, 30) && rc_base == 0;
     char m2[300];
     snprintf(m2, sizeof m2, "%s/grow_joiners.jsonl", g_tmp);
     const char *joiners[] = {"-n", "2", "--join", "--min", "1", "--rdzv", rdzv, NULL};
@@ -463,7 +303,7 @@ static void test_lost_while_forming(unsigned seed) {
     srand(seed * 3 + 11);
     pid_t pids[8];
     double t_kill = 0, t_resumed = 0;
-    if (!wait_step(&j, m, 15 + rand() % 30, 30)) {
+    if (!job_wait_step(&j, m, 15 + rand() % 30, 30)) {
         job_ranks(j.pid, pids, 8);
         kill(pids[3], SIGKILL);
         t_kill = test_now();
@@ -491,7 +331,7 @@ static void test_stops(unsigned seed) {
     job j = job_start(NULL, m, no_restarts, NULL);
     pid_t pids[8];
     srand(seed * 13 + 5);
-    if (!wait_step(&j, m, 10 + rand() % 20, 30)) {
+    if (!job_wait_step(&j, m, 10 + rand() % 20, 30)) {
         job_ranks(j.pid, pids, 8);
         kill(pids[3], SIGKILL);
     }
@@ -507,7 +347,7 @@ static void test_stops(unsigned seed) {
     free(n.out);
     const char *min4[] = {"--min", "4", NULL};
     job k = job_start(NULL, m, min4, NULL);
-    if (!wait_step(&k, m, 15, 30)) {
+    if (!job_wait_step(&k, m, 15, 30)) {
         job_ranks(k.pid, pids, 8);
         kill(pids[1], SIGKILL);
     }
@@ -523,22 +363,9 @@ static void test_example(const char *dir) {
     snprintf(prog, sizeof prog, "%s/elastic", dir);
     if (access(prog, X_OK)) { test_skip("build", "%s is not built", prog); return; }
     char *argv[] = {g_run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", PEER_TIMEOUT, prog, "20000", NULL};
-    job j = {.pid = -1, .fd = -1, .t0 = test_now()};
-    int fds[2];
-    if (pipe(fds)) return;
-    fflush(NULL);
-    j.pid = fork();
-    if (j.pid == 0) {
-        setenv("PDDE_BACKENDS", "cpu", 1);
-        setenv("PDDE_NUM_THREADS", "1", 1);
-        dup2(fds[1], 1), dup2(fds[1], 2);
-        close(fds[0]), close(fds[1]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    j.fd = fds[0];
-    fcntl(j.fd, F_SETFL, O_NONBLOCK);
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_NUM_THREADS=1", NULL};
+    job j = job_spawn(argv, env);
+    if (j.pid < 0) return;
     pid_t pids[8];
     while (job_ranks(j.pid, pids, 8) < 4 && test_now() - j.t0 < 10) job_poll(&j, 10);
     while (!strstr(job_text(&j), "step 1000 loss") && test_now() - j.t0 < 20) job_poll(&j, 5); /* on its way */
