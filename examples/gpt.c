@@ -76,7 +76,8 @@ static void usage(FILE *f) {
             "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead;\n"
             "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
-            "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
+            "                              devices FILE describes; default build/cluster.json, written by pdde-bench;\n"
+            "                              under pdde-run --elastic it re-plans at every change, data parallel)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -241,6 +242,65 @@ static int choose_plan(pdde_context *ctx, options *o) {
     return 0;
 }
 
+#ifdef PDDE_HAVE_UCX
+/* Under pdde-run --elastic with --plan auto: the planner's plan for the world's ranks (pdde_plan_replan
+ * from old, NULL at the start), within what in-memory snapshots hold (data parallel: no tp, no pp;
+ * ZeRO 0 or 1: a ZeRO-2/3 choice is evaluated as ZeRO-1). Rank 0 plans, everyone takes its plan (one
+ * broadcast), so the ranks cannot disagree. */
+static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pdde_plan *old, pdde_plan *out) {
+    int rank = pdde_comm_rank(comm), ranks = pdde_comm_size(comm);
+    pdde_plan p;
+    memset(&p, 0, sizeof p);
+    char why[512] = "";
+    int chosen_zero = 0;
+    if (rank == 0) {
+        const char *path = o->cluster ? o->cluster : "build/cluster.json";
+        pdde_plan_devices d;
+        pdde_graph *g = NULL;
+        gpt_model m;
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+        pp.batch = o->model.batch, pp.tp_divisor = o->model.heads, pp.no_tp = pp.no_pp = 1;
+        pdde_status st = gpt_plan_devices(ctx, path, &o->model, ranks, &d);
+        if (!st) {
+            st = pdde_graph_init(ctx, &g);
+            if (!st) st = gpt_build(g, &o->model, &m);
+            if (!st) st = pdde_backward(g, m.loss);
+            if (!st) st = pdde_optimizer_adamw(g, &op);
+            if (!st) st = pdde_plan_replan(g, &d, &pp, old, &p);
+            chosen_zero = p.zero;
+            if (!st && p.zero > 1) p.zero = 1, st = pdde_plan_evaluate(g, &d, &pp, &p);
+            pdde_graph_free(g);
+            pdde_plan_devices_free(&d);
+        }
+        if (st || p.why[0] || p.dp != ranks) {
+            snprintf(why, sizeof why, "%s (%s)", st ? pdde_last_error(ctx) : p.why[0] ? p.why : "the plan does not use every rank", path);
+            memset(&p, 0, sizeof p), snprintf(p.why, sizeof p.why, "%.150s", why);
+        }
+    }
+    /* (pdde_plan is a multiple of 8 bytes: doubles) */
+    if (pdde_comm_broadcast(comm, &p, sizeof p / 4, PDDE_I32, 0)) {
+        fprintf(stderr, "gpt: elastic: the plan of rank 0 did not arrive: %s\n", pdde_last_error(ctx));
+        return -1;
+    }
+    if (p.dp != ranks) { fprintf(stderr, "gpt: elastic: --plan auto: no plan for %d ranks: %s\n", ranks, p.why); return 1; }
+    *out = p;
+    o->dp = p.dp, o->tp = 1, o->pp = 1, o->micro = p.micro, o->zero = p.zero, o->recompute = p.recompute, o->pp_chunks = p.chunks;
+    if (rank == 0) {
+        char s[256];
+        pdde_plan_str(&p, s, sizeof s);
+        printf("gpt: elastic: the planner chose %s for %d rank%s: predicted %.3g s/step, %.3g MB on the fullest device%s\n", s, ranks,
+               ranks > 1 ? "s" : "", p.step_s, p.peak_bytes / 1e6, chosen_zero > 1 ? " (its ZeRO-2/3 run as ZeRO-1: snapshots hold ZeRO 0 and 1)" : "");
+    }
+    return 0;
+}
+#else
+static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pdde_plan *old, pdde_plan *out) {
+    (void)ctx, (void)o, (void)comm, (void)old, (void)out;
+    return 1;
+}
+#endif
+
 #define TRY(call)                                                                              \
     do {                                                                                       \
         pdde_status st_ = (call);                                                              \
@@ -401,7 +461,8 @@ int main(int argc, char **argv) {
     /* Several ranks: every parallelism comes from distributed attributes — one global graph (of one
      * micro-batch), annotated for the plan, completed, and run SPMD by each rank. */
     pdde_comm *comm = NULL;
-    if (o.plan && !strcmp(o.plan, "auto") && choose_plan(ctx, &o)) return 1;
+    int el_auto = o.plan && !strcmp(o.plan, "auto") && getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC")); /* (planned below) */
+    if (o.plan && !strcmp(o.plan, "auto") && !el_auto && choose_plan(ctx, &o)) return 1;
     int rank = 0, ranks = o.dp * o.tp * o.pp;
     /* under pdde-run --elastic: data parallel over whatever ranks there are; a lost rank is recovered
      * from in process (the survivors re-form the world, rebuild for dp = the ranks left, restore the
@@ -409,15 +470,20 @@ int main(int argc, char **argv) {
     pdde_elastic *el = NULL;
     char el_plan[128] = "";
     if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
-        if (o.tp * o.pp > 1 || o.zero > 1 || o.plan) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0 or 1 (no --tp, --pp, --plan)\n"); return 2; }
+        if (o.tp * o.pp > 1 || o.zero > 1 || (o.plan && !el_auto)) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0 or 1 (no --tp, --pp; --plan auto only)\n"); return 2; }
         TRY(pdde_elastic_init(ctx, NULL, &el));
         comm = pdde_elastic_world(el);
     }
 elastic_rebuild:
     if (el) {
         rank = pdde_comm_rank(comm), ranks = o.dp = pdde_comm_size(comm);
+        if (el_auto) { /* the planner's plan for these ranks (re-planned from the last one at a change) */
+            int had = o.parsed_plan.dp > 0, bad = elastic_plan(ctx, &o, comm, had ? &o.parsed_plan : NULL, &o.parsed_plan);
+            if (bad) return 1;
+        }
         if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
-        snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=%d", o.dp, o.micro, o.dp > 1 ? o.zero : 0);
+        if (el_auto) pdde_plan_str(&o.parsed_plan, el_plan, sizeof el_plan);
+        else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=%d", o.dp, o.micro, o.dp > 1 ? o.zero : 0);
     } else if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;

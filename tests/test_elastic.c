@@ -8,6 +8,8 @@
  *    copy the next rank holds (at most 2 steps lost: the newest copy may not have arrived);
  *  - the same with one survivor a step behind the others when the failure reaches it
  *    (PDDE_TEST_ELASTIC_LAG): the survivors agree on their snapshots again and finish;
+ *  - re-planning (gpt --plan auto): the planner's plan for 4 ranks, then for the 3 left after a kill;
+ *    the losses equal a run making the same re-plan at the same step;
  *  - one rank frozen with SIGSTOP: detected within the peer timeout plus the recovery, handled as a
  *    death; continued (SIGCONT) afterwards, it finds itself fenced and stops, and the new world's
  *    losses are still the reference's;
@@ -213,6 +215,62 @@ static void test_lagging_survivor(unsigned seed) {
     free(j.out), free(ref.out);
 }
 
+/* Re-planning (gpt --plan auto under --elastic): the planner picks the plan for 4 ranks at the start
+ * and, after a rank is killed, the plan for the 3 left (pdde_plan_replan on the devices of a cluster
+ * file: one machine's CPU); the transition's line names that plan, and the losses equal those of a
+ * run where the killed rank leaves at the resume step (the same re-plan there). */
+static void test_replan(unsigned seed) {
+    char m_fail[300], m_ref[300], cluster[300];
+    snprintf(m_fail, sizeof m_fail, "%s/replan.jsonl", g_tmp);
+    snprintf(m_ref, sizeof m_ref, "%s/replan_ref.jsonl", g_tmp);
+    snprintf(cluster, sizeof cluster, "%s/cluster.json", g_tmp);
+    FILE *f = fopen(cluster, "w");
+    if (!f) { CHECK(0, "replan: cannot write %s", cluster); return; }
+    fputs("{\"format\": \"pdde-cluster\", \"version\": 1, \"name\": \"test\",\n"
+          " \"specs\": [{\"name\": \"cpu\", \"kind\": \"cpu\", \"backend\": \"cpu\", \"peak_flops\": 5e10, \"mem_bandwidth\": 1e10, \"gemm\": [],\n"
+          "  \"curves\": {\"elementwise\": [[49152, 2e-5]], \"row\": [], \"attention\": [], \"embedding\": [], \"optimizer\": []}}],\n"
+          " \"machines\": [{\"id\": 0, \"name\": \"host\", \"cores\": 2, \"numa_nodes\": 1, \"host_memory\": 8000000000, \"l3_cache\": 0,\n"
+          "  \"intra\": {\"kind\": \"shm\", \"bandwidth\": 5e9, \"latency\": 2e-6, \"group\": -1},\n"
+          "  \"nic\": {\"kind\": \"net\", \"bandwidth\": 0, \"latency\": 0, \"group\": -1},\n"
+          "  \"devices\": [{\"id\": 0, \"spec\": \"cpu\", \"memory\": 8000000000}]}],\n"
+          " \"links\": [], \"collectives\": []}\n", f);
+    fclose(f);
+    const char *auto_gpt[] = {"--plan", "auto", "--cluster", cluster, NULL};
+    srand(seed * 11 + 7);
+    int victim = 1 + rand() % 3, at = 20 + rand() % 80;
+    job j = job_start(NULL, m_fail, NULL, auto_gpt);
+    if (job_wait_step(&j, m_fail, at, 30)) {
+        CHECK(0, "replan: the job did not reach step %d: %s", at, job_text(&j));
+        job_kill(&j);
+        return;
+    }
+    pid_t pids[8];
+    job_ranks(j.pid, pids, 8);
+    kill(pids[victim], SIGKILL);
+    int rc = job_finish(&j, 40), resumed = -1;
+    double secs;
+    char line[800] = "", chose4[200] = "", chose3[200] = "", want[240];
+    parse_resumed(job_text(&j), NULL, &resumed, &secs, line, sizeof line);
+    const char *t = job_text(&j), *c4 = strstr(t, "the planner chose "), *c3 = c4 ? strstr(c4 + 1, "the planner chose ") : NULL;
+    if (c4) sscanf(c4, "the planner chose %199s for 4 ranks", chose4);
+    if (c3) sscanf(c3, "the planner chose %199s for 3 ranks", chose3);
+    snprintf(want, sizeof want, "re-plan 4 -> 3 ranks: %s;", chose3);
+    CHECK(rc == 0 && !strncmp(chose4, "dp=4,", 5) && !strncmp(chose3, "dp=3,", 5) && strstr(line, want) &&
+          strstr(t, "3 ranks finished, 1 lost"), "replan: the planner's plans for 4 ranks (%s) and, after rank %d was killed, for 3 (%s) "
+          "run and the transition names the new one: rc %d\n%s", chose4, victim, chose3, rc, t);
+    printf("replan: rank %d killed at step ~%d (seed %u): the planner chose %s for 4 ranks, %s for 3: %s\n", victim, at, seed, chose4,
+           chose3, line);
+    if (rc || resumed < 0) { free(j.out); return; }
+    char leave[32];
+    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
+    job ref = job_start(leave, m_ref, NULL, auto_gpt);
+    rc = job_finish(&ref, 40);
+    CHECK(rc == 0 && strstr(job_text(&ref), want), "replan: the reference run (leave %s) makes the same re-plan: rc %d\n%s", leave, rc,
+          job_text(&ref));
+    compare_losses("replan", m_fail, m_ref, 1, STEPS, 1e-6);
+    free(j.out), free(ref.out);
+}
+
 /* Two failures in a row: 4 -> 3 -> 2 ranks; and a planned shrink 4 -> 2 at one step. */
 static void test_two_failures(unsigned seed) {
     char m[300];
@@ -410,6 +468,7 @@ int main(int argc, char **argv) {
     free(bz.out);
     test_lose_one(seed + 2, SIGKILL, 1);
     test_lagging_survivor(seed);
+    test_replan(seed);
     test_two_failures(seed);
     test_stops(seed);
     test_example(dir);
