@@ -10,6 +10,8 @@
  *    (PDDE_TEST_ELASTIC_LAG): the survivors agree on their snapshots again and finish;
  *  - re-planning (gpt --plan auto): the planner's plan for 4 ranks, then for the 3 left after a kill;
  *    the losses equal a run making the same re-plan at the same step;
+ *  - fault-tolerant data parallelism without re-planning (gpt --ft-replicas): a killed replica's
+ *    samples are dropped and the survivors average over theirs (see test_ft_replicas);
  *  - one rank frozen with SIGSTOP: detected within the peer timeout plus the recovery, handled as a
  *    death; continued (SIGCONT) afterwards, it finds itself fenced and stops, and the new world's
  *    losses are still the reference's;
@@ -271,6 +273,74 @@ static void test_replan(unsigned seed) {
     free(j.out), free(ref.out);
 }
 
+/* The loss of step `step` in a metrics file (NaN when none). */
+static double metrics_loss_at(const char *path, int step) {
+    double loss[STEPS + 1];
+    metrics_losses(path, loss, STEPS);
+    return step >= 1 && step <= STEPS ? loss[step] : NAN;
+}
+
+/* Fault-tolerant data parallelism without re-planning (gpt --ft-replicas): each of the 4 ranks keeps
+ * its replica's 3 rows of every 12-row batch; rank `victim` (1 or 2: not the last rows) is killed; the
+ * survivors redo the step from its snapshot over their own 9 rows and go on with them. Checked:
+ *  - the losses equal a run where the replica leaves at the resume step (1e-6);
+ *  - a replica set averages over exactly its samples: at the resume step, the losses of two runs that
+ *    keep 2 replicas each (the victim's and replica 3's; the other two), half and half, are the loss
+ *    of the run without changes over all 12 rows (1e-5). */
+static void test_ft_replicas(unsigned seed) {
+    char m_fail[300], m_ref[300], m_alone[300];
+    snprintf(m_fail, sizeof m_fail, "%s/ft.jsonl", g_tmp);
+    snprintf(m_ref, sizeof m_ref, "%s/ft_ref.jsonl", g_tmp);
+    snprintf(m_alone, sizeof m_alone, "%s/ft_alone.jsonl", g_tmp);
+    srand(seed * 17 + 5);
+    int victim = 1 + rand() % 2, at = 20 + rand() % 80;
+    const char *ft_gpt[] = {"--ft-replicas", NULL};
+    job j = job_start(NULL, m_fail, NULL, ft_gpt);
+    if (job_wait_step(&j, m_fail, at, 30)) {
+        CHECK(0, "ft replicas: the job did not reach step %d: %s", at, job_text(&j));
+        job_kill(&j);
+        return;
+    }
+    pid_t pids[8];
+    job_ranks(j.pid, pids, 8);
+    kill(pids[victim], SIGKILL);
+    int rc = job_finish(&j, 40), resumed = -1;
+    double secs;
+    char line[800] = "", want[64];
+    parse_resumed(job_text(&j), NULL, &resumed, &secs, line, sizeof line);
+    snprintf(want, sizeof want, "batch 9: the samples of replica %d dropped", victim);
+    CHECK(rc == 0 && strstr(line, want) && strstr(job_text(&j), "3 ranks finished, 1 lost"),
+          "ft replicas: rank %d killed: the survivors go on with their rows (%s): rc %d\n%s", victim, want, rc, job_text(&j));
+    printf("ft replicas: rank %d killed at step ~%d (seed %u): %s\n", victim, at, seed, line);
+    if (rc || resumed < 0) { free(j.out); return; }
+    char leave[32];
+    snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
+    job ref = job_start(leave, m_ref, NULL, ft_gpt);
+    rc = job_finish(&ref, 40);
+    CHECK(rc == 0 && strstr(job_text(&ref), want), "ft replicas: the reference run (leave %s): rc %d\n%s", leave, rc, job_text(&ref));
+    compare_losses("ft replicas", m_fail, m_ref, 1, STEPS, 1e-6);
+    /* two runs of 2 replicas each from the resume step: P keeps the victim's and replica 3's rows, Q the
+     * other two; together their rows are all 12 */
+    int q0 = -1, q1 = -1;
+    for (int r = 0; r < 3; r++)
+        if (r != victim) { if (q0 < 0) q0 = r; else q1 = r; }
+    char left_p[64], left_q[64], m_q[300];
+    snprintf(left_p, sizeof left_p, "%d@%d,%d@%d", q0, resumed, q1, resumed);
+    snprintf(left_q, sizeof left_q, "%d@%d,%d@%d", victim, resumed, 3, resumed);
+    snprintf(m_q, sizeof m_q, "%s/ft_q.jsonl", g_tmp);
+    job alone = job_start(left_p, m_alone, NULL, ft_gpt), q = job_start(left_q, m_q, NULL, ft_gpt);
+    int rc_p = job_finish(&alone, 60), rc_q = job_finish(&q, 60);
+    double lp = metrics_loss_at(m_alone, resumed + 1), lq = metrics_loss_at(m_q, resumed + 1), l12 = metrics_loss_at(g_base, resumed + 1);
+    double mix = (6 * lp + 6 * lq) / 12, d = fabs(mix - l12) / fabs(l12);
+    CHECK(rc_p == 0 && rc_q == 0 && d <= 1e-5, "ft replicas: at step %d, 6/12 x the loss of replicas %d and 3 alone %.9g + 6/12 x that of "
+          "replicas %d and %d %.9g = %.9g, the loss over all 12 rows %.9g (difference %.3g, tolerance 1e-5): rc %d %d\n%s\n%s", resumed + 1,
+          victim, lp, q0, q1, lq, mix, l12, d, rc_p, rc_q, rc_p ? job_text(&alone) : "", rc_q ? job_text(&q) : "");
+    printf("ft replicas: step %d: (6 x %.7f + 6 x %.7f) / 12 = %.7f; all 12 rows %.7f (difference %.2g relative); the survivors' 9 rows %.7f\n",
+           resumed + 1, lp, lq, mix, l12, d, metrics_loss_at(m_fail, resumed + 1));
+    free(q.out);
+    free(j.out), free(ref.out), free(alone.out);
+}
+
 /* Two failures in a row: 4 -> 3 -> 2 ranks; and a planned shrink 4 -> 2 at one step. */
 static void test_two_failures(unsigned seed) {
     char m[300];
@@ -469,6 +539,7 @@ int main(int argc, char **argv) {
     test_lose_one(seed + 2, SIGKILL, 1);
     test_lagging_survivor(seed);
     test_replan(seed);
+    test_ft_replicas(seed);
     test_two_failures(seed);
     test_stops(seed);
     test_example(dir);
