@@ -510,7 +510,7 @@ static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint6
         pdde_tensor *lt = local_of(s, t);
         if (!lt && !held_elsewhere(s, t)) continue; /* not in the step */
         int split = -1, nsplit = 0;
-        for (int d = 0; lt && d < lt->ndim; d++)
+        for (int d = 0; lt && lt->dist.mesh && d < lt->ndim; d++) /* (no mesh: a session of one process, all whole) */
             if (lt->dist.dims_mapping[d] >= 0) split = d, nsplit++;
         int axis = split >= 0 ? program_axis(s->prog, lt->dist.mesh, lt->dist.dims_mapping[split]) : -1;
         if (!lt || nsplit > 1 || (split >= 0 && (lt->dtype != PDDE_F32 || lt->dist.mesh->shape[lt->dist.dims_mapping[split]] != e->n_members ||

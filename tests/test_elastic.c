@@ -15,7 +15,7 @@
  *  - one rank frozen with SIGSTOP: detected within the peer timeout plus the recovery, handled as a
  *    death; continued (SIGCONT) afterwards, it finds itself fenced and stops, and the new world's
  *    losses are still the reference's;
- *  - two failures in a row (4 -> 3 -> 2 ranks), a planned shrink 4 -> 2, a member lost while the next
+ *  - two failures in a row (4 -> 3 -> 2 ranks), a planned shrink 4 -> 2 and 2 -> 1, a member lost while the next
  *    world forms (the others form the one after), growing 2 -> 4 (two ranks started later with
  *    pdde-run --join get the state from a member; the losses go on as a run without changes);
  *  - errors that would repeat stop the job: --max-restarts 0 and a kill; a non-finite loss; fewer
@@ -341,7 +341,7 @@ static void test_ft_replicas(unsigned seed) {
     free(j.out), free(ref.out), free(alone.out);
 }
 
-/* Two failures in a row: 4 -> 3 -> 2 ranks; and a planned shrink 4 -> 2 at one step. */
+/* Two failures in a row: 4 -> 3 -> 2 ranks; and planned shrinks 4 -> 2 and 2 -> 1 at one step. */
 static void test_two_failures(unsigned seed) {
     char m[300];
     snprintf(m, sizeof m, "%s/two.jsonl", g_tmp);
@@ -371,6 +371,19 @@ static void test_two_failures(unsigned seed) {
     CHECK(rc == 0 && strstr(job_text(&s), "rank 1 left, rank 3 left at step 30; re-plan 4 -> 2 ranks: dp=2"),
           "shrink 4 -> 2 at step 30: rc %d\n%s", rc, job_text(&s));
     free(s.out);
+    /* down to one rank (it runs as one process), under ZeRO-1: the split state made whole there; the
+     * losses go on as those of 2 ranks without changes */
+    char m1[300], m2[300];
+    snprintf(m1, sizeof m1, "%s/shrink1.jsonl", g_tmp);
+    snprintf(m2, sizeof m2, "%s/two_zero.jsonl", g_tmp);
+    const char *two[] = {"-n", "2", "--min", "1", NULL}, *zero_gpt[] = {"--zero", "1", NULL};
+    job one = job_start("0@30", m1, two, zero_gpt), base = job_start(NULL, m2, two, zero_gpt);
+    rc = job_finish(&one, 40);
+    int rc_base = job_finish(&base, 40);
+    CHECK(rc == 0 && rc_base == 0 && strstr(job_text(&one), "rank 0 left at step 30; re-plan 2 -> 1 ranks: dp=1"),
+          "shrink 2 -> 1 at step 30 (ZeRO-1): rc %d (base %d)\n%s", rc, rc_base, job_text(&one));
+    compare_losses("shrink 2 -> 1", m1, m2, 1, 40, 1e-4);
+    free(one.out), free(base.out);
 }
 
 /* A free TCP port on 127.0.0.1 (bound and released: another process may take it in between). */
