@@ -495,6 +495,7 @@ int main(int argc, char **argv) {
             ft_rows = ft_global / (ft_dp0 * o.micro);
         }
     }
+    if (o.ft && !el) { fprintf(stderr, "gpt: --ft-replicas needs pdde-run --elastic\n"); return 2; }
 elastic_rebuild:
     if (el) {
         rank = pdde_comm_rank(comm), ranks = o.dp = pdde_comm_size(comm);
