@@ -220,7 +220,7 @@ static double pdde_elem(pdde_context *ctx, int dev, const char *op, int64_t rows
 
 static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int unfused_graph) {
     gpt_config c = {.vocab = 50304, .ctx = 1024, .layers = quick ? 2 : 12, .heads = 12, .width = 768, .batch = 8,
-                    .unfused_attention = unfused_graph};
+                    .unfused_attention = unfused_graph, .separate_qkv = gpt_separate_qkv("cuda")};
     pdde_graph *g;
     pdde_graph_init(ctx, &g);
     gpt_model m;
