@@ -738,24 +738,7 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(const float *__restrict
 
 #define PGD_ATT_DMAX 128 /* the largest head dim (backends/gpu_dispatch.h sends larger ones to the CPU) */
 
-/* Element offsets of row r = bh * T + t in either layout (H, each attention kernel's last argument: 0, q,
- * k, v [BH, T, D] apart; > 0, packed in qkv [B, T, H*3*D] with y [B, T, H*D] and the logsumexp after it) */
-__device__ __forceinline__ long long att_in(long long r, long long T, long long D, long long H) {
-    if (!H) return r * D;
-    long long t = r % T, bh = r / T;
-    return ((bh / H) * T + t) * 3 * H * D + (bh % H) * 3 * D;
-}
-__device__ __forceinline__ long long att_y(long long r, long long T, long long D, long long H) {
-    if (!H) return r * (D + 1);
-    long long t = r % T, bh = r / T;
-    return ((bh / H) * T + t) * H * D + (bh % H) * D;
-}
-__device__ __forceinline__ long long att_lse(long long r, long long rows, long long D, long long H) {
-    return H ? rows * D + r : r * (D + 1) + D;
-}
-__device__ __forceinline__ long long att_out(long long r, int which, long long rows, long long T, long long D, long long H) {
-    return H ? att_in(r, T, D, H) + which * D : which * rows * D + r * D;
-}
+#include "cuda_att_layout.cuh"
 
 extern "C" __global__ void k_attention(const float *__restrict__ q, const float *__restrict__ k,
                                        const float *__restrict__ v, float *__restrict__ y, long long BH, long long T,
