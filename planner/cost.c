@@ -930,7 +930,7 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         op->k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         op->m = op->n ? pdde_tensor_numel(x) / op->n : 0;
         op->dtype = a->dtype; /* the GEMM's kind is its inputs' (bf16 in, f32 out: the bf16 rate) */
-    } else if ((x->op == PDDE_OP_ATTENTION || x->op == PDDE_OP_ATTENTION_BACK) && x->nsrc >= 3) {
+    } else if ((x->op == PDDE_OP_ATTENTION || x->op == PDDE_OP_ATTENTION_BACK) && x->nsrc >= 1) {
         /* rated as its tile GEMMs: rows x a tile of keys (the CPU's 128) x the head dim */
         const pdde_tensor *q = x->src[0];
         int64_t B, H, T, D;
