@@ -210,7 +210,9 @@ typedef enum {
                             the backward recomputes the probabilities from); f: ATTENTION_SCALE.
                             Flash-attention style: keys in tiles with an online softmax, no [T,T].
                             q, k, v all f32, all bf16 or all f16 (then f32 accumulation, statistics
-                            and softmax); the output f32 */
+                            and softmax); the output f32. i: ATTENTION_QKV_D > 0: the packed form
+                            (pdde_attention_qkv): src qkv [B,T,H*3*D] -> [B,T,H*D], each row's
+                            logsumexp [B*H,T] after it in the node's memory (pdde_tensor_nbytes) */
     /* backward ops (appended by pdde_backward) */
     PDDE_OP_SUM_TO,      /* reduce src0 to this tensor's (broadcast-compatible) shape */
     PDDE_OP_EXPAND,      /* broadcast src0 to this tensor's shape, times f: SCALE */
@@ -232,7 +234,9 @@ typedef enum {
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape; i: as SLICE's */
     PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same params) */
     PDDE_OP_ATTENTION_BACK,       /* src: q, k, v, y (the forward's [B,H,T,D+1]), dy (its gradient) ->
-                                     [3,B,H,T,D]: dq, dk, dv; f: ATTENTION_SCALE as the forward */
+                                     [3,B,H,T,D]: dq, dk, dv; f: ATTENTION_SCALE as the forward;
+                                     packed (i: ATTENTION_QKV_D > 0): src qkv, y, dy [B,T,H*D] ->
+                                     dqkv [B,T,H*3*D] */
     PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
      * and zero the gradient they consumed. f: UPDATE_LR (set by the executor each step),
@@ -361,6 +365,7 @@ struct pdde_tensor {
 const char *pdde_op_name(pdde_op op);
 
 int64_t pdde_tensor_numel(const pdde_tensor *t);
+/* numel x the dtype's size; a packed attention node (pdde_attention_qkv) also holds its rows' logsumexp */
 size_t pdde_tensor_nbytes(const pdde_tensor *t);
 
 /* ---------------------------------------------------------------------------------------------------
@@ -425,6 +430,10 @@ pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_
 /* The same attention from matmul, scale, causal softmax and matmul (materialises [B, H, T, T] scores
  * and probabilities): the reference the fused op is checked against. */
 pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v);
+/* The same attention on q, k, v packed in qkv [B, T, H*3*D] (head-major: head h's q, k, v are columns
+ * h*3D + [0, D), [D, 2D), [2D, 3D)), read in place -> [B, T, H*D] f32 (head h in columns h*D + [0, D)):
+ * no slice or permute around it, and its backward writes the [B, T, H*3*D] gradient directly. */
+pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads);
 /* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). */
 pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets);
 pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids);

@@ -738,18 +738,20 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(const float *__restrict
 
 #define PGD_ATT_DMAX 128 /* the largest head dim (backends/gpu_dispatch.h sends larger ones to the CPU) */
 
+#include "cuda_att_layout.cuh"
+
 extern "C" __global__ void k_attention(const float *__restrict__ q, const float *__restrict__ k,
                                        const float *__restrict__ v, float *__restrict__ y, long long BH, long long T,
-                                       long long D, float scale) {
+                                       long long D, float scale, long long H) {
     GRID_STRIDE(r, BH * T) {
         long long i = r % T;
-        const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
         float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
-        for (long long d = 0; d < D; d++) qr[d] = q[r * D + d], acc[d] = 0.0f;
+        for (long long d = 0; d < D; d++) qr[d] = q[att_in(r, T, D, H) + d], acc[d] = 0.0f;
         float m = -INFINITY, l = 0.0f;
         for (long long j = 0; j <= i; j++) {
+            const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f;
-            for (long long d = 0; d < D; d++) s += qr[d] * kb[j * D + d];
+            for (long long d = 0; d < D; d++) s += qr[d] * kj[d];
             s *= scale;
             if (s > m) {
                 float a = expf(m - s);
@@ -759,36 +761,37 @@ extern "C" __global__ void k_attention(const float *__restrict__ q, const float 
             }
             float p = expf(s - m);
             l += p;
-            for (long long d = 0; d < D; d++) acc[d] += p * vb[j * D + d];
+            for (long long d = 0; d < D; d++) acc[d] += p * vj[d];
         }
-        float *yr = y + r * (D + 1);
+        float *yr = y + att_y(r, T, D, H);
         for (long long d = 0; d < D; d++) yr[d] = acc[d] / l;
-        yr[D] = m + logf(l);
+        y[att_lse(r, BH * T, D, H)] = m + logf(l);
     }
 }
 
 extern "C" __global__ void k_attention_back_q(const float *__restrict__ q, const float *__restrict__ k,
                                               const float *__restrict__ v, const float *__restrict__ y,
                                               const float *__restrict__ dy, float *__restrict__ rowdot,
-                                              float *__restrict__ out, long long BH, long long T, long long D, float scale) {
+                                              float *__restrict__ out, long long BH, long long T, long long D, float scale,
+                                              long long H) {
     GRID_STRIDE(r, BH * T) {
-        long long i = r % T, Dy = D + 1;
-        const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
+        long long i = r % T, yo = att_y(r, T, D, H);
         float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
         float dot = 0.0f;
         for (long long d = 0; d < D; d++) {
-            qr[d] = q[r * D + d], dor[d] = dy[r * Dy + d], dq[d] = 0.0f;
-            dot += dor[d] * y[r * Dy + d];
+            qr[d] = q[att_in(r, T, D, H) + d], dor[d] = dy[yo + d], dq[d] = 0.0f;
+            dot += dor[d] * y[yo + d];
         }
         rowdot[r] = dot;
-        float lse = y[r * Dy + D];
+        float lse = y[att_lse(r, BH * T, D, H)];
         for (long long j = 0; j <= i; j++) {
+            const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f, dp = 0.0f;
-            for (long long d = 0; d < D; d++) s += qr[d] * kb[j * D + d], dp += dor[d] * vb[j * D + d];
+            for (long long d = 0; d < D; d++) s += qr[d] * kj[d], dp += dor[d] * vj[d];
             float ds = expf(s * scale - lse) * (dp - dot);
-            for (long long d = 0; d < D; d++) dq[d] += ds * kb[j * D + d];
+            for (long long d = 0; d < D; d++) dq[d] += ds * kj[d];
         }
-        for (long long d = 0; d < D; d++) out[r * D + d] = scale * dq[d];
+        for (long long d = 0; d < D; d++) out[att_out(r, 0, BH * T, T, D, H) + d] = scale * dq[d];
     }
 }
 
@@ -796,19 +799,20 @@ extern "C" __global__ void k_attention_back_kv(const float *__restrict__ q, cons
                                                const float *__restrict__ v, const float *__restrict__ y,
                                                const float *__restrict__ dy, float *__restrict__ rowdot,
                                                float *__restrict__ out, long long BH, long long T, long long D,
-                                               float scale) {
+                                               float scale, long long H) {
     GRID_STRIDE(r, BH * T) {
-        long long j = r % T, n = BH * T * D, Dy = D + 1;
+        long long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);
         float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
-        for (long long d = 0; d < D; d++) kr[d] = k[r * D + d], vr[d] = v[r * D + d], dk[d] = 0.0f, dv[d] = 0.0f;
+        for (long long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;
         for (long long ri = r; ri < r - j + T; ri++) {
-            const float *qi = q + ri * D, *doi = dy + ri * Dy;
+            const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);
             float s = 0.0f, dp = 0.0f;
             for (long long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];
-            float p = expf(s * scale - y[ri * Dy + D]), ds = p * (dp - rowdot[ri]);
+            float p = expf(s * scale - y[att_lse(ri, rows, D, H)]), ds = p * (dp - rowdot[ri]);
             for (long long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];
         }
-        for (long long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
+        for (long long d = 0; d < D; d++)
+            out[att_out(r, 1, rows, T, D, H) + d] = scale * dk[d], out[att_out(r, 2, rows, T, D, H) + d] = dv[d];
     }
 }
 
@@ -898,11 +902,23 @@ extern "C" __global__ void k_att_dsoftmax(const float *__restrict__ s, const flo
 
 /* rowdot[r] = dO_r . O_r (y and dy [rows, D + 1]: the output columns) */
 extern "C" __global__ void k_flash_rowdot(const float *__restrict__ y, const float *__restrict__ dy, float *__restrict__ rowdot,
-                                          long long rows, long long D) {
+                                          long long rows, long long D, long long T, long long H) {
     GRID_STRIDE(r, rows) {
         float dot = 0.0f;
-        for (long long d = 0; d < D; d++) dot += dy[r * (D + 1) + d] * y[r * (D + 1) + d];
+        long long o = att_y(r, T, D, H);
+        for (long long d = 0; d < D; d++) dot += dy[o + d] * y[o + d];
         rowdot[r] = dot;
+    }
+}
+
+extern "C" __global__ void k_att_repack(void *packed, void *flat, long long r0, long long n, long long T, long long D,
+                                        long long H, int which, int esz, int to_flat) {
+    GRID_STRIDE(e, n * D) {
+        long long r = r0 + e / D, d = e % D, po = (which < 0 ? att_y(r, T, D, H) : att_in(r, T, D, H) + which * D) + d;
+        if (esz == 2 && to_flat) ((unsigned short *)flat)[e] = ((const unsigned short *)packed)[po];
+        else if (esz == 2) ((unsigned short *)packed)[po] = ((const unsigned short *)flat)[e];
+        else if (to_flat) ((float *)flat)[e] = ((const float *)packed)[po];
+        else ((float *)packed)[po] = ((const float *)flat)[e];
     }
 }
 
@@ -914,25 +930,26 @@ extern "C" __global__ void k_flash_rowdot(const float *__restrict__ y, const flo
 #define FL_KERNELS(D, sfx)                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_fwd##sfx(                                     \
         const void *q, const void *k, const void *v, float *y, long long BH, long long T, long long Dn, float scale,    \
-        int bf16) {                                                                                                    \
+        int bf16, long long H) {                                                                                       \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
-        (void)BH, (void)Dn, (void)bf16;                                                                                \
-        flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, T, scale);                  \
+        (void)Dn, (void)bf16;                                                                                          \
+        flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H);           \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dq##sfx(                                 \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16) {                                              \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H) {                                 \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
-        (void)BH, (void)Dn, (void)bf16;                                                                                \
-        flash_dq<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, T, scale);  \
+        (void)Dn, (void)bf16;                                                                                          \
+        flash_dq<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,      \
+                    scale, H);                                                                                         \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dkv##sfx(                                \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16) {                                              \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H) {                                 \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
         (void)Dn, (void)bf16;                                                                                          \
         flash_dkv<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,     \
-                     scale);                                                                                           \
+                     scale, H);                                                                                        \
     }
 FL_KERNELS(64, )
 FL_KERNELS(128, _d128)
@@ -941,13 +958,13 @@ FL_KERNELS(128, _d128)
  * the backend never launches them (pgd_ctx.has_flash is 0 there). */
 #define FL_STUBS(sfx)                                                                                                  \
     extern "C" __global__ void k_flash_fwd##sfx(const void *q, const void *k, const void *v, float *y, long long BH,    \
-                                                long long T, long long D, float scale, int bf16) {}                    \
+                                                long long T, long long D, float scale, int bf16, long long H) {}       \
     extern "C" __global__ void k_flash_back_dq##sfx(const void *q, const void *k, const void *v, const float *y,        \
                                                     const float *dy, const float *rowdot, float *out, long long BH,    \
-                                                    long long T, long long D, float scale, int bf16) {}                \
+                                                    long long T, long long D, float scale, int bf16, long long H) {}   \
     extern "C" __global__ void k_flash_back_dkv##sfx(const void *q, const void *k, const void *v, const float *y,       \
                                                      const float *dy, const float *rowdot, float *out, long long BH,   \
-                                                     long long T, long long D, float scale, int bf16) {}
+                                                     long long T, long long D, float scale, int bf16, long long H) {}
 FL_STUBS()
 FL_STUBS(_d128)
 #endif

@@ -41,7 +41,7 @@ enum {
     PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV,
     PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_ATT_SOFTMAX, PGD_K_ATT_DSOFTMAX, PGD_K_FLASH_ROWDOT,
     PGD_K_FLASH_FWD, PGD_K_FLASH_FWD_D128, PGD_K_FLASH_BACK_DQ, PGD_K_FLASH_BACK_DQ_D128, PGD_K_FLASH_BACK_DKV,
-    PGD_K_FLASH_BACK_DKV_D128, PGD_K_COUNT
+    PGD_K_FLASH_BACK_DKV_D128, PGD_K_ATT_REPACK, PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
@@ -52,7 +52,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_adamw", "k_gemm", "k_attention", "k_attention_back_q", "k_attention_back_kv",
     "k_adamw_multi", "k_bias_gelu", "k_att_softmax", "k_att_dsoftmax", "k_flash_rowdot",
     "k_flash_fwd", "k_flash_fwd_d128", "k_flash_back_dq", "k_flash_back_dq_d128", "k_flash_back_dkv",
-    "k_flash_back_dkv_d128",
+    "k_flash_back_dkv_d128", "k_att_repack",
 };
 
 /* The largest head dim of the attention kernels: an item keeps a few rows of D floats in registers
@@ -166,9 +166,14 @@ static int pgd_supports_op(const pdde_tensor *node) {
     case PDDE_OP_EMBEDDING_BACK: /* [base,] ids, dy */
         if (node->nsrc < 2 || node->nsrc > 3 || node->ndim != 2 || pgd_vocab_split(node)) return 0;
         break;
-    case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK:
-        if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) || a->ndim != 4 || a->shape[3] > PGD_ATT_DMAX) return 0;
+    case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: {
+        int64_t B, H, T, D;
+        int packed = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0;
+        if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) - (packed ? 2 : 0) || a->ndim != (packed ? 3 : 4)) return 0;
+        pdde_attention_dims(node, &B, &H, &T, &D, &packed);
+        if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
+    }
     case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch */
         if (node->nsrc != 2 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
@@ -183,8 +188,9 @@ static int pgd_supports_op(const pdde_tensor *node) {
     if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32 || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
-        for (int i = 0; i < node->nsrc; i++) /* q, k, v of a->dtype (pgd_attention widens them); y, dy f32 */
-            if (node->src[i]->dtype != (i < 3 ? a->dtype : PDDE_F32)) return 0;
+        int nin = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0 ? 1 : 3;
+        for (int i = 0; i < node->nsrc; i++) /* q, k, v (or qkv) of a->dtype (pgd_attention widens them); y, dy f32 */
+            if (node->src[i]->dtype != (i < nin ? a->dtype : PDDE_F32)) return 0;
         return 1;
     }
     for (int i = 0; i < node->nsrc; i++) {
@@ -545,6 +551,31 @@ static void pgd_say_once(int which, const char *fmt, const char *a, const char *
 
 static const char *const pgd_att_names[3] = {"rows", "unfused", "flash"};
 
+/* An attention node's geometry and buffers in either layout (pdde_attention_dims): q, k, v apart, or
+ * packed in qkv (then k and v point D and 2D elements past q, and hk = H, the kernels' layout argument;
+ * 0 for the other layout); y and dy are the forward's output and its gradient (backward only). */
+typedef struct {
+    int64_t B, H, T, D, BH, rows, hk;
+    int packed;
+    size_t esz; /* q, k, v's element size */
+    pgd_ptr q, k, v, y, dy, out;
+} pgd_att;
+
+static pgd_att pgd_att_of(const pdde_tensor *node) {
+    pgd_att a;
+    pdde_attention_dims(node, &a.B, &a.H, &a.T, &a.D, &a.packed);
+    const pdde_tensor *q = node->src[0];
+    a.BH = a.B * a.H, a.rows = a.BH * a.T, a.hk = a.packed ? a.H : 0, a.esz = pdde_dtype_size(q->dtype);
+    a.q = pgd_ptr_of(q);
+    a.k = a.packed ? pgd_at(a.q, a.D * (int64_t)a.esz) : pgd_ptr_of(node->src[1]);
+    a.v = a.packed ? pgd_at(a.q, 2 * a.D * (int64_t)a.esz) : pgd_ptr_of(node->src[2]);
+    int back = node->op == PDDE_OP_ATTENTION_BACK, yi = a.packed ? 1 : 3;
+    a.y = back ? pgd_ptr_of(node->src[yi]) : pgd_ptr_of(node);
+    a.dy = back ? pgd_ptr_of(node->src[yi + 1]) : pgd_null;
+    a.out = pgd_ptr_of(node);
+    return a;
+}
+
 /* Which path runs this attention node: the backend's switch, else PDDE_ATTENTION (unfused, rows or flash),
  * else the backend's default. The tiled kernels take bf16 (and, where the backend's take it, f32) q, k,
  * v of head size 64 or 128 at 16-byte aligned offsets; other nodes asked to run there take the default
@@ -562,10 +593,11 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     }
     if (path == PGD_ATT_FLASH) {
         const pdde_tensor *q = node->src[0];
-        int64_t D = q->shape[3];
+        pgd_att at = pgd_att_of(node);
+        int64_t D = at.D;
         int dt_ok = (q->dtype == PDDE_BF16 && (g->has_flash & PGD_FLASH_BF16)) || (q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32));
-        int aligned = 1; /* (the CUDA kernels move 16 bytes at a time) */
-        for (int i = 0; i < 3; i++) aligned &= node->src[i]->offset % 16 == 0;
+        /* (the CUDA kernels move 16 bytes at a time: packed rows start at multiples of D elements) */
+        int aligned = at.q.off % 16 == 0 && at.k.off % 16 == 0 && at.v.off % 16 == 0 && (!at.packed || (D * (int64_t)at.esz) % 16 == 0);
         if (!(D == 64 || D == 128) || !dt_ok || !aligned) {
             int fb = g->attention_default == PGD_ATT_FLASH ? PGD_ATT_UNFUSED : g->attention_default;
             static const char *const why[4] = {"this device has no tiled attention kernels", "its q, k, v are of another dtype",
@@ -588,16 +620,21 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
  * after them is f32, the CPU's numerics. */
 static int pgd_attention_rows(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T, n = rows * D;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, n = rows * D, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
-    pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
     int64_t wide = q->dtype != PDDE_F32 ? 3 * n : 0, rowdot_n = node->op == PDDE_OP_ATTENTION_BACK ? rows : 0;
     pgd_ptr w = pgd_null;
     int e = wide + rowdot_n ? g->scratch(g->impl, g->stream, (size_t)(wide + rowdot_n) * sizeof(float), &w) : PDDE_OK;
     pgd_ptr *in[3] = {&pq, &pk, &pv};
     int32_t sdt = (int32_t)q->dtype, ddt = (int32_t)PDDE_F32;
-    for (int i = 0; !e && wide && i < 3; i++) {
+    if (!e && wide && at.packed) { /* the whole of qkv, in its layout */
+        e = pgd_launch_1d(g, PGD_K_CAST, wide, PGD_ARGS(PGD_P(pq), PGD_P(w), PGD_A(wide), PGD_A(sdt), PGD_A(ddt)));
+        for (int i = 0; i < 3; i++) *in[i] = pgd_at(w, i * D * (int64_t)sizeof(float));
+    }
+    for (int i = 0; !e && wide && !at.packed && i < 3; i++) {
         pgd_ptr wi = pgd_at(w, i * n * (int64_t)sizeof(float));
         e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(*in[i]), PGD_P(wi), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
         *in[i] = wi;
@@ -605,15 +642,15 @@ static int pgd_attention_rows(const pgd_ctx *g, pdde_tensor *node) {
     if (e) return e;
     if (node->op == PDDE_OP_ATTENTION)
         return pgd_launch_1d(g, PGD_K_ATTENTION, rows,
-                             PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale)));
-    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_at(w, wide * (int64_t)sizeof(float));
+                             PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
+    pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_at(w, wide * (int64_t)sizeof(float));
     e = pgd_launch_1d(g, PGD_K_ATTENTION_BACK_Q, rows,
                       PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                               PGD_A(T), PGD_A(D), PGD_A(scale)));
+                               PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
     if (e) return e;
     return pgd_launch_1d(g, PGD_K_ATTENTION_BACK_KV, rows,
                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                  PGD_A(T), PGD_A(D), PGD_A(scale)));
+                                  PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
 }
 
 /* Scratch of the unfused path, at most this many bytes (heads are taken in chunks that fit). */
@@ -627,10 +664,20 @@ static int64_t pgd_align256(int64_t bytes) { return (bytes + 255) & ~(int64_t)25
  * (k_att_dsoftmax), dQ = dS K, dK = dS^T Q. bf16 q, k, v: the GEMMs read bf16, P, dO and dS
  * written as bf16 for them (as autocast's matmuls round theirs); f16 ones are widened to f32 first (f16
  * would flush small dS to zero). The GEMMs are the vendor's, as the unfused graph's are. */
+/* Rows [r0, r0 + n) of a packed attention's tensor (which: 0, 1, 2 q, k, v or dq, dk, dv; -1 y, dy) to a
+ * contiguous [n, D] block (to_flat) or back (k_att_repack) */
+static int pgd_att_repack(const pgd_ctx *g, const pgd_att *at, pgd_ptr packed, pgd_ptr flat, int64_t r0, int64_t n, int32_t which,
+                          int32_t esz, int32_t to_flat) {
+    int64_t T = at->T, D = at->D, H = at->hk, count = n * D;
+    return pgd_launch_1d(g, PGD_K_ATT_REPACK, count, PGD_ARGS(PGD_P(packed), PGD_P(flat), PGD_A(r0), PGD_A(n), PGD_A(T), PGD_A(D),
+                                                               PGD_A(H), PGD_A(which), PGD_A(esz), PGD_A(to_flat)));
+}
+
 static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
     int back = node->op == PDDE_OP_ATTENTION_BACK;
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], tt = T * T, td = T * D, n = BH * td;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, tt = T * T, td = T * D, n = BH * td;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!BH || !T) return PDDE_OK;
     pdde_dtype gdt = q->dtype == PDDE_BF16 ? PDDE_BF16 : PDDE_F32; /* the GEMMs' operands */
@@ -638,27 +685,36 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
     int64_t esz = q->dtype == PDDE_F32 ? 4 : 2, gsz = lowp ? 2 : 4;
     /* bytes a head needs: S, P (then dS) of the GEMMs' dtype, O or dO f32, [dP], [dO of the GEMMs' dtype],
      * [q, k, v widened], [the GEMM's widening room where it has no bf16 GEMM: two operands, [T, D] and
-     * [T, T] or [T, D]] */
+     * [T, T] or [T, D]], [packed: q, k, v unpacked, a gradient before it is packed] */
     int64_t gw_head = lowp && !g->gemm_lowp ? 4 * (td + (tt > td ? tt : td)) : 0;
-    int64_t head = 4 * tt + gsz * tt + 4 * td + (back ? 4 * tt : 0) + (lowp ? 2 * td : 0) + (widen ? 12 * td : 0) + gw_head;
+    int64_t pk_head = at.packed ? 3 * esz * td + (back ? 4 * td : 0) : 0;
+    int64_t head = 4 * tt + gsz * tt + 4 * td + (back ? 4 * tt : 0) + (lowp ? 2 * td : 0) + (widen ? 12 * td : 0) + gw_head + pk_head;
     int64_t c = PGD_ATT_UNFUSED_SCRATCH / (head > 0 ? head : 1);
     c = c < 1 ? 1 : c > BH ? BH : c;
     int64_t o_P = pgd_align256(4 * c * tt), o_O = o_P + pgd_align256(gsz * c * tt), o_dP = o_O + pgd_align256(4 * c * td),
             o_dOb = o_dP + (back ? pgd_align256(4 * c * tt) : 0),
             o_wide = o_dOb + (lowp ? pgd_align256(2 * c * td) : 0), o_gw = o_wide + (widen ? pgd_align256(12 * c * td) : 0),
-            total = o_gw + pgd_align256(c * gw_head);
+            o_pk = o_gw + pgd_align256(c * gw_head), o_pg = o_pk + (at.packed ? pgd_align256(3 * esz * c * td) : 0),
+            total = o_pg + (at.packed && back ? pgd_align256(4 * c * td) : 0);
     pgd_ptr w = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)total, &w);
     if (e) return e;
     pgd_ptr S = w, P = pgd_at(w, o_P), O = pgd_at(w, o_O), dP = pgd_at(w, o_dP), dOb = pgd_at(w, o_dOb),
             gw = gw_head ? pgd_at(w, o_gw) : pgd_null;
-    pgd_ptr py = pgd_ptr_of(back ? node->src[3] : node), po = pgd_ptr_of(node);
-    int32_t f32 = (int32_t)PDDE_F32, pdt = (int32_t)gdt;
-    int64_t Dy = D + 1;
+    pgd_ptr py = at.y, po = at.out;
+    int32_t f32 = (int32_t)PDDE_F32, pdt = (int32_t)gdt, e32 = (int32_t)esz, four = 4;
+    int64_t Dy = D + 1, ls = at.packed ? 1 : Dy; /* the logsumexp's stride */
     for (int64_t h0 = 0; h0 < BH && !e; h0 += c) {
         int64_t ch = BH - h0 < c ? BH - h0 : c, rows = ch * T, nO = ch * td;
-        pgd_ptr qc = pgd_at(pgd_ptr_of(q), h0 * td * esz), kc = pgd_at(pgd_ptr_of(node->src[1]), h0 * td * esz),
-                vc = pgd_at(pgd_ptr_of(node->src[2]), h0 * td * esz);
+        pgd_ptr qc = pgd_at(at.q, h0 * td * esz), kc = pgd_at(at.k, h0 * td * esz), vc = pgd_at(at.v, h0 * td * esz);
+        if (at.packed) { /* the chunk's heads of q, k, v contiguous, as the batched GEMMs read them */
+            pgd_ptr *in[3] = {&qc, &kc, &vc};
+            for (int32_t i = 0; i < 3 && !e; i++) {
+                pgd_ptr pi = pgd_at(w, o_pk + i * esz * nO);
+                e = pgd_att_repack(g, &at, at.q, pi, h0 * T, rows, i, e32, 1);
+                *in[i] = pi;
+            }
+        }
         if (widen) {
             pgd_ptr *in[3] = {&qc, &kc, &vc};
             int32_t sdt = (int32_t)q->dtype;
@@ -668,35 +724,41 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
                 *in[i] = wi;
             }
         }
-        /* the chunk's rows of y (and dy): row h0 * T on, the logsumexp in column D (stride D + 1) */
-        pgd_ptr lse = pgd_at(py, (h0 * T * Dy + D) * 4);
+        /* the chunk's rows of y (and dy): row h0 * T on, the logsumexp in column D (stride D + 1), or packed
+         * after y's n elements */
+        pgd_ptr lse = at.packed ? pgd_at(py, (n + h0 * T) * 4) : pgd_at(py, (h0 * T * Dy + D) * 4);
         int32_t from_lse = back;
         if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, qc, td, kc, td, S, tt, ch, gw);
         if (!e) e = pgd_row_launch(g, PGD_K_ATT_SOFTMAX, rows, T,
-                                   PGD_ARGS(PGD_P(S), PGD_P(P), PGD_P(lse), PGD_A(rows), PGD_A(T), PGD_A(scale), PGD_A(Dy),
+                                   PGD_ARGS(PGD_P(S), PGD_P(P), PGD_P(lse), PGD_A(rows), PGD_A(T), PGD_A(scale), PGD_A(ls),
                                             PGD_A(from_lse), PGD_A(pdt)));
         if (!back) {
             if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, vc, td, O, td, ch, gw);
             /* into y's first D columns of the chunk's rows */
-            if (!e) e = pgd_copy2d(g, O, py, rows, D, D, 0, Dy, h0 * T * Dy);
+            if (!e) e = at.packed ? pgd_att_repack(g, &at, py, O, h0 * T, rows, -1, four, 0) : pgd_copy2d(g, O, py, rows, D, D, 0, Dy, h0 * T * Dy);
             continue;
         }
         /* dO: y's gradient without its logsumexp column, contiguous (and as bf16 for the GEMMs) */
         pgd_ptr dO = O;
-        if (!e) e = pgd_copy2d(g, pgd_ptr_of(node->src[4]), O, rows, D, Dy, h0 * T * Dy, D, 0);
+        if (!e) e = at.packed ? pgd_att_repack(g, &at, at.dy, O, h0 * T, rows, -1, four, 1) : pgd_copy2d(g, at.dy, O, rows, D, Dy, h0 * T * Dy, D, 0);
         if (!e && lowp) {
             int32_t bf16 = (int32_t)PDDE_BF16;
             e = pgd_launch_1d(g, PGD_K_CAST, nO, PGD_ARGS(PGD_P(O), PGD_P(dOb), PGD_A(nO), PGD_A(f32), PGD_A(bf16)));
             dO = dOb;
         }
-        pgd_ptr dq = pgd_at(po, h0 * td * 4), dk = pgd_at(po, (n + h0 * td) * 4), dv = pgd_at(po, (2 * n + h0 * td) * 4);
+        /* packed: each gradient through one contiguous block, then into dqkv's layout */
+        pgd_ptr pg = pgd_at(w, o_pg), dq = at.packed ? pg : pgd_at(po, h0 * td * 4), dk = at.packed ? pg : pgd_at(po, (n + h0 * td) * 4),
+                dv = at.packed ? pg : pgd_at(po, (2 * n + h0 * td) * 4);
         if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, dO, td, dv, td, ch, gw);      /* dV = P^T dO */
+        if (!e && at.packed) e = pgd_att_repack(g, &at, po, pg, h0 * T, rows, 2, four, 0);
         if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, dO, td, vc, td, dP, tt, ch, gw);     /* dP = dO V^T */
         if (!e) e = pgd_row_launch(g, PGD_K_ATT_DSOFTMAX, rows, T,                           /* dS, in P's place */
                                    PGD_ARGS(PGD_P(S), PGD_P(dP), PGD_P(lse), PGD_P(P), PGD_A(rows), PGD_A(T), PGD_A(scale),
-                                            PGD_A(Dy), PGD_A(pdt)));
+                                            PGD_A(ls), PGD_A(pdt)));
         if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, kc, td, dq, td, ch, gw);      /* dQ = dS K */
+        if (!e && at.packed) e = pgd_att_repack(g, &at, po, pg, h0 * T, rows, 0, four, 0);
         if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, qc, td, dk, td, ch, gw);      /* dK = dS^T Q */
+        if (!e && at.packed) e = pgd_att_repack(g, &at, po, pg, h0 * T, rows, 1, four, 0);
     }
     return e;
 }
@@ -709,7 +771,8 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
  * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. */
 static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
     int32_t bf16 = q->dtype == PDDE_BF16;
@@ -717,21 +780,22 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
     if (groups > (int64_t)UINT32_MAX / g->flash_threads)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
-    pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
     unsigned gx = (unsigned)groups, bx = g->flash_threads;
     int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
     if (node->op == PDDE_OP_ATTENTION)
         return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1,
-                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
-    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_null;
+                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16),
+                                   PGD_A(H)));
+    pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
-    if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D)));
+    if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
     if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
+                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H)));
     if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
+                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H)));
     return e;
 }
 

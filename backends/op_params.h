@@ -25,6 +25,8 @@ typedef enum {
      * (0, 0 = all of it) */
     PDDE_P_VOCAB_FIRST = 0, PDDE_P_VOCAB_SIZE = 1,
     PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
+    PDDE_P_ATTENTION_QKV_D = 0,         /* attention, attention_back: 0, or the head dim D of the packed
+                                           layout (pdde_attention_qkv) */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;
@@ -45,6 +47,16 @@ static inline int32_t pdde_op_i32(const pdde_tensor *t, pdde_iparam p) { return 
 static inline void pdde_op_set_i32(pdde_tensor *t, pdde_iparam p, int32_t v) { t->iparams[p] = v; }
 static inline float pdde_op_f32(const pdde_tensor *t, pdde_fparam p) { return t->fparams[p]; }
 static inline void pdde_op_set_f32(pdde_tensor *t, pdde_fparam p, float v) { t->fparams[p] = v; }
+/* The geometry of an attention node (forward or backward) in either layout: q, k, v [B,H,T,D] apart,
+ * or packed in one [B,T,H*3*D] tensor, head-major (PDDE_P_ATTENTION_QKV_D = D). *packed: which. */
+static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t *H, int64_t *T, int64_t *D, int *packed) {
+    const pdde_tensor *q = t->src[0];
+    int64_t d = pdde_op_i32(t, PDDE_P_ATTENTION_QKV_D);
+    *packed = d > 0;
+    if (d > 0) *B = q->shape[0], *T = q->shape[1], *D = d, *H = q->shape[2] / (3 * d);
+    else *B = q->shape[0], *H = q->shape[1], *T = q->shape[2], *D = q->shape[3];
+}
+
 /* dst takes all of src's op parameters (a clone, or a backward op that shares its forward's). */
 static inline void pdde_op_params_copy(pdde_tensor *dst, const pdde_tensor *src) {
     memcpy(dst->iparams, src->iparams, sizeof dst->iparams), memcpy(dst->fparams, src->fparams, sizeof dst->fparams);

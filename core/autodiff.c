@@ -95,6 +95,12 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         break;
     }
     case PDDE_OP_ATTENTION: {
+        if (pdde_op_i32(y, PDDE_P_ATTENTION_QKV_D) > 0) { /* packed: dqkv in qkv's layout, no slices */
+            pdde_tensor *src[3] = {x, y, dy};
+            dsrc[0] = new_node(g, PDDE_OP_ATTENTION_BACK, PDDE_F32, x->ndim, x->shape, 3, src);
+            if (dsrc[0]) pdde_op_params_copy(dsrc[0], y);
+            break;
+        }
         /* one node computes dq, dk, dv (stacked on a new leading dim); each input takes its slice */
         pdde_tensor *src[5] = {x, y->src[1], y->src[2], y, dy};
         int64_t shape[5] = {3, x->shape[0], x->shape[1], x->shape[2], x->shape[3]};

@@ -548,6 +548,9 @@ elastic_rebuild:
     /* recompute: only the residual stream between blocks is kept for backward */
     gpt_plan plan = {.dp = o.dp, .tp = o.tp, .pp = o.pp, .micro = o.micro, .zero = o.zero, .recompute = o.recompute, .pp_chunks = o.pp_chunks};
     if (o.plan) plan = gpt_plan_of(&o.parsed_plan);
+    const char *dev = o.device ? o.device : getenv("PDDE_DEVICE"); /* (auto may pick a CUDA device) */
+    if (!dev || !strcmp(dev, "auto")) dev = pdde_device_find(ctx, "cuda", 0) >= 0 ? "cuda" : NULL;
+    o.model.separate_qkv = gpt_separate_qkv(dev) || gpt_separate_qkv(o.blocks_on) || gpt_separate_qkv(o.plan);
     TRY(gpt_build_plan(g, &o.model, &plan, &op, &m));
     pdde_mark_output(m.logits);
 

@@ -21,6 +21,8 @@ typedef struct {
     int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
     int unfused_attention; /* 1: attention from matmul + causal softmax + matmul (the reference), not fused */
     int unfused_gelu;      /* 1: the MLP's bias add and gelu as two ops (the reference), not pdde_bias_gelu */
+    int separate_qkv;      /* 1: q, k, v sliced from qkv and permuted to [B, H, T, D] for pdde_attention (and
+                              its output back), not pdde_attention_qkv on qkv in place; gpt_separate_qkv */
     /* Mixture-of-Experts (gpt_moe_ffn): moe_experts > 1 replaces the MLP of every moe_every-th block
      * (0 or 1: every block) by moe_experts expert MLPs of ffn hidden units each, moe_topk (0 = 2) of
      * them per token; moe_capacity > 0: that capacity factor (tokens past it dropped), 0 dropless;
@@ -33,6 +35,14 @@ typedef struct {
 } gpt_config;
 
 static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
+
+/* The attention's layout for blocks that run on `device` (a backend name, or NULL): CUDA takes the packed
+ * form (pdde_attention_qkv) only with PDDE_CUDA_QKV_STRIDED=1 until a GPU run has measured it; the other
+ * backends always. */
+static inline int gpt_separate_qkv(const char *device) {
+    const char *v = getenv("PDDE_CUDA_QKV_STRIDED");
+    return device && strstr(device, "cuda") && !(v && !strcmp(v, "1"));
+}
 
 typedef struct {
     gpt_config cfg;
@@ -132,12 +142,16 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         pdde_tensor *a = gpt_layernorm(g, p, x, C);
         snprintf(p, sizeof p, "h%d.attn", l);
         /* the fused qkv columns are head-major, [H, 3, D]: q, k, v of head h are adjacent */
-        pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3];
-        pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
-        for (int i = 0; i < 3; i++)
-            part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
-        pdde_tensor *y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, part[0], part[1], part[2]); /* [B, H, T, D] */
-        y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+        pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3], *y;
+        if (c->unfused_attention || c->separate_qkv) {
+            pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
+            for (int i = 0; i < 3; i++)
+                part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
+            y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, part[0], part[1], part[2]); /* [B, H, T, D] */
+            y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+        } else {
+            y = pdde_attention_qkv(g, qkv, (int)H); /* [B, T, C]: q, k, v read in place, no slices or permutes */
+        }
         snprintf(p, sizeof p, "h%d.proj", l);
         x = pdde_add(g, x, gpt_linear(g, p, y, C, C, proj_std));
         snprintf(p, sizeof p, "h%d.ln2", l);

@@ -61,8 +61,10 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
 }
 
 double pdde_attention_flops(const pdde_tensor *node) {
-    if ((node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim != 4) return 0;
-    const int64_t *s = node->src[0]->shape;
+    if ((node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim < 3) return 0;
+    int64_t s[4];
+    int packed;
+    pdde_attention_dims(node, &s[0], &s[1], &s[2], &s[3], &packed);
     /* 2 flops a multiply-add, over the T (T + 1) / 2 query-key pairs causal attention keeps, for each
      * GEMM: 2 in the forward (scores, probabilities x values), 5 in the backward (scores again, dv, dp,
      * dq, dk) */

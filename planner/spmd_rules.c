@@ -260,7 +260,20 @@ static void spmd_rule_softmax_back(spmd_ctx *c) {
 
 /* attention (q, k, v [B,H,T,D]) -> [B,H,T,D+1]: batch and heads are independent (data and head
  * parallel); a row needs every key and the whole head dim, so T and D stay whole. */
+/* The packed form (pdde_attention_qkv): qkv [B,T,H*3D] -> [B,T,H*D], head-major, so a split of the last
+ * dim is a split over whole heads in both (the strategy splits on head boundaries) */
+static bool spmd_attention_packed(spmd_ctx *c) {
+    if (pdde_op_i32(c->node, PDDE_P_ATTENTION_QKV_D) <= 0) return false;
+    for (int k = 0; k < c->node->nsrc; k++) strcpy(c->dims[k], "bth");
+    strcpy(c->out_dims, "bth");
+    spmd_pin(c, 't');
+    if (c->node->op == PDDE_OP_ATTENTION_BACK) c->linear = 1u << 2; /* linear in dy */
+    spmd_einsum(c, NULL);
+    return true;
+}
+
 static void spmd_rule_attention(spmd_ctx *c) {
+    if (spmd_attention_packed(c)) return;
     for (int k = 0; k < 3; k++) strcpy(c->dims[k], "bhtd");
     strcpy(c->out_dims, "bhte");
     spmd_pin(c, 't'), spmd_pin(c, 'd');
@@ -269,6 +282,7 @@ static void spmd_rule_attention(spmd_ctx *c) {
 
 /* attention_back (q, k, v, y, dy) -> [3,B,H,T,D] (dq, dk, dv): as the forward; linear in dy */
 static void spmd_rule_attention_back(spmd_ctx *c) {
+    if (spmd_attention_packed(c)) return;
     for (int k = 0; k < 3; k++) strcpy(c->dims[k], "bhtd");
     strcpy(c->dims[3], "bhte"), strcpy(c->dims[4], "bhte");
     strcpy(c->out_dims, "xbhtd");

@@ -294,6 +294,7 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
     gpt_config c = {.vocab = 50304, .ctx = 1024, .layers = quick ? 2 : 12, .heads = 12, .width = 768, .batch = 8,
                     .unfused_attention = unfused_graph};
     if (o) c = o->model, c.unfused_attention = unfused_graph;
+    c.separate_qkv = gpt_separate_qkv("cuda");
     pdde_graph *g;
     pdde_graph_init(ctx, &g);
     gpt_model m;
