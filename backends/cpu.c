@@ -813,6 +813,14 @@ static void cast_task(void *arg, int64_t begin, int64_t end) {
  * (n + 1 entries). The nodes share the clip norm, the step and so Adam's bias corrections. */
 typedef struct { pdde_tensor *const *nodes; const int64_t *start; int n; float clip_coef, bc1, bc2; } update_job;
 
+/* The parameter's bf16/f16 copy (PDDE_P_UPDATE_SHADOW) rewritten from its new values [begin, end): the
+ * rounding its cast would make next step, in the same pass over the (cached) parameter. */
+static void update_shadow_range(const pdde_tensor *u, int64_t begin, int64_t end) {
+    if (!pdde_op_i32(u, PDDE_P_UPDATE_SHADOW)) return;
+    const pdde_tensor *c = u->src[u->nsrc - 1];
+    f32_to_half(F32(u->src[0]) + begin, (uint16_t *)((char *)c->data + c->offset) + begin, end - begin, c->dtype);
+}
+
 CPU_KERNEL static void adamw_range(const pdde_tensor *u, const update_job *j, int64_t begin, int64_t end) {
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
     float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), b1 = pdde_op_f32(u, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(u, PDDE_P_UPDATE_BETA2);
@@ -826,6 +834,7 @@ CPU_KERNEL static void adamw_range(const pdde_tensor *u, const update_job *j, in
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
         g[i] = 0.0f;
     }
+    update_shadow_range(u, begin, end);
 }
 
 CPU_KERNEL static void sgd_range(const pdde_tensor *u, const update_job *j, int64_t begin, int64_t end) {
@@ -838,6 +847,7 @@ CPU_KERNEL static void sgd_range(const pdde_tensor *u, const update_job *j, int6
         p[i] -= lr * (mom > 0 ? buf[i] : gi);
         g[i] = 0.0f;
     }
+    update_shadow_range(u, begin, end);
 }
 
 /* The job's elements [begin, end): the part of each node that falls in it. */
@@ -866,8 +876,8 @@ CPU_KERNEL static void accum_task(void *arg, int64_t begin, int64_t end) {
 
 /* The squared gradient norm update u reads (its source after the parameter, gradient and state), or NULL. */
 static const float *update_norm_sq(const pdde_tensor *u) {
-    int nsrc_plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3;
-    return u->nsrc > nsrc_plain ? F32(u->src[nsrc_plain]) : NULL;
+    int nsrc_plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3, shadow = pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) != 0;
+    return u->nsrc > nsrc_plain + shadow ? F32(u->src[nsrc_plain]) : NULL;
 }
 
 static float clip_coefficient(const pdde_tensor *u) {

@@ -634,9 +634,15 @@ __device__ __forceinline__ float clip_factor(const float *gnorm_sq, float clip) 
     return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
 }
 
+/* The parameter's bf16/f16 copy (sdt; 0: none) of its new value: the rounding its cast would make. */
+__device__ __forceinline__ void store_shadow(void *sh, long long i, float v, int sdt) {
+    if (sdt == DT_BF16) ((unsigned short *)sh)[i] = f32_to_bf16(v);
+    else if (sdt == DT_F16) ((unsigned short *)sh)[i] = f32_to_f16(v);
+}
+
 extern "C" __global__ void k_sgd(float *__restrict__ p, float *__restrict__ g, float *__restrict__ mom,
                                  const float *gnorm_sq, long long n, float lr, float momentum, float wd,
-                                 float clip, float gscale) {
+                                 float clip, float gscale, void *sh, int sdt) {
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
@@ -645,6 +651,7 @@ extern "C" __global__ void k_sgd(float *__restrict__ p, float *__restrict__ g, f
         if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
         p[i] -= lr * v;
         g[i] = 0.0f;
+        if (sdt) store_shadow(sh, i, p[i], sdt);
     }
 }
 
@@ -663,10 +670,14 @@ __device__ __forceinline__ void adamw_element(float *p, float *g, float *m, floa
 
 extern "C" __global__ void k_adamw(float *__restrict__ p, float *__restrict__ g, float *__restrict__ m,
                                    float *__restrict__ v, const float *gnorm_sq, long long n, float lr, float b1,
-                                   float b2, float eps, float wd, float clip, float gscale, float bc1, float bc2) {
+                                   float b2, float eps, float wd, float clip, float gscale, float bc1, float bc2,
+                                   void *sh, int sdt) {
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
-    GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+    GRID_STRIDE(i, n) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+        if (sdt) store_shadow(sh, i, p[i], sdt);
+    }
 }
 
 /* ---- GEMM fallback (when cuBLAS is absent) ----------------------------------------------------- */
@@ -815,21 +826,28 @@ extern "C" __global__ void k_attention_back_kv(const float *__restrict__ q, cons
 /* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
 
 /* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
- * its parameter, gradient and moments from their buffer's start, with its weight decay. */
+ * its parameter, gradient and moments from their buffer's start (and of its bf16/f16 copy, in 2-byte
+ * elements; -1: none), with its weight decay. */
 #define MULTI_MAX 16
 struct pdde_cu_multi {
-    long long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
+    long long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX], s[MULTI_MAX];
     float wd[MULTI_MAX];
 };
 
 /* Tensor k = block row k (blockIdx.y); gradients in gbase, the rest in base. */
 extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float *gnorm_sq, struct pdde_cu_multi t, float lr,
-                                         float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+                                         float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2,
+                                         int sdt) {
     if (update_skipped(gnorm_sq)) return;
     int k = blockIdx.y;
     float f = gscale * clip_factor(gnorm_sq, clip);
     float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
-    GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+    unsigned short *sh = (unsigned short *)base + (t.s[k] >= 0 ? t.s[k] : 0);
+    int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
+    GRID_STRIDE(i, t.n[k]) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+        if (sk) store_shadow(sh, i, p[i], sk);
+    }
 }
 
 /* ---- fused kernels ---------------------------------------------------------------------------- */

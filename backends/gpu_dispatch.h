@@ -82,6 +82,7 @@ typedef struct {
 #define PGD_MULTI_MAX 16
 typedef struct {
     int64_t n[PGD_MULTI_MAX], p[PGD_MULTI_MAX], g[PGD_MULTI_MAX], m[PGD_MULTI_MAX], v[PGD_MULTI_MAX];
+    int64_t s[PGD_MULTI_MAX]; /* the parameter's bf16/f16 copy (PDDE_P_UPDATE_SHADOW), in 2-byte elements; -1: none */
     float wd[PGD_MULTI_MAX];
 } pgd_multi;
 
@@ -187,7 +188,12 @@ static int pgd_supports_op(const pdde_tensor *node) {
             if (node->src[i]->dtype != (i < 3 ? a->dtype : PDDE_F32)) return 0;
         return 1;
     }
-    for (int i = 0; i < node->nsrc; i++) {
+    int nsrc = node->nsrc;
+    if ((node->op == PDDE_OP_SGD_UPDATE || node->op == PDDE_OP_ADAMW_UPDATE) && pdde_op_i32(node, PDDE_P_UPDATE_SHADOW)) {
+        pdde_dtype sdt = node->src[--nsrc]->dtype; /* the parameter's copy the update rewrites */
+        if (sdt != PDDE_BF16 && sdt != PDDE_F16) return 0;
+    }
+    for (int i = 0; i < nsrc; i++) {
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
                        (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
@@ -532,6 +538,16 @@ static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
 /* src[i] where the node has it (optional operands: a layernorm's beta, an update's gnorm_sq), else null */
 static pgd_ptr pgd_opt_src(const pdde_tensor *node, int i) {
     return node->nsrc > i && node->src[i] ? pgd_ptr_of(node->src[i]) : pgd_null;
+}
+
+/* An update's squared gradient norm (source i, before the parameter's copy) and that copy with its
+ * dtype (0: none). */
+static pgd_ptr pgd_update_norm(const pdde_tensor *u, int i) {
+    return u->nsrc > i + (pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) != 0) ? pgd_ptr_of(u->src[i]) : pgd_null;
+}
+static pgd_ptr pgd_update_shadow(const pdde_tensor *u, int32_t *sdt) {
+    *sdt = pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) ? (int32_t)u->src[u->nsrc - 1]->dtype : 0;
+    return *sdt ? pgd_ptr_of(u->src[u->nsrc - 1]) : pgd_null;
 }
 
 /* A line on stderr, once per process for each `which` (a notice, not an error: nothing failed). */
@@ -951,24 +967,25 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_ADAMW_UPDATE: { /* src: param, grad, state(s) [, gnorm_sq]; param and state updated in place */
         int64_t np = pgd_numel(x);
         if (!np) return PDDE_OK;
-        pgd_ptr pp = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pm = pgd_opt_src(node, 2);
+        int32_t sdt;
+        pgd_ptr pp = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pm = pgd_opt_src(node, 2), sh = pgd_update_shadow(node, &sdt);
         float lr = pdde_op_f32(node, PDDE_P_UPDATE_LR), wd = pdde_op_f32(node, PDDE_P_UPDATE_WEIGHT_DECAY),
               clip = pdde_op_f32(node, PDDE_P_UPDATE_CLIP), gs = pdde_op_f32(node, PDDE_P_UPDATE_GRAD_SCALE);
         if (node->op == PDDE_OP_SGD_UPDATE) {
-            pgd_ptr gn = pgd_opt_src(node, 3);
+            pgd_ptr gn = pgd_update_norm(node, 3);
             float mom = pdde_op_f32(node, PDDE_P_SGD_MOMENTUM);
             return pgd_launch_1d(g, PGD_K_SGD, np,
                                  PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(mom),
-                                          PGD_A(wd), PGD_A(clip), PGD_A(gs)));
+                                          PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_P(sh), PGD_A(sdt)));
         }
-        pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_opt_src(node, 4);
+        pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_update_norm(node, 4);
         float b1 = pdde_op_f32(node, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(node, PDDE_P_UPDATE_BETA2), eps = pdde_op_f32(node, PDDE_P_UPDATE_EPS);
         float bc1, bc2;
         pgd_adamw_bias_corrections(node, &bc1, &bc2);
         return pgd_launch_1d(g, PGD_K_ADAMW, np,
                              PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(pv), PGD_P(gn), PGD_A(np), PGD_A(lr),
                                       PGD_A(b1), PGD_A(b2), PGD_A(eps), PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_A(bc1),
-                                      PGD_A(bc2)));
+                                      PGD_A(bc2), PGD_P(sh), PGD_A(sdt)));
     }
     default:
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s is not supported", g->name, pdde_op_name(node->op));
@@ -981,13 +998,19 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
 static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n) {
     if (n < 1 || nodes[0]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
     const pdde_tensor *u = nodes[0];
-    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gbase = {(uintptr_t)u->src[1]->data, 0}, gn = pgd_opt_src(u, 4);
+    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gbase = {(uintptr_t)u->src[1]->data, 0}, gn = pgd_update_norm(u, 4);
+    int32_t sdt = 0; /* the copies' dtype (one for all; tensors without one: s = -1) */
     int64_t widest = 0;
     for (int k = 0; k < n; k++) {
-        if (nodes[k]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
+        int32_t sdt_k;
+        pgd_update_shadow(nodes[k], &sdt_k);
+        if (nodes[k]->op != PDDE_OP_ADAMW_UPDATE || (sdt_k && sdt && sdt_k != sdt)) return PDDE_ERR_UNSUPPORTED;
+        if (sdt_k) sdt = sdt_k;
         for (int s = 0; s < 4; s++)
             if ((uintptr_t)nodes[k]->src[s]->data != (s == 1 ? gbase : base).base || nodes[k]->src[s]->offset % sizeof(float))
                 return PDDE_ERR_UNSUPPORTED;
+        const pdde_tensor *c = sdt_k ? nodes[k]->src[nodes[k]->nsrc - 1] : NULL; /* (the copies in the parameters' buffer too) */
+        if (c && ((uintptr_t)c->data != base.base || c->offset % 2)) return PDDE_ERR_UNSUPPORTED;
         widest = pgd_numel(nodes[k]) > widest ? pgd_numel(nodes[k]) : widest;
     }
     if (pgd_too_many(g, PGD_K_ADAMW_MULTI, widest)) return PDDE_ERR_UNSUPPORTED;
@@ -1005,13 +1028,14 @@ static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes,
             t.n[count] = np, t.wd[count] = pdde_op_f32(x, PDDE_P_UPDATE_WEIGHT_DECAY);
             t.p[count] = (int64_t)(x->src[0]->offset / sizeof(float)), t.g[count] = (int64_t)(x->src[1]->offset / sizeof(float));
             t.m[count] = (int64_t)(x->src[2]->offset / sizeof(float)), t.v[count] = (int64_t)(x->src[3]->offset / sizeof(float));
+            t.s[count] = pdde_op_i32(x, PDDE_P_UPDATE_SHADOW) ? (int64_t)(x->src[x->nsrc - 1]->offset / 2) : -1;
             widest = np > widest ? np : widest;
             count++;
         }
         if (count && (count == PGD_MULTI_MAX || k == n - 1)) {
             e = pgd_launch(g, PGD_K_ADAMW_MULTI, pgd_grid(g, widest, 256), (unsigned)count, 1, 256, 1,
                            PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(lr), PGD_A(b1), PGD_A(b2),
-                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2)));
+                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));
             count = 0, widest = 0;
         }
     }

@@ -575,9 +575,15 @@ static float clip_factor(__global const float *gnorm_sq, float clip) {
     return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
 }
 
+/* The parameter's bf16/f16 copy (sdt; 0: none) of its new value: the rounding its cast would make. */
+static void store_shadow(__global void *sh, long i, float v, int sdt) {
+    if (sdt == DT_BF16) ((__global ushort *)sh)[i] = f32_to_bf16(v);
+    else if (sdt == DT_F16) ((__global ushort *)sh)[i] = f32_to_f16(v);
+}
+
 __kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const float, gnorm_sq), long n, float lr,
-                    float momentum, float wd, float clip, float gscale) {
-    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq);
+                    float momentum, float wd, float clip, float gscale, PTR(void, sh), int sdt) {
+    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq); BIND(void, sh);
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
@@ -586,6 +592,7 @@ __kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const flo
         if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
         p[i] -= lr * v;
         g[i] = 0.0f;
+        if (sdt) store_shadow(sh, i, p[i], sdt);
     }
 }
 
@@ -604,11 +611,14 @@ static void adamw_element(__global float *p, __global float *g, __global float *
 
 __kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,
                       float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,
-                      float bc2) {
-    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq);
+                      float bc2, PTR(void, sh), int sdt) {
+    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq); BIND(void, sh);
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
-    GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+    GRID_STRIDE(i, n) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+        if (sdt) store_shadow(sh, i, p[i], sdt);
+    }
 }
 
 /* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */
@@ -751,22 +761,28 @@ __kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(
 /* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
 
 /* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
- * its parameter, gradient and moments from their buffer's start, with its weight decay. */
+ * its parameter, gradient and moments from their buffer's start (and of its bf16/f16 copy, in 2-byte
+ * elements; -1: none), with its weight decay. */
 #define MULTI_MAX 16
 typedef struct {
-    long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
+    long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX], s[MULTI_MAX];
     float wd[MULTI_MAX];
 } pgd_multi;
 
 /* Tensor k = group row k (get_group_id(1)); gradients in gbase, the rest in base. */
 __kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,
-                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {
     BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);
     if (update_skipped(gnorm_sq)) return;
     int k = get_group_id(1);
     float f = gscale * clip_factor(gnorm_sq, clip);
     __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
-    GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+    __global ushort *sh = (__global ushort *)base + (t.s[k] >= 0 ? t.s[k] : 0);
+    int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
+    GRID_STRIDE(i, t.n[k]) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+        if (sk) store_shadow(sh, i, p[i], sk);
+    }
 }
 
 /* ---- fused kernels ---------------------------------------------------------------------------- */

@@ -24,6 +24,8 @@ typedef enum {
      * (0, 0 = all of it) */
     PDDE_P_VOCAB_FIRST = 0, PDDE_P_VOCAB_SIZE = 1,
     PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
+    PDDE_P_UPDATE_SHADOW = 1,           /* sgd/adamw: 1: the last src is the parameter's bf16/f16 copy
+                                           (PDDE_TENSOR_SHADOW), which the update rewrites from the new values */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;

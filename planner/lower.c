@@ -723,6 +723,30 @@ static pdde_status lower_partition(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * The parameters' low-precision copies (PDDE_TENSOR_SHADOW, core/optimizer.c) stay copies that their
+ * updates rewrite only where the update writes the very tensor the cast reads, whole and on the cast's
+ * device: not a ZeRO shard (the parameter is gathered back after the update), not a copy made at a
+ * device boundary. Elsewhere the update drops the copy and the cast runs each step as any other. */
+static pdde_status lower_shadows(lowering *L) {
+    pdde_program *P = L->P;
+    uint8_t *kept = calloc((size_t)P->n + 1, 1);
+    if (!kept) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *u = P->order[i], *c = is_update(u) ? update_shadow(u) : NULL;
+        if (!c) continue;
+        if (c->op == PDDE_OP_CAST && (c->flags & PDDE_TENSOR_SHADOW) && c->src[0] == u->src[0] && c->device == u->device &&
+            c->phase == PDDE_PHASE_FORWARD && pdde_tensor_numel(c) == pdde_tensor_numel(u->src[0]))
+            kept[c->id] = 1;
+        else
+            u->src[--u->nsrc] = NULL, pdde_op_set_i32(u, PDDE_P_UPDATE_SHADOW, 0);
+    }
+    for (int i = 0; i < P->n; i++)
+        if (P->nodes[i] && (P->nodes[i]->flags & PDDE_TENSOR_SHADOW) && !kept[P->nodes[i]->id]) P->nodes[i]->flags &= ~(uint32_t)PDDE_TENSOR_SHADOW;
+    free(kept);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Multi-tensor updates. The executor runs update nodes that follow one another in the order as one
  * launch (pdde_backend_iface.compute_group), so the optimizer phase is reordered to bring them
  * together: first the nodes that need no update (gradient reductions and their waits, ZeRO's slices,
@@ -1115,6 +1139,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     P->of_user = calloc((size_t)g->n, sizeof *P->of_user), P->elsewhere = calloc((size_t)g->n, sizeof *P->elsewhere);
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
+    if (!st) st = lower_shadows(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);

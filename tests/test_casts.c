@@ -1,0 +1,123 @@
+/* test_casts — the casts a mixed-precision (bf16) GPT step runs. Each weight's bf16 copy is kept by its
+ * AdamW update (PDDE_TENSOR_SHADOW), which rewrites it from the new values in the same pass, so after the
+ * first step no weight is cast again. What is left per layer and step: the matmuls' and the attention's
+ * activation inputs (ln1's output, q, k, v, the attention's output, ln2's output, gelu's output: 7) and
+ * the gradient into each of the 4 matmuls (4): at most CASTS_PER_LAYER; outside the layers the final
+ * norm's output and the logits' gradient (the tied wte is kept too): at most CASTS_OUTSIDE.
+ * Counted from the nodes the session ran (pdde_session_op_runs), on the CPU and on the first other
+ * device (PoCL's OpenCL device in CI), for 2 and 4 layers (per layer: the difference / 2).
+ * The kept copies must not change a number: the losses equal, bit for bit, those of a session that
+ * writes a parameter back before every step (a write makes the copies stale, so its casts run each
+ * step as before), with a weight changed by a write after step 3 in both (the next step must see it).
+ * And the bf16 losses follow the f32 ones within 1% (bf16 operands carry 8 significant bits: a relative
+ * rounding of 2^-9 per operand, which over these 6 steps of a 2-4 layer model moves the loss by about
+ * 1e-3 relative; 1% is ten times that, and far below what training in the wrong dtype would give). */
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 6
+#define WRITE_AFTER 3 /* steps before the weight is changed by a write */
+#define CASTS_PER_LAYER 11
+#define CASTS_OUTSIDE 2
+
+typedef struct { float loss[STEPS]; double casts_per_step; int64_t casts_after_write; } run_result;
+
+static pdde_tensor *named(pdde_graph *g, const char *name) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++)
+        if (!strcmp(pdde_graph_tensor(g, i)->name, name)) return (pdde_tensor *)pdde_graph_tensor(g, i);
+    return NULL;
+}
+
+/* rewrite: wte read and written back before every step (its value unchanged, every copy stale) */
+static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int rewrite, run_result *r) {
+    gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = layers, .heads = 2, .width = 32, .batch = 4};
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    pdde_graph_set_compute_dtype(g, dt);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 1.0f;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    if (gpt_build(g, &cfg, &m) || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, &sp, &s)) {
+        fprintf(stderr, "session: %s\n", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return -1;
+    }
+    pdde_tensor *wte = named(g, "wte"), *w = named(g, "h0.attn.w");
+    size_t nw = pdde_tensor_nbytes(w), nwte = pdde_tensor_nbytes(wte);
+    float *buf = malloc(nw > nwte ? nw : nwte);
+    int32_t x[4 * 16], y[4 * 16];
+    int rc = buf ? 0 : -1;
+    int64_t after_first = 0, before_write = 0;
+    for (int step = 0; step < STEPS && rc == 0; step++) {
+        for (int i = 0; i < 64; i++) x[i] = (i * 5 + step * 3) % cfg.vocab, y[i] = (i * 7 + step + 2) % cfg.vocab;
+        pdde_session_write(s, m.ids, x, sizeof x);
+        pdde_session_write(s, m.targets, y, sizeof y);
+        if (step == WRITE_AFTER) { /* a weight changed between steps: the next forward must read it */
+            rc |= pdde_session_read(s, w, buf, nw);
+            for (size_t i = 0; i < nw / sizeof(float); i++) buf[i] *= 0.5f;
+            rc |= pdde_session_write(s, w, buf, nw);
+            before_write = pdde_session_op_runs(s, PDDE_OP_CAST);
+        }
+        if (rewrite) rc |= pdde_session_read(s, wte, buf, nwte) || pdde_session_write(s, wte, buf, nwte);
+        if (rc || pdde_session_run(s, PDDE_RUN_STEP)) {
+            fprintf(stderr, "step %d: %s\n", step, pdde_last_error(ctx));
+            rc = -1;
+        }
+        r->loss[step] = pdde_session_loss(s);
+        if (step == 0) after_first = pdde_session_op_runs(s, PDDE_OP_CAST);
+        if (step == WRITE_AFTER) r->casts_after_write = pdde_session_op_runs(s, PDDE_OP_CAST) - before_write;
+    }
+    r->casts_per_step = (double)(before_write - after_first) / (WRITE_AFTER - 1);
+    free(buf);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    return rc;
+}
+
+static void test_device(pdde_context *ctx, int device, const char *where) {
+    run_result kept2, kept4, rewritten, f32;
+    if (train(ctx, device, 2, PDDE_BF16, 0, &kept2) || train(ctx, device, 4, PDDE_BF16, 0, &kept4) ||
+        train(ctx, device, 2, PDDE_BF16, 1, &rewritten) || train(ctx, device, 2, PDDE_F32, 0, &f32)) {
+        CHECK(0, "%s: a run failed", where);
+        return;
+    }
+    double per_layer = (kept4.casts_per_step - kept2.casts_per_step) / 2, outside = kept2.casts_per_step - 2 * per_layer;
+    printf("%s: casts per step after the first: %.1f per layer, %.1f outside the layers (2 layers: %.1f, 4 layers: %.1f); "
+           "the step after a parameter write: %lld (2 layers); writing a parameter back every step: %.1f\n",
+           where, per_layer, outside, kept2.casts_per_step, kept4.casts_per_step, (long long)kept2.casts_after_write, rewritten.casts_per_step);
+    CHECK(per_layer <= CASTS_PER_LAYER && outside <= CASTS_OUTSIDE, "%s: %.1f casts per layer and step (at most %d), %.1f outside (at most %d)",
+          where, per_layer, CASTS_PER_LAYER, outside, CASTS_OUTSIDE);
+    /* a write makes the copies stale: that step casts each weight again (4 a layer and wte) */
+    CHECK(kept2.casts_after_write >= kept2.casts_per_step + 4 * 2 + 1 && rewritten.casts_per_step >= kept2.casts_per_step + 4 * 2 + 1,
+          "%s: the step after a write ran %lld casts, writing every step %.1f a step (kept: %.1f)", where, (long long)kept2.casts_after_write,
+          rewritten.casts_per_step, kept2.casts_per_step);
+    test_diff same = test_diff_f32(kept2.loss, rewritten.loss, STEPS, 1e-30);
+    CHECK(same.worst == 0, "%s: bf16 losses with kept copies differ from recast ones: step %zu %.9g vs %.9g", where, same.index, same.got, same.want);
+    test_diff vs32 = test_diff_f32(kept2.loss, f32.loss, STEPS, 1e-6);
+    printf("%s: bf16 vs f32 losses: worst relative difference %.2e (step %zu: %.6f vs %.6f)\n", where, vs32.worst, vs32.index, vs32.got, vs32.want);
+    CHECK(vs32.worst < 1e-2 && kept2.loss[STEPS - 1] < kept2.loss[0], "%s: bf16 losses %.6f vs f32 %.6f at step %zu (relative %.2e)", where,
+          vs32.got, vs32.want, vs32.index, vs32.worst);
+}
+
+int main(void) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    test_device(ctx, 0, "cpu");
+    int accel = pdde_device_count(ctx) > 1 ? 1 : -1;
+    if (accel < 0) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
+    else {
+        pdde_device_props props;
+        pdde_device_get_props(ctx, accel, &props);
+        char where[320];
+        snprintf(where, sizeof where, "%s (%s)", props.name, props.backend);
+        test_device(ctx, accel, where);
+    }
+    pdde_context_free(ctx);
+    return test_finish();
+}
