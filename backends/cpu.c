@@ -136,6 +136,8 @@ static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cp
 #define F32(t) ((float *)((char *)(t)->data + (t)->offset))
 #define I32(t) ((int32_t *)((char *)(t)->data + (t)->offset))
 #define LAST_DIM(t) ((t)->ndim ? (t)->shape[(t)->ndim - 1] : 1)
+#define LOWP_OUT(t) ((uint16_t *)((char *)(t)->data + (t)->offset)) /* a bf16/f16 output */
+static void f32_to_half(const float *f, uint16_t *h, int64_t n, pdde_dtype dt);
 #define ROWS(t) (pdde_tensor_numel(t) / (LAST_DIM(t) ? LAST_DIM(t) : 1))
 
 typedef struct cpu_job {
@@ -387,6 +389,15 @@ CPU_KERNEL static void bias_gelu_task(void *arg, int64_t begin, int64_t end) {
     bool back = t->op == PDDE_OP_BIAS_GELU_BACK;
     for (int64_t r = begin; r < end; r++) {
         const float *x = F32(t->src[0]) + r * N, *dy = back ? F32(t->src[2]) + r * N : NULL;
+        if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
+            float f[256];
+            for (int64_t i0 = 0; i0 < N; i0 += 256) {
+                int64_t n = N - i0 < 256 ? N - i0 : 256;
+                for (int64_t i = 0; i < n; i++) f[i] = gelu_tanh(x[i0 + i] + bias[i0 + i]);
+                f32_to_half(f, LOWP_OUT(t) + r * N + i0, n, t->dtype);
+            }
+            continue;
+        }
         float *y = F32(t) + r * N;
         if (back) for (int64_t i = 0; i < N; i++) y[i] = dy[i] * gelu_tanh_grad(x[i] + bias[i]);
         else for (int64_t i = 0; i < N; i++) y[i] = gelu_tanh(x[i] + bias[i]);
@@ -460,6 +471,15 @@ CPU_KERNEL static void layernorm_task(void *arg, int64_t begin, int64_t end) {
         const float *xr = x + r * C;
         float *yr = y + r * C, m, rstd;
         row_stats(xr, C, beta != NULL, eps, &m, &rstd);
+        if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
+            float f[256];
+            for (int64_t i0 = 0; i0 < C; i0 += 256) {
+                int64_t n = C - i0 < 256 ? C - i0 : 256;
+                for (int64_t i = 0; i < n; i++) f[i] = (xr[i0 + i] - m) * rstd * gamma[i0 + i] + (beta ? beta[i0 + i] : 0.0f);
+                f32_to_half(f, LOWP_OUT(t) + r * C + i0, n, t->dtype);
+            }
+            continue;
+        }
         if (beta) for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - m) * rstd * gamma[i] + beta[i];
         else for (int64_t i = 0; i < C; i++) yr[i] = xr[i] * rstd * gamma[i];
     }

@@ -31,6 +31,17 @@ enum { B_ADD = 0, B_SUB, B_MUL };
 #define GRID_STRIDE(i, n) \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
+__device__ unsigned short f32_to_f16(float f);
+__device__ unsigned short f32_to_bf16(float f);
+/* An f32 result stored as the output's dtype (ydt: 0 f32, else DT_BF16 / DT_F16 as k_cast rounds): an op
+ * whose only reader is a cast to bf16 writes bf16 itself (planner/lower.c, the casts folded into their
+ * producers). */
+__device__ __forceinline__ void store_out(void *y, long long i, float v, int ydt) {
+    if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
+    else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
+    else ((float *)y)[i] = v;
+}
+
 __device__ __forceinline__ float gelu_f(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
@@ -297,8 +308,8 @@ extern "C" __global__ void k_sum_final(const float *__restrict__ part, long long
 /* ---- normalisation and softmax: one block per row of C ---------------------------------------- */
 
 extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float *__restrict__ g,
-                                       const float *__restrict__ b, float *__restrict__ y, long long rows,
-                                       long long C, float eps) {
+                                       const float *__restrict__ b, void *__restrict__ y, long long rows,
+                                       long long C, float eps, int ydt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C;
         float s = 0.0f;
@@ -308,7 +319,7 @@ extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float 
         for (long long j = threadIdx.x; j < C; j += blockDim.x) { float d = xr[j] - mean; v += d * d; }
         float rstd = rsqrtf(block_sum(v) / (float)C + eps);
         for (long long j = threadIdx.x; j < C; j += blockDim.x)
-            y[r * C + j] = (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f);
+            store_out(y, r * C + j, (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f), ydt);
     }
 }
 
@@ -854,11 +865,11 @@ extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float 
 
 /* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
 extern "C" __global__ void k_bias_gelu(const float *__restrict__ x, const float *__restrict__ bias,
-                                       const float *__restrict__ dy, float *__restrict__ y, long long n, long long nb,
-                                       int back) {
+                                       const float *__restrict__ dy, void *__restrict__ y, long long n, long long nb,
+                                       int back, int ydt) {
     GRID_STRIDE(i, n) {
         float v = x[i] + bias[i % nb];
-        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+        store_out(y, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);
     }
 }
 

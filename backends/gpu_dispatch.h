@@ -181,7 +181,9 @@ static int pgd_supports_op(const pdde_tensor *node) {
     }
     default: break;
     }
-    if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32 || node->nsrc < 1) return 0;
+    /* layernorm and bias_gelu also write bf16 / f16 (a cast folded into them), from f32 inputs */
+    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU) && (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
+    if ((unsigned)node->op >= PDDE_OP_COUNT || (node->dtype != PDDE_F32 && !lowp_out) || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
         for (int i = 0; i < node->nsrc; i++) /* q, k, v of a->dtype (pgd_attention widens them); y, dy f32 */
@@ -797,7 +799,9 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         if (!n) return PDDE_OK;
         pgd_ptr px = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]), py = pgd_ptr_of(node);
         pgd_ptr pdy = back ? pgd_ptr_of(node->src[2]) : pgd_null;
-        return pgd_launch_1d(g, PGD_K_BIAS_GELU, n, PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back)));
+        int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+        return pgd_launch_1d(g, PGD_K_BIAS_GELU, n,
+                             PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back), PGD_A(ydt)));
     }
     case PDDE_OP_LAYERNORM:
     case PDDE_OP_RMSNORM: {
@@ -809,8 +813,9 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
             return pgd_row_launch(g, PGD_K_RMSNORM, rows, C,
                                   PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
         pgd_ptr pb = pgd_opt_src(node, 2);
+        int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
-                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt)));
     }
     case PDDE_OP_LAYERNORM_BACK:
     case PDDE_OP_RMSNORM_BACK: {

@@ -49,6 +49,17 @@ enum { B_ADD = 0, B_SUB, B_MUL };
 #define GRID_STRIDE(i, n) for (long i = get_global_id(0); i < (n); i += get_global_size(0))
 #endif
 
+static ushort f32_to_f16(float f);
+static ushort f32_to_bf16(float f);
+/* An f32 result stored as the output's dtype (ydt: 0 f32, else DT_BF16 / DT_F16 as k_cast rounds): an op
+ * whose only reader is a cast to bf16 writes bf16 itself (planner/lower.c, the casts folded into their
+ * producers). */
+static void store_out(__global void *y, long i, float v, int ydt) {
+    if (ydt == 2) ((__global ushort *)y)[i] = f32_to_bf16(v);
+    else if (ydt == 1) ((__global ushort *)y)[i] = f32_to_f16(v);
+    else ((__global float *)y)[i] = v;
+}
+
 static float gelu_f(float x) {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanh(k * (x + 0.044715f * x * x * x)));
@@ -242,9 +253,9 @@ __kernel void k_sum_final(PTR(const float, part), long np, PTR(const float, prev
 #define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))
 #define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))
 
-__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(float, y), long rows,
-                          long C, float eps) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(float, y);
+__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,
+                          long C, float eps, int ydt) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -254,7 +265,7 @@ __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const fl
         float v = 0.0f;
         COLS_LOOP(j, C) { float d = xr[j] - mean; v += d * d; }
         float rstd = rsqrt(group_sum(v, sh) / (float)C + eps);
-        COLS_LOOP(j, C) y[r * C + j] = (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f);
+        COLS_LOOP(j, C) store_out(y, r * C + j, (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f), ydt);
     }
 }
 
@@ -788,12 +799,12 @@ __kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float
 /* ---- fused kernels ---------------------------------------------------------------------------- */
 
 /* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
-__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(float, y), long n,
-                          long nb, int back) {
-    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(float, y);
+__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(void, y), long n,
+                          long nb, int back, int ydt) {
+    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(void, y);
     GRID_STRIDE(i, n) {
         float v = x[i] + bias[i % nb];
-        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+        store_out(y, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);
     }
 }
 

@@ -52,6 +52,17 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define GRID_STRIDE(i, n) for (long i = get_global_id(0); i < (n); i += get_global_size(0))\n"
     "#endif\n"
     "\n"
+    "static ushort f32_to_f16(float f);\n"
+    "static ushort f32_to_bf16(float f);\n"
+    "/* An f32 result stored as the output's dtype (ydt: 0 f32, else DT_BF16 / DT_F16 as k_cast rounds): an op\n"
+    " * whose only reader is a cast to bf16 writes bf16 itself (planner/lower.c, the casts folded into their\n"
+    " * producers). */\n"
+    "static void store_out(__global void *y, long i, float v, int ydt) {\n"
+    "    if (ydt == 2) ((__global ushort *)y)[i] = f32_to_bf16(v);\n"
+    "    else if (ydt == 1) ((__global ushort *)y)[i] = f32_to_f16(v);\n"
+    "    else ((__global float *)y)[i] = v;\n"
+    "}\n"
+    "\n"
     "static float gelu_f(float x) {\n"
     "    const float k = 0.7978845608028654f;\n"
     "    return 0.5f * x * (1.0f + tanh(k * (x + 0.044715f * x * x * x)));\n"
@@ -84,6 +95,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    int n = get_local_size(0) * get_local_size(1);\n"
     "    barrier(CLK_LOCAL_MEM_FENCE);\n"
     "    sh[l] = v;\n"
+    ,
     "    barrier(CLK_LOCAL_MEM_FENCE);\n"
     "    for (int s = n / 2; s > 0; s >>= 1) {\n"
     "        if (l < s) sh[l] += sh[l + s];\n"
@@ -104,7 +116,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    return sh[0];\n"
     "}\n"
     "\n"
-    ,
     "/* ---- elementwise ------------------------------------------------------------------------------ */\n"
     "\n"
     "__kernel void k_unary(PTR(const float, x), PTR(float, y), long n, int op, float a) {\n"
@@ -193,6 +204,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "__kernel void k_reduce_block(PTR(const float, x), PTR(float, y), long nout, long nred, pgd_reduce_desc s, float scale) {\n"
     "    BIND(const float, x); BIND(float, y);\n"
+    ,
     "    __local float sh[MAX_GROUP];\n"
     "    for (long o = get_group_id(0); o < nout; o += get_num_groups(0)) {\n"
     "        long base = strided_offset(o, s.nk, s.kshape, s.kstride);\n"
@@ -204,7 +216,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* x as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows a chunk).\n"
-    ,
     " * Groups of 32 columns x 8 row lanes. */\n"
     "__kernel void k_colsum(PTR(const float, x), PTR(float, y), long R, long Cn, float scale, long rpc) {\n"
     "    BIND(const float, x); BIND(float, y);\n"
@@ -247,9 +258,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))\n"
     "#define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))\n"
     "\n"
-    "__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(float, y), long rows,\n"
-    "                          long C, float eps) {\n"
-    "    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(float, y);\n"
+    "__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,\n"
+    "                          long C, float eps, int ydt) {\n"
+    "    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
@@ -259,7 +270,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        float v = 0.0f;\n"
     "        COLS_LOOP(j, C) { float d = xr[j] - mean; v += d * d; }\n"
     "        float rstd = rsqrt(group_sum(v, sh) / (float)C + eps);\n"
-    "        COLS_LOOP(j, C) y[r * C + j] = (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f);\n"
+    "        COLS_LOOP(j, C) store_out(y, r * C + j, (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f), ydt);\n"
     "    }\n"
     "}\n"
     "\n"
@@ -280,6 +291,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "         * should be (C = 1), as in the CPU reference */\n"
     "        float s1 = 0.0f, s2 = 0.0f;\n"
     "        COLS_LOOP(j, C) {\n"
+    ,
     "            float dg = dr[j] * g[j];\n"
     "            s1 += dg;\n"
     "            s2 += dg * ((xr[j] - mean) * rstd);\n"
@@ -296,7 +308,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "__kernel void k_rmsnorm(PTR(const float, x), PTR(const float, g), PTR(float, y), long rows, long C, float eps) {\n"
     "    BIND(const float, x); BIND(const float, g); BIND(float, y);\n"
     "    __local float sh[MAX_GROUP];\n"
-    ,
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
     "        float s = 0.0f;\n"
@@ -379,6 +390,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "__kernel void k_softmax_back(PTR(const float, y), PTR(const float, dy), PTR(float, dx), long rows, long C) {\n"
     "    BIND(const float, y); BIND(const float, dy); BIND(float, dx);\n"
     "    __local float sh[MAX_GROUP];\n"
@@ -392,7 +404,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    ,
     "__kernel void k_ce_rows(PTR(const float, logits), PTR(const int, tgt), PTR(float, part), long rows, long V) {\n"
     "    BIND(const float, logits); BIND(const int, tgt); BIND(float, part);\n"
     "    __local float sh[MAX_GROUP];\n"
@@ -477,6 +488,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "__kernel void k_embedding_back(PTR(const float, dy), PTR(const int, ids), PTR(float, out), long n_ids, long C, long V) {\n"
     "    BIND(const float, dy); BIND(const int, ids); BIND(float, out);\n"
+    ,
     "    long n = n_ids * C;\n"
     "    GRID_STRIDE(i, n) {\n"
     "        long r = i / C, j = i - r * C;\n"
@@ -489,7 +501,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "static uint dropout_hash(uint lo, uint hi, uint counter, ulong i) {\n"
     "    ulong z = (((ulong)hi << 32) | lo) ^ (0x9E3779B97F4A7C15UL * (ulong)(counter + 1u)) ^ (i * 0xD1B54A32D192ED03UL);\n"
-    ,
     "    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9UL;\n"
     "    z = (z ^ (z >> 27)) * 0x94D049BB133111EBUL;\n"
     "    return (uint)((z ^ (z >> 31)) >> 32);\n"
@@ -570,6 +581,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    GRID_STRIDE(i, n) cast_one(src, dst, i, sdt, ddt);\n"
     "}\n"
     "\n"
+    ,
     "/* ---- optimizers ------------------------------------------------------------------------------- */\n"
     "\n"
     "/* A squared norm that is not finite (a NaN or an overflow in some gradient) makes an update a no-op:\n"
@@ -577,7 +589,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * step's work, reports it (or, under loss scaling, skips the step) without a wait before the update. */\n"
     "static bool update_skipped(__global const float *gnorm_sq) { return gnorm_sq && !isfinite(gnorm_sq[0]); }\n"
     "\n"
-    ,
     "static float clip_factor(__global const float *gnorm_sq, float clip) {\n"
     "    if (!gnorm_sq || clip <= 0.0f) return 1.0f;\n"
     "    float nrm = sqrt(gnorm_sq[0]);\n"
@@ -652,6 +663,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (int l = 0; l < 4; l++) {\n"
     "            int e = lid + l * 256, kk, mm, nn;\n"
     "            if (ta) { mm = e & 63; kk = e >> 6; }\n"
+    ,
     "            else { kk = e & 15; mm = e >> 4; }\n"
     "            int gm = m0 + mm, gk = k0 + kk;\n"
     "            As[kk][mm] = (gm < M && gk < K) ? (ta ? Ab[(long)gk * M + gm] : Ab[(long)gm * K + gk]) : 0.0f;\n"
@@ -662,7 +674,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long)gn * K + gk] : Bb[(long)gk * N + gn]) : 0.0f;\n"
     "        }\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
-    ,
     "        for (int kk = 0; kk < GK; kk++) {\n"
     "            float a[4], b[4];\n"
     "            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];\n"
@@ -739,6 +750,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (long j = 0; j <= i; j++) {\n"
     "            float s = 0.0f, dp = 0.0f;\n"
     "            for (long d = 0; d < D; d++) s += qr[d] * kb[j * D + d], dp += dor[d] * vb[j * D + d];\n"
+    ,
     "            float ds = exp(s * scale - lse) * (dp - dot);\n"
     "            for (long d = 0; d < D; d++) dq[d] += ds * kb[j * D + d];\n"
     "        }\n"
@@ -749,7 +761,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* Backward, dk and dv of key row r (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j\n"
     " * that see it; needs k_attention_back_q's rowdot. */\n"
     "__kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),\n"
-    ,
     "                                  PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,\n"
     "                                  float scale) {\n"
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);\n"
@@ -799,18 +810,19 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* ---- fused kernels ---------------------------------------------------------------------------- */\n"
     "\n"
     "/* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */\n"
-    "__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(float, y), long n,\n"
-    "                          long nb, int back) {\n"
-    "    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(float, y);\n"
+    "__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(void, y), long n,\n"
+    "                          long nb, int back, int ydt) {\n"
+    "    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(void, y);\n"
     "    GRID_STRIDE(i, n) {\n"
     "        float v = x[i] + bias[i % nb];\n"
-    "        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);\n"
+    "        store_out(y, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);\n"
     "    }\n"
     "}\n"
     "\n"
     "/* ---- attention, unfused inside the node (backends/gpu_dispatch.h, pgd_attention_unfused) ------- */\n"
     "\n"
     "/* Rows of S [rows, T] (row r is query r % T of its head): P = causal softmax(scale * S) (0 past the\n"
+    ,
     " * diagonal) as f32 or bf16 (pdt: the dtype enum) and each row's logsumexp into lse[r * ls]; from_lse: P\n"
     " * = exp(scale * S - lse) from a saved logsumexp (one pass). Reads S only up to the diagonal. */\n"
     "__kernel void k_att_softmax(PTR(const float, s), PTR(void, p), PTR(float, lse), long rows, long T, float scale, long ls,\n"
@@ -821,7 +833,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        __global const float *sr = s + r * T;\n"
     "        long lim = r % T + 1;\n"
     "        float m, inv = 1.0f;\n"
-    ,
     "        if (from_lse) {\n"
     "            m = lse[r * ls];\n"
     "        } else {\n"
@@ -886,6 +897,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float m = -INFINITY, lsum = 0.0f;\n"
     "    for (long j0 = 0; j0 < kend; j0 += FK) {\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+    ,
     "        for (long e = l; e < FK * D; e += FR) {\n"
     "            long jj = e / D, d = e % D, j = j0 + jj;\n"
     "            ks[jj][d] = j < T ? ld_qkv(k, (base + j) * D + d, bf16) : 0.0f;\n"
@@ -898,7 +910,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            s *= scale;\n"
     "            if (s > m) { /* online softmax: rescale what was summed under the smaller maximum */\n"
     "                float a = exp(m - s);\n"
-    ,
     "                lsum *= a;\n"
     "                for (long d = 0; d < D; d++) acc[d] *= a;\n"
     "                m = s;\n"
@@ -964,6 +975,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,\n"
     "                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
     "                      float scale, int bf16, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],\n"
+    ,
     "                      __local float *lses, __local float *dots) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
     "    int l = get_local_id(0);\n"
@@ -976,7 +988,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        dk[d] = 0.0f, dv[d] = 0.0f;\n"
     "    }\n"
     "    for (long i0 = tile * FR; i0 < T; i0 += FK) {\n"
-    ,
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long e = l; e < FK * D; e += FR) {\n"
     "            long ii = e / D, d = e % D, i = i0 + ii;\n"
@@ -1032,6 +1043,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, ks, vs);\n"
     "}\n"
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
+    ,
     "k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
@@ -1040,7 +1052,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, qs, dos, lses, dots);\n"
     "}\n"
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
-    ,
     "k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"

@@ -747,6 +747,42 @@ static pdde_status lower_shadows(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Casts folded into their producers. Under a compute dtype a matmul's activation input is cast to bf16;
+ * where that cast is the only reader of a layernorm's or a bias_gelu's output (their backward reads
+ * their inputs, not the output), the producer writes bf16 itself, computing in f32 and rounding once
+ * on the store as the cast did (the same bits), and the cast becomes a view of it: one kernel and one
+ * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
+static pdde_status lower_fold_casts(lowering *L) {
+    pdde_program *P = L->P;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
+    if (!readers) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++)
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
+        if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        /* through reshapes (views) that nothing else reads, to the producer */
+        while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
+            y = y->src[0];
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU) || y->dtype != PDDE_F32 || readers[y->id] != 1 ||
+            y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c))
+            continue;
+        y->dtype = c->dtype;
+        if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+            y->dtype = PDDE_F32;
+            continue;
+        }
+        if (P->info[y->id].bytes) P->info[y->id].bytes = pdde_tensor_nbytes(y);
+        for (pdde_tensor *v = c->src[0]; v != y; v = v->src[0]) v->dtype = c->dtype; /* (the views between) */
+        c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW;
+    }
+    free(readers);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Multi-tensor updates. The executor runs update nodes that follow one another in the order as one
  * launch (pdde_backend_iface.compute_group), so the optimizer phase is reordered to bring them
  * together: first the nodes that need no update (gradient reductions and their waits, ZeRO's slices,
@@ -1140,6 +1176,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
     if (!st) st = lower_shadows(&L);
+    if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);
