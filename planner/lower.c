@@ -727,6 +727,15 @@ static pdde_status lower_partition(lowering *L) {
  * updates rewrite only where the update writes the very tensor the cast reads, whole and on the cast's
  * device: not a ZeRO shard (the parameter is gathered back after the update), not a copy made at a
  * device boundary. Elsewhere the update drops the copy and the cast runs each step as any other. */
+/* Whether casts stay as autocast wrote them on device d: PDDE_FOLD_CASTS=0 on every device, =1 on none;
+ * unset, on CUDA devices (their kernels for the kept copies and the folded casts await a GPU run). */
+static bool casts_kept_on(const lowering *L, int device) {
+    const char *env = getenv("PDDE_FOLD_CASTS");
+    if (env && *env) return !strcmp(env, "0");
+    pdde_device_props props;
+    return registry_device_props(L->ctx->registry, device, &props) == PDDE_OK && !strcmp(props.backend, "cuda");
+}
+
 static pdde_status lower_shadows(lowering *L) {
     pdde_program *P = L->P;
     uint8_t *kept = calloc((size_t)P->n + 1, 1);
@@ -734,7 +743,7 @@ static pdde_status lower_shadows(lowering *L) {
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *u = P->order[i], *c = is_update(u) ? update_shadow(u) : NULL;
         if (!c) continue;
-        if (c->op == PDDE_OP_CAST && (c->flags & PDDE_TENSOR_SHADOW) && c->src[0] == u->src[0] && c->device == u->device &&
+        if (c->op == PDDE_OP_CAST && (c->flags & PDDE_TENSOR_SHADOW) && c->src[0] == u->src[0] && c->device == u->device && !casts_kept_on(L, c->device) &&
             c->phase == PDDE_PHASE_FORWARD && pdde_tensor_numel(c) == pdde_tensor_numel(u->src[0]))
             kept[c->id] = 1;
         else
@@ -767,7 +776,8 @@ static pdde_status lower_fold_casts(lowering *L) {
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
             y = y->src[0];
         if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU) || y->dtype != PDDE_F32 || readers[y->id] != 1 ||
-            y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c))
+            y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
+            casts_kept_on(L, y->device))
             continue;
         y->dtype = c->dtype;
         if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {

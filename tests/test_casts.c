@@ -5,8 +5,10 @@
  * q, k, v and its output (4) and the gradient into each of the 4 matmuls (4): at most CASTS_PER_LAYER
  * (15 with neither); outside the layers the logits' gradient and (the final norm's output is folded,
  * the tied wte kept) at most CASTS_OUTSIDE.
- * Counted from the nodes the session ran (pdde_session_op_runs), on the CPU and on the first other
- * device (PoCL's OpenCL device in CI), for 2 and 4 layers (per layer: the difference / 2).
+ * Counted from the nodes the session ran (pdde_session_op_runs), on the CPU and on every other device
+ * (PoCL's OpenCL device in CI; on CUDA, whose default keeps the casts until a GPU run measured it, with
+ * PDDE_FOLD_CASTS=1), for 2 and 4 layers (per layer: the difference / 2); and with PDDE_FOLD_CASTS=0
+ * (every cast as autocast wrote it: 15 a layer, 3 outside), whose losses must be the same bits.
  * Neither may change a number: the losses equal, bit for bit, those of a session that writes a
  * parameter back before every step (a write makes the copies stale, so its casts run each step as
  * before), with a weight changed by a write after step 3 in both (the next step must see it), and
@@ -14,6 +16,7 @@
  * And the bf16 losses follow the f32 ones within 1% (bf16 operands carry 8 significant bits: a relative
  * rounding of 2^-9 per operand, which over these 6 steps of a 2-4 layer model moves the loss by about
  * 1e-3 relative; 1% is ten times that, and far below what training in the wrong dtype would give). */
+#define _GNU_SOURCE /* setenv */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
@@ -89,8 +92,11 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
 }
 
 static void test_device(pdde_context *ctx, int device, const char *where) {
-    run_result kept2, kept4, rewritten, unfolded, f32;
-    if (train(ctx, device, 2, PDDE_BF16, 0, 0, &kept2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &kept4) ||
+    run_result kept2, kept4, rewritten, unfolded, f32, before2, before4;
+    setenv("PDDE_FOLD_CASTS", "0", 1);
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &before2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &before4);
+    unsetenv("PDDE_FOLD_CASTS");
+    if (failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &kept2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &kept4) ||
         train(ctx, device, 2, PDDE_BF16, 1, 0, &rewritten) || train(ctx, device, 2, PDDE_BF16, 0, 1, &unfolded) ||
         train(ctx, device, 2, PDDE_F32, 0, 0, &f32)) {
         CHECK(0, "%s: a run failed", where);
@@ -101,6 +107,12 @@ static void test_device(pdde_context *ctx, int device, const char *where) {
            "the step after a parameter write: %lld (2 layers); writing a parameter back every step: %.1f; nothing folded: %.1f\n",
            where, per_layer, outside, kept2.casts_per_step, kept4.casts_per_step, (long long)kept2.casts_after_write, rewritten.casts_per_step,
            unfolded.casts_per_step);
+    double before_layer = (before4.casts_per_step - before2.casts_per_step) / 2, before_outside = before2.casts_per_step - 2 * before_layer;
+    printf("%s: PDDE_FOLD_CASTS=0: %.1f per layer, %.1f outside\n", where, before_layer, before_outside);
+    CHECK(before_layer == 15 && before_outside == 3, "%s: PDDE_FOLD_CASTS=0 ran %.1f casts per layer and step, %.1f outside (want 15 and 3)", where,
+          before_layer, before_outside);
+    test_diff as_before = test_diff_f32(kept2.loss, before2.loss, STEPS, 1e-30);
+    CHECK(as_before.worst == 0, "%s: losses differ from PDDE_FOLD_CASTS=0's: step %zu %.9g vs %.9g", where, as_before.index, as_before.got, as_before.want);
     CHECK(per_layer <= CASTS_PER_LAYER && outside <= CASTS_OUTSIDE, "%s: %.1f casts per layer and step (at most %d), %.1f outside (at most %d)",
           where, per_layer, CASTS_PER_LAYER, outside, CASTS_OUTSIDE);
     /* a write makes the copies stale: that step casts each weight again (4 a layer and wte) */
@@ -122,15 +134,17 @@ static void test_device(pdde_context *ctx, int device, const char *where) {
 int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
+    unsetenv("PDDE_FOLD_CASTS");
     test_device(ctx, 0, "cpu");
-    int accel = pdde_device_count(ctx) > 1 ? 1 : -1;
-    if (accel < 0) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
-    else {
+    if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
+    for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
-        pdde_device_get_props(ctx, accel, &props);
+        pdde_device_get_props(ctx, d, &props);
         char where[320];
         snprintf(where, sizeof where, "%s (%s)", props.name, props.backend);
-        test_device(ctx, accel, where);
+        if (!strcmp(props.backend, "cuda")) setenv("PDDE_FOLD_CASTS", "1", 1); /* (its default keeps them) */
+        test_device(ctx, d, where);
+        unsetenv("PDDE_FOLD_CASTS");
     }
     pdde_context_free(ctx);
     return test_finish();
