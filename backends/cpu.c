@@ -603,6 +603,18 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
         if (!backward) {
             row_loss[r] = target >= 0 && target < V ? lse - lr[target] : 0.0f;
         } else {
+            if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
+                uint16_t *hr = LOWP_OUT(t) + r * V;
+                if (target < 0 || target >= V) { memset(hr, 0, (size_t)V * sizeof *hr); continue; }
+                float f[256];
+                for (int64_t i0 = 0; i0 < V; i0 += 256) {
+                    int64_t n = V - i0 < 256 ? V - i0 : 256;
+                    for (int64_t i = 0; i < n; i++) f[i] = exp_fast(lr[i0 + i] - lse) * dscale;
+                    if (target >= i0 && target < i0 + n) f[target - i0] -= dscale;
+                    f32_to_half(f, hr + i0, n, t->dtype);
+                }
+                continue;
+            }
             float *dr = F32(t) + r * V;
             if (target < 0 || target >= V) { memset(dr, 0, (size_t)V * sizeof *dr); continue; }
             for (int64_t i = 0; i < V; i++) dr[i] = exp_fast(lr[i] - lse) * dscale;

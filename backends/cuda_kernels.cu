@@ -499,12 +499,12 @@ extern "C" __global__ void k_ce_count(const int *__restrict__ tgt, long long row
 /* dlogits = (softmax - onehot) * dloss / count, zero on ignored rows. */
 extern "C" __global__ void k_ce_back(const float *__restrict__ logits, const int *__restrict__ tgt,
                                      const float *__restrict__ dloss, const float *__restrict__ cnt,
-                                     float *__restrict__ dx, long long rows, long long V) {
+                                     void *__restrict__ dx, long long rows, long long V, int ydt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *lr = logits + r * V;
         int t = tgt[r];
         if (!(t >= 0 && t < V)) {
-            for (long long j = threadIdx.x; j < V; j += blockDim.x) dx[r * V + j] = 0.0f;
+            for (long long j = threadIdx.x; j < V; j += blockDim.x) store_out(dx, r * V + j, 0.0f, ydt);
             continue;
         }
         float m = -INFINITY;
@@ -515,7 +515,7 @@ extern "C" __global__ void k_ce_back(const float *__restrict__ logits, const int
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
         float scale = dloss[0] / c, inv = 1.0f / block_sum(s);
         for (long long j = threadIdx.x; j < V; j += blockDim.x)
-            dx[r * V + j] = (expf(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale;
+            store_out(dx, r * V + j, (expf(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
     }
 }
 

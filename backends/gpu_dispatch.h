@@ -181,8 +181,9 @@ static int pgd_supports_op(const pdde_tensor *node) {
     }
     default: break;
     }
-    /* layernorm and bias_gelu also write bf16 / f16 (a cast folded into them), from f32 inputs */
-    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU) && (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
+    /* layernorm, bias_gelu and cross_entropy_back also write bf16 / f16 (a cast folded into them), from f32 inputs */
+    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
+                   (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
     if ((unsigned)node->op >= PDDE_OP_COUNT || (node->dtype != PDDE_F32 && !lowp_out) || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
@@ -526,10 +527,11 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     int e = g->scratch(g->impl, g->stream, sizeof(float), &cnt);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
+    int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
     e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
     if (e) return e;
     return pgd_row_launch(g, PGD_K_CE_BACK, rows, V,
-                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V)));
+                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ydt)));
 }
 
 static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {

@@ -437,8 +437,8 @@ __kernel void k_ce_count(PTR(const int, tgt), long rows, long V, PTR(float, cnt)
 }
 
 __kernel void k_ce_back(PTR(const float, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),
-                        PTR(float, dx), long rows, long V) {
-    BIND(const float, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, dx);
+                        PTR(void, dx), long rows, long V, int ydt) {
+    BIND(const float, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(void, dx);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *lr = logits + r * V;
@@ -453,7 +453,7 @@ __kernel void k_ce_back(PTR(const float, logits), PTR(const int, tgt), PTR(const
         COLS_LOOP(j, V) s += exp(lr[j] - m);
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
         float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);
-        COLS_LOOP(j, V) dx[r * V + j] = (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale;
+        COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
     }
 }
 

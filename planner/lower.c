@@ -756,9 +756,10 @@ static pdde_status lower_shadows(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Casts folded into their producers. Under a compute dtype a matmul's activation input is cast to bf16;
- * where that cast is the only reader of a layernorm's or a bias_gelu's output (their backward reads
- * their inputs, not the output), the producer writes bf16 itself, computing in f32 and rounding once
+ * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
+ * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
+ * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
+ * the producer writes bf16 itself, computing in f32 and rounding once
  * on the store as the cast did (the same bits), and the cast becomes a view of it: one kernel and one
  * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
 static pdde_status lower_fold_casts(lowering *L) {
@@ -775,7 +776,9 @@ static pdde_status lower_fold_casts(lowering *L) {
         /* through reshapes (views) that nothing else reads, to the producer */
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
             y = y->src[0];
-        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU) || y->dtype != PDDE_F32 || readers[y->id] != 1 ||
+        bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
+            y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
             casts_kept_on(L, y->device))
             continue;
