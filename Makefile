@@ -39,7 +39,12 @@ ifndef NO_CLBLAST
     HAVE_CLBLAST = 1
   endif
 endif
-ifndef NO_UCX
+ifdef UCX_DIR  # a UCX outside the system's paths (UCX_DIR/include, UCX_DIR/lib)
+  DEFS += -DPDDE_HAVE_UCX
+  CFLAGS += -I$(UCX_DIR)/include
+  LDLIBS += -L$(UCX_DIR)/lib -Wl,-rpath,$(UCX_DIR)/lib -lucp -luct -lucs -lucm
+  HAVE_UCX = 1
+else ifndef NO_UCX
   ifeq ($(call has_pc,ucx),1)
     DEFS += -DPDDE_HAVE_UCX
     LDLIBS += $(shell pkg-config --libs ucx)

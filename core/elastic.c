@@ -1007,7 +1007,13 @@ pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *p
         s->scaler.good_steps = sn->scaler.good_steps;
     }
     if (user) *user = sn->user;
-    /* the snapshots of the old world stay valid for the new one (the same replicated state) */
+    /* The restored snapshot stays (a failure before the next one restores it again); newer ones go. A
+     * survivor may have begun the step after the resume step before the failure reached it, and one
+     * that kept that snapshot would skip the next, while the others take it and wait for its peer copy
+     * (split state) from a rank that never sends it. */
+    for (int k = 0; k < ELASTIC_SLOTS; k++)
+        if (&e->snap[k] == sn) e->latest = k;
+        else if (e->snap[k].step > sn->step) e->snap[k].step = -1, e->snap[k].peer_ok = 0;
     double dt = elastic_now() - e->change_t0;
     snprintf(e->line, sizeof e->line, "elastic: %s; re-plan %d -> %d ranks: %s; resumed at step %lld in %.2f s", e->what, e->old_size,
              e->n_members, plan && *plan ? plan : "(same plan)", (long long)sn->step, dt);
