@@ -8,7 +8,8 @@
  * Counted from the nodes the session ran (pdde_session_op_runs), on the CPU and on every other device
  * (PoCL's OpenCL device in CI; on CUDA, whose default keeps the casts until a GPU run measured it, with
  * PDDE_FOLD_CASTS=1), for 2 and 4 layers (per layer: the difference / 2); and with PDDE_FOLD_CASTS=0
- * (every cast as autocast wrote it: 15 a layer, 3 outside), whose losses must be the same bits.
+ * (every cast as autocast wrote it: 15 a layer, 3 outside), whose losses must be the same bits; also
+ * with every block recomputed in backward, where the weights' copies are not cast again either.
  * Neither may change a number: the losses equal, bit for bit, those of a session that writes a
  * parameter back before every step (a write makes the copies stale, so its casts run each step as
  * before), with a weight changed by a write after step 3 in both (the next step must see it), and
@@ -40,7 +41,8 @@ static pdde_tensor *named(pdde_graph *g, const char *name) {
 }
 
 /* rewrite: wte read and written back before every step (its value unchanged, every copy stale);
- * unfold: the layernorms' and bias_gelus' outputs marked outputs (the casts after them stay) */
+ * unfold: the layernorms' and bias_gelus' outputs marked outputs (the casts after them stay);
+ * recompute (unfold = 2): every block recomputed in backward */
 static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int rewrite, int unfold, run_result *r) {
     gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = layers, .heads = 2, .width = 32, .batch = 4};
     pdde_graph *g;
@@ -53,7 +55,8 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = device;
     int built = gpt_build(g, &cfg, &m);
-    for (int i = 0; unfold && i < pdde_graph_tensor_count(g); i++) {
+    for (int l = 1; unfold == 2 && l <= layers; l++) pdde_graph_set_recompute(g, l, 1);
+    for (int i = 0; unfold == 1 && i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = (pdde_tensor *)pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_LAYERNORM || t->op == PDDE_OP_BIAS_GELU) pdde_mark_output(t);
     }
@@ -95,11 +98,13 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
 }
 
 static void test_device(pdde_context *ctx, int device, const char *where) {
-    run_result kept2, kept4, rewritten, unfolded, f32, before2, before4;
+    run_result kept2, kept4, rewritten, unfolded, f32, before2, before4, rc_before, rc_kept;
     setenv("PDDE_FOLD_CASTS", "0", 1);
-    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &before2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &before4);
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &before2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &before4) ||
+                 train(ctx, device, 2, PDDE_BF16, 0, 2, &rc_before);
     unsetenv("PDDE_FOLD_CASTS");
     if (failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &kept2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &kept4) ||
+        train(ctx, device, 2, PDDE_BF16, 0, 2, &rc_kept) ||
         train(ctx, device, 2, PDDE_BF16, 1, 0, &rewritten) || train(ctx, device, 2, PDDE_BF16, 0, 1, &unfolded) ||
         train(ctx, device, 2, PDDE_F32, 0, 0, &f32)) {
         CHECK(0, "%s: a run failed", where);
@@ -116,6 +121,12 @@ static void test_device(pdde_context *ctx, int device, const char *where) {
           before_layer, before_outside);
     test_diff as_before = test_diff_f32(kept2.loss, before2.loss, STEPS, 1e-30);
     CHECK(as_before.worst == 0, "%s: losses differ from PDDE_FOLD_CASTS=0's: step %zu %.9g vs %.9g", where, as_before.index, as_before.got, as_before.want);
+    /* recomputed blocks cast their activations again in backward, but not their weights (kept copies) */
+    test_diff rc_same = test_diff_f32(rc_kept.loss, rc_before.loss, STEPS, 1e-30);
+    printf("%s: recomputed blocks: %.1f casts a step (PDDE_FOLD_CASTS=0: %.1f)\n", where, rc_kept.casts_per_step, rc_before.casts_per_step);
+    CHECK(rc_same.worst == 0 && rc_kept.casts_per_step <= rc_before.casts_per_step - (15 - CASTS_PER_LAYER + 4) * 2,
+          "%s: recomputed: step %zu loss %.9g vs %.9g with PDDE_FOLD_CASTS=0, %.1f casts a step vs %.1f", where, rc_same.index, rc_same.got,
+          rc_same.want, rc_kept.casts_per_step, rc_before.casts_per_step);
     CHECK(per_layer <= CASTS_PER_LAYER && outside <= CASTS_OUTSIDE, "%s: %.1f casts per layer and step (at most %d), %.1f outside (at most %d)",
           where, per_layer, CASTS_PER_LAYER, outside, CASTS_OUTSIDE);
     /* a write makes the copies stale: that step casts each weight again (4 a layer and wte) */
