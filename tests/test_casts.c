@@ -97,12 +97,14 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     return rc;
 }
 
-static void test_device(pdde_context *ctx, int device, const char *where) {
+/* fold: PDDE_FOLD_CASTS for the runs with the casts folded (NULL: unset, the device's default) */
+static void test_device(pdde_context *ctx, int device, const char *where, const char *fold) {
     run_result kept2, kept4, rewritten, unfolded, f32, before2, before4, rc_before, rc_kept;
     setenv("PDDE_FOLD_CASTS", "0", 1);
     int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &before2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &before4) ||
                  train(ctx, device, 2, PDDE_BF16, 0, 2, &rc_before);
-    unsetenv("PDDE_FOLD_CASTS");
+    if (fold) setenv("PDDE_FOLD_CASTS", fold, 1);
+    else unsetenv("PDDE_FOLD_CASTS");
     if (failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &kept2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &kept4) ||
         train(ctx, device, 2, PDDE_BF16, 0, 2, &rc_kept) ||
         train(ctx, device, 2, PDDE_BF16, 1, 0, &rewritten) || train(ctx, device, 2, PDDE_BF16, 0, 1, &unfolded) ||
@@ -220,15 +222,14 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
-    test_device(ctx, 0, "cpu");
+    test_device(ctx, 0, "cpu", NULL);
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
         pdde_device_get_props(ctx, d, &props);
         char where[320];
         snprintf(where, sizeof where, "%s (%s)", props.name, props.backend);
-        if (!strcmp(props.backend, "cuda")) setenv("PDDE_FOLD_CASTS", "1", 1); /* (its default keeps them) */
-        test_device(ctx, d, where);
+        test_device(ctx, d, where, strcmp(props.backend, "cuda") ? NULL : "1"); /* (CUDA's default keeps them) */
         unsetenv("PDDE_FOLD_CASTS");
     }
 #ifdef PDDE_HAVE_UCX
