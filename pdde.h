@@ -570,6 +570,9 @@ int64_t pdde_session_op_runs(const pdde_session *s, pdde_op op); /* nodes of op 
 /* Data-parallel collectives the last run issued (gradient reductions and ZeRO's gathers of updated
  * shards, early or at the update): one per gradient bucket, one per tensor outside a bucket. */
 int pdde_session_gradient_collectives(const pdde_session *s);
+/* Token rows the last run sent to other ranks in expert parallelism's exchanges (only the rows routed
+ * to an expert cross: the counts go first, pdde_moe_dispatch_experts' padding stays home). */
+int64_t pdde_session_exchanged_rows(const pdde_session *s);
 /* Micro-batches this rank runs per step: grad_accum_steps, times its share under uneven data
  * parallelism (pdde_strategy_data_parallel_shares). */
 int pdde_session_micro_batches(const pdde_session *s);
@@ -1132,6 +1135,11 @@ typedef struct pdde_plan {
      * (the blocks), place=opencl:1-4 (layers 1..4). No chunks, no recompute, equal shares. */
     char place[16];
     int place_first, place_last;
+    /* Mixture-of-Experts models (pdde_moe_*): the experts split over ep ranks (ep = dp with tp 1: the
+     * dp axis, tokens exchanged all-to-all; ep = tp: the tp axis); 0 or 1 = every rank holds every
+     * expert. The search tries both where they divide the experts, by pdde_moe_cost_estimate on
+     * params->cluster (without one: ep 1 only). Text: ep=2. */
+    int ep;
 } pdde_plan;
 
 /* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
@@ -1151,7 +1159,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
 pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
                              pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
- * [,blocks=1][,shares=3:1][,place=opencl[:1-5]]" (rc: layers recomputed per stage, written when some but
+ * [,blocks=1][,shares=3:1][,place=opencl[:1-5]][,ep=2]" (rc: layers recomputed per stage, written when some but
  * not all are; shares: micro-batch shares of the dp indices, dp of them); returns what snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage).
@@ -1821,7 +1829,8 @@ pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, 
  * rank's tokens' rows to the rank of their experts and back) and reduce-scatter the experts'
  * gradients. A capacity of N (every token) drops nothing. Under data parallelism each rank's buffer
  * holds its tokens (capacity / ranks of them an expert). The rows of zeros (past each expert's tokens)
- * are skipped by the grouped GEMM, but travel in the exchange. */
+ * are skipped by the grouped GEMM and stay home: the exchange sends each expert's routed rows only,
+ * the counts first (pdde_session_exchanged_rows). */
 pdde_tensor *pdde_moe_dispatch_experts(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
 pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b);
 pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, pdde_tensor *weights, int experts, int64_t capacity);
@@ -1837,8 +1846,8 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
 
 /* The cost of the MoE layers under expert parallelism (ep ranks share the experts; n_ranks / ep
  * replicate them, data parallel): what ep changes per rank and step. The token exchange: an alltoall
- * before and after the experts, forward and backward, each of tokens x k x width x dtype (padded to the
- * capacity when there is one), over the first ep of devices as the cluster's links carry it; the
+ * before and after the experts, forward and backward, each of tokens x k x width x dtype (the routed
+ * rows only), over the first ep of devices as the cluster's links carry it; the
  * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
  * skew: measured counts, or a stated max/mean); the experts' gradient reduction over their
  * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages

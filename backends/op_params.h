@@ -19,6 +19,7 @@ typedef enum {
     PDDE_P_CONCAT_AXIS = 0,
     PDDE_P_SLICE_AXIS = 0, PDDE_P_SLICE_START = 1,
     PDDE_P_REDUCE_AXIS = 0, PDDE_P_REDUCE_KEEPDIM = 1,          /* sum, mean */
+    PDDE_P_EXPAND_MEAN_OF = 0,          /* expand: a mean's gradient, of graph node id - 1 (0: none; lowering's) */
     PDDE_P_DROPOUT_SEED_LO = 0, PDDE_P_DROPOUT_SEED_HI = 1, PDDE_P_DROPOUT_COUNTER = 2,
     /* embedding, its backward, cross-entropy, its backward: the vocab rows/columns this rank holds
      * (0, 0 = all of it) */

@@ -141,6 +141,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     case PDDE_OP_SUM: dsrc[0] = expand_back(g, y, dy, 1.0f); break;
     case PDDE_OP_MEAN: /* (an empty x has an empty gradient: no factor to compute) */
         dsrc[0] = expand_back(g, y, dy, pdde_tensor_numel(x) ? (float)pdde_tensor_numel(y) / (float)pdde_tensor_numel(x) : 0.0f);
+        if (dsrc[0]) pdde_op_set_i32(dsrc[0], PDDE_P_EXPAND_MEAN_OF, y->id + 1); /* (lowering makes its factor the local mean's) */
         break;
     case PDDE_OP_DROPOUT: {
         dsrc[0] = node_with(g, PDDE_OP_DROPOUT_BACK, x, 1, &dy);

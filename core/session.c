@@ -44,6 +44,7 @@ struct pdde_session {
     void **requests;            /* per program node id of a collective started early: its pending request */
     bool *bucket_done;          /* per program node id of a gradient bucket: completed in this run */
     int gradient_collectives;   /* issued by the last run (pdde_session_gradient_collectives) */
+    int64_t exchanged_rows;     /* by the last run (pdde_session_exchanged_rows) */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
     const struct session_collective_path *collective_path; /* how gradient buckets travel */
@@ -442,6 +443,60 @@ static pdde_status run_alltoall(pdde_session *s, pdde_comm *c, int n, const pdde
     return st;
 }
 
+/* Expert parallelism's token exchange, dropless (an alltoall that lowering gave the expert ids, its
+ * src[1]): the token side is [E, S, ...] (each expert's block of S rows, its first `count` rows this
+ * rank's tokens routed there, the rest zeros), the expert side [E/n, n S, ...] (expert j's rows from
+ * rank r at r S). Each rank counts its tokens per expert from its ids and sends every expert's owner
+ * its counts first (an alltoall of E/n integers a rank); then an alltoallv carries only the routed
+ * rows: to the experts (from = 1) or back to the tokens (from = 0). Rows nobody sent are zeros, as
+ * the padded exchange would have carried: the experts' GEMMs and activations keep zero rows zero. */
+static pdde_status run_alltoall_moe(pdde_session *s, pdde_comm *c, int n, const pdde_tensor *x, const char *in, pdde_tensor *t, char *out,
+                                    const int32_t *id, int64_t nk) {
+    bool to_experts = node_info(s, t)->dim == 1;
+    const pdde_tensor *tok = to_experts ? x : t;
+    int64_t E = tok->shape[0], S = tok->shape[1], El = E / n;
+    size_t row = (size_t)(pdde_tensor_numel(tok) / (E * S > 0 ? E * S : 1)) * pdde_dtype_size(t->dtype);
+    if (E % n || tok->ndim < 3) return pdde_error(s->ctx, PDDE_ERR_SHAPE, "%s: %lld experts over %d ranks", t->name, (long long)E, n);
+    int32_t *cnt = calloc((size_t)(2 * E), sizeof *cnt), *rc = cnt + E; /* mine; for my experts, each rank's */
+    size_t *a = malloc((size_t)4 * (size_t)n * sizeof *a), *sc = a, *sd = a + n, *rn = a + 2 * n, *rd = a + 3 * n;
+    char *sbuf = NULL, *rbuf = NULL;
+    pdde_status st = cnt && a ? PDDE_OK : pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    for (int64_t i = 0; i < nk && !st; i++) {
+        if (id[i] < 0 || id[i] >= E) st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: expert id %d is not in 0..%lld", t->name, id[i], (long long)E - 1);
+        else cnt[id[i]] += cnt[id[i]] < S; /* (past S: dropped by the dispatch) */
+    }
+    if (!st) st = pdde_comm_alltoall(c, cnt, rc, (size_t)El, PDDE_I32);
+    size_t ns = 0, nr = 0;
+    for (int q = 0; q < n && !st; q++) { /* rows sent to and received from rank q */
+        sc[q] = rn[q] = 0;
+        for (int64_t j = 0; j < El; j++) sc[q] += (size_t)(to_experts ? cnt[q * El + j] : rc[q * El + j]), rn[q] += (size_t)(to_experts ? rc[q * El + j] : cnt[q * El + j]);
+        sd[q] = ns, rd[q] = nr, ns += sc[q], nr += rn[q];
+    }
+    if (!st && !((sbuf = malloc(ns * row + 1)) && (rbuf = malloc(nr * row + 1)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    int me = pdde_comm_rank(c);
+    for (int q = 0; q < n && !st; q++) {
+        char *p = sbuf + sd[q] * row;
+        for (int64_t j = 0; j < El; j++) { /* to the experts: expert q El + j's block; back: rank q's rows of expert j */
+            size_t k = (size_t)(to_experts ? cnt[q * El + j] : rc[q * El + j]);
+            memcpy(p, in + (size_t)(to_experts ? (q * El + j) * S : j * n * S + q * S) * row, k * row), p += k * row;
+        }
+        s->exchanged_rows += q != me ? (int64_t)sc[q] : 0;
+    }
+    for (int q = 0; q < n && !st; q++) sc[q] *= row / pdde_dtype_size(t->dtype), sd[q] *= row / pdde_dtype_size(t->dtype),
+                                       rn[q] *= row / pdde_dtype_size(t->dtype), rd[q] *= row / pdde_dtype_size(t->dtype);
+    if (!st) st = pdde_comm_alltoallv(c, sbuf, sc, sd, rbuf, rn, rd, t->dtype);
+    if (!st) memset(out, 0, pdde_tensor_nbytes(t));
+    for (int q = 0; q < n && !st; q++) {
+        const char *p = rbuf + rd[q] * pdde_dtype_size(t->dtype);
+        for (int64_t j = 0; j < El; j++) {
+            size_t k = (size_t)(to_experts ? rc[q * El + j] : cnt[q * El + j]);
+            memcpy(out + (size_t)(to_experts ? j * n * S + q * S : (q * El + j) * S) * row, p, k * row), p += k * row;
+        }
+    }
+    free(cnt), free(a), free(sbuf), free(rbuf);
+    return st;
+}
+
 /* A reshard collective, blocking: allreduce, reduce-scatter, allgather or alltoall along tensor dims,
  * from in (x's data) to out (t's), both in host memory, over the group of the node's mesh axis. */
 static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_tensor *x, char *in, char *out) {
@@ -450,6 +505,14 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
     int dim = info->dim, n = pdde_comm_size(c);
     size_t nin = (size_t)pdde_tensor_numel(x), nout = (size_t)pdde_tensor_numel(t), esz = pdde_dtype_size(t->dtype);
     if (t->op == PDDE_OP_ALLREDUCE) return pdde_comm_allreduce(c, in, out, nin, t->dtype, (pdde_reduce_op)info->reduce);
+    if (t->op == PDDE_OP_ALLTOALL && t->nsrc > 1) {
+        const pdde_tensor *ids = t->src[1];
+        void *host = s->devs[s->slot[ids->id]].host ? NULL : malloc(pdde_tensor_nbytes(ids) + 1);
+        pdde_status st = s->devs[s->slot[ids->id]].host ? PDDE_OK : host ? read_host(s, ids, host) : pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        if (!st) st = run_alltoall_moe(s, c, n, x, in, t, out, host ? host : (const int32_t *)((const char *)ids->data + ids->offset), pdde_tensor_numel(ids));
+        free(host);
+        return st;
+    }
     if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
     char *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz);
     if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
@@ -481,7 +544,7 @@ static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
 
 /* A reshard, blocking; on device memory through host memory (the transport reads host buffers). */
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
-    pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
+    pdde_tensor *x = t->src[t->op == PDDE_OP_ALLGATHER ? t->nsrc - 1 : 0]; /* (a write-back allgather reads its second input) */
     if (s->devs[s->slot[x->id]].host && s->devs[s->slot[t->id]].host)
         return reshard_on_host(s, t, x, (char *)x->data + x->offset, (char *)t->data + t->offset);
     size_t nx = pdde_tensor_nbytes(x), nt = pdde_tensor_nbytes(t);
@@ -1408,7 +1471,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->scaling_pass = mode_runs_backward(mode);
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
-    s->gradient_collectives = 0;
+    s->gradient_collectives = 0, s->exchanged_rows = 0;
     if (s->bucket_done) memset(s->bucket_done, 0, (size_t)s->prog->n * sizeof *s->bucket_done);
     s->skip_shadow_casts = s->shadows_fresh, s->shadows_fresh = false;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
@@ -1432,6 +1495,11 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * (data-parallel ranks hold their rows' mean per micro-batch, as many micro-batches as their
      * share; other pipeline stages none) */
     if (st == PDDE_OK && mode_runs_forward(mode) && s->world) {
+        /* a loss still to be summed over an axis (a sum over a split batch, not a mean): its ranks'
+         * parts count that axis' size times, so that the mean over the ranks is their sum */
+        const pdde_dist_attr *la = s->loss ? &s->loss->dist : NULL;
+        for (int a = 0; la && la->mesh && a < la->mesh->ndim; a++)
+            if ((la->partial >> a & 1) && !(la->partial_avg >> a & 1)) loss_sum *= la->mesh->shape[a];
         float sum_and_count[2] = {s->loss ? (float)loss_sum : 0.0f, s->loss ? (float)(every_micro ? s->n_micro : 1) : 0.0f};
         st = pdde_comm_allreduce(s->world, sum_and_count, sum_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
         if (st == PDDE_OK) s->last_loss = sum_and_count[1] > 0 ? sum_and_count[0] / sum_and_count[1] : NAN;
@@ -1584,6 +1652,7 @@ pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro,
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
 int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
 int pdde_session_gradient_collectives(const pdde_session *s) { return s ? s->gradient_collectives : 0; }
+int64_t pdde_session_exchanged_rows(const pdde_session *s) { return s ? s->exchanged_rows : 0; }
 int pdde_session_micro_batches(const pdde_session *s) { return s ? s->n_micro : 0; }
 int64_t pdde_session_host_syncs(const pdde_session *s) { return s ? s->host_syncs : 0; }
 

@@ -75,7 +75,8 @@ static void usage(FILE *f) {
             "                              (Mixture-of-Experts: E expert MLPs in every N-th block, K per token (default 2);\n"
             "                              capacity factor F drops the tokens past it (default 0: dropless); W weights the\n"
             "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead;\n"
-            "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all)\n"
+            "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all;\n"
+            "                              with --tp: over the tp ranks, attention tensor parallel)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench;\n"
             "                              under pdde-run --elastic it re-plans at every change, data parallel)\n"
@@ -154,8 +155,9 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..][,ep=N]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+        if (p->ep > 1) o->model.moe_ep = 1; /* (ep=N: the experts over tp, else dp) */
         if (p->shares[0] && p->pp > 1 && p->zero >= 2) {
             fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
@@ -178,12 +180,13 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (m->moe_ep && m->moe_experts % o->dp) {
-        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the --dp %d ranks: they must divide them\n", m->moe_experts, o->dp);
+    int ep_ranks = o->tp > 1 ? o->tp : o->dp; /* --moe-ep: over the --tp ranks where there are some */
+    if (m->moe_ep && m->moe_experts % ep_ranks) {
+        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
         return -1;
     }
-    if (m->moe_experts > 1 && (long)o->tp * o->pp > 1) {
-        fprintf(stderr, "gpt: --moe-experts runs data parallel (--dp, ZeRO): --tp and --pp must be 1\n");
+    if (m->moe_experts > 1 && o->pp > 1) {
+        fprintf(stderr, "gpt: --moe-experts runs data and tensor parallel (--dp, --tp, ZeRO): --pp must be 1\n");
         return -1;
     }
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
@@ -222,6 +225,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
     o->parsed_plan = plans[0];
     pdde_plan *p = &o->parsed_plan;
     o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+    if (p->ep > 1) o->model.moe_ep = 1; /* the search split the experts */
     if (env.rank == 0) {
         char s[256];
         pdde_plan_str(p, s, sizeof s);
@@ -232,7 +236,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
             printf("gpt:   next: %s, %.3g s/step (%+.1f%%)\n", s, plans[i].step_s, 100 * (plans[i].step_s / p->step_s - 1));
         }
     }
-    if (o->model.moe_experts > 1 && o->dp > 1 && o->model.moe_experts % o->dp == 0 && !o->model.moe_ep) {
+    if (o->model.moe_experts > 1 && o->dp > 1 && o->tp == 1 && o->model.moe_experts % o->dp == 0 && !o->model.moe_ep) {
         int ep;
         double pred[2];
         if (gpt_moe_choose_ep(ctx, path, &o->model, o->dp, o->zero, &ep, pred)) {

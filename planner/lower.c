@@ -314,6 +314,23 @@ static pdde_tensor *reshard_push(lowering *L, pdde_tensor *t, pdde_phase phase, 
 
 static bool is_collective(pdde_op op) { return op >= PDDE_OP_ALLREDUCE && op <= PDDE_OP_ALLGATHER; }
 
+/* Expert parallelism's token exchange: an alltoall between a by-expert buffer [E, S, ...] split on S
+ * (the tokens' rows, on their rank) and split on E (on the experts' rank). The buffer's rows that
+ * hold tokens are the first of each expert's block, as many as the local ids route there (capped
+ * at S): the executor sends only those (alltoallv, the counts exchanged first), so the exchange
+ * takes the ids as a second input. Found by walking first inputs up to the by-expert dispatch (or
+ * an exchange that already has them): the buffers between are the experts' GEMMs and activations
+ * of those same rows. NULL: not such an exchange. */
+static pdde_tensor *moe_exchange_ids(pdde_tensor *x, int grow, int shrink) {
+    if (x->ndim < 3 || !((grow == 0 && shrink == 1) || (grow == 1 && shrink == 0))) return NULL;
+    for (int depth = 0; x && depth < 8; depth++, x = x->nsrc > 0 ? x->src[0] : NULL) {
+        if (x->op == PDDE_OP_ALLTOALL && x->nsrc == 2) return x->src[1];
+        if (x->op == PDDE_OP_MOE_DISPATCH && x->ndim == 3 && x->nsrc >= 2 && x->src[1]->dtype == PDDE_I32) return x->src[1];
+        if (x->op == PDDE_OP_MOE_DISPATCH || x->op == PDDE_OP_MOE_COMBINE || x->op == PDDE_OP_MOE_COMBINE_BACK_W) return NULL;
+    }
+    return NULL;
+}
+
 /* A collective reshard step (op over graph mesh axis ga, reduce op rop where it reduces). With
  * comm_dtype narrower than t's f32, the data crosses the wire in it: a cast on each side (what is
  * sent, and what was received, rounded). */
@@ -325,8 +342,10 @@ static pdde_tensor *reshard_collective(lowering *L, pdde_op op, pdde_tensor *t, 
         if (c) c->dtype = L->p->comm_dtype;
         t = reshard_push(L, c, phase, device);
     }
+    pdde_tensor *ids = op == PDDE_OP_ALLTOALL ? moe_exchange_ids(t, grow, shrink) : NULL;
     t = t ? reshard_push(L, reshard_node(L, op, t, ga, grow, shrink, attr), phase, device) : NULL;
     if (t) L->P->info[t->id].reduce = rop;
+    if (t && ids) t->src[t->nsrc++] = ids; /* (read by the executor: the routed rows' counts) */
     if (t && narrow) {
         pdde_tensor *c = node_add(L, PDDE_OP_CAST, t, t->ndim, t->shape, 1, &t);
         if (c) c->dtype = PDDE_F32;
@@ -547,6 +566,27 @@ static pdde_tensor *lower_input(lowering *L, pdde_tensor *node, int k, pdde_stat
     return *st ? NULL : r;
 }
 
+/* The gradient of a mean over dims split over a mesh axis: each rank's forward is the mean of its own
+ * rows, averaged over the axis (partial with a mean marker). Where the gradient arriving carries the
+ * marker (each rank's derivative of its own mean, averaged where summed over those rows) its factor
+ * is the local mean's, 1 / (local count), not the graph's 1 / (global count), which would make it
+ * the axis size too small. A gradient still to be averaged (partial) is true once reduced: the
+ * graph's factor. */
+static void lower_mean_gradient(lowering *L, pdde_tensor *t) {
+    int of = t->op == PDDE_OP_EXPAND ? pdde_op_i32(t, PDDE_P_EXPAND_MEAN_OF) : 0;
+    if (of < 1 || of > L->g->n || L->g->nodes[of - 1]->op != PDDE_OP_MEAN) return;
+    const pdde_tensor *mean = L->g->nodes[of - 1];
+    const pdde_dist_attr *x = pdde_op_input_dist_attr(L->g, mean, 0);
+    int axis = pdde_op_i32(mean, PDDE_P_REDUCE_AXIS);
+    const pdde_dist_attr *dy = t->nsrc > 0 && t->src[0] ? &t->src[0]->dist : NULL; /* (as this rank reads it) */
+    float f = 1.0f;
+    for (int d = 0; x && x->mesh && dy && d < mean->src[0]->ndim; d++) {
+        int a = x->dims_mapping[d]; /* the marker, not a pending average (whose reduction gives true values) */
+        if ((axis == -1 || d == axis) && a >= 0 && (dy->partial_avg >> a & 1) && !(dy->partial >> a & 1)) f *= (float)x->mesh->shape[a];
+    }
+    if (f != 1.0f) pdde_op_set_f32(t, PDDE_P_SCALE, pdde_op_f32(t, PDDE_P_SCALE) * f);
+}
+
 /* Vocab-parallel ops (Megatron's; Paddle's c_embedding and c_softmax_with_cross_entropy, chosen from
  * the dist attrs as a DistributedOperatorImpl is): where completion left the vocab dim of an
  * embedding table, of its gradient or of the logits split over a mesh axis, the plain kernel would
@@ -703,6 +743,7 @@ static pdde_status lower_partition(lowering *L) {
             if (r) t->src[k] = r;
         }
         inherit_layer(P, mark, t->layer); /* reshards and receives run with their consumer's layer */
+        if (!st) lower_mean_gradient(L, t);
         if (!st) st = lower_vocab_parallel(L, t);
         if (!st && order_push(P, t)) st = lower_oom(L);
         /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */

@@ -131,7 +131,16 @@ static void spmd_finish(spmd_ctx *c, const int *order) {
         }
         /* a tensor is never partial over an axis it (or the output) is split over */
         unsigned keep = c->linear >> k & 1 ? c->in[k].partial & ~out_axes & ~attr_split_axes(r) : 0;
-        if (!c->additive) keep &= ~taken, taken |= keep; /* x*y: one partial factor per axis */
+        if (!c->additive) {
+            /* a pending average times another factor's mean marker (a local mean's gradient): the
+             * product would need both divisions by the axis size and its reduction gives one, so
+             * the average is reduced first */
+            unsigned marked = 0;
+            for (int j = 0; j < c->nsrc; j++)
+                if (j != k) marked |= c->in[j].partial_avg & ~c->in[j].partial;
+            keep &= ~(c->in[k].partial_avg & marked);
+            keep &= ~taken, taken |= keep; /* x*y: one partial factor per axis */
+        }
         r->partial = (uint8_t)keep;
         /* reducing a partial gives true values: their mean marker goes */
         r->partial_avg = (uint8_t)(c->in[k].partial_avg & ~(c->in[k].partial & ~keep));
@@ -574,7 +583,9 @@ static void spmd_rule_moe_permute(spmd_ctx *c) {
     if (c->nsrc > 2) strcpy(c->dims[2], y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nc" : "nj");
     strcpy(c->out_dims, y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nj" : y->op == PDDE_OP_MOE_DISPATCH ? buf : "nc");
     c->linear = 1u | (c->nsrc > 2 ? 1u << 2 : 0);
-    if (!by_expert) spmd_moe_tokens(c, 'n');
+    /* the kernels address a token's rows by its global expert id: the experts stay whole here (a
+     * buffer split by expert is gathered or exchanged back, never combined as a partial sum) */
+    spmd_moe_tokens(c, 'n');
     int order[3] = {1, 0, 2}; /* the ids first: their tokens' split wins */
     spmd_einsum(c, by_expert ? order : NULL);
 }
@@ -594,8 +605,16 @@ static void spmd_rule_moe_grouped_matmul(spmd_ctx *c) {
             int order[2] = {1, 0};
             spmd_einsum(c, order);
         } else {
+            /* experts split over the tokens' axis (expert parallelism on the dp axis): E whole, the
+             * rows summed where the tokens are (a reduce-scatter into the experts' shards), since on
+             * the experts' side the rows come from several ranks' local means (their sum would be
+             * the axis size too big). Experts split over another axis (the tokens whole there: the
+             * tensor-parallel axis) keep that split: each rank sums its own experts' rows and the
+             * gradient is partial over the tokens' axis only. */
             strcpy(c->dims[0], "enk"), strcpy(c->dims[1], "enm"), strcpy(c->out_dims, "ekm");
-            spmd_pin(c, 'e');
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++)
+                    if (c->in[a].dims_mapping[1] >= 0 && c->in[a].dims_mapping[1] == c->in[b].dims_mapping[0]) spmd_pin(c, 'e');
             spmd_einsum(c, NULL);
         }
         return;
