@@ -303,6 +303,9 @@ typedef enum {
     PDDE_TENSOR_GRAD = 1 << 8,       /* a parameter's gradient accumulator (STATE, not checkpointed) */
     PDDE_TENSOR_SPARSE = 1 << 9,     /* a batch's rows of a parameter-server table: a PARAM with a gradient
                                         that the optimizers skip and checkpoints leave out (pdde_sparse_*) */
+    PDDE_TENSOR_SHADOW = 1 << 10,    /* a parameter's bf16/f16 copy under a compute dtype: kept across steps and
+                                        rewritten by the parameter's update, so its cast runs only after the
+                                        parameter was written some other way (a load, a write, the first step) */
 } pdde_tensor_flags;
 
 typedef enum { PDDE_PHASE_FORWARD = 0, PDDE_PHASE_BACKWARD = 1, PDDE_PHASE_OPTIMIZER = 2 } pdde_phase;
@@ -576,6 +579,7 @@ float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if no
  * or the one a checkpoint load kept; 0 without an optimizer). */
 float pdde_session_lr(const pdde_session *s);
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
+int64_t pdde_session_op_runs(const pdde_session *s, pdde_op op); /* nodes of op run so far (every run, micro-batch) */
 /* Data-parallel collectives the last run issued (gradient reductions and ZeRO's gathers of updated
  * shards, early or at the update): one per gradient bucket, one per tensor outside a bucket. */
 int pdde_session_gradient_collectives(const pdde_session *s);
@@ -616,7 +620,7 @@ pdde_status pdde_session_set_loss_scale(pdde_session *s, float scale);
 typedef struct {
     size_t arena_bytes;       /* the activation arena: peak of the memory plan */
     size_t activation_bytes;  /* the sum of all non-persistent tensors (what no reuse would take) */
-    size_t param_bytes;       /* parameters */
+    size_t param_bytes;       /* parameters (and the bf16/f16 copies their updates keep) */
     size_t grad_bytes;        /* gradient accumulators */
     size_t optimizer_bytes;   /* optimizer state */
     size_t input_bytes;

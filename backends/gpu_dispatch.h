@@ -82,6 +82,7 @@ typedef struct {
 #define PGD_MULTI_MAX 16
 typedef struct {
     int64_t n[PGD_MULTI_MAX], p[PGD_MULTI_MAX], g[PGD_MULTI_MAX], m[PGD_MULTI_MAX], v[PGD_MULTI_MAX];
+    int64_t s[PGD_MULTI_MAX]; /* the parameter's bf16/f16 copy (PDDE_P_UPDATE_SHADOW), in 2-byte elements; -1: none */
     float wd[PGD_MULTI_MAX];
 } pgd_multi;
 
@@ -185,7 +186,10 @@ static int pgd_supports_op(const pdde_tensor *node) {
     }
     default: break;
     }
-    if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32 || node->nsrc < 1) return 0;
+    /* layernorm, bias_gelu and cross_entropy_back also write bf16 / f16 (a cast folded into them), from f32 inputs */
+    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
+                   (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
+    if ((unsigned)node->op >= PDDE_OP_COUNT || (node->dtype != PDDE_F32 && !lowp_out) || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
         int nin = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0 ? 1 : 3;
@@ -193,7 +197,12 @@ static int pgd_supports_op(const pdde_tensor *node) {
             if (node->src[i]->dtype != (i < nin ? a->dtype : PDDE_F32)) return 0;
         return 1;
     }
-    for (int i = 0; i < node->nsrc; i++) {
+    int nsrc = node->nsrc;
+    if ((node->op == PDDE_OP_SGD_UPDATE || node->op == PDDE_OP_ADAMW_UPDATE) && pdde_op_i32(node, PDDE_P_UPDATE_SHADOW)) {
+        pdde_dtype sdt = node->src[--nsrc]->dtype; /* the parameter's copy the update rewrites */
+        if (sdt != PDDE_BF16 && sdt != PDDE_F16) return 0;
+    }
+    for (int i = 0; i < nsrc; i++) {
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
                        (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
@@ -524,10 +533,11 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     int e = g->scratch(g->impl, g->stream, sizeof(float), &cnt);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
+    int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
     e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
     if (e) return e;
     return pgd_row_launch(g, PGD_K_CE_BACK, rows, V,
-                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V)));
+                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ydt)));
 }
 
 static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
@@ -538,6 +548,16 @@ static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
 /* src[i] where the node has it (optional operands: a layernorm's beta, an update's gnorm_sq), else null */
 static pgd_ptr pgd_opt_src(const pdde_tensor *node, int i) {
     return node->nsrc > i && node->src[i] ? pgd_ptr_of(node->src[i]) : pgd_null;
+}
+
+/* An update's squared gradient norm (source i, before the parameter's copy) and that copy with its
+ * dtype (0: none). */
+static pgd_ptr pgd_update_norm(const pdde_tensor *u, int i) {
+    return u->nsrc > i + (pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) != 0) ? pgd_ptr_of(u->src[i]) : pgd_null;
+}
+static pgd_ptr pgd_update_shadow(const pdde_tensor *u, int32_t *sdt) {
+    *sdt = pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) ? (int32_t)u->src[u->nsrc - 1]->dtype : 0;
+    return *sdt ? pgd_ptr_of(u->src[u->nsrc - 1]) : pgd_null;
 }
 
 /* A line on stderr, once per process for each `which` (a notice, not an error: nothing failed). */
@@ -845,7 +865,9 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         if (!n) return PDDE_OK;
         pgd_ptr px = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]), py = pgd_ptr_of(node);
         pgd_ptr pdy = back ? pgd_ptr_of(node->src[2]) : pgd_null;
-        return pgd_launch_1d(g, PGD_K_BIAS_GELU, n, PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back)));
+        int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+        return pgd_launch_1d(g, PGD_K_BIAS_GELU, n,
+                             PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back), PGD_A(ydt)));
     }
     case PDDE_OP_LAYERNORM:
     case PDDE_OP_RMSNORM: {
@@ -857,8 +879,9 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
             return pgd_row_launch(g, PGD_K_RMSNORM, rows, C,
                                   PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
         pgd_ptr pb = pgd_opt_src(node, 2);
+        int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
-                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt)));
     }
     case PDDE_OP_LAYERNORM_BACK:
     case PDDE_OP_RMSNORM_BACK: {
@@ -1015,24 +1038,25 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_ADAMW_UPDATE: { /* src: param, grad, state(s) [, gnorm_sq]; param and state updated in place */
         int64_t np = pgd_numel(x);
         if (!np) return PDDE_OK;
-        pgd_ptr pp = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pm = pgd_opt_src(node, 2);
+        int32_t sdt;
+        pgd_ptr pp = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pm = pgd_opt_src(node, 2), sh = pgd_update_shadow(node, &sdt);
         float lr = pdde_op_f32(node, PDDE_P_UPDATE_LR), wd = pdde_op_f32(node, PDDE_P_UPDATE_WEIGHT_DECAY),
               clip = pdde_op_f32(node, PDDE_P_UPDATE_CLIP), gs = pdde_op_f32(node, PDDE_P_UPDATE_GRAD_SCALE);
         if (node->op == PDDE_OP_SGD_UPDATE) {
-            pgd_ptr gn = pgd_opt_src(node, 3);
+            pgd_ptr gn = pgd_update_norm(node, 3);
             float mom = pdde_op_f32(node, PDDE_P_SGD_MOMENTUM);
             return pgd_launch_1d(g, PGD_K_SGD, np,
                                  PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(mom),
-                                          PGD_A(wd), PGD_A(clip), PGD_A(gs)));
+                                          PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_P(sh), PGD_A(sdt)));
         }
-        pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_opt_src(node, 4);
+        pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_update_norm(node, 4);
         float b1 = pdde_op_f32(node, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(node, PDDE_P_UPDATE_BETA2), eps = pdde_op_f32(node, PDDE_P_UPDATE_EPS);
         float bc1, bc2;
         pgd_adamw_bias_corrections(node, &bc1, &bc2);
         return pgd_launch_1d(g, PGD_K_ADAMW, np,
                              PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(pv), PGD_P(gn), PGD_A(np), PGD_A(lr),
                                       PGD_A(b1), PGD_A(b2), PGD_A(eps), PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_A(bc1),
-                                      PGD_A(bc2)));
+                                      PGD_A(bc2), PGD_P(sh), PGD_A(sdt)));
     }
     default:
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s is not supported", g->name, pdde_op_name(node->op));
@@ -1045,13 +1069,19 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
 static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n) {
     if (n < 1 || nodes[0]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
     const pdde_tensor *u = nodes[0];
-    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gbase = {(uintptr_t)u->src[1]->data, 0}, gn = pgd_opt_src(u, 4);
+    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gbase = {(uintptr_t)u->src[1]->data, 0}, gn = pgd_update_norm(u, 4);
+    int32_t sdt = 0; /* the copies' dtype (one for all; tensors without one: s = -1) */
     int64_t widest = 0;
     for (int k = 0; k < n; k++) {
-        if (nodes[k]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
+        int32_t sdt_k;
+        pgd_update_shadow(nodes[k], &sdt_k);
+        if (nodes[k]->op != PDDE_OP_ADAMW_UPDATE || (sdt_k && sdt && sdt_k != sdt)) return PDDE_ERR_UNSUPPORTED;
+        if (sdt_k) sdt = sdt_k;
         for (int s = 0; s < 4; s++)
             if ((uintptr_t)nodes[k]->src[s]->data != (s == 1 ? gbase : base).base || nodes[k]->src[s]->offset % sizeof(float))
                 return PDDE_ERR_UNSUPPORTED;
+        const pdde_tensor *c = sdt_k ? nodes[k]->src[nodes[k]->nsrc - 1] : NULL; /* (the copies in the parameters' buffer too) */
+        if (c && ((uintptr_t)c->data != base.base || c->offset % 2)) return PDDE_ERR_UNSUPPORTED;
         widest = pgd_numel(nodes[k]) > widest ? pgd_numel(nodes[k]) : widest;
     }
     if (pgd_too_many(g, PGD_K_ADAMW_MULTI, widest)) return PDDE_ERR_UNSUPPORTED;
@@ -1069,13 +1099,14 @@ static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes,
             t.n[count] = np, t.wd[count] = pdde_op_f32(x, PDDE_P_UPDATE_WEIGHT_DECAY);
             t.p[count] = (int64_t)(x->src[0]->offset / sizeof(float)), t.g[count] = (int64_t)(x->src[1]->offset / sizeof(float));
             t.m[count] = (int64_t)(x->src[2]->offset / sizeof(float)), t.v[count] = (int64_t)(x->src[3]->offset / sizeof(float));
+            t.s[count] = pdde_op_i32(x, PDDE_P_UPDATE_SHADOW) ? (int64_t)(x->src[x->nsrc - 1]->offset / 2) : -1;
             widest = np > widest ? np : widest;
             count++;
         }
         if (count && (count == PGD_MULTI_MAX || k == n - 1)) {
             e = pgd_launch(g, PGD_K_ADAMW_MULTI, pgd_grid(g, widest, 256), (unsigned)count, 1, 256, 1,
                            PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(lr), PGD_A(b1), PGD_A(b2),
-                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2)));
+                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));
             count = 0, widest = 0;
         }
     }

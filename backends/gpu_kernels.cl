@@ -49,6 +49,17 @@ enum { B_ADD = 0, B_SUB, B_MUL };
 #define GRID_STRIDE(i, n) for (long i = get_global_id(0); i < (n); i += get_global_size(0))
 #endif
 
+static ushort f32_to_f16(float f);
+static ushort f32_to_bf16(float f);
+/* An f32 result stored as the output's dtype (ydt: 0 f32, else DT_BF16 / DT_F16 as k_cast rounds): an op
+ * whose only reader is a cast to bf16 writes bf16 itself (planner/lower.c, the casts folded into their
+ * producers). */
+static void store_out(__global void *y, long i, float v, int ydt) {
+    if (ydt == 2) ((__global ushort *)y)[i] = f32_to_bf16(v);
+    else if (ydt == 1) ((__global ushort *)y)[i] = f32_to_f16(v);
+    else ((__global float *)y)[i] = v;
+}
+
 static float gelu_f(float x) {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanh(k * (x + 0.044715f * x * x * x)));
@@ -242,9 +253,9 @@ __kernel void k_sum_final(PTR(const float, part), long np, PTR(const float, prev
 #define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))
 #define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))
 
-__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(float, y), long rows,
-                          long C, float eps) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(float, y);
+__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,
+                          long C, float eps, int ydt) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -254,7 +265,7 @@ __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const fl
         float v = 0.0f;
         COLS_LOOP(j, C) { float d = xr[j] - mean; v += d * d; }
         float rstd = rsqrt(group_sum(v, sh) / (float)C + eps);
-        COLS_LOOP(j, C) y[r * C + j] = (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f);
+        COLS_LOOP(j, C) store_out(y, r * C + j, (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f), ydt);
     }
 }
 
@@ -426,8 +437,8 @@ __kernel void k_ce_count(PTR(const int, tgt), long rows, long V, PTR(float, cnt)
 }
 
 __kernel void k_ce_back(PTR(const float, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),
-                        PTR(float, dx), long rows, long V) {
-    BIND(const float, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, dx);
+                        PTR(void, dx), long rows, long V, int ydt) {
+    BIND(const float, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(void, dx);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *lr = logits + r * V;
@@ -442,7 +453,7 @@ __kernel void k_ce_back(PTR(const float, logits), PTR(const int, tgt), PTR(const
         COLS_LOOP(j, V) s += exp(lr[j] - m);
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
         float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);
-        COLS_LOOP(j, V) dx[r * V + j] = (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale;
+        COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
     }
 }
 
@@ -575,9 +586,15 @@ static float clip_factor(__global const float *gnorm_sq, float clip) {
     return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
 }
 
+/* The parameter's bf16/f16 copy (sdt; 0: none) of its new value: the rounding its cast would make. */
+static void store_shadow(__global void *sh, long i, float v, int sdt) {
+    if (sdt == DT_BF16) ((__global ushort *)sh)[i] = f32_to_bf16(v);
+    else if (sdt == DT_F16) ((__global ushort *)sh)[i] = f32_to_f16(v);
+}
+
 __kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const float, gnorm_sq), long n, float lr,
-                    float momentum, float wd, float clip, float gscale) {
-    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq);
+                    float momentum, float wd, float clip, float gscale, PTR(void, sh), int sdt) {
+    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq); BIND(void, sh);
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
@@ -586,6 +603,7 @@ __kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const flo
         if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
         p[i] -= lr * v;
         g[i] = 0.0f;
+        if (sdt) store_shadow(sh, i, p[i], sdt);
     }
 }
 
@@ -604,11 +622,14 @@ static void adamw_element(__global float *p, __global float *g, __global float *
 
 __kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,
                       float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,
-                      float bc2) {
-    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq);
+                      float bc2, PTR(void, sh), int sdt) {
+    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq); BIND(void, sh);
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
-    GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+    GRID_STRIDE(i, n) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+        if (sdt) store_shadow(sh, i, p[i], sdt);
+    }
 }
 
 /* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */
@@ -769,33 +790,39 @@ __kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(
 /* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
 
 /* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
- * its parameter, gradient and moments from their buffer's start, with its weight decay. */
+ * its parameter, gradient and moments from their buffer's start (and of its bf16/f16 copy, in 2-byte
+ * elements; -1: none), with its weight decay. */
 #define MULTI_MAX 16
 typedef struct {
-    long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
+    long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX], s[MULTI_MAX];
     float wd[MULTI_MAX];
 } pgd_multi;
 
 /* Tensor k = group row k (get_group_id(1)); gradients in gbase, the rest in base. */
 __kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,
-                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {
     BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);
     if (update_skipped(gnorm_sq)) return;
     int k = get_group_id(1);
     float f = gscale * clip_factor(gnorm_sq, clip);
     __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
-    GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+    __global ushort *sh = (__global ushort *)base + (t.s[k] >= 0 ? t.s[k] : 0);
+    int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
+    GRID_STRIDE(i, t.n[k]) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+        if (sk) store_shadow(sh, i, p[i], sk);
+    }
 }
 
 /* ---- fused kernels ---------------------------------------------------------------------------- */
 
 /* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
-__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(float, y), long n,
-                          long nb, int back) {
-    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(float, y);
+__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(void, y), long n,
+                          long nb, int back, int ydt) {
+    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(void, y);
     GRID_STRIDE(i, n) {
         float v = x[i] + bias[i % nb];
-        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+        store_out(y, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);
     }
 }
 

@@ -27,6 +27,8 @@ typedef enum {
     PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
     PDDE_P_ATTENTION_QKV_D = 0,         /* attention, attention_back: 0, or the head dim D of the packed
                                            layout (pdde_attention_qkv) */
+    PDDE_P_UPDATE_SHADOW = 1,           /* sgd/adamw: 1: the last src is the parameter's bf16/f16 copy
+                                           (PDDE_TENSOR_SHADOW), which the update rewrites from the new values */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;

@@ -190,6 +190,8 @@ static bool layer_recomputed(const pdde_graph *g, int layer) {
 static bool recomputable(pdde_tensor *t, int layer, int n_fwd) {
     if (t->id >= n_fwd || t->op == PDDE_OP_NONE || t->layer != layer) return false;
     if (t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) return false;
+    /* a parameter's bf16/f16 copy is kept (its update keeps it across steps: core/optimizer.c) */
+    if (t->op == PDDE_OP_CAST && (t->src[0]->flags & PDDE_TENSOR_PARAM)) return false;
     return !((t->flags & PDDE_TENSOR_INPLACE) && is_persistent(storage_root(t->src[0])));
 }
 

@@ -82,6 +82,11 @@ struct pdde_session {
     pdde_loss_scale_stats scaler;
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
+    int64_t op_runs[PDDE_OP_COUNT]; /* nodes run, profiling or not (pdde_session_op_runs) */
+    /* The parameters' low-precision copies (PDDE_TENSOR_SHADOW) hold bf16/f16 of their parameters'
+     * values: a run that starts so skips their casts (the updates rewrite them). A run that computed
+     * them or kept them fresh leaves this set; a failed run, or any write of a parameter, clears it. */
+    bool shadows_fresh, skip_shadow_casts;
     struct session_trace *trace; /* pdde_session_params.trace / PDDE_TRACE (NULL: off) */
     /* the check before the step's first update, left to its end (check_after_step): the norm the
      * updates read (NULL: checked before them, or no update), the micro-batch, and the norm read */
@@ -1362,9 +1367,14 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
  * without it, or declining, runs them one by one. The numerics are those of the single updates. */
 
 static bool update_joins(const pdde_session *s, const pdde_tensor *first, const pdde_tensor *t) {
-    if (t->op != first->op || t->phase != first->phase || t->nsrc != first->nsrc || s->slot[t->id] != s->slot[first->id]) return false;
+    /* (with or without a bf16 copy to rewrite: each node says) */
+    if (t->op != first->op || t->phase != first->phase || t->nsrc - !!update_shadow(t) != first->nsrc - !!update_shadow(first) ||
+        s->slot[t->id] != s->slot[first->id])
+        return false;
     if (update_norm(t) != update_norm(first)) return false;
-    if (memcmp(t->iparams, first->iparams, sizeof t->iparams)) return false;
+    if (update_shadow(t) && update_shadow(first) && update_shadow(t)->dtype != update_shadow(first)->dtype) return false;
+    for (int k = 0; k < (int)(sizeof t->iparams / sizeof t->iparams[0]); k++)
+        if (k != PDDE_P_UPDATE_SHADOW && t->iparams[k] != first->iparams[k]) return false;
     for (int k = 0; k < (int)(sizeof t->fparams / sizeof t->fparams[0]); k++)
         if (k != PDDE_P_UPDATE_WEIGHT_DECAY && memcmp(&t->fparams[k], &first->fparams[k], sizeof t->fparams[k])) return false;
     return true;
@@ -1413,6 +1423,7 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !(phases & PHASE_BIT(t->phase))) continue;
+        if ((t->flags & PDDE_TENSOR_SHADOW) && s->skip_shadow_casts) continue;
         if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && s->prog->info[t->id].chunk != chunk) continue;
         int n_group = 1, last = is_update(t) ? gather_update_group(s, i, micro, lr, &n_group) : i;
         for (int g = 0; s->bind && g < n_group; g++) {
@@ -1423,6 +1434,7 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
         double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
         st = n_group > 1 ? run_update_group(s, n_group, micro) : run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
+        s->op_runs[t->op] += n_group;
         if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
         bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
         for (int g = 0; g < n_group && !st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT; g++)
@@ -1582,6 +1594,7 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
     s->gradient_collectives = 0, s->exchanged_rows = 0;
     if (s->bucket_done) memset(s->bucket_done, 0, (size_t)s->prog->n * sizeof *s->bucket_done);
+    s->skip_shadow_casts = s->shadows_fresh, s->shadows_fresh = false;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
@@ -1627,12 +1640,17 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         trace_add(s, run_names[mode & 7], TRACE_RUN, TRACE_LANE_SCHEDULE, -1, t0_us, trace_now_us() - t0_us);
     }
     if (st != PDDE_OK) return st;
+    s->shadows_fresh = s->skip_shadow_casts || mode_runs_forward(mode); /* (an update kept them, or left them alone) */
     if (mode_runs_forward(mode) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
     if (mode_runs_update(mode) && g->has_optimizer) {
         if (s->loss_scaling) return scaler_after_update(s);
         s->step++;
     }
     return st;
+}
+
+int64_t pdde_session_op_runs(const pdde_session *s, pdde_op op) {
+    return s && (unsigned)op < PDDE_OP_COUNT ? s->op_runs[op] : 0;
 }
 
 float pdde_session_lr(const pdde_session *s) {
@@ -1664,6 +1682,7 @@ static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes
 /* Writes the session's tensor lt where it points now (an input: at the micro-batch it is bound to). */
 static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
+    if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false; /* their copies are stale now */
     pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
     return st ? st : device_sync(s, sd);
 }

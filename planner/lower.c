@@ -764,6 +764,79 @@ static pdde_status lower_partition(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * The parameters' low-precision copies (PDDE_TENSOR_SHADOW, core/optimizer.c) stay copies that their
+ * updates rewrite only where the update writes the very tensor the cast reads, whole and on the cast's
+ * device: not a ZeRO shard (the parameter is gathered back after the update), not a copy made at a
+ * device boundary. Elsewhere the update drops the copy and the cast runs each step as any other. */
+/* Whether casts stay as autocast wrote them on device d: PDDE_FOLD_CASTS=0 on every device, =1 on none;
+ * unset, on CUDA devices (their kernels for the kept copies and the folded casts await a GPU run). */
+static bool casts_kept_on(const lowering *L, int device) {
+    const char *env = getenv("PDDE_FOLD_CASTS");
+    if (env && *env) return !strcmp(env, "0");
+    pdde_device_props props;
+    return registry_device_props(L->ctx->registry, device, &props) == PDDE_OK && !strcmp(props.backend, "cuda");
+}
+
+static pdde_status lower_shadows(lowering *L) {
+    pdde_program *P = L->P;
+    uint8_t *kept = calloc((size_t)P->n + 1, 1);
+    if (!kept) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *u = P->order[i], *c = is_update(u) ? update_shadow(u) : NULL;
+        if (!c) continue;
+        if (c->op == PDDE_OP_CAST && (c->flags & PDDE_TENSOR_SHADOW) && c->src[0] == u->src[0] && c->device == u->device && !casts_kept_on(L, c->device) &&
+            c->phase == PDDE_PHASE_FORWARD && pdde_tensor_numel(c) == pdde_tensor_numel(u->src[0]))
+            kept[c->id] = 1;
+        else
+            u->src[--u->nsrc] = NULL, pdde_op_set_i32(u, PDDE_P_UPDATE_SHADOW, 0);
+    }
+    for (int i = 0; i < P->n; i++)
+        if (P->nodes[i] && (P->nodes[i]->flags & PDDE_TENSOR_SHADOW) && !kept[P->nodes[i]->id]) P->nodes[i]->flags &= ~(uint32_t)PDDE_TENSOR_SHADOW;
+    free(kept);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
+ * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
+ * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
+ * the producer writes bf16 itself, computing in f32 and rounding once
+ * on the store as the cast did (the same bits), and the cast becomes a view of it: one kernel and one
+ * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
+static pdde_status lower_fold_casts(lowering *L) {
+    pdde_program *P = L->P;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
+    if (!readers) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++)
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
+        if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        /* through reshapes (views) that nothing else reads, to the producer */
+        while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
+            y = y->src[0];
+        bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
+            y->dtype != PDDE_F32 || readers[y->id] != 1 ||
+            y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
+            casts_kept_on(L, y->device))
+            continue;
+        y->dtype = c->dtype;
+        if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+            y->dtype = PDDE_F32;
+            continue;
+        }
+        if (P->info[y->id].bytes) P->info[y->id].bytes = pdde_tensor_nbytes(y);
+        for (pdde_tensor *v = c->src[0]; v != y; v = v->src[0]) v->dtype = c->dtype; /* (the views between) */
+        c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW;
+    }
+    free(readers);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Multi-tensor updates. The executor runs update nodes that follow one another in the order as one
  * launch (pdde_backend_iface.compute_group), so the optimizer phase is reordered to bring them
  * together: first the nodes that need no update (gradient reductions and their waits, ZeRO's slices,
@@ -1156,6 +1229,8 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     P->of_user = calloc((size_t)g->n, sizeof *P->of_user), P->elsewhere = calloc((size_t)g->n, sizeof *P->elsewhere);
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
+    if (!st) st = lower_shadows(&L);
+    if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);

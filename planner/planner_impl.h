@@ -99,15 +99,20 @@ static inline pdde_tensor *storage_root(pdde_tensor *t) {
     while (is_root_sharing(t)) t = t->src[0];
     return t;
 }
-/* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer. */
-static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE; }
+/* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer, as
+ * do the parameters' low-precision copies that their updates keep (PDDE_TENSOR_SHADOW). */
+static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE || (t->flags & PDDE_TENSOR_SHADOW); }
 /* An optimizer's update: writes its parameter, gradient and state in place. */
 static inline bool is_update(const pdde_tensor *t) { return t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE; }
 /* An update's squared gradient norm source (clipping, loss scaling), after its parameter, gradient and
  * state; NULL without one. */
 static inline pdde_tensor *update_norm(const pdde_tensor *u) {
-    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3;
-    return u->nsrc > plain ? u->src[plain] : NULL;
+    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3, shadow = pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) != 0;
+    return u->nsrc > plain + shadow ? u->src[plain] : NULL;
+}
+/* The parameter's low-precision copy an update rewrites (its last source), or NULL. */
+static inline pdde_tensor *update_shadow(const pdde_tensor *u) {
+    return pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) ? u->src[u->nsrc - 1] : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------------

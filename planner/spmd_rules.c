@@ -525,9 +525,12 @@ static void spmd_rule_grad_norm_sq(spmd_ctx *c) {
 static void spmd_rule_update(spmd_ctx *c) {
     pdde_dist_attr m = c->in[0];
     m.partial = m.partial_avg = 0;
+    /* the parameter's bf16 copy (its last source, PDDE_P_UPDATE_SHADOW) is taken as it is: lowering keeps
+     * it only where the update writes the whole parameter the cast reads */
+    int shadow = pdde_op_i32(c->node, PDDE_P_UPDATE_SHADOW) ? c->nsrc - 1 : -1;
     for (int k = 2; k < c->nsrc; k++) {
         const pdde_tensor *s = c->node->src[k];
-        if (s->op == PDDE_OP_GRAD_NORM_SQ) continue;
+        if (s->op == PDDE_OP_GRAD_NORM_SQ || k == shadow) continue;
         for (int d = 0; d < s->ndim; d++) {
             int ax = c->in[k].dims_mapping[d];
             if (ax < 0 || m.dims_mapping[d] == ax) continue;
@@ -538,6 +541,7 @@ static void spmd_rule_update(spmd_ctx *c) {
     }
     for (int k = 0; k < c->nsrc; k++) {
         if (c->node->src[k]->op == PDDE_OP_GRAD_NORM_SQ) c->req[k] = attr_replicated(c->mesh, 1);
+        else if (k == shadow) c->req[k] = c->in[k];
         else c->req[k] = m, c->req[k].ndim = (int8_t)c->node->src[k]->ndim;
     }
     c->out = m;

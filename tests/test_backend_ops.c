@@ -214,6 +214,19 @@ static pdde_tensor *b_mlp(pdde_graph *g, const op_case *c) {
     return pdde_cross_entropy(g, pdde_matmul(g, ln, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
 }
 
+/* the same under a bf16 compute dtype, layernorm first: the updates rewrite the weights' bf16 copies,
+ * and the layernorm and the bias_gelu write bf16 for the matmuls after them (their casts folded in) */
+static pdde_tensor *b_mlp_bf16(pdde_graph *g, const op_case *c) {
+    (void)c;
+    g_vocab = 7;
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *x = P(g, "x", 2, 9, 13, 0, 0);
+    pdde_tensor *ln = pdde_layernorm(g, x, P(g, "gamma", 1, 13, 0, 0, 0), P(g, "beta", 1, 13, 0, 0, 0), 1e-5f);
+    pdde_tensor *w1 = P(g, "w1", 2, 13, 17, 0, 0), *b1 = P(g, "b1", 1, 17, 0, 0, 0), *w2 = P(g, "w2", 2, 17, 7, 0, 0);
+    pdde_tensor *h = pdde_bias_gelu(g, pdde_matmul(g, ln, w1, 0, 0), b1);
+    return pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags, trans_b}. The MoE ops have i32 expert
@@ -236,6 +249,10 @@ static pdde_tensor *b_moe(pdde_graph *g, const op_case *c) {
 #define T_DEF 1e-10 /* f32 round-off of one op, a few ulp of reordered sums */
 #define T_MM 1e-9   /* long dot products in another order */
 #define T_EXACT 0.0 /* data movement, casts, masks: bit for bit */
+/* bf16 values made from f32 results that differ by an ulp of reordering round to bf16 neighbours where
+ * they straddle a rounding boundary: such an element moves by 2^-8 relative; a few of them in a
+ * 13-17 term product bound the NMSE by about 1e-6 */
+#define T_LOWP 1e-6
 
 static const op_case cases[] = {
     /* matmul {M, N, K, ta, tb, batch, shared} */
@@ -353,6 +370,8 @@ static const op_case cases[] = {
     {"attention_unfused", b_attention, {2, 3, 16, 8, 1}, 1, T_DEF}, /* (not an op name: any node on the device counts) */
     {"adamw_update", b_mlp, {1}, 3, T_DEF},
     {"sgd_update", b_mlp, {0}, 3, T_DEF},
+    {"adamw_update", b_mlp_bf16, {1}, 3, T_LOWP},
+    {"sgd_update", b_mlp_bf16, {0}, 3, T_LOWP},
     /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
     {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},

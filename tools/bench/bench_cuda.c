@@ -11,7 +11,9 @@
  * and a few row ops for reference. Then one GPT training step (forward, backward, AdamW) on the GPU.
  * --gpt: only the GPT-2 124M step (B 8, T 1024), under the compute dtype given (mixed precision), with
  * pdde_attention (its path: PDDE_CUDA_ATTENTION) or, --unfused-graph, the attention as matmul, causal
- * softmax and matmul nodes; prints a "GPT ..." line for tools/gpu-check.sh.
+ * softmax and matmul nodes; prints a "GPT ..." line for tools/gpu-check.sh (casts_per_step: the casts run
+ * a step after the first, pdde_session_op_runs; PDDE_FOLD_CASTS sets whether weights' bf16 copies are kept
+ * and casts folded into their producers).
  * --attention: causal attention alone, forward and backward (B 8, H 12, T 1024, D 64; q, k, v f32 leaves
  * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line.
  * --predict FILE: before the steps, the cost model's step time for the same graph on FILE's device of
@@ -322,6 +324,7 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
     double t[64];
     int steps = o && o->steps ? o->steps : 8, ok = 1;
     float loss0 = 0, loss = 0;
+    int64_t casts0 = 0; /* the casts that ran after the first step (which casts the kept weight copies) */
     for (int st = 0; st < steps + 2 && ok; st++) {
         for (int i = 0; i < BT; i++) x[i] = (i * 7 + st * 13) % 1000, y[i] = (x[i] + 1) % 1000; /* learnable */
         pdde_session_write(s, m.ids, x, (size_t)BT * 4);
@@ -329,9 +332,10 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
         double t0 = now();
         ok = pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK;
         if (st >= 2) t[st - 2] = now() - t0;
-        if (st == 0) loss0 = pdde_session_loss(s);
+        if (st == 0) loss0 = pdde_session_loss(s), casts0 = pdde_session_op_runs(s, PDDE_OP_CAST);
         loss = pdde_session_loss(s);
     }
+    double casts = (double)(pdde_session_op_runs(s, PDDE_OP_CAST) - casts0) / (steps + 1);
     if (!ok) fprintf(stderr, "gpt step: %s\n", pdde_last_error(ctx));
     else {
         qsort(t, (size_t)steps, sizeof *t, cmp_double);
@@ -342,9 +346,9 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
         const char *path = getenv("PDDE_CUDA_ATTENTION");
         printf("gpt step (L=%d C=%d T=%d B=%d V=%d, %.0fM params, AdamW, %s): %.1f ms, %.0f tokens/s, loss %.3f -> %.3f\n",
                c.layers, c.width, c.ctx, c.batch, c.vocab, n_params / 1e6, pdde_dtype_name(dt), ms, tok_s, loss0, loss);
-        printf("GPT dtype=%s attention=%s ms=%.2f tok_s=%.0f mfu_pct=%.2f loss0=%.5f loss=%.5f\n", pdde_dtype_name(dt),
+        printf("GPT dtype=%s attention=%s ms=%.2f tok_s=%.0f mfu_pct=%.2f loss0=%.5f loss=%.5f casts_per_step=%.0f\n", pdde_dtype_name(dt),
                unfused_graph ? "graph" : path && *path ? path : "default", ms, tok_s, 100.0 * tok_s * flops_tok / 989e12,
-               loss0, loss);
+               loss0, loss, casts);
     }
     free(x);
     free(y);
