@@ -36,6 +36,7 @@ left() { echo $((budget - ($(date +%s) - start))); }
 step() {
     local name=$1 cap=$2 t rc s0
     shift 2
+    case " ${GPU_CHECK_SKIP:-} " in *" $name "*) say "== $name: skipped (GPU_CHECK_SKIP)"; : >"$out/step.out"; return 125 ;; esac
     t=$(left)
     t=$((t - 5))
     [ "$t" -gt "$cap" ] && t=$cap
@@ -98,7 +99,7 @@ jobs=$(nproc 2>/dev/null || echo 4)
 ucx=(NO_UCX=1)
 if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
-step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt \
+step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
@@ -112,6 +113,11 @@ test_step test_cuda 90 build/test_cuda
 test_step test_backend_ops_cuda_attention 90 build/test_backend_ops --backend cuda --op attention
 test_step test_gpu_attention 90 build/test_gpu_attention
 test_step test_backend_ops_cuda_rmsnorm 60 build/test_backend_ops --backend cuda --op rmsnorm_back
+# the paths not yet default on CUDA: casts folded into their producers, the packed q, k, v attention
+new_paths=(PDDE_FOLD_CASTS=1 PDDE_CUDA_QKV_STRIDED=1)
+test_step test_backend_ops_cuda_new_paths 90 env "${new_paths[@]}" build/test_backend_ops --backend cuda
+test_step test_cuda_new_paths 90 env "${new_paths[@]}" build/test_cuda
+test_step test_gpu_attention_packed 90 env PDDE_CUDA_QKV_STRIDED=1 build/test_gpu_attention
 
 # ---- attention alone, forward + backward (B 8, H 12, T 1024, D 64, bf16)
 declare -A att
@@ -137,6 +143,9 @@ gpt_run() { # NAME ENV... -- ARGS...: one bench_cuda --gpt run; its tokens/s in 
 }
 gpt_run bf16 build/bench_cuda --gpt --dtype bf16 # (the defaults: what a user gets)
 mfu=$(field "$out/step.out" mfu_pct)
+gpt_run bf16_fold PDDE_FOLD_CASTS=1 build/bench_cuda --gpt --dtype bf16
+gpt_run bf16_packed PDDE_CUDA_QKV_STRIDED=1 build/bench_cuda --gpt --dtype bf16
+gpt_run bf16_fold_packed "${new_paths[@]}" build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
 torch_args=(--device cuda --vocab 50304 --layers 12 --heads 12 --width 768 --ctx 1024 --batch 8 --steps 10 --warmup 3)
 step torch_bf16_eager 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa
@@ -152,6 +161,9 @@ result "gpu_gpt bf16_tok_s=${tok[bf16]:-na} bf16_mfu_pct=${mfu:-na}" \
        "f32_torch_ratio=$(ratio "${tok[f32]:-0}" "${tok[torch_f32]:-0}")" \
        "bf16_unfused_tok_s=${tok[bf16_unfused]:-na} torch_eager_tok_s=${tok[torch_eager]:-na} torch_compile_tok_s=${tok[torch_compile]:-na}" \
        "f32_tok_s=${tok[f32]:-na} torch_f32_tok_s=${tok[torch_f32]:-na}"
+result "gpu_gpt_new_paths fold_tok_s=${tok[bf16_fold]:-na} packed_tok_s=${tok[bf16_packed]:-na} fold_packed_tok_s=${tok[bf16_fold_packed]:-na}" \
+       "fold_packed_vs_default=$(ratio "${tok[bf16_fold_packed]:-0}" "${tok[bf16]:-0}")" \
+       "fold_packed_torch_eager_ratio=$(ratio "${tok[bf16_fold_packed]:-0}" "${tok[torch_eager]:-0}")"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
 
 # ---- ranks on the GPU: `gpt --device auto` takes it; dp=2 and tp=2 with both ranks on it (shared) equal one
@@ -163,16 +175,17 @@ losses_match() { # A B TOL: the largest relative difference of the two metrics f
                   d = (a - b) / b; if (d < 0) d = -d; if (d > w) w = d }
               printf "%.3g", w; exit !(w <= tol) }' "$1" "$2"
 }
+tmp=$(mktemp -d)
 gpt_small=(--layers 2 --width 128 --heads 4 --ctx 64 --batch 8 --steps 20 --val-every 0 --sample-len 0 --data README.md)
-step gpt_device_auto 60 build/gpt "${gpt_small[@]}" --device auto --metrics "$out/auto.jsonl"
+step gpt_device_auto 60 build/gpt "${gpt_small[@]}" --device auto --metrics "$tmp/auto.jsonl"
 chose=$(grep -o 'rank 0: device [0-9]*, [a-z_]*:[0-9]*' "$out/step.out" | head -1 | sed 's/.*, //')
 result "gpu_rank_device auto=${chose:-none}"
 [ "${chose%%:*}" = cuda ] || failed=1
 if [ -x build/pdde-run ]; then
     for par in "--dp 2" "--tp 2"; do
         name=$(echo "$par" | tr -d ' -')
-        step "gpt_cuda_$name" 90 build/pdde-run -n 2 build/gpt "${gpt_small[@]}" $par --device cuda --share-device --metrics "$out/$name.jsonl"
-        d=$(losses_match "$out/$name.jsonl" "$out/auto.jsonl" 1e-5)
+        step "gpt_cuda_$name" 90 build/pdde-run -n 2 build/gpt "${gpt_small[@]}" $par --device cuda --share-device --metrics "$tmp/$name.jsonl"
+        d=$(losses_match "$tmp/$name.jsonl" "$tmp/auto.jsonl" 1e-5)
         rc=$?
         result "gpu_ranks run=$name ranks=2 device=cuda max_rel_diff_vs_one_process=$d"
         [ $rc = 0 ] || failed=1
@@ -180,6 +193,12 @@ if [ -x build/pdde-run ]; then
 else
     result "gpu_ranks status=skipped (built without UCX: set UCX_DIR)"
 fi
+
+# ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
+step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh
+line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
+[ -n "$line" ] && result "${line#RESULT }"
+cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
 
 # ---- the whole conformance suite
 test_step test_backend_ops_cuda 150 build/test_backend_ops --backend cuda
@@ -191,13 +210,13 @@ fi
 
 # ---- with what time is left: the new kernels under compute-sanitizer, and where a bf16 step's time goes
 if command -v compute-sanitizer >/dev/null 2>&1; then
-    step sanitizer_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
+    step sanitizer_memcheck 90 env "${new_paths[@]}" compute-sanitizer --tool memcheck --error-exitcode 9 \
         build/test_backend_ops --backend cuda --op attention
     rc=$?
     result "sanitizer_memcheck exit=$rc errors=$(grep -o 'ERROR SUMMARY: [0-9]*' "$out/step.out" | tail -1 | grep -o '[0-9]*$')"
     [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 125 ] || failed=1
 fi
-PDDE_PROFILE=1 step gpt_bf16_flash_profile 60 env PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
+step gpt_bf16_profile 60 env PDDE_PROFILE=1 "${new_paths[@]}" build/bench_cuda --gpt --dtype bf16
 
 result "gpu_check status=done failed=$failed seconds=$(($(date +%s) - start))"
 # the record for tools/bench/ (the RESULT lines with the GPU and the date)
