@@ -13,7 +13,7 @@
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash picks the attention's path (backends/README.md);
- * PDDE_CUDA_QKV_STRIDED=1 runs the packed attention (pdde_attention_qkv) here. */
+ */
 #ifndef PDDE_NO_CUDA
 
 #include <dlfcn.h>
@@ -709,15 +709,8 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
     return PDDE_OK;
 }
 
-/* The packed attention (pdde_attention_qkv) runs here only with PDDE_CUDA_QKV_STRIDED=1 until a GPU run has
- * measured its kernels; otherwise such a node takes the CPU (callers such as gpt_build keep the separate
- * q, k, v form on CUDA). */
 static int pcu_supports_op(void *dev, const pdde_tensor *node) {
     (void)dev;
-    if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0) {
-        const char *v = getenv("PDDE_CUDA_QKV_STRIDED");
-        if (!v || strcmp(v, "1")) return 0;
-    }
     return pgd_supports_op(node);
 }
 

@@ -36,12 +36,12 @@ typedef struct {
 
 static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
 
-/* The attention's layout for blocks that run on `device` (a backend name, or NULL): CUDA takes the packed
- * form (pdde_attention_qkv) only with PDDE_CUDA_QKV_STRIDED=1 until a GPU run has measured it; the other
- * backends always. */
+/* The attention's layout: the packed form (pdde_attention_qkv) unless PDDE_SEPARATE_QKV=1 asks for q, k and v
+ * sliced and permuted apart (to compare; the same losses). */
 static inline int gpt_separate_qkv(const char *device) {
-    const char *v = getenv("PDDE_CUDA_QKV_STRIDED");
-    return device && strstr(device, "cuda") && !(v && !strcmp(v, "1"));
+    (void)device;
+    const char *v = getenv("PDDE_SEPARATE_QKV");
+    return v && !strcmp(v, "1");
 }
 
 typedef struct {

@@ -797,11 +797,10 @@ static void test_packed_attention(const options *o, int device) {
     pdde_device_get_props(o->ctx, device, &props);
     static const pdde_dtype dtypes[3] = {PDDE_F32, PDDE_BF16, PDDE_F16};
     bool gpu = strcmp(props.backend, "cpu") != 0;
-    const char *env[2] = {"PDDE_CUDA_ATTENTION", "PDDE_CUDA_QKV_STRIDED"};
-    char *saved[2];
-    for (int i = 0; i < 2; i++) saved[i] = getenv(env[i]) ? strdup(getenv(env[i])) : NULL;
+    const char *env[1] = {"PDDE_CUDA_ATTENTION"};
+    char *saved[1];
+    for (int i = 0; i < 1; i++) saved[i] = getenv(env[i]) ? strdup(getenv(env[i])) : NULL;
     unsetenv("PDDE_CUDA_ATTENTION");
-    setenv("PDDE_CUDA_QKV_STRIDED", "1", 1); /* (CUDA runs the packed form only when asked: checked here) */
     for (int pi = 0; pi < (gpu ? 3 : 1); pi++)
     for (int di = 0; di < 3; di++)
     for (size_t si = 0; si < sizeof attention_shapes / sizeof *attention_shapes; si++) {
@@ -835,7 +834,7 @@ static void test_packed_attention(const options *o, int device) {
         pdde_graph_free(gf), pdde_graph_free(gu);
     }
     unsetenv("PDDE_ATTENTION");
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 1; i++) {
         if (saved[i]) setenv(env[i], saved[i], 1), free(saved[i]);
         else unsetenv(env[i]);
     }

@@ -88,7 +88,7 @@ int main(void) {
         n_gpu++;
         static const pdde_dtype dts[2] = {PDDE_F32, PDDE_BF16};
         static const char *const paths[4] = {"rows", "unfused", "flash", NULL}; /* NULL: the unfused graph */
-        /* the packed layout where this device runs it (CUDA: with PDDE_CUDA_QKV_STRIDED=1) */
+        /* the packed layout */
         for (int sep = gpt_separate_qkv(props.backend); sep < 2; sep++)
         for (int di = 0; di < 2; di++) {
             float ref[STEPS], got[STEPS];

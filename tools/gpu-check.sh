@@ -2,15 +2,17 @@
 # tools/gpu-check.sh — the CUDA backend's check on a machine with an NVIDIA GPU, in under 8 minutes.
 #
 # Builds what it needs with what it finds (nvcc, the CUDA driver and cuBLAS; no OpenBLAS, oneDNN, UCX or
-# cJSON needed), then, each step under `timeout` and the whole under GPU_CHECK_BUDGET seconds (450), the
-# most telling steps first:
-#   test_cuda; test_backend_ops --backend cuda --op attention (every attention path against the f32
-#   reference) and test_gpu_attention (a small GPT's losses with each path against the CPU's); the
-#   attention alone, forward and backward, B 8 H 12 T 1024 D 64 bf16, per pdde path and in PyTorch
-#   (SDPA); GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with each
-#   PDDE_CUDA_ATTENTION path and the unfused graph, in f32, and the same model in PyTorch (bf16 eager
-#   with SDPA and fused AdamW, torch.compile, f32 with TF32 off); the whole conformance suite on cuda,
-#   and on opencl where NVIDIA's OpenCL is there.
+# cJSON needed; UCX from pkg-config or UCX_DIR for the multi-rank steps), then, each step under `timeout`
+# and the whole under GPU_CHECK_BUDGET seconds (450), the most telling steps first:
+#   test_cuda; test_backend_ops --backend cuda --op attention (every attention path and layout against the
+#   f32 reference) and test_gpu_attention (a small GPT's losses with each path against the CPU's); the
+#   attention alone, forward and backward, B 8 H 12 T 1024 D 64 bf16, in pdde and in PyTorch (SDPA);
+#   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
+#   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
+#   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
+#   process; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
+#   the whole conformance suite on cuda, and on opencl where NVIDIA's OpenCL is there; memcheck.
+# GPU_CHECK_SKIP="step ..." leaves steps out by name.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
 # every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
 set -u
@@ -113,11 +115,6 @@ test_step test_cuda 90 build/test_cuda
 test_step test_backend_ops_cuda_attention 90 build/test_backend_ops --backend cuda --op attention
 test_step test_gpu_attention 90 build/test_gpu_attention
 test_step test_backend_ops_cuda_rmsnorm 60 build/test_backend_ops --backend cuda --op rmsnorm_back
-# the paths not yet default on CUDA: casts folded into their producers, the packed q, k, v attention
-new_paths=(PDDE_FOLD_CASTS=1 PDDE_CUDA_QKV_STRIDED=1)
-test_step test_backend_ops_cuda_new_paths 90 env "${new_paths[@]}" build/test_backend_ops --backend cuda
-test_step test_cuda_new_paths 90 env "${new_paths[@]}" build/test_cuda
-test_step test_gpu_attention_packed 90 env PDDE_CUDA_QKV_STRIDED=1 build/test_gpu_attention
 
 # ---- attention alone, forward + backward (B 8, H 12, T 1024, D 64, bf16)
 declare -A att
@@ -143,9 +140,9 @@ gpt_run() { # NAME ENV... -- ARGS...: one bench_cuda --gpt run; its tokens/s in 
 }
 gpt_run bf16 build/bench_cuda --gpt --dtype bf16 # (the defaults: what a user gets)
 mfu=$(field "$out/step.out" mfu_pct)
-gpt_run bf16_fold PDDE_FOLD_CASTS=1 build/bench_cuda --gpt --dtype bf16
-gpt_run bf16_packed PDDE_CUDA_QKV_STRIDED=1 build/bench_cuda --gpt --dtype bf16
-gpt_run bf16_fold_packed "${new_paths[@]}" build/bench_cuda --gpt --dtype bf16
+# (each default against what it replaced: every cast kept; q, k, v sliced and permuted apart)
+gpt_run bf16_casts_kept PDDE_FOLD_CASTS=0 build/bench_cuda --gpt --dtype bf16
+gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
 torch_args=(--device cuda --vocab 50304 --layers 12 --heads 12 --width 768 --ctx 1024 --batch 8 --steps 10 --warmup 3)
 step torch_bf16_eager 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa
@@ -161,9 +158,8 @@ result "gpu_gpt bf16_tok_s=${tok[bf16]:-na} bf16_mfu_pct=${mfu:-na}" \
        "f32_torch_ratio=$(ratio "${tok[f32]:-0}" "${tok[torch_f32]:-0}")" \
        "bf16_unfused_tok_s=${tok[bf16_unfused]:-na} torch_eager_tok_s=${tok[torch_eager]:-na} torch_compile_tok_s=${tok[torch_compile]:-na}" \
        "f32_tok_s=${tok[f32]:-na} torch_f32_tok_s=${tok[torch_f32]:-na}"
-result "gpu_gpt_new_paths fold_tok_s=${tok[bf16_fold]:-na} packed_tok_s=${tok[bf16_packed]:-na} fold_packed_tok_s=${tok[bf16_fold_packed]:-na}" \
-       "fold_packed_vs_default=$(ratio "${tok[bf16_fold_packed]:-0}" "${tok[bf16]:-0}")" \
-       "fold_packed_torch_eager_ratio=$(ratio "${tok[bf16_fold_packed]:-0}" "${tok[torch_eager]:-0}")"
+result "gpu_gpt_paths default_tok_s=${tok[bf16]:-na} casts_kept_tok_s=${tok[bf16_casts_kept]:-na}" \
+       "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na}"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
 
 # ---- ranks on the GPU: `gpt --device auto` takes it; dp=2 and tp=2 with both ranks on it (shared) equal one
@@ -210,13 +206,13 @@ fi
 
 # ---- with what time is left: the new kernels under compute-sanitizer, and where a bf16 step's time goes
 if command -v compute-sanitizer >/dev/null 2>&1; then
-    step sanitizer_memcheck 90 env "${new_paths[@]}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+    step sanitizer_memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 \
         build/test_backend_ops --backend cuda --op attention
     rc=$?
     result "sanitizer_memcheck exit=$rc errors=$(grep -o 'ERROR SUMMARY: [0-9]*' "$out/step.out" | tail -1 | grep -o '[0-9]*$')"
     [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 125 ] || failed=1
 fi
-step gpt_bf16_profile 60 env PDDE_PROFILE=1 "${new_paths[@]}" build/bench_cuda --gpt --dtype bf16
+step gpt_bf16_profile 60 env PDDE_PROFILE=1 build/bench_cuda --gpt --dtype bf16
 
 result "gpu_check status=done failed=$failed seconds=$(($(date +%s) - start))"
 # the record for tools/bench/ (the RESULT lines with the GPU and the date)
