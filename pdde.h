@@ -583,6 +583,9 @@ int64_t pdde_session_op_runs(const pdde_session *s, pdde_op op); /* nodes of op 
 /* Data-parallel collectives the last run issued (gradient reductions and ZeRO's gathers of updated
  * shards, early or at the update): one per gradient bucket, one per tensor outside a bucket. */
 int pdde_session_gradient_collectives(const pdde_session *s);
+/* Copies between device memory and gradient buckets' host buffers that the last run put on a device's
+ * second stream, beside its backward (0: on the device's stream; PDDE_COPY_STREAM, README "GPU"). */
+int pdde_session_stream_copies(const pdde_session *s);
 /* Token rows the last run sent to other ranks in expert parallelism's exchanges (only the rows routed
  * to an expert cross: the counts go first, pdde_moe_dispatch_experts' padding stays home). */
 int64_t pdde_session_exchanged_rows(const pdde_session *s);

@@ -122,6 +122,8 @@ typedef struct {
     int item_per_element; /* the program was built with PGD_ITEM_PER_ELEMENT */
     pdde_ocl_stream def;  /* the stream used when the core passes NULL */
     pthread_mutex_t lock; /* clSetKernelArg + enqueue of one kernel is one critical section */
+    struct pdde_ocl_pinned { const char *p; size_t n; } *pinned; /* host_alloc's mapped buffers (under lock) */
+    int n_pinned;
 } pdde_ocl_device;
 
 typedef struct pdde_ocl_family {
@@ -186,6 +188,7 @@ static void pdde_ocl_free(void *family) {
     for (int i = 0; i < f->n; i++) {
         pdde_ocl_device_release(f, &f->devs[i]);
         pthread_mutex_destroy(&f->devs[i].lock);
+        free(f->devs[i].pinned);
     }
     free(f->devs);
     free(f->debug_source);
@@ -434,12 +437,20 @@ static pdde_status pdde_ocl_host_alloc(void *dev, size_t nbytes, void **ptr) {
     }
     memcpy(p, &m, sizeof m);
     *ptr = p + PDDE_OCL_HOST_HEADER;
+    pthread_mutex_lock(&d->lock);
+    struct pdde_ocl_pinned *more = realloc(d->pinned, (size_t)(d->n_pinned + 1) * sizeof *more);
+    if (more) d->pinned = more, more[d->n_pinned++] = (struct pdde_ocl_pinned){*ptr, nbytes};
+    pthread_mutex_unlock(&d->lock); /* (not listed: its copies stay blocking) */
     return PDDE_OK;
 }
 
 static void pdde_ocl_host_free(void *dev, void *ptr) {
     pdde_ocl_device *d = dev;
     if (!ptr) return;
+    pthread_mutex_lock(&d->lock);
+    for (int i = 0; i < d->n_pinned; i++)
+        if (d->pinned[i].p == ptr) { d->pinned[i] = d->pinned[--d->n_pinned]; break; }
+    pthread_mutex_unlock(&d->lock);
     char *p = (char *)ptr - PDDE_OCL_HOST_HEADER;
     cl_mem m;
     memcpy(&m, p, sizeof m);
@@ -452,11 +463,24 @@ static pdde_ocl_stream *pdde_ocl_st(pdde_ocl_device *d, void *stream) {
     return stream ? (pdde_ocl_stream *)stream : &d->def;
 }
 
-/* Copies are blocking: the caller's host memory may be gone as soon as the call returns. */
+/* Whether [p, p + n) lies in one of host_alloc's buffers (whose owner keeps it until the stream is
+ * synchronized, as the interface says). */
+static cl_bool pdde_ocl_async(pdde_ocl_device *d, const void *p, size_t n) {
+    cl_bool in = CL_FALSE;
+    pthread_mutex_lock(&d->lock);
+    for (int i = 0; i < d->n_pinned && !in; i++)
+        in = (const char *)p >= d->pinned[i].p && (const char *)p + n <= d->pinned[i].p + d->pinned[i].n;
+    pthread_mutex_unlock(&d->lock);
+    return in;
+}
+
+/* Copies are blocking (the caller's host memory may be gone as soon as the call returns), but for
+ * those of host_alloc's memory: ordered on the stream, complete when it is synchronized (CUDA's). */
 static pdde_status pdde_ocl_write(void *dev, void *stream, void *handle, size_t offset, const void *src, size_t n) {
     pdde_ocl_device *d = dev;
     if (n == 0) return PDDE_OK;
-    cl_int e = d->fam->cl.clEnqueueWriteBuffer(pdde_ocl_st(d, stream)->q, (cl_mem)handle, CL_TRUE, offset, n, src, 0,
+    cl_bool blocking = !pdde_ocl_async(d, src, n);
+    cl_int e = d->fam->cl.clEnqueueWriteBuffer(pdde_ocl_st(d, stream)->q, (cl_mem)handle, blocking, offset, n, src, 0,
                                                NULL, NULL);
     return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueWriteBuffer");
 }
@@ -473,7 +497,8 @@ static pdde_status pdde_ocl_copy(void *dev, void *stream, void *src, size_t src_
 static pdde_status pdde_ocl_read(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n) {
     pdde_ocl_device *d = dev;
     if (n == 0) return PDDE_OK;
-    cl_int e = d->fam->cl.clEnqueueReadBuffer(pdde_ocl_st(d, stream)->q, (cl_mem)handle, CL_TRUE, offset, n, dst, 0,
+    cl_bool blocking = !pdde_ocl_async(d, dst, n);
+    cl_int e = d->fam->cl.clEnqueueReadBuffer(pdde_ocl_st(d, stream)->q, (cl_mem)handle, blocking, offset, n, dst, 0,
                                               NULL, NULL);
     return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueReadBuffer");
 }

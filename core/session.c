@@ -16,6 +16,8 @@ typedef struct {
     void *arena, *persist;      /* buffer handles */
     void **arenas;              /* n_live arenas (arenas[0] = arena): one per micro-batch in flight */
     size_t arena_bytes, persist_bytes;
+    void *copy_stream;          /* a second stream for its gradient buckets' host copies (NULL: none) */
+    void *copy_ev[2];           /* [0] on stream: what the copies wait for; [1] on copy_stream: what stream waits for */
 } session_device;
 
 /* A SEND node's data in flight: copied out of the arena so the arena can be reused at once. */
@@ -55,6 +57,9 @@ struct pdde_session {
                                    collective's stream (NULL: the device's), events ready, packed, done */
     struct session_own_buffer { void *p; session_device *sd; bool pinned; } *own_buffers; /* device buckets' */
     int n_own_buffers;
+    void **copy_done;           /* per program node id of a bucket copied on a copy stream: its reads' event */
+    pdde_tensor *copy_pending;  /* the bucket whose reads are in flight, its collective not started yet */
+    int stream_copies;          /* bucket copies the last run put on copy streams (pdde_session_stream_copies) */
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
     session_device *comm_staging_dev;
@@ -212,12 +217,22 @@ static size_t bucket_result_at(pdde_session *s, const pdde_tensor *b) {
     return ranks * (size_t)bi->bucket_block * pdde_dtype_size(b->dtype);
 }
 
+/* A bucket on a copy stream (copy_done): its members' device. */
+static session_device *copy_dev(pdde_session *s, const pdde_tensor *b) {
+    return &s->devs[s->slot[bucket_member_input(node_info(s, b)->bucket_next)->id]];
+}
+
 static pdde_status bucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
     const pdde_program_node *bi = node_info(s, b);
     size_t esz = pdde_dtype_size(b->dtype), block = (size_t)bi->bucket_block * esz;
     int n = b->op == PDDE_OP_REDUCE_SCATTER ? pdde_comm_size(s->axis_comm[bi->axis]) : 1; /* (blocks of dim 0: contiguous) */
     session_device *dev = NULL; /* the members' device, when not the host */
     pdde_status st = PDDE_OK;
+    /* on the device's copy stream: after the kernels that made the gradients, beside the backward that
+     * goes on (the gradients live until their members: nothing later writes them); the collective
+     * starts once the reads' event is done (copy_flush) */
+    session_device *cd = s->copy_done && s->copy_done[b->id] ? copy_dev(s, b) : NULL;
+    if (cd && !(st = cd->iface->event_record(cd->dev, cd->copy_ev[0], cd->stream))) st = cd->iface->stream_wait_event(cd->dev, cd->copy_stream, cd->copy_ev[0]);
     for (pdde_tensor *m = bi->bucket_next; m && !st; m = node_info(s, m)->bucket_next) {
         pdde_tensor *x = (pdde_tensor *)bucket_member_input(m);
         if (s->bind) bind_micro(s, x, micro);
@@ -227,15 +242,16 @@ static pdde_status bucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
         for (int r = 0; r < n && !st; r++) {
             char *to = host_bytes(b) + (size_t)r * block + at;
             if (sd->host) memcpy(to, host_bytes(x) + (size_t)r * part, part);
-            else st = sd->iface->read(sd->dev, sd->stream, x->data, x->offset + (size_t)r * part, to, part);
+            else st = sd->iface->read(sd->dev, cd ? cd->copy_stream : sd->stream, x->data, x->offset + (size_t)r * part, to, part);
+            s->stream_copies += cd != NULL;
         }
     }
+    if (cd) return st ? st : cd->iface->event_record(cd->dev, s->copy_done[b->id], cd->copy_stream);
     return st || !dev ? st : device_sync(s, dev);
 }
 
-/* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
 /* Bucket b's collective over its axis: started (*req kept) or, req NULL, blocking. */
-static pdde_status bucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_request **req) {
+static pdde_status host_collective(pdde_session *s, pdde_tensor *b, pdde_comm_request **req) {
     const pdde_program_node *bi = node_info(s, b);
     pdde_comm *c = s->axis_comm[bi->axis];
     size_t count = (size_t)bi->bucket_block;
@@ -245,6 +261,33 @@ static pdde_status bucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_
     if (b->op == PDDE_OP_REDUCE_SCATTER)
         return req ? pdde_comm_ireduce_scatter(c, buf, result, count, b->dtype, op, req) : pdde_comm_reduce_scatter(c, buf, result, count, b->dtype, op);
     return req ? pdde_comm_iallgather(c, buf, result, count, b->dtype, req) : pdde_comm_allgather(c, buf, result, count, b->dtype);
+}
+
+/* Starts the collective of the bucket whose reads are in flight on a copy stream, once they are done
+ * (*pending: that bucket, for the caller's error). Its ranks' collectives keep their order: the
+ * executor flushes before any other collective. */
+static pdde_status copy_flush(pdde_session *s, pdde_tensor **pending) {
+    pdde_tensor *b = *pending = s->copy_pending;
+    if (!b) return PDDE_OK;
+    s->copy_pending = NULL;
+    session_device *cd = copy_dev(s, b);
+    s->host_syncs++;
+    pdde_status st = cd->iface->event_sync(cd->dev, s->copy_done[b->id]);
+    return st ? st : host_collective(s, b, (pdde_comm_request **)&s->requests[b->id]);
+}
+
+/* A started bucket on a copy stream waits there (copy_pending) until the next collective or member;
+ * one at the update waits for its reads, then runs. */
+static pdde_status bucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_request **req) {
+    if (!s->copy_done || !s->copy_done[b->id]) return host_collective(s, b, req);
+    pdde_tensor *older;
+    pdde_status st = copy_flush(s, &older);
+    if (st) return st;
+    if (req) { *req = NULL, s->copy_pending = b; return PDDE_OK; }
+    session_device *cd = copy_dev(s, b);
+    s->host_syncs++;
+    st = cd->iface->event_sync(cd->dev, s->copy_done[b->id]);
+    return st ? st : host_collective(s, b, NULL);
 }
 
 static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m);
@@ -361,6 +404,36 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_device_col
     return PDDE_OK;
 }
 
+/* Host buckets whose members all live on one device with streams and events copy on a second stream
+ * of that device (copy_stream), beside its backward. PDDE_COPY_STREAM=1 for every such backend, 0 for
+ * none; by default OpenCL's (the CUDA and Level Zero paths have not run on a GPU). */
+static pdde_status session_copy_streams(pdde_session *s) {
+    const char *env = getenv("PDDE_COPY_STREAM");
+    int mode = env && *env ? atoi(env) : -1;
+    if (mode == 0 || !s->requests) return PDDE_OK;
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *b = s->order[i];
+        const pdde_program_node *bi = &s->prog->info[b->id];
+        if (!bi->own_buffer || !bi->bucket_next || (s->dcoll_buf && s->dcoll_buf[b->id])) continue;
+        session_device *sd = copy_dev(s, b);
+        const pdde_backend_iface *f = sd->iface;
+        bool one = !sd->host && (mode > 0 || !strcmp(f->name, "opencl")) && IFACE_HAS(f, event_create) && IFACE_HAS(f, event_record) &&
+                   IFACE_HAS(f, event_sync) && IFACE_HAS(f, stream_wait_event);
+        for (pdde_tensor *m = bi->bucket_next; m && one; m = node_info(s, m)->bucket_next)
+            one = &s->devs[s->slot[bucket_member_input(m)->id]] == sd && &s->devs[s->slot[m->id]] == sd;
+        if (!one) continue;
+        if (!s->copy_done && !(s->copy_done = calloc((size_t)s->prog->n + 1, sizeof *s->copy_done)))
+            return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+        pdde_status st = PDDE_OK;
+        for (int k = 0; k < 2 && !st; k++)
+            if (!sd->copy_ev[k]) st = f->event_create(sd->dev, &sd->copy_ev[k]);
+        if (!st && !sd->copy_stream) st = f->stream_create(sd->dev, &sd->copy_stream);
+        if (!st) st = f->event_create(sd->dev, &s->copy_done[b->id]);
+        if (st) return st;
+    }
+    return PDDE_OK;
+}
+
 /* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
 static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool start) {
     pdde_status st = s->collective_path->pack(s, b, micro);
@@ -390,7 +463,8 @@ static pdde_status run_bucket(pdde_session *s, pdde_tensor *b, int micro) {
     if (early && !s->early_starts) return PDDE_OK;
     pdde_status st = bucket_run(s, b, micro, early);
     if (st) return bucket_error(s, b, b, st);
-    s->bucket_done[b->id] = !early || !s->requests[b->id]; /* (no request: it was ordered on a device stream) */
+    /* (no request: it was ordered on a device stream, or waits for its copies) */
+    s->bucket_done[b->id] = !early || (!s->requests[b->id] && s->copy_pending != b);
     return PDDE_OK;
 }
 
@@ -399,7 +473,9 @@ static pdde_status run_bucket_member(pdde_session *s, pdde_tensor *m, int micro)
     const pdde_program_node *in = node_info(s, m);
     pdde_tensor *b = in->bucket;
     pdde_comm_request **req = (pdde_comm_request **)&s->requests[b->id];
-    pdde_status st = PDDE_OK;
+    pdde_tensor *pending;
+    pdde_status st = copy_flush(s, &pending);
+    if (st) return bucket_error(s, m, pending, st);
     if (!s->bucket_done[b->id] && *req) {
         st = pdde_comm_wait(*req, -1);
         if (st != PDDE_ERR_TIMEOUT) pdde_comm_request_free(*req), *req = NULL;
@@ -418,17 +494,24 @@ static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m) {
     size_t esz = pdde_dtype_size(m->dtype), at = (size_t)in->bucket_offset * esz, block = (size_t)node_info(s, b)->bucket_block * esz;
     const char *result = host_bytes(b) + bucket_result_at(s, b);
     session_device *sd = &s->devs[s->slot[m->id]];
+    /* on the copy stream: after what the device's stream did before (m's memory may be another
+     * tensor's until then), and before what it does next (the update reads m) */
+    session_device *cd = s->copy_done && s->copy_done[b->id] ? sd : NULL;
+    void *stream = cd ? cd->copy_stream : sd->stream;
+    if (cd && !(st = cd->iface->event_record(cd->dev, cd->copy_ev[0], cd->stream))) st = cd->iface->stream_wait_event(cd->dev, cd->copy_stream, cd->copy_ev[0]);
     if (m->op != PDDE_OP_ALLGATHER) {
         if (sd->host) memcpy(host_bytes(m), result + at, pdde_tensor_nbytes(m));
-        else st = sd->iface->write(sd->dev, sd->stream, m->data, m->offset, result + at, pdde_tensor_nbytes(m));
+        else if (!st) st = sd->iface->write(sd->dev, stream, m->data, m->offset, result + at, pdde_tensor_nbytes(m)), s->stream_copies += cd != NULL;
     } else {
         size_t part = pdde_tensor_nbytes(bucket_member_input(m)); /* (the gathered parameter: m's memory) */
         for (int r = 0; r < pdde_comm_size(s->axis_comm[in->axis]) && !st; r++) {
             if (sd->host) memcpy(host_bytes(m) + (size_t)r * part, result + (size_t)r * block + at, part);
-            else st = sd->iface->write(sd->dev, sd->stream, m->data, m->offset + (size_t)r * part, result + (size_t)r * block + at, part);
+            else st = sd->iface->write(sd->dev, stream, m->data, m->offset + (size_t)r * part, result + (size_t)r * block + at, part), s->stream_copies += cd != NULL;
         }
     }
-    /* (the bucket's buffer is reused once its members are out: a device's writes complete first) */
+    /* (the bucket's buffer is reused once its members are out: a device's writes complete first; on a
+     * copy stream, whose next reads into it come after them, the host touches it again only after those) */
+    if (cd) return st || (st = cd->iface->event_record(cd->dev, cd->copy_ev[1], cd->copy_stream)) ? st : cd->iface->stream_wait_event(cd->dev, cd->stream, cd->copy_ev[1]);
     return st || sd->host ? st : device_sync(s, sd);
 }
 
@@ -1021,6 +1104,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_allocate(s);
 #ifdef PDDE_HAVE_COMM
     if (st == PDDE_OK && s->world) st = session_device_buckets(s, p.device_collectives);
+    if (st == PDDE_OK && s->world) st = session_copy_streams(s);
 #endif
     if (st != PDDE_OK) {
         pdde_session_free(s);
@@ -1063,6 +1147,15 @@ void pdde_session_free(pdde_session *s) {
     free(s->dcoll_buf), free(s->dcoll_ds);
     for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++)
         if (s->dcoll_impl[a]) s->dcoll->free(s->dcoll_impl[a]);
+    for (int d = 0; d < s->n_devs; d++) { /* (copies still in flight use the buckets' buffers) */
+        session_device *sd = &s->devs[d];
+        if (sd->copy_stream) sd->iface->stream_sync(sd->dev, sd->copy_stream), sd->iface->stream_free(sd->dev, sd->copy_stream);
+        for (int k = 0; k < 2; k++)
+            if (sd->copy_ev[k]) sd->iface->event_free(sd->dev, sd->copy_ev[k]);
+    }
+    for (int i = 0; s->copy_done && i < s->n_order; i++)
+        if (s->copy_done[s->order[i]->id]) copy_dev(s, s->order[i])->iface->event_free(copy_dev(s, s->order[i])->dev, s->copy_done[s->order[i]->id]);
+    free(s->copy_done);
     for (int i = 0; i < s->n_own_buffers; i++) {
         struct session_own_buffer *ob = &s->own_buffers[i];
         if (ob->pinned) ob->sd->iface->host_free(ob->sd->dev, ob->p);
@@ -1342,6 +1435,11 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
     bool collective = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && in->axis >= 0;
     if (in->bucket) return run_bucket_member(s, t, micro);
     if (collective && in->bucket_members) return run_bucket(s, t, micro);
+    if (s->copy_pending && (collective || t->op == PDDE_OP_COMM_WAIT || t->op == PDDE_OP_SEND || t->op == PDDE_OP_RECV || in->vocab_axis >= 0)) {
+        pdde_tensor *pending; /* (the collectives in the order every rank issues them) */
+        pdde_status st = copy_flush(s, &pending);
+        if (st) return bucket_error(s, t, pending, st);
+    }
     if (collective && in->early) return s->early_starts ? start_reduction(s, t) : PDDE_OK; /* (not due in this pass: its wait runs it) */
     if (collective) s->gradient_collectives += in->data_parallel;
     if (collective) return run_reshard(s, t);
@@ -1592,15 +1690,21 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->scaling_pass = mode_runs_backward(mode);
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
-    s->gradient_collectives = 0, s->exchanged_rows = 0;
+    s->gradient_collectives = 0, s->exchanged_rows = 0, s->stream_copies = 0;
     if (s->bucket_done) memset(s->bucket_done, 0, (size_t)s->prog->n * sizeof *s->bucket_done);
     s->skip_shadow_casts = s->shadows_fresh, s->shadows_fresh = false;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
+#ifdef PDDE_HAVE_COMM
+    pdde_tensor *pending; /* (a bucket whose member runs in a later pass: started now, as without copy streams) */
+    if (st == PDDE_OK && (st = copy_flush(s, &pending))) st = bucket_error(s, pending, pending, st);
+    s->copy_pending = NULL;
+#endif
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
     if (st == PDDE_OK && s->deferred_norm) st = enqueue_deferred_reads(s);
     for (int d = 0; d < s->n_devs; d++) {
         pdde_status sync = device_sync(s, &s->devs[d]);
+        if (sync == PDDE_OK && s->devs[d].copy_stream) sync = s->devs[d].iface->stream_sync(s->devs[d].dev, s->devs[d].copy_stream);
         if (st == PDDE_OK) st = sync;
     }
     if (st == PDDE_OK && s->deferred_norm) /* (the kernels did nothing if the norm is not finite) */
@@ -1776,6 +1880,7 @@ int pdde_session_gradient_collectives(const pdde_session *s) { return s ? s->gra
 int64_t pdde_session_exchanged_rows(const pdde_session *s) { return s ? s->exchanged_rows : 0; }
 int pdde_session_micro_batches(const pdde_session *s) { return s ? s->n_micro : 0; }
 int64_t pdde_session_host_syncs(const pdde_session *s) { return s ? s->host_syncs : 0; }
+int pdde_session_stream_copies(const pdde_session *s) { return s ? s->stream_copies : 0; }
 
 void pdde_session_dump(const pdde_session *s, FILE *f) {
     if (s && f) program_dump(s->prog, f);
