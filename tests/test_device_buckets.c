@@ -32,12 +32,13 @@ typedef struct {
     int64_t bucket_bytes; /* gradient_bucket_bytes: -1 none, 0 one (25 MiB), else the cap */
     int at_update;        /* 1: overlap_gradients -1 (the buckets run at the update), else 1 (started in backward) */
     int device_path;      /* 1: the buckets through relay_collectives (device buffers) */
+    int one_stream;       /* 1: PDDE_COPY_STREAM=0 (the host buckets' copies on the device's stream) */
 } config;
 
 typedef struct {
     float losses[STEPS];
     uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
-    int gradient_collectives, early, on_device, ok, relayed, streams;
+    int gradient_collectives, early, on_device, ok, relayed, streams, stream_copies;
     char error[200];
 } result;
 
@@ -114,6 +115,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     sp.overlap_gradients = c->at_update ? -1 : 1;
     sp.gradient_bucket_bytes = c->bucket_bytes;
     if (c->device_path) sp.device_collectives = &relay_collectives;
+    if (c->one_stream) setenv("PDDE_COPY_STREAM", "0", 1); /* (a rank is a process of its own) */
     g_relayed = g_n_streams = 0;
     float xs[B * IN];
     int32_t ys[B];
@@ -137,7 +139,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
         out->losses[step] = pdde_session_loss(s);
     }
     out->gradient_collectives = pdde_session_gradient_collectives(s);
-    out->relayed = g_relayed, out->streams = g_n_streams;
+    out->relayed = g_relayed, out->streams = g_n_streams, out->stream_copies = pdde_session_stream_copies(s);
     out->param_hash = 1469598103934665603ull;
     for (int k = 0; k < 6; k++) {
         size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
@@ -160,8 +162,9 @@ static void run(const char *addr, const config *c, result *out) {
     test_run_ranks(2, &tp, train, (void *)c, 120);
     for (int r = 0; r < 2; r++) CHECK(res[r].ok, "%s rank %d: %s", c->name, r, res[r].error);
     *out = res[0];
-    printf("%-18s losses %.6f -> %.6f, %d data-parallel collectives a step, %d started in backward, parameters %016llx\n", c->name,
-           out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early, (unsigned long long)out->param_hash);
+    printf("%-18s losses %.6f -> %.6f, %d data-parallel collectives a step, %d started in backward, %d copies on a copy stream, "
+           "parameters %016llx\n", c->name, out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early, out->stream_copies,
+           (unsigned long long)out->param_hash);
 }
 
 /* Asked in a child process: device runtimes do not survive fork(). */
@@ -197,18 +200,20 @@ int main(void) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     static const config configs[] = {
-        {"unbucketed", "dp=2", -1, 0, 0},
-        {"unbucketed_again", "dp=2", -1, 0, 0}, /* (the kernels are deterministic: else nothing below can hold) */
-        {"one_bucket", "dp=2", 0, 0, 0},        /* the 6 gradients in one bucket, started in backward */
-        {"small_buckets", "dp=2", 512, 0, 0},   /* w0, w1, w2 (>= 512 B) a bucket each, the biases in two (b2 b1, b0) */
-        {"at_update", "dp=2", 0, 1, 0},
-        {"zero1_unbucketed", "dp=2,zero=1", -1, 0, 0},
-        {"zero1_buckets", "dp=2,zero=1", 0, 0, 0},
-        {"zero1_small", "dp=2,zero=1", 512, 1, 0},
-        {"device_path", "dp=2", 0, 0, 1},       /* the one bucket through the device path, started in backward */
-        {"device_small", "dp=2", 512, 0, 1},
-        {"device_at_update", "dp=2", 0, 1, 1},
-        {"tp2", "tp=2", 0, 0, 0}, /* pdde_plan_apply on a device: the vocab-parallel loss's layer on the CPU, the rest on OpenCL */
+        {"unbucketed", "dp=2", -1, 0, 0, 0},
+        {"unbucketed_again", "dp=2", -1, 0, 0, 0}, /* (the kernels are deterministic: else nothing below can hold) */
+        {"one_bucket", "dp=2", 0, 0, 0, 0},        /* the 6 gradients in one bucket, started in backward */
+        {"small_buckets", "dp=2", 512, 0, 0, 0},   /* w0, w1, w2 (>= 512 B) a bucket each, the biases in two (b2 b1, b0) */
+        {"at_update", "dp=2", 0, 1, 0, 0},
+        {"zero1_unbucketed", "dp=2,zero=1", -1, 0, 0, 0},
+        {"zero1_buckets", "dp=2,zero=1", 0, 0, 0, 0},
+        {"zero1_small", "dp=2,zero=1", 512, 1, 0, 0},
+        {"device_path", "dp=2", 0, 0, 1, 0},       /* the one bucket through the device path, started in backward */
+        {"device_small", "dp=2", 512, 0, 1, 0},
+        {"device_at_update", "dp=2", 0, 1, 1, 0},
+        {"small_one_stream", "dp=2", 512, 0, 0, 1}, /* the host buckets' copies on the device's stream */
+        {"zero1_one_stream", "dp=2,zero=1", 512, 1, 0, 1},
+        {"tp2", "tp=2", 0, 0, 0, 0}, /* pdde_plan_apply on a device: the vocab-parallel loss's layer on the CPU, the rest on OpenCL */
     };
     enum { N = sizeof configs / sizeof *configs };
     result res[N];
@@ -217,7 +222,7 @@ int main(void) {
     CHECK(res[0].on_device, "the parameters live on the OpenCL device");
     for (int i = 0; i < STEPS; i++) CHECK(isfinite(res[0].losses[i]), "step %d: loss %g", i, res[0].losses[i]);
     CHECK(res[0].losses[STEPS - 1] < res[0].losses[0], "the loss falls: %g -> %g", res[0].losses[0], res[0].losses[STEPS - 1]);
-    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}};
+    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}, {11, 0}, {12, 5}};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
         const result *a = &res[same[k][0]], *b = &res[same[k][1]];
         if (!a->ok || !b->ok) continue;
@@ -236,6 +241,16 @@ int main(void) {
     /* the device path served every bucket of every step: 1, 5 and 1 a step */
     CHECK(res[8].relayed == STEPS && res[9].relayed == 5 * STEPS && res[10].relayed == STEPS && res[8].gradient_collectives == 1,
           "allreduces through the device path: %d, %d, %d over %d steps; want 1, 5, 1 a step", res[8].relayed, res[9].relayed, res[10].relayed, STEPS);
+    /* the host buckets' copies on the device's second stream (OpenCL's default): a read in and a write
+     * out of each gradient (ZeRO-1's 3 buckets: each of the 2 ranks' blocks in and the shard out; each
+     * gradient in and out; the shard in and the 2 blocks out), none with PDDE_COPY_STREAM=0 or through
+     * the device path */
+    CHECK(res[2].stream_copies == 12 && res[3].stream_copies == 12 && res[4].stream_copies == 12 && res[6].stream_copies == 48 &&
+          res[7].stream_copies == 48, "copies on the copy stream a step: %d, %d, %d, %d, %d; want 12, 12, 12, 48, 48", res[2].stream_copies,
+          res[3].stream_copies, res[4].stream_copies, res[6].stream_copies, res[7].stream_copies);
+    CHECK(res[11].stream_copies == 0 && res[12].stream_copies == 0 && res[9].stream_copies == 0 && res[0].stream_copies == 0,
+          "no copies on a copy stream unbucketed, with PDDE_COPY_STREAM=0 or through the device path: %d, %d, %d, %d", res[0].stream_copies,
+          res[11].stream_copies, res[12].stream_copies, res[9].stream_copies);
     CHECK(res[9].streams == 5, "the 5 buckets' collectives on 5 streams of their own, not the device's: %d", res[9].streams);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
