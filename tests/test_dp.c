@@ -32,7 +32,7 @@ static char tmp_prefix[128];
 
 static const gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8};
 
-typedef struct { float losses[STEPS]; double optimizer_bytes; int early_reductions, gradient_collectives, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; double optimizer_bytes; int early_reductions, gradient_collectives, stream_copies, ok; char error[256]; } run_result;
 
 typedef struct {
     const char *name;
@@ -113,7 +113,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const dp_config *dc, run_r
         }
         if (pdde_session_run(s, dc->calls ? PDDE_RUN_OPTIMIZER : PDDE_RUN_STEP)) FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
         out->losses[step] = dc->calls ? (float)loss : pdde_session_loss(s);
-        out->gradient_collectives = pdde_session_gradient_collectives(s);
+        out->gradient_collectives = pdde_session_gradient_collectives(s), out->stream_copies = pdde_session_stream_copies(s);
     }
     char path[256]; /* every tensor, gathered whole, for the parent to compare */
     snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, dc->name);
@@ -325,7 +325,7 @@ int main(void) {
               lost[0].steps, lost[0].error);
         printf("%-12s rank 1 killed at step 3: rank 0 failed %.2f s into the step: %s\n", killed.name, lost[0].seconds, lost[0].error);
     }
-    /* gradients in device memory (PoCL): read into host buckets through the device's stream, reduced
+    /* gradients in device memory (PoCL): read into host buckets on the device's copy stream, reduced
      * (started in backward, or at the update) and written back: one process's numbers (the bits are
      * test_device_buckets': PoCL's embedding backward adds with atomics, in no fixed order); a rank
      * killed mid-run fails the other in its bucket within the peer timeout */
@@ -349,6 +349,9 @@ int main(void) {
               "gradients on a device: %d collectives unbucketed, %d in 4 KiB buckets (%d started in backward), %d at the update (%d in "
               "backward), want 28, 11 (11), 1 (0)", dres[0].gradient_collectives, dres[1].gradient_collectives, dres[1].early_reductions,
               dres[2].gradient_collectives, dres[2].early_reductions);
+        CHECK(dres[0].stream_copies == 0 && dres[1].stream_copies > 0 && dres[2].stream_copies > 0 && dres[4].stream_copies > 0,
+              "bucket copies on the device's copy stream: %d unbucketed, %d, %d, %d bucketed; want 0, then some", dres[0].stream_copies,
+              dres[1].stream_copies, dres[2].stream_copies, dres[4].stream_copies);
         for (int late = 0; late < 2; late++) {
             const dp_config killed = {late ? "dev_lost_late" : "dev_lost", 0, 1, 0, 1, 0, 0, {0}, late, 0};
             lost_result lost[RANKS];
