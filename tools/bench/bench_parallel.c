@@ -7,8 +7,11 @@
  * difference over the steps. The last line:
  *   RESULT parallel strategies=<ran> equal_losses=<within 1e-4> zero3_mem_ratio=<ZeRO-3 DP2 state / one process>
  *          opencl_dp2_vs_cpu=<step time with every rank on its OpenCL device / the same plan on the CPU, run just before> ...
+ *          opencl_dp2_copy_stream=<step time with the gradient buckets' copies on a second queue / on the device's
+ *          queue (PDDE_COPY_STREAM=0), run just before> opencl_zero1_copy_stream=<the same for ZeRO-1>
  *
  *   bench_parallel [STEPS]     (what `make bench-parallel` runs; STEPS timed steps, default 15, after 3 warm-up)
+ *   BENCH_PARALLEL_DEVICE_ONLY=1 runs the OpenCL rows only (and the CPU plans they compare with).
  *
  * Ranks are forked processes around a store server in this one (as tests/test_spmd.c), one thread each. */
 #define _GNU_SOURCE
@@ -92,6 +95,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_resul
     if (p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
     if (strstr(p->name, "_nobucket")) sp.gradient_bucket_bytes = -1; /* (one collective per gradient: what buckets save) */
     int layer_dev[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+    if (strstr(p->name, "_one_queue")) setenv("PDDE_COPY_STREAM", "0", 1); /* (a rank is a process of its own) */
     if (p->opencl) {
         pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
         pdde_device_choice dc;
@@ -274,7 +278,8 @@ int main(int argc, char **argv) {
 
     int ran = 0, equal = 0;
     double zero3_ratio = 0;
-    for (int i = 0; i < n_plans; i++) {
+    const char *device_only = getenv("BENCH_PARALLEL_DEVICE_ONLY");
+    for (int i = 0; i < n_plans && !(device_only && *device_only && strcmp(device_only, "0")); i++) {
         const plan *p = &plans[i];
         rank_result res;
         memset(&res, 0, sizeof res);
@@ -333,8 +338,28 @@ int main(int argc, char **argv) {
                res.arena_bytes / ref.arena_bytes, res.rss_bytes / 1e6, worst, match ? "ok" : "DIFFERS", same->name, cpu_ms, ms / cpu_ms);
         fflush(stdout);
     }
+    /* the gradient buckets' host copies on a second queue of the device (the default on OpenCL) against
+     * the device's own queue, the latter run just before */
+    static const plan queues[][2] = {{{"dp2_opencl_one_queue", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_opencl", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
+                                     {{"zero1_opencl_one_queue", 2, 1, 1, 1, 0, 1, 0, 0, 1}, {"zero1_opencl", 2, 1, 1, 1, 0, 1, 0, 0, 1}}};
+    double queue_ratio[2] = {NAN, NAN};
+    for (int i = 0; i < 2; i++) {
+        rank_result one, two;
+        memset(&one, 0, sizeof one), memset(&two, 0, sizeof two);
+        if (run_plan(addr, &queues[i][0], &ref, &one) || run_plan(addr, &queues[i][1], &ref, &two)) {
+            printf("%-15s %5d  did not run (see above)\n", queues[i][0].name, n_ranks(&queues[i][0]));
+            continue;
+        }
+        int match = memcmp(one.losses, two.losses, sizeof one.losses) == 0; /* (the same bits: only the queues differ) */
+        double one_ms = 1e3 * bench_median(one.step_s + WARMUP, timed), two_ms = 1e3 * bench_median(two.step_s + WARMUP, timed);
+        queue_ratio[i] = two_ms / one_ms;
+        printf("%-15s %5d %9.1f with the buckets' copies on a second queue, %.1f ms on the device's queue: %.2fx; losses %s\n",
+               queues[i][1].name, n_ranks(&queues[i][1]), two_ms, one_ms, two_ms / one_ms, match ? "the same bits" : "DIFFER");
+        fflush(stdout);
+    }
     printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f opencl_dp2_vs_cpu=%.2f opencl_tp2_vs_cpu=%.2f "
-           "opencl_zero1_vs_cpu=%.2f\n", ran, equal, zero3_ratio, device_ratio[0], device_ratio[1], device_ratio[2]);
+           "opencl_zero1_vs_cpu=%.2f opencl_dp2_copy_stream=%.2f opencl_zero1_copy_stream=%.2f\n", ran, equal, zero3_ratio, device_ratio[0],
+           device_ratio[1], device_ratio[2], queue_ratio[0], queue_ratio[1]);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return 0;
