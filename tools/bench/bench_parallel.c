@@ -350,11 +350,17 @@ int main(int argc, char **argv) {
             printf("%-15s %5d  did not run (see above)\n", queues[i][0].name, n_ranks(&queues[i][0]));
             continue;
         }
-        int match = memcmp(one.losses, two.losses, sizeof one.losses) == 0; /* (the same bits: only the queues differ) */
+        double worst = 0; /* (not the same bits: PoCL's embedding backward adds with atomics, in no fixed order) */
+        for (int k = 0; k < n_steps; k++) {
+            double d = fabs(two.losses[k] - ref.losses[k]) / fabs(ref.losses[k]), e = fabs(one.losses[k] - ref.losses[k]) / fabs(ref.losses[k]);
+            if (isnan(d) || d > worst) worst = d;
+            if (isnan(e) || e > worst) worst = e;
+        }
+        int match = worst <= LOSS_TOL;
         double one_ms = 1e3 * bench_median(one.step_s + WARMUP, timed), two_ms = 1e3 * bench_median(two.step_s + WARMUP, timed);
         queue_ratio[i] = two_ms / one_ms;
-        printf("%-15s %5d %9.1f with the buckets' copies on a second queue, %.1f ms on the device's queue: %.2fx; losses %s\n",
-               queues[i][1].name, n_ranks(&queues[i][1]), two_ms, one_ms, two_ms / one_ms, match ? "the same bits" : "DIFFER");
+        printf("%-15s %5d %9.1f with the buckets' copies on a second queue, %.1f ms on the device's queue: %.2fx; loss diff %.2g %s\n",
+               queues[i][1].name, n_ranks(&queues[i][1]), two_ms, one_ms, two_ms / one_ms, worst, match ? "ok" : "DIFFERS");
         fflush(stdout);
     }
     printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f opencl_dp2_vs_cpu=%.2f opencl_tp2_vs_cpu=%.2f "
