@@ -409,7 +409,10 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_device_col
  * none; by default OpenCL's (the CUDA and Level Zero paths have not run on a GPU). */
 static pdde_status session_copy_streams(pdde_session *s) {
     const char *env = getenv("PDDE_COPY_STREAM");
-    int mode = env && *env ? atoi(env) : -1;
+    int mode = env && *env ? (env[1] ? 2 : env[0] - '0') : -1;
+    if (mode != -1 && mode != 0 && mode != 1)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: PDDE_COPY_STREAM=%s: expected 0 (copies on the device's stream) or 1 "
+                          "(on a second stream of the device)", env);
     if (mode == 0 || !s->requests) return PDDE_OK;
     for (int i = 0; i < s->n_order; i++) {
         pdde_tensor *b = s->order[i];
