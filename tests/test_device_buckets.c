@@ -39,6 +39,7 @@ typedef struct {
     float losses[STEPS];
     uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
     int gradient_collectives, early, on_device, ok, relayed, streams, stream_copies;
+    int64_t host_syncs;        /* the host's waits for the device over the steps */
     char error[200];
 } result;
 
@@ -140,6 +141,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     }
     out->gradient_collectives = pdde_session_gradient_collectives(s);
     out->relayed = g_relayed, out->streams = g_n_streams, out->stream_copies = pdde_session_stream_copies(s);
+    out->host_syncs = pdde_session_host_syncs(s);
     out->param_hash = 1469598103934665603ull;
     for (int k = 0; k < 6; k++) {
         size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
@@ -163,8 +165,8 @@ static void run(const char *addr, const config *c, result *out) {
     for (int r = 0; r < 2; r++) CHECK(res[r].ok, "%s rank %d: %s", c->name, r, res[r].error);
     *out = res[0];
     printf("%-18s losses %.6f -> %.6f, %d data-parallel collectives a step, %d started in backward, %d copies on a copy stream, "
-           "parameters %016llx\n", c->name, out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early, out->stream_copies,
-           (unsigned long long)out->param_hash);
+           "%lld host waits, parameters %016llx\n", c->name, out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early,
+           out->stream_copies, (long long)out->host_syncs, (unsigned long long)out->param_hash);
 }
 
 /* Asked in a child process: device runtimes do not survive fork(). */
@@ -251,6 +253,11 @@ int main(void) {
     CHECK(res[11].stream_copies == 0 && res[12].stream_copies == 0 && res[9].stream_copies == 0 && res[0].stream_copies == 0,
           "no copies on a copy stream unbucketed, with PDDE_COPY_STREAM=0 or through the device path: %d, %d, %d, %d", res[0].stream_copies,
           res[11].stream_copies, res[12].stream_copies, res[9].stream_copies);
+    /* the host waits once a bucket for its reads, as it synchronised the device's stream once a bucket
+     * before, and no longer once a member for its write-back (6 a step; ZeRO-1's 3 kinds: 18) */
+    CHECK(res[3].host_syncs + 6 * STEPS == res[11].host_syncs && res[7].host_syncs + 18 * STEPS == res[12].host_syncs,
+          "host waits over %d steps: %lld on a copy stream, %lld without (want 6 a step fewer); ZeRO-1 %lld, %lld (want 18 a step fewer)", STEPS,
+          (long long)res[3].host_syncs, (long long)res[11].host_syncs, (long long)res[7].host_syncs, (long long)res[12].host_syncs);
     CHECK(res[9].streams == 5, "the 5 buckets' collectives on 5 streams of their own, not the device's: %d", res[9].streams);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
