@@ -11,7 +11,8 @@
  *          queue (PDDE_COPY_STREAM=0), run just before> opencl_zero1_copy_stream=<the same for ZeRO-1>
  *
  *   bench_parallel [STEPS]     (what `make bench-parallel` runs; STEPS timed steps, default 15, after 3 warm-up)
- *   BENCH_PARALLEL_DEVICE_ONLY=1 runs the OpenCL rows only (and the CPU plans they compare with).
+ *   BENCH_PARALLEL_DEVICE_ONLY=1 runs the device rows only (and the CPU plans they compare with);
+ *   BENCH_PARALLEL_BACKEND=cuda puts them on that backend's device (default opencl; the keys say which).
  *
  * Ranks are forked processes around a store server in this one (as tests/test_spmd.c), one thread each. */
 #define _GNU_SOURCE
@@ -45,8 +46,13 @@ static const gpt_config cfg = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4,
  * schedule instead of 1F1B, zero: ZeRO stage over dp, recompute: every block recomputed in backward,
  * chunks: runs of layers per pipeline stage (interleaved stages) */
 typedef struct { const char *name; int dp, tp, pp, micro, gpipe, zero, recompute, chunks, opencl; } plan;
-/* opencl: every rank's step on its OpenCL device (pdde_device_select; ranks share the host's device
- * where it has fewer: PoCL's is this machine's CPU), under tp the vocab-parallel embedding and head on the CPU */
+/* opencl: every rank's step on its OpenCL device, or BENCH_PARALLEL_BACKEND's (pdde_device_select; ranks
+ * share the host's device where it has fewer: PoCL's is this machine's CPU), under tp the vocab-parallel
+ * embedding and head on the CPU */
+static const char *device_backend(void) {
+    const char *b = getenv("BENCH_PARALLEL_BACKEND");
+    return b && *b ? b : "opencl";
+}
 
 /* what one rank sends back through its pipe (well under PIPE_BUF) */
 typedef struct {
@@ -95,11 +101,12 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_resul
     if (p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
     if (strstr(p->name, "_nobucket")) sp.gradient_bucket_bytes = -1; /* (one collective per gradient: what buckets save) */
     int layer_dev[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
-    if (strstr(p->name, "_one_queue")) setenv("PDDE_COPY_STREAM", "0", 1); /* (a rank is a process of its own) */
+    /* (a rank is a process of its own) */
+    if (strstr(p->name, "_one_queue") || strstr(p->name, "_two_queues")) setenv("PDDE_COPY_STREAM", strstr(p->name, "_two") ? "1" : "0", 1);
     if (p->opencl) {
         pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
         pdde_device_choice dc;
-        ds.backend = "opencl", ds.share = 1;
+        ds.backend = device_backend(), ds.share = 1;
         if (pdde_device_select(ctx, &ds, &dc)) {
             snprintf(out->error, sizeof out->error, "device: %.180s", pdde_last_error(ctx));
             pdde_graph_free(g);
@@ -342,8 +349,8 @@ int main(int argc, char **argv) {
      * the device's own queue: QUEUE_PAIRS pairs, each run one after the other (the order alternating),
      * the median of the pairs' ratios */
     enum { QUEUE_PAIRS = 3 };
-    static const plan queues[][2] = {{{"dp2_opencl_one_queue", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_opencl", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
-                                     {{"zero1_opencl_one_queue", 2, 1, 1, 1, 0, 1, 0, 0, 1}, {"zero1_opencl", 2, 1, 1, 1, 0, 1, 0, 0, 1}}};
+    static const plan queues[][2] = {{{"dp2_one_queue", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_two_queues", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
+                                     {{"zero1_one_queue", 2, 1, 1, 1, 0, 1, 0, 0, 1}, {"zero1_two_queues", 2, 1, 1, 1, 0, 1, 0, 0, 1}}};
     double queue_ratio[2] = {NAN, NAN};
     for (int i = 0; i < 2; i++) {
         double ratios[QUEUE_PAIRS], one_ms[QUEUE_PAIRS], two_ms[QUEUE_PAIRS], worst = 0;
@@ -372,9 +379,10 @@ int main(int argc, char **argv) {
                pairs, queue_ratio[i], worst, worst <= LOSS_TOL ? "ok" : "DIFFERS");
         fflush(stdout);
     }
-    printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f opencl_dp2_vs_cpu=%.2f opencl_tp2_vs_cpu=%.2f "
-           "opencl_zero1_vs_cpu=%.2f opencl_dp2_copy_stream=%.2f opencl_zero1_copy_stream=%.2f\n", ran, equal, zero3_ratio, device_ratio[0],
-           device_ratio[1], device_ratio[2], queue_ratio[0], queue_ratio[1]);
+    const char *dev = device_backend();
+    printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f %s_dp2_vs_cpu=%.2f %s_tp2_vs_cpu=%.2f %s_zero1_vs_cpu=%.2f "
+           "%s_dp2_copy_stream=%.2f %s_zero1_copy_stream=%.2f\n", ran, equal, zero3_ratio, dev, device_ratio[0], dev, device_ratio[1], dev,
+           device_ratio[2], dev, queue_ratio[0], dev, queue_ratio[1]);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return 0;
