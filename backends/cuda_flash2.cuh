@@ -225,3 +225,107 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
         }
     }
 }
+
+/* flash2's forward at D 64: flash_fwd's products (backends/cuda_flash.cuh) with the K and V tiles copied
+ * by cp.async into double buffers (the next tile's copy overlaps this tile's products) and the blocks
+ * tile-major, the query tiles that see the most keys first (query tile tiles - 1 - blockIdx.x / BH, head
+ * blockIdx.x % BH). At D 128 two K, V buffers do not fit in 48 KiB: flash2 runs flash_fwd there. */
+#define FL2_FWD_SMEM(D) (4 * FL2_KEYS * ((D) + 8))
+template <int D>
+__device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
+                                           long long BH, long long T, float scale) {
+    constexpr int LD = D + 8, BK = FL2_KEYS, NT = BK / 8, DT = D / 8, KS = D / 16;
+    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH, ldq, ldk, ldv;
+    const uint16_t *qb = fl2_head<D>(q, bh, T, &ldq), *kb = fl2_head<D>(k, bh, T, &ldk), *vb = fl2_head<D>(v, bh, T, &ldv);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    /* buffer b: K at sm + 2 b BK LD, V after it; Q passes through buffer 1 */
+    fl2_load<D>(sm + 2 * BK * LD, qb, ldq, qt * FL_ROWS, T, FL_ROWS);
+    cp_async_commit();
+    fl2_load<D>(sm, kb, ldk, 0, T, BK);
+    fl2_load<D>(sm + BK * LD, vb, ldv, 0, T, BK);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    uint32_t qf[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) ldsm4(qf[kk], fl_at(sm + 2 * BK * LD, LD, warp * 16, kk * 16, lane));
+    __syncthreads(); /* (Q read: buffer 1 takes the next K, V tile) */
+    float o[DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, sl2 = scale * FL_LOG2E;
+#pragma unroll
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    long long row0 = qt * FL_ROWS + warp * 16 + g; /* this thread's rows: row0, row0 + 8 */
+    for (long long kt = 0; kt <= qt; kt++) {
+        int b = (int)(kt & 1);
+        if (kt < qt) { /* the other buffer was last read before the previous tile's second barrier */
+            fl2_load<D>(sm + 2 * (b ^ 1) * BK * LD, kb, ldk, (kt + 1) * BK, T, BK);
+            fl2_load<D>(sm + (2 * (b ^ 1) + 1) * BK * LD, vb, ldv, (kt + 1) * BK, T, BK);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else cp_async_wait<0>();
+        __syncthreads();
+        const uint16_t *ks = sm + 2 * b * BK * LD, *vs = ks + BK * LD;
+        float s[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t bk[4];
+                ldsm4(bk, fl_at(ks, LD, n * 8, kk * 16, lane));
+                mma16816(s[n], qf[kk], bk[0], bk[2]);
+                mma16816(s[n + 1], qf[kk], bk[1], bk[3]);
+            }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
+                float x = s[n][e] * sl2;
+                s[n][e] = col > row ? -INFINITY : x; /* causal (every key past T is past the row) */
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn); /* (m = -inf at first: alpha 0) */
+            m[r] = mn;
+            l[r] *= alpha;
+#pragma unroll
+            for (int d = 0; d < DT; d++) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(s[n][e] - m[e >> 1]);
+                l[e >> 1] += s[n][e];
+            }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t bv[4];
+                ldsm4t(bv, fl_at(vs, LD, kk * 16, d * 8, lane));
+                mma16816(o[d], a, bv[0], bv[1]);
+                mma16816(o[d + 1], a, bv[2], bv[3]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        long long row = row0 + r * 8;
+        if (row >= T) continue;
+        float *yr = y + (bh * T + row) * (D + 1), inv = 1.0f / l[r];
+#pragma unroll
+        for (int d = 0; d < DT; d++) yr[d * 8 + t4 * 2] = o[d][2 * r] * inv, yr[d * 8 + t4 * 2 + 1] = o[d][2 * r + 1] * inv;
+        if (t4 == 0) yr[D] = (m[r] + log2f(l[r])) / FL_LOG2E;
+    }
+}

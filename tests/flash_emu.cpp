@@ -210,7 +210,7 @@ static void launch(void (*body)(void)) {
 /* flash2 (backends/cuda_flash2.cuh), as the dispatcher launches k_flash2_prep and k_flash2_back */
 static uint16_t *L_dob;
 static float *L_stats, emu_stat_s[4 * FL2_BQ(64)];
-static uint16_t emu_sm2[FL2_SMEM(128) > FL2_SMEM(64) ? FL2_SMEM(128) : FL2_SMEM(64)] __attribute__((aligned(16)));
+static uint16_t emu_sm2[FL2_SMEM(128) > FL2_FWD_SMEM(64) ? FL2_SMEM(128) : FL2_FWD_SMEM(64)] __attribute__((aligned(16)));
 static void body_prep() {
     if (L.D == 64) flash2_prep<64>(L.y, L.dy, L_dob, L_stats, L.BH * L.T);
     else flash2_prep<128>(L.y, L.dy, L_dob, L_stats, L.BH * L.T);
@@ -218,6 +218,11 @@ static void body_prep() {
 static void body_back2() {
     if (L.D == 64) flash2_bwd<64>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale);
     else flash2_bwd<128>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale);
+}
+static void body_fwd2() { flash2_fwd<64>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale); }
+static void launch_fwd2(void) { /* (at D 64 only: flash2 runs flash_fwd at D 128) */
+    long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
+    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body_fwd2);
 }
 static void launch2(void) {
     long long rows = L.BH * L.T, groups = L.BH * ((L.T + FL2_KEYS - 1) / FL2_KEYS);
@@ -327,6 +332,20 @@ static void run_case(long long BH, long long T, int D) {
         check("dk", nmse(out + n, rg + n, n), (3 * u) * (3 * u), l2);
         check("dv", nmse(out + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), l2);
         if (emu_cp_overflow) check("cp.async queue", 1, 0, l2); /* (the emulation's own limit: a failure) */
+        if (D != 64) continue;
+        float *y2 = new float[BH * T * Dy];
+        for (long long i = 0; i < BH * T * Dy; i++) y2[i] = NAN;
+        float *y1 = L.y;
+        L.y = y2, emu_cp_late = late;
+        launch_fwd2();
+        L.y = y1, emu_cp_late = 0;
+        for (long long r = 0; r < BH * T; r++) {
+            for (int d = 0; d < D; d++) gy[r * D + d] = y2[r * Dy + d];
+            lse[r] = y2[r * Dy + D];
+        }
+        check("output", nmse(gy, ryo, BH * T * D), (2 * u) * (2 * u), l2);
+        check("lse", nmse(lse, rlse, BH * T), 1e-10, l2);
+        delete[] y2;
     }
     delete[] dob, delete[] stats;
     delete[] q, delete[] k, delete[] v, delete[] y, delete[] dy, delete[] out, delete[] rowdot;
