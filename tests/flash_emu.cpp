@@ -7,7 +7,9 @@
  * step, so a block runs as the GPU would run it in lockstep. What this checks is the kernels' own
  * bookkeeping (which fragment holds which element, the tile loops, masking, the online softmax, the
  * scales), against a float64 reference: forward, dq, dk and dv, for head sizes 64 and 128, sequence
- * lengths that are not multiples of the tiles, one and several heads. It cannot see what only a GPU
+ * lengths that are not multiples of the tiles, one and several heads; the same for the flash2 path
+ * (backends/cuda_flash2.cuh: its preprocessing, one-pass backward with dq by atomicAdd, and forward),
+ * with cp.async copies done both at issue and as late as the PTX allows. It cannot see what only a GPU
  * shows (timing, races between real warps, the hardware's rounding inside the mma).
  *
  * Built and run by tests/test_flash_emu.sh; prints "N passed, N failed" last. */

@@ -1,5 +1,5 @@
 /* test_gpu_attention — a GPT trained on a GPU backend's device (PoCL's OpenCL device in CI) with each
- * attention path of backends/gpu_dispatch.h (PDDE_ATTENTION = rows, unfused, flash) and with the
+ * attention path of backends/gpu_dispatch.h (PDDE_ATTENTION = rows, unfused, flash; flash2 on CUDA) and with the
  * unfused graph (matmul, causal softmax, matmul nodes): the per-step losses must match the CPU's run of
  * the same model, in f32 and under bf16 mixed precision. Head size 64 and T 80 (not a multiple of the
  * tiled kernels' 64-row groups), so that the tiled path runs its kernels, not a fallback.
@@ -81,13 +81,14 @@ int main(void) {
         if (!strcmp(props.backend, "cpu")) continue;
         n_gpu++;
         static const pdde_dtype dts[2] = {PDDE_F32, PDDE_BF16};
-        static const char *const paths[4] = {"rows", "unfused", "flash", NULL}; /* NULL: the unfused graph */
+        static const char *const paths[5] = {"rows", "unfused", "flash", "flash2", NULL}; /* NULL: the unfused graph */
         for (int di = 0; di < 2; di++) {
             float ref[STEPS], got[STEPS];
             int n_att = 0;
             unsetenv("PDDE_ATTENTION");
             CHECK(train(ctx, 0, dts[di], 0, ref, &n_att) == 0, "the CPU's run (%s)", pdde_dtype_name(dts[di]));
-            for (int pi = 0; pi < 4; pi++) {
+            for (int pi = 0; pi < 5; pi++) {
+                if (paths[pi] && !strcmp(paths[pi], "flash2") && strcmp(props.backend, "cuda")) continue; /* (flash elsewhere) */
                 if (paths[pi]) setenv("PDDE_ATTENTION", paths[pi], 1);
                 else unsetenv("PDDE_ATTENTION");
                 int rc = train(ctx, d, dts[di], paths[pi] == NULL, got, &n_att);
