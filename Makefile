@@ -39,7 +39,12 @@ ifndef NO_CLBLAST
     HAVE_CLBLAST = 1
   endif
 endif
-ifndef NO_UCX
+ifdef UCX_DIR  # a UCX outside the system's paths (UCX_DIR/include, UCX_DIR/lib)
+  DEFS += -DPDDE_HAVE_UCX
+  CFLAGS += -I$(UCX_DIR)/include
+  LDLIBS += -L$(UCX_DIR)/lib -Wl,-rpath,$(UCX_DIR)/lib -lucp -luct -lucs -lucm
+  HAVE_UCX = 1
+else ifndef NO_UCX
   ifeq ($(call has_pc,ucx),1)
     DEFS += -DPDDE_HAVE_UCX
     LDLIBS += $(shell pkg-config --libs ucx)
@@ -84,9 +89,8 @@ ifneq ($(HAVE_UCX),1)  # the launcher and the comm benchmark need comm/, which n
 endif
 # tools/bench/mpi_*.c are built with mpicc by the bench targets only (MPI is not a build dependency)
 BENCHES   := $(patsubst tools/bench/%.c,$(BUILD)/%,$(filter-out tools/bench/mpi_%.c,$(wildcard tools/bench/*.c)))
-ifneq ($(HAVE_UCX),1)
-  BENCHES := $(filter-out $(BUILD)/bench_comm $(BUILD)/bench_dlrm,$(BENCHES))
-  EXAMPLES := $(filter-out $(BUILD)/dlrm,$(EXAMPLES))  # the parameter server is part of comm/
+ifneq ($(HAVE_UCX),1)  # (dlrm and bench_dlrm run their table in-process there: one process, no servers)
+  BENCHES := $(filter-out $(BUILD)/bench_comm,$(BENCHES))
   TESTS := $(filter-out $(BUILD)/test_ps,$(TESTS))
 endif
 
@@ -113,7 +117,7 @@ text_to_c = awk 'BEGIN { n = 0; print "static const char *const $(1)[] = {" } \
 	       END { print "    , 0};" }'
 
 ifneq ($(NVCC),)
-backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash.cuh backends/cuda_flash2.cuh
+backends/cuda_kernels_ptx.h: backends/cuda_kernels.cu backends/cuda_flash.cuh backends/cuda_att_layout.cuh backends/cuda_flash2.cuh
 	@mkdir -p $(BUILD)
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH) -O3 $< -o $(BUILD)/cuda_kernels.ptx
 	$(NVCC) -ptx -arch=$(NVCC_PTX_ARCH_MMA) -O3 $< -o $(BUILD)/cuda_kernels_mma.ptx
@@ -179,8 +183,10 @@ $(BUILD)/libpdde_toy_v99.so: examples/toy_backend.c pdde.h | $(BUILD)
 $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 # (test_examples checks that make built every example and runs mlp_dp under pdde-run)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
-# (test_rank_devices runs gpt, under pdde-run where comm is built)
-$(BUILD)/test_rank_devices: $(BUILD)/gpt $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+# (test_rank_devices runs gpt and dlrm, under pdde-run where comm is built)
+$(BUILD)/test_rank_devices: $(BUILD)/gpt $(BUILD)/dlrm $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+# (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
+$(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
 # (the checkpoint tests compare checkpoints with pdde-ckpt)
 $(BUILD)/test_checkpoint_shard: $(BUILD)/pdde-ckpt
 
@@ -213,9 +219,10 @@ check-parts: $(BUILD)/pdde.o
 	@echo "check-parts: $(words $(PARTS) $(COMM_PARTS)) parts compile alone; every global symbol has the pdde_ prefix"
 
 # The fallback GEMMs run the numerical tests too: the OpenBLAS build (no oneDNN) and the portable build
-# (neither library: pdde's own GEMM; no UCX either: the library without comm/).
+# (neither library: pdde's own GEMM; no UCX either: the library without comm/; no cJSON: cluster files
+# read by pdde's own JSON reader).
 OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden test_amp)
-PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp)
+PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp test_cluster)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.
 test:
@@ -227,7 +234,7 @@ FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
 # The last test is a 10 s smoke run of the graph fuzzer's seeded driver (test-fuzz is the long one).
 test-installed: all $(TESTS) check-parts $(BUILD)/fuzz_graph
 	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
-	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 $(PORTABLE_TESTS) >/dev/null
+	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 NO_CJSON=1 $(PORTABLE_TESTS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS) \
 	  $(BUILD)/fuzz_graph
 

@@ -63,9 +63,7 @@ uint32_t pdde_features(void) {
 #ifdef PDDE_HAVE_HWLOC
     f |= PDDE_FEATURE_HWLOC;
 #endif
-#ifdef PDDE_HAVE_CJSON
-    f |= PDDE_FEATURE_CJSON;
-#endif
+    f |= PDDE_FEATURE_CJSON; /* (cluster files are read with cJSON where it is, else with planner/json_read.c) */
 #ifndef PDDE_NO_PLUGINS
     f |= PDDE_FEATURE_PLUGINS;
 #endif
@@ -88,6 +86,10 @@ const char *pdde_feature_name(uint32_t feature) {
 
 #ifdef PDDE_HAVE_COMM
 #include "comm/comm.c"
+#endif
+/* (in every build that has it: one process's in-process table needs no communication; servers and
+ * remote clients fail at their first message where there is no comm/) */
+#ifdef PDDE_HAVE_PS
 #include "comm/ps.c"
 #endif
 

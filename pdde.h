@@ -99,7 +99,7 @@ typedef enum {
     PDDE_FEATURE_DNNL = 1u << 5,       /* CPU GEMM (f32, bf16) through oneDNN */
     PDDE_FEATURE_CLBLAST = 1u << 6,    /* OpenCL GEMM through CLBlast */
     PDDE_FEATURE_HWLOC = 1u << 7,      /* topology detection for the cluster object */
-    PDDE_FEATURE_CJSON = 1u << 8,      /* cluster files (pdde_cluster_load/save) */
+    PDDE_FEATURE_CJSON = 1u << 8,      /* cluster files (pdde_cluster_load/save): every build */
     PDDE_FEATURE_PLUGINS = 1u << 9,    /* out-of-tree backends loaded with dlopen (PDDE_BACKEND_PLUGINS) */
     PDDE_FEATURE_NATIVE = 1u << 10,    /* compiled for the building machine's CPU: may not run on older ones */
 } pdde_feature;
@@ -114,6 +114,7 @@ const char *pdde_feature_name(uint32_t feature);
 typedef struct pdde_context pdde_context;
 
 typedef struct pdde_backend_iface pdde_backend_iface;
+typedef struct pdde_device_collectives_iface pdde_device_collectives_iface; /* pdde_extension.h */
 typedef struct pdde_comm pdde_comm; /* a communicator (see "Communication") */
 
 typedef struct {
@@ -209,7 +210,9 @@ typedef enum {
                             the backward recomputes the probabilities from); f: ATTENTION_SCALE.
                             Flash-attention style: keys in tiles with an online softmax, no [T,T].
                             q, k, v all f32, all bf16 or all f16 (then f32 accumulation, statistics
-                            and softmax); the output f32 */
+                            and softmax); the output f32. i: ATTENTION_QKV_D > 0: the packed form
+                            (pdde_attention_qkv): src qkv [B,T,H*3*D] -> [B,T,H*D], each row's
+                            logsumexp [B*H,T] after it in the node's memory (pdde_tensor_nbytes) */
     /* backward ops (appended by pdde_backward) */
     PDDE_OP_SUM_TO,      /* reduce src0 to this tensor's (broadcast-compatible) shape */
     PDDE_OP_EXPAND,      /* broadcast src0 to this tensor's shape, times f: SCALE */
@@ -231,7 +234,9 @@ typedef enum {
     PDDE_OP_SLICE_BACK,           /* src: dy; pads dy with zeros back to this shape; i: as SLICE's */
     PDDE_OP_DROPOUT_BACK,         /* src: dy; same mask as the forward (same params) */
     PDDE_OP_ATTENTION_BACK,       /* src: q, k, v, y (the forward's [B,H,T,D+1]), dy (its gradient) ->
-                                     [3,B,H,T,D]: dq, dk, dv; f: ATTENTION_SCALE as the forward */
+                                     [3,B,H,T,D]: dq, dk, dv; f: ATTENTION_SCALE as the forward;
+                                     packed (i: ATTENTION_QKV_D > 0): src qkv, y, dy [B,T,H*D] ->
+                                     dqkv [B,T,H*3*D] */
     PDDE_OP_GRAD_ACCUM,           /* src: accumulator (persistent), g: acc += g (in place) */
     /* optimizer ops (appended by pdde_optimizer_*). Update ops write src0 (and their state) in place
      * and zero the gradient they consumed. f: UPDATE_LR (set by the executor each step),
@@ -298,6 +303,9 @@ typedef enum {
     PDDE_TENSOR_GRAD = 1 << 8,       /* a parameter's gradient accumulator (STATE, not checkpointed) */
     PDDE_TENSOR_SPARSE = 1 << 9,     /* a batch's rows of a parameter-server table: a PARAM with a gradient
                                         that the optimizers skip and checkpoints leave out (pdde_sparse_*) */
+    PDDE_TENSOR_SHADOW = 1 << 10,    /* a parameter's bf16/f16 copy under a compute dtype: kept across steps and
+                                        rewritten by the parameter's update, so its cast runs only after the
+                                        parameter was written some other way (a load, a write, the first step) */
 } pdde_tensor_flags;
 
 typedef enum { PDDE_PHASE_FORWARD = 0, PDDE_PHASE_BACKWARD = 1, PDDE_PHASE_OPTIMIZER = 2 } pdde_phase;
@@ -360,6 +368,7 @@ struct pdde_tensor {
 const char *pdde_op_name(pdde_op op);
 
 int64_t pdde_tensor_numel(const pdde_tensor *t);
+/* numel x the dtype's size; a packed attention node (pdde_attention_qkv) also holds its rows' logsumexp */
 size_t pdde_tensor_nbytes(const pdde_tensor *t);
 
 /* ---------------------------------------------------------------------------------------------------
@@ -424,6 +433,10 @@ pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_
 /* The same attention from matmul, scale, causal softmax and matmul (materialises [B, H, T, T] scores
  * and probabilities): the reference the fused op is checked against. */
 pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v);
+/* The same attention on q, k, v packed in qkv [B, T, H*3*D] (head-major: head h's q, k, v are columns
+ * h*3D + [0, D), [D, 2D), [2D, 3D)), read in place -> [B, T, H*D] f32 (head h in columns h*D + [0, D)):
+ * no slice or permute around it, and its backward writes the [B, T, H*3*D] gradient directly. */
+pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads);
 /* Mean cross-entropy of softmax(logits [N, V]) against targets (i32 [N]; a negative target is ignored). */
 pdde_tensor *pdde_cross_entropy(pdde_graph *g, pdde_tensor *logits, pdde_tensor *targets);
 pdde_tensor *pdde_embedding(pdde_graph *g, pdde_tensor *table, pdde_tensor *ids);
@@ -521,8 +534,11 @@ typedef struct {
      * dtype share one collective on a flat buffer of at most this many bytes (pdde_lower_dump shows
      * them). 0 = 25 MiB; < 0 = one collective per tensor. */
     int64_t gradient_bucket_bytes;
+    /* Allreduce buckets whose members are on a device of this implementation's backend run it on a
+     * device buffer of their own (pdde_extension.h: NCCL's shape); NULL: through host staging. */
+    const pdde_device_collectives_iface *device_collectives;
 } pdde_session_params;
-#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0}
+#define PDDE_SESSION_PARAMS_INIT {0, 0, NULL, 0, NULL, PDDE_PIPELINE_1F1B, PDDE_F32, 0, 0, 0, NULL, 0, NULL}
 
 /* Micro-batches: with the optimizer's grad_accum_steps M > 1, a step is M micro-batches. Either write
  * each one's inputs with pdde_session_write_micro and run PDDE_RUN_STEP (the session runs them all,
@@ -563,9 +579,13 @@ float pdde_session_loss(pdde_session *s); /* the loss of the last run (NaN if no
  * or the one a checkpoint load kept; 0 without an optimizer). */
 float pdde_session_lr(const pdde_session *s);
 int64_t pdde_session_step(const pdde_session *s);  /* optimizer steps taken */
+int64_t pdde_session_op_runs(const pdde_session *s, pdde_op op); /* nodes of op run so far (every run, micro-batch) */
 /* Data-parallel collectives the last run issued (gradient reductions and ZeRO's gathers of updated
  * shards, early or at the update): one per gradient bucket, one per tensor outside a bucket. */
 int pdde_session_gradient_collectives(const pdde_session *s);
+/* Token rows the last run sent to other ranks in expert parallelism's exchanges (only the rows routed
+ * to an expert cross: the counts go first, pdde_moe_dispatch_experts' padding stays home). */
+int64_t pdde_session_exchanged_rows(const pdde_session *s);
 /* Micro-batches this rank runs per step: grad_accum_steps, times its share under uneven data
  * parallelism (pdde_strategy_data_parallel_shares). */
 int pdde_session_micro_batches(const pdde_session *s);
@@ -600,7 +620,7 @@ pdde_status pdde_session_set_loss_scale(pdde_session *s, float scale);
 typedef struct {
     size_t arena_bytes;       /* the activation arena: peak of the memory plan */
     size_t activation_bytes;  /* the sum of all non-persistent tensors (what no reuse would take) */
-    size_t param_bytes;       /* parameters */
+    size_t param_bytes;       /* parameters (and the bf16/f16 copies their updates keep) */
     size_t grad_bytes;        /* gradient accumulators */
     size_t optimizer_bytes;   /* optimizer state */
     size_t input_bytes;
@@ -1128,6 +1148,11 @@ typedef struct pdde_plan {
      * (the blocks), place=opencl:1-4 (layers 1..4). No chunks, no recompute, equal shares. */
     char place[16];
     int place_first, place_last;
+    /* Mixture-of-Experts models (pdde_moe_*): the experts split over ep ranks (ep = dp with tp 1: the
+     * dp axis, tokens exchanged all-to-all; ep = tp: the tp axis); 0 or 1 = every rank holds every
+     * expert. The search tries both where they divide the experts, by pdde_moe_cost_estimate on
+     * params->cluster (without one: ep 1 only). Text: ep=2. */
+    int ep;
 } pdde_plan;
 
 /* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
@@ -1147,7 +1172,7 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
 pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
                              pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
- * [,blocks=1][,shares=3:1][,place=opencl[:1-5]]" (rc: layers recomputed per stage, written when some but
+ * [,blocks=1][,shares=3:1][,place=opencl[:1-5]][,ep=2]" (rc: layers recomputed per stage, written when some but
  * not all are; shares: micro-batch shares of the dp indices, dp of them); returns what snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage).
@@ -1209,6 +1234,10 @@ typedef enum {
     PDDE_OPCLASS_FUSED_ATTENTION, /* the non-GEMM work of a CPU fused attention, by its softmax bytes [attention] */
     PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD, /* that of its backward, which recomputes the probabilities and runs
                                               their gradient, by its softmax bytes [fused_attention] */
+    /* An accelerator's whole fused attention with bf16/f16 q, k, v (its tiled kernels: the GEMMs inside),
+     * by its softmax bytes; measured up to T = 1024 [the two above] */
+    PDDE_OPCLASS_FUSED_ATTENTION_HALF,
+    PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD,
     PDDE_OPCLASS_COUNT
 } pdde_op_class;
 const char *pdde_op_class_name(pdde_op_class c); /* "gemm", "elementwise", "row", ... */
@@ -1218,7 +1247,7 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node);
  * GEMMs: 2*B*H*T*T*D forward, 5*B*H*T*T*D backward), 0 for other ops. */
 double pdde_attention_flops(const pdde_tensor *node);
 
-#define PDDE_CLUSTER_MAX_GEMM 64   /* measured GEMM shapes per device spec */
+#define PDDE_CLUSTER_MAX_GEMM 96   /* measured GEMM shapes per device spec */
 #define PDDE_CLUSTER_MAX_CURVE 24  /* points per op-class curve */
 
 typedef struct {
@@ -1326,8 +1355,8 @@ int pdde_cluster_add_calib(pdde_cluster *c, const pdde_collective_calib *k);
 /* Checks ids (unique), spec indices, links (to devices that exist), numbers (finite, >= 0). ctx gets a
  * message naming the field path ("machines[1].devices[3].memory: ..."). */
 pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c);
-/* JSON: reading needs cJSON (load and parse are PDDE_ERR_UNAVAILABLE in a build without it, naming
- * the package); writing (save, to_json) needs nothing, byte for byte the same. Load errors are PDDE_ERR_CORRUPT
+/* JSON: read with cJSON where the build finds it, else with pdde's own strict reader (the same files
+ * read the same, the same errors); writing (save, to_json) needs nothing, byte for byte the same. Load errors are PDDE_ERR_CORRUPT
  * with the field path and what was expected; save writes the canonical form, which load reads back to
  * the same bytes (save(load(f)) == f for every file save wrote, and for tools/clusters/). */
 pdde_status pdde_cluster_load(pdde_context *ctx, const char *path, pdde_cluster **out);
@@ -1817,7 +1846,8 @@ pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, 
  * rank's tokens' rows to the rank of their experts and back) and reduce-scatter the experts'
  * gradients. A capacity of N (every token) drops nothing. Under data parallelism each rank's buffer
  * holds its tokens (capacity / ranks of them an expert). The rows of zeros (past each expert's tokens)
- * are skipped by the grouped GEMM, but travel in the exchange. */
+ * are skipped by the grouped GEMM and stay home: the exchange sends each expert's routed rows only,
+ * the counts first (pdde_session_exchanged_rows). */
 pdde_tensor *pdde_moe_dispatch_experts(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity);
 pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b);
 pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, pdde_tensor *weights, int experts, int64_t capacity);
@@ -1833,8 +1863,8 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
 
 /* The cost of the MoE layers under expert parallelism (ep ranks share the experts; n_ranks / ep
  * replicate them, data parallel): what ep changes per rank and step. The token exchange: an alltoall
- * before and after the experts, forward and backward, each of tokens x k x width x dtype (padded to the
- * capacity when there is one), over the first ep of devices as the cluster's links carry it; the
+ * before and after the experts, forward and backward, each of tokens x k x width x dtype (the routed
+ * rows only), over the first ep of devices as the cluster's links carry it; the
  * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
  * skew: measured counts, or a stated max/mean); the experts' gradient reduction over their
  * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages

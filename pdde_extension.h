@@ -57,6 +57,9 @@ struct pdde_backend_iface {
      * UPDATE_WEIGHT_DECAY and that share their gnorm_sq source. PDDE_ERR_UNSUPPORTED (with nothing
      * enqueued; or NULL) makes the core run them one by one with compute. */
     pdde_status (*compute_group)(void *dev, void *stream, pdde_tensor *const *nodes, int n);
+    /* optional: n bytes from one buffer of this device to another (or the same), ordered on stream
+     * (the device gradient buckets of pdde_device_collectives_iface need it) */
+    pdde_status (*copy)(void *dev, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset, size_t n);
 };
 
 /* Backend plugins: a shared library (backends/README.md is the guide) that exports
@@ -77,6 +80,43 @@ typedef struct {
     size_t (*dtype_size)(pdde_dtype t);                                /* = pdde_dtype_size */
 } pdde_backend_host;
 typedef const pdde_backend_iface *(*pdde_backend_plugin_fn)(const pdde_backend_host *host);
+
+/* ---------------------------------------------------------------------------------------------------
+ * Device collectives
+ */
+/* A gradient bucket's allreduce on device memory, ordered on a device stream (NCCL's shape:
+ * ncclAllReduce(buf, buf, count, type, op, comm, stream)). Given to a session
+ * (pdde_session_params.device_collectives), it serves the allreduce buckets whose members all live on
+ * a device of its backend family (`backend`, e.g. "cuda") that has the backend's copy slot: the
+ * session gathers the members into a device buffer of the bucket's with copies on the device's
+ * stream, calls allreduce on that buffer and stream, and scatters the result with copies after it;
+ * the executor, the lowering and the other buckets (host staging) do not change. init runs once per
+ * communicator (an axis's group) on every one of its ranks at once, with p->comm for the bootstrap
+ * (rank 0 creates the unique id, pdde_comm_broadcast carries it; the communicator itself came out
+ * of pdde's store) and the failure semantics (an allreduce that cannot finish, a peer lost, fails
+ * within p->timeout_s: an implementation polls its async error and aborts). An NCCL implementation
+ * dlopens libnccl.so.2 in init and says PDDE_ERR_UNAVAILABLE where it is missing (the session then
+ * stages through host memory). Functions report errors with pdde_error(ctx, ...). */
+#define PDDE_DEVICE_COLLECTIVES_API_VERSION 1
+typedef struct {
+    pdde_context *ctx;
+    pdde_comm *comm;                   /* the group: its rank, size and bootstrap */
+    const pdde_backend_iface *backend; /* the devices' backend family and this rank's open device */
+    void *dev;
+    double timeout_s;
+} pdde_device_collectives_params;
+struct pdde_device_collectives_iface {
+    uint32_t api_version;
+    uint32_t struct_size;
+    const char *name;       /* "nccl" */
+    const char *backend;    /* the device family it serves: "cuda" */
+    pdde_status (*init)(const pdde_device_collectives_params *p, void **impl);
+    /* in place on count elements of buffer handle at byte offset, after what stream holds; done when
+     * the stream is */
+    pdde_status (*allreduce)(void *impl, void *stream, void *handle, size_t offset, size_t count, pdde_dtype t,
+                             pdde_reduce_op op);
+    void (*free)(void *impl);
+};
 
 /* ---------------------------------------------------------------------------------------------------
  * Stores

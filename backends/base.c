@@ -178,7 +178,13 @@ int64_t pdde_tensor_numel(const pdde_tensor *t) {
     return n;
 }
 
-size_t pdde_tensor_nbytes(const pdde_tensor *t) { return (size_t)pdde_tensor_numel(t) * pdde_dtype_size(t->dtype); }
+size_t pdde_tensor_nbytes(const pdde_tensor *t) {
+    size_t n = (size_t)pdde_tensor_numel(t) * pdde_dtype_size(t->dtype);
+    /* a packed attention's output [B, T, H*D] f32 is followed by its rows' logsumexp [B*H, T] */
+    if (t->op == PDDE_OP_ATTENTION && pdde_op_i32(t, PDDE_P_ATTENTION_QKV_D) > 0)
+        n += (size_t)pdde_tensor_numel(t) / (size_t)pdde_op_i32(t, PDDE_P_ATTENTION_QKV_D) * sizeof(float);
+    return n;
+}
 
 const char *pdde_op_name(pdde_op op) {
     static const char *names[PDDE_OP_COUNT] = {

@@ -136,6 +136,8 @@ static void parallel_for(pdde_threadpool *p, int64_t n, int64_t min_parallel, cp
 #define F32(t) ((float *)((char *)(t)->data + (t)->offset))
 #define I32(t) ((int32_t *)((char *)(t)->data + (t)->offset))
 #define LAST_DIM(t) ((t)->ndim ? (t)->shape[(t)->ndim - 1] : 1)
+#define LOWP_OUT(t) ((uint16_t *)((char *)(t)->data + (t)->offset)) /* a bf16/f16 output */
+static void f32_to_half(const float *f, uint16_t *h, int64_t n, pdde_dtype dt);
 #define ROWS(t) (pdde_tensor_numel(t) / (LAST_DIM(t) ? LAST_DIM(t) : 1))
 
 typedef struct cpu_job {
@@ -387,6 +389,15 @@ CPU_KERNEL static void bias_gelu_task(void *arg, int64_t begin, int64_t end) {
     bool back = t->op == PDDE_OP_BIAS_GELU_BACK;
     for (int64_t r = begin; r < end; r++) {
         const float *x = F32(t->src[0]) + r * N, *dy = back ? F32(t->src[2]) + r * N : NULL;
+        if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
+            float f[256];
+            for (int64_t i0 = 0; i0 < N; i0 += 256) {
+                int64_t n = N - i0 < 256 ? N - i0 : 256;
+                for (int64_t i = 0; i < n; i++) f[i] = gelu_tanh(x[i0 + i] + bias[i0 + i]);
+                f32_to_half(f, LOWP_OUT(t) + r * N + i0, n, t->dtype);
+            }
+            continue;
+        }
         float *y = F32(t) + r * N;
         if (back) for (int64_t i = 0; i < N; i++) y[i] = dy[i] * gelu_tanh_grad(x[i] + bias[i]);
         else for (int64_t i = 0; i < N; i++) y[i] = gelu_tanh(x[i] + bias[i]);
@@ -460,6 +471,15 @@ CPU_KERNEL static void layernorm_task(void *arg, int64_t begin, int64_t end) {
         const float *xr = x + r * C;
         float *yr = y + r * C, m, rstd;
         row_stats(xr, C, beta != NULL, eps, &m, &rstd);
+        if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
+            float f[256];
+            for (int64_t i0 = 0; i0 < C; i0 += 256) {
+                int64_t n = C - i0 < 256 ? C - i0 : 256;
+                for (int64_t i = 0; i < n; i++) f[i] = (xr[i0 + i] - m) * rstd * gamma[i0 + i] + (beta ? beta[i0 + i] : 0.0f);
+                f32_to_half(f, LOWP_OUT(t) + r * C + i0, n, t->dtype);
+            }
+            continue;
+        }
         if (beta) for (int64_t i = 0; i < C; i++) yr[i] = (xr[i] - m) * rstd * gamma[i] + beta[i];
         else for (int64_t i = 0; i < C; i++) yr[i] = xr[i] * rstd * gamma[i];
     }
@@ -583,6 +603,18 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
         if (!backward) {
             row_loss[r] = target >= 0 && target < V ? lse - lr[target] : 0.0f;
         } else {
+            if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
+                uint16_t *hr = LOWP_OUT(t) + r * V;
+                if (target < 0 || target >= V) { memset(hr, 0, (size_t)V * sizeof *hr); continue; }
+                float f[256];
+                for (int64_t i0 = 0; i0 < V; i0 += 256) {
+                    int64_t n = V - i0 < 256 ? V - i0 : 256;
+                    for (int64_t i = 0; i < n; i++) f[i] = exp_fast(lr[i0 + i] - lse) * dscale;
+                    if (target >= i0 && target < i0 + n) f[target - i0] -= dscale;
+                    f32_to_half(f, hr + i0, n, t->dtype);
+                }
+                continue;
+            }
             float *dr = F32(t) + r * V;
             if (target < 0 || target >= V) { memset(dr, 0, (size_t)V * sizeof *dr); continue; }
             for (int64_t i = 0; i < V; i++) dr[i] = exp_fast(lr[i] - lse) * dscale;
@@ -813,6 +845,14 @@ static void cast_task(void *arg, int64_t begin, int64_t end) {
  * (n + 1 entries). The nodes share the clip norm, the step and so Adam's bias corrections. */
 typedef struct { pdde_tensor *const *nodes; const int64_t *start; int n; float clip_coef, bc1, bc2; } update_job;
 
+/* The parameter's bf16/f16 copy (PDDE_P_UPDATE_SHADOW) rewritten from its new values [begin, end): the
+ * rounding its cast would make next step, in the same pass over the (cached) parameter. */
+static void update_shadow_range(const pdde_tensor *u, int64_t begin, int64_t end) {
+    if (!pdde_op_i32(u, PDDE_P_UPDATE_SHADOW)) return;
+    const pdde_tensor *c = u->src[u->nsrc - 1];
+    f32_to_half(F32(u->src[0]) + begin, (uint16_t *)((char *)c->data + c->offset) + begin, end - begin, c->dtype);
+}
+
 CPU_KERNEL static void adamw_range(const pdde_tensor *u, const update_job *j, int64_t begin, int64_t end) {
     float *p = F32(u->src[0]), *g = F32(u->src[1]), *m = F32(u->src[2]), *v = F32(u->src[3]);
     float lr = pdde_op_f32(u, PDDE_P_UPDATE_LR), b1 = pdde_op_f32(u, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(u, PDDE_P_UPDATE_BETA2);
@@ -826,6 +866,7 @@ CPU_KERNEL static void adamw_range(const pdde_tensor *u, const update_job *j, in
         p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
         g[i] = 0.0f;
     }
+    update_shadow_range(u, begin, end);
 }
 
 CPU_KERNEL static void sgd_range(const pdde_tensor *u, const update_job *j, int64_t begin, int64_t end) {
@@ -838,6 +879,7 @@ CPU_KERNEL static void sgd_range(const pdde_tensor *u, const update_job *j, int6
         p[i] -= lr * (mom > 0 ? buf[i] : gi);
         g[i] = 0.0f;
     }
+    update_shadow_range(u, begin, end);
 }
 
 /* The job's elements [begin, end): the part of each node that falls in it. */
@@ -866,8 +908,8 @@ CPU_KERNEL static void accum_task(void *arg, int64_t begin, int64_t end) {
 
 /* The squared gradient norm update u reads (its source after the parameter, gradient and state), or NULL. */
 static const float *update_norm_sq(const pdde_tensor *u) {
-    int nsrc_plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3;
-    return u->nsrc > nsrc_plain ? F32(u->src[nsrc_plain]) : NULL;
+    int nsrc_plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3, shadow = pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) != 0;
+    return u->nsrc > nsrc_plain + shadow ? F32(u->src[nsrc_plain]) : NULL;
 }
 
 static float clip_coefficient(const pdde_tensor *u) {

@@ -6,6 +6,9 @@
  *
  * Layouts: q, k, v [BH, T, D]; the forward's output y [BH, T, D + 1] (the attention output, then the
  * row's logsumexp); the backward's output [3, BH, T, D] (dq, dk, dv). y, dy and the output are f32.
+ * Packed (pdde_attention_qkv): q, k, v strided in qkv [B, T, H*3*D] (row stride 3HD, head h at column
+ * 3hD, k and v D and 2D after q), y and dy [B, T, H*D] (row stride HD) with the logsumexp [BH, T] after
+ * y, and dqkv in qkv's layout: the tile GEMMs take the row strides as their leading dimensions.
  *
  * Mixed precision: q, k, v may be bf16 or f16 (all three alike). Row statistics, the softmax and every
  * accumulation stay f32. bf16 runs oneDNN's bf16 GEMM on the tiles, as flash attention does on a GPU:
@@ -87,10 +90,28 @@ typedef struct {
     float *out;
     pdde_dtype dt, gemm_dt;  /* q, k, v's; the tile GEMMs' operands' (f32, or bf16 for bf16 inputs) */
     int64_t BH, T, D, n_qtiles;
+    int64_t H;               /* packed: heads a batch row (0: q, k, v [BH, T, D] apart) */
     float scale;
     int oom;                 /* a task could not allocate its scratch */
     int gemm_failed;         /* a tile GEMM returned an error */
 } attention_job;
+
+/* Element offset of head bh's first row in q (k, v: their own pointers) and in dq, dk, dv (which: 0, 1, 2),
+ * its row stride; of y's, its row stride; and its row i's logsumexp */
+static int64_t attention_in_head(const attention_job *j, int64_t bh) {
+    return j->H ? (bh / j->H) * j->T * 3 * j->H * j->D + (bh % j->H) * 3 * j->D : bh * j->T * j->D;
+}
+static int64_t attention_ld_in(const attention_job *j) { return j->H ? 3 * j->H * j->D : j->D; }
+static float *attention_grad_head(const attention_job *j, int64_t bh, int which) {
+    return j->out + attention_in_head(j, bh) + which * (j->H ? j->D : j->BH * j->T * j->D);
+}
+static int64_t attention_y_head(const attention_job *j, int64_t bh) {
+    return j->H ? (bh / j->H) * j->T * j->H * j->D + (bh % j->H) * j->D : bh * j->T * (j->D + 1);
+}
+static int64_t attention_ld_y(const attention_job *j) { return j->H ? j->H * j->D : j->D + 1; }
+static float *attention_lse(const attention_job *j, float *y, int64_t bh, int64_t i) {
+    return j->H ? y + j->BH * j->T * j->D + bh * j->T + i : y + attention_y_head(j, bh) + i * (j->D + 1) + j->D;
+}
 
 /* A task's scratch: f32 and 2-byte pieces carved from one allocation, each 64-byte aligned. */
 typedef struct { char *base; size_t used; } attention_scratch;
@@ -103,16 +124,18 @@ static void *attention_carve(attention_scratch *s, int64_t n, size_t elem) {
 /* Head bh of q, k, v as GEMM operands (gemm_dt) in op[0..2]: the tensors themselves where their dtype
  * is the GEMM's, else rows [rows[i][0], rows[i][1]) of each widened to f32 into wide[i] (at the rows'
  * own offsets, so that the caller indexes both alike). */
-static void attention_operands(const attention_job *j, int64_t bh, const int64_t rows[3][2], float *const wide[3],
-                               const void *op[3]) {
+static int64_t attention_operands(const attention_job *j, int64_t bh, const int64_t rows[3][2], float *const wide[3],
+                                  const void *op[3]) {
     const void *src[3] = {j->q, j->k, j->v};
     size_t es = pdde_dtype_size(j->dt);
+    int64_t head = attention_in_head(j, bh), ld = attention_ld_in(j);
     for (int i = 0; i < 3; i++) {
-        int64_t first = (bh * j->T + rows[i][0]) * j->D, n = (rows[i][1] - rows[i][0]) * j->D;
-        if (j->dt == j->gemm_dt) { op[i] = (const char *)src[i] + (size_t)(bh * j->T * j->D) * es; continue; }
-        half_to_f32((const uint16_t *)src[i] + first, wide[i] + rows[i][0] * j->D, n, j->dt);
+        if (j->dt == j->gemm_dt) { op[i] = (const char *)src[i] + (size_t)head * es; continue; }
+        for (int64_t r = rows[i][0]; r < rows[i][1]; r++) /* (widened rows are [T, D], stride D) */
+            half_to_f32((const uint16_t *)src[i] + head + r * ld, wide[i] + r * j->D, j->D, j->dt);
         op[i] = wide[i];
     }
+    return j->dt == j->gemm_dt ? ld : j->D; /* the operands' row stride */
 }
 
 /* An f32 tile as a GEMM operand: itself, or rounded to bf16 into lowp */
@@ -134,7 +157,7 @@ static int64_t attention_qtile(int64_t r, int64_t n) { return r % 2 == 0 ? r / 2
 /* Forward: one task per (query tile, batch*head), see attention_qtile for the order. */
 static void attention_task(void *arg, int64_t begin, int64_t end) {
     attention_job *j = arg;
-    int64_t T = j->T, D = j->D, Dy = D + 1;
+    int64_t T = j->T, D = j->D, ldy = attention_ld_y(j);
     bool widen = j->dt != j->gemm_dt, lowp = j->gemm_dt != PDDE_F32;
     attention_scratch sc = {0};
     float *S = NULL, *w = NULL;
@@ -153,14 +176,14 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
         int64_t br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
         const int64_t rows[3][2] = {{i0, i0 + br}, {0, i0 + br}, {0, i0 + br}}; /* the tile's queries, the keys they see */
         const void *op[3];
-        attention_operands(j, bh, rows, wide, op);
+        int64_t ld = attention_operands(j, bh, rows, wide, op);
         pdde_dtype gd = j->gemm_dt;
-        const void *q = attention_at(op[0], gd, i0 * D), *k = op[1], *v = op[2];
+        const void *q = attention_at(op[0], gd, i0 * ld), *k = op[1], *v = op[2];
         for (int64_t r = 0; r < br; r++) mx[r] = -INFINITY, sum[r] = 0.0f;
         memset(acc, 0, sizeof(float) * (size_t)(br * D));
         for (int64_t j0 = 0; j0 < i0 + br && !failed; j0 += ATT_BC) { /* keys up to the tile's last row */
             int64_t bc = i0 + br - j0 < ATT_BC ? i0 + br - j0 : ATT_BC;
-            failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, q, D, attention_at(k, gd, j0 * D), D, 0.0f, S, bc);
+            failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, q, ld, attention_at(k, gd, j0 * ld), ld, 0.0f, S, bc);
             for (int64_t r = 0; r < br; r++) {
                 float *s = S + r * bc;
                 int64_t valid = i0 + r - j0 + 1; /* row i sees keys 0..i */
@@ -176,13 +199,13 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
                     for (int64_t d = 0; d < D; d++) acc[r * D + d] *= alpha;
             }
             const void *p = attention_tile_operand(j, S, br * bc, Slowp);
-            failed |= attention_gemm(gd, 0, 0, br, D, bc, 1.0f, p, bc, attention_at(v, gd, j0 * D), D, 1.0f, acc, D);
+            failed |= attention_gemm(gd, 0, 0, br, D, bc, 1.0f, p, bc, attention_at(v, gd, j0 * ld), ld, 1.0f, acc, D);
         }
-        float *y = j->out + (bh * T + i0) * Dy;
+        float *y = j->out + attention_y_head(j, bh) + i0 * ldy;
         for (int64_t r = 0; r < br; r++) {
             float inv = 1.0f / sum[r];
-            for (int64_t d = 0; d < D; d++) y[r * Dy + d] = acc[r * D + d] * inv;
-            y[r * Dy + D] = mx[r] + logf(sum[r]);
+            for (int64_t d = 0; d < D; d++) y[r * ldy + d] = acc[r * D + d] * inv;
+            *attention_lse(j, j->out, bh, i0 + r) = mx[r] + logf(sum[r]);
         }
     }
     attention_threads_leave(omp_prev);
@@ -195,7 +218,7 @@ static void attention_task(void *arg, int64_t begin, int64_t end) {
  * dQ += scale dS K, dK += scale dS^T Q. The task owns its head's dq, so nothing is shared. */
 static void attention_back_task(void *arg, int64_t begin, int64_t end) {
     attention_job *j = arg;
-    int64_t T = j->T, D = j->D, Dy = D + 1, n = j->BH * T * D;
+    int64_t T = j->T, D = j->D, Dy = attention_ld_y(j), ldg = attention_ld_in(j);
     bool widen = j->dt != j->gemm_dt, lowp = j->gemm_dt != PDDE_F32;
     attention_scratch sc = {0};
     float *P = NULL, *w = NULL;
@@ -214,9 +237,9 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
     for (int64_t bh = begin; bh < end && !failed; bh++) {
         const int64_t rows[3][2] = {{0, T}, {0, T}, {0, T}};
         const void *op[3];
-        attention_operands(j, bh, rows, wide, op);
+        int64_t ld = attention_operands(j, bh, rows, wide, op);
         const void *q = op[0], *k = op[1], *v = op[2];
-        const float *y = j->y + bh * T * Dy, *dy = j->dy + bh * T * Dy; /* dO: dy's first D columns */
+        const float *y = j->y + attention_y_head(j, bh), *dy = j->dy + attention_y_head(j, bh); /* dO: dy's first D columns */
         /* dO as a GEMM operand: dy itself (row stride Dy), or its bf16 rounding [T, D] */
         const void *dO = dy;
         int64_t ldo = Dy;
@@ -224,10 +247,12 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
             for (int64_t i = 0; i < T; i++) f32_to_half(dy + i * Dy, dOlowp + i * D, D, PDDE_BF16);
             dO = dOlowp, ldo = D;
         }
-        float *dq = j->out + bh * T * D, *dk = dq + n, *dv = dk + n;
-        memset(dq, 0, sizeof(float) * (size_t)(T * D));
-        memset(dk, 0, sizeof(float) * (size_t)(T * D));
-        memset(dv, 0, sizeof(float) * (size_t)(T * D));
+        float *dq = attention_grad_head(j, bh, 0), *dk = attention_grad_head(j, bh, 1), *dv = attention_grad_head(j, bh, 2);
+        for (int64_t i = 0; i < T; i++) {
+            memset(dq + i * ldg, 0, sizeof(float) * (size_t)D);
+            memset(dk + i * ldg, 0, sizeof(float) * (size_t)D);
+            memset(dv + i * ldg, 0, sizeof(float) * (size_t)D);
+        }
         for (int64_t i = 0; i < T; i++) { /* of the dO the GEMMs read, so that dP - rowdot cancels as it should */
             float s = 0.0f;
             for (int64_t d = 0; d < D; d++) s += (lowp ? pdde_bf16_to_f32(dOlowp[i * D + d]) : dy[i * Dy + d]) * y[i * Dy + d];
@@ -237,13 +262,13 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
             int64_t bc = T - j0 < ATT_BC ? T - j0 : ATT_BC;
             for (int64_t i0 = j0 / ATT_BR * ATT_BR; i0 < T && !failed; i0 += ATT_BR) { /* rows i >= j0 */
                 int64_t br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
-                const void *qi = attention_at(q, gd, i0 * D), *kj = attention_at(k, gd, j0 * D), *doi = attention_at(dO, gd, i0 * ldo);
-                failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, qi, D, kj, D, 0.0f, P, bc);
-                failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, doi, ldo, attention_at(v, gd, j0 * D), D, 0.0f, dP, bc);
+                const void *qi = attention_at(q, gd, i0 * ld), *kj = attention_at(k, gd, j0 * ld), *doi = attention_at(dO, gd, i0 * ldo);
+                failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, qi, ld, kj, ld, 0.0f, P, bc);
+                failed |= attention_gemm(gd, 0, 1, br, bc, D, 1.0f, doi, ldo, attention_at(v, gd, j0 * ld), ld, 0.0f, dP, bc);
                 for (int64_t r = 0; r < br; r++) {
                     int64_t i = i0 + r, valid = i - j0 + 1;
                     if (valid > bc) valid = bc;
-                    float lse = y[i * Dy + D], *p = P + r * bc, *dp = dP + r * bc;
+                    float lse = *attention_lse(j, (float *)j->y, bh, i), *p = P + r * bc, *dp = dP + r * bc;
                     for (int64_t c = 0; c < bc; c++) {
                         float pc = c < valid ? exp_fast(p[c] * j->scale - lse) : 0.0f;
                         p[c] = pc;
@@ -251,9 +276,9 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
                     }
                 }
                 const void *p = attention_tile_operand(j, P, br * bc, Plowp), *ds = attention_tile_operand(j, dP, br * bc, dPlowp);
-                failed |= attention_gemm(gd, 1, 0, bc, D, br, 1.0f, p, bc, doi, ldo, 1.0f, dv + j0 * D, D);
-                failed |= attention_gemm(gd, 0, 0, br, D, bc, j->scale, ds, bc, kj, D, 1.0f, dq + i0 * D, D);
-                failed |= attention_gemm(gd, 1, 0, bc, D, br, j->scale, ds, bc, qi, D, 1.0f, dk + j0 * D, D);
+                failed |= attention_gemm(gd, 1, 0, bc, D, br, 1.0f, p, bc, doi, ldo, 1.0f, dv + j0 * ldg, ldg);
+                failed |= attention_gemm(gd, 0, 0, br, D, bc, j->scale, ds, bc, kj, ld, 1.0f, dq + i0 * ldg, ldg);
+                failed |= attention_gemm(gd, 1, 0, bc, D, br, j->scale, ds, bc, qi, ld, 1.0f, dk + j0 * ldg, ldg);
             }
         }
     }
@@ -265,9 +290,15 @@ static void attention_back_task(void *arg, int64_t begin, int64_t end) {
 static pdde_status cpu_attention(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
     bool back = t->op == PDDE_OP_ATTENTION_BACK;
     const pdde_tensor *q = t->src[0];
-    attention_job j = {.q = F32(q), .k = F32(t->src[1]), .v = F32(t->src[2]), .out = F32(t), .dt = q->dtype,
+    int64_t B, H, T, D;
+    int packed;
+    pdde_attention_dims(t, &B, &H, &T, &D, &packed);
+    size_t es = pdde_dtype_size(q->dtype);
+    const char *qb = (const char *)F32(q);
+    attention_job j = {.q = qb, .k = packed ? (const void *)(qb + D * es) : (const void *)F32(t->src[1]),
+                       .v = packed ? (const void *)(qb + 2 * D * es) : (const void *)F32(t->src[2]), .out = F32(t), .dt = q->dtype,
                        .gemm_dt = PDDE_F32, .scale = pdde_op_f32(t, PDDE_P_ATTENTION_SCALE)};
-    j.BH = q->shape[0] * q->shape[1], j.T = q->shape[2], j.D = q->shape[3];
+    j.BH = B * H, j.T = T, j.D = D, j.H = packed ? H : 0;
     j.n_qtiles = (j.T + ATT_BR - 1) / ATT_BR;
     if (j.BH * j.T == 0) return PDDE_OK;
     if (j.dt == PDDE_BF16) {
@@ -276,7 +307,7 @@ static pdde_status cpu_attention(pdde_context *ctx, pdde_threadpool *pool, pdde_
         attention_threads_leave(omp_prev);
     }
     if (back) {
-        j.y = F32(t->src[3]), j.dy = F32(t->src[4]);
+        j.y = F32(t->src[packed ? 1 : 3]), j.dy = F32(t->src[packed ? 2 : 4]);
         parallel_for(pool, j.BH, 2, attention_back_task, &j);
     } else {
         parallel_for(pool, j.BH * j.n_qtiles, 2, attention_task, &j);

@@ -12,7 +12,8 @@
  * Streams carry a small scratch buffer for multi-pass reductions, so concurrent streams never share it.
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
- * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md). */
+ * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
+ */
 #ifndef PDDE_NO_CUDA
 
 #include <dlfcn.h>
@@ -529,6 +530,16 @@ static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offse
     return PDDE_OK;
 }
 
+static pdde_status pcu_copy(void *dev, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset, size_t n) {
+    pcu_dev *d = dev;
+    if (!n) return PDDE_OK;
+    int st = pcu_bind(d);
+    if (st) return st;
+    PCU_CHECK(d, d->fam->cu.MemcpyDtoDAsync((pcu_ptr)(uintptr_t)dst + dst_offset, (pcu_ptr)(uintptr_t)src + src_offset, n,
+                                            pcu_st(d, stream)->s), "cuMemcpyDtoDAsync");
+    return PDDE_OK;
+}
+
 static pdde_status pcu_read(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n) {
     pcu_dev *d = dev;
     if (!n) return PDDE_OK;
@@ -746,6 +757,7 @@ const pdde_backend_iface pdde_backend_cuda = {
     .buffer_free = pcu_buffer_free,
     .write = pcu_write,
     .read = pcu_read,
+    .copy = pcu_copy,
     .stream_create = pcu_stream_create,
     .stream_free = pcu_stream_free,
     .stream_sync = pcu_stream_sync,

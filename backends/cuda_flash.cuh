@@ -42,24 +42,25 @@ __device__ __forceinline__ const uint16_t *fl_at(const uint16_t *tile, int ld, i
     return tile + (r0 + (lane & 15)) * ld + c0 + (lane >> 4) * 8;
 }
 
-/* rows [row0, row0 + n) of a bf16 [T, D] head into a shared tile (pitch D + 8), zeros past T; 16-byte moves */
+/* rows [row0, row0 + n) of a bf16 [T, D] head (row stride ld) into a shared tile (pitch D + 8), zeros past T;
+ * 16-byte moves */
 template <int D>
-__device__ __forceinline__ void fl_load(uint16_t *tile, const uint16_t *src, long long row0, long long T, int n) {
+__device__ __forceinline__ void fl_load(uint16_t *tile, const uint16_t *src, long long row0, long long T, int n, long long ld) {
     constexpr int V = D / 8;
     for (int e = threadIdx.x; e < n * V; e += 32 * FL_WARPS) {
         int r = e / V, c = (e % V) * 8;
         long long gr = row0 + r;
-        uint4 v = gr < T ? *(const uint4 *)(src + gr * D + c) : make_uint4(0, 0, 0, 0);
+        uint4 v = gr < T ? *(const uint4 *)(src + gr * ld + c) : make_uint4(0, 0, 0, 0);
         *(uint4 *)(tile + r * (D + 8) + c) = v;
     }
 }
-/* the same from an f32 [T, D + 1] (an output gradient with its logsumexp column), rounded to bf16 */
+/* the same from an f32 output gradient (row stride ld), rounded to bf16 */
 template <int D>
-__device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, long long row0, long long T, int n) {
+__device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, long long row0, long long T, int n, long long ld) {
     for (int e = threadIdx.x; e < n * (D / 2); e += 32 * FL_WARPS) {
         int r = e / (D / 2), c = (e % (D / 2)) * 2;
         long long gr = row0 + r;
-        float a = gr < T ? src[gr * (D + 1) + c] : 0.0f, b = gr < T ? src[gr * (D + 1) + c + 1] : 0.0f;
+        float a = gr < T ? src[gr * ld + c] : 0.0f, b = gr < T ? src[gr * ld + c + 1] : 0.0f;
         *(uint32_t *)(tile + r * (D + 8) + c) = pack_bf16(a, b);
     }
 }
@@ -70,13 +71,15 @@ __device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, lo
 
 template <int D>
 __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
-                                          long long T, float scale) {
+                                          long long BH, long long T, float scale, long long H) {
     constexpr int LD = D + 8, BK = 64, NT = BK / 8, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + BK * LD;
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
-    const uint16_t *qb = q + bh * T * D, *kb = k + bh * T * D, *vb = v + bh * T * D;
+    /* (layouts: att_in, att_y of cuda_kernels.cu; H = 0 heads apart, H > 0 packed qkv) */
+    long long ldi = H ? 3 * H * D : D, hb = att_in(bh * T, T, D, H);
+    const uint16_t *qb = q + hb, *kb = k + hb, *vb = v + hb;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    fl_load<D>(ks, qb, qt * FL_ROWS, T, FL_ROWS); /* Q through the K tile, into registers */
+    fl_load<D>(ks, qb, qt * FL_ROWS, T, FL_ROWS, ldi); /* Q through the K tile, into registers */
     __syncthreads();
     uint32_t qf[KS][4];
 #pragma unroll
@@ -87,8 +90,8 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
     for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     long long row0 = qt * FL_ROWS + warp * 16 + g; /* this thread's rows: row0, row0 + 8 */
     for (long long kt = 0; kt <= qt; kt++) {
-        fl_load<D>(ks, kb, kt * BK, T, BK);
-        fl_load<D>(vs, vb, kt * BK, T, BK);
+        fl_load<D>(ks, kb, kt * BK, T, BK, ldi);
+        fl_load<D>(vs, vb, kt * BK, T, BK, ldi);
         __syncthreads();
         float s[NT][4];
 #pragma unroll
@@ -149,10 +152,10 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         long long row = row0 + r * 8;
         if (row >= T) continue;
-        float *yr = y + (bh * T + row) * (D + 1), inv = 1.0f / l[r];
+        float *yr = y + att_y(bh * T + row, T, D, H), inv = 1.0f / l[r];
 #pragma unroll
         for (int d = 0; d < DT; d++) yr[d * 8 + t4 * 2] = o[d][2 * r] * inv, yr[d * 8 + t4 * 2 + 1] = o[d][2 * r + 1] * inv;
-        if (t4 == 0) yr[D] = (m[r] + log2f(l[r])) / FL_LOG2E;
+        if (t4 == 0) y[att_lse(bh * T + row, BH * T, D, H)] = (m[r] + log2f(l[r])) / FL_LOG2E;
     }
 }
 
@@ -160,14 +163,16 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
  * dS = P (dP - rowdot) with P from the saved logsumexp, dq += dS K. */
 template <int D>
 __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *y,
-                                         const float *dy, const float *rowdot, float *out, long long T, float scale) {
+                                         const float *dy, const float *rowdot, float *out, long long BH, long long T, float scale,
+                                         long long H) {
     constexpr int LD = D + 8, BK = 32, NT = BK / 8, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + FL_ROWS * LD; /* (Q and dO pass through these first) */
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
-    const uint16_t *qb = q + bh * T * D, *kb = k + bh * T * D, *vb = v + bh * T * D;
+    long long ldi = H ? 3 * H * D : D, ldy = H ? H * D : D + 1, hb = att_in(bh * T, T, D, H);
+    const uint16_t *qb = q + hb, *kb = k + hb, *vb = v + hb;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    fl_load<D>(ks, qb, qt * FL_ROWS, T, FL_ROWS);
-    fl_load_f32<D>(vs, dy + bh * T * (D + 1), qt * FL_ROWS, T, FL_ROWS);
+    fl_load<D>(ks, qb, qt * FL_ROWS, T, FL_ROWS, ldi);
+    fl_load_f32<D>(vs, dy + att_y(bh * T, T, D, H), qt * FL_ROWS, T, FL_ROWS, ldy);
     __syncthreads();
     uint32_t qf[KS][4], df[KS][4];
 #pragma unroll
@@ -178,15 +183,15 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         long long row = row0 + r * 8;
-        lse2[r] = row < T ? y[(bh * T + row) * (D + 1) + D] * FL_LOG2E : 0.0f;
+        lse2[r] = row < T ? y[att_lse(bh * T + row, BH * T, D, H)] * FL_LOG2E : 0.0f;
         dot[r] = row < T ? rowdot[bh * T + row] : 0.0f;
     }
 #pragma unroll
     for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
     long long kend = qt * FL_ROWS + FL_ROWS < T ? qt * FL_ROWS + FL_ROWS : T;
     for (long long k0 = 0; k0 < kend; k0 += BK) {
-        fl_load<D>(ks, kb, k0, T, BK);
-        fl_load<D>(vs, vb, k0, T, BK);
+        fl_load<D>(ks, kb, k0, T, BK, ldi);
+        fl_load<D>(vs, vb, k0, T, BK, ldi);
         __syncthreads();
         float s[NT][4], dp[NT][4];
 #pragma unroll
@@ -231,7 +236,7 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
     for (int r = 0; r < 2; r++) {
         long long row = row0 + r * 8;
         if (row >= T) continue;
-        float *o = out + (bh * T + row) * D;
+        float *o = out + att_out(bh * T + row, 0, BH * T, T, D, H);
 #pragma unroll
         for (int d = 0; d < DT; d++) o[d * 8 + t4 * 2] = scale * dq[d][2 * r], o[d * 8 + t4 * 2 + 1] = scale * dq[d][2 * r + 1];
     }
@@ -242,16 +247,18 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
  * dv += P^T dO, dk += dS^T Q. */
 template <int D>
 __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *y,
-                                          const float *dy, const float *rowdot, float *out, long long BH, long long T, float scale) {
+                                          const float *dy, const float *rowdot, float *out, long long BH, long long T, float scale,
+                                          long long H) {
     constexpr int LD = D + 8, BQ = D == 64 ? 32 : 16, NT = BQ / 8, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + FL_ROWS * LD, *qs = vs + FL_ROWS * LD, *dos = qs + BQ * LD;
     __shared__ float lse_s[BQ], dot_s[BQ];
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, kt = tiles - 1 - blockIdx.x % tiles;
-    const uint16_t *qb = q + bh * T * D, *kb = k + bh * T * D, *vb = v + bh * T * D;
-    const float *dyb = dy + bh * T * (D + 1), *yb = y + bh * T * (D + 1);
+    long long ldi = H ? 3 * H * D : D, ldy = H ? H * D : D + 1, hb = att_in(bh * T, T, D, H);
+    const uint16_t *qb = q + hb, *kb = k + hb, *vb = v + hb;
+    const float *dyb = dy + att_y(bh * T, T, D, H);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
-    fl_load<D>(ks, kb, kt * FL_ROWS, T, FL_ROWS);
-    fl_load<D>(vs, vb, kt * FL_ROWS, T, FL_ROWS);
+    fl_load<D>(ks, kb, kt * FL_ROWS, T, FL_ROWS, ldi);
+    fl_load<D>(vs, vb, kt * FL_ROWS, T, FL_ROWS, ldi);
     long long key0 = kt * FL_ROWS + warp * 16 + g; /* this thread's keys: key0, key0 + 8 */
     float dk[DT][4], dv[DT][4], sl2 = scale * FL_LOG2E;
 #pragma unroll
@@ -260,11 +267,11 @@ __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const
         for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
     for (long long i0 = kt * FL_ROWS; i0 < T; i0 += BQ) {
         __syncthreads(); /* (the previous tile's readers are done) */
-        fl_load<D>(qs, qb, i0, T, BQ);
-        fl_load_f32<D>(dos, dyb, i0, T, BQ);
+        fl_load<D>(qs, qb, i0, T, BQ, ldi);
+        fl_load_f32<D>(dos, dyb, i0, T, BQ, ldy);
         if (threadIdx.x < BQ) {
             long long i = i0 + threadIdx.x;
-            lse_s[threadIdx.x] = i < T ? yb[i * (D + 1) + D] * FL_LOG2E : 0.0f;
+            lse_s[threadIdx.x] = i < T ? y[att_lse(bh * T + i, BH * T, D, H)] * FL_LOG2E : 0.0f;
             dot_s[threadIdx.x] = i < T ? rowdot[bh * T + i] : 0.0f;
         }
         __syncthreads();
@@ -317,12 +324,11 @@ __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const
             }
         }
     }
-    long long n = BH * T * D;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         long long key = key0 + r * 8;
         if (key >= T) continue;
-        float *ok = out + n + (bh * T + key) * D, *ov = out + 2 * n + (bh * T + key) * D;
+        float *ok = out + att_out(bh * T + key, 1, BH * T, T, D, H), *ov = out + att_out(bh * T + key, 2, BH * T, T, D, H);
 #pragma unroll
         for (int d = 0; d < DT; d++) {
             ok[d * 8 + t4 * 2] = scale * dk[d][2 * r], ok[d * 8 + t4 * 2 + 1] = scale * dk[d][2 * r + 1];

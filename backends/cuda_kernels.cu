@@ -31,6 +31,17 @@ enum { B_ADD = 0, B_SUB, B_MUL };
 #define GRID_STRIDE(i, n) \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 
+__device__ unsigned short f32_to_f16(float f);
+__device__ unsigned short f32_to_bf16(float f);
+/* An f32 result stored as the output's dtype (ydt: 0 f32, else DT_BF16 / DT_F16 as k_cast rounds): an op
+ * whose only reader is a cast to bf16 writes bf16 itself (planner/lower.c, the casts folded into their
+ * producers). */
+__device__ __forceinline__ void store_out(void *y, long long i, float v, int ydt) {
+    if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
+    else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
+    else ((float *)y)[i] = v;
+}
+
 __device__ __forceinline__ float gelu_f(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
     return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
@@ -297,8 +308,8 @@ extern "C" __global__ void k_sum_final(const float *__restrict__ part, long long
 /* ---- normalisation and softmax: one block per row of C ---------------------------------------- */
 
 extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float *__restrict__ g,
-                                       const float *__restrict__ b, float *__restrict__ y, long long rows,
-                                       long long C, float eps) {
+                                       const float *__restrict__ b, void *__restrict__ y, long long rows,
+                                       long long C, float eps, int ydt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C;
         float s = 0.0f;
@@ -308,7 +319,7 @@ extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float 
         for (long long j = threadIdx.x; j < C; j += blockDim.x) { float d = xr[j] - mean; v += d * d; }
         float rstd = rsqrtf(block_sum(v) / (float)C + eps);
         for (long long j = threadIdx.x; j < C; j += blockDim.x)
-            y[r * C + j] = (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f);
+            store_out(y, r * C + j, (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f), ydt);
     }
 }
 
@@ -488,12 +499,12 @@ extern "C" __global__ void k_ce_count(const int *__restrict__ tgt, long long row
 /* dlogits = (softmax - onehot) * dloss / count, zero on ignored rows. */
 extern "C" __global__ void k_ce_back(const float *__restrict__ logits, const int *__restrict__ tgt,
                                      const float *__restrict__ dloss, const float *__restrict__ cnt,
-                                     float *__restrict__ dx, long long rows, long long V) {
+                                     void *__restrict__ dx, long long rows, long long V, int ydt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *lr = logits + r * V;
         int t = tgt[r];
         if (!(t >= 0 && t < V)) {
-            for (long long j = threadIdx.x; j < V; j += blockDim.x) dx[r * V + j] = 0.0f;
+            for (long long j = threadIdx.x; j < V; j += blockDim.x) store_out(dx, r * V + j, 0.0f, ydt);
             continue;
         }
         float m = -INFINITY;
@@ -504,7 +515,7 @@ extern "C" __global__ void k_ce_back(const float *__restrict__ logits, const int
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
         float scale = dloss[0] / c, inv = 1.0f / block_sum(s);
         for (long long j = threadIdx.x; j < V; j += blockDim.x)
-            dx[r * V + j] = (expf(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale;
+            store_out(dx, r * V + j, (expf(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
     }
 }
 
@@ -634,9 +645,15 @@ __device__ __forceinline__ float clip_factor(const float *gnorm_sq, float clip) 
     return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
 }
 
+/* The parameter's bf16/f16 copy (sdt; 0: none) of its new value: the rounding its cast would make. */
+__device__ __forceinline__ void store_shadow(void *sh, long long i, float v, int sdt) {
+    if (sdt == DT_BF16) ((unsigned short *)sh)[i] = f32_to_bf16(v);
+    else if (sdt == DT_F16) ((unsigned short *)sh)[i] = f32_to_f16(v);
+}
+
 extern "C" __global__ void k_sgd(float *__restrict__ p, float *__restrict__ g, float *__restrict__ mom,
                                  const float *gnorm_sq, long long n, float lr, float momentum, float wd,
-                                 float clip, float gscale) {
+                                 float clip, float gscale, void *sh, int sdt) {
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
@@ -645,6 +662,7 @@ extern "C" __global__ void k_sgd(float *__restrict__ p, float *__restrict__ g, f
         if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
         p[i] -= lr * v;
         g[i] = 0.0f;
+        if (sdt) store_shadow(sh, i, p[i], sdt);
     }
 }
 
@@ -663,10 +681,14 @@ __device__ __forceinline__ void adamw_element(float *p, float *g, float *m, floa
 
 extern "C" __global__ void k_adamw(float *__restrict__ p, float *__restrict__ g, float *__restrict__ m,
                                    float *__restrict__ v, const float *gnorm_sq, long long n, float lr, float b1,
-                                   float b2, float eps, float wd, float clip, float gscale, float bc1, float bc2) {
+                                   float b2, float eps, float wd, float clip, float gscale, float bc1, float bc2,
+                                   void *sh, int sdt) {
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
-    GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+    GRID_STRIDE(i, n) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+        if (sdt) store_shadow(sh, i, p[i], sdt);
+    }
 }
 
 /* ---- GEMM fallback (when cuBLAS is absent) ----------------------------------------------------- */
@@ -738,18 +760,20 @@ extern "C" __global__ void __launch_bounds__(256) k_gemm(const float *__restrict
 
 #define PGD_ATT_DMAX 128 /* the largest head dim (backends/gpu_dispatch.h sends larger ones to the CPU) */
 
+#include "cuda_att_layout.cuh"
+
 extern "C" __global__ void k_attention(const float *__restrict__ q, const float *__restrict__ k,
                                        const float *__restrict__ v, float *__restrict__ y, long long BH, long long T,
-                                       long long D, float scale) {
+                                       long long D, float scale, long long H) {
     GRID_STRIDE(r, BH * T) {
         long long i = r % T;
-        const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
         float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
-        for (long long d = 0; d < D; d++) qr[d] = q[r * D + d], acc[d] = 0.0f;
+        for (long long d = 0; d < D; d++) qr[d] = q[att_in(r, T, D, H) + d], acc[d] = 0.0f;
         float m = -INFINITY, l = 0.0f;
         for (long long j = 0; j <= i; j++) {
+            const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f;
-            for (long long d = 0; d < D; d++) s += qr[d] * kb[j * D + d];
+            for (long long d = 0; d < D; d++) s += qr[d] * kj[d];
             s *= scale;
             if (s > m) {
                 float a = expf(m - s);
@@ -759,36 +783,37 @@ extern "C" __global__ void k_attention(const float *__restrict__ q, const float 
             }
             float p = expf(s - m);
             l += p;
-            for (long long d = 0; d < D; d++) acc[d] += p * vb[j * D + d];
+            for (long long d = 0; d < D; d++) acc[d] += p * vj[d];
         }
-        float *yr = y + r * (D + 1);
+        float *yr = y + att_y(r, T, D, H);
         for (long long d = 0; d < D; d++) yr[d] = acc[d] / l;
-        yr[D] = m + logf(l);
+        y[att_lse(r, BH * T, D, H)] = m + logf(l);
     }
 }
 
 extern "C" __global__ void k_attention_back_q(const float *__restrict__ q, const float *__restrict__ k,
                                               const float *__restrict__ v, const float *__restrict__ y,
                                               const float *__restrict__ dy, float *__restrict__ rowdot,
-                                              float *__restrict__ out, long long BH, long long T, long long D, float scale) {
+                                              float *__restrict__ out, long long BH, long long T, long long D, float scale,
+                                              long long H) {
     GRID_STRIDE(r, BH * T) {
-        long long i = r % T, Dy = D + 1;
-        const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
+        long long i = r % T, yo = att_y(r, T, D, H);
         float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
         float dot = 0.0f;
         for (long long d = 0; d < D; d++) {
-            qr[d] = q[r * D + d], dor[d] = dy[r * Dy + d], dq[d] = 0.0f;
-            dot += dor[d] * y[r * Dy + d];
+            qr[d] = q[att_in(r, T, D, H) + d], dor[d] = dy[yo + d], dq[d] = 0.0f;
+            dot += dor[d] * y[yo + d];
         }
         rowdot[r] = dot;
-        float lse = y[r * Dy + D];
+        float lse = y[att_lse(r, BH * T, D, H)];
         for (long long j = 0; j <= i; j++) {
+            const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f, dp = 0.0f;
-            for (long long d = 0; d < D; d++) s += qr[d] * kb[j * D + d], dp += dor[d] * vb[j * D + d];
+            for (long long d = 0; d < D; d++) s += qr[d] * kj[d], dp += dor[d] * vj[d];
             float ds = expf(s * scale - lse) * (dp - dot);
-            for (long long d = 0; d < D; d++) dq[d] += ds * kb[j * D + d];
+            for (long long d = 0; d < D; d++) dq[d] += ds * kj[d];
         }
-        for (long long d = 0; d < D; d++) out[r * D + d] = scale * dq[d];
+        for (long long d = 0; d < D; d++) out[att_out(r, 0, BH * T, T, D, H) + d] = scale * dq[d];
     }
 }
 
@@ -796,51 +821,59 @@ extern "C" __global__ void k_attention_back_kv(const float *__restrict__ q, cons
                                                const float *__restrict__ v, const float *__restrict__ y,
                                                const float *__restrict__ dy, float *__restrict__ rowdot,
                                                float *__restrict__ out, long long BH, long long T, long long D,
-                                               float scale) {
+                                               float scale, long long H) {
     GRID_STRIDE(r, BH * T) {
-        long long j = r % T, n = BH * T * D, Dy = D + 1;
+        long long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);
         float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
-        for (long long d = 0; d < D; d++) kr[d] = k[r * D + d], vr[d] = v[r * D + d], dk[d] = 0.0f, dv[d] = 0.0f;
+        for (long long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;
         for (long long ri = r; ri < r - j + T; ri++) {
-            const float *qi = q + ri * D, *doi = dy + ri * Dy;
+            const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);
             float s = 0.0f, dp = 0.0f;
             for (long long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];
-            float p = expf(s * scale - y[ri * Dy + D]), ds = p * (dp - rowdot[ri]);
+            float p = expf(s * scale - y[att_lse(ri, rows, D, H)]), ds = p * (dp - rowdot[ri]);
             for (long long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];
         }
-        for (long long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
+        for (long long d = 0; d < D; d++)
+            out[att_out(r, 1, rows, T, D, H) + d] = scale * dk[d], out[att_out(r, 2, rows, T, D, H) + d] = dv[d];
     }
 }
 
 /* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
 
 /* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
- * its parameter, gradient and moments from their buffer's start, with its weight decay. */
+ * its parameter, gradient and moments from their buffer's start (and of its bf16/f16 copy, in 2-byte
+ * elements; -1: none), with its weight decay. */
 #define MULTI_MAX 16
 struct pdde_cu_multi {
-    long long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
+    long long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX], s[MULTI_MAX];
     float wd[MULTI_MAX];
 };
 
 /* Tensor k = block row k (blockIdx.y); gradients in gbase, the rest in base. */
 extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float *gnorm_sq, struct pdde_cu_multi t, float lr,
-                                         float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+                                         float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2,
+                                         int sdt) {
     if (update_skipped(gnorm_sq)) return;
     int k = blockIdx.y;
     float f = gscale * clip_factor(gnorm_sq, clip);
     float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
-    GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+    unsigned short *sh = (unsigned short *)base + (t.s[k] >= 0 ? t.s[k] : 0);
+    int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
+    GRID_STRIDE(i, t.n[k]) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+        if (sk) store_shadow(sh, i, p[i], sk);
+    }
 }
 
 /* ---- fused kernels ---------------------------------------------------------------------------- */
 
 /* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
 extern "C" __global__ void k_bias_gelu(const float *__restrict__ x, const float *__restrict__ bias,
-                                       const float *__restrict__ dy, float *__restrict__ y, long long n, long long nb,
-                                       int back) {
+                                       const float *__restrict__ dy, void *__restrict__ y, long long n, long long nb,
+                                       int back, int ydt) {
     GRID_STRIDE(i, n) {
         float v = x[i] + bias[i % nb];
-        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+        store_out(y, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);
     }
 }
 
@@ -898,11 +931,23 @@ extern "C" __global__ void k_att_dsoftmax(const float *__restrict__ s, const flo
 
 /* rowdot[r] = dO_r . O_r (y and dy [rows, D + 1]: the output columns) */
 extern "C" __global__ void k_flash_rowdot(const float *__restrict__ y, const float *__restrict__ dy, float *__restrict__ rowdot,
-                                          long long rows, long long D) {
+                                          long long rows, long long D, long long T, long long H) {
     GRID_STRIDE(r, rows) {
         float dot = 0.0f;
-        for (long long d = 0; d < D; d++) dot += dy[r * (D + 1) + d] * y[r * (D + 1) + d];
+        long long o = att_y(r, T, D, H);
+        for (long long d = 0; d < D; d++) dot += dy[o + d] * y[o + d];
         rowdot[r] = dot;
+    }
+}
+
+extern "C" __global__ void k_att_repack(void *packed, void *flat, long long r0, long long n, long long T, long long D,
+                                        long long H, int which, int esz, int to_flat) {
+    GRID_STRIDE(e, n * D) {
+        long long r = r0 + e / D, d = e % D, po = (which < 0 ? att_y(r, T, D, H) : att_in(r, T, D, H) + which * D) + d;
+        if (esz == 2 && to_flat) ((unsigned short *)flat)[e] = ((const unsigned short *)packed)[po];
+        else if (esz == 2) ((unsigned short *)packed)[po] = ((const unsigned short *)flat)[e];
+        else if (to_flat) ((float *)flat)[e] = ((const float *)packed)[po];
+        else ((float *)packed)[po] = ((const float *)flat)[e];
     }
 }
 
@@ -914,25 +959,26 @@ extern "C" __global__ void k_flash_rowdot(const float *__restrict__ y, const flo
 #define FL_KERNELS(D, sfx)                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_fwd##sfx(                                     \
         const void *q, const void *k, const void *v, float *y, long long BH, long long T, long long Dn, float scale,    \
-        int bf16) {                                                                                                    \
+        int bf16, long long H) {                                                                                       \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
-        (void)BH, (void)Dn, (void)bf16;                                                                                \
-        flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, T, scale);                  \
+        (void)Dn, (void)bf16;                                                                                          \
+        flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H);           \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dq##sfx(                                 \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16) {                                              \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H) {                                 \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
-        (void)BH, (void)Dn, (void)bf16;                                                                                \
-        flash_dq<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, T, scale);  \
+        (void)Dn, (void)bf16;                                                                                          \
+        flash_dq<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,      \
+                    scale, H);                                                                                         \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dkv##sfx(                                \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16) {                                              \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H) {                                 \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
         (void)Dn, (void)bf16;                                                                                          \
         flash_dkv<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,     \
-                     scale);                                                                                           \
+                     scale, H);                                                                                        \
     }
 FL_KERNELS(64, )
 FL_KERNELS(128, _d128)
@@ -968,13 +1014,13 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, 3) k_flash2_fwd(cons
  * the backend never launches them (pgd_ctx.has_flash is 0 there). */
 #define FL_STUBS(sfx)                                                                                                  \
     extern "C" __global__ void k_flash_fwd##sfx(const void *q, const void *k, const void *v, float *y, long long BH,    \
-                                                long long T, long long D, float scale, int bf16) {}                    \
+                                                long long T, long long D, float scale, int bf16, long long H) {}       \
     extern "C" __global__ void k_flash_back_dq##sfx(const void *q, const void *k, const void *v, const float *y,        \
                                                     const float *dy, const float *rowdot, float *out, long long BH,    \
-                                                    long long T, long long D, float scale, int bf16) {}                \
+                                                    long long T, long long D, float scale, int bf16, long long H) {}   \
     extern "C" __global__ void k_flash_back_dkv##sfx(const void *q, const void *k, const void *v, const float *y,       \
                                                      const float *dy, const float *rowdot, float *out, long long BH,   \
-                                                     long long T, long long D, float scale, int bf16) {}
+                                                     long long T, long long D, float scale, int bf16, long long H) {}
 FL_STUBS()
 FL_STUBS(_d128)
 #define FL2_STUBS(sfx)                                                                                                 \

@@ -41,7 +41,7 @@ enum {
     PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV,
     PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_ATT_SOFTMAX, PGD_K_ATT_DSOFTMAX, PGD_K_FLASH_ROWDOT,
     PGD_K_FLASH_FWD, PGD_K_FLASH_FWD_D128, PGD_K_FLASH_BACK_DQ, PGD_K_FLASH_BACK_DQ_D128, PGD_K_FLASH_BACK_DKV,
-    PGD_K_FLASH_BACK_DKV_D128, PGD_K_COUNT
+    PGD_K_FLASH_BACK_DKV_D128, PGD_K_ATT_REPACK, PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
@@ -52,7 +52,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_adamw", "k_gemm", "k_attention", "k_attention_back_q", "k_attention_back_kv",
     "k_adamw_multi", "k_bias_gelu", "k_att_softmax", "k_att_dsoftmax", "k_flash_rowdot",
     "k_flash_fwd", "k_flash_fwd_d128", "k_flash_back_dq", "k_flash_back_dq_d128", "k_flash_back_dkv",
-    "k_flash_back_dkv_d128",
+    "k_flash_back_dkv_d128", "k_att_repack",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward; PGD_FLASH2 in pgd_ctx.has_flash),
  * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
@@ -94,6 +94,7 @@ typedef struct {
 #define PGD_MULTI_MAX 16
 typedef struct {
     int64_t n[PGD_MULTI_MAX], p[PGD_MULTI_MAX], g[PGD_MULTI_MAX], m[PGD_MULTI_MAX], v[PGD_MULTI_MAX];
+    int64_t s[PGD_MULTI_MAX]; /* the parameter's bf16/f16 copy (PDDE_P_UPDATE_SHADOW), in 2-byte elements; -1: none */
     float wd[PGD_MULTI_MAX];
 } pgd_multi;
 
@@ -179,9 +180,14 @@ static int pgd_supports_op(const pdde_tensor *node) {
     case PDDE_OP_EMBEDDING_BACK: /* [base,] ids, dy */
         if (node->nsrc < 2 || node->nsrc > 3 || node->ndim != 2 || pgd_vocab_split(node)) return 0;
         break;
-    case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK:
-        if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) || a->ndim != 4 || a->shape[3] > PGD_ATT_DMAX) return 0;
+    case PDDE_OP_ATTENTION: case PDDE_OP_ATTENTION_BACK: {
+        int64_t B, H, T, D;
+        int packed = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0;
+        if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) - (packed ? 2 : 0) || a->ndim != (packed ? 3 : 4)) return 0;
+        pdde_attention_dims(node, &B, &H, &T, &D, &packed);
+        if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
+    }
     case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch */
         if (node->nsrc != 2 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
@@ -193,14 +199,23 @@ static int pgd_supports_op(const pdde_tensor *node) {
     }
     default: break;
     }
-    if ((unsigned)node->op >= PDDE_OP_COUNT || node->dtype != PDDE_F32 || node->nsrc < 1) return 0;
+    /* layernorm, bias_gelu and cross_entropy_back also write bf16 / f16 (a cast folded into them), from f32 inputs */
+    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
+                   (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
+    if ((unsigned)node->op >= PDDE_OP_COUNT || (node->dtype != PDDE_F32 && !lowp_out) || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
-        for (int i = 0; i < node->nsrc; i++) /* q, k, v of a->dtype (pgd_attention widens them); y, dy f32 */
-            if (node->src[i]->dtype != (i < 3 ? a->dtype : PDDE_F32)) return 0;
+        int nin = pdde_op_i32(node, PDDE_P_ATTENTION_QKV_D) > 0 ? 1 : 3;
+        for (int i = 0; i < node->nsrc; i++) /* q, k, v (or qkv) of a->dtype (pgd_attention widens them); y, dy f32 */
+            if (node->src[i]->dtype != (i < nin ? a->dtype : PDDE_F32)) return 0;
         return 1;
     }
-    for (int i = 0; i < node->nsrc; i++) {
+    int nsrc = node->nsrc;
+    if ((node->op == PDDE_OP_SGD_UPDATE || node->op == PDDE_OP_ADAMW_UPDATE) && pdde_op_i32(node, PDDE_P_UPDATE_SHADOW)) {
+        pdde_dtype sdt = node->src[--nsrc]->dtype; /* the parameter's copy the update rewrites */
+        if (sdt != PDDE_BF16 && sdt != PDDE_F16) return 0;
+    }
+    for (int i = 0; i < nsrc; i++) {
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
                        (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
@@ -531,10 +546,11 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     int e = g->scratch(g->impl, g->stream, sizeof(float), &cnt);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
+    int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
     e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
     if (e) return e;
     return pgd_row_launch(g, PGD_K_CE_BACK, rows, V,
-                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V)));
+                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ydt)));
 }
 
 static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
@@ -547,6 +563,16 @@ static pgd_ptr pgd_opt_src(const pdde_tensor *node, int i) {
     return node->nsrc > i && node->src[i] ? pgd_ptr_of(node->src[i]) : pgd_null;
 }
 
+/* An update's squared gradient norm (source i, before the parameter's copy) and that copy with its
+ * dtype (0: none). */
+static pgd_ptr pgd_update_norm(const pdde_tensor *u, int i) {
+    return u->nsrc > i + (pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) != 0) ? pgd_ptr_of(u->src[i]) : pgd_null;
+}
+static pgd_ptr pgd_update_shadow(const pdde_tensor *u, int32_t *sdt) {
+    *sdt = pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) ? (int32_t)u->src[u->nsrc - 1]->dtype : 0;
+    return *sdt ? pgd_ptr_of(u->src[u->nsrc - 1]) : pgd_null;
+}
+
 /* A line on stderr, once per process for each `which` (a notice, not an error: nothing failed). */
 static void pgd_say_once(int which, const char *fmt, const char *a, const char *b, const char *c) {
     static atomic_int said;
@@ -557,6 +583,31 @@ static void pgd_say_once(int which, const char *fmt, const char *a, const char *
 }
 
 static const char *const pgd_att_names[PGD_ATT_COUNT] = {"rows", "unfused", "flash", "flash2"};
+
+/* An attention node's geometry and buffers in either layout (pdde_attention_dims): q, k, v apart, or
+ * packed in qkv (then k and v point D and 2D elements past q, and hk = H, the kernels' layout argument;
+ * 0 for the other layout); y and dy are the forward's output and its gradient (backward only). */
+typedef struct {
+    int64_t B, H, T, D, BH, rows, hk;
+    int packed;
+    size_t esz; /* q, k, v's element size */
+    pgd_ptr q, k, v, y, dy, out;
+} pgd_att;
+
+static pgd_att pgd_att_of(const pdde_tensor *node) {
+    pgd_att a;
+    pdde_attention_dims(node, &a.B, &a.H, &a.T, &a.D, &a.packed);
+    const pdde_tensor *q = node->src[0];
+    a.BH = a.B * a.H, a.rows = a.BH * a.T, a.hk = a.packed ? a.H : 0, a.esz = pdde_dtype_size(q->dtype);
+    a.q = pgd_ptr_of(q);
+    a.k = a.packed ? pgd_at(a.q, a.D * (int64_t)a.esz) : pgd_ptr_of(node->src[1]);
+    a.v = a.packed ? pgd_at(a.q, 2 * a.D * (int64_t)a.esz) : pgd_ptr_of(node->src[2]);
+    int back = node->op == PDDE_OP_ATTENTION_BACK, yi = a.packed ? 1 : 3;
+    a.y = back ? pgd_ptr_of(node->src[yi]) : pgd_ptr_of(node);
+    a.dy = back ? pgd_ptr_of(node->src[yi + 1]) : pgd_null;
+    a.out = pgd_ptr_of(node);
+    return a;
+}
 
 /* Which path runs this attention node: the backend's switch, else PDDE_ATTENTION (unfused, rows, flash or flash2),
  * else the backend's default. The tiled kernels take bf16 (and, where the backend's take it, f32) q, k,
@@ -573,13 +624,15 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
         if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows, flash or flash2: the attention takes the %s path", var, v, pgd_att_names[path]);
         else path = c;
     }
-    if (path == PGD_ATT_FLASH2 && !(g->has_flash & PGD_FLASH2)) path = PGD_ATT_FLASH; /* (its forward is flash's) */
+    /* (flash2 reads q, k, v apart only: packed nodes, and backends without its kernels, take flash) */
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || pgd_att_of(node).packed)) path = PGD_ATT_FLASH;
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         const pdde_tensor *q = node->src[0];
-        int64_t D = q->shape[3];
+        pgd_att at = pgd_att_of(node);
+        int64_t D = at.D;
         int dt_ok = (q->dtype == PDDE_BF16 && (g->has_flash & PGD_FLASH_BF16)) || (q->dtype == PDDE_F32 && (g->has_flash & PGD_FLASH_F32));
-        int aligned = 1; /* (the CUDA kernels move 16 bytes at a time) */
-        for (int i = 0; i < 3; i++) aligned &= node->src[i]->offset % 16 == 0;
+        /* (the CUDA kernels move 16 bytes at a time: packed rows start at multiples of D elements) */
+        int aligned = at.q.off % 16 == 0 && at.k.off % 16 == 0 && at.v.off % 16 == 0 && (!at.packed || (D * (int64_t)at.esz) % 16 == 0);
         if (!(D == 64 || D == 128) || !dt_ok || !aligned) {
             int fb = g->attention_default == PGD_ATT_FLASH || g->attention_default == PGD_ATT_FLASH2 ? PGD_ATT_UNFUSED
                                                                                                     : g->attention_default;
@@ -603,16 +656,21 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
  * after them is f32, the CPU's numerics. */
 static int pgd_attention_rows(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T, n = rows * D;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, n = rows * D, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
-    pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
     int64_t wide = q->dtype != PDDE_F32 ? 3 * n : 0, rowdot_n = node->op == PDDE_OP_ATTENTION_BACK ? rows : 0;
     pgd_ptr w = pgd_null;
     int e = wide + rowdot_n ? g->scratch(g->impl, g->stream, (size_t)(wide + rowdot_n) * sizeof(float), &w) : PDDE_OK;
     pgd_ptr *in[3] = {&pq, &pk, &pv};
     int32_t sdt = (int32_t)q->dtype, ddt = (int32_t)PDDE_F32;
-    for (int i = 0; !e && wide && i < 3; i++) {
+    if (!e && wide && at.packed) { /* the whole of qkv, in its layout */
+        e = pgd_launch_1d(g, PGD_K_CAST, wide, PGD_ARGS(PGD_P(pq), PGD_P(w), PGD_A(wide), PGD_A(sdt), PGD_A(ddt)));
+        for (int i = 0; i < 3; i++) *in[i] = pgd_at(w, i * D * (int64_t)sizeof(float));
+    }
+    for (int i = 0; !e && wide && !at.packed && i < 3; i++) {
         pgd_ptr wi = pgd_at(w, i * n * (int64_t)sizeof(float));
         e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(*in[i]), PGD_P(wi), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
         *in[i] = wi;
@@ -620,15 +678,15 @@ static int pgd_attention_rows(const pgd_ctx *g, pdde_tensor *node) {
     if (e) return e;
     if (node->op == PDDE_OP_ATTENTION)
         return pgd_launch_1d(g, PGD_K_ATTENTION, rows,
-                             PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale)));
-    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_at(w, wide * (int64_t)sizeof(float));
+                             PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
+    pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_at(w, wide * (int64_t)sizeof(float));
     e = pgd_launch_1d(g, PGD_K_ATTENTION_BACK_Q, rows,
                       PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                               PGD_A(T), PGD_A(D), PGD_A(scale)));
+                               PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
     if (e) return e;
     return pgd_launch_1d(g, PGD_K_ATTENTION_BACK_KV, rows,
                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                  PGD_A(T), PGD_A(D), PGD_A(scale)));
+                                  PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(H)));
 }
 
 /* Scratch of the unfused path, at most this many bytes (heads are taken in chunks that fit). */
@@ -642,10 +700,20 @@ static int64_t pgd_align256(int64_t bytes) { return (bytes + 255) & ~(int64_t)25
  * (k_att_dsoftmax), dQ = dS K, dK = dS^T Q. bf16 q, k, v: the GEMMs read bf16, P, dO and dS
  * written as bf16 for them (as autocast's matmuls round theirs); f16 ones are widened to f32 first (f16
  * would flush small dS to zero). The GEMMs are the vendor's, as the unfused graph's are. */
+/* Rows [r0, r0 + n) of a packed attention's tensor (which: 0, 1, 2 q, k, v or dq, dk, dv; -1 y, dy) to a
+ * contiguous [n, D] block (to_flat) or back (k_att_repack) */
+static int pgd_att_repack(const pgd_ctx *g, const pgd_att *at, pgd_ptr packed, pgd_ptr flat, int64_t r0, int64_t n, int32_t which,
+                          int32_t esz, int32_t to_flat) {
+    int64_t T = at->T, D = at->D, H = at->hk, count = n * D;
+    return pgd_launch_1d(g, PGD_K_ATT_REPACK, count, PGD_ARGS(PGD_P(packed), PGD_P(flat), PGD_A(r0), PGD_A(n), PGD_A(T), PGD_A(D),
+                                                               PGD_A(H), PGD_A(which), PGD_A(esz), PGD_A(to_flat)));
+}
+
 static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
     int back = node->op == PDDE_OP_ATTENTION_BACK;
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], tt = T * T, td = T * D, n = BH * td;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, tt = T * T, td = T * D, n = BH * td;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!BH || !T) return PDDE_OK;
     pdde_dtype gdt = q->dtype == PDDE_BF16 ? PDDE_BF16 : PDDE_F32; /* the GEMMs' operands */
@@ -653,27 +721,36 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
     int64_t esz = q->dtype == PDDE_F32 ? 4 : 2, gsz = lowp ? 2 : 4;
     /* bytes a head needs: S, P (then dS) of the GEMMs' dtype, O or dO f32, [dP], [dO of the GEMMs' dtype],
      * [q, k, v widened], [the GEMM's widening room where it has no bf16 GEMM: two operands, [T, D] and
-     * [T, T] or [T, D]] */
+     * [T, T] or [T, D]], [packed: q, k, v unpacked, a gradient before it is packed] */
     int64_t gw_head = lowp && !g->gemm_lowp ? 4 * (td + (tt > td ? tt : td)) : 0;
-    int64_t head = 4 * tt + gsz * tt + 4 * td + (back ? 4 * tt : 0) + (lowp ? 2 * td : 0) + (widen ? 12 * td : 0) + gw_head;
+    int64_t pk_head = at.packed ? 3 * esz * td + (back ? 4 * td : 0) : 0;
+    int64_t head = 4 * tt + gsz * tt + 4 * td + (back ? 4 * tt : 0) + (lowp ? 2 * td : 0) + (widen ? 12 * td : 0) + gw_head + pk_head;
     int64_t c = PGD_ATT_UNFUSED_SCRATCH / (head > 0 ? head : 1);
     c = c < 1 ? 1 : c > BH ? BH : c;
     int64_t o_P = pgd_align256(4 * c * tt), o_O = o_P + pgd_align256(gsz * c * tt), o_dP = o_O + pgd_align256(4 * c * td),
             o_dOb = o_dP + (back ? pgd_align256(4 * c * tt) : 0),
             o_wide = o_dOb + (lowp ? pgd_align256(2 * c * td) : 0), o_gw = o_wide + (widen ? pgd_align256(12 * c * td) : 0),
-            total = o_gw + pgd_align256(c * gw_head);
+            o_pk = o_gw + pgd_align256(c * gw_head), o_pg = o_pk + (at.packed ? pgd_align256(3 * esz * c * td) : 0),
+            total = o_pg + (at.packed && back ? pgd_align256(4 * c * td) : 0);
     pgd_ptr w = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)total, &w);
     if (e) return e;
     pgd_ptr S = w, P = pgd_at(w, o_P), O = pgd_at(w, o_O), dP = pgd_at(w, o_dP), dOb = pgd_at(w, o_dOb),
             gw = gw_head ? pgd_at(w, o_gw) : pgd_null;
-    pgd_ptr py = pgd_ptr_of(back ? node->src[3] : node), po = pgd_ptr_of(node);
-    int32_t f32 = (int32_t)PDDE_F32, pdt = (int32_t)gdt;
-    int64_t Dy = D + 1;
+    pgd_ptr py = at.y, po = at.out;
+    int32_t f32 = (int32_t)PDDE_F32, pdt = (int32_t)gdt, e32 = (int32_t)esz, four = 4;
+    int64_t Dy = D + 1, ls = at.packed ? 1 : Dy; /* the logsumexp's stride */
     for (int64_t h0 = 0; h0 < BH && !e; h0 += c) {
         int64_t ch = BH - h0 < c ? BH - h0 : c, rows = ch * T, nO = ch * td;
-        pgd_ptr qc = pgd_at(pgd_ptr_of(q), h0 * td * esz), kc = pgd_at(pgd_ptr_of(node->src[1]), h0 * td * esz),
-                vc = pgd_at(pgd_ptr_of(node->src[2]), h0 * td * esz);
+        pgd_ptr qc = pgd_at(at.q, h0 * td * esz), kc = pgd_at(at.k, h0 * td * esz), vc = pgd_at(at.v, h0 * td * esz);
+        if (at.packed) { /* the chunk's heads of q, k, v contiguous, as the batched GEMMs read them */
+            pgd_ptr *in[3] = {&qc, &kc, &vc};
+            for (int32_t i = 0; i < 3 && !e; i++) {
+                pgd_ptr pi = pgd_at(w, o_pk + i * esz * nO);
+                e = pgd_att_repack(g, &at, at.q, pi, h0 * T, rows, i, e32, 1);
+                *in[i] = pi;
+            }
+        }
         if (widen) {
             pgd_ptr *in[3] = {&qc, &kc, &vc};
             int32_t sdt = (int32_t)q->dtype;
@@ -683,35 +760,41 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
                 *in[i] = wi;
             }
         }
-        /* the chunk's rows of y (and dy): row h0 * T on, the logsumexp in column D (stride D + 1) */
-        pgd_ptr lse = pgd_at(py, (h0 * T * Dy + D) * 4);
+        /* the chunk's rows of y (and dy): row h0 * T on, the logsumexp in column D (stride D + 1), or packed
+         * after y's n elements */
+        pgd_ptr lse = at.packed ? pgd_at(py, (n + h0 * T) * 4) : pgd_at(py, (h0 * T * Dy + D) * 4);
         int32_t from_lse = back;
         if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, qc, td, kc, td, S, tt, ch, gw);
         if (!e) e = pgd_row_launch(g, PGD_K_ATT_SOFTMAX, rows, T,
-                                   PGD_ARGS(PGD_P(S), PGD_P(P), PGD_P(lse), PGD_A(rows), PGD_A(T), PGD_A(scale), PGD_A(Dy),
+                                   PGD_ARGS(PGD_P(S), PGD_P(P), PGD_P(lse), PGD_A(rows), PGD_A(T), PGD_A(scale), PGD_A(ls),
                                             PGD_A(from_lse), PGD_A(pdt)));
         if (!back) {
             if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, vc, td, O, td, ch, gw);
             /* into y's first D columns of the chunk's rows */
-            if (!e) e = pgd_copy2d(g, O, py, rows, D, D, 0, Dy, h0 * T * Dy);
+            if (!e) e = at.packed ? pgd_att_repack(g, &at, py, O, h0 * T, rows, -1, four, 0) : pgd_copy2d(g, O, py, rows, D, D, 0, Dy, h0 * T * Dy);
             continue;
         }
         /* dO: y's gradient without its logsumexp column, contiguous (and as bf16 for the GEMMs) */
         pgd_ptr dO = O;
-        if (!e) e = pgd_copy2d(g, pgd_ptr_of(node->src[4]), O, rows, D, Dy, h0 * T * Dy, D, 0);
+        if (!e) e = at.packed ? pgd_att_repack(g, &at, at.dy, O, h0 * T, rows, -1, four, 1) : pgd_copy2d(g, at.dy, O, rows, D, Dy, h0 * T * Dy, D, 0);
         if (!e && lowp) {
             int32_t bf16 = (int32_t)PDDE_BF16;
             e = pgd_launch_1d(g, PGD_K_CAST, nO, PGD_ARGS(PGD_P(O), PGD_P(dOb), PGD_A(nO), PGD_A(f32), PGD_A(bf16)));
             dO = dOb;
         }
-        pgd_ptr dq = pgd_at(po, h0 * td * 4), dk = pgd_at(po, (n + h0 * td) * 4), dv = pgd_at(po, (2 * n + h0 * td) * 4);
+        /* packed: each gradient through one contiguous block, then into dqkv's layout */
+        pgd_ptr pg = pgd_at(w, o_pg), dq = at.packed ? pg : pgd_at(po, h0 * td * 4), dk = at.packed ? pg : pgd_at(po, (n + h0 * td) * 4),
+                dv = at.packed ? pg : pgd_at(po, (2 * n + h0 * td) * 4);
         if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, dO, td, dv, td, ch, gw);      /* dV = P^T dO */
+        if (!e && at.packed) e = pgd_att_repack(g, &at, po, pg, h0 * T, rows, 2, four, 0);
         if (!e) e = pgd_gemm_run(g, gdt, 0, 1, T, T, D, dO, td, vc, td, dP, tt, ch, gw);     /* dP = dO V^T */
         if (!e) e = pgd_row_launch(g, PGD_K_ATT_DSOFTMAX, rows, T,                           /* dS, in P's place */
                                    PGD_ARGS(PGD_P(S), PGD_P(dP), PGD_P(lse), PGD_P(P), PGD_A(rows), PGD_A(T), PGD_A(scale),
-                                            PGD_A(Dy), PGD_A(pdt)));
+                                            PGD_A(ls), PGD_A(pdt)));
         if (!e) e = pgd_gemm_run(g, gdt, 0, 0, T, D, T, P, tt, kc, td, dq, td, ch, gw);      /* dQ = dS K */
+        if (!e && at.packed) e = pgd_att_repack(g, &at, po, pg, h0 * T, rows, 0, four, 0);
         if (!e) e = pgd_gemm_run(g, gdt, 1, 0, T, D, T, P, tt, qc, td, dk, td, ch, gw);      /* dK = dS^T Q */
+        if (!e && at.packed) e = pgd_att_repack(g, &at, po, pg, h0 * T, rows, 1, four, 0);
     }
     return e;
 }
@@ -724,7 +807,8 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
  * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. */
 static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
     const pdde_tensor *q = node->src[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
     int32_t bf16 = q->dtype == PDDE_BF16;
@@ -732,21 +816,22 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
     if (groups > (int64_t)UINT32_MAX / g->flash_threads)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
-    pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
     unsigned gx = (unsigned)groups, bx = g->flash_threads;
     int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
     if (node->op == PDDE_OP_ATTENTION)
         return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1,
-                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
-    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), rowdot = pgd_null;
+                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16),
+                                   PGD_A(H)));
+    pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
-    if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D)));
+    if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
     if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
+                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H)));
     if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16)));
+                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H)));
     return e;
 }
 
@@ -756,8 +841,8 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
  * rowsum(dO * O); dq is zeroed; k_flash2_back, a group per key tile (tile-major: the tiles that the
  * most queries see start first), accumulates dk, dv in registers and adds dq with atomics. */
 static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node) {
-    const pdde_tensor *q = node->src[0];
-    int64_t BH = q->shape[0] * q->shape[1], T = q->shape[2], D = q->shape[3], rows = BH * T;
+    pgd_att at = pgd_att_of(node); /* (q, k, v apart: pgd_attention_path sends no packed node here) */
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node);
     if (!rows) return PDDE_OK;
@@ -765,11 +850,11 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node) {
     if (groups > (int64_t)UINT32_MAX || prep_groups > (int64_t)UINT32_MAX)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
-    pgd_ptr pq = pgd_ptr_of(q), pk = pgd_ptr_of(node->src[1]), pv = pgd_ptr_of(node->src[2]), po = pgd_ptr_of(node);
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
     if (node->op == PDDE_OP_ATTENTION)
         return pgd_launch(g, PGD_K_FLASH2_FWD, (unsigned)groups, 1, 1, g->flash_threads, 1,
                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale)));
-    pgd_ptr py = pgd_ptr_of(node->src[3]), pdy = pgd_ptr_of(node->src[4]), w = pgd_null;
+    pgd_ptr py = at.y, pdy = at.dy, w = pgd_null;
     int64_t o_stats = pgd_align256(rows * D * 2);
     int d128 = D == 128;
     int e = g->scratch(g->impl, g->stream, (size_t)(o_stats + rows * 2 * (int64_t)sizeof(float)), &w);
@@ -830,7 +915,9 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         if (!n) return PDDE_OK;
         pgd_ptr px = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]), py = pgd_ptr_of(node);
         pgd_ptr pdy = back ? pgd_ptr_of(node->src[2]) : pgd_null;
-        return pgd_launch_1d(g, PGD_K_BIAS_GELU, n, PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back)));
+        int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+        return pgd_launch_1d(g, PGD_K_BIAS_GELU, n,
+                             PGD_ARGS(PGD_P(px), PGD_P(pb), PGD_P(pdy), PGD_P(py), PGD_A(n), PGD_A(nb), PGD_A(back), PGD_A(ydt)));
     }
     case PDDE_OP_LAYERNORM:
     case PDDE_OP_RMSNORM: {
@@ -842,8 +929,9 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
             return pgd_row_launch(g, PGD_K_RMSNORM, rows, C,
                                   PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
         pgd_ptr pb = pgd_opt_src(node, 2);
+        int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
-                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt)));
     }
     case PDDE_OP_LAYERNORM_BACK:
     case PDDE_OP_RMSNORM_BACK: {
@@ -1000,24 +1088,25 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_ADAMW_UPDATE: { /* src: param, grad, state(s) [, gnorm_sq]; param and state updated in place */
         int64_t np = pgd_numel(x);
         if (!np) return PDDE_OK;
-        pgd_ptr pp = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pm = pgd_opt_src(node, 2);
+        int32_t sdt;
+        pgd_ptr pp = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pm = pgd_opt_src(node, 2), sh = pgd_update_shadow(node, &sdt);
         float lr = pdde_op_f32(node, PDDE_P_UPDATE_LR), wd = pdde_op_f32(node, PDDE_P_UPDATE_WEIGHT_DECAY),
               clip = pdde_op_f32(node, PDDE_P_UPDATE_CLIP), gs = pdde_op_f32(node, PDDE_P_UPDATE_GRAD_SCALE);
         if (node->op == PDDE_OP_SGD_UPDATE) {
-            pgd_ptr gn = pgd_opt_src(node, 3);
+            pgd_ptr gn = pgd_update_norm(node, 3);
             float mom = pdde_op_f32(node, PDDE_P_SGD_MOMENTUM);
             return pgd_launch_1d(g, PGD_K_SGD, np,
                                  PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(mom),
-                                          PGD_A(wd), PGD_A(clip), PGD_A(gs)));
+                                          PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_P(sh), PGD_A(sdt)));
         }
-        pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_opt_src(node, 4);
+        pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_update_norm(node, 4);
         float b1 = pdde_op_f32(node, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(node, PDDE_P_UPDATE_BETA2), eps = pdde_op_f32(node, PDDE_P_UPDATE_EPS);
         float bc1, bc2;
         pgd_adamw_bias_corrections(node, &bc1, &bc2);
         return pgd_launch_1d(g, PGD_K_ADAMW, np,
                              PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(pv), PGD_P(gn), PGD_A(np), PGD_A(lr),
                                       PGD_A(b1), PGD_A(b2), PGD_A(eps), PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_A(bc1),
-                                      PGD_A(bc2)));
+                                      PGD_A(bc2), PGD_P(sh), PGD_A(sdt)));
     }
     default:
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s is not supported", g->name, pdde_op_name(node->op));
@@ -1030,13 +1119,19 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
 static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n) {
     if (n < 1 || nodes[0]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
     const pdde_tensor *u = nodes[0];
-    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gbase = {(uintptr_t)u->src[1]->data, 0}, gn = pgd_opt_src(u, 4);
+    pgd_ptr base = {(uintptr_t)u->src[0]->data, 0}, gbase = {(uintptr_t)u->src[1]->data, 0}, gn = pgd_update_norm(u, 4);
+    int32_t sdt = 0; /* the copies' dtype (one for all; tensors without one: s = -1) */
     int64_t widest = 0;
     for (int k = 0; k < n; k++) {
-        if (nodes[k]->op != PDDE_OP_ADAMW_UPDATE) return PDDE_ERR_UNSUPPORTED;
+        int32_t sdt_k;
+        pgd_update_shadow(nodes[k], &sdt_k);
+        if (nodes[k]->op != PDDE_OP_ADAMW_UPDATE || (sdt_k && sdt && sdt_k != sdt)) return PDDE_ERR_UNSUPPORTED;
+        if (sdt_k) sdt = sdt_k;
         for (int s = 0; s < 4; s++)
             if ((uintptr_t)nodes[k]->src[s]->data != (s == 1 ? gbase : base).base || nodes[k]->src[s]->offset % sizeof(float))
                 return PDDE_ERR_UNSUPPORTED;
+        const pdde_tensor *c = sdt_k ? nodes[k]->src[nodes[k]->nsrc - 1] : NULL; /* (the copies in the parameters' buffer too) */
+        if (c && ((uintptr_t)c->data != base.base || c->offset % 2)) return PDDE_ERR_UNSUPPORTED;
         widest = pgd_numel(nodes[k]) > widest ? pgd_numel(nodes[k]) : widest;
     }
     if (pgd_too_many(g, PGD_K_ADAMW_MULTI, widest)) return PDDE_ERR_UNSUPPORTED;
@@ -1054,13 +1149,14 @@ static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes,
             t.n[count] = np, t.wd[count] = pdde_op_f32(x, PDDE_P_UPDATE_WEIGHT_DECAY);
             t.p[count] = (int64_t)(x->src[0]->offset / sizeof(float)), t.g[count] = (int64_t)(x->src[1]->offset / sizeof(float));
             t.m[count] = (int64_t)(x->src[2]->offset / sizeof(float)), t.v[count] = (int64_t)(x->src[3]->offset / sizeof(float));
+            t.s[count] = pdde_op_i32(x, PDDE_P_UPDATE_SHADOW) ? (int64_t)(x->src[x->nsrc - 1]->offset / 2) : -1;
             widest = np > widest ? np : widest;
             count++;
         }
         if (count && (count == PGD_MULTI_MAX || k == n - 1)) {
             e = pgd_launch(g, PGD_K_ADAMW_MULTI, pgd_grid(g, widest, 256), (unsigned)count, 1, 256, 1,
                            PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(lr), PGD_A(b1), PGD_A(b2),
-                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2)));
+                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));
             count = 0, widest = 0;
         }
     }

@@ -49,6 +49,17 @@ enum { B_ADD = 0, B_SUB, B_MUL };
 #define GRID_STRIDE(i, n) for (long i = get_global_id(0); i < (n); i += get_global_size(0))
 #endif
 
+static ushort f32_to_f16(float f);
+static ushort f32_to_bf16(float f);
+/* An f32 result stored as the output's dtype (ydt: 0 f32, else DT_BF16 / DT_F16 as k_cast rounds): an op
+ * whose only reader is a cast to bf16 writes bf16 itself (planner/lower.c, the casts folded into their
+ * producers). */
+static void store_out(__global void *y, long i, float v, int ydt) {
+    if (ydt == 2) ((__global ushort *)y)[i] = f32_to_bf16(v);
+    else if (ydt == 1) ((__global ushort *)y)[i] = f32_to_f16(v);
+    else ((__global float *)y)[i] = v;
+}
+
 static float gelu_f(float x) {
     const float k = 0.7978845608028654f;
     return 0.5f * x * (1.0f + tanh(k * (x + 0.044715f * x * x * x)));
@@ -242,9 +253,9 @@ __kernel void k_sum_final(PTR(const float, part), long np, PTR(const float, prev
 #define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))
 #define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))
 
-__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(float, y), long rows,
-                          long C, float eps) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(float, y);
+__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,
+                          long C, float eps, int ydt) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -254,7 +265,7 @@ __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const fl
         float v = 0.0f;
         COLS_LOOP(j, C) { float d = xr[j] - mean; v += d * d; }
         float rstd = rsqrt(group_sum(v, sh) / (float)C + eps);
-        COLS_LOOP(j, C) y[r * C + j] = (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f);
+        COLS_LOOP(j, C) store_out(y, r * C + j, (xr[j] - mean) * rstd * g[j] + (b ? b[j] : 0.0f), ydt);
     }
 }
 
@@ -426,8 +437,8 @@ __kernel void k_ce_count(PTR(const int, tgt), long rows, long V, PTR(float, cnt)
 }
 
 __kernel void k_ce_back(PTR(const float, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),
-                        PTR(float, dx), long rows, long V) {
-    BIND(const float, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, dx);
+                        PTR(void, dx), long rows, long V, int ydt) {
+    BIND(const float, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(void, dx);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *lr = logits + r * V;
@@ -442,7 +453,7 @@ __kernel void k_ce_back(PTR(const float, logits), PTR(const int, tgt), PTR(const
         COLS_LOOP(j, V) s += exp(lr[j] - m);
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
         float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);
-        COLS_LOOP(j, V) dx[r * V + j] = (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale;
+        COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
     }
 }
 
@@ -575,9 +586,15 @@ static float clip_factor(__global const float *gnorm_sq, float clip) {
     return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
 }
 
+/* The parameter's bf16/f16 copy (sdt; 0: none) of its new value: the rounding its cast would make. */
+static void store_shadow(__global void *sh, long i, float v, int sdt) {
+    if (sdt == DT_BF16) ((__global ushort *)sh)[i] = f32_to_bf16(v);
+    else if (sdt == DT_F16) ((__global ushort *)sh)[i] = f32_to_f16(v);
+}
+
 __kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const float, gnorm_sq), long n, float lr,
-                    float momentum, float wd, float clip, float gscale) {
-    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq);
+                    float momentum, float wd, float clip, float gscale, PTR(void, sh), int sdt) {
+    BIND(float, p); BIND(float, g); BIND(float, mom); BIND(const float, gnorm_sq); BIND(void, sh);
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
     GRID_STRIDE(i, n) {
@@ -586,6 +603,7 @@ __kernel void k_sgd(PTR(float, p), PTR(float, g), PTR(float, mom), PTR(const flo
         if (mom) { float b = momentum * mom[i] + gi; mom[i] = b; if (momentum > 0.0f) v = b; }
         p[i] -= lr * v;
         g[i] = 0.0f;
+        if (sdt) store_shadow(sh, i, p[i], sdt);
     }
 }
 
@@ -604,11 +622,14 @@ static void adamw_element(__global float *p, __global float *g, __global float *
 
 __kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,
                       float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,
-                      float bc2) {
-    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq);
+                      float bc2, PTR(void, sh), int sdt) {
+    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq); BIND(void, sh);
     if (update_skipped(gnorm_sq)) return;
     float f = gscale * clip_factor(gnorm_sq, clip);
-    GRID_STRIDE(i, n) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+    GRID_STRIDE(i, n) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);
+        if (sdt) store_shadow(sh, i, p[i], sdt);
+    }
 }
 
 /* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */
@@ -664,23 +685,41 @@ k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, i
 
 /* ---- fused causal attention ------------------------------------------------------------------- */
 
-/* q, k, v [BH, T, D] (D <= PGD_ATT_DMAX, which backends/gpu_dispatch.h checks); an item per row. */
+/* q, k, v [BH, T, D] (D <= PGD_ATT_DMAX, which backends/gpu_dispatch.h checks); an item per row.
+ * Layouts (H, the last argument of every attention kernel): H = 0: q, k, v [BH, T, D] apart, y [BH, T,
+ * D + 1] (the logsumexp in column D), the backward's out [3, BH, T, D]; H > 0, packed (pdde_attention_qkv):
+ * q, k, v rows of qkv [B, T, H*3*D] (k, v passed D, 2D past q), y [B, T, H*D] followed by the logsumexp
+ * [BH, T], out in qkv's layout. Row r = bh * T + t; these give each row's element offset. */
 #define PGD_ATT_DMAX 128
+static long att_in(long r, long T, long D, long H) {
+    if (!H) return r * D;
+    long t = r % T, bh = r / T;
+    return ((bh / H) * T + t) * 3 * H * D + (bh % H) * 3 * D;
+}
+static long att_y(long r, long T, long D, long H) {
+    if (!H) return r * (D + 1);
+    long t = r % T, bh = r / T;
+    return ((bh / H) * T + t) * H * D + (bh % H) * D;
+}
+static long att_lse(long r, long rows, long T, long D, long H) { return H ? rows * D + r : r * (D + 1) + D; }
+static long att_out(long r, int which, long rows, long T, long D, long H) {
+    return H ? att_in(r, T, D, H) + which * D : which * rows * D + r * D;
+}
 
 /* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online
  * softmax (the running sum and output are rescaled when the running max grows). */
 __kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,
-                          long D, float scale) {
+                          long D, float scale, long H) {
     BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(float, y);
     GRID_STRIDE(r, BH * T) {
         long i = r % T;
-        __global const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
         float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
-        for (long d = 0; d < D; d++) qr[d] = q[r * D + d], acc[d] = 0.0f;
+        for (long d = 0; d < D; d++) qr[d] = q[att_in(r, T, D, H) + d], acc[d] = 0.0f;
         float m = -INFINITY, l = 0.0f;
         for (long j = 0; j <= i; j++) {
+            __global const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f;
-            for (long d = 0; d < D; d++) s += qr[d] * kb[j * D + d];
+            for (long d = 0; d < D; d++) s += qr[d] * kj[d];
             s *= scale;
             if (s > m) {
                 float a = exp(m - s);
@@ -690,11 +729,11 @@ __kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const fl
             }
             float p = exp(s - m);
             l += p;
-            for (long d = 0; d < D; d++) acc[d] += p * vb[j * D + d];
+            for (long d = 0; d < D; d++) acc[d] += p * vj[d];
         }
-        __global float *yr = y + r * (D + 1);
+        __global float *yr = y + att_y(r, T, D, H);
         for (long d = 0; d < D; d++) yr[d] = acc[d] / l;
-        yr[D] = m + log(l);
+        y[att_lse(r, BH * T, T, D, H)] = m + log(l);
     }
 }
 
@@ -702,27 +741,27 @@ __kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const fl
  * p recomputed from the saved logsumexp; rowdot_i = dO_i . O_i is left in rowdot for the dk, dv kernel. */
 __kernel void k_attention_back_q(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),
                                  PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,
-                                 float scale) {
+                                 float scale, long H) {
     BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);
     BIND(float, rowdot); BIND(float, out);
     GRID_STRIDE(r, BH * T) {
-        long i = r % T, Dy = D + 1;
-        __global const float *kb = k + (r - i) * D, *vb = v + (r - i) * D;
+        long i = r % T, yo = att_y(r, T, D, H);
         float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
         float dot = 0.0f;
         for (long d = 0; d < D; d++) {
-            qr[d] = q[r * D + d], dor[d] = dy[r * Dy + d], dq[d] = 0.0f;
-            dot += dor[d] * y[r * Dy + d];
+            qr[d] = q[att_in(r, T, D, H) + d], dor[d] = dy[yo + d], dq[d] = 0.0f;
+            dot += dor[d] * y[yo + d];
         }
         rowdot[r] = dot;
-        float lse = y[r * Dy + D];
+        float lse = y[att_lse(r, BH * T, T, D, H)];
         for (long j = 0; j <= i; j++) {
+            __global const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);
             float s = 0.0f, dp = 0.0f;
-            for (long d = 0; d < D; d++) s += qr[d] * kb[j * D + d], dp += dor[d] * vb[j * D + d];
+            for (long d = 0; d < D; d++) s += qr[d] * kj[d], dp += dor[d] * vj[d];
             float ds = exp(s * scale - lse) * (dp - dot);
-            for (long d = 0; d < D; d++) dq[d] += ds * kb[j * D + d];
+            for (long d = 0; d < D; d++) dq[d] += ds * kj[d];
         }
-        for (long d = 0; d < D; d++) out[r * D + d] = scale * dq[d];
+        for (long d = 0; d < D; d++) out[att_out(r, 0, BH * T, T, D, H) + d] = scale * dq[d];
     }
 }
 
@@ -730,54 +769,60 @@ __kernel void k_attention_back_q(PTR(const float, q), PTR(const float, k), PTR(c
  * that see it; needs k_attention_back_q's rowdot. */
 __kernel void k_attention_back_kv(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(const float, y),
                                   PTR(const float, dy), PTR(float, rowdot), PTR(float, out), long BH, long T, long D,
-                                  float scale) {
+                                  float scale, long H) {
     BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);
     BIND(float, rowdot); BIND(float, out);
     GRID_STRIDE(r, BH * T) {
-        long j = r % T, n = BH * T * D, Dy = D + 1;
+        long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);
         float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
-        for (long d = 0; d < D; d++) kr[d] = k[r * D + d], vr[d] = v[r * D + d], dk[d] = 0.0f, dv[d] = 0.0f;
+        for (long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;
         for (long ri = r; ri < r - j + T; ri++) {
-            __global const float *qi = q + ri * D, *doi = dy + ri * Dy;
+            __global const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);
             float s = 0.0f, dp = 0.0f;
             for (long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];
-            float p = exp(s * scale - y[ri * Dy + D]), ds = p * (dp - rowdot[ri]);
+            float p = exp(s * scale - y[att_lse(ri, rows, T, D, H)]), ds = p * (dp - rowdot[ri]);
             for (long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];
         }
-        for (long d = 0; d < D; d++) out[n + r * D + d] = scale * dk[d], out[2 * n + r * D + d] = dv[d];
+        for (long d = 0; d < D; d++) out[att_out(r, 1, rows, T, D, H) + d] = scale * dk[d], out[att_out(r, 2, rows, T, D, H) + d] = dv[d];
     }
 }
 
 /* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */
 
 /* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of
- * its parameter, gradient and moments from their buffer's start, with its weight decay. */
+ * its parameter, gradient and moments from their buffer's start (and of its bf16/f16 copy, in 2-byte
+ * elements; -1: none), with its weight decay. */
 #define MULTI_MAX 16
 typedef struct {
-    long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX];
+    long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX], s[MULTI_MAX];
     float wd[MULTI_MAX];
 } pgd_multi;
 
 /* Tensor k = group row k (get_group_id(1)); gradients in gbase, the rest in base. */
 __kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,
-                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2) {
+                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {
     BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);
     if (update_skipped(gnorm_sq)) return;
     int k = get_group_id(1);
     float f = gscale * clip_factor(gnorm_sq, clip);
     __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
-    GRID_STRIDE(i, t.n[k]) adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+    __global ushort *sh = (__global ushort *)base + (t.s[k] >= 0 ? t.s[k] : 0);
+    int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
+    GRID_STRIDE(i, t.n[k]) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+        if (sk) store_shadow(sh, i, p[i], sk);
+    }
 }
 
 /* ---- fused kernels ---------------------------------------------------------------------------- */
 
 /* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */
-__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(float, y), long n,
-                          long nb, int back) {
-    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(float, y);
+__kernel void k_bias_gelu(PTR(const float, x), PTR(const float, bias), PTR(const float, dy), PTR(void, y), long n,
+                          long nb, int back, int ydt) {
+    BIND(const float, x); BIND(const float, bias); BIND(const float, dy); BIND(void, y);
     GRID_STRIDE(i, n) {
         float v = x[i] + bias[i % nb];
-        y[i] = back ? gelu_back_f(v, dy[i]) : gelu_f(v);
+        store_out(y, i, back ? gelu_back_f(v, dy[i]) : gelu_f(v), ydt);
     }
 }
 
@@ -835,6 +880,20 @@ __kernel void k_att_dsoftmax(PTR(const float, s), PTR(const float, dp), PTR(cons
     }
 }
 
+/* Rows [r0, r0 + n) of a packed attention's tensor (which 0, 1, 2: q, k, v of qkv or dq, dk, dv of its
+ * gradient; -1: y or dy) to a [n, D] block (to_flat) or back; elements of esz bytes (2 or 4). */
+__kernel void k_att_repack(PTR(void, packed), PTR(void, flat), long r0, long n, long T, long D, long H, int which, int esz,
+                           int to_flat) {
+    BIND(void, packed); BIND(void, flat);
+    GRID_STRIDE(e, n * D) {
+        long r = r0 + e / D, d = e % D, po = (which < 0 ? att_y(r, T, D, H) : att_in(r, T, D, H) + which * D) + d;
+        if (esz == 2 && to_flat) ((__global ushort *)flat)[e] = ((__global const ushort *)packed)[po];
+        else if (esz == 2) ((__global ushort *)packed)[po] = ((__global const ushort *)flat)[e];
+        else if (to_flat) ((__global float *)flat)[e] = ((__global const float *)packed)[po];
+        else ((__global float *)packed)[po] = ((__global const float *)flat)[e];
+    }
+}
+
 /* ---- tiled causal attention (FlashAttention-2's schedule; backends/gpu_dispatch.h, pgd_attention_flash) --
  * A group of FR items takes FR query rows (forward, dq) or key rows (dk, dv) of one head, an item a row;
  * the other side's rows come through group memory FK at a time. q, k, v are bf16 (bf16 = 1) or f32,
@@ -848,20 +907,20 @@ static float ld_qkv(__global const void *p, long i, int bf16) {
 }
 
 static void flash_fwd(__global const void *q, __global const void *k, __global const void *v, __global float *y, long BH,
-                      long T, long D, float scale, int bf16, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
+                      long T, long D, float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
     long i = tile * FR + l, kend = min(T, tile * FR + FR);
     int live = i < T;
     float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];
-    for (long d = 0; d < D; d++) qr[d] = live ? ld_qkv(q, (base + i) * D + d, bf16) : 0.0f, acc[d] = 0.0f;
+    for (long d = 0; d < D; d++) qr[d] = live ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f, acc[d] = 0.0f;
     float m = -INFINITY, lsum = 0.0f;
     for (long j0 = 0; j0 < kend; j0 += FK) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (long e = l; e < FK * D; e += FR) {
             long jj = e / D, d = e % D, j = j0 + jj;
-            ks[jj][d] = j < T ? ld_qkv(k, (base + j) * D + d, bf16) : 0.0f;
-            vs[jj][d] = j < T ? ld_qkv(v, (base + j) * D + d, bf16) : 0.0f;
+            ks[jj][d] = j < T ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
+            vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {
@@ -880,17 +939,18 @@ static void flash_fwd(__global const void *q, __global const void *k, __global c
         }
     }
     if (!live) return;
-    __global float *yr = y + (base + i) * (D + 1);
+    __global float *yr = y + att_y(base + i, T, D, H);
     for (long d = 0; d < D; d++) yr[d] = acc[d] / lsum;
-    yr[D] = m + log(lsum);
+    y[att_lse(base + i, BH * T, T, D, H)] = m + log(lsum);
 }
 
-/* rowdot[r] = dO_r . O_r (y and dy [rows, D + 1]: the output columns) */
-__kernel void k_flash_rowdot(PTR(const float, y), PTR(const float, dy), PTR(float, rowdot), long rows, long D) {
+/* rowdot[r] = dO_r . O_r (y and dy: the output columns of row r) */
+__kernel void k_flash_rowdot(PTR(const float, y), PTR(const float, dy), PTR(float, rowdot), long rows, long D, long T, long H) {
     BIND(const float, y); BIND(const float, dy); BIND(float, rowdot);
     GRID_STRIDE(r, rows) {
         float dot = 0.0f;
-        for (long d = 0; d < D; d++) dot += dy[r * (D + 1) + d] * y[r * (D + 1) + d];
+        long o = att_y(r, T, D, H);
+        for (long d = 0; d < D; d++) dot += dy[o + d] * y[o + d];
         rowdot[r] = dot;
     }
 }
@@ -899,24 +959,24 @@ __kernel void k_flash_rowdot(PTR(const float, y), PTR(const float, dy), PTR(floa
  * p recomputed from the saved logsumexp, the keys' k and v rows through group memory. */
 static void flash_dq(__global const void *q, __global const void *k, __global const void *v, __global const float *y,
                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,
-                     float scale, int bf16, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
+                     float scale, int bf16, long H, __local float (*ks)[PGD_ATT_DMAX], __local float (*vs)[PGD_ATT_DMAX]) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
-    long i = tile * FR + l, kend = min(T, tile * FR + FR), Dy = D + 1;
+    long i = tile * FR + l, kend = min(T, tile * FR + FR), yo = att_y(base + i, T, D, H);
     int live = i < T;
     float qr[PGD_ATT_DMAX], dor[PGD_ATT_DMAX], dq[PGD_ATT_DMAX];
     for (long d = 0; d < D; d++) {
-        qr[d] = live ? ld_qkv(q, (base + i) * D + d, bf16) : 0.0f;
-        dor[d] = live ? dy[(base + i) * Dy + d] : 0.0f;
+        qr[d] = live ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f;
+        dor[d] = live ? dy[yo + d] : 0.0f;
         dq[d] = 0.0f;
     }
-    float lse = live ? y[(base + i) * Dy + D] : 0.0f, dot = live ? rowdot[base + i] : 0.0f;
+    float lse = live ? y[att_lse(base + i, BH * T, T, D, H)] : 0.0f, dot = live ? rowdot[base + i] : 0.0f;
     for (long j0 = 0; j0 < kend; j0 += FK) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (long e = l; e < FK * D; e += FR) {
             long jj = e / D, d = e % D, j = j0 + jj;
-            ks[jj][d] = j < T ? ld_qkv(k, (base + j) * D + d, bf16) : 0.0f;
-            vs[jj][d] = j < T ? ld_qkv(v, (base + j) * D + d, bf16) : 0.0f;
+            ks[jj][d] = j < T ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
+            vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {
@@ -927,35 +987,35 @@ static void flash_dq(__global const void *q, __global const void *k, __global co
         }
     }
     if (!live) return;
-    for (long d = 0; d < D; d++) out[(base + i) * D + d] = scale * dq[d];
+    for (long d = 0; d < D; d++) out[att_out(base + i, 0, BH * T, T, D, H) + d] = scale * dq[d];
 }
 
 /* dk, dv of the group's key rows (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j, whose
  * q and dO rows, logsumexp and rowdot come through group memory. */
 static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,
                       __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,
-                      float scale, int bf16, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],
+                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],
                       __local float *lses, __local float *dots) {
     long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;
     int l = get_local_id(0);
-    long j = tile * FR + l, n = BH * T * D, Dy = D + 1;
+    long j = tile * FR + l, rows = BH * T;
     int live = j < T;
     float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];
     for (long d = 0; d < D; d++) {
-        kr[d] = live ? ld_qkv(k, (base + j) * D + d, bf16) : 0.0f;
-        vr[d] = live ? ld_qkv(v, (base + j) * D + d, bf16) : 0.0f;
+        kr[d] = live ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
+        vr[d] = live ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;
         dk[d] = 0.0f, dv[d] = 0.0f;
     }
     for (long i0 = tile * FR; i0 < T; i0 += FK) {
         barrier(CLK_LOCAL_MEM_FENCE);
         for (long e = l; e < FK * D; e += FR) {
             long ii = e / D, d = e % D, i = i0 + ii;
-            qs[ii][d] = i < T ? ld_qkv(q, (base + i) * D + d, bf16) : 0.0f;
-            dos[ii][d] = i < T ? dy[(base + i) * Dy + d] : 0.0f;
+            qs[ii][d] = i < T ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f;
+            dos[ii][d] = i < T ? dy[att_y(base + i, T, D, H) + d] : 0.0f;
         }
         if (l < FK) {
             long i = i0 + l;
-            lses[l] = i < T ? y[(base + i) * Dy + D] : 0.0f;
+            lses[l] = i < T ? y[att_lse(base + i, rows, T, D, H)] : 0.0f;
             dots[l] = i < T ? rowdot[base + i] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -968,52 +1028,53 @@ static void flash_dkv(__global const void *q, __global const void *k, __global c
         }
     }
     if (!live) return;
-    for (long d = 0; d < D; d++) out[n + (base + j) * D + d] = scale * dk[d], out[2 * n + (base + j) * D + d] = dv[d];
+    for (long d = 0; d < D; d++)
+        out[att_out(base + j, 1, rows, T, D, H) + d] = scale * dk[d], out[att_out(base + j, 2, rows, T, D, H) + d] = dv[d];
 }
 
 /* The kernels, one name per head size (64: k_flash_*, 128: k_flash_*_d128), as the CUDA backend has them;
  * here both take D as it comes. (Written out: backslash-continued macros do not survive the embedding.) */
 __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_fwd(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16) {
+k_flash_fwd(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16, long H) {
     BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
     __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
-    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, ks, vs);
+    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, H, ks, vs);
 }
 __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
-k_flash_fwd_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16) {
+k_flash_fwd_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(float, y), long BH, long T, long D, float scale, int bf16, long H) {
     BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(float, y);
     __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
-    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, ks, vs);
+    flash_fwd(q, k, v, y, BH, T, D, scale, bf16, H, ks, vs);
 }
 __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
 k_flash_back_dq(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {
     BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
     BIND(const float, rowdot); BIND(float, out);
     __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
-    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, ks, vs);
+    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);
 }
 __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
 k_flash_back_dq_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {
     BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
     BIND(const float, rowdot); BIND(float, out);
     __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];
-    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, ks, vs);
+    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);
 }
 __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
 k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {
     BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
     BIND(const float, rowdot); BIND(float, out);
     __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
-    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, qs, dos, lses, dots);
+    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);
 }
 __kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void
 k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),
-     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16) {
+     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {
     BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);
     BIND(const float, rowdot); BIND(float, out);
     __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
-    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, qs, dos, lses, dots);
+    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);
 }

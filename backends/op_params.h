@@ -19,11 +19,16 @@ typedef enum {
     PDDE_P_CONCAT_AXIS = 0,
     PDDE_P_SLICE_AXIS = 0, PDDE_P_SLICE_START = 1,
     PDDE_P_REDUCE_AXIS = 0, PDDE_P_REDUCE_KEEPDIM = 1,          /* sum, mean */
+    PDDE_P_EXPAND_MEAN_OF = 0,          /* expand: a mean's gradient, of graph node id - 1 (0: none; lowering's) */
     PDDE_P_DROPOUT_SEED_LO = 0, PDDE_P_DROPOUT_SEED_HI = 1, PDDE_P_DROPOUT_COUNTER = 2,
     /* embedding, its backward, cross-entropy, its backward: the vocab rows/columns this rank holds
      * (0, 0 = all of it) */
     PDDE_P_VOCAB_FIRST = 0, PDDE_P_VOCAB_SIZE = 1,
     PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
+    PDDE_P_ATTENTION_QKV_D = 0,         /* attention, attention_back: 0, or the head dim D of the packed
+                                           layout (pdde_attention_qkv) */
+    PDDE_P_UPDATE_SHADOW = 1,           /* sgd/adamw: 1: the last src is the parameter's bf16/f16 copy
+                                           (PDDE_TENSOR_SHADOW), which the update rewrites from the new values */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;
@@ -44,6 +49,16 @@ static inline int32_t pdde_op_i32(const pdde_tensor *t, pdde_iparam p) { return 
 static inline void pdde_op_set_i32(pdde_tensor *t, pdde_iparam p, int32_t v) { t->iparams[p] = v; }
 static inline float pdde_op_f32(const pdde_tensor *t, pdde_fparam p) { return t->fparams[p]; }
 static inline void pdde_op_set_f32(pdde_tensor *t, pdde_fparam p, float v) { t->fparams[p] = v; }
+/* The geometry of an attention node (forward or backward) in either layout: q, k, v [B,H,T,D] apart,
+ * or packed in one [B,T,H*3*D] tensor, head-major (PDDE_P_ATTENTION_QKV_D = D). *packed: which. */
+static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t *H, int64_t *T, int64_t *D, int *packed) {
+    const pdde_tensor *q = t->src[0];
+    int64_t d = pdde_op_i32(t, PDDE_P_ATTENTION_QKV_D);
+    *packed = d > 0;
+    if (d > 0) *B = q->shape[0], *T = q->shape[1], *D = d, *H = q->shape[2] / (3 * d);
+    else *B = q->shape[0], *H = q->shape[1], *T = q->shape[2], *D = q->shape[3];
+}
+
 /* dst takes all of src's op parameters (a clone, or a backward op that shares its forward's). */
 static inline void pdde_op_params_copy(pdde_tensor *dst, const pdde_tensor *src) {
     memcpy(dst->iparams, src->iparams, sizeof dst->iparams), memcpy(dst->fparams, src->fparams, sizeof dst->fparams);

@@ -461,6 +461,15 @@ static pdde_status pdde_ocl_write(void *dev, void *stream, void *handle, size_t 
     return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueWriteBuffer");
 }
 
+/* (device to device: in queue order, no host memory involved, so not blocking) */
+static pdde_status pdde_ocl_copy(void *dev, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset, size_t n) {
+    pdde_ocl_device *d = dev;
+    if (n == 0) return PDDE_OK;
+    cl_int e = d->fam->cl.clEnqueueCopyBuffer(pdde_ocl_st(d, stream)->q, (cl_mem)src, (cl_mem)dst, src_offset, dst_offset, n, 0,
+                                              NULL, NULL);
+    return e == CL_SUCCESS ? PDDE_OK : pdde_ocl_fail(d, e, "clEnqueueCopyBuffer");
+}
+
 static pdde_status pdde_ocl_read(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n) {
     pdde_ocl_device *d = dev;
     if (n == 0) return PDDE_OK;
@@ -683,6 +692,7 @@ const pdde_backend_iface pdde_backend_opencl = {
     .buffer_free = pdde_ocl_buffer_free,
     .write = pdde_ocl_write,
     .read = pdde_ocl_read,
+    .copy = pdde_ocl_copy,
     .stream_create = pdde_ocl_stream_create,
     .stream_free = pdde_ocl_stream_free,
     .stream_sync = pdde_ocl_stream_sync,

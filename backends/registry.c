@@ -202,8 +202,8 @@ PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backen
 }
 
 PDDE_PRIVATE bool registry_device_supports(pdde_context *ctx, pdde_registry *r, int device, const pdde_tensor *node) {
-    const pdde_backend_iface *b;
-    void *dev;
+    const pdde_backend_iface *b = NULL;
+    void *dev = NULL;
     if (registry_device_is_host(r, device) || registry_device_get(ctx, r, device, &b, &dev) != PDDE_OK) return true;
     return b->supports_op(dev, node) != 0;
 }

@@ -95,6 +95,12 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
         break;
     }
     case PDDE_OP_ATTENTION: {
+        if (pdde_op_i32(y, PDDE_P_ATTENTION_QKV_D) > 0) { /* packed: dqkv in qkv's layout, no slices */
+            pdde_tensor *src[3] = {x, y, dy};
+            dsrc[0] = new_node(g, PDDE_OP_ATTENTION_BACK, PDDE_F32, x->ndim, x->shape, 3, src);
+            if (dsrc[0]) pdde_op_params_copy(dsrc[0], y);
+            break;
+        }
         /* one node computes dq, dk, dv (stacked on a new leading dim); each input takes its slice */
         pdde_tensor *src[5] = {x, y->src[1], y->src[2], y, dy};
         int64_t shape[5] = {3, x->shape[0], x->shape[1], x->shape[2], x->shape[3]};
@@ -141,6 +147,7 @@ static void backward_node(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_t
     case PDDE_OP_SUM: dsrc[0] = expand_back(g, y, dy, 1.0f); break;
     case PDDE_OP_MEAN: /* (an empty x has an empty gradient: no factor to compute) */
         dsrc[0] = expand_back(g, y, dy, pdde_tensor_numel(x) ? (float)pdde_tensor_numel(y) / (float)pdde_tensor_numel(x) : 0.0f);
+        if (dsrc[0]) pdde_op_set_i32(dsrc[0], PDDE_P_EXPAND_MEAN_OF, y->id + 1); /* (lowering makes its factor the local mean's) */
         break;
     case PDDE_OP_DROPOUT: {
         dsrc[0] = node_with(g, PDDE_OP_DROPOUT_BACK, x, 1, &dy);
@@ -183,6 +190,8 @@ static bool layer_recomputed(const pdde_graph *g, int layer) {
 static bool recomputable(pdde_tensor *t, int layer, int n_fwd) {
     if (t->id >= n_fwd || t->op == PDDE_OP_NONE || t->layer != layer) return false;
     if (t->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) return false;
+    /* a parameter's bf16/f16 copy is kept (its update keeps it across steps: core/optimizer.c) */
+    if (t->op == PDDE_OP_CAST && (t->src[0]->flags & PDDE_TENSOR_PARAM)) return false;
     return !((t->flags & PDDE_TENSOR_INPLACE) && is_persistent(storage_root(t->src[0])));
 }
 

@@ -318,6 +318,27 @@ pdde_tensor *pdde_attention(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_
     return pdde_slice(g, y, 3, 0, q->shape[3]);
 }
 
+/* The packed form: q, k, v read in place from qkv [B, T, H*3*D] (head-major: head h's q, k, v are
+ * columns h*3D + [0, D), [D, 2D), [2D, 3D)), the output written as [B, T, H*D] (head h in columns
+ * h*D + [0, D)), the layout the projections around it use, so no slice or permute runs around it. The
+ * node's memory also holds each row's logsumexp after the output (pdde_tensor_nbytes counts it). */
+pdde_tensor *pdde_attention_qkv(pdde_graph *g, pdde_tensor *qkv, int heads) {
+    if (g && g->status == PDDE_OK && qkv) qkv = autocast(g, qkv);
+    if (!qkv) return new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 0, NULL, 1, &qkv);
+    if (!g || g->status != PDDE_OK) return NULL;
+    if (qkv->ndim != 3 || heads < 1 || qkv->shape[2] % (3 * (int64_t)heads) || qkv->shape[2] == 0)
+        return graph_fail(g, PDDE_ERR_SHAPE, "attention_qkv: %s must be [B, T, H*3*D] with H = %d heads and D >= 1", qkv->name, heads);
+    if (qkv->dtype != PDDE_F32 && qkv->dtype != PDDE_BF16 && qkv->dtype != PDDE_F16)
+        return graph_fail(g, PDDE_ERR_DTYPE, "attention_qkv: %s is %s: f32, bf16 or f16 wanted", qkv->name, pdde_dtype_name(qkv->dtype));
+    int64_t D = qkv->shape[2] / (3 * (int64_t)heads);
+    if (D > INT32_MAX) return graph_fail(g, PDDE_ERR_SHAPE, "attention_qkv: head dim %lld too large", (long long)D);
+    int64_t shape[3] = {qkv->shape[0], qkv->shape[1], heads * D};
+    pdde_tensor *y = new_node(g, PDDE_OP_ATTENTION, PDDE_F32, 3, shape, 1, &qkv);
+    if (y) pdde_op_set_i32(y, PDDE_P_ATTENTION_QKV_D, (int32_t)D), pdde_op_set_f32(y, PDDE_P_ATTENTION_SCALE, 1.0f / sqrtf((float)D));
+    if (y && qkv->dtype == PDDE_F16) g->loss_scaling = true;
+    return y;
+}
+
 pdde_tensor *pdde_attention_unfused(pdde_graph *g, pdde_tensor *q, pdde_tensor *k, pdde_tensor *v) {
     if (!attention_inputs_ok(g, q, k, v)) return NULL;
     pdde_tensor *att = pdde_matmul(g, q, k, 0, 1);

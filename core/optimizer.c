@@ -67,7 +67,7 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
         pdde_tensor *t = g->nodes[i];
         if (!(t->flags & PDDE_TENSOR_PARAM) || (t->flags & PDDE_TENSOR_SPARSE) || !t->grad) continue; /* sparse: the server's */
         char name[80];
-        pdde_tensor *src[5] = {t, t->grad};
+        pdde_tensor *src[6] = {t, t->grad};
         int nsrc = 2;
         g->layer = t->layer; /* the state lives with its parameter (placement, pipeline stage) */
         if (update_op == PDDE_OP_ADAMW_UPDATE) {
@@ -80,8 +80,16 @@ static pdde_status add_optimizer(pdde_graph *g, const pdde_optimizer_params *par
             src[nsrc++] = new_state(g, name, t, 0);
         }
         if (norm_sq) src[nsrc++] = norm_sq;
+        /* the low-precision copy the matmuls read (graph.c's autocast): the update rewrites it from the new
+         * values in the same pass, so it is not cast again each step (lowering drops this where the update
+         * does not write the very tensor the cast reads, e.g. a ZeRO shard) */
+        pdde_tensor *shadow = t->id < g->n_cast_of ? g->cast_of[t->id] : NULL;
+        if (shadow && shadow->op == PDDE_OP_CAST && shadow->src[0] == t && !(shadow->flags & PDDE_TENSOR_OUTPUT))
+            shadow->flags |= PDDE_TENSOR_SHADOW, src[nsrc++] = shadow;
+        else shadow = NULL;
         pdde_tensor *u = node_with(g, update_op, t, nsrc, src);
         if (!u) break;
+        if (shadow) pdde_op_set_i32(u, PDDE_P_UPDATE_SHADOW, 1);
         u->flags |= PDDE_TENSOR_INPLACE;
         u->device = t->device;
         pdde_op_set_f32(u, PDDE_P_UPDATE_LR, p.lr), pdde_op_set_f32(u, PDDE_P_UPDATE_WEIGHT_DECAY, t->ndim >= 2 ? p.weight_decay : 0.0f);

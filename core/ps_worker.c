@@ -1,7 +1,7 @@
 /* core/ps_worker.c — the worker side of parameter-server tables: sparse embeddings in a graph.
  * A part of pdde.c: included there in place (it uses the core's private types and helpers). */
 
-#ifdef PDDE_HAVE_COMM
+#ifdef PDDE_HAVE_PS /* (comm/ps.c is there: the table and its in-process client, with or without comm/) */
 /* ================================================================================================
  * Sparse tables in a graph: the worker side of parameter-server tables. A batch's unique ids are
  * pulled into a local [U, dim] table, the ids remapped to its rows, the embedding op and bag pooling
@@ -235,7 +235,9 @@ pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) {
     free(buf);
     return st;
 }
-#else /* no comm/: every call of its part of pdde.h links and says so */
+#endif
+
+#ifndef PDDE_HAVE_COMM /* no comm/: every call of its part of pdde.h links and says so */
 
 static pdde_status comm_unavailable(pdde_context *ctx, const char *fn) {
     return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "%s: pdde was built without communication (comm/ needs UCX; PDDE_HAVE_UCX, "
@@ -282,6 +284,36 @@ pdde_status pdde_comm_test(pdde_comm_request *req, int *done) { return comm_unav
 pdde_status pdde_comm_wait(pdde_comm_request *req, double timeout_s) { return comm_unavailable(NULL, __func__); }
 void pdde_hmac_sha256(const void *key, size_t key_len, const void *data, size_t n, unsigned char out[32]) { memset(out, 0, 32); }
 pdde_status pdde_job_secret_generate(pdde_context *ctx, char *out, size_t cap) { return comm_unavailable(ctx, __func__); }
+void pdde_sha256(const void *data, size_t n, unsigned char out[32]) { memset(out, 0, 32); }
+pdde_status pdde_store_add(pdde_store *s, const char *key, int64_t delta, int64_t *out) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_compare_set(pdde_store *s, const char *key, const void *expected, size_t expected_len, const void *desired, size_t desired_len, int *swapped) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+void pdde_store_close(pdde_store *s) {  }
+pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_ping(pdde_store *s) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_remove(pdde_store *s, const char *key) { return comm_unavailable(NULL, __func__); }
+int pdde_store_server_first_failure(pdde_store_server *srv, char *buf, size_t cap) { return 0; }
+void pdde_store_server_free(pdde_store_server *srv) {  }
+pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+pdde_status pdde_store_server_init_params(pdde_context *ctx, const pdde_store_server_params *params, pdde_store_server **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+int pdde_store_server_n_clients(const pdde_store_server *srv) { return 0; }
+int pdde_store_server_port(const pdde_store_server *srv) { return 0; }
+pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_set_liveness(pdde_store *s, const char *key, const void *val, size_t len, double lease_s) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_wait(pdde_store *s, const char *key, double timeout_s) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
+const pdde_transport_iface *pdde_transport_ucx(void) { return NULL; }
+#pragma GCC diagnostic pop
+#endif
+
+#ifndef PDDE_HAVE_PS /* a copy without comm/ps.c: the parameter server's calls link and say so */
+static pdde_status ps_unavailable(pdde_context *ctx, const char *fn) {
+    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "%s: pdde was built without the parameter server (comm/ps.c)", fn);
+}
+#define comm_unavailable ps_unavailable
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
 pdde_status pdde_ps_client_flush(pdde_ps_client *c) { return comm_unavailable(NULL, __func__); }
 void pdde_ps_client_free(pdde_ps_client *c) {  }
 double pdde_ps_client_geo_delta_sum(const pdde_ps_client *c) { return 0; }
@@ -306,7 +338,6 @@ pdde_status pdde_ps_table_pull(pdde_ps_table *t, size_t n, const uint64_t *ids, 
 pdde_status pdde_ps_table_push(pdde_ps_table *t, size_t n, const uint64_t *ids, const float *grads, float scale) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_ps_table_save(const pdde_ps_table *t, const char *path) { return comm_unavailable(NULL, __func__); }
 void pdde_ps_table_stats_get(const pdde_ps_table *t, pdde_ps_table_stats *out) { if (out) memset(out, 0, sizeof *out); }
-void pdde_sha256(const void *data, size_t n, unsigned char out[32]) { memset(out, 0, 32); }
 pdde_status pdde_sparse_allreduce_dense(pdde_session *s, pdde_comm *comm) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_sparse_batch_collect(pdde_sparse_batch *b, pdde_session *s) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_sparse_batch_feed(pdde_sparse_batch *b, pdde_session *s) { return comm_unavailable(NULL, __func__); }
@@ -320,24 +351,6 @@ pdde_tensor *pdde_sparse_embedding_init(pdde_graph *g, const char *name, int64_t
     return graph_fail(g, PDDE_ERR_UNAVAILABLE, "%s: pdde was built without communication (comm/, UCX)", __func__);
 }
 void pdde_sparse_embedding_free(pdde_sparse_embedding *e) {  }
-pdde_status pdde_store_add(pdde_store *s, const char *key, int64_t delta, int64_t *out) { return comm_unavailable(NULL, __func__); }
-pdde_status pdde_store_compare_set(pdde_store *s, const char *key, const void *expected, size_t expected_len, const void *desired, size_t desired_len, int *swapped) { return comm_unavailable(NULL, __func__); }
-pdde_status pdde_store_connect(pdde_context *ctx, const char *addr, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
-pdde_status pdde_store_connect_secret(pdde_context *ctx, const char *addr, const char *secret, double timeout_s, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
-void pdde_store_close(pdde_store *s) {  }
-pdde_status pdde_store_get(pdde_store *s, const char *key, void **val, size_t *len) { return comm_unavailable(NULL, __func__); }
-pdde_status pdde_store_ping(pdde_store *s) { return comm_unavailable(NULL, __func__); }
-pdde_status pdde_store_remove(pdde_store *s, const char *key) { return comm_unavailable(NULL, __func__); }
-int pdde_store_server_first_failure(pdde_store_server *srv, char *buf, size_t cap) { return 0; }
-void pdde_store_server_free(pdde_store_server *srv) {  }
-pdde_status pdde_store_server_init(pdde_context *ctx, const char *addr, pdde_store_server **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
-pdde_status pdde_store_server_init_params(pdde_context *ctx, const pdde_store_server_params *params, pdde_store_server **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
-int pdde_store_server_n_clients(const pdde_store_server *srv) { return 0; }
-int pdde_store_server_port(const pdde_store_server *srv) { return 0; }
-pdde_status pdde_store_set(pdde_store *s, const char *key, const void *val, size_t len) { return comm_unavailable(NULL, __func__); }
-pdde_status pdde_store_set_liveness(pdde_store *s, const char *key, const void *val, size_t len, double lease_s) { return comm_unavailable(NULL, __func__); }
-pdde_status pdde_store_wait(pdde_store *s, const char *key, double timeout_s) { return comm_unavailable(NULL, __func__); }
-pdde_status pdde_store_wrap(pdde_context *ctx, const pdde_store_iface *iface, void *impl, pdde_store **out) { if (out) *out = NULL; return comm_unavailable(ctx, __func__); }
-const pdde_transport_iface *pdde_transport_ucx(void) { return NULL; }
 #pragma GCC diagnostic pop
+#undef comm_unavailable
 #endif

@@ -44,9 +44,15 @@ struct pdde_session {
     void **requests;            /* per program node id of a collective started early: its pending request */
     bool *bucket_done;          /* per program node id of a gradient bucket: completed in this run */
     int gradient_collectives;   /* issued by the last run (pdde_session_gradient_collectives) */
+    int64_t exchanged_rows;     /* by the last run (pdde_session_exchanged_rows) */
     pdde_comm *world;           /* SPMD execution of a completed graph (NULL: none) */
     pdde_comm *axis_comm[PDDE_MAX_MESH_DIMS];
     const struct session_collective_path *collective_path; /* how gradient buckets travel */
+    const pdde_device_collectives_iface *dcoll; /* pdde_session_params.device_collectives */
+    void *dcoll_impl[PDDE_MAX_MESH_DIMS];       /* its communicator of each axis (NULL: not made) */
+    void **dcoll_buf;           /* per program node id of a bucket it serves: the bucket's device buffer */
+    struct session_dstream { session_device *sd; void *stream; void **ev; } *dcoll_ds; /* per such node id: its copies' and
+                                   collective's stream (NULL: the device's), events ready, packed, done */
     struct session_own_buffer { void *p; session_device *sd; bool pinned; } *own_buffers; /* device buckets' */
     int n_own_buffers;
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
@@ -76,6 +82,11 @@ struct pdde_session {
     pdde_loss_scale_stats scaler;
     double op_seconds[PDDE_OP_COUNT];
     int64_t op_calls[PDDE_OP_COUNT];
+    int64_t op_runs[PDDE_OP_COUNT]; /* nodes run, profiling or not (pdde_session_op_runs) */
+    /* The parameters' low-precision copies (PDDE_TENSOR_SHADOW) hold bf16/f16 of their parameters'
+     * values: a run that starts so skips their casts (the updates rewrite them). A run that computed
+     * them or kept them fresh leaves this set; a failed run, or any write of a parameter, clears it. */
+    bool shadows_fresh, skip_shadow_casts;
     struct session_trace *trace; /* pdde_session_params.trace / PDDE_TRACE (NULL: off) */
     /* the check before the step's first update, left to its end (check_after_step): the norm the
      * updates read (NULL: checked before them, or no update), the micro-batch, and the norm read */
@@ -239,10 +250,9 @@ static pdde_status bucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_
 static pdde_status bucket_unpack(pdde_session *s, pdde_tensor *m);
 
 /* The collectives' path: how a gradient bucket is filled, reduced and emptied, whether its members
- * live in host or device memory. The staged path is the only one: members on a device are read into
- * the bucket's host buffer through the device's stream, pdde_comm's host collective runs on it, and
- * the results are written back. A device-native implementation (NCCL: the collective on device
- * memory on a stream of its own, its communicator bootstrapped through the store) fills the same
+ * live in host or device memory. The staged path: members on a device are read into the bucket's
+ * host buffer through the device's stream, pdde_comm's host collective runs on it, and the results are
+ * written back. The device path (below: pdde_device_collectives_iface, NCCL's shape) fills the same
  * three calls; the executor and the lowering do not change (comm/README.md). */
 typedef struct session_collective_path {
     pdde_status (*pack)(pdde_session *s, pdde_tensor *bucket, int micro);            /* members' inputs in */
@@ -250,6 +260,106 @@ typedef struct session_collective_path {
     pdde_status (*unpack)(pdde_session *s, pdde_tensor *member);                     /* its part of the result out */
 } session_collective_path;
 static const session_collective_path collective_path_staged = {bucket_pack, bucket_collective, bucket_unpack};
+
+/* The device path (pdde_device_collectives_iface): a bucket it serves is gathered into its device
+ * buffer, reduced there and scattered back, all ordered on its members' device stream; the others
+ * are staged. */
+static session_device *dbucket_dev(pdde_session *s, const pdde_tensor *b) {
+    return &s->devs[s->slot[bucket_member_input(node_info(s, b)->bucket_next)->id]];
+}
+
+static pdde_status dbucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
+    if (!s->dcoll_buf[b->id]) return bucket_pack(s, b, micro);
+    session_device *sd = dbucket_dev(s, b);
+    const struct session_dstream *ds = &s->dcoll_ds[b->id];
+    void *cs = ds->stream ? ds->stream : sd->stream;
+    size_t esz = pdde_dtype_size(b->dtype);
+    pdde_status st = PDDE_OK;
+    /* on a stream of its own: after the kernels that made the gradients, beside the backward that goes on */
+    if (ds->stream && !(st = sd->iface->event_record(sd->dev, ds->ev[0], sd->stream))) st = sd->iface->stream_wait_event(sd->dev, cs, ds->ev[0]);
+    for (pdde_tensor *m = node_info(s, b)->bucket_next; m && !st; m = node_info(s, m)->bucket_next) {
+        pdde_tensor *x = (pdde_tensor *)bucket_member_input(m);
+        if (s->bind) bind_micro(s, x, micro);
+        st = sd->iface->copy(sd->dev, cs, x->data, x->offset, s->dcoll_buf[b->id], (size_t)node_info(s, m)->bucket_offset * esz,
+                             pdde_tensor_nbytes(x));
+    }
+    /* (the device's later kernels wait for the copies, whose sources the memory plan may reuse, not
+     * for the collective) */
+    if (ds->stream && !st && !(st = sd->iface->event_record(sd->dev, ds->ev[1], cs))) st = sd->iface->stream_wait_event(sd->dev, sd->stream, ds->ev[1]);
+    return st;
+}
+
+/* (ordered on the stream: no request; the bucket is done once it is enqueued) */
+static pdde_status dbucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm_request **req) {
+    if (!s->dcoll_buf[b->id]) return bucket_collective(s, b, req);
+    const pdde_program_node *bi = node_info(s, b);
+    if (req) *req = NULL;
+    session_device *sd = dbucket_dev(s, b);
+    const struct session_dstream *ds = &s->dcoll_ds[b->id];
+    pdde_status st = s->dcoll->allreduce(s->dcoll_impl[bi->axis], ds->stream ? ds->stream : sd->stream, s->dcoll_buf[b->id], 0,
+                                         (size_t)bi->bucket_block, b->dtype, (pdde_reduce_op)bi->reduce);
+    return st || !ds->stream ? st : sd->iface->event_record(sd->dev, ds->ev[2], ds->stream);
+}
+
+static pdde_status dbucket_unpack(pdde_session *s, pdde_tensor *m) {
+    const pdde_program_node *in = node_info(s, m);
+    if (!s->dcoll_buf[in->bucket->id]) return bucket_unpack(s, m);
+    session_device *sd = dbucket_dev(s, in->bucket);
+    const struct session_dstream *ds = &s->dcoll_ds[in->bucket->id];
+    pdde_status st = ds->stream ? sd->iface->stream_wait_event(sd->dev, sd->stream, ds->ev[2]) : PDDE_OK; /* (the result, on the device's stream) */
+    return st ? st : sd->iface->copy(sd->dev, sd->stream, s->dcoll_buf[in->bucket->id], (size_t)in->bucket_offset * pdde_dtype_size(m->dtype),
+                                     m->data, m->offset, pdde_tensor_nbytes(m));
+}
+static const session_collective_path collective_path_device = {dbucket_pack, dbucket_collective, dbucket_unpack};
+
+/* The buckets pdde_session_params.device_collectives serves: allreduce buckets whose members are all
+ * on one device of its backend, which has the copy slot; each gets a device buffer, each axis one
+ * communicator of the implementation (made on every rank at once: they all have the same buckets). An
+ * implementation that is unavailable (no libnccl) leaves them staged, with a notice. */
+static pdde_status session_device_buckets(pdde_session *s, const pdde_device_collectives_iface *dc) {
+    if (!dc) return PDDE_OK;
+    if (dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free)
+        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: device_collectives \"%s\": expected api_version %d and every slot",
+                          dc->name ? dc->name : "?", PDDE_DEVICE_COLLECTIVES_API_VERSION);
+    if (!(s->dcoll_buf = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_buf)) || !(s->dcoll_ds = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_ds)))
+        return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
+    s->dcoll = dc;
+    s->collective_path = &collective_path_device;
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *b = s->order[i];
+        const pdde_program_node *bi = &s->prog->info[b->id];
+        if (!bi->own_buffer || b->op != PDDE_OP_ALLREDUCE || !bi->bucket_next) continue;
+        session_device *sd = dbucket_dev(s, b);
+        bool one = !sd->host && IFACE_HAS(sd->iface, copy) && dc->backend && !strcmp(sd->iface->name, dc->backend);
+        for (pdde_tensor *m = bi->bucket_next; m && one; m = node_info(s, m)->bucket_next)
+            one = &s->devs[s->slot[bucket_member_input(m)->id]] == sd && &s->devs[s->slot[m->id]] == sd;
+        if (!one) continue;
+        if (!s->dcoll_impl[bi->axis]) {
+            pdde_device_collectives_params p = {s->ctx, s->axis_comm[bi->axis], sd->iface, sd->dev, 60};
+            pdde_status st = dc->init(&p, &s->dcoll_impl[bi->axis]);
+            if (st == PDDE_ERR_UNAVAILABLE) {
+                fprintf(stderr, "pdde: device collectives \"%s\" unavailable (%s): the gradient buckets go through host memory\n",
+                        dc->name ? dc->name : "?", pdde_last_error(s->ctx));
+                s->dcoll_impl[bi->axis] = NULL;
+                return PDDE_OK; /* (every rank finds the same) */
+            }
+            if (st) return st;
+        }
+        pdde_status st = sd->iface->buffer_alloc(sd->dev, pdde_tensor_nbytes(b), &s->dcoll_buf[b->id]);
+        if (st) return st;
+        s->mem.transfer_bytes += pdde_tensor_nbytes(b);
+        /* a stream of its own where the backend has streams and events (else the device's: in order) */
+        struct session_dstream *ds = &s->dcoll_ds[b->id];
+        if (IFACE_HAS(sd->iface, event_create) && IFACE_HAS(sd->iface, event_record) && IFACE_HAS(sd->iface, stream_wait_event) &&
+            (ds->ev = calloc(3, sizeof *ds->ev))) {
+            ds->sd = sd;
+            for (int k = 0; k < 3 && !st; k++) st = sd->iface->event_create(sd->dev, &ds->ev[k]);
+            if (!st) st = sd->iface->stream_create(sd->dev, &ds->stream);
+            if (st) return st;
+        }
+    }
+    return PDDE_OK;
+}
 
 /* Bucket b's inputs in, and its collective: blocking, or started (its request kept for its first member). */
 static pdde_status bucket_run(pdde_session *s, pdde_tensor *b, int micro, bool start) {
@@ -280,7 +390,7 @@ static pdde_status run_bucket(pdde_session *s, pdde_tensor *b, int micro) {
     if (early && !s->early_starts) return PDDE_OK;
     pdde_status st = bucket_run(s, b, micro, early);
     if (st) return bucket_error(s, b, b, st);
-    s->bucket_done[b->id] = !early;
+    s->bucket_done[b->id] = !early || !s->requests[b->id]; /* (no request: it was ordered on a device stream) */
     return PDDE_OK;
 }
 
@@ -437,6 +547,60 @@ static pdde_status run_alltoall(pdde_session *s, pdde_comm *c, int n, const pdde
     return st;
 }
 
+/* Expert parallelism's token exchange, dropless (an alltoall that lowering gave the expert ids, its
+ * src[1]): the token side is [E, S, ...] (each expert's block of S rows, its first `count` rows this
+ * rank's tokens routed there, the rest zeros), the expert side [E/n, n S, ...] (expert j's rows from
+ * rank r at r S). Each rank counts its tokens per expert from its ids and sends every expert's owner
+ * its counts first (an alltoall of E/n integers a rank); then an alltoallv carries only the routed
+ * rows: to the experts (from = 1) or back to the tokens (from = 0). Rows nobody sent are zeros, as
+ * the padded exchange would have carried: the experts' GEMMs and activations keep zero rows zero. */
+static pdde_status run_alltoall_moe(pdde_session *s, pdde_comm *c, int n, const pdde_tensor *x, const char *in, pdde_tensor *t, char *out,
+                                    const int32_t *id, int64_t nk) {
+    bool to_experts = node_info(s, t)->dim == 1;
+    const pdde_tensor *tok = to_experts ? x : t;
+    int64_t E = tok->shape[0], S = tok->shape[1], El = E / n;
+    size_t row = (size_t)(pdde_tensor_numel(tok) / (E * S > 0 ? E * S : 1)) * pdde_dtype_size(t->dtype);
+    if (E % n || tok->ndim < 3) return pdde_error(s->ctx, PDDE_ERR_SHAPE, "%s: %lld experts over %d ranks", t->name, (long long)E, n);
+    int32_t *cnt = calloc((size_t)(2 * E), sizeof *cnt), *rc = cnt + E; /* mine; for my experts, each rank's */
+    size_t *a = malloc((size_t)4 * (size_t)n * sizeof *a), *sc = a, *sd = a + n, *rn = a + 2 * n, *rd = a + 3 * n;
+    char *sbuf = NULL, *rbuf = NULL;
+    pdde_status st = cnt && a ? PDDE_OK : pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    for (int64_t i = 0; i < nk && !st; i++) {
+        if (id[i] < 0 || id[i] >= E) st = pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "%s: expert id %d is not in 0..%lld", t->name, id[i], (long long)E - 1);
+        else cnt[id[i]] += cnt[id[i]] < S; /* (past S: dropped by the dispatch) */
+    }
+    if (!st) st = pdde_comm_alltoall(c, cnt, rc, (size_t)El, PDDE_I32);
+    size_t ns = 0, nr = 0;
+    for (int q = 0; q < n && !st; q++) { /* rows sent to and received from rank q */
+        sc[q] = rn[q] = 0;
+        for (int64_t j = 0; j < El; j++) sc[q] += (size_t)(to_experts ? cnt[q * El + j] : rc[q * El + j]), rn[q] += (size_t)(to_experts ? rc[q * El + j] : cnt[q * El + j]);
+        sd[q] = ns, rd[q] = nr, ns += sc[q], nr += rn[q];
+    }
+    if (!st && !((sbuf = malloc(ns * row + 1)) && (rbuf = malloc(nr * row + 1)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    int me = pdde_comm_rank(c);
+    for (int q = 0; q < n && !st; q++) {
+        char *p = sbuf + sd[q] * row;
+        for (int64_t j = 0; j < El; j++) { /* to the experts: expert q El + j's block; back: rank q's rows of expert j */
+            size_t k = (size_t)(to_experts ? cnt[q * El + j] : rc[q * El + j]);
+            memcpy(p, in + (size_t)(to_experts ? (q * El + j) * S : j * n * S + q * S) * row, k * row), p += k * row;
+        }
+        s->exchanged_rows += q != me ? (int64_t)sc[q] : 0;
+    }
+    for (int q = 0; q < n && !st; q++) sc[q] *= row / pdde_dtype_size(t->dtype), sd[q] *= row / pdde_dtype_size(t->dtype),
+                                       rn[q] *= row / pdde_dtype_size(t->dtype), rd[q] *= row / pdde_dtype_size(t->dtype);
+    if (!st) st = pdde_comm_alltoallv(c, sbuf, sc, sd, rbuf, rn, rd, t->dtype);
+    if (!st) memset(out, 0, pdde_tensor_nbytes(t));
+    for (int q = 0; q < n && !st; q++) {
+        const char *p = rbuf + rd[q] * pdde_dtype_size(t->dtype);
+        for (int64_t j = 0; j < El; j++) {
+            size_t k = (size_t)(to_experts ? rc[q * El + j] : cnt[q * El + j]);
+            memcpy(out + (size_t)(to_experts ? j * n * S + q * S : (q * El + j) * S) * row, p, k * row), p += k * row;
+        }
+    }
+    free(cnt), free(a), free(sbuf), free(rbuf);
+    return st;
+}
+
 /* A reshard collective, blocking: allreduce, reduce-scatter, allgather or alltoall along tensor dims,
  * from in (x's data) to out (t's), both in host memory, over the group of the node's mesh axis. */
 static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_tensor *x, char *in, char *out) {
@@ -445,6 +609,14 @@ static pdde_status reshard_on_host(pdde_session *s, pdde_tensor *t, const pdde_t
     int dim = info->dim, n = pdde_comm_size(c);
     size_t nin = (size_t)pdde_tensor_numel(x), nout = (size_t)pdde_tensor_numel(t), esz = pdde_dtype_size(t->dtype);
     if (t->op == PDDE_OP_ALLREDUCE) return pdde_comm_allreduce(c, in, out, nin, t->dtype, (pdde_reduce_op)info->reduce);
+    if (t->op == PDDE_OP_ALLTOALL && t->nsrc > 1) {
+        const pdde_tensor *ids = t->src[1];
+        void *host = s->devs[s->slot[ids->id]].host ? NULL : malloc(pdde_tensor_nbytes(ids) + 1);
+        pdde_status st = s->devs[s->slot[ids->id]].host ? PDDE_OK : host ? read_host(s, ids, host) : pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        if (!st) st = run_alltoall_moe(s, c, n, x, in, t, out, host ? host : (const int32_t *)((const char *)ids->data + ids->offset), pdde_tensor_numel(ids));
+        free(host);
+        return st;
+    }
     if (t->op == PDDE_OP_ALLTOALL) return run_alltoall(s, c, n, x, in, t, out);
     char *tmp = dim == 0 ? NULL : malloc((t->op == PDDE_OP_ALLGATHER ? nout : nin) * esz);
     if (dim != 0 && !tmp) return pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
@@ -476,7 +648,7 @@ static pdde_status start_reduction(pdde_session *s, pdde_tensor *t) {
 
 /* A reshard, blocking; on device memory through host memory (the transport reads host buffers). */
 static pdde_status run_reshard(pdde_session *s, pdde_tensor *t) {
-    pdde_tensor *x = t->src[t->nsrc - 1]; /* (a write-back allgather reads its second input) */
+    pdde_tensor *x = t->src[t->op == PDDE_OP_ALLGATHER ? t->nsrc - 1 : 0]; /* (a write-back allgather reads its second input) */
     if (s->devs[s->slot[x->id]].host && s->devs[s->slot[t->id]].host)
         return reshard_on_host(s, t, x, (char *)x->data + x->offset, (char *)t->data + t->offset);
     size_t nx = pdde_tensor_nbytes(x), nt = pdde_tensor_nbytes(t);
@@ -848,6 +1020,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
 #ifdef PDDE_HAVE_COMM
+    if (st == PDDE_OK && s->world) st = session_device_buckets(s, p.device_collectives);
 #endif
     if (st != PDDE_OK) {
         pdde_session_free(s);
@@ -874,6 +1047,22 @@ void pdde_session_free(pdde_session *s) {
     drop_requests(s);
     drop_sends(s);
     comm_staging_free(s);
+    for (int i = 0; s->dcoll_buf && i < s->n_order; i++) {
+        int id = s->order[i]->id;
+        struct session_dstream *ds = &s->dcoll_ds[id];
+        if (s->dcoll_buf[id]) {
+            session_device *sd = dbucket_dev(s, s->order[i]);
+            sd->iface->stream_sync(sd->dev, ds->stream ? ds->stream : sd->stream); /* (a collective still on the stream uses it) */
+            sd->iface->buffer_free(sd->dev, s->dcoll_buf[id]);
+        }
+        for (int k = 0; ds->ev && k < 3; k++)
+            if (ds->ev[k]) ds->sd->iface->event_free(ds->sd->dev, ds->ev[k]);
+        if (ds->stream) ds->sd->iface->stream_free(ds->sd->dev, ds->stream);
+        if (ds->ev) free(ds->ev);
+    }
+    free(s->dcoll_buf), free(s->dcoll_ds);
+    for (int a = 0; a < PDDE_MAX_MESH_DIMS; a++)
+        if (s->dcoll_impl[a]) s->dcoll->free(s->dcoll_impl[a]);
     for (int i = 0; i < s->n_own_buffers; i++) {
         struct session_own_buffer *ob = &s->own_buffers[i];
         if (ob->pinned) ob->sd->iface->host_free(ob->sd->dev, ob->p);
@@ -1178,9 +1367,14 @@ static pdde_status run_node(pdde_session *s, pdde_tensor *t, int micro, float lr
  * without it, or declining, runs them one by one. The numerics are those of the single updates. */
 
 static bool update_joins(const pdde_session *s, const pdde_tensor *first, const pdde_tensor *t) {
-    if (t->op != first->op || t->phase != first->phase || t->nsrc != first->nsrc || s->slot[t->id] != s->slot[first->id]) return false;
+    /* (with or without a bf16 copy to rewrite: each node says) */
+    if (t->op != first->op || t->phase != first->phase || t->nsrc - !!update_shadow(t) != first->nsrc - !!update_shadow(first) ||
+        s->slot[t->id] != s->slot[first->id])
+        return false;
     if (update_norm(t) != update_norm(first)) return false;
-    if (memcmp(t->iparams, first->iparams, sizeof t->iparams)) return false;
+    if (update_shadow(t) && update_shadow(first) && update_shadow(t)->dtype != update_shadow(first)->dtype) return false;
+    for (int k = 0; k < (int)(sizeof t->iparams / sizeof t->iparams[0]); k++)
+        if (k != PDDE_P_UPDATE_SHADOW && t->iparams[k] != first->iparams[k]) return false;
     for (int k = 0; k < (int)(sizeof t->fparams / sizeof t->fparams[0]); k++)
         if (k != PDDE_P_UPDATE_WEIGHT_DECAY && memcmp(&t->fparams[k], &first->fparams[k], sizeof t->fparams[k])) return false;
     return true;
@@ -1229,6 +1423,7 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
     for (int i = 0; i < s->n_order && st == PDDE_OK; i++) {
         pdde_tensor *t = s->order[i];
         if (t->op == PDDE_OP_NONE || t->op == PDDE_OP_RESHAPE || !(phases & PHASE_BIT(t->phase))) continue;
+        if ((t->flags & PDDE_TENSOR_SHADOW) && s->skip_shadow_casts) continue;
         if (chunk >= 0 && t->phase != PDDE_PHASE_OPTIMIZER && s->prog->info[t->id].chunk != chunk) continue;
         int n_group = 1, last = is_update(t) ? gather_update_group(s, i, micro, lr, &n_group) : i;
         for (int g = 0; s->bind && g < n_group; g++) {
@@ -1239,6 +1434,7 @@ static pdde_status run_chunk(pdde_session *s, unsigned phases, int micro, int ch
         double t0 = s->profile ? monotonic_seconds() : 0, t0_us = s->trace ? trace_now_us() : 0;
         st = n_group > 1 ? run_update_group(s, n_group, micro) : run_node(s, t, micro, lr);
         if (s->profile) s->op_seconds[t->op] += monotonic_seconds() - t0, s->op_calls[t->op]++;
+        s->op_runs[t->op] += n_group;
         if (s->trace) trace_node(s, t, micro, t0_us, trace_now_us() - t0_us); /* (a group: under its first node's name) */
         bool started_only = t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && s->prog->info[t->id].early;
         for (int g = 0; g < n_group && !st && s->check_nonfinite && !started_only && t->op != PDDE_OP_SEND && t->op != PDDE_OP_COMM_WAIT; g++)
@@ -1396,8 +1592,9 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
     s->scaling_pass = mode_runs_backward(mode);
     s->pass_has_loss = mode_runs_forward(mode) && !every_micro;
     s->early_starts = !every_micro && s->n_micro == 1 && mode == PDDE_RUN_STEP;
-    s->gradient_collectives = 0;
+    s->gradient_collectives = 0, s->exchanged_rows = 0;
     if (s->bucket_done) memset(s->bucket_done, 0, (size_t)s->prog->n * sizeof *s->bucket_done);
+    s->skip_shadow_casts = s->shadows_fresh, s->shadows_fresh = false;
     pdde_status st = every_micro ? run_micro_batches(s, mode, lr, &loss_sum) : run_chunk(s, mode_phases(mode), 0, -1, lr);
     s->early_starts = false;
     if (every_micro && mode_runs_backward(mode)) s->run_counter += (uint32_t)s->n_micro - 1;
@@ -1419,6 +1616,11 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
      * (data-parallel ranks hold their rows' mean per micro-batch, as many micro-batches as their
      * share; other pipeline stages none) */
     if (st == PDDE_OK && mode_runs_forward(mode) && s->world) {
+        /* a loss still to be summed over an axis (a sum over a split batch, not a mean): its ranks'
+         * parts count that axis' size times, so that the mean over the ranks is their sum */
+        const pdde_dist_attr *la = s->loss ? &s->loss->dist : NULL;
+        for (int a = 0; la && la->mesh && a < la->mesh->ndim; a++)
+            if ((la->partial >> a & 1) && !(la->partial_avg >> a & 1)) loss_sum *= la->mesh->shape[a];
         float sum_and_count[2] = {s->loss ? (float)loss_sum : 0.0f, s->loss ? (float)(every_micro ? s->n_micro : 1) : 0.0f};
         st = pdde_comm_allreduce(s->world, sum_and_count, sum_and_count, 2, PDDE_F32, PDDE_REDUCE_SUM);
         if (st == PDDE_OK) s->last_loss = sum_and_count[1] > 0 ? sum_and_count[0] / sum_and_count[1] : NAN;
@@ -1438,12 +1640,17 @@ pdde_status pdde_session_run(pdde_session *s, pdde_run_mode mode) {
         trace_add(s, run_names[mode & 7], TRACE_RUN, TRACE_LANE_SCHEDULE, -1, t0_us, trace_now_us() - t0_us);
     }
     if (st != PDDE_OK) return st;
+    s->shadows_fresh = s->skip_shadow_casts || mode_runs_forward(mode); /* (an update kept them, or left them alone) */
     if (mode_runs_forward(mode) && s->loss && !s->world) s->last_loss = (float)(loss_sum / (every_micro ? s->n_micro : 1));
     if (mode_runs_update(mode) && g->has_optimizer) {
         if (s->loss_scaling) return scaler_after_update(s);
         s->step++;
     }
     return st;
+}
+
+int64_t pdde_session_op_runs(const pdde_session *s, pdde_op op) {
+    return s && (unsigned)op < PDDE_OP_COUNT ? s->op_runs[op] : 0;
 }
 
 float pdde_session_lr(const pdde_session *s) {
@@ -1475,6 +1682,7 @@ static pdde_status check_io(pdde_session *s, const pdde_tensor *t, size_t nbytes
 /* Writes the session's tensor lt where it points now (an input: at the micro-batch it is bound to). */
 static pdde_status write_bound(pdde_session *s, pdde_tensor *lt, const void *src, size_t nbytes) {
     session_device *sd = &s->devs[s->slot[lt->id]];
+    if (storage_root(lt)->flags & PDDE_TENSOR_PARAM) s->shadows_fresh = false; /* their copies are stale now */
     pdde_status st = sd->iface->write(sd->dev, sd->stream, lt->data, lt->offset, src, nbytes);
     return st ? st : device_sync(s, sd);
 }
@@ -1565,6 +1773,7 @@ pdde_status pdde_session_write_micro(pdde_session *s, pdde_tensor *t, int micro,
 float pdde_session_loss(pdde_session *s) { return s ? s->last_loss : NAN; }
 int64_t pdde_session_step(const pdde_session *s) { return s ? s->step : 0; }
 int pdde_session_gradient_collectives(const pdde_session *s) { return s ? s->gradient_collectives : 0; }
+int64_t pdde_session_exchanged_rows(const pdde_session *s) { return s ? s->exchanged_rows : 0; }
 int pdde_session_micro_batches(const pdde_session *s) { return s ? s->n_micro : 0; }
 int64_t pdde_session_host_syncs(const pdde_session *s) { return s ? s->host_syncs : 0; }
 

@@ -6,6 +6,8 @@
  *   ./build/pdde-run -n 4 ./build/dlrm --servers 2 --mode sync --synthetic 100000
  *                                                         ranks 0-1 serve the table, 2-3 train
  *   ./build/dlrm --data day_0.tsv --epochs 1             a Criteo file
+ *   ./build/dlrm --device cuda --synthetic 100000        the dense network on the GPU (under a launcher:
+ *                                                         each rank its local rank's)
  * Reports loss, samples/s and an ETA while training, then AUC and logloss on the held-out part (and,
  * on synthetic data, those of the ground truth: the best any model can do). */
 #define _GNU_SOURCE
@@ -16,13 +18,13 @@
 #include <string.h>
 
 typedef struct {
-    const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir, *cluster;
+    const char *data, *save_dir, *load_dir, *dense_on, *ckpt_dir, *cluster, *device;
     long ckpt_every;
     long synthetic;
     int vocab, epochs, servers, staleness, geo_steps;
     double test_fraction;
     pdde_ps_mode mode;
-    int local, dense_on_servers, pipeline;
+    int local, dense_on_servers, pipeline, share_device;
     pdde_ps_optimizer optimizer;
     float table_lr;
     dlrm_config cfg;
@@ -32,13 +34,19 @@ static void usage(void) {
     puts("usage: dlrm [--data FILE | --synthetic N [--vocab V]] [--epochs E] [--batch B] [--dim D] [--hidden H]\n"
          "            [--lr X] [--table-lr X] [--optimizer sgd|adagrad|adam] [--test-fraction F]\n"
          "            [--mode local|sync|async|geo] [--servers N] [--staleness K] [--geo-steps K]\n"
-         "            [--save DIR] [--load DIR] [--dense-on BACKEND] [--checkpoint DIR --checkpoint-every N]\n"
+         "            [--save DIR] [--load DIR] [--checkpoint DIR --checkpoint-every N]\n"
+         "            [--device cuda|opencl|level_zero|cpu|auto|BACKEND:N [--share-device]] [--dense-on BACKEND]\n"
          "            [--dense-on-servers 0|1] [--pipeline SLOTS [--cluster FILE]]\n"
          "Under pdde-run (or mpirun), ranks 0..servers-1 serve the table and the others train\n"
          "(--servers, or PDDE_PS_SERVERS in the environment). --checkpoint: servers write their shard\n"
          "there every N steps of the table and at the end (restart with --load DIR). --pipeline: train\n"
          "through the asynchronous pipeline (pull, dense, push on their own threads) with SLOTS batches in flight;\n"
-         "--cluster: its stages sized by the cost model on a pdde-bench cluster file (else a measured balance).");
+         "--cluster: its stages sized by the cost model on a pdde-bench cluster file (else a measured balance).\n"
+         "--device: where the dense network runs (the table and its rows stay in host memory); default\n"
+         "$PDDE_DEVICE, else auto (the device the cost model predicts fastest, with --cluster's or\n"
+         "build/cluster.json's figures); under a launcher each rank takes its local rank's device of that\n"
+         "backend; --share-device lets more ranks than devices share them. --dense-on BACKEND: the same,\n"
+         "shared where a host has fewer devices than ranks.");
 }
 
 /* The pipeline's stage 1 source: batch k of this worker (epochs wrap around). */
@@ -57,6 +65,7 @@ static int parse(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help")) { usage(); exit(0); }
+        if (!strcmp(a, "--share-device")) { o->share_device = 1; continue; }
         if (!v) { fprintf(stderr, "dlrm: %s needs a value\n", a); return -1; }
         i++;
         if (!strcmp(a, "--data")) o->data = v;
@@ -75,6 +84,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--save")) o->save_dir = v;
         else if (!strcmp(a, "--load")) o->load_dir = v;
         else if (!strcmp(a, "--dense-on")) o->dense_on = v;
+        else if (!strcmp(a, "--device")) o->device = v;
         else if (!strcmp(a, "--checkpoint")) o->ckpt_dir = v;
         else if (!strcmp(a, "--dense-on-servers")) o->dense_on_servers = atoi(v);
         else if (!strcmp(a, "--pipeline")) o->pipeline = atoi(v);
@@ -172,15 +182,31 @@ int main(int argc, char **argv) {
     pdde_status st = dlrm_build(g, &o.cfg, &m);
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     int layer_dev[2] = {0, 0};
-    if (!st && o.dense_on) {
-        /* this rank's device of that backend (its local rank's; shared where the host has fewer) */
+    if (!st) {
+        /* this rank's device for the dense layers: --dense-on's backend (shared where the host has fewer),
+         * else --device's, $PDDE_DEVICE's or auto's (as gpt --device), auto timing this graph with the
+         * cluster file's figures where there is one */
         pdde_device_select_params ds = PDDE_DEVICE_SELECT_PARAMS_INIT;
         pdde_device_choice dc;
-        ds.backend = o.dense_on, ds.share = 1;
+        pdde_cluster *measured = NULL;
+        const char *cpath = o.cluster ? o.cluster : "build/cluster.json";
+        FILE *cf = o.dense_on ? NULL : fopen(cpath, "r");
+        if (cf) fclose(cf), pdde_cluster_load(ctx, cpath, &measured); /* (unreadable: timed by kind) */
+        ds.backend = o.dense_on ? o.dense_on : o.device, ds.share = o.dense_on ? 1 : o.share_device;
+        ds.graph = g, ds.cluster = measured;
+        /* the servers use no device: a worker counts among its host's workers (the servers are the first
+         * ranks, on the first host) */
+        pdde_comm_env env;
+        int worker_lr = 0;
+        if (!o.local && !pdde_comm_env_read(ctx, &env) && env.local_rank >= 0) {
+            worker_lr = env.rank == env.local_rank && env.local_rank >= o.servers ? env.local_rank - o.servers : env.local_rank;
+            ds.local_rank = &worker_lr;
+        }
         if (!(st = pdde_device_select(ctx, &ds, &dc))) {
             layer_dev[1] = dc.device;
-            printf("dlrm: the dense layers on device %d, %s:%d (%s): %s\n", dc.device, dc.backend, dc.index, dc.name, dc.why);
-        }
+            if (lead || !o.local) printf("dlrm: rank %d: the dense layers on device %d, %s:%d (%s): %s\n", rank, dc.device, dc.backend, dc.index, dc.name, dc.why);
+        } else fprintf(stderr, "dlrm: --device: %s\n", pdde_last_error(ctx));
+        pdde_cluster_free(measured);
         sp.layer_devices = layer_dev, sp.n_layer_devices = 2;
     }
     if (!st) st = pdde_session_init(g, &sp, &s);
@@ -215,7 +241,7 @@ int main(int argc, char **argv) {
         if (!st && o.cluster && !(st = pdde_cluster_load(ctx, o.cluster, &cluster))) {
             pdde_device_props dp;
             int cpu_id = dlrm_cluster_device(cluster, "cpu"), dense_id = cpu_id;
-            if (o.dense_on && !pdde_device_get_props(ctx, layer_dev[1], &dp)) dense_id = dlrm_cluster_device(cluster, dp.backend);
+            if (!pdde_device_get_props(ctx, layer_dev[1], &dp)) dense_id = dlrm_cluster_device(cluster, dp.backend);
             if (dlrm_stages_predict(ctx, cluster, g, &m, o.optimizer, cpu_id, dense_id, stages) < 3 && lead)
                 printf("pipeline: %s cannot time every stage (run pdde-bench on this machine): sized from a measured balance\n", o.cluster);
         }

@@ -25,6 +25,7 @@ typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     int stop_after, reschedule, share_device, ckpt_async;
+    int ft;                /* --ft-replicas: a lost replica's samples are dropped (no re-split of the batch) */
     float lr, weight_decay, clip;
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
     uint64_t seed;
@@ -74,9 +75,14 @@ static void usage(FILE *f) {
             "                              (Mixture-of-Experts: E expert MLPs in every N-th block, K per token (default 2);\n"
             "                              capacity factor F drops the tokens past it (default 0: dropless); W weights the\n"
             "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead;\n"
-            "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all)\n"
+            "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all;\n"
+            "                              with --tp: over the tp ranks, attention tensor parallel)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
-            "                              devices FILE describes; default build/cluster.json, written by pdde-bench)\n");
+            "                              devices FILE describes; default build/cluster.json, written by pdde-bench;\n"
+            "                              under pdde-run --elastic it re-plans at every change, data parallel)\n"
+            "           [--ft-replicas]   (under pdde-run --elastic: fault-tolerant data parallelism without re-planning: each\n"
+            "                              rank keeps its replica's rows of every batch; a lost replica's rows are dropped and\n"
+            "                              the survivors average over the samples they have)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -93,6 +99,7 @@ static int parse(int argc, char **argv, options *o) {
         if (!strcmp(a, "--share-device")) { o->share_device = 1; continue; }
         if (!strcmp(a, "--moe-ep")) { o->model.moe_ep = 1; continue; }
         if (!strcmp(a, "--ckpt-async")) { o->ckpt_async = 1; continue; }
+        if (!strcmp(a, "--ft-replicas")) { o->ft = 1; continue; }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); exit(0); }
         if (!v) { fprintf(stderr, "gpt: %s needs a value\n", a); return -1; }
         if (!strcmp(a, "--layers")) iv = &o->model.layers;
@@ -148,8 +155,9 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..][,ep=N]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+        if (p->ep > 1) o->model.moe_ep = 1; /* (ep=N: the experts over tp, else dp) */
         if (p->shares[0] && p->pp > 1 && p->zero >= 2) {
             fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
@@ -172,12 +180,13 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (m->moe_ep && m->moe_experts % o->dp) {
-        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the --dp %d ranks: they must divide them\n", m->moe_experts, o->dp);
+    int ep_ranks = o->tp > 1 ? o->tp : o->dp; /* --moe-ep: over the --tp ranks where there are some */
+    if (m->moe_ep && m->moe_experts % ep_ranks) {
+        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
         return -1;
     }
-    if (m->moe_experts > 1 && (long)o->tp * o->pp > 1) {
-        fprintf(stderr, "gpt: --moe-experts runs data parallel (--dp, ZeRO): --tp and --pp must be 1\n");
+    if (m->moe_experts > 1 && o->pp > 1) {
+        fprintf(stderr, "gpt: --moe-experts runs data and tensor parallel (--dp, --tp, ZeRO): --pp must be 1\n");
         return -1;
     }
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
@@ -216,6 +225,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
     o->parsed_plan = plans[0];
     pdde_plan *p = &o->parsed_plan;
     o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
+    if (p->ep > 1) o->model.moe_ep = 1; /* the search split the experts */
     if (env.rank == 0) {
         char s[256];
         pdde_plan_str(p, s, sizeof s);
@@ -226,7 +236,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
             printf("gpt:   next: %s, %.3g s/step (%+.1f%%)\n", s, plans[i].step_s, 100 * (plans[i].step_s / p->step_s - 1));
         }
     }
-    if (o->model.moe_experts > 1 && o->dp > 1 && o->model.moe_experts % o->dp == 0 && !o->model.moe_ep) {
+    if (o->model.moe_experts > 1 && o->dp > 1 && o->tp == 1 && o->model.moe_experts % o->dp == 0 && !o->model.moe_ep) {
         int ep;
         double pred[2];
         if (gpt_moe_choose_ep(ctx, path, &o->model, o->dp, o->zero, &ep, pred)) {
@@ -239,6 +249,74 @@ static int choose_plan(pdde_context *ctx, options *o) {
                    ep > 1 ? "expert parallel" : "data parallel", pred[1], o->dp, pred[0]);
     }
     return 0;
+}
+
+#ifdef PDDE_HAVE_UCX
+/* Under pdde-run --elastic with --plan auto: the planner's plan for the world's ranks (pdde_plan_replan
+ * from old, NULL at the start), within what in-memory snapshots hold (data parallel: no tp, no pp;
+ * ZeRO 0 or 1: a ZeRO-2/3 choice is evaluated as ZeRO-1). Rank 0 plans, everyone takes its plan (one
+ * broadcast), so the ranks cannot disagree. */
+static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pdde_plan *old, pdde_plan *out) {
+    int rank = pdde_comm_rank(comm), ranks = pdde_comm_size(comm);
+    pdde_plan p;
+    memset(&p, 0, sizeof p);
+    char why[512] = "";
+    int chosen_zero = 0;
+    if (rank == 0) {
+        const char *path = o->cluster ? o->cluster : "build/cluster.json";
+        pdde_plan_devices d;
+        pdde_graph *g = NULL;
+        gpt_model m;
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+        pp.batch = o->model.batch, pp.tp_divisor = o->model.heads, pp.no_tp = pp.no_pp = 1;
+        pdde_status st = gpt_plan_devices(ctx, path, &o->model, ranks, &d);
+        if (!st) {
+            st = pdde_graph_init(ctx, &g);
+            if (!st) st = gpt_build(g, &o->model, &m);
+            if (!st) st = pdde_backward(g, m.loss);
+            if (!st) st = pdde_optimizer_adamw(g, &op);
+            if (!st) st = pdde_plan_replan(g, &d, &pp, old, &p);
+            chosen_zero = p.zero;
+            if (!st && p.zero > 1) p.zero = 1, st = pdde_plan_evaluate(g, &d, &pp, &p);
+            pdde_graph_free(g);
+            pdde_plan_devices_free(&d);
+        }
+        if (st || p.why[0] || p.dp != ranks) {
+            snprintf(why, sizeof why, "%s (%s)", st ? pdde_last_error(ctx) : p.why[0] ? p.why : "the plan does not use every rank", path);
+            memset(&p, 0, sizeof p), snprintf(p.why, sizeof p.why, "%.150s", why);
+        }
+    }
+    /* (pdde_plan is a multiple of 8 bytes: doubles) */
+    if (pdde_comm_broadcast(comm, &p, sizeof p / 4, PDDE_I32, 0)) {
+        fprintf(stderr, "gpt: elastic: the plan of rank 0 did not arrive: %s\n", pdde_last_error(ctx));
+        return -1;
+    }
+    if (p.dp != ranks) { fprintf(stderr, "gpt: elastic: --plan auto: no plan for %d ranks: %s\n", ranks, p.why); return 1; }
+    *out = p;
+    o->dp = p.dp, o->tp = 1, o->pp = 1, o->micro = p.micro, o->zero = p.zero, o->recompute = p.recompute, o->pp_chunks = p.chunks;
+    if (rank == 0) {
+        char s[256];
+        pdde_plan_str(&p, s, sizeof s);
+        printf("gpt: elastic: the planner chose %s for %d rank%s: predicted %.3g s/step, %.3g MB on the fullest device%s\n", s, ranks,
+               ranks > 1 ? "s" : "", p.step_s, p.peak_bytes / 1e6, chosen_zero > 1 ? " (its ZeRO-2/3 run as ZeRO-1: snapshots hold ZeRO 0 and 1)" : "");
+    }
+    return 0;
+}
+#else
+static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pdde_plan *old, pdde_plan *out) {
+    (void)ctx, (void)o, (void)comm, (void)old, (void)out;
+    return 1;
+}
+#endif
+
+/* --ft-replicas: the rows of the replicas still here, in the new ranks' order. x holds the batch of
+ * all dp0 replicas (each micro-batch: dp0 blocks of `rows` rows); block ids[k] of each micro-batch
+ * becomes block k (ids ascending, so the copies only move rows forward). */
+static void ft_keep_rows(int32_t *x, int micro, int dp0, int rows, int ctx, const int *ids, int n) {
+    size_t blk = (size_t)rows * (size_t)ctx;
+    for (int i = 0; i < micro; i++)
+        for (int k = 0; k < n; k++) memmove(x + ((size_t)i * n + k) * blk, x + ((size_t)i * dp0 + ids[k]) * blk, blk * sizeof *x);
 }
 
 #define TRY(call)                                                                              \
@@ -401,23 +479,51 @@ int main(int argc, char **argv) {
     /* Several ranks: every parallelism comes from distributed attributes — one global graph (of one
      * micro-batch), annotated for the plan, completed, and run SPMD by each rank. */
     pdde_comm *comm = NULL;
-    if (o.plan && !strcmp(o.plan, "auto") && choose_plan(ctx, &o)) return 1;
+    int el_auto = o.plan && !strcmp(o.plan, "auto") && getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC")); /* (planned below) */
+    if (o.plan && !strcmp(o.plan, "auto") && !el_auto && choose_plan(ctx, &o)) return 1;
     int rank = 0, ranks = o.dp * o.tp * o.pp;
     /* under pdde-run --elastic: data parallel over whatever ranks there are; a lost rank is recovered
      * from in process (the survivors re-form the world, rebuild for dp = the ranks left, restore the
      * in-memory snapshot and go on) */
     pdde_elastic *el = NULL;
     char el_plan[128] = "";
+    int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
     if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
-        if (o.tp * o.pp > 1 || o.zero > 1 || o.plan) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0 or 1 (no --tp, --pp, --plan)\n"); return 2; }
+        if (o.tp * o.pp > 1 || o.zero > 1 || (o.plan && !el_auto)) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0 or 1 (no --tp, --pp; --plan auto only)\n"); return 2; }
+        if (o.ft && (el_auto || (getenv("PDDE_ELASTIC_JOIN") && atoi(getenv("PDDE_ELASTIC_JOIN"))))) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started: no --plan auto, no --join\n"); return 2; }
         TRY(pdde_elastic_init(ctx, NULL, &el));
         comm = pdde_elastic_world(el);
+        if (o.ft) { /* each replica's rows of the global batch (per micro-batch) */
+            ft_dp0 = pdde_comm_size(comm), ft_me = pdde_comm_rank(comm), ft_global = o.model.batch;
+            if (ft_global % (ft_dp0 * o.micro)) { fprintf(stderr, "gpt: --ft-replicas: %d ranks x --micro %d do not divide --batch %d\n", ft_dp0, o.micro, ft_global); return 2; }
+            ft_rows = ft_global / (ft_dp0 * o.micro);
+        }
     }
+    if (o.ft && !el) { fprintf(stderr, "gpt: --ft-replicas needs pdde-run --elastic\n"); return 2; }
 elastic_rebuild:
     if (el) {
         rank = pdde_comm_rank(comm), ranks = o.dp = pdde_comm_size(comm);
+        if (el_auto) { /* the planner's plan for these ranks (re-planned from the last one at a change) */
+            int had = o.parsed_plan.dp > 0, bad = elastic_plan(ctx, &o, comm, had ? &o.parsed_plan : NULL, &o.parsed_plan);
+            if (bad) return 1;
+        }
+        if (o.ft) { /* no re-plan: each rank keeps its replica's rows; the batch is the rows of those here */
+            if (ranks > (int)(sizeof ft_ids / sizeof *ft_ids)) { fprintf(stderr, "gpt: --ft-replicas: at most %d ranks\n", (int)(sizeof ft_ids / sizeof *ft_ids)); return 1; }
+            TRY(pdde_comm_allgather(comm, &ft_me, ft_ids, 1, PDDE_I32));
+            o.model.batch = ft_rows * o.micro * ranks;
+        }
         if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
-        snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=%d", o.dp, o.micro, o.dp > 1 ? o.zero : 0);
+        if (el_auto) pdde_plan_str(&o.parsed_plan, el_plan, sizeof el_plan);
+        else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=%d", o.dp, o.micro, o.dp > 1 ? o.zero : 0);
+        if (o.ft && ranks < ft_dp0) { /* say whose samples are dropped */
+            size_t n = strlen(el_plan);
+            n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, ", batch %d: the samples of replica", o.model.batch);
+            for (int d = 0, k = 0; d < ft_dp0 && n < sizeof el_plan; d++) {
+                if (k < ranks && ft_ids[k] == d) { k++; continue; }
+                n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, " %d", d);
+            }
+            if (n < sizeof el_plan) snprintf(el_plan + n, sizeof el_plan - n, " dropped");
+        }
     } else if (ranks > 1) {
 #ifdef PDDE_HAVE_UCX
         pdde_comm_params pp = PDDE_COMM_PARAMS_INIT;
@@ -442,12 +548,15 @@ elastic_rebuild:
     /* recompute: only the residual stream between blocks is kept for backward */
     gpt_plan plan = {.dp = o.dp, .tp = o.tp, .pp = o.pp, .micro = o.micro, .zero = o.zero, .recompute = o.recompute, .pp_chunks = o.pp_chunks};
     if (o.plan) plan = gpt_plan_of(&o.parsed_plan);
+    const char *dev = o.device ? o.device : getenv("PDDE_DEVICE"); /* (auto may pick a CUDA device) */
+    if (!dev || !strcmp(dev, "auto")) dev = pdde_device_find(ctx, "cuda", 0) >= 0 ? "cuda" : NULL;
+    o.model.separate_qkv = gpt_separate_qkv(dev) || gpt_separate_qkv(o.blocks_on) || gpt_separate_qkv(o.plan);
     TRY(gpt_build_plan(g, &o.model, &plan, &op, &m));
     pdde_mark_output(m.logits);
 
     /* placement: with --blocks-on, the transformer blocks (layers 1..L) go to that backend's device 0 */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
-    sp.world = comm;
+    sp.world = el && ranks == 1 ? NULL : comm; /* (an elastic world of one rank runs as one process) */
     sp.pipeline_schedule = o.gpipe || (o.plan && o.parsed_plan.schedule == PDDE_PIPELINE_GPIPE) ? PDDE_PIPELINE_GPIPE : PDDE_PIPELINE_1F1B;
     if (o.comm_bf16 || (o.plan && o.parsed_plan.comm_dtype == PDDE_BF16)) sp.comm_dtype = PDDE_BF16;
     sp.trace = o.trace;
@@ -536,7 +645,8 @@ elastic_rebuild:
     }
     size_t bt = (size_t)o.model.batch * o.model.ctx;
     feeder feed = {&plan, rank / (o.tp * o.pp), o.model.batch}; /* (mesh [dp, tp, pp]: pp innermost) */
-    int32_t *x = malloc(bt * sizeof *x), *y = malloc(bt * sizeof *y);
+    size_t read_bt = o.ft ? (size_t)ft_global * o.model.ctx : bt; /* (--ft-replicas: every replica's rows are read) */
+    int32_t *x = malloc(read_bt * sizeof *x), *y = malloc(read_bt * sizeof *y);
     float *moe_bias = NULL; /* --moe-bias-rate: each MoE block's bias, from zeros */
     if (o.model.moe_experts > 1 && o.model.moe_bias) {
         moe_bias = calloc((size_t)o.model.layers * o.model.moe_experts, sizeof *moe_bias);
@@ -558,7 +668,9 @@ elastic_rebuild:
         if (el) TRY(pdde_elastic_step_begin(el, s, pdde_data_position(train), &change));
         if (change == PDDE_ELASTIC_LEAVE) { printf("gpt: rank %d leaves the job at step %lld\n", rank, (long long)step); last = step, o.sample_len = 0; break; }
         if (change) goto elastic_recover;
-        TRY(pdde_data_next_batch(train, o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
+        TRY(pdde_data_next_batch(train, o.ft ? ft_global : o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
+        if (o.ft && ranks < ft_dp0) /* the lost replicas' rows are dropped */
+            ft_keep_rows(x, o.micro, ft_dp0, ft_rows, o.model.ctx, ft_ids, ranks), ft_keep_rows(y, o.micro, ft_dp0, ft_rows, o.model.ctx, ft_ids, ranks);
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
         /* under SPMD every rank gets its block of each micro-batch from its attributes (uneven shares:
          * its share of the micro-batches) */

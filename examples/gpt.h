@@ -21,6 +21,8 @@ typedef struct {
     int ffn; /* hidden units of a block's MLP; 0 = 4 x width (GPT-2/3) */
     int unfused_attention; /* 1: attention from matmul + causal softmax + matmul (the reference), not fused */
     int unfused_gelu;      /* 1: the MLP's bias add and gelu as two ops (the reference), not pdde_bias_gelu */
+    int separate_qkv;      /* 1: q, k, v sliced from qkv and permuted to [B, H, T, D] for pdde_attention (and
+                              its output back), not pdde_attention_qkv on qkv in place; gpt_separate_qkv */
     /* Mixture-of-Experts (gpt_moe_ffn): moe_experts > 1 replaces the MLP of every moe_every-th block
      * (0 or 1: every block) by moe_experts expert MLPs of ffn hidden units each, moe_topk (0 = 2) of
      * them per token; moe_capacity > 0: that capacity factor (tokens past it dropped), 0 dropless;
@@ -33,6 +35,14 @@ typedef struct {
 } gpt_config;
 
 static inline int64_t gpt_ffn(const gpt_config *c) { return c->ffn > 0 ? c->ffn : 4 * (int64_t)c->width; }
+
+/* The attention's layout: the packed form (pdde_attention_qkv) unless PDDE_SEPARATE_QKV=1 asks for q, k and v
+ * sliced and permuted apart (to compare; the same losses). */
+static inline int gpt_separate_qkv(const char *device) {
+    (void)device;
+    const char *v = getenv("PDDE_SEPARATE_QKV");
+    return v && !strcmp(v, "1");
+}
 
 typedef struct {
     gpt_config cfg;
@@ -132,12 +142,16 @@ static inline pdde_status gpt_build(pdde_graph *g, const gpt_config *c, gpt_mode
         pdde_tensor *a = gpt_layernorm(g, p, x, C);
         snprintf(p, sizeof p, "h%d.attn", l);
         /* the fused qkv columns are head-major, [H, 3, D]: q, k, v of head h are adjacent */
-        pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3];
-        pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
-        for (int i = 0; i < 3; i++)
-            part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
-        pdde_tensor *y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, part[0], part[1], part[2]); /* [B, H, T, D] */
-        y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+        pdde_tensor *qkv = gpt_linear(g, p, a, C, 3 * C, 0.02f), *part[3], *y;
+        if (c->unfused_attention || c->separate_qkv) {
+            pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
+            for (int i = 0; i < 3; i++)
+                part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
+            y = (c->unfused_attention ? pdde_attention_unfused : pdde_attention)(g, part[0], part[1], part[2]); /* [B, H, T, D] */
+            y = pdde_reshape(g, pdde_permute(g, y, (int[]){0, 2, 1, 3}), 3, (int64_t[]){B, T, C});
+        } else {
+            y = pdde_attention_qkv(g, qkv, (int)H); /* [B, T, C]: q, k, v read in place, no slices or permutes */
+        }
         snprintf(p, sizeof p, "h%d.proj", l);
         x = pdde_add(g, x, gpt_linear(g, p, y, C, C, proj_std));
         snprintf(p, sizeof p, "h%d.ln2", l);
@@ -198,11 +212,12 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
     for (int l = 0;; l++) {
         static const char *const names[4] = {"attn", "proj", "fc", "fcproj"};
         static const pdde_tp_kind kinds[4] = {PDDE_TP_COLUMN, PDDE_TP_ROW, PDDE_TP_COLUMN, PDDE_TP_ROW};
-        snprintf(w, sizeof w, "h%d.fc.w", l);
+        snprintf(w, sizeof w, "h%d.attn.w", l);
         if (!pdde_graph_find(g, w)) return l > 0 ? PDDE_OK : PDDE_ERR_NOT_FOUND;
         for (int i = 0; i < 4; i++) {
             snprintf(w, sizeof w, "h%d.%s.w", l, names[i]);
             snprintf(b, sizeof b, "h%d.%s.b", l, names[i]);
+            if (i >= 2 && !pdde_graph_find(g, w)) continue; /* an MoE block: its experts instead (gpt_shard_experts) */
             pdde_status st = pdde_strategy_tensor_parallel_linear(g, pdde_graph_find(g, w), pdde_graph_find(g, b), mesh, axis, kinds[i]);
             if (st) return st;
         }
@@ -330,7 +345,9 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (!mesh) return pdde_graph_status(g);
         if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
         if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
-        if (!st && p->dp > 1 && c->moe_ep && c->moe_experts > 1) st = gpt_shard_experts(g, c, mesh, "dp");
+        /* expert parallelism over the tensor-parallel axis when there is one (the tokens are whole
+         * there: each rank takes its experts' rows, gathered back), else over dp */
+        if (!st && c->moe_ep && c->moe_experts > 1 && (p->tp > 1 || p->dp > 1)) st = gpt_shard_experts(g, c, mesh, p->tp > 1 ? "tp" : "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
         if (!st && p->pp > 1 && p->stage_first && p->pp_chunks <= 1) {
             if (p->stage_first[0] != 0 || p->stage_first[p->pp] != c->layers + 2) {
@@ -371,7 +388,9 @@ static inline pdde_status gpt_plan_build(pdde_graph *g, const pdde_plan *p, void
         for (int s = 0; s <= even.pp; s++) even.stage_first[s] = s * (b->cfg.layers + 2) / even.pp;
     gpt_plan gp = gpt_plan_of(&even);
     gpt_model m;
-    return gpt_build_plan(g, &b->cfg, &gp, &b->opt, &m);
+    gpt_config cfg = b->cfg;
+    if (p->ep > 1) cfg.moe_ep = 1; /* (the experts over tp, else dp: gpt_build_plan) */
+    return gpt_build_plan(g, &cfg, &gp, &b->opt, &m);
 }
 
 /* The planner's devices for training the GPT of c: the devices of a cluster file (pdde-bench writes
@@ -428,7 +447,7 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
 
 /* Expert parallelism or not for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
  * pdde_moe_cost_estimate of ep 1 (experts on every rank) and ep = ranks (the layout by expert, the
- * exchange padded to every token, the experts' gradients reduce-scattered) on the devices of the
+ * routed rows exchanged, the experts' gradients reduce-scattered) on the devices of the
  * cluster file in order (one machine: copies of its first device, as gpt_plan_devices); *ep the faster
  * of those whose experts' parameters and AdamW state fit a device's memory,
  * pred[0], pred[1] their MoE parts in s a step. */
@@ -453,7 +472,7 @@ static inline pdde_status gpt_moe_choose_ep(pdde_context *ctx, const char *clust
         pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
         p.tokens = (int64_t)c->batch * c->ctx, p.width = c->width, p.ffn = (int)gpt_ffn(c), p.experts = c->moe_experts;
         p.topk = gpt_moe_topk(c), p.layers = blocks, p.zero = zero, p.grads_over_ep = 1;
-        p.capacity_factor = c->moe_capacity > 0 ? c->moe_capacity : e ? (float)c->moe_experts / (float)p.topk : 0;
+        p.capacity_factor = c->moe_capacity; /* (the exchange sends the routed rows only) */
         pdde_moe_cost m;
         st = pdde_moe_cost_estimate(ctx, cl, dev, ranks, &p, e ? ranks : 1, &m);
         pred[e] = m.step_s, fits[e] = m.fits;

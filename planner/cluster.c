@@ -11,6 +11,8 @@
 
 #ifdef PDDE_HAVE_CJSON
 #include <cjson/cJSON.h>
+#else
+#include "json_read.c" /* the part of cJSON's interface the reader below uses */
 #endif
 #ifdef PDDE_HAVE_HWLOC
 #include <hwloc.h>
@@ -19,7 +21,8 @@
 static const char *const cluster_class_names[PDDE_OPCLASS_COUNT] = {"gemm", "elementwise", "row", "attention",
                                                                      "embedding", "optimizer", "loss", "gelu",
                                                                      "row_backward", "fused_attention",
-                                                                     "fused_attention_backward"};
+                                                                     "fused_attention_backward", "fused_attention_half",
+                                                                     "fused_attention_half_backward"};
 static const char *const cluster_kind_names[] = {"cpu", "gpu", "accel"};
 static const char *const cluster_link_names[] = {"shm", "pcie", "nvlink", "net"};
 static const char *const cluster_coll_names[PDDE_COLL_COUNT] = {"allreduce", "allgather", "reduce_scatter",
@@ -58,8 +61,10 @@ pdde_op_class pdde_op_class_of(const pdde_tensor *node) {
 }
 
 double pdde_attention_flops(const pdde_tensor *node) {
-    if ((node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim != 4) return 0;
-    const int64_t *s = node->src[0]->shape;
+    if ((node->op != PDDE_OP_ATTENTION && node->op != PDDE_OP_ATTENTION_BACK) || node->nsrc < 1 || node->src[0]->ndim < 3) return 0;
+    int64_t s[4];
+    int packed;
+    pdde_attention_dims(node, &s[0], &s[1], &s[2], &s[3], &packed);
     /* 2 flops a multiply-add, over the T (T + 1) / 2 query-key pairs causal attention keeps, for each
      * GEMM: 2 in the forward (scores, probabilities x values), 5 in the backward (scores again, dv, dp,
      * dq, dk) */
@@ -243,8 +248,6 @@ pdde_status pdde_cluster_validate(pdde_context *ctx, const pdde_cluster *c) {
  * JSON. The reader (cJSON) names the path of every field it rejects; the writer (below, no library)
  * emits every field in one fixed order as cJSON's printer would, whose numbers read back to the same
  * doubles and print the same again: that is what makes save(load(f)) == f for the canonical form. */
-
-#ifdef PDDE_HAVE_CJSON
 
 /* Integers are exact in a double up to 2^53. */
 #define CLUSTER_MAX_INT 9007199254740992.0
@@ -588,15 +591,6 @@ pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster
     return st;
 }
 
-#else
-
-pdde_status pdde_cluster_parse(pdde_context *ctx, const char *json, pdde_cluster **out) {
-    (void)json;
-    *out = NULL;
-    return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "cluster JSON: pdde was built without cJSON (install libcjson-dev and rebuild)");
-}
-
-#endif
 
 /* The writer needs no library: it prints what cJSON_Print (1.7) prints for the same tree, byte for
  * byte (tabs, "key":<tab>value, arrays on one line with ", ", numbers as integers when they equal

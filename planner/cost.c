@@ -136,6 +136,8 @@ static int cost_curve_class(const pdde_device_spec *s, int k) {
     case PDDE_OPCLASS_ROW_BACKWARD: return PDDE_OPCLASS_ROW;
     case PDDE_OPCLASS_FUSED_ATTENTION: return PDDE_OPCLASS_ATTENTION;
     case PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION);
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD: return cost_curve_class(s, PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD);
     default: return k;
     }
 }
@@ -167,6 +169,11 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
          * GEMM rate, which a kernel giving a thread a row makes most of the op) does. */
         double softmax = 0;
         int own = op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
+        /* bf16 / f16 attention on an accelerator runs its own kernels (tiles on tensor cores, the GEMMs
+         * inside): where the device has their curve, it times the whole op */
+        int half = op->softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION_HALF;
+        if (op->softmax_bytes > 0 && (op->dtype == PDDE_BF16 || op->dtype == PDDE_F16) && s->kind != PDDE_DEVICE_CPU && s->n_curve[half])
+            return cost_curve_time(s->curve[half], s->n_curve[half], op->softmax_bytes);
         int a = s->kind == PDDE_DEVICE_CPU ? cost_curve_class(s, (pdde_op_class)own) : own;
         if (op->softmax_bytes > 0 && s->n_curve[a])
             softmax = cost_curve_time(s->curve[a], s->n_curve[a], op->softmax_bytes);
@@ -930,16 +937,19 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         op->k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         op->m = op->n ? pdde_tensor_numel(x) / op->n : 0;
         op->dtype = a->dtype; /* the GEMM's kind is its inputs' (bf16 in, f32 out: the bf16 rate) */
-    } else if ((x->op == PDDE_OP_ATTENTION || x->op == PDDE_OP_ATTENTION_BACK) && x->nsrc >= 3) {
+    } else if ((x->op == PDDE_OP_ATTENTION || x->op == PDDE_OP_ATTENTION_BACK) && x->nsrc >= 1) {
         /* rated as its tile GEMMs: rows x a tile of keys (the CPU's 128) x the head dim */
         const pdde_tensor *q = x->src[0];
-        op->m = q->shape[0] * q->shape[1] * q->shape[2], op->n = q->shape[2] < 128 ? q->shape[2] : 128, op->k = q->shape[3];
+        int64_t B, H, T, D;
+        int packed;
+        pdde_attention_dims(x, &B, &H, &T, &D, &packed);
+        op->m = B * H * T, op->n = T < 128 ? T : 128, op->k = D;
         op->flops = pdde_attention_flops(x);
         op->dtype = q->dtype; /* bf16 q, k, v (mixed precision): the bf16 GEMM rate, as a matmul's */
         /* the softmax over its [B, H, T, T] scores as the attention curve measures one (scores in,
          * probabilities out: 2 x 4 bytes a score); the backward recomputes it and runs its gradient
          * (y, dy, dx: 3 more) */
-        double scores = (double)q->shape[0] * (double)q->shape[1] * (double)q->shape[2] * (double)q->shape[2];
+        double scores = (double)B * (double)H * (double)T * (double)T;
         op->softmax_bytes = (x->op == PDDE_OP_ATTENTION ? 2 : 5) * 4.0 * scores;
         op->softmax_backward = x->op == PDDE_OP_ATTENTION_BACK;
     } else if ((x->op == PDDE_OP_MOE_GROUPED_MATMUL || x->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W) && x->nsrc >= 3 && x->src[0]->ndim == 2) {

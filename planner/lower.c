@@ -314,6 +314,23 @@ static pdde_tensor *reshard_push(lowering *L, pdde_tensor *t, pdde_phase phase, 
 
 static bool is_collective(pdde_op op) { return op >= PDDE_OP_ALLREDUCE && op <= PDDE_OP_ALLGATHER; }
 
+/* Expert parallelism's token exchange: an alltoall between a by-expert buffer [E, S, ...] split on S
+ * (the tokens' rows, on their rank) and split on E (on the experts' rank). The buffer's rows that
+ * hold tokens are the first of each expert's block, as many as the local ids route there (capped
+ * at S): the executor sends only those (alltoallv, the counts exchanged first), so the exchange
+ * takes the ids as a second input. Found by walking first inputs up to the by-expert dispatch (or
+ * an exchange that already has them): the buffers between are the experts' GEMMs and activations
+ * of those same rows. NULL: not such an exchange. */
+static pdde_tensor *moe_exchange_ids(pdde_tensor *x, int grow, int shrink) {
+    if (x->ndim < 3 || !((grow == 0 && shrink == 1) || (grow == 1 && shrink == 0))) return NULL;
+    for (int depth = 0; x && depth < 8; depth++, x = x->nsrc > 0 ? x->src[0] : NULL) {
+        if (x->op == PDDE_OP_ALLTOALL && x->nsrc == 2) return x->src[1];
+        if (x->op == PDDE_OP_MOE_DISPATCH && x->ndim == 3 && x->nsrc >= 2 && x->src[1]->dtype == PDDE_I32) return x->src[1];
+        if (x->op == PDDE_OP_MOE_DISPATCH || x->op == PDDE_OP_MOE_COMBINE || x->op == PDDE_OP_MOE_COMBINE_BACK_W) return NULL;
+    }
+    return NULL;
+}
+
 /* A collective reshard step (op over graph mesh axis ga, reduce op rop where it reduces). With
  * comm_dtype narrower than t's f32, the data crosses the wire in it: a cast on each side (what is
  * sent, and what was received, rounded). */
@@ -325,8 +342,10 @@ static pdde_tensor *reshard_collective(lowering *L, pdde_op op, pdde_tensor *t, 
         if (c) c->dtype = L->p->comm_dtype;
         t = reshard_push(L, c, phase, device);
     }
+    pdde_tensor *ids = op == PDDE_OP_ALLTOALL ? moe_exchange_ids(t, grow, shrink) : NULL;
     t = t ? reshard_push(L, reshard_node(L, op, t, ga, grow, shrink, attr), phase, device) : NULL;
     if (t) L->P->info[t->id].reduce = rop;
+    if (t && ids) t->src[t->nsrc++] = ids; /* (read by the executor: the routed rows' counts) */
     if (t && narrow) {
         pdde_tensor *c = node_add(L, PDDE_OP_CAST, t, t->ndim, t->shape, 1, &t);
         if (c) c->dtype = PDDE_F32;
@@ -547,6 +566,27 @@ static pdde_tensor *lower_input(lowering *L, pdde_tensor *node, int k, pdde_stat
     return *st ? NULL : r;
 }
 
+/* The gradient of a mean over dims split over a mesh axis: each rank's forward is the mean of its own
+ * rows, averaged over the axis (partial with a mean marker). Where the gradient arriving carries the
+ * marker (each rank's derivative of its own mean, averaged where summed over those rows) its factor
+ * is the local mean's, 1 / (local count), not the graph's 1 / (global count), which would make it
+ * the axis size too small. A gradient still to be averaged (partial) is true once reduced: the
+ * graph's factor. */
+static void lower_mean_gradient(lowering *L, pdde_tensor *t) {
+    int of = t->op == PDDE_OP_EXPAND ? pdde_op_i32(t, PDDE_P_EXPAND_MEAN_OF) : 0;
+    if (of < 1 || of > L->g->n || L->g->nodes[of - 1]->op != PDDE_OP_MEAN) return;
+    const pdde_tensor *mean = L->g->nodes[of - 1];
+    const pdde_dist_attr *x = pdde_op_input_dist_attr(L->g, mean, 0);
+    int axis = pdde_op_i32(mean, PDDE_P_REDUCE_AXIS);
+    const pdde_dist_attr *dy = t->nsrc > 0 && t->src[0] ? &t->src[0]->dist : NULL; /* (as this rank reads it) */
+    float f = 1.0f;
+    for (int d = 0; x && x->mesh && dy && d < mean->src[0]->ndim; d++) {
+        int a = x->dims_mapping[d]; /* the marker, not a pending average (whose reduction gives true values) */
+        if ((axis == -1 || d == axis) && a >= 0 && (dy->partial_avg >> a & 1) && !(dy->partial >> a & 1)) f *= (float)x->mesh->shape[a];
+    }
+    if (f != 1.0f) pdde_op_set_f32(t, PDDE_P_SCALE, pdde_op_f32(t, PDDE_P_SCALE) * f);
+}
+
 /* Vocab-parallel ops (Megatron's; Paddle's c_embedding and c_softmax_with_cross_entropy, chosen from
  * the dist attrs as a DistributedOperatorImpl is): where completion left the vocab dim of an
  * embedding table, of its gradient or of the logits split over a mesh axis, the plain kernel would
@@ -703,6 +743,7 @@ static pdde_status lower_partition(lowering *L) {
             if (r) t->src[k] = r;
         }
         inherit_layer(P, mark, t->layer); /* reshards and receives run with their consumer's layer */
+        if (!st) lower_mean_gradient(L, t);
         if (!st) st = lower_vocab_parallel(L, t);
         if (!st && order_push(P, t)) st = lower_oom(L);
         /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
@@ -720,6 +761,77 @@ static pdde_status lower_partition(lowering *L) {
     }
     free(old);
     return st ? st : overlap_gradient_reductions(L);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The parameters' low-precision copies (PDDE_TENSOR_SHADOW, core/optimizer.c) stay copies that their
+ * updates rewrite only where the update writes the very tensor the cast reads, whole and on the cast's
+ * device: not a ZeRO shard (the parameter is gathered back after the update), not a copy made at a
+ * device boundary. Elsewhere the update drops the copy and the cast runs each step as any other. */
+/* Whether casts stay as autocast wrote them: only with PDDE_FOLD_CASTS=0 (to compare; the same losses). */
+static bool casts_kept_on(const lowering *L, int device) {
+    (void)L, (void)device;
+    const char *env = getenv("PDDE_FOLD_CASTS");
+    return env && !strcmp(env, "0");
+}
+
+static pdde_status lower_shadows(lowering *L) {
+    pdde_program *P = L->P;
+    uint8_t *kept = calloc((size_t)P->n + 1, 1);
+    if (!kept) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *u = P->order[i], *c = is_update(u) ? update_shadow(u) : NULL;
+        if (!c) continue;
+        if (c->op == PDDE_OP_CAST && (c->flags & PDDE_TENSOR_SHADOW) && c->src[0] == u->src[0] && c->device == u->device && !casts_kept_on(L, c->device) &&
+            c->phase == PDDE_PHASE_FORWARD && pdde_tensor_numel(c) == pdde_tensor_numel(u->src[0]))
+            kept[c->id] = 1;
+        else
+            u->src[--u->nsrc] = NULL, pdde_op_set_i32(u, PDDE_P_UPDATE_SHADOW, 0);
+    }
+    for (int i = 0; i < P->n; i++)
+        if (P->nodes[i] && (P->nodes[i]->flags & PDDE_TENSOR_SHADOW) && !kept[P->nodes[i]->id]) P->nodes[i]->flags &= ~(uint32_t)PDDE_TENSOR_SHADOW;
+    free(kept);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
+ * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
+ * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
+ * the producer writes bf16 itself, computing in f32 and rounding once
+ * on the store as the cast did (the same bits), and the cast becomes a view of it: one kernel and one
+ * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
+static pdde_status lower_fold_casts(lowering *L) {
+    pdde_program *P = L->P;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
+    if (!readers) return lower_oom(L);
+    for (int i = 0; i < P->n_order; i++)
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
+        if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        /* through reshapes (views) that nothing else reads, to the producer */
+        while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
+            y = y->src[0];
+        bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
+            y->dtype != PDDE_F32 || readers[y->id] != 1 ||
+            y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
+            casts_kept_on(L, y->device))
+            continue;
+        y->dtype = c->dtype;
+        if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+            y->dtype = PDDE_F32;
+            continue;
+        }
+        if (P->info[y->id].bytes) P->info[y->id].bytes = pdde_tensor_nbytes(y);
+        for (pdde_tensor *v = c->src[0]; v != y; v = v->src[0]) v->dtype = c->dtype; /* (the views between) */
+        c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW;
+    }
+    free(readers);
+    return PDDE_OK;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1115,6 +1227,8 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     P->of_user = calloc((size_t)g->n, sizeof *P->of_user), P->elsewhere = calloc((size_t)g->n, sizeof *P->elsewhere);
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
+    if (!st) st = lower_shadows(&L);
+    if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);

@@ -134,7 +134,7 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
             t->offset = d->persist_bytes;
             bool per_micro = (t->flags & PDDE_TENSOR_INPUT) && P->n_micro > 1; /* one slot per micro-batch */
             d->persist_bytes += program_aligned_bytes(t) * (per_micro ? (size_t)P->n_micro : 1);
-            if (t->flags & PDDE_TENSOR_PARAM) s->param_bytes += bytes;
+            if (t->flags & (PDDE_TENSOR_PARAM | PDDE_TENSOR_SHADOW)) s->param_bytes += bytes; /* (and their bf16 copies) */
             else if (t->flags & PDDE_TENSOR_GRAD) s->grad_bytes += bytes;
             else if (t->flags & PDDE_TENSOR_STATE) s->optimizer_bytes += bytes;
             else s->input_bytes += bytes;

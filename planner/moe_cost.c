@@ -48,8 +48,9 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     int dp = n_ranks / ep, E = p->experts, per = E / ep;
     double C = p->width, F = p->ffn, k = p->topk, esz = (double)pdde_dtype_size(p->dtype);
     double tokens = (double)p->tokens / n_ranks; /* this rank's */
-    /* rows each rank sends in one exchange: its tokens' k choices, padded to the capacity when there is one */
-    double rows = tokens * k * (p->capacity_factor > 0 ? p->capacity_factor : 1.0);
+    /* rows each rank sends in one exchange: its tokens' k choices (dropless: the routed rows only, the
+     * counts first; a capacity only drops some) */
+    double rows = tokens * k;
     out->ep = ep;
     out->imbalance = moe_rank_imbalance(p, ep);
     /* 4 exchanges a layer (dispatch and combine, forward and backward); what leaves the rank */
@@ -58,7 +59,13 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     if (ep > 1) {
         double t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, devices, ep, (int64_t)(rows * C), p->dtype);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the alltoall over %d ranks: %s", ep, pdde_last_error(ctx));
-        out->alltoall_s = 4.0 * p->layers * t;
+        /* each exchange sends the counts first (E/ep integers a peer) and packs and unpacks its rows
+         * on the host (a copy of the rows each way) */
+        double tc = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, devices, ep, per > 0 ? per : 1, PDDE_I32);
+        pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype, .bytes = 4.0 * rows * C * esz};
+        double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy);
+        if (!isfinite(tc) || !isfinite(tp)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the exchange's counts or copies: %s", pdde_last_error(ctx));
+        out->alltoall_s = 4.0 * p->layers * (t + tc + tp);
         int m0 = -1, cross = 0;
         pdde_cluster_find_device(c, devices[0], &m0);
         for (int r = 1; r < ep; r++) {
@@ -71,7 +78,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     /* the busiest rank's expert GEMMs: its rows (the mean, tokens x k, times the imbalance; at most
      * the capacity), per local expert; forward 2 GEMMs, backward 4 */
     double rank_rows = tokens * k * out->imbalance;
-    if (p->capacity_factor > 0 && rank_rows > rows) rank_rows = rows;
+    if (p->capacity_factor > 0 && rank_rows > rows * p->capacity_factor) rank_rows = rows * p->capacity_factor;
     double m = rank_rows / per > 1 ? rank_rows / per : 1;
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = (int64_t)m, .n = p->ffn, .k = p->width,
                        .dtype = p->compute_dtype};
@@ -137,4 +144,49 @@ pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const i
     return best->fits ? PDDE_OK
                       : pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe choose ep: the experts need %.3g GB a rank at best (ep %d), more than a device holds",
                                    (best->expert_param_bytes + best->expert_optimizer_bytes) / 1e9, best->ep);
+}
+
+/* ---- the planner search's MoE part ---- */
+
+PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p) {
+    *p = (pdde_moe_cost_params)PDDE_MOE_COST_PARAMS_INIT;
+    for (int i = 0; g && i < g->n; i++) {
+        const pdde_tensor *t = g->nodes[i];
+        if (t->op == PDDE_OP_MOE_TOPK && t->src[0]->ndim == 2) {
+            p->layers++, p->tokens = t->shape[0], p->topk = (int)t->shape[1], p->experts = pdde_op_i32(t, PDDE_P_MOE_EXPERTS);
+        }
+        if (t->op == PDDE_OP_MOE_GROUPED_MATMUL && t->nsrc > 1 && t->src[1]->ndim == 3 && p->ffn == 0) { /* the first: x [.., C] w1 -> [.., F] */
+            int tb = pdde_op_i32(t, PDDE_P_MOE_TRANS_B);
+            p->width = (int)t->src[1]->shape[tb ? 2 : 1], p->ffn = (int)t->src[1]->shape[tb ? 1 : 2];
+        }
+        if (t->op == PDDE_OP_MOE_DISPATCH && pdde_op_i32(t, PDDE_P_MOE_CAPACITY) > 0 && p->tokens > 0 && p->topk > 0)
+            p->capacity_factor = (float)((double)pdde_op_i32(t, PDDE_P_MOE_CAPACITY) * p->experts / ((double)p->tokens * p->topk));
+    }
+    return p->layers > 0 && p->ffn > 0 && p->width > 0 && p->experts > 1;
+}
+
+PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
+                                        const pdde_moe_cost_params *p, int ep, double *step_s, double *bytes) {
+    int n = dp * tp, nd = pdde_cluster_device_count(c);
+    int *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
+    for (int k = 0; k < n; k++) { /* the cluster's devices in order (one device may stand for every rank) */
+        int want = nd == n_plan_devices ? dev[k] : 0, seen = 0;
+        ids[k] = -1;
+        for (int m = 0; m < c->n_machines && ids[k] < 0; m++)
+            for (int i = 0; i < c->machines[m].n_devices && ids[k] < 0; i++, seen++)
+                if (seen == want) ids[k] = c->machines[m].devices[i].id;
+    }
+    /* ep over the dp axis: its experts' gradients summed over the ep group too (pdde's layout by expert
+     * sums the rows where the tokens are split); over the tp axis: not (the tokens are whole there) */
+    pdde_moe_cost_params q = *p;
+    q.grads_over_ep = tp == 1;
+    pdde_moe_cost one, with;
+    pdde_status st = pdde_moe_cost_estimate(ctx, c, ids, n, &q, 1, &one);
+    if (!st) st = pdde_moe_cost_estimate(ctx, c, ids, n, &q, ep, &with);
+    free(ids);
+    if (st) return st;
+    *step_s = with.step_s - one.step_s;
+    *bytes = with.expert_param_bytes + with.expert_optimizer_bytes - one.expert_param_bytes - one.expert_optimizer_bytes;
+    return PDDE_OK;
 }

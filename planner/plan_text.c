@@ -29,6 +29,7 @@ int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
         plan_append(buf, n, &k, ",shares=", 0);
         for (int i = 0; i < p->dp && i < PDDE_PLAN_MAX_SHARES; i++) plan_append(buf, n, &k, i ? ":%d" : "%d", p->shares[i]);
     }
+    if (p->ep > 1) plan_append(buf, n, &k, ",ep=%d", p->ep);
     if (p->place[0]) {
         k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, ",place=%.15s", p->place);
         if (p->place_last > 0) plan_append(buf, n, &k, ":%d", p->place_first), plan_append(buf, n, &k, "-%d", p->place_last - 1);
@@ -68,7 +69,7 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
         memcpy(key, s, (size_t)len), key[len] = 0, s = value = s + len + 1;
         int *v = !strcmp(key, "dp") ? &p.dp : !strcmp(key, "tp") ? &p.tp : !strcmp(key, "pp") ? &p.pp : !strcmp(key, "mb") ? &p.micro
                : !strcmp(key, "zero") ? &p.zero : !strcmp(key, "recompute") ? &p.recompute : !strcmp(key, "chunks") ? &p.chunks
-               : !strcmp(key, "blocks") ? &p.stage_blocks : NULL;
+               : !strcmp(key, "blocks") ? &p.stage_blocks : !strcmp(key, "ep") ? &p.ep : NULL;
         if (!strcmp(key, "stages")) {
             if ((n_stage_layers = plan_parse_list(&s, stage_layers, PDDE_PLAN_MAX_STAGES, 1)) < 0)
                 return plan_parse_fail(out, key, "layers per stage, each >= 1, as A:B:.. (at most 64)", value);
@@ -97,7 +98,7 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
             if (!strcmp(word, "gpipe")) p.schedule = PDDE_PIPELINE_GPIPE;
             s += strlen(word);
         } else if (!v) {
-            return plan_parse_fail(out, key, "dp tp pp mb zero recompute chunks stages rc comm sched blocks shares place",
+            return plan_parse_fail(out, key, "dp tp pp mb zero recompute chunks stages rc comm sched blocks shares place ep",
                                    key);
         } else if (sscanf(s, "%d%n", v, &consumed) != 1) {
             return plan_parse_fail(out, key, "an integer", value);

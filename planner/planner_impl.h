@@ -32,6 +32,10 @@
 #if defined(PDDE_HAVE_UCX) && !defined(PDDE_NO_COMM) && __has_include("../comm/comm.c")
 #define PDDE_HAVE_COMM 1
 #endif
+/* the parameter server's table and in-process client need no transport: in every build that has the file */
+#if !defined(PDDE_NO_COMM) && __has_include("../comm/ps.c")
+#define PDDE_HAVE_PS 1
+#endif
 
 /* ------------------------------------------------------------------------------------------------
  * The graph (pdde.c builds it; the context is backends/backend_impl.h's) */
@@ -95,15 +99,20 @@ static inline pdde_tensor *storage_root(pdde_tensor *t) {
     while (is_root_sharing(t)) t = t->src[0];
     return t;
 }
-/* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer. */
-static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE; }
+/* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer, as
+ * do the parameters' low-precision copies that their updates keep (PDDE_TENSOR_SHADOW). */
+static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE || (t->flags & PDDE_TENSOR_SHADOW); }
 /* An optimizer's update: writes its parameter, gradient and state in place. */
 static inline bool is_update(const pdde_tensor *t) { return t->op == PDDE_OP_ADAMW_UPDATE || t->op == PDDE_OP_SGD_UPDATE; }
 /* An update's squared gradient norm source (clipping, loss scaling), after its parameter, gradient and
  * state; NULL without one. */
 static inline pdde_tensor *update_norm(const pdde_tensor *u) {
-    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3;
-    return u->nsrc > plain ? u->src[plain] : NULL;
+    int plain = u->op == PDDE_OP_ADAMW_UPDATE ? 4 : 3, shadow = pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) != 0;
+    return u->nsrc > plain + shadow ? u->src[plain] : NULL;
+}
+/* The parameter's low-precision copy an update rewrites (its last source), or NULL. */
+static inline pdde_tensor *update_shadow(const pdde_tensor *u) {
+    return pdde_op_i32(u, PDDE_P_UPDATE_SHADOW) ? u->src[u->nsrc - 1] : NULL;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -188,6 +197,13 @@ PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
 /* simulate.c: plan (on devices dev[rank], indices into d) simulated from its real programs, pp->build
  * making its graph and pp->cluster the devices: fills step_s, bubble_s (the most idle rank's idle),
  * peak_bytes, peak_device and why (out of memory on a device). */
+/* moe_cost.c: the MoE layers of a forward graph as cost parameters (0: it has none), and what expert
+ * parallelism of degree ep changes against ep 1 for a plan of dp x tp ranks on the cluster's devices
+ * (dev: indices into pdde_plan_devices, whose order the cluster's devices follow): step time and the
+ * experts' bytes on a rank. */
+PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p);
+PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
+                                        const pdde_moe_cost_params *p, int ep, double *step_s, double *bytes);
 PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d, const pdde_plan_params *pp, const int *dev,
                                        pdde_plan *plan);
 

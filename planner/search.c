@@ -843,6 +843,8 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
         goto done;
     }
     plan_order_devices(d, order);
+    pdde_moe_cost_params moe = PDDE_MOE_COST_PARAMS_INIT;
+    bool has_moe = pp.cluster && plan_moe_params(g, &moe); /* (expert parallelism: by the MoE cost model, on the cluster) */
 
     /* Plans on every device, and on fewer that leave the slowest out: on small clusters any number,
      * on big ones only without the devices under half the fastest's speed. */
@@ -896,6 +898,19 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                         memset(&cand, 0, sizeof cand);
                                         double t = plan_evaluate(&e, &cand, best, arg, false);
                                         if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
+                                        /* the MoE layers' experts split over the dp axis (tp 1) or the tp axis:
+                                         * the step and the memory change as the MoE cost model says */
+                                        int ep = tp > 1 ? tp : dpd;
+                                        if (has_moe && pipe == 1 && !e.place && !e.no_link && ep > 1 && moe.experts % ep == 0 && cand.step_s < DBL_MAX) {
+                                            double dt = 0, dm = 0;
+                                            pdde_moe_cost_params q = moe;
+                                            q.zero = zero;
+                                            if ((st = plan_moe_delta(ctx, pp.cluster, N, dev, dpd, tp, &q, ep, &dt, &dm))) goto done;
+                                            pdde_plan with = cand;
+                                            with.ep = ep, with.step_s += dt, with.peak_bytes += dm; /* (a plan that did not fit: its time had it fitted) */
+                                            if (with.step_s > 0 && with.peak_bytes <= d->memory[with.peak_device >= 0 ? with.peak_device : dev[0]])
+                                                with.why[0] = 0, plan_keep(plans, &nf, keep_fit, &with, with.step_s);
+                                        }
                                         else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, e.place ? plan_placed_unconstrained(&e) : plan_unconstrained(&e));
                                     }
                         }

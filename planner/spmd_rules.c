@@ -131,7 +131,16 @@ static void spmd_finish(spmd_ctx *c, const int *order) {
         }
         /* a tensor is never partial over an axis it (or the output) is split over */
         unsigned keep = c->linear >> k & 1 ? c->in[k].partial & ~out_axes & ~attr_split_axes(r) : 0;
-        if (!c->additive) keep &= ~taken, taken |= keep; /* x*y: one partial factor per axis */
+        if (!c->additive) {
+            /* a pending average times another factor's mean marker (a local mean's gradient): the
+             * product would need both divisions by the axis size and its reduction gives one, so
+             * the average is reduced first */
+            unsigned marked = 0;
+            for (int j = 0; j < c->nsrc; j++)
+                if (j != k) marked |= c->in[j].partial_avg & ~c->in[j].partial;
+            keep &= ~(c->in[k].partial_avg & marked);
+            keep &= ~taken, taken |= keep; /* x*y: one partial factor per axis */
+        }
         r->partial = (uint8_t)keep;
         /* reducing a partial gives true values: their mean marker goes */
         r->partial_avg = (uint8_t)(c->in[k].partial_avg & ~(c->in[k].partial & ~keep));
@@ -251,7 +260,20 @@ static void spmd_rule_softmax_back(spmd_ctx *c) {
 
 /* attention (q, k, v [B,H,T,D]) -> [B,H,T,D+1]: batch and heads are independent (data and head
  * parallel); a row needs every key and the whole head dim, so T and D stay whole. */
+/* The packed form (pdde_attention_qkv): qkv [B,T,H*3D] -> [B,T,H*D], head-major, so a split of the last
+ * dim is a split over whole heads in both (the strategy splits on head boundaries) */
+static bool spmd_attention_packed(spmd_ctx *c) {
+    if (pdde_op_i32(c->node, PDDE_P_ATTENTION_QKV_D) <= 0) return false;
+    for (int k = 0; k < c->node->nsrc; k++) strcpy(c->dims[k], "bth");
+    strcpy(c->out_dims, "bth");
+    spmd_pin(c, 't');
+    if (c->node->op == PDDE_OP_ATTENTION_BACK) c->linear = 1u << 2; /* linear in dy */
+    spmd_einsum(c, NULL);
+    return true;
+}
+
 static void spmd_rule_attention(spmd_ctx *c) {
+    if (spmd_attention_packed(c)) return;
     for (int k = 0; k < 3; k++) strcpy(c->dims[k], "bhtd");
     strcpy(c->out_dims, "bhte");
     spmd_pin(c, 't'), spmd_pin(c, 'd');
@@ -260,6 +282,7 @@ static void spmd_rule_attention(spmd_ctx *c) {
 
 /* attention_back (q, k, v, y, dy) -> [3,B,H,T,D] (dq, dk, dv): as the forward; linear in dy */
 static void spmd_rule_attention_back(spmd_ctx *c) {
+    if (spmd_attention_packed(c)) return;
     for (int k = 0; k < 3; k++) strcpy(c->dims[k], "bhtd");
     strcpy(c->dims[3], "bhte"), strcpy(c->dims[4], "bhte");
     strcpy(c->out_dims, "xbhtd");
@@ -502,9 +525,12 @@ static void spmd_rule_grad_norm_sq(spmd_ctx *c) {
 static void spmd_rule_update(spmd_ctx *c) {
     pdde_dist_attr m = c->in[0];
     m.partial = m.partial_avg = 0;
+    /* the parameter's bf16 copy (its last source, PDDE_P_UPDATE_SHADOW) is taken as it is: lowering keeps
+     * it only where the update writes the whole parameter the cast reads */
+    int shadow = pdde_op_i32(c->node, PDDE_P_UPDATE_SHADOW) ? c->nsrc - 1 : -1;
     for (int k = 2; k < c->nsrc; k++) {
         const pdde_tensor *s = c->node->src[k];
-        if (s->op == PDDE_OP_GRAD_NORM_SQ) continue;
+        if (s->op == PDDE_OP_GRAD_NORM_SQ || k == shadow) continue;
         for (int d = 0; d < s->ndim; d++) {
             int ax = c->in[k].dims_mapping[d];
             if (ax < 0 || m.dims_mapping[d] == ax) continue;
@@ -515,6 +541,7 @@ static void spmd_rule_update(spmd_ctx *c) {
     }
     for (int k = 0; k < c->nsrc; k++) {
         if (c->node->src[k]->op == PDDE_OP_GRAD_NORM_SQ) c->req[k] = attr_replicated(c->mesh, 1);
+        else if (k == shadow) c->req[k] = c->in[k];
         else c->req[k] = m, c->req[k].ndim = (int8_t)c->node->src[k]->ndim;
     }
     c->out = m;
@@ -570,7 +597,9 @@ static void spmd_rule_moe_permute(spmd_ctx *c) {
     if (c->nsrc > 2) strcpy(c->dims[2], y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nc" : "nj");
     strcpy(c->out_dims, y->op == PDDE_OP_MOE_COMBINE_BACK_W ? "nj" : y->op == PDDE_OP_MOE_DISPATCH ? buf : "nc");
     c->linear = 1u | (c->nsrc > 2 ? 1u << 2 : 0);
-    if (!by_expert) spmd_moe_tokens(c, 'n');
+    /* the kernels address a token's rows by its global expert id: the experts stay whole here (a
+     * buffer split by expert is gathered or exchanged back, never combined as a partial sum) */
+    spmd_moe_tokens(c, 'n');
     int order[3] = {1, 0, 2}; /* the ids first: their tokens' split wins */
     spmd_einsum(c, by_expert ? order : NULL);
 }
@@ -590,8 +619,16 @@ static void spmd_rule_moe_grouped_matmul(spmd_ctx *c) {
             int order[2] = {1, 0};
             spmd_einsum(c, order);
         } else {
+            /* experts split over the tokens' axis (expert parallelism on the dp axis): E whole, the
+             * rows summed where the tokens are (a reduce-scatter into the experts' shards), since on
+             * the experts' side the rows come from several ranks' local means (their sum would be
+             * the axis size too big). Experts split over another axis (the tokens whole there: the
+             * tensor-parallel axis) keep that split: each rank sums its own experts' rows and the
+             * gradient is partial over the tokens' axis only. */
             strcpy(c->dims[0], "enk"), strcpy(c->dims[1], "enm"), strcpy(c->out_dims, "ekm");
-            spmd_pin(c, 'e');
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++)
+                    if (c->in[a].dims_mapping[1] >= 0 && c->in[a].dims_mapping[1] == c->in[b].dims_mapping[0]) spmd_pin(c, 'e');
             spmd_einsum(c, NULL);
         }
         return;

@@ -179,6 +179,7 @@ static float atomicAdd(float *p, float v) {
 }
 
 #define PDDE_FLASH_EMU
+#include "../backends/cuda_att_layout.cuh"
 #include "../backends/cuda_flash.cuh"
 #include "../backends/cuda_flash2.cuh"
 
@@ -189,21 +190,21 @@ static struct {
     const uint16_t *q, *k, *v;
     float *y, *out;
     const float *dy, *rowdot;
-    long long BH, T;
+    long long BH, T, H; /* H: the layout (0: heads apart; > 0: packed qkv, cuda_att_layout.cuh) */
     int D;
     float scale;
 } L;
 static void body_fwd() {
-    if (L.D == 64) flash_fwd<64>(emu_sm, L.q, L.k, L.v, L.y, L.T, L.scale);
-    else flash_fwd<128>(emu_sm, L.q, L.k, L.v, L.y, L.T, L.scale);
+    if (L.D == 64) flash_fwd<64>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H);
+    else flash_fwd<128>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H);
 }
 static void body_dq() {
-    if (L.D == 64) flash_dq<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.T, L.scale);
-    else flash_dq<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.T, L.scale);
+    if (L.D == 64) flash_dq<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    else flash_dq<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
 }
 static void body_dkv() {
-    if (L.D == 64) flash_dkv<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale);
-    else flash_dkv<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale);
+    if (L.D == 64) flash_dkv<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    else flash_dkv<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
 }
 static void launch(void (*body)(void)) {
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
@@ -252,7 +253,9 @@ static void check(const char *what, double e, double tol, const char *label) {
     printf("%s %-34s %-6s NMSE %.3g (bound %.3g)\n", ok ? "ok  " : "FAIL", label, what, e, tol);
 }
 
-static void run_case(long long BH, long long T, int D) {
+/* H = 0: q, k, v [BH, T, D] apart; H > 0: the same values packed in qkv [BH / H, T, H*3*D] (pdde_attention_qkv),
+ * y [BH / H, T, H*D] and the logsumexp after it, dqkv in qkv's layout; gathered back to compare alike. */
+static void run_case(long long BH, long long T, int D, long long H) {
     long long n = BH * T * D, Dy = D + 1;
     float scale = 1.0f / sqrtf((float)D);
     uint16_t *q = new uint16_t[n], *k = new uint16_t[n], *v = new uint16_t[n];
@@ -261,14 +264,38 @@ static void run_case(long long BH, long long T, int D) {
     for (long long i = 0; i < BH * T * Dy; i++) dy[i] = urand(), y[i] = NAN; /* (poisoned: every element must be written) */
     for (long long i = 0; i < 3 * n; i++) out[i] = NAN;
     L.q = q, L.k = k, L.v = v, L.y = y, L.out = out, L.dy = dy, L.rowdot = rowdot, L.BH = BH, L.T = T, L.D = D, L.scale = scale;
+    L.H = H;
+    uint16_t *qkv = H ? new uint16_t[3 * n] : NULL;
+    float *py = H ? new float[n + BH * T] : NULL, *pdy = H ? new float[n] : NULL, *pout = H ? new float[3 * n] : NULL;
+    if (H) { /* row r = bh T + t of head bh = b H + h: qkv row (b T + t), columns h 3D + [0, D) q, [D, 2D) k, [2D, 3D) v */
+        for (long long r = 0; r < BH * T; r++)
+            for (int d = 0; d < D; d++) {
+                long long t = r % T, bh = r / T, pr = ((bh / H) * T + t) * 3 * H * D + (bh % H) * 3 * D, yr = ((bh / H) * T + t) * H * D + (bh % H) * D;
+                qkv[pr + d] = q[r * D + d], qkv[pr + D + d] = k[r * D + d], qkv[pr + 2 * D + d] = v[r * D + d];
+                pdy[yr + d] = dy[r * Dy + d];
+            }
+        for (long long i = 0; i < n + BH * T; i++) py[i] = NAN;
+        for (long long i = 0; i < 3 * n; i++) pout[i] = NAN;
+        L.q = qkv, L.k = qkv + D, L.v = qkv + 2 * D, L.y = py, L.dy = pdy, L.out = pout;
+    }
     launch(body_fwd);
     for (long long r = 0; r < BH * T; r++) { /* k_flash_rowdot */
         float dot = 0.0f;
-        for (int d = 0; d < D; d++) dot += dy[r * Dy + d] * y[r * Dy + d];
+        for (int d = 0; d < D; d++) dot += L.dy[att_y(r, T, D, H) + d] * L.y[att_y(r, T, D, H) + d];
         rowdot[r] = dot;
     }
     launch(body_dq);
     launch(body_dkv);
+    if (H) { /* back to the layout the reference is compared in */
+        for (long long r = 0; r < BH * T; r++) {
+            for (int d = 0; d < D; d++) {
+                y[r * Dy + d] = py[att_y(r, T, D, H) + d];
+                for (int w = 0; w < 3; w++) out[w * n + r * D + d] = pout[att_out(r, w, BH * T, T, D, H) + d];
+            }
+            y[r * Dy + D] = py[att_lse(r, BH * T, D, H)];
+        }
+        delete[] qkv, delete[] py, delete[] pdy, delete[] pout;
+    }
     /* float64 reference from the same bf16 inputs */
     double *ry = new double[BH * T * Dy], *rg = new double[3 * n], *p = new double[T];
     float *gy = new float[BH * T * D];
@@ -305,7 +332,7 @@ static void run_case(long long BH, long long T, int D) {
             }
         }
     char label[64];
-    snprintf(label, sizeof label, "BH %lld T %lld D %d", BH, T, D);
+    snprintf(label, sizeof label, "BH %lld T %lld D %d%s", BH, T, D, H ? " packed" : "");
     for (long long r = 0; r < BH * T; r++)
         for (int d = 0; d < D; d++) gy[r * D + d] = y[r * Dy + d], ryo[r * D + d] = ry[r * Dy + d];
     float *lse = new float[BH * T];
@@ -323,7 +350,7 @@ static void run_case(long long BH, long long T, int D) {
     uint16_t *dob = new uint16_t[BH * T * D];
     float *stats = new float[2 * BH * T];
     L_dob = dob, L_stats = stats;
-    for (int late = 0; late < 2; late++) {
+    for (int late = 0; !H && late < 2; late++) { /* (q, k, v apart only: flash2 takes no packed node) */
         for (long long i = 0; i < 3 * n; i++) out[i] = NAN;
         emu_cp_late = late, emu_cp_overflow = 0;
         launch2();
@@ -356,12 +383,14 @@ static void run_case(long long BH, long long T, int D) {
 
 int main(int argc, char **argv) {
     (void)argv;
-    run_case(1, 67, 64);   /* one head, T not a multiple of the tiles */
-    run_case(3, 130, 64);  /* several heads, three query tiles, the last of 2 rows */
-    run_case(2, 75, 128);  /* D 128 */
-    run_case(2, 200, 64);  /* flash2: several key tiles, query tiles ending mid-tile */
-    run_case(1, 143, 128); /* flash2 at D 128: three key tiles */
-    if (argc > 1) run_case(1, 300, 128);
+    run_case(1, 67, 64, 0);   /* one head, T not a multiple of the tiles */
+    run_case(3, 130, 64, 0);  /* several heads, three query tiles, the last of 2 rows */
+    run_case(2, 75, 128, 0);  /* D 128 */
+    run_case(6, 70, 64, 3);   /* packed qkv (pdde_attention_qkv): 2 batch rows of 3 heads */
+    run_case(2, 67, 128, 2);  /* packed, D 128 */
+    run_case(2, 200, 64, 0);  /* flash2: several key tiles, query tiles ending mid-tile */
+    run_case(1, 143, 128, 0); /* flash2 at D 128: three key tiles */
+    if (argc > 1) run_case(1, 300, 128, 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -214,6 +214,19 @@ static pdde_tensor *b_mlp(pdde_graph *g, const op_case *c) {
     return pdde_cross_entropy(g, pdde_matmul(g, ln, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
 }
 
+/* the same under a bf16 compute dtype, layernorm first: the updates rewrite the weights' bf16 copies,
+ * and the layernorm and the bias_gelu write bf16 for the matmuls after them (their casts folded in) */
+static pdde_tensor *b_mlp_bf16(pdde_graph *g, const op_case *c) {
+    (void)c;
+    g_vocab = 7;
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *x = P(g, "x", 2, 9, 13, 0, 0);
+    pdde_tensor *ln = pdde_layernorm(g, x, P(g, "gamma", 1, 13, 0, 0, 0), P(g, "beta", 1, 13, 0, 0, 0), 1e-5f);
+    pdde_tensor *w1 = P(g, "w1", 2, 13, 17, 0, 0), *b1 = P(g, "b1", 1, 17, 0, 0, 0), *w2 = P(g, "w2", 2, 17, 7, 0, 0);
+    pdde_tensor *h = pdde_bias_gelu(g, pdde_matmul(g, ln, w1, 0, 0), b1);
+    return pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags, trans_b}. The MoE ops have i32 expert
@@ -236,6 +249,10 @@ static pdde_tensor *b_moe(pdde_graph *g, const op_case *c) {
 #define T_DEF 1e-10 /* f32 round-off of one op, a few ulp of reordered sums */
 #define T_MM 1e-9   /* long dot products in another order */
 #define T_EXACT 0.0 /* data movement, casts, masks: bit for bit */
+/* bf16 values made from f32 results that differ by an ulp of reordering round to bf16 neighbours where
+ * they straddle a rounding boundary: such an element moves by 2^-8 relative; a few of them in a
+ * 13-17 term product bound the NMSE by about 1e-6 */
+#define T_LOWP 1e-6
 
 static const op_case cases[] = {
     /* matmul {M, N, K, ta, tb, batch, shared} */
@@ -353,6 +370,8 @@ static const op_case cases[] = {
     {"attention_unfused", b_attention, {2, 3, 16, 8, 1}, 1, T_DEF}, /* (not an op name: any node on the device counts) */
     {"adamw_update", b_mlp, {1}, 3, T_DEF},
     {"sgd_update", b_mlp, {0}, 3, T_DEF},
+    {"adamw_update", b_mlp_bf16, {1}, 3, T_LOWP},
+    {"sgd_update", b_mlp_bf16, {0}, 3, T_LOWP},
     /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
     {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
@@ -751,6 +770,77 @@ static void test_fused_attention(const options *o, int device) {
     }
     unsetenv("PDDE_ATTENTION");
     if (cuda_saved) setenv("PDDE_CUDA_ATTENTION", cuda_saved, 1), free(cuda_saved);
+}
+
+/* The packed form (pdde_attention_qkv): qkv [B, T, H*3*D] -> y [B, T, H*D] against the unfused reference
+ * on slices and permutes of the same qkv (the layout the GPT block had before): y and qkv's gradient, on
+ * every path of a GPU device, and no slice or permute left in the fused graph. */
+static pdde_tensor *attention_qkv_graph(pdde_graph *g, const int64_t *s, bool fused, pdde_dtype dt, const pdde_tensor **checks) {
+    int64_t B = s[0], H = s[1], T = s[2], D = s[3], C = H * D;
+    pdde_tensor *qkv = pdde_param(g, "qkv", 3, (int64_t[]){B, T, 3 * C}, 0.0f), *y, *part[3];
+    pdde_graph_set_compute_dtype(g, dt);
+    if (fused) {
+        y = pdde_attention_qkv(g, qkv, (int)H);
+    } else {
+        pdde_split(g, pdde_reshape(g, qkv, 5, (int64_t[]){B, T, H, 3, D}), 3, 3, part);
+        for (int i = 0; i < 3; i++) part[i] = pdde_permute(g, pdde_reshape(g, part[i], 4, (int64_t[]){B, T, H, D}), (int[]){0, 2, 1, 3});
+        y = pdde_reshape(g, pdde_permute(g, pdde_attention_unfused(g, part[0], part[1], part[2]), (int[]){0, 2, 1, 3}), 3,
+                         (int64_t[]){B, T, C});
+    }
+    pdde_graph_set_compute_dtype(g, PDDE_F32);
+    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, pdde_input(g, "dy_weights", PDDE_F32, 3, (int64_t[]){B, T, C})), -1, 0);
+    pdde_mark_output(y);
+    pdde_backward(g, loss);
+    checks[0] = y, checks[1] = qkv->grad;
+    return loss;
+}
+
+static void test_packed_attention(const options *o, int device) {
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    static const pdde_dtype dtypes[3] = {PDDE_F32, PDDE_BF16, PDDE_F16};
+    bool gpu = strcmp(props.backend, "cpu") != 0;
+    const char *env[1] = {"PDDE_CUDA_ATTENTION"};
+    char *saved[1];
+    for (int i = 0; i < 1; i++) saved[i] = getenv(env[i]) ? strdup(getenv(env[i])) : NULL;
+    unsetenv("PDDE_CUDA_ATTENTION");
+    for (int pi = 0; pi < (gpu ? 3 : 1); pi++)
+    for (int di = 0; di < 3; di++)
+    for (size_t si = 0; si < sizeof attention_shapes / sizeof *attention_shapes; si++) {
+        const int64_t *s = attention_shapes[si];
+        pdde_dtype dt = dtypes[di];
+        if (gpu) setenv("PDDE_ATTENTION", attention_paths[pi], 1);
+        char label[128];
+        snprintf(label, sizeof label, "packed attention %s B%lld H%lld T%lld D%lld on %s%s%s", pdde_dtype_name(dt), (long long)s[0],
+                 (long long)s[1], (long long)s[2], (long long)s[3], props.backend, gpu ? " path " : "", gpu ? attention_paths[pi] : "");
+        pdde_graph *gf, *gu;
+        const pdde_tensor *cf[2], *cu[2];
+        pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
+        attention_qkv_graph(gf, s, true, dt, cf), attention_qkv_graph(gu, s, false, PDDE_F32, cu);
+        bool clean = graph_has_op(gf, "attention") && graph_has_op(gf, "attention_back") && !graph_has_op(gf, "softmax") &&
+                     !graph_has_op(gf, "slice") && !graph_has_op(gf, "slice_back") && !graph_has_op(gf, "permute");
+        CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK && clean, "%s: graphs (fused, no slice or permute): %s",
+              label, pdde_last_error(o->ctx));
+        results got, ref;
+        pdde_status st = run_fused_and_reference(o, gf, gu, device, 2000 + (int)si, cf, cu, 2, &got, &ref);
+        CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
+        for (int k = 0; st == PDDE_OK && k < 2; k++) {
+            double e = nmse(got.v[k], ref.v[k], got.len[k]), worst = 0, tol = attention_tolerance(dt, k > 0);
+            for (int64_t i = 0; i < got.len[k]; i++) worst = fmax(worst, fabs(got.v[k][i] - ref.v[k][i]));
+            /* T = 1: dq and dk are round-off (see test_fused_attention), dv exact: an absolute bound */
+            bool ok = e <= tol || (s[2] == 1 && k && worst <= 1e-6);
+            CHECK(got.len[k] == ref.len[k] && ok, "%s: %s NMSE %.3g > %.3g (largest difference %.3g)", label, k ? "qkv.grad" : "output",
+                  e, tol, worst);
+            if (o->verbose) printf("  %-72s %-8s NMSE %.3g (bound %.3g)\n", label, k ? "qkv.grad" : "output", e, tol);
+        }
+        results_free(&got), results_free(&ref);
+        pdde_graph_free(gf), pdde_graph_free(gu);
+    }
+    unsetenv("PDDE_ATTENTION");
+    for (int i = 0; i < 1; i++) {
+        if (saved[i]) setenv(env[i], saved[i], 1), free(saved[i]);
+        else unsetenv(env[i]);
+    }
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -1295,7 +1385,7 @@ int main(int argc, char **argv) {
             }
         }
         if (!o.perf && !o.op) test_vocab_offset(ctx, devs[k]);
-        if (!o.perf && (!o.op || !strcmp(o.op, "attention"))) test_fused_attention(&o, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "attention"))) test_fused_attention(&o, devs[k]), test_packed_attention(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update"))) test_multi_tensor_adamw(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update"))) test_update_nonfinite_norm(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu"))) test_fused_bias_gelu(&o, devs[k]);
@@ -1305,7 +1395,7 @@ int main(int argc, char **argv) {
         n_unsupported = 0;
     }
     if (!o.perf && !o.op && !o.backend) test_vocab_offset(ctx, 0); /* the CPU, the reference (not among devs) */
-    if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend) test_fused_attention(&o, 0);
+    if (!o.perf && (!o.op || !strcmp(o.op, "attention")) && !o.backend) test_fused_attention(&o, 0), test_packed_attention(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update")) && !o.backend) test_multi_tensor_adamw(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update")) && !o.backend) test_update_nonfinite_norm(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu")) && !o.backend) test_fused_bias_gelu(&o, 0);

@@ -6,6 +6,7 @@
  * (stages), forward, backward and optimizer nodes; bad annotations and meshes. */
 #define _GNU_SOURCE /* open_memstream */
 #include "pdde.h"
+#include "pdde_extension.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 #include <stdlib.h>
@@ -414,25 +415,34 @@ static void check_head_parallel(pdde_graph *g, int dp, int tp) {
     CHECK_ATTR(&pw->dist, MAP(tp, -1), 0, 0);
     CHECK_ATTR(&find(g, "h0.proj.b")->dist, MAP(-1), 0, 0);
     pdde_tensor *qkv = consumer(g, consumer(g, aw, PDDE_OP_MATMUL, 1), PDDE_OP_ADD, 0);
-    pdde_tensor *heads5 = qkv ? consumer(g, qkv, PDDE_OP_RESHAPE, 0) : NULL;
     CHECK(qkv && dims_are(&qkv->dist, MAP(dp, -1, tp)), "qkv: %s", qkv ? str(&qkv->dist) : "none");
-    CHECK(heads5 && heads5->ndim == 5 && dims_are(&heads5->dist, MAP(dp, -1, tp, -1, -1)), "[B,T,H,3,D]: %s",
-          heads5 ? str(&heads5->dist) : "none");
     pdde_tensor *att = NULL, *back = NULL;
     for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = pdde_graph_tensor(g, i);
         if (t->op == PDDE_OP_ATTENTION && t->layer == 1 && !att) att = t;
-        if (t->op == PDDE_OP_ATTENTION_BACK && t->src[3] == att && att) back = t;
+        if (t->op == PDDE_OP_ATTENTION_BACK && att && t->src[pdde_op_i32(t, PDDE_P_ATTENTION_QKV_D) > 0 ? 1 : 3] == att) back = t;
     }
     CHECK(att && back, "attention nodes");
     if (!att || !back) return;
-    const pdde_tensor *heads[] = {att->src[0], att->src[1], att->src[2], att};
-    for (int i = 0; i < 4; i++) {
-        CHECK_ATTR(&heads[i]->dist, MAP(dp, tp, -1, -1), 0, 0);
-        CHECK(heads[i]->shape[1] == gpt_cfg.heads, "[B,H,T,x]");
+    if (pdde_op_i32(att, PDDE_P_ATTENTION_QKV_D) > 0) {
+        /* packed (pdde_attention_qkv): qkv read in place, its columns split over tp are whole heads; the
+         * output [B,T,C] and the backward's [B,T,3C] split on their columns alike */
+        CHECK(att->src[0] == qkv, "the packed attention reads qkv itself");
+        CHECK_ATTR(&att->dist, MAP(dp, -1, tp), 0, 0);
+        CHECK_ATTR(&back->dist, MAP(dp, -1, tp), 0, 0);
+        for (int k = 0; k < back->nsrc; k++) CHECK_ATTR(pdde_op_input_dist_attr(g, back, k), MAP(dp, -1, tp), 0, 0);
+    } else {
+        pdde_tensor *heads5 = consumer(g, qkv, PDDE_OP_RESHAPE, 0);
+        CHECK(heads5 && heads5->ndim == 5 && dims_are(&heads5->dist, MAP(dp, -1, tp, -1, -1)), "[B,T,H,3,D]: %s",
+              heads5 ? str(&heads5->dist) : "none");
+        const pdde_tensor *heads[] = {att->src[0], att->src[1], att->src[2], att};
+        for (int i = 0; i < 4; i++) {
+            CHECK_ATTR(&heads[i]->dist, MAP(dp, tp, -1, -1), 0, 0);
+            CHECK(heads[i]->shape[1] == gpt_cfg.heads, "[B,H,T,x]");
+        }
+        CHECK_ATTR(&back->dist, MAP(-1, dp, tp, -1, -1), 0, 0);
+        for (int k = 0; k < back->nsrc; k++) CHECK_ATTR(pdde_op_input_dist_attr(g, back, k), MAP(dp, tp, -1, -1), 0, 0);
     }
-    CHECK_ATTR(&back->dist, MAP(-1, dp, tp, -1, -1), 0, 0);
-    for (int k = 0; k < back->nsrc; k++) CHECK_ATTR(pdde_op_input_dist_attr(g, back, k), MAP(dp, tp, -1, -1), 0, 0);
     pdde_tensor *ln1 = consumer(g, find(g, "h0.ln1.g"), PDDE_OP_LAYERNORM, 1);
     pdde_tensor *ln2 = consumer(g, find(g, "h0.ln2.g"), PDDE_OP_LAYERNORM, 1), *at = NULL;
     int n = forward_collectives(g, 1, &at);

@@ -105,6 +105,24 @@ static void test_compute(void) {
     c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = 0;
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3, 1e-12, 0), "nor the attention curve: the GEMMs");
     c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION] = c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD] = 1;
+    /* bf16 attention on a GPU with the half curves (its tiled kernels measured whole): the curve alone,
+     * no GEMM time (2e6 B at 1e6 B in 200 / 500 us); f32 keeps GEMMs + fused curve; a CPU never takes them */
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF] = c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD] = 1;
+    c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF][0] = (pdde_curve_point){1e6, 200e-6};
+    c->specs[0].curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD][0] = (pdde_curve_point){1e6, 500e-6};
+    pdde_cost_op hop = op, hback = att_back;
+    hop.dtype = hback.dtype = PDDE_BF16;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hop), 400e-6, 1e-12, 0), "bf16 attention on a GPU: its half curve: %g s",
+          pdde_cost_compute_time(ctx, c, 0, &hop));
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hback), 1e-3, 1e-12, 0), "and its backward's half curve");
+    hop.dtype = PDDE_F16;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hop), 400e-6, 1e-12, 0), "f16 attention too");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), 1e-3 + 160e-6, 1e-12, 0), "f32 attention: its GEMMs and the fused curve");
+    c->specs[0].kind = PDDE_DEVICE_CPU;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hback), 1e-3 + 60e-6, 1e-12, 0), "a CPU's bf16 attention: not the half curve");
+    c->specs[0].kind = PDDE_DEVICE_GPU;
+    c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF] = c->specs[0].n_curve[PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD] = 0;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &hop), 1e-3 + 160e-6, 1e-12, 0), "without the half curves: as f32's");
     /* the classes split off for their backward: their own curve, else the broader class's */
     pdde_cost_op gelu = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GELU, .bytes = 500500};
     CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &gelu), 50.5e-6, 1e-9, 0), "gelu without its curve: the elementwise one");
@@ -766,6 +784,61 @@ static void test_plan_devices_calibrated(void) {
     pdde_cluster_free(c);
 }
 
+/* The planner search on an MoE GPT (64 experts of 1024 x 8192, 2 MoE blocks: 34 GB of expert
+ * parameters, gradients and AdamW state) on one machine of 4 devices of 16 GiB: with a cluster it
+ * tries the experts split over ep ranks (pdde_plan.ep, by pdde_moe_cost_estimate): the best plan
+ * splits them, its time is the same plan's at ep 1 (pdde_plan_evaluate) plus the MoE model's
+ * difference, and the text form carries ep; without a cluster no plan has ep. */
+static void test_moe_plan_search(void) {
+    pdde_cluster *c = make_cluster(1, 4);
+    pdde_plan_devices d;
+    CHECK(pdde_plan_devices_init(ctx, c, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    gpt_config cfg = {.vocab = 256, .ctx = 128, .layers = 2, .heads = 8, .width = 1024, .batch = 16, .ffn = 8192, .moe_experts = 64, .moe_topk = 2};
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    gpt_model m;
+    CHECK(gpt_build(g, &cfg, &m) == PDDE_OK, "gpt: %s", pdde_last_error(ctx));
+    pdde_plan plans[16];
+    int nf = 0, nr = 0;
+    for (int with_cluster = 0; with_cluster <= 1; with_cluster++) {
+        pdde_plan_params pp = PDDE_PLAN_PARAMS_INIT;
+        pp.batch = cfg.batch, pp.tp_divisor = cfg.heads, pp.no_pp = 1, pp.cluster = with_cluster ? c : NULL;
+        pdde_status st = pdde_plan_search(g, &d, &pp, plans, 16, &nf, &nr);
+        int with_ep = 0;
+        for (int i = 0; i < nf; i++) with_ep += plans[i].ep > 1;
+        if (!with_cluster) {
+            CHECK(with_ep == 0, "without a cluster: %d plans with ep (status %d)", with_ep, st);
+            continue;
+        }
+        CHECK(st == PDDE_OK && nf > 0 && plans[0].ep > 1, "with a cluster: %s; %d plans, the best's ep %d", st ? pdde_last_error(ctx) : "ok", nf,
+              nf ? plans[0].ep : -1);
+        if (st || nf == 0 || plans[0].ep < 2) break;
+        pdde_plan best = plans[0], plain = best;
+        char text[256];
+        pdde_plan_str(&best, text, sizeof text);
+        pdde_plan parsed;
+        CHECK(strstr(text, ",ep=") && pdde_plan_parse(text, &parsed) == PDDE_OK && parsed.ep == best.ep, "plan text %s", text);
+        /* the same plan at ep 1, evaluated, plus what the MoE model says ep changes */
+        plain.ep = 0, plain.why[0] = 0;
+        pdde_plan_params pp1 = pp;
+        pp1.cluster = NULL;
+        CHECK(pdde_plan_evaluate(g, &d, &pp1, &plain) == PDDE_OK, "ep 1 (%s): %s", text, pdde_last_error(ctx));
+        pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
+        mp.tokens = (int64_t)cfg.batch * cfg.ctx, mp.width = cfg.width, mp.ffn = cfg.ffn, mp.experts = cfg.moe_experts, mp.topk = 2, mp.layers = 2;
+        mp.zero = best.zero, mp.grads_over_ep = best.tp == 1;
+        int n = best.dp * best.tp, dev[4] = {0, 1, 2, 3};
+        pdde_moe_cost one, ep;
+        CHECK(pdde_moe_cost_estimate(ctx, c, dev, n, &mp, 1, &one) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, dev, n, &mp, best.ep, &ep) == PDDE_OK,
+              "%s", pdde_last_error(ctx));
+        CHECK(test_close(best.step_s, plain.step_s + ep.step_s - one.step_s, 1e-9, 1e-12), "%s: %g s, ep 1's %g s + the MoE difference %g s", text,
+              best.step_s, plain.step_s, ep.step_s - one.step_s);
+        printf("moe plan search: %s, %.4g s a step (ep 1: %.4g s%s%s)\n", text, best.step_s, plain.step_s, plain.why[0] ? ", " : "", plain.why);
+    }
+    pdde_graph_free(g);
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+}
+
 /* The MoE cost model (pdde_moe_cost_estimate) on two machines of 4 devices (NVLink 1e9 B/s inside, NICs
  * 1e8 B/s): the exchange's bytes as tokens x k x width x dtype, 4 times a layer, (ep-1)/ep of them
  * leaving the rank; its time grows when the group crosses machines; the experts' memory halves with
@@ -864,8 +937,9 @@ static void test_moe_cost(void) {
         double pred[2];
         CHECK(gpt_moe_choose_ep(ctx, cpath, &gc, 2, 0, &ep, pred) == PDDE_OK && ep == 1 && pred[1] > pred[0],
               "gpt_moe_choose_ep over slow NICs: ep %d (%g s vs %g s at ep 1): %s", ep, pred[1], pred[0], pdde_last_error(ctx));
-        /* (32 x 2 x 256 x 4096 x 10 = 671M parameters, 16 B each; 32K tokens: the exchange the slower) */
-        gc.moe_experts = 32, gc.ffn = 4096, gc.layers = 10, gc.batch = 64, gc.ctx = 512;
+        /* (32 x 2 x 256 x 4096 x 10 = 671M parameters, 16 B each; 128K tokens: the exchange of their routed
+         * rows the slower) */
+        gc.moe_experts = 32, gc.ffn = 4096, gc.layers = 10, gc.batch = 256, gc.ctx = 512;
         CHECK(gpt_moe_choose_ep(ctx, cpath, &gc, 2, 0, &ep, pred) == PDDE_OK && ep == 2 && pred[1] > pred[0],
               "gpt_moe_choose_ep when only ep 2 fits: ep %d (%g s vs %g s at ep 1)", ep, pred[1], pred[0]);
         remove(cpath);
@@ -913,6 +987,7 @@ int main(void) {
     test_plan_programs();
     test_plan_devices_calibrated();
     test_moe_cost();
+    test_moe_plan_search();
     pdde_context_free(ctx);
     return test_finish();
 }

@@ -236,7 +236,9 @@ static int trainer_init(pdde_context *ctx, trainer *t, int dev, int sgd) {
     op.clip_norm = 1.0f;
     op.weight_decay = 0.01f;
     op.momentum = 0.9f;
-    if (gpt_build(t->g, &tiny, &t->m) || pdde_backward(t->g, t->m.loss)) return -1;
+    gpt_config c = tiny;
+    c.separate_qkv = gpt_separate_qkv("cuda");
+    if (gpt_build(t->g, &c, &t->m) || pdde_backward(t->g, t->m.loss)) return -1;
     if ((sgd ? pdde_optimizer_sgd(t->g, &op) : pdde_optimizer_adamw(t->g, &op)) != PDDE_OK) return -1;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = dev;

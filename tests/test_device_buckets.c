@@ -6,9 +6,13 @@
  * embedding: PoCL's embedding backward adds with atomics), so every bucketed run must equal the
  * unbucketed one (each gradient staged alone) bit for bit: every step's loss and every parameter
  * after the last step. The same for ZeRO-1 (reduce-scatters of rank-major blocks, gathers of the
- * updated shards). A run that lost a rank mid-step is test_dp's (dev_lost). */
+ * updated shards). A run that lost a rank mid-step is test_dp's (dev_lost). The device path
+ * (pdde_device_collectives_iface, NCCL's shape) with an implementation that relays through host memory:
+ * the allreduce buckets gathered into device buffers by the backend's copies, reduced through it and
+ * scattered back equal the unbucketed run bit for bit, and it served every bucket of the step. */
 #define _GNU_SOURCE
 #include "pdde.h"
+#include "pdde_extension.h"
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
 #include <stdlib.h>
@@ -27,12 +31,13 @@ typedef struct {
     const char *name, *plan;
     int64_t bucket_bytes; /* gradient_bucket_bytes: -1 none, 0 one (25 MiB), else the cap */
     int at_update;        /* 1: overlap_gradients -1 (the buckets run at the update), else 1 (started in backward) */
+    int device_path;      /* 1: the buckets through relay_collectives (device buffers) */
 } config;
 
 typedef struct {
     float losses[STEPS];
     uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
-    int gradient_collectives, early, on_device, ok;
+    int gradient_collectives, early, on_device, ok, relayed, streams;
     char error[200];
 } result;
 
@@ -40,6 +45,44 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 1099511628211ull;
     return h;
 }
+
+/* A device-collectives implementation as NCCL's would be used, its collective relayed through host
+ * memory: the device buffer read through the backend, pdde_comm's allreduce, written back. Its init
+ * bootstraps as NCCL's does (rank 0's id broadcast to the group). */
+typedef struct { pdde_comm *comm; const pdde_backend_iface *be; void *dev; } relay;
+static int g_relayed;         /* allreduces relayed in this rank (a process) */
+static void *g_streams[16];   /* the streams they came on: each bucket's own (its copies and collective */
+static int g_n_streams;       /* beside the backward), not the device's */
+
+static pdde_status relay_init(const pdde_device_collectives_params *p, void **impl) {
+    relay *r = calloc(1, sizeof *r);
+    uint64_t id = pdde_comm_rank(p->comm) == 0 ? 0x6e63636c ^ (uint64_t)getpid() : 0;
+    if (!r || pdde_comm_broadcast(p->comm, &id, 1, PDDE_I64, 0) || !id) return free(r), PDDE_ERR_INVALID_ARG;
+    r->comm = p->comm, r->be = p->backend, r->dev = p->dev;
+    *impl = r;
+    return PDDE_OK;
+}
+
+static pdde_status relay_allreduce(void *impl, void *stream, void *handle, size_t offset, size_t count, pdde_dtype t, pdde_reduce_op op) {
+    relay *r = impl;
+    size_t n = count * pdde_dtype_size(t);
+    void *h = malloc(n);
+    pdde_status st = !h ? PDDE_ERR_OOM : r->be->read(r->dev, stream, handle, offset, h, n);
+    if (!st) st = r->be->stream_sync(r->dev, stream);
+    if (!st) st = pdde_comm_allreduce(r->comm, h, h, count, t, op);
+    if (!st) st = r->be->write(r->dev, stream, handle, offset, h, n);
+    if (!st) st = r->be->stream_sync(r->dev, stream);
+    free(h);
+    g_relayed += !st;
+    int seen = 0;
+    for (int i = 0; i < g_n_streams; i++) seen |= g_streams[i] == stream;
+    if (!seen && g_n_streams < 16) g_streams[g_n_streams++] = stream;
+    return st;
+}
+
+static void relay_free(void *impl) { free(impl); }
+static const pdde_device_collectives_iface relay_collectives = {PDDE_DEVICE_COLLECTIVES_API_VERSION, sizeof relay_collectives, "relay", "opencl",
+                                                                relay_init, relay_allreduce, relay_free};
 
 static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     const config *c = arg;
@@ -70,6 +113,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     sp.device = pdde_device_find(ctx, "opencl", 0);
     sp.overlap_gradients = c->at_update ? -1 : 1;
     sp.gradient_bucket_bytes = c->bucket_bytes;
+    if (c->device_path) sp.device_collectives = &relay_collectives;
+    g_relayed = g_n_streams = 0;
     float xs[B * IN];
     int32_t ys[B];
     if (sp.device < 0) { snprintf(out->error, sizeof out->error, "no OpenCL device"); goto done; }
@@ -92,6 +137,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
         out->losses[step] = pdde_session_loss(s);
     }
     out->gradient_collectives = pdde_session_gradient_collectives(s);
+    out->relayed = g_relayed, out->streams = g_n_streams;
     out->param_hash = 1469598103934665603ull;
     for (int k = 0; k < 6; k++) {
         size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
@@ -151,15 +197,18 @@ int main(void) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     static const config configs[] = {
-        {"unbucketed", "dp=2", -1, 0},
-        {"unbucketed_again", "dp=2", -1, 0}, /* (the kernels are deterministic: else nothing below can hold) */
-        {"one_bucket", "dp=2", 0, 0},        /* the 6 gradients in one bucket, started in backward */
-        {"small_buckets", "dp=2", 512, 0},   /* w0, w1, w2 (>= 512 B) a bucket each, the biases in two (b2 b1, b0) */
-        {"at_update", "dp=2", 0, 1},
-        {"zero1_unbucketed", "dp=2,zero=1", -1, 0},
-        {"zero1_buckets", "dp=2,zero=1", 0, 0},
-        {"zero1_small", "dp=2,zero=1", 512, 1},
-        {"tp2", "tp=2", 0, 0}, /* pdde_plan_apply on a device: the vocab-parallel loss's layer on the CPU, the rest on OpenCL */
+        {"unbucketed", "dp=2", -1, 0, 0},
+        {"unbucketed_again", "dp=2", -1, 0, 0}, /* (the kernels are deterministic: else nothing below can hold) */
+        {"one_bucket", "dp=2", 0, 0, 0},        /* the 6 gradients in one bucket, started in backward */
+        {"small_buckets", "dp=2", 512, 0, 0},   /* w0, w1, w2 (>= 512 B) a bucket each, the biases in two (b2 b1, b0) */
+        {"at_update", "dp=2", 0, 1, 0},
+        {"zero1_unbucketed", "dp=2,zero=1", -1, 0, 0},
+        {"zero1_buckets", "dp=2,zero=1", 0, 0, 0},
+        {"zero1_small", "dp=2,zero=1", 512, 1, 0},
+        {"device_path", "dp=2", 0, 0, 1},       /* the one bucket through the device path, started in backward */
+        {"device_small", "dp=2", 512, 0, 1},
+        {"device_at_update", "dp=2", 0, 1, 1},
+        {"tp2", "tp=2", 0, 0, 0}, /* pdde_plan_apply on a device: the vocab-parallel loss's layer on the CPU, the rest on OpenCL */
     };
     enum { N = sizeof configs / sizeof *configs };
     result res[N];
@@ -168,7 +217,7 @@ int main(void) {
     CHECK(res[0].on_device, "the parameters live on the OpenCL device");
     for (int i = 0; i < STEPS; i++) CHECK(isfinite(res[0].losses[i]), "step %d: loss %g", i, res[0].losses[i]);
     CHECK(res[0].losses[STEPS - 1] < res[0].losses[0], "the loss falls: %g -> %g", res[0].losses[0], res[0].losses[STEPS - 1]);
-    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}};
+    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
         const result *a = &res[same[k][0]], *b = &res[same[k][1]];
         if (!a->ok || !b->ok) continue;
@@ -184,6 +233,10 @@ int main(void) {
           res[3].gradient_collectives, res[4].gradient_collectives);
     CHECK(res[0].early == 0 && res[2].early == 1 && res[3].early == 5 && res[4].early == 0,
           "collectives started in backward: %d, %d, %d, %d; want 0, 1, 5, 0", res[0].early, res[2].early, res[3].early, res[4].early);
+    /* the device path served every bucket of every step: 1, 5 and 1 a step */
+    CHECK(res[8].relayed == STEPS && res[9].relayed == 5 * STEPS && res[10].relayed == STEPS && res[8].gradient_collectives == 1,
+          "allreduces through the device path: %d, %d, %d over %d steps; want 1, 5, 1 a step", res[8].relayed, res[9].relayed, res[10].relayed, STEPS);
+    CHECK(res[9].streams == 5, "the 5 buckets' collectives on 5 streams of their own, not the device's: %d", res[9].streams);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return test_finish();

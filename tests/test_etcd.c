@@ -19,6 +19,7 @@ int main(void) {
 }
 #else
 #include "test_util.h"
+#include "job_util.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -212,10 +213,7 @@ static void test_notices(pdde_context *ctx) {
 
 /* ---- an elastic job with its membership in etcd ---- */
 
-typedef struct { pid_t pid; int fd; char *out; size_t len; } job;
-
 static job job_start(const char *rdzv, const char *metrics, int steps) {
-    job j = {-1, -1, NULL, 0};
     char run[600], gpt[600], st[16];
     snprintf(run, sizeof run, "%s/pdde-run", g_dir);
     snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
@@ -223,93 +221,21 @@ static job job_start(const char *rdzv, const char *metrics, int steps) {
     char *argv[] = {run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", (char *)rdzv, gpt,
                     "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", st, "--val-every", "0",
                     "--sample-len", "0", "--threads", "1", "--metrics", (char *)metrics, NULL};
-    int fds[2];
-    if (pipe(fds)) return j;
-    fflush(NULL);
-    j.pid = fork();
-    if (j.pid == 0) {
-        setenv("PDDE_BACKENDS", "cpu", 1);
-        setenv("PDDE_ELASTIC_TIMEOUT", "10", 1);
-        dup2(fds[1], 1), dup2(fds[1], 2);
-        close(fds[0]), close(fds[1]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    j.fd = fds[0];
-    fcntl(j.fd, F_SETFL, O_NONBLOCK);
-    return j;
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=10", NULL};
+    return job_spawn(argv, env);
 }
 
-static void job_read(job *j, int ms) {
-    struct pollfd q = {j->fd, POLLIN, 0};
-    if (j->fd < 0 || poll(&q, 1, ms) <= 0) return;
-    char buf[8192];
-    ssize_t r;
-    while ((r = read(j->fd, buf, sizeof buf)) > 0) {
-        j->out = realloc(j->out, j->len + (size_t)r + 1);
-        memcpy(j->out + j->len, buf, (size_t)r);
-        j->len += (size_t)r;
-        j->out[j->len] = 0;
-    }
-    if (r == 0) close(j->fd), j->fd = -1;
+/* Kills rank `rank` of the job (when it is there). */
+static void kill_rank(const job *j, int rank) {
+    pid_t pids[8];
+    job_ranks(j->pid, pids, 8);
+    if (pids[rank] > 0) kill(pids[rank], SIGKILL);
 }
 
-/* The ranks of the job (children of pdde-run), by PDDE_RANK. */
-static pid_t job_rank(const job *j, int rank) {
-    char cmd[128], line[64];
-    snprintf(cmd, sizeof cmd, "pgrep -P %d", (int)j->pid);
-    FILE *p = popen(cmd, "r");
-    pid_t found = 0;
-    while (p && fgets(line, sizeof line, p)) {
-        pid_t pid = atoi(line);
-        char path[64], env[8192];
-        snprintf(path, sizeof path, "/proc/%d/environ", pid);
-        int fd = open(path, O_RDONLY);
-        ssize_t k = fd >= 0 ? read(fd, env, sizeof env - 1) : -1;
-        if (fd >= 0) close(fd);
-        for (ssize_t i = 0; i < k; i += (ssize_t)strlen(env + i) + 1)
-            if (!strncmp(env + i, "PDDE_RANK=", 10) && atoi(env + i + 10) == rank) found = pid;
-    }
-    if (p) pclose(p);
-    return found;
-}
-
-static int metrics_step(const char *path) {
-    FILE *f = fopen(path, "r");
-    int last = 0, s;
-    char line[512];
-    while (f && fgets(line, sizeof line, f))
-        if (sscanf(line, "{\"step\":%d,\"loss\"", &s) == 1) last = s;
-    if (f) fclose(f);
-    return last;
-}
-
-/* Runs the job to its end within limit_s (killed after); the exit code, -1 when killed. */
+/* Runs the job to its end within limit_s from now (killed after); the exit code, -1 when killed. */
 static int job_end(job *j, double limit_s) {
-    double t0 = test_now();
-    int status = 0;
-    for (;;) {
-        job_read(j, 20);
-        if (waitpid(j->pid, &status, WNOHANG) == j->pid) break;
-        if (test_now() - t0 > limit_s) {
-            kill(j->pid, SIGTERM);
-            usleep(1500000);
-            for (int r = 0; r < 4; r++) { pid_t p = job_rank(j, r); if (p) kill(-p, SIGKILL), kill(p, SIGKILL); }
-            kill(j->pid, SIGKILL);
-            waitpid(j->pid, &status, 0);
-            fprintf(stderr, "FAIL: the job did not end within %.0f s: killed\n", limit_s);
-            return -1;
-        }
-    }
-    while (j->fd >= 0) job_read(j, 50);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-static int wait_step(job *j, const char *m, int step) {
-    double t0 = test_now();
-    while (metrics_step(m) < step && test_now() - t0 < 30) job_read(j, 5);
-    return metrics_step(m) >= step ? 0 : -1;
+    j->t0 = test_now();
+    return job_finish(j, limit_s);
 }
 
 static void test_job(void) {
@@ -317,40 +243,40 @@ static void test_job(void) {
     snprintf(m, sizeof m, "%s/kill.jsonl", g_tmp);
     snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/kill", g_client_port);
     job j = job_start(rdzv, m, 300);
-    if (!wait_step(&j, m, 40)) kill(job_rank(&j, 2), SIGKILL);
+    if (!job_wait_step(&j, m, 40, 30)) kill_rank(&j, 2);
     int rc = job_end(&j, 50);
-    CHECK(rc == 0 && j.out && strstr(j.out, "rank 2 lost (SIGKILL)") && strstr(j.out, "re-plan 4 -> 3 ranks") &&
-          strstr(j.out, "3 ranks finished, 1 lost"), "--rdzv etcd: a rank killed, the job finishes on 3: rc %d\n%s", rc, j.out ? j.out : "");
+    CHECK(rc == 0 && strstr(job_text(&j), "rank 2 lost (SIGKILL)") && strstr(job_text(&j), "re-plan 4 -> 3 ranks") &&
+          strstr(job_text(&j), "3 ranks finished, 1 lost"), "--rdzv etcd: a rank killed, the job finishes on 3: rc %d\n%s", rc, job_text(&j));
     free(j.out);
 
     /* etcd killed and restarted while the job trains: it carries on */
     snprintf(m, sizeof m, "%s/restart.jsonl", g_tmp);
     snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/restart", g_client_port);
     j = job_start(rdzv, m, 2000);
-    int ok = !wait_step(&j, m, 30);
+    int ok = !job_wait_step(&j, m, 30, 30);
     etcd_stop(SIGKILL);
-    int during = metrics_step(m);
-    for (double t0 = test_now(); test_now() - t0 < 1.0;) job_read(&j, 20);
-    int after = metrics_step(m);
+    int during = metrics_last_step(m);
+    for (double t0 = test_now(); test_now() - t0 < 1.0;) job_poll(&j, 20);
+    int after = metrics_last_step(m);
     ok = ok && !etcd_start();
     rc = job_end(&j, 60);
-    CHECK(ok && rc == 0 && after > during && metrics_step(m) == 2000, "etcd killed and restarted mid-job: it trains on (step %d -> %d while etcd was "
-          "down) and finishes: rc %d\n%s", during, after, rc, j.out ? j.out : "");
+    CHECK(ok && rc == 0 && after > during && metrics_last_step(m) == 2000, "etcd killed and restarted mid-job: it trains on (step %d -> %d while etcd was "
+          "down) and finishes: rc %d\n%s", during, after, rc, job_text(&j));
     free(j.out);
 
     /* etcd down and a rank lost: the survivors cannot agree on a new world: a clear message, no hang */
     snprintf(m, sizeof m, "%s/down.jsonl", g_tmp);
     snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/down", g_client_port);
     j = job_start(rdzv, m, 3000);
-    ok = !wait_step(&j, m, 30);
+    ok = !job_wait_step(&j, m, 30, 30);
     etcd_stop(SIGKILL);
     double t0 = test_now();
-    if (ok) kill(job_rank(&j, 1), SIGKILL);
+    if (ok) kill_rank(&j, 1);
     rc = job_end(&j, 45);
     double dt = test_now() - t0;
-    CHECK(ok && rc != 0 && rc != -1 && j.out && strstr(j.out, "cannot reach the store") && strstr(j.out, "etcd"),
-          "etcd down and a rank lost: the job stops with a clear message in %.1f s: rc %d\n%s", dt, rc, j.out ? j.out : "");
-    const char *why = j.out ? strstr(j.out, "cannot reach the store") : NULL;
+    CHECK(ok && rc != 0 && rc != -1 && strstr(job_text(&j), "cannot reach the store") && strstr(job_text(&j), "etcd"),
+          "etcd down and a rank lost: the job stops with a clear message in %.1f s: rc %d\n%s", dt, rc, job_text(&j));
+    const char *why = strstr(job_text(&j), "cannot reach the store");
     if (why) printf("etcd down, a rank lost: stopped after %.1f s: ...%.*s\n", dt, (int)strcspn(why, "\n"), why);
     free(j.out);
     etcd_start(); /* (for a clean stop) */

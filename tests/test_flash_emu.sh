@@ -21,7 +21,7 @@ if [ $rc = 0 ]; then
     line=$(tail -1 "$tmp/run.log")
     n_ok=$(echo "$line" | awk '/passed/ {print $1}'); n_bad=$(echo "$line" | awk '/passed/ {print $3}')
     pass=$((pass + ${n_ok:-0})); fail=$((fail + ${n_bad:-0}))
-    [ $rc = 0 ] && [ "${n_ok:-0}" -ge 67 ]
+    [ $rc = 0 ] && [ "${n_ok:-0}" -ge 77 ]
     check "the emulation ran every case ($line, exit $rc)" $?
 fi
 finish

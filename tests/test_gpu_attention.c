@@ -2,7 +2,10 @@
  * attention path of backends/gpu_dispatch.h (PDDE_ATTENTION = rows, unfused, flash; flash2 on CUDA) and with the
  * unfused graph (matmul, causal softmax, matmul nodes): the per-step losses must match the CPU's run of
  * the same model, in f32 and under bf16 mixed precision. Head size 64 and T 80 (not a multiple of the
- * tiled kernels' 64-row groups), so that the tiled path runs its kernels, not a fallback.
+ * tiled kernels' 64-row groups), so that the tiled path runs its kernels, not a fallback. Both layouts of
+ * the fused attention: q, k, v sliced and permuted to [B, H, T, D], and packed (pdde_attention_qkv, read in
+ * place from the qkv projection), where the lowered step must hold no slice, permute or slice_back node
+ * (nor their gradients' adds) and exactly one attention and one attention_back node a layer.
  *
  * Bounds, relative to the CPU's losses over STEPS AdamW steps: f32 1e-5 (rounding order only; measured on
  * PoCL: at most 1.2e-7); bf16 2e-3 (the paths round P, dS and dO to bf16 at other places than the CPU's
@@ -19,13 +22,15 @@
 
 static gpt_config cfg = {.vocab = 64, .ctx = 80, .layers = 2, .heads = 2, .width = 128, .batch = 2};
 
-/* losses of STEPS steps with the whole model on device; *on_device: attention nodes the device runs */
-static int train(pdde_context *ctx, int device, pdde_dtype dt, int unfused_graph, float *losses, int *on_device) {
+/* losses of STEPS steps with the whole model on device; *on_device: attention nodes the device runs;
+ * *layout_nodes: slice, permute and slice_back nodes of the lowered step */
+static int train(pdde_context *ctx, int device, pdde_dtype dt, int unfused_graph, int separate_qkv, float *losses, int *on_device,
+                 int *layout_nodes) {
     pdde_graph *g;
     pdde_session *s;
     gpt_model m;
     gpt_config c = cfg;
-    c.unfused_attention = unfused_graph;
+    c.unfused_attention = unfused_graph, c.separate_qkv = separate_qkv;
     pdde_graph_init(ctx, &g);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f;
@@ -38,10 +43,11 @@ static int train(pdde_context *ctx, int device, pdde_dtype dt, int unfused_graph
         pdde_graph_free(g);
         return -1;
     }
-    *on_device = 0;
+    *on_device = *layout_nodes = 0;
     for (int i = 0; i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         *on_device += (t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) && t->device == device;
+        *layout_nodes += t->op == PDDE_OP_SLICE || t->op == PDDE_OP_PERMUTE || t->op == PDDE_OP_SLICE_BACK;
     }
     int n = c.batch * c.ctx, rc = 0;
     int32_t *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
@@ -81,25 +87,31 @@ int main(void) {
         if (!strcmp(props.backend, "cpu")) continue;
         n_gpu++;
         static const pdde_dtype dts[2] = {PDDE_F32, PDDE_BF16};
-        static const char *const paths[5] = {"rows", "unfused", "flash", "flash2", NULL}; /* NULL: the unfused graph */
+        static const char *const paths[5] = {"rows", "unfused", "flash", NULL, "flash2"}; /* NULL: the unfused graph */
+        /* the packed layout */
+        for (int sep = gpt_separate_qkv(props.backend); sep < 2; sep++)
         for (int di = 0; di < 2; di++) {
             float ref[STEPS], got[STEPS];
-            int n_att = 0;
+            int n_att = 0, n_layout = 0;
             unsetenv("PDDE_ATTENTION");
-            CHECK(train(ctx, 0, dts[di], 0, ref, &n_att) == 0, "the CPU's run (%s)", pdde_dtype_name(dts[di]));
+            CHECK(train(ctx, 0, dts[di], 0, 1, ref, &n_att, &n_layout) == 0, "the CPU's run (%s)", pdde_dtype_name(dts[di]));
             for (int pi = 0; pi < 5; pi++) {
-                if (paths[pi] && !strcmp(paths[pi], "flash2") && strcmp(props.backend, "cuda")) continue; /* (flash elsewhere) */
+                if (pi == 3 && !sep) continue; /* (the unfused graph has its own layout) */
+                if (pi == 4 && (!sep || strcmp(props.backend, "cuda"))) continue; /* (flash2: CUDA, q, k, v apart) */
                 if (paths[pi]) setenv("PDDE_ATTENTION", paths[pi], 1);
                 else unsetenv("PDDE_ATTENTION");
-                int rc = train(ctx, d, dts[di], paths[pi] == NULL, got, &n_att);
+                int rc = train(ctx, d, dts[di], paths[pi] == NULL, sep, got, &n_att, &n_layout);
                 double w = rc == 0 ? worst_rel(got, ref) : INFINITY, tol = dts[di] == PDDE_F32 ? 1e-5 : 2e-3;
-                printf("%s %s %-13s losses %.6f .. %.6f (CPU %.6f .. %.6f), worst relative difference %.3g (bound %.3g)\n",
-                       props.backend, pdde_dtype_name(dts[di]), paths[pi] ? paths[pi] : "unfused graph", got[0], got[STEPS - 1],
-                       ref[0], ref[STEPS - 1], w, tol);
-                CHECK(rc == 0 && w <= tol, "%s %s attention %s: losses differ from the CPU's by %.3g relative (bound %.3g)",
-                      props.backend, pdde_dtype_name(dts[di]), paths[pi] ? paths[pi] : "as an unfused graph", w, tol);
-                CHECK(paths[pi] == NULL || n_att == 2 * cfg.layers, "%s %s: %d fused attention nodes on the device, want %d",
-                      props.backend, paths[pi] ? paths[pi] : "", n_att, 2 * cfg.layers);
+                const char *lay = sep ? "q,k,v" : "packed";
+                printf("%s %s %-6s %-13s losses %.6f .. %.6f (CPU %.6f .. %.6f), worst relative difference %.3g (bound %.3g)\n",
+                       props.backend, pdde_dtype_name(dts[di]), lay, paths[pi] ? paths[pi] : "unfused graph", got[0],
+                       got[STEPS - 1], ref[0], ref[STEPS - 1], w, tol);
+                CHECK(rc == 0 && w <= tol, "%s %s %s attention %s: losses differ from the CPU's by %.3g relative (bound %.3g)",
+                      props.backend, pdde_dtype_name(dts[di]), lay, paths[pi] ? paths[pi] : "as an unfused graph", w, tol);
+                CHECK(paths[pi] == NULL || n_att == 2 * cfg.layers, "%s %s %s: %d fused attention nodes on the device, want %d",
+                      props.backend, lay, paths[pi] ? paths[pi] : "", n_att, 2 * cfg.layers);
+                CHECK(sep || n_layout == 0, "%s %s packed %s: %d slice, permute or slice_back nodes in the lowered step, want 0",
+                      props.backend, pdde_dtype_name(dts[di]), paths[pi], n_layout);
             }
         }
         unsetenv("PDDE_ATTENTION");

@@ -4,7 +4,11 @@
  * gradients averaged with the others), ZeRO-1, expert parallelism (each rank holds 2 of the 4
  * experts: completion sends the tokens' rows to them and back by all-to-all; on 4 ranks one expert a
  * rank, with ZeRO-2), and skewed routing (a balancing bias sends every token to expert 0:
- * three experts get none). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
+ * three experts get none; on 4 ranks, three ranks hold only experts without tokens), a 2-D mesh of
+ * dp 2 x tp 2 with the experts split over tp (attention tensor parallel, the tokens whole over tp: the
+ * expert gradients pending over dp only) with and without ZeRO-1. The exchange is
+ * dropless: only routed rows cross (pdde_session_exchanged_rows: exactly the skewed routing's, and
+ * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
  * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
  * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall; each
  * rank's memory after the steps is what lowering predicts for it (pdde_predict_memory). */
@@ -25,8 +29,8 @@
 static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
-typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted; int alltoalls, ok; char error[256]; } run_result;
+typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp; } moe_config;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -48,7 +52,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.eps = 1e-3f, op.clip_norm = 0;
-    gpt_plan plan = {.dp = comm ? pdde_comm_size(comm) : 1, .tp = 1, .pp = 1, .micro = 1, .zero = comm ? mc->zero : 0};
+    int tp = comm && mc->tp > 1 ? mc->tp : 1;
+    gpt_plan plan = {.dp = comm ? pdde_comm_size(comm) / tp : 1, .tp = tp, .pp = 1, .micro = 1, .zero = comm ? mc->zero : 0};
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
@@ -61,6 +66,12 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     for (int i = 0; i < pdde_session_node_count(s); i++) out->alltoalls += pdde_session_node(s, i)->op == PDDE_OP_ALLTOALL;
     const pdde_tensor *w1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1"));
     out->local_experts = w1 ? w1->shape[0] : -1;
+    const pdde_tensor *dw1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1")->grad); /* before its reduction */
+    out->grad_split = dw1 ? dw1->dist.dims_mapping[0] : -2, out->grad_partial = dw1 ? dw1->dist.partial : -1;
+    for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* an expert weight gradient reduce-scattered into its shard: reduced over the experts' axis */
+        const pdde_tensor *t = pdde_session_node(s, i);
+        out->grad_scatters += t->op == PDDE_OP_REDUCE_SCATTER && t->nsrc > 0 && t->src[0] && t->src[0]->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
+    }
     int32_t x[8 * 16], y[8 * 16], counts[4];
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
@@ -69,6 +80,11 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         out->losses[step] = pdde_session_loss(s);
         if (pdde_session_read(s, pdde_graph_find(g, "h0.moe.counts"), counts, sizeof counts)) FAIL_WITH("counts: %s", pdde_last_error(ctx));
         out->expert0_tokens += counts[0];
+    }
+    out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
+    for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
+        const pdde_tensor *t = pdde_session_node(s, i);
+        if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / mc->ranks * (mc->ranks - 1);
     }
     if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
         pdde_memory_stats ms, pm;
@@ -107,13 +123,19 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
     static const moe_config configs[] = {
-        {"moe_dp2", 0, 0, 0, 0, 2},
-        {"moe_zero1", 1, 0, 0, 0, 2},
-        {"moe_skewed", 0, 0, 1, 0, 2},
-        {"moe_ep2", 0, 0, 0, 1, 2},
-        {"moe_ep2_skewed", 0, 0, 1, 1, 2},
-        {"moe_ep2_zero1", 1, 0, 0, 1, 2},
-        {"moe_ep4_zero2", 2, 0, 0, 1, 4}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
+        {"moe_dp2", 0, 0, 0, 0, 2, 1},
+        {"moe_zero1", 1, 0, 0, 0, 2, 1},
+        {"moe_skewed", 0, 0, 1, 0, 2, 1},
+        {"moe_ep2", 0, 0, 0, 1, 2, 1},
+        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1},
+        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1},
+        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
+        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1}, /* ranks 1..3: experts without tokens, nothing sent back */
+        {"moe_tp2", 0, 0, 0, 0, 2, 2},
+        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2},
+        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2},
+        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
+        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
@@ -143,10 +165,37 @@ int main(void) {
                   (long long)res[0].expert0_tokens, (long long)res[1].expert0_tokens, STEPS * 8 * 16);
         /* expert parallelism: each rank holds half the experts, and the tokens' rows go to them and back
          * by all-to-all, forward and backward, in both blocks: 4 a block at least (data parallelism: none) */
-        if (mc->ep) CHECK(res[0].local_experts == 4 / mc->ranks && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= 8)",
+        /* dropless: only routed rows cross. Skewed (every token to expert 0, on rank 0): the tokens of
+         * the other ranks go there in 2 exchanges a block (forward and backward) and come back in 4
+         * (outputs, and the two weight gradients' rows); rank 0 sends none to the experts, the others
+         * none back */
+        if (mc->tp > 1) { /* experts on the tp axis (mesh axis 1 under dp, else 0): the tokens are whole there, so
+                             * the experts' rows are a local slice and gathered back (no all-to-all), and each
+                             * rank's expert gradient is reduced over dp only */
+            int tp_axis = mc->ranks > mc->tp ? 1 : 0, dp_bits = mc->ranks > mc->tp ? 1 : 0;
+            CHECK(res[0].local_experts == (mc->ep ? 4 / mc->tp : 4) && res[0].alltoalls == 0 && res[0].exchanged == 0,
+                  "%s: %lld experts on rank 0 (want %d), %d all-to-alls, %lld rows exchanged (want none)", mc->name, (long long)res[0].local_experts,
+                  mc->ep ? 4 / mc->tp : 4, res[0].alltoalls, (long long)res[0].exchanged);
+            if (mc->ep)
+                CHECK(res[0].grad_split == tp_axis && res[0].grad_partial == dp_bits && res[0].grad_scatters == 0,
+                      "%s: the expert gradient is split over mesh axis %d (want %d), pending over axes 0x%x (want 0x%x: dp only), %d reduce-scatters "
+                      "into expert weight shards (want 0)", mc->name, res[0].grad_split, tp_axis, res[0].grad_partial, dp_bits, res[0].grad_scatters);
+        } else if (mc->ep && mc->skewed)
+            for (int r = 0; r < mc->ranks; r++) {
+                int64_t want = (r == 0 ? 4 * (mc->ranks - 1) : 2) * 2 * (8 * 16 / mc->ranks);
+                CHECK(res[r].exchanged == want, "%s rank %d: %lld token rows sent in a step, want %lld (padded: %lld)", mc->name, r,
+                      (long long)res[r].exchanged, (long long)want, (long long)res[r].padded);
+            }
+        else if (mc->ep)
+            for (int r = 0; r < mc->ranks; r++)
+                CHECK(res[r].exchanged > 0 && res[r].exchanged < res[r].padded, "%s rank %d: %lld token rows sent in a step, the padded exchange %lld",
+                      mc->name, r, (long long)res[r].exchanged, (long long)res[r].padded);
+        if (mc->tp > 1) ;
+        else if (mc->ep) CHECK(res[0].local_experts == 4 / mc->ranks && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= 8)",
                           mc->name, (long long)res[0].local_experts, 4 / mc->ranks, res[0].alltoalls);
         else CHECK(res[0].local_experts == 4 && res[0].alltoalls == 0, "%s: %lld experts on rank 0 (want 4), %d all-to-alls (want 0)", mc->name,
                    (long long)res[0].local_experts, res[0].alltoalls);
+        if (mc->ep && mc->tp < 2) printf("%-14s token rows sent by rank 0 in a step: %lld (the padded exchange: %lld)\n", mc->name, (long long)res[0].exchanged, (long long)res[0].padded);
         printf("%-14s %lld experts a rank, %d all-to-alls; losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g)\n",
                mc->name, (long long)res[0].local_experts, res[0].alltoalls, res[0].losses[0], res[0].losses[STEPS - 1], worst, TOL_LOSS, worst_param, TOL_PARAM);
     }

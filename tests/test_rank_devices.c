@@ -10,6 +10,7 @@
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -205,6 +206,41 @@ static void test_job(void) {
     else CHECK(rc != 0 && strstr(out, "cuda backend is unavailable") && strstr(out, "libcuda.so.1"), "gpt --device cuda: rc %d\n%s", rc, out);
 }
 
+/* The held-out logloss of a dlrm run's output (NAN: none). */
+static double dlrm_logloss_of(const char *out) {
+    const char *l = strstr(out, "held out");
+    l = l ? strstr(l, "logloss ") : NULL;
+    return l ? strtod(l + 8, NULL) : NAN;
+}
+
+/* dlrm --device: its dense layers on the rank's device (the table stays in host memory), the same
+ * model as on the CPU (held-out logloss within 2e-3: the dense network's f32 sums in another order);
+ * under pdde-run each worker on its local rank's device; a missing backend is a clear error. */
+static void test_dlrm(void) {
+    static char out[1 << 16];
+    char cmd[4096];
+    const char *args = "--synthetic 12000 --batch 128 --epochs 1";
+    snprintf(cmd, sizeof cmd, "%s/dlrm %s --device cpu", g_dir, args);
+    int rc = sh(cmd, out, sizeof out);
+    double ref = dlrm_logloss_of(out);
+    CHECK(rc == 0 && strstr(out, "rank 0: the dense layers on device 0, cpu:0") && ref > 0, "dlrm --device cpu: rc %d\n%s", rc, out);
+    snprintf(cmd, sizeof cmd, "%s/dlrm %s --device opencl", g_dir, args);
+    rc = sh(cmd, out, sizeof out);
+    double got = dlrm_logloss_of(out);
+    CHECK(rc == 0 && strstr(out, "rank 0: the dense layers on device 1, opencl:0") && fabs(got - ref) <= 2e-3,
+          "dlrm --device opencl: rc %d, logloss %.4f against the CPU's %.4f\n%s", rc, got, ref, out);
+    if (pdde_features() & PDDE_FEATURE_COMM) { /* a server and two workers, each worker on its own device */
+        snprintf(cmd, sizeof cmd, "timeout 120 %s/pdde-run -n 3 %s/dlrm %s --servers 1 --mode sync --device opencl", g_dir, g_dir, args);
+        rc = sh(cmd, out, sizeof out);
+        CHECK(rc == 0 && strstr(out, "rank 1: the dense layers on device 1, opencl:0") && strstr(out, "rank 2: the dense layers on device 2, opencl:1") &&
+              dlrm_logloss_of(out) > 0, "pdde-run -n 3 dlrm --servers 1 --device opencl: each worker its local rank's device: rc %d\n%s", rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s/dlrm %s --device cuda", g_dir, args);
+    rc = sh(cmd, out, sizeof out);
+    if (strstr(out, "the dense layers on device")) test_skip("cuda", "a CUDA device is here");
+    else CHECK(rc != 0 && strstr(out, "cuda backend is unavailable") && strstr(out, "libcuda.so.1"), "dlrm --device cuda: rc %d\n%s", rc, out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     setenv("POCL_DEVICES", "pthread pthread", 1); /* two OpenCL devices on this host */
@@ -224,6 +260,7 @@ int main(int argc, char **argv) {
     } else {
         test_select(ctx, n_ocl);
         test_auto(ctx);
+        test_dlrm();
         if (pdde_features() & PDDE_FEATURE_COMM) test_job();
         else test_skip("ucx", "the gpt jobs under pdde-run: pdde was built without comm");
     }

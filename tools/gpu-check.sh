@@ -2,15 +2,17 @@
 # tools/gpu-check.sh — the CUDA backend's check on a machine with an NVIDIA GPU, in under 8 minutes.
 #
 # Builds what it needs with what it finds (nvcc, the CUDA driver and cuBLAS; no OpenBLAS, oneDNN, UCX or
-# cJSON needed), then, each step under `timeout` and the whole under GPU_CHECK_BUDGET seconds (450), the
-# most telling steps first:
-#   test_cuda; test_backend_ops --backend cuda --op attention (every attention path against the f32
-#   reference) and test_gpu_attention (a small GPT's losses with each path against the CPU's); the
-#   attention alone, forward and backward, B 8 H 12 T 1024 D 64 bf16, per pdde path and in PyTorch
-#   (SDPA); GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with each
-#   PDDE_CUDA_ATTENTION path and the unfused graph, in f32, and the same model in PyTorch (bf16 eager
-#   with SDPA and fused AdamW, torch.compile, f32 with TF32 off); the whole conformance suite on cuda,
-#   and on opencl where NVIDIA's OpenCL is there.
+# cJSON needed; UCX from pkg-config or UCX_DIR for the multi-rank steps), then, each step under `timeout`
+# and the whole under GPU_CHECK_BUDGET seconds (450), the most telling steps first:
+#   test_cuda; test_backend_ops --backend cuda --op attention (every attention path and layout against the
+#   f32 reference) and test_gpu_attention (a small GPT's losses with each path against the CPU's); the
+#   attention alone, forward and backward, B 8 H 12 T 1024 D 64 bf16, in pdde and in PyTorch (SDPA);
+#   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
+#   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
+#   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
+#   process; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
+#   the whole conformance suite on cuda, and on opencl where NVIDIA's OpenCL is there; memcheck.
+# GPU_CHECK_SKIP="step ..." leaves steps out by name.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
 # every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
 set -u
@@ -36,6 +38,7 @@ left() { echo $((budget - ($(date +%s) - start))); }
 step() {
     local name=$1 cap=$2 t rc s0
     shift 2
+    case " ${GPU_CHECK_SKIP:-} " in *" $name "*) say "== $name: skipped (GPU_CHECK_SKIP)"; : >"$out/step.out"; return 125 ;; esac
     t=$(left)
     t=$((t - 5))
     [ "$t" -gt "$cap" ] && t=$cap
@@ -94,7 +97,12 @@ if ! echo '#include <CL/cl.h>' | cc -E -x c - >/dev/null 2>&1 && [ -f /usr/local
 fi
 command -v cc >/dev/null 2>&1 || export CC=gcc
 jobs=$(nproc 2>/dev/null || echo 4)
-step build 240 make -j"$jobs" NO_UCX=1 build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda
+# UCX (for the launcher and multi-rank runs) where pkg-config finds it or UCX_DIR names one; else none
+ucx=(NO_UCX=1)
+if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
+elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
+step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench \
+    $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
 if [ $rc != 0 ]; then
@@ -130,24 +138,63 @@ gpt_run() { # NAME ENV... -- ARGS...: one bench_cuda --gpt run; its tokens/s in 
     line=$(grep '^GPT ' "$out/step.out" | tail -1)
     result "gpu_gpt_run name=$name ${line#GPT }"
 }
-gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
+gpt_run bf16 build/bench_cuda --gpt --dtype bf16 # (the defaults: what a user gets)
 mfu=$(field "$out/step.out" mfu_pct)
-gpt_run bf16_flash PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
+# (each default against what it replaced: every cast kept; q, k, v sliced and permuted apart)
+gpt_run bf16_casts_kept PDDE_FOLD_CASTS=0 build/bench_cuda --gpt --dtype bf16
+gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 build/bench_cuda --gpt --dtype bf16
+gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
 torch_args=(--device cuda --vocab 50304 --layers 12 --heads 12 --width 768 --ctx 1024 --batch 8 --steps 10 --warmup 3)
 step torch_bf16_eager 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa
 tok[torch_eager]=$(field "$out/step.out" tokens_per_s)
 step torch_bf16_compile 180 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa --compile
 tok[torch_compile]=$(field "$out/step.out" tokens_per_s)
-gpt_run f32_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype f32
+gpt_run f32 build/bench_cuda --gpt --dtype f32
 step torch_f32 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype f32 --sdpa
 tok[torch_f32]=$(field "$out/step.out" tokens_per_s)
-result "gpu_gpt bf16_tok_s=${tok[bf16_unfused]:-na} bf16_mfu_pct=${mfu:-na}" \
-       "torch_eager_ratio=$(ratio "${tok[bf16_unfused]:-0}" "${tok[torch_eager]:-0}")" \
-       "torch_compile_ratio=$(ratio "${tok[bf16_unfused]:-0}" "${tok[torch_compile]:-0}")" \
-       "f32_torch_ratio=$(ratio "${tok[f32_unfused]:-0}" "${tok[torch_f32]:-0}")" \
-       "bf16_flash_tok_s=${tok[bf16_flash]:-na} torch_eager_tok_s=${tok[torch_eager]:-na} torch_compile_tok_s=${tok[torch_compile]:-na}" \
-       "f32_tok_s=${tok[f32_unfused]:-na} torch_f32_tok_s=${tok[torch_f32]:-na}"
+result "gpu_gpt bf16_tok_s=${tok[bf16]:-na} bf16_mfu_pct=${mfu:-na}" \
+       "torch_eager_ratio=$(ratio "${tok[bf16]:-0}" "${tok[torch_eager]:-0}")" \
+       "torch_compile_ratio=$(ratio "${tok[bf16]:-0}" "${tok[torch_compile]:-0}")" \
+       "f32_torch_ratio=$(ratio "${tok[f32]:-0}" "${tok[torch_f32]:-0}")" \
+       "bf16_unfused_tok_s=${tok[bf16_unfused]:-na} torch_eager_tok_s=${tok[torch_eager]:-na} torch_compile_tok_s=${tok[torch_compile]:-na}" \
+       "f32_tok_s=${tok[f32]:-na} torch_f32_tok_s=${tok[torch_f32]:-na}"
+result "gpu_gpt_paths default_tok_s=${tok[bf16]:-na} casts_kept_tok_s=${tok[bf16_casts_kept]:-na}" \
+       "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na}"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
+
+# ---- ranks on the GPU: `gpt --device auto` takes it; dp=2 and tp=2 with both ranks on it (shared) equal one
+# process on it (f32, so that only the reductions' order differs)
+losses_match() { # A B TOL: the largest relative difference of the two metrics files' losses, or "nan" (a step missing, NaN)
+    awk -v tol="$3" -F'[:,]' 'FNR == 1 { f++ } { for (i = 1; i < NF; i++) { if ($i ~ /"step"/) s = $(i + 1); if ($i ~ /"loss"/) l[f, s] = $(i + 1) } n[f] = s }
+        END { w = 0; if (n[1] < 1 || n[1] != n[2]) { print "nan"; exit 1 }
+              for (s = 1; s <= n[1]; s++) { a = l[1, s]; b = l[2, s]; if (a != a + 0 || b != b + 0 || b == 0) { print "nan"; exit 1 }
+                  d = (a - b) / b; if (d < 0) d = -d; if (d > w) w = d }
+              printf "%.3g", w; exit !(w <= tol) }' "$1" "$2"
+}
+tmp=$(mktemp -d)
+gpt_small=(--layers 2 --width 128 --heads 4 --ctx 64 --batch 8 --steps 20 --val-every 0 --sample-len 0 --data README.md)
+step gpt_device_auto 60 build/gpt "${gpt_small[@]}" --device auto --metrics "$tmp/auto.jsonl"
+chose=$(grep -o 'rank 0: device [0-9]*, [a-z_]*:[0-9]*' "$out/step.out" | head -1 | sed 's/.*, //')
+result "gpu_rank_device auto=${chose:-none}"
+[ "${chose%%:*}" = cuda ] || failed=1
+if [ -x build/pdde-run ]; then
+    for par in "--dp 2" "--tp 2"; do
+        name=$(echo "$par" | tr -d ' -')
+        step "gpt_cuda_$name" 90 build/pdde-run -n 2 build/gpt "${gpt_small[@]}" $par --device cuda --share-device --metrics "$tmp/$name.jsonl"
+        d=$(losses_match "$tmp/$name.jsonl" "$tmp/auto.jsonl" 1e-5)
+        rc=$?
+        result "gpu_ranks run=$name ranks=2 device=cuda max_rel_diff_vs_one_process=$d"
+        [ $rc = 0 ] || failed=1
+    done
+else
+    result "gpu_ranks status=skipped (built without UCX: set UCX_DIR)"
+fi
+
+# ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
+step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh
+line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
+[ -n "$line" ] && result "${line#RESULT }"
+cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
 
 # ---- the whole conformance suite
 test_step test_backend_ops_cuda 150 build/test_backend_ops --backend cuda
@@ -165,7 +212,7 @@ if command -v compute-sanitizer >/dev/null 2>&1; then
     result "sanitizer_memcheck exit=$rc errors=$(grep -o 'ERROR SUMMARY: [0-9]*' "$out/step.out" | tail -1 | grep -o '[0-9]*$')"
     [ $rc = 0 ] || [ $rc = 124 ] || [ $rc = 125 ] || failed=1
 fi
-PDDE_PROFILE=1 step gpt_bf16_flash_profile 60 env PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
+step gpt_bf16_profile 60 env PDDE_PROFILE=1 build/bench_cuda --gpt --dtype bf16
 
 result "gpu_check status=done failed=$failed seconds=$(($(date +%s) - start))"
 # the record for tools/bench/ (the RESULT lines with the GPU and the date)

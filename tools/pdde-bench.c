@@ -1,6 +1,7 @@
 /* pdde-bench — calibrates the cost model on this machine and writes a cluster file.
  *
- *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S]
+ *   pdde-bench [-o cluster.json] [--quick] [--no-comm] [--devices LIST] [--budget S] [--run-overhead]
+ *              [--time-limit S]   (past S seconds no more points are measured; the file is written)
  *   pdde-bench --check FILE [--rewrite]     checks a cluster file (errors name the field), prints a
  *                                           summary; --rewrite saves it back in canonical form
  *
@@ -12,7 +13,10 @@
  * without the op, on CPUs: loss (cross-entropy), gelu (bias + GELU), row_backward (layernorm),
  * fused_attention (its forward run alone) and fused_attention_backward. The bytes of each point are what the cost model counts for the same node
  * (pdde_cost_program_from_graph), so a curve reads back what it measured.
- * Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
+ * On a device with memory of its own (a GPU), every run's time is less the session run's own cost (a
+ * step pays it once, not per op; --run-overhead: on every accelerator), and the GEMM table goes on to
+ * GPT-2's training shapes; an accelerator's bf16 fused attention gets curves of its own (the whole op).
+ * --devices LIST measures only those families. Host <-> device copies give the CPU-device link. Then it forks 2 ranks around a store on
  * 127.0.0.1 and measures allreduce (auto, ring, recursive), allgather, reduce-scatter and send/recv at
  * a small and a large size: latency and bandwidth of each (pdde_collective_calib) and of the
  * machine's shared-memory link. Before the devices, a GEMM, an elementwise and a row op run alone and
@@ -41,6 +45,11 @@ static double budget_s = 0.12;  /* per measured point */
 static struct run_together *together; /* measuring contention: every copy starts each run at once */
 static double max_run_s = 0.25; /* a point whose one run would take longer is left out */
 static int quick;
+/* An accelerator's fixed cost of a session run (launching the step, the final synchronisation): a training
+ * step pays it once, not per op, so it is taken off each measured run (measure_run_overhead) */
+static double run_overhead, run_floor; /* (no run comes out below run_floor: half an op of the chain) */
+static int force_overhead;
+static double deadline = INFINITY; /* --time-limit: past it no more points are measured (the file is written) */ /* --run-overhead: also on a device on the host's cores (PoCL's: not by default) */
 
 /* Writes a buffer larger than the caches, so that the next run reads its inputs from memory as a
  * training step does (its activations were written long before): run again and again on the same
@@ -110,19 +119,46 @@ static double time_graph(pdde_context *ctx, pdde_graph *g, int device, pdde_run_
     }
     double v[64];
     int n = 0;
+    pdde_device_props props;
+    /* (a device with memory of its own: the host's caches are not its) */
+    int evict = pdde_device_get_props(ctx, device, &props) || props.kind == PDDE_DEVICE_CPU || props.on_host_cores;
     if (pdde_session_run(s, mode) == PDDE_OK) {
         for (double t_end = bench_now() + budget_s; n < 64 && (together ? n < together->runs : n < 3 || bench_now() < t_end);) {
-            evict_caches();
+            if (evict) evict_caches();
             if (together && together_wait()) break;
             double t0 = run_clock();
             if (pdde_session_run(s, mode) != PDDE_OK) break;
-            v[n++] = run_clock() - t0;
+            v[n] = run_clock() - t0 - run_overhead;
+            if (v[n] < run_floor) v[n] = run_floor;
+            n++;
         }
     }
     if (n < 3) fprintf(stderr, "pdde-bench: device %d: run failed: %s\n", device, pdde_last_error(ctx));
     pdde_session_free(s);
     double median = n >= 3 ? bench_median(v, n) : NAN; /* (sorts v) */
-    return n >= 3 ? (fastest ? v[0] : median) : NAN;
+    /* (with the run's overhead taken off, the fastest run: what an op takes amid a step's others, the
+     * device busy; a loaded host's preemptions only ever add) */
+    return n >= 3 ? (fastest || run_overhead > 0 ? v[0] : median) : NAN;
+}
+
+/* run_overhead of an accelerator: runs of a chain of 1 and of 17 small adds; what the 16 more cost is
+ * what ops cost one after another in a step, the rest of the single run is the run's own. */
+static void measure_run_overhead(pdde_context *ctx, int device) {
+    double t[2];
+    run_overhead = run_floor = 0;
+    for (int i = 0; i < 2; i++) {
+        pdde_graph *g = NULL;
+        pdde_graph_init(ctx, &g);
+        pdde_tensor *x = pdde_input(g, "x", PDDE_F32, 1, (int64_t[]){1024}), *y = x;
+        for (int j = 0; j < (i ? 17 : 1); j++) y = pdde_add(g, y, x);
+        pdde_mark_output(y);
+        t[i] = time_graph(ctx, g, device, PDDE_RUN_FORWARD, 1);
+        pdde_graph_free(g);
+    }
+    double per_op = (t[1] - t[0]) / 16;
+    if (t[0] - per_op > 0 && per_op > 0) run_overhead = t[0] - per_op, run_floor = per_op / 2;
+    printf("  a session run: %.3g us of its own, %.3g us an op in a chain of small ones (taken off every run below)\n",
+           run_overhead * 1e6, per_op * 1e6);
 }
 
 /* The bytes the cost model counts for the first node of class k in g. */
@@ -164,15 +200,23 @@ static void measure_gemm(pdde_context *ctx, int device, pdde_device_spec *sp, pd
                                         /* small models (width 128-256): their GEMMs are far from the squares */
                                         {1, 512, 128, 128}, {1, 512, 512, 128}, {1, 1024, 192, 192}, {1, 1024, 576, 192},
                                         {1, 1024, 192, 768}, {1, 1024, 768, 192}, {1, 128, 128, 512}, {1, 192, 768, 1024},
-                                        {64, 64, 64, 48}, {64, 64, 48, 64}, {64, 48, 64, 64}, {32, 32, 64, 64}};
-    int n = (int)(sizeof shapes / sizeof shapes[0]);
+                                        {64, 64, 64, 48}, {64, 64, 48, 64}, {64, 48, 64, 64}, {32, 32, 64, 64},
+                                        /* accelerators only (a CPU's rate has levelled off by 2048^3; an
+                                         * accelerator's still rises): GPT-2's at 8192 tokens, the weight
+                                         * gradients' k = 8192 and the 50304-word head's three */
+                                        {1, 8192, 768, 768}, {1, 8192, 2304, 768}, {1, 8192, 3072, 768}, {1, 8192, 768, 3072},
+                                        {1, 768, 768, 8192}, {1, 768, 2304, 8192}, {1, 768, 3072, 8192}, {1, 3072, 768, 8192},
+                                        {1, 8192, 50304, 768}, {1, 8192, 768, 50304}, {1, 50304, 768, 8192}};
+    int n = (int)(sizeof shapes / sizeof shapes[0]), n_all_devices = n - 11;
     /* bf16 and f16 (the mixed-precision GEMMs: half inputs, f32 out) at the squares and the training
      * shapes, every other one: the table's room is shared with f32's */
     int half = dt != PDDE_F32;
     for (int i = 0; i < n && sp->n_gemm < PDDE_CLUSTER_MAX_GEMM; i++) {
         int64_t bt = shapes[i][0], m = shapes[i][1] * bt, nn = shapes[i][2], k = shapes[i][3];
-        if (half && (i % 2 || bt > 1 || sp->n_gemm + 2 > PDDE_CLUSTER_MAX_GEMM)) continue;
-        if (quick && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
+        if (i >= n_all_devices && (sp->kind == PDDE_DEVICE_CPU || sp->peak_flops < 1e12)) break; /* (a GPU's) */
+        if (bench_now() > deadline) break;
+        if (half && ((i % 2 && i < n_all_devices) || bt > 1 || sp->n_gemm + 2 > PDDE_CLUSTER_MAX_GEMM)) continue;
+        if (quick && i < n_all_devices && m * nn * k > 2048 * 768 * 768) continue; /* the large squares: the rate has levelled off */
         double est = 2.0 * (double)m * (double)nn * (double)k / (sp->peak_flops > 0 ? sp->peak_flops : 1e12);
         if (est > max_run_s) { /* a slow device: the table's nearest shapes stand in for this one */
             printf("  gemm %5lld x %5lld x %5lld  skipped (about %.2g s a run)\n", (long long)m, (long long)nn, (long long)k, est);
@@ -280,6 +324,18 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
         bench_row_loss(g, pdde_attention(g, q, kk, v));
         break;
     }
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF: /* the same in bf16 (a mixed-precision model's), T = 1024 from 1M scores */
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD: {
+        int64_t t = s < (1 << 20) ? (int64_t)sqrt((double)s) : 1024, bh = s / (t * t) > 0 ? s / (t * t) : 1, shape[4] = {1, bh, t, 64};
+        pdde_tensor *q = pdde_param(g, "q", 4, shape, 1.0f);
+        if (bare) { bench_row_loss(g, q); break; }
+        pdde_tensor *kk = pdde_param(g, "k", 4, shape, 1.0f), *v = pdde_param(g, "v", 4, shape, 1.0f);
+        pdde_graph_set_compute_dtype(g, PDDE_BF16);
+        pdde_tensor *y = pdde_attention(g, q, kk, v);
+        pdde_graph_set_compute_dtype(g, PDDE_F32);
+        bench_row_loss(g, y);
+        break;
+    }
     default: break;
     }
     return g;
@@ -287,7 +343,18 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
 
 /* The fused attention's forward is measured in a forward run, its backward in a forward + backward
  * run less the forward (timed by the curve measured just before). */
-static int class_forward_only(int k) { return k == PDDE_OPCLASS_FUSED_ATTENTION; }
+static int class_forward_only(int k) { return k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_HALF; }
+
+/* The class a fused attention op of a cost program is measured in (its softmax bytes'), as the cost
+ * model times it: bf16 / f16 ones by the half classes (on accelerators). */
+static int softmax_class_of(const pdde_cost_op *op) {
+    int half = op->dtype == PDDE_BF16 || op->dtype == PDDE_F16;
+    return op->softmax_backward ? (half ? PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD)
+                                : (half ? PDDE_OPCLASS_FUSED_ATTENTION_HALF : PDDE_OPCLASS_FUSED_ATTENTION);
+}
+
+/* The half classes time the whole op (GEMMs included), the others what it adds to its GEMMs. */
+static int class_whole_op(int k) { return k == PDDE_OPCLASS_FUSED_ATTENTION_HALF || k == PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD; }
 
 /* A class measured inside a forward + backward graph (or its forward alone: class_forward_only): the
  * bytes the cost model counts for all its nodes (for the fused attention, their softmax bytes), and in
@@ -301,10 +368,11 @@ static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int 
     if (pdde_cost_program_from_graph(g, device, &p)) return 0;
     for (int i = 0; i < pdde_cost_program_op_count(p, 0); i++) {
         pdde_cost_op op = *pdde_cost_program_op(p, 0, i);
-        int softmax_class = op.softmax_backward ? PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD : PDDE_OPCLASS_FUSED_ATTENTION;
         if (class_forward_only(k) && op.phase != PDDE_PHASE_FORWARD) continue;
-        if (op.softmax_bytes > 0 && softmax_class == (int)k) bytes += op.softmax_bytes, op.softmax_bytes = 0;
-        else if (op.op_class == k) { bytes += op.bytes; continue; }
+        if (op.softmax_bytes > 0 && softmax_class_of(&op) == (int)k) {
+            bytes += op.softmax_bytes, op.softmax_bytes = 0;
+            if (class_whole_op(k)) continue;
+        } else if (op.op_class == k) { bytes += op.bytes; continue; }
         double t = pdde_cost_compute_time(ctx, c, device, &op);
         if (isfinite(t)) *others += t;
     }
@@ -317,16 +385,25 @@ static double class_bytes_in_step(pdde_context *ctx, const pdde_cluster *c, int 
  * gradient's writes, measured alike) and less the model's time for the other nodes its op adds (a
  * bias's sum, a layernorm's forward, an attention's GEMMs), whose classes are measured by then. */
 static void measure_curves(pdde_context *ctx, const pdde_cluster *c, int device, pdde_device_spec *sp) {
-    static const int64_t sizes[] = {1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22};
-    int n_sizes = quick ? 3 : 5;
+    /* (a device with memory of its own goes on to 16M values: a GPU is still far from its bandwidth at 4M,
+     * and a model's activations are that large; a point takes it well under a millisecond) */
+    static const int64_t sizes[] = {1 << 12, 1 << 15, 1 << 18, 1 << 20, 1 << 22, 1 << 24};
+    pdde_device_props props;
+    int own_memory = sp->kind != PDDE_DEVICE_CPU && !pdde_device_get_props(ctx, device, &props) && !props.on_host_cores;
+    /* the half attention's: a head of T = 256, then 1, 4, 16 and 64 heads of T = 1024 (a large GPU fills
+     * only from about 64) */
+    static const int64_t half_scores[] = {1 << 16, 1 << 20, 1 << 22, 1 << 24, 1 << 26};
     for (int k = PDDE_OPCLASS_ELEMENTWISE; k < PDDE_OPCLASS_COUNT; k++) {
-        int in_step = k >= PDDE_OPCLASS_LOSS;
+        int in_step = k >= PDDE_OPCLASS_LOSS, half = class_whole_op(k), n_sizes = half ? 5 : own_memory ? 6 : quick ? 3 : 5;
+        if (half && sp->kind == PDDE_DEVICE_CPU) continue; /* (a CPU's bf16 attention: the f32 curves stand for it) */
         /* every class on every device: a device's kernels for these may run far from its memory's
          * speed (a fused attention giving a thread a row) */
         printf("  %-11s", pdde_op_class_name((pdde_op_class)k));
         for (int i = 0; i < n_sizes; i++) {
             int attention = k == PDDE_OPCLASS_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION || k == PDDE_OPCLASS_FUSED_ATTENTION_BACKWARD;
-            int64_t s = sizes[i] * (attention ? 4 : 1);
+            if (attention && !half && i >= 5) break; /* (4 x 4M scores is as far as they go) */
+            if (bench_now() > deadline) break;
+            int64_t s = half ? half_scores[i] : sizes[i] * (attention ? 4 : 1);
             pdde_graph *g = class_graph(ctx, (pdde_op_class)k, s, 0);
             /* the loss's graph is its op alone */
             pdde_graph *bare = in_step && k != PDDE_OPCLASS_LOSS ? class_graph(ctx, (pdde_op_class)k, s, 1) : NULL;
@@ -660,8 +737,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget_s = atof(argv[++i]);
         else if (!strcmp(argv[i], "--check") && i + 1 < argc) check = argv[++i];
         else if (!strcmp(argv[i], "--rewrite")) rewrite = 1;
+        else if (!strcmp(argv[i], "--run-overhead")) force_overhead = 1;
+        else if (!strcmp(argv[i], "--time-limit") && i + 1 < argc && atof(argv[i + 1]) > 0) deadline = atof(argv[++i]);
         else {
-            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point]\n"
+            fprintf(stderr, "usage: %s [-o cluster.json] [--quick] [--no-comm] [--devices cpu,opencl] [--budget seconds per point] [--run-overhead] [--time-limit seconds]\n"
                             "       %s --check cluster.json [--rewrite]\n", argv[0], argv[0]);
             return 2;
         }
@@ -669,6 +748,7 @@ int main(int argc, char **argv) {
     if (check) return check_file(check, rewrite);
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress as it comes */
     double t0 = bench_now();
+    deadline += t0;
     pdde_cluster *cl = NULL;
     int comm_ok = -1;
 #ifdef PDDE_HAVE_UCX
@@ -710,19 +790,25 @@ int main(int argc, char **argv) {
         pdde_cluster_device *dev = &c->machines[0].devices[d];
         pdde_device_spec *sp = &c->specs[dev->spec];
         if (sp->n_gemm) continue; /* a second device of a measured model */
+        if (devices && !strstr(devices, sp->backend)) continue; /* (the CPU of a context: --devices did not name it) */
         printf("device %d (%s, %s):\n", dev->id, sp->name, sp->backend);
         sp->peak_flops = 0, sp->mem_bandwidth = 0; /* measured from here on */
+        run_overhead = run_floor = 0;
+        pdde_device_props props;
+        if (sp->kind != PDDE_DEVICE_CPU && (force_overhead || (!pdde_device_get_props(ctx, dev->id, &props) && !props.on_host_cores)))
+            measure_run_overhead(ctx, dev->id);
         measure_gemm(ctx, dev->id, sp, PDDE_F32);
         measure_gemm(ctx, dev->id, sp, PDDE_BF16);
-        measure_gemm(ctx, dev->id, sp, PDDE_F16);
+        if (!quick || sp->kind == PDDE_DEVICE_CPU) measure_gemm(ctx, dev->id, sp, PDDE_F16); /* (--quick on an accelerator: bf16's only) */
         measure_curves(ctx, c, dev->id, sp);
         if (sp->kind == PDDE_DEVICE_CPU) memcpy(sp->contention, slowdown, sizeof slowdown);
+        run_overhead = run_floor = 0; /* (a copy's time is its run's) */
         for (int i = 0; i < c->n_links; i++)
             if (c->links[i].b == dev->id && c->links[i].a != dev->id) measure_link(ctx, dev->id, &c->links[i]);
     }
     pdde_status st = pdde_cluster_save(ctx, c, out);
     if (st) fprintf(stderr, "pdde-bench: %s\n", pdde_last_error(ctx));
-    else printf("wrote %s in %.1f s\n", out, bench_now() - t0);
+    else printf("wrote %s in %.1f s%s\n", out, bench_now() - t0, bench_now() > deadline ? " (the time limit cut the measurements short)" : "");
     pdde_cluster_free(c);
     pdde_context_free(ctx);
     return st ? 1 : 0;

@@ -2,9 +2,10 @@
  *
  *   bench_costmodel [--reps N] [--steps N] [--hetero] [--only NAME] [--build DIR] [--no-priority] [--reuse]
  *
- * Every configuration trains the GPT of examples/gpt.h (two sizes) under build/pdde-run with 1-4 ranks
- * of one thread each: one process, data parallel, ZeRO, tensor parallel, pipelines with several
- * micro-batch counts, recompute, every layer on the OpenCL (PoCL) device, and a pair whose rank 1 runs
+ * Every configuration trains the GPT of examples/gpt.h (two sizes, and the small one with a
+ * Mixture-of-Experts feed-forward: its experts on every rank or split by ep) under build/pdde-run with
+ * 1-4 ranks of one thread each: one process, data parallel, ZeRO, tensor parallel, expert parallel,
+ * pipelines with several micro-batch counts, recompute, every layer on the OpenCL (PoCL) device, and a pair whose rank 1 runs
  * in a cgroup (v1) whose CFS quota gives it a third of a core. Each rank is this program again
  * (--worker): it times its steps and reports them with the bytes its session allocated.
  *
@@ -54,9 +55,11 @@
 #define CGROUP_DIR "/sys/fs/cgroup/cpu"
 #define SLOW_SHARE 3 /* the throttled rank gets a third of a core */
 
-static const gpt_config model_sizes[2] = {
+static const gpt_config model_sizes[3] = {
     {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8},  /* S: 0.8M parameters, examples/gpt's default */
     {.vocab = 256, .ctx = 64, .layers = 6, .heads = 4, .width = 192, .batch = 16}, /* L: 2.8M parameters, twice the batch */
+    /* M: S with a Mixture-of-Experts feed-forward in every block (4 experts, top-2; a plan's ep=2 splits them) */
+    {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8, .moe_experts = 4, .moe_topk = 2, .moe_aux = 0.01f},
 };
 
 /* How a rank runs: on the CPU (cluster file of its thread count), in the throttled cgroup, or with
@@ -91,7 +94,9 @@ static char cgroup_path[300];
 static pdde_status config_build(pdde_graph *g, int model, const pdde_plan *pl, gpt_model *m) {
     gpt_plan gp = gpt_plan_of(pl);
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
-    return gpt_build_plan(g, &model_sizes[model], &gp, &op, m);
+    gpt_config cfg = model_sizes[model];
+    cfg.moe_ep = pl->ep > 1; /* (the experts over tp, else dp) */
+    return gpt_build_plan(g, &cfg, &gp, &op, m);
 }
 
 static pdde_session_params config_session_params(int model, int place, int opencl, int *layer_dev) {
@@ -652,6 +657,10 @@ int main(int argc, char **argv) {
         add("S dp4", 0, "dp=4", 0, 0, 0);
         add("S dp2 tp2", 0, "dp=2,tp=2", 0, 0, 0);
         add("S dp2 pp2 mb2", 0, "dp=2,pp=2,mb=2", 0, 0, 0);
+        add("M 1 rank", 2, "", 0, 0, 0); /* Mixture-of-Experts: experts on every rank, split by ep (all-to-all; over tp: gathered) */
+        add("M dp2", 2, "dp=2", 0, 0, 0);
+        add("M dp2 ep2", 2, "dp=2,ep=2", 0, 0, 0);
+        add("M dp2 tp2 ep2", 2, "dp=2,tp=2,ep=2", 0, 0, 0);
         if (have_opencl) add("S 1 rank on PoCL", 0, "", PLACE_OPENCL, 0, 0);
         if (add_pick(ctx, &configs[5], 2, 1) || add_pick(ctx, &configs[11], 2, 1)) return 1;
     }

@@ -1,6 +1,9 @@
 /* bench_cuda — throughput of pdde's CUDA backend next to cuBLAS called directly, on the first CUDA device.
  *
  *   bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16]]
+ *   bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]
+ *              [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps N]
+ *   bench_cuda --probe [--device NAME]      the device it would run on, or "no ... device"
  *
  * GEMM (f32, row-major C = A B): pdde's matmul node through a session (cuBLAS underneath, then the
  * built-in tiled kernel as on a machine without cuBLAS) against cublasSgemm on the same sizes.
@@ -8,9 +11,16 @@
  * and a few row ops for reference. Then one GPT training step (forward, backward, AdamW) on the GPU.
  * --gpt: only the GPT-2 124M step (B 8, T 1024), under the compute dtype given (mixed precision), with
  * pdde_attention (its path: PDDE_CUDA_ATTENTION) or, --unfused-graph, the attention as matmul, causal
- * softmax and matmul nodes; prints a "GPT ..." line for tools/gpu-check.sh.
+ * softmax and matmul nodes; prints a "GPT ..." line for tools/gpu-check.sh (casts_per_step: the casts run
+ * a step after the first, pdde_session_op_runs; PDDE_FOLD_CASTS sets whether weights' bf16 copies are kept
+ * and casts folded into their producers).
  * --attention: causal attention alone, forward and backward (B 8, H 12, T 1024, D 64; q, k, v f32 leaves
  * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line.
+ * --predict FILE: before the steps, the cost model's step time for the same graph on FILE's device of
+ * that backend (pdde-bench's calibration; the session's program as it lowers it, simulated), printed
+ * as a "PREDICT ms=.." line with the time by op class; --predict-only stops there (no device needed).
+ * --device runs it on another backend's first device, --model another GPT (tools/bench/costmodel_gpu.sh
+ * checks the script's pipeline that way where there is no GPU).
  * Times are medians of timed repetitions after warm-up, each repetition synchronised.
  * Prints "no CUDA device" and exits 0 where there is none. */
 #define _GNU_SOURCE
@@ -218,9 +228,75 @@ static double pdde_elem(pdde_context *ctx, int dev, const char *op, int64_t rows
     return o.ok ? passes * (double)rows * (double)C * 4 / t / 1e9 : 0;
 }
 
-static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int unfused_graph) {
+/* "layers=N,width=N,..." onto c; 0 on success. */
+static int parse_model(const char *spec, gpt_config *c) {
+    for (const char *s = spec; *s;) {
+        char key[16];
+        int v = 0, n = 0;
+        if (sscanf(s, "%15[a-z]=%d%n", key, &v, &n) != 2 || v < 1) return -1;
+        int *f = !strcmp(key, "layers") ? &c->layers : !strcmp(key, "width") ? &c->width : !strcmp(key, "heads") ? &c->heads
+               : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : NULL;
+        if (!f) return -1;
+        *f = v, s += n;
+        if (*s == ',') s++;
+        else if (*s) return -1;
+    }
+    return c->width % c->heads ? -1 : 0;
+}
+
+/* The cost model's step of g (run by a session with sp) on the first device of `backend` in the cluster
+ * file: a PREDICT line, and the time of each op class; 0 on success. */
+static int predict_step(pdde_context *ctx, const pdde_graph *g, const pdde_session_params *sp, const char *path, const char *backend) {
+    pdde_cluster *cl = NULL;
+    pdde_cost_program *cp = NULL;
+    pdde_cost_result *res = NULL;
+    int id = -1;
+    pdde_status st = pdde_cluster_load(ctx, path, &cl);
+    for (int m = 0; !st && m < cl->n_machines && id < 0; m++)
+        for (int d = 0; d < cl->machines[m].n_devices && id < 0; d++)
+            if (!strcmp(cl->specs[cl->machines[m].devices[d].spec].backend, backend)) id = cl->machines[m].devices[d].id;
+    if (!st && id < 0) st = pdde_error(ctx, PDDE_ERR_NOT_FOUND, "%s has no %s device", path, backend);
+    pdde_cost_plan plan = {0, &id, NULL, 0};
+    if (!st) st = pdde_cost_program_from_plan(cl, g, sp, &plan, &cp);
+    if (!st) st = pdde_cost_simulate(ctx, cl, cp, &res);
+    if (st) {
+        fprintf(stderr, "predict: %s\n", pdde_last_error(ctx));
+        pdde_cluster_free(cl);
+        return 1;
+    }
+    double by_class[PDDE_OPCLASS_COUNT] = {0}, attention[2] = {0, 0};
+    int count[PDDE_OPCLASS_COUNT] = {0};
+    for (int i = 0; i < pdde_cost_program_op_count(cp, 0); i++) {
+        const pdde_cost_op *op = pdde_cost_program_op(cp, 0, i);
+        if (op->kind != PDDE_COST_COMPUTE) continue;
+        double t = pdde_cost_compute_time(ctx, cl, op->placed ? op->placed_device : id, op);
+        if (!isfinite(t)) continue;
+        if (op->softmax_bytes > 0) attention[op->softmax_backward] += t;
+        else by_class[op->op_class] += t, count[op->op_class]++;
+    }
+    printf("predicted on %s (%s):", path, cl->specs[pdde_cluster_find_device(cl, id, NULL)->spec].name);
+    for (int k = 0; k < PDDE_OPCLASS_COUNT; k++)
+        if (count[k]) printf(" %s %.2f ms (%d)", pdde_op_class_name((pdde_op_class)k), by_class[k] * 1e3, count[k]);
+    printf(" attention %.2f ms, its backward %.2f ms%s\n", attention[0] * 1e3, attention[1] * 1e3,
+           res->uncalibrated ? " (some ops from peak figures: uncalibrated)" : "");
+    printf("PREDICT ms=%.2f compute_ms=%.2f uncalibrated=%d\n", res->step_time * 1e3, res->compute_time[0] * 1e3, res->uncalibrated);
+    pdde_cost_result_free(res);
+    pdde_cost_program_free(cp);
+    pdde_cluster_free(cl);
+    return 0;
+}
+
+typedef struct {
+    const char *predict, *backend; /* --predict FILE, the device's backend */
+    int predict_only, steps;
+    gpt_config model;
+} gpt_options;
+
+static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int unfused_graph, const gpt_options *o) {
     gpt_config c = {.vocab = 50304, .ctx = 1024, .layers = quick ? 2 : 12, .heads = 12, .width = 768, .batch = 8,
                     .unfused_attention = unfused_graph};
+    if (o) c = o->model, c.unfused_attention = unfused_graph;
+    c.separate_qkv = gpt_separate_qkv("cuda");
     pdde_graph *g;
     pdde_graph_init(ctx, &g);
     gpt_model m;
@@ -233,6 +309,10 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
     }
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.device = dev;
+    if (o && o->predict && (predict_step(ctx, g, &sp, o->predict, o->backend) || o->predict_only)) {
+        pdde_graph_free(g);
+        return;
+    }
     pdde_session *s;
     if (pdde_session_init(g, &sp, &s) != PDDE_OK) {
         fprintf(stderr, "gpt session: %s\n", pdde_last_error(ctx));
@@ -241,9 +321,10 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
     }
     int BT = c.batch * c.ctx;
     int32_t *x = malloc((size_t)BT * 4), *y = malloc((size_t)BT * 4);
-    double t[16];
-    int steps = 8, ok = 1;
+    double t[64];
+    int steps = o && o->steps ? o->steps : 8, ok = 1;
     float loss0 = 0, loss = 0;
+    int64_t casts0 = 0; /* the casts that ran after the first step (which casts the kept weight copies) */
     for (int st = 0; st < steps + 2 && ok; st++) {
         for (int i = 0; i < BT; i++) x[i] = (i * 7 + st * 13) % 1000, y[i] = (x[i] + 1) % 1000; /* learnable */
         pdde_session_write(s, m.ids, x, (size_t)BT * 4);
@@ -251,9 +332,10 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
         double t0 = now();
         ok = pdde_session_run(s, PDDE_RUN_STEP) == PDDE_OK;
         if (st >= 2) t[st - 2] = now() - t0;
-        if (st == 0) loss0 = pdde_session_loss(s);
+        if (st == 0) loss0 = pdde_session_loss(s), casts0 = pdde_session_op_runs(s, PDDE_OP_CAST);
         loss = pdde_session_loss(s);
     }
+    double casts = (double)(pdde_session_op_runs(s, PDDE_OP_CAST) - casts0) / (steps + 1);
     if (!ok) fprintf(stderr, "gpt step: %s\n", pdde_last_error(ctx));
     else {
         qsort(t, (size_t)steps, sizeof *t, cmp_double);
@@ -264,9 +346,9 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
         const char *path = getenv("PDDE_CUDA_ATTENTION");
         printf("gpt step (L=%d C=%d T=%d B=%d V=%d, %.0fM params, AdamW, %s): %.1f ms, %.0f tokens/s, loss %.3f -> %.3f\n",
                c.layers, c.width, c.ctx, c.batch, c.vocab, n_params / 1e6, pdde_dtype_name(dt), ms, tok_s, loss0, loss);
-        printf("GPT dtype=%s attention=%s ms=%.2f tok_s=%.0f mfu_pct=%.2f loss0=%.5f loss=%.5f\n", pdde_dtype_name(dt),
+        printf("GPT dtype=%s attention=%s ms=%.2f tok_s=%.0f mfu_pct=%.2f loss0=%.5f loss=%.5f casts_per_step=%.0f\n", pdde_dtype_name(dt),
                unfused_graph ? "graph" : path && *path ? path : "default", ms, tok_s, 100.0 * tok_s * flops_tok / 989e12,
-               loss0, loss);
+               loss0, loss, casts);
     }
     free(x);
     free(y);
@@ -321,24 +403,35 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt) {
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0;
+    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0, probe = 0;
     pdde_dtype dt = PDDE_F32;
+    gpt_options o = {.backend = "cuda"}; /* (o.model: GPT-2 124M, where --model changes what it names) */
+    o.model = (gpt_config){.vocab = 50304, .ctx = 1024, .layers = 12, .heads = 12, .width = 768, .batch = 8};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--gpt")) gpt_only = 1;
         else if (!strcmp(argv[i], "--attention")) attention_only = 1;
         else if (!strcmp(argv[i], "--unfused-graph")) unfused_graph = 1;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dt = !strcmp(argv[++i], "bf16") ? PDDE_BF16 : PDDE_F32;
+        else if (!strcmp(argv[i], "--predict") && i + 1 < argc) o.predict = argv[++i];
+        else if (!strcmp(argv[i], "--predict-only")) o.predict_only = 1;
+        else if (!strcmp(argv[i], "--probe")) probe = 1;
+        else if (!strcmp(argv[i], "--device") && i + 1 < argc) o.backend = argv[++i];
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc && atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= 64) o.steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc && !parse_model(argv[i + 1], &o.model)) i++;
         else {
-            fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16]]\n");
+            fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16]]\n"
+                            "       bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]\n"
+                            "                  [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps 1..64]\n");
             return 2;
         }
     }
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx) != PDDE_OK) return 1;
-    int dev = pdde_device_find(ctx, "cuda", 0);
+    int dev = pdde_device_find(ctx, o.backend, 0);
+    if (dev < 0 && gpt_only && o.predict_only && !probe) dev = 0; /* (the prediction needs no device) */
     if (dev < 0) {
-        printf("no CUDA device\n");
+        printf("no %s device\n", !strcmp(o.backend, "cuda") ? "CUDA" : o.backend);
         pdde_context_free(ctx);
         return 0;
     }
@@ -346,8 +439,9 @@ int main(int argc, char **argv) {
     pdde_device_get_props(ctx, dev, &p);
     printf("device: %s, %d SMs, %.1f TFLOP/s f32 (peak from clocks), %.0f GB/s\n", p.name, p.compute_units,
            p.peak_flops_f32 / 1e12, p.mem_bandwidth / 1e9);
+    if (probe) return pdde_context_free(ctx), 0;
     if (gpt_only || attention_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
-        if (gpt_only) bench_gpt(ctx, dev, 0, dt, unfused_graph);
+        if (gpt_only) bench_gpt(ctx, dev, 0, dt, unfused_graph, &o);
         else bench_attention(ctx, dev, dt);
         pdde_context_free(ctx);
         return 0;
@@ -374,7 +468,7 @@ int main(int argc, char **argv) {
     const char *ops[] = {"bias_add", "gelu", "softmax", "layernorm", "sum_rows"};
     for (int i = 0; i < 5; i++) printf("  pdde %-10s %8.0f\n", ops[i], pdde_elem(ctx, dev, ops[i], rows, C, reps));
     if (have_direct) d.Destroy(d.handle);
-    bench_gpt(ctx, dev, quick, PDDE_F32, 0);
+    bench_gpt(ctx, dev, quick, PDDE_F32, 0, NULL);
     pdde_context_free(ctx);
 
     /* the built-in GEMM kernel (what runs where cuBLAS is absent) */

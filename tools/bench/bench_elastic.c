@@ -23,16 +23,7 @@ int main(void) {
     return 1;
 }
 #else
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
+#include "tests/job_util.h"
 
 #define STEPS 40
 #define KILL_AT 15
@@ -40,61 +31,8 @@ int main(void) {
 
 static char g_run[600], g_gpt[600];
 
-static double test_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-typedef struct {
-    pid_t pid;
-    int fd, exited, status;
-    char *out;
-    size_t len, cap;
-    double t0;
-} job;
-
-/* The ranks pdde-run started (its children), by PDDE_RANK: pids[rank], 0 where none. */
-static int job_ranks(pid_t runner, pid_t *pids, int cap) {
-    memset(pids, 0, (size_t)cap * sizeof *pids);
-    DIR *d = opendir("/proc");
-    if (!d) return 0;
-    int found = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        pid_t pid = atoi(de->d_name);
-        if (pid <= 0) continue;
-        char path[64], buf[4096];
-        snprintf(path, sizeof path, "/proc/%d/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[n] = 0;
-        const char *p = strrchr(buf, ')');
-        int ppid = 0;
-        if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1 || ppid != runner) continue;
-        snprintf(path, sizeof path, "/proc/%d/environ", pid);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0) continue;
-        ssize_t k = read(fd, buf, sizeof buf - 1);
-        close(fd);
-        for (ssize_t i = 0; i < k;) {
-            const char *var = buf + i;
-            if (!strncmp(var, "PDDE_RANK=", 10)) {
-                int r = atoi(var + 10);
-                if (r >= 0 && r < cap) pids[r] = pid, found++;
-            }
-            i += (ssize_t)strnlen(var, (size_t)(k - i)) + 1;
-        }
-    }
-    closedir(d);
-    return found;
-}
-
 static job job_start(const char *leave, const char *metrics, const char *const *extra_run, const char *const *extra_gpt) {
     (void)leave;
-    job j = {.pid = -1, .fd = -1, .t0 = test_now()};
     char *argv[64];
     int a = 0;
     argv[a++] = g_run;
@@ -110,106 +48,8 @@ static job job_start(const char *leave, const char *metrics, const char *const *
     for (int i = 0; base_gpt[i]; i++) argv[a++] = (char *)base_gpt[i];
     for (int i = 0; extra_gpt && extra_gpt[i]; i++) argv[a++] = (char *)extra_gpt[i];
     argv[a] = NULL;
-    int fds[2];
-    if (pipe(fds)) return j;
-    fflush(NULL);
-    j.pid = fork();
-    if (j.pid == 0) {
-        setenv("PDDE_BACKENDS", "cpu", 1);
-        dup2(fds[1], 1), dup2(fds[1], 2);
-        close(fds[0]), close(fds[1]);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    close(fds[1]);
-    j.fd = fds[0];
-    fcntl(j.fd, F_SETFL, O_NONBLOCK);
-    return j;
-}
-
-/* Reads what is there (waiting up to ms); 1 once the job has exited and its output is read. */
-static int job_poll(job *j, int ms) {
-    if (j->fd >= 0) {
-        struct pollfd q = {j->fd, POLLIN, 0};
-        if (poll(&q, 1, ms) > 0) {
-            char buf[8192];
-            ssize_t r;
-            while ((r = read(j->fd, buf, sizeof buf)) > 0) {
-                if (j->len + (size_t)r + 1 > j->cap) {
-                    j->cap = (j->len + (size_t)r + 1) * 2;
-                    j->out = realloc(j->out, j->cap);
-                }
-                memcpy(j->out + j->len, buf, (size_t)r);
-                j->len += (size_t)r;
-                j->out[j->len] = 0;
-            }
-            if (r == 0) close(j->fd), j->fd = -1;
-        }
-    } else {
-        usleep((useconds_t)ms * 1000);
-    }
-    if (!j->exited && waitpid(j->pid, &j->status, WNOHANG) == j->pid) j->exited = 1;
-    return j->exited && j->fd < 0;
-}
-
-/* Stops the job and every rank it started, whatever state they are in. */
-static void job_kill(job *j) {
-    pid_t pids[8];
-    if (!j->exited) {
-        job_ranks(j->pid, pids, 8);
-        kill(j->pid, SIGKILL);
-        for (int r = 0; r < 8; r++)
-            if (pids[r]) kill(-pids[r], SIGKILL), kill(pids[r], SIGKILL);
-        waitpid(j->pid, &j->status, 0);
-        j->exited = 1;
-    }
-    if (j->fd >= 0) close(j->fd), j->fd = -1;
-}
-
-/* Runs the job to its end (killed after limit_s); returns its exit code, -1 when killed. */
-static int job_finish(job *j, double limit_s) {
-    while (!job_poll(j, 50))
-        if (test_now() - j->t0 > limit_s) {
-            fprintf(stderr, "bench_elastic: the job did not finish within %.0f s: killed\n", limit_s);
-            job_kill(j);
-            return -1;
-        }
-    return WIFEXITED(j->status) ? WEXITSTATUS(j->status) : -1;
-}
-
-static const char *job_text(const job *j) { return j->out ? j->out : ""; }
-
-/* The newest step in the metrics file (0 if none). */
-static int metrics_last_step(const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return 0;
-    char line[512];
-    int last = 0;
-    while (fgets(line, sizeof line, f)) {
-        int s;
-        if (sscanf(line, "{\"step\":%d,\"loss\"", &s) == 1) last = s;
-    }
-    fclose(f);
-    return last;
-}
-
-/* Every step's loss (the last line written for it; NaN when none) and how many steps were written
- * twice (done again after a recovery). */
-static int metrics_losses(const char *path, double *loss, int n) {
-    for (int i = 0; i <= n; i++) loss[i] = NAN;
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char line[512];
-    int again = 0;
-    while (fgets(line, sizeof line, f)) {
-        int s;
-        double l;
-        if (sscanf(line, "{\"step\":%d,\"loss\":%lf", &s, &l) != 2 || s < 1 || s > n) continue;
-        if (!isnan(loss[s])) again++;
-        loss[s] = l;
-    }
-    fclose(f);
-    return again;
+    const char *env[] = {"PDDE_BACKENDS=cpu", NULL};
+    return job_spawn(argv, env);
 }
 
 
@@ -248,20 +88,20 @@ static outcome run_once(int sig, const char *metrics) {
     remove(metrics);
     job j = job_start(NULL, metrics, NULL, NULL);
     while (metrics_last_step(metrics) < KILL_AT)
-        if (job_poll(&j, 2) || test_now() - j.t0 > 300) { job_kill(&j); fprintf(stderr, "%s", job_text(&j)); return o; }
+        if (job_poll(&j, 2) || job_now() - j.t0 > 300) { job_kill(&j); fprintf(stderr, "%s", job_text(&j)); return o; }
     pid_t pids[8];
     job_ranks(j.pid, pids, 8);
     int before = metrics_last_step(metrics);
-    double t_sig = test_now();
+    double t_sig = job_now();
     kill(pids[3], sig);
     const char *r = NULL;
     double t_line = 0, t_step = 0;
     int resumed = -1;
-    while (!job_poll(&j, 1) && test_now() - t_sig < 120) {
+    while (!job_poll(&j, 1) && job_now() - t_sig < 120) {
         if (!r && (r = strstr(job_text(&j), "resumed at step ")) && strchr(r, '\n')) {
             double in_s = 0;
             sscanf(r, "resumed at step %d in %lf s", &resumed, &in_s);
-            t_line = test_now();
+            t_line = job_now();
             o.detect_s = t_line - t_sig - in_s;
         } else if (r && !t_line) {
             r = NULL; /* (the line is not whole yet) */
@@ -270,7 +110,7 @@ static outcome run_once(int sig, const char *metrics) {
             /* the first step after the resume: a line for step resumed + 1 written after the resume */
             double loss[STEPS + 1];
             int again = metrics_losses(metrics, loss, STEPS);
-            if (metrics_last_step(metrics) >= resumed + 1 && (metrics_last_step(metrics) > before || again > 0)) t_step = test_now();
+            if (metrics_last_step(metrics) >= resumed + 1 && (metrics_last_step(metrics) > before || again > 0)) t_step = job_now();
         }
     }
     if (sig == SIGSTOP) kill(pids[3], SIGKILL);
@@ -292,6 +132,7 @@ static outcome run_once(int sig, const char *metrics) {
 
 int main(int argc, char **argv) {
     const char *build = argc > 1 ? argv[1] : "build";
+    job_who = "bench_elastic";
     int repeats = argc > 2 ? atoi(argv[2]) : 3;
     if (repeats < 1) repeats = 1;
     snprintf(g_run, sizeof g_run, "%s/pdde-run", build);

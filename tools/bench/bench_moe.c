@@ -15,9 +15,9 @@
  *    cost_mape.
  * 4. The ep pick: an MoE GPT (8 experts, top-2) trained on 2 ranks under build/pdde-run, data parallel
  *    (ep 1) and expert parallel (--moe-ep, ep 2), the median step of each measured; pdde_moe_cost_estimate
- *    of each (the layouts as they run: ep 2's buffer holds every token an expert, its expert gradients
- *    reduce-scattered) on this machine's calibration (with collectives) picks one: pick_gap_pct = how
- *    much slower the pick measured than the faster.
+ *    of each (the layouts as they run: ep 2 exchanges the routed rows, its expert gradients
+ *    reduce-scattered) on this machine's calibration (with collectives) picks one, as pdde_plan_search
+ *    does: pick_gap_pct = how much slower the pick measured than the faster.
  *
  * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. */
 #define _GNU_SOURCE
@@ -268,7 +268,7 @@ int main(int argc, char **argv) {
         for (int ep = 1; ep <= 2; ep++) {
             pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
             mp.tokens = 8 * 64, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
-            mp.capacity_factor = ep == 2 ? 8.0f / 2 : 0; /* by expert: every token's row in every expert's block */
+            mp.capacity_factor = 0; /* dropless: the exchange carries the routed rows only */
             mp.grads_over_ep = 1;
             pdde_moe_cost mc;
             if (pdde_moe_cost_estimate(ctx, cl, dev, 2, &mp, ep, &mc) == PDDE_OK) predicted[ep - 1] = mc.step_s;

@@ -1,0 +1,195 @@
+/* job_util.h — job control for the tests and benchmarks that start `pdde-run` jobs (test_elastic,
+ * test_etcd, bench_elastic): start a job with its output captured, poll the output, find the ranks it
+ * started, kill everything, run it to its end within a limit; read gpt's --metrics file. Header-only
+ * (static inline functions): include it once per program, after <stdio.h>. */
+#ifndef PDDE_JOB_UTIL_H
+#define PDDE_JOB_UTIL_H
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    pid_t pid;
+    int fd, exited, status;
+    char *out; /* stdout and stderr so far, NUL-terminated (NULL before any) */
+    size_t len, cap;
+    double t0; /* when it started (job_now) */
+} job;
+
+static const char *job_who = "FAIL"; /* the prefix of job_finish's message when it kills a job */
+
+static inline double job_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Starts argv[0] with argv, stdout and stderr into a pipe the job's functions read; env: "NAME=VALUE"
+ * set, "NAME" unset in the child (NULL-terminated; NULL for none). pid -1 when it could not start. */
+static inline job job_spawn(char *const *argv, const char *const *env) {
+    job j = {.pid = -1, .fd = -1, .t0 = job_now()};
+    int fds[2];
+    if (pipe(fds)) return j;
+    fflush(NULL);
+    j.pid = fork();
+    if (j.pid == 0) {
+        for (int i = 0; env && env[i]; i++) {
+            const char *eq = strchr(env[i], '=');
+            if (!eq) { unsetenv(env[i]); continue; }
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)(eq - env[i]), env[i]);
+            setenv(name, eq + 1, 1);
+        }
+        dup2(fds[1], 1), dup2(fds[1], 2);
+        close(fds[0]), close(fds[1]);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    if (j.pid < 0) { close(fds[0]); return j; }
+    j.fd = fds[0];
+    fcntl(j.fd, F_SETFL, O_NONBLOCK);
+    return j;
+}
+
+/* The ranks pdde-run started (its children), by PDDE_RANK: pids[rank], 0 where none. */
+static inline int job_ranks(pid_t runner, pid_t *pids, int cap) {
+    memset(pids, 0, (size_t)cap * sizeof *pids);
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        pid_t pid = atoi(de->d_name);
+        if (pid <= 0) continue;
+        char path[64], buf[4096];
+        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *p = strrchr(buf, ')');
+        int ppid = 0;
+        if (!p || sscanf(p + 2, "%*c %d", &ppid) != 1 || ppid != runner) continue;
+        snprintf(path, sizeof path, "/proc/%d/environ", pid);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        ssize_t k = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        for (ssize_t i = 0; i < k;) {
+            const char *var = buf + i;
+            if (!strncmp(var, "PDDE_RANK=", 10)) {
+                int r = atoi(var + 10);
+                if (r >= 0 && r < cap) pids[r] = pid, found++;
+            }
+            i += (ssize_t)strnlen(var, (size_t)(k - i)) + 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* Reads what is there (waiting up to ms); 1 once the job has exited and its output is read. */
+static inline int job_poll(job *j, int ms) {
+    if (j->fd >= 0) {
+        struct pollfd q = {j->fd, POLLIN, 0};
+        if (poll(&q, 1, ms) > 0) {
+            char buf[8192];
+            ssize_t r;
+            while ((r = read(j->fd, buf, sizeof buf)) > 0) {
+                if (j->len + (size_t)r + 1 > j->cap) {
+                    j->cap = (j->len + (size_t)r + 1) * 2;
+                    j->out = realloc(j->out, j->cap);
+                }
+                memcpy(j->out + j->len, buf, (size_t)r);
+                j->len += (size_t)r;
+                j->out[j->len] = 0;
+            }
+            if (r == 0) close(j->fd), j->fd = -1;
+        }
+    } else {
+        usleep((useconds_t)ms * 1000);
+    }
+    if (!j->exited && waitpid(j->pid, &j->status, WNOHANG) == j->pid) j->exited = 1;
+    return j->exited && j->fd < 0;
+}
+
+/* Stops the job and every rank it started, whatever state they are in (SIGKILL). */
+static inline void job_kill(job *j) {
+    pid_t pids[8];
+    if (!j->exited) {
+        job_ranks(j->pid, pids, 8);
+        kill(j->pid, SIGKILL);
+        for (int r = 0; r < 8; r++)
+            if (pids[r]) kill(-pids[r], SIGKILL), kill(pids[r], SIGKILL);
+        waitpid(j->pid, &j->status, 0);
+        j->exited = 1;
+    }
+    if (j->fd >= 0) close(j->fd), j->fd = -1;
+}
+
+/* Runs the job to its end, killed limit_s after it started; its exit code, -1 when killed. */
+static inline int job_finish(job *j, double limit_s) {
+    while (!job_poll(j, 50))
+        if (job_now() - j->t0 > limit_s) {
+            fprintf(stderr, "%s: the job did not finish within %.0f s: killed\n", job_who, limit_s);
+            job_kill(j);
+            return -1;
+        }
+    return WIFEXITED(j->status) ? WEXITSTATUS(j->status) : -1;
+}
+
+static inline const char *job_text(const job *j) { return j->out ? j->out : ""; }
+
+/* The newest step in a gpt --metrics file (0 if none). */
+static inline int metrics_last_step(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[512];
+    int last = 0;
+    while (fgets(line, sizeof line, f)) {
+        int s;
+        if (sscanf(line, "{\"step\":%d,\"loss\"", &s) == 1) last = s;
+    }
+    fclose(f);
+    return last;
+}
+
+/* Every step's loss (the last line written for it; NaN when none) and how many steps were written
+ * twice (done again after a recovery); -1 when the file cannot be read. */
+static inline int metrics_losses(const char *path, double *loss, int n) {
+    for (int i = 0; i <= n; i++) loss[i] = NAN;
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[512];
+    int again = 0;
+    while (fgets(line, sizeof line, f)) {
+        int s;
+        double l;
+        if (sscanf(line, "{\"step\":%d,\"loss\":%lf", &s, &l) != 2 || s < 1 || s > n) continue;
+        if (!isnan(loss[s])) again++;
+        loss[s] = l;
+    }
+    fclose(f);
+    return again;
+}
+
+/* Waits until the metrics file reaches step, within limit_s, reading the job's output; 0 ok, -1 when
+ * the job ended or the time ran out first. */
+static inline int job_wait_step(job *j, const char *metrics, int step, double limit_s) {
+    double t0 = job_now();
+    while (metrics_last_step(metrics) < step) {
+        if (job_poll(j, 2) || job_now() - t0 > limit_s) return -1;
+    }
+    return 0;
+}
+
+#endif

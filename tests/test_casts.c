@@ -1,0 +1,241 @@
+/* test_casts — the casts a mixed-precision (bf16) GPT step runs. Each weight's bf16 copy is kept by its
+ * AdamW update (PDDE_TENSOR_SHADOW), which rewrites it from the new values in the same pass, so after the
+ * first step no weight is cast again; and the layernorms and the bias_gelu whose only reader is a cast
+ * write bf16 themselves (lowering folds the cast in). What is left per layer and step: the attention's
+ * packed qkv input and its output (2) and the gradient into each of the 4 matmuls (4): at most
+ * CASTS_PER_LAYER (13 with neither); outside the layers none (the final norm's output and the logits' gradient, from
+ * cross_entropy_back, folded; the tied wte kept): CASTS_OUTSIDE.
+ * Counted from the nodes the session ran (pdde_session_op_runs), on the CPU and on every other device
+ * (PoCL's OpenCL device in CI; CUDA where there is one), for 2 and 4 layers (per layer: the difference / 2);
+ * and with PDDE_FOLD_CASTS=0 (every cast as autocast wrote it: 13 a layer, 3 outside), whose losses must be the same bits; also
+ * with every block recomputed in backward, where the weights' copies are not cast again either.
+ * Neither may change a number: the losses equal, bit for bit, those of a session that writes a
+ * parameter back before every step (a write makes the copies stale, so its casts run each step as
+ * before), with a weight changed by a write after step 3 in both (the next step must see it), and
+ * those of a session whose layernorm and gelu outputs are marked outputs (then nothing is folded).
+ * On 2 ranks (data parallel with ZeRO-1 and ZeRO-2, where an update writes only its shard and the copy
+ * is cast each step again; tensor parallel) the losses are those of PDDE_FOLD_CASTS=0, bit for bit.
+ * And the bf16 losses follow the f32 ones within 1% (bf16 operands carry 8 significant bits: a relative
+ * rounding of 2^-9 per operand, which over these 6 steps of a 2-4 layer model moves the loss by about
+ * 1e-3 relative; 1% is ten times that, and far below what training in the wrong dtype would give). */
+#define _GNU_SOURCE /* setenv */
+#include "pdde.h"
+#include "examples/gpt.h"
+#include "tests/test_util.h"
+#include "tests/comm_test_util.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 6
+#define WRITE_AFTER 3 /* steps before the weight is changed by a write */
+#define CASTS_PER_LAYER 6
+#define CASTS_OUTSIDE 0
+
+typedef struct { float loss[STEPS]; double casts_per_step; int64_t casts_after_write; } run_result;
+
+static pdde_tensor *named(pdde_graph *g, const char *name) {
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++)
+        if (!strcmp(pdde_graph_tensor(g, i)->name, name)) return (pdde_tensor *)pdde_graph_tensor(g, i);
+    return NULL;
+}
+
+/* rewrite: wte read and written back before every step (its value unchanged, every copy stale);
+ * unfold: the layernorms' and bias_gelus' outputs marked outputs (the casts after them stay);
+ * recompute (unfold = 2): every block recomputed in backward */
+static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int rewrite, int unfold, run_result *r) {
+    gpt_config cfg = {.vocab = 64, .ctx = 16, .layers = layers, .heads = 2, .width = 32, .batch = 4};
+    pdde_graph *g;
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_graph_init(ctx, &g);
+    pdde_graph_set_compute_dtype(g, dt);
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 3e-3f, op.weight_decay = 0.1f, op.clip_norm = 1.0f;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    int built = gpt_build(g, &cfg, &m);
+    for (int l = 1; unfold == 2 && l <= layers; l++) pdde_graph_set_recompute(g, l, 1);
+    for (int i = 0; unfold == 1 && i < pdde_graph_tensor_count(g); i++) {
+        pdde_tensor *t = (pdde_tensor *)pdde_graph_tensor(g, i);
+        if (t->op == PDDE_OP_LAYERNORM || t->op == PDDE_OP_BIAS_GELU) pdde_mark_output(t);
+    }
+    if (built || pdde_backward(g, m.loss) || pdde_optimizer_adamw(g, &op) || pdde_session_init(g, &sp, &s)) {
+        fprintf(stderr, "session: %s\n", pdde_last_error(ctx));
+        pdde_graph_free(g);
+        return -1;
+    }
+    pdde_tensor *wte = named(g, "wte"), *w = named(g, "h0.attn.w");
+    size_t nw = pdde_tensor_nbytes(w), nwte = pdde_tensor_nbytes(wte);
+    float *buf = malloc(nw > nwte ? nw : nwte);
+    int32_t x[4 * 16], y[4 * 16];
+    int rc = buf ? 0 : -1;
+    int64_t after_first = 0, before_write = 0;
+    for (int step = 0; step < STEPS && rc == 0; step++) {
+        for (int i = 0; i < 64; i++) x[i] = (i * 5 + step * 3) % cfg.vocab, y[i] = (i * 7 + step + 2) % cfg.vocab;
+        pdde_session_write(s, m.ids, x, sizeof x);
+        pdde_session_write(s, m.targets, y, sizeof y);
+        if (step == WRITE_AFTER) { /* a weight changed between steps: the next forward must read it */
+            rc |= pdde_session_read(s, w, buf, nw);
+            for (size_t i = 0; i < nw / sizeof(float); i++) buf[i] *= 0.5f;
+            rc |= pdde_session_write(s, w, buf, nw);
+            before_write = pdde_session_op_runs(s, PDDE_OP_CAST);
+        }
+        if (rewrite) rc |= pdde_session_read(s, wte, buf, nwte) || pdde_session_write(s, wte, buf, nwte);
+        if (rc || pdde_session_run(s, PDDE_RUN_STEP)) {
+            fprintf(stderr, "step %d: %s\n", step, pdde_last_error(ctx));
+            rc = -1;
+        }
+        r->loss[step] = pdde_session_loss(s);
+        if (step == 0) after_first = pdde_session_op_runs(s, PDDE_OP_CAST);
+        if (step == WRITE_AFTER) r->casts_after_write = pdde_session_op_runs(s, PDDE_OP_CAST) - before_write;
+    }
+    r->casts_per_step = (double)(before_write - after_first) / (WRITE_AFTER - 1);
+    free(buf);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    return rc;
+}
+
+/* fold: PDDE_FOLD_CASTS for the runs with the casts folded (NULL: unset, the device's default) */
+static void test_device(pdde_context *ctx, int device, const char *where, const char *fold) {
+    run_result kept2, kept4, rewritten, unfolded, f32, before2, before4, rc_before, rc_kept;
+    setenv("PDDE_FOLD_CASTS", "0", 1);
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &before2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &before4) ||
+                 train(ctx, device, 2, PDDE_BF16, 0, 2, &rc_before);
+    if (fold) setenv("PDDE_FOLD_CASTS", fold, 1);
+    else unsetenv("PDDE_FOLD_CASTS");
+    if (failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &kept2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &kept4) ||
+        train(ctx, device, 2, PDDE_BF16, 0, 2, &rc_kept) ||
+        train(ctx, device, 2, PDDE_BF16, 1, 0, &rewritten) || train(ctx, device, 2, PDDE_BF16, 0, 1, &unfolded) ||
+        train(ctx, device, 2, PDDE_F32, 0, 0, &f32)) {
+        CHECK(0, "%s: a run failed", where);
+        return;
+    }
+    double per_layer = (kept4.casts_per_step - kept2.casts_per_step) / 2, outside = kept2.casts_per_step - 2 * per_layer;
+    printf("%s: casts per step after the first: %.1f per layer, %.1f outside the layers (2 layers: %.1f, 4 layers: %.1f); "
+           "the step after a parameter write: %lld (2 layers); writing a parameter back every step: %.1f; nothing folded: %.1f\n",
+           where, per_layer, outside, kept2.casts_per_step, kept4.casts_per_step, (long long)kept2.casts_after_write, rewritten.casts_per_step,
+           unfolded.casts_per_step);
+    double before_layer = (before4.casts_per_step - before2.casts_per_step) / 2, before_outside = before2.casts_per_step - 2 * before_layer;
+    printf("%s: PDDE_FOLD_CASTS=0: %.1f per layer, %.1f outside\n", where, before_layer, before_outside);
+    CHECK(before_layer == 13 && before_outside == 3, "%s: PDDE_FOLD_CASTS=0 ran %.1f casts per layer and step, %.1f outside (want 13 and 3)", where,
+          before_layer, before_outside);
+    test_diff as_before = test_diff_f32(kept2.loss, before2.loss, STEPS, 1e-30);
+    CHECK(as_before.worst == 0, "%s: losses differ from PDDE_FOLD_CASTS=0's: step %zu %.9g vs %.9g", where, as_before.index, as_before.got, as_before.want);
+    /* recomputed blocks cast their activations again in backward (q, k, v and the attention's output: 4),
+     * but not their weights (kept copies) */
+    test_diff rc_same = test_diff_f32(rc_kept.loss, rc_before.loss, STEPS, 1e-30);
+    printf("%s: recomputed blocks: %.1f casts a step (PDDE_FOLD_CASTS=0: %.1f)\n", where, rc_kept.casts_per_step, rc_before.casts_per_step);
+    CHECK(rc_same.worst == 0 && rc_kept.casts_per_step <= (CASTS_PER_LAYER + 4) * 2 + CASTS_OUTSIDE,
+          "%s: recomputed: step %zu loss %.9g vs %.9g with PDDE_FOLD_CASTS=0, %.1f casts a step vs %.1f", where, rc_same.index, rc_same.got,
+          rc_same.want, rc_kept.casts_per_step, rc_before.casts_per_step);
+    CHECK(per_layer <= CASTS_PER_LAYER && outside <= CASTS_OUTSIDE, "%s: %.1f casts per layer and step (at most %d), %.1f outside (at most %d)",
+          where, per_layer, CASTS_PER_LAYER, outside, CASTS_OUTSIDE);
+    /* a write makes the copies stale: that step casts each weight again (4 a layer and wte) */
+    CHECK(kept2.casts_after_write >= kept2.casts_per_step + 4 * 2 + 1 && rewritten.casts_per_step >= kept2.casts_per_step + 4 * 2 + 1,
+          "%s: the step after a write ran %lld casts, writing every step %.1f a step (kept: %.1f)", where, (long long)kept2.casts_after_write,
+          rewritten.casts_per_step, kept2.casts_per_step);
+    test_diff same = test_diff_f32(kept2.loss, rewritten.loss, STEPS, 1e-30);
+    CHECK(same.worst == 0, "%s: bf16 losses with kept copies differ from recast ones: step %zu %.9g vs %.9g", where, same.index, same.got, same.want);
+    /* 5 casts folded into the 2 layernorms and the gelu of each of 2 layers and the final layernorm */
+    test_diff folded = test_diff_f32(kept2.loss, unfolded.loss, STEPS, 1e-30);
+    CHECK(folded.worst == 0 && unfolded.casts_per_step == kept2.casts_per_step + 3 * 2 + 1, "%s: folded casts: losses step %zu %.9g vs %.9g unfolded, "
+          "%.1f casts a step vs %.1f unfolded", where, folded.index, folded.got, folded.want, kept2.casts_per_step, unfolded.casts_per_step);
+    test_diff vs32 = test_diff_f32(kept2.loss, f32.loss, STEPS, 1e-6);
+    printf("%s: bf16 vs f32 losses: worst relative difference %.2e (step %zu: %.6f vs %.6f)\n", where, vs32.worst, vs32.index, vs32.got, vs32.want);
+    CHECK(vs32.worst < 1e-2 && kept2.loss[STEPS - 1] < kept2.loss[0], "%s: bf16 losses %.6f vs f32 %.6f at step %zu (relative %.2e)", where,
+          vs32.got, vs32.want, vs32.index, vs32.worst);
+}
+
+#ifdef PDDE_HAVE_UCX
+enum { RANK_STEPS = 4 };
+typedef struct { int ok; char error[160]; float loss[2][RANK_STEPS]; double casts[2]; } rank_result;
+
+/* arg: the gpt_plan; runs it with the casts folded (default) and with PDDE_FOLD_CASTS=0 */
+static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
+    rank_result *out = test_rank_result;
+    const gpt_plan *plan = arg;
+    const gpt_config cfg = {.vocab = 64, .ctx = 8, .layers = 2, .heads = 2, .width = 32, .batch = 4};
+    pdde_status st = PDDE_OK;
+    for (int variant = 0; variant < 2 && !st; variant++) {
+        if (variant) setenv("PDDE_FOLD_CASTS", "0", 1);
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        op.lr = 3e-3f, op.clip_norm = 1.0f;
+        pdde_graph *g;
+        pdde_session *s = NULL;
+        gpt_model m;
+        pdde_graph_init(ctx, &g);
+        pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+        sp.world = world;
+        st = pdde_graph_set_compute_dtype(g, PDDE_BF16);
+        if (!st) st = gpt_build_plan(g, &cfg, plan, &op, &m);
+        if (!st) st = pdde_session_init(g, &sp, &s);
+        int32_t x[4 * 8], y[4 * 8];
+        int64_t first = 0;
+        for (int step = 0; step < RANK_STEPS && !st; step++) {
+            for (int i = 0; i < 32; i++) x[i] = (i * 5 + step * 3) % cfg.vocab, y[i] = (i * 7 + step + 2) % cfg.vocab;
+            st = gpt_write_batch(s, &m, plan, plan->dp > 1 ? pdde_comm_rank(world) : 0, x, y);
+            if (!st) st = pdde_session_run(s, PDDE_RUN_STEP);
+            out->loss[variant][step] = pdde_session_loss(s);
+            if (step == 0) first = pdde_session_op_runs(s, PDDE_OP_CAST);
+        }
+        out->casts[variant] = (double)(pdde_session_op_runs(s, PDDE_OP_CAST) - first) / (RANK_STEPS - 1);
+        pdde_session_free(s);
+        pdde_graph_free(g);
+        unsetenv("PDDE_FOLD_CASTS");
+    }
+    out->ok = st == PDDE_OK;
+    if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
+}
+
+static void test_ranks(pdde_context *ctx) {
+    pdde_store_server *srv;
+    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv) != PDDE_OK) { CHECK(0, "store: %s", pdde_last_error(ctx)); return; }
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    static const struct { const char *name; gpt_plan plan; } plans[] = {
+        {"dp 2, ZeRO-1", {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .zero = 1}},
+        {"dp 2, ZeRO-2", {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .zero = 2}},
+        {"tp 2", {.dp = 1, .tp = 2, .pp = 1, .micro = 1}},
+    };
+    for (size_t k = 0; k < sizeof plans / sizeof plans[0]; k++) {
+        rank_result res[2];
+        memset(res, 0, sizeof res);
+        test_ranks_params tp = {.addr = addr, .prefix = plans[k].name, .timeout_s = 60, .n_threads = 1, .server = srv, .results = res,
+                                .result_size = sizeof *res};
+        CHECK(test_run_ranks(2, &tp, rank_train, (void *)&plans[k].plan, 300) == 0, "%s: the 2 ranks exit cleanly", plans[k].name);
+        for (int r = 0; r < 2; r++) {
+            CHECK(res[r].ok, "%s, rank %d: %s", plans[k].name, r, res[r].error);
+            test_diff d = test_diff_f32(res[r].loss[0], res[r].loss[1], RANK_STEPS, 1e-30);
+            printf("%s, rank %d: %.1f casts a step (PDDE_FOLD_CASTS=0: %.1f), losses %.6f .. %.6f\n", plans[k].name, r, res[r].casts[0],
+                   res[r].casts[1], res[r].loss[0][0], res[r].loss[0][RANK_STEPS - 1]);
+            CHECK(res[r].ok && d.worst == 0 && res[r].casts[0] < res[r].casts[1], "%s, rank %d: step %zu loss %.9g vs %.9g with PDDE_FOLD_CASTS=0; "
+                  "%.1f casts a step vs %.1f", plans[k].name, r, d.index, d.got, d.want, res[r].casts[0], res[r].casts[1]);
+        }
+    }
+    pdde_store_server_free(srv);
+}
+#endif
+
+int main(void) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    unsetenv("PDDE_FOLD_CASTS");
+    test_device(ctx, 0, "cpu", NULL);
+    if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
+    for (int d = 1; d < pdde_device_count(ctx); d++) {
+        pdde_device_props props;
+        pdde_device_get_props(ctx, d, &props);
+        char where[320];
+        snprintf(where, sizeof where, "%s (%s)", props.name, props.backend);
+        test_device(ctx, d, where, NULL);
+        unsetenv("PDDE_FOLD_CASTS");
+    }
+#ifdef PDDE_HAVE_UCX
+    test_ranks(ctx);
+#else
+    test_skip("ucx", "pdde built without UCX: the casts on 2 ranks");
+#endif
+    pdde_context_free(ctx);
+    return test_finish();
+}
