@@ -12,7 +12,7 @@
  * Streams carry a small scratch buffer for multi-pass reductions, so concurrent streams never share it.
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
- * PDDE_CUDA_ATTENTION=unfused|rows|flash picks the attention's path (backends/README.md);
+ * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
  */
 #ifndef PDDE_NO_CUDA
 
@@ -178,7 +178,7 @@ typedef struct {
     pcu_device_t cu_dev;
     pcu_ctx cu_ctx;
     pcu_mod mod;
-    pcu_fn fn[PGD_K_COUNT];
+    pcu_fn fn[PGD_K_CUDA_COUNT];
     pcublas_handle blas;
     pcu_stream *default_stream;
     int sm_count;
@@ -423,10 +423,10 @@ static pdde_status pcu_load_module(pcu_dev *d) {
         return pdde_error(f->ctx, PDDE_ERR_BUILD, "cuda: loading the kernels failed: %s (%d) (driver %d): %s",
                           name ? name : "?", r, f->driver_version, elog);
     }
-    for (int k = 0; k < PGD_K_COUNT; k++) {
-        r = f->cu.ModuleGetFunction(&d->fn[k], d->mod, pgd_kernel_names[k]);
+    for (int k = 0; k < PGD_K_CUDA_COUNT; k++) {
+        r = f->cu.ModuleGetFunction(&d->fn[k], d->mod, pgd_kernel_name(k));
         if (r != PCU_SUCCESS)
-            return pdde_error(f->ctx, PDDE_ERR_BUILD, "cuda: kernel %s missing from the module", pgd_kernel_names[k]);
+            return pdde_error(f->ctx, PDDE_ERR_BUILD, "cuda: kernel %s missing from the module", pgd_kernel_name(k));
     }
     return PDDE_OK;
 }
@@ -635,7 +635,7 @@ static int pcu_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned 
     if (r != PCU_SUCCESS) {
         const char *name = NULL;
         d->fam->cu.GetErrorName(r, &name);
-        return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: launching %s failed: %s (%d)", pgd_kernel_names[k],
+        return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: launching %s failed: %s (%d)", pgd_kernel_name(k),
                           name ? name : "?", r);
     }
     return PDDE_OK;
@@ -726,7 +726,7 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
          * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
         .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,
-        .has_flash = d->has_flash ? PGD_FLASH_BF16 : 0, .flash_rows = 64, .flash_threads = 128,
+        .has_flash = d->has_flash ? PGD_FLASH_BF16 | PGD_FLASH2 : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;
 }

@@ -54,6 +54,18 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_flash_fwd", "k_flash_fwd_d128", "k_flash_back_dq", "k_flash_back_dq_d128", "k_flash_back_dkv",
     "k_flash_back_dkv_d128", "k_att_repack",
 };
+/* Kernels only the CUDA backend has (the flash2 attention backward; PGD_FLASH2 in pgd_ctx.has_flash),
+ * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
+enum {
+    PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_FWD,
+    PGD_K_CUDA_COUNT
+};
+static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
+    "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_fwd",
+};
+static inline const char *pgd_kernel_name(int k) {
+    return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
+}
 
 /* The largest head dim of the attention kernels: an item keeps a few rows of D floats in registers
  * (PGD_ATT_DMAX in both kernel sources); larger heads run on the CPU. */
@@ -120,9 +132,10 @@ typedef struct {
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
  * inside the node (vendor GEMMs and a causal softmax, pgd_attention_unfused), the tiled kernels
- * (k_flash_*: key and value tiles in group memory, online softmax). */
-enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH };
-enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2 };
+ * (k_flash_*: key and value tiles in group memory, online softmax), and flash2: the tiled forward with
+ * a one-pass backward (k_flash2_*, where the backend has them: PGD_FLASH2; elsewhere it is flash). */
+enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT_COUNT };
+enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4 };
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -235,7 +248,7 @@ static int pgd_launch(const pgd_ctx *g, int k, unsigned gx, unsigned gy, unsigne
 static int pgd_too_many(const pgd_ctx *g, int k, int64_t n) {
     if (!g->item_per_element || n <= (int64_t)UINT32_MAX / 256 * 256) return PDDE_OK;
     return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: %s over %lld elements: more than one launch holds", g->name,
-                      pgd_kernel_names[k], (long long)n);
+                      pgd_kernel_name(k), (long long)n);
 }
 
 /* Elementwise launch of n items with 256-wide groups. */
@@ -569,7 +582,7 @@ static void pgd_say_once(int which, const char *fmt, const char *a, const char *
     fputc('\n', stderr);
 }
 
-static const char *const pgd_att_names[3] = {"rows", "unfused", "flash"};
+static const char *const pgd_att_names[PGD_ATT_COUNT] = {"rows", "unfused", "flash", "flash2"};
 
 /* An attention node's geometry and buffers in either layout (pdde_attention_dims): q, k, v apart, or
  * packed in qkv (then k and v point D and 2D elements past q, and hk = H, the kernels' layout argument;
@@ -596,7 +609,7 @@ static pgd_att pgd_att_of(const pdde_tensor *node) {
     return a;
 }
 
-/* Which path runs this attention node: the backend's switch, else PDDE_ATTENTION (unfused, rows or flash),
+/* Which path runs this attention node: the backend's switch, else PDDE_ATTENTION (unfused, rows, flash or flash2),
  * else the backend's default. The tiled kernels take bf16 (and, where the backend's take it, f32) q, k,
  * v of head size 64 or 128 at 16-byte aligned offsets; other nodes asked to run there take the default
  * path (the unfused one where the default is the tiled one). Read at each node, so that one process can measure every path. */
@@ -606,12 +619,14 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     int path = g->attention_default;
     if (v && *v) {
         int c = -1;
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < PGD_ATT_COUNT; i++)
             if (!strcmp(v, pgd_att_names[i])) c = i;
-        if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows or flash: the attention takes the %s path", var, v, pgd_att_names[path]);
+        if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows, flash or flash2: the attention takes the %s path", var, v, pgd_att_names[path]);
         else path = c;
     }
-    if (path == PGD_ATT_FLASH) {
+    /* (flash2 reads q, k, v apart only: packed nodes, and backends without its kernels, take flash) */
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || pgd_att_of(node).packed)) path = PGD_ATT_FLASH;
+    if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         const pdde_tensor *q = node->src[0];
         pgd_att at = pgd_att_of(node);
         int64_t D = at.D;
@@ -619,7 +634,8 @@ static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
         /* (the CUDA kernels move 16 bytes at a time: packed rows start at multiples of D elements) */
         int aligned = at.q.off % 16 == 0 && at.k.off % 16 == 0 && at.v.off % 16 == 0 && (!at.packed || (D * (int64_t)at.esz) % 16 == 0);
         if (!(D == 64 || D == 128) || !dt_ok || !aligned) {
-            int fb = g->attention_default == PGD_ATT_FLASH ? PGD_ATT_UNFUSED : g->attention_default;
+            int fb = g->attention_default == PGD_ATT_FLASH || g->attention_default == PGD_ATT_FLASH2 ? PGD_ATT_UNFUSED
+                                                                                                    : g->attention_default;
             static const char *const why[4] = {"this device has no tiled attention kernels", "its q, k, v are of another dtype",
                                                "its head size is not 64 or 128", "its q, k or v is not 16-byte aligned"};
             int r = !g->has_flash ? 0 : !dt_ok ? 1 : !(D == 64 || D == 128) ? 2 : 3;
@@ -819,10 +835,44 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
     return e;
 }
 
+/* flash2 (backends/cuda_flash2.cuh): the forward flash's with K, V copies overlapping the products (at
+ * D 64; flash's own at D 128), query tiles tile-major; the backward FlashAttention-2's one pass:
+ * k_flash2_prep (a warp per row) rounds dO to bf16 into scratch and keeps each row's base-2 logsumexp and
+ * rowsum(dO * O); dq is zeroed; k_flash2_back, a group per key tile (tile-major: the tiles that the
+ * most queries see start first), accumulates dk, dv in registers and adds dq with atomics. */
+static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node) {
+    pgd_att at = pgd_att_of(node); /* (q, k, v apart: pgd_attention_path sends no packed node here) */
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows;
+    float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
+    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node);
+    if (!rows) return PDDE_OK;
+    int64_t groups = BH * ((T + g->flash_rows - 1) / g->flash_rows), prep_groups = (rows + g->flash_threads / 32 - 1) / (g->flash_threads / 32);
+    if (groups > (int64_t)UINT32_MAX || prep_groups > (int64_t)UINT32_MAX)
+        return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
+                          node->name, (long long)groups);
+    pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
+    if (node->op == PDDE_OP_ATTENTION)
+        return pgd_launch(g, PGD_K_FLASH2_FWD, (unsigned)groups, 1, 1, g->flash_threads, 1,
+                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale)));
+    pgd_ptr py = at.y, pdy = at.dy, w = pgd_null;
+    int64_t o_stats = pgd_align256(rows * D * 2);
+    int d128 = D == 128;
+    int e = g->scratch(g->impl, g->stream, (size_t)(o_stats + rows * 2 * (int64_t)sizeof(float)), &w);
+    pgd_ptr dob = w, stats = pgd_at(w, o_stats);
+    if (!e) e = pgd_launch(g, PGD_K_FLASH2_PREP + d128, (unsigned)prep_groups, 1, 1, g->flash_threads, 1,
+                           PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_A(rows)));
+    if (!e) e = g->fill32(g->impl, g->stream, po, 0, (size_t)(rows * D)); /* dq */
+    if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
+                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(BH), PGD_A(T),
+                                    PGD_A(scale)));
+    return e;
+}
+
 static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
     switch (pgd_attention_path(g, node)) {
     case PGD_ATT_UNFUSED: return pgd_attention_unfused(g, node);
     case PGD_ATT_FLASH: return pgd_attention_flash(g, node);
+    case PGD_ATT_FLASH2: return pgd_attention_flash2(g, node);
     default: return pgd_attention_rows(g, node);
     }
 }

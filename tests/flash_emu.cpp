@@ -7,7 +7,9 @@
  * step, so a block runs as the GPU would run it in lockstep. What this checks is the kernels' own
  * bookkeeping (which fragment holds which element, the tile loops, masking, the online softmax, the
  * scales), against a float64 reference: forward, dq, dk and dv, for head sizes 64 and 128, sequence
- * lengths that are not multiples of the tiles, one and several heads. It cannot see what only a GPU
+ * lengths that are not multiples of the tiles, one and several heads; the same for the flash2 path
+ * (backends/cuda_flash2.cuh: its preprocessing, one-pass backward with dq by atomicAdd, and forward),
+ * with cp.async copies done both at issue and as late as the PTX allows. It cannot see what only a GPU
  * shows (timing, races between real warps, the hardware's rounding inside the mma).
  *
  * Built and run by tests/test_flash_emu.sh; prints "N passed, N failed" last. */
@@ -146,9 +148,40 @@ static void ldsm_any(uint32_t r[4], const uint16_t *p, int trans) {
 static void ldsm4(uint32_t r[4], const uint16_t *p) { ldsm_any(r, p, 0); }
 static void ldsm4t(uint32_t r[4], const uint16_t *p) { ldsm_any(r, p, 1); }
 
+/* cp.async .cg 16 bytes, commit_group, wait_group N: each thread's copies are kept in order with their
+ * group and done either at once (emu_cp_late 0) or as late as the PTX allows, at the wait_group that
+ * needs them (1): a kernel that reads a tile before waiting for it, or overwrites a buffer still being
+ * read, gets wrong data in one of the two runs. */
+static int emu_cp_late;
+enum { EMU_CP_MAX = 256 };
+static struct { void *dst; const void *src; int group; } emu_cp[EMU_THREADS][EMU_CP_MAX];
+static int emu_cp_n[EMU_THREADS], emu_cp_group[EMU_THREADS], emu_cp_overflow;
+static void cp_async16(void *smem, const void *gmem) {
+    int t = emu_cur;
+    if (!emu_cp_late) { memcpy(smem, gmem, 16); return; }
+    if (emu_cp_n[t] == EMU_CP_MAX) { emu_cp_overflow = 1; memcpy(smem, gmem, 16); return; }
+    emu_cp[t][emu_cp_n[t]].dst = smem, emu_cp[t][emu_cp_n[t]].src = gmem, emu_cp[t][emu_cp_n[t]].group = emu_cp_group[t];
+    emu_cp_n[t]++;
+}
+static void cp_async_commit() { emu_cp_group[emu_cur]++; }
+template <int N> static void cp_async_wait() { /* groups up to committed - N - 1 complete; uncommitted copies stay */
+    int t = emu_cur, keep = 0;
+    for (int i = 0; i < emu_cp_n[t]; i++)
+        if (emu_cp[t][i].group < emu_cp_group[t] - N) memcpy(emu_cp[t][i].dst, emu_cp[t][i].src, 16);
+        else emu_cp[t][keep++] = emu_cp[t][i];
+    emu_cp_n[t] = keep;
+}
+/* the threads of a block take turns between barriers and warp steps: an atomic add is a plain one */
+static float atomicAdd(float *p, float v) {
+    float o = *p;
+    *p = o + v;
+    return o;
+}
+
 #define PDDE_FLASH_EMU
 #include "../backends/cuda_att_layout.cuh"
 #include "../backends/cuda_flash.cuh"
+#include "../backends/cuda_flash2.cuh"
 
 /* ---- the launches (as backends/cuda_kernels.cu's k_flash_* with the dispatcher's grid) ----------- */
 
@@ -176,6 +209,29 @@ static void body_dkv() {
 static void launch(void (*body)(void)) {
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
     for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body);
+}
+/* flash2 (backends/cuda_flash2.cuh), as the dispatcher launches k_flash2_prep and k_flash2_back */
+static uint16_t *L_dob;
+static float *L_stats, emu_stat_s[4 * FL2_BQ(64)];
+static uint16_t emu_sm2[FL2_SMEM(128) > FL2_FWD_SMEM(64) ? FL2_SMEM(128) : FL2_FWD_SMEM(64)] __attribute__((aligned(16)));
+static void body_prep() {
+    if (L.D == 64) flash2_prep<64>(L.y, L.dy, L_dob, L_stats, L.BH * L.T);
+    else flash2_prep<128>(L.y, L.dy, L_dob, L_stats, L.BH * L.T);
+}
+static void body_back2() {
+    if (L.D == 64) flash2_bwd<64>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale);
+    else flash2_bwd<128>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale);
+}
+static void body_fwd2() { flash2_fwd<64>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale); }
+static void launch_fwd2(void) { /* (at D 64 only: flash2 runs flash_fwd at D 128) */
+    long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
+    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body_fwd2);
+}
+static void launch2(void) {
+    long long rows = L.BH * L.T, groups = L.BH * ((L.T + FL2_KEYS - 1) / FL2_KEYS);
+    for (long long b = 0; b < (rows + FL_WARPS - 1) / FL_WARPS; b++) emu_run_block((unsigned)b, body_prep);
+    for (long long i = 0; i < rows * L.D; i++) L.out[i] = 0.0f; /* (the dispatcher's fill of dq) */
+    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body_back2);
 }
 
 /* ---- the check ------------------------------------------------------------------------------- */
@@ -290,6 +346,37 @@ static void run_case(long long BH, long long T, int D, long long H) {
     check("dq", nmse(out, rg, n), (3 * u) * (3 * u), label);
     check("dk", nmse(out + n, rg + n, n), (3 * u) * (3 * u), label);
     check("dv", nmse(out + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), label);
+    /* flash2's backward from the same forward, with its copies done early and late */
+    uint16_t *dob = new uint16_t[BH * T * D];
+    float *stats = new float[2 * BH * T];
+    L_dob = dob, L_stats = stats;
+    for (int late = 0; !H && late < 2; late++) { /* (q, k, v apart only: flash2 takes no packed node) */
+        for (long long i = 0; i < 3 * n; i++) out[i] = NAN;
+        emu_cp_late = late, emu_cp_overflow = 0;
+        launch2();
+        emu_cp_late = 0;
+        char l2[96];
+        snprintf(l2, sizeof l2, "flash2 %s, copies %s", label, late ? "late" : "early");
+        check("dq", nmse(out, rg, n), (3 * u) * (3 * u), l2);
+        check("dk", nmse(out + n, rg + n, n), (3 * u) * (3 * u), l2);
+        check("dv", nmse(out + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), l2);
+        if (emu_cp_overflow) check("cp.async queue", 1, 0, l2); /* (the emulation's own limit: a failure) */
+        if (D != 64) continue;
+        float *y2 = new float[BH * T * Dy];
+        for (long long i = 0; i < BH * T * Dy; i++) y2[i] = NAN;
+        float *y1 = L.y;
+        L.y = y2, emu_cp_late = late;
+        launch_fwd2();
+        L.y = y1, emu_cp_late = 0;
+        for (long long r = 0; r < BH * T; r++) {
+            for (int d = 0; d < D; d++) gy[r * D + d] = y2[r * Dy + d];
+            lse[r] = y2[r * Dy + D];
+        }
+        check("output", nmse(gy, ryo, BH * T * D), (2 * u) * (2 * u), l2);
+        check("lse", nmse(lse, rlse, BH * T), 1e-10, l2);
+        delete[] y2;
+    }
+    delete[] dob, delete[] stats;
     delete[] q, delete[] k, delete[] v, delete[] y, delete[] dy, delete[] out, delete[] rowdot;
     delete[] ry, delete[] rg, delete[] p, delete[] gy, delete[] ryo, delete[] lse, delete[] rlse;
 }
@@ -301,6 +388,8 @@ int main(int argc, char **argv) {
     run_case(2, 75, 128, 0);  /* D 128 */
     run_case(6, 70, 64, 3);   /* packed qkv (pdde_attention_qkv): 2 batch rows of 3 heads */
     run_case(2, 67, 128, 2);  /* packed, D 128 */
+    run_case(2, 200, 64, 0);  /* flash2: several key tiles, query tiles ending mid-tile */
+    run_case(1, 143, 128, 0); /* flash2 at D 128: three key tiles */
     if (argc > 1) run_case(1, 300, 128, 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

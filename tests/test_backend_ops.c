@@ -673,6 +673,7 @@ static const int64_t attention_shapes[][4] = {
     {2, 3, 130, 64}, /* many heads, three query tiles, the last of 2 rows */
     {1, 2, 75, 128}, /* D 128, two query tiles */
     {1, 1, 64, 128}, /* exactly one query tile */
+    {1, 2, 200, 64}, /* four key tiles, the last of 8 rows */
 };
 
 /* q, k, v [shape] -> sum(attention * w): fused or the unfused reference, under compute dtype dt (bf16
@@ -722,8 +723,9 @@ static double attention_tolerance(pdde_dtype dt, bool gradient) {
     return u ? (c * u) * (c * u) : 1e-10;
 }
 
-/* The GPU backends' attention paths (PDDE_ATTENTION; backends/gpu_dispatch.h): each is checked. */
-static const char *const attention_paths[] = {"rows", "unfused", "flash"};
+/* The GPU backends' attention paths (PDDE_ATTENTION; backends/gpu_dispatch.h): each is checked (flash2
+ * on CUDA only: elsewhere it is flash). */
+static const char *const attention_paths[] = {"rows", "unfused", "flash", "flash2"};
 
 static void test_fused_attention(const options *o, int device) {
     pdde_device_props props;
@@ -733,7 +735,8 @@ static void test_fused_attention(const options *o, int device) {
     const char *cuda_was = getenv("PDDE_CUDA_ATTENTION");
     char *cuda_saved = cuda_was ? strdup(cuda_was) : NULL;
     unsetenv("PDDE_CUDA_ATTENTION"); /* (it would override PDDE_ATTENTION on CUDA) */
-    for (int pi = 0; pi < (gpu ? 3 : 1); pi++)
+    int paths = !gpu ? 1 : strcmp(props.backend, "cuda") == 0 ? 4 : 3;
+    for (int pi = 0; pi < paths; pi++)
     for (int di = 0; di < 3; di++)
     for (size_t si = 0; si < sizeof attention_shapes / sizeof *attention_shapes; si++) {
         const int64_t *s = attention_shapes[si];

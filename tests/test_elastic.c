@@ -86,8 +86,9 @@ static char g_base[300], g_base_zero[300]; /* the losses of runs without any cha
 /* Compares two runs' losses step by step (NaN fails) at tolerance tol (relative); prints the worst
  * difference. */
 static void compare_losses(const char *what, const char *got_path, const char *want_path, int from, int to, double tol) {
-    double got[STEPS + 1], want[STEPS + 1];
-    metrics_losses(got_path, got, STEPS), metrics_losses(want_path, want, STEPS);
+    double *got = malloc((size_t)(to + 1) * sizeof *got), *want = malloc((size_t)(to + 1) * sizeof *want);
+    if (!got || !want) { CHECK(0, "%s: out of memory", what); free(got), free(want); return; }
+    metrics_losses(got_path, got, to), metrics_losses(want_path, want, to);
     double worst = 0;
     int bad = -1;
     for (int s = from; s <= to; s++) {
@@ -98,6 +99,7 @@ static void compare_losses(const char *what, const char *got_path, const char *w
     CHECK(bad < 0, "%s: step %d's loss %.9g differs from %s's %.9g (tolerance %.3g relative)", what, bad, bad > 0 ? got[bad] : 0,
           want_path, bad > 0 ? want[bad] : 0, tol);
     printf("%s: the losses of steps %d..%d equal %s's within %.3g (relative; tolerance %.3g)\n", what, from, to, want_path, worst, tol);
+    free(got), free(want);
 }
 
 /* Kills (SIGKILL) or freezes (SIGSTOP) rank `victim` at a random step; checks the recovery. */
@@ -408,15 +410,18 @@ static void test_grow(void) {
     char m_base2[300];
     snprintf(m_base2, sizeof m_base2, "%s/base2.jsonl", g_tmp);
     const char *two_alone[] = {"-n", "2", NULL};
-    job base2 = job_start(NULL, m_base2, two_alone, NULL);
+    /* (a longer job than the others: 240 steps take well under a second, and the joiners' processes must
+     * start and register before it ends) */
+    const char *longer[] = {"--steps", "3000", NULL};
+    job base2 = job_start(NULL, m_base2, two_alone, longer);
     int rc_base = job_finish(&base2, 40);
     free(base2.out);
-    job a = job_start(NULL, m, two, NULL);
+    job a = job_start(NULL, m, two, longer);
     int ok = !job_wait_step(&a, m, 20, 30) && rc_base == 0;
     char m2[300];
     snprintf(m2, sizeof m2, "%s/grow_joiners.jsonl", g_tmp);
     const char *joiners[] = {"-n", "2", "--join", "--min", "1", "--rdzv", rdzv, NULL};
-    job b = job_start(NULL, m2, joiners, NULL);
+    job b = job_start(NULL, m2, joiners, longer);
     int rc_b = job_finish(&b, 40), rc_a = job_finish(&a, 40);
     const char *t = job_text(&a);
     int at = -1;
@@ -469,7 +474,9 @@ static void test_stops(unsigned seed) {
     char m[300];
     snprintf(m, sizeof m, "%s/stop.jsonl", g_tmp);
     const char *no_restarts[] = {"--max-restarts", "0", NULL};
-    job j = job_start(NULL, m, no_restarts, NULL);
+    /* (steps enough that the job cannot end before the kill, however late the kill comes: it stops at it) */
+    const char *endless[] = {"--steps", "1000000", NULL};
+    job j = job_start(NULL, m, no_restarts, endless);
     pid_t pids[8];
     srand(seed * 13 + 5);
     if (!job_wait_step(&j, m, 10 + rand() % 20, 30)) {
@@ -487,7 +494,7 @@ static void test_stops(unsigned seed) {
           "a non-finite loss stops the job (no restart loop): rc %d\n%s", rc, job_text(&n));
     free(n.out);
     const char *min4[] = {"--min", "4", NULL};
-    job k = job_start(NULL, m, min4, NULL);
+    job k = job_start(NULL, m, min4, endless);
     if (!job_wait_step(&k, m, 15, 30)) {
         job_ranks(k.pid, pids, 8);
         kill(pids[1], SIGKILL);

@@ -1,5 +1,5 @@
 /* test_gpu_attention — a GPT trained on a GPU backend's device (PoCL's OpenCL device in CI) with each
- * attention path of backends/gpu_dispatch.h (PDDE_ATTENTION = rows, unfused, flash) and with the
+ * attention path of backends/gpu_dispatch.h (PDDE_ATTENTION = rows, unfused, flash; flash2 on CUDA) and with the
  * unfused graph (matmul, causal softmax, matmul nodes): the per-step losses must match the CPU's run of
  * the same model, in f32 and under bf16 mixed precision. Head size 64 and T 80 (not a multiple of the
  * tiled kernels' 64-row groups), so that the tiled path runs its kernels, not a fallback. Both layouts of
@@ -87,7 +87,7 @@ int main(void) {
         if (!strcmp(props.backend, "cpu")) continue;
         n_gpu++;
         static const pdde_dtype dts[2] = {PDDE_F32, PDDE_BF16};
-        static const char *const paths[4] = {"rows", "unfused", "flash", NULL}; /* NULL: the unfused graph */
+        static const char *const paths[5] = {"rows", "unfused", "flash", NULL, "flash2"}; /* NULL: the unfused graph */
         /* the packed layout */
         for (int sep = gpt_separate_qkv(props.backend); sep < 2; sep++)
         for (int di = 0; di < 2; di++) {
@@ -95,8 +95,9 @@ int main(void) {
             int n_att = 0, n_layout = 0;
             unsetenv("PDDE_ATTENTION");
             CHECK(train(ctx, 0, dts[di], 0, 1, ref, &n_att, &n_layout) == 0, "the CPU's run (%s)", pdde_dtype_name(dts[di]));
-            for (int pi = 0; pi < 4; pi++) {
+            for (int pi = 0; pi < 5; pi++) {
                 if (pi == 3 && !sep) continue; /* (the unfused graph has its own layout) */
+                if (pi == 4 && (!sep || strcmp(props.backend, "cuda"))) continue; /* (flash2: CUDA, q, k, v apart) */
                 if (paths[pi]) setenv("PDDE_ATTENTION", paths[pi], 1);
                 else unsetenv("PDDE_ATTENTION");
                 int rc = train(ctx, d, dts[di], paths[pi] == NULL, sep, got, &n_att, &n_layout);

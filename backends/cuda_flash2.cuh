@@ -1,0 +1,331 @@
+/* cuda_flash2.cuh — the CUDA backend's second tensor-core attention backward (path flash2), included after
+ * backends/cuda_flash.cuh (whose mma, ldmatrix, fragment-address and packing helpers it uses) by
+ * backends/cuda_kernels.cu for compute capability 8.0 and later, and by tests/flash_emu.cpp, which runs
+ * it on the CPU with the warp-level primitives emulated (PDDE_FLASH_EMU).
+ *
+ * FlashAttention-2's backward schedule: one pass over the (key tile, query tile) pairs of the causal
+ * triangle, where the first path (flash_dq + flash_dkv) takes two and recomputes S and dP in both.
+ *  - flash2_prep, a warp per row: dO rounded to bf16 into a contiguous [rows, D] scratch (the 16-byte
+ *    copies below need it; y's gradient has the logsumexp column, stride D + 1), and per row its
+ *    logsumexp in base 2 and rowsum(dO * O), the softmax backward's correction.
+ *  - flash2_bwd, a block of 4 warps per 64 keys of a head (16 a warp), the heavy early key tiles first:
+ *    V (and at D 64 also K) as A fragments in registers, dK and dV accumulated in registers over the
+ *    query tiles from the block's first key on (BQ rows each, copied with cp.async into double buffers so
+ *    that the next tile's copy overlaps this tile's products). Per tile: S^T = K Q^T, dP^T = V dO^T,
+ *    P^T = exp2(S^T scale log2e - lse2), dS^T = P^T (dP^T - rowdot), dV += P^T dO, dK += dS^T Q; dS^T
+ *    goes to shared memory as bf16 and the block adds dQ += dS K to the f32 output with atomicAdd
+ *    (the dispatcher zeroes dq first). The sum order of dq depends on timing: not bit-reproducible.
+ * Shared memory stays under the 48 KiB of a static allocation: BQ is 32 at D 64, 16 at D 128. */
+#define FL2_KEYS 64 /* keys a block: pgd_ctx.flash_rows */
+
+#ifndef PDDE_FLASH_EMU
+/* 16 bytes global -> shared, asynchronously (L2 only: the tiles are read once per block) */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* wait until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+#endif
+
+/* Where head bh of q, k or v starts and its row stride (elements): [BH, T, D] contiguous. The one place
+ * that knows the layout of q, k, v. */
+template <int D>
+__device__ __forceinline__ const uint16_t *fl2_head(const uint16_t *x, long long bh, long long T, long long *stride) {
+    *stride = D;
+    return x + bh * T * D;
+}
+
+/* rows [row0, row0 + n) of a head (row stride ld elements) into a shared tile (pitch D + 8); zeros past T */
+template <int D>
+__device__ __forceinline__ void fl2_load(uint16_t *tile, const uint16_t *head, long long ld, long long row0, long long T, int n) {
+    constexpr int V = D / 8;
+    for (int e = threadIdx.x; e < n * V; e += 32 * FL_WARPS) {
+        int r = e / V, c = (e % V) * 8;
+        long long gr = row0 + r;
+        if (gr < T) cp_async16(tile + r * (D + 8) + c, head + gr * ld + c);
+        else *(uint4 *)(tile + r * (D + 8) + c) = make_uint4(0, 0, 0, 0);
+    }
+}
+
+/* A warp per row r of y and dy ([rows, D + 1], the logsumexp in column D): dob[r] = bf16(dy[r, :D]),
+ * stats[r] = {lse * log2(e), dy[r, :D] . y[r, :D]}. Grid: rows / FL_WARPS blocks, rounded up. */
+template <int D>
+__device__ __forceinline__ void flash2_prep(const float *y, const float *dy, uint16_t *dob, float *stats, long long rows) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    long long r = (long long)blockIdx.x * FL_WARPS + warp;
+    if (r >= rows) return; /* (the whole warp: its shuffles below stay complete) */
+    const float *yr = y + r * (D + 1), *dr = dy + r * (D + 1);
+    float dot = 0.0f;
+#pragma unroll
+    for (int d = lane * 2; d < D; d += 64) {
+        float a = dr[d], b = dr[d + 1];
+        dot += a * yr[d] + b * yr[d + 1];
+        *(uint32_t *)(dob + r * D + d) = pack_bf16(a, b);
+    }
+#pragma unroll
+    for (int o = 16; o; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (lane == 0) stats[2 * r] = yr[D] * FL_LOG2E, stats[2 * r + 1] = dot;
+}
+
+/* The shared memory of flash2_bwd (bf16 elements): the key tile, dS^T [64, BQ + 8], and the double
+ * buffers of the Q and dO tiles (the V tile passes through these first) */
+#define FL2_BQ(D) ((D) == 64 ? 32 : 16)
+#define FL2_SMEM(D) (FL2_KEYS * ((D) + 8) + FL2_KEYS * (FL2_BQ(D) + 8) + 4 * FL2_BQ(D) * ((D) + 8))
+
+/* dq, dk, dv ([3, BH, T, D] f32 in out; dq zeroed before) of the 64 keys of block blockIdx.x: key tile
+ * blockIdx.x / BH (tile 0, the one with the most queries, first), head blockIdx.x % BH. */
+template <int D>
+__device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                           const uint16_t *dob, const float *stats, float *out, long long BH, long long T,
+                                           float scale) {
+    constexpr int LD = D + 8, BK = FL2_KEYS, BQ = FL2_BQ(D), LDS = BQ + 8, NT = BQ / 8, DT = D / 8, KS = D / 16;
+    constexpr bool KREG = D == 64; /* K's fragments in registers too (at D 128 they would spill) */
+    /* dQ of a tile: warps split it into RG groups of 16 rows by D / CW column slices of CW */
+    constexpr int RG = BQ / 16, CW = D / (FL_WARPS / RG);
+    uint16_t *ks = sm, *dss = ks + BK * LD, *qs = dss + BK * LDS, *dos = qs + 2 * BQ * LD;
+    long long kt = blockIdx.x / BH, bh = blockIdx.x % BH, ldq, ldk, ldv; /* (row strides of q, k, v) */
+    const uint16_t *qb = fl2_head<D>(q, bh, T, &ldq), *kb = fl2_head<D>(k, bh, T, &ldk), *vb = fl2_head<D>(v, bh, T, &ldv);
+    const uint16_t *dob_h = dob + bh * T * D;
+    const float *st_h = stats + bh * T * 2;
+    float *dq_h = out + bh * T * D;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    long long k0 = kt * BK, key0 = k0 + warp * 16 + g; /* this thread's keys: key0, key0 + 8 */
+    fl2_load<D>(ks, kb, ldk, k0, T, BK);
+    fl2_load<D>(qs, vb, ldv, k0, T, BK); /* V through the Q / dO buffers (64 rows fit there) */
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    uint32_t vf[KS][4], kf[KREG ? KS : 1][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        ldsm4(vf[kk], fl_at(qs, LD, warp * 16, kk * 16, lane));
+        if constexpr (KREG) ldsm4(kf[kk], fl_at(ks, LD, warp * 16, kk * 16, lane));
+    }
+    __syncthreads(); /* (V read: the buffers take Q and dO now) */
+    float dk[DT][4], dv[DT][4], sl2 = scale * FL_LOG2E;
+#pragma unroll
+    for (int d = 0; d < DT; d++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[d][e] = dv[d][e] = 0.0f;
+    long long steps = (T - k0 + BQ - 1) / BQ; /* the query tiles from the block's first key on */
+    /* tile s into buffer b: Q and dO rows by cp.async, their statistics by plain loads (both seen after the next barrier) */
+    auto load_tile = [&](long long s, int b) {
+        long long i0 = k0 + s * BQ;
+        fl2_load<D>(qs + b * BQ * LD, qb, ldq, i0, T, BQ);
+        fl2_load<D>(dos + b * BQ * LD, dob_h, D, i0, T, BQ);
+        cp_async_commit();
+        if (threadIdx.x < 2 * BQ) {
+            long long i = i0 + (threadIdx.x >> 1);
+            stat_s[b * 2 * BQ + threadIdx.x] = i < T ? st_h[i0 * 2 + threadIdx.x] : 0.0f;
+        }
+    };
+    load_tile(0, 0);
+    for (long long s = 0; s < steps; s++) {
+        int b = (int)(s & 1);
+        long long i0 = k0 + s * BQ;
+        /* the other buffer was last read before the previous step's second barrier: refill it now */
+        if (s + 1 < steps) load_tile(s + 1, b ^ 1), cp_async_wait<1>();
+        else cp_async_wait<0>();
+        __syncthreads();
+        const uint16_t *qt = qs + b * BQ * LD, *dt = dos + b * BQ * LD;
+        const float *st = stat_s + b * 2 * BQ;
+        float sc[NT][4], dp[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[n][e] = dp[n][e] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t a[4];
+            if constexpr (KREG) a[0] = kf[kk][0], a[1] = kf[kk][1], a[2] = kf[kk][2], a[3] = kf[kk][3];
+            else ldsm4(a, fl_at(ks, LD, warp * 16, kk * 16, lane));
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t bq[4], bd[4];
+                ldsm4(bq, fl_at(qt, LD, n * 8, kk * 16, lane));
+                ldsm4(bd, fl_at(dt, LD, n * 8, kk * 16, lane));
+                mma16816(sc[n], a, bq[0], bq[2]);
+                mma16816(sc[n + 1], a, bq[1], bq[3]);
+                mma16816(dp[n], vf[kk], bd[0], bd[2]);
+                mma16816(dp[n + 1], vf[kk], bd[1], bd[3]);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int ci = n * 8 + t4 * 2 + (e & 1);
+                long long col = i0 + ci, key = key0 + (e >> 1) * 8;
+                float p = col < key || col >= T ? 0.0f : exp2f(sc[n][e] * sl2 - st[2 * ci]);
+                sc[n][e] = p;
+                dp[n][e] = p * (dp[n][e] - st[2 * ci + 1]); /* dS^T / scale */
+            }
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            uint32_t a[4] = {pack_bf16(sc[2 * kk][0], sc[2 * kk][1]), pack_bf16(sc[2 * kk][2], sc[2 * kk][3]),
+                             pack_bf16(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack_bf16(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+            uint32_t c[4] = {pack_bf16(dp[2 * kk][0], dp[2 * kk][1]), pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
+                             pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+            /* dS^T's rows warp * 16 + g (+ 8), columns kk * 16 + 2 t4 (+ 8) into shared memory for dQ */
+            uint16_t *drow = dss + (warp * 16 + g) * LDS + kk * 16 + t4 * 2;
+            *(uint32_t *)drow = c[0], *(uint32_t *)(drow + 8 * LDS) = c[1];
+            *(uint32_t *)(drow + 8) = c[2], *(uint32_t *)(drow + 8 * LDS + 8) = c[3];
+#pragma unroll
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t bo[4], bq[4];
+                ldsm4t(bo, fl_at(dt, LD, kk * 16, d * 8, lane));
+                ldsm4t(bq, fl_at(qt, LD, kk * 16, d * 8, lane));
+                mma16816(dv[d], a, bo[0], bo[1]);
+                mma16816(dv[d + 1], a, bo[2], bo[3]);
+                mma16816(dk[d], c, bq[0], bq[1]);
+                mma16816(dk[d + 1], c, bq[2], bq[3]);
+            }
+        }
+        __syncthreads(); /* dS^T complete */
+        /* dQ[rows qr.., columns c0..] += dS K over the block's 64 keys: A = dS from dS^T by the transposing
+         * ldmatrix (its matrices 1 and 2 trade places: A's second register is rows 8-15, keys 0-7) */
+        int qr = (warp % RG) * 16, c0 = (warp / RG) * CW;
+        float dq[CW / 8][4];
+#pragma unroll
+        for (int d = 0; d < CW / 8; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t t[4];
+            ldsm4t(t, fl_at(dss, LDS, kk * 16, qr, lane));
+            uint32_t a[4] = {t[0], t[2], t[1], t[3]};
+#pragma unroll
+            for (int d = 0; d < CW / 8; d += 2) {
+                uint32_t bk[4];
+                ldsm4t(bk, fl_at(ks, LD, kk * 16, c0 + d * 8, lane));
+                mma16816(dq[d], a, bk[0], bk[1]);
+                mma16816(dq[d + 1], a, bk[2], bk[3]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            long long row = i0 + qr + g + r * 8;
+            if (row >= T) continue;
+            float *o = dq_h + row * D + c0 + t4 * 2;
+#pragma unroll
+            for (int d = 0; d < CW / 8; d++) atomicAdd(o + d * 8, scale * dq[d][2 * r]), atomicAdd(o + d * 8 + 1, scale * dq[d][2 * r + 1]);
+        }
+    }
+    long long n = BH * T * D;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        long long key = key0 + r * 8;
+        if (key >= T) continue;
+        float *ok = out + n + (bh * T + key) * D, *ov = out + 2 * n + (bh * T + key) * D;
+#pragma unroll
+        for (int d = 0; d < DT; d++) {
+            ok[d * 8 + t4 * 2] = scale * dk[d][2 * r], ok[d * 8 + t4 * 2 + 1] = scale * dk[d][2 * r + 1];
+            ov[d * 8 + t4 * 2] = dv[d][2 * r], ov[d * 8 + t4 * 2 + 1] = dv[d][2 * r + 1];
+        }
+    }
+}
+
+/* flash2's forward at D 64: flash_fwd's products (backends/cuda_flash.cuh) with the K and V tiles copied
+ * by cp.async into double buffers (the next tile's copy overlaps this tile's products) and the blocks
+ * tile-major, the query tiles that see the most keys first (query tile tiles - 1 - blockIdx.x / BH, head
+ * blockIdx.x % BH). At D 128 two K, V buffers do not fit in 48 KiB: flash2 runs flash_fwd there. */
+#define FL2_FWD_SMEM(D) (4 * FL2_KEYS * ((D) + 8))
+template <int D>
+__device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
+                                           long long BH, long long T, float scale) {
+    constexpr int LD = D + 8, BK = FL2_KEYS, NT = BK / 8, DT = D / 8, KS = D / 16;
+    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH, ldq, ldk, ldv;
+    const uint16_t *qb = fl2_head<D>(q, bh, T, &ldq), *kb = fl2_head<D>(k, bh, T, &ldk), *vb = fl2_head<D>(v, bh, T, &ldv);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+    /* buffer b: K at sm + 2 b BK LD, V after it; Q passes through buffer 1 */
+    fl2_load<D>(sm + 2 * BK * LD, qb, ldq, qt * FL_ROWS, T, FL_ROWS);
+    cp_async_commit();
+    fl2_load<D>(sm, kb, ldk, 0, T, BK);
+    fl2_load<D>(sm + BK * LD, vb, ldv, 0, T, BK);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    uint32_t qf[KS][4];
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) ldsm4(qf[kk], fl_at(sm + 2 * BK * LD, LD, warp * 16, kk * 16, lane));
+    __syncthreads(); /* (Q read: buffer 1 takes the next K, V tile) */
+    float o[DT][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, sl2 = scale * FL_LOG2E;
+#pragma unroll
+    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    long long row0 = qt * FL_ROWS + warp * 16 + g; /* this thread's rows: row0, row0 + 8 */
+    for (long long kt = 0; kt <= qt; kt++) {
+        int b = (int)(kt & 1);
+        if (kt < qt) { /* the other buffer was last read before the previous tile's second barrier */
+            fl2_load<D>(sm + 2 * (b ^ 1) * BK * LD, kb, ldk, (kt + 1) * BK, T, BK);
+            fl2_load<D>(sm + (2 * (b ^ 1) + 1) * BK * LD, vb, ldv, (kt + 1) * BK, T, BK);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else cp_async_wait<0>();
+        __syncthreads();
+        const uint16_t *ks = sm + 2 * b * BK * LD, *vs = ks + BK * LD;
+        float s[NT][4];
+#pragma unroll
+        for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++)
+#pragma unroll
+            for (int n = 0; n < NT; n += 2) {
+                uint32_t bk[4];
+                ldsm4(bk, fl_at(ks, LD, n * 8, kk * 16, lane));
+                mma16816(s[n], qf[kk], bk[0], bk[2]);
+                mma16816(s[n + 1], qf[kk], bk[1], bk[3]);
+            }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                long long col = kt * BK + n * 8 + t4 * 2 + (e & 1), row = row0 + (e >> 1) * 8;
+                float x = s[n][e] * sl2;
+                s[n][e] = col > row ? -INFINITY : x; /* causal (every key past T is past the row) */
+                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            float mn = fmaxf(m[r], mx[r]), alpha = exp2f(m[r] - mn); /* (m = -inf at first: alpha 0) */
+            m[r] = mn;
+            l[r] *= alpha;
+#pragma unroll
+            for (int d = 0; d < DT; d++) o[d][2 * r] *= alpha, o[d][2 * r + 1] *= alpha;
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = exp2f(s[n][e] - m[e >> 1]);
+                l[e >> 1] += s[n][e];
+            }
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; kk++) {
+            uint32_t a[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int d = 0; d < DT; d += 2) {
+                uint32_t bv[4];
+                ldsm4t(bv, fl_at(vs, LD, kk * 16, d * 8, lane));
+                mma16816(o[d], a, bv[0], bv[1]);
+                mma16816(o[d + 1], a, bv[2], bv[3]);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+        long long row = row0 + r * 8;
+        if (row >= T) continue;
+        float *yr = y + (bh * T + row) * (D + 1), inv = 1.0f / l[r];
+#pragma unroll
+        for (int d = 0; d < DT; d++) yr[d * 8 + t4 * 2] = o[d][2 * r] * inv, yr[d * 8 + t4 * 2 + 1] = o[d][2 * r + 1] * inv;
+        if (t4 == 0) yr[D] = (m[r] + log2f(l[r])) / FL_LOG2E;
+    }
+}
