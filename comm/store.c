@@ -749,6 +749,7 @@ typedef struct {
     int fd;
     char addr[256];
     double timeout_s;   /* per request: a store that does not answer is as good as lost */
+    double lease_s;     /* the lease this client holds (0: none); it bounds the wait for a reply (store_rpc) */
     int broken;         /* a failed round trip leaves the stream unsynchronised: fail fast from then on */
     size_t max_value;   /* the server's limit, from its challenge */
 } store_tcp;
@@ -789,12 +790,21 @@ static pdde_status store_rpc(store_tcp *t, pdde_context *ctx, int op, const char
     put_u32(p, (uint32_t)body); p[4] = (unsigned char)op; p += 5;
     const void *fs[3] = {key, a, b}; size_t fl[3] = {klen, alen, blen};
     for (int i = 0; i < 3; i++) { put_u32(p, (uint32_t)fl[i]); p += 4; if (fl[i]) memcpy(p, fs[i], fl[i]); p += fl[i]; }
+    /* A client holding a lease waits for a reply at most twice the lease, not timeout_s: the server
+     * answers at once, and a client it has not heard from for the lease is dropped (its notice set, the
+     * others go on without it). No reply by then means this host is cut off from the store (a link
+     * down drops packets silently: no error comes), and waiting for timeout_s (minutes) would hold the
+     * caller, and a collective waiting on the store's failure key, long after the others re-formed. */
+    double saved = t->timeout_s;
+    if (t->lease_s > 0 && 2 * t->lease_s < t->timeout_s) t->timeout_s = 2 * t->lease_s;
     int rc = comm_write_all(t->fd, msg, 4 + body, t->timeout_s);
     free(msg);
     int32_t status = 0;
     char *v = NULL;
     uint32_t len = 0;
-    if (rc || (rc = store_read_reply(t, &status, &v, &len))) return store_lost(t, ctx, rc);
+    rc = rc ? rc : store_read_reply(t, &status, &v, &len);
+    t->timeout_s = saved;
+    if (rc) return store_lost(t, ctx, rc);
     if (val && status == PDDE_OK) { *val = v; *vlen = len; v = NULL; }
     pdde_status r = PDDE_OK;
     if (status == PDDE_ERR_NOT_FOUND) r = pdde_error(ctx, status, "store: no key '%s'", key ? key : "");
@@ -833,7 +843,9 @@ static pdde_status store_tcp_remove(void *impl, pdde_context *ctx, const char *k
 static pdde_status store_tcp_liveness(void *impl, pdde_context *ctx, const char *key, const void *val, size_t len,
                                       double lease_s) {
     unsigned char l[8]; put_u64(l, (uint64_t)(lease_s > 0 ? lease_s * 1e6 : 0));
-    return store_rpc(impl, ctx, STORE_OP_LIVENESS, key, val, len, l, 8, NULL, NULL);
+    pdde_status st = store_rpc(impl, ctx, STORE_OP_LIVENESS, key, val, len, l, 8, NULL, NULL);
+    if (!st) ((store_tcp *)impl)->lease_s = lease_s > 0 ? lease_s : 0;
+    return st;
 }
 static pdde_status store_tcp_ping(void *impl, pdde_context *ctx) {
     return store_rpc(impl, ctx, STORE_OP_PING, NULL, NULL, 0, NULL, 0, NULL, NULL);

@@ -13,6 +13,7 @@ int main(void) {
 }
 #else
 #include "test_util.h"
+#include "netns_util.h"
 #include <libgen.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -84,29 +85,18 @@ static int child_main(void) {
     return test_failed ? 1 : 0;
 }
 
-static int sh(const char *fmt, const char *a, const char *b) {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, fmt, a, b);
-    return system(cmd);
-}
-
 int main(int argc, char **argv) {
     /* ranks are fork()ed from this process: device runtimes (PoCL's threads) do not survive a fork */
     setenv("PDDE_BACKENDS", "cpu", 0);
     if (argc == 2 && !strcmp(argv[1], "--child")) return child_main();
-    char a[32], b[32], va[16], vb[16];
-    int id = (int)getpid() % 100000;
-    snprintf(a, sizeof a, "pddeA%d", id); snprintf(b, sizeof b, "pddeB%d", id);
-    snprintf(va, sizeof va, "pva%d", id); snprintf(vb, sizeof vb, "pvb%d", id);
-    if (geteuid() != 0 || sh("ip netns add %s 2>/dev/null%s", a, "")) {
+    netns_pair np;
+    netns_pair_name(&np);
+    const char *a = np.ns[0], *b = np.ns[1], *va = np.dev[0], *vb = np.dev[1];
+    if (!netns_pair_permitted(&np)) {
         test_skip("netns", "cannot create network namespaces (needs root and `ip netns`)");
         return test_finish();
     }
-    int ok = !sh("ip netns add %s%s", b, "") && !sh("ip link add %s type veth peer name %s", va, vb);
-    ok = ok && !sh("ip link set %s netns %s", va, a) && !sh("ip link set %s netns %s", vb, b);
-    ok = ok && !sh("ip -n %s addr add 10.231.77.1/24 dev %s", a, va) && !sh("ip -n %s addr add 10.231.77.2/24 dev %s", b, vb);
-    ok = ok && !sh("ip -n %s link set %s up", a, va) && !sh("ip -n %s link set %s up", b, vb);
-    ok = ok && !sh("ip -n %s link set lo up%s", a, "") && !sh("ip -n %s link set lo up%s", b, "");
+    int ok = netns_pair_connect(&np);
     CHECK(ok, "network namespace setup");
     if (ok) {
         char dir[512], cmd[2][1400];
@@ -138,8 +128,7 @@ int main(int argc, char **argv) {
         }
         CHECK(lines == 4, "all 4 ranks reported (%d)", lines);
     }
-    sh("ip netns del %s 2>/dev/null; ip netns del %s 2>/dev/null", a, b);
-    sh("ip link del %s 2>/dev/null%s", va, ""); /* only left if it never moved into a namespace */
+    netns_pair_remove(&np);
     return test_finish();
 }
 #endif

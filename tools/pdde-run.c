@@ -79,7 +79,8 @@ static void usage(FILE *f) {
             "  --nnodes M     hosts in the job (default 1); run pdde-run on each\n"
             "  --node-rank K  this host's index (default 0); node 0 hosts the store\n"
             "  --store A      the store address host:port (default 127.0.0.1 and a free port on one host;\n"
-            "                 required with several hosts: node 0 listens on it, the others connect).\n"
+            "                 required with several hosts, unless --rdzv tcp:// gives it: node 0 listens on it,\n"
+            "                 the others connect).\n"
             "                 A non-loopback address opens the store to that network: then only the\n"
             "                 job secret keeps others out\n"
             "  --grace S      seconds between SIGTERM and SIGKILL when stopping ranks (default 3)\n"
@@ -262,10 +263,6 @@ int main(int argc, char **argv) {
         fprintf(stderr, "pdde-run: --node-rank %d is not below --nnodes %d\n", node_rank, nnodes);
         return 2;
     }
-    if (nnodes > 1 && !store_addr) {
-        fprintf(stderr, "pdde-run: --store host:port is required with --nnodes > 1\n");
-        return 2;
-    }
     char **cmd = argv + i;
     char job[200];
     snprintf(job, sizeof job, "job-%d", (int)getpid());
@@ -292,6 +289,10 @@ int main(int argc, char **argv) {
         }
         if (path && path[1]) snprintf(job, sizeof job, "%.190s", path + 1);
         if (!elastic) { fprintf(stderr, "pdde-run: --rdzv is for --elastic jobs\n"); return 2; }
+    }
+    if (nnodes > 1 && !store_addr) { /* (--rdzv tcp://HOST:PORT/JOB gives it too) */
+        fprintf(stderr, "pdde-run: --store host:port (or --rdzv tcp://HOST:PORT/JOB) is required with --nnodes > 1\n");
+        return 2;
     }
     if (join) {
         if (!elastic || !rdzv) { fprintf(stderr, "pdde-run: --join needs --elastic and the job's --rdzv tcp://HOST:PORT/JOB\n"); return 2; }
@@ -371,6 +372,15 @@ int main(int argc, char **argv) {
     if (elastic && !join && (etcd ? pdde_store_etcd_connect(ctx, rdzv_store, 30, &notes) : pdde_store_connect(ctx, addr, 30, &notes))) {
         fprintf(stderr, "pdde-run: --elastic: %s\n", pdde_last_error(ctx));
         return 1;
+    }
+    /* The notes connection holds a lease (renewed below), which bounds the wait for each reply (twice
+     * the lease, not 30 s): on a host cut off from the store pdde-run must not wait that long for every
+     * note after its ranks stopped. Its notice (set if this pdde-run vanishes) is read by nobody. */
+    double notes_lease = peer_timeout ? atof(peer_timeout) : 5, notes_ping = 0;
+    if (notes && !etcd) {
+        char key[300];
+        snprintf(key, sizeof key, "elastic/%s/agent/%d", job, node_rank);
+        if (pdde_store_set_liveness(notes, key, "gone", 4, notes_lease)) notes_lease = 0;
     }
     char v[64];
     setenv("PDDE_STORE_ADDR", addr, 1);
@@ -479,6 +489,7 @@ int main(int argc, char **argv) {
                 }
             }
         }
+        if (notes && !etcd && notes_lease > 0 && now_s() > notes_ping) pdde_store_ping(notes), notes_ping = now_s() + notes_lease / 4;
         if (elastic && running && now_s() > next_stop_check) {
             /* a stopped rank: say so once; ranks all stopped with no one else left would wait forever */
             int stopped = 0;
