@@ -510,7 +510,7 @@ static void test_example(const char *dir) {
     char prog[600];
     snprintf(prog, sizeof prog, "%s/elastic", dir);
     if (access(prog, X_OK)) { test_skip("build", "%s is not built", prog); return; }
-    char *argv[] = {g_run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", PEER_TIMEOUT, prog, "20000", NULL};
+    char *argv[] = {g_run, "-n", "4", "--elastic", "--min", "2", "--peer-timeout", PEER_TIMEOUT, prog, "6000", NULL};
     const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_NUM_THREADS=1", NULL};
     job j = job_spawn(argv, env);
     if (j.pid < 0) return;
@@ -519,7 +519,7 @@ static void test_example(const char *dir) {
     while (!strstr(job_text(&j), "step 1000 loss") && test_now() - j.t0 < 20) job_poll(&j, 5); /* on its way */
     kill(pids[2], SIGKILL);
     int rc = job_finish(&j, 50);
-    CHECK(rc == 0 && strstr(job_text(&j), "rank 2 lost (SIGKILL)") && strstr(job_text(&j), "after 20000 steps on 3 ranks"),
+    CHECK(rc == 0 && strstr(job_text(&j), "rank 2 lost (SIGKILL)") && strstr(job_text(&j), "after 6000 steps on 3 ranks"),
           "examples/elastic.c: a rank killed, the job finishes on 3 ranks: rc %d\n%s", rc, job_text(&j));
     free(j.out);
 }
