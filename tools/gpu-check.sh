@@ -101,7 +101,7 @@ jobs=$(nproc 2>/dev/null || echo 4)
 ucx=(NO_UCX=1)
 if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
-step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench \
+step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
@@ -118,13 +118,13 @@ test_step test_backend_ops_cuda_rmsnorm 60 build/test_backend_ops --backend cuda
 
 # ---- attention alone, forward + backward (B 8, H 12, T 1024, D 64, bf16)
 declare -A att
-for path in unfused flash; do
+for path in unfused flash flash2; do
     step "attention_$path" 60 env PDDE_CUDA_ATTENTION=$path build/bench_cuda --attention --dtype bf16
     att[$path]=$(field "$out/step.out" fwd_bwd_ms)
 done
 step attention_torch 90 python3 tools/bench/attention_torch.py --dtype bf16
 att[torch]=$(field "$out/step.out" fwd_bwd_ms)
-result "gpu_attention pdde_unfused_ms=${att[unfused]:-na} pdde_flash_ms=${att[flash]:-na} torch_sdpa_ms=${att[torch]:-na}" \
+result "gpu_attention pdde_unfused_ms=${att[unfused]:-na} pdde_flash_ms=${att[flash]:-na} pdde_flash2_ms=${att[flash2]:-na} torch_sdpa_ms=${att[torch]:-na}" \
        "fwd_bwd_vs_sdpa=$(ratio "${att[unfused]:-0}" "${att[torch]:-0}") flash_vs_sdpa=$(ratio "${att[flash]:-0}" "${att[torch]:-0}")"
 
 # ---- GPT-2 124M training steps
@@ -143,6 +143,8 @@ mfu=$(field "$out/step.out" mfu_pct)
 # (each default against what it replaced: every cast kept; q, k, v sliced and permuted apart)
 gpt_run bf16_casts_kept PDDE_FOLD_CASTS=0 build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 build/bench_cuda --gpt --dtype bf16
+# (flash2, not yet measured, reads q, k, v apart only)
+gpt_run bf16_flash2 PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash2 build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
 torch_args=(--device cuda --vocab 50304 --layers 12 --heads 12 --width 768 --ctx 1024 --batch 8 --steps 10 --warmup 3)
 step torch_bf16_eager 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa
@@ -159,7 +161,7 @@ result "gpu_gpt bf16_tok_s=${tok[bf16]:-na} bf16_mfu_pct=${mfu:-na}" \
        "bf16_unfused_tok_s=${tok[bf16_unfused]:-na} torch_eager_tok_s=${tok[torch_eager]:-na} torch_compile_tok_s=${tok[torch_compile]:-na}" \
        "f32_tok_s=${tok[f32]:-na} torch_f32_tok_s=${tok[torch_f32]:-na}"
 result "gpu_gpt_paths default_tok_s=${tok[bf16]:-na} casts_kept_tok_s=${tok[bf16_casts_kept]:-na}" \
-       "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na}"
+       "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} flash2_separate_qkv_tok_s=${tok[bf16_flash2]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na}"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
 
 # ---- ranks on the GPU: `gpt --device auto` takes it; dp=2 and tp=2 with both ranks on it (shared) equal one
@@ -189,6 +191,9 @@ if [ -x build/pdde-run ]; then
 else
     result "gpu_ranks status=skipped (built without UCX: set UCX_DIR)"
 fi
+
+# gradient buckets' copies on the device's second stream (off on CUDA until this has run): test_dp's device rows
+[ -x build/pdde-run ] && test_step test_dp_copy_stream 120 env PDDE_BACKENDS=cpu,cuda PDDE_COPY_STREAM=1 build/test_dp
 
 # ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
 step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh
