@@ -69,6 +69,7 @@ struct pdde_elastic {
     int *members, n_members;      /* of this generation: rank r is member members[r] */
     int rank, generation, restarts;
     int joined;                   /* members new to this generation: restore hands them the state */
+    int left;                     /* this member left at a step boundary on purpose */
     int min_ranks, max_ranks, max_restarts, snapshot_every;
     double peer_timeout_s, timeout_s;
     pdde_comm *world;
@@ -183,7 +184,12 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
     if (!ids) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
     for (int g = 1; elastic_now() < give_up;) {
         snprintf(key, sizeof key, "%s/g%d/members", e->job, g);
-        if (el_get(e, key, &v) != PDDE_OK) { elastic_sleep(0.01); continue; }
+        if (el_get(e, key, &v) != PDDE_OK) {
+            snprintf(key, sizeof key, "%s/done", e->job);
+            if (el_exists(e, key)) break; /* (the members finished before taking it in) */
+            elastic_sleep(0.01);
+            continue;
+        }
         int n = 0, joined = 0, rank = -1;
         int64_t step;
         int bad = elastic_parse_members(v, &step, &n, ids, &joined, ELASTIC_MAX_MEMBERS);
@@ -198,6 +204,10 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
         return PDDE_OK;
     }
     free(ids);
+    snprintf(key, sizeof key, "%s/done", e->job);
+    if (el_exists(e, key))
+        return pdde_error(e->ctx, PDDE_ERR_ABORTED, "elastic: member %d asked to join job %s, which finished before it was taken in",
+                          e->id, e->job);
     return pdde_error(e->ctx, PDDE_ERR_TIMEOUT, "elastic: member %d asked to join job %s and was not taken in within %.3g s (is the job "
                       "running, below its --max?)", e->id, e->job, e->timeout_s);
 }
@@ -360,6 +370,11 @@ void pdde_elastic_free(pdde_elastic *e) {
     free(e->copies);
     pthread_mutex_destroy(&e->copy_lock);
     pthread_cond_destroy(&e->copy_cv);
+    if (e->world && e->rank == 0 && !e->left && !e->changing) { /* the job is over: ranks still waiting to join stop */
+        char key[300];
+        snprintf(key, sizeof key, "%s/done", e->job);
+        el_set(e, key, "done");
+    }
     elastic_leave_world(e);
     if (e->heartbeat_started) {
         atomic_store(&e->stop, 1);
@@ -597,13 +612,13 @@ static int elastic_leaves(const pdde_elastic *e, int id, int64_t step) {
 
 
 /* The joiners waiting to be taken in (rank 0 asks the store; everyone learns it by broadcast). */
-static int elastic_joiners_waiting(pdde_elastic *e) {
+static int elastic_joiners_waiting(pdde_elastic *e, int cap) {
     char key[300], *v = NULL;
     snprintf(key, sizeof key, "%s/joined", e->job);
     if (el_get(e, key, &v) != PDDE_OK) return 0;
     int count = atoi(v), waiting = 0;
     free(v);
-    for (int k = 0; k < count && e->n_members + waiting < e->max_ranks; k++) {
+    for (int k = 0; k < count && waiting < cap; k++) {
         int id = ELASTIC_JOINER_ID0 + k, member = 0;
         for (int r = 0; r < e->n_members; r++) member |= e->members[r] == id;
         if (member) continue;
@@ -631,6 +646,19 @@ static int elastic_test_lag(pdde_elastic *e, int64_t step) {
     return 0;
 }
 
+/* Tests only (PDDE_TEST_ELASTIC_ADMIT=X): ranks waiting to join are taken in at step boundaries from X
+ * on, never before (*admit); at X itself, when `wait`, the members wait (up to 30 s) until one has
+ * asked to join. A failure-free reference of a run whose replica came back at X, and that run itself
+ * (so that steps run without the replica before it is back). 0: not set. */
+static int elastic_test_admit(pdde_elastic *e, int64_t step, int wait, int *admit) {
+    const char *v = getenv("PDDE_TEST_ELASTIC_ADMIT");
+    if (!v || !*v) return 0;
+    *admit = step >= atoll(v);
+    for (double until = elastic_now() + 30; wait && step == atoll(v) && !elastic_joiners_waiting(e, 1) && elastic_now() < until;)
+        elastic_sleep(0.005);
+    return 1;
+}
+
 pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t user, int *change) {
     if (!e || !s || !change) return PDDE_ERR_INVALID_ARG;
     *change = 0;
@@ -645,12 +673,15 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
         pdde_status st = elastic_snapshot_take(e, s, user);
         if (st) return st;
     }
-    int leaving = 0, me = 0;
+    int leaving = 0, me = 0, admit_now = 0;
     for (int r = 0; r < e->n_members; r++)
         if (elastic_leaves(e, e->members[r], step)) leaving++, me |= r == e->rank;
+    if (leaving) elastic_test_admit(e, step, 1, &admit_now); /* (a joiner taken in with the leave: it is waiting before it) */
     if (!leaving && e->n_members < e->max_ranks) {
         /* room to grow: are ranks waiting to join? (rank 0 asks, all hear it, so all change together) */
-        int64_t waiting = e->rank == 0 ? elastic_joiners_waiting(e) : 0;
+        int admit = 1;
+        elastic_test_admit(e, step, 1, &admit);
+        int64_t waiting = e->rank == 0 && admit ? elastic_joiners_waiting(e, e->max_ranks - e->n_members) : 0;
         pdde_status st = pdde_comm_broadcast(e->world, &waiting, 1, PDDE_I64, 0);
         if (st) { /* a member is gone: the copy in flight ends here, before the caller frees the session */
             if (e->hooked) e->hooked->update_hook = NULL, e->hooked = NULL;
@@ -681,6 +712,7 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
         snprintf(key, sizeof key, "%s/left/%d", e->job, e->id);
         pdde_status st = el_set(e, key, "left");
         if (st) return st;
+        e->left = 1;
         *change = PDDE_ELASTIC_LEAVE;
         return PDDE_OK;
     }
@@ -821,7 +853,8 @@ static pdde_status elastic_agree(pdde_elastic *e, int next, int *ids, int *n, in
                     len += sprintf(list + len, "%s", ids_text);
                 }
             snprintf(key, sizeof key, "%s/joined", e->job);
-            int waiting = el_get(e, key, &v) == PDDE_OK ? atoi(v) : 0;
+            int waiting = el_get(e, key, &v) == PDDE_OK ? atoi(v) : 0, admit = 1;
+            if (elastic_test_admit(e, e->change_step, 0, &admit) && !admit) waiting = 0;
             free(v), v = NULL;
             char joiners[ELASTIC_MAX_MEMBERS > 0 ? 1024 : 1] = "";
             int jl = 0;

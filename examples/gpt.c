@@ -82,7 +82,8 @@ static void usage(FILE *f) {
             "                              under pdde-run --elastic it re-plans at every change, data parallel)\n"
             "           [--ft-replicas]   (under pdde-run --elastic: fault-tolerant data parallelism without re-planning: each\n"
             "                              rank keeps its replica's rows of every batch; a lost replica's rows are dropped and\n"
-            "                              the survivors average over the samples they have)\n");
+            "                              the survivors average over the samples they have; a replica that comes back\n"
+            "                              (pdde-run --restart, or --join) takes a missing replica's rows from a member's state)\n");
 }
 
 static int parse(int argc, char **argv, options *o) {
@@ -312,11 +313,12 @@ static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pd
 
 /* --ft-replicas: the rows of the replicas still here, in the new ranks' order. x holds the batch of
  * all dp0 replicas (each micro-batch: dp0 blocks of `rows` rows); block ids[k] of each micro-batch
- * becomes block k (ids ascending, so the copies only move rows forward). */
-static void ft_keep_rows(int32_t *x, int micro, int dp0, int rows, int ctx, const int *ids, int n) {
+ * becomes block k (a replica that rejoined may sit after those of higher ids: copied through tmp). */
+static void ft_keep_rows(int32_t *x, int32_t *tmp, int micro, int dp0, int rows, int ctx, const int *ids, int n) {
     size_t blk = (size_t)rows * (size_t)ctx;
+    memcpy(tmp, x, (size_t)micro * dp0 * blk * sizeof *x);
     for (int i = 0; i < micro; i++)
-        for (int k = 0; k < n; k++) memmove(x + ((size_t)i * n + k) * blk, x + ((size_t)i * dp0 + ids[k]) * blk, blk * sizeof *x);
+        for (int k = 0; k < n; k++) memcpy(x + ((size_t)i * n + k) * blk, tmp + ((size_t)i * dp0 + ids[k]) * blk, blk * sizeof *x);
 }
 
 #define TRY(call)                                                                              \
@@ -487,16 +489,19 @@ int main(int argc, char **argv) {
      * in-memory snapshot and go on) */
     pdde_elastic *el = NULL;
     char el_plan[128] = "";
-    int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
+    int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_moved = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
     if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
         if (o.tp * o.pp > 1 || o.zero > 1 || (o.plan && !el_auto)) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0 or 1 (no --tp, --pp; --plan auto only)\n"); return 2; }
-        if (o.ft && (el_auto || (getenv("PDDE_ELASTIC_JOIN") && atoi(getenv("PDDE_ELASTIC_JOIN"))))) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started: no --plan auto, no --join\n"); return 2; }
+        if (o.ft && el_auto) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started: no --plan auto\n"); return 2; }
+        int joiner = getenv("PDDE_ELASTIC_JOIN") && atoi(getenv("PDDE_ELASTIC_JOIN"));
         TRY(pdde_elastic_init(ctx, NULL, &el));
         comm = pdde_elastic_world(el);
-        if (o.ft) { /* each replica's rows of the global batch (per micro-batch) */
+        if (o.ft && !joiner) { /* each replica's rows of the global batch (per micro-batch) */
             ft_dp0 = pdde_comm_size(comm), ft_me = pdde_comm_rank(comm), ft_global = o.model.batch;
             if (ft_global % (ft_dp0 * o.micro)) { fprintf(stderr, "gpt: --ft-replicas: %d ranks x --micro %d do not divide --batch %d\n", ft_dp0, o.micro, ft_global); return 2; }
             ft_rows = ft_global / (ft_dp0 * o.micro);
+        } else if (o.ft) {
+            ft_me = -1; /* a replica that (re)joins: it takes a replica not held, told below */
         }
     }
     if (o.ft && !el) { fprintf(stderr, "gpt: --ft-replicas needs pdde-run --elastic\n"); return 2; }
@@ -509,7 +514,21 @@ elastic_rebuild:
         }
         if (o.ft) { /* no re-plan: each rank keeps its replica's rows; the batch is the rows of those here */
             if (ranks > (int)(sizeof ft_ids / sizeof *ft_ids)) { fprintf(stderr, "gpt: --ft-replicas: at most %d ranks\n", (int)(sizeof ft_ids / sizeof *ft_ids)); return 1; }
+            int32_t head[3] = {ft_dp0, ft_rows, ft_global}; /* (rank 0 is a member that was here before: joiners come last) */
+            TRY(pdde_comm_broadcast(comm, head, 3, PDDE_I32, 0));
+            ft_dp0 = head[0], ft_rows = head[1], ft_global = head[2];
             TRY(pdde_comm_allgather(comm, &ft_me, ft_ids, 1, PDDE_I32));
+            for (int k = 0; k < ranks; k++) { /* joiners take the replicas no rank holds, the lowest first, in rank order */
+                for (int d = 0; d < ft_dp0 && ft_ids[k] < 0; d++) {
+                    int held = 0;
+                    for (int j = 0; j < ranks; j++) held |= ft_ids[j] == d;
+                    if (!held) ft_ids[k] = d;
+                }
+                if (ft_ids[k] < 0) { fprintf(stderr, "gpt: --ft-replicas: rank %d joined but all %d replicas are held\n", k, ft_dp0); return 1; }
+                if (k == rank) ft_me = ft_ids[k];
+            }
+            ft_moved = ranks < ft_dp0;
+            for (int k = 0; k < ranks; k++) ft_moved |= ft_ids[k] != k;
             o.model.batch = ft_rows * o.micro * ranks;
         }
         if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
@@ -518,9 +537,10 @@ elastic_rebuild:
         if (o.ft && ranks < ft_dp0) { /* say whose samples are dropped */
             size_t n = strlen(el_plan);
             n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, ", batch %d: the samples of replica", o.model.batch);
-            for (int d = 0, k = 0; d < ft_dp0 && n < sizeof el_plan; d++) {
-                if (k < ranks && ft_ids[k] == d) { k++; continue; }
-                n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, " %d", d);
+            for (int d = 0; d < ft_dp0 && n < sizeof el_plan; d++) {
+                int held = 0;
+                for (int k = 0; k < ranks; k++) held |= ft_ids[k] == d;
+                if (!held) n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, " %d", d);
             }
             if (n < sizeof el_plan) snprintf(el_plan + n, sizeof el_plan - n, " dropped");
         }
@@ -646,7 +666,7 @@ elastic_rebuild:
     size_t bt = (size_t)o.model.batch * o.model.ctx;
     feeder feed = {&plan, rank / (o.tp * o.pp), o.model.batch}; /* (mesh [dp, tp, pp]: pp innermost) */
     size_t read_bt = o.ft ? (size_t)ft_global * o.model.ctx : bt; /* (--ft-replicas: every replica's rows are read) */
-    int32_t *x = malloc(read_bt * sizeof *x), *y = malloc(read_bt * sizeof *y);
+    int32_t *x = malloc(read_bt * sizeof *x), *y = malloc(read_bt * sizeof *y), *ft_tmp = o.ft ? malloc(read_bt * sizeof *ft_tmp) : NULL;
     float *moe_bias = NULL; /* --moe-bias-rate: each MoE block's bias, from zeros */
     if (o.model.moe_experts > 1 && o.model.moe_bias) {
         moe_bias = calloc((size_t)o.model.layers * o.model.moe_experts, sizeof *moe_bias);
@@ -669,8 +689,8 @@ elastic_rebuild:
         if (change == PDDE_ELASTIC_LEAVE) { printf("gpt: rank %d leaves the job at step %lld\n", rank, (long long)step); last = step, o.sample_len = 0; break; }
         if (change) goto elastic_recover;
         TRY(pdde_data_next_batch(train, o.ft ? ft_global : o.model.batch, o.model.ctx, o.seed, x, y)); /* the global batch */
-        if (o.ft && ranks < ft_dp0) /* the lost replicas' rows are dropped */
-            ft_keep_rows(x, o.micro, ft_dp0, ft_rows, o.model.ctx, ft_ids, ranks), ft_keep_rows(y, o.micro, ft_dp0, ft_rows, o.model.ctx, ft_ids, ranks);
+        if (o.ft && ft_moved) /* the lost replicas' rows are dropped; a rejoined replica's rows go to its rank */
+            ft_keep_rows(x, ft_tmp, o.micro, ft_dp0, ft_rows, o.model.ctx, ft_ids, ranks), ft_keep_rows(y, ft_tmp, o.micro, ft_dp0, ft_rows, o.model.ctx, ft_ids, ranks);
         float lr = pdde_session_lr(s); /* this step's (the schedule of the run a resume continues) */
         /* under SPMD every rank gets its block of each micro-batch from its attributes (uneven shares:
          * its share of the micro-batches) */
@@ -719,7 +739,7 @@ elastic_rebuild:
     }
     if (0) {
     elastic_recover: /* free what uses the old world, re-form it, rebuild for the ranks there are */
-        pdde_session_free(s), pdde_graph_free(g), free(x), free(y), free(layer_dev);
+        pdde_session_free(s), pdde_graph_free(g), free(x), free(y), free(ft_tmp), free(layer_dev);
         TRY(pdde_elastic_recover(el, NULL));
         comm = pdde_elastic_world(el);
         goto elastic_rebuild;
@@ -732,7 +752,7 @@ elastic_rebuild:
         printf("gpt: elastic: %lld snapshots of %.2f MB, %.3f ms each in the step, %.3f ms copying beside it\n", (long long)es.snapshots,
                es.snapshot_bytes / 1e6, 1e3 * es.snapshot_s / (double)es.snapshots, 1e3 * es.copy_s / (double)es.snapshots);
     if (o.sample_len > 0) sample(s, &m, comm, &o, &feed, o.sample_len, rank == (o.pp > 1 ? ranks - 1 : 0));
-    free(x), free(y), free(layer_dev), free(moe_bias);
+    free(x), free(y), free(ft_tmp), free(layer_dev), free(moe_bias);
     pdde_session_free(s);
     pdde_graph_free(g);
 #ifdef PDDE_HAVE_UCX

@@ -97,6 +97,8 @@ static void usage(FILE *f) {
             "  --rdzv URL     tcp://HOST:PORT/JOB: the store (node 0 hosts it on HOST:PORT) and the job's name in it;\n"
             "                 etcd://HOST:PORT/JOB: the membership in that etcd (leases, transactions, watches)\n"
             "  --peer-timeout S   failure detection bound in seconds (PDDE_PEER_TIMEOUT; default 5)\n"
+            "  --restart K    a rank killed by a signal is started again (K times at most in all), as a joiner: the\n"
+            "                 members take it in at their next step boundary and hand it their state\n"
             "  --join         these ranks join a running elastic job (--rdzv tcp://HOST:PORT/JOB of it, the same\n"
             "                 PDDE_JOB_SECRET): its members take them in at their next step boundary (up to its --max)\n"
             "  -h, --help     this text\n"
@@ -209,11 +211,64 @@ static void signal_rank(const child *c, int sig) {
     if (sig != SIGKILL) kill(-c->pid, SIGCONT);
 }
 
+/* Starts (or, restarted = 1, starts again as a joiner of the elastic job) local rank r of ch with its
+ * own pipes and process group. */
+static int spawn_rank(child *ch, int n, int r, char **cmd, const char *log_dir, int bind, int restarted) {
+    child *c = &ch[r];
+    char v[64];
+    if (log_dir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/rank%d.log", log_dir, c->rank);
+        if (!(c->log = fopen(path, restarted ? "a" : "w"))) { fprintf(stderr, "pdde-run: cannot write %s: %s\n", path, strerror(errno)); return 1; }
+    }
+    int out[2], err[2];
+    if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) { perror("pdde-run: pipe"); return 1; }
+    fflush(NULL);
+    c->pid = fork();
+    if (c->pid < 0) { perror("pdde-run: fork"); return 1; }
+    if (c->pid == 0) {
+        setpgid(0, 0);
+        snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
+        snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
+        if (restarted) setenv("PDDE_ELASTIC_JOIN", "1", 1);
+        if (bind) bind_rank(r);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        for (int k = 0; k < n; k++)
+            if (ch[k].log) fclose(ch[k].log); /* (the parent's: a rank writes only its pipes) */
+        dup2(out[1], 1); dup2(err[1], 2);
+        execvp(cmd[0], cmd);
+        fprintf(stderr, "pdde-run: cannot run %s: %s\n", cmd[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(c->pid, c->pid); /* here too: the group exists before the first signal, whoever runs first */
+    close(out[1]); close(err[1]);
+    c->fd[0] = out[0]; c->fd[1] = err[0];
+    c->exited = 0, c->status = 0;
+    return 0;
+}
+
+/* The rest of a dead rank's output (its group is killed first, so nothing holds the pipes for long). */
+static void drain_rank(child *c) {
+    kill(-c->pid, SIGKILL);
+    for (int s = 0; s < 2; s++) {
+        while (c->fd[s] >= 0) {
+            struct pollfd q = {c->fd[s], POLLIN, 0};
+            char buf[65536];
+            ssize_t k = poll(&q, 1, 1000) > 0 ? read(c->fd[s], buf, sizeof buf) : 0;
+            if (k > 0) emit(c, s, buf, (size_t)k, 0);
+            else if (k == 0 || (errno != EINTR && errno != EAGAIN)) close_stream(c, s);
+        }
+    }
+    if (c->log) fclose(c->log), c->log = NULL;
+}
+
 int main(int argc, char **argv) {
     int n = 0, nnodes = 1, node_rank = 0;
     double grace = 3;
     const char *store_addr = NULL, *log_dir = NULL, *trace = NULL;
-    int i = 1, bind = 0, elastic = 0, join = 0, etcd = 0, min_ranks = 1, max_ranks = 0, max_restarts = -2;
+    int i = 1, bind = 0, elastic = 0, join = 0, etcd = 0, min_ranks = 1, max_ranks = 0, max_restarts = -2, restarts = 0;
     const char *rdzv = NULL, *peer_timeout = NULL;
     for (; i < argc && argv[i][0] == '-'; i++) {
         const char *a = argv[i];
@@ -224,7 +279,7 @@ int main(int argc, char **argv) {
         int known = !strcmp(a, "-n") || !strcmp(a, "--nproc") || !strcmp(a, "--nnodes") || !strcmp(a, "--node-rank") ||
                     !strcmp(a, "--store") || !strcmp(a, "--grace") || !strcmp(a, "--log-dir") || !strcmp(a, "--trace") ||
                     !strcmp(a, "--bind") || !strcmp(a, "--min") || !strcmp(a, "--max") || !strcmp(a, "--max-restarts") ||
-                    !strcmp(a, "--rdzv") || !strcmp(a, "--peer-timeout");
+                    !strcmp(a, "--rdzv") || !strcmp(a, "--peer-timeout") || !strcmp(a, "--restart");
         if (!known) { fprintf(stderr, "pdde-run: unknown option '%s' (see --help)\n", a); return 2; }
         if (i + 1 >= argc) { fprintf(stderr, "pdde-run: %s needs a value (see --help)\n", a); return 2; }
         const char *v = argv[++i];
@@ -238,6 +293,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--max")) max_ranks = int_arg(a, v, 1, 65536);
         else if (!strcmp(a, "--max-restarts")) max_restarts = int_arg(a, v, -1, 1000000);
         else if (!strcmp(a, "--rdzv")) rdzv = v;
+        else if (!strcmp(a, "--restart")) restarts = int_arg(a, v, 0, 1000000);
         else if (!strcmp(a, "--peer-timeout")) {
             char *end;
             double t = strtod(v, &end);
@@ -317,8 +373,8 @@ int main(int argc, char **argv) {
         snprintf(v, sizeof v, "%d", max_ranks); setenv("PDDE_ELASTIC_MAX", v, 1);
         if (max_restarts != -2) { snprintf(v, sizeof v, "%d", max_restarts); setenv("PDDE_ELASTIC_MAX_RESTARTS", v, 1); }
         if (peer_timeout) setenv("PDDE_PEER_TIMEOUT", peer_timeout, 1);
-    } else if (min_ranks != 1 || max_ranks || max_restarts != -2) {
-        fprintf(stderr, "pdde-run: --min, --max and --max-restarts are for --elastic jobs\n");
+    } else if (min_ranks != 1 || max_ranks || max_restarts != -2 || restarts) {
+        fprintf(stderr, "pdde-run: --min, --max, --max-restarts and --restart are for --elastic jobs\n");
         return 2;
     }
     if (log_dir && mkdir(log_dir, 0755) && errno != EEXIST) {
@@ -395,35 +451,8 @@ int main(int argc, char **argv) {
     setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
     fflush(NULL);
     for (int r = 0; r < n; r++) {
-        child *c = &ch[r];
-        c->rank = node_rank * n + r;
-        if (log_dir) {
-            char path[4200];
-            snprintf(path, sizeof path, "%s/rank%d.log", log_dir, c->rank);
-            if (!(c->log = fopen(path, "w"))) { fprintf(stderr, "pdde-run: cannot write %s: %s\n", path, strerror(errno)); return 1; }
-        }
-        int out[2], err[2];
-        if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) { perror("pdde-run: pipe"); return 1; }
-        c->pid = fork();
-        if (c->pid < 0) { perror("pdde-run: fork"); return 1; }
-        if (c->pid == 0) {
-            setpgid(0, 0);
-            snprintf(v, sizeof v, "%d", c->rank); setenv("PDDE_RANK", v, 1);
-            snprintf(v, sizeof v, "%d", r); setenv("PDDE_LOCAL_RANK", v, 1);
-            if (bind) bind_rank(r);
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGPIPE, SIG_DFL);
-            for (int k = 0; k <= r; k++)
-                if (ch[k].log) fclose(ch[k].log); /* (the parent's: a rank writes only its pipes) */
-            dup2(out[1], 1); dup2(err[1], 2);
-            execvp(cmd[0], cmd);
-            fprintf(stderr, "pdde-run: cannot run %s: %s\n", cmd[0], strerror(errno));
-            _exit(127);
-        }
-        setpgid(c->pid, c->pid); /* here too: the group exists before the first signal, whoever runs first */
-        close(out[1]); close(err[1]);
-        c->fd[0] = out[0]; c->fd[1] = err[0];
+        ch[r].rank = node_rank * n + r;
+        if (spawn_rank(ch, n, r, cmd, log_dir, bind, 0)) return 1;
     }
 
     int running = n, failed = -1, forwarded = 0, stopped_rank = -1, finished_ok = 0, lost = 0;
@@ -476,6 +505,17 @@ int main(int argc, char **argv) {
                         if (failed < 0) failed = r;
                         describe(&ch[r], how, sizeof how);
                         fprintf(stderr, "pdde-run: rank %d (pid %d) %s; --elastic: the others go on\n", ch[r].rank, (int)pid, how);
+                        /* --restart: a rank killed by a signal (not by one pdde-run forwards) comes back as a
+                         * joiner while others are still running to take it in */
+                        if (restarts > 0 && WIFSIGNALED(status) && !got_signal && running > 0) {
+                            restarts--;
+                            drain_rank(&ch[r]);
+                            if (spawn_rank(ch, n, r, cmd, log_dir, bind, 1) == 0) {
+                                running++;
+                                fprintf(stderr, "pdde-run: rank %d restarted (pid %d): it joins at the members' next step boundary\n",
+                                        ch[r].rank, (int)ch[r].pid);
+                            }
+                        }
                     }
                     continue;
                 }

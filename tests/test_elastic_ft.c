@@ -1,0 +1,194 @@
+/* test_elastic_ft.c — a replica that comes back (gpt --ft-replicas under pdde-run --elastic --restart 1),
+ * with real processes and a real SIGKILL: 3 replicas (4 rows each of a 12-row batch), one killed at a
+ * random step. Checked:
+ *  - the survivors (the same processes: their pids do not change) go on with their 8 rows, pdde-run
+ *    starts the killed rank again, and the members take it in at a step boundary with a member's state
+ *    ("1 rank joined", "re-plan 2 -> 3 ranks"); the job finishes on 3 ranks;
+ *  - every step's loss (NaN fails) equals, at 1e-6 relative, that of a failure-free reference run in
+ *    which the replica leaves at the step the survivors resumed at (PDDE_ELASTIC_LEAVE) and a process
+ *    started with pdde-run --join is taken in at the step the restarted one was
+ *    (PDDE_TEST_ELASTIC_ADMIT): the same samples dropped at the same steps. (The run with the kill takes
+ *    the restarted rank in from 150 steps after the kill on, PDDE_TEST_ELASTIC_ADMIT, so that steps
+ *    run without it: a restart is often faster than the survivors' recovery);
+ *  - where no step ran without it (the restart was taken in with the recovery), the losses equal a run
+ *    without any change, up to the reductions' rounding (1e-4).
+ * The seed of the random step is printed (PDDE_TEST_SEED repeats it). */
+#define _GNU_SOURCE
+#include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    printf("SKIP ucx: pdde was built without comm (no UCX)\n0 passed, 0 failed, 1 skipped\n");
+    return 0;
+}
+#else
+#include "test_util.h"
+#include "tools/proc_stat.h"
+#include "job_util.h"
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define STEPS 4000
+#define COMPARED 600 /* the steps compared: the kill comes by step 100, the restart within seconds */
+
+static char g_run[600], g_gpt[600], g_tmp[256];
+
+/* pdde-run [run_args] gpt (3 replicas of a tiny model, --ft-replicas) with env (NULL-terminated). */
+static job ft_start(const char *const *run_args, const char *metrics, const char *const *env) {
+    char *argv[64];
+    int a = 0;
+    static char steps[16];
+    snprintf(steps, sizeof steps, "%d", STEPS);
+    argv[a++] = g_run;
+    for (int i = 0; run_args[i]; i++) argv[a++] = (char *)run_args[i];
+    argv[a++] = g_gpt;
+    const char *gpt[] = {"--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps,
+                         "--val-every", "0", "--sample-len", "0", "--threads", "1", "--ft-replicas", "--metrics", metrics, NULL};
+    for (int i = 0; gpt[i]; i++) argv[a++] = (char *)gpt[i];
+    argv[a] = NULL;
+    return job_spawn(argv, env);
+}
+
+/* The step of the first transition line that contains `what`; -1 when none. */
+static int resumed_step(const char *text, const char *what, char *line, size_t cap) {
+    for (const char *p = strstr(text, "elastic: "); p; p = strstr(p + 1, "elastic: ")) {
+        const char *eol = strchr(p, '\n'), *r = strstr(p, "resumed at step ");
+        if (!eol || !r || r > eol) continue;
+        const char *w = strstr(p, what);
+        if (!w || w > eol) continue;
+        snprintf(line, cap, "%.*s", (int)(eol - p), p);
+        return atoi(r + strlen("resumed at step "));
+    }
+    return -1;
+}
+
+static void compare(const char *what, const char *got_path, const char *want_path, int to, double tol) {
+    double got[COMPARED + 1], want[COMPARED + 1], worst = 0;
+    metrics_losses(got_path, got, to), metrics_losses(want_path, want, to);
+    int bad = -1;
+    for (int s = 1; s <= to; s++) {
+        double d = isfinite(got[s]) && isfinite(want[s]) ? fabs(got[s] - want[s]) / fabs(want[s]) : INFINITY;
+        if (d > worst) worst = d;
+        if (!(d <= tol) && bad < 0) bad = s;
+    }
+    CHECK(bad < 0, "%s: step %d's loss %.9g differs from %.9g (%s; tolerance %.3g relative)", what, bad, bad > 0 ? got[bad] : 0,
+          bad > 0 ? want[bad] : 0, want_path, tol);
+    printf("%s: the losses of steps 1..%d equal %s's within %.3g (relative; tolerance %.3g)\n", what, to, want_path, worst, tol);
+}
+
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    char dir[512];
+    test_binary_dir(argv[0], dir, sizeof dir);
+    snprintf(g_run, sizeof g_run, "%s/pdde-run", dir);
+    snprintf(g_gpt, sizeof g_gpt, "%s/gpt", dir);
+    if (access(g_run, X_OK) || access(g_gpt, X_OK)) {
+        test_skip("build", "%s or %s is not built (make builds them)", g_run, g_gpt);
+        return test_finish();
+    }
+    if (access("/usr/share/games/fortunes/songs-poems", R_OK)) {
+        test_skip("data", "gpt's default data file /usr/share/games/fortunes/songs-poems is missing (fortunes-min)");
+        return test_finish();
+    }
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-ft.XXXXXX");
+    if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
+    unsigned seed = getenv("PDDE_TEST_SEED") ? (unsigned)atoi(getenv("PDDE_TEST_SEED")) : (unsigned)time(NULL);
+    printf("seed %u\n", seed);
+    setenv("PDDE_JOB_SECRET", "test-elastic-ft-secret-0123456789abcdef", 1); /* (the reference's joiner must know it) */
+    srand(seed);
+    int victim = 1 + rand() % 2, at = 20 + rand() % 80;
+    char m_fail[300], m_ref[300], m_base[300], m_join[300];
+    snprintf(m_fail, sizeof m_fail, "%s/fail.jsonl", g_tmp);
+    snprintf(m_ref, sizeof m_ref, "%s/ref.jsonl", g_tmp);
+    snprintf(m_base, sizeof m_base, "%s/base.jsonl", g_tmp);
+    snprintf(m_join, sizeof m_join, "%s/joiner.jsonl", g_tmp);
+    const char *env[] = {"PDDE_ELASTIC_LEAVE", "PDDE_TEST_ELASTIC_ADMIT", "PDDE_BACKENDS=cpu", NULL};
+
+    /* the run with the kill */
+    const char *run[] = {"-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--restart", "1", NULL};
+    /* (the restarted rank is taken in from step at + 150 on, so that steps run without it: a restart
+     * here is often faster than the survivors' recovery) */
+    char admit_fail[80];
+    snprintf(admit_fail, sizeof admit_fail, "PDDE_TEST_ELASTIC_ADMIT=%d", at + 150);
+    const char *fail_env[] = {"PDDE_ELASTIC_LEAVE", admit_fail, "PDDE_BACKENDS=cpu", NULL};
+    job j = ft_start(run, m_fail, fail_env);
+    if (job_wait_step(&j, m_fail, at, 30)) {
+        CHECK(0, "the job did not reach step %d:\n%s", at, job_text(&j));
+        job_kill(&j);
+        return test_finish();
+    }
+    pid_t before[8], after[8];
+    job_ranks(j.pid, before, 8);
+    kill(before[victim], SIGKILL);
+    double t_kill = test_now();
+    char lost_line[800] = "", join_line[800] = "";
+    int lost_at = -1, join_at = -1;
+    while (!job_poll(&j, 5) && test_now() - t_kill < 40) {
+        lost_at = resumed_step(job_text(&j), "lost (SIGKILL)", lost_line, sizeof lost_line);
+        join_at = resumed_step(job_text(&j), "1 rank joined", join_line, sizeof join_line);
+        if (lost_at >= 0 && join_at >= 0) break;
+    }
+    job_ranks(j.pid, after, 8);
+    int same = 1;
+    for (int r = 0; r < 3; r++)
+        if (r != victim) same &= after[r] == before[r] && proc_is_running(before[r]);
+    CHECK(same && after[victim] && after[victim] != before[victim],
+          "the survivors keep their pids and the killed rank runs again: before %d %d %d, after %d %d %d", before[0], before[1],
+          before[2], after[0], after[1], after[2]);
+    int rc = job_finish(&j, 50);
+    const char *t = job_text(&j);
+    char want[80], restarted[80];
+    snprintf(want, sizeof want, "rank %d lost (SIGKILL)", victim);
+    snprintf(restarted, sizeof restarted, "rank %d restarted", victim);
+    CHECK(rc == 0 && lost_at >= 0 && join_at >= lost_at && strstr(lost_line, want) && strstr(t, restarted) &&
+              strstr(t, "re-plan 2 -> 3 ranks") && strstr(t, "3 ranks finished, 1 lost"),
+          "rank %d killed at step ~%d: restarted, taken in again, the job finishes on 3 ranks: rc %d (lost at %d, joined at %d)\n%s", victim,
+          at, rc, lost_at, join_at, t);
+    if (rc || lost_at < 0 || join_at < 0) { free(j.out); return test_finish(); }
+    printf("rank %d killed at step ~%d (seed %u): %s\n  then %s\n  %d step%s without it\n", victim, at, seed, lost_line, join_line,
+           join_at - lost_at, join_at - lost_at == 1 ? "" : "s");
+
+    /* the reference: the replica leaves at lost_at, a process joining with pdde-run --join is taken in at join_at */
+    char rdzv[128], leave[80], admit[80];
+    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/ft-ref", free_port());
+    snprintf(leave, sizeof leave, "PDDE_ELASTIC_LEAVE=%d@%d", victim, lost_at);
+    snprintf(admit, sizeof admit, "PDDE_TEST_ELASTIC_ADMIT=%d", join_at);
+    const char *ref_run[] = {"-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", rdzv, NULL};
+    const char *join_run[] = {"-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", "1.5", "--rdzv", rdzv, NULL};
+    const char *ref_env[] = {leave, admit, "PDDE_BACKENDS=cpu", NULL};
+    job ref = ft_start(ref_run, m_ref, ref_env);
+    int started = !job_wait_step(&ref, m_ref, 1, 30); /* (its store is up: the joiner connects to it) */
+    job joiner = ft_start(join_run, m_join, ref_env);
+    int rc_ref = job_finish(&ref, 50), rc_join = job_finish(&joiner, 20);
+    CHECK(started && rc_ref == 0 && rc_join == 0 && strstr(job_text(&ref), "left") && strstr(job_text(&ref), "1 rank joined"),
+          "the reference (%s, %s): rc %d, joiner %d\n%s\n--- joiner:\n%s", leave, admit, rc_ref, rc_join, job_text(&ref),
+          job_text(&joiner));
+    compare("a replica killed and back", m_fail, m_ref, COMPARED, 1e-6);
+    if (join_at == lost_at) { /* no step ran without it: the training of a run without changes */
+        job base = ft_start((const char *[]){"-n", "3", "--elastic", NULL}, m_base, env);
+        rc = job_finish(&base, 50);
+        CHECK(rc == 0, "a run without changes: rc %d\n%s", rc, job_text(&base));
+        compare("taken in with the recovery", m_fail, m_base, COMPARED, 1e-4);
+        free(base.out);
+    }
+    free(j.out), free(ref.out), free(joiner.out);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+    if (system(cmd)) {}
+    return test_finish();
+}
+#endif
