@@ -190,7 +190,8 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts runs data and tensor parallel (--dp, --tp, ZeRO): --pp must be 1\n");
         return -1;
     }
-    if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
+    int elastic = getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC")); /* (dp is the ranks there are) */
+    if (o->zero > 3 || (o->zero > 1 && o->dp < 2 && !elastic)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
     gpt_plan shares = {.dp = o->dp, .shares = o->plan && o->parsed_plan.shares[0] ? o->parsed_plan.shares : NULL};
     long units = gpt_plan_units(&shares); /* dp, or the sum of the shares */
     if (units * o->micro > m->batch || m->batch % (units * o->micro) || o->pp > m->layers + 2 || (long)o->dp * o->tp * o->pp > 1 << 16) {
@@ -254,15 +255,14 @@ static int choose_plan(pdde_context *ctx, options *o) {
 
 #ifdef PDDE_HAVE_UCX
 /* Under pdde-run --elastic with --plan auto: the planner's plan for the world's ranks (pdde_plan_replan
- * from old, NULL at the start), within what in-memory snapshots hold (data parallel: no tp, no pp;
- * ZeRO 0 or 1: a ZeRO-2/3 choice is evaluated as ZeRO-1). Rank 0 plans, everyone takes its plan (one
+ * from old, NULL at the start), within what in-memory snapshots hold (data parallel, any ZeRO stage:
+ * no tp, no pp). Rank 0 plans, everyone takes its plan (one
  * broadcast), so the ranks cannot disagree. */
 static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pdde_plan *old, pdde_plan *out) {
     int rank = pdde_comm_rank(comm), ranks = pdde_comm_size(comm);
     pdde_plan p;
     memset(&p, 0, sizeof p);
     char why[512] = "";
-    int chosen_zero = 0;
     if (rank == 0) {
         const char *path = o->cluster ? o->cluster : "build/cluster.json";
         pdde_plan_devices d;
@@ -278,8 +278,6 @@ static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pd
             if (!st) st = pdde_backward(g, m.loss);
             if (!st) st = pdde_optimizer_adamw(g, &op);
             if (!st) st = pdde_plan_replan(g, &d, &pp, old, &p);
-            chosen_zero = p.zero;
-            if (!st && p.zero > 1) p.zero = 1, st = pdde_plan_evaluate(g, &d, &pp, &p);
             pdde_graph_free(g);
             pdde_plan_devices_free(&d);
         }
@@ -299,8 +297,8 @@ static int elastic_plan(pdde_context *ctx, options *o, pdde_comm *comm, const pd
     if (rank == 0) {
         char s[256];
         pdde_plan_str(&p, s, sizeof s);
-        printf("gpt: elastic: the planner chose %s for %d rank%s: predicted %.3g s/step, %.3g MB on the fullest device%s\n", s, ranks,
-               ranks > 1 ? "s" : "", p.step_s, p.peak_bytes / 1e6, chosen_zero > 1 ? " (its ZeRO-2/3 run as ZeRO-1: snapshots hold ZeRO 0 and 1)" : "");
+        printf("gpt: elastic: the planner chose %s for %d rank%s: predicted %.3g s/step, %.3g MB on the fullest device\n", s, ranks,
+               ranks > 1 ? "s" : "", p.step_s, p.peak_bytes / 1e6);
     }
     return 0;
 }
@@ -491,7 +489,7 @@ int main(int argc, char **argv) {
     char el_plan[128] = "";
     int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_moved = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
     if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
-        if (o.tp * o.pp > 1 || o.zero > 1 || (o.plan && !el_auto)) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0 or 1 (no --tp, --pp; --plan auto only)\n"); return 2; }
+        if (o.tp * o.pp > 1 || (o.plan && !el_auto)) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0-3 (no --tp, --pp; --plan auto only)\n"); return 2; }
         if (o.ft && el_auto) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started: no --plan auto\n"); return 2; }
         int joiner = getenv("PDDE_ELASTIC_JOIN") && atoi(getenv("PDDE_ELASTIC_JOIN"));
         TRY(pdde_elastic_init(ctx, NULL, &el));
