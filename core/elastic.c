@@ -212,25 +212,35 @@ static pdde_status elastic_wait_admitted(pdde_elastic *e) {
                       "running, below its --max?)", e->id, e->job, e->timeout_s);
 }
 
-/* While a world forms: a member whose membership notice appears (it died or froze before it could
- * register its notice with the world) is reported as the world's failure, which the others' world
- * setup watches, so they give up at once instead of at the timeout. */
-typedef struct { pdde_elastic *e; const char *failed_key; _Atomic int stop; } elastic_watch;
+/* While a world forms: a member whose death notice appears (it died or froze after it registered) or
+ * whose end the launcher noted (J/exit/<id>: it ended before it could register, so no lease of its
+ * ever ends) is reported as the world's failure in the world's store, which the others' world setup
+ * watches, so they give up at once instead of at the timeout. The membership may live in etcd and the
+ * world in the built-in store: the notices are read from the first, the failure written to the second
+ * (through a connection of its own: the setup uses the world's). */
+typedef struct { pdde_elastic *e; pdde_store *world; const char *failed_key; _Atomic int stop; } elastic_watch;
 
 static void *elastic_watch_forming(void *arg) {
     elastic_watch *w = arg;
     pdde_elastic *e = w->e;
-    char key[300];
+    char key[300], *how = NULL;
     while (!atomic_load(&w->stop)) {
         for (int r = 0; r < e->n_members && !atomic_load(&w->stop); r++) {
             if (e->members[r] == e->id) continue;
             snprintf(key, sizeof key, "%s/dead/%d", e->job, e->members[r]);
-            if (!el_exists(e, key)) continue;
-            char msg[200];
-            snprintf(msg, sizeof msg, "%d|rank %d (member %d) died or stopped answering while the world formed", PDDE_ERR_PEER_LOST, r,
-                     e->members[r]);
+            int dead = el_exists(e, key);
+            snprintf(key, sizeof key, "%s/exit/%d", e->job, e->members[r]);
+            if (!dead && el_get(e, key, &how) != PDDE_OK) continue;
+            char msg[300];
+            if (dead)
+                snprintf(msg, sizeof msg, "%d|rank %d (member %d) died or stopped answering while the world formed", PDDE_ERR_PEER_LOST,
+                         r, e->members[r]);
+            else
+                snprintf(msg, sizeof msg, "%d|rank %d (member %d) ended (%.60s, as its launcher saw it) before the world formed",
+                         PDDE_ERR_PEER_LOST, r, e->members[r], how ? how : "?");
+            free(how);
             int swapped;
-            el_cas(e, w->failed_key, msg, &swapped);
+            pdde_store_compare_set(w->world, w->failed_key, "", 0, msg, strlen(msg), &swapped);
             return NULL;
         }
         elastic_sleep(0.05);
@@ -245,18 +255,19 @@ static pdde_status elastic_join_world(pdde_elastic *e) {
     snprintf(failed, sizeof failed, "%s/1/failed", prefix); /* (a fresh prefix: the world's first generation) */
     p.rank = e->rank, p.world_size = e->n_members, p.prefix = prefix;
     p.timeout_s = e->timeout_s, p.peer_timeout_s = e->peer_timeout_s;
-    pdde_status st = PDDE_OK;
-    /* the membership's notices count while the world forms (only where both live in one store) */
-    elastic_watch watch = {e, failed, 0};
+    /* the membership's notices and the launcher's notes count while the world forms */
+    pdde_store *watch_conn = NULL;
+    pdde_status st = pdde_store_connect(e->ctx, e->store_addr, e->timeout_s, &watch_conn);
+    elastic_watch watch = {e, watch_conn, failed, 0};
     pthread_t watcher;
-    const char *rdzv = getenv("PDDE_RDZV");
-    int watching = !(rdzv && !strncmp(rdzv, "etcd://", 7)) && !pthread_create(&watcher, NULL, elastic_watch_forming, &watch);
-    st = pdde_store_connect(e->ctx, e->store_addr, e->timeout_s, &e->world_store);
+    int watching = !st && !pthread_create(&watcher, NULL, elastic_watch_forming, &watch);
+    if (!st) st = pdde_store_connect(e->ctx, e->store_addr, e->timeout_s, &e->world_store);
     if (!st) p.store = e->world_store, st = pdde_comm_init(e->ctx, &p, &e->world);
     if (watching) {
         atomic_store(&watch.stop, 1);
         pthread_join(watcher, NULL);
     }
+    pdde_store_close(watch_conn);
     if (st) return pdde_error(e->ctx, st, "elastic: generation %d: cannot form the world of %d ranks: %s", e->generation, e->n_members,
                               pdde_last_error(e->ctx));
     return PDDE_OK;
@@ -316,6 +327,11 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
         snprintf(key, sizeof key, "%s/joined", e->job);
         if ((st = pdde_store_add(e->store, key, 1, &k))) goto fail;
         e->id = ELASTIC_JOINER_ID0 + (int)k - 1;
+    }
+    const char *hold = getenv("PDDE_TEST_ELASTIC_HOLD"); /* (tests: a member killed before it registers; up to 60 s) */
+    if (hold && *hold && atoi(hold) == e->id && !joiner) {
+        fprintf(stderr, "elastic: member %d holds before it registers (PDDE_TEST_ELASTIC_HOLD)\n", e->id);
+        for (double until = elastic_now() + 60; elastic_now() < until;) elastic_sleep(0.05);
     }
     snprintf(key, sizeof key, "%s/dead/%d", e->job, e->id);
     snprintf(notice, sizeof notice, "%d", (int)getpid());
