@@ -46,6 +46,9 @@ typedef struct {
     char *shard, *peer;           /* this rank's blocks; the previous rank's (same layout) */
     size_t shard_bytes, cap_shard, cap_peer;
     int peer_ok;                  /* the peer's blocks arrived (and ours left): the snapshot is complete */
+    int general;                  /* tensor or pipeline parallelism: shard holds a serialized pdde_snapshot
+                                     (every block this rank holds), peer the previous rank's */
+    size_t peer_bytes;            /* (general) the previous rank's serialized size */
     pdde_comm_request *reqs[2];   /* the exchange in flight */
     int *members, n_members, rank; /* the world that took it */
 } elastic_snapshot;
@@ -99,6 +102,8 @@ struct pdde_elastic {
     int pending_slot;             /* the slot being filled (-1: none) */
     int64_t pending_step;
     pdde_session *hooked;         /* the session whose update hook is set */
+    size_t general_peer_bytes;    /* (general snapshots) the previous rank's size in this generation */
+    int general_peer_gen;         /* the generation it is for (-1: not yet known) */
     pdde_status hook_status;
 };
 
@@ -285,7 +290,7 @@ pdde_status pdde_elastic_init(pdde_context *ctx, const pdde_elastic_params *para
     pdde_elastic *e = calloc(1, sizeof *e);
     if (!e) return pdde_error(ctx, PDDE_ERR_OOM, "elastic: out of memory");
     e->ctx = ctx;
-    e->latest = -1, e->pending_slot = -1;
+    e->latest = -1, e->pending_slot = -1, e->general_peer_gen = -1;
     pthread_mutex_init(&e->copy_lock, NULL);
     pthread_cond_init(&e->copy_cv, NULL);
     const char *sync = getenv("PDDE_ELASTIC_SYNC_SNAPSHOT");
@@ -504,11 +509,11 @@ static pdde_status elastic_snapshot_finish(pdde_elastic *e, int exchange) {
     e->latest = e->pending_slot, e->pending_slot = -1;
     pdde_status st = PDDE_OK;
     if (sn->shard_bytes && e->n_members > 1 && exchange) { /* my blocks to the next rank, the previous rank's to me */
-        st = elastic_grow(e->ctx, &sn->peer, &sn->cap_peer, sn->shard_bytes);
-        size_t words = (sn->shard_bytes + 3) / 4;
+        sn->peer_bytes = sn->general ? e->general_peer_bytes : sn->shard_bytes;
+        st = elastic_grow(e->ctx, &sn->peer, &sn->cap_peer, sn->peer_bytes);
         int n = e->n_members, next = (e->rank + 1) % n, prev = (e->rank + n - 1) % n;
-        if (!st) st = pdde_comm_irecv(e->world, sn->peer, words, PDDE_I32, prev, ELASTIC_PEER_TAG, &sn->reqs[0]);
-        if (!st) st = pdde_comm_isend(e->world, sn->shard, words, PDDE_I32, next, ELASTIC_PEER_TAG, &sn->reqs[1]);
+        if (!st) st = pdde_comm_irecv(e->world, sn->peer, (sn->peer_bytes + 3) / 4, PDDE_I32, prev, ELASTIC_PEER_TAG, &sn->reqs[0]);
+        if (!st) st = pdde_comm_isend(e->world, sn->shard, (sn->shard_bytes + 3) / 4, PDDE_I32, next, ELASTIC_PEER_TAG, &sn->reqs[1]);
     } else {
         sn->peer_ok = !sn->shard_bytes || e->n_members == 1;
     }
@@ -523,6 +528,66 @@ static void elastic_update_hook(void *arg) {
     e->hook_status = elastic_snapshot_finish(e, 1);
 }
 
+/* Whether s holds state that the replicated-or-ZeRO layout does not describe: a tensor split another way
+ * than over the data-parallel ranks alone (tensor parallelism, ZeRO over tp), or held by another
+ * pipeline stage. */
+static int elastic_needs_general(pdde_elastic *e, pdde_session *s) {
+    for (int i = 0; i < s->g->n; i++) {
+        pdde_tensor *t = s->g->nodes[i];
+        if (!elastic_saved(t)) continue;
+        pdde_tensor *lt = local_of(s, t);
+        if (!lt) {
+            if (held_elsewhere(s, t)) return 1;
+            continue;
+        }
+        int split = -1, nsplit = 0;
+        for (int d = 0; lt->dist.mesh && d < lt->ndim; d++)
+            if (lt->dist.dims_mapping[d] >= 0) split = d, nsplit++;
+        if (split < 0) continue;
+        int axis = program_axis(s->prog, lt->dist.mesh, lt->dist.dims_mapping[split]);
+        if (nsplit > 1 || lt->dtype != PDDE_F32 || lt->dist.mesh->shape[lt->dist.dims_mapping[split]] != e->n_members ||
+            s->prog->coords[axis] != e->rank)
+            return 1;
+    }
+    return 0;
+}
+
+/* The general snapshot (tensor or pipeline parallelism): every block this rank holds, serialized
+ * (pdde_snapshot_take with replicas), copied now; its bytes go to the next rank as ZeRO's blocks do.
+ * The sizes may differ between ranks: the first snapshot of a generation tells each rank its
+ * previous rank's (an allgather: every member takes it at the same boundary). */
+static pdde_status elastic_snapshot_take_general(pdde_elastic *e, pdde_session *s, elastic_snapshot *sn, int slot, uint64_t user, double t0) {
+    pdde_snapshot_params sp = PDDE_SNAPSHOT_PARAMS_INIT;
+    sp.replicas = 1;
+    pdde_checkpoint_extra ex = {.data_position = user};
+    pdde_snapshot *g = NULL;
+    pdde_status st = pdde_snapshot_take(s, &sp, &ex, &g);
+    if (st) return st;
+    size_t n = 0;
+    const void *d = pdde_snapshot_data(g, &n);
+    if (!d) { pdde_snapshot_free(g); return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: no memory to serialize a snapshot"); }
+    st = elastic_grow(s->ctx, &sn->shard, &sn->cap_shard, n);
+    if (!st) memcpy(sn->shard, d, n), memset(sn->shard + n, 0, 4);
+    pdde_snapshot_free(g);
+    if (st) return st;
+    int *m = realloc(sn->members, (size_t)e->n_members * sizeof *m);
+    if (!m) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: out of memory");
+    memcpy(m, e->members, (size_t)e->n_members * sizeof *m);
+    sn->members = m, sn->n_members = e->n_members, sn->rank = e->rank, sn->general = 1, sn->shard_bytes = n;
+    sn->user = user, sn->run_counter = s->run_counter, sn->schedule = s->schedule, sn->scaler = s->scaler;
+    if (e->n_members > 1 && e->general_peer_gen != e->generation) {
+        int64_t *sizes = malloc((size_t)e->n_members * sizeof *sizes), mine = (int64_t)n;
+        if (!sizes) return pdde_error(s->ctx, PDDE_ERR_OOM, "elastic: out of memory");
+        st = pdde_comm_allgather(e->world, &mine, sizes, 1, PDDE_I64);
+        if (!st) e->general_peer_bytes = (size_t)sizes[(e->rank + e->n_members - 1) % e->n_members], e->general_peer_gen = e->generation;
+        free(sizes);
+        if (st) return st;
+    }
+    e->pending_slot = slot, e->pending_step = s->step;
+    e->stats.snapshot_s += elastic_now() - t0;
+    return elastic_snapshot_finish(e, 1);
+}
+
 static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint64_t user) {
     double t0 = elastic_now();
     pdde_status st = elastic_snapshot_finish(e, 0); /* (one left by a run without updates) */
@@ -532,8 +597,9 @@ static pdde_status elastic_snapshot_take(pdde_elastic *e, pdde_session *s, uint6
         if (k != e->latest && (slot < 0 || e->snap[k].step < e->snap[slot].step)) slot = k;
     elastic_snapshot *sn = &e->snap[slot];
     elastic_exchange_end(e, sn, 0);
-    sn->n_entries = 0, sn->bytes = 0, sn->shard_bytes = 0, sn->peer_ok = 0, sn->step = -1;
+    sn->n_entries = 0, sn->bytes = 0, sn->shard_bytes = 0, sn->peer_ok = 0, sn->step = -1, sn->general = 0;
     e->n_copies = 0;
+    if (elastic_needs_general(e, s)) return elastic_snapshot_take_general(e, s, sn, (int)(sn - e->snap), user, t0);
     int async = 1;
     for (int i = 0; i < s->g->n; i++) {
         pdde_tensor *t = s->g->nodes[i];
@@ -687,6 +753,12 @@ pdde_status pdde_elastic_step_begin(pdde_elastic *e, pdde_session *s, uint64_t u
     if (!elastic_snapshot_at(e, step) &&
         (e->latest < 0 || step - e->snap[e->latest].step >= e->snapshot_every)) {
         pdde_status st = elastic_snapshot_take(e, s, user);
+        if (st == PDDE_ERR_PEER_LOST || st == PDDE_ERR_COMM || st == PDDE_ERR_ABORTED || st == PDDE_ERR_TIMEOUT) {
+            e->pending_slot = -1; /* (a general snapshot's size exchange failed: a member is gone) */
+            e->changing = 1, e->planned = 0, e->change_t0 = elastic_now(), e->change_step = step, e->old_size = e->n_members;
+            *change = PDDE_ELASTIC_CHANGE;
+            return PDDE_OK;
+        }
         if (st) return st;
     }
     int leaving = 0, me = 0, admit_now = 0;
@@ -1074,13 +1146,75 @@ static pdde_status elastic_restore_split(pdde_elastic *e, pdde_session *s, const
     return st;
 }
 
+/* A general snapshot restored under the new plan: every member contributes its own serialized snapshot
+ * and, where the previous member of the world that took it is gone, that member's copy (joiners
+ * contribute nothing); all go to every member (a broadcast each), which restores its blocks from the
+ * set (pdde_snapshot_restore: any layout to any other). Each member holds the whole state meanwhile. */
+static pdde_status elastic_restore_general(pdde_elastic *e, pdde_session *s, const elastic_snapshot *sn, uint64_t *user) {
+    int n = e->n_members;
+    int64_t mine[2] = {0, 0};
+    char *mine_buf[2] = {NULL, NULL};
+    if (sn) {
+        mine[0] = (int64_t)sn->shard_bytes, mine_buf[0] = sn->shard;
+        int prev = sn->members[(sn->rank + sn->n_members - 1) % sn->n_members];
+        if (sn->n_members > 1 && sn->peer_ok && !elastic_is_member(e, prev)) mine[1] = (int64_t)sn->peer_bytes, mine_buf[1] = sn->peer;
+    }
+    int64_t *sizes = malloc((size_t)n * 2 * sizeof *sizes);
+    pdde_snapshot **set = calloc((size_t)n * 2, sizeof *set);
+    if (!sizes || !set) { free(sizes), free(set); return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory"); }
+    pdde_status st = n > 1 ? pdde_comm_allgather(e->world, mine, sizes, 2, PDDE_I64) : PDDE_OK;
+    if (n == 1) sizes[0] = mine[0], sizes[1] = mine[1];
+    int m = 0;
+    for (int r = 0; !st && r < n; r++)
+        for (int k = 0; !st && k < 2; k++) {
+            size_t bytes = (size_t)sizes[2 * r + k];
+            if (!bytes) continue;
+            char *buf = r == e->rank ? mine_buf[k] : malloc(bytes + 4);
+            if (!buf) { st = pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: no memory for a snapshot of %zu bytes", bytes); break; }
+            if (n > 1) st = pdde_comm_broadcast(e->world, buf, (bytes + 3) / 4, PDDE_I32, r);
+            if (!st) st = pdde_snapshot_from_data(e->ctx, buf, bytes, &set[m]);
+            if (!st) m++;
+            if (r != e->rank) free(buf);
+        }
+    pdde_checkpoint_extra ex = {0};
+    if (!st) st = pdde_snapshot_restore(s, (const pdde_snapshot *const *)set, m, &ex);
+    for (int k = 0; k < m; k++) pdde_snapshot_free(set[k]);
+    free(set), free(sizes);
+    if (st) return pdde_error(e->ctx, st, "elastic: restoring the snapshot of step %lld under the new plan: %s", (long long)e->resume_step,
+                              pdde_last_error(e->ctx));
+    if (user) *user = ex.data_position;
+    return PDDE_OK;
+}
+
 pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *plan, uint64_t *user) {
     if (!e || !s) return PDDE_ERR_INVALID_ARG;
+    const elastic_snapshot *sn = elastic_snapshot_at(e, e->resume_step);
+    int general = sn && sn->general;
+    if (e->joined) { /* (the joiners learn from rank 0, a member from before, which kind of snapshot it is) */
+        int32_t g = general;
+        pdde_status st = pdde_comm_broadcast(e->world, &g, 1, PDDE_I32, 0);
+        if (st) return st;
+        general = g;
+    }
+    if (general) {
+        pdde_status st = elastic_restore_general(e, s, sn, user);
+        if (st) return st;
+        for (int k = 0; k < ELASTIC_SLOTS; k++)
+            if (&e->snap[k] == sn) e->latest = k;
+            else if (e->snap[k].step > e->resume_step) e->snap[k].step = -1, e->snap[k].peer_ok = 0;
+        double dt = elastic_now() - e->change_t0;
+        snprintf(e->line, sizeof e->line, "elastic: %s; re-plan %d -> %d ranks: %s; resumed at step %lld in %.2f s", e->what, e->old_size,
+                 e->n_members, plan && *plan ? plan : "(same plan)", (long long)e->resume_step, dt);
+        if (e->rank == 0) fprintf(stderr, "%s\n", e->line);
+        e->changing = 0, e->joined = 0;
+        e->stats.changes++, e->stats.last_recover_s = dt;
+        return PDDE_OK;
+    }
     if (e->joined) {
         pdde_status st = elastic_share_snapshot(e);
         if (st) return pdde_error(e->ctx, st, "elastic: handing the state to the ranks that joined failed: %s", pdde_last_error(e->ctx));
     }
-    const elastic_snapshot *sn = elastic_snapshot_at(e, e->resume_step);
+    sn = elastic_snapshot_at(e, e->resume_step);
     if (!sn) return pdde_error(e->ctx, PDDE_ERR_STATE, "elastic: no snapshot of step %lld to restore", (long long)e->resume_step);
     for (int k = 0; k < sn->n_entries; k++) {
         const elastic_entry *en = &sn->entries[k];

@@ -487,10 +487,12 @@ int main(int argc, char **argv) {
      * in-memory snapshot and go on) */
     pdde_elastic *el = NULL;
     char el_plan[128] = "";
+    int el_tp0 = 1, el_pp0 = 1; /* --tp, --pp asked for: kept while the ranks there are allow them */
     int ft_dp0 = 0, ft_me = 0, ft_global = 0, ft_rows = 0, ft_moved = 0, ft_ids[4096]; /* --ft-replicas: the replicas started, mine, rows */
     if (getenv("PDDE_ELASTIC") && atoi(getenv("PDDE_ELASTIC"))) {
-        if (o.tp * o.pp > 1 || (o.plan && !el_auto)) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is data parallel over the ranks there are, --zero 0-3 (no --tp, --pp; --plan auto only)\n"); return 2; }
-        if (o.ft && el_auto) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started: no --plan auto\n"); return 2; }
+        if (o.plan && !el_auto) { fprintf(stderr, "gpt: under pdde-run --elastic the plan is --dp (the ranks there are), --tp, --pp and --zero, or --plan auto\n"); return 2; }
+        if (o.ft && (el_auto || o.tp * o.pp > 1)) { fprintf(stderr, "gpt: --ft-replicas keeps the plan of the ranks started, data parallel: no --plan auto, --tp, --pp\n"); return 2; }
+        el_tp0 = o.tp, el_pp0 = o.pp;
         int joiner = getenv("PDDE_ELASTIC_JOIN") && atoi(getenv("PDDE_ELASTIC_JOIN"));
         TRY(pdde_elastic_init(ctx, NULL, &el));
         comm = pdde_elastic_world(el);
@@ -506,6 +508,9 @@ int main(int argc, char **argv) {
 elastic_rebuild:
     if (el) {
         rank = pdde_comm_rank(comm), ranks = o.dp = pdde_comm_size(comm);
+        o.tp = el_tp0, o.pp = el_pp0; /* (tp x pp must divide the ranks, and dp x micro the batch; else data parallel) */
+        if (ranks % (o.tp * o.pp) || o.model.batch % (ranks / (o.tp * o.pp) * o.micro)) o.tp = o.pp = 1;
+        o.dp = ranks / (o.tp * o.pp);
         if (el_auto) { /* the planner's plan for these ranks (re-planned from the last one at a change) */
             int had = o.parsed_plan.dp > 0, bad = elastic_plan(ctx, &o, comm, had ? &o.parsed_plan : NULL, &o.parsed_plan);
             if (bad) return 1;
@@ -531,7 +536,7 @@ elastic_rebuild:
         }
         if (o.model.batch % (o.dp * o.micro)) { fprintf(stderr, "gpt: elastic: %d ranks x --micro %d do not divide --batch %d: stopping\n", o.dp, o.micro, o.model.batch); return 1; }
         if (el_auto) pdde_plan_str(&o.parsed_plan, el_plan, sizeof el_plan);
-        else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=1,pp=1,mb=%d,zero=%d", o.dp, o.micro, o.dp > 1 ? o.zero : 0);
+        else snprintf(el_plan, sizeof el_plan, "dp=%d,tp=%d,pp=%d,mb=%d,zero=%d", o.dp, o.tp, o.pp, o.micro, o.dp > 1 ? o.zero : 0);
         if (o.ft && ranks < ft_dp0) { /* say whose samples are dropped */
             size_t n = strlen(el_plan);
             n += (size_t)snprintf(el_plan + n, sizeof el_plan - n, ", batch %d: the samples of replica", o.model.batch);
