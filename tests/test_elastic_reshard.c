@@ -5,8 +5,9 @@
  *    the snapshot's split blocks (parameters too under ZeRO-3) made whole and split over 3 ranks;
  *  - --tp 2 and --pp 2 on 4 ranks (dp 2): 3 ranks run data parallel; every tensor-parallel block and
  *    pipeline stage is in a survivor's own snapshot (its dp replica's), resharded onto dp 3;
- *  - --tp 2 on 2 ranks: the one left runs alone; the lost rank's blocks come from the copy of its
- *    snapshot that the survivor received at the step boundary.
+ *  - --tp 2 and --pp 2 on 2 ranks: the one left runs alone; the lost rank's blocks (its tensor-parallel
+ *    half, split over all ranks as ZeRO's are; its pipeline stage) come from the copy of its snapshot
+ *    that the survivor received at the step boundary.
  * Checked for each: the survivors keep their pids and finish; at most 2 steps are done again (the
  * newest peer copy may not have arrived); every step's loss (NaN fails) equals, at 1e-6 relative, that
  * of a failure-free run that makes the same plan change at the same step (the killed rank leaving there,
@@ -158,6 +159,7 @@ int main(int argc, char **argv) {
         {"tp 2", "4", {"--tp", "2"}, "dp=3,tp=1,pp=1,mb=1,zero=0", "3 ranks: dp 3 x tp 1 x pp 1"},
         {"pp 2", "4", {"--pp", "2"}, "dp=3,tp=1,pp=1,mb=1,zero=0", "3 ranks: dp 3 x tp 1 x pp 1"},
         {"tp 2 alone", "2", {"--tp", "2"}, "dp=1,tp=1,pp=1,mb=1,zero=0", NULL},
+        {"pp 2 alone", "2", {"--pp", "2"}, "dp=1,tp=1,pp=1,mb=1,zero=0", NULL},
     };
     for (int k = 0; k < (int)(sizeof cases / sizeof *cases); k++) test_case(&cases[k], k, seed);
     char cmd[300];
