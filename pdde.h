@@ -2006,11 +2006,13 @@ pdde_status pdde_checkpoint_print(pdde_context *ctx, const char *path, FILE *out
  *                 that uses the world), pdde_elastic_recover(el, &c), re-plan for c.world_size, build
  *
  * Snapshots are taken in host memory at step boundaries (every snapshot_every steps; the last two are
- * kept): replicated tensors whole, tensors split over the data-parallel ranks (ZeRO-1's optimizer
- * state) as this rank's block plus a copy of the previous rank's, sent around the ring at the boundary
- * and awaited in step_end; restoring makes split tensors whole from the survivors' blocks and copies
- * (two neighbours lost together lose a block: the job stops). A failure loses at most the steps since
- * the last complete snapshot. Tensor and pipeline parallelism are not supported.
+ * kept): replicated tensors whole, tensors split over the data-parallel ranks (ZeRO's state) as this
+ * rank's block plus a copy of the previous rank's, sent around the ring at the boundary and awaited in
+ * step_end; restoring makes split tensors whole from the survivors' blocks and copies (two neighbours
+ * lost together lose a block: the job stops). Under tensor or pipeline parallelism a snapshot is every
+ * block the rank holds (pdde_snapshot_take), its copy goes to the next rank the same way, and a restore
+ * hands the survivors' snapshots and copies to every member, which restores under its new plan. A
+ * failure loses at most the steps since the last complete snapshot.
  * Membership lives in the store: each member has a death notice with a lease of peer_timeout_s (a killed member is known at once, a frozen one within peer_timeout_s); the survivors
  * of generation G announce themselves, the lowest one writes generation G+1's members and the step to
  * resume at, once; a member left out (it was frozen, or came back late) is fenced: recover returns
