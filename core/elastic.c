@@ -1081,8 +1081,16 @@ static pdde_status elastic_share_snapshot(pdde_elastic *e) {
     int64_t head[6] = {sn->step, (int64_t)sn->user, sn->run_counter, sn->n_entries, (int64_t)sn->bytes, (int64_t)sn->shard_bytes};
     pdde_status st = pdde_comm_broadcast(e->world, head, 6, PDDE_I64, 0);
     if (st) return st;
-    if (head[5]) return pdde_error(e->ctx, PDDE_ERR_UNSUPPORTED, "elastic: ranks joining a job whose state is split (ZeRO) is not "
-                                   "supported: run it without ZeRO to grow it");
+    if (head[5]) { /* split state (ZeRO): the joiners take part in making it whole, from the world that took it */
+        int32_t nm = have ? sn->n_members : 0;
+        if ((st = pdde_comm_broadcast(e->world, &nm, 1, PDDE_I32, 0))) return st;
+        if (!have) { /* (it holds no block: its slot describes the layout; nothing of it is awaited) */
+            int *m = nm > 0 ? realloc(sn->members, (size_t)nm * sizeof *m) : NULL;
+            if (!m) return pdde_error(e->ctx, PDDE_ERR_OOM, "elastic: out of memory");
+            sn->members = m, sn->n_members = nm, sn->rank = -1, sn->shard_bytes = (size_t)head[5], sn->peer_ok = 1, sn->general = 0;
+        }
+        if ((st = pdde_comm_broadcast(e->world, sn->members, (size_t)nm, PDDE_I32, 0))) return st;
+    }
     if (!have) { /* the joiner: make room */
         size_t cap_b = ((size_t)head[4] + 3) & ~(size_t)3;
         elastic_entry *en = realloc(sn->entries, ((size_t)head[3] + 1) * sizeof *en);
