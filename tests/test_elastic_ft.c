@@ -11,7 +11,10 @@
  *    the restarted rank in from 150 steps after the kill on, PDDE_TEST_ELASTIC_ADMIT, so that steps
  *    run without it: a restart is often faster than the survivors' recovery);
  *  - where no step ran without it (the restart was taken in with the recovery), the losses equal a run
- *    without any change, up to the reductions' rounding (1e-4).
+ *    without any change, up to the reductions' rounding (1e-4);
+ *  - the same with gpt --zero 1 (plain data parallelism, the optimizer state split over the ranks: the
+ *    joiner takes part in making it whole), whose losses up to 10 steps after the join also equal a
+ *    run that never takes the rank in again (1e-4: the ranks there are change only the rounding).
  * The seed of the random step is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
 #include "pdde.h"
