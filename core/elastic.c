@@ -1207,6 +1207,13 @@ pdde_status pdde_elastic_restore(pdde_elastic *e, pdde_session *s, const char *p
     if (general) {
         pdde_status st = elastic_restore_general(e, s, sn, user);
         if (st) return st;
+        if (!sn) { /* a joiner: an empty snapshot of the resume step (it holds no block of it), so that it skips the
+                    * boundary's snapshot as the members do (they hold that step's) */
+            elastic_snapshot *mine = &e->snap[0];
+            mine->step = e->resume_step, mine->general = 1, mine->shard_bytes = 0, mine->bytes = 0, mine->n_entries = 0;
+            mine->peer_ok = 1, mine->n_members = 0;
+            sn = mine;
+        }
         for (int k = 0; k < ELASTIC_SLOTS; k++)
             if (&e->snap[k] == sn) e->latest = k;
             else if (e->snap[k].step > e->resume_step) e->snap[k].step = -1, e->snap[k].peer_ok = 0;
