@@ -12,6 +12,7 @@
  * newest peer copy may not have arrived); every step's loss (NaN fails) equals, at 1e-6 relative, that
  * of a failure-free run that makes the same plan change at the same step (the killed rank leaving there,
  * PDDE_ELASTIC_LEAVE), and up to 10 steps after the resume, at 1e-4, that of a run without changes.
+ * And growing under --pp 2: 4 ranks, 2 leave (the 2 left keep pp 2), 2 join again (test_grow_pipeline).
  * The seed of the random steps is printed (PDDE_TEST_SEED repeats it). */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -28,6 +29,9 @@ int main(void) {
 #include "job_util.h"
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #define STEPS 400
 
@@ -135,6 +139,73 @@ static void test_case(const reshard_case *c, int k, unsigned seed) {
     free(j.out), free(ref.out), free(base.out);
 }
 
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
+}
+
+/* Growing a pipeline-parallel job: 4 ranks under --pp 2 (dp 2), ranks 2 and 3 leave at step 30 (the 2
+ * left keep pp 2: their snapshots hold one stage each), then 2 ranks started with pdde-run --join are
+ * taken in from step 100 on (PDDE_TEST_ELASTIC_ADMIT): they get the state from the members' stage
+ * snapshots and the job runs dp 2 x pp 2 again. The losses equal a run without changes up to 10 steps
+ * after the join (1e-4: the ranks there are change only the rounding). */
+static void test_grow_pipeline(void) {
+    char m[300], m_base[300], m_join[300], rdzv[128];
+    snprintf(m, sizeof m, "%s/grow.jsonl", g_tmp);
+    snprintf(m_base, sizeof m_base, "%s/grow_base.jsonl", g_tmp);
+    snprintf(m_join, sizeof m_join, "%s/grow_joiners.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/grow", free_port());
+    static char steps[16];
+    snprintf(steps, sizeof steps, "%d", STEPS);
+    char *gpt_args[] = {g_gpt, "--layers", "2", "--width", "48", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps,
+                        "--val-every", "0", "--sample-len", "0", "--threads", "1", "--pp", "2", "--metrics", NULL, NULL};
+    char *argv[64] = {g_run, "-n", "4", "--elastic", "--min", "1", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", rdzv, NULL};
+    int a = 0;
+    while (argv[a]) a++;
+    for (int i = 0; i < 22; i++) argv[a + i] = gpt_args[i];
+    argv[a + 22] = m, argv[a + 23] = NULL;
+    const char *env[] = {"PDDE_ELASTIC_LEAVE=2@30,3@30", "PDDE_TEST_ELASTIC_ADMIT=100", "PDDE_BACKENDS=cpu", NULL};
+    job j = job_spawn(argv, env);
+    int ok = !job_wait_step(&j, m, 1, 30); /* (its store is up) */
+    char *jargv[64] = {g_run, "-n", "2", "--elastic", "--join", "--min", "1", "--peer-timeout", "1.5", "--rdzv", rdzv, NULL};
+    a = 0;
+    while (jargv[a]) a++;
+    for (int i = 0; i < 22; i++) jargv[a + i] = gpt_args[i];
+    jargv[a + 22] = m_join, jargv[a + 23] = NULL;
+    job joiners = job_spawn(jargv, env);
+    int rc = job_finish(&j, 50), rc_join = job_finish(&joiners, 30);
+    const char *t = job_text(&j), *joined = strstr(t, "joined at step ");
+    int at = joined ? atoi(joined + strlen("joined at step ")) : -1;
+    CHECK(ok && rc == 0 && rc_join == 0 && strstr(t, "re-plan 4 -> 2 ranks: dp=1,tp=1,pp=2") && at >= 100 && strstr(t, "ranks: dp=2,tp=1,pp=2"),
+          "grow under --pp 2: 4 -> 2 (pp 2) -> 4 (dp 2 x pp 2): rc %d, joiners %d\n%s\n--- joiners:\n%s", rc, rc_join, t, job_text(&joiners));
+    char *bargv[64] = {g_run, "-n", "4", "--elastic", "--min", "1", NULL};
+    a = 0;
+    while (bargv[a]) a++;
+    for (int i = 0; i < 22; i++) bargv[a + i] = gpt_args[i];
+    bargv[a + 22] = m_base, bargv[a + 23] = NULL;
+    const char *base_env[] = {"PDDE_ELASTIC_LEAVE", "PDDE_TEST_ELASTIC_ADMIT", "PDDE_BACKENDS=cpu", NULL};
+    job base = job_spawn(bargv, base_env);
+    int rc_base = job_finish(&base, 50);
+    double got[STEPS + 1], want[STEPS + 1], worst = 0;
+    metrics_losses(m, got, STEPS), metrics_losses(m_base, want, STEPS);
+    int bad = -1, to = at + 10 < STEPS ? at + 10 : STEPS;
+    for (int s = 1; s <= to; s++) {
+        double d = isfinite(got[s]) && isfinite(want[s]) ? fabs(got[s] - want[s]) / fabs(want[s]) : INFINITY;
+        if (d > worst) worst = d;
+        if (!(d <= 1e-4) && bad < 0) bad = s;
+    }
+    CHECK(rc_base == 0 && at > 0 && bad < 0, "grow under --pp 2: step %d's loss %.9g differs from that of the run without changes %.9g "
+          "(tolerance 1e-4): rc %d", bad, bad > 0 ? got[bad] : 0, bad > 0 ? want[bad] : 0, rc_base);
+    printf("grow under --pp 2: joined at step %d; the losses of steps 1..%d equal those of a run without changes within %.3g\n", at, to,
+           worst);
+    free(j.out), free(joiners.out), free(base.out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     char dir[512];
@@ -162,6 +233,8 @@ int main(int argc, char **argv) {
         {"pp 2 alone", "2", {"--pp", "2"}, "dp=1,tp=1,pp=1,mb=1,zero=0", NULL},
     };
     for (int k = 0; k < (int)(sizeof cases / sizeof *cases); k++) test_case(&cases[k], k, seed);
+    setenv("PDDE_JOB_SECRET", "test-elastic-reshard-secret-0123456789ab", 1); /* (the joiners must know the job's) */
+    test_grow_pipeline();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
     if (system(cmd)) {}
