@@ -242,9 +242,10 @@ static float *half_widen(const pdde_tensor *t) {
     return w;
 }
 
-static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
+/* C = op(A) op(B) of matmul y into C (y's own f32 memory, or an f32 buffer of y's shape) */
+static pdde_status cpu_matmul_into(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y, float *C) {
     const pdde_tensor *a = y->src[0], *b = y->src[1];
-    gemm_job j = {.ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), .tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B), .A = F32(a), .B = F32(b), .C = F32(y)};
+    gemm_job j = {.ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), .tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B), .A = F32(a), .B = F32(b), .C = C};
     j.M = y->shape[y->ndim - 2], j.N = y->shape[y->ndim - 1];
     j.K = a->shape[a->ndim - (j.ta ? 2 : 1)];
     j.batch = j.M > 0 && j.N > 0 ? pdde_tensor_numel(y) / (j.M * j.N) : 0;
@@ -252,7 +253,7 @@ static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl
     j.strideA = a->ndim == 2 && y->ndim > 2 ? 0 : j.M * j.K;
     j.strideB = b->ndim == 2 && y->ndim > 2 ? 0 : j.K * j.N;
     if (pdde_tensor_numel(y) == 0) return PDDE_OK;
-    if (j.K == 0) { memset(F32(y), 0, pdde_tensor_nbytes(y)); return PDDE_OK; }
+    if (j.K == 0) { memset(C, 0, (size_t)pdde_tensor_numel(y) * sizeof(float)); return PDDE_OK; }
     /* a shared B and a non-transposed A: the batch is just more rows of one GEMM */
     if (j.strideB == 0 && !j.ta && j.batch > 1) j.M *= j.batch, j.batch = 1;
 #ifdef PDDE_HAVE_DNNL
@@ -281,6 +282,35 @@ static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl
     parallel_for(pool, tasks, flops < 2e5 ? INT64_MAX : 2, gemm_task, &j);
     free(wa), free(wb);
     return PDDE_OK;
+}
+
+/* A matmul with an epilogue (lowering's bias fusion, planner/lower.c): src[2] a bias [N] added to every
+ * row, and/or a bf16/f16 output rounded once from the f32 sum, as the add and the cast it replaces did
+ * (the same bits). */
+typedef struct { const pdde_tensor *y; float *C; int64_t N; } matmul_epi_job;
+
+static void matmul_epi_task(void *arg, int64_t begin, int64_t end) {
+    const matmul_epi_job *e = arg;
+    const pdde_tensor *y = e->y;
+    const float *bias = y->nsrc > 2 ? F32(y->src[2]) : NULL;
+    for (int64_t r = begin; r < end; r++) {
+        float *c = e->C + r * e->N;
+        if (bias)
+            for (int64_t i = 0; i < e->N; i++) c[i] += bias[i];
+        if (y->dtype != PDDE_F32) f32_to_half(c, (uint16_t *)((char *)y->data + y->offset) + r * e->N, e->N, y->dtype);
+    }
+}
+
+static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
+    if (y->nsrc == 2 && y->dtype == PDDE_F32) return cpu_matmul_into(ctx, pool, dnnl, y, F32(y));
+    int64_t n = pdde_tensor_numel(y), N = y->ndim ? y->shape[y->ndim - 1] : 1;
+    float *C = y->dtype == PDDE_F32 ? F32(y) : malloc((size_t)(n ? n : 1) * sizeof *C);
+    if (!C) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", y->name);
+    pdde_status st = cpu_matmul_into(ctx, pool, dnnl, y, C);
+    matmul_epi_job e = {y, C, N};
+    if (!st && n) parallel_for(pool, n / N, 64, matmul_epi_task, &e);
+    if (C != F32(y)) free(C);
+    return st;
 }
 
 /* ------------------------------------------------------------------------------------------------

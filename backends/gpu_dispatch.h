@@ -128,6 +128,11 @@ typedef struct {
     const char *attention_env;
     int attention_default, has_flash;
     unsigned flash_rows, flash_threads;
+    /* optional: row-major batched D = op(A) op(B) [+ bias[N] on every row] [+ D] (beta 0 or 1) with A and B of
+     * dtype dt, f32 accumulation, D of dtype ddt (f32, bf16, f16; beta 1: f32), bias f32 (null: none), rounded
+     * once on the store; returns 1 when it declines (then pgd_matmul_epi runs the GEMM and the epilogue apart) */
+    int (*gemm_epi)(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                    pgd_ptr a, int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr d, int64_t sD, int64_t batch, pgd_ptr bias, float beta);
 } pgd_ctx;
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
@@ -188,9 +193,10 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
     }
-    case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch */
-        if (node->nsrc != 2 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
+    case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch; [a bias [N] (lowering's fusion)] */
+        if (node->nsrc < 2 || node->nsrc > 3 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
+        if (node->nsrc == 3 && (node->src[2]->dtype != PDDE_F32 || node->src[2]->ndim != 1 || node->src[2]->shape[0] != N)) return 0;
         int64_t K = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         int64_t batch = M && N ? pgd_numel(node) / (M * N) : 0, ab = M && K ? pgd_numel(a) / (M * K) : 1,
                 bb = K && N ? pgd_numel(b) / (K * N) : 1;
@@ -200,8 +206,8 @@ static int pgd_supports_op(const pdde_tensor *node) {
     default: break;
     }
     /* layernorm, bias_gelu and cross_entropy_back also write bf16 / f16 (a cast folded into them), from f32 inputs */
-    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
-                   (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
+    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_CROSS_ENTROPY_BACK ||
+                    node->op == PDDE_OP_MATMUL) && (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
     if ((unsigned)node->op >= PDDE_OP_COUNT || (node->dtype != PDDE_F32 && !lowp_out) || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
@@ -459,7 +465,10 @@ static int pgd_gemm_run(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb,
     return PDDE_OK;
 }
 
+static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node);
+
 static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
+    if (node->nsrc > 2 || node->dtype != PDDE_F32) return pgd_matmul_epi(g, node);
     pdde_tensor *a = node->src[0], *b = node->src[1];
     int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
     if (node->ndim < 2 || a->ndim < 2 || b->ndim < 2)
@@ -477,6 +486,39 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
         batch = 1;
     }
     return pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pc, M * N, batch, pgd_null);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * A matmul with an epilogue (planner/lower.c's bias fusion, PDDE_FUSE_BIAS): a bias [N] (src 2) added to
+ * every row and/or a bf16 / f16 output rounded once from the f32 sum. The backend's epilogue GEMM where
+ * it has one and takes the case (gemm_epi: cublasLt), else the GEMM into f32 (the output itself, or
+ * scratch under a bf16 / f16 output), the bias added in place (k_binary) and the sum cast (k_cast): the
+ * kernels the add and the cast ran before, without their tensors. */
+static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
+    pdde_tensor *a = node->src[0], *b = node->src[1], *bias = node->nsrc > 2 ? node->src[2] : NULL;
+    int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
+    int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
+    int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t batch = M && N ? pgd_numel(node) / (M * N) : 0;
+    if (!batch) return PDDE_OK;
+    int64_t sA = pgd_numel(a) == batch * M * K ? M * K : 0, sB = pgd_numel(b) == batch * K * N ? K * N : 0;
+    if (batch > 1 && sB == 0 && sA != 0 && !ta) M *= batch, batch = 1; /* (as pgd_matmul) */
+    pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pd = pgd_ptr_of(node), pbias = bias ? pgd_ptr_of(bias) : pgd_null;
+    if (g->gemm_epi && K > 0) {
+        int e = g->gemm_epi(g->impl, g->stream, a->dtype, node->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pd, M * N, batch, pbias, 0.0f);
+        if (e != 1) return e;
+    }
+    int64_t n = batch * M * N, na = (sA ? sA * (batch - 1) : 0) + M * K, nb = (sB ? sB * (batch - 1) : 0) + K * N;
+    int64_t cbytes = node->dtype != PDDE_F32 ? (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255 : 0;
+    int64_t wbytes = a->dtype != PDDE_F32 ? (na + nb) * (int64_t)sizeof(float) : 0; /* (pgd_gemm_run's widened operands) */
+    pgd_ptr scr = pgd_null;
+    int e = cbytes + wbytes ? g->scratch(g->impl, g->stream, (size_t)(cbytes + wbytes), &scr) : PDDE_OK;
+    pgd_ptr c32 = cbytes ? scr : pd, work = wbytes ? pgd_at(scr, cbytes) : pgd_null;
+    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, work);
+    int32_t add = PGD_B_ADD, sdt = (int32_t)PDDE_F32, ddt = (int32_t)node->dtype;
+    if (!e && bias) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(c32), PGD_P(pbias), PGD_P(c32), PGD_A(n), PGD_A(N), PGD_A(add)));
+    if (!e && cbytes) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
+    return e;
 }
 
 static int pgd_copy2d(const pgd_ctx *g, pgd_ptr src, pgd_ptr dst, int64_t outer, int64_t rowlen, int64_t sp,

@@ -795,6 +795,50 @@ static pdde_status lower_shadows(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Bias adds folded into their matmuls (PDDE_FUSE_BIAS=1; off by default). Where an add's first input is a
+ * matmul that nothing else reads and its second a 1-D f32 bias of the matmul's last dim, the matmul
+ * takes the bias as a third source and adds it to every row of its result (computed in f32 as the add
+ * was: the same bits), and the add becomes a view of it: one kernel and one tensor fewer, and the GEMM
+ * of a backend with epilogues (cublasLt) adds it on the way out. The backward is untouched: it reads
+ * the add's gradient, never its value. With the switch on, lower_fold_casts also folds a cast into a
+ * matmul that it is the only reader of, so a linear layer whose output goes to bf16 (the packed q, k, v)
+ * writes bf16 from its GEMM. Only where the matmul's device runs the fused node (supports_op). */
+static bool fuse_bias_on(void) {
+    const char *env = getenv("PDDE_FUSE_BIAS");
+    return env && !strcmp(env, "1");
+}
+
+static pdde_status lower_fuse_bias(lowering *L) {
+    pdde_program *P = L->P;
+    if (!fuse_bias_on()) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *at = malloc(((size_t)P->n + 1) * sizeof *at);
+    if (!readers || !at) { free(readers), free(at); return lower_oom(L); }
+    for (int i = 0; i <= P->n; i++) at[i] = INT32_MAX;
+    for (int i = 0; i < P->n_order; i++) {
+        at[P->order[i]->id] = i;
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *s = P->order[i], *m = s->nsrc == 2 ? s->src[0] : NULL, *b = s->nsrc == 2 ? s->src[1] : NULL;
+        if (s->op != PDDE_OP_ADD || !m || !b || m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || s->dtype != PDDE_F32 ||
+            readers[m->id] != 1 || (m->flags & kept) || (s->flags & kept) || m->device != s->device || b->device != m->device ||
+            b->dtype != PDDE_F32 || b->ndim != 1 || m->ndim < 2 || b->shape[0] != m->shape[m->ndim - 1] ||
+            pdde_tensor_numel(s) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]))
+            continue; /* (a bias that lowering derived after the matmul, as a tensor-parallel row layer's, stays an add) */
+        m->src[m->nsrc++] = b;
+        if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
+            m->src[--m->nsrc] = NULL;
+            continue;
+        }
+        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[1] = NULL, s->nsrc = 1;
+    }
+    free(readers), free(at);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
@@ -816,7 +860,8 @@ static pdde_status lower_fold_casts(lowering *L) {
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
             y = y->src[0];
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
-        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
+        bool matmul = y->op == PDDE_OP_MATMUL && fuse_bias_on(); /* (lower_fuse_bias) */
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
             y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
             casts_kept_on(L, y->device))
@@ -1228,6 +1273,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
     if (!st) st = lower_shadows(&L);
+    if (!st) st = lower_fuse_bias(&L);
     if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);
