@@ -301,6 +301,29 @@ static void matmul_epi_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
+/* A gradient accumulation that computes its contribution (lowering's PDDE_FUSE_GRAD): acc (src 0) +=
+ * op(A) op(B) of src 1 and 2 (the matmul's transposes in its parameters): the product in f32, then
+ * added, the bits of the matmul and the accumulation it replaces. */
+typedef struct { float *acc; const float *g; } accum_mm_job;
+
+static void accum_mm_task(void *arg, int64_t begin, int64_t end) {
+    const accum_mm_job *j = arg;
+    for (int64_t i = begin; i < end; i++) j->acc[i] += j->g[i];
+}
+
+static pdde_status cpu_grad_accum_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *u) {
+    pdde_tensor mm = *u; /* the product as a matmul node of u's shape */
+    mm.op = PDDE_OP_MATMUL, mm.dtype = PDDE_F32, mm.src[0] = u->src[1], mm.src[1] = u->src[2], mm.nsrc = 2;
+    int64_t n = pdde_tensor_numel(u);
+    float *g = malloc((size_t)(n ? n : 1) * sizeof *g);
+    if (!g) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", u->name);
+    pdde_status st = cpu_matmul_into(ctx, pool, dnnl, &mm, g);
+    accum_mm_job j = {F32(u->src[0]), g};
+    if (!st) parallel_for(pool, n, 1 << 15, accum_mm_task, &j);
+    free(g);
+    return st;
+}
+
 static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
     if (y->nsrc == 2 && y->dtype == PDDE_F32) return cpu_matmul_into(ctx, pool, dnnl, y, F32(y));
     int64_t n = pdde_tensor_numel(y), N = y->ndim ? y->shape[y->ndim - 1] : 1;
@@ -1102,7 +1125,10 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_SUM_TO: cpu_sum_to(pool, t); return PDDE_OK;
     case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
     case PDDE_OP_CAST: parallel_for(pool, n, PAR_MIN, cast_task, &job); return PDDE_OK;
-    case PDDE_OP_GRAD_ACCUM: parallel_for(pool, n, PAR_MIN, accum_task, &job); return PDDE_OK;
+    case PDDE_OP_GRAD_ACCUM:
+        if (t->nsrc == 3) return cpu_grad_accum_matmul(ctx, pool, dnnl, t);
+        parallel_for(pool, n, PAR_MIN, accum_task, &job);
+        return PDDE_OK;
     case PDDE_OP_GRAD_NORM_SQ: {
         const pdde_tensor *gt = t->src[0];
         const float *g = F32(gt);

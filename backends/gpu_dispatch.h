@@ -193,6 +193,13 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
     }
+    case PDDE_OP_GRAD_ACCUM: /* acc += g, or (lowering's PDDE_FUSE_GRAD) acc [M, N] += op(A) op(B) of 2-D A and B of one dtype */
+        if (node->nsrc == 3)
+            return node->ndim == 2 && a->dtype == PDDE_F32 && b->ndim == 2 && node->src[2]->ndim == 2 && b->dtype == node->src[2]->dtype &&
+                   (b->dtype == PDDE_F32 || b->dtype == PDDE_BF16 || b->dtype == PDDE_F16) && node->dtype == PDDE_F32 &&
+                   b->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? 1 : 0] == node->shape[0] &&
+                   node->src[2]->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) ? 0 : 1] == node->shape[1];
+        break;
     case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch; [a bias [N] (lowering's fusion)] */
         if (node->nsrc < 2 || node->nsrc > 3 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
@@ -518,6 +525,28 @@ static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
     int32_t add = PGD_B_ADD, sdt = (int32_t)PDDE_F32, ddt = (int32_t)node->dtype;
     if (!e && bias) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(c32), PGD_P(pbias), PGD_P(c32), PGD_A(n), PGD_A(N), PGD_A(add)));
     if (!e && cbytes) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
+    return e;
+}
+
+/* A gradient accumulation that computes its contribution (planner/lower.c's PDDE_FUSE_GRAD): acc [M, N]
+ * (src 0) += op(A) op(B) (src 1, 2). The backend's GEMM with beta 1 where it has one (gemm_epi), else
+ * the GEMM into scratch and k_binary's add, the kernels of the matmul and the accumulation it replaces. */
+static int pgd_grad_accum_matmul(const pgd_ctx *g, pdde_tensor *node) {
+    pdde_tensor *acc = node->src[0], *a = node->src[1], *b = node->src[2];
+    int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
+    int64_t M = node->shape[0], N = node->shape[1], K = ta ? a->shape[0] : a->shape[1], n = M * N;
+    pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pacc = pgd_ptr_of(acc);
+    if (!n || !K) return PDDE_OK; /* (an empty product adds nothing) */
+    if (g->gemm_epi) {
+        int e = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, 0, pb, 0, pacc, M * N, 1, pgd_null, 1.0f);
+        if (e != 1) return e;
+    }
+    int64_t cbytes = (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255, wbytes = a->dtype != PDDE_F32 ? (M * K + K * N) * (int64_t)sizeof(float) : 0;
+    pgd_ptr scr = pgd_null;
+    int e = g->scratch(g->impl, g->stream, (size_t)(cbytes + wbytes), &scr);
+    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, 0, pb, 0, scr, M * N, 1, wbytes ? pgd_at(scr, cbytes) : pgd_null);
+    int32_t add = PGD_B_ADD;
+    if (!e) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pacc), PGD_P(scr), PGD_P(pacc), PGD_A(n), PGD_A(n), PGD_A(add)));
     return e;
 }
 
@@ -938,6 +967,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_SUB: return pgd_binary(g, node, PGD_B_SUB);
     case PDDE_OP_MUL: return pgd_binary(g, node, PGD_B_MUL);
     case PDDE_OP_GRAD_ACCUM: { /* acc (src0) += g, in place */
+        if (node->nsrc == 3) return pgd_grad_accum_matmul(g, node);
         if (!n) return PDDE_OK;
         pgd_ptr pa = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]);
         int32_t opi = PGD_B_ADD;

@@ -839,6 +839,58 @@ static pdde_status lower_fuse_bias(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Weight-gradient matmuls folded into their accumulations (PDDE_FUSE_GRAD=1; off by default). Autodiff
+ * adds each parameter's gradient into its accumulator (GRAD_ACCUM, in place); where that gradient is a
+ * 2-D matmul (through views) that nothing else reads, the accumulation computes it: its sources become
+ * the accumulator and the matmul's operands (with the matmul's transposes), acc += op(A) op(B), which a
+ * backend runs as one GEMM with beta 1 (cublasLt) and otherwise as the product and the add it replaces
+ * (the same bits), and the matmul leaves the order: one kernel and one gradient-sized tensor fewer a
+ * weight. Only where the accumulation's device runs the fused node (supports_op). */
+static bool fuse_grad_on(void) {
+    const char *env = getenv("PDDE_FUSE_GRAD");
+    return env && !strcmp(env, "1");
+}
+
+static pdde_status lower_fuse_grad(lowering *L) {
+    pdde_program *P = L->P;
+    if (!fuse_grad_on()) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
+    uint8_t *gone = calloc((size_t)P->n + 1, 1);
+    if (!readers || !gone) { free(readers), free(gone); return lower_oom(L); }
+    for (int i = 0; i < P->n_order; i++)
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *u = P->order[i], *m = u->nsrc == 2 ? u->src[1] : NULL;
+        if (u->op != PDDE_OP_GRAD_ACCUM || !m || u->ndim != 2 || u->dtype != PDDE_F32) continue;
+        while (m->op == PDDE_OP_RESHAPE && (m->flags & PDDE_TENSOR_VIEW) && !(m->flags & kept) && readers[m->id] == 1 && m->dtype == PDDE_F32)
+            m = m->src[0];
+        if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || m->ndim != 2 || m->src[0]->ndim != 2 || m->src[1]->ndim != 2 ||
+            readers[m->id] != 1 || (m->flags & (kept | PDDE_TENSOR_VIEW)) || m->device != u->device || m->shape[0] != u->shape[0] ||
+            m->shape[1] != u->shape[1])
+            continue;
+        pdde_tensor *g = u->src[1];
+        u->src[1] = m->src[0], u->src[2] = m->src[1], u->nsrc = 3;
+        pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_A, pdde_op_i32(m, PDDE_P_MATMUL_TRANS_A));
+        pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_B, pdde_op_i32(m, PDDE_P_MATMUL_TRANS_B));
+        if (!registry_device_supports(L->ctx, L->ctx->registry, u->device, u)) {
+            u->src[1] = g, u->src[2] = NULL, u->nsrc = 2;
+            pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_A, 0), pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_B, 0);
+            continue;
+        }
+        for (pdde_tensor *v = g; v != m; v = v->src[0]) gone[v->id] = 1;
+        gone[m->id] = 1;
+    }
+    int k = 0;
+    for (int i = 0; i < P->n_order; i++)
+        if (!gone[P->order[i]->id]) P->order[k++] = P->order[i];
+    P->n_order = k;
+    free(readers), free(gone);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
@@ -1274,6 +1326,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st && p->world_size > 0) st = lower_partition(&L);
     if (!st) st = lower_shadows(&L);
     if (!st) st = lower_fuse_bias(&L);
+    if (!st) st = lower_fuse_grad(&L);
     if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);

@@ -91,6 +91,17 @@ static pdde_tensor *b_matmul_bias(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, h, P(g, "w2", 2, N, 5, 0, 0), 0, 0);
 }
 
+/* matmul_grad: x [M, K] @ w (or w^T) with PDDE_FUSE_GRAD=1 (set for the case, as above): both gradients are
+ * matmuls that lowering folds into their accumulations (acc += op(A) op(B)); p = {M, K, N, w transposed,
+ * compute dtype (0: f32)} */
+static pdde_tensor *b_matmul_grad(pdde_graph *g, const op_case *c) {
+    int64_t M = c->p[0], K = c->p[1], N = c->p[2], tb = c->p[3];
+    setenv("PDDE_FUSE_GRAD", "1", 1);
+    pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[4]);
+    pdde_tensor *w = tb ? P(g, "w", 2, N, K, 0, 0) : P(g, "w", 2, K, N, 0, 0);
+    return pdde_matmul(g, P(g, "x", 2, M, K, 0, 0), w, 0, (int)tb);
+}
+
 /* binary: p = {ndim_a, a0, a1, a2, ndim_b, b0, b1, b2} */
 static pdde_tensor *b_binary(pdde_graph *g, const op_case *c) {
     pdde_tensor *a = P(g, "a", (int)c->p[0], c->p[1], c->p[2], c->p[3], 0);
@@ -298,6 +309,12 @@ static const op_case cases[] = {
     {"matmul_bias", b_matmul_bias, {0, 33, 19, 37, 0, PDDE_BF16}, 1, T_LOWP},
     {"matmul_bias", b_matmul_bias, {2, 17, 13, 29, 1, PDDE_BF16}, 1, T_LOWP},
     {"matmul_bias", b_matmul_bias, {0, 19, 23, 29, 0, PDDE_F16}, 1, T_LOWP},
+    /* the gradients' matmuls folded into their accumulations {M, K, N, tb, compute dtype} */
+    {"matmul_grad", b_matmul_grad, {33, 19, 37, 0, 0}, 1, T_MM},
+    {"matmul_grad", b_matmul_grad, {17, 13, 29, 1, 0}, 1, T_MM},
+    {"matmul_grad", b_matmul_grad, {1, 1, 1, 0, 0}, 1, T_MM},
+    {"matmul_grad", b_matmul_grad, {33, 19, 37, 0, PDDE_BF16}, 1, T_MM},
+    {"matmul_grad", b_matmul_grad, {17, 13, 29, 1, PDDE_F16}, 1, T_MM},
     /* binary {ndim_a, a.., ndim_b, b..} */
     {"add", b_binary, {2, 37, 19, 0, 2, 37, 19, 0}, 1, T_DEF},
     {"add", b_binary, {3, 4, 7, 33, 1, 33, 0, 0}, 1, T_DEF},
@@ -597,7 +614,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     case_label(c, label, sizeof label);
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
-    unsetenv("PDDE_FUSE_BIAS"); /* (a builder sets it for its case) */
+    unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD"); /* (a builder sets them for its case) */
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
@@ -612,6 +629,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
         }
         pdde_backward(g, loss);
         run_mode = PDDE_RUN_FORWARD_BACKWARD;
+        if (!strcmp(c->op, "matmul_grad")) steps = 2; /* (the second pass adds to the first's gradients) */
         if (mode == 2) {
             pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
             op.lr = 0.05f;

@@ -33,8 +33,9 @@
 
 #define CASTS_PER_LAYER_FUSED 5 /* PDDE_FUSE_BIAS=1: q, k, v's bias add and cast folded into their matmul */
 #define ADDS_FUSED_PER_LAYER 3  /* ...and the bias adds of the qkv, proj and fcproj linears */
+#define MATMULS_FUSED_PER_LAYER 4 /* PDDE_FUSE_GRAD=1: the 4 weight-gradient matmuls run inside their accumulations */
 
-typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step; int64_t casts_after_write; } run_result;
+typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step; int64_t casts_after_write; } run_result;
 
 static pdde_tensor *named(pdde_graph *g, const char *name) {
     for (int i = 0; i < pdde_graph_tensor_count(g); i++)
@@ -72,7 +73,7 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     float *buf = malloc(nw > nwte ? nw : nwte);
     int32_t x[4 * 16], y[4 * 16];
     int rc = buf ? 0 : -1;
-    int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0;
+    int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {
         for (int i = 0; i < 64; i++) x[i] = (i * 5 + step * 3) % cfg.vocab, y[i] = (i * 7 + step + 2) % cfg.vocab;
         pdde_session_write(s, m.ids, x, sizeof x);
@@ -82,6 +83,7 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
             for (size_t i = 0; i < nw / sizeof(float); i++) buf[i] *= 0.5f;
             rc |= pdde_session_write(s, w, buf, nw);
             before_write = pdde_session_op_runs(s, PDDE_OP_CAST), adds_before_write = pdde_session_op_runs(s, PDDE_OP_ADD);
+            mm_before_write = pdde_session_op_runs(s, PDDE_OP_MATMUL);
         }
         if (rewrite) rc |= pdde_session_read(s, wte, buf, nwte) || pdde_session_write(s, wte, buf, nwte);
         if (rc || pdde_session_run(s, PDDE_RUN_STEP)) {
@@ -89,11 +91,14 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
             rc = -1;
         }
         r->loss[step] = pdde_session_loss(s);
-        if (step == 0) after_first = pdde_session_op_runs(s, PDDE_OP_CAST), adds_first = pdde_session_op_runs(s, PDDE_OP_ADD);
+        if (step == 0)
+            after_first = pdde_session_op_runs(s, PDDE_OP_CAST), adds_first = pdde_session_op_runs(s, PDDE_OP_ADD),
+            mm_first = pdde_session_op_runs(s, PDDE_OP_MATMUL);
         if (step == WRITE_AFTER) r->casts_after_write = pdde_session_op_runs(s, PDDE_OP_CAST) - before_write;
     }
     r->casts_per_step = (double)(before_write - after_first) / (WRITE_AFTER - 1);
     r->adds_per_step = (double)(adds_before_write - adds_first) / (WRITE_AFTER - 1);
+    r->matmuls_per_step = (double)(mm_before_write - mm_first) / (WRITE_AFTER - 1);
     free(buf);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -151,31 +156,46 @@ static void test_device(pdde_context *ctx, int device, const char *where, const 
           vs32.got, vs32.want, vs32.index, vs32.worst);
 }
 
-/* PDDE_FUSE_BIAS=1 (lowering folds bias adds, and the cast after q, k, v's, into their matmuls): the same
- * losses bit for bit as without, 3 adds and 1 cast fewer per layer, also with recomputed blocks */
+/* The matmul fusions of lowering, each switch alone and both: PDDE_FUSE_BIAS=1 folds bias adds, and the
+ * cast after q, k, v's, into their matmuls (1 cast and 3 adds fewer per layer); PDDE_FUSE_GRAD=1 runs the
+ * weight-gradient matmuls inside their accumulations (4 matmul nodes fewer per layer). The losses are
+ * those without, bit for bit, also with recomputed blocks. */
+static void fused_run(pdde_context *ctx, int device, const char *bias, const char *grad, run_result r[3]) {
+    if (bias) setenv("PDDE_FUSE_BIAS", bias, 1);
+    if (grad) setenv("PDDE_FUSE_GRAD", grad, 1);
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &r[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &r[1]) ||
+                 train(ctx, device, 2, PDDE_BF16, 0, 2, &r[2]);
+    unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD");
+    if (failed) r[0].casts_per_step = -1;
+}
+
 static void test_fused(pdde_context *ctx, int device, const char *where) {
-    run_result plain2, plain4, fused2, fused4, rc_plain, rc_fused;
-    unsetenv("PDDE_FUSE_BIAS");
-    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &plain2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &plain4) ||
-                 train(ctx, device, 2, PDDE_BF16, 0, 2, &rc_plain);
-    setenv("PDDE_FUSE_BIAS", "1", 1);
-    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &fused2) || train(ctx, device, 4, PDDE_BF16, 0, 0, &fused4) ||
-             train(ctx, device, 2, PDDE_BF16, 0, 2, &rc_fused);
-    unsetenv("PDDE_FUSE_BIAS");
-    if (failed) {
-        CHECK(0, "%s: a run with PDDE_FUSE_BIAS failed", where);
-        return;
+    static const struct { const char *bias, *grad; } sw[3] = {{"1", NULL}, {NULL, "1"}, {"1", "1"}};
+    run_result plain[3], fused[3];
+    fused_run(ctx, device, NULL, NULL, plain);
+    for (int v = 0; v < 3; v++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%s%s", sw[v].bias ? "PDDE_FUSE_BIAS=1" : "", sw[v].bias && sw[v].grad ? " " : "", sw[v].grad ? "PDDE_FUSE_GRAD=1" : "");
+        fused_run(ctx, device, sw[v].bias, sw[v].grad, fused);
+        if (plain[0].casts_per_step < 0 || fused[0].casts_per_step < 0) {
+            CHECK(0, "%s: a run with %s failed", where, name);
+            continue;
+        }
+        double per_layer = (fused[1].casts_per_step - fused[0].casts_per_step) / 2, outside = fused[0].casts_per_step - 2 * per_layer;
+        double adds = ((plain[1].adds_per_step - plain[0].adds_per_step) - (fused[1].adds_per_step - fused[0].adds_per_step)) / 2;
+        double mms = ((plain[1].matmuls_per_step - plain[0].matmuls_per_step) - (fused[1].matmuls_per_step - fused[0].matmuls_per_step)) / 2;
+        printf("%s: %s: %.1f casts per layer, %.1f outside; %.1f adds and %.1f matmuls fewer per layer\n", where, name, per_layer, outside, adds, mms);
+        int want_casts = sw[v].bias ? CASTS_PER_LAYER_FUSED : CASTS_PER_LAYER, want_adds = sw[v].bias ? ADDS_FUSED_PER_LAYER : 0;
+        int want_mms = sw[v].grad ? MATMULS_FUSED_PER_LAYER : 0;
+        CHECK(per_layer == want_casts && outside <= CASTS_OUTSIDE && adds == want_adds && mms == want_mms,
+              "%s: %s ran %.1f casts per layer (want %d), %.1f outside, %.1f adds fewer per layer (want %d), %.1f matmuls fewer (want %d)", where,
+              name, per_layer, want_casts, outside, adds, want_adds, mms, want_mms);
+        test_diff d2 = test_diff_f32(fused[0].loss, plain[0].loss, STEPS, 1e-30), d4 = test_diff_f32(fused[1].loss, plain[1].loss, STEPS, 1e-30);
+        test_diff drc = test_diff_f32(fused[2].loss, plain[2].loss, STEPS, 1e-30);
+        CHECK(d2.worst == 0 && d4.worst == 0 && drc.worst == 0, "%s: %s losses differ: step %zu %.9g vs %.9g (2 layers), step %zu %.9g vs "
+              "%.9g (4), step %zu %.9g vs %.9g (recomputed)", where, name, d2.index, d2.got, d2.want, d4.index, d4.got, d4.want, drc.index,
+              drc.got, drc.want);
     }
-    double per_layer = (fused4.casts_per_step - fused2.casts_per_step) / 2, outside = fused2.casts_per_step - 2 * per_layer;
-    double adds_saved = ((plain4.adds_per_step - plain2.adds_per_step) - (fused4.adds_per_step - fused2.adds_per_step)) / 2;
-    printf("%s: PDDE_FUSE_BIAS=1: %.1f casts per layer, %.1f outside; %.1f adds fewer per layer\n", where, per_layer, outside, adds_saved);
-    CHECK(per_layer == CASTS_PER_LAYER_FUSED && outside <= CASTS_OUTSIDE && adds_saved == ADDS_FUSED_PER_LAYER,
-          "%s: PDDE_FUSE_BIAS=1 ran %.1f casts per layer (want %d), %.1f outside, %.1f adds fewer per layer (want %d)", where, per_layer,
-          CASTS_PER_LAYER_FUSED, outside, adds_saved, ADDS_FUSED_PER_LAYER);
-    test_diff d2 = test_diff_f32(fused2.loss, plain2.loss, STEPS, 1e-30), d4 = test_diff_f32(fused4.loss, plain4.loss, STEPS, 1e-30);
-    test_diff drc = test_diff_f32(rc_fused.loss, rc_plain.loss, STEPS, 1e-30);
-    CHECK(d2.worst == 0 && d4.worst == 0 && drc.worst == 0, "%s: PDDE_FUSE_BIAS=1 losses differ: step %zu %.9g vs %.9g (2 layers), step %zu %.9g vs "
-          "%.9g (4), step %zu %.9g vs %.9g (recomputed)", where, d2.index, d2.got, d2.want, d4.index, d4.got, d4.want, drc.index, drc.got, drc.want);
 }
 
 #ifdef PDDE_HAVE_UCX
@@ -188,9 +208,9 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
     const gpt_plan *plan = arg;
     const gpt_config cfg = {.vocab = 64, .ctx = 8, .layers = 2, .heads = 2, .width = 32, .batch = 4};
     pdde_status st = PDDE_OK;
-    for (int variant = 0; variant < 3 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, PDDE_FUSE_BIAS=1 */
+    for (int variant = 0; variant < 3 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, PDDE_FUSE_BIAS=1 PDDE_FUSE_GRAD=1 */
         if (variant == 1) setenv("PDDE_FOLD_CASTS", "0", 1);
-        if (variant == 2) setenv("PDDE_FUSE_BIAS", "1", 1);
+        if (variant == 2) setenv("PDDE_FUSE_BIAS", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         op.lr = 3e-3f, op.clip_norm = 1.0f;
         pdde_graph *g;
@@ -215,7 +235,7 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
         pdde_session_free(s);
         pdde_graph_free(g);
         unsetenv("PDDE_FOLD_CASTS");
-        unsetenv("PDDE_FUSE_BIAS");
+        unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD");
     }
     out->ok = st == PDDE_OK;
     if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
@@ -245,7 +265,7 @@ static void test_ranks(pdde_context *ctx) {
             CHECK(res[r].ok && d.worst == 0 && res[r].casts[0] < res[r].casts[1], "%s, rank %d: step %zu loss %.9g vs %.9g with PDDE_FOLD_CASTS=0; "
                   "%.1f casts a step vs %.1f", plans[k].name, r, d.index, d.got, d.want, res[r].casts[0], res[r].casts[1]);
             test_diff f = test_diff_f32(res[r].loss[2], res[r].loss[0], RANK_STEPS, 1e-30);
-            CHECK(res[r].ok && f.worst == 0 && res[r].casts[2] <= res[r].casts[0], "%s, rank %d: step %zu loss %.9g vs %.9g with PDDE_FUSE_BIAS=1; "
+            CHECK(res[r].ok && f.worst == 0 && res[r].casts[2] <= res[r].casts[0], "%s, rank %d: step %zu loss %.9g vs %.9g with PDDE_FUSE_BIAS=1 PDDE_FUSE_GRAD=1; "
                   "%.1f casts a step vs %.1f", plans[k].name, r, f.index, f.got, f.want, res[r].casts[2], res[r].casts[0]);
         }
     }
@@ -257,7 +277,7 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
-    unsetenv("PDDE_FUSE_BIAS");
+    unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD");
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
