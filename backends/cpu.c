@@ -645,8 +645,21 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
     float *row_loss = (float *)j->extra;
     bool backward = t->op == PDDE_OP_CROSS_ENTROPY_BACK;
     float dscale = backward ? F32(t->src[2])[0] / (float)j->a : 0.0f; /* dloss / count */
+    /* bf16 / f16 logits (PDDE_BF16_LOGITS): each row widened to f32 first (out of memory: NaN results, which
+     * the step's non-finite check reports) */
+    float *wide = lt->dtype != PDDE_F32 ? malloc((size_t)(V ? V : 1) * sizeof *wide) : NULL;
+    if (lt->dtype != PDDE_F32 && !wide) {
+        for (int64_t r = begin; r < end; r++)
+            for (int64_t i = 0; i < (backward ? V : 1); i++) {
+                if (!backward) row_loss[r] = NAN;
+                else if (t->dtype == PDDE_F32) F32(t)[r * V + i] = NAN;
+                else LOWP_OUT(t)[r * V + i] = t->dtype == PDDE_BF16 ? 0x7fc0 : 0x7e00;
+            }
+        return;
+    }
     for (int64_t r = begin; r < end; r++) {
         const float *lr = logits + r * V;
+        if (wide) half_to_f32((const uint16_t *)logits + r * V, wide, V, lt->dtype), lr = wide;
         float mx = -INFINITY;
         for (int64_t i = 0; i < V; i++) mx = lr[i] > mx ? lr[i] : mx;
         float sum = 0; /* float partial sums vectorise; V terms in [0, 1] lose < 1e-6 relative */
@@ -674,6 +687,7 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
             dr[target] -= dscale;
         }
     }
+    free(wide);
 }
 
 static int64_t count_valid_targets(const pdde_tensor *targets, int64_t V) {

@@ -232,7 +232,9 @@ static int pgd_supports_op(const pdde_tensor *node) {
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
                        (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
-        if (node->src[i]->dtype != (want_i32 ? PDDE_I32 : PDDE_F32)) return 0;
+        int lowp_logits = i == 0 && (node->op == PDDE_OP_CROSS_ENTROPY || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
+                          (node->src[0]->dtype == PDDE_BF16 || node->src[0]->dtype == PDDE_F16); /* (PDDE_BF16_LOGITS) */
+        if (node->src[i]->dtype != (want_i32 ? PDDE_I32 : PDDE_F32) && !lowp_logits) return 0;
     }
     return 1;
 }
@@ -604,7 +606,8 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     int e = g->scratch(g->impl, g->stream, (size_t)rows * 2 * sizeof(float), &part);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg);
-    e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V)));
+    int32_t ldt = (int32_t)lg->dtype; /* (f32, or bf16/f16 logits: PDDE_BF16_LOGITS) */
+    e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V), PGD_A(ldt)));
     if (e) return e;
     return pgd_launch(g, PGD_K_CE_FINAL, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(part), PGD_A(rows), PGD_P(py)));
 }
@@ -618,10 +621,11 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
     int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+    int32_t ldt = (int32_t)lg->dtype;   /* (f32, or bf16/f16 logits: PDDE_BF16_LOGITS) */
     e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
     if (e) return e;
     return pgd_row_launch(g, PGD_K_CE_BACK, rows, V,
-                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ydt)));
+                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ydt), PGD_A(ldt)));
 }
 
 static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {

@@ -891,6 +891,51 @@ static pdde_status lower_fuse_grad(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Logits in bf16 (PDDE_BF16_LOGITS=1; off by default). A matmul of bf16 / f16 operands whose only readers
+ * are cross-entropies (forward and backward, their logits) writes its operands' dtype: the GEMM rounds
+ * each logit once and the loss kernels read half the bytes, as torch.autocast's logits are. Unlike the
+ * folds above this changes numbers (the loss of rounded logits: about 2^-9 relative per logit). */
+static bool bf16_logits_on(void) {
+    const char *env = getenv("PDDE_BF16_LOGITS");
+    return env && !strcmp(env, "1");
+}
+
+static pdde_status lower_lowp_logits(lowering *L) {
+    pdde_program *P = L->P;
+    if (!bf16_logits_on()) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *ce = calloc((size_t)P->n + 1, sizeof *ce);
+    if (!readers || !ce) { free(readers), free(ce); return lower_oom(L); }
+    for (int i = 0; i < P->n_order; i++)
+        for (int k = 0; k < P->order[i]->nsrc; k++) {
+            pdde_tensor *c = P->order[i], *x = c->src[k];
+            if (!x) continue;
+            readers[x->id]++;
+            ce[x->id] += k == 0 && (c->op == PDDE_OP_CROSS_ENTROPY || c->op == PDDE_OP_CROSS_ENTROPY_BACK) && !pdde_op_i32(c, PDDE_P_VOCAB_FIRST) &&
+                         !pdde_op_i32(c, PDDE_P_VOCAB_SIZE) && c->device == x->device;
+        }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *m = P->order[i];
+        pdde_dtype dt = m->nsrc == 2 ? m->src[0]->dtype : PDDE_F32;
+        if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (dt != PDDE_BF16 && dt != PDDE_F16) || (m->flags & kept) ||
+            !readers[m->id] || ce[m->id] != readers[m->id])
+            continue;
+        m->dtype = dt;
+        bool ok = registry_device_supports(L->ctx, L->ctx->registry, m->device, m);
+        for (int j = i + 1; j < P->n_order && ok; j++) /* (every reader takes the low-precision logits) */
+            for (int k = 0; k < P->order[j]->nsrc && ok; k++)
+                if (P->order[j]->src[k] == m) ok = registry_device_supports(L->ctx, L->ctx->registry, P->order[j]->device, P->order[j]);
+        if (!ok) {
+            m->dtype = PDDE_F32;
+            continue;
+        }
+        if (P->info[m->id].bytes) P->info[m->id].bytes = pdde_tensor_nbytes(m);
+    }
+    free(readers), free(ce);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
@@ -1327,6 +1372,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_shadows(&L);
     if (!st) st = lower_fuse_bias(&L);
     if (!st) st = lower_fuse_grad(&L);
+    if (!st) st = lower_lowp_logits(&L);
     if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);

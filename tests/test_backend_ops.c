@@ -102,6 +102,17 @@ static pdde_tensor *b_matmul_grad(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, P(g, "x", 2, M, K, 0, 0), w, 0, (int)tb);
 }
 
+/* cross_entropy_lowp: logits = x [N, C] @ w [C, V] under a compute dtype, with PDDE_BF16_LOGITS=1 (set for
+ * the case, as above): the matmul writes bf16 / f16 logits that the loss and its backward read;
+ * p = {N, C, V, compute dtype} */
+static pdde_tensor *b_cross_entropy_lowp(pdde_graph *g, const op_case *c) {
+    g_vocab = c->p[2];
+    setenv("PDDE_BF16_LOGITS", "1", 1);
+    pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[3]);
+    pdde_tensor *logits = pdde_matmul(g, P(g, "x", 2, c->p[0], c->p[1], 0, 0), P(g, "w", 2, c->p[1], c->p[2], 0, 0), 0, 0);
+    return pdde_cross_entropy(g, logits, I(g, "tgt", PDDE_I32, 1, c->p[0], 0));
+}
+
 /* binary: p = {ndim_a, a0, a1, a2, ndim_b, b0, b1, b2} */
 static pdde_tensor *b_binary(pdde_graph *g, const op_case *c) {
     pdde_tensor *a = P(g, "a", (int)c->p[0], c->p[1], c->p[2], c->p[3], 0);
@@ -315,6 +326,10 @@ static const op_case cases[] = {
     {"matmul_grad", b_matmul_grad, {1, 1, 1, 0, 0}, 1, T_MM},
     {"matmul_grad", b_matmul_grad, {33, 19, 37, 0, PDDE_BF16}, 1, T_MM},
     {"matmul_grad", b_matmul_grad, {17, 13, 29, 1, PDDE_F16}, 1, T_MM},
+    /* bf16 / f16 logits into the cross-entropy {N, C, V, compute dtype} */
+    {"cross_entropy_lowp", b_cross_entropy_lowp, {9, 13, 37, PDDE_BF16}, 1, T_LOWP},
+    {"cross_entropy_lowp", b_cross_entropy_lowp, {33, 7, 1001, PDDE_BF16}, 1, T_LOWP},
+    {"cross_entropy_lowp", b_cross_entropy_lowp, {5, 11, 300, PDDE_F16}, 1, T_LOWP},
     /* binary {ndim_a, a.., ndim_b, b..} */
     {"add", b_binary, {2, 37, 19, 0, 2, 37, 19, 0}, 1, T_DEF},
     {"add", b_binary, {3, 4, 7, 33, 1, 33, 0, 0}, 1, T_DEF},
@@ -614,7 +629,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     case_label(c, label, sizeof label);
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
-    unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD"); /* (a builder sets them for its case) */
+    unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"); /* (a builder sets them for its case) */
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;

@@ -198,6 +198,36 @@ static void test_fused(pdde_context *ctx, int device, const char *where) {
     }
 }
 
+/* PDDE_BF16_LOGITS=1: the head's matmul writes bf16 logits that the loss reads. It changes numbers (each
+ * logit rounded: 2^-9 relative), so the losses must differ from the f32 logits' (the switch took effect)
+ * by far less than 1% (the bf16 vs f32 bound above); and a device's follow the CPU's within 1e-4 (their
+ * GEMMs sum in other orders, so a few logits round the other way). cpu_loss: the CPU's losses (device 0
+ * fills it). */
+static void test_lowp_logits(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
+    run_result plain, lowp;
+    unsetenv("PDDE_BF16_LOGITS");
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &plain);
+    setenv("PDDE_BF16_LOGITS", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &lowp);
+    unsetenv("PDDE_BF16_LOGITS");
+    if (failed) {
+        CHECK(0, "%s: a run with PDDE_BF16_LOGITS=1 failed", where);
+        return;
+    }
+    test_diff d = test_diff_f32(lowp.loss, plain.loss, STEPS, 1e-30);
+    printf("%s: PDDE_BF16_LOGITS=1: losses within %.2e of f32 logits' (step %zu: %.6f vs %.6f), %.1f casts a step\n", where, d.worst, d.index,
+           d.got, d.want, lowp.casts_per_step);
+    CHECK(d.worst > 0 && d.worst < 1e-3 && lowp.casts_per_step == plain.casts_per_step,
+          "%s: PDDE_BF16_LOGITS=1: losses %.9g vs %.9g at step %zu (relative %.2e: want above 0 and below 1e-3), %.1f casts a step vs %.1f", where,
+          d.got, d.want, d.index, d.worst, lowp.casts_per_step, plain.casts_per_step);
+    if (device == 0) memcpy(cpu_loss, lowp.loss, sizeof lowp.loss);
+    else {
+        test_diff c = test_diff_f32(lowp.loss, cpu_loss, STEPS, 1e-30);
+        CHECK(c.worst < 1e-4, "%s: PDDE_BF16_LOGITS=1: losses %.9g vs the CPU's %.9g at step %zu (relative %.2e)", where, c.got, c.want, c.index,
+              c.worst);
+    }
+}
+
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
 typedef struct { int ok; char error[160]; float loss[3][RANK_STEPS]; double casts[3]; } rank_result;
@@ -277,9 +307,11 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
-    unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD");
+    unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS");
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
+    float cpu_loss[STEPS];
+    test_lowp_logits(ctx, 0, "cpu", cpu_loss);
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
@@ -289,6 +321,7 @@ int main(void) {
         test_device(ctx, d, where, NULL);
         unsetenv("PDDE_FOLD_CASTS");
         test_fused(ctx, d, where);
+        test_lowp_logits(ctx, d, where, cpu_loss);
     }
 #ifdef PDDE_HAVE_UCX
     test_ranks(ctx);
