@@ -233,6 +233,7 @@ typedef struct {
     pclt_handle lt; /* cublasLt (NULL: none), its workspace and plans */
     pcu_ptr lt_workspace;
     size_t lt_workspace_bytes;
+    int lt_workspace_tried;
     pclt_plan *lt_plans;
     int n_lt_plans;
 } pcu_dev;
@@ -351,7 +352,7 @@ static void pclt_device_close(pcu_dev *d) {
     free(d->lt_plans);
     if (d->lt_workspace) d->fam->cu.MemFree(d->lt_workspace);
     if (d->lt) a->Destroy(d->lt);
-    d->lt = NULL, d->lt_plans = NULL, d->n_lt_plans = 0, d->lt_workspace = 0;
+    d->lt = NULL, d->lt_plans = NULL, d->n_lt_plans = 0, d->lt_workspace = 0, d->lt_workspace_bytes = 0, d->lt_workspace_tried = 0;
 }
 
 /* the largest power of 2 up to 256 that divides addr (cublasLt picks kernels by the operands' alignment) */
@@ -365,7 +366,7 @@ static int pclt_type(pdde_dtype dt) { return dt == PDDE_BF16 ? PCUBLAS_R_16BF : 
 
 /* Makes plan p for the key: descriptors, layouts and the heuristic's first algorithm (p->ok 0: none). */
 static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, int bias, const uint32_t align[4]) {
+                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, const uint32_t align[4]) {
     const pclt_api *a = &d->fam->lt;
     const char *tf = getenv("PDDE_CUDA_TF32");
     int compute = dt == PDDE_F32 && tf && tf[0] == '1' ? PCLT_COMPUTE_32F_FAST_TF32 : PCUBLAS_COMPUTE_32F;
@@ -377,6 +378,7 @@ static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype d
     st = st ? st : a->DescSet(p->desc, PCLT_DESC_TRANSB, &opb, sizeof opb);
     st = st ? st : a->DescSet(p->desc, PCLT_DESC_EPILOGUE, &epi, sizeof epi);
     if (bias) st = st ? st : a->DescSet(p->desc, PCLT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+    if (bias) st = st ? st : a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bias, sizeof bias); /* (the heuristic reads its alignment) */
     st = st ? st : a->LayoutCreate(&p->la, pclt_type(dt), (uint64_t)(tb ? K : N), (uint64_t)(tb ? N : K), tb ? K : N);
     st = st ? st : a->LayoutCreate(&p->lb, pclt_type(dt), (uint64_t)(ta ? M : K), (uint64_t)(ta ? K : M), ta ? M : K);
     st = st ? st : a->LayoutCreate(&p->lc, pclt_type(ddt), (uint64_t)N, (uint64_t)M, N);
@@ -409,8 +411,8 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
     if (beta != 0.0f && ddt != PDDE_F32) return 1;
-    if (!d->lt_workspace && d->lt_workspace_bytes == 0) { /* (once: a failed allocation leaves cublasLt without workspace) */
-        d->lt_workspace_bytes = 1;
+    if (!d->lt_workspace_tried) { /* (once: a failed allocation leaves cublasLt without workspace) */
+        d->lt_workspace_tried = 1;
         if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
         else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
     }
@@ -429,7 +431,7 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
         }
         p = &d->lt_plans[d->n_lt_plans++];
         memcpy(p->key, key, sizeof key);
-        pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, abias != 0, align);
+        pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align);
         if (!p->ok) {
             static atomic_int said;
             if (!atomic_exchange(&said, 1))
