@@ -284,19 +284,22 @@ static pdde_status cpu_matmul_into(pdde_context *ctx, pdde_threadpool *pool, cpu
     return PDDE_OK;
 }
 
-/* A matmul with an epilogue (lowering's bias fusion, planner/lower.c): src[2] a bias [N] added to every
- * row, and/or a bf16/f16 output rounded once from the f32 sum, as the add and the cast it replaces did
- * (the same bits). */
+/* A matmul with an epilogue (lowering's fusions, planner/lower.c): src[2] a bias [N] added to every row,
+ * then (PDDE_P_MATMUL_RESIDUAL) its last src added, and/or a bf16/f16 output rounded once from the f32
+ * sum, as the adds and the cast it replaces did (the same bits). */
 typedef struct { const pdde_tensor *y; float *C; int64_t N; } matmul_epi_job;
 
 static void matmul_epi_task(void *arg, int64_t begin, int64_t end) {
     const matmul_epi_job *e = arg;
     const pdde_tensor *y = e->y;
-    const float *bias = y->nsrc > 2 ? F32(y->src[2]) : NULL;
+    int residual = pdde_op_i32(y, PDDE_P_MATMUL_RESIDUAL) != 0;
+    const float *bias = y->nsrc - residual > 2 ? F32(y->src[2]) : NULL, *res = residual ? F32(y->src[y->nsrc - 1]) : NULL;
     for (int64_t r = begin; r < end; r++) {
         float *c = e->C + r * e->N;
         if (bias)
             for (int64_t i = 0; i < e->N; i++) c[i] += bias[i];
+        if (res)
+            for (int64_t i = 0; i < e->N; i++) c[i] = res[r * e->N + i] + c[i];
         if (y->dtype != PDDE_F32) f32_to_half(c, (uint16_t *)((char *)y->data + y->offset) + r * e->N, e->N, y->dtype);
     }
 }

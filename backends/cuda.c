@@ -13,7 +13,7 @@
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
- * PDDE_CUDA_LT=1 runs matmuls with an epilogue (a folded bias add or cast: PDDE_FUSE_BIAS) on cublasLt.
+ * PDDE_CUDA_LT=1 runs matmuls with an epilogue (a folded bias add or cast: PDDE_FUSE_EPILOGUE) on cublasLt.
  */
 #ifndef PDDE_NO_CUDA
 
@@ -406,7 +406,8 @@ static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype d
 }
 
 static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                            pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pd, int64_t sD, int64_t batch, pgd_ptr bias, float beta) {
+                            pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pd, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr pc,
+                            float beta) {
     pcu_dev *d = impl;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
@@ -416,8 +417,8 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
         if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
         else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
     }
-    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias);
-    uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), abias ? pclt_align(abias) : 256};
+    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
+    uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
     int64_t key[16] = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, abias != 0, beta != 0.0f, align[0] | (int64_t)align[1] << 16,
                        align[2] | (int64_t)align[3] << 16, 1};
     pclt_plan *p = NULL;
@@ -447,8 +448,8 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     }
     float one = 1.0f;
     void *dp = (void *)(uintptr_t)ad;
-    int st = a->Matmul(d->lt, p->desc, &one, (const void *)(uintptr_t)ab, p->la, (const void *)(uintptr_t)aa, p->lb, &beta, dp, p->lc, dp,
-                       p->lc, &p->algo, d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0,
+    int st = a->Matmul(d->lt, p->desc, &one, (const void *)(uintptr_t)ab, p->la, (const void *)(uintptr_t)aa, p->lb, &beta,
+                       (const void *)(uintptr_t)ac, p->lc, dp, p->lc, &p->algo, d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0,
                        ((pcu_stream *)stream)->s);
     if (st != 0) {
         p->ok = 0; /* (the generic path from now on, for this shape) */

@@ -128,11 +128,12 @@ typedef struct {
     const char *attention_env;
     int attention_default, has_flash;
     unsigned flash_rows, flash_threads;
-    /* optional: row-major batched D = op(A) op(B) [+ bias[N] on every row] [+ D] (beta 0 or 1) with A and B of
-     * dtype dt, f32 accumulation, D of dtype ddt (f32, bf16, f16; beta 1: f32), bias f32 (null: none), rounded
-     * once on the store; returns 1 when it declines (then pgd_matmul_epi runs the GEMM and the epilogue apart) */
+    /* optional: row-major batched D = op(A) op(B) [+ C] (beta 0 or 1; C f32 of D's layout, null: D itself)
+     * [+ bias[N] on every row] with A and B of dtype dt, f32 accumulation, D of dtype ddt (f32, bf16, f16;
+     * beta 1: f32), bias f32 (null: none), rounded once on the store; returns 1 when it declines (then
+     * the GEMM and the epilogue run apart) */
     int (*gemm_epi)(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                    pgd_ptr a, int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr d, int64_t sD, int64_t batch, pgd_ptr bias, float beta);
+                    pgd_ptr a, int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr d, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr c, float beta);
 } pgd_ctx;
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
@@ -200,10 +201,12 @@ static int pgd_supports_op(const pdde_tensor *node) {
                    b->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? 1 : 0] == node->shape[0] &&
                    node->src[2]->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) ? 0 : 1] == node->shape[1];
         break;
-    case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch; [a bias [N] (lowering's fusion)] */
-        if (node->nsrc < 2 || node->nsrc > 3 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
+    case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch; [a bias [N]] [a residual] (lowering's fusions) */
+        int residual = pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) != 0;
+        if (node->nsrc - residual < 2 || node->nsrc - residual > 3 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
-        if (node->nsrc == 3 && (node->src[2]->dtype != PDDE_F32 || node->src[2]->ndim != 1 || node->src[2]->shape[0] != N)) return 0;
+        if (node->nsrc - residual == 3 && (node->src[2]->dtype != PDDE_F32 || node->src[2]->ndim != 1 || node->src[2]->shape[0] != N)) return 0;
+        if (residual && (node->src[node->nsrc - 1]->dtype != PDDE_F32 || pgd_numel(node->src[node->nsrc - 1]) != pgd_numel(node))) return 0;
         int64_t K = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         int64_t batch = M && N ? pgd_numel(node) / (M * N) : 0, ab = M && K ? pgd_numel(a) / (M * K) : 1,
                 bb = K && N ? pgd_numel(b) / (K * N) : 1;
@@ -477,7 +480,7 @@ static int pgd_gemm_run(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb,
 static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node);
 
 static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
-    if (node->nsrc > 2 || node->dtype != PDDE_F32) return pgd_matmul_epi(g, node);
+    if (node->nsrc > 2 || node->dtype != PDDE_F32 || pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL)) return pgd_matmul_epi(g, node);
     pdde_tensor *a = node->src[0], *b = node->src[1];
     int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
     if (node->ndim < 2 || a->ndim < 2 || b->ndim < 2)
@@ -498,13 +501,16 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * A matmul with an epilogue (planner/lower.c's bias fusion, PDDE_FUSE_BIAS): a bias [N] (src 2) added to
- * every row and/or a bf16 / f16 output rounded once from the f32 sum. The backend's epilogue GEMM where
- * it has one and takes the case (gemm_epi: cublasLt), else the GEMM into f32 (the output itself, or
- * scratch under a bf16 / f16 output), the bias added in place (k_binary) and the sum cast (k_cast): the
- * kernels the add and the cast ran before, without their tensors. */
+ * A matmul with an epilogue (planner/lower.c's fusions, PDDE_FUSE_EPILOGUE): a bias [N] (src 2) added to
+ * every row, then a residual (PDDE_P_MATMUL_RESIDUAL: the last src), and/or a bf16 / f16 output rounded
+ * once from the f32 sum. The backend's epilogue GEMM where it has one and takes the case (gemm_epi:
+ * cublasLt), else the GEMM into f32 (the output itself, or scratch under a bf16 / f16 output), the bias
+ * and the residual added in place (k_binary) and the sum cast (k_cast): the kernels the adds and the cast
+ * ran before, without their tensors. */
 static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
-    pdde_tensor *a = node->src[0], *b = node->src[1], *bias = node->nsrc > 2 ? node->src[2] : NULL;
+    int residual = pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) != 0;
+    pdde_tensor *a = node->src[0], *b = node->src[1], *bias = node->nsrc - residual > 2 ? node->src[2] : NULL;
+    pgd_ptr pres = residual ? pgd_ptr_of(node->src[node->nsrc - 1]) : pgd_null;
     int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
     int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
     int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
@@ -514,7 +520,8 @@ static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
     if (batch > 1 && sB == 0 && sA != 0 && !ta) M *= batch, batch = 1; /* (as pgd_matmul) */
     pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pd = pgd_ptr_of(node), pbias = bias ? pgd_ptr_of(bias) : pgd_null;
     if (g->gemm_epi && K > 0) {
-        int e = g->gemm_epi(g->impl, g->stream, a->dtype, node->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pd, M * N, batch, pbias, 0.0f);
+        int e = g->gemm_epi(g->impl, g->stream, a->dtype, node->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pd, M * N, batch, pbias, pres,
+                            residual ? 1.0f : 0.0f);
         if (e != 1) return e;
     }
     int64_t n = batch * M * N, na = (sA ? sA * (batch - 1) : 0) + M * K, nb = (sB ? sB * (batch - 1) : 0) + K * N;
@@ -526,6 +533,7 @@ static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
     if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, work);
     int32_t add = PGD_B_ADD, sdt = (int32_t)PDDE_F32, ddt = (int32_t)node->dtype;
     if (!e && bias) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(c32), PGD_P(pbias), PGD_P(c32), PGD_A(n), PGD_A(N), PGD_A(add)));
+    if (!e && residual) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pres), PGD_P(c32), PGD_P(c32), PGD_A(n), PGD_A(n), PGD_A(add)));
     if (!e && cbytes) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
     return e;
 }
@@ -540,7 +548,7 @@ static int pgd_grad_accum_matmul(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pacc = pgd_ptr_of(acc);
     if (!n || !K) return PDDE_OK; /* (an empty product adds nothing) */
     if (g->gemm_epi) {
-        int e = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, 0, pb, 0, pacc, M * N, 1, pgd_null, 1.0f);
+        int e = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, 0, pb, 0, pacc, M * N, 1, pgd_null, pgd_null, 1.0f);
         if (e != 1) return e;
     }
     int64_t cbytes = (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255, wbytes = a->dtype != PDDE_F32 ? (M * K + K * N) * (int64_t)sizeof(float) : 0;

@@ -795,22 +795,24 @@ static pdde_status lower_shadows(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Bias adds folded into their matmuls (PDDE_FUSE_BIAS=1; off by default). Where an add's first input is a
- * matmul that nothing else reads and its second a 1-D f32 bias of the matmul's last dim, the matmul
- * takes the bias as a third source and adds it to every row of its result (computed in f32 as the add
- * was: the same bits), and the add becomes a view of it: one kernel and one tensor fewer, and the GEMM
- * of a backend with epilogues (cublasLt) adds it on the way out. The backward is untouched: it reads
- * the add's gradient, never its value. With the switch on, lower_fold_casts also folds a cast into a
- * matmul that it is the only reader of, so a linear layer whose output goes to bf16 (the packed q, k, v)
- * writes bf16 from its GEMM. Only where the matmul's device runs the fused node (supports_op). */
-static bool fuse_bias_on(void) {
-    const char *env = getenv("PDDE_FUSE_BIAS");
+ * A linear layer's epilogue folded into its matmul (PDDE_FUSE_EPILOGUE=1; off by default). Where an add's
+ * first input is a matmul that nothing else reads and its second a 1-D f32 bias of the matmul's last dim,
+ * the matmul takes the bias as a third source and adds it to every row of its result (computed in f32
+ * as the add was: the same bits), and the add becomes a view of it; then a residual add of such a
+ * matmul's result (x + linear(h)) folds the same way (PDDE_P_MATMUL_RESIDUAL: x, its last source, added
+ * after the bias). Each is one kernel and one tensor fewer, and the GEMM of a backend with epilogues
+ * (cublasLt) adds them on the way out. The backward is untouched: it reads the adds' gradients, never
+ * their values. With the switch on, lower_fold_casts also folds a cast into a matmul that it is the only
+ * reader of, so a linear layer whose output goes to bf16 (the packed q, k, v) writes bf16 from its GEMM.
+ * Only where the matmul's device runs the fused node (supports_op). */
+static bool fuse_epilogue_on(void) {
+    const char *env = getenv("PDDE_FUSE_EPILOGUE");
     return env && !strcmp(env, "1");
 }
 
-static pdde_status lower_fuse_bias(lowering *L) {
+static pdde_status lower_fuse_epilogue(lowering *L) {
     pdde_program *P = L->P;
-    if (!fuse_bias_on()) return PDDE_OK;
+    if (!fuse_epilogue_on()) return PDDE_OK;
     int *readers = calloc((size_t)P->n + 1, sizeof *readers), *at = malloc(((size_t)P->n + 1) * sizeof *at);
     if (!readers || !at) { free(readers), free(at); return lower_oom(L); }
     for (int i = 0; i <= P->n; i++) at[i] = INT32_MAX;
@@ -833,6 +835,35 @@ static pdde_status lower_fuse_bias(lowering *L) {
             continue;
         }
         s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[1] = NULL, s->nsrc = 1;
+        readers[b->id]++; /* (now the matmul's) */
+    }
+    /* then a residual add after such a linear (x + (A B + bias)): the matmul adds x too, after its bias,
+     * as the add did (x computed before it; the add's other input the matmul through its views) */
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *s = P->order[i], *x = NULL, *m = NULL;
+        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept)) continue;
+        for (int k = 0; k < 2 && !m; k++) {
+            pdde_tensor *v = s->src[k];
+            while (v->op == PDDE_OP_RESHAPE && (v->flags & PDDE_TENSOR_VIEW) && !(v->flags & (kept & ~PDDE_TENSOR_VIEW)) && readers[v->id] == 1 &&
+                   v->dtype == PDDE_F32)
+                v = v->src[0];
+            if (v->op == PDDE_OP_MATMUL && v->dtype == PDDE_F32 && readers[v->id] == 1 && !pdde_op_i32(v, PDDE_P_MATMUL_RESIDUAL) &&
+                v->nsrc < PDDE_MAX_SRC && !(v->flags & kept) && v->device == s->device && pdde_tensor_numel(v) == pdde_tensor_numel(s))
+                m = v, x = s->src[1 - k];
+        }
+        if (!m || x->dtype != PDDE_F32 || x->device != m->device || pdde_tensor_numel(x) != pdde_tensor_numel(m) || x->ndim != s->ndim ||
+            (x->op != PDDE_OP_NONE && at[x->id] > at[m->id]))
+            continue;
+        pdde_tensor *v = s->src[0] == x ? s->src[1] : s->src[0];
+        m->src[m->nsrc++] = x;
+        pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 1);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
+            m->src[--m->nsrc] = NULL;
+            pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 0);
+            continue;
+        }
+        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = v, s->src[1] = NULL, s->nsrc = 1;
+        readers[x->id]++;
     }
     free(readers), free(at);
     return PDDE_OK;
@@ -957,7 +988,7 @@ static pdde_status lower_fold_casts(lowering *L) {
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
             y = y->src[0];
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
-        bool matmul = y->op == PDDE_OP_MATMUL && fuse_bias_on(); /* (lower_fuse_bias) */
+        bool matmul = y->op == PDDE_OP_MATMUL && fuse_epilogue_on(); /* (lower_fuse_epilogue) */
         if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
             y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
@@ -1370,7 +1401,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
     if (!st) st = lower_shadows(&L);
-    if (!st) st = lower_fuse_bias(&L);
+    if (!st) st = lower_fuse_epilogue(&L);
     if (!st) st = lower_fuse_grad(&L);
     if (!st) st = lower_lowp_logits(&L);
     if (!st) st = lower_fold_casts(&L);

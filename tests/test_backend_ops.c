@@ -76,17 +76,20 @@ static pdde_tensor *b_matmul(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, a, b, (int)ta, (int)tb);
 }
 
-/* matmul_bias: a linear layer whose bias add lowering folds into the matmul (PDDE_FUSE_BIAS=1, set for
+/* matmul_bias: a linear layer whose bias add lowering folds into the matmul (PDDE_FUSE_EPILOGUE=1, set for
  * the case: run_case clears it before the next), then gelu (f32), or under a compute dtype a second
- * matmul whose cast of the first's output is folded in too (the first writes bf16 / f16);
- * p = {batch (0: x 2-D), M, K, N, w transposed, compute dtype (0: f32)} */
+ * matmul whose cast of the first's output is folded in too (the first writes bf16 / f16), or with p[6] a
+ * residual add after the bias, then gelu; p = {batch (0: x 2-D), M, K, N, w transposed, compute dtype (0:
+ * f32), residual} */
 static pdde_tensor *b_matmul_bias(pdde_graph *g, const op_case *c) {
     int64_t B = c->p[0], M = c->p[1], K = c->p[2], N = c->p[3], tb = c->p[4];
-    setenv("PDDE_FUSE_BIAS", "1", 1);
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1);
     pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[5]);
     pdde_tensor *x = B ? P(g, "x", 3, B, M, K, 0) : P(g, "x", 2, M, K, 0, 0);
     pdde_tensor *w = tb ? P(g, "w", 2, N, K, 0, 0) : P(g, "w", 2, K, N, 0, 0);
     pdde_tensor *h = pdde_bias_add(g, pdde_matmul(g, x, w, 0, (int)tb), P(g, "bias", 1, N, 0, 0, 0));
+    if (c->p[6]) /* a residual add after it (x2 + h), folded in too, then gelu */
+        return pdde_gelu(g, pdde_add(g, B ? P(g, "x2", 3, B, M, N, 0) : P(g, "x2", 2, M, N, 0, 0), h));
     if (!c->p[5]) return pdde_gelu(g, h);
     return pdde_matmul(g, h, P(g, "w2", 2, N, 5, 0, 0), 0, 0);
 }
@@ -313,13 +316,15 @@ static const op_case cases[] = {
     {"matmul", b_matmul, {17, 11, 13, 0, 1, 3, 0, PDDE_BF16}, 1, T_MM},
     {"matmul", b_matmul, {17, 11, 13, 0, 0, 5, 1, PDDE_F16}, 1, T_MM},
     {"matmul", b_matmul, {19, 23, 29, 0, 1, 0, 0, PDDE_F16}, 1, T_MM},
-    /* a matmul with its bias add (and the cast after it) folded in {batch, M, K, N, tb, compute dtype} */
+    /* a matmul with its bias add (and the cast after it, or a residual add) folded in {batch, M, K, N, tb, compute dtype, residual} */
     {"matmul_bias", b_matmul_bias, {0, 33, 19, 37, 0, 0}, 1, T_MM},
     {"matmul_bias", b_matmul_bias, {3, 17, 13, 29, 1, 0}, 1, T_MM},
     {"matmul_bias", b_matmul_bias, {0, 1, 1, 1, 0, 0}, 1, T_MM},
     {"matmul_bias", b_matmul_bias, {0, 33, 19, 37, 0, PDDE_BF16}, 1, T_LOWP},
     {"matmul_bias", b_matmul_bias, {2, 17, 13, 29, 1, PDDE_BF16}, 1, T_LOWP},
     {"matmul_bias", b_matmul_bias, {0, 19, 23, 29, 0, PDDE_F16}, 1, T_LOWP},
+    {"matmul_bias", b_matmul_bias, {0, 33, 19, 37, 0, 0, 1}, 1, T_MM},
+    {"matmul_bias", b_matmul_bias, {3, 17, 13, 29, 1, PDDE_BF16, 1}, 1, T_MM},
     /* the gradients' matmuls folded into their accumulations {M, K, N, tb, compute dtype} */
     {"matmul_grad", b_matmul_grad, {33, 19, 37, 0, 0}, 1, T_MM},
     {"matmul_grad", b_matmul_grad, {17, 13, 29, 1, 0}, 1, T_MM},
@@ -629,7 +634,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     case_label(c, label, sizeof label);
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
-    unsetenv("PDDE_FUSE_BIAS"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"); /* (a builder sets them for its case) */
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"); /* (a builder sets them for its case) */
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
