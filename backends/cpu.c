@@ -549,6 +549,7 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
     int64_t C = LAST_DIM(t);
     float eps = pdde_op_f32(t, PDDE_P_NORM_EPS);
     const float *x = F32(t->src[0]), *gamma = F32(t->src[1]), *dy = F32(t->src[2]);
+    const float *res = t->nsrc > 3 ? F32(t->src[3]) : NULL; /* (lowering's PDDE_FUSE_ADD_LN: the other gradient of x, added) */
     float *dx = F32(t);
     for (int64_t r = begin; r < end; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
@@ -573,6 +574,8 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
             float xh = (xr[i] - m) * rstd;
             dxr[i] = rstd * (dyr[i] * gamma[i] - (float)gmean - xh * (float)gxmean);
         }
+        if (res)
+            for (int64_t i = 0; i < C; i++) dxr[i] = res[r * C + i] + dxr[i];
     }
 }
 

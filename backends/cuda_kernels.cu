@@ -336,9 +336,11 @@ extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float 
 }
 
 /* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) */
+/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN; __fadd_rn: not
+ * contracted into the product, the bits of the add it replaces) */
 extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const float *__restrict__ g,
                                             const float *__restrict__ dy, float *__restrict__ dx, long long rows,
-                                            long long C, float eps) {
+                                            long long C, float eps, const float *__restrict__ res) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C, *dr = dy + r * C;
         float s = 0.0f;
@@ -358,8 +360,8 @@ extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const f
         s1 = block_sum(s1) / (float)C;
         s2 = block_sum(s2) / (float)C;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) {
-            float xh = (xr[j] - mean) * rstd;
-            dx[r * C + j] = rstd * (__fmul_rn(dr[j], g[j]) - s1 - xh * s2);
+            float xh = (xr[j] - mean) * rstd, v = rstd * (__fmul_rn(dr[j], g[j]) - s1 - xh * s2);
+            dx[r * C + j] = res ? __fadd_rn(res[r * C + j], v) : v;
         }
     }
 }

@@ -5783,34 +5783,37 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_layernorm_back_param_3,\n"
     "	.param .u64 k_layernorm_back_param_4,\n"
     "	.param .u64 k_layernorm_back_param_5,\n"
-    "	.param .f32 k_layernorm_back_param_6\n"
+    "	.param .f32 k_layernorm_back_param_6,\n"
+    "	.param .u64 k_layernorm_back_param_7\n"
     ")\n"
     "{\n"
-    "	.reg .pred 	%p<59>;\n"
-    "	.reg .f32 	%f<152>;\n"
+    "	.reg .pred 	%p<61>;\n"
+    "	.reg .f32 	%f<164>;\n"
     "	.reg .b32 	%r<143>;\n"
-    "	.reg .b64 	%rd<50>;\n"
+    "	.reg .b64 	%rd<64>;\n"
     "\n"
     "\n"
-    "	ld.param.u64 	%rd23, [k_layernorm_back_param_0];\n"
-    "	ld.param.u64 	%rd24, [k_layernorm_back_param_1];\n"
-    "	ld.param.u64 	%rd25, [k_layernorm_back_param_2];\n"
-    "	ld.param.u64 	%rd20, [k_layernorm_back_param_3];\n"
-    "	ld.param.u64 	%rd21, [k_layernorm_back_param_4];\n"
-    "	ld.param.u64 	%rd22, [k_layernorm_back_param_5];\n"
-    "	ld.param.f32 	%f32, [k_layernorm_back_param_6];\n"
-    "	cvta.to.global.u64 	%rd1, %rd24;\n"
-    "	cvta.to.global.u64 	%rd2, %rd25;\n"
-    "	cvta.to.global.u64 	%rd3, %rd23;\n"
+    "	ld.param.u64 	%rd26, [k_layernorm_back_param_0];\n"
+    "	ld.param.u64 	%rd27, [k_layernorm_back_param_1];\n"
+    "	ld.param.u64 	%rd28, [k_layernorm_back_param_2];\n"
+    "	ld.param.u64 	%rd29, [k_layernorm_back_param_3];\n"
+    "	ld.param.u64 	%rd23, [k_layernorm_back_param_4];\n"
+    "	ld.param.u64 	%rd24, [k_layernorm_back_param_5];\n"
+    "	ld.param.f32 	%f30, [k_layernorm_back_param_6];\n"
+    "	ld.param.u64 	%rd25, [k_layernorm_back_param_7];\n"
+    "	cvta.to.global.u64 	%rd1, %rd29;\n"
+    "	cvta.to.global.u64 	%rd2, %rd27;\n"
+    "	cvta.to.global.u64 	%rd3, %rd28;\n"
+    "	cvta.to.global.u64 	%rd4, %rd26;\n"
     "	mov.u32 	%r5, %ctaid.x;\n"
-    "	cvt.u64.u32 	%rd45, %r5;\n"
-    "	setp.ge.s64 	%p1, %rd45, %rd21;\n"
-    "	@%p1 bra 	$L__BB12_31;\n"
+    "	cvt.u64.u32 	%rd58, %r5;\n"
+    "	setp.ge.s64 	%p1, %rd58, %rd23;\n"
+    "	@%p1 bra 	$L__BB12_34;\n"
     "\n"
     "	mov.u32 	%r6, %tid.x;\n"
-    "	cvt.u64.u32 	%rd5, %r6;\n"
+    "	cvt.u64.u32 	%rd6, %r6;\n"
     "	mov.u32 	%r7, %ntid.x;\n"
-    "	cvt.u64.u32 	%rd6, %r7;\n"
+    "	cvt.u64.u32 	%rd7, %r7;\n"
     "	and.b32  	%r1, %r6, 31;\n"
     "	shr.u32 	%r2, %r7, 5;\n"
     "	shr.u32 	%r8, %r6, 3;\n"
@@ -5820,59 +5823,59 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r11, %r6, 2;\n"
     "	and.b32  	%r12, %r11, 124;\n"
     "	add.s32 	%r4, %r10, %r12;\n"
-    "	cvt.rn.f32.s64 	%f1, %rd22;\n"
+    "	cvt.rn.f32.s64 	%f1, %rd24;\n"
     "	mov.u32 	%r13, %nctaid.x;\n"
-    "	cvt.u64.u32 	%rd7, %r13;\n"
-    "	cvta.to.global.u64 	%rd8, %rd20;\n"
+    "	cvt.u64.u32 	%rd8, %r13;\n"
+    "	cvta.to.global.u64 	%rd9, %rd25;\n"
     "\n"
     "$L__BB12_2:\n"
-    "	mul.lo.s64 	%rd10, %rd45, %rd22;\n"
-    "	setp.ge.s64 	%p2, %rd5, %rd22;\n"
-    "	mov.f32 	%f141, 0f00000000;\n"
+    "	mul.lo.s64 	%rd11, %rd58, %rd24;\n"
+    "	setp.ge.s64 	%p2, %rd6, %rd24;\n"
+    "	mov.f32 	%f153, 0f00000000;\n"
     "	@%p2 bra 	$L__BB12_5;\n"
     "\n"
-    "	mov.f32 	%f141, 0f00000000;\n"
-    "	mov.u64 	%rd46, %rd5;\n"
+    "	mov.f32 	%f153, 0f00000000;\n"
+    "	mov.u64 	%rd59, %rd6;\n"
     "\n"
     "$L__BB12_4:\n"
-    "	add.s64 	%rd26, %rd46, %rd10;\n"
-    "	shl.b64 	%rd27, %rd26, 2;\n"
-    "	add.s64 	%rd28, %rd3, %rd27;\n"
-    "	ld.global.nc.f32 	%f35, [%rd28];\n"
-    "	add.f32 	%f141, %f141, %f35;\n"
-    "	add.s64 	%rd46, %rd46, %rd6;\n"
-    "	setp.lt.s64 	%p3, %rd46, %rd22;\n"
+    "	add.s64 	%rd30, %rd59, %rd11;\n"
+    "	shl.b64 	%rd31, %rd30, 2;\n"
+    "	add.s64 	%rd32, %rd4, %rd31;\n"
+    "	ld.global.nc.f32 	%f33, [%rd32];\n"
+    "	add.f32 	%f153, %f153, %f33;\n"
+    "	add.s64 	%rd59, %rd59, %rd7;\n"
+    "	setp.lt.s64 	%p3, %rd59, %rd24;\n"
     "	@%p3 bra 	$L__BB12_4;\n"
     "\n"
     "$L__BB12_5:\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r14, %f141;\n"
+    "	mov.b32 	%r14, %f153;\n"
     "	mov.u32 	%r15, 31;\n"
     "	mov.u32 	%r16, 16;\n"
     "	mov.u32 	%r17, -1;\n"
     "	shfl.sync.bfly.b32 	%r18|%p4, %r14, %r16, %r15, %r17;\n"
-    "	mov.b32 	%f36, %r18;\n"
-    "	add.f32 	%f37, %f141, %f36;\n"
-    "	mov.b32 	%r19, %f37;\n"
+    "	mov.b32 	%f34, %r18;\n"
+    "	add.f32 	%f35, %f153, %f34;\n"
+    "	mov.b32 	%r19, %f35;\n"
     "	mov.u32 	%r20, 8;\n"
     "	shfl.sync.bfly.b32 	%r21|%p5, %r19, %r20, %r15, %r17;\n"
-    "	mov.b32 	%f38, %r21;\n"
-    "	add.f32 	%f39, %f37, %f38;\n"
-    "	mov.b32 	%r22, %f39;\n"
+    "	mov.b32 	%f36, %r21;\n"
+    "	add.f32 	%f37, %f35, %f36;\n"
+    "	mov.b32 	%r22, %f37;\n"
     "	mov.u32 	%r23, 4;\n"
     "	shfl.sync.bfly.b32 	%r24|%p6, %r22, %r23, %r15, %r17;\n"
-    "	mov.b32 	%f40, %r24;\n"
-    "	add.f32 	%f41, %f39, %f40;\n"
-    "	mov.b32 	%r25, %f41;\n"
+    "	mov.b32 	%f38, %r24;\n"
+    "	add.f32 	%f39, %f37, %f38;\n"
+    "	mov.b32 	%r25, %f39;\n"
     "	mov.u32 	%r26, 2;\n"
     "	shfl.sync.bfly.b32 	%r27|%p7, %r25, %r26, %r15, %r17;\n"
-    "	mov.b32 	%f42, %r27;\n"
-    "	add.f32 	%f43, %f41, %f42;\n"
-    "	mov.b32 	%r28, %f43;\n"
+    "	mov.b32 	%f40, %r27;\n"
+    "	add.f32 	%f41, %f39, %f40;\n"
+    "	mov.b32 	%r28, %f41;\n"
     "	mov.u32 	%r29, 1;\n"
     "	shfl.sync.bfly.b32 	%r30|%p8, %r28, %r29, %r15, %r17;\n"
-    "	mov.b32 	%f44, %r30;\n"
-    "	add.f32 	%f5, %f43, %f44;\n"
+    "	mov.b32 	%f42, %r30;\n"
+    "	add.f32 	%f5, %f41, %f42;\n"
     "	setp.ne.s32 	%p9, %r1, 0;\n"
     "	@%p9 bra 	$L__BB12_7;\n"
     "\n"
@@ -5881,306 +5884,341 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB12_7:\n"
     "	setp.ge.u32 	%p10, %r1, %r2;\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f144, 0f00000000;\n"
-    "	mov.f32 	%f142, %f144;\n"
+    "	mov.f32 	%f156, 0f00000000;\n"
+    "	mov.f32 	%f154, %f156;\n"
     "	@%p10 bra 	$L__BB12_9;\n"
     "\n"
-    "	ld.shared.f32 	%f142, [%r4];\n"
+    "	ld.shared.f32 	%f154, [%r4];\n"
     "\n"
     "$L__BB12_9:\n"
-    "	mov.b32 	%r31, %f142;\n"
+    "	mov.b32 	%r31, %f154;\n"
     "	mov.u32 	%r32, 31;\n"
     "	mov.u32 	%r33, 16;\n"
     "	mov.u32 	%r34, -1;\n"
     "	shfl.sync.bfly.b32 	%r35|%p11, %r31, %r33, %r32, %r34;\n"
-    "	mov.b32 	%f47, %r35;\n"
-    "	add.f32 	%f48, %f142, %f47;\n"
-    "	mov.b32 	%r36, %f48;\n"
+    "	mov.b32 	%f45, %r35;\n"
+    "	add.f32 	%f46, %f154, %f45;\n"
+    "	mov.b32 	%r36, %f46;\n"
     "	mov.u32 	%r37, 8;\n"
     "	shfl.sync.bfly.b32 	%r38|%p12, %r36, %r37, %r32, %r34;\n"
-    "	mov.b32 	%f49, %r38;\n"
-    "	add.f32 	%f50, %f48, %f49;\n"
-    "	mov.b32 	%r39, %f50;\n"
+    "	mov.b32 	%f47, %r38;\n"
+    "	add.f32 	%f48, %f46, %f47;\n"
+    "	mov.b32 	%r39, %f48;\n"
     "	mov.u32 	%r40, 4;\n"
     "	shfl.sync.bfly.b32 	%r41|%p13, %r39, %r40, %r32, %r34;\n"
-    "	mov.b32 	%f51, %r41;\n"
-    "	add.f32 	%f52, %f50, %f51;\n"
-    "	mov.b32 	%r42, %f52;\n"
+    "	mov.b32 	%f49, %r41;\n"
+    "	add.f32 	%f50, %f48, %f49;\n"
+    "	mov.b32 	%r42, %f50;\n"
+    ,
     "	mov.u32 	%r43, 2;\n"
     "	shfl.sync.bfly.b32 	%r44|%p14, %r42, %r43, %r32, %r34;\n"
-    "	mov.b32 	%f53, %r44;\n"
-    "	add.f32 	%f54, %f52, %f53;\n"
-    ,
-    "	mov.b32 	%r45, %f54;\n"
+    "	mov.b32 	%f51, %r44;\n"
+    "	add.f32 	%f52, %f50, %f51;\n"
+    "	mov.b32 	%r45, %f52;\n"
     "	mov.u32 	%r46, 1;\n"
     "	shfl.sync.bfly.b32 	%r47|%p15, %r45, %r46, %r32, %r34;\n"
-    "	mov.b32 	%f55, %r47;\n"
-    "	add.f32 	%f56, %f54, %f55;\n"
-    "	div.rn.f32 	%f8, %f56, %f1;\n"
+    "	mov.b32 	%f53, %r47;\n"
+    "	add.f32 	%f54, %f52, %f53;\n"
+    "	div.rn.f32 	%f8, %f54, %f1;\n"
     "	@%p2 bra 	$L__BB12_12;\n"
     "\n"
-    "	mov.f32 	%f144, 0f00000000;\n"
-    "	mov.u64 	%rd47, %rd5;\n"
+    "	mov.f32 	%f156, 0f00000000;\n"
+    "	mov.u64 	%rd60, %rd6;\n"
     "\n"
     "$L__BB12_11:\n"
-    "	add.s64 	%rd29, %rd47, %rd10;\n"
-    "	shl.b64 	%rd30, %rd29, 2;\n"
-    "	add.s64 	%rd31, %rd3, %rd30;\n"
-    "	ld.global.nc.f32 	%f58, [%rd31];\n"
-    "	sub.f32 	%f59, %f58, %f8;\n"
-    "	fma.rn.f32 	%f144, %f59, %f59, %f144;\n"
-    "	add.s64 	%rd47, %rd47, %rd6;\n"
-    "	setp.lt.s64 	%p17, %rd47, %rd22;\n"
+    "	add.s64 	%rd33, %rd60, %rd11;\n"
+    "	shl.b64 	%rd34, %rd33, 2;\n"
+    "	add.s64 	%rd35, %rd4, %rd34;\n"
+    "	ld.global.nc.f32 	%f56, [%rd35];\n"
+    "	sub.f32 	%f57, %f56, %f8;\n"
+    "	fma.rn.f32 	%f156, %f57, %f57, %f156;\n"
+    "	add.s64 	%rd60, %rd60, %rd7;\n"
+    "	setp.lt.s64 	%p17, %rd60, %rd24;\n"
     "	@%p17 bra 	$L__BB12_11;\n"
     "\n"
     "$L__BB12_12:\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r48, %f144;\n"
+    "	mov.b32 	%r48, %f156;\n"
     "	shfl.sync.bfly.b32 	%r52|%p18, %r48, %r33, %r32, %r34;\n"
-    "	mov.b32 	%f60, %r52;\n"
-    "	add.f32 	%f61, %f144, %f60;\n"
-    "	mov.b32 	%r53, %f61;\n"
+    "	mov.b32 	%f58, %r52;\n"
+    "	add.f32 	%f59, %f156, %f58;\n"
+    "	mov.b32 	%r53, %f59;\n"
     "	shfl.sync.bfly.b32 	%r55|%p19, %r53, %r37, %r32, %r34;\n"
-    "	mov.b32 	%f62, %r55;\n"
-    "	add.f32 	%f63, %f61, %f62;\n"
-    "	mov.b32 	%r56, %f63;\n"
+    "	mov.b32 	%f60, %r55;\n"
+    "	add.f32 	%f61, %f59, %f60;\n"
+    "	mov.b32 	%r56, %f61;\n"
     "	shfl.sync.bfly.b32 	%r58|%p20, %r56, %r40, %r32, %r34;\n"
-    "	mov.b32 	%f64, %r58;\n"
-    "	add.f32 	%f65, %f63, %f64;\n"
-    "	mov.b32 	%r59, %f65;\n"
+    "	mov.b32 	%f62, %r58;\n"
+    "	add.f32 	%f63, %f61, %f62;\n"
+    "	mov.b32 	%r59, %f63;\n"
     "	shfl.sync.bfly.b32 	%r61|%p21, %r59, %r43, %r32, %r34;\n"
-    "	mov.b32 	%f66, %r61;\n"
-    "	add.f32 	%f67, %f65, %f66;\n"
-    "	mov.b32 	%r62, %f67;\n"
+    "	mov.b32 	%f64, %r61;\n"
+    "	add.f32 	%f65, %f63, %f64;\n"
+    "	mov.b32 	%r62, %f65;\n"
     "	shfl.sync.bfly.b32 	%r64|%p22, %r62, %r46, %r32, %r34;\n"
-    "	mov.b32 	%f68, %r64;\n"
-    "	add.f32 	%f12, %f67, %f68;\n"
+    "	mov.b32 	%f66, %r64;\n"
+    "	add.f32 	%f12, %f65, %f66;\n"
     "	@%p9 bra 	$L__BB12_14;\n"
     "\n"
     "	st.shared.f32 	[%r3], %f12;\n"
     "\n"
     "$L__BB12_14:\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f148, 0f00000000;\n"
-    "	mov.f32 	%f145, %f148;\n"
+    "	mov.f32 	%f160, 0f00000000;\n"
+    "	mov.f32 	%f157, %f160;\n"
     "	@%p10 bra 	$L__BB12_16;\n"
     "\n"
-    "	ld.shared.f32 	%f145, [%r4];\n"
+    "	ld.shared.f32 	%f157, [%r4];\n"
     "\n"
     "$L__BB12_16:\n"
-    "	mov.b32 	%r65, %f145;\n"
+    "	mov.b32 	%r65, %f157;\n"
     "	mov.u32 	%r66, 31;\n"
     "	mov.u32 	%r67, 16;\n"
     "	mov.u32 	%r68, -1;\n"
     "	shfl.sync.bfly.b32 	%r69|%p25, %r65, %r67, %r66, %r68;\n"
-    "	mov.b32 	%f72, %r69;\n"
-    "	add.f32 	%f73, %f145, %f72;\n"
-    "	mov.b32 	%r70, %f73;\n"
+    "	mov.b32 	%f70, %r69;\n"
+    "	add.f32 	%f71, %f157, %f70;\n"
+    "	mov.b32 	%r70, %f71;\n"
     "	mov.u32 	%r71, 8;\n"
     "	shfl.sync.bfly.b32 	%r72|%p26, %r70, %r71, %r66, %r68;\n"
-    "	mov.b32 	%f74, %r72;\n"
-    "	add.f32 	%f75, %f73, %f74;\n"
-    "	mov.b32 	%r73, %f75;\n"
+    "	mov.b32 	%f72, %r72;\n"
+    "	add.f32 	%f73, %f71, %f72;\n"
+    "	mov.b32 	%r73, %f73;\n"
     "	mov.u32 	%r74, 4;\n"
     "	shfl.sync.bfly.b32 	%r75|%p27, %r73, %r74, %r66, %r68;\n"
-    "	mov.b32 	%f76, %r75;\n"
-    "	add.f32 	%f77, %f75, %f76;\n"
-    "	mov.b32 	%r76, %f77;\n"
+    "	mov.b32 	%f74, %r75;\n"
+    "	add.f32 	%f75, %f73, %f74;\n"
+    "	mov.b32 	%r76, %f75;\n"
     "	mov.u32 	%r77, 2;\n"
     "	shfl.sync.bfly.b32 	%r78|%p28, %r76, %r77, %r66, %r68;\n"
-    "	mov.b32 	%f78, %r78;\n"
-    "	add.f32 	%f79, %f77, %f78;\n"
-    "	mov.b32 	%r79, %f79;\n"
+    "	mov.b32 	%f76, %r78;\n"
+    "	add.f32 	%f77, %f75, %f76;\n"
+    "	mov.b32 	%r79, %f77;\n"
     "	mov.u32 	%r80, 1;\n"
     "	shfl.sync.bfly.b32 	%r81|%p29, %r79, %r80, %r66, %r68;\n"
-    "	mov.b32 	%f80, %r81;\n"
-    "	add.f32 	%f81, %f79, %f80;\n"
-    "	div.rn.f32 	%f82, %f81, %f1;\n"
-    "	add.f32 	%f83, %f82, %f32;\n"
-    "	rsqrt.approx.f32 	%f15, %f83;\n"
-    "	mov.f32 	%f149, %f148;\n"
+    "	mov.b32 	%f78, %r81;\n"
+    "	add.f32 	%f79, %f77, %f78;\n"
+    "	div.rn.f32 	%f80, %f79, %f1;\n"
+    "	add.f32 	%f81, %f80, %f30;\n"
+    "	rsqrt.approx.f32 	%f15, %f81;\n"
+    "	mov.f32 	%f161, %f160;\n"
     "	@%p2 bra 	$L__BB12_19;\n"
     "\n"
-    "	mov.f32 	%f149, 0f00000000;\n"
-    "	mov.u64 	%rd48, %rd5;\n"
-    "	mov.f32 	%f148, %f149;\n"
+    "	mov.f32 	%f161, 0f00000000;\n"
+    "	mov.u64 	%rd61, %rd6;\n"
+    "	mov.f32 	%f160, %f161;\n"
     "\n"
     "$L__BB12_18:\n"
-    "	add.s64 	%rd32, %rd48, %rd10;\n"
-    "	shl.b64 	%rd33, %rd32, 2;\n"
-    "	add.s64 	%rd34, %rd2, %rd33;\n"
-    "	shl.b64 	%rd35, %rd48, 2;\n"
-    "	add.s64 	%rd36, %rd1, %rd35;\n"
-    "	ld.global.nc.f32 	%f86, [%rd36];\n"
-    "	ld.global.nc.f32 	%f87, [%rd34];\n"
-    "	mul.rn.f32 	%f88, %f87, %f86;\n"
-    "	add.f32 	%f148, %f148, %f88;\n"
-    "	add.s64 	%rd37, %rd3, %rd33;\n"
-    "	ld.global.nc.f32 	%f89, [%rd37];\n"
-    "	sub.f32 	%f90, %f89, %f8;\n"
-    "	mul.f32 	%f91, %f15, %f90;\n"
-    "	fma.rn.f32 	%f149, %f88, %f91, %f149;\n"
-    "	add.s64 	%rd48, %rd48, %rd6;\n"
-    "	setp.lt.s64 	%p31, %rd48, %rd22;\n"
+    "	add.s64 	%rd36, %rd61, %rd11;\n"
+    "	shl.b64 	%rd37, %rd36, 2;\n"
+    "	add.s64 	%rd38, %rd3, %rd37;\n"
+    "	shl.b64 	%rd39, %rd61, 2;\n"
+    "	add.s64 	%rd40, %rd2, %rd39;\n"
+    "	ld.global.nc.f32 	%f84, [%rd40];\n"
+    "	ld.global.nc.f32 	%f85, [%rd38];\n"
+    "	mul.rn.f32 	%f86, %f85, %f84;\n"
+    "	add.f32 	%f160, %f160, %f86;\n"
+    "	add.s64 	%rd41, %rd4, %rd37;\n"
+    "	ld.global.nc.f32 	%f87, [%rd41];\n"
+    "	sub.f32 	%f88, %f87, %f8;\n"
+    "	mul.f32 	%f89, %f15, %f88;\n"
+    "	fma.rn.f32 	%f161, %f86, %f89, %f161;\n"
+    "	add.s64 	%rd61, %rd61, %rd7;\n"
+    "	setp.lt.s64 	%p31, %rd61, %rd24;\n"
     "	@%p31 bra 	$L__BB12_18;\n"
     "\n"
     "$L__BB12_19:\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r82, %f148;\n"
+    "	mov.b32 	%r82, %f160;\n"
     "	shfl.sync.bfly.b32 	%r86|%p32, %r82, %r67, %r66, %r68;\n"
-    "	mov.b32 	%f92, %r86;\n"
-    "	add.f32 	%f93, %f148, %f92;\n"
-    "	mov.b32 	%r87, %f93;\n"
+    "	mov.b32 	%f90, %r86;\n"
+    "	add.f32 	%f91, %f160, %f90;\n"
+    "	mov.b32 	%r87, %f91;\n"
     "	shfl.sync.bfly.b32 	%r89|%p33, %r87, %r71, %r66, %r68;\n"
-    "	mov.b32 	%f94, %r89;\n"
-    "	add.f32 	%f95, %f93, %f94;\n"
-    "	mov.b32 	%r90, %f95;\n"
+    "	mov.b32 	%f92, %r89;\n"
+    "	add.f32 	%f93, %f91, %f92;\n"
+    "	mov.b32 	%r90, %f93;\n"
     "	shfl.sync.bfly.b32 	%r92|%p34, %r90, %r74, %r66, %r68;\n"
-    "	mov.b32 	%f96, %r92;\n"
-    "	add.f32 	%f97, %f95, %f96;\n"
-    "	mov.b32 	%r93, %f97;\n"
+    "	mov.b32 	%f94, %r92;\n"
+    "	add.f32 	%f95, %f93, %f94;\n"
+    "	mov.b32 	%r93, %f95;\n"
     "	shfl.sync.bfly.b32 	%r95|%p35, %r93, %r77, %r66, %r68;\n"
-    "	mov.b32 	%f98, %r95;\n"
-    "	add.f32 	%f99, %f97, %f98;\n"
-    "	mov.b32 	%r96, %f99;\n"
+    "	mov.b32 	%f96, %r95;\n"
+    "	add.f32 	%f97, %f95, %f96;\n"
+    "	mov.b32 	%r96, %f97;\n"
     "	shfl.sync.bfly.b32 	%r98|%p36, %r96, %r80, %r66, %r68;\n"
-    "	mov.b32 	%f100, %r98;\n"
-    "	add.f32 	%f22, %f99, %f100;\n"
+    "	mov.b32 	%f98, %r98;\n"
+    "	add.f32 	%f22, %f97, %f98;\n"
     "	@%p9 bra 	$L__BB12_21;\n"
     "\n"
     "	st.shared.f32 	[%r3], %f22;\n"
     "\n"
     "$L__BB12_21:\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f150, 0f00000000;\n"
+    "	mov.f32 	%f162, 0f00000000;\n"
     "	@%p10 bra 	$L__BB12_23;\n"
     "\n"
-    "	ld.shared.f32 	%f150, [%r4];\n"
+    "	ld.shared.f32 	%f162, [%r4];\n"
     "\n"
     "$L__BB12_23:\n"
-    "	mov.b32 	%r99, %f150;\n"
+    "	mov.b32 	%r99, %f162;\n"
     "	mov.u32 	%r100, 31;\n"
     "	mov.u32 	%r101, 16;\n"
+    ,
     "	mov.u32 	%r102, -1;\n"
     "	shfl.sync.bfly.b32 	%r103|%p39, %r99, %r101, %r100, %r102;\n"
-    "	mov.b32 	%f102, %r103;\n"
-    "	add.f32 	%f103, %f150, %f102;\n"
-    ,
-    "	mov.b32 	%r104, %f103;\n"
+    "	mov.b32 	%f100, %r103;\n"
+    "	add.f32 	%f101, %f162, %f100;\n"
+    "	mov.b32 	%r104, %f101;\n"
     "	mov.u32 	%r105, 8;\n"
     "	shfl.sync.bfly.b32 	%r106|%p40, %r104, %r105, %r100, %r102;\n"
-    "	mov.b32 	%f104, %r106;\n"
-    "	add.f32 	%f105, %f103, %f104;\n"
-    "	mov.b32 	%r107, %f105;\n"
+    "	mov.b32 	%f102, %r106;\n"
+    "	add.f32 	%f103, %f101, %f102;\n"
+    "	mov.b32 	%r107, %f103;\n"
     "	mov.u32 	%r108, 4;\n"
     "	shfl.sync.bfly.b32 	%r109|%p41, %r107, %r108, %r100, %r102;\n"
-    "	mov.b32 	%f106, %r109;\n"
-    "	add.f32 	%f107, %f105, %f106;\n"
-    "	mov.b32 	%r110, %f107;\n"
+    "	mov.b32 	%f104, %r109;\n"
+    "	add.f32 	%f105, %f103, %f104;\n"
+    "	mov.b32 	%r110, %f105;\n"
     "	mov.u32 	%r111, 2;\n"
     "	shfl.sync.bfly.b32 	%r112|%p42, %r110, %r111, %r100, %r102;\n"
-    "	mov.b32 	%f108, %r112;\n"
-    "	add.f32 	%f109, %f107, %f108;\n"
-    "	mov.b32 	%r113, %f109;\n"
+    "	mov.b32 	%f106, %r112;\n"
+    "	add.f32 	%f107, %f105, %f106;\n"
+    "	mov.b32 	%r113, %f107;\n"
     "	mov.u32 	%r114, 1;\n"
     "	shfl.sync.bfly.b32 	%r115|%p43, %r113, %r114, %r100, %r102;\n"
-    "	mov.b32 	%f110, %r115;\n"
-    "	add.f32 	%f25, %f109, %f110;\n"
+    "	mov.b32 	%f108, %r115;\n"
+    "	add.f32 	%f109, %f107, %f108;\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r116, %f149;\n"
+    "	mov.b32 	%r116, %f161;\n"
     "	shfl.sync.bfly.b32 	%r117|%p44, %r116, %r101, %r100, %r102;\n"
-    "	mov.b32 	%f111, %r117;\n"
-    "	add.f32 	%f112, %f149, %f111;\n"
-    "	mov.b32 	%r118, %f112;\n"
+    "	mov.b32 	%f110, %r117;\n"
+    "	add.f32 	%f111, %f161, %f110;\n"
+    "	mov.b32 	%r118, %f111;\n"
     "	shfl.sync.bfly.b32 	%r119|%p45, %r118, %r105, %r100, %r102;\n"
-    "	mov.b32 	%f113, %r119;\n"
-    "	add.f32 	%f114, %f112, %f113;\n"
-    "	mov.b32 	%r120, %f114;\n"
+    "	mov.b32 	%f112, %r119;\n"
+    "	add.f32 	%f113, %f111, %f112;\n"
+    "	mov.b32 	%r120, %f113;\n"
     "	shfl.sync.bfly.b32 	%r121|%p46, %r120, %r108, %r100, %r102;\n"
-    "	mov.b32 	%f115, %r121;\n"
-    "	add.f32 	%f116, %f114, %f115;\n"
-    "	mov.b32 	%r122, %f116;\n"
+    "	mov.b32 	%f114, %r121;\n"
+    "	add.f32 	%f115, %f113, %f114;\n"
+    "	mov.b32 	%r122, %f115;\n"
     "	shfl.sync.bfly.b32 	%r123|%p47, %r122, %r111, %r100, %r102;\n"
-    "	mov.b32 	%f117, %r123;\n"
-    "	add.f32 	%f118, %f116, %f117;\n"
-    "	mov.b32 	%r124, %f118;\n"
+    "	mov.b32 	%f116, %r123;\n"
+    "	add.f32 	%f117, %f115, %f116;\n"
+    "	mov.b32 	%r124, %f117;\n"
     "	shfl.sync.bfly.b32 	%r125|%p48, %r124, %r114, %r100, %r102;\n"
-    "	mov.b32 	%f119, %r125;\n"
-    "	add.f32 	%f26, %f118, %f119;\n"
+    "	mov.b32 	%f118, %r125;\n"
+    "	add.f32 	%f25, %f117, %f118;\n"
+    "	div.rn.f32 	%f26, %f109, %f1;\n"
     "	@%p9 bra 	$L__BB12_25;\n"
     "\n"
-    "	st.shared.f32 	[%r3], %f26;\n"
+    "	st.shared.f32 	[%r3], %f25;\n"
     "\n"
     "$L__BB12_25:\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f151, 0f00000000;\n"
+    "	mov.f32 	%f163, 0f00000000;\n"
     "	@%p10 bra 	$L__BB12_27;\n"
     "\n"
-    "	ld.shared.f32 	%f151, [%r4];\n"
+    "	ld.shared.f32 	%f163, [%r4];\n"
     "\n"
     "$L__BB12_27:\n"
-    "	mov.b32 	%r126, %f151;\n"
+    "	mov.b32 	%r126, %f163;\n"
     "	mov.u32 	%r127, 31;\n"
     "	mov.u32 	%r128, 16;\n"
     "	mov.u32 	%r129, -1;\n"
     "	shfl.sync.bfly.b32 	%r130|%p51, %r126, %r128, %r127, %r129;\n"
-    "	mov.b32 	%f121, %r130;\n"
-    "	add.f32 	%f122, %f151, %f121;\n"
-    "	mov.b32 	%r131, %f122;\n"
+    "	mov.b32 	%f120, %r130;\n"
+    "	add.f32 	%f121, %f163, %f120;\n"
+    "	mov.b32 	%r131, %f121;\n"
     "	mov.u32 	%r132, 8;\n"
     "	shfl.sync.bfly.b32 	%r133|%p52, %r131, %r132, %r127, %r129;\n"
-    "	mov.b32 	%f123, %r133;\n"
-    "	add.f32 	%f124, %f122, %f123;\n"
-    "	mov.b32 	%r134, %f124;\n"
+    "	mov.b32 	%f122, %r133;\n"
+    "	add.f32 	%f123, %f121, %f122;\n"
+    "	mov.b32 	%r134, %f123;\n"
     "	mov.u32 	%r135, 4;\n"
     "	shfl.sync.bfly.b32 	%r136|%p53, %r134, %r135, %r127, %r129;\n"
-    "	mov.b32 	%f125, %r136;\n"
-    "	add.f32 	%f126, %f124, %f125;\n"
-    "	mov.b32 	%r137, %f126;\n"
+    "	mov.b32 	%f124, %r136;\n"
+    "	add.f32 	%f125, %f123, %f124;\n"
+    "	mov.b32 	%r137, %f125;\n"
     "	mov.u32 	%r138, 2;\n"
     "	shfl.sync.bfly.b32 	%r139|%p54, %r137, %r138, %r127, %r129;\n"
-    "	mov.b32 	%f127, %r139;\n"
-    "	add.f32 	%f128, %f126, %f127;\n"
-    "	mov.b32 	%r140, %f128;\n"
+    "	mov.b32 	%f126, %r139;\n"
+    "	add.f32 	%f127, %f125, %f126;\n"
+    "	mov.b32 	%r140, %f127;\n"
     "	mov.u32 	%r141, 1;\n"
     "	shfl.sync.bfly.b32 	%r142|%p55, %r140, %r141, %r127, %r129;\n"
-    "	mov.b32 	%f129, %r142;\n"
-    "	add.f32 	%f29, %f128, %f129;\n"
-    "	@%p2 bra 	$L__BB12_30;\n"
+    "	mov.b32 	%f128, %r142;\n"
+    "	add.f32 	%f129, %f127, %f128;\n"
+    "	div.rn.f32 	%f29, %f129, %f1;\n"
+    "	@%p2 bra 	$L__BB12_33;\n"
     "\n"
-    "	div.rn.f32 	%f30, %f25, %f1;\n"
-    "	div.rn.f32 	%f31, %f29, %f1;\n"
-    "	mov.u64 	%rd49, %rd5;\n"
+    "	ld.param.u64 	%rd57, [k_layernorm_back_param_7];\n"
+    "	setp.eq.s64 	%p57, %rd57, 0;\n"
+    "	@%p57 bra 	$L__BB12_31;\n"
     "\n"
-    "$L__BB12_29:\n"
-    "	add.s64 	%rd38, %rd49, %rd10;\n"
-    "	shl.b64 	%rd39, %rd38, 2;\n"
-    "	add.s64 	%rd40, %rd3, %rd39;\n"
-    "	ld.global.nc.f32 	%f130, [%rd40];\n"
-    "	sub.f32 	%f131, %f130, %f8;\n"
-    "	mul.f32 	%f132, %f15, %f131;\n"
-    "	add.s64 	%rd41, %rd2, %rd39;\n"
-    "	shl.b64 	%rd42, %rd49, 2;\n"
-    "	add.s64 	%rd43, %rd1, %rd42;\n"
-    "	ld.global.nc.f32 	%f133, [%rd43];\n"
-    "	ld.global.nc.f32 	%f134, [%rd41];\n"
-    "	mul.rn.f32 	%f135, %f134, %f133;\n"
-    "	sub.f32 	%f136, %f135, %f30;\n"
-    "	mul.f32 	%f137, %f31, %f132;\n"
-    "	sub.f32 	%f138, %f136, %f137;\n"
-    "	mul.f32 	%f139, %f15, %f138;\n"
-    "	add.s64 	%rd44, %rd8, %rd39;\n"
-    "	st.global.f32 	[%rd44], %f139;\n"
-    "	add.s64 	%rd49, %rd49, %rd6;\n"
-    "	setp.lt.s64 	%p57, %rd49, %rd22;\n"
-    "	@%p57 bra 	$L__BB12_29;\n"
+    "	mov.u64 	%rd62, %rd6;\n"
     "\n"
     "$L__BB12_30:\n"
-    "	add.s64 	%rd45, %rd45, %rd7;\n"
-    "	setp.lt.s64 	%p58, %rd45, %rd21;\n"
-    "	@%p58 bra 	$L__BB12_2;\n"
+    "	add.s64 	%rd42, %rd62, %rd11;\n"
+    "	shl.b64 	%rd43, %rd42, 2;\n"
+    "	add.s64 	%rd44, %rd4, %rd43;\n"
+    "	ld.global.nc.f32 	%f130, [%rd44];\n"
+    "	sub.f32 	%f131, %f130, %f8;\n"
+    "	mul.f32 	%f132, %f15, %f131;\n"
+    "	add.s64 	%rd45, %rd3, %rd43;\n"
+    "	shl.b64 	%rd46, %rd62, 2;\n"
+    "	add.s64 	%rd47, %rd2, %rd46;\n"
+    "	ld.global.nc.f32 	%f133, [%rd47];\n"
+    "	ld.global.nc.f32 	%f134, [%rd45];\n"
+    "	mul.rn.f32 	%f135, %f134, %f133;\n"
+    "	sub.f32 	%f136, %f135, %f26;\n"
+    "	mul.f32 	%f137, %f29, %f132;\n"
+    "	sub.f32 	%f138, %f136, %f137;\n"
+    "	mul.f32 	%f139, %f15, %f138;\n"
+    "	add.s64 	%rd48, %rd9, %rd43;\n"
+    "	ld.global.nc.f32 	%f140, [%rd48];\n"
+    "	add.rn.f32 	%f141, %f140, %f139;\n"
+    "	add.s64 	%rd49, %rd1, %rd43;\n"
+    "	st.global.f32 	[%rd49], %f141;\n"
+    "	add.s64 	%rd62, %rd62, %rd7;\n"
+    "	setp.lt.s64 	%p58, %rd62, %rd24;\n"
+    "	@%p58 bra 	$L__BB12_30;\n"
+    "	bra.uni 	$L__BB12_33;\n"
     "\n"
     "$L__BB12_31:\n"
+    "	mov.u64 	%rd63, %rd6;\n"
+    "\n"
+    "$L__BB12_32:\n"
+    "	add.s64 	%rd50, %rd63, %rd11;\n"
+    "	shl.b64 	%rd51, %rd50, 2;\n"
+    "	add.s64 	%rd52, %rd4, %rd51;\n"
+    "	ld.global.nc.f32 	%f142, [%rd52];\n"
+    "	sub.f32 	%f143, %f142, %f8;\n"
+    "	mul.f32 	%f144, %f15, %f143;\n"
+    "	add.s64 	%rd53, %rd3, %rd51;\n"
+    "	shl.b64 	%rd54, %rd63, 2;\n"
+    "	add.s64 	%rd55, %rd2, %rd54;\n"
+    "	ld.global.nc.f32 	%f145, [%rd55];\n"
+    "	ld.global.nc.f32 	%f146, [%rd53];\n"
+    "	mul.rn.f32 	%f147, %f146, %f145;\n"
+    "	sub.f32 	%f148, %f147, %f26;\n"
+    "	mul.f32 	%f149, %f29, %f144;\n"
+    ,
+    "	sub.f32 	%f150, %f148, %f149;\n"
+    "	mul.f32 	%f151, %f15, %f150;\n"
+    "	add.s64 	%rd56, %rd1, %rd51;\n"
+    "	st.global.f32 	[%rd56], %f151;\n"
+    "	add.s64 	%rd63, %rd63, %rd7;\n"
+    "	setp.lt.s64 	%p59, %rd63, %rd24;\n"
+    "	@%p59 bra 	$L__BB12_32;\n"
+    "\n"
+    "$L__BB12_33:\n"
+    "	add.s64 	%rd58, %rd58, %rd8;\n"
+    "	setp.lt.s64 	%p60, %rd58, %rd23;\n"
+    "	@%p60 bra 	$L__BB12_2;\n"
+    "\n"
+    "$L__BB12_34:\n"
     "	ret;\n"
     "\n"
     "}\n"
@@ -6212,7 +6250,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s64 	%p1, %rd29, %rd17;\n"
     "	@%p1 bra 	$L__BB13_13;\n"
     "\n"
-    ,
     "	mov.u32 	%r6, %tid.x;\n"
     "	cvt.u64.u32 	%rd3, %r6;\n"
     "	mov.u32 	%r7, %ntid.x;\n"
@@ -6330,6 +6367,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB13_11:\n"
     "	add.s64 	%rd23, %rd31, %rd9;\n"
+    ,
     "	shl.b64 	%rd24, %rd23, 2;\n"
     "	add.s64 	%rd25, %rd1, %rd24;\n"
     "	ld.global.nc.f32 	%f35, [%rd25];\n"
@@ -6373,7 +6411,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.shared .align 8 .b8 _ZZ11block_sum_ddE2sh[256];\n"
     "\n"
     "	ld.param.u64 	%rd21, [k_rmsnorm_back_param_0];\n"
-    ,
     "	ld.param.u64 	%rd22, [k_rmsnorm_back_param_1];\n"
     "	ld.param.u64 	%rd23, [k_rmsnorm_back_param_2];\n"
     "	ld.param.u64 	%rd18, [k_rmsnorm_back_param_3];\n"
@@ -6477,6 +6514,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r33|%p12, %r31, %r40, %r34, %r36;\n"
     "	shfl.sync.bfly.b32 	%r32|%p13, %r30, %r40, %r34, %r36;\n"
     "	// begin inline asm\n"
+    ,
     "	mov.b64 %fd28, {%r32,%r33};\n"
     "	// end inline asm\n"
     "	add.f64 	%fd6, %fd27, %fd28;\n"
@@ -6519,7 +6557,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	// begin inline asm\n"
     "	mov.b64 %fd33, {%r47,%r48};\n"
     "	// end inline asm\n"
-    ,
     "	add.f64 	%fd34, %fd32, %fd33;\n"
     "	// begin inline asm\n"
     "	mov.b64 {%r49,%r50}, %fd34;\n"
@@ -6622,6 +6659,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	// begin inline asm\n"
     "	mov.b64 {%r84,%r85}, %fd56;\n"
     "	// end inline asm\n"
+    ,
     "	shfl.sync.bfly.b32 	%r87|%p36, %r85, %r67, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r86|%p37, %r84, %r67, %r61, %r63;\n"
     "	// begin inline asm\n"
@@ -6661,7 +6699,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	// end inline asm\n"
     "	mov.u32 	%r118, 8;\n"
     "	shfl.sync.bfly.b32 	%r102|%p42, %r100, %r118, %r115, %r117;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r101|%p43, %r99, %r118, %r115, %r117;\n"
     "	// begin inline asm\n"
     "	mov.b64 %fd62, {%r101,%r102};\n"
@@ -6771,6 +6808,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r9, %r7, 3;\n"
     "	and.b32  	%r10, %r9, 536870908;\n"
     "	mov.u32 	%r11, _ZZ9block_sumfE2sh;\n"
+    ,
     "	add.s32 	%r3, %r11, %r10;\n"
     "	shl.b32 	%r12, %r7, 2;\n"
     "	and.b32  	%r13, %r12, 124;\n"
@@ -6815,7 +6853,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f23, %f69, %f22;\n"
     "	mov.b32 	%r20, %f23;\n"
     "	mov.u32 	%r21, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r22|%p6, %r20, %r21, %r16, %r18;\n"
     "	mov.b32 	%f24, %r22;\n"
     "	add.f32 	%f25, %f23, %f24;\n"
@@ -6933,6 +6970,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.u32 	%p25, %r1, %r2;\n"
     "	bar.sync 	0;\n"
     "	mov.f32 	%f74, 0f00000000;\n"
+    ,
     "	@%p25 bra 	$L__BB15_18;\n"
     "\n"
     "	ld.shared.f32 	%f74, [%r4];\n"
@@ -6972,7 +7010,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.rn.f32 	%f65, %f16, %f1;\n"
     "	add.f32 	%f66, %f65, %f17;\n"
     "	rsqrt.approx.f32 	%f67, %f66;\n"
-    ,
     "	shl.b64 	%rd24, %rd26, 3;\n"
     "	add.s64 	%rd25, %rd6, %rd24;\n"
     "	st.global.f32 	[%rd25], %f71;\n"
@@ -7089,6 +7126,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd96, %rd96, %rd11;\n"
     "	add.s64 	%rd93, %rd93, %rd18;\n"
     "	add.s64 	%rd92, %rd92, %rd20;\n"
+    ,
     "	add.s64 	%rd91, %rd91, %rd20;\n"
     "	add.s64 	%rd95, %rd95, -1;\n"
     "	setp.ne.s64 	%p5, %rd95, 0;\n"
@@ -7126,7 +7164,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.f32 	%f35, %f34, %f33;\n"
     "	ld.global.nc.f32 	%f36, [%rd73];\n"
     "	mul.f32 	%f37, %f36, %f35;\n"
-    ,
     "	ld.global.nc.f32 	%f38, [%rd75+4];\n"
     "	fma.rn.f32 	%f39, %f38, %f37, %f32;\n"
     "	add.s64 	%rd76, %rd96, %rd11;\n"
@@ -7247,6 +7284,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .pred 	%p<36>;\n"
     "	.reg .f32 	%f<104>;\n"
     "	.reg .b32 	%r<93>;\n"
+    ,
     "	.reg .b64 	%rd<46>;\n"
     "\n"
     "\n"
@@ -7284,7 +7322,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB17_2:\n"
     "	mul.lo.s64 	%rd8, %rd40, %rd25;\n"
-    ,
     "	setp.eq.s32 	%p2, %r7, 0;\n"
     "	mov.u64 	%rd42, %rd25;\n"
     "	@%p2 bra 	$L__BB17_7;\n"
@@ -7409,6 +7446,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.f32 	%f43, %f42, %f7;\n"
     "	mov.f32 	%f44, 0f3F000000;\n"
     "	mov.f32 	%f45, 0f3BBB989D;\n"
+    ,
     "	fma.rn.f32 	%f46, %f43, %f45, %f44;\n"
     "	cvt.sat.f32.f32 	%f47, %f46;\n"
     "	mov.f32 	%f48, 0f4B400001;\n"
@@ -7444,7 +7482,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f63, %r67;\n"
     "	add.f32 	%f64, %f62, %f63;\n"
     "	mov.b32 	%r68, %f64;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r70|%p23, %r68, %r50, %r39, %r41;\n"
     "	mov.b32 	%f65, %r70;\n"
     "	add.f32 	%f66, %f64, %f65;\n"
@@ -7563,6 +7600,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd19, [k_softmax_back_param_1];\n"
     "	ld.param.u64 	%rd15, [k_softmax_back_param_2];\n"
     "	ld.param.u64 	%rd16, [k_softmax_back_param_3];\n"
+    ,
     "	ld.param.u64 	%rd17, [k_softmax_back_param_4];\n"
     "	cvta.to.global.u64 	%rd1, %rd19;\n"
     "	cvta.to.global.u64 	%rd2, %rd18;\n"
@@ -7604,7 +7642,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd23, %rd1, %rd21;\n"
     "	ld.global.nc.f32 	%f10, [%rd23];\n"
     "	ld.global.nc.f32 	%f11, [%rd22];\n"
-    ,
     "	fma.rn.f32 	%f36, %f11, %f10, %f36;\n"
     "	add.s64 	%rd30, %rd30, %rd5;\n"
     "	setp.lt.s64 	%p3, %rd30, %rd17;\n"
@@ -7727,6 +7764,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	ld.param.u64 	%rd42, [k_ce_rows_param_0];\n"
     "	ld.param.u64 	%rd43, [k_ce_rows_param_1];\n"
+    ,
     "	ld.param.u64 	%rd44, [k_ce_rows_param_2];\n"
     "	ld.param.u64 	%rd40, [k_ce_rows_param_3];\n"
     "	ld.param.u64 	%rd41, [k_ce_rows_param_4];\n"
@@ -7767,7 +7805,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB19_4:\n"
     "	mul.lo.s64 	%rd9, %rd90, %rd41;\n"
     "	shl.b64 	%rd45, %rd90, 2;\n"
-    ,
     "	add.s64 	%rd46, %rd3, %rd45;\n"
     "	ld.global.nc.u32 	%r60, [%rd46];\n"
     "	cvt.s64.s32 	%rd10, %r60;\n"
@@ -7892,6 +7929,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r97, 8;\n"
     "	shfl.sync.bfly.b32 	%r98|%p21, %r96, %r97, %r92, %r94;\n"
     "	mov.b32 	%f78, %r98;\n"
+    ,
     "	max.f32 	%f79, %f77, %f78;\n"
     "	mov.b32 	%r99, %f79;\n"
     "	mov.u32 	%r100, 4;\n"
@@ -7934,7 +7972,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB19_23;\n"
     "\n"
     "$L__BB19_24:\n"
-    ,
     "	shl.b32 	%r114, %r361, 13;\n"
     "	or.b32  	%r115, %r363, %r114;\n"
     "	or.b32  	%r363, %r115, 2139095040;\n"
@@ -8046,6 +8083,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r151, 4;\n"
     "	shfl.sync.bfly.b32 	%r152|%p41, %r150, %r151, %r143, %r145;\n"
     "	mov.b32 	%f117, %r152;\n"
+    ,
     "	add.f32 	%f118, %f116, %f117;\n"
     "	mov.b32 	%r153, %f118;\n"
     "	mov.u32 	%r154, 2;\n"
@@ -8082,7 +8120,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f129, %f125, 0fBF800000;\n"
     "	mov.f32 	%f130, 0f3E1039F6;\n"
     "	mov.f32 	%f131, 0fBE055027;\n"
-    ,
     "	fma.rn.f32 	%f132, %f131, %f129, %f130;\n"
     "	mov.f32 	%f133, 0fBDF8CDCC;\n"
     "	fma.rn.f32 	%f134, %f132, %f129, %f133;\n"
@@ -8196,6 +8233,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r181, %r179, 3;\n"
     "	and.b32  	%r182, %r181, 536870908;\n"
     "	mov.u32 	%r183, _ZZ9block_maxfE2sh;\n"
+    ,
     "	add.s32 	%r39, %r183, %r182;\n"
     "	shl.b32 	%r184, %r179, 2;\n"
     "	and.b32  	%r185, %r184, 124;\n"
@@ -8238,7 +8276,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r192, 31;\n"
     "	mov.u32 	%r193, 16;\n"
     "	mov.u32 	%r194, -1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r195|%p58, %r191, %r193, %r192, %r194;\n"
     "	mov.b32 	%f157, %r195;\n"
     "	max.f32 	%f158, %f349, %f157;\n"
@@ -8343,6 +8380,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB19_61:\n"
     "	bar.sync 	0;\n"
     "	mov.b32 	%r229, %f352;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r233|%p72, %r229, %r210, %r209, %r211;\n"
     "	mov.b32 	%f195, %r233;\n"
     "	add.f32 	%f196, %f352, %f195;\n"
@@ -8381,7 +8419,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r249, 16;\n"
     "	mov.u32 	%r250, -1;\n"
     "	shfl.sync.bfly.b32 	%r251|%p80, %r247, %r249, %r248, %r250;\n"
-    ,
     "	mov.b32 	%f205, %r251;\n"
     "	add.f32 	%f206, %f353, %f205;\n"
     "	mov.b32 	%r252, %f206;\n"
@@ -8481,6 +8518,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p91 bra 	$L__BB19_51;\n"
     "	bra.uni 	$L__BB19_95;\n"
     "\n"
+    ,
     "$L__BB19_72:\n"
     "	mov.u32 	%r271, %ctaid.x;\n"
     "	cvt.u64.u32 	%rd96, %r271;\n"
@@ -8523,7 +8561,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd77, %rd97, %rd33;\n"
     "	shl.b64 	%rd78, %rd77, 2;\n"
     "	add.s64 	%rd79, %rd2, %rd78;\n"
-    ,
     "	ld.global.nc.f32 	%f249, [%rd79];\n"
     "	max.f32 	%f357, %f357, %f249;\n"
     "	add.s64 	%rd97, %rd97, %rd30;\n"
@@ -8628,6 +8665,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r316, %f279;\n"
     "	shl.b32 	%r317, %r316, 23;\n"
     "	mov.b32 	%f286, %r317;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f287, %f285;\n"
     "	fma.rn.f32 	%f360, %f287, %f286, %f360;\n"
     "	add.s64 	%rd98, %rd98, %rd30;\n"
@@ -8668,7 +8706,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f361, [%r48];\n"
     "\n"
     "$L__BB19_88:\n"
-    ,
     "	cvt.u32.u64 	%r335, %rd29;\n"
     "	setp.ne.s32 	%p116, %r335, 0;\n"
     "	mov.b32 	%r336, %f361;\n"
@@ -8764,6 +8801,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd88, %rd40, 2;\n"
     "	add.s64 	%rd89, %rd87, %rd88;\n"
     "	selp.f32 	%f339, 0f3F800000, 0f00000000, %p3;\n"
+    ,
     "	st.global.f32 	[%rd89], %f339;\n"
     "\n"
     "$L__BB19_94:\n"
@@ -8814,7 +8852,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd12, %rd10, %rd11;\n"
     "	ld.global.nc.f32 	%f22, [%rd12];\n"
     "	add.f32 	%f65, %f65, %f22;\n"
-    ,
     "	add.s64 	%rd14, %rd14, %rd2;\n"
     "	setp.lt.s64 	%p2, %rd14, %rd7;\n"
     "	@%p2 bra 	$L__BB20_3;\n"
@@ -8927,6 +8964,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f11, %f49, %f50;\n"
     "	@%p8 bra 	$L__BB20_10;\n"
     "\n"
+    ,
     "	st.shared.f32 	[%r3], %f11;\n"
     "\n"
     "$L__BB20_10:\n"
@@ -8971,7 +9009,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f68, 0f00000000;\n"
     "	@%p28 bra 	$L__BB20_15;\n"
     "\n"
-    ,
     "	div.rn.f32 	%f68, %f10, %f14;\n"
     "\n"
     "$L__BB20_15:\n"
@@ -9096,6 +9133,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r39, 8;\n"
     "	shfl.sync.bfly.b32 	%r40|%p14, %r38, %r39, %r34, %r36;\n"
     "	mov.b32 	%f23, %r40;\n"
+    ,
     "	add.f32 	%f24, %f22, %f23;\n"
     "	mov.b32 	%r41, %f24;\n"
     "	mov.u32 	%r42, 4;\n"
@@ -9142,7 +9180,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .b64 	%rd<192>;\n"
     "\n"
     "\n"
-    ,
     "	ld.param.u64 	%rd78, [k_ce_back_param_0];\n"
     "	ld.param.u64 	%rd79, [k_ce_back_param_1];\n"
     "	ld.param.u64 	%rd80, [k_ce_back_param_2];\n"
@@ -9263,6 +9300,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB22_13:\n"
     "	shl.b32 	%r13, %r500, 1;\n"
+    ,
     "	and.b32  	%r105, %r500, 512;\n"
     "	setp.eq.s32 	%p11, %r105, 0;\n"
     "	add.s32 	%r499, %r499, -8388608;\n"
@@ -9306,7 +9344,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	max.f32 	%f55, %f53, %f54;\n"
     "	mov.b32 	%r117, %f55;\n"
     "	mov.u32 	%r118, 4;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r119|%p15, %r117, %r118, %r110, %r112;\n"
     "	mov.b32 	%f56, %r119;\n"
     "	max.f32 	%f57, %f55, %f56;\n"
@@ -9425,6 +9462,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f73, %r504;\n"
     "	sub.f32 	%f74, %f73, %f7;\n"
     "	mov.f32 	%f75, 0f3F000000;\n"
+    ,
     "	mov.f32 	%f76, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f77, %f74, %f76, %f75;\n"
     "	cvt.sat.f32.f32 	%f78, %f77;\n"
@@ -9461,7 +9499,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f95, %r167;\n"
     "	add.f32 	%f96, %f94, %f95;\n"
     "	mov.b32 	%r168, %f96;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r169|%p34, %r168, %r135, %r127, %r129;\n"
     "	mov.b32 	%f97, %r169;\n"
     "	add.f32 	%f98, %f96, %f97;\n"
@@ -9580,6 +9617,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB22_67:\n"
     "	mov.b32 	%f134, %r511;\n"
     "	sub.f32 	%f135, %f134, %f7;\n"
+    ,
     "	mov.f32 	%f136, 0f3F000000;\n"
     "	mov.f32 	%f137, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f138, %f135, %f137, %f136;\n"
@@ -9614,7 +9652,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r254, %r253, 32767;\n"
     "	shr.u32 	%r255, %r254, 16;\n"
     "	cvt.u16.u32 	%rs23, %r255;\n"
-    ,
     "	selp.b16 	%rs24, %rs22, %rs23, %p72;\n"
     "	add.s64 	%rd100, %rd1, %rd97;\n"
     "	st.global.u16 	[%rd100], %rs24;\n"
@@ -9735,6 +9772,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB22_50;\n"
     "\n"
     "$L__BB22_54:\n"
+    ,
     "	or.b32  	%r508, %r508, 31744;\n"
     "	bra.uni 	$L__BB22_56;\n"
     "\n"
@@ -9778,7 +9816,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r212, %r37, 8191;\n"
     "	setp.gt.u32 	%p55, %r212, 4096;\n"
     "	setp.eq.s32 	%p56, %r212, 4096;\n"
-    ,
     "	and.b32  	%r213, %r211, 1;\n"
     "	setp.eq.b32 	%p57, %r213, 1;\n"
     "	and.pred  	%p58, %p56, %p57;\n"
@@ -9901,6 +9938,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB22_83:\n"
     "	add.s64 	%rd112, %rd177, %rd35;\n"
+    ,
     "	shl.b64 	%rd113, %rd112, 1;\n"
     "	add.s64 	%rd114, %rd2, %rd113;\n"
     "	ld.global.nc.u16 	%rs27, [%rd114];\n"
@@ -9938,7 +9976,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	max.f32 	%f166, %f164, %f165;\n"
     "	mov.b32 	%r284, %f166;\n"
     "	mov.u32 	%r285, 1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r286|%p91, %r284, %r285, %r271, %r273;\n"
     "	mov.b32 	%f167, %r286;\n"
     "	max.f32 	%f20, %f166, %f167;\n"
@@ -10040,6 +10077,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f205, %f203, %f204;\n"
     "	mov.b32 	%r319, %f205;\n"
     "	shfl.sync.bfly.b32 	%r321|%p105, %r319, %r299, %r288, %r290;\n"
+    ,
     "	mov.b32 	%f206, %r321;\n"
     "	add.f32 	%f207, %f205, %f206;\n"
     "	mov.b32 	%r322, %f207;\n"
@@ -10080,7 +10118,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r337, 2;\n"
     "	shfl.sync.bfly.b32 	%r338|%p112, %r336, %r337, %r326, %r328;\n"
     "	mov.b32 	%f216, %r338;\n"
-    ,
     "	add.f32 	%f217, %f215, %f216;\n"
     "	mov.b32 	%r339, %f217;\n"
     "	mov.u32 	%r340, 1;\n"
@@ -10182,6 +10219,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p116, %rd179, %rd36;\n"
     "	selp.f32 	%f239, 0f3F800000, 0f00000000, %p116;\n"
     "	sub.f32 	%f240, %f238, %f239;\n"
+    ,
     "	mul.f32 	%f32, %f28, %f240;\n"
     "	setp.eq.s32 	%p117, %r83, 1;\n"
     "	@%p117 bra 	$L__BB22_100;\n"
@@ -10230,7 +10268,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r356, 126;\n"
     "	sub.s32 	%r357, %r356, %r355;\n"
     "	shr.u32 	%r358, %r354, %r357;\n"
-    ,
     "	mov.u32 	%r359, -1;\n"
     "	shl.b32 	%r360, %r359, %r357;\n"
     "	not.b32 	%r361, %r360;\n"
@@ -10345,6 +10382,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p146 bra 	$L__BB22_156;\n"
     "	bra.uni 	$L__BB22_125;\n"
     "\n"
+    ,
     "$L__BB22_156:\n"
     "	setp.ge.s64 	%p198, %rd54, %rd77;\n"
     "	@%p198 bra 	$L__BB22_165;\n"
@@ -10392,7 +10430,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r394, 31;\n"
     "	mov.u32 	%r395, 16;\n"
     "	mov.u32 	%r396, -1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r397|%p149, %r393, %r395, %r394, %r396;\n"
     "	mov.b32 	%f266, %r397;\n"
     "	max.f32 	%f267, %f383, %f266;\n"
@@ -10494,6 +10531,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB22_135:\n"
     "	ld.global.nc.f32 	%f304, [%rd4];\n"
     "	setp.gt.f32 	%p163, %f304, 0f00000000;\n"
+    ,
     "	selp.f32 	%f305, %f304, 0f3F800000, %p163;\n"
     "	ld.global.nc.f32 	%f306, [%rd3];\n"
     "	bar.sync 	0;\n"
@@ -10533,7 +10571,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r446, %f387;\n"
     "	mov.u32 	%r447, 31;\n"
     "	mov.u32 	%r448, 16;\n"
-    ,
     "	mov.u32 	%r449, -1;\n"
     "	shfl.sync.bfly.b32 	%r450|%p171, %r446, %r448, %r447, %r449;\n"
     "	mov.b32 	%f317, %r450;\n"
@@ -10633,6 +10670,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f333, 0f4B400001;\n"
     "	mov.f32 	%f334, 0f437C0000;\n"
     "	fma.rm.f32 	%f335, %f332, %f334, %f333;\n"
+    ,
     "	add.f32 	%f336, %f335, 0fCB40007F;\n"
     "	neg.f32 	%f337, %f336;\n"
     "	mov.f32 	%f338, 0f3FB8AA3B;\n"
@@ -10674,7 +10712,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB22_145:\n"
     "	setp.gt.u32 	%p181, %r77, 1199566847;\n"
     "	@%p181 bra 	$L__BB22_150;\n"
-    ,
     "	bra.uni 	$L__BB22_146;\n"
     "\n"
     "$L__BB22_150:\n"
@@ -10796,6 +10833,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd16, [k_embedding_param_0];\n"
     "	ld.param.u64 	%rd17, [k_embedding_param_1];\n"
     "	ld.param.u64 	%rd18, [k_embedding_param_2];\n"
+    ,
     "	ld.param.u64 	%rd19, [k_embedding_param_3];\n"
     "	ld.param.u64 	%rd14, [k_embedding_param_4];\n"
     "	ld.param.u64 	%rd15, [k_embedding_param_5];\n"
@@ -10839,7 +10877,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd45, %r16;\n"
     "\n"
     "$L__BB23_6:\n"
-    ,
     "	shl.b64 	%rd28, %rd45, 2;\n"
     "	add.s64 	%rd29, %rd3, %rd28;\n"
     "	ld.global.nc.u32 	%r17, [%rd29];\n"
@@ -10956,6 +10993,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p2, %rd24, 0;\n"
     "	@%p2 bra 	$L__BB24_4;\n"
     "\n"
+    ,
     "	div.s64 	%rd35, %rd34, %rd17;\n"
     "	bra.uni 	$L__BB24_5;\n"
     "\n"
@@ -11005,7 +11043,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u32 k_dropout_param_7\n"
     ")\n"
     "{\n"
-    ,
     "	.reg .pred 	%p<12>;\n"
     "	.reg .f32 	%f<27>;\n"
     "	.reg .b32 	%r<18>;\n"
@@ -11116,6 +11153,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB25_11:\n"
     "	mul.lo.s64 	%rd72, %rd131, -3335678366873096957;\n"
+    ,
     "	xor.b64  	%rd73, %rd7, %rd72;\n"
     "	shr.u64 	%rd74, %rd73, 30;\n"
     "	xor.b64  	%rd75, %rd74, %rd73;\n"
@@ -11152,7 +11190,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	xor.b64  	%rd94, %rd93, %rd92;\n"
     "	shr.u64 	%rd95, %rd94, 32;\n"
     "	cvt.u32.u64 	%r15, %rd95;\n"
-    ,
     "	setp.lt.u32 	%p8, %r15, %r1;\n"
     "	@%p8 bra 	$L__BB25_15;\n"
     "\n"
@@ -11265,6 +11302,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd5, %rd22, %rd3;\n"
     "\n"
     "$L__BB26_2:\n"
+    ,
     "	shl.b64 	%rd23, %rd29, 2;\n"
     "	add.s64 	%rd7, %rd2, %rd23;\n"
     "	shl.b64 	%rd24, %rd29, 3;\n"
@@ -11314,7 +11352,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB26_40;\n"
     "\n"
     "$L__BB26_41:\n"
-    ,
     "	ld.global.nc.u32 	%r78, [%rd7];\n"
     "	cvt.s64.s32 	%rd30, %r78;\n"
     "	bra.uni 	$L__BB26_42;\n"
@@ -11462,6 +11499,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB26_35:\n"
     "	or.b32  	%r82, %r82, 31744;\n"
+    ,
     "	bra.uni 	$L__BB26_37;\n"
     "\n"
     "$L__BB26_31:\n"
@@ -11505,7 +11543,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.gt.u32 	%p21, %r57, 4096;\n"
     "	setp.eq.s32 	%p22, %r57, 4096;\n"
     "	and.b32  	%r58, %r56, 1;\n"
-    ,
     "	setp.eq.b32 	%p23, %r58, 1;\n"
     "	and.pred  	%p24, %p22, %p23;\n"
     "	or.pred  	%p25, %p21, %p24;\n"
@@ -11628,6 +11665,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd13, %rd51, %rd50;\n"
     "	cvta.to.global.u64 	%rd52, %rd39;\n"
     "	shl.b64 	%rd53, %rd101, 1;\n"
+    ,
     "	add.s64 	%rd14, %rd52, %rd53;\n"
     "	setp.eq.s64 	%p9, %rd36, 0;\n"
     "	@%p9 bra 	$L__BB27_53;\n"
@@ -11670,7 +11708,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB27_21:\n"
     "	or.b32  	%r259, %r259, 32256;\n"
-    ,
     "	bra.uni 	$L__BB27_22;\n"
     "\n"
     "$L__BB27_53:\n"
@@ -11798,6 +11835,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB27_60;\n"
     "\n"
     "$L__BB27_61:\n"
+    ,
     "	setp.lt.u32 	%p82, %r27, 855638016;\n"
     "	@%p82 bra 	$L__BB27_65;\n"
     "\n"
@@ -11837,7 +11875,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.pred  	%p21, %p19, %p20;\n"
     "	or.pred  	%p22, %p18, %p21;\n"
     "	add.s32 	%r63, %r59, 16385;\n"
-    ,
     "	selp.b32 	%r64, %r63, %r60, %p22;\n"
     "	or.b32  	%r259, %r64, %r259;\n"
     "\n"
@@ -11959,6 +11996,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r93, %r9, 8191;\n"
     "	setp.gt.u32 	%p38, %r93, 4096;\n"
     "	setp.eq.s32 	%p39, %r93, 4096;\n"
+    ,
     "	and.b32  	%r94, %r92, 1;\n"
     "	setp.eq.b32 	%p40, %r94, 1;\n"
     "	and.pred  	%p41, %p39, %p40;\n"
@@ -12000,7 +12038,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ne.s32 	%p53, %r49, 1;\n"
     "	@%p53 bra 	$L__BB27_52;\n"
     "\n"
-    ,
     "	mov.b32 	%r17, %f7;\n"
     "	shr.u32 	%r122, %r17, 16;\n"
     "	and.b32  	%r261, %r122, 32768;\n"
@@ -12121,6 +12158,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd81, %rd80, %rd38;\n"
     "	add.s64 	%rd88, %rd81, %rd46;\n"
     "	setp.gt.u64 	%p89, %rd80, %rd88;\n"
+    ,
     "	@%p89 bra 	$L__BB27_96;\n"
     "\n"
     "$L__BB27_69:\n"
@@ -12164,7 +12202,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r221, %r220, 2147483647;\n"
     "	setp.gt.u32 	%p107, %r221, 2139095040;\n"
     "	shr.u32 	%r222, %r220, 16;\n"
-    ,
     "	cvt.u16.u32 	%rs17, %r222;\n"
     "	or.b16  	%rs18, %rs17, 64;\n"
     "	and.b32  	%r223, %r222, 1;\n"
@@ -12283,6 +12320,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r257, %r256, 32767;\n"
     "	shr.u32 	%r258, %r257, 16;\n"
     "	cvt.u16.u32 	%rs23, %r258;\n"
+    ,
     "	selp.b16 	%rs24, %rs22, %rs23, %p125;\n"
     "	st.global.u16 	[%rd32], %rs24;\n"
     "	bra.uni 	$L__BB27_95;\n"
@@ -12325,7 +12363,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.b32 	%p122, %r249, 1;\n"
     "	and.pred  	%p123, %p121, %p122;\n"
     "	or.pred  	%p124, %p120, %p123;\n"
-    ,
     "	selp.u32 	%r250, 1, 0, %p124;\n"
     "	add.s32 	%r251, %r240, %r250;\n"
     "	or.b32  	%r264, %r251, %r264;\n"
@@ -12439,6 +12476,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd42, %r12;\n"
     "	add.s64 	%rd85, %rd41, %rd42;\n"
     "	setp.ge.s64 	%p7, %rd85, %rd35;\n"
+    ,
     "	@%p7 bra 	$L__BB28_29;\n"
     "\n"
     "	setp.eq.s32 	%p8, %r9, 0;\n"
@@ -12477,7 +12515,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f38, %f37, %f11;\n"
     "	div.rn.f32 	%f39, %f35, %f38;\n"
     "	ld.global.f32 	%f40, [%rd79];\n"
-    ,
     "	fma.rn.f32 	%f41, %f40, %f12, %f39;\n"
     "	mul.f32 	%f42, %f41, %f8;\n"
     "	sub.f32 	%f5, %f40, %f42;\n"
@@ -12601,6 +12638,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	not.b64 	%rd58, %rd57;\n"
     "	add.s64 	%rd26, %rd50, %rd58;\n"
     "	or.b64  	%rd59, %rd26, %rd8;\n"
+    ,
     "	and.b64  	%rd60, %rd59, -4294967296;\n"
     "	setp.eq.s64 	%p27, %rd60, 0;\n"
     "	@%p27 bra 	$L__BB28_23;\n"
@@ -12641,7 +12679,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.f32 	[%rd65], %f49;\n"
     "	st.global.f32 	[%rd66], %f54;\n"
     "	div.rn.f32 	%f55, %f49, %f15;\n"
-    ,
     "	div.rn.f32 	%f56, %f54, %f16;\n"
     "	sqrt.rn.f32 	%f57, %f56;\n"
     "	add.f32 	%f58, %f57, %f11;\n"
@@ -12754,6 +12791,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.shared .align 4 .b8 _ZZ6k_gemmE2Bs[4352];\n"
     "\n"
     "	ld.param.u64 	%rd34, [k_gemm_param_0];\n"
+    ,
     "	ld.param.u64 	%rd35, [k_gemm_param_1];\n"
     "	ld.param.u32 	%r37, [k_gemm_param_3];\n"
     "	ld.param.u32 	%r38, [k_gemm_param_4];\n"
@@ -12790,7 +12828,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r1, %r54, %r53;\n"
     "	shl.b32 	%r55, %r44, 2;\n"
     "	and.b32  	%r56, %r55, 60;\n"
-    ,
     "	mov.u32 	%r57, _ZZ6k_gemmE2Bs;\n"
     "	add.s32 	%r2, %r57, %r56;\n"
     "	and.b32  	%r58, %r44, 63;\n"
@@ -12902,6 +12939,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	add.s64 	%rd48, %rd2, %rd19;\n"
     "	add.s64 	%rd49, %rd48, %rd9;\n"
+    ,
     "	shl.b64 	%rd50, %rd49, 2;\n"
     "	add.s64 	%rd51, %rd3, %rd50;\n"
     "	ld.global.nc.f32 	%f522, [%rd51];\n"
@@ -12943,7 +12981,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd98, %rd97, %rd9;\n"
     "	shl.b64 	%rd99, %rd98, 2;\n"
     "	add.s64 	%rd100, %rd3, %rd99;\n"
-    ,
     "	ld.global.nc.f32 	%f530, [%rd100];\n"
     "	bra.uni 	$L__BB29_35;\n"
     "\n"
@@ -13064,6 +13101,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.shared.f32 	[%r124], %f527;\n"
     "	add.s32 	%r25, %r14, %r203;\n"
     "	setp.ge.s32 	%p28, %r25, %r39;\n"
+    ,
     "	setp.ge.s32 	%p29, %r15, %r38;\n"
     "	or.pred  	%p30, %p29, %p28;\n"
     "	@%p30 bra 	$L__BB29_28;\n"
@@ -13107,7 +13145,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	add.s32 	%r201, %r45, %r203;\n"
     "	cvt.s64.s32 	%rd105, %r201;\n"
-    ,
     "	add.s64 	%rd106, %rd4, %rd105;\n"
     "	add.s64 	%rd107, %rd106, %rd10;\n"
     "	shl.b64 	%rd108, %rd107, 2;\n"
@@ -13227,6 +13264,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd140, %rd26, %rd5;\n"
     "	add.s64 	%rd141, %rd17, %rd140;\n"
     "	shl.b64 	%rd142, %rd141, 2;\n"
+    ,
     "	add.s64 	%rd143, %rd3, %rd142;\n"
     "	ld.global.nc.f32 	%f536, [%rd143];\n"
     "\n"
@@ -13257,7 +13295,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f156, [%r1+192];\n"
     "	fma.rn.f32 	%f157, %f156, %f137, %f549;\n"
     "	fma.rn.f32 	%f158, %f156, %f140, %f550;\n"
-    ,
     "	fma.rn.f32 	%f159, %f156, %f142, %f551;\n"
     "	fma.rn.f32 	%f160, %f156, %f144, %f552;\n"
     "	ld.shared.f32 	%f161, [%r2+272];\n"
@@ -13336,6 +13373,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f234, [%r1+1088];\n"
     "	fma.rn.f32 	%f235, %f234, %f233, %f211;\n"
     "	ld.shared.f32 	%f236, [%r2+1152];\n"
+    ,
     "	fma.rn.f32 	%f237, %f234, %f236, %f213;\n"
     "	ld.shared.f32 	%f238, [%r2+1216];\n"
     "	fma.rn.f32 	%f239, %f234, %f238, %f215;\n"
@@ -13361,7 +13399,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f259, %f258, %f257, %f235;\n"
     "	ld.shared.f32 	%f260, [%r2+1424];\n"
     "	fma.rn.f32 	%f261, %f258, %f260, %f237;\n"
-    ,
     "	ld.shared.f32 	%f262, [%r2+1488];\n"
     "	fma.rn.f32 	%f263, %f258, %f262, %f239;\n"
     "	ld.shared.f32 	%f264, [%r2+1552];\n"
@@ -13439,6 +13476,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f336, [%r2+2368];\n"
     "	fma.rn.f32 	%f337, %f330, %f336, %f313;\n"
     "	ld.shared.f32 	%f338, [%r1+2240];\n"
+    ,
     "	fma.rn.f32 	%f339, %f338, %f329, %f315;\n"
     "	fma.rn.f32 	%f340, %f338, %f332, %f316;\n"
     "	fma.rn.f32 	%f341, %f338, %f334, %f317;\n"
@@ -13464,7 +13502,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f361, %f354, %f360, %f337;\n"
     "	ld.shared.f32 	%f362, [%r1+2512];\n"
     "	fma.rn.f32 	%f363, %f362, %f353, %f339;\n"
-    ,
     "	fma.rn.f32 	%f364, %f362, %f356, %f340;\n"
     "	fma.rn.f32 	%f365, %f362, %f358, %f341;\n"
     "	fma.rn.f32 	%f366, %f362, %f360, %f342;\n"
@@ -13542,6 +13579,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f438, %f434, %f432, %f414;\n"
     "	ld.shared.f32 	%f439, [%r1+3392];\n"
     "	fma.rn.f32 	%f440, %f439, %f425, %f416;\n"
+    ,
     "	fma.rn.f32 	%f441, %f439, %f428, %f417;\n"
     "	fma.rn.f32 	%f442, %f439, %f430, %f418;\n"
     "	fma.rn.f32 	%f443, %f439, %f432, %f419;\n"
@@ -13567,7 +13605,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f463, [%r1+3664];\n"
     "	fma.rn.f32 	%f464, %f463, %f449, %f440;\n"
     "	fma.rn.f32 	%f465, %f463, %f452, %f441;\n"
-    ,
     "	fma.rn.f32 	%f466, %f463, %f454, %f442;\n"
     "	fma.rn.f32 	%f467, %f463, %f456, %f443;\n"
     "	ld.shared.f32 	%f468, [%r1+3728];\n"
@@ -13660,6 +13697,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s32 	%p61, %r32, %r37;\n"
     "	@%p61 bra 	$L__BB29_64;\n"
     "\n"
+    ,
     "	ld.param.u64 	%rd187, [k_gemm_param_2];\n"
     "	ld.param.u64 	%rd186, [k_gemm_param_10];\n"
     "	cvt.s64.s32 	%rd144, %r32;\n"
@@ -13702,7 +13740,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s32 	%p66, %r34, %r37;\n"
     "	@%p66 bra 	$L__BB29_73;\n"
     "\n"
-    ,
     "	ld.param.u64 	%rd185, [k_gemm_param_2];\n"
     "	ld.param.u64 	%rd184, [k_gemm_param_10];\n"
     "	cvt.s64.s32 	%rd153, %r34;\n"
@@ -13833,6 +13870,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_attention_param_0,\n"
     "	.param .u64 k_attention_param_1,\n"
     "	.param .u64 k_attention_param_2,\n"
+    ,
     "	.param .u64 k_attention_param_3,\n"
     "	.param .u64 k_attention_param_4,\n"
     "	.param .u64 k_attention_param_5,\n"
@@ -13865,7 +13903,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd3, %rd145;\n"
     "	cvta.to.global.u64 	%rd4, %rd146;\n"
     "	add.u64 	%rd5, %SPL, 0;\n"
-    ,
     "	add.u64 	%rd6, %SPL, 512;\n"
     "	mov.u32 	%r1, %ctaid.x;\n"
     "	mov.u32 	%r2, %ntid.x;\n"
@@ -13990,6 +14027,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	div.s64 	%rd293, %rd292, %rd143;\n"
     "	mul.lo.s64 	%rd161, %rd293, %rd143;\n"
+    ,
     "	sub.s64 	%rd294, %rd292, %rd161;\n"
     "	bra.uni 	$L__BB30_14;\n"
     "\n"
@@ -14024,7 +14062,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.v4.f32 	[%rd172], {%f45, %f44, %f43, %f42};\n"
     "	add.s64 	%rd173, %rd6, %rd171;\n"
     "	mov.f32 	%f46, 0f00000000;\n"
-    ,
     "	st.local.v4.f32 	[%rd173], {%f46, %f46, %f46, %f46};\n"
     "	add.s64 	%rd297, %rd297, 4;\n"
     "	add.s64 	%rd296, %rd296, -4;\n"
@@ -14149,6 +14186,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd208, %rd207, %rd306;\n"
     "	mul.lo.s64 	%rd209, %rd208, %rd143;\n"
     "	add.s64 	%rd210, %rd209, %rd308;\n"
+    ,
     "	mul.lo.s64 	%rd211, %rd210, %rd142;\n"
     "	mul.lo.s64 	%rd73, %rd211, 3;\n"
     "	mov.f32 	%f316, 0f00000000;\n"
@@ -14182,7 +14220,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd215, %rd288, %rd312;\n"
     "	add.s64 	%rd309, %rd309, 16;\n"
     "	setp.ne.s64 	%p24, %rd215, 0;\n"
-    ,
     "	@%p24 bra 	$L__BB30_44;\n"
     "\n"
     "$L__BB30_45:\n"
@@ -14299,6 +14336,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f129, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f130, %f119, %f129, %f128;\n"
     "	mov.f32 	%f131, 0f32A57060;\n"
+    ,
     "	fma.rn.f32 	%f132, %f119, %f131, %f130;\n"
     "	mov.b32 	%r42, %f126;\n"
     "	shl.b32 	%r43, %r42, 23;\n"
@@ -14331,7 +14369,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f149, %f16, %f144, %f137;\n"
     "	fma.rn.f32 	%f150, %f16, %f135, %f136;\n"
     "	st.local.v4.f32 	[%rd230], {%f150, %f149, %f148, %f147};\n"
-    ,
     "	add.s64 	%rd318, %rd318, 4;\n"
     "	add.s64 	%rd317, %rd317, -4;\n"
     "	setp.ne.s64 	%p37, %rd317, 0;\n"
@@ -14447,6 +14484,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f190, %f187, %f189, %f188;\n"
     "	cvt.sat.f32.f32 	%f191, %f190;\n"
     "	mov.f32 	%f192, 0f4B400001;\n"
+    ,
     "	mov.f32 	%f193, 0f437C0000;\n"
     "	fma.rm.f32 	%f194, %f191, %f193, %f192;\n"
     "	add.f32 	%f195, %f194, 0fCB40007F;\n"
@@ -14481,7 +14519,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f214, %f29, %f203;\n"
     "	st.local.v4.f32 	[%rd249], {%f214, %f213, %f212, %f211};\n"
     "	add.s64 	%rd325, %rd325, 4;\n"
-    ,
     "	add.s64 	%rd324, %rd324, -4;\n"
     "	setp.ne.s64 	%p51, %rd324, 0;\n"
     "	@%p51 bra 	$L__BB30_80;\n"
@@ -14593,6 +14630,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB30_93:\n"
     "	add.s64 	%rd319, %rd98, 1;\n"
+    ,
     "	setp.lt.u64 	%p61, %rd98, %rd291;\n"
     "	@%p61 bra 	$L__BB30_68;\n"
     "\n"
@@ -14637,7 +14675,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd266, %rd330, %rd141;\n"
     "	add.s64 	%rd267, %rd266, %rd291;\n"
     "	mul.lo.s64 	%rd268, %rd267, %rd143;\n"
-    ,
     "	add.s64 	%rd269, %rd268, %rd331;\n"
     "	mul.lo.s64 	%rd332, %rd269, %rd142;\n"
     "\n"
@@ -14743,6 +14780,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.f32 	%f308, 0fFF800000, %f329, %p73;\n"
     "	add.f32 	%f309, %f317, %f308;\n"
     "	mul.lo.s64 	%rd280, %rd290, %rd10;\n"
+    ,
     "	add.s64 	%rd281, %rd280, %rd142;\n"
     "	add.s64 	%rd282, %rd290, %rd11;\n"
     "	selp.b64 	%rd283, %rd281, %rd282, %p77;\n"
@@ -14777,7 +14815,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .b64 	%SP;\n"
     "	.reg .b64 	%SPL;\n"
     "	.reg .pred 	%p<68>;\n"
-    ,
     "	.reg .f32 	%f<356>;\n"
     "	.reg .b32 	%r<68>;\n"
     "	.reg .b64 	%rd<422>;\n"
@@ -14892,6 +14929,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p6 bra 	$L__BB31_42;\n"
     "\n"
     "	@%p3 bra 	$L__BB31_35;\n"
+    ,
     "\n"
     "	setp.lt.u64 	%p8, %rd16, 3;\n"
     "	mov.f32 	%f339, 0f00000000;\n"
@@ -14931,7 +14969,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f90, %f89, %f88, %f87;\n"
     "	ld.global.nc.f32 	%f91, [%rd251+8];\n"
     "	ld.global.nc.f32 	%f92, [%rd250+8];\n"
-    ,
     "	fma.rn.f32 	%f93, %f92, %f91, %f90;\n"
     "	ld.global.nc.f32 	%f94, [%rd247+12];\n"
     "	ld.global.nc.f32 	%f95, [%rd247+8];\n"
@@ -15037,6 +15074,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB31_24:\n"
     "	mov.f32 	%f331, 0f00000000;\n"
     "	add.s64 	%rd216, %rd48, %rd382;\n"
+    ,
     "	shl.b64 	%rd217, %rd216, 2;\n"
     "	add.s64 	%rd218, %rd2, %rd217;\n"
     "	add.s64 	%rd219, %rd382, %rd376;\n"
@@ -15064,7 +15102,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.v4.f32 	[%rd225], {%f58, %f61, %f64, %f70};\n"
     "	add.s64 	%rd226, %rd9, %rd223;\n"
     "	st.local.v4.f32 	[%rd226], {%f331, %f331, %f331, %f331};\n"
-    ,
     "	ld.global.nc.f32 	%f72, [%rd222+12];\n"
     "	fma.rn.f32 	%f339, %f70, %f72, %f65;\n"
     "	add.s64 	%rd382, %rd382, 4;\n"
@@ -15178,6 +15215,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p23 bra 	$L__BB31_46;\n"
     "\n"
     "	div.s64 	%rd390, %rd83, %rd177;\n"
+    ,
     "	mul.lo.s64 	%rd273, %rd390, %rd177;\n"
     "	sub.s64 	%rd391, %rd83, %rd273;\n"
     "	bra.uni 	$L__BB31_47;\n"
@@ -15217,7 +15255,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd281, %rd280, %rd178;\n"
     "	mul.lo.s64 	%rd96, %rd281, 3;\n"
     "	mov.f32 	%f346, 0f00000000;\n"
-    ,
     "	mov.f32 	%f347, %f346;\n"
     "	@%p6 bra 	$L__BB31_58;\n"
     "\n"
@@ -15317,6 +15354,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f170, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f171, %f160, %f170, %f169;\n"
     "	mov.f32 	%f172, 0f32A57060;\n"
+    ,
     "	fma.rn.f32 	%f173, %f160, %f172, %f171;\n"
     "	mov.b32 	%r48, %f167;\n"
     "	shl.b32 	%r49, %r48, 23;\n"
@@ -15350,7 +15388,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f192, %f33, %f187, %f180;\n"
     "	fma.rn.f32 	%f193, %f33, %f178, %f179;\n"
     "	st.local.v4.f32 	[%rd295], {%f193, %f192, %f191, %f190};\n"
-    ,
     "	add.s64 	%rd402, %rd402, 4;\n"
     "	add.s64 	%rd401, %rd401, -4;\n"
     "	setp.ne.s64 	%p33, %rd401, 0;\n"
@@ -15458,6 +15495,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f354, %f241, %f240, %f354;\n"
     "	add.s64 	%rd131, %rd4, %rd311;\n"
     "	ld.global.nc.f32 	%f242, [%rd131];\n"
+    ,
     "	add.s64 	%rd132, %rd8, %rd312;\n"
     "	ld.local.f32 	%f243, [%rd132];\n"
     "	fma.rn.f32 	%f355, %f243, %f242, %f355;\n"
@@ -15490,7 +15528,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f259, 0f437C0000;\n"
     "	fma.rm.f32 	%f260, %f257, %f259, %f258;\n"
     "	add.f32 	%f261, %f260, 0fCB40007F;\n"
-    ,
     "	neg.f32 	%f262, %f261;\n"
     "	mov.f32 	%f263, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f264, %f253, %f263, %f262;\n"
@@ -15605,6 +15642,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f324, %f316, %f52;\n"
     "	st.global.f32 	[%rd360+12], %f324;\n"
     "	add.s64 	%rd421, %rd421, 4;\n"
+    ,
     "	add.s64 	%rd420, %rd420, -4;\n"
     "	setp.ne.s64 	%p63, %rd420, 0;\n"
     "	@%p63 bra 	$L__BB31_108;\n"
@@ -15644,7 +15682,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB31_91:\n"
     "	or.b64  	%rd326, %rd410, %rd179;\n"
     "	and.b64  	%rd327, %rd326, -4294967296;\n"
-    ,
     "	setp.eq.s64 	%p55, %rd327, 0;\n"
     "	@%p55 bra 	$L__BB31_93;\n"
     "\n"
@@ -15765,6 +15802,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     ".visible .entry k_attention_back_kv(\n"
     "	.param .u64 k_attention_back_kv_param_0,\n"
     "	.param .u64 k_attention_back_kv_param_1,\n"
+    ,
     "	.param .u64 k_attention_back_kv_param_2,\n"
     "	.param .u64 k_attention_back_kv_param_3,\n"
     "	.param .u64 k_attention_back_kv_param_4,\n"
@@ -15793,7 +15831,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd162, [k_attention_back_kv_param_3];\n"
     "	ld.param.u64 	%rd163, [k_attention_back_kv_param_4];\n"
     "	ld.param.u64 	%rd164, [k_attention_back_kv_param_5];\n"
-    ,
     "	ld.param.u64 	%rd165, [k_attention_back_kv_param_6];\n"
     "	ld.param.u64 	%rd166, [k_attention_back_kv_param_7];\n"
     "	ld.param.u64 	%rd156, [k_attention_back_kv_param_8];\n"
@@ -15911,6 +15948,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f41, [%rd189+4];\n"
     "	ld.global.nc.f32 	%f42, [%rd189];\n"
     "	shl.b64 	%rd191, %rd359, 2;\n"
+    ,
     "	add.s64 	%rd192, %rd8, %rd191;\n"
     "	ld.global.nc.f32 	%f43, [%rd190+8];\n"
     "	ld.global.nc.f32 	%f44, [%rd190+4];\n"
@@ -15941,7 +15979,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd198, %rd359, 2;\n"
     "	add.s64 	%rd48, %rd8, %rd198;\n"
     "	st.local.f32 	[%rd48], %f48;\n"
-    ,
     "	add.s64 	%rd49, %rd1, %rd197;\n"
     "	ld.global.nc.f32 	%f49, [%rd49];\n"
     "	add.s64 	%rd50, %rd9, %rd198;\n"
@@ -16058,6 +16095,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f81, [%rd366+-4];\n"
     "	fma.rn.f32 	%f82, %f81, %f62, %f70;\n"
     "	ld.global.nc.f32 	%f83, [%rd367+-4];\n"
+    ,
     "	fma.rn.f32 	%f84, %f83, %f72, %f80;\n"
     "	ld.global.nc.f32 	%f85, [%rd366];\n"
     "	fma.rn.f32 	%f86, %f85, %f63, %f82;\n"
@@ -16090,7 +16128,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f92, [%rd82];\n"
     "	fma.rn.f32 	%f339, %f92, %f91, %f339;\n"
     "	add.s64 	%rd218, %rd370, %rd68;\n"
-    ,
     "	shl.b64 	%rd219, %rd218, 2;\n"
     "	add.s64 	%rd84, %rd4, %rd219;\n"
     "	add.s64 	%rd85, %rd9, %rd217;\n"
@@ -16187,6 +16224,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd373, %rd373, 4;\n"
     "	add.s64 	%rd372, %rd372, -4;\n"
     "	setp.ne.s64 	%p24, %rd372, 0;\n"
+    ,
     "	@%p24 bra 	$L__BB32_41;\n"
     "\n"
     "$L__BB32_42:\n"
@@ -16220,7 +16258,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.f32 	[%rd92+4], %f163;\n"
     "	ld.global.nc.f32 	%f164, [%rd93+4];\n"
     "	ld.local.f32 	%f165, [%rd94+4];\n"
-    ,
     "	fma.rn.f32 	%f166, %f18, %f164, %f165;\n"
     "	st.local.f32 	[%rd94+4], %f166;\n"
     "	@%p27 bra 	$L__BB32_46;\n"
@@ -16326,6 +16363,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f348, %f217, %f216, %f348;\n"
     "	@%p34 bra 	$L__BB32_56;\n"
     "\n"
+    ,
     "	ld.local.f32 	%f218, [%rd105+8];\n"
     "	ld.global.nc.f32 	%f219, [%rd104+8];\n"
     "	fma.rn.f32 	%f347, %f219, %f218, %f347;\n"
@@ -16356,7 +16394,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f236, 0f32A57060;\n"
     "	fma.rn.f32 	%f237, %f224, %f236, %f235;\n"
     "	mov.b32 	%r31, %f231;\n"
-    ,
     "	shl.b32 	%r32, %r31, 23;\n"
     "	mov.b32 	%f238, %r32;\n"
     "	ex2.approx.ftz.f32 	%f239, %f237;\n"
@@ -16455,6 +16492,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.f32 	[%rd116+8], %f291;\n"
     "\n"
     "$L__BB32_64:\n"
+    ,
     "	add.s64 	%rd344, %rd351, %rd156;\n"
     "	sub.s64 	%rd343, %rd344, %rd352;\n"
     "	add.s64 	%rd374, %rd374, 1;\n"
@@ -16496,7 +16534,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd327, %rd326, 2;\n"
     "	add.s64 	%rd328, %rd7, %rd327;\n"
     "	st.global.f32 	[%rd328], %f312;\n"
-    ,
     "	add.s64 	%rd329, %rd11, %rd324;\n"
     "	ld.local.v4.f32 	{%f313, %f314, %f315, %f316}, [%rd329];\n"
     "	add.s64 	%rd330, %rd145, %rd392;\n"
@@ -16605,6 +16642,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.local.v2.f32 	{%f297, %f298}, [%rd297];\n"
     "	add.s64 	%rd298, %rd129, %rd386;\n"
     "	shl.b64 	%rd299, %rd298, 2;\n"
+    ,
     "	add.s64 	%rd300, %rd7, %rd299;\n"
     "	st.global.f32 	[%rd300], %f297;\n"
     "	mul.f32 	%f301, %f293, %f38;\n"
@@ -16646,7 +16684,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB32_82:\n"
     "	cvt.u32.u64 	%r45, %rd387;\n"
-    ,
     "	div.u32 	%r46, %r45, %r11;\n"
     "	mul.lo.s32 	%r47, %r46, %r11;\n"
     "	sub.s32 	%r48, %r45, %r47;\n"
@@ -16755,6 +16792,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd6, [%rd51+384];\n"
     "	ld.param.u64 	%rd7, [%rd51+512];\n"
     "	ld.param.u64 	%rd8, [%rd51+640];\n"
+    ,
     "	setp.lt.s64 	%p7, %rd8, 0;\n"
     "	@%p7 bra 	$L__BB33_7;\n"
     "\n"
@@ -16793,7 +16831,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd58, %rd57, 2;\n"
     "	add.s64 	%rd127, %rd55, %rd58;\n"
     "	add.s64 	%rd59, %rd5, %rd12;\n"
-    ,
     "	add.s64 	%rd60, %rd59, %rd13;\n"
     "	shl.b64 	%rd61, %rd60, 2;\n"
     "	add.s64 	%rd126, %rd1, %rd61;\n"
@@ -16913,6 +16950,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.u32 	%r41, 1, 0, %p27;\n"
     "	add.s32 	%r42, %r31, %r41;\n"
     "	or.b32  	%r58, %r42, %r58;\n"
+    ,
     "	bra.uni 	$L__BB33_20;\n"
     "\n"
     "$L__BB33_15:\n"
@@ -16951,7 +16989,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd75, %rd16, %rd74;\n"
     "	mul.lo.s64 	%rd76, %rd75, %rd11;\n"
     "	add.s64 	%rd77, %rd76, %rd13;\n"
-    ,
     "	max.s64 	%rd78, %rd15, %rd77;\n"
     "	add.s64 	%rd79, %rd78, %rd17;\n"
     "	not.b64 	%rd80, %rd77;\n"
@@ -17062,6 +17099,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd111, %rd110, 2;\n"
     "	add.s64 	%rd112, %rd41, %rd111;\n"
     "	add.s64 	%rd113, %rd109, %rd5;\n"
+    ,
     "	shl.b64 	%rd114, %rd113, 2;\n"
     "	add.s64 	%rd115, %rd1, %rd114;\n"
     "	add.s64 	%rd116, %rd109, %rd6;\n"
@@ -17093,7 +17131,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.f32 	[%rd112], %f98;\n"
     "	st.global.u32 	[%rd115], %r57;\n"
     "	add.s64 	%rd130, %rd109, %rd17;\n"
-    ,
     "	setp.lt.s64 	%p35, %rd130, %rd15;\n"
     "	@%p35 bra 	$L__BB33_30;\n"
     "\n"
@@ -17207,6 +17244,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.f32 	%p5, %f11, 0f3F19999A;\n"
     "	selp.f32 	%f32, %f20, %f31, %p5;\n"
     "	mul.f32 	%f33, %f6, 0f3E095D4E;\n"
+    ,
     "	fma.rn.f32 	%f34, %f6, %f33, 0f3F800000;\n"
     "	mul.f32 	%f35, %f34, 0f3F4C422A;\n"
     "	add.f32 	%f36, %f32, 0f3F800000;\n"
@@ -17245,7 +17283,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	or.b16  	%rs2, %rs1, 64;\n"
     "	and.b32  	%r53, %r52, 1;\n"
     "	add.s32 	%r54, %r50, %r53;\n"
-    ,
     "	add.s32 	%r55, %r54, 32767;\n"
     "	shr.u32 	%r56, %r55, 16;\n"
     "	cvt.u16.u32 	%rs3, %r56;\n"
@@ -17371,6 +17408,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f57, 0fC0000000;\n"
     "	fma.rn.f32 	%f58, %f56, %f57, %f55;\n"
     "	setp.ge.f32 	%p25, %f51, 0f41102CB4;\n"
+    ,
     "	selp.f32 	%f59, 0f3F800000, %f58, %p25;\n"
     "	copysign.f32 	%f60, %f50, %f59;\n"
     "	mul.f32 	%f61, %f50, %f50;\n"
@@ -17408,7 +17446,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB34_35:\n"
     "	mov.b32 	%r84, %f4;\n"
-    ,
     "	and.b32  	%r85, %r84, 2147483647;\n"
     "	setp.gt.u32 	%p43, %r85, 2139095040;\n"
     "	shr.u32 	%r86, %r84, 16;\n"
@@ -17530,6 +17567,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd28;\n"
     "	cvta.to.global.u64 	%rd2, %rd27;\n"
     "	mov.u32 	%r9, %ctaid.x;\n"
+    ,
     "	cvt.u64.u32 	%rd52, %r9;\n"
     "	setp.ge.s64 	%p1, %rd52, %rd24;\n"
     "	@%p1 bra 	$L__BB35_38;\n"
@@ -17571,7 +17609,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd53, %r21;\n"
     "\n"
     "$L__BB35_5:\n"
-    ,
     "	ld.param.u64 	%rd51, [k_att_softmax_param_6];\n"
     "	mul.lo.s64 	%rd31, %rd52, %rd51;\n"
     "	shl.b64 	%rd32, %rd31, 2;\n"
@@ -17691,6 +17728,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f60, %f59;\n"
     "	mov.f32 	%f61, 0f4B400001;\n"
     "	mov.f32 	%f62, 0f437C0000;\n"
+    ,
     "	fma.rm.f32 	%f63, %f60, %f62, %f61;\n"
     "	add.f32 	%f64, %f63, 0fCB40007F;\n"
     "	neg.f32 	%f65, %f64;\n"
@@ -17725,7 +17763,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r71|%p23, %r69, %r51, %r40, %r42;\n"
     "	mov.b32 	%f78, %r71;\n"
     "	add.f32 	%f79, %f77, %f78;\n"
-    ,
     "	mov.b32 	%r72, %f79;\n"
     "	shfl.sync.bfly.b32 	%r74|%p24, %r72, %r54, %r40, %r42;\n"
     "	mov.b32 	%f80, %r74;\n"
@@ -17841,6 +17878,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB35_36;\n"
     "\n"
     "$L__BB35_34:\n"
+    ,
     "	add.s64 	%rd45, %rd57, %rd9;\n"
     "	shl.b64 	%rd46, %rd45, 2;\n"
     "	add.s64 	%rd47, %rd2, %rd46;\n"
@@ -17875,7 +17913,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u16.u32 	%rs1, %r103;\n"
     "	or.b16  	%rs2, %rs1, 64;\n"
     "	and.b32  	%r104, %r103, 1;\n"
-    ,
     "	add.s32 	%r105, %r101, %r104;\n"
     "	add.s32 	%r106, %r105, 32767;\n"
     "	shr.u32 	%r107, %r106, 16;\n"
@@ -17989,6 +18026,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r8, %ntid.x;\n"
     "	cvt.u64.u32 	%rd6, %r8;\n"
     "	and.b32  	%r1, %r7, 31;\n"
+    ,
     "	shr.u32 	%r2, %r8, 5;\n"
     "	shr.u32 	%r9, %r7, 3;\n"
     "	and.b32  	%r10, %r9, 536870908;\n"
@@ -18032,7 +18070,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB36_7:\n"
     "	add.s64 	%rd33, %rd53, %rd10;\n"
     "	shl.b64 	%rd34, %rd33, 2;\n"
-    ,
     "	add.s64 	%rd35, %rd3, %rd34;\n"
     "	ld.global.nc.f32 	%f16, [%rd35];\n"
     "	mul.f32 	%f17, %f16, %f13;\n"
@@ -18151,6 +18188,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f105, 0f00000000;\n"
     "	bra.uni 	$L__BB36_23;\n"
     "\n"
+    ,
     "$L__BB36_21:\n"
     "	add.s64 	%rd44, %rd55, %rd10;\n"
     "	shl.b64 	%rd45, %rd44, 2;\n"
@@ -18187,7 +18225,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r59, %r58, 2147483647;\n"
     "	setp.gt.u32 	%p22, %r59, 2139095040;\n"
     "	shr.u32 	%r60, %r58, 16;\n"
-    ,
     "	cvt.u16.u32 	%rs1, %r60;\n"
     "	or.b16  	%rs2, %rs1, 64;\n"
     "	and.b32  	%r61, %r60, 1;\n"
@@ -18304,6 +18341,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s64 	%p1, %rd162, %rd87;\n"
     "	@%p1 bra 	$L__BB37_44;\n"
     "\n"
+    ,
     "	setp.eq.s64 	%p2, %rd90, 0;\n"
     "	mov.u32 	%r4, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd8, %r4;\n"
@@ -18347,7 +18385,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p10 bra 	$L__BB37_17;\n"
     "\n"
     "	div.s64 	%rd168, %rd166, %rd90;\n"
-    ,
     "	mul.lo.s64 	%rd118, %rd168, %rd90;\n"
     "	sub.s64 	%rd169, %rd166, %rd118;\n"
     "	bra.uni 	$L__BB37_18;\n"
@@ -18463,6 +18500,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f43, [%rd180+-4];\n"
     "	ld.global.nc.f32 	%f44, [%rd181+-4];\n"
     "	fma.rn.f32 	%f45, %f44, %f43, %f42;\n"
+    ,
     "	ld.global.nc.f32 	%f46, [%rd180];\n"
     "	ld.global.nc.f32 	%f47, [%rd181];\n"
     "	fma.rn.f32 	%f48, %f47, %f46, %f45;\n"
@@ -18498,7 +18536,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	ld.global.nc.f32 	%f55, [%rd85+8];\n"
     "	ld.global.nc.f32 	%f56, [%rd84+8];\n"
-    ,
     "	fma.rn.f32 	%f64, %f56, %f55, %f64;\n"
     "\n"
     "$L__BB37_43:\n"
@@ -18626,6 +18663,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd145, %rd178, %rd62;\n"
     "	st.global.u32 	[%rd145], %r24;\n"
     "	add.s64 	%rd146, %rd162, %rd9;\n"
+    ,
     "	add.s64 	%rd147, %rd146, %rd9;\n"
     "	add.s64 	%rd148, %rd145, %rd62;\n"
     "	st.global.u32 	[%rd148], %r24;\n"
@@ -18665,7 +18703,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd187, [k_att_repack_param_0];\n"
     "	ld.param.u64 	%rd188, [k_att_repack_param_1];\n"
     "	ld.param.u64 	%rd183, [k_att_repack_param_2];\n"
-    ,
     "	ld.param.u64 	%rd189, [k_att_repack_param_3];\n"
     "	ld.param.u64 	%rd184, [k_att_repack_param_4];\n"
     "	ld.param.u64 	%rd185, [k_att_repack_param_5];\n"
@@ -18781,6 +18818,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.u32 	%r18, %r17, %r16;\n"
     "	mul.lo.s32 	%r19, %r18, %r16;\n"
     "	sub.s32 	%r20, %r17, %r19;\n"
+    ,
     "	cvt.u64.u32 	%rd308, %r18;\n"
     "	cvt.u64.u32 	%rd309, %r20;\n"
     "\n"
@@ -18822,7 +18860,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB38_23:\n"
     "	ld.global.u16 	%rs2, [%rd40];\n"
-    ,
     "	st.global.u16 	[%rd17], %rs2;\n"
     "	bra.uni 	$L__BB38_24;\n"
     "\n"
@@ -18960,6 +18997,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p15, %rd219, 0;\n"
     "	@%p15 bra 	$L__BB38_29;\n"
     "\n"
+    ,
     "	div.s64 	%rd315, %rd313, %rd185;\n"
     "	mul.lo.s64 	%rd220, %rd315, %rd185;\n"
     "	sub.s64 	%rd316, %rd313, %rd220;\n"
@@ -19002,7 +19040,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p18, %rd225, 0;\n"
     "	@%p18 bra 	$L__BB38_36;\n"
     "\n"
-    ,
     "	div.s64 	%rd319, %rd317, %rd186;\n"
     "	mul.lo.s64 	%rd226, %rd319, %rd186;\n"
     "	sub.s64 	%rd320, %rd317, %rd226;\n"
@@ -19130,6 +19167,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB38_55:\n"
     "	mul.lo.s64 	%rd246, %rd326, %rd184;\n"
     "	add.s64 	%rd247, %rd246, %rd325;\n"
+    ,
     "	mul.lo.s64 	%rd248, %rd247, %rd186;\n"
     "	add.s64 	%rd249, %rd248, %rd327;\n"
     "	mul.lo.s64 	%rd328, %rd249, 3;\n"
@@ -19176,7 +19214,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.f32 	[%rd96], %f6;\n"
     "\n"
     "$L__BB38_63:\n"
-    ,
     "	add.s64 	%rd313, %rd71, %rd9;\n"
     "	setp.lt.s64 	%p27, %rd313, %rd7;\n"
     "	@%p27 bra 	$L__BB38_27;\n"
@@ -19309,6 +19346,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.f32 	[%rd152], %f10;\n"
     "\n"
     "$L__BB38_106:\n"
+    ,
     "	add.s64 	%rd154, %rd313, %rd9;\n"
     "	or.b64  	%rd288, %rd154, %rd185;\n"
     "	and.b64  	%rd289, %rd288, -4294967296;\n"
@@ -19350,7 +19388,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u32.u64 	%r92, %rd161;\n"
     "	div.u32 	%r93, %r92, %r76;\n"
     "	mul.lo.s32 	%r94, %r93, %r76;\n"
-    ,
     "	sub.s32 	%r95, %r92, %r94;\n"
     "	cvt.u64.u32 	%rd347, %r93;\n"
     "	cvt.u64.u32 	%rd348, %r95;\n"
@@ -19480,6 +19517,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_flash_back_dkv_param_2,\n"
     "	.param .u64 k_flash_back_dkv_param_3,\n"
     "	.param .u64 k_flash_back_dkv_param_4,\n"
+    ,
     "	.param .u64 k_flash_back_dkv_param_5,\n"
     "	.param .u64 k_flash_back_dkv_param_6,\n"
     "	.param .u64 k_flash_back_dkv_param_7,\n"
@@ -19521,7 +19559,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_flash_back_dq_d128_param_0,\n"
     "	.param .u64 k_flash_back_dq_d128_param_1,\n"
     "	.param .u64 k_flash_back_dq_d128_param_2,\n"
-    ,
     "	.param .u64 k_flash_back_dq_d128_param_3,\n"
     "	.param .u64 k_flash_back_dq_d128_param_4,\n"
     "	.param .u64 k_flash_back_dq_d128_param_5,\n"
@@ -25447,34 +25484,37 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_layernorm_back_param_3,\n"
     "	.param .u64 k_layernorm_back_param_4,\n"
     "	.param .u64 k_layernorm_back_param_5,\n"
-    "	.param .f32 k_layernorm_back_param_6\n"
+    "	.param .f32 k_layernorm_back_param_6,\n"
+    "	.param .u64 k_layernorm_back_param_7\n"
     ")\n"
     "{\n"
-    "	.reg .pred 	%p<59>;\n"
-    "	.reg .f32 	%f<152>;\n"
+    "	.reg .pred 	%p<61>;\n"
+    "	.reg .f32 	%f<164>;\n"
     "	.reg .b32 	%r<143>;\n"
-    "	.reg .b64 	%rd<50>;\n"
+    "	.reg .b64 	%rd<64>;\n"
     "\n"
     "\n"
-    "	ld.param.u64 	%rd23, [k_layernorm_back_param_0];\n"
-    "	ld.param.u64 	%rd24, [k_layernorm_back_param_1];\n"
-    "	ld.param.u64 	%rd25, [k_layernorm_back_param_2];\n"
-    "	ld.param.u64 	%rd20, [k_layernorm_back_param_3];\n"
-    "	ld.param.u64 	%rd21, [k_layernorm_back_param_4];\n"
-    "	ld.param.u64 	%rd22, [k_layernorm_back_param_5];\n"
-    "	ld.param.f32 	%f32, [k_layernorm_back_param_6];\n"
-    "	cvta.to.global.u64 	%rd1, %rd24;\n"
-    "	cvta.to.global.u64 	%rd2, %rd25;\n"
-    "	cvta.to.global.u64 	%rd3, %rd23;\n"
+    "	ld.param.u64 	%rd26, [k_layernorm_back_param_0];\n"
+    "	ld.param.u64 	%rd27, [k_layernorm_back_param_1];\n"
+    "	ld.param.u64 	%rd28, [k_layernorm_back_param_2];\n"
+    "	ld.param.u64 	%rd29, [k_layernorm_back_param_3];\n"
+    "	ld.param.u64 	%rd23, [k_layernorm_back_param_4];\n"
+    "	ld.param.u64 	%rd24, [k_layernorm_back_param_5];\n"
+    "	ld.param.f32 	%f30, [k_layernorm_back_param_6];\n"
+    "	ld.param.u64 	%rd25, [k_layernorm_back_param_7];\n"
+    "	cvta.to.global.u64 	%rd1, %rd29;\n"
+    "	cvta.to.global.u64 	%rd2, %rd27;\n"
+    "	cvta.to.global.u64 	%rd3, %rd28;\n"
+    "	cvta.to.global.u64 	%rd4, %rd26;\n"
     "	mov.u32 	%r5, %ctaid.x;\n"
-    "	cvt.u64.u32 	%rd45, %r5;\n"
-    "	setp.ge.s64 	%p1, %rd45, %rd21;\n"
-    "	@%p1 bra 	$L__BB12_31;\n"
+    "	cvt.u64.u32 	%rd58, %r5;\n"
+    "	setp.ge.s64 	%p1, %rd58, %rd23;\n"
+    "	@%p1 bra 	$L__BB12_34;\n"
     "\n"
     "	mov.u32 	%r6, %tid.x;\n"
-    "	cvt.u64.u32 	%rd5, %r6;\n"
+    "	cvt.u64.u32 	%rd6, %r6;\n"
     "	mov.u32 	%r7, %ntid.x;\n"
-    "	cvt.u64.u32 	%rd6, %r7;\n"
+    "	cvt.u64.u32 	%rd7, %r7;\n"
     "	and.b32  	%r1, %r6, 31;\n"
     "	shr.u32 	%r2, %r7, 5;\n"
     "	shr.u32 	%r8, %r6, 3;\n"
@@ -25484,368 +25524,402 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r11, %r6, 2;\n"
     "	and.b32  	%r12, %r11, 124;\n"
     "	add.s32 	%r4, %r10, %r12;\n"
-    "	cvt.rn.f32.s64 	%f1, %rd22;\n"
+    "	cvt.rn.f32.s64 	%f1, %rd24;\n"
     "	mov.u32 	%r13, %nctaid.x;\n"
-    "	cvt.u64.u32 	%rd7, %r13;\n"
-    "	cvta.to.global.u64 	%rd8, %rd20;\n"
+    "	cvt.u64.u32 	%rd8, %r13;\n"
+    "	cvta.to.global.u64 	%rd9, %rd25;\n"
     "\n"
     "$L__BB12_2:\n"
-    "	mul.lo.s64 	%rd10, %rd45, %rd22;\n"
-    "	setp.ge.s64 	%p2, %rd5, %rd22;\n"
-    "	mov.f32 	%f141, 0f00000000;\n"
+    "	mul.lo.s64 	%rd11, %rd58, %rd24;\n"
+    "	setp.ge.s64 	%p2, %rd6, %rd24;\n"
+    "	mov.f32 	%f153, 0f00000000;\n"
     "	@%p2 bra 	$L__BB12_5;\n"
     "\n"
-    "	mov.f32 	%f141, 0f00000000;\n"
-    "	mov.u64 	%rd46, %rd5;\n"
+    "	mov.f32 	%f153, 0f00000000;\n"
+    "	mov.u64 	%rd59, %rd6;\n"
     "\n"
     "$L__BB12_4:\n"
-    "	add.s64 	%rd26, %rd46, %rd10;\n"
-    "	shl.b64 	%rd27, %rd26, 2;\n"
-    "	add.s64 	%rd28, %rd3, %rd27;\n"
-    "	ld.global.nc.f32 	%f35, [%rd28];\n"
-    "	add.f32 	%f141, %f141, %f35;\n"
-    "	add.s64 	%rd46, %rd46, %rd6;\n"
-    "	setp.lt.s64 	%p3, %rd46, %rd22;\n"
+    "	add.s64 	%rd30, %rd59, %rd11;\n"
+    "	shl.b64 	%rd31, %rd30, 2;\n"
+    "	add.s64 	%rd32, %rd4, %rd31;\n"
+    "	ld.global.nc.f32 	%f33, [%rd32];\n"
+    "	add.f32 	%f153, %f153, %f33;\n"
+    "	add.s64 	%rd59, %rd59, %rd7;\n"
+    "	setp.lt.s64 	%p3, %rd59, %rd24;\n"
     "	@%p3 bra 	$L__BB12_4;\n"
     "\n"
     "$L__BB12_5:\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r14, %f141;\n"
+    "	mov.b32 	%r14, %f153;\n"
     "	mov.u32 	%r15, 31;\n"
     "	mov.u32 	%r16, 16;\n"
     "	mov.u32 	%r17, -1;\n"
     "	shfl.sync.bfly.b32 	%r18|%p4, %r14, %r16, %r15, %r17;\n"
-    "	mov.b32 	%f36, %r18;\n"
-    "	add.f32 	%f37, %f141, %f36;\n"
-    "	mov.b32 	%r19, %f37;\n"
+    "	mov.b32 	%f34, %r18;\n"
+    "	add.f32 	%f35, %f153, %f34;\n"
+    "	mov.b32 	%r19, %f35;\n"
     "	mov.u32 	%r20, 8;\n"
     "	shfl.sync.bfly.b32 	%r21|%p5, %r19, %r20, %r15, %r17;\n"
-    "	mov.b32 	%f38, %r21;\n"
-    "	add.f32 	%f39, %f37, %f38;\n"
-    "	mov.b32 	%r22, %f39;\n"
+    "	mov.b32 	%f36, %r21;\n"
+    "	add.f32 	%f37, %f35, %f36;\n"
+    "	mov.b32 	%r22, %f37;\n"
     "	mov.u32 	%r23, 4;\n"
     "	shfl.sync.bfly.b32 	%r24|%p6, %r22, %r23, %r15, %r17;\n"
-    "	mov.b32 	%f40, %r24;\n"
-    "	add.f32 	%f41, %f39, %f40;\n"
-    "	mov.b32 	%r25, %f41;\n"
+    "	mov.b32 	%f38, %r24;\n"
+    "	add.f32 	%f39, %f37, %f38;\n"
+    "	mov.b32 	%r25, %f39;\n"
     "	mov.u32 	%r26, 2;\n"
     "	shfl.sync.bfly.b32 	%r27|%p7, %r25, %r26, %r15, %r17;\n"
-    "	mov.b32 	%f42, %r27;\n"
-    "	add.f32 	%f43, %f41, %f42;\n"
-    "	mov.b32 	%r28, %f43;\n"
+    "	mov.b32 	%f40, %r27;\n"
+    "	add.f32 	%f41, %f39, %f40;\n"
+    "	mov.b32 	%r28, %f41;\n"
     "	mov.u32 	%r29, 1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r30|%p8, %r28, %r29, %r15, %r17;\n"
-    "	mov.b32 	%f44, %r30;\n"
-    "	add.f32 	%f5, %f43, %f44;\n"
+    "	mov.b32 	%f42, %r30;\n"
+    "	add.f32 	%f5, %f41, %f42;\n"
     "	setp.ne.s32 	%p9, %r1, 0;\n"
     "	@%p9 bra 	$L__BB12_7;\n"
     "\n"
-    ,
     "	st.shared.f32 	[%r3], %f5;\n"
     "\n"
     "$L__BB12_7:\n"
     "	setp.ge.u32 	%p10, %r1, %r2;\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f144, 0f00000000;\n"
-    "	mov.f32 	%f142, %f144;\n"
+    "	mov.f32 	%f156, 0f00000000;\n"
+    "	mov.f32 	%f154, %f156;\n"
     "	@%p10 bra 	$L__BB12_9;\n"
     "\n"
-    "	ld.shared.f32 	%f142, [%r4];\n"
+    "	ld.shared.f32 	%f154, [%r4];\n"
     "\n"
     "$L__BB12_9:\n"
-    "	mov.b32 	%r31, %f142;\n"
+    "	mov.b32 	%r31, %f154;\n"
     "	mov.u32 	%r32, 31;\n"
     "	mov.u32 	%r33, 16;\n"
     "	mov.u32 	%r34, -1;\n"
     "	shfl.sync.bfly.b32 	%r35|%p11, %r31, %r33, %r32, %r34;\n"
-    "	mov.b32 	%f47, %r35;\n"
-    "	add.f32 	%f48, %f142, %f47;\n"
-    "	mov.b32 	%r36, %f48;\n"
+    "	mov.b32 	%f45, %r35;\n"
+    "	add.f32 	%f46, %f154, %f45;\n"
+    "	mov.b32 	%r36, %f46;\n"
     "	mov.u32 	%r37, 8;\n"
     "	shfl.sync.bfly.b32 	%r38|%p12, %r36, %r37, %r32, %r34;\n"
-    "	mov.b32 	%f49, %r38;\n"
-    "	add.f32 	%f50, %f48, %f49;\n"
-    "	mov.b32 	%r39, %f50;\n"
+    "	mov.b32 	%f47, %r38;\n"
+    "	add.f32 	%f48, %f46, %f47;\n"
+    "	mov.b32 	%r39, %f48;\n"
     "	mov.u32 	%r40, 4;\n"
     "	shfl.sync.bfly.b32 	%r41|%p13, %r39, %r40, %r32, %r34;\n"
-    "	mov.b32 	%f51, %r41;\n"
-    "	add.f32 	%f52, %f50, %f51;\n"
-    "	mov.b32 	%r42, %f52;\n"
+    "	mov.b32 	%f49, %r41;\n"
+    "	add.f32 	%f50, %f48, %f49;\n"
+    "	mov.b32 	%r42, %f50;\n"
     "	mov.u32 	%r43, 2;\n"
     "	shfl.sync.bfly.b32 	%r44|%p14, %r42, %r43, %r32, %r34;\n"
-    "	mov.b32 	%f53, %r44;\n"
-    "	add.f32 	%f54, %f52, %f53;\n"
-    "	mov.b32 	%r45, %f54;\n"
+    "	mov.b32 	%f51, %r44;\n"
+    "	add.f32 	%f52, %f50, %f51;\n"
+    "	mov.b32 	%r45, %f52;\n"
     "	mov.u32 	%r46, 1;\n"
     "	shfl.sync.bfly.b32 	%r47|%p15, %r45, %r46, %r32, %r34;\n"
-    "	mov.b32 	%f55, %r47;\n"
-    "	add.f32 	%f56, %f54, %f55;\n"
-    "	div.rn.f32 	%f8, %f56, %f1;\n"
+    "	mov.b32 	%f53, %r47;\n"
+    "	add.f32 	%f54, %f52, %f53;\n"
+    "	div.rn.f32 	%f8, %f54, %f1;\n"
     "	@%p2 bra 	$L__BB12_12;\n"
     "\n"
-    "	mov.f32 	%f144, 0f00000000;\n"
-    "	mov.u64 	%rd47, %rd5;\n"
+    "	mov.f32 	%f156, 0f00000000;\n"
+    "	mov.u64 	%rd60, %rd6;\n"
     "\n"
     "$L__BB12_11:\n"
-    "	add.s64 	%rd29, %rd47, %rd10;\n"
-    "	shl.b64 	%rd30, %rd29, 2;\n"
-    "	add.s64 	%rd31, %rd3, %rd30;\n"
-    "	ld.global.nc.f32 	%f58, [%rd31];\n"
-    "	sub.f32 	%f59, %f58, %f8;\n"
-    "	fma.rn.f32 	%f144, %f59, %f59, %f144;\n"
-    "	add.s64 	%rd47, %rd47, %rd6;\n"
-    "	setp.lt.s64 	%p17, %rd47, %rd22;\n"
+    "	add.s64 	%rd33, %rd60, %rd11;\n"
+    "	shl.b64 	%rd34, %rd33, 2;\n"
+    "	add.s64 	%rd35, %rd4, %rd34;\n"
+    "	ld.global.nc.f32 	%f56, [%rd35];\n"
+    "	sub.f32 	%f57, %f56, %f8;\n"
+    "	fma.rn.f32 	%f156, %f57, %f57, %f156;\n"
+    "	add.s64 	%rd60, %rd60, %rd7;\n"
+    "	setp.lt.s64 	%p17, %rd60, %rd24;\n"
     "	@%p17 bra 	$L__BB12_11;\n"
     "\n"
     "$L__BB12_12:\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r48, %f144;\n"
+    "	mov.b32 	%r48, %f156;\n"
     "	shfl.sync.bfly.b32 	%r52|%p18, %r48, %r33, %r32, %r34;\n"
-    "	mov.b32 	%f60, %r52;\n"
-    "	add.f32 	%f61, %f144, %f60;\n"
-    "	mov.b32 	%r53, %f61;\n"
+    "	mov.b32 	%f58, %r52;\n"
+    "	add.f32 	%f59, %f156, %f58;\n"
+    "	mov.b32 	%r53, %f59;\n"
     "	shfl.sync.bfly.b32 	%r55|%p19, %r53, %r37, %r32, %r34;\n"
-    "	mov.b32 	%f62, %r55;\n"
-    "	add.f32 	%f63, %f61, %f62;\n"
-    "	mov.b32 	%r56, %f63;\n"
+    "	mov.b32 	%f60, %r55;\n"
+    "	add.f32 	%f61, %f59, %f60;\n"
+    "	mov.b32 	%r56, %f61;\n"
     "	shfl.sync.bfly.b32 	%r58|%p20, %r56, %r40, %r32, %r34;\n"
-    "	mov.b32 	%f64, %r58;\n"
-    "	add.f32 	%f65, %f63, %f64;\n"
-    "	mov.b32 	%r59, %f65;\n"
+    "	mov.b32 	%f62, %r58;\n"
+    "	add.f32 	%f63, %f61, %f62;\n"
+    "	mov.b32 	%r59, %f63;\n"
     "	shfl.sync.bfly.b32 	%r61|%p21, %r59, %r43, %r32, %r34;\n"
-    "	mov.b32 	%f66, %r61;\n"
-    "	add.f32 	%f67, %f65, %f66;\n"
-    "	mov.b32 	%r62, %f67;\n"
+    "	mov.b32 	%f64, %r61;\n"
+    "	add.f32 	%f65, %f63, %f64;\n"
+    "	mov.b32 	%r62, %f65;\n"
     "	shfl.sync.bfly.b32 	%r64|%p22, %r62, %r46, %r32, %r34;\n"
-    "	mov.b32 	%f68, %r64;\n"
-    "	add.f32 	%f12, %f67, %f68;\n"
+    "	mov.b32 	%f66, %r64;\n"
+    "	add.f32 	%f12, %f65, %f66;\n"
     "	@%p9 bra 	$L__BB12_14;\n"
     "\n"
     "	st.shared.f32 	[%r3], %f12;\n"
     "\n"
     "$L__BB12_14:\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f148, 0f00000000;\n"
-    "	mov.f32 	%f145, %f148;\n"
+    "	mov.f32 	%f160, 0f00000000;\n"
+    "	mov.f32 	%f157, %f160;\n"
     "	@%p10 bra 	$L__BB12_16;\n"
     "\n"
-    "	ld.shared.f32 	%f145, [%r4];\n"
+    "	ld.shared.f32 	%f157, [%r4];\n"
     "\n"
     "$L__BB12_16:\n"
-    "	mov.b32 	%r65, %f145;\n"
+    "	mov.b32 	%r65, %f157;\n"
     "	mov.u32 	%r66, 31;\n"
     "	mov.u32 	%r67, 16;\n"
     "	mov.u32 	%r68, -1;\n"
     "	shfl.sync.bfly.b32 	%r69|%p25, %r65, %r67, %r66, %r68;\n"
-    "	mov.b32 	%f72, %r69;\n"
-    "	add.f32 	%f73, %f145, %f72;\n"
-    "	mov.b32 	%r70, %f73;\n"
+    "	mov.b32 	%f70, %r69;\n"
+    "	add.f32 	%f71, %f157, %f70;\n"
+    "	mov.b32 	%r70, %f71;\n"
     "	mov.u32 	%r71, 8;\n"
     "	shfl.sync.bfly.b32 	%r72|%p26, %r70, %r71, %r66, %r68;\n"
-    "	mov.b32 	%f74, %r72;\n"
-    "	add.f32 	%f75, %f73, %f74;\n"
-    "	mov.b32 	%r73, %f75;\n"
+    "	mov.b32 	%f72, %r72;\n"
+    "	add.f32 	%f73, %f71, %f72;\n"
+    "	mov.b32 	%r73, %f73;\n"
     "	mov.u32 	%r74, 4;\n"
     "	shfl.sync.bfly.b32 	%r75|%p27, %r73, %r74, %r66, %r68;\n"
-    "	mov.b32 	%f76, %r75;\n"
-    "	add.f32 	%f77, %f75, %f76;\n"
-    "	mov.b32 	%r76, %f77;\n"
+    "	mov.b32 	%f74, %r75;\n"
+    "	add.f32 	%f75, %f73, %f74;\n"
+    "	mov.b32 	%r76, %f75;\n"
     "	mov.u32 	%r77, 2;\n"
     "	shfl.sync.bfly.b32 	%r78|%p28, %r76, %r77, %r66, %r68;\n"
-    "	mov.b32 	%f78, %r78;\n"
-    "	add.f32 	%f79, %f77, %f78;\n"
-    "	mov.b32 	%r79, %f79;\n"
+    "	mov.b32 	%f76, %r78;\n"
+    "	add.f32 	%f77, %f75, %f76;\n"
+    "	mov.b32 	%r79, %f77;\n"
     "	mov.u32 	%r80, 1;\n"
     "	shfl.sync.bfly.b32 	%r81|%p29, %r79, %r80, %r66, %r68;\n"
-    "	mov.b32 	%f80, %r81;\n"
-    "	add.f32 	%f81, %f79, %f80;\n"
-    "	div.rn.f32 	%f82, %f81, %f1;\n"
-    "	add.f32 	%f83, %f82, %f32;\n"
-    "	rsqrt.approx.f32 	%f15, %f83;\n"
-    "	mov.f32 	%f149, %f148;\n"
+    "	mov.b32 	%f78, %r81;\n"
+    "	add.f32 	%f79, %f77, %f78;\n"
+    "	div.rn.f32 	%f80, %f79, %f1;\n"
+    "	add.f32 	%f81, %f80, %f30;\n"
+    "	rsqrt.approx.f32 	%f15, %f81;\n"
+    "	mov.f32 	%f161, %f160;\n"
     "	@%p2 bra 	$L__BB12_19;\n"
     "\n"
-    "	mov.f32 	%f149, 0f00000000;\n"
-    "	mov.u64 	%rd48, %rd5;\n"
-    "	mov.f32 	%f148, %f149;\n"
+    "	mov.f32 	%f161, 0f00000000;\n"
+    "	mov.u64 	%rd61, %rd6;\n"
+    "	mov.f32 	%f160, %f161;\n"
     "\n"
     "$L__BB12_18:\n"
-    "	add.s64 	%rd32, %rd48, %rd10;\n"
-    "	shl.b64 	%rd33, %rd32, 2;\n"
-    "	add.s64 	%rd34, %rd2, %rd33;\n"
-    "	shl.b64 	%rd35, %rd48, 2;\n"
-    "	add.s64 	%rd36, %rd1, %rd35;\n"
-    "	ld.global.nc.f32 	%f86, [%rd36];\n"
-    "	ld.global.nc.f32 	%f87, [%rd34];\n"
-    "	mul.rn.f32 	%f88, %f87, %f86;\n"
-    "	add.f32 	%f148, %f148, %f88;\n"
-    "	add.s64 	%rd37, %rd3, %rd33;\n"
-    "	ld.global.nc.f32 	%f89, [%rd37];\n"
-    "	sub.f32 	%f90, %f89, %f8;\n"
-    "	mul.f32 	%f91, %f15, %f90;\n"
-    "	fma.rn.f32 	%f149, %f88, %f91, %f149;\n"
-    "	add.s64 	%rd48, %rd48, %rd6;\n"
-    "	setp.lt.s64 	%p31, %rd48, %rd22;\n"
+    "	add.s64 	%rd36, %rd61, %rd11;\n"
+    "	shl.b64 	%rd37, %rd36, 2;\n"
+    "	add.s64 	%rd38, %rd3, %rd37;\n"
+    "	shl.b64 	%rd39, %rd61, 2;\n"
+    "	add.s64 	%rd40, %rd2, %rd39;\n"
+    "	ld.global.nc.f32 	%f84, [%rd40];\n"
+    "	ld.global.nc.f32 	%f85, [%rd38];\n"
+    "	mul.rn.f32 	%f86, %f85, %f84;\n"
+    "	add.f32 	%f160, %f160, %f86;\n"
+    "	add.s64 	%rd41, %rd4, %rd37;\n"
+    "	ld.global.nc.f32 	%f87, [%rd41];\n"
+    "	sub.f32 	%f88, %f87, %f8;\n"
+    "	mul.f32 	%f89, %f15, %f88;\n"
+    "	fma.rn.f32 	%f161, %f86, %f89, %f161;\n"
+    "	add.s64 	%rd61, %rd61, %rd7;\n"
+    "	setp.lt.s64 	%p31, %rd61, %rd24;\n"
     "	@%p31 bra 	$L__BB12_18;\n"
     "\n"
     "$L__BB12_19:\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r82, %f148;\n"
-    "	shfl.sync.bfly.b32 	%r86|%p32, %r82, %r67, %r66, %r68;\n"
-    "	mov.b32 	%f92, %r86;\n"
-    "	add.f32 	%f93, %f148, %f92;\n"
-    "	mov.b32 	%r87, %f93;\n"
+    "	mov.b32 	%r82, %f160;\n"
     ,
+    "	shfl.sync.bfly.b32 	%r86|%p32, %r82, %r67, %r66, %r68;\n"
+    "	mov.b32 	%f90, %r86;\n"
+    "	add.f32 	%f91, %f160, %f90;\n"
+    "	mov.b32 	%r87, %f91;\n"
     "	shfl.sync.bfly.b32 	%r89|%p33, %r87, %r71, %r66, %r68;\n"
-    "	mov.b32 	%f94, %r89;\n"
-    "	add.f32 	%f95, %f93, %f94;\n"
-    "	mov.b32 	%r90, %f95;\n"
+    "	mov.b32 	%f92, %r89;\n"
+    "	add.f32 	%f93, %f91, %f92;\n"
+    "	mov.b32 	%r90, %f93;\n"
     "	shfl.sync.bfly.b32 	%r92|%p34, %r90, %r74, %r66, %r68;\n"
-    "	mov.b32 	%f96, %r92;\n"
-    "	add.f32 	%f97, %f95, %f96;\n"
-    "	mov.b32 	%r93, %f97;\n"
+    "	mov.b32 	%f94, %r92;\n"
+    "	add.f32 	%f95, %f93, %f94;\n"
+    "	mov.b32 	%r93, %f95;\n"
     "	shfl.sync.bfly.b32 	%r95|%p35, %r93, %r77, %r66, %r68;\n"
-    "	mov.b32 	%f98, %r95;\n"
-    "	add.f32 	%f99, %f97, %f98;\n"
-    "	mov.b32 	%r96, %f99;\n"
+    "	mov.b32 	%f96, %r95;\n"
+    "	add.f32 	%f97, %f95, %f96;\n"
+    "	mov.b32 	%r96, %f97;\n"
     "	shfl.sync.bfly.b32 	%r98|%p36, %r96, %r80, %r66, %r68;\n"
-    "	mov.b32 	%f100, %r98;\n"
-    "	add.f32 	%f22, %f99, %f100;\n"
+    "	mov.b32 	%f98, %r98;\n"
+    "	add.f32 	%f22, %f97, %f98;\n"
     "	@%p9 bra 	$L__BB12_21;\n"
     "\n"
     "	st.shared.f32 	[%r3], %f22;\n"
     "\n"
     "$L__BB12_21:\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f150, 0f00000000;\n"
+    "	mov.f32 	%f162, 0f00000000;\n"
     "	@%p10 bra 	$L__BB12_23;\n"
     "\n"
-    "	ld.shared.f32 	%f150, [%r4];\n"
+    "	ld.shared.f32 	%f162, [%r4];\n"
     "\n"
     "$L__BB12_23:\n"
-    "	mov.b32 	%r99, %f150;\n"
+    "	mov.b32 	%r99, %f162;\n"
     "	mov.u32 	%r100, 31;\n"
     "	mov.u32 	%r101, 16;\n"
     "	mov.u32 	%r102, -1;\n"
     "	shfl.sync.bfly.b32 	%r103|%p39, %r99, %r101, %r100, %r102;\n"
-    "	mov.b32 	%f102, %r103;\n"
-    "	add.f32 	%f103, %f150, %f102;\n"
-    "	mov.b32 	%r104, %f103;\n"
+    "	mov.b32 	%f100, %r103;\n"
+    "	add.f32 	%f101, %f162, %f100;\n"
+    "	mov.b32 	%r104, %f101;\n"
     "	mov.u32 	%r105, 8;\n"
     "	shfl.sync.bfly.b32 	%r106|%p40, %r104, %r105, %r100, %r102;\n"
-    "	mov.b32 	%f104, %r106;\n"
-    "	add.f32 	%f105, %f103, %f104;\n"
-    "	mov.b32 	%r107, %f105;\n"
+    "	mov.b32 	%f102, %r106;\n"
+    "	add.f32 	%f103, %f101, %f102;\n"
+    "	mov.b32 	%r107, %f103;\n"
     "	mov.u32 	%r108, 4;\n"
     "	shfl.sync.bfly.b32 	%r109|%p41, %r107, %r108, %r100, %r102;\n"
-    "	mov.b32 	%f106, %r109;\n"
-    "	add.f32 	%f107, %f105, %f106;\n"
-    "	mov.b32 	%r110, %f107;\n"
+    "	mov.b32 	%f104, %r109;\n"
+    "	add.f32 	%f105, %f103, %f104;\n"
+    "	mov.b32 	%r110, %f105;\n"
     "	mov.u32 	%r111, 2;\n"
     "	shfl.sync.bfly.b32 	%r112|%p42, %r110, %r111, %r100, %r102;\n"
-    "	mov.b32 	%f108, %r112;\n"
-    "	add.f32 	%f109, %f107, %f108;\n"
-    "	mov.b32 	%r113, %f109;\n"
+    "	mov.b32 	%f106, %r112;\n"
+    "	add.f32 	%f107, %f105, %f106;\n"
+    "	mov.b32 	%r113, %f107;\n"
     "	mov.u32 	%r114, 1;\n"
     "	shfl.sync.bfly.b32 	%r115|%p43, %r113, %r114, %r100, %r102;\n"
-    "	mov.b32 	%f110, %r115;\n"
-    "	add.f32 	%f25, %f109, %f110;\n"
+    "	mov.b32 	%f108, %r115;\n"
+    "	add.f32 	%f109, %f107, %f108;\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r116, %f149;\n"
+    "	mov.b32 	%r116, %f161;\n"
     "	shfl.sync.bfly.b32 	%r117|%p44, %r116, %r101, %r100, %r102;\n"
-    "	mov.b32 	%f111, %r117;\n"
-    "	add.f32 	%f112, %f149, %f111;\n"
-    "	mov.b32 	%r118, %f112;\n"
+    "	mov.b32 	%f110, %r117;\n"
+    "	add.f32 	%f111, %f161, %f110;\n"
+    "	mov.b32 	%r118, %f111;\n"
     "	shfl.sync.bfly.b32 	%r119|%p45, %r118, %r105, %r100, %r102;\n"
-    "	mov.b32 	%f113, %r119;\n"
-    "	add.f32 	%f114, %f112, %f113;\n"
-    "	mov.b32 	%r120, %f114;\n"
+    "	mov.b32 	%f112, %r119;\n"
+    "	add.f32 	%f113, %f111, %f112;\n"
+    "	mov.b32 	%r120, %f113;\n"
     "	shfl.sync.bfly.b32 	%r121|%p46, %r120, %r108, %r100, %r102;\n"
-    "	mov.b32 	%f115, %r121;\n"
-    "	add.f32 	%f116, %f114, %f115;\n"
-    "	mov.b32 	%r122, %f116;\n"
+    "	mov.b32 	%f114, %r121;\n"
+    "	add.f32 	%f115, %f113, %f114;\n"
+    "	mov.b32 	%r122, %f115;\n"
     "	shfl.sync.bfly.b32 	%r123|%p47, %r122, %r111, %r100, %r102;\n"
-    "	mov.b32 	%f117, %r123;\n"
-    "	add.f32 	%f118, %f116, %f117;\n"
-    "	mov.b32 	%r124, %f118;\n"
+    "	mov.b32 	%f116, %r123;\n"
+    "	add.f32 	%f117, %f115, %f116;\n"
+    "	mov.b32 	%r124, %f117;\n"
     "	shfl.sync.bfly.b32 	%r125|%p48, %r124, %r114, %r100, %r102;\n"
-    "	mov.b32 	%f119, %r125;\n"
-    "	add.f32 	%f26, %f118, %f119;\n"
+    "	mov.b32 	%f118, %r125;\n"
+    "	add.f32 	%f25, %f117, %f118;\n"
+    "	div.rn.f32 	%f26, %f109, %f1;\n"
     "	@%p9 bra 	$L__BB12_25;\n"
     "\n"
-    "	st.shared.f32 	[%r3], %f26;\n"
+    "	st.shared.f32 	[%r3], %f25;\n"
     "\n"
     "$L__BB12_25:\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f151, 0f00000000;\n"
+    "	mov.f32 	%f163, 0f00000000;\n"
     "	@%p10 bra 	$L__BB12_27;\n"
     "\n"
-    "	ld.shared.f32 	%f151, [%r4];\n"
+    "	ld.shared.f32 	%f163, [%r4];\n"
     "\n"
     "$L__BB12_27:\n"
-    "	mov.b32 	%r126, %f151;\n"
+    "	mov.b32 	%r126, %f163;\n"
     "	mov.u32 	%r127, 31;\n"
     "	mov.u32 	%r128, 16;\n"
     "	mov.u32 	%r129, -1;\n"
     "	shfl.sync.bfly.b32 	%r130|%p51, %r126, %r128, %r127, %r129;\n"
-    "	mov.b32 	%f121, %r130;\n"
-    "	add.f32 	%f122, %f151, %f121;\n"
-    "	mov.b32 	%r131, %f122;\n"
+    "	mov.b32 	%f120, %r130;\n"
+    "	add.f32 	%f121, %f163, %f120;\n"
+    "	mov.b32 	%r131, %f121;\n"
     "	mov.u32 	%r132, 8;\n"
     "	shfl.sync.bfly.b32 	%r133|%p52, %r131, %r132, %r127, %r129;\n"
-    "	mov.b32 	%f123, %r133;\n"
-    "	add.f32 	%f124, %f122, %f123;\n"
-    "	mov.b32 	%r134, %f124;\n"
+    "	mov.b32 	%f122, %r133;\n"
+    "	add.f32 	%f123, %f121, %f122;\n"
+    "	mov.b32 	%r134, %f123;\n"
     "	mov.u32 	%r135, 4;\n"
     "	shfl.sync.bfly.b32 	%r136|%p53, %r134, %r135, %r127, %r129;\n"
-    "	mov.b32 	%f125, %r136;\n"
-    "	add.f32 	%f126, %f124, %f125;\n"
-    "	mov.b32 	%r137, %f126;\n"
+    "	mov.b32 	%f124, %r136;\n"
+    "	add.f32 	%f125, %f123, %f124;\n"
+    "	mov.b32 	%r137, %f125;\n"
     "	mov.u32 	%r138, 2;\n"
     "	shfl.sync.bfly.b32 	%r139|%p54, %r137, %r138, %r127, %r129;\n"
-    "	mov.b32 	%f127, %r139;\n"
-    "	add.f32 	%f128, %f126, %f127;\n"
-    "	mov.b32 	%r140, %f128;\n"
+    "	mov.b32 	%f126, %r139;\n"
+    "	add.f32 	%f127, %f125, %f126;\n"
+    "	mov.b32 	%r140, %f127;\n"
     "	mov.u32 	%r141, 1;\n"
     "	shfl.sync.bfly.b32 	%r142|%p55, %r140, %r141, %r127, %r129;\n"
-    "	mov.b32 	%f129, %r142;\n"
-    "	add.f32 	%f29, %f128, %f129;\n"
-    "	@%p2 bra 	$L__BB12_30;\n"
+    "	mov.b32 	%f128, %r142;\n"
+    "	add.f32 	%f129, %f127, %f128;\n"
+    "	div.rn.f32 	%f29, %f129, %f1;\n"
+    "	@%p2 bra 	$L__BB12_33;\n"
     "\n"
-    "	div.rn.f32 	%f30, %f25, %f1;\n"
-    "	div.rn.f32 	%f31, %f29, %f1;\n"
-    "	mov.u64 	%rd49, %rd5;\n"
+    "	ld.param.u64 	%rd57, [k_layernorm_back_param_7];\n"
+    "	setp.eq.s64 	%p57, %rd57, 0;\n"
+    "	@%p57 bra 	$L__BB12_31;\n"
     "\n"
-    "$L__BB12_29:\n"
-    "	add.s64 	%rd38, %rd49, %rd10;\n"
-    "	shl.b64 	%rd39, %rd38, 2;\n"
-    "	add.s64 	%rd40, %rd3, %rd39;\n"
-    "	ld.global.nc.f32 	%f130, [%rd40];\n"
-    "	sub.f32 	%f131, %f130, %f8;\n"
-    "	mul.f32 	%f132, %f15, %f131;\n"
-    "	add.s64 	%rd41, %rd2, %rd39;\n"
-    "	shl.b64 	%rd42, %rd49, 2;\n"
-    "	add.s64 	%rd43, %rd1, %rd42;\n"
-    "	ld.global.nc.f32 	%f133, [%rd43];\n"
-    "	ld.global.nc.f32 	%f134, [%rd41];\n"
-    "	mul.rn.f32 	%f135, %f134, %f133;\n"
-    "	sub.f32 	%f136, %f135, %f30;\n"
-    "	mul.f32 	%f137, %f31, %f132;\n"
-    "	sub.f32 	%f138, %f136, %f137;\n"
-    "	mul.f32 	%f139, %f15, %f138;\n"
-    "	add.s64 	%rd44, %rd8, %rd39;\n"
-    "	st.global.f32 	[%rd44], %f139;\n"
-    "	add.s64 	%rd49, %rd49, %rd6;\n"
-    "	setp.lt.s64 	%p57, %rd49, %rd22;\n"
-    ,
-    "	@%p57 bra 	$L__BB12_29;\n"
+    "	mov.u64 	%rd62, %rd6;\n"
     "\n"
     "$L__BB12_30:\n"
-    "	add.s64 	%rd45, %rd45, %rd7;\n"
-    "	setp.lt.s64 	%p58, %rd45, %rd21;\n"
-    "	@%p58 bra 	$L__BB12_2;\n"
+    "	add.s64 	%rd42, %rd62, %rd11;\n"
+    "	shl.b64 	%rd43, %rd42, 2;\n"
+    "	add.s64 	%rd44, %rd4, %rd43;\n"
+    "	ld.global.nc.f32 	%f130, [%rd44];\n"
+    "	sub.f32 	%f131, %f130, %f8;\n"
+    "	mul.f32 	%f132, %f15, %f131;\n"
+    "	add.s64 	%rd45, %rd3, %rd43;\n"
+    "	shl.b64 	%rd46, %rd62, 2;\n"
+    "	add.s64 	%rd47, %rd2, %rd46;\n"
+    "	ld.global.nc.f32 	%f133, [%rd47];\n"
+    "	ld.global.nc.f32 	%f134, [%rd45];\n"
+    "	mul.rn.f32 	%f135, %f134, %f133;\n"
+    ,
+    "	sub.f32 	%f136, %f135, %f26;\n"
+    "	mul.f32 	%f137, %f29, %f132;\n"
+    "	sub.f32 	%f138, %f136, %f137;\n"
+    "	mul.f32 	%f139, %f15, %f138;\n"
+    "	add.s64 	%rd48, %rd9, %rd43;\n"
+    "	ld.global.nc.f32 	%f140, [%rd48];\n"
+    "	add.rn.f32 	%f141, %f140, %f139;\n"
+    "	add.s64 	%rd49, %rd1, %rd43;\n"
+    "	st.global.f32 	[%rd49], %f141;\n"
+    "	add.s64 	%rd62, %rd62, %rd7;\n"
+    "	setp.lt.s64 	%p58, %rd62, %rd24;\n"
+    "	@%p58 bra 	$L__BB12_30;\n"
+    "	bra.uni 	$L__BB12_33;\n"
     "\n"
     "$L__BB12_31:\n"
+    "	mov.u64 	%rd63, %rd6;\n"
+    "\n"
+    "$L__BB12_32:\n"
+    "	add.s64 	%rd50, %rd63, %rd11;\n"
+    "	shl.b64 	%rd51, %rd50, 2;\n"
+    "	add.s64 	%rd52, %rd4, %rd51;\n"
+    "	ld.global.nc.f32 	%f142, [%rd52];\n"
+    "	sub.f32 	%f143, %f142, %f8;\n"
+    "	mul.f32 	%f144, %f15, %f143;\n"
+    "	add.s64 	%rd53, %rd3, %rd51;\n"
+    "	shl.b64 	%rd54, %rd63, 2;\n"
+    "	add.s64 	%rd55, %rd2, %rd54;\n"
+    "	ld.global.nc.f32 	%f145, [%rd55];\n"
+    "	ld.global.nc.f32 	%f146, [%rd53];\n"
+    "	mul.rn.f32 	%f147, %f146, %f145;\n"
+    "	sub.f32 	%f148, %f147, %f26;\n"
+    "	mul.f32 	%f149, %f29, %f144;\n"
+    "	sub.f32 	%f150, %f148, %f149;\n"
+    "	mul.f32 	%f151, %f15, %f150;\n"
+    "	add.s64 	%rd56, %rd1, %rd51;\n"
+    "	st.global.f32 	[%rd56], %f151;\n"
+    "	add.s64 	%rd63, %rd63, %rd7;\n"
+    "	setp.lt.s64 	%p59, %rd63, %rd24;\n"
+    "	@%p59 bra 	$L__BB12_32;\n"
+    "\n"
+    "$L__BB12_33:\n"
+    "	add.s64 	%rd58, %rd58, %rd8;\n"
+    "	setp.lt.s64 	%p60, %rd58, %rd23;\n"
+    "	@%p60 bra 	$L__BB12_2;\n"
+    "\n"
+    "$L__BB12_34:\n"
     "	ret;\n"
     "\n"
     "}\n"
@@ -25962,6 +26036,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r32, 31;\n"
     "	mov.u32 	%r33, 16;\n"
     "	mov.u32 	%r34, -1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r35|%p11, %r31, %r33, %r32, %r34;\n"
     "	mov.b32 	%f24, %r35;\n"
     "	add.f32 	%f25, %f41, %f24;\n"
@@ -26001,7 +26076,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd26, %rd31, 2;\n"
     "	add.s64 	%rd27, %rd6, %rd26;\n"
     "	ld.global.nc.f32 	%f37, [%rd27];\n"
-    ,
     "	mul.f32 	%f38, %f36, %f37;\n"
     "	add.s64 	%rd28, %rd7, %rd24;\n"
     "	st.global.f32 	[%rd28], %f38;\n"
@@ -26112,6 +26186,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r20|%p7, %r18, %r37, %r34, %r36;\n"
     "	// begin inline asm\n"
     "	mov.b64 %fd22, {%r20,%r21};\n"
+    ,
     "	// end inline asm\n"
     "	add.f64 	%fd23, %fd21, %fd22;\n"
     "	// begin inline asm\n"
@@ -26151,7 +26226,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB14_7:\n"
     "	mov.u32 	%r125, %ntid.x;\n"
-    ,
     "	shr.u32 	%r124, %r125, 5;\n"
     "	setp.ge.u32 	%p15, %r1, %r124;\n"
     "	bar.sync 	0;\n"
@@ -26258,6 +26332,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f64 	%fd50, %fd74, %fd49;\n"
     "	// begin inline asm\n"
     "	mov.b64 {%r72,%r73}, %fd50;\n"
+    ,
     "	// end inline asm\n"
     "	shfl.sync.bfly.b32 	%r75|%p30, %r73, %r64, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r74|%p31, %r72, %r64, %r61, %r63;\n"
@@ -26292,7 +26367,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b64 %fd57, {%r86,%r87};\n"
     "	// end inline asm\n"
     "	add.f64 	%fd12, %fd56, %fd57;\n"
-    ,
     "	@%p53 bra 	$L__BB14_14;\n"
     "\n"
     "	st.shared.f64 	[%r3], %fd12;\n"
@@ -26402,6 +26476,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ".visible .entry k_row_stats(\n"
     "	.param .u64 k_row_stats_param_0,\n"
     "	.param .u64 k_row_stats_param_1,\n"
+    ,
     "	.param .u64 k_row_stats_param_2,\n"
     "	.param .u64 k_row_stats_param_3,\n"
     "	.param .f32 k_row_stats_param_4,\n"
@@ -26442,7 +26517,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.f32.s64 	%f1, %rd16;\n"
     "	mov.u32 	%r14, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd5, %r14;\n"
-    ,
     "	cvta.to.global.u64 	%rd6, %rd14;\n"
     "\n"
     "$L__BB15_2:\n"
@@ -26565,6 +26639,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r50, 31;\n"
     "	mov.u32 	%r51, 16;\n"
     "	mov.u32 	%r52, -1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r53|%p19, %r49, %r51, %r50, %r52;\n"
     "	mov.b32 	%f46, %r53;\n"
     "	add.f32 	%f47, %f73, %f46;\n"
@@ -26608,7 +26683,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r68, 31;\n"
     "	mov.u32 	%r69, 16;\n"
     "	mov.u32 	%r70, -1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r71|%p27, %r67, %r69, %r68, %r70;\n"
     "	mov.b32 	%f56, %r71;\n"
     "	add.f32 	%f57, %f74, %f56;\n"
@@ -26721,6 +26795,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd90, %r24;\n"
     "\n"
     "$L__BB16_5:\n"
+    ,
     "	add.s64 	%rd59, %rd90, 1;\n"
     "	and.b64  	%rd95, %rd59, 3;\n"
     "	setp.eq.s64 	%p4, %rd95, 0;\n"
@@ -26763,7 +26838,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p6 bra 	$L__BB16_11;\n"
     "\n"
     "	shl.b64 	%rd67, %rd96, 3;\n"
-    ,
     "	add.s64 	%rd98, %rd1, %rd67;\n"
     "	shl.b64 	%rd34, %rd11, 3;\n"
     "	mul.lo.s64 	%rd68, %rd96, %rd47;\n"
@@ -26868,6 +26942,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r42, %r42, 528;\n"
     "	add.s32 	%r44, %r44, -4;\n"
     "	setp.ne.s32 	%p13, %r44, 0;\n"
+    ,
     "	@%p13 bra 	$L__BB16_15;\n"
     "\n"
     "$L__BB16_16:\n"
@@ -26918,7 +26993,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd23, [k_softmax_param_1];\n"
     "	ld.param.u64 	%rd24, [k_softmax_param_2];\n"
     "	ld.param.u64 	%rd25, [k_softmax_param_3];\n"
-    ,
     "	ld.param.u64 	%rd26, [k_softmax_param_4];\n"
     "	ld.param.u32 	%r7, [k_softmax_param_5];\n"
     "	cvta.to.global.u64 	%rd1, %rd27;\n"
@@ -27041,6 +27115,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f33, %f99, %f32;\n"
     "	mov.b32 	%r43, %f33;\n"
     "	mov.u32 	%r44, 8;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r45|%p14, %r43, %r44, %r39, %r41;\n"
     "	mov.b32 	%f34, %r45;\n"
     "	max.f32 	%f35, %f33, %f34;\n"
@@ -27080,7 +27155,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rm.f32 	%f50, %f47, %f49, %f48;\n"
     "	add.f32 	%f51, %f50, 0fCB40007F;\n"
     "	neg.f32 	%f52, %f51;\n"
-    ,
     "	mov.f32 	%f53, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f54, %f43, %f53, %f52;\n"
     "	mov.f32 	%f55, 0f32A57060;\n"
@@ -27191,6 +27265,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f96, %f95, %f94;\n"
     "	mul.f32 	%f103, %f15, %f96;\n"
     "\n"
+    ,
     "$L__BB17_25:\n"
     "	shl.b64 	%rd38, %rd20, 2;\n"
     "	add.s64 	%rd39, %rd6, %rd38;\n"
@@ -27236,7 +27311,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p1 bra 	$L__BB18_13;\n"
     "\n"
     "	mov.u32 	%r6, %tid.x;\n"
-    ,
     "	cvt.u64.u32 	%rd4, %r6;\n"
     "	mov.u32 	%r7, %ntid.x;\n"
     "	cvt.u64.u32 	%rd5, %r7;\n"
@@ -27353,6 +27427,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd25, %rd24, 2;\n"
     "	add.s64 	%rd26, %rd2, %rd25;\n"
     "	add.s64 	%rd27, %rd1, %rd25;\n"
+    ,
     "	ld.global.nc.f32 	%f31, [%rd27];\n"
     "	sub.f32 	%f32, %f31, %f7;\n"
     "	ld.global.nc.f32 	%f33, [%rd26];\n"
@@ -27398,7 +27473,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd44;\n"
     "	cvta.to.global.u64 	%rd2, %rd42;\n"
     "	cvta.to.global.u64 	%rd3, %rd43;\n"
-    ,
     "	setp.eq.s32 	%p4, %r49, 2;\n"
     "	@%p4 bra 	$L__BB19_49;\n"
     "\n"
@@ -27522,6 +27596,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f69, %r84;\n"
     "	max.f32 	%f70, %f68, %f69;\n"
     "	mov.b32 	%r85, %f70;\n"
+    ,
     "	mov.u32 	%r86, 2;\n"
     "	shfl.sync.bfly.b32 	%r87|%p16, %r85, %r86, %r75, %r77;\n"
     "	mov.b32 	%f71, %r87;\n"
@@ -27565,7 +27640,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r102, %f81;\n"
     "	mov.u32 	%r103, 2;\n"
     "	shfl.sync.bfly.b32 	%r104|%p23, %r102, %r103, %r92, %r94;\n"
-    ,
     "	mov.b32 	%f82, %r104;\n"
     "	max.f32 	%f83, %f81, %f82;\n"
     "	mov.b32 	%r105, %f83;\n"
@@ -27677,6 +27751,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f109, %r137;\n"
     "	add.f32 	%f110, %f108, %f109;\n"
     "	mov.b32 	%r138, %f110;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r140|%p35, %r138, %r106, %r92, %r94;\n"
     "	mov.b32 	%f111, %r140;\n"
     "	add.f32 	%f11, %f110, %f111;\n"
@@ -27719,7 +27794,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r156, %f120;\n"
     "	mov.u32 	%r157, 1;\n"
     "	shfl.sync.bfly.b32 	%r158|%p43, %r156, %r157, %r143, %r145;\n"
-    ,
     "	mov.b32 	%f121, %r158;\n"
     "	add.f32 	%f14, %f120, %f121;\n"
     "	@%p38 bra 	$L__BB19_48;\n"
@@ -27824,6 +27898,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u16 	%r174, %rs16;\n"
     "	shl.b32 	%r175, %r174, 23;\n"
     "	shl.b32 	%r176, %r364, 13;\n"
+    ,
     "	or.b32  	%r177, %r176, %r366;\n"
     "	or.b32  	%r366, %r177, %r175;\n"
     "\n"
@@ -27871,7 +27946,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd19, %r187;\n"
     "\n"
     "$L__BB19_51:\n"
-    ,
     "	mul.lo.s64 	%rd21, %rd93, %rd41;\n"
     "	shl.b64 	%rd60, %rd93, 2;\n"
     "	add.s64 	%rd61, %rd3, %rd60;\n"
@@ -27978,6 +28052,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd66, %rd65, 1;\n"
     "	add.s64 	%rd67, %rd2, %rd66;\n"
     "	ld.global.nc.u16 	%rs18, [%rd67];\n"
+    ,
     "	cvt.u32.u16 	%r225, %rs18;\n"
     "	shl.b32 	%r226, %r225, 16;\n"
     "	mov.b32 	%f178, %r226;\n"
@@ -28015,7 +28090,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f197, %r236;\n"
     "	add.f32 	%f198, %f196, %f197;\n"
     "	mov.b32 	%r237, %f198;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r239|%p74, %r237, %r217, %r209, %r211;\n"
     "	mov.b32 	%f199, %r239;\n"
     "	add.f32 	%f200, %f198, %f199;\n"
@@ -28112,6 +28186,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f240, %f239, %f221, %f221;\n"
     "	mov.f32 	%f241, 0f3F317218;\n"
     "	fma.rn.f32 	%f354, %f220, %f241, %f240;\n"
+    ,
     "	setp.lt.u32 	%p89, %r265, 2139095040;\n"
     "	@%p89 bra 	$L__BB19_69;\n"
     "\n"
@@ -28156,7 +28231,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r273, %ntid.x;\n"
     "	cvt.u64.u32 	%rd30, %r273;\n"
     "	and.b32  	%r43, %r272, 31;\n"
-    ,
     "	shr.u32 	%r44, %r273, 5;\n"
     "	shr.u32 	%r274, %r272, 3;\n"
     "	and.b32  	%r275, %r274, 536870908;\n"
@@ -28263,6 +28337,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r314, 1;\n"
     "	shfl.sync.bfly.b32 	%r315|%p106, %r313, %r314, %r300, %r302;\n"
     "	mov.b32 	%f269, %r315;\n"
+    ,
     "	max.f32 	%f48, %f268, %f269;\n"
     "	mov.f32 	%f360, 0f00000000;\n"
     "	@%p93 bra 	$L__BB19_84;\n"
@@ -28302,7 +28377,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	mov.b32 	%r318, %f360;\n"
     "	shfl.sync.bfly.b32 	%r322|%p109, %r318, %r301, %r300, %r302;\n"
-    ,
     "	mov.b32 	%f288, %r322;\n"
     "	add.f32 	%f289, %f360, %f288;\n"
     "	mov.b32 	%r323, %f289;\n"
@@ -28399,6 +28473,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f326, 0fBE7FFF22;\n"
     "	fma.rn.f32 	%f327, %f325, %f314, %f326;\n"
     "	mov.f32 	%f328, 0f3EAAAA78;\n"
+    ,
     "	fma.rn.f32 	%f329, %f327, %f314, %f328;\n"
     "	mov.f32 	%f330, 0fBF000000;\n"
     "	fma.rn.f32 	%f331, %f329, %f314, %f330;\n"
@@ -28443,7 +28518,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ".visible .entry k_ce_final(\n"
     "	.param .u64 k_ce_final_param_0,\n"
     "	.param .u64 k_ce_final_param_1,\n"
-    ,
     "	.param .u64 k_ce_final_param_2\n"
     ")\n"
     "{\n"
@@ -28562,6 +28636,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r43, 2;\n"
     "	shfl.sync.bfly.b32 	%r44|%p13, %r42, %r43, %r32, %r34;\n"
     "	mov.b32 	%f39, %r44;\n"
+    ,
     "	add.f32 	%f40, %f38, %f39;\n"
     "	mov.b32 	%r45, %f40;\n"
     "	mov.u32 	%r46, 1;\n"
@@ -28606,7 +28681,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r60, 16;\n"
     "	mov.u32 	%r61, -1;\n"
     "	shfl.sync.bfly.b32 	%r62|%p22, %r58, %r60, %r59, %r61;\n"
-    ,
     "	mov.b32 	%f52, %r62;\n"
     "	add.f32 	%f53, %f67, %f52;\n"
     "	mov.b32 	%r63, %f53;\n"
@@ -28724,6 +28798,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r21|%p10, %r19, %r20, %r6, %r8;\n"
     "	mov.b32 	%f19, %r21;\n"
     "	add.f32 	%f4, %f18, %f19;\n"
+    ,
     "	cvt.u32.u64 	%r22, %rd1;\n"
     "	and.b32  	%r1, %r22, 31;\n"
     "	setp.ne.s32 	%p11, %r1, 0;\n"
@@ -28770,7 +28845,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r45, 2;\n"
     "	shfl.sync.bfly.b32 	%r46|%p16, %r44, %r45, %r34, %r36;\n"
     "	mov.b32 	%f27, %r46;\n"
-    ,
     "	add.f32 	%f28, %f26, %f27;\n"
     "	mov.b32 	%r47, %f28;\n"
     "	mov.u32 	%r48, 1;\n"
@@ -28887,6 +28961,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB22_77;\n"
     "\n"
     "$L__BB22_5:\n"
+    ,
     "	setp.ge.s64 	%p7, %rd7, %rd77;\n"
     "	mov.f32 	%f371, 0fFF800000;\n"
     "	@%p7 bra 	$L__BB22_16;\n"
@@ -28939,7 +29014,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r501, %r106, %r108;\n"
     "	bra.uni 	$L__BB22_15;\n"
     "\n"
-    ,
     "$L__BB22_9:\n"
     "	add.s16 	%rs11, %rs1, 112;\n"
     "	cvt.u32.u16 	%r98, %rs11;\n"
@@ -29050,6 +29124,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p27 bra 	$L__BB22_25;\n"
     "	bra.uni 	$L__BB22_24;\n"
     "\n"
+    ,
     "$L__BB22_25:\n"
     "	shl.b32 	%r149, %r502, 13;\n"
     "	or.b32  	%r150, %r504, %r149;\n"
@@ -29099,7 +29174,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f83, %f82;\n"
     "	mov.f32 	%f84, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f85, %f74, %f84, %f83;\n"
-    ,
     "	mov.f32 	%f86, 0f32A57060;\n"
     "	fma.rn.f32 	%f87, %f74, %f86, %f85;\n"
     "	mov.b32 	%r157, %f81;\n"
@@ -29204,6 +29278,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.eq.s16 	%p68, %rs7, 31;\n"
     "	@%p68 bra 	$L__BB22_62;\n"
+    ,
     "	bra.uni 	$L__BB22_61;\n"
     "\n"
     "$L__BB22_62:\n"
@@ -29253,7 +29328,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rm.f32 	%f142, %f139, %f141, %f140;\n"
     "	add.f32 	%f143, %f142, 0fCB40007F;\n"
     "	neg.f32 	%f144, %f143;\n"
-    ,
     "	mov.f32 	%f145, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f146, %f135, %f145, %f144;\n"
     "	mov.f32 	%f147, 0f32A57060;\n"
@@ -29363,6 +29437,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r207, %f121;\n"
     "	shl.b32 	%r208, %r207, 23;\n"
     "	mov.b32 	%f128, %r208;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f129, %f127;\n"
     "	mul.f32 	%f130, %f129, %f128;\n"
     "	mul.f32 	%f131, %f15, %f130;\n"
@@ -29413,7 +29488,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	and.b32  	%r216, %r37, 8388607;\n"
     "	or.b32  	%r217, %r216, 8388608;\n"
-    ,
     "	shr.u32 	%r218, %r39, 23;\n"
     "	mov.u32 	%r219, 126;\n"
     "	sub.s32 	%r220, %r219, %r218;\n"
@@ -29527,6 +29601,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.u32 	%r267, [%rd111];\n"
     "	setp.lt.s32 	%p82, %r267, 0;\n"
     "	cvt.s64.s32 	%rd36, %r267;\n"
+    ,
     "	setp.ge.s64 	%p83, %rd36, %rd77;\n"
     "	or.pred  	%p84, %p82, %p83;\n"
     "	@%p84 bra 	$L__BB22_112;\n"
@@ -29577,7 +29652,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p86 bra 	$L__BB22_83;\n"
     "\n"
     "$L__BB22_84:\n"
-    ,
     "	bar.sync 	0;\n"
     "	mov.b32 	%r270, %f377;\n"
     "	mov.u32 	%r271, 31;\n"
@@ -29679,6 +29753,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r307, %r306, 23;\n"
     "	mov.b32 	%f195, %r307;\n"
     "	ex2.approx.ftz.f32 	%f196, %f194;\n"
+    ,
     "	fma.rn.f32 	%f380, %f196, %f195, %f380;\n"
     "	add.s64 	%rd178, %rd178, %rd33;\n"
     "	setp.lt.s64 	%p100, %rd178, %rd77;\n"
@@ -29717,7 +29792,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB22_93:\n"
     "	bar.sync 	0;\n"
-    ,
     "	mov.f32 	%f381, 0f00000000;\n"
     "	@%p93 bra 	$L__BB22_95;\n"
     "\n"
@@ -29820,6 +29894,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd118, %rd42, 1;\n"
     "	add.s64 	%rd119, %rd2, %rd118;\n"
     "	ld.global.nc.u16 	%rs29, [%rd119];\n"
+    ,
     "	cvt.u32.u16 	%r342, %rs29;\n"
     "	shl.b32 	%r343, %r342, 16;\n"
     "	mov.b32 	%f220, %r343;\n"
@@ -29858,7 +29933,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r63, %r61, 2147483647;\n"
     "	setp.gt.u32 	%p118, %r63, 2139095040;\n"
     "	@%p118 bra 	$L__BB22_107;\n"
-    ,
     "	bra.uni 	$L__BB22_101;\n"
     "\n"
     "$L__BB22_107:\n"
@@ -29979,6 +30053,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p143 bra 	$L__BB22_166;\n"
     "\n"
     "	mov.u32 	%r383, %tid.x;\n"
+    ,
     "	cvt.u64.u32 	%rd54, %r383;\n"
     "	mov.u32 	%r384, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd55, %r384;\n"
@@ -30024,7 +30099,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB22_160:\n"
     "	add.s64 	%rd156, %rd189, %rd58;\n"
     "	shl.b64 	%rd157, %rd156, 1;\n"
-    ,
     "	add.s64 	%rd158, %rd1, %rd157;\n"
     "	mov.u16 	%rs41, 0;\n"
     "	st.global.u16 	[%rd158], %rs41;\n"
@@ -30132,6 +30206,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd143, %rd142, 2;\n"
     "	add.s64 	%rd144, %rd2, %rd143;\n"
     "	ld.global.nc.f32 	%f287, [%rd144];\n"
+    ,
     "	sub.f32 	%f288, %f287, %f39;\n"
     "	mov.f32 	%f289, 0f3F000000;\n"
     "	mov.f32 	%f290, 0f3BBB989D;\n"
@@ -30167,7 +30242,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f308, %f386, %f307;\n"
     "	mov.b32 	%r435, %f308;\n"
     "	shfl.sync.bfly.b32 	%r437|%p165, %r435, %r416, %r411, %r413;\n"
-    ,
     "	mov.b32 	%f309, %r437;\n"
     "	add.f32 	%f310, %f308, %f309;\n"
     "	mov.b32 	%r438, %f310;\n"
@@ -30268,6 +30342,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u16.u32 	%rs37, %r493;\n"
     "	or.b16  	%rs38, %rs37, 64;\n"
     "	and.b32  	%r494, %r493, 1;\n"
+    ,
     "	add.s32 	%r495, %r491, %r494;\n"
     "	add.s32 	%r496, %r495, 32767;\n"
     "	shr.u32 	%r497, %r496, 16;\n"
@@ -30307,7 +30382,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r464, %r463, 23;\n"
     "	mov.b32 	%f342, %r464;\n"
     "	ex2.approx.ftz.f32 	%f343, %f341;\n"
-    ,
     "	mul.f32 	%f344, %f343, %f342;\n"
     "	mul.f32 	%f345, %f47, %f344;\n"
     "	setp.eq.s64 	%p178, %rd187, %rd59;\n"
@@ -30426,6 +30500,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd163, %rd162, 2;\n"
     "	add.s64 	%rd164, %rd1, %rd163;\n"
     "	mov.u32 	%r498, 0;\n"
+    ,
     "	st.global.u32 	[%rd164], %r498;\n"
     "	add.s64 	%rd191, %rd191, %rd56;\n"
     "	setp.lt.s64 	%p203, %rd191, %rd77;\n"
@@ -30469,7 +30544,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd20, %rd15, %rd14;\n"
     "	mul.lo.s64 	%rd4, %rd14, %rd19;\n"
     "	or.b64  	%rd21, %rd20, %rd4;\n"
-    ,
     "	and.b64  	%rd22, %rd21, -2147483648;\n"
     "	setp.eq.s64 	%p1, %rd22, 0;\n"
     "	@%p1 bra 	$L__BB23_9;\n"
@@ -30591,6 +30665,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd14, [k_embedding_back_param_0];\n"
     "	ld.param.u64 	%rd15, [k_embedding_back_param_1];\n"
+    ,
     "	ld.param.u64 	%rd16, [k_embedding_back_param_2];\n"
     "	ld.param.u64 	%rd19, [k_embedding_back_param_3];\n"
     "	ld.param.u64 	%rd17, [k_embedding_back_param_4];\n"
@@ -30635,7 +30710,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s32 	%p3, %r8, 0;\n"
     "	cvt.s64.s32 	%rd12, %r8;\n"
     "	setp.ge.s64 	%p4, %rd12, %rd18;\n"
-    ,
     "	or.pred  	%p5, %p3, %p4;\n"
     "	@%p5 bra 	$L__BB24_7;\n"
     "\n"
@@ -30747,6 +30821,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	xor.b64  	%rd62, %rd61, %rd60;\n"
     "	mul.lo.s64 	%rd63, %rd62, -4658895280553007687;\n"
     "	shr.u64 	%rd64, %rd63, 27;\n"
+    ,
     "	xor.b64  	%rd65, %rd64, %rd63;\n"
     "	mul.lo.s64 	%rd66, %rd65, -7723592293110705685;\n"
     "	shr.u64 	%rd67, %rd66, 31;\n"
@@ -30790,7 +30865,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u64 	%rd80, %rd79, 31;\n"
     "	xor.b64  	%rd81, %rd80, %rd79;\n"
     "	shr.u64 	%rd82, %rd81, 32;\n"
-    ,
     "	cvt.u32.u64 	%r14, %rd82;\n"
     "	setp.lt.u32 	%p7, %r14, %r1;\n"
     "	mov.f32 	%f24, 0f00000000;\n"
@@ -30897,6 +30971,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ")\n"
     "{\n"
     "	.reg .pred 	%p<35>;\n"
+    ,
     "	.reg .b16 	%rs<11>;\n"
     "	.reg .f32 	%f<8>;\n"
     "	.reg .b32 	%r<83>;\n"
@@ -30943,7 +31018,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.gt.s32 	%p3, %r20, 1;\n"
     "	@%p3 bra 	$L__BB26_7;\n"
     "\n"
-    ,
     "	setp.eq.s32 	%p6, %r20, 0;\n"
     "	@%p6 bra 	$L__BB26_20;\n"
     "\n"
@@ -31088,6 +31162,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p13 bra 	$L__BB26_28;\n"
     "\n"
     "	setp.ne.s32 	%p14, %r21, 3;\n"
+    ,
     "	@%p14 bra 	$L__BB26_24;\n"
     "\n"
     "	cvt.rzi.s32.f32 	%r46, %f7;\n"
@@ -31141,7 +31216,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r62, %r61, 8388608;\n"
     "	shr.u32 	%r63, %r14, 23;\n"
     "	mov.u32 	%r64, 126;\n"
-    ,
     "	sub.s32 	%r65, %r64, %r63;\n"
     "	shr.u32 	%r66, %r62, %r65;\n"
     "	mov.u32 	%r67, -1;\n"
@@ -31260,6 +31334,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p7, %rd101, %rd38;\n"
     "	@%p7 bra 	$L__BB27_96;\n"
     "\n"
+    ,
     "	mov.u32 	%r53, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd41, %r53;\n"
     "	mul.lo.s64 	%rd6, %rd41, %rd3;\n"
@@ -31304,7 +31379,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.f32 	%f23, [%rd13];\n"
     "	mul.f32 	%f24, %f23, %f13;\n"
     "	fma.rn.f32 	%f25, %f4, %f22, %f24;\n"
-    ,
     "	cvta.to.global.u64 	%rd54, %rd36;\n"
     "	add.s64 	%rd56, %rd54, %rd50;\n"
     "	ld.global.f32 	%f26, [%rd56];\n"
@@ -31428,6 +31502,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB27_17;\n"
     "\n"
     "$L__BB27_18:\n"
+    ,
     "	setp.lt.u32 	%p23, %r3, 855638016;\n"
     "	@%p23 bra 	$L__BB27_22;\n"
     "\n"
@@ -31474,7 +31549,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r170, -1;\n"
     "	shl.b32 	%r171, %r170, %r168;\n"
     "	not.b32 	%r172, %r171;\n"
-    ,
     "	and.b32  	%r173, %r165, %r172;\n"
     "	mov.u32 	%r174, 125;\n"
     "	sub.s32 	%r175, %r174, %r166;\n"
@@ -31593,6 +31667,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p43 bra 	$L__BB27_37;\n"
     "\n"
     "	and.b32  	%r97, %r9, 8388607;\n"
+    ,
     "	or.b32  	%r98, %r97, 8388608;\n"
     "	shr.u32 	%r99, %r11, 23;\n"
     "	mov.u32 	%r100, 126;\n"
@@ -31636,7 +31711,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd63, %rd52, %rd62;\n"
     "	st.global.u16 	[%rd63], %r260;\n"
     "\n"
-    ,
     "$L__BB27_39:\n"
     "	add.s64 	%rd21, %rd101, %rd6;\n"
     "	shl.b64 	%rd67, %rd6, 2;\n"
@@ -31751,6 +31825,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r261, %r128, %r261;\n"
     "\n"
     "$L__BB27_50:\n"
+    ,
     "	st.global.u16 	[%rd22], %r261;\n"
     "\n"
     "$L__BB27_52:\n"
@@ -31797,7 +31872,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f54, %f4, %f51, %f53;\n"
     "	mul.f32 	%f55, %f54, %f11;\n"
     "	sub.f32 	%f9, %f52, %f55;\n"
-    ,
     "	st.global.f32 	[%rd29], %f9;\n"
     "	mov.u32 	%r195, 0;\n"
     "	st.global.u32 	[%rd28], %r195;\n"
@@ -31913,6 +31987,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f10, %f57, %f60;\n"
     "	st.global.f32 	[%rd96], %f10;\n"
     "	st.global.u32 	[%rd95], %r195;\n"
+    ,
     "	@%p90 bra 	$L__BB27_95;\n"
     "\n"
     "	shl.b64 	%rd98, %rd31, 1;\n"
@@ -31962,7 +32037,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB27_87:\n"
     "	setp.lt.u32 	%p113, %r43, 947912704;\n"
-    ,
     "	@%p113 bra 	$L__BB27_89;\n"
     "	bra.uni 	$L__BB27_88;\n"
     "\n"
@@ -32069,6 +32143,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd37;\n"
     "	cvta.to.global.u64 	%rd2, %rd40;\n"
     "	cvta.to.global.u64 	%rd3, %rd39;\n"
+    ,
     "	cvta.to.global.u64 	%rd4, %rd38;\n"
     "	cvta.to.global.u64 	%rd5, %rd34;\n"
     "	setp.eq.s64 	%p1, %rd34, 0;\n"
@@ -32116,7 +32191,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd81, %rd3, %rd44;\n"
     "	add.s64 	%rd80, %rd2, %rd44;\n"
     "	add.s64 	%rd79, %rd1, %rd44;\n"
-    ,
     "	shl.b64 	%rd45, %rd85, 1;\n"
     "	cvta.to.global.u64 	%rd46, %rd36;\n"
     "	add.s64 	%rd78, %rd46, %rd45;\n"
@@ -32234,6 +32308,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r19, %r17, 1;\n"
     "	setp.eq.b32 	%p16, %r19, 1;\n"
     "	and.pred  	%p17, %p15, %p16;\n"
+    ,
     "	or.pred  	%p18, %p14, %p17;\n"
     "	add.s32 	%r20, %r16, 16385;\n"
     "	selp.b32 	%r21, %r20, %r17, %p18;\n"
@@ -32280,7 +32355,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB28_24:\n"
     "	and.b64  	%rd61, %rd84, 1;\n"
-    ,
     "	setp.eq.b64 	%p28, %rd61, 1;\n"
     "	mov.pred 	%p29, 0;\n"
     "	xor.pred  	%p30, %p28, %p29;\n"
@@ -32383,6 +32457,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f100, %f97, %f99;\n"
     "	st.global.f32 	[%rd73], %f100;\n"
     "	st.global.u32 	[%rd74], %r56;\n"
+    ,
     "	add.s64 	%rd77, %rd85, %rd8;\n"
     "	add.s64 	%rd85, %rd77, %rd8;\n"
     "	setp.lt.s64 	%p32, %rd85, %rd35;\n"
@@ -32426,7 +32501,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u32 	%r41, [k_gemm_param_7];\n"
     "	ld.param.u64 	%rd36, [k_gemm_param_8];\n"
     "	ld.param.u64 	%rd37, [k_gemm_param_9];\n"
-    ,
     "	cvta.to.global.u64 	%rd1, %rd34;\n"
     "	mov.u32 	%r42, %ctaid.z;\n"
     "	cvt.u64.u32 	%rd38, %r42;\n"
@@ -32533,6 +32607,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB29_3:\n"
     "	setp.eq.s32 	%p3, %r40, 0;\n"
+    ,
     "	@%p3 bra 	$L__BB29_29;\n"
     "\n"
     "	setp.ge.s32 	%p4, %r3, %r37;\n"
@@ -32578,7 +32653,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f530, 0f00000000;\n"
     "	or.pred  	%p34, %p32, %p33;\n"
     "	mov.f32 	%f529, %f530;\n"
-    ,
     "	@%p34 bra 	$L__BB29_31;\n"
     "\n"
     "	add.s32 	%r202, %r45, %r203;\n"
@@ -32696,6 +32770,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd73, %rd72, %rd15;\n"
     "	shl.b64 	%rd74, %rd73, 2;\n"
     "	add.s64 	%rd75, %rd3, %rd74;\n"
+    ,
     "	ld.global.nc.f32 	%f526, [%rd75];\n"
     "	bra.uni 	$L__BB29_22;\n"
     "\n"
@@ -32740,7 +32815,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd85, %rd84, %rd18;\n"
     "	shl.b64 	%rd86, %rd85, 2;\n"
     "	add.s64 	%rd87, %rd3, %rd86;\n"
-    ,
     "	ld.global.nc.f32 	%f528, [%rd87];\n"
     "	bra.uni 	$L__BB29_28;\n"
     "\n"
@@ -32859,6 +32933,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p55 bra 	$L__BB29_49;\n"
     "\n"
     "	add.s32 	%r199, %r45, %r203;\n"
+    ,
     "	cvt.s64.s32 	%rd131, %r199;\n"
     "	add.s64 	%rd132, %rd4, %rd131;\n"
     "	add.s64 	%rd133, %rd132, %rd16;\n"
@@ -32903,7 +32978,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f138, [%r1];\n"
     "	fma.rn.f32 	%f139, %f138, %f137, %f544;\n"
     "	ld.shared.f32 	%f140, [%r2+64];\n"
-    ,
     "	fma.rn.f32 	%f141, %f138, %f140, %f543;\n"
     "	ld.shared.f32 	%f142, [%r2+128];\n"
     "	fma.rn.f32 	%f143, %f138, %f142, %f542;\n"
@@ -32979,6 +33053,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f213, %f210, %f212, %f189;\n"
     "	ld.shared.f32 	%f214, [%r2+944];\n"
     "	fma.rn.f32 	%f215, %f210, %f214, %f191;\n"
+    ,
     "	ld.shared.f32 	%f216, [%r2+1008];\n"
     "	fma.rn.f32 	%f217, %f210, %f216, %f193;\n"
     "	ld.shared.f32 	%f218, [%r1+880];\n"
@@ -33007,7 +33082,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f241, %f234, %f240, %f217;\n"
     "	ld.shared.f32 	%f242, [%r1+1152];\n"
     "	fma.rn.f32 	%f243, %f242, %f233, %f219;\n"
-    ,
     "	fma.rn.f32 	%f244, %f242, %f236, %f220;\n"
     "	fma.rn.f32 	%f245, %f242, %f238, %f221;\n"
     "	fma.rn.f32 	%f246, %f242, %f240, %f222;\n"
@@ -33082,6 +33156,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f315, %f314, %f305, %f291;\n"
     "	fma.rn.f32 	%f316, %f314, %f308, %f292;\n"
     "	fma.rn.f32 	%f317, %f314, %f310, %f293;\n"
+    ,
     "	fma.rn.f32 	%f318, %f314, %f312, %f294;\n"
     "	ld.shared.f32 	%f319, [%r1+2032];\n"
     "	fma.rn.f32 	%f320, %f319, %f305, %f296;\n"
@@ -33110,7 +33185,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f343, [%r1+2304];\n"
     "	fma.rn.f32 	%f344, %f343, %f329, %f320;\n"
     "	fma.rn.f32 	%f345, %f343, %f332, %f321;\n"
-    ,
     "	fma.rn.f32 	%f346, %f343, %f334, %f322;\n"
     "	fma.rn.f32 	%f347, %f343, %f336, %f323;\n"
     "	ld.shared.f32 	%f348, [%r1+2368];\n"
@@ -33185,6 +33259,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f417, %f415, %f404, %f393;\n"
     "	fma.rn.f32 	%f418, %f415, %f406, %f394;\n"
     "	fma.rn.f32 	%f419, %f415, %f408, %f395;\n"
+    ,
     "	ld.shared.f32 	%f420, [%r1+3184];\n"
     "	fma.rn.f32 	%f421, %f420, %f401, %f397;\n"
     "	fma.rn.f32 	%f422, %f420, %f404, %f398;\n"
@@ -33213,7 +33288,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f445, %f444, %f425, %f421;\n"
     "	fma.rn.f32 	%f446, %f444, %f428, %f422;\n"
     "	fma.rn.f32 	%f447, %f444, %f430, %f423;\n"
-    ,
     "	fma.rn.f32 	%f448, %f444, %f432, %f424;\n"
     "	ld.shared.f32 	%f449, [%r2+3536];\n"
     "	ld.shared.f32 	%f450, [%r1+3536];\n"
@@ -33289,6 +33363,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f552, %f504, %f501, %f496;\n"
     "	bar.sync 	0;\n"
     "	add.s32 	%r203, %r203, 16;\n"
+    ,
     "	setp.lt.s32 	%p60, %r203, %r39;\n"
     "	@%p60 bra 	$L__BB29_3;\n"
     "	bra.uni 	$L__BB29_55;\n"
@@ -33332,7 +33407,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd148, %rd145, %rd147;\n"
     "	cvt.s64.s32 	%rd149, %r33;\n"
     "	add.s64 	%rd150, %rd148, %rd149;\n"
-    ,
     "	cvta.to.global.u64 	%rd151, %rd187;\n"
     "	shl.b64 	%rd152, %rd150, 2;\n"
     "	add.s64 	%rd28, %rd151, %rd152;\n"
@@ -33458,6 +33532,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd174, %rd38, %rd180;\n"
     "	add.s64 	%rd175, %rd172, %rd174;\n"
     "	cvt.s64.s32 	%rd176, %r33;\n"
+    ,
     "	add.s64 	%rd177, %rd175, %rd176;\n"
     "	cvta.to.global.u64 	%rd178, %rd181;\n"
     "	shl.b64 	%rd179, %rd177, 2;\n"
@@ -33508,7 +33583,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.local .align 16 .b8 	__local_depot30[1024];\n"
     "	.reg .b64 	%SP;\n"
     "	.reg .b64 	%SPL;\n"
-    ,
     "	.reg .pred 	%p<78>;\n"
     "	.reg .f32 	%f<330>;\n"
     "	.reg .b32 	%r<60>;\n"
@@ -33620,6 +33694,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd197, %rd196, %rd303;\n"
     "	shl.b64 	%rd198, %rd197, 2;\n"
     "	add.s64 	%rd55, %rd1, %rd198;\n"
+    ,
     "	ld.global.nc.f32 	%f55, [%rd55];\n"
     "	shl.b64 	%rd199, %rd303, 2;\n"
     "	add.s64 	%rd56, %rd5, %rd199;\n"
@@ -33666,7 +33741,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd294, %r15;\n"
     "\n"
     "$L__BB30_14:\n"
-    ,
     "	mul.lo.s64 	%rd163, %rd293, %rd141;\n"
     "	add.s64 	%rd164, %rd163, %rd291;\n"
     "	mul.lo.s64 	%rd165, %rd164, %rd143;\n"
@@ -33779,6 +33853,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.s64 	%rd305, %rd60, %rd141;\n"
     "	mul.lo.s64 	%rd203, %rd305, %rd141;\n"
     "	sub.s64 	%rd306, %rd60, %rd203;\n"
+    ,
     "	bra.uni 	$L__BB30_38;\n"
     "\n"
     "$L__BB30_37:\n"
@@ -33824,7 +33899,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p23 bra 	$L__BB30_45;\n"
     "\n"
     "	add.s64 	%rd287, %rd3, 8;\n"
-    ,
     "	shl.b64 	%rd214, %rd73, 2;\n"
     "	add.s64 	%rd309, %rd287, %rd214;\n"
     "	mov.f32 	%f316, 0f00000000;\n"
@@ -33933,6 +34007,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd89, %rd6, %rd223;\n"
     "	ld.local.f32 	%f113, [%rd89];\n"
     "	mul.f32 	%f114, %f12, %f113;\n"
+    ,
     "	st.local.f32 	[%rd89], %f114;\n"
     "	mov.f32 	%f317, %f11;\n"
     "	@%p33 bra 	$L__BB30_58;\n"
@@ -33974,7 +34049,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.lt.u64 	%p36, %rd13, 3;\n"
     "	mov.u64 	%rd318, 0;\n"
-    ,
     "	@%p36 bra 	$L__BB30_62;\n"
     "\n"
     "	mov.u64 	%rd318, 0;\n"
@@ -34082,6 +34156,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p46, %rd14, 1;\n"
     "	add.s64 	%rd243, %rd322, %rd99;\n"
     "	shl.b64 	%rd244, %rd243, 2;\n"
+    ,
     "	add.s64 	%rd105, %rd3, %rd244;\n"
     "	ld.global.nc.f32 	%f181, [%rd105];\n"
     "	shl.b64 	%rd245, %rd322, 2;\n"
@@ -34120,7 +34195,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f199, 0f32A57060;\n"
     "	fma.rn.f32 	%f200, %f187, %f199, %f198;\n"
     "	mov.b32 	%r44, %f194;\n"
-    ,
     "	shl.b32 	%r45, %r44, 23;\n"
     "	mov.b32 	%f201, %r45;\n"
     "	ex2.approx.ftz.f32 	%f202, %f200;\n"
@@ -34228,6 +34302,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p57 bra 	$L__BB30_88;\n"
     "\n"
     "$L__BB30_89:\n"
+    ,
     "	setp.eq.s64 	%p58, %rd14, 0;\n"
     "	@%p58 bra 	$L__BB30_93;\n"
     "\n"
@@ -34274,7 +34349,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB30_103;\n"
     "\n"
     "$L__BB30_97:\n"
-    ,
     "	cvt.u32.u64 	%r49, %rd290;\n"
     "	div.u32 	%r50, %r49, %r5;\n"
     "	cvt.u64.u32 	%rd329, %r50;\n"
@@ -34382,6 +34456,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f292, 0f3E0F2955;\n"
     "	fma.rn.f32 	%f293, %f291, %f286, %f292;\n"
     "	mov.f32 	%f294, 0fBE2AD8B9;\n"
+    ,
     "	fma.rn.f32 	%f295, %f293, %f286, %f294;\n"
     "	mov.f32 	%f296, 0f3E4CED0B;\n"
     "	fma.rn.f32 	%f297, %f295, %f286, %f296;\n"
@@ -34421,7 +34496,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ret;\n"
     "\n"
     "}\n"
-    ,
     "	// .globl	k_attention_back_q\n"
     ".visible .entry k_attention_back_q(\n"
     "	.param .u64 k_attention_back_q_param_0,\n"
@@ -34522,6 +34596,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB31_8:\n"
     "	cvt.u32.u64 	%r9, %rd371;\n"
     "	div.u32 	%r10, %r9, %r5;\n"
+    ,
     "	cvt.u64.u32 	%rd373, %r10;\n"
     "\n"
     "$L__BB31_9:\n"
@@ -34573,7 +34648,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u64 	%rd388, 0;\n"
     "	@%p17 bra 	$L__BB31_38;\n"
     "\n"
-    ,
     "	mov.f32 	%f339, 0f00000000;\n"
     "	mov.u64 	%rd388, 0;\n"
     "	mov.u64 	%rd387, %rd18;\n"
@@ -34670,6 +34744,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB31_20:\n"
     "	or.b64  	%rd207, %rd377, %rd179;\n"
+    ,
     "	and.b64  	%rd208, %rd207, -4294967296;\n"
     "	setp.eq.s64 	%p10, %rd208, 0;\n"
     "	@%p10 bra 	$L__BB31_22;\n"
@@ -34711,7 +34786,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f58, [%rd221];\n"
     "	fma.rn.f32 	%f59, %f58, %f57, %f339;\n"
     "	ld.global.nc.f32 	%f60, [%rd222+4];\n"
-    ,
     "	ld.global.nc.f32 	%f61, [%rd221+4];\n"
     "	fma.rn.f32 	%f62, %f61, %f60, %f59;\n"
     "	ld.global.nc.f32 	%f63, [%rd222+8];\n"
@@ -34812,6 +34886,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.local.f32 	[%rd64+8], %f79;\n"
     "	ld.global.nc.f32 	%f80, [%rd65+8];\n"
     "	st.local.f32 	[%rd66+8], %f80;\n"
+    ,
     "	mov.u32 	%r34, 0;\n"
     "	st.local.u32 	[%rd67+8], %r34;\n"
     "	ld.global.nc.f32 	%f81, [%rd68+8];\n"
@@ -34856,7 +34931,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB31_47:\n"
     "	or.b64  	%rd274, %rd390, %rd179;\n"
-    ,
     "	and.b64  	%rd275, %rd274, -4294967296;\n"
     "	setp.eq.s64 	%p24, %rd275, 0;\n"
     "	@%p24 bra 	$L__BB31_49;\n"
@@ -34955,6 +35029,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.f32 	%f152, [%rd111+4];\n"
     "	fma.rn.f32 	%f346, %f152, %f151, %f346;\n"
     "	ld.global.nc.f32 	%f153, [%rd112+4];\n"
+    ,
     "	ld.local.f32 	%f154, [%rd113+4];\n"
     "	fma.rn.f32 	%f347, %f154, %f153, %f347;\n"
     "	@%p30 bra 	$L__BB31_58;\n"
@@ -34995,7 +35070,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u64 	%rd402, 0;\n"
     "	@%p32 bra 	$L__BB31_62;\n"
     "\n"
-    ,
     "	mov.u64 	%rd402, 0;\n"
     "	mov.u64 	%rd401, %rd18;\n"
     "\n"
@@ -35096,6 +35170,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f233, %f221, %f232, %f229;\n"
     "	ld.global.nc.f32 	%f234, [%rd307+8];\n"
     "	fma.rn.f32 	%f235, %f212, %f234, %f231;\n"
+    ,
     "	ld.global.nc.f32 	%f236, [%rd309+8];\n"
     "	fma.rn.f32 	%f237, %f222, %f236, %f233;\n"
     "	ld.global.nc.f32 	%f238, [%rd307+12];\n"
@@ -35133,7 +35208,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f354, %f245, %f244, %f354;\n"
     "	ld.global.nc.f32 	%f246, [%rd131+4];\n"
     "	ld.local.f32 	%f247, [%rd132+4];\n"
-    ,
     "	fma.rn.f32 	%f355, %f247, %f246, %f355;\n"
     "	@%p43 bra 	$L__BB31_76;\n"
     "\n"
@@ -35237,6 +35311,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.lt.u64 	%p53, %rd16, 3;\n"
     "	mov.u64 	%rd415, 0;\n"
+    ,
     "	@%p53 bra 	$L__BB31_96;\n"
     "\n"
     "	@%p2 bra 	$L__BB31_90;\n"
@@ -35283,7 +35358,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.f32 	%f325, [%rd173];\n"
     "	mul.f32 	%f326, %f325, %f52;\n"
     "	mul.lo.s64 	%rd362, %rd371, %rd178;\n"
-    ,
     "	add.s64 	%rd363, %rd362, %rd421;\n"
     "	shl.b64 	%rd364, %rd363, 2;\n"
     "	add.s64 	%rd174, %rd3, %rd364;\n"
@@ -35396,6 +35470,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd347, %rd346, %rd372;\n"
     "	mul.lo.s64 	%rd348, %rd347, %rd179;\n"
     "	add.s64 	%rd349, %rd348, %rd418;\n"
+    ,
     "	mul.lo.s64 	%rd350, %rd349, %rd178;\n"
     "	mul.lo.s64 	%rd351, %rd350, 3;\n"
     "	add.s64 	%rd352, %rd351, %rd415;\n"
@@ -35437,7 +35512,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_attention_back_kv_param_7,\n"
     "	.param .u64 k_attention_back_kv_param_8,\n"
     "	.param .u64 k_attention_back_kv_param_9,\n"
-    ,
     "	.param .f32 k_attention_back_kv_param_10,\n"
     "	.param .u64 k_attention_back_kv_param_11\n"
     ")\n"
@@ -35542,6 +35616,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r12, %rd353;\n"
     "	div.u32 	%r13, %r12, %r11;\n"
     "	mul.lo.s32 	%r14, %r13, %r11;\n"
+    ,
     "	sub.s32 	%r15, %r12, %r14;\n"
     "	cvt.u64.u32 	%rd354, %r13;\n"
     "	cvt.u64.u32 	%rd355, %r15;\n"
@@ -35583,7 +35658,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f46, [%rd190+12];\n"
     "	add.s64 	%rd193, %rd9, %rd191;\n"
     "	st.local.v4.f32 	[%rd193], {%f45, %f44, %f43, %f46};\n"
-    ,
     "	add.s64 	%rd194, %rd10, %rd191;\n"
     "	mov.f32 	%f47, 0f00000000;\n"
     "	st.local.v4.f32 	[%rd194], {%f47, %f47, %f47, %f47};\n"
@@ -35694,6 +35768,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f340, %f339;\n"
     "	@%p6 bra 	$L__BB32_38;\n"
     "\n"
+    ,
     "	setp.lt.u64 	%p17, %rd18, 3;\n"
     "	mov.f32 	%f340, 0f00000000;\n"
     "	mov.u64 	%rd370, 0;\n"
@@ -35731,7 +35806,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f339, %f89, %f64, %f86;\n"
     "	ld.global.nc.f32 	%f90, [%rd367+4];\n"
     "	fma.rn.f32 	%f340, %f90, %f74, %f88;\n"
-    ,
     "	add.s64 	%rd370, %rd370, 4;\n"
     "	add.s64 	%rd214, %rd348, %rd370;\n"
     "	add.s64 	%rd368, %rd368, 16;\n"
@@ -35831,6 +35905,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd234, %rd3, %rd233;\n"
     "	ld.global.nc.f32 	%f132, [%rd234];\n"
     "	add.s64 	%rd235, %rd10, %rd230;\n"
+    ,
     "	ld.local.v4.f32 	{%f133, %f134, %f135, %f136}, [%rd235];\n"
     "	ld.global.nc.f32 	%f141, [%rd229+4];\n"
     "	ld.global.nc.f32 	%f142, [%rd234+4];\n"
@@ -35864,7 +35939,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f155, [%rd91];\n"
     "	shl.b64 	%rd238, %rd373, 2;\n"
     "	add.s64 	%rd92, %rd11, %rd238;\n"
-    ,
     "	ld.local.f32 	%f156, [%rd92];\n"
     "	fma.rn.f32 	%f157, %f17, %f155, %f156;\n"
     "	st.local.f32 	[%rd92], %f157;\n"
@@ -35963,6 +36037,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p32, %rd19, 0;\n"
     "	@%p32 bra 	$L__BB32_56;\n"
     "\n"
+    ,
     "	setp.eq.s64 	%p33, %rd19, 1;\n"
     "	add.s64 	%rd252, %rd377, %rd97;\n"
     "	shl.b64 	%rd253, %rd252, 2;\n"
@@ -36000,7 +36075,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB32_56:\n"
     "	add.s64 	%rd342, %rd157, 1;\n"
     "	mul.lo.s64 	%rd257, %rd374, %rd342;\n"
-    ,
     "	add.s64 	%rd258, %rd257, %rd157;\n"
     "	shl.b64 	%rd259, %rd258, 2;\n"
     "	add.s64 	%rd260, %rd6, %rd259;\n"
@@ -36092,6 +36166,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd278, %rd277, 2;\n"
     "	add.s64 	%rd115, %rd3, %rd278;\n"
     "	ld.global.nc.f32 	%f277, [%rd115];\n"
+    ,
     "	add.s64 	%rd116, %rd10, %rd276;\n"
     "	ld.local.f32 	%f278, [%rd116];\n"
     "	fma.rn.f32 	%f279, %f36, %f277, %f278;\n"
@@ -36133,7 +36208,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p57 bra 	$L__BB32_84;\n"
     "\n"
     "	setp.eq.s64 	%p44, %rd18, 0;\n"
-    ,
     "	mov.u64 	%rd386, 0;\n"
     "	@%p44 bra 	$L__BB32_76;\n"
     "\n"
@@ -36241,6 +36315,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.u32 	%r38, %r37, %r11;\n"
     "	mul.lo.s32 	%r39, %r38, %r11;\n"
     "	sub.s32 	%r40, %r37, %r39;\n"
+    ,
     "	cvt.u64.u32 	%rd382, %r38;\n"
     "	cvt.u64.u32 	%rd383, %r40;\n"
     "\n"
@@ -36281,7 +36356,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB32_76:\n"
     "	and.b64  	%rd345, %rd157, 1;\n"
-    ,
     "	setp.eq.s64 	%p48, %rd345, 0;\n"
     "	@%p48 bra 	$L__BB32_91;\n"
     "\n"
@@ -36386,6 +36460,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd47;\n"
     "	cvta.to.global.u64 	%rd2, %rd45;\n"
     "	setp.eq.s64 	%p1, %rd45, 0;\n"
+    ,
     "	@%p1 bra 	$L__BB33_2;\n"
     "\n"
     "	ld.global.f32 	%f17, [%rd2];\n"
@@ -36433,7 +36508,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r13, %tid.x;\n"
     "	cvt.u64.u32 	%rd13, %r13;\n"
     "	add.s64 	%rd130, %rd12, %rd13;\n"
-    ,
     "	ld.param.u64 	%rd15, [%rd3+-128];\n"
     "	setp.ge.s64 	%p8, %rd130, %rd15;\n"
     "	@%p8 bra 	$L__BB33_31;\n"
@@ -36545,6 +36619,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r58, %r58, 31744;\n"
     "	bra.uni 	$L__BB33_20;\n"
     "\n"
+    ,
     "$L__BB33_14:\n"
     "	setp.lt.u32 	%p16, %r3, 947912704;\n"
     "	@%p16 bra 	$L__BB33_16;\n"
@@ -36589,7 +36664,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.b32 	%p19, %r23, 1;\n"
     "	and.pred  	%p20, %p18, %p19;\n"
     "	or.pred  	%p21, %p17, %p20;\n"
-    ,
     "	add.s32 	%r24, %r20, 16385;\n"
     "	selp.b32 	%r25, %r24, %r21, %p21;\n"
     "	or.b32  	%r58, %r25, %r58;\n"
@@ -36700,6 +36774,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd108, %rd41, %rd107;\n"
     "	ld.global.f32 	%f63, [%rd102];\n"
     "	mul.f32 	%f64, %f4, %f63;\n"
+    ,
     "	ld.global.f32 	%f65, [%rd105];\n"
     "	mul.f32 	%f66, %f6, %f64;\n"
     "	fma.rn.f32 	%f67, %f65, %f10, %f66;\n"
@@ -36736,7 +36811,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd121, %rd41, %rd120;\n"
     "	ld.global.f32 	%f81, [%rd115];\n"
     "	mul.f32 	%f82, %f4, %f81;\n"
-    ,
     "	ld.global.f32 	%f83, [%rd118];\n"
     "	mul.f32 	%f84, %f6, %f82;\n"
     "	fma.rn.f32 	%f85, %f83, %f10, %f84;\n"
@@ -36847,6 +36921,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f9, %f6, %f8, %f6;\n"
     "	mul.f32 	%f10, %f9, 0f3F4C422A;\n"
     "	abs.f32 	%f11, %f10;\n"
+    ,
     "	mul.f32 	%f12, %f11, 0f4038AA3B;\n"
     "	ex2.approx.ftz.f32 	%f13, %f12;\n"
     "	add.f32 	%f14, %f13, 0f3F800000;\n"
@@ -36880,7 +36955,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f40, %f37, %f39;\n"
     "	mul.f32 	%f41, %f35, %f40;\n"
     "	fma.rn.f32 	%f42, %f36, 0f3F000000, %f41;\n"
-    ,
     "	ld.global.nc.f32 	%f43, [%rd68];\n"
     "	mul.f32 	%f2, %f43, %f42;\n"
     "	setp.eq.s32 	%p6, %r18, 2;\n"
@@ -37005,6 +37079,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f3, [%rd72];\n"
     "	or.b64  	%rd62, %rd70, %rd46;\n"
     "	and.b64  	%rd63, %rd62, -4294967296;\n"
+    ,
     "	setp.eq.s64 	%p24, %rd63, 0;\n"
     "	@%p24 bra 	$L__BB34_23;\n"
     "\n"
@@ -37044,7 +37119,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f65, 0f3E085941;\n"
     "	fma.rn.f32 	%f66, %f64, %f61, %f65;\n"
     "	mov.f32 	%f67, 0fBEAAA9ED;\n"
-    ,
     "	fma.rn.f32 	%f68, %f66, %f61, %f67;\n"
     "	mov.f32 	%f69, 0f00000000;\n"
     "	fma.rn.f32 	%f70, %f68, %f61, %f69;\n"
@@ -37168,6 +37242,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_att_softmax_param_0,\n"
     "	.param .u64 k_att_softmax_param_1,\n"
     "	.param .u64 k_att_softmax_param_2,\n"
+    ,
     "	.param .u64 k_att_softmax_param_3,\n"
     "	.param .u64 k_att_softmax_param_4,\n"
     "	.param .f32 k_att_softmax_param_5,\n"
@@ -37206,7 +37281,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd6, %r12;\n"
     "	and.b32  	%r1, %r10, 31;\n"
     "	shr.u32 	%r2, %r11, 5;\n"
-    ,
     "	shr.u32 	%r13, %r10, 3;\n"
     "	and.b32  	%r14, %r13, 536870908;\n"
     "	mov.u32 	%r15, _ZZ9block_maxfE2sh;\n"
@@ -37326,6 +37400,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r49|%p15, %r47, %r48, %r40, %r42;\n"
     "	mov.b32 	%f48, %r49;\n"
     "	max.f32 	%f49, %f47, %f48;\n"
+    ,
     "	mov.b32 	%r50, %f49;\n"
     "	mov.u32 	%r51, 2;\n"
     "	shfl.sync.bfly.b32 	%r52|%p16, %r50, %r51, %r40, %r42;\n"
@@ -37365,7 +37440,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r56, %f63;\n"
     "	shl.b32 	%r57, %r56, 23;\n"
     "	mov.b32 	%f70, %r57;\n"
-    ,
     "	ex2.approx.ftz.f32 	%f71, %f69;\n"
     "	fma.rn.f32 	%f165, %f71, %f70, %f165;\n"
     "	add.s64 	%rd55, %rd55, %rd5;\n"
@@ -37469,6 +37543,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f113, 0fBF000000;\n"
     "	fma.rn.f32 	%f114, %f112, %f97, %f113;\n"
     "	mul.f32 	%f115, %f97, %f114;\n"
+    ,
     "	fma.rn.f32 	%f116, %f115, %f97, %f97;\n"
     "	mov.f32 	%f117, 0f3F317218;\n"
     "	fma.rn.f32 	%f167, %f96, %f117, %f116;\n"
@@ -37514,7 +37589,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f144, 0f3F000000;\n"
     "	mov.f32 	%f145, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f146, %f143, %f145, %f144;\n"
-    ,
     "	cvt.sat.f32.f32 	%f147, %f146;\n"
     "	mov.f32 	%f148, 0f4B400001;\n"
     "	mov.f32 	%f149, 0f437C0000;\n"
@@ -37631,6 +37705,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .b64 	%rd<56>;\n"
     "\n"
     "\n"
+    ,
     "	ld.param.u64 	%rd25, [k_att_dsoftmax_param_0];\n"
     "	ld.param.u64 	%rd26, [k_att_dsoftmax_param_1];\n"
     "	ld.param.u64 	%rd21, [k_att_dsoftmax_param_2];\n"
@@ -37663,7 +37738,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r4, %r11, %r13;\n"
     "	mov.u32 	%r14, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd7, %r14;\n"
-    ,
     "	cvta.to.global.u64 	%rd8, %rd21;\n"
     "\n"
     "$L__BB36_2:\n"
@@ -37782,6 +37856,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f48, %r44;\n"
     "	add.f32 	%f49, %f47, %f48;\n"
     "	mov.b32 	%r45, %f49;\n"
+    ,
     "	mov.u32 	%r46, 4;\n"
     "	shfl.sync.bfly.b32 	%r47|%p14, %r45, %r46, %r38, %r40;\n"
     "	mov.b32 	%f50, %r47;\n"
@@ -37825,7 +37900,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f81, 0f3F000000;\n"
     "	mov.f32 	%f82, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f83, %f80, %f82, %f81;\n"
-    ,
     "	cvt.sat.f32.f32 	%f84, %f83;\n"
     "	mov.f32 	%f85, 0f4B400001;\n"
     "	mov.f32 	%f86, 0f437C0000;\n"
@@ -37943,6 +38017,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "{\n"
     "	.reg .pred 	%p<29>;\n"
     "	.reg .f32 	%f<65>;\n"
+    ,
     "	.reg .b32 	%r<25>;\n"
     "	.reg .b64 	%rd<184>;\n"
     "\n"
@@ -37981,7 +38056,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB37_11:\n"
     "	add.s64 	%rd26, %rd88, -1;\n"
     "	and.b64  	%rd27, %rd88, 3;\n"
-    ,
     "	sub.s64 	%rd28, %rd88, %rd27;\n"
     "	cvt.u32.u64 	%r10, %rd89;\n"
     "	cvt.u32.u64 	%r15, %rd90;\n"
@@ -38096,6 +38170,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB37_26:\n"
     "	setp.gt.s64 	%p17, %rd88, 0;\n"
+    ,
     "	@%p17 bra 	$L__BB37_35;\n"
     "	bra.uni 	$L__BB37_27;\n"
     "\n"
@@ -38135,7 +38210,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f64, %f50, %f49, %f48;\n"
     "	add.s64 	%rd183, %rd183, 4;\n"
     "	add.s64 	%rd154, %rd69, %rd183;\n"
-    ,
     "	add.s64 	%rd181, %rd181, 16;\n"
     "	add.s64 	%rd180, %rd180, 16;\n"
     "	setp.ne.s64 	%p24, %rd154, 0;\n"
@@ -38256,6 +38330,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB37_29:\n"
     "	cvt.u32.u64 	%r20, %rd9;\n"
     "	cvt.u32.u64 	%r21, %rd51;\n"
+    ,
     "	div.u32 	%r22, %r21, %r20;\n"
     "	cvt.u64.u32 	%rd173, %r22;\n"
     "\n"
@@ -38298,7 +38373,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd178, %rd150, %rd62;\n"
     "	st.global.u32 	[%rd150], %r24;\n"
     "	add.s64 	%rd162, %rd149, %rd9;\n"
-    ,
     "	setp.lt.s64 	%p22, %rd162, %rd87;\n"
     "	@%p22 bra 	$L__BB37_34;\n"
     "\n"
@@ -38413,6 +38487,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.s64 	%rd329, %rd313, %rd185;\n"
     "	mul.lo.s64 	%rd258, %rd329, %rd185;\n"
     "	sub.s64 	%rd330, %rd313, %rd258;\n"
+    ,
     "	bra.uni 	$L__BB38_68;\n"
     "\n"
     "$L__BB38_8:\n"
@@ -38456,7 +38531,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	div.s64 	%rd310, %rd308, %rd186;\n"
     "	mul.lo.s64 	%rd209, %rd310, %rd186;\n"
-    ,
     "	sub.s64 	%rd311, %rd308, %rd209;\n"
     "	bra.uni 	$L__BB38_16;\n"
     "\n"
@@ -38586,6 +38660,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB38_84;\n"
     "\n"
     "$L__BB38_78:\n"
+    ,
     "	@%p3 bra 	$L__BB38_82;\n"
     "	bra.uni 	$L__BB38_79;\n"
     "\n"
@@ -38634,7 +38709,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.u32 	%r28, %r27, %r26;\n"
     "	mul.lo.s32 	%r29, %r28, %r26;\n"
     "	sub.s32 	%r30, %r27, %r29;\n"
-    ,
     "	cvt.u64.u32 	%rd315, %r28;\n"
     "	cvt.u64.u32 	%rd316, %r30;\n"
     "\n"
@@ -38763,6 +38837,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s64 	%rd325, %rd328, %rd242;\n"
     "	bra.uni 	$L__BB38_52;\n"
     "\n"
+    ,
     "$L__BB38_51:\n"
     "	cvt.u32.u64 	%r47, %rd328;\n"
     "	div.u32 	%r48, %r47, %r31;\n"
@@ -38803,7 +38878,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd251, %rd250, %rd185;\n"
     "	add.s64 	%rd93, %rd251, %rd323;\n"
     "	shl.b64 	%rd252, %rd71, 1;\n"
-    ,
     "	add.s64 	%rd94, %rd1, %rd252;\n"
     "	shl.b64 	%rd253, %rd93, 1;\n"
     "	add.s64 	%rd95, %rd2, %rd253;\n"
@@ -38937,6 +39011,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd284, %rd313, 1;\n"
     "	add.s64 	%rd149, %rd1, %rd284;\n"
     "	add.s64 	%rd150, %rd344, %rd339;\n"
+    ,
     "	shl.b64 	%rd285, %rd150, 1;\n"
     "	add.s64 	%rd151, %rd2, %rd285;\n"
     "	@%p1 bra 	$L__BB38_105;\n"
@@ -38981,7 +39056,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	div.s64 	%rd345, %rd154, %rd185;\n"
     "	mul.lo.s64 	%rd290, %rd345, %rd185;\n"
-    ,
     "	sub.s64 	%rd346, %rd154, %rd290;\n"
     "	bra.uni 	$L__BB38_109;\n"
     "\n"
@@ -39113,6 +39187,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .f32 	%f<1210>;\n"
     "	.reg .b32 	%r<1375>;\n"
     "	.reg .b64 	%rd<325>;\n"
+    ,
     "	// demoted variable\n"
     "	.shared .align 16 .b8 _ZZ11k_flash_fwdE2sm[27648];\n"
     "\n"
@@ -39146,7 +39221,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s32 	%r231, %r230, %r228;\n"
     "	sub.s32 	%r232, %r229, %r231;\n"
     "	cvt.u64.u32 	%rd310, %r230;\n"
-    ,
     "	cvt.u64.u32 	%rd311, %r232;\n"
     "\n"
     "$L__BB39_3:\n"
@@ -39269,6 +39343,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r20, %r270, 3;\n"
     "	shr.s32 	%r21, %r268, 3;\n"
     "	cvt.s64.s32 	%rd116, %r21;\n"
+    ,
     "	add.s64 	%rd27, %rd25, %rd116;\n"
     "	setp.ge.s64 	%p10, %rd27, %rd89;\n"
     "	mov.u32 	%r1303, 0;\n"
@@ -39301,7 +39376,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r288, %r283, %r287;\n"
     "	shl.b32 	%r31, %r288, 3;\n"
     "	cvt.s64.s32 	%rd123, %r30;\n"
-    ,
     "	add.s64 	%rd28, %rd25, %rd123;\n"
     "	setp.ge.s64 	%p11, %rd28, %rd89;\n"
     "	mov.u32 	%r1304, %r1303;\n"
@@ -39406,6 +39480,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r342, %r337, 32;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r338,%r339,%r340,%r341}, [%r342];\n"
     "\n"
     "	// end inline asm\n"
@@ -39441,7 +39516,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r372, %r371, 72, %r370;\n"
     "	shl.b32 	%r373, %r372, 1;\n"
     "	add.s32 	%r77, %r362, %r373;\n"
-    ,
     "	add.s32 	%r375, %r1, 128;\n"
     "	shr.s32 	%r376, %r375, 31;\n"
     "	shr.u32 	%r377, %r376, 29;\n"
@@ -39555,6 +39629,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1327, %r410, 128;\n"
     "	@%p19 bra 	$L__BB39_40;\n"
     "\n"
+    ,
     "	add.s64 	%rd41, %rd39, %rd34;\n"
     "	setp.ge.s64 	%p20, %rd41, %rd89;\n"
     "	mov.u32 	%r1319, 0;\n"
@@ -39591,7 +39666,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd163, %rd159, %rd162;\n"
     "	ld.global.v4.u32 	{%r1323, %r1324, %r1325, %r1326}, [%rd163];\n"
     "\n"
-    ,
     "$L__BB39_39:\n"
     "	st.shared.v4.u32 	[%r79], {%r1323, %r1324, %r1325, %r1326};\n"
     "	add.s32 	%r1327, %r410, 384;\n"
@@ -39695,6 +39769,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r499, %r362, %r497;\n"
     "	st.shared.v4.u32 	[%r499], {%r1337, %r1338, %r1339, %r1340};\n"
     "	add.s32 	%r500, %r131, 128;\n"
+    ,
     "	shr.s32 	%r501, %r500, 31;\n"
     "	shr.u32 	%r502, %r501, 29;\n"
     "	add.s32 	%r503, %r500, %r502;\n"
@@ -39730,7 +39805,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p28 bra 	$L__BB39_41;\n"
     "\n"
     "$L__BB39_50:\n"
-    ,
     "	@%p16 bra 	$L__BB39_71;\n"
     "\n"
     "	max.s32 	%r514, %r395, 384;\n"
@@ -39840,6 +39914,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd216, %rd214, %rd215;\n"
     "	shl.b64 	%rd217, %rd216, 1;\n"
     "	add.s64 	%rd218, %rd212, %rd217;\n"
+    ,
     "	ld.global.v4.u32 	{%r1359, %r1360, %r1361, %r1362}, [%rd218];\n"
     "\n"
     "$L__BB39_64:\n"
@@ -39875,7 +39950,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB39_66:\n"
     "	mad.lo.s32 	%r598, %r194, 72, %r195;\n"
     "	shl.b32 	%r599, %r598, 1;\n"
-    ,
     "	add.s32 	%r601, %r362, %r599;\n"
     "	st.shared.v4.u32 	[%r601+9216], {%r1363, %r1364, %r1365, %r1366};\n"
     "	add.s32 	%r602, %r1357, 256;\n"
@@ -39974,6 +40048,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r876, %r638, 4704;\n"
     "	add.s32 	%r859, %r638, 2400;\n"
     "	add.s32 	%r842, %r638, 96;\n"
+    ,
     "	add.s32 	%r825, %r638, 6976;\n"
     "	add.s32 	%r808, %r638, 4672;\n"
     "	add.s32 	%r791, %r638, 2368;\n"
@@ -40005,7 +40080,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f241, %f287;\n"
     "	mov.f32 	%f242, %f287;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f239,%f240,%f241,%f242}, {%r333,%r334,%r335,%r336}, {%r635,%r637}, {%f239,%f240,%f241,%f242};\n"
     "\n"
     "	// end inline asm\n"
@@ -40089,6 +40163,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f255,%f256,%f257,%f258}, {%r338,%r339,%r340,%r341}, {%r720,%r722}, {%f255,%f256,%f257,%f258};\n"
     "\n"
     "	// end inline asm\n"
@@ -40109,7 +40184,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f279,%f280,%f281,%f282}, {%r338,%r339,%r340,%r341}, {%r753,%r755}, {%f279,%f280,%f281,%f282};\n"
     "\n"
     "	// end inline asm\n"
@@ -40186,6 +40260,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f255,%f256,%f257,%f258}, {%r348,%r349,%r350,%r351}, {%r856,%r858}, {%f255,%f256,%f257,%f258};\n"
     "\n"
     "	// end inline asm\n"
@@ -40206,7 +40281,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f279,%f280,%f281,%f282}, {%r348,%r349,%r350,%r351}, {%r889,%r891}, {%f279,%f280,%f281,%f282};\n"
     "\n"
     "	// end inline asm\n"
@@ -40298,6 +40372,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f767, 0fFF800000, %f766, %p50;\n"
     "	max.f32 	%f768, %f759, %f767;\n"
     "	mul.f32 	%f769, %f1, %f266;\n"
+    ,
     "	selp.f32 	%f770, 0fFF800000, %f769, %p51;\n"
     "	max.f32 	%f771, %f768, %f770;\n"
     "	add.s64 	%rd254, %rd244, 40;\n"
@@ -40322,7 +40397,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f785, 0fFF800000, %f784, %p56;\n"
     "	max.f32 	%f786, %f777, %f785;\n"
     "	add.s64 	%rd257, %rd244, 49;\n"
-    ,
     "	mul.f32 	%f787, %f1, %f280;\n"
     "	setp.gt.s64 	%p57, %rd257, %rd31;\n"
     "	selp.f32 	%f788, 0fFF800000, %f787, %p57;\n"
@@ -40420,6 +40494,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f828, %f725, %f1172;\n"
     "	ex2.approx.f32 	%f428, %f828;\n"
     "	add.f32 	%f829, %f428, %f823;\n"
+    ,
     "	sub.f32 	%f830, %f728, %f1172;\n"
     "	ex2.approx.f32 	%f427, %f830;\n"
     "	add.f32 	%f831, %f427, %f829;\n"
@@ -40446,7 +40521,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f845, %f500, %f839;\n"
     "	sub.f32 	%f846, %f752, %f1172;\n"
     "	ex2.approx.f32 	%f499, %f846;\n"
-    ,
     "	add.f32 	%f847, %f499, %f845;\n"
     "	sub.f32 	%f848, %f755, %f1173;\n"
     "	ex2.approx.f32 	%f502, %f848;\n"
@@ -40546,6 +40620,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r944,%r945,%r946,%r947}, [%r948];\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f535,%f536,%f537,%f538}, {%r906,%r907,%r908,%r909}, {%r944,%r945}, {%f535,%f536,%f537,%f538};\n"
     "\n"
@@ -40563,7 +40638,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r906,%r907,%r908,%r909}, {%r963,%r964}, {%f559,%f560,%f561,%f562};\n"
     "\n"
     "	// end inline asm\n"
@@ -40656,6 +40730,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f511,%f512,%f513,%f514}, {%r1050,%r1051,%r1052,%r1053}, {%r1056,%r1057}, {%f511,%f512,%f513,%f514};\n"
     "\n"
     "	// end inline asm\n"
@@ -40672,7 +40747,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1088,%r1089,%r1090,%r1091}, [%r1092];\n"
     "\n"
     "	// end inline asm\n"
@@ -40757,6 +40831,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r1122,%r1123,%r1124,%r1125}, {%r1179,%r1180}, {%f559,%f560,%f561,%f562};\n"
     "\n"
     "	// end inline asm\n"
@@ -40783,7 +40858,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f520, %f1170;\n"
     "	mov.f32 	%f521, %f1170;\n"
     "	mov.f32 	%f522, %f1170;\n"
-    ,
     "	mov.f32 	%f527, %f1170;\n"
     "	mov.f32 	%f528, %f1170;\n"
     "	mov.f32 	%f529, %f1170;\n"
@@ -40895,6 +40969,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1038, %f1029, %f535;\n"
     "	st.global.f32 	[%rd83+128], %f1038;\n"
     "	mul.f32 	%f1039, %f1029, %f536;\n"
+    ,
     "	st.global.f32 	[%rd83+132], %f1039;\n"
     "	mul.f32 	%f1040, %f1029, %f543;\n"
     "	st.global.f32 	[%rd83+160], %f1040;\n"
@@ -40916,7 +40991,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f1047, 0fC1B80000, 0f00000000, %p88;\n"
     "	mov.b32 	%r1273, %f121;\n"
     "	add.s32 	%r1274, %r1273, -1060439283;\n"
-    ,
     "	and.b32  	%r1275, %r1274, -8388608;\n"
     "	sub.s32 	%r1276, %r1273, %r1275;\n"
     "	mov.b32 	%f1048, %r1276;\n"
@@ -41014,6 +41088,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.f32 	%p95, %f125, 0f00800000;\n"
     "	mul.f32 	%f1100, %f125, 0f4B000000;\n"
     "	selp.f32 	%f126, %f1100, %f125, %p95;\n"
+    ,
     "	selp.f32 	%f1101, 0fC1B80000, 0f00000000, %p95;\n"
     "	mov.b32 	%r1287, %f126;\n"
     "	add.s32 	%r1288, %r1287, -1060439283;\n"
@@ -41034,7 +41109,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1114, 0f3E520BF4;\n"
     "	fma.rn.f32 	%f1115, %f1113, %f1106, %f1114;\n"
     "	mov.f32 	%f1116, 0fBE763C8B;\n"
-    ,
     "	fma.rn.f32 	%f1117, %f1115, %f1106, %f1116;\n"
     "	mov.f32 	%f1118, 0f3E93BF99;\n"
     "	fma.rn.f32 	%f1119, %f1117, %f1106, %f1118;\n"
@@ -41142,6 +41216,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.f32 	%p72, %f110, 0f00800000;\n"
     "	mul.f32 	%f938, %f110, 0f4B000000;\n"
     "	selp.f32 	%f111, %f938, %f110, %p72;\n"
+    ,
     "	selp.f32 	%f939, 0fC1B80000, 0f00000000, %p72;\n"
     "	mov.b32 	%r1236, %f111;\n"
     "	add.s32 	%r1237, %r1236, -1060439283;\n"
@@ -41163,7 +41238,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f953, %f951, %f944, %f952;\n"
     "	mov.f32 	%f954, 0fBE763C8B;\n"
     "	fma.rn.f32 	%f955, %f953, %f944, %f954;\n"
-    ,
     "	mov.f32 	%f956, 0f3E93BF99;\n"
     "	fma.rn.f32 	%f957, %f955, %f944, %f956;\n"
     "	mov.f32 	%f958, 0fBEB8AA49;\n"
@@ -41276,6 +41350,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd296+128], %f984;\n"
     "	mul.f32 	%f985, %f975, %f538;\n"
     "	st.global.f32 	[%rd296+132], %f985;\n"
+    ,
     "	mul.f32 	%f986, %f975, %f545;\n"
     "	st.global.f32 	[%rd296+160], %f986;\n"
     "	mul.f32 	%f987, %f975, %f546;\n"
@@ -41297,7 +41372,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r1260, %f116;\n"
     "	add.s32 	%r1261, %r1260, -1060439283;\n"
     "	and.b32  	%r1262, %r1261, -8388608;\n"
-    ,
     "	sub.s32 	%r1263, %r1260, %r1262;\n"
     "	mov.b32 	%f994, %r1263;\n"
     "	cvt.rn.f32.s32 	%f995, %r1262;\n"
@@ -41403,6 +41477,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r296, %rd4;\n"
     "	cvt.u32.u64 	%r297, %rd5;\n"
     "	div.u32 	%r298, %r297, %r296;\n"
+    ,
     "	mul.lo.s32 	%r299, %r298, %r296;\n"
     "	sub.s32 	%r300, %r297, %r299;\n"
     "	cvt.u64.u32 	%rd378, %r298;\n"
@@ -41431,7 +41506,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB40_6:\n"
     "	cvt.u32.u64 	%r301, %rd119;\n"
     "	cvt.u32.u64 	%r302, %rd15;\n"
-    ,
     "	rem.u32 	%r303, %r302, %r301;\n"
     "	cvt.u64.u32 	%rd380, %r303;\n"
     "\n"
@@ -41557,6 +41631,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r351, %r1257, 128;\n"
     "	shr.s32 	%r352, %r351, 31;\n"
     "	shr.u32 	%r353, %r352, 29;\n"
+    ,
     "	add.s32 	%r354, %r351, %r353;\n"
     "	shr.s32 	%r30, %r354, 3;\n"
     "	and.b32  	%r355, %r354, 536870904;\n"
@@ -41582,7 +41657,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r365, %r30, 72, %r31;\n"
     "	shl.b32 	%r366, %r365, 1;\n"
     "	add.s32 	%r368, %r349, %r366;\n"
-    ,
     "	st.shared.v4.u32 	[%r368], {%r1263, %r1264, %r1265, %r1266};\n"
     "	add.s32 	%r369, %r1257, 256;\n"
     "	shr.s32 	%r370, %r369, 31;\n"
@@ -41707,6 +41781,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r411, %r61, 7;\n"
     "	add.s32 	%r412, %r411, 1;\n"
     "	and.b32  	%r1276, %r412, 3;\n"
+    ,
     "	setp.eq.s32 	%p19, %r1276, 0;\n"
     "	mov.u32 	%r1277, %r1;\n"
     "	@%p19 bra 	$L__BB40_42;\n"
@@ -41735,7 +41810,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd190, %rd189, %rd187;\n"
     "	shl.b64 	%rd191, %rd190, 2;\n"
     "	add.s64 	%rd192, %rd2, %rd191;\n"
-    ,
     "	ld.global.f32 	%f843, [%rd192];\n"
     "	ld.global.f32 	%f844, [%rd192+4];\n"
     "\n"
@@ -41859,6 +41933,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r452, %r451, 1;\n"
     "	add.s32 	%r454, %r431, %r452;\n"
     "	st.shared.u32 	[%r454+9216], %r450;\n"
+    ,
     "	add.s32 	%r455, %r1277, 384;\n"
     "	shr.s32 	%r456, %r455, 31;\n"
     "	shr.u32 	%r457, %r456, 27;\n"
@@ -41886,7 +41961,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r461, %f852, %f851;\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	mad.lo.s32 	%r462, %r77, 72, %r78;\n"
     "	shl.b32 	%r463, %r462, 1;\n"
@@ -42014,6 +42088,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB40_65:\n"
     "	add.s64 	%rd56, %rd51, 8;\n"
+    ,
     "	setp.ge.s64 	%p35, %rd56, %rd119;\n"
     "	mov.f32 	%f861, 0f00000000;\n"
     "	mov.f32 	%f859, %f861;\n"
@@ -42045,7 +42120,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd58, %r524;\n"
     "	cvt.s64.s32 	%rd235, %r523;\n"
     "	add.s64 	%rd59, %rd27, %rd235;\n"
-    ,
     "	mad.lo.s32 	%r525, %r524, 72, %r523;\n"
     "	shl.b32 	%r526, %r525, 1;\n"
     "	add.s32 	%r144, %r515, %r526;\n"
@@ -42167,6 +42241,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd245, %rd61, %rd244;\n"
     "	shl.b64 	%rd246, %rd245, 1;\n"
     "	add.s64 	%rd247, %rd243, %rd246;\n"
+    ,
     "	ld.global.v4.u32 	{%r1283, %r1284, %r1285, %r1286}, [%rd247];\n"
     "\n"
     "$L__BB40_79:\n"
@@ -42195,7 +42270,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1291, %r563, 384;\n"
     "\n"
     "$L__BB40_83:\n"
-    ,
     "	setp.lt.u32 	%p45, %r551, 384;\n"
     "	@%p45 bra 	$L__BB40_93;\n"
     "\n"
@@ -42305,6 +42379,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd71, %rd388, %rd277;\n"
     "	setp.ge.s64 	%p49, %rd71, %rd119;\n"
     "	mov.u32 	%r1306, %r1305;\n"
+    ,
     "	mov.u32 	%r1307, %r1305;\n"
     "	mov.u32 	%r1308, %r1305;\n"
     "	@%p49 bra 	$L__BB40_92;\n"
@@ -42334,7 +42409,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.s32 	%r668, %r548, 128;\n"
     "	add.s32 	%r669, %r668, 127;\n"
     "	sub.s32 	%r670, %r669, %r548;\n"
-    ,
     "	shr.u32 	%r671, %r670, 7;\n"
     "	add.s32 	%r672, %r671, 1;\n"
     "	and.b32  	%r673, %r672, 3;\n"
@@ -42449,6 +42523,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r738, %r1321, 128;\n"
     "	shr.s32 	%r739, %r738, 31;\n"
     "	shr.u32 	%r740, %r739, 29;\n"
+    ,
     "	add.s32 	%r741, %r738, %r740;\n"
     "	shr.s32 	%r263, %r741, 3;\n"
     "	and.b32  	%r742, %r741, 536870904;\n"
@@ -42475,7 +42550,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r752, %r263, 72, %r264;\n"
     "	shl.b32 	%r753, %r752, 1;\n"
     "	add.s32 	%r755, %r515, %r753;\n"
-    ,
     "	st.shared.v4.u32 	[%r755+9216], {%r1327, %r1328, %r1329, %r1330};\n"
     "	add.s32 	%r756, %r1321, 256;\n"
     "	shr.s32 	%r757, %r756, 31;\n"
@@ -42582,6 +42656,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f377, %f896;\n"
     "	mov.f32 	%f378, %f896;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f375,%f376,%f377,%f378}, {%r466,%r467,%r468,%r469}, {%r788,%r790}, {%f375,%f376,%f377,%f378};\n"
     "\n"
     "	// end inline asm\n"
@@ -42606,7 +42681,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f401, %f896;\n"
     "	mov.f32 	%f402, %f896;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f399,%f400,%f401,%f402}, {%r471,%r472,%r473,%r474}, {%r794,%r796}, {%f399,%f400,%f401,%f402};\n"
     "\n"
     "	// end inline asm\n"
@@ -42687,6 +42761,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f415,%f416,%f417,%f418}, {%r476,%r477,%r478,%r479}, {%r891,%r893}, {%f415,%f416,%f417,%f418};\n"
     "\n"
     "	// end inline asm\n"
@@ -42711,7 +42786,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f383,%f384,%f385,%f386}, {%r486,%r487,%r488,%r489}, {%r925,%r927}, {%f383,%f384,%f385,%f386};\n"
     "\n"
     "	// end inline asm\n"
@@ -42783,6 +42857,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r496,%r497,%r498,%r499}, {%r1026,%r1028}, {%f407,%f408,%f409,%f410};\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f415,%f416,%f417,%f418}, {%r496,%r497,%r498,%r499}, {%r1027,%r1029}, {%f415,%f416,%f417,%f418};\n"
     "\n"
@@ -42813,7 +42888,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mul.f32 	%f571, %f21, %f376;\n"
     "	sub.f32 	%f572, %f571, %f860;\n"
-    ,
     "	ex2.approx.f32 	%f896, %f572;\n"
     "\n"
     "$L__BB40_118:\n"
@@ -42943,6 +43017,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f907, %f617;\n"
     "\n"
     "$L__BB40_140:\n"
+    ,
     "	add.s64 	%rd334, %rd79, 25;\n"
     "	setp.gt.s64 	%p77, %rd334, %rd51;\n"
     "	@%p77 bra 	$L__BB40_142;\n"
@@ -42985,7 +43060,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r1070, %f111, %f108;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1071, %f114, %f115;\n"
     "\n"
@@ -43069,6 +43143,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f894,%f893,%f892,%f891}, {%r1142,%r1143,%r1144,%r1145}, {%r1146,%r1147}, {%f894,%f893,%f892,%f891};\n"
     "\n"
     "	// end inline asm\n"
@@ -43093,7 +43168,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f878,%f877,%f876,%f875}, {%r1142,%r1143,%r1144,%r1145}, {%r1180,%r1181}, {%f878,%f877,%f876,%f875};\n"
     "\n"
     "	// end inline asm\n"
@@ -43193,6 +43267,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f809, %f890, %f842;\n"
     "	st.global.f32 	[%rd113+32], %f809;\n"
     "	mul.f32 	%f810, %f889, %f842;\n"
+    ,
     "	st.global.f32 	[%rd113+36], %f810;\n"
     "	mul.f32 	%f811, %f886, %f842;\n"
     "	st.global.f32 	[%rd113+64], %f811;\n"
@@ -43226,7 +43301,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.f32 	%f841, [k_flash_back_dq_param_10];\n"
     "	mul.f32 	%f823, %f892, %f841;\n"
-    ,
     "	st.global.f32 	[%rd113+2048], %f823;\n"
     "	mul.f32 	%f824, %f891, %f841;\n"
     "	st.global.f32 	[%rd113+2052], %f824;\n"
@@ -43321,6 +43395,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f783, %f878, %f840;\n"
     "	st.global.f32 	[%rd350+128], %f783;\n"
     "	mul.f32 	%f784, %f877, %f840;\n"
+    ,
     "	st.global.f32 	[%rd350+132], %f784;\n"
     "	mul.f32 	%f785, %f874, %f840;\n"
     "	st.global.f32 	[%rd350+160], %f785;\n"
@@ -43358,7 +43433,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s32 	%r1237, %r1236, %r1234;\n"
     "	sub.s32 	%r1238, %r1235, %r1237;\n"
     "	cvt.u64.u32 	%rd393, %r1236;\n"
-    ,
     "	cvt.u64.u32 	%rd394, %r1238;\n"
     "\n"
     "$L__BB40_160:\n"
@@ -43456,6 +43530,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// demoted variable\n"
     "	.shared .align 16 .b8 _ZZ16k_flash_back_dkvE2sm[27648];\n"
     "	// demoted variable\n"
+    ,
     "	.shared .align 4 .b8 _ZZ9flash_dkvILi64EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s[128];\n"
     "	// demoted variable\n"
     "	.shared .align 4 .b8 _ZZ9flash_dkvILi64EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5dot_s[128];\n"
@@ -43484,7 +43559,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p1 bra 	$L__BB41_2;\n"
     "\n"
     "	div.s64 	%rd432, %rd4, %rd3;\n"
-    ,
     "	mul.lo.s64 	%rd131, %rd432, %rd3;\n"
     "	sub.s64 	%rd433, %rd4, %rd131;\n"
     "	bra.uni 	$L__BB41_3;\n"
@@ -43607,6 +43681,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	max.s32 	%r239, %r1, 384;\n"
     "	add.s32 	%r240, %r239, 127;\n"
+    ,
     "	sub.s32 	%r3, %r240, %r1;\n"
     "	shr.u32 	%r241, %r3, 7;\n"
     "	add.s32 	%r242, %r241, 1;\n"
@@ -43648,7 +43723,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r257, %r256, 1;\n"
     "	mov.u32 	%r258, _ZZ16k_flash_back_dkvE2sm;\n"
     "	add.s32 	%r259, %r258, %r257;\n"
-    ,
     "	st.shared.v4.u32 	[%r259], {%r1419, %r1420, %r1421, %r1422};\n"
     "	add.s32 	%r1423, %r1423, 128;\n"
     "	add.s32 	%r1418, %r1418, -1;\n"
@@ -43750,6 +43824,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r313, %r41, 72, %r42;\n"
     "	shl.b32 	%r314, %r313, 1;\n"
     "	add.s32 	%r316, %r279, %r314;\n"
+    ,
     "	st.shared.v4.u32 	[%r316], {%r1433, %r1434, %r1435, %r1436};\n"
     "	add.s32 	%r317, %r1423, 384;\n"
     "	shr.s32 	%r318, %r317, 31;\n"
@@ -43789,7 +43864,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p8 bra 	$L__BB41_52;\n"
     "\n"
     "	max.s32 	%r331, %r1, 384;\n"
-    ,
     "	add.s32 	%r332, %r331, 127;\n"
     "	sub.s32 	%r62, %r332, %r1;\n"
     "	shr.u32 	%r333, %r62, 7;\n"
@@ -43894,6 +43968,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd203, %rd25, %rd202;\n"
     "	mul.lo.s64 	%rd204, %rd46, %rd12;\n"
     "	add.s64 	%rd205, %rd203, %rd204;\n"
+    ,
     "	shl.b64 	%rd206, %rd205, 1;\n"
     "	add.s64 	%rd207, %rd2, %rd206;\n"
     "	ld.global.v4.u32 	{%r1453, %r1454, %r1455, %r1456}, [%rd207];\n"
@@ -43932,7 +44007,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB41_49:\n"
     "	mad.lo.s32 	%r405, %r100, 72, %r101;\n"
     "	shl.b32 	%r406, %r405, 1;\n"
-    ,
     "	add.s32 	%r408, %r371, %r406;\n"
     "	st.shared.v4.u32 	[%r408+9216], {%r1457, %r1458, %r1459, %r1460};\n"
     "	add.s32 	%r409, %r1447, 384;\n"
@@ -44029,6 +44103,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r461, %r445, 27;\n"
     "	add.s32 	%r462, %r444, %r461;\n"
     "	shr.s32 	%r463, %r462, 5;\n"
+    ,
     "	and.b32  	%r464, %r462, 2147483616;\n"
     "	sub.s32 	%r465, %r444, %r464;\n"
     "	shl.b32 	%r466, %r465, 1;\n"
@@ -44066,7 +44141,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r489, %r436, %r488;\n"
     "	mov.f32 	%f1150, 0f00000000;\n"
     "	cvta.to.global.u64 	%rd359, %rd117;\n"
-    ,
     "	cvta.to.global.u64 	%rd363, %rd119;\n"
     "	mov.f32 	%f1151, %f1150;\n"
     "	mov.f32 	%f1152, %f1150;\n"
@@ -44177,6 +44251,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1477, %r505, 128;\n"
     "	@%p33 bra 	$L__BB41_66;\n"
     "\n"
+    ,
     "	add.s64 	%rd64, %rd442, %rd53;\n"
     "	setp.ge.s64 	%p34, %rd64, %rd122;\n"
     "	mov.u32 	%r1469, 0;\n"
@@ -44216,7 +44291,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB41_65:\n"
     "	add.s32 	%r1403, %r480, 18432;\n"
-    ,
     "	st.shared.v4.u32 	[%r1403], {%r1473, %r1474, %r1475, %r1476};\n"
     "	add.s32 	%r1477, %r505, 384;\n"
     "\n"
@@ -44317,6 +44391,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r591, %r180, 72, %r181;\n"
     "	shl.b32 	%r592, %r591, 1;\n"
     "	add.s32 	%r594, %r436, %r592;\n"
+    ,
     "	st.shared.v4.u32 	[%r594+18432], {%r1487, %r1488, %r1489, %r1490};\n"
     "	add.s32 	%r595, %r179, 128;\n"
     "	shr.s32 	%r596, %r595, 31;\n"
@@ -44351,7 +44426,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r200, %r1477, 512;\n"
     "	setp.lt.s32 	%p48, %r1477, -256;\n"
     "	mov.u32 	%r1477, %r200;\n"
-    ,
     "	@%p48 bra 	$L__BB41_67;\n"
     "\n"
     "$L__BB41_76:\n"
@@ -44467,6 +44541,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r642, %r1495, %r641;\n"
     "	shl.b32 	%r207, %r642, 1;\n"
     "	shr.s32 	%r208, %r640, 5;\n"
+    ,
     "	cvt.s64.s32 	%rd311, %r208;\n"
     "	add.s64 	%rd73, %rd442, %rd311;\n"
     "	setp.ge.s64 	%p60, %rd73, %rd122;\n"
@@ -44505,7 +44580,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r653, %r648, %r652;\n"
     "	shl.b32 	%r210, %r653, 1;\n"
     "	cvt.s64.s32 	%rd321, %r209;\n"
-    ,
     "	add.s64 	%rd74, %rd442, %rd321;\n"
     "	setp.ge.s64 	%p62, %rd74, %rd122;\n"
     "	mov.f32 	%f1223, %f1222;\n"
@@ -44611,6 +44685,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB41_97:\n"
     "	mov.u32 	%r1412, %tid.x;\n"
+    ,
     "	setp.gt.u32 	%p69, %r1412, 31;\n"
     "	@%p69 bra 	$L__BB41_103;\n"
     "\n"
@@ -44652,7 +44727,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.f32 	[%r690], %f1229;\n"
     "\n"
     "$L__BB41_103:\n"
-    ,
     "	mov.u32 	%r1413, %tid.x;\n"
     "	and.b32  	%r1004, %r1413, 31;\n"
     "	shr.u32 	%r1005, %r1004, 1;\n"
@@ -44740,6 +44814,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r735,%r736,%r737,%r738}, [%r739];\n"
     "\n"
     "	// end inline asm\n"
@@ -44773,7 +44848,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	mov.f32 	%f590, %f1231;\n"
     "	mov.f32 	%f591, %f1231;\n"
-    ,
     "	mov.f32 	%f592, %f1231;\n"
     "	mov.f32 	%f593, %f1231;\n"
     "	// begin inline asm\n"
@@ -44849,6 +44923,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r862,%r863,%r864,%r865}, [%r866];\n"
     "\n"
     "	// end inline asm\n"
@@ -44877,7 +44952,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f566,%f567,%f568,%f569}, {%r847,%r848,%r849,%r850}, {%r891,%r893}, {%f566,%f567,%f568,%f569};\n"
     "\n"
     "	// end inline asm\n"
@@ -44946,6 +45020,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f590,%f591,%f592,%f593}, {%r930,%r931,%r932,%r933}, {%r975,%r977}, {%f590,%f591,%f592,%f593};\n"
     "\n"
     "	// end inline asm\n"
@@ -44986,7 +45061,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB41_107:\n"
     "	mov.u32 	%r1410, %tid.x;\n"
-    ,
     "	shl.b32 	%r1409, %r1410, 1;\n"
     "	and.b32  	%r1408, %r1409, 6;\n"
     "	cvt.u64.u32 	%rd428, %r1408;\n"
@@ -45095,6 +45169,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB41_121:\n"
     "	ld.shared.f32 	%f160, [%r1024+64];\n"
     "	or.b32  	%r1059, %r1017, 17;\n"
+    ,
     "	cvt.u64.u32 	%rd375, %r1059;\n"
     "	add.s64 	%rd83, %rd442, %rd375;\n"
     "	setp.lt.s64 	%p100, %rd83, %rd49;\n"
@@ -45140,7 +45215,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.pred  	%p111, %p109, %p110;\n"
     "	sub.f32 	%f169, %f583, %f163;\n"
     "	sub.f32 	%f170, %f582, %f160;\n"
-    ,
     "	sub.f32 	%f171, %f584, %f160;\n"
     "	mov.f32 	%f1243, 0f00000000;\n"
     "	mov.f32 	%f1242, %f1243;\n"
@@ -45245,6 +45319,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1209,%f1208,%f1207,%f1206}, {%r1082,%r1083,%r1084,%r1085}, {%r1092,%r1093}, {%f1209,%f1208,%f1207,%f1206};\n"
     "\n"
     "	// end inline asm\n"
@@ -45273,7 +45348,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1173,%f1172,%f1171,%f1170}, {%r1086,%r1087,%r1088,%r1089}, {%r1129,%r1130}, {%f1173,%f1172,%f1171,%f1170};\n"
     "\n"
     "	// end inline asm\n"
@@ -45337,6 +45411,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r1227, %f1241, %f1240;\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1228, %f1243, %f1242;\n"
     "\n"
@@ -45383,7 +45458,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1213,%f1212,%f1211,%f1210}, {%r1226,%r1227,%r1228,%r1229}, {%r1234,%r1235}, {%f1213,%f1212,%f1211,%f1210};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1209,%f1208,%f1207,%f1206}, {%r1226,%r1227,%r1228,%r1229}, {%r1236,%r1237}, {%f1209,%f1208,%f1207,%f1206};\n"
     "\n"
@@ -45441,6 +45515,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1161,%f1160,%f1159,%f1158}, {%r1230,%r1231,%r1232,%r1233}, {%r1309,%r1310}, {%f1161,%f1160,%f1159,%f1158};\n"
     "\n"
     "	// end inline asm\n"
@@ -45475,7 +45550,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB41_53:\n"
     "	mov.f32 	%f1150, 0f00000000;\n"
-    ,
     "	mov.f32 	%f1151, %f1150;\n"
     "	mov.f32 	%f1152, %f1150;\n"
     "	mov.f32 	%f1153, %f1150;\n"
@@ -45574,6 +45648,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd114, %rd420, %rd421;\n"
     "	add.s64 	%rd422, %rd416, %rd414;\n"
     "	shl.b64 	%rd423, %rd422, 6;\n"
+    ,
     "	or.b64  	%rd424, %rd423, %rd418;\n"
     "	shl.b64 	%rd425, %rd424, 2;\n"
     "	add.s64 	%rd115, %rd420, %rd425;\n"
@@ -45614,7 +45689,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd114+160], %f1124;\n"
     "	mul.f32 	%f1125, %f1160, %f1149;\n"
     "	st.global.f32 	[%rd114+164], %f1125;\n"
-    ,
     "	st.global.f32 	[%rd115+160], %f1193;\n"
     "	st.global.f32 	[%rd115+164], %f1192;\n"
     "	mul.f32 	%f1126, %f1157, %f1149;\n"
@@ -45690,6 +45764,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r1381, %rd122;\n"
     "	cvt.u32.u64 	%r1382, %rd87;\n"
     "	div.u32 	%r1383, %r1382, %r1381;\n"
+    ,
     "	mul.lo.s32 	%r1384, %r1383, %r1381;\n"
     "	sub.s32 	%r1385, %r1382, %r1384;\n"
     "	cvt.u64.u32 	%rd443, %r1383;\n"
@@ -45736,7 +45811,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd397+516], %f1212;\n"
     "	mul.f32 	%f1084, %f1177, %f1147;\n"
     "	st.global.f32 	[%rd397+288], %f1084;\n"
-    ,
     "	mul.f32 	%f1085, %f1176, %f1147;\n"
     "	st.global.f32 	[%rd397+292], %f1085;\n"
     "	st.global.f32 	[%rd397+544], %f1209;\n"
@@ -45821,6 +45895,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s32 	%r1399, %r1398, %r1396;\n"
     "	sub.s32 	%r1400, %r1397, %r1399;\n"
     "	cvt.u64.u32 	%rd449, %r1398;\n"
+    ,
     "	cvt.u64.u32 	%rd450, %r1400;\n"
     "\n"
     "$L__BB41_152:\n"
@@ -45860,7 +45935,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd413+356], %f1105;\n"
     "	st.global.f32 	[%rd413+608], %f1199;\n"
     "	st.global.f32 	[%rd413+612], %f1198;\n"
-    ,
     "	mul.f32 	%f1106, %f1163, %f1146;\n"
     "	st.global.f32 	[%rd413+384], %f1106;\n"
     "	mul.f32 	%f1107, %f1162, %f1146;\n"
@@ -45948,6 +46022,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB42_3:\n"
     "	not.b64 	%rd100, %rd299;\n"
+    ,
     "	add.s64 	%rd12, %rd4, %rd100;\n"
     "	mul.lo.s64 	%rd101, %rd90, 384;\n"
     "	setp.eq.s64 	%p2, %rd90, 0;\n"
@@ -46005,7 +46080,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p5 bra 	$L__BB42_27;\n"
     "\n"
     "	max.s32 	%r282, %r1, 896;\n"
-    ,
     "	add.s32 	%r283, %r282, 127;\n"
     "	sub.s32 	%r2, %r283, %r1;\n"
     "	shr.u32 	%r284, %r2, 7;\n"
@@ -46101,6 +46175,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd125, %r30;\n"
     "	add.s64 	%rd30, %rd27, %rd125;\n"
     "	setp.ge.s64 	%p11, %rd30, %rd89;\n"
+    ,
     "	mov.u32 	%r1879, %r1878;\n"
     "	mov.u32 	%r1880, %r1878;\n"
     "	mov.u32 	%r1881, %r1878;\n"
@@ -46149,7 +46224,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r356, %r40, 136, %r41;\n"
     "	shl.b32 	%r357, %r356, 1;\n"
     "	add.s32 	%r359, %r322, %r357;\n"
-    ,
     "	st.shared.v4.u32 	[%r359], {%r1882, %r1883, %r1884, %r1885};\n"
     "	add.s32 	%r360, %r1872, 384;\n"
     "	shr.s32 	%r361, %r360, 31;\n"
@@ -46240,6 +46314,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	shr.u32 	%r422, %r414, 2;\n"
     "	or.b32  	%r423, %r422, %r416;\n"
+    ,
     "	cvt.u64.u32 	%rd146, %r423;\n"
     "	add.s64 	%rd33, %rd27, %rd146;\n"
     "	setp.lt.s64 	%p15, %rd12, 0;\n"
@@ -46287,7 +46362,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r117, %r439, 30688;\n"
     "	cvt.s64.s32 	%rd148, %r434;\n"
     "	add.s64 	%rd35, %rd26, %rd148;\n"
-    ,
     "	mad.lo.s32 	%r440, %r435, 136, %r434;\n"
     "	shl.b32 	%r441, %r440, 1;\n"
     "	add.s32 	%r118, %r421, %r441;\n"
@@ -46384,6 +46458,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1064, %f1008;\n"
     "	mov.f32 	%f1065, %f1008;\n"
     "	mov.f32 	%f1066, %f1008;\n"
+    ,
     "	mov.f32 	%f1071, %f1008;\n"
     "	mov.f32 	%f1072, %f1008;\n"
     "	mov.f32 	%f1073, %f1008;\n"
@@ -46439,7 +46514,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.v4.u32 	{%r1894, %r1895, %r1896, %r1897}, [%rd158];\n"
     "\n"
     "$L__BB42_36:\n"
-    ,
     "	st.shared.v4.u32 	[%r119], {%r1894, %r1895, %r1896, %r1897};\n"
     "	add.s32 	%r1902, %r471, 256;\n"
     "	setp.eq.s32 	%p21, %r95, 2;\n"
@@ -46532,6 +46606,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.v4.u32 	[%r531], {%r1908, %r1909, %r1910, %r1911};\n"
     "	add.s32 	%r172, %r161, 128;\n"
     "	shr.s32 	%r532, %r172, 31;\n"
+    ,
     "	shr.u32 	%r533, %r532, 28;\n"
     "	add.s32 	%r534, %r172, %r533;\n"
     "	shr.s32 	%r173, %r534, 4;\n"
@@ -46579,7 +46654,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvt.s64.s32 	%rd185, %r184;\n"
     "	add.s64 	%rd186, %rd26, %rd185;\n"
-    ,
     "	mul.lo.s64 	%rd187, %rd48, %rd13;\n"
     "	add.s64 	%rd188, %rd186, %rd187;\n"
     "	shl.b64 	%rd189, %rd188, 1;\n"
@@ -46678,6 +46752,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r225, %r602, 3;\n"
     "	shr.s32 	%r226, %r600, 4;\n"
     "	cvt.s64.s32 	%rd203, %r226;\n"
+    ,
     "	add.s64 	%rd52, %rd41, %rd203;\n"
     "	setp.ge.s64 	%p37, %rd52, %rd89;\n"
     "	mov.u32 	%r1938, 0;\n"
@@ -46725,7 +46800,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.v4.u32 	{%r1938, %r1939, %r1940, %r1941}, [%rd216];\n"
     "\n"
     "$L__BB42_66:\n"
-    ,
     "	mad.lo.s32 	%r629, %r235, 136, %r236;\n"
     "	shl.b32 	%r630, %r629, 1;\n"
     "	add.s32 	%r632, %r421, %r630;\n"
@@ -46814,6 +46888,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1497, %r669, 26112;\n"
     "	add.s32 	%r1391, %r669, 21824;\n"
     "	add.s32 	%r1374, %r669, 21792;\n"
+    ,
     "	add.s32 	%r1357, %r669, 21760;\n"
     "	add.s32 	%r1336, %r669, 17632;\n"
     "	add.s32 	%r1319, %r669, 17600;\n"
@@ -46857,7 +46932,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f361, %f415;\n"
     "	mov.f32 	%f362, %f415;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r374,%r375,%r376,%r377}, {%r665,%r667}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -46933,6 +47007,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r379,%r380,%r381,%r382}, {%r733,%r735}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -46964,7 +47039,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f399,%f400,%f401,%f402}, {%r379,%r380,%r381,%r382}, {%r768,%r770}, {%f399,%f400,%f401,%f402};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r784,%r785,%r786,%r787}, [%r98];\n"
     "\n"
@@ -47030,6 +47104,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r389,%r390,%r391,%r392}, {%r869,%r871}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -47061,7 +47136,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f399,%f400,%f401,%f402}, {%r389,%r390,%r391,%r392}, {%r904,%r906}, {%f399,%f400,%f401,%f402};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r920,%r921,%r922,%r923}, [%r104];\n"
     "\n"
@@ -47127,6 +47201,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r399,%r400,%r401,%r402}, {%r1005,%r1007}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -47157,7 +47232,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f399,%f400,%f401,%f402}, {%r399,%r400,%r401,%r402}, {%r1040,%r1042}, {%f399,%f400,%f401,%f402};\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1056,%r1057,%r1058,%r1059}, [%r1060];\n"
@@ -47220,6 +47294,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1141,%r1142,%r1143,%r1144}, [%r1145];\n"
     "\n"
     "	// end inline asm\n"
@@ -47252,7 +47327,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f399,%f400,%f401,%f402}, {%r409,%r410,%r411,%r412}, {%r1176,%r1178}, {%f399,%f400,%f401,%f402};\n"
     "\n"
     "	// end inline asm\n"
@@ -47325,6 +47399,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd238, %rd232, 24;\n"
     "	mul.f32 	%f1388, %f1, %f383;\n"
     "	setp.gt.s64 	%p50, %rd238, %rd33;\n"
+    ,
     "	selp.f32 	%f1389, 0fFF800000, %f1388, %p50;\n"
     "	max.f32 	%f1390, %f1381, %f1389;\n"
     "	add.s64 	%rd239, %rd232, 25;\n"
@@ -47362,7 +47437,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd243, %rd232, 41;\n"
     "	mul.f32 	%f1415, %f1, %f400;\n"
     "	setp.gt.s64 	%p55, %rd243, %rd33;\n"
-    ,
     "	selp.f32 	%f1416, 0fFF800000, %f1415, %p55;\n"
     "	max.f32 	%f1417, %f1414, %f1416;\n"
     "	mul.f32 	%f1418, %f1, %f401;\n"
@@ -47440,6 +47514,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1032, %f1453, %f1032;\n"
     "	mul.f32 	%f1039, %f1453, %f1039;\n"
     "	mul.f32 	%f1040, %f1453, %f1040;\n"
+    ,
     "	mul.f32 	%f1047, %f1453, %f1047;\n"
     "	mul.f32 	%f1048, %f1453, %f1048;\n"
     "	mul.f32 	%f1055, %f1453, %f1055;\n"
@@ -47479,7 +47554,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1018, %f1459, %f1018;\n"
     "	mul.f32 	%f1025, %f1459, %f1025;\n"
     "	mul.f32 	%f1026, %f1459, %f1026;\n"
-    ,
     "	mul.f32 	%f1033, %f1459, %f1033;\n"
     "	mul.f32 	%f1034, %f1459, %f1034;\n"
     "	mul.f32 	%f1041, %f1459, %f1041;\n"
@@ -47559,6 +47633,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f1083, %f1502;\n"
     "	add.f32 	%f1503, %f1083, %f1501;\n"
     "	sub.f32 	%f1504, %f1419, %f1968;\n"
+    ,
     "	ex2.approx.f32 	%f1086, %f1504;\n"
     "	add.f32 	%f1505, %f1086, %f1499;\n"
     "	sub.f32 	%f1506, %f1422, %f1968;\n"
@@ -47605,7 +47680,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1213,%r1214,%r1215,%r1216}, [%r1217];\n"
     "\n"
     "	// end inline asm\n"
@@ -47666,6 +47740,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1298,%r1299,%r1300,%r1301}, [%r1302];\n"
     "\n"
     "	// end inline asm\n"
@@ -47694,7 +47769,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1063,%f1064,%f1065,%f1066}, {%r1209,%r1210,%r1211,%r1212}, {%r1332,%r1333}, {%f1063,%f1064,%f1065,%f1066};\n"
     "\n"
     "	// end inline asm\n"
@@ -47763,6 +47837,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1007,%f1008,%f1009,%f1010}, {%r1349,%r1350,%r1351,%r1352}, {%r1406,%r1407}, {%f1007,%f1008,%f1009,%f1010};\n"
     "\n"
     "	// end inline asm\n"
@@ -47793,7 +47868,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1455,%r1456,%r1457,%r1458}, [%r108];\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1047,%f1048,%f1049,%f1050}, {%r1349,%r1350,%r1351,%r1352}, {%r1455,%r1456}, {%f1047,%f1048,%f1049,%f1050};\n"
@@ -47860,6 +47934,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f983,%f984,%f985,%f986}, {%r1489,%r1490,%r1491,%r1492}, {%r1527,%r1528}, {%f983,%f984,%f985,%f986};\n"
     "\n"
     "	// end inline asm\n"
@@ -47892,7 +47967,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1578,%r1579,%r1580,%r1581}, [%r114];\n"
     "\n"
     "	// end inline asm\n"
@@ -47957,6 +48031,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1650,%r1651,%r1652,%r1653}, [%r1654];\n"
     "\n"
     "	// end inline asm\n"
@@ -47989,7 +48064,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1007,%f1008,%f1009,%f1010}, {%r1629,%r1630,%r1631,%r1632}, {%r1686,%r1687}, {%f1007,%f1008,%f1009,%f1010};\n"
     "\n"
     "	// end inline asm\n"
@@ -48053,6 +48127,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1007, %f1008;\n"
     "	mov.f32 	%f1002, %f1008;\n"
     "	mov.f32 	%f1001, %f1008;\n"
+    ,
     "	mov.f32 	%f1000, %f1008;\n"
     "	mov.f32 	%f999, %f1008;\n"
     "	mov.f32 	%f994, %f1008;\n"
@@ -48107,7 +48182,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1055, %f1008;\n"
     "	mov.f32 	%f1056, %f1008;\n"
     "	mov.f32 	%f1057, %f1008;\n"
-    ,
     "	mov.f32 	%f1058, %f1008;\n"
     "	mov.f32 	%f1063, %f1008;\n"
     "	mov.f32 	%f1064, %f1008;\n"
@@ -48196,6 +48270,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1736, %f1733, %f959;\n"
     "	st.global.f32 	[%rd85+32], %f1736;\n"
     "	mul.f32 	%f1737, %f1733, %f960;\n"
+    ,
     "	st.global.f32 	[%rd85+36], %f1737;\n"
     "	mul.f32 	%f1738, %f1733, %f967;\n"
     "	st.global.f32 	[%rd85+64], %f1738;\n"
@@ -48235,7 +48310,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd85+324], %f1755;\n"
     "	mul.f32 	%f1756, %f1733, %f1039;\n"
     "	st.global.f32 	[%rd85+352], %f1756;\n"
-    ,
     "	mul.f32 	%f1757, %f1733, %f1040;\n"
     "	st.global.f32 	[%rd85+356], %f1757;\n"
     "	mul.f32 	%f1758, %f1733, %f1047;\n"
@@ -48313,6 +48387,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f1801, %f1970, %f1800;\n"
     "	mov.b32 	%r1857, %f1801;\n"
     "	shfl.sync.bfly.b32 	%r1859|%p92, %r1857, %r1844, %r1839, %r1841;\n"
+    ,
     "	mov.b32 	%f1802, %r1859;\n"
     "	add.f32 	%f221, %f1801, %f1802;\n"
     "	add.s64 	%rd293, %rd33, 8;\n"
@@ -48353,7 +48428,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1818, %f1803, %f1009;\n"
     "	st.global.f32 	[%rd85+4352], %f1818;\n"
     "	mul.f32 	%f1819, %f1803, %f1010;\n"
-    ,
     "	st.global.f32 	[%rd85+4356], %f1819;\n"
     "	mul.f32 	%f1820, %f1803, %f1017;\n"
     "	st.global.f32 	[%rd85+4384], %f1820;\n"
@@ -48429,6 +48503,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.u32 	%p96, %r1862, 2139095040;\n"
     "	@%p96 bra 	$L__BB42_105;\n"
     "\n"
+    ,
     "	mov.f32 	%f1866, 0f7F800000;\n"
     "	fma.rn.f32 	%f2009, %f222, %f1866, %f1866;\n"
     "\n"
@@ -48479,7 +48554,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd263, %rd262, 7;\n"
     "	rcp.rn.f32 	%f1593, %f206;\n"
     "	mul.f32 	%f1594, %f1593, %f951;\n"
-    ,
     "	cvt.u64.u32 	%rd264, %r266;\n"
     "	or.b64  	%rd265, %rd263, %rd264;\n"
     "	shl.b64 	%rd267, %rd265, 2;\n"
@@ -48555,6 +48629,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f1627, 0fC1B80000, 0f00000000, %p72;\n"
     "	mov.b32 	%r1811, %f207;\n"
     "	add.s32 	%r1812, %r1811, -1060439283;\n"
+    ,
     "	and.b32  	%r1813, %r1812, -8388608;\n"
     "	sub.s32 	%r1814, %r1811, %r1813;\n"
     "	mov.b32 	%f1628, %r1814;\n"
@@ -48595,7 +48670,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB42_84:\n"
     "	setp.eq.f32 	%p74, %f207, 0f00000000;\n"
     "	selp.f32 	%f1657, 0fFF800000, %f2006, %p74;\n"
-    ,
     "	add.f32 	%f1658, %f1969, %f1657;\n"
     "	div.rn.f32 	%f1659, %f1658, 0f3FB8AA3B;\n"
     "	st.global.f32 	[%rd58], %f1659;\n"
@@ -48685,6 +48759,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1672, %f1663, %f985;\n"
     "	st.global.f32 	[%rd284+128], %f1672;\n"
     "	mul.f32 	%f1673, %f1663, %f986;\n"
+    ,
     "	st.global.f32 	[%rd284+132], %f1673;\n"
     "	mul.f32 	%f1674, %f1663, %f993;\n"
     "	st.global.f32 	[%rd284+160], %f1674;\n"
@@ -48723,7 +48798,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1691, %f1663, %f1058;\n"
     "	st.global.f32 	[%rd284+420], %f1691;\n"
     "	mul.f32 	%f1692, %f1663, %f1065;\n"
-    ,
     "	st.global.f32 	[%rd284+448], %f1692;\n"
     "	mul.f32 	%f1693, %f1663, %f1066;\n"
     "	st.global.f32 	[%rd284+452], %f1693;\n"
@@ -48801,6 +48875,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_flash_back_dq_d128_param_9,\n"
     "	.param .f32 k_flash_back_dq_d128_param_10,\n"
     "	.param .u32 k_flash_back_dq_d128_param_11,\n"
+    ,
     "	.param .u64 k_flash_back_dq_d128_param_12\n"
     ")\n"
     ".maxntid 128, 1, 1\n"
@@ -48844,7 +48919,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB43_2:\n"
     "	cvt.u32.u64 	%r360, %rd4;\n"
     "	cvt.u32.u64 	%r361, %rd5;\n"
-    ,
     "	div.u32 	%r362, %r361, %r360;\n"
     "	mul.lo.s32 	%r363, %r362, %r360;\n"
     "	sub.s32 	%r364, %r361, %r363;\n"
@@ -48950,6 +49024,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.v4.u32 	{%r1773, %r1774, %r1775, %r1776}, [%rd148];\n"
     "\n"
     "$L__BB43_16:\n"
+    ,
     "	mad.lo.s32 	%r390, %r7, 136, %r6;\n"
     "	shl.b32 	%r391, %r390, 1;\n"
     "	mov.u32 	%r392, _ZZ20k_flash_back_dq_d128E2sm;\n"
@@ -48998,7 +49073,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.v4.u32 	[%r414], {%r1779, %r1780, %r1781, %r1782};\n"
     "	add.s32 	%r415, %r1777, 128;\n"
     "	shr.s32 	%r416, %r415, 31;\n"
-    ,
     "	shr.u32 	%r417, %r416, 28;\n"
     "	add.s32 	%r418, %r415, %r417;\n"
     "	shr.s32 	%r30, %r418, 4;\n"
@@ -49087,6 +49161,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r464, %r413, %r462;\n"
     "	st.shared.v4.u32 	[%r464], {%r1791, %r1792, %r1793, %r1794};\n"
     "	add.s32 	%r60, %r1777, 512;\n"
+    ,
     "	setp.lt.s32 	%p14, %r1777, 512;\n"
     "	mov.u32 	%r1777, %r60;\n"
     "	@%p14 bra 	$L__BB43_18;\n"
@@ -49148,7 +49223,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r61, %r474, %r1;\n"
     "	shr.u32 	%r475, %r61, 7;\n"
     "	add.s32 	%r476, %r475, 1;\n"
-    ,
     "	and.b32  	%r1796, %r476, 3;\n"
     "	setp.eq.s32 	%p19, %r1796, 0;\n"
     "	mov.u32 	%r1797, %r1;\n"
@@ -49246,6 +49320,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd200, %r73;\n"
     "	add.s64 	%rd48, %rd28, %rd200;\n"
     "	setp.ge.s64 	%p24, %rd48, %rd119;\n"
+    ,
     "	mov.f32 	%f1456, %f1455;\n"
     "	@%p24 bra 	$L__BB43_47;\n"
     "\n"
@@ -49299,7 +49374,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	mad.lo.s32 	%r515, %r75, 136, %r76;\n"
     "	shl.b32 	%r516, %r515, 1;\n"
-    ,
     "	add.s32 	%r518, %r495, %r516;\n"
     "	st.shared.u32 	[%r518+17408], %r514;\n"
     "	add.s32 	%r519, %r1797, 384;\n"
@@ -49391,6 +49465,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r565,%r566,%r567,%r568}, [%r569];\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	add.s32 	%r574, %r534, 128;\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r570,%r571,%r572,%r573}, [%r574];\n"
@@ -49438,7 +49513,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd51, %rd28, %rd221;\n"
     "	mul.f32 	%f21, %f310, 0f3FB8AA3B;\n"
     "	add.s64 	%rd222, %rd51, %rd15;\n"
-    ,
     "	cvta.to.global.u64 	%rd223, %rd116;\n"
     "	shl.b64 	%rd224, %rd222, 2;\n"
     "	add.s64 	%rd52, %rd223, %rd224;\n"
@@ -49547,6 +49621,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r209, %r619, %r641;\n"
     "	add.s32 	%r642, %r1, 256;\n"
     "	shr.s32 	%r643, %r642, 31;\n"
+    ,
     "	shr.u32 	%r644, %r643, 28;\n"
     "	add.s32 	%r645, %r642, %r644;\n"
     "	shr.s32 	%r646, %r645, 4;\n"
@@ -49599,7 +49674,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1507, %f1471;\n"
     "	mov.f32 	%f1508, %f1471;\n"
     "	mov.f32 	%f1509, %f1471;\n"
-    ,
     "	mov.f32 	%f1510, %f1471;\n"
     "	mov.f32 	%f1511, %f1471;\n"
     "	mov.f32 	%f1512, %f1471;\n"
@@ -49698,6 +49772,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1810, %r1807;\n"
     "	@%p44 bra 	$L__BB43_82;\n"
     "\n"
+    ,
     "	cvta.to.global.u64 	%rd248, %rd114;\n"
     "	mul.lo.s64 	%rd249, %rd67, %rd13;\n"
     "	add.s64 	%rd250, %rd63, %rd249;\n"
@@ -49748,7 +49823,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r254, %r1811, 128;\n"
     "	shr.s32 	%r723, %r254, 31;\n"
     "	shr.u32 	%r724, %r723, 28;\n"
-    ,
     "	add.s32 	%r725, %r254, %r724;\n"
     "	shr.s32 	%r255, %r725, 4;\n"
     "	and.b32  	%r726, %r725, 536870896;\n"
@@ -49835,6 +49909,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB43_92:\n"
     "	mad.lo.s32 	%r767, %r276, 136, %r277;\n"
+    ,
     "	shl.b32 	%r768, %r767, 1;\n"
     "	add.s32 	%r770, %r619, %r768;\n"
     "	st.shared.v4.u32 	[%r770], {%r1825, %r1826, %r1827, %r1828};\n"
@@ -49888,7 +49963,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p55, %rd73, %rd119;\n"
     "	mov.u32 	%r1833, 0;\n"
     "	mov.u32 	%r1834, %r1833;\n"
-    ,
     "	mov.u32 	%r1835, %r1833;\n"
     "	mov.u32 	%r1836, %r1833;\n"
     "	@%p55 bra 	$L__BB43_100;\n"
@@ -49979,6 +50053,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvta.to.global.u64 	%rd309, %rd115;\n"
     "	cvt.s64.s32 	%rd310, %r328;\n"
+    ,
     "	add.s64 	%rd311, %rd27, %rd310;\n"
     "	mul.lo.s64 	%rd312, %rd76, %rd13;\n"
     "	add.s64 	%rd313, %rd311, %rd312;\n"
@@ -50026,7 +50101,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r878, %r1841, 384;\n"
     "	shr.s32 	%r879, %r878, 31;\n"
     "	shr.u32 	%r880, %r879, 28;\n"
-    ,
     "	add.s32 	%r881, %r878, %r880;\n"
     "	shr.s32 	%r347, %r881, 4;\n"
     "	and.b32  	%r882, %r881, 536870896;\n"
@@ -50113,6 +50187,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f537, %f1536;\n"
     "	mov.f32 	%f538, %f1536;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f535,%f536,%f537,%f538}, {%r530,%r531,%r532,%r533}, {%r892,%r894}, {%f535,%f536,%f537,%f538};\n"
     "\n"
     "	// end inline asm\n"
@@ -50153,7 +50228,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f569, %f1536;\n"
     "	mov.f32 	%f570, %f1536;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f567,%f568,%f569,%f570}, {%r530,%r531,%r532,%r533}, {%r926,%r928}, {%f567,%f568,%f569,%f570};\n"
     "\n"
     "	// end inline asm\n"
@@ -50218,6 +50292,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f575,%f576,%f577,%f578}, {%r540,%r541,%r542,%r543}, {%r995,%r997}, {%f575,%f576,%f577,%f578};\n"
     "\n"
     "	// end inline asm\n"
@@ -50250,7 +50325,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r555,%r556,%r557,%r558}, {%r1034,%r1036}, {%f559,%f560,%f561,%f562};\n"
     "\n"
     "	// end inline asm\n"
@@ -50311,6 +50385,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f567,%f568,%f569,%f570}, {%r560,%r561,%r562,%r563}, {%r1130,%r1132}, {%f567,%f568,%f569,%f570};\n"
     "\n"
     "	// end inline asm\n"
@@ -50343,7 +50418,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f551,%f552,%f553,%f554}, {%r575,%r576,%r577,%r578}, {%r1169,%r1171}, {%f551,%f552,%f553,%f554};\n"
     "\n"
     "	// end inline asm\n"
@@ -50404,6 +50478,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1271,%r1272,%r1273,%r1274}, [%r1275];\n"
     "\n"
     "	// end inline asm\n"
@@ -50436,7 +50511,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f543,%f544,%f545,%f546}, {%r590,%r591,%r592,%r593}, {%r1301,%r1303}, {%f543,%f544,%f545,%f546};\n"
     "\n"
     "	// end inline asm\n"
@@ -50497,6 +50571,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1402,%r1403,%r1404,%r1405}, [%r1406];\n"
     "\n"
     "	// end inline asm\n"
@@ -50536,7 +50611,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p65, %rd79, %rd51;\n"
     "	@%p65 bra 	$L__BB43_118;\n"
     "\n"
-    ,
     "	mul.f32 	%f987, %f21, %f536;\n"
     "	sub.f32 	%f988, %f987, %f1468;\n"
     "	ex2.approx.f32 	%f1536, %f988;\n"
@@ -50645,6 +50719,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB43_136:\n"
     "	sub.f32 	%f1026, %f584, %f1470;\n"
+    ,
     "	mul.f32 	%f167, %f1544, %f1026;\n"
     "	@%p69 bra 	$L__BB43_138;\n"
     "\n"
@@ -50702,7 +50777,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1768, %r896, 4512;\n"
     "	add.s32 	%r1767, %r896, 4480;\n"
     "	add.s32 	%r1766, %r896, 4448;\n"
-    ,
     "	add.s32 	%r1765, %r896, 4416;\n"
     "	add.s32 	%r1764, %r896, 4384;\n"
     "	add.s32 	%r1763, %r896, 4352;\n"
@@ -50772,6 +50846,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1510,%f1509,%f1508,%f1507}, {%r1446,%r1447,%r1448,%r1449}, {%r1501,%r1502}, {%f1510,%f1509,%f1508,%f1507};\n"
     "\n"
     "	// end inline asm\n"
@@ -50804,7 +50879,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1552,%r1553,%r1554,%r1555}, [%r1761];\n"
     "\n"
     "	// end inline asm\n"
@@ -50869,6 +50943,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1522,%f1521,%f1520,%f1519}, {%r1586,%r1587,%r1588,%r1589}, {%r1609,%r1610}, {%f1522,%f1521,%f1520,%f1519};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1624,%r1625,%r1626,%r1627}, [%r1765];\n"
@@ -50903,7 +50978,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1498,%f1497,%f1496,%f1495}, {%r1586,%r1587,%r1588,%r1589}, {%r1660,%r1661}, {%f1498,%f1497,%f1496,%f1495};\n"
     "\n"
     "	// end inline asm\n"
@@ -50973,6 +51047,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1491, %f1471;\n"
     "	mov.f32 	%f1492, %f1471;\n"
     "	mov.f32 	%f1493, %f1471;\n"
+    ,
     "	mov.f32 	%f1494, %f1471;\n"
     "	mov.f32 	%f1495, %f1471;\n"
     "	mov.f32 	%f1496, %f1471;\n"
@@ -51029,7 +51104,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd335, %rd222, %rd119;\n"
     "	and.b64  	%rd336, %rd335, -4294967296;\n"
     "	setp.eq.s64 	%p83, %rd336, 0;\n"
-    ,
     "	@%p83 bra 	$L__BB43_151;\n"
     "\n"
     "	div.s64 	%rd389, %rd222, %rd119;\n"
@@ -51105,6 +51179,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd113+416], %f1409;\n"
     "	mul.f32 	%f1410, %f1481, %f1450;\n"
     "	st.global.f32 	[%rd113+420], %f1410;\n"
+    ,
     "	mul.f32 	%f1411, %f1478, %f1450;\n"
     "	st.global.f32 	[%rd113+448], %f1411;\n"
     "	mul.f32 	%f1412, %f1477, %f1450;\n"
@@ -51147,7 +51222,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1427, %f1508, %f1449;\n"
     "	st.global.f32 	[%rd113+4288], %f1427;\n"
     "	mul.f32 	%f1428, %f1507, %f1449;\n"
-    ,
     "	st.global.f32 	[%rd113+4292], %f1428;\n"
     "	mul.f32 	%f1429, %f1504, %f1449;\n"
     "	st.global.f32 	[%rd113+4320], %f1429;\n"
@@ -51228,6 +51302,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd347, %rd345, %rd346;\n"
     "	cvta.to.global.u64 	%rd348, %rd376;\n"
     "	shl.b64 	%rd349, %rd347, 2;\n"
+    ,
     "	add.s64 	%rd350, %rd348, %rd349;\n"
     "	mul.f32 	%f1319, %f1534, %f1448;\n"
     "	st.global.f32 	[%rd350], %f1319;\n"
@@ -51268,7 +51343,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1337, %f1498, %f1448;\n"
     "	st.global.f32 	[%rd350+288], %f1337;\n"
     "	mul.f32 	%f1338, %f1497, %f1448;\n"
-    ,
     "	st.global.f32 	[%rd350+292], %f1338;\n"
     "	mul.f32 	%f1339, %f1494, %f1448;\n"
     "	st.global.f32 	[%rd350+320], %f1339;\n"
@@ -51354,6 +51428,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd365, %rd363, 2;\n"
     "	add.s64 	%rd366, %rd364, %rd365;\n"
     "	mul.f32 	%f1351, %f1532, %f1447;\n"
+    ,
     "	st.global.f32 	[%rd366], %f1351;\n"
     "	mul.f32 	%f1352, %f1531, %f1447;\n"
     "	st.global.f32 	[%rd366+4], %f1352;\n"
@@ -51394,7 +51469,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1370, %f1495, %f1447;\n"
     "	st.global.f32 	[%rd366+292], %f1370;\n"
     "	mul.f32 	%f1371, %f1492, %f1447;\n"
-    ,
     "	st.global.f32 	[%rd366+320], %f1371;\n"
     "	mul.f32 	%f1372, %f1491, %f1447;\n"
     "	st.global.f32 	[%rd366+324], %f1372;\n"
@@ -51465,6 +51539,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd120;\n"
     "	cvta.to.global.u64 	%rd2, %rd121;\n"
     "	add.s64 	%rd122, %rd118, 63;\n"
+    ,
     "	shr.s64 	%rd123, %rd122, 63;\n"
     "	shr.u64 	%rd124, %rd123, 58;\n"
     "	add.s64 	%rd125, %rd122, %rd124;\n"
@@ -51522,7 +51597,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.s64 	%rd423, %rd420, %rd119;\n"
     "	mul.lo.s64 	%rd134, %rd423, %rd119;\n"
     "	sub.s64 	%rd424, %rd420, %rd134;\n"
-    ,
     "	bra.uni 	$L__BB44_10;\n"
     "\n"
     "$L__BB44_9:\n"
@@ -51631,6 +51705,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd150, %rd25, %rd149;\n"
     "	mul.lo.s64 	%rd151, %rd39, %rd12;\n"
     "	add.s64 	%rd152, %rd150, %rd151;\n"
+    ,
     "	shl.b64 	%rd153, %rd152, 1;\n"
     "	add.s64 	%rd154, %rd1, %rd153;\n"
     "	ld.global.v4.u32 	{%r1460, %r1461, %r1462, %r1463}, [%rd154];\n"
@@ -51681,7 +51756,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r276, %r275, 1;\n"
     "	mov.u32 	%r277, _ZZ21k_flash_back_dkv_d128E2sm;\n"
     "	add.s32 	%r278, %r277, %r276;\n"
-    ,
     "	st.shared.v4.u32 	[%r278], {%r1466, %r1467, %r1468, %r1469};\n"
     "	add.s32 	%r279, %r1464, 128;\n"
     "	shr.s32 	%r280, %r279, 31;\n"
@@ -51769,6 +51843,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB44_35:\n"
     "	mad.lo.s32 	%r325, %r51, 136, %r52;\n"
+    ,
     "	shl.b32 	%r326, %r325, 1;\n"
     "	add.s32 	%r328, %r277, %r326;\n"
     "	st.shared.v4.u32 	[%r328], {%r1478, %r1479, %r1480, %r1481};\n"
@@ -51823,7 +51898,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r347, %r346, 1;\n"
     "	mov.u32 	%r348, _ZZ21k_flash_back_dkv_d128E2sm;\n"
     "	add.s32 	%r349, %r348, %r347;\n"
-    ,
     "	st.shared.v4.u32 	[%r349+17408], {%r1484, %r1485, %r1486, %r1487};\n"
     "	add.s32 	%r1488, %r1488, 128;\n"
     "	add.s32 	%r1483, %r1483, -1;\n"
@@ -51913,6 +51987,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1501, %r1502;\n"
     "	@%p25 bra 	$L__BB44_49;\n"
     "\n"
+    ,
     "	cvt.s64.s32 	%rd205, %r101;\n"
     "	add.s64 	%rd206, %rd25, %rd205;\n"
     "	mul.lo.s64 	%rd207, %rd47, %rd12;\n"
@@ -51961,7 +52036,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p27 bra 	$L__BB44_43;\n"
     "\n"
     "$L__BB44_52:\n"
-    ,
     "	shr.u32 	%r421, %r1, 1;\n"
     "	and.b32  	%r422, %r421, 2147483632;\n"
     "	shr.u32 	%r423, %r2, 2;\n"
@@ -52058,6 +52132,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1679, %f1594;\n"
     "	mov.f32 	%f1680, %f1594;\n"
     "	mov.f32 	%f1681, %f1594;\n"
+    ,
     "	mov.f32 	%f1682, %f1594;\n"
     "	mov.f32 	%f1683, %f1594;\n"
     "	mov.f32 	%f1684, %f1594;\n"
@@ -52112,7 +52187,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd51, %rd25, %rd219;\n"
     "	mad.lo.s32 	%r432, %r431, 136, %r430;\n"
     "	shl.b32 	%r433, %r432, 1;\n"
-    ,
     "	mov.u32 	%r434, _ZZ21k_flash_back_dkv_d128E2sm;\n"
     "	add.s32 	%r435, %r434, %r433;\n"
     "	shr.u32 	%r436, %r425, 26;\n"
@@ -52201,6 +52275,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	add.s64 	%rd63, %rd430, %rd50;\n"
     "	setp.ge.s64 	%p31, %rd63, %rd118;\n"
+    ,
     "	mov.u32 	%r1506, 0;\n"
     "	mov.u32 	%r1507, %r1506;\n"
     "	mov.u32 	%r1508, %r1506;\n"
@@ -52252,7 +52327,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	add.s64 	%rd65, %rd430, %rd57;\n"
     "	setp.ge.s64 	%p37, %rd65, %rd118;\n"
-    ,
     "	mov.u32 	%r1514, 0;\n"
     "	mov.u32 	%r1515, %r1514;\n"
     "	mov.u32 	%r1516, %r1514;\n"
@@ -52342,6 +52416,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r574, %r573, 28;\n"
     "	add.s32 	%r575, %r178, %r574;\n"
     "	shr.s32 	%r179, %r575, 4;\n"
+    ,
     "	and.b32  	%r576, %r575, 536870896;\n"
     "	sub.s32 	%r577, %r178, %r576;\n"
     "	shl.b32 	%r180, %r577, 3;\n"
@@ -52390,7 +52465,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd281, %r190;\n"
     "	add.s64 	%rd282, %rd25, %rd281;\n"
     "	add.s64 	%rd283, %rd282, %rd280;\n"
-    ,
     "	shl.b64 	%rd284, %rd283, 1;\n"
     "	add.s64 	%rd285, %rd277, %rd284;\n"
     "	ld.global.v4.u32 	{%r1532, %r1533, %r1534, %r1535}, [%rd285];\n"
@@ -52488,6 +52562,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p57 bra 	$L__BB44_85;\n"
     "\n"
     "	shl.b64 	%rd300, %rd119, 7;\n"
+    ,
     "	selp.b64 	%rd301, 129, %rd300, %p2;\n"
     "	mul.lo.s64 	%rd302, %rd72, %rd301;\n"
     "	add.s64 	%rd303, %rd61, %rd302;\n"
@@ -52543,7 +52618,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r638, %f1577, %f1576;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	mad.lo.s32 	%r639, %r207, 136, %r206;\n"
     "	shl.b32 	%r640, %r639, 1;\n"
     "	add.s32 	%r642, %r434, %r640;\n"
@@ -52634,6 +52708,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1583, %f1582;\n"
     "	@%p66 bra 	$L__BB44_95;\n"
     "\n"
+    ,
     "	shl.b64 	%rd338, %rd119, 7;\n"
     "	selp.b64 	%rd339, 129, %rd338, %p2;\n"
     "	mul.lo.s64 	%rd340, %rd76, %rd339;\n"
@@ -52687,7 +52762,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB44_99:\n"
     "	mov.u32 	%r1456, %tid.x;\n"
-    ,
     "	shl.b32 	%r679, %r1456, 2;\n"
     "	mov.u32 	%r680, _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s;\n"
     "	add.s32 	%r681, %r680, %r679;\n"
@@ -52772,6 +52846,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f780, %f1587;\n"
     "	mov.f32 	%f781, %f1587;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f778,%f779,%f780,%f781}, {%r686,%r687,%r688,%r689}, {%r696,%r698}, {%f778,%f779,%f780,%f781};\n"
     "\n"
     "	// end inline asm\n"
@@ -52812,7 +52887,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r745,%r746,%r747,%r748}, [%r749];\n"
     "\n"
     "	// end inline asm\n"
@@ -52880,6 +52954,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r833,%r834,%r835,%r836}, [%r837];\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f778,%f779,%f780,%f781}, {%r818,%r819,%r820,%r821}, {%r828,%r830}, {%f778,%f779,%f780,%f781};\n"
     "\n"
@@ -52916,7 +52991,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f778,%f779,%f780,%f781}, {%r862,%r863,%r864,%r865}, {%r872,%r874}, {%f778,%f779,%f780,%f781};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f786,%f787,%f788,%f789}, {%r862,%r863,%r864,%r865}, {%r873,%r875}, {%f786,%f787,%f788,%f789};\n"
     "\n"
@@ -52982,6 +53056,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f786,%f787,%f788,%f789}, {%r950,%r951,%r952,%r953}, {%r961,%r963}, {%f786,%f787,%f788,%f789};\n"
     "\n"
     "	// end inline asm\n"
@@ -53018,7 +53093,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f794,%f795,%f796,%f797}, {%r999,%r1000,%r1001,%r1002}, {%r1009,%r1011}, {%f794,%f795,%f796,%f797};\n"
     "\n"
     "	// end inline asm\n"
@@ -53097,6 +53171,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1015, %f1, %f781;\n"
     "	mov.u32 	%r1084, _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s;\n"
     "	add.s32 	%r1085, %r1084, %r1062;\n"
+    ,
     "	ld.shared.f32 	%f1016, [%r1085+4];\n"
     "	sub.f32 	%f1017, %f1015, %f1016;\n"
     "	ex2.approx.f32 	%f1589, %f1017;\n"
@@ -53148,7 +53223,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1592, %f1593;\n"
     "	@%p93 bra 	$L__BB44_116;\n"
     "\n"
-    ,
     "	mul.f32 	%f1027, %f1, %f788;\n"
     "	mov.u32 	%r1116, _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s;\n"
     "	add.s32 	%r1117, %r1116, %r1062;\n"
@@ -53232,6 +53306,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1657,%f1656,%f1655,%f1654}, {%r1127,%r1128,%r1129,%r1130}, {%r1136,%r1137}, {%f1657,%f1656,%f1655,%f1654};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1653,%f1652,%f1651,%f1650}, {%r1127,%r1128,%r1129,%r1130}, {%r1138,%r1139}, {%f1653,%f1652,%f1651,%f1650};\n"
@@ -53266,7 +53341,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1204,%r1205,%r1206,%r1207}, [%r788];\n"
     "\n"
     "	// end inline asm\n"
@@ -53323,6 +53397,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1685,%f1684,%f1683,%f1682}, {%r1123,%r1124,%r1125,%r1126}, {%r1269,%r1270}, {%f1685,%f1684,%f1683,%f1682};\n"
     "\n"
     "	// end inline asm\n"
@@ -53355,7 +53430,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1613,%f1612,%f1611,%f1610}, {%r1127,%r1128,%r1129,%r1130}, {%r1308,%r1309}, {%f1613,%f1612,%f1611,%f1610};\n"
     "\n"
     "	// end inline asm\n"
@@ -53415,6 +53489,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p2 bra 	$L__BB44_136;\n"
     "\n"
     "	setp.ge.s64 	%p99, %rd49, %rd118;\n"
+    ,
     "	@%p99 bra 	$L__BB44_128;\n"
     "\n"
     "	add.s64 	%rd83, %rd49, %rd13;\n"
@@ -53463,7 +53538,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd110+36], %f1377;\n"
     "	st.global.f32 	[%rd111+32], %f1717;\n"
     "	st.global.f32 	[%rd111+36], %f1716;\n"
-    ,
     "	mul.f32 	%f1378, %f1649, %f1441;\n"
     "	st.global.f32 	[%rd110+64], %f1378;\n"
     "	mul.f32 	%f1379, %f1648, %f1441;\n"
@@ -53533,6 +53607,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1400, %f1605, %f1441;\n"
     "	st.global.f32 	[%rd110+416], %f1400;\n"
     "	mul.f32 	%f1401, %f1604, %f1441;\n"
+    ,
     "	st.global.f32 	[%rd110+420], %f1401;\n"
     "	st.global.f32 	[%rd111+416], %f1669;\n"
     "	st.global.f32 	[%rd111+420], %f1668;\n"
@@ -53575,7 +53650,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd111+4164], %f1710;\n"
     "	mul.f32 	%f1412, %f1643, %f1440;\n"
     "	st.global.f32 	[%rd110+4192], %f1412;\n"
-    ,
     "	mul.f32 	%f1413, %f1642, %f1440;\n"
     "	st.global.f32 	[%rd110+4196], %f1413;\n"
     "	st.global.f32 	[%rd111+4192], %f1707;\n"
@@ -53643,6 +53717,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1434, %f1599, %f1440;\n"
     "	st.global.f32 	[%rd110+4544], %f1434;\n"
     "	mul.f32 	%f1435, %f1598, %f1440;\n"
+    ,
     "	st.global.f32 	[%rd110+4548], %f1435;\n"
     "	st.global.f32 	[%rd111+4544], %f1663;\n"
     "	st.global.f32 	[%rd111+4548], %f1662;\n"
@@ -53693,7 +53768,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd380, %rd379, 384;\n"
     "	mov.u32 	%r1422, %tid.x;\n"
     "	shl.b32 	%r1423, %r1422, 1;\n"
-    ,
     "	and.b32  	%r1424, %r1423, 6;\n"
     "	cvt.u64.u32 	%rd381, %r1424;\n"
     "	cvta.to.global.u64 	%rd382, %rd418;\n"
@@ -53762,6 +53836,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd385+1316], %f1684;\n"
     "	mul.f32 	%f1330, %f1617, %f1439;\n"
     "	st.global.f32 	[%rd385+832], %f1330;\n"
+    ,
     "	mul.f32 	%f1331, %f1616, %f1439;\n"
     "	st.global.f32 	[%rd385+836], %f1331;\n"
     "	st.global.f32 	[%rd385+1344], %f1681;\n"
@@ -53806,7 +53881,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd386, %rd97, %rd118;\n"
     "	and.b64  	%rd387, %rd386, -4294967296;\n"
     "	setp.eq.s64 	%p103, %rd387, 0;\n"
-    ,
     "	@%p103 bra 	$L__BB44_131;\n"
     "\n"
     "	div.s64 	%rd435, %rd97, %rd118;\n"
@@ -53887,6 +53961,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd401+640], %f1350;\n"
     "	mul.f32 	%f1351, %f1638, %f1438;\n"
     "	st.global.f32 	[%rd401+644], %f1351;\n"
+    ,
     "	st.global.f32 	[%rd401+1152], %f1703;\n"
     "	st.global.f32 	[%rd401+1156], %f1702;\n"
     "	mul.f32 	%f1352, %f1635, %f1438;\n"
@@ -53927,7 +54002,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd401+1348], %f1678;\n"
     "	mul.f32 	%f1364, %f1611, %f1438;\n"
     "	st.global.f32 	[%rd401+864], %f1364;\n"
-    ,
     "	mul.f32 	%f1365, %f1610, %f1438;\n"
     "	st.global.f32 	[%rd401+868], %f1365;\n"
     "	st.global.f32 	[%rd401+1376], %f1675;\n"
@@ -54016,6 +54090,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r4, %f2, %f3;\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	sub.s64 	%rd18, %rd13, %rd2;\n"
     "	shl.b64 	%rd19, %rd18, 1;\n"
     "	add.s64 	%rd20, %rd11, %rd19;\n"
@@ -54070,7 +54145,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_flash2_back_param_3,\n"
     "	.param .u64 k_flash2_back_param_4,\n"
     "	.param .u64 k_flash2_back_param_5,\n"
-    ,
     "	.param .u64 k_flash2_back_param_6,\n"
     "	.param .u64 k_flash2_back_param_7,\n"
     "	.param .f32 k_flash2_back_param_8\n"
@@ -54166,6 +54240,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd83, %rd81, %rd82;\n"
     "	shl.b64 	%rd84, %rd83, 1;\n"
     "	add.s64 	%rd79, %rd68, %rd84;\n"
+    ,
     "	add.s32 	%r228, %r9, %r8;\n"
     "	shl.b32 	%r229, %r228, 1;\n"
     "	mov.u32 	%r230, _ZZ13k_flash2_backE2sm;\n"
@@ -54224,7 +54299,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.cg.shared.global [%r242], [%rd86], 16;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	bra.uni 	$L__BB46_14;\n"
     "\n"
     "$L__BB46_12:\n"
@@ -54323,6 +54397,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r278, %r277, 29;\n"
     "	add.s32 	%r279, %r276, %r278;\n"
     "	shr.s32 	%r280, %r279, 3;\n"
+    ,
     "	and.b32  	%r281, %r279, 536870904;\n"
     "	sub.s32 	%r282, %r276, %r281;\n"
     "	shl.b32 	%r22, %r282, 3;\n"
@@ -54383,7 +54458,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r296, %r1708, 31;\n"
     "	shr.u32 	%r297, %r296, 29;\n"
     "	add.s32 	%r298, %r1708, %r297;\n"
-    ,
     "	and.b32  	%r299, %r298, 536870904;\n"
     "	sub.s32 	%r300, %r1708, %r299;\n"
     "	shl.b32 	%r29, %r300, 3;\n"
@@ -54481,6 +54555,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r332, %r330, 536870904;\n"
     "	sub.s32 	%r333, %r37, %r332;\n"
     "	shl.b32 	%r38, %r333, 3;\n"
+    ,
     "	cvt.s64.s32 	%rd127, %r331;\n"
     "	add.s64 	%rd19, %rd10, %rd127;\n"
     "	setp.lt.s64 	%p18, %rd19, %rd74;\n"
@@ -54536,7 +54611,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd138, %rd20, 6;\n"
     "	add.s64 	%rd139, %rd137, %rd138;\n"
     "	shl.b64 	%rd140, %rd139, 1;\n"
-    ,
     "	add.s64 	%rd135, %rd69, %rd140;\n"
     "	add.s32 	%r356, %r42, %r41;\n"
     "	shl.b32 	%r357, %r356, 1;\n"
@@ -54633,6 +54707,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r391, %r386, 14368;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r387,%r388,%r389,%r390}, [%r391];\n"
     "\n"
     "	// end inline asm\n"
@@ -54689,7 +54764,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r428, %r1712, 31;\n"
     "	shr.u32 	%r429, %r428, 29;\n"
     "	add.s32 	%r430, %r1712, %r429;\n"
-    ,
     "	and.b32  	%r431, %r430, 536870904;\n"
     "	sub.s32 	%r432, %r1712, %r431;\n"
     "	shl.b32 	%r82, %r432, 3;\n"
@@ -54786,6 +54860,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd166, %r463;\n"
     "	add.s64 	%rd26, %rd10, %rd166;\n"
     "	setp.lt.s64 	%p28, %rd26, %rd74;\n"
+    ,
     "	mul.lo.s32 	%r92, %r463, 72;\n"
     "	@%p28 bra 	$L__BB46_58;\n"
     "	bra.uni 	$L__BB46_57;\n"
@@ -54845,7 +54920,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.cg.shared.global [%r487], [%rd174], 16;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	bra.uni 	$L__BB46_62;\n"
     "\n"
     "$L__BB46_60:\n"
@@ -54945,6 +55019,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r524], [%rd188], 16;\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	bra.uni 	$L__BB46_72;\n"
     "\n"
@@ -55007,7 +55082,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB46_77:\n"
     "	add.s32 	%r111, %r1716, 128;\n"
     "	shr.s32 	%r545, %r111, 31;\n"
-    ,
     "	shr.u32 	%r546, %r545, 29;\n"
     "	add.s32 	%r547, %r111, %r546;\n"
     "	shr.s32 	%r548, %r547, 3;\n"
@@ -55102,6 +55176,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_84;\n"
     "\n"
     "$L__BB46_85:\n"
+    ,
     "	cvt.s64.s32 	%rd217, %r117;\n"
     "	add.s64 	%rd218, %rd9, %rd217;\n"
     "	shl.b64 	%rd219, %rd33, 6;\n"
@@ -55166,7 +55241,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_92;\n"
     "\n"
     "$L__BB46_93:\n"
-    ,
     "	shr.s32 	%r598, %r1, 31;\n"
     "	shr.u32 	%r599, %r598, 29;\n"
     "	add.s32 	%r600, %r1, %r599;\n"
@@ -55258,6 +55332,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1356, %f1298;\n"
     "	mov.f32 	%f1357, %f1298;\n"
     "	mov.f32 	%f1358, %f1298;\n"
+    ,
     "	mov.f32 	%f1359, %f1298;\n"
     "	mov.f32 	%f1360, %f1298;\n"
     "	mov.f32 	%f1361, %f1298;\n"
@@ -55315,7 +55390,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvt.s64.s32 	%rd237, %r152;\n"
     "	add.s64 	%rd41, %rd40, %rd237;\n"
-    ,
     "	setp.lt.s64 	%p48, %rd41, %rd74;\n"
     "	@%p48 bra 	$L__BB46_100;\n"
     "	bra.uni 	$L__BB46_99;\n"
@@ -55421,6 +55495,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r675, %r674, 29;\n"
     "	add.s32 	%r676, %r1718, %r675;\n"
     "	and.b32  	%r677, %r676, 536870904;\n"
+    ,
     "	sub.s32 	%r678, %r1718, %r677;\n"
     "	shl.b32 	%r175, %r678, 3;\n"
     "	shr.s32 	%r679, %r676, 3;\n"
@@ -55479,7 +55554,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd264, %rd9, %rd263;\n"
     "	shl.b64 	%rd265, %rd45, 6;\n"
     "	add.s64 	%rd266, %rd264, %rd265;\n"
-    ,
     "	shl.b64 	%rd267, %rd266, 1;\n"
     "	add.s64 	%rd261, %rd67, %rd267;\n"
     "	shl.b32 	%r707, %r706, 1;\n"
@@ -55574,6 +55648,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB46_120:\n"
     "	add.s32 	%r734, %r181, %r161;\n"
+    ,
     "	add.s32 	%r735, %r734, %r182;\n"
     "	shl.b32 	%r736, %r735, 1;\n"
     "	add.s32 	%r738, %r423, %r736;\n"
@@ -55636,7 +55711,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r764, %r763, 3;\n"
     "	setp.eq.s32 	%p62, %r764, 1;\n"
     "	add.s32 	%r1720, %r758, 128;\n"
-    ,
     "	@%p62 bra 	$L__BB46_136;\n"
     "\n"
     "	cvt.s64.s32 	%rd289, %r154;\n"
@@ -55735,6 +55809,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_140;\n"
     "\n"
     "$L__BB46_138:\n"
+    ,
     "	add.s32 	%r796, %r192, %r184;\n"
     "	add.s32 	%r797, %r796, %r193;\n"
     "	shl.b32 	%r798, %r797, 1;\n"
@@ -55793,7 +55868,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r831, %r825, %r830;\n"
     "	shl.b32 	%r196, %r831, 3;\n"
     "	cvt.s64.s32 	%rd315, %r829;\n"
-    ,
     "	add.s64 	%rd53, %rd40, %rd315;\n"
     "	setp.lt.s64 	%p69, %rd53, %rd74;\n"
     "	mul.lo.s32 	%r197, %r829, 72;\n"
@@ -55890,6 +55964,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd403, [k_flash2_back_param_4];\n"
     "	shl.b64 	%rd333, %rd40, 1;\n"
     "	cvt.u64.u32 	%rd334, %r616;\n"
+    ,
     "	shl.b64 	%rd335, %rd8, 1;\n"
     "	add.s64 	%rd336, %rd335, %rd334;\n"
     "	add.s64 	%rd337, %rd336, %rd333;\n"
@@ -55946,7 +56021,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	mov.f32 	%f565, %f1364;\n"
     "	mov.f32 	%f566, %f1364;\n"
-    ,
     "	mov.f32 	%f567, %f1364;\n"
     "	mov.f32 	%f568, %f1364;\n"
     "	// begin inline asm\n"
@@ -56016,6 +56090,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r939,%r940,%r941,%r942}, [%r943];\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	add.s32 	%r1155, %r1149, %r1147;\n"
     "	add.s32 	%r1156, %r1155, %r1143;\n"
     "	shl.b32 	%r1157, %r1156, 1;\n"
@@ -56056,7 +56131,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f597,%f598,%f599,%f600}, {%r392,%r393,%r394,%r395}, {%r974,%r976}, {%f597,%f598,%f599,%f600};\n"
     "\n"
     "	// end inline asm\n"
@@ -56113,6 +56187,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f605,%f606,%f607,%f608}, {%r397,%r398,%r399,%r400}, {%r1046,%r1048}, {%f605,%f606,%f607,%f608};\n"
     "\n"
     "	// end inline asm\n"
@@ -56152,7 +56227,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	add.s32 	%r1118, %r1158, 25952;\n"
-    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1114,%r1115,%r1116,%r1117}, [%r1118];\n"
     "\n"
@@ -56226,6 +56300,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mul.f32 	%f758, %f1, %f559;\n"
     "	ld.shared.f32 	%f759, [%r202];\n"
+    ,
     "	sub.f32 	%f760, %f758, %f759;\n"
     "	ex2.approx.f32 	%f1365, %f760;\n"
     "\n"
@@ -56292,7 +56367,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.pred  	%p97, %p95, %p90;\n"
     "	@%p97 bra 	$L__BB46_171;\n"
     "\n"
-    ,
     "	mul.f32 	%f778, %f1, %f568;\n"
     "	ld.shared.f32 	%f779, [%r202+72];\n"
     "	sub.f32 	%f780, %f778, %f779;\n"
@@ -56381,6 +56455,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r1194, %r1160, 25;\n"
     "	cvt.u64.u32 	%rd354, %r1194;\n"
     "	add.s64 	%rd62, %rd38, %rd354;\n"
+    ,
     "	setp.lt.s64 	%p113, %rd62, %rd11;\n"
     "	setp.ge.s64 	%p114, %rd62, %rd74;\n"
     "	or.pred  	%p115, %p113, %p114;\n"
@@ -56440,7 +56515,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1655, %r1654, %r1653;\n"
     "	shl.b32 	%r1656, %r1655, 1;\n"
     "	add.s32 	%r1657, %r423, %r1656;\n"
-    ,
     "	add.s32 	%r1487, %r1657, 9216;\n"
     "	add.s32 	%r1604, %r1657, 13056;\n"
     "	add.s32 	%r1587, %r1652, 4640;\n"
@@ -56519,6 +56593,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1357,%f1356,%f1355,%f1354}, {%r1195,%r1196,%r1197,%r1198}, {%r1205,%r1206}, {%f1357,%f1356,%f1355,%f1354};\n"
     "\n"
     "	// end inline asm\n"
@@ -56557,7 +56632,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	add.s32 	%r1275, %r201, 9280;\n"
-    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1271,%r1272,%r1273,%r1274}, [%r1275];\n"
     "\n"
@@ -56609,6 +56683,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1301,%f1300,%f1299,%f1298}, {%r1199,%r1200,%r1201,%r1202}, {%r1312,%r1313}, {%f1301,%f1300,%f1299,%f1298};\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1339, %f1372, %f1371;\n"
     "\n"
@@ -56668,7 +56743,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1357,%f1356,%f1355,%f1354}, {%r1339,%r1340,%r1341,%r1342}, {%r1349,%r1350}, {%f1357,%f1356,%f1355,%f1354};\n"
     "\n"
     "	// end inline asm\n"
@@ -56721,6 +56795,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1341,%f1340,%f1339,%f1338}, {%r1339,%r1340,%r1341,%r1342}, {%r1417,%r1418}, {%f1341,%f1340,%f1339,%f1338};\n"
     "\n"
     "	// end inline asm\n"
@@ -56757,7 +56832,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1301,%f1300,%f1299,%f1298}, {%r1343,%r1344,%r1345,%r1346}, {%r1456,%r1457}, {%f1301,%f1300,%f1299,%f1298};\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	bar.sync 	0;\n"
     "	// begin inline asm\n"
@@ -56817,6 +56891,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1141,%f1142,%f1143,%f1144}, {%r1522,%r1524,%r1523,%r1525}, {%r1529,%r1530}, {%f1141,%f1142,%f1143,%f1144};\n"
     "\n"
     "	// end inline asm\n"
@@ -56857,7 +56932,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1157,%f1158,%f1159,%f1160}, {%r1561,%r1563,%r1562,%r1564}, {%r1585,%r1586}, {%f1157,%f1158,%f1159,%f1160};\n"
     "\n"
     "	// end inline asm\n"
@@ -56915,6 +56989,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1239, %f1142, %f362;\n"
     "	atom.global.add.f32 	%f1240, [%rd367], %f1239;\n"
     "	add.s64 	%rd368, %rd364, 64;\n"
+    ,
     "	mul.f32 	%f1241, %f1149, %f362;\n"
     "	atom.global.add.f32 	%f1242, [%rd368], %f1241;\n"
     "	add.s64 	%rd369, %rd364, 68;\n"
@@ -56970,7 +57045,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_192;\n"
     "\n"
     "$L__BB46_92:\n"
-    ,
     "	mov.f32 	%f1298, 0f00000000;\n"
     "	mov.f32 	%f1299, %f1298;\n"
     "	mov.f32 	%f1300, %f1298;\n"
@@ -57054,6 +57128,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd395, %rd388, 6;\n"
     "	add.s64 	%rd396, %rd395, %rd387;\n"
     "	or.b64  	%rd397, %rd396, %rd390;\n"
+    ,
     "	shl.b64 	%rd398, %rd397, 2;\n"
     "	add.s64 	%rd66, %rd393, %rd398;\n"
     "	setp.ge.s64 	%p125, %rd11, %rd74;\n"
@@ -57105,7 +57180,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd65+224], %f1279;\n"
     "	mul.f32 	%f1280, %f1300, %f362;\n"
     "	st.global.f32 	[%rd65+228], %f1280;\n"
-    ,
     "	st.global.f32 	[%rd66+224], %f1333;\n"
     "	st.global.f32 	[%rd66+228], %f1332;\n"
     "\n"
@@ -57177,6 +57251,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ")\n"
     ".maxntid 128, 1, 1\n"
     "{\n"
+    ,
     "	.reg .pred 	%p<8>;\n"
     "	.reg .f32 	%f<27>;\n"
     "	.reg .b32 	%r<27>;\n"
@@ -57241,7 +57316,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r12, %f15;\n"
     "	mov.u32 	%r13, 16;\n"
     "	mov.u32 	%r14, -1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r15|%p2, %r12, %r13, %r8, %r14;\n"
     "	mov.b32 	%f16, %r15;\n"
     "	add.f32 	%f17, %f15, %f16;\n"
@@ -57315,6 +57389,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd70, [k_flash2_back_d128_param_7];\n"
     "	ld.param.f32 	%f574, [k_flash2_back_d128_param_8];\n"
     "	mov.u32 	%r197, %ctaid.x;\n"
+    ,
     "	cvt.u64.u32 	%rd1, %r197;\n"
     "	and.b64  	%rd71, %rd69, -4294967296;\n"
     "	setp.eq.s64 	%p1, %rd71, 0;\n"
@@ -57386,7 +57461,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd75, %rd64, %rd80;\n"
     "	add.s32 	%r222, %r9, %r8;\n"
     "	shl.b32 	%r223, %r222, 1;\n"
-    ,
     "	mov.u32 	%r224, _ZZ18k_flash2_back_d128E2sm;\n"
     "	add.s32 	%r221, %r224, %r223;\n"
     "	// begin inline asm\n"
@@ -57475,6 +57549,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd92, %rd14, 7;\n"
     "	add.s64 	%rd93, %rd91, %rd92;\n"
     "	shl.b64 	%rd94, %rd93, 1;\n"
+    ,
     "	add.s64 	%rd89, %rd64, %rd94;\n"
     "	add.s32 	%r253, %r17, %r16;\n"
     "	shl.b32 	%r254, %r253, 1;\n"
@@ -57541,7 +57616,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r274, %r273, 28;\n"
     "	add.s32 	%r275, %r272, %r274;\n"
     "	shr.s32 	%r276, %r275, 4;\n"
-    ,
     "	and.b32  	%r277, %r275, 536870896;\n"
     "	sub.s32 	%r278, %r272, %r277;\n"
     "	shl.b32 	%r20, %r278, 3;\n"
@@ -57630,6 +57704,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.cg.shared.global [%r303], [%rd110], 16;\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	bra.uni 	$L__BB48_30;\n"
     "\n"
     "$L__BB48_28:\n"
@@ -57698,7 +57773,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r327, %r324, %r326;\n"
     "	shr.s32 	%r328, %r327, 4;\n"
     "	and.b32  	%r329, %r327, 536870896;\n"
-    ,
     "	sub.s32 	%r330, %r324, %r329;\n"
     "	shl.b32 	%r35, %r330, 3;\n"
     "	cvt.s64.s32 	%rd123, %r328;\n"
@@ -57782,6 +57856,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r360, %r359, 28;\n"
     "	add.s32 	%r361, %r358, %r360;\n"
     "	shr.s32 	%r362, %r361, 4;\n"
+    ,
     "	and.b32  	%r363, %r361, 536870896;\n"
     "	sub.s32 	%r364, %r358, %r363;\n"
     "	shl.b32 	%r39, %r364, 3;\n"
@@ -57849,7 +57924,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r384, %r422, 20512;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r380,%r381,%r382,%r383}, [%r384];\n"
     "\n"
     "	// end inline asm\n"
@@ -57933,6 +58007,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r440, %r439, 1;\n"
     "	add.s32 	%r442, %r421, %r440;\n"
     "	add.s32 	%r438, %r442, 20480;\n"
+    ,
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r438], [%rd149], 16;\n"
     "\n"
@@ -58002,7 +58077,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r462, %r459, %r461;\n"
     "	shr.s32 	%r463, %r462, 4;\n"
     "	and.b32  	%r464, %r462, 536870896;\n"
-    ,
     "	sub.s32 	%r465, %r459, %r464;\n"
     "	shl.b32 	%r86, %r465, 3;\n"
     "	cvt.s64.s32 	%rd162, %r463;\n"
@@ -58090,6 +58164,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s64 	%p30, %rd28, %rd70;\n"
     "	mul.lo.s32 	%r91, %r497, 136;\n"
     "	@%p30 bra 	$L__BB48_64;\n"
+    ,
     "	bra.uni 	$L__BB48_63;\n"
     "\n"
     "$L__BB48_64:\n"
@@ -58160,7 +58235,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd188, %rd186, %rd187;\n"
     "	shl.b64 	%rd189, %rd188, 1;\n"
     "	add.s64 	%rd184, %rd66, %rd189;\n"
-    ,
     "	add.s32 	%r526, %r98, %r97;\n"
     "	shl.b32 	%r527, %r526, 1;\n"
     "	add.s32 	%r529, %r421, %r527;\n"
@@ -58251,6 +58325,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd203, %rd202, 1;\n"
     "	add.s64 	%rd198, %rd66, %rd203;\n"
     "	add.s32 	%r559, %r106, %r105;\n"
+    ,
     "	shl.b32 	%r560, %r559, 1;\n"
     "	add.s32 	%r562, %r421, %r560;\n"
     "	add.s32 	%r558, %r562, 29184;\n"
@@ -58316,7 +58391,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r585, %r583, 536870896;\n"
     "	sub.s32 	%r586, %r580, %r585;\n"
     "	shl.b32 	%r109, %r586, 3;\n"
-    ,
     "	cvt.s64.s32 	%rd211, %r584;\n"
     "	add.s64 	%rd33, %rd10, %rd211;\n"
     "	setp.lt.s64 	%p40, %rd33, %rd70;\n"
@@ -58409,6 +58483,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1779, %f1759;\n"
     "	mov.f32 	%f1780, %f1759;\n"
     "	mov.f32 	%f1781, %f1759;\n"
+    ,
     "	mov.f32 	%f1782, %f1759;\n"
     "	mov.f32 	%f1783, %f1759;\n"
     "	mov.f32 	%f1784, %f1759;\n"
@@ -58474,7 +58549,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1844, %f1759;\n"
     "	mov.f32 	%f1845, %f1759;\n"
     "	mov.f32 	%f1846, %f1759;\n"
-    ,
     "	mov.f32 	%f1847, %f1759;\n"
     "	mov.f32 	%f1848, %f1759;\n"
     "	mov.f32 	%f1849, %f1759;\n"
@@ -58562,6 +58636,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB48_95:\n"
     "	mov.u32 	%r619, %tid.x;\n"
+    ,
     "	setp.gt.s32 	%p46, %r619, 255;\n"
     "	add.s64 	%rd40, %rd38, 16;\n"
     "	xor.b32  	%r151, %r150, 1;\n"
@@ -58629,7 +58704,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB48_98:\n"
     "	mov.u32 	%r645, 0;\n"
     "	add.s32 	%r1696, %r626, 20480;\n"
-    ,
     "	st.shared.v4.u32 	[%r1696], {%r645, %r645, %r645, %r645};\n"
     "\n"
     "$L__BB48_100:\n"
@@ -58723,6 +58797,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r691, %r690, %r168;\n"
     "	cvt.s64.s32 	%rd251, %r167;\n"
     "	add.s64 	%rd252, %rd9, %rd251;\n"
+    ,
     "	shl.b64 	%rd253, %rd44, 7;\n"
     "	add.s64 	%rd254, %rd252, %rd253;\n"
     "	shl.b64 	%rd255, %rd254, 1;\n"
@@ -58788,7 +58863,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r172, %r169, 128;\n"
     "	shr.s32 	%r711, %r172, 31;\n"
     "	shr.u32 	%r712, %r711, 28;\n"
-    ,
     "	add.s32 	%r713, %r172, %r712;\n"
     "	shr.s32 	%r714, %r713, 4;\n"
     "	and.b32  	%r715, %r713, 536870896;\n"
@@ -58878,6 +58952,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	max.s32 	%r747, %r619, 128;\n"
     "	add.s32 	%r748, %r747, 127;\n"
+    ,
     "	sub.s32 	%r749, %r748, %r619;\n"
     "	shr.u32 	%r750, %r749, 7;\n"
     "	add.s32 	%r751, %r750, 1;\n"
@@ -58946,7 +59021,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB48_131;\n"
     "\n"
     "$L__BB48_129:\n"
-    ,
     "	mov.u32 	%r766, 0;\n"
     "	add.s32 	%r1700, %r632, 20480;\n"
     "	st.shared.v4.u32 	[%r1700+8704], {%r766, %r766, %r766, %r766};\n"
@@ -59036,6 +59110,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r812, %r811, 4;\n"
     "	and.b32  	%r813, %r811, 536870896;\n"
     "	sub.s32 	%r814, %r808, %r813;\n"
+    ,
     "	shl.b32 	%r188, %r814, 3;\n"
     "	cvt.s64.s32 	%rd303, %r812;\n"
     "	add.s64 	%rd52, %rd40, %rd303;\n"
@@ -59100,7 +59175,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.cg.shared.global [%r839], [%rd312], 16;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	bra.uni 	$L__BB48_145;\n"
     "\n"
     "$L__BB48_143:\n"
@@ -59190,6 +59264,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r869, %r868, 2;\n"
     "	mov.u32 	%r870, _ZZ18k_flash2_back_d128E6stat_s;\n"
     "	add.s32 	%r871, %r870, %r869;\n"
+    ,
     "	st.shared.f32 	[%r871], %f1750;\n"
     "\n"
     "$L__BB48_153:\n"
@@ -59250,7 +59325,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f875, %f1752;\n"
     "	mov.f32 	%f876, %f1752;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f873,%f874,%f875,%f876}, {%r872,%r873,%r874,%r875}, {%r878,%r880}, {%f873,%f874,%f875,%f876};\n"
     "\n"
     "	// end inline asm\n"
@@ -59311,6 +59385,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r964, %r1198, 29248;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r960,%r961,%r962,%r963}, [%r964];\n"
     "\n"
     "	// end inline asm\n"
@@ -59353,7 +59428,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f881,%f882,%f883,%f884}, {%r390,%r391,%r392,%r393}, {%r999,%r1001}, {%f881,%f882,%f883,%f884};\n"
     "\n"
     "	// end inline asm\n"
@@ -59410,6 +59484,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f873,%f874,%f875,%f876}, {%r1067,%r1068,%r1069,%r1070}, {%r1073,%r1075}, {%f873,%f874,%f875,%f876};\n"
     "\n"
     "	// end inline asm\n"
@@ -59450,7 +59525,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f889,%f890,%f891,%f892}, {%r405,%r406,%r407,%r408}, {%r1117,%r1119}, {%f889,%f890,%f891,%f892};\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1145,%r1146,%r1147,%r1148}, [%r1149];\n"
@@ -59517,6 +59591,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1094, %f1, %f866;\n"
     "	ld.shared.f32 	%f1095, [%r196+8];\n"
     "	sub.f32 	%f1096, %f1094, %f1095;\n"
+    ,
     "	ex2.approx.f32 	%f1752, %f1096;\n"
     "\n"
     "$L__BB48_158:\n"
@@ -59585,7 +59660,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB48_166:\n"
     "	ld.shared.f32 	%f169, [%r196+76];\n"
-    ,
     "	setp.lt.s64 	%p92, %rd57, %rd339;\n"
     "	or.pred  	%p94, %p92, %p87;\n"
     "	mov.f32 	%f1758, 0f00000000;\n"
@@ -59664,6 +59738,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r1220, %f1754, %f1753;\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1221, %f1756, %f1755;\n"
     "\n"
@@ -59723,7 +59798,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1882,%f1881,%f1880,%f1879}, {%r1219,%r1220,%r1221,%r1222}, {%r1229,%r1230}, {%f1882,%f1881,%f1880,%f1879};\n"
     "\n"
     "	// end inline asm\n"
@@ -59772,6 +59846,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1866,%f1865,%f1864,%f1863}, {%r1219,%r1220,%r1221,%r1222}, {%r1297,%r1298}, {%f1866,%f1865,%f1864,%f1863};\n"
     "\n"
     "	// end inline asm\n"
@@ -59812,7 +59887,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1368,%r1369,%r1370,%r1371}, [%r1372];\n"
     "\n"
     "	// end inline asm\n"
@@ -59861,6 +59935,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1436,%r1437,%r1438,%r1439}, [%r1440];\n"
     "\n"
     "	// end inline asm\n"
@@ -59901,7 +59976,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1762,%f1761,%f1760,%f1759}, {%r1223,%r1224,%r1225,%r1226}, {%r1472,%r1473}, {%f1762,%f1761,%f1760,%f1759};\n"
     "\n"
     "	// end inline asm\n"
@@ -59959,6 +60033,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1425,%f1426,%f1427,%f1428}, {%r1538,%r1540,%r1539,%r1541}, {%r1543,%r1544}, {%f1425,%f1426,%f1427,%f1428};\n"
     "\n"
     "	// end inline asm\n"
@@ -59999,7 +60074,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1441,%f1442,%f1443,%f1444}, {%r1577,%r1579,%r1578,%r1580}, {%r1599,%r1600}, {%f1441,%f1442,%f1443,%f1444};\n"
     "\n"
     "	// end inline asm\n"
@@ -60055,6 +60129,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	atom.global.add.f32 	%f1528, [%rd353], %f1527;\n"
     "	add.s64 	%rd354, %rd352, 32;\n"
     "	mul.f32 	%f1529, %f1433, %f574;\n"
+    ,
     "	atom.global.add.f32 	%f1530, [%rd354], %f1529;\n"
     "	add.s64 	%rd355, %rd352, 36;\n"
     "	mul.f32 	%f1531, %f1434, %f574;\n"
@@ -60106,7 +60181,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1553, %f1451, %f574;\n"
     "	atom.global.add.f32 	%f1554, [%rd372], %f1553;\n"
     "	add.s64 	%rd373, %rd366, 100;\n"
-    ,
     "	mul.f32 	%f1555, %f1452, %f574;\n"
     "	atom.global.add.f32 	%f1556, [%rd373], %f1555;\n"
     "\n"
@@ -60177,6 +60251,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd61+192], %f1569;\n"
     "	mul.f32 	%f1570, %f1797, %f574;\n"
     "	st.global.f32 	[%rd61+196], %f1570;\n"
+    ,
     "	st.global.f32 	[%rd62+192], %f1862;\n"
     "	st.global.f32 	[%rd62+196], %f1861;\n"
     "	mul.f32 	%f1571, %f1794, %f574;\n"
@@ -60226,7 +60301,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1586, %f1765, %f574;\n"
     "	st.global.f32 	[%rd61+452], %f1586;\n"
     "	st.global.f32 	[%rd62+448], %f1830;\n"
-    ,
     "	st.global.f32 	[%rd62+452], %f1829;\n"
     "	mul.f32 	%f1587, %f1762, %f574;\n"
     "	st.global.f32 	[%rd61+480], %f1587;\n"
@@ -60292,6 +60366,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd61+4352], %f1605;\n"
     "	mul.f32 	%f1606, %f1787, %f574;\n"
     "	st.global.f32 	[%rd61+4356], %f1606;\n"
+    ,
     "	st.global.f32 	[%rd62+4352], %f1852;\n"
     "	st.global.f32 	[%rd62+4356], %f1851;\n"
     "	mul.f32 	%f1607, %f1784, %f574;\n"
@@ -60345,7 +60420,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ".visible .entry k_flash2_fwd(\n"
     "	.param .u64 k_flash2_fwd_param_0,\n"
     "	.param .u64 k_flash2_fwd_param_1,\n"
-    ,
     "	.param .u64 k_flash2_fwd_param_2,\n"
     "	.param .u64 k_flash2_fwd_param_3,\n"
     "	.param .u64 k_flash2_fwd_param_4,\n"
@@ -60433,6 +60507,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB49_8:\n"
     "	cvt.s64.s32 	%rd66, %r6;\n"
+    ,
     "	add.s64 	%rd67, %rd10, %rd66;\n"
     "	shl.b64 	%rd68, %rd12, 6;\n"
     "	add.s64 	%rd69, %rd67, %rd68;\n"
@@ -60503,7 +60578,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB49_12:\n"
     "	add.s32 	%r155, %r13, %r12;\n"
     "	shl.b32 	%r156, %r155, 1;\n"
-    ,
     "	mov.u32 	%r157, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r158, %r157, %r156;\n"
     "	mov.u32 	%r159, 0;\n"
@@ -60589,6 +60663,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r187, %r19, %r18;\n"
     "	shl.b32 	%r188, %r187, 1;\n"
     "	mov.u32 	%r189, _ZZ12k_flash2_fwdE2sm;\n"
+    ,
     "	add.s32 	%r190, %r189, %r188;\n"
     "	mov.u32 	%r191, 0;\n"
     "	st.shared.v4.u32 	[%r190+18432], {%r191, %r191, %r191, %r191};\n"
@@ -60662,7 +60737,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB49_27:\n"
     "	.pragma \"nounroll\";\n"
     "	shr.s32 	%r218, %r1341, 31;\n"
-    ,
     "	shr.u32 	%r219, %r218, 29;\n"
     "	add.s32 	%r220, %r1341, %r219;\n"
     "	and.b32  	%r221, %r220, 536870904;\n"
@@ -60750,6 +60824,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.v4.u32 	[%r242], {%r243, %r243, %r243, %r243};\n"
     "\n"
     "$L__BB49_35:\n"
+    ,
     "	add.s32 	%r35, %r1341, 128;\n"
     "	shr.s32 	%r248, %r35, 31;\n"
     "	shr.u32 	%r249, %r248, 29;\n"
@@ -60816,7 +60891,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r277, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r274, %r277, %r276;\n"
     "	// begin inline asm\n"
-    ,
     "	cp.async.cg.shared.global [%r274], [%rd117], 16;\n"
     "\n"
     "	// end inline asm\n"
@@ -60908,6 +60982,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB49_50:\n"
     "	cvt.s64.s32 	%rd130, %r48;\n"
     "	add.s64 	%rd131, %rd10, %rd130;\n"
+    ,
     "	shl.b64 	%rd132, %rd22, 6;\n"
     "	add.s64 	%rd133, %rd131, %rd132;\n"
     "	shl.b64 	%rd134, %rd133, 1;\n"
@@ -60977,7 +61052,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r320, %r55, %r54;\n"
     "	shl.b32 	%r321, %r320, 1;\n"
     "	mov.u32 	%r322, _ZZ12k_flash2_fwdE2sm;\n"
-    ,
     "	add.s32 	%r323, %r322, %r321;\n"
     "	mov.u32 	%r324, 0;\n"
     "	st.shared.v4.u32 	[%r323+9216], {%r324, %r324, %r324, %r324};\n"
@@ -61062,6 +61136,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r354, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r355, %r354, %r353;\n"
     "	mov.u32 	%r356, 0;\n"
+    ,
     "	st.shared.v4.u32 	[%r355+9216], {%r356, %r356, %r356, %r356};\n"
     "\n"
     "$L__BB49_62:\n"
@@ -61132,7 +61207,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r408, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r409, %r408, %r407;\n"
     "	add.s32 	%r383, %r409, 18432;\n"
-    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r379,%r380,%r381,%r382}, [%r383];\n"
     "\n"
@@ -61213,6 +61287,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f520, %f1052;\n"
     "	mov.f32 	%f525, %f1052;\n"
     "	mov.f32 	%f526, %f1052;\n"
+    ,
     "	mov.f32 	%f527, %f1052;\n"
     "	mov.f32 	%f528, %f1052;\n"
     "	mov.f32 	%f533, %f1052;\n"
@@ -61286,7 +61361,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.wait_group 0;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	bra.uni 	$L__BB49_125;\n"
     "\n"
     "$L__BB49_73:\n"
@@ -61377,6 +61451,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r503, %r502, 29;\n"
     "	add.s32 	%r504, %r1347, %r503;\n"
     "	and.b32  	%r505, %r504, 536870904;\n"
+    ,
     "	sub.s32 	%r506, %r1347, %r505;\n"
     "	shl.b32 	%r97, %r506, 3;\n"
     "	shr.s32 	%r507, %r504, 3;\n"
@@ -61446,7 +61521,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB49_90;\n"
     "\n"
     "$L__BB49_88:\n"
-    ,
     "	add.s32 	%r526, %r99, %r87;\n"
     "	add.s32 	%r527, %r526, %r100;\n"
     "	shl.b32 	%r528, %r527, 1;\n"
@@ -61532,6 +61606,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r562, %r103, %r87;\n"
     "	add.s32 	%r563, %r562, %r104;\n"
     "	shl.b32 	%r564, %r563, 1;\n"
+    ,
     "	add.s32 	%r566, %r408, %r564;\n"
     "	mov.u32 	%r567, 0;\n"
     "	st.shared.v4.u32 	[%r566], {%r567, %r567, %r567, %r567};\n"
@@ -61604,7 +61679,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB49_105:\n"
     "	shl.b64 	%rd215, %rd41, 6;\n"
-    ,
     "	add.s64 	%rd216, %rd29, %rd215;\n"
     "	shl.b64 	%rd217, %rd216, 1;\n"
     "	add.s64 	%rd214, %rd52, %rd217;\n"
@@ -61690,6 +61764,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd228, %rd226, %rd227;\n"
     "	shl.b64 	%rd229, %rd228, 1;\n"
     "	add.s64 	%rd224, %rd52, %rd229;\n"
+    ,
     "	shl.b32 	%r657, %r656, 1;\n"
     "	add.s32 	%r654, %r408, %r657;\n"
     "	// begin inline asm\n"
@@ -61758,7 +61833,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r118, %r683, 3;\n"
     "	cvt.s64.s32 	%rd237, %r681;\n"
     "	add.s64 	%rd45, %rd32, %rd237;\n"
-    ,
     "	setp.lt.s64 	%p57, %rd45, %rd55;\n"
     "	mul.lo.s32 	%r119, %r681, 72;\n"
     "	@%p57 bra 	$L__BB49_119;\n"
@@ -61850,6 +61924,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	cvt.u32.u64 	%r1273, %rd282;\n"
     "	and.b32  	%r1274, %r1273, 1;\n"
+    ,
     "	mov.u32 	%r1275, 1;\n"
     "	mul.lo.s32 	%r1276, %r1274, 9216;\n"
     "	mov.u32 	%r1277, %tid.x;\n"
@@ -61906,7 +61981,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f247, %f277;\n"
     "	mov.f32 	%f248, %f277;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f245,%f246,%f247,%f248}, {%r379,%r380,%r381,%r382}, {%r731,%r733}, {%f245,%f246,%f247,%f248};\n"
     "\n"
     "	// end inline asm\n"
@@ -61966,6 +62040,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r802, %r1291, 2336;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r798,%r799,%r800,%r801}, [%r802];\n"
     "\n"
     "	// end inline asm\n"
@@ -62009,7 +62084,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f221,%f222,%f223,%f224}, {%r389,%r390,%r391,%r392}, {%r849,%r851}, {%f221,%f222,%f223,%f224};\n"
     "\n"
     "	// end inline asm\n"
@@ -62065,6 +62139,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f221,%f222,%f223,%f224}, {%r394,%r395,%r396,%r397}, {%r917,%r919}, {%f221,%f222,%f223,%f224};\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f229,%f230,%f231,%f232}, {%r394,%r395,%r396,%r397}, {%r918,%r920}, {%f229,%f230,%f231,%f232};\n"
     "\n"
@@ -62105,7 +62180,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f277,%f278,%f279,%f280}, {%r394,%r395,%r396,%r397}, {%r969,%r971}, {%f277,%f278,%f279,%f280};\n"
     "\n"
     "	// end inline asm\n"
@@ -62175,6 +62249,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f742, 0fFF800000, %f741, %p70;\n"
     "	max.f32 	%f743, %f740, %f742;\n"
     "	mul.f32 	%f744, %f1, %f247;\n"
+    ,
     "	selp.f32 	%f745, 0fFF800000, %f744, %p67;\n"
     "	max.f32 	%f746, %f737, %f745;\n"
     "	mul.f32 	%f747, %f1, %f248;\n"
@@ -62222,7 +62297,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.gt.s64 	%p76, %rd266, %rd27;\n"
     "	selp.f32 	%f778, 0fFF800000, %f777, %p76;\n"
     "	max.f32 	%f779, %f776, %f778;\n"
-    ,
     "	mul.f32 	%f780, %f1, %f271;\n"
     "	selp.f32 	%f781, 0fFF800000, %f780, %p73;\n"
     "	max.f32 	%f782, %f773, %f781;\n"
@@ -62295,6 +62369,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f520, %f809, %f520;\n"
     "	mul.f32 	%f527, %f809, %f527;\n"
     "	mul.f32 	%f528, %f809, %f528;\n"
+    ,
     "	mul.f32 	%f535, %f809, %f535;\n"
     "	mul.f32 	%f536, %f809, %f536;\n"
     "	mul.f32 	%f543, %f809, %f543;\n"
@@ -62346,7 +62421,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f838, %f745, %f1055;\n"
     "	ex2.approx.f32 	%f492, %f838;\n"
     "	add.f32 	%f839, %f492, %f833;\n"
-    ,
     "	sub.f32 	%f840, %f748, %f1055;\n"
     "	ex2.approx.f32 	%f491, %f840;\n"
     "	add.f32 	%f841, %f491, %f839;\n"
@@ -62424,6 +62498,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f501,%f502,%f503,%f504}, {%r985,%r986,%r987,%r988}, {%r991,%r992}, {%f501,%f502,%f503,%f504};\n"
     "\n"
     "	// end inline asm\n"
@@ -62463,7 +62538,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f549,%f550,%f551,%f552}, {%r985,%r986,%r987,%r988}, {%r1042,%r1043}, {%f549,%f550,%f551,%f552};\n"
     "\n"
     "	// end inline asm\n"
@@ -62528,6 +62602,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f541,%f542,%f543,%f544}, {%r1057,%r1058,%r1059,%r1060}, {%r1112,%r1113}, {%f541,%f542,%f543,%f544};\n"
     "\n"
     "	// end inline asm\n"
@@ -62574,7 +62649,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f517,%f518,%f519,%f520}, {%r1129,%r1130,%r1131,%r1132}, {%r1152,%r1153}, {%f517,%f518,%f519,%f520};\n"
     "\n"
     "	// end inline asm\n"
@@ -62639,6 +62713,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f509,%f510,%f511,%f512}, {%r1201,%r1202,%r1203,%r1204}, {%r1222,%r1223}, {%f509,%f510,%f511,%f512};\n"
     "\n"
     "	// end inline asm\n"
@@ -62680,7 +62755,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB49_127;\n"
     "\n"
     "$L__BB49_126:\n"
-    ,
     "	mov.f32 	%f1052, 0f00000000;\n"
     "	mov.f32 	%f1054, 0fFF800000;\n"
     "	mov.f32 	%f1053, %f1052;\n"
@@ -62764,6 +62838,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd48+64], %f916;\n"
     "	mul.f32 	%f917, %f911, %f510;\n"
     "	st.global.f32 	[%rd48+68], %f917;\n"
+    ,
     "	mul.f32 	%f918, %f911, %f517;\n"
     "	st.global.f32 	[%rd48+96], %f918;\n"
     "	mul.f32 	%f919, %f911, %f518;\n"
@@ -62813,7 +62888,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f946, 0f3E93BF99;\n"
     "	fma.rn.f32 	%f947, %f945, %f934, %f946;\n"
     "	mov.f32 	%f948, 0fBEB8AA49;\n"
-    ,
     "	fma.rn.f32 	%f949, %f947, %f934, %f948;\n"
     "	mov.f32 	%f950, 0f3EF6384A;\n"
     "	fma.rn.f32 	%f951, %f949, %f934, %f950;\n"
@@ -62889,6 +62963,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.lt.f32 	%p94, %f115, 0f00800000;\n"
     "	mul.f32 	%f982, %f115, 0f4B000000;\n"
+    ,
     "	selp.f32 	%f116, %f982, %f115, %p94;\n"
     "	selp.f32 	%f983, 0fC1B80000, 0f00000000, %p94;\n"
     "	mov.b32 	%r1331, %f116;\n"

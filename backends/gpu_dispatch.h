@@ -194,6 +194,9 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
     }
+    case PDDE_OP_LAYERNORM_BACK: /* x, gamma, dy [, the other gradient of x (lowering's PDDE_FUSE_ADD_LN)] */
+        if (node->nsrc == 4 && pgd_numel(node->src[3]) != pgd_numel(node)) return 0;
+        break;
     case PDDE_OP_GRAD_ACCUM: /* acc += g, or (lowering's PDDE_FUSE_GRAD) acc [M, N] += op(A) op(B) of 2-D A and B of one dtype */
         if (node->nsrc == 3)
             return node->ndim == 2 && a->dtype == PDDE_F32 && b->ndim == 2 && node->src[2]->ndim == 2 && b->dtype == node->src[2]->dtype &&
@@ -1023,7 +1026,11 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
         float eps = pdde_op_f32(node, PDDE_P_NORM_EPS);
         pgd_ptr px = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pdy = pgd_ptr_of(node->src[2]), pdx = pgd_ptr_of(node);
-        return pgd_row_launch(g, node->op == PDDE_OP_RMSNORM_BACK ? PGD_K_RMSNORM_BACK : PGD_K_LAYERNORM_BACK, rows, C,
+        pgd_ptr pres = pgd_opt_src(node, 3); /* (layernorm: the other gradient of x, added: PDDE_FUSE_ADD_LN) */
+        if (node->op == PDDE_OP_LAYERNORM_BACK)
+            return pgd_row_launch(g, PGD_K_LAYERNORM_BACK, rows, C,
+                                  PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres)));
+        return pgd_row_launch(g, PGD_K_RMSNORM_BACK, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps)));
     }
     case PDDE_OP_LAYERNORM_BACK_GAMMA: return pgd_gamma_back(g, node, 0);

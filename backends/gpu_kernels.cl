@@ -277,9 +277,10 @@ __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const fl
     }
 }
 
+/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN) */
 __kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),
-                               long rows, long C, float eps) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx);
+                               long rows, long C, float eps, PTR(const float, res)) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -301,8 +302,8 @@ __kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(con
         s1 = group_sum(s1, sh) / (float)C;
         s2 = group_sum(s2, sh) / (float)C;
         COLS_LOOP(j, C) {
-            float xh = (xr[j] - mean) * rstd;
-            dx[r * C + j] = rstd * (dr[j] * g[j] - s1 - xh * s2);
+            float xh = (xr[j] - mean) * rstd, v = rstd * (dr[j] * g[j] - s1 - xh * s2);
+            dx[r * C + j] = res ? res[r * C + j] + v : v;
         }
     }
 }

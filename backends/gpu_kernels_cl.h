@@ -282,15 +282,16 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    "/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN) */\n"
     "__kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),\n"
-    "                               long rows, long C, float eps) {\n"
-    "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx);\n"
+    "                               long rows, long C, float eps, PTR(const float, res)) {\n"
+    "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);\n"
     "    __local float sh[MAX_GROUP];\n"
+    ,
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
     "        __global const float *dr = dy + r * C;\n"
     "        float s = 0.0f;\n"
-    ,
     "        COLS_LOOP(j, C) s += xr[j];\n"
     "        float mean = group_sum(s, sh) / (float)C;\n"
     "        float v = 0.0f;\n"
@@ -307,8 +308,8 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        s1 = group_sum(s1, sh) / (float)C;\n"
     "        s2 = group_sum(s2, sh) / (float)C;\n"
     "        COLS_LOOP(j, C) {\n"
-    "            float xh = (xr[j] - mean) * rstd;\n"
-    "            dx[r * C + j] = rstd * (dr[j] * g[j] - s1 - xh * s2);\n"
+    "            float xh = (xr[j] - mean) * rstd, v = rstd * (dr[j] * g[j] - s1 - xh * s2);\n"
+    "            dx[r * C + j] = res ? res[r * C + j] + v : v;\n"
     "        }\n"
     "    }\n"
     "}\n"
@@ -380,10 +381,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        dg[get_group_id(1) * C + j] = s;\n"
     "    }\n"
     "}\n"
+    ,
     "\n"
     "__kernel void k_softmax(PTR(const float, x), PTR(float, y), long rows, long C, long T, int causal) {\n"
     "    BIND(const float, x); BIND(float, y);\n"
-    ,
     "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
@@ -475,11 +476,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* ---- embedding -------------------------------------------------------------------------------- */\n"
     "\n"
     "__kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(float, y), long n_ids, long C, long V) {\n"
+    ,
     "    BIND(const float, table); BIND(const int, ids); BIND(float, y);\n"
     "    long n = n_ids * C;\n"
     "    GRID_STRIDE(i, n) {\n"
     "        long r = i / C, j = i - r * C;\n"
-    ,
     "        int id = ids[r];\n"
     "        y[i] = (id >= 0 && id < V) ? table[(long)id * C + j] : 0.0f;\n"
     "    }\n"
@@ -571,9 +572,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    switch (sdt) {\n"
     "    case DT_F32: v = ((__global const float *)src)[i]; break;\n"
     "    case DT_F16: v = f16_to_f32(((__global const ushort *)src)[i]); break;\n"
+    ,
     "    case DT_BF16: v = as_float((uint)((__global const ushort *)src)[i] << 16); break;\n"
     "    case DT_I32: v = (float)((__global const int *)src)[i]; break;\n"
-    ,
     "    default: v = (float)((__global const long *)src)[i]; break;\n"
     "    }\n"
     "    switch (ddt) {\n"
@@ -654,12 +655,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define GT 64\n"
     "#define GK 16\n"
     "__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void\n"
+    ,
     "k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, int K, int ta, int tb, long sA, long sB,\n"
     "       long sC) {\n"
     "    BIND(const float, A); BIND(const float, B); BIND(float, Cm);\n"
     "    __local float As[GK][GT + 4];\n"
     "    __local float Bs[GK][GT + 4];\n"
-    ,
     "    __global const float *Ab = A + (long)get_group_id(2) * sA;\n"
     "    __global const float *Bb = B + (long)get_group_id(2) * sB;\n"
     "    __global float *Cb = Cm + (long)get_group_id(2) * sC;\n"
@@ -735,6 +736,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (long d = 0; d < D; d++) qr[d] = q[att_in(r, T, D, H) + d], acc[d] = 0.0f;\n"
     "        float m = -INFINITY, l = 0.0f;\n"
     "        for (long j = 0; j <= i; j++) {\n"
+    ,
     "            __global const float *kj = k + att_in(r - i + j, T, D, H), *vj = v + att_in(r - i + j, T, D, H);\n"
     "            float s = 0.0f;\n"
     "            for (long d = 0; d < D; d++) s += qr[d] * kj[d];\n"
@@ -742,7 +744,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            if (s > m) {\n"
     "                float a = exp(m - s);\n"
     "                l *= a;\n"
-    ,
     "                for (long d = 0; d < D; d++) acc[d] *= a;\n"
     "                m = s;\n"
     "            }\n"
@@ -809,6 +810,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* ---- multi-tensor AdamW: up to MULTI_MAX tensors in one launch ------------------------------------ */\n"
     "\n"
     "/* Mirrors pgd_multi (backends/gpu_dispatch.h): tensor k's element count, and the element offsets of\n"
+    ,
     " * its parameter, gradient and moments from their buffer's start (and of its bf16/f16 copy, in 2-byte\n"
     " * elements; -1: none), with its weight decay. */\n"
     "#define MULTI_MAX 16\n"
@@ -817,7 +819,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float wd[MULTI_MAX];\n"
     "} pgd_multi;\n"
     "\n"
-    ,
     "/* Tensor k = group row k (get_group_id(1)); gradients in gbase, the rest in base. */\n"
     "__kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, float lr,\n"
     "                            float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {\n"
@@ -887,6 +888,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
+    ,
     "        __global const float *sr = s + r * T, *dr = dp + r * T;\n"
     "        long lim = r % T + 1;\n"
     "        float m = lse[r * ls], t = 0.0f;\n"
@@ -894,7 +896,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        t = group_sum(t, sh);\n"
     "        COLS_LOOP(j, T) {\n"
     "            float v = j < lim ? scale * (exp(scale * sr[j] - m) * (dr[j] - t)) : 0.0f;\n"
-    ,
     "            if (dsdt == DT_BF16) ((__global ushort *)ds)[r * T + j] = f32_to_bf16(v);\n"
     "            else ((__global float *)ds)[r * T + j] = v;\n"
     "        }\n"
@@ -961,13 +962,13 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "    if (!live) return;\n"
     "    __global float *yr = y + att_y(base + i, T, D, H);\n"
+    ,
     "    for (long d = 0; d < D; d++) yr[d] = acc[d] / lsum;\n"
     "    y[att_lse(base + i, BH * T, T, D, H)] = m + log(lsum);\n"
     "}\n"
     "\n"
     "/* rowdot[r] = dO_r . O_r (y and dy: the output columns of row r) */\n"
     "__kernel void k_flash_rowdot(PTR(const float, y), PTR(const float, dy), PTR(float, rowdot), long rows, long D, long T, long H) {\n"
-    ,
     "    BIND(const float, y); BIND(const float, dy); BIND(float, rowdot);\n"
     "    GRID_STRIDE(r, rows) {\n"
     "        float dot = 0.0f;\n"
@@ -1032,6 +1033,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long e = l; e < FK * D; e += FR) {\n"
     "            long ii = e / D, d = e % D, i = i0 + ii;\n"
+    ,
     "            qs[ii][d] = i < T ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f;\n"
     "            dos[ii][d] = i < T ? dy[att_y(base + i, T, D, H) + d] : 0.0f;\n"
     "        }\n"
@@ -1040,7 +1042,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            lses[l] = i < T ? y[att_lse(base + i, rows, T, D, H)] : 0.0f;\n"
     "            dots[l] = i < T ? rowdot[base + i] : 0.0f;\n"
     "        }\n"
-    ,
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long ii = 0; live && ii < FK && i0 + ii < T; ii++) {\n"
     "            if (i0 + ii < j) continue; /* query i sees keys j <= i only */\n"
@@ -1094,11 +1095,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);\n"
     "}\n"
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
+    ,
     "k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
     "    BIND(const float, rowdot); BIND(float, out);\n"
-    ,
     "    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];\n"
     "    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);\n"
     "}\n"

@@ -922,6 +922,51 @@ static pdde_status lower_fuse_grad(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * A layernorm's input gradient summed in its backward (PDDE_FUSE_ADD_LN=1; off by default). In a residual
+ * network the stream x feeds a layernorm and goes on: autodiff adds the layernorm's dx to x's other
+ * gradient. Where that add's inputs are a layernorm backward that nothing else reads and a gradient
+ * computed before it, the layernorm backward takes the other gradient as a fourth source and adds it to
+ * dx on the store (the same bits), and the add becomes a view of it. */
+static bool fuse_add_ln_on(void) {
+    const char *env = getenv("PDDE_FUSE_ADD_LN");
+    return env && !strcmp(env, "1");
+}
+
+static pdde_status lower_fuse_add_ln(lowering *L) {
+    pdde_program *P = L->P;
+    if (!fuse_add_ln_on()) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *at = malloc(((size_t)P->n + 1) * sizeof *at);
+    if (!readers || !at) { free(readers), free(at); return lower_oom(L); }
+    for (int i = 0; i <= P->n; i++) at[i] = INT32_MAX;
+    for (int i = 0; i < P->n_order; i++) {
+        at[P->order[i]->id] = i;
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *s = P->order[i];
+        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept)) continue;
+        for (int k = 0; k < 2; k++) {
+            pdde_tensor *l = s->src[k], *r = s->src[1 - k];
+            if (l->op != PDDE_OP_LAYERNORM_BACK || l->nsrc != 3 || l->dtype != PDDE_F32 || readers[l->id] != 1 || (l->flags & kept) ||
+                l->device != s->device || r->dtype != PDDE_F32 || r->device != l->device || pdde_tensor_numel(r) != pdde_tensor_numel(l) ||
+                pdde_tensor_numel(s) != pdde_tensor_numel(l) || (r->op != PDDE_OP_NONE && at[r->id] > at[l->id]))
+                continue;
+            l->src[l->nsrc++] = r;
+            if (!registry_device_supports(L->ctx, L->ctx->registry, l->device, l)) {
+                l->src[--l->nsrc] = NULL;
+                continue;
+            }
+            s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = l, s->src[1] = NULL, s->nsrc = 1;
+            break;
+        }
+    }
+    free(readers), free(at);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Logits in bf16 (PDDE_BF16_LOGITS=1; off by default). A matmul of bf16 / f16 operands whose only readers
  * are cross-entropies (forward and backward, their logits) writes its operands' dtype: the GEMM rounds
  * each logit once and the loss kernels read half the bytes, as torch.autocast's logits are. Unlike the
@@ -1404,6 +1449,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_fuse_epilogue(&L);
     if (!st) st = lower_fuse_grad(&L);
     if (!st) st = lower_lowp_logits(&L);
+    if (!st) st = lower_fuse_add_ln(&L);
     if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);

@@ -116,6 +116,16 @@ static pdde_tensor *b_cross_entropy_lowp(pdde_graph *g, const op_case *c) {
     return pdde_cross_entropy(g, logits, I(g, "tgt", PDDE_I32, 1, c->p[0], 0));
 }
 
+/* layernorm_res: y = layernorm(x) + x / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above): x's two
+ * gradients are summed in the layernorm's backward; shape as b_norm's */
+static pdde_tensor *b_layernorm_res(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    pdde_tensor *x = P(g, "x", SHAPE_ARGS(c));
+    int64_t C = c->p[c->p[0]];
+    pdde_tensor *y = pdde_layernorm(g, x, P(g, "gamma", 1, C, 0, 0, 0), P(g, "beta", 1, C, 0, 0, 0), 1e-5f);
+    return pdde_add(g, y, pdde_scale(g, x, 0.5f));
+}
+
 /* binary: p = {ndim_a, a0, a1, a2, ndim_b, b0, b1, b2} */
 static pdde_tensor *b_binary(pdde_graph *g, const op_case *c) {
     pdde_tensor *a = P(g, "a", (int)c->p[0], c->p[1], c->p[2], c->p[3], 0);
@@ -358,6 +368,8 @@ static const op_case cases[] = {
     {"layernorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"layernorm", b_norm, {3, 4, 5, 769}, 1, T_DEF},
     {"layernorm", b_norm, {2, 3, 1000}, 1, T_DEF},
+    {"layernorm_res", b_layernorm_res, {2, 7, 33}, 1, T_DEF},
+    {"layernorm_res", b_layernorm_res, {3, 4, 5, 769}, 1, T_DEF},
     {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
     /* C = 1: dx = dy g rr (1 - xhat^2), all cancellation, condition number 1 + x^2/eps (~1e5): the CPU's
@@ -634,7 +646,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     case_label(c, label, sizeof label);
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
-    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"); /* (a builder sets them for its case) */
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"), unsetenv("PDDE_FUSE_ADD_LN"); /* (builders set them) */
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;

@@ -34,6 +34,7 @@
 #define CASTS_PER_LAYER_FUSED 5 /* PDDE_FUSE_EPILOGUE=1: q, k, v's bias add and cast folded into their matmul */
 #define ADDS_FUSED_PER_LAYER 5  /* ...and the bias adds of the qkv, proj and fcproj linears and the 2 residual adds */
 #define MATMULS_FUSED_PER_LAYER 4 /* PDDE_FUSE_GRAD=1: the 4 weight-gradient matmuls run inside their accumulations */
+#define ADDS_LN_FUSED_PER_LAYER 2 /* PDDE_FUSE_ADD_LN=1: the residual gradient added in the 2 layernorms' backward */
 
 typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step; int64_t casts_after_write; } run_result;
 
@@ -156,27 +157,32 @@ static void test_device(pdde_context *ctx, int device, const char *where, const 
           vs32.got, vs32.want, vs32.index, vs32.worst);
 }
 
-/* The matmul fusions of lowering, each switch alone and both: PDDE_FUSE_EPILOGUE=1 folds bias and residual
- * adds, and the cast after q, k, v's, into their matmuls (1 cast and 5 adds fewer per layer); PDDE_FUSE_GRAD=1 runs the
- * weight-gradient matmuls inside their accumulations (4 matmul nodes fewer per layer). The losses are
- * those without, bit for bit, also with recomputed blocks. */
-static void fused_run(pdde_context *ctx, int device, const char *bias, const char *grad, run_result r[3]) {
-    if (bias) setenv("PDDE_FUSE_EPILOGUE", bias, 1);
-    if (grad) setenv("PDDE_FUSE_GRAD", grad, 1);
+/* The fusions of lowering, each switch alone and all together: PDDE_FUSE_EPILOGUE=1 folds bias and residual
+ * adds, and the cast after q, k, v's, into their matmuls (1 cast and 5 adds fewer per layer);
+ * PDDE_FUSE_GRAD=1 runs the weight-gradient matmuls inside their accumulations (4 matmul nodes fewer per
+ * layer); PDDE_FUSE_ADD_LN=1 adds the residual gradient in the layernorms' backward (2 adds fewer per
+ * layer). The losses are those without, bit for bit, also with recomputed blocks. */
+static const char *const fusion_env[3] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN"};
+
+static void fused_run(pdde_context *ctx, int device, unsigned on, run_result r[3]) {
+    for (int k = 0; k < 3; k++)
+        if (on & (1u << k)) setenv(fusion_env[k], "1", 1);
     int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &r[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &r[1]) ||
                  train(ctx, device, 2, PDDE_BF16, 0, 2, &r[2]);
-    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD");
+    for (int k = 0; k < 3; k++) unsetenv(fusion_env[k]);
     if (failed) r[0].casts_per_step = -1;
 }
 
 static void test_fused(pdde_context *ctx, int device, const char *where) {
-    static const struct { const char *bias, *grad; } sw[3] = {{"1", NULL}, {NULL, "1"}, {"1", "1"}};
+    static const unsigned variants[] = {1, 2, 4, 7};
     run_result plain[3], fused[3];
-    fused_run(ctx, device, NULL, NULL, plain);
-    for (int v = 0; v < 3; v++) {
-        char name[64];
-        snprintf(name, sizeof name, "%s%s%s", sw[v].bias ? "PDDE_FUSE_EPILOGUE=1" : "", sw[v].bias && sw[v].grad ? " " : "", sw[v].grad ? "PDDE_FUSE_GRAD=1" : "");
-        fused_run(ctx, device, sw[v].bias, sw[v].grad, fused);
+    fused_run(ctx, device, 0, plain);
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        unsigned on = variants[v];
+        char name[96] = "";
+        for (int k = 0; k < 3; k++)
+            if (on & (1u << k)) snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s=1", name[0] ? " " : "", fusion_env[k]);
+        fused_run(ctx, device, on, fused);
         if (plain[0].casts_per_step < 0 || fused[0].casts_per_step < 0) {
             CHECK(0, "%s: a run with %s failed", where, name);
             continue;
@@ -185,8 +191,8 @@ static void test_fused(pdde_context *ctx, int device, const char *where) {
         double adds = ((plain[1].adds_per_step - plain[0].adds_per_step) - (fused[1].adds_per_step - fused[0].adds_per_step)) / 2;
         double mms = ((plain[1].matmuls_per_step - plain[0].matmuls_per_step) - (fused[1].matmuls_per_step - fused[0].matmuls_per_step)) / 2;
         printf("%s: %s: %.1f casts per layer, %.1f outside; %.1f adds and %.1f matmuls fewer per layer\n", where, name, per_layer, outside, adds, mms);
-        int want_casts = sw[v].bias ? CASTS_PER_LAYER_FUSED : CASTS_PER_LAYER, want_adds = sw[v].bias ? ADDS_FUSED_PER_LAYER : 0;
-        int want_mms = sw[v].grad ? MATMULS_FUSED_PER_LAYER : 0;
+        int want_casts = on & 1 ? CASTS_PER_LAYER_FUSED : CASTS_PER_LAYER;
+        int want_adds = (on & 1 ? ADDS_FUSED_PER_LAYER : 0) + (on & 4 ? ADDS_LN_FUSED_PER_LAYER : 0), want_mms = on & 2 ? MATMULS_FUSED_PER_LAYER : 0;
         CHECK(per_layer == want_casts && outside <= CASTS_OUTSIDE && adds == want_adds && mms == want_mms,
               "%s: %s ran %.1f casts per layer (want %d), %.1f outside, %.1f adds fewer per layer (want %d), %.1f matmuls fewer (want %d)", where,
               name, per_layer, want_casts, outside, adds, want_adds, mms, want_mms);
@@ -238,9 +244,9 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
     const gpt_plan *plan = arg;
     const gpt_config cfg = {.vocab = 64, .ctx = 8, .layers = 2, .heads = 2, .width = 32, .batch = 4};
     pdde_status st = PDDE_OK;
-    for (int variant = 0; variant < 3 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 */
+    for (int variant = 0; variant < 3 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, every fusion */
         if (variant == 1) setenv("PDDE_FOLD_CASTS", "0", 1);
-        if (variant == 2) setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1);
+        if (variant == 2) setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         op.lr = 3e-3f, op.clip_norm = 1.0f;
         pdde_graph *g;
@@ -265,7 +271,7 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
         pdde_session_free(s);
         pdde_graph_free(g);
         unsetenv("PDDE_FOLD_CASTS");
-        unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD");
+        unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN");
     }
     out->ok = st == PDDE_OK;
     if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
@@ -295,7 +301,7 @@ static void test_ranks(pdde_context *ctx) {
             CHECK(res[r].ok && d.worst == 0 && res[r].casts[0] < res[r].casts[1], "%s, rank %d: step %zu loss %.9g vs %.9g with PDDE_FOLD_CASTS=0; "
                   "%.1f casts a step vs %.1f", plans[k].name, r, d.index, d.got, d.want, res[r].casts[0], res[r].casts[1]);
             test_diff f = test_diff_f32(res[r].loss[2], res[r].loss[0], RANK_STEPS, 1e-30);
-            CHECK(res[r].ok && f.worst == 0 && res[r].casts[2] <= res[r].casts[0], "%s, rank %d: step %zu loss %.9g vs %.9g with PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1; "
+            CHECK(res[r].ok && f.worst == 0 && res[r].casts[2] <= res[r].casts[0], "%s, rank %d: step %zu loss %.9g vs %.9g with every fusion (PDDE_FUSE_*=1); "
                   "%.1f casts a step vs %.1f", plans[k].name, r, f.index, f.got, f.want, res[r].casts[2], res[r].casts[0]);
         }
     }
@@ -307,7 +313,7 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
-    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS");
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_LOGITS");
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
     float cpu_loss[STEPS];
