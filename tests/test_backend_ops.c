@@ -117,13 +117,15 @@ static pdde_tensor *b_cross_entropy_lowp(pdde_graph *g, const op_case *c) {
 }
 
 /* layernorm_res: y = layernorm(x) + x / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above): x's two
- * gradients are summed in the layernorm's backward; shape as b_norm's */
+ * gradients are summed in the layernorm's backward; shape as b_norm's; p[5] 1: x / 2 built first, so
+ * that its gradient comes after the layernorm's in backward (not foldable: the add stays) */
 static pdde_tensor *b_layernorm_res(pdde_graph *g, const op_case *c) {
     setenv("PDDE_FUSE_ADD_LN", "1", 1);
     pdde_tensor *x = P(g, "x", SHAPE_ARGS(c));
     int64_t C = c->p[c->p[0]];
+    pdde_tensor *half = c->p[5] ? pdde_scale(g, x, 0.5f) : NULL;
     pdde_tensor *y = pdde_layernorm(g, x, P(g, "gamma", 1, C, 0, 0, 0), P(g, "beta", 1, C, 0, 0, 0), 1e-5f);
-    return pdde_add(g, y, pdde_scale(g, x, 0.5f));
+    return pdde_add(g, y, half ? half : pdde_scale(g, x, 0.5f));
 }
 
 /* binary: p = {ndim_a, a0, a1, a2, ndim_b, b0, b1, b2} */
@@ -370,6 +372,7 @@ static const op_case cases[] = {
     {"layernorm", b_norm, {2, 3, 1000}, 1, T_DEF},
     {"layernorm_res", b_layernorm_res, {2, 7, 33}, 1, T_DEF},
     {"layernorm_res", b_layernorm_res, {3, 4, 5, 769}, 1, T_DEF},
+    {"layernorm_res", b_layernorm_res, {2, 7, 33, 0, 0, 1}, 1, T_DEF},
     {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
     /* C = 1: dx = dy g rr (1 - xhat^2), all cancellation, condition number 1 + x^2/eps (~1e5): the CPU's
