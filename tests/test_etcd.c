@@ -9,7 +9,8 @@
  *    restarted mid-job: the job carries on; etcd killed and a rank lost while it is down: the job stops
  *    with a message saying the store cannot be reached, within a bound (never a hang);
  *  - a rank killed before it registers (with etcd and with the built-in store): the others, forming
- *    the world, report it within 5 s (not at the 60 s timeout), naming it. */
+ *    the world, report it within 5 s (not at the 60 s timeout), naming it;
+ *  - pdde-run --restart 1 with etcd: a rank killed, started again, taken in; the job ends on 3 ranks. */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -315,6 +316,29 @@ static void test_forming(const char *rdzv_kind) {
     free(j.out);
 }
 
+/* A rank killed and started again by pdde-run --restart 1 with the membership in etcd: it joins as a
+ * new member (its id from etcd's counter) and the job finishes on 3 ranks again. */
+static void test_restart(void) {
+    char rdzv[160], m[300], run[600], gpt[600];
+    snprintf(m, sizeof m, "%s/restart_rank.jsonl", g_tmp);
+    snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/restart-rank", g_client_port);
+    snprintf(run, sizeof run, "%s/pdde-run", g_dir);
+    snprintf(gpt, sizeof gpt, "%s/gpt", g_dir);
+    char *argv[] = {run, "-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--restart", "1", "--rdzv", rdzv, gpt,
+                    "--layers", "1", "--width", "32", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", "8000", "--val-every", "0",
+                    "--sample-len", "0", "--threads", "1", "--metrics", m, NULL};
+    const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=60", NULL};
+    job j = job_spawn(argv, env);
+    if (!job_wait_step(&j, m, 40, 30)) kill_rank(&j, 2);
+    int rc = job_end(&j, 60);
+    const char *t = job_text(&j);
+    CHECK(rc == 0 && strstr(t, "rank 2 restarted") && strstr(t, "1 rank joined") && strstr(t, "3 ranks finished, 1 lost"),
+          "--rdzv etcd, --restart 1: rank 2 killed, started again and taken in: rc %d\n%s", rc, t);
+    const char *line = strstr(t, "1 rank joined");
+    if (line) printf("--rdzv etcd, --restart 1: ...%.*s\n", (int)strcspn(line, "\n"), line);
+    free(j.out);
+}
+
 int main(int argc, char **argv) {
     (void)argc;
     test_binary_dir(argv[0], g_dir, sizeof g_dir);
@@ -336,7 +360,7 @@ int main(int argc, char **argv) {
         char run[600];
         snprintf(run, sizeof run, "%s/pdde-run", g_dir);
         if (access(run, X_OK)) test_skip("build", "%s is not built", run);
-        else test_job(), test_forming("etcd"), test_forming("tcp");
+        else test_job(), test_forming("etcd"), test_forming("tcp"), test_restart();
     }
     etcd_stop(SIGTERM);
     pdde_context_free(ctx);
