@@ -135,6 +135,10 @@ struct planner_graph {
      * share_axis runs shares[i] x grad_accum_steps micro-batches; NULL = equal shares */
     const pdde_mesh *share_mesh;
     int share_axis, *shares, share_total;
+    /* data-parallel groups (pdde_strategy_data_parallel_groups): mesh axis group_axis splits the
+     * batch outside batch_axis without a layout of its own; "" = none. By name: a pipeline stage's
+     * slice of the mesh numbers its axes differently */
+    char group_axis[16], batch_axis[16];
     uint8_t *annotated;            /* by tensor id: 1 when pdde_shard set its attr */
     int n_annotated;
     /* results of the last pdde_complete_dist_attrs */

@@ -29,7 +29,7 @@
 static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
-typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp; } moe_config;
+typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups; } moe_config;
 typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
@@ -54,6 +54,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.eps = 1e-3f, op.clip_norm = 0;
     int tp = comm && mc->tp > 1 ? mc->tp : 1;
     gpt_plan plan = {.dp = comm ? pdde_comm_size(comm) / tp : 1, .tp = tp, .pp = 1, .micro = 1, .zero = comm ? mc->zero : 0};
+    if (comm && mc->groups > 1) plan.ep = plan.dp / mc->groups; /* experts over groups of ep dp ranks */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
@@ -84,7 +85,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
     for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
         const pdde_tensor *t = pdde_session_node(s, i);
-        if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / mc->ranks * (mc->ranks - 1);
+        int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->ranks; /* (the ranks of an exchange) */
+        if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / ep * (ep - 1);
     }
     if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
         pdde_memory_stats ms, pm;
@@ -110,7 +112,8 @@ static int key_bias(const char *name, int len, size_t i) {
     return len >= 9 && name[0] == 'h' && !memcmp(name + 2, ".attn.b", 7) && (len == 9 || name[9] == '.') && i / 16 % 3 == 1;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    const char *only = argc > 1 ? argv[1] : NULL; /* (a config's name: that one alone) */
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.n_threads = 1, cp.backends = "cpu"; /* the ranks' thread count: the same arithmetic */
     pdde_context *ctx;
@@ -123,22 +126,27 @@ int main(void) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
     static const moe_config configs[] = {
-        {"moe_dp2", 0, 0, 0, 0, 2, 1},
-        {"moe_zero1", 1, 0, 0, 0, 2, 1},
-        {"moe_skewed", 0, 0, 1, 0, 2, 1},
-        {"moe_ep2", 0, 0, 0, 1, 2, 1},
-        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1},
-        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1},
-        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
-        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1}, /* ranks 1..3: experts without tokens, nothing sent back */
-        {"moe_tp2", 0, 0, 0, 0, 2, 2},
-        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2},
-        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2},
-        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
-        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2},
+        {"moe_dp2", 0, 0, 0, 0, 2, 1, 0},
+        {"moe_zero1", 1, 0, 0, 0, 2, 1, 0},
+        {"moe_skewed", 0, 0, 1, 0, 2, 1, 0},
+        {"moe_ep2", 0, 0, 0, 1, 2, 1, 0},
+        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1, 0},
+        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1, 0},
+        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1, 0}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
+        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1, 0}, /* ranks 1..3: experts without tokens, nothing sent back */
+        {"moe_tp2", 0, 0, 0, 0, 2, 2, 0},
+        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2, 0},
+        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2, 0},
+        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2, 0}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
+        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2, 0},
+        /* tokens over all 4 ranks, the experts over each group of 2 (mesh dp 2 x ep 2): the exchange
+         * inside a group, the expert gradients reduced over dp, the others over dp x ep */
+        {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2},
+        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
+        if (only && strcmp(only, mc->name)) continue;
         run_result ref = {0}, res[4];
         memset(res, 0, sizeof res);
         test_ranks_params tp = {.addr = addr, .prefix = mc->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .results = res,
@@ -191,8 +199,14 @@ int main(void) {
                 CHECK(res[r].exchanged > 0 && res[r].exchanged < res[r].padded, "%s rank %d: %lld token rows sent in a step, the padded exchange %lld",
                       mc->name, r, (long long)res[r].exchanged, (long long)res[r].padded);
         if (mc->tp > 1) ;
-        else if (mc->ep) CHECK(res[0].local_experts == 4 / mc->ranks && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= 8)",
-                          mc->name, (long long)res[0].local_experts, 4 / mc->ranks, res[0].alltoalls);
+        else if (mc->ep) {
+            int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->ranks;
+            CHECK(res[0].local_experts == 4 / ep && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= 8)",
+                  mc->name, (long long)res[0].local_experts, 4 / ep, res[0].alltoalls);
+            if (mc->groups > 1) /* mesh [dp, ep]: the expert gradient pending over dp (axis 0) and reduce-scattered over ep into its shards */
+                CHECK((res[0].grad_partial & 1) && res[0].grad_scatters >= 1, "%s: the expert gradient pending over axes 0x%x (want dp, 0x1, among "
+                      "them), %d reduce-scatters into expert shards (want >= 1)", mc->name, res[0].grad_partial, res[0].grad_scatters);
+        }
         else CHECK(res[0].local_experts == 4 && res[0].alltoalls == 0, "%s: %lld experts on rank 0 (want 4), %d all-to-alls (want 0)", mc->name,
                    (long long)res[0].local_experts, res[0].alltoalls);
         if (mc->ep && mc->tp < 2) printf("%-14s token rows sent by rank 0 in a step: %lld (the padded exchange: %lld)\n", mc->name, (long long)res[0].exchanged, (long long)res[0].padded);
