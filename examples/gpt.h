@@ -300,7 +300,7 @@ static inline pdde_status gpt_write_batch(pdde_session *s, const gpt_model *m, c
     pdde_status st = PDDE_OK;
     if (!p->shares || p->dp < 2) {
         /* ep groups: the graph holds a group's rows; group j writes block i x groups + j */
-        size_t block = graph_rows * T, groups = gpt_plan_groups(p), first = (size_t)dp_index / (p->dp / groups);
+        size_t block = graph_rows * T, groups = gpt_plan_groups(p), first = groups > 1 ? (size_t)dp_index / (size_t)p->ep : 0;
         for (int i = 0; i < pdde_session_micro_batches(s) && st == PDDE_OK; i++) {
             size_t at = ((size_t)i * groups + first) * block;
             st = pdde_session_write_micro(s, m->ids, i, x + at, block * sizeof *x);
