@@ -195,6 +195,10 @@ typedef struct {
     unsigned linear;                      /* bit k: the op is linear in input k (it may be partial) */
     bool additive;                        /* the linear inputs are added: they share one partial */
     unsigned avg_reduce;                  /* a split letter the output lacks is averaged, not summed */
+    /* data-parallel groups: bit k set when input k holds its group's own values (from the data, not
+     * yet reduced over the groups); answer: whether the output does */
+    unsigned group_local;
+    bool out_group_local;
 } spmd_ctx;
 PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
 

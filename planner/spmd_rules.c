@@ -184,6 +184,12 @@ static void spmd_groups(spmd_ctx *c) {
     unsigned gbit = spmd_group_axes(c);
     int bax = gbit ? pdde_mesh_axis(c->mesh, c->pg->batch_axis) : -1;
     if (bax < 0) return;
+    /* an input reduced over the groups here holds the same values in every group (a reduced gradient:
+     * its norm's partial over the batch axis sums experts, not the batch) */
+    c->out_group_local = false;
+    for (int k = 0; k < c->nsrc; k++)
+        if ((c->group_local >> k & 1) && !((c->in[k].partial & gbit) && !(c->req[k].partial & gbit))) c->out_group_local = true;
+    if (!c->out_group_local) return;
     if (c->out.partial >> bax & 1) c->out.partial |= (uint8_t)gbit;
     if (c->out.partial_avg >> bax & 1) c->out.partial_avg |= (uint8_t)gbit;
 }
@@ -601,7 +607,7 @@ static void spmd_rule_moe_counts(spmd_ctx *c) {
     strcpy(c->dims[0], "nj"), strcpy(c->out_dims, "e");
     spmd_pin(c, 'e'), spmd_pin(c, 'n');
     spmd_einsum(c, NULL);
-    c->out.partial |= (uint8_t)spmd_group_axes(c); /* a group's counts: a part of the sum over the groups */
+    if (c->group_local & 1) c->out.partial |= (uint8_t)spmd_group_axes(c); /* a group's counts: a part of the sum over the groups */
 }
 
 /* moe_dispatch (x [N,C], ids [, w]) -> [R,C]; moe_combine (ye [R,C], ids [, w]) -> [N,C];

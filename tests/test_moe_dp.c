@@ -52,6 +52,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.eps = 1e-3f, op.clip_norm = 0;
+    if (mc->groups > 1 && mc->zero) op.clip_norm = 0.5f; /* ep groups: the global norm sums every expert's shard once, not once a group */
     int tp = comm && mc->tp > 1 ? mc->tp : 1;
     gpt_plan plan = {.dp = comm ? pdde_comm_size(comm) / tp : 1, .tp = tp, .pp = 1, .micro = 1, .zero = comm ? mc->zero : 0};
     if (comm && mc->groups > 1) plan.ep = plan.dp / mc->groups; /* experts over groups of ep dp ranks */
@@ -142,7 +143,7 @@ int main(int argc, char **argv) {
         /* tokens over all 4 ranks, the experts over each group of 2 (mesh dp 2 x ep 2): the exchange
          * inside a group, the expert gradients reduced over dp, the others over dp x ep */
         {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2},
-        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2},
+        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2}, /* and clipping by the global norm */
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
@@ -166,7 +167,8 @@ int main(int argc, char **argv) {
         snprintf(what, sizeof what, "%s: after step %d", mc->name, STEPS);
         snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, mc->name), snprintf(ref_path, sizeof ref_path, "%s.ref.ckpt", tmp_prefix);
         double worst_param = test_ckpt_compare_noise(what, path, ref_path, FLOOR, TOL_PARAM, key_bias, 2 * 3e-3 * STEPS);
-        CHECK(ref.losses[STEPS - 1] < ref.losses[0] - 0.05, "%s: the loss falls: %.4f -> %.4f", mc->name, ref.losses[0], ref.losses[STEPS - 1]);
+        double fall = mc->groups > 1 && mc->zero ? 0.01 : 0.05; /* (clipped: slower) */
+        CHECK(ref.losses[STEPS - 1] < ref.losses[0] - fall, "%s: the loss falls: %.4f -> %.4f", mc->name, ref.losses[0], ref.losses[STEPS - 1]);
         if (mc->skewed) /* every token to expert 0 (the counts are of all the tokens, on every rank) */
             CHECK(ref.expert0_tokens == (int64_t)STEPS * 8 * 16 && res[0].expert0_tokens == ref.expert0_tokens && res[mc->ranks - 1].expert0_tokens == ref.expert0_tokens,
                   "%s: expert 0 got %lld tokens in one process, %lld + %lld on the ranks, want all %d", mc->name, (long long)ref.expert0_tokens,
