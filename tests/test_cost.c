@@ -812,6 +812,8 @@ static void test_moe_plan_search(void) {
         }
         CHECK(st == PDDE_OK && nf > 0 && plans[0].ep > 1, "with a cluster: %s; %d plans, the best's ep %d", st ? pdde_last_error(ctx) : "ok", nf,
               nf ? plans[0].ep : -1);
+        int groups = 0; /* the experts over groups of ep of the dp ranks (tokens over all of them) */
+        for (int i = 0; i < nf; i++) groups += plans[i].tp == 1 && plans[i].ep > 1 && plans[i].ep < plans[i].dp;
         if (st || nf == 0 || plans[0].ep < 2) break;
         pdde_plan best = plans[0], plain = best;
         char text[256];
@@ -833,6 +835,27 @@ static void test_moe_plan_search(void) {
         CHECK(test_close(best.step_s, plain.step_s + ep.step_s - one.step_s, 1e-9, 1e-12), "%s: %g s, ep 1's %g s + the MoE difference %g s", text,
               best.step_s, plain.step_s, ep.step_s - one.step_s);
         printf("moe plan search: %s, %.4g s a step (ep 1: %.4g s%s%s)\n", text, best.step_s, plain.step_s, plain.why[0] ? ", " : "", plain.why);
+    }
+    /* data parallel only (no tp): the experts over all 4 dp ranks or over groups of 2 (the tokens over
+     * all 4 either way): both tried, each its ep 1 plan plus the MoE model's difference */
+    pdde_plan_params pq = PDDE_PLAN_PARAMS_INIT;
+    pq.batch = cfg.batch, pq.tp_divisor = cfg.heads, pq.no_pp = 1, pq.no_tp = 1, pq.cluster = c;
+    int seen[5] = {0};
+    CHECK(pdde_plan_search(g, &d, &pq, plans, 16, &nf, &nr) == PDDE_OK, "dp only: %s", pdde_last_error(ctx));
+    for (int i = 0; i < nf; i++)
+        if (plans[i].dp == 4 && plans[i].ep >= 0 && plans[i].ep <= 4) seen[plans[i].ep]++;
+    pdde_plan bad;
+    CHECK(pdde_plan_parse("dp=4,ep=3", &bad) != PDDE_OK && pdde_plan_parse("dp=2,tp=2,ep=4", &bad) != PDDE_OK && pdde_plan_parse("dp=4,ep=2", &bad) == PDDE_OK,
+          "plan text: ep must divide dp (tp 1) or be tp");
+    CHECK(seen[2] > 0 && seen[4] > 0, "dp only: %d plans with the experts over groups of 2 of the 4 dp ranks, %d over all 4", seen[2], seen[4]);
+    for (int i = 0; i < nf; i++) {
+        if (plans[i].ep != 2) continue;
+        char text[256];
+        pdde_plan_str(&plans[i], text, sizeof text);
+        pdde_plan parsed;
+        CHECK(pdde_plan_parse(text, &parsed) == PDDE_OK && parsed.ep == 2 && parsed.dp == 4, "plan text %s", text);
+        printf("moe plan search, dp only: %s, %.4g s a step\n", text, plans[i].step_s);
+        break;
     }
     pdde_graph_free(g);
     pdde_plan_devices_free(&d);
