@@ -195,10 +195,6 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
         return -1;
     }
-    if (m->moe_experts > 1 && o->pp > 1) {
-        fprintf(stderr, "gpt: --moe-experts runs data and tensor parallel (--dp, --tp, ZeRO): --pp must be 1\n");
-        return -1;
-    }
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
     gpt_plan shares = {.dp = o->dp, .shares = o->plan && o->parsed_plan.shares[0] ? o->parsed_plan.shares : NULL};
     long units = gpt_plan_units(&shares); /* dp, or the sum of the shares */
@@ -441,14 +437,15 @@ static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m)
     int E = c->moe_experts, k = gpt_moe_topk(c);
     int64_t N = (int64_t)c->batch * c->ctx, cap = pdde_moe_capacity(N, k, E, c->moe_capacity), dropped = 0, routed = 0;
     int32_t counts[4096];
-    float balance;
-    pdde_status st = pdde_session_read(s, m->moe_balance, &balance, sizeof balance);
+    float balance = NAN; /* (pipeline stages: this rank's blocks only; the balance where the loss is) */
+    pdde_status st = pdde_session_tensor(s, m->moe_balance) ? pdde_session_read(s, m->moe_balance, &balance, sizeof balance) : PDDE_OK;
     char first[1024] = "";
     double worst = 0;
     for (int l = 0; l < c->layers && !st; l++) {
         if (!gpt_block_is_moe(c, l)) continue;
         char name[64];
         snprintf(name, sizeof name, "h%d.moe.counts", l);
+        if (!pdde_session_tensor(s, pdde_graph_find(g, name))) continue;
         if ((st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts))) break;
         int most = 0, sum = 0;
         for (int e = 0; e < E; e++) most = counts[e] > most ? counts[e] : most, sum += counts[e];
@@ -459,7 +456,9 @@ static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m)
             for (int e = 0; e < E && e < 64 && n < sizeof first; e++) n += (size_t)snprintf(first + n, sizeof first - n, " %d", counts[e]);
         }
     }
-    if (!st) printf("      moe  balance %.4f  tokens per expert %s  busiest/mean %.2f  dropped %lld of %lld\n", balance, first, worst, (long long)dropped,
+    if (!st && isnan(balance)) printf("      moe  (balance: on the last stage)");
+    else if (!st) printf("      moe  balance %.4f", balance);
+    if (!st) printf("  tokens per expert %s  busiest/mean %.2f  dropped %lld of %lld\n", first, worst, (long long)dropped,
                     (long long)routed);
     return st;
 }

@@ -29,7 +29,7 @@
 static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
-typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups; } moe_config;
+typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; } moe_config;
 typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
@@ -54,7 +54,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     op.lr = 3e-3f, op.weight_decay = 0.1f, op.eps = 1e-3f, op.clip_norm = 0;
     if (mc->groups > 1 && mc->zero) op.clip_norm = 0.5f; /* ep groups: the global norm sums every expert's shard once, not once a group */
     int tp = comm && mc->tp > 1 ? mc->tp : 1;
-    gpt_plan plan = {.dp = comm ? pdde_comm_size(comm) / tp : 1, .tp = tp, .pp = 1, .micro = 1, .zero = comm ? mc->zero : 0};
+    int pp = comm && mc->pp > 1 ? mc->pp : 1;
+    gpt_plan plan = {.dp = comm ? pdde_comm_size(comm) / (tp * pp) : 1, .tp = tp, .pp = pp, .micro = mc->pp > 1 ? 2 : 1, .zero = comm ? mc->zero : 0};
     if (comm && mc->groups > 1) plan.ep = plan.dp / mc->groups; /* experts over groups of ep dp ranks */
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
@@ -80,14 +81,15 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) : 0, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
             FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
         out->losses[step] = pdde_session_loss(s);
+        if (!pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.counts"))) continue; /* (another pipeline stage's) */
         if (pdde_session_read(s, pdde_graph_find(g, "h0.moe.counts"), counts, sizeof counts)) FAIL_WITH("counts: %s", pdde_last_error(ctx));
         out->expert0_tokens += counts[0];
     }
     out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
     for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
         const pdde_tensor *t = pdde_session_node(s, i);
-        int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->ranks; /* (the ranks of an exchange) */
-        if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / ep * (ep - 1);
+        int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->pp > 1 ? mc->ranks / mc->pp : mc->ranks; /* (the ranks of an exchange) */
+        if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / ep * (ep - 1) * plan.micro; /* (a step's micro-batches) */
     }
     if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
         pdde_memory_stats ms, pm;
@@ -127,23 +129,25 @@ int main(int argc, char **argv) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
     static const moe_config configs[] = {
-        {"moe_dp2", 0, 0, 0, 0, 2, 1, 0},
-        {"moe_zero1", 1, 0, 0, 0, 2, 1, 0},
-        {"moe_skewed", 0, 0, 1, 0, 2, 1, 0},
-        {"moe_ep2", 0, 0, 0, 1, 2, 1, 0},
-        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1, 0},
-        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1, 0},
-        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1, 0}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
-        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1, 0}, /* ranks 1..3: experts without tokens, nothing sent back */
-        {"moe_tp2", 0, 0, 0, 0, 2, 2, 0},
-        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2, 0},
-        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2, 0},
-        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2, 0}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
-        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2, 0},
+        {"moe_dp2", 0, 0, 0, 0, 2, 1, 0, 0},
+        {"moe_zero1", 1, 0, 0, 0, 2, 1, 0, 0},
+        {"moe_skewed", 0, 0, 1, 0, 2, 1, 0, 0},
+        {"moe_ep2", 0, 0, 0, 1, 2, 1, 0, 0},
+        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1, 0, 0},
+        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1, 0, 0},
+        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1, 0, 0}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
+        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1, 0, 0}, /* ranks 1..3: experts without tokens, nothing sent back */
+        {"moe_tp2", 0, 0, 0, 0, 2, 2, 0, 0},
+        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2, 0, 0},
+        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2, 0, 0},
+        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2, 0, 0}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
+        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2, 0, 0},
         /* tokens over all 4 ranks, the experts over each group of 2 (mesh dp 2 x ep 2): the exchange
          * inside a group, the expert gradients reduced over dp, the others over dp x ep */
-        {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2},
-        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2}, /* and clipping by the global norm */
+        {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0},
+        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0}, /* and clipping by the global norm */
+        /* two pipeline stages (a block each), each stage's experts over its 2 dp ranks; 2 micro-batches */
+        {"moe_pp2_ep2", 0, 0, 0, 1, 4, 1, 0, 2},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
@@ -202,9 +206,9 @@ int main(int argc, char **argv) {
                       mc->name, r, (long long)res[r].exchanged, (long long)res[r].padded);
         if (mc->tp > 1) ;
         else if (mc->ep) {
-            int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->ranks;
-            CHECK(res[0].local_experts == 4 / ep && res[0].alltoalls >= 8, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= 8)",
-                  mc->name, (long long)res[0].local_experts, 4 / ep, res[0].alltoalls);
+            int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->pp > 1 ? mc->ranks / mc->pp : mc->ranks, blocks = mc->pp > 1 ? 1 : 2; /* (rank 0's) */
+            CHECK(res[0].local_experts == 4 / ep && res[0].alltoalls >= 4 * blocks, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= %d)",
+                  mc->name, (long long)res[0].local_experts, 4 / ep, res[0].alltoalls, 4 * blocks);
             if (mc->groups > 1) /* mesh [dp, ep]: the expert gradient pending over dp (axis 0) and reduce-scattered over ep into its shards */
                 CHECK((res[0].grad_partial & 1) && res[0].grad_scatters >= 1, "%s: the expert gradient pending over axes 0x%x (want dp, 0x1, among "
                       "them), %d reduce-scatters into expert shards (want >= 1)", mc->name, res[0].grad_partial, res[0].grad_scatters);
