@@ -6,7 +6,11 @@
  * rank, with ZeRO-2), and skewed routing (a balancing bias sends every token to expert 0:
  * three experts get none; on 4 ranks, three ranks hold only experts without tokens), a 2-D mesh of
  * dp 2 x tp 2 with the experts split over tp (attention tensor parallel, the tokens whole over tp: the
- * expert gradients pending over dp only) with and without ZeRO-1. The exchange is
+ * expert gradients pending over dp only) with and without ZeRO-1, the tokens over 4 ranks with the
+ * experts over each group of 2 (mesh dp 2 x ep 2, pdde_strategy_data_parallel_groups: the exchange
+ * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping), and two pipeline
+ * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1). `test_moe_dp NAME`
+ * runs one configuration. The exchange is
  * dropless: only routed rows cross (pdde_session_exchanged_rows: exactly the skewed routing's, and
  * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
  * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
@@ -148,6 +152,7 @@ int main(int argc, char **argv) {
         {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0}, /* and clipping by the global norm */
         /* two pipeline stages (a block each), each stage's experts over its 2 dp ranks; 2 micro-batches */
         {"moe_pp2_ep2", 0, 0, 0, 1, 4, 1, 0, 2},
+        {"moe_pp2_ep2_zero1", 1, 0, 0, 1, 4, 1, 0, 2},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
