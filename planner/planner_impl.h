@@ -219,6 +219,7 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
  * work of a matmul or fused attention node (shape, FLOPs, dtype) */
 PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
 PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op);
+PDDE_PRIVATE double cost_moe_padded_bytes(const pdde_tensor *x);
 
 /* ------------------------------------------------------------------------------------------------
  * The local program (planner/lower.c): what one rank runs of a plan, computed from the completed
