@@ -250,9 +250,10 @@ static int choose_plan(pdde_context *ctx, options *o) {
             return 1;
         }
         o->model.moe_ep = ep > 1;
+        if (ep > 1 && ep < o->dp) o->ep = o->parsed_plan.ep = ep; /* (groups of ep of the dp ranks) */
         if (env.rank == 0)
             printf("gpt: the MoE blocks: %s (their exchange, experts and expert gradients predicted %.3g s/step with ep %d, %.3g s with ep 1)\n",
-                   ep > 1 ? "expert parallel" : "data parallel", pred[1], o->dp, pred[0]);
+                   ep > 1 ? "expert parallel" : "data parallel", pred[1], ep > 1 ? ep : o->dp, pred[0]);
     }
     return 0;
 }
