@@ -13,6 +13,7 @@
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
+ * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
  */
 #ifndef PDDE_NO_CUDA
 
@@ -709,9 +710,16 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
     return PDDE_OK;
 }
 
+/* The MoE kernels (gpu_moe.h) run only with PDDE_CUDA_MOE=1 until a GPU has verified them; without it
+ * the MoE nodes fall back to the CPU as other unsupported ops do. */
+static int pcu_moe_enabled(void) {
+    const char *env = getenv("PDDE_CUDA_MOE");
+    return env && env[0] && strcmp(env, "0") != 0;
+}
+
 static int pcu_supports_op(void *dev, const pdde_tensor *node) {
     (void)dev;
-    return pgd_supports_op(node);
+    return pgd_supports_op(node) || (pcu_moe_enabled() && pgd_supports_moe(node));
 }
 
 /* The dispatcher's view of device d and stream (bound to this thread). */
