@@ -473,6 +473,11 @@ static int nodes_on(const pdde_session *s, int device, const char *op) {
 
 /* MoE nodes of the last run_on's session not on its device (the backends with MoE kernels run them all) */
 static int g_moe_elsewhere;
+/* the backends that run the MoE ops on the device: OpenCL, and CUDA with PDDE_CUDA_MOE=1 */
+static bool moe_kernels_on(const char *backend) {
+    const char *env = getenv("PDDE_CUDA_MOE");
+    return !strcmp(backend, "opencl") || (!strcmp(backend, "cuda") && env && env[0] && strcmp(env, "0") != 0);
+}
 
 static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case_index, int mode, int steps,
                           const pdde_tensor *const *checks, int n_checks, results *out, double *perf_s, int perf_iters) {
@@ -669,7 +674,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
             if (e > worst || k == 0) worst = e, worst_name = got.t[k]->name;
         }
         CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g", label, what, props.backend, worst_name, worst, tol);
-        if (c->build == b_moe && !strcmp(props.backend, "opencl"))
+        if (c->build == b_moe && moe_kernels_on(props.backend))
             CHECK(g_moe_elsewhere == 0, "%s %s on %s: %d MoE nodes left to the CPU", label, what, props.backend, g_moe_elsewhere);
         if (o->verbose) printf("  %-10s %-44s %-5s NMSE %-9.3g %6.2fs\n", props.backend, label, what, worst, now_s() - t_case);
     }

@@ -1,6 +1,6 @@
 /* test_moe_device — an MoE GPT (8 experts, top-2, the balance loss in the loss) trained with the whole
- * step on the first non-CPU device (PoCL's OpenCL device in CI) equals the all-CPU run step by step:
- * every MoE op (routing, dispatch, grouped GEMMs, combine, balance loss and their gradients) runs on the
+ * step on each OpenCL device (PoCL's in CI; and each CUDA device with PDDE_CUDA_MOE=1) equals the
+ * all-CPU run step by step: every MoE op (routing, dispatch, grouped GEMMs, combine, balance loss and their gradients) runs on the
  * device, none left to the CPU. Dropless, with a capacity (tokens dropped) and with the experts' buffer
  * by expert. The runs differ in float32 rounding only (device GEMMs and reduction orders): the bound is
  * the cross-device GPT's, 1e-6 relative over 10 steps. A route flipped by a rounding difference would
@@ -53,20 +53,13 @@ static int train(pdde_context *ctx, const gpt_config *cfg, int device, float *lo
     return rc;
 }
 
-int main(void) {
-    pdde_context *ctx;
-    pdde_context_init(NULL, &ctx);
-    int accel = -1;
-    for (int d = 1; d < pdde_device_count(ctx) && accel < 0; d++) {
-        pdde_device_props p;
-        pdde_device_get_props(ctx, d, &p);
-        if (!strcmp(p.backend, "opencl")) accel = d; /* (the backend whose MoE kernels run by default) */
-    }
-    if (accel < 0) {
-        test_skip("opencl", "no OpenCL device (PoCL in CI): the MoE GPT on a device");
-        pdde_context_free(ctx);
-        return test_finish();
-    }
+/* the backends whose MoE kernels run: OpenCL, and CUDA with PDDE_CUDA_MOE=1 */
+static int moe_kernels_on(const char *backend) {
+    const char *env = getenv("PDDE_CUDA_MOE");
+    return !strcmp(backend, "opencl") || (!strcmp(backend, "cuda") && env && env[0] && strcmp(env, "0") != 0);
+}
+
+static void test_device(pdde_context *ctx, int accel) {
     pdde_device_props props;
     pdde_device_get_props(ctx, accel, &props);
     static const struct { const char *what; float capacity; int topk, ep; } runs[] = {
@@ -89,6 +82,18 @@ int main(void) {
         test_close_all(label, dev, cpu, STEPS, 0, 1e-6);
         CHECK(isfinite(cpu[STEPS - 1]) && cpu[STEPS - 1] < cpu[0], "%s: the model learns (%g -> %g)", runs[r].what, cpu[0], cpu[STEPS - 1]);
     }
+}
+
+int main(void) {
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    int devices = 0;
+    for (int d = 1; d < pdde_device_count(ctx); d++) {
+        pdde_device_props p;
+        pdde_device_get_props(ctx, d, &p);
+        if (moe_kernels_on(p.backend)) test_device(ctx, d), devices++;
+    }
+    if (!devices) test_skip("opencl", "no OpenCL device (PoCL in CI), nor CUDA with PDDE_CUDA_MOE=1: the MoE GPT on a device");
     pdde_context_free(ctx);
     return test_finish();
 }
