@@ -13,7 +13,7 @@ static int pgd_is_moe(pdde_op op) { return op >= PDDE_OP_MOE_TOPK && op <= PDDE_
 
 /* 1 if the device kernels take this MoE node: f32 data, i32 ids and counts, sizes a 32-bit index holds
  * and a grouped GEMM's grid within 65535 row tiles. */
-static int pgd_supports_moe(const pdde_tensor *node) {
+static inline int pgd_supports_moe(const pdde_tensor *node) { /* (inline: a backend may not offer them) */
     if (!node || !pgd_is_moe(node->op) || node->ndim > 3 || node->nsrc < 1) return 0;
     for (int i = 0; i < node->nsrc; i++) {
         const pdde_tensor *s = node->src[i];
