@@ -92,6 +92,8 @@ const char *pdde_feature_name(uint32_t feature) {
 #ifdef PDDE_HAVE_PS
 #include "comm/ps.c"
 #endif
+/* (in every build: without comm/ or CUDA its init says why it is unavailable) */
+#include "comm/nccl.c"
 
 /* ================================================================================================
  * Planner (planner/): meshes, distributed attributes, completion, lowering */
