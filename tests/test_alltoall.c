@@ -3,7 +3,10 @@
  * 2 and 3 forked ranks around a store server on 127.0.0.1. Skewed messages (a rank that sends nothing,
  * one pair of several MiB, odd sizes) arrive exactly; the non-blocking form works after the caller's
  * count arrays are gone; counts that disagree give every rank the same clear error at once, and the
- * communicator works afterwards. (A rank killed during an all-to-all: test_comm_fail.) */
+ * communicator works afterwards. "refused": the kernel refuses the others' reads of rank 0 (it is not
+ * dumpable and they lack CAP_SYS_PTRACE, as under a container's rules): every rank notices after the
+ * first operation's reads and all go on in chunks, the results exact. (A rank killed during an
+ * all-to-all: test_comm_fail.) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -16,7 +19,21 @@ int main(void) {
 #else
 #include "test_util.h"
 #include "comm_test_util.h"
+#include <linux/capability.h>
 #include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+/* Makes the others' cross-memory reads of rank 0 fail: rank 0 not dumpable, the others without
+ * CAP_SYS_PTRACE (which overrides that for root). */
+static int refuse_reads(int me) {
+    if (me == 0) return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data)) return -1;
+    data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+    return (int)syscall(SYS_capset, &hdr, data);
+}
 
 /* Elements rank r sends rank j: 0 for some pairs, one large pair (several chunks), odd sizes. */
 static size_t sendn(int r, int j) {
@@ -30,6 +47,7 @@ typedef struct { const char *way; } a2a_arg;
 static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     const char *way = ((a2a_arg *)arg)->way;
     int n = pdde_comm_size(comm), me = pdde_comm_rank(comm);
+    if (!strcmp(way, "refused")) CHECK(refuse_reads(me) == 0, "rank %d: cannot refuse reads", me);
     size_t sc[8], sd[8], rc[8], rd[8], so = 0, ro = 0;
     for (int j = 0; j < n; j++) {
         sc[j] = sendn(me, j), sd[j] = so, so += sc[j] + 5;  /* gaps between blocks, both sides */
@@ -108,8 +126,8 @@ int main(void) {
     if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
-    static const char *ways[] = {"cma", "chunks", "ucx"};
-    for (int w = 0; w < 3; w++)
+    static const char *ways[] = {"cma", "chunks", "ucx", "refused"};
+    for (int w = 0; w < 4; w++)
         for (int n = 2; n <= 3; n++) {
             if (w == 1) setenv("PDDE_COMM_CMA", "0", 1);
             if (w == 2) setenv("PDDE_COMM_SHM", "0", 1);
