@@ -340,12 +340,17 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
             o->unit0 = s->unit;
             if (o->kind == SHM_ALLTOALLV) { /* the table first (its unit is unit0); at and m count bytes */
                 uint64_t *row = shm_table(s, me, (int)(o->unit0 & 1));
+                size_t send_end = 0, recv_end = 0;
                 for (int p = 0; p < n; p++) {
                     row[p] = o->scount[p] * esz, row[n + p] = o->rcount[p] * esz;
                     row[2 * n + p] = (uint64_t)(uintptr_t)(o->src + o->sdispl[p] * esz);
+                    if (o->scount[p] && (o->sdispl[p] + o->scount[p]) * esz > send_end) send_end = (o->sdispl[p] + o->scount[p]) * esz;
+                    if (o->rcount[p] && (o->rdispl[p] + o->rcount[p]) * esz > recv_end) recv_end = (o->rdispl[p] + o->rcount[p]) * esz;
                 }
+                /* in place (the buffers overlap): in chunks, which read each piece before they write over it */
+                int overlap = send_end && recv_end && o->src < o->dst + recv_end && o->dst < o->src + send_end;
                 row[3 * n + SHM_A2A_PID] = (uint64_t)getpid();
-                row[3 * n + SHM_A2A_CMA] = !s->cma_off;
+                row[3 * n + SHM_A2A_CMA] = !s->cma_off && !overlap;
                 row[3 * n + SHM_A2A_FAILED] = 0;
                 o->chunk_elems = o->part = (s->chunk / (size_t)n) & ~(size_t)63;
                 o->count = SIZE_MAX;
