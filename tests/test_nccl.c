@@ -3,6 +3,7 @@
  *  - without libnccl (PDDE_NCCL_LIB naming a file that does not exist; here, where there is no
  *    libnccl, also the default search) every rank's init says PDDE_ERR_UNAVAILABLE and names what it
  *    tried, at once (no rank is left waiting in the bootstrap);
+ *  - PDDE_DEVICE_COLLECTIVES (nccl or none) with another value is a clear error at the session's setup;
  *  - a data-parallel session given it trains all the same through host memory (its buckets staged),
  *    equal bit for bit to the run without it (on PoCL, the implementation offered for "opencl" so that
  *    the session asks it);
@@ -96,11 +97,18 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     sp.world = comm;
     sp.device = pdde_device_find(ctx, "opencl", 0);
     sp.gradient_bucket_bytes = 0; /* one bucket */
-    if (with_nccl) sp.device_collectives = &g_nccl_on_opencl;
+    if (with_nccl == 1) sp.device_collectives = &g_nccl_on_opencl;
     setenv("PDDE_NCCL_LIB", "/nonexistent/libnccl.so.2", 1);
     float xs[8 * 16];
     int32_t ys[8];
     if (sp.device < 0) { snprintf(out->error, sizeof out->error, "no OpenCL device"); goto done; }
+    if (with_nccl == 2) { /* a value the switch does not know: a clear error */
+        setenv("PDDE_DEVICE_COLLECTIVES", "nccl2", 1);
+        pdde_status st = pdde_plan_parse("dp=2", &plan) ? PDDE_ERR_INVALID_ARG : pdde_plan_apply(g, &plan, loss, &op, &sp, &s);
+        out->ok = st == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "PDDE_DEVICE_COLLECTIVES=nccl2: expected nccl or none");
+        if (!out->ok) snprintf(out->error, sizeof out->error, "PDDE_DEVICE_COLLECTIVES=nccl2 gave %s: %s", pdde_status_str(st), pdde_last_error(ctx));
+        goto done;
+    }
     if (pdde_plan_parse("dp=2", &plan) || pdde_plan_apply(g, &plan, loss, &op, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
         goto done;
@@ -249,15 +257,15 @@ int main(void) {
     } else {
         g_nccl_on_opencl = *pdde_nccl_collectives();
         g_nccl_on_opencl.backend = "opencl";
-        result res[2][2];
+        result res[3][2];
         memset(res, 0, sizeof res);
-        for (int with = 0; with < 2; with++) {
+        for (int with = 0; with < 3; with++) {
             char prefix[32];
             snprintf(prefix, sizeof prefix, "session%d", with);
             test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 60, .n_threads = 1, .server = srv, .device_runtimes = 1,
                                     .results = res[with], .result_size = sizeof(result)};
             test_run_ranks(2, &tp, train, &with, 120);
-            for (int r = 0; r < 2; r++) CHECK(res[with][r].ok, "session %s NCCL, rank %d: %s", with ? "with" : "without", r, res[with][r].error);
+            for (int r = 0; r < 2; r++) CHECK(res[with][r].ok, "session %s, rank %d: %s", with == 2 ? "with PDDE_DEVICE_COLLECTIVES wrong" : with ? "with NCCL" : "without NCCL", r, res[with][r].error);
         }
         int finite = 1;
         for (int i = 0; i < STEPS; i++) finite &= isfinite(res[0][0].losses[i]);
