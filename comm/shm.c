@@ -22,7 +22,8 @@
  * All-to-all(v) starts with a table: each rank writes the bytes it sends to and expects from every
  * rank, its send buffer's address and its process id into the segment, barrier; now every rank knows
  * the largest message and finds counts that disagree (the same error on all of them, at once, instead
- * of a timeout). Then, where the messages are large and the kernel lets a process read its peers'
+ * of a timeout). Small messages (one chunk, below the next way's threshold) go into the chunk slots
+ * described below before that barrier and are copied out after it: one barrier in all. Then, where the messages are large and the kernel lets a process read its peers'
  * memory (cross-memory attach, process_vm_readv: the same user, no ptrace restriction), each rank
  * reads what every peer sends it straight from the peer's send buffer into its receive buffer (one
  * copy, the pairs at once), barrier (the send buffers may be reused after it). Elsewhere (small
@@ -278,6 +279,9 @@ static void shm_unit_out(comm_shm *s, const comm_shm_op *o, size_t at, size_t m,
     }
 }
 
+/* The largest message (bytes) that goes with the table: one chunk, below the cross-memory reads. */
+static size_t shm_a2a_small(const comm_shm_op *o) { return o->part < SHM_CMA_BYTES - 1 ? o->part : SHM_CMA_BYTES - 1; }
+
 /* All-to-all(v), after the table's barrier: do the ranks' counts agree? Then my own block, the chunk
  * count (the largest message decides) and the way (cross-memory reads or chunks); else the error, the
  * same on every rank. Returns 1 on that error. */
@@ -301,6 +305,7 @@ static int shm_a2a_agree(comm_shm *s, comm_shm_op *o, int set) {
     }
     if (o->rcount[me]) memmove(o->dst + o->rdispl[me] * esz, o->src + o->sdispl[me] * esz, o->rcount[me] * esz);
     o->nchunks = most ? (size_t)((most + o->part - 1) / o->part) : 0;
+    o->most = most;
     o->cma = cma && most >= SHM_CMA_BYTES; /* the way, the same on every rank */
     return 0;
 }
@@ -354,6 +359,11 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
                 row[3 * n + SHM_A2A_FAILED] = 0;
                 o->chunk_elems = o->part = (s->chunk / (size_t)n) & ~(size_t)63;
                 o->count = SIZE_MAX;
+                /* small: the one chunk goes with the table (then every rank's sends are small: see
+                 * SHM_A2A_TABLE), so that the operation takes one barrier */
+                size_t most = 0;
+                for (int p = 0; p < n; p++) most = p != me && row[p] > most ? row[p] : most;
+                if (most <= shm_a2a_small(o)) shm_unit_in(s, o, 0, o->part, (int)(o->unit0 & 1));
                 s->unit = o->unit0 + 1;
                 o->barrier_a = shm_arrive(s);
                 o->stage = SHM_A2A_TABLE;
@@ -445,6 +455,11 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
         case SHM_A2A_TABLE:
             if (!shm_reached(s, o->barrier_a)) return 0;
             if (shm_a2a_agree(s, o, set)) {
+                o->stage = SHM_DONE;
+                return 1;
+            }
+            if (o->nchunks <= 1 && o->most <= shm_a2a_small(o)) { /* every rank sent its one chunk with the table */
+                shm_unit_out(s, o, 0, o->part, set);
                 o->stage = SHM_DONE;
                 return 1;
             }
