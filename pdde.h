@@ -180,7 +180,7 @@ typedef enum {
     PDDE_OP_NONE = 0, /* leaf: input, parameter or optimizer state */
     /* forward ops */
     PDDE_OP_MATMUL,      /* [..,M,K]x[..,K,N]; i: MATMUL_TRANS_A, MATMUL_TRANS_B; b may be 2-D (shared); f32, or bf16
-                            in, f32 out */
+                            in, f32 out (lowering's fusions: + bias [N] (src 2), + MATMUL_RESIDUAL's last src, bf16 out) */
     PDDE_OP_ADD,         /* numpy broadcasting of src1 onto src0's shape */
     PDDE_OP_SUB,
     PDDE_OP_MUL,

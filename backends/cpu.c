@@ -242,9 +242,10 @@ static float *half_widen(const pdde_tensor *t) {
     return w;
 }
 
-static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
+/* C = op(A) op(B) of matmul y into C (y's own f32 memory, or an f32 buffer of y's shape) */
+static pdde_status cpu_matmul_into(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y, float *C) {
     const pdde_tensor *a = y->src[0], *b = y->src[1];
-    gemm_job j = {.ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), .tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B), .A = F32(a), .B = F32(b), .C = F32(y)};
+    gemm_job j = {.ta = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_A), .tb = pdde_op_i32(y, PDDE_P_MATMUL_TRANS_B), .A = F32(a), .B = F32(b), .C = C};
     j.M = y->shape[y->ndim - 2], j.N = y->shape[y->ndim - 1];
     j.K = a->shape[a->ndim - (j.ta ? 2 : 1)];
     j.batch = j.M > 0 && j.N > 0 ? pdde_tensor_numel(y) / (j.M * j.N) : 0;
@@ -252,7 +253,7 @@ static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl
     j.strideA = a->ndim == 2 && y->ndim > 2 ? 0 : j.M * j.K;
     j.strideB = b->ndim == 2 && y->ndim > 2 ? 0 : j.K * j.N;
     if (pdde_tensor_numel(y) == 0) return PDDE_OK;
-    if (j.K == 0) { memset(F32(y), 0, pdde_tensor_nbytes(y)); return PDDE_OK; }
+    if (j.K == 0) { memset(C, 0, (size_t)pdde_tensor_numel(y) * sizeof(float)); return PDDE_OK; }
     /* a shared B and a non-transposed A: the batch is just more rows of one GEMM */
     if (j.strideB == 0 && !j.ta && j.batch > 1) j.M *= j.batch, j.batch = 1;
 #ifdef PDDE_HAVE_DNNL
@@ -281,6 +282,61 @@ static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl
     parallel_for(pool, tasks, flops < 2e5 ? INT64_MAX : 2, gemm_task, &j);
     free(wa), free(wb);
     return PDDE_OK;
+}
+
+/* A matmul with an epilogue (lowering's fusions, planner/lower.c): src[2] a bias [N] added to every row,
+ * then (PDDE_P_MATMUL_RESIDUAL) its last src added, and/or a bf16/f16 output rounded once from the f32
+ * sum, as the adds and the cast it replaces did (the same bits). */
+typedef struct { const pdde_tensor *y; float *C; int64_t N; } matmul_epi_job;
+
+static void matmul_epi_task(void *arg, int64_t begin, int64_t end) {
+    const matmul_epi_job *e = arg;
+    const pdde_tensor *y = e->y;
+    int residual = pdde_op_i32(y, PDDE_P_MATMUL_RESIDUAL) != 0;
+    const float *bias = y->nsrc - residual > 2 ? F32(y->src[2]) : NULL, *res = residual ? F32(y->src[y->nsrc - 1]) : NULL;
+    for (int64_t r = begin; r < end; r++) {
+        float *c = e->C + r * e->N;
+        if (bias)
+            for (int64_t i = 0; i < e->N; i++) c[i] += bias[i];
+        if (res)
+            for (int64_t i = 0; i < e->N; i++) c[i] = res[r * e->N + i] + c[i];
+        if (y->dtype != PDDE_F32) f32_to_half(c, (uint16_t *)((char *)y->data + y->offset) + r * e->N, e->N, y->dtype);
+    }
+}
+
+/* A gradient accumulation that computes its contribution (lowering's PDDE_FUSE_GRAD): acc (src 0) +=
+ * op(A) op(B) of src 1 and 2 (the matmul's transposes in its parameters): the product in f32, then
+ * added, the bits of the matmul and the accumulation it replaces. */
+typedef struct { float *acc; const float *g; } accum_mm_job;
+
+static void accum_mm_task(void *arg, int64_t begin, int64_t end) {
+    const accum_mm_job *j = arg;
+    for (int64_t i = begin; i < end; i++) j->acc[i] += j->g[i];
+}
+
+static pdde_status cpu_grad_accum_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *u) {
+    pdde_tensor mm = *u; /* the product as a matmul node of u's shape */
+    mm.op = PDDE_OP_MATMUL, mm.dtype = PDDE_F32, mm.src[0] = u->src[1], mm.src[1] = u->src[2], mm.nsrc = 2;
+    int64_t n = pdde_tensor_numel(u);
+    float *g = malloc((size_t)(n ? n : 1) * sizeof *g);
+    if (!g) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", u->name);
+    pdde_status st = cpu_matmul_into(ctx, pool, dnnl, &mm, g);
+    accum_mm_job j = {F32(u->src[0]), g};
+    if (!st) parallel_for(pool, n, 1 << 15, accum_mm_task, &j);
+    free(g);
+    return st;
+}
+
+static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
+    if (y->nsrc == 2 && y->dtype == PDDE_F32) return cpu_matmul_into(ctx, pool, dnnl, y, F32(y));
+    int64_t n = pdde_tensor_numel(y), N = y->ndim ? y->shape[y->ndim - 1] : 1;
+    float *C = y->dtype == PDDE_F32 ? F32(y) : malloc((size_t)(n ? n : 1) * sizeof *C);
+    if (!C) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", y->name);
+    pdde_status st = cpu_matmul_into(ctx, pool, dnnl, y, C);
+    matmul_epi_job e = {y, C, N};
+    if (!st && n) parallel_for(pool, n / N, 64, matmul_epi_task, &e);
+    if (C != F32(y)) free(C);
+    return st;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -493,6 +549,7 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
     int64_t C = LAST_DIM(t);
     float eps = pdde_op_f32(t, PDDE_P_NORM_EPS);
     const float *x = F32(t->src[0]), *gamma = F32(t->src[1]), *dy = F32(t->src[2]);
+    const float *res = t->nsrc > 3 ? F32(t->src[3]) : NULL; /* (lowering's PDDE_FUSE_ADD_LN: the other gradient of x, added) */
     float *dx = F32(t);
     for (int64_t r = begin; r < end; r++) {
         const float *xr = x + r * C, *dyr = dy + r * C;
@@ -517,6 +574,8 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
             float xh = (xr[i] - m) * rstd;
             dxr[i] = rstd * (dyr[i] * gamma[i] - (float)gmean - xh * (float)gxmean);
         }
+        if (res)
+            for (int64_t i = 0; i < C; i++) dxr[i] = res[r * C + i] + dxr[i];
     }
 }
 
@@ -592,8 +651,21 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
     float *row_loss = (float *)j->extra;
     bool backward = t->op == PDDE_OP_CROSS_ENTROPY_BACK;
     float dscale = backward ? F32(t->src[2])[0] / (float)j->a : 0.0f; /* dloss / count */
+    /* bf16 / f16 logits (PDDE_BF16_LOGITS): each row widened to f32 first (out of memory: NaN results, which
+     * the step's non-finite check reports) */
+    float *wide = lt->dtype != PDDE_F32 ? malloc((size_t)(V ? V : 1) * sizeof *wide) : NULL;
+    if (lt->dtype != PDDE_F32 && !wide) {
+        for (int64_t r = begin; r < end; r++)
+            for (int64_t i = 0; i < (backward ? V : 1); i++) {
+                if (!backward) row_loss[r] = NAN;
+                else if (t->dtype == PDDE_F32) F32(t)[r * V + i] = NAN;
+                else LOWP_OUT(t)[r * V + i] = t->dtype == PDDE_BF16 ? 0x7fc0 : 0x7e00;
+            }
+        return;
+    }
     for (int64_t r = begin; r < end; r++) {
         const float *lr = logits + r * V;
+        if (wide) half_to_f32((const uint16_t *)logits + r * V, wide, V, lt->dtype), lr = wide;
         float mx = -INFINITY;
         for (int64_t i = 0; i < V; i++) mx = lr[i] > mx ? lr[i] : mx;
         float sum = 0; /* float partial sums vectorise; V terms in [0, 1] lose < 1e-6 relative */
@@ -621,6 +693,7 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
             dr[target] -= dscale;
         }
     }
+    free(wide);
 }
 
 static int64_t count_valid_targets(const pdde_tensor *targets, int64_t V) {
@@ -1072,7 +1145,10 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_SUM_TO: cpu_sum_to(pool, t); return PDDE_OK;
     case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
     case PDDE_OP_CAST: parallel_for(pool, n, PAR_MIN, cast_task, &job); return PDDE_OK;
-    case PDDE_OP_GRAD_ACCUM: parallel_for(pool, n, PAR_MIN, accum_task, &job); return PDDE_OK;
+    case PDDE_OP_GRAD_ACCUM:
+        if (t->nsrc == 3) return cpu_grad_accum_matmul(ctx, pool, dnnl, t);
+        parallel_for(pool, n, PAR_MIN, accum_task, &job);
+        return PDDE_OK;
     case PDDE_OP_GRAD_NORM_SQ: {
         const pdde_tensor *gt = t->src[0];
         const float *g = F32(gt);

@@ -13,6 +13,7 @@
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
+ * PDDE_CUDA_LT=1 runs matmuls with an epilogue (a folded bias add or cast: PDDE_FUSE_EPILOGUE) on cublasLt.
  */
 #ifndef PDDE_NO_CUDA
 
@@ -150,6 +151,51 @@ typedef struct {
 /* cuBLAS's enum values (library_types.h, cublas_api.h): data types, the compute type, the algorithm */
 enum { PCUBLAS_R_32F = 0, PCUBLAS_R_16F = 2, PCUBLAS_R_16BF = 14, PCUBLAS_COMPUTE_32F = 68, PCUBLAS_GEMM_DEFAULT = -1 };
 
+/* cublasLt (optional, PDDE_CUDA_LT=1): GEMMs with a bias epilogue and a bf16 / f16 output (cublasLt.h's
+ * types and the entry points used; the descriptors are opaque pointers, the algorithm and heuristic
+ * result are laid out as in cublasLt.h). */
+typedef struct pclt_handle_st *pclt_handle;
+typedef struct pclt_desc_st *pclt_desc;
+typedef struct pclt_layout_st *pclt_layout;
+typedef struct pclt_pref_st *pclt_pref;
+typedef struct { uint64_t data[8]; } pclt_algo;
+typedef struct { pclt_algo algo; size_t workspace; int state; float waves; int reserved[4]; } pclt_heuristic;
+typedef struct {
+    void *lib;
+    int (*Create)(pclt_handle *);
+    int (*Destroy)(pclt_handle);
+    int (*DescCreate)(pclt_desc *, int compute, int scale);
+    int (*DescDestroy)(pclt_desc);
+    int (*DescSet)(pclt_desc, int attr, const void *buf, size_t n);
+    int (*LayoutCreate)(pclt_layout *, int type, uint64_t rows, uint64_t cols, int64_t ld);
+    int (*LayoutDestroy)(pclt_layout);
+    int (*LayoutSet)(pclt_layout, int attr, const void *buf, size_t n);
+    int (*PrefCreate)(pclt_pref *);
+    int (*PrefDestroy)(pclt_pref);
+    int (*PrefSet)(pclt_pref, int attr, const void *buf, size_t n);
+    int (*Heuristic)(pclt_handle, pclt_desc, pclt_layout, pclt_layout, pclt_layout, pclt_layout, pclt_pref, int, pclt_heuristic *, int *);
+    int (*Matmul)(pclt_handle, pclt_desc, const void *, const void *, pclt_layout, const void *, pclt_layout, const void *, const void *,
+                  pclt_layout, void *, pclt_layout, const pclt_algo *, void *, size_t, pcu_cstream);
+} pclt_api;
+enum { /* cublasLt.h / cublas_api.h values */
+    PCLT_COMPUTE_32F_FAST_TF32 = 77, PCLT_DESC_TRANSA = 3, PCLT_DESC_TRANSB = 4, PCLT_DESC_EPILOGUE = 7, PCLT_DESC_BIAS_POINTER = 8,
+    PCLT_DESC_BIAS_DATA_TYPE = 26, PCLT_EPILOGUE_DEFAULT = 1, PCLT_EPILOGUE_BIAS = 4, PCLT_LAYOUT_BATCH_COUNT = 5,
+    PCLT_LAYOUT_STRIDED_BATCH_OFFSET = 6, PCLT_PREF_MAX_WORKSPACE_BYTES = 1, PCLT_PREF_MIN_ALIGNMENT_A = 5,
+    PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8,
+};
+#define PCLT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself sets aside on Hopper */
+#define PCLT_PLANS 128                     /* GEMM shapes kept per device (a GPT step has a few dozen) */
+/* One GEMM shape's descriptors and algorithm, made on its first call and kept; ok 0: cublasLt has no
+ * algorithm for it (or failed on it) and the generic path runs it. */
+typedef struct {
+    int64_t key[16];
+    pclt_desc desc;
+    pclt_layout la, lb, lc;
+    pclt_algo algo;
+    size_t workspace;
+    int ok;
+} pclt_plan;
+
 typedef struct {
     char name[128];
     uint64_t memory;
@@ -161,6 +207,7 @@ typedef struct {
     void *lib;
     pcu_api cu;
     pcublas_api blas; /* blas.lib NULL: no cuBLAS */
+    pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT unset */
     int driver_version;
     int n_devices;
     pcu_dev_info *info;
@@ -183,6 +230,12 @@ typedef struct {
     pcu_stream *default_stream;
     int sm_count;
     int has_flash; /* the module is the sm_80 one, with the tensor-core attention kernels */
+    pclt_handle lt; /* cublasLt (NULL: none), its workspace and plans */
+    pcu_ptr lt_workspace;
+    size_t lt_workspace_bytes;
+    int lt_workspace_tried;
+    pclt_plan *lt_plans;
+    int n_lt_plans;
 } pcu_dev;
 
 /* --------------------------------------------------------------------------------------------------
@@ -239,6 +292,172 @@ static void pcu_load_cublas(pcu_family *f) {
         return;
     }
     f->blas = b;
+}
+
+/* --------------------------------------------------------------------------------------------------
+ * cublasLt: matmuls with an epilogue (PDDE_CUDA_LT=1; off by default until a GPU run has measured it).
+ * A matmul node with a bias source and/or a bf16 / f16 output (lowering's bias fusion) is one
+ * cublasLtMatmul: the bias added in f32 in the epilogue (CUBLASLT_EPILOGUE_BIAS, an f32 bias), the sum
+ * rounded once on the store. A shape cublasLt declines takes the generic path (the GEMM, the bias
+ * kernel, the cast: pgd_matmul_epi), said once on stderr. */
+
+static void pclt_load(pcu_family *f) {
+    static const char *const names[] = {
+        "libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so",
+        "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.12",
+    };
+    const char *env = getenv("PDDE_CUDA_LT");
+    if (!env || strcmp(env, "1") != 0) return;
+    void *lib = NULL;
+    for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
+        return;
+    }
+    pclt_api a = {.lib = lib};
+    static const struct { const char *name; size_t off; } syms[] = {
+#define PCLT_SYM(field, sym) {sym, offsetof(pclt_api, field)}
+        PCLT_SYM(Create, "cublasLtCreate"), PCLT_SYM(Destroy, "cublasLtDestroy"),
+        PCLT_SYM(DescCreate, "cublasLtMatmulDescCreate"), PCLT_SYM(DescDestroy, "cublasLtMatmulDescDestroy"),
+        PCLT_SYM(DescSet, "cublasLtMatmulDescSetAttribute"), PCLT_SYM(LayoutCreate, "cublasLtMatrixLayoutCreate"),
+        PCLT_SYM(LayoutDestroy, "cublasLtMatrixLayoutDestroy"), PCLT_SYM(LayoutSet, "cublasLtMatrixLayoutSetAttribute"),
+        PCLT_SYM(PrefCreate, "cublasLtMatmulPreferenceCreate"), PCLT_SYM(PrefDestroy, "cublasLtMatmulPreferenceDestroy"),
+        PCLT_SYM(PrefSet, "cublasLtMatmulPreferenceSetAttribute"), PCLT_SYM(Heuristic, "cublasLtMatmulAlgoGetHeuristic"),
+        PCLT_SYM(Matmul, "cublasLtMatmul"),
+#undef PCLT_SYM
+    };
+    for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+        void *p = dlsym(lib, syms[i].name);
+        if (!p) {
+            fprintf(stderr, "pdde: cuda: libcublasLt lacks %s: matmul epilogues run as separate kernels\n", syms[i].name);
+            dlclose(lib);
+            return;
+        }
+        memcpy((char *)&a + syms[i].off, &p, sizeof p);
+    }
+    f->lt = a;
+}
+
+static void pclt_plan_free(const pclt_api *a, pclt_plan *p) {
+    if (p->desc) a->DescDestroy(p->desc);
+    if (p->la) a->LayoutDestroy(p->la);
+    if (p->lb) a->LayoutDestroy(p->lb);
+    if (p->lc) a->LayoutDestroy(p->lc);
+    memset(p, 0, sizeof *p);
+}
+
+static void pclt_device_close(pcu_dev *d) {
+    const pclt_api *a = &d->fam->lt;
+    for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(a, &d->lt_plans[i]);
+    free(d->lt_plans);
+    if (d->lt_workspace) d->fam->cu.MemFree(d->lt_workspace);
+    if (d->lt) a->Destroy(d->lt);
+    d->lt = NULL, d->lt_plans = NULL, d->n_lt_plans = 0, d->lt_workspace = 0, d->lt_workspace_bytes = 0, d->lt_workspace_tried = 0;
+}
+
+/* the largest power of 2 up to 256 that divides addr (cublasLt picks kernels by the operands' alignment) */
+static uint32_t pclt_align(uint64_t addr) {
+    uint32_t a = 256;
+    while (a > 1 && addr % a) a >>= 1;
+    return a;
+}
+
+static int pclt_type(pdde_dtype dt) { return dt == PDDE_BF16 ? PCUBLAS_R_16BF : dt == PDDE_F16 ? PCUBLAS_R_16F : PCUBLAS_R_32F; }
+
+/* Makes plan p for the key: descriptors, layouts and the heuristic's first algorithm (p->ok 0: none). */
+static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, const uint32_t align[4]) {
+    const pclt_api *a = &d->fam->lt;
+    const char *tf = getenv("PDDE_CUDA_TF32");
+    int compute = dt == PDDE_F32 && tf && tf[0] == '1' ? PCLT_COMPUTE_32F_FAST_TF32 : PCUBLAS_COMPUTE_32F;
+    int32_t opa = tb, opb = ta, bias_type = PCUBLAS_R_32F; /* (column-major: D^T = op(B)^T op(A)^T, so Lt's A is our B) */
+    uint32_t epi = bias ? PCLT_EPILOGUE_BIAS : PCLT_EPILOGUE_DEFAULT;
+    uint64_t ws = d->lt_workspace_bytes;
+    int st = a->DescCreate(&p->desc, compute, PCUBLAS_R_32F);
+    st = st ? st : a->DescSet(p->desc, PCLT_DESC_TRANSA, &opa, sizeof opa);
+    st = st ? st : a->DescSet(p->desc, PCLT_DESC_TRANSB, &opb, sizeof opb);
+    st = st ? st : a->DescSet(p->desc, PCLT_DESC_EPILOGUE, &epi, sizeof epi);
+    if (bias) st = st ? st : a->DescSet(p->desc, PCLT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+    if (bias) st = st ? st : a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bias, sizeof bias); /* (the heuristic reads its alignment) */
+    st = st ? st : a->LayoutCreate(&p->la, pclt_type(dt), (uint64_t)(tb ? K : N), (uint64_t)(tb ? N : K), tb ? K : N);
+    st = st ? st : a->LayoutCreate(&p->lb, pclt_type(dt), (uint64_t)(ta ? M : K), (uint64_t)(ta ? K : M), ta ? M : K);
+    st = st ? st : a->LayoutCreate(&p->lc, pclt_type(ddt), (uint64_t)N, (uint64_t)M, N);
+    if (batch > 1) {
+        int32_t bc = (int32_t)batch;
+        pclt_layout l[3] = {p->la, p->lb, p->lc};
+        int64_t stride[3] = {sB, sA, sD};
+        for (int i = 0; i < 3 && !st; i++) {
+            st = a->LayoutSet(l[i], PCLT_LAYOUT_BATCH_COUNT, &bc, sizeof bc);
+            st = st ? st : a->LayoutSet(l[i], PCLT_LAYOUT_STRIDED_BATCH_OFFSET, &stride[i], sizeof stride[i]);
+        }
+    }
+    pclt_pref pref = NULL;
+    st = st ? st : a->PrefCreate(&pref);
+    st = st ? st : a->PrefSet(pref, PCLT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    static const int which[4] = {PCLT_PREF_MIN_ALIGNMENT_A, PCLT_PREF_MIN_ALIGNMENT_B, PCLT_PREF_MIN_ALIGNMENT_C, PCLT_PREF_MIN_ALIGNMENT_D};
+    for (int i = 0; i < 4 && !st; i++) st = a->PrefSet(pref, which[i], &align[i < 3 ? i : 2], sizeof align[0]);
+    pclt_heuristic h;
+    int found = 0;
+    memset(&h, 0, sizeof h);
+    st = st ? st : a->Heuristic(d->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &h, &found);
+    if (pref) a->PrefDestroy(pref);
+    p->ok = !st && found > 0 && h.state == 0;
+    if (p->ok) p->algo = h.algo, p->workspace = h.workspace;
+}
+
+static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                            pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pd, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr pc,
+                            float beta) {
+    pcu_dev *d = impl;
+    const pclt_api *a = &d->fam->lt;
+    if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
+    if (beta != 0.0f && ddt != PDDE_F32) return 1;
+    if (!d->lt_workspace_tried) { /* (once: a failed allocation leaves cublasLt without workspace) */
+        d->lt_workspace_tried = 1;
+        if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
+        else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
+    }
+    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
+    uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
+    int64_t key[16] = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, abias != 0, beta != 0.0f, align[0] | (int64_t)align[1] << 16,
+                       align[2] | (int64_t)align[3] << 16, 1};
+    pclt_plan *p = NULL;
+    for (int i = 0; i < d->n_lt_plans && !p; i++)
+        if (!memcmp(d->lt_plans[i].key, key, sizeof key)) p = &d->lt_plans[i];
+    if (!p) {
+        if (!d->lt_plans && !(d->lt_plans = calloc(PCLT_PLANS, sizeof *d->lt_plans))) return 1;
+        if (d->n_lt_plans == PCLT_PLANS) { /* more shapes than a model has: start over */
+            for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(a, &d->lt_plans[i]);
+            d->n_lt_plans = 0;
+        }
+        p = &d->lt_plans[d->n_lt_plans++];
+        memcpy(p->key, key, sizeof key);
+        pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align);
+        if (!p->ok) {
+            static atomic_int said;
+            if (!atomic_exchange(&said, 1))
+                fprintf(stderr, "pdde: cuda: cublasLt has no algorithm for a %lldx%lldx%lld %s -> %s matmul%s: such matmuls run their epilogue "
+                                "as separate kernels\n", (long long)M, (long long)N, (long long)K, pdde_dtype_name(dt), pdde_dtype_name(ddt),
+                        abias ? " with a bias" : "");
+        }
+    }
+    if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
+    if (abias) {
+        void *bp = (void *)(uintptr_t)abias;
+        if (a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bp, sizeof bp) != 0) return 1;
+    }
+    float one = 1.0f;
+    void *dp = (void *)(uintptr_t)ad;
+    int st = a->Matmul(d->lt, p->desc, &one, (const void *)(uintptr_t)ab, p->la, (const void *)(uintptr_t)aa, p->lb, &beta,
+                       (const void *)(uintptr_t)ac, p->lc, dp, p->lc, &p->algo, d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0,
+                       ((pcu_stream *)stream)->s);
+    if (st != 0) {
+        p->ok = 0; /* (the generic path from now on, for this shape) */
+        fprintf(stderr, "pdde: cuda: cublasLtMatmul failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n", st,
+                (long long)M, (long long)N, (long long)K);
+        return 1;
+    }
+    return PDDE_OK;
 }
 
 static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
@@ -299,6 +518,7 @@ static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
     }
     f->n_devices = count;
     pcu_load_cublas(f);
+    pclt_load(f);
     *family = f;
     *n_devices = count;
     return PDDE_OK;
@@ -457,6 +677,7 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
         pcu_device_close(d);
         return st;
     }
+    if (f->lt.lib && f->lt.Create(&d->lt) != 0) d->lt = NULL; /* (the generic epilogue runs) */
     if (f->blas.lib) {
         if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
         else {
@@ -475,6 +696,7 @@ static void pcu_device_close(void *dev) {
     if (d->cu_ctx) {
         f->cu.CtxSetCurrent(d->cu_ctx);
         if (d->blas) f->blas.Destroy(d->blas);
+        pclt_device_close(d);
         pcu_stream_delete(d, d->default_stream);
         if (d->mod) f->cu.ModuleUnload(d->mod);
         f->cu.DevicePrimaryCtxRelease(d->cu_dev);
@@ -732,7 +954,7 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = pcu_st(d, stream),
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
-        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp,
+        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt ? pclt_cb_gemm_epi : NULL,
         /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
          * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
         .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,

@@ -41,6 +41,18 @@ __device__ __forceinline__ void store_out(void *y, long long i, float v, int ydt
     else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
     else ((float *)y)[i] = v;
 }
+/* An input element read as f32 (the bf16 logits of the cross-entropy: planner/lower.c, PDDE_BF16_LOGITS),
+ * by the element type the kernel body was instantiated for. */
+__device__ float f16_to_f32(unsigned short h);
+struct ld_f32 { typedef float T; static __device__ __forceinline__ float get(const float *p, long long i) { return p[i]; } };
+struct ld_bf16 {
+    typedef unsigned short T;
+    static __device__ __forceinline__ float get(const unsigned short *p, long long i) { return __uint_as_float((unsigned)p[i] << 16); }
+};
+struct ld_f16 {
+    typedef unsigned short T;
+    static __device__ __forceinline__ float get(const unsigned short *p, long long i) { return f16_to_f32(p[i]); }
+};
 
 __device__ __forceinline__ float gelu_f(float x) {
     const float k = 0.7978845608028654f; /* sqrt(2/pi) */
@@ -324,9 +336,11 @@ extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float 
 }
 
 /* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) */
+/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN; __fadd_rn: not
+ * contracted into the product, the bits of the add it replaces) */
 extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const float *__restrict__ g,
                                             const float *__restrict__ dy, float *__restrict__ dx, long long rows,
-                                            long long C, float eps) {
+                                            long long C, float eps, const float *__restrict__ res) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C, *dr = dy + r * C;
         float s = 0.0f;
@@ -346,8 +360,8 @@ extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const f
         s1 = block_sum(s1) / (float)C;
         s2 = block_sum(s2) / (float)C;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) {
-            float xh = (xr[j] - mean) * rstd;
-            dx[r * C + j] = rstd * (__fmul_rn(dr[j], g[j]) - s1 - xh * s2);
+            float xh = (xr[j] - mean) * rstd, v = rstd * (__fmul_rn(dr[j], g[j]) - s1 - xh * s2);
+            dx[r * C + j] = res ? __fadd_rn(res[r * C + j], v) : v;
         }
     }
 }
@@ -463,23 +477,31 @@ extern "C" __global__ void k_softmax_back(const float *__restrict__ y, const flo
 }
 
 /* Cross-entropy, pass 1: loss of each row (0 for an ignored row) in part[r], 1/0 in part[rows + r]. */
-extern "C" __global__ void k_ce_rows(const float *__restrict__ logits, const int *__restrict__ tgt,
-                                     float *__restrict__ part, long long rows, long long V) {
+template <typename L>
+__device__ __forceinline__ void ce_rows_body(const typename L::T *__restrict__ logits, const int *__restrict__ tgt,
+                                             float *__restrict__ part, long long rows, long long V) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *lr = logits + r * V;
+        const typename L::T *lr = logits + r * V;
         int t = tgt[r];
         float m = -INFINITY;
-        for (long long j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, lr[j]);
+        for (long long j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, L::get(lr, j));
         m = block_max(m);
         float s = 0.0f;
-        for (long long j = threadIdx.x; j < V; j += blockDim.x) s += expf(lr[j] - m);
+        for (long long j = threadIdx.x; j < V; j += blockDim.x) s += expf(L::get(lr, j) - m);
         s = block_sum(s);
         if (threadIdx.x == 0) {
             int ok = t >= 0 && t < V;
-            part[r] = ok ? (logf(s) + m - lr[t]) : 0.0f;
+            part[r] = ok ? (logf(s) + m - L::get(lr, t)) : 0.0f;
             part[rows + r] = ok ? 1.0f : 0.0f;
         }
     }
+}
+/* (logits of dtype ldt: 0 f32, 2 bf16, 1 f16) */
+extern "C" __global__ void k_ce_rows(const void *__restrict__ logits, const int *__restrict__ tgt,
+                                     float *__restrict__ part, long long rows, long long V, int ldt) {
+    if (ldt == 2) ce_rows_body<ld_bf16>((const unsigned short *)logits, tgt, part, rows, V);
+    else if (ldt == 1) ce_rows_body<ld_f16>((const unsigned short *)logits, tgt, part, rows, V);
+    else ce_rows_body<ld_f32>((const float *)logits, tgt, part, rows, V);
 }
 /* Pass 2 (one block): y = sum(loss) / max(count, 1). */
 extern "C" __global__ void k_ce_final(const float *__restrict__ part, long long rows, float *y) {
@@ -497,26 +519,35 @@ extern "C" __global__ void k_ce_count(const int *__restrict__ tgt, long long row
     if (threadIdx.x == 0) cnt[0] = c;
 }
 /* dlogits = (softmax - onehot) * dloss / count, zero on ignored rows. */
-extern "C" __global__ void k_ce_back(const float *__restrict__ logits, const int *__restrict__ tgt,
-                                     const float *__restrict__ dloss, const float *__restrict__ cnt,
-                                     void *__restrict__ dx, long long rows, long long V, int ydt) {
+template <typename L>
+__device__ __forceinline__ void ce_back_body(const typename L::T *__restrict__ logits, const int *__restrict__ tgt,
+                                             const float *__restrict__ dloss, const float *__restrict__ cnt,
+                                             void *__restrict__ dx, long long rows, long long V, int ydt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float *lr = logits + r * V;
+        const typename L::T *lr = logits + r * V;
         int t = tgt[r];
         if (!(t >= 0 && t < V)) {
             for (long long j = threadIdx.x; j < V; j += blockDim.x) store_out(dx, r * V + j, 0.0f, ydt);
             continue;
         }
         float m = -INFINITY;
-        for (long long j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, lr[j]);
+        for (long long j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, L::get(lr, j));
         m = block_max(m);
         float s = 0.0f;
-        for (long long j = threadIdx.x; j < V; j += blockDim.x) s += expf(lr[j] - m);
+        for (long long j = threadIdx.x; j < V; j += blockDim.x) s += expf(L::get(lr, j) - m);
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
         float scale = dloss[0] / c, inv = 1.0f / block_sum(s);
         for (long long j = threadIdx.x; j < V; j += blockDim.x)
-            store_out(dx, r * V + j, (expf(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
+            store_out(dx, r * V + j, (expf(L::get(lr, j) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
     }
+}
+/* (logits of dtype ldt, as k_ce_rows) */
+extern "C" __global__ void k_ce_back(const void *__restrict__ logits, const int *__restrict__ tgt,
+                                     const float *__restrict__ dloss, const float *__restrict__ cnt,
+                                     void *__restrict__ dx, long long rows, long long V, int ydt, int ldt) {
+    if (ldt == 2) ce_back_body<ld_bf16>((const unsigned short *)logits, tgt, dloss, cnt, dx, rows, V, ydt);
+    else if (ldt == 1) ce_back_body<ld_f16>((const unsigned short *)logits, tgt, dloss, cnt, dx, rows, V, ydt);
+    else ce_back_body<ld_f32>((const float *)logits, tgt, dloss, cnt, dx, rows, V, ydt);
 }
 
 /* ---- embedding -------------------------------------------------------------------------------- */

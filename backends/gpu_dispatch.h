@@ -128,6 +128,12 @@ typedef struct {
     const char *attention_env;
     int attention_default, has_flash;
     unsigned flash_rows, flash_threads;
+    /* optional: row-major batched D = op(A) op(B) [+ C] (beta 0 or 1; C f32 of D's layout, null: D itself)
+     * [+ bias[N] on every row] with A and B of dtype dt, f32 accumulation, D of dtype ddt (f32, bf16, f16;
+     * beta 1: f32), bias f32 (null: none), rounded once on the store; returns 1 when it declines (then
+     * the GEMM and the epilogue run apart) */
+    int (*gemm_epi)(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                    pgd_ptr a, int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr d, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr c, float beta);
 } pgd_ctx;
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
@@ -188,9 +194,22 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
     }
-    case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch */
-        if (node->nsrc != 2 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
+    case PDDE_OP_LAYERNORM_BACK: /* x, gamma, dy [, the other gradient of x (lowering's PDDE_FUSE_ADD_LN)] */
+        if (node->nsrc == 4 && pgd_numel(node->src[3]) != pgd_numel(node)) return 0;
+        break;
+    case PDDE_OP_GRAD_ACCUM: /* acc += g, or (lowering's PDDE_FUSE_GRAD) acc [M, N] += op(A) op(B) of 2-D A and B of one dtype */
+        if (node->nsrc == 3)
+            return node->ndim == 2 && a->dtype == PDDE_F32 && b->ndim == 2 && node->src[2]->ndim == 2 && b->dtype == node->src[2]->dtype &&
+                   (b->dtype == PDDE_F32 || b->dtype == PDDE_BF16 || b->dtype == PDDE_F16) && node->dtype == PDDE_F32 &&
+                   b->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? 1 : 0] == node->shape[0] &&
+                   node->src[2]->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) ? 0 : 1] == node->shape[1];
+        break;
+    case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch; [a bias [N]] [a residual] (lowering's fusions) */
+        int residual = pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) != 0;
+        if (node->nsrc - residual < 2 || node->nsrc - residual > 3 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
+        if (node->nsrc - residual == 3 && (node->src[2]->dtype != PDDE_F32 || node->src[2]->ndim != 1 || node->src[2]->shape[0] != N)) return 0;
+        if (residual && (node->src[node->nsrc - 1]->dtype != PDDE_F32 || pgd_numel(node->src[node->nsrc - 1]) != pgd_numel(node))) return 0;
         int64_t K = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         int64_t batch = M && N ? pgd_numel(node) / (M * N) : 0, ab = M && K ? pgd_numel(a) / (M * K) : 1,
                 bb = K && N ? pgd_numel(b) / (K * N) : 1;
@@ -200,8 +219,8 @@ static int pgd_supports_op(const pdde_tensor *node) {
     default: break;
     }
     /* layernorm, bias_gelu and cross_entropy_back also write bf16 / f16 (a cast folded into them), from f32 inputs */
-    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
-                   (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
+    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_CROSS_ENTROPY_BACK ||
+                    node->op == PDDE_OP_MATMUL) && (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
     if ((unsigned)node->op >= PDDE_OP_COUNT || (node->dtype != PDDE_F32 && !lowp_out) || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
     if ((node->op == PDDE_OP_ATTENTION || node->op == PDDE_OP_ATTENTION_BACK) && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) {
@@ -219,7 +238,9 @@ static int pgd_supports_op(const pdde_tensor *node) {
         int want_i32 = (i == 1 && (node->op == PDDE_OP_EMBEDDING || node->op == PDDE_OP_CROSS_ENTROPY ||
                                    node->op == PDDE_OP_CROSS_ENTROPY_BACK)) ||
                        (i == node->nsrc - 2 && node->op == PDDE_OP_EMBEDDING_BACK); /* [base,] ids, dy */
-        if (node->src[i]->dtype != (want_i32 ? PDDE_I32 : PDDE_F32)) return 0;
+        int lowp_logits = i == 0 && (node->op == PDDE_OP_CROSS_ENTROPY || node->op == PDDE_OP_CROSS_ENTROPY_BACK) &&
+                          (node->src[0]->dtype == PDDE_BF16 || node->src[0]->dtype == PDDE_F16); /* (PDDE_BF16_LOGITS) */
+        if (node->src[i]->dtype != (want_i32 ? PDDE_I32 : PDDE_F32) && !lowp_logits) return 0;
     }
     return 1;
 }
@@ -459,7 +480,10 @@ static int pgd_gemm_run(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb,
     return PDDE_OK;
 }
 
+static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node);
+
 static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
+    if (node->nsrc > 2 || node->dtype != PDDE_F32 || pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL)) return pgd_matmul_epi(g, node);
     pdde_tensor *a = node->src[0], *b = node->src[1];
     int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
     if (node->ndim < 2 || a->ndim < 2 || b->ndim < 2)
@@ -477,6 +501,66 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
         batch = 1;
     }
     return pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pc, M * N, batch, pgd_null);
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * A matmul with an epilogue (planner/lower.c's fusions, PDDE_FUSE_EPILOGUE): a bias [N] (src 2) added to
+ * every row, then a residual (PDDE_P_MATMUL_RESIDUAL: the last src), and/or a bf16 / f16 output rounded
+ * once from the f32 sum. The backend's epilogue GEMM where it has one and takes the case (gemm_epi:
+ * cublasLt), else the GEMM into f32 (the output itself, or scratch under a bf16 / f16 output), the bias
+ * and the residual added in place (k_binary) and the sum cast (k_cast): the kernels the adds and the cast
+ * ran before, without their tensors. */
+static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
+    int residual = pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) != 0;
+    pdde_tensor *a = node->src[0], *b = node->src[1], *bias = node->nsrc - residual > 2 ? node->src[2] : NULL;
+    pgd_ptr pres = residual ? pgd_ptr_of(node->src[node->nsrc - 1]) : pgd_null;
+    int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
+    int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
+    int64_t K = ta ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
+    int64_t batch = M && N ? pgd_numel(node) / (M * N) : 0;
+    if (!batch) return PDDE_OK;
+    int64_t sA = pgd_numel(a) == batch * M * K ? M * K : 0, sB = pgd_numel(b) == batch * K * N ? K * N : 0;
+    if (batch > 1 && sB == 0 && sA != 0 && !ta) M *= batch, batch = 1; /* (as pgd_matmul) */
+    pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pd = pgd_ptr_of(node), pbias = bias ? pgd_ptr_of(bias) : pgd_null;
+    if (g->gemm_epi && K > 0) {
+        int e = g->gemm_epi(g->impl, g->stream, a->dtype, node->dtype, ta, tb, M, N, K, pa, sA, pb, sB, pd, M * N, batch, pbias, pres,
+                            residual ? 1.0f : 0.0f);
+        if (e != 1) return e;
+    }
+    int64_t n = batch * M * N, na = (sA ? sA * (batch - 1) : 0) + M * K, nb = (sB ? sB * (batch - 1) : 0) + K * N;
+    int64_t cbytes = node->dtype != PDDE_F32 ? (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255 : 0;
+    int64_t wbytes = a->dtype != PDDE_F32 ? (na + nb) * (int64_t)sizeof(float) : 0; /* (pgd_gemm_run's widened operands) */
+    pgd_ptr scr = pgd_null;
+    int e = cbytes + wbytes ? g->scratch(g->impl, g->stream, (size_t)(cbytes + wbytes), &scr) : PDDE_OK;
+    pgd_ptr c32 = cbytes ? scr : pd, work = wbytes ? pgd_at(scr, cbytes) : pgd_null;
+    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, work);
+    int32_t add = PGD_B_ADD, sdt = (int32_t)PDDE_F32, ddt = (int32_t)node->dtype;
+    if (!e && bias) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(c32), PGD_P(pbias), PGD_P(c32), PGD_A(n), PGD_A(N), PGD_A(add)));
+    if (!e && residual) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pres), PGD_P(c32), PGD_P(c32), PGD_A(n), PGD_A(n), PGD_A(add)));
+    if (!e && cbytes) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
+    return e;
+}
+
+/* A gradient accumulation that computes its contribution (planner/lower.c's PDDE_FUSE_GRAD): acc [M, N]
+ * (src 0) += op(A) op(B) (src 1, 2). The backend's GEMM with beta 1 where it has one (gemm_epi), else
+ * the GEMM into scratch and k_binary's add, the kernels of the matmul and the accumulation it replaces. */
+static int pgd_grad_accum_matmul(const pgd_ctx *g, pdde_tensor *node) {
+    pdde_tensor *acc = node->src[0], *a = node->src[1], *b = node->src[2];
+    int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
+    int64_t M = node->shape[0], N = node->shape[1], K = ta ? a->shape[0] : a->shape[1], n = M * N;
+    pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pacc = pgd_ptr_of(acc);
+    if (!n || !K) return PDDE_OK; /* (an empty product adds nothing) */
+    if (g->gemm_epi) {
+        int e = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, 0, pb, 0, pacc, M * N, 1, pgd_null, pgd_null, 1.0f);
+        if (e != 1) return e;
+    }
+    int64_t cbytes = (n * (int64_t)sizeof(float) + 255) & ~(int64_t)255, wbytes = a->dtype != PDDE_F32 ? (M * K + K * N) * (int64_t)sizeof(float) : 0;
+    pgd_ptr scr = pgd_null;
+    int e = g->scratch(g->impl, g->stream, (size_t)(cbytes + wbytes), &scr);
+    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, 0, pb, 0, scr, M * N, 1, wbytes ? pgd_at(scr, cbytes) : pgd_null);
+    int32_t add = PGD_B_ADD;
+    if (!e) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pacc), PGD_P(scr), PGD_P(pacc), PGD_A(n), PGD_A(n), PGD_A(add)));
+    return e;
 }
 
 static int pgd_copy2d(const pgd_ctx *g, pgd_ptr src, pgd_ptr dst, int64_t outer, int64_t rowlen, int64_t sp,
@@ -533,7 +617,8 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     int e = g->scratch(g->impl, g->stream, (size_t)rows * 2 * sizeof(float), &part);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg);
-    e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V)));
+    int32_t ldt = (int32_t)lg->dtype; /* (f32, or bf16/f16 logits: PDDE_BF16_LOGITS) */
+    e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V), PGD_A(ldt)));
     if (e) return e;
     return pgd_launch(g, PGD_K_CE_FINAL, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(part), PGD_A(rows), PGD_P(py)));
 }
@@ -547,10 +632,11 @@ static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg), pd = pgd_ptr_of(dl), px = pgd_ptr_of(node);
     int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+    int32_t ldt = (int32_t)lg->dtype;   /* (f32, or bf16/f16 logits: PDDE_BF16_LOGITS) */
     e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
     if (e) return e;
     return pgd_row_launch(g, PGD_K_CE_BACK, rows, V,
-                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ydt)));
+                          PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ydt), PGD_A(ldt)));
 }
 
 static int pgd_dcopy(const pgd_ctx *g, pgd_ptr dst, pgd_ptr src, size_t n) {
@@ -896,6 +982,7 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     case PDDE_OP_SUB: return pgd_binary(g, node, PGD_B_SUB);
     case PDDE_OP_MUL: return pgd_binary(g, node, PGD_B_MUL);
     case PDDE_OP_GRAD_ACCUM: { /* acc (src0) += g, in place */
+        if (node->nsrc == 3) return pgd_grad_accum_matmul(g, node);
         if (!n) return PDDE_OK;
         pgd_ptr pa = pgd_ptr_of(x), pb = pgd_ptr_of(node->src[1]);
         int32_t opi = PGD_B_ADD;
@@ -939,7 +1026,11 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         if (!pgd_rows(x, &rows, &C)) return PDDE_OK;
         float eps = pdde_op_f32(node, PDDE_P_NORM_EPS);
         pgd_ptr px = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pdy = pgd_ptr_of(node->src[2]), pdx = pgd_ptr_of(node);
-        return pgd_row_launch(g, node->op == PDDE_OP_RMSNORM_BACK ? PGD_K_RMSNORM_BACK : PGD_K_LAYERNORM_BACK, rows, C,
+        pgd_ptr pres = pgd_opt_src(node, 3); /* (layernorm: the other gradient of x, added: PDDE_FUSE_ADD_LN) */
+        if (node->op == PDDE_OP_LAYERNORM_BACK)
+            return pgd_row_launch(g, PGD_K_LAYERNORM_BACK, rows, C,
+                                  PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres)));
+        return pgd_row_launch(g, PGD_K_RMSNORM_BACK, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps)));
     }
     case PDDE_OP_LAYERNORM_BACK_GAMMA: return pgd_gamma_back(g, node, 0);

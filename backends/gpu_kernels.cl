@@ -59,6 +59,14 @@ static void store_out(__global void *y, long i, float v, int ydt) {
     else if (ydt == 1) ((__global ushort *)y)[i] = f32_to_f16(v);
     else ((__global float *)y)[i] = v;
 }
+/* ...and an input of dtype xdt (0 f32, DT_BF16, DT_F16) read as f32: the bf16 logits of the cross-entropy
+ * (planner/lower.c, PDDE_BF16_LOGITS) */
+static float f16_to_f32(ushort h);
+static float load_in(__global const void *x, long i, int xdt) {
+    if (xdt == 2) return as_float((uint)((__global const ushort *)x)[i] << 16);
+    if (xdt == 1) return f16_to_f32(((__global const ushort *)x)[i]);
+    return ((__global const float *)x)[i];
+}
 
 static float gelu_f(float x) {
     const float k = 0.7978845608028654f;
@@ -269,9 +277,10 @@ __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const fl
     }
 }
 
+/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN) */
 __kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),
-                               long rows, long C, float eps) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx);
+                               long rows, long C, float eps, PTR(const float, res)) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -293,8 +302,8 @@ __kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(con
         s1 = group_sum(s1, sh) / (float)C;
         s2 = group_sum(s2, sh) / (float)C;
         COLS_LOOP(j, C) {
-            float xh = (xr[j] - mean) * rstd;
-            dx[r * C + j] = rstd * (dr[j] * g[j] - s1 - xh * s2);
+            float xh = (xr[j] - mean) * rstd, v = rstd * (dr[j] * g[j] - s1 - xh * s2);
+            dx[r * C + j] = res ? res[r * C + j] + v : v;
         }
     }
 }
@@ -397,21 +406,21 @@ __kernel void k_softmax_back(PTR(const float, y), PTR(const float, dy), PTR(floa
     }
 }
 
-__kernel void k_ce_rows(PTR(const float, logits), PTR(const int, tgt), PTR(float, part), long rows, long V) {
-    BIND(const float, logits); BIND(const int, tgt); BIND(float, part);
+__kernel void k_ce_rows(PTR(const void, logits), PTR(const int, tgt), PTR(float, part), long rows, long V, int ldt) {
+    BIND(const void, logits); BIND(const int, tgt); BIND(float, part);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
-        __global const float *lr = logits + r * V;
+        long lr = r * V; /* (the row's first logit, of dtype ldt) */
         int t = tgt[r];
         float m = -INFINITY;
-        COLS_LOOP(j, V) m = fmax(m, lr[j]);
+        COLS_LOOP(j, V) m = fmax(m, load_in(logits, lr + j, ldt));
         m = group_max(m, sh);
         float s = 0.0f;
-        COLS_LOOP(j, V) s += exp(lr[j] - m);
+        COLS_LOOP(j, V) s += exp(load_in(logits, lr + j, ldt) - m);
         s = group_sum(s, sh);
         if (get_local_id(0) == 0) {
             int ok = t >= 0 && t < V;
-            part[r] = ok ? (log(s) + m - lr[t]) : 0.0f;
+            part[r] = ok ? (log(s) + m - load_in(logits, lr + t, ldt)) : 0.0f;
             part[rows + r] = ok ? 1.0f : 0.0f;
         }
     }
@@ -436,24 +445,24 @@ __kernel void k_ce_count(PTR(const int, tgt), long rows, long V, PTR(float, cnt)
     if (get_local_id(0) == 0) cnt[0] = c;
 }
 
-__kernel void k_ce_back(PTR(const float, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),
-                        PTR(void, dx), long rows, long V, int ydt) {
-    BIND(const float, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(void, dx);
+__kernel void k_ce_back(PTR(const void, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),
+                        PTR(void, dx), long rows, long V, int ydt, int ldt) {
+    BIND(const void, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(void, dx);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
-        __global const float *lr = logits + r * V;
+        long lr = r * V;
         int t = tgt[r];
         /* every work-item reaches every barrier: an ignored row computes too and writes zeros (an early
          * `continue` before the group reductions raced on PoCL) */
         float ok = (t >= 0 && t < V) ? 1.0f : 0.0f;
         float m = -INFINITY;
-        COLS_LOOP(j, V) m = fmax(m, lr[j]);
+        COLS_LOOP(j, V) m = fmax(m, load_in(logits, lr + j, ldt));
         m = group_max(m, sh);
         float s = 0.0f;
-        COLS_LOOP(j, V) s += exp(lr[j] - m);
+        COLS_LOOP(j, V) s += exp(load_in(logits, lr + j, ldt) - m);
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
         float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);
-        COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(lr[j] - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
+        COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(load_in(logits, lr + j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
     }
 }
 

@@ -14,6 +14,7 @@
 
 typedef enum {
     PDDE_P_MATMUL_TRANS_A = 0, PDDE_P_MATMUL_TRANS_B = 1,
+    PDDE_P_MATMUL_RESIDUAL = 2,         /* matmul: 1: its last src, of its shape, is added to the result (lowering's fusion) */
     PDDE_P_SOFTMAX_CAUSAL = 0,
     PDDE_P_PERMUTE_DIM0 = 0,            /* output dim i takes input dim [PDDE_P_PERMUTE_DIM0 + i] */
     PDDE_P_CONCAT_AXIS = 0,

@@ -74,10 +74,10 @@ static int toy_supports_op(void *dev, const pdde_tensor *t) {
      * accumulator in place and so cannot move to the CPU */
     case PDDE_OP_RESHAPE:
         return 1;
-    case PDDE_OP_GRAD_ACCUM:
-        return same_shape(t->src[0], t->src[1]);
-    case PDDE_OP_MATMUL:
-        return t->src[0]->ndim == 2 && t->src[1]->ndim == 2;
+    case PDDE_OP_GRAD_ACCUM: /* (3 sources: a fused form that computes its contribution; not this device's) */
+        return t->nsrc == 2 && same_shape(t->src[0], t->src[1]);
+    case PDDE_OP_MATMUL: /* (3 sources: with a fused bias; not this device's) */
+        return t->nsrc == 2 && t->src[0]->ndim == 2 && t->src[1]->ndim == 2;
     default:
         return 0;
     }

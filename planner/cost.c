@@ -931,8 +931,9 @@ done:
  * graph's program and the simulation of lowered programs time nodes by it, so a fused attention is
  * never a GEMM of no work in one of them. */
 PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
-    if (x->op == PDDE_OP_MATMUL && x->nsrc >= 2 && x->ndim >= 2) {
-        const pdde_tensor *a = x->src[0];
+    bool accum = x->op == PDDE_OP_GRAD_ACCUM && x->nsrc == 3; /* (a matmul folded into its gradient's accumulation) */
+    if ((x->op == PDDE_OP_MATMUL || accum) && x->nsrc >= 2 && x->ndim >= 2) {
+        const pdde_tensor *a = x->src[accum ? 1 : 0];
         op->n = x->shape[x->ndim - 1];
         op->k = pdde_op_i32(x, PDDE_P_MATMUL_TRANS_A) ? a->shape[a->ndim - 2] : a->shape[a->ndim - 1];
         op->m = op->n ? pdde_tensor_numel(x) / op->n : 0;

@@ -795,6 +795,223 @@ static pdde_status lower_shadows(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * A linear layer's epilogue folded into its matmul (PDDE_FUSE_EPILOGUE=1; off by default). Where an add's
+ * first input is a matmul that nothing else reads and its second a 1-D f32 bias of the matmul's last dim,
+ * the matmul takes the bias as a third source and adds it to every row of its result (computed in f32
+ * as the add was: the same bits), and the add becomes a view of it; then a residual add of such a
+ * matmul's result (x + linear(h)) folds the same way (PDDE_P_MATMUL_RESIDUAL: x, its last source, added
+ * after the bias). Each is one kernel and one tensor fewer, and the GEMM of a backend with epilogues
+ * (cublasLt) adds them on the way out. The backward is untouched: it reads the adds' gradients, never
+ * their values. With the switch on, lower_fold_casts also folds a cast into a matmul that it is the only
+ * reader of, so a linear layer whose output goes to bf16 (the packed q, k, v) writes bf16 from its GEMM.
+ * Only where the matmul's device runs the fused node (supports_op). */
+static bool fuse_epilogue_on(void) {
+    const char *env = getenv("PDDE_FUSE_EPILOGUE");
+    return env && !strcmp(env, "1");
+}
+
+static pdde_status lower_fuse_epilogue(lowering *L) {
+    pdde_program *P = L->P;
+    if (!fuse_epilogue_on()) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *at = malloc(((size_t)P->n + 1) * sizeof *at);
+    if (!readers || !at) { free(readers), free(at); return lower_oom(L); }
+    for (int i = 0; i <= P->n; i++) at[i] = INT32_MAX;
+    for (int i = 0; i < P->n_order; i++) {
+        at[P->order[i]->id] = i;
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *s = P->order[i], *m = s->nsrc == 2 ? s->src[0] : NULL, *b = s->nsrc == 2 ? s->src[1] : NULL;
+        if (s->op != PDDE_OP_ADD || !m || !b || m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || s->dtype != PDDE_F32 ||
+            readers[m->id] != 1 || (m->flags & kept) || (s->flags & kept) || m->device != s->device || b->device != m->device ||
+            b->dtype != PDDE_F32 || b->ndim != 1 || m->ndim < 2 || b->shape[0] != m->shape[m->ndim - 1] ||
+            pdde_tensor_numel(s) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]))
+            continue; /* (a bias that lowering derived after the matmul, as a tensor-parallel row layer's, stays an add) */
+        m->src[m->nsrc++] = b;
+        if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
+            m->src[--m->nsrc] = NULL;
+            continue;
+        }
+        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[1] = NULL, s->nsrc = 1;
+        readers[b->id]++; /* (now the matmul's) */
+    }
+    /* then a residual add after such a linear (x + (A B + bias)): the matmul adds x too, after its bias,
+     * as the add did (x computed before it; the add's other input the matmul through its views) */
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *s = P->order[i], *x = NULL, *m = NULL;
+        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept)) continue;
+        for (int k = 0; k < 2 && !m; k++) {
+            pdde_tensor *v = s->src[k];
+            while (v->op == PDDE_OP_RESHAPE && (v->flags & PDDE_TENSOR_VIEW) && !(v->flags & (kept & ~PDDE_TENSOR_VIEW)) && readers[v->id] == 1 &&
+                   v->dtype == PDDE_F32)
+                v = v->src[0];
+            if (v->op == PDDE_OP_MATMUL && v->dtype == PDDE_F32 && readers[v->id] == 1 && !pdde_op_i32(v, PDDE_P_MATMUL_RESIDUAL) &&
+                v->nsrc < PDDE_MAX_SRC && !(v->flags & kept) && v->device == s->device && pdde_tensor_numel(v) == pdde_tensor_numel(s))
+                m = v, x = s->src[1 - k];
+        }
+        if (!m || x->dtype != PDDE_F32 || x->device != m->device || pdde_tensor_numel(x) != pdde_tensor_numel(m) || x->ndim != s->ndim ||
+            (x->op != PDDE_OP_NONE && at[x->id] > at[m->id]))
+            continue;
+        pdde_tensor *v = s->src[0] == x ? s->src[1] : s->src[0];
+        m->src[m->nsrc++] = x;
+        pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 1);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
+            m->src[--m->nsrc] = NULL;
+            pdde_op_set_i32(m, PDDE_P_MATMUL_RESIDUAL, 0);
+            continue;
+        }
+        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = v, s->src[1] = NULL, s->nsrc = 1;
+        readers[x->id]++;
+    }
+    free(readers), free(at);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Weight-gradient matmuls folded into their accumulations (PDDE_FUSE_GRAD=1; off by default). Autodiff
+ * adds each parameter's gradient into its accumulator (GRAD_ACCUM, in place); where that gradient is a
+ * 2-D matmul (through views) that nothing else reads, the accumulation computes it: its sources become
+ * the accumulator and the matmul's operands (with the matmul's transposes), acc += op(A) op(B), which a
+ * backend runs as one GEMM with beta 1 (cublasLt) and otherwise as the product and the add it replaces
+ * (the same bits), and the matmul leaves the order: one kernel and one gradient-sized tensor fewer a
+ * weight. Only where the accumulation's device runs the fused node (supports_op). */
+static bool fuse_grad_on(void) {
+    const char *env = getenv("PDDE_FUSE_GRAD");
+    return env && !strcmp(env, "1");
+}
+
+static pdde_status lower_fuse_grad(lowering *L) {
+    pdde_program *P = L->P;
+    if (!fuse_grad_on()) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
+    uint8_t *gone = calloc((size_t)P->n + 1, 1);
+    if (!readers || !gone) { free(readers), free(gone); return lower_oom(L); }
+    for (int i = 0; i < P->n_order; i++)
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *u = P->order[i], *m = u->nsrc == 2 ? u->src[1] : NULL;
+        if (u->op != PDDE_OP_GRAD_ACCUM || !m || u->ndim != 2 || u->dtype != PDDE_F32) continue;
+        while (m->op == PDDE_OP_RESHAPE && (m->flags & PDDE_TENSOR_VIEW) && !(m->flags & kept) && readers[m->id] == 1 && m->dtype == PDDE_F32)
+            m = m->src[0];
+        if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || m->ndim != 2 || m->src[0]->ndim != 2 || m->src[1]->ndim != 2 ||
+            readers[m->id] != 1 || (m->flags & (kept | PDDE_TENSOR_VIEW)) || m->device != u->device || m->shape[0] != u->shape[0] ||
+            m->shape[1] != u->shape[1])
+            continue;
+        pdde_tensor *g = u->src[1];
+        u->src[1] = m->src[0], u->src[2] = m->src[1], u->nsrc = 3;
+        pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_A, pdde_op_i32(m, PDDE_P_MATMUL_TRANS_A));
+        pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_B, pdde_op_i32(m, PDDE_P_MATMUL_TRANS_B));
+        if (!registry_device_supports(L->ctx, L->ctx->registry, u->device, u)) {
+            u->src[1] = g, u->src[2] = NULL, u->nsrc = 2;
+            pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_A, 0), pdde_op_set_i32(u, PDDE_P_MATMUL_TRANS_B, 0);
+            continue;
+        }
+        for (pdde_tensor *v = g; v != m; v = v->src[0]) gone[v->id] = 1;
+        gone[m->id] = 1;
+    }
+    int k = 0;
+    for (int i = 0; i < P->n_order; i++)
+        if (!gone[P->order[i]->id]) P->order[k++] = P->order[i];
+    P->n_order = k;
+    free(readers), free(gone);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * A layernorm's input gradient summed in its backward (PDDE_FUSE_ADD_LN=1; off by default). In a residual
+ * network the stream x feeds a layernorm and goes on: autodiff adds the layernorm's dx to x's other
+ * gradient. Where that add's inputs are a layernorm backward that nothing else reads and a gradient
+ * computed before it, the layernorm backward takes the other gradient as a fourth source and adds it to
+ * dx on the store (the same bits), and the add becomes a view of it. */
+static bool fuse_add_ln_on(void) {
+    const char *env = getenv("PDDE_FUSE_ADD_LN");
+    return env && !strcmp(env, "1");
+}
+
+static pdde_status lower_fuse_add_ln(lowering *L) {
+    pdde_program *P = L->P;
+    if (!fuse_add_ln_on()) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *at = malloc(((size_t)P->n + 1) * sizeof *at);
+    if (!readers || !at) { free(readers), free(at); return lower_oom(L); }
+    for (int i = 0; i <= P->n; i++) at[i] = INT32_MAX;
+    for (int i = 0; i < P->n_order; i++) {
+        at[P->order[i]->id] = i;
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *s = P->order[i];
+        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept)) continue;
+        for (int k = 0; k < 2; k++) {
+            pdde_tensor *l = s->src[k], *r = s->src[1 - k];
+            if (l->op != PDDE_OP_LAYERNORM_BACK || l->nsrc != 3 || l->dtype != PDDE_F32 || readers[l->id] != 1 || (l->flags & kept) ||
+                l->device != s->device || r->dtype != PDDE_F32 || r->device != l->device || pdde_tensor_numel(r) != pdde_tensor_numel(l) ||
+                pdde_tensor_numel(s) != pdde_tensor_numel(l) || (r->op != PDDE_OP_NONE && at[r->id] > at[l->id]))
+                continue;
+            l->src[l->nsrc++] = r;
+            if (!registry_device_supports(L->ctx, L->ctx->registry, l->device, l)) {
+                l->src[--l->nsrc] = NULL;
+                continue;
+            }
+            s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = l, s->src[1] = NULL, s->nsrc = 1;
+            break;
+        }
+    }
+    free(readers), free(at);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Logits in bf16 (PDDE_BF16_LOGITS=1; off by default). A matmul of bf16 / f16 operands whose only readers
+ * are cross-entropies (forward and backward, their logits) writes its operands' dtype: the GEMM rounds
+ * each logit once and the loss kernels read half the bytes, as torch.autocast's logits are. Unlike the
+ * folds above this changes numbers (the loss of rounded logits: about 2^-9 relative per logit). */
+static bool bf16_logits_on(void) {
+    const char *env = getenv("PDDE_BF16_LOGITS");
+    return env && !strcmp(env, "1");
+}
+
+static pdde_status lower_lowp_logits(lowering *L) {
+    pdde_program *P = L->P;
+    if (!bf16_logits_on()) return PDDE_OK;
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *ce = calloc((size_t)P->n + 1, sizeof *ce);
+    if (!readers || !ce) { free(readers), free(ce); return lower_oom(L); }
+    for (int i = 0; i < P->n_order; i++)
+        for (int k = 0; k < P->order[i]->nsrc; k++) {
+            pdde_tensor *c = P->order[i], *x = c->src[k];
+            if (!x) continue;
+            readers[x->id]++;
+            ce[x->id] += k == 0 && (c->op == PDDE_OP_CROSS_ENTROPY || c->op == PDDE_OP_CROSS_ENTROPY_BACK) && !pdde_op_i32(c, PDDE_P_VOCAB_FIRST) &&
+                         !pdde_op_i32(c, PDDE_P_VOCAB_SIZE) && c->device == x->device;
+        }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *m = P->order[i];
+        pdde_dtype dt = m->nsrc == 2 ? m->src[0]->dtype : PDDE_F32;
+        if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (dt != PDDE_BF16 && dt != PDDE_F16) || (m->flags & kept) ||
+            !readers[m->id] || ce[m->id] != readers[m->id])
+            continue;
+        m->dtype = dt;
+        bool ok = registry_device_supports(L->ctx, L->ctx->registry, m->device, m);
+        for (int j = i + 1; j < P->n_order && ok; j++) /* (every reader takes the low-precision logits) */
+            for (int k = 0; k < P->order[j]->nsrc && ok; k++)
+                if (P->order[j]->src[k] == m) ok = registry_device_supports(L->ctx, L->ctx->registry, P->order[j]->device, P->order[j]);
+        if (!ok) {
+            m->dtype = PDDE_F32;
+            continue;
+        }
+        if (P->info[m->id].bytes) P->info[m->id].bytes = pdde_tensor_nbytes(m);
+    }
+    free(readers), free(ce);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
@@ -816,7 +1033,8 @@ static pdde_status lower_fold_casts(lowering *L) {
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
             y = y->src[0];
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
-        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
+        bool matmul = y->op == PDDE_OP_MATMUL && fuse_epilogue_on(); /* (lower_fuse_epilogue) */
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
             y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
             casts_kept_on(L, y->device))
@@ -1228,6 +1446,10 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     pdde_status st = P->of_user && P->elsewhere ? lower_place(&L) : lower_oom(&L);
     if (!st && p->world_size > 0) st = lower_partition(&L);
     if (!st) st = lower_shadows(&L);
+    if (!st) st = lower_fuse_epilogue(&L);
+    if (!st) st = lower_fuse_grad(&L);
+    if (!st) st = lower_lowp_logits(&L);
+    if (!st) st = lower_fuse_add_ln(&L);
     if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);

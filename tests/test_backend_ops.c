@@ -76,6 +76,58 @@ static pdde_tensor *b_matmul(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, a, b, (int)ta, (int)tb);
 }
 
+/* matmul_bias: a linear layer whose bias add lowering folds into the matmul (PDDE_FUSE_EPILOGUE=1, set for
+ * the case: run_case clears it before the next), then gelu (f32), or under a compute dtype a second
+ * matmul whose cast of the first's output is folded in too (the first writes bf16 / f16), or with p[6] a
+ * residual add after the bias, then gelu; p = {batch (0: x 2-D), M, K, N, w transposed, compute dtype (0:
+ * f32), residual} */
+static pdde_tensor *b_matmul_bias(pdde_graph *g, const op_case *c) {
+    int64_t B = c->p[0], M = c->p[1], K = c->p[2], N = c->p[3], tb = c->p[4];
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1);
+    pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[5]);
+    pdde_tensor *x = B ? P(g, "x", 3, B, M, K, 0) : P(g, "x", 2, M, K, 0, 0);
+    pdde_tensor *w = tb ? P(g, "w", 2, N, K, 0, 0) : P(g, "w", 2, K, N, 0, 0);
+    pdde_tensor *h = pdde_bias_add(g, pdde_matmul(g, x, w, 0, (int)tb), P(g, "bias", 1, N, 0, 0, 0));
+    if (c->p[6]) /* a residual add after it (x2 + h), folded in too, then gelu */
+        return pdde_gelu(g, pdde_add(g, B ? P(g, "x2", 3, B, M, N, 0) : P(g, "x2", 2, M, N, 0, 0), h));
+    if (!c->p[5]) return pdde_gelu(g, h);
+    return pdde_matmul(g, h, P(g, "w2", 2, N, 5, 0, 0), 0, 0);
+}
+
+/* matmul_grad: x [M, K] @ w (or w^T) with PDDE_FUSE_GRAD=1 (set for the case, as above): both gradients are
+ * matmuls that lowering folds into their accumulations (acc += op(A) op(B)); p = {M, K, N, w transposed,
+ * compute dtype (0: f32)} */
+static pdde_tensor *b_matmul_grad(pdde_graph *g, const op_case *c) {
+    int64_t M = c->p[0], K = c->p[1], N = c->p[2], tb = c->p[3];
+    setenv("PDDE_FUSE_GRAD", "1", 1);
+    pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[4]);
+    pdde_tensor *w = tb ? P(g, "w", 2, N, K, 0, 0) : P(g, "w", 2, K, N, 0, 0);
+    return pdde_matmul(g, P(g, "x", 2, M, K, 0, 0), w, 0, (int)tb);
+}
+
+/* cross_entropy_lowp: logits = x [N, C] @ w [C, V] under a compute dtype, with PDDE_BF16_LOGITS=1 (set for
+ * the case, as above): the matmul writes bf16 / f16 logits that the loss and its backward read;
+ * p = {N, C, V, compute dtype} */
+static pdde_tensor *b_cross_entropy_lowp(pdde_graph *g, const op_case *c) {
+    g_vocab = c->p[2];
+    setenv("PDDE_BF16_LOGITS", "1", 1);
+    pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[3]);
+    pdde_tensor *logits = pdde_matmul(g, P(g, "x", 2, c->p[0], c->p[1], 0, 0), P(g, "w", 2, c->p[1], c->p[2], 0, 0), 0, 0);
+    return pdde_cross_entropy(g, logits, I(g, "tgt", PDDE_I32, 1, c->p[0], 0));
+}
+
+/* layernorm_res: y = layernorm(x) + x / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above): x's two
+ * gradients are summed in the layernorm's backward; shape as b_norm's; p[5] 1: x / 2 built first, so
+ * that its gradient comes after the layernorm's in backward (not foldable: the add stays) */
+static pdde_tensor *b_layernorm_res(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    pdde_tensor *x = P(g, "x", SHAPE_ARGS(c));
+    int64_t C = c->p[c->p[0]];
+    pdde_tensor *half = c->p[5] ? pdde_scale(g, x, 0.5f) : NULL;
+    pdde_tensor *y = pdde_layernorm(g, x, P(g, "gamma", 1, C, 0, 0, 0), P(g, "beta", 1, C, 0, 0, 0), 1e-5f);
+    return pdde_add(g, y, half ? half : pdde_scale(g, x, 0.5f));
+}
+
 /* binary: p = {ndim_a, a0, a1, a2, ndim_b, b0, b1, b2} */
 static pdde_tensor *b_binary(pdde_graph *g, const op_case *c) {
     pdde_tensor *a = P(g, "a", (int)c->p[0], c->p[1], c->p[2], c->p[3], 0);
@@ -276,6 +328,25 @@ static const op_case cases[] = {
     {"matmul", b_matmul, {17, 11, 13, 0, 1, 3, 0, PDDE_BF16}, 1, T_MM},
     {"matmul", b_matmul, {17, 11, 13, 0, 0, 5, 1, PDDE_F16}, 1, T_MM},
     {"matmul", b_matmul, {19, 23, 29, 0, 1, 0, 0, PDDE_F16}, 1, T_MM},
+    /* a matmul with its bias add (and the cast after it, or a residual add) folded in {batch, M, K, N, tb, compute dtype, residual} */
+    {"matmul_bias", b_matmul_bias, {0, 33, 19, 37, 0, 0}, 1, T_MM},
+    {"matmul_bias", b_matmul_bias, {3, 17, 13, 29, 1, 0}, 1, T_MM},
+    {"matmul_bias", b_matmul_bias, {0, 1, 1, 1, 0, 0}, 1, T_MM},
+    {"matmul_bias", b_matmul_bias, {0, 33, 19, 37, 0, PDDE_BF16}, 1, T_LOWP},
+    {"matmul_bias", b_matmul_bias, {2, 17, 13, 29, 1, PDDE_BF16}, 1, T_LOWP},
+    {"matmul_bias", b_matmul_bias, {0, 19, 23, 29, 0, PDDE_F16}, 1, T_LOWP},
+    {"matmul_bias", b_matmul_bias, {0, 33, 19, 37, 0, 0, 1}, 1, T_MM},
+    {"matmul_bias", b_matmul_bias, {3, 17, 13, 29, 1, PDDE_BF16, 1}, 1, T_MM},
+    /* the gradients' matmuls folded into their accumulations {M, K, N, tb, compute dtype} */
+    {"matmul_grad", b_matmul_grad, {33, 19, 37, 0, 0}, 1, T_MM},
+    {"matmul_grad", b_matmul_grad, {17, 13, 29, 1, 0}, 1, T_MM},
+    {"matmul_grad", b_matmul_grad, {1, 1, 1, 0, 0}, 1, T_MM},
+    {"matmul_grad", b_matmul_grad, {33, 19, 37, 0, PDDE_BF16}, 1, T_MM},
+    {"matmul_grad", b_matmul_grad, {17, 13, 29, 1, PDDE_F16}, 1, T_MM},
+    /* bf16 / f16 logits into the cross-entropy {N, C, V, compute dtype} */
+    {"cross_entropy_lowp", b_cross_entropy_lowp, {9, 13, 37, PDDE_BF16}, 1, T_LOWP},
+    {"cross_entropy_lowp", b_cross_entropy_lowp, {33, 7, 1001, PDDE_BF16}, 1, T_LOWP},
+    {"cross_entropy_lowp", b_cross_entropy_lowp, {5, 11, 300, PDDE_F16}, 1, T_LOWP},
     /* binary {ndim_a, a.., ndim_b, b..} */
     {"add", b_binary, {2, 37, 19, 0, 2, 37, 19, 0}, 1, T_DEF},
     {"add", b_binary, {3, 4, 7, 33, 1, 33, 0, 0}, 1, T_DEF},
@@ -299,6 +370,9 @@ static const op_case cases[] = {
     {"layernorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"layernorm", b_norm, {3, 4, 5, 769}, 1, T_DEF},
     {"layernorm", b_norm, {2, 3, 1000}, 1, T_DEF},
+    {"layernorm_res", b_layernorm_res, {2, 7, 33}, 1, T_DEF},
+    {"layernorm_res", b_layernorm_res, {3, 4, 5, 769}, 1, T_DEF},
+    {"layernorm_res", b_layernorm_res, {2, 7, 33, 0, 0, 1}, 1, T_DEF},
     {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
     /* C = 1: dx = dy g rr (1 - xhat^2), all cancellation, condition number 1 + x^2/eps (~1e5): the CPU's
@@ -575,6 +649,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     case_label(c, label, sizeof label);
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"), unsetenv("PDDE_FUSE_ADD_LN"); /* (builders set them) */
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
@@ -589,6 +664,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
         }
         pdde_backward(g, loss);
         run_mode = PDDE_RUN_FORWARD_BACKWARD;
+        if (!strcmp(c->op, "matmul_grad")) steps = 2; /* (the second pass adds to the first's gradients) */
         if (mode == 2) {
             pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
             op.lr = 0.05f;

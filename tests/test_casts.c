@@ -31,7 +31,12 @@
 #define CASTS_PER_LAYER 6
 #define CASTS_OUTSIDE 0
 
-typedef struct { float loss[STEPS]; double casts_per_step; int64_t casts_after_write; } run_result;
+#define CASTS_PER_LAYER_FUSED 5 /* PDDE_FUSE_EPILOGUE=1: q, k, v's bias add and cast folded into their matmul */
+#define ADDS_FUSED_PER_LAYER 5  /* ...and the bias adds of the qkv, proj and fcproj linears and the 2 residual adds */
+#define MATMULS_FUSED_PER_LAYER 4 /* PDDE_FUSE_GRAD=1: the 4 weight-gradient matmuls run inside their accumulations */
+#define ADDS_LN_FUSED_PER_LAYER 2 /* PDDE_FUSE_ADD_LN=1: the residual gradient added in the 2 layernorms' backward */
+
+typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step; int64_t casts_after_write; } run_result;
 
 static pdde_tensor *named(pdde_graph *g, const char *name) {
     for (int i = 0; i < pdde_graph_tensor_count(g); i++)
@@ -69,7 +74,7 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     float *buf = malloc(nw > nwte ? nw : nwte);
     int32_t x[4 * 16], y[4 * 16];
     int rc = buf ? 0 : -1;
-    int64_t after_first = 0, before_write = 0;
+    int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {
         for (int i = 0; i < 64; i++) x[i] = (i * 5 + step * 3) % cfg.vocab, y[i] = (i * 7 + step + 2) % cfg.vocab;
         pdde_session_write(s, m.ids, x, sizeof x);
@@ -78,7 +83,8 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
             rc |= pdde_session_read(s, w, buf, nw);
             for (size_t i = 0; i < nw / sizeof(float); i++) buf[i] *= 0.5f;
             rc |= pdde_session_write(s, w, buf, nw);
-            before_write = pdde_session_op_runs(s, PDDE_OP_CAST);
+            before_write = pdde_session_op_runs(s, PDDE_OP_CAST), adds_before_write = pdde_session_op_runs(s, PDDE_OP_ADD);
+            mm_before_write = pdde_session_op_runs(s, PDDE_OP_MATMUL);
         }
         if (rewrite) rc |= pdde_session_read(s, wte, buf, nwte) || pdde_session_write(s, wte, buf, nwte);
         if (rc || pdde_session_run(s, PDDE_RUN_STEP)) {
@@ -86,10 +92,14 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
             rc = -1;
         }
         r->loss[step] = pdde_session_loss(s);
-        if (step == 0) after_first = pdde_session_op_runs(s, PDDE_OP_CAST);
+        if (step == 0)
+            after_first = pdde_session_op_runs(s, PDDE_OP_CAST), adds_first = pdde_session_op_runs(s, PDDE_OP_ADD),
+            mm_first = pdde_session_op_runs(s, PDDE_OP_MATMUL);
         if (step == WRITE_AFTER) r->casts_after_write = pdde_session_op_runs(s, PDDE_OP_CAST) - before_write;
     }
     r->casts_per_step = (double)(before_write - after_first) / (WRITE_AFTER - 1);
+    r->adds_per_step = (double)(adds_before_write - adds_first) / (WRITE_AFTER - 1);
+    r->matmuls_per_step = (double)(mm_before_write - mm_first) / (WRITE_AFTER - 1);
     free(buf);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -147,9 +157,86 @@ static void test_device(pdde_context *ctx, int device, const char *where, const 
           vs32.got, vs32.want, vs32.index, vs32.worst);
 }
 
+/* The fusions of lowering, each switch alone and all together: PDDE_FUSE_EPILOGUE=1 folds bias and residual
+ * adds, and the cast after q, k, v's, into their matmuls (1 cast and 5 adds fewer per layer);
+ * PDDE_FUSE_GRAD=1 runs the weight-gradient matmuls inside their accumulations (4 matmul nodes fewer per
+ * layer); PDDE_FUSE_ADD_LN=1 adds the residual gradient in the layernorms' backward (2 adds fewer per
+ * layer). The losses are those without, bit for bit, also with recomputed blocks. */
+static const char *const fusion_env[3] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN"};
+
+static void fused_run(pdde_context *ctx, int device, unsigned on, run_result r[3]) {
+    for (int k = 0; k < 3; k++)
+        if (on & (1u << k)) setenv(fusion_env[k], "1", 1);
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &r[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &r[1]) ||
+                 train(ctx, device, 2, PDDE_BF16, 0, 2, &r[2]);
+    for (int k = 0; k < 3; k++) unsetenv(fusion_env[k]);
+    if (failed) r[0].casts_per_step = -1;
+}
+
+static void test_fused(pdde_context *ctx, int device, const char *where) {
+    static const unsigned variants[] = {1, 2, 4, 7};
+    run_result plain[3], fused[3];
+    fused_run(ctx, device, 0, plain);
+    for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+        unsigned on = variants[v];
+        char name[96] = "";
+        for (int k = 0; k < 3; k++)
+            if (on & (1u << k)) snprintf(name + strlen(name), sizeof name - strlen(name), "%s%s=1", name[0] ? " " : "", fusion_env[k]);
+        fused_run(ctx, device, on, fused);
+        if (plain[0].casts_per_step < 0 || fused[0].casts_per_step < 0) {
+            CHECK(0, "%s: a run with %s failed", where, name);
+            continue;
+        }
+        double per_layer = (fused[1].casts_per_step - fused[0].casts_per_step) / 2, outside = fused[0].casts_per_step - 2 * per_layer;
+        double adds = ((plain[1].adds_per_step - plain[0].adds_per_step) - (fused[1].adds_per_step - fused[0].adds_per_step)) / 2;
+        double mms = ((plain[1].matmuls_per_step - plain[0].matmuls_per_step) - (fused[1].matmuls_per_step - fused[0].matmuls_per_step)) / 2;
+        printf("%s: %s: %.1f casts per layer, %.1f outside; %.1f adds and %.1f matmuls fewer per layer\n", where, name, per_layer, outside, adds, mms);
+        int want_casts = on & 1 ? CASTS_PER_LAYER_FUSED : CASTS_PER_LAYER;
+        int want_adds = (on & 1 ? ADDS_FUSED_PER_LAYER : 0) + (on & 4 ? ADDS_LN_FUSED_PER_LAYER : 0), want_mms = on & 2 ? MATMULS_FUSED_PER_LAYER : 0;
+        CHECK(per_layer == want_casts && outside <= CASTS_OUTSIDE && adds == want_adds && mms == want_mms,
+              "%s: %s ran %.1f casts per layer (want %d), %.1f outside, %.1f adds fewer per layer (want %d), %.1f matmuls fewer (want %d)", where,
+              name, per_layer, want_casts, outside, adds, want_adds, mms, want_mms);
+        test_diff d2 = test_diff_f32(fused[0].loss, plain[0].loss, STEPS, 1e-30), d4 = test_diff_f32(fused[1].loss, plain[1].loss, STEPS, 1e-30);
+        test_diff drc = test_diff_f32(fused[2].loss, plain[2].loss, STEPS, 1e-30);
+        CHECK(d2.worst == 0 && d4.worst == 0 && drc.worst == 0, "%s: %s losses differ: step %zu %.9g vs %.9g (2 layers), step %zu %.9g vs "
+              "%.9g (4), step %zu %.9g vs %.9g (recomputed)", where, name, d2.index, d2.got, d2.want, d4.index, d4.got, d4.want, drc.index,
+              drc.got, drc.want);
+    }
+}
+
+/* PDDE_BF16_LOGITS=1: the head's matmul writes bf16 logits that the loss reads. It changes numbers (each
+ * logit rounded: 2^-9 relative), so the losses must differ from the f32 logits' (the switch took effect)
+ * by far less than 1% (the bf16 vs f32 bound above); and a device's follow the CPU's within 1e-4 (their
+ * GEMMs sum in other orders, so a few logits round the other way). cpu_loss: the CPU's losses (device 0
+ * fills it). */
+static void test_lowp_logits(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
+    run_result plain, lowp;
+    unsetenv("PDDE_BF16_LOGITS");
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &plain);
+    setenv("PDDE_BF16_LOGITS", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &lowp);
+    unsetenv("PDDE_BF16_LOGITS");
+    if (failed) {
+        CHECK(0, "%s: a run with PDDE_BF16_LOGITS=1 failed", where);
+        return;
+    }
+    test_diff d = test_diff_f32(lowp.loss, plain.loss, STEPS, 1e-30);
+    printf("%s: PDDE_BF16_LOGITS=1: losses within %.2e of f32 logits' (step %zu: %.6f vs %.6f), %.1f casts a step\n", where, d.worst, d.index,
+           d.got, d.want, lowp.casts_per_step);
+    CHECK(d.worst > 0 && d.worst < 1e-3 && lowp.casts_per_step == plain.casts_per_step,
+          "%s: PDDE_BF16_LOGITS=1: losses %.9g vs %.9g at step %zu (relative %.2e: want above 0 and below 1e-3), %.1f casts a step vs %.1f", where,
+          d.got, d.want, d.index, d.worst, lowp.casts_per_step, plain.casts_per_step);
+    if (device == 0) memcpy(cpu_loss, lowp.loss, sizeof lowp.loss);
+    else {
+        test_diff c = test_diff_f32(lowp.loss, cpu_loss, STEPS, 1e-30);
+        CHECK(c.worst < 1e-4, "%s: PDDE_BF16_LOGITS=1: losses %.9g vs the CPU's %.9g at step %zu (relative %.2e)", where, c.got, c.want, c.index,
+              c.worst);
+    }
+}
+
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
-typedef struct { int ok; char error[160]; float loss[2][RANK_STEPS]; double casts[2]; } rank_result;
+typedef struct { int ok; char error[160]; float loss[3][RANK_STEPS]; double casts[3]; } rank_result;
 
 /* arg: the gpt_plan; runs it with the casts folded (default) and with PDDE_FOLD_CASTS=0 */
 static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
@@ -157,8 +244,9 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
     const gpt_plan *plan = arg;
     const gpt_config cfg = {.vocab = 64, .ctx = 8, .layers = 2, .heads = 2, .width = 32, .batch = 4};
     pdde_status st = PDDE_OK;
-    for (int variant = 0; variant < 2 && !st; variant++) {
-        if (variant) setenv("PDDE_FOLD_CASTS", "0", 1);
+    for (int variant = 0; variant < 3 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, every fusion */
+        if (variant == 1) setenv("PDDE_FOLD_CASTS", "0", 1);
+        if (variant == 2) setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         op.lr = 3e-3f, op.clip_norm = 1.0f;
         pdde_graph *g;
@@ -183,6 +271,7 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
         pdde_session_free(s);
         pdde_graph_free(g);
         unsetenv("PDDE_FOLD_CASTS");
+        unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN");
     }
     out->ok = st == PDDE_OK;
     if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
@@ -211,6 +300,9 @@ static void test_ranks(pdde_context *ctx) {
                    res[r].casts[1], res[r].loss[0][0], res[r].loss[0][RANK_STEPS - 1]);
             CHECK(res[r].ok && d.worst == 0 && res[r].casts[0] < res[r].casts[1], "%s, rank %d: step %zu loss %.9g vs %.9g with PDDE_FOLD_CASTS=0; "
                   "%.1f casts a step vs %.1f", plans[k].name, r, d.index, d.got, d.want, res[r].casts[0], res[r].casts[1]);
+            test_diff f = test_diff_f32(res[r].loss[2], res[r].loss[0], RANK_STEPS, 1e-30);
+            CHECK(res[r].ok && f.worst == 0 && res[r].casts[2] <= res[r].casts[0], "%s, rank %d: step %zu loss %.9g vs %.9g with every fusion (PDDE_FUSE_*=1); "
+                  "%.1f casts a step vs %.1f", plans[k].name, r, f.index, f.got, f.want, res[r].casts[2], res[r].casts[0]);
         }
     }
     pdde_store_server_free(srv);
@@ -221,7 +313,11 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_LOGITS");
     test_device(ctx, 0, "cpu", NULL);
+    test_fused(ctx, 0, "cpu");
+    float cpu_loss[STEPS];
+    test_lowp_logits(ctx, 0, "cpu", cpu_loss);
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
@@ -230,6 +326,8 @@ int main(void) {
         snprintf(where, sizeof where, "%s (%s)", props.name, props.backend);
         test_device(ctx, d, where, NULL);
         unsetenv("PDDE_FOLD_CASTS");
+        test_fused(ctx, d, where);
+        test_lowp_logits(ctx, d, where, cpu_loss);
     }
 #ifdef PDDE_HAVE_UCX
     test_ranks(ctx);

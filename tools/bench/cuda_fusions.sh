@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# cuda_fusions: the fusions that are off by default, on a CUDA GPU, in one run. First their conformance
+# cases on the device (with and without cublasLt) and test_casts (the same losses bit for bit on the
+# GPU's generic path, the casts and nodes a step counted); then GPT-2 124M bf16 training steps
+# (bench_cuda --gpt: B 8, T 1024, AdamW) with the defaults and with each switch, in the same run.
+#
+#   bash tools/bench/cuda_fusions.sh [BUILD]     (BUILD: the build folder, default build; built here)
+#
+# Switches: PDDE_FUSE_EPILOGUE=1 (bias and residual adds, and the qkv cast, in the matmul), PDDE_FUSE_GRAD=1
+# (weight-gradient matmuls inside their accumulations), PDDE_FUSE_ADD_LN=1 (the residual gradient added in
+# the layernorm's backward), PDDE_BF16_LOGITS=1 (bf16 logits into the loss), PDDE_CUDA_LT=1 (the fused
+# matmuls on cublasLt). Each step is time-boxed (CAP seconds, default 75). Prints a RESULT line per test
+# and run and ends with `RESULT gpu_fusions ...`: tokens/s of each run and its ratio to the defaults'.
+# A cublasLt shape that falls back says so on stderr ("pdde: cuda: cublasLt ..."), counted in lt_fallbacks.
+set -u
+build=${1:-build}
+cap=${CAP:-75}
+log=$(mktemp -d)
+ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX where pkg-config finds it)
+pkg-config --exists ucx 2>/dev/null && ucx=()
+if ! make -s -j"$(nproc)" BUILD="$build" "${ucx[@]}" "$build/test_backend_ops" "$build/test_casts" "$build/bench_cuda" >"$log/build.out" 2>&1; then
+    tail -20 "$log/build.out"
+    echo "RESULT gpu_fusions status=build_failed"
+    exit 1
+fi
+if "$build/bench_cuda" --probe | grep -q "no CUDA device"; then
+    echo "RESULT gpu_fusions status=no_device"
+    exit 0
+fi
+failed=0
+field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "na" }'; }
+check() { # NAME ENV... -- CMD...: a test; its last line's counts
+    local name=$1 rc
+    shift
+    timeout "$cap" env "$@" >"$log/$name.out" 2>&1
+    rc=$?
+    local counts
+    counts=$(tail -1 "$log/$name.out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/passed=\1 failed=\2/p')
+    echo "RESULT gpu_fusions_test name=$name ${counts:-passed=0 failed=na} exit=$rc"
+    [ $rc = 0 ] && [ -n "$counts" ] || { failed=$((failed + 1)); grep -E "FAIL|error" "$log/$name.out" | head -5; }
+}
+check casts PDDE_CUDA_LT=0 "$build/test_casts"
+grep -E "cuda\): PDDE_FUSE|cuda\): casts per step" "$log/casts.out" | head -5
+for op in matmul_bias matmul_grad cross_entropy_lowp layernorm_res; do
+    check "ops_$op" PDDE_CUDA_LT=0 "$build/test_backend_ops" --backend cuda --op "$op"
+    check "ops_${op}_lt" PDDE_CUDA_LT=1 "$build/test_backend_ops" --backend cuda --op "$op"
+done
+declare -A tok
+lt_fallbacks=0
+run() { # NAME ENV...: one bench_cuda --gpt run in bf16
+    local name=$1
+    shift
+    timeout "$cap" env "$@" "$build/bench_cuda" --gpt --dtype bf16 >"$log/gpt_$name.out" 2>&1
+    local line
+    line=$(grep '^GPT ' "$log/gpt_$name.out" | tail -1)
+    tok[$name]=$(field "$log/gpt_$name.out" tok_s)
+    lt_fallbacks=$((lt_fallbacks + $(grep -c "pdde: cuda: cublasLt" "$log/gpt_$name.out")))
+    echo "RESULT gpu_fusions_run name=$name ${line#GPT }"
+    [ -n "$line" ] || { failed=$((failed + 1)); tail -5 "$log/gpt_$name.out"; }
+}
+run default X=0
+run epilogue PDDE_FUSE_EPILOGUE=1
+run epilogue_lt PDDE_FUSE_EPILOGUE=1 PDDE_CUDA_LT=1
+run grad_lt PDDE_FUSE_GRAD=1 PDDE_CUDA_LT=1
+run add_ln PDDE_FUSE_ADD_LN=1
+run bf16_logits PDDE_BF16_LOGITS=1
+run all_lt PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_CUDA_LT=1
+run default_again X=0 # (the defaults once more: the spread of two runs of one configuration)
+base=${tok[default]:-0}
+out="RESULT gpu_fusions default_tok_s=${tok[default]:-na} default_again_tok_s=${tok[default_again]:-na}"
+for n in epilogue epilogue_lt grad_lt add_ln bf16_logits all_lt; do
+    out+=" ${n}_tok_s=${tok[$n]:-na} ${n}_vs_default=$(ratio "${tok[$n]:-0}" "$base")"
+done
+echo "$out lt_fallbacks=$lt_fallbacks failed=$failed"
+rm -rf "$log"
+[ $failed = 0 ]
