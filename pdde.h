@@ -1034,6 +1034,14 @@ pdde_status pdde_strategy_data_parallel(pdde_graph *g, const pdde_mesh *mesh, co
  * of shares), so that a step equals one process's on all those micro-batches (the mean loss over
  * every sample). Call after pdde_strategy_data_parallel; shares[i] >= 1, n of them. */
 pdde_status pdde_strategy_data_parallel_shares(pdde_graph *g, const pdde_mesh *mesh, const char *axis, const int *shares);
+/* Data parallelism in groups: the batch split over axis (pdde_strategy_data_parallel) inside each
+ * group, the groups along group_axis each training on a batch of its own (each writes its own inputs).
+ * The graph's tensors are a group's: replicated along group_axis in their layout, holding that group's
+ * values, and whatever reduces the batch over axis (a loss, a weight gradient, MoE counts) is pending
+ * over group_axis too, so gradients are averaged over both axes. A tensor split over axis (MoE experts)
+ * is then split inside each group and replicated over the groups: expert parallelism inside data
+ * parallelism. */
+pdde_status pdde_strategy_data_parallel_groups(pdde_graph *g, const pdde_mesh *mesh, const char *group_axis, const char *axis);
 /* ZeRO over the data-parallel axis (after the optimizer is appended): stage 1 splits optimizer state,
  * 2 also the gradient accumulators, 3 also the parameters, each along its first dim that the axis
  * divides (kept as it is when none). */
@@ -1153,9 +1161,10 @@ typedef struct pdde_plan {
     char place[16];
     int place_first, place_last;
     /* Mixture-of-Experts models (pdde_moe_*): the experts split over ep ranks (ep = dp with tp 1: the
-     * dp axis, tokens exchanged all-to-all; ep = tp: the tp axis); 0 or 1 = every rank holds every
-     * expert. The search tries both where they divide the experts, by pdde_moe_cost_estimate on
-     * params->cluster (without one: ep 1 only). Text: ep=2. */
+     * dp axis, tokens exchanged all-to-all; ep dividing dp, tp 1: groups of ep consecutive dp ranks,
+     * the tokens over all dp ranks, pdde_strategy_data_parallel_groups; ep = tp: the tp axis); 0 or 1 =
+     * every rank holds every expert. The search tries each where it divides the experts, by
+     * pdde_moe_cost_estimate on params->cluster (without one: ep 1 only). Text: ep=2. */
     int ep;
 } pdde_plan;
 

@@ -25,6 +25,7 @@ typedef struct {
     gpt_config model;
     int steps, val_every, val_batches, sample_len, threads, ckpt_every, resume, recompute, show_program, comm_bf16, dp, tp, pp, pp_chunks, micro, gpipe, zero;
     int stop_after, reschedule, share_device, ckpt_async;
+    int ep;                /* --ep: the experts over groups of ep of the --dp ranks (1 < ep < dp) */
     int ft;                /* --ft-replicas: a lost replica's samples are dropped (no re-split of the batch) */
     float lr, weight_decay, clip;
     float moe_bias_rate;   /* --moe-bias-rate: DeepSeek's balancing bias step (0 = off) */
@@ -76,7 +77,8 @@ static void usage(FILE *f) {
             "                              capacity factor F drops the tokens past it (default 0: dropless); W weights the\n"
             "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead;\n"
             "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all;\n"
-            "                              with --tp: over the tp ranks, attention tensor parallel)\n"
+            "                              with --tp: over the tp ranks, attention tensor parallel; --ep N instead of --moe-ep:\n"
+            "                              the experts over groups of N of the --dp ranks, the tokens over all of them)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench;\n"
             "                              under pdde-run --elastic it re-plans at every change, data parallel)\n"
@@ -117,6 +119,7 @@ static int parse(int argc, char **argv, options *o) {
         else if (!strcmp(a, "--dp")) iv = &o->dp;
         else if (!strcmp(a, "--tp")) iv = &o->tp;
         else if (!strcmp(a, "--pp")) iv = &o->pp;
+        else if (!strcmp(a, "--ep")) iv = &o->ep;
         else if (!strcmp(a, "--pp-chunks")) iv = &o->pp_chunks;
         else if (!strcmp(a, "--micro")) iv = &o->micro;
         else if (!strcmp(a, "--zero")) iv = &o->zero;
@@ -157,7 +160,8 @@ static int parse(int argc, char **argv, options *o) {
         pdde_plan *p = &o->parsed_plan;
         if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..][,ep=N]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
-        if (p->ep > 1) o->model.moe_ep = 1; /* (ep=N: the experts over tp, else dp) */
+        if (p->ep > 1) o->model.moe_ep = 1; /* (ep=N: the experts over tp, else dp, or groups of N dp ranks) */
+        if (p->ep > 1 && p->ep < p->dp && p->tp == 1) o->ep = p->ep;
         if (p->shares[0] && p->pp > 1 && p->zero >= 2) {
             fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
@@ -180,13 +184,15 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    int ep_ranks = o->tp > 1 ? o->tp : o->dp; /* --moe-ep: over the --tp ranks where there are some */
-    if (m->moe_ep && m->moe_experts % ep_ranks) {
-        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
+    if (o->ep > 1 && (m->moe_experts < 2 || o->tp > 1 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep || o->moe_bias_rate > 0)) {
+        fprintf(stderr, "gpt: --ep %d splits the experts over groups of ep of the --dp %d ranks: it needs --moe-experts (now %d) divisible by it, "
+                "--tp 1, ep < dp dividing dp, no --moe-bias-rate (each group reads its own counts)\n", o->ep, o->dp, m->moe_experts);
         return -1;
     }
-    if (m->moe_experts > 1 && o->pp > 1) {
-        fprintf(stderr, "gpt: --moe-experts runs data and tensor parallel (--dp, --tp, ZeRO): --pp must be 1\n");
+    if (o->ep > 1) m->moe_ep = 1;
+    int ep_ranks = o->ep > 1 ? o->ep : o->tp > 1 ? o->tp : o->dp; /* --moe-ep: over the --tp ranks where there are some */
+    if (m->moe_ep && m->moe_experts % ep_ranks) {
+        fprintf(stderr, "gpt: --moe-ep splits the %d experts over the %s %d ranks: they must divide them\n", m->moe_experts, o->tp > 1 ? "--tp" : "--dp", ep_ranks);
         return -1;
     }
     if (o->zero > 3 || (o->zero > 1 && o->dp < 2)) { fprintf(stderr, "gpt: --zero %d: stages are 0..3 (2 and 3 need --dp)\n", o->zero); return -1; }
@@ -244,9 +250,10 @@ static int choose_plan(pdde_context *ctx, options *o) {
             return 1;
         }
         o->model.moe_ep = ep > 1;
+        if (ep > 1 && ep < o->dp) o->ep = o->parsed_plan.ep = ep; /* (groups of ep of the dp ranks) */
         if (env.rank == 0)
             printf("gpt: the MoE blocks: %s (their exchange, experts and expert gradients predicted %.3g s/step with ep %d, %.3g s with ep 1)\n",
-                   ep > 1 ? "expert parallel" : "data parallel", pred[1], o->dp, pred[0]);
+                   ep > 1 ? "expert parallel" : "data parallel", pred[1], ep > 1 ? ep : o->dp, pred[0]);
     }
     return 0;
 }
@@ -431,14 +438,15 @@ static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m)
     int E = c->moe_experts, k = gpt_moe_topk(c);
     int64_t N = (int64_t)c->batch * c->ctx, cap = pdde_moe_capacity(N, k, E, c->moe_capacity), dropped = 0, routed = 0;
     int32_t counts[4096];
-    float balance;
-    pdde_status st = pdde_session_read(s, m->moe_balance, &balance, sizeof balance);
+    float balance = NAN; /* (pipeline stages: this rank's blocks only; the balance where the loss is) */
+    pdde_status st = pdde_session_tensor(s, m->moe_balance) ? pdde_session_read(s, m->moe_balance, &balance, sizeof balance) : PDDE_OK;
     char first[1024] = "";
     double worst = 0;
     for (int l = 0; l < c->layers && !st; l++) {
         if (!gpt_block_is_moe(c, l)) continue;
         char name[64];
         snprintf(name, sizeof name, "h%d.moe.counts", l);
+        if (!pdde_session_tensor(s, pdde_graph_find(g, name))) continue;
         if ((st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts))) break;
         int most = 0, sum = 0;
         for (int e = 0; e < E; e++) most = counts[e] > most ? counts[e] : most, sum += counts[e];
@@ -449,7 +457,9 @@ static pdde_status print_moe(pdde_session *s, pdde_graph *g, const gpt_model *m)
             for (int e = 0; e < E && e < 64 && n < sizeof first; e++) n += (size_t)snprintf(first + n, sizeof first - n, " %d", counts[e]);
         }
     }
-    if (!st) printf("      moe  balance %.4f  tokens per expert %s  busiest/mean %.2f  dropped %lld of %lld\n", balance, first, worst, (long long)dropped,
+    if (!st && isnan(balance)) printf("      moe  (balance: on the last stage)");
+    else if (!st) printf("      moe  balance %.4f", balance);
+    if (!st) printf("  tokens per expert %s  busiest/mean %.2f  dropped %lld of %lld\n", first, worst, (long long)dropped,
                     (long long)routed);
     return st;
 }
@@ -546,7 +556,7 @@ elastic_rebuild:
     op.lr = o.lr, op.weight_decay = o.weight_decay, op.clip_norm = o.clip;
     op.schedule = PDDE_LR_COSINE, op.warmup_steps = o.steps / 20, op.total_steps = o.steps, op.min_lr_ratio = 0.1f;
     /* recompute: only the residual stream between blocks is kept for backward */
-    gpt_plan plan = {.dp = o.dp, .tp = o.tp, .pp = o.pp, .micro = o.micro, .zero = o.zero, .recompute = o.recompute, .pp_chunks = o.pp_chunks};
+    gpt_plan plan = {.dp = o.dp, .tp = o.tp, .pp = o.pp, .micro = o.micro, .zero = o.zero, .recompute = o.recompute, .pp_chunks = o.pp_chunks, .ep = o.ep};
     if (o.plan) plan = gpt_plan_of(&o.parsed_plan);
     const char *dev = o.device ? o.device : getenv("PDDE_DEVICE"); /* (auto may pick a CUDA device) */
     if (!dev || !strcmp(dev, "auto")) dev = pdde_device_find(ctx, "cuda", 0) >= 0 ? "cuda" : NULL;

@@ -251,6 +251,10 @@ typedef struct {
     /* uneven data parallelism: dp index i runs shares[i] x micro micro-batches of the batch's
      * batch / (micro x the sum of shares) rows (pdde_strategy_data_parallel_shares); NULL = equal */
     const int *shares;
+    /* MoE expert parallelism inside data parallelism: with 1 < ep < dp (dividing it, tp 1) the experts
+     * split over groups of ep consecutive dp ranks (mesh [dp / ep "dp", ep "ep"],
+     * pdde_strategy_data_parallel_groups), each group writing its own rows; else the model's moe_ep */
+    int ep;
     /* the planner's plan this one runs (NULL: none, the fields above by hand): its layers recomputed
      * (recompute 1, or each stage's first recompute_layers, pdde_plan_layer_recomputed) instead of the
      * blocks when recompute is set, and its ranks' processes (stage_blocks, pdde_plan_process_of_rank) */
@@ -265,8 +269,12 @@ static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
     gpt_plan g = {.dp = p->dp, .tp = p->tp, .pp = p->pp, .micro = p->micro, .zero = p->zero, .recompute = rc, .pp_chunks = p->chunks, .plan = p};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
     if (p->dp > 1 && p->shares[0] > 0) g.shares = p->shares;
+    if (p->ep > 1 && p->ep < p->dp && p->tp == 1) g.ep = p->ep;
     return g;
 }
+
+/* The data-parallel groups of plan p (dp / ep with ep groups, else 1). */
+static inline int gpt_plan_groups(const gpt_plan *p) { return p->ep > 1 && p->ep < p->dp && p->dp % p->ep == 0 && p->tp == 1 ? p->dp / p->ep : 1; }
 
 /* The micro-batch units of a step's batch per micro-batch count: dp (equal shares) or the sum of the
  * shares (0 when one is < 1). */
@@ -291,10 +299,12 @@ static inline pdde_status gpt_write_batch(pdde_session *s, const gpt_model *m, c
     size_t T = (size_t)m->cfg.ctx, graph_rows = (size_t)m->cfg.batch;
     pdde_status st = PDDE_OK;
     if (!p->shares || p->dp < 2) {
-        size_t block = graph_rows * T;
+        /* ep groups: the graph holds a group's rows; group j writes block i x groups + j */
+        size_t block = graph_rows * T, groups = gpt_plan_groups(p), first = groups > 1 ? (size_t)dp_index / (size_t)p->ep : 0;
         for (int i = 0; i < pdde_session_micro_batches(s) && st == PDDE_OK; i++) {
-            st = pdde_session_write_micro(s, m->ids, i, x + i * block, block * sizeof *x);
-            if (st == PDDE_OK && y) st = pdde_session_write_micro(s, m->targets, i, y + i * block, block * sizeof *y);
+            size_t at = ((size_t)i * groups + first) * block;
+            st = pdde_session_write_micro(s, m->ids, i, x + at, block * sizeof *x);
+            if (st == PDDE_OK && y) st = pdde_session_write_micro(s, m->targets, i, y + at, block * sizeof *y);
         }
         return st;
     }
@@ -328,13 +338,19 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
                           "%d micro-batches x %d shares (each >= 1) dividing the batch %d", p->dp, p->tp, p->pp, p->zero, micro, units, c->batch);
     bool parallel = p->dp * p->tp * p->pp > 1;
     gpt_config local = *c;
-    local.batch = c->batch / (micro * units) * p->dp; /* one micro-batch of every dp index */
+    int groups = gpt_plan_groups(p);
+    if (p->ep > 1 && p->ep < p->dp && (groups == 1 || p->shares || c->moe_experts % p->ep))
+        return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: experts over groups of ep %d of the dp %d ranks: ep must divide dp and "
+                          "the %d experts, with tp 1 and equal shares", p->ep, p->dp, c->moe_experts);
+    local.batch = c->batch / (micro * units) * p->dp / groups; /* one micro-batch of every dp index (of a group) */
+    if (groups > 1) local.moe_ep = 1;
     pdde_status st = gpt_build(g, &local, m);
     const pdde_mesh *mesh = NULL;
     if (!st && parallel) {
-        int shape[3], n = 0;
-        const char *names[3];
-        if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
+        int shape[4], n = 0;
+        const char *names[4];
+        if (groups > 1) shape[n] = groups, names[n++] = "dp", shape[n] = p->ep, names[n++] = "ep";
+        else if (p->dp > 1) shape[n] = p->dp, names[n++] = "dp";
         if (p->tp > 1) shape[n] = p->tp, names[n++] = "tp";
         if (p->pp > 1) shape[n] = p->pp, names[n++] = "pp";
         int *proc = (int *)malloc((size_t)p->dp * p->tp * p->pp * sizeof *proc); /* mesh rank -> process */
@@ -343,11 +359,13 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         mesh = pdde_mesh_create(g, n, shape, names, proc);
         free(proc);
         if (!mesh) return pdde_graph_status(g);
-        if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
-        if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
+        if (groups > 1) st = pdde_strategy_data_parallel_groups(g, mesh, "dp", "ep");
+        else if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
+        if (!st && groups > 1) st = gpt_shard_experts(g, c, mesh, "ep");
+        else if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
         /* expert parallelism over the tensor-parallel axis when there is one (the tokens are whole
          * there: each rank takes its experts' rows, gathered back), else over dp */
-        if (!st && c->moe_ep && c->moe_experts > 1 && (p->tp > 1 || p->dp > 1)) st = gpt_shard_experts(g, c, mesh, p->tp > 1 ? "tp" : "dp");
+        if (!st && groups == 1 && c->moe_ep && c->moe_experts > 1 && (p->tp > 1 || p->dp > 1)) st = gpt_shard_experts(g, c, mesh, p->tp > 1 ? "tp" : "dp");
         if (!st && p->tp > 1) st = gpt_shard_tensor_parallel(g, mesh, "tp");
         if (!st && p->pp > 1 && p->stage_first && p->pp_chunks <= 1) {
             if (p->stage_first[0] != 0 || p->stage_first[p->pp] != c->layers + 2) {

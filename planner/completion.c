@@ -117,8 +117,10 @@ pdde_status pdde_complete_dist_attrs(pdde_graph *g) {
     if (!pg->mesh) return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "complete: the graph has no mesh (make one with pdde_mesh_create)");
     pdde_dist_attr *req = calloc((size_t)(g->n ? g->n : 1) * PDDE_MAX_SRC, sizeof *req);
     int *owner = completion_owners(g);
-    if (!req || !owner) {
-        free(req), free(owner);
+    /* data-parallel groups: whether a node holds its group's own values (spmd_ctx.group_local) */
+    bool *local = calloc((size_t)(g->n ? g->n : 1), sizeof *local);
+    if (!req || !owner || !local) {
+        free(req), free(owner), free(local);
         return pdde_error(g->ctx, PDDE_ERR_OOM, "complete: out of memory");
     }
     free(pg->required);
@@ -131,6 +133,7 @@ pdde_status pdde_complete_dist_attrs(pdde_graph *g) {
         pdde_tensor *t = g->nodes[i];
         if (t->op == PDDE_OP_NONE) {
             t->dist = completion_leaf(g, t, owner, loss);
+            local[i] = (t->flags & PDDE_TENSOR_INPUT) || (owner[i] >= 0 && (t->flags & PDDE_TENSOR_GRAD)); /* data, accumulated gradients */
             continue;
         }
         spmd_ctx c;
@@ -140,13 +143,15 @@ pdde_status pdde_complete_dist_attrs(pdde_graph *g) {
          * inputs from another mesh arrive by send/recv */
         c.mesh = planner_layer_mesh(pg, t->layer);
         if (!c.mesh) c.mesh = t->nsrc && t->src[0]->dist.mesh ? t->src[0]->dist.mesh : pg->mesh;
-        for (int k = 0; k < t->nsrc; k++) c.in[k] = attr_on_mesh(&t->src[k]->dist, c.mesh);
+        for (int k = 0; k < t->nsrc; k++) c.in[k] = attr_on_mesh(&t->src[k]->dist, c.mesh), c.group_local |= (unsigned)local[t->src[k]->id] << k;
+        c.out_group_local = c.group_local != 0;
         spmd_apply(&c, g);
         t->dist = c.out;
+        local[i] = c.out_group_local;
         memcpy(&req[(size_t)i * PDDE_MAX_SRC], c.req, (size_t)t->nsrc * sizeof *c.req);
     }
     pg->n_completed = g->n;
-    free(owner);
+    free(owner), free(local);
     if (pg->oom) return pdde_error(g->ctx, PDDE_ERR_OOM, "complete: out of memory recording conflicts");
     return PDDE_OK;
 }

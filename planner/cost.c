@@ -963,7 +963,29 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         op->m = fwd ? per : x->shape[1], op->n = fwd ? x->shape[1] : x->shape[2], op->k = fwd ? a->shape[1] : per;
         op->flops = 2.0 * (double)R * (fwd ? (double)x->shape[1] * (double)a->shape[1] : (double)x->shape[1] * (double)x->shape[2]);
         op->dtype = PDDE_F32;
+    } else if ((x->op == PDDE_OP_MOE_GROUPED_MATMUL || x->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W) && x->nsrc >= 2 && x->src[0]->ndim == 3) {
+        /* the buffer by expert [El, S, K] (expert parallelism; S rows an expert, the tokens of the
+         * exchange's ranks when dropless): only the routed rows are multiplied, S k / E an expert
+         * under even routing (k: the dispatch's ids' columns), at most S */
+        const pdde_tensor *a = x->src[0], *d = a;
+        for (int i = 0; i < 16 && d->nsrc > 0 && d->op != PDDE_OP_MOE_DISPATCH; i++) d = d->src[0];
+        int64_t E = pdde_op_i32(x, PDDE_P_MOE_EXPERTS) > 0 ? pdde_op_i32(x, PDDE_P_MOE_EXPERTS) : a->shape[0], El = a->shape[0], S = a->shape[1];
+        int64_t k = d->op == PDDE_OP_MOE_DISPATCH && d->nsrc > 1 && d->src[1]->ndim == 2 ? d->src[1]->shape[1] : 1;
+        int64_t per = S * k / E < S ? S * k / E : S;
+        if (per < 1) per = 1;
+        bool fwd = x->op == PDDE_OP_MOE_GROUPED_MATMUL;
+        int64_t M = fwd ? x->shape[2] : x->src[1]->shape[2], K = a->shape[2];
+        op->m = fwd ? per : K, op->n = M, op->k = fwd ? K : per;
+        op->flops = 2.0 * (double)El * (double)per * (double)K * (double)M;
+        op->dtype = PDDE_F32;
     }
+}
+
+/* A grouped GEMM over the buffer by expert also reads all its padded rows to find the routed ones,
+ * and (forward) zeroes its padded output before scattering the results back: those bytes, else 0. */
+PDDE_PRIVATE double cost_moe_padded_bytes(const pdde_tensor *x) {
+    if ((x->op != PDDE_OP_MOE_GROUPED_MATMUL && x->op != PDDE_OP_MOE_GROUPED_MATMUL_BACK_W) || x->nsrc < 2 || x->src[0]->ndim != 3) return 0;
+    return (double)pdde_tensor_nbytes(x->src[0]) + (x->op == PDDE_OP_MOE_GROUPED_MATMUL ? (double)pdde_tensor_nbytes(x) : 0);
 }
 
 /* Bytes a node reads and writes: its inputs and its output, except that a lookup touches only the rows

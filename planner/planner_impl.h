@@ -135,6 +135,10 @@ struct planner_graph {
      * share_axis runs shares[i] x grad_accum_steps micro-batches; NULL = equal shares */
     const pdde_mesh *share_mesh;
     int share_axis, *shares, share_total;
+    /* data-parallel groups (pdde_strategy_data_parallel_groups): mesh axis group_axis splits the
+     * batch outside batch_axis without a layout of its own; "" = none. By name: a pipeline stage's
+     * slice of the mesh numbers its axes differently */
+    char group_axis[16], batch_axis[16];
     uint8_t *annotated;            /* by tensor id: 1 when pdde_shard set its attr */
     int n_annotated;
     /* results of the last pdde_complete_dist_attrs */
@@ -191,6 +195,10 @@ typedef struct {
     unsigned linear;                      /* bit k: the op is linear in input k (it may be partial) */
     bool additive;                        /* the linear inputs are added: they share one partial */
     unsigned avg_reduce;                  /* a split letter the output lacks is averaged, not summed */
+    /* data-parallel groups: bit k set when input k holds its group's own values (from the data, not
+     * yet reduced over the groups); answer: whether the output does */
+    unsigned group_local;
+    bool out_group_local;
 } spmd_ctx;
 PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
 
@@ -211,6 +219,7 @@ PDDE_PRIVATE pdde_status plan_simulate(pdde_graph *g, const pdde_plan_devices *d
  * work of a matmul or fused attention node (shape, FLOPs, dtype) */
 PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
 PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op);
+PDDE_PRIVATE double cost_moe_padded_bytes(const pdde_tensor *x);
 
 /* ------------------------------------------------------------------------------------------------
  * The local program (planner/lower.c): what one rank runs of a plan, computed from the completed

@@ -898,10 +898,13 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                         memset(&cand, 0, sizeof cand);
                                         double t = plan_evaluate(&e, &cand, best, arg, false);
                                         if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
-                                        /* the MoE layers' experts split over the dp axis (tp 1) or the tp axis:
-                                         * the step and the memory change as the MoE cost model says */
-                                        int ep = tp > 1 ? tp : dpd;
-                                        if (has_moe && pipe == 1 && !e.place && !e.no_link && ep > 1 && moe.experts % ep == 0 && cand.step_s < DBL_MAX) {
+                                        /* the MoE layers' experts split over the tp axis, or (tp 1) over the dp
+                                         * axis or groups of ep of its ranks (the tokens over all dp ranks): the
+                                         * step and the memory change as the MoE cost model says */
+                                        int ep_all = tp > 1 ? tp : dpd;
+                                        bool moe_ok = has_moe && pipe == 1 && !e.place && !e.no_link && cand.step_s < DBL_MAX;
+                                        for (int ep = tp > 1 ? tp : 2; moe_ok && ep <= ep_all; ep++) {
+                                            if (moe.experts % ep || dpd % (tp > 1 ? 1 : ep) || (ep < ep_all && e.shares)) continue;
                                             double dt = 0, dm = 0;
                                             pdde_moe_cost_params q = moe;
                                             q.zero = zero;
@@ -911,7 +914,7 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                             if (with.step_s > 0 && with.peak_bytes <= d->memory[with.peak_device >= 0 ? with.peak_device : dev[0]])
                                                 with.why[0] = 0, plan_keep(plans, &nf, keep_fit, &with, with.step_s);
                                         }
-                                        else if (!e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, e.place ? plan_placed_unconstrained(&e) : plan_unconstrained(&e));
+                                        if (!(moe_ok && ep_all > 1 && moe.experts % ep_all == 0) && !e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, e.place ? plan_placed_unconstrained(&e) : plan_unconstrained(&e));
                                     }
                         }
                     }

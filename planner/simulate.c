@@ -64,7 +64,42 @@ static int sim_compute_op(sim_rank *s, const pdde_tensor *t, int micro) {
     if (pl->local_devices && t->device >= 0 && t->device < pl->n_local_devices && pl->local_devices[t->device] >= 0)
         op.placed = 1, op.placed_device = pl->local_devices[t->device];
     sim_name(&op, t, micro);
-    return pdde_cost_program_add(s->cp, s->rank, &op);
+    int k = pdde_cost_program_add(s->cp, s->rank, &op);
+    double padded = cost_moe_padded_bytes(t);
+    if (k >= 0 && padded > 0) { /* (the by-expert buffer's scan and zeroing: memory work beside the GEMM) */
+        pdde_cost_op pad = op;
+        pad.op_class = PDDE_OPCLASS_ELEMENTWISE, pad.m = pad.n = pad.k = 0, pad.flops = 0, pad.bytes = padded;
+        k = pdde_cost_program_add(s->cp, s->rank, &pad);
+    }
+    return k;
+}
+
+/* The MoE token exchange (an ALLTOALL with the layer's expert ids, run_alltoall_moe in the executor):
+ * the per-expert counts (an alltoall of E integers), the routed rows only (this rank's tokens x k,
+ * the ids' count, under even routing both ways), and the host work around them: packing and
+ * unpacking those rows and zeroing the padded output. */
+static int sim_moe_exchange(sim_rank *s, const pdde_tensor *t, int micro) {
+    const pdde_program_node *in = &s->P->info[t->id];
+    const pdde_tensor *x = t->src[0], *ids = t->src[1], *tok = in->dim == 1 ? x : t;
+    int64_t E = tok->shape[0], S = tok->shape[1], rows = pdde_tensor_numel(ids), row = pdde_tensor_numel(tok) / (E * S > 0 ? E * S : 1);
+    int group = sim_group(s, in->axis), k = group;
+    for (int i = 0; i < 2 && k >= 0; i++) {
+        pdde_cost_op op;
+        memset(&op, 0, sizeof op);
+        op.kind = PDDE_COST_COLLECTIVE, op.phase = t->phase, op.micro = micro, op.last_use = -1, op.group = group;
+        op.coll = PDDE_COLL_ALLTOALL, op.algo = PDDE_ALGO_AUTO;
+        op.dtype = i ? t->dtype : PDDE_I32, op.count = i ? rows * row : E;
+        sim_name(&op, t, micro);
+        k = pdde_cost_program_add(s->cp, s->rank, &op);
+    }
+    if (k < 0) return k;
+    pdde_cost_op host;
+    memset(&host, 0, sizeof host);
+    host.kind = PDDE_COST_COMPUTE, host.phase = t->phase, host.micro = micro, host.dtype = t->dtype, host.last_use = -1;
+    host.op_class = PDDE_OPCLASS_ELEMENTWISE;
+    host.bytes = 4.0 * (double)rows * (double)row * (double)pdde_dtype_size(t->dtype) + (double)pdde_tensor_nbytes(t);
+    sim_name(&host, t, micro);
+    return pdde_cost_program_add(s->cp, s->rank, &host);
 }
 
 static int sim_p2p_op(sim_rank *s, const pdde_tensor *t, int micro) {
@@ -124,6 +159,8 @@ static int sim_pass(sim_rank *s, int phase, int micro, int chunk, bool early) {
             k = sim_bucket_member(s, t, micro);
         } else if (collective && in->early) { /* started in the step's last backward pass only; else its wait runs it */
             if (early) k = s->started[t->id] = sim_collective_op(s, t, micro, 1);
+        } else if (collective && t->op == PDDE_OP_ALLTOALL && t->nsrc > 1) {
+            k = sim_moe_exchange(s, t, micro);
         } else if (collective) {
             k = sim_collective_op(s, t, micro, 0);
             if (in->bucket_members && k >= 0) s->started[t->id] = -2; /* (its members copy out) */

@@ -170,6 +170,30 @@ static void spmd_einsum(spmd_ctx *c, const int *order) {
     spmd_finish(c, order);
 }
 
+/* Data-parallel groups (pdde_strategy_data_parallel_groups): the group axis splits the batch outside
+ * the batch axis, without a layout. Whatever a rule made pending or marked over the batch axis (it
+ * reduced the batch there: a loss, a weight gradient, the mean marker of a local mean's gradient) is
+ * so over the group axis too; nothing else crosses the groups. Its mask on c's mesh (0: no groups). */
+static unsigned spmd_group_axes(const spmd_ctx *c) {
+    if (!c->pg || !c->pg->group_axis[0] || !c->mesh) return 0;
+    int gax = pdde_mesh_axis(c->mesh, c->pg->group_axis);
+    return gax < 0 ? 0 : 1u << gax;
+}
+
+static void spmd_groups(spmd_ctx *c) {
+    unsigned gbit = spmd_group_axes(c);
+    int bax = gbit ? pdde_mesh_axis(c->mesh, c->pg->batch_axis) : -1;
+    if (bax < 0) return;
+    /* an input reduced over the groups here holds the same values in every group (a reduced gradient:
+     * its norm's partial over the batch axis sums experts, not the batch) */
+    c->out_group_local = false;
+    for (int k = 0; k < c->nsrc; k++)
+        if ((c->group_local >> k & 1) && !((c->in[k].partial & gbit) && !(c->req[k].partial & gbit))) c->out_group_local = true;
+    if (!c->out_group_local) return;
+    if (c->out.partial >> bax & 1) c->out.partial |= (uint8_t)gbit;
+    if (c->out.partial_avg >> bax & 1) c->out.partial_avg |= (uint8_t)gbit;
+}
+
 /* ---- the rules ---- */
 
 /* add, sub: numpy broadcasting of src1 onto src0; the inputs are added (one shared partial) */
@@ -583,6 +607,7 @@ static void spmd_rule_moe_counts(spmd_ctx *c) {
     strcpy(c->dims[0], "nj"), strcpy(c->out_dims, "e");
     spmd_pin(c, 'e'), spmd_pin(c, 'n');
     spmd_einsum(c, NULL);
+    if (c->group_local & 1) c->out.partial |= (uint8_t)spmd_group_axes(c); /* a group's counts: a part of the sum over the groups */
 }
 
 /* moe_dispatch (x [N,C], ids [, w]) -> [R,C]; moe_combine (ye [R,C], ids [, w]) -> [N,C];
@@ -704,6 +729,7 @@ PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g) {
     else if ((unsigned)c->node->op < PDDE_OP_COUNT && spmd_rules[c->node->op]) spmd_rules[c->node->op](c);
     else spmd_rule_replicated(c);
     c->out.ndim = (int8_t)c->node->ndim;
+    spmd_groups(c);
     /* an axis splits at most one dim, and a tensor is never both split and partial over one axis */
     unsigned seen = 0;
     for (int d = 0; d < c->out.ndim; d++) {

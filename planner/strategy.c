@@ -51,6 +51,22 @@ pdde_status pdde_strategy_data_parallel(pdde_graph *g, const pdde_mesh *mesh, co
     return PDDE_OK;
 }
 
+pdde_status pdde_strategy_data_parallel_groups(pdde_graph *g, const pdde_mesh *mesh, const char *group_axis, const char *axis) {
+    if (!g) return PDDE_ERR_INVALID_ARG;
+    if (g->status) return g->status;
+    int gax = strategy_axis(g, mesh, group_axis, "data parallel groups"), ax = gax < 0 ? -1 : strategy_axis(g, mesh, axis, "data parallel groups");
+    if (gax < 0 || ax < 0) return PDDE_ERR_DIST_ATTR;
+    struct planner_graph *pg = planner_of(g);
+    if (gax == ax || strlen(group_axis) >= sizeof pg->group_axis || strlen(axis) >= sizeof pg->batch_axis)
+        return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "data parallel groups: axes %s and %s: want two different axes (names under %d characters)",
+                          group_axis, axis, (int)sizeof pg->group_axis);
+    if (pg->shares) return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "data parallel groups: not with uneven shares");
+    pdde_status st = pdde_strategy_data_parallel(g, mesh, axis);
+    if (st) return st;
+    strcpy(pg->group_axis, group_axis), strcpy(pg->batch_axis, axis);
+    return PDDE_OK;
+}
+
 pdde_status pdde_strategy_data_parallel_shares(pdde_graph *g, const pdde_mesh *mesh, const char *axis, const int *shares) {
     if (!g || !shares) return PDDE_ERR_INVALID_ARG;
     if (g->status) return g->status;

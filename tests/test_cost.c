@@ -789,6 +789,41 @@ static void test_plan_devices_calibrated(void) {
  * tries the experts split over ep ranks (pdde_plan.ep, by pdde_moe_cost_estimate): the best plan
  * splits them, its time is the same plan's at ep 1 (pdde_plan_evaluate) plus the MoE model's
  * difference, and the text form carries ep; without a cluster no plan has ep. */
+/* The simulation of an expert-parallel program (2 ranks, the experts over dp: buffers by expert):
+ * every grouped GEMM is timed with its routed rows' FLOPs (2 x El x S k / E x K x M forward), and
+ * each exchange is the counts (E integers) and the routed rows (the ids' count, 32 tokens x 2, x the
+ * width, 32 or the expert's 128). */
+static void test_moe_ep_simulated(void) {
+    pdde_cluster *c = make_cluster(1, 2);
+    gpt_config cfg = {.vocab = 256, .ctx = 16, .layers = 1, .heads = 2, .width = 32, .batch = 4, .moe_experts = 4, .moe_topk = 2, .moe_ep = 1};
+    gpt_plan gp = {.dp = 2, .tp = 1, .pp = 1, .micro = 1};
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    gpt_model m;
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    pdde_cost_plan cpl = {2, NULL, NULL, 0};
+    pdde_cost_program *cp = NULL;
+    CHECK(gpt_build_plan(g, &cfg, &gp, &op, &m) == PDDE_OK && pdde_cost_program_from_plan(c, g, &sp, &cpl, &cp) == PDDE_OK, "moe ep program: %s",
+          pdde_last_error(ctx));
+    int gemms = 0, timed = 0, counts = 0, rows = 0;
+    double want = 2.0 * 2 * (64 * 2 / 4) * 32 * (4 * 32); /* the first GEMM: El 2 experts x S 64 tokens x k 2 / E 4 rows, 32 -> 4 x 32 */
+    bool first_ok = false;
+    for (int i = 0; cp && i < pdde_cost_program_op_count(cp, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(cp, 0, i);
+        if (o->kind == PDDE_COST_COMPUTE && o->op_class == PDDE_OPCLASS_GEMM && strstr(o->name, "moe_grouped")) {
+            gemms++, timed += o->flops > 0;
+            if (gemms == 1) first_ok = test_close(o->flops, want, 1e-12, 0);
+        }
+        if (o->kind == PDDE_COST_COLLECTIVE && o->coll == PDDE_COLL_ALLTOALL) counts += o->dtype == PDDE_I32 && o->count == 4, rows += o->dtype == PDDE_F32 && (o->count == 32 * 2 * 32 || o->count == 32 * 2 * 128); /* (rows of C or F wide) */
+    }
+    CHECK(gemms >= 4 && timed == gemms && first_ok, "moe ep simulated: %d grouped GEMMs, %d with FLOPs (the first's right: %d)", gemms, timed, first_ok);
+    CHECK(counts >= 4 && counts == rows, "moe ep simulated: %d count exchanges, %d of the routed rows (want >= 4, as many)", counts, rows);
+    pdde_cost_program_free(cp);
+    pdde_graph_free(g);
+    pdde_cluster_free(c);
+}
+
 static void test_moe_plan_search(void) {
     pdde_cluster *c = make_cluster(1, 4);
     pdde_plan_devices d;
@@ -812,6 +847,8 @@ static void test_moe_plan_search(void) {
         }
         CHECK(st == PDDE_OK && nf > 0 && plans[0].ep > 1, "with a cluster: %s; %d plans, the best's ep %d", st ? pdde_last_error(ctx) : "ok", nf,
               nf ? plans[0].ep : -1);
+        int groups = 0; /* the experts over groups of ep of the dp ranks (tokens over all of them) */
+        for (int i = 0; i < nf; i++) groups += plans[i].tp == 1 && plans[i].ep > 1 && plans[i].ep < plans[i].dp;
         if (st || nf == 0 || plans[0].ep < 2) break;
         pdde_plan best = plans[0], plain = best;
         char text[256];
@@ -833,6 +870,27 @@ static void test_moe_plan_search(void) {
         CHECK(test_close(best.step_s, plain.step_s + ep.step_s - one.step_s, 1e-9, 1e-12), "%s: %g s, ep 1's %g s + the MoE difference %g s", text,
               best.step_s, plain.step_s, ep.step_s - one.step_s);
         printf("moe plan search: %s, %.4g s a step (ep 1: %.4g s%s%s)\n", text, best.step_s, plain.step_s, plain.why[0] ? ", " : "", plain.why);
+    }
+    /* data parallel only (no tp): the experts over all 4 dp ranks or over groups of 2 (the tokens over
+     * all 4 either way): both tried, each its ep 1 plan plus the MoE model's difference */
+    pdde_plan_params pq = PDDE_PLAN_PARAMS_INIT;
+    pq.batch = cfg.batch, pq.tp_divisor = cfg.heads, pq.no_pp = 1, pq.no_tp = 1, pq.cluster = c;
+    int seen[5] = {0};
+    CHECK(pdde_plan_search(g, &d, &pq, plans, 16, &nf, &nr) == PDDE_OK, "dp only: %s", pdde_last_error(ctx));
+    for (int i = 0; i < nf; i++)
+        if (plans[i].dp == 4 && plans[i].ep >= 0 && plans[i].ep <= 4) seen[plans[i].ep]++;
+    pdde_plan bad;
+    CHECK(pdde_plan_parse("dp=4,ep=3", &bad) != PDDE_OK && pdde_plan_parse("dp=2,tp=2,ep=4", &bad) != PDDE_OK && pdde_plan_parse("dp=4,ep=2", &bad) == PDDE_OK,
+          "plan text: ep must divide dp (tp 1) or be tp");
+    CHECK(seen[2] > 0 && seen[4] > 0, "dp only: %d plans with the experts over groups of 2 of the 4 dp ranks, %d over all 4", seen[2], seen[4]);
+    for (int i = 0; i < nf; i++) {
+        if (plans[i].ep != 2) continue;
+        char text[256];
+        pdde_plan_str(&plans[i], text, sizeof text);
+        pdde_plan parsed;
+        CHECK(pdde_plan_parse(text, &parsed) == PDDE_OK && parsed.ep == 2 && parsed.dp == 4, "plan text %s", text);
+        printf("moe plan search, dp only: %s, %.4g s a step\n", text, plans[i].step_s);
+        break;
     }
     pdde_graph_free(g);
     pdde_plan_devices_free(&d);
@@ -988,6 +1046,7 @@ int main(void) {
     test_plan_devices_calibrated();
     test_moe_cost();
     test_moe_plan_search();
+    test_moe_ep_simulated();
     pdde_context_free(ctx);
     return test_finish();
 }

@@ -661,6 +661,8 @@ int main(int argc, char **argv) {
         add("M dp2", 2, "dp=2", 0, 0, 0);
         add("M dp2 ep2", 2, "dp=2,ep=2", 0, 0, 0);
         add("M dp2 tp2 ep2", 2, "dp=2,tp=2,ep=2", 0, 0, 0);
+        add("M dp4", 2, "dp=4", 0, 0, 0);
+        add("M dp4 ep2", 2, "dp=4,ep=2", 0, 0, 0); /* tokens over 4, the experts over each pair */
         if (have_opencl) add("S 1 rank on PoCL", 0, "", PLACE_OPENCL, 0, 0);
         if (add_pick(ctx, &configs[5], 2, 1) || add_pick(ctx, &configs[11], 2, 1)) return 1;
     }
