@@ -763,6 +763,16 @@ static pdde_status pcu_copy(void *dev, void *stream, void *src, size_t src_offse
     return PDDE_OK;
 }
 
+/* (the native slot) */
+static pdde_status pcu_native(void *dev, void *stream, void **native_stream, int *runtime_index) {
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    if (st) return st;
+    if (native_stream) *native_stream = pcu_st(d, stream)->s;
+    if (runtime_index) *runtime_index = d->index;
+    return PDDE_OK;
+}
+
 static pdde_status pcu_read(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n) {
     pcu_dev *d = dev;
     if (!n) return PDDE_OK;
@@ -988,6 +998,7 @@ const pdde_backend_iface pdde_backend_cuda = {
     .write = pcu_write,
     .read = pcu_read,
     .copy = pcu_copy,
+    .native = pcu_native,
     .stream_create = pcu_stream_create,
     .stream_free = pcu_stream_free,
     .stream_sync = pcu_stream_sync,
