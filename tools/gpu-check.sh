@@ -11,7 +11,7 @@
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
 #   process; the fusions and cublasLt that are off by default, and the MoE kernels on CUDA, each against the
-#   defaults; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
+#   defaults; NCCL on device buffers; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
 #   the whole conformance suite on cuda, and on opencl where NVIDIA's OpenCL is there; memcheck.
 # GPU_CHECK_SKIP="step ..." leaves steps out by name.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
@@ -103,7 +103,7 @@ ucx=(NO_UCX=1)
 if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
-    build/test_casts build/test_moe_device \
+    build/test_casts build/test_moe_device build/test_nccl \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
@@ -174,6 +174,8 @@ grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do res
 grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
 test_step test_backend_ops_cuda_moe 60 env PDDE_CUDA_MOE=1 build/test_backend_ops --backend cuda --op moe_layer
 test_step test_moe_device_cuda 90 env PDDE_CUDA_MOE=1 build/test_moe_device
+# NCCL (loaded at run time; found beside PyTorch) on device buffers: one rank on one GPU, two on two
+test_step test_nccl 60 env NCCL_DEBUG=WARN build/test_nccl
 
 # ---- ranks on the GPU: `gpt --device auto` takes it; dp=2 and tp=2 with both ranks on it (shared) equal one
 # process on it (f32, so that only the reductions' order differs)
