@@ -92,6 +92,26 @@ const char *pdde_feature_name(uint32_t feature) {
 #ifdef PDDE_HAVE_PS
 #include "comm/ps.c"
 #endif
+/* (in every build that has the file: without comm/'s transport or CUDA its init says why it is
+ * unavailable; a copy without the comm/ folder gets one that says only that) */
+#if __has_include("comm/nccl.c")
+#include "comm/nccl.c"
+#else
+static pdde_status nccl_missing(const pdde_device_collectives_params *p, void **impl) {
+    if (impl) *impl = NULL;
+    return pdde_error(p ? p->ctx : NULL, PDDE_ERR_UNAVAILABLE, "nccl: this copy of pdde has no comm/ folder");
+}
+static pdde_status nccl_missing_allreduce(void *impl, void *stream, void *handle, size_t offset, size_t count, pdde_dtype t,
+                                          pdde_reduce_op op) {
+    (void)impl, (void)stream, (void)handle, (void)offset, (void)count, (void)t, (void)op;
+    return PDDE_ERR_UNAVAILABLE;
+}
+static void nccl_missing_free(void *impl) { (void)impl; }
+static const pdde_device_collectives_iface nccl_missing_iface = {.api_version = PDDE_DEVICE_COLLECTIVES_API_VERSION,
+    .struct_size = sizeof(pdde_device_collectives_iface), .name = "nccl", .backend = "cuda", .init = nccl_missing,
+    .allreduce = nccl_missing_allreduce, .free = nccl_missing_free};
+const pdde_device_collectives_iface *pdde_nccl_collectives(void) { return &nccl_missing_iface; }
+#endif
 
 /* ================================================================================================
  * Planner (planner/): meshes, distributed attributes, completion, lowering */

@@ -60,7 +60,15 @@ struct pdde_backend_iface {
     /* optional: n bytes from one buffer of this device to another (or the same), ordered on stream
      * (the device gradient buckets of pdde_device_collectives_iface need it) */
     pdde_status (*copy)(void *dev, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset, size_t n);
+    /* optional: for libraries that enqueue on the device themselves (NCCL): makes dev current on the
+     * calling thread and gives the runtime's own stream for stream (CUDA: a CUstream; NULL: the
+     * device's default stream) and the device's index in its runtime (CUDA: the ordinal). A buffer
+     * handle plus an offset is then the device address (CUDA: a CUdeviceptr). */
+    pdde_status (*native)(void *dev, void *stream, void **native_stream, int *runtime_index);
 };
+/* A context's device (a global index, as pdde_device_find gives): its backend and opened handle, for
+ * extensions that work on a device outside a session (device collectives, their tests). */
+pdde_status pdde_device_backend(pdde_context *ctx, int device, const pdde_backend_iface **iface, void **dev);
 
 /* Backend plugins: a shared library (backends/README.md is the guide) that exports
  *     const pdde_backend_iface *pdde_backend_plugin(const pdde_backend_host *host);
@@ -116,7 +124,18 @@ struct pdde_device_collectives_iface {
     pdde_status (*allreduce)(void *impl, void *stream, void *handle, size_t offset, size_t count, pdde_dtype t,
                              pdde_reduce_op op);
     void (*free)(void *impl);
+    /* optional (NULL: not offered): out of place, ordered on stream like allreduce. reduce_scatter
+     * reduces size x recvcount elements of src into this rank's recvcount at dst; allgather gathers
+     * every rank's sendcount elements of src, in rank order, into dst. */
+    pdde_status (*reduce_scatter)(void *impl, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset,
+                                  size_t recvcount, pdde_dtype t, pdde_reduce_op op);
+    pdde_status (*allgather)(void *impl, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset,
+                             size_t sendcount, pdde_dtype t);
 };
+/* NCCL's implementation (libnccl.so.2 loaded at init: PDDE_NCCL_LIB, else the loader's path, else
+ * beside PyTorch's nvidia-nccl wheel), for the "cuda" backend; where libnccl or CUDA is missing its
+ * init says PDDE_ERR_UNAVAILABLE and why. */
+const pdde_device_collectives_iface *pdde_nccl_collectives(void);
 
 /* ---------------------------------------------------------------------------------------------------
  * Stores

@@ -13,6 +13,7 @@
  *
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
+ * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
  * PDDE_CUDA_LT=1 runs matmuls with an epilogue (a folded bias add or cast: PDDE_FUSE_EPILOGUE) on cublasLt.
  */
 #ifndef PDDE_NO_CUDA
@@ -762,6 +763,16 @@ static pdde_status pcu_copy(void *dev, void *stream, void *src, size_t src_offse
     return PDDE_OK;
 }
 
+/* (the native slot) */
+static pdde_status pcu_native(void *dev, void *stream, void **native_stream, int *runtime_index) {
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    if (st) return st;
+    if (native_stream) *native_stream = pcu_st(d, stream)->s;
+    if (runtime_index) *runtime_index = d->index;
+    return PDDE_OK;
+}
+
 static pdde_status pcu_read(void *dev, void *stream, void *handle, size_t offset, void *dst, size_t n) {
     pcu_dev *d = dev;
     if (!n) return PDDE_OK;
@@ -931,9 +942,16 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
     return PDDE_OK;
 }
 
+/* The MoE kernels (gpu_moe.h) run only with PDDE_CUDA_MOE=1 until a GPU has verified them; without it
+ * the MoE nodes fall back to the CPU as other unsupported ops do. */
+static int pcu_moe_enabled(void) {
+    const char *env = getenv("PDDE_CUDA_MOE");
+    return env && env[0] && strcmp(env, "0") != 0;
+}
+
 static int pcu_supports_op(void *dev, const pdde_tensor *node) {
     (void)dev;
-    return pgd_supports_op(node);
+    return pgd_supports_op(node) || (pcu_moe_enabled() && pgd_supports_moe(node));
 }
 
 /* The dispatcher's view of device d and stream (bound to this thread). */
@@ -980,6 +998,7 @@ const pdde_backend_iface pdde_backend_cuda = {
     .write = pcu_write,
     .read = pcu_read,
     .copy = pcu_copy,
+    .native = pcu_native,
     .stream_create = pcu_stream_create,
     .stream_free = pcu_stream_free,
     .stream_sync = pcu_stream_sync,

@@ -1065,3 +1065,5 @@ FL2_STUBS(_d128)
 extern "C" __global__ void k_flash2_fwd(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
                                         float scale) {}
 #endif
+
+#include "cuda_moe.cuh" /* Mixture-of-Experts */

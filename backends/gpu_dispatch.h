@@ -41,7 +41,11 @@ enum {
     PGD_K_ADAMW, PGD_K_GEMM, PGD_K_ATTENTION, PGD_K_ATTENTION_BACK_Q, PGD_K_ATTENTION_BACK_KV,
     PGD_K_ADAMW_MULTI, PGD_K_BIAS_GELU, PGD_K_ATT_SOFTMAX, PGD_K_ATT_DSOFTMAX, PGD_K_FLASH_ROWDOT,
     PGD_K_FLASH_FWD, PGD_K_FLASH_FWD_D128, PGD_K_FLASH_BACK_DQ, PGD_K_FLASH_BACK_DQ_D128, PGD_K_FLASH_BACK_DKV,
-    PGD_K_FLASH_BACK_DKV_D128, PGD_K_ATT_REPACK, PGD_K_COUNT
+    PGD_K_FLASH_BACK_DKV_D128, PGD_K_ATT_REPACK,
+    /* Mixture-of-Experts (gpu_moe.h) */
+    PGD_K_MOE_LAYOUT, PGD_K_MOE_TOPK, PGD_K_MOE_GATE, PGD_K_MOE_DISPATCH, PGD_K_MOE_COMBINE, PGD_K_MOE_COMBINE_BACK_W,
+    PGD_K_MOE_GEMM, PGD_K_MOE_GEMM_BACK_W, PGD_K_MOE_AUX_LOSS, PGD_K_MOE_AUX_LOSS_BACK,
+    PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_unary", "k_unary_back", "k_binary", "k_binary_bcast", "k_gather", "k_copy2d",
@@ -53,6 +57,9 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     "k_adamw_multi", "k_bias_gelu", "k_att_softmax", "k_att_dsoftmax", "k_flash_rowdot",
     "k_flash_fwd", "k_flash_fwd_d128", "k_flash_back_dq", "k_flash_back_dq_d128", "k_flash_back_dkv",
     "k_flash_back_dkv_d128", "k_att_repack",
+    /* Mixture-of-Experts */
+    "k_moe_layout", "k_moe_topk", "k_moe_gate", "k_moe_dispatch", "k_moe_combine", "k_moe_combine_back_w",
+    "k_moe_gemm", "k_moe_gemm_back_w", "k_moe_aux_loss", "k_moe_aux_loss_back",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward; PGD_FLASH2 in pgd_ctx.has_flash),
  * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
@@ -969,7 +976,10 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
     *bc1 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA1), (float)t), *bc2 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA2), (float)t);
 }
 
+#include "gpu_moe.h"
+
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
+    if (pgd_is_moe(node->op)) return pgd_moe(g, node); /* (where the backend offers them: its supports_op) */
     if (!pgd_supports_op(node))
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
                           pdde_op_name(node->op), node->name, pdde_dtype_name(node->dtype));

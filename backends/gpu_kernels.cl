@@ -1087,3 +1087,296 @@ k_flash_back_dkv_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v)
     __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];
     flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);
 }
+
+/* ---- Mixture-of-Experts (backends/gpu_moe.h; mirrored in cuda_kernels.cu) ----------------------------
+ * The expert-ordered buffer as backends/cpu_moe.c lays it out: choice (n, j) of token n, expert
+ * e = idx[n, j], lands on row off[e] + its rank among e's choices in (n, j) order; off[e] is the sum of
+ * the counts before e (cap 0: dropless) or e * cap, and a choice ranked past cap is dropped (row -1).
+ * Expert ids outside [0, E) are routed nowhere (row -1). */
+
+/* One group: counts[E] (optional) = tokens per expert; rows[E] = those kept (at most cap); off[E]; and,
+ * when row is not null, row[nk]. Each item owns experts lid, lid + L, ... and scans the ids in order,
+ * which keeps each expert's rows in token order without sorting. */
+__kernel void k_moe_layout(PTR(const int, idx), PTR(int, counts), PTR(int, off), PTR(int, rows), PTR(int, row), long nk,
+                           int E, int cap, long R) {
+    BIND(const int, idx); BIND(int, counts); BIND(int, off); BIND(int, rows); BIND(int, row);
+    int lid = get_local_id(0), L = get_local_size(0);
+    for (int e = lid; e < E; e += L) {
+        int c = 0;
+        for (long i = 0; i < nk; i++) c += idx[i] == e;
+        if (counts) counts[e] = c;
+        rows[e] = cap > 0 && c > cap ? cap : c;
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    if (lid == 0) {
+        long total = 0;
+        for (int e = 0; e < E; e++) {
+            off[e] = cap > 0 ? e * cap : (int)total;
+            total += rows[e];
+        }
+    }
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    if (!row) return;
+    for (long i = lid; i < nk; i += L)
+        if (idx[i] < 0 || idx[i] >= E) row[i] = -1;
+    for (int e = lid; e < E; e += L) {
+        int r = 0, o = off[e], n = rows[e];
+        for (long i = 0; i < nk; i++)
+            if (idx[i] == e) {
+                row[i] = r < n && o + r < R ? o + r : -1;
+                r++;
+            }
+    }
+}
+
+/* The softmax of a row's logits as its max m and sum z (cpu_moe.c's moe_scores) */
+static void moe_softmax_mz(__global const float *l, int E, float *m, float *z) {
+    float mm = -INFINITY, zz = 0.0f;
+    for (int e = 0; e < E; e++) mm = l[e] > mm ? l[e] : mm;
+    for (int e = 0; e < E; e++) zz += exp(l[e] - mm);
+    *m = mm, *z = zz;
+}
+static float moe_score(float l, float m, float z, int sig) { return sig ? 1.0f / (1.0f + exp(-l)) : exp(l - m) / z; }
+
+/* An item per row: the k highest scores (+ bias), lower id first on ties, a number before a NaN. */
+__kernel void k_moe_topk(PTR(const float, lg), PTR(const float, bias), PTR(int, out), long N, int E, int k, int flags) {
+    BIND(const float, lg); BIND(const float, bias); BIND(int, out);
+    int sig = flags & 1;
+    GRID_STRIDE(n, N) {
+        __global const float *l = lg + n * E;
+        __global int *o = out + n * k;
+        float m = 0.0f, z = 1.0f;
+        if (!sig) moe_softmax_mz(l, E, &m, &z);
+        for (int c = 0; c < k; c++) {
+            int best = -1;
+            float bs = 0.0f;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int p = 0; p < c && !taken; p++) taken = o[p] == e;
+                float s = moe_score(l[e], m, z, sig) + (bias ? bias[e] : 0.0f);
+                if (!taken && (best < 0 || s > bs || (isnan(bs) && !isnan(s)))) best = e, bs = s;
+            }
+            o[c] = best;
+        }
+    }
+}
+
+/* The gate weights of row n (flags: 1 sigmoid, 2 not normalised): w_c = sc(c) / den, where *m, *den
+ * describe the row (the softmax over all experts, over the chosen, or the sum of the chosen sigmoids). */
+static void moe_gate_norm(__global const float *l, __global const int *id, int E, int k, int flags, float *m, float *den) {
+    int sig = flags & 1, norm = !(flags & 2);
+    if (!sig && !norm) { moe_softmax_mz(l, E, m, den); return; }
+    float mm = -INFINITY, z = 0.0f;
+    if (!sig) {
+        for (int c = 0; c < k; c++) mm = l[id[c]] > mm ? l[id[c]] : mm;
+        for (int c = 0; c < k; c++) z += exp(l[id[c]] - mm);
+    } else {
+        for (int c = 0; c < k; c++) z += 1.0f / (1.0f + exp(-l[id[c]]));
+    }
+    *m = mm, *den = sig && !norm ? 1.0f : z;
+}
+/* the chosen score s_c (softmax numerator or sigmoid) */
+static float moe_gate_s(float l, float m, int sig) { return sig ? 1.0f / (1.0f + exp(-l)) : exp(l - m); }
+
+/* An item per row. back 0: out[n, k] = the weights; back 1: out[n, E] = dlogits from dw [N, k]. */
+__kernel void k_moe_gate(PTR(const float, lg), PTR(const int, idx), PTR(const float, dw), PTR(float, out), long N, int E, int k,
+                         int flags, int back) {
+    BIND(const float, lg); BIND(const int, idx); BIND(const float, dw); BIND(float, out);
+    int sig = flags & 1, norm = !(flags & 2);
+    GRID_STRIDE(n, N) {
+        __global const float *l = lg + n * E;
+        __global const int *id = idx + n * k;
+        int ok = 1;
+        for (int c = 0; c < k; c++) ok &= id[c] >= 0 && id[c] < E;
+        float m = 0.0f, den = 1.0f;
+        if (ok) moe_gate_norm(l, id, E, k, flags, &m, &den);
+        if (!back) {
+            for (int c = 0; c < k; c++) out[n * k + c] = ok ? moe_gate_s(l[id[c]], m, sig) / den : 0.0f;
+        } else {
+            __global const float *d = dw + n * k;
+            __global float *dl = out + n * E;
+            float wdw = 0.0f;
+            for (int c = 0; c < k && ok; c++) wdw += moe_gate_s(l[id[c]], m, sig) / den * d[c];
+            for (int e = 0; e < E; e++) dl[e] = ok && !sig && !norm ? -(exp(l[e] - m) / den) * wdw : 0.0f;
+            for (int c = 0; c < k && ok; c++) {
+                float s = moe_gate_s(l[id[c]], m, sig), w = s / den;
+                if (!sig && norm) dl[id[c]] += w * (d[c] - wdw);
+                else if (!sig) dl[id[c]] += d[c] * w;
+                else dl[id[c]] += (norm ? (d[c] - wdw) / den : d[c]) * s * (1.0f - s);
+            }
+        }
+    }
+}
+
+/* y[row(n, j)] = x[n] (* w[n, j]): an item per element of a choice's row */
+__kernel void k_moe_dispatch(PTR(const float, x), PTR(const float, w), PTR(const int, row), PTR(float, y), long nk, int k, long C) {
+    BIND(const float, x); BIND(const float, w); BIND(const int, row); BIND(float, y);
+    GRID_STRIDE(i, nk * C) {
+        long ch = i / C, col = i - ch * C;
+        int r = row[ch];
+        if (r >= 0) y[(long)r * C + col] = (w ? w[ch] : 1.0f) * x[(ch / k) * C + col];
+    }
+}
+
+/* y[n] = sum_j (w[n, j] *) ye[row(n, j)]: an item per element of a token's row */
+__kernel void k_moe_combine(PTR(const float, ye), PTR(const int, row), PTR(const float, w), PTR(float, y), long N, int k, long C) {
+    BIND(const float, ye); BIND(const int, row); BIND(const float, w); BIND(float, y);
+    GRID_STRIDE(i, N * C) {
+        long n = i / C, col = i - n * C;
+        float acc = 0.0f;
+        for (int c = 0; c < k; c++) {
+            int r = row[n * k + c];
+            if (r >= 0) acc += (w ? w[n * k + c] : 1.0f) * ye[(long)r * C + col];
+        }
+        y[i] = acc;
+    }
+}
+
+/* dw[n, j] = <dy[n], ye[row(n, j)]> (0 for a dropped choice): an item per choice */
+__kernel void k_moe_combine_back_w(PTR(const float, ye), PTR(const int, row), PTR(const float, dy), PTR(float, dw), long nk, int k,
+                                   long C) {
+    BIND(const float, ye); BIND(const int, row); BIND(const float, dy); BIND(float, dw);
+    GRID_STRIDE(ch, nk) {
+        int r = row[ch];
+        float d = 0.0f;
+        if (r >= 0)
+            for (long i = 0; i < C; i++) d += dy[(ch / k) * C + i] * ye[(long)r * C + i];
+        dw[ch] = d;
+    }
+}
+
+/* The grouped GEMM, one launch over all experts: y[rows of e] = x[rows of e] W_e (W_e [K, M], or
+ * [M, K] with tb). Expert e's rows start at off[e] and number rows[e] (off null: e * S and S, the
+ * by-expert buffer [E, S, K]). Groups (y) are 64-row tiles of the experts in turn (the grid has
+ * ceil(R / 64) + E of them, enough for any counts; the spare ones return), 64 columns each (x); the
+ * tile as k_gemm's. Rows no expert uses are left as they are (the caller zeroes them). */
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+k_moe_gemm(PTR(const float, A), PTR(const float, W), PTR(float, Y), PTR(const int, off), PTR(const int, rows), int E, int S, int K,
+           int N, int tb) {
+    BIND(const float, A); BIND(const float, W); BIND(float, Y); BIND(const int, off); BIND(const int, rows);
+    __local float As[GK][GT + 4];
+    __local float Bs[GK][GT + 4];
+    int t = get_group_id(1), e = 0, M = 0;
+    for (; e < E; e++) { /* the expert of this row tile (the same for every item: the return below is uniform) */
+        M = off ? rows[e] : S;
+        int tiles = (M + GT - 1) / GT;
+        if (t < tiles) break;
+        t -= tiles;
+    }
+    if (e >= E) return;
+    long o = off ? off[e] : (long)e * S;
+    __global const float *Ab = A + o * K;
+    __global const float *Bb = W + (long)e * K * N;
+    __global float *Cb = Y + o * N;
+    int m0 = t * GT, n0 = get_group_id(0) * GT;
+    int lid = get_local_id(0), tx = lid & 15, ty = lid >> 4;
+    float acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GK) {
+        for (int l = 0; l < 4; l++) {
+            int q = lid + l * 256, kk = q & 15, mm = q >> 4, nn;
+            int gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < M && gk < K) ? Ab[(long)gm * K + gk] : 0.0f;
+            if (tb) { kk = q & 15; nn = q >> 4; }
+            else { nn = q & 63; kk = q >> 6; }
+            int gn = n0 + nn;
+            gk = k0 + kk;
+            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long)gn * K + gk] : Bb[(long)gk * N + gn]) : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int i = 0; i < 4; i++) {
+        int gm = m0 + ty + 16 * i;
+        if (gm >= M) continue;
+        for (int j = 0; j < 4; j++) {
+            int gn = n0 + tx + 16 * j;
+            if (gn < N) Cb[(long)gm * N + gn] = acc[i][j];
+        }
+    }
+}
+
+/* The grouped weight gradient: dW_e [K, N] = A_e^T B_e over expert e's rows (A [R, K], B [R, N]; zero for
+ * an expert without rows). Groups: 64 x 64 tiles of dW_e (x: columns, y: rows), z: the expert. */
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+k_moe_gemm_back_w(PTR(const float, A), PTR(const float, B), PTR(float, dW), PTR(const int, off), PTR(const int, rows), int S, int K,
+                  int N) {
+    BIND(const float, A); BIND(const float, B); BIND(float, dW); BIND(const int, off); BIND(const int, rows);
+    __local float As[GK][GT + 4];
+    __local float Bs[GK][GT + 4];
+    int e = get_group_id(2), R = off ? rows[e] : S;
+    long o = off ? off[e] : (long)e * S;
+    __global const float *Ab = A + o * K;
+    __global const float *Bb = B + o * N;
+    __global float *Cb = dW + (long)e * K * N;
+    int m0 = get_group_id(1) * GT, n0 = get_group_id(0) * GT;
+    int lid = get_local_id(0), tx = lid & 15, ty = lid >> 4;
+    float acc[4][4];
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < R; k0 += GK) {
+        for (int l = 0; l < 4; l++) {
+            int q = lid + l * 256, mm = q & 63, kk = q >> 6;
+            int gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < K && gk < R) ? Ab[(long)gk * K + gm] : 0.0f;
+            int gn = n0 + mm;
+            Bs[kk][mm] = (gn < N && gk < R) ? Bb[(long)gk * N + gn] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int i = 0; i < 4; i++) {
+        int gm = m0 + ty + 16 * i;
+        if (gm >= K) continue;
+        for (int j = 0; j < 4; j++) {
+            int gn = n0 + tx + 16 * j;
+            if (gn < N) Cb[(long)gm * N + gn] = acc[i][j];
+        }
+    }
+}
+
+/* The balance loss E / N sum_n sum_e p[n, e] f_e, f = counts / their sum: one group. */
+__kernel void k_moe_aux_loss(PTR(const float, lg), PTR(const int, cnt), PTR(float, y), long N, int E) {
+    BIND(const float, lg); BIND(const int, cnt); BIND(float, y);
+    __local float sh[MAX_GROUP];
+    float total = 0.0f, acc = 0.0f;
+    for (int e = 0; e < E; e++) total += (float)cnt[e];
+    COLS_LOOP(n, N) {
+        __global const float *l = lg + n * E;
+        float m, z, pf = 0.0f;
+        moe_softmax_mz(l, E, &m, &z);
+        for (int e = 0; e < E; e++) pf += exp(l[e] - m) / z * (total > 0.0f ? (float)cnt[e] / total : 0.0f);
+        acc += pf;
+    }
+    acc = group_sum(acc, sh);
+    if (get_local_id(0) == 0) y[0] = N ? (float)E * acc / (float)N : 0.0f;
+}
+
+/* its gradient: d[n, e] = dloss E / N p[n, e] (f_e - <p[n], f>): an item per row */
+__kernel void k_moe_aux_loss_back(PTR(const float, lg), PTR(const int, cnt), PTR(const float, dloss), PTR(float, d), long N, int E) {
+    BIND(const float, lg); BIND(const int, cnt); BIND(const float, dloss); BIND(float, d);
+    float total = 0.0f, dl = dloss[0] * (float)E / (float)(N ? N : 1);
+    for (int e = 0; e < E; e++) total += (float)cnt[e];
+    GRID_STRIDE(n, N) {
+        __global const float *l = lg + n * E;
+        float m, z, pf = 0.0f;
+        moe_softmax_mz(l, E, &m, &z);
+        for (int e = 0; e < E; e++) pf += exp(l[e] - m) / z * (total > 0.0f ? (float)cnt[e] / total : 0.0f);
+        for (int e = 0; e < E; e++) d[n * E + e] = dl * (exp(l[e] - m) / z) * ((total > 0.0f ? (float)cnt[e] / total : 0.0f) - pf);
+    }
+}

@@ -226,6 +226,11 @@ pdde_status pdde_device_get_props(pdde_context *ctx, int device, pdde_device_pro
 
 int pdde_device_find(pdde_context *ctx, const char *backend, int index) { return registry_device_find(ctx->registry, backend, index); }
 
+pdde_status pdde_device_backend(pdde_context *ctx, int device, const pdde_backend_iface **iface, void **dev) {
+    if (!ctx || !iface || !dev) return PDDE_ERR_INVALID_ARG;
+    return registry_device_get(ctx, ctx->registry, device, iface, dev);
+}
+
 int pdde_backend_count(pdde_context *ctx) { return ctx ? ctx->registry->n_families : 0; }
 
 const char *pdde_backend_name(pdde_context *ctx, int backend) {

@@ -115,28 +115,10 @@ static int comm_nseg(size_t count, size_t esz, int min_elems) {
     return nseg ? (int)nseg : 1;
 }
 
-/* Allocates the request's scratch memory plus room for the off/len arrays the builders use. */
-static pdde_status req_scratch(pdde_comm_request *r, size_t bytes) {
-    if (bytes <= r->scratch_cap) return PDDE_OK; /* a recycled request's scratch is large enough */
-    free(r->scratch);
-    r->scratch_cap = 0;
-    if (!(r->scratch = malloc(bytes)))
-        return pdde_error(r->w->ctx, PDDE_ERR_OOM, "comm: out of memory (%zu bytes of scratch)", bytes);
-    r->scratch_cap = bytes;
-    return PDDE_OK;
-}
-
 static pdde_status req_built(pdde_comm_request *r) {
     for (int i = 0; i < r->nprog; i++)
         if (r->progs[i].oom) return PDDE_ERR_OOM;
     return PDDE_OK;
-}
-
-/* Frees a request that could not be built and reports st. */
-static pdde_status req_abandon(pdde_comm_request *r, pdde_status st) {
-    pdde_context *ctx = r->w->ctx;
-    req_release(r);
-    return st == PDDE_ERR_OOM ? pdde_error(ctx, st, "comm: out of memory") : st;
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -371,6 +353,9 @@ pdde_status pdde_comm_ialltoallv(pdde_comm *c, const void *sendbuf, const size_t
     COMM_NEED(sendcounts && sdispls && recvcounts && rdispls, "NULL counts or displacements");
     int n = c->size, me = c->rank;
     COMM_NEED(n <= COMM_MAX_SEGMENTS + 1, "more ranks than alltoall supports (256)");
+    /* one host: through the shared segment (every rank takes this path whatever its counts) */
+    if (comm_shm_takes(c, 1, 1, t, PDDE_REDUCE_SUM))
+        return comm_shm_istart(c, comm_shm_alltoallv_op(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, t), req);
     size_t esz = pdde_dtype_size(t);
     const char *in = sendbuf;
     char *out = recvbuf;
@@ -556,6 +541,11 @@ pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, s
     return comm_finish(c, st, r);
 }
 pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t) {
+    if (comm_shm_takes(c, 1, 1, t, PDDE_REDUCE_SUM) && c->size <= 64) {
+        size_t a[4 * 64];
+        for (int i = 0; i < c->size; i++) a[i] = count, a[64 + i] = (size_t)i * count;
+        return comm_shm_run(c, comm_shm_alltoallv_op(sendbuf, a, a + 64, recvbuf, a, a + 64, t));
+    }
     pdde_comm_request *r = NULL;
     comm_blocking_call = 1;
     pdde_status st = pdde_comm_ialltoall(c, sendbuf, recvbuf, count, t, &r);
@@ -563,6 +553,11 @@ pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf,
 }
 pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
                                 void *recvbuf, const size_t *recvcounts, const size_t *rdispls, pdde_dtype t) {
+    if (comm_shm_takes(c, 1, 1, t, PDDE_REDUCE_SUM)) {
+        if (!sendcounts || !sdispls || !recvcounts || !rdispls)
+            return pdde_error(c->w->ctx, PDDE_ERR_INVALID_ARG, "pdde_comm_alltoallv: NULL counts or displacements");
+        return comm_shm_run(c, comm_shm_alltoallv_op(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, t));
+    }
     pdde_comm_request *r = NULL;
     comm_blocking_call = 1;
     pdde_status st = pdde_comm_ialltoallv(c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, t, &r);

@@ -79,9 +79,12 @@ static pdde_status comm_finish(pdde_comm *c, pdde_status st, pdde_comm_request *
                   c->last_algo ? c->last_algo : "transfer", w->timeout_s);
         world_progress(w);
     }
+    char msg[sizeof r->msg];
+    snprintf(msg, sizeof msg, "%s", r->done ? r->msg : "");
     if (r->done) req_release(r);
     else r->detached = 1;
     pthread_mutex_unlock(&w->lock);
+    if (st && *msg && !w->failed) return pdde_error(w->ctx, st, "%s", msg); /* an error of this operation alone */
     return comm_report(w, st);
 }
 
@@ -92,6 +95,7 @@ pdde_status pdde_comm_test(pdde_comm_request *r, int *done) {
     *done = r->done;
     pdde_status st = r->done ? r->status : PDDE_OK;
     pthread_mutex_unlock(&r->w->lock);
+    if (st && r->msg[0] && !r->w->failed) return pdde_error(r->w->ctx, st, "%s", r->msg);
     return comm_report(r->w, st);
 }
 
@@ -101,6 +105,7 @@ pdde_status pdde_comm_wait(pdde_comm_request *r, double timeout_s) {
     if (st == PDDE_ERR_TIMEOUT)
         return pdde_error(r->w->ctx, st, "comm: the operation did not finish within %.3g s (still pending)",
                           timeout_s < 0 ? r->w->timeout_s : timeout_s);
+    if (st && r->msg[0] && !r->w->failed) return pdde_error(r->w->ctx, st, "%s", r->msg);
     return comm_report(r->w, st);
 }
 

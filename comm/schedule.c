@@ -167,6 +167,24 @@ static void req_release(pdde_comm_request *r) {
     req_free_mem(r);
 }
 
+/* Allocates the request's scratch memory plus room for the off/len arrays the builders use. */
+static pdde_status req_scratch(pdde_comm_request *r, size_t bytes) {
+    if (bytes <= r->scratch_cap) return PDDE_OK; /* a recycled request's scratch is large enough */
+    free(r->scratch);
+    r->scratch_cap = 0;
+    if (!(r->scratch = malloc(bytes)))
+        return pdde_error(r->w->ctx, PDDE_ERR_OOM, "comm: out of memory (%zu bytes of scratch)", bytes);
+    r->scratch_cap = bytes;
+    return PDDE_OK;
+}
+
+/* Frees a request that could not be built and reports st. */
+static pdde_status req_abandon(pdde_comm_request *r, pdde_status st) {
+    pdde_context *ctx = r->w->ctx;
+    req_release(r);
+    return st == PDDE_ERR_OOM ? pdde_error(ctx, st, "comm: out of memory") : st;
+}
+
 /* A new step with no transfer and no action; NULL when out of memory (the builder checks once). */
 static comm_step *prog_step(comm_prog *p, int round) {
     if (p->n == p->cap) {

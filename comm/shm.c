@@ -19,6 +19,19 @@
  * barrier, then read from the others' "in" (reduce my block's part from everybody's, in rank order
  * after my own; copy each rank's part; copy the root's part).
  *
+ * All-to-all(v) starts with a table: each rank writes the bytes it sends to and expects from every
+ * rank, its send buffer's address and its process id into the segment, barrier; now every rank knows
+ * the largest message and finds counts that disagree (the same error on all of them, at once, instead
+ * of a timeout). Small messages (one chunk, below the next way's threshold) go into the chunk slots
+ * described below before that barrier and are copied out after it: one barrier in all. Then, where the messages are large and the kernel lets a process read its peers'
+ * memory (cross-memory attach, process_vm_readv: the same user, no ptrace restriction), each rank
+ * reads what every peer sends it straight from the peer's send buffer into its receive buffer (one
+ * copy, the pairs at once), barrier (the send buffers may be reused after it). Elsewhere (small
+ * messages, PDDE_COMM_CMA=0, or a read refused: then every rank stops trying it on this channel) one
+ * barrier per chunk: a chunk gives every ordered pair a slot of chunk / n bytes in the sender's "in";
+ * the sender copies its next piece for each peer into that peer's slot, barrier, each rank copies its
+ * slots out of every peer's "in" (through the caches the ranks share).
+ *
  * Buffer sets alternate per chunk (or small operation). Reusing a set is safe without a wait: before
  * unit u writes set u % 2, every peer has reached the first barrier of unit u - 1, so it has finished
  * reading everything of unit u - 2 (every kind reads a unit's areas before it arrives at a barrier of
@@ -39,6 +52,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 
 #define SHM_CHUNK_BYTES (512u << 10) /* a chunk of a large message (1 MiB did worse: the L2 size here) */
 #define SHM_WHOLE_BYTES (16u << 10)  /* at or below: every rank reduces the whole message */
@@ -53,6 +67,7 @@ struct comm_shm {
     uint64_t unit;            /* chunks and small operations so far: unit % 2 is the buffer set */
     uint64_t next_ticket, serving; /* non-blocking operations started and finished (world lock) */
     int behind;               /* a rank the last unfinished barrier waits for */
+    int cma_off;              /* all-to-all: no cross-memory reads (PDDE_COMM_CMA=0, or one was refused) */
     char name[64];            /* the segment's name until it is unlinked */
 };
 
@@ -67,6 +82,15 @@ static char *shm_in(const comm_shm *s, int r, int set) {
     return s->base + SHM_LINE * (size_t)s->n + ((size_t)r * 2 + (size_t)set) * (s->chunk + s->res);
 }
 static char *shm_res(const comm_shm *s, int r, int set) { return shm_in(s, r, set) + s->chunk; }
+/* All-to-all(v)'s table of a buffer set, rank r's row: the bytes it sends to each rank, those it expects
+ * from each, the address of its block for each, then (at 3n + SHM_A2A_*) its pid, whether it offers
+ * cross-memory reads, and whether one of its reads failed. */
+#define SHM_ROW(n) (3 * (size_t)(n) + 3)
+enum { SHM_A2A_PID, SHM_A2A_CMA, SHM_A2A_FAILED };
+static uint64_t *shm_table(const comm_shm *s, int r, int set) {
+    return (uint64_t *)(void *)(shm_in(s, s->n, 0) + ((size_t)set * (size_t)s->n + (size_t)r) * SHM_ROW(s->n) * 8);
+}
+#define SHM_CMA_BYTES (32u << 10) /* messages of at least this many bytes (the largest pair) take one copy */
 
 static void shm_cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -115,7 +139,9 @@ static pdde_status comm_shm_map(pdde_comm *c, int64_t serial, comm_shm **out) {
     s->me = c->rank;
     s->chunk = SHM_CHUNK_BYTES;
     s->res = ((s->chunk / (size_t)s->n + 63) & ~(size_t)63) + 64; /* a part, rounded up, plus an element */
-    s->size = SHM_LINE * (size_t)s->n + 2 * (size_t)s->n * (s->chunk + s->res);
+    s->size = SHM_LINE * (size_t)s->n + 2 * (size_t)s->n * (s->chunk + s->res) + 2 * (size_t)s->n * SHM_ROW(s->n) * 8;
+    const char *cma = getenv("PDDE_COMM_CMA");
+    s->cma_off = cma && !strcmp(cma, "0");
     char key[300];
     snprintf(key, sizeof key, "%s/shm/%lld", w->prefix, (long long)serial);
     pdde_status st = PDDE_OK;
@@ -152,7 +178,7 @@ static void comm_shm_unlink(comm_shm *s) {
 }
 
 /* The world failed or the deadline passed: report it the way every other wait does. */
-static const char *const SHM_KIND_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+static const char *const SHM_KIND_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoallv"};
 
 static pdde_status shm_give_up(comm_world *w, comm_shm_kind kind) {
     pthread_mutex_lock(&w->lock);
@@ -190,7 +216,8 @@ static int shm_peer_on_my_cpu(const comm_shm *s) {
     return atomic_load_explicit(&shm_flag(s, s->behind)->cpu, memory_order_relaxed) == sched_getcpu();
 }
 
-enum { SHM_START, SHM_WHOLE_REDUCE, SHM_COPY_IN, SHM_COPY_OUT, SHM_REDUCE, SHM_UNIT_IN, SHM_UNIT_OUT, SHM_DONE };
+enum { SHM_START, SHM_WHOLE_REDUCE, SHM_COPY_IN, SHM_COPY_OUT, SHM_REDUCE, SHM_UNIT_IN, SHM_UNIT_OUT, SHM_A2A_TABLE, SHM_A2A_READ,
+       SHM_DONE };
 
 /* Reduce-scatter, allgather, broadcast: what chunk k (elements [at, at + m) of each block) puts into my
  * "in" before the barrier. A reduce-scatter lays its chunk out as n parts of chunk_elems, part p for
@@ -209,6 +236,12 @@ static void shm_unit_in(comm_shm *s, const comm_shm_op *o, size_t at, size_t m, 
         break;
     case SHM_BROADCAST:
         if (s->me == o->root) memcpy(in, o->src + at * esz, m * esz);
+        break;
+    case SHM_ALLTOALLV: /* at and m count bytes here: my next piece for every peer, into its slot */
+        for (int p = 0; p < s->n; p++) {
+            size_t b = o->scount[p] * esz, len = p == s->me || b <= at ? 0 : b - at < m ? b - at : m;
+            if (len) memcpy(in + (size_t)p * o->part, o->src + o->sdispl[p] * esz + at, len);
+        }
         break;
     default:
         break;
@@ -235,9 +268,66 @@ static void shm_unit_out(comm_shm *s, const comm_shm_op *o, size_t at, size_t m,
     case SHM_BROADCAST:
         if (me != o->root) memcpy(o->dst + at * esz, shm_in(s, o->root, set), m * esz);
         break;
+    case SHM_ALLTOALLV:
+        for (int p = 0; p < n; p++) {
+            size_t b = o->rcount[p] * esz, len = p == me || b <= at ? 0 : b - at < m ? b - at : m;
+            if (len) memcpy(o->dst + o->rdispl[p] * esz + at, shm_in(s, p, set) + (size_t)me * o->part, len);
+        }
+        break;
     default:
         break;
     }
+}
+
+/* The largest message (bytes) that goes with the table: one chunk, below the cross-memory reads. */
+static size_t shm_a2a_small(const comm_shm_op *o) { return o->part < SHM_CMA_BYTES - 1 ? o->part : SHM_CMA_BYTES - 1; }
+
+/* All-to-all(v), after the table's barrier: do the ranks' counts agree? Then my own block, the chunk
+ * count (the largest message decides) and the way (cross-memory reads or chunks); else the error, the
+ * same on every rank. Returns 1 on that error. */
+static int shm_a2a_agree(comm_shm *s, comm_shm_op *o, int set) {
+    int n = s->n, me = s->me, cma = !s->cma_off;
+    size_t esz = pdde_dtype_size(o->dtype);
+    uint64_t most = 0;
+    for (int i = 0; i < n; i++) {
+        const uint64_t *ri = shm_table(s, i, set);
+        cma &= ri[3 * n + SHM_A2A_CMA] == 1;
+        for (int j = 0; j < n; j++) {
+            uint64_t sent = ri[j], expected = shm_table(s, j, set)[n + i];
+            if (sent != expected) {
+                o->err = PDDE_ERR_INVALID_ARG;
+                snprintf(o->msg, sizeof o->msg, "alltoallv: rank %d sends %llu elements to rank %d, which expects %llu",
+                         i, (unsigned long long)(sent / esz), j, (unsigned long long)(expected / esz));
+                return 1;
+            }
+            if (i != j && sent > most) most = sent;
+        }
+    }
+    if (o->rcount[me]) memmove(o->dst + o->rdispl[me] * esz, o->src + o->sdispl[me] * esz, o->rcount[me] * esz);
+    o->nchunks = most ? (size_t)((most + o->part - 1) / o->part) : 0;
+    o->most = most;
+    o->cma = cma && most >= SHM_CMA_BYTES; /* the way, the same on every rank */
+    return 0;
+}
+
+/* Reads what every peer sends me straight from its send buffer (the table of set gives where);
+ * returns 0 when all of it came. */
+static int shm_a2a_read(comm_shm *s, const comm_shm_op *o, int set) {
+    int n = s->n, me = s->me;
+    size_t esz = pdde_dtype_size(o->dtype);
+    for (int k = 1; k < n; k++) {
+        int p = (me + k) % n; /* everybody starts with a different peer */
+        const uint64_t *rp = shm_table(s, p, set);
+        size_t len = o->rcount[p] * esz, done = 0;
+        while (done < len) {
+            struct iovec l = {o->dst + o->rdispl[p] * esz + done, len - done};
+            struct iovec r = {(void *)(uintptr_t)(rp[2 * n + me] + done), len - done};
+            ssize_t got = process_vm_readv((pid_t)rp[3 * n + SHM_A2A_PID], &l, 1, &r, 1, 0);
+            if (got <= 0) return -1;
+            done += (size_t)got;
+        }
+    }
+    return 0;
 }
 
 /* Runs o as far as it goes without waiting for another rank; returns 1 when it is finished.
@@ -253,7 +343,31 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
         switch (o->stage) {
         case SHM_START:
             o->unit0 = s->unit;
-            if (o->kind != SHM_ALLREDUCE) { /* a reduce-scatter's chunk holds a part for every rank */
+            if (o->kind == SHM_ALLTOALLV) { /* the table first (its unit is unit0); at and m count bytes */
+                uint64_t *row = shm_table(s, me, (int)(o->unit0 & 1));
+                size_t send_end = 0, recv_end = 0;
+                for (int p = 0; p < n; p++) {
+                    row[p] = o->scount[p] * esz, row[n + p] = o->rcount[p] * esz;
+                    row[2 * n + p] = (uint64_t)(uintptr_t)(o->src + o->sdispl[p] * esz);
+                    if (o->scount[p] && (o->sdispl[p] + o->scount[p]) * esz > send_end) send_end = (o->sdispl[p] + o->scount[p]) * esz;
+                    if (o->rcount[p] && (o->rdispl[p] + o->rcount[p]) * esz > recv_end) recv_end = (o->rdispl[p] + o->rcount[p]) * esz;
+                }
+                /* in place (the buffers overlap): in chunks, which read each piece before they write over it */
+                int overlap = send_end && recv_end && o->src < o->dst + recv_end && o->dst < o->src + send_end;
+                row[3 * n + SHM_A2A_PID] = (uint64_t)getpid();
+                row[3 * n + SHM_A2A_CMA] = !s->cma_off && !overlap;
+                row[3 * n + SHM_A2A_FAILED] = 0;
+                o->chunk_elems = o->part = (s->chunk / (size_t)n) & ~(size_t)63;
+                o->count = SIZE_MAX;
+                /* small: the one chunk goes with the table (then every rank's sends are small: see
+                 * SHM_A2A_TABLE), so that the operation takes one barrier */
+                size_t most = 0;
+                for (int p = 0; p < n; p++) most = p != me && row[p] > most ? row[p] : most;
+                if (most <= shm_a2a_small(o)) shm_unit_in(s, o, 0, o->part, (int)(o->unit0 & 1));
+                s->unit = o->unit0 + 1;
+                o->barrier_a = shm_arrive(s);
+                o->stage = SHM_A2A_TABLE;
+            } else if (o->kind != SHM_ALLREDUCE) { /* a reduce-scatter's chunk holds a part for every rank */
                 o->chunk_elems = s->chunk / esz / (o->kind == SHM_REDUCE_SCATTER ? (size_t)n : 1);
                 o->nchunks = (o->count + o->chunk_elems - 1) / o->chunk_elems;
                 s->unit += o->nchunks;
@@ -338,6 +452,45 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
             }
             o->stage = SHM_UNIT_IN;
             break;
+        case SHM_A2A_TABLE:
+            if (!shm_reached(s, o->barrier_a)) return 0;
+            if (shm_a2a_agree(s, o, set)) {
+                o->stage = SHM_DONE;
+                return 1;
+            }
+            if (o->nchunks <= 1 && o->most <= shm_a2a_small(o)) { /* every rank sent its one chunk with the table */
+                shm_unit_out(s, o, 0, o->part, set);
+                o->stage = SHM_DONE;
+                return 1;
+            }
+            if (o->cma) { /* one copy, then a barrier: my send buffer is free once everybody has passed it */
+                if (shm_a2a_read(s, o, set)) shm_table(s, me, set)[3 * n + SHM_A2A_FAILED] = 1;
+                s->unit += 2; /* the next table goes to the other set: this one's flags are read after the barrier */
+                o->barrier_a = shm_arrive(s);
+                o->stage = SHM_A2A_READ;
+                break;
+            }
+        chunks: /* chunk k's buffer set is (unit0 + k) % 2: unit0 is the first unit after the table */
+            o->unit0 = s->unit;
+            o->k = 0;
+            s->unit += o->nchunks;
+            if (!o->nchunks) {
+                o->stage = SHM_DONE;
+                return 1;
+            }
+            o->stage = SHM_UNIT_IN;
+            break;
+        case SHM_A2A_READ: {
+            if (!shm_reached(s, o->barrier_a)) return 0;
+            int tset = (int)((s->unit - 3) & 1), failed = 0; /* the table's set */
+            for (int p = 0; p < n; p++) failed |= shm_table(s, p, tset)[3 * n + SHM_A2A_FAILED] != 0;
+            if (!failed) {
+                o->stage = SHM_DONE;
+                return 1;
+            }
+            s->cma_off = 1; /* on every rank: the kernel refused a read (ptrace rules, a container's filter) */
+            goto chunks;
+        }
         default:
             return 1;
         }
@@ -352,7 +505,8 @@ static int comm_shm_advance(pdde_comm_request *r) {
     uint64_t before = s->phase;
     if (shm_step(s, &r->shm)) {
         s->serving++;
-        req_finish(r, PDDE_OK);
+        if (r->shm.err) snprintf(r->msg, sizeof r->msg, "comm: %s", r->shm.msg);
+        req_finish(r, r->shm.err);
         return 1;
     }
     return s->phase != before;
@@ -377,6 +531,11 @@ static comm_shm_op comm_shm_reduce_scatter_op(const void *sendbuf, void *recvbuf
 static comm_shm_op comm_shm_allgather_op(const void *sendbuf, void *recvbuf, size_t sendcount, pdde_dtype t) {
     return (comm_shm_op){.kind = SHM_ALLGATHER, .src = sendbuf, .dst = recvbuf, .count = sendcount, .dtype = t};
 }
+static comm_shm_op comm_shm_alltoallv_op(const void *sendbuf, const size_t *sendcounts, const size_t *sdispls, void *recvbuf,
+                                         const size_t *recvcounts, const size_t *rdispls, pdde_dtype t) {
+    return (comm_shm_op){.kind = SHM_ALLTOALLV, .src = sendbuf, .dst = recvbuf, .dtype = t, .scount = sendcounts,
+                         .sdispl = sdispls, .rcount = recvcounts, .rdispl = rdispls};
+}
 static comm_shm_op comm_shm_broadcast_op(void *buf, size_t count, pdde_dtype t, int root) {
     return (comm_shm_op){.kind = SHM_BROADCAST, .root = root, .src = buf, .dst = buf, .count = count, .dtype = t};
 }
@@ -386,6 +545,15 @@ static pdde_status comm_shm_istart(pdde_comm *c, comm_shm_op o, pdde_comm_reques
     pdde_comm_request *r = NULL;
     pdde_status st = req_alloc(c, 0, o.dtype, o.op, &r);
     if (st) return st;
+    r->msg[0] = 0;
+    if (o.kind == SHM_ALLTOALLV) { /* the caller's count arrays need not outlive the call */
+        size_t n = (size_t)c->size, *a;
+        if ((st = req_scratch(r, 4 * n * sizeof *a))) return req_abandon(r, st);
+        a = r->scratch;
+        memcpy(a, o.scount, n * sizeof *a), memcpy(a + n, o.sdispl, n * sizeof *a);
+        memcpy(a + 2 * n, o.rcount, n * sizeof *a), memcpy(a + 3 * n, o.rdispl, n * sizeof *a);
+        o.scount = a, o.sdispl = a + n, o.rcount = a + 2 * n, o.rdispl = a + 3 * n;
+    }
     o.stage = SHM_START;
     r->advance = comm_shm_advance;
     r->shm = o;
@@ -443,6 +611,7 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
         }
         comm_backoff(now - idle_since, deadline - now, shared_cpu ? 0 : w->spin_s);
     }
+    if (o.err) return pdde_error(w->ctx, o.err, "comm: %s", o.msg);
     return PDDE_OK;
 }
 

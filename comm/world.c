@@ -73,7 +73,7 @@ struct pdde_comm {
 
 typedef struct comm_shm comm_shm;
 /* The collectives the shared-memory channel runs (shm.c). */
-typedef enum { SHM_ALLREDUCE, SHM_REDUCE_SCATTER, SHM_ALLGATHER, SHM_BROADCAST } comm_shm_kind;
+typedef enum { SHM_ALLREDUCE, SHM_REDUCE_SCATTER, SHM_ALLGATHER, SHM_BROADCAST, SHM_ALLTOALLV } comm_shm_kind;
 /* A shared-memory collective in progress (shm.c); non-blocking ones live inside their request.
  * count is per rank where the collective has blocks (reduce-scatter: recvcount, allgather: sendcount). */
 typedef struct {
@@ -88,6 +88,11 @@ typedef struct {
     uint64_t unit0;                        /* the buffer set of chunk k is (unit0 + k) % 2 */
     uint64_t barrier_a, barrier_b;         /* the barriers the next steps wait for */
     uint64_t ticket;                       /* non-blocking ones run in the order they were started */
+    const size_t *scount, *sdispl, *rcount, *rdispl; /* alltoallv, in elements */
+    size_t part, most;                     /* alltoallv: bytes of one pair's slot in a chunk; the largest message */
+    int cma;                               /* alltoallv: by cross-memory reads (else in chunks) */
+    pdde_status err;                       /* alltoallv: the ranks' counts disagree (msg says how) */
+    char msg[160];
 } comm_shm_op;
 
 static void comm_fail(comm_world *w, pdde_status st, const char *fmt, ...)

@@ -360,6 +360,12 @@ static const session_collective_path collective_path_device = {dbucket_pack, dbu
  * communicator of the implementation (made on every rank at once: they all have the same buckets). An
  * implementation that is unavailable (no libnccl) leaves them staged, with a notice. */
 static pdde_status session_device_buckets(pdde_session *s, const pdde_device_collectives_iface *dc) {
+    const char *env = getenv("PDDE_DEVICE_COLLECTIVES"); /* nccl: NCCL's where the params name none (off by default) */
+    if (!dc && env && *env && strcmp(env, "none")) {
+        if (strcmp(env, "nccl"))
+            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: PDDE_DEVICE_COLLECTIVES=%s: expected nccl or none", env);
+        dc = pdde_nccl_collectives();
+    }
     if (!dc) return PDDE_OK;
     if (dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free)
         return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: device_collectives \"%s\": expected api_version %d and every slot",

@@ -281,19 +281,24 @@ static pdde_tensor *b_mlp_bf16(pdde_graph *g, const op_case *c) {
 
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
- * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags, trans_b}. The MoE ops have i32 expert
- * ids: a device without them leaves them to the CPU and runs the rest (the fallback's copies) */
+ * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
+ * ops have i32 expert ids: a device without them leaves them to the CPU and runs the rest (the fallback's copies).
+ * MOE_SKEW: a routing bias (moe_skew, fill_leaf) sends every token to expert 0 (k = 1) or to experts 0 and 1 (k = 2): the
+ * other experts get none. */
+#define MOE_SKEW 0x100
 static pdde_tensor *b_moe(pdde_graph *g, const op_case *c) {
     int64_t N = c->p[0], C = c->p[1], F = c->p[2], E = c->p[3], k = c->p[4];
+    unsigned flags = (unsigned)c->p[6] & ~(unsigned)MOE_SKEW;
     int64_t cap = c->p[5] < 0 ? N : pdde_moe_capacity(N, (int)k, (int)E, (float)c->p[5] / 100.0f);
     pdde_tensor *x = P(g, "x", 2, N, C, 0, 0), *router = P(g, "router", 2, C, E, 0, 0);
     pdde_tensor *w1 = P(g, "w1", 3, E, C, F, 0), *w2 = c->p[7] ? P(g, "w2", 3, E, C, F, 0) : P(g, "w2", 3, E, F, C, 0);
     pdde_tensor *logits = pdde_matmul(g, x, router, 0, 0);
-    pdde_tensor *idx = pdde_moe_topk(g, logits, NULL, (int)k, (unsigned)c->p[6]);
+    pdde_tensor *skew = c->p[6] & MOE_SKEW ? pdde_input(g, "moe_skew", PDDE_F32, 1, (int64_t[]){E}) : NULL;
+    pdde_tensor *idx = pdde_moe_topk(g, logits, skew, (int)k, flags);
     pdde_tensor *xe = c->p[5] < 0 ? pdde_moe_dispatch_experts(g, x, idx, (int)E, cap) : pdde_moe_dispatch(g, x, idx, (int)E, cap);
     pdde_tensor *h = pdde_gelu(g, pdde_moe_grouped_matmul(g, xe, w1, idx, cap, 0));
     pdde_tensor *y = pdde_moe_combine(g, pdde_moe_grouped_matmul(g, h, w2, idx, cap, (int)c->p[7]), idx,
-                                      pdde_moe_gate(g, logits, idx, (unsigned)c->p[6]), (int)E, cap);
+                                      pdde_moe_gate(g, logits, idx, flags), (int)E, cap);
     pdde_tensor *aux = pdde_moe_aux_loss(g, logits, idx, (int)E);
     return pdde_add(g, y, aux); /* (aux [1] broadcast over y: its gradient flows through the sum) */
 }
@@ -456,6 +461,13 @@ static const op_case cases[] = {
     {"moe_layer", b_moe, {64, 16, 33, 4, 2, 100, 0, 1}, 1, T_MM},
     {"moe_layer", b_moe, {17, 8, 5, 5, 1, 0, PDDE_MOE_SIGMOID | PDDE_MOE_NO_NORMALIZE, 0}, 1, T_MM},
     {"moe_layer", b_moe, {29, 12, 7, 4, 2, -1, 0, 1}, 1, T_MM},
+    /* skewed: every token to expert 0 (the others none); to experts 0 and 1; over a capacity (15 tokens of each dropped) */
+    {"moe_layer", b_moe, {40, 8, 9, 6, 1, 0, MOE_SKEW, 0}, 1, T_MM},
+    {"moe_layer", b_moe, {33, 8, 9, 5, 2, 0, MOE_SKEW | PDDE_MOE_SIGMOID, 1}, 1, T_MM},
+    {"moe_layer", b_moe, {40, 8, 9, 4, 2, 125, MOE_SKEW, 0}, 1, T_MM},
+    {"moe_layer", b_moe, {24, 8, 9, 4, 1, -1, MOE_SKEW, 0}, 1, T_MM},
+    /* the grouped GEMMs over several 64-row and 64-column tiles an expert */
+    {"moe_layer", b_moe, {300, 70, 80, 8, 2, 0, 0, 0}, 1, T_MM},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -478,7 +490,7 @@ static void fill_leaf(const pdde_tensor *t, int case_index, void *buf) {
         double u = (double)(r >> 11) / 9007199254740992.0; /* [0, 1) */
         float f = (float)(2.0 * u - 1.0);
         switch (t->dtype) {
-        case PDDE_F32: ((float *)buf)[i] = f; break;
+        case PDDE_F32: ((float *)buf)[i] = strcmp(t->name, "moe_skew") ? f : i == 0 ? 200.0f : i == 1 ? 100.0f : 0.0f; break;
         case PDDE_F16: ((uint16_t *)buf)[i] = pdde_f32_to_f16(f * 100.0f); break;
         case PDDE_BF16: ((uint16_t *)buf)[i] = pdde_f32_to_bf16(f * 100.0f); break;
         case PDDE_I64: ((int64_t *)buf)[i] = (int64_t)(r % 200001) - 100000; break;
@@ -533,6 +545,14 @@ static int nodes_on(const pdde_session *s, int device, const char *op) {
     return n;
 }
 
+/* MoE nodes of the last run_on's session not on its device (the backends with MoE kernels run them all) */
+static int g_moe_elsewhere;
+/* the backends that run the MoE ops on the device: OpenCL, and CUDA with PDDE_CUDA_MOE=1 */
+static bool moe_kernels_on(const char *backend) {
+    const char *env = getenv("PDDE_CUDA_MOE");
+    return !strcmp(backend, "opencl") || (!strcmp(backend, "cuda") && env && env[0] && strcmp(env, "0") != 0);
+}
+
 static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case_index, int mode, int steps,
                           const pdde_tensor *const *checks, int n_checks, results *out, double *perf_s, int perf_iters) {
     (void)ctx;
@@ -547,6 +567,11 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
     if (device != 0 && !nodes_on(s, device, op)) {
         pdde_session_free(s);
         return PDDE_ERR_UNSUPPORTED; /* the op under test would run on the CPU: nothing to compare */
+    }
+    g_moe_elsewhere = 0;
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
+        g_moe_elsewhere += t->op >= PDDE_OP_MOE_TOPK && t->op <= PDDE_OP_MOE_AUX_LOSS_BACK && t->device != device;
     }
     size_t max = 1;
     int n = pdde_graph_tensor_count(g);
@@ -725,6 +750,8 @@ static void run_case(const options *o, int ci, int device, int mode) {
             if (e > worst || k == 0) worst = e, worst_name = got.t[k]->name;
         }
         CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g", label, what, props.backend, worst_name, worst, tol);
+        if (c->build == b_moe && moe_kernels_on(props.backend))
+            CHECK(g_moe_elsewhere == 0, "%s %s on %s: %d MoE nodes left to the CPU", label, what, props.backend, g_moe_elsewhere);
         if (o->verbose) printf("  %-10s %-44s %-5s NMSE %-9.3g %6.2fs\n", props.backend, label, what, worst, now_s() - t_case);
     }
     results_free(&ref);

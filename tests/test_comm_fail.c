@@ -144,7 +144,7 @@ static void *killer(void *arg) {
     return NULL;
 }
 
-static const char *const COLLECTIVE_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast"};
+static const char *const COLLECTIVE_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"};
 
 /* arg: {victim rank, elements per rank, signal, collective (index in COLLECTIVE_NAMES)}; small
  * allreduces take the blocking fast path. A SIGKILL closes the rank's connections (its store
@@ -166,7 +166,8 @@ static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
         case 0: st = pdde_comm_allreduce(comm, buf, buf, n, PDDE_F32, PDDE_REDUCE_SUM); break;
         case 1: st = pdde_comm_reduce_scatter(comm, buf, out, n, PDDE_F32, PDDE_REDUCE_SUM); break;
         case 2: st = pdde_comm_allgather(comm, buf, out, n, PDDE_F32); break;
-        default: st = pdde_comm_broadcast(comm, buf, n, PDDE_F32, size - 1); break;
+        case 3: st = pdde_comm_broadcast(comm, buf, n, PDDE_F32, size - 1); break;
+        default: st = pdde_comm_alltoall(comm, buf, out, n, PDDE_F32); break;
         }
         iters++;
     }
@@ -345,7 +346,7 @@ int main(int argc, char **argv) {
             }
     /* the other collectives on shared memory: 3 ranks, the middle one killed or frozen, 1 MiB per rank
      * (several chunks) */
-    for (int coll = 1; coll < 4; coll++)
+    for (int coll = 1; coll < 5; coll++)
         for (int sig = 0; sig < 2; sig++) {
             int arg[4] = {1, 1 << 18, sig ? SIGSTOP : SIGKILL, coll};
             char prefix[64];

@@ -83,8 +83,9 @@ static pdde_status relay_allreduce(void *impl, void *stream, void *handle, size_
 }
 
 static void relay_free(void *impl) { free(impl); }
-static const pdde_device_collectives_iface relay_collectives = {PDDE_DEVICE_COLLECTIVES_API_VERSION, sizeof relay_collectives, "relay", "opencl",
-                                                                relay_init, relay_allreduce, relay_free};
+static const pdde_device_collectives_iface relay_collectives = {.api_version = PDDE_DEVICE_COLLECTIVES_API_VERSION, .struct_size = sizeof relay_collectives,
+                                                                .name = "relay", .backend = "opencl", .init = relay_init,
+                                                                .allreduce = relay_allreduce, .free = relay_free};
 
 static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     const config *c = arg;

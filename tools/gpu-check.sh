@@ -10,7 +10,8 @@
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
-#   process; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
+#   process; the fusions and cublasLt that are off by default, and the MoE kernels on CUDA, each against the
+#   defaults; NCCL on device buffers; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
 #   the whole conformance suite on cuda, and on opencl where NVIDIA's OpenCL is there; memcheck.
 # GPU_CHECK_SKIP="step ..." leaves steps out by name.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
@@ -102,6 +103,7 @@ ucx=(NO_UCX=1)
 if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
+    build/test_casts build/test_moe_device build/test_nccl \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
@@ -163,6 +165,17 @@ result "gpu_gpt bf16_tok_s=${tok[bf16]:-na} bf16_mfu_pct=${mfu:-na}" \
 result "gpu_gpt_paths default_tok_s=${tok[bf16]:-na} casts_kept_tok_s=${tok[bf16_casts_kept]:-na}" \
        "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} flash2_separate_qkv_tok_s=${tok[bf16_flash2]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na}"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
+
+# ---- what is off by default until measured here: the graph fusions and cublasLt (tools/bench/cuda_fusions.sh:
+# their conformance cases with and without cublasLt, test_casts, and GPT-2 124M bf16 steps with each switch
+# against the defaults in one run), and the MoE kernels on CUDA (PDDE_CUDA_MOE=1)
+step fusions 300 bash tools/bench/cuda_fusions.sh build
+grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
+grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
+test_step test_backend_ops_cuda_moe 60 env PDDE_CUDA_MOE=1 build/test_backend_ops --backend cuda --op moe_layer
+test_step test_moe_device_cuda 90 env PDDE_CUDA_MOE=1 build/test_moe_device
+# NCCL (loaded at run time; found beside PyTorch) on device buffers: one rank on one GPU, two on two
+test_step test_nccl 60 env NCCL_DEBUG=WARN build/test_nccl
 
 # ---- ranks on the GPU: `gpt --device auto` takes it; dp=2 and tp=2 with both ranks on it (shared) equal one
 # process on it (f32, so that only the reductions' order differs)

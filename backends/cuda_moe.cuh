@@ -1,0 +1,291 @@
+/* backends/cuda_moe.cuh — the Mixture-of-Experts kernels of the CUDA backend (included by cuda_kernels.cu;
+ * launched by backends/gpu_moe.h), gpu_kernels.cl's k_moe_* line for line. Uses cuda_kernels.cu's
+ * GRID_STRIDE, block_sum and the k_gemm tile (GT, GK). tests/moe_emu.cpp runs them on the CPU. */
+/* The expert-ordered buffer as backends/cpu_moe.c lays it out: choice (n, j) of token n, expert
+ * e = idx[n, j], lands on row off[e] + its rank among e's choices in (n, j) order; off[e] is the sum of
+ * the counts before e (cap 0: dropless) or e * cap, and a choice ranked past cap is dropped (row -1).
+ * Expert ids outside [0, E) are routed nowhere (row -1). */
+
+/* One block: counts[E] (optional), rows[E] (at most cap), off[E] and, when row is not null, row[nk];
+ * each thread owns experts tid, tid + blockDim, ... and scans the ids in order. */
+extern "C" __global__ void k_moe_layout(const int *__restrict__ idx, int *counts, int *off, int *rows, int *row, long long nk,
+                                        int E, int cap, long long R) {
+    int lid = threadIdx.x, L = blockDim.x;
+    for (int e = lid; e < E; e += L) {
+        int c = 0;
+        for (long long i = 0; i < nk; i++) c += idx[i] == e;
+        if (counts) counts[e] = c;
+        rows[e] = cap > 0 && c > cap ? cap : c;
+    }
+    __syncthreads();
+    if (lid == 0) {
+        long long total = 0;
+        for (int e = 0; e < E; e++) {
+            off[e] = cap > 0 ? e * cap : (int)total;
+            total += rows[e];
+        }
+    }
+    __syncthreads();
+    if (!row) return;
+    for (long long i = lid; i < nk; i += L)
+        if (idx[i] < 0 || idx[i] >= E) row[i] = -1;
+    for (int e = lid; e < E; e += L) {
+        int r = 0, o = off[e], n = rows[e];
+        for (long long i = 0; i < nk; i++)
+            if (idx[i] == e) {
+                row[i] = r < n && o + r < R ? o + r : -1;
+                r++;
+            }
+    }
+}
+
+__device__ void moe_softmax_mz(const float *l, int E, float *m, float *z) {
+    float mm = -INFINITY, zz = 0.0f;
+    for (int e = 0; e < E; e++) mm = l[e] > mm ? l[e] : mm;
+    for (int e = 0; e < E; e++) zz += expf(l[e] - mm);
+    *m = mm, *z = zz;
+}
+__device__ __forceinline__ float moe_score(float l, float m, float z, int sig) { return sig ? 1.0f / (1.0f + expf(-l)) : expf(l - m) / z; }
+
+extern "C" __global__ void k_moe_topk(const float *__restrict__ lg, const float *__restrict__ bias, int *out, long long N, int E, int k,
+                                      int flags) {
+    int sig = flags & 1;
+    GRID_STRIDE(n, N) {
+        const float *l = lg + n * E;
+        int *o = out + n * k;
+        float m = 0.0f, z = 1.0f;
+        if (!sig) moe_softmax_mz(l, E, &m, &z);
+        for (int c = 0; c < k; c++) {
+            int best = -1;
+            float bs = 0.0f;
+            for (int e = 0; e < E; e++) {
+                int taken = 0;
+                for (int p = 0; p < c && !taken; p++) taken = o[p] == e;
+                float s = moe_score(l[e], m, z, sig) + (bias ? bias[e] : 0.0f);
+                if (!taken && (best < 0 || s > bs || (isnan(bs) && !isnan(s)))) best = e, bs = s;
+            }
+            o[c] = best;
+        }
+    }
+}
+
+__device__ void moe_gate_norm(const float *l, const int *id, int E, int k, int flags, float *m, float *den) {
+    int sig = flags & 1, norm = !(flags & 2);
+    if (!sig && !norm) { moe_softmax_mz(l, E, m, den); return; }
+    float mm = -INFINITY, z = 0.0f;
+    if (!sig) {
+        for (int c = 0; c < k; c++) mm = l[id[c]] > mm ? l[id[c]] : mm;
+        for (int c = 0; c < k; c++) z += expf(l[id[c]] - mm);
+    } else {
+        for (int c = 0; c < k; c++) z += 1.0f / (1.0f + expf(-l[id[c]]));
+    }
+    *m = mm, *den = sig && !norm ? 1.0f : z;
+}
+__device__ __forceinline__ float moe_gate_s(float l, float m, int sig) { return sig ? 1.0f / (1.0f + expf(-l)) : expf(l - m); }
+
+extern "C" __global__ void k_moe_gate(const float *__restrict__ lg, const int *__restrict__ idx, const float *__restrict__ dw,
+                                      float *out, long long N, int E, int k, int flags, int back) {
+    int sig = flags & 1, norm = !(flags & 2);
+    GRID_STRIDE(n, N) {
+        const float *l = lg + n * E;
+        const int *id = idx + n * k;
+        int ok = 1;
+        for (int c = 0; c < k; c++) ok &= id[c] >= 0 && id[c] < E;
+        float m = 0.0f, den = 1.0f;
+        if (ok) moe_gate_norm(l, id, E, k, flags, &m, &den);
+        if (!back) {
+            for (int c = 0; c < k; c++) out[n * k + c] = ok ? moe_gate_s(l[id[c]], m, sig) / den : 0.0f;
+        } else {
+            const float *d = dw + n * k;
+            float *dl = out + n * E;
+            float wdw = 0.0f;
+            for (int c = 0; c < k && ok; c++) wdw += moe_gate_s(l[id[c]], m, sig) / den * d[c];
+            for (int e = 0; e < E; e++) dl[e] = ok && !sig && !norm ? -(expf(l[e] - m) / den) * wdw : 0.0f;
+            for (int c = 0; c < k && ok; c++) {
+                float s = moe_gate_s(l[id[c]], m, sig), w = s / den;
+                if (!sig && norm) dl[id[c]] += w * (d[c] - wdw);
+                else if (!sig) dl[id[c]] += d[c] * w;
+                else dl[id[c]] += (norm ? (d[c] - wdw) / den : d[c]) * s * (1.0f - s);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void k_moe_dispatch(const float *__restrict__ x, const float *__restrict__ w, const int *__restrict__ row, float *y,
+                                          long long nk, int k, long long C) {
+    GRID_STRIDE(i, nk * C) {
+        long long ch = i / C, col = i - ch * C;
+        int r = row[ch];
+        if (r >= 0) y[(long long)r * C + col] = (w ? w[ch] : 1.0f) * x[(ch / k) * C + col];
+    }
+}
+
+extern "C" __global__ void k_moe_combine(const float *__restrict__ ye, const int *__restrict__ row, const float *__restrict__ w, float *y,
+                                         long long N, int k, long long C) {
+    GRID_STRIDE(i, N * C) {
+        long long n = i / C, col = i - n * C;
+        float acc = 0.0f;
+        for (int c = 0; c < k; c++) {
+            int r = row[n * k + c];
+            if (r >= 0) acc += (w ? w[n * k + c] : 1.0f) * ye[(long long)r * C + col];
+        }
+        y[i] = acc;
+    }
+}
+
+extern "C" __global__ void k_moe_combine_back_w(const float *__restrict__ ye, const int *__restrict__ row, const float *__restrict__ dy,
+                                                float *dw, long long nk, int k, long long C) {
+    GRID_STRIDE(ch, nk) {
+        int r = row[ch];
+        float d = 0.0f;
+        if (r >= 0)
+            for (long long i = 0; i < C; i++) d += dy[(ch / k) * C + i] * ye[(long long)r * C + i];
+        dw[ch] = d;
+    }
+}
+
+/* The grouped GEMM, one launch over all experts (gpu_kernels.cl's k_moe_gemm): blocks (y) are 64-row
+ * tiles of the experts in turn, 64 columns each (x); the tile as k_gemm's. */
+extern "C" __global__ void __launch_bounds__(256) k_moe_gemm(const float *__restrict__ A, const float *__restrict__ W, float *__restrict__ Y,
+                                                             const int *__restrict__ off, const int *__restrict__ rows, int E, int S, int K,
+                                                             int N, int tb) {
+    __shared__ float As[GK][GT + 4];
+    __shared__ float Bs[GK][GT + 4];
+    int t = blockIdx.y, e = 0, M = 0;
+    for (; e < E; e++) { /* the expert of this row tile (the same for the whole block: the return is uniform) */
+        M = off ? rows[e] : S;
+        int tiles = (M + GT - 1) / GT;
+        if (t < tiles) break;
+        t -= tiles;
+    }
+    if (e >= E) return;
+    long long o = off ? off[e] : (long long)e * S;
+    const float *Ab = A + o * K;
+    const float *Bb = W + (long long)e * K * N;
+    float *Cb = Y + o * N;
+    int m0 = t * GT, n0 = blockIdx.x * GT;
+    int lid = threadIdx.x, tx = lid & 15, ty = lid >> 4;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += GK) {
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            int q = lid + l * 256, kk = q & 15, mm = q >> 4, nn;
+            int gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < M && gk < K) ? Ab[(long long)gm * K + gk] : 0.0f;
+            if (tb) { kk = q & 15; nn = q >> 4; }
+            else { nn = q & 63; kk = q >> 6; }
+            int gn = n0 + nn;
+            gk = k0 + kk;
+            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long long)gn * K + gk] : Bb[(long long)gk * N + gn]) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int gm = m0 + ty + 16 * i;
+        if (gm >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int gn = n0 + tx + 16 * j;
+            if (gn < N) Cb[(long long)gm * N + gn] = acc[i][j];
+        }
+    }
+}
+
+/* dW_e [K, N] = A_e^T B_e over expert e's rows; blocks: 64 x 64 tiles of dW_e (x columns, y rows), z the expert */
+extern "C" __global__ void __launch_bounds__(256) k_moe_gemm_back_w(const float *__restrict__ A, const float *__restrict__ B,
+                                                                    float *__restrict__ dW, const int *__restrict__ off,
+                                                                    const int *__restrict__ rows, int S, int K, int N) {
+    __shared__ float As[GK][GT + 4];
+    __shared__ float Bs[GK][GT + 4];
+    int e = blockIdx.z, R = off ? rows[e] : S;
+    long long o = off ? off[e] : (long long)e * S;
+    const float *Ab = A + o * K;
+    const float *Bb = B + o * N;
+    float *Cb = dW + (long long)e * K * N;
+    int m0 = blockIdx.y * GT, n0 = blockIdx.x * GT;
+    int lid = threadIdx.x, tx = lid & 15, ty = lid >> 4;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < R; k0 += GK) {
+#pragma unroll
+        for (int l = 0; l < 4; l++) {
+            int q = lid + l * 256, mm = q & 63, kk = q >> 6;
+            int gm = m0 + mm, gk = k0 + kk;
+            As[kk][mm] = (gm < K && gk < R) ? Ab[(long long)gk * K + gm] : 0.0f;
+            int gn = n0 + mm;
+            Bs[kk][mm] = (gn < N && gk < R) ? Bb[(long long)gk * N + gn] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        int gm = m0 + ty + 16 * i;
+        if (gm >= K) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int gn = n0 + tx + 16 * j;
+            if (gn < N) Cb[(long long)gm * N + gn] = acc[i][j];
+        }
+    }
+}
+
+extern "C" __global__ void k_moe_aux_loss(const float *__restrict__ lg, const int *__restrict__ cnt, float *y, long long N, int E) {
+    float total = 0.0f, acc = 0.0f;
+    for (int e = 0; e < E; e++) total += (float)cnt[e];
+    for (long long n = threadIdx.x; n < N; n += blockDim.x) {
+        const float *l = lg + n * E;
+        float m, z, pf = 0.0f;
+        moe_softmax_mz(l, E, &m, &z);
+        for (int e = 0; e < E; e++) pf += expf(l[e] - m) / z * (total > 0.0f ? (float)cnt[e] / total : 0.0f);
+        acc += pf;
+    }
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) y[0] = N ? (float)E * acc / (float)N : 0.0f;
+}
+
+extern "C" __global__ void k_moe_aux_loss_back(const float *__restrict__ lg, const int *__restrict__ cnt, const float *__restrict__ dloss,
+                                               float *d, long long N, int E) {
+    float total = 0.0f, dl = dloss[0] * (float)E / (float)(N ? N : 1);
+    for (int e = 0; e < E; e++) total += (float)cnt[e];
+    GRID_STRIDE(n, N) {
+        const float *l = lg + n * E;
+        float m, z, pf = 0.0f;
+        moe_softmax_mz(l, E, &m, &z);
+        for (int e = 0; e < E; e++) pf += expf(l[e] - m) / z * (total > 0.0f ? (float)cnt[e] / total : 0.0f);
+        for (int e = 0; e < E; e++) d[n * E + e] = dl * (expf(l[e] - m) / z) * ((total > 0.0f ? (float)cnt[e] / total : 0.0f) - pf);
+    }
+}

@@ -1,0 +1,161 @@
+/* test_alltoall.c — all-to-all(v) on one host, each way it can run: shared memory with cross-memory
+ * reads (the default), shared memory in chunks (PDDE_COMM_CMA=0) and UCX alone (PDDE_COMM_SHM=0), on
+ * 2 and 3 forked ranks around a store server on 127.0.0.1. Skewed messages (a rank that sends nothing,
+ * one pair of several MiB, odd sizes) arrive exactly; the non-blocking form works after the caller's
+ * count arrays are gone; counts that disagree give every rank the same clear error at once, and the
+ * communicator works afterwards. "refused": the kernel refuses the others' reads of rank 0 (it is not
+ * dumpable and they lack CAP_SYS_PTRACE, as under a container's rules): every rank notices after the
+ * first operation's reads and all go on in chunks, the results exact. (A rank killed during an
+ * all-to-all: test_comm_fail.) */
+#define _GNU_SOURCE
+#include "pdde.h"
+
+#if !defined(PDDE_HAVE_UCX) || defined(PDDE_NO_COMM)
+#include <stdio.h>
+int main(void) {
+    printf("SKIP ucx: pdde was built without comm (no UCX)\n0 passed, 0 failed, 1 skipped\n");
+    return 0;
+}
+#else
+#include "test_util.h"
+#include "comm_test_util.h"
+#include <linux/capability.h>
+#include <stdint.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+/* Makes the others' cross-memory reads of rank 0 fail: rank 0 not dumpable, the others without
+ * CAP_SYS_PTRACE (which overrides that for root). */
+static int refuse_reads(int me) {
+    if (me == 0) return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &hdr, data)) return -1;
+    data[CAP_SYS_PTRACE / 32].effective &= ~(1u << (CAP_SYS_PTRACE % 32));
+    return (int)syscall(SYS_capset, &hdr, data);
+}
+
+/* Elements rank r sends rank j: 0 for some pairs, one large pair (several chunks), odd sizes. */
+static size_t sendn(int r, int j) {
+    if (r == 1 && j == 0) return 1500007; /* 6 MiB of i32 */
+    return (size_t)((r * 5 + j * 3) % 4) * 40003;
+}
+static int32_t val(int r, int j, size_t i) { return (int32_t)(r * 1000003 + j * 7919 + (int)(i % 100003)); }
+
+typedef struct { const char *way; } a2a_arg;
+
+static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    const char *way = ((a2a_arg *)arg)->way;
+    int n = pdde_comm_size(comm), me = pdde_comm_rank(comm);
+    if (!strcmp(way, "refused")) CHECK(refuse_reads(me) == 0, "rank %d: cannot refuse reads", me);
+    size_t sc[8], sd[8], rc[8], rd[8], so = 0, ro = 0;
+    for (int j = 0; j < n; j++) {
+        sc[j] = sendn(me, j), sd[j] = so, so += sc[j] + 5;  /* gaps between blocks, both sides */
+        rc[j] = sendn(j, me), rd[j] = ro + 3, ro += rc[j] + 3;
+    }
+    int32_t *a = malloc((so + 1) * 4), *b = malloc((ro + 1) * 4);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < sc[j]; i++) a[sd[j] + i] = val(me, j, i);
+    for (int pass = 0; pass < 2; pass++) { /* twice: the second reuses the channel's other buffer set */
+        memset(b, 0xff, (ro + 1) * 4);
+        pdde_status st = pdde_comm_alltoallv(comm, a, sc, sd, b, rc, rd, PDDE_I32);
+        CHECK(st == PDDE_OK, "%s rank %d: alltoallv: %s", way, me, pdde_last_error(ctx));
+        size_t bad = 0;
+        for (int j = 0; j < n; j++) {
+            for (size_t i = 0; i < rc[j]; i++) bad += b[rd[j] + i] != val(j, me, i);
+            bad += b[rd[j] - 1] != -1; /* the gaps stay untouched */
+        }
+        CHECK(bad == 0, "%s rank %d pass %d: %zu elements wrong", way, me, pass, bad);
+    }
+    CHECK(strcmp(way, "ucx") ? !strcmp(pdde_comm_last_algo(comm), "shm") : strcmp(pdde_comm_last_algo(comm), "shm") != 0,
+          "%s rank %d: took %s", way, me, pdde_comm_last_algo(comm));
+
+    /* non-blocking, the count arrays freed (and their memory scribbled on) before the wait */
+    size_t *cnt = malloc(4 * (size_t)n * sizeof *cnt);
+    for (int j = 0; j < n; j++) cnt[j] = sc[j], cnt[n + j] = sd[j], cnt[2 * n + j] = rc[j], cnt[3 * n + j] = rd[j];
+    memset(b, 0xff, (ro + 1) * 4);
+    pdde_comm_request *rq = NULL;
+    pdde_status st = pdde_comm_ialltoallv(comm, a, cnt, cnt + n, b, cnt + 2 * n, cnt + 3 * n, PDDE_I32, &rq);
+    CHECK(st == PDDE_OK, "%s rank %d: ialltoallv: %s", way, me, pdde_last_error(ctx));
+    memset(cnt, 0x5a, 4 * (size_t)n * sizeof *cnt);
+    free(cnt);
+    if (!st) {
+        st = pdde_comm_wait(rq, -1);
+        CHECK(st == PDDE_OK, "%s rank %d: ialltoallv wait: %s", way, me, pdde_last_error(ctx));
+        pdde_comm_request_free(rq);
+        size_t bad = 0;
+        for (int j = 0; j < n; j++)
+            for (size_t i = 0; i < rc[j]; i++) bad += b[rd[j] + i] != val(j, me, i);
+        CHECK(bad == 0, "%s rank %d: non-blocking: %zu elements wrong", way, me, bad);
+    }
+
+    /* equal counts (pdde_comm_alltoall), a small message */
+    int32_t x[8 * 3], y[8 * 3];
+    for (int i = 0; i < 3 * n; i++) x[i] = me * 100 + i;
+    st = pdde_comm_alltoall(comm, x, y, 3, PDDE_I32);
+    size_t bad = 0;
+    for (int j = 0; j < n && !st; j++)
+        for (int i = 0; i < 3; i++) bad += y[3 * j + i] != j * 100 + 3 * me + i;
+    CHECK(st == PDDE_OK && bad == 0, "%s rank %d: alltoall: %s, %zu wrong", way, me, pdde_last_error(ctx), bad);
+
+    /* in place (sendbuf == recvbuf), equal counts of 300000 (several chunks) */
+    size_t big = 300000;
+    int32_t *io = malloc(big * (size_t)n * 4);
+    for (int j = 0; j < n; j++)
+        for (size_t i = 0; i < big; i++) io[(size_t)j * big + i] = val(me, j, i);
+    st = pdde_comm_alltoall(comm, io, io, big, PDDE_I32);
+    bad = 0;
+    for (int j = 0; j < n && !st; j++)
+        for (size_t i = 0; i < big; i++) bad += io[(size_t)j * big + i] != val(j, me, i);
+    CHECK(strcmp(way, "ucx") ? st == PDDE_OK && bad == 0 : 1, "%s rank %d: alltoall in place: %s, %zu wrong", way, me, pdde_last_error(ctx), bad);
+    free(io);
+
+    /* counts that disagree: rank 0 expects one element more from the last rank than it sends. On
+     * shared memory every rank gets the same error at once; the communicator goes on working. */
+    if (strcmp(way, "ucx")) {
+        if (me == 0) rc[n - 1]++;
+        double t0 = test_now();
+        st = pdde_comm_alltoallv(comm, a, sc, sd, b, rc, rd, PDDE_I32);
+        const char *msg = pdde_last_error(ctx);
+        char want[128];
+        snprintf(want, sizeof want, "rank %d sends %zu elements to rank 0, which expects %zu", n - 1, sendn(n - 1, 0), sendn(n - 1, 0) + 1);
+        CHECK(st == PDDE_ERR_INVALID_ARG && strstr(msg, want), "%s rank %d: disagreeing counts gave %s (%s), not '%s'", way, me,
+              pdde_status_str(st), msg, want);
+        CHECK(test_now() - t0 < 5, "%s rank %d: the error took %.1f s", way, me, test_now() - t0);
+        int32_t one = 1, sum = 0;
+        st = pdde_comm_allreduce(comm, &one, &sum, 1, PDDE_I32, PDDE_REDUCE_SUM);
+        CHECK(st == PDDE_OK && sum == n, "%s rank %d: allreduce after the error: %s, %d", way, me, pdde_last_error(ctx), sum);
+    }
+    free(a), free(b);
+}
+
+int main(void) {
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
+    setenv("PDDE_BACKENDS", "cpu", 0);
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    pdde_store_server *srv;
+    if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
+    static const char *ways[] = {"cma", "chunks", "ucx", "refused"};
+    for (int w = 0; w < 4; w++)
+        for (int n = 2; n <= 3; n++) {
+            if (w == 1) setenv("PDDE_COMM_CMA", "0", 1);
+            if (w == 2) setenv("PDDE_COMM_SHM", "0", 1);
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "a2a_%s_%d", ways[w], n);
+            test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 30, .peer_timeout_s = 5, .server = srv};
+            a2a_arg aa = {ways[w]};
+            int before = test_failed;
+            double t0 = test_now();
+            test_run_ranks(n, &tp, rank_main, &aa, 60);
+            printf("%d ranks, %-6s %s (%.1f s)\n", n, ways[w], test_failed == before ? "ok" : "FAILED", test_now() - t0);
+            fflush(stdout);
+            unsetenv("PDDE_COMM_CMA"), unsetenv("PDDE_COMM_SHM");
+        }
+    pdde_store_server_free(srv);
+    pdde_context_free(ctx);
+    return test_finish();
+}
+#endif
