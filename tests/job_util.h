@@ -5,6 +5,7 @@
 #ifndef PDDE_JOB_UTIL_H
 #define PDDE_JOB_UTIL_H
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
@@ -189,6 +190,35 @@ static inline int job_wait_step(job *j, const char *metrics, int step, double li
     while (metrics_last_step(metrics) < step) {
         if (job_poll(j, 2) || job_now() - t0 > limit_s) return -1;
     }
+    return 0;
+}
+
+/* What a test of gpt jobs needs before it starts one: pdde-run and gpt beside the test (run, gpt: cap
+ * bytes each), gpt's default data file, a new temporary folder made from tmp_template (into tmp) and the
+ * seed of its random steps (PDDE_TEST_SEED, else the time; printed). 0 when ready; 1 when the test
+ * cannot run here, why saying what is missing; -1 when the folder cannot be made. */
+static inline int job_gpt_setup(const char *argv0, char *run, char *gpt, size_t cap, char *tmp, size_t tmp_cap,
+                                const char *tmp_template, unsigned *seed, char *why, size_t why_cap) {
+    const char *slash = strrchr(argv0, '/');
+    int dir_len = slash ? (int)(slash - argv0) : 1;
+    const char *dir = slash ? argv0 : ".";
+    snprintf(run, cap, "%.*s/pdde-run", dir_len, dir);
+    snprintf(gpt, cap, "%.*s/gpt", dir_len, dir);
+    if (access(run, X_OK) || access(gpt, X_OK)) {
+        snprintf(why, why_cap, "%s or %s is not built (make builds them)", run, gpt);
+        return 1;
+    }
+    if (access("/usr/share/games/fortunes/songs-poems", R_OK)) {
+        snprintf(why, why_cap, "gpt's default data file /usr/share/games/fortunes/songs-poems is missing (fortunes-min)");
+        return 1;
+    }
+    snprintf(tmp, tmp_cap, "%s", tmp_template);
+    if (!mkdtemp(tmp)) {
+        snprintf(why, why_cap, "mkdtemp %s: %s", tmp_template, strerror(errno));
+        return -1;
+    }
+    *seed = getenv("PDDE_TEST_SEED") ? (unsigned)atoi(getenv("PDDE_TEST_SEED")) : (unsigned)time(NULL);
+    printf("seed %u\n", *seed);
     return 0;
 }
 

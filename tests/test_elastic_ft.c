@@ -192,22 +192,14 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
 
 int main(int argc, char **argv) {
     (void)argc;
-    char dir[512];
-    test_binary_dir(argv[0], dir, sizeof dir);
-    snprintf(g_run, sizeof g_run, "%s/pdde-run", dir);
-    snprintf(g_gpt, sizeof g_gpt, "%s/gpt", dir);
-    if (access(g_run, X_OK) || access(g_gpt, X_OK)) {
-        test_skip("build", "%s or %s is not built (make builds them)", g_run, g_gpt);
+    unsigned seed;
+    char why[1400];
+    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-ft.XXXXXX", &seed, why, sizeof why);
+    if (ready) {
+        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
+        test_skip("setup", "%s", why);
         return test_finish();
     }
-    if (access("/usr/share/games/fortunes/songs-poems", R_OK)) {
-        test_skip("data", "gpt's default data file /usr/share/games/fortunes/songs-poems is missing (fortunes-min)");
-        return test_finish();
-    }
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-ft.XXXXXX");
-    if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
-    unsigned seed = getenv("PDDE_TEST_SEED") ? (unsigned)atoi(getenv("PDDE_TEST_SEED")) : (unsigned)time(NULL);
-    printf("seed %u\n", seed);
     setenv("PDDE_JOB_SECRET", "test-elastic-ft-secret-0123456789abcdef", 1); /* (the reference's joiner must know it) */
     static const char *const ft[] = {"--ft-replicas", NULL}, *const zero1[] = {"--zero", "1", NULL};
     test_rejoin("ft replicas", 0, seed, ft, 0);

@@ -196,16 +196,12 @@ static void test_cut(unsigned seed) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    char dir[512];
-    test_binary_dir(argv[0], dir, sizeof dir);
-    snprintf(g_run, sizeof g_run, "%s/pdde-run", dir);
-    snprintf(g_gpt, sizeof g_gpt, "%s/gpt", dir);
-    if (access(g_run, X_OK) || access(g_gpt, X_OK)) {
-        test_skip("build", "%s or %s is not built (make builds them)", g_run, g_gpt);
-        return test_finish();
-    }
-    if (access("/usr/share/games/fortunes/songs-poems", R_OK)) {
-        test_skip("data", "gpt's default data file /usr/share/games/fortunes/songs-poems is missing (fortunes-min)");
+    unsigned seed;
+    char why[1400];
+    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-netns.XXXXXX", &seed, why, sizeof why);
+    if (ready) {
+        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
+        test_skip("setup", "%s", why);
         return test_finish();
     }
     const char *ips[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"};
@@ -214,23 +210,22 @@ int main(int argc, char **argv) {
     netns_pair_name(&g_np);
     if (!g_ip[0] || !netns_pair_permitted(&g_np)) {
         test_skip("netns", "cannot create network namespaces (needs root and `ip netns`)");
+        rmdir(g_tmp);
         return test_finish();
     }
     signal(SIGALRM, on_watchdog), signal(SIGTERM, on_watchdog), signal(SIGINT, on_watchdog);
     alarm(WATCHDOG_S);
     int ok = netns_pair_connect_switched(&g_np);
     CHECK(ok, "network namespace setup");
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-netns.XXXXXX");
-    if (ok && !mkdtemp(g_tmp)) { perror("mkdtemp"); ok = 0; }
     if (ok) {
-        unsigned seed = getenv("PDDE_TEST_SEED") ? (unsigned)atoi(getenv("PDDE_TEST_SEED")) : (unsigned)time(NULL);
-        printf("seed %u\n", seed);
         char secret[80];
         if (!pdde_job_secret_generate(NULL, secret, sizeof secret)) setenv("PDDE_JOB_SECRET", secret, 1); /* (both hosts know it) */
         test_cut(seed);
         char cmd[300];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
         if (system(cmd)) {}
+    } else {
+        rmdir(g_tmp);
     }
     cleanup();
     alarm(0);

@@ -208,22 +208,14 @@ static void test_grow_pipeline(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    char dir[512];
-    test_binary_dir(argv[0], dir, sizeof dir);
-    snprintf(g_run, sizeof g_run, "%s/pdde-run", dir);
-    snprintf(g_gpt, sizeof g_gpt, "%s/gpt", dir);
-    if (access(g_run, X_OK) || access(g_gpt, X_OK)) {
-        test_skip("build", "%s or %s is not built (make builds them)", g_run, g_gpt);
+    unsigned seed;
+    char why[1400];
+    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-reshard.XXXXXX", &seed, why, sizeof why);
+    if (ready) {
+        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
+        test_skip("setup", "%s", why);
         return test_finish();
     }
-    if (access("/usr/share/games/fortunes/songs-poems", R_OK)) {
-        test_skip("data", "gpt's default data file /usr/share/games/fortunes/songs-poems is missing (fortunes-min)");
-        return test_finish();
-    }
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-reshard.XXXXXX");
-    if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
-    unsigned seed = getenv("PDDE_TEST_SEED") ? (unsigned)atoi(getenv("PDDE_TEST_SEED")) : (unsigned)time(NULL);
-    printf("seed %u\n", seed);
     static const reshard_case cases[] = {
         {"ZeRO-2", "4", {"--zero", "2"}, "dp=3,tp=1,pp=1,mb=1,zero=2", "3 ranks: dp 3 x tp 1 x pp 1, ZeRO-2"},
         {"ZeRO-3", "4", {"--zero", "3"}, "dp=3,tp=1,pp=1,mb=1,zero=3", "3 ranks: dp 3 x tp 1 x pp 1, ZeRO-3"},
