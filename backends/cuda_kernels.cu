@@ -724,67 +724,13 @@ extern "C" __global__ void k_adamw(float *__restrict__ p, float *__restrict__ g,
 
 /* ---- GEMM fallback (when cuBLAS is absent) ----------------------------------------------------- */
 
-/* C[b] (MxN, row-major) = op(A[b]) op(B[b]); op(A)(m,k) = ta ? A[k*M+m] : A[m*K+k], op(B)(k,n) = tb ?
- * B[n*K+k] : B[k*N+n]. 64x64 tiles, 256 threads, each computes 4x4 outputs strided by 16. */
-#define GT 64
-#define GK 16
+#include "cuda_gemm_tile.cuh"
+/* C[b] (MxN, row-major) = op(A[b]) op(B[b]) (op as gemm_tile's); blocks: 64x64 tiles (x columns, y rows), z the batch */
 extern "C" __global__ void __launch_bounds__(256) k_gemm(const float *__restrict__ A, const float *__restrict__ B,
                                                          float *__restrict__ Cm, int M, int N, int K, int ta, int tb,
                                                          long long sA, long long sB, long long sC) {
-    __shared__ float As[GK][GT + 4];
-    __shared__ float Bs[GK][GT + 4];
-    const float *Ab = A + (long long)blockIdx.z * sA;
-    const float *Bb = B + (long long)blockIdx.z * sB;
-    float *Cb = Cm + (long long)blockIdx.z * sC;
-    int m0 = blockIdx.y * GT, n0 = blockIdx.x * GT;
-    int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += GK) {
-        /* 64x16 elements of each operand, 4 per thread */
-#pragma unroll
-        for (int l = 0; l < 4; l++) {
-            int e = threadIdx.x + l * 256;
-            int kk, mm;
-            if (ta) { mm = e & 63; kk = e >> 6; } /* A stored [K][M]: consecutive threads read consecutive m */
-            else { kk = e & 15; mm = e >> 4; }
-            int gm = m0 + mm, gk = k0 + kk;
-            As[kk][mm] = (gm < M && gk < K) ? (ta ? Ab[(long long)gk * M + gm] : Ab[(long long)gm * K + gk]) : 0.0f;
-            int nn;
-            if (tb) { kk = e & 15; nn = e >> 4; }
-            else { nn = e & 63; kk = e >> 6; }
-            int gn = n0 + nn;
-            gk = k0 + kk;
-            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long long)gn * K + gk] : Bb[(long long)gk * N + gn]) : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < GK; kk++) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int gm = m0 + ty + 16 * i;
-        if (gm >= M) continue;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int gn = n0 + tx + 16 * j;
-            if (gn < N) Cb[(long long)gm * N + gn] = acc[i][j];
-        }
-    }
+    gemm_tile(A + (long long)blockIdx.z * sA, B + (long long)blockIdx.z * sB, Cm + (long long)blockIdx.z * sC, M, N, K, ta, tb,
+              blockIdx.y * GT, blockIdx.x * GT);
 }
 
 /* ---- fused causal attention (backends/gpu_kernels.cl has the same kernels, commented there) ------ */

@@ -20,12 +20,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "// _ZZ8k_colsumE2sh has been demoted\n"
     "// _ZZ11block_sum_ddE2sh has been demoted\n"
     "// _ZZ12k_gamma_backE2sh has been demoted\n"
-    "// _ZZ6k_gemmE2As has been demoted\n"
-    "// _ZZ6k_gemmE2Bs has been demoted\n"
-    "// _ZZ10k_moe_gemmE2As has been demoted\n"
-    "// _ZZ10k_moe_gemmE2Bs has been demoted\n"
-    "// _ZZ17k_moe_gemm_back_wE2As has been demoted\n"
-    "// _ZZ17k_moe_gemm_back_wE2Bs has been demoted\n"
+    ".shared .align 4 .b8 _ZZ9gemm_tilePKfS0_PfiiiiiiiE2As[4352];\n"
+    ".shared .align 4 .b8 _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs[4352];\n"
     "\n"
     ".visible .entry k_unary(\n"
     "	.param .u64 k_unary_param_0,\n"
@@ -150,7 +146,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p17 bra 	$L__BB0_27;\n"
     "\n"
     "	setp.eq.s32 	%p20, %r1, 0;\n"
-    ,
     "	@%p20 bra 	$L__BB0_31;\n"
     "\n"
     "	setp.eq.s32 	%p21, %r1, 1;\n"
@@ -158,6 +153,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB0_32;\n"
     "\n"
     "$L__BB0_26:\n"
+    ,
     "	mul.f32 	%f114, %f339, 0f3F000000;\n"
     "	mul.f32 	%f115, %f339, 0f3D372713;\n"
     "	mul.f32 	%f116, %f339, %f115;\n"
@@ -293,11 +289,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f153, %f142, %f152, %f151;\n"
     "	mov.f32 	%f154, 0f32A57060;\n"
     "	fma.rn.f32 	%f155, %f142, %f154, %f153;\n"
-    ,
     "	mov.b32 	%r17, %f149;\n"
     "	shl.b32 	%r18, %r17, 23;\n"
     "	mov.b32 	%f156, %r18;\n"
     "	ex2.approx.ftz.f32 	%f157, %f155;\n"
+    ,
     "	fma.rn.f32 	%f158, %f157, %f156, 0f3F800000;\n"
     "	rcp.rn.f32 	%f159, %f158;\n"
     "	mul.f32 	%f340, %f340, %f159;\n"
@@ -443,10 +439,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p40 bra 	$L__BB0_59;\n"
     "\n"
     "	neg.f32 	%f234, %f342;\n"
-    ,
     "	mov.f32 	%f235, 0f3F000000;\n"
     "	mov.f32 	%f236, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f237, %f234, %f236, %f235;\n"
+    ,
     "	cvt.sat.f32.f32 	%f238, %f237;\n"
     "	mov.f32 	%f239, 0f4B400001;\n"
     "	mov.f32 	%f240, 0f437C0000;\n"
@@ -590,10 +586,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f86, 0f32A57060;\n"
     "	fma.rn.f32 	%f87, %f74, %f86, %f85;\n"
     "	mov.b32 	%r9, %f81;\n"
-    ,
     "	shl.b32 	%r10, %r9, 23;\n"
     "	mov.b32 	%f88, %r10;\n"
     "	ex2.approx.ftz.f32 	%f89, %f87;\n"
+    ,
     "	fma.rn.f32 	%f90, %f89, %f88, 0f3F800000;\n"
     "	rcp.rn.f32 	%f91, %f90;\n"
     "	mul.f32 	%f338, %f338, %f91;\n"
@@ -747,11 +743,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB0_68:\n"
     "	add.s64 	%rd159, %rd194, 1;\n"
-    ,
     "	and.b64  	%rd198, %rd159, 3;\n"
     "	setp.eq.s64 	%p53, %rd198, 0;\n"
     "	@%p53 bra 	$L__BB0_71;\n"
     "\n"
+    ,
     "	shl.b64 	%rd160, %rd199, 2;\n"
     "	add.s64 	%rd196, %rd1, %rd160;\n"
     "	shl.b64 	%rd87, %rd71, 2;\n"
@@ -903,9 +899,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f182, %f179, %f181, %f180;\n"
     "	cvt.sat.f32.f32 	%f183, %f182;\n"
     "	mov.f32 	%f184, 0f4B400001;\n"
-    ,
     "	mov.f32 	%f185, 0f437C0000;\n"
     "	fma.rm.f32 	%f186, %f183, %f185, %f184;\n"
+    ,
     "	add.f32 	%f187, %f186, 0fCB40007F;\n"
     "	neg.f32 	%f188, %f187;\n"
     "	mov.f32 	%f189, 0f3FB8AA3B;\n"
@@ -1041,8 +1037,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f66, 0f00000000;\n"
     "	fma.rn.f32 	%f67, %f65, %f58, %f66;\n"
     "	fma.rn.f32 	%f68, %f67, %f47, %f47;\n"
-    ,
     "	setp.ge.f32 	%p13, %f48, 0f3F19999A;\n"
+    ,
     "	selp.f32 	%f69, %f57, %f68, %p13;\n"
     "	mul.f32 	%f70, %f43, 0f3E095D4E;\n"
     "	fma.rn.f32 	%f71, %f43, %f70, 0f3F800000;\n"
@@ -1156,8 +1152,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	copysign.f32 	%f158, %f150, %f157;\n"
     "	mul.f32 	%f159, %f150, %f150;\n"
     "	fma.rn.f32 	%f160, %f60, %f159, %f59;\n"
-    ,
     "	fma.rn.f32 	%f161, %f160, %f159, %f62;\n"
+    ,
     "	fma.rn.f32 	%f162, %f161, %f159, %f64;\n"
     "	fma.rn.f32 	%f163, %f162, %f159, %f66;\n"
     "	fma.rn.f32 	%f164, %f163, %f150, %f150;\n"
@@ -1303,10 +1299,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd400, %rd1, %rd299;\n"
     "	shl.b64 	%rd81, %rd79, 2;\n"
     "	add.s64 	%rd399, %rd2, %rd299;\n"
-    ,
     "	add.s64 	%rd398, %rd3, %rd299;\n"
     "\n"
     "$L__BB2_42:\n"
+    ,
     "	ld.global.f32 	%f22, [%rd398];\n"
     "	ld.global.f32 	%f23, [%rd399];\n"
     "	sub.f32 	%f24, %f22, %f23;\n"
@@ -1469,10 +1465,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB2_60:\n"
     "	cvt.u32.u64 	%r38, %rd142;\n"
     "	cvt.u32.u64 	%r39, %rd155;\n"
-    ,
     "	div.u32 	%r40, %r39, %r38;\n"
     "	cvt.u64.u32 	%rd421, %r40;\n"
     "\n"
+    ,
     "$L__BB2_61:\n"
     "	add.s64 	%rd336, %rd421, 1;\n"
     "	and.b64  	%rd426, %rd336, 3;\n"
@@ -1602,9 +1598,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd355, %rd354, %rd138;\n"
     "	add.s64 	%rd356, %rd187, %rd355;\n"
     "	add.s64 	%rd357, %rd356, %rd139;\n"
-    ,
     "	not.b64 	%rd358, %rd357;\n"
     "	add.s64 	%rd203, %rd353, %rd358;\n"
+    ,
     "	or.b64  	%rd359, %rd203, %rd190;\n"
     "	and.b64  	%rd360, %rd359, -4294967296;\n"
     "	setp.eq.s64 	%p45, %rd360, 0;\n"
@@ -1756,9 +1752,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB2_51:\n"
     "	ld.global.f32 	%f28, [%rd410];\n"
-    ,
     "	ld.global.f32 	%f29, [%rd411];\n"
     "	add.f32 	%f30, %f28, %f29;\n"
+    ,
     "	st.global.f32 	[%rd412], %f30;\n"
     "	add.s64 	%rd311, %rd411, %rd113;\n"
     "	add.s64 	%rd312, %rd410, %rd113;\n"
@@ -1915,9 +1911,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd287, %rd2, %rd286;\n"
     "	ld.global.f32 	%f14, [%rd287];\n"
     "	add.f32 	%f15, %f13, %f14;\n"
-    ,
     "	add.s64 	%rd60, %rd54, %rd43;\n"
     "	st.global.f32 	[%rd60], %f15;\n"
+    ,
     "	add.s64 	%rd61, %rd55, %rd9;\n"
     "	or.b64  	%rd288, %rd61, %rd248;\n"
     "	and.b64  	%rd289, %rd288, -4294967296;\n"
@@ -2072,9 +2068,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd152, %rd150, %rd151;\n"
     "	add.s64 	%rd153, %rd152, %rd275;\n"
     "	ld.param.u64 	%rd154, [%rd148+16];\n"
-    ,
     "	add.s64 	%rd155, %rd154, -1;\n"
     "	ld.param.u64 	%rd156, [%rd148+112];\n"
+    ,
     "	mul.lo.s64 	%rd157, %rd155, %rd156;\n"
     "	add.s64 	%rd158, %rd157, %rd153;\n"
     "	ld.param.u64 	%rd159, [%rd148+24];\n"
@@ -2218,9 +2214,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u32 	%r194, [%rd107+-8];\n"
     "	div.u32 	%r64, %r61, %r194;\n"
     "	mul.lo.s32 	%r195, %r64, %r194;\n"
-    ,
     "	sub.s32 	%r196, %r61, %r195;\n"
     "	ld.param.u32 	%r197, [%rd107+40];\n"
+    ,
     "	mad.lo.s32 	%r275, %r196, %r197, %r275;\n"
     "	ld.param.u32 	%r198, [%rd107+88];\n"
     "	mad.lo.s32 	%r276, %r196, %r198, %r276;\n"
@@ -2357,9 +2353,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB3_78;\n"
     "\n"
     "$L__BB3_17:\n"
-    ,
     "	mov.u32 	%r107, %ctaid.x;\n"
     "	mov.u32 	%r108, %ntid.x;\n"
+    ,
     "	cvt.u64.u32 	%rd26, %r108;\n"
     "	mul.wide.u32 	%rd174, %r107, %r108;\n"
     "	mov.u32 	%r109, %tid.x;\n"
@@ -2511,10 +2507,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p25 bra 	$L__BB3_24;\n"
     "\n"
     "$L__BB3_37:\n"
-    ,
     "	setp.eq.s32 	%p26, %r25, 0;\n"
     "	@%p26 bra 	$L__BB3_50;\n"
     "\n"
+    ,
     "	mul.wide.s32 	%rd215, %r259, 8;\n"
     "	add.s64 	%rd79, %rd113, %rd215;\n"
     "	ld.param.u64 	%rd80, [%rd79];\n"
@@ -2674,9 +2670,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.f32 	%f18, %f16, %f15;\n"
     "	setp.eq.s32 	%p38, %r100, 1;\n"
     "	selp.f32 	%f19, %f18, %f17, %p38;\n"
-    ,
     "	mul.wide.u32 	%rd242, %r33, 4;\n"
     "	add.s64 	%rd243, %rd2, %rd242;\n"
+    ,
     "	st.global.f32 	[%rd243], %f19;\n"
     "	add.s32 	%r33, %r33, %r36;\n"
     "	setp.lt.u32 	%p39, %r33, %r34;\n"
@@ -2838,9 +2834,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u32 	%r116, [%rd204+-8];\n"
     "	div.u32 	%r117, %r111, %r116;\n"
     "	mul.lo.s32 	%r118, %r117, %r116;\n"
-    ,
     "	sub.s32 	%r119, %r111, %r118;\n"
     "	ld.param.u32 	%r120, [%rd204+40];\n"
+    ,
     "	mad.lo.s32 	%r121, %r119, %r120, %r115;\n"
     "	ld.param.u32 	%r122, [%rd204+-16];\n"
     "	div.u32 	%r123, %r117, %r122;\n"
@@ -2991,10 +2987,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd38, [%rd21+-16];\n"
     "	or.b64  	%rd139, %rd191, %rd38;\n"
     "	and.b64  	%rd140, %rd139, -4294967296;\n"
-    ,
     "	setp.eq.s64 	%p14, %rd140, 0;\n"
     "	@%p14 bra 	$L__BB4_22;\n"
     "\n"
+    ,
     "	div.u64 	%rd193, %rd191, %rd38;\n"
     "	mul.lo.s64 	%rd141, %rd193, %rd38;\n"
     "	sub.s64 	%rd194, %rd191, %rd141;\n"
@@ -3155,9 +3151,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB4_43:\n"
     "	ld.global.nc.f32 	%f7, [%rd3];\n"
-    ,
     "	mul.f32 	%f2, %f7, %f3;\n"
     "	mov.u32 	%r102, %nctaid.x;\n"
+    ,
     "	mul.lo.s32 	%r28, %r102, %r24;\n"
     "\n"
     "$L__BB4_44:\n"
@@ -3317,8 +3313,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	ld.param.u64 	%rd216, [k_reduce_thread_param_0];\n"
     "	ld.param.u64 	%rd217, [k_reduce_thread_param_1];\n"
-    ,
     "	ld.param.u64 	%rd214, [k_reduce_thread_param_2];\n"
+    ,
     "	ld.param.u64 	%rd215, [k_reduce_thread_param_3];\n"
     "	mov.b64 	%rd218, k_reduce_thread_param_4;\n"
     "	ld.param.f32 	%f23, [k_reduce_thread_param_5];\n"
@@ -3476,9 +3472,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB6_51:\n"
     "	cvt.u32.u64 	%r89, %rd103;\n"
-    ,
     "	cvt.u32.u64 	%r90, %rd383;\n"
     "	div.u32 	%r91, %r90, %r89;\n"
+    ,
     "	mul.lo.s32 	%r92, %r91, %r89;\n"
     "	sub.s32 	%r93, %r90, %r92;\n"
     "	cvt.u64.u32 	%rd385, %r91;\n"
@@ -3642,8 +3638,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd402, %r117;\n"
     "\n"
     "$L__BB6_82:\n"
-    ,
     "	ld.param.u64 	%rd317, [%rd398+48];\n"
+    ,
     "	mul.lo.s64 	%rd318, %rd317, %rd402;\n"
     "	add.s64 	%rd160, %rd318, %rd415;\n"
     "	ld.param.u64 	%rd161, [%rd398+-8];\n"
@@ -3794,10 +3790,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p54 bra 	$L__BB6_103;\n"
     "\n"
     "	rem.s64 	%rd414, %rd412, %rd206;\n"
-    ,
     "	bra.uni 	$L__BB6_104;\n"
     "\n"
     "$L__BB6_103:\n"
+    ,
     "	cvt.u32.u64 	%r144, %rd206;\n"
     "	cvt.u32.u64 	%r145, %rd412;\n"
     "	rem.u32 	%r146, %r145, %r144;\n"
@@ -3964,8 +3960,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB6_21:\n"
     "	cvt.u32.u64 	%r46, %rd33;\n"
-    ,
     "	cvt.u32.u64 	%r47, %rd365;\n"
+    ,
     "	div.u32 	%r48, %r47, %r46;\n"
     "	mul.lo.s32 	%r49, %r48, %r46;\n"
     "	sub.s32 	%r50, %r47, %r49;\n"
@@ -4127,8 +4123,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	ld.param.u64 	%rd144, [k_reduce_block_param_0];\n"
     "	ld.param.u64 	%rd141, [k_reduce_block_param_1];\n"
-    ,
     "	ld.param.u64 	%rd142, [k_reduce_block_param_2];\n"
+    ,
     "	ld.param.u64 	%rd143, [k_reduce_block_param_3];\n"
     "	mov.b64 	%rd145, k_reduce_block_param_4;\n"
     "	ld.param.f32 	%f11, [k_reduce_block_param_5];\n"
@@ -4282,11 +4278,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.u32 	%r59, %r58, %r57;\n"
     "	mul.lo.s32 	%r60, %r59, %r57;\n"
     "	sub.s32 	%r61, %r58, %r60;\n"
-    ,
     "	cvt.u64.u32 	%rd236, %r59;\n"
     "	cvt.u64.u32 	%rd245, %r61;\n"
     "\n"
     "$L__BB7_16:\n"
+    ,
     "	ld.param.u64 	%rd171, [%rd14+24];\n"
     "	mul.lo.s64 	%rd172, %rd171, %rd245;\n"
     "	add.s64 	%rd252, %rd172, %rd38;\n"
@@ -4449,10 +4445,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	or.b64  	%rd203, %rd260, %rd96;\n"
     "	and.b64  	%rd204, %rd203, -4294967296;\n"
     "	setp.eq.s64 	%p21, %rd204, 0;\n"
-    ,
     "	@%p21 bra 	$L__BB7_44;\n"
     "\n"
     "	div.s64 	%rd262, %rd260, %rd96;\n"
+    ,
     "	mul.lo.s64 	%rd205, %rd262, %rd96;\n"
     "	sub.s64 	%rd263, %rd260, %rd205;\n"
     "	bra.uni 	$L__BB7_45;\n"
@@ -4612,8 +4608,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r109, %f38;\n"
     "	mov.u32 	%r110, 31;\n"
     "	mov.u32 	%r111, 16;\n"
-    ,
     "	mov.u32 	%r112, -1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r113|%p31, %r109, %r111, %r110, %r112;\n"
     "	mov.b32 	%f16, %r113;\n"
     "	add.f32 	%f17, %f38, %f16;\n"
@@ -4771,8 +4767,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p4 bra 	$L__BB8_8;\n"
     "\n"
     "	mul.lo.s64 	%rd42, %rd31, %rd67;\n"
-    ,
     "	add.s64 	%rd43, %rd2, %rd42;\n"
+    ,
     "	add.s64 	%rd44, %rd43, %rd3;\n"
     "	shl.b64 	%rd45, %rd44, 2;\n"
     "	add.s64 	%rd64, %rd1, %rd45;\n"
@@ -4936,8 +4932,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd48, %rd6, %rd2;\n"
     "	mul.lo.s64 	%rd49, %rd48, %rd3;\n"
     "	add.s64 	%rd50, %rd49, %rd4;\n"
-    ,
     "	not.b64 	%rd51, %rd50;\n"
+    ,
     "	add.s64 	%rd8, %rd47, %rd51;\n"
     "	or.b64  	%rd52, %rd8, %rd7;\n"
     "	and.b64  	%rd53, %rd52, -4294967296;\n"
@@ -5100,8 +5096,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u32.u64 	%r33, %rd3;\n"
     "	shr.u32 	%r34, %r33, 5;\n"
     "	setp.ge.u32 	%p18, %r1, %r34;\n"
-    ,
     "	mov.f32 	%f69, 0f00000000;\n"
+    ,
     "	@%p18 bra 	$L__BB9_21;\n"
     "\n"
     "	shl.b32 	%r35, %r1, 2;\n"
@@ -5264,8 +5260,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r40, %f27;\n"
     "	mov.u32 	%r41, 4;\n"
     "	shfl.sync.bfly.b32 	%r42|%p12, %r40, %r41, %r33, %r35;\n"
-    ,
     "	mov.b32 	%f28, %r42;\n"
+    ,
     "	add.f32 	%f29, %f27, %f28;\n"
     "	mov.b32 	%r43, %f29;\n"
     "	mov.u32 	%r44, 2;\n"
@@ -5425,8 +5421,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f35, %r55;\n"
     "	add.f32 	%f36, %f34, %f35;\n"
     "	mov.b32 	%r56, %f36;\n"
-    ,
     "	mov.u32 	%r57, 4;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r58|%p13, %r56, %r57, %r49, %r51;\n"
     "	mov.b32 	%f37, %r58;\n"
     "	add.f32 	%f38, %f36, %f37;\n"
@@ -5583,8 +5579,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB11_32;\n"
     "\n"
     "$L__BB11_22:\n"
-    ,
     "	setp.gt.u32 	%p35, %r7, 1199566847;\n"
+    ,
     "	@%p35 bra 	$L__BB11_27;\n"
     "	bra.uni 	$L__BB11_23;\n"
     "\n"
@@ -5749,9 +5745,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB11_39:\n"
     "	shr.u32 	%r131, %r15, 13;\n"
-    ,
     "	add.s32 	%r132, %r131, -114688;\n"
     "	and.b32  	%r133, %r13, 8191;\n"
+    ,
     "	setp.gt.u32 	%p55, %r133, 4096;\n"
     "	setp.eq.s32 	%p56, %r133, 4096;\n"
     "	and.b32  	%r134, %r132, 1;\n"
@@ -5906,10 +5902,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r37, 8;\n"
     "	shfl.sync.bfly.b32 	%r38|%p12, %r36, %r37, %r32, %r34;\n"
     "	mov.b32 	%f47, %r38;\n"
-    ,
     "	add.f32 	%f48, %f46, %f47;\n"
     "	mov.b32 	%r39, %f48;\n"
     "	mov.u32 	%r40, 4;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r41|%p13, %r39, %r40, %r32, %r34;\n"
     "	mov.b32 	%f49, %r41;\n"
     "	add.f32 	%f50, %f48, %f49;\n"
@@ -6057,10 +6053,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	st.shared.f32 	[%r3], %f22;\n"
     "\n"
-    ,
     "$L__BB12_21:\n"
     "	bar.sync 	0;\n"
     "	mov.f32 	%f162, 0f00000000;\n"
+    ,
     "	@%p10 bra 	$L__BB12_23;\n"
     "\n"
     "	ld.shared.f32 	%f162, [%r4];\n"
@@ -6202,9 +6198,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f144, %f15, %f143;\n"
     "	add.s64 	%rd53, %rd3, %rd51;\n"
     "	shl.b64 	%rd54, %rd63, 2;\n"
-    ,
     "	add.s64 	%rd55, %rd2, %rd54;\n"
     "	ld.global.nc.f32 	%f145, [%rd55];\n"
+    ,
     "	ld.global.nc.f32 	%f146, [%rd53];\n"
     "	mul.rn.f32 	%f147, %f146, %f145;\n"
     "	sub.f32 	%f148, %f147, %f26;\n"
@@ -6362,10 +6358,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r47|%p15, %r45, %r46, %r32, %r34;\n"
     "	mov.b32 	%f32, %r47;\n"
     "	add.f32 	%f8, %f31, %f32;\n"
-    ,
     "	@%p2 bra 	$L__BB13_12;\n"
     "\n"
     "	div.rn.f32 	%f33, %f8, %f1;\n"
+    ,
     "	add.f32 	%f34, %f33, %f10;\n"
     "	rsqrt.approx.f32 	%f9, %f34;\n"
     "	mov.u64 	%rd31, %rd3;\n"
@@ -6513,9 +6509,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f64 	%fd27, %fd25, %fd26;\n"
     "	// begin inline asm\n"
     "	mov.b64 {%r30,%r31}, %fd27;\n"
-    ,
     "	// end inline asm\n"
     "	mov.u32 	%r40, 1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r33|%p12, %r31, %r40, %r34, %r36;\n"
     "	shfl.sync.bfly.b32 	%r32|%p13, %r30, %r40, %r34, %r36;\n"
     "	// begin inline asm\n"
@@ -6657,8 +6653,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r83|%p34, %r81, %r66, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r82|%p35, %r80, %r66, %r61, %r63;\n"
     "	// begin inline asm\n"
-    ,
     "	mov.b64 %fd55, {%r82,%r83};\n"
+    ,
     "	// end inline asm\n"
     "	add.f64 	%fd56, %fd54, %fd55;\n"
     "	// begin inline asm\n"
@@ -6806,9 +6802,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r7, %tid.x;\n"
     "	cvt.u64.u32 	%rd3, %r7;\n"
     "	mov.u32 	%r8, %ntid.x;\n"
-    ,
     "	cvt.u64.u32 	%rd4, %r8;\n"
     "	and.b32  	%r1, %r7, 31;\n"
+    ,
     "	shr.u32 	%r2, %r8, 5;\n"
     "	shr.u32 	%r9, %r7, 3;\n"
     "	and.b32  	%r10, %r9, 536870908;\n"
@@ -6965,10 +6961,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r65|%p23, %r63, %r64, %r50, %r52;\n"
     "	mov.b32 	%f54, %r65;\n"
     "	add.f32 	%f13, %f53, %f54;\n"
-    ,
     "	setp.ne.s32 	%p24, %r1, 0;\n"
     "	@%p24 bra 	$L__BB15_16;\n"
     "\n"
+    ,
     "	st.shared.f32 	[%r3], %f13;\n"
     "\n"
     "$L__BB15_16:\n"
@@ -7125,8 +7121,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.f32 	%f22, %f21, %f20;\n"
     "	ld.global.nc.f32 	%f23, [%rd91];\n"
     "	mul.f32 	%f24, %f23, %f22;\n"
-    ,
     "	ld.global.nc.f32 	%f25, [%rd93];\n"
+    ,
     "	fma.rn.f32 	%f70, %f25, %f24, %f70;\n"
     "	add.s64 	%rd96, %rd96, %rd11;\n"
     "	add.s64 	%rd93, %rd93, %rd18;\n"
@@ -7280,8 +7276,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_softmax_param_0,\n"
     "	.param .u64 k_softmax_param_1,\n"
     "	.param .u64 k_softmax_param_2,\n"
-    ,
     "	.param .u64 k_softmax_param_3,\n"
+    ,
     "	.param .u64 k_softmax_param_4,\n"
     "	.param .u32 k_softmax_param_5\n"
     ")\n"
@@ -7445,8 +7441,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB17_16:\n"
     "	add.s64 	%rd33, %rd44, %rd8;\n"
     "	shl.b64 	%rd34, %rd33, 2;\n"
-    ,
     "	add.s64 	%rd35, %rd1, %rd34;\n"
+    ,
     "	ld.global.nc.f32 	%f42, [%rd35];\n"
     "	sub.f32 	%f43, %f42, %f7;\n"
     "	mov.f32 	%f44, 0f3F000000;\n"
@@ -7601,8 +7597,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "\n"
     "	ld.param.u64 	%rd18, [k_softmax_back_param_0];\n"
-    ,
     "	ld.param.u64 	%rd19, [k_softmax_back_param_1];\n"
+    ,
     "	ld.param.u64 	%rd15, [k_softmax_back_param_2];\n"
     "	ld.param.u64 	%rd16, [k_softmax_back_param_3];\n"
     "	ld.param.u64 	%rd17, [k_softmax_back_param_4];\n"
@@ -7762,11 +7758,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .pred 	%p<129>;\n"
     "	.reg .b16 	%rs<20>;\n"
     "	.reg .f32 	%f<364>;\n"
-    ,
     "	.reg .b32 	%r<367>;\n"
     "	.reg .b64 	%rd<99>;\n"
     "\n"
     "\n"
+    ,
     "	ld.param.u64 	%rd42, [k_ce_rows_param_0];\n"
     "	ld.param.u64 	%rd43, [k_ce_rows_param_1];\n"
     "	ld.param.u64 	%rd44, [k_ce_rows_param_2];\n"
@@ -7929,9 +7925,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r95|%p20, %r91, %r93, %r92, %r94;\n"
     "	mov.b32 	%f76, %r95;\n"
     "	max.f32 	%f77, %f342, %f76;\n"
-    ,
     "	mov.b32 	%r96, %f77;\n"
     "	mov.u32 	%r97, 8;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r98|%p21, %r96, %r97, %r92, %r94;\n"
     "	mov.b32 	%f78, %r98;\n"
     "	max.f32 	%f79, %f77, %f78;\n"
@@ -8084,8 +8080,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f115, %r149;\n"
     "	add.f32 	%f116, %f114, %f115;\n"
     "	mov.b32 	%r150, %f116;\n"
-    ,
     "	mov.u32 	%r151, 4;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r152|%p41, %r150, %r151, %r143, %r145;\n"
     "	mov.b32 	%f117, %r152;\n"
     "	add.f32 	%f118, %f116, %f117;\n"
@@ -12789,13 +12785,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .f32 	%f<553>;\n"
     "	.reg .b32 	%r<204>;\n"
     "	.reg .b64 	%rd<188>;\n"
-    "	// demoted variable\n"
-    ,
-    "	.shared .align 4 .b8 _ZZ6k_gemmE2As[4352];\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ6k_gemmE2Bs[4352];\n"
+    "\n"
     "\n"
     "	ld.param.u64 	%rd34, [k_gemm_param_0];\n"
+    ,
     "	ld.param.u64 	%rd35, [k_gemm_param_1];\n"
     "	ld.param.u32 	%r37, [k_gemm_param_3];\n"
     "	ld.param.u32 	%r38, [k_gemm_param_4];\n"
@@ -12828,11 +12821,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r51, %r50, %r47;\n"
     "	shr.u32 	%r52, %r44, 2;\n"
     "	and.b32  	%r53, %r52, 1073741820;\n"
-    "	mov.u32 	%r54, _ZZ6k_gemmE2As;\n"
+    "	mov.u32 	%r54, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2As;\n"
     "	add.s32 	%r1, %r54, %r53;\n"
     "	shl.b32 	%r55, %r44, 2;\n"
     "	and.b32  	%r56, %r55, 60;\n"
-    "	mov.u32 	%r57, _ZZ6k_gemmE2Bs;\n"
+    "	mov.u32 	%r57, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	add.s32 	%r2, %r57, %r56;\n"
     "	and.b32  	%r58, %r44, 63;\n"
     "	bfi.b32 	%r3, %r46, %r58, 6, 26;\n"
@@ -12935,13 +12928,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s32 	%p7, %r19, %r39;\n"
     "	setp.ge.s32 	%p8, %r5, %r38;\n"
     "	or.pred  	%p9, %p8, %p7;\n"
-    ,
     "	@%p9 bra 	$L__BB29_10;\n"
     "\n"
     "	setp.eq.s32 	%p10, %r41, 0;\n"
     "	cvt.s64.s32 	%rd19, %r19;\n"
     "	@%p10 bra 	$L__BB29_9;\n"
     "\n"
+    ,
     "	add.s64 	%rd48, %rd2, %rd19;\n"
     "	add.s64 	%rd49, %rd48, %rd9;\n"
     "	shl.b64 	%rd50, %rd49, 2;\n"
@@ -13099,11 +13092,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f527, [%rd83];\n"
     "\n"
     "$L__BB29_24:\n"
-    ,
     "	and.b32  	%r198, %r55, 252;\n"
     "	mad.lo.s32 	%r121, %r77, 272, %r54;\n"
     "	add.s32 	%r124, %r121, %r198;\n"
     "	st.shared.f32 	[%r124], %f527;\n"
+    ,
     "	add.s32 	%r25, %r14, %r203;\n"
     "	setp.ge.s32 	%p28, %r25, %r39;\n"
     "	setp.ge.s32 	%p29, %r15, %r38;\n"
@@ -13260,13 +13253,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd136, %rd2, %rd26;\n"
     "	add.s64 	%rd137, %rd136, %rd18;\n"
     "	shl.b64 	%rd138, %rd137, 2;\n"
-    ,
     "	add.s64 	%rd139, %rd3, %rd138;\n"
     "	ld.global.nc.f32 	%f536, [%rd139];\n"
     "	bra.uni 	$L__BB29_53;\n"
     "\n"
     "$L__BB29_52:\n"
     "	mul.lo.s64 	%rd140, %rd26, %rd5;\n"
+    ,
     "	add.s64 	%rd141, %rd17, %rd140;\n"
     "	shl.b64 	%rd142, %rd141, 2;\n"
     "	add.s64 	%rd143, %rd3, %rd142;\n"
@@ -13371,11 +13364,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f228, [%r1+1008];\n"
     "	fma.rn.f32 	%f229, %f228, %f209, %f205;\n"
     "	fma.rn.f32 	%f230, %f228, %f212, %f206;\n"
-    ,
     "	fma.rn.f32 	%f231, %f228, %f214, %f207;\n"
     "	fma.rn.f32 	%f232, %f228, %f216, %f208;\n"
     "	ld.shared.f32 	%f233, [%r2+1088];\n"
     "	ld.shared.f32 	%f234, [%r1+1088];\n"
+    ,
     "	fma.rn.f32 	%f235, %f234, %f233, %f211;\n"
     "	ld.shared.f32 	%f236, [%r2+1152];\n"
     "	fma.rn.f32 	%f237, %f234, %f236, %f213;\n"
@@ -13474,11 +13467,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f330, [%r1+2176];\n"
     "	fma.rn.f32 	%f331, %f330, %f329, %f307;\n"
     "	ld.shared.f32 	%f332, [%r2+2240];\n"
-    ,
     "	fma.rn.f32 	%f333, %f330, %f332, %f309;\n"
     "	ld.shared.f32 	%f334, [%r2+2304];\n"
     "	fma.rn.f32 	%f335, %f330, %f334, %f311;\n"
     "	ld.shared.f32 	%f336, [%r2+2368];\n"
+    ,
     "	fma.rn.f32 	%f337, %f330, %f336, %f313;\n"
     "	ld.shared.f32 	%f338, [%r1+2240];\n"
     "	fma.rn.f32 	%f339, %f338, %f329, %f315;\n"
@@ -13577,11 +13570,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f432, [%r2+3456];\n"
     "	fma.rn.f32 	%f433, %f426, %f432, %f409;\n"
     "	ld.shared.f32 	%f434, [%r1+3328];\n"
-    ,
     "	fma.rn.f32 	%f435, %f434, %f425, %f411;\n"
     "	fma.rn.f32 	%f436, %f434, %f428, %f412;\n"
     "	fma.rn.f32 	%f437, %f434, %f430, %f413;\n"
     "	fma.rn.f32 	%f438, %f434, %f432, %f414;\n"
+    ,
     "	ld.shared.f32 	%f439, [%r1+3392];\n"
     "	fma.rn.f32 	%f440, %f439, %f425, %f416;\n"
     "	fma.rn.f32 	%f441, %f439, %f428, %f417;\n"
@@ -13692,13 +13685,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd27, %r38;\n"
     "	mov.u32 	%r174, %ctaid.y;\n"
     "	shl.b32 	%r175, %r174, 6;\n"
-    ,
     "	mov.u32 	%r176, %tid.x;\n"
     "	shr.u32 	%r177, %r176, 4;\n"
-    "	add.s32 	%r32, %r175, %r177;\n"
+    "	add.s32 	%r32, %r177, %r175;\n"
     "	and.b32  	%r178, %r176, 15;\n"
     "	mov.u32 	%r179, %ctaid.x;\n"
     "	bfi.b32 	%r33, %r179, %r178, 6, 26;\n"
+    ,
     "	setp.ge.s32 	%p61, %r32, %r37;\n"
     "	@%p61 bra 	$L__BB29_64;\n"
     "\n"
@@ -13863,7 +13856,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s32 	%p80, %r195, %r38;\n"
     "	@%p80 bra 	$L__BB29_91;\n"
     "\n"
-    ,
     "	st.global.f32 	[%rd31+192], %f552;\n"
     "\n"
     "$L__BB29_91:\n"
@@ -13874,6 +13866,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     ".visible .entry k_attention(\n"
     "	.param .u64 k_attention_param_0,\n"
     "	.param .u64 k_attention_param_1,\n"
+    ,
     "	.param .u64 k_attention_param_2,\n"
     "	.param .u64 k_attention_param_3,\n"
     "	.param .u64 k_attention_param_4,\n"
@@ -14023,7 +14016,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.u32 	%r10, %r9, %r5;\n"
     "	cvt.u64.u32 	%rd292, %r10;\n"
     "\n"
-    ,
     "$L__BB30_11:\n"
     "	or.b64  	%rd159, %rd292, %rd143;\n"
     "	and.b64  	%rd160, %rd159, -4294967296;\n"
@@ -14031,6 +14023,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p7 bra 	$L__BB30_13;\n"
     "\n"
     "	div.s64 	%rd293, %rd292, %rd143;\n"
+    ,
     "	mul.lo.s64 	%rd161, %rd293, %rd143;\n"
     "	sub.s64 	%rd294, %rd292, %rd161;\n"
     "	bra.uni 	$L__BB30_14;\n"
@@ -14182,7 +14175,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.u32 	%r37, %r36, %r11;\n"
     "	mul.lo.s32 	%r38, %r37, %r11;\n"
     "	sub.s32 	%r39, %r36, %r38;\n"
-    ,
     "	cvt.u64.u32 	%rd307, %r37;\n"
     "	cvt.u64.u32 	%rd308, %r39;\n"
     "\n"
@@ -14190,6 +14182,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd207, %rd307, %rd141;\n"
     "	add.s64 	%rd208, %rd207, %rd306;\n"
     "	mul.lo.s64 	%rd209, %rd208, %rd143;\n"
+    ,
     "	add.s64 	%rd210, %rd209, %rd308;\n"
     "	mul.lo.s64 	%rd211, %rd210, %rd142;\n"
     "	mul.lo.s64 	%rd73, %rd211, 3;\n"
@@ -14334,13 +14327,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f123, %f122;\n"
     "	mov.f32 	%f124, 0f4B400001;\n"
     "	mov.f32 	%f125, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f126, %f123, %f125, %f124;\n"
     "	add.f32 	%f127, %f126, 0fCB40007F;\n"
     "	neg.f32 	%f128, %f127;\n"
     "	mov.f32 	%f129, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f130, %f119, %f129, %f128;\n"
     "	mov.f32 	%f131, 0f32A57060;\n"
+    ,
     "	fma.rn.f32 	%f132, %f119, %f131, %f130;\n"
     "	mov.b32 	%r42, %f126;\n"
     "	shl.b32 	%r43, %r42, 23;\n"
@@ -14482,13 +14475,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.leu.f32 	%p48, %f28, %f317;\n"
     "	@%p48 bra 	$L__BB30_85;\n"
     "\n"
-    ,
     "	sub.f32 	%f187, %f317, %f28;\n"
     "	mov.f32 	%f188, 0f3F000000;\n"
     "	mov.f32 	%f189, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f190, %f187, %f189, %f188;\n"
     "	cvt.sat.f32.f32 	%f191, %f190;\n"
     "	mov.f32 	%f192, 0f4B400001;\n"
+    ,
     "	mov.f32 	%f193, 0f437C0000;\n"
     "	fma.rm.f32 	%f194, %f191, %f193, %f192;\n"
     "	add.f32 	%f195, %f194, 0fCB40007F;\n"
@@ -14627,7 +14620,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.f32 	[%rd119+4], %f258;\n"
     "	@%p60 bra 	$L__BB30_93;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f259, [%rd118+8];\n"
     "	ld.local.f32 	%f260, [%rd119+8];\n"
     "	fma.rn.f32 	%f261, %f33, %f259, %f260;\n"
@@ -14635,6 +14627,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB30_93:\n"
     "	add.s64 	%rd319, %rd98, 1;\n"
+    ,
     "	setp.lt.u64 	%p61, %rd98, %rd291;\n"
     "	@%p61 bra 	$L__BB30_68;\n"
     "\n"
@@ -14779,12 +14772,12 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f329, %f37, %f307, %f307;\n"
     "\n"
     "$L__BB30_113:\n"
-    ,
     "	setp.eq.s64 	%p77, %rd143, 0;\n"
     "	setp.eq.f32 	%p73, %f37, 0f00000000;\n"
     "	selp.f32 	%f308, 0fFF800000, %f329, %p73;\n"
     "	add.f32 	%f309, %f317, %f308;\n"
     "	mul.lo.s64 	%rd280, %rd290, %rd10;\n"
+    ,
     "	add.s64 	%rd281, %rd280, %rd142;\n"
     "	add.s64 	%rd282, %rd290, %rd11;\n"
     "	selp.b64 	%rd283, %rd281, %rd282, %p77;\n"
@@ -14924,7 +14917,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd200, %rd374, %rd177;\n"
     "	add.s64 	%rd201, %rd200, %rd372;\n"
     "	mul.lo.s64 	%rd202, %rd201, %rd179;\n"
-    ,
     "	add.s64 	%rd203, %rd202, %rd375;\n"
     "	mul.lo.s64 	%rd376, %rd203, %rd178;\n"
     "\n"
@@ -14934,6 +14926,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p6 bra 	$L__BB31_42;\n"
     "\n"
     "	@%p3 bra 	$L__BB31_35;\n"
+    ,
     "\n"
     "	setp.lt.u64 	%p8, %rd16, 3;\n"
     "	mov.f32 	%f339, 0f00000000;\n"
@@ -15070,7 +15063,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd213, %rd212, %rd179;\n"
     "	add.s64 	%rd214, %rd213, %rd379;\n"
     "	mul.lo.s64 	%rd215, %rd214, %rd178;\n"
-    ,
     "	mul.lo.s64 	%rd48, %rd215, 3;\n"
     "	mov.f32 	%f339, 0f00000000;\n"
     "	mov.u64 	%rd382, 0;\n"
@@ -15079,6 +15071,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB31_24:\n"
     "	mov.f32 	%f331, 0f00000000;\n"
     "	add.s64 	%rd216, %rd48, %rd382;\n"
+    ,
     "	shl.b64 	%rd217, %rd216, 2;\n"
     "	add.s64 	%rd218, %rd2, %rd217;\n"
     "	add.s64 	%rd219, %rd382, %rd376;\n"
@@ -15212,7 +15205,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB31_44:\n"
     "	mov.u64 	%rd82, %rd389;\n"
     "	sub.s64 	%rd369, %rd371, %rd372;\n"
-    ,
     "	add.s64 	%rd83, %rd82, %rd369;\n"
     "	or.b64  	%rd271, %rd83, %rd177;\n"
     "	and.b64  	%rd272, %rd271, -4294967296;\n"
@@ -15220,6 +15212,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p23 bra 	$L__BB31_46;\n"
     "\n"
     "	div.s64 	%rd390, %rd83, %rd177;\n"
+    ,
     "	mul.lo.s64 	%rd273, %rd390, %rd177;\n"
     "	sub.s64 	%rd391, %rd83, %rd273;\n"
     "	bra.uni 	$L__BB31_47;\n"
@@ -15352,13 +15345,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f164, %f163;\n"
     "	mov.f32 	%f165, 0f4B400001;\n"
     "	mov.f32 	%f166, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f167, %f164, %f166, %f165;\n"
     "	add.f32 	%f168, %f167, 0fCB40007F;\n"
     "	neg.f32 	%f169, %f168;\n"
     "	mov.f32 	%f170, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f171, %f160, %f170, %f169;\n"
     "	mov.f32 	%f172, 0f32A57060;\n"
+    ,
     "	fma.rn.f32 	%f173, %f160, %f172, %f171;\n"
     "	mov.b32 	%r48, %f167;\n"
     "	shl.b32 	%r49, %r48, 23;\n"
@@ -15493,13 +15486,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd311, %rd310, 2;\n"
     "	add.s64 	%rd129, %rd5, %rd311;\n"
     "	ld.global.nc.f32 	%f240, [%rd129];\n"
-    ,
     "	shl.b64 	%rd312, %rd406, 2;\n"
     "	add.s64 	%rd130, %rd7, %rd312;\n"
     "	ld.local.f32 	%f241, [%rd130];\n"
     "	fma.rn.f32 	%f354, %f241, %f240, %f354;\n"
     "	add.s64 	%rd131, %rd4, %rd311;\n"
     "	ld.global.nc.f32 	%f242, [%rd131];\n"
+    ,
     "	add.s64 	%rd132, %rd8, %rd312;\n"
     "	ld.local.f32 	%f243, [%rd132];\n"
     "	fma.rn.f32 	%f355, %f243, %f242, %f355;\n"
@@ -15639,7 +15632,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd359, %rd358, 2;\n"
     "	add.s64 	%rd360, %rd3, %rd359;\n"
     "	st.global.f32 	[%rd360], %f321;\n"
-    ,
     "	mul.f32 	%f322, %f314, %f52;\n"
     "	st.global.f32 	[%rd360+4], %f322;\n"
     "	mul.f32 	%f323, %f315, %f52;\n"
@@ -15647,6 +15639,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f324, %f316, %f52;\n"
     "	st.global.f32 	[%rd360+12], %f324;\n"
     "	add.s64 	%rd421, %rd421, 4;\n"
+    ,
     "	add.s64 	%rd420, %rd420, -4;\n"
     "	setp.ne.s64 	%p63, %rd420, 0;\n"
     "	@%p63 bra 	$L__BB31_108;\n"
@@ -15795,7 +15788,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB31_113:\n"
     "	add.s64 	%rd371, %rd371, %rd15;\n"
-    ,
     "	setp.lt.s64 	%p67, %rd371, %rd12;\n"
     "	@%p67 bra 	$L__BB31_2;\n"
     "\n"
@@ -15807,6 +15799,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     ".visible .entry k_attention_back_kv(\n"
     "	.param .u64 k_attention_back_kv_param_0,\n"
     "	.param .u64 k_attention_back_kv_param_1,\n"
+    ,
     "	.param .u64 k_attention_back_kv_param_2,\n"
     "	.param .u64 k_attention_back_kv_param_3,\n"
     "	.param .u64 k_attention_back_kv_param_4,\n"
@@ -15945,7 +15938,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB32_16:\n"
     "	add.s64 	%rd187, %rd359, %rd41;\n"
     "	shl.b64 	%rd188, %rd187, 2;\n"
-    ,
     "	add.s64 	%rd189, %rd2, %rd188;\n"
     "	add.s64 	%rd190, %rd1, %rd188;\n"
     "	ld.global.nc.f32 	%f39, [%rd189+12];\n"
@@ -15953,6 +15945,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f41, [%rd189+4];\n"
     "	ld.global.nc.f32 	%f42, [%rd189];\n"
     "	shl.b64 	%rd191, %rd359, 2;\n"
+    ,
     "	add.s64 	%rd192, %rd8, %rd191;\n"
     "	ld.global.nc.f32 	%f43, [%rd190+8];\n"
     "	ld.global.nc.f32 	%f44, [%rd190+4];\n"
@@ -16093,13 +16086,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.local.v4.f32 	{%f61, %f62, %f63, %f64}, [%rd365];\n"
     "	ld.global.nc.f32 	%f69, [%rd366+-8];\n"
     "	fma.rn.f32 	%f70, %f69, %f61, %f339;\n"
-    ,
     "	ld.local.v4.f32 	{%f71, %f72, %f73, %f74}, [%rd368];\n"
     "	ld.global.nc.f32 	%f79, [%rd367+-8];\n"
     "	fma.rn.f32 	%f80, %f79, %f71, %f340;\n"
     "	ld.global.nc.f32 	%f81, [%rd366+-4];\n"
     "	fma.rn.f32 	%f82, %f81, %f62, %f70;\n"
     "	ld.global.nc.f32 	%f83, [%rd367+-4];\n"
+    ,
     "	fma.rn.f32 	%f84, %f83, %f72, %f80;\n"
     "	ld.global.nc.f32 	%f85, [%rd366];\n"
     "	fma.rn.f32 	%f86, %f85, %f63, %f82;\n"
@@ -16221,7 +16214,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.v4.f32 	[%rd231], {%f149, %f148, %f147, %f146};\n"
     "	ld.global.nc.f32 	%f150, [%rd234+12];\n"
     "	fma.rn.f32 	%f151, %f18, %f144, %f135;\n"
-    ,
     "	fma.rn.f32 	%f152, %f18, %f142, %f134;\n"
     "	fma.rn.f32 	%f153, %f18, %f132, %f133;\n"
     "	fma.rn.f32 	%f154, %f18, %f150, %f136;\n"
@@ -16229,6 +16221,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd373, %rd373, 4;\n"
     "	add.s64 	%rd372, %rd372, -4;\n"
     "	setp.ne.s64 	%p24, %rd372, 0;\n"
+    ,
     "	@%p24 bra 	$L__BB32_41;\n"
     "\n"
     "$L__BB32_42:\n"
@@ -16358,7 +16351,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f348, %f213, %f212, %f348;\n"
     "	@%p33 bra 	$L__BB32_56;\n"
     "\n"
-    ,
     "	setp.eq.s64 	%p34, %rd19, 2;\n"
     "	ld.local.f32 	%f214, [%rd105+4];\n"
     "	ld.global.nc.f32 	%f215, [%rd104+4];\n"
@@ -16368,6 +16360,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f348, %f217, %f216, %f348;\n"
     "	@%p34 bra 	$L__BB32_56;\n"
     "\n"
+    ,
     "	ld.local.f32 	%f218, [%rd105+8];\n"
     "	ld.global.nc.f32 	%f219, [%rd104+8];\n"
     "	fma.rn.f32 	%f347, %f219, %f218, %f347;\n"
@@ -16487,7 +16480,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p40 bra 	$L__BB32_64;\n"
     "\n"
     "	ld.global.nc.f32 	%f286, [%rd113+8];\n"
-    ,
     "	ld.local.f32 	%f287, [%rd114+8];\n"
     "	fma.rn.f32 	%f288, %f35, %f286, %f287;\n"
     "	st.local.f32 	[%rd114+8], %f288;\n"
@@ -16497,6 +16489,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.f32 	[%rd116+8], %f291;\n"
     "\n"
     "$L__BB32_64:\n"
+    ,
     "	add.s64 	%rd344, %rd351, %rd156;\n"
     "	sub.s64 	%rd343, %rd344, %rd352;\n"
     "	add.s64 	%rd374, %rd374, 1;\n"
@@ -16638,7 +16631,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd293, %rd10, %rd292;\n"
     "	ld.local.v2.f32 	{%f292, %f293}, [%rd293];\n"
     "	mul.f32 	%f296, %f292, %f38;\n"
-    ,
     "	add.s64 	%rd294, %rd128, %rd386;\n"
     "	shl.b64 	%rd295, %rd294, 2;\n"
     "	add.s64 	%rd296, %rd7, %rd295;\n"
@@ -16647,6 +16639,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.local.v2.f32 	{%f297, %f298}, [%rd297];\n"
     "	add.s64 	%rd298, %rd129, %rd386;\n"
     "	shl.b64 	%rd299, %rd298, 2;\n"
+    ,
     "	add.s64 	%rd300, %rd7, %rd299;\n"
     "	st.global.f32 	[%rd300], %f297;\n"
     "	mul.f32 	%f301, %f293, %f38;\n"
@@ -16788,7 +16781,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f4, %f100, %f14;\n"
     "	mov.u32 	%r10, %ctaid.y;\n"
     "	mul.wide.s32 	%rd50, %r10, 8;\n"
-    ,
     "	add.s64 	%rd51, %rd46, %rd50;\n"
     "	add.s64 	%rd3, %rd51, 128;\n"
     "	ld.param.u64 	%rd4, [%rd51+128];\n"
@@ -16797,6 +16789,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd6, [%rd51+384];\n"
     "	ld.param.u64 	%rd7, [%rd51+512];\n"
     "	ld.param.u64 	%rd8, [%rd51+640];\n"
+    ,
     "	setp.lt.s64 	%p7, %rd8, 0;\n"
     "	@%p7 bra 	$L__BB33_7;\n"
     "\n"
@@ -16945,7 +16938,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.s32 	%r37, %r36, %r28;\n"
     "	mov.u32 	%r38, 1;\n"
     "	shl.b32 	%r39, %r38, %r37;\n"
-    ,
     "	setp.gt.u32 	%p23, %r35, %r39;\n"
     "	setp.eq.s32 	%p24, %r35, %r39;\n"
     "	and.b32  	%r40, %r31, 1;\n"
@@ -16955,6 +16947,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.u32 	%r41, 1, 0, %p27;\n"
     "	add.s32 	%r42, %r31, %r41;\n"
     "	or.b32  	%r58, %r42, %r58;\n"
+    ,
     "	bra.uni 	$L__BB33_20;\n"
     "\n"
     "$L__BB33_15:\n"
@@ -17094,7 +17087,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.f32 	%f77, [%rd99];\n"
     "	fma.rn.f32 	%f78, %f5, %f77, %f76;\n"
     "	mul.f32 	%f79, %f78, %f9;\n"
-    ,
     "	sub.f32 	%f80, %f77, %f79;\n"
     "	st.global.f32 	[%rd99], %f80;\n"
     "	mov.u32 	%r57, 0;\n"
@@ -17104,6 +17096,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd111, %rd110, 2;\n"
     "	add.s64 	%rd112, %rd41, %rd111;\n"
     "	add.s64 	%rd113, %rd109, %rd5;\n"
+    ,
     "	shl.b64 	%rd114, %rd113, 2;\n"
     "	add.s64 	%rd115, %rd1, %rd114;\n"
     "	add.s64 	%rd116, %rd109, %rd6;\n"
@@ -17240,7 +17233,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f24, %f23, %f21, %f22;\n"
     "	mov.f32 	%f25, 0f3E085941;\n"
     "	fma.rn.f32 	%f26, %f24, %f21, %f25;\n"
-    ,
     "	mov.f32 	%f27, 0fBEAAA9ED;\n"
     "	fma.rn.f32 	%f28, %f26, %f21, %f27;\n"
     "	mov.f32 	%f29, 0f00000000;\n"
@@ -17249,6 +17241,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.f32 	%p5, %f11, 0f3F19999A;\n"
     "	selp.f32 	%f32, %f20, %f31, %p5;\n"
     "	mul.f32 	%f33, %f6, 0f3E095D4E;\n"
+    ,
     "	fma.rn.f32 	%f34, %f6, %f33, 0f3F800000;\n"
     "	mul.f32 	%f35, %f34, 0f3F4C422A;\n"
     "	add.f32 	%f36, %f32, 0f3F800000;\n"
@@ -17404,7 +17397,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f49, %f45, %f48, %f45;\n"
     "	mul.f32 	%f50, %f49, 0f3F4C422A;\n"
     "	abs.f32 	%f51, %f50;\n"
-    ,
     "	mul.f32 	%f52, %f51, 0f4038AA3B;\n"
     "	ex2.approx.ftz.f32 	%f53, %f52;\n"
     "	add.f32 	%f54, %f53, 0f3F800000;\n"
@@ -17413,6 +17405,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f57, 0fC0000000;\n"
     "	fma.rn.f32 	%f58, %f56, %f57, %f55;\n"
     "	setp.ge.f32 	%p25, %f51, 0f41102CB4;\n"
+    ,
     "	selp.f32 	%f59, 0f3F800000, %f58, %p25;\n"
     "	copysign.f32 	%f60, %f50, %f59;\n"
     "	mul.f32 	%f61, %f50, %f50;\n"
@@ -17564,7 +17557,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd28, [k_att_softmax_param_1];\n"
     "	ld.param.u64 	%rd23, [k_att_softmax_param_2];\n"
     "	ld.param.u64 	%rd24, [k_att_softmax_param_3];\n"
-    ,
     "	ld.param.u64 	%rd25, [k_att_softmax_param_4];\n"
     "	ld.param.f32 	%f27, [k_att_softmax_param_5];\n"
     "	ld.param.u32 	%r7, [k_att_softmax_param_7];\n"
@@ -17572,6 +17564,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd28;\n"
     "	cvta.to.global.u64 	%rd2, %rd27;\n"
     "	mov.u32 	%r9, %ctaid.x;\n"
+    ,
     "	cvt.u64.u32 	%rd52, %r9;\n"
     "	setp.ge.s64 	%p1, %rd52, %rd24;\n"
     "	@%p1 bra 	$L__BB35_38;\n"
@@ -17723,7 +17716,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd36, %rd55, %rd9;\n"
     "	shl.b64 	%rd37, %rd36, 2;\n"
     "	add.s64 	%rd38, %rd2, %rd37;\n"
-    ,
     "	ld.global.nc.f32 	%f54, [%rd38];\n"
     "	mul.f32 	%f55, %f54, %f27;\n"
     "	sub.f32 	%f56, %f55, %f168;\n"
@@ -17733,6 +17725,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f60, %f59;\n"
     "	mov.f32 	%f61, 0f4B400001;\n"
     "	mov.f32 	%f62, 0f437C0000;\n"
+    ,
     "	fma.rm.f32 	%f63, %f60, %f62, %f61;\n"
     "	add.f32 	%f64, %f63, 0fCB40007F;\n"
     "	neg.f32 	%f65, %f64;\n"
@@ -17866,7 +17859,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p36 bra 	$L__BB35_37;\n"
     "\n"
     "	setp.eq.s32 	%p37, %r8, 2;\n"
-    ,
     "	@%p37 bra 	$L__BB35_32;\n"
     "	bra.uni 	$L__BB35_27;\n"
     "\n"
@@ -17883,6 +17875,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB35_36;\n"
     "\n"
     "$L__BB35_34:\n"
+    ,
     "	add.s64 	%rd45, %rd57, %rd9;\n"
     "	shl.b64 	%rd46, %rd45, 2;\n"
     "	add.s64 	%rd47, %rd2, %rd46;\n"
@@ -18019,7 +18012,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u32 	%r5, [k_att_dsoftmax_param_8];\n"
     "	cvta.to.global.u64 	%rd1, %rd27;\n"
     "	cvta.to.global.u64 	%rd2, %rd26;\n"
-    ,
     "	cvta.to.global.u64 	%rd3, %rd25;\n"
     "	mov.u32 	%r6, %ctaid.x;\n"
     "	cvt.u64.u32 	%rd51, %r6;\n"
@@ -18031,6 +18023,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r8, %ntid.x;\n"
     "	cvt.u64.u32 	%rd6, %r8;\n"
     "	and.b32  	%r1, %r7, 31;\n"
+    ,
     "	shr.u32 	%r2, %r8, 5;\n"
     "	shr.u32 	%r9, %r7, 3;\n"
     "	and.b32  	%r10, %r9, 536870908;\n"
@@ -18176,7 +18169,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s64 	%p17, %rd5, %rd23;\n"
     "	@%p17 bra 	$L__BB36_24;\n"
     "\n"
-    ,
     "	setp.eq.s32 	%p18, %r5, 2;\n"
     "	@%p18 bra 	$L__BB36_19;\n"
     "	bra.uni 	$L__BB36_14;\n"
@@ -18193,6 +18185,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f105, 0f00000000;\n"
     "	bra.uni 	$L__BB36_23;\n"
     "\n"
+    ,
     "$L__BB36_21:\n"
     "	add.s64 	%rd44, %rd55, %rd10;\n"
     "	shl.b64 	%rd45, %rd44, 2;\n"
@@ -18334,7 +18327,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd91;\n"
     "	cvta.to.global.u64 	%rd2, %rd92;\n"
     "	cvta.to.global.u64 	%rd3, %rd93;\n"
-    ,
     "	mov.u32 	%r1, %ctaid.x;\n"
     "	cvt.u64.u32 	%rd4, %r1;\n"
     "	mov.u32 	%r2, %ntid.x;\n"
@@ -18346,6 +18338,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s64 	%p1, %rd162, %rd87;\n"
     "	@%p1 bra 	$L__BB37_44;\n"
     "\n"
+    ,
     "	setp.eq.s64 	%p2, %rd90, 0;\n"
     "	mov.u32 	%r4, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd8, %r4;\n"
@@ -18494,7 +18487,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd153, %rd74, 2;\n"
     "	add.s64 	%rd181, %rd70, %rd153;\n"
     "	add.s64 	%rd180, %rd71, %rd153;\n"
-    ,
     "	mov.f32 	%f64, 0f00000000;\n"
     "	mov.u64 	%rd183, 0;\n"
     "\n"
@@ -18505,6 +18497,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f43, [%rd180+-4];\n"
     "	ld.global.nc.f32 	%f44, [%rd181+-4];\n"
     "	fma.rn.f32 	%f45, %f44, %f43, %f42;\n"
+    ,
     "	ld.global.nc.f32 	%f46, [%rd180];\n"
     "	ld.global.nc.f32 	%f47, [%rd181];\n"
     "	fma.rn.f32 	%f48, %f47, %f46, %f45;\n"
@@ -18654,7 +18647,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p20 bra 	$L__BB37_31;\n"
     "\n"
     "$L__BB37_32:\n"
-    ,
     "	setp.lt.u64 	%p21, %rd173, 3;\n"
     "	@%p21 bra 	$L__BB37_44;\n"
     "\n"
@@ -18668,6 +18660,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd145, %rd178, %rd62;\n"
     "	st.global.u32 	[%rd145], %r24;\n"
     "	add.s64 	%rd146, %rd162, %rd9;\n"
+    ,
     "	add.s64 	%rd147, %rd146, %rd9;\n"
     "	add.s64 	%rd148, %rd145, %rd62;\n"
     "	st.global.u32 	[%rd148], %r24;\n"
@@ -18811,7 +18804,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p10, %rd205, 0;\n"
     "	@%p10 bra 	$L__BB38_12;\n"
     "\n"
-    ,
     "	div.s64 	%rd308, %rd312, %rd184;\n"
     "	mul.lo.s64 	%rd206, %rd308, %rd184;\n"
     "	sub.s64 	%rd309, %rd312, %rd206;\n"
@@ -18823,6 +18815,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.u32 	%r18, %r17, %r16;\n"
     "	mul.lo.s32 	%r19, %r18, %r16;\n"
     "	sub.s32 	%r20, %r17, %r19;\n"
+    ,
     "	cvt.u64.u32 	%rd308, %r18;\n"
     "	cvt.u64.u32 	%rd309, %r20;\n"
     "\n"
@@ -18988,7 +18981,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB38_24:\n"
     "	add.s64 	%rd313, %rd313, %rd9;\n"
     "\n"
-    ,
     "$L__BB38_25:\n"
     "	setp.gt.u64 	%p14, %rd9, %rd11;\n"
     "	@%p14 bra 	$L__BB38_126;\n"
@@ -19002,6 +18994,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p15, %rd219, 0;\n"
     "	@%p15 bra 	$L__BB38_29;\n"
     "\n"
+    ,
     "	div.s64 	%rd315, %rd313, %rd185;\n"
     "	mul.lo.s64 	%rd220, %rd315, %rd185;\n"
     "	sub.s64 	%rd316, %rd313, %rd220;\n"
@@ -19160,7 +19153,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB38_55;\n"
     "\n"
     "$L__BB38_54:\n"
-    ,
     "	cvt.u32.u64 	%r51, %rd186;\n"
     "	cvt.u32.u64 	%r52, %rd324;\n"
     "	div.u32 	%r53, %r52, %r51;\n"
@@ -19172,6 +19164,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB38_55:\n"
     "	mul.lo.s64 	%rd246, %rd326, %rd184;\n"
     "	add.s64 	%rd247, %rd246, %rd325;\n"
+    ,
     "	mul.lo.s64 	%rd248, %rd247, %rd186;\n"
     "	add.s64 	%rd249, %rd248, %rd327;\n"
     "	mul.lo.s64 	%rd328, %rd249, 3;\n"
@@ -19336,7 +19329,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB38_101:\n"
     "	setp.eq.s32 	%p41, %r3, 0;\n"
     "	shl.b64 	%rd286, %rd150, 2;\n"
-    ,
     "	add.s64 	%rd152, %rd2, %rd286;\n"
     "	shl.b64 	%rd287, %rd313, 2;\n"
     "	add.s64 	%rd153, %rd1, %rd287;\n"
@@ -19351,6 +19343,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.f32 	[%rd152], %f10;\n"
     "\n"
     "$L__BB38_106:\n"
+    ,
     "	add.s64 	%rd154, %rd313, %rd9;\n"
     "	or.b64  	%rd288, %rd154, %rd185;\n"
     "	and.b64  	%rd289, %rd288, -4294967296;\n"
@@ -19505,7 +19498,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_flash_back_dq_param_9,\n"
     "	.param .f32 k_flash_back_dq_param_10,\n"
     "	.param .u32 k_flash_back_dq_param_11,\n"
-    ,
     "	.param .u64 k_flash_back_dq_param_12\n"
     ")\n"
     "{\n"
@@ -19522,6 +19514,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_flash_back_dkv_param_2,\n"
     "	.param .u64 k_flash_back_dkv_param_3,\n"
     "	.param .u64 k_flash_back_dkv_param_4,\n"
+    ,
     "	.param .u64 k_flash_back_dkv_param_5,\n"
     "	.param .u64 k_flash_back_dkv_param_6,\n"
     "	.param .u64 k_flash_back_dkv_param_7,\n"
@@ -19678,7 +19671,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_flash2_fwd_param_1,\n"
     "	.param .u64 k_flash2_fwd_param_2,\n"
     "	.param .u64 k_flash2_fwd_param_3,\n"
-    ,
     "	.param .u64 k_flash2_fwd_param_4,\n"
     "	.param .u64 k_flash2_fwd_param_5,\n"
     "	.param .f32 k_flash2_fwd_param_6\n"
@@ -19696,6 +19688,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_layout_param_1,\n"
     "	.param .u64 k_moe_layout_param_2,\n"
     "	.param .u64 k_moe_layout_param_3,\n"
+    ,
     "	.param .u64 k_moe_layout_param_4,\n"
     "	.param .u64 k_moe_layout_param_5,\n"
     "	.param .u32 k_moe_layout_param_6,\n"
@@ -19842,7 +19835,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd90, %rd5, %rd89;\n"
     "	mul.lo.s32 	%r109, %r159, %r70;\n"
     "	st.global.u32 	[%rd90], %r109;\n"
-    ,
     "	add.s32 	%r110, %r109, %r70;\n"
     "	st.global.u32 	[%rd90+4], %r110;\n"
     "	add.s32 	%r111, %r110, %r70;\n"
@@ -19855,6 +19847,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p38 bra 	$L__BB50_35;\n"
     "\n"
     "$L__BB50_36:\n"
+    ,
     "	setp.eq.s32 	%p39, %r156, 0;\n"
     "	@%p39 bra 	$L__BB50_38;\n"
     "\n"
@@ -20011,7 +20004,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB50_44:\n"
     "	setp.lt.s64 	%p48, %rd40, 1;\n"
-    ,
     "	or.pred  	%p49, %p1, %p48;\n"
     "	@%p49 bra 	$L__BB50_67;\n"
     "\n"
@@ -20025,6 +20017,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.u32 	%r52, [%rd99];\n"
     "	mov.u64 	%rd121, 0;\n"
     "	add.s64 	%rd100, %rd4, %rd98;\n"
+    ,
     "	ld.global.u32 	%r53, [%rd100];\n"
     "	setp.lt.u64 	%p50, %rd26, 3;\n"
     "	mov.u32 	%r164, 0;\n"
@@ -20179,7 +20172,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p9 bra 	$L__BB50_11;\n"
     "\n"
     "$L__BB50_12:\n"
-    ,
     "	setp.lt.u32 	%p10, %r3, 3;\n"
     "	@%p10 bra 	$L__BB50_26;\n"
     "\n"
@@ -20193,6 +20185,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd61, %rd60, %rd7;\n"
     "	st.global.u32 	[%rd61], %r80;\n"
     "	add.s32 	%r81, %r145, %r1;\n"
+    ,
     "	add.s32 	%r82, %r81, %r1;\n"
     "	add.s64 	%rd62, %rd61, %rd7;\n"
     "	st.global.u32 	[%rd62], %r80;\n"
@@ -20341,7 +20334,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd36, %rd2, %rd35;\n"
     "	ld.global.nc.f32 	%f49, [%rd36];\n"
     "	sub.f32 	%f50, %f49, %f227;\n"
-    ,
     "	mov.f32 	%f51, 0f3F000000;\n"
     "	mov.f32 	%f52, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f53, %f50, %f52, %f51;\n"
@@ -20352,6 +20344,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f58, %f57, 0fCB40007F;\n"
     "	neg.f32 	%f59, %f58;\n"
     "	mov.f32 	%f60, 0f3FB8AA3B;\n"
+    ,
     "	fma.rn.f32 	%f61, %f50, %f60, %f59;\n"
     "	mov.f32 	%f62, 0f32A57060;\n"
     "	fma.rn.f32 	%f63, %f50, %f62, %f61;\n"
@@ -20474,7 +20467,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r60, %r59, 23;\n"
     "	mov.b32 	%f151, %r60;\n"
     "	ex2.approx.ftz.f32 	%f152, %f150;\n"
-    ,
     "	fma.rn.f32 	%f228, %f152, %f151, %f228;\n"
     "\n"
     "$L__BB51_20:\n"
@@ -20491,6 +20483,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p35 bra 	$L__BB51_54;\n"
     "\n"
     "	mov.u32 	%r97, -1;\n"
+    ,
     "	setp.eq.s32 	%p36, %r1, 0;\n"
     "	@%p36 bra 	$L__BB51_43;\n"
     "	bra.uni 	$L__BB51_24;\n"
@@ -20641,7 +20634,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p43 bra 	$L__BB51_33;\n"
     "\n"
     "	setp.lt.s32 	%p45, %r97, 0;\n"
-    ,
     "	setp.gt.f32 	%p46, %f19, %f229;\n"
     "	or.pred  	%p47, %p45, %p46;\n"
     "	mov.pred 	%p81, -1;\n"
@@ -20656,6 +20648,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.le.f32 	%p81, %f175, 0f7F800000;\n"
     "\n"
     "$L__BB51_33:\n"
+    ,
     "	selp.b32 	%r97, %r88, %r97, %p81;\n"
     "	selp.f32 	%f229, %f19, %f229, %p81;\n"
     "	add.s32 	%r88, %r88, 1;\n"
@@ -20802,7 +20795,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	and.b32  	%r2, %r73, 1;\n"
     "	cvt.s64.s32 	%rd7, %r71;\n"
-    ,
     "	cvt.s64.s32 	%rd8, %r72;\n"
     "	and.b32  	%r3, %r73, 3;\n"
     "	mov.u32 	%r78, %nctaid.x;\n"
@@ -20816,6 +20808,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r8, %r71, 3;\n"
     "	sub.s32 	%r9, %r71, %r8;\n"
     "\n"
+    ,
     "$L__BB52_2:\n"
     "	mul.lo.s64 	%rd11, %rd287, %rd7;\n"
     "	mul.lo.s64 	%rd12, %rd287, %rd8;\n"
@@ -20959,7 +20952,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.f32 	%f1000, %f357, %f1000, %p70;\n"
     "	@%p69 bra 	$L__BB52_48;\n"
     "\n"
-    ,
     "	setp.eq.s32 	%p71, %r8, 2;\n"
     "	ld.global.nc.f32 	%f358, [%rd17+4];\n"
     "	setp.gt.f32 	%p72, %f358, %f1000;\n"
@@ -20974,6 +20966,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB52_48:\n"
     "	mov.f32 	%f1010, 0f00000000;\n"
+    ,
     "	@%p61 bra 	$L__BB52_56;\n"
     "\n"
     "	setp.lt.u32 	%p75, %r5, 3;\n"
@@ -21094,7 +21087,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f437, %f434, %f419, %f418;\n"
     "	cvt.sat.f32.f32 	%f438, %f437;\n"
     "	fma.rm.f32 	%f441, %f438, %f423, %f422;\n"
-    ,
     "	add.f32 	%f442, %f441, 0fCB40007F;\n"
     "	neg.f32 	%f443, %f442;\n"
     "	fma.rn.f32 	%f445, %f434, %f427, %f443;\n"
@@ -21106,6 +21098,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f1010, %f449, %f448, %f1010;\n"
     "	@%p79 bra 	$L__BB52_56;\n"
     "\n"
+    ,
     "	ld.global.nc.f32 	%f450, [%rd18+8];\n"
     "	sub.f32 	%f451, %f450, %f1000;\n"
     "	mov.f32 	%f452, 0f3F000000;\n"
@@ -21240,7 +21233,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p55 bra 	$L__BB52_34;\n"
     "\n"
     "	mov.f32 	%f1001, 0f00000000;\n"
-    ,
     "	mov.u32 	%r269, 0;\n"
     "	mov.u32 	%r268, %r7;\n"
     "\n"
@@ -21253,6 +21245,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd135, %r136;\n"
     "	add.s64 	%rd136, %rd11, %rd135;\n"
     "	shl.b64 	%rd137, %rd136, 2;\n"
+    ,
     "	add.s64 	%rd138, %rd3, %rd137;\n"
     "	ld.global.nc.f32 	%f242, [%rd138];\n"
     "	sub.f32 	%f243, %f242, %f1000;\n"
@@ -21369,7 +21362,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r150, %r149, 23;\n"
     "	mov.b32 	%f310, %r150;\n"
     "	ex2.approx.ftz.f32 	%f311, %f309;\n"
-    ,
     "	fma.rn.f32 	%f1001, %f311, %f310, %f1001;\n"
     "	@%p58 bra 	$L__BB52_38;\n"
     "\n"
@@ -21380,6 +21372,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd160, %rd159, 2;\n"
     "	add.s64 	%rd161, %rd3, %rd160;\n"
     "	ld.global.nc.f32 	%f312, [%rd161];\n"
+    ,
     "	sub.f32 	%f313, %f312, %f1000;\n"
     "	fma.rn.f32 	%f316, %f313, %f298, %f297;\n"
     "	cvt.sat.f32.f32 	%f317, %f316;\n"
@@ -21503,7 +21496,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f145, %f138, %f116, %f144;\n"
     "	mov.b32 	%r111, %f141;\n"
     "	shl.b32 	%r112, %r111, 23;\n"
-    ,
     "	mov.b32 	%f146, %r112;\n"
     "	ex2.approx.ftz.f32 	%f147, %f145;\n"
     "	fma.rn.f32 	%f148, %f147, %f146, 0f3F800000;\n"
@@ -21513,6 +21505,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd77, %r113;\n"
     "	add.s64 	%rd78, %rd11, %rd77;\n"
     "	shl.b64 	%rd79, %rd78, 2;\n"
+    ,
     "	add.s64 	%rd80, %rd3, %rd79;\n"
     "	ld.global.nc.f32 	%f151, [%rd80];\n"
     "	neg.f32 	%f152, %f151;\n"
@@ -21638,7 +21631,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s32 	%p80, %r253, 0;\n"
     "	@%p80 bra 	$L__BB52_99;\n"
     "\n"
-    ,
     "	setp.gt.s32 	%p81, %r72, 0;\n"
     "	setp.ne.s32 	%p82, %r260, 0;\n"
     "	and.pred  	%p2, %p82, %p81;\n"
@@ -21654,6 +21646,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f1013, 0f00000000;\n"
     "	mov.u32 	%r277, 0;\n"
     "\n"
+    ,
     "$L__BB52_62:\n"
     "	cvt.s64.s32 	%rd185, %r277;\n"
     "	add.s64 	%rd186, %rd12, %rd185;\n"
@@ -21785,7 +21778,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.u32 	%r238, [%rd40+8];\n"
     "	cvt.s64.s32 	%rd263, %r238;\n"
     "	add.s64 	%rd264, %rd11, %rd263;\n"
-    ,
     "	shl.b64 	%rd265, %rd264, 2;\n"
     "	add.s64 	%rd266, %rd3, %rd265;\n"
     "	ld.global.nc.f32 	%f888, [%rd266];\n"
@@ -21796,6 +21788,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f893, %f892;\n"
     "	mov.f32 	%f894, 0f4B400001;\n"
     "	mov.f32 	%f895, 0f437C0000;\n"
+    ,
     "	fma.rm.f32 	%f896, %f893, %f895, %f894;\n"
     "	add.f32 	%f897, %f896, 0fCB40007F;\n"
     "	neg.f32 	%f898, %f897;\n"
@@ -21924,7 +21917,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB52_139:\n"
     "	st.global.f32 	[%rd44+4], %f1034;\n"
-    ,
     "	setp.eq.s32 	%p134, %r6, 2;\n"
     "	@%p134 bra 	$L__BB52_143;\n"
     "\n"
@@ -21937,6 +21929,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd284, %rd283, 2;\n"
     "	add.s64 	%rd285, %rd3, %rd284;\n"
     "	ld.global.nc.f32 	%f964, [%rd285];\n"
+    ,
     "	sub.f32 	%f965, %f964, %f1000;\n"
     "	mov.f32 	%f966, 0f3F000000;\n"
     "	mov.f32 	%f967, 0f3BBB989D;\n"
@@ -22069,7 +22062,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rm.f32 	%f541, %f538, %f540, %f539;\n"
     "	add.f32 	%f542, %f541, 0fCB40007F;\n"
     "	neg.f32 	%f543, %f542;\n"
-    ,
     "	mov.f32 	%f544, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f545, %f534, %f544, %f543;\n"
     "	mov.f32 	%f546, 0f32A57060;\n"
@@ -22080,6 +22072,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f549, %f547;\n"
     "	mul.f32 	%f550, %f549, %f548;\n"
     "	div.rn.f32 	%f551, %f550, %f1010;\n"
+    ,
     "	mul.f32 	%f552, %f1013, %f551;\n"
     "	neg.f32 	%f1015, %f552;\n"
     "\n"
@@ -22211,7 +22204,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r195, %f625;\n"
     "	shl.b32 	%r196, %r195, 23;\n"
     "	mov.b32 	%f632, %r196;\n"
-    ,
     "	ex2.approx.ftz.f32 	%f633, %f631;\n"
     "	mul.f32 	%f634, %f633, %f632;\n"
     "	div.rn.f32 	%f635, %f634, %f1010;\n"
@@ -22226,6 +22218,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f1020, 0f00000000;\n"
     "	@%p98 bra 	$L__BB52_84;\n"
     "\n"
+    ,
     "	ld.global.nc.f32 	%f638, [%rd29+8];\n"
     "	sub.f32 	%f639, %f638, %f1000;\n"
     "	mov.f32 	%f640, 0f3F000000;\n"
@@ -22360,7 +22353,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p1 bra 	$L__BB52_91;\n"
     "\n"
     "	sub.f32 	%f676, %f1021, %f1013;\n"
-    ,
     "	div.rn.f32 	%f1021, %f676, %f1010;\n"
     "\n"
     "$L__BB52_91:\n"
@@ -22374,6 +22366,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB52_92:\n"
     "	sub.f32 	%f682, %f1021, %f1013;\n"
+    ,
     "	div.rn.f32 	%f683, %f62, %f1010;\n"
     "	ld.global.f32 	%f684, [%rd31];\n"
     "	fma.rn.f32 	%f685, %f683, %f682, %f684;\n"
@@ -22505,7 +22498,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd233, %r218;\n"
     "	add.s64 	%rd234, %rd11, %rd233;\n"
     "	shl.b64 	%rd235, %rd234, 2;\n"
-    ,
     "	add.s64 	%rd236, %rd3, %rd235;\n"
     "	ld.global.nc.f32 	%f770, [%rd236];\n"
     "	neg.f32 	%f771, %f770;\n"
@@ -22516,6 +22508,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f776, 0f4B400001;\n"
     "	mov.f32 	%f777, 0f437C0000;\n"
     "	fma.rm.f32 	%f778, %f775, %f777, %f776;\n"
+    ,
     "	add.f32 	%f779, %f778, 0fCB40007F;\n"
     "	neg.f32 	%f780, %f779;\n"
     "	mov.f32 	%f781, 0f3FB8AA3B;\n"
@@ -22644,7 +22637,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r228, %f838;\n"
     "	shl.b32 	%r229, %r228, 23;\n"
     "	mov.b32 	%f845, %r229;\n"
-    ,
     "	ex2.approx.ftz.f32 	%f846, %f844;\n"
     "	fma.rn.f32 	%f847, %f846, %f845, 0f3F800000;\n"
     "	rcp.rn.f32 	%f848, %f847;\n"
@@ -22657,6 +22649,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd286, [k_moe_gate_param_4];\n"
     "	add.s64 	%rd287, %rd287, %rd9;\n"
     "	setp.lt.s64 	%p136, %rd287, %rd286;\n"
+    ,
     "	@%p136 bra 	$L__BB52_2;\n"
     "\n"
     "$L__BB52_144:\n"
@@ -22805,7 +22798,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.lt.u64 	%p9, %rd307, 3;\n"
     "	@%p9 bra 	$L__BB53_97;\n"
     "\n"
-    ,
     "	cvt.u32.u64 	%r25, %rd115;\n"
     "	cvt.u32.u64 	%r28, %rd11;\n"
     "\n"
@@ -22821,6 +22813,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB53_20:\n"
     "	cvt.u32.u64 	%r26, %rd330;\n"
     "	div.u32 	%r27, %r26, %r25;\n"
+    ,
     "	cvt.u64.u32 	%rd316, %r27;\n"
     "\n"
     "$L__BB53_21:\n"
@@ -22969,7 +22962,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB53_42:\n"
     "	add.s64 	%rd57, %rd50, %rd10;\n"
-    ,
     "	or.b64  	%rd205, %rd57, %rd115;\n"
     "	and.b64  	%rd206, %rd205, -4294967296;\n"
     "	setp.eq.s64 	%p19, %rd206, 0;\n"
@@ -22985,6 +22977,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB53_45:\n"
     "	shl.b64 	%rd207, %rd322, 2;\n"
+    ,
     "	add.s64 	%rd208, %rd4, %rd207;\n"
     "	ld.global.nc.u32 	%r5, [%rd208];\n"
     "	setp.lt.s32 	%p20, %r5, 0;\n"
@@ -23139,7 +23132,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.s64 	%rd246, %rd330, %rd245;\n"
     "	mul.lo.s64 	%rd247, %rd333, %rd115;\n"
     "	add.s64 	%rd248, %rd247, %rd246;\n"
-    ,
     "	shl.b64 	%rd249, %rd248, 2;\n"
     "	add.s64 	%rd250, %rd2, %rd249;\n"
     "	ld.global.nc.f32 	%f17, [%rd250];\n"
@@ -23152,6 +23144,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB53_72:\n"
     "	add.s64 	%rd91, %rd330, %rd10;\n"
+    ,
     "	or.b64  	%rd256, %rd91, %rd115;\n"
     "	and.b64  	%rd257, %rd256, -4294967296;\n"
     "	setp.eq.s64 	%p32, %rd257, 0;\n"
@@ -23302,7 +23295,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB53_96:\n"
     "	add.s64 	%rd330, %rd105, %rd10;\n"
-    ,
     "	setp.lt.s64 	%p41, %rd330, %rd9;\n"
     "	@%p41 bra 	$L__BB53_64;\n"
     "\n"
@@ -23317,6 +23309,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_combine_param_2,\n"
     "	.param .u64 k_moe_combine_param_3,\n"
     "	.param .u64 k_moe_combine_param_4,\n"
+    ,
     "	.param .u32 k_moe_combine_param_5,\n"
     "	.param .u64 k_moe_combine_param_6\n"
     ")\n"
@@ -23463,7 +23456,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd183, %rd183, 16;\n"
     "	add.s32 	%r47, %r47, 4;\n"
     "	add.s32 	%r46, %r46, -4;\n"
-    ,
     "	setp.ne.s32 	%p15, %r46, 0;\n"
     "	@%p15 bra 	$L__BB54_18;\n"
     "\n"
@@ -23477,6 +23469,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd42, %rd3, %rd106;\n"
     "	ld.global.nc.u32 	%r13, [%rd42];\n"
     "	setp.lt.s32 	%p17, %r13, 0;\n"
+    ,
     "	add.s64 	%rd43, %rd2, %rd106;\n"
     "	@%p17 bra 	$L__BB54_30;\n"
     "\n"
@@ -23622,7 +23615,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd158, %rd157, 2;\n"
     "	add.s64 	%rd159, %rd1, %rd158;\n"
     "	ld.global.nc.f32 	%f58, [%rd159];\n"
-    ,
     "	add.f32 	%f62, %f62, %f58;\n"
     "\n"
     "$L__BB54_50:\n"
@@ -23637,6 +23629,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.s64 	%rd161, %rd160, %rd182;\n"
     "	mul.lo.s64 	%rd162, %rd161, %rd50;\n"
     "	add.s64 	%rd163, %rd162, %rd178;\n"
+    ,
     "	shl.b64 	%rd164, %rd163, 2;\n"
     "	add.s64 	%rd165, %rd1, %rd164;\n"
     "	ld.global.nc.f32 	%f59, [%rd165];\n"
@@ -23780,7 +23773,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r6, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd8, %r6;\n"
     "	mul.lo.s64 	%rd9, %rd8, %rd5;\n"
-    ,
     "	cvt.s64.s32 	%rd10, %r2;\n"
     "	@%p2 bra 	$L__BB55_10;\n"
     "	bra.uni 	$L__BB55_2;\n"
@@ -23796,6 +23788,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB55_11:\n"
     "	shl.b64 	%rd76, %rd95, 2;\n"
+    ,
     "	add.s64 	%rd77, %rd32, %rd76;\n"
     "	ld.global.nc.u32 	%r1, [%rd77];\n"
     "	setp.lt.s32 	%p8, %r1, 0;\n"
@@ -23944,7 +23937,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd75, %rd73, %rd22;\n"
     "	add.s64 	%rd97, %rd75, %rd22;\n"
     "	st.global.u32 	[%rd75], %r11;\n"
-    ,
     "	add.s64 	%rd95, %rd74, %rd9;\n"
     "	setp.lt.s64 	%p7, %rd95, %rd52;\n"
     "	@%p7 bra 	$L__BB55_9;\n"
@@ -23960,6 +23952,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_gemm_param_2,\n"
     "	.param .u64 k_moe_gemm_param_3,\n"
     "	.param .u64 k_moe_gemm_param_4,\n"
+    ,
     "	.param .u32 k_moe_gemm_param_5,\n"
     "	.param .u32 k_moe_gemm_param_6,\n"
     "	.param .u32 k_moe_gemm_param_7,\n"
@@ -23972,10 +23965,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .f32 	%f<545>;\n"
     "	.reg .b32 	%r<256>;\n"
     "	.reg .b64 	%rd<174>;\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ10k_moe_gemmE2As[4352];\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ10k_moe_gemmE2Bs[4352];\n"
+    "\n"
     "\n"
     "	ld.param.u64 	%rd21, [k_moe_gemm_param_0];\n"
     "	ld.param.u64 	%rd22, [k_moe_gemm_param_1];\n"
@@ -23987,18 +23977,18 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u32 	%r35, [k_moe_gemm_param_8];\n"
     "	ld.param.u32 	%r36, [k_moe_gemm_param_9];\n"
     "	setp.lt.s32 	%p2, %r32, 1;\n"
-    "	@%p2 bra 	$L__BB56_87;\n"
+    "	@%p2 bra 	$L__BB56_86;\n"
     "\n"
     "	mov.u32 	%r254, %ctaid.y;\n"
     "	setp.eq.s64 	%p3, %rd24, 0;\n"
     "	@%p3 bra 	$L__BB56_5;\n"
     "\n"
     "	cvta.to.global.u64 	%rd1, %rd25;\n"
-    "	mov.u32 	%r250, 0;\n"
+    "	mov.u32 	%r249, 0;\n"
     "\n"
     "$L__BB56_3:\n"
-    "	cvt.s64.s32 	%rd172, %r250;\n"
-    "	mul.wide.s32 	%rd26, %r250, 4;\n"
+    "	cvt.s64.s32 	%rd172, %r249;\n"
+    "	mul.wide.s32 	%rd26, %r249, 4;\n"
     "	add.s64 	%rd27, %rd1, %rd26;\n"
     "	ld.global.nc.u32 	%r253, [%rd27];\n"
     "	add.s32 	%r38, %r253, 63;\n"
@@ -24011,10 +24001,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	cvt.u32.u64 	%r42, %rd172;\n"
     "	sub.s32 	%r254, %r254, %r5;\n"
-    "	add.s32 	%r250, %r42, 1;\n"
-    "	setp.lt.s32 	%p5, %r250, %r32;\n"
+    "	add.s32 	%r249, %r42, 1;\n"
+    "	setp.lt.s32 	%p5, %r249, %r32;\n"
     "	@%p5 bra 	$L__BB56_3;\n"
-    "	bra.uni 	$L__BB56_87;\n"
+    "	bra.uni 	$L__BB56_86;\n"
     "\n"
     "$L__BB56_5:\n"
     "	add.s32 	%r44, %r33, 63;\n"
@@ -24022,20 +24012,20 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r46, %r45, 26;\n"
     "	add.s32 	%r47, %r44, %r46;\n"
     "	shr.s32 	%r8, %r47, 6;\n"
-    "	mov.u32 	%r252, 0;\n"
+    "	mov.u32 	%r251, 0;\n"
     "\n"
     "$L__BB56_6:\n"
     "	setp.lt.s32 	%p6, %r254, %r8;\n"
     "	@%p6 bra 	$L__BB56_8;\n"
     "\n"
     "	sub.s32 	%r254, %r254, %r8;\n"
-    "	add.s32 	%r252, %r252, 1;\n"
-    "	setp.lt.s32 	%p7, %r252, %r32;\n"
+    "	add.s32 	%r251, %r251, 1;\n"
+    "	setp.lt.s32 	%p7, %r251, %r32;\n"
     "	@%p7 bra 	$L__BB56_6;\n"
-    "	bra.uni 	$L__BB56_87;\n"
+    "	bra.uni 	$L__BB56_86;\n"
     "\n"
     "$L__BB56_8:\n"
-    "	cvt.s64.s32 	%rd172, %r252;\n"
+    "	cvt.s64.s32 	%rd172, %r251;\n"
     "	mov.u32 	%r253, %r33;\n"
     "\n"
     "$L__BB56_9:\n"
@@ -24057,11 +24047,25 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.wide.s32 	%rd32, %r35, %r34;\n"
     "	mul.lo.s64 	%rd9, %rd32, %rd172;\n"
     "	shl.b32 	%r15, %r254, 6;\n"
-    "	setp.gt.s32 	%p9, %r34, 0;\n"
-    "	@%p9 bra 	$L__BB56_14;\n"
-    "	bra.uni 	$L__BB56_13;\n"
+    "	setp.lt.s32 	%p9, %r34, 1;\n"
+    "	mov.f32 	%f529, 0f00000000;\n"
+    "	mov.f32 	%f530, %f529;\n"
+    "	mov.f32 	%f531, %f529;\n"
+    "	mov.f32 	%f532, %f529;\n"
+    "	mov.f32 	%f533, %f529;\n"
+    "	mov.f32 	%f534, %f529;\n"
+    "	mov.f32 	%f535, %f529;\n"
+    "	mov.f32 	%f536, %f529;\n"
+    "	mov.f32 	%f537, %f529;\n"
+    "	mov.f32 	%f538, %f529;\n"
+    "	mov.f32 	%f539, %f529;\n"
+    "	mov.f32 	%f540, %f529;\n"
+    "	mov.f32 	%f541, %f529;\n"
+    "	mov.f32 	%f542, %f529;\n"
+    "	mov.f32 	%f543, %f529;\n"
+    "	mov.f32 	%f544, %f529;\n"
+    "	@%p9 bra 	$L__BB56_50;\n"
     "\n"
-    "$L__BB56_14:\n"
     "	mov.u32 	%r50, %tid.x;\n"
     "	and.b32  	%r51, %r50, 15;\n"
     "	mov.u32 	%r52, %ctaid.x;\n"
@@ -24081,7 +24085,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd36, %r59;\n"
     "	add.s64 	%rd37, %rd173, %rd36;\n"
     "	mul.lo.s64 	%rd12, %rd37, %rd8;\n"
-    "	mov.u32 	%r60, _ZZ10k_moe_gemmE2As;\n"
+    "	mov.u32 	%r60, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2As;\n"
     "	mad.lo.s32 	%r61, %r51, 272, %r60;\n"
     "	shl.b32 	%r62, %r58, 2;\n"
     "	add.s32 	%r17, %r61, %r62;\n"
@@ -24105,38 +24109,23 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd15, %rd41, %rd8;\n"
     "	add.s32 	%r72, %r70, %r53;\n"
     "	cvt.s64.s32 	%rd42, %r72;\n"
-    ,
     "	mul.lo.s64 	%rd16, %rd42, %rd8;\n"
     "	mov.u32 	%r255, 0;\n"
     "	mov.f32 	%f529, 0f00000000;\n"
-    "	mov.f32 	%f530, %f529;\n"
-    "	mov.f32 	%f531, %f529;\n"
-    "	mov.f32 	%f532, %f529;\n"
-    "	mov.f32 	%f533, %f529;\n"
-    "	mov.f32 	%f534, %f529;\n"
-    "	mov.f32 	%f535, %f529;\n"
-    "	mov.f32 	%f536, %f529;\n"
-    "	mov.f32 	%f537, %f529;\n"
-    "	mov.f32 	%f538, %f529;\n"
-    "	mov.f32 	%f539, %f529;\n"
-    "	mov.f32 	%f540, %f529;\n"
-    "	mov.f32 	%f541, %f529;\n"
-    "	mov.f32 	%f542, %f529;\n"
-    "	mov.f32 	%f543, %f529;\n"
-    "	mov.f32 	%f544, %f529;\n"
     "\n"
-    "$L__BB56_15:\n"
+    "$L__BB56_14:\n"
+    ,
     "	setp.lt.s32 	%p10, %r56, %r253;\n"
     "	add.s32 	%r21, %r51, %r255;\n"
     "	setp.lt.s32 	%p11, %r21, %r34;\n"
     "	and.pred  	%p1, %p10, %p11;\n"
     "	setp.eq.s32 	%p12, %r36, 0;\n"
-    "	@%p12 bra 	$L__BB56_33;\n"
+    "	@%p12 bra 	$L__BB56_32;\n"
     "\n"
     "	mov.f32 	%f514, 0f00000000;\n"
     "	not.pred 	%p13, %p1;\n"
     "	mov.f32 	%f513, %f514;\n"
-    "	@%p13 bra 	$L__BB56_18;\n"
+    "	@%p13 bra 	$L__BB56_17;\n"
     "\n"
     "	cvt.s64.s32 	%rd43, %r21;\n"
     "	add.s64 	%rd44, %rd10, %rd43;\n"
@@ -24145,7 +24134,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd47, %rd45, %rd46;\n"
     "	ld.global.nc.f32 	%f513, [%rd47];\n"
     "\n"
-    "$L__BB56_18:\n"
+    "$L__BB56_17:\n"
     "	add.s32 	%r81, %r55, %r53;\n"
     "	setp.ge.s32 	%p14, %r81, %r35;\n"
     "	shl.b32 	%r85, %r55, 2;\n"
@@ -24153,7 +24142,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.shared.f32 	[%r86], %f513;\n"
     "	setp.ge.s32 	%p15, %r21, %r34;\n"
     "	or.pred  	%p16, %p14, %p15;\n"
-    "	@%p16 bra 	$L__BB56_20;\n"
+    "	@%p16 bra 	$L__BB56_19;\n"
     "\n"
     "	cvt.s64.s32 	%rd48, %r21;\n"
     "	add.s64 	%rd49, %rd9, %rd48;\n"
@@ -24164,16 +24153,16 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd54, %rd52, %rd53;\n"
     "	ld.global.nc.f32 	%f514, [%rd54];\n"
     "\n"
-    "$L__BB56_20:\n"
+    "$L__BB56_19:\n"
     "	setp.ge.s32 	%p17, %r59, %r253;\n"
-    "	mov.u32 	%r98, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r98, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	mad.lo.s32 	%r99, %r51, 272, %r98;\n"
     "	add.s32 	%r101, %r99, %r85;\n"
     "	st.shared.f32 	[%r101], %f514;\n"
     "	mov.f32 	%f516, 0f00000000;\n"
     "	or.pred  	%p19, %p17, %p15;\n"
     "	mov.f32 	%f515, %f516;\n"
-    "	@%p19 bra 	$L__BB56_22;\n"
+    "	@%p19 bra 	$L__BB56_21;\n"
     "\n"
     "	cvt.s64.s32 	%rd55, %r21;\n"
     "	add.s64 	%rd56, %rd12, %rd55;\n"
@@ -24182,11 +24171,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd59, %rd57, %rd58;\n"
     "	ld.global.nc.f32 	%f515, [%rd59];\n"
     "\n"
-    "$L__BB56_22:\n"
+    "$L__BB56_21:\n"
     "	setp.ge.s32 	%p20, %r63, %r35;\n"
     "	st.shared.f32 	[%r17], %f515;\n"
     "	or.pred  	%p22, %p20, %p15;\n"
-    "	@%p22 bra 	$L__BB56_24;\n"
+    "	@%p22 bra 	$L__BB56_23;\n"
     "\n"
     "	cvt.s64.s32 	%rd60, %r21;\n"
     "	add.s64 	%rd61, %rd9, %rd60;\n"
@@ -24196,14 +24185,14 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd65, %rd63, %rd64;\n"
     "	ld.global.nc.f32 	%f516, [%rd65];\n"
     "\n"
-    "$L__BB56_24:\n"
+    "$L__BB56_23:\n"
     "	setp.ge.s32 	%p23, %r66, %r253;\n"
     "	add.s32 	%r118, %r99, %r62;\n"
     "	st.shared.f32 	[%r118], %f516;\n"
     "	mov.f32 	%f518, 0f00000000;\n"
     "	or.pred  	%p25, %p23, %p15;\n"
     "	mov.f32 	%f517, %f518;\n"
-    "	@%p25 bra 	$L__BB56_26;\n"
+    "	@%p25 bra 	$L__BB56_25;\n"
     "\n"
     "	cvt.s64.s32 	%rd66, %r21;\n"
     "	add.s64 	%rd67, %rd13, %rd66;\n"
@@ -24212,11 +24201,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd70, %rd68, %rd69;\n"
     "	ld.global.nc.f32 	%f517, [%rd70];\n"
     "\n"
-    "$L__BB56_26:\n"
+    "$L__BB56_25:\n"
     "	setp.ge.s32 	%p26, %r68, %r35;\n"
     "	st.shared.f32 	[%r18], %f517;\n"
     "	or.pred  	%p28, %p26, %p15;\n"
-    "	@%p28 bra 	$L__BB56_28;\n"
+    "	@%p28 bra 	$L__BB56_27;\n"
     "\n"
     "	cvt.s64.s32 	%rd71, %r21;\n"
     "	add.s64 	%rd72, %rd9, %rd71;\n"
@@ -24226,7 +24215,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd76, %rd74, %rd75;\n"
     "	ld.global.nc.f32 	%f518, [%rd76];\n"
     "\n"
-    "$L__BB56_28:\n"
+    "$L__BB56_27:\n"
     "	add.s32 	%r128, %r70, %r15;\n"
     "	setp.ge.s32 	%p29, %r128, %r253;\n"
     "	add.s32 	%r135, %r99, %r67;\n"
@@ -24234,7 +24223,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f520, 0f00000000;\n"
     "	or.pred  	%p31, %p29, %p15;\n"
     "	mov.f32 	%f519, %f520;\n"
-    "	@%p31 bra 	$L__BB56_30;\n"
+    "	@%p31 bra 	$L__BB56_29;\n"
     "\n"
     "	cvt.s64.s32 	%rd77, %r21;\n"
     "	cvt.s64.s32 	%rd78, %r128;\n"
@@ -24246,11 +24235,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd85, %rd83, %rd84;\n"
     "	ld.global.nc.f32 	%f519, [%rd85];\n"
     "\n"
-    "$L__BB56_30:\n"
+    "$L__BB56_29:\n"
     "	setp.ge.s32 	%p32, %r72, %r35;\n"
     "	st.shared.f32 	[%r19], %f519;\n"
     "	or.pred  	%p34, %p32, %p15;\n"
-    "	@%p34 bra 	$L__BB56_32;\n"
+    "	@%p34 bra 	$L__BB56_31;\n"
     "\n"
     "	cvt.s64.s32 	%rd86, %r21;\n"
     "	add.s64 	%rd87, %rd9, %rd86;\n"
@@ -24260,17 +24249,16 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd91, %rd89, %rd90;\n"
     "	ld.global.nc.f32 	%f520, [%rd91];\n"
     "\n"
-    "$L__BB56_32:\n"
+    "$L__BB56_31:\n"
     "	add.s32 	%r153, %r99, %r71;\n"
     "	st.shared.f32 	[%r153], %f520;\n"
-    "	bra.uni 	$L__BB56_50;\n"
+    "	bra.uni 	$L__BB56_49;\n"
     "\n"
-    "$L__BB56_33:\n"
-    ,
+    "$L__BB56_32:\n"
     "	mov.f32 	%f522, 0f00000000;\n"
     "	not.pred 	%p35, %p1;\n"
     "	mov.f32 	%f521, %f522;\n"
-    "	@%p35 bra 	$L__BB56_35;\n"
+    "	@%p35 bra 	$L__BB56_34;\n"
     "\n"
     "	cvt.s64.s32 	%rd92, %r21;\n"
     "	add.s64 	%rd93, %rd10, %rd92;\n"
@@ -24279,16 +24267,17 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd96, %rd94, %rd95;\n"
     "	ld.global.nc.f32 	%f521, [%rd96];\n"
     "\n"
-    "$L__BB56_35:\n"
+    "$L__BB56_34:\n"
     "	shl.b32 	%r159, %r55, 2;\n"
     "	add.s32 	%r160, %r61, %r159;\n"
     "	st.shared.f32 	[%r160], %f521;\n"
     "	shr.s32 	%r161, %r50, 6;\n"
     "	add.s32 	%r22, %r161, %r255;\n"
+    ,
     "	setp.ge.s32 	%p36, %r22, %r34;\n"
     "	setp.ge.s32 	%p37, %r16, %r35;\n"
     "	or.pred  	%p38, %p37, %p36;\n"
-    "	@%p38 bra 	$L__BB56_37;\n"
+    "	@%p38 bra 	$L__BB56_36;\n"
     "\n"
     "	mul.wide.s32 	%rd97, %r22, %r35;\n"
     "	add.s64 	%rd98, %rd11, %rd97;\n"
@@ -24297,9 +24286,9 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd101, %rd99, %rd100;\n"
     "	ld.global.nc.f32 	%f522, [%rd101];\n"
     "\n"
-    "$L__BB56_37:\n"
+    "$L__BB56_36:\n"
     "	setp.ge.s32 	%p39, %r59, %r253;\n"
-    "	mov.u32 	%r167, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r167, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	mad.lo.s32 	%r168, %r161, 272, %r167;\n"
     "	shl.b32 	%r169, %r50, 2;\n"
     "	and.b32  	%r170, %r169, 252;\n"
@@ -24309,7 +24298,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f524, 0f00000000;\n"
     "	or.pred  	%p41, %p39, %p40;\n"
     "	mov.f32 	%f523, %f524;\n"
-    "	@%p41 bra 	$L__BB56_39;\n"
+    "	@%p41 bra 	$L__BB56_38;\n"
     "\n"
     "	cvt.s64.s32 	%rd102, %r21;\n"
     "	add.s64 	%rd103, %rd12, %rd102;\n"
@@ -24318,13 +24307,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd106, %rd104, %rd105;\n"
     "	ld.global.nc.f32 	%f523, [%rd106];\n"
     "\n"
-    "$L__BB56_39:\n"
+    "$L__BB56_38:\n"
     "	st.shared.f32 	[%r17], %f523;\n"
     "	shr.s32 	%r174, %r57, 6;\n"
     "	add.s32 	%r23, %r174, %r255;\n"
     "	setp.ge.s32 	%p42, %r23, %r34;\n"
     "	or.pred  	%p44, %p37, %p42;\n"
-    "	@%p44 bra 	$L__BB56_41;\n"
+    "	@%p44 bra 	$L__BB56_40;\n"
     "\n"
     "	mul.wide.s32 	%rd107, %r23, %r35;\n"
     "	add.s64 	%rd108, %rd11, %rd107;\n"
@@ -24333,11 +24322,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd111, %rd109, %rd110;\n"
     "	ld.global.nc.f32 	%f524, [%rd111];\n"
     "\n"
-    "$L__BB56_41:\n"
+    "$L__BB56_40:\n"
     "	setp.ge.s32 	%p78, %r21, %r34;\n"
     "	shl.b32 	%r242, %r50, 2;\n"
     "	and.b32  	%r241, %r242, 252;\n"
-    "	mov.u32 	%r240, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r240, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	setp.ge.s32 	%p45, %r66, %r253;\n"
     "	mad.lo.s32 	%r182, %r174, 272, %r240;\n"
     "	add.s32 	%r185, %r182, %r241;\n"
@@ -24345,7 +24334,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f526, 0f00000000;\n"
     "	or.pred  	%p47, %p45, %p78;\n"
     "	mov.f32 	%f525, %f526;\n"
-    "	@%p47 bra 	$L__BB56_43;\n"
+    "	@%p47 bra 	$L__BB56_42;\n"
     "\n"
     "	cvt.s64.s32 	%rd112, %r21;\n"
     "	add.s64 	%rd113, %rd13, %rd112;\n"
@@ -24354,13 +24343,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd116, %rd114, %rd115;\n"
     "	ld.global.nc.f32 	%f525, [%rd116];\n"
     "\n"
-    "$L__BB56_43:\n"
+    "$L__BB56_42:\n"
     "	st.shared.f32 	[%r18], %f525;\n"
     "	shr.s32 	%r188, %r64, 6;\n"
     "	add.s32 	%r24, %r188, %r255;\n"
     "	setp.ge.s32 	%p48, %r24, %r34;\n"
     "	or.pred  	%p50, %p37, %p48;\n"
-    "	@%p50 bra 	$L__BB56_45;\n"
+    "	@%p50 bra 	$L__BB56_44;\n"
     "\n"
     "	mul.wide.s32 	%rd117, %r24, %r35;\n"
     "	add.s64 	%rd118, %rd11, %rd117;\n"
@@ -24369,11 +24358,11 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd121, %rd119, %rd120;\n"
     "	ld.global.nc.f32 	%f526, [%rd121];\n"
     "\n"
-    "$L__BB56_45:\n"
+    "$L__BB56_44:\n"
     "	setp.ge.s32 	%p79, %r21, %r34;\n"
     "	shl.b32 	%r245, %r50, 2;\n"
     "	and.b32  	%r244, %r245, 252;\n"
-    "	mov.u32 	%r243, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r243, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	add.s32 	%r192, %r70, %r15;\n"
     "	setp.ge.s32 	%p51, %r192, %r253;\n"
     "	mad.lo.s32 	%r196, %r188, 272, %r243;\n"
@@ -24382,7 +24371,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f528, 0f00000000;\n"
     "	or.pred  	%p53, %p51, %p79;\n"
     "	mov.f32 	%f527, %f528;\n"
-    "	@%p53 bra 	$L__BB56_47;\n"
+    "	@%p53 bra 	$L__BB56_46;\n"
     "\n"
     "	cvt.s64.s32 	%rd122, %r21;\n"
     "	cvt.s64.s32 	%rd123, %r192;\n"
@@ -24394,13 +24383,13 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd130, %rd128, %rd129;\n"
     "	ld.global.nc.f32 	%f527, [%rd130];\n"
     "\n"
-    "$L__BB56_47:\n"
+    "$L__BB56_46:\n"
     "	st.shared.f32 	[%r19], %f527;\n"
     "	shr.s32 	%r206, %r69, 6;\n"
     "	add.s32 	%r25, %r206, %r255;\n"
     "	setp.ge.s32 	%p54, %r25, %r34;\n"
     "	or.pred  	%p56, %p37, %p54;\n"
-    "	@%p56 bra 	$L__BB56_49;\n"
+    "	@%p56 bra 	$L__BB56_48;\n"
     "\n"
     "	mul.wide.s32 	%rd131, %r25, %r35;\n"
     "	add.s64 	%rd132, %rd11, %rd131;\n"
@@ -24409,26 +24398,27 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd135, %rd133, %rd134;\n"
     "	ld.global.nc.f32 	%f528, [%rd135];\n"
     "\n"
-    "$L__BB56_49:\n"
+    "$L__BB56_48:\n"
     "	shl.b32 	%r248, %r50, 2;\n"
     "	and.b32  	%r247, %r248, 252;\n"
-    "	mov.u32 	%r246, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r246, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	mad.lo.s32 	%r211, %r206, 272, %r246;\n"
     "	add.s32 	%r214, %r211, %r247;\n"
-    ,
     "	st.shared.f32 	[%r214], %f528;\n"
     "\n"
-    "$L__BB56_50:\n"
+    "$L__BB56_49:\n"
     "	bar.sync 	0;\n"
-    "	shl.b32 	%r217, %r55, 2;\n"
+    "	shr.u32 	%r216, %r50, 2;\n"
+    "	and.b32  	%r217, %r216, 1073741820;\n"
     "	add.s32 	%r219, %r60, %r217;\n"
     "	shl.b32 	%r220, %r50, 2;\n"
     "	and.b32  	%r221, %r220, 60;\n"
-    "	mov.u32 	%r222, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r222, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	add.s32 	%r223, %r222, %r221;\n"
     "	ld.shared.f32 	%f129, [%r223];\n"
     "	ld.shared.f32 	%f130, [%r219];\n"
     "	fma.rn.f32 	%f131, %f130, %f129, %f536;\n"
+    ,
     "	ld.shared.f32 	%f132, [%r223+64];\n"
     "	fma.rn.f32 	%f133, %f130, %f132, %f535;\n"
     "	ld.shared.f32 	%f134, [%r223+128];\n"
@@ -24521,7 +24511,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f221, %f220, %f201, %f197;\n"
     "	fma.rn.f32 	%f222, %f220, %f204, %f198;\n"
     "	fma.rn.f32 	%f223, %f220, %f206, %f199;\n"
-    ,
     "	fma.rn.f32 	%f224, %f220, %f208, %f200;\n"
     "	ld.shared.f32 	%f225, [%r223+1088];\n"
     "	ld.shared.f32 	%f226, [%r219+1088];\n"
@@ -24531,6 +24520,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f230, [%r223+1216];\n"
     "	fma.rn.f32 	%f231, %f226, %f230, %f207;\n"
     "	ld.shared.f32 	%f232, [%r223+1280];\n"
+    ,
     "	fma.rn.f32 	%f233, %f226, %f232, %f209;\n"
     "	ld.shared.f32 	%f234, [%r219+1152];\n"
     "	fma.rn.f32 	%f235, %f234, %f225, %f211;\n"
@@ -24622,7 +24612,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f321, [%r223+2176];\n"
     "	ld.shared.f32 	%f322, [%r219+2176];\n"
     "	fma.rn.f32 	%f323, %f322, %f321, %f299;\n"
-    ,
     "	ld.shared.f32 	%f324, [%r223+2240];\n"
     "	fma.rn.f32 	%f325, %f322, %f324, %f301;\n"
     "	ld.shared.f32 	%f326, [%r223+2304];\n"
@@ -24632,6 +24621,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f330, [%r219+2240];\n"
     "	fma.rn.f32 	%f331, %f330, %f321, %f307;\n"
     "	fma.rn.f32 	%f332, %f330, %f324, %f308;\n"
+    ,
     "	fma.rn.f32 	%f333, %f330, %f326, %f309;\n"
     "	fma.rn.f32 	%f334, %f330, %f328, %f310;\n"
     "	ld.shared.f32 	%f335, [%r219+2304];\n"
@@ -24723,7 +24713,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f421, %f418, %f420, %f397;\n"
     "	ld.shared.f32 	%f422, [%r223+3392];\n"
     "	fma.rn.f32 	%f423, %f418, %f422, %f399;\n"
-    ,
     "	ld.shared.f32 	%f424, [%r223+3456];\n"
     "	fma.rn.f32 	%f425, %f418, %f424, %f401;\n"
     "	ld.shared.f32 	%f426, [%r219+3328];\n"
@@ -24733,6 +24722,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f430, %f426, %f424, %f406;\n"
     "	ld.shared.f32 	%f431, [%r219+3392];\n"
     "	fma.rn.f32 	%f432, %f431, %f417, %f408;\n"
+    ,
     "	fma.rn.f32 	%f433, %f431, %f420, %f409;\n"
     "	fma.rn.f32 	%f434, %f431, %f422, %f410;\n"
     "	fma.rn.f32 	%f435, %f431, %f424, %f411;\n"
@@ -24816,37 +24806,17 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bar.sync 	0;\n"
     "	add.s32 	%r255, %r255, 16;\n"
     "	setp.lt.s32 	%p57, %r255, %r34;\n"
-    "	@%p57 bra 	$L__BB56_15;\n"
-    "	bra.uni 	$L__BB56_51;\n"
+    "	@%p57 bra 	$L__BB56_14;\n"
     "\n"
-    "$L__BB56_13:\n"
-    "	mov.f32 	%f529, 0f00000000;\n"
-    "	mov.f32 	%f530, %f529;\n"
-    "	mov.f32 	%f531, %f529;\n"
-    "	mov.f32 	%f532, %f529;\n"
-    "	mov.f32 	%f533, %f529;\n"
-    "	mov.f32 	%f534, %f529;\n"
-    "	mov.f32 	%f535, %f529;\n"
-    "	mov.f32 	%f536, %f529;\n"
-    "	mov.f32 	%f537, %f529;\n"
-    "	mov.f32 	%f538, %f529;\n"
-    "	mov.f32 	%f539, %f529;\n"
-    "	mov.f32 	%f540, %f529;\n"
-    "	mov.f32 	%f541, %f529;\n"
-    ,
-    "	mov.f32 	%f542, %f529;\n"
-    "	mov.f32 	%f543, %f529;\n"
-    "	mov.f32 	%f544, %f529;\n"
-    "\n"
-    "$L__BB56_51:\n"
+    "$L__BB56_50:\n"
     "	mov.u32 	%r224, %tid.x;\n"
-    "	shr.s32 	%r225, %r224, 4;\n"
-    "	add.s32 	%r27, %r225, %r15;\n"
+    "	shr.u32 	%r225, %r224, 4;\n"
+    "	add.s32 	%r27, %r15, %r225;\n"
     "	and.b32  	%r226, %r224, 15;\n"
     "	mov.u32 	%r227, %ctaid.x;\n"
     "	bfi.b32 	%r28, %r227, %r226, 6, 26;\n"
     "	setp.ge.s32 	%p58, %r27, %r253;\n"
-    "	@%p58 bra 	$L__BB56_60;\n"
+    "	@%p58 bra 	$L__BB56_59;\n"
     "\n"
     "	ld.param.u64 	%rd171, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd136, %r27;\n"
@@ -24859,35 +24829,36 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd143, %rd141, 2;\n"
     "	add.s64 	%rd17, %rd142, %rd143;\n"
     "	setp.ge.s32 	%p59, %r28, %r35;\n"
-    "	@%p59 bra 	$L__BB56_54;\n"
+    "	@%p59 bra 	$L__BB56_53;\n"
     "\n"
     "	st.global.f32 	[%rd17], %f536;\n"
     "\n"
-    "$L__BB56_54:\n"
+    "$L__BB56_53:\n"
     "	add.s32 	%r228, %r28, 16;\n"
+    ,
     "	setp.ge.s32 	%p60, %r228, %r35;\n"
-    "	@%p60 bra 	$L__BB56_56;\n"
+    "	@%p60 bra 	$L__BB56_55;\n"
     "\n"
     "	st.global.f32 	[%rd17+64], %f535;\n"
     "\n"
-    "$L__BB56_56:\n"
+    "$L__BB56_55:\n"
     "	add.s32 	%r229, %r28, 32;\n"
     "	setp.ge.s32 	%p61, %r229, %r35;\n"
-    "	@%p61 bra 	$L__BB56_58;\n"
+    "	@%p61 bra 	$L__BB56_57;\n"
     "\n"
     "	st.global.f32 	[%rd17+128], %f534;\n"
     "\n"
-    "$L__BB56_58:\n"
+    "$L__BB56_57:\n"
     "	add.s32 	%r230, %r28, 48;\n"
     "	setp.ge.s32 	%p62, %r230, %r35;\n"
-    "	@%p62 bra 	$L__BB56_60;\n"
+    "	@%p62 bra 	$L__BB56_59;\n"
     "\n"
     "	st.global.f32 	[%rd17+192], %f533;\n"
     "\n"
-    "$L__BB56_60:\n"
+    "$L__BB56_59:\n"
     "	add.s32 	%r29, %r27, 16;\n"
     "	setp.ge.s32 	%p63, %r29, %r253;\n"
-    "	@%p63 bra 	$L__BB56_69;\n"
+    "	@%p63 bra 	$L__BB56_68;\n"
     "\n"
     "	ld.param.u64 	%rd170, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd144, %r29;\n"
@@ -24900,35 +24871,35 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd151, %rd149, 2;\n"
     "	add.s64 	%rd18, %rd150, %rd151;\n"
     "	setp.ge.s32 	%p64, %r28, %r35;\n"
-    "	@%p64 bra 	$L__BB56_63;\n"
+    "	@%p64 bra 	$L__BB56_62;\n"
     "\n"
     "	st.global.f32 	[%rd18], %f532;\n"
     "\n"
-    "$L__BB56_63:\n"
+    "$L__BB56_62:\n"
     "	add.s32 	%r231, %r28, 16;\n"
     "	setp.ge.s32 	%p65, %r231, %r35;\n"
-    "	@%p65 bra 	$L__BB56_65;\n"
+    "	@%p65 bra 	$L__BB56_64;\n"
     "\n"
     "	st.global.f32 	[%rd18+64], %f531;\n"
     "\n"
-    "$L__BB56_65:\n"
+    "$L__BB56_64:\n"
     "	add.s32 	%r232, %r28, 32;\n"
     "	setp.ge.s32 	%p66, %r232, %r35;\n"
-    "	@%p66 bra 	$L__BB56_67;\n"
+    "	@%p66 bra 	$L__BB56_66;\n"
     "\n"
     "	st.global.f32 	[%rd18+128], %f530;\n"
     "\n"
-    "$L__BB56_67:\n"
+    "$L__BB56_66:\n"
     "	add.s32 	%r233, %r28, 48;\n"
     "	setp.ge.s32 	%p67, %r233, %r35;\n"
-    "	@%p67 bra 	$L__BB56_69;\n"
+    "	@%p67 bra 	$L__BB56_68;\n"
     "\n"
     "	st.global.f32 	[%rd18+192], %f529;\n"
     "\n"
-    "$L__BB56_69:\n"
+    "$L__BB56_68:\n"
     "	add.s32 	%r30, %r27, 32;\n"
     "	setp.ge.s32 	%p68, %r30, %r253;\n"
-    "	@%p68 bra 	$L__BB56_78;\n"
+    "	@%p68 bra 	$L__BB56_77;\n"
     "\n"
     "	ld.param.u64 	%rd169, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd152, %r30;\n"
@@ -24941,35 +24912,35 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd159, %rd157, 2;\n"
     "	add.s64 	%rd19, %rd158, %rd159;\n"
     "	setp.ge.s32 	%p69, %r28, %r35;\n"
-    "	@%p69 bra 	$L__BB56_72;\n"
+    "	@%p69 bra 	$L__BB56_71;\n"
     "\n"
     "	st.global.f32 	[%rd19], %f537;\n"
     "\n"
-    "$L__BB56_72:\n"
+    "$L__BB56_71:\n"
     "	add.s32 	%r234, %r28, 16;\n"
     "	setp.ge.s32 	%p70, %r234, %r35;\n"
-    "	@%p70 bra 	$L__BB56_74;\n"
+    "	@%p70 bra 	$L__BB56_73;\n"
     "\n"
     "	st.global.f32 	[%rd19+64], %f538;\n"
     "\n"
-    "$L__BB56_74:\n"
+    "$L__BB56_73:\n"
     "	add.s32 	%r235, %r28, 32;\n"
     "	setp.ge.s32 	%p71, %r235, %r35;\n"
-    "	@%p71 bra 	$L__BB56_76;\n"
+    "	@%p71 bra 	$L__BB56_75;\n"
     "\n"
     "	st.global.f32 	[%rd19+128], %f539;\n"
     "\n"
-    "$L__BB56_76:\n"
+    "$L__BB56_75:\n"
     "	add.s32 	%r236, %r28, 48;\n"
     "	setp.ge.s32 	%p72, %r236, %r35;\n"
-    "	@%p72 bra 	$L__BB56_78;\n"
+    "	@%p72 bra 	$L__BB56_77;\n"
     "\n"
     "	st.global.f32 	[%rd19+192], %f540;\n"
     "\n"
-    "$L__BB56_78:\n"
+    "$L__BB56_77:\n"
     "	add.s32 	%r31, %r27, 48;\n"
     "	setp.ge.s32 	%p73, %r31, %r253;\n"
-    "	@%p73 bra 	$L__BB56_87;\n"
+    "	@%p73 bra 	$L__BB56_86;\n"
     "\n"
     "	ld.param.u64 	%rd168, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd160, %r31;\n"
@@ -24982,37 +24953,36 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd167, %rd165, 2;\n"
     "	add.s64 	%rd20, %rd166, %rd167;\n"
     "	setp.ge.s32 	%p74, %r28, %r35;\n"
-    "	@%p74 bra 	$L__BB56_81;\n"
+    "	@%p74 bra 	$L__BB56_80;\n"
     "\n"
     "	st.global.f32 	[%rd20], %f541;\n"
     "\n"
-    "$L__BB56_81:\n"
+    "$L__BB56_80:\n"
     "	add.s32 	%r237, %r28, 16;\n"
     "	setp.ge.s32 	%p75, %r237, %r35;\n"
-    "	@%p75 bra 	$L__BB56_83;\n"
+    "	@%p75 bra 	$L__BB56_82;\n"
     "\n"
     "	st.global.f32 	[%rd20+64], %f542;\n"
     "\n"
-    "$L__BB56_83:\n"
+    "$L__BB56_82:\n"
     "	add.s32 	%r238, %r28, 32;\n"
     "	setp.ge.s32 	%p76, %r238, %r35;\n"
-    "	@%p76 bra 	$L__BB56_85;\n"
+    "	@%p76 bra 	$L__BB56_84;\n"
     "\n"
     "	st.global.f32 	[%rd20+128], %f543;\n"
     "\n"
-    "$L__BB56_85:\n"
+    "$L__BB56_84:\n"
     "	add.s32 	%r239, %r28, 48;\n"
     "	setp.ge.s32 	%p77, %r239, %r35;\n"
-    "	@%p77 bra 	$L__BB56_87;\n"
+    "	@%p77 bra 	$L__BB56_86;\n"
     "\n"
     "	st.global.f32 	[%rd20+192], %f544;\n"
     "\n"
-    "$L__BB56_87:\n"
+    "$L__BB56_86:\n"
     "	ret;\n"
     "\n"
     "}\n"
     "	// .globl	k_moe_gemm_back_w\n"
-    ,
     ".visible .entry k_moe_gemm_back_w(\n"
     "	.param .u64 k_moe_gemm_back_w_param_0,\n"
     "	.param .u64 k_moe_gemm_back_w_param_1,\n"
@@ -25029,10 +24999,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .f32 	%f<513>;\n"
     "	.reg .b32 	%r<134>;\n"
     "	.reg .b64 	%rd<124>;\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ17k_moe_gemm_back_wE2As[4352];\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ17k_moe_gemm_back_wE2Bs[4352];\n"
+    "\n"
     "\n"
     "	ld.param.u64 	%rd11, [k_moe_gemm_back_w_param_0];\n"
     "	ld.param.u64 	%rd12, [k_moe_gemm_back_w_param_1];\n"
@@ -25040,6 +25007,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd14, [k_moe_gemm_back_w_param_3];\n"
     "	ld.param.u64 	%rd15, [k_moe_gemm_back_w_param_4];\n"
     "	ld.param.u32 	%r15, [k_moe_gemm_back_w_param_5];\n"
+    ,
     "	ld.param.u32 	%r16, [k_moe_gemm_back_w_param_6];\n"
     "	ld.param.u32 	%r17, [k_moe_gemm_back_w_param_7];\n"
     "	mov.u32 	%r1, %ctaid.z;\n"
@@ -25140,7 +25108,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB57_10:\n"
     "	cvt.u32.u64 	%r29, %rd6;\n"
     "	setp.ge.s32 	%p7, %r29, %r17;\n"
-    "	mov.u32 	%r32, _ZZ17k_moe_gemm_back_wE2As;\n"
+    "	mov.u32 	%r32, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2As;\n"
     "	mad.lo.s32 	%r33, %r28, 272, %r32;\n"
     "	shl.b32 	%r34, %r20, 2;\n"
     "	and.b32  	%r35, %r34, 252;\n"
@@ -25162,11 +25130,10 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f490, [%rd38];\n"
     "\n"
     "$L__BB57_12:\n"
-    "	mov.u32 	%r40, _ZZ17k_moe_gemm_back_wE2Bs;\n"
+    "	mov.u32 	%r40, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	mad.lo.s32 	%r41, %r28, 272, %r40;\n"
     "	add.s32 	%r44, %r41, %r35;\n"
     "	st.shared.f32 	[%r44], %f490;\n"
-    ,
     "	add.s32 	%r45, %r20, 256;\n"
     "	shr.s32 	%r46, %r45, 6;\n"
     "	add.s32 	%r6, %r46, %r133;\n"
@@ -25202,6 +25169,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd54, %rd52, %rd53;\n"
     "	ld.global.nc.f32 	%f492, [%rd54];\n"
     "\n"
+    ,
     "$L__BB57_16:\n"
     "	mad.lo.s32 	%r61, %r46, 272, %r40;\n"
     "	add.s32 	%r64, %r61, %r35;\n"
@@ -25284,8 +25252,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r103, %r100, %r35;\n"
     "	st.shared.f32 	[%r103], %f496;\n"
     "	bar.sync 	0;\n"
-    "	shr.s32 	%r104, %r20, 4;\n"
-    "	shl.b32 	%r105, %r104, 2;\n"
+    "	shr.u32 	%r104, %r20, 2;\n"
+    "	and.b32  	%r105, %r104, 1073741820;\n"
     "	add.s32 	%r107, %r32, %r105;\n"
     "	and.b32  	%r108, %r34, 60;\n"
     "	add.s32 	%r109, %r40, %r108;\n"
@@ -25310,7 +25278,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f123, %f119, %f112, %f508;\n"
     "	ld.shared.f32 	%f124, [%r107+192];\n"
     "	fma.rn.f32 	%f125, %f124, %f105, %f509;\n"
-    ,
     "	fma.rn.f32 	%f126, %f124, %f108, %f510;\n"
     "	fma.rn.f32 	%f127, %f124, %f110, %f511;\n"
     "	fma.rn.f32 	%f128, %f124, %f112, %f512;\n"
@@ -25333,6 +25300,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f145, %f143, %f132, %f121;\n"
     "	fma.rn.f32 	%f146, %f143, %f134, %f122;\n"
     "	fma.rn.f32 	%f147, %f143, %f136, %f123;\n"
+    ,
     "	ld.shared.f32 	%f148, [%r107+464];\n"
     "	fma.rn.f32 	%f149, %f148, %f129, %f125;\n"
     "	fma.rn.f32 	%f150, %f148, %f132, %f126;\n"
@@ -25412,7 +25380,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f224, %f220, %f208, %f200;\n"
     "	ld.shared.f32 	%f225, [%r109+1360];\n"
     "	ld.shared.f32 	%f226, [%r107+1360];\n"
-    ,
     "	fma.rn.f32 	%f227, %f226, %f225, %f203;\n"
     "	ld.shared.f32 	%f228, [%r109+1424];\n"
     "	fma.rn.f32 	%f229, %f226, %f228, %f205;\n"
@@ -25435,6 +25402,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f246, %f244, %f228, %f222;\n"
     "	fma.rn.f32 	%f247, %f244, %f230, %f223;\n"
     "	fma.rn.f32 	%f248, %f244, %f232, %f224;\n"
+    ,
     "	ld.shared.f32 	%f249, [%r109+1632];\n"
     "	ld.shared.f32 	%f250, [%r107+1632];\n"
     "	fma.rn.f32 	%f251, %f250, %f249, %f227;\n"
@@ -25513,7 +25481,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f324, [%r109+2512];\n"
     "	fma.rn.f32 	%f325, %f322, %f324, %f301;\n"
     "	ld.shared.f32 	%f326, [%r109+2576];\n"
-    ,
     "	fma.rn.f32 	%f327, %f322, %f326, %f303;\n"
     "	ld.shared.f32 	%f328, [%r109+2640];\n"
     "	fma.rn.f32 	%f329, %f322, %f328, %f305;\n"
@@ -25536,6 +25503,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f346, [%r107+2720];\n"
     "	fma.rn.f32 	%f347, %f346, %f345, %f323;\n"
     "	ld.shared.f32 	%f348, [%r109+2784];\n"
+    ,
     "	fma.rn.f32 	%f349, %f346, %f348, %f325;\n"
     "	ld.shared.f32 	%f350, [%r109+2848];\n"
     "	fma.rn.f32 	%f351, %f346, %f350, %f327;\n"
@@ -25614,7 +25582,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f424, [%r109+3728];\n"
     "	fma.rn.f32 	%f425, %f418, %f424, %f401;\n"
     "	ld.shared.f32 	%f426, [%r107+3600];\n"
-    ,
     "	fma.rn.f32 	%f427, %f426, %f417, %f403;\n"
     "	fma.rn.f32 	%f428, %f426, %f420, %f404;\n"
     "	fma.rn.f32 	%f429, %f426, %f422, %f405;\n"
@@ -25637,6 +25604,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f446, [%r109+3936];\n"
     "	fma.rn.f32 	%f447, %f442, %f446, %f423;\n"
     "	ld.shared.f32 	%f448, [%r109+4000];\n"
+    ,
     "	fma.rn.f32 	%f449, %f442, %f448, %f425;\n"
     "	ld.shared.f32 	%f450, [%r107+3872];\n"
     "	fma.rn.f32 	%f451, %f450, %f441, %f427;\n"
@@ -25686,8 +25654,8 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r110, %ctaid.y;\n"
     "	shl.b32 	%r111, %r110, 6;\n"
     "	mov.u32 	%r112, %tid.x;\n"
-    "	shr.s32 	%r113, %r112, 4;\n"
-    "	add.s32 	%r10, %r111, %r113;\n"
+    "	shr.u32 	%r113, %r112, 4;\n"
+    "	add.s32 	%r10, %r113, %r111;\n"
     "	mov.u32 	%r114, %ctaid.x;\n"
     "	and.b32  	%r115, %r112, 15;\n"
     "	bfi.b32 	%r11, %r114, %r115, 6, 26;\n"
@@ -25742,7 +25710,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd100, %rd98, %rd99;\n"
     "	cvt.s64.s32 	%rd101, %r11;\n"
     "	add.s64 	%rd102, %rd100, %rd101;\n"
-    ,
     "	cvta.to.global.u64 	%rd103, %rd13;\n"
     "	shl.b64 	%rd104, %rd102, 2;\n"
     "	add.s64 	%rd8, %rd103, %rd104;\n"
@@ -25783,6 +25750,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd108, %r17;\n"
     "	mul.lo.s64 	%rd109, %rd107, %rd108;\n"
     "	cvt.s64.s32 	%rd110, %r11;\n"
+    ,
     "	add.s64 	%rd111, %rd109, %rd110;\n"
     "	cvta.to.global.u64 	%rd112, %rd13;\n"
     "	shl.b64 	%rd113, %rd111, 2;\n"
@@ -25917,7 +25885,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p3 bra 	$L__BB58_3;\n"
     "\n"
     "$L__BB58_4:\n"
-    ,
     "	setp.eq.s32 	%p4, %r151, 0;\n"
     "	@%p4 bra 	$L__BB58_7;\n"
     "\n"
@@ -25959,6 +25926,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB58_12:\n"
     "	mul.lo.s64 	%rd12, %rd60, %rd10;\n"
     "	setp.lt.u32 	%p9, %r10, 3;\n"
+    ,
     "	mov.f32 	%f471, 0fFF800000;\n"
     "	mov.u32 	%r154, 0;\n"
     "	@%p9 bra 	$L__BB58_15;\n"
@@ -26073,7 +26041,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f115, %f109, %f89, %f114;\n"
     "	fma.rn.f32 	%f116, %f109, %f91, %f115;\n"
     "	mov.b32 	%r53, %f112;\n"
-    ,
     "	shl.b32 	%r54, %r53, 23;\n"
     "	mov.b32 	%f117, %r54;\n"
     "	ex2.approx.ftz.f32 	%f118, %f116;\n"
@@ -26104,6 +26071,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd37, %r157;\n"
     "	add.s64 	%rd38, %rd12, %rd37;\n"
     "	shl.b64 	%rd39, %rd38, 2;\n"
+    ,
     "	add.s64 	%rd14, %rd2, %rd39;\n"
     "	ld.global.nc.f32 	%f131, [%rd14];\n"
     "	sub.f32 	%f132, %f131, %f471;\n"
@@ -26211,7 +26179,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.rn.f32.s32 	%f325, %r83;\n"
     "	div.rn.f32 	%f326, %f325, %f466;\n"
     "	fma.rn.f32 	%f327, %f324, %f326, %f482;\n"
-    ,
     "	ld.global.nc.f32 	%f328, [%rd50+4];\n"
     "	sub.f32 	%f329, %f328, %f471;\n"
     "	fma.rn.f32 	%f330, %f329, %f309, %f308;\n"
@@ -26237,6 +26204,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f347, %f346;\n"
     "	fma.rm.f32 	%f348, %f347, %f313, %f312;\n"
     "	add.f32 	%f349, %f348, 0fCB40007F;\n"
+    ,
     "	neg.f32 	%f350, %f349;\n"
     "	fma.rn.f32 	%f351, %f345, %f317, %f350;\n"
     "	fma.rn.f32 	%f352, %f345, %f319, %f351;\n"
@@ -26339,7 +26307,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f420, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f421, %f418, %f420, %f419;\n"
     "	cvt.sat.f32.f32 	%f422, %f421;\n"
-    ,
     "	mov.f32 	%f423, 0f4B400001;\n"
     "	mov.f32 	%f424, 0f437C0000;\n"
     "	fma.rm.f32 	%f425, %f422, %f424, %f423;\n"
@@ -26372,6 +26339,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB58_30:\n"
     "	cvt.s64.s32 	%rd40, %r160;\n"
     "	add.s64 	%rd41, %rd12, %rd40;\n"
+    ,
     "	shl.b64 	%rd42, %rd41, 2;\n"
     "	add.s64 	%rd43, %rd2, %rd42;\n"
     "	ld.global.nc.f32 	%f185, [%rd43];\n"
@@ -26471,7 +26439,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f257, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f258, %f247, %f257, %f256;\n"
     "	mov.f32 	%f259, 0f32A57060;\n"
-    ,
     "	fma.rn.f32 	%f260, %f247, %f259, %f258;\n"
     "	mov.b32 	%r73, %f254;\n"
     "	shl.b32 	%r74, %r73, 23;\n"
@@ -26498,6 +26465,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f281, %f279;\n"
     "	mul.f32 	%f282, %f281, %f280;\n"
     "	div.rn.f32 	%f283, %f282, %f475;\n"
+    ,
     "	fma.rn.f32 	%f482, %f283, 0f00000000, %f482;\n"
     "	@%p31 bra 	$L__BB58_42;\n"
     "\n"
@@ -26614,7 +26582,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r142, 2;\n"
     "	shfl.sync.bfly.b32 	%r143|%p48, %r141, %r142, %r131, %r133;\n"
     "	mov.b32 	%f454, %r143;\n"
-    ,
     "	add.f32 	%f455, %f453, %f454;\n"
     "	mov.b32 	%r144, %f455;\n"
     "	mov.u32 	%r145, 1;\n"
@@ -26647,6 +26614,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_aux_loss_back_param_1,\n"
     "	.param .u64 k_moe_aux_loss_back_param_2,\n"
     "	.param .u64 k_moe_aux_loss_back_param_3,\n"
+    ,
     "	.param .u64 k_moe_aux_loss_back_param_4,\n"
     "	.param .u32 k_moe_aux_loss_back_param_5\n"
     ")\n"
@@ -26771,7 +26739,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.gt.f32 	%p11, %f64, %f63;\n"
     "	selp.f32 	%f65, %f64, %f63, %p11;\n"
     "	ld.global.nc.f32 	%f66, [%rd40+8];\n"
-    ,
     "	setp.gt.f32 	%p12, %f66, %f65;\n"
     "	selp.f32 	%f67, %f66, %f65, %p12;\n"
     "	ld.global.nc.f32 	%f68, [%rd40+12];\n"
@@ -26803,6 +26770,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p18 bra 	$L__BB59_18;\n"
     "\n"
     "	ld.global.nc.f32 	%f15, [%rd13+8];\n"
+    ,
     "	setp.leu.f32 	%p20, %f15, %f725;\n"
     "	@%p20 bra 	$L__BB59_18;\n"
     "\n"
@@ -26915,7 +26883,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f137, %f136, 0fCB40007F;\n"
     "	neg.f32 	%f138, %f137;\n"
     "	mov.f32 	%f139, 0f3FB8AA3B;\n"
-    ,
     "	fma.rn.f32 	%f140, %f129, %f139, %f138;\n"
     "	mov.f32 	%f141, 0f32A57060;\n"
     "	fma.rn.f32 	%f142, %f129, %f141, %f140;\n"
@@ -26943,6 +26910,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f729, %f161, %f160, %f729;\n"
     "	@%p26 bra 	$L__BB59_26;\n"
     "\n"
+    ,
     "	ld.global.nc.f32 	%f162, [%rd14+8];\n"
     "	sub.f32 	%f163, %f162, %f725;\n"
     "	mov.f32 	%f164, 0f3F000000;\n"
@@ -27049,7 +27017,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.rn.f32 	%f354, %f353, %f729;\n"
     "	ld.global.nc.u32 	%r100, [%rd63+8];\n"
     "	cvt.rn.f32.s32 	%f355, %r100;\n"
-    ,
     "	div.rn.f32 	%f356, %f355, %f721;\n"
     "	fma.rn.f32 	%f357, %f354, %f356, %f341;\n"
     "	ld.global.nc.f32 	%f358, [%rd61+12];\n"
@@ -27076,6 +27043,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ne.s32 	%p35, %r166, 0;\n"
     "	@%p35 bra 	$L__BB59_37;\n"
     "\n"
+    ,
     "$L__BB59_38:\n"
     "	setp.eq.s32 	%p36, %r11, 0;\n"
     "	@%p36 bra 	$L__BB59_42;\n"
@@ -27184,7 +27152,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f186, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f187, %f184, %f186, %f185;\n"
     "	cvt.sat.f32.f32 	%f188, %f187;\n"
-    ,
     "	mov.f32 	%f189, 0f4B400001;\n"
     "	mov.f32 	%f190, 0f437C0000;\n"
     "	fma.rm.f32 	%f191, %f188, %f190, %f189;\n"
@@ -27209,6 +27176,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f208, %f207, 0fCB40007F;\n"
     "	neg.f32 	%f209, %f208;\n"
     "	fma.rn.f32 	%f210, %f204, %f194, %f209;\n"
+    ,
     "	fma.rn.f32 	%f211, %f204, %f196, %f210;\n"
     "	mov.b32 	%r78, %f207;\n"
     "	shl.b32 	%r79, %r78, 23;\n"
@@ -27311,7 +27279,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f284, 0f3F000000;\n"
     "	mov.f32 	%f285, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f286, %f283, %f285, %f284;\n"
-    ,
     "	cvt.sat.f32.f32 	%f287, %f286;\n"
     "	mov.f32 	%f288, 0f4B400001;\n"
     "	mov.f32 	%f289, 0f437C0000;\n"
@@ -27346,6 +27313,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r172, %r12;\n"
     "\n"
     "$L__BB59_53:\n"
+    ,
     "	cvt.s64.s32 	%rd76, %r173;\n"
     "	add.s64 	%rd77, %rd12, %rd76;\n"
     "	shl.b64 	%rd78, %rd77, 2;\n"
@@ -27443,7 +27411,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f640, %f1, %f639;\n"
     "	ld.global.nc.u32 	%r142, [%rd81+12];\n"
     "	cvt.rn.f32.s32 	%f641, %r142;\n"
-    ,
     "	div.rn.f32 	%f642, %f641, %f721;\n"
     "	sub.f32 	%f643, %f642, %f736;\n"
     "	mul.f32 	%f644, %f640, %f643;\n"
@@ -27474,6 +27441,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f654, %f653, 0fCB40007F;\n"
     "	neg.f32 	%f655, %f654;\n"
     "	mov.f32 	%f656, 0f3FB8AA3B;\n"
+    ,
     "	fma.rn.f32 	%f657, %f646, %f656, %f655;\n"
     "	mov.f32 	%f658, 0f32A57060;\n"
     "	fma.rn.f32 	%f659, %f646, %f658, %f657;\n"
@@ -27580,7 +27548,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f449, %f438, %f448, %f447;\n"
     "	mov.f32 	%f450, 0f32A57060;\n"
     "	fma.rn.f32 	%f451, %f438, %f450, %f449;\n"
-    ,
     "	mov.b32 	%r115, %f445;\n"
     "	shl.b32 	%r116, %r115, 23;\n"
     "	mov.b32 	%f452, %r116;\n"
@@ -27607,6 +27574,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f469, %f468, %f467;\n"
     "	div.rn.f32 	%f470, %f469, %f729;\n"
     "	mul.f32 	%f471, %f1, %f470;\n"
+    ,
     "	mul.f32 	%f472, %f471, %f40;\n"
     "	st.global.f32 	[%rd72+4], %f472;\n"
     "	ld.global.nc.f32 	%f473, [%rd71+8];\n"
@@ -27711,7 +27679,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	ld.global.nc.f32 	%f546, [%rd18+8];\n"
     "	sub.f32 	%f547, %f546, %f725;\n"
-    ,
     "	mov.f32 	%f548, 0f3F000000;\n"
     "	mov.f32 	%f549, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f550, %f547, %f549, %f548;\n"
@@ -27765,8 +27732,8 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "// _ZZ8k_colsumE2sh has been demoted\n"
     "// _ZZ11block_sum_ddE2sh has been demoted\n"
     "// _ZZ12k_gamma_backE2sh has been demoted\n"
-    "// _ZZ6k_gemmE2As has been demoted\n"
-    "// _ZZ6k_gemmE2Bs has been demoted\n"
+    ".shared .align 4 .b8 _ZZ9gemm_tilePKfS0_PfiiiiiiiE2As[4352];\n"
+    ".shared .align 4 .b8 _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs[4352];\n"
     "// _ZZ11k_flash_fwdE2sm has been demoted\n"
     "// _ZZ15k_flash_back_dqE2sm has been demoted\n"
     "// _ZZ16k_flash_back_dkvE2sm has been demoted\n"
@@ -27778,10 +27745,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "// _ZZ18k_flash2_back_d128E2sm has been demoted\n"
     "// _ZZ18k_flash2_back_d128E6stat_s has been demoted\n"
     "// _ZZ12k_flash2_fwdE2sm has been demoted\n"
-    "// _ZZ10k_moe_gemmE2As has been demoted\n"
-    "// _ZZ10k_moe_gemmE2Bs has been demoted\n"
-    "// _ZZ17k_moe_gemm_back_wE2As has been demoted\n"
-    "// _ZZ17k_moe_gemm_back_wE2Bs has been demoted\n"
     "// _ZZ9flash_dkvILi64EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s has been demoted\n"
     "// _ZZ9flash_dkvILi64EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5dot_s has been demoted\n"
     "// _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s has been demoted\n"
@@ -27879,11 +27842,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p7 bra 	$L__BB0_5;\n"
     "	bra.uni 	$L__BB0_80;\n"
     "\n"
-    ,
     "$L__BB0_21:\n"
     "	shr.s64 	%rd144, %rd116, 63;\n"
     "	shr.u64 	%rd145, %rd144, 62;\n"
     "	add.s64 	%rd146, %rd116, %rd145;\n"
+    ,
     "	shr.s64 	%rd53, %rd146, 2;\n"
     "	mov.u32 	%r11, %ctaid.x;\n"
     "	cvt.u64.u32 	%rd54, %r11;\n"
@@ -28024,10 +27987,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f181, 0fBEAAA9ED;\n"
     "	fma.rn.f32 	%f182, %f180, %f175, %f181;\n"
     "	mov.f32 	%f183, 0f00000000;\n"
-    ,
     "	fma.rn.f32 	%f184, %f182, %f175, %f183;\n"
     "	fma.rn.f32 	%f185, %f184, %f164, %f164;\n"
     "	setp.ge.f32 	%p30, %f165, 0f3F19999A;\n"
+    ,
     "	selp.f32 	%f186, %f174, %f185, %p30;\n"
     "	add.f32 	%f187, %f186, 0f3F800000;\n"
     "	mul.f32 	%f340, %f160, %f187;\n"
@@ -28175,10 +28138,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	rcp.approx.ftz.f32 	%f262, %f260;\n"
     "	mov.f32 	%f263, 0fC0000000;\n"
     "	fma.rn.f32 	%f264, %f262, %f263, %f261;\n"
-    ,
     "	setp.ge.f32 	%p43, %f257, 0f41102CB4;\n"
     "	selp.f32 	%f265, 0f3F800000, %f264, %p43;\n"
     "	copysign.f32 	%f266, %f256, %f265;\n"
+    ,
     "	mul.f32 	%f267, %f256, %f256;\n"
     "	mov.f32 	%f268, 0fBD563CAE;\n"
     "	mov.f32 	%f269, 0f3C80F082;\n"
@@ -28317,11 +28280,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.u64 	%rd176, %rd18, %rd8;\n"
     "	bra.uni 	$L__BB0_9;\n"
     "\n"
-    ,
     "$L__BB0_15:\n"
     "	shl.b64 	%rd143, %rd181, 2;\n"
     "	add.s64 	%rd186, %rd2, %rd143;\n"
     "	shl.b64 	%rd45, %rd8, 2;\n"
+    ,
     "	add.s64 	%rd185, %rd1, %rd143;\n"
     "\n"
     "$L__BB0_16:\n"
@@ -28478,10 +28441,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f68, [%rd134];\n"
     "	mul.f32 	%f69, %f68, %f33;\n"
     "	add.s64 	%rd135, %rd184, %rd36;\n"
-    ,
     "	st.global.f32 	[%rd135], %f69;\n"
     "	add.s64 	%rd136, %rd181, %rd8;\n"
     "	add.s64 	%rd137, %rd136, %rd8;\n"
+    ,
     "	add.s64 	%rd138, %rd134, %rd36;\n"
     "	ld.global.nc.f32 	%f70, [%rd138];\n"
     "	mul.f32 	%f71, %f70, %f33;\n"
@@ -28630,12 +28593,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd98, %rd98, %rd11;\n"
     "	add.s64 	%rd108, %rd108, %rd9;\n"
     "	setp.lt.s64 	%p5, %rd108, %rd67;\n"
-    ,
     "	@%p5 bra 	$L__BB1_4;\n"
     "	bra.uni 	$L__BB1_16;\n"
     "\n"
     "$L__BB1_5:\n"
     "	add.s64 	%rd72, %rd9, %rd67;\n"
+    ,
     "	add.s64 	%rd73, %rd8, %rd4;\n"
     "	mul.lo.s64 	%rd74, %rd73, %rd5;\n"
     "	add.s64 	%rd75, %rd74, %rd6;\n"
@@ -28776,10 +28739,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB1_13:\n"
     "	ld.global.nc.f32 	%f43, [%rd110];\n"
     "	mul.f32 	%f44, %f43, 0f3D372713;\n"
-    ,
     "	mul.f32 	%f45, %f43, %f44;\n"
     "	fma.rn.f32 	%f46, %f43, %f45, %f43;\n"
     "	mul.f32 	%f47, %f46, 0f3F4C422A;\n"
+    ,
     "	abs.f32 	%f48, %f47;\n"
     "	mul.f32 	%f49, %f48, 0f4038AA3B;\n"
     "	ex2.approx.ftz.f32 	%f50, %f49;\n"
@@ -28893,10 +28856,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f143, %f137, 0f3F000000, %f142;\n"
     "	ld.global.nc.f32 	%f144, [%rd91];\n"
     "	mul.f32 	%f145, %f144, %f143;\n"
-    ,
     "	add.s64 	%rd92, %rd87, %rd43;\n"
     "	st.global.f32 	[%rd92], %f145;\n"
     "	add.s64 	%rd93, %rd89, %rd9;\n"
+    ,
     "	add.s64 	%rd94, %rd90, %rd43;\n"
     "	add.s64 	%rd110, %rd94, %rd43;\n"
     "	add.s64 	%rd95, %rd91, %rd43;\n"
@@ -29029,10 +28992,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd419, %rd419, %rd144;\n"
     "	add.s64 	%rd418, %rd418, %rd144;\n"
     "	add.s64 	%rd417, %rd417, %rd144;\n"
-    ,
     "	add.s64 	%rd420, %rd420, %rd142;\n"
     "	setp.lt.s64 	%p35, %rd420, %rd136;\n"
     "	@%p35 bra 	$L__BB2_57;\n"
+    ,
     "	bra.uni 	$L__BB2_67;\n"
     "\n"
     "$L__BB2_1:\n"
@@ -29196,11 +29159,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd395, %rd3, %rd294;\n"
     "	shl.b64 	%rd67, %rd9, 2;\n"
     "	add.s64 	%rd394, %rd1, %rd294;\n"
-    ,
     "	cvt.u32.u64 	%r27, %rd248;\n"
     "\n"
     "$L__BB2_34:\n"
     "	or.b64  	%rd295, %rd7, %rd248;\n"
+    ,
     "	and.b64  	%rd296, %rd295, -4294967296;\n"
     "	setp.eq.s64 	%p20, %rd296, 0;\n"
     "	@%p20 bra 	$L__BB2_36;\n"
@@ -29334,10 +29297,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s32 	%p42, %r1, 0;\n"
     "	@%p42 bra 	$L__BB2_72;\n"
     "\n"
-    ,
     "	setp.ne.s32 	%p43, %r1, 1;\n"
     "	@%p43 bra 	$L__BB2_81;\n"
     "\n"
+    ,
     "	shl.b64 	%rd352, %rd442, 2;\n"
     "	add.s64 	%rd434, %rd1, %rd352;\n"
     "	shl.b64 	%rd192, %rd190, 2;\n"
@@ -29485,9 +29448,9 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p27 bra 	$L__BB2_49;\n"
     "\n"
     "	shl.b64 	%rd308, %rd7, 2;\n"
-    ,
     "	add.s64 	%rd405, %rd1, %rd308;\n"
     "	shl.b64 	%rd98, %rd79, 2;\n"
+    ,
     "	add.s64 	%rd404, %rd2, %rd308;\n"
     "	add.s64 	%rd403, %rd3, %rd308;\n"
     "\n"
@@ -29646,9 +29609,9 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB2_26:\n"
     "	add.s64 	%rd53, %rd47, %rd43;\n"
-    ,
     "	ld.global.f32 	%f10, [%rd53];\n"
     "	shl.b64 	%rd282, %rd391, 2;\n"
+    ,
     "	add.s64 	%rd283, %rd2, %rd282;\n"
     "	ld.global.f32 	%f11, [%rd283];\n"
     "	add.f32 	%f12, %f10, %f11;\n"
@@ -29799,11 +29762,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd269, %rd143, %rd269;\n"
     "	add.s64 	%rd267, %rd267, 8;\n"
     "	add.s32 	%r254, %r254, -1;\n"
-    ,
     "	setp.ne.s32 	%p6, %r254, 0;\n"
     "	@%p6 bra 	$L__BB3_7;\n"
     "\n"
     "$L__BB3_8:\n"
+    ,
     "	setp.gt.u64 	%p7, %rd269, 2147483647;\n"
     "	@%p7 bra 	$L__BB3_17;\n"
     "\n"
@@ -29951,9 +29914,9 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r186, %r177, %r185;\n"
     "	ld.param.u32 	%r187, [%rd247+24];\n"
     "	mad.lo.s32 	%r275, %r186, %r187, %r181;\n"
-    ,
     "	ld.param.u32 	%r188, [%rd247+72];\n"
     "	mad.lo.s32 	%r276, %r186, %r188, %r183;\n"
+    ,
     "	add.s32 	%r268, %r268, -4;\n"
     "	setp.ne.s32 	%p43, %r268, 0;\n"
     "	@%p43 bra 	$L__BB3_64;\n"
@@ -30089,11 +30052,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r244, %r89, %r243;\n"
     "	ld.param.u32 	%r245, [%rd108+40];\n"
     "	mad.lo.s32 	%r289, %r244, %r245, %r289;\n"
-    ,
     "	ld.param.u32 	%r246, [%rd108+88];\n"
     "	mad.lo.s32 	%r290, %r244, %r246, %r290;\n"
     "	@%p53 bra 	$L__BB3_77;\n"
     "\n"
+    ,
     "	ld.param.u32 	%r247, [%rd108+-16];\n"
     "	rem.u32 	%r248, %r92, %r247;\n"
     "	ld.param.u32 	%r249, [%rd108+32];\n"
@@ -30241,11 +30204,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r259, %r259, -4;\n"
     "	ld.param.u64 	%rd65, [%rd37+-24];\n"
     "	or.b64  	%rd208, %rd286, %rd65;\n"
-    ,
     "	and.b64  	%rd209, %rd208, -4294967296;\n"
     "	setp.eq.s64 	%p24, %rd209, 0;\n"
     "	@%p24 bra 	$L__BB3_35;\n"
     "\n"
+    ,
     "	div.u64 	%rd281, %rd286, %rd65;\n"
     "	mul.lo.s64 	%rd210, %rd281, %rd65;\n"
     "	sub.s64 	%rd289, %rd286, %rd210;\n"
@@ -30404,10 +30367,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s32 	%p17, %r100, 1;\n"
     "	selp.f32 	%f11, %f10, %f9, %p17;\n"
     "	shl.b64 	%rd177, %rd276, 2;\n"
-    ,
     "	add.s64 	%rd178, %rd2, %rd177;\n"
     "	st.global.f32 	[%rd178], %f11;\n"
     "	add.s64 	%rd276, %rd276, %rd28;\n"
+    ,
     "	setp.lt.u64 	%p18, %rd276, %rd109;\n"
     "	@%p18 bra 	$L__BB3_20;\n"
     "	bra.uni 	$L__BB3_78;\n"
@@ -30567,11 +30530,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB4_45:\n"
     "	not.b32 	%r103, %r27;\n"
     "	max.s32 	%r104, %r103, -2;\n"
-    ,
     "	add.s32 	%r105, %r104, %r27;\n"
     "	add.s32 	%r106, %r105, 2;\n"
     "	add.s32 	%r31, %r105, 1;\n"
     "	and.b32  	%r32, %r106, 3;\n"
+    ,
     "	mul.wide.s32 	%rd173, %r27, 8;\n"
     "	add.s64 	%rd81, %rd89, %rd173;\n"
     "	sub.s32 	%r33, %r105, %r32;\n"
@@ -30722,11 +30685,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB4_17:\n"
     "	ld.param.u64 	%rd132, [%rd21+48];\n"
-    ,
     "	mul.lo.s64 	%rd133, %rd132, %rd190;\n"
     "	add.s64 	%rd29, %rd133, %rd203;\n"
     "	ld.param.u64 	%rd30, [%rd21+-8];\n"
     "	or.b64  	%rd134, %rd189, %rd30;\n"
+    ,
     "	and.b64  	%rd135, %rd134, -4294967296;\n"
     "	setp.eq.s64 	%p13, %rd135, 0;\n"
     "	@%p13 bra 	$L__BB4_19;\n"
@@ -30883,12 +30846,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd203, %rd163, %rd203;\n"
     "\n"
     "$L__BB4_40:\n"
-    ,
     "	shl.b64 	%rd165, %rd203, 2;\n"
     "	add.s64 	%rd166, %rd3, %rd165;\n"
     "	ld.global.nc.f32 	%f5, [%rd166];\n"
     "	mul.f32 	%f6, %f5, %f3;\n"
     "	shl.b64 	%rd168, %rd185, 2;\n"
+    ,
     "	add.s64 	%rd169, %rd2, %rd168;\n"
     "	st.global.f32 	[%rd169], %f6;\n"
     "	mov.u32 	%r98, %nctaid.x;\n"
@@ -31044,12 +31007,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r26, %r23, %r9, %r8;\n"
     "	add.s32 	%r27, %r26, %r25;\n"
     "	mul.wide.u32 	%rd43, %r27, 4;\n"
-    ,
     "	add.s64 	%rd44, %rd2, %rd43;\n"
     "	ld.global.nc.f32 	%f2, [%rd44];\n"
     "	mad.lo.s32 	%r28, %r23, %r7, %r6;\n"
     "	add.s32 	%r29, %r28, %r25;\n"
     "	mul.wide.u32 	%rd45, %r29, 4;\n"
+    ,
     "	add.s64 	%rd46, %rd1, %rd45;\n"
     "	st.global.f32 	[%rd46], %f2;\n"
     "	add.s32 	%r30, %r30, %r5;\n"
@@ -31203,7 +31166,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd279, %rd381, %rd95;\n"
     "	and.b64  	%rd280, %rd279, -4294967296;\n"
     "	setp.eq.s64 	%p26, %rd280, 0;\n"
-    ,
     "	@%p26 bra 	$L__BB6_48;\n"
     "\n"
     "	div.s64 	%rd383, %rd381, %rd95;\n"
@@ -31212,6 +31174,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB6_49;\n"
     "\n"
     "$L__BB6_48:\n"
+    ,
     "	cvt.u32.u64 	%r84, %rd95;\n"
     "	cvt.u32.u64 	%r85, %rd381;\n"
     "	div.u32 	%r86, %r85, %r84;\n"
@@ -31364,7 +31327,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p36 bra 	$L__BB6_106;\n"
     "\n"
     "	setp.gt.s32 	%p37, %r2, 0;\n"
-    ,
     "	@%p37 bra 	$L__BB6_77;\n"
     "	bra.uni 	$L__BB6_71;\n"
     "\n"
@@ -31375,6 +31337,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB6_78:\n"
     "	mov.u64 	%rd415, 0;\n"
     "	setp.lt.u32 	%p43, %r12, 3;\n"
+    ,
     "	mov.u64 	%rd398, %rd81;\n"
     "	mov.u32 	%r151, %r16;\n"
     "	mov.u32 	%r152, %r2;\n"
@@ -31522,13 +31485,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd198, [%rd189+-8];\n"
     "	or.b64  	%rd341, %rd410, %rd198;\n"
-    ,
     "	and.b64  	%rd342, %rd341, -4294967296;\n"
     "	setp.eq.s64 	%p52, %rd342, 0;\n"
     "	@%p52 bra 	$L__BB6_99;\n"
     "\n"
     "	div.s64 	%rd412, %rd410, %rd198;\n"
     "	mul.lo.s64 	%rd343, %rd412, %rd198;\n"
+    ,
     "	sub.s64 	%rd413, %rd410, %rd343;\n"
     "	bra.uni 	$L__BB6_100;\n"
     "\n"
@@ -31690,7 +31653,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd25, [%rd16+-8];\n"
     "	or.b64  	%rd233, %rd363, %rd25;\n"
     "	and.b64  	%rd234, %rd233, -4294967296;\n"
-    ,
     "	setp.eq.s64 	%p12, %rd234, 0;\n"
     "	@%p12 bra 	$L__BB6_18;\n"
     "\n"
@@ -31700,6 +31662,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB6_19;\n"
     "\n"
     "$L__BB6_18:\n"
+    ,
     "	cvt.u32.u64 	%r41, %rd25;\n"
     "	cvt.u32.u64 	%r42, %rd363;\n"
     "	div.u32 	%r43, %r42, %r41;\n"
@@ -31852,7 +31815,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd265, %rd2, %rd264;\n"
     "	ld.global.nc.f32 	%f34, [%rd265];\n"
     "	add.f32 	%f53, %f53, %f34;\n"
-    ,
     "	add.s64 	%rd360, %rd360, 1;\n"
     "	setp.lt.s64 	%p22, %rd360, %rd215;\n"
     "	@%p22 bra 	$L__BB6_12;\n"
@@ -31861,6 +31823,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd266, %rd358, 2;\n"
     "	add.s64 	%rd267, %rd3, %rd266;\n"
     "	mul.f32 	%f35, %f53, %f23;\n"
+    ,
     "	st.global.f32 	[%rd267], %f35;\n"
     "	add.s64 	%rd358, %rd358, %rd6;\n"
     "	setp.lt.s64 	%p23, %rd358, %rd214;\n"
@@ -32011,7 +31974,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB7_13;\n"
     "\n"
     "$L__BB7_12:\n"
-    ,
     "	cvt.u32.u64 	%r51, %rd31;\n"
     "	cvt.u32.u64 	%r52, %rd240;\n"
     "	div.u32 	%r53, %r52, %r51;\n"
@@ -32021,6 +31983,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd243, %r55;\n"
     "\n"
     "$L__BB7_13:\n"
+    ,
     "	ld.param.u64 	%rd166, [%rd14+32];\n"
     "	mul.lo.s64 	%rd167, %rd166, %rd243;\n"
     "	add.s64 	%rd38, %rd167, %rd30;\n"
@@ -32179,7 +32142,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB7_39:\n"
     "	ld.param.u64 	%rd196, [%rd255+48];\n"
-    ,
     "	mul.lo.s64 	%rd197, %rd196, %rd259;\n"
     "	add.s64 	%rd87, %rd197, %rd272;\n"
     "	ld.param.u64 	%rd88, [%rd255+-8];\n"
@@ -32188,6 +32150,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p20, %rd199, 0;\n"
     "	@%p20 bra 	$L__BB7_41;\n"
     "\n"
+    ,
     "	div.s64 	%rd260, %rd258, %rd88;\n"
     "	mul.lo.s64 	%rd200, %rd260, %rd88;\n"
     "	sub.s64 	%rd261, %rd258, %rd200;\n"
@@ -32335,7 +32298,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB7_60:\n"
     "	cvt.u32.u64 	%r106, %rd133;\n"
     "	cvt.u32.u64 	%r107, %rd269;\n"
-    ,
     "	rem.u32 	%r108, %r107, %r106;\n"
     "	cvt.u64.u32 	%rd271, %r108;\n"
     "\n"
@@ -32347,6 +32309,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB7_62:\n"
     "	add.s64 	%rd229, %rd272, %rd252;\n"
     "	shl.b64 	%rd230, %rd229, 2;\n"
+    ,
     "	add.s64 	%rd231, %rd2, %rd230;\n"
     "	ld.global.nc.f32 	%f15, [%rd231];\n"
     "	add.f32 	%f38, %f38, %f15;\n"
@@ -32492,7 +32455,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd6, %rd5, %rd34;\n"
     "	add.s64 	%rd35, %rd6, %rd34;\n"
     "	min.s64 	%rd7, %rd35, %rd33;\n"
-    ,
     "	setp.lt.s64 	%p1, %rd4, %rd31;\n"
     "	mov.f32 	%f47, 0f00000000;\n"
     "	@%p1 bra 	$L__BB8_1;\n"
@@ -32505,6 +32467,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p2, %rd67, %rd7;\n"
     "	@%p2 bra 	$L__BB8_11;\n"
     "\n"
+    ,
     "	mov.u32 	%r21, %ntid.y;\n"
     "	cvt.u64.u32 	%rd9, %r21;\n"
     "	not.b64 	%rd37, %rd7;\n"
@@ -32663,7 +32626,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_sum_partial_param_0,\n"
     "	.param .u64 k_sum_partial_param_1,\n"
     "	.param .u32 k_sum_partial_param_2,\n"
-    ,
     "	.param .u64 k_sum_partial_param_3\n"
     ")\n"
     "{\n"
@@ -32675,6 +32637,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd45, [k_sum_partial_param_0];\n"
     "	ld.param.u64 	%rd43, [k_sum_partial_param_1];\n"
+    ,
     "	ld.param.u32 	%r2, [k_sum_partial_param_2];\n"
     "	ld.param.u64 	%rd44, [k_sum_partial_param_3];\n"
     "	cvta.to.global.u64 	%rd1, %rd45;\n"
@@ -32828,7 +32791,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r16, 8;\n"
     "	shfl.sync.bfly.b32 	%r17|%p13, %r15, %r16, %r11, %r13;\n"
     "	mov.b32 	%f43, %r17;\n"
-    ,
     "	add.f32 	%f44, %f42, %f43;\n"
     "	mov.b32 	%r18, %f44;\n"
     "	mov.u32 	%r19, 4;\n"
@@ -32837,6 +32799,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f46, %f44, %f45;\n"
     "	mov.b32 	%r21, %f46;\n"
     "	mov.u32 	%r22, 2;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r23|%p15, %r21, %r22, %r11, %r13;\n"
     "	mov.b32 	%f47, %r23;\n"
     "	add.f32 	%f48, %f46, %f47;\n"
@@ -32990,7 +32953,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p8 bra 	$L__BB10_6;\n"
     "\n"
     "	shr.u32 	%r23, %r21, 3;\n"
-    ,
     "	and.b32  	%r24, %r23, 536870908;\n"
     "	mov.u32 	%r25, _ZZ9block_sumfE2sh;\n"
     "	add.s32 	%r26, %r25, %r24;\n"
@@ -33000,6 +32962,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	mov.u32 	%r27, %ntid.x;\n"
     "	shr.u32 	%r28, %r27, 5;\n"
+    ,
     "	setp.ge.u32 	%p9, %r1, %r28;\n"
     "	mov.f32 	%f37, 0f00000000;\n"
     "	@%p9 bra 	$L__BB10_8;\n"
@@ -33149,13 +33112,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f27, %f25, %f26;\n"
     "	mov.b32 	%r42, %f27;\n"
     "	mov.u32 	%r43, 2;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r44|%p7, %r42, %r43, %r32, %r34;\n"
     "	mov.b32 	%f28, %r44;\n"
     "	add.f32 	%f29, %f27, %f28;\n"
     "	mov.b32 	%r45, %f29;\n"
     "	mov.u32 	%r46, 1;\n"
     "	shfl.sync.bfly.b32 	%r47|%p8, %r45, %r46, %r32, %r34;\n"
+    ,
     "	mov.b32 	%f30, %r47;\n"
     "	add.f32 	%f5, %f29, %f30;\n"
     "	setp.ne.s32 	%p9, %r1, 0;\n"
@@ -33306,7 +33269,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s32 	%p32, %r21, 2;\n"
     "	@%p32 bra 	$L__BB11_30;\n"
     "\n"
-    ,
     "	setp.ne.s32 	%p33, %r21, 1;\n"
     "	@%p33 bra 	$L__BB11_31;\n"
     "\n"
@@ -33315,6 +33277,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r161, %r99, 32768;\n"
     "	and.b32  	%r7, %r5, 2147483647;\n"
     "	setp.gt.u32 	%p34, %r7, 2139095040;\n"
+    ,
     "	@%p34 bra 	$L__BB11_28;\n"
     "	bra.uni 	$L__BB11_22;\n"
     "\n"
@@ -33476,7 +33439,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB11_38:\n"
     "	setp.lt.u32 	%p54, %r15, 947912704;\n"
     "	@%p54 bra 	$L__BB11_40;\n"
-    ,
     "	bra.uni 	$L__BB11_39;\n"
     "\n"
     "$L__BB11_40:\n"
@@ -33486,6 +33448,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r137, %r13, 8388607;\n"
     "	or.b32  	%r138, %r137, 8388608;\n"
     "	shr.u32 	%r139, %r15, 23;\n"
+    ,
     "	mov.u32 	%r140, 126;\n"
     "	sub.s32 	%r141, %r140, %r139;\n"
     "	shr.u32 	%r142, %r138, %r141;\n"
@@ -33632,12 +33595,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f39, %f37, %f38;\n"
     "	mov.b32 	%r25, %f39;\n"
     "	mov.u32 	%r26, 2;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r27|%p7, %r25, %r26, %r15, %r17;\n"
     "	mov.b32 	%f40, %r27;\n"
     "	add.f32 	%f41, %f39, %f40;\n"
     "	mov.b32 	%r28, %f41;\n"
     "	mov.u32 	%r29, 1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r30|%p8, %r28, %r29, %r15, %r17;\n"
     "	mov.b32 	%f42, %r30;\n"
     "	add.f32 	%f5, %f41, %f42;\n"
@@ -33787,7 +33750,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f88, %f87, %f8;\n"
     "	mul.f32 	%f89, %f15, %f88;\n"
     "	fma.rn.f32 	%f161, %f86, %f89, %f161;\n"
-    ,
     "	add.s64 	%rd61, %rd61, %rd7;\n"
     "	setp.lt.s64 	%p31, %rd61, %rd24;\n"
     "	@%p31 bra 	$L__BB12_18;\n"
@@ -33795,6 +33757,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB12_19:\n"
     "	bar.sync 	0;\n"
     "	mov.b32 	%r82, %f160;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r86|%p32, %r82, %r67, %r66, %r68;\n"
     "	mov.b32 	%f90, %r86;\n"
     "	add.f32 	%f91, %f160, %f90;\n"
@@ -33932,11 +33895,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f132, %f15, %f131;\n"
     "	add.s64 	%rd45, %rd3, %rd43;\n"
     "	shl.b64 	%rd46, %rd62, 2;\n"
-    ,
     "	add.s64 	%rd47, %rd2, %rd46;\n"
     "	ld.global.nc.f32 	%f133, [%rd47];\n"
     "	ld.global.nc.f32 	%f134, [%rd45];\n"
     "	mul.rn.f32 	%f135, %f134, %f133;\n"
+    ,
     "	sub.f32 	%f136, %f135, %f26;\n"
     "	mul.f32 	%f137, %f29, %f132;\n"
     "	sub.f32 	%f138, %f136, %f137;\n"
@@ -34092,7 +34055,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f41, 0f00000000;\n"
     "	@%p10 bra 	$L__BB13_9;\n"
     "\n"
-    ,
     "	ld.shared.f32 	%f41, [%r4];\n"
     "\n"
     "$L__BB13_9:\n"
@@ -34100,6 +34062,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r32, 31;\n"
     "	mov.u32 	%r33, 16;\n"
     "	mov.u32 	%r34, -1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r35|%p11, %r31, %r33, %r32, %r34;\n"
     "	mov.b32 	%f24, %r35;\n"
     "	add.f32 	%f25, %f41, %f24;\n"
@@ -34245,11 +34208,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b64 {%r18,%r19}, %fd21;\n"
     "	// end inline asm\n"
     "	mov.u32 	%r37, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r21|%p6, %r19, %r37, %r34, %r36;\n"
     "	shfl.sync.bfly.b32 	%r20|%p7, %r18, %r37, %r34, %r36;\n"
     "	// begin inline asm\n"
     "	mov.b64 %fd22, {%r20,%r21};\n"
+    ,
     "	// end inline asm\n"
     "	add.f64 	%fd23, %fd21, %fd22;\n"
     "	// begin inline asm\n"
@@ -34389,13 +34352,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	shfl.sync.bfly.b32 	%r71|%p28, %r69, %r62, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r70|%p29, %r68, %r62, %r61, %r63;\n"
-    ,
     "	// begin inline asm\n"
     "	mov.b64 %fd49, {%r70,%r71};\n"
     "	// end inline asm\n"
     "	add.f64 	%fd50, %fd74, %fd49;\n"
     "	// begin inline asm\n"
     "	mov.b64 {%r72,%r73}, %fd50;\n"
+    ,
     "	// end inline asm\n"
     "	shfl.sync.bfly.b32 	%r75|%p30, %r73, %r64, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r74|%p31, %r72, %r64, %r61, %r63;\n"
@@ -34531,7 +34494,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s64 	%p52, %rd41, %rd40;\n"
     "	@%p52 bra 	$L__BB14_2;\n"
     "\n"
-    ,
     "$L__BB14_20:\n"
     "	ret;\n"
     "\n"
@@ -34540,6 +34502,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ".visible .entry k_row_stats(\n"
     "	.param .u64 k_row_stats_param_0,\n"
     "	.param .u64 k_row_stats_param_1,\n"
+    ,
     "	.param .u64 k_row_stats_param_2,\n"
     "	.param .u64 k_row_stats_param_3,\n"
     "	.param .f32 k_row_stats_param_4,\n"
@@ -34694,7 +34657,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f73, %f45, %f45, %f73;\n"
     "	add.s64 	%rd28, %rd28, %rd4;\n"
     "	setp.lt.s64 	%p18, %rd28, %rd16;\n"
-    ,
     "	@%p18 bra 	$L__BB15_13;\n"
     "\n"
     "$L__BB15_14:\n"
@@ -34703,6 +34665,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r50, 31;\n"
     "	mov.u32 	%r51, 16;\n"
     "	mov.u32 	%r52, -1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r53|%p19, %r49, %r51, %r50, %r52;\n"
     "	mov.b32 	%f46, %r53;\n"
     "	add.f32 	%f47, %f73, %f46;\n"
@@ -34852,13 +34815,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB16_5;\n"
     "\n"
     "$L__BB16_4:\n"
-    ,
     "	cvt.u32.u64 	%r22, %rd11;\n"
     "	cvt.u32.u64 	%r23, %rd12;\n"
     "	div.u32 	%r24, %r23, %r22;\n"
     "	cvt.u64.u32 	%rd90, %r24;\n"
     "\n"
     "$L__BB16_5:\n"
+    ,
     "	add.s64 	%rd59, %rd90, 1;\n"
     "	and.b64  	%rd95, %rd59, 3;\n"
     "	setp.eq.s64 	%p4, %rd95, 0;\n"
@@ -35001,11 +34964,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f62, %f60, %f61;\n"
     "	ld.shared.f32 	%f63, [%r42+132];\n"
     "	add.f32 	%f75, %f62, %f63;\n"
-    ,
     "	add.s32 	%r45, %r45, 4;\n"
     "	add.s32 	%r42, %r42, 528;\n"
     "	add.s32 	%r44, %r44, -4;\n"
     "	setp.ne.s32 	%p13, %r44, 0;\n"
+    ,
     "	@%p13 bra 	$L__BB16_15;\n"
     "\n"
     "$L__BB16_16:\n"
@@ -35173,12 +35136,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r39, 31;\n"
     "	mov.u32 	%r40, 16;\n"
     "	mov.u32 	%r41, -1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r42|%p13, %r38, %r40, %r39, %r41;\n"
     "	mov.b32 	%f32, %r42;\n"
     "	max.f32 	%f33, %f99, %f32;\n"
     "	mov.b32 	%r43, %f33;\n"
     "	mov.u32 	%r44, 8;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r45|%p14, %r43, %r44, %r39, %r41;\n"
     "	mov.b32 	%f34, %r45;\n"
     "	max.f32 	%f35, %f33, %f34;\n"
@@ -35321,7 +35284,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f91, %f80, %f90, %f89;\n"
     "	mov.f32 	%f92, 0f32A57060;\n"
     "	fma.rn.f32 	%f93, %f80, %f92, %f91;\n"
-    ,
     "	mov.b32 	%r91, %f87;\n"
     "	shl.b32 	%r92, %r91, 23;\n"
     "	mov.b32 	%f94, %r92;\n"
@@ -35329,6 +35291,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f96, %f95, %f94;\n"
     "	mul.f32 	%f103, %f15, %f96;\n"
     "\n"
+    ,
     "$L__BB17_25:\n"
     "	shl.b64 	%rd38, %rd20, 2;\n"
     "	add.s64 	%rd39, %rd6, %rd38;\n"
@@ -35483,7 +35446,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f7, %f29, %f30;\n"
     "	@%p2 bra 	$L__BB18_12;\n"
     "\n"
-    ,
     "	mov.u64 	%rd31, %rd4;\n"
     "\n"
     "$L__BB18_11:\n"
@@ -35491,6 +35453,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd25, %rd24, 2;\n"
     "	add.s64 	%rd26, %rd2, %rd25;\n"
     "	add.s64 	%rd27, %rd1, %rd25;\n"
+    ,
     "	ld.global.nc.f32 	%f31, [%rd27];\n"
     "	sub.f32 	%f32, %f31, %f7;\n"
     "	ld.global.nc.f32 	%f33, [%rd26];\n"
@@ -35654,12 +35617,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f67, %r81;\n"
     "	max.f32 	%f68, %f66, %f67;\n"
     "	mov.b32 	%r82, %f68;\n"
-    ,
     "	mov.u32 	%r83, 4;\n"
     "	shfl.sync.bfly.b32 	%r84|%p15, %r82, %r83, %r75, %r77;\n"
     "	mov.b32 	%f69, %r84;\n"
     "	max.f32 	%f70, %f68, %f69;\n"
     "	mov.b32 	%r85, %f70;\n"
+    ,
     "	mov.u32 	%r86, 2;\n"
     "	shfl.sync.bfly.b32 	%r87|%p16, %r85, %r86, %r75, %r77;\n"
     "	mov.b32 	%f71, %r87;\n"
@@ -35810,11 +35773,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f107, %r134;\n"
     "	add.f32 	%f108, %f106, %f107;\n"
     "	mov.b32 	%r135, %f108;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r137|%p34, %r135, %r103, %r92, %r94;\n"
     "	mov.b32 	%f109, %r137;\n"
     "	add.f32 	%f110, %f108, %f109;\n"
     "	mov.b32 	%r138, %f110;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r140|%p35, %r138, %r106, %r92, %r94;\n"
     "	mov.b32 	%f111, %r140;\n"
     "	add.f32 	%f11, %f110, %f111;\n"
@@ -35956,12 +35919,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r366, %r171, %r173;\n"
     "	bra.uni 	$L__BB19_46;\n"
     "\n"
-    ,
     "$L__BB19_45:\n"
     "	add.s16 	%rs16, %rs13, 112;\n"
     "	cvt.u32.u16 	%r174, %rs16;\n"
     "	shl.b32 	%r175, %r174, 23;\n"
     "	shl.b32 	%r176, %r364, 13;\n"
+    ,
     "	or.b32  	%r177, %r176, %r366;\n"
     "	or.b32  	%r366, %r177, %r175;\n"
     "\n"
@@ -36111,11 +36074,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u64 	%rd95, %rd17;\n"
     "\n"
     "$L__BB19_60:\n"
-    ,
     "	add.s64 	%rd65, %rd95, %rd21;\n"
     "	shl.b64 	%rd66, %rd65, 1;\n"
     "	add.s64 	%rd67, %rd2, %rd66;\n"
     "	ld.global.nc.u16 	%rs18, [%rd67];\n"
+    ,
     "	cvt.u32.u16 	%r225, %rs18;\n"
     "	shl.b32 	%r226, %r225, 16;\n"
     "	mov.b32 	%f178, %r226;\n"
@@ -36245,11 +36208,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f236, %f234, %f221, %f235;\n"
     "	mov.f32 	%f237, 0fBF000000;\n"
     "	fma.rn.f32 	%f238, %f236, %f221, %f237;\n"
-    ,
     "	mul.f32 	%f239, %f221, %f238;\n"
     "	fma.rn.f32 	%f240, %f239, %f221, %f221;\n"
     "	mov.f32 	%f241, 0f3F317218;\n"
     "	fma.rn.f32 	%f354, %f220, %f241, %f240;\n"
+    ,
     "	setp.lt.u32 	%p89, %r265, 2139095040;\n"
     "	@%p89 bra 	$L__BB19_69;\n"
     "\n"
@@ -36395,12 +36358,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r311, 2;\n"
     "	shfl.sync.bfly.b32 	%r312|%p105, %r310, %r311, %r300, %r302;\n"
     "	mov.b32 	%f267, %r312;\n"
-    ,
     "	max.f32 	%f268, %f266, %f267;\n"
     "	mov.b32 	%r313, %f268;\n"
     "	mov.u32 	%r314, 1;\n"
     "	shfl.sync.bfly.b32 	%r315|%p106, %r313, %r314, %r300, %r302;\n"
     "	mov.b32 	%f269, %r315;\n"
+    ,
     "	max.f32 	%f48, %f268, %f269;\n"
     "	mov.f32 	%f360, 0f00000000;\n"
     "	@%p93 bra 	$L__BB19_84;\n"
@@ -36532,11 +36495,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f322, 0fBE2AD8B9;\n"
     "	fma.rn.f32 	%f323, %f321, %f314, %f322;\n"
     "	mov.f32 	%f324, 0f3E4CED0B;\n"
-    ,
     "	fma.rn.f32 	%f325, %f323, %f314, %f324;\n"
     "	mov.f32 	%f326, 0fBE7FFF22;\n"
     "	fma.rn.f32 	%f327, %f325, %f314, %f326;\n"
     "	mov.f32 	%f328, 0f3EAAAA78;\n"
+    ,
     "	fma.rn.f32 	%f329, %f327, %f314, %f328;\n"
     "	mov.f32 	%f330, 0fBF000000;\n"
     "	fma.rn.f32 	%f331, %f329, %f314, %f330;\n"
@@ -36695,11 +36658,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r41|%p12, %r39, %r40, %r32, %r34;\n"
     "	mov.b32 	%f37, %r41;\n"
     "	add.f32 	%f38, %f36, %f37;\n"
-    ,
     "	mov.b32 	%r42, %f38;\n"
     "	mov.u32 	%r43, 2;\n"
     "	shfl.sync.bfly.b32 	%r44|%p13, %r42, %r43, %r32, %r34;\n"
     "	mov.b32 	%f39, %r44;\n"
+    ,
     "	add.f32 	%f40, %f38, %f39;\n"
     "	mov.b32 	%r45, %f40;\n"
     "	mov.u32 	%r46, 1;\n"
@@ -36857,11 +36820,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f17, %r18;\n"
     "	add.f32 	%f18, %f16, %f17;\n"
     "	mov.b32 	%r19, %f18;\n"
-    ,
     "	mov.u32 	%r20, 1;\n"
     "	shfl.sync.bfly.b32 	%r21|%p10, %r19, %r20, %r6, %r8;\n"
     "	mov.b32 	%f19, %r21;\n"
     "	add.f32 	%f4, %f18, %f19;\n"
+    ,
     "	cvt.u32.u64 	%r22, %rd1;\n"
     "	and.b32  	%r1, %r22, 31;\n"
     "	setp.ne.s32 	%p11, %r1, 0;\n"
@@ -37018,13 +36981,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd103, %rd1, %rd102;\n"
     "	mov.u16 	%rs25, 0;\n"
     "	st.global.u16 	[%rd103], %rs25;\n"
-    ,
     "	add.s64 	%rd173, %rd173, %rd9;\n"
     "	setp.lt.s64 	%p77, %rd173, %rd77;\n"
     "	@%p77 bra 	$L__BB22_72;\n"
     "	bra.uni 	$L__BB22_77;\n"
     "\n"
     "$L__BB22_5:\n"
+    ,
     "	setp.ge.s64 	%p7, %rd7, %rd77;\n"
     "	mov.f32 	%f371, 0fFF800000;\n"
     "	@%p7 bra 	$L__BB22_16;\n"
@@ -37180,7 +37143,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b16  	%rs3, %rs13, 31;\n"
     "	and.b16  	%rs4, %rs12, 1023;\n"
     "	cvt.u32.u16 	%r502, %rs4;\n"
-    ,
     "	setp.eq.s16 	%p26, %rs3, 0;\n"
     "	@%p26 bra 	$L__BB22_26;\n"
     "\n"
@@ -37188,6 +37150,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p27 bra 	$L__BB22_25;\n"
     "	bra.uni 	$L__BB22_24;\n"
     "\n"
+    ,
     "$L__BB22_25:\n"
     "	shl.b32 	%r149, %r502, 13;\n"
     "	or.b32  	%r150, %r504, %r149;\n"
@@ -37335,13 +37298,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u16 	%rs19, %rs18, 10;\n"
     "	and.b16  	%rs7, %rs19, 31;\n"
     "	and.b16  	%rs8, %rs18, 1023;\n"
-    ,
     "	cvt.u32.u16 	%r509, %rs8;\n"
     "	setp.eq.s16 	%p67, %rs7, 0;\n"
     "	@%p67 bra 	$L__BB22_63;\n"
     "\n"
     "	setp.eq.s16 	%p68, %rs7, 31;\n"
     "	@%p68 bra 	$L__BB22_62;\n"
+    ,
     "	bra.uni 	$L__BB22_61;\n"
     "\n"
     "$L__BB22_62:\n"
@@ -37495,12 +37458,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f123, %f122;\n"
     "	mov.f32 	%f124, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f125, %f114, %f124, %f123;\n"
-    ,
     "	mov.f32 	%f126, 0f32A57060;\n"
     "	fma.rn.f32 	%f127, %f114, %f126, %f125;\n"
     "	mov.b32 	%r207, %f121;\n"
     "	shl.b32 	%r208, %r207, 23;\n"
     "	mov.b32 	%f128, %r208;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f129, %f127;\n"
     "	mul.f32 	%f130, %f129, %f128;\n"
     "	mul.f32 	%f131, %f15, %f130;\n"
@@ -37659,12 +37622,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB22_80:\n"
     "	mul.lo.s64 	%rd35, %rd176, %rd77;\n"
-    ,
     "	shl.b64 	%rd110, %rd176, 2;\n"
     "	add.s64 	%rd111, %rd5, %rd110;\n"
     "	ld.global.nc.u32 	%r267, [%rd111];\n"
     "	setp.lt.s32 	%p82, %r267, 0;\n"
     "	cvt.s64.s32 	%rd36, %r267;\n"
+    ,
     "	setp.ge.s64 	%p83, %rd36, %rd77;\n"
     "	or.pred  	%p84, %p82, %p83;\n"
     "	@%p84 bra 	$L__BB22_112;\n"
@@ -37811,12 +37774,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f191, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f192, %f181, %f191, %f190;\n"
     "	mov.f32 	%f193, 0f32A57060;\n"
-    ,
     "	fma.rn.f32 	%f194, %f181, %f193, %f192;\n"
     "	mov.b32 	%r306, %f188;\n"
     "	shl.b32 	%r307, %r306, 23;\n"
     "	mov.b32 	%f195, %r307;\n"
     "	ex2.approx.ftz.f32 	%f196, %f194;\n"
+    ,
     "	fma.rn.f32 	%f380, %f196, %f195, %f380;\n"
     "	add.s64 	%rd178, %rd178, %rd33;\n"
     "	setp.lt.s64 	%p100, %rd178, %rd77;\n"
@@ -37950,7 +37913,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB22_121;\n"
     "\n"
     "$L__BB22_97:\n"
-    ,
     "	mov.u64 	%rd179, %rd31;\n"
     "\n"
     "$L__BB22_98:\n"
@@ -37958,6 +37920,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd118, %rd42, 1;\n"
     "	add.s64 	%rd119, %rd2, %rd118;\n"
     "	ld.global.nc.u16 	%rs29, [%rd119];\n"
+    ,
     "	cvt.u32.u16 	%r342, %rs29;\n"
     "	shl.b32 	%r343, %r342, 16;\n"
     "	mov.b32 	%f220, %r343;\n"
@@ -38109,7 +38072,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p142 bra 	$L__BB22_80;\n"
     "	bra.uni 	$L__BB22_166;\n"
     "\n"
-    ,
     "$L__BB22_122:\n"
     "	mov.u32 	%r382, %ctaid.x;\n"
     "	cvt.u64.u32 	%rd184, %r382;\n"
@@ -38117,6 +38079,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p143 bra 	$L__BB22_166;\n"
     "\n"
     "	mov.u32 	%r383, %tid.x;\n"
+    ,
     "	cvt.u64.u32 	%rd54, %r383;\n"
     "	mov.u32 	%r384, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd55, %r384;\n"
@@ -38262,7 +38225,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p147 bra 	$L__BB22_135;\n"
     "\n"
     "	mov.f32 	%f386, 0f00000000;\n"
-    ,
     "	mov.u64 	%rd186, %rd54;\n"
     "\n"
     "$L__BB22_134:\n"
@@ -38270,6 +38232,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd143, %rd142, 2;\n"
     "	add.s64 	%rd144, %rd2, %rd143;\n"
     "	ld.global.nc.f32 	%f287, [%rd144];\n"
+    ,
     "	sub.f32 	%f288, %f287, %f39;\n"
     "	mov.f32 	%f289, 0f3F000000;\n"
     "	mov.f32 	%f290, 0f3BBB989D;\n"
@@ -38400,12 +38363,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f369, %f44, %f368;\n"
     "	mov.b32 	%r491, %f369;\n"
     "	and.b32  	%r492, %r491, 2147483647;\n"
-    ,
     "	setp.gt.u32 	%p196, %r492, 2139095040;\n"
     "	shr.u32 	%r493, %r491, 16;\n"
     "	cvt.u16.u32 	%rs37, %r493;\n"
     "	or.b16  	%rs38, %rs37, 64;\n"
     "	and.b32  	%r494, %r493, 1;\n"
+    ,
     "	add.s32 	%r495, %r491, %r494;\n"
     "	add.s32 	%r496, %r495, 32767;\n"
     "	shr.u32 	%r497, %r496, 16;\n"
@@ -38556,7 +38519,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB22_165;\n"
     "\n"
     "$L__BB22_163:\n"
-    ,
     "	mov.u64 	%rd191, %rd54;\n"
     "\n"
     "$L__BB22_164:\n"
@@ -38564,6 +38526,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd163, %rd162, 2;\n"
     "	add.s64 	%rd164, %rd1, %rd163;\n"
     "	mov.u32 	%r498, 0;\n"
+    ,
     "	st.global.u32 	[%rd164], %r498;\n"
     "	add.s64 	%rd191, %rd191, %rd56;\n"
     "	setp.lt.s64 	%p203, %rd191, %rd77;\n"
@@ -38723,12 +38686,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .pred 	%p<7>;\n"
     "	.reg .f32 	%f<3>;\n"
     "	.reg .b32 	%r<9>;\n"
-    ,
     "	.reg .b64 	%rd<36>;\n"
     "\n"
     "\n"
     "	ld.param.u64 	%rd14, [k_embedding_back_param_0];\n"
     "	ld.param.u64 	%rd15, [k_embedding_back_param_1];\n"
+    ,
     "	ld.param.u64 	%rd16, [k_embedding_back_param_2];\n"
     "	ld.param.u64 	%rd19, [k_embedding_back_param_3];\n"
     "	ld.param.u64 	%rd17, [k_embedding_back_param_4];\n"
@@ -38880,11 +38843,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB25_6:\n"
     "	.pragma \"nounroll\";\n"
     "	xor.b64  	%rd60, %rd7, %rd126;\n"
-    ,
     "	shr.u64 	%rd61, %rd60, 30;\n"
     "	xor.b64  	%rd62, %rd61, %rd60;\n"
     "	mul.lo.s64 	%rd63, %rd62, -4658895280553007687;\n"
     "	shr.u64 	%rd64, %rd63, 27;\n"
+    ,
     "	xor.b64  	%rd65, %rd64, %rd63;\n"
     "	mul.lo.s64 	%rd66, %rd65, -7723592293110705685;\n"
     "	shr.u64 	%rd67, %rd66, 31;\n"
@@ -39027,7 +38990,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// .globl	k_cast\n"
     ".visible .entry k_cast(\n"
     "	.param .u64 k_cast_param_0,\n"
-    ,
     "	.param .u64 k_cast_param_1,\n"
     "	.param .u64 k_cast_param_2,\n"
     "	.param .u32 k_cast_param_3,\n"
@@ -39035,6 +38997,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ")\n"
     "{\n"
     "	.reg .pred 	%p<35>;\n"
+    ,
     "	.reg .b16 	%rs<11>;\n"
     "	.reg .f32 	%f<8>;\n"
     "	.reg .b32 	%r<83>;\n"
@@ -39218,7 +39181,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB26_36:\n"
     "	or.b32  	%r82, %r82, 32256;\n"
-    ,
     "	bra.uni 	$L__BB26_37;\n"
     "\n"
     "$L__BB26_25:\n"
@@ -39226,6 +39188,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p13 bra 	$L__BB26_28;\n"
     "\n"
     "	setp.ne.s32 	%p14, %r21, 3;\n"
+    ,
     "	@%p14 bra 	$L__BB26_24;\n"
     "\n"
     "	cvt.rzi.s32.f32 	%r46, %f7;\n"
@@ -39392,12 +39355,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd3, %r51;\n"
     "	mul.wide.u32 	%rd40, %r50, %r51;\n"
     "	mov.u32 	%r52, %tid.x;\n"
-    ,
     "	cvt.u64.u32 	%rd4, %r52;\n"
     "	add.s64 	%rd101, %rd40, %rd4;\n"
     "	setp.ge.s64 	%p7, %rd101, %rd38;\n"
     "	@%p7 bra 	$L__BB27_96;\n"
     "\n"
+    ,
     "	mov.u32 	%r53, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd41, %r53;\n"
     "	mul.lo.s64 	%rd6, %rd41, %rd3;\n"
@@ -39560,12 +39523,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB27_65;\n"
     "\n"
     "$L__BB27_16:\n"
-    ,
     "	setp.lt.u32 	%p17, %r3, 947912704;\n"
     "	@%p17 bra 	$L__BB27_18;\n"
     "	bra.uni 	$L__BB27_17;\n"
     "\n"
     "$L__BB27_18:\n"
+    ,
     "	setp.lt.u32 	%p23, %r3, 855638016;\n"
     "	@%p23 bra 	$L__BB27_22;\n"
     "\n"
@@ -39725,12 +39688,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p37 bra 	$L__BB27_33;\n"
     "	bra.uni 	$L__BB27_32;\n"
     "\n"
-    ,
     "$L__BB27_33:\n"
     "	setp.lt.u32 	%p43, %r11, 855638016;\n"
     "	@%p43 bra 	$L__BB27_37;\n"
     "\n"
     "	and.b32  	%r97, %r9, 8388607;\n"
+    ,
     "	or.b32  	%r98, %r97, 8388608;\n"
     "	shr.u32 	%r99, %r11, 23;\n"
     "	mov.u32 	%r100, 126;\n"
@@ -39883,12 +39846,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.b32 	%p59, %r126, 1;\n"
     "	and.pred  	%p60, %p58, %p59;\n"
     "	or.pred  	%p61, %p57, %p60;\n"
-    ,
     "	add.s32 	%r127, %r123, 16385;\n"
     "	selp.b32 	%r128, %r127, %r124, %p61;\n"
     "	or.b32  	%r261, %r128, %r261;\n"
     "\n"
     "$L__BB27_50:\n"
+    ,
     "	st.global.u16 	[%rd22], %r261;\n"
     "\n"
     "$L__BB27_52:\n"
@@ -40046,11 +40009,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.f32 	%f57, [%rd96];\n"
     "	mul.f32 	%f58, %f57, %f13;\n"
     "	fma.rn.f32 	%f59, %f4, %f56, %f58;\n"
-    ,
     "	mul.f32 	%f60, %f59, %f11;\n"
     "	sub.f32 	%f10, %f57, %f60;\n"
     "	st.global.f32 	[%rd96], %f10;\n"
     "	st.global.u32 	[%rd95], %r195;\n"
+    ,
     "	@%p90 bra 	$L__BB27_95;\n"
     "\n"
     "	shl.b64 	%rd98, %rd31, 1;\n"
@@ -40202,11 +40165,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.f32 	%f15, [k_adamw_param_13];\n"
     "	ld.param.f32 	%f16, [k_adamw_param_14];\n"
     "	ld.param.u64 	%rd36, [k_adamw_param_15];\n"
-    ,
     "	ld.param.u32 	%r9, [k_adamw_param_16];\n"
     "	cvta.to.global.u64 	%rd1, %rd37;\n"
     "	cvta.to.global.u64 	%rd2, %rd40;\n"
     "	cvta.to.global.u64 	%rd3, %rd39;\n"
+    ,
     "	cvta.to.global.u64 	%rd4, %rd38;\n"
     "	cvta.to.global.u64 	%rd5, %rd34;\n"
     "	setp.eq.s64 	%p1, %rd34, 0;\n"
@@ -40366,12 +40329,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r16, %r3, 13;\n"
     "	add.s32 	%r17, %r16, -114688;\n"
     "	and.b32  	%r18, %r1, 8191;\n"
-    ,
     "	setp.gt.u32 	%p14, %r18, 4096;\n"
     "	setp.eq.s32 	%p15, %r18, 4096;\n"
     "	and.b32  	%r19, %r17, 1;\n"
     "	setp.eq.b32 	%p16, %r19, 1;\n"
     "	and.pred  	%p17, %p15, %p16;\n"
+    ,
     "	or.pred  	%p18, %p14, %p17;\n"
     "	add.s32 	%r20, %r16, 16385;\n"
     "	selp.b32 	%r21, %r20, %r17, %p18;\n"
@@ -40515,12 +40478,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f95, %f94, %f11;\n"
     "	div.rn.f32 	%f96, %f92, %f95;\n"
     "	ld.global.f32 	%f97, [%rd73];\n"
-    ,
     "	fma.rn.f32 	%f98, %f97, %f12, %f96;\n"
     "	mul.f32 	%f99, %f98, %f8;\n"
     "	sub.f32 	%f100, %f97, %f99;\n"
     "	st.global.f32 	[%rd73], %f100;\n"
     "	st.global.u32 	[%rd74], %r56;\n"
+    ,
     "	add.s64 	%rd77, %rd85, %rd8;\n"
     "	add.s64 	%rd85, %rd77, %rd8;\n"
     "	setp.lt.s64 	%p32, %rd85, %rd35;\n"
@@ -40550,10 +40513,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .f32 	%f<553>;\n"
     "	.reg .b32 	%r<204>;\n"
     "	.reg .b64 	%rd<188>;\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ6k_gemmE2As[4352];\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ6k_gemmE2Bs[4352];\n"
+    "\n"
     "\n"
     "	ld.param.u64 	%rd34, [k_gemm_param_0];\n"
     "	ld.param.u64 	%rd35, [k_gemm_param_1];\n"
@@ -40588,11 +40548,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r51, %r50, %r47;\n"
     "	shr.u32 	%r52, %r44, 2;\n"
     "	and.b32  	%r53, %r52, 1073741820;\n"
-    "	mov.u32 	%r54, _ZZ6k_gemmE2As;\n"
+    "	mov.u32 	%r54, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2As;\n"
     "	add.s32 	%r1, %r54, %r53;\n"
     "	shl.b32 	%r55, %r44, 2;\n"
     "	and.b32  	%r56, %r55, 60;\n"
-    "	mov.u32 	%r57, _ZZ6k_gemmE2Bs;\n"
+    "	mov.u32 	%r57, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	add.s32 	%r2, %r57, %r56;\n"
     "	and.b32  	%r58, %r44, 63;\n"
     "	bfi.b32 	%r3, %r46, %r58, 6, 26;\n"
@@ -40662,7 +40622,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f545, %f537;\n"
     "	mov.f32 	%f546, %f537;\n"
     "	mov.f32 	%f547, %f537;\n"
-    ,
     "	mov.f32 	%f548, %f537;\n"
     "	mov.f32 	%f549, %f537;\n"
     "	mov.f32 	%f550, %f537;\n"
@@ -40675,6 +40634,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.ge.s32 	%p4, %r3, %r37;\n"
     "	add.s32 	%r18, %r59, %r203;\n"
+    ,
     "	setp.ge.s32 	%p5, %r18, %r39;\n"
     "	mov.f32 	%f522, 0f00000000;\n"
     "	or.pred  	%p6, %p4, %p5;\n"
@@ -40826,7 +40786,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p23 bra 	$L__BB29_22;\n"
     "\n"
     "	setp.eq.s32 	%p24, %r41, 0;\n"
-    ,
     "	cvt.s64.s32 	%rd21, %r23;\n"
     "	@%p24 bra 	$L__BB29_21;\n"
     "\n"
@@ -40838,6 +40797,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB29_22;\n"
     "\n"
     "$L__BB29_21:\n"
+    ,
     "	mul.lo.s64 	%rd76, %rd21, %rd5;\n"
     "	add.s64 	%rd77, %rd14, %rd76;\n"
     "	shl.b64 	%rd78, %rd77, 2;\n"
@@ -40989,7 +40949,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB29_47:\n"
     "	setp.ge.s32 	%p53, %r79, %r37;\n"
-    ,
     "	st.shared.f32 	[%r13], %f534;\n"
     "	mov.f32 	%f536, 0f00000000;\n"
     "	or.pred  	%p55, %p53, %p33;\n"
@@ -41000,6 +40959,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd131, %r199;\n"
     "	add.s64 	%rd132, %rd4, %rd131;\n"
     "	add.s64 	%rd133, %rd132, %rd16;\n"
+    ,
     "	shl.b64 	%rd134, %rd133, 2;\n"
     "	add.s64 	%rd135, %rd1, %rd134;\n"
     "	ld.global.nc.f32 	%f535, [%rd135];\n"
@@ -41111,7 +41071,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f208, %f204, %f192, %f184;\n"
     "	ld.shared.f32 	%f209, [%r2+816];\n"
     "	ld.shared.f32 	%f210, [%r1+816];\n"
-    ,
     "	fma.rn.f32 	%f211, %f210, %f209, %f187;\n"
     "	ld.shared.f32 	%f212, [%r2+880];\n"
     "	fma.rn.f32 	%f213, %f210, %f212, %f189;\n"
@@ -41119,6 +41078,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f215, %f210, %f214, %f191;\n"
     "	ld.shared.f32 	%f216, [%r2+1008];\n"
     "	fma.rn.f32 	%f217, %f210, %f216, %f193;\n"
+    ,
     "	ld.shared.f32 	%f218, [%r1+880];\n"
     "	fma.rn.f32 	%f219, %f218, %f209, %f195;\n"
     "	fma.rn.f32 	%f220, %f218, %f212, %f196;\n"
@@ -41214,7 +41174,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f310, [%r2+2032];\n"
     "	fma.rn.f32 	%f311, %f306, %f310, %f287;\n"
     "	ld.shared.f32 	%f312, [%r2+2096];\n"
-    ,
     "	fma.rn.f32 	%f313, %f306, %f312, %f289;\n"
     "	ld.shared.f32 	%f314, [%r1+1968];\n"
     "	fma.rn.f32 	%f315, %f314, %f305, %f291;\n"
@@ -41222,6 +41181,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f317, %f314, %f310, %f293;\n"
     "	fma.rn.f32 	%f318, %f314, %f312, %f294;\n"
     "	ld.shared.f32 	%f319, [%r1+2032];\n"
+    ,
     "	fma.rn.f32 	%f320, %f319, %f305, %f296;\n"
     "	fma.rn.f32 	%f321, %f319, %f308, %f297;\n"
     "	fma.rn.f32 	%f322, %f319, %f310, %f298;\n"
@@ -41317,7 +41277,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f412, %f410, %f404, %f388;\n"
     "	fma.rn.f32 	%f413, %f410, %f406, %f389;\n"
     "	fma.rn.f32 	%f414, %f410, %f408, %f390;\n"
-    ,
     "	ld.shared.f32 	%f415, [%r1+3120];\n"
     "	fma.rn.f32 	%f416, %f415, %f401, %f392;\n"
     "	fma.rn.f32 	%f417, %f415, %f404, %f393;\n"
@@ -41325,6 +41284,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f419, %f415, %f408, %f395;\n"
     "	ld.shared.f32 	%f420, [%r1+3184];\n"
     "	fma.rn.f32 	%f421, %f420, %f401, %f397;\n"
+    ,
     "	fma.rn.f32 	%f422, %f420, %f404, %f398;\n"
     "	fma.rn.f32 	%f423, %f420, %f406, %f399;\n"
     "	fma.rn.f32 	%f424, %f420, %f408, %f400;\n"
@@ -41420,7 +41380,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f547, %f503, %f500, %f490;\n"
     "	fma.rn.f32 	%f548, %f503, %f501, %f491;\n"
     "	ld.shared.f32 	%f504, [%r1+4272];\n"
-    ,
     "	fma.rn.f32 	%f549, %f504, %f497, %f493;\n"
     "	fma.rn.f32 	%f550, %f504, %f499, %f494;\n"
     "	fma.rn.f32 	%f551, %f504, %f500, %f495;\n"
@@ -41431,6 +41390,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p60 bra 	$L__BB29_3;\n"
     "	bra.uni 	$L__BB29_55;\n"
     "\n"
+    ,
     "$L__BB29_1:\n"
     "	mov.f32 	%f537, 0f00000000;\n"
     "	mov.f32 	%f538, %f537;\n"
@@ -41455,7 +41415,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r175, %r174, 6;\n"
     "	mov.u32 	%r176, %tid.x;\n"
     "	shr.u32 	%r177, %r176, 4;\n"
-    "	add.s32 	%r32, %r175, %r177;\n"
+    "	add.s32 	%r32, %r177, %r175;\n"
     "	and.b32  	%r178, %r176, 15;\n"
     "	mov.u32 	%r179, %ctaid.x;\n"
     "	bfi.b32 	%r33, %r179, %r178, 6, 26;\n"
@@ -41589,7 +41549,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p76 bra 	$L__BB29_91;\n"
     "\n"
     "	ld.param.u64 	%rd181, [k_gemm_param_2];\n"
-    ,
     "	ld.param.u64 	%rd180, [k_gemm_param_10];\n"
     "	cvt.s64.s32 	%rd171, %r36;\n"
     "	mul.lo.s64 	%rd172, %rd171, %rd27;\n"
@@ -41599,6 +41558,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd177, %rd175, %rd176;\n"
     "	cvta.to.global.u64 	%rd178, %rd181;\n"
     "	shl.b64 	%rd179, %rd177, 2;\n"
+    ,
     "	add.s64 	%rd31, %rd178, %rd179;\n"
     "	setp.ge.s32 	%p77, %r33, %r38;\n"
     "	@%p77 bra 	$L__BB29_85;\n"
@@ -41750,7 +41710,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB30_29:\n"
     "	setp.eq.s64 	%p16, %rd14, 0;\n"
-    ,
     "	@%p16 bra 	$L__BB30_33;\n"
     "\n"
     "	setp.eq.s64 	%p17, %rd14, 1;\n"
@@ -41762,6 +41721,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd199, %rd303, 2;\n"
     "	add.s64 	%rd56, %rd5, %rd199;\n"
     "	st.local.f32 	[%rd56], %f55;\n"
+    ,
     "	add.s64 	%rd57, %rd6, %rd199;\n"
     "	mov.u32 	%r27, 0;\n"
     "	st.local.u32 	[%rd57], %r27;\n"
@@ -41909,7 +41869,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s64 	%rd286, %rd290, %rd291;\n"
     "	add.s64 	%rd60, %rd59, %rd286;\n"
     "	or.b64  	%rd201, %rd60, %rd141;\n"
-    ,
     "	and.b64  	%rd202, %rd201, -4294967296;\n"
     "	setp.eq.s64 	%p20, %rd202, 0;\n"
     "	@%p20 bra 	$L__BB30_37;\n"
@@ -41923,6 +41882,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r31, %rd60;\n"
     "	div.u32 	%r32, %r31, %r5;\n"
     "	mul.lo.s32 	%r33, %r32, %r5;\n"
+    ,
     "	sub.s32 	%r34, %r31, %r33;\n"
     "	cvt.u64.u32 	%rd305, %r32;\n"
     "	cvt.u64.u32 	%rd306, %r34;\n"
@@ -42062,7 +42022,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB30_54:\n"
     "	setp.eq.s64 	%p32, %rd14, 0;\n"
-    ,
     "	mov.f32 	%f317, %f11;\n"
     "	@%p32 bra 	$L__BB30_58;\n"
     "\n"
@@ -42077,6 +42036,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.eq.s64 	%p34, %rd14, 2;\n"
     "	ld.local.f32 	%f115, [%rd89+4];\n"
+    ,
     "	mul.f32 	%f116, %f12, %f115;\n"
     "	st.local.f32 	[%rd89+4], %f116;\n"
     "	mov.f32 	%f317, %f11;\n"
@@ -42209,7 +42169,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f324, %f169, %f180, %f179;\n"
     "	add.s64 	%rd322, %rd322, 4;\n"
     "	add.s64 	%rd321, %rd321, -4;\n"
-    ,
     "	setp.ne.s64 	%p44, %rd321, 0;\n"
     "	@%p44 bra 	$L__BB30_71;\n"
     "\n"
@@ -42224,6 +42183,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f181, [%rd105];\n"
     "	shl.b64 	%rd245, %rd322, 2;\n"
     "	add.s64 	%rd106, %rd5, %rd245;\n"
+    ,
     "	ld.local.f32 	%f182, [%rd106];\n"
     "	fma.rn.f32 	%f324, %f182, %f181, %f324;\n"
     "	@%p46 bra 	$L__BB30_76;\n"
@@ -42357,7 +42317,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f249, %f33, %f248, %f241;\n"
     "	fma.rn.f32 	%f250, %f33, %f247, %f240;\n"
     "	fma.rn.f32 	%f251, %f33, %f246, %f239;\n"
-    ,
     "	fma.rn.f32 	%f252, %f33, %f237, %f238;\n"
     "	st.local.v4.f32 	[%rd257], {%f252, %f251, %f250, %f249};\n"
     "	add.s64 	%rd328, %rd328, 4;\n"
@@ -42372,6 +42331,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p59, %rd14, 1;\n"
     "	add.s64 	%rd258, %rd328, %rd99;\n"
     "	shl.b64 	%rd259, %rd258, 2;\n"
+    ,
     "	add.s64 	%rd118, %rd4, %rd259;\n"
     "	ld.global.nc.f32 	%f253, [%rd118];\n"
     "	shl.b64 	%rd260, %rd328, 2;\n"
@@ -42512,7 +42472,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f285, %f283, %f284, %f281;\n"
     "	add.f32 	%f286, %f282, 0fBF800000;\n"
     "	mov.f32 	%f287, 0f3E1039F6;\n"
-    ,
     "	mov.f32 	%f288, 0fBE055027;\n"
     "	fma.rn.f32 	%f289, %f288, %f286, %f287;\n"
     "	mov.f32 	%f290, 0fBDF8CDCC;\n"
@@ -42524,6 +42483,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f296, 0f3E4CED0B;\n"
     "	fma.rn.f32 	%f297, %f295, %f286, %f296;\n"
     "	mov.f32 	%f298, 0fBE7FFF22;\n"
+    ,
     "	fma.rn.f32 	%f299, %f297, %f286, %f298;\n"
     "	mov.f32 	%f300, 0f3EAAAA78;\n"
     "	fma.rn.f32 	%f301, %f299, %f286, %f300;\n"
@@ -42645,7 +42605,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB31_5:\n"
     "	setp.eq.s64 	%p3, %rd179, 0;\n"
-    ,
     "	@%p3 bra 	$L__BB31_13;\n"
     "\n"
     "	@%p2 bra 	$L__BB31_8;\n"
@@ -42666,6 +42625,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd197, %rd373, %rd179;\n"
     "	and.b64  	%rd198, %rd197, -4294967296;\n"
     "	setp.eq.s64 	%p5, %rd198, 0;\n"
+    ,
     "	@%p5 bra 	$L__BB31_11;\n"
     "\n"
     "	div.s64 	%rd374, %rd373, %rd179;\n"
@@ -42796,7 +42756,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.local.f32 	[%rd78+8], %f108;\n"
     "	mov.u32 	%r37, 0;\n"
     "	st.local.u32 	[%rd79+8], %r37;\n"
-    ,
     "	ld.global.nc.f32 	%f109, [%rd80+8];\n"
     "	fma.rn.f32 	%f339, %f108, %f109, %f339;\n"
     "	bra.uni 	$L__BB31_42;\n"
@@ -42813,6 +42772,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p10 bra 	$L__BB31_22;\n"
     "\n"
     "	div.s64 	%rd378, %rd377, %rd179;\n"
+    ,
     "	mul.lo.s64 	%rd209, %rd378, %rd179;\n"
     "	sub.s64 	%rd379, %rd377, %rd209;\n"
     "	bra.uni 	$L__BB31_23;\n"
@@ -42941,7 +42901,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f77, [%rd65+4];\n"
     "	st.local.f32 	[%rd66+4], %f77;\n"
     "	st.local.u32 	[%rd67+4], %r32;\n"
-    ,
     "	ld.global.nc.f32 	%f78, [%rd68+4];\n"
     "	fma.rn.f32 	%f339, %f77, %f78, %f339;\n"
     "	@%p16 bra 	$L__BB31_42;\n"
@@ -42956,6 +42915,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f339, %f80, %f81, %f339;\n"
     "\n"
     "$L__BB31_42:\n"
+    ,
     "	shl.b64 	%rd262, %rd371, 2;\n"
     "	add.s64 	%rd263, %rd22, %rd262;\n"
     "	st.global.f32 	[%rd263], %f339;\n"
@@ -43084,7 +43044,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f149, [%rd112];\n"
     "	add.s64 	%rd113, %rd8, %rd288;\n"
     "	ld.local.f32 	%f150, [%rd113];\n"
-    ,
     "	fma.rn.f32 	%f347, %f150, %f149, %f347;\n"
     "	@%p29 bra 	$L__BB31_58;\n"
     "\n"
@@ -43098,6 +43057,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p30 bra 	$L__BB31_58;\n"
     "\n"
     "	ld.global.nc.f32 	%f155, [%rd110+8];\n"
+    ,
     "	ld.local.f32 	%f156, [%rd111+8];\n"
     "	fma.rn.f32 	%f346, %f156, %f155, %f346;\n"
     "	ld.global.nc.f32 	%f157, [%rd112+8];\n"
@@ -43227,7 +43187,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd309, %rd4, %rd306;\n"
     "	ld.global.nc.f32 	%f228, [%rd309];\n"
     "	fma.rn.f32 	%f229, %f220, %f228, %f355;\n"
-    ,
     "	ld.global.nc.f32 	%f230, [%rd307+4];\n"
     "	fma.rn.f32 	%f231, %f211, %f230, %f219;\n"
     "	ld.global.nc.f32 	%f232, [%rd309+4];\n"
@@ -43237,6 +43196,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f236, [%rd309+8];\n"
     "	fma.rn.f32 	%f237, %f222, %f236, %f233;\n"
     "	ld.global.nc.f32 	%f238, [%rd307+12];\n"
+    ,
     "	fma.rn.f32 	%f354, %f213, %f238, %f235;\n"
     "	ld.global.nc.f32 	%f239, [%rd309+12];\n"
     "	fma.rn.f32 	%f355, %f223, %f239, %f237;\n"
@@ -43362,7 +43322,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f295, %f50, %f293, %f294;\n"
     "	st.local.f32 	[%rd139+8], %f295;\n"
     "\n"
-    ,
     "$L__BB31_84:\n"
     "	add.s64 	%rd403, %rd122, 1;\n"
     "	setp.lt.u64 	%p50, %rd122, %rd372;\n"
@@ -43383,6 +43342,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB31_91;\n"
     "\n"
     "$L__BB31_106:\n"
+    ,
     "	setp.lt.u64 	%p62, %rd16, 3;\n"
     "	mov.u64 	%rd421, 0;\n"
     "	@%p62 bra 	$L__BB31_109;\n"
@@ -43525,7 +43485,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.u32 	%r65, %r64, %r11;\n"
     "	mul.lo.s32 	%r66, %r65, %r11;\n"
     "	sub.s32 	%r67, %r64, %r66;\n"
-    ,
     "	cvt.u64.u32 	%rd417, %r65;\n"
     "	cvt.u64.u32 	%rd418, %r67;\n"
     "\n"
@@ -43538,6 +43497,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd351, %rd350, 3;\n"
     "	add.s64 	%rd352, %rd351, %rd415;\n"
     "	shl.b64 	%rd353, %rd352, 2;\n"
+    ,
     "	add.s64 	%rd166, %rd3, %rd353;\n"
     "	mul.f32 	%f308, %f51, %f52;\n"
     "	st.global.f32 	[%rd166], %f308;\n"
@@ -43670,7 +43630,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p5, %rd179, 0;\n"
     "	@%p5 bra 	$L__BB32_11;\n"
     "\n"
-    ,
     "	div.s64 	%rd354, %rd353, %rd158;\n"
     "	mul.lo.s64 	%rd180, %rd354, %rd158;\n"
     "	sub.s64 	%rd355, %rd353, %rd180;\n"
@@ -43686,6 +43645,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB32_12:\n"
     "	mul.lo.s64 	%rd181, %rd354, %rd156;\n"
+    ,
     "	add.s64 	%rd182, %rd181, %rd352;\n"
     "	mul.lo.s64 	%rd183, %rd182, %rd158;\n"
     "	add.s64 	%rd184, %rd183, %rd355;\n"
@@ -43823,7 +43783,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB32_30:\n"
     "	mul.lo.s64 	%rd206, %rd363, %rd156;\n"
     "	add.s64 	%rd207, %rd206, %rd362;\n"
-    ,
     "	mul.lo.s64 	%rd208, %rd207, %rd158;\n"
     "	add.s64 	%rd209, %rd208, %rd364;\n"
     "	mul.lo.s64 	%rd68, %rd209, %rd157;\n"
@@ -43839,6 +43798,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p17 bra 	$L__BB32_34;\n"
     "\n"
     "	add.s64 	%rd347, %rd3, 8;\n"
+    ,
     "	add.s64 	%rd346, %rd4, 8;\n"
     "	shl.b64 	%rd212, %rd68, 2;\n"
     "	add.s64 	%rd367, %rd346, %rd212;\n"
@@ -43962,7 +43922,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f123, [%rd229];\n"
     "	shl.b64 	%rd230, %rd373, 2;\n"
     "	add.s64 	%rd231, %rd11, %rd230;\n"
-    ,
     "	ld.local.v4.f32 	{%f124, %f125, %f126, %f127}, [%rd231];\n"
     "	add.s64 	%rd232, %rd373, %rd67;\n"
     "	shl.b64 	%rd233, %rd232, 2;\n"
@@ -43972,6 +43931,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.v4.f32 	{%f133, %f134, %f135, %f136}, [%rd235];\n"
     "	ld.global.nc.f32 	%f141, [%rd229+4];\n"
     "	ld.global.nc.f32 	%f142, [%rd234+4];\n"
+    ,
     "	ld.global.nc.f32 	%f143, [%rd229+8];\n"
     "	ld.global.nc.f32 	%f144, [%rd234+8];\n"
     "	ld.global.nc.f32 	%f145, [%rd229+12];\n"
@@ -44090,7 +44050,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f208, [%rd245+12];\n"
     "	fma.rn.f32 	%f347, %f208, %f183, %f205;\n"
     "	ld.global.nc.f32 	%f209, [%rd250+12];\n"
-    ,
     "	fma.rn.f32 	%f348, %f209, %f193, %f207;\n"
     "	add.s64 	%rd377, %rd377, 4;\n"
     "	add.s64 	%rd376, %rd376, -4;\n"
@@ -44106,6 +44065,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd253, %rd252, 2;\n"
     "	add.s64 	%rd104, %rd3, %rd253;\n"
     "	shl.b64 	%rd254, %rd377, 2;\n"
+    ,
     "	add.s64 	%rd105, %rd8, %rd254;\n"
     "	ld.local.f32 	%f210, [%rd105];\n"
     "	ld.global.nc.f32 	%f211, [%rd104];\n"
@@ -44222,7 +44182,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f274, [%rd113];\n"
     "	shl.b64 	%rd276, %rd380, 2;\n"
     "	add.s64 	%rd114, %rd11, %rd276;\n"
-    ,
     "	ld.local.f32 	%f275, [%rd114];\n"
     "	fma.rn.f32 	%f276, %f35, %f274, %f275;\n"
     "	st.local.f32 	[%rd114], %f276;\n"
@@ -44234,6 +44193,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.f32 	%f278, [%rd116];\n"
     "	fma.rn.f32 	%f279, %f36, %f277, %f278;\n"
     "	st.local.f32 	[%rd116], %f279;\n"
+    ,
     "	@%p39 bra 	$L__BB32_64;\n"
     "\n"
     "	setp.eq.s64 	%p40, %rd19, 2;\n"
@@ -44369,7 +44329,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p46 bra 	$L__BB32_73;\n"
     "\n"
     "	div.s64 	%rd382, %rd381, %rd158;\n"
-    ,
     "	mul.lo.s64 	%rd284, %rd382, %rd158;\n"
     "	sub.s64 	%rd383, %rd381, %rd284;\n"
     "	bra.uni 	$L__BB32_74;\n"
@@ -44385,6 +44344,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB32_74:\n"
     "	mul.lo.s64 	%rd286, %rd382, %rd156;\n"
     "	add.s64 	%rd287, %rd286, %rd352;\n"
+    ,
     "	mul.lo.s64 	%rd288, %rd287, %rd158;\n"
     "	add.s64 	%rd289, %rd288, %rd383;\n"
     "	mul.lo.s64 	%rd290, %rd289, 3;\n"
@@ -44517,7 +44477,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.f32 	%f12, [k_adamw_multi_param_7];\n"
     "	ld.param.f32 	%f13, [k_adamw_multi_param_8];\n"
     "	ld.param.f32 	%f14, [k_adamw_multi_param_9];\n"
-    ,
     "	ld.param.f32 	%f15, [k_adamw_multi_param_10];\n"
     "	ld.param.f32 	%f16, [k_adamw_multi_param_11];\n"
     "	ld.param.u32 	%r9, [k_adamw_multi_param_12];\n"
@@ -44531,6 +44490,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.geu.f32 	%p2, %f18, 0f7F800000;\n"
     "	@%p2 bra 	$L__BB33_31;\n"
     "\n"
+    ,
     "$L__BB33_2:\n"
     "	setp.le.f32 	%p4, %f13, 0f00000000;\n"
     "	or.pred  	%p5, %p1, %p4;\n"
@@ -44669,7 +44629,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r48, %r47, 32767;\n"
     "	shr.u32 	%r49, %r48, 16;\n"
     "	cvt.u16.u32 	%rs3, %r49;\n"
-    ,
     "	selp.b16 	%rs4, %rs2, %rs3, %p28;\n"
     "	st.global.u16 	[%rd123], %rs4;\n"
     "	bra.uni 	$L__BB33_22;\n"
@@ -44690,6 +44649,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB33_16:\n"
     "	setp.lt.u32 	%p22, %r3, 855638016;\n"
+    ,
     "	@%p22 bra 	$L__BB33_20;\n"
     "\n"
     "	and.b32  	%r26, %r1, 8388607;\n"
@@ -44829,7 +44789,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd100, %rd130, %rd5;\n"
     "	shl.b64 	%rd101, %rd100, 2;\n"
     "	add.s64 	%rd102, %rd1, %rd101;\n"
-    ,
     "	add.s64 	%rd103, %rd130, %rd6;\n"
     "	shl.b64 	%rd104, %rd103, 2;\n"
     "	add.s64 	%rd105, %rd41, %rd104;\n"
@@ -44843,6 +44802,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f67, %f65, %f10, %f66;\n"
     "	ld.global.f32 	%f68, [%rd108];\n"
     "	mul.f32 	%f69, %f7, %f64;\n"
+    ,
     "	mul.f32 	%f70, %f64, %f69;\n"
     "	fma.rn.f32 	%f71, %f68, %f11, %f70;\n"
     "	st.global.f32 	[%rd105], %f67;\n"
@@ -44975,7 +44935,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd71, %r25;\n"
     "\n"
     "$L__BB34_6:\n"
-    ,
     "	shl.b64 	%rd58, %rd71, 2;\n"
     "	add.s64 	%rd59, %rd2, %rd58;\n"
     "	ld.global.nc.f32 	%f5, [%rd59];\n"
@@ -44989,6 +44948,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.ftz.f32 	%f13, %f12;\n"
     "	add.f32 	%f14, %f13, 0f3F800000;\n"
     "	mov.f32 	%f15, 0f3F800000;\n"
+    ,
     "	rcp.approx.ftz.f32 	%f16, %f14;\n"
     "	mov.f32 	%f17, 0fC0000000;\n"
     "	fma.rn.f32 	%f18, %f16, %f17, %f15;\n"
@@ -45132,7 +45092,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd60, %rd70, 2;\n"
     "	add.s64 	%rd74, %rd1, %rd60;\n"
     "	shl.b64 	%rd28, %rd6, 2;\n"
-    ,
     "	shl.b64 	%rd61, %rd70, 1;\n"
     "	add.s64 	%rd73, %rd1, %rd61;\n"
     "	shl.b64 	%rd30, %rd6, 1;\n"
@@ -45150,6 +45109,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB34_24;\n"
     "\n"
     "$L__BB34_23:\n"
+    ,
     "	cvt.u32.u64 	%r58, %rd70;\n"
     "	rem.u32 	%r59, %r58, %r57;\n"
     "	cvt.u64.u32 	%rd76, %r59;\n"
@@ -45293,7 +45253,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd73, %rd73, %rd30;\n"
     "	add.s64 	%rd72, %rd72, %rd28;\n"
     "	add.s64 	%rd70, %rd70, %rd6;\n"
-    ,
     "	setp.lt.s64 	%p44, %rd70, %rd45;\n"
     "	@%p44 bra 	$L__BB34_21;\n"
     "\n"
@@ -45309,6 +45268,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_att_softmax_param_3,\n"
     "	.param .u64 k_att_softmax_param_4,\n"
     "	.param .f32 k_att_softmax_param_5,\n"
+    ,
     "	.param .u64 k_att_softmax_param_6,\n"
     "	.param .u32 k_att_softmax_param_7,\n"
     "	.param .u32 k_att_softmax_param_8\n"
@@ -45455,7 +45415,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f45, %f163, %f44;\n"
     "	mov.b32 	%r44, %f45;\n"
     "	mov.u32 	%r45, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r46|%p14, %r44, %r45, %r40, %r42;\n"
     "	mov.b32 	%f46, %r46;\n"
     "	max.f32 	%f47, %f45, %f46;\n"
@@ -45468,6 +45427,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r51, 2;\n"
     "	shfl.sync.bfly.b32 	%r52|%p16, %r50, %r51, %r40, %r42;\n"
     "	mov.b32 	%f50, %r52;\n"
+    ,
     "	max.f32 	%f51, %f49, %f50;\n"
     "	mov.b32 	%r53, %f51;\n"
     "	mov.u32 	%r54, 1;\n"
@@ -45598,7 +45558,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f105, 0fBE2AD8B9;\n"
     "	fma.rn.f32 	%f106, %f104, %f97, %f105;\n"
     "	mov.f32 	%f107, 0f3E4CED0B;\n"
-    ,
     "	fma.rn.f32 	%f108, %f106, %f97, %f107;\n"
     "	mov.f32 	%f109, 0fBE7FFF22;\n"
     "	fma.rn.f32 	%f110, %f108, %f97, %f109;\n"
@@ -45610,6 +45569,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f116, %f115, %f97, %f97;\n"
     "	mov.f32 	%f117, 0f3F317218;\n"
     "	fma.rn.f32 	%f167, %f96, %f117, %f116;\n"
+    ,
     "	setp.lt.u32 	%p34, %r93, 2139095040;\n"
     "	@%p34 bra 	$L__BB35_24;\n"
     "\n"
@@ -45754,7 +45714,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_att_dsoftmax_param_1,\n"
     "	.param .u64 k_att_dsoftmax_param_2,\n"
     "	.param .u64 k_att_dsoftmax_param_3,\n"
-    ,
     "	.param .u64 k_att_dsoftmax_param_4,\n"
     "	.param .u64 k_att_dsoftmax_param_5,\n"
     "	.param .f32 k_att_dsoftmax_param_6,\n"
@@ -45771,6 +45730,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd25, [k_att_dsoftmax_param_0];\n"
     "	ld.param.u64 	%rd26, [k_att_dsoftmax_param_1];\n"
+    ,
     "	ld.param.u64 	%rd21, [k_att_dsoftmax_param_2];\n"
     "	ld.param.u64 	%rd27, [k_att_dsoftmax_param_3];\n"
     "	ld.param.u64 	%rd22, [k_att_dsoftmax_param_4];\n"
@@ -45909,7 +45869,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r37, %f103;\n"
     "	mov.u32 	%r38, 31;\n"
     "	mov.u32 	%r39, 16;\n"
-    ,
     "	mov.u32 	%r40, -1;\n"
     "	shfl.sync.bfly.b32 	%r41|%p12, %r37, %r39, %r38, %r40;\n"
     "	mov.b32 	%f46, %r41;\n"
@@ -45923,6 +45882,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r46, 4;\n"
     "	shfl.sync.bfly.b32 	%r47|%p14, %r45, %r46, %r38, %r40;\n"
     "	mov.b32 	%f50, %r47;\n"
+    ,
     "	add.f32 	%f51, %f49, %f50;\n"
     "	mov.b32 	%r48, %f51;\n"
     "	mov.u32 	%r49, 2;\n"
@@ -46069,7 +46029,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "}\n"
     "	// .globl	k_flash_rowdot\n"
     ".visible .entry k_flash_rowdot(\n"
-    ,
     "	.param .u64 k_flash_rowdot_param_0,\n"
     "	.param .u64 k_flash_rowdot_param_1,\n"
     "	.param .u64 k_flash_rowdot_param_2,\n"
@@ -46086,6 +46045,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "\n"
     "	ld.param.u64 	%rd91, [k_flash_rowdot_param_0];\n"
+    ,
     "	ld.param.u64 	%rd92, [k_flash_rowdot_param_1];\n"
     "	ld.param.u64 	%rd93, [k_flash_rowdot_param_2];\n"
     "	ld.param.u64 	%rd87, [k_flash_rowdot_param_3];\n"
@@ -46220,7 +46180,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.global.nc.f32 	%f35, [%rd49+8];\n"
     "	ld.global.nc.f32 	%f36, [%rd48+8];\n"
-    ,
     "	fma.rn.f32 	%f60, %f36, %f35, %f60;\n"
     "\n"
     "$L__BB37_25:\n"
@@ -46239,6 +46198,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB37_35:\n"
     "	add.s64 	%rd67, %rd88, -1;\n"
+    ,
     "	and.b64  	%rd68, %rd88, 3;\n"
     "	sub.s64 	%rd69, %rd68, %rd88;\n"
     "	add.s64 	%rd70, %rd2, 8;\n"
@@ -46381,7 +46341,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd109, %rd108, %rd9;\n"
     "	add.s64 	%rd110, %rd107, %rd21;\n"
     "	st.global.u32 	[%rd110], %r9;\n"
-    ,
     "	add.s64 	%rd111, %rd109, %rd9;\n"
     "	add.s64 	%rd112, %rd110, %rd21;\n"
     "	add.s64 	%rd164, %rd112, %rd21;\n"
@@ -46399,6 +46358,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB37_30:\n"
     "	add.s64 	%rd140, %rd173, 1;\n"
+    ,
     "	and.b64  	%rd175, %rd140, 3;\n"
     "	setp.eq.s64 	%p19, %rd175, 0;\n"
     "	@%p19 bra 	$L__BB37_32;\n"
@@ -46536,7 +46496,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.s64 	%rd306, %rd313, %rd185;\n"
     "	mul.lo.s64 	%rd203, %rd306, %rd185;\n"
     "	sub.s64 	%rd307, %rd313, %rd203;\n"
-    ,
     "	bra.uni 	$L__BB38_9;\n"
     "\n"
     "$L__BB38_64:\n"
@@ -46556,6 +46515,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_8:\n"
     "	cvt.u32.u64 	%r11, %rd185;\n"
     "	cvt.u32.u64 	%r12, %rd313;\n"
+    ,
     "	div.u32 	%r13, %r12, %r11;\n"
     "	mul.lo.s32 	%r14, %r13, %r11;\n"
     "	sub.s32 	%r15, %r12, %r14;\n"
@@ -46707,7 +46667,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd265, %rd333, %rd184;\n"
     "	add.s64 	%rd266, %rd265, %rd332;\n"
     "	mul.lo.s64 	%rd267, %rd266, %rd186;\n"
-    ,
     "	add.s64 	%rd268, %rd267, %rd334;\n"
     "	mul.lo.s64 	%rd335, %rd268, %rd185;\n"
     "\n"
@@ -46729,6 +46688,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB38_82:\n"
     "	ld.global.u16 	%rs7, [%rd17];\n"
+    ,
     "	st.global.u16 	[%rd122], %rs7;\n"
     "	bra.uni 	$L__BB38_84;\n"
     "\n"
@@ -46884,7 +46844,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s32 	%r44, %r43, %r26;\n"
     "	sub.s32 	%r45, %r42, %r44;\n"
     "	cvt.u64.u32 	%rd322, %r43;\n"
-    ,
     "	cvt.u64.u32 	%rd323, %r45;\n"
     "\n"
     "$L__BB38_48:\n"
@@ -46904,6 +46863,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_51:\n"
     "	cvt.u32.u64 	%r47, %rd328;\n"
     "	div.u32 	%r48, %r47, %r31;\n"
+    ,
     "	mul.lo.s32 	%r49, %r48, %r31;\n"
     "	sub.s32 	%r50, %r47, %r49;\n"
     "	cvt.u64.u32 	%rd324, %r48;\n"
@@ -47060,7 +47020,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.u32 	%r83, %r82, %r81;\n"
     "	mul.lo.s32 	%r84, %r83, %r81;\n"
     "	sub.s32 	%r85, %r82, %r84;\n"
-    ,
     "	cvt.u64.u32 	%rd342, %r83;\n"
     "	cvt.u64.u32 	%rd343, %r85;\n"
     "\n"
@@ -47077,6 +47036,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd150, %rd344, %rd339;\n"
     "	shl.b64 	%rd285, %rd150, 1;\n"
     "	add.s64 	%rd151, %rd2, %rd285;\n"
+    ,
     "	@%p1 bra 	$L__BB38_105;\n"
     "	bra.uni 	$L__BB38_100;\n"
     "\n"
@@ -47235,7 +47195,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ".visible .entry k_flash_fwd(\n"
     "	.param .u64 k_flash_fwd_param_0,\n"
     "	.param .u64 k_flash_fwd_param_1,\n"
-    ,
     "	.param .u64 k_flash_fwd_param_2,\n"
     "	.param .u64 k_flash_fwd_param_3,\n"
     "	.param .u64 k_flash_fwd_param_4,\n"
@@ -47252,6 +47211,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .b32 	%r<1375>;\n"
     "	.reg .b64 	%rd<325>;\n"
     "	// demoted variable\n"
+    ,
     "	.shared .align 16 .b8 _ZZ11k_flash_fwdE2sm[27648];\n"
     "\n"
     "	ld.param.u64 	%rd91, [k_flash_fwd_param_0];\n"
@@ -47389,7 +47349,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r261, %r260, %r259;\n"
     "	st.shared.v4.u32 	[%r261], {%r1293, %r1294, %r1295, %r1296};\n"
     "	add.s32 	%r1297, %r1297, 128;\n"
-    ,
     "	add.s32 	%r1292, %r1292, -1;\n"
     "	setp.ne.s32 	%p8, %r1292, 0;\n"
     "	@%p8 bra 	$L__BB39_14;\n"
@@ -47407,6 +47366,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r20, %r270, 3;\n"
     "	shr.s32 	%r21, %r268, 3;\n"
     "	cvt.s64.s32 	%rd116, %r21;\n"
+    ,
     "	add.s64 	%rd27, %rd25, %rd116;\n"
     "	setp.ge.s64 	%p10, %rd27, %rd89;\n"
     "	mov.u32 	%r1303, 0;\n"
@@ -47531,7 +47491,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r355, %r1, 5;\n"
     "	shl.b32 	%r356, %r355, 4;\n"
     "	bfi.b32 	%r357, %r355, %r354, 4, 28;\n"
-    ,
     "	shr.u32 	%r358, %r353, 1;\n"
     "	and.b32  	%r359, %r358, 8;\n"
     "	mad.lo.s32 	%r360, %r357, 72, %r359;\n"
@@ -47544,6 +47503,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r342, %r337, 32;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r338,%r339,%r340,%r341}, [%r342];\n"
     "\n"
     "	// end inline asm\n"
@@ -47678,7 +47638,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd152, %rd151, 1;\n"
     "	add.s64 	%rd153, %rd149, %rd152;\n"
     "	ld.global.v4.u32 	{%r1315, %r1316, %r1317, %r1318}, [%rd153];\n"
-    ,
     "\n"
     "$L__BB39_33:\n"
     "	mov.u32 	%r410, %tid.x;\n"
@@ -47693,6 +47652,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1327, %r410, 128;\n"
     "	@%p19 bra 	$L__BB39_40;\n"
     "\n"
+    ,
     "	add.s64 	%rd41, %rd39, %rd34;\n"
     "	setp.ge.s64 	%p20, %rd41, %rd89;\n"
     "	mov.u32 	%r1319, 0;\n"
@@ -47821,7 +47781,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd182, %r133;\n"
     "	add.s64 	%rd183, %rd24, %rd182;\n"
     "	mul.lo.s64 	%rd184, %rd45, %rd11;\n"
-    ,
     "	add.s64 	%rd185, %rd183, %rd184;\n"
     "	shl.b64 	%rd186, %rd185, 1;\n"
     "	add.s64 	%rd187, %rd181, %rd186;\n"
@@ -47833,6 +47792,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r499, %r362, %r497;\n"
     "	st.shared.v4.u32 	[%r499], {%r1337, %r1338, %r1339, %r1340};\n"
     "	add.s32 	%r500, %r131, 128;\n"
+    ,
     "	shr.s32 	%r501, %r500, 31;\n"
     "	shr.u32 	%r502, %r501, 29;\n"
     "	add.s32 	%r503, %r500, %r502;\n"
@@ -47966,7 +47926,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1363, 0;\n"
     "	mov.u32 	%r1359, %r1363;\n"
     "	mov.u32 	%r1360, %r1363;\n"
-    ,
     "	mov.u32 	%r1361, %r1363;\n"
     "	mov.u32 	%r1362, %r1363;\n"
     "	@%p37 bra 	$L__BB39_64;\n"
@@ -47978,6 +47937,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd216, %rd214, %rd215;\n"
     "	shl.b64 	%rd217, %rd216, 1;\n"
     "	add.s64 	%rd218, %rd212, %rd217;\n"
+    ,
     "	ld.global.v4.u32 	{%r1359, %r1360, %r1361, %r1362}, [%rd218];\n"
     "\n"
     "$L__BB39_64:\n"
@@ -48101,7 +48061,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1058, %r638, 13824;\n"
     "	add.s32 	%r1037, %r638, 11616;\n"
     "	add.s32 	%r1020, %r638, 11584;\n"
-    ,
     "	add.s32 	%r1003, %r638, 11552;\n"
     "	add.s32 	%r986, %r638, 11520;\n"
     "	add.s32 	%r965, %r638, 9312;\n"
@@ -48112,6 +48071,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r876, %r638, 4704;\n"
     "	add.s32 	%r859, %r638, 2400;\n"
     "	add.s32 	%r842, %r638, 96;\n"
+    ,
     "	add.s32 	%r825, %r638, 6976;\n"
     "	add.s32 	%r808, %r638, 4672;\n"
     "	add.s32 	%r791, %r638, 2368;\n"
@@ -48218,7 +48178,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r719,%r720,%r721,%r722}, [%r723];\n"
     "\n"
     "	// end inline asm\n"
@@ -48227,6 +48186,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f255,%f256,%f257,%f258}, {%r338,%r339,%r340,%r341}, {%r720,%r722}, {%f255,%f256,%f257,%f258};\n"
     "\n"
     "	// end inline asm\n"
@@ -48315,7 +48275,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r855,%r856,%r857,%r858}, [%r859];\n"
     "\n"
     "	// end inline asm\n"
@@ -48324,6 +48283,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f255,%f256,%f257,%f258}, {%r348,%r349,%r350,%r351}, {%r856,%r858}, {%f255,%f256,%f257,%f258};\n"
     "\n"
     "	// end inline asm\n"
@@ -48426,7 +48386,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.gt.s64 	%p52, %rd252, %rd31;\n"
     "	selp.f32 	%f761, 0fFF800000, %f760, %p52;\n"
     "	max.f32 	%f762, %f753, %f761;\n"
-    ,
     "	add.s64 	%rd253, %rd244, 33;\n"
     "	mul.f32 	%f763, %f1, %f264;\n"
     "	setp.gt.s64 	%p53, %rd253, %rd31;\n"
@@ -48436,6 +48395,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f767, 0fFF800000, %f766, %p50;\n"
     "	max.f32 	%f768, %f759, %f767;\n"
     "	mul.f32 	%f769, %f1, %f266;\n"
+    ,
     "	selp.f32 	%f770, 0fFF800000, %f769, %p51;\n"
     "	max.f32 	%f771, %f768, %f770;\n"
     "	add.s64 	%rd254, %rd244, 40;\n"
@@ -48547,7 +48507,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f821, %f813, %f1171, %f424;\n"
     "	sub.f32 	%f822, %f716, %f1172;\n"
     "	ex2.approx.f32 	%f423, %f822;\n"
-    ,
     "	add.f32 	%f823, %f423, %f821;\n"
     "	sub.f32 	%f824, %f719, %f1173;\n"
     "	ex2.approx.f32 	%f426, %f824;\n"
@@ -48558,6 +48517,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f828, %f725, %f1172;\n"
     "	ex2.approx.f32 	%f428, %f828;\n"
     "	add.f32 	%f829, %f428, %f823;\n"
+    ,
     "	sub.f32 	%f830, %f728, %f1172;\n"
     "	ex2.approx.f32 	%f427, %f830;\n"
     "	add.f32 	%f831, %f427, %f829;\n"
@@ -48674,7 +48634,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f519,%f520,%f521,%f522}, {%r906,%r907,%r908,%r909}, {%r927,%r928}, {%f519,%f520,%f521,%f522};\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f527,%f528,%f529,%f530}, {%r906,%r907,%r908,%r909}, {%r929,%r930}, {%f527,%f528,%f529,%f530};\n"
@@ -48684,6 +48643,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r944,%r945,%r946,%r947}, [%r948];\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f535,%f536,%f537,%f538}, {%r906,%r907,%r908,%r909}, {%r944,%r945}, {%f535,%f536,%f537,%f538};\n"
     "\n"
@@ -48785,7 +48745,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1054,%r1055,%r1056,%r1057}, [%r1058];\n"
     "\n"
     "	// end inline asm\n"
@@ -48794,6 +48753,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f511,%f512,%f513,%f514}, {%r1050,%r1051,%r1052,%r1053}, {%r1056,%r1057}, {%f511,%f512,%f513,%f514};\n"
     "\n"
     "	// end inline asm\n"
@@ -48886,7 +48846,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1177,%r1178,%r1179,%r1180}, [%r1181];\n"
     "\n"
     "	// end inline asm\n"
@@ -48895,6 +48854,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r1122,%r1123,%r1124,%r1125}, {%r1179,%r1180}, {%f559,%f560,%f561,%f562};\n"
     "\n"
     "	// end inline asm\n"
@@ -49023,7 +48983,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd83+36], %f1033;\n"
     "	mul.f32 	%f1034, %f1029, %f519;\n"
     "	st.global.f32 	[%rd83+64], %f1034;\n"
-    ,
     "	mul.f32 	%f1035, %f1029, %f520;\n"
     "	st.global.f32 	[%rd83+68], %f1035;\n"
     "	mul.f32 	%f1036, %f1029, %f527;\n"
@@ -49033,6 +48992,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1038, %f1029, %f535;\n"
     "	st.global.f32 	[%rd83+128], %f1038;\n"
     "	mul.f32 	%f1039, %f1029, %f536;\n"
+    ,
     "	st.global.f32 	[%rd83+132], %f1039;\n"
     "	mul.f32 	%f1040, %f1029, %f543;\n"
     "	st.global.f32 	[%rd83+160], %f1040;\n"
@@ -49142,7 +49102,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd83+2272], %f1096;\n"
     "	mul.f32 	%f1097, %f1083, %f554;\n"
     "	st.global.f32 	[%rd83+2276], %f1097;\n"
-    ,
     "	mul.f32 	%f1098, %f1083, %f561;\n"
     "	st.global.f32 	[%rd83+2304], %f1098;\n"
     "	mul.f32 	%f1099, %f1083, %f562;\n"
@@ -49152,6 +49111,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.f32 	%p95, %f125, 0f00800000;\n"
     "	mul.f32 	%f1100, %f125, 0f4B000000;\n"
     "	selp.f32 	%f126, %f1100, %f125, %p95;\n"
+    ,
     "	selp.f32 	%f1101, 0fC1B80000, 0f00000000, %p95;\n"
     "	mov.b32 	%r1287, %f126;\n"
     "	add.s32 	%r1288, %r1287, -1060439283;\n"
@@ -49270,7 +49230,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd280+192], %f934;\n"
     "	mul.f32 	%f935, %f921, %f552;\n"
     "	st.global.f32 	[%rd280+196], %f935;\n"
-    ,
     "	mul.f32 	%f936, %f921, %f559;\n"
     "	st.global.f32 	[%rd280+224], %f936;\n"
     "	mul.f32 	%f937, %f921, %f560;\n"
@@ -49280,6 +49239,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.f32 	%p72, %f110, 0f00800000;\n"
     "	mul.f32 	%f938, %f110, 0f4B000000;\n"
     "	selp.f32 	%f111, %f938, %f110, %p72;\n"
+    ,
     "	selp.f32 	%f939, 0fC1B80000, 0f00000000, %p72;\n"
     "	mov.b32 	%r1236, %f111;\n"
     "	add.s32 	%r1237, %r1236, -1060439283;\n"
@@ -49404,7 +49364,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f980, %f975, %f521;\n"
     "	st.global.f32 	[%rd296+64], %f980;\n"
     "	mul.f32 	%f981, %f975, %f522;\n"
-    ,
     "	st.global.f32 	[%rd296+68], %f981;\n"
     "	mul.f32 	%f982, %f975, %f529;\n"
     "	st.global.f32 	[%rd296+96], %f982;\n"
@@ -49414,6 +49373,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd296+128], %f984;\n"
     "	mul.f32 	%f985, %f975, %f538;\n"
     "	st.global.f32 	[%rd296+132], %f985;\n"
+    ,
     "	mul.f32 	%f986, %f975, %f545;\n"
     "	st.global.f32 	[%rd296+160], %f986;\n"
     "	mul.f32 	%f987, %f975, %f546;\n"
@@ -49527,7 +49487,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s64 	%rd4, %rd127, 6;\n"
     "	mov.u32 	%r295, %ctaid.x;\n"
     "	cvt.u64.u32 	%rd5, %r295;\n"
-    ,
     "	and.b64  	%rd128, %rd4, -4294967296;\n"
     "	setp.eq.s64 	%p1, %rd128, 0;\n"
     "	@%p1 bra 	$L__BB40_2;\n"
@@ -49541,6 +49500,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r296, %rd4;\n"
     "	cvt.u32.u64 	%r297, %rd5;\n"
     "	div.u32 	%r298, %r297, %r296;\n"
+    ,
     "	mul.lo.s32 	%r299, %r298, %r296;\n"
     "	sub.s32 	%r300, %r297, %r299;\n"
     "	cvt.u64.u32 	%rd378, %r298;\n"
@@ -49686,7 +49646,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.v4.u32 	{%r1259, %r1260, %r1261, %r1262}, [%rd155];\n"
     "\n"
     "$L__BB40_20:\n"
-    ,
     "	mad.lo.s32 	%r347, %r21, 72, %r20;\n"
     "	shl.b32 	%r348, %r347, 1;\n"
     "	mov.u32 	%r349, _ZZ15k_flash_back_dqE2sm;\n"
@@ -49695,6 +49654,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r351, %r1257, 128;\n"
     "	shr.s32 	%r352, %r351, 31;\n"
     "	shr.u32 	%r353, %r352, 29;\n"
+    ,
     "	add.s32 	%r354, %r351, %r353;\n"
     "	shr.s32 	%r30, %r354, 3;\n"
     "	and.b32  	%r355, %r354, 536870904;\n"
@@ -49831,7 +49791,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd182, %rd385, %rd119;\n"
     "	add.s64 	%rd183, %rd182, %rd384;\n"
     "	mul.lo.s64 	%rd184, %rd183, %rd120;\n"
-    ,
     "	add.s64 	%rd185, %rd184, %rd386;\n"
     "	shl.b64 	%rd387, %rd185, 6;\n"
     "\n"
@@ -49845,6 +49804,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r411, %r61, 7;\n"
     "	add.s32 	%r412, %r411, 1;\n"
     "	and.b32  	%r1276, %r412, 3;\n"
+    ,
     "	setp.eq.s32 	%p19, %r1276, 0;\n"
     "	mov.u32 	%r1277, %r1;\n"
     "	@%p19 bra 	$L__BB40_42;\n"
@@ -49984,7 +49944,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd211, %rd210, %rd208;\n"
     "	shl.b64 	%rd212, %rd211, 2;\n"
     "	add.s64 	%rd213, %rd2, %rd212;\n"
-    ,
     "	ld.global.f32 	%f849, [%rd213];\n"
     "	ld.global.f32 	%f850, [%rd213+4];\n"
     "\n"
@@ -49997,6 +49956,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r452, %r451, 1;\n"
     "	add.s32 	%r454, %r431, %r452;\n"
     "	st.shared.u32 	[%r454+9216], %r450;\n"
+    ,
     "	add.s32 	%r455, %r1277, 384;\n"
     "	shr.s32 	%r456, %r455, 31;\n"
     "	shr.u32 	%r457, %r456, 27;\n"
@@ -50136,7 +50096,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p33, %rd51, %rd119;\n"
     "	mul.lo.s64 	%rd231, %rd222, 260;\n"
     "	add.s64 	%rd232, %rd3, %rd231;\n"
-    ,
     "	add.s64 	%rd55, %rd232, 256;\n"
     "	mov.f32 	%f862, 0f00000000;\n"
     "	mov.f32 	%f860, %f862;\n"
@@ -50152,6 +50111,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB40_65:\n"
     "	add.s64 	%rd56, %rd51, 8;\n"
+    ,
     "	setp.ge.s64 	%p35, %rd56, %rd119;\n"
     "	mov.f32 	%f861, 0f00000000;\n"
     "	mov.f32 	%f859, %f861;\n"
@@ -50295,7 +50255,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p42, %rd66, %rd119;\n"
     "	mov.u32 	%r1283, 0;\n"
     "	mov.u32 	%r1284, %r1283;\n"
-    ,
     "	mov.u32 	%r1285, %r1283;\n"
     "	mov.u32 	%r1286, %r1283;\n"
     "	@%p42 bra 	$L__BB40_79;\n"
@@ -50305,6 +50264,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd245, %rd61, %rd244;\n"
     "	shl.b64 	%rd246, %rd245, 1;\n"
     "	add.s64 	%rd247, %rd243, %rd246;\n"
+    ,
     "	ld.global.v4.u32 	{%r1283, %r1284, %r1285, %r1286}, [%rd247];\n"
     "\n"
     "$L__BB40_79:\n"
@@ -50434,7 +50394,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r654, %r653, 31;\n"
     "	shr.u32 	%r655, %r654, 29;\n"
     "	add.s32 	%r656, %r653, %r655;\n"
-    ,
     "	shr.s32 	%r212, %r656, 3;\n"
     "	and.b32  	%r657, %r656, 536870904;\n"
     "	sub.s32 	%r658, %r653, %r657;\n"
@@ -50443,6 +50402,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd71, %rd388, %rd277;\n"
     "	setp.ge.s64 	%p49, %rd71, %rd119;\n"
     "	mov.u32 	%r1306, %r1305;\n"
+    ,
     "	mov.u32 	%r1307, %r1305;\n"
     "	mov.u32 	%r1308, %r1305;\n"
     "	@%p49 bra 	$L__BB40_92;\n"
@@ -50579,7 +50539,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.v4.u32 	{%r1323, %r1324, %r1325, %r1326}, [%rd307];\n"
     "\n"
     "$L__BB40_107:\n"
-    ,
     "	mad.lo.s32 	%r734, %r254, 72, %r253;\n"
     "	shl.b32 	%r735, %r734, 1;\n"
     "	add.s32 	%r737, %r515, %r735;\n"
@@ -50587,6 +50546,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r738, %r1321, 128;\n"
     "	shr.s32 	%r739, %r738, 31;\n"
     "	shr.u32 	%r740, %r739, 29;\n"
+    ,
     "	add.s32 	%r741, %r738, %r740;\n"
     "	shr.s32 	%r263, %r741, 3;\n"
     "	and.b32  	%r742, %r741, 536870904;\n"
@@ -50713,13 +50673,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r793,%r794,%r795,%r796}, [%r797];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	mov.f32 	%f896, 0f00000000;\n"
     "	mov.f32 	%f375, %f896;\n"
     "	mov.f32 	%f376, %f896;\n"
     "	mov.f32 	%f377, %f896;\n"
     "	mov.f32 	%f378, %f896;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f375,%f376,%f377,%f378}, {%r466,%r467,%r468,%r469}, {%r788,%r790}, {%f375,%f376,%f377,%f378};\n"
     "\n"
     "	// end inline asm\n"
@@ -50823,8 +50783,8 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r476,%r477,%r478,%r479}, {%r890,%r892}, {%f407,%f408,%f409,%f410};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f415,%f416,%f417,%f418}, {%r476,%r477,%r478,%r479}, {%r891,%r893}, {%f415,%f416,%f417,%f418};\n"
     "\n"
     "	// end inline asm\n"
@@ -50919,8 +50879,8 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r496,%r497,%r498,%r499}, {%r1026,%r1028}, {%f407,%f408,%f409,%f410};\n"
     "\n"
-    ,
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f415,%f416,%f417,%f418}, {%r496,%r497,%r498,%r499}, {%r1027,%r1029}, {%f415,%f416,%f417,%f418};\n"
     "\n"
@@ -51077,10 +51037,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mul.f32 	%f616, %f21, %f415;\n"
     "	sub.f32 	%f617, %f616, %f860;\n"
-    ,
     "	ex2.approx.f32 	%f907, %f617;\n"
     "\n"
     "$L__BB40_140:\n"
+    ,
     "	add.s64 	%rd334, %rd79, 25;\n"
     "	setp.gt.s64 	%p77, %rd334, %rd51;\n"
     "	@%p77 bra 	$L__BB40_142;\n"
@@ -75361,10 +75321,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .f32 	%f<545>;\n"
     "	.reg .b32 	%r<256>;\n"
     "	.reg .b64 	%rd<174>;\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ10k_moe_gemmE2As[4352];\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ10k_moe_gemmE2Bs[4352];\n"
+    "\n"
     "\n"
     "	ld.param.u64 	%rd21, [k_moe_gemm_param_0];\n"
     "	ld.param.u64 	%rd22, [k_moe_gemm_param_1];\n"
@@ -75376,18 +75333,18 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u32 	%r35, [k_moe_gemm_param_8];\n"
     "	ld.param.u32 	%r36, [k_moe_gemm_param_9];\n"
     "	setp.lt.s32 	%p2, %r32, 1;\n"
-    "	@%p2 bra 	$L__BB56_87;\n"
+    "	@%p2 bra 	$L__BB56_86;\n"
     "\n"
     "	mov.u32 	%r254, %ctaid.y;\n"
     "	setp.eq.s64 	%p3, %rd24, 0;\n"
     "	@%p3 bra 	$L__BB56_5;\n"
     "\n"
     "	cvta.to.global.u64 	%rd1, %rd25;\n"
-    "	mov.u32 	%r250, 0;\n"
+    "	mov.u32 	%r249, 0;\n"
     "\n"
     "$L__BB56_3:\n"
-    "	cvt.s64.s32 	%rd172, %r250;\n"
-    "	mul.wide.s32 	%rd26, %r250, 4;\n"
+    "	cvt.s64.s32 	%rd172, %r249;\n"
+    "	mul.wide.s32 	%rd26, %r249, 4;\n"
     "	add.s64 	%rd27, %rd1, %rd26;\n"
     "	ld.global.nc.u32 	%r253, [%rd27];\n"
     "	add.s32 	%r38, %r253, 63;\n"
@@ -75400,10 +75357,10 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvt.u32.u64 	%r42, %rd172;\n"
     "	sub.s32 	%r254, %r254, %r5;\n"
-    "	add.s32 	%r250, %r42, 1;\n"
-    "	setp.lt.s32 	%p5, %r250, %r32;\n"
+    "	add.s32 	%r249, %r42, 1;\n"
+    "	setp.lt.s32 	%p5, %r249, %r32;\n"
     "	@%p5 bra 	$L__BB56_3;\n"
-    "	bra.uni 	$L__BB56_87;\n"
+    "	bra.uni 	$L__BB56_86;\n"
     "\n"
     "$L__BB56_5:\n"
     "	add.s32 	%r44, %r33, 63;\n"
@@ -75411,20 +75368,20 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r46, %r45, 26;\n"
     "	add.s32 	%r47, %r44, %r46;\n"
     "	shr.s32 	%r8, %r47, 6;\n"
-    "	mov.u32 	%r252, 0;\n"
+    "	mov.u32 	%r251, 0;\n"
     "\n"
     "$L__BB56_6:\n"
     "	setp.lt.s32 	%p6, %r254, %r8;\n"
     "	@%p6 bra 	$L__BB56_8;\n"
     "\n"
     "	sub.s32 	%r254, %r254, %r8;\n"
-    "	add.s32 	%r252, %r252, 1;\n"
-    "	setp.lt.s32 	%p7, %r252, %r32;\n"
+    "	add.s32 	%r251, %r251, 1;\n"
+    "	setp.lt.s32 	%p7, %r251, %r32;\n"
     "	@%p7 bra 	$L__BB56_6;\n"
-    "	bra.uni 	$L__BB56_87;\n"
+    "	bra.uni 	$L__BB56_86;\n"
     "\n"
     "$L__BB56_8:\n"
-    "	cvt.s64.s32 	%rd172, %r252;\n"
+    "	cvt.s64.s32 	%rd172, %r251;\n"
     "	mov.u32 	%r253, %r33;\n"
     "\n"
     "$L__BB56_9:\n"
@@ -75437,21 +75394,35 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd173, %r48;\n"
     "	bra.uni 	$L__BB56_12;\n"
     "\n"
-    ,
     "$L__BB56_11:\n"
     "	cvt.s64.s32 	%rd31, %r33;\n"
     "	mul.lo.s64 	%rd173, %rd172, %rd31;\n"
     "\n"
     "$L__BB56_12:\n"
     "	cvt.s64.s32 	%rd8, %r34;\n"
+    ,
     "	mul.wide.s32 	%rd32, %r35, %r34;\n"
     "	mul.lo.s64 	%rd9, %rd32, %rd172;\n"
     "	shl.b32 	%r15, %r254, 6;\n"
-    "	setp.gt.s32 	%p9, %r34, 0;\n"
-    "	@%p9 bra 	$L__BB56_14;\n"
-    "	bra.uni 	$L__BB56_13;\n"
+    "	setp.lt.s32 	%p9, %r34, 1;\n"
+    "	mov.f32 	%f529, 0f00000000;\n"
+    "	mov.f32 	%f530, %f529;\n"
+    "	mov.f32 	%f531, %f529;\n"
+    "	mov.f32 	%f532, %f529;\n"
+    "	mov.f32 	%f533, %f529;\n"
+    "	mov.f32 	%f534, %f529;\n"
+    "	mov.f32 	%f535, %f529;\n"
+    "	mov.f32 	%f536, %f529;\n"
+    "	mov.f32 	%f537, %f529;\n"
+    "	mov.f32 	%f538, %f529;\n"
+    "	mov.f32 	%f539, %f529;\n"
+    "	mov.f32 	%f540, %f529;\n"
+    "	mov.f32 	%f541, %f529;\n"
+    "	mov.f32 	%f542, %f529;\n"
+    "	mov.f32 	%f543, %f529;\n"
+    "	mov.f32 	%f544, %f529;\n"
+    "	@%p9 bra 	$L__BB56_50;\n"
     "\n"
-    "$L__BB56_14:\n"
     "	mov.u32 	%r50, %tid.x;\n"
     "	and.b32  	%r51, %r50, 15;\n"
     "	mov.u32 	%r52, %ctaid.x;\n"
@@ -75471,7 +75442,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd36, %r59;\n"
     "	add.s64 	%rd37, %rd173, %rd36;\n"
     "	mul.lo.s64 	%rd12, %rd37, %rd8;\n"
-    "	mov.u32 	%r60, _ZZ10k_moe_gemmE2As;\n"
+    "	mov.u32 	%r60, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2As;\n"
     "	mad.lo.s32 	%r61, %r51, 272, %r60;\n"
     "	shl.b32 	%r62, %r58, 2;\n"
     "	add.s32 	%r17, %r61, %r62;\n"
@@ -75498,34 +75469,19 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd16, %rd42, %rd8;\n"
     "	mov.u32 	%r255, 0;\n"
     "	mov.f32 	%f529, 0f00000000;\n"
-    "	mov.f32 	%f530, %f529;\n"
-    "	mov.f32 	%f531, %f529;\n"
-    "	mov.f32 	%f532, %f529;\n"
-    "	mov.f32 	%f533, %f529;\n"
-    "	mov.f32 	%f534, %f529;\n"
-    "	mov.f32 	%f535, %f529;\n"
-    "	mov.f32 	%f536, %f529;\n"
-    "	mov.f32 	%f537, %f529;\n"
-    "	mov.f32 	%f538, %f529;\n"
-    "	mov.f32 	%f539, %f529;\n"
-    "	mov.f32 	%f540, %f529;\n"
-    "	mov.f32 	%f541, %f529;\n"
-    "	mov.f32 	%f542, %f529;\n"
-    "	mov.f32 	%f543, %f529;\n"
-    "	mov.f32 	%f544, %f529;\n"
     "\n"
-    "$L__BB56_15:\n"
+    "$L__BB56_14:\n"
     "	setp.lt.s32 	%p10, %r56, %r253;\n"
     "	add.s32 	%r21, %r51, %r255;\n"
     "	setp.lt.s32 	%p11, %r21, %r34;\n"
     "	and.pred  	%p1, %p10, %p11;\n"
     "	setp.eq.s32 	%p12, %r36, 0;\n"
-    "	@%p12 bra 	$L__BB56_33;\n"
+    "	@%p12 bra 	$L__BB56_32;\n"
     "\n"
     "	mov.f32 	%f514, 0f00000000;\n"
     "	not.pred 	%p13, %p1;\n"
     "	mov.f32 	%f513, %f514;\n"
-    "	@%p13 bra 	$L__BB56_18;\n"
+    "	@%p13 bra 	$L__BB56_17;\n"
     "\n"
     "	cvt.s64.s32 	%rd43, %r21;\n"
     "	add.s64 	%rd44, %rd10, %rd43;\n"
@@ -75534,7 +75490,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd47, %rd45, %rd46;\n"
     "	ld.global.nc.f32 	%f513, [%rd47];\n"
     "\n"
-    "$L__BB56_18:\n"
+    "$L__BB56_17:\n"
     "	add.s32 	%r81, %r55, %r53;\n"
     "	setp.ge.s32 	%p14, %r81, %r35;\n"
     "	shl.b32 	%r85, %r55, 2;\n"
@@ -75542,7 +75498,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.f32 	[%r86], %f513;\n"
     "	setp.ge.s32 	%p15, %r21, %r34;\n"
     "	or.pred  	%p16, %p14, %p15;\n"
-    "	@%p16 bra 	$L__BB56_20;\n"
+    "	@%p16 bra 	$L__BB56_19;\n"
     "\n"
     "	cvt.s64.s32 	%rd48, %r21;\n"
     "	add.s64 	%rd49, %rd9, %rd48;\n"
@@ -75553,16 +75509,16 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd54, %rd52, %rd53;\n"
     "	ld.global.nc.f32 	%f514, [%rd54];\n"
     "\n"
-    "$L__BB56_20:\n"
+    "$L__BB56_19:\n"
     "	setp.ge.s32 	%p17, %r59, %r253;\n"
-    "	mov.u32 	%r98, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r98, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	mad.lo.s32 	%r99, %r51, 272, %r98;\n"
     "	add.s32 	%r101, %r99, %r85;\n"
     "	st.shared.f32 	[%r101], %f514;\n"
     "	mov.f32 	%f516, 0f00000000;\n"
     "	or.pred  	%p19, %p17, %p15;\n"
     "	mov.f32 	%f515, %f516;\n"
-    "	@%p19 bra 	$L__BB56_22;\n"
+    "	@%p19 bra 	$L__BB56_21;\n"
     "\n"
     "	cvt.s64.s32 	%rd55, %r21;\n"
     "	add.s64 	%rd56, %rd12, %rd55;\n"
@@ -75571,11 +75527,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd59, %rd57, %rd58;\n"
     "	ld.global.nc.f32 	%f515, [%rd59];\n"
     "\n"
-    "$L__BB56_22:\n"
+    "$L__BB56_21:\n"
     "	setp.ge.s32 	%p20, %r63, %r35;\n"
     "	st.shared.f32 	[%r17], %f515;\n"
     "	or.pred  	%p22, %p20, %p15;\n"
-    "	@%p22 bra 	$L__BB56_24;\n"
+    "	@%p22 bra 	$L__BB56_23;\n"
     "\n"
     "	cvt.s64.s32 	%rd60, %r21;\n"
     "	add.s64 	%rd61, %rd9, %rd60;\n"
@@ -75585,28 +75541,28 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd65, %rd63, %rd64;\n"
     "	ld.global.nc.f32 	%f516, [%rd65];\n"
     "\n"
-    "$L__BB56_24:\n"
+    "$L__BB56_23:\n"
     "	setp.ge.s32 	%p23, %r66, %r253;\n"
     "	add.s32 	%r118, %r99, %r62;\n"
     "	st.shared.f32 	[%r118], %f516;\n"
     "	mov.f32 	%f518, 0f00000000;\n"
     "	or.pred  	%p25, %p23, %p15;\n"
     "	mov.f32 	%f517, %f518;\n"
-    "	@%p25 bra 	$L__BB56_26;\n"
+    "	@%p25 bra 	$L__BB56_25;\n"
     "\n"
-    ,
     "	cvt.s64.s32 	%rd66, %r21;\n"
     "	add.s64 	%rd67, %rd13, %rd66;\n"
     "	cvta.to.global.u64 	%rd68, %rd21;\n"
+    ,
     "	shl.b64 	%rd69, %rd67, 2;\n"
     "	add.s64 	%rd70, %rd68, %rd69;\n"
     "	ld.global.nc.f32 	%f517, [%rd70];\n"
     "\n"
-    "$L__BB56_26:\n"
+    "$L__BB56_25:\n"
     "	setp.ge.s32 	%p26, %r68, %r35;\n"
     "	st.shared.f32 	[%r18], %f517;\n"
     "	or.pred  	%p28, %p26, %p15;\n"
-    "	@%p28 bra 	$L__BB56_28;\n"
+    "	@%p28 bra 	$L__BB56_27;\n"
     "\n"
     "	cvt.s64.s32 	%rd71, %r21;\n"
     "	add.s64 	%rd72, %rd9, %rd71;\n"
@@ -75616,7 +75572,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd76, %rd74, %rd75;\n"
     "	ld.global.nc.f32 	%f518, [%rd76];\n"
     "\n"
-    "$L__BB56_28:\n"
+    "$L__BB56_27:\n"
     "	add.s32 	%r128, %r70, %r15;\n"
     "	setp.ge.s32 	%p29, %r128, %r253;\n"
     "	add.s32 	%r135, %r99, %r67;\n"
@@ -75624,7 +75580,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f520, 0f00000000;\n"
     "	or.pred  	%p31, %p29, %p15;\n"
     "	mov.f32 	%f519, %f520;\n"
-    "	@%p31 bra 	$L__BB56_30;\n"
+    "	@%p31 bra 	$L__BB56_29;\n"
     "\n"
     "	cvt.s64.s32 	%rd77, %r21;\n"
     "	cvt.s64.s32 	%rd78, %r128;\n"
@@ -75636,11 +75592,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd85, %rd83, %rd84;\n"
     "	ld.global.nc.f32 	%f519, [%rd85];\n"
     "\n"
-    "$L__BB56_30:\n"
+    "$L__BB56_29:\n"
     "	setp.ge.s32 	%p32, %r72, %r35;\n"
     "	st.shared.f32 	[%r19], %f519;\n"
     "	or.pred  	%p34, %p32, %p15;\n"
-    "	@%p34 bra 	$L__BB56_32;\n"
+    "	@%p34 bra 	$L__BB56_31;\n"
     "\n"
     "	cvt.s64.s32 	%rd86, %r21;\n"
     "	add.s64 	%rd87, %rd9, %rd86;\n"
@@ -75650,16 +75606,16 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd91, %rd89, %rd90;\n"
     "	ld.global.nc.f32 	%f520, [%rd91];\n"
     "\n"
-    "$L__BB56_32:\n"
+    "$L__BB56_31:\n"
     "	add.s32 	%r153, %r99, %r71;\n"
     "	st.shared.f32 	[%r153], %f520;\n"
-    "	bra.uni 	$L__BB56_50;\n"
+    "	bra.uni 	$L__BB56_49;\n"
     "\n"
-    "$L__BB56_33:\n"
+    "$L__BB56_32:\n"
     "	mov.f32 	%f522, 0f00000000;\n"
     "	not.pred 	%p35, %p1;\n"
     "	mov.f32 	%f521, %f522;\n"
-    "	@%p35 bra 	$L__BB56_35;\n"
+    "	@%p35 bra 	$L__BB56_34;\n"
     "\n"
     "	cvt.s64.s32 	%rd92, %r21;\n"
     "	add.s64 	%rd93, %rd10, %rd92;\n"
@@ -75668,7 +75624,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd96, %rd94, %rd95;\n"
     "	ld.global.nc.f32 	%f521, [%rd96];\n"
     "\n"
-    "$L__BB56_35:\n"
+    "$L__BB56_34:\n"
     "	shl.b32 	%r159, %r55, 2;\n"
     "	add.s32 	%r160, %r61, %r159;\n"
     "	st.shared.f32 	[%r160], %f521;\n"
@@ -75677,7 +75633,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s32 	%p36, %r22, %r34;\n"
     "	setp.ge.s32 	%p37, %r16, %r35;\n"
     "	or.pred  	%p38, %p37, %p36;\n"
-    "	@%p38 bra 	$L__BB56_37;\n"
+    "	@%p38 bra 	$L__BB56_36;\n"
     "\n"
     "	mul.wide.s32 	%rd97, %r22, %r35;\n"
     "	add.s64 	%rd98, %rd11, %rd97;\n"
@@ -75686,9 +75642,9 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd101, %rd99, %rd100;\n"
     "	ld.global.nc.f32 	%f522, [%rd101];\n"
     "\n"
-    "$L__BB56_37:\n"
+    "$L__BB56_36:\n"
     "	setp.ge.s32 	%p39, %r59, %r253;\n"
-    "	mov.u32 	%r167, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r167, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	mad.lo.s32 	%r168, %r161, 272, %r167;\n"
     "	shl.b32 	%r169, %r50, 2;\n"
     "	and.b32  	%r170, %r169, 252;\n"
@@ -75698,7 +75654,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f524, 0f00000000;\n"
     "	or.pred  	%p41, %p39, %p40;\n"
     "	mov.f32 	%f523, %f524;\n"
-    "	@%p41 bra 	$L__BB56_39;\n"
+    "	@%p41 bra 	$L__BB56_38;\n"
     "\n"
     "	cvt.s64.s32 	%rd102, %r21;\n"
     "	add.s64 	%rd103, %rd12, %rd102;\n"
@@ -75707,13 +75663,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd106, %rd104, %rd105;\n"
     "	ld.global.nc.f32 	%f523, [%rd106];\n"
     "\n"
-    "$L__BB56_39:\n"
+    "$L__BB56_38:\n"
     "	st.shared.f32 	[%r17], %f523;\n"
     "	shr.s32 	%r174, %r57, 6;\n"
     "	add.s32 	%r23, %r174, %r255;\n"
     "	setp.ge.s32 	%p42, %r23, %r34;\n"
     "	or.pred  	%p44, %p37, %p42;\n"
-    "	@%p44 bra 	$L__BB56_41;\n"
+    "	@%p44 bra 	$L__BB56_40;\n"
     "\n"
     "	mul.wide.s32 	%rd107, %r23, %r35;\n"
     "	add.s64 	%rd108, %rd11, %rd107;\n"
@@ -75722,11 +75678,11 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd111, %rd109, %rd110;\n"
     "	ld.global.nc.f32 	%f524, [%rd111];\n"
     "\n"
-    "$L__BB56_41:\n"
+    "$L__BB56_40:\n"
     "	setp.ge.s32 	%p78, %r21, %r34;\n"
     "	shl.b32 	%r242, %r50, 2;\n"
     "	and.b32  	%r241, %r242, 252;\n"
-    "	mov.u32 	%r240, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r240, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	setp.ge.s32 	%p45, %r66, %r253;\n"
     "	mad.lo.s32 	%r182, %r174, 272, %r240;\n"
     "	add.s32 	%r185, %r182, %r241;\n"
@@ -75734,7 +75690,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f526, 0f00000000;\n"
     "	or.pred  	%p47, %p45, %p78;\n"
     "	mov.f32 	%f525, %f526;\n"
-    "	@%p47 bra 	$L__BB56_43;\n"
+    "	@%p47 bra 	$L__BB56_42;\n"
     "\n"
     "	cvt.s64.s32 	%rd112, %r21;\n"
     "	add.s64 	%rd113, %rd13, %rd112;\n"
@@ -75743,27 +75699,27 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd116, %rd114, %rd115;\n"
     "	ld.global.nc.f32 	%f525, [%rd116];\n"
     "\n"
-    "$L__BB56_43:\n"
+    "$L__BB56_42:\n"
     "	st.shared.f32 	[%r18], %f525;\n"
     "	shr.s32 	%r188, %r64, 6;\n"
     "	add.s32 	%r24, %r188, %r255;\n"
     "	setp.ge.s32 	%p48, %r24, %r34;\n"
     "	or.pred  	%p50, %p37, %p48;\n"
-    ,
-    "	@%p50 bra 	$L__BB56_45;\n"
+    "	@%p50 bra 	$L__BB56_44;\n"
     "\n"
     "	mul.wide.s32 	%rd117, %r24, %r35;\n"
+    ,
     "	add.s64 	%rd118, %rd11, %rd117;\n"
     "	cvta.to.global.u64 	%rd119, %rd22;\n"
     "	shl.b64 	%rd120, %rd118, 2;\n"
     "	add.s64 	%rd121, %rd119, %rd120;\n"
     "	ld.global.nc.f32 	%f526, [%rd121];\n"
     "\n"
-    "$L__BB56_45:\n"
+    "$L__BB56_44:\n"
     "	setp.ge.s32 	%p79, %r21, %r34;\n"
     "	shl.b32 	%r245, %r50, 2;\n"
     "	and.b32  	%r244, %r245, 252;\n"
-    "	mov.u32 	%r243, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r243, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	add.s32 	%r192, %r70, %r15;\n"
     "	setp.ge.s32 	%p51, %r192, %r253;\n"
     "	mad.lo.s32 	%r196, %r188, 272, %r243;\n"
@@ -75772,7 +75728,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f528, 0f00000000;\n"
     "	or.pred  	%p53, %p51, %p79;\n"
     "	mov.f32 	%f527, %f528;\n"
-    "	@%p53 bra 	$L__BB56_47;\n"
+    "	@%p53 bra 	$L__BB56_46;\n"
     "\n"
     "	cvt.s64.s32 	%rd122, %r21;\n"
     "	cvt.s64.s32 	%rd123, %r192;\n"
@@ -75784,13 +75740,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd130, %rd128, %rd129;\n"
     "	ld.global.nc.f32 	%f527, [%rd130];\n"
     "\n"
-    "$L__BB56_47:\n"
+    "$L__BB56_46:\n"
     "	st.shared.f32 	[%r19], %f527;\n"
     "	shr.s32 	%r206, %r69, 6;\n"
     "	add.s32 	%r25, %r206, %r255;\n"
     "	setp.ge.s32 	%p54, %r25, %r34;\n"
     "	or.pred  	%p56, %p37, %p54;\n"
-    "	@%p56 bra 	$L__BB56_49;\n"
+    "	@%p56 bra 	$L__BB56_48;\n"
     "\n"
     "	mul.wide.s32 	%rd131, %r25, %r35;\n"
     "	add.s64 	%rd132, %rd11, %rd131;\n"
@@ -75799,21 +75755,22 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd135, %rd133, %rd134;\n"
     "	ld.global.nc.f32 	%f528, [%rd135];\n"
     "\n"
-    "$L__BB56_49:\n"
+    "$L__BB56_48:\n"
     "	shl.b32 	%r248, %r50, 2;\n"
     "	and.b32  	%r247, %r248, 252;\n"
-    "	mov.u32 	%r246, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r246, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	mad.lo.s32 	%r211, %r206, 272, %r246;\n"
     "	add.s32 	%r214, %r211, %r247;\n"
     "	st.shared.f32 	[%r214], %f528;\n"
     "\n"
-    "$L__BB56_50:\n"
+    "$L__BB56_49:\n"
     "	bar.sync 	0;\n"
-    "	shl.b32 	%r217, %r55, 2;\n"
+    "	shr.u32 	%r216, %r50, 2;\n"
+    "	and.b32  	%r217, %r216, 1073741820;\n"
     "	add.s32 	%r219, %r60, %r217;\n"
     "	shl.b32 	%r220, %r50, 2;\n"
     "	and.b32  	%r221, %r220, 60;\n"
-    "	mov.u32 	%r222, _ZZ10k_moe_gemmE2Bs;\n"
+    "	mov.u32 	%r222, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	add.s32 	%r223, %r222, %r221;\n"
     "	ld.shared.f32 	%f129, [%r223];\n"
     "	ld.shared.f32 	%f130, [%r219];\n"
@@ -76206,36 +76163,17 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	add.s32 	%r255, %r255, 16;\n"
     "	setp.lt.s32 	%p57, %r255, %r34;\n"
-    "	@%p57 bra 	$L__BB56_15;\n"
-    "	bra.uni 	$L__BB56_51;\n"
+    "	@%p57 bra 	$L__BB56_14;\n"
     "\n"
-    "$L__BB56_13:\n"
-    "	mov.f32 	%f529, 0f00000000;\n"
-    "	mov.f32 	%f530, %f529;\n"
-    "	mov.f32 	%f531, %f529;\n"
-    "	mov.f32 	%f532, %f529;\n"
-    "	mov.f32 	%f533, %f529;\n"
-    "	mov.f32 	%f534, %f529;\n"
-    "	mov.f32 	%f535, %f529;\n"
-    "	mov.f32 	%f536, %f529;\n"
-    "	mov.f32 	%f537, %f529;\n"
-    "	mov.f32 	%f538, %f529;\n"
-    "	mov.f32 	%f539, %f529;\n"
-    "	mov.f32 	%f540, %f529;\n"
-    "	mov.f32 	%f541, %f529;\n"
-    "	mov.f32 	%f542, %f529;\n"
-    "	mov.f32 	%f543, %f529;\n"
-    "	mov.f32 	%f544, %f529;\n"
-    "\n"
-    "$L__BB56_51:\n"
+    "$L__BB56_50:\n"
     "	mov.u32 	%r224, %tid.x;\n"
-    "	shr.s32 	%r225, %r224, 4;\n"
-    "	add.s32 	%r27, %r225, %r15;\n"
+    "	shr.u32 	%r225, %r224, 4;\n"
+    "	add.s32 	%r27, %r15, %r225;\n"
     "	and.b32  	%r226, %r224, 15;\n"
     "	mov.u32 	%r227, %ctaid.x;\n"
     "	bfi.b32 	%r28, %r227, %r226, 6, 26;\n"
     "	setp.ge.s32 	%p58, %r27, %r253;\n"
-    "	@%p58 bra 	$L__BB56_60;\n"
+    "	@%p58 bra 	$L__BB56_59;\n"
     "\n"
     "	ld.param.u64 	%rd171, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd136, %r27;\n"
@@ -76248,35 +76186,35 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd143, %rd141, 2;\n"
     "	add.s64 	%rd17, %rd142, %rd143;\n"
     "	setp.ge.s32 	%p59, %r28, %r35;\n"
-    "	@%p59 bra 	$L__BB56_54;\n"
+    "	@%p59 bra 	$L__BB56_53;\n"
     "\n"
     "	st.global.f32 	[%rd17], %f536;\n"
     "\n"
-    "$L__BB56_54:\n"
+    "$L__BB56_53:\n"
     "	add.s32 	%r228, %r28, 16;\n"
     "	setp.ge.s32 	%p60, %r228, %r35;\n"
-    "	@%p60 bra 	$L__BB56_56;\n"
+    "	@%p60 bra 	$L__BB56_55;\n"
     "\n"
     "	st.global.f32 	[%rd17+64], %f535;\n"
     "\n"
-    "$L__BB56_56:\n"
+    "$L__BB56_55:\n"
     "	add.s32 	%r229, %r28, 32;\n"
     "	setp.ge.s32 	%p61, %r229, %r35;\n"
-    "	@%p61 bra 	$L__BB56_58;\n"
+    "	@%p61 bra 	$L__BB56_57;\n"
     "\n"
     "	st.global.f32 	[%rd17+128], %f534;\n"
     "\n"
-    "$L__BB56_58:\n"
+    "$L__BB56_57:\n"
     "	add.s32 	%r230, %r28, 48;\n"
     "	setp.ge.s32 	%p62, %r230, %r35;\n"
-    "	@%p62 bra 	$L__BB56_60;\n"
+    "	@%p62 bra 	$L__BB56_59;\n"
     "\n"
     "	st.global.f32 	[%rd17+192], %f533;\n"
     "\n"
-    "$L__BB56_60:\n"
+    "$L__BB56_59:\n"
     "	add.s32 	%r29, %r27, 16;\n"
     "	setp.ge.s32 	%p63, %r29, %r253;\n"
-    "	@%p63 bra 	$L__BB56_69;\n"
+    "	@%p63 bra 	$L__BB56_68;\n"
     "\n"
     "	ld.param.u64 	%rd170, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd144, %r29;\n"
@@ -76289,35 +76227,35 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd151, %rd149, 2;\n"
     "	add.s64 	%rd18, %rd150, %rd151;\n"
     "	setp.ge.s32 	%p64, %r28, %r35;\n"
-    "	@%p64 bra 	$L__BB56_63;\n"
+    "	@%p64 bra 	$L__BB56_62;\n"
     "\n"
     "	st.global.f32 	[%rd18], %f532;\n"
     "\n"
-    "$L__BB56_63:\n"
+    "$L__BB56_62:\n"
     "	add.s32 	%r231, %r28, 16;\n"
     "	setp.ge.s32 	%p65, %r231, %r35;\n"
-    "	@%p65 bra 	$L__BB56_65;\n"
+    "	@%p65 bra 	$L__BB56_64;\n"
     "\n"
     "	st.global.f32 	[%rd18+64], %f531;\n"
     "\n"
-    "$L__BB56_65:\n"
+    "$L__BB56_64:\n"
     "	add.s32 	%r232, %r28, 32;\n"
     "	setp.ge.s32 	%p66, %r232, %r35;\n"
-    "	@%p66 bra 	$L__BB56_67;\n"
+    "	@%p66 bra 	$L__BB56_66;\n"
     "\n"
     "	st.global.f32 	[%rd18+128], %f530;\n"
     "\n"
-    "$L__BB56_67:\n"
+    "$L__BB56_66:\n"
     "	add.s32 	%r233, %r28, 48;\n"
     "	setp.ge.s32 	%p67, %r233, %r35;\n"
-    "	@%p67 bra 	$L__BB56_69;\n"
+    "	@%p67 bra 	$L__BB56_68;\n"
     "\n"
     "	st.global.f32 	[%rd18+192], %f529;\n"
     "\n"
-    "$L__BB56_69:\n"
+    "$L__BB56_68:\n"
     "	add.s32 	%r30, %r27, 32;\n"
     "	setp.ge.s32 	%p68, %r30, %r253;\n"
-    "	@%p68 bra 	$L__BB56_78;\n"
+    "	@%p68 bra 	$L__BB56_77;\n"
     "\n"
     "	ld.param.u64 	%rd169, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd152, %r30;\n"
@@ -76329,37 +76267,37 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd158, %rd169;\n"
     "	shl.b64 	%rd159, %rd157, 2;\n"
     "	add.s64 	%rd19, %rd158, %rd159;\n"
-    ,
     "	setp.ge.s32 	%p69, %r28, %r35;\n"
-    "	@%p69 bra 	$L__BB56_72;\n"
+    "	@%p69 bra 	$L__BB56_71;\n"
     "\n"
     "	st.global.f32 	[%rd19], %f537;\n"
     "\n"
-    "$L__BB56_72:\n"
+    "$L__BB56_71:\n"
     "	add.s32 	%r234, %r28, 16;\n"
     "	setp.ge.s32 	%p70, %r234, %r35;\n"
-    "	@%p70 bra 	$L__BB56_74;\n"
+    "	@%p70 bra 	$L__BB56_73;\n"
     "\n"
     "	st.global.f32 	[%rd19+64], %f538;\n"
     "\n"
-    "$L__BB56_74:\n"
+    "$L__BB56_73:\n"
     "	add.s32 	%r235, %r28, 32;\n"
     "	setp.ge.s32 	%p71, %r235, %r35;\n"
-    "	@%p71 bra 	$L__BB56_76;\n"
+    "	@%p71 bra 	$L__BB56_75;\n"
     "\n"
     "	st.global.f32 	[%rd19+128], %f539;\n"
     "\n"
-    "$L__BB56_76:\n"
+    "$L__BB56_75:\n"
     "	add.s32 	%r236, %r28, 48;\n"
+    ,
     "	setp.ge.s32 	%p72, %r236, %r35;\n"
-    "	@%p72 bra 	$L__BB56_78;\n"
+    "	@%p72 bra 	$L__BB56_77;\n"
     "\n"
     "	st.global.f32 	[%rd19+192], %f540;\n"
     "\n"
-    "$L__BB56_78:\n"
+    "$L__BB56_77:\n"
     "	add.s32 	%r31, %r27, 48;\n"
     "	setp.ge.s32 	%p73, %r31, %r253;\n"
-    "	@%p73 bra 	$L__BB56_87;\n"
+    "	@%p73 bra 	$L__BB56_86;\n"
     "\n"
     "	ld.param.u64 	%rd168, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd160, %r31;\n"
@@ -76372,32 +76310,32 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd167, %rd165, 2;\n"
     "	add.s64 	%rd20, %rd166, %rd167;\n"
     "	setp.ge.s32 	%p74, %r28, %r35;\n"
-    "	@%p74 bra 	$L__BB56_81;\n"
+    "	@%p74 bra 	$L__BB56_80;\n"
     "\n"
     "	st.global.f32 	[%rd20], %f541;\n"
     "\n"
-    "$L__BB56_81:\n"
+    "$L__BB56_80:\n"
     "	add.s32 	%r237, %r28, 16;\n"
     "	setp.ge.s32 	%p75, %r237, %r35;\n"
-    "	@%p75 bra 	$L__BB56_83;\n"
+    "	@%p75 bra 	$L__BB56_82;\n"
     "\n"
     "	st.global.f32 	[%rd20+64], %f542;\n"
     "\n"
-    "$L__BB56_83:\n"
+    "$L__BB56_82:\n"
     "	add.s32 	%r238, %r28, 32;\n"
     "	setp.ge.s32 	%p76, %r238, %r35;\n"
-    "	@%p76 bra 	$L__BB56_85;\n"
+    "	@%p76 bra 	$L__BB56_84;\n"
     "\n"
     "	st.global.f32 	[%rd20+128], %f543;\n"
     "\n"
-    "$L__BB56_85:\n"
+    "$L__BB56_84:\n"
     "	add.s32 	%r239, %r28, 48;\n"
     "	setp.ge.s32 	%p77, %r239, %r35;\n"
-    "	@%p77 bra 	$L__BB56_87;\n"
+    "	@%p77 bra 	$L__BB56_86;\n"
     "\n"
     "	st.global.f32 	[%rd20+192], %f544;\n"
     "\n"
-    "$L__BB56_87:\n"
+    "$L__BB56_86:\n"
     "	ret;\n"
     "\n"
     "}\n"
@@ -76418,10 +76356,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .f32 	%f<513>;\n"
     "	.reg .b32 	%r<134>;\n"
     "	.reg .b64 	%rd<124>;\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ17k_moe_gemm_back_wE2As[4352];\n"
-    "	// demoted variable\n"
-    "	.shared .align 4 .b8 _ZZ17k_moe_gemm_back_wE2Bs[4352];\n"
+    "\n"
     "\n"
     "	ld.param.u64 	%rd11, [k_moe_gemm_back_w_param_0];\n"
     "	ld.param.u64 	%rd12, [k_moe_gemm_back_w_param_1];\n"
@@ -76497,7 +76432,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f500, %f96;\n"
     "	mov.f32 	%f501, %f96;\n"
     "	mov.f32 	%f502, %f96;\n"
-    ,
     "	mov.f32 	%f503, %f96;\n"
     "	mov.f32 	%f504, %f96;\n"
     "	mov.f32 	%f505, %f96;\n"
@@ -76522,6 +76456,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd24, %rd123, %rd23;\n"
     "	mul.lo.s64 	%rd26, %rd24, %rd25;\n"
     "	add.s64 	%rd27, %rd26, %rd5;\n"
+    ,
     "	cvta.to.global.u64 	%rd28, %rd11;\n"
     "	shl.b64 	%rd29, %rd27, 2;\n"
     "	add.s64 	%rd30, %rd28, %rd29;\n"
@@ -76530,7 +76465,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB57_10:\n"
     "	cvt.u32.u64 	%r29, %rd6;\n"
     "	setp.ge.s32 	%p7, %r29, %r17;\n"
-    "	mov.u32 	%r32, _ZZ17k_moe_gemm_back_wE2As;\n"
+    "	mov.u32 	%r32, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2As;\n"
     "	mad.lo.s32 	%r33, %r28, 272, %r32;\n"
     "	shl.b32 	%r34, %r20, 2;\n"
     "	and.b32  	%r35, %r34, 252;\n"
@@ -76552,7 +76487,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f490, [%rd38];\n"
     "\n"
     "$L__BB57_12:\n"
-    "	mov.u32 	%r40, _ZZ17k_moe_gemm_back_wE2Bs;\n"
+    "	mov.u32 	%r40, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	mad.lo.s32 	%r41, %r28, 272, %r40;\n"
     "	add.s32 	%r44, %r41, %r35;\n"
     "	st.shared.f32 	[%r44], %f490;\n"
@@ -76652,7 +76587,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB57_22:\n"
     "	mad.lo.s32 	%r92, %r86, 272, %r32;\n"
-    ,
     "	add.s32 	%r95, %r92, %r35;\n"
     "	st.shared.f32 	[%r95], %f495;\n"
     "	mov.f32 	%f496, 0f00000000;\n"
@@ -76674,8 +76608,9 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r103, %r100, %r35;\n"
     "	st.shared.f32 	[%r103], %f496;\n"
     "	bar.sync 	0;\n"
-    "	shr.s32 	%r104, %r20, 4;\n"
-    "	shl.b32 	%r105, %r104, 2;\n"
+    ,
+    "	shr.u32 	%r104, %r20, 2;\n"
+    "	and.b32  	%r105, %r104, 1073741820;\n"
     "	add.s32 	%r107, %r32, %r105;\n"
     "	and.b32  	%r108, %r34, 60;\n"
     "	add.s32 	%r109, %r40, %r108;\n"
@@ -76763,7 +76698,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f186, [%r107+880];\n"
     "	fma.rn.f32 	%f187, %f186, %f177, %f163;\n"
     "	fma.rn.f32 	%f188, %f186, %f180, %f164;\n"
-    ,
     "	fma.rn.f32 	%f189, %f186, %f182, %f165;\n"
     "	fma.rn.f32 	%f190, %f186, %f184, %f166;\n"
     "	ld.shared.f32 	%f191, [%r107+944];\n"
@@ -76778,6 +76712,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f200, %f196, %f184, %f176;\n"
     "	ld.shared.f32 	%f201, [%r109+1088];\n"
     "	ld.shared.f32 	%f202, [%r107+1088];\n"
+    ,
     "	fma.rn.f32 	%f203, %f202, %f201, %f179;\n"
     "	ld.shared.f32 	%f204, [%r109+1152];\n"
     "	fma.rn.f32 	%f205, %f202, %f204, %f181;\n"
@@ -76864,7 +76799,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f286, %f282, %f280, %f262;\n"
     "	ld.shared.f32 	%f287, [%r107+2032];\n"
     "	fma.rn.f32 	%f288, %f287, %f273, %f264;\n"
-    ,
     "	fma.rn.f32 	%f289, %f287, %f276, %f265;\n"
     "	fma.rn.f32 	%f290, %f287, %f278, %f266;\n"
     "	fma.rn.f32 	%f291, %f287, %f280, %f267;\n"
@@ -76879,6 +76813,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f300, [%r109+2240];\n"
     "	fma.rn.f32 	%f301, %f298, %f300, %f277;\n"
     "	ld.shared.f32 	%f302, [%r109+2304];\n"
+    ,
     "	fma.rn.f32 	%f303, %f298, %f302, %f279;\n"
     "	ld.shared.f32 	%f304, [%r109+2368];\n"
     "	fma.rn.f32 	%f305, %f298, %f304, %f281;\n"
@@ -76965,7 +76900,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f386, %f383, %f374, %f362;\n"
     "	fma.rn.f32 	%f387, %f383, %f376, %f363;\n"
     "	ld.shared.f32 	%f388, [%r107+3184];\n"
-    ,
     "	fma.rn.f32 	%f389, %f388, %f369, %f365;\n"
     "	fma.rn.f32 	%f390, %f388, %f372, %f366;\n"
     "	fma.rn.f32 	%f391, %f388, %f374, %f367;\n"
@@ -76980,6 +76914,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f400, [%r109+3456];\n"
     "	fma.rn.f32 	%f401, %f394, %f400, %f377;\n"
     "	ld.shared.f32 	%f402, [%r107+3328];\n"
+    ,
     "	fma.rn.f32 	%f403, %f402, %f393, %f379;\n"
     "	fma.rn.f32 	%f404, %f402, %f396, %f380;\n"
     "	fma.rn.f32 	%f405, %f402, %f398, %f381;\n"
@@ -77067,7 +77002,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f511, %f472, %f468, %f463;\n"
     "	fma.rn.f32 	%f512, %f472, %f469, %f464;\n"
     "	bar.sync 	0;\n"
-    ,
     "	add.s32 	%r133, %r133, 16;\n"
     "	setp.lt.s32 	%p28, %r133, %r132;\n"
     "	@%p28 bra 	$L__BB57_8;\n"
@@ -77076,8 +77010,8 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r110, %ctaid.y;\n"
     "	shl.b32 	%r111, %r110, 6;\n"
     "	mov.u32 	%r112, %tid.x;\n"
-    "	shr.s32 	%r113, %r112, 4;\n"
-    "	add.s32 	%r10, %r111, %r113;\n"
+    "	shr.u32 	%r113, %r112, 4;\n"
+    "	add.s32 	%r10, %r113, %r111;\n"
     "	mov.u32 	%r114, %ctaid.x;\n"
     "	and.b32  	%r115, %r112, 15;\n"
     "	bfi.b32 	%r11, %r114, %r115, 6, 26;\n"
@@ -77089,6 +77023,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd89, %rd88, %rd87;\n"
     "	cvt.s64.s32 	%rd90, %r17;\n"
     "	mul.lo.s64 	%rd91, %rd89, %rd90;\n"
+    ,
     "	cvt.s64.s32 	%rd92, %r11;\n"
     "	add.s64 	%rd93, %rd91, %rd92;\n"
     "	cvta.to.global.u64 	%rd94, %rd13;\n"
@@ -77249,7 +77184,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "}\n"
     "	// .globl	k_moe_aux_loss\n"
     ".visible .entry k_moe_aux_loss(\n"
-    ,
     "	.param .u64 k_moe_aux_loss_param_0,\n"
     "	.param .u64 k_moe_aux_loss_param_1,\n"
     "	.param .u64 k_moe_aux_loss_param_2,\n"
@@ -77268,6 +77202,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd19, [k_moe_aux_loss_param_2];\n"
     "	ld.param.u64 	%rd20, [k_moe_aux_loss_param_3];\n"
     "	ld.param.u32 	%r34, [k_moe_aux_loss_param_4];\n"
+    ,
     "	cvta.to.global.u64 	%rd1, %rd22;\n"
     "	cvta.to.global.u64 	%rd2, %rd21;\n"
     "	setp.lt.s32 	%p1, %r34, 1;\n"
@@ -77415,7 +77350,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB58_22:\n"
     "	cvt.s64.s32 	%rd33, %r157;\n"
-    ,
     "	add.s64 	%rd34, %rd12, %rd33;\n"
     "	shl.b64 	%rd35, %rd34, 2;\n"
     "	add.s64 	%rd36, %rd2, %rd35;\n"
@@ -77433,6 +77367,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f89, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f90, %f79, %f89, %f88;\n"
     "	mov.f32 	%f91, 0f32A57060;\n"
+    ,
     "	fma.rn.f32 	%f92, %f79, %f91, %f90;\n"
     "	mov.b32 	%r49, %f86;\n"
     "	shl.b32 	%r50, %r49, 23;\n"
@@ -77545,7 +77480,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f174, %f173, 0fCB40007F;\n"
     "	neg.f32 	%f175, %f174;\n"
     "	mov.f32 	%f176, 0f3FB8AA3B;\n"
-    ,
     "	fma.rn.f32 	%f177, %f166, %f176, %f175;\n"
     "	mov.f32 	%f178, 0f32A57060;\n"
     "	fma.rn.f32 	%f179, %f166, %f178, %f177;\n"
@@ -77570,6 +77504,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r162, %r12;\n"
     "\n"
     "$L__BB58_37:\n"
+    ,
     "	cvt.s64.s32 	%rd47, %r163;\n"
     "	add.s64 	%rd48, %rd12, %rd47;\n"
     "	shl.b64 	%rd49, %rd48, 2;\n"
@@ -77679,7 +77614,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.sat.f32.f32 	%f380, %f379;\n"
     "	mov.f32 	%f381, 0f4B400001;\n"
     "	mov.f32 	%f382, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f383, %f380, %f382, %f381;\n"
     "	add.f32 	%f384, %f383, 0fCB40007F;\n"
     "	neg.f32 	%f385, %f384;\n"
@@ -77697,6 +77631,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd17, %rd1, %rd56;\n"
     "	ld.global.nc.u32 	%r95, [%rd17];\n"
     "	cvt.rn.f32.s32 	%f394, %r95;\n"
+    ,
     "	div.rn.f32 	%f395, %f394, %f466;\n"
     "	fma.rn.f32 	%f482, %f393, %f395, %f482;\n"
     "	@%p35 bra 	$L__BB58_42;\n"
@@ -77809,7 +77744,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f224, %f223, 0fCB40007F;\n"
     "	neg.f32 	%f225, %f224;\n"
     "	fma.rn.f32 	%f226, %f220, %f196, %f225;\n"
-    ,
     "	fma.rn.f32 	%f227, %f220, %f198, %f226;\n"
     "	mov.b32 	%r69, %f223;\n"
     "	shl.b32 	%r70, %r69, 23;\n"
@@ -77826,6 +77760,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f238, %f237, 0fCB40007F;\n"
     "	neg.f32 	%f239, %f238;\n"
     "	fma.rn.f32 	%f240, %f234, %f196, %f239;\n"
+    ,
     "	fma.rn.f32 	%f241, %f234, %f198, %f240;\n"
     "	mov.b32 	%r71, %f237;\n"
     "	shl.b32 	%r72, %r71, 23;\n"
@@ -77947,7 +77882,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r112|%p40, %r110, %r111, %r103, %r105;\n"
     "	mov.b32 	%f442, %r112;\n"
     "	add.f32 	%f443, %f441, %f442;\n"
-    ,
     "	mov.b32 	%r113, %f443;\n"
     "	mov.u32 	%r114, 2;\n"
     "	shfl.sync.bfly.b32 	%r115|%p41, %r113, %r114, %r103, %r105;\n"
@@ -77966,6 +77900,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r121, %r119, 3;\n"
     "	and.b32  	%r122, %r121, 536870908;\n"
     "	mov.u32 	%r123, _ZZ9block_sumfE2sh;\n"
+    ,
     "	add.s32 	%r124, %r123, %r122;\n"
     "	st.shared.f32 	[%r124], %f42;\n"
     "\n"
@@ -78094,7 +78029,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.f32.s32 	%f56, %r50;\n"
     "	add.f32 	%f721, %f55, %f56;\n"
     "	add.s32 	%r154, %r154, 4;\n"
-    ,
     "	add.s32 	%r153, %r153, -4;\n"
     "	setp.ne.s32 	%p4, %r153, 0;\n"
     "	@%p4 bra 	$L__BB59_3;\n"
@@ -78120,6 +78054,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r52, %ctaid.x;\n"
     "	mov.u32 	%r53, %ntid.x;\n"
     "	cvt.u64.u32 	%rd7, %r53;\n"
+    ,
     "	mul.wide.u32 	%rd34, %r52, %r53;\n"
     "	mov.u32 	%r54, %tid.x;\n"
     "	cvt.u64.u32 	%rd35, %r54;\n"
@@ -78252,7 +78187,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f104, %f103, %f102, %f92;\n"
     "	ld.global.nc.f32 	%f105, [%rd47+8];\n"
     "	sub.f32 	%f106, %f105, %f725;\n"
-    ,
     "	fma.rn.f32 	%f107, %f106, %f78, %f77;\n"
     "	cvt.sat.f32.f32 	%f108, %f107;\n"
     "	fma.rm.f32 	%f109, %f108, %f82, %f81;\n"
@@ -78269,6 +78203,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f118, %f117, %f725;\n"
     "	fma.rn.f32 	%f119, %f118, %f78, %f77;\n"
     "	cvt.sat.f32.f32 	%f120, %f119;\n"
+    ,
     "	fma.rm.f32 	%f121, %f120, %f82, %f81;\n"
     "	add.f32 	%f122, %f121, 0fCB40007F;\n"
     "	neg.f32 	%f123, %f122;\n"
@@ -78391,7 +78326,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f317, 0f32A57060;\n"
     "	fma.rn.f32 	%f318, %f305, %f317, %f316;\n"
     "	mov.b32 	%r92, %f312;\n"
-    ,
     "	shl.b32 	%r93, %r92, 23;\n"
     "	mov.b32 	%f319, %r93;\n"
     "	ex2.approx.ftz.f32 	%f320, %f318;\n"
@@ -78408,6 +78342,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f328, %f327, %f307, %f306;\n"
     "	cvt.sat.f32.f32 	%f329, %f328;\n"
     "	fma.rm.f32 	%f330, %f329, %f311, %f310;\n"
+    ,
     "	add.f32 	%f331, %f330, 0fCB40007F;\n"
     "	neg.f32 	%f332, %f331;\n"
     "	fma.rn.f32 	%f333, %f327, %f315, %f332;\n"
@@ -78518,7 +78453,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f409, %r108;\n"
     "	ex2.approx.ftz.f32 	%f410, %f408;\n"
     "	mul.f32 	%f411, %f410, %f409;\n"
-    ,
     "	div.rn.f32 	%f412, %f411, %f729;\n"
     "	ld.global.nc.u32 	%r109, [%rd17+4];\n"
     "	cvt.rn.f32.s32 	%f413, %r109;\n"
@@ -78536,6 +78470,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f422, 0f437C0000;\n"
     "	fma.rm.f32 	%f423, %f420, %f422, %f421;\n"
     "	add.f32 	%f424, %f423, 0fCB40007F;\n"
+    ,
     "	neg.f32 	%f425, %f424;\n"
     "	mov.f32 	%f426, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f427, %f416, %f426, %f425;\n"
@@ -78651,7 +78586,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd55, %r164;\n"
     "	add.s64 	%rd56, %rd12, %rd55;\n"
     "	shl.b64 	%rd57, %rd56, 2;\n"
-    ,
     "	add.s64 	%rd15, %rd3, %rd57;\n"
     "	ld.global.nc.f32 	%f244, [%rd15];\n"
     "	sub.f32 	%f245, %f244, %f725;\n"
@@ -78668,6 +78602,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f256, %f245, %f255, %f254;\n"
     "	mov.f32 	%f257, 0f32A57060;\n"
     "	fma.rn.f32 	%f258, %f245, %f257, %f256;\n"
+    ,
     "	mov.b32 	%r84, %f252;\n"
     "	shl.b32 	%r85, %r84, 23;\n"
     "	mov.b32 	%f259, %r85;\n"
@@ -78786,7 +78721,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f602, %f601, %f600;\n"
     "	div.rn.f32 	%f603, %f602, %f729;\n"
     "	mul.f32 	%f604, %f1, %f603;\n"
-    ,
     "	ld.global.nc.u32 	%r136, [%rd81+4];\n"
     "	cvt.rn.f32.s32 	%f605, %r136;\n"
     "	div.rn.f32 	%f606, %f605, %f721;\n"
@@ -78802,6 +78736,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f615, %f614;\n"
     "	fma.rn.f32 	%f616, %f610, %f578, %f615;\n"
     "	fma.rn.f32 	%f617, %f610, %f580, %f616;\n"
+    ,
     "	mov.b32 	%r137, %f613;\n"
     "	shl.b32 	%r138, %r137, 23;\n"
     "	mov.b32 	%f618, %r138;\n"
@@ -78915,7 +78850,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f696, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f697, %f694, %f696, %f695;\n"
     "	cvt.sat.f32.f32 	%f698, %f697;\n"
-    ,
     "	mov.f32 	%f699, 0f4B400001;\n"
     "	mov.f32 	%f700, 0f437C0000;\n"
     "	fma.rm.f32 	%f701, %f698, %f700, %f699;\n"
@@ -78933,6 +78867,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.rn.f32 	%f711, %f710, %f729;\n"
     "	mul.f32 	%f712, %f1, %f711;\n"
     "	ld.global.nc.u32 	%r151, [%rd21+8];\n"
+    ,
     "	cvt.rn.f32.s32 	%f713, %r151;\n"
     "	div.rn.f32 	%f714, %f713, %f721;\n"
     "	sub.f32 	%f715, %f714, %f736;\n"
@@ -79049,7 +78984,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd75, %rd74, 2;\n"
     "	add.s64 	%rd18, %rd3, %rd75;\n"
     "	ld.global.nc.f32 	%f503, [%rd18];\n"
-    ,
     "	sub.f32 	%f504, %f503, %f725;\n"
     "	mov.f32 	%f505, 0f3F000000;\n"
     "	mov.f32 	%f506, 0f3BBB989D;\n"
@@ -79067,6 +79001,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r123, %f511;\n"
     "	shl.b32 	%r124, %r123, 23;\n"
     "	mov.b32 	%f518, %r124;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f519, %f517;\n"
     "	mul.f32 	%f520, %f519, %f518;\n"
     "	div.rn.f32 	%f521, %f520, %f729;\n"

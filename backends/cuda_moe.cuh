@@ -149,8 +149,6 @@ extern "C" __global__ void k_moe_combine_back_w(const float *__restrict__ ye, co
 extern "C" __global__ void __launch_bounds__(256) k_moe_gemm(const float *__restrict__ A, const float *__restrict__ W, float *__restrict__ Y,
                                                              const int *__restrict__ off, const int *__restrict__ rows, int E, int S, int K,
                                                              int N, int tb) {
-    __shared__ float As[GK][GT + 4];
-    __shared__ float Bs[GK][GT + 4];
     int t = blockIdx.y, e = 0, M = 0;
     for (; e < E; e++) { /* the expert of this row tile (the same for the whole block: the return is uniform) */
         M = off ? rows[e] : S;
@@ -163,104 +161,19 @@ extern "C" __global__ void __launch_bounds__(256) k_moe_gemm(const float *__rest
     const float *Ab = A + o * K;
     const float *Bb = W + (long long)e * K * N;
     float *Cb = Y + o * N;
-    int m0 = t * GT, n0 = blockIdx.x * GT;
-    int lid = threadIdx.x, tx = lid & 15, ty = lid >> 4;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += GK) {
-#pragma unroll
-        for (int l = 0; l < 4; l++) {
-            int q = lid + l * 256, kk = q & 15, mm = q >> 4, nn;
-            int gm = m0 + mm, gk = k0 + kk;
-            As[kk][mm] = (gm < M && gk < K) ? Ab[(long long)gm * K + gk] : 0.0f;
-            if (tb) { kk = q & 15; nn = q >> 4; }
-            else { nn = q & 63; kk = q >> 6; }
-            int gn = n0 + nn;
-            gk = k0 + kk;
-            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long long)gn * K + gk] : Bb[(long long)gk * N + gn]) : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < GK; kk++) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int gm = m0 + ty + 16 * i;
-        if (gm >= M) continue;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int gn = n0 + tx + 16 * j;
-            if (gn < N) Cb[(long long)gm * N + gn] = acc[i][j];
-        }
-    }
+    gemm_tile(Ab, Bb, Cb, M, N, K, 0, tb, t * GT, blockIdx.x * GT);
 }
 
 /* dW_e [K, N] = A_e^T B_e over expert e's rows; blocks: 64 x 64 tiles of dW_e (x columns, y rows), z the expert */
 extern "C" __global__ void __launch_bounds__(256) k_moe_gemm_back_w(const float *__restrict__ A, const float *__restrict__ B,
                                                                     float *__restrict__ dW, const int *__restrict__ off,
                                                                     const int *__restrict__ rows, int S, int K, int N) {
-    __shared__ float As[GK][GT + 4];
-    __shared__ float Bs[GK][GT + 4];
     int e = blockIdx.z, R = off ? rows[e] : S;
     long long o = off ? off[e] : (long long)e * S;
     const float *Ab = A + o * K;
     const float *Bb = B + o * N;
     float *Cb = dW + (long long)e * K * N;
-    int m0 = blockIdx.y * GT, n0 = blockIdx.x * GT;
-    int lid = threadIdx.x, tx = lid & 15, ty = lid >> 4;
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < R; k0 += GK) {
-#pragma unroll
-        for (int l = 0; l < 4; l++) {
-            int q = lid + l * 256, mm = q & 63, kk = q >> 6;
-            int gm = m0 + mm, gk = k0 + kk;
-            As[kk][mm] = (gm < K && gk < R) ? Ab[(long long)gk * K + gm] : 0.0f;
-            int gn = n0 + mm;
-            Bs[kk][mm] = (gn < N && gk < R) ? Bb[(long long)gk * N + gn] : 0.0f;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int kk = 0; kk < GK; kk++) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        int gm = m0 + ty + 16 * i;
-        if (gm >= K) continue;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            int gn = n0 + tx + 16 * j;
-            if (gn < N) Cb[(long long)gm * N + gn] = acc[i][j];
-        }
-    }
+    gemm_tile(Ab, Bb, Cb, K, N, R, 1, 0, blockIdx.y * GT, blockIdx.x * GT); /* (op(A) = A_e^T: ta) */
 }
 
 extern "C" __global__ void k_moe_aux_loss(const float *__restrict__ lg, const int *__restrict__ cnt, float *y, long long N, int E) {

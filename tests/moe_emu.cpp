@@ -75,8 +75,6 @@ static emu_dim emu_thread() { return emu_dim{(unsigned)emu_cur, 0, 0}; }
 #define __syncthreads() emu_yield()
 #define GRID_STRIDE(i, n) \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-#define GT 64
-#define GK 16
 /* cuda_kernels.cu's block_sum: the threads' values summed, the total to every thread */
 static float emu_part[EMU_MAX_THREADS];
 static float block_sum(float v) {
@@ -88,6 +86,7 @@ static float block_sum(float v) {
     return s;
 }
 
+#include "../backends/cuda_gemm_tile.cuh"
 #include "../backends/cuda_moe.cuh"
 
 /* ---- checks --------------------------------------------------------------------------------- */
