@@ -645,16 +645,10 @@ __kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v)
 
 #define GT 64
 #define GK 16
-__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
-k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, int K, int ta, int tb, long sA, long sB,
-       long sC) {
-    BIND(const float, A); BIND(const float, B); BIND(float, Cm);
-    __local float As[GK][GT + 4];
-    __local float Bs[GK][GT + 4];
-    __global const float *Ab = A + (long)get_group_id(2) * sA;
-    __global const float *Bb = B + (long)get_group_id(2) * sB;
-    __global float *Cb = Cm + (long)get_group_id(2) * sC;
-    int m0 = get_group_id(1) * GT, n0 = get_group_id(0) * GT;
+/* One 64x64 tile of C = op(A) op(B), its corner at (m0, n0): op(A)(m,k) = ta ? A[k*M+m] : A[m*K+k], op(B)(k,n)
+ * = tb ? B[n*K+k] : B[k*N+n]; As and Bs the group's local tiles. k_gemm's and the grouped GEMM's block. */
+static void gemm_tile(__global const float *Ab, __global const float *Bb, __global float *Cb, int M, int N, int K, int ta, int tb,
+                      int m0, int n0, __local float (*As)[GT + 4], __local float (*Bs)[GT + 4]) {
     int lid = get_local_id(0), tx = lid & 15, ty = lid >> 4;
     float acc[4][4];
     for (int i = 0; i < 4; i++)
@@ -690,6 +684,16 @@ k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, i
             if (gn < N) Cb[(long)gm * N + gn] = acc[i][j];
         }
     }
+}
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1))) void
+k_gemm(PTR(const float, A), PTR(const float, B), PTR(float, Cm), int M, int N, int K, int ta, int tb, long sA, long sB,
+       long sC) {
+    BIND(const float, A); BIND(const float, B); BIND(float, Cm);
+    __local float As[GK][GT + 4];
+    __local float Bs[GK][GT + 4];
+    gemm_tile(A + (long)get_group_id(2) * sA, B + (long)get_group_id(2) * sB, Cm + (long)get_group_id(2) * sC, M, N, K, ta, tb,
+              get_group_id(1) * GT, get_group_id(0) * GT, As, Bs);
 }
 
 /* ---- fused causal attention ------------------------------------------------------------------- */
@@ -1268,40 +1272,7 @@ k_moe_gemm(PTR(const float, A), PTR(const float, W), PTR(float, Y), PTR(const in
     __global const float *Ab = A + o * K;
     __global const float *Bb = W + (long)e * K * N;
     __global float *Cb = Y + o * N;
-    int m0 = t * GT, n0 = get_group_id(0) * GT;
-    int lid = get_local_id(0), tx = lid & 15, ty = lid >> 4;
-    float acc[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < K; k0 += GK) {
-        for (int l = 0; l < 4; l++) {
-            int q = lid + l * 256, kk = q & 15, mm = q >> 4, nn;
-            int gm = m0 + mm, gk = k0 + kk;
-            As[kk][mm] = (gm < M && gk < K) ? Ab[(long)gm * K + gk] : 0.0f;
-            if (tb) { kk = q & 15; nn = q >> 4; }
-            else { nn = q & 63; kk = q >> 6; }
-            int gn = n0 + nn;
-            gk = k0 + kk;
-            Bs[kk][nn] = (gn < N && gk < K) ? (tb ? Bb[(long)gn * K + gk] : Bb[(long)gk * N + gn]) : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int kk = 0; kk < GK; kk++) {
-            float a[4], b[4];
-            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
-            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    for (int i = 0; i < 4; i++) {
-        int gm = m0 + ty + 16 * i;
-        if (gm >= M) continue;
-        for (int j = 0; j < 4; j++) {
-            int gn = n0 + tx + 16 * j;
-            if (gn < N) Cb[(long)gm * N + gn] = acc[i][j];
-        }
-    }
+    gemm_tile(Ab, Bb, Cb, M, N, K, 0, tb, t * GT, get_group_id(0) * GT, As, Bs);
 }
 
 /* The grouped weight gradient: dW_e [K, N] = A_e^T B_e over expert e's rows (A [R, K], B [R, N]; zero for
@@ -1317,37 +1288,7 @@ k_moe_gemm_back_w(PTR(const float, A), PTR(const float, B), PTR(float, dW), PTR(
     __global const float *Ab = A + o * K;
     __global const float *Bb = B + o * N;
     __global float *Cb = dW + (long)e * K * N;
-    int m0 = get_group_id(1) * GT, n0 = get_group_id(0) * GT;
-    int lid = get_local_id(0), tx = lid & 15, ty = lid >> 4;
-    float acc[4][4];
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
-    for (int k0 = 0; k0 < R; k0 += GK) {
-        for (int l = 0; l < 4; l++) {
-            int q = lid + l * 256, mm = q & 63, kk = q >> 6;
-            int gm = m0 + mm, gk = k0 + kk;
-            As[kk][mm] = (gm < K && gk < R) ? Ab[(long)gk * K + gm] : 0.0f;
-            int gn = n0 + mm;
-            Bs[kk][mm] = (gn < N && gk < R) ? Bb[(long)gk * N + gn] : 0.0f;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        for (int kk = 0; kk < GK; kk++) {
-            float a[4], b[4];
-            for (int i = 0; i < 4; i++) a[i] = As[kk][ty + 16 * i];
-            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx + 16 * j];
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) acc[i][j] += a[i] * b[j];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    for (int i = 0; i < 4; i++) {
-        int gm = m0 + ty + 16 * i;
-        if (gm >= K) continue;
-        for (int j = 0; j < 4; j++) {
-            int gn = n0 + tx + 16 * j;
-            if (gn < N) Cb[(long)gm * N + gn] = acc[i][j];
-        }
-    }
+    gemm_tile(Ab, Bb, Cb, K, N, R, 1, 0, get_group_id(1) * GT, get_group_id(0) * GT, As, Bs); /* (op(A) = A_e^T: ta) */
 }
 
 /* The balance loss E / N sum_n sum_e p[n, e] f_e, f = counts / their sum: one group. */
