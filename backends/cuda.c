@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "cuda_kernels_ptx.h"
-#include "gpu_dispatch.h"
+#include "gpu_moe.h" /* (and gpu_dispatch.h) */
 
 /* The few driver API types and constants used (cuda.h is not needed to build). */
 typedef int pcu_result;
@@ -974,7 +974,7 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
 static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
     pgd_ctx g;
     pdde_status st = pcu_dispatcher(dev, stream, &g);
-    return st ? st : pgd_compute(&g, node);
+    return st ? st : pgd_compute_any(&g, node);
 }
 
 static pdde_status pcu_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {

@@ -976,10 +976,7 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
     *bc1 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA1), (float)t), *bc2 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA2), (float)t);
 }
 
-#include "gpu_moe.h"
-
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
-    if (pgd_is_moe(node->op)) return pgd_moe(g, node); /* (where the backend offers them: its supports_op) */
     if (!pgd_supports_op(node))
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
                           pdde_op_name(node->op), node->name, pdde_dtype_name(node->dtype));

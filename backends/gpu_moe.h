@@ -1,4 +1,4 @@
-/* backends/gpu_moe.h — the Mixture-of-Experts ops on the device backends (included by gpu_dispatch.h):
+/* backends/gpu_moe.h — the Mixture-of-Experts ops on the device backends, above gpu_dispatch.h:
  * which nodes the device kernels take and their launches. The kernels (k_moe_*, a "Mixture-of-Experts"
  * section of gpu_kernels.cl and cuda_kernels.cu) mirror backends/cpu_moe.c, the reference.
  *
@@ -8,6 +8,7 @@
  * range, which the CPU reports as an error, routes its choice nowhere on the device. */
 #ifndef PDDE_GPU_MOE_H
 #define PDDE_GPU_MOE_H
+#include "gpu_dispatch.h"
 
 static int pgd_is_moe(pdde_op op) { return op >= PDDE_OP_MOE_TOPK && op <= PDDE_OP_MOE_AUX_LOSS_BACK; }
 
@@ -135,6 +136,12 @@ static int pgd_moe(const pgd_ctx *g, pdde_tensor *node) {
     }
     default: return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s (%s) is not a MoE op", g->name, pdde_op_name(node->op), node->name);
     }
+}
+
+/* A node on the device: the MoE ops here (where the backend offers them: its supports_op), the others
+ * gpu_dispatch.h's */
+static int pgd_compute_any(const pgd_ctx *g, pdde_tensor *node) {
+    return pgd_is_moe(node->op) ? pgd_moe(g, node) : pgd_compute(g, node);
 }
 
 #endif /* PDDE_GPU_MOE_H */

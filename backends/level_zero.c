@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_dispatch.h"
+#include "gpu_moe.h" /* (and gpu_dispatch.h) */
 #include "gpu_kernels_spv.h"
 
 /* The Level Zero types used, declared from the specification (ze_api.h is not needed to build). */
@@ -791,7 +791,7 @@ static pgd_ctx pze_dispatcher(pze_dev *d, void *stream) {
 
 static pdde_status pze_compute(void *dev, void *stream, pdde_tensor *node) {
     pgd_ctx g = pze_dispatcher(dev, stream);
-    return pgd_compute(&g, node);
+    return pgd_compute_any(&g, node);
 }
 
 static pdde_status pze_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {

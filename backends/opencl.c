@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_dispatch.h"
+#include "gpu_moe.h" /* (and gpu_dispatch.h) */
 #include "gpu_kernels_cl.h"
 #ifdef PDDE_HAVE_CLBLAST
 #include <clblast_c.h>
@@ -689,7 +689,7 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
 static pdde_status pdde_ocl_compute(void *dev, void *stream, pdde_tensor *node) {
     pgd_ctx g;
     pdde_status st = pdde_ocl_dispatcher(dev, stream, &g);
-    return st ? st : pgd_compute(&g, node);
+    return st ? st : pgd_compute_any(&g, node);
 }
 
 static pdde_status pdde_ocl_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
