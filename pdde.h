@@ -914,7 +914,8 @@ pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtyp
 pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t,
                              pdde_reduce_op op, int root);
 /* Block r of sendbuf (count elements) goes to rank r; block r of recvbuf comes from rank r. In place
- * (sendbuf == recvbuf, alltoallv: the same counts and displacements) only where all ranks share a host. */
+ * (sendbuf == recvbuf, alltoallv: the same counts and displacements) only where all ranks share a host
+ * (elsewhere PDDE_ERR_INVALID_ARG). */
 pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t);
 /* Counts and displacements in elements, one per rank. */
 pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts,

@@ -356,6 +356,8 @@ pdde_status pdde_comm_ialltoallv(pdde_comm *c, const void *sendbuf, const size_t
     /* one host: through the shared segment (every rank takes this path whatever its counts) */
     if (comm_shm_takes(c, 1, 1, t, PDDE_REDUCE_SUM))
         return comm_shm_istart(c, comm_shm_alltoallv_op(sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, t), req);
+    /* (the pairwise exchange would write blocks before they are sent) */
+    COMM_NEED(n == 1 || sendbuf != recvbuf, "in place (sendbuf == recvbuf) only where all ranks share a host");
     size_t esz = pdde_dtype_size(t);
     const char *in = sendbuf;
     char *out = recvbuf;
