@@ -62,6 +62,7 @@ struct pdde_session {
     int stream_copies;          /* bucket copies the last run put on copy streams (pdde_session_stream_copies) */
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
+    char *moe_exchange; /* the expert exchange's send and receive rows (its largest node's worst case) */
     session_device *comm_staging_dev;
     /* micro-batches and pipeline stages (from the program) */
     int n_micro, n_stages, n_chunks, n_live;
@@ -668,7 +669,9 @@ static pdde_status run_alltoall_moe(pdde_session *s, pdde_comm *c, int n, const 
         for (int64_t j = 0; j < El; j++) sc[q] += (size_t)(to_experts ? cnt[q * El + j] : rc[q * El + j]), rn[q] += (size_t)(to_experts ? rc[q * El + j] : cnt[q * El + j]);
         sd[q] = ns, rd[q] = nr, ns += sc[q], nr += rn[q];
     }
-    if (!st && !((sbuf = malloc(ns * row + 1)) && (rbuf = malloc(nr * row + 1)))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+    if (!st && (ns * row > pdde_tensor_nbytes(x) || nr * row > pdde_tensor_nbytes(t) || !s->moe_exchange))
+        st = pdde_error(s->ctx, PDDE_ERR_STATE, "%s: %zu rows out and %zu in exceed the exchange's buffers", t->name, ns, nr);
+    if (!st) sbuf = s->moe_exchange, rbuf = s->moe_exchange + pdde_tensor_nbytes(x);
     int me = pdde_comm_rank(c);
     for (int q = 0; q < n && !st; q++) {
         char *p = sbuf + sd[q] * row;
@@ -689,7 +692,7 @@ static pdde_status run_alltoall_moe(pdde_session *s, pdde_comm *c, int n, const 
             memcpy(out + (size_t)(to_experts ? j * n * S + q * S : (q * El + j) * S) * row, p, k * row), p += k * row;
         }
     }
-    free(cnt), free(a), free(sbuf), free(rbuf);
+    free(cnt), free(a);
     return st;
 }
 
@@ -991,6 +994,18 @@ static pdde_status session_allocate(pdde_session *s) {
             s->mem.transfer_bytes += pdde_tensor_nbytes(t) * (size_t)s->n_live + 1;
         }
     }
+    /* the expert exchange (an alltoall with the expert ids): its rows sent and received, at most the
+     * padded buffers it reads and writes, whatever the routing (planner/memplan.c counts the same) */
+    size_t exchange = 0;
+    for (int i = 0; i < s->n_order; i++) {
+        pdde_tensor *t = s->order[i];
+        size_t b = t->op == PDDE_OP_ALLTOALL && t->nsrc > 1 ? pdde_tensor_nbytes(t->src[0]) + pdde_tensor_nbytes(t) + 1 : 0;
+        if (b > exchange) exchange = b;
+    }
+    if (exchange && st == PDDE_OK) {
+        if (!(s->moe_exchange = malloc(exchange))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (the expert exchange, %zu bytes)", exchange);
+        else s->mem.transfer_bytes += exchange;
+    }
 #ifdef PDDE_HAVE_COMM
     /* gradient buckets of device tensors: host buffers of their own, page-locked where the members'
      * backend can give them (its copies then go by DMA), else malloc'ed */
@@ -1187,6 +1202,7 @@ void pdde_session_free(pdde_session *s) {
     free(s->input_base);
     for (int i = 0; i < s->n_sends; i++) free(s->sends[i].copy), free(s->sends[i].requests);
     free(s->sends);
+    free(s->moe_exchange);
     free(s->send_of);
     free(s->update_group);
     free(s->requests), free(s->bucket_done);

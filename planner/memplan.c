@@ -121,6 +121,7 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
     }
     /* walk the schedule: allocate roots when made, release them after their last reader */
     pdde_memory_stats *s = &m->stats;
+    size_t exchange = 0; /* the expert exchange's buffer */
     size_t live = 0; /* activation bytes alive (activation_peak_bytes: their most, fragmentation aside) */
     for (int i = 0; i < end && !st; i++) {
         pdde_tensor *t = P->order[i];
@@ -157,7 +158,11 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
         /* host copies of what leaves this rank or crosses devices (not in the buffers above) */
         if (t->op == PDDE_OP_SEND) s->transfer_bytes += bytes * (size_t)P->n_live + 1;
         if (t->op == PDDE_OP_COPY && !registry_device_is_host(ctx->registry, t->device)) s->transfer_bytes += bytes + 1;
+        /* the expert exchange's rows out and in: one buffer for the largest (core/session.c) */
+        if (t->op == PDDE_OP_ALLTOALL && t->nsrc > 1 && pdde_tensor_nbytes(t->src[0]) + bytes + 1 > exchange)
+            exchange = pdde_tensor_nbytes(t->src[0]) + bytes + 1;
     }
+    s->transfer_bytes += exchange;
     /* the buffers the session allocates: n_live arenas and a persistent buffer per device (at least
      * one alignment unit each) */
     for (int d = 0; d < m->n_devs && !st; d++) {

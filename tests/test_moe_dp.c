@@ -34,7 +34,7 @@ static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
 typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -102,6 +102,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         if (pdde_session_memory(s, &ms) || pdde_predict_memory(g, &psp, pdde_comm_size(comm), pdde_comm_rank(comm), &pm))
             FAIL_WITH("memory: %s", pdde_last_error(ctx));
         out->allocated = (int64_t)ms.allocated_bytes, out->predicted = (int64_t)pm.allocated_bytes;
+        out->transfer = (int64_t)ms.transfer_bytes, out->predicted_transfer = (int64_t)pm.transfer_bytes;
     }
     char path[256];
     snprintf(path, sizeof path, "%s.%s.ckpt", tmp_prefix, comm ? mc->name : "ref");
@@ -166,6 +167,10 @@ int main(int argc, char **argv) {
             CHECK(res[r].ok, "%s rank %d failed: %s", mc->name, r, res[r].error);
             CHECK(res[r].allocated == res[r].predicted && res[r].allocated > 0, "%s rank %d: %lld bytes allocated, lowering predicts %lld", mc->name, r,
                   (long long)res[r].allocated, (long long)res[r].predicted);
+            /* (host buffers too: the expert exchange's, whatever the routing, where it has one) */
+            CHECK(res[r].transfer == res[r].predicted_transfer && (res[r].alltoalls == 0 || res[r].transfer > 0),
+                  "%s rank %d: %lld host transfer bytes, lowering predicts %lld", mc->name, r, (long long)res[r].transfer,
+                  (long long)res[r].predicted_transfer);
         }
         train(ctx, NULL, mc, &ref);
         CHECK(ref.ok, "%s reference: %s", mc->name, ref.error);
