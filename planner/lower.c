@@ -794,6 +794,28 @@ static pdde_status lower_shadows(lowering *L) {
     return PDDE_OK;
 }
 
+/* A graph fusion's switch: on where its environment variable is "1" (they are off by default until a
+ * device has measured them) */
+static bool lower_switch_on(const char *name) {
+    const char *env = getenv(name);
+    return env && !strcmp(env, "1");
+}
+
+/* For the fusions: how many nodes of the order read each tensor (readers, by id) and, where at is not
+ * NULL, each node's place in the order (INT32_MAX for those not in it). NULL on no memory (both freed). */
+static int *lower_readers(const pdde_program *P, int **at) {
+    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
+    if (at && (*at = malloc(((size_t)P->n + 1) * sizeof **at)) == NULL) { free(readers); return NULL; }
+    if (!readers) { if (at) free(*at); return NULL; }
+    for (int i = 0; at && i <= P->n; i++) (*at)[i] = INT32_MAX;
+    for (int i = 0; i < P->n_order; i++) {
+        if (at) (*at)[P->order[i]->id] = i;
+        for (int k = 0; k < P->order[i]->nsrc; k++)
+            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+    }
+    return readers;
+}
+
 /* ------------------------------------------------------------------------------------------------
  * A linear layer's epilogue folded into its matmul (PDDE_FUSE_EPILOGUE=1; off by default). Where an add's
  * first input is a matmul that nothing else reads and its second a 1-D f32 bias of the matmul's last dim,
@@ -805,22 +827,11 @@ static pdde_status lower_shadows(lowering *L) {
  * their values. With the switch on, lower_fold_casts also folds a cast into a matmul that it is the only
  * reader of, so a linear layer whose output goes to bf16 (the packed q, k, v) writes bf16 from its GEMM.
  * Only where the matmul's device runs the fused node (supports_op). */
-static bool fuse_epilogue_on(void) {
-    const char *env = getenv("PDDE_FUSE_EPILOGUE");
-    return env && !strcmp(env, "1");
-}
-
 static pdde_status lower_fuse_epilogue(lowering *L) {
     pdde_program *P = L->P;
-    if (!fuse_epilogue_on()) return PDDE_OK;
-    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *at = malloc(((size_t)P->n + 1) * sizeof *at);
-    if (!readers || !at) { free(readers), free(at); return lower_oom(L); }
-    for (int i = 0; i <= P->n; i++) at[i] = INT32_MAX;
-    for (int i = 0; i < P->n_order; i++) {
-        at[P->order[i]->id] = i;
-        for (int k = 0; k < P->order[i]->nsrc; k++)
-            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
-    }
+    if (!lower_switch_on("PDDE_FUSE_EPILOGUE")) return PDDE_OK;
+    int *at, *readers = lower_readers(P, &at);
+    if (!readers) return lower_oom(L);
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *s = P->order[i], *m = s->nsrc == 2 ? s->src[0] : NULL, *b = s->nsrc == 2 ? s->src[1] : NULL;
@@ -877,20 +888,12 @@ static pdde_status lower_fuse_epilogue(lowering *L) {
  * backend runs as one GEMM with beta 1 (cublasLt) and otherwise as the product and the add it replaces
  * (the same bits), and the matmul leaves the order: one kernel and one gradient-sized tensor fewer a
  * weight. Only where the accumulation's device runs the fused node (supports_op). */
-static bool fuse_grad_on(void) {
-    const char *env = getenv("PDDE_FUSE_GRAD");
-    return env && !strcmp(env, "1");
-}
-
 static pdde_status lower_fuse_grad(lowering *L) {
     pdde_program *P = L->P;
-    if (!fuse_grad_on()) return PDDE_OK;
-    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
+    if (!lower_switch_on("PDDE_FUSE_GRAD")) return PDDE_OK;
+    int *readers = lower_readers(P, NULL);
     uint8_t *gone = calloc((size_t)P->n + 1, 1);
     if (!readers || !gone) { free(readers), free(gone); return lower_oom(L); }
-    for (int i = 0; i < P->n_order; i++)
-        for (int k = 0; k < P->order[i]->nsrc; k++)
-            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *u = P->order[i], *m = u->nsrc == 2 ? u->src[1] : NULL;
@@ -927,22 +930,11 @@ static pdde_status lower_fuse_grad(lowering *L) {
  * gradient. Where that add's inputs are a layernorm backward that nothing else reads and a gradient
  * computed before it, the layernorm backward takes the other gradient as a fourth source and adds it to
  * dx on the store (the same bits), and the add becomes a view of it. */
-static bool fuse_add_ln_on(void) {
-    const char *env = getenv("PDDE_FUSE_ADD_LN");
-    return env && !strcmp(env, "1");
-}
-
 static pdde_status lower_fuse_add_ln(lowering *L) {
     pdde_program *P = L->P;
-    if (!fuse_add_ln_on()) return PDDE_OK;
-    int *readers = calloc((size_t)P->n + 1, sizeof *readers), *at = malloc(((size_t)P->n + 1) * sizeof *at);
-    if (!readers || !at) { free(readers), free(at); return lower_oom(L); }
-    for (int i = 0; i <= P->n; i++) at[i] = INT32_MAX;
-    for (int i = 0; i < P->n_order; i++) {
-        at[P->order[i]->id] = i;
-        for (int k = 0; k < P->order[i]->nsrc; k++)
-            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
-    }
+    if (!lower_switch_on("PDDE_FUSE_ADD_LN")) return PDDE_OK;
+    int *at, *readers = lower_readers(P, &at);
+    if (!readers) return lower_oom(L);
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *s = P->order[i];
@@ -971,14 +963,9 @@ static pdde_status lower_fuse_add_ln(lowering *L) {
  * are cross-entropies (forward and backward, their logits) writes its operands' dtype: the GEMM rounds
  * each logit once and the loss kernels read half the bytes, as torch.autocast's logits are. Unlike the
  * folds above this changes numbers (the loss of rounded logits: about 2^-9 relative per logit). */
-static bool bf16_logits_on(void) {
-    const char *env = getenv("PDDE_BF16_LOGITS");
-    return env && !strcmp(env, "1");
-}
-
 static pdde_status lower_lowp_logits(lowering *L) {
     pdde_program *P = L->P;
-    if (!bf16_logits_on()) return PDDE_OK;
+    if (!lower_switch_on("PDDE_BF16_LOGITS")) return PDDE_OK;
     int *readers = calloc((size_t)P->n + 1, sizeof *readers), *ce = calloc((size_t)P->n + 1, sizeof *ce);
     if (!readers || !ce) { free(readers), free(ce); return lower_oom(L); }
     for (int i = 0; i < P->n_order; i++)
@@ -1020,11 +1007,8 @@ static pdde_status lower_lowp_logits(lowering *L) {
  * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
 static pdde_status lower_fold_casts(lowering *L) {
     pdde_program *P = L->P;
-    int *readers = calloc((size_t)P->n + 1, sizeof *readers);
+    int *readers = lower_readers(P, NULL);
     if (!readers) return lower_oom(L);
-    for (int i = 0; i < P->n_order; i++)
-        for (int k = 0; k < P->order[i]->nsrc; k++)
-            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
@@ -1033,7 +1017,7 @@ static pdde_status lower_fold_casts(lowering *L) {
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
             y = y->src[0];
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
-        bool matmul = y->op == PDDE_OP_MATMUL && fuse_epilogue_on(); /* (lower_fuse_epilogue) */
+        bool matmul = y->op == PDDE_OP_MATMUL && lower_switch_on("PDDE_FUSE_EPILOGUE"); /* (lower_fuse_epilogue) */
         if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
             y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
