@@ -1,17 +1,21 @@
 /* job_util.h — job control for the tests and benchmarks that start `pdde-run` jobs (test_elastic,
  * test_etcd, bench_elastic): start a job with its output captured, poll the output, find the ranks it
- * started, kill everything, run it to its end within a limit; read gpt's --metrics file. Header-only
+ * started, kill everything, run it to its end within a limit; read gpt's --metrics file; a free port; a
+ * gpt job test's setup (job_gpt_setup). Header-only
  * (static inline functions): include it once per program, after <stdio.h>. */
 #ifndef PDDE_JOB_UTIL_H
 #define PDDE_JOB_UTIL_H
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -191,6 +195,17 @@ static inline int job_wait_step(job *j, const char *metrics, int step, double li
         if (job_poll(j, 2) || job_now() - t0 > limit_s) return -1;
     }
     return 0;
+}
+
+/* A free TCP port on 127.0.0.1 (bound and released: another process may take it in between); 0 if none. */
+static inline int job_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t sl = sizeof sa;
+    int port = 0;
+    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
+    if (fd >= 0) close(fd);
+    return port;
 }
 
 /* What a test of gpt jobs needs before it starts one: pdde-run and gpt beside the test (run, gpt: cap

@@ -388,23 +388,12 @@ static void test_two_failures(unsigned seed) {
     free(one.out), free(base.out);
 }
 
-/* A free TCP port on 127.0.0.1 (bound and released: another process may take it in between). */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    int port = 0;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* Grow: a job of 2 ranks (--max 4), then 2 more with pdde-run --join: the members take them in at a
  * step boundary and hand them the state; the losses continue as a run of 4 ranks throughout. */
 static void test_grow(void) {
     char m[300], rdzv[128];
     snprintf(m, sizeof m, "%s/grow.jsonl", g_tmp);
-    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/grow", free_port());
+    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/grow", job_free_port());
     /* (job_start passes -n 4 --min 2: the last of each wins) */
     const char *two[] = {"-n", "2", "--max", "4", "--min", "1", "--rdzv", rdzv, NULL};
     char m_base2[300];

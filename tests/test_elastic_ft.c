@@ -85,16 +85,6 @@ static void compare(const char *what, const char *got_path, const char *want_pat
     printf("%s: the losses of steps 1..%d equal %s's within %.3g (relative; tolerance %.3g)\n", what, to, want_path, worst, tol);
 }
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    int port = 0;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* One rank of 3 killed at a random step and restarted (pdde-run --restart 1), gpt with `gpt` arguments;
  * the reference makes the same changes at the same steps and must give the same losses (1e-6). With
  * same_math (plain data parallelism: the ranks there are change only the reductions' rounding), the
@@ -156,7 +146,7 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
 
     /* the reference: the replica leaves at lost_at, a process joining with pdde-run --join is taken in at join_at */
     char rdzv[128], leave[80], admit[80];
-    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/ref%d", free_port(), k);
+    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/ref%d", job_free_port(), k);
     snprintf(leave, sizeof leave, "PDDE_ELASTIC_LEAVE=%d@%d", victim, lost_at);
     snprintf(admit, sizeof admit, "PDDE_TEST_ELASTIC_ADMIT=%d", join_at);
     const char *ref_run[] = {"-n", "3", "--elastic", "--min", "2", "--peer-timeout", "1.5", "--grace", "1", "--rdzv", rdzv, NULL};

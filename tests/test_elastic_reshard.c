@@ -139,16 +139,6 @@ static void test_case(const reshard_case *c, int k, unsigned seed) {
     free(j.out), free(ref.out), free(base.out);
 }
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    int port = 0;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* Growing a pipeline-parallel job: 4 ranks under --pp 2 (dp 2), ranks 2 and 3 leave at step 30 (the 2
  * left keep pp 2: their snapshots hold one stage each), then 2 ranks started with pdde-run --join are
  * taken in from step 100 on (PDDE_TEST_ELASTIC_ADMIT): they get the state from the members' stage
@@ -159,7 +149,7 @@ static void test_grow_pipeline(void) {
     snprintf(m, sizeof m, "%s/grow.jsonl", g_tmp);
     snprintf(m_base, sizeof m_base, "%s/grow_base.jsonl", g_tmp);
     snprintf(m_join, sizeof m_join, "%s/grow_joiners.jsonl", g_tmp);
-    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/grow", free_port());
+    snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/grow", job_free_port());
     static char steps[16];
     snprintf(steps, sizeof steps, "%d", STEPS);
     char *gpt_args[] = {g_gpt, "--layers", "2", "--width", "48", "--heads", "2", "--ctx", "16", "--batch", "12", "--steps", steps,

@@ -39,16 +39,6 @@ static char g_tmp[256], g_url[128], g_dir[512];
 static int g_client_port, g_peer_port;
 static pid_t g_etcd = -1;
 
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t sl = sizeof sa;
-    int port = 0;
-    if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof sa) && !getsockname(fd, (struct sockaddr *)&sa, &sl)) port = ntohs(sa.sin_port);
-    if (fd >= 0) close(fd);
-    return port;
-}
-
 /* Starts etcd (the same ports and data folder each time: a restart keeps the data). 0 when it answers. */
 static int etcd_start(void) {
     char client[64], peer[64], data[300], cluster[128], log[300];
@@ -208,7 +198,7 @@ static void test_notices(pdde_context *ctx) {
     pdde_store *s = NULL;
     double t0 = test_now();
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d", free_port());
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", job_free_port());
     pdde_status st = pdde_store_etcd_connect(ctx, url, 1, &s);
     CHECK(st != PDDE_OK && !s && test_now() - t0 < 5 && strstr(pdde_last_error(ctx), "etcd"), "nothing listening: %s after %.1f s: %s",
           pdde_status_str(st), test_now() - t0, pdde_last_error(ctx));
@@ -298,7 +288,7 @@ static void test_forming(const char *rdzv_kind) {
     char rdzv[160], m[300];
     snprintf(m, sizeof m, "%s/forming.jsonl", g_tmp);
     if (!strcmp(rdzv_kind, "etcd")) snprintf(rdzv, sizeof rdzv, "etcd://127.0.0.1:%d/forming", g_client_port);
-    else snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/forming", free_port());
+    else snprintf(rdzv, sizeof rdzv, "tcp://127.0.0.1:%d/forming", job_free_port());
     const char *env[] = {"PDDE_BACKENDS=cpu", "PDDE_ELASTIC_TIMEOUT=60", "PDDE_TEST_ELASTIC_HOLD=3", NULL};
     job j = job_start_env(rdzv, m, 300, env);
     int held = 0;
@@ -348,7 +338,7 @@ int main(int argc, char **argv) {
     }
     snprintf(g_tmp, sizeof g_tmp, "/tmp/pdde-etcd.XXXXXX");
     if (!mkdtemp(g_tmp)) { perror("mkdtemp"); return 1; }
-    g_client_port = free_port(), g_peer_port = free_port();
+    g_client_port = job_free_port(), g_peer_port = job_free_port();
     snprintf(g_url, sizeof g_url, "http://127.0.0.1:%d", g_client_port);
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
