@@ -13,8 +13,8 @@
  * ZeRO-1's reduce-scatter and gather buckets and ZeRO-2's gathers through its reduce_scatter and
  * allgather, in the host buckets' rank-major layout on the device. A rank killed inside the device
  * path's reduce-scatter (a real SIGKILL, mid-bucket) fails the other's step within the peer timeout.
- * PDDE_TEST_DEVICE=cuda runs it all on a CUDA device (with PDDE_COPY_STREAM=1: the host buckets'
- * copies on its second stream, as OpenCL's are by default). */
+ * PDDE_TEST_DEVICE=cuda runs it all on a CUDA device, with PDDE_COPY_STREAM=1 (the host buckets'
+ * copies on its second stream, as OpenCL's are by default) where a config does not set it to 0. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "pdde_extension.h"
@@ -163,6 +163,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     sp.gradient_bucket_bytes = c->bucket_bytes;
     if (c->device_path) sp.device_collectives = &relay_collectives;
     if (c->one_stream) setenv("PDDE_COPY_STREAM", "0", 1); /* (a rank is a process of its own) */
+    else if (strcmp(g_family, "opencl")) setenv("PDDE_COPY_STREAM", "1", 1); /* (OpenCL's default; off by default elsewhere) */
     g_relayed = g_n_streams = g_die = 0;
     memset(g_calls, 0, sizeof g_calls);
     float xs[B * IN];
