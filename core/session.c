@@ -423,7 +423,17 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_device_col
         }
         pdde_status st = sd->iface->buffer_alloc(sd->dev, pdde_tensor_nbytes(b), &s->dcoll_buf[b->id]);
         if (st) return st;
-        s->mem.transfer_bytes += pdde_tensor_nbytes(b);
+        s->mem.allocated_bytes += pdde_tensor_nbytes(b);
+        /* (its host buffer, pinned where it can be, is no longer needed) */
+        for (int k = 0; k < s->n_own_buffers; k++) {
+            struct session_own_buffer *ob = &s->own_buffers[k];
+            if (ob->p != b->data) continue;
+            if (ob->pinned) ob->sd->iface->host_free(ob->sd->dev, ob->p);
+            else free(ob->p);
+            ob->p = b->data = NULL, ob->pinned = false;
+            s->mem.transfer_bytes -= pdde_tensor_nbytes(b) + 1;
+            break;
+        }
         /* a stream of its own where the backend has streams and events (else the device's: in order) */
         struct session_dstream *ds = &s->dcoll_ds[b->id];
         if (IFACE_HAS(sd->iface, event_create) && IFACE_HAS(sd->iface, event_record) && IFACE_HAS(sd->iface, stream_wait_event) &&

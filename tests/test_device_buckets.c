@@ -50,6 +50,7 @@ typedef struct {
     int failed_step, status;   /* (kill) the step that failed on rank 0, its status, seconds into it */
     double failed_after;
     int64_t host_syncs;        /* the host's waits for the device over the steps */
+    size_t transfer_bytes;     /* pdde_session_memory's: host buffers for transfers (the buckets') */
     char error[200];
 } result;
 
@@ -199,6 +200,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     memcpy(out->calls, g_calls, sizeof g_calls);
     out->relayed = g_relayed, out->streams = g_n_streams, out->stream_copies = pdde_session_stream_copies(s);
     out->host_syncs = pdde_session_host_syncs(s);
+    pdde_memory_stats ms;
+    out->transfer_bytes = pdde_session_memory(s, &ms) == PDDE_OK ? ms.transfer_bytes : (size_t)-1;
     out->param_hash = 1469598103934665603ull;
     for (int k = 0; k < 6; k++) {
         size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
@@ -229,6 +232,7 @@ static void run(const char *addr, const config *c, result *out) {
     printf("%-18s losses %.6f -> %.6f, %d data-parallel collectives a step, %d started in backward, %d copies on a copy stream, "
            "%lld host waits, parameters %016llx", c->name, out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early,
            out->stream_copies, (long long)out->host_syncs, (unsigned long long)out->param_hash);
+    printf(", %zu bytes of host transfer buffers", out->transfer_bytes);
     if (c->device_path)
         printf("; device path: %d allreduces, %d reduce-scatters, %d gathers (buckets a step %d, %d, %d)", out->calls[0], out->calls[1], out->calls[2],
                out->buckets[0], out->buckets[1], out->buckets[2]);
@@ -347,6 +351,15 @@ int main(void) {
     CHECK(res[14].buckets[0] == 1 && res[14].buckets[1] == 1 && res[14].buckets[2] == 1 && res[15].buckets[1] == 5,
           "ZeRO-1's buckets a step: %d, %d, %d in one of each kind; %d reduce-scatters in 512 B buckets, want 1, 1, 1; 5", res[14].buckets[0],
           res[14].buckets[1], res[14].buckets[2], res[15].buckets[1]);
+    /* the device path holds no host buckets (their pinned buffers freed once a bucket has its device
+     * buffer); the staged buckets hold at least every gradient's bytes (ZeRO-1: 2 ranks' blocks and the
+     * shard, the gradients again, the shard and 2 blocks: 4 times) */
+    size_t grads = sizeof(float) * (IN * HID + HID * HID + HID * OUT + HID + HID + OUT);
+    CHECK(res[2].transfer_bytes >= grads && res[6].transfer_bytes >= 4 * grads && res[8].transfer_bytes == 0 && res[9].transfer_bytes == 0 &&
+          res[14].transfer_bytes == 0 && res[15].transfer_bytes == 0 && res[17].transfer_bytes == 0, "host transfer buffers: staged %zu (ZeRO-1 %zu), "
+          "want at least %zu (%zu); through the device path %zu, %zu, ZeRO-1 %zu, %zu, ZeRO-2 %zu, want none", res[2].transfer_bytes,
+          res[6].transfer_bytes, grads, 4 * grads, res[8].transfer_bytes, res[9].transfer_bytes, res[14].transfer_bytes, res[15].transfer_bytes,
+          res[17].transfer_bytes);
     /* a rank lost inside the device path's collective: the other's step fails, naming the bucket, within the peer timeout */
     const result *lost = &res[18];
     CHECK(!lost->ok && lost->failed_step == KILL_STEP && lost->status == PDDE_ERR_PEER_LOST && lost->failed_after <= 2.0 + 1.0 &&
