@@ -155,21 +155,6 @@ static int nccl_load(nccl_api *a, char *msg, size_t cap) {
     return 0;
 }
 
-int pdde_device_ids_shared(const void *ids, int n, size_t id_size, int *first, int *second) {
-    const unsigned char *b = ids;
-    for (int i = 0; b && id_size && i < n; i++) {
-        int known = 0;
-        for (size_t k = 0; k < id_size; k++) known |= b[(size_t)i * id_size + k];
-        for (int j = i + 1; known && j < n; j++)
-            if (!memcmp(b + (size_t)i * id_size, b + (size_t)j * id_size, id_size)) {
-                if (first) *first = i;
-                if (second) *second = j;
-                return 1;
-            }
-    }
-    return 0;
-}
-
 /* The UUID of CUDA device ordinal (16 bytes; zeros where the driver does not say) and its PCI bus id
  * (for the message): from libcuda, which the CUDA backend has loaded (NCCL needs it too). */
 static void nccl_device_uuid(int ordinal, unsigned char uuid[16], char *bus, size_t cap) {
