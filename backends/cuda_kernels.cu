@@ -284,14 +284,19 @@ extern "C" __global__ void k_reduce_block(const float *__restrict__ x, float *__
 
 /* x viewed as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows r of chunk c = blockIdx.y (rpc rows a
  * chunk; one chunk = the whole column sum). Blocks of 32 columns x blockDim.y row lanes (bias gradients). */
-extern "C" __global__ void k_colsum(const float *__restrict__ x, float *__restrict__ y, long long R, long long Cn,
-                                    float scale, long long rpc) {
+extern "C" __global__ void k_colsum(const void *__restrict__ xv, float *__restrict__ y, long long R, long long Cn,
+                                    float scale, long long rpc, int xdt) {
+    /* x of dtype xdt (0 f32, else DT_BF16 / DT_F16: the bf16 bias gradients of PDDE_BF16_GRADS) */
     __shared__ float sh[32][33];
     long long j = (long long)blockIdx.x * 32 + threadIdx.x;
     long long r0 = (long long)blockIdx.y * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
     float acc = 0.0f;
     if (j < Cn)
-        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc += x[r * Cn + j];
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            long long i = r * Cn + j;
+            acc += xdt == 2 ? ld_bf16::get((const unsigned short *)xv, i)
+                 : xdt == 1 ? ld_f16::get((const unsigned short *)xv, i) : ((const float *)xv)[i];
+        }
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && j < Cn) {

@@ -4701,196 +4701,308 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_colsum_param_2,\n"
     "	.param .u64 k_colsum_param_3,\n"
     "	.param .f32 k_colsum_param_4,\n"
-    "	.param .u64 k_colsum_param_5\n"
+    "	.param .u64 k_colsum_param_5,\n"
+    "	.param .u32 k_colsum_param_6\n"
     ")\n"
     "{\n"
-    "	.reg .pred 	%p<16>;\n"
-    "	.reg .f32 	%f<53>;\n"
-    "	.reg .b32 	%r<48>;\n"
-    "	.reg .b64 	%rd<70>;\n"
+    "	.reg .pred 	%p<24>;\n"
+    "	.reg .b16 	%rs<11>;\n"
+    "	.reg .f32 	%f<63>;\n"
+    "	.reg .b32 	%r<89>;\n"
+    "	.reg .b64 	%rd<95>;\n"
     "	// demoted variable\n"
     "	.shared .align 4 .b8 _ZZ8k_colsumE2sh[4224];\n"
     "\n"
-    "	ld.param.u64 	%rd32, [k_colsum_param_0];\n"
-    "	ld.param.u64 	%rd30, [k_colsum_param_1];\n"
-    "	ld.param.u64 	%rd33, [k_colsum_param_2];\n"
-    "	ld.param.u64 	%rd31, [k_colsum_param_3];\n"
-    "	ld.param.f32 	%f15, [k_colsum_param_4];\n"
-    "	ld.param.u64 	%rd34, [k_colsum_param_5];\n"
-    "	cvta.to.global.u64 	%rd1, %rd32;\n"
-    "	mov.u32 	%r17, %ctaid.x;\n"
-    "	mul.wide.u32 	%rd2, %r17, 32;\n"
-    "	mov.u32 	%r18, %tid.x;\n"
-    "	cvt.u64.u32 	%rd3, %r18;\n"
-    "	add.s64 	%rd4, %rd2, %rd3;\n"
-    "	mov.u32 	%r19, %ctaid.y;\n"
-    "	cvt.u64.u32 	%rd5, %r19;\n"
-    "	mul.lo.s64 	%rd6, %rd5, %rd34;\n"
-    "	add.s64 	%rd35, %rd6, %rd34;\n"
-    "	min.s64 	%rd7, %rd35, %rd33;\n"
-    "	setp.lt.s64 	%p1, %rd4, %rd31;\n"
-    "	mov.f32 	%f47, 0f00000000;\n"
+    "	ld.param.u64 	%rd40, [k_colsum_param_0];\n"
+    "	ld.param.u64 	%rd38, [k_colsum_param_1];\n"
+    "	ld.param.u64 	%rd41, [k_colsum_param_2];\n"
+    "	ld.param.u64 	%rd39, [k_colsum_param_3];\n"
+    "	ld.param.f32 	%f19, [k_colsum_param_4];\n"
+    "	ld.param.u64 	%rd42, [k_colsum_param_5];\n"
+    "	ld.param.u32 	%r27, [k_colsum_param_6];\n"
+    "	cvta.to.global.u64 	%rd1, %rd40;\n"
+    "	mov.u32 	%r28, %ctaid.x;\n"
+    "	cvt.u64.u32 	%rd2, %r28;\n"
+    "	mul.wide.u32 	%rd3, %r28, 32;\n"
+    "	mov.u32 	%r29, %tid.x;\n"
+    "	cvt.u64.u32 	%rd4, %r29;\n"
+    "	add.s64 	%rd5, %rd3, %rd4;\n"
+    "	mov.u32 	%r30, %ctaid.y;\n"
+    "	cvt.u64.u32 	%rd43, %r30;\n"
+    "	mul.lo.s64 	%rd6, %rd43, %rd42;\n"
+    "	add.s64 	%rd44, %rd6, %rd42;\n"
+    "	min.s64 	%rd7, %rd44, %rd41;\n"
+    "	setp.lt.s64 	%p1, %rd5, %rd39;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
     "	@%p1 bra 	$L__BB8_1;\n"
-    "	bra.uni 	$L__BB8_11;\n"
+    "	bra.uni 	$L__BB8_25;\n"
     "\n"
     "$L__BB8_1:\n"
-    "	mov.u32 	%r20, %tid.y;\n"
-    "	cvt.u64.u32 	%rd36, %r20;\n"
-    "	add.s64 	%rd67, %rd6, %rd36;\n"
-    "	setp.ge.s64 	%p2, %rd67, %rd7;\n"
-    "	@%p2 bra 	$L__BB8_11;\n"
+    "	mov.u32 	%r31, %tid.y;\n"
+    "	cvt.u64.u32 	%rd45, %r31;\n"
+    "	add.s64 	%rd90, %rd6, %rd45;\n"
+    "	setp.ge.s64 	%p2, %rd90, %rd7;\n"
+    "	@%p2 bra 	$L__BB8_25;\n"
     "\n"
-    "	mov.u32 	%r21, %ntid.y;\n"
-    "	cvt.u64.u32 	%rd9, %r21;\n"
-    "	not.b64 	%rd37, %rd7;\n"
-    "	add.s64 	%rd38, %rd67, %rd37;\n"
-    "	mov.u64 	%rd39, -2;\n"
-    "	sub.s64 	%rd10, %rd39, %rd38;\n"
-    "	and.b64  	%rd40, %rd10, -4294967296;\n"
-    "	setp.eq.s64 	%p3, %rd40, 0;\n"
-    "	@%p3 bra 	$L__BB8_4;\n"
+    "	mov.u32 	%r32, %ntid.y;\n"
+    "	cvt.u64.u32 	%rd9, %r32;\n"
+    "	setp.eq.s32 	%p3, %r27, 2;\n"
+    "	@%p3 bra 	$L__BB8_14;\n"
     "\n"
-    "	div.u64 	%rd63, %rd10, %rd9;\n"
-    "	bra.uni 	$L__BB8_5;\n"
+    "	setp.ne.s32 	%p4, %r27, 1;\n"
+    "	@%p4 bra 	$L__BB8_23;\n"
     "\n"
-    "$L__BB8_4:\n"
-    "	cvt.u32.u64 	%r22, %rd9;\n"
-    "	cvt.u32.u64 	%r23, %rd10;\n"
-    "	div.u32 	%r24, %r23, %r22;\n"
-    "	cvt.u64.u32 	%rd63, %r24;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
     "\n"
     "$L__BB8_5:\n"
-    "	add.s64 	%rd41, %rd63, 1;\n"
-    "	and.b64  	%rd66, %rd41, 3;\n"
-    "	setp.eq.s64 	%p4, %rd66, 0;\n"
-    "	mov.f32 	%f47, 0f00000000;\n"
-    "	@%p4 bra 	$L__BB8_8;\n"
-    "\n"
-    "	mul.lo.s64 	%rd42, %rd31, %rd67;\n"
-    "	add.s64 	%rd43, %rd2, %rd42;\n"
+    "	mul.lo.s64 	%rd46, %rd90, %rd39;\n"
+    "	add.s64 	%rd47, %rd46, %rd5;\n"
+    "	shl.b64 	%rd48, %rd47, 1;\n"
+    "	add.s64 	%rd49, %rd1, %rd48;\n"
+    "	ld.global.nc.u16 	%rs3, [%rd49];\n"
+    "	cvt.u32.u16 	%r33, %rs3;\n"
+    "	shl.b32 	%r34, %r33, 16;\n"
+    "	and.b32  	%r82, %r34, -2147483648;\n"
+    "	shr.u16 	%rs4, %rs3, 10;\n"
+    "	and.b16  	%rs1, %rs4, 31;\n"
     ,
-    "	add.s64 	%rd44, %rd43, %rd3;\n"
-    "	shl.b64 	%rd45, %rd44, 2;\n"
-    "	add.s64 	%rd64, %rd1, %rd45;\n"
-    "	mul.lo.s64 	%rd46, %rd31, %rd9;\n"
-    "	shl.b64 	%rd16, %rd46, 2;\n"
-    "	mov.f32 	%f47, 0f00000000;\n"
+    "	and.b16  	%rs2, %rs3, 1023;\n"
+    "	cvt.u32.u16 	%r80, %rs2;\n"
+    "	setp.eq.s16 	%p5, %rs1, 0;\n"
+    "	@%p5 bra 	$L__BB8_9;\n"
     "\n"
-    "$L__BB8_7:\n"
-    "	.pragma \"nounroll\";\n"
-    "	ld.global.nc.f32 	%f21, [%rd64];\n"
-    "	add.f32 	%f47, %f47, %f21;\n"
-    "	add.s64 	%rd67, %rd67, %rd9;\n"
-    "	add.s64 	%rd64, %rd64, %rd16;\n"
-    "	add.s64 	%rd66, %rd66, -1;\n"
-    "	setp.ne.s64 	%p5, %rd66, 0;\n"
-    "	@%p5 bra 	$L__BB8_7;\n"
+    "	setp.eq.s16 	%p6, %rs1, 31;\n"
+    "	@%p6 bra 	$L__BB8_8;\n"
+    "	bra.uni 	$L__BB8_7;\n"
     "\n"
     "$L__BB8_8:\n"
-    "	setp.lt.u64 	%p6, %rd63, 3;\n"
-    "	@%p6 bra 	$L__BB8_11;\n"
+    "	shl.b32 	%r39, %r80, 13;\n"
+    "	or.b32  	%r40, %r82, %r39;\n"
+    "	or.b32  	%r82, %r40, 2139095040;\n"
+    "	bra.uni 	$L__BB8_13;\n"
     "\n"
-    "	mul.lo.s64 	%rd47, %rd67, %rd31;\n"
-    "	add.s64 	%rd48, %rd2, %rd47;\n"
-    "	add.s64 	%rd49, %rd48, %rd3;\n"
-    "	shl.b64 	%rd50, %rd49, 2;\n"
-    "	add.s64 	%rd69, %rd1, %rd50;\n"
-    "	mul.lo.s64 	%rd51, %rd31, %rd9;\n"
-    "	shl.b64 	%rd25, %rd51, 2;\n"
+    "$L__BB8_9:\n"
+    "	setp.eq.s16 	%p7, %rs2, 0;\n"
+    "	@%p7 bra 	$L__BB8_13;\n"
     "\n"
-    "$L__BB8_10:\n"
-    "	ld.global.nc.f32 	%f22, [%rd69];\n"
-    "	add.f32 	%f23, %f47, %f22;\n"
-    "	add.s64 	%rd52, %rd69, %rd25;\n"
-    "	ld.global.nc.f32 	%f24, [%rd52];\n"
-    "	add.f32 	%f25, %f23, %f24;\n"
-    "	add.s64 	%rd53, %rd67, %rd9;\n"
-    "	add.s64 	%rd54, %rd53, %rd9;\n"
-    "	add.s64 	%rd55, %rd52, %rd25;\n"
-    "	ld.global.nc.f32 	%f26, [%rd55];\n"
-    "	add.f32 	%f27, %f25, %f26;\n"
-    "	add.s64 	%rd56, %rd54, %rd9;\n"
-    "	add.s64 	%rd57, %rd55, %rd25;\n"
-    "	add.s64 	%rd69, %rd57, %rd25;\n"
-    "	ld.global.nc.f32 	%f28, [%rd57];\n"
-    "	add.f32 	%f47, %f27, %f28;\n"
-    "	add.s64 	%rd67, %rd56, %rd9;\n"
-    "	setp.lt.s64 	%p7, %rd67, %rd7;\n"
-    "	@%p7 bra 	$L__BB8_10;\n"
+    "	mov.u32 	%r81, 113;\n"
     "\n"
     "$L__BB8_11:\n"
-    "	mov.u32 	%r25, %tid.y;\n"
-    "	cvt.u32.u64 	%r26, %rd3;\n"
-    "	mov.u32 	%r27, _ZZ8k_colsumE2sh;\n"
-    "	mad.lo.s32 	%r28, %r25, 132, %r27;\n"
-    "	shl.b32 	%r29, %r26, 2;\n"
-    "	add.s32 	%r30, %r28, %r29;\n"
-    "	st.shared.f32 	[%r30], %f47;\n"
-    "	bar.sync 	0;\n"
-    "	setp.ne.s32 	%p8, %r25, 0;\n"
-    "	setp.ge.s64 	%p9, %rd4, %rd31;\n"
-    "	or.pred  	%p10, %p8, %p9;\n"
-    "	@%p10 bra 	$L__BB8_20;\n"
+    "	shl.b32 	%r7, %r80, 1;\n"
+    "	add.s32 	%r81, %r81, -1;\n"
+    "	and.b32  	%r42, %r80, 512;\n"
+    "	setp.eq.s32 	%p8, %r42, 0;\n"
+    "	mov.u32 	%r80, %r7;\n"
+    "	@%p8 bra 	$L__BB8_11;\n"
     "\n"
-    "	mov.u32 	%r1, %ntid.y;\n"
-    "	setp.lt.s32 	%p11, %r1, 1;\n"
-    "	mov.f32 	%f52, 0f00000000;\n"
-    "	@%p11 bra 	$L__BB8_19;\n"
+    "	shl.b32 	%r43, %r81, 23;\n"
+    "	or.b32  	%r44, %r43, %r82;\n"
+    "	shl.b32 	%r45, %r7, 13;\n"
+    "	and.b32  	%r46, %r45, 8372224;\n"
+    "	or.b32  	%r82, %r44, %r46;\n"
+    "	bra.uni 	$L__BB8_13;\n"
     "\n"
-    "	add.s32 	%r32, %r1, -1;\n"
-    "	and.b32  	%r47, %r1, 3;\n"
-    "	setp.lt.u32 	%p12, %r32, 3;\n"
-    "	mov.f32 	%f52, 0f00000000;\n"
-    "	mov.u32 	%r45, 0;\n"
-    "	@%p12 bra 	$L__BB8_16;\n"
+    "$L__BB8_7:\n"
+    "	add.s16 	%rs5, %rs1, 112;\n"
+    "	cvt.u32.u16 	%r35, %rs5;\n"
+    "	shl.b32 	%r36, %r35, 23;\n"
+    "	shl.b32 	%r37, %r80, 13;\n"
+    "	or.b32  	%r38, %r37, %r82;\n"
+    "	or.b32  	%r82, %r38, %r36;\n"
     "\n"
-    "	sub.s32 	%r44, %r1, %r47;\n"
-    "	add.s32 	%r37, %r27, %r29;\n"
-    "	add.s32 	%r42, %r37, 264;\n"
-    "	mov.f32 	%f52, 0f00000000;\n"
-    "	mov.u32 	%r45, 0;\n"
+    "$L__BB8_13:\n"
+    "	mov.b32 	%f23, %r82;\n"
+    "	add.f32 	%f57, %f57, %f23;\n"
+    "	add.s64 	%rd90, %rd90, %rd9;\n"
+    "	setp.lt.s64 	%p9, %rd90, %rd7;\n"
+    "	@%p9 bra 	$L__BB8_5;\n"
+    "	bra.uni 	$L__BB8_25;\n"
     "\n"
-    "$L__BB8_15:\n"
-    "	ld.shared.f32 	%f33, [%r42+-264];\n"
-    "	add.f32 	%f34, %f52, %f33;\n"
-    "	ld.shared.f32 	%f35, [%r42+-132];\n"
-    "	add.f32 	%f36, %f34, %f35;\n"
-    "	ld.shared.f32 	%f37, [%r42];\n"
-    "	add.f32 	%f38, %f36, %f37;\n"
-    "	ld.shared.f32 	%f39, [%r42+132];\n"
-    "	add.f32 	%f52, %f38, %f39;\n"
-    "	add.s32 	%r45, %r45, 4;\n"
-    "	add.s32 	%r42, %r42, 528;\n"
-    "	add.s32 	%r44, %r44, -4;\n"
-    "	setp.ne.s32 	%p13, %r44, 0;\n"
-    "	@%p13 bra 	$L__BB8_15;\n"
+    "$L__BB8_14:\n"
+    "	not.b64 	%rd50, %rd7;\n"
+    "	add.s64 	%rd51, %rd90, %rd50;\n"
+    "	mov.u64 	%rd52, -2;\n"
+    "	sub.s64 	%rd12, %rd52, %rd51;\n"
+    "	and.b64  	%rd53, %rd12, -4294967296;\n"
+    "	setp.eq.s64 	%p10, %rd53, 0;\n"
+    "	@%p10 bra 	$L__BB8_16;\n"
+    "\n"
+    "	div.u64 	%rd86, %rd12, %rd9;\n"
+    "	bra.uni 	$L__BB8_17;\n"
+    "\n"
+    "$L__BB8_23:\n"
+    "	mul.lo.s64 	%rd74, %rd39, %rd90;\n"
+    "	add.s64 	%rd75, %rd3, %rd74;\n"
+    "	add.s64 	%rd76, %rd75, %rd4;\n"
+    "	shl.b64 	%rd77, %rd76, 2;\n"
+    "	add.s64 	%rd93, %rd1, %rd77;\n"
+    "	mul.lo.s64 	%rd78, %rd39, %rd9;\n"
+    "	shl.b64 	%rd33, %rd78, 2;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
+    "\n"
+    "$L__BB8_24:\n"
+    "	ld.global.nc.f32 	%f36, [%rd93];\n"
+    "	add.f32 	%f57, %f57, %f36;\n"
+    "	add.s64 	%rd93, %rd93, %rd33;\n"
+    "	add.s64 	%rd90, %rd90, %rd9;\n"
+    "	setp.lt.s64 	%p15, %rd90, %rd7;\n"
+    "	@%p15 bra 	$L__BB8_24;\n"
+    "	bra.uni 	$L__BB8_25;\n"
     "\n"
     "$L__BB8_16:\n"
-    "	setp.eq.s32 	%p14, %r47, 0;\n"
-    "	@%p14 bra 	$L__BB8_19;\n"
+    "	cvt.u32.u64 	%r47, %rd9;\n"
+    "	cvt.u32.u64 	%r48, %rd12;\n"
+    "	div.u32 	%r49, %r48, %r47;\n"
+    "	cvt.u64.u32 	%rd86, %r49;\n"
     "\n"
-    "	mad.lo.s32 	%r40, %r45, 132, %r27;\n"
-    "	add.s32 	%r46, %r40, %r29;\n"
+    "$L__BB8_17:\n"
+    "	add.s64 	%rd54, %rd86, 1;\n"
+    "	and.b64  	%rd89, %rd54, 3;\n"
+    "	setp.eq.s64 	%p11, %rd89, 0;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
+    "	@%p11 bra 	$L__BB8_20;\n"
     "\n"
-    "$L__BB8_18:\n"
-    "	.pragma \"nounroll\";\n"
-    "	ld.shared.f32 	%f40, [%r46];\n"
-    "	add.f32 	%f52, %f52, %f40;\n"
-    "	add.s32 	%r46, %r46, 132;\n"
-    "	add.s32 	%r47, %r47, -1;\n"
-    "	setp.ne.s32 	%p15, %r47, 0;\n"
-    "	@%p15 bra 	$L__BB8_18;\n"
+    "	mul.lo.s64 	%rd55, %rd39, %rd90;\n"
+    "	add.s64 	%rd56, %rd3, %rd55;\n"
+    "	add.s64 	%rd58, %rd56, %rd4;\n"
+    "	shl.b64 	%rd59, %rd58, 1;\n"
+    "	add.s64 	%rd87, %rd1, %rd59;\n"
+    "	mul.lo.s64 	%rd60, %rd39, %rd9;\n"
+    "	shl.b64 	%rd18, %rd60, 1;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
     "\n"
     "$L__BB8_19:\n"
-    "	mul.lo.s64 	%rd58, %rd5, %rd31;\n"
-    "	add.s64 	%rd59, %rd58, %rd4;\n"
-    "	cvta.to.global.u64 	%rd60, %rd30;\n"
-    "	shl.b64 	%rd61, %rd59, 2;\n"
-    "	add.s64 	%rd62, %rd60, %rd61;\n"
-    "	mul.f32 	%f41, %f52, %f15;\n"
-    "	st.global.f32 	[%rd62], %f41;\n"
+    "	.pragma \"nounroll\";\n"
+    "	ld.global.nc.u16 	%rs6, [%rd87];\n"
+    "	cvt.u32.u16 	%r51, %rs6;\n"
+    "	shl.b32 	%r52, %r51, 16;\n"
+    "	mov.b32 	%f27, %r52;\n"
+    "	add.f32 	%f57, %f57, %f27;\n"
+    "	add.s64 	%rd90, %rd90, %rd9;\n"
+    "	add.s64 	%rd87, %rd87, %rd18;\n"
+    "	add.s64 	%rd89, %rd89, -1;\n"
+    "	setp.ne.s64 	%p12, %rd89, 0;\n"
+    "	@%p12 bra 	$L__BB8_19;\n"
     "\n"
     "$L__BB8_20:\n"
+    "	setp.lt.u64 	%p13, %rd86, 3;\n"
+    "	@%p13 bra 	$L__BB8_25;\n"
+    "\n"
+    "	mul.lo.s64 	%rd61, %rd90, %rd39;\n"
+    "	shl.b64 	%rd62, %rd61, 1;\n"
+    "	shl.b64 	%rd63, %rd2, 6;\n"
+    "	add.s64 	%rd64, %rd62, %rd63;\n"
+    "	mul.wide.u32 	%rd65, %r29, 2;\n"
+    "	add.s64 	%rd66, %rd64, %rd65;\n"
+    "	add.s64 	%rd92, %rd1, %rd66;\n"
+    "	mul.lo.s64 	%rd67, %rd39, %rd9;\n"
+    "	shl.b64 	%rd27, %rd67, 1;\n"
+    "\n"
+    "$L__BB8_22:\n"
+    "	ld.global.nc.u16 	%rs7, [%rd92];\n"
+    "	cvt.u32.u16 	%r54, %rs7;\n"
+    "	shl.b32 	%r55, %r54, 16;\n"
+    "	mov.b32 	%f28, %r55;\n"
+    "	add.f32 	%f29, %f57, %f28;\n"
+    "	add.s64 	%rd68, %rd92, %rd27;\n"
+    "	ld.global.nc.u16 	%rs8, [%rd68];\n"
+    "	cvt.u32.u16 	%r56, %rs8;\n"
+    "	shl.b32 	%r57, %r56, 16;\n"
+    "	mov.b32 	%f30, %r57;\n"
+    "	add.f32 	%f31, %f29, %f30;\n"
+    "	add.s64 	%rd69, %rd90, %rd9;\n"
+    "	add.s64 	%rd70, %rd69, %rd9;\n"
+    "	add.s64 	%rd71, %rd68, %rd27;\n"
+    "	ld.global.nc.u16 	%rs9, [%rd71];\n"
+    "	cvt.u32.u16 	%r58, %rs9;\n"
+    "	shl.b32 	%r59, %r58, 16;\n"
+    "	mov.b32 	%f32, %r59;\n"
+    "	add.f32 	%f33, %f31, %f32;\n"
+    "	add.s64 	%rd72, %rd70, %rd9;\n"
+    "	add.s64 	%rd73, %rd71, %rd27;\n"
+    "	add.s64 	%rd92, %rd73, %rd27;\n"
+    "	ld.global.nc.u16 	%rs10, [%rd73];\n"
+    "	cvt.u32.u16 	%r60, %rs10;\n"
+    "	shl.b32 	%r61, %r60, 16;\n"
+    "	mov.b32 	%f34, %r61;\n"
+    "	add.f32 	%f57, %f33, %f34;\n"
+    "	add.s64 	%rd90, %rd72, %rd9;\n"
+    "	setp.lt.s64 	%p14, %rd90, %rd7;\n"
+    "	@%p14 bra 	$L__BB8_22;\n"
+    "\n"
+    "$L__BB8_25:\n"
+    "	mov.u32 	%r63, %tid.y;\n"
+    "	mov.u32 	%r64, _ZZ8k_colsumE2sh;\n"
+    "	mad.lo.s32 	%r65, %r63, 132, %r64;\n"
+    "	shl.b32 	%r66, %r29, 2;\n"
+    "	add.s32 	%r67, %r65, %r66;\n"
+    "	st.shared.f32 	[%r67], %f57;\n"
+    ,
+    "	bar.sync 	0;\n"
+    "	setp.ne.s32 	%p16, %r63, 0;\n"
+    "	setp.ge.s64 	%p17, %rd5, %rd39;\n"
+    "	or.pred  	%p18, %p16, %p17;\n"
+    "	@%p18 bra 	$L__BB8_34;\n"
+    "\n"
+    "	mov.u32 	%r11, %ntid.y;\n"
+    "	setp.lt.s32 	%p19, %r11, 1;\n"
+    "	mov.f32 	%f62, 0f00000000;\n"
+    "	@%p19 bra 	$L__BB8_33;\n"
+    "\n"
+    "	add.s32 	%r69, %r11, -1;\n"
+    "	and.b32  	%r88, %r11, 3;\n"
+    "	setp.lt.u32 	%p20, %r69, 3;\n"
+    "	mov.f32 	%f62, 0f00000000;\n"
+    "	mov.u32 	%r86, 0;\n"
+    "	@%p20 bra 	$L__BB8_30;\n"
+    "\n"
+    "	sub.s32 	%r85, %r11, %r88;\n"
+    "	add.s32 	%r74, %r64, %r66;\n"
+    "	add.s32 	%r83, %r74, 264;\n"
+    "	mov.f32 	%f62, 0f00000000;\n"
+    "	mov.u32 	%r86, 0;\n"
+    "\n"
+    "$L__BB8_29:\n"
+    "	ld.shared.f32 	%f41, [%r83+-264];\n"
+    "	add.f32 	%f42, %f62, %f41;\n"
+    "	ld.shared.f32 	%f43, [%r83+-132];\n"
+    "	add.f32 	%f44, %f42, %f43;\n"
+    "	ld.shared.f32 	%f45, [%r83];\n"
+    "	add.f32 	%f46, %f44, %f45;\n"
+    "	ld.shared.f32 	%f47, [%r83+132];\n"
+    "	add.f32 	%f62, %f46, %f47;\n"
+    "	add.s32 	%r86, %r86, 4;\n"
+    "	add.s32 	%r83, %r83, 528;\n"
+    "	add.s32 	%r85, %r85, -4;\n"
+    "	setp.ne.s32 	%p21, %r85, 0;\n"
+    "	@%p21 bra 	$L__BB8_29;\n"
+    "\n"
+    "$L__BB8_30:\n"
+    "	setp.eq.s32 	%p22, %r88, 0;\n"
+    "	@%p22 bra 	$L__BB8_33;\n"
+    "\n"
+    "	mad.lo.s32 	%r77, %r86, 132, %r64;\n"
+    "	add.s32 	%r87, %r77, %r66;\n"
+    "\n"
+    "$L__BB8_32:\n"
+    "	.pragma \"nounroll\";\n"
+    "	ld.shared.f32 	%f48, [%r87];\n"
+    "	add.f32 	%f62, %f62, %f48;\n"
+    "	add.s32 	%r87, %r87, 132;\n"
+    "	add.s32 	%r88, %r88, -1;\n"
+    "	setp.ne.s32 	%p23, %r88, 0;\n"
+    "	@%p23 bra 	$L__BB8_32;\n"
+    "\n"
+    "$L__BB8_33:\n"
+    "	mul.lo.s64 	%rd80, %rd43, %rd39;\n"
+    "	add.s64 	%rd81, %rd80, %rd5;\n"
+    "	cvta.to.global.u64 	%rd82, %rd38;\n"
+    "	shl.b64 	%rd83, %rd81, 2;\n"
+    "	add.s64 	%rd84, %rd82, %rd83;\n"
+    "	mul.f32 	%f49, %f62, %f19;\n"
+    "	st.global.f32 	[%rd84], %f49;\n"
+    "\n"
+    "$L__BB8_34:\n"
     "	ret;\n"
     "\n"
     "}\n"
@@ -4933,7 +5045,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd49, %rd48, %rd3;\n"
     "	add.s64 	%rd50, %rd49, %rd4;\n"
     "	not.b64 	%rd51, %rd50;\n"
-    ,
     "	add.s64 	%rd8, %rd47, %rd51;\n"
     "	or.b64  	%rd52, %rd8, %rd7;\n"
     "	and.b64  	%rd53, %rd52, -4294967296;\n"
@@ -4996,6 +5107,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd62, %rd60, %rd7;\n"
     "	add.s64 	%rd63, %rd61, %rd23;\n"
     "	add.s64 	%rd82, %rd63, %rd23;\n"
+    ,
     "	ld.global.nc.f32 	%f29, [%rd63];\n"
     "	fma.rn.f32 	%f68, %f29, %f29, %f28;\n"
     "	add.s64 	%rd86, %rd62, %rd7;\n"
@@ -5097,7 +5209,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r34, %r33, 5;\n"
     "	setp.ge.u32 	%p18, %r1, %r34;\n"
     "	mov.f32 	%f69, 0f00000000;\n"
-    ,
     "	@%p18 bra 	$L__BB9_21;\n"
     "\n"
     "	shl.b32 	%r35, %r1, 2;\n"
@@ -5160,6 +5271,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .b64 	%rd<15>;\n"
     "\n"
     "\n"
+    ,
     "	ld.param.u64 	%rd6, [k_sum_final_param_0];\n"
     "	ld.param.u64 	%rd7, [k_sum_final_param_1];\n"
     "	ld.param.u64 	%rd8, [k_sum_final_param_2];\n"
@@ -5261,7 +5373,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r41, 4;\n"
     "	shfl.sync.bfly.b32 	%r42|%p12, %r40, %r41, %r33, %r35;\n"
     "	mov.b32 	%f28, %r42;\n"
-    ,
     "	add.f32 	%f29, %f27, %f28;\n"
     "	mov.b32 	%r43, %f29;\n"
     "	mov.u32 	%r44, 2;\n"
@@ -5319,6 +5430,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd26, [k_layernorm_param_5];\n"
     "	ld.param.f32 	%f18, [k_layernorm_param_6];\n"
     "	ld.param.u32 	%r21, [k_layernorm_param_7];\n"
+    ,
     "	cvta.to.global.u64 	%rd1, %rd29;\n"
     "	cvta.to.global.u64 	%rd2, %rd28;\n"
     "	cvta.to.global.u64 	%rd3, %rd27;\n"
@@ -5422,7 +5534,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f36, %f34, %f35;\n"
     "	mov.b32 	%r56, %f36;\n"
     "	mov.u32 	%r57, 4;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r58|%p13, %r56, %r57, %r49, %r51;\n"
     "	mov.b32 	%f37, %r58;\n"
     "	add.f32 	%f38, %f36, %f37;\n"
@@ -5474,6 +5585,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r79, %f53;\n"
     "	shfl.sync.bfly.b32 	%r81|%p22, %r79, %r63, %r49, %r51;\n"
     "	mov.b32 	%f54, %r81;\n"
+    ,
     "	add.f32 	%f12, %f53, %f54;\n"
     "	@%p9 bra 	$L__BB11_14;\n"
     "\n"
@@ -5580,7 +5692,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB11_22:\n"
     "	setp.gt.u32 	%p35, %r7, 1199566847;\n"
-    ,
     "	@%p35 bra 	$L__BB11_27;\n"
     "	bra.uni 	$L__BB11_23;\n"
     "\n"
@@ -5640,6 +5751,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.u16 	[%rd17], %r161;\n"
     "\n"
     "$L__BB11_32:\n"
+    ,
     "	add.s64 	%rd54, %rd54, %rd6;\n"
     "	setp.lt.s64 	%p49, %rd54, %rd26;\n"
     "	@%p49 bra 	$L__BB11_19;\n"
@@ -5747,7 +5859,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r131, %r15, 13;\n"
     "	add.s32 	%r132, %r131, -114688;\n"
     "	and.b32  	%r133, %r13, 8191;\n"
-    ,
     "	setp.gt.u32 	%p55, %r133, 4096;\n"
     "	setp.eq.s32 	%p56, %r133, 4096;\n"
     "	and.b32  	%r134, %r132, 1;\n"
@@ -5801,6 +5912,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd24, [k_layernorm_back_param_5];\n"
     "	ld.param.f32 	%f30, [k_layernorm_back_param_6];\n"
     "	ld.param.u64 	%rd25, [k_layernorm_back_param_7];\n"
+    ,
     "	cvta.to.global.u64 	%rd1, %rd29;\n"
     "	cvta.to.global.u64 	%rd2, %rd27;\n"
     "	cvta.to.global.u64 	%rd3, %rd28;\n"
@@ -5905,7 +6017,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f48, %f46, %f47;\n"
     "	mov.b32 	%r39, %f48;\n"
     "	mov.u32 	%r40, 4;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r41|%p13, %r39, %r40, %r32, %r34;\n"
     "	mov.b32 	%f49, %r41;\n"
     "	add.f32 	%f50, %f48, %f49;\n"
@@ -5956,6 +6067,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f65, %f63, %f64;\n"
     "	mov.b32 	%r62, %f65;\n"
     "	shfl.sync.bfly.b32 	%r64|%p22, %r62, %r46, %r32, %r34;\n"
+    ,
     "	mov.b32 	%f66, %r64;\n"
     "	add.f32 	%f12, %f65, %f66;\n"
     "	@%p9 bra 	$L__BB12_14;\n"
@@ -6056,7 +6168,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB12_21:\n"
     "	bar.sync 	0;\n"
     "	mov.f32 	%f162, 0f00000000;\n"
-    ,
     "	@%p10 bra 	$L__BB12_23;\n"
     "\n"
     "	ld.shared.f32 	%f162, [%r4];\n"
@@ -6104,6 +6215,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f115, %f113, %f114;\n"
     "	mov.b32 	%r122, %f115;\n"
     "	shfl.sync.bfly.b32 	%r123|%p47, %r122, %r111, %r100, %r102;\n"
+    ,
     "	mov.b32 	%f116, %r123;\n"
     "	add.f32 	%f117, %f115, %f116;\n"
     "	mov.b32 	%r124, %f117;\n"
@@ -6200,7 +6312,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd54, %rd63, 2;\n"
     "	add.s64 	%rd55, %rd2, %rd54;\n"
     "	ld.global.nc.f32 	%f145, [%rd55];\n"
-    ,
     "	ld.global.nc.f32 	%f146, [%rd53];\n"
     "	mul.rn.f32 	%f147, %f146, %f145;\n"
     "	sub.f32 	%f148, %f147, %f26;\n"
@@ -6259,6 +6370,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r8, %r6, 3;\n"
     "	and.b32  	%r9, %r8, 536870908;\n"
     "	mov.u32 	%r10, _ZZ9block_sumfE2sh;\n"
+    ,
     "	add.s32 	%r3, %r10, %r9;\n"
     "	shl.b32 	%r11, %r6, 2;\n"
     "	and.b32  	%r12, %r11, 124;\n"
@@ -6361,7 +6473,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p2 bra 	$L__BB13_12;\n"
     "\n"
     "	div.rn.f32 	%f33, %f8, %f1;\n"
-    ,
     "	add.f32 	%f34, %f33, %f10;\n"
     "	rsqrt.approx.f32 	%f9, %f34;\n"
     "	mov.u64 	%rd31, %rd3;\n"
@@ -6416,6 +6527,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd18, [k_rmsnorm_back_param_3];\n"
     "	ld.param.u64 	%rd19, [k_rmsnorm_back_param_4];\n"
     "	ld.param.u64 	%rd20, [k_rmsnorm_back_param_5];\n"
+    ,
     "	ld.param.f32 	%f3, [k_rmsnorm_back_param_6];\n"
     "	cvta.to.global.u64 	%rd1, %rd21;\n"
     "	cvta.to.global.u64 	%rd2, %rd22;\n"
@@ -6511,7 +6623,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b64 {%r30,%r31}, %fd27;\n"
     "	// end inline asm\n"
     "	mov.u32 	%r40, 1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r33|%p12, %r31, %r40, %r34, %r36;\n"
     "	shfl.sync.bfly.b32 	%r32|%p13, %r30, %r40, %r34, %r36;\n"
     "	// begin inline asm\n"
@@ -6565,6 +6676,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r52|%p20, %r50, %r65, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r51|%p21, %r49, %r65, %r61, %r63;\n"
     "	// begin inline asm\n"
+    ,
     "	mov.b64 %fd35, {%r51,%r52};\n"
     "	// end inline asm\n"
     "	add.f64 	%fd36, %fd34, %fd35;\n"
@@ -6654,7 +6766,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r82|%p35, %r80, %r66, %r61, %r63;\n"
     "	// begin inline asm\n"
     "	mov.b64 %fd55, {%r82,%r83};\n"
-    ,
     "	// end inline asm\n"
     "	add.f64 	%fd56, %fd54, %fd55;\n"
     "	// begin inline asm\n"
@@ -6708,6 +6819,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b64 {%r103,%r104}, %fd63;\n"
     "	// end inline asm\n"
     "	mov.u32 	%r119, 4;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r106|%p44, %r104, %r119, %r115, %r117;\n"
     "	shfl.sync.bfly.b32 	%r105|%p45, %r103, %r119, %r115, %r117;\n"
     "	// begin inline asm\n"
@@ -6804,7 +6916,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r8, %ntid.x;\n"
     "	cvt.u64.u32 	%rd4, %r8;\n"
     "	and.b32  	%r1, %r7, 31;\n"
-    ,
     "	shr.u32 	%r2, %r8, 5;\n"
     "	shr.u32 	%r9, %r7, 3;\n"
     "	and.b32  	%r10, %r9, 536870908;\n"
@@ -6862,6 +6973,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f26, %r25;\n"
     "	add.f32 	%f27, %f25, %f26;\n"
     "	mov.b32 	%r26, %f27;\n"
+    ,
     "	mov.u32 	%r27, 2;\n"
     "	shfl.sync.bfly.b32 	%r28|%p8, %r26, %r27, %r16, %r18;\n"
     "	mov.b32 	%f28, %r28;\n"
@@ -6964,7 +7076,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ne.s32 	%p24, %r1, 0;\n"
     "	@%p24 bra 	$L__BB15_16;\n"
     "\n"
-    ,
     "	st.shared.f32 	[%r3], %f13;\n"
     "\n"
     "$L__BB15_16:\n"
@@ -7025,6 +7136,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "}\n"
     "	// .globl	k_gamma_back\n"
+    ,
     ".visible .entry k_gamma_back(\n"
     "	.param .u64 k_gamma_back_param_0,\n"
     "	.param .u64 k_gamma_back_param_1,\n"
@@ -7122,7 +7234,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f23, [%rd91];\n"
     "	mul.f32 	%f24, %f23, %f22;\n"
     "	ld.global.nc.f32 	%f25, [%rd93];\n"
-    ,
     "	fma.rn.f32 	%f70, %f25, %f24, %f70;\n"
     "	add.s64 	%rd96, %rd96, %rd11;\n"
     "	add.s64 	%rd93, %rd93, %rd18;\n"
@@ -7172,6 +7283,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd79, %rd74, %rd36;\n"
     "	add.s64 	%rd80, %rd75, %rd34;\n"
     "	ld.global.nc.f32 	%f40, [%rd80];\n"
+    ,
     "	ld.global.nc.f32 	%f41, [%rd79];\n"
     "	sub.f32 	%f42, %f41, %f40;\n"
     "	ld.global.nc.f32 	%f43, [%rd78];\n"
@@ -7277,7 +7389,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_softmax_param_1,\n"
     "	.param .u64 k_softmax_param_2,\n"
     "	.param .u64 k_softmax_param_3,\n"
-    ,
     "	.param .u64 k_softmax_param_4,\n"
     "	.param .u32 k_softmax_param_5\n"
     ")\n"
@@ -7335,6 +7446,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB17_6;\n"
     "\n"
     "$L__BB17_5:\n"
+    ,
     "	cvt.u32.u64 	%r18, %rd26;\n"
     "	cvt.u32.u64 	%r19, %rd40;\n"
     "	rem.u32 	%r20, %r19, %r18;\n"
@@ -7442,7 +7554,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd33, %rd44, %rd8;\n"
     "	shl.b64 	%rd34, %rd33, 2;\n"
     "	add.s64 	%rd35, %rd1, %rd34;\n"
-    ,
     "	ld.global.nc.f32 	%f42, [%rd35];\n"
     "	sub.f32 	%f43, %f42, %f7;\n"
     "	mov.f32 	%f44, 0f3F000000;\n"
@@ -7491,6 +7602,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f11, %f66, %f67;\n"
     "	@%p11 bra 	$L__BB17_19;\n"
     "\n"
+    ,
     "	st.shared.f32 	[%r5], %f11;\n"
     "\n"
     "$L__BB17_19:\n"
@@ -7598,7 +7710,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	ld.param.u64 	%rd18, [k_softmax_back_param_0];\n"
     "	ld.param.u64 	%rd19, [k_softmax_back_param_1];\n"
-    ,
     "	ld.param.u64 	%rd15, [k_softmax_back_param_2];\n"
     "	ld.param.u64 	%rd16, [k_softmax_back_param_3];\n"
     "	ld.param.u64 	%rd17, [k_softmax_back_param_4];\n"
@@ -7653,6 +7764,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r15, 31;\n"
     "	mov.u32 	%r16, 16;\n"
     "	mov.u32 	%r17, -1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r18|%p4, %r14, %r16, %r15, %r17;\n"
     "	mov.b32 	%f12, %r18;\n"
     "	add.f32 	%f13, %f36, %f12;\n"
@@ -7762,7 +7874,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .b64 	%rd<99>;\n"
     "\n"
     "\n"
-    ,
     "	ld.param.u64 	%rd42, [k_ce_rows_param_0];\n"
     "	ld.param.u64 	%rd43, [k_ce_rows_param_1];\n"
     "	ld.param.u64 	%rd44, [k_ce_rows_param_2];\n"
@@ -7815,6 +7926,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f341, 0fFF800000;\n"
     "	mov.u64 	%rd91, %rd5;\n"
     "\n"
+    ,
     "$L__BB19_6:\n"
     "	add.s64 	%rd47, %rd91, %rd9;\n"
     "	shl.b64 	%rd48, %rd47, 1;\n"
@@ -7927,7 +8039,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	max.f32 	%f77, %f342, %f76;\n"
     "	mov.b32 	%r96, %f77;\n"
     "	mov.u32 	%r97, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r98|%p21, %r96, %r97, %r92, %r94;\n"
     "	mov.b32 	%f78, %r98;\n"
     "	max.f32 	%f79, %f77, %f78;\n"
@@ -7984,6 +8095,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r362, 113;\n"
     "\n"
     "$L__BB19_27:\n"
+    ,
     "	shl.b32 	%r23, %r361, 1;\n"
     "	add.s32 	%r362, %r362, -1;\n"
     "	and.b32  	%r117, %r361, 512;\n"
@@ -8081,7 +8193,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f116, %f114, %f115;\n"
     "	mov.b32 	%r150, %f116;\n"
     "	mov.u32 	%r151, 4;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r152|%p41, %r150, %r151, %r143, %r145;\n"
     "	mov.b32 	%f117, %r152;\n"
     "	add.f32 	%f118, %f116, %f117;\n"
@@ -8126,6 +8237,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f135, 0f3E0F2955;\n"
     "	fma.rn.f32 	%f136, %f134, %f129, %f135;\n"
     "	mov.f32 	%f137, 0fBE2AD8B9;\n"
+    ,
     "	fma.rn.f32 	%f138, %f136, %f129, %f137;\n"
     "	mov.f32 	%f139, 0f3E4CED0B;\n"
     "	fma.rn.f32 	%f140, %f138, %f129, %f139;\n"
@@ -8230,7 +8342,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd18, %r180;\n"
     "	and.b32  	%r37, %r179, 31;\n"
     "	shr.u32 	%r38, %r180, 5;\n"
-    ,
     "	shr.u32 	%r181, %r179, 3;\n"
     "	and.b32  	%r182, %r181, 536870908;\n"
     "	mov.u32 	%r183, _ZZ9block_maxfE2sh;\n"
@@ -8283,6 +8394,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r197, 8;\n"
     "	shfl.sync.bfly.b32 	%r198|%p59, %r196, %r197, %r192, %r194;\n"
     "	mov.b32 	%f159, %r198;\n"
+    ,
     "	max.f32 	%f160, %f158, %f159;\n"
     "	mov.b32 	%r199, %f160;\n"
     "	mov.u32 	%r200, 4;\n"
@@ -8375,7 +8487,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f352, %f194, %f193, %f352;\n"
     "	add.s64 	%rd95, %rd95, %rd18;\n"
     "	setp.lt.s64 	%p71, %rd95, %rd41;\n"
-    ,
     "	@%p71 bra 	$L__BB19_60;\n"
     "\n"
     "$L__BB19_61:\n"
@@ -8428,6 +8539,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f208, %f206, %f207;\n"
     "	mov.b32 	%r255, %f208;\n"
     "	mov.u32 	%r256, 4;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r257|%p82, %r255, %r256, %r248, %r250;\n"
     "	mov.b32 	%f209, %r257;\n"
     "	add.f32 	%f210, %f208, %f209;\n"
@@ -8514,7 +8626,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB19_71:\n"
     "	add.s64 	%rd93, %rd93, %rd19;\n"
-    ,
     "	setp.lt.s64 	%p91, %rd93, %rd40;\n"
     "	@%p91 bra 	$L__BB19_51;\n"
     "	bra.uni 	$L__BB19_95;\n"
@@ -8572,6 +8683,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r282, %f357;\n"
     "	mov.u32 	%r283, 31;\n"
     "	mov.u32 	%r284, 16;\n"
+    ,
     "	mov.u32 	%r285, -1;\n"
     "	shfl.sync.bfly.b32 	%r286|%p95, %r282, %r284, %r283, %r285;\n"
     "	mov.b32 	%f250, %r286;\n"
@@ -8662,7 +8774,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f283, %f272, %f282, %f281;\n"
     "	mov.f32 	%f284, 0f32A57060;\n"
     "	fma.rn.f32 	%f285, %f272, %f284, %f283;\n"
-    ,
     "	mov.b32 	%r316, %f279;\n"
     "	shl.b32 	%r317, %r316, 23;\n"
     "	mov.b32 	%f286, %r317;\n"
@@ -8714,6 +8825,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r339, -1;\n"
     "	shfl.sync.bfly.b32 	%r340|%p117, %r336, %r338, %r337, %r339;\n"
     "	mov.b32 	%f298, %r340;\n"
+    ,
     "	add.f32 	%f299, %f361, %f298;\n"
     "	mov.b32 	%r341, %f299;\n"
     "	mov.u32 	%r342, 8;\n"
@@ -8799,7 +8911,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd87, %rd1, %rd75;\n"
     "	st.global.f32 	[%rd87], %f363;\n"
     "	shl.b64 	%rd88, %rd40, 2;\n"
-    ,
     "	add.s64 	%rd89, %rd87, %rd88;\n"
     "	selp.f32 	%f339, 0f3F800000, 0f00000000, %p3;\n"
     "	st.global.f32 	[%rd89], %f339;\n"
@@ -8865,6 +8976,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bar.sync 	0;\n"
     "	mov.b32 	%r7, %f64;\n"
     "	mov.u32 	%r8, 31;\n"
+    ,
     "	mov.u32 	%r9, 16;\n"
     "	mov.u32 	%r10, -1;\n"
     "	shfl.sync.bfly.b32 	%r11|%p3, %r7, %r9, %r8, %r10;\n"
@@ -8960,7 +9072,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f49, %f47, %f48;\n"
     "	mov.b32 	%r56, %f49;\n"
     "	shfl.sync.bfly.b32 	%r57|%p19, %r56, %r46, %r32, %r34;\n"
-    ,
     "	mov.b32 	%f50, %r57;\n"
     "	add.f32 	%f11, %f49, %f50;\n"
     "	@%p8 bra 	$L__BB20_10;\n"
@@ -9022,6 +9133,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	// .globl	k_ce_count\n"
     ".visible .entry k_ce_count(\n"
     "	.param .u64 k_ce_count_param_0,\n"
+    ,
     "	.param .u64 k_ce_count_param_1,\n"
     "	.param .u64 k_ce_count_param_2,\n"
     "	.param .u64 k_ce_count_param_3\n"
@@ -9131,7 +9243,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f22, %f32, %f21;\n"
     "	mov.b32 	%r38, %f22;\n"
     "	mov.u32 	%r39, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r40|%p14, %r38, %r39, %r34, %r36;\n"
     "	mov.b32 	%f23, %r40;\n"
     "	add.f32 	%f24, %f22, %f23;\n"
@@ -9185,6 +9296,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd80, [k_ce_back_param_2];\n"
     "	ld.param.u64 	%rd81, [k_ce_back_param_3];\n"
     "	ld.param.u64 	%rd82, [k_ce_back_param_4];\n"
+    ,
     "	ld.param.u64 	%rd76, [k_ce_back_param_5];\n"
     "	ld.param.u64 	%rd77, [k_ce_back_param_6];\n"
     "	ld.param.u32 	%r83, [k_ce_back_param_7];\n"
@@ -9294,7 +9406,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB22_11:\n"
     "	setp.eq.s16 	%p10, %rs2, 0;\n"
-    ,
     "	@%p10 bra 	$L__BB22_15;\n"
     "\n"
     "	mov.u32 	%r499, 947912704;\n"
@@ -9350,6 +9461,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r120, %f57;\n"
     "	mov.u32 	%r121, 2;\n"
     "	shfl.sync.bfly.b32 	%r122|%p16, %r120, %r121, %r110, %r112;\n"
+    ,
     "	mov.b32 	%f58, %r122;\n"
     "	max.f32 	%f59, %f57, %f58;\n"
     "	mov.b32 	%r123, %f59;\n"
@@ -9459,7 +9571,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	or.b32  	%r504, %r148, %r146;\n"
     "\n"
     "$L__BB22_30:\n"
-    ,
     "	mov.b32 	%f73, %r504;\n"
     "	sub.f32 	%f74, %f73, %f7;\n"
     "	mov.f32 	%f75, 0f3F000000;\n"
@@ -9504,6 +9615,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f98, %f96, %f97;\n"
     "	mov.b32 	%r170, %f98;\n"
     "	shfl.sync.bfly.b32 	%r172|%p35, %r170, %r138, %r127, %r129;\n"
+    ,
     "	mov.b32 	%f99, %r172;\n"
     "	add.f32 	%f100, %f98, %f99;\n"
     "	mov.b32 	%r173, %f100;\n"
@@ -9612,7 +9724,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r236, %r235, 23;\n"
     "	shl.b32 	%r237, %r509, 13;\n"
     "	or.b32  	%r238, %r237, %r511;\n"
-    ,
     "	or.b32  	%r511, %r238, %r236;\n"
     "\n"
     "$L__BB22_67:\n"
@@ -9658,6 +9769,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd172, %rd172, %rd9;\n"
     "	setp.lt.s64 	%p73, %rd172, %rd77;\n"
     "	@%p73 bra 	$L__BB22_59;\n"
+    ,
     "	bra.uni 	$L__BB22_77;\n"
     "\n"
     "$L__BB22_37:\n"
@@ -9767,7 +9879,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB22_57;\n"
     "\n"
     "$L__BB22_49:\n"
-    ,
     "	setp.gt.u32 	%p53, %r39, 1199566847;\n"
     "	@%p53 bra 	$L__BB22_54;\n"
     "	bra.uni 	$L__BB22_50;\n"
@@ -9822,6 +9933,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	or.pred  	%p59, %p55, %p58;\n"
     "	add.s32 	%r214, %r210, 16385;\n"
     "	selp.b32 	%r215, %r214, %r211, %p59;\n"
+    ,
     "	or.b32  	%r508, %r215, %r508;\n"
     "\n"
     "$L__BB22_56:\n"
@@ -9933,7 +10045,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f377, 0fFF800000;\n"
     "	@%p85 bra 	$L__BB22_84;\n"
     "\n"
-    ,
     "	mov.f32 	%f377, 0fFF800000;\n"
     "	mov.u64 	%rd177, %rd31;\n"
     "\n"
@@ -9985,6 +10096,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.shared.f32 	[%r57], %f20;\n"
     "\n"
     "$L__BB22_86:\n"
+    ,
     "	setp.ge.u32 	%p93, %r55, %r56;\n"
     "	bar.sync 	0;\n"
     "	mov.f32 	%f378, 0fFF800000;\n"
@@ -10074,7 +10186,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r317, %f203;\n"
     "	shfl.sync.bfly.b32 	%r318|%p104, %r317, %r296, %r288, %r290;\n"
     "	mov.b32 	%f204, %r318;\n"
-    ,
     "	add.f32 	%f205, %f203, %f204;\n"
     "	mov.b32 	%r319, %f205;\n"
     "	shfl.sync.bfly.b32 	%r321|%p105, %r319, %r299, %r288, %r290;\n"
@@ -10124,6 +10235,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r341|%p113, %r339, %r340, %r326, %r328;\n"
     "	mov.b32 	%f218, %r341;\n"
     "	add.f32 	%f219, %f217, %f218;\n"
+    ,
     "	rcp.rn.f32 	%f31, %f219;\n"
     "	@%p85 bra 	$L__BB22_121;\n"
     "\n"
@@ -10215,7 +10327,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f235, %r345;\n"
     "	ex2.approx.ftz.f32 	%f236, %f234;\n"
     "	mul.f32 	%f237, %f236, %f235;\n"
-    ,
     "	mul.f32 	%f238, %f31, %f237;\n"
     "	setp.eq.s64 	%p116, %rd179, %rd36;\n"
     "	selp.f32 	%f239, 0f3F800000, 0f00000000, %p116;\n"
@@ -10275,6 +10386,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r363, 125;\n"
     "	sub.s32 	%r364, %r363, %r355;\n"
     "	mov.u32 	%r365, 1;\n"
+    ,
     "	shl.b32 	%r366, %r365, %r364;\n"
     "	setp.gt.u32 	%p127, %r362, %r366;\n"
     "	setp.eq.s32 	%p128, %r362, %r366;\n"
@@ -10376,7 +10488,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd138, %rd5, %rd137;\n"
     "	ld.global.nc.u32 	%r392, [%rd138];\n"
     "	setp.lt.s32 	%p144, %r392, 0;\n"
-    ,
     "	cvt.s64.s32 	%rd59, %r392;\n"
     "	setp.ge.s64 	%p145, %rd59, %rd77;\n"
     "	or.pred  	%p146, %p144, %p145;\n"
@@ -10435,6 +10546,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	max.f32 	%f267, %f383, %f266;\n"
     "	mov.b32 	%r398, %f267;\n"
     "	mov.u32 	%r399, 8;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r400|%p150, %r398, %r399, %r394, %r396;\n"
     "	mov.b32 	%f268, %r400;\n"
     "	max.f32 	%f269, %f267, %f268;\n"
@@ -10526,7 +10638,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f386, %f303, %f302, %f386;\n"
     "	add.s64 	%rd186, %rd186, %rd56;\n"
     "	setp.lt.s64 	%p162, %rd186, %rd77;\n"
-    ,
     "	@%p162 bra 	$L__BB22_134;\n"
     "\n"
     "$L__BB22_135:\n"
@@ -10576,6 +10687,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f317, %r450;\n"
     "	add.f32 	%f318, %f387, %f317;\n"
     "	mov.b32 	%r451, %f318;\n"
+    ,
     "	mov.u32 	%r452, 8;\n"
     "	shfl.sync.bfly.b32 	%r453|%p172, %r451, %r452, %r447, %r449;\n"
     "	mov.b32 	%f319, %r453;\n"
@@ -10666,7 +10778,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f329, 0f3F000000;\n"
     "	mov.f32 	%f330, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f331, %f328, %f330, %f329;\n"
-    ,
     "	cvt.sat.f32.f32 	%f332, %f331;\n"
     "	mov.f32 	%f333, 0f4B400001;\n"
     "	mov.f32 	%f334, 0f437C0000;\n"
@@ -10721,6 +10832,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB22_146:\n"
     "	setp.lt.u32 	%p182, %r77, 947912704;\n"
     "	@%p182 bra 	$L__BB22_148;\n"
+    ,
     "	bra.uni 	$L__BB22_147;\n"
     "\n"
     "$L__BB22_148:\n"
@@ -10830,7 +10942,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .b64 	%rd<46>;\n"
     "\n"
     "\n"
-    ,
     "	ld.param.u64 	%rd16, [k_embedding_param_0];\n"
     "	ld.param.u64 	%rd17, [k_embedding_param_1];\n"
     "	ld.param.u64 	%rd18, [k_embedding_param_2];\n"
@@ -10883,6 +10994,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.lt.s32 	%p4, %r17, 0;\n"
     "	cvt.s64.s32 	%rd12, %r17;\n"
     "	setp.ge.s64 	%p5, %rd12, %rd15;\n"
+    ,
     "	mov.f32 	%f7, 0f00000000;\n"
     "	or.pred  	%p6, %p4, %p5;\n"
     "	@%p6 bra 	$L__BB23_8;\n"
@@ -10987,7 +11099,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd7, %rd16;\n"
     "	cvt.u32.u64 	%r5, %rd17;\n"
     "\n"
-    ,
     "$L__BB24_2:\n"
     "	or.b64  	%rd23, %rd34, %rd17;\n"
     "	and.b64  	%rd24, %rd23, -4294967296;\n"
@@ -11051,6 +11162,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	ld.param.u64 	%rd43, [k_dropout_param_0];\n"
     "	ld.param.u64 	%rd44, [k_dropout_param_1];\n"
+    ,
     "	ld.param.u64 	%rd42, [k_dropout_param_2];\n"
     "	ld.param.u32 	%r1, [k_dropout_param_3];\n"
     "	ld.param.f32 	%f11, [k_dropout_param_4];\n"
@@ -11148,7 +11260,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p6 bra 	$L__BB25_20;\n"
     "\n"
     "	shl.b64 	%rd70, %rd131, 2;\n"
-    ,
     "	add.s64 	%rd133, %rd1, %rd70;\n"
     "	shl.b64 	%rd32, %rd9, 2;\n"
     "\n"
@@ -11199,6 +11310,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f24, %f17, %f11;\n"
     "\n"
     "$L__BB25_15:\n"
+    ,
     "	add.s64 	%rd36, %rd133, %rd32;\n"
     "	st.global.f32 	[%rd36], %f24;\n"
     "	add.s64 	%rd37, %rd35, %rd9;\n"
@@ -11296,7 +11408,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r25, %r20, -3;\n"
     "	add.s32 	%r26, %r21, -3;\n"
     "	or.b32  	%r27, %r26, %r25;\n"
-    ,
     "	and.b32  	%r1, %r27, -2;\n"
     "	mov.u32 	%r28, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd22, %r28;\n"
@@ -11363,6 +11474,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ne.s32 	%p5, %r20, 3;\n"
     "	@%p5 bra 	$L__BB26_6;\n"
     "\n"
+    ,
     "	ld.global.nc.u32 	%r29, [%rd7];\n"
     "	cvt.rn.f32.s32 	%f7, %r29;\n"
     "	bra.uni 	$L__BB26_21;\n"
@@ -11493,7 +11605,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB26_45;\n"
     "\n"
     "$L__BB26_30:\n"
-    ,
     "	setp.gt.u32 	%p19, %r14, 1199566847;\n"
     "	@%p19 bra 	$L__BB26_35;\n"
     "	bra.uni 	$L__BB26_31;\n"
@@ -11553,6 +11664,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB26_37:\n"
     "	st.global.u16 	[%rd12], %r82;\n"
     "\n"
+    ,
     "$L__BB26_45:\n"
     "	add.s64 	%rd29, %rd29, %rd5;\n"
     "	setp.lt.s64 	%p34, %rd29, %rd17;\n"
@@ -11661,7 +11773,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd49, %rd35;\n"
     "	shl.b64 	%rd50, %rd101, 2;\n"
     "	add.s64 	%rd12, %rd49, %rd50;\n"
-    ,
     "	cvta.to.global.u64 	%rd51, %rd34;\n"
     "	add.s64 	%rd13, %rd51, %rd50;\n"
     "	cvta.to.global.u64 	%rd52, %rd39;\n"
@@ -11719,6 +11830,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r156, 0;\n"
     "	ld.global.f32 	%f46, [%rd12];\n"
     "	ld.global.f32 	%f47, [%rd13];\n"
+    ,
     "	mul.f32 	%f48, %f47, %f13;\n"
     "	fma.rn.f32 	%f49, %f4, %f46, %f48;\n"
     "	mul.f32 	%f50, %f49, %f11;\n"
@@ -11829,7 +11941,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	or.b32  	%r259, %r81, %r259;\n"
     "	bra.uni 	$L__BB27_22;\n"
     "\n"
-    ,
     "$L__BB27_59:\n"
     "	setp.lt.u32 	%p76, %r27, 947912704;\n"
     "	@%p76 bra 	$L__BB27_61;\n"
@@ -11889,6 +12000,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p30 bra 	$L__BB27_96;\n"
     "\n"
     "$L__BB27_26:\n"
+    ,
     "	shl.b64 	%rd58, %rd101, 2;\n"
     "	add.s64 	%rd18, %rd49, %rd58;\n"
     "	ld.global.f32 	%f30, [%rd18];\n"
@@ -11992,7 +12104,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB27_32:\n"
     "	shr.u32 	%r91, %r11, 13;\n"
-    ,
     "	add.s32 	%r92, %r91, -114688;\n"
     "	and.b32  	%r93, %r9, 8191;\n"
     "	setp.gt.u32 	%p38, %r93, 4096;\n"
@@ -12048,6 +12159,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB27_49:\n"
     "	or.b32  	%r261, %r261, 32256;\n"
+    ,
     "	bra.uni 	$L__BB27_50;\n"
     "\n"
     "$L__BB27_51:\n"
@@ -12154,7 +12266,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd103, %rd77, %rd6;\n"
     "\n"
     "$L__BB27_68:\n"
-    ,
     "	mul.wide.u32 	%rd80, %r53, %r51;\n"
     "	add.s64 	%rd81, %rd80, %rd38;\n"
     "	add.s64 	%rd88, %rd81, %rd46;\n"
@@ -12210,6 +12321,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r226, %r225, 16;\n"
     "	cvt.u16.u32 	%rs19, %r226;\n"
     "	selp.b16 	%rs20, %rs18, %rs19, %p107;\n"
+    ,
     "	st.global.u16 	[%rd30], %rs20;\n"
     "	bra.uni 	$L__BB27_82;\n"
     "\n"
@@ -12315,7 +12427,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r254, %r252, 16;\n"
     "	cvt.u16.u32 	%rs21, %r254;\n"
     "	or.b16  	%rs22, %rs21, 64;\n"
-    ,
     "	and.b32  	%r255, %r254, 1;\n"
     "	add.s32 	%r256, %r252, %r255;\n"
     "	add.s32 	%r257, %r256, 32767;\n"
@@ -12372,6 +12483,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r229, %r43, 13;\n"
     "	add.s32 	%r230, %r229, -114688;\n"
     "	and.b32  	%r231, %r41, 8191;\n"
+    ,
     "	setp.gt.u32 	%p114, %r231, 4096;\n"
     "	setp.eq.s32 	%p115, %r231, 4096;\n"
     "	and.b32  	%r232, %r230, 1;\n"
@@ -12471,7 +12583,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r10, %ctaid.x;\n"
     "	mov.u32 	%r11, %ntid.x;\n"
     "	cvt.u64.u32 	%rd6, %r11;\n"
-    ,
     "	mul.wide.u32 	%rd41, %r10, %r11;\n"
     "	mov.u32 	%r12, %tid.x;\n"
     "	cvt.u64.u32 	%rd42, %r12;\n"
@@ -12524,6 +12635,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s32 	%p9, %r9, 2;\n"
     "	@%p9 bra 	$L__BB28_19;\n"
     "\n"
+    ,
     "	setp.ne.s32 	%p10, %r9, 1;\n"
     "	@%p10 bra 	$L__BB28_20;\n"
     "\n"
@@ -12633,7 +12745,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd50, %rd8, %rd35;\n"
     "	cvt.u64.u32 	%rd52, %r10;\n"
     "	add.s64 	%rd53, %rd43, %rd52;\n"
-    ,
     "	mul.lo.s64 	%rd55, %rd53, %rd6;\n"
     "	add.s64 	%rd57, %rd55, %rd42;\n"
     "	not.b64 	%rd58, %rd57;\n"
@@ -12687,6 +12798,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f61, %f60, %f12, %f59;\n"
     "	mul.f32 	%f62, %f61, %f8;\n"
     "	sub.f32 	%f63, %f60, %f62;\n"
+    ,
     "	st.global.f32 	[%rd63], %f63;\n"
     "	mov.u32 	%r55, 0;\n"
     "	st.global.u32 	[%rd64], %r55;\n"
@@ -12788,7 +12900,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "\n"
     "	ld.param.u64 	%rd34, [k_gemm_param_0];\n"
-    ,
     "	ld.param.u64 	%rd35, [k_gemm_param_1];\n"
     "	ld.param.u32 	%r37, [k_gemm_param_3];\n"
     "	ld.param.u32 	%r38, [k_gemm_param_4];\n"
@@ -12836,6 +12947,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r5, %r60, %r49;\n"
     "	mad.lo.s32 	%r61, %r4, 272, %r57;\n"
     "	shl.b32 	%r62, %r60, 2;\n"
+    ,
     "	add.s32 	%r6, %r61, %r62;\n"
     "	add.s32 	%r63, %r44, 256;\n"
     "	shr.s32 	%r64, %r63, 6;\n"
@@ -12934,7 +13046,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd19, %r19;\n"
     "	@%p10 bra 	$L__BB29_9;\n"
     "\n"
-    ,
     "	add.s64 	%rd48, %rd2, %rd19;\n"
     "	add.s64 	%rd49, %rd48, %rd9;\n"
     "	shl.b64 	%rd50, %rd49, 2;\n"
@@ -12992,6 +13103,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.shared.f32 	[%r6], %f522;\n"
     "	add.s32 	%r20, %r64, %r203;\n"
     "	setp.ge.s32 	%p11, %r20, %r39;\n"
+    ,
     "	mov.f32 	%f524, 0f00000000;\n"
     "	or.pred  	%p13, %p4, %p11;\n"
     "	mov.f32 	%f523, %f524;\n"
@@ -13096,7 +13208,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mad.lo.s32 	%r121, %r77, 272, %r54;\n"
     "	add.s32 	%r124, %r121, %r198;\n"
     "	st.shared.f32 	[%r124], %f527;\n"
-    ,
     "	add.s32 	%r25, %r14, %r203;\n"
     "	setp.ge.s32 	%p28, %r25, %r39;\n"
     "	setp.ge.s32 	%p29, %r15, %r38;\n"
@@ -13155,6 +13266,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r28, %r8, %r203;\n"
     "	setp.ge.s32 	%p42, %r28, %r39;\n"
     "	setp.ge.s32 	%p43, %r9, %r38;\n"
+    ,
     "	or.pred  	%p44, %p43, %p42;\n"
     "	@%p44 bra 	$L__BB29_41;\n"
     "\n"
@@ -13259,7 +13371,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB29_52:\n"
     "	mul.lo.s64 	%rd140, %rd26, %rd5;\n"
-    ,
     "	add.s64 	%rd141, %rd17, %rd140;\n"
     "	shl.b64 	%rd142, %rd141, 2;\n"
     "	add.s64 	%rd143, %rd3, %rd142;\n"
@@ -13302,6 +13413,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f166, [%r2+400];\n"
     "	fma.rn.f32 	%f167, %f162, %f166, %f143;\n"
     "	ld.shared.f32 	%f168, [%r2+464];\n"
+    ,
     "	fma.rn.f32 	%f169, %f162, %f168, %f145;\n"
     "	ld.shared.f32 	%f170, [%r1+336];\n"
     "	fma.rn.f32 	%f171, %f170, %f161, %f147;\n"
@@ -13368,7 +13480,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f232, %f228, %f216, %f208;\n"
     "	ld.shared.f32 	%f233, [%r2+1088];\n"
     "	ld.shared.f32 	%f234, [%r1+1088];\n"
-    ,
     "	fma.rn.f32 	%f235, %f234, %f233, %f211;\n"
     "	ld.shared.f32 	%f236, [%r2+1152];\n"
     "	fma.rn.f32 	%f237, %f234, %f236, %f213;\n"
@@ -13405,6 +13516,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f268, %f266, %f260, %f244;\n"
     "	fma.rn.f32 	%f269, %f266, %f262, %f245;\n"
     "	fma.rn.f32 	%f270, %f266, %f264, %f246;\n"
+    ,
     "	ld.shared.f32 	%f271, [%r1+1488];\n"
     "	fma.rn.f32 	%f272, %f271, %f257, %f248;\n"
     "	fma.rn.f32 	%f273, %f271, %f260, %f249;\n"
@@ -13471,7 +13583,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f334, [%r2+2304];\n"
     "	fma.rn.f32 	%f335, %f330, %f334, %f311;\n"
     "	ld.shared.f32 	%f336, [%r2+2368];\n"
-    ,
     "	fma.rn.f32 	%f337, %f330, %f336, %f313;\n"
     "	ld.shared.f32 	%f338, [%r1+2240];\n"
     "	fma.rn.f32 	%f339, %f338, %f329, %f315;\n"
@@ -13508,6 +13619,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f370, %f367, %f358, %f346;\n"
     "	fma.rn.f32 	%f371, %f367, %f360, %f347;\n"
     "	ld.shared.f32 	%f372, [%r1+2640];\n"
+    ,
     "	fma.rn.f32 	%f373, %f372, %f353, %f349;\n"
     "	fma.rn.f32 	%f374, %f372, %f356, %f350;\n"
     "	fma.rn.f32 	%f375, %f372, %f358, %f351;\n"
@@ -13574,7 +13686,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f436, %f434, %f428, %f412;\n"
     "	fma.rn.f32 	%f437, %f434, %f430, %f413;\n"
     "	fma.rn.f32 	%f438, %f434, %f432, %f414;\n"
-    ,
     "	ld.shared.f32 	%f439, [%r1+3392];\n"
     "	fma.rn.f32 	%f440, %f439, %f425, %f416;\n"
     "	fma.rn.f32 	%f441, %f439, %f428, %f417;\n"
@@ -13611,6 +13722,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f472, %f468, %f456, %f448;\n"
     "	ld.shared.f32 	%f473, [%r2+3808];\n"
     "	ld.shared.f32 	%f474, [%r1+3808];\n"
+    ,
     "	fma.rn.f32 	%f475, %f474, %f473, %f451;\n"
     "	ld.shared.f32 	%f476, [%r2+3872];\n"
     "	fma.rn.f32 	%f477, %f474, %f476, %f453;\n"
@@ -13691,7 +13803,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r178, %r176, 15;\n"
     "	mov.u32 	%r179, %ctaid.x;\n"
     "	bfi.b32 	%r33, %r179, %r178, 6, 26;\n"
-    ,
     "	setp.ge.s32 	%p61, %r32, %r37;\n"
     "	@%p61 bra 	$L__BB29_64;\n"
     "\n"
@@ -13747,6 +13858,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd159, %rd157, %rd158;\n"
     "	cvta.to.global.u64 	%rd160, %rd185;\n"
     "	shl.b64 	%rd161, %rd159, 2;\n"
+    ,
     "	add.s64 	%rd29, %rd160, %rd161;\n"
     "	setp.ge.s32 	%p67, %r33, %r38;\n"
     "	@%p67 bra 	$L__BB29_67;\n"
@@ -13866,7 +13978,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     ".visible .entry k_attention(\n"
     "	.param .u64 k_attention_param_0,\n"
     "	.param .u64 k_attention_param_1,\n"
-    ,
     "	.param .u64 k_attention_param_2,\n"
     "	.param .u64 k_attention_param_3,\n"
     "	.param .u64 k_attention_param_4,\n"
@@ -13913,6 +14024,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p1 bra 	$L__BB30_114;\n"
     "\n"
     "	add.s64 	%rd10, %rd142, 1;\n"
+    ,
     "	mul.lo.s64 	%rd11, %rd9, %rd142;\n"
     "	mov.u32 	%r4, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd153, %r4;\n"
@@ -14023,7 +14135,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p7 bra 	$L__BB30_13;\n"
     "\n"
     "	div.s64 	%rd293, %rd292, %rd143;\n"
-    ,
     "	mul.lo.s64 	%rd161, %rd293, %rd143;\n"
     "	sub.s64 	%rd294, %rd292, %rd161;\n"
     "	bra.uni 	$L__BB30_14;\n"
@@ -14076,6 +14187,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB30_19:\n"
     "	cvt.u32.u64 	%r17, %rd290;\n"
+    ,
     "	div.u32 	%r18, %r17, %r5;\n"
     "	cvt.u64.u32 	%rd298, %r18;\n"
     "\n"
@@ -14182,7 +14294,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd207, %rd307, %rd141;\n"
     "	add.s64 	%rd208, %rd207, %rd306;\n"
     "	mul.lo.s64 	%rd209, %rd208, %rd143;\n"
-    ,
     "	add.s64 	%rd210, %rd209, %rd308;\n"
     "	mul.lo.s64 	%rd211, %rd210, %rd142;\n"
     "	mul.lo.s64 	%rd73, %rd211, 3;\n"
@@ -14232,6 +14343,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd83, %rd5, %rd218;\n"
     "	ld.local.f32 	%f80, [%rd83];\n"
     "	fma.rn.f32 	%f316, %f80, %f79, %f316;\n"
+    ,
     "	@%p26 bra 	$L__BB30_49;\n"
     "\n"
     "	setp.eq.s64 	%p27, %rd14, 2;\n"
@@ -14333,7 +14445,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f129, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f130, %f119, %f129, %f128;\n"
     "	mov.f32 	%f131, 0f32A57060;\n"
-    ,
     "	fma.rn.f32 	%f132, %f119, %f131, %f130;\n"
     "	mov.b32 	%r42, %f126;\n"
     "	shl.b32 	%r43, %r42, 23;\n"
@@ -14382,6 +14493,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f151, [%rd95];\n"
     "	shl.b64 	%rd233, %rd318, 2;\n"
     "	add.s64 	%rd96, %rd6, %rd233;\n"
+    ,
     "	ld.local.f32 	%f152, [%rd96];\n"
     "	fma.rn.f32 	%f153, %f16, %f151, %f152;\n"
     "	st.local.f32 	[%rd96], %f153;\n"
@@ -14481,7 +14593,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f190, %f187, %f189, %f188;\n"
     "	cvt.sat.f32.f32 	%f191, %f190;\n"
     "	mov.f32 	%f192, 0f4B400001;\n"
-    ,
     "	mov.f32 	%f193, 0f437C0000;\n"
     "	fma.rm.f32 	%f194, %f191, %f193, %f192;\n"
     "	add.f32 	%f195, %f194, 0fCB40007F;\n"
@@ -14534,6 +14645,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f317, %f28;\n"
     "	@%p53 bra 	$L__BB30_85;\n"
     "\n"
+    ,
     "	setp.eq.s64 	%p54, %rd14, 2;\n"
     "	ld.local.f32 	%f217, [%rd112+4];\n"
     "	mul.f32 	%f218, %f29, %f217;\n"
@@ -14627,7 +14739,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB30_93:\n"
     "	add.s64 	%rd319, %rd98, 1;\n"
-    ,
     "	setp.lt.u64 	%p61, %rd98, %rd291;\n"
     "	@%p61 bra 	$L__BB30_68;\n"
     "\n"
@@ -14690,6 +14801,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd273, %rd6, %rd272;\n"
     "	ld.local.v4.f32 	{%f262, %f263, %f264, %f265}, [%rd273];\n"
     "	div.rn.f32 	%f270, %f262, %f318;\n"
+    ,
     "	add.s64 	%rd274, %rd335, %rd332;\n"
     "	shl.b64 	%rd275, %rd274, 2;\n"
     "	add.s64 	%rd276, %rd2, %rd275;\n"
@@ -14777,7 +14889,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.f32 	%f308, 0fFF800000, %f329, %p73;\n"
     "	add.f32 	%f309, %f317, %f308;\n"
     "	mul.lo.s64 	%rd280, %rd290, %rd10;\n"
-    ,
     "	add.s64 	%rd281, %rd280, %rd142;\n"
     "	add.s64 	%rd282, %rd290, %rd11;\n"
     "	selp.b64 	%rd283, %rd281, %rd282, %p77;\n"
@@ -14823,6 +14934,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd182, [k_attention_back_q_param_2];\n"
     "	ld.param.u64 	%rd183, [k_attention_back_q_param_3];\n"
     "	ld.param.u64 	%rd184, [k_attention_back_q_param_4];\n"
+    ,
     "	ld.param.u64 	%rd176, [k_attention_back_q_param_5];\n"
     "	ld.param.u64 	%rd185, [k_attention_back_q_param_6];\n"
     "	ld.param.u64 	%rd186, [k_attention_back_q_param_7];\n"
@@ -14926,7 +15038,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p6 bra 	$L__BB31_42;\n"
     "\n"
     "	@%p3 bra 	$L__BB31_35;\n"
-    ,
     "\n"
     "	setp.lt.u64 	%p8, %rd16, 3;\n"
     "	mov.f32 	%f339, 0f00000000;\n"
@@ -14975,6 +15086,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd253, %rd7, %rd252;\n"
     "	st.local.v4.f32 	[%rd253], {%f97, %f96, %f95, %f94};\n"
     "	ld.global.nc.f32 	%f98, [%rd250+12];\n"
+    ,
     "	add.s64 	%rd254, %rd8, %rd252;\n"
     "	st.local.v4.f32 	[%rd254], {%f86, %f89, %f92, %f98};\n"
     "	add.s64 	%rd255, %rd9, %rd252;\n"
@@ -15071,7 +15183,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB31_24:\n"
     "	mov.f32 	%f331, 0f00000000;\n"
     "	add.s64 	%rd216, %rd48, %rd382;\n"
-    ,
     "	shl.b64 	%rd217, %rd216, 2;\n"
     "	add.s64 	%rd218, %rd2, %rd217;\n"
     "	add.s64 	%rd219, %rd382, %rd376;\n"
@@ -15115,6 +15226,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.s64 	%rd383, %rd371, %rd177;\n"
     "	bra.uni 	$L__BB31_29;\n"
     "\n"
+    ,
     "$L__BB31_28:\n"
     "	cvt.u32.u64 	%r25, %rd371;\n"
     "	div.u32 	%r26, %r25, %r5;\n"
@@ -15212,7 +15324,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p23 bra 	$L__BB31_46;\n"
     "\n"
     "	div.s64 	%rd390, %rd83, %rd177;\n"
-    ,
     "	mul.lo.s64 	%rd273, %rd390, %rd177;\n"
     "	sub.s64 	%rd391, %rd83, %rd273;\n"
     "	bra.uni 	$L__BB31_47;\n"
@@ -15267,6 +15378,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd395, %rd365, %rd284;\n"
     "	add.s64 	%rd394, %rd366, %rd284;\n"
     "	mov.f32 	%f347, 0f00000000;\n"
+    ,
     "	mov.u64 	%rd399, 0;\n"
     "	mov.u64 	%rd396, %rd8;\n"
     "	mov.u64 	%rd397, %rd7;\n"
@@ -15351,7 +15463,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f170, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f171, %f160, %f170, %f169;\n"
     "	mov.f32 	%f172, 0f32A57060;\n"
-    ,
     "	fma.rn.f32 	%f173, %f160, %f172, %f171;\n"
     "	mov.b32 	%r48, %f167;\n"
     "	shl.b32 	%r49, %r48, 23;\n"
@@ -15400,6 +15511,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd119, %rd5, %rd297;\n"
     "	ld.global.nc.f32 	%f194, [%rd119];\n"
     "	shl.b64 	%rd298, %rd402, 2;\n"
+    ,
     "	add.s64 	%rd120, %rd9, %rd298;\n"
     "	ld.local.f32 	%f195, [%rd120];\n"
     "	fma.rn.f32 	%f196, %f33, %f194, %f195;\n"
@@ -15492,7 +15604,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f354, %f241, %f240, %f354;\n"
     "	add.s64 	%rd131, %rd4, %rd311;\n"
     "	ld.global.nc.f32 	%f242, [%rd131];\n"
-    ,
     "	add.s64 	%rd132, %rd8, %rd312;\n"
     "	ld.local.f32 	%f243, [%rd132];\n"
     "	fma.rn.f32 	%f355, %f243, %f242, %f355;\n"
@@ -15539,6 +15650,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f50, %f270, %f269;\n"
     "	@%p6 bra 	$L__BB31_84;\n"
     "\n"
+    ,
     "	setp.lt.u64 	%p45, %rd16, 3;\n"
     "	mov.u64 	%rd409, 0;\n"
     "	@%p45 bra 	$L__BB31_80;\n"
@@ -15639,7 +15751,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f324, %f316, %f52;\n"
     "	st.global.f32 	[%rd360+12], %f324;\n"
     "	add.s64 	%rd421, %rd421, 4;\n"
-    ,
     "	add.s64 	%rd420, %rd420, -4;\n"
     "	setp.ne.s64 	%p63, %rd420, 0;\n"
     "	@%p63 bra 	$L__BB31_108;\n"
@@ -15696,6 +15807,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd412, %r59;\n"
     "\n"
     "$L__BB31_94:\n"
+    ,
     "	mul.lo.s64 	%rd330, %rd411, %rd177;\n"
     "	add.s64 	%rd331, %rd330, %rd372;\n"
     "	mul.lo.s64 	%rd332, %rd331, %rd179;\n"
@@ -15799,7 +15911,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     ".visible .entry k_attention_back_kv(\n"
     "	.param .u64 k_attention_back_kv_param_0,\n"
     "	.param .u64 k_attention_back_kv_param_1,\n"
-    ,
     "	.param .u64 k_attention_back_kv_param_2,\n"
     "	.param .u64 k_attention_back_kv_param_3,\n"
     "	.param .u64 k_attention_back_kv_param_4,\n"
@@ -15836,6 +15947,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd158, [k_attention_back_kv_param_11];\n"
     "	cvta.to.global.u64 	%rd1, %rd161;\n"
     "	cvta.to.global.u64 	%rd2, %rd160;\n"
+    ,
     "	cvta.to.global.u64 	%rd3, %rd159;\n"
     "	cvta.to.global.u64 	%rd4, %rd163;\n"
     "	cvta.to.global.u64 	%rd5, %rd164;\n"
@@ -15945,7 +16057,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f41, [%rd189+4];\n"
     "	ld.global.nc.f32 	%f42, [%rd189];\n"
     "	shl.b64 	%rd191, %rd359, 2;\n"
-    ,
     "	add.s64 	%rd192, %rd8, %rd191;\n"
     "	ld.global.nc.f32 	%f43, [%rd190+8];\n"
     "	ld.global.nc.f32 	%f44, [%rd190+4];\n"
@@ -15990,6 +16101,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p11, %rd19, 2;\n"
     "	ld.global.nc.f32 	%f50, [%rd47+4];\n"
     "	st.local.f32 	[%rd48+4], %f50;\n"
+    ,
     "	ld.global.nc.f32 	%f51, [%rd49+4];\n"
     "	st.local.f32 	[%rd50+4], %f51;\n"
     "	st.local.u32 	[%rd51+4], %r16;\n"
@@ -16092,7 +16204,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f81, [%rd366+-4];\n"
     "	fma.rn.f32 	%f82, %f81, %f62, %f70;\n"
     "	ld.global.nc.f32 	%f83, [%rd367+-4];\n"
-    ,
     "	fma.rn.f32 	%f84, %f83, %f72, %f80;\n"
     "	ld.global.nc.f32 	%f85, [%rd366];\n"
     "	fma.rn.f32 	%f86, %f85, %f63, %f82;\n"
@@ -16138,6 +16249,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f96, [%rd82+4];\n"
     "	fma.rn.f32 	%f339, %f96, %f95, %f339;\n"
     "	ld.local.f32 	%f97, [%rd85+4];\n"
+    ,
     "	ld.global.nc.f32 	%f98, [%rd84+4];\n"
     "	fma.rn.f32 	%f340, %f98, %f97, %f340;\n"
     "	@%p21 bra 	$L__BB32_38;\n"
@@ -16221,7 +16333,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd373, %rd373, 4;\n"
     "	add.s64 	%rd372, %rd372, -4;\n"
     "	setp.ne.s64 	%p24, %rd372, 0;\n"
-    ,
     "	@%p24 bra 	$L__BB32_41;\n"
     "\n"
     "$L__BB32_42:\n"
@@ -16269,6 +16380,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.f32 	[%rd94+8], %f172;\n"
     "\n"
     "$L__BB32_46:\n"
+    ,
     "	add.s64 	%rd341, %rd351, %rd156;\n"
     "	sub.s64 	%rd340, %rd341, %rd352;\n"
     "	add.s64 	%rd360, %rd360, 1;\n"
@@ -16360,7 +16472,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f348, %f217, %f216, %f348;\n"
     "	@%p34 bra 	$L__BB32_56;\n"
     "\n"
-    ,
     "	ld.local.f32 	%f218, [%rd105+8];\n"
     "	ld.global.nc.f32 	%f219, [%rd104+8];\n"
     "	fma.rn.f32 	%f347, %f219, %f218, %f347;\n"
@@ -16407,6 +16518,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p36 bra 	$L__BB32_60;\n"
     "\n"
     "	mov.u64 	%rd380, 0;\n"
+    ,
     "	mov.u64 	%rd379, %rd20;\n"
     "\n"
     "$L__BB32_59:\n"
@@ -16489,7 +16601,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.f32 	[%rd116+8], %f291;\n"
     "\n"
     "$L__BB32_64:\n"
-    ,
     "	add.s64 	%rd344, %rd351, %rd156;\n"
     "	sub.s64 	%rd343, %rd344, %rd352;\n"
     "	add.s64 	%rd374, %rd374, 1;\n"
@@ -16543,6 +16654,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f322, %f306, %f38;\n"
     "	st.global.f32 	[%rd328+8], %f322;\n"
     "	st.global.f32 	[%rd332+8], %f315;\n"
+    ,
     "	mul.f32 	%f323, %f307, %f38;\n"
     "	st.global.f32 	[%rd328+12], %f323;\n"
     "	st.global.f32 	[%rd332+12], %f316;\n"
@@ -16639,7 +16751,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.local.v2.f32 	{%f297, %f298}, [%rd297];\n"
     "	add.s64 	%rd298, %rd129, %rd386;\n"
     "	shl.b64 	%rd299, %rd298, 2;\n"
-    ,
     "	add.s64 	%rd300, %rd7, %rd299;\n"
     "	st.global.f32 	[%rd300], %f297;\n"
     "	mul.f32 	%f301, %f293, %f38;\n"
@@ -16695,6 +16806,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd311, %rd310, %rd389;\n"
     "	mul.lo.s64 	%rd312, %rd311, 3;\n"
     "	add.s64 	%rd313, %rd312, 1;\n"
+    ,
     "	mul.lo.s64 	%rd314, %rd313, %rd157;\n"
     "	add.s64 	%rd315, %rd314, %rd386;\n"
     "	shl.b64 	%rd316, %rd315, 2;\n"
@@ -16789,7 +16901,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd6, [%rd51+384];\n"
     "	ld.param.u64 	%rd7, [%rd51+512];\n"
     "	ld.param.u64 	%rd8, [%rd51+640];\n"
-    ,
     "	setp.lt.s64 	%p7, %rd8, 0;\n"
     "	@%p7 bra 	$L__BB33_7;\n"
     "\n"
@@ -16841,6 +16952,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd124, %rd55, %rd67;\n"
     "	add.s64 	%rd68, %rd122, %rd12;\n"
     "	add.s64 	%rd69, %rd68, %rd13;\n"
+    ,
     "	shl.b64 	%rd70, %rd69, 1;\n"
     "	add.s64 	%rd123, %rd55, %rd70;\n"
     "\n"
@@ -16947,7 +17059,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.u32 	%r41, 1, 0, %p27;\n"
     "	add.s32 	%r42, %r31, %r41;\n"
     "	or.b32  	%r58, %r42, %r58;\n"
-    ,
     "	bra.uni 	$L__BB33_20;\n"
     "\n"
     "$L__BB33_15:\n"
@@ -17002,6 +17113,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u32.u64 	%r53, %rd17;\n"
     "	cvt.u32.u64 	%r54, %rd35;\n"
     "	div.u32 	%r55, %r54, %r53;\n"
+    ,
     "	cvt.u64.u32 	%rd129, %r55;\n"
     "\n"
     "$L__BB33_26:\n"
@@ -17096,7 +17208,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd111, %rd110, 2;\n"
     "	add.s64 	%rd112, %rd41, %rd111;\n"
     "	add.s64 	%rd113, %rd109, %rd5;\n"
-    ,
     "	shl.b64 	%rd114, %rd113, 2;\n"
     "	add.s64 	%rd115, %rd1, %rd114;\n"
     "	add.s64 	%rd116, %rd109, %rd6;\n"
@@ -17145,6 +17256,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_bias_gelu_param_5,\n"
     "	.param .u32 k_bias_gelu_param_6,\n"
     "	.param .u32 k_bias_gelu_param_7\n"
+    ,
     ")\n"
     "{\n"
     "	.reg .pred 	%p<45>;\n"
@@ -17241,7 +17353,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.f32 	%p5, %f11, 0f3F19999A;\n"
     "	selp.f32 	%f32, %f20, %f31, %p5;\n"
     "	mul.f32 	%f33, %f6, 0f3E095D4E;\n"
-    ,
     "	fma.rn.f32 	%f34, %f6, %f33, 0f3F800000;\n"
     "	mul.f32 	%f35, %f34, 0f3F4C422A;\n"
     "	add.f32 	%f36, %f32, 0f3F800000;\n"
@@ -17300,6 +17411,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	or.b32  	%r91, %r91, 31744;\n"
     "	bra.uni 	$L__BB34_16;\n"
     "\n"
+    ,
     "$L__BB34_10:\n"
     "	setp.lt.u32 	%p10, %r3, 947912704;\n"
     "	@%p10 bra 	$L__BB34_12;\n"
@@ -17405,7 +17517,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f57, 0fC0000000;\n"
     "	fma.rn.f32 	%f58, %f56, %f57, %f55;\n"
     "	setp.ge.f32 	%p25, %f51, 0f41102CB4;\n"
-    ,
     "	selp.f32 	%f59, 0f3F800000, %f58, %p25;\n"
     "	copysign.f32 	%f60, %f50, %f59;\n"
     "	mul.f32 	%f61, %f50, %f50;\n"
@@ -17458,6 +17569,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB34_37;\n"
     "\n"
     "$L__BB34_36:\n"
+    ,
     "	st.global.f32 	[%rd74], %f4;\n"
     "	bra.uni 	$L__BB34_37;\n"
     "\n"
@@ -17564,7 +17676,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd28;\n"
     "	cvta.to.global.u64 	%rd2, %rd27;\n"
     "	mov.u32 	%r9, %ctaid.x;\n"
-    ,
     "	cvt.u64.u32 	%rd52, %r9;\n"
     "	setp.ge.s64 	%p1, %rd52, %rd24;\n"
     "	@%p1 bra 	$L__BB35_38;\n"
@@ -17623,6 +17734,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p4 bra 	$L__BB35_10;\n"
     "\n"
     "	mov.f32 	%f162, 0fFF800000;\n"
+    ,
     "	mov.u64 	%rd54, %rd4;\n"
     "\n"
     "$L__BB35_9:\n"
@@ -17725,7 +17837,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f60, %f59;\n"
     "	mov.f32 	%f61, 0f4B400001;\n"
     "	mov.f32 	%f62, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f63, %f60, %f62, %f61;\n"
     "	add.f32 	%f64, %f63, 0fCB40007F;\n"
     "	neg.f32 	%f65, %f64;\n"
@@ -17779,6 +17890,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u32.u64 	%r75, %rd4;\n"
     "	setp.ne.s32 	%p27, %r75, 0;\n"
     "	mov.b32 	%r76, %f166;\n"
+    ,
     "	mov.u32 	%r77, 31;\n"
     "	mov.u32 	%r78, 16;\n"
     "	mov.u32 	%r79, -1;\n"
@@ -17875,7 +17987,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB35_36;\n"
     "\n"
     "$L__BB35_34:\n"
-    ,
     "	add.s64 	%rd45, %rd57, %rd9;\n"
     "	shl.b64 	%rd46, %rd45, 2;\n"
     "	add.s64 	%rd47, %rd2, %rd46;\n"
@@ -17925,6 +18036,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB35_37;\n"
     "\n"
     "$L__BB35_27:\n"
+    ,
     "	mov.u64 	%rd56, %rd4;\n"
     "\n"
     "$L__BB35_28:\n"
@@ -18023,7 +18135,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r8, %ntid.x;\n"
     "	cvt.u64.u32 	%rd6, %r8;\n"
     "	and.b32  	%r1, %r7, 31;\n"
-    ,
     "	shr.u32 	%r2, %r8, 5;\n"
     "	shr.u32 	%r9, %r7, 3;\n"
     "	and.b32  	%r10, %r9, 536870908;\n"
@@ -18080,6 +18191,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rm.f32 	%f25, %f22, %f24, %f23;\n"
     "	add.f32 	%f26, %f25, 0fCB40007F;\n"
     "	neg.f32 	%f27, %f26;\n"
+    ,
     "	mov.f32 	%f28, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f29, %f18, %f28, %f27;\n"
     "	mov.f32 	%f30, 0f32A57060;\n"
@@ -18185,7 +18297,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f105, 0f00000000;\n"
     "	bra.uni 	$L__BB36_23;\n"
     "\n"
-    ,
     "$L__BB36_21:\n"
     "	add.s64 	%rd44, %rd55, %rd10;\n"
     "	shl.b64 	%rd45, %rd44, 2;\n"
@@ -18235,6 +18346,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd50, %rd1, %rd49;\n"
     "	st.global.u16 	[%rd50], %rs4;\n"
     "	add.s64 	%rd55, %rd55, %rd6;\n"
+    ,
     "	setp.lt.s64 	%p23, %rd55, %rd23;\n"
     "	@%p23 bra 	$L__BB36_20;\n"
     "	bra.uni 	$L__BB36_24;\n"
@@ -18338,7 +18450,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s64 	%p1, %rd162, %rd87;\n"
     "	@%p1 bra 	$L__BB37_44;\n"
     "\n"
-    ,
     "	setp.eq.s64 	%p2, %rd90, 0;\n"
     "	mov.u32 	%r4, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd8, %r4;\n"
@@ -18397,6 +18508,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB37_18:\n"
     "	mul.lo.s64 	%rd120, %rd168, %rd89;\n"
     "	add.s64 	%rd121, %rd120, %rd167;\n"
+    ,
     "	mul.lo.s64 	%rd122, %rd121, %rd90;\n"
     "	add.s64 	%rd123, %rd122, %rd169;\n"
     "	mul.lo.s64 	%rd42, %rd123, %rd88;\n"
@@ -18497,7 +18609,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f43, [%rd180+-4];\n"
     "	ld.global.nc.f32 	%f44, [%rd181+-4];\n"
     "	fma.rn.f32 	%f45, %f44, %f43, %f42;\n"
-    ,
     "	ld.global.nc.f32 	%f46, [%rd180];\n"
     "	ld.global.nc.f32 	%f47, [%rd181];\n"
     "	fma.rn.f32 	%f48, %f47, %f46, %f45;\n"
@@ -18548,6 +18659,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd95, %rd9, %rd87;\n"
     "	add.s64 	%rd96, %rd8, %rd4;\n"
     "	mul.lo.s64 	%rd97, %rd96, %rd5;\n"
+    ,
     "	add.s64 	%rd98, %rd97, %rd6;\n"
     "	not.b64 	%rd99, %rd98;\n"
     "	add.s64 	%rd10, %rd95, %rd99;\n"
@@ -18660,7 +18772,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd145, %rd178, %rd62;\n"
     "	st.global.u32 	[%rd145], %r24;\n"
     "	add.s64 	%rd146, %rd162, %rd9;\n"
-    ,
     "	add.s64 	%rd147, %rd146, %rd9;\n"
     "	add.s64 	%rd148, %rd145, %rd62;\n"
     "	st.global.u32 	[%rd148], %r24;\n"
@@ -18708,6 +18819,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u32 	%r2, [k_att_repack_param_8];\n"
     "	ld.param.u32 	%r3, [k_att_repack_param_9];\n"
     "	cvta.to.global.u64 	%rd1, %rd188;\n"
+    ,
     "	cvta.to.global.u64 	%rd2, %rd187;\n"
     "	mov.u32 	%r4, %ctaid.x;\n"
     "	cvt.u64.u32 	%rd3, %r4;\n"
@@ -18815,7 +18927,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.u32 	%r18, %r17, %r16;\n"
     "	mul.lo.s32 	%r19, %r18, %r16;\n"
     "	sub.s32 	%r20, %r17, %r19;\n"
-    ,
     "	cvt.u64.u32 	%rd308, %r18;\n"
     "	cvt.u64.u32 	%rd309, %r20;\n"
     "\n"
@@ -18876,6 +18987,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p13 bra 	$L__BB38_21;\n"
     "\n"
     "	ld.global.f32 	%f1, [%rd41];\n"
+    ,
     "	st.global.f32 	[%rd16], %f1;\n"
     "	bra.uni 	$L__BB38_24;\n"
     "\n"
@@ -18994,7 +19106,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p15, %rd219, 0;\n"
     "	@%p15 bra 	$L__BB38_29;\n"
     "\n"
-    ,
     "	div.s64 	%rd315, %rd313, %rd185;\n"
     "	mul.lo.s64 	%rd220, %rd315, %rd185;\n"
     "	sub.s64 	%rd316, %rd313, %rd220;\n"
@@ -19052,6 +19163,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd320, %r40;\n"
     "\n"
     "$L__BB38_37:\n"
+    ,
     "	mul.lo.s64 	%rd227, %rd319, %rd184;\n"
     "	add.s64 	%rd228, %rd227, %rd318;\n"
     "	mul.lo.s64 	%rd229, %rd228, %rd186;\n"
@@ -19164,7 +19276,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB38_55:\n"
     "	mul.lo.s64 	%rd246, %rd326, %rd184;\n"
     "	add.s64 	%rd247, %rd246, %rd325;\n"
-    ,
     "	mul.lo.s64 	%rd248, %rd247, %rd186;\n"
     "	add.s64 	%rd249, %rd248, %rd327;\n"
     "	mul.lo.s64 	%rd328, %rd249, 3;\n"
@@ -19229,6 +19340,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	cvt.u32.u64 	%r71, %rd185;\n"
     "	cvt.u32.u64 	%r76, %rd184;\n"
+    ,
     "\n"
     "$L__BB38_87:\n"
     "	or.b64  	%rd271, %rd313, %rd185;\n"
@@ -19343,7 +19455,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.f32 	[%rd152], %f10;\n"
     "\n"
     "$L__BB38_106:\n"
-    ,
     "	add.s64 	%rd154, %rd313, %rd9;\n"
     "	or.b64  	%rd288, %rd154, %rd185;\n"
     "	and.b64  	%rd289, %rd288, -4294967296;\n"
@@ -19401,6 +19512,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB38_116;\n"
     "\n"
     "$L__BB38_115:\n"
+    ,
     "	cvt.u32.u64 	%r96, %rd186;\n"
     "	cvt.u32.u64 	%r97, %rd347;\n"
     "	div.u32 	%r98, %r97, %r96;\n"
@@ -19514,7 +19626,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_flash_back_dkv_param_2,\n"
     "	.param .u64 k_flash_back_dkv_param_3,\n"
     "	.param .u64 k_flash_back_dkv_param_4,\n"
-    ,
     "	.param .u64 k_flash_back_dkv_param_5,\n"
     "	.param .u64 k_flash_back_dkv_param_6,\n"
     "	.param .u64 k_flash_back_dkv_param_7,\n"
@@ -19565,6 +19676,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_flash_back_dq_d128_param_9,\n"
     "	.param .f32 k_flash_back_dq_d128_param_10,\n"
     "	.param .u32 k_flash_back_dq_d128_param_11,\n"
+    ,
     "	.param .u64 k_flash_back_dq_d128_param_12\n"
     ")\n"
     "{\n"
@@ -19688,7 +19800,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_layout_param_1,\n"
     "	.param .u64 k_moe_layout_param_2,\n"
     "	.param .u64 k_moe_layout_param_3,\n"
-    ,
     "	.param .u64 k_moe_layout_param_4,\n"
     "	.param .u64 k_moe_layout_param_5,\n"
     "	.param .u32 k_moe_layout_param_6,\n"
@@ -19743,6 +19854,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB50_18:\n"
     "	shl.b64 	%rd66, %rd113, 2;\n"
     "	add.s64 	%rd67, %rd3, %rd66;\n"
+    ,
     "	ld.global.nc.u32 	%r87, [%rd67];\n"
     "	setp.eq.s32 	%p13, %r87, %r147;\n"
     "	selp.u32 	%r88, 1, 0, %p13;\n"
@@ -19847,7 +19959,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p38 bra 	$L__BB50_35;\n"
     "\n"
     "$L__BB50_36:\n"
-    ,
     "	setp.eq.s32 	%p39, %r156, 0;\n"
     "	@%p39 bra 	$L__BB50_38;\n"
     "\n"
@@ -19909,6 +20020,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd52, %rd50, %rd6;\n"
     "	st.global.u32 	[%rd52], %r75;\n"
     "	add.s32 	%r76, %r141, %r1;\n"
+    ,
     "	add.s32 	%r77, %r76, %r1;\n"
     "	add.s64 	%rd53, %rd51, %rd6;\n"
     "	st.global.u32 	[%rd53], %r75;\n"
@@ -20017,7 +20129,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.u32 	%r52, [%rd99];\n"
     "	mov.u64 	%rd121, 0;\n"
     "	add.s64 	%rd100, %rd4, %rd98;\n"
-    ,
     "	ld.global.u32 	%r53, [%rd100];\n"
     "	setp.lt.u64 	%p50, %rd26, 3;\n"
     "	mov.u32 	%r164, 0;\n"
@@ -20075,6 +20186,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ne.s32 	%p63, %r127, %r162;\n"
     "	@%p63 bra 	$L__BB50_56;\n"
     "\n"
+    ,
     "	setp.lt.s32 	%p64, %r164, %r53;\n"
     "	add.s32 	%r128, %r164, %r52;\n"
     "	cvt.s64.s32 	%rd105, %r128;\n"
@@ -20185,7 +20297,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd61, %rd60, %rd7;\n"
     "	st.global.u32 	[%rd61], %r80;\n"
     "	add.s32 	%r81, %r145, %r1;\n"
-    ,
     "	add.s32 	%r82, %r81, %r1;\n"
     "	add.s64 	%rd62, %rd61, %rd7;\n"
     "	st.global.u32 	[%rd62], %r80;\n"
@@ -20239,6 +20350,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd6, %r36;\n"
     "	cvt.s64.s32 	%rd7, %r37;\n"
     "	mov.u32 	%r42, %nctaid.x;\n"
+    ,
     "	cvt.u64.u32 	%rd25, %r42;\n"
     "	mul.lo.s64 	%rd8, %rd25, %rd4;\n"
     "	add.s32 	%r2, %r36, -1;\n"
@@ -20344,7 +20456,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f58, %f57, 0fCB40007F;\n"
     "	neg.f32 	%f59, %f58;\n"
     "	mov.f32 	%f60, 0f3FB8AA3B;\n"
-    ,
     "	fma.rn.f32 	%f61, %f50, %f60, %f59;\n"
     "	mov.f32 	%f62, 0f32A57060;\n"
     "	fma.rn.f32 	%f63, %f50, %f62, %f61;\n"
@@ -20390,6 +20501,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	neg.f32 	%f97, %f96;\n"
     "	fma.rn.f32 	%f98, %f92, %f60, %f97;\n"
     "	fma.rn.f32 	%f99, %f92, %f62, %f98;\n"
+    ,
     "	mov.b32 	%r53, %f95;\n"
     "	shl.b32 	%r54, %r53, 23;\n"
     "	mov.b32 	%f100, %r54;\n"
@@ -20483,7 +20595,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p35 bra 	$L__BB51_54;\n"
     "\n"
     "	mov.u32 	%r97, -1;\n"
-    ,
     "	setp.eq.s32 	%p36, %r1, 0;\n"
     "	@%p36 bra 	$L__BB51_43;\n"
     "	bra.uni 	$L__BB51_24;\n"
@@ -20542,6 +20653,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f213, %f200, %f212, %f211;\n"
     "	ex2.approx.ftz.f32 	%f214, %f213;\n"
     "	mov.b32 	%r79, %f207;\n"
+    ,
     "	shl.b32 	%r80, %r79, 23;\n"
     "	mov.b32 	%f215, %r80;\n"
     "	mul.f32 	%f216, %f214, %f215;\n"
@@ -20648,7 +20760,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.le.f32 	%p81, %f175, 0f7F800000;\n"
     "\n"
     "$L__BB51_33:\n"
-    ,
     "	selp.b32 	%r97, %r88, %r97, %p81;\n"
     "	selp.f32 	%f229, %f19, %f229, %p81;\n"
     "	add.s32 	%r88, %r88, 1;\n"
@@ -20705,6 +20816,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f193, %f191;\n"
     "	fma.rn.f32 	%f194, %f193, %f192, 0f3F800000;\n"
     "	rcp.rn.f32 	%f195, %f194;\n"
+    ,
     "	add.f32 	%f22, %f195, 0f00000000;\n"
     "	mov.pred 	%p55, 0;\n"
     "	not.pred 	%p56, %p82;\n"
@@ -20808,7 +20920,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r8, %r71, 3;\n"
     "	sub.s32 	%r9, %r71, %r8;\n"
     "\n"
-    ,
     "$L__BB52_2:\n"
     "	mul.lo.s64 	%rd11, %rd287, %rd7;\n"
     "	mul.lo.s64 	%rd12, %rd287, %rd8;\n"
@@ -20866,6 +20977,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s32 	%p21, %r6, 1;\n"
     "	cvt.s64.s32 	%rd58, %r258;\n"
     "	add.s64 	%rd59, %rd12, %rd58;\n"
+    ,
     "	shl.b64 	%rd60, %rd59, 2;\n"
     "	add.s64 	%rd13, %rd4, %rd60;\n"
     "	ld.global.nc.u32 	%r96, [%rd13];\n"
@@ -20966,7 +21078,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB52_48:\n"
     "	mov.f32 	%f1010, 0f00000000;\n"
-    ,
     "	@%p61 bra 	$L__BB52_56;\n"
     "\n"
     "	setp.lt.u32 	%p75, %r5, 3;\n"
@@ -21016,6 +21127,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r164, %r163, 23;\n"
     "	mov.b32 	%f390, %r164;\n"
     "	ex2.approx.ftz.f32 	%f391, %f389;\n"
+    ,
     "	fma.rn.f32 	%f392, %f391, %f390, %f380;\n"
     "	ld.global.nc.f32 	%f393, [%rd176+8];\n"
     "	sub.f32 	%f394, %f393, %f1000;\n"
@@ -21098,7 +21210,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f1010, %f449, %f448, %f1010;\n"
     "	@%p79 bra 	$L__BB52_56;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f450, [%rd18+8];\n"
     "	sub.f32 	%f451, %f450, %f1000;\n"
     "	mov.f32 	%f452, 0f3F000000;\n"
@@ -21153,6 +21264,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f229, [%rd103];\n"
     "	setp.gt.f32 	%p43, %f229, %f1000;\n"
     "	selp.f32 	%f230, %f229, %f1000, %p43;\n"
+    ,
     "	ld.global.nc.u32 	%r128, [%rd99+4];\n"
     "	cvt.s64.s32 	%rd104, %r128;\n"
     "	add.s64 	%rd105, %rd11, %rd104;\n"
@@ -21245,7 +21357,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd135, %r136;\n"
     "	add.s64 	%rd136, %rd11, %rd135;\n"
     "	shl.b64 	%rd137, %rd136, 2;\n"
-    ,
     "	add.s64 	%rd138, %rd3, %rd137;\n"
     "	ld.global.nc.f32 	%f242, [%rd138];\n"
     "	sub.f32 	%f243, %f242, %f1000;\n"
@@ -21290,6 +21401,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd143, %r142;\n"
     "	add.s64 	%rd144, %rd11, %rd143;\n"
     "	shl.b64 	%rd145, %rd144, 2;\n"
+    ,
     "	add.s64 	%rd146, %rd3, %rd145;\n"
     "	ld.global.nc.f32 	%f272, [%rd146];\n"
     "	sub.f32 	%f273, %f272, %f1000;\n"
@@ -21372,7 +21484,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd160, %rd159, 2;\n"
     "	add.s64 	%rd161, %rd3, %rd160;\n"
     "	ld.global.nc.f32 	%f312, [%rd161];\n"
-    ,
     "	sub.f32 	%f313, %f312, %f1000;\n"
     "	fma.rn.f32 	%f316, %f313, %f298, %f297;\n"
     "	cvt.sat.f32.f32 	%f317, %f316;\n"
@@ -21423,6 +21534,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r263, 0;\n"
     "	@%p36 bra 	$L__BB52_17;\n"
     "\n"
+    ,
     "	mov.f32 	%f1001, 0f00000000;\n"
     "	mov.u32 	%r263, 0;\n"
     "	mov.u32 	%r262, %r7;\n"
@@ -21505,7 +21617,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd77, %r113;\n"
     "	add.s64 	%rd78, %rd11, %rd77;\n"
     "	shl.b64 	%rd79, %rd78, 2;\n"
-    ,
     "	add.s64 	%rd80, %rd3, %rd79;\n"
     "	ld.global.nc.f32 	%f151, [%rd80];\n"
     "	neg.f32 	%f152, %f151;\n"
@@ -21555,6 +21666,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rm.f32 	%f174, %f171, %f173, %f172;\n"
     "	add.f32 	%f175, %f174, 0fCB40007F;\n"
     "	neg.f32 	%f176, %f175;\n"
+    ,
     "	mov.f32 	%f177, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f178, %f167, %f177, %f176;\n"
     "	mov.f32 	%f179, 0f32A57060;\n"
@@ -21646,7 +21758,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f1013, 0f00000000;\n"
     "	mov.u32 	%r277, 0;\n"
     "\n"
-    ,
     "$L__BB52_62:\n"
     "	cvt.s64.s32 	%rd185, %r277;\n"
     "	add.s64 	%rd186, %rd12, %rd185;\n"
@@ -21701,6 +21812,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r288, 0;\n"
     "	mov.u32 	%r287, %r7;\n"
     "\n"
+    ,
     "$L__BB52_124:\n"
     "	cvt.s64.s32 	%rd252, %r288;\n"
     "	add.s64 	%rd39, %rd12, %rd252;\n"
@@ -21788,7 +21900,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f893, %f892;\n"
     "	mov.f32 	%f894, 0f4B400001;\n"
     "	mov.f32 	%f895, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f896, %f893, %f895, %f894;\n"
     "	add.f32 	%f897, %f896, 0fCB40007F;\n"
     "	neg.f32 	%f898, %f897;\n"
@@ -21838,6 +21949,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.f32 	[%rd41+12], %f1032;\n"
     "	add.s32 	%r288, %r288, 4;\n"
     "	add.s32 	%r287, %r287, -4;\n"
+    ,
     "	setp.ne.s32 	%p129, %r287, 0;\n"
     "	@%p129 bra 	$L__BB52_124;\n"
     "\n"
@@ -21929,7 +22041,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd284, %rd283, 2;\n"
     "	add.s64 	%rd285, %rd3, %rd284;\n"
     "	ld.global.nc.f32 	%f964, [%rd285];\n"
-    ,
     "	sub.f32 	%f965, %f964, %f1000;\n"
     "	mov.f32 	%f966, 0f3F000000;\n"
     "	mov.f32 	%f967, 0f3BBB989D;\n"
@@ -21981,6 +22092,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	neg.f32 	%f479, %f478;\n"
     "	mov.f32 	%f480, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f481, %f470, %f480, %f479;\n"
+    ,
     "	mov.f32 	%f482, 0f32A57060;\n"
     "	fma.rn.f32 	%f483, %f470, %f482, %f481;\n"
     "	mov.b32 	%r177, %f477;\n"
@@ -22072,7 +22184,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f549, %f547;\n"
     "	mul.f32 	%f550, %f549, %f548;\n"
     "	div.rn.f32 	%f551, %f550, %f1010;\n"
-    ,
     "	mul.f32 	%f552, %f1013, %f551;\n"
     "	neg.f32 	%f1015, %f552;\n"
     "\n"
@@ -22124,6 +22235,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f586, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f587, %f576, %f586, %f585;\n"
     "	mov.f32 	%f588, 0f32A57060;\n"
+    ,
     "	fma.rn.f32 	%f589, %f576, %f588, %f587;\n"
     "	mov.b32 	%r191, %f583;\n"
     "	shl.b32 	%r192, %r191, 23;\n"
@@ -22218,7 +22330,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f1020, 0f00000000;\n"
     "	@%p98 bra 	$L__BB52_84;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f638, [%rd29+8];\n"
     "	sub.f32 	%f639, %f638, %f1000;\n"
     "	mov.f32 	%f640, 0f3F000000;\n"
@@ -22273,6 +22384,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f690, %f687, %f689, %f688;\n"
     "	cvt.sat.f32.f32 	%f691, %f690;\n"
     "	mov.f32 	%f692, 0f4B400001;\n"
+    ,
     "	mov.f32 	%f693, 0f437C0000;\n"
     "	fma.rm.f32 	%f694, %f691, %f693, %f692;\n"
     "	add.f32 	%f695, %f694, 0fCB40007F;\n"
@@ -22366,7 +22478,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB52_92:\n"
     "	sub.f32 	%f682, %f1021, %f1013;\n"
-    ,
     "	div.rn.f32 	%f683, %f62, %f1010;\n"
     "	ld.global.f32 	%f684, [%rd31];\n"
     "	fma.rn.f32 	%f685, %f683, %f682, %f684;\n"
@@ -22421,6 +22532,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f726, %f724;\n"
     "	fma.rn.f32 	%f727, %f726, %f725, 0f3F800000;\n"
     "	rcp.rn.f32 	%f728, %f727;\n"
+    ,
     "	div.rn.f32 	%f1022, %f728, %f1010;\n"
     "\n"
     "$L__BB52_105:\n"
@@ -22508,7 +22620,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f776, 0f4B400001;\n"
     "	mov.f32 	%f777, 0f437C0000;\n"
     "	fma.rm.f32 	%f778, %f775, %f777, %f776;\n"
-    ,
     "	add.f32 	%f779, %f778, 0fCB40007F;\n"
     "	neg.f32 	%f780, %f779;\n"
     "	mov.f32 	%f781, 0f3FB8AA3B;\n"
@@ -22560,6 +22671,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f801, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f802, %f791, %f801, %f800;\n"
     "	mov.f32 	%f803, 0f32A57060;\n"
+    ,
     "	fma.rn.f32 	%f804, %f791, %f803, %f802;\n"
     "	mov.b32 	%r222, %f798;\n"
     "	shl.b32 	%r223, %r222, 23;\n"
@@ -22649,7 +22761,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd286, [k_moe_gate_param_4];\n"
     "	add.s64 	%rd287, %rd287, %rd9;\n"
     "	setp.lt.s64 	%p136, %rd287, %rd286;\n"
-    ,
     "	@%p136 bra 	$L__BB52_2;\n"
     "\n"
     "$L__BB52_144:\n"
@@ -22703,6 +22814,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd121, %rd9, %rd10;\n"
     "	add.s64 	%rd122, %rd120, %rd5;\n"
     "	mul.lo.s64 	%rd123, %rd122, %rd6;\n"
+    ,
     "	add.s64 	%rd124, %rd123, %rd7;\n"
     "	not.b64 	%rd125, %rd124;\n"
     "	add.s64 	%rd12, %rd121, %rd125;\n"
@@ -22813,7 +22925,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB53_20:\n"
     "	cvt.u32.u64 	%r26, %rd330;\n"
     "	div.u32 	%r27, %r26, %r25;\n"
-    ,
     "	cvt.u64.u32 	%rd316, %r27;\n"
     "\n"
     "$L__BB53_21:\n"
@@ -22873,6 +22984,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd167, %rd318, 2;\n"
     "	add.s64 	%rd168, %rd4, %rd167;\n"
     "	ld.global.nc.u32 	%r3, [%rd168];\n"
+    ,
     "	setp.lt.s32 	%p14, %r3, 0;\n"
     "	@%p14 bra 	$L__BB53_34;\n"
     "\n"
@@ -22977,7 +23089,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB53_45:\n"
     "	shl.b64 	%rd207, %rd322, 2;\n"
-    ,
     "	add.s64 	%rd208, %rd4, %rd207;\n"
     "	ld.global.nc.u32 	%r5, [%rd208];\n"
     "	setp.lt.s32 	%p20, %r5, 0;\n"
@@ -23035,6 +23146,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB53_53:\n"
     "	.pragma \"nounroll\";\n"
     "	or.b64  	%rd226, %rd330, %rd115;\n"
+    ,
     "	and.b64  	%rd227, %rd226, -4294967296;\n"
     "	setp.eq.s64 	%p24, %rd227, 0;\n"
     "	@%p24 bra 	$L__BB53_55;\n"
@@ -23144,7 +23256,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB53_72:\n"
     "	add.s64 	%rd91, %rd330, %rd10;\n"
-    ,
     "	or.b64  	%rd256, %rd91, %rd115;\n"
     "	and.b64  	%rd257, %rd256, -4294967296;\n"
     "	setp.eq.s64 	%p32, %rd257, 0;\n"
@@ -23204,6 +23315,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB53_83;\n"
     "\n"
     "$L__BB53_82:\n"
+    ,
     "	cvt.u32.u64 	%r68, %rd98;\n"
     "	div.u32 	%r69, %r68, %r55;\n"
     "	cvt.u64.u32 	%rd336, %r69;\n"
@@ -23309,7 +23421,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_combine_param_2,\n"
     "	.param .u64 k_moe_combine_param_3,\n"
     "	.param .u64 k_moe_combine_param_4,\n"
-    ,
     "	.param .u32 k_moe_combine_param_5,\n"
     "	.param .u64 k_moe_combine_param_6\n"
     ")\n"
@@ -23366,6 +23477,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB54_15;\n"
     "\n"
     "$L__BB54_14:\n"
+    ,
     "	cvt.u32.u64 	%r38, %rd50;\n"
     "	cvt.u32.u64 	%r39, %rd178;\n"
     "	div.u32 	%r40, %r39, %r38;\n"
@@ -23469,7 +23581,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd42, %rd3, %rd106;\n"
     "	ld.global.nc.u32 	%r13, [%rd42];\n"
     "	setp.lt.s32 	%p17, %r13, 0;\n"
-    ,
     "	add.s64 	%rd43, %rd2, %rd106;\n"
     "	@%p17 bra 	$L__BB54_30;\n"
     "\n"
@@ -23526,6 +23637,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r50, 0;\n"
     "	@%p22 bra 	$L__BB54_47;\n"
     "\n"
+    ,
     "	mul.lo.s64 	%rd125, %rd12, %rd182;\n"
     "	shl.b64 	%rd126, %rd125, 2;\n"
     "	add.s64 	%rd184, %rd3, %rd126;\n"
@@ -23629,7 +23741,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.s64 	%rd161, %rd160, %rd182;\n"
     "	mul.lo.s64 	%rd162, %rd161, %rd50;\n"
     "	add.s64 	%rd163, %rd162, %rd178;\n"
-    ,
     "	shl.b64 	%rd164, %rd163, 2;\n"
     "	add.s64 	%rd165, %rd1, %rd164;\n"
     "	ld.global.nc.f32 	%f59, [%rd165];\n"
@@ -23689,6 +23800,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p4 bra 	$L__BB54_8;\n"
     "\n"
     "	shl.b64 	%rd64, %rd178, 2;\n"
+    ,
     "	add.s64 	%rd175, %rd4, %rd64;\n"
     "	shl.b64 	%rd19, %rd11, 2;\n"
     "\n"
@@ -23788,7 +23900,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB55_11:\n"
     "	shl.b64 	%rd76, %rd95, 2;\n"
-    ,
     "	add.s64 	%rd77, %rd32, %rd76;\n"
     "	ld.global.nc.u32 	%r1, [%rd77];\n"
     "	setp.lt.s32 	%p8, %r1, 0;\n"
@@ -23842,6 +23953,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd101, %rd101, 16;\n"
     "	add.s64 	%rd100, %rd100, 16;\n"
     "	setp.ne.s64 	%p11, %rd85, 0;\n"
+    ,
     "	@%p11 bra 	$L__BB55_17;\n"
     "\n"
     "$L__BB55_18:\n"
@@ -23952,7 +24064,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_gemm_param_2,\n"
     "	.param .u64 k_moe_gemm_param_3,\n"
     "	.param .u64 k_moe_gemm_param_4,\n"
-    ,
     "	.param .u32 k_moe_gemm_param_5,\n"
     "	.param .u32 k_moe_gemm_param_6,\n"
     "	.param .u32 k_moe_gemm_param_7,\n"
@@ -24009,6 +24120,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB56_5:\n"
     "	add.s32 	%r44, %r33, 63;\n"
     "	shr.s32 	%r45, %r44, 31;\n"
+    ,
     "	shr.u32 	%r46, %r45, 26;\n"
     "	add.s32 	%r47, %r44, %r46;\n"
     "	shr.s32 	%r8, %r47, 6;\n"
@@ -24114,7 +24226,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f529, 0f00000000;\n"
     "\n"
     "$L__BB56_14:\n"
-    ,
     "	setp.lt.s32 	%p10, %r56, %r253;\n"
     "	add.s32 	%r21, %r51, %r255;\n"
     "	setp.lt.s32 	%p11, %r21, %r34;\n"
@@ -24169,6 +24280,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd57, %rd21;\n"
     "	shl.b64 	%rd58, %rd56, 2;\n"
     "	add.s64 	%rd59, %rd57, %rd58;\n"
+    ,
     "	ld.global.nc.f32 	%f515, [%rd59];\n"
     "\n"
     "$L__BB56_21:\n"
@@ -24273,7 +24385,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.shared.f32 	[%r160], %f521;\n"
     "	shr.s32 	%r161, %r50, 6;\n"
     "	add.s32 	%r22, %r161, %r255;\n"
-    ,
     "	setp.ge.s32 	%p36, %r22, %r34;\n"
     "	setp.ge.s32 	%p37, %r16, %r35;\n"
     "	or.pred  	%p38, %p37, %p36;\n"
@@ -24326,6 +24437,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s32 	%p78, %r21, %r34;\n"
     "	shl.b32 	%r242, %r50, 2;\n"
     "	and.b32  	%r241, %r242, 252;\n"
+    ,
     "	mov.u32 	%r240, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	setp.ge.s32 	%p45, %r66, %r253;\n"
     "	mad.lo.s32 	%r182, %r174, 272, %r240;\n"
@@ -24418,7 +24530,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f129, [%r223];\n"
     "	ld.shared.f32 	%f130, [%r219];\n"
     "	fma.rn.f32 	%f131, %f130, %f129, %f536;\n"
-    ,
     "	ld.shared.f32 	%f132, [%r223+64];\n"
     "	fma.rn.f32 	%f133, %f130, %f132, %f535;\n"
     "	ld.shared.f32 	%f134, [%r223+128];\n"
@@ -24455,6 +24566,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f165, %f162, %f158, %f141;\n"
     "	fma.rn.f32 	%f166, %f162, %f160, %f142;\n"
     "	ld.shared.f32 	%f167, [%r219+400];\n"
+    ,
     "	fma.rn.f32 	%f168, %f167, %f153, %f144;\n"
     "	fma.rn.f32 	%f169, %f167, %f156, %f145;\n"
     "	fma.rn.f32 	%f170, %f167, %f158, %f146;\n"
@@ -24520,7 +24632,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f230, [%r223+1216];\n"
     "	fma.rn.f32 	%f231, %f226, %f230, %f207;\n"
     "	ld.shared.f32 	%f232, [%r223+1280];\n"
-    ,
     "	fma.rn.f32 	%f233, %f226, %f232, %f209;\n"
     "	ld.shared.f32 	%f234, [%r219+1152];\n"
     "	fma.rn.f32 	%f235, %f234, %f225, %f211;\n"
@@ -24557,6 +24668,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f266, %f263, %f254, %f242;\n"
     "	fma.rn.f32 	%f267, %f263, %f256, %f243;\n"
     "	ld.shared.f32 	%f268, [%r219+1552];\n"
+    ,
     "	fma.rn.f32 	%f269, %f268, %f249, %f245;\n"
     "	fma.rn.f32 	%f270, %f268, %f252, %f246;\n"
     "	fma.rn.f32 	%f271, %f268, %f254, %f247;\n"
@@ -24621,7 +24733,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f330, [%r219+2240];\n"
     "	fma.rn.f32 	%f331, %f330, %f321, %f307;\n"
     "	fma.rn.f32 	%f332, %f330, %f324, %f308;\n"
-    ,
     "	fma.rn.f32 	%f333, %f330, %f326, %f309;\n"
     "	fma.rn.f32 	%f334, %f330, %f328, %f310;\n"
     "	ld.shared.f32 	%f335, [%r219+2304];\n"
@@ -24658,6 +24769,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f366, %f364, %f348, %f342;\n"
     "	fma.rn.f32 	%f367, %f364, %f350, %f343;\n"
     "	fma.rn.f32 	%f368, %f364, %f352, %f344;\n"
+    ,
     "	ld.shared.f32 	%f369, [%r223+2720];\n"
     "	ld.shared.f32 	%f370, [%r219+2720];\n"
     "	fma.rn.f32 	%f371, %f370, %f369, %f347;\n"
@@ -24722,7 +24834,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f430, %f426, %f424, %f406;\n"
     "	ld.shared.f32 	%f431, [%r219+3392];\n"
     "	fma.rn.f32 	%f432, %f431, %f417, %f408;\n"
-    ,
     "	fma.rn.f32 	%f433, %f431, %f420, %f409;\n"
     "	fma.rn.f32 	%f434, %f431, %f422, %f410;\n"
     "	fma.rn.f32 	%f435, %f431, %f424, %f411;\n"
@@ -24759,6 +24870,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f466, [%r219+3808];\n"
     "	fma.rn.f32 	%f467, %f466, %f465, %f443;\n"
     "	ld.shared.f32 	%f468, [%r223+3872];\n"
+    ,
     "	fma.rn.f32 	%f469, %f466, %f468, %f445;\n"
     "	ld.shared.f32 	%f470, [%r223+3936];\n"
     "	fma.rn.f32 	%f471, %f466, %f470, %f447;\n"
@@ -24835,7 +24947,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB56_53:\n"
     "	add.s32 	%r228, %r28, 16;\n"
-    ,
     "	setp.ge.s32 	%p60, %r228, %r35;\n"
     "	@%p60 bra 	$L__BB56_55;\n"
     "\n"
@@ -24901,6 +25012,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s32 	%p68, %r30, %r253;\n"
     "	@%p68 bra 	$L__BB56_77;\n"
     "\n"
+    ,
     "	ld.param.u64 	%rd169, [k_moe_gemm_param_2];\n"
     "	cvt.s64.s32 	%rd152, %r30;\n"
     "	add.s64 	%rd153, %rd173, %rd152;\n"
@@ -25007,7 +25119,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd14, [k_moe_gemm_back_w_param_3];\n"
     "	ld.param.u64 	%rd15, [k_moe_gemm_back_w_param_4];\n"
     "	ld.param.u32 	%r15, [k_moe_gemm_back_w_param_5];\n"
-    ,
     "	ld.param.u32 	%r16, [k_moe_gemm_back_w_param_6];\n"
     "	ld.param.u32 	%r17, [k_moe_gemm_back_w_param_7];\n"
     "	mov.u32 	%r1, %ctaid.z;\n"
@@ -25068,6 +25179,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd6, %r25;\n"
     "	mov.u32 	%r133, 0;\n"
     "	mov.f32 	%f96, 0f00000000;\n"
+    ,
     "	cvt.u32.u64 	%r26, %rd5;\n"
     "	cvt.s64.s32 	%rd25, %r16;\n"
     "	mov.f32 	%f497, %f96;\n"
@@ -25169,7 +25281,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd54, %rd52, %rd53;\n"
     "	ld.global.nc.f32 	%f492, [%rd54];\n"
     "\n"
-    ,
     "$L__BB57_16:\n"
     "	mad.lo.s32 	%r61, %r46, 272, %r40;\n"
     "	add.s32 	%r64, %r61, %r35;\n"
@@ -25223,6 +25334,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd71, %r8;\n"
     "	add.s64 	%rd72, %rd123, %rd71;\n"
     "	mul.lo.s64 	%rd74, %rd72, %rd25;\n"
+    ,
     "	add.s64 	%rd75, %rd74, %rd5;\n"
     "	cvta.to.global.u64 	%rd76, %rd11;\n"
     "	shl.b64 	%rd77, %rd75, 2;\n"
@@ -25300,7 +25412,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f145, %f143, %f132, %f121;\n"
     "	fma.rn.f32 	%f146, %f143, %f134, %f122;\n"
     "	fma.rn.f32 	%f147, %f143, %f136, %f123;\n"
-    ,
     "	ld.shared.f32 	%f148, [%r107+464];\n"
     "	fma.rn.f32 	%f149, %f148, %f129, %f125;\n"
     "	fma.rn.f32 	%f150, %f148, %f132, %f126;\n"
@@ -25337,6 +25448,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f181, %f178, %f180, %f157;\n"
     "	ld.shared.f32 	%f182, [%r109+944];\n"
     "	fma.rn.f32 	%f183, %f178, %f182, %f159;\n"
+    ,
     "	ld.shared.f32 	%f184, [%r109+1008];\n"
     "	fma.rn.f32 	%f185, %f178, %f184, %f161;\n"
     "	ld.shared.f32 	%f186, [%r107+880];\n"
@@ -25402,7 +25514,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f246, %f244, %f228, %f222;\n"
     "	fma.rn.f32 	%f247, %f244, %f230, %f223;\n"
     "	fma.rn.f32 	%f248, %f244, %f232, %f224;\n"
-    ,
     "	ld.shared.f32 	%f249, [%r109+1632];\n"
     "	ld.shared.f32 	%f250, [%r107+1632];\n"
     "	fma.rn.f32 	%f251, %f250, %f249, %f227;\n"
@@ -25438,6 +25549,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f281, %f274, %f280, %f257;\n"
     "	ld.shared.f32 	%f282, [%r107+1968];\n"
     "	fma.rn.f32 	%f283, %f282, %f273, %f259;\n"
+    ,
     "	fma.rn.f32 	%f284, %f282, %f276, %f260;\n"
     "	fma.rn.f32 	%f285, %f282, %f278, %f261;\n"
     "	fma.rn.f32 	%f286, %f282, %f280, %f262;\n"
@@ -25503,7 +25615,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f346, [%r107+2720];\n"
     "	fma.rn.f32 	%f347, %f346, %f345, %f323;\n"
     "	ld.shared.f32 	%f348, [%r109+2784];\n"
-    ,
     "	fma.rn.f32 	%f349, %f346, %f348, %f325;\n"
     "	ld.shared.f32 	%f350, [%r109+2848];\n"
     "	fma.rn.f32 	%f351, %f346, %f350, %f327;\n"
@@ -25539,6 +25650,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f381, %f378, %f374, %f357;\n"
     "	fma.rn.f32 	%f382, %f378, %f376, %f358;\n"
     "	ld.shared.f32 	%f383, [%r107+3120];\n"
+    ,
     "	fma.rn.f32 	%f384, %f383, %f369, %f360;\n"
     "	fma.rn.f32 	%f385, %f383, %f372, %f361;\n"
     "	fma.rn.f32 	%f386, %f383, %f374, %f362;\n"
@@ -25604,7 +25716,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f446, [%r109+3936];\n"
     "	fma.rn.f32 	%f447, %f442, %f446, %f423;\n"
     "	ld.shared.f32 	%f448, [%r109+4000];\n"
-    ,
     "	fma.rn.f32 	%f449, %f442, %f448, %f425;\n"
     "	ld.shared.f32 	%f450, [%r107+3872];\n"
     "	fma.rn.f32 	%f451, %f450, %f441, %f427;\n"
@@ -25640,6 +25751,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f506, %f471, %f467, %f457;\n"
     "	fma.rn.f32 	%f507, %f471, %f468, %f458;\n"
     "	fma.rn.f32 	%f508, %f471, %f469, %f459;\n"
+    ,
     "	ld.shared.f32 	%f472, [%r107+4272];\n"
     "	fma.rn.f32 	%f509, %f472, %f465, %f461;\n"
     "	fma.rn.f32 	%f510, %f472, %f467, %f462;\n"
@@ -25750,7 +25862,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd108, %r17;\n"
     "	mul.lo.s64 	%rd109, %rd107, %rd108;\n"
     "	cvt.s64.s32 	%rd110, %r11;\n"
-    ,
     "	add.s64 	%rd111, %rd109, %rd110;\n"
     "	cvta.to.global.u64 	%rd112, %rd13;\n"
     "	shl.b64 	%rd113, %rd111, 2;\n"
@@ -25815,6 +25926,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	st.global.f32 	[%rd10+128], %f511;\n"
     "\n"
+    ,
     "$L__BB57_59:\n"
     "	add.s32 	%r131, %r11, 48;\n"
     "	setp.ge.s32 	%p48, %r131, %r17;\n"
@@ -25926,7 +26038,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB58_12:\n"
     "	mul.lo.s64 	%rd12, %rd60, %rd10;\n"
     "	setp.lt.u32 	%p9, %r10, 3;\n"
-    ,
     "	mov.f32 	%f471, 0fFF800000;\n"
     "	mov.u32 	%r154, 0;\n"
     "	@%p9 bra 	$L__BB58_15;\n"
@@ -25981,6 +26092,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.leu.f32 	%p20, %f15, %f471;\n"
     "	@%p20 bra 	$L__BB58_20;\n"
     "\n"
+    ,
     "	mov.f32 	%f471, %f15;\n"
     "\n"
     "$L__BB58_20:\n"
@@ -26071,7 +26183,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd37, %r157;\n"
     "	add.s64 	%rd38, %rd12, %rd37;\n"
     "	shl.b64 	%rd39, %rd38, 2;\n"
-    ,
     "	add.s64 	%rd14, %rd2, %rd39;\n"
     "	ld.global.nc.f32 	%f131, [%rd14];\n"
     "	sub.f32 	%f132, %f131, %f471;\n"
@@ -26118,6 +26229,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f168, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f169, %f166, %f168, %f167;\n"
     "	cvt.sat.f32.f32 	%f170, %f169;\n"
+    ,
     "	mov.f32 	%f171, 0f4B400001;\n"
     "	mov.f32 	%f172, 0f437C0000;\n"
     "	fma.rm.f32 	%f173, %f170, %f172, %f171;\n"
@@ -26204,7 +26316,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f347, %f346;\n"
     "	fma.rm.f32 	%f348, %f347, %f313, %f312;\n"
     "	add.f32 	%f349, %f348, 0fCB40007F;\n"
-    ,
     "	neg.f32 	%f350, %f349;\n"
     "	fma.rn.f32 	%f351, %f345, %f317, %f350;\n"
     "	fma.rn.f32 	%f352, %f345, %f319, %f351;\n"
@@ -26252,6 +26363,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd16, %rd2, %rd55;\n"
     "	ld.global.nc.f32 	%f375, [%rd16];\n"
     "	sub.f32 	%f376, %f375, %f471;\n"
+    ,
     "	mov.f32 	%f377, 0f3F000000;\n"
     "	mov.f32 	%f378, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f379, %f376, %f378, %f377;\n"
@@ -26339,7 +26451,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB58_30:\n"
     "	cvt.s64.s32 	%rd40, %r160;\n"
     "	add.s64 	%rd41, %rd12, %rd40;\n"
-    ,
     "	shl.b64 	%rd42, %rd41, 2;\n"
     "	add.s64 	%rd43, %rd2, %rd42;\n"
     "	ld.global.nc.f32 	%f185, [%rd43];\n"
@@ -26383,6 +26494,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f219, [%rd43+8];\n"
     "	sub.f32 	%f220, %f219, %f471;\n"
     "	fma.rn.f32 	%f221, %f220, %f188, %f187;\n"
+    ,
     "	cvt.sat.f32.f32 	%f222, %f221;\n"
     "	fma.rm.f32 	%f223, %f222, %f192, %f191;\n"
     "	add.f32 	%f224, %f223, 0fCB40007F;\n"
@@ -26465,7 +26577,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f281, %f279;\n"
     "	mul.f32 	%f282, %f281, %f280;\n"
     "	div.rn.f32 	%f283, %f282, %f475;\n"
-    ,
     "	fma.rn.f32 	%f482, %f283, 0f00000000, %f482;\n"
     "	@%p31 bra 	$L__BB58_42;\n"
     "\n"
@@ -26520,6 +26631,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r108, 8;\n"
     "	shfl.sync.bfly.b32 	%r109|%p39, %r107, %r108, %r103, %r105;\n"
     "	mov.b32 	%f440, %r109;\n"
+    ,
     "	add.f32 	%f441, %f439, %f440;\n"
     "	mov.b32 	%r110, %f441;\n"
     "	mov.u32 	%r111, 4;\n"
@@ -26614,7 +26726,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_aux_loss_back_param_1,\n"
     "	.param .u64 k_moe_aux_loss_back_param_2,\n"
     "	.param .u64 k_moe_aux_loss_back_param_3,\n"
-    ,
     "	.param .u64 k_moe_aux_loss_back_param_4,\n"
     "	.param .u32 k_moe_aux_loss_back_param_5\n"
     ")\n"
@@ -26667,6 +26778,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.rn.f32.s32 	%f52, %r48;\n"
     "	add.f32 	%f53, %f51, %f52;\n"
     "	ld.global.nc.u32 	%r49, [%rd32+8];\n"
+    ,
     "	cvt.rn.f32.s32 	%f54, %r49;\n"
     "	add.f32 	%f55, %f53, %f54;\n"
     "	ld.global.nc.u32 	%r50, [%rd32+12];\n"
@@ -26770,7 +26882,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p18 bra 	$L__BB59_18;\n"
     "\n"
     "	ld.global.nc.f32 	%f15, [%rd13+8];\n"
-    ,
     "	setp.leu.f32 	%p20, %f15, %f725;\n"
     "	@%p20 bra 	$L__BB59_18;\n"
     "\n"
@@ -26826,6 +26937,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f101, %f94, %f88, %f100;\n"
     "	mov.b32 	%r62, %f97;\n"
     "	shl.b32 	%r63, %r62, 23;\n"
+    ,
     "	mov.b32 	%f102, %r63;\n"
     "	ex2.approx.ftz.f32 	%f103, %f101;\n"
     "	fma.rn.f32 	%f104, %f103, %f102, %f92;\n"
@@ -26910,7 +27022,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f729, %f161, %f160, %f729;\n"
     "	@%p26 bra 	$L__BB59_26;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f162, [%rd14+8];\n"
     "	sub.f32 	%f163, %f162, %f725;\n"
     "	mov.f32 	%f164, 0f3F000000;\n"
@@ -26965,6 +27076,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rm.f32 	%f312, %f309, %f311, %f310;\n"
     "	add.f32 	%f313, %f312, 0fCB40007F;\n"
     "	neg.f32 	%f314, %f313;\n"
+    ,
     "	mov.f32 	%f315, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f316, %f305, %f315, %f314;\n"
     "	mov.f32 	%f317, 0f32A57060;\n"
@@ -27043,7 +27155,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ne.s32 	%p35, %r166, 0;\n"
     "	@%p35 bra 	$L__BB59_37;\n"
     "\n"
-    ,
     "$L__BB59_38:\n"
     "	setp.eq.s32 	%p36, %r11, 0;\n"
     "	@%p36 bra 	$L__BB59_42;\n"
@@ -27091,6 +27202,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f403, %f402, 0fCB40007F;\n"
     "	neg.f32 	%f404, %f403;\n"
     "	fma.rn.f32 	%f406, %f395, %f384, %f404;\n"
+    ,
     "	fma.rn.f32 	%f408, %f395, %f386, %f406;\n"
     "	mov.b32 	%r107, %f402;\n"
     "	shl.b32 	%r108, %r107, 23;\n"
@@ -27176,7 +27288,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f208, %f207, 0fCB40007F;\n"
     "	neg.f32 	%f209, %f208;\n"
     "	fma.rn.f32 	%f210, %f204, %f194, %f209;\n"
-    ,
     "	fma.rn.f32 	%f211, %f204, %f196, %f210;\n"
     "	mov.b32 	%r78, %f207;\n"
     "	shl.b32 	%r79, %r78, 23;\n"
@@ -27222,6 +27333,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ne.s32 	%p30, %r163, 0;\n"
     "	@%p30 bra 	$L__BB59_30;\n"
     "\n"
+    ,
     "$L__BB59_31:\n"
     "	setp.eq.s32 	%p31, %r11, 0;\n"
     "	@%p31 bra 	$L__BB59_42;\n"
@@ -27313,7 +27425,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r172, %r12;\n"
     "\n"
     "$L__BB59_53:\n"
-    ,
     "	cvt.s64.s32 	%rd76, %r173;\n"
     "	add.s64 	%rd77, %rd12, %rd76;\n"
     "	shl.b64 	%rd78, %rd77, 2;\n"
@@ -27359,6 +27470,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f598, %f592, %f578, %f597;\n"
     "	fma.rn.f32 	%f599, %f592, %f580, %f598;\n"
     "	mov.b32 	%r134, %f595;\n"
+    ,
     "	shl.b32 	%r135, %r134, 23;\n"
     "	mov.b32 	%f600, %r135;\n"
     "	ex2.approx.ftz.f32 	%f601, %f599;\n"
@@ -27441,7 +27553,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f654, %f653, 0fCB40007F;\n"
     "	neg.f32 	%f655, %f654;\n"
     "	mov.f32 	%f656, 0f3FB8AA3B;\n"
-    ,
     "	fma.rn.f32 	%f657, %f646, %f656, %f655;\n"
     "	mov.f32 	%f658, 0f32A57060;\n"
     "	fma.rn.f32 	%f659, %f646, %f658, %f657;\n"
@@ -27489,6 +27600,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p50 bra 	$L__BB59_58;\n"
     "\n"
     "	ld.global.nc.f32 	%f693, [%rd20+8];\n"
+    ,
     "	sub.f32 	%f694, %f693, %f725;\n"
     "	mov.f32 	%f695, 0f3F000000;\n"
     "	mov.f32 	%f696, 0f3BBB989D;\n"
@@ -27574,7 +27686,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f469, %f468, %f467;\n"
     "	div.rn.f32 	%f470, %f469, %f729;\n"
     "	mul.f32 	%f471, %f1, %f470;\n"
-    ,
     "	mul.f32 	%f472, %f471, %f40;\n"
     "	st.global.f32 	[%rd72+4], %f472;\n"
     "	ld.global.nc.f32 	%f473, [%rd71+8];\n"
@@ -27623,6 +27734,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p43 bra 	$L__BB59_58;\n"
     "\n"
     "	setp.eq.s32 	%p44, %r11, 1;\n"
+    ,
     "	cvt.s64.s32 	%rd73, %r170;\n"
     "	add.s64 	%rd74, %rd12, %rd73;\n"
     "	shl.b64 	%rd75, %rd74, 2;\n"
@@ -32428,196 +32540,308 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_colsum_param_2,\n"
     "	.param .u64 k_colsum_param_3,\n"
     "	.param .f32 k_colsum_param_4,\n"
-    "	.param .u64 k_colsum_param_5\n"
+    "	.param .u64 k_colsum_param_5,\n"
+    "	.param .u32 k_colsum_param_6\n"
     ")\n"
     "{\n"
-    "	.reg .pred 	%p<16>;\n"
-    "	.reg .f32 	%f<53>;\n"
-    "	.reg .b32 	%r<48>;\n"
-    "	.reg .b64 	%rd<70>;\n"
+    "	.reg .pred 	%p<24>;\n"
+    "	.reg .b16 	%rs<11>;\n"
+    "	.reg .f32 	%f<63>;\n"
+    "	.reg .b32 	%r<89>;\n"
+    "	.reg .b64 	%rd<95>;\n"
     "	// demoted variable\n"
     "	.shared .align 4 .b8 _ZZ8k_colsumE2sh[4224];\n"
     "\n"
-    "	ld.param.u64 	%rd32, [k_colsum_param_0];\n"
-    "	ld.param.u64 	%rd30, [k_colsum_param_1];\n"
-    "	ld.param.u64 	%rd33, [k_colsum_param_2];\n"
-    "	ld.param.u64 	%rd31, [k_colsum_param_3];\n"
-    "	ld.param.f32 	%f15, [k_colsum_param_4];\n"
-    "	ld.param.u64 	%rd34, [k_colsum_param_5];\n"
-    "	cvta.to.global.u64 	%rd1, %rd32;\n"
-    "	mov.u32 	%r17, %ctaid.x;\n"
-    "	mul.wide.u32 	%rd2, %r17, 32;\n"
-    "	mov.u32 	%r18, %tid.x;\n"
-    "	cvt.u64.u32 	%rd3, %r18;\n"
-    "	add.s64 	%rd4, %rd2, %rd3;\n"
-    "	mov.u32 	%r19, %ctaid.y;\n"
-    "	cvt.u64.u32 	%rd5, %r19;\n"
-    "	mul.lo.s64 	%rd6, %rd5, %rd34;\n"
-    "	add.s64 	%rd35, %rd6, %rd34;\n"
-    "	min.s64 	%rd7, %rd35, %rd33;\n"
-    "	setp.lt.s64 	%p1, %rd4, %rd31;\n"
-    "	mov.f32 	%f47, 0f00000000;\n"
+    "	ld.param.u64 	%rd40, [k_colsum_param_0];\n"
+    "	ld.param.u64 	%rd38, [k_colsum_param_1];\n"
+    "	ld.param.u64 	%rd41, [k_colsum_param_2];\n"
+    "	ld.param.u64 	%rd39, [k_colsum_param_3];\n"
+    "	ld.param.f32 	%f19, [k_colsum_param_4];\n"
+    "	ld.param.u64 	%rd42, [k_colsum_param_5];\n"
+    "	ld.param.u32 	%r27, [k_colsum_param_6];\n"
+    "	cvta.to.global.u64 	%rd1, %rd40;\n"
+    "	mov.u32 	%r28, %ctaid.x;\n"
+    "	cvt.u64.u32 	%rd2, %r28;\n"
+    "	mul.wide.u32 	%rd3, %r28, 32;\n"
+    "	mov.u32 	%r29, %tid.x;\n"
+    "	cvt.u64.u32 	%rd4, %r29;\n"
+    "	add.s64 	%rd5, %rd3, %rd4;\n"
+    "	mov.u32 	%r30, %ctaid.y;\n"
+    "	cvt.u64.u32 	%rd43, %r30;\n"
+    "	mul.lo.s64 	%rd6, %rd43, %rd42;\n"
+    "	add.s64 	%rd44, %rd6, %rd42;\n"
+    "	min.s64 	%rd7, %rd44, %rd41;\n"
+    "	setp.lt.s64 	%p1, %rd5, %rd39;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
     "	@%p1 bra 	$L__BB8_1;\n"
-    "	bra.uni 	$L__BB8_11;\n"
+    "	bra.uni 	$L__BB8_25;\n"
     "\n"
     "$L__BB8_1:\n"
-    "	mov.u32 	%r20, %tid.y;\n"
-    "	cvt.u64.u32 	%rd36, %r20;\n"
-    "	add.s64 	%rd67, %rd6, %rd36;\n"
-    "	setp.ge.s64 	%p2, %rd67, %rd7;\n"
-    "	@%p2 bra 	$L__BB8_11;\n"
-    "\n"
+    "	mov.u32 	%r31, %tid.y;\n"
     ,
-    "	mov.u32 	%r21, %ntid.y;\n"
-    "	cvt.u64.u32 	%rd9, %r21;\n"
-    "	not.b64 	%rd37, %rd7;\n"
-    "	add.s64 	%rd38, %rd67, %rd37;\n"
-    "	mov.u64 	%rd39, -2;\n"
-    "	sub.s64 	%rd10, %rd39, %rd38;\n"
-    "	and.b64  	%rd40, %rd10, -4294967296;\n"
-    "	setp.eq.s64 	%p3, %rd40, 0;\n"
-    "	@%p3 bra 	$L__BB8_4;\n"
+    "	cvt.u64.u32 	%rd45, %r31;\n"
+    "	add.s64 	%rd90, %rd6, %rd45;\n"
+    "	setp.ge.s64 	%p2, %rd90, %rd7;\n"
+    "	@%p2 bra 	$L__BB8_25;\n"
     "\n"
-    "	div.u64 	%rd63, %rd10, %rd9;\n"
-    "	bra.uni 	$L__BB8_5;\n"
+    "	mov.u32 	%r32, %ntid.y;\n"
+    "	cvt.u64.u32 	%rd9, %r32;\n"
+    "	setp.eq.s32 	%p3, %r27, 2;\n"
+    "	@%p3 bra 	$L__BB8_14;\n"
     "\n"
-    "$L__BB8_4:\n"
-    "	cvt.u32.u64 	%r22, %rd9;\n"
-    "	cvt.u32.u64 	%r23, %rd10;\n"
-    "	div.u32 	%r24, %r23, %r22;\n"
-    "	cvt.u64.u32 	%rd63, %r24;\n"
+    "	setp.ne.s32 	%p4, %r27, 1;\n"
+    "	@%p4 bra 	$L__BB8_23;\n"
+    "\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
     "\n"
     "$L__BB8_5:\n"
-    "	add.s64 	%rd41, %rd63, 1;\n"
-    "	and.b64  	%rd66, %rd41, 3;\n"
-    "	setp.eq.s64 	%p4, %rd66, 0;\n"
-    "	mov.f32 	%f47, 0f00000000;\n"
-    "	@%p4 bra 	$L__BB8_8;\n"
+    "	mul.lo.s64 	%rd46, %rd90, %rd39;\n"
+    "	add.s64 	%rd47, %rd46, %rd5;\n"
+    "	shl.b64 	%rd48, %rd47, 1;\n"
+    "	add.s64 	%rd49, %rd1, %rd48;\n"
+    "	ld.global.nc.u16 	%rs3, [%rd49];\n"
+    "	cvt.u32.u16 	%r33, %rs3;\n"
+    "	shl.b32 	%r34, %r33, 16;\n"
+    "	and.b32  	%r82, %r34, -2147483648;\n"
+    "	shr.u16 	%rs4, %rs3, 10;\n"
+    "	and.b16  	%rs1, %rs4, 31;\n"
+    "	and.b16  	%rs2, %rs3, 1023;\n"
+    "	cvt.u32.u16 	%r80, %rs2;\n"
+    "	setp.eq.s16 	%p5, %rs1, 0;\n"
+    "	@%p5 bra 	$L__BB8_9;\n"
     "\n"
-    "	mul.lo.s64 	%rd42, %rd31, %rd67;\n"
-    "	add.s64 	%rd43, %rd2, %rd42;\n"
-    "	add.s64 	%rd44, %rd43, %rd3;\n"
-    "	shl.b64 	%rd45, %rd44, 2;\n"
-    "	add.s64 	%rd64, %rd1, %rd45;\n"
-    "	mul.lo.s64 	%rd46, %rd31, %rd9;\n"
-    "	shl.b64 	%rd16, %rd46, 2;\n"
-    "	mov.f32 	%f47, 0f00000000;\n"
-    "\n"
-    "$L__BB8_7:\n"
-    "	.pragma \"nounroll\";\n"
-    "	ld.global.nc.f32 	%f21, [%rd64];\n"
-    "	add.f32 	%f47, %f47, %f21;\n"
-    "	add.s64 	%rd67, %rd67, %rd9;\n"
-    "	add.s64 	%rd64, %rd64, %rd16;\n"
-    "	add.s64 	%rd66, %rd66, -1;\n"
-    "	setp.ne.s64 	%p5, %rd66, 0;\n"
-    "	@%p5 bra 	$L__BB8_7;\n"
+    "	setp.eq.s16 	%p6, %rs1, 31;\n"
+    "	@%p6 bra 	$L__BB8_8;\n"
+    "	bra.uni 	$L__BB8_7;\n"
     "\n"
     "$L__BB8_8:\n"
-    "	setp.lt.u64 	%p6, %rd63, 3;\n"
-    "	@%p6 bra 	$L__BB8_11;\n"
+    "	shl.b32 	%r39, %r80, 13;\n"
+    "	or.b32  	%r40, %r82, %r39;\n"
+    "	or.b32  	%r82, %r40, 2139095040;\n"
+    "	bra.uni 	$L__BB8_13;\n"
     "\n"
-    "	mul.lo.s64 	%rd47, %rd67, %rd31;\n"
-    "	add.s64 	%rd48, %rd2, %rd47;\n"
-    "	add.s64 	%rd49, %rd48, %rd3;\n"
-    "	shl.b64 	%rd50, %rd49, 2;\n"
-    "	add.s64 	%rd69, %rd1, %rd50;\n"
-    "	mul.lo.s64 	%rd51, %rd31, %rd9;\n"
-    "	shl.b64 	%rd25, %rd51, 2;\n"
+    "$L__BB8_9:\n"
+    "	setp.eq.s16 	%p7, %rs2, 0;\n"
+    "	@%p7 bra 	$L__BB8_13;\n"
     "\n"
-    "$L__BB8_10:\n"
-    "	ld.global.nc.f32 	%f22, [%rd69];\n"
-    "	add.f32 	%f23, %f47, %f22;\n"
-    "	add.s64 	%rd52, %rd69, %rd25;\n"
-    "	ld.global.nc.f32 	%f24, [%rd52];\n"
-    "	add.f32 	%f25, %f23, %f24;\n"
-    "	add.s64 	%rd53, %rd67, %rd9;\n"
-    "	add.s64 	%rd54, %rd53, %rd9;\n"
-    "	add.s64 	%rd55, %rd52, %rd25;\n"
-    "	ld.global.nc.f32 	%f26, [%rd55];\n"
-    "	add.f32 	%f27, %f25, %f26;\n"
-    "	add.s64 	%rd56, %rd54, %rd9;\n"
-    "	add.s64 	%rd57, %rd55, %rd25;\n"
-    "	add.s64 	%rd69, %rd57, %rd25;\n"
-    "	ld.global.nc.f32 	%f28, [%rd57];\n"
-    "	add.f32 	%f47, %f27, %f28;\n"
-    "	add.s64 	%rd67, %rd56, %rd9;\n"
-    "	setp.lt.s64 	%p7, %rd67, %rd7;\n"
-    "	@%p7 bra 	$L__BB8_10;\n"
+    "	mov.u32 	%r81, 113;\n"
     "\n"
     "$L__BB8_11:\n"
-    "	mov.u32 	%r25, %tid.y;\n"
-    "	cvt.u32.u64 	%r26, %rd3;\n"
-    "	mov.u32 	%r27, _ZZ8k_colsumE2sh;\n"
-    "	mad.lo.s32 	%r28, %r25, 132, %r27;\n"
-    "	shl.b32 	%r29, %r26, 2;\n"
-    "	add.s32 	%r30, %r28, %r29;\n"
-    "	st.shared.f32 	[%r30], %f47;\n"
-    "	bar.sync 	0;\n"
-    "	setp.ne.s32 	%p8, %r25, 0;\n"
-    "	setp.ge.s64 	%p9, %rd4, %rd31;\n"
-    "	or.pred  	%p10, %p8, %p9;\n"
-    "	@%p10 bra 	$L__BB8_20;\n"
+    "	shl.b32 	%r7, %r80, 1;\n"
+    "	add.s32 	%r81, %r81, -1;\n"
+    "	and.b32  	%r42, %r80, 512;\n"
+    "	setp.eq.s32 	%p8, %r42, 0;\n"
+    "	mov.u32 	%r80, %r7;\n"
+    "	@%p8 bra 	$L__BB8_11;\n"
     "\n"
-    "	mov.u32 	%r1, %ntid.y;\n"
-    "	setp.lt.s32 	%p11, %r1, 1;\n"
-    "	mov.f32 	%f52, 0f00000000;\n"
-    "	@%p11 bra 	$L__BB8_19;\n"
+    "	shl.b32 	%r43, %r81, 23;\n"
+    "	or.b32  	%r44, %r43, %r82;\n"
+    "	shl.b32 	%r45, %r7, 13;\n"
+    "	and.b32  	%r46, %r45, 8372224;\n"
+    "	or.b32  	%r82, %r44, %r46;\n"
+    "	bra.uni 	$L__BB8_13;\n"
     "\n"
-    "	add.s32 	%r32, %r1, -1;\n"
-    "	and.b32  	%r47, %r1, 3;\n"
-    "	setp.lt.u32 	%p12, %r32, 3;\n"
-    "	mov.f32 	%f52, 0f00000000;\n"
-    "	mov.u32 	%r45, 0;\n"
-    "	@%p12 bra 	$L__BB8_16;\n"
+    "$L__BB8_7:\n"
+    "	add.s16 	%rs5, %rs1, 112;\n"
+    "	cvt.u32.u16 	%r35, %rs5;\n"
+    "	shl.b32 	%r36, %r35, 23;\n"
+    "	shl.b32 	%r37, %r80, 13;\n"
+    "	or.b32  	%r38, %r37, %r82;\n"
+    "	or.b32  	%r82, %r38, %r36;\n"
     "\n"
-    "	sub.s32 	%r44, %r1, %r47;\n"
-    "	add.s32 	%r37, %r27, %r29;\n"
-    "	add.s32 	%r42, %r37, 264;\n"
-    "	mov.f32 	%f52, 0f00000000;\n"
-    "	mov.u32 	%r45, 0;\n"
+    "$L__BB8_13:\n"
+    "	mov.b32 	%f23, %r82;\n"
+    "	add.f32 	%f57, %f57, %f23;\n"
+    "	add.s64 	%rd90, %rd90, %rd9;\n"
+    "	setp.lt.s64 	%p9, %rd90, %rd7;\n"
+    "	@%p9 bra 	$L__BB8_5;\n"
+    "	bra.uni 	$L__BB8_25;\n"
     "\n"
-    "$L__BB8_15:\n"
-    "	ld.shared.f32 	%f33, [%r42+-264];\n"
-    "	add.f32 	%f34, %f52, %f33;\n"
-    "	ld.shared.f32 	%f35, [%r42+-132];\n"
-    "	add.f32 	%f36, %f34, %f35;\n"
-    "	ld.shared.f32 	%f37, [%r42];\n"
-    "	add.f32 	%f38, %f36, %f37;\n"
-    "	ld.shared.f32 	%f39, [%r42+132];\n"
-    "	add.f32 	%f52, %f38, %f39;\n"
-    "	add.s32 	%r45, %r45, 4;\n"
-    "	add.s32 	%r42, %r42, 528;\n"
-    "	add.s32 	%r44, %r44, -4;\n"
-    "	setp.ne.s32 	%p13, %r44, 0;\n"
-    "	@%p13 bra 	$L__BB8_15;\n"
+    "$L__BB8_14:\n"
+    "	not.b64 	%rd50, %rd7;\n"
+    "	add.s64 	%rd51, %rd90, %rd50;\n"
+    "	mov.u64 	%rd52, -2;\n"
+    "	sub.s64 	%rd12, %rd52, %rd51;\n"
+    "	and.b64  	%rd53, %rd12, -4294967296;\n"
+    "	setp.eq.s64 	%p10, %rd53, 0;\n"
+    "	@%p10 bra 	$L__BB8_16;\n"
+    "\n"
+    "	div.u64 	%rd86, %rd12, %rd9;\n"
+    "	bra.uni 	$L__BB8_17;\n"
+    "\n"
+    "$L__BB8_23:\n"
+    "	mul.lo.s64 	%rd74, %rd39, %rd90;\n"
+    "	add.s64 	%rd75, %rd3, %rd74;\n"
+    "	add.s64 	%rd76, %rd75, %rd4;\n"
+    "	shl.b64 	%rd77, %rd76, 2;\n"
+    "	add.s64 	%rd93, %rd1, %rd77;\n"
+    "	mul.lo.s64 	%rd78, %rd39, %rd9;\n"
+    "	shl.b64 	%rd33, %rd78, 2;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
+    "\n"
+    "$L__BB8_24:\n"
+    "	ld.global.nc.f32 	%f36, [%rd93];\n"
+    "	add.f32 	%f57, %f57, %f36;\n"
+    "	add.s64 	%rd93, %rd93, %rd33;\n"
+    "	add.s64 	%rd90, %rd90, %rd9;\n"
+    "	setp.lt.s64 	%p15, %rd90, %rd7;\n"
+    "	@%p15 bra 	$L__BB8_24;\n"
+    "	bra.uni 	$L__BB8_25;\n"
     "\n"
     "$L__BB8_16:\n"
-    "	setp.eq.s32 	%p14, %r47, 0;\n"
-    "	@%p14 bra 	$L__BB8_19;\n"
+    "	cvt.u32.u64 	%r47, %rd9;\n"
+    "	cvt.u32.u64 	%r48, %rd12;\n"
+    "	div.u32 	%r49, %r48, %r47;\n"
+    "	cvt.u64.u32 	%rd86, %r49;\n"
     "\n"
-    "	mad.lo.s32 	%r40, %r45, 132, %r27;\n"
-    "	add.s32 	%r46, %r40, %r29;\n"
+    "$L__BB8_17:\n"
+    "	add.s64 	%rd54, %rd86, 1;\n"
+    "	and.b64  	%rd89, %rd54, 3;\n"
+    "	setp.eq.s64 	%p11, %rd89, 0;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
+    "	@%p11 bra 	$L__BB8_20;\n"
     "\n"
-    "$L__BB8_18:\n"
-    "	.pragma \"nounroll\";\n"
-    "	ld.shared.f32 	%f40, [%r46];\n"
-    "	add.f32 	%f52, %f52, %f40;\n"
-    "	add.s32 	%r46, %r46, 132;\n"
-    "	add.s32 	%r47, %r47, -1;\n"
-    "	setp.ne.s32 	%p15, %r47, 0;\n"
-    "	@%p15 bra 	$L__BB8_18;\n"
+    "	mul.lo.s64 	%rd55, %rd39, %rd90;\n"
+    "	add.s64 	%rd56, %rd3, %rd55;\n"
+    "	add.s64 	%rd58, %rd56, %rd4;\n"
+    "	shl.b64 	%rd59, %rd58, 1;\n"
+    "	add.s64 	%rd87, %rd1, %rd59;\n"
+    "	mul.lo.s64 	%rd60, %rd39, %rd9;\n"
+    "	shl.b64 	%rd18, %rd60, 1;\n"
+    "	mov.f32 	%f57, 0f00000000;\n"
     "\n"
     "$L__BB8_19:\n"
-    "	mul.lo.s64 	%rd58, %rd5, %rd31;\n"
-    "	add.s64 	%rd59, %rd58, %rd4;\n"
-    "	cvta.to.global.u64 	%rd60, %rd30;\n"
-    "	shl.b64 	%rd61, %rd59, 2;\n"
-    "	add.s64 	%rd62, %rd60, %rd61;\n"
-    "	mul.f32 	%f41, %f52, %f15;\n"
-    "	st.global.f32 	[%rd62], %f41;\n"
+    "	.pragma \"nounroll\";\n"
+    "	ld.global.nc.u16 	%rs6, [%rd87];\n"
+    "	cvt.u32.u16 	%r51, %rs6;\n"
+    "	shl.b32 	%r52, %r51, 16;\n"
+    "	mov.b32 	%f27, %r52;\n"
+    "	add.f32 	%f57, %f57, %f27;\n"
+    "	add.s64 	%rd90, %rd90, %rd9;\n"
+    "	add.s64 	%rd87, %rd87, %rd18;\n"
+    "	add.s64 	%rd89, %rd89, -1;\n"
+    "	setp.ne.s64 	%p12, %rd89, 0;\n"
+    "	@%p12 bra 	$L__BB8_19;\n"
     "\n"
     "$L__BB8_20:\n"
+    "	setp.lt.u64 	%p13, %rd86, 3;\n"
+    "	@%p13 bra 	$L__BB8_25;\n"
+    "\n"
+    "	mul.lo.s64 	%rd61, %rd90, %rd39;\n"
+    "	shl.b64 	%rd62, %rd61, 1;\n"
+    "	shl.b64 	%rd63, %rd2, 6;\n"
+    "	add.s64 	%rd64, %rd62, %rd63;\n"
+    "	mul.wide.u32 	%rd65, %r29, 2;\n"
+    "	add.s64 	%rd66, %rd64, %rd65;\n"
+    "	add.s64 	%rd92, %rd1, %rd66;\n"
+    "	mul.lo.s64 	%rd67, %rd39, %rd9;\n"
+    "	shl.b64 	%rd27, %rd67, 1;\n"
+    "\n"
+    "$L__BB8_22:\n"
+    "	ld.global.nc.u16 	%rs7, [%rd92];\n"
+    "	cvt.u32.u16 	%r54, %rs7;\n"
+    "	shl.b32 	%r55, %r54, 16;\n"
+    "	mov.b32 	%f28, %r55;\n"
+    "	add.f32 	%f29, %f57, %f28;\n"
+    "	add.s64 	%rd68, %rd92, %rd27;\n"
+    "	ld.global.nc.u16 	%rs8, [%rd68];\n"
+    "	cvt.u32.u16 	%r56, %rs8;\n"
+    "	shl.b32 	%r57, %r56, 16;\n"
+    "	mov.b32 	%f30, %r57;\n"
+    "	add.f32 	%f31, %f29, %f30;\n"
+    "	add.s64 	%rd69, %rd90, %rd9;\n"
+    "	add.s64 	%rd70, %rd69, %rd9;\n"
+    "	add.s64 	%rd71, %rd68, %rd27;\n"
+    "	ld.global.nc.u16 	%rs9, [%rd71];\n"
+    ,
+    "	cvt.u32.u16 	%r58, %rs9;\n"
+    "	shl.b32 	%r59, %r58, 16;\n"
+    "	mov.b32 	%f32, %r59;\n"
+    "	add.f32 	%f33, %f31, %f32;\n"
+    "	add.s64 	%rd72, %rd70, %rd9;\n"
+    "	add.s64 	%rd73, %rd71, %rd27;\n"
+    "	add.s64 	%rd92, %rd73, %rd27;\n"
+    "	ld.global.nc.u16 	%rs10, [%rd73];\n"
+    "	cvt.u32.u16 	%r60, %rs10;\n"
+    "	shl.b32 	%r61, %r60, 16;\n"
+    "	mov.b32 	%f34, %r61;\n"
+    "	add.f32 	%f57, %f33, %f34;\n"
+    "	add.s64 	%rd90, %rd72, %rd9;\n"
+    "	setp.lt.s64 	%p14, %rd90, %rd7;\n"
+    "	@%p14 bra 	$L__BB8_22;\n"
+    "\n"
+    "$L__BB8_25:\n"
+    "	mov.u32 	%r63, %tid.y;\n"
+    "	mov.u32 	%r64, _ZZ8k_colsumE2sh;\n"
+    "	mad.lo.s32 	%r65, %r63, 132, %r64;\n"
+    "	shl.b32 	%r66, %r29, 2;\n"
+    "	add.s32 	%r67, %r65, %r66;\n"
+    "	st.shared.f32 	[%r67], %f57;\n"
+    "	bar.sync 	0;\n"
+    "	setp.ne.s32 	%p16, %r63, 0;\n"
+    "	setp.ge.s64 	%p17, %rd5, %rd39;\n"
+    "	or.pred  	%p18, %p16, %p17;\n"
+    "	@%p18 bra 	$L__BB8_34;\n"
+    "\n"
+    "	mov.u32 	%r11, %ntid.y;\n"
+    "	setp.lt.s32 	%p19, %r11, 1;\n"
+    "	mov.f32 	%f62, 0f00000000;\n"
+    "	@%p19 bra 	$L__BB8_33;\n"
+    "\n"
+    "	add.s32 	%r69, %r11, -1;\n"
+    "	and.b32  	%r88, %r11, 3;\n"
+    "	setp.lt.u32 	%p20, %r69, 3;\n"
+    "	mov.f32 	%f62, 0f00000000;\n"
+    "	mov.u32 	%r86, 0;\n"
+    "	@%p20 bra 	$L__BB8_30;\n"
+    "\n"
+    "	sub.s32 	%r85, %r11, %r88;\n"
+    "	add.s32 	%r74, %r64, %r66;\n"
+    "	add.s32 	%r83, %r74, 264;\n"
+    "	mov.f32 	%f62, 0f00000000;\n"
+    "	mov.u32 	%r86, 0;\n"
+    "\n"
+    "$L__BB8_29:\n"
+    "	ld.shared.f32 	%f41, [%r83+-264];\n"
+    "	add.f32 	%f42, %f62, %f41;\n"
+    "	ld.shared.f32 	%f43, [%r83+-132];\n"
+    "	add.f32 	%f44, %f42, %f43;\n"
+    "	ld.shared.f32 	%f45, [%r83];\n"
+    "	add.f32 	%f46, %f44, %f45;\n"
+    "	ld.shared.f32 	%f47, [%r83+132];\n"
+    "	add.f32 	%f62, %f46, %f47;\n"
+    "	add.s32 	%r86, %r86, 4;\n"
+    "	add.s32 	%r83, %r83, 528;\n"
+    "	add.s32 	%r85, %r85, -4;\n"
+    "	setp.ne.s32 	%p21, %r85, 0;\n"
+    "	@%p21 bra 	$L__BB8_29;\n"
+    "\n"
+    "$L__BB8_30:\n"
+    "	setp.eq.s32 	%p22, %r88, 0;\n"
+    "	@%p22 bra 	$L__BB8_33;\n"
+    "\n"
+    "	mad.lo.s32 	%r77, %r86, 132, %r64;\n"
+    "	add.s32 	%r87, %r77, %r66;\n"
+    "\n"
+    "$L__BB8_32:\n"
+    "	.pragma \"nounroll\";\n"
+    "	ld.shared.f32 	%f48, [%r87];\n"
+    "	add.f32 	%f62, %f62, %f48;\n"
+    "	add.s32 	%r87, %r87, 132;\n"
+    "	add.s32 	%r88, %r88, -1;\n"
+    "	setp.ne.s32 	%p23, %r88, 0;\n"
+    "	@%p23 bra 	$L__BB8_32;\n"
+    "\n"
+    "$L__BB8_33:\n"
+    "	mul.lo.s64 	%rd80, %rd43, %rd39;\n"
+    "	add.s64 	%rd81, %rd80, %rd5;\n"
+    "	cvta.to.global.u64 	%rd82, %rd38;\n"
+    "	shl.b64 	%rd83, %rd81, 2;\n"
+    "	add.s64 	%rd84, %rd82, %rd83;\n"
+    "	mul.f32 	%f49, %f62, %f19;\n"
+    "	st.global.f32 	[%rd84], %f49;\n"
+    "\n"
+    "$L__BB8_34:\n"
     "	ret;\n"
     "\n"
     "}\n"
@@ -32637,7 +32861,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd45, [k_sum_partial_param_0];\n"
     "	ld.param.u64 	%rd43, [k_sum_partial_param_1];\n"
-    ,
     "	ld.param.u32 	%r2, [k_sum_partial_param_2];\n"
     "	ld.param.u64 	%rd44, [k_sum_partial_param_3];\n"
     "	cvta.to.global.u64 	%rd1, %rd45;\n"
@@ -32701,6 +32924,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ne.s64 	%p5, %rd79, 0;\n"
     "	@%p5 bra 	$L__BB9_7;\n"
     "\n"
+    ,
     "$L__BB9_8:\n"
     "	setp.lt.u64 	%p6, %rd76, 3;\n"
     "	@%p6 bra 	$L__BB9_17;\n"
@@ -32799,7 +33023,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f46, %f44, %f45;\n"
     "	mov.b32 	%r21, %f46;\n"
     "	mov.u32 	%r22, 2;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r23|%p15, %r21, %r22, %r11, %r13;\n"
     "	mov.b32 	%f47, %r23;\n"
     "	add.f32 	%f48, %f46, %f47;\n"
@@ -32857,6 +33080,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f58, %f56, %f57;\n"
     "	mov.b32 	%r52, %f58;\n"
     "	mov.u32 	%r53, 1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r54|%p23, %r52, %r53, %r39, %r41;\n"
     "	mov.b32 	%f59, %r54;\n"
     "	add.f32 	%f17, %f58, %f59;\n"
@@ -32962,7 +33186,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	mov.u32 	%r27, %ntid.x;\n"
     "	shr.u32 	%r28, %r27, 5;\n"
-    ,
     "	setp.ge.u32 	%p9, %r1, %r28;\n"
     "	mov.f32 	%f37, 0f00000000;\n"
     "	@%p9 bra 	$L__BB10_8;\n"
@@ -33024,6 +33247,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_layernorm_param_0,\n"
     "	.param .u64 k_layernorm_param_1,\n"
     "	.param .u64 k_layernorm_param_2,\n"
+    ,
     "	.param .u64 k_layernorm_param_3,\n"
     "	.param .u64 k_layernorm_param_4,\n"
     "	.param .u64 k_layernorm_param_5,\n"
@@ -33118,7 +33342,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r45, %f29;\n"
     "	mov.u32 	%r46, 1;\n"
     "	shfl.sync.bfly.b32 	%r47|%p8, %r45, %r46, %r32, %r34;\n"
-    ,
     "	mov.b32 	%f30, %r47;\n"
     "	add.f32 	%f5, %f29, %f30;\n"
     "	setp.ne.s32 	%p9, %r1, 0;\n"
@@ -33182,6 +33405,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB11_12:\n"
     "	bar.sync 	0;\n"
+    ,
     "	mov.b32 	%r65, %f81;\n"
     "	shfl.sync.bfly.b32 	%r69|%p18, %r65, %r50, %r49, %r51;\n"
     "	mov.b32 	%f46, %r69;\n"
@@ -33277,7 +33501,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r161, %r99, 32768;\n"
     "	and.b32  	%r7, %r5, 2147483647;\n"
     "	setp.gt.u32 	%p34, %r7, 2139095040;\n"
-    ,
     "	@%p34 bra 	$L__BB11_28;\n"
     "	bra.uni 	$L__BB11_22;\n"
     "\n"
@@ -33342,6 +33565,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s32 	%p44, %r115, %r119;\n"
     "	and.b32  	%r120, %r111, 1;\n"
     "	setp.eq.b32 	%p45, %r120, 1;\n"
+    ,
     "	and.pred  	%p46, %p44, %p45;\n"
     "	or.pred  	%p47, %p43, %p46;\n"
     "	selp.u32 	%r121, 1, 0, %p47;\n"
@@ -33448,7 +33672,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r137, %r13, 8388607;\n"
     "	or.b32  	%r138, %r137, 8388608;\n"
     "	shr.u32 	%r139, %r15, 23;\n"
-    ,
     "	mov.u32 	%r140, 126;\n"
     "	sub.s32 	%r141, %r140, %r139;\n"
     "	shr.u32 	%r142, %r138, %r141;\n"
@@ -33508,6 +33731,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_layernorm_back_param_1,\n"
     "	.param .u64 k_layernorm_back_param_2,\n"
     "	.param .u64 k_layernorm_back_param_3,\n"
+    ,
     "	.param .u64 k_layernorm_back_param_4,\n"
     "	.param .u64 k_layernorm_back_param_5,\n"
     "	.param .f32 k_layernorm_back_param_6,\n"
@@ -33600,7 +33824,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f41, %f39, %f40;\n"
     "	mov.b32 	%r28, %f41;\n"
     "	mov.u32 	%r29, 1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r30|%p8, %r28, %r29, %r15, %r17;\n"
     "	mov.b32 	%f42, %r30;\n"
     "	add.f32 	%f5, %f41, %f42;\n"
@@ -33661,6 +33884,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f156, %f57, %f57, %f156;\n"
     "	add.s64 	%rd60, %rd60, %rd7;\n"
     "	setp.lt.s64 	%p17, %rd60, %rd24;\n"
+    ,
     "	@%p17 bra 	$L__BB12_11;\n"
     "\n"
     "$L__BB12_12:\n"
@@ -33757,7 +33981,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB12_19:\n"
     "	bar.sync 	0;\n"
     "	mov.b32 	%r82, %f160;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r86|%p32, %r82, %r67, %r66, %r68;\n"
     "	mov.b32 	%f90, %r86;\n"
     "	add.f32 	%f91, %f160, %f90;\n"
@@ -33812,6 +34035,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f106, %r112;\n"
     "	add.f32 	%f107, %f105, %f106;\n"
     "	mov.b32 	%r113, %f107;\n"
+    ,
     "	mov.u32 	%r114, 1;\n"
     "	shfl.sync.bfly.b32 	%r115|%p43, %r113, %r114, %r100, %r102;\n"
     "	mov.b32 	%f108, %r115;\n"
@@ -33899,7 +34123,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f133, [%rd47];\n"
     "	ld.global.nc.f32 	%f134, [%rd45];\n"
     "	mul.rn.f32 	%f135, %f134, %f133;\n"
-    ,
     "	sub.f32 	%f136, %f135, %f26;\n"
     "	mul.f32 	%f137, %f29, %f132;\n"
     "	sub.f32 	%f138, %f136, %f137;\n"
@@ -33962,6 +34185,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .pred 	%p<19>;\n"
     "	.reg .f32 	%f<42>;\n"
     "	.reg .b32 	%r<48>;\n"
+    ,
     "	.reg .b64 	%rd<32>;\n"
     "\n"
     "\n"
@@ -34062,7 +34286,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r32, 31;\n"
     "	mov.u32 	%r33, 16;\n"
     "	mov.u32 	%r34, -1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r35|%p11, %r31, %r33, %r32, %r34;\n"
     "	mov.b32 	%f24, %r35;\n"
     "	add.f32 	%f25, %f41, %f24;\n"
@@ -34122,6 +34345,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ".visible .entry k_rmsnorm_back(\n"
     "	.param .u64 k_rmsnorm_back_param_0,\n"
     "	.param .u64 k_rmsnorm_back_param_1,\n"
+    ,
     "	.param .u64 k_rmsnorm_back_param_2,\n"
     "	.param .u64 k_rmsnorm_back_param_3,\n"
     "	.param .u64 k_rmsnorm_back_param_4,\n"
@@ -34212,7 +34436,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r20|%p7, %r18, %r37, %r34, %r36;\n"
     "	// begin inline asm\n"
     "	mov.b64 %fd22, {%r20,%r21};\n"
-    ,
     "	// end inline asm\n"
     "	add.f64 	%fd23, %fd21, %fd22;\n"
     "	// begin inline asm\n"
@@ -34270,6 +34493,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r62, 16;\n"
     "	mov.u32 	%r63, -1;\n"
     "	shfl.sync.bfly.b32 	%r44|%p16, %r42, %r62, %r61, %r63;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r43|%p17, %r41, %r62, %r61, %r63;\n"
     "	// begin inline asm\n"
     "	mov.b64 %fd31, {%r43,%r44};\n"
@@ -34358,7 +34582,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f64 	%fd50, %fd74, %fd49;\n"
     "	// begin inline asm\n"
     "	mov.b64 {%r72,%r73}, %fd50;\n"
-    ,
     "	// end inline asm\n"
     "	shfl.sync.bfly.b32 	%r75|%p30, %r73, %r64, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r74|%p31, %r72, %r64, %r61, %r63;\n"
@@ -34414,6 +34637,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	mov.u32 	%r115, 31;\n"
     "	mov.u32 	%r116, 16;\n"
+    ,
     "	mov.u32 	%r117, -1;\n"
     "	shfl.sync.bfly.b32 	%r98|%p40, %r96, %r116, %r115, %r117;\n"
     "	shfl.sync.bfly.b32 	%r97|%p41, %r95, %r116, %r115, %r117;\n"
@@ -34502,7 +34726,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ".visible .entry k_row_stats(\n"
     "	.param .u64 k_row_stats_param_0,\n"
     "	.param .u64 k_row_stats_param_1,\n"
-    ,
     "	.param .u64 k_row_stats_param_2,\n"
     "	.param .u64 k_row_stats_param_3,\n"
     "	.param .f32 k_row_stats_param_4,\n"
@@ -34564,6 +34787,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd19, %rd18, 2;\n"
     "	add.s64 	%rd20, %rd1, %rd19;\n"
     "	ld.global.nc.f32 	%f21, [%rd20];\n"
+    ,
     "	add.f32 	%f69, %f69, %f21;\n"
     "	add.s64 	%rd27, %rd27, %rd4;\n"
     "	setp.lt.s64 	%p4, %rd27, %rd16;\n"
@@ -34665,7 +34889,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r50, 31;\n"
     "	mov.u32 	%r51, 16;\n"
     "	mov.u32 	%r52, -1;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r53|%p19, %r49, %r51, %r50, %r52;\n"
     "	mov.b32 	%f46, %r53;\n"
     "	add.f32 	%f47, %f73, %f46;\n"
@@ -34724,6 +34947,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f61, %f59, %f60;\n"
     "	mov.b32 	%r78, %f61;\n"
     "	mov.u32 	%r79, 2;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r80|%p30, %r78, %r79, %r68, %r70;\n"
     "	mov.b32 	%f62, %r80;\n"
     "	add.f32 	%f63, %f61, %f62;\n"
@@ -34821,7 +35045,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd90, %r24;\n"
     "\n"
     "$L__BB16_5:\n"
-    ,
     "	add.s64 	%rd59, %rd90, 1;\n"
     "	and.b64  	%rd95, %rd59, 3;\n"
     "	setp.eq.s64 	%p4, %rd95, 0;\n"
@@ -34880,6 +35103,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f27, [%rd100];\n"
     "	sub.f32 	%f28, %f27, %f26;\n"
     "	ld.global.nc.f32 	%f29, [%rd99];\n"
+    ,
     "	mul.f32 	%f30, %f29, %f28;\n"
     "	ld.global.nc.f32 	%f31, [%rd98+4];\n"
     "	fma.rn.f32 	%f32, %f31, %f30, %f70;\n"
@@ -34968,7 +35192,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r42, %r42, 528;\n"
     "	add.s32 	%r44, %r44, -4;\n"
     "	setp.ne.s32 	%p13, %r44, 0;\n"
-    ,
     "	@%p13 bra 	$L__BB16_15;\n"
     "\n"
     "$L__BB16_16:\n"
@@ -35035,6 +35258,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r2, %r10, 5;\n"
     "	shr.u32 	%r11, %r9, 3;\n"
     "	and.b32  	%r12, %r11, 536870908;\n"
+    ,
     "	mov.u32 	%r13, _ZZ9block_maxfE2sh;\n"
     "	add.s32 	%r3, %r13, %r12;\n"
     "	shl.b32 	%r14, %r9, 2;\n"
@@ -35141,7 +35365,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f33, %f99, %f32;\n"
     "	mov.b32 	%r43, %f33;\n"
     "	mov.u32 	%r44, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r45|%p14, %r43, %r44, %r39, %r41;\n"
     "	mov.b32 	%f34, %r45;\n"
     "	max.f32 	%f35, %f33, %f34;\n"
@@ -35197,6 +35420,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB17_17:\n"
     "	bar.sync 	0;\n"
     "	mov.b32 	%r57, %f101;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r61|%p20, %r57, %r40, %r39, %r41;\n"
     "	mov.b32 	%f59, %r61;\n"
     "	add.f32 	%f60, %f101, %f59;\n"
@@ -35291,7 +35515,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f96, %f95, %f94;\n"
     "	mul.f32 	%f103, %f15, %f96;\n"
     "\n"
-    ,
     "$L__BB17_25:\n"
     "	shl.b64 	%rd38, %rd20, 2;\n"
     "	add.s64 	%rd39, %rd6, %rd38;\n"
@@ -35353,6 +35576,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd6, %r13;\n"
     "	cvta.to.global.u64 	%rd7, %rd15;\n"
     "\n"
+    ,
     "$L__BB18_2:\n"
     "	mul.lo.s64 	%rd9, %rd29, %rd17;\n"
     "	setp.ge.s64 	%p2, %rd4, %rd17;\n"
@@ -35453,7 +35677,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd25, %rd24, 2;\n"
     "	add.s64 	%rd26, %rd2, %rd25;\n"
     "	add.s64 	%rd27, %rd1, %rd25;\n"
-    ,
     "	ld.global.nc.f32 	%f31, [%rd27];\n"
     "	sub.f32 	%f32, %f31, %f7;\n"
     "	ld.global.nc.f32 	%f33, [%rd26];\n"
@@ -35517,6 +35740,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r1, %r51, 31;\n"
     "	shr.u32 	%r2, %r52, 5;\n"
     "	shr.u32 	%r53, %r51, 3;\n"
+    ,
     "	and.b32  	%r54, %r53, 536870908;\n"
     "	mov.u32 	%r55, _ZZ9block_maxfE2sh;\n"
     "	add.s32 	%r3, %r55, %r54;\n"
@@ -35622,7 +35846,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f69, %r84;\n"
     "	max.f32 	%f70, %f68, %f69;\n"
     "	mov.b32 	%r85, %f70;\n"
-    ,
     "	mov.u32 	%r86, 2;\n"
     "	shfl.sync.bfly.b32 	%r87|%p16, %r85, %r86, %r75, %r77;\n"
     "	mov.b32 	%f71, %r87;\n"
@@ -35682,6 +35905,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB19_21:\n"
     "	add.s64 	%rd50, %rd92, %rd9;\n"
     "	shl.b64 	%rd51, %rd50, 1;\n"
+    ,
     "	add.s64 	%rd52, %rd2, %rd51;\n"
     "	ld.global.nc.u16 	%rs10, [%rd52];\n"
     "	cvt.u32.u16 	%r108, %rs10;\n"
@@ -35777,7 +36001,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f109, %r137;\n"
     "	add.f32 	%f110, %f108, %f109;\n"
     "	mov.b32 	%r138, %f110;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r140|%p35, %r138, %r106, %r92, %r94;\n"
     "	mov.b32 	%f111, %r140;\n"
     "	add.f32 	%f11, %f110, %f111;\n"
@@ -35834,6 +36057,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.lt.f32 	%p47, %f14, 0f00800000;\n"
     "	mul.f32 	%f123, %f14, 0f4B000000;\n"
+    ,
     "	selp.f32 	%f15, %f123, %f14, %p47;\n"
     "	selp.f32 	%f124, 0fC1B80000, 0f00000000, %p47;\n"
     "	mov.b32 	%r160, %f15;\n"
@@ -35924,7 +36148,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u16 	%r174, %rs16;\n"
     "	shl.b32 	%r175, %r174, 23;\n"
     "	shl.b32 	%r176, %r364, 13;\n"
-    ,
     "	or.b32  	%r177, %r176, %r366;\n"
     "	or.b32  	%r366, %r177, %r175;\n"
     "\n"
@@ -35987,6 +36210,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB19_53:\n"
     "	add.s64 	%rd62, %rd94, %rd21;\n"
     "	shl.b64 	%rd63, %rd62, 1;\n"
+    ,
     "	add.s64 	%rd64, %rd2, %rd63;\n"
     "	ld.global.nc.u16 	%rs17, [%rd64];\n"
     "	cvt.u32.u16 	%r189, %rs17;\n"
@@ -36078,7 +36302,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd66, %rd65, 1;\n"
     "	add.s64 	%rd67, %rd2, %rd66;\n"
     "	ld.global.nc.u16 	%rs18, [%rd67];\n"
-    ,
     "	cvt.u32.u16 	%r225, %rs18;\n"
     "	shl.b32 	%r226, %r225, 16;\n"
     "	mov.b32 	%f178, %r226;\n"
@@ -36127,6 +36350,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r245|%p76, %r243, %r223, %r209, %r211;\n"
     "	mov.b32 	%f203, %r245;\n"
     "	add.f32 	%f32, %f202, %f203;\n"
+    ,
     "	@%p63 bra 	$L__BB19_63;\n"
     "\n"
     "	st.shared.f32 	[%r41], %f32;\n"
@@ -36212,7 +36436,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f240, %f239, %f221, %f221;\n"
     "	mov.f32 	%f241, 0f3F317218;\n"
     "	fma.rn.f32 	%f354, %f220, %f241, %f240;\n"
-    ,
     "	setp.lt.u32 	%p89, %r265, 2139095040;\n"
     "	@%p89 bra 	$L__BB19_69;\n"
     "\n"
@@ -36272,6 +36495,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd31, %r280;\n"
     "\n"
     "$L__BB19_74:\n"
+    ,
     "	mul.lo.s64 	%rd33, %rd96, %rd41;\n"
     "	shl.b64 	%rd75, %rd96, 2;\n"
     "	add.s64 	%rd76, %rd3, %rd75;\n"
@@ -36363,7 +36587,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r314, 1;\n"
     "	shfl.sync.bfly.b32 	%r315|%p106, %r313, %r314, %r300, %r302;\n"
     "	mov.b32 	%f269, %r315;\n"
-    ,
     "	max.f32 	%f48, %f268, %f269;\n"
     "	mov.f32 	%f360, 0f00000000;\n"
     "	@%p93 bra 	$L__BB19_84;\n"
@@ -36414,6 +36637,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f292, %r328;\n"
     "	add.f32 	%f293, %f291, %f292;\n"
     "	mov.b32 	%r329, %f293;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r331|%p112, %r329, %r311, %r300, %r302;\n"
     "	mov.b32 	%f294, %r331;\n"
     "	add.f32 	%f295, %f293, %f294;\n"
@@ -36499,7 +36723,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f326, 0fBE7FFF22;\n"
     "	fma.rn.f32 	%f327, %f325, %f314, %f326;\n"
     "	mov.f32 	%f328, 0f3EAAAA78;\n"
-    ,
     "	fma.rn.f32 	%f329, %f327, %f314, %f328;\n"
     "	mov.f32 	%f330, 0fBF000000;\n"
     "	fma.rn.f32 	%f331, %f329, %f314, %f330;\n"
@@ -36560,6 +36783,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd1, %r5;\n"
     "	setp.lt.s64 	%p1, %rd1, %rd7;\n"
     "	@%p1 bra 	$L__BB20_2;\n"
+    ,
     "	bra.uni 	$L__BB20_1;\n"
     "\n"
     "$L__BB20_2:\n"
@@ -36662,7 +36886,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r43, 2;\n"
     "	shfl.sync.bfly.b32 	%r44|%p13, %r42, %r43, %r32, %r34;\n"
     "	mov.b32 	%f39, %r44;\n"
-    ,
     "	add.f32 	%f40, %f38, %f39;\n"
     "	mov.b32 	%r45, %f40;\n"
     "	mov.u32 	%r46, 1;\n"
@@ -36719,6 +36942,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r68|%p24, %r66, %r67, %r59, %r61;\n"
     "	mov.b32 	%f56, %r68;\n"
     "	add.f32 	%f57, %f55, %f56;\n"
+    ,
     "	mov.b32 	%r69, %f57;\n"
     "	mov.u32 	%r70, 2;\n"
     "	shfl.sync.bfly.b32 	%r71|%p25, %r69, %r70, %r59, %r61;\n"
@@ -36824,7 +37048,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r21|%p10, %r19, %r20, %r6, %r8;\n"
     "	mov.b32 	%f19, %r21;\n"
     "	add.f32 	%f4, %f18, %f19;\n"
-    ,
     "	cvt.u32.u64 	%r22, %rd1;\n"
     "	and.b32  	%r1, %r22, 31;\n"
     "	setp.ne.s32 	%p11, %r1, 0;\n"
@@ -36888,6 +37111,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "}\n"
     "	// .globl	k_ce_back\n"
+    ,
     ".visible .entry k_ce_back(\n"
     "	.param .u64 k_ce_back_param_0,\n"
     "	.param .u64 k_ce_back_param_1,\n"
@@ -36987,7 +37211,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB22_77;\n"
     "\n"
     "$L__BB22_5:\n"
-    ,
     "	setp.ge.s64 	%p7, %rd7, %rd77;\n"
     "	mov.f32 	%f371, 0fFF800000;\n"
     "	@%p7 bra 	$L__BB22_16;\n"
@@ -37055,6 +37278,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s64 	%p12, %rd169, %rd77;\n"
     "	@%p12 bra 	$L__BB22_7;\n"
     "\n"
+    ,
     "$L__BB22_16:\n"
     "	bar.sync 	0;\n"
     "	mov.b32 	%r109, %f371;\n"
@@ -37150,7 +37374,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p27 bra 	$L__BB22_25;\n"
     "	bra.uni 	$L__BB22_24;\n"
     "\n"
-    ,
     "$L__BB22_25:\n"
     "	shl.b32 	%r149, %r502, 13;\n"
     "	or.b32  	%r150, %r504, %r149;\n"
@@ -37212,6 +37435,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p30 bra 	$L__BB22_22;\n"
     "\n"
     "$L__BB22_31:\n"
+    ,
     "	ld.global.nc.f32 	%f90, [%rd4];\n"
     "	setp.gt.f32 	%p31, %f90, 0f00000000;\n"
     "	selp.f32 	%f91, %f90, 0f3F800000, %p31;\n"
@@ -37304,7 +37528,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.eq.s16 	%p68, %rs7, 31;\n"
     "	@%p68 bra 	$L__BB22_62;\n"
-    ,
     "	bra.uni 	$L__BB22_61;\n"
     "\n"
     "$L__BB22_62:\n"
@@ -37364,6 +37587,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.ftz.f32 	%f150, %f148;\n"
     "	mul.f32 	%f151, %f150, %f149;\n"
     "	mul.f32 	%f152, %f15, %f151;\n"
+    ,
     "	setp.eq.s64 	%p71, %rd172, %rd12;\n"
     "	selp.f32 	%f153, 0f3F800000, 0f00000000, %p71;\n"
     "	sub.f32 	%f154, %f152, %f153;\n"
@@ -37463,7 +37687,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r207, %f121;\n"
     "	shl.b32 	%r208, %r207, 23;\n"
     "	mov.b32 	%f128, %r208;\n"
-    ,
     "	ex2.approx.ftz.f32 	%f129, %f127;\n"
     "	mul.f32 	%f130, %f129, %f128;\n"
     "	mul.f32 	%f131, %f15, %f130;\n"
@@ -37526,6 +37749,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r227, %r226, %r218;\n"
     "	mov.u32 	%r228, 1;\n"
     "	shl.b32 	%r229, %r228, %r227;\n"
+    ,
     "	setp.gt.u32 	%p61, %r225, %r229;\n"
     "	setp.eq.s32 	%p62, %r225, %r229;\n"
     "	and.b32  	%r230, %r221, 1;\n"
@@ -37627,7 +37851,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.u32 	%r267, [%rd111];\n"
     "	setp.lt.s32 	%p82, %r267, 0;\n"
     "	cvt.s64.s32 	%rd36, %r267;\n"
-    ,
     "	setp.ge.s64 	%p83, %rd36, %rd77;\n"
     "	or.pred  	%p84, %p82, %p83;\n"
     "	@%p84 bra 	$L__BB22_112;\n"
@@ -37689,6 +37912,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r275, %f160;\n"
     "	mov.u32 	%r276, 8;\n"
     "	shfl.sync.bfly.b32 	%r277|%p88, %r275, %r276, %r271, %r273;\n"
+    ,
     "	mov.b32 	%f161, %r277;\n"
     "	max.f32 	%f162, %f160, %f161;\n"
     "	mov.b32 	%r278, %f162;\n"
@@ -37779,7 +38003,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r307, %r306, 23;\n"
     "	mov.b32 	%f195, %r307;\n"
     "	ex2.approx.ftz.f32 	%f196, %f194;\n"
-    ,
     "	fma.rn.f32 	%f380, %f196, %f195, %f380;\n"
     "	add.s64 	%rd178, %rd178, %rd33;\n"
     "	setp.lt.s64 	%p100, %rd178, %rd77;\n"
@@ -37832,6 +38055,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f210, %r329;\n"
     "	add.f32 	%f211, %f381, %f210;\n"
     "	mov.b32 	%r330, %f211;\n"
+    ,
     "	mov.u32 	%r331, 8;\n"
     "	shfl.sync.bfly.b32 	%r332|%p110, %r330, %r331, %r326, %r328;\n"
     "	mov.b32 	%f212, %r332;\n"
@@ -37920,7 +38144,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd118, %rd42, 1;\n"
     "	add.s64 	%rd119, %rd2, %rd118;\n"
     "	ld.global.nc.u16 	%rs29, [%rd119];\n"
-    ,
     "	cvt.u32.u16 	%r342, %rs29;\n"
     "	shl.b32 	%r343, %r342, 16;\n"
     "	mov.b32 	%f220, %r343;\n"
@@ -37976,6 +38199,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p119 bra 	$L__BB22_106;\n"
     "	bra.uni 	$L__BB22_102;\n"
     "\n"
+    ,
     "$L__BB22_106:\n"
     "	or.b32  	%r512, %r512, 31744;\n"
     "	bra.uni 	$L__BB22_108;\n"
@@ -38079,7 +38303,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p143 bra 	$L__BB22_166;\n"
     "\n"
     "	mov.u32 	%r383, %tid.x;\n"
-    ,
     "	cvt.u64.u32 	%rd54, %r383;\n"
     "	mov.u32 	%r384, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd55, %r384;\n"
@@ -38139,6 +38362,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p147 bra 	$L__BB22_128;\n"
     "\n"
     "	mov.f32 	%f383, 0fFF800000;\n"
+    ,
     "	mov.u64 	%rd185, %rd54;\n"
     "\n"
     "$L__BB22_127:\n"
@@ -38232,7 +38456,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd143, %rd142, 2;\n"
     "	add.s64 	%rd144, %rd2, %rd143;\n"
     "	ld.global.nc.f32 	%f287, [%rd144];\n"
-    ,
     "	sub.f32 	%f288, %f287, %f39;\n"
     "	mov.f32 	%f289, 0f3F000000;\n"
     "	mov.f32 	%f290, 0f3BBB989D;\n"
@@ -38278,6 +38501,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r442|%p167, %r440, %r422, %r411, %r413;\n"
     "	mov.b32 	%f313, %r442;\n"
     "	add.f32 	%f314, %f312, %f313;\n"
+    ,
     "	mov.b32 	%r443, %f314;\n"
     "	shfl.sync.bfly.b32 	%r445|%p168, %r443, %r425, %r411, %r413;\n"
     "	mov.b32 	%f315, %r445;\n"
@@ -38368,7 +38592,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u16.u32 	%rs37, %r493;\n"
     "	or.b16  	%rs38, %rs37, 64;\n"
     "	and.b32  	%r494, %r493, 1;\n"
-    ,
     "	add.s32 	%r495, %r491, %r494;\n"
     "	add.s32 	%r496, %r495, 32767;\n"
     "	shr.u32 	%r497, %r496, 16;\n"
@@ -38421,6 +38644,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB22_144:\n"
     "	mov.b32 	%r75, %f48;\n"
     "	shr.u32 	%r465, %r75, 16;\n"
+    ,
     "	and.b32  	%r513, %r465, 32768;\n"
     "	and.b32  	%r77, %r75, 2147483647;\n"
     "	setp.gt.u32 	%p180, %r77, 2139095040;\n"
@@ -38526,7 +38750,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd163, %rd162, 2;\n"
     "	add.s64 	%rd164, %rd1, %rd163;\n"
     "	mov.u32 	%r498, 0;\n"
-    ,
     "	st.global.u32 	[%rd164], %r498;\n"
     "	add.s64 	%rd191, %rd191, %rd56;\n"
     "	setp.lt.s64 	%p203, %rd191, %rd77;\n"
@@ -38584,6 +38807,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.u64 	%p2, %rd44, %rd4;\n"
     "	@%p2 bra 	$L__BB23_14;\n"
     "\n"
+    ,
     "	mov.u32 	%r13, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd25, %r13;\n"
     "	mul.lo.s64 	%rd7, %rd25, %rd5;\n"
@@ -38691,7 +38915,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd14, [k_embedding_back_param_0];\n"
     "	ld.param.u64 	%rd15, [k_embedding_back_param_1];\n"
-    ,
     "	ld.param.u64 	%rd16, [k_embedding_back_param_2];\n"
     "	ld.param.u64 	%rd19, [k_embedding_back_param_3];\n"
     "	ld.param.u64 	%rd17, [k_embedding_back_param_4];\n"
@@ -38750,6 +38973,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	atom.global.add.f32 	%f2, [%rd31], %f1;\n"
     "\n"
     "$L__BB24_7:\n"
+    ,
     "	add.s64 	%rd34, %rd34, %rd4;\n"
     "	setp.lt.s64 	%p6, %rd34, %rd3;\n"
     "	@%p6 bra 	$L__BB24_2;\n"
@@ -38847,7 +39071,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	xor.b64  	%rd62, %rd61, %rd60;\n"
     "	mul.lo.s64 	%rd63, %rd62, -4658895280553007687;\n"
     "	shr.u64 	%rd64, %rd63, 27;\n"
-    ,
     "	xor.b64  	%rd65, %rd64, %rd63;\n"
     "	mul.lo.s64 	%rd66, %rd65, -7723592293110705685;\n"
     "	shr.u64 	%rd67, %rd66, 31;\n"
@@ -38905,6 +39128,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB25_13:\n"
     "	st.global.f32 	[%rd133], %f23;\n"
     "	add.s64 	%rd35, %rd131, %rd9;\n"
+    ,
     "	mul.lo.s64 	%rd85, %rd35, -3335678366873096957;\n"
     "	xor.b64  	%rd86, %rd7, %rd85;\n"
     "	shr.u64 	%rd87, %rd86, 30;\n"
@@ -38997,7 +39221,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ")\n"
     "{\n"
     "	.reg .pred 	%p<35>;\n"
-    ,
     "	.reg .b16 	%rs<11>;\n"
     "	.reg .f32 	%f<8>;\n"
     "	.reg .b32 	%r<83>;\n"
@@ -39059,6 +39282,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u16 	%rs5, %rs4, 10;\n"
     "	and.b16  	%rs1, %rs5, 31;\n"
     "	and.b16  	%rs2, %rs4, 1023;\n"
+    ,
     "	cvt.u32.u16 	%r79, %rs2;\n"
     "	setp.eq.s16 	%p8, %rs1, 0;\n"
     "	@%p8 bra 	$L__BB26_15;\n"
@@ -39188,7 +39412,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p13 bra 	$L__BB26_28;\n"
     "\n"
     "	setp.ne.s32 	%p14, %r21, 3;\n"
-    ,
     "	@%p14 bra 	$L__BB26_24;\n"
     "\n"
     "	cvt.rzi.s32.f32 	%r46, %f7;\n"
@@ -39255,6 +39478,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.gt.u32 	%p27, %r70, %r74;\n"
     "	setp.eq.s32 	%p28, %r70, %r74;\n"
     "	and.b32  	%r75, %r66, 1;\n"
+    ,
     "	setp.eq.b32 	%p29, %r75, 1;\n"
     "	and.pred  	%p30, %p28, %p29;\n"
     "	or.pred  	%p31, %p27, %p30;\n"
@@ -39360,7 +39584,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p7, %rd101, %rd38;\n"
     "	@%p7 bra 	$L__BB27_96;\n"
     "\n"
-    ,
     "	mov.u32 	%r53, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd41, %r53;\n"
     "	mul.lo.s64 	%rd6, %rd41, %rd3;\n"
@@ -39417,6 +39640,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r57, 0;\n"
     "	st.global.u32 	[%rd12], %r57;\n"
     "	setp.eq.s32 	%p12, %r49, 0;\n"
+    ,
     "	@%p12 bra 	$L__BB27_24;\n"
     "\n"
     "	setp.eq.s32 	%p13, %r49, 2;\n"
@@ -39528,7 +39752,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB27_17;\n"
     "\n"
     "$L__BB27_18:\n"
-    ,
     "	setp.lt.u32 	%p23, %r3, 855638016;\n"
     "	@%p23 bra 	$L__BB27_22;\n"
     "\n"
@@ -39587,6 +39810,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.pred  	%p86, %p84, %p85;\n"
     "	or.pred  	%p87, %p83, %p86;\n"
     "	selp.u32 	%r179, 1, 0, %p87;\n"
+    ,
     "	add.s32 	%r180, %r169, %r179;\n"
     "	or.b32  	%r262, %r180, %r262;\n"
     "	bra.uni 	$L__BB27_65;\n"
@@ -39693,7 +39917,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p43 bra 	$L__BB27_37;\n"
     "\n"
     "	and.b32  	%r97, %r9, 8388607;\n"
-    ,
     "	or.b32  	%r98, %r97, 8388608;\n"
     "	shr.u32 	%r99, %r11, 23;\n"
     "	mov.u32 	%r100, 126;\n"
@@ -39749,6 +39972,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd70, %rd20, %rd67;\n"
     "	ld.global.f32 	%f42, [%rd70];\n"
     "	fma.rn.f32 	%f43, %f42, %f12, %f41;\n"
+    ,
     "	st.global.f32 	[%rd70], %f43;\n"
     "	selp.f32 	%f44, %f43, %f41, %p31;\n"
     "	mul.f32 	%f45, %f44, %f11;\n"
@@ -39851,7 +40075,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r261, %r128, %r261;\n"
     "\n"
     "$L__BB27_50:\n"
-    ,
     "	st.global.u16 	[%rd22], %r261;\n"
     "\n"
     "$L__BB27_52:\n"
@@ -39914,6 +40137,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mov.b32 	%r33, %f9;\n"
     "	shr.u32 	%r196, %r33, 16;\n"
+    ,
     "	and.b32  	%r263, %r196, 32768;\n"
     "	and.b32  	%r35, %r33, 2147483647;\n"
     "	setp.gt.u32 	%p93, %r35, 2139095040;\n"
@@ -40013,7 +40237,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f10, %f57, %f60;\n"
     "	st.global.f32 	[%rd96], %f10;\n"
     "	st.global.u32 	[%rd95], %r195;\n"
-    ,
     "	@%p90 bra 	$L__BB27_95;\n"
     "\n"
     "	shl.b64 	%rd98, %rd31, 1;\n"
@@ -40077,6 +40300,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r239, %r238, %r237;\n"
     "	shr.u32 	%r240, %r236, %r239;\n"
     "	mov.u32 	%r241, -1;\n"
+    ,
     "	shl.b32 	%r242, %r241, %r239;\n"
     "	not.b32 	%r243, %r242;\n"
     "	and.b32  	%r244, %r236, %r243;\n"
@@ -40169,7 +40393,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd37;\n"
     "	cvta.to.global.u64 	%rd2, %rd40;\n"
     "	cvta.to.global.u64 	%rd3, %rd39;\n"
-    ,
     "	cvta.to.global.u64 	%rd4, %rd38;\n"
     "	cvta.to.global.u64 	%rd5, %rd34;\n"
     "	setp.eq.s64 	%p1, %rd34, 0;\n"
@@ -40230,6 +40453,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f28, %f27, %f24;\n"
     "	fma.rn.f32 	%f29, %f25, %f9, %f28;\n"
     "	ld.global.f32 	%f30, [%rd80];\n"
+    ,
     "	sub.f32 	%f31, %f26, %f10;\n"
     "	mul.f32 	%f32, %f31, %f24;\n"
     "	mul.f32 	%f33, %f24, %f32;\n"
@@ -40334,7 +40558,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r19, %r17, 1;\n"
     "	setp.eq.b32 	%p16, %r19, 1;\n"
     "	and.pred  	%p17, %p15, %p16;\n"
-    ,
     "	or.pred  	%p18, %p14, %p17;\n"
     "	add.s32 	%r20, %r16, 16385;\n"
     "	selp.b32 	%r21, %r20, %r17, %p18;\n"
@@ -40394,6 +40617,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd65, %rd3, %rd62;\n"
     "	ld.global.f32 	%f45, [%rd65];\n"
     "	mov.f32 	%f46, 0f3F800000;\n"
+    ,
     "	sub.f32 	%f47, %f46, %f9;\n"
     "	mul.f32 	%f48, %f47, %f44;\n"
     "	fma.rn.f32 	%f49, %f45, %f9, %f48;\n"
@@ -40483,7 +40707,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f100, %f97, %f99;\n"
     "	st.global.f32 	[%rd73], %f100;\n"
     "	st.global.u32 	[%rd74], %r56;\n"
-    ,
     "	add.s64 	%rd77, %rd85, %rd8;\n"
     "	add.s64 	%rd85, %rd77, %rd8;\n"
     "	setp.lt.s64 	%p32, %rd85, %rd35;\n"
@@ -40543,6 +40766,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r49, %r48, 6;\n"
     "	setp.ne.s32 	%p2, %r41, 0;\n"
     "	mov.u32 	%r203, 0;\n"
+    ,
     "	cvt.s64.s32 	%rd5, %r38;\n"
     "	shr.s32 	%r50, %r44, 4;\n"
     "	add.s32 	%r51, %r50, %r47;\n"
@@ -40634,7 +40858,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.ge.s32 	%p4, %r3, %r37;\n"
     "	add.s32 	%r18, %r59, %r203;\n"
-    ,
     "	setp.ge.s32 	%p5, %r18, %r39;\n"
     "	mov.f32 	%f522, 0f00000000;\n"
     "	or.pred  	%p6, %p4, %p5;\n"
@@ -40693,6 +40916,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.f32 	[%r137], %f529;\n"
     "	add.s32 	%r27, %r4, %r203;\n"
     "	setp.ge.s32 	%p35, %r27, %r39;\n"
+    ,
     "	setp.ge.s32 	%p36, %r5, %r38;\n"
     "	or.pred  	%p37, %p36, %p35;\n"
     "	@%p37 bra 	$L__BB29_35;\n"
@@ -40797,7 +41021,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB29_22;\n"
     "\n"
     "$L__BB29_21:\n"
-    ,
     "	mul.lo.s64 	%rd76, %rd21, %rd5;\n"
     "	add.s64 	%rd77, %rd14, %rd76;\n"
     "	shl.b64 	%rd78, %rd77, 2;\n"
@@ -40857,6 +41080,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd102, %rd8, %rd101;\n"
     "	shl.b64 	%rd103, %rd102, 2;\n"
     "	add.s64 	%rd104, %rd3, %rd103;\n"
+    ,
     "	ld.global.nc.f32 	%f530, [%rd104];\n"
     "\n"
     "$L__BB29_35:\n"
@@ -40959,7 +41183,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd131, %r199;\n"
     "	add.s64 	%rd132, %rd4, %rd131;\n"
     "	add.s64 	%rd133, %rd132, %rd16;\n"
-    ,
     "	shl.b64 	%rd134, %rd133, 2;\n"
     "	add.s64 	%rd135, %rd1, %rd134;\n"
     "	ld.global.nc.f32 	%f535, [%rd135];\n"
@@ -41012,6 +41235,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f149, %f146, %f142, %f538;\n"
     "	fma.rn.f32 	%f150, %f146, %f144, %f537;\n"
     "	ld.shared.f32 	%f151, [%r1+128];\n"
+    ,
     "	fma.rn.f32 	%f152, %f151, %f137, %f545;\n"
     "	fma.rn.f32 	%f153, %f151, %f140, %f546;\n"
     "	fma.rn.f32 	%f154, %f151, %f142, %f547;\n"
@@ -41078,7 +41302,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f215, %f210, %f214, %f191;\n"
     "	ld.shared.f32 	%f216, [%r2+1008];\n"
     "	fma.rn.f32 	%f217, %f210, %f216, %f193;\n"
-    ,
     "	ld.shared.f32 	%f218, [%r1+880];\n"
     "	fma.rn.f32 	%f219, %f218, %f209, %f195;\n"
     "	fma.rn.f32 	%f220, %f218, %f212, %f196;\n"
@@ -41115,6 +41338,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f251, %f247, %f240, %f227;\n"
     "	ld.shared.f32 	%f252, [%r1+1280];\n"
     "	fma.rn.f32 	%f253, %f252, %f233, %f229;\n"
+    ,
     "	fma.rn.f32 	%f254, %f252, %f236, %f230;\n"
     "	fma.rn.f32 	%f255, %f252, %f238, %f231;\n"
     "	fma.rn.f32 	%f256, %f252, %f240, %f232;\n"
@@ -41181,7 +41405,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f317, %f314, %f310, %f293;\n"
     "	fma.rn.f32 	%f318, %f314, %f312, %f294;\n"
     "	ld.shared.f32 	%f319, [%r1+2032];\n"
-    ,
     "	fma.rn.f32 	%f320, %f319, %f305, %f296;\n"
     "	fma.rn.f32 	%f321, %f319, %f308, %f297;\n"
     "	fma.rn.f32 	%f322, %f319, %f310, %f298;\n"
@@ -41218,6 +41441,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f353, [%r2+2448];\n"
     "	ld.shared.f32 	%f354, [%r1+2448];\n"
     "	fma.rn.f32 	%f355, %f354, %f353, %f331;\n"
+    ,
     "	ld.shared.f32 	%f356, [%r2+2512];\n"
     "	fma.rn.f32 	%f357, %f354, %f356, %f333;\n"
     "	ld.shared.f32 	%f358, [%r2+2576];\n"
@@ -41284,7 +41508,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f419, %f415, %f408, %f395;\n"
     "	ld.shared.f32 	%f420, [%r1+3184];\n"
     "	fma.rn.f32 	%f421, %f420, %f401, %f397;\n"
-    ,
     "	fma.rn.f32 	%f422, %f420, %f404, %f398;\n"
     "	fma.rn.f32 	%f423, %f420, %f406, %f399;\n"
     "	fma.rn.f32 	%f424, %f420, %f408, %f400;\n"
@@ -41321,6 +41544,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f455, %f450, %f454, %f431;\n"
     "	ld.shared.f32 	%f456, [%r2+3728];\n"
     "	fma.rn.f32 	%f457, %f450, %f456, %f433;\n"
+    ,
     "	ld.shared.f32 	%f458, [%r1+3600];\n"
     "	fma.rn.f32 	%f459, %f458, %f449, %f435;\n"
     "	fma.rn.f32 	%f460, %f458, %f452, %f436;\n"
@@ -41390,7 +41614,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p60 bra 	$L__BB29_3;\n"
     "	bra.uni 	$L__BB29_55;\n"
     "\n"
-    ,
     "$L__BB29_1:\n"
     "	mov.f32 	%f537, 0f00000000;\n"
     "	mov.f32 	%f538, %f537;\n"
@@ -41448,6 +41671,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB29_60:\n"
     "	add.s32 	%r182, %r33, 32;\n"
     "	setp.ge.s32 	%p64, %r182, %r38;\n"
+    ,
     "	@%p64 bra 	$L__BB29_62;\n"
     "\n"
     "	st.global.f32 	[%rd28+128], %f542;\n"
@@ -41558,7 +41782,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd177, %rd175, %rd176;\n"
     "	cvta.to.global.u64 	%rd178, %rd181;\n"
     "	shl.b64 	%rd179, %rd177, 2;\n"
-    ,
     "	add.s64 	%rd31, %rd178, %rd179;\n"
     "	setp.ge.s32 	%p77, %r33, %r38;\n"
     "	@%p77 bra 	$L__BB29_85;\n"
@@ -41619,6 +41842,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd147, [k_attention_param_3];\n"
     "	ld.param.u64 	%rd148, [k_attention_param_4];\n"
     "	ld.param.u64 	%rd141, [k_attention_param_5];\n"
+    ,
     "	ld.param.u64 	%rd142, [k_attention_param_6];\n"
     "	ld.param.f32 	%f41, [k_attention_param_7];\n"
     "	ld.param.u64 	%rd143, [k_attention_param_8];\n"
@@ -41721,7 +41945,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd199, %rd303, 2;\n"
     "	add.s64 	%rd56, %rd5, %rd199;\n"
     "	st.local.f32 	[%rd56], %f55;\n"
-    ,
     "	add.s64 	%rd57, %rd6, %rd199;\n"
     "	mov.u32 	%r27, 0;\n"
     "	st.local.u32 	[%rd57], %r27;\n"
@@ -41778,6 +42001,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd169, %rd168, 2;\n"
     "	add.s64 	%rd170, %rd1, %rd169;\n"
     "	ld.global.nc.f32 	%f42, [%rd170+12];\n"
+    ,
     "	ld.global.nc.f32 	%f43, [%rd170+8];\n"
     "	ld.global.nc.f32 	%f44, [%rd170+4];\n"
     "	ld.global.nc.f32 	%f45, [%rd170];\n"
@@ -41882,7 +42106,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r31, %rd60;\n"
     "	div.u32 	%r32, %r31, %r5;\n"
     "	mul.lo.s32 	%r33, %r32, %r5;\n"
-    ,
     "	sub.s32 	%r34, %r31, %r33;\n"
     "	cvt.u64.u32 	%rd305, %r32;\n"
     "	cvt.u64.u32 	%rd306, %r34;\n"
@@ -41936,6 +42159,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f74, [%rd309+-4];\n"
     "	fma.rn.f32 	%f75, %f65, %f74, %f73;\n"
     "	ld.global.nc.f32 	%f76, [%rd309];\n"
+    ,
     "	fma.rn.f32 	%f77, %f66, %f76, %f75;\n"
     "	ld.global.nc.f32 	%f78, [%rd309+4];\n"
     "	fma.rn.f32 	%f316, %f67, %f78, %f77;\n"
@@ -42036,7 +42260,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.eq.s64 	%p34, %rd14, 2;\n"
     "	ld.local.f32 	%f115, [%rd89+4];\n"
-    ,
     "	mul.f32 	%f116, %f12, %f115;\n"
     "	st.local.f32 	[%rd89+4], %f116;\n"
     "	mov.f32 	%f317, %f11;\n"
@@ -42087,6 +42310,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.v4.f32 	{%f136, %f137, %f138, %f139}, [%rd230];\n"
     "	ld.global.nc.f32 	%f144, [%rd228+4];\n"
     "	ld.global.nc.f32 	%f145, [%rd228+8];\n"
+    ,
     "	ld.global.nc.f32 	%f146, [%rd228+12];\n"
     "	fma.rn.f32 	%f147, %f16, %f146, %f139;\n"
     "	fma.rn.f32 	%f148, %f16, %f145, %f138;\n"
@@ -42183,7 +42407,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f181, [%rd105];\n"
     "	shl.b64 	%rd245, %rd322, 2;\n"
     "	add.s64 	%rd106, %rd5, %rd245;\n"
-    ,
     "	ld.local.f32 	%f182, [%rd106];\n"
     "	fma.rn.f32 	%f324, %f182, %f181, %f324;\n"
     "	@%p46 bra 	$L__BB30_76;\n"
@@ -42236,6 +42459,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB30_80:\n"
     "	shl.b64 	%rd248, %rd325, 2;\n"
     "	add.s64 	%rd249, %rd6, %rd248;\n"
+    ,
     "	ld.local.v4.f32 	{%f203, %f204, %f205, %f206}, [%rd249];\n"
     "	mul.f32 	%f211, %f29, %f206;\n"
     "	mul.f32 	%f212, %f29, %f205;\n"
@@ -42331,7 +42555,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p59, %rd14, 1;\n"
     "	add.s64 	%rd258, %rd328, %rd99;\n"
     "	shl.b64 	%rd259, %rd258, 2;\n"
-    ,
     "	add.s64 	%rd118, %rd4, %rd259;\n"
     "	ld.global.nc.f32 	%f253, [%rd118];\n"
     "	shl.b64 	%rd260, %rd328, 2;\n"
@@ -42389,6 +42612,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB30_100:\n"
     "	cvt.u32.u64 	%r52, %rd329;\n"
+    ,
     "	div.u32 	%r53, %r52, %r11;\n"
     "	mul.lo.s32 	%r54, %r53, %r11;\n"
     "	sub.s32 	%r55, %r52, %r54;\n"
@@ -42483,7 +42707,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f296, 0f3E4CED0B;\n"
     "	fma.rn.f32 	%f297, %f295, %f286, %f296;\n"
     "	mov.f32 	%f298, 0fBE7FFF22;\n"
-    ,
     "	fma.rn.f32 	%f299, %f297, %f286, %f298;\n"
     "	mov.f32 	%f300, 0f3EAAAA78;\n"
     "	fma.rn.f32 	%f301, %f299, %f286, %f300;\n"
@@ -42529,6 +42752,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_attention_back_q_param_5,\n"
     "	.param .u64 k_attention_back_q_param_6,\n"
     "	.param .u64 k_attention_back_q_param_7,\n"
+    ,
     "	.param .u64 k_attention_back_q_param_8,\n"
     "	.param .u64 k_attention_back_q_param_9,\n"
     "	.param .f32 k_attention_back_q_param_10,\n"
@@ -42625,7 +42849,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd197, %rd373, %rd179;\n"
     "	and.b64  	%rd198, %rd197, -4294967296;\n"
     "	setp.eq.s64 	%p5, %rd198, 0;\n"
-    ,
     "	@%p5 bra 	$L__BB31_11;\n"
     "\n"
     "	div.s64 	%rd374, %rd373, %rd179;\n"
@@ -42685,6 +42908,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd249, %rd248, 2;\n"
     "	add.s64 	%rd250, %rd1, %rd249;\n"
     "	add.s64 	%rd251, %rd6, %rd249;\n"
+    ,
     "	ld.global.nc.f32 	%f85, [%rd251];\n"
     "	ld.global.nc.f32 	%f86, [%rd250];\n"
     "	fma.rn.f32 	%f87, %f86, %f85, %f339;\n"
@@ -42772,7 +42996,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p10 bra 	$L__BB31_22;\n"
     "\n"
     "	div.s64 	%rd378, %rd377, %rd179;\n"
-    ,
     "	mul.lo.s64 	%rd209, %rd378, %rd179;\n"
     "	sub.s64 	%rd379, %rd377, %rd209;\n"
     "	bra.uni 	$L__BB31_23;\n"
@@ -42819,6 +43042,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f68, [%rd218+4];\n"
     "	ld.global.nc.f32 	%f69, [%rd218];\n"
     "	shl.b64 	%rd223, %rd382, 2;\n"
+    ,
     "	add.s64 	%rd224, %rd7, %rd223;\n"
     "	st.local.v4.f32 	[%rd224], {%f69, %f68, %f67, %f66};\n"
     "	ld.global.nc.f32 	%f70, [%rd221+12];\n"
@@ -42915,7 +43139,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f339, %f80, %f81, %f339;\n"
     "\n"
     "$L__BB31_42:\n"
-    ,
     "	shl.b64 	%rd262, %rd371, 2;\n"
     "	add.s64 	%rd263, %rd22, %rd262;\n"
     "	st.global.f32 	[%rd263], %f339;\n"
@@ -42969,6 +43192,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s32 	%r46, %r45, %r11;\n"
     "	sub.s32 	%r47, %r44, %r46;\n"
     "	cvt.u64.u32 	%rd392, %r45;\n"
+    ,
     "	cvt.u64.u32 	%rd393, %r47;\n"
     "\n"
     "$L__BB31_50:\n"
@@ -43057,7 +43281,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p30 bra 	$L__BB31_58;\n"
     "\n"
     "	ld.global.nc.f32 	%f155, [%rd110+8];\n"
-    ,
     "	ld.local.f32 	%f156, [%rd111+8];\n"
     "	fma.rn.f32 	%f346, %f156, %f155, %f346;\n"
     "	ld.global.nc.f32 	%f157, [%rd112+8];\n"
@@ -43105,6 +43328,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd295, %rd9, %rd294;\n"
     "	ld.local.v4.f32 	{%f179, %f180, %f181, %f182}, [%rd295];\n"
     "	ld.global.nc.f32 	%f187, [%rd293+4];\n"
+    ,
     "	ld.global.nc.f32 	%f188, [%rd293+8];\n"
     "	ld.global.nc.f32 	%f189, [%rd293+12];\n"
     "	fma.rn.f32 	%f190, %f33, %f189, %f182;\n"
@@ -43196,7 +43420,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f236, [%rd309+8];\n"
     "	fma.rn.f32 	%f237, %f222, %f236, %f233;\n"
     "	ld.global.nc.f32 	%f238, [%rd307+12];\n"
-    ,
     "	fma.rn.f32 	%f354, %f213, %f238, %f235;\n"
     "	ld.global.nc.f32 	%f239, [%rd309+12];\n"
     "	fma.rn.f32 	%f355, %f223, %f239, %f237;\n"
@@ -43243,6 +43466,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB31_76:\n"
     "	mul.f32 	%f252, %f354, %f52;\n"
+    ,
     "	sub.f32 	%f253, %f252, %f16;\n"
     "	mov.f32 	%f254, 0f3F000000;\n"
     "	mov.f32 	%f255, 0f3BBB989D;\n"
@@ -43342,7 +43566,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB31_91;\n"
     "\n"
     "$L__BB31_106:\n"
-    ,
     "	setp.lt.u64 	%p62, %rd16, 3;\n"
     "	mov.u64 	%rd421, 0;\n"
     "	@%p62 bra 	$L__BB31_109;\n"
@@ -43393,6 +43616,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd174+4], %f328;\n"
     "	@%p66 bra 	$L__BB31_113;\n"
     "\n"
+    ,
     "	ld.local.f32 	%f329, [%rd173+8];\n"
     "	mul.f32 	%f330, %f329, %f52;\n"
     "	st.global.f32 	[%rd174+8], %f330;\n"
@@ -43497,7 +43721,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd351, %rd350, 3;\n"
     "	add.s64 	%rd352, %rd351, %rd415;\n"
     "	shl.b64 	%rd353, %rd352, 2;\n"
-    ,
     "	add.s64 	%rd166, %rd3, %rd353;\n"
     "	mul.f32 	%f308, %f51, %f52;\n"
     "	st.global.f32 	[%rd166], %f308;\n"
@@ -43549,6 +43772,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "\n"
     "	mov.u64 	%SPL, __local_depot32;\n"
+    ,
     "	ld.param.u64 	%rd159, [k_attention_back_kv_param_0];\n"
     "	ld.param.u64 	%rd160, [k_attention_back_kv_param_1];\n"
     "	ld.param.u64 	%rd161, [k_attention_back_kv_param_2];\n"
@@ -43645,7 +43869,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB32_12:\n"
     "	mul.lo.s64 	%rd181, %rd354, %rd156;\n"
-    ,
     "	add.s64 	%rd182, %rd181, %rd352;\n"
     "	mul.lo.s64 	%rd183, %rd182, %rd158;\n"
     "	add.s64 	%rd184, %rd183, %rd355;\n"
@@ -43691,6 +43914,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ne.s64 	%p8, %rd358, 0;\n"
     "	@%p8 bra 	$L__BB32_16;\n"
     "\n"
+    ,
     "$L__BB32_17:\n"
     "	setp.eq.s64 	%p9, %rd19, 0;\n"
     "	@%p9 bra 	$L__BB32_21;\n"
@@ -43798,7 +44022,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p17 bra 	$L__BB32_34;\n"
     "\n"
     "	add.s64 	%rd347, %rd3, 8;\n"
-    ,
     "	add.s64 	%rd346, %rd4, 8;\n"
     "	shl.b64 	%rd212, %rd68, 2;\n"
     "	add.s64 	%rd367, %rd346, %rd212;\n"
@@ -43842,6 +44065,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p19, %rd19, 0;\n"
     "	@%p19 bra 	$L__BB32_38;\n"
     "\n"
+    ,
     "	setp.eq.s64 	%p20, %rd19, 1;\n"
     "	add.s64 	%rd215, %rd370, %rd67;\n"
     "	shl.b64 	%rd216, %rd215, 2;\n"
@@ -43931,7 +44155,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.v4.f32 	{%f133, %f134, %f135, %f136}, [%rd235];\n"
     "	ld.global.nc.f32 	%f141, [%rd229+4];\n"
     "	ld.global.nc.f32 	%f142, [%rd234+4];\n"
-    ,
     "	ld.global.nc.f32 	%f143, [%rd229+8];\n"
     "	ld.global.nc.f32 	%f144, [%rd234+8];\n"
     "	ld.global.nc.f32 	%f145, [%rd229+12];\n"
@@ -43972,6 +44195,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd94, %rd10, %rd238;\n"
     "	ld.local.f32 	%f159, [%rd94];\n"
     "	fma.rn.f32 	%f160, %f18, %f158, %f159;\n"
+    ,
     "	st.local.f32 	[%rd94], %f160;\n"
     "	@%p26 bra 	$L__BB32_46;\n"
     "\n"
@@ -44065,7 +44289,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd253, %rd252, 2;\n"
     "	add.s64 	%rd104, %rd3, %rd253;\n"
     "	shl.b64 	%rd254, %rd377, 2;\n"
-    ,
     "	add.s64 	%rd105, %rd8, %rd254;\n"
     "	ld.local.f32 	%f210, [%rd105];\n"
     "	ld.global.nc.f32 	%f211, [%rd104];\n"
@@ -44108,6 +44331,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f226, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f227, %f224, %f226, %f225;\n"
     "	cvt.sat.f32.f32 	%f228, %f227;\n"
+    ,
     "	mov.f32 	%f229, 0f4B400001;\n"
     "	mov.f32 	%f230, 0f437C0000;\n"
     "	fma.rm.f32 	%f231, %f228, %f230, %f229;\n"
@@ -44193,7 +44417,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.f32 	%f278, [%rd116];\n"
     "	fma.rn.f32 	%f279, %f36, %f277, %f278;\n"
     "	st.local.f32 	[%rd116], %f279;\n"
-    ,
     "	@%p39 bra 	$L__BB32_64;\n"
     "\n"
     "	setp.eq.s64 	%p40, %rd19, 2;\n"
@@ -44247,6 +44470,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd144, %rd118, %rd157;\n"
     "	add.s64 	%rd145, %rd144, %rd16;\n"
     "	mov.u64 	%rd392, 0;\n"
+    ,
     "	mov.u64 	%rd391, %rd20;\n"
     "\n"
     "$L__BB32_86:\n"
@@ -44344,7 +44568,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB32_74:\n"
     "	mul.lo.s64 	%rd286, %rd382, %rd156;\n"
     "	add.s64 	%rd287, %rd286, %rd352;\n"
-    ,
     "	mul.lo.s64 	%rd288, %rd287, %rd158;\n"
     "	add.s64 	%rd289, %rd288, %rd383;\n"
     "	mul.lo.s64 	%rd290, %rd289, 3;\n"
@@ -44393,6 +44616,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB32_79:\n"
     "	cvt.u32.u64 	%r42, %rd351;\n"
     "	div.u32 	%r43, %r42, %r5;\n"
+    ,
     "	cvt.u64.u32 	%rd387, %r43;\n"
     "\n"
     "$L__BB32_80:\n"
@@ -44490,7 +44714,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.geu.f32 	%p2, %f18, 0f7F800000;\n"
     "	@%p2 bra 	$L__BB33_31;\n"
     "\n"
-    ,
     "$L__BB33_2:\n"
     "	setp.le.f32 	%p4, %f13, 0f00000000;\n"
     "	or.pred  	%p5, %p1, %p4;\n"
@@ -44543,6 +44766,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f7, %f23, %f11;\n"
     "	setp.gt.s64 	%p9, %rd10, -1;\n"
     "	selp.b32 	%r15, %r9, 0, %p9;\n"
+    ,
     "	setp.eq.s32 	%p10, %r15, 0;\n"
     "	mov.u32 	%r16, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd16, %r16;\n"
@@ -44649,7 +44873,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB33_16:\n"
     "	setp.lt.u32 	%p22, %r3, 855638016;\n"
-    ,
     "	@%p22 bra 	$L__BB33_20;\n"
     "\n"
     "	and.b32  	%r26, %r1, 8388607;\n"
@@ -44701,6 +44924,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd127, %rd127, %rd72;\n"
     "	add.s64 	%rd126, %rd126, %rd72;\n"
     "	add.s64 	%rd125, %rd125, %rd72;\n"
+    ,
     "	add.s64 	%rd124, %rd124, %rd72;\n"
     "	shl.b64 	%rd73, %rd71, 1;\n"
     "	add.s64 	%rd123, %rd123, %rd73;\n"
@@ -44802,7 +45026,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f67, %f65, %f10, %f66;\n"
     "	ld.global.f32 	%f68, [%rd108];\n"
     "	mul.f32 	%f69, %f7, %f64;\n"
-    ,
     "	mul.f32 	%f70, %f64, %f69;\n"
     "	fma.rn.f32 	%f71, %f68, %f11, %f70;\n"
     "	st.global.f32 	[%rd105], %f67;\n"
@@ -44845,6 +45068,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd121], %f89;\n"
     "	div.rn.f32 	%f90, %f85, %f15;\n"
     "	div.rn.f32 	%f91, %f89, %f16;\n"
+    ,
     "	sqrt.rn.f32 	%f92, %f91;\n"
     "	add.f32 	%f93, %f92, %f12;\n"
     "	div.rn.f32 	%f94, %f90, %f93;\n"
@@ -44948,7 +45172,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.ftz.f32 	%f13, %f12;\n"
     "	add.f32 	%f14, %f13, 0f3F800000;\n"
     "	mov.f32 	%f15, 0f3F800000;\n"
-    ,
     "	rcp.approx.ftz.f32 	%f16, %f14;\n"
     "	mov.f32 	%f17, 0fC0000000;\n"
     "	fma.rn.f32 	%f18, %f16, %f17, %f15;\n"
@@ -44994,6 +45217,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p8 bra 	$L__BB34_15;\n"
     "	bra.uni 	$L__BB34_9;\n"
     "\n"
+    ,
     "$L__BB34_15:\n"
     "	or.b32  	%r91, %r91, 32256;\n"
     "	bra.uni 	$L__BB34_16;\n"
@@ -45109,7 +45333,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB34_24;\n"
     "\n"
     "$L__BB34_23:\n"
-    ,
     "	cvt.u32.u64 	%r58, %rd70;\n"
     "	rem.u32 	%r59, %r58, %r57;\n"
     "	cvt.u64.u32 	%rd76, %r59;\n"
@@ -45156,6 +45379,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ne.s32 	%p28, %r18, 1;\n"
     "	@%p28 bra 	$L__BB34_36;\n"
     "\n"
+    ,
     "	mov.b32 	%r9, %f4;\n"
     "	shr.u32 	%r60, %r9, 16;\n"
     "	and.b32  	%r92, %r60, 32768;\n"
@@ -45268,7 +45492,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_att_softmax_param_3,\n"
     "	.param .u64 k_att_softmax_param_4,\n"
     "	.param .f32 k_att_softmax_param_5,\n"
-    ,
     "	.param .u64 k_att_softmax_param_6,\n"
     "	.param .u32 k_att_softmax_param_7,\n"
     "	.param .u32 k_att_softmax_param_8\n"
@@ -45318,6 +45541,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB35_2:\n"
     "	mul.lo.s64 	%rd9, %rd52, %rd25;\n"
+    ,
     "	or.b64  	%rd29, %rd52, %rd25;\n"
     "	and.b64  	%rd30, %rd29, -4294967296;\n"
     "	setp.eq.s64 	%p2, %rd30, 0;\n"
@@ -45427,7 +45651,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r51, 2;\n"
     "	shfl.sync.bfly.b32 	%r52|%p16, %r50, %r51, %r40, %r42;\n"
     "	mov.b32 	%f50, %r52;\n"
-    ,
     "	max.f32 	%f51, %f49, %f50;\n"
     "	mov.b32 	%r53, %f51;\n"
     "	mov.u32 	%r54, 1;\n"
@@ -45477,6 +45700,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f73, %f165, %f72;\n"
     "	mov.b32 	%r63, %f73;\n"
     "	shfl.sync.bfly.b32 	%r65|%p21, %r63, %r45, %r40, %r42;\n"
+    ,
     "	mov.b32 	%f74, %r65;\n"
     "	add.f32 	%f75, %f73, %f74;\n"
     "	mov.b32 	%r66, %f75;\n"
@@ -45569,7 +45793,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f116, %f115, %f97, %f97;\n"
     "	mov.f32 	%f117, 0f3F317218;\n"
     "	fma.rn.f32 	%f167, %f96, %f117, %f116;\n"
-    ,
     "	setp.lt.u32 	%p34, %r93, 2139095040;\n"
     "	@%p34 bra 	$L__BB35_24;\n"
     "\n"
@@ -45625,6 +45848,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r99, %f150;\n"
     "	shl.b32 	%r100, %r99, 23;\n"
     "	mov.b32 	%f157, %r100;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f158, %f156;\n"
     "	mul.f32 	%f159, %f158, %f157;\n"
     "	mul.f32 	%f171, %f169, %f159;\n"
@@ -45730,7 +45954,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd25, [k_att_dsoftmax_param_0];\n"
     "	ld.param.u64 	%rd26, [k_att_dsoftmax_param_1];\n"
-    ,
     "	ld.param.u64 	%rd21, [k_att_dsoftmax_param_2];\n"
     "	ld.param.u64 	%rd27, [k_att_dsoftmax_param_3];\n"
     "	ld.param.u64 	%rd22, [k_att_dsoftmax_param_4];\n"
@@ -45780,6 +46003,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd52, %r17;\n"
     "\n"
     "$L__BB36_5:\n"
+    ,
     "	mul.lo.s64 	%rd30, %rd51, %rd24;\n"
     "	shl.b64 	%rd31, %rd30, 2;\n"
     "	add.s64 	%rd32, %rd8, %rd31;\n"
@@ -45882,7 +46106,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r46, 4;\n"
     "	shfl.sync.bfly.b32 	%r47|%p14, %r45, %r46, %r38, %r40;\n"
     "	mov.b32 	%f50, %r47;\n"
-    ,
     "	add.f32 	%f51, %f49, %f50;\n"
     "	mov.b32 	%r48, %f51;\n"
     "	mov.u32 	%r49, 2;\n"
@@ -45936,6 +46159,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r56, %f87;\n"
     "	shl.b32 	%r57, %r56, 23;\n"
     "	mov.b32 	%f94, %r57;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f95, %f93;\n"
     "	mul.f32 	%f96, %f95, %f94;\n"
     "	add.s64 	%rd47, %rd2, %rd45;\n"
@@ -46045,7 +46269,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "\n"
     "	ld.param.u64 	%rd91, [k_flash_rowdot_param_0];\n"
-    ,
     "	ld.param.u64 	%rd92, [k_flash_rowdot_param_1];\n"
     "	ld.param.u64 	%rd93, [k_flash_rowdot_param_2];\n"
     "	ld.param.u64 	%rd87, [k_flash_rowdot_param_3];\n"
@@ -46095,6 +46318,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB37_15;\n"
     "\n"
     "$L__BB37_14:\n"
+    ,
     "	cvt.u32.u64 	%r11, %rd162;\n"
     "	div.u32 	%r12, %r11, %r10;\n"
     "	mul.lo.s32 	%r13, %r12, %r10;\n"
@@ -46198,7 +46422,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB37_35:\n"
     "	add.s64 	%rd67, %rd88, -1;\n"
-    ,
     "	and.b64  	%rd68, %rd88, 3;\n"
     "	sub.s64 	%rd69, %rd68, %rd88;\n"
     "	add.s64 	%rd70, %rd2, 8;\n"
@@ -46247,6 +46470,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd156, %rd155, 2;\n"
     "	add.s64 	%rd84, %rd2, %rd156;\n"
     "	add.s64 	%rd85, %rd1, %rd156;\n"
+    ,
     "	ld.global.nc.f32 	%f51, [%rd85];\n"
     "	ld.global.nc.f32 	%f52, [%rd84];\n"
     "	fma.rn.f32 	%f64, %f52, %f51, %f64;\n"
@@ -46358,7 +46582,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB37_30:\n"
     "	add.s64 	%rd140, %rd173, 1;\n"
-    ,
     "	and.b64  	%rd175, %rd140, 3;\n"
     "	setp.eq.s64 	%p19, %rd175, 0;\n"
     "	@%p19 bra 	$L__BB37_32;\n"
@@ -46411,6 +46634,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_att_repack_param_3,\n"
     "	.param .u64 k_att_repack_param_4,\n"
     "	.param .u64 k_att_repack_param_5,\n"
+    ,
     "	.param .u64 k_att_repack_param_6,\n"
     "	.param .u32 k_att_repack_param_7,\n"
     "	.param .u32 k_att_repack_param_8,\n"
@@ -46515,7 +46739,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_8:\n"
     "	cvt.u32.u64 	%r11, %rd185;\n"
     "	cvt.u32.u64 	%r12, %rd313;\n"
-    ,
     "	div.u32 	%r13, %r12, %r11;\n"
     "	mul.lo.s32 	%r14, %r13, %r11;\n"
     "	sub.s32 	%r15, %r12, %r14;\n"
@@ -46569,6 +46792,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_16:\n"
     "	mul.lo.s64 	%rd210, %rd310, %rd184;\n"
     "	add.s64 	%rd211, %rd210, %rd309;\n"
+    ,
     "	mul.lo.s64 	%rd212, %rd211, %rd186;\n"
     "	add.s64 	%rd213, %rd212, %rd311;\n"
     "	mul.lo.s64 	%rd312, %rd213, 3;\n"
@@ -46688,7 +46912,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB38_82:\n"
     "	ld.global.u16 	%rs7, [%rd17];\n"
-    ,
     "	st.global.u16 	[%rd122], %rs7;\n"
     "	bra.uni 	$L__BB38_84;\n"
     "\n"
@@ -46747,6 +46970,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	div.s64 	%rd317, %rd321, %rd184;\n"
     "	mul.lo.s64 	%rd223, %rd317, %rd184;\n"
+    ,
     "	sub.s64 	%rd318, %rd321, %rd223;\n"
     "	bra.uni 	$L__BB38_34;\n"
     "\n"
@@ -46863,7 +47087,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_51:\n"
     "	cvt.u32.u64 	%r47, %rd328;\n"
     "	div.u32 	%r48, %r47, %r31;\n"
-    ,
     "	mul.lo.s32 	%r49, %r48, %r31;\n"
     "	sub.s32 	%r50, %r47, %r49;\n"
     "	cvt.u64.u32 	%rd324, %r48;\n"
@@ -46919,6 +47142,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_61:\n"
     "	ld.global.u16 	%rs5, [%rd94];\n"
     "	st.global.u16 	[%rd95], %rs5;\n"
+    ,
     "	bra.uni 	$L__BB38_63;\n"
     "\n"
     "$L__BB38_58:\n"
@@ -47036,7 +47260,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd150, %rd344, %rd339;\n"
     "	shl.b64 	%rd285, %rd150, 1;\n"
     "	add.s64 	%rd151, %rd2, %rd285;\n"
-    ,
     "	@%p1 bra 	$L__BB38_105;\n"
     "	bra.uni 	$L__BB38_100;\n"
     "\n"
@@ -47096,6 +47319,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	or.b64  	%rd291, %rd161, %rd184;\n"
     "	and.b64  	%rd292, %rd291, -4294967296;\n"
+    ,
     "	setp.eq.s64 	%p44, %rd292, 0;\n"
     "	@%p44 bra 	$L__BB38_112;\n"
     "\n"
@@ -47211,7 +47435,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .b32 	%r<1375>;\n"
     "	.reg .b64 	%rd<325>;\n"
     "	// demoted variable\n"
-    ,
     "	.shared .align 16 .b8 _ZZ11k_flash_fwdE2sm[27648];\n"
     "\n"
     "	ld.param.u64 	%rd91, [k_flash_fwd_param_0];\n"
@@ -47261,6 +47484,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p3, %rd101, 0;\n"
     "	@%p3 bra 	$L__BB39_6;\n"
     "\n"
+    ,
     "	rem.s64 	%rd312, %rd12, %rd89;\n"
     "	bra.uni 	$L__BB39_7;\n"
     "\n"
@@ -47366,7 +47590,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r20, %r270, 3;\n"
     "	shr.s32 	%r21, %r268, 3;\n"
     "	cvt.s64.s32 	%rd116, %r21;\n"
-    ,
     "	add.s64 	%rd27, %rd25, %rd116;\n"
     "	setp.ge.s64 	%p10, %rd27, %rd89;\n"
     "	mov.u32 	%r1303, 0;\n"
@@ -47414,6 +47637,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd129, %rd1, %rd128;\n"
     "	ld.global.v4.u32 	{%r1303, %r1304, %r1305, %r1306}, [%rd129];\n"
     "\n"
+    ,
     "$L__BB39_22:\n"
     "	mad.lo.s32 	%r297, %r30, 72, %r31;\n"
     "	shl.b32 	%r298, %r297, 1;\n"
@@ -47503,7 +47727,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r342, %r337, 32;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r338,%r339,%r340,%r341}, [%r342];\n"
     "\n"
     "	// end inline asm\n"
@@ -47553,6 +47776,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r383, %r379, 72, %r382;\n"
     "	shl.b32 	%r384, %r383, 1;\n"
     "	add.s32 	%r78, %r362, %r384;\n"
+    ,
     "	add.s32 	%r385, %r1, 256;\n"
     "	shr.s32 	%r386, %r385, 31;\n"
     "	shr.u32 	%r387, %r386, 29;\n"
@@ -47652,7 +47876,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1327, %r410, 128;\n"
     "	@%p19 bra 	$L__BB39_40;\n"
     "\n"
-    ,
     "	add.s64 	%rd41, %rd39, %rd34;\n"
     "	setp.ge.s64 	%p20, %rd41, %rd89;\n"
     "	mov.u32 	%r1319, 0;\n"
@@ -47705,6 +47928,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r453, %r1327, %r452;\n"
     "	shl.b32 	%r110, %r453, 3;\n"
     "	shr.s32 	%r111, %r451, 3;\n"
+    ,
     "	cvt.s64.s32 	%rd164, %r111;\n"
     "	add.s64 	%rd43, %rd39, %rd164;\n"
     "	setp.ge.s64 	%p24, %rd43, %rd89;\n"
@@ -47792,7 +48016,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r499, %r362, %r497;\n"
     "	st.shared.v4.u32 	[%r499], {%r1337, %r1338, %r1339, %r1340};\n"
     "	add.s32 	%r500, %r131, 128;\n"
-    ,
     "	shr.s32 	%r501, %r500, 31;\n"
     "	shr.u32 	%r502, %r501, 29;\n"
     "	add.s32 	%r503, %r500, %r502;\n"
@@ -47844,6 +48067,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p31, %rd47, %rd89;\n"
     "	mov.u32 	%r1345, 0;\n"
     "	mov.u32 	%r1346, %r1345;\n"
+    ,
     "	mov.u32 	%r1347, %r1345;\n"
     "	mov.u32 	%r1348, %r1345;\n"
     "	@%p31 bra 	$L__BB39_54;\n"
@@ -47937,7 +48161,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd216, %rd214, %rd215;\n"
     "	shl.b64 	%rd217, %rd216, 1;\n"
     "	add.s64 	%rd218, %rd212, %rd217;\n"
-    ,
     "	ld.global.v4.u32 	{%r1359, %r1360, %r1361, %r1362}, [%rd218];\n"
     "\n"
     "$L__BB39_64:\n"
@@ -47984,6 +48207,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r607, %r602, %r606;\n"
     "	shl.b32 	%r205, %r607, 3;\n"
     "	cvt.s64.s32 	%rd227, %r204;\n"
+    ,
     "	add.s64 	%rd52, %rd39, %rd227;\n"
     "	setp.ge.s64 	%p39, %rd52, %rd89;\n"
     "	mov.u32 	%r1371, 0;\n"
@@ -48071,7 +48295,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r876, %r638, 4704;\n"
     "	add.s32 	%r859, %r638, 2400;\n"
     "	add.s32 	%r842, %r638, 96;\n"
-    ,
     "	add.s32 	%r825, %r638, 6976;\n"
     "	add.s32 	%r808, %r638, 4672;\n"
     "	add.s32 	%r791, %r638, 2368;\n"
@@ -48115,6 +48338,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f249, %f287;\n"
     "	mov.f32 	%f250, %f287;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f247,%f248,%f249,%f250}, {%r333,%r334,%r335,%r336}, {%r651,%r653}, {%f247,%f248,%f249,%f250};\n"
     "\n"
     "	// end inline asm\n"
@@ -48186,7 +48410,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f255,%f256,%f257,%f258}, {%r338,%r339,%r340,%r341}, {%r720,%r722}, {%f255,%f256,%f257,%f258};\n"
     "\n"
     "	// end inline asm\n"
@@ -48219,6 +48442,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f231,%f232,%f233,%f234}, {%r343,%r344,%r345,%r346}, {%r770,%r772}, {%f231,%f232,%f233,%f234};\n"
     "\n"
     "	// end inline asm\n"
@@ -48283,7 +48507,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f255,%f256,%f257,%f258}, {%r348,%r349,%r350,%r351}, {%r856,%r858}, {%f255,%f256,%f257,%f258};\n"
     "\n"
     "	// end inline asm\n"
@@ -48315,6 +48538,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r1204, %r1203, 6;\n"
     "	cvt.u64.u32 	%rd243, %r1204;\n"
     "	add.s64 	%rd244, %rd39, %rd243;\n"
+    ,
     "	mul.f32 	%f711, %f1, %f231;\n"
     "	setp.gt.s64 	%p42, %rd244, %rd31;\n"
     "	selp.f32 	%f712, 0fFF800000, %f711, %p42;\n"
@@ -48395,7 +48619,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f767, 0fFF800000, %f766, %p50;\n"
     "	max.f32 	%f768, %f759, %f767;\n"
     "	mul.f32 	%f769, %f1, %f266;\n"
-    ,
     "	selp.f32 	%f770, 0fFF800000, %f769, %p51;\n"
     "	max.f32 	%f771, %f768, %f770;\n"
     "	add.s64 	%rd254, %rd244, 40;\n"
@@ -48434,6 +48657,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f796, %f1, %f287;\n"
     "	setp.gt.s64 	%p58, %rd258, %rd31;\n"
     "	selp.f32 	%f797, 0fFF800000, %f796, %p58;\n"
+    ,
     "	max.f32 	%f798, %f789, %f797;\n"
     "	add.s64 	%rd259, %rd244, 57;\n"
     "	mul.f32 	%f799, %f1, %f288;\n"
@@ -48517,7 +48741,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f828, %f725, %f1172;\n"
     "	ex2.approx.f32 	%f428, %f828;\n"
     "	add.f32 	%f829, %f428, %f823;\n"
-    ,
     "	sub.f32 	%f830, %f728, %f1172;\n"
     "	ex2.approx.f32 	%f427, %f830;\n"
     "	add.f32 	%f831, %f427, %f829;\n"
@@ -48559,6 +48782,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f855, %f567, %f853;\n"
     "	sub.f32 	%f856, %f767, %f1173;\n"
     "	ex2.approx.f32 	%f570, %f856;\n"
+    ,
     "	add.f32 	%f857, %f570, %f851;\n"
     "	sub.f32 	%f858, %f770, %f1173;\n"
     "	ex2.approx.f32 	%f569, %f858;\n"
@@ -48643,7 +48867,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r944,%r945,%r946,%r947}, [%r948];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f535,%f536,%f537,%f538}, {%r906,%r907,%r908,%r909}, {%r944,%r945}, {%f535,%f536,%f537,%f538};\n"
     "\n"
@@ -48681,6 +48904,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r982,%r983,%r984,%r985}, [%r986];\n"
     "\n"
     "	// end inline asm\n"
@@ -48753,7 +48977,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f511,%f512,%f513,%f514}, {%r1050,%r1051,%r1052,%r1053}, {%r1056,%r1057}, {%f511,%f512,%f513,%f514};\n"
     "\n"
     "	// end inline asm\n"
@@ -48782,6 +49005,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1105,%r1106,%r1107,%r1108}, [%r1109];\n"
     "\n"
     "	// end inline asm\n"
@@ -48854,7 +49078,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r1122,%r1123,%r1124,%r1125}, {%r1179,%r1180}, {%f559,%f560,%f561,%f562};\n"
     "\n"
     "	// end inline asm\n"
@@ -48903,6 +49126,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f562, %f1170;\n"
     "\n"
     "$L__BB39_73:\n"
+    ,
     "	ld.param.u64 	%rd309, [k_flash_fwd_param_9];\n"
     "	setp.eq.s64 	%p98, %rd309, 0;\n"
     "	mov.u32 	%r1215, %tid.x;\n"
@@ -48992,7 +49216,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1038, %f1029, %f535;\n"
     "	st.global.f32 	[%rd83+128], %f1038;\n"
     "	mul.f32 	%f1039, %f1029, %f536;\n"
-    ,
     "	st.global.f32 	[%rd83+132], %f1039;\n"
     "	mul.f32 	%f1040, %f1029, %f543;\n"
     "	st.global.f32 	[%rd83+160], %f1040;\n"
@@ -49029,6 +49252,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1058, 0fBE374E43;\n"
     "	fma.rn.f32 	%f1059, %f1057, %f1052, %f1058;\n"
     "	mov.f32 	%f1060, 0f3E520BF4;\n"
+    ,
     "	fma.rn.f32 	%f1061, %f1059, %f1052, %f1060;\n"
     "	mov.f32 	%f1062, 0fBE763C8B;\n"
     "	fma.rn.f32 	%f1063, %f1061, %f1052, %f1062;\n"
@@ -49111,7 +49335,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.f32 	%p95, %f125, 0f00800000;\n"
     "	mul.f32 	%f1100, %f125, 0f4B000000;\n"
     "	selp.f32 	%f126, %f1100, %f125, %p95;\n"
-    ,
     "	selp.f32 	%f1101, 0fC1B80000, 0f00000000, %p95;\n"
     "	mov.b32 	%r1287, %f126;\n"
     "	add.s32 	%r1288, %r1287, -1060439283;\n"
@@ -49147,6 +49370,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f1129, %f1106, %f1128, %f1127;\n"
     "	add.f32 	%f1209, %f1105, %f1129;\n"
     "	setp.lt.u32 	%p96, %r1287, 2139095040;\n"
+    ,
     "	@%p96 bra 	$L__BB39_105;\n"
     "\n"
     "	mov.f32 	%f1130, 0f7F800000;\n"
@@ -49239,7 +49463,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.f32 	%p72, %f110, 0f00800000;\n"
     "	mul.f32 	%f938, %f110, 0f4B000000;\n"
     "	selp.f32 	%f111, %f938, %f110, %p72;\n"
-    ,
     "	selp.f32 	%f939, 0fC1B80000, 0f00000000, %p72;\n"
     "	mov.b32 	%r1236, %f111;\n"
     "	add.s32 	%r1237, %r1236, -1060439283;\n"
@@ -49278,6 +49501,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p73 bra 	$L__BB39_84;\n"
     "\n"
     "	mov.f32 	%f968, 0f7F800000;\n"
+    ,
     "	fma.rn.f32 	%f1206, %f111, %f968, %f968;\n"
     "\n"
     "$L__BB39_84:\n"
@@ -49373,7 +49597,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd296+128], %f984;\n"
     "	mul.f32 	%f985, %f975, %f538;\n"
     "	st.global.f32 	[%rd296+132], %f985;\n"
-    ,
     "	mul.f32 	%f986, %f975, %f545;\n"
     "	st.global.f32 	[%rd296+160], %f986;\n"
     "	mul.f32 	%f987, %f975, %f546;\n"
@@ -49411,6 +49634,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1006, 0f3E520BF4;\n"
     "	fma.rn.f32 	%f1007, %f1005, %f998, %f1006;\n"
     "	mov.f32 	%f1008, 0fBE763C8B;\n"
+    ,
     "	fma.rn.f32 	%f1009, %f1007, %f998, %f1008;\n"
     "	mov.f32 	%f1010, 0f3E93BF99;\n"
     "	fma.rn.f32 	%f1011, %f1009, %f998, %f1010;\n"
@@ -49500,7 +49724,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r296, %rd4;\n"
     "	cvt.u32.u64 	%r297, %rd5;\n"
     "	div.u32 	%r298, %r297, %r296;\n"
-    ,
     "	mul.lo.s32 	%r299, %r298, %r296;\n"
     "	sub.s32 	%r300, %r297, %r299;\n"
     "	cvt.u64.u32 	%rd378, %r298;\n"
@@ -49552,6 +49775,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd381, %r306;\n"
     "	cvt.u64.u32 	%rd382, %r308;\n"
     "\n"
+    ,
     "$L__BB40_10:\n"
     "	mul.lo.s64 	%rd138, %rd381, %rd119;\n"
     "	add.s64 	%rd139, %rd138, %rd380;\n"
@@ -49654,7 +49878,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r351, %r1257, 128;\n"
     "	shr.s32 	%r352, %r351, 31;\n"
     "	shr.u32 	%r353, %r352, 29;\n"
-    ,
     "	add.s32 	%r354, %r351, %r353;\n"
     "	shr.s32 	%r30, %r354, 3;\n"
     "	and.b32  	%r355, %r354, 536870904;\n"
@@ -49699,6 +49922,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1270, %r1271;\n"
     "	@%p12 bra 	$L__BB40_24;\n"
     "\n"
+    ,
     "	cvt.s64.s32 	%rd164, %r41;\n"
     "	add.s64 	%rd165, %rd27, %rd164;\n"
     "	mul.lo.s64 	%rd166, %rd32, %rd13;\n"
@@ -49804,7 +50028,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r411, %r61, 7;\n"
     "	add.s32 	%r412, %r411, 1;\n"
     "	and.b32  	%r1276, %r412, 3;\n"
-    ,
     "	setp.eq.s32 	%p19, %r1276, 0;\n"
     "	mov.u32 	%r1277, %r1;\n"
     "	@%p19 bra 	$L__BB40_42;\n"
@@ -49856,6 +50079,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p22 bra 	$L__BB40_52;\n"
     "\n"
     "$L__BB40_43:\n"
+    ,
     "	shr.s32 	%r423, %r1277, 31;\n"
     "	shr.u32 	%r424, %r423, 27;\n"
     "	add.s32 	%r425, %r1277, %r424;\n"
@@ -49956,7 +50180,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r452, %r451, 1;\n"
     "	add.s32 	%r454, %r431, %r452;\n"
     "	st.shared.u32 	[%r454+9216], %r450;\n"
-    ,
     "	add.s32 	%r455, %r1277, 384;\n"
     "	shr.s32 	%r456, %r455, 31;\n"
     "	shr.u32 	%r457, %r456, 27;\n"
@@ -50005,6 +50228,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r512, %r511, 8;\n"
     "	mad.lo.s32 	%r513, %r510, 72, %r512;\n"
     "	shl.b32 	%r514, %r513, 1;\n"
+    ,
     "	mov.u32 	%r515, _ZZ15k_flash_back_dqE2sm;\n"
     "	add.s32 	%r470, %r515, %r514;\n"
     "	// begin inline asm\n"
@@ -50111,7 +50335,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB40_65:\n"
     "	add.s64 	%rd56, %rd51, 8;\n"
-    ,
     "	setp.ge.s64 	%p35, %rd56, %rd119;\n"
     "	mov.f32 	%f861, 0f00000000;\n"
     "	mov.f32 	%f859, %f861;\n"
@@ -50162,6 +50385,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r145, %r515, %r537;\n"
     "	add.s32 	%r538, %r1, 256;\n"
     "	shr.s32 	%r539, %r538, 31;\n"
+    ,
     "	shr.u32 	%r540, %r539, 29;\n"
     "	add.s32 	%r541, %r538, %r540;\n"
     "	shr.s32 	%r542, %r541, 3;\n"
@@ -50264,7 +50488,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd245, %rd61, %rd244;\n"
     "	shl.b64 	%rd246, %rd245, 1;\n"
     "	add.s64 	%rd247, %rd243, %rd246;\n"
-    ,
     "	ld.global.v4.u32 	{%r1283, %r1284, %r1285, %r1286}, [%rd247];\n"
     "\n"
     "$L__BB40_79:\n"
@@ -50315,6 +50538,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p46 bra 	$L__BB40_86;\n"
     "\n"
     "	cvta.to.global.u64 	%rd254, %rd114;\n"
+    ,
     "	cvt.s64.s32 	%rd255, %r180;\n"
     "	add.s64 	%rd256, %rd27, %rd255;\n"
     "	mul.lo.s64 	%rd257, %rd68, %rd13;\n"
@@ -50402,7 +50626,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd71, %rd388, %rd277;\n"
     "	setp.ge.s64 	%p49, %rd71, %rd119;\n"
     "	mov.u32 	%r1306, %r1305;\n"
-    ,
     "	mov.u32 	%r1307, %r1305;\n"
     "	mov.u32 	%r1308, %r1305;\n"
     "	@%p49 bra 	$L__BB40_92;\n"
@@ -50452,6 +50675,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd287, %rd59, %rd286;\n"
     "	shl.b64 	%rd288, %rd287, 1;\n"
     "	add.s64 	%rd289, %rd285, %rd288;\n"
+    ,
     "	ld.global.v4.u32 	{%r1309, %r1310, %r1311, %r1312}, [%rd289];\n"
     "\n"
     "$L__BB40_97:\n"
@@ -50546,7 +50770,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r738, %r1321, 128;\n"
     "	shr.s32 	%r739, %r738, 31;\n"
     "	shr.u32 	%r740, %r739, 29;\n"
-    ,
     "	add.s32 	%r741, %r738, %r740;\n"
     "	shr.s32 	%r263, %r741, 3;\n"
     "	and.b32  	%r742, %r741, 536870904;\n"
@@ -50592,6 +50815,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1334, %r1335;\n"
     "	@%p61 bra 	$L__BB40_111;\n"
     "\n"
+    ,
     "	cvta.to.global.u64 	%rd317, %rd115;\n"
     "	cvt.s64.s32 	%rd318, %r274;\n"
     "	add.s64 	%rd319, %rd27, %rd318;\n"
@@ -50679,7 +50903,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f377, %f896;\n"
     "	mov.f32 	%f378, %f896;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f375,%f376,%f377,%f378}, {%r466,%r467,%r468,%r469}, {%r788,%r790}, {%f375,%f376,%f377,%f378};\n"
     "\n"
     "	// end inline asm\n"
@@ -50720,6 +50943,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f409, %f896;\n"
     "	mov.f32 	%f410, %f896;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r466,%r467,%r468,%r469}, {%r822,%r824}, {%f407,%f408,%f409,%f410};\n"
     "\n"
     "	// end inline asm\n"
@@ -50784,7 +51008,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f415,%f416,%f417,%f418}, {%r476,%r477,%r478,%r479}, {%r891,%r893}, {%f415,%f416,%f417,%f418};\n"
     "\n"
     "	// end inline asm\n"
@@ -50817,6 +51040,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f399,%f400,%f401,%f402}, {%r491,%r492,%r493,%r494}, {%r930,%r932}, {%f399,%f400,%f401,%f402};\n"
     "\n"
     "	// end inline asm\n"
@@ -50880,7 +51104,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r496,%r497,%r498,%r499}, {%r1026,%r1028}, {%f407,%f408,%f409,%f410};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f415,%f416,%f417,%f418}, {%r496,%r497,%r498,%r499}, {%r1027,%r1029}, {%f415,%f416,%f417,%f418};\n"
     "\n"
@@ -50927,6 +51150,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f897, %f576;\n"
     "\n"
     "$L__BB40_120:\n"
+    ,
     "	setp.ge.s64 	%p67, %rd79, %rd80;\n"
     "	sub.f32 	%f578, %f392, %f862;\n"
     "	mul.f32 	%f111, %f896, %f578;\n"
@@ -51040,7 +51264,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f907, %f617;\n"
     "\n"
     "$L__BB40_140:\n"
-    ,
     "	add.s64 	%rd334, %rd79, 25;\n"
     "	setp.gt.s64 	%p77, %rd334, %rd51;\n"
     "	@%p77 bra 	$L__BB40_142;\n"
@@ -51098,6 +51321,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1074,%r1075,%r1076,%r1077}, [%r792];\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f894,%f893,%f892,%f891}, {%r1070,%r1071,%r1072,%r1073}, {%r1074,%r1075}, {%f894,%f893,%f892,%f891};\n"
@@ -51166,7 +51390,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f894,%f893,%f892,%f891}, {%r1142,%r1143,%r1144,%r1145}, {%r1146,%r1147}, {%f894,%f893,%f892,%f891};\n"
     "\n"
     "	// end inline asm\n"
@@ -51199,6 +51422,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1197,%r1198,%r1199,%r1200}, [%r1250];\n"
     "\n"
     "	// end inline asm\n"
@@ -51290,7 +51514,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f809, %f890, %f842;\n"
     "	st.global.f32 	[%rd113+32], %f809;\n"
     "	mul.f32 	%f810, %f889, %f842;\n"
-    ,
     "	st.global.f32 	[%rd113+36], %f810;\n"
     "	mul.f32 	%f811, %f886, %f842;\n"
     "	st.global.f32 	[%rd113+64], %f811;\n"
@@ -51336,6 +51559,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f828, %f883, %f841;\n"
     "	st.global.f32 	[%rd113+2116], %f828;\n"
     "	mul.f32 	%f829, %f880, %f841;\n"
+    ,
     "	st.global.f32 	[%rd113+2144], %f829;\n"
     "	mul.f32 	%f830, %f879, %f841;\n"
     "	st.global.f32 	[%rd113+2148], %f830;\n"
@@ -51418,7 +51642,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f783, %f878, %f840;\n"
     "	st.global.f32 	[%rd350+128], %f783;\n"
     "	mul.f32 	%f784, %f877, %f840;\n"
-    ,
     "	st.global.f32 	[%rd350+132], %f784;\n"
     "	mul.f32 	%f785, %f874, %f840;\n"
     "	st.global.f32 	[%rd350+160], %f785;\n"
@@ -51473,6 +51696,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r1239, %rd120;\n"
     "	cvt.u32.u64 	%r1240, %rd393;\n"
     "	div.u32 	%r1241, %r1240, %r1239;\n"
+    ,
     "	mul.lo.s32 	%r1242, %r1241, %r1239;\n"
     "	sub.s32 	%r1243, %r1240, %r1242;\n"
     "	cvt.u64.u32 	%rd395, %r1241;\n"
@@ -51553,7 +51777,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// demoted variable\n"
     "	.shared .align 16 .b8 _ZZ16k_flash_back_dkvE2sm[27648];\n"
     "	// demoted variable\n"
-    ,
     "	.shared .align 4 .b8 _ZZ9flash_dkvILi64EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s[128];\n"
     "	// demoted variable\n"
     "	.shared .align 4 .b8 _ZZ9flash_dkvILi64EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5dot_s[128];\n"
@@ -51599,6 +51822,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	not.b64 	%rd132, %rd433;\n"
     "	add.s64 	%rd11, %rd3, %rd132;\n"
     "	mul.lo.s64 	%rd133, %rd123, 192;\n"
+    ,
     "	setp.eq.s64 	%p2, %rd123, 0;\n"
     "	selp.b64 	%rd12, 64, %rd133, %p2;\n"
     "	mul.lo.s64 	%rd13, %rd432, %rd122;\n"
@@ -51704,7 +51928,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	max.s32 	%r239, %r1, 384;\n"
     "	add.s32 	%r240, %r239, 127;\n"
-    ,
     "	sub.s32 	%r3, %r240, %r1;\n"
     "	shr.u32 	%r241, %r3, 7;\n"
     "	add.s32 	%r242, %r241, 1;\n"
@@ -51763,6 +51986,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r267, %r266, 536870904;\n"
     "	sub.s32 	%r268, %r1423, %r267;\n"
     "	shl.b32 	%r21, %r268, 3;\n"
+    ,
     "	shr.s32 	%r22, %r266, 3;\n"
     "	cvt.s64.s32 	%rd159, %r22;\n"
     "	add.s64 	%rd40, %rd442, %rd159;\n"
@@ -51847,7 +52071,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r313, %r41, 72, %r42;\n"
     "	shl.b32 	%r314, %r313, 1;\n"
     "	add.s32 	%r316, %r279, %r314;\n"
-    ,
     "	st.shared.v4.u32 	[%r316], {%r1433, %r1434, %r1435, %r1436};\n"
     "	add.s32 	%r317, %r1423, 384;\n"
     "	shr.s32 	%r318, %r317, 31;\n"
@@ -51905,6 +52128,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r341, %r1447, %r340;\n"
     "	and.b32  	%r342, %r341, 536870904;\n"
     "	sub.s32 	%r343, %r1447, %r342;\n"
+    ,
     "	shl.b32 	%r66, %r343, 3;\n"
     "	shr.s32 	%r67, %r341, 3;\n"
     "	cvt.s64.s32 	%rd187, %r67;\n"
@@ -51991,7 +52215,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd203, %rd25, %rd202;\n"
     "	mul.lo.s64 	%rd204, %rd46, %rd12;\n"
     "	add.s64 	%rd205, %rd203, %rd204;\n"
-    ,
     "	shl.b64 	%rd206, %rd205, 1;\n"
     "	add.s64 	%rd207, %rd2, %rd206;\n"
     "	ld.global.v4.u32 	{%r1453, %r1454, %r1455, %r1456}, [%rd207];\n"
@@ -52043,6 +52266,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd215, %r110;\n"
     "	add.s64 	%rd48, %rd442, %rd215;\n"
     "	setp.ge.s64 	%p26, %rd48, %rd122;\n"
+    ,
     "	mov.u32 	%r1462, %r1461;\n"
     "	mov.u32 	%r1463, %r1461;\n"
     "	mov.u32 	%r1464, %r1461;\n"
@@ -52126,7 +52350,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r461, %r445, 27;\n"
     "	add.s32 	%r462, %r444, %r461;\n"
     "	shr.s32 	%r463, %r462, 5;\n"
-    ,
     "	and.b32  	%r464, %r462, 2147483616;\n"
     "	sub.s32 	%r465, %r444, %r464;\n"
     "	shl.b32 	%r466, %r465, 1;\n"
@@ -52180,6 +52403,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1163, %f1150;\n"
     "	mov.f32 	%f1164, %f1150;\n"
     "	mov.f32 	%f1165, %f1150;\n"
+    ,
     "	mov.f32 	%f1166, %f1150;\n"
     "	mov.f32 	%f1167, %f1150;\n"
     "	mov.f32 	%f1168, %f1150;\n"
@@ -52274,7 +52498,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1477, %r505, 128;\n"
     "	@%p33 bra 	$L__BB41_66;\n"
     "\n"
-    ,
     "	add.s64 	%rd64, %rd442, %rd53;\n"
     "	setp.ge.s64 	%p34, %rd64, %rd122;\n"
     "	mov.u32 	%r1469, 0;\n"
@@ -52331,6 +52554,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r159, %r546, 3;\n"
     "	cvt.s64.s32 	%rd250, %r159;\n"
     "	add.s64 	%rd66, %rd442, %rd250;\n"
+    ,
     "	setp.ge.s64 	%p40, %rd66, %rd122;\n"
     "	mov.u32 	%r1483, 0;\n"
     "	mov.u32 	%r1479, %r1483;\n"
@@ -52414,7 +52638,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r591, %r180, 72, %r181;\n"
     "	shl.b32 	%r592, %r591, 1;\n"
     "	add.s32 	%r594, %r436, %r592;\n"
-    ,
     "	st.shared.v4.u32 	[%r594+18432], {%r1487, %r1488, %r1489, %r1490};\n"
     "	add.s32 	%r595, %r179, 128;\n"
     "	shr.s32 	%r596, %r595, 31;\n"
@@ -52468,6 +52691,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	add.s64 	%rd70, %rd442, %rd52;\n"
     "	setp.ge.s64 	%p51, %rd70, %rd122;\n"
+    ,
     "	mov.f32 	%f1214, 0f00000000;\n"
     "	mov.f32 	%f1215, %f1214;\n"
     "	@%p51 bra 	$L__BB41_80;\n"
@@ -52564,7 +52788,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r642, %r1495, %r641;\n"
     "	shl.b32 	%r207, %r642, 1;\n"
     "	shr.s32 	%r208, %r640, 5;\n"
-    ,
     "	cvt.s64.s32 	%rd311, %r208;\n"
     "	add.s64 	%rd73, %rd442, %rd311;\n"
     "	setp.ge.s64 	%p60, %rd73, %rd122;\n"
@@ -52618,6 +52841,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd329, %rd327, 2;\n"
     "	add.s64 	%rd330, %rd328, %rd329;\n"
     "	ld.global.f32 	%f1222, [%rd330];\n"
+    ,
     "	ld.global.f32 	%f1223, [%rd330+4];\n"
     "\n"
     "$L__BB41_92:\n"
@@ -52708,7 +52932,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB41_97:\n"
     "	mov.u32 	%r1412, %tid.x;\n"
-    ,
     "	setp.gt.u32 	%p69, %r1412, 31;\n"
     "	@%p69 bra 	$L__BB41_103;\n"
     "\n"
@@ -52764,6 +52987,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r939, %r1011, 18528;\n"
     "	shr.u32 	%r1012, %r1413, 5;\n"
     "	bfi.b32 	%r1013, %r1012, %r1007, 4, 28;\n"
+    ,
     "	mad.lo.s32 	%r1014, %r1013, 72, %r1006;\n"
     "	shl.b32 	%r1015, %r1014, 1;\n"
     "	add.s32 	%r695, %r436, %r1015;\n"
@@ -52837,7 +53061,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r735,%r736,%r737,%r738}, [%r739];\n"
     "\n"
     "	// end inline asm\n"
@@ -52884,6 +53107,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r774,%r775,%r776,%r777}, [%r778];\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r779,%r780,%r781,%r782}, [%r783];\n"
@@ -52946,7 +53170,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r862,%r863,%r864,%r865}, [%r866];\n"
     "\n"
     "	// end inline asm\n"
@@ -52983,6 +53206,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f582,%f583,%f584,%f585}, {%r852,%r853,%r854,%r855}, {%r896,%r898}, {%f582,%f583,%f584,%f585};\n"
     "\n"
     "	// end inline asm\n"
@@ -53043,7 +53267,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f590,%f591,%f592,%f593}, {%r930,%r931,%r932,%r933}, {%r975,%r977}, {%f590,%f591,%f592,%f593};\n"
     "\n"
     "	// end inline asm\n"
@@ -53097,6 +53320,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p81 bra 	$L__BB41_109;\n"
     "\n"
     "	mul.f32 	%f735, %f1, %f536;\n"
+    ,
     "	ld.shared.f32 	%f736, [%r123];\n"
     "	sub.f32 	%f737, %f735, %f736;\n"
     "	ex2.approx.f32 	%f1232, %f737;\n"
@@ -53192,7 +53416,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB41_121:\n"
     "	ld.shared.f32 	%f160, [%r1024+64];\n"
     "	or.b32  	%r1059, %r1017, 17;\n"
-    ,
     "	cvt.u64.u32 	%rd375, %r1059;\n"
     "	add.s64 	%rd83, %rd442, %rd375;\n"
     "	setp.lt.s64 	%p100, %rd83, %rd49;\n"
@@ -53252,6 +53475,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f174, [%r1024+96];\n"
     "	or.b32  	%r1076, %r1017, 25;\n"
     "	cvt.u64.u32 	%rd379, %r1076;\n"
+    ,
     "	add.s64 	%rd85, %rd442, %rd379;\n"
     "	setp.lt.s64 	%p112, %rd85, %rd49;\n"
     "	setp.ge.s64 	%p113, %rd85, %rd122;\n"
@@ -53342,7 +53566,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1209,%f1208,%f1207,%f1206}, {%r1082,%r1083,%r1084,%r1085}, {%r1092,%r1093}, {%f1209,%f1208,%f1207,%f1206};\n"
     "\n"
     "	// end inline asm\n"
@@ -53377,6 +53600,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1169,%f1168,%f1167,%f1166}, {%r1086,%r1087,%r1088,%r1089}, {%r1131,%r1132}, {%f1169,%f1168,%f1167,%f1166};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1158,%r1159,%r1160,%r1161}, [%r866];\n"
@@ -53434,7 +53658,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r1227, %f1241, %f1240;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1228, %f1243, %f1242;\n"
     "\n"
@@ -53486,6 +53709,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1181,%f1180,%f1179,%f1178}, {%r1230,%r1231,%r1232,%r1233}, {%r1239,%r1240}, {%f1181,%f1180,%f1179,%f1178};\n"
     "\n"
     "	// end inline asm\n"
@@ -53538,7 +53762,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1161,%f1160,%f1159,%f1158}, {%r1230,%r1231,%r1232,%r1233}, {%r1309,%r1310}, {%f1161,%f1160,%f1159,%f1158};\n"
     "\n"
     "	// end inline asm\n"
@@ -53581,6 +53804,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1156, %f1150;\n"
     "	mov.f32 	%f1157, %f1150;\n"
     "	mov.f32 	%f1158, %f1150;\n"
+    ,
     "	mov.f32 	%f1159, %f1150;\n"
     "	mov.f32 	%f1160, %f1150;\n"
     "	mov.f32 	%f1161, %f1150;\n"
@@ -53671,7 +53895,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd114, %rd420, %rd421;\n"
     "	add.s64 	%rd422, %rd416, %rd414;\n"
     "	shl.b64 	%rd423, %rd422, 6;\n"
-    ,
     "	or.b64  	%rd424, %rd423, %rd418;\n"
     "	shl.b64 	%rd425, %rd424, 2;\n"
     "	add.s64 	%rd115, %rd420, %rd425;\n"
@@ -53718,6 +53941,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd114+192], %f1126;\n"
     "	mul.f32 	%f1127, %f1156, %f1149;\n"
     "	st.global.f32 	[%rd114+196], %f1127;\n"
+    ,
     "	st.global.f32 	[%rd115+192], %f1189;\n"
     "	st.global.f32 	[%rd115+196], %f1188;\n"
     "	mul.f32 	%f1128, %f1153, %f1149;\n"
@@ -53787,7 +54011,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r1381, %rd122;\n"
     "	cvt.u32.u64 	%r1382, %rd87;\n"
     "	div.u32 	%r1383, %r1382, %r1381;\n"
-    ,
     "	mul.lo.s32 	%r1384, %r1383, %r1381;\n"
     "	sub.s32 	%r1385, %r1382, %r1384;\n"
     "	cvt.u64.u32 	%rd443, %r1383;\n"
@@ -53840,6 +54063,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd397+548], %f1208;\n"
     "	mul.f32 	%f1086, %f1173, %f1147;\n"
     "	st.global.f32 	[%rd397+320], %f1086;\n"
+    ,
     "	mul.f32 	%f1087, %f1172, %f1147;\n"
     "	st.global.f32 	[%rd397+324], %f1087;\n"
     "	st.global.f32 	[%rd397+576], %f1205;\n"
@@ -53918,7 +54142,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s32 	%r1399, %r1398, %r1396;\n"
     "	sub.s32 	%r1400, %r1397, %r1399;\n"
     "	cvt.u64.u32 	%rd449, %r1398;\n"
-    ,
     "	cvt.u64.u32 	%rd450, %r1400;\n"
     "\n"
     "$L__BB41_152:\n"
@@ -53964,6 +54187,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd413+388], %f1107;\n"
     "	st.global.f32 	[%rd413+640], %f1195;\n"
     "	st.global.f32 	[%rd413+644], %f1194;\n"
+    ,
     "	mul.f32 	%f1108, %f1159, %f1146;\n"
     "	st.global.f32 	[%rd413+416], %f1108;\n"
     "	mul.f32 	%f1109, %f1158, %f1146;\n"
@@ -54045,7 +54269,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB42_3:\n"
     "	not.b64 	%rd100, %rd299;\n"
-    ,
     "	add.s64 	%rd12, %rd4, %rd100;\n"
     "	mul.lo.s64 	%rd101, %rd90, 384;\n"
     "	setp.eq.s64 	%p2, %rd90, 0;\n"
@@ -54114,6 +54337,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mov.u32 	%r1872, %r1;\n"
     "\n"
+    ,
     "$L__BB42_14:\n"
     "	.pragma \"nounroll\";\n"
     "	shr.s32 	%r290, %r1872, 31;\n"
@@ -54198,7 +54422,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd125, %r30;\n"
     "	add.s64 	%rd30, %rd27, %rd125;\n"
     "	setp.ge.s64 	%p11, %rd30, %rd89;\n"
-    ,
     "	mov.u32 	%r1879, %r1878;\n"
     "	mov.u32 	%r1880, %r1878;\n"
     "	mov.u32 	%r1881, %r1878;\n"
@@ -54254,6 +54477,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r363, %r360, %r362;\n"
     "	shr.s32 	%r50, %r363, 4;\n"
     "	and.b32  	%r364, %r363, 536870896;\n"
+    ,
     "	sub.s32 	%r365, %r360, %r364;\n"
     "	shl.b32 	%r51, %r365, 3;\n"
     "	cvt.s64.s32 	%rd139, %r50;\n"
@@ -54337,7 +54561,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	shr.u32 	%r422, %r414, 2;\n"
     "	or.b32  	%r423, %r422, %r416;\n"
-    ,
     "	cvt.u64.u32 	%rd146, %r423;\n"
     "	add.s64 	%rd33, %rd27, %rd146;\n"
     "	setp.lt.s64 	%p15, %rd12, 0;\n"
@@ -54393,6 +54616,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r444, %r443, 28;\n"
     "	add.s32 	%r445, %r442, %r444;\n"
     "	shr.s32 	%r446, %r445, 4;\n"
+    ,
     "	and.b32  	%r447, %r445, 536870896;\n"
     "	sub.s32 	%r448, %r442, %r447;\n"
     "	shl.b32 	%r449, %r448, 3;\n"
@@ -54481,7 +54705,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1064, %f1008;\n"
     "	mov.f32 	%f1065, %f1008;\n"
     "	mov.f32 	%f1066, %f1008;\n"
-    ,
     "	mov.f32 	%f1071, %f1008;\n"
     "	mov.f32 	%f1072, %f1008;\n"
     "	mov.f32 	%f1073, %f1008;\n"
@@ -54546,6 +54769,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p22, %rd44, %rd89;\n"
     "	mov.u32 	%r1898, 0;\n"
     "	mov.u32 	%r1899, %r1898;\n"
+    ,
     "	mov.u32 	%r1900, %r1898;\n"
     "	mov.u32 	%r1901, %r1898;\n"
     "	@%p22 bra 	$L__BB42_39;\n"
@@ -54629,7 +54853,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.v4.u32 	[%r531], {%r1908, %r1909, %r1910, %r1911};\n"
     "	add.s32 	%r172, %r161, 128;\n"
     "	shr.s32 	%r532, %r172, 31;\n"
-    ,
     "	shr.u32 	%r533, %r532, 28;\n"
     "	add.s32 	%r534, %r172, %r533;\n"
     "	shr.s32 	%r173, %r534, 4;\n"
@@ -54686,6 +54909,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB42_49:\n"
     "	mad.lo.s32 	%r559, %r183, 136, %r184;\n"
     "	shl.b32 	%r560, %r559, 1;\n"
+    ,
     "	add.s32 	%r562, %r421, %r560;\n"
     "	st.shared.v4.u32 	[%r562], {%r1916, %r1917, %r1918, %r1919};\n"
     "	add.s32 	%r193, %r1902, 512;\n"
@@ -54775,7 +54999,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r225, %r602, 3;\n"
     "	shr.s32 	%r226, %r600, 4;\n"
     "	cvt.s64.s32 	%rd203, %r226;\n"
-    ,
     "	add.s64 	%rd52, %rd41, %rd203;\n"
     "	setp.ge.s64 	%p37, %rd52, %rd89;\n"
     "	mov.u32 	%r1938, 0;\n"
@@ -54831,6 +55054,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r634, %r633, 31;\n"
     "	shr.u32 	%r635, %r634, 28;\n"
     "	add.s32 	%r636, %r633, %r635;\n"
+    ,
     "	shr.s32 	%r245, %r636, 4;\n"
     "	and.b32  	%r637, %r636, 536870896;\n"
     "	sub.s32 	%r638, %r633, %r637;\n"
@@ -54911,7 +55135,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1497, %r669, 26112;\n"
     "	add.s32 	%r1391, %r669, 21824;\n"
     "	add.s32 	%r1374, %r669, 21792;\n"
-    ,
     "	add.s32 	%r1357, %r669, 21760;\n"
     "	add.s32 	%r1336, %r669, 17632;\n"
     "	add.s32 	%r1319, %r669, 17600;\n"
@@ -54963,6 +55186,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f369, %f415;\n"
     "	mov.f32 	%f370, %f415;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f367,%f368,%f369,%f370}, {%r374,%r375,%r376,%r377}, {%r666,%r668}, {%f367,%f368,%f369,%f370};\n"
     "\n"
     "	// end inline asm\n"
@@ -55030,7 +55254,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r379,%r380,%r381,%r382}, {%r733,%r735}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -55067,6 +55290,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r379,%r380,%r381,%r382}, {%r784,%r786}, {%f407,%f408,%f409,%f410};\n"
     "\n"
     "	// end inline asm\n"
@@ -55127,7 +55351,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r389,%r390,%r391,%r392}, {%r869,%r871}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -55164,6 +55387,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r389,%r390,%r391,%r392}, {%r920,%r922}, {%f407,%f408,%f409,%f410};\n"
     "\n"
     "	// end inline asm\n"
@@ -55224,7 +55448,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r399,%r400,%r401,%r402}, {%r1005,%r1007}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -55259,6 +55482,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1056,%r1057,%r1058,%r1059}, [%r1060];\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r399,%r400,%r401,%r402}, {%r1056,%r1058}, {%f407,%f408,%f409,%f410};\n"
@@ -55317,7 +55541,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1141,%r1142,%r1143,%r1144}, [%r1145];\n"
     "\n"
     "	// end inline asm\n"
@@ -55354,6 +55577,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1192,%r1193,%r1194,%r1195}, [%r1196];\n"
     "\n"
     "	// end inline asm\n"
@@ -55422,7 +55646,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd238, %rd232, 24;\n"
     "	mul.f32 	%f1388, %f1, %f383;\n"
     "	setp.gt.s64 	%p50, %rd238, %rd33;\n"
-    ,
     "	selp.f32 	%f1389, 0fFF800000, %f1388, %p50;\n"
     "	max.f32 	%f1390, %f1381, %f1389;\n"
     "	add.s64 	%rd239, %rd232, 25;\n"
@@ -55466,6 +55689,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f1419, 0fFF800000, %f1418, %p52;\n"
     "	max.f32 	%f1420, %f1411, %f1419;\n"
     "	mul.f32 	%f1421, %f1, %f402;\n"
+    ,
     "	selp.f32 	%f1422, 0fFF800000, %f1421, %p53;\n"
     "	max.f32 	%f1423, %f1420, %f1422;\n"
     "	add.s64 	%rd244, %rd232, 48;\n"
@@ -55537,7 +55761,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1032, %f1453, %f1032;\n"
     "	mul.f32 	%f1039, %f1453, %f1039;\n"
     "	mul.f32 	%f1040, %f1453, %f1040;\n"
-    ,
     "	mul.f32 	%f1047, %f1453, %f1047;\n"
     "	mul.f32 	%f1048, %f1453, %f1048;\n"
     "	mul.f32 	%f1055, %f1453, %f1055;\n"
@@ -55583,6 +55806,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1042, %f1459, %f1042;\n"
     "	mul.f32 	%f1049, %f1459, %f1049;\n"
     "	mul.f32 	%f1050, %f1459, %f1050;\n"
+    ,
     "	mul.f32 	%f1057, %f1459, %f1057;\n"
     "	mul.f32 	%f1058, %f1459, %f1058;\n"
     "	mul.f32 	%f1065, %f1459, %f1065;\n"
@@ -55656,7 +55880,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f1083, %f1502;\n"
     "	add.f32 	%f1503, %f1083, %f1501;\n"
     "	sub.f32 	%f1504, %f1419, %f1968;\n"
-    ,
     "	ex2.approx.f32 	%f1086, %f1504;\n"
     "	add.f32 	%f1505, %f1086, %f1499;\n"
     "	sub.f32 	%f1506, %f1422, %f1968;\n"
@@ -55707,6 +55930,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f951,%f952,%f953,%f954}, {%r1209,%r1210,%r1211,%r1212}, {%r1213,%r1214}, {%f951,%f952,%f953,%f954};\n"
     "\n"
     "	// end inline asm\n"
@@ -55763,7 +55987,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1298,%r1299,%r1300,%r1301}, [%r1302];\n"
     "\n"
     "	// end inline asm\n"
@@ -55796,6 +56019,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1071,%f1072,%f1073,%f1074}, {%r1209,%r1210,%r1211,%r1212}, {%r1334,%r1335}, {%f1071,%f1072,%f1073,%f1074};\n"
     "\n"
     "	// end inline asm\n"
@@ -55860,7 +56084,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1007,%f1008,%f1009,%f1010}, {%r1349,%r1350,%r1351,%r1352}, {%r1406,%r1407}, {%f1007,%f1008,%f1009,%f1010};\n"
     "\n"
     "	// end inline asm\n"
@@ -55895,6 +56118,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1047,%f1048,%f1049,%f1050}, {%r1349,%r1350,%r1351,%r1352}, {%r1455,%r1456}, {%f1047,%f1048,%f1049,%f1050};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1055,%f1056,%f1057,%f1058}, {%r1349,%r1350,%r1351,%r1352}, {%r1457,%r1458}, {%f1055,%f1056,%f1057,%f1058};\n"
@@ -55957,7 +56181,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f983,%f984,%f985,%f986}, {%r1489,%r1490,%r1491,%r1492}, {%r1527,%r1528}, {%f983,%f984,%f985,%f986};\n"
     "\n"
     "	// end inline asm\n"
@@ -55994,6 +56217,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1031,%f1032,%f1033,%f1034}, {%r1489,%r1490,%r1491,%r1492}, {%r1578,%r1579}, {%f1031,%f1032,%f1033,%f1034};\n"
     "\n"
     "	// end inline asm\n"
@@ -56054,7 +56278,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1650,%r1651,%r1652,%r1653}, [%r1654];\n"
     "\n"
     "	// end inline asm\n"
@@ -56091,6 +56314,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1701,%r1702,%r1703,%r1704}, [%r1705];\n"
     "\n"
     "	// end inline asm\n"
@@ -56150,7 +56374,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1007, %f1008;\n"
     "	mov.f32 	%f1002, %f1008;\n"
     "	mov.f32 	%f1001, %f1008;\n"
-    ,
     "	mov.f32 	%f1000, %f1008;\n"
     "	mov.f32 	%f999, %f1008;\n"
     "	mov.f32 	%f994, %f1008;\n"
@@ -56213,6 +56436,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1071, %f1008;\n"
     "	mov.f32 	%f1072, %f1008;\n"
     "	mov.f32 	%f1073, %f1008;\n"
+    ,
     "	mov.f32 	%f1074, %f1008;\n"
     "\n"
     "$L__BB42_73:\n"
@@ -56293,7 +56517,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1736, %f1733, %f959;\n"
     "	st.global.f32 	[%rd85+32], %f1736;\n"
     "	mul.f32 	%f1737, %f1733, %f960;\n"
-    ,
     "	st.global.f32 	[%rd85+36], %f1737;\n"
     "	mul.f32 	%f1738, %f1733, %f967;\n"
     "	st.global.f32 	[%rd85+64], %f1738;\n"
@@ -56339,6 +56562,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd85+384], %f1758;\n"
     "	mul.f32 	%f1759, %f1733, %f1048;\n"
     "	st.global.f32 	[%rd85+388], %f1759;\n"
+    ,
     "	mul.f32 	%f1760, %f1733, %f1055;\n"
     "	st.global.f32 	[%rd85+416], %f1760;\n"
     "	mul.f32 	%f1761, %f1733, %f1056;\n"
@@ -56410,7 +56634,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f1801, %f1970, %f1800;\n"
     "	mov.b32 	%r1857, %f1801;\n"
     "	shfl.sync.bfly.b32 	%r1859|%p92, %r1857, %r1844, %r1839, %r1841;\n"
-    ,
     "	mov.b32 	%f1802, %r1859;\n"
     "	add.f32 	%f221, %f1801, %f1802;\n"
     "	add.s64 	%rd293, %rd33, 8;\n"
@@ -56457,6 +56680,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1821, %f1803, %f1018;\n"
     "	st.global.f32 	[%rd85+4388], %f1821;\n"
     "	mul.f32 	%f1822, %f1803, %f1025;\n"
+    ,
     "	st.global.f32 	[%rd85+4416], %f1822;\n"
     "	mul.f32 	%f1823, %f1803, %f1026;\n"
     "	st.global.f32 	[%rd85+4420], %f1823;\n"
@@ -56526,7 +56750,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.u32 	%p96, %r1862, 2139095040;\n"
     "	@%p96 bra 	$L__BB42_105;\n"
     "\n"
-    ,
     "	mov.f32 	%f1866, 0f7F800000;\n"
     "	fma.rn.f32 	%f2009, %f222, %f1866, %f1866;\n"
     "\n"
@@ -56583,6 +56806,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd268, %rd251, %rd267;\n"
     "	st.global.f32 	[%rd268], %f1594;\n"
     "	mul.f32 	%f1595, %f1593, %f952;\n"
+    ,
     "	st.global.f32 	[%rd268+4], %f1595;\n"
     "	mul.f32 	%f1596, %f1593, %f959;\n"
     "	st.global.f32 	[%rd268+32], %f1596;\n"
@@ -56652,7 +56876,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f1627, 0fC1B80000, 0f00000000, %p72;\n"
     "	mov.b32 	%r1811, %f207;\n"
     "	add.s32 	%r1812, %r1811, -1060439283;\n"
-    ,
     "	and.b32  	%r1813, %r1812, -8388608;\n"
     "	sub.s32 	%r1814, %r1811, %r1813;\n"
     "	mov.b32 	%f1628, %r1814;\n"
@@ -56699,6 +56922,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB42_85:\n"
     "	mov.b32 	%r1815, %f1970;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r1819|%p75, %r1815, %r1793, %r1792, %r1794;\n"
     "	mov.b32 	%f1660, %r1819;\n"
     "	add.f32 	%f1661, %f1970, %f1660;\n"
@@ -56782,7 +57006,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1672, %f1663, %f985;\n"
     "	st.global.f32 	[%rd284+128], %f1672;\n"
     "	mul.f32 	%f1673, %f1663, %f986;\n"
-    ,
     "	st.global.f32 	[%rd284+132], %f1673;\n"
     "	mul.f32 	%f1674, %f1663, %f993;\n"
     "	st.global.f32 	[%rd284+160], %f1674;\n"
@@ -56825,6 +57048,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1693, %f1663, %f1066;\n"
     "	st.global.f32 	[%rd284+452], %f1693;\n"
     "	mul.f32 	%f1694, %f1663, %f1073;\n"
+    ,
     "	st.global.f32 	[%rd284+480], %f1694;\n"
     "	mul.f32 	%f1695, %f1663, %f1074;\n"
     "	st.global.f32 	[%rd284+484], %f1695;\n"
@@ -56898,7 +57122,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_flash_back_dq_d128_param_9,\n"
     "	.param .f32 k_flash_back_dq_d128_param_10,\n"
     "	.param .u32 k_flash_back_dq_d128_param_11,\n"
-    ,
     "	.param .u64 k_flash_back_dq_d128_param_12\n"
     ")\n"
     ".maxntid 128, 1, 1\n"
@@ -56949,6 +57172,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd379, %r364;\n"
     "\n"
     "$L__BB43_3:\n"
+    ,
     "	not.b64 	%rd130, %rd379;\n"
     "	add.s64 	%rd12, %rd4, %rd130;\n"
     "	mul.lo.s64 	%rd131, %rd120, 384;\n"
@@ -57047,7 +57271,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.v4.u32 	{%r1773, %r1774, %r1775, %r1776}, [%rd148];\n"
     "\n"
     "$L__BB43_16:\n"
-    ,
     "	mad.lo.s32 	%r390, %r7, 136, %r6;\n"
     "	shl.b32 	%r391, %r390, 1;\n"
     "	mov.u32 	%r392, _ZZ20k_flash_back_dq_d128E2sm;\n"
@@ -57101,6 +57324,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r30, %r418, 4;\n"
     "	and.b32  	%r419, %r418, 536870896;\n"
     "	sub.s32 	%r420, %r415, %r419;\n"
+    ,
     "	shl.b32 	%r31, %r420, 3;\n"
     "	cvt.s64.s32 	%rd156, %r30;\n"
     "	add.s64 	%rd31, %rd28, %rd156;\n"
@@ -57184,7 +57408,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r464, %r413, %r462;\n"
     "	st.shared.v4.u32 	[%r464], {%r1791, %r1792, %r1793, %r1794};\n"
     "	add.s32 	%r60, %r1777, 512;\n"
-    ,
     "	setp.lt.s32 	%p14, %r1777, 512;\n"
     "	mov.u32 	%r1777, %r60;\n"
     "	@%p14 bra 	$L__BB43_18;\n"
@@ -57254,6 +57477,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1797, %r1;\n"
     "\n"
     "$L__BB43_39:\n"
+    ,
     "	.pragma \"nounroll\";\n"
     "	shr.s32 	%r477, %r1797, 31;\n"
     "	shr.u32 	%r478, %r477, 26;\n"
@@ -57343,7 +57567,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd200, %r73;\n"
     "	add.s64 	%rd48, %rd28, %rd200;\n"
     "	setp.ge.s64 	%p24, %rd48, %rd119;\n"
-    ,
     "	mov.f32 	%f1456, %f1455;\n"
     "	@%p24 bra 	$L__BB43_47;\n"
     "\n"
@@ -57402,6 +57625,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r519, %r1797, 384;\n"
     "	shr.s32 	%r520, %r519, 31;\n"
     "	shr.u32 	%r521, %r520, 26;\n"
+    ,
     "	add.s32 	%r522, %r519, %r521;\n"
     "	shr.s32 	%r77, %r522, 6;\n"
     "	and.b32  	%r523, %r522, 2147483584;\n"
@@ -57488,7 +57712,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r565,%r566,%r567,%r568}, [%r569];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	add.s32 	%r574, %r534, 128;\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r570,%r571,%r572,%r573}, [%r574];\n"
@@ -57542,6 +57765,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p2 bra 	$L__BB43_61;\n"
     "\n"
     "	setp.ge.s64 	%p29, %rd51, %rd119;\n"
+    ,
     "	mul.lo.s64 	%rd226, %rd118, %rd119;\n"
     "	shl.b64 	%rd227, %rd226, 7;\n"
     "	add.s64 	%rd228, %rd222, %rd227;\n"
@@ -57644,7 +57868,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r209, %r619, %r641;\n"
     "	add.s32 	%r642, %r1, 256;\n"
     "	shr.s32 	%r643, %r642, 31;\n"
-    ,
     "	shr.u32 	%r644, %r643, 28;\n"
     "	add.s32 	%r645, %r642, %r644;\n"
     "	shr.s32 	%r646, %r645, 4;\n"
@@ -57703,6 +57926,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1513, %f1471;\n"
     "	mov.f32 	%f1514, %f1471;\n"
     "	mov.f32 	%f1515, %f1471;\n"
+    ,
     "	mov.f32 	%f1516, %f1471;\n"
     "	mov.f32 	%f1517, %f1471;\n"
     "	mov.f32 	%f1518, %f1471;\n"
@@ -57795,7 +58019,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1810, %r1807;\n"
     "	@%p44 bra 	$L__BB43_82;\n"
     "\n"
-    ,
     "	cvta.to.global.u64 	%rd248, %rd114;\n"
     "	mul.lo.s64 	%rd249, %rd67, %rd13;\n"
     "	add.s64 	%rd250, %rd63, %rd249;\n"
@@ -57851,6 +58074,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r726, %r725, 536870896;\n"
     "	sub.s32 	%r727, %r254, %r726;\n"
     "	shl.b32 	%r256, %r727, 3;\n"
+    ,
     "	cvt.s64.s32 	%rd261, %r255;\n"
     "	add.s64 	%rd69, %rd388, %rd261;\n"
     "	setp.ge.s64 	%p47, %rd69, %rd119;\n"
@@ -57932,7 +58156,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB43_92:\n"
     "	mad.lo.s32 	%r767, %r276, 136, %r277;\n"
-    ,
     "	shl.b32 	%r768, %r767, 1;\n"
     "	add.s32 	%r770, %r619, %r768;\n"
     "	st.shared.v4.u32 	[%r770], {%r1825, %r1826, %r1827, %r1828};\n"
@@ -57992,6 +58215,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvta.to.global.u64 	%rd290, %rd115;\n"
     "	mul.lo.s64 	%rd291, %rd73, %rd13;\n"
+    ,
     "	add.s64 	%rd292, %rd61, %rd291;\n"
     "	shl.b64 	%rd293, %rd292, 1;\n"
     "	add.s64 	%rd294, %rd290, %rd293;\n"
@@ -58076,7 +58300,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvta.to.global.u64 	%rd309, %rd115;\n"
     "	cvt.s64.s32 	%rd310, %r328;\n"
-    ,
     "	add.s64 	%rd311, %rd27, %rd310;\n"
     "	mul.lo.s64 	%rd312, %rd76, %rd13;\n"
     "	add.s64 	%rd313, %rd311, %rd312;\n"
@@ -58128,6 +58351,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r347, %r881, 4;\n"
     "	and.b32  	%r882, %r881, 536870896;\n"
     "	sub.s32 	%r883, %r878, %r882;\n"
+    ,
     "	shl.b32 	%r348, %r883, 3;\n"
     "	cvt.s64.s32 	%rd324, %r347;\n"
     "	add.s64 	%rd78, %rd388, %rd324;\n"
@@ -58210,7 +58434,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f537, %f1536;\n"
     "	mov.f32 	%f538, %f1536;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f535,%f536,%f537,%f538}, {%r530,%r531,%r532,%r533}, {%r892,%r894}, {%f535,%f536,%f537,%f538};\n"
     "\n"
     "	// end inline asm\n"
@@ -58254,6 +58477,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f567,%f568,%f569,%f570}, {%r530,%r531,%r532,%r533}, {%r926,%r928}, {%f567,%f568,%f569,%f570};\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	mov.f32 	%f575, %f1536;\n"
     "	mov.f32 	%f576, %f1536;\n"
     "	mov.f32 	%f577, %f1536;\n"
@@ -58315,7 +58539,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f575,%f576,%f577,%f578}, {%r540,%r541,%r542,%r543}, {%r995,%r997}, {%f575,%f576,%f577,%f578};\n"
     "\n"
     "	// end inline asm\n"
@@ -58354,6 +58577,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1062,%r1063,%r1064,%r1065}, [%r1066];\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1067,%r1068,%r1069,%r1070}, [%r1071];\n"
@@ -58408,7 +58632,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f567,%f568,%f569,%f570}, {%r560,%r561,%r562,%r563}, {%r1130,%r1132}, {%f567,%f568,%f569,%f570};\n"
     "\n"
     "	// end inline asm\n"
@@ -58449,6 +58672,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1198,%r1199,%r1200,%r1201}, [%r1202];\n"
     "\n"
     "	// end inline asm\n"
@@ -58501,7 +58725,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1271,%r1272,%r1273,%r1274}, [%r1275];\n"
     "\n"
     "	// end inline asm\n"
@@ -58542,6 +58765,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r595,%r596,%r597,%r598}, {%r1306,%r1308}, {%f559,%f560,%f561,%f562};\n"
     "\n"
     "	// end inline asm\n"
@@ -58594,7 +58818,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1402,%r1403,%r1404,%r1405}, [%r1406];\n"
     "\n"
     "	// end inline asm\n"
@@ -58649,6 +58872,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mul.f32 	%f991, %f21, %f537;\n"
     "	sub.f32 	%f992, %f991, %f1467;\n"
+    ,
     "	ex2.approx.f32 	%f1537, %f992;\n"
     "\n"
     "$L__BB43_120:\n"
@@ -58742,7 +58966,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB43_136:\n"
     "	sub.f32 	%f1026, %f584, %f1470;\n"
-    ,
     "	mul.f32 	%f167, %f1544, %f1026;\n"
     "	@%p69 bra 	$L__BB43_138;\n"
     "\n"
@@ -58812,6 +59035,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1756, %r896, 32;\n"
     "	sub.f32 	%f1317, %f594, %f1469;\n"
     "	mul.f32 	%f1187, %f1550, %f1317;\n"
+    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1446, %f143, %f140;\n"
     "\n"
@@ -58869,7 +59093,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1510,%f1509,%f1508,%f1507}, {%r1446,%r1447,%r1448,%r1449}, {%r1501,%r1502}, {%f1510,%f1509,%f1508,%f1507};\n"
     "\n"
     "	// end inline asm\n"
@@ -58910,6 +59133,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1482,%f1481,%f1480,%f1479}, {%r1446,%r1447,%r1448,%r1449}, {%r1554,%r1555}, {%f1482,%f1481,%f1480,%f1479};\n"
     "\n"
     "	// end inline asm\n"
@@ -58966,7 +59190,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1522,%f1521,%f1520,%f1519}, {%r1586,%r1587,%r1588,%r1589}, {%r1609,%r1610}, {%f1522,%f1521,%f1520,%f1519};\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1624,%r1625,%r1626,%r1627}, [%r1765];\n"
@@ -59009,6 +59232,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1494,%f1493,%f1492,%f1491}, {%r1586,%r1587,%r1588,%r1589}, {%r1675,%r1676}, {%f1494,%f1493,%f1492,%f1491};\n"
     "\n"
     "	// end inline asm\n"
@@ -59070,7 +59294,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1491, %f1471;\n"
     "	mov.f32 	%f1492, %f1471;\n"
     "	mov.f32 	%f1493, %f1471;\n"
-    ,
     "	mov.f32 	%f1494, %f1471;\n"
     "	mov.f32 	%f1495, %f1471;\n"
     "	mov.f32 	%f1496, %f1471;\n"
@@ -59139,6 +59362,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p88, %rd51, %rd119;\n"
     "	shl.b64 	%rd368, %rd222, 7;\n"
     "	cvt.u64.u32 	%rd369, %r358;\n"
+    ,
     "	or.b64  	%rd370, %rd368, %rd369;\n"
     "	cvta.to.global.u64 	%rd371, %rd377;\n"
     "	shl.b64 	%rd372, %rd370, 2;\n"
@@ -59202,7 +59426,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd113+416], %f1409;\n"
     "	mul.f32 	%f1410, %f1481, %f1450;\n"
     "	st.global.f32 	[%rd113+420], %f1410;\n"
-    ,
     "	mul.f32 	%f1411, %f1478, %f1450;\n"
     "	st.global.f32 	[%rd113+448], %f1411;\n"
     "	mul.f32 	%f1412, %f1477, %f1450;\n"
@@ -59254,6 +59477,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd113+4352], %f1431;\n"
     "	mul.f32 	%f1432, %f1499, %f1449;\n"
     "	st.global.f32 	[%rd113+4356], %f1432;\n"
+    ,
     "	mul.f32 	%f1433, %f1496, %f1449;\n"
     "	st.global.f32 	[%rd113+4384], %f1433;\n"
     "	mul.f32 	%f1434, %f1495, %f1449;\n"
@@ -59325,7 +59549,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd347, %rd345, %rd346;\n"
     "	cvta.to.global.u64 	%rd348, %rd376;\n"
     "	shl.b64 	%rd349, %rd347, 2;\n"
-    ,
     "	add.s64 	%rd350, %rd348, %rd349;\n"
     "	mul.f32 	%f1319, %f1534, %f1448;\n"
     "	st.global.f32 	[%rd350], %f1319;\n"
@@ -59375,6 +59598,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd350+352], %f1341;\n"
     "	mul.f32 	%f1342, %f1489, %f1448;\n"
     "	st.global.f32 	[%rd350+356], %f1342;\n"
+    ,
     "	mul.f32 	%f1343, %f1486, %f1448;\n"
     "	st.global.f32 	[%rd350+384], %f1343;\n"
     "	mul.f32 	%f1344, %f1485, %f1448;\n"
@@ -59451,7 +59675,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd365, %rd363, 2;\n"
     "	add.s64 	%rd366, %rd364, %rd365;\n"
     "	mul.f32 	%f1351, %f1532, %f1447;\n"
-    ,
     "	st.global.f32 	[%rd366], %f1351;\n"
     "	mul.f32 	%f1352, %f1531, %f1447;\n"
     "	st.global.f32 	[%rd366+4], %f1352;\n"
@@ -59501,6 +59724,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd366+356], %f1374;\n"
     "	mul.f32 	%f1375, %f1484, %f1447;\n"
     "	st.global.f32 	[%rd366+384], %f1375;\n"
+    ,
     "	mul.f32 	%f1376, %f1483, %f1447;\n"
     "	st.global.f32 	[%rd366+388], %f1376;\n"
     "	mul.f32 	%f1377, %f1480, %f1447;\n"
@@ -59562,7 +59786,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd120;\n"
     "	cvta.to.global.u64 	%rd2, %rd121;\n"
     "	add.s64 	%rd122, %rd118, 63;\n"
-    ,
     "	shr.s64 	%rd123, %rd122, 63;\n"
     "	shr.u64 	%rd124, %rd123, 58;\n"
     "	add.s64 	%rd125, %rd122, %rd124;\n"
@@ -59634,6 +59857,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB44_10:\n"
     "	mul.lo.s64 	%rd135, %rd423, %rd118;\n"
     "	add.s64 	%rd136, %rd135, %rd422;\n"
+    ,
     "	mul.lo.s64 	%rd137, %rd136, %rd119;\n"
     "	add.s64 	%rd138, %rd137, %rd424;\n"
     "	mul.lo.s64 	%rd425, %rd138, 3;\n"
@@ -59728,7 +59952,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd150, %rd25, %rd149;\n"
     "	mul.lo.s64 	%rd151, %rd39, %rd12;\n"
     "	add.s64 	%rd152, %rd150, %rd151;\n"
-    ,
     "	shl.b64 	%rd153, %rd152, 1;\n"
     "	add.s64 	%rd154, %rd1, %rd153;\n"
     "	ld.global.v4.u32 	{%r1460, %r1461, %r1462, %r1463}, [%rd154];\n"
@@ -59789,6 +60012,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r284, %r279, %r283;\n"
     "	shl.b32 	%r32, %r284, 3;\n"
     "	cvt.s64.s32 	%rd162, %r31;\n"
+    ,
     "	add.s64 	%rd41, %rd430, %rd162;\n"
     "	setp.ge.s64 	%p14, %rd41, %rd118;\n"
     "	mov.u32 	%r1471, %r1470;\n"
@@ -59866,7 +60090,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB44_35:\n"
     "	mad.lo.s32 	%r325, %r51, 136, %r52;\n"
-    ,
     "	shl.b32 	%r326, %r325, 1;\n"
     "	add.s32 	%r328, %r277, %r326;\n"
     "	st.shared.v4.u32 	[%r328], {%r1478, %r1479, %r1480, %r1481};\n"
@@ -59934,6 +60157,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB44_43:\n"
     "	shr.s32 	%r354, %r1488, 31;\n"
     "	shr.u32 	%r355, %r354, 28;\n"
+    ,
     "	add.s32 	%r356, %r1488, %r355;\n"
     "	and.b32  	%r357, %r356, 536870896;\n"
     "	sub.s32 	%r358, %r1488, %r357;\n"
@@ -60010,7 +60234,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1501, %r1502;\n"
     "	@%p25 bra 	$L__BB44_49;\n"
     "\n"
-    ,
     "	cvt.s64.s32 	%rd205, %r101;\n"
     "	add.s64 	%rd206, %rd25, %rd205;\n"
     "	mul.lo.s64 	%rd207, %rd47, %rd12;\n"
@@ -60070,6 +60293,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1594, 0f00000000;\n"
     "	mov.f32 	%f1595, %f1594;\n"
     "	mov.f32 	%f1596, %f1594;\n"
+    ,
     "	mov.f32 	%f1597, %f1594;\n"
     "	mov.f32 	%f1598, %f1594;\n"
     "	mov.f32 	%f1599, %f1594;\n"
@@ -60155,7 +60379,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1679, %f1594;\n"
     "	mov.f32 	%f1680, %f1594;\n"
     "	mov.f32 	%f1681, %f1594;\n"
-    ,
     "	mov.f32 	%f1682, %f1594;\n"
     "	mov.f32 	%f1683, %f1594;\n"
     "	mov.f32 	%f1684, %f1594;\n"
@@ -60221,6 +60444,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd52, %r441;\n"
     "	add.s32 	%r442, %r1, 128;\n"
     "	shr.s32 	%r443, %r442, 31;\n"
+    ,
     "	shr.u32 	%r444, %r443, 28;\n"
     "	add.s32 	%r445, %r442, %r444;\n"
     "	shr.s32 	%r446, %r445, 4;\n"
@@ -60298,7 +60522,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	add.s64 	%rd63, %rd430, %rd50;\n"
     "	setp.ge.s64 	%p31, %rd63, %rd118;\n"
-    ,
     "	mov.u32 	%r1506, 0;\n"
     "	mov.u32 	%r1507, %r1506;\n"
     "	mov.u32 	%r1508, %r1506;\n"
@@ -60361,6 +60584,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd243, %rd59, %rd242;\n"
     "	shl.b64 	%rd244, %rd243, 1;\n"
     "	add.s64 	%rd245, %rd239, %rd244;\n"
+    ,
     "	ld.global.v4.u32 	{%r1514, %r1515, %r1516, %r1517}, [%rd245];\n"
     "\n"
     "$L__BB44_64:\n"
@@ -60439,7 +60663,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r574, %r573, 28;\n"
     "	add.s32 	%r575, %r178, %r574;\n"
     "	shr.s32 	%r179, %r575, 4;\n"
-    ,
     "	and.b32  	%r576, %r575, 536870896;\n"
     "	sub.s32 	%r577, %r178, %r576;\n"
     "	shl.b32 	%r180, %r577, 3;\n"
@@ -60497,6 +60720,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r601, %r600, 1;\n"
     "	add.s32 	%r603, %r434, %r601;\n"
     "	st.shared.v4.u32 	[%r603+34816], {%r1532, %r1533, %r1534, %r1535};\n"
+    ,
     "	add.s32 	%r199, %r1518, 512;\n"
     "	setp.lt.s32 	%p48, %r1518, -256;\n"
     "	mov.u32 	%r1518, %r199;\n"
@@ -60585,7 +60809,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p57 bra 	$L__BB44_85;\n"
     "\n"
     "	shl.b64 	%rd300, %rd119, 7;\n"
-    ,
     "	selp.b64 	%rd301, 129, %rd300, %p2;\n"
     "	mul.lo.s64 	%rd302, %rd72, %rd301;\n"
     "	add.s64 	%rd303, %rd61, %rd302;\n"
@@ -60651,6 +60874,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r646, %r643, %r645;\n"
     "	shr.s32 	%r208, %r646, 6;\n"
     "	and.b32  	%r647, %r646, 2147483584;\n"
+    ,
     "	sub.s32 	%r648, %r643, %r647;\n"
     "	shl.b32 	%r209, %r648, 1;\n"
     "	cvt.s64.s32 	%rd317, %r208;\n"
@@ -60731,7 +60955,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1583, %f1582;\n"
     "	@%p66 bra 	$L__BB44_95;\n"
     "\n"
-    ,
     "	shl.b64 	%rd338, %rd119, 7;\n"
     "	selp.b64 	%rd339, 129, %rd338, %p2;\n"
     "	mul.lo.s64 	%rd340, %rd76, %rd339;\n"
@@ -60796,6 +61019,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd361, %rd359, %rd360;\n"
     "	ld.global.f32 	%f1585, [%rd361];\n"
     "\n"
+    ,
     "$L__BB44_101:\n"
     "	mov.u32 	%r684, _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5dot_s;\n"
     "	add.s32 	%r685, %r684, %r679;\n"
@@ -60869,7 +61093,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f780, %f1587;\n"
     "	mov.f32 	%f781, %f1587;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f778,%f779,%f780,%f781}, {%r686,%r687,%r688,%r689}, {%r696,%r698}, {%f778,%f779,%f780,%f781};\n"
     "\n"
     "	// end inline asm\n"
@@ -60918,6 +61141,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f786,%f787,%f788,%f789}, {%r730,%r731,%r732,%r733}, {%r741,%r743}, {%f786,%f787,%f788,%f789};\n"
     "\n"
     "	// end inline asm\n"
@@ -60977,7 +61201,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r833,%r834,%r835,%r836}, [%r837];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f778,%f779,%f780,%f781}, {%r818,%r819,%r820,%r821}, {%r828,%r830}, {%f778,%f779,%f780,%f781};\n"
     "\n"
@@ -61019,6 +61242,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f794,%f795,%f796,%f797}, {%r867,%r868,%r869,%r870}, {%r877,%r879}, {%f794,%f795,%f796,%f797};\n"
     "\n"
     "	// end inline asm\n"
@@ -61079,7 +61303,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f786,%f787,%f788,%f789}, {%r950,%r951,%r952,%r953}, {%r961,%r963}, {%f786,%f787,%f788,%f789};\n"
     "\n"
     "	// end inline asm\n"
@@ -61120,6 +61343,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f802,%f803,%f804,%f805}, {%r999,%r1000,%r1001,%r1002}, {%r1010,%r1012}, {%f802,%f803,%f804,%f805};\n"
     "\n"
     "	// end inline asm\n"
@@ -61194,7 +61418,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1015, %f1, %f781;\n"
     "	mov.u32 	%r1084, _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s;\n"
     "	add.s32 	%r1085, %r1084, %r1062;\n"
-    ,
     "	ld.shared.f32 	%f1016, [%r1085+4];\n"
     "	sub.f32 	%f1017, %f1015, %f1016;\n"
     "	ex2.approx.f32 	%f1589, %f1017;\n"
@@ -61250,6 +61473,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1116, _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s;\n"
     "	add.s32 	%r1117, %r1116, %r1062;\n"
     "	ld.shared.f32 	%f1028, [%r1117+32];\n"
+    ,
     "	sub.f32 	%f1029, %f1027, %f1028;\n"
     "	ex2.approx.f32 	%f1592, %f1029;\n"
     "\n"
@@ -61329,7 +61553,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1657,%f1656,%f1655,%f1654}, {%r1127,%r1128,%r1129,%r1130}, {%r1136,%r1137}, {%f1657,%f1656,%f1655,%f1654};\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1653,%f1652,%f1651,%f1650}, {%r1127,%r1128,%r1129,%r1130}, {%r1138,%r1139}, {%f1653,%f1652,%f1651,%f1650};\n"
@@ -61368,6 +61591,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1705,%f1704,%f1703,%f1702}, {%r1123,%r1124,%r1125,%r1126}, {%r1199,%r1200}, {%f1705,%f1704,%f1703,%f1702};\n"
     "\n"
     "	// end inline asm\n"
@@ -61420,7 +61644,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1685,%f1684,%f1683,%f1682}, {%r1123,%r1124,%r1125,%r1126}, {%r1269,%r1270}, {%f1685,%f1684,%f1683,%f1682};\n"
     "\n"
     "	// end inline asm\n"
@@ -61455,6 +61678,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1613,%f1612,%f1611,%f1610}, {%r1127,%r1128,%r1129,%r1130}, {%r1308,%r1309}, {%f1613,%f1612,%f1611,%f1610};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1335,%r1336,%r1337,%r1338}, [%r969];\n"
@@ -61512,7 +61736,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p2 bra 	$L__BB44_136;\n"
     "\n"
     "	setp.ge.s64 	%p99, %rd49, %rd118;\n"
-    ,
     "	@%p99 bra 	$L__BB44_128;\n"
     "\n"
     "	add.s64 	%rd83, %rd49, %rd13;\n"
@@ -61566,6 +61789,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1379, %f1648, %f1441;\n"
     "	st.global.f32 	[%rd110+68], %f1379;\n"
     "	st.global.f32 	[%rd111+64], %f1713;\n"
+    ,
     "	st.global.f32 	[%rd111+68], %f1712;\n"
     "	mul.f32 	%f1380, %f1645, %f1441;\n"
     "	st.global.f32 	[%rd110+96], %f1380;\n"
@@ -61630,7 +61854,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1400, %f1605, %f1441;\n"
     "	st.global.f32 	[%rd110+416], %f1400;\n"
     "	mul.f32 	%f1401, %f1604, %f1441;\n"
-    ,
     "	st.global.f32 	[%rd110+420], %f1401;\n"
     "	st.global.f32 	[%rd111+416], %f1669;\n"
     "	st.global.f32 	[%rd111+420], %f1668;\n"
@@ -61678,6 +61901,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd111+4192], %f1707;\n"
     "	st.global.f32 	[%rd111+4196], %f1706;\n"
     "	mul.f32 	%f1414, %f1639, %f1440;\n"
+    ,
     "	st.global.f32 	[%rd110+4224], %f1414;\n"
     "	mul.f32 	%f1415, %f1638, %f1440;\n"
     "	st.global.f32 	[%rd110+4228], %f1415;\n"
@@ -61740,7 +61964,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1434, %f1599, %f1440;\n"
     "	st.global.f32 	[%rd110+4544], %f1434;\n"
     "	mul.f32 	%f1435, %f1598, %f1440;\n"
-    ,
     "	st.global.f32 	[%rd110+4548], %f1435;\n"
     "	st.global.f32 	[%rd111+4544], %f1663;\n"
     "	st.global.f32 	[%rd111+4548], %f1662;\n"
@@ -61797,6 +62020,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd383, %rd381, %rd380;\n"
     "	shl.b64 	%rd384, %rd383, 2;\n"
     "	add.s64 	%rd385, %rd382, %rd384;\n"
+    ,
     "	mul.f32 	%f1310, %f1657, %f1439;\n"
     "	st.global.f32 	[%rd385+512], %f1310;\n"
     "	mul.f32 	%f1311, %f1656, %f1439;\n"
@@ -61859,7 +62083,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd385+1316], %f1684;\n"
     "	mul.f32 	%f1330, %f1617, %f1439;\n"
     "	st.global.f32 	[%rd385+832], %f1330;\n"
-    ,
     "	mul.f32 	%f1331, %f1616, %f1439;\n"
     "	st.global.f32 	[%rd385+836], %f1331;\n"
     "	st.global.f32 	[%rd385+1344], %f1681;\n"
@@ -61913,6 +62136,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB44_131:\n"
     "	cvt.u32.u64 	%r1425, %rd118;\n"
+    ,
     "	cvt.u32.u64 	%r1426, %rd97;\n"
     "	div.u32 	%r1427, %r1426, %r1425;\n"
     "	mul.lo.s32 	%r1428, %r1427, %r1425;\n"
@@ -61984,7 +62208,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd401+640], %f1350;\n"
     "	mul.f32 	%f1351, %f1638, %f1438;\n"
     "	st.global.f32 	[%rd401+644], %f1351;\n"
-    ,
     "	st.global.f32 	[%rd401+1152], %f1703;\n"
     "	st.global.f32 	[%rd401+1156], %f1702;\n"
     "	mul.f32 	%f1352, %f1635, %f1438;\n"
@@ -62030,6 +62253,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd401+1376], %f1675;\n"
     "	st.global.f32 	[%rd401+1380], %f1674;\n"
     "	mul.f32 	%f1366, %f1607, %f1438;\n"
+    ,
     "	st.global.f32 	[%rd401+896], %f1366;\n"
     "	mul.f32 	%f1367, %f1606, %f1438;\n"
     "	st.global.f32 	[%rd401+900], %f1367;\n"
@@ -62113,7 +62337,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r4, %f2, %f3;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	sub.s64 	%rd18, %rd13, %rd2;\n"
     "	shl.b64 	%rd19, %rd18, 1;\n"
     "	add.s64 	%rd20, %rd11, %rd19;\n"
@@ -62177,6 +62400,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "{\n"
     "	.reg .pred 	%p<127>;\n"
     "	.reg .f32 	%f<1443>;\n"
+    ,
     "	.reg .b32 	%r<1722>;\n"
     "	.reg .b64 	%rd<409>;\n"
     "	// demoted variable\n"
@@ -62263,7 +62487,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd83, %rd81, %rd82;\n"
     "	shl.b64 	%rd84, %rd83, 1;\n"
     "	add.s64 	%rd79, %rd68, %rd84;\n"
-    ,
     "	add.s32 	%r228, %r9, %r8;\n"
     "	shl.b32 	%r229, %r228, 1;\n"
     "	mov.u32 	%r230, _ZZ13k_flash2_backE2sm;\n"
@@ -62330,6 +62553,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r239, _ZZ13k_flash2_backE2sm;\n"
     "	add.s32 	%r240, %r239, %r238;\n"
     "	mov.u32 	%r241, 0;\n"
+    ,
     "	st.shared.v4.u32 	[%r240], {%r241, %r241, %r241, %r241};\n"
     "\n"
     "$L__BB46_14:\n"
@@ -62420,7 +62644,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r278, %r277, 29;\n"
     "	add.s32 	%r279, %r276, %r278;\n"
     "	shr.s32 	%r280, %r279, 3;\n"
-    ,
     "	and.b32  	%r281, %r279, 536870904;\n"
     "	sub.s32 	%r282, %r276, %r281;\n"
     "	shl.b32 	%r22, %r282, 3;\n"
@@ -62487,6 +62710,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r301, %r298, 3;\n"
     "	cvt.s64.s32 	%rd113, %r301;\n"
     "	add.s64 	%rd17, %rd10, %rd113;\n"
+    ,
     "	setp.lt.s64 	%p14, %rd17, %rd74;\n"
     "	mul.lo.s32 	%r30, %r301, 72;\n"
     "	@%p14 bra 	$L__BB46_29;\n"
@@ -62578,7 +62802,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r332, %r330, 536870904;\n"
     "	sub.s32 	%r333, %r37, %r332;\n"
     "	shl.b32 	%r38, %r333, 3;\n"
-    ,
     "	cvt.s64.s32 	%rd127, %r331;\n"
     "	add.s64 	%rd19, %rd10, %rd127;\n"
     "	setp.lt.s64 	%p18, %rd19, %rd74;\n"
@@ -62640,6 +62863,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r358, _ZZ13k_flash2_backE2sm;\n"
     "	add.s32 	%r359, %r358, %r357;\n"
     "	add.s32 	%r355, %r359, 14336;\n"
+    ,
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r355], [%rd135], 16;\n"
     "\n"
@@ -62730,7 +62954,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r391, %r386, 14368;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r387,%r388,%r389,%r390}, [%r391];\n"
     "\n"
     "	// end inline asm\n"
@@ -62793,6 +63016,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r433, %r430, 3;\n"
     "	cvt.s64.s32 	%rd152, %r433;\n"
     "	add.s64 	%rd24, %rd10, %rd152;\n"
+    ,
     "	setp.lt.s64 	%p24, %rd24, %rd74;\n"
     "	mul.lo.s32 	%r83, %r433, 72;\n"
     "	@%p24 bra 	$L__BB46_50;\n"
@@ -62883,7 +63107,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd166, %r463;\n"
     "	add.s64 	%rd26, %rd10, %rd166;\n"
     "	setp.lt.s64 	%p28, %rd26, %rd74;\n"
-    ,
     "	mul.lo.s32 	%r92, %r463, 72;\n"
     "	@%p28 bra 	$L__BB46_58;\n"
     "	bra.uni 	$L__BB46_57;\n"
@@ -62950,6 +63173,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r483, %r482, 1;\n"
     "	add.s32 	%r485, %r423, %r483;\n"
     "	mov.u32 	%r486, 0;\n"
+    ,
     "	st.shared.v4.u32 	[%r485+14336], {%r486, %r486, %r486, %r486};\n"
     "\n"
     "$L__BB46_62:\n"
@@ -63042,7 +63266,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r524], [%rd188], 16;\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	bra.uni 	$L__BB46_72;\n"
     "\n"
@@ -63109,6 +63332,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r547, %r111, %r546;\n"
     "	shr.s32 	%r548, %r547, 3;\n"
     "	and.b32  	%r549, %r547, 536870904;\n"
+    ,
     "	sub.s32 	%r550, %r111, %r549;\n"
     "	shl.b32 	%r112, %r550, 3;\n"
     "	cvt.s64.s32 	%rd201, %r548;\n"
@@ -63199,7 +63423,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_84;\n"
     "\n"
     "$L__BB46_85:\n"
-    ,
     "	cvt.s64.s32 	%rd217, %r117;\n"
     "	add.s64 	%rd218, %rd9, %rd217;\n"
     "	shl.b64 	%rd219, %rd33, 6;\n"
@@ -63268,6 +63491,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r599, %r598, 29;\n"
     "	add.s32 	%r600, %r1, %r599;\n"
     "	shr.s32 	%r152, %r600, 3;\n"
+    ,
     "	and.b32  	%r601, %r600, 536870904;\n"
     "	sub.s32 	%r602, %r1, %r601;\n"
     "	shl.b32 	%r153, %r602, 3;\n"
@@ -63355,7 +63579,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1356, %f1298;\n"
     "	mov.f32 	%f1357, %f1298;\n"
     "	mov.f32 	%f1358, %f1298;\n"
-    ,
     "	mov.f32 	%f1359, %f1298;\n"
     "	mov.f32 	%f1360, %f1298;\n"
     "	mov.f32 	%f1361, %f1298;\n"
@@ -63418,6 +63641,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_99;\n"
     "\n"
     "$L__BB46_100:\n"
+    ,
     "	shl.b64 	%rd239, %rd41, 6;\n"
     "	add.s64 	%rd240, %rd34, %rd239;\n"
     "	shl.b64 	%rd241, %rd240, 1;\n"
@@ -63518,7 +63742,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r675, %r674, 29;\n"
     "	add.s32 	%r676, %r1718, %r675;\n"
     "	and.b32  	%r677, %r676, 536870904;\n"
-    ,
     "	sub.s32 	%r678, %r1718, %r677;\n"
     "	shl.b32 	%r175, %r678, 3;\n"
     "	shr.s32 	%r679, %r676, 3;\n"
@@ -63580,6 +63803,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd267, %rd266, 1;\n"
     "	add.s64 	%rd261, %rd67, %rd267;\n"
     "	shl.b32 	%r707, %r706, 1;\n"
+    ,
     "	add.s32 	%r704, %r423, %r707;\n"
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r704], [%rd261], 16;\n"
@@ -63671,7 +63895,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB46_120:\n"
     "	add.s32 	%r734, %r181, %r161;\n"
-    ,
     "	add.s32 	%r735, %r734, %r182;\n"
     "	shl.b32 	%r736, %r735, 1;\n"
     "	add.s32 	%r738, %r423, %r736;\n"
@@ -63738,6 +63961,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvt.s64.s32 	%rd289, %r154;\n"
     "	add.s64 	%rd49, %rd40, %rd289;\n"
+    ,
     "	setp.lt.s64 	%p63, %rd49, %rd74;\n"
     "	@%p63 bra 	$L__BB46_131;\n"
     "	bra.uni 	$L__BB46_130;\n"
@@ -63832,7 +64056,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_140;\n"
     "\n"
     "$L__BB46_138:\n"
-    ,
     "	add.s32 	%r796, %r192, %r184;\n"
     "	add.s32 	%r797, %r796, %r193;\n"
     "	shl.b32 	%r798, %r797, 1;\n"
@@ -63894,6 +64117,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd53, %rd40, %rd315;\n"
     "	setp.lt.s64 	%p69, %rd53, %rd74;\n"
     "	mul.lo.s32 	%r197, %r829, 72;\n"
+    ,
     "	@%p69 bra 	$L__BB46_145;\n"
     "	bra.uni 	$L__BB46_144;\n"
     "\n"
@@ -63987,7 +64211,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd403, [k_flash2_back_param_4];\n"
     "	shl.b64 	%rd333, %rd40, 1;\n"
     "	cvt.u64.u32 	%rd334, %r616;\n"
-    ,
     "	shl.b64 	%rd335, %rd8, 1;\n"
     "	add.s64 	%rd336, %rd335, %rd334;\n"
     "	add.s64 	%rd337, %rd336, %rd333;\n"
@@ -64047,6 +64270,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f567, %f1364;\n"
     "	mov.f32 	%f568, %f1364;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f565,%f566,%f567,%f568}, {%r382,%r383,%r384,%r385}, {%r872,%r874}, {%f565,%f566,%f567,%f568};\n"
     "\n"
     "	// end inline asm\n"
@@ -64113,7 +64337,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r939,%r940,%r941,%r942}, [%r943];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	add.s32 	%r1155, %r1149, %r1147;\n"
     "	add.s32 	%r1156, %r1155, %r1143;\n"
     "	shl.b32 	%r1157, %r1156, 1;\n"
@@ -64154,6 +64377,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f597,%f598,%f599,%f600}, {%r392,%r393,%r394,%r395}, {%r974,%r976}, {%f597,%f598,%f599,%f600};\n"
     "\n"
     "	// end inline asm\n"
@@ -64210,7 +64434,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f605,%f606,%f607,%f608}, {%r397,%r398,%r399,%r400}, {%r1046,%r1048}, {%f605,%f606,%f607,%f608};\n"
     "\n"
     "	// end inline asm\n"
@@ -64250,6 +64473,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	add.s32 	%r1118, %r1158, 25952;\n"
+    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1114,%r1115,%r1116,%r1117}, [%r1118];\n"
     "\n"
@@ -64323,7 +64547,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mul.f32 	%f758, %f1, %f559;\n"
     "	ld.shared.f32 	%f759, [%r202];\n"
-    ,
     "	sub.f32 	%f760, %f758, %f759;\n"
     "	ex2.approx.f32 	%f1365, %f760;\n"
     "\n"
@@ -64390,6 +64613,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.pred  	%p97, %p95, %p90;\n"
     "	@%p97 bra 	$L__BB46_171;\n"
     "\n"
+    ,
     "	mul.f32 	%f778, %f1, %f568;\n"
     "	ld.shared.f32 	%f779, [%r202+72];\n"
     "	sub.f32 	%f780, %f778, %f779;\n"
@@ -64478,7 +64702,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r1194, %r1160, 25;\n"
     "	cvt.u64.u32 	%rd354, %r1194;\n"
     "	add.s64 	%rd62, %rd38, %rd354;\n"
-    ,
     "	setp.lt.s64 	%p113, %rd62, %rd11;\n"
     "	setp.ge.s64 	%p114, %rd62, %rd74;\n"
     "	or.pred  	%p115, %p113, %p114;\n"
@@ -64538,6 +64761,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1655, %r1654, %r1653;\n"
     "	shl.b32 	%r1656, %r1655, 1;\n"
     "	add.s32 	%r1657, %r423, %r1656;\n"
+    ,
     "	add.s32 	%r1487, %r1657, 9216;\n"
     "	add.s32 	%r1604, %r1657, 13056;\n"
     "	add.s32 	%r1587, %r1652, 4640;\n"
@@ -64616,7 +64840,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1357,%f1356,%f1355,%f1354}, {%r1195,%r1196,%r1197,%r1198}, {%r1205,%r1206}, {%f1357,%f1356,%f1355,%f1354};\n"
     "\n"
     "	// end inline asm\n"
@@ -64655,6 +64878,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	add.s32 	%r1275, %r201, 9280;\n"
+    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1271,%r1272,%r1273,%r1274}, [%r1275];\n"
     "\n"
@@ -64706,7 +64930,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1301,%f1300,%f1299,%f1298}, {%r1199,%r1200,%r1201,%r1202}, {%r1312,%r1313}, {%f1301,%f1300,%f1299,%f1298};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1339, %f1372, %f1371;\n"
     "\n"
@@ -64766,6 +64989,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1357,%f1356,%f1355,%f1354}, {%r1339,%r1340,%r1341,%r1342}, {%r1349,%r1350}, {%f1357,%f1356,%f1355,%f1354};\n"
     "\n"
     "	// end inline asm\n"
@@ -64818,7 +65042,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1341,%f1340,%f1339,%f1338}, {%r1339,%r1340,%r1341,%r1342}, {%r1417,%r1418}, {%f1341,%f1340,%f1339,%f1338};\n"
     "\n"
     "	// end inline asm\n"
@@ -64855,6 +65078,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1301,%f1300,%f1299,%f1298}, {%r1343,%r1344,%r1345,%r1346}, {%r1456,%r1457}, {%f1301,%f1300,%f1299,%f1298};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	bar.sync 	0;\n"
     "	// begin inline asm\n"
@@ -64914,7 +65138,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1141,%f1142,%f1143,%f1144}, {%r1522,%r1524,%r1523,%r1525}, {%r1529,%r1530}, {%f1141,%f1142,%f1143,%f1144};\n"
     "\n"
     "	// end inline asm\n"
@@ -64955,6 +65178,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1157,%f1158,%f1159,%f1160}, {%r1561,%r1563,%r1562,%r1564}, {%r1585,%r1586}, {%f1157,%f1158,%f1159,%f1160};\n"
     "\n"
     "	// end inline asm\n"
@@ -65012,7 +65236,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1239, %f1142, %f362;\n"
     "	atom.global.add.f32 	%f1240, [%rd367], %f1239;\n"
     "	add.s64 	%rd368, %rd364, 64;\n"
-    ,
     "	mul.f32 	%f1241, %f1149, %f362;\n"
     "	atom.global.add.f32 	%f1242, [%rd368], %f1241;\n"
     "	add.s64 	%rd369, %rd364, 68;\n"
@@ -65068,6 +65291,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_192;\n"
     "\n"
     "$L__BB46_92:\n"
+    ,
     "	mov.f32 	%f1298, 0f00000000;\n"
     "	mov.f32 	%f1299, %f1298;\n"
     "	mov.f32 	%f1300, %f1298;\n"
@@ -65151,7 +65375,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd395, %rd388, 6;\n"
     "	add.s64 	%rd396, %rd395, %rd387;\n"
     "	or.b64  	%rd397, %rd396, %rd390;\n"
-    ,
     "	shl.b64 	%rd398, %rd397, 2;\n"
     "	add.s64 	%rd66, %rd393, %rd398;\n"
     "	setp.ge.s64 	%p125, %rd11, %rd74;\n"
@@ -65203,6 +65426,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd65+224], %f1279;\n"
     "	mul.f32 	%f1280, %f1300, %f362;\n"
     "	st.global.f32 	[%rd65+228], %f1280;\n"
+    ,
     "	st.global.f32 	[%rd66+224], %f1333;\n"
     "	st.global.f32 	[%rd66+228], %f1332;\n"
     "\n"
@@ -65274,7 +65498,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ")\n"
     ".maxntid 128, 1, 1\n"
     "{\n"
-    ,
     "	.reg .pred 	%p<8>;\n"
     "	.reg .f32 	%f<27>;\n"
     "	.reg .b32 	%r<27>;\n"
@@ -65339,6 +65562,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r12, %f15;\n"
     "	mov.u32 	%r13, 16;\n"
     "	mov.u32 	%r14, -1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r15|%p2, %r12, %r13, %r8, %r14;\n"
     "	mov.b32 	%f16, %r15;\n"
     "	add.f32 	%f17, %f15, %f16;\n"
@@ -65412,7 +65636,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd70, [k_flash2_back_d128_param_7];\n"
     "	ld.param.f32 	%f574, [k_flash2_back_d128_param_8];\n"
     "	mov.u32 	%r197, %ctaid.x;\n"
-    ,
     "	cvt.u64.u32 	%rd1, %r197;\n"
     "	and.b64  	%rd71, %rd69, -4294967296;\n"
     "	setp.eq.s64 	%p1, %rd71, 0;\n"
@@ -65484,6 +65707,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd75, %rd64, %rd80;\n"
     "	add.s32 	%r222, %r9, %r8;\n"
     "	shl.b32 	%r223, %r222, 1;\n"
+    ,
     "	mov.u32 	%r224, _ZZ18k_flash2_back_d128E2sm;\n"
     "	add.s32 	%r221, %r224, %r223;\n"
     "	// begin inline asm\n"
@@ -65572,7 +65796,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd92, %rd14, 7;\n"
     "	add.s64 	%rd93, %rd91, %rd92;\n"
     "	shl.b64 	%rd94, %rd93, 1;\n"
-    ,
     "	add.s64 	%rd89, %rd64, %rd94;\n"
     "	add.s32 	%r253, %r17, %r16;\n"
     "	shl.b32 	%r254, %r253, 1;\n"
@@ -65639,6 +65862,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r274, %r273, 28;\n"
     "	add.s32 	%r275, %r272, %r274;\n"
     "	shr.s32 	%r276, %r275, 4;\n"
+    ,
     "	and.b32  	%r277, %r275, 536870896;\n"
     "	sub.s32 	%r278, %r272, %r277;\n"
     "	shl.b32 	%r20, %r278, 3;\n"
@@ -65727,7 +65951,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.cg.shared.global [%r303], [%rd110], 16;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	bra.uni 	$L__BB48_30;\n"
     "\n"
     "$L__BB48_28:\n"
@@ -65796,6 +66019,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r327, %r324, %r326;\n"
     "	shr.s32 	%r328, %r327, 4;\n"
     "	and.b32  	%r329, %r327, 536870896;\n"
+    ,
     "	sub.s32 	%r330, %r324, %r329;\n"
     "	shl.b32 	%r35, %r330, 3;\n"
     "	cvt.s64.s32 	%rd123, %r328;\n"
@@ -65879,7 +66103,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r360, %r359, 28;\n"
     "	add.s32 	%r361, %r358, %r360;\n"
     "	shr.s32 	%r362, %r361, 4;\n"
-    ,
     "	and.b32  	%r363, %r361, 536870896;\n"
     "	sub.s32 	%r364, %r358, %r363;\n"
     "	shl.b32 	%r39, %r364, 3;\n"
@@ -65947,6 +66170,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r384, %r422, 20512;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r380,%r381,%r382,%r383}, [%r384];\n"
     "\n"
     "	// end inline asm\n"
@@ -66030,7 +66254,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r440, %r439, 1;\n"
     "	add.s32 	%r442, %r421, %r440;\n"
     "	add.s32 	%r438, %r442, 20480;\n"
-    ,
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r438], [%rd149], 16;\n"
     "\n"
@@ -66100,6 +66323,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r462, %r459, %r461;\n"
     "	shr.s32 	%r463, %r462, 4;\n"
     "	and.b32  	%r464, %r462, 536870896;\n"
+    ,
     "	sub.s32 	%r465, %r459, %r464;\n"
     "	shl.b32 	%r86, %r465, 3;\n"
     "	cvt.s64.s32 	%rd162, %r463;\n"
@@ -66187,7 +66411,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s64 	%p30, %rd28, %rd70;\n"
     "	mul.lo.s32 	%r91, %r497, 136;\n"
     "	@%p30 bra 	$L__BB48_64;\n"
-    ,
     "	bra.uni 	$L__BB48_63;\n"
     "\n"
     "$L__BB48_64:\n"
@@ -66258,6 +66481,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd188, %rd186, %rd187;\n"
     "	shl.b64 	%rd189, %rd188, 1;\n"
     "	add.s64 	%rd184, %rd66, %rd189;\n"
+    ,
     "	add.s32 	%r526, %r98, %r97;\n"
     "	shl.b32 	%r527, %r526, 1;\n"
     "	add.s32 	%r529, %r421, %r527;\n"
@@ -66348,7 +66572,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd203, %rd202, 1;\n"
     "	add.s64 	%rd198, %rd66, %rd203;\n"
     "	add.s32 	%r559, %r106, %r105;\n"
-    ,
     "	shl.b32 	%r560, %r559, 1;\n"
     "	add.s32 	%r562, %r421, %r560;\n"
     "	add.s32 	%r558, %r562, 29184;\n"
@@ -66414,6 +66637,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r585, %r583, 536870896;\n"
     "	sub.s32 	%r586, %r580, %r585;\n"
     "	shl.b32 	%r109, %r586, 3;\n"
+    ,
     "	cvt.s64.s32 	%rd211, %r584;\n"
     "	add.s64 	%rd33, %rd10, %rd211;\n"
     "	setp.lt.s64 	%p40, %rd33, %rd70;\n"
@@ -66506,7 +66730,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1779, %f1759;\n"
     "	mov.f32 	%f1780, %f1759;\n"
     "	mov.f32 	%f1781, %f1759;\n"
-    ,
     "	mov.f32 	%f1782, %f1759;\n"
     "	mov.f32 	%f1783, %f1759;\n"
     "	mov.f32 	%f1784, %f1759;\n"
@@ -66572,6 +66795,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1844, %f1759;\n"
     "	mov.f32 	%f1845, %f1759;\n"
     "	mov.f32 	%f1846, %f1759;\n"
+    ,
     "	mov.f32 	%f1847, %f1759;\n"
     "	mov.f32 	%f1848, %f1759;\n"
     "	mov.f32 	%f1849, %f1759;\n"
@@ -66659,7 +66883,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB48_95:\n"
     "	mov.u32 	%r619, %tid.x;\n"
-    ,
     "	setp.gt.s32 	%p46, %r619, 255;\n"
     "	add.s64 	%rd40, %rd38, 16;\n"
     "	xor.b32  	%r151, %r150, 1;\n"
@@ -66727,6 +66950,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB48_98:\n"
     "	mov.u32 	%r645, 0;\n"
     "	add.s32 	%r1696, %r626, 20480;\n"
+    ,
     "	st.shared.v4.u32 	[%r1696], {%r645, %r645, %r645, %r645};\n"
     "\n"
     "$L__BB48_100:\n"
@@ -66820,7 +67044,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r691, %r690, %r168;\n"
     "	cvt.s64.s32 	%rd251, %r167;\n"
     "	add.s64 	%rd252, %rd9, %rd251;\n"
-    ,
     "	shl.b64 	%rd253, %rd44, 7;\n"
     "	add.s64 	%rd254, %rd252, %rd253;\n"
     "	shl.b64 	%rd255, %rd254, 1;\n"
@@ -66886,6 +67109,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r172, %r169, 128;\n"
     "	shr.s32 	%r711, %r172, 31;\n"
     "	shr.u32 	%r712, %r711, 28;\n"
+    ,
     "	add.s32 	%r713, %r172, %r712;\n"
     "	shr.s32 	%r714, %r713, 4;\n"
     "	and.b32  	%r715, %r713, 536870896;\n"
@@ -66975,7 +67199,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	max.s32 	%r747, %r619, 128;\n"
     "	add.s32 	%r748, %r747, 127;\n"
-    ,
     "	sub.s32 	%r749, %r748, %r619;\n"
     "	shr.u32 	%r750, %r749, 7;\n"
     "	add.s32 	%r751, %r750, 1;\n"
@@ -67044,6 +67267,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB48_131;\n"
     "\n"
     "$L__BB48_129:\n"
+    ,
     "	mov.u32 	%r766, 0;\n"
     "	add.s32 	%r1700, %r632, 20480;\n"
     "	st.shared.v4.u32 	[%r1700+8704], {%r766, %r766, %r766, %r766};\n"
@@ -67133,7 +67357,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r812, %r811, 4;\n"
     "	and.b32  	%r813, %r811, 536870896;\n"
     "	sub.s32 	%r814, %r808, %r813;\n"
-    ,
     "	shl.b32 	%r188, %r814, 3;\n"
     "	cvt.s64.s32 	%rd303, %r812;\n"
     "	add.s64 	%rd52, %rd40, %rd303;\n"
@@ -67198,6 +67421,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.cg.shared.global [%r839], [%rd312], 16;\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	bra.uni 	$L__BB48_145;\n"
     "\n"
     "$L__BB48_143:\n"
@@ -67287,7 +67511,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r869, %r868, 2;\n"
     "	mov.u32 	%r870, _ZZ18k_flash2_back_d128E6stat_s;\n"
     "	add.s32 	%r871, %r870, %r869;\n"
-    ,
     "	st.shared.f32 	[%r871], %f1750;\n"
     "\n"
     "$L__BB48_153:\n"
@@ -67348,6 +67571,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f875, %f1752;\n"
     "	mov.f32 	%f876, %f1752;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f873,%f874,%f875,%f876}, {%r872,%r873,%r874,%r875}, {%r878,%r880}, {%f873,%f874,%f875,%f876};\n"
     "\n"
     "	// end inline asm\n"
@@ -67408,7 +67632,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r964, %r1198, 29248;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r960,%r961,%r962,%r963}, [%r964];\n"
     "\n"
     "	// end inline asm\n"
@@ -67451,6 +67674,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f881,%f882,%f883,%f884}, {%r390,%r391,%r392,%r393}, {%r999,%r1001}, {%f881,%f882,%f883,%f884};\n"
     "\n"
     "	// end inline asm\n"
@@ -67507,7 +67731,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f873,%f874,%f875,%f876}, {%r1067,%r1068,%r1069,%r1070}, {%r1073,%r1075}, {%f873,%f874,%f875,%f876};\n"
     "\n"
     "	// end inline asm\n"
@@ -67548,6 +67771,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f889,%f890,%f891,%f892}, {%r405,%r406,%r407,%r408}, {%r1117,%r1119}, {%f889,%f890,%f891,%f892};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1145,%r1146,%r1147,%r1148}, [%r1149];\n"
@@ -67614,7 +67838,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1094, %f1, %f866;\n"
     "	ld.shared.f32 	%f1095, [%r196+8];\n"
     "	sub.f32 	%f1096, %f1094, %f1095;\n"
-    ,
     "	ex2.approx.f32 	%f1752, %f1096;\n"
     "\n"
     "$L__BB48_158:\n"
@@ -67683,6 +67906,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB48_166:\n"
     "	ld.shared.f32 	%f169, [%r196+76];\n"
+    ,
     "	setp.lt.s64 	%p92, %rd57, %rd339;\n"
     "	or.pred  	%p94, %p92, %p87;\n"
     "	mov.f32 	%f1758, 0f00000000;\n"
@@ -67761,7 +67985,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r1220, %f1754, %f1753;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1221, %f1756, %f1755;\n"
     "\n"
@@ -67821,6 +68044,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1882,%f1881,%f1880,%f1879}, {%r1219,%r1220,%r1221,%r1222}, {%r1229,%r1230}, {%f1882,%f1881,%f1880,%f1879};\n"
     "\n"
     "	// end inline asm\n"
@@ -67869,7 +68093,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1866,%f1865,%f1864,%f1863}, {%r1219,%r1220,%r1221,%r1222}, {%r1297,%r1298}, {%f1866,%f1865,%f1864,%f1863};\n"
     "\n"
     "	// end inline asm\n"
@@ -67910,6 +68133,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1368,%r1369,%r1370,%r1371}, [%r1372];\n"
     "\n"
     "	// end inline asm\n"
@@ -67958,7 +68182,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1436,%r1437,%r1438,%r1439}, [%r1440];\n"
     "\n"
     "	// end inline asm\n"
@@ -67999,6 +68222,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1762,%f1761,%f1760,%f1759}, {%r1223,%r1224,%r1225,%r1226}, {%r1472,%r1473}, {%f1762,%f1761,%f1760,%f1759};\n"
     "\n"
     "	// end inline asm\n"
@@ -68056,7 +68280,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1425,%f1426,%f1427,%f1428}, {%r1538,%r1540,%r1539,%r1541}, {%r1543,%r1544}, {%f1425,%f1426,%f1427,%f1428};\n"
     "\n"
     "	// end inline asm\n"
@@ -68097,6 +68320,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1441,%f1442,%f1443,%f1444}, {%r1577,%r1579,%r1578,%r1580}, {%r1599,%r1600}, {%f1441,%f1442,%f1443,%f1444};\n"
     "\n"
     "	// end inline asm\n"
@@ -68152,7 +68376,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	atom.global.add.f32 	%f1528, [%rd353], %f1527;\n"
     "	add.s64 	%rd354, %rd352, 32;\n"
     "	mul.f32 	%f1529, %f1433, %f574;\n"
-    ,
     "	atom.global.add.f32 	%f1530, [%rd354], %f1529;\n"
     "	add.s64 	%rd355, %rd352, 36;\n"
     "	mul.f32 	%f1531, %f1434, %f574;\n"
@@ -68204,6 +68427,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1553, %f1451, %f574;\n"
     "	atom.global.add.f32 	%f1554, [%rd372], %f1553;\n"
     "	add.s64 	%rd373, %rd366, 100;\n"
+    ,
     "	mul.f32 	%f1555, %f1452, %f574;\n"
     "	atom.global.add.f32 	%f1556, [%rd373], %f1555;\n"
     "\n"
@@ -68274,7 +68498,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd61+192], %f1569;\n"
     "	mul.f32 	%f1570, %f1797, %f574;\n"
     "	st.global.f32 	[%rd61+196], %f1570;\n"
-    ,
     "	st.global.f32 	[%rd62+192], %f1862;\n"
     "	st.global.f32 	[%rd62+196], %f1861;\n"
     "	mul.f32 	%f1571, %f1794, %f574;\n"
@@ -68324,6 +68547,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1586, %f1765, %f574;\n"
     "	st.global.f32 	[%rd61+452], %f1586;\n"
     "	st.global.f32 	[%rd62+448], %f1830;\n"
+    ,
     "	st.global.f32 	[%rd62+452], %f1829;\n"
     "	mul.f32 	%f1587, %f1762, %f574;\n"
     "	st.global.f32 	[%rd61+480], %f1587;\n"
@@ -68389,7 +68613,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd61+4352], %f1605;\n"
     "	mul.f32 	%f1606, %f1787, %f574;\n"
     "	st.global.f32 	[%rd61+4356], %f1606;\n"
-    ,
     "	st.global.f32 	[%rd62+4352], %f1852;\n"
     "	st.global.f32 	[%rd62+4356], %f1851;\n"
     "	mul.f32 	%f1607, %f1784, %f574;\n"
@@ -68443,6 +68666,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ".visible .entry k_flash2_fwd(\n"
     "	.param .u64 k_flash2_fwd_param_0,\n"
     "	.param .u64 k_flash2_fwd_param_1,\n"
+    ,
     "	.param .u64 k_flash2_fwd_param_2,\n"
     "	.param .u64 k_flash2_fwd_param_3,\n"
     "	.param .u64 k_flash2_fwd_param_4,\n"
@@ -68530,7 +68754,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB49_8:\n"
     "	cvt.s64.s32 	%rd66, %r6;\n"
-    ,
     "	add.s64 	%rd67, %rd10, %rd66;\n"
     "	shl.b64 	%rd68, %rd12, 6;\n"
     "	add.s64 	%rd69, %rd67, %rd68;\n"
@@ -68601,6 +68824,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB49_12:\n"
     "	add.s32 	%r155, %r13, %r12;\n"
     "	shl.b32 	%r156, %r155, 1;\n"
+    ,
     "	mov.u32 	%r157, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r158, %r157, %r156;\n"
     "	mov.u32 	%r159, 0;\n"
@@ -68686,7 +68910,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r187, %r19, %r18;\n"
     "	shl.b32 	%r188, %r187, 1;\n"
     "	mov.u32 	%r189, _ZZ12k_flash2_fwdE2sm;\n"
-    ,
     "	add.s32 	%r190, %r189, %r188;\n"
     "	mov.u32 	%r191, 0;\n"
     "	st.shared.v4.u32 	[%r190+18432], {%r191, %r191, %r191, %r191};\n"
@@ -68760,6 +68983,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB49_27:\n"
     "	.pragma \"nounroll\";\n"
     "	shr.s32 	%r218, %r1341, 31;\n"
+    ,
     "	shr.u32 	%r219, %r218, 29;\n"
     "	add.s32 	%r220, %r1341, %r219;\n"
     "	and.b32  	%r221, %r220, 536870904;\n"
@@ -68847,7 +69071,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.v4.u32 	[%r242], {%r243, %r243, %r243, %r243};\n"
     "\n"
     "$L__BB49_35:\n"
-    ,
     "	add.s32 	%r35, %r1341, 128;\n"
     "	shr.s32 	%r248, %r35, 31;\n"
     "	shr.u32 	%r249, %r248, 29;\n"
@@ -68914,6 +69137,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r277, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r274, %r277, %r276;\n"
     "	// begin inline asm\n"
+    ,
     "	cp.async.cg.shared.global [%r274], [%rd117], 16;\n"
     "\n"
     "	// end inline asm\n"
@@ -69005,7 +69229,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB49_50:\n"
     "	cvt.s64.s32 	%rd130, %r48;\n"
     "	add.s64 	%rd131, %rd10, %rd130;\n"
-    ,
     "	shl.b64 	%rd132, %rd22, 6;\n"
     "	add.s64 	%rd133, %rd131, %rd132;\n"
     "	shl.b64 	%rd134, %rd133, 1;\n"
@@ -69075,6 +69298,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r320, %r55, %r54;\n"
     "	shl.b32 	%r321, %r320, 1;\n"
     "	mov.u32 	%r322, _ZZ12k_flash2_fwdE2sm;\n"
+    ,
     "	add.s32 	%r323, %r322, %r321;\n"
     "	mov.u32 	%r324, 0;\n"
     "	st.shared.v4.u32 	[%r323+9216], {%r324, %r324, %r324, %r324};\n"
@@ -69159,7 +69383,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r354, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r355, %r354, %r353;\n"
     "	mov.u32 	%r356, 0;\n"
-    ,
     "	st.shared.v4.u32 	[%r355+9216], {%r356, %r356, %r356, %r356};\n"
     "\n"
     "$L__BB49_62:\n"
@@ -69230,6 +69453,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r408, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r409, %r408, %r407;\n"
     "	add.s32 	%r383, %r409, 18432;\n"
+    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r379,%r380,%r381,%r382}, [%r383];\n"
     "\n"
@@ -69310,7 +69534,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f520, %f1052;\n"
     "	mov.f32 	%f525, %f1052;\n"
     "	mov.f32 	%f526, %f1052;\n"
-    ,
     "	mov.f32 	%f527, %f1052;\n"
     "	mov.f32 	%f528, %f1052;\n"
     "	mov.f32 	%f533, %f1052;\n"
@@ -69384,6 +69607,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.wait_group 0;\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	bra.uni 	$L__BB49_125;\n"
     "\n"
     "$L__BB49_73:\n"
@@ -69474,7 +69698,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r503, %r502, 29;\n"
     "	add.s32 	%r504, %r1347, %r503;\n"
     "	and.b32  	%r505, %r504, 536870904;\n"
-    ,
     "	sub.s32 	%r506, %r1347, %r505;\n"
     "	shl.b32 	%r97, %r506, 3;\n"
     "	shr.s32 	%r507, %r504, 3;\n"
@@ -69544,6 +69767,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB49_90;\n"
     "\n"
     "$L__BB49_88:\n"
+    ,
     "	add.s32 	%r526, %r99, %r87;\n"
     "	add.s32 	%r527, %r526, %r100;\n"
     "	shl.b32 	%r528, %r527, 1;\n"
@@ -69629,7 +69853,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r562, %r103, %r87;\n"
     "	add.s32 	%r563, %r562, %r104;\n"
     "	shl.b32 	%r564, %r563, 1;\n"
-    ,
     "	add.s32 	%r566, %r408, %r564;\n"
     "	mov.u32 	%r567, 0;\n"
     "	st.shared.v4.u32 	[%r566], {%r567, %r567, %r567, %r567};\n"
@@ -69702,6 +69925,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB49_105:\n"
     "	shl.b64 	%rd215, %rd41, 6;\n"
+    ,
     "	add.s64 	%rd216, %rd29, %rd215;\n"
     "	shl.b64 	%rd217, %rd216, 1;\n"
     "	add.s64 	%rd214, %rd52, %rd217;\n"
@@ -69787,7 +70011,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd228, %rd226, %rd227;\n"
     "	shl.b64 	%rd229, %rd228, 1;\n"
     "	add.s64 	%rd224, %rd52, %rd229;\n"
-    ,
     "	shl.b32 	%r657, %r656, 1;\n"
     "	add.s32 	%r654, %r408, %r657;\n"
     "	// begin inline asm\n"
@@ -69856,6 +70079,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r118, %r683, 3;\n"
     "	cvt.s64.s32 	%rd237, %r681;\n"
     "	add.s64 	%rd45, %rd32, %rd237;\n"
+    ,
     "	setp.lt.s64 	%p57, %rd45, %rd55;\n"
     "	mul.lo.s32 	%r119, %r681, 72;\n"
     "	@%p57 bra 	$L__BB49_119;\n"
@@ -69947,7 +70171,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	cvt.u32.u64 	%r1273, %rd282;\n"
     "	and.b32  	%r1274, %r1273, 1;\n"
-    ,
     "	mov.u32 	%r1275, 1;\n"
     "	mul.lo.s32 	%r1276, %r1274, 9216;\n"
     "	mov.u32 	%r1277, %tid.x;\n"
@@ -70004,6 +70227,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f247, %f277;\n"
     "	mov.f32 	%f248, %f277;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f245,%f246,%f247,%f248}, {%r379,%r380,%r381,%r382}, {%r731,%r733}, {%f245,%f246,%f247,%f248};\n"
     "\n"
     "	// end inline asm\n"
@@ -70063,7 +70287,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r802, %r1291, 2336;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r798,%r799,%r800,%r801}, [%r802];\n"
     "\n"
     "	// end inline asm\n"
@@ -70107,6 +70330,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f221,%f222,%f223,%f224}, {%r389,%r390,%r391,%r392}, {%r849,%r851}, {%f221,%f222,%f223,%f224};\n"
     "\n"
     "	// end inline asm\n"
@@ -70162,7 +70386,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f221,%f222,%f223,%f224}, {%r394,%r395,%r396,%r397}, {%r917,%r919}, {%f221,%f222,%f223,%f224};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f229,%f230,%f231,%f232}, {%r394,%r395,%r396,%r397}, {%r918,%r920}, {%f229,%f230,%f231,%f232};\n"
     "\n"
@@ -70203,6 +70426,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f277,%f278,%f279,%f280}, {%r394,%r395,%r396,%r397}, {%r969,%r971}, {%f277,%f278,%f279,%f280};\n"
     "\n"
     "	// end inline asm\n"
@@ -70272,7 +70496,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f742, 0fFF800000, %f741, %p70;\n"
     "	max.f32 	%f743, %f740, %f742;\n"
     "	mul.f32 	%f744, %f1, %f247;\n"
-    ,
     "	selp.f32 	%f745, 0fFF800000, %f744, %p67;\n"
     "	max.f32 	%f746, %f737, %f745;\n"
     "	mul.f32 	%f747, %f1, %f248;\n"
@@ -70320,6 +70543,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.gt.s64 	%p76, %rd266, %rd27;\n"
     "	selp.f32 	%f778, 0fFF800000, %f777, %p76;\n"
     "	max.f32 	%f779, %f776, %f778;\n"
+    ,
     "	mul.f32 	%f780, %f1, %f271;\n"
     "	selp.f32 	%f781, 0fFF800000, %f780, %p73;\n"
     "	max.f32 	%f782, %f773, %f781;\n"
@@ -70392,7 +70616,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f520, %f809, %f520;\n"
     "	mul.f32 	%f527, %f809, %f527;\n"
     "	mul.f32 	%f528, %f809, %f528;\n"
-    ,
     "	mul.f32 	%f535, %f809, %f535;\n"
     "	mul.f32 	%f536, %f809, %f536;\n"
     "	mul.f32 	%f543, %f809, %f543;\n"
@@ -70444,6 +70667,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f838, %f745, %f1055;\n"
     "	ex2.approx.f32 	%f492, %f838;\n"
     "	add.f32 	%f839, %f492, %f833;\n"
+    ,
     "	sub.f32 	%f840, %f748, %f1055;\n"
     "	ex2.approx.f32 	%f491, %f840;\n"
     "	add.f32 	%f841, %f491, %f839;\n"
@@ -70521,7 +70745,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f501,%f502,%f503,%f504}, {%r985,%r986,%r987,%r988}, {%r991,%r992}, {%f501,%f502,%f503,%f504};\n"
     "\n"
     "	// end inline asm\n"
@@ -70561,6 +70784,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f549,%f550,%f551,%f552}, {%r985,%r986,%r987,%r988}, {%r1042,%r1043}, {%f549,%f550,%f551,%f552};\n"
     "\n"
     "	// end inline asm\n"
@@ -70625,7 +70849,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f541,%f542,%f543,%f544}, {%r1057,%r1058,%r1059,%r1060}, {%r1112,%r1113}, {%f541,%f542,%f543,%f544};\n"
     "\n"
     "	// end inline asm\n"
@@ -70672,6 +70895,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f517,%f518,%f519,%f520}, {%r1129,%r1130,%r1131,%r1132}, {%r1152,%r1153}, {%f517,%f518,%f519,%f520};\n"
     "\n"
     "	// end inline asm\n"
@@ -70736,7 +70960,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f509,%f510,%f511,%f512}, {%r1201,%r1202,%r1203,%r1204}, {%r1222,%r1223}, {%f509,%f510,%f511,%f512};\n"
     "\n"
     "	// end inline asm\n"
@@ -70778,6 +71001,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB49_127;\n"
     "\n"
     "$L__BB49_126:\n"
+    ,
     "	mov.f32 	%f1052, 0f00000000;\n"
     "	mov.f32 	%f1054, 0fFF800000;\n"
     "	mov.f32 	%f1053, %f1052;\n"
@@ -70861,7 +71085,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd48+64], %f916;\n"
     "	mul.f32 	%f917, %f911, %f510;\n"
     "	st.global.f32 	[%rd48+68], %f917;\n"
-    ,
     "	mul.f32 	%f918, %f911, %f517;\n"
     "	st.global.f32 	[%rd48+96], %f918;\n"
     "	mul.f32 	%f919, %f911, %f518;\n"
@@ -70911,6 +71134,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f946, 0f3E93BF99;\n"
     "	fma.rn.f32 	%f947, %f945, %f934, %f946;\n"
     "	mov.f32 	%f948, 0fBEB8AA49;\n"
+    ,
     "	fma.rn.f32 	%f949, %f947, %f934, %f948;\n"
     "	mov.f32 	%f950, 0f3EF6384A;\n"
     "	fma.rn.f32 	%f951, %f949, %f934, %f950;\n"
@@ -70986,7 +71210,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.lt.f32 	%p94, %f115, 0f00800000;\n"
     "	mul.f32 	%f982, %f115, 0f4B000000;\n"
-    ,
     "	selp.f32 	%f116, %f982, %f115, %p94;\n"
     "	selp.f32 	%f983, 0fC1B80000, 0f00000000, %p94;\n"
     "	mov.b32 	%r1331, %f116;\n"
@@ -71040,6 +71263,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "}\n"
     "	// .globl	k_moe_layout\n"
+    ,
     ".visible .entry k_moe_layout(\n"
     "	.param .u64 k_moe_layout_param_0,\n"
     "	.param .u64 k_moe_layout_param_1,\n"
@@ -71128,7 +71352,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd68, %rd113, 2;\n"
     "	add.s64 	%rd16, %rd3, %rd68;\n"
     "	ld.global.nc.u32 	%r98, [%rd16];\n"
-    ,
     "	setp.eq.s32 	%p20, %r98, %r147;\n"
     "	selp.u32 	%r99, 1, 0, %p20;\n"
     "	add.s32 	%r151, %r151, %r99;\n"
@@ -71197,6 +71420,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r111, %r110, %r70;\n"
     "	st.global.u32 	[%rd90+8], %r111;\n"
     "	add.s32 	%r112, %r111, %r70;\n"
+    ,
     "	st.global.u32 	[%rd90+12], %r112;\n"
     "	add.s32 	%r159, %r159, 4;\n"
     "	add.s32 	%r158, %r158, -4;\n"
@@ -71297,7 +71521,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd77, %rd4, %rd75;\n"
     "	ld.global.s32 	%rd78, [%rd77];\n"
     "	add.s64 	%rd79, %rd115, %rd78;\n"
-    ,
     "	st.global.u32 	[%rd76+4], %rd79;\n"
     "	ld.global.s32 	%rd80, [%rd77+4];\n"
     "	add.s64 	%rd81, %rd79, %rd80;\n"
@@ -71369,6 +71592,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s64 	%rd28, %rd27, %rd40;\n"
     "\n"
     "$L__BB50_46:\n"
+    ,
     "	mul.wide.s32 	%rd98, %r162, 4;\n"
     "	add.s64 	%rd99, %rd5, %rd98;\n"
     "	ld.global.u32 	%r52, [%rd99];\n"
@@ -71462,7 +71686,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s32 	%p70, %r164, %r53;\n"
     "	add.s32 	%r131, %r164, %r52;\n"
     "	cvt.s64.s32 	%rd108, %r131;\n"
-    ,
     "	setp.lt.s64 	%p71, %rd108, %rd41;\n"
     "	and.pred  	%p72, %p70, %p71;\n"
     "	selp.b32 	%r132, %r131, -1, %p72;\n"
@@ -71537,6 +71760,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB50_14:\n"
     "	mul.wide.s32 	%rd59, %r145, 4;\n"
     "	add.s64 	%rd60, %rd4, %rd59;\n"
+    ,
     "	mov.u32 	%r80, 0;\n"
     "	st.global.u32 	[%rd60], %r80;\n"
     "	add.s64 	%rd61, %rd60, %rd7;\n"
@@ -71629,7 +71853,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd29, %rd2, %rd28;\n"
     "	ld.global.nc.f32 	%f36, [%rd29];\n"
     "	setp.gt.f32 	%p17, %f36, %f227;\n"
-    ,
     "	selp.f32 	%f37, %f36, %f227, %p17;\n"
     "	ld.global.nc.f32 	%f38, [%rd29+4];\n"
     "	setp.gt.f32 	%p18, %f38, %f37;\n"
@@ -71696,6 +71919,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f53, %f50, %f52, %f51;\n"
     "	cvt.sat.f32.f32 	%f54, %f53;\n"
     "	mov.f32 	%f55, 0f4B400001;\n"
+    ,
     "	mov.f32 	%f56, 0f437C0000;\n"
     "	fma.rm.f32 	%f57, %f54, %f56, %f55;\n"
     "	add.f32 	%f58, %f57, 0fCB40007F;\n"
@@ -71774,7 +71998,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f108, 0f4B400001;\n"
     "	mov.f32 	%f109, 0f437C0000;\n"
     "	fma.rm.f32 	%f110, %f107, %f109, %f108;\n"
-    ,
     "	add.f32 	%f111, %f110, 0fCB40007F;\n"
     "	neg.f32 	%f112, %f111;\n"
     "	mov.f32 	%f113, 0f3FB8AA3B;\n"
@@ -71832,6 +72055,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	shl.b64 	%rd40, %rd11, 2;\n"
     "	add.s64 	%rd14, %rd3, %rd40;\n"
+    ,
     "	mov.u32 	%r87, 0;\n"
     "\n"
     "$L__BB51_22:\n"
@@ -71931,7 +72155,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB51_54;\n"
     "\n"
     "$L__BB51_24:\n"
-    ,
     "	setp.eq.s64 	%p37, %rd19, 0;\n"
     "	@%p37 bra 	$L__BB51_34;\n"
     "\n"
@@ -71999,6 +72222,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	abs.f32 	%f174, %f229;\n"
     "	setp.le.f32 	%p49, %f174, 0f7F800000;\n"
     "	mov.pred 	%p81, %p42;\n"
+    ,
     "	@%p49 bra 	$L__BB51_33;\n"
     "\n"
     "	abs.f32 	%f175, %f19;\n"
@@ -72093,7 +72317,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd65, %rd11, %rd64;\n"
     "	shl.b64 	%rd66, %rd65, 2;\n"
     "	add.s64 	%rd67, %rd3, %rd66;\n"
-    ,
     "	st.global.u32 	[%rd67], %r97;\n"
     "	add.s32 	%r87, %r87, 1;\n"
     "	setp.lt.s32 	%p78, %r87, %r37;\n"
@@ -72160,6 +72383,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ne.s32 	%p1, %r1, 0;\n"
     "	add.s32 	%r4, %r72, -1;\n"
     "	add.s32 	%r5, %r71, -1;\n"
+    ,
     "	and.b32  	%r6, %r72, 3;\n"
     "	sub.s32 	%r7, %r72, %r6;\n"
     "	and.b32  	%r8, %r71, 3;\n"
@@ -72250,7 +72474,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB52_10:\n"
     "	setp.eq.s32 	%p32, %r260, 0;\n"
-    ,
     "	mov.f32 	%f1010, 0f3F800000;\n"
     "	mov.f32 	%f1000, 0f00000000;\n"
     "	@%p32 bra 	$L__BB52_56;\n"
@@ -72316,6 +72539,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p71 bra 	$L__BB52_48;\n"
     "\n"
     "	ld.global.nc.f32 	%f32, [%rd17+8];\n"
+    ,
     "	setp.leu.f32 	%p73, %f32, %f1000;\n"
     "	@%p73 bra 	$L__BB52_48;\n"
     "\n"
@@ -72393,7 +72617,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.sat.f32.f32 	%f408, %f407;\n"
     "	fma.rm.f32 	%f409, %f408, %f370, %f369;\n"
     "	add.f32 	%f410, %f409, 0fCB40007F;\n"
-    ,
     "	neg.f32 	%f411, %f410;\n"
     "	fma.rn.f32 	%f412, %f406, %f374, %f411;\n"
     "	fma.rn.f32 	%f413, %f406, %f376, %f412;\n"
@@ -72451,6 +72674,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r171, %f441;\n"
     "	shl.b32 	%r172, %r171, 23;\n"
     "	mov.b32 	%f448, %r172;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f449, %f447;\n"
     "	fma.rn.f32 	%f1010, %f449, %f448, %f1010;\n"
     "	@%p79 bra 	$L__BB52_56;\n"
@@ -72531,7 +72755,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd114, %rd113, 2;\n"
     "	add.s64 	%rd115, %rd3, %rd114;\n"
     "	ld.global.nc.f32 	%f235, [%rd115];\n"
-    ,
     "	setp.gt.f32 	%p46, %f235, %f234;\n"
     "	selp.f32 	%f1000, %f235, %f234, %p46;\n"
     "	add.s32 	%r266, %r266, 4;\n"
@@ -72599,6 +72822,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd133, %rd132, 2;\n"
     "	add.s64 	%rd134, %rd4, %rd133;\n"
     "	ld.global.nc.u32 	%r136, [%rd134];\n"
+    ,
     "	cvt.s64.s32 	%rd135, %r136;\n"
     "	add.s64 	%rd136, %rd11, %rd135;\n"
     "	shl.b64 	%rd137, %rd136, 2;\n"
@@ -72668,7 +72892,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd150, %rd3, %rd149;\n"
     "	ld.global.nc.f32 	%f284, [%rd150];\n"
     "	sub.f32 	%f285, %f284, %f1000;\n"
-    ,
     "	fma.rn.f32 	%f286, %f285, %f245, %f244;\n"
     "	cvt.sat.f32.f32 	%f287, %f286;\n"
     "	fma.rm.f32 	%f288, %f287, %f249, %f248;\n"
@@ -72726,6 +72949,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.u32 	%r151, [%rd16+4];\n"
     "	cvt.s64.s32 	%rd158, %r151;\n"
     "	add.s64 	%rd159, %rd11, %rd158;\n"
+    ,
     "	shl.b64 	%rd160, %rd159, 2;\n"
     "	add.s64 	%rd161, %rd3, %rd160;\n"
     "	ld.global.nc.f32 	%f312, [%rd161];\n"
@@ -72805,7 +73029,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f112, %f111, 0fCB40007F;\n"
     "	neg.f32 	%f113, %f112;\n"
     "	mov.f32 	%f114, 0f3FB8AA3B;\n"
-    ,
     "	fma.rn.f32 	%f115, %f104, %f114, %f113;\n"
     "	mov.f32 	%f116, 0f32A57060;\n"
     "	fma.rn.f32 	%f117, %f104, %f116, %f115;\n"
@@ -72858,6 +73081,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f148, %f147, %f146, 0f3F800000;\n"
     "	rcp.rn.f32 	%f149, %f148;\n"
     "	add.f32 	%f150, %f136, %f149;\n"
+    ,
     "	ld.global.nc.u32 	%r113, [%rd64+12];\n"
     "	cvt.s64.s32 	%rd77, %r113;\n"
     "	add.s64 	%rd78, %rd11, %rd77;\n"
@@ -72935,7 +73159,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f187, %f186;\n"
     "	fma.rn.f32 	%f190, %f187, %f169, %f168;\n"
     "	cvt.sat.f32.f32 	%f191, %f190;\n"
-    ,
     "	fma.rm.f32 	%f194, %f191, %f173, %f172;\n"
     "	add.f32 	%f195, %f194, 0fCB40007F;\n"
     "	neg.f32 	%f196, %f195;\n"
@@ -72995,6 +73218,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	not.pred 	%p83, %p2;\n"
     "	@%p83 bra 	$L__BB52_63;\n"
     "\n"
+    ,
     "	setp.eq.s32 	%p84, %r2, 0;\n"
     "	@%p84 bra 	$L__BB52_61;\n"
     "	bra.uni 	$L__BB52_59;\n"
@@ -73082,7 +73306,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rm.f32 	%f858, %f855, %f857, %f856;\n"
     "	add.f32 	%f859, %f858, 0fCB40007F;\n"
     "	neg.f32 	%f860, %f859;\n"
-    ,
     "	mov.f32 	%f861, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f862, %f851, %f861, %f860;\n"
     "	mov.f32 	%f863, 0f32A57060;\n"
@@ -73141,6 +73364,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f889, %f888, %f1000;\n"
     "	mov.f32 	%f890, 0f3F000000;\n"
     "	mov.f32 	%f891, 0f3BBB989D;\n"
+    ,
     "	fma.rn.f32 	%f892, %f889, %f891, %f890;\n"
     "	cvt.sat.f32.f32 	%f893, %f892;\n"
     "	mov.f32 	%f894, 0f4B400001;\n"
@@ -73221,7 +73445,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.sat.f32.f32 	%f931, %f930;\n"
     "	mov.f32 	%f932, 0f4B400001;\n"
     "	mov.f32 	%f933, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f934, %f931, %f933, %f932;\n"
     "	add.f32 	%f935, %f934, 0fCB40007F;\n"
     "	neg.f32 	%f936, %f935;\n"
@@ -73282,6 +73505,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.global.nc.u32 	%r250, [%rd43+8];\n"
     "	cvt.s64.s32 	%rd282, %r250;\n"
+    ,
     "	add.s64 	%rd283, %rd11, %rd282;\n"
     "	shl.b64 	%rd284, %rd283, 2;\n"
     "	add.s64 	%rd285, %rd3, %rd284;\n"
@@ -73363,7 +73587,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.pred  	%p90, %p89, %p82;\n"
     "	and.pred  	%p3, %p90, %p1;\n"
     "	setp.lt.u32 	%p91, %r5, 3;\n"
-    ,
     "	@%p91 bra 	$L__BB52_75;\n"
     "\n"
     "	mov.u32 	%r280, 0;\n"
@@ -73425,6 +73648,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f547, %f534, %f546, %f545;\n"
     "	mov.b32 	%r187, %f541;\n"
     "	shl.b32 	%r188, %r187, 23;\n"
+    ,
     "	mov.b32 	%f548, %r188;\n"
     "	ex2.approx.ftz.f32 	%f549, %f547;\n"
     "	mul.f32 	%f550, %f549, %f548;\n"
@@ -73509,7 +73733,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	not.pred 	%p98, %p3;\n"
     "	@%p98 bra 	$L__BB52_78;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f596, [%rd29];\n"
     "	sub.f32 	%f597, %f596, %f1000;\n"
     "	mov.f32 	%f598, 0f3F000000;\n"
@@ -73569,6 +73792,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB52_81:\n"
     "	st.global.f32 	[%rd30+4], %f1019;\n"
+    ,
     "	setp.eq.s32 	%p101, %r8, 2;\n"
     "	@%p101 bra 	$L__BB52_85;\n"
     "\n"
@@ -73654,7 +73878,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd32], %f705;\n"
     "	bra.uni 	$L__BB52_98;\n"
     "\n"
-    ,
     "$L__BB52_97:\n"
     "	sub.f32 	%f706, %f67, %f1013;\n"
     "	ld.global.f32 	%f707, [%rd32];\n"
@@ -73717,6 +73940,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f678, %f677, %f62;\n"
     "	mul.f32 	%f679, %f62, %f1021;\n"
     "	ld.global.f32 	%f680, [%rd31];\n"
+    ,
     "	fma.rn.f32 	%f681, %f678, %f679, %f680;\n"
     "	st.global.f32 	[%rd31], %f681;\n"
     "	bra.uni 	$L__BB52_93;\n"
@@ -73802,7 +74026,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f740, %f739;\n"
     "	mov.f32 	%f741, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f742, %f731, %f741, %f740;\n"
-    ,
     "	mov.f32 	%f743, 0f32A57060;\n"
     "	fma.rn.f32 	%f744, %f731, %f743, %f742;\n"
     "	mov.b32 	%r213, %f738;\n"
@@ -73860,6 +74083,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f771, %f770;\n"
     "	mov.f32 	%f772, 0f3F000000;\n"
     "	mov.f32 	%f773, 0f3BBB989D;\n"
+    ,
     "	fma.rn.f32 	%f774, %f771, %f773, %f772;\n"
     "	cvt.sat.f32.f32 	%f775, %f774;\n"
     "	mov.f32 	%f776, 0f4B400001;\n"
@@ -73943,7 +74167,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f811, %f810;\n"
     "	mov.f32 	%f812, 0f3F000000;\n"
     "	mov.f32 	%f813, 0f3BBB989D;\n"
-    ,
     "	fma.rn.f32 	%f814, %f811, %f813, %f812;\n"
     "	cvt.sat.f32.f32 	%f815, %f814;\n"
     "	mov.f32 	%f816, 0f4B400001;\n"
@@ -74000,6 +74223,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.rn.f32 	%f1028, %f848, %f1010;\n"
     "\n"
     "$L__BB52_121:\n"
+    ,
     "	st.global.f32 	[%rd38+8], %f1028;\n"
     "\n"
     "$L__BB52_143:\n"
@@ -74090,7 +74314,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd309, %rd1, %rd129;\n"
     "	shl.b64 	%rd19, %rd10, 2;\n"
     "	add.s64 	%rd308, %rd2, %rd129;\n"
-    ,
     "	cvt.u32.u64 	%r19, %rd115;\n"
     "	cvt.u32.u64 	%r22, %rd11;\n"
     "\n"
@@ -74161,6 +74384,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB53_18:\n"
     "	or.b64  	%rd145, %rd330, %rd115;\n"
     "	and.b64  	%rd146, %rd145, -4294967296;\n"
+    ,
     "	setp.eq.s64 	%p10, %rd146, 0;\n"
     "	@%p10 bra 	$L__BB53_20;\n"
     "\n"
@@ -74257,7 +74481,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f10, [%rd178];\n"
     "	mul.f32 	%f11, %f3, %f10;\n"
     "	cvt.s64.s32 	%rd179, %r3;\n"
-    ,
     "	mul.lo.s64 	%rd180, %rd179, %rd115;\n"
     "	add.s64 	%rd181, %rd180, %rd174;\n"
     "	shl.b64 	%rd183, %rd181, 2;\n"
@@ -74324,6 +74547,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p19, %rd206, 0;\n"
     "	@%p19 bra 	$L__BB53_44;\n"
     "\n"
+    ,
     "	div.s64 	%rd322, %rd57, %rd115;\n"
     "	bra.uni 	$L__BB53_45;\n"
     "\n"
@@ -74424,7 +74648,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd329, %r54;\n"
     "\n"
     "$L__BB53_60:\n"
-    ,
     "	sub.s64 	%rd232, %rd329, %rd328;\n"
     "	mul.lo.s64 	%rd233, %rd65, %rd232;\n"
     "	add.s64 	%rd234, %rd324, %rd233;\n"
@@ -74493,6 +74716,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd250, %rd2, %rd249;\n"
     "	ld.global.nc.f32 	%f17, [%rd250];\n"
     "	cvt.s64.s32 	%rd251, %r7;\n"
+    ,
     "	mul.lo.s64 	%rd252, %rd251, %rd115;\n"
     "	add.s64 	%rd253, %rd252, %rd246;\n"
     "	shl.b64 	%rd254, %rd253, 2;\n"
@@ -74590,7 +74814,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd281, %rd337, %rd115;\n"
     "	add.s64 	%rd282, %rd281, %rd280;\n"
     "	shl.b64 	%rd283, %rd282, 2;\n"
-    ,
     "	add.s64 	%rd284, %rd2, %rd283;\n"
     "	ld.global.nc.f32 	%f19, [%rd284];\n"
     "	cvt.s64.s32 	%rd285, %r9;\n"
@@ -74660,6 +74883,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "}\n"
     "	// .globl	k_moe_combine\n"
+    ,
     ".visible .entry k_moe_combine(\n"
     "	.param .u64 k_moe_combine_param_0,\n"
     "	.param .u64 k_moe_combine_param_1,\n"
@@ -74754,7 +74978,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p11 bra 	$L__BB54_20;\n"
     "\n"
     "	ld.global.nc.f32 	%f37, [%rd40];\n"
-    ,
     "	cvt.s64.s32 	%rd80, %r6;\n"
     "	sub.s64 	%rd81, %rd80, %rd182;\n"
     "	mul.lo.s64 	%rd82, %rd81, %rd50;\n"
@@ -74818,6 +75041,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB54_27:\n"
     "	setp.eq.s32 	%p16, %r2, 0;\n"
+    ,
     "	@%p16 bra 	$L__BB54_56;\n"
     "\n"
     "	cvt.s64.s32 	%rd104, %r47;\n"
@@ -74911,7 +75135,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd133, %r19;\n"
     "	sub.s64 	%rd134, %rd133, %rd182;\n"
     "	mul.lo.s64 	%rd135, %rd134, %rd50;\n"
-    ,
     "	add.s64 	%rd136, %rd135, %rd178;\n"
     "	shl.b64 	%rd137, %rd136, 2;\n"
     "	add.s64 	%rd138, %rd1, %rd137;\n"
@@ -74978,6 +75201,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s32 	%p30, %r2, 1;\n"
     "	@%p30 bra 	$L__BB54_56;\n"
     "\n"
+    ,
     "	ld.global.nc.u32 	%r26, [%rd47+4];\n"
     "	setp.lt.s32 	%p31, %r26, 0;\n"
     "	@%p31 bra 	$L__BB54_53;\n"
@@ -75076,7 +75300,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd70, %rd67, %rd28;\n"
     "	st.global.u32 	[%rd70], %r37;\n"
     "	add.s64 	%rd71, %rd69, %rd11;\n"
-    ,
     "	add.s64 	%rd72, %rd70, %rd28;\n"
     "	add.s64 	%rd180, %rd72, %rd28;\n"
     "	st.global.u32 	[%rd72], %r37;\n"
@@ -75136,6 +75359,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB55_10:\n"
     "	add.s64 	%rd27, %rd53, -1;\n"
+    ,
     "	and.b64  	%rd28, %rd53, 3;\n"
     "	sub.s64 	%rd29, %rd28, %rd53;\n"
     "	add.s64 	%rd30, %rd2, 8;\n"
@@ -75227,7 +75451,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f33, %f29, %f28, %f33;\n"
     "\n"
     "$L__BB55_22:\n"
-    ,
     "	add.s64 	%rd91, %rd3, %rd76;\n"
     "	st.global.f32 	[%rd91], %f33;\n"
     "	add.s64 	%rd95, %rd95, %rd9;\n"
@@ -75302,6 +75525,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ret;\n"
     "\n"
     "}\n"
+    ,
     "	// .globl	k_moe_gemm\n"
     ".visible .entry k_moe_gemm(\n"
     "	.param .u64 k_moe_gemm_param_0,\n"
@@ -75400,7 +75624,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB56_12:\n"
     "	cvt.s64.s32 	%rd8, %r34;\n"
-    ,
     "	mul.wide.s32 	%rd32, %r35, %r34;\n"
     "	mul.lo.s64 	%rd9, %rd32, %rd172;\n"
     "	shl.b32 	%r15, %r254, 6;\n"
@@ -75462,6 +75685,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r70, %r69, 4;\n"
     "	shl.b32 	%r71, %r70, 2;\n"
     "	add.s32 	%r19, %r61, %r71;\n"
+    ,
     "	cvt.s64.s32 	%rd41, %r68;\n"
     "	mul.lo.s64 	%rd15, %rd41, %rd8;\n"
     "	add.s32 	%r72, %r70, %r53;\n"
@@ -75553,7 +75777,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd66, %r21;\n"
     "	add.s64 	%rd67, %rd13, %rd66;\n"
     "	cvta.to.global.u64 	%rd68, %rd21;\n"
-    ,
     "	shl.b64 	%rd69, %rd67, 2;\n"
     "	add.s64 	%rd70, %rd68, %rd69;\n"
     "	ld.global.nc.f32 	%f517, [%rd70];\n"
@@ -75622,6 +75845,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd94, %rd21;\n"
     "	shl.b64 	%rd95, %rd93, 2;\n"
     "	add.s64 	%rd96, %rd94, %rd95;\n"
+    ,
     "	ld.global.nc.f32 	%f521, [%rd96];\n"
     "\n"
     "$L__BB56_34:\n"
@@ -75708,7 +75932,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p50 bra 	$L__BB56_44;\n"
     "\n"
     "	mul.wide.s32 	%rd117, %r24, %r35;\n"
-    ,
     "	add.s64 	%rd118, %rd11, %rd117;\n"
     "	cvta.to.global.u64 	%rd119, %rd22;\n"
     "	shl.b64 	%rd120, %rd118, 2;\n"
@@ -75770,6 +75993,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r219, %r60, %r217;\n"
     "	shl.b32 	%r220, %r50, 2;\n"
     "	and.b32  	%r221, %r220, 60;\n"
+    ,
     "	mov.u32 	%r222, _ZZ9gemm_tilePKfS0_PfiiiiiiiE2Bs;\n"
     "	add.s32 	%r223, %r222, %r221;\n"
     "	ld.shared.f32 	%f129, [%r223];\n"
@@ -75829,7 +76053,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f183, %f178, %f182, %f159;\n"
     "	ld.shared.f32 	%f184, [%r223+736];\n"
     "	fma.rn.f32 	%f185, %f178, %f184, %f161;\n"
-    ,
     "	ld.shared.f32 	%f186, [%r219+608];\n"
     "	fma.rn.f32 	%f187, %f186, %f177, %f163;\n"
     "	fma.rn.f32 	%f188, %f186, %f180, %f164;\n"
@@ -75872,6 +76095,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f225, [%r223+1088];\n"
     "	ld.shared.f32 	%f226, [%r219+1088];\n"
     "	fma.rn.f32 	%f227, %f226, %f225, %f203;\n"
+    ,
     "	ld.shared.f32 	%f228, [%r223+1152];\n"
     "	fma.rn.f32 	%f229, %f226, %f228, %f205;\n"
     "	ld.shared.f32 	%f230, [%r223+1216];\n"
@@ -75931,7 +76155,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f284, %f282, %f276, %f260;\n"
     "	fma.rn.f32 	%f285, %f282, %f278, %f261;\n"
     "	fma.rn.f32 	%f286, %f282, %f280, %f262;\n"
-    ,
     "	ld.shared.f32 	%f287, [%r219+1760];\n"
     "	fma.rn.f32 	%f288, %f287, %f273, %f264;\n"
     "	fma.rn.f32 	%f289, %f287, %f276, %f265;\n"
@@ -75973,6 +76196,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f325, %f322, %f324, %f301;\n"
     "	ld.shared.f32 	%f326, [%r223+2304];\n"
     "	fma.rn.f32 	%f327, %f322, %f326, %f303;\n"
+    ,
     "	ld.shared.f32 	%f328, [%r223+2368];\n"
     "	fma.rn.f32 	%f329, %f322, %f328, %f305;\n"
     "	ld.shared.f32 	%f330, [%r219+2240];\n"
@@ -76032,7 +76256,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f384, %f383, %f369, %f360;\n"
     "	fma.rn.f32 	%f385, %f383, %f372, %f361;\n"
     "	fma.rn.f32 	%f386, %f383, %f374, %f362;\n"
-    ,
     "	fma.rn.f32 	%f387, %f383, %f376, %f363;\n"
     "	ld.shared.f32 	%f388, [%r219+2912];\n"
     "	fma.rn.f32 	%f389, %f388, %f369, %f365;\n"
@@ -76074,6 +76297,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f425, %f418, %f424, %f401;\n"
     "	ld.shared.f32 	%f426, [%r219+3328];\n"
     "	fma.rn.f32 	%f427, %f426, %f417, %f403;\n"
+    ,
     "	fma.rn.f32 	%f428, %f426, %f420, %f404;\n"
     "	fma.rn.f32 	%f429, %f426, %f422, %f405;\n"
     "	fma.rn.f32 	%f430, %f426, %f424, %f406;\n"
@@ -76133,7 +76357,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f484, [%r219+4000];\n"
     "	fma.rn.f32 	%f485, %f484, %f465, %f461;\n"
     "	fma.rn.f32 	%f486, %f484, %f468, %f462;\n"
-    ,
     "	fma.rn.f32 	%f487, %f484, %f470, %f463;\n"
     "	fma.rn.f32 	%f488, %f484, %f472, %f464;\n"
     "	ld.shared.f32 	%f489, [%r223+4080];\n"
@@ -76183,6 +76406,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd140, %r28;\n"
     "	add.s64 	%rd141, %rd139, %rd140;\n"
     "	cvta.to.global.u64 	%rd142, %rd171;\n"
+    ,
     "	shl.b64 	%rd143, %rd141, 2;\n"
     "	add.s64 	%rd17, %rd142, %rd143;\n"
     "	setp.ge.s32 	%p59, %r28, %r35;\n"
@@ -76288,7 +76512,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB56_75:\n"
     "	add.s32 	%r236, %r28, 48;\n"
-    ,
     "	setp.ge.s32 	%p72, %r236, %r35;\n"
     "	@%p72 bra 	$L__BB56_77;\n"
     "\n"
@@ -76360,6 +76583,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd11, [k_moe_gemm_back_w_param_0];\n"
     "	ld.param.u64 	%rd12, [k_moe_gemm_back_w_param_1];\n"
+    ,
     "	ld.param.u64 	%rd13, [k_moe_gemm_back_w_param_2];\n"
     "	ld.param.u64 	%rd14, [k_moe_gemm_back_w_param_3];\n"
     "	ld.param.u64 	%rd15, [k_moe_gemm_back_w_param_4];\n"
@@ -76456,7 +76680,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd24, %rd123, %rd23;\n"
     "	mul.lo.s64 	%rd26, %rd24, %rd25;\n"
     "	add.s64 	%rd27, %rd26, %rd5;\n"
-    ,
     "	cvta.to.global.u64 	%rd28, %rd11;\n"
     "	shl.b64 	%rd29, %rd27, 2;\n"
     "	add.s64 	%rd30, %rd28, %rd29;\n"
@@ -76518,6 +76741,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvt.s64.s32 	%rd47, %r6;\n"
     "	add.s64 	%rd48, %rd123, %rd47;\n"
+    ,
     "	cvt.s64.s32 	%rd49, %r17;\n"
     "	mul.lo.s64 	%rd50, %rd48, %rd49;\n"
     "	add.s64 	%rd51, %rd50, %rd6;\n"
@@ -76608,7 +76832,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r103, %r100, %r35;\n"
     "	st.shared.f32 	[%r103], %f496;\n"
     "	bar.sync 	0;\n"
-    ,
     "	shr.u32 	%r104, %r20, 2;\n"
     "	and.b32  	%r105, %r104, 1073741820;\n"
     "	add.s32 	%r107, %r32, %r105;\n"
@@ -76652,6 +76875,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f140, %f138, %f132, %f116;\n"
     "	fma.rn.f32 	%f141, %f138, %f134, %f117;\n"
     "	fma.rn.f32 	%f142, %f138, %f136, %f118;\n"
+    ,
     "	ld.shared.f32 	%f143, [%r107+400];\n"
     "	fma.rn.f32 	%f144, %f143, %f129, %f120;\n"
     "	fma.rn.f32 	%f145, %f143, %f132, %f121;\n"
@@ -76712,7 +76936,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f200, %f196, %f184, %f176;\n"
     "	ld.shared.f32 	%f201, [%r109+1088];\n"
     "	ld.shared.f32 	%f202, [%r107+1088];\n"
-    ,
     "	fma.rn.f32 	%f203, %f202, %f201, %f179;\n"
     "	ld.shared.f32 	%f204, [%r109+1152];\n"
     "	fma.rn.f32 	%f205, %f202, %f204, %f181;\n"
@@ -76754,6 +76977,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f241, %f239, %f228, %f217;\n"
     "	fma.rn.f32 	%f242, %f239, %f230, %f218;\n"
     "	fma.rn.f32 	%f243, %f239, %f232, %f219;\n"
+    ,
     "	ld.shared.f32 	%f244, [%r107+1552];\n"
     "	fma.rn.f32 	%f245, %f244, %f225, %f221;\n"
     "	fma.rn.f32 	%f246, %f244, %f228, %f222;\n"
@@ -76813,7 +77037,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f300, [%r109+2240];\n"
     "	fma.rn.f32 	%f301, %f298, %f300, %f277;\n"
     "	ld.shared.f32 	%f302, [%r109+2304];\n"
-    ,
     "	fma.rn.f32 	%f303, %f298, %f302, %f279;\n"
     "	ld.shared.f32 	%f304, [%r109+2368];\n"
     "	fma.rn.f32 	%f305, %f298, %f304, %f281;\n"
@@ -76855,6 +77078,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f341, %f340, %f321, %f317;\n"
     "	fma.rn.f32 	%f342, %f340, %f324, %f318;\n"
     "	fma.rn.f32 	%f343, %f340, %f326, %f319;\n"
+    ,
     "	fma.rn.f32 	%f344, %f340, %f328, %f320;\n"
     "	ld.shared.f32 	%f345, [%r109+2720];\n"
     "	ld.shared.f32 	%f346, [%r107+2720];\n"
@@ -76914,7 +77138,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f400, [%r109+3456];\n"
     "	fma.rn.f32 	%f401, %f394, %f400, %f377;\n"
     "	ld.shared.f32 	%f402, [%r107+3328];\n"
-    ,
     "	fma.rn.f32 	%f403, %f402, %f393, %f379;\n"
     "	fma.rn.f32 	%f404, %f402, %f396, %f380;\n"
     "	fma.rn.f32 	%f405, %f402, %f398, %f381;\n"
@@ -76956,6 +77179,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f441, [%r109+3808];\n"
     "	ld.shared.f32 	%f442, [%r107+3808];\n"
     "	fma.rn.f32 	%f443, %f442, %f441, %f419;\n"
+    ,
     "	ld.shared.f32 	%f444, [%r109+3872];\n"
     "	fma.rn.f32 	%f445, %f442, %f444, %f421;\n"
     "	ld.shared.f32 	%f446, [%r109+3936];\n"
@@ -77023,7 +77247,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd89, %rd88, %rd87;\n"
     "	cvt.s64.s32 	%rd90, %r17;\n"
     "	mul.lo.s64 	%rd91, %rd89, %rd90;\n"
-    ,
     "	cvt.s64.s32 	%rd92, %r11;\n"
     "	add.s64 	%rd93, %rd91, %rd92;\n"
     "	cvta.to.global.u64 	%rd94, %rd13;\n"
@@ -77101,6 +77324,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s32 	%p39, %r13, %r16;\n"
     "	@%p39 bra 	$L__BB57_52;\n"
     "\n"
+    ,
     "	cvt.s64.s32 	%rd105, %r13;\n"
     "	mul.wide.s32 	%rd106, %r16, %r1;\n"
     "	add.s64 	%rd107, %rd106, %rd105;\n"
@@ -77202,7 +77426,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd19, [k_moe_aux_loss_param_2];\n"
     "	ld.param.u64 	%rd20, [k_moe_aux_loss_param_3];\n"
     "	ld.param.u32 	%r34, [k_moe_aux_loss_param_4];\n"
-    ,
     "	cvta.to.global.u64 	%rd1, %rd22;\n"
     "	cvta.to.global.u64 	%rd2, %rd21;\n"
     "	setp.lt.s32 	%p1, %r34, 1;\n"
@@ -77275,6 +77498,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB58_11:\n"
     "	add.s32 	%r10, %r34, -1;\n"
     "	and.b32  	%r11, %r34, 3;\n"
+    ,
     "	sub.s32 	%r12, %r34, %r11;\n"
     "	cvt.s64.s32 	%rd10, %r34;\n"
     "	mov.f32 	%f483, 0f00000000;\n"
@@ -77367,7 +77591,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f89, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f90, %f79, %f89, %f88;\n"
     "	mov.f32 	%f91, 0f32A57060;\n"
-    ,
     "	fma.rn.f32 	%f92, %f79, %f91, %f90;\n"
     "	mov.b32 	%r49, %f86;\n"
     "	shl.b32 	%r50, %r49, 23;\n"
@@ -77419,6 +77642,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r157, %r157, 4;\n"
     "	add.s32 	%r156, %r156, -4;\n"
     "	setp.ne.s32 	%p22, %r156, 0;\n"
+    ,
     "	@%p22 bra 	$L__BB58_22;\n"
     "\n"
     "$L__BB58_23:\n"
@@ -77504,7 +77728,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r162, %r12;\n"
     "\n"
     "$L__BB58_37:\n"
-    ,
     "	cvt.s64.s32 	%rd47, %r163;\n"
     "	add.s64 	%rd48, %rd12, %rd47;\n"
     "	shl.b64 	%rd49, %rd48, 2;\n"
@@ -77556,6 +77779,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.rn.f32 	%f342, %f341, %f466;\n"
     "	fma.rn.f32 	%f343, %f340, %f342, %f327;\n"
     "	ld.global.nc.f32 	%f344, [%rd50+8];\n"
+    ,
     "	sub.f32 	%f345, %f344, %f471;\n"
     "	fma.rn.f32 	%f346, %f345, %f309, %f308;\n"
     "	cvt.sat.f32.f32 	%f347, %f346;\n"
@@ -77631,7 +77855,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd17, %rd1, %rd56;\n"
     "	ld.global.nc.u32 	%r95, [%rd17];\n"
     "	cvt.rn.f32.s32 	%f394, %r95;\n"
-    ,
     "	div.rn.f32 	%f395, %f394, %f466;\n"
     "	fma.rn.f32 	%f482, %f393, %f395, %f482;\n"
     "	@%p35 bra 	$L__BB58_42;\n"
@@ -77687,6 +77910,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB58_28:\n"
     "	mov.u32 	%r160, 0;\n"
+    ,
     "	@%p9 bra 	$L__BB58_31;\n"
     "\n"
     "	mov.f32 	%f482, 0f00000000;\n"
@@ -77760,7 +77984,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f238, %f237, 0fCB40007F;\n"
     "	neg.f32 	%f239, %f238;\n"
     "	fma.rn.f32 	%f240, %f234, %f196, %f239;\n"
-    ,
     "	fma.rn.f32 	%f241, %f234, %f198, %f240;\n"
     "	mov.b32 	%r71, %f237;\n"
     "	shl.b32 	%r72, %r71, 23;\n"
@@ -77817,6 +78040,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f277, %f266, %f257, %f275;\n"
     "	fma.rn.f32 	%f279, %f266, %f259, %f277;\n"
     "	mov.b32 	%r75, %f273;\n"
+    ,
     "	shl.b32 	%r76, %r75, 23;\n"
     "	mov.b32 	%f280, %r76;\n"
     "	ex2.approx.ftz.f32 	%f281, %f279;\n"
@@ -77900,7 +78124,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r121, %r119, 3;\n"
     "	and.b32  	%r122, %r121, 536870908;\n"
     "	mov.u32 	%r123, _ZZ9block_sumfE2sh;\n"
-    ,
     "	add.s32 	%r124, %r123, %r122;\n"
     "	st.shared.f32 	[%r124], %f42;\n"
     "\n"
@@ -77967,6 +78190,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "}\n"
     "	// .globl	k_moe_aux_loss_back\n"
     ".visible .entry k_moe_aux_loss_back(\n"
+    ,
     "	.param .u64 k_moe_aux_loss_back_param_0,\n"
     "	.param .u64 k_moe_aux_loss_back_param_1,\n"
     "	.param .u64 k_moe_aux_loss_back_param_2,\n"
@@ -78054,7 +78278,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r52, %ctaid.x;\n"
     "	mov.u32 	%r53, %ntid.x;\n"
     "	cvt.u64.u32 	%rd7, %r53;\n"
-    ,
     "	mul.wide.u32 	%rd34, %r52, %r53;\n"
     "	mov.u32 	%r54, %tid.x;\n"
     "	cvt.u64.u32 	%rd35, %r54;\n"
@@ -78121,6 +78344,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p16 bra 	$L__BB59_18;\n"
     "\n"
     "	setp.eq.s32 	%p18, %r11, 2;\n"
+    ,
     "	ld.global.nc.f32 	%f70, [%rd13+4];\n"
     "	setp.gt.f32 	%p19, %f70, %f725;\n"
     "	selp.f32 	%f725, %f70, %f725, %p19;\n"
@@ -78203,7 +78427,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f118, %f117, %f725;\n"
     "	fma.rn.f32 	%f119, %f118, %f78, %f77;\n"
     "	cvt.sat.f32.f32 	%f120, %f119;\n"
-    ,
     "	fma.rm.f32 	%f121, %f120, %f82, %f81;\n"
     "	add.f32 	%f122, %f121, 0fCB40007F;\n"
     "	neg.f32 	%f123, %f122;\n"
@@ -78260,6 +78483,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f155, %f154;\n"
     "	fma.rn.f32 	%f157, %f146, %f139, %f155;\n"
     "	fma.rn.f32 	%f159, %f146, %f141, %f157;\n"
+    ,
     "	mov.b32 	%r70, %f153;\n"
     "	shl.b32 	%r71, %r70, 23;\n"
     "	mov.b32 	%f160, %r71;\n"
@@ -78342,7 +78566,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f328, %f327, %f307, %f306;\n"
     "	cvt.sat.f32.f32 	%f329, %f328;\n"
     "	fma.rm.f32 	%f330, %f329, %f311, %f310;\n"
-    ,
     "	add.f32 	%f331, %f330, 0fCB40007F;\n"
     "	neg.f32 	%f332, %f331;\n"
     "	fma.rn.f32 	%f333, %f327, %f315, %f332;\n"
@@ -78393,6 +78616,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.rn.f32 	%f370, %f369, %f729;\n"
     "	ld.global.nc.u32 	%r103, [%rd63+12];\n"
     "	cvt.rn.f32.s32 	%f371, %r103;\n"
+    ,
     "	div.rn.f32 	%f372, %f371, %f721;\n"
     "	fma.rn.f32 	%f736, %f370, %f372, %f357;\n"
     "	add.s32 	%r167, %r167, 4;\n"
@@ -78470,7 +78694,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f422, 0f437C0000;\n"
     "	fma.rm.f32 	%f423, %f420, %f422, %f421;\n"
     "	add.f32 	%f424, %f423, 0fCB40007F;\n"
-    ,
     "	neg.f32 	%f425, %f424;\n"
     "	mov.f32 	%f426, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f427, %f416, %f426, %f425;\n"
@@ -78528,6 +78751,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f203, [%rd54+4];\n"
     "	sub.f32 	%f204, %f203, %f725;\n"
     "	fma.rn.f32 	%f205, %f204, %f186, %f185;\n"
+    ,
     "	cvt.sat.f32.f32 	%f206, %f205;\n"
     "	fma.rm.f32 	%f207, %f206, %f190, %f189;\n"
     "	add.f32 	%f208, %f207, 0fCB40007F;\n"
@@ -78602,7 +78826,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f256, %f245, %f255, %f254;\n"
     "	mov.f32 	%f257, 0f32A57060;\n"
     "	fma.rn.f32 	%f258, %f245, %f257, %f256;\n"
-    ,
     "	mov.b32 	%r84, %f252;\n"
     "	shl.b32 	%r85, %r84, 23;\n"
     "	mov.b32 	%f259, %r85;\n"
@@ -78659,6 +78882,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.gt.f32 	%p40, %f721, 0f00000000;\n"
     "	@%p40 bra 	$L__BB59_51;\n"
+    ,
     "	bra.uni 	$L__BB59_44;\n"
     "\n"
     "$L__BB59_51:\n"
@@ -78736,7 +78960,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f615, %f614;\n"
     "	fma.rn.f32 	%f616, %f610, %f578, %f615;\n"
     "	fma.rn.f32 	%f617, %f610, %f580, %f616;\n"
-    ,
     "	mov.b32 	%r137, %f613;\n"
     "	shl.b32 	%r138, %r137, 23;\n"
     "	mov.b32 	%f618, %r138;\n"
@@ -78792,6 +79015,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f648, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f649, %f646, %f648, %f647;\n"
     "	cvt.sat.f32.f32 	%f650, %f649;\n"
+    ,
     "	mov.f32 	%f651, 0f4B400001;\n"
     "	mov.f32 	%f652, 0f437C0000;\n"
     "	fma.rm.f32 	%f653, %f650, %f652, %f651;\n"
@@ -78867,7 +79091,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.rn.f32 	%f711, %f710, %f729;\n"
     "	mul.f32 	%f712, %f1, %f711;\n"
     "	ld.global.nc.u32 	%r151, [%rd21+8];\n"
-    ,
     "	cvt.rn.f32.s32 	%f713, %r151;\n"
     "	div.rn.f32 	%f714, %f713, %f721;\n"
     "	sub.f32 	%f715, %f714, %f736;\n"
@@ -78925,6 +79148,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f465, %f459, %f448, %f464;\n"
     "	fma.rn.f32 	%f466, %f459, %f450, %f465;\n"
     "	mov.b32 	%r117, %f462;\n"
+    ,
     "	shl.b32 	%r118, %r117, 23;\n"
     "	mov.b32 	%f467, %r118;\n"
     "	ex2.approx.ftz.f32 	%f468, %f466;\n"
@@ -79001,7 +79225,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r123, %f511;\n"
     "	shl.b32 	%r124, %r123, 23;\n"
     "	mov.b32 	%f518, %r124;\n"
-    ,
     "	ex2.approx.ftz.f32 	%f519, %f517;\n"
     "	mul.f32 	%f520, %f519, %f518;\n"
     "	div.rn.f32 	%f521, %f520, %f729;\n"
@@ -79056,6 +79279,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f563, %f562, %f561;\n"
     "	div.rn.f32 	%f564, %f563, %f729;\n"
     "	mul.f32 	%f565, %f1, %f564;\n"
+    ,
     "	mul.f32 	%f566, %f565, %f41;\n"
     "	st.global.f32 	[%rd19+8], %f566;\n"
     "\n"

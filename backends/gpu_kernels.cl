@@ -219,16 +219,16 @@ __kernel void k_reduce_block(PTR(const float, x), PTR(float, y), long nout, long
 }
 
 /* x as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows a chunk).
- * Groups of 32 columns x 8 row lanes. */
-__kernel void k_colsum(PTR(const float, x), PTR(float, y), long R, long Cn, float scale, long rpc) {
-    BIND(const float, x); BIND(float, y);
+ * Groups of 32 columns x 8 row lanes. x of dtype xdt (load_in; bf16 bias gradients: PDDE_BF16_GRADS). */
+__kernel void k_colsum(PTR(const void, x), PTR(float, y), long R, long Cn, float scale, long rpc, int xdt) {
+    BIND(const void, x); BIND(float, y);
     __local float sh[8][33];
     int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);
     long j = (long)get_group_id(0) * 32 + tx;
     long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
     float acc = 0.0f;
     if (j < Cn)
-        for (long r = r0 + ty; r < r1; r += ny) acc += x[r * Cn + j];
+        for (long r = r0 + ty; r < r1; r += ny) acc += load_in(x, r * Cn + j, xdt);
     sh[ty][tx] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (ty == 0 && j < Cn) {

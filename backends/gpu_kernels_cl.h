@@ -224,16 +224,16 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* x as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows a chunk).\n"
-    " * Groups of 32 columns x 8 row lanes. */\n"
-    "__kernel void k_colsum(PTR(const float, x), PTR(float, y), long R, long Cn, float scale, long rpc) {\n"
-    "    BIND(const float, x); BIND(float, y);\n"
+    " * Groups of 32 columns x 8 row lanes. x of dtype xdt (load_in; bf16 bias gradients: PDDE_BF16_GRADS). */\n"
+    "__kernel void k_colsum(PTR(const void, x), PTR(float, y), long R, long Cn, float scale, long rpc, int xdt) {\n"
+    "    BIND(const void, x); BIND(float, y);\n"
     "    __local float sh[8][33];\n"
     "    int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);\n"
     "    long j = (long)get_group_id(0) * 32 + tx;\n"
     "    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;\n"
     "    float acc = 0.0f;\n"
     "    if (j < Cn)\n"
-    "        for (long r = r0 + ty; r < r1; r += ny) acc += x[r * Cn + j];\n"
+    "        for (long r = r0 + ty; r < r1; r += ny) acc += load_in(x, r * Cn + j, xdt);\n"
     "    sh[ty][tx] = acc;\n"
     "    barrier(CLK_LOCAL_MEM_FENCE);\n"
     "    if (ty == 0 && j < Cn) {\n"
@@ -285,9 +285,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN) */\n"
     "__kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),\n"
     "                               long rows, long C, float eps, PTR(const float, res)) {\n"
+    ,
     "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);\n"
     "    __local float sh[MAX_GROUP];\n"
-    ,
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
     "        __global const float *dr = dy + r * C;\n"
@@ -375,13 +375,13 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (long r = r0 + ty; r < r1; r += ny) acc += dy[r * C + j] * (x[r * C + j] - st[2 * r]) * st[2 * r + 1];\n"
     "    sh[ty][tx] = acc;\n"
     "    barrier(CLK_LOCAL_MEM_FENCE);\n"
+    ,
     "    if (ty == 0 && j < C) {\n"
     "        float s = 0.0f;\n"
     "        for (int k = 0; k < ny; k++) s += sh[k][tx];\n"
     "        dg[get_group_id(1) * C + j] = s;\n"
     "    }\n"
     "}\n"
-    ,
     "\n"
     "__kernel void k_softmax(PTR(const float, x), PTR(float, y), long rows, long C, long T, int causal) {\n"
     "    BIND(const float, x); BIND(float, y);\n"
@@ -473,10 +473,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* ---- embedding -------------------------------------------------------------------------------- */\n"
     "\n"
     "__kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(float, y), long n_ids, long C, long V) {\n"
-    ,
     "    BIND(const float, table); BIND(const int, ids); BIND(float, y);\n"
     "    long n = n_ids * C;\n"
     "    GRID_STRIDE(i, n) {\n"
@@ -565,6 +565,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {\n"
     "        long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];\n"
     "        if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;\n"
+    ,
     "        else ((__global long *)dst)[i] = v;\n"
     "        return;\n"
     "    }\n"
@@ -572,7 +573,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    switch (sdt) {\n"
     "    case DT_F32: v = ((__global const float *)src)[i]; break;\n"
     "    case DT_F16: v = f16_to_f32(((__global const ushort *)src)[i]); break;\n"
-    ,
     "    case DT_BF16: v = as_float((uint)((__global const ushort *)src)[i] << 16); break;\n"
     "    case DT_I32: v = (float)((__global const int *)src)[i]; break;\n"
     "    default: v = (float)((__global const long *)src)[i]; break;\n"
@@ -650,12 +650,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */\n"
     "\n"
     "#define GT 64\n"
     "#define GK 16\n"
     "/* One 64x64 tile of C = op(A) op(B), its corner at (m0, n0): op(A)(m,k) = ta ? A[k*M+m] : A[m*K+k], op(B)(k,n)\n"
-    ,
     " * = tb ? B[n*K+k] : B[k*N+n]; As and Bs the group's local tiles. k_gemm's and the grouped GEMM's block. */\n"
     "static void gemm_tile(__global const float *Ab, __global const float *Bb, __global float *Cb, int M, int N, int K, int ta, int tb,\n"
     "                      int m0, int n0, __local float (*As)[GT + 4], __local float (*Bs)[GT + 4]) {\n"
@@ -730,10 +730,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online\n"
+    ,
     " * softmax (the running sum and output are rescaled when the running max grows). */\n"
     "__kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,\n"
     "                          long D, float scale, long H) {\n"
-    ,
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(float, y);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
     "        long i = r % T;\n"
@@ -803,11 +803,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        for (long ri = r; ri < r - j + T; ri++) {\n"
     "            __global const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);\n"
     "            float s = 0.0f, dp = 0.0f;\n"
+    ,
     "            for (long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];\n"
     "            float p = exp(s * scale - y[att_lse(ri, rows, T, D, H)]), ds = p * (dp - rowdot[ri]);\n"
     "            for (long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];\n"
     "        }\n"
-    ,
     "        for (long d = 0; d < D; d++) out[att_out(r, 1, rows, T, D, H) + d] = scale * dk[d], out[att_out(r, 2, rows, T, D, H) + d] = dv[d];\n"
     "    }\n"
     "}\n"
@@ -884,10 +884,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of\n"
     " * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),\n"
     " * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */\n"
-    ,
     "__kernel void k_att_dsoftmax(PTR(const float, s), PTR(const float, dp), PTR(const float, lse), PTR(void, ds), long rows,\n"
     "                             long T, float scale, long ls, int dsdt) {\n"
     "    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds);\n"
@@ -949,13 +949,13 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "        }\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
+    ,
     "        for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {\n"
     "            float s = 0.0f;\n"
     "            for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d];\n"
     "            s *= scale;\n"
     "            if (s > m) { /* online softmax: rescale what was summed under the smaller maximum */\n"
     "                float a = exp(m - s);\n"
-    ,
     "                lsum *= a;\n"
     "                for (long d = 0; d < D; d++) acc[d] *= a;\n"
     "                m = s;\n"
@@ -1023,6 +1023,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
     "                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],\n"
     "                      __local float *lses, __local float *dots) {\n"
+    ,
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
     "    int l = get_local_id(0);\n"
     "    long j = tile * FR + l, rows = BH * T;\n"
@@ -1030,7 +1031,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];\n"
     "    for (long d = 0; d < D; d++) {\n"
     "        kr[d] = live ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
-    ,
     "        vr[d] = live ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "        dk[d] = 0.0f, dv[d] = 0.0f;\n"
     "    }\n"
@@ -1090,11 +1090,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];\n"
     "    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);\n"
     "}\n"
+    ,
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
     "k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
-    ,
     "    BIND(const float, rowdot); BIND(float, out);\n"
     "    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];\n"
     "    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);\n"
@@ -1164,6 +1164,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    int sig = flags & 1;\n"
     "    GRID_STRIDE(n, N) {\n"
     "        __global const float *l = lg + n * E;\n"
+    ,
     "        __global int *o = out + n * k;\n"
     "        float m = 0.0f, z = 1.0f;\n"
     "        if (!sig) moe_softmax_mz(l, E, &m, &z);\n"
@@ -1173,7 +1174,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            for (int e = 0; e < E; e++) {\n"
     "                int taken = 0;\n"
     "                for (int p = 0; p < c && !taken; p++) taken = o[p] == e;\n"
-    ,
     "                float s = moe_score(l[e], m, z, sig) + (bias ? bias[e] : 0.0f);\n"
     "                if (!taken && (best < 0 || s > bs || (isnan(bs) && !isnan(s)))) best = e, bs = s;\n"
     "            }\n"
@@ -1246,6 +1246,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        long n = i / C, col = i - n * C;\n"
     "        float acc = 0.0f;\n"
     "        for (int c = 0; c < k; c++) {\n"
+    ,
     "            int r = row[n * k + c];\n"
     "            if (r >= 0) acc += (w ? w[n * k + c] : 1.0f) * ye[(long)r * C + col];\n"
     "        }\n"
@@ -1254,7 +1255,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* dw[n, j] = <dy[n], ye[row(n, j)]> (0 for a dropped choice): an item per choice */\n"
-    ,
     "__kernel void k_moe_combine_back_w(PTR(const float, ye), PTR(const int, row), PTR(const float, dy), PTR(float, dw), long nk, int k,\n"
     "                                   long C) {\n"
     "    BIND(const float, ye); BIND(const int, row); BIND(const float, dy); BIND(float, dw);\n"
@@ -1327,9 +1327,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* its gradient: d[n, e] = dloss E / N p[n, e] (f_e - <p[n], f>): an item per row */\n"
+    ,
     "__kernel void k_moe_aux_loss_back(PTR(const float, lg), PTR(const int, cnt), PTR(const float, dloss), PTR(float, d), long N, int E) {\n"
     "    BIND(const float, lg); BIND(const int, cnt); BIND(const float, dloss); BIND(float, d);\n"
-    ,
     "    float total = 0.0f, dl = dloss[0] * (float)E / (float)(N ? N : 1);\n"
     "    for (int e = 0; e < E; e++) total += (float)cnt[e];\n"
     "    GRID_STRIDE(n, N) {\n"

@@ -999,9 +999,62 @@ static pdde_status lower_lowp_logits(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Gradients kept in bf16 (PDDE_BF16_GRADS=1; off by default). A bias_gelu backward's gradient is cast to
+ * bf16 for the matmuls of the linear before it and read in f32 by the bias's gradient (a sum_to). Where
+ * those are its only readers, the sum_to reads the bf16 copy instead (summed in f32, as autocast's
+ * linear sums the bf16 gradient for its bias), so the cast is the producer's only reader and
+ * lower_fold_casts folds it in: the backward writes bf16 and the cast becomes a view. This changes
+ * numbers (each bias gradient summed from rounded values: 2^-9 relative each), hence the switch. The
+ * cast (which reads the producer directly) moves up to right after it, ahead of the sum_to that now
+ * reads it. Only where the sum_to's device reads the bf16 input (supports_op). */
+static pdde_status lower_bf16_grads(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_on("PDDE_BF16_GRADS")) return PDDE_OK;
+    int *at, *readers = lower_readers(P, &at);
+    pdde_tensor **sums = readers ? malloc(((size_t)P->n_order * PDDE_MAX_SRC + 1) * sizeof *sums) : NULL; /* (y's other reads) */
+    if (!sums) { free(readers), free(readers ? at : NULL); return lower_oom(L); }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
+        if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        if (y->op != PDDE_OP_BIAS_GELU_BACK || y->dtype != PDDE_F32 || (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device ||
+            pdde_tensor_numel(y) != pdde_tensor_numel(c) || at[y->id] >= i)
+            continue;
+        int n_sums = 0;
+        for (int j = at[y->id] + 1; j < P->n_order; j++) /* every other reader: a sum_to of y to a suffix of c's shape */
+            for (int k = 0; k < P->order[j]->nsrc; k++) {
+                pdde_tensor *r = P->order[j];
+                if (r->src[k] != y || r == c) continue;
+                bool suffix = r->op == PDDE_OP_SUM_TO && k == 0 && r->dtype == PDDE_F32 && r->device == y->device && r->ndim <= c->ndim;
+                for (int d = 1; suffix && d <= r->ndim; d++) suffix = r->shape[r->ndim - d] == c->shape[c->ndim - d];
+                sums[n_sums++] = suffix ? r : NULL;
+            }
+        bool ok = n_sums > 0 && n_sums + 1 == readers[y->id];
+        for (int k = 0; k < n_sums && ok; k++) ok = sums[k] != NULL;
+        for (int k = 0; k < n_sums && ok; k++) {
+            sums[k]->src[0] = c;
+            ok = registry_device_supports(L->ctx, L->ctx->registry, sums[k]->device, sums[k]);
+        }
+        if (!ok) {
+            for (int k = 0; k < n_sums; k++)
+                if (sums[k]) sums[k]->src[0] = y;
+            continue;
+        }
+        int from = at[y->id] + 1; /* c moves to right after y */
+        memmove(P->order + from + 1, P->order + from, (size_t)(i - from) * sizeof *P->order);
+        P->order[from] = c;
+        for (int j = from; j <= i; j++) at[P->order[j]->id] = j;
+        readers[y->id] -= n_sums, readers[c->id] += n_sums;
+    }
+    free(sums), free(readers), free(at);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
+ * or of a bias_gelu backward's gradient (lower_bf16_grads leaves it so),
  * the producer writes bf16 itself, computing in f32 and rounding once
  * on the store as the cast did (the same bits), and the cast becomes a view of it: one kernel and one
  * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
@@ -1018,7 +1071,7 @@ static pdde_status lower_fold_casts(lowering *L) {
             y = y->src[0];
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
         bool matmul = y->op == PDDE_OP_MATMUL && lower_switch_on("PDDE_FUSE_EPILOGUE"); /* (lower_fuse_epilogue) */
-        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && y->op != PDDE_OP_BIAS_GELU_BACK && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
             y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
             casts_kept_on(L, y->device))
@@ -1434,6 +1487,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_fuse_grad(&L);
     if (!st) st = lower_lowp_logits(&L);
     if (!st) st = lower_fuse_add_ln(&L);
+    if (!st) st = lower_bf16_grads(&L);
     if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);

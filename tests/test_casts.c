@@ -35,6 +35,7 @@
 #define ADDS_FUSED_PER_LAYER 5  /* ...and the bias adds of the qkv, proj and fcproj linears and the 2 residual adds */
 #define MATMULS_FUSED_PER_LAYER 4 /* PDDE_FUSE_GRAD=1: the 4 weight-gradient matmuls run inside their accumulations */
 #define ADDS_LN_FUSED_PER_LAYER 2 /* PDDE_FUSE_ADD_LN=1: the residual gradient added in the 2 layernorms' backward */
+#define CASTS_PER_LAYER_GRADS 4 /* PDDE_BF16_GRADS=1 and PDDE_FUSE_EPILOGUE=1: the bias_gelu backward's cast folded in too */
 
 typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step; int64_t casts_after_write; } run_result;
 
@@ -234,6 +235,46 @@ static void test_lowp_logits(pdde_context *ctx, int device, const char *where, f
     }
 }
 
+/* PDDE_BF16_GRADS=1: the bias_gelu backward writes its gradient in bf16 (the cast into the fc matmuls
+ * folded in) and the fc bias's gradient is summed from it: 1 cast fewer per layer (with
+ * PDDE_FUSE_EPILOGUE=1 too: CASTS_PER_LAYER_GRADS). It changes numbers (each bias gradient summed from
+ * rounded values, 2^-9 relative each), so the losses must differ from the f32 gradients' by far less than
+ * the bf16 vs f32 bound (1e-3 relative), also with recomputed blocks, and a device's follow the CPU's
+ * within 1e-4 (as PDDE_BF16_LOGITS's). cpu_loss: the CPU's (device 0 fills it). */
+static void test_bf16_grads(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
+    run_result plain, grads[3], both[2];
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &plain);
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &grads[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &grads[1]) ||
+             train(ctx, device, 2, PDDE_BF16, 0, 2, &grads[2]);
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &both[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &both[1]);
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_EPILOGUE");
+    if (failed) {
+        CHECK(0, "%s: a run with PDDE_BF16_GRADS=1 failed", where);
+        return;
+    }
+    double per_layer = (grads[1].casts_per_step - grads[0].casts_per_step) / 2, outside = grads[0].casts_per_step - 2 * per_layer;
+    double per_layer_both = (both[1].casts_per_step - both[0].casts_per_step) / 2;
+    test_diff d = test_diff_f32(grads[0].loss, plain.loss, STEPS, 1e-30), e = test_diff_f32(both[0].loss, grads[0].loss, STEPS, 1e-30);
+    test_diff rc = test_diff_f32(grads[2].loss, grads[0].loss, STEPS, 1e-30);
+    printf("%s: PDDE_BF16_GRADS=1: %.1f casts per layer, %.1f outside (with PDDE_FUSE_EPILOGUE=1: %.1f); losses within %.2e of f32 "
+           "gradients' (step %zu: %.6f vs %.6f)\n", where, per_layer, outside, per_layer_both, d.worst, d.index, d.got, d.want);
+    CHECK(per_layer == CASTS_PER_LAYER - 1 && outside <= CASTS_OUTSIDE && per_layer_both == CASTS_PER_LAYER_GRADS,
+          "%s: PDDE_BF16_GRADS=1 ran %.1f casts per layer (want %d), %.1f outside, %.1f with PDDE_FUSE_EPILOGUE=1 (want %d)", where, per_layer,
+          CASTS_PER_LAYER - 1, outside, per_layer_both, CASTS_PER_LAYER_GRADS);
+    CHECK(d.worst > 0 && d.worst < 1e-3 && e.worst == 0 && rc.worst == 0,
+          "%s: PDDE_BF16_GRADS=1: losses %.9g vs %.9g at step %zu (relative %.2e: want above 0 and below 1e-3); with PDDE_FUSE_EPILOGUE=1 "
+          "step %zu %.9g vs %.9g, recomputed step %zu %.9g vs %.9g (want the same bits)", where, d.got, d.want, d.index, d.worst, e.index,
+          e.got, e.want, rc.index, rc.got, rc.want);
+    if (device == 0) memcpy(cpu_loss, grads[0].loss, sizeof grads[0].loss);
+    else {
+        test_diff c = test_diff_f32(grads[0].loss, cpu_loss, STEPS, 1e-30);
+        CHECK(c.worst < 1e-4, "%s: PDDE_BF16_GRADS=1: losses %.9g vs the CPU's %.9g at step %zu (relative %.2e)", where, c.got, c.want, c.index,
+              c.worst);
+    }
+}
+
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
 typedef struct { int ok; char error[160]; float loss[3][RANK_STEPS]; double casts[3]; } rank_result;
@@ -314,10 +355,12 @@ int main(void) {
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_LOGITS");
+    unsetenv("PDDE_BF16_GRADS");
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
-    float cpu_loss[STEPS];
+    float cpu_loss[STEPS], cpu_grads_loss[STEPS];
     test_lowp_logits(ctx, 0, "cpu", cpu_loss);
+    test_bf16_grads(ctx, 0, "cpu", cpu_grads_loss);
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
@@ -328,6 +371,7 @@ int main(void) {
         unsetenv("PDDE_FOLD_CASTS");
         test_fused(ctx, d, where);
         test_lowp_logits(ctx, d, where, cpu_loss);
+        test_bf16_grads(ctx, d, where, cpu_grads_loss);
     }
 #ifdef PDDE_HAVE_UCX
     test_ranks(ctx);
