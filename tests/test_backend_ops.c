@@ -279,6 +279,13 @@ static pdde_tensor *b_mlp_bf16(pdde_graph *g, const op_case *c) {
     return pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
 }
 
+/* the same with PDDE_BF16_GRADS=1 (set for the case, as above): the bias_gelu's backward writes bf16 for
+ * the matmul before it and b1's gradient is summed from those bf16 rows (a sum_to of bf16 input) */
+static pdde_tensor *b_mlp_bf16_grads(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    return b_mlp_bf16(g, c);
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
@@ -451,6 +458,7 @@ static const op_case cases[] = {
     {"sgd_update", b_mlp, {0}, 3, T_DEF},
     {"adamw_update", b_mlp_bf16, {1}, 3, T_LOWP},
     {"sgd_update", b_mlp_bf16, {0}, 3, T_LOWP},
+    {"bias_gelu_grads", b_mlp_bf16_grads, {1}, 3, T_LOWP}, /* (not an op name) */
     /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
     {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
@@ -675,6 +683,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"), unsetenv("PDDE_FUSE_ADD_LN"); /* (builders set them) */
+    unsetenv("PDDE_BF16_GRADS");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
