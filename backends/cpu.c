@@ -577,6 +577,8 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
         }
         if (res)
             for (int64_t i = 0; i < C; i++) dxr[i] = res[r * C + i] + dxr[i];
+        if (ln && pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY)) /* dx rounded as a cast, beside it (PDDE_BF16_GRADS) */
+            f32_to_half(dxr, (uint16_t *)((char *)dx + pdde_lowp_copy_offset(t)) + r * C, C, (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY));
     }
 }
 

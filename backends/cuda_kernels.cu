@@ -342,10 +342,12 @@ extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float 
 
 /* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) */
 /* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN; __fadd_rn: not
- * contracted into the product, the bits of the add it replaces) */
+ * contracted into the product, the bits of the add it replaces); cp (null: none): dx also stored as dtype cdt
+ * (a rounded copy: PDDE_BF16_GRADS) */
 extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const float *__restrict__ g,
                                             const float *__restrict__ dy, float *__restrict__ dx, long long rows,
-                                            long long C, float eps, const float *__restrict__ res) {
+                                            long long C, float eps, const float *__restrict__ res, void *__restrict__ cp,
+                                            int cdt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C, *dr = dy + r * C;
         float s = 0.0f;
@@ -366,7 +368,9 @@ extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const f
         s2 = block_sum(s2) / (float)C;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) {
             float xh = (xr[j] - mean) * rstd, v = rstd * (__fmul_rn(dr[j], g[j]) - s1 - xh * s2);
-            dx[r * C + j] = res ? __fadd_rn(res[r * C + j], v) : v;
+            float o = res ? __fadd_rn(res[r * C + j], v) : v;
+            dx[r * C + j] = o;
+            if (cp) store_out(cp, r * C + j, o, cdt);
         }
     }
 }

@@ -193,7 +193,7 @@ static int pgd_supports_op(const pdde_tensor *node) {
     switch (node->op) {
     case PDDE_OP_CAST:
         return node->nsrc == 1 && (unsigned)a->dtype < PDDE_DTYPE_COUNT && (unsigned)node->dtype < PDDE_DTYPE_COUNT;
-    case PDDE_OP_RESHAPE: return node->nsrc == 1 && node->dtype == a->dtype;
+    case PDDE_OP_RESHAPE: return node->nsrc == 1 && (node->dtype == a->dtype || pdde_is_lowp_copy_view(node)); /* (a view: never run) */
     case PDDE_OP_EMBEDDING: case PDDE_OP_CROSS_ENTROPY:
         if (node->nsrc != 2 || pgd_vocab_split(node)) return 0;
         break;
@@ -211,8 +211,11 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
     }
-    case PDDE_OP_LAYERNORM_BACK: /* x, gamma, dy [, the other gradient of x (lowering's PDDE_FUSE_ADD_LN)] */
+    case PDDE_OP_LAYERNORM_BACK: /* x, gamma, dy [, the other gradient of x (lowering's PDDE_FUSE_ADD_LN)]; [a bf16 copy of dx] */
         if (node->nsrc == 4 && pgd_numel(node->src[3]) != pgd_numel(node)) return 0;
+        if (pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) && pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) != PDDE_BF16 &&
+            pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) != PDDE_F16)
+            return 0; /* (its rounded copy: PDDE_BF16_GRADS) */
         break;
     case PDDE_OP_GRAD_ACCUM: /* acc += g, or (lowering's PDDE_FUSE_GRAD) acc [M, N] += op(A) op(B) of 2-D A and B of one dtype */
         if (node->nsrc == 3)
@@ -1048,9 +1051,12 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         float eps = pdde_op_f32(node, PDDE_P_NORM_EPS);
         pgd_ptr px = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pdy = pgd_ptr_of(node->src[2]), pdx = pgd_ptr_of(node);
         pgd_ptr pres = pgd_opt_src(node, 3); /* (layernorm: the other gradient of x, added: PDDE_FUSE_ADD_LN) */
+        int32_t cdt = node->op == PDDE_OP_LAYERNORM_BACK ? pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) : 0; /* (PDDE_BF16_GRADS) */
+        pgd_ptr pcp = cdt ? pgd_at(pdx, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
         if (node->op == PDDE_OP_LAYERNORM_BACK)
             return pgd_row_launch(g, PGD_K_LAYERNORM_BACK, rows, C,
-                                  PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres)));
+                                  PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres),
+                                           PGD_P(pcp), PGD_A(cdt)));
         return pgd_row_launch(g, PGD_K_RMSNORM_BACK, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps)));
     }

@@ -277,10 +277,11 @@ __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const fl
     }
 }
 
-/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN) */
+/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN); cp (null: none):
+ * dx also stored as dtype cdt (a rounded copy: PDDE_BF16_GRADS) */
 __kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),
-                               long rows, long C, float eps, PTR(const float, res)) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);
+                               long rows, long C, float eps, PTR(const float, res), PTR(void, cp), int cdt) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res); BIND(void, cp);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -303,7 +304,9 @@ __kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(con
         s2 = group_sum(s2, sh) / (float)C;
         COLS_LOOP(j, C) {
             float xh = (xr[j] - mean) * rstd, v = rstd * (dr[j] * g[j] - s1 - xh * s2);
-            dx[r * C + j] = res ? res[r * C + j] + v : v;
+            float o = res ? res[r * C + j] + v : v;
+            dx[r * C + j] = o;
+            if (cp) store_out(cp, r * C + j, o, cdt);
         }
     }
 }

@@ -282,11 +282,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    "/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN) */\n"
+    "/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN); cp (null: none):\n"
+    " * dx also stored as dtype cdt (a rounded copy: PDDE_BF16_GRADS) */\n"
     "__kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),\n"
-    "                               long rows, long C, float eps, PTR(const float, res)) {\n"
     ,
-    "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);\n"
+    "                               long rows, long C, float eps, PTR(const float, res), PTR(void, cp), int cdt) {\n"
+    "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res); BIND(void, cp);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
@@ -309,7 +310,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        s2 = group_sum(s2, sh) / (float)C;\n"
     "        COLS_LOOP(j, C) {\n"
     "            float xh = (xr[j] - mean) * rstd, v = rstd * (dr[j] * g[j] - s1 - xh * s2);\n"
-    "            dx[r * C + j] = res ? res[r * C + j] + v : v;\n"
+    "            float o = res ? res[r * C + j] + v : v;\n"
+    "            dx[r * C + j] = o;\n"
+    "            if (cp) store_out(cp, r * C + j, o, cdt);\n"
     "        }\n"
     "    }\n"
     "}\n"
@@ -370,12 +373,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);\n"
     "    long j = (long)get_group_id(0) * 32 + tx;\n"
     "    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;\n"
+    ,
     "    float acc = 0.0f;\n"
     "    if (j < C)\n"
     "        for (long r = r0 + ty; r < r1; r += ny) acc += dy[r * C + j] * (x[r * C + j] - st[2 * r]) * st[2 * r + 1];\n"
     "    sh[ty][tx] = acc;\n"
     "    barrier(CLK_LOCAL_MEM_FENCE);\n"
-    ,
     "    if (ty == 0 && j < C) {\n"
     "        float s = 0.0f;\n"
     "        for (int k = 0; k < ny; k++) s += sh[k][tx];\n"
@@ -469,11 +472,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        COLS_LOOP(j, V) s += exp(load_in(logits, lr + j, ldt) - m);\n"
     "        float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;\n"
     "        float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);\n"
+    ,
     "        COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(load_in(logits, lr + j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);\n"
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* ---- embedding -------------------------------------------------------------------------------- */\n"
     "\n"
     "__kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(float, y), long n_ids, long C, long V) {\n"
@@ -563,9 +566,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "static void cast_one(__global const void *src, __global void *dst, long i, int sdt, int ddt) {\n"
     "    if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {\n"
+    ,
     "        long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];\n"
     "        if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;\n"
-    ,
     "        else ((__global long *)dst)[i] = v;\n"
     "        return;\n"
     "    }\n"
@@ -645,12 +648,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    if (update_skipped(gnorm_sq)) return;\n"
     "    float f = gscale * clip_factor(gnorm_sq, clip);\n"
     "    GRID_STRIDE(i, n) {\n"
+    ,
     "        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);\n"
     "        if (sdt) store_shadow(sh, i, p[i], sdt);\n"
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* ---- GEMM: 64x64 tiles, 256 items each computing 4x4 outputs (see cuda_kernels.cu's k_gemm) ---- */\n"
     "\n"
     "#define GT 64\n"
@@ -729,8 +732,8 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    return H ? att_in(r, T, D, H) + which * D : which * rows * D + r * D;\n"
     "}\n"
     "\n"
-    "/* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online\n"
     ,
+    "/* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online\n"
     " * softmax (the running sum and output are rescaled when the running max grows). */\n"
     "__kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,\n"
     "                          long D, float scale, long H) {\n"
@@ -801,9 +804,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];\n"
     "        for (long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;\n"
     "        for (long ri = r; ri < r - j + T; ri++) {\n"
+    ,
     "            __global const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);\n"
     "            float s = 0.0f, dp = 0.0f;\n"
-    ,
     "            for (long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];\n"
     "            float p = exp(s * scale - y[att_lse(ri, rows, T, D, H)]), ds = p * (dp - rowdot[ri]);\n"
     "            for (long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];\n"
@@ -878,13 +881,13 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        }\n"
     "        COLS_LOOP(j, T) {\n"
     "            float v = j < lim ? exp(scale * sr[j] - m) * inv : 0.0f;\n"
+    ,
     "            if (pdt == DT_BF16) ((__global ushort *)p)[r * T + j] = f32_to_bf16(v);\n"
     "            else ((__global float *)p)[r * T + j] = v;\n"
     "        }\n"
     "    }\n"
     "}\n"
     "\n"
-    ,
     "/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of\n"
     " * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),\n"
     " * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */\n"
@@ -945,11 +948,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long e = l; e < FK * D; e += FR) {\n"
     "            long jj = e / D, d = e % D, j = j0 + jj;\n"
+    ,
     "            ks[jj][d] = j < T ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "            vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "        }\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
-    ,
     "        for (long jj = 0; live && jj < FK && j0 + jj <= i; jj++) {\n"
     "            float s = 0.0f;\n"
     "            for (long d = 0; d < D; d++) s += qr[d] * ks[jj][d];\n"
@@ -1021,9 +1024,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * q and dO rows, logsumexp and rowdot come through group memory. */\n"
     "static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,\n"
     "                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
+    ,
     "                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],\n"
     "                      __local float *lses, __local float *dots) {\n"
-    ,
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
     "    int l = get_local_id(0);\n"
     "    long j = tile * FR + l, rows = BH * T;\n"
@@ -1086,11 +1089,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "k_flash_back_dq_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
+    ,
     "    BIND(const float, rowdot); BIND(float, out);\n"
     "    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];\n"
     "    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);\n"
     "}\n"
-    ,
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
     "k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
@@ -1159,12 +1162,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "static float moe_score(float l, float m, float z, int sig) { return sig ? 1.0f / (1.0f + exp(-l)) : exp(l - m) / z; }\n"
     "\n"
     "/* An item per row: the k highest scores (+ bias), lower id first on ties, a number before a NaN. */\n"
+    ,
     "__kernel void k_moe_topk(PTR(const float, lg), PTR(const float, bias), PTR(int, out), long N, int E, int k, int flags) {\n"
     "    BIND(const float, lg); BIND(const float, bias); BIND(int, out);\n"
     "    int sig = flags & 1;\n"
     "    GRID_STRIDE(n, N) {\n"
     "        __global const float *l = lg + n * E;\n"
-    ,
     "        __global int *o = out + n * k;\n"
     "        float m = 0.0f, z = 1.0f;\n"
     "        if (!sig) moe_softmax_mz(l, E, &m, &z);\n"
@@ -1240,13 +1243,13 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* y[n] = sum_j (w[n, j] *) ye[row(n, j)]: an item per element of a token's row */\n"
+    ,
     "__kernel void k_moe_combine(PTR(const float, ye), PTR(const int, row), PTR(const float, w), PTR(float, y), long N, int k, long C) {\n"
     "    BIND(const float, ye); BIND(const int, row); BIND(const float, w); BIND(float, y);\n"
     "    GRID_STRIDE(i, N * C) {\n"
     "        long n = i / C, col = i - n * C;\n"
     "        float acc = 0.0f;\n"
     "        for (int c = 0; c < k; c++) {\n"
-    ,
     "            int r = row[n * k + c];\n"
     "            if (r >= 0) acc += (w ? w[n * k + c] : 1.0f) * ye[(long)r * C + col];\n"
     "        }\n"
@@ -1319,6 +1322,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        __global const float *l = lg + n * E;\n"
     "        float m, z, pf = 0.0f;\n"
     "        moe_softmax_mz(l, E, &m, &z);\n"
+    ,
     "        for (int e = 0; e < E; e++) pf += exp(l[e] - m) / z * (total > 0.0f ? (float)cnt[e] / total : 0.0f);\n"
     "        acc += pf;\n"
     "    }\n"
@@ -1327,7 +1331,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* its gradient: d[n, e] = dloss E / N p[n, e] (f_e - <p[n], f>): an item per row */\n"
-    ,
     "__kernel void k_moe_aux_loss_back(PTR(const float, lg), PTR(const int, cnt), PTR(const float, dloss), PTR(float, d), long N, int E) {\n"
     "    BIND(const float, lg); BIND(const int, cnt); BIND(const float, dloss); BIND(float, d);\n"
     "    float total = 0.0f, dl = dloss[0] * (float)E / (float)(N ? N : 1);\n"

@@ -30,6 +30,9 @@ typedef enum {
                                            layout (pdde_attention_qkv) */
     PDDE_P_UPDATE_SHADOW = 1,           /* sgd/adamw: 1: the last src is the parameter's bf16/f16 copy
                                            (PDDE_TENSOR_SHADOW), which the update rewrites from the new values */
+    PDDE_P_NORM_LOWP_COPY = 0,          /* layernorm_back: 0, or the dtype (bf16/f16) of a rounded copy of dx that
+                                           it also writes, at pdde_lowp_copy_offset of its memory (lowering's
+                                           PDDE_BF16_GRADS) */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;
@@ -58,6 +61,16 @@ static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t
     *packed = d > 0;
     if (d > 0) *B = q->shape[0], *T = q->shape[1], *D = d, *H = q->shape[2] / (3 * d);
     else *B = q->shape[0], *H = q->shape[1], *T = q->shape[2], *D = q->shape[3];
+}
+
+/* Where a node's low-precision copy of its result (PDDE_P_NORM_LOWP_COPY) starts: bytes past the node's own
+ * data, its f32 values rounded up to 256 bytes (the copy's view, memory planning and the kernels agree) */
+static inline size_t pdde_lowp_copy_offset(const pdde_tensor *t) { return (pdde_tensor_nbytes(t) + 255) & ~(size_t)255; }
+/* Whether t is the view of such a copy: a view of its source in the copy's dtype */
+static inline int pdde_is_lowp_copy_view(const pdde_tensor *t) {
+    return (t->flags & PDDE_TENSOR_VIEW) && t->nsrc == 1 && t->src[0]->op == PDDE_OP_LAYERNORM_BACK &&
+           pdde_op_i32(t->src[0], PDDE_P_NORM_LOWP_COPY) != 0 && (int)t->dtype == pdde_op_i32(t->src[0], PDDE_P_NORM_LOWP_COPY) &&
+           t->dtype != t->src[0]->dtype;
 }
 
 /* dst takes all of src's op parameters (a clone, or a backward op that shares its forward's). */

@@ -1006,7 +1006,12 @@ static pdde_status lower_lowp_logits(lowering *L) {
  * lower_fold_casts folds it in: the backward writes bf16 and the cast becomes a view. This changes
  * numbers (each bias gradient summed from rounded values: 2^-9 relative each), hence the switch. The
  * cast (which reads the producer directly) moves up to right after it, ahead of the sum_to that now
- * reads it. Only where the sum_to's device reads the bf16 input (supports_op). */
+ * reads it. Only where the sum_to's device reads the bf16 input (supports_op).
+ * And a layernorm backward's gradient, which goes on in f32 (the residual stream) and is cast for the
+ * matmuls of the linear before it: the layernorm backward writes the rounded copy too, past its own values
+ * in its memory (PDDE_P_NORM_LOWP_COPY; the same bits as the cast), and the cast becomes a view of that
+ * copy (memory planning and the session place it: node_alloc_bytes, storage_offset_in_root). With
+ * PDDE_FUSE_ADD_LN=1 every residual gradient is such a layernorm backward. */
 static pdde_status lower_bf16_grads(lowering *L) {
     pdde_program *P = L->P;
     if (!lower_switch_on("PDDE_BF16_GRADS")) return PDDE_OK;
@@ -1017,6 +1022,21 @@ static pdde_status lower_bf16_grads(lowering *L) {
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
         if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        pdde_tensor *ln = y; /* (through f32 views: PDDE_FUSE_ADD_LN leaves the add it folds as one) */
+        while (ln->op == PDDE_OP_RESHAPE && (ln->flags & PDDE_TENSOR_VIEW) && ln->dtype == PDDE_F32 && ln->nsrc == 1) ln = ln->src[0];
+        if (ln != y && ln->op == PDDE_OP_LAYERNORM_BACK) y = ln;
+        if (y->op == PDDE_OP_LAYERNORM_BACK && y->dtype == PDDE_F32 && !(y->flags & (kept | PDDE_TENSOR_VIEW)) && !(c->flags & kept) &&
+            y->device == c->device && pdde_tensor_numel(y) == pdde_tensor_numel(c) && !pdde_op_i32(y, PDDE_P_NORM_LOWP_COPY)) {
+            /* a layernorm backward (the residual stream's gradient, read in f32 on): it writes the rounded copy
+             * beside its values (the same bits as the cast), and the cast becomes the copy's view */
+            pdde_op_set_i32(y, PDDE_P_NORM_LOWP_COPY, (int32_t)c->dtype);
+            if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+                pdde_op_set_i32(y, PDDE_P_NORM_LOWP_COPY, 0);
+                continue;
+            }
+            c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW, c->src[0] = y;
+            continue;
+        }
         if (y->op != PDDE_OP_BIAS_GELU_BACK || y->dtype != PDDE_F32 || (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device ||
             pdde_tensor_numel(y) != pdde_tensor_numel(c) || at[y->id] >= i)
             continue;
