@@ -286,6 +286,18 @@ static pdde_tensor *b_mlp_bf16_grads(pdde_graph *g, const op_case *c) {
     return b_mlp_bf16(g, c);
 }
 
+/* layernorm_copy: h = x @ w1, y = layernorm(h) + h / 2, out = y @ w2 under a bf16 compute dtype, with
+ * PDDE_BF16_GRADS=1 and PDDE_FUSE_ADD_LN=1 (set for the case, as above): the layernorm backward adds h's
+ * other gradient and writes the bf16 copy of dh that the first matmul's backward reads (its cast a view) */
+static pdde_tensor *b_layernorm_copy(pdde_graph *g, const op_case *c) {
+    (void)c;
+    setenv("PDDE_BF16_GRADS", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *h = pdde_matmul(g, P(g, "x", 2, 9, 13, 0, 0), P(g, "w1", 2, 13, 131, 0, 0), 0, 0);
+    pdde_tensor *y = pdde_layernorm(g, h, P(g, "gamma", 1, 131, 0, 0, 0), P(g, "beta", 1, 131, 0, 0, 0), 1e-5f);
+    return pdde_matmul(g, pdde_add(g, y, pdde_scale(g, h, 0.5f)), P(g, "w2", 2, 131, 7, 0, 0), 0, 0);
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
@@ -459,6 +471,7 @@ static const op_case cases[] = {
     {"adamw_update", b_mlp_bf16, {1}, 3, T_LOWP},
     {"sgd_update", b_mlp_bf16, {0}, 3, T_LOWP},
     {"bias_gelu_grads", b_mlp_bf16_grads, {1}, 3, T_LOWP}, /* (not an op name) */
+    {"layernorm_copy", b_layernorm_copy, {0}, 1, T_LOWP},  /* (not an op name) */
     /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
     {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
