@@ -523,10 +523,15 @@ CPU_KERNEL static void layernorm_task(void *arg, int64_t begin, int64_t end) {
     float eps = pdde_op_f32(t, PDDE_P_NORM_EPS);
     const float *x = F32(t->src[0]), *gamma = F32(t->src[1]);
     const float *beta = t->op == PDDE_OP_LAYERNORM ? F32(t->src[2]) : NULL;
-    float *y = F32(t);
+    const float *res = t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) ? F32(t->src[3]) : NULL;
+    float *y = F32(t), *sum = res ? (float *)((char *)y + pdde_lowp_copy_offset(t)) : NULL;
     for (int64_t r = begin; r < end; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C, m, rstd;
+        if (res) { /* (lowering's PDDE_FUSE_ADD_LN: the input is x + res, the sum written beside y) */
+            for (int64_t i = 0; i < C; i++) sum[r * C + i] = xr[i] + res[r * C + i];
+            xr = sum + r * C;
+        }
         row_stats(xr, C, beta != NULL, eps, &m, &rstd);
         if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
             float f[256];

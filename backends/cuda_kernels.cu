@@ -324,11 +324,17 @@ extern "C" __global__ void k_sum_final(const float *__restrict__ part, long long
 
 /* ---- normalisation and softmax: one block per row of C ---------------------------------------- */
 
+/* res (null: none): added to x first, the sum written to sum (planner/lower.c, PDDE_FUSE_ADD_LN; __fadd_rn: the
+ * add's bits); each thread reads back only the columns it wrote */
 extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float *__restrict__ g,
                                        const float *__restrict__ b, void *__restrict__ y, long long rows,
-                                       long long C, float eps, int ydt) {
+                                       long long C, float eps, int ydt, const float *__restrict__ res, float *sum) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C;
+        if (res) {
+            for (long long j = threadIdx.x; j < C; j += blockDim.x) sum[r * C + j] = __fadd_rn(xr[j], res[r * C + j]);
+            xr = sum + r * C;
+        }
         float s = 0.0f;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j];
         float mean = block_sum(s) / (float)C;

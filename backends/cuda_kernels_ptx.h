@@ -5412,39 +5412,44 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_layernorm_param_4,\n"
     "	.param .u64 k_layernorm_param_5,\n"
     "	.param .f32 k_layernorm_param_6,\n"
-    "	.param .u32 k_layernorm_param_7\n"
+    "	.param .u32 k_layernorm_param_7,\n"
+    "	.param .u64 k_layernorm_param_8,\n"
+    "	.param .u64 k_layernorm_param_9\n"
     ")\n"
     "{\n"
-    "	.reg .pred 	%p<69>;\n"
+    "	.reg .pred 	%p<75>;\n"
     "	.reg .b16 	%rs<9>;\n"
-    "	.reg .f32 	%f<83>;\n"
-    "	.reg .b32 	%r<163>;\n"
-    "	.reg .b64 	%rd<56>;\n"
+    "	.reg .f32 	%f<87>;\n"
+    "	.reg .b32 	%r<167>;\n"
+    "	.reg .b64 	%rd<73>;\n"
     "\n"
     "\n"
-    "	ld.param.u64 	%rd27, [k_layernorm_param_0];\n"
-    "	ld.param.u64 	%rd28, [k_layernorm_param_1];\n"
-    "	ld.param.u64 	%rd24, [k_layernorm_param_2];\n"
-    "	ld.param.u64 	%rd29, [k_layernorm_param_3];\n"
-    "	ld.param.u64 	%rd25, [k_layernorm_param_4];\n"
-    "	ld.param.u64 	%rd26, [k_layernorm_param_5];\n"
-    "	ld.param.f32 	%f18, [k_layernorm_param_6];\n"
-    "	ld.param.u32 	%r21, [k_layernorm_param_7];\n"
+    "	ld.param.u64 	%rd34, [k_layernorm_param_0];\n"
+    "	ld.param.u64 	%rd35, [k_layernorm_param_1];\n"
+    "	ld.param.u64 	%rd30, [k_layernorm_param_2];\n"
+    "	ld.param.u64 	%rd36, [k_layernorm_param_3];\n"
+    "	ld.param.u64 	%rd31, [k_layernorm_param_4];\n"
+    "	ld.param.u64 	%rd32, [k_layernorm_param_5];\n"
     ,
-    "	cvta.to.global.u64 	%rd1, %rd29;\n"
-    "	cvta.to.global.u64 	%rd2, %rd28;\n"
-    "	cvta.to.global.u64 	%rd3, %rd27;\n"
+    "	ld.param.u32 	%r21, [k_layernorm_param_7];\n"
+    "	ld.param.u64 	%rd33, [k_layernorm_param_8];\n"
+    "	ld.param.u64 	%rd37, [k_layernorm_param_9];\n"
+    "	cvta.to.global.u64 	%rd1, %rd36;\n"
+    "	cvta.to.global.u64 	%rd2, %rd35;\n"
+    "	cvta.to.global.u64 	%rd3, %rd37;\n"
+    "	cvta.to.global.u64 	%rd4, %rd34;\n"
     "	mov.u32 	%r22, %ctaid.x;\n"
-    "	cvt.u64.u32 	%rd51, %r22;\n"
-    "	setp.ge.s64 	%p1, %rd51, %rd25;\n"
-    "	@%p1 bra 	$L__BB11_49;\n"
+    "	cvt.u64.u32 	%rd66, %r22;\n"
+    "	setp.ge.s64 	%p2, %rd66, %rd31;\n"
+    "	@%p2 bra 	$L__BB11_52;\n"
     "\n"
+    "	setp.eq.s64 	%p3, %rd33, 0;\n"
     "	mov.u32 	%r23, %tid.x;\n"
-    "	cvt.u64.u32 	%rd5, %r23;\n"
+    "	cvt.u64.u32 	%rd6, %r23;\n"
+    "	setp.ge.s64 	%p4, %rd6, %rd32;\n"
     "	mov.u32 	%r24, %ntid.x;\n"
-    "	cvt.u64.u32 	%rd6, %r24;\n"
+    "	cvt.u64.u32 	%rd7, %r24;\n"
     "	and.b32  	%r1, %r23, 31;\n"
-    "	shr.u32 	%r2, %r24, 5;\n"
     "	shr.u32 	%r25, %r23, 3;\n"
     "	and.b32  	%r26, %r25, 536870908;\n"
     "	mov.u32 	%r27, _ZZ9block_sumfE2sh;\n"
@@ -5452,227 +5457,258 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r28, %r23, 2;\n"
     "	and.b32  	%r29, %r28, 124;\n"
     "	add.s32 	%r4, %r27, %r29;\n"
-    "	cvt.rn.f32.s64 	%f1, %rd26;\n"
+    "	cvt.rn.f32.s64 	%f1, %rd32;\n"
     "	mov.u32 	%r30, %nctaid.x;\n"
-    "	cvt.u64.u32 	%rd7, %r30;\n"
-    "	cvta.to.global.u64 	%rd8, %rd24;\n"
+    "	cvt.u64.u32 	%rd8, %r30;\n"
+    "	or.pred  	%p1, %p3, %p4;\n"
+    "	selp.b64 	%rd9, %rd4, %rd3, %p3;\n"
+    "	cvta.to.global.u64 	%rd10, %rd33;\n"
+    "	cvta.to.global.u64 	%rd11, %rd30;\n"
     "\n"
     "$L__BB11_2:\n"
-    "	mul.lo.s64 	%rd10, %rd51, %rd26;\n"
-    "	setp.ge.s64 	%p2, %rd5, %rd26;\n"
-    "	mov.f32 	%f78, 0f00000000;\n"
-    "	@%p2 bra 	$L__BB11_5;\n"
+    "	mul.lo.s64 	%rd13, %rd66, %rd32;\n"
+    "	mov.u64 	%rd68, %rd9;\n"
+    "	@%p1 bra 	$L__BB11_5;\n"
     "\n"
-    "	mov.f32 	%f78, 0f00000000;\n"
-    "	mov.u64 	%rd52, %rd5;\n"
+    "	mov.u64 	%rd67, %rd6;\n"
     "\n"
     "$L__BB11_4:\n"
-    "	add.s64 	%rd30, %rd52, %rd10;\n"
-    "	shl.b64 	%rd31, %rd30, 2;\n"
-    "	add.s64 	%rd32, %rd3, %rd31;\n"
-    "	ld.global.nc.f32 	%f21, [%rd32];\n"
-    "	add.f32 	%f78, %f78, %f21;\n"
-    "	add.s64 	%rd52, %rd52, %rd6;\n"
-    "	setp.lt.s64 	%p3, %rd52, %rd26;\n"
-    "	@%p3 bra 	$L__BB11_4;\n"
+    "	add.s64 	%rd38, %rd67, %rd13;\n"
+    "	shl.b64 	%rd39, %rd38, 2;\n"
+    "	add.s64 	%rd40, %rd4, %rd39;\n"
+    "	add.s64 	%rd41, %rd10, %rd39;\n"
+    "	ld.global.nc.f32 	%f19, [%rd41];\n"
+    "	ld.global.nc.f32 	%f20, [%rd40];\n"
+    "	add.rn.f32 	%f21, %f20, %f19;\n"
+    "	add.s64 	%rd42, %rd3, %rd39;\n"
+    "	st.global.f32 	[%rd42], %f21;\n"
+    "	add.s64 	%rd67, %rd67, %rd7;\n"
+    "	setp.lt.s64 	%p5, %rd67, %rd32;\n"
+    "	mov.u64 	%rd68, %rd3;\n"
+    "	@%p5 bra 	$L__BB11_4;\n"
     "\n"
     "$L__BB11_5:\n"
+    "	mov.f32 	%f82, 0f00000000;\n"
+    "	@%p4 bra 	$L__BB11_8;\n"
+    "\n"
+    "	mov.f32 	%f82, 0f00000000;\n"
+    "	mov.u64 	%rd69, %rd6;\n"
+    "\n"
+    "$L__BB11_7:\n"
+    "	add.s64 	%rd43, %rd69, %rd13;\n"
+    "	shl.b64 	%rd44, %rd43, 2;\n"
+    "	add.s64 	%rd45, %rd68, %rd44;\n"
+    "	ld.global.nc.f32 	%f24, [%rd45];\n"
+    "	add.f32 	%f82, %f82, %f24;\n"
+    "	add.s64 	%rd69, %rd69, %rd7;\n"
+    "	setp.lt.s64 	%p7, %rd69, %rd32;\n"
+    "	@%p7 bra 	$L__BB11_7;\n"
+    "\n"
+    "$L__BB11_8:\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r31, %f78;\n"
+    "	mov.b32 	%r31, %f82;\n"
     "	mov.u32 	%r32, 31;\n"
     "	mov.u32 	%r33, 16;\n"
     "	mov.u32 	%r34, -1;\n"
-    "	shfl.sync.bfly.b32 	%r35|%p4, %r31, %r33, %r32, %r34;\n"
-    "	mov.b32 	%f22, %r35;\n"
-    "	add.f32 	%f23, %f78, %f22;\n"
-    "	mov.b32 	%r36, %f23;\n"
+    "	shfl.sync.bfly.b32 	%r35|%p8, %r31, %r33, %r32, %r34;\n"
+    "	mov.b32 	%f25, %r35;\n"
+    "	add.f32 	%f26, %f82, %f25;\n"
+    "	mov.b32 	%r36, %f26;\n"
     "	mov.u32 	%r37, 8;\n"
-    "	shfl.sync.bfly.b32 	%r38|%p5, %r36, %r37, %r32, %r34;\n"
-    "	mov.b32 	%f24, %r38;\n"
-    "	add.f32 	%f25, %f23, %f24;\n"
-    "	mov.b32 	%r39, %f25;\n"
+    "	shfl.sync.bfly.b32 	%r38|%p9, %r36, %r37, %r32, %r34;\n"
+    "	mov.b32 	%f27, %r38;\n"
+    "	add.f32 	%f28, %f26, %f27;\n"
+    "	mov.b32 	%r39, %f28;\n"
     "	mov.u32 	%r40, 4;\n"
-    "	shfl.sync.bfly.b32 	%r41|%p6, %r39, %r40, %r32, %r34;\n"
-    "	mov.b32 	%f26, %r41;\n"
-    "	add.f32 	%f27, %f25, %f26;\n"
-    "	mov.b32 	%r42, %f27;\n"
+    "	shfl.sync.bfly.b32 	%r41|%p10, %r39, %r40, %r32, %r34;\n"
+    "	mov.b32 	%f29, %r41;\n"
+    "	add.f32 	%f30, %f28, %f29;\n"
+    "	mov.b32 	%r42, %f30;\n"
     "	mov.u32 	%r43, 2;\n"
-    "	shfl.sync.bfly.b32 	%r44|%p7, %r42, %r43, %r32, %r34;\n"
-    "	mov.b32 	%f28, %r44;\n"
-    "	add.f32 	%f29, %f27, %f28;\n"
-    "	mov.b32 	%r45, %f29;\n"
+    "	shfl.sync.bfly.b32 	%r44|%p11, %r42, %r43, %r32, %r34;\n"
+    "	mov.b32 	%f31, %r44;\n"
+    "	add.f32 	%f32, %f30, %f31;\n"
+    "	mov.b32 	%r45, %f32;\n"
     "	mov.u32 	%r46, 1;\n"
-    "	shfl.sync.bfly.b32 	%r47|%p8, %r45, %r46, %r32, %r34;\n"
-    "	mov.b32 	%f30, %r47;\n"
-    "	add.f32 	%f5, %f29, %f30;\n"
-    "	setp.ne.s32 	%p9, %r1, 0;\n"
-    "	@%p9 bra 	$L__BB11_7;\n"
+    "	shfl.sync.bfly.b32 	%r47|%p12, %r45, %r46, %r32, %r34;\n"
+    "	mov.b32 	%f33, %r47;\n"
+    "	add.f32 	%f5, %f32, %f33;\n"
+    "	setp.ne.s32 	%p13, %r1, 0;\n"
+    "	@%p13 bra 	$L__BB11_10;\n"
     "\n"
     "	st.shared.f32 	[%r3], %f5;\n"
     "\n"
-    "$L__BB11_7:\n"
-    "	setp.ge.u32 	%p10, %r1, %r2;\n"
+    "$L__BB11_10:\n"
+    "	mov.u32 	%r164, %ntid.x;\n"
+    "	shr.u32 	%r163, %r164, 5;\n"
+    "	setp.ge.u32 	%p14, %r1, %r163;\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f81, 0f00000000;\n"
-    "	mov.f32 	%f79, %f81;\n"
-    "	@%p10 bra 	$L__BB11_9;\n"
+    "	mov.f32 	%f85, 0f00000000;\n"
+    "	mov.f32 	%f83, %f85;\n"
+    "	@%p14 bra 	$L__BB11_12;\n"
     "\n"
-    "	ld.shared.f32 	%f79, [%r4];\n"
+    "	ld.shared.f32 	%f83, [%r4];\n"
     "\n"
-    "$L__BB11_9:\n"
-    "	mov.b32 	%r48, %f79;\n"
+    "$L__BB11_12:\n"
+    "	mov.b32 	%r48, %f83;\n"
     "	mov.u32 	%r49, 31;\n"
     "	mov.u32 	%r50, 16;\n"
     "	mov.u32 	%r51, -1;\n"
-    "	shfl.sync.bfly.b32 	%r52|%p11, %r48, %r50, %r49, %r51;\n"
-    "	mov.b32 	%f33, %r52;\n"
-    "	add.f32 	%f34, %f79, %f33;\n"
-    "	mov.b32 	%r53, %f34;\n"
+    "	shfl.sync.bfly.b32 	%r52|%p15, %r48, %r50, %r49, %r51;\n"
+    "	mov.b32 	%f36, %r52;\n"
+    "	add.f32 	%f37, %f83, %f36;\n"
+    "	mov.b32 	%r53, %f37;\n"
     "	mov.u32 	%r54, 8;\n"
-    "	shfl.sync.bfly.b32 	%r55|%p12, %r53, %r54, %r49, %r51;\n"
-    "	mov.b32 	%f35, %r55;\n"
-    "	add.f32 	%f36, %f34, %f35;\n"
-    "	mov.b32 	%r56, %f36;\n"
+    "	shfl.sync.bfly.b32 	%r55|%p16, %r53, %r54, %r49, %r51;\n"
+    "	mov.b32 	%f38, %r55;\n"
+    "	add.f32 	%f39, %f37, %f38;\n"
+    "	mov.b32 	%r56, %f39;\n"
     "	mov.u32 	%r57, 4;\n"
-    "	shfl.sync.bfly.b32 	%r58|%p13, %r56, %r57, %r49, %r51;\n"
-    "	mov.b32 	%f37, %r58;\n"
-    "	add.f32 	%f38, %f36, %f37;\n"
-    "	mov.b32 	%r59, %f38;\n"
+    "	shfl.sync.bfly.b32 	%r58|%p17, %r56, %r57, %r49, %r51;\n"
+    "	mov.b32 	%f40, %r58;\n"
+    "	add.f32 	%f41, %f39, %f40;\n"
+    "	mov.b32 	%r59, %f41;\n"
     "	mov.u32 	%r60, 2;\n"
-    "	shfl.sync.bfly.b32 	%r61|%p14, %r59, %r60, %r49, %r51;\n"
-    "	mov.b32 	%f39, %r61;\n"
-    "	add.f32 	%f40, %f38, %f39;\n"
-    "	mov.b32 	%r62, %f40;\n"
+    "	shfl.sync.bfly.b32 	%r61|%p18, %r59, %r60, %r49, %r51;\n"
+    "	mov.b32 	%f42, %r61;\n"
+    "	add.f32 	%f43, %f41, %f42;\n"
+    "	mov.b32 	%r62, %f43;\n"
     "	mov.u32 	%r63, 1;\n"
-    "	shfl.sync.bfly.b32 	%r64|%p15, %r62, %r63, %r49, %r51;\n"
-    "	mov.b32 	%f41, %r64;\n"
-    "	add.f32 	%f42, %f40, %f41;\n"
-    "	div.rn.f32 	%f8, %f42, %f1;\n"
-    "	@%p2 bra 	$L__BB11_12;\n"
+    "	shfl.sync.bfly.b32 	%r64|%p19, %r62, %r63, %r49, %r51;\n"
+    "	mov.b32 	%f44, %r64;\n"
+    "	add.f32 	%f45, %f43, %f44;\n"
+    "	div.rn.f32 	%f8, %f45, %f1;\n"
+    "	@%p4 bra 	$L__BB11_15;\n"
     "\n"
-    "	mov.f32 	%f81, 0f00000000;\n"
-    "	mov.u64 	%rd53, %rd5;\n"
+    "	mov.f32 	%f85, 0f00000000;\n"
+    "	mov.u64 	%rd70, %rd6;\n"
     "\n"
-    "$L__BB11_11:\n"
-    "	add.s64 	%rd33, %rd53, %rd10;\n"
-    "	shl.b64 	%rd34, %rd33, 2;\n"
-    "	add.s64 	%rd35, %rd3, %rd34;\n"
-    "	ld.global.nc.f32 	%f44, [%rd35];\n"
-    "	sub.f32 	%f45, %f44, %f8;\n"
-    "	fma.rn.f32 	%f81, %f45, %f45, %f81;\n"
-    "	add.s64 	%rd53, %rd53, %rd6;\n"
-    "	setp.lt.s64 	%p17, %rd53, %rd26;\n"
-    "	@%p17 bra 	$L__BB11_11;\n"
-    "\n"
-    "$L__BB11_12:\n"
-    "	bar.sync 	0;\n"
-    "	mov.b32 	%r65, %f81;\n"
-    "	shfl.sync.bfly.b32 	%r69|%p18, %r65, %r50, %r49, %r51;\n"
-    "	mov.b32 	%f46, %r69;\n"
-    "	add.f32 	%f47, %f81, %f46;\n"
-    "	mov.b32 	%r70, %f47;\n"
-    "	shfl.sync.bfly.b32 	%r72|%p19, %r70, %r54, %r49, %r51;\n"
-    "	mov.b32 	%f48, %r72;\n"
-    "	add.f32 	%f49, %f47, %f48;\n"
-    "	mov.b32 	%r73, %f49;\n"
-    "	shfl.sync.bfly.b32 	%r75|%p20, %r73, %r57, %r49, %r51;\n"
-    "	mov.b32 	%f50, %r75;\n"
-    "	add.f32 	%f51, %f49, %f50;\n"
-    "	mov.b32 	%r76, %f51;\n"
-    "	shfl.sync.bfly.b32 	%r78|%p21, %r76, %r60, %r49, %r51;\n"
-    "	mov.b32 	%f52, %r78;\n"
-    "	add.f32 	%f53, %f51, %f52;\n"
-    "	mov.b32 	%r79, %f53;\n"
-    "	shfl.sync.bfly.b32 	%r81|%p22, %r79, %r63, %r49, %r51;\n"
-    "	mov.b32 	%f54, %r81;\n"
+    "$L__BB11_14:\n"
+    "	add.s64 	%rd46, %rd70, %rd13;\n"
+    "	shl.b64 	%rd47, %rd46, 2;\n"
+    "	add.s64 	%rd48, %rd68, %rd47;\n"
+    "	ld.global.nc.f32 	%f47, [%rd48];\n"
     ,
-    "	add.f32 	%f12, %f53, %f54;\n"
-    "	@%p9 bra 	$L__BB11_14;\n"
+    "	sub.f32 	%f48, %f47, %f8;\n"
+    "	fma.rn.f32 	%f85, %f48, %f48, %f85;\n"
+    "	add.s64 	%rd70, %rd70, %rd7;\n"
+    "	setp.lt.s64 	%p21, %rd70, %rd32;\n"
+    "	@%p21 bra 	$L__BB11_14;\n"
+    "\n"
+    "$L__BB11_15:\n"
+    "	setp.ne.s32 	%p73, %r1, 0;\n"
+    "	bar.sync 	0;\n"
+    "	mov.b32 	%r65, %f85;\n"
+    "	shfl.sync.bfly.b32 	%r69|%p22, %r65, %r50, %r49, %r51;\n"
+    "	mov.b32 	%f49, %r69;\n"
+    "	add.f32 	%f50, %f85, %f49;\n"
+    "	mov.b32 	%r70, %f50;\n"
+    "	shfl.sync.bfly.b32 	%r72|%p23, %r70, %r54, %r49, %r51;\n"
+    "	mov.b32 	%f51, %r72;\n"
+    "	add.f32 	%f52, %f50, %f51;\n"
+    "	mov.b32 	%r73, %f52;\n"
+    "	shfl.sync.bfly.b32 	%r75|%p24, %r73, %r57, %r49, %r51;\n"
+    "	mov.b32 	%f53, %r75;\n"
+    "	add.f32 	%f54, %f52, %f53;\n"
+    "	mov.b32 	%r76, %f54;\n"
+    "	shfl.sync.bfly.b32 	%r78|%p25, %r76, %r60, %r49, %r51;\n"
+    "	mov.b32 	%f55, %r78;\n"
+    "	add.f32 	%f56, %f54, %f55;\n"
+    "	mov.b32 	%r79, %f56;\n"
+    "	shfl.sync.bfly.b32 	%r81|%p26, %r79, %r63, %r49, %r51;\n"
+    "	mov.b32 	%f57, %r81;\n"
+    "	add.f32 	%f12, %f56, %f57;\n"
+    "	@%p73 bra 	$L__BB11_17;\n"
     "\n"
     "	st.shared.f32 	[%r3], %f12;\n"
     "\n"
-    "$L__BB11_14:\n"
+    "$L__BB11_17:\n"
+    "	mov.u32 	%r162, %ntid.x;\n"
+    "	shr.u32 	%r161, %r162, 5;\n"
+    "	setp.ge.u32 	%p74, %r1, %r161;\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f82, 0f00000000;\n"
-    "	@%p10 bra 	$L__BB11_16;\n"
+    "	mov.f32 	%f86, 0f00000000;\n"
+    "	@%p74 bra 	$L__BB11_19;\n"
     "\n"
-    "	ld.shared.f32 	%f82, [%r4];\n"
+    "	ld.shared.f32 	%f86, [%r4];\n"
     "\n"
-    "$L__BB11_16:\n"
-    "	mov.b32 	%r82, %f82;\n"
+    "$L__BB11_19:\n"
+    "	ld.param.f32 	%f80, [k_layernorm_param_6];\n"
+    "	mov.b32 	%r82, %f86;\n"
     "	mov.u32 	%r83, 31;\n"
     "	mov.u32 	%r84, 16;\n"
     "	mov.u32 	%r85, -1;\n"
-    "	shfl.sync.bfly.b32 	%r86|%p25, %r82, %r84, %r83, %r85;\n"
-    "	mov.b32 	%f56, %r86;\n"
-    "	add.f32 	%f57, %f82, %f56;\n"
-    "	mov.b32 	%r87, %f57;\n"
+    "	shfl.sync.bfly.b32 	%r86|%p29, %r82, %r84, %r83, %r85;\n"
+    "	mov.b32 	%f59, %r86;\n"
+    "	add.f32 	%f60, %f86, %f59;\n"
+    "	mov.b32 	%r87, %f60;\n"
     "	mov.u32 	%r88, 8;\n"
-    "	shfl.sync.bfly.b32 	%r89|%p26, %r87, %r88, %r83, %r85;\n"
-    "	mov.b32 	%f58, %r89;\n"
-    "	add.f32 	%f59, %f57, %f58;\n"
-    "	mov.b32 	%r90, %f59;\n"
+    "	shfl.sync.bfly.b32 	%r89|%p30, %r87, %r88, %r83, %r85;\n"
+    "	mov.b32 	%f61, %r89;\n"
+    "	add.f32 	%f62, %f60, %f61;\n"
+    "	mov.b32 	%r90, %f62;\n"
     "	mov.u32 	%r91, 4;\n"
-    "	shfl.sync.bfly.b32 	%r92|%p27, %r90, %r91, %r83, %r85;\n"
-    "	mov.b32 	%f60, %r92;\n"
-    "	add.f32 	%f61, %f59, %f60;\n"
-    "	mov.b32 	%r93, %f61;\n"
+    "	shfl.sync.bfly.b32 	%r92|%p31, %r90, %r91, %r83, %r85;\n"
+    "	mov.b32 	%f63, %r92;\n"
+    "	add.f32 	%f64, %f62, %f63;\n"
+    "	mov.b32 	%r93, %f64;\n"
     "	mov.u32 	%r94, 2;\n"
-    "	shfl.sync.bfly.b32 	%r95|%p28, %r93, %r94, %r83, %r85;\n"
-    "	mov.b32 	%f62, %r95;\n"
-    "	add.f32 	%f63, %f61, %f62;\n"
-    "	mov.b32 	%r96, %f63;\n"
+    "	shfl.sync.bfly.b32 	%r95|%p32, %r93, %r94, %r83, %r85;\n"
+    "	mov.b32 	%f65, %r95;\n"
+    "	add.f32 	%f66, %f64, %f65;\n"
+    "	mov.b32 	%r96, %f66;\n"
     "	mov.u32 	%r97, 1;\n"
-    "	shfl.sync.bfly.b32 	%r98|%p29, %r96, %r97, %r83, %r85;\n"
-    "	mov.b32 	%f64, %r98;\n"
-    "	add.f32 	%f65, %f63, %f64;\n"
-    "	div.rn.f32 	%f66, %f65, %f1;\n"
-    "	add.f32 	%f67, %f66, %f18;\n"
-    "	rsqrt.approx.f32 	%f15, %f67;\n"
-    "	@%p2 bra 	$L__BB11_48;\n"
+    "	shfl.sync.bfly.b32 	%r98|%p33, %r96, %r97, %r83, %r85;\n"
+    "	mov.b32 	%f67, %r98;\n"
+    "	add.f32 	%f68, %f66, %f67;\n"
+    "	div.rn.f32 	%f69, %f68, %f1;\n"
+    "	add.f32 	%f70, %f69, %f80;\n"
+    "	rsqrt.approx.f32 	%f15, %f70;\n"
+    "	@%p4 bra 	$L__BB11_51;\n"
     "\n"
-    "	setp.eq.s64 	%p31, %rd24, 0;\n"
-    "	@%p31 bra 	$L__BB11_33;\n"
+    "	ld.param.u64 	%rd65, [k_layernorm_param_2];\n"
+    "	setp.eq.s64 	%p35, %rd65, 0;\n"
+    "	@%p35 bra 	$L__BB11_36;\n"
     "\n"
-    "	mov.u64 	%rd54, %rd5;\n"
+    "	mov.u64 	%rd71, %rd6;\n"
     "\n"
-    "$L__BB11_19:\n"
-    "	add.s64 	%rd16, %rd54, %rd10;\n"
-    "	shl.b64 	%rd36, %rd16, 2;\n"
-    "	add.s64 	%rd37, %rd3, %rd36;\n"
-    "	ld.global.nc.f32 	%f68, [%rd37];\n"
-    "	sub.f32 	%f69, %f68, %f8;\n"
-    "	mul.f32 	%f70, %f15, %f69;\n"
-    "	shl.b64 	%rd38, %rd54, 2;\n"
-    "	add.s64 	%rd39, %rd2, %rd38;\n"
-    "	ld.global.nc.f32 	%f71, [%rd39];\n"
-    "	add.s64 	%rd40, %rd8, %rd38;\n"
-    "	ld.global.nc.f32 	%f72, [%rd40];\n"
-    "	fma.rn.f32 	%f16, %f71, %f70, %f72;\n"
-    "	shl.b64 	%rd41, %rd16, 1;\n"
-    "	add.s64 	%rd17, %rd1, %rd41;\n"
-    "	setp.eq.s32 	%p32, %r21, 2;\n"
-    "	@%p32 bra 	$L__BB11_30;\n"
+    "$L__BB11_22:\n"
+    "	add.s64 	%rd22, %rd71, %rd13;\n"
+    "	shl.b64 	%rd49, %rd22, 2;\n"
+    "	add.s64 	%rd50, %rd68, %rd49;\n"
+    "	ld.global.nc.f32 	%f71, [%rd50];\n"
+    "	sub.f32 	%f72, %f71, %f8;\n"
+    "	mul.f32 	%f73, %f15, %f72;\n"
+    "	shl.b64 	%rd51, %rd71, 2;\n"
+    "	add.s64 	%rd52, %rd2, %rd51;\n"
+    "	ld.global.nc.f32 	%f74, [%rd52];\n"
+    "	add.s64 	%rd53, %rd11, %rd51;\n"
+    "	ld.global.nc.f32 	%f75, [%rd53];\n"
+    "	fma.rn.f32 	%f16, %f74, %f73, %f75;\n"
+    "	shl.b64 	%rd54, %rd22, 1;\n"
+    "	add.s64 	%rd23, %rd1, %rd54;\n"
+    "	setp.eq.s32 	%p36, %r21, 2;\n"
+    "	@%p36 bra 	$L__BB11_33;\n"
     "\n"
-    "	setp.ne.s32 	%p33, %r21, 1;\n"
-    "	@%p33 bra 	$L__BB11_31;\n"
+    "	setp.ne.s32 	%p37, %r21, 1;\n"
+    "	@%p37 bra 	$L__BB11_34;\n"
     "\n"
     "	mov.b32 	%r5, %f16;\n"
     "	shr.u32 	%r99, %r5, 16;\n"
-    "	and.b32  	%r161, %r99, 32768;\n"
+    "	and.b32  	%r165, %r99, 32768;\n"
     "	and.b32  	%r7, %r5, 2147483647;\n"
-    "	setp.gt.u32 	%p34, %r7, 2139095040;\n"
-    "	@%p34 bra 	$L__BB11_28;\n"
-    "	bra.uni 	$L__BB11_22;\n"
+    "	setp.gt.u32 	%p38, %r7, 2139095040;\n"
+    "	@%p38 bra 	$L__BB11_31;\n"
+    "	bra.uni 	$L__BB11_25;\n"
     "\n"
-    "$L__BB11_28:\n"
-    "	or.b32  	%r161, %r161, 32256;\n"
-    "	bra.uni 	$L__BB11_29;\n"
+    "$L__BB11_31:\n"
+    "	or.b32  	%r165, %r165, 32256;\n"
+    "	bra.uni 	$L__BB11_32;\n"
     "\n"
-    "$L__BB11_30:\n"
+    "$L__BB11_33:\n"
     "	mov.b32 	%r123, %f16;\n"
     "	and.b32  	%r124, %r123, 2147483647;\n"
-    "	setp.gt.u32 	%p48, %r124, 2139095040;\n"
+    "	setp.gt.u32 	%p52, %r124, 2139095040;\n"
     "	shr.u32 	%r125, %r123, 16;\n"
     "	cvt.u16.u32 	%rs1, %r125;\n"
     "	or.b16  	%rs2, %rs1, 64;\n"
@@ -5681,38 +5717,39 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r128, %r127, 32767;\n"
     "	shr.u32 	%r129, %r128, 16;\n"
     "	cvt.u16.u32 	%rs3, %r129;\n"
-    "	selp.b16 	%rs4, %rs2, %rs3, %p48;\n"
-    "	st.global.u16 	[%rd17], %rs4;\n"
-    "	bra.uni 	$L__BB11_32;\n"
+    "	selp.b16 	%rs4, %rs2, %rs3, %p52;\n"
+    "	st.global.u16 	[%rd23], %rs4;\n"
+    "	bra.uni 	$L__BB11_35;\n"
     "\n"
-    "$L__BB11_31:\n"
-    "	add.s64 	%rd43, %rd1, %rd36;\n"
-    "	st.global.f32 	[%rd43], %f16;\n"
-    "	bra.uni 	$L__BB11_32;\n"
-    "\n"
-    "$L__BB11_22:\n"
-    "	setp.gt.u32 	%p35, %r7, 1199566847;\n"
-    "	@%p35 bra 	$L__BB11_27;\n"
-    "	bra.uni 	$L__BB11_23;\n"
-    "\n"
-    "$L__BB11_27:\n"
-    "	or.b32  	%r161, %r161, 31744;\n"
-    "	bra.uni 	$L__BB11_29;\n"
-    "\n"
-    "$L__BB11_23:\n"
-    "	setp.lt.u32 	%p36, %r7, 947912704;\n"
-    "	@%p36 bra 	$L__BB11_25;\n"
-    "	bra.uni 	$L__BB11_24;\n"
+    "$L__BB11_34:\n"
+    "	add.s64 	%rd56, %rd1, %rd49;\n"
+    "	st.global.f32 	[%rd56], %f16;\n"
+    "	bra.uni 	$L__BB11_35;\n"
     "\n"
     "$L__BB11_25:\n"
-    "	setp.lt.u32 	%p42, %r7, 855638016;\n"
-    "	@%p42 bra 	$L__BB11_29;\n"
+    "	setp.gt.u32 	%p39, %r7, 1199566847;\n"
+    "	@%p39 bra 	$L__BB11_30;\n"
+    "	bra.uni 	$L__BB11_26;\n"
+    "\n"
+    "$L__BB11_30:\n"
+    "	or.b32  	%r165, %r165, 31744;\n"
+    "	bra.uni 	$L__BB11_32;\n"
+    "\n"
+    "$L__BB11_26:\n"
+    "	setp.lt.u32 	%p40, %r7, 947912704;\n"
+    "	@%p40 bra 	$L__BB11_28;\n"
+    "	bra.uni 	$L__BB11_27;\n"
+    "\n"
+    "$L__BB11_28:\n"
+    "	setp.lt.u32 	%p46, %r7, 855638016;\n"
+    "	@%p46 bra 	$L__BB11_32;\n"
     "\n"
     "	and.b32  	%r106, %r5, 8388607;\n"
     "	or.b32  	%r107, %r106, 8388608;\n"
     "	shr.u32 	%r108, %r7, 23;\n"
     "	mov.u32 	%r109, 126;\n"
     "	sub.s32 	%r110, %r109, %r108;\n"
+    ,
     "	shr.u32 	%r111, %r107, %r110;\n"
     "	mov.u32 	%r112, -1;\n"
     "	shl.b32 	%r113, %r112, %r110;\n"
@@ -5722,79 +5759,78 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.s32 	%r117, %r116, %r108;\n"
     "	mov.u32 	%r118, 1;\n"
     "	shl.b32 	%r119, %r118, %r117;\n"
-    "	setp.gt.u32 	%p43, %r115, %r119;\n"
-    "	setp.eq.s32 	%p44, %r115, %r119;\n"
+    "	setp.gt.u32 	%p47, %r115, %r119;\n"
+    "	setp.eq.s32 	%p48, %r115, %r119;\n"
     "	and.b32  	%r120, %r111, 1;\n"
-    "	setp.eq.b32 	%p45, %r120, 1;\n"
-    "	and.pred  	%p46, %p44, %p45;\n"
-    "	or.pred  	%p47, %p43, %p46;\n"
-    "	selp.u32 	%r121, 1, 0, %p47;\n"
+    "	setp.eq.b32 	%p49, %r120, 1;\n"
+    "	and.pred  	%p50, %p48, %p49;\n"
+    "	or.pred  	%p51, %p47, %p50;\n"
+    "	selp.u32 	%r121, 1, 0, %p51;\n"
     "	add.s32 	%r122, %r111, %r121;\n"
-    "	or.b32  	%r161, %r122, %r161;\n"
-    "	bra.uni 	$L__BB11_29;\n"
+    "	or.b32  	%r165, %r122, %r165;\n"
+    "	bra.uni 	$L__BB11_32;\n"
     "\n"
-    "$L__BB11_24:\n"
+    "$L__BB11_27:\n"
     "	shr.u32 	%r100, %r7, 13;\n"
     "	add.s32 	%r101, %r100, -114688;\n"
     "	and.b32  	%r102, %r5, 8191;\n"
-    "	setp.gt.u32 	%p37, %r102, 4096;\n"
-    "	setp.eq.s32 	%p38, %r102, 4096;\n"
+    "	setp.gt.u32 	%p41, %r102, 4096;\n"
+    "	setp.eq.s32 	%p42, %r102, 4096;\n"
     "	and.b32  	%r103, %r101, 1;\n"
-    "	setp.eq.b32 	%p39, %r103, 1;\n"
-    "	and.pred  	%p40, %p38, %p39;\n"
-    "	or.pred  	%p41, %p37, %p40;\n"
+    "	setp.eq.b32 	%p43, %r103, 1;\n"
+    "	and.pred  	%p44, %p42, %p43;\n"
+    "	or.pred  	%p45, %p41, %p44;\n"
     "	add.s32 	%r104, %r100, 16385;\n"
-    "	selp.b32 	%r105, %r104, %r101, %p41;\n"
-    "	or.b32  	%r161, %r105, %r161;\n"
-    "\n"
-    "$L__BB11_29:\n"
-    "	st.global.u16 	[%rd17], %r161;\n"
+    "	selp.b32 	%r105, %r104, %r101, %p45;\n"
+    "	or.b32  	%r165, %r105, %r165;\n"
     "\n"
     "$L__BB11_32:\n"
-    ,
-    "	add.s64 	%rd54, %rd54, %rd6;\n"
-    "	setp.lt.s64 	%p49, %rd54, %rd26;\n"
-    "	@%p49 bra 	$L__BB11_19;\n"
-    "	bra.uni 	$L__BB11_48;\n"
+    "	st.global.u16 	[%rd23], %r165;\n"
     "\n"
-    "$L__BB11_33:\n"
-    "	mov.u64 	%rd55, %rd5;\n"
+    "$L__BB11_35:\n"
+    "	add.s64 	%rd71, %rd71, %rd7;\n"
+    "	setp.lt.s64 	%p53, %rd71, %rd32;\n"
+    "	@%p53 bra 	$L__BB11_22;\n"
+    "	bra.uni 	$L__BB11_51;\n"
     "\n"
-    "$L__BB11_34:\n"
-    "	add.s64 	%rd20, %rd55, %rd10;\n"
-    "	shl.b64 	%rd44, %rd20, 2;\n"
-    "	add.s64 	%rd45, %rd3, %rd44;\n"
-    "	ld.global.nc.f32 	%f73, [%rd45];\n"
-    "	sub.f32 	%f74, %f73, %f8;\n"
-    "	mul.f32 	%f75, %f15, %f74;\n"
-    "	shl.b64 	%rd46, %rd55, 2;\n"
-    "	add.s64 	%rd47, %rd2, %rd46;\n"
-    "	ld.global.nc.f32 	%f76, [%rd47];\n"
-    "	fma.rn.f32 	%f17, %f76, %f75, 0f00000000;\n"
-    "	shl.b64 	%rd48, %rd20, 1;\n"
-    "	add.s64 	%rd21, %rd1, %rd48;\n"
-    "	setp.eq.s32 	%p50, %r21, 2;\n"
-    "	@%p50 bra 	$L__BB11_45;\n"
+    "$L__BB11_36:\n"
+    "	mov.u64 	%rd72, %rd6;\n"
     "\n"
-    "	setp.ne.s32 	%p51, %r21, 1;\n"
-    "	@%p51 bra 	$L__BB11_46;\n"
+    "$L__BB11_37:\n"
+    "	add.s64 	%rd26, %rd72, %rd13;\n"
+    "	shl.b64 	%rd57, %rd26, 2;\n"
+    "	add.s64 	%rd58, %rd68, %rd57;\n"
+    "	ld.global.nc.f32 	%f76, [%rd58];\n"
+    "	sub.f32 	%f77, %f76, %f8;\n"
+    "	mul.f32 	%f78, %f15, %f77;\n"
+    "	shl.b64 	%rd59, %rd72, 2;\n"
+    "	add.s64 	%rd60, %rd2, %rd59;\n"
+    "	ld.global.nc.f32 	%f79, [%rd60];\n"
+    "	fma.rn.f32 	%f17, %f79, %f78, 0f00000000;\n"
+    "	shl.b64 	%rd61, %rd26, 1;\n"
+    "	add.s64 	%rd27, %rd1, %rd61;\n"
+    "	setp.eq.s32 	%p54, %r21, 2;\n"
+    "	@%p54 bra 	$L__BB11_48;\n"
+    "\n"
+    "	setp.ne.s32 	%p55, %r21, 1;\n"
+    "	@%p55 bra 	$L__BB11_49;\n"
     "\n"
     "	mov.b32 	%r13, %f17;\n"
     "	shr.u32 	%r130, %r13, 16;\n"
-    "	and.b32  	%r162, %r130, 32768;\n"
+    "	and.b32  	%r166, %r130, 32768;\n"
     "	and.b32  	%r15, %r13, 2147483647;\n"
-    "	setp.gt.u32 	%p52, %r15, 2139095040;\n"
-    "	@%p52 bra 	$L__BB11_43;\n"
-    "	bra.uni 	$L__BB11_37;\n"
+    "	setp.gt.u32 	%p56, %r15, 2139095040;\n"
+    "	@%p56 bra 	$L__BB11_46;\n"
+    "	bra.uni 	$L__BB11_40;\n"
     "\n"
-    "$L__BB11_43:\n"
-    "	or.b32  	%r162, %r162, 32256;\n"
-    "	bra.uni 	$L__BB11_44;\n"
+    "$L__BB11_46:\n"
+    "	or.b32  	%r166, %r166, 32256;\n"
+    "	bra.uni 	$L__BB11_47;\n"
     "\n"
-    "$L__BB11_45:\n"
+    "$L__BB11_48:\n"
     "	mov.b32 	%r154, %f17;\n"
     "	and.b32  	%r155, %r154, 2147483647;\n"
-    "	setp.gt.u32 	%p66, %r155, 2139095040;\n"
+    "	setp.gt.u32 	%p70, %r155, 2139095040;\n"
     "	shr.u32 	%r156, %r154, 16;\n"
     "	cvt.u16.u32 	%rs5, %r156;\n"
     "	or.b16  	%rs6, %rs5, 64;\n"
@@ -5803,32 +5839,32 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r159, %r158, 32767;\n"
     "	shr.u32 	%r160, %r159, 16;\n"
     "	cvt.u16.u32 	%rs7, %r160;\n"
-    "	selp.b16 	%rs8, %rs6, %rs7, %p66;\n"
-    "	st.global.u16 	[%rd21], %rs8;\n"
-    "	bra.uni 	$L__BB11_47;\n"
+    "	selp.b16 	%rs8, %rs6, %rs7, %p70;\n"
+    "	st.global.u16 	[%rd27], %rs8;\n"
+    "	bra.uni 	$L__BB11_50;\n"
     "\n"
-    "$L__BB11_46:\n"
-    "	add.s64 	%rd50, %rd1, %rd44;\n"
-    "	st.global.f32 	[%rd50], %f17;\n"
-    "	bra.uni 	$L__BB11_47;\n"
-    "\n"
-    "$L__BB11_37:\n"
-    "	setp.gt.u32 	%p53, %r15, 1199566847;\n"
-    "	@%p53 bra 	$L__BB11_42;\n"
-    "	bra.uni 	$L__BB11_38;\n"
-    "\n"
-    "$L__BB11_42:\n"
-    "	or.b32  	%r162, %r162, 31744;\n"
-    "	bra.uni 	$L__BB11_44;\n"
-    "\n"
-    "$L__BB11_38:\n"
-    "	setp.lt.u32 	%p54, %r15, 947912704;\n"
-    "	@%p54 bra 	$L__BB11_40;\n"
-    "	bra.uni 	$L__BB11_39;\n"
+    "$L__BB11_49:\n"
+    "	add.s64 	%rd63, %rd1, %rd57;\n"
+    "	st.global.f32 	[%rd63], %f17;\n"
+    "	bra.uni 	$L__BB11_50;\n"
     "\n"
     "$L__BB11_40:\n"
-    "	setp.lt.u32 	%p60, %r15, 855638016;\n"
-    "	@%p60 bra 	$L__BB11_44;\n"
+    "	setp.gt.u32 	%p57, %r15, 1199566847;\n"
+    "	@%p57 bra 	$L__BB11_45;\n"
+    "	bra.uni 	$L__BB11_41;\n"
+    "\n"
+    "$L__BB11_45:\n"
+    "	or.b32  	%r166, %r166, 31744;\n"
+    "	bra.uni 	$L__BB11_47;\n"
+    "\n"
+    "$L__BB11_41:\n"
+    "	setp.lt.u32 	%p58, %r15, 947912704;\n"
+    "	@%p58 bra 	$L__BB11_43;\n"
+    "	bra.uni 	$L__BB11_42;\n"
+    "\n"
+    "$L__BB11_43:\n"
+    "	setp.lt.u32 	%p64, %r15, 855638016;\n"
+    "	@%p64 bra 	$L__BB11_47;\n"
     "\n"
     "	and.b32  	%r137, %r13, 8388607;\n"
     "	or.b32  	%r138, %r137, 8388608;\n"
@@ -5844,45 +5880,47 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.s32 	%r148, %r147, %r139;\n"
     "	mov.u32 	%r149, 1;\n"
     "	shl.b32 	%r150, %r149, %r148;\n"
-    "	setp.gt.u32 	%p61, %r146, %r150;\n"
-    "	setp.eq.s32 	%p62, %r146, %r150;\n"
+    "	setp.gt.u32 	%p65, %r146, %r150;\n"
+    "	setp.eq.s32 	%p66, %r146, %r150;\n"
     "	and.b32  	%r151, %r142, 1;\n"
-    "	setp.eq.b32 	%p63, %r151, 1;\n"
-    "	and.pred  	%p64, %p62, %p63;\n"
-    "	or.pred  	%p65, %p61, %p64;\n"
-    "	selp.u32 	%r152, 1, 0, %p65;\n"
+    "	setp.eq.b32 	%p67, %r151, 1;\n"
+    "	and.pred  	%p68, %p66, %p67;\n"
+    "	or.pred  	%p69, %p65, %p68;\n"
+    "	selp.u32 	%r152, 1, 0, %p69;\n"
     "	add.s32 	%r153, %r142, %r152;\n"
-    "	or.b32  	%r162, %r153, %r162;\n"
-    "	bra.uni 	$L__BB11_44;\n"
+    "	or.b32  	%r166, %r153, %r166;\n"
+    "	bra.uni 	$L__BB11_47;\n"
     "\n"
-    "$L__BB11_39:\n"
+    "$L__BB11_42:\n"
     "	shr.u32 	%r131, %r15, 13;\n"
     "	add.s32 	%r132, %r131, -114688;\n"
     "	and.b32  	%r133, %r13, 8191;\n"
-    "	setp.gt.u32 	%p55, %r133, 4096;\n"
-    "	setp.eq.s32 	%p56, %r133, 4096;\n"
+    "	setp.gt.u32 	%p59, %r133, 4096;\n"
+    "	setp.eq.s32 	%p60, %r133, 4096;\n"
     "	and.b32  	%r134, %r132, 1;\n"
-    "	setp.eq.b32 	%p57, %r134, 1;\n"
-    "	and.pred  	%p58, %p56, %p57;\n"
-    "	or.pred  	%p59, %p55, %p58;\n"
+    "	setp.eq.b32 	%p61, %r134, 1;\n"
+    "	and.pred  	%p62, %p60, %p61;\n"
+    "	or.pred  	%p63, %p59, %p62;\n"
     "	add.s32 	%r135, %r131, 16385;\n"
-    "	selp.b32 	%r136, %r135, %r132, %p59;\n"
-    "	or.b32  	%r162, %r136, %r162;\n"
-    "\n"
-    "$L__BB11_44:\n"
-    "	st.global.u16 	[%rd21], %r162;\n"
+    "	selp.b32 	%r136, %r135, %r132, %p63;\n"
+    "	or.b32  	%r166, %r136, %r166;\n"
     "\n"
     "$L__BB11_47:\n"
-    "	add.s64 	%rd55, %rd55, %rd6;\n"
-    "	setp.lt.s64 	%p67, %rd55, %rd26;\n"
-    "	@%p67 bra 	$L__BB11_34;\n"
+    "	st.global.u16 	[%rd27], %r166;\n"
     "\n"
-    "$L__BB11_48:\n"
-    "	add.s64 	%rd51, %rd51, %rd7;\n"
-    "	setp.lt.s64 	%p68, %rd51, %rd25;\n"
-    "	@%p68 bra 	$L__BB11_2;\n"
+    "$L__BB11_50:\n"
+    "	add.s64 	%rd72, %rd72, %rd7;\n"
+    "	setp.lt.s64 	%p71, %rd72, %rd32;\n"
+    "	@%p71 bra 	$L__BB11_37;\n"
     "\n"
-    "$L__BB11_49:\n"
+    ,
+    "$L__BB11_51:\n"
+    "	ld.param.u64 	%rd64, [k_layernorm_param_4];\n"
+    "	add.s64 	%rd66, %rd66, %rd8;\n"
+    "	setp.lt.s64 	%p72, %rd66, %rd64;\n"
+    "	@%p72 bra 	$L__BB11_2;\n"
+    "\n"
+    "$L__BB11_52:\n"
     "	ret;\n"
     "\n"
     "}\n"
@@ -5913,7 +5951,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd35, [k_layernorm_back_param_3];\n"
     "	ld.param.u64 	%rd28, [k_layernorm_back_param_4];\n"
     "	ld.param.u64 	%rd29, [k_layernorm_back_param_5];\n"
-    ,
     "	ld.param.u64 	%rd30, [k_layernorm_back_param_7];\n"
     "	ld.param.u64 	%rd31, [k_layernorm_back_param_8];\n"
     "	ld.param.u32 	%r21, [k_layernorm_back_param_9];\n"
@@ -6028,6 +6065,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f52, %f50, %f51;\n"
     "	mov.b32 	%r59, %f52;\n"
     "	mov.u32 	%r60, 2;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r61|%p14, %r59, %r60, %r49, %r51;\n"
     "	mov.b32 	%f53, %r61;\n"
     "	add.f32 	%f54, %f52, %f53;\n"
@@ -6066,7 +6104,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r73, %f63;\n"
     "	shfl.sync.bfly.b32 	%r75|%p20, %r73, %r57, %r49, %r51;\n"
     "	mov.b32 	%f64, %r75;\n"
-    ,
     "	add.f32 	%f65, %f63, %f64;\n"
     "	mov.b32 	%r76, %f65;\n"
     "	shfl.sync.bfly.b32 	%r78|%p21, %r76, %r60, %r49, %r51;\n"
@@ -6181,6 +6218,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB12_23:\n"
     "	mov.b32 	%r116, %f163;\n"
+    ,
     "	mov.u32 	%r117, 31;\n"
     "	mov.u32 	%r118, 16;\n"
     "	mov.u32 	%r119, -1;\n"
@@ -6213,7 +6251,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f112, %r134;\n"
     "	add.f32 	%f113, %f162, %f112;\n"
     "	mov.b32 	%r135, %f113;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r136|%p45, %r135, %r122, %r117, %r119;\n"
     "	mov.b32 	%f114, %r136;\n"
     "	add.f32 	%f115, %f113, %f114;\n"
@@ -6325,6 +6362,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB12_42:\n"
     "	mov.b32 	%r184, %f30;\n"
+    ,
     "	and.b32  	%r185, %r184, 2147483647;\n"
     "	setp.gt.u32 	%p75, %r185, 2139095040;\n"
     "	shr.u32 	%r186, %r184, 16;\n"
@@ -6369,7 +6407,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.s32 	%r171, %r170, %r169;\n"
     "	shr.u32 	%r172, %r168, %r171;\n"
     "	mov.u32 	%r173, -1;\n"
-    ,
     "	shl.b32 	%r174, %r173, %r171;\n"
     "	not.b32 	%r175, %r174;\n"
     "	and.b32  	%r176, %r168, %r175;\n"
@@ -6492,6 +6529,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB12_52;\n"
     "\n"
     "$L__BB12_53:\n"
+    ,
     "	setp.lt.u32 	%p88, %r15, 855638016;\n"
     "	@%p88 bra 	$L__BB12_57;\n"
     "\n"
@@ -6530,7 +6568,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.b32 	%p85, %r195, 1;\n"
     "	and.pred  	%p86, %p84, %p85;\n"
     "	or.pred  	%p87, %p83, %p86;\n"
-    ,
     "	add.s32 	%r196, %r192, 16385;\n"
     "	selp.b32 	%r197, %r196, %r193, %p87;\n"
     "	or.b32  	%r225, %r197, %r225;\n"
@@ -6653,6 +6690,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	st.shared.f32 	[%r3], %f5;\n"
     "\n"
+    ,
     "$L__BB13_7:\n"
     "	setp.ge.u32 	%p10, %r1, %r2;\n"
     "	bar.sync 	0;\n"
@@ -6694,7 +6732,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.rn.f32 	%f33, %f8, %f1;\n"
     "	add.f32 	%f34, %f33, %f10;\n"
     "	rsqrt.approx.f32 	%f9, %f34;\n"
-    ,
     "	mov.u64 	%rd31, %rd3;\n"
     "\n"
     "$L__BB13_11:\n"
@@ -6809,6 +6846,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	// end inline asm\n"
     "	add.f64 	%fd21, %fd71, %fd20;\n"
     "	// begin inline asm\n"
+    ,
     "	mov.b64 {%r18,%r19}, %fd21;\n"
     "	// end inline asm\n"
     "	mov.u32 	%r37, 8;\n"
@@ -6843,7 +6881,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	// end inline asm\n"
     "	mov.u32 	%r40, 1;\n"
     "	shfl.sync.bfly.b32 	%r33|%p12, %r31, %r40, %r34, %r36;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r32|%p13, %r30, %r40, %r34, %r36;\n"
     "	// begin inline asm\n"
     "	mov.b64 %fd28, {%r32,%r33};\n"
@@ -6954,6 +6991,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	// begin inline asm\n"
     "	mov.b64 {%r68,%r69}, %fd74;\n"
     "	// end inline asm\n"
+    ,
     "	shfl.sync.bfly.b32 	%r71|%p28, %r69, %r62, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r70|%p29, %r68, %r62, %r61, %r63;\n"
     "	// begin inline asm\n"
@@ -6987,7 +7025,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b64 %fd55, {%r82,%r83};\n"
     "	// end inline asm\n"
     "	add.f64 	%fd56, %fd54, %fd55;\n"
-    ,
     "	// begin inline asm\n"
     "	mov.b64 {%r84,%r85}, %fd56;\n"
     "	// end inline asm\n"
@@ -7093,6 +7130,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p51 bra 	$L__BB14_18;\n"
     "\n"
     "$L__BB14_19:\n"
+    ,
     "	ld.param.u64 	%rd40, [k_rmsnorm_back_param_4];\n"
     "	add.s64 	%rd41, %rd41, %rd7;\n"
     "	setp.lt.s64 	%p52, %rd41, %rd40;\n"
@@ -7137,7 +7175,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r1, %r7, 31;\n"
     "	shr.u32 	%r2, %r8, 5;\n"
     "	shr.u32 	%r9, %r7, 3;\n"
-    ,
     "	and.b32  	%r10, %r9, 536870908;\n"
     "	mov.u32 	%r11, _ZZ9block_sumfE2sh;\n"
     "	add.s32 	%r3, %r11, %r10;\n"
@@ -7257,6 +7294,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd22, %rd21, 2;\n"
     "	add.s64 	%rd23, %rd1, %rd22;\n"
     "	ld.global.nc.f32 	%f44, [%rd23];\n"
+    ,
     "	sub.f32 	%f45, %f44, %f71;\n"
     "	fma.rn.f32 	%f73, %f45, %f45, %f73;\n"
     "	add.s64 	%rd28, %rd28, %rd4;\n"
@@ -7298,7 +7336,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.shared.f32 	[%r3], %f13;\n"
     "\n"
     "$L__BB15_16:\n"
-    ,
     "	setp.ge.u32 	%p25, %r1, %r2;\n"
     "	bar.sync 	0;\n"
     "	mov.f32 	%f74, 0f00000000;\n"
@@ -7411,6 +7448,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd56, %rd96, %rd55;\n"
     "	mov.u64 	%rd57, -2;\n"
     "	sub.s64 	%rd12, %rd57, %rd56;\n"
+    ,
     "	and.b64  	%rd58, %rd12, -4294967296;\n"
     "	setp.eq.s64 	%p3, %rd58, 0;\n"
     "	@%p3 bra 	$L__BB16_4;\n"
@@ -7454,7 +7492,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f24, %f23, %f22;\n"
     "	ld.global.nc.f32 	%f25, [%rd93];\n"
     "	fma.rn.f32 	%f70, %f25, %f24, %f70;\n"
-    ,
     "	add.s64 	%rd96, %rd96, %rd11;\n"
     "	add.s64 	%rd93, %rd93, %rd18;\n"
     "	add.s64 	%rd92, %rd92, %rd20;\n"
@@ -7562,6 +7599,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB16_15:\n"
     "	ld.shared.f32 	%f57, [%r42+-264];\n"
     "	add.f32 	%f58, %f75, %f57;\n"
+    ,
     "	ld.shared.f32 	%f59, [%r42+-132];\n"
     "	add.f32 	%f60, %f58, %f59;\n"
     "	ld.shared.f32 	%f61, [%r42];\n"
@@ -7609,7 +7647,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_softmax_param_2,\n"
     "	.param .u64 k_softmax_param_3,\n"
     "	.param .u64 k_softmax_param_4,\n"
-    ,
     "	.param .u32 k_softmax_param_5\n"
     ")\n"
     "{\n"
@@ -7731,6 +7768,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.u32 	%p12, %r1, %r2;\n"
     "	bar.sync 	0;\n"
     "	mov.f32 	%f99, 0fFF800000;\n"
+    ,
     "	@%p12 bra 	$L__BB17_14;\n"
     "\n"
     "	ld.shared.f32 	%f99, [%r4];\n"
@@ -7774,7 +7812,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd34, %rd33, 2;\n"
     "	add.s64 	%rd35, %rd1, %rd34;\n"
     "	ld.global.nc.f32 	%f42, [%rd35];\n"
-    ,
     "	sub.f32 	%f43, %f42, %f7;\n"
     "	mov.f32 	%f44, 0f3F000000;\n"
     "	mov.f32 	%f45, 0f3BBB989D;\n"
@@ -7883,6 +7920,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f86, 0f437C0000;\n"
     "	fma.rm.f32 	%f87, %f84, %f86, %f85;\n"
     "	add.f32 	%f88, %f87, 0fCB40007F;\n"
+    ,
     "	neg.f32 	%f89, %f88;\n"
     "	mov.f32 	%f90, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f91, %f80, %f90, %f89;\n"
@@ -7929,7 +7967,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	ld.param.u64 	%rd18, [k_softmax_back_param_0];\n"
     "	ld.param.u64 	%rd19, [k_softmax_back_param_1];\n"
-    ,
     "	ld.param.u64 	%rd15, [k_softmax_back_param_2];\n"
     "	ld.param.u64 	%rd16, [k_softmax_back_param_3];\n"
     "	ld.param.u64 	%rd17, [k_softmax_back_param_4];\n"
@@ -8044,6 +8081,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f28, %r44;\n"
     "	add.f32 	%f29, %f27, %f28;\n"
     "	mov.b32 	%r45, %f29;\n"
+    ,
     "	mov.u32 	%r46, 1;\n"
     "	shfl.sync.bfly.b32 	%r47|%p15, %r45, %r46, %r32, %r34;\n"
     "	mov.b32 	%f30, %r47;\n"
@@ -8093,7 +8131,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .b64 	%rd<99>;\n"
     "\n"
     "\n"
-    ,
     "	ld.param.u64 	%rd42, [k_ce_rows_param_0];\n"
     "	ld.param.u64 	%rd43, [k_ce_rows_param_1];\n"
     "	ld.param.u64 	%rd44, [k_ce_rows_param_2];\n"
@@ -8215,6 +8252,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r78|%p13, %r74, %r76, %r75, %r77;\n"
     "	mov.b32 	%f65, %r78;\n"
     "	max.f32 	%f66, %f341, %f65;\n"
+    ,
     "	mov.b32 	%r79, %f66;\n"
     "	mov.u32 	%r80, 8;\n"
     "	shfl.sync.bfly.b32 	%r81|%p14, %r79, %r80, %r75, %r77;\n"
@@ -8258,7 +8296,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	max.f32 	%f77, %f342, %f76;\n"
     "	mov.b32 	%r96, %f77;\n"
     "	mov.u32 	%r97, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r98|%p21, %r96, %r97, %r92, %r94;\n"
     "	mov.b32 	%f78, %r98;\n"
     "	max.f32 	%f79, %f77, %f78;\n"
@@ -8373,6 +8410,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f105, %r131;\n"
     "	add.f32 	%f106, %f104, %f105;\n"
     "	mov.b32 	%r132, %f106;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r134|%p33, %r132, %r100, %r92, %r94;\n"
     "	mov.b32 	%f107, %r134;\n"
     "	add.f32 	%f108, %f106, %f107;\n"
@@ -8412,7 +8450,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f116, %f114, %f115;\n"
     "	mov.b32 	%r150, %f116;\n"
     "	mov.u32 	%r151, 4;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r152|%p41, %r150, %r151, %r143, %r145;\n"
     "	mov.b32 	%f117, %r152;\n"
     "	add.f32 	%f118, %f116, %f117;\n"
@@ -8517,6 +8554,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p53 bra 	$L__BB19_43;\n"
     "\n"
     "	shl.b32 	%r170, %r365, 23;\n"
+    ,
     "	or.b32  	%r171, %r170, %r366;\n"
     "	shl.b32 	%r172, %r32, 13;\n"
     "	and.b32  	%r173, %r172, 8372224;\n"
@@ -8561,7 +8599,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd18, %r180;\n"
     "	and.b32  	%r37, %r179, 31;\n"
     "	shr.u32 	%r38, %r180, 5;\n"
-    ,
     "	shr.u32 	%r181, %r179, 3;\n"
     "	and.b32  	%r182, %r181, 536870908;\n"
     "	mov.u32 	%r183, _ZZ9block_maxfE2sh;\n"
@@ -8670,6 +8707,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r223, 1;\n"
     "	shfl.sync.bfly.b32 	%r224|%p69, %r222, %r223, %r209, %r211;\n"
     "	mov.b32 	%f176, %r224;\n"
+    ,
     "	max.f32 	%f28, %f175, %f176;\n"
     "	mov.f32 	%f352, 0f00000000;\n"
     "	@%p56 bra 	$L__BB19_61;\n"
@@ -8706,7 +8744,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f352, %f194, %f193, %f352;\n"
     "	add.s64 	%rd95, %rd95, %rd18;\n"
     "	setp.lt.s64 	%p71, %rd95, %rd41;\n"
-    ,
     "	@%p71 bra 	$L__BB19_60;\n"
     "\n"
     "$L__BB19_61:\n"
@@ -8808,6 +8845,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f232, %f230, %f221, %f231;\n"
     "	mov.f32 	%f233, 0fBE7FFF22;\n"
     "	fma.rn.f32 	%f234, %f232, %f221, %f233;\n"
+    ,
     "	mov.f32 	%f235, 0f3EAAAA78;\n"
     "	fma.rn.f32 	%f236, %f234, %f221, %f235;\n"
     "	mov.f32 	%f237, 0fBF000000;\n"
@@ -8845,7 +8883,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB19_71:\n"
     "	add.s64 	%rd93, %rd93, %rd19;\n"
-    ,
     "	setp.lt.s64 	%p91, %rd93, %rd40;\n"
     "	@%p91 bra 	$L__BB19_51;\n"
     "	bra.uni 	$L__BB19_95;\n"
@@ -8958,6 +8995,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r309|%p104, %r307, %r308, %r300, %r302;\n"
     "	mov.b32 	%f265, %r309;\n"
     "	max.f32 	%f266, %f264, %f265;\n"
+    ,
     "	mov.b32 	%r310, %f266;\n"
     "	mov.u32 	%r311, 2;\n"
     "	shfl.sync.bfly.b32 	%r312|%p105, %r310, %r311, %r300, %r302;\n"
@@ -8993,7 +9031,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f283, %f272, %f282, %f281;\n"
     "	mov.f32 	%f284, 0f32A57060;\n"
     "	fma.rn.f32 	%f285, %f272, %f284, %f283;\n"
-    ,
     "	mov.b32 	%r316, %f279;\n"
     "	shl.b32 	%r317, %r316, 23;\n"
     "	mov.b32 	%f286, %r317;\n"
@@ -9095,6 +9132,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f318, 0fBDF8CDCC;\n"
     "	fma.rn.f32 	%f319, %f317, %f314, %f318;\n"
     "	mov.f32 	%f320, 0f3E0F2955;\n"
+    ,
     "	fma.rn.f32 	%f321, %f319, %f314, %f320;\n"
     "	mov.f32 	%f322, 0fBE2AD8B9;\n"
     "	fma.rn.f32 	%f323, %f321, %f314, %f322;\n"
@@ -9130,7 +9168,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd87, %rd1, %rd75;\n"
     "	st.global.f32 	[%rd87], %f363;\n"
     "	shl.b64 	%rd88, %rd40, 2;\n"
-    ,
     "	add.s64 	%rd89, %rd87, %rd88;\n"
     "	selp.f32 	%f339, 0f3F800000, 0f00000000, %p3;\n"
     "	st.global.f32 	[%rd89], %f339;\n"
@@ -9257,6 +9294,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shfl.sync.bfly.b32 	%r38|%p11, %r36, %r37, %r32, %r34;\n"
     "	mov.b32 	%f35, %r38;\n"
     "	add.f32 	%f36, %f34, %f35;\n"
+    ,
     "	mov.b32 	%r39, %f36;\n"
     "	mov.u32 	%r40, 4;\n"
     "	shfl.sync.bfly.b32 	%r41|%p12, %r39, %r40, %r32, %r34;\n"
@@ -9291,7 +9329,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f49, %f47, %f48;\n"
     "	mov.b32 	%r56, %f49;\n"
     "	shfl.sync.bfly.b32 	%r57|%p19, %r56, %r46, %r32, %r34;\n"
-    ,
     "	mov.b32 	%f50, %r57;\n"
     "	add.f32 	%f11, %f49, %f50;\n"
     "	@%p8 bra 	$L__BB20_10;\n"
@@ -9419,6 +9456,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f15, %r15;\n"
     "	add.f32 	%f16, %f14, %f15;\n"
     "	mov.b32 	%r16, %f16;\n"
+    ,
     "	mov.u32 	%r17, 2;\n"
     "	shfl.sync.bfly.b32 	%r18|%p9, %r16, %r17, %r6, %r8;\n"
     "	mov.b32 	%f17, %r18;\n"
@@ -9462,7 +9500,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f22, %f32, %f21;\n"
     "	mov.b32 	%r38, %f22;\n"
     "	mov.u32 	%r39, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r40|%p14, %r38, %r39, %r34, %r36;\n"
     "	mov.b32 	%f23, %r40;\n"
     "	add.f32 	%f24, %f22, %f23;\n"
@@ -9580,6 +9617,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u64 	%rd173, %rd7;\n"
     "\n"
     "$L__BB22_72:\n"
+    ,
     "	add.s64 	%rd101, %rd173, %rd11;\n"
     "	shl.b64 	%rd102, %rd101, 1;\n"
     "	add.s64 	%rd103, %rd1, %rd102;\n"
@@ -9625,7 +9663,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB22_11:\n"
     "	setp.eq.s16 	%p10, %rs2, 0;\n"
-    ,
     "	@%p10 bra 	$L__BB22_15;\n"
     "\n"
     "	mov.u32 	%r499, 947912704;\n"
@@ -9742,6 +9779,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.u16 	%rs12, [%rd90];\n"
     "	cvt.u32.u16 	%r143, %rs12;\n"
     "	shl.b32 	%r144, %r143, 16;\n"
+    ,
     "	and.b32  	%r504, %r144, -2147483648;\n"
     "	shr.u16 	%rs13, %rs12, 10;\n"
     "	and.b16  	%rs3, %rs13, 31;\n"
@@ -9790,7 +9828,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	or.b32  	%r504, %r148, %r146;\n"
     "\n"
     "$L__BB22_30:\n"
-    ,
     "	mov.b32 	%f73, %r504;\n"
     "	sub.f32 	%f74, %f73, %f7;\n"
     "	mov.f32 	%f75, 0f3F000000;\n"
@@ -9897,6 +9934,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd98, %rd2, %rd97;\n"
     "	ld.global.nc.u16 	%rs18, [%rd98];\n"
     "	cvt.u32.u16 	%r233, %rs18;\n"
+    ,
     "	shl.b32 	%r234, %r233, 16;\n"
     "	and.b32  	%r511, %r234, -2147483648;\n"
     "	shr.u16 	%rs19, %rs18, 10;\n"
@@ -9943,7 +9981,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r236, %r235, 23;\n"
     "	shl.b32 	%r237, %r509, 13;\n"
     "	or.b32  	%r238, %r237, %r511;\n"
-    ,
     "	or.b32  	%r511, %r238, %r236;\n"
     "\n"
     "$L__BB22_67:\n"
@@ -10057,6 +10094,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f118, %f117;\n"
     "	mov.f32 	%f119, 0f4B400001;\n"
     "	mov.f32 	%f120, 0f437C0000;\n"
+    ,
     "	fma.rm.f32 	%f121, %f118, %f120, %f119;\n"
     "	add.f32 	%f122, %f121, 0fCB40007F;\n"
     "	neg.f32 	%f123, %f122;\n"
@@ -10098,7 +10136,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB22_57;\n"
     "\n"
     "$L__BB22_49:\n"
-    ,
     "	setp.gt.u32 	%p53, %r39, 1199566847;\n"
     "	@%p53 bra 	$L__BB22_54;\n"
     "	bra.uni 	$L__BB22_50;\n"
@@ -10219,6 +10256,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r57, %r263, %r262;\n"
     "	shl.b32 	%r264, %r258, 2;\n"
     "	and.b32  	%r265, %r264, 124;\n"
+    ,
     "	add.s32 	%r58, %r263, %r265;\n"
     "	mov.u32 	%r266, _ZZ9block_sumfE2sh;\n"
     "	add.s32 	%r59, %r266, %r262;\n"
@@ -10264,7 +10302,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f377, 0fFF800000;\n"
     "	@%p85 bra 	$L__BB22_84;\n"
     "\n"
-    ,
     "	mov.f32 	%f377, 0fFF800000;\n"
     "	mov.u64 	%rd177, %rd31;\n"
     "\n"
@@ -10373,6 +10410,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f186, 0f4B400001;\n"
     "	mov.f32 	%f187, 0f437C0000;\n"
     "	fma.rm.f32 	%f188, %f185, %f187, %f186;\n"
+    ,
     "	add.f32 	%f189, %f188, 0fCB40007F;\n"
     "	neg.f32 	%f190, %f189;\n"
     "	mov.f32 	%f191, 0f3FB8AA3B;\n"
@@ -10405,7 +10443,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r317, %f203;\n"
     "	shfl.sync.bfly.b32 	%r318|%p104, %r317, %r296, %r288, %r290;\n"
     "	mov.b32 	%f204, %r318;\n"
-    ,
     "	add.f32 	%f205, %f203, %f204;\n"
     "	mov.b32 	%r319, %f205;\n"
     "	shfl.sync.bfly.b32 	%r321|%p105, %r319, %r299, %r288, %r290;\n"
@@ -10510,6 +10547,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u16.u32 	%rs33, %r380;\n"
     "	selp.b16 	%rs34, %rs32, %rs33, %p134;\n"
     "	add.s64 	%rd127, %rd1, %rd125;\n"
+    ,
     "	st.global.u16 	[%rd127], %rs34;\n"
     "	add.s64 	%rd180, %rd180, %rd33;\n"
     "	setp.lt.s64 	%p135, %rd180, %rd77;\n"
@@ -10546,7 +10584,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f235, %r345;\n"
     "	ex2.approx.ftz.f32 	%f236, %f234;\n"
     "	mul.f32 	%f237, %f236, %f235;\n"
-    ,
     "	mul.f32 	%f238, %f31, %f237;\n"
     "	setp.eq.s64 	%p116, %rd179, %rd36;\n"
     "	selp.f32 	%f239, 0f3F800000, 0f00000000, %p116;\n"
@@ -10670,6 +10707,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p141 bra 	$L__BB22_120;\n"
     "\n"
     "$L__BB22_121:\n"
+    ,
     "	ld.param.u64 	%rd166, [k_ce_back_param_5];\n"
     "	add.s64 	%rd176, %rd176, %rd32;\n"
     "	setp.lt.s64 	%p142, %rd176, %rd166;\n"
@@ -10707,7 +10745,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd138, %rd5, %rd137;\n"
     "	ld.global.nc.u32 	%r392, [%rd138];\n"
     "	setp.lt.s32 	%p144, %r392, 0;\n"
-    ,
     "	cvt.s64.s32 	%rd59, %r392;\n"
     "	setp.ge.s64 	%p145, %rd59, %rd77;\n"
     "	or.pred  	%p146, %p144, %p145;\n"
@@ -10822,6 +10859,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	max.f32 	%f284, %f282, %f283;\n"
     "	mov.b32 	%r424, %f284;\n"
     "	mov.u32 	%r425, 1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r426|%p160, %r424, %r425, %r411, %r413;\n"
     "	mov.b32 	%f285, %r426;\n"
     "	max.f32 	%f39, %f284, %f285;\n"
@@ -10857,7 +10895,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f386, %f303, %f302, %f386;\n"
     "	add.s64 	%rd186, %rd186, %rd56;\n"
     "	setp.lt.s64 	%p162, %rd186, %rd77;\n"
-    ,
     "	@%p162 bra 	$L__BB22_134;\n"
     "\n"
     "$L__BB22_135:\n"
@@ -10961,6 +10998,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f364, %f362;\n"
     "	mul.f32 	%f365, %f364, %f363;\n"
     "	mul.f32 	%f366, %f47, %f365;\n"
+    ,
     "	setp.eq.s64 	%p195, %rd188, %rd59;\n"
     "	selp.f32 	%f367, 0f3F800000, 0f00000000, %p195;\n"
     "	sub.f32 	%f368, %f366, %f367;\n"
@@ -10997,7 +11035,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f329, 0f3F000000;\n"
     "	mov.f32 	%f330, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f331, %f328, %f330, %f329;\n"
-    ,
     "	cvt.sat.f32.f32 	%f332, %f331;\n"
     "	mov.f32 	%f333, 0f4B400001;\n"
     "	mov.f32 	%f334, 0f437C0000;\n"
@@ -11114,6 +11151,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB22_162:\n"
     "	add.s64 	%rd159, %rd190, %rd58;\n"
     "	shl.b64 	%rd160, %rd159, 1;\n"
+    ,
     "	add.s64 	%rd161, %rd1, %rd160;\n"
     "	mov.u16 	%rs42, 0;\n"
     "	st.global.u16 	[%rd161], %rs42;\n"
@@ -11161,7 +11199,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .b64 	%rd<46>;\n"
     "\n"
     "\n"
-    ,
     "	ld.param.u64 	%rd16, [k_embedding_param_0];\n"
     "	ld.param.u64 	%rd17, [k_embedding_param_1];\n"
     "	ld.param.u64 	%rd18, [k_embedding_param_2];\n"
@@ -11281,6 +11318,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     ".visible .entry k_embedding_back(\n"
     "	.param .u64 k_embedding_back_param_0,\n"
     "	.param .u64 k_embedding_back_param_1,\n"
+    ,
     "	.param .u64 k_embedding_back_param_2,\n"
     "	.param .u64 k_embedding_back_param_3,\n"
     "	.param .u64 k_embedding_back_param_4,\n"
@@ -11318,7 +11356,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd7, %rd16;\n"
     "	cvt.u32.u64 	%r5, %rd17;\n"
     "\n"
-    ,
     "$L__BB24_2:\n"
     "	or.b64  	%rd23, %rd34, %rd17;\n"
     "	and.b64  	%rd24, %rd23, -4294967296;\n"
@@ -11440,6 +11477,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd59, %rd131, 2;\n"
     "	add.s64 	%rd128, %rd1, %rd59;\n"
     "	shl.b64 	%rd16, %rd9, 2;\n"
+    ,
     "	add.s64 	%rd127, %rd2, %rd59;\n"
     "	mul.lo.s64 	%rd126, %rd131, -3335678366873096957;\n"
     "	mul.lo.s64 	%rd19, %rd9, 3335678366873096957;\n"
@@ -11479,7 +11517,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p6 bra 	$L__BB25_20;\n"
     "\n"
     "	shl.b64 	%rd70, %rd131, 2;\n"
-    ,
     "	add.s64 	%rd133, %rd1, %rd70;\n"
     "	shl.b64 	%rd32, %rd9, 2;\n"
     "\n"
@@ -11582,6 +11619,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB25_19:\n"
     "	add.s64 	%rd124, %rd38, %rd32;\n"
     "	add.s64 	%rd133, %rd124, %rd32;\n"
+    ,
     "	st.global.f32 	[%rd124], %f26;\n"
     "	add.s64 	%rd131, %rd39, %rd9;\n"
     "	setp.lt.s64 	%p11, %rd131, %rd42;\n"
@@ -11627,7 +11665,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r25, %r20, -3;\n"
     "	add.s32 	%r26, %r21, -3;\n"
     "	or.b32  	%r27, %r26, %r25;\n"
-    ,
     "	and.b32  	%r1, %r27, -2;\n"
     "	mov.u32 	%r28, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd22, %r28;\n"
@@ -11776,6 +11813,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB26_29:\n"
     "	mov.b32 	%r12, %f7;\n"
+    ,
     "	shr.u32 	%r54, %r12, 16;\n"
     "	and.b32  	%r82, %r54, 32768;\n"
     "	and.b32  	%r14, %r12, 2147483647;\n"
@@ -11824,7 +11862,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB26_45;\n"
     "\n"
     "$L__BB26_30:\n"
-    ,
     "	setp.gt.u32 	%p19, %r14, 1199566847;\n"
     "	@%p19 bra 	$L__BB26_35;\n"
     "	bra.uni 	$L__BB26_31;\n"
@@ -11949,6 +11986,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p6 bra 	$L__BB27_5;\n"
     "\n"
     "	add.f32 	%f21, %f1, 0f358637BD;\n"
+    ,
     "	div.rn.f32 	%f62, %f14, %f21;\n"
     "\n"
     "$L__BB27_5:\n"
@@ -11992,7 +12030,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd49, %rd35;\n"
     "	shl.b64 	%rd50, %rd101, 2;\n"
     "	add.s64 	%rd12, %rd49, %rd50;\n"
-    ,
     "	cvta.to.global.u64 	%rd51, %rd34;\n"
     "	add.s64 	%rd13, %rd51, %rd50;\n"
     "	cvta.to.global.u64 	%rd52, %rd39;\n"
@@ -12114,6 +12151,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB27_16;\n"
     "\n"
     "$L__BB27_20:\n"
+    ,
     "	or.b32  	%r259, %r259, 31744;\n"
     "	bra.uni 	$L__BB27_22;\n"
     "\n"
@@ -12160,7 +12198,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	or.b32  	%r259, %r81, %r259;\n"
     "	bra.uni 	$L__BB27_22;\n"
     "\n"
-    ,
     "$L__BB27_59:\n"
     "	setp.lt.u32 	%p76, %r27, 947912704;\n"
     "	@%p76 bra 	$L__BB27_61;\n"
@@ -12279,6 +12316,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB27_39;\n"
     "\n"
     "$L__BB27_30:\n"
+    ,
     "	setp.gt.u32 	%p36, %r11, 1199566847;\n"
     "	@%p36 bra 	$L__BB27_35;\n"
     "	bra.uni 	$L__BB27_31;\n"
@@ -12323,7 +12361,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB27_32:\n"
     "	shr.u32 	%r91, %r11, 13;\n"
-    ,
     "	add.s32 	%r92, %r91, -114688;\n"
     "	and.b32  	%r93, %r9, 8191;\n"
     "	setp.gt.u32 	%p38, %r93, 4096;\n"
@@ -12442,6 +12479,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB27_45:\n"
     "	shr.u32 	%r123, %r19, 13;\n"
+    ,
     "	add.s32 	%r124, %r123, -114688;\n"
     "	and.b32  	%r125, %r17, 8191;\n"
     "	setp.gt.u32 	%p57, %r125, 4096;\n"
@@ -12485,7 +12523,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd103, %rd77, %rd6;\n"
     "\n"
     "$L__BB27_68:\n"
-    ,
     "	mul.wide.u32 	%rd80, %r53, %r51;\n"
     "	add.s64 	%rd81, %rd80, %rd38;\n"
     "	add.s64 	%rd88, %rd81, %rd46;\n"
@@ -12605,6 +12642,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.u16 	[%rd30], %r263;\n"
     "\n"
     "$L__BB27_82:\n"
+    ,
     "	add.s64 	%rd31, %rd103, %rd6;\n"
     "	shl.b64 	%rd94, %rd6, 2;\n"
     "	add.s64 	%rd95, %rd28, %rd94;\n"
@@ -12646,7 +12684,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r254, %r252, 16;\n"
     "	cvt.u16.u32 	%rs21, %r254;\n"
     "	or.b16  	%rs22, %rs21, 64;\n"
-    ,
     "	and.b32  	%r255, %r254, 1;\n"
     "	add.s32 	%r256, %r252, %r255;\n"
     "	add.s32 	%r257, %r256, 32767;\n"
@@ -12763,6 +12800,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.f32 	%f9, [k_adamw_param_7];\n"
     "	ld.param.f32 	%f10, [k_adamw_param_8];\n"
     "	ld.param.f32 	%f11, [k_adamw_param_9];\n"
+    ,
     "	ld.param.f32 	%f12, [k_adamw_param_10];\n"
     "	ld.param.f32 	%f13, [k_adamw_param_11];\n"
     "	ld.param.f32 	%f14, [k_adamw_param_12];\n"
@@ -12802,7 +12840,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r10, %ctaid.x;\n"
     "	mov.u32 	%r11, %ntid.x;\n"
     "	cvt.u64.u32 	%rd6, %r11;\n"
-    ,
     "	mul.wide.u32 	%rd41, %r10, %r11;\n"
     "	mov.u32 	%r12, %tid.x;\n"
     "	cvt.u64.u32 	%rd42, %r12;\n"
@@ -12922,6 +12959,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s32 	%p21, %r31, %r35;\n"
     "	and.b32  	%r36, %r27, 1;\n"
     "	setp.eq.b32 	%p22, %r36, 1;\n"
+    ,
     "	and.pred  	%p23, %p21, %p22;\n"
     "	or.pred  	%p24, %p20, %p23;\n"
     "	selp.u32 	%r37, 1, 0, %p24;\n"
@@ -12964,7 +13002,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd50, %rd8, %rd35;\n"
     "	cvt.u64.u32 	%rd52, %r10;\n"
     "	add.s64 	%rd53, %rd43, %rd52;\n"
-    ,
     "	mul.lo.s64 	%rd55, %rd53, %rd6;\n"
     "	add.s64 	%rd57, %rd55, %rd42;\n"
     "	not.b64 	%rd58, %rd57;\n"
@@ -13074,6 +13111,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f89, %f7, %f84;\n"
     "	mul.f32 	%f90, %f84, %f89;\n"
     "	fma.rn.f32 	%f91, %f88, %f10, %f90;\n"
+    ,
     "	st.global.f32 	[%rd75], %f87;\n"
     "	st.global.f32 	[%rd76], %f91;\n"
     "	div.rn.f32 	%f92, %f87, %f15;\n"
@@ -13119,7 +13157,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "\n"
     "	ld.param.u64 	%rd34, [k_gemm_param_0];\n"
-    ,
     "	ld.param.u64 	%rd35, [k_gemm_param_1];\n"
     "	ld.param.u32 	%r37, [k_gemm_param_3];\n"
     "	ld.param.u32 	%r38, [k_gemm_param_4];\n"
@@ -13220,6 +13257,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f539, %f537;\n"
     "	mov.f32 	%f540, %f537;\n"
     "	mov.f32 	%f541, %f537;\n"
+    ,
     "	mov.f32 	%f542, %f537;\n"
     "	mov.f32 	%f543, %f537;\n"
     "	mov.f32 	%f544, %f537;\n"
@@ -13265,7 +13303,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd19, %r19;\n"
     "	@%p10 bra 	$L__BB29_9;\n"
     "\n"
-    ,
     "	add.s64 	%rd48, %rd2, %rd19;\n"
     "	add.s64 	%rd49, %rd48, %rd9;\n"
     "	shl.b64 	%rd50, %rd49, 2;\n"
@@ -13384,6 +13421,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s32 	%r113, %r110, %r197;\n"
     "	st.shared.f32 	[%r113], %f525;\n"
     "	add.s32 	%r23, %r11, %r203;\n"
+    ,
     "	setp.ge.s32 	%p21, %r23, %r39;\n"
     "	setp.ge.s32 	%p22, %r12, %r38;\n"
     "	or.pred  	%p23, %p22, %p21;\n"
@@ -13427,7 +13465,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mad.lo.s32 	%r121, %r77, 272, %r54;\n"
     "	add.s32 	%r124, %r121, %r198;\n"
     "	st.shared.f32 	[%r124], %f527;\n"
-    ,
     "	add.s32 	%r25, %r14, %r203;\n"
     "	setp.ge.s32 	%p28, %r25, %r39;\n"
     "	setp.ge.s32 	%p29, %r15, %r38;\n"
@@ -13547,6 +13584,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB29_46:\n"
     "	mul.lo.s64 	%rd127, %rd25, %rd5;\n"
     "	add.s64 	%rd128, %rd14, %rd127;\n"
+    ,
     "	shl.b64 	%rd129, %rd128, 2;\n"
     "	add.s64 	%rd130, %rd3, %rd129;\n"
     "	ld.global.nc.f32 	%f534, [%rd130];\n"
@@ -13590,7 +13628,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB29_52:\n"
     "	mul.lo.s64 	%rd140, %rd26, %rd5;\n"
-    ,
     "	add.s64 	%rd141, %rd17, %rd140;\n"
     "	shl.b64 	%rd142, %rd141, 2;\n"
     "	add.s64 	%rd143, %rd3, %rd142;\n"
@@ -13671,6 +13708,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f204, [%r1+736];\n"
     "	fma.rn.f32 	%f205, %f204, %f185, %f181;\n"
     "	fma.rn.f32 	%f206, %f204, %f188, %f182;\n"
+    ,
     "	fma.rn.f32 	%f207, %f204, %f190, %f183;\n"
     "	fma.rn.f32 	%f208, %f204, %f192, %f184;\n"
     "	ld.shared.f32 	%f209, [%r2+816];\n"
@@ -13699,7 +13737,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f232, %f228, %f216, %f208;\n"
     "	ld.shared.f32 	%f233, [%r2+1088];\n"
     "	ld.shared.f32 	%f234, [%r1+1088];\n"
-    ,
     "	fma.rn.f32 	%f235, %f234, %f233, %f211;\n"
     "	ld.shared.f32 	%f236, [%r2+1152];\n"
     "	fma.rn.f32 	%f237, %f234, %f236, %f213;\n"
@@ -13774,6 +13811,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f306, [%r1+1904];\n"
     "	fma.rn.f32 	%f307, %f306, %f305, %f283;\n"
     "	ld.shared.f32 	%f308, [%r2+1968];\n"
+    ,
     "	fma.rn.f32 	%f309, %f306, %f308, %f285;\n"
     "	ld.shared.f32 	%f310, [%r2+2032];\n"
     "	fma.rn.f32 	%f311, %f306, %f310, %f287;\n"
@@ -13802,7 +13840,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f334, [%r2+2304];\n"
     "	fma.rn.f32 	%f335, %f330, %f334, %f311;\n"
     "	ld.shared.f32 	%f336, [%r2+2368];\n"
-    ,
     "	fma.rn.f32 	%f337, %f330, %f336, %f313;\n"
     "	ld.shared.f32 	%f338, [%r1+2240];\n"
     "	fma.rn.f32 	%f339, %f338, %f329, %f315;\n"
@@ -13877,6 +13914,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f408, [%r2+3184];\n"
     "	fma.rn.f32 	%f409, %f402, %f408, %f385;\n"
     "	ld.shared.f32 	%f410, [%r1+3056];\n"
+    ,
     "	fma.rn.f32 	%f411, %f410, %f401, %f387;\n"
     "	fma.rn.f32 	%f412, %f410, %f404, %f388;\n"
     "	fma.rn.f32 	%f413, %f410, %f406, %f389;\n"
@@ -13905,7 +13943,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f436, %f434, %f428, %f412;\n"
     "	fma.rn.f32 	%f437, %f434, %f430, %f413;\n"
     "	fma.rn.f32 	%f438, %f434, %f432, %f414;\n"
-    ,
     "	ld.shared.f32 	%f439, [%r1+3392];\n"
     "	fma.rn.f32 	%f440, %f439, %f425, %f416;\n"
     "	fma.rn.f32 	%f441, %f439, %f428, %f417;\n"
@@ -13980,6 +14017,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f537, %f502, %f501, %f486;\n"
     "	ld.shared.f32 	%f503, [%r1+4208];\n"
     "	fma.rn.f32 	%f545, %f503, %f497, %f488;\n"
+    ,
     "	fma.rn.f32 	%f546, %f503, %f499, %f489;\n"
     "	fma.rn.f32 	%f547, %f503, %f500, %f490;\n"
     "	fma.rn.f32 	%f548, %f503, %f501, %f491;\n"
@@ -14022,7 +14060,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r178, %r176, 15;\n"
     "	mov.u32 	%r179, %ctaid.x;\n"
     "	bfi.b32 	%r33, %r179, %r178, 6, 26;\n"
-    ,
     "	setp.ge.s32 	%p61, %r32, %r37;\n"
     "	@%p61 bra 	$L__BB29_64;\n"
     "\n"
@@ -14147,6 +14184,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	st.global.f32 	[%rd30+192], %f548;\n"
     "\n"
+    ,
     "$L__BB29_82:\n"
     "	add.s32 	%r36, %r32, 48;\n"
     "	setp.ge.s32 	%p76, %r36, %r37;\n"
@@ -14197,7 +14235,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     ".visible .entry k_attention(\n"
     "	.param .u64 k_attention_param_0,\n"
     "	.param .u64 k_attention_param_1,\n"
-    ,
     "	.param .u64 k_attention_param_2,\n"
     "	.param .u64 k_attention_param_3,\n"
     "	.param .u64 k_attention_param_4,\n"
@@ -14308,6 +14345,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f54, 0f00000000;\n"
     "	st.local.v4.f32 	[%rd195], {%f54, %f54, %f54, %f54};\n"
     "	add.s64 	%rd303, %rd303, 4;\n"
+    ,
     "	add.s64 	%rd302, %rd302, -4;\n"
     "	setp.ne.s64 	%p15, %rd302, 0;\n"
     "	@%p15 bra 	$L__BB30_28;\n"
@@ -14354,7 +14392,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p7 bra 	$L__BB30_13;\n"
     "\n"
     "	div.s64 	%rd293, %rd292, %rd143;\n"
-    ,
     "	mul.lo.s64 	%rd161, %rd293, %rd143;\n"
     "	sub.s64 	%rd294, %rd292, %rd161;\n"
     "	bra.uni 	$L__BB30_14;\n"
@@ -14469,6 +14506,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u64 	%rd304, 0;\n"
     "\n"
     "$L__BB30_35:\n"
+    ,
     "	mov.u64 	%rd59, %rd304;\n"
     "	sub.s64 	%rd286, %rd290, %rd291;\n"
     "	add.s64 	%rd60, %rd59, %rd286;\n"
@@ -14513,7 +14551,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s64 	%rd207, %rd307, %rd141;\n"
     "	add.s64 	%rd208, %rd207, %rd306;\n"
     "	mul.lo.s64 	%rd209, %rd208, %rd143;\n"
-    ,
     "	add.s64 	%rd210, %rd209, %rd308;\n"
     "	mul.lo.s64 	%rd211, %rd210, %rd142;\n"
     "	mul.lo.s64 	%rd73, %rd211, 3;\n"
@@ -14620,6 +14657,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f112, %f12, %f101;\n"
     "	st.local.v4.f32 	[%rd222], {%f112, %f111, %f110, %f109};\n"
     "	add.s64 	%rd315, %rd315, 4;\n"
+    ,
     "	add.s64 	%rd314, %rd314, -4;\n"
     "	setp.ne.s64 	%p31, %rd314, 0;\n"
     "	@%p31 bra 	$L__BB30_53;\n"
@@ -14664,7 +14702,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f129, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f130, %f119, %f129, %f128;\n"
     "	mov.f32 	%f131, 0f32A57060;\n"
-    ,
     "	fma.rn.f32 	%f132, %f119, %f131, %f130;\n"
     "	mov.b32 	%r42, %f126;\n"
     "	shl.b32 	%r43, %r42, 23;\n"
@@ -14770,6 +14807,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f178, [%rd242+8];\n"
     "	fma.rn.f32 	%f179, %f168, %f178, %f177;\n"
     "	ld.global.nc.f32 	%f180, [%rd242+12];\n"
+    ,
     "	fma.rn.f32 	%f324, %f169, %f180, %f179;\n"
     "	add.s64 	%rd322, %rd322, 4;\n"
     "	add.s64 	%rd321, %rd321, -4;\n"
@@ -14812,7 +14850,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f190, %f187, %f189, %f188;\n"
     "	cvt.sat.f32.f32 	%f191, %f190;\n"
     "	mov.f32 	%f192, 0f4B400001;\n"
-    ,
     "	mov.f32 	%f193, 0f437C0000;\n"
     "	fma.rm.f32 	%f194, %f191, %f193, %f192;\n"
     "	add.f32 	%f195, %f194, 0fCB40007F;\n"
@@ -14919,6 +14956,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f247, [%rd255+8];\n"
     "	ld.global.nc.f32 	%f248, [%rd255+12];\n"
     "	fma.rn.f32 	%f249, %f33, %f248, %f241;\n"
+    ,
     "	fma.rn.f32 	%f250, %f33, %f247, %f240;\n"
     "	fma.rn.f32 	%f251, %f33, %f246, %f239;\n"
     "	fma.rn.f32 	%f252, %f33, %f237, %f238;\n"
@@ -14958,7 +14996,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB30_93:\n"
     "	add.s64 	%rd319, %rd98, 1;\n"
-    ,
     "	setp.lt.u64 	%p61, %rd98, %rd291;\n"
     "	@%p61 bra 	$L__BB30_68;\n"
     "\n"
@@ -15074,6 +15111,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.rn.f32.s32 	%f283, %r58;\n"
     "	mov.f32 	%f284, 0f34000000;\n"
     "	fma.rn.f32 	%f285, %f283, %f284, %f281;\n"
+    ,
     "	add.f32 	%f286, %f282, 0fBF800000;\n"
     "	mov.f32 	%f287, 0f3E1039F6;\n"
     "	mov.f32 	%f288, 0fBE055027;\n"
@@ -15108,7 +15146,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.f32 	%f308, 0fFF800000, %f329, %p73;\n"
     "	add.f32 	%f309, %f317, %f308;\n"
     "	mul.lo.s64 	%rd280, %rd290, %rd10;\n"
-    ,
     "	add.s64 	%rd281, %rd280, %rd142;\n"
     "	add.s64 	%rd282, %rd290, %rd11;\n"
     "	selp.b64 	%rd283, %rd281, %rd282, %p77;\n"
@@ -15205,6 +15242,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB31_4:\n"
     "	cvt.u32.u64 	%r6, %rd371;\n"
     "	rem.u32 	%r7, %r6, %r5;\n"
+    ,
     "	cvt.u64.u32 	%rd372, %r7;\n"
     "\n"
     "$L__BB31_5:\n"
@@ -15257,7 +15295,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p6 bra 	$L__BB31_42;\n"
     "\n"
     "	@%p3 bra 	$L__BB31_35;\n"
-    ,
     "\n"
     "	setp.lt.u64 	%p8, %rd16, 3;\n"
     "	mov.f32 	%f339, 0f00000000;\n"
@@ -15357,6 +15394,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f107, [%rd75+8];\n"
     "	st.local.f32 	[%rd76+8], %f107;\n"
     "	ld.global.nc.f32 	%f108, [%rd77+8];\n"
+    ,
     "	st.local.f32 	[%rd78+8], %f108;\n"
     "	mov.u32 	%r37, 0;\n"
     "	st.local.u32 	[%rd79+8], %r37;\n"
@@ -15402,7 +15440,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB31_24:\n"
     "	mov.f32 	%f331, 0f00000000;\n"
     "	add.s64 	%rd216, %rd48, %rd382;\n"
-    ,
     "	shl.b64 	%rd217, %rd216, 2;\n"
     "	add.s64 	%rd218, %rd2, %rd217;\n"
     "	add.s64 	%rd219, %rd382, %rd376;\n"
@@ -15502,6 +15539,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p16, %rd17, 2;\n"
     "	ld.global.nc.f32 	%f76, [%rd63+4];\n"
     "	st.local.f32 	[%rd64+4], %f76;\n"
+    ,
     "	ld.global.nc.f32 	%f77, [%rd65+4];\n"
     "	st.local.f32 	[%rd66+4], %f77;\n"
     "	st.local.u32 	[%rd67+4], %r32;\n"
@@ -15543,7 +15581,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p23 bra 	$L__BB31_46;\n"
     "\n"
     "	div.s64 	%rd390, %rd83, %rd177;\n"
-    ,
     "	mul.lo.s64 	%rd273, %rd390, %rd177;\n"
     "	sub.s64 	%rd391, %rd83, %rd273;\n"
     "	bra.uni 	$L__BB31_47;\n"
@@ -15645,6 +15682,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.local.f32 	%f148, [%rd111];\n"
     "	fma.rn.f32 	%f346, %f148, %f147, %f346;\n"
     "	add.s64 	%rd112, %rd4, %rd287;\n"
+    ,
     "	ld.global.nc.f32 	%f149, [%rd112];\n"
     "	add.s64 	%rd113, %rd8, %rd288;\n"
     "	ld.local.f32 	%f150, [%rd113];\n"
@@ -15682,7 +15720,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f170, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f171, %f160, %f170, %f169;\n"
     "	mov.f32 	%f172, 0f32A57060;\n"
-    ,
     "	fma.rn.f32 	%f173, %f160, %f172, %f171;\n"
     "	mov.b32 	%r48, %f167;\n"
     "	shl.b32 	%r49, %r48, 23;\n"
@@ -15788,6 +15825,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f219, %f210, %f218, %f354;\n"
     "	add.s64 	%rd308, %rd8, %rd303;\n"
     "	ld.local.v4.f32 	{%f220, %f221, %f222, %f223}, [%rd308];\n"
+    ,
     "	add.s64 	%rd309, %rd4, %rd306;\n"
     "	ld.global.nc.f32 	%f228, [%rd309];\n"
     "	fma.rn.f32 	%f229, %f220, %f228, %f355;\n"
@@ -15823,7 +15861,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f354, %f241, %f240, %f354;\n"
     "	add.s64 	%rd131, %rd4, %rd311;\n"
     "	ld.global.nc.f32 	%f242, [%rd131];\n"
-    ,
     "	add.s64 	%rd132, %rd8, %rd312;\n"
     "	ld.local.f32 	%f243, [%rd132];\n"
     "	fma.rn.f32 	%f355, %f243, %f242, %f355;\n"
@@ -15922,6 +15959,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p49 bra 	$L__BB31_84;\n"
     "\n"
     "	ld.global.nc.f32 	%f293, [%rd138+8];\n"
+    ,
     "	ld.local.f32 	%f294, [%rd139+8];\n"
     "	fma.rn.f32 	%f295, %f50, %f293, %f294;\n"
     "	st.local.f32 	[%rd139+8], %f295;\n"
@@ -15970,7 +16008,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f324, %f316, %f52;\n"
     "	st.global.f32 	[%rd360+12], %f324;\n"
     "	add.s64 	%rd421, %rd421, 4;\n"
-    ,
     "	add.s64 	%rd420, %rd420, -4;\n"
     "	setp.ne.s64 	%p63, %rd420, 0;\n"
     "	@%p63 bra 	$L__BB31_108;\n"
@@ -16085,6 +16122,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB31_103;\n"
     "\n"
     "$L__BB31_102:\n"
+    ,
     "	cvt.u32.u64 	%r64, %rd416;\n"
     "	div.u32 	%r65, %r64, %r11;\n"
     "	mul.lo.s32 	%r66, %r65, %r11;\n"
@@ -16130,7 +16168,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     ".visible .entry k_attention_back_kv(\n"
     "	.param .u64 k_attention_back_kv_param_0,\n"
     "	.param .u64 k_attention_back_kv_param_1,\n"
-    ,
     "	.param .u64 k_attention_back_kv_param_2,\n"
     "	.param .u64 k_attention_back_kv_param_3,\n"
     "	.param .u64 k_attention_back_kv_param_4,\n"
@@ -16230,6 +16267,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB32_9:\n"
     "	or.b64  	%rd178, %rd353, %rd158;\n"
+    ,
     "	and.b64  	%rd179, %rd178, -4294967296;\n"
     "	setp.eq.s64 	%p5, %rd179, 0;\n"
     "	@%p5 bra 	$L__BB32_11;\n"
@@ -16276,7 +16314,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f41, [%rd189+4];\n"
     "	ld.global.nc.f32 	%f42, [%rd189];\n"
     "	shl.b64 	%rd191, %rd359, 2;\n"
-    ,
     "	add.s64 	%rd192, %rd8, %rd191;\n"
     "	ld.global.nc.f32 	%f43, [%rd190+8];\n"
     "	ld.global.nc.f32 	%f44, [%rd190+4];\n"
@@ -16384,6 +16421,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd363, %r26;\n"
     "	cvt.u64.u32 	%rd364, %r28;\n"
     "\n"
+    ,
     "$L__BB32_30:\n"
     "	mul.lo.s64 	%rd206, %rd363, %rd156;\n"
     "	add.s64 	%rd207, %rd206, %rd362;\n"
@@ -16423,7 +16461,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f81, [%rd366+-4];\n"
     "	fma.rn.f32 	%f82, %f81, %f62, %f70;\n"
     "	ld.global.nc.f32 	%f83, [%rd367+-4];\n"
-    ,
     "	fma.rn.f32 	%f84, %f83, %f72, %f80;\n"
     "	ld.global.nc.f32 	%f85, [%rd366];\n"
     "	fma.rn.f32 	%f86, %f85, %f63, %f82;\n"
@@ -16523,6 +16560,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd227, %rd373, %rd68;\n"
     "	shl.b64 	%rd228, %rd227, 2;\n"
     "	add.s64 	%rd229, %rd4, %rd228;\n"
+    ,
     "	ld.global.nc.f32 	%f123, [%rd229];\n"
     "	shl.b64 	%rd230, %rd373, 2;\n"
     "	add.s64 	%rd231, %rd11, %rd230;\n"
@@ -16552,7 +16590,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd373, %rd373, 4;\n"
     "	add.s64 	%rd372, %rd372, -4;\n"
     "	setp.ne.s64 	%p24, %rd372, 0;\n"
-    ,
     "	@%p24 bra 	$L__BB32_41;\n"
     "\n"
     "$L__BB32_42:\n"
@@ -16652,6 +16689,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f206, [%rd250+8];\n"
     "	fma.rn.f32 	%f207, %f206, %f192, %f203;\n"
     "	ld.global.nc.f32 	%f208, [%rd245+12];\n"
+    ,
     "	fma.rn.f32 	%f347, %f208, %f183, %f205;\n"
     "	ld.global.nc.f32 	%f209, [%rd250+12];\n"
     "	fma.rn.f32 	%f348, %f209, %f193, %f207;\n"
@@ -16691,7 +16729,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f348, %f217, %f216, %f348;\n"
     "	@%p34 bra 	$L__BB32_56;\n"
     "\n"
-    ,
     "	ld.local.f32 	%f218, [%rd105+8];\n"
     "	ld.global.nc.f32 	%f219, [%rd104+8];\n"
     "	fma.rn.f32 	%f347, %f219, %f218, %f347;\n"
@@ -16783,6 +16820,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd274, %rd380, %rd98;\n"
     "	shl.b64 	%rd275, %rd274, 2;\n"
     "	add.s64 	%rd113, %rd4, %rd275;\n"
+    ,
     "	ld.global.nc.f32 	%f274, [%rd113];\n"
     "	shl.b64 	%rd276, %rd380, 2;\n"
     "	add.s64 	%rd114, %rd11, %rd276;\n"
@@ -16820,7 +16858,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.local.f32 	[%rd116+8], %f291;\n"
     "\n"
     "$L__BB32_64:\n"
-    ,
     "	add.s64 	%rd344, %rd351, %rd156;\n"
     "	sub.s64 	%rd343, %rd344, %rd352;\n"
     "	add.s64 	%rd374, %rd374, 1;\n"
@@ -16928,6 +16965,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB32_71:\n"
     "	or.b64  	%rd282, %rd381, %rd158;\n"
+    ,
     "	and.b64  	%rd283, %rd282, -4294967296;\n"
     "	setp.eq.s64 	%p46, %rd283, 0;\n"
     "	@%p46 bra 	$L__BB32_73;\n"
@@ -16970,7 +17008,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.local.v2.f32 	{%f297, %f298}, [%rd297];\n"
     "	add.s64 	%rd298, %rd129, %rd386;\n"
     "	shl.b64 	%rd299, %rd298, 2;\n"
-    ,
     "	add.s64 	%rd300, %rd7, %rd299;\n"
     "	st.global.f32 	[%rd300], %f297;\n"
     "	mul.f32 	%f301, %f293, %f38;\n"
@@ -17078,6 +17115,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.f32 	%f9, [k_adamw_multi_param_4];\n"
     "	ld.param.f32 	%f10, [k_adamw_multi_param_5];\n"
     "	ld.param.f32 	%f11, [k_adamw_multi_param_6];\n"
+    ,
     "	ld.param.f32 	%f12, [k_adamw_multi_param_7];\n"
     "	ld.param.f32 	%f13, [k_adamw_multi_param_8];\n"
     "	ld.param.f32 	%f14, [k_adamw_multi_param_9];\n"
@@ -17120,7 +17158,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd6, [%rd51+384];\n"
     "	ld.param.u64 	%rd7, [%rd51+512];\n"
     "	ld.param.u64 	%rd8, [%rd51+640];\n"
-    ,
     "	setp.lt.s64 	%p7, %rd8, 0;\n"
     "	@%p7 bra 	$L__BB33_7;\n"
     "\n"
@@ -17228,6 +17265,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shr.u32 	%r45, %r43, 16;\n"
     "	cvt.u16.u32 	%rs1, %r45;\n"
     "	or.b16  	%rs2, %rs1, 64;\n"
+    ,
     "	and.b32  	%r46, %r45, 1;\n"
     "	add.s32 	%r47, %r43, %r46;\n"
     "	add.s32 	%r48, %r47, 32767;\n"
@@ -17278,7 +17316,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.u32 	%r41, 1, 0, %p27;\n"
     "	add.s32 	%r42, %r31, %r41;\n"
     "	or.b32  	%r58, %r42, %r58;\n"
-    ,
     "	bra.uni 	$L__BB33_20;\n"
     "\n"
     "$L__BB33_15:\n"
@@ -17388,6 +17425,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB33_30:\n"
     "	add.s64 	%rd97, %rd130, %rd4;\n"
+    ,
     "	shl.b64 	%rd98, %rd97, 2;\n"
     "	add.s64 	%rd99, %rd41, %rd98;\n"
     "	add.s64 	%rd100, %rd130, %rd5;\n"
@@ -17427,7 +17465,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd111, %rd110, 2;\n"
     "	add.s64 	%rd112, %rd41, %rd111;\n"
     "	add.s64 	%rd113, %rd109, %rd5;\n"
-    ,
     "	shl.b64 	%rd114, %rd113, 2;\n"
     "	add.s64 	%rd115, %rd1, %rd114;\n"
     "	add.s64 	%rd116, %rd109, %rd6;\n"
@@ -17530,6 +17567,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p3, %rd57, 0;\n"
     "	@%p3 bra 	$L__BB34_5;\n"
     "\n"
+    ,
     "	rem.s64 	%rd71, %rd70, %rd46;\n"
     "	bra.uni 	$L__BB34_6;\n"
     "\n"
@@ -17572,7 +17610,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.f32 	%p5, %f11, 0f3F19999A;\n"
     "	selp.f32 	%f32, %f20, %f31, %p5;\n"
     "	mul.f32 	%f33, %f6, 0f3E095D4E;\n"
-    ,
     "	fma.rn.f32 	%f34, %f6, %f33, 0f3F800000;\n"
     "	mul.f32 	%f35, %f34, 0f3F4C422A;\n"
     "	add.f32 	%f36, %f32, 0f3F800000;\n"
@@ -17688,6 +17725,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd67, %rd67, %rd8;\n"
     "	add.s64 	%rd66, %rd66, %rd12;\n"
     "	add.s64 	%rd70, %rd70, %rd6;\n"
+    ,
     "	setp.lt.s64 	%p23, %rd70, %rd45;\n"
     "	@%p23 bra 	$L__BB34_3;\n"
     "	bra.uni 	$L__BB34_38;\n"
@@ -17736,7 +17774,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f57, 0fC0000000;\n"
     "	fma.rn.f32 	%f58, %f56, %f57, %f55;\n"
     "	setp.ge.f32 	%p25, %f51, 0f41102CB4;\n"
-    ,
     "	selp.f32 	%f59, 0f3F800000, %f58, %p25;\n"
     "	copysign.f32 	%f60, %f50, %f59;\n"
     "	mul.f32 	%f61, %f50, %f50;\n"
@@ -17849,6 +17886,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.b32 	%r66, %r65, %r62, %p36;\n"
     "	or.b32  	%r92, %r66, %r92;\n"
     "\n"
+    ,
     "$L__BB34_34:\n"
     "	st.global.u16 	[%rd73], %r92;\n"
     "\n"
@@ -17895,7 +17933,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd28;\n"
     "	cvta.to.global.u64 	%rd2, %rd27;\n"
     "	mov.u32 	%r9, %ctaid.x;\n"
-    ,
     "	cvt.u64.u32 	%rd52, %r9;\n"
     "	setp.ge.s64 	%p1, %rd52, %rd24;\n"
     "	@%p1 bra 	$L__BB35_38;\n"
@@ -18013,6 +18050,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%r39, %f163;\n"
     "	mov.u32 	%r40, 31;\n"
     "	mov.u32 	%r41, 16;\n"
+    ,
     "	mov.u32 	%r42, -1;\n"
     "	shfl.sync.bfly.b32 	%r43|%p13, %r39, %r41, %r40, %r42;\n"
     "	mov.b32 	%f44, %r43;\n"
@@ -18056,7 +18094,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f60, %f59;\n"
     "	mov.f32 	%f61, 0f4B400001;\n"
     "	mov.f32 	%f62, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f63, %f60, %f62, %f61;\n"
     "	add.f32 	%f64, %f63, 0fCB40007F;\n"
     "	neg.f32 	%f65, %f64;\n"
@@ -18158,6 +18195,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f101, 0fBDF8CDCC;\n"
     "	fma.rn.f32 	%f102, %f100, %f97, %f101;\n"
     "	mov.f32 	%f103, 0f3E0F2955;\n"
+    ,
     "	fma.rn.f32 	%f104, %f102, %f97, %f103;\n"
     "	mov.f32 	%f105, 0fBE2AD8B9;\n"
     "	fma.rn.f32 	%f106, %f104, %f97, %f105;\n"
@@ -18206,7 +18244,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB35_36;\n"
     "\n"
     "$L__BB35_34:\n"
-    ,
     "	add.s64 	%rd45, %rd57, %rd9;\n"
     "	shl.b64 	%rd46, %rd45, 2;\n"
     "	add.s64 	%rd47, %rd2, %rd46;\n"
@@ -18314,6 +18351,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "}\n"
     "	// .globl	k_att_dsoftmax\n"
     ".visible .entry k_att_dsoftmax(\n"
+    ,
     "	.param .u64 k_att_dsoftmax_param_0,\n"
     "	.param .u64 k_att_dsoftmax_param_1,\n"
     "	.param .u64 k_att_dsoftmax_param_2,\n"
@@ -18354,7 +18392,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r8, %ntid.x;\n"
     "	cvt.u64.u32 	%rd6, %r8;\n"
     "	and.b32  	%r1, %r7, 31;\n"
-    ,
     "	shr.u32 	%r2, %r8, 5;\n"
     "	shr.u32 	%r9, %r7, 3;\n"
     "	and.b32  	%r10, %r9, 536870908;\n"
@@ -18464,6 +18501,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB36_10:\n"
     "	setp.ge.u32 	%p11, %r1, %r2;\n"
     "	bar.sync 	0;\n"
+    ,
     "	mov.f32 	%f103, 0f00000000;\n"
     "	@%p11 bra 	$L__BB36_12;\n"
     "\n"
@@ -18516,7 +18554,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f105, 0f00000000;\n"
     "	bra.uni 	$L__BB36_23;\n"
     "\n"
-    ,
     "$L__BB36_21:\n"
     "	add.s64 	%rd44, %rd55, %rd10;\n"
     "	shl.b64 	%rd45, %rd44, 2;\n"
@@ -18623,6 +18660,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p20 bra 	$L__BB36_15;\n"
     "\n"
     "$L__BB36_24:\n"
+    ,
     "	add.s64 	%rd51, %rd51, %rd7;\n"
     "	setp.lt.s64 	%p24, %rd51, %rd22;\n"
     "	@%p24 bra 	$L__BB36_2;\n"
@@ -18669,7 +18707,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s64 	%p1, %rd162, %rd87;\n"
     "	@%p1 bra 	$L__BB37_44;\n"
     "\n"
-    ,
     "	setp.eq.s64 	%p2, %rd90, 0;\n"
     "	mov.u32 	%r4, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd8, %r4;\n"
@@ -18778,6 +18815,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	setp.eq.s64 	%p15, %rd27, 2;\n"
     "	ld.global.nc.f32 	%f33, [%rd49+4];\n"
+    ,
     "	ld.global.nc.f32 	%f34, [%rd48+4];\n"
     "	fma.rn.f32 	%f60, %f34, %f33, %f60;\n"
     "	@%p15 bra 	$L__BB37_25;\n"
@@ -18828,7 +18866,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f43, [%rd180+-4];\n"
     "	ld.global.nc.f32 	%f44, [%rd181+-4];\n"
     "	fma.rn.f32 	%f45, %f44, %f43, %f42;\n"
-    ,
     "	ld.global.nc.f32 	%f46, [%rd180];\n"
     "	ld.global.nc.f32 	%f47, [%rd181];\n"
     "	fma.rn.f32 	%f48, %f47, %f46, %f45;\n"
@@ -18940,6 +18977,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r9, 0;\n"
     "	st.global.u32 	[%rd164], %r9;\n"
     "	add.s64 	%rd107, %rd164, %rd21;\n"
+    ,
     "	st.global.u32 	[%rd107], %r9;\n"
     "	add.s64 	%rd108, %rd162, %rd9;\n"
     "	add.s64 	%rd109, %rd108, %rd9;\n"
@@ -18991,7 +19029,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd145, %rd178, %rd62;\n"
     "	st.global.u32 	[%rd145], %r24;\n"
     "	add.s64 	%rd146, %rd162, %rd9;\n"
-    ,
     "	add.s64 	%rd147, %rd146, %rd9;\n"
     "	add.s64 	%rd148, %rd145, %rd62;\n"
     "	st.global.u32 	[%rd148], %r24;\n"
@@ -19094,6 +19131,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	or.b64  	%rd201, %rd313, %rd185;\n"
     "	and.b64  	%rd202, %rd201, -4294967296;\n"
+    ,
     "	setp.eq.s64 	%p8, %rd202, 0;\n"
     "	@%p8 bra 	$L__BB38_8;\n"
     "\n"
@@ -19146,7 +19184,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	div.u32 	%r18, %r17, %r16;\n"
     "	mul.lo.s32 	%r19, %r18, %r16;\n"
     "	sub.s32 	%r20, %r17, %r19;\n"
-    ,
     "	cvt.u64.u32 	%rd308, %r18;\n"
     "	cvt.u64.u32 	%rd309, %r20;\n"
     "\n"
@@ -19265,6 +19302,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.lo.s32 	%r69, %r68, %r66;\n"
     "	sub.s32 	%r70, %r67, %r69;\n"
     "	cvt.u64.u32 	%rd333, %r68;\n"
+    ,
     "	cvt.u64.u32 	%rd334, %r70;\n"
     "\n"
     "$L__BB38_75:\n"
@@ -19325,7 +19363,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s64 	%p15, %rd219, 0;\n"
     "	@%p15 bra 	$L__BB38_29;\n"
     "\n"
-    ,
     "	div.s64 	%rd315, %rd313, %rd185;\n"
     "	mul.lo.s64 	%rd220, %rd315, %rd185;\n"
     "	sub.s64 	%rd316, %rd313, %rd220;\n"
@@ -19443,6 +19480,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB38_48;\n"
     "\n"
     "$L__BB38_47:\n"
+    ,
     "	cvt.u32.u64 	%r42, %rd71;\n"
     "	div.u32 	%r43, %r42, %r26;\n"
     "	mul.lo.s32 	%r44, %r43, %r26;\n"
@@ -19495,7 +19533,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB38_55:\n"
     "	mul.lo.s64 	%rd246, %rd326, %rd184;\n"
     "	add.s64 	%rd247, %rd246, %rd325;\n"
-    ,
     "	mul.lo.s64 	%rd248, %rd247, %rd186;\n"
     "	add.s64 	%rd249, %rd248, %rd327;\n"
     "	mul.lo.s64 	%rd328, %rd249, 3;\n"
@@ -19619,6 +19656,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	bra.uni 	$L__BB38_97;\n"
     "\n"
     "$L__BB38_96:\n"
+    ,
     "	cvt.u32.u64 	%r81, %rd186;\n"
     "	cvt.u32.u64 	%r82, %rd340;\n"
     "	div.u32 	%r83, %r82, %r81;\n"
@@ -19674,7 +19712,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.global.f32 	[%rd152], %f10;\n"
     "\n"
     "$L__BB38_106:\n"
-    ,
     "	add.s64 	%rd154, %rd313, %rd9;\n"
     "	or.b64  	%rd288, %rd154, %rd185;\n"
     "	and.b64  	%rd289, %rd288, -4294967296;\n"
@@ -19795,6 +19832,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ret;\n"
     "\n"
     "}\n"
+    ,
     "	// .globl	k_flash_fwd\n"
     ".visible .entry k_flash_fwd(\n"
     "	.param .u64 k_flash_fwd_param_0,\n"
@@ -19845,7 +19883,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_flash_back_dkv_param_2,\n"
     "	.param .u64 k_flash_back_dkv_param_3,\n"
     "	.param .u64 k_flash_back_dkv_param_4,\n"
-    ,
     "	.param .u64 k_flash_back_dkv_param_5,\n"
     "	.param .u64 k_flash_back_dkv_param_6,\n"
     "	.param .u64 k_flash_back_dkv_param_7,\n"
@@ -19962,6 +19999,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ret;\n"
     "\n"
     "}\n"
+    ,
     "	// .globl	k_flash2_prep_d128\n"
     ".visible .entry k_flash2_prep_d128(\n"
     "	.param .u64 k_flash2_prep_d128_param_0,\n"
@@ -20019,7 +20057,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_layout_param_1,\n"
     "	.param .u64 k_moe_layout_param_2,\n"
     "	.param .u64 k_moe_layout_param_3,\n"
-    ,
     "	.param .u64 k_moe_layout_param_4,\n"
     "	.param .u64 k_moe_layout_param_5,\n"
     "	.param .u32 k_moe_layout_param_6,\n"
@@ -20126,6 +20163,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	mul.wide.s32 	%rd69, %r147, 4;\n"
     "	add.s64 	%rd70, %rd1, %rd69;\n"
+    ,
     "	st.global.u32 	[%rd70], %r151;\n"
     "\n"
     "$L__BB50_25:\n"
@@ -20178,7 +20216,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p38 bra 	$L__BB50_35;\n"
     "\n"
     "$L__BB50_36:\n"
-    ,
     "	setp.eq.s32 	%p39, %r156, 0;\n"
     "	@%p39 bra 	$L__BB50_38;\n"
     "\n"
@@ -20294,6 +20331,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.pragma \"nounroll\";\n"
     "	mul.wide.s32 	%rd85, %r154, 4;\n"
     "	add.s64 	%rd86, %rd5, %rd85;\n"
+    ,
     "	st.global.u32 	[%rd86], %rd115;\n"
     "	add.s64 	%rd87, %rd4, %rd85;\n"
     "	ld.global.s32 	%rd88, [%rd87];\n"
@@ -20348,7 +20386,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.u32 	%r52, [%rd99];\n"
     "	mov.u64 	%rd121, 0;\n"
     "	add.s64 	%rd100, %rd4, %rd98;\n"
-    ,
     "	ld.global.u32 	%r53, [%rd100];\n"
     "	setp.lt.u64 	%p50, %rd26, 3;\n"
     "	mov.u32 	%r164, 0;\n"
@@ -20459,6 +20496,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	selp.b32 	%r135, %r134, -1, %p77;\n"
     "	st.global.u32 	[%rd37+4], %r135;\n"
     "	add.s32 	%r164, %r164, 1;\n"
+    ,
     "\n"
     "$L__BB50_63:\n"
     "	setp.eq.s64 	%p78, %rd27, 2;\n"
@@ -20516,7 +20554,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd61, %rd60, %rd7;\n"
     "	st.global.u32 	[%rd61], %r80;\n"
     "	add.s32 	%r81, %r145, %r1;\n"
-    ,
     "	add.s32 	%r82, %r81, %r1;\n"
     "	add.s64 	%rd62, %rd61, %rd7;\n"
     "	st.global.u32 	[%rd62], %r80;\n"
@@ -20626,6 +20663,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.eq.s32 	%p23, %r3, 1;\n"
     "	cvt.s64.s32 	%rd30, %r83;\n"
     "	add.s64 	%rd31, %rd10, %rd30;\n"
+    ,
     "	shl.b64 	%rd32, %rd31, 2;\n"
     "	add.s64 	%rd12, %rd2, %rd32;\n"
     "	ld.global.nc.f32 	%f43, [%rd12];\n"
@@ -20675,7 +20713,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f58, %f57, 0fCB40007F;\n"
     "	neg.f32 	%f59, %f58;\n"
     "	mov.f32 	%f60, 0f3FB8AA3B;\n"
-    ,
     "	fma.rn.f32 	%f61, %f50, %f60, %f59;\n"
     "	mov.f32 	%f62, 0f32A57060;\n"
     "	fma.rn.f32 	%f63, %f50, %f62, %f61;\n"
@@ -20769,6 +20806,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f124, %f123;\n"
     "	fma.rm.f32 	%f127, %f124, %f109, %f108;\n"
     "	add.f32 	%f128, %f127, 0fCB40007F;\n"
+    ,
     "	neg.f32 	%f129, %f128;\n"
     "	fma.rn.f32 	%f131, %f120, %f113, %f129;\n"
     "	fma.rn.f32 	%f133, %f120, %f115, %f131;\n"
@@ -20814,7 +20852,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p35 bra 	$L__BB51_54;\n"
     "\n"
     "	mov.u32 	%r97, -1;\n"
-    ,
     "	setp.eq.s32 	%p36, %r1, 0;\n"
     "	@%p36 bra 	$L__BB51_43;\n"
     "	bra.uni 	$L__BB51_24;\n"
@@ -20936,6 +20973,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd44, %rd2, %rd43;\n"
     "	ld.global.nc.f32 	%f154, [%rd44];\n"
     "	neg.f32 	%f155, %f154;\n"
+    ,
     "	mov.f32 	%f156, 0f3F000000;\n"
     "	mov.f32 	%f157, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f158, %f155, %f157, %f156;\n"
@@ -20979,7 +21017,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.le.f32 	%p81, %f175, 0f7F800000;\n"
     "\n"
     "$L__BB51_33:\n"
-    ,
     "	selp.b32 	%r97, %r88, %r97, %p81;\n"
     "	selp.f32 	%f229, %f19, %f229, %p81;\n"
     "	add.s32 	%r88, %r88, 1;\n"
@@ -21098,6 +21135,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .pred 	%p<137>;\n"
     "	.reg .f32 	%f<1036>;\n"
     "	.reg .b32 	%r<289>;\n"
+    ,
     "	.reg .b64 	%rd<290>;\n"
     "\n"
     "\n"
@@ -21139,7 +21177,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	and.b32  	%r8, %r71, 3;\n"
     "	sub.s32 	%r9, %r71, %r8;\n"
     "\n"
-    ,
     "$L__BB52_2:\n"
     "	mul.lo.s64 	%rd11, %rd287, %rd7;\n"
     "	mul.lo.s64 	%rd12, %rd287, %rd8;\n"
@@ -21254,6 +21291,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd169, %rd3, %rd168;\n"
     "	ld.global.nc.f32 	%f350, [%rd169];\n"
     "	setp.gt.f32 	%p63, %f350, %f1000;\n"
+    ,
     "	selp.f32 	%f351, %f350, %f1000, %p63;\n"
     "	ld.global.nc.f32 	%f352, [%rd169+4];\n"
     "	setp.gt.f32 	%p64, %f352, %f351;\n"
@@ -21297,7 +21335,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB52_48:\n"
     "	mov.f32 	%f1010, 0f00000000;\n"
-    ,
     "	@%p61 bra 	$L__BB52_56;\n"
     "\n"
     "	setp.lt.u32 	%p75, %r5, 3;\n"
@@ -21392,6 +21429,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd18, %rd3, %rd179;\n"
     "	ld.global.nc.f32 	%f416, [%rd18];\n"
     "	sub.f32 	%f417, %f416, %f1000;\n"
+    ,
     "	mov.f32 	%f418, 0f3F000000;\n"
     "	mov.f32 	%f419, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f420, %f417, %f419, %f418;\n"
@@ -21429,7 +21467,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f1010, %f449, %f448, %f1010;\n"
     "	@%p79 bra 	$L__BB52_56;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f450, [%rd18+8];\n"
     "	sub.f32 	%f451, %f450, %f1000;\n"
     "	mov.f32 	%f452, 0f3F000000;\n"
@@ -21530,6 +21567,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f236, [%rd122];\n"
     "	setp.gt.f32 	%p50, %f236, %f1000;\n"
     "	selp.f32 	%f1000, %f236, %f1000, %p50;\n"
+    ,
     "	@%p49 bra 	$L__BB52_30;\n"
     "\n"
     "	setp.eq.s32 	%p51, %r6, 2;\n"
@@ -21576,7 +21614,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd135, %r136;\n"
     "	add.s64 	%rd136, %rd11, %rd135;\n"
     "	shl.b64 	%rd137, %rd136, 2;\n"
-    ,
     "	add.s64 	%rd138, %rd3, %rd137;\n"
     "	ld.global.nc.f32 	%f242, [%rd138];\n"
     "	sub.f32 	%f243, %f242, %f1000;\n"
@@ -21666,6 +21703,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	setp.eq.s32 	%p58, %r6, 1;\n"
     "	cvt.s64.s32 	%rd151, %r269;\n"
+    ,
     "	add.s64 	%rd152, %rd12, %rd151;\n"
     "	shl.b64 	%rd153, %rd152, 2;\n"
     "	add.s64 	%rd16, %rd4, %rd153;\n"
@@ -21703,7 +21741,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd160, %rd159, 2;\n"
     "	add.s64 	%rd161, %rd3, %rd160;\n"
     "	ld.global.nc.f32 	%f312, [%rd161];\n"
-    ,
     "	sub.f32 	%f313, %f312, %f1000;\n"
     "	fma.rn.f32 	%f316, %f313, %f298, %f297;\n"
     "	cvt.sat.f32.f32 	%f317, %f316;\n"
@@ -21800,6 +21837,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f125, %f124, %f106, %f105;\n"
     "	cvt.sat.f32.f32 	%f126, %f125;\n"
     "	fma.rm.f32 	%f127, %f126, %f110, %f109;\n"
+    ,
     "	add.f32 	%f128, %f127, 0fCB40007F;\n"
     "	neg.f32 	%f129, %f128;\n"
     "	fma.rn.f32 	%f130, %f124, %f114, %f129;\n"
@@ -21836,7 +21874,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd77, %r113;\n"
     "	add.s64 	%rd78, %rd11, %rd77;\n"
     "	shl.b64 	%rd79, %rd78, 2;\n"
-    ,
     "	add.s64 	%rd80, %rd3, %rd79;\n"
     "	ld.global.nc.f32 	%f151, [%rd80];\n"
     "	neg.f32 	%f152, %f151;\n"
@@ -21931,6 +21968,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd94, %rd93, 2;\n"
     "	add.s64 	%rd95, %rd3, %rd94;\n"
     "	ld.global.nc.f32 	%f206, [%rd95];\n"
+    ,
     "	neg.f32 	%f207, %f206;\n"
     "	mov.f32 	%f208, 0f3F000000;\n"
     "	mov.f32 	%f209, 0f3BBB989D;\n"
@@ -21977,7 +22015,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f1013, 0f00000000;\n"
     "	mov.u32 	%r277, 0;\n"
     "\n"
-    ,
     "$L__BB52_62:\n"
     "	cvt.s64.s32 	%rd185, %r277;\n"
     "	add.s64 	%rd186, %rd12, %rd185;\n"
@@ -22079,6 +22116,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd261, %rd260, 2;\n"
     "	add.s64 	%rd262, %rd3, %rd261;\n"
     "	ld.global.nc.f32 	%f869, [%rd262];\n"
+    ,
     "	sub.f32 	%f870, %f869, %f1000;\n"
     "	mov.f32 	%f871, 0f3F000000;\n"
     "	mov.f32 	%f872, 0f3BBB989D;\n"
@@ -22119,7 +22157,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f893, %f892;\n"
     "	mov.f32 	%f894, 0f4B400001;\n"
     "	mov.f32 	%f895, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f896, %f893, %f895, %f894;\n"
     "	add.f32 	%f897, %f896, 0fCB40007F;\n"
     "	neg.f32 	%f898, %f897;\n"
@@ -22220,6 +22257,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p32 bra 	$L__BB52_139;\n"
     "\n"
     "	ld.global.nc.u32 	%r247, [%rd43+4];\n"
+    ,
     "	cvt.s64.s32 	%rd278, %r247;\n"
     "	add.s64 	%rd279, %rd11, %rd278;\n"
     "	shl.b64 	%rd280, %rd279, 2;\n"
@@ -22260,7 +22298,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd284, %rd283, 2;\n"
     "	add.s64 	%rd285, %rd3, %rd284;\n"
     "	ld.global.nc.f32 	%f964, [%rd285];\n"
-    ,
     "	sub.f32 	%f965, %f964, %f1000;\n"
     "	mov.f32 	%f966, 0f3F000000;\n"
     "	mov.f32 	%f967, 0f3BBB989D;\n"
@@ -22364,6 +22401,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rm.f32 	%f520, %f517, %f519, %f518;\n"
     "	add.f32 	%f521, %f520, 0fCB40007F;\n"
     "	neg.f32 	%f522, %f521;\n"
+    ,
     "	mov.f32 	%f523, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f524, %f513, %f523, %f522;\n"
     "	mov.f32 	%f525, 0f32A57060;\n"
@@ -22403,7 +22441,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f549, %f547;\n"
     "	mul.f32 	%f550, %f549, %f548;\n"
     "	div.rn.f32 	%f551, %f550, %f1010;\n"
-    ,
     "	mul.f32 	%f552, %f1013, %f551;\n"
     "	neg.f32 	%f1015, %f552;\n"
     "\n"
@@ -22505,6 +22542,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f612, %f610;\n"
     "	mul.f32 	%f613, %f612, %f611;\n"
     "	div.rn.f32 	%f614, %f613, %f1010;\n"
+    ,
     "	mul.f32 	%f615, %f1013, %f614;\n"
     "	neg.f32 	%f1018, %f615;\n"
     "\n"
@@ -22549,7 +22587,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f1020, 0f00000000;\n"
     "	@%p98 bra 	$L__BB52_84;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f638, [%rd29+8];\n"
     "	sub.f32 	%f639, %f638, %f1000;\n"
     "	mov.f32 	%f640, 0f3F000000;\n"
@@ -22656,6 +22693,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd207, %rd3, %rd206;\n"
     "	ld.global.nc.f32 	%f658, [%rd207];\n"
     "	neg.f32 	%f659, %f658;\n"
+    ,
     "	mov.f32 	%f660, 0f3F000000;\n"
     "	mov.f32 	%f661, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f662, %f659, %f661, %f660;\n"
@@ -22697,7 +22735,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB52_92:\n"
     "	sub.f32 	%f682, %f1021, %f1013;\n"
-    ,
     "	div.rn.f32 	%f683, %f62, %f1010;\n"
     "	ld.global.f32 	%f684, [%rd31];\n"
     "	fma.rn.f32 	%f685, %f683, %f682, %f684;\n"
@@ -22801,6 +22838,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f750, [%rd232];\n"
     "	neg.f32 	%f751, %f750;\n"
     "	mov.f32 	%f752, 0f3F000000;\n"
+    ,
     "	mov.f32 	%f753, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f754, %f751, %f753, %f752;\n"
     "	cvt.sat.f32.f32 	%f755, %f754;\n"
@@ -22839,7 +22877,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f776, 0f4B400001;\n"
     "	mov.f32 	%f777, 0f437C0000;\n"
     "	fma.rm.f32 	%f778, %f775, %f777, %f776;\n"
-    ,
     "	add.f32 	%f779, %f778, 0fCB40007F;\n"
     "	neg.f32 	%f780, %f779;\n"
     "	mov.f32 	%f781, 0f3FB8AA3B;\n"
@@ -22940,6 +22977,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB52_118:\n"
     "	st.global.f32 	[%rd38+4], %f1027;\n"
     "	setp.eq.s32 	%p122, %r6, 2;\n"
+    ,
     "	@%p122 bra 	$L__BB52_143;\n"
     "\n"
     "	mov.f32 	%f1028, 0f00000000;\n"
@@ -22980,7 +23018,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd286, [k_moe_gate_param_4];\n"
     "	add.s64 	%rd287, %rd287, %rd9;\n"
     "	setp.lt.s64 	%p136, %rd287, %rd286;\n"
-    ,
     "	@%p136 bra 	$L__BB52_2;\n"
     "\n"
     "$L__BB52_144:\n"
@@ -23094,6 +23131,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f1, [%rd135];\n"
     "	or.b64  	%rd136, %rd312, %rd11;\n"
     "	and.b64  	%rd137, %rd136, -4294967296;\n"
+    ,
     "	setp.eq.s64 	%p7, %rd137, 0;\n"
     "	@%p7 bra 	$L__BB53_13;\n"
     "\n"
@@ -23144,7 +23182,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB53_20:\n"
     "	cvt.u32.u64 	%r26, %rd330;\n"
     "	div.u32 	%r27, %r26, %r25;\n"
-    ,
     "	cvt.u64.u32 	%rd316, %r27;\n"
     "\n"
     "$L__BB53_21:\n"
@@ -23261,6 +23298,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p17 bra 	$L__BB53_42;\n"
     "\n"
     "	add.s64 	%rd190, %rd3, %rd187;\n"
+    ,
     "	ld.global.nc.f32 	%f4, [%rd190];\n"
     "	or.b64  	%rd191, %rd320, %rd11;\n"
     "	and.b64  	%rd192, %rd191, -4294967296;\n"
@@ -23308,7 +23346,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB53_45:\n"
     "	shl.b64 	%rd207, %rd322, 2;\n"
-    ,
     "	add.s64 	%rd208, %rd4, %rd207;\n"
     "	ld.global.nc.u32 	%r5, [%rd208];\n"
     "	setp.lt.s32 	%p20, %r5, 0;\n"
@@ -23427,6 +23464,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB53_64:\n"
     "	or.b64  	%rd239, %rd330, %rd115;\n"
     "	and.b64  	%rd240, %rd239, -4294967296;\n"
+    ,
     "	setp.eq.s64 	%p29, %rd240, 0;\n"
     "	@%p29 bra 	$L__BB53_66;\n"
     "\n"
@@ -23475,7 +23513,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB53_72:\n"
     "	add.s64 	%rd91, %rd330, %rd10;\n"
-    ,
     "	or.b64  	%rd256, %rd91, %rd115;\n"
     "	and.b64  	%rd257, %rd256, -4294967296;\n"
     "	setp.eq.s64 	%p32, %rd257, 0;\n"
@@ -23593,6 +23630,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b64 	%rd292, %rd338, 2;\n"
     "	add.s64 	%rd293, %rd4, %rd292;\n"
     "	ld.global.nc.u32 	%r10, [%rd293];\n"
+    ,
     "	setp.lt.s32 	%p39, %r10, 0;\n"
     "	@%p39 bra 	$L__BB53_96;\n"
     "\n"
@@ -23640,7 +23678,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_combine_param_2,\n"
     "	.param .u64 k_moe_combine_param_3,\n"
     "	.param .u64 k_moe_combine_param_4,\n"
-    ,
     "	.param .u32 k_moe_combine_param_5,\n"
     "	.param .u64 k_moe_combine_param_6\n"
     ")\n"
@@ -23755,6 +23792,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB54_22:\n"
     "	ld.global.nc.u32 	%r8, [%rd183+8];\n"
+    ,
     "	setp.lt.s32 	%p13, %r8, 0;\n"
     "	@%p13 bra 	$L__BB54_24;\n"
     "\n"
@@ -23800,7 +23838,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd42, %rd3, %rd106;\n"
     "	ld.global.nc.u32 	%r13, [%rd42];\n"
     "	setp.lt.s32 	%p17, %r13, 0;\n"
-    ,
     "	add.s64 	%rd43, %rd2, %rd106;\n"
     "	@%p17 bra 	$L__BB54_30;\n"
     "\n"
@@ -23913,6 +23950,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "	cvt.s64.s32 	%rd145, %r21;\n"
     "	sub.s64 	%rd146, %rd145, %rd182;\n"
+    ,
     "	mul.lo.s64 	%rd147, %rd146, %rd50;\n"
     "	add.s64 	%rd148, %rd147, %rd178;\n"
     "	shl.b64 	%rd149, %rd148, 2;\n"
@@ -23960,7 +23998,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.s64 	%rd161, %rd160, %rd182;\n"
     "	mul.lo.s64 	%rd162, %rd161, %rd50;\n"
     "	add.s64 	%rd163, %rd162, %rd178;\n"
-    ,
     "	shl.b64 	%rd164, %rd163, 2;\n"
     "	add.s64 	%rd165, %rd1, %rd164;\n"
     "	ld.global.nc.f32 	%f59, [%rd165];\n"
@@ -24079,6 +24116,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.reg .b64 	%rd<104>;\n"
     "\n"
     "\n"
+    ,
     "	ld.param.u64 	%rd54, [k_moe_combine_back_w_param_0];\n"
     "	ld.param.u64 	%rd51, [k_moe_combine_back_w_param_1];\n"
     "	ld.param.u64 	%rd55, [k_moe_combine_back_w_param_2];\n"
@@ -24119,7 +24157,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB55_11:\n"
     "	shl.b64 	%rd76, %rd95, 2;\n"
-    ,
     "	add.s64 	%rd77, %rd32, %rd76;\n"
     "	ld.global.nc.u32 	%r1, [%rd77];\n"
     "	setp.lt.s32 	%p8, %r1, 0;\n"
@@ -24231,6 +24268,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.u64.u32 	%rd92, %r9;\n"
     "\n"
     "$L__BB55_5:\n"
+    ,
     "	add.s64 	%rd65, %rd92, 1;\n"
     "	and.b64  	%rd94, %rd65, 3;\n"
     "	setp.eq.s64 	%p4, %rd94, 0;\n"
@@ -24283,7 +24321,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_gemm_param_2,\n"
     "	.param .u64 k_moe_gemm_param_3,\n"
     "	.param .u64 k_moe_gemm_param_4,\n"
-    ,
     "	.param .u32 k_moe_gemm_param_5,\n"
     "	.param .u32 k_moe_gemm_param_6,\n"
     "	.param .u32 k_moe_gemm_param_7,\n"
@@ -24403,6 +24440,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r53, %r52, 6;\n"
     "	and.b32  	%r54, %r50, 63;\n"
     "	shr.s32 	%r55, %r50, 4;\n"
+    ,
     "	add.s32 	%r56, %r55, %r15;\n"
     "	cvt.s64.s32 	%rd33, %r56;\n"
     "	add.s64 	%rd34, %rd173, %rd33;\n"
@@ -24445,7 +24483,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f529, 0f00000000;\n"
     "\n"
     "$L__BB56_14:\n"
-    ,
     "	setp.lt.s32 	%p10, %r56, %r253;\n"
     "	add.s32 	%r21, %r51, %r255;\n"
     "	setp.lt.s32 	%p11, %r21, %r34;\n"
@@ -24557,6 +24594,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p31 bra 	$L__BB56_29;\n"
     "\n"
     "	cvt.s64.s32 	%rd77, %r21;\n"
+    ,
     "	cvt.s64.s32 	%rd78, %r128;\n"
     "	add.s64 	%rd79, %rd173, %rd78;\n"
     "	mul.lo.s64 	%rd81, %rd79, %rd8;\n"
@@ -24604,7 +24642,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	st.shared.f32 	[%r160], %f521;\n"
     "	shr.s32 	%r161, %r50, 6;\n"
     "	add.s32 	%r22, %r161, %r255;\n"
-    ,
     "	setp.ge.s32 	%p36, %r22, %r34;\n"
     "	setp.ge.s32 	%p37, %r16, %r35;\n"
     "	or.pred  	%p38, %p37, %p36;\n"
@@ -24708,6 +24745,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd123, %r192;\n"
     "	add.s64 	%rd124, %rd173, %rd123;\n"
     "	mul.lo.s64 	%rd126, %rd124, %rd8;\n"
+    ,
     "	add.s64 	%rd127, %rd126, %rd122;\n"
     "	cvta.to.global.u64 	%rd128, %rd21;\n"
     "	shl.b64 	%rd129, %rd127, 2;\n"
@@ -24749,7 +24787,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f129, [%r223];\n"
     "	ld.shared.f32 	%f130, [%r219];\n"
     "	fma.rn.f32 	%f131, %f130, %f129, %f536;\n"
-    ,
     "	ld.shared.f32 	%f132, [%r223+64];\n"
     "	fma.rn.f32 	%f133, %f130, %f132, %f535;\n"
     "	ld.shared.f32 	%f134, [%r223+128];\n"
@@ -24822,6 +24859,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f201, [%r223+816];\n"
     "	ld.shared.f32 	%f202, [%r219+816];\n"
     "	fma.rn.f32 	%f203, %f202, %f201, %f179;\n"
+    ,
     "	ld.shared.f32 	%f204, [%r223+880];\n"
     "	fma.rn.f32 	%f205, %f202, %f204, %f181;\n"
     "	ld.shared.f32 	%f206, [%r223+944];\n"
@@ -24851,7 +24889,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f230, [%r223+1216];\n"
     "	fma.rn.f32 	%f231, %f226, %f230, %f207;\n"
     "	ld.shared.f32 	%f232, [%r223+1280];\n"
-    ,
     "	fma.rn.f32 	%f233, %f226, %f232, %f209;\n"
     "	ld.shared.f32 	%f234, [%r219+1152];\n"
     "	fma.rn.f32 	%f235, %f234, %f225, %f211;\n"
@@ -24924,6 +24961,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f302, [%r223+2032];\n"
     "	fma.rn.f32 	%f303, %f298, %f302, %f279;\n"
     "	ld.shared.f32 	%f304, [%r223+2096];\n"
+    ,
     "	fma.rn.f32 	%f305, %f298, %f304, %f281;\n"
     "	ld.shared.f32 	%f306, [%r219+1968];\n"
     "	fma.rn.f32 	%f307, %f306, %f297, %f283;\n"
@@ -24952,7 +24990,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f330, [%r219+2240];\n"
     "	fma.rn.f32 	%f331, %f330, %f321, %f307;\n"
     "	fma.rn.f32 	%f332, %f330, %f324, %f308;\n"
-    ,
     "	fma.rn.f32 	%f333, %f330, %f326, %f309;\n"
     "	fma.rn.f32 	%f334, %f330, %f328, %f310;\n"
     "	ld.shared.f32 	%f335, [%r219+2304];\n"
@@ -25025,6 +25062,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f402, [%r219+3056];\n"
     "	fma.rn.f32 	%f403, %f402, %f393, %f379;\n"
     "	fma.rn.f32 	%f404, %f402, %f396, %f380;\n"
+    ,
     "	fma.rn.f32 	%f405, %f402, %f398, %f381;\n"
     "	fma.rn.f32 	%f406, %f402, %f400, %f382;\n"
     "	ld.shared.f32 	%f407, [%r219+3120];\n"
@@ -25053,7 +25091,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f430, %f426, %f424, %f406;\n"
     "	ld.shared.f32 	%f431, [%r219+3392];\n"
     "	fma.rn.f32 	%f432, %f431, %f417, %f408;\n"
-    ,
     "	fma.rn.f32 	%f433, %f431, %f420, %f409;\n"
     "	fma.rn.f32 	%f434, %f431, %f422, %f410;\n"
     "	fma.rn.f32 	%f435, %f431, %f424, %f411;\n"
@@ -25126,6 +25163,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f529, %f494, %f493, %f478;\n"
     "	ld.shared.f32 	%f495, [%r219+4208];\n"
     "	fma.rn.f32 	%f537, %f495, %f489, %f480;\n"
+    ,
     "	fma.rn.f32 	%f538, %f495, %f491, %f481;\n"
     "	fma.rn.f32 	%f539, %f495, %f492, %f482;\n"
     "	fma.rn.f32 	%f540, %f495, %f493, %f483;\n"
@@ -25166,7 +25204,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "\n"
     "$L__BB56_53:\n"
     "	add.s32 	%r228, %r28, 16;\n"
-    ,
     "	setp.ge.s32 	%p60, %r228, %r35;\n"
     "	@%p60 bra 	$L__BB56_55;\n"
     "\n"
@@ -25293,6 +25330,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s32 	%p75, %r237, %r35;\n"
     "	@%p75 bra 	$L__BB56_82;\n"
     "\n"
+    ,
     "	st.global.f32 	[%rd20+64], %f542;\n"
     "\n"
     "$L__BB56_82:\n"
@@ -25338,7 +25376,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.param.u64 	%rd14, [k_moe_gemm_back_w_param_3];\n"
     "	ld.param.u64 	%rd15, [k_moe_gemm_back_w_param_4];\n"
     "	ld.param.u32 	%r15, [k_moe_gemm_back_w_param_5];\n"
-    ,
     "	ld.param.u32 	%r16, [k_moe_gemm_back_w_param_6];\n"
     "	ld.param.u32 	%r17, [k_moe_gemm_back_w_param_7];\n"
     "	mov.u32 	%r1, %ctaid.z;\n"
@@ -25457,6 +25494,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd35, %rd34, %rd6;\n"
     "	cvta.to.global.u64 	%rd36, %rd12;\n"
     "	shl.b64 	%rd37, %rd35, 2;\n"
+    ,
     "	add.s64 	%rd38, %rd36, %rd37;\n"
     "	ld.global.nc.f32 	%f490, [%rd38];\n"
     "\n"
@@ -25500,7 +25538,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd54, %rd52, %rd53;\n"
     "	ld.global.nc.f32 	%f492, [%rd54];\n"
     "\n"
-    ,
     "$L__BB57_16:\n"
     "	mad.lo.s32 	%r61, %r46, 272, %r40;\n"
     "	add.s32 	%r64, %r61, %r35;\n"
@@ -25603,6 +25640,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f117, %f114, %f110, %f498;\n"
     "	fma.rn.f32 	%f118, %f114, %f112, %f497;\n"
     "	ld.shared.f32 	%f119, [%r107+128];\n"
+    ,
     "	fma.rn.f32 	%f120, %f119, %f105, %f505;\n"
     "	fma.rn.f32 	%f121, %f119, %f108, %f506;\n"
     "	fma.rn.f32 	%f122, %f119, %f110, %f507;\n"
@@ -25631,7 +25669,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f145, %f143, %f132, %f121;\n"
     "	fma.rn.f32 	%f146, %f143, %f134, %f122;\n"
     "	fma.rn.f32 	%f147, %f143, %f136, %f123;\n"
-    ,
     "	ld.shared.f32 	%f148, [%r107+464];\n"
     "	fma.rn.f32 	%f149, %f148, %f129, %f125;\n"
     "	fma.rn.f32 	%f150, %f148, %f132, %f126;\n"
@@ -25705,6 +25742,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f218, %f215, %f206, %f194;\n"
     "	fma.rn.f32 	%f219, %f215, %f208, %f195;\n"
     "	ld.shared.f32 	%f220, [%r107+1280];\n"
+    ,
     "	fma.rn.f32 	%f221, %f220, %f201, %f197;\n"
     "	fma.rn.f32 	%f222, %f220, %f204, %f198;\n"
     "	fma.rn.f32 	%f223, %f220, %f206, %f199;\n"
@@ -25733,7 +25771,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f246, %f244, %f228, %f222;\n"
     "	fma.rn.f32 	%f247, %f244, %f230, %f223;\n"
     "	fma.rn.f32 	%f248, %f244, %f232, %f224;\n"
-    ,
     "	ld.shared.f32 	%f249, [%r109+1632];\n"
     "	ld.shared.f32 	%f250, [%r107+1632];\n"
     "	fma.rn.f32 	%f251, %f250, %f249, %f227;\n"
@@ -25806,6 +25843,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f318, %f316, %f300, %f294;\n"
     "	fma.rn.f32 	%f319, %f316, %f302, %f295;\n"
     "	fma.rn.f32 	%f320, %f316, %f304, %f296;\n"
+    ,
     "	ld.shared.f32 	%f321, [%r109+2448];\n"
     "	ld.shared.f32 	%f322, [%r107+2448];\n"
     "	fma.rn.f32 	%f323, %f322, %f321, %f299;\n"
@@ -25834,7 +25872,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f346, [%r107+2720];\n"
     "	fma.rn.f32 	%f347, %f346, %f345, %f323;\n"
     "	ld.shared.f32 	%f348, [%r109+2784];\n"
-    ,
     "	fma.rn.f32 	%f349, %f346, %f348, %f325;\n"
     "	ld.shared.f32 	%f350, [%r109+2848];\n"
     "	fma.rn.f32 	%f351, %f346, %f350, %f327;\n"
@@ -25907,6 +25944,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f418, [%r107+3536];\n"
     "	fma.rn.f32 	%f419, %f418, %f417, %f395;\n"
     "	ld.shared.f32 	%f420, [%r109+3600];\n"
+    ,
     "	fma.rn.f32 	%f421, %f418, %f420, %f397;\n"
     "	ld.shared.f32 	%f422, [%r109+3664];\n"
     "	fma.rn.f32 	%f423, %f418, %f422, %f399;\n"
@@ -25935,7 +25973,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.shared.f32 	%f446, [%r109+3936];\n"
     "	fma.rn.f32 	%f447, %f442, %f446, %f423;\n"
     "	ld.shared.f32 	%f448, [%r109+4000];\n"
-    ,
     "	fma.rn.f32 	%f449, %f442, %f448, %f425;\n"
     "	ld.shared.f32 	%f450, [%r107+3872];\n"
     "	fma.rn.f32 	%f451, %f450, %f441, %f427;\n"
@@ -26034,6 +26071,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ge.s32 	%p34, %r12, %r16;\n"
     "	@%p34 bra 	$L__BB57_43;\n"
     "\n"
+    ,
     "	cvt.s64.s32 	%rd96, %r12;\n"
     "	mul.wide.s32 	%rd97, %r16, %r1;\n"
     "	add.s64 	%rd98, %rd97, %rd96;\n"
@@ -26081,7 +26119,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd108, %r17;\n"
     "	mul.lo.s64 	%rd109, %rd107, %rd108;\n"
     "	cvt.s64.s32 	%rd110, %r11;\n"
-    ,
     "	add.s64 	%rd111, %rd109, %rd110;\n"
     "	cvta.to.global.u64 	%rd112, %rd13;\n"
     "	shl.b64 	%rd113, %rd111, 2;\n"
@@ -26207,6 +26244,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.u32 	%r40, [%rd24+8];\n"
     "	cvt.rn.f32.s32 	%f56, %r40;\n"
     "	add.f32 	%f57, %f55, %f56;\n"
+    ,
     "	ld.global.nc.u32 	%r41, [%rd24+12];\n"
     "	cvt.rn.f32.s32 	%f58, %r41;\n"
     "	add.f32 	%f466, %f57, %f58;\n"
@@ -26257,7 +26295,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB58_12:\n"
     "	mul.lo.s64 	%rd12, %rd60, %rd10;\n"
     "	setp.lt.u32 	%p9, %r10, 3;\n"
-    ,
     "	mov.f32 	%f471, 0fFF800000;\n"
     "	mov.u32 	%r154, 0;\n"
     "	@%p9 bra 	$L__BB58_15;\n"
@@ -26365,6 +26402,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.f32 	%f108, [%rd36+8];\n"
     "	sub.f32 	%f109, %f108, %f471;\n"
     "	fma.rn.f32 	%f110, %f109, %f81, %f80;\n"
+    ,
     "	cvt.sat.f32.f32 	%f111, %f110;\n"
     "	fma.rm.f32 	%f112, %f111, %f85, %f84;\n"
     "	add.f32 	%f113, %f112, 0fCB40007F;\n"
@@ -26402,7 +26440,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.s64.s32 	%rd37, %r157;\n"
     "	add.s64 	%rd38, %rd12, %rd37;\n"
     "	shl.b64 	%rd39, %rd38, 2;\n"
-    ,
     "	add.s64 	%rd14, %rd2, %rd39;\n"
     "	ld.global.nc.f32 	%f131, [%rd14];\n"
     "	sub.f32 	%f132, %f131, %f471;\n"
@@ -26503,6 +26540,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f321, %r82;\n"
     "	ex2.approx.ftz.f32 	%f322, %f320;\n"
     "	mul.f32 	%f323, %f322, %f321;\n"
+    ,
     "	div.rn.f32 	%f324, %f323, %f475;\n"
     "	mul.wide.s32 	%rd51, %r163, 4;\n"
     "	add.s64 	%rd52, %rd1, %rd51;\n"
@@ -26535,7 +26573,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f347, %f346;\n"
     "	fma.rm.f32 	%f348, %f347, %f313, %f312;\n"
     "	add.f32 	%f349, %f348, 0fCB40007F;\n"
-    ,
     "	neg.f32 	%f350, %f349;\n"
     "	fma.rn.f32 	%f351, %f345, %f317, %f350;\n"
     "	fma.rn.f32 	%f352, %f345, %f319, %f351;\n"
@@ -26629,6 +26666,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ld.global.nc.u32 	%r98, [%rd17+4];\n"
     "	cvt.rn.f32.s32 	%f415, %r98;\n"
     "	div.rn.f32 	%f416, %f415, %f466;\n"
+    ,
     "	fma.rn.f32 	%f482, %f414, %f416, %f482;\n"
     "	@%p36 bra 	$L__BB58_42;\n"
     "\n"
@@ -26670,7 +26708,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB58_30:\n"
     "	cvt.s64.s32 	%rd40, %r160;\n"
     "	add.s64 	%rd41, %rd12, %rd40;\n"
-    ,
     "	shl.b64 	%rd42, %rd41, 2;\n"
     "	add.s64 	%rd43, %rd2, %rd42;\n"
     "	ld.global.nc.f32 	%f185, [%rd43];\n"
@@ -26762,6 +26799,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.f32 	%f249, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f250, %f247, %f249, %f248;\n"
     "	cvt.sat.f32.f32 	%f251, %f250;\n"
+    ,
     "	mov.f32 	%f252, 0f4B400001;\n"
     "	mov.f32 	%f253, 0f437C0000;\n"
     "	fma.rm.f32 	%f254, %f251, %f253, %f252;\n"
@@ -26796,7 +26834,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f281, %f279;\n"
     "	mul.f32 	%f282, %f281, %f280;\n"
     "	div.rn.f32 	%f283, %f282, %f475;\n"
-    ,
     "	fma.rn.f32 	%f482, %f283, 0f00000000, %f482;\n"
     "	@%p31 bra 	$L__BB58_42;\n"
     "\n"
@@ -26905,6 +26942,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.b32 	%f450, %r137;\n"
     "	add.f32 	%f451, %f449, %f450;\n"
     "	mov.b32 	%r138, %f451;\n"
+    ,
     "	mov.u32 	%r139, 4;\n"
     "	shfl.sync.bfly.b32 	%r140|%p47, %r138, %r139, %r131, %r133;\n"
     "	mov.b32 	%f452, %r140;\n"
@@ -26945,7 +26983,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	.param .u64 k_moe_aux_loss_back_param_1,\n"
     "	.param .u64 k_moe_aux_loss_back_param_2,\n"
     "	.param .u64 k_moe_aux_loss_back_param_3,\n"
-    ,
     "	.param .u64 k_moe_aux_loss_back_param_4,\n"
     "	.param .u32 k_moe_aux_loss_back_param_5\n"
     ")\n"
@@ -27063,6 +27100,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.s64 	%rd38, %rd12, %rd37;\n"
     "	shl.b64 	%rd39, %rd38, 2;\n"
     "	add.s64 	%rd40, %rd3, %rd39;\n"
+    ,
     "	ld.global.nc.f32 	%f62, [%rd40];\n"
     "	setp.gt.f32 	%p10, %f62, %f725;\n"
     "	selp.f32 	%f63, %f62, %f725, %p10;\n"
@@ -27101,7 +27139,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	@%p18 bra 	$L__BB59_18;\n"
     "\n"
     "	ld.global.nc.f32 	%f15, [%rd13+8];\n"
-    ,
     "	setp.leu.f32 	%p20, %f15, %f725;\n"
     "	@%p20 bra 	$L__BB59_18;\n"
     "\n"
@@ -27206,6 +27243,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	sub.f32 	%f129, %f128, %f725;\n"
     "	mov.f32 	%f130, 0f3F000000;\n"
     "	mov.f32 	%f131, 0f3BBB989D;\n"
+    ,
     "	fma.rn.f32 	%f132, %f129, %f131, %f130;\n"
     "	cvt.sat.f32.f32 	%f133, %f132;\n"
     "	mov.f32 	%f134, 0f4B400001;\n"
@@ -27241,7 +27279,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f729, %f161, %f160, %f729;\n"
     "	@%p26 bra 	$L__BB59_26;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f162, [%rd14+8];\n"
     "	sub.f32 	%f163, %f162, %f725;\n"
     "	mov.f32 	%f164, 0f3F000000;\n"
@@ -27340,6 +27377,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	neg.f32 	%f348, %f347;\n"
     "	fma.rn.f32 	%f349, %f343, %f315, %f348;\n"
     "	fma.rn.f32 	%f350, %f343, %f317, %f349;\n"
+    ,
     "	mov.b32 	%r98, %f346;\n"
     "	shl.b32 	%r99, %r98, 23;\n"
     "	mov.b32 	%f351, %r99;\n"
@@ -27374,7 +27412,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	setp.ne.s32 	%p35, %r166, 0;\n"
     "	@%p35 bra 	$L__BB59_37;\n"
     "\n"
-    ,
     "$L__BB59_38:\n"
     "	setp.eq.s32 	%p36, %r11, 0;\n"
     "	@%p36 bra 	$L__BB59_42;\n"
@@ -27475,6 +27512,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "$L__BB59_30:\n"
     "	cvt.s64.s32 	%rd51, %r164;\n"
     "	add.s64 	%rd52, %rd12, %rd51;\n"
+    ,
     "	shl.b64 	%rd53, %rd52, 2;\n"
     "	add.s64 	%rd54, %rd3, %rd53;\n"
     "	ld.global.nc.f32 	%f183, [%rd54];\n"
@@ -27507,7 +27545,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f208, %f207, 0fCB40007F;\n"
     "	neg.f32 	%f209, %f208;\n"
     "	fma.rn.f32 	%f210, %f204, %f194, %f209;\n"
-    ,
     "	fma.rn.f32 	%f211, %f204, %f196, %f210;\n"
     "	mov.b32 	%r78, %f207;\n"
     "	shl.b32 	%r79, %r78, 23;\n"
@@ -27602,6 +27639,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	ex2.approx.ftz.f32 	%f279, %f277;\n"
     "	mul.f32 	%f280, %f279, %f278;\n"
     "	div.rn.f32 	%f281, %f280, %f729;\n"
+    ,
     "	fma.rn.f32 	%f736, %f281, 0f00000000, %f736;\n"
     "	@%p33 bra 	$L__BB59_42;\n"
     "\n"
@@ -27644,7 +27682,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mov.u32 	%r172, %r12;\n"
     "\n"
     "$L__BB59_53:\n"
-    ,
     "	cvt.s64.s32 	%rd76, %r173;\n"
     "	add.s64 	%rd77, %rd12, %rd76;\n"
     "	shl.b64 	%rd78, %rd77, 2;\n"
@@ -27735,6 +27772,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	fma.rn.f32 	%f635, %f628, %f580, %f634;\n"
     "	mov.b32 	%r140, %f631;\n"
     "	shl.b32 	%r141, %r140, 23;\n"
+    ,
     "	mov.b32 	%f636, %r141;\n"
     "	ex2.approx.ftz.f32 	%f637, %f635;\n"
     "	mul.f32 	%f638, %f637, %f636;\n"
@@ -27772,7 +27810,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	add.f32 	%f654, %f653, 0fCB40007F;\n"
     "	neg.f32 	%f655, %f654;\n"
     "	mov.f32 	%f656, 0f3FB8AA3B;\n"
-    ,
     "	fma.rn.f32 	%f657, %f646, %f656, %f655;\n"
     "	mov.f32 	%f658, 0f32A57060;\n"
     "	fma.rn.f32 	%f659, %f646, %f658, %f657;\n"
@@ -27872,6 +27909,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	cvt.sat.f32.f32 	%f442, %f441;\n"
     "	mov.f32 	%f443, 0f4B400001;\n"
     "	mov.f32 	%f444, 0f437C0000;\n"
+    ,
     "	fma.rm.f32 	%f445, %f442, %f444, %f443;\n"
     "	add.f32 	%f446, %f445, 0fCB40007F;\n"
     "	neg.f32 	%f447, %f446;\n"
@@ -27905,7 +27943,6 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	mul.f32 	%f469, %f468, %f467;\n"
     "	div.rn.f32 	%f470, %f469, %f729;\n"
     "	mul.f32 	%f471, %f1, %f470;\n"
-    ,
     "	mul.f32 	%f472, %f471, %f40;\n"
     "	st.global.f32 	[%rd72+4], %f472;\n"
     "	ld.global.nc.f32 	%f473, [%rd71+8];\n"
@@ -28001,6 +28038,7 @@ static const char *const pdde_cuda_ptx_parts[] = {
     "	shl.b32 	%r126, %r125, 23;\n"
     "	mov.b32 	%f540, %r126;\n"
     "	ex2.approx.ftz.f32 	%f541, %f539;\n"
+    ,
     "	mul.f32 	%f542, %f541, %f540;\n"
     "	div.rn.f32 	%f543, %f542, %f729;\n"
     "	mul.f32 	%f544, %f1, %f543;\n"
@@ -33471,38 +33509,43 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_layernorm_param_4,\n"
     "	.param .u64 k_layernorm_param_5,\n"
     "	.param .f32 k_layernorm_param_6,\n"
-    "	.param .u32 k_layernorm_param_7\n"
+    "	.param .u32 k_layernorm_param_7,\n"
+    "	.param .u64 k_layernorm_param_8,\n"
+    "	.param .u64 k_layernorm_param_9\n"
     ")\n"
     "{\n"
-    "	.reg .pred 	%p<69>;\n"
+    "	.reg .pred 	%p<75>;\n"
     "	.reg .b16 	%rs<9>;\n"
-    "	.reg .f32 	%f<83>;\n"
-    "	.reg .b32 	%r<163>;\n"
-    "	.reg .b64 	%rd<56>;\n"
+    "	.reg .f32 	%f<87>;\n"
+    "	.reg .b32 	%r<167>;\n"
+    "	.reg .b64 	%rd<73>;\n"
     "\n"
     "\n"
-    "	ld.param.u64 	%rd27, [k_layernorm_param_0];\n"
-    "	ld.param.u64 	%rd28, [k_layernorm_param_1];\n"
-    "	ld.param.u64 	%rd24, [k_layernorm_param_2];\n"
-    "	ld.param.u64 	%rd29, [k_layernorm_param_3];\n"
-    "	ld.param.u64 	%rd25, [k_layernorm_param_4];\n"
-    "	ld.param.u64 	%rd26, [k_layernorm_param_5];\n"
-    "	ld.param.f32 	%f18, [k_layernorm_param_6];\n"
+    "	ld.param.u64 	%rd34, [k_layernorm_param_0];\n"
+    "	ld.param.u64 	%rd35, [k_layernorm_param_1];\n"
+    "	ld.param.u64 	%rd30, [k_layernorm_param_2];\n"
+    "	ld.param.u64 	%rd36, [k_layernorm_param_3];\n"
+    "	ld.param.u64 	%rd31, [k_layernorm_param_4];\n"
+    "	ld.param.u64 	%rd32, [k_layernorm_param_5];\n"
     "	ld.param.u32 	%r21, [k_layernorm_param_7];\n"
-    "	cvta.to.global.u64 	%rd1, %rd29;\n"
-    "	cvta.to.global.u64 	%rd2, %rd28;\n"
-    "	cvta.to.global.u64 	%rd3, %rd27;\n"
+    "	ld.param.u64 	%rd33, [k_layernorm_param_8];\n"
+    "	ld.param.u64 	%rd37, [k_layernorm_param_9];\n"
+    "	cvta.to.global.u64 	%rd1, %rd36;\n"
+    "	cvta.to.global.u64 	%rd2, %rd35;\n"
+    "	cvta.to.global.u64 	%rd3, %rd37;\n"
+    "	cvta.to.global.u64 	%rd4, %rd34;\n"
     "	mov.u32 	%r22, %ctaid.x;\n"
-    "	cvt.u64.u32 	%rd51, %r22;\n"
-    "	setp.ge.s64 	%p1, %rd51, %rd25;\n"
-    "	@%p1 bra 	$L__BB11_49;\n"
+    "	cvt.u64.u32 	%rd66, %r22;\n"
+    "	setp.ge.s64 	%p2, %rd66, %rd31;\n"
+    "	@%p2 bra 	$L__BB11_52;\n"
     "\n"
+    "	setp.eq.s64 	%p3, %rd33, 0;\n"
     "	mov.u32 	%r23, %tid.x;\n"
-    "	cvt.u64.u32 	%rd5, %r23;\n"
+    "	cvt.u64.u32 	%rd6, %r23;\n"
+    "	setp.ge.s64 	%p4, %rd6, %rd32;\n"
     "	mov.u32 	%r24, %ntid.x;\n"
-    "	cvt.u64.u32 	%rd6, %r24;\n"
+    "	cvt.u64.u32 	%rd7, %r24;\n"
     "	and.b32  	%r1, %r23, 31;\n"
-    "	shr.u32 	%r2, %r24, 5;\n"
     "	shr.u32 	%r25, %r23, 3;\n"
     "	and.b32  	%r26, %r25, 536870908;\n"
     "	mov.u32 	%r27, _ZZ9block_sumfE2sh;\n"
@@ -33510,227 +33553,258 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r28, %r23, 2;\n"
     "	and.b32  	%r29, %r28, 124;\n"
     "	add.s32 	%r4, %r27, %r29;\n"
-    "	cvt.rn.f32.s64 	%f1, %rd26;\n"
+    "	cvt.rn.f32.s64 	%f1, %rd32;\n"
     "	mov.u32 	%r30, %nctaid.x;\n"
-    "	cvt.u64.u32 	%rd7, %r30;\n"
-    "	cvta.to.global.u64 	%rd8, %rd24;\n"
+    "	cvt.u64.u32 	%rd8, %r30;\n"
+    "	or.pred  	%p1, %p3, %p4;\n"
+    "	selp.b64 	%rd9, %rd4, %rd3, %p3;\n"
+    "	cvta.to.global.u64 	%rd10, %rd33;\n"
+    "	cvta.to.global.u64 	%rd11, %rd30;\n"
     "\n"
     "$L__BB11_2:\n"
-    "	mul.lo.s64 	%rd10, %rd51, %rd26;\n"
-    "	setp.ge.s64 	%p2, %rd5, %rd26;\n"
-    "	mov.f32 	%f78, 0f00000000;\n"
-    "	@%p2 bra 	$L__BB11_5;\n"
+    "	mul.lo.s64 	%rd13, %rd66, %rd32;\n"
+    "	mov.u64 	%rd68, %rd9;\n"
+    "	@%p1 bra 	$L__BB11_5;\n"
     "\n"
-    "	mov.f32 	%f78, 0f00000000;\n"
-    "	mov.u64 	%rd52, %rd5;\n"
+    "	mov.u64 	%rd67, %rd6;\n"
     "\n"
     "$L__BB11_4:\n"
-    "	add.s64 	%rd30, %rd52, %rd10;\n"
-    "	shl.b64 	%rd31, %rd30, 2;\n"
-    "	add.s64 	%rd32, %rd3, %rd31;\n"
-    "	ld.global.nc.f32 	%f21, [%rd32];\n"
-    "	add.f32 	%f78, %f78, %f21;\n"
-    "	add.s64 	%rd52, %rd52, %rd6;\n"
-    "	setp.lt.s64 	%p3, %rd52, %rd26;\n"
-    "	@%p3 bra 	$L__BB11_4;\n"
+    "	add.s64 	%rd38, %rd67, %rd13;\n"
+    "	shl.b64 	%rd39, %rd38, 2;\n"
+    "	add.s64 	%rd40, %rd4, %rd39;\n"
+    "	add.s64 	%rd41, %rd10, %rd39;\n"
+    "	ld.global.nc.f32 	%f19, [%rd41];\n"
+    "	ld.global.nc.f32 	%f20, [%rd40];\n"
+    "	add.rn.f32 	%f21, %f20, %f19;\n"
+    "	add.s64 	%rd42, %rd3, %rd39;\n"
+    "	st.global.f32 	[%rd42], %f21;\n"
+    "	add.s64 	%rd67, %rd67, %rd7;\n"
+    "	setp.lt.s64 	%p5, %rd67, %rd32;\n"
+    "	mov.u64 	%rd68, %rd3;\n"
+    "	@%p5 bra 	$L__BB11_4;\n"
     "\n"
     "$L__BB11_5:\n"
+    "	mov.f32 	%f82, 0f00000000;\n"
+    "	@%p4 bra 	$L__BB11_8;\n"
+    "\n"
+    "	mov.f32 	%f82, 0f00000000;\n"
+    "	mov.u64 	%rd69, %rd6;\n"
+    "\n"
+    "$L__BB11_7:\n"
+    "	add.s64 	%rd43, %rd69, %rd13;\n"
+    "	shl.b64 	%rd44, %rd43, 2;\n"
+    "	add.s64 	%rd45, %rd68, %rd44;\n"
+    "	ld.global.nc.f32 	%f24, [%rd45];\n"
+    "	add.f32 	%f82, %f82, %f24;\n"
+    "	add.s64 	%rd69, %rd69, %rd7;\n"
+    "	setp.lt.s64 	%p7, %rd69, %rd32;\n"
+    "	@%p7 bra 	$L__BB11_7;\n"
+    "\n"
+    "$L__BB11_8:\n"
     "	bar.sync 	0;\n"
-    "	mov.b32 	%r31, %f78;\n"
+    "	mov.b32 	%r31, %f82;\n"
     "	mov.u32 	%r32, 31;\n"
     "	mov.u32 	%r33, 16;\n"
     "	mov.u32 	%r34, -1;\n"
-    "	shfl.sync.bfly.b32 	%r35|%p4, %r31, %r33, %r32, %r34;\n"
-    "	mov.b32 	%f22, %r35;\n"
-    "	add.f32 	%f23, %f78, %f22;\n"
-    "	mov.b32 	%r36, %f23;\n"
+    "	shfl.sync.bfly.b32 	%r35|%p8, %r31, %r33, %r32, %r34;\n"
+    "	mov.b32 	%f25, %r35;\n"
+    "	add.f32 	%f26, %f82, %f25;\n"
+    "	mov.b32 	%r36, %f26;\n"
     "	mov.u32 	%r37, 8;\n"
-    "	shfl.sync.bfly.b32 	%r38|%p5, %r36, %r37, %r32, %r34;\n"
-    "	mov.b32 	%f24, %r38;\n"
-    "	add.f32 	%f25, %f23, %f24;\n"
-    "	mov.b32 	%r39, %f25;\n"
+    "	shfl.sync.bfly.b32 	%r38|%p9, %r36, %r37, %r32, %r34;\n"
+    "	mov.b32 	%f27, %r38;\n"
+    "	add.f32 	%f28, %f26, %f27;\n"
+    "	mov.b32 	%r39, %f28;\n"
     "	mov.u32 	%r40, 4;\n"
-    "	shfl.sync.bfly.b32 	%r41|%p6, %r39, %r40, %r32, %r34;\n"
-    "	mov.b32 	%f26, %r41;\n"
-    "	add.f32 	%f27, %f25, %f26;\n"
-    "	mov.b32 	%r42, %f27;\n"
+    "	shfl.sync.bfly.b32 	%r41|%p10, %r39, %r40, %r32, %r34;\n"
+    "	mov.b32 	%f29, %r41;\n"
+    "	add.f32 	%f30, %f28, %f29;\n"
+    "	mov.b32 	%r42, %f30;\n"
     "	mov.u32 	%r43, 2;\n"
-    "	shfl.sync.bfly.b32 	%r44|%p7, %r42, %r43, %r32, %r34;\n"
-    "	mov.b32 	%f28, %r44;\n"
-    "	add.f32 	%f29, %f27, %f28;\n"
-    "	mov.b32 	%r45, %f29;\n"
+    "	shfl.sync.bfly.b32 	%r44|%p11, %r42, %r43, %r32, %r34;\n"
+    "	mov.b32 	%f31, %r44;\n"
+    "	add.f32 	%f32, %f30, %f31;\n"
+    "	mov.b32 	%r45, %f32;\n"
     "	mov.u32 	%r46, 1;\n"
-    "	shfl.sync.bfly.b32 	%r47|%p8, %r45, %r46, %r32, %r34;\n"
-    "	mov.b32 	%f30, %r47;\n"
-    "	add.f32 	%f5, %f29, %f30;\n"
-    "	setp.ne.s32 	%p9, %r1, 0;\n"
-    "	@%p9 bra 	$L__BB11_7;\n"
+    "	shfl.sync.bfly.b32 	%r47|%p12, %r45, %r46, %r32, %r34;\n"
+    "	mov.b32 	%f33, %r47;\n"
+    "	add.f32 	%f5, %f32, %f33;\n"
+    "	setp.ne.s32 	%p13, %r1, 0;\n"
+    "	@%p13 bra 	$L__BB11_10;\n"
     "\n"
     "	st.shared.f32 	[%r3], %f5;\n"
     "\n"
-    "$L__BB11_7:\n"
-    "	setp.ge.u32 	%p10, %r1, %r2;\n"
+    "$L__BB11_10:\n"
+    "	mov.u32 	%r164, %ntid.x;\n"
+    "	shr.u32 	%r163, %r164, 5;\n"
+    "	setp.ge.u32 	%p14, %r1, %r163;\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f81, 0f00000000;\n"
-    "	mov.f32 	%f79, %f81;\n"
-    "	@%p10 bra 	$L__BB11_9;\n"
+    "	mov.f32 	%f85, 0f00000000;\n"
+    "	mov.f32 	%f83, %f85;\n"
+    "	@%p14 bra 	$L__BB11_12;\n"
     "\n"
-    "	ld.shared.f32 	%f79, [%r4];\n"
+    "	ld.shared.f32 	%f83, [%r4];\n"
     "\n"
-    "$L__BB11_9:\n"
-    "	mov.b32 	%r48, %f79;\n"
+    "$L__BB11_12:\n"
+    "	mov.b32 	%r48, %f83;\n"
     "	mov.u32 	%r49, 31;\n"
     "	mov.u32 	%r50, 16;\n"
     "	mov.u32 	%r51, -1;\n"
-    "	shfl.sync.bfly.b32 	%r52|%p11, %r48, %r50, %r49, %r51;\n"
-    "	mov.b32 	%f33, %r52;\n"
-    "	add.f32 	%f34, %f79, %f33;\n"
-    "	mov.b32 	%r53, %f34;\n"
+    "	shfl.sync.bfly.b32 	%r52|%p15, %r48, %r50, %r49, %r51;\n"
+    "	mov.b32 	%f36, %r52;\n"
+    "	add.f32 	%f37, %f83, %f36;\n"
+    "	mov.b32 	%r53, %f37;\n"
     "	mov.u32 	%r54, 8;\n"
-    "	shfl.sync.bfly.b32 	%r55|%p12, %r53, %r54, %r49, %r51;\n"
-    "	mov.b32 	%f35, %r55;\n"
-    "	add.f32 	%f36, %f34, %f35;\n"
-    "	mov.b32 	%r56, %f36;\n"
+    "	shfl.sync.bfly.b32 	%r55|%p16, %r53, %r54, %r49, %r51;\n"
+    "	mov.b32 	%f38, %r55;\n"
+    "	add.f32 	%f39, %f37, %f38;\n"
+    "	mov.b32 	%r56, %f39;\n"
     "	mov.u32 	%r57, 4;\n"
-    "	shfl.sync.bfly.b32 	%r58|%p13, %r56, %r57, %r49, %r51;\n"
-    "	mov.b32 	%f37, %r58;\n"
-    "	add.f32 	%f38, %f36, %f37;\n"
-    "	mov.b32 	%r59, %f38;\n"
-    "	mov.u32 	%r60, 2;\n"
-    "	shfl.sync.bfly.b32 	%r61|%p14, %r59, %r60, %r49, %r51;\n"
-    "	mov.b32 	%f39, %r61;\n"
-    "	add.f32 	%f40, %f38, %f39;\n"
-    "	mov.b32 	%r62, %f40;\n"
-    "	mov.u32 	%r63, 1;\n"
-    "	shfl.sync.bfly.b32 	%r64|%p15, %r62, %r63, %r49, %r51;\n"
-    "	mov.b32 	%f41, %r64;\n"
-    "	add.f32 	%f42, %f40, %f41;\n"
-    "	div.rn.f32 	%f8, %f42, %f1;\n"
-    "	@%p2 bra 	$L__BB11_12;\n"
-    "\n"
-    "	mov.f32 	%f81, 0f00000000;\n"
-    "	mov.u64 	%rd53, %rd5;\n"
-    "\n"
-    "$L__BB11_11:\n"
-    "	add.s64 	%rd33, %rd53, %rd10;\n"
-    "	shl.b64 	%rd34, %rd33, 2;\n"
-    "	add.s64 	%rd35, %rd3, %rd34;\n"
-    "	ld.global.nc.f32 	%f44, [%rd35];\n"
-    "	sub.f32 	%f45, %f44, %f8;\n"
-    "	fma.rn.f32 	%f81, %f45, %f45, %f81;\n"
-    "	add.s64 	%rd53, %rd53, %rd6;\n"
-    "	setp.lt.s64 	%p17, %rd53, %rd26;\n"
-    "	@%p17 bra 	$L__BB11_11;\n"
-    "\n"
-    "$L__BB11_12:\n"
-    "	bar.sync 	0;\n"
     ,
-    "	mov.b32 	%r65, %f81;\n"
-    "	shfl.sync.bfly.b32 	%r69|%p18, %r65, %r50, %r49, %r51;\n"
-    "	mov.b32 	%f46, %r69;\n"
-    "	add.f32 	%f47, %f81, %f46;\n"
-    "	mov.b32 	%r70, %f47;\n"
-    "	shfl.sync.bfly.b32 	%r72|%p19, %r70, %r54, %r49, %r51;\n"
-    "	mov.b32 	%f48, %r72;\n"
-    "	add.f32 	%f49, %f47, %f48;\n"
-    "	mov.b32 	%r73, %f49;\n"
-    "	shfl.sync.bfly.b32 	%r75|%p20, %r73, %r57, %r49, %r51;\n"
-    "	mov.b32 	%f50, %r75;\n"
-    "	add.f32 	%f51, %f49, %f50;\n"
-    "	mov.b32 	%r76, %f51;\n"
-    "	shfl.sync.bfly.b32 	%r78|%p21, %r76, %r60, %r49, %r51;\n"
-    "	mov.b32 	%f52, %r78;\n"
-    "	add.f32 	%f53, %f51, %f52;\n"
-    "	mov.b32 	%r79, %f53;\n"
-    "	shfl.sync.bfly.b32 	%r81|%p22, %r79, %r63, %r49, %r51;\n"
-    "	mov.b32 	%f54, %r81;\n"
-    "	add.f32 	%f12, %f53, %f54;\n"
-    "	@%p9 bra 	$L__BB11_14;\n"
+    "	shfl.sync.bfly.b32 	%r58|%p17, %r56, %r57, %r49, %r51;\n"
+    "	mov.b32 	%f40, %r58;\n"
+    "	add.f32 	%f41, %f39, %f40;\n"
+    "	mov.b32 	%r59, %f41;\n"
+    "	mov.u32 	%r60, 2;\n"
+    "	shfl.sync.bfly.b32 	%r61|%p18, %r59, %r60, %r49, %r51;\n"
+    "	mov.b32 	%f42, %r61;\n"
+    "	add.f32 	%f43, %f41, %f42;\n"
+    "	mov.b32 	%r62, %f43;\n"
+    "	mov.u32 	%r63, 1;\n"
+    "	shfl.sync.bfly.b32 	%r64|%p19, %r62, %r63, %r49, %r51;\n"
+    "	mov.b32 	%f44, %r64;\n"
+    "	add.f32 	%f45, %f43, %f44;\n"
+    "	div.rn.f32 	%f8, %f45, %f1;\n"
+    "	@%p4 bra 	$L__BB11_15;\n"
+    "\n"
+    "	mov.f32 	%f85, 0f00000000;\n"
+    "	mov.u64 	%rd70, %rd6;\n"
+    "\n"
+    "$L__BB11_14:\n"
+    "	add.s64 	%rd46, %rd70, %rd13;\n"
+    "	shl.b64 	%rd47, %rd46, 2;\n"
+    "	add.s64 	%rd48, %rd68, %rd47;\n"
+    "	ld.global.nc.f32 	%f47, [%rd48];\n"
+    "	sub.f32 	%f48, %f47, %f8;\n"
+    "	fma.rn.f32 	%f85, %f48, %f48, %f85;\n"
+    "	add.s64 	%rd70, %rd70, %rd7;\n"
+    "	setp.lt.s64 	%p21, %rd70, %rd32;\n"
+    "	@%p21 bra 	$L__BB11_14;\n"
+    "\n"
+    "$L__BB11_15:\n"
+    "	setp.ne.s32 	%p73, %r1, 0;\n"
+    "	bar.sync 	0;\n"
+    "	mov.b32 	%r65, %f85;\n"
+    "	shfl.sync.bfly.b32 	%r69|%p22, %r65, %r50, %r49, %r51;\n"
+    "	mov.b32 	%f49, %r69;\n"
+    "	add.f32 	%f50, %f85, %f49;\n"
+    "	mov.b32 	%r70, %f50;\n"
+    "	shfl.sync.bfly.b32 	%r72|%p23, %r70, %r54, %r49, %r51;\n"
+    "	mov.b32 	%f51, %r72;\n"
+    "	add.f32 	%f52, %f50, %f51;\n"
+    "	mov.b32 	%r73, %f52;\n"
+    "	shfl.sync.bfly.b32 	%r75|%p24, %r73, %r57, %r49, %r51;\n"
+    "	mov.b32 	%f53, %r75;\n"
+    "	add.f32 	%f54, %f52, %f53;\n"
+    "	mov.b32 	%r76, %f54;\n"
+    "	shfl.sync.bfly.b32 	%r78|%p25, %r76, %r60, %r49, %r51;\n"
+    "	mov.b32 	%f55, %r78;\n"
+    "	add.f32 	%f56, %f54, %f55;\n"
+    "	mov.b32 	%r79, %f56;\n"
+    "	shfl.sync.bfly.b32 	%r81|%p26, %r79, %r63, %r49, %r51;\n"
+    "	mov.b32 	%f57, %r81;\n"
+    "	add.f32 	%f12, %f56, %f57;\n"
+    "	@%p73 bra 	$L__BB11_17;\n"
     "\n"
     "	st.shared.f32 	[%r3], %f12;\n"
     "\n"
-    "$L__BB11_14:\n"
+    "$L__BB11_17:\n"
+    "	mov.u32 	%r162, %ntid.x;\n"
+    "	shr.u32 	%r161, %r162, 5;\n"
+    "	setp.ge.u32 	%p74, %r1, %r161;\n"
     "	bar.sync 	0;\n"
-    "	mov.f32 	%f82, 0f00000000;\n"
-    "	@%p10 bra 	$L__BB11_16;\n"
+    "	mov.f32 	%f86, 0f00000000;\n"
+    "	@%p74 bra 	$L__BB11_19;\n"
     "\n"
-    "	ld.shared.f32 	%f82, [%r4];\n"
+    "	ld.shared.f32 	%f86, [%r4];\n"
     "\n"
-    "$L__BB11_16:\n"
-    "	mov.b32 	%r82, %f82;\n"
+    "$L__BB11_19:\n"
+    "	ld.param.f32 	%f80, [k_layernorm_param_6];\n"
+    "	mov.b32 	%r82, %f86;\n"
     "	mov.u32 	%r83, 31;\n"
     "	mov.u32 	%r84, 16;\n"
     "	mov.u32 	%r85, -1;\n"
-    "	shfl.sync.bfly.b32 	%r86|%p25, %r82, %r84, %r83, %r85;\n"
-    "	mov.b32 	%f56, %r86;\n"
-    "	add.f32 	%f57, %f82, %f56;\n"
-    "	mov.b32 	%r87, %f57;\n"
+    "	shfl.sync.bfly.b32 	%r86|%p29, %r82, %r84, %r83, %r85;\n"
+    "	mov.b32 	%f59, %r86;\n"
+    "	add.f32 	%f60, %f86, %f59;\n"
+    "	mov.b32 	%r87, %f60;\n"
     "	mov.u32 	%r88, 8;\n"
-    "	shfl.sync.bfly.b32 	%r89|%p26, %r87, %r88, %r83, %r85;\n"
-    "	mov.b32 	%f58, %r89;\n"
-    "	add.f32 	%f59, %f57, %f58;\n"
-    "	mov.b32 	%r90, %f59;\n"
+    "	shfl.sync.bfly.b32 	%r89|%p30, %r87, %r88, %r83, %r85;\n"
+    "	mov.b32 	%f61, %r89;\n"
+    "	add.f32 	%f62, %f60, %f61;\n"
+    "	mov.b32 	%r90, %f62;\n"
     "	mov.u32 	%r91, 4;\n"
-    "	shfl.sync.bfly.b32 	%r92|%p27, %r90, %r91, %r83, %r85;\n"
-    "	mov.b32 	%f60, %r92;\n"
-    "	add.f32 	%f61, %f59, %f60;\n"
-    "	mov.b32 	%r93, %f61;\n"
+    "	shfl.sync.bfly.b32 	%r92|%p31, %r90, %r91, %r83, %r85;\n"
+    "	mov.b32 	%f63, %r92;\n"
+    "	add.f32 	%f64, %f62, %f63;\n"
+    "	mov.b32 	%r93, %f64;\n"
     "	mov.u32 	%r94, 2;\n"
-    "	shfl.sync.bfly.b32 	%r95|%p28, %r93, %r94, %r83, %r85;\n"
-    "	mov.b32 	%f62, %r95;\n"
-    "	add.f32 	%f63, %f61, %f62;\n"
-    "	mov.b32 	%r96, %f63;\n"
+    "	shfl.sync.bfly.b32 	%r95|%p32, %r93, %r94, %r83, %r85;\n"
+    "	mov.b32 	%f65, %r95;\n"
+    "	add.f32 	%f66, %f64, %f65;\n"
+    "	mov.b32 	%r96, %f66;\n"
     "	mov.u32 	%r97, 1;\n"
-    "	shfl.sync.bfly.b32 	%r98|%p29, %r96, %r97, %r83, %r85;\n"
-    "	mov.b32 	%f64, %r98;\n"
-    "	add.f32 	%f65, %f63, %f64;\n"
-    "	div.rn.f32 	%f66, %f65, %f1;\n"
-    "	add.f32 	%f67, %f66, %f18;\n"
-    "	rsqrt.approx.f32 	%f15, %f67;\n"
-    "	@%p2 bra 	$L__BB11_48;\n"
+    "	shfl.sync.bfly.b32 	%r98|%p33, %r96, %r97, %r83, %r85;\n"
+    "	mov.b32 	%f67, %r98;\n"
+    "	add.f32 	%f68, %f66, %f67;\n"
+    "	div.rn.f32 	%f69, %f68, %f1;\n"
+    "	add.f32 	%f70, %f69, %f80;\n"
+    "	rsqrt.approx.f32 	%f15, %f70;\n"
+    "	@%p4 bra 	$L__BB11_51;\n"
     "\n"
-    "	setp.eq.s64 	%p31, %rd24, 0;\n"
-    "	@%p31 bra 	$L__BB11_33;\n"
+    "	ld.param.u64 	%rd65, [k_layernorm_param_2];\n"
+    "	setp.eq.s64 	%p35, %rd65, 0;\n"
+    "	@%p35 bra 	$L__BB11_36;\n"
     "\n"
-    "	mov.u64 	%rd54, %rd5;\n"
+    "	mov.u64 	%rd71, %rd6;\n"
     "\n"
-    "$L__BB11_19:\n"
-    "	add.s64 	%rd16, %rd54, %rd10;\n"
-    "	shl.b64 	%rd36, %rd16, 2;\n"
-    "	add.s64 	%rd37, %rd3, %rd36;\n"
-    "	ld.global.nc.f32 	%f68, [%rd37];\n"
-    "	sub.f32 	%f69, %f68, %f8;\n"
-    "	mul.f32 	%f70, %f15, %f69;\n"
-    "	shl.b64 	%rd38, %rd54, 2;\n"
-    "	add.s64 	%rd39, %rd2, %rd38;\n"
-    "	ld.global.nc.f32 	%f71, [%rd39];\n"
-    "	add.s64 	%rd40, %rd8, %rd38;\n"
-    "	ld.global.nc.f32 	%f72, [%rd40];\n"
-    "	fma.rn.f32 	%f16, %f71, %f70, %f72;\n"
-    "	shl.b64 	%rd41, %rd16, 1;\n"
-    "	add.s64 	%rd17, %rd1, %rd41;\n"
-    "	setp.eq.s32 	%p32, %r21, 2;\n"
-    "	@%p32 bra 	$L__BB11_30;\n"
+    "$L__BB11_22:\n"
+    "	add.s64 	%rd22, %rd71, %rd13;\n"
+    "	shl.b64 	%rd49, %rd22, 2;\n"
+    "	add.s64 	%rd50, %rd68, %rd49;\n"
+    "	ld.global.nc.f32 	%f71, [%rd50];\n"
+    "	sub.f32 	%f72, %f71, %f8;\n"
+    "	mul.f32 	%f73, %f15, %f72;\n"
+    "	shl.b64 	%rd51, %rd71, 2;\n"
+    "	add.s64 	%rd52, %rd2, %rd51;\n"
+    "	ld.global.nc.f32 	%f74, [%rd52];\n"
+    "	add.s64 	%rd53, %rd11, %rd51;\n"
+    "	ld.global.nc.f32 	%f75, [%rd53];\n"
+    "	fma.rn.f32 	%f16, %f74, %f73, %f75;\n"
+    "	shl.b64 	%rd54, %rd22, 1;\n"
+    "	add.s64 	%rd23, %rd1, %rd54;\n"
+    "	setp.eq.s32 	%p36, %r21, 2;\n"
+    "	@%p36 bra 	$L__BB11_33;\n"
     "\n"
-    "	setp.ne.s32 	%p33, %r21, 1;\n"
-    "	@%p33 bra 	$L__BB11_31;\n"
+    "	setp.ne.s32 	%p37, %r21, 1;\n"
+    "	@%p37 bra 	$L__BB11_34;\n"
     "\n"
     "	mov.b32 	%r5, %f16;\n"
     "	shr.u32 	%r99, %r5, 16;\n"
-    "	and.b32  	%r161, %r99, 32768;\n"
+    "	and.b32  	%r165, %r99, 32768;\n"
     "	and.b32  	%r7, %r5, 2147483647;\n"
-    "	setp.gt.u32 	%p34, %r7, 2139095040;\n"
-    "	@%p34 bra 	$L__BB11_28;\n"
-    "	bra.uni 	$L__BB11_22;\n"
+    "	setp.gt.u32 	%p38, %r7, 2139095040;\n"
+    "	@%p38 bra 	$L__BB11_31;\n"
+    "	bra.uni 	$L__BB11_25;\n"
     "\n"
-    "$L__BB11_28:\n"
-    "	or.b32  	%r161, %r161, 32256;\n"
-    "	bra.uni 	$L__BB11_29;\n"
+    "$L__BB11_31:\n"
+    "	or.b32  	%r165, %r165, 32256;\n"
+    "	bra.uni 	$L__BB11_32;\n"
     "\n"
-    "$L__BB11_30:\n"
+    "$L__BB11_33:\n"
     "	mov.b32 	%r123, %f16;\n"
     "	and.b32  	%r124, %r123, 2147483647;\n"
-    "	setp.gt.u32 	%p48, %r124, 2139095040;\n"
+    "	setp.gt.u32 	%p52, %r124, 2139095040;\n"
     "	shr.u32 	%r125, %r123, 16;\n"
     "	cvt.u16.u32 	%rs1, %r125;\n"
     "	or.b16  	%rs2, %rs1, 64;\n"
@@ -33739,32 +33813,33 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r128, %r127, 32767;\n"
     "	shr.u32 	%r129, %r128, 16;\n"
     "	cvt.u16.u32 	%rs3, %r129;\n"
-    "	selp.b16 	%rs4, %rs2, %rs3, %p48;\n"
-    "	st.global.u16 	[%rd17], %rs4;\n"
-    "	bra.uni 	$L__BB11_32;\n"
+    ,
+    "	selp.b16 	%rs4, %rs2, %rs3, %p52;\n"
+    "	st.global.u16 	[%rd23], %rs4;\n"
+    "	bra.uni 	$L__BB11_35;\n"
     "\n"
-    "$L__BB11_31:\n"
-    "	add.s64 	%rd43, %rd1, %rd36;\n"
-    "	st.global.f32 	[%rd43], %f16;\n"
-    "	bra.uni 	$L__BB11_32;\n"
-    "\n"
-    "$L__BB11_22:\n"
-    "	setp.gt.u32 	%p35, %r7, 1199566847;\n"
-    "	@%p35 bra 	$L__BB11_27;\n"
-    "	bra.uni 	$L__BB11_23;\n"
-    "\n"
-    "$L__BB11_27:\n"
-    "	or.b32  	%r161, %r161, 31744;\n"
-    "	bra.uni 	$L__BB11_29;\n"
-    "\n"
-    "$L__BB11_23:\n"
-    "	setp.lt.u32 	%p36, %r7, 947912704;\n"
-    "	@%p36 bra 	$L__BB11_25;\n"
-    "	bra.uni 	$L__BB11_24;\n"
+    "$L__BB11_34:\n"
+    "	add.s64 	%rd56, %rd1, %rd49;\n"
+    "	st.global.f32 	[%rd56], %f16;\n"
+    "	bra.uni 	$L__BB11_35;\n"
     "\n"
     "$L__BB11_25:\n"
-    "	setp.lt.u32 	%p42, %r7, 855638016;\n"
-    "	@%p42 bra 	$L__BB11_29;\n"
+    "	setp.gt.u32 	%p39, %r7, 1199566847;\n"
+    "	@%p39 bra 	$L__BB11_30;\n"
+    "	bra.uni 	$L__BB11_26;\n"
+    "\n"
+    "$L__BB11_30:\n"
+    "	or.b32  	%r165, %r165, 31744;\n"
+    "	bra.uni 	$L__BB11_32;\n"
+    "\n"
+    "$L__BB11_26:\n"
+    "	setp.lt.u32 	%p40, %r7, 947912704;\n"
+    "	@%p40 bra 	$L__BB11_28;\n"
+    "	bra.uni 	$L__BB11_27;\n"
+    "\n"
+    "$L__BB11_28:\n"
+    "	setp.lt.u32 	%p46, %r7, 855638016;\n"
+    "	@%p46 bra 	$L__BB11_32;\n"
     "\n"
     "	and.b32  	%r106, %r5, 8388607;\n"
     "	or.b32  	%r107, %r106, 8388608;\n"
@@ -33780,79 +33855,78 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r117, %r116, %r108;\n"
     "	mov.u32 	%r118, 1;\n"
     "	shl.b32 	%r119, %r118, %r117;\n"
-    "	setp.gt.u32 	%p43, %r115, %r119;\n"
-    "	setp.eq.s32 	%p44, %r115, %r119;\n"
+    "	setp.gt.u32 	%p47, %r115, %r119;\n"
+    "	setp.eq.s32 	%p48, %r115, %r119;\n"
     "	and.b32  	%r120, %r111, 1;\n"
-    "	setp.eq.b32 	%p45, %r120, 1;\n"
-    ,
-    "	and.pred  	%p46, %p44, %p45;\n"
-    "	or.pred  	%p47, %p43, %p46;\n"
-    "	selp.u32 	%r121, 1, 0, %p47;\n"
+    "	setp.eq.b32 	%p49, %r120, 1;\n"
+    "	and.pred  	%p50, %p48, %p49;\n"
+    "	or.pred  	%p51, %p47, %p50;\n"
+    "	selp.u32 	%r121, 1, 0, %p51;\n"
     "	add.s32 	%r122, %r111, %r121;\n"
-    "	or.b32  	%r161, %r122, %r161;\n"
-    "	bra.uni 	$L__BB11_29;\n"
+    "	or.b32  	%r165, %r122, %r165;\n"
+    "	bra.uni 	$L__BB11_32;\n"
     "\n"
-    "$L__BB11_24:\n"
+    "$L__BB11_27:\n"
     "	shr.u32 	%r100, %r7, 13;\n"
     "	add.s32 	%r101, %r100, -114688;\n"
     "	and.b32  	%r102, %r5, 8191;\n"
-    "	setp.gt.u32 	%p37, %r102, 4096;\n"
-    "	setp.eq.s32 	%p38, %r102, 4096;\n"
+    "	setp.gt.u32 	%p41, %r102, 4096;\n"
+    "	setp.eq.s32 	%p42, %r102, 4096;\n"
     "	and.b32  	%r103, %r101, 1;\n"
-    "	setp.eq.b32 	%p39, %r103, 1;\n"
-    "	and.pred  	%p40, %p38, %p39;\n"
-    "	or.pred  	%p41, %p37, %p40;\n"
+    "	setp.eq.b32 	%p43, %r103, 1;\n"
+    "	and.pred  	%p44, %p42, %p43;\n"
+    "	or.pred  	%p45, %p41, %p44;\n"
     "	add.s32 	%r104, %r100, 16385;\n"
-    "	selp.b32 	%r105, %r104, %r101, %p41;\n"
-    "	or.b32  	%r161, %r105, %r161;\n"
-    "\n"
-    "$L__BB11_29:\n"
-    "	st.global.u16 	[%rd17], %r161;\n"
+    "	selp.b32 	%r105, %r104, %r101, %p45;\n"
+    "	or.b32  	%r165, %r105, %r165;\n"
     "\n"
     "$L__BB11_32:\n"
-    "	add.s64 	%rd54, %rd54, %rd6;\n"
-    "	setp.lt.s64 	%p49, %rd54, %rd26;\n"
-    "	@%p49 bra 	$L__BB11_19;\n"
-    "	bra.uni 	$L__BB11_48;\n"
+    "	st.global.u16 	[%rd23], %r165;\n"
     "\n"
-    "$L__BB11_33:\n"
-    "	mov.u64 	%rd55, %rd5;\n"
+    "$L__BB11_35:\n"
+    "	add.s64 	%rd71, %rd71, %rd7;\n"
+    "	setp.lt.s64 	%p53, %rd71, %rd32;\n"
+    "	@%p53 bra 	$L__BB11_22;\n"
+    "	bra.uni 	$L__BB11_51;\n"
     "\n"
-    "$L__BB11_34:\n"
-    "	add.s64 	%rd20, %rd55, %rd10;\n"
-    "	shl.b64 	%rd44, %rd20, 2;\n"
-    "	add.s64 	%rd45, %rd3, %rd44;\n"
-    "	ld.global.nc.f32 	%f73, [%rd45];\n"
-    "	sub.f32 	%f74, %f73, %f8;\n"
-    "	mul.f32 	%f75, %f15, %f74;\n"
-    "	shl.b64 	%rd46, %rd55, 2;\n"
-    "	add.s64 	%rd47, %rd2, %rd46;\n"
-    "	ld.global.nc.f32 	%f76, [%rd47];\n"
-    "	fma.rn.f32 	%f17, %f76, %f75, 0f00000000;\n"
-    "	shl.b64 	%rd48, %rd20, 1;\n"
-    "	add.s64 	%rd21, %rd1, %rd48;\n"
-    "	setp.eq.s32 	%p50, %r21, 2;\n"
-    "	@%p50 bra 	$L__BB11_45;\n"
+    "$L__BB11_36:\n"
+    "	mov.u64 	%rd72, %rd6;\n"
     "\n"
-    "	setp.ne.s32 	%p51, %r21, 1;\n"
-    "	@%p51 bra 	$L__BB11_46;\n"
+    "$L__BB11_37:\n"
+    "	add.s64 	%rd26, %rd72, %rd13;\n"
+    "	shl.b64 	%rd57, %rd26, 2;\n"
+    "	add.s64 	%rd58, %rd68, %rd57;\n"
+    "	ld.global.nc.f32 	%f76, [%rd58];\n"
+    "	sub.f32 	%f77, %f76, %f8;\n"
+    "	mul.f32 	%f78, %f15, %f77;\n"
+    "	shl.b64 	%rd59, %rd72, 2;\n"
+    "	add.s64 	%rd60, %rd2, %rd59;\n"
+    "	ld.global.nc.f32 	%f79, [%rd60];\n"
+    "	fma.rn.f32 	%f17, %f79, %f78, 0f00000000;\n"
+    "	shl.b64 	%rd61, %rd26, 1;\n"
+    "	add.s64 	%rd27, %rd1, %rd61;\n"
+    "	setp.eq.s32 	%p54, %r21, 2;\n"
+    "	@%p54 bra 	$L__BB11_48;\n"
+    "\n"
+    "	setp.ne.s32 	%p55, %r21, 1;\n"
+    "	@%p55 bra 	$L__BB11_49;\n"
     "\n"
     "	mov.b32 	%r13, %f17;\n"
     "	shr.u32 	%r130, %r13, 16;\n"
-    "	and.b32  	%r162, %r130, 32768;\n"
+    "	and.b32  	%r166, %r130, 32768;\n"
     "	and.b32  	%r15, %r13, 2147483647;\n"
-    "	setp.gt.u32 	%p52, %r15, 2139095040;\n"
-    "	@%p52 bra 	$L__BB11_43;\n"
-    "	bra.uni 	$L__BB11_37;\n"
+    "	setp.gt.u32 	%p56, %r15, 2139095040;\n"
+    "	@%p56 bra 	$L__BB11_46;\n"
+    "	bra.uni 	$L__BB11_40;\n"
     "\n"
-    "$L__BB11_43:\n"
-    "	or.b32  	%r162, %r162, 32256;\n"
-    "	bra.uni 	$L__BB11_44;\n"
+    "$L__BB11_46:\n"
+    "	or.b32  	%r166, %r166, 32256;\n"
+    "	bra.uni 	$L__BB11_47;\n"
     "\n"
-    "$L__BB11_45:\n"
+    "$L__BB11_48:\n"
     "	mov.b32 	%r154, %f17;\n"
     "	and.b32  	%r155, %r154, 2147483647;\n"
-    "	setp.gt.u32 	%p66, %r155, 2139095040;\n"
+    "	setp.gt.u32 	%p70, %r155, 2139095040;\n"
     "	shr.u32 	%r156, %r154, 16;\n"
     "	cvt.u16.u32 	%rs5, %r156;\n"
     "	or.b16  	%rs6, %rs5, 64;\n"
@@ -33861,32 +33935,32 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r159, %r158, 32767;\n"
     "	shr.u32 	%r160, %r159, 16;\n"
     "	cvt.u16.u32 	%rs7, %r160;\n"
-    "	selp.b16 	%rs8, %rs6, %rs7, %p66;\n"
-    "	st.global.u16 	[%rd21], %rs8;\n"
-    "	bra.uni 	$L__BB11_47;\n"
+    "	selp.b16 	%rs8, %rs6, %rs7, %p70;\n"
+    "	st.global.u16 	[%rd27], %rs8;\n"
+    "	bra.uni 	$L__BB11_50;\n"
     "\n"
-    "$L__BB11_46:\n"
-    "	add.s64 	%rd50, %rd1, %rd44;\n"
-    "	st.global.f32 	[%rd50], %f17;\n"
-    "	bra.uni 	$L__BB11_47;\n"
-    "\n"
-    "$L__BB11_37:\n"
-    "	setp.gt.u32 	%p53, %r15, 1199566847;\n"
-    "	@%p53 bra 	$L__BB11_42;\n"
-    "	bra.uni 	$L__BB11_38;\n"
-    "\n"
-    "$L__BB11_42:\n"
-    "	or.b32  	%r162, %r162, 31744;\n"
-    "	bra.uni 	$L__BB11_44;\n"
-    "\n"
-    "$L__BB11_38:\n"
-    "	setp.lt.u32 	%p54, %r15, 947912704;\n"
-    "	@%p54 bra 	$L__BB11_40;\n"
-    "	bra.uni 	$L__BB11_39;\n"
+    "$L__BB11_49:\n"
+    "	add.s64 	%rd63, %rd1, %rd57;\n"
+    "	st.global.f32 	[%rd63], %f17;\n"
+    "	bra.uni 	$L__BB11_50;\n"
     "\n"
     "$L__BB11_40:\n"
-    "	setp.lt.u32 	%p60, %r15, 855638016;\n"
-    "	@%p60 bra 	$L__BB11_44;\n"
+    "	setp.gt.u32 	%p57, %r15, 1199566847;\n"
+    "	@%p57 bra 	$L__BB11_45;\n"
+    "	bra.uni 	$L__BB11_41;\n"
+    "\n"
+    "$L__BB11_45:\n"
+    "	or.b32  	%r166, %r166, 31744;\n"
+    "	bra.uni 	$L__BB11_47;\n"
+    "\n"
+    "$L__BB11_41:\n"
+    "	setp.lt.u32 	%p58, %r15, 947912704;\n"
+    "	@%p58 bra 	$L__BB11_43;\n"
+    "	bra.uni 	$L__BB11_42;\n"
+    "\n"
+    "$L__BB11_43:\n"
+    "	setp.lt.u32 	%p64, %r15, 855638016;\n"
+    "	@%p64 bra 	$L__BB11_47;\n"
     "\n"
     "	and.b32  	%r137, %r13, 8388607;\n"
     "	or.b32  	%r138, %r137, 8388608;\n"
@@ -33902,45 +33976,47 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r148, %r147, %r139;\n"
     "	mov.u32 	%r149, 1;\n"
     "	shl.b32 	%r150, %r149, %r148;\n"
-    "	setp.gt.u32 	%p61, %r146, %r150;\n"
-    "	setp.eq.s32 	%p62, %r146, %r150;\n"
+    "	setp.gt.u32 	%p65, %r146, %r150;\n"
+    "	setp.eq.s32 	%p66, %r146, %r150;\n"
     "	and.b32  	%r151, %r142, 1;\n"
-    "	setp.eq.b32 	%p63, %r151, 1;\n"
-    "	and.pred  	%p64, %p62, %p63;\n"
-    "	or.pred  	%p65, %p61, %p64;\n"
-    "	selp.u32 	%r152, 1, 0, %p65;\n"
+    "	setp.eq.b32 	%p67, %r151, 1;\n"
+    "	and.pred  	%p68, %p66, %p67;\n"
+    ,
+    "	or.pred  	%p69, %p65, %p68;\n"
+    "	selp.u32 	%r152, 1, 0, %p69;\n"
     "	add.s32 	%r153, %r142, %r152;\n"
-    "	or.b32  	%r162, %r153, %r162;\n"
-    "	bra.uni 	$L__BB11_44;\n"
+    "	or.b32  	%r166, %r153, %r166;\n"
+    "	bra.uni 	$L__BB11_47;\n"
     "\n"
-    "$L__BB11_39:\n"
+    "$L__BB11_42:\n"
     "	shr.u32 	%r131, %r15, 13;\n"
     "	add.s32 	%r132, %r131, -114688;\n"
     "	and.b32  	%r133, %r13, 8191;\n"
-    "	setp.gt.u32 	%p55, %r133, 4096;\n"
-    "	setp.eq.s32 	%p56, %r133, 4096;\n"
+    "	setp.gt.u32 	%p59, %r133, 4096;\n"
+    "	setp.eq.s32 	%p60, %r133, 4096;\n"
     "	and.b32  	%r134, %r132, 1;\n"
-    "	setp.eq.b32 	%p57, %r134, 1;\n"
-    "	and.pred  	%p58, %p56, %p57;\n"
-    "	or.pred  	%p59, %p55, %p58;\n"
+    "	setp.eq.b32 	%p61, %r134, 1;\n"
+    "	and.pred  	%p62, %p60, %p61;\n"
+    "	or.pred  	%p63, %p59, %p62;\n"
     "	add.s32 	%r135, %r131, 16385;\n"
-    "	selp.b32 	%r136, %r135, %r132, %p59;\n"
-    "	or.b32  	%r162, %r136, %r162;\n"
-    "\n"
-    "$L__BB11_44:\n"
-    "	st.global.u16 	[%rd21], %r162;\n"
+    "	selp.b32 	%r136, %r135, %r132, %p63;\n"
+    "	or.b32  	%r166, %r136, %r166;\n"
     "\n"
     "$L__BB11_47:\n"
-    "	add.s64 	%rd55, %rd55, %rd6;\n"
-    "	setp.lt.s64 	%p67, %rd55, %rd26;\n"
-    "	@%p67 bra 	$L__BB11_34;\n"
+    "	st.global.u16 	[%rd27], %r166;\n"
     "\n"
-    "$L__BB11_48:\n"
-    "	add.s64 	%rd51, %rd51, %rd7;\n"
-    "	setp.lt.s64 	%p68, %rd51, %rd25;\n"
-    "	@%p68 bra 	$L__BB11_2;\n"
+    "$L__BB11_50:\n"
+    "	add.s64 	%rd72, %rd72, %rd7;\n"
+    "	setp.lt.s64 	%p71, %rd72, %rd32;\n"
+    "	@%p71 bra 	$L__BB11_37;\n"
     "\n"
-    "$L__BB11_49:\n"
+    "$L__BB11_51:\n"
+    "	ld.param.u64 	%rd64, [k_layernorm_param_4];\n"
+    "	add.s64 	%rd66, %rd66, %rd8;\n"
+    "	setp.lt.s64 	%p72, %rd66, %rd64;\n"
+    "	@%p72 bra 	$L__BB11_2;\n"
+    "\n"
+    "$L__BB11_52:\n"
     "	ret;\n"
     "\n"
     "}\n"
@@ -33950,7 +34026,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_layernorm_back_param_1,\n"
     "	.param .u64 k_layernorm_back_param_2,\n"
     "	.param .u64 k_layernorm_back_param_3,\n"
-    ,
     "	.param .u64 k_layernorm_back_param_4,\n"
     "	.param .u64 k_layernorm_back_param_5,\n"
     "	.param .f32 k_layernorm_back_param_6,\n"
@@ -34059,6 +34134,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r223, %ntid.x;\n"
     "	shr.u32 	%r222, %r223, 5;\n"
     "	setp.ge.u32 	%p10, %r1, %r222;\n"
+    ,
     "	bar.sync 	0;\n"
     "	mov.f32 	%f157, 0f00000000;\n"
     "	mov.f32 	%f155, %f157;\n"
@@ -34102,7 +34178,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB12_11:\n"
     "	add.s64 	%rd39, %rd71, %rd12;\n"
-    ,
     "	shl.b64 	%rd40, %rd39, 2;\n"
     "	add.s64 	%rd41, %rd5, %rd40;\n"
     "	ld.global.nc.f32 	%f58, [%rd41];\n"
@@ -34211,6 +34286,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f92, %r103;\n"
     "	add.f32 	%f93, %f161, %f92;\n"
     "	mov.b32 	%r104, %f93;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r106|%p33, %r104, %r88, %r83, %r85;\n"
     "	mov.b32 	%f94, %r106;\n"
     "	add.f32 	%f95, %f93, %f94;\n"
@@ -34252,7 +34328,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f105, %f103, %f104;\n"
     "	mov.b32 	%r124, %f105;\n"
     "	mov.u32 	%r125, 4;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r126|%p41, %r124, %r125, %r117, %r119;\n"
     "	mov.b32 	%f106, %r126;\n"
     "	add.f32 	%f107, %f105, %f106;\n"
@@ -34353,6 +34428,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f139, %f29, %f134;\n"
     "	sub.f32 	%f140, %f138, %f139;\n"
     "	mul.f32 	%f141, %f15, %f140;\n"
+    ,
     "	add.s64 	%rd53, %rd10, %rd48;\n"
     "	ld.global.nc.f32 	%f142, [%rd53];\n"
     "	add.rn.f32 	%f30, %f142, %f141;\n"
@@ -34398,7 +34474,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB12_44;\n"
     "\n"
     "$L__BB12_43:\n"
-    ,
     "	add.s64 	%rd57, %rd1, %rd48;\n"
     "	st.global.f32 	[%rd57], %f30;\n"
     "	bra.uni 	$L__BB12_44;\n"
@@ -34519,6 +34594,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r216, %r215, 2147483647;\n"
     "	setp.gt.u32 	%p94, %r216, 2139095040;\n"
     "	shr.u32 	%r217, %r215, 16;\n"
+    ,
     "	cvt.u16.u32 	%rs5, %r217;\n"
     "	or.b16  	%rs6, %rs5, 64;\n"
     "	and.b32  	%r218, %r217, 1;\n"
@@ -34566,7 +34642,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r208, 125;\n"
     "	sub.s32 	%r209, %r208, %r200;\n"
     "	mov.u32 	%r210, 1;\n"
-    ,
     "	shl.b32 	%r211, %r210, %r209;\n"
     "	setp.gt.u32 	%p89, %r207, %r211;\n"
     "	setp.eq.s32 	%p90, %r207, %r211;\n"
@@ -34686,6 +34761,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r18|%p4, %r14, %r16, %r15, %r17;\n"
     "	mov.b32 	%f14, %r18;\n"
     "	add.f32 	%f15, %f40, %f14;\n"
+    ,
     "	mov.b32 	%r19, %f15;\n"
     "	mov.u32 	%r20, 8;\n"
     "	shfl.sync.bfly.b32 	%r21|%p5, %r19, %r20, %r15, %r17;\n"
@@ -34729,7 +34805,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f25, %f41, %f24;\n"
     "	mov.b32 	%r36, %f25;\n"
     "	mov.u32 	%r37, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r38|%p12, %r36, %r37, %r32, %r34;\n"
     "	mov.b32 	%f26, %r38;\n"
     "	add.f32 	%f27, %f25, %f26;\n"
@@ -34842,6 +34917,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u64 	%rd42, %rd5;\n"
     "\n"
     "$L__BB14_4:\n"
+    ,
     "	add.s64 	%rd24, %rd42, %rd10;\n"
     "	shl.b64 	%rd25, %rd24, 2;\n"
     "	add.s64 	%rd26, %rd1, %rd25;\n"
@@ -34880,7 +34956,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b64 {%r22,%r23}, %fd23;\n"
     "	// end inline asm\n"
     "	mov.u32 	%r38, 4;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r25|%p8, %r23, %r38, %r34, %r36;\n"
     "	shfl.sync.bfly.b32 	%r24|%p9, %r22, %r38, %r34, %r36;\n"
     "	// begin inline asm\n"
@@ -34988,6 +35063,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u64 	%rd43, %rd5;\n"
     "\n"
     "$L__BB14_11:\n"
+    ,
     "	add.s64 	%rd27, %rd43, %rd10;\n"
     "	shl.b64 	%rd28, %rd27, 2;\n"
     "	add.s64 	%rd29, %rd3, %rd28;\n"
@@ -35024,7 +35100,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r75|%p30, %r73, %r64, %r61, %r63;\n"
     "	shfl.sync.bfly.b32 	%r74|%p31, %r72, %r64, %r61, %r63;\n"
     "	// begin inline asm\n"
-    ,
     "	mov.b64 %fd51, {%r74,%r75};\n"
     "	// end inline asm\n"
     "	add.f64 	%fd52, %fd50, %fd51;\n"
@@ -35129,6 +35204,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.f32.f64 	%f2, %fd69;\n"
     "	mov.u64 	%rd44, %rd5;\n"
     "\n"
+    ,
     "$L__BB14_18:\n"
     "	add.s64 	%rd33, %rd44, %rd10;\n"
     "	shl.b64 	%rd34, %rd33, 2;\n"
@@ -35171,7 +35247,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ")\n"
     "{\n"
     "	.reg .pred 	%p<33>;\n"
-    ,
     "	.reg .f32 	%f<75>;\n"
     "	.reg .b32 	%r<84>;\n"
     "	.reg .b64 	%rd<29>;\n"
@@ -35290,6 +35365,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r41, 4;\n"
     "	shfl.sync.bfly.b32 	%r42|%p14, %r40, %r41, %r33, %r35;\n"
     "	mov.b32 	%f36, %r42;\n"
+    ,
     "	add.f32 	%f37, %f35, %f36;\n"
     "	mov.b32 	%r43, %f37;\n"
     "	mov.u32 	%r44, 2;\n"
@@ -35332,7 +35408,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f47, %f73, %f46;\n"
     "	mov.b32 	%r54, %f47;\n"
     "	mov.u32 	%r55, 8;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r56|%p20, %r54, %r55, %r50, %r52;\n"
     "	mov.b32 	%f48, %r56;\n"
     "	add.f32 	%f49, %f47, %f48;\n"
@@ -35445,6 +35520,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.wide.u32 	%rd4, %r17, 32;\n"
     "	mov.u32 	%r18, %tid.x;\n"
     "	cvt.u64.u32 	%rd5, %r18;\n"
+    ,
     "	add.s64 	%rd6, %rd4, %rd5;\n"
     "	mov.u32 	%r19, %ctaid.y;\n"
     "	cvt.u64.u32 	%rd7, %r19;\n"
@@ -35490,7 +35566,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p4 bra 	$L__BB16_8;\n"
     "\n"
     "	shl.b64 	%rd60, %rd96, 3;\n"
-    ,
     "	add.s64 	%rd61, %rd1, %rd60;\n"
     "	add.s64 	%rd93, %rd61, 4;\n"
     "	shl.b64 	%rd18, %rd11, 3;\n"
@@ -35594,6 +35669,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r30, %r28, %r29;\n"
     "	st.shared.f32 	[%r30], %f70;\n"
     "	bar.sync 	0;\n"
+    ,
     "	setp.ne.s32 	%p8, %r25, 0;\n"
     "	setp.ge.s64 	%p9, %rd6, %rd47;\n"
     "	or.pred  	%p10, %p8, %p9;\n"
@@ -35640,7 +35716,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r46, %r40, %r29;\n"
     "\n"
     "$L__BB16_18:\n"
-    ,
     "	.pragma \"nounroll\";\n"
     "	ld.shared.f32 	%f64, [%r46];\n"
     "	add.f32 	%f75, %f75, %f64;\n"
@@ -35767,6 +35842,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f24, %f22, %f23;\n"
     "	mov.b32 	%r29, %f24;\n"
     "	mov.u32 	%r30, 4;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r31|%p8, %r29, %r30, %r22, %r24;\n"
     "	mov.b32 	%f25, %r31;\n"
     "	max.f32 	%f26, %f24, %f25;\n"
@@ -35808,7 +35884,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f35, %f33, %f34;\n"
     "	mov.b32 	%r46, %f35;\n"
     "	mov.u32 	%r47, 4;\n"
-    ,
     "	shfl.sync.bfly.b32 	%r48|%p15, %r46, %r47, %r39, %r41;\n"
     "	mov.b32 	%f36, %r48;\n"
     "	max.f32 	%f37, %f35, %f36;\n"
@@ -35920,6 +35995,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p32, %rd3, %rd25;\n"
     "	@%p32 bra 	$L__BB17_26;\n"
     "\n"
+    ,
     "	rcp.rn.f32 	%f15, %f14;\n"
     "	mov.u64 	%rd45, %rd3;\n"
     "\n"
@@ -35958,7 +36034,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd39, %rd6, %rd38;\n"
     "	st.global.f32 	[%rd39], %f103;\n"
     "	add.s64 	%rd45, %rd45, %rd4;\n"
-    ,
     "	setp.lt.s64 	%p34, %rd45, %rd25;\n"
     "	@%p34 bra 	$L__BB17_23;\n"
     "\n"
@@ -36083,6 +36158,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r32, 31;\n"
     "	mov.u32 	%r33, 16;\n"
     "	mov.u32 	%r34, -1;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r35|%p11, %r31, %r33, %r32, %r34;\n"
     "	mov.b32 	%f22, %r35;\n"
     "	add.f32 	%f23, %f37, %f22;\n"
@@ -36120,7 +36196,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f33, [%rd26];\n"
     "	mul.f32 	%f34, %f33, %f32;\n"
     "	add.s64 	%rd28, %rd7, %rd25;\n"
-    ,
     "	st.global.f32 	[%rd28], %f34;\n"
     "	add.s64 	%rd31, %rd31, %rd5;\n"
     "	setp.lt.s64 	%p17, %rd31, %rd17;\n"
@@ -36249,6 +36324,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r360, %r71, %r73;\n"
     "	bra.uni 	$L__BB19_14;\n"
     "\n"
+    ,
     "$L__BB19_8:\n"
     "	add.s16 	%rs9, %rs1, 112;\n"
     "	cvt.u32.u16 	%r63, %rs9;\n"
@@ -36289,7 +36365,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f71, %r87;\n"
     "	max.f32 	%f72, %f70, %f71;\n"
     "	mov.b32 	%r88, %f72;\n"
-    ,
     "	mov.u32 	%r89, 1;\n"
     "	shfl.sync.bfly.b32 	%r90|%p17, %r88, %r89, %r75, %r77;\n"
     "	mov.b32 	%f73, %r90;\n"
@@ -36411,6 +36486,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f98, %f87, %f97, %f96;\n"
     "	mov.f32 	%f99, 0f32A57060;\n"
     "	fma.rn.f32 	%f100, %f87, %f99, %f98;\n"
+    ,
     "	mov.b32 	%r122, %f94;\n"
     "	shl.b32 	%r123, %r122, 23;\n"
     "	mov.b32 	%f101, %r123;\n"
@@ -36447,7 +36523,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.f32 	[%r5], %f11;\n"
     "\n"
     "$L__BB19_32:\n"
-    ,
     "	bar.sync 	0;\n"
     "	mov.f32 	%f345, 0f00000000;\n"
     "	@%p19 bra 	$L__BB19_34;\n"
@@ -36548,6 +36623,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u16 	%rs15, %rs14, 10;\n"
     "	and.b16  	%rs13, %rs15, 31;\n"
     "	and.b16  	%rs6, %rs14, 1023;\n"
+    ,
     "	cvt.u32.u16 	%r364, %rs6;\n"
     "	setp.eq.s16 	%p50, %rs13, 0;\n"
     "	@%p50 bra 	$L__BB19_41;\n"
@@ -36595,7 +36671,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB19_47:\n"
     "	add.s64 	%rd57, %rd1, %rd45;\n"
-    ,
     "	st.global.f32 	[%rd57], %f347;\n"
     "	shl.b64 	%rd58, %rd40, 2;\n"
     "	add.s64 	%rd59, %rd57, %rd58;\n"
@@ -36711,6 +36786,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f169, %f350, %f168;\n"
     "	mov.b32 	%r213, %f169;\n"
     "	mov.u32 	%r214, 8;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r215|%p66, %r213, %r214, %r209, %r211;\n"
     "	mov.b32 	%f170, %r215;\n"
     "	max.f32 	%f171, %f169, %f170;\n"
@@ -36746,7 +36822,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f179, %f178, %f28;\n"
     "	mov.f32 	%f180, 0f3F000000;\n"
     "	mov.f32 	%f181, 0f3BBB989D;\n"
-    ,
     "	fma.rn.f32 	%f182, %f179, %f181, %f180;\n"
     "	cvt.sat.f32.f32 	%f183, %f182;\n"
     "	mov.f32 	%f184, 0f4B400001;\n"
@@ -36850,6 +36925,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r268, %r265, %r267;\n"
     "	mov.b32 	%f217, %r268;\n"
     "	cvt.rn.f32.s32 	%f218, %r267;\n"
+    ,
     "	mov.f32 	%f219, 0f34000000;\n"
     "	fma.rn.f32 	%f220, %f218, %f219, %f216;\n"
     "	add.f32 	%f221, %f217, 0fBF800000;\n"
@@ -36881,7 +36957,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f354, %f36, %f242, %f242;\n"
     "\n"
     "$L__BB19_69:\n"
-    ,
     "	setp.eq.f32 	%p90, %f36, 0f00000000;\n"
     "	selp.f32 	%f243, 0fFF800000, %f354, %p90;\n"
     "	add.f32 	%f244, %f28, %f243;\n"
@@ -36996,6 +37071,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f358, 0fFF800000;\n"
     "	@%p101 bra 	$L__BB19_81;\n"
     "\n"
+    ,
     "	ld.shared.f32 	%f358, [%r46];\n"
     "\n"
     "$L__BB19_81:\n"
@@ -37032,7 +37108,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f360, 0f00000000;\n"
     "	mov.u64 	%rd98, %rd29;\n"
     "\n"
-    ,
     "$L__BB19_83:\n"
     "	add.s64 	%rd80, %rd98, %rd33;\n"
     "	shl.b64 	%rd81, %rd80, 2;\n"
@@ -37136,6 +37211,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.lt.f32 	%p125, %f55, 0f00800000;\n"
     "	mul.f32 	%f308, %f55, 0f4B000000;\n"
+    ,
     "	selp.f32 	%f56, %f308, %f55, %p125;\n"
     "	selp.f32 	%f309, 0fC1B80000, 0f00000000, %p125;\n"
     "	mov.b32 	%r354, %f56;\n"
@@ -37165,7 +37241,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f330, 0fBF000000;\n"
     "	fma.rn.f32 	%f331, %f329, %f314, %f330;\n"
     "	mul.f32 	%f332, %f314, %f331;\n"
-    ,
     "	fma.rn.f32 	%f333, %f332, %f314, %f314;\n"
     "	mov.f32 	%f334, 0f3F317218;\n"
     "	fma.rn.f32 	%f362, %f313, %f334, %f333;\n"
@@ -37290,6 +37365,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r3, %r28, %r27;\n"
     "	@%p8 bra 	$L__BB20_6;\n"
     "\n"
+    ,
     "	st.shared.f32 	[%r3], %f7;\n"
     "\n"
     "$L__BB20_6:\n"
@@ -37329,7 +37405,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r46, 1;\n"
     "	shfl.sync.bfly.b32 	%r47|%p14, %r45, %r46, %r32, %r34;\n"
     "	mov.b32 	%f41, %r47;\n"
-    ,
     "	add.f32 	%f10, %f40, %f41;\n"
     "	bar.sync 	0;\n"
     "	mov.b32 	%r48, %f65;\n"
@@ -37452,6 +37527,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd14, %rd14, %rd2;\n"
     "	setp.lt.s64 	%p5, %rd14, %rd7;\n"
     "	@%p5 bra 	$L__BB21_3;\n"
+    ,
     "	bra.uni 	$L__BB21_4;\n"
     "\n"
     "$L__BB21_1:\n"
@@ -37492,7 +37568,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p11 bra 	$L__BB21_6;\n"
     "\n"
     "	shr.u32 	%r24, %r22, 3;\n"
-    ,
     "	and.b32  	%r25, %r24, 536870908;\n"
     "	mov.u32 	%r26, _ZZ9block_sumfE2sh;\n"
     "	add.s32 	%r27, %r26, %r25;\n"
@@ -37610,6 +37685,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r93, %r92, 124;\n"
     "	add.s32 	%r4, %r91, %r93;\n"
     "	mov.u32 	%r94, _ZZ9block_sumfE2sh;\n"
+    ,
     "	add.s32 	%r5, %r94, %r90;\n"
     "	add.s32 	%r6, %r94, %r93;\n"
     "\n"
@@ -37656,7 +37732,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f371, 0fFF800000;\n"
     "	mov.u64 	%rd169, %rd7;\n"
     "\n"
-    ,
     "$L__BB22_7:\n"
     "	add.s64 	%rd85, %rd169, %rd11;\n"
     "	shl.b64 	%rd86, %rd85, 1;\n"
@@ -37779,6 +37854,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f68, %f66, %f67;\n"
     "	mov.b32 	%r137, %f68;\n"
     "	mov.u32 	%r138, 2;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r139|%p23, %r137, %r138, %r127, %r129;\n"
     "	mov.b32 	%f69, %r139;\n"
     "	max.f32 	%f70, %f68, %f69;\n"
@@ -37819,7 +37895,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB22_30;\n"
     "\n"
     "$L__BB22_26:\n"
-    ,
     "	setp.eq.s16 	%p28, %rs4, 0;\n"
     "	@%p28 bra 	$L__BB22_30;\n"
     "\n"
@@ -37931,6 +38006,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f108, %f106, %f107;\n"
     "	mov.b32 	%r187, %f108;\n"
     "	mov.u32 	%r188, 2;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r189|%p42, %r187, %r188, %r177, %r179;\n"
     "	mov.b32 	%f109, %r189;\n"
     "	add.f32 	%f110, %f108, %f109;\n"
@@ -37972,7 +38048,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r239, %r509, 13;\n"
     "	or.b32  	%r240, %r511, %r239;\n"
     "	or.b32  	%r511, %r240, 2139095040;\n"
-    ,
     "	bra.uni 	$L__BB22_67;\n"
     "\n"
     "$L__BB22_63:\n"
@@ -38092,6 +38167,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p49 bra 	$L__BB22_44;\n"
     "\n"
     "	shl.b32 	%r203, %r506, 23;\n"
+    ,
     "	or.b32  	%r204, %r203, %r507;\n"
     "	shl.b32 	%r205, %r33, 13;\n"
     "	and.b32  	%r206, %r205, 8372224;\n"
@@ -38129,7 +38205,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f130, %f129, %f128;\n"
     "	mul.f32 	%f131, %f15, %f130;\n"
     "	setp.eq.s64 	%p50, %rd171, %rd12;\n"
-    ,
     "	selp.f32 	%f132, 0f3F800000, 0f00000000, %p50;\n"
     "	sub.f32 	%f133, %f131, %f132;\n"
     "	mul.f32 	%f16, %f12, %f133;\n"
@@ -38254,6 +38329,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd165, [k_ce_back_param_5];\n"
     "	add.s64 	%rd168, %rd168, %rd8;\n"
     "	setp.lt.s64 	%p80, %rd168, %rd165;\n"
+    ,
     "	@%p80 bra 	$L__BB22_4;\n"
     "	bra.uni 	$L__BB22_166;\n"
     "\n"
@@ -38295,7 +38371,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB22_81;\n"
     "\n"
     "$L__BB22_112:\n"
-    ,
     "	setp.ge.s64 	%p136, %rd31, %rd77;\n"
     "	@%p136 bra 	$L__BB22_121;\n"
     "\n"
@@ -38409,6 +38484,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r303|%p98, %r301, %r302, %r288, %r290;\n"
     "	mov.b32 	%f178, %r303;\n"
     "	max.f32 	%f23, %f177, %f178;\n"
+    ,
     "	mov.f32 	%f380, 0f00000000;\n"
     "	@%p85 bra 	$L__BB22_91;\n"
     "\n"
@@ -38446,7 +38522,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s64 	%p100, %rd178, %rd77;\n"
     "	@%p100 bra 	$L__BB22_90;\n"
     "\n"
-    ,
     "$L__BB22_91:\n"
     "	ld.global.nc.f32 	%f197, [%rd4];\n"
     "	setp.gt.f32 	%p101, %f197, 0f00000000;\n"
@@ -38550,6 +38625,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f256, %r373;\n"
     "	ex2.approx.ftz.f32 	%f257, %f255;\n"
     "	mul.f32 	%f258, %f257, %f256;\n"
+    ,
     "	mul.f32 	%f259, %f31, %f258;\n"
     "	setp.eq.s64 	%p133, %rd180, %rd36;\n"
     "	selp.f32 	%f260, 0f3F800000, 0f00000000, %p133;\n"
@@ -38587,7 +38663,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f220, %r343;\n"
     "	sub.f32 	%f221, %f220, %f23;\n"
     "	mov.f32 	%f222, 0f3F000000;\n"
-    ,
     "	mov.f32 	%f223, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f224, %f221, %f223, %f222;\n"
     "	cvt.sat.f32.f32 	%f225, %f224;\n"
@@ -38704,6 +38779,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u64 	%rd182, %rd31;\n"
     "\n"
     "$L__BB22_118:\n"
+    ,
     "	add.s64 	%rd131, %rd182, %rd35;\n"
     "	shl.b64 	%rd132, %rd131, 1;\n"
     "	add.s64 	%rd133, %rd1, %rd132;\n"
@@ -38746,7 +38822,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd55, %r384;\n"
     "	mov.u32 	%r385, %ntid.x;\n"
     "	cvt.u64.u32 	%rd56, %r385;\n"
-    ,
     "	and.b32  	%r69, %r383, 31;\n"
     "	shr.u32 	%r70, %r385, 5;\n"
     "	shr.u32 	%r386, %r383, 3;\n"
@@ -38862,6 +38937,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r413, -1;\n"
     "	shfl.sync.bfly.b32 	%r414|%p156, %r410, %r412, %r411, %r413;\n"
     "	mov.b32 	%f277, %r414;\n"
+    ,
     "	max.f32 	%f278, %f384, %f277;\n"
     "	mov.b32 	%r415, %f278;\n"
     "	mov.u32 	%r416, 8;\n"
@@ -38898,7 +38974,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f289, 0f3F000000;\n"
     "	mov.f32 	%f290, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f291, %f288, %f290, %f289;\n"
-    ,
     "	cvt.sat.f32.f32 	%f292, %f291;\n"
     "	mov.f32 	%f293, 0f4B400001;\n"
     "	mov.f32 	%f294, 0f437C0000;\n"
@@ -39001,6 +39076,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f348, [%rd153];\n"
     "	sub.f32 	%f349, %f348, %f39;\n"
     "	mov.f32 	%f350, 0f3F000000;\n"
+    ,
     "	mov.f32 	%f351, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f352, %f349, %f351, %f350;\n"
     "	cvt.sat.f32.f32 	%f353, %f352;\n"
@@ -39034,7 +39110,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r496, %r495, 32767;\n"
     "	shr.u32 	%r497, %r496, 16;\n"
     "	cvt.u16.u32 	%rs39, %r497;\n"
-    ,
     "	selp.b16 	%rs40, %rs38, %rs39, %p196;\n"
     "	shl.b64 	%rd154, %rd151, 1;\n"
     "	add.s64 	%rd155, %rd1, %rd154;\n"
@@ -39148,6 +39223,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.gt.u32 	%p183, %r468, 4096;\n"
     "	setp.eq.s32 	%p184, %r468, 4096;\n"
     "	and.b32  	%r469, %r467, 1;\n"
+    ,
     "	setp.eq.b32 	%p185, %r469, 1;\n"
     "	and.pred  	%p186, %p184, %p185;\n"
     "	or.pred  	%p187, %p183, %p186;\n"
@@ -39191,7 +39267,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.u32 	[%rd164], %r498;\n"
     "	add.s64 	%rd191, %rd191, %rd56;\n"
     "	setp.lt.s64 	%p203, %rd191, %rd77;\n"
-    ,
     "	@%p203 bra 	$L__BB22_164;\n"
     "\n"
     "$L__BB22_165:\n"
@@ -39314,6 +39389,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd39, %r8;\n"
     "	setp.ge.s64 	%p10, %rd39, %rd15;\n"
     "	mov.f32 	%f8, 0f00000000;\n"
+    ,
     "	or.pred  	%p11, %p9, %p10;\n"
     "	@%p11 bra 	$L__BB23_13;\n"
     "\n"
@@ -39355,7 +39431,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd15, [k_embedding_back_param_1];\n"
     "	ld.param.u64 	%rd16, [k_embedding_back_param_2];\n"
     "	ld.param.u64 	%rd19, [k_embedding_back_param_3];\n"
-    ,
     "	ld.param.u64 	%rd17, [k_embedding_back_param_4];\n"
     "	ld.param.u64 	%rd18, [k_embedding_back_param_5];\n"
     "	mov.u32 	%r1, %ctaid.x;\n"
@@ -39473,6 +39548,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd52, %rd8, %rd3;\n"
     "	mul.lo.s64 	%rd53, %rd52, %rd4;\n"
     "	add.s64 	%rd54, %rd53, %rd5;\n"
+    ,
     "	not.b64 	%rd55, %rd54;\n"
     "	add.s64 	%rd10, %rd51, %rd55;\n"
     "	or.b64  	%rd56, %rd10, %rd9;\n"
@@ -39512,7 +39588,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	xor.b64  	%rd65, %rd64, %rd63;\n"
     "	mul.lo.s64 	%rd66, %rd65, -7723592293110705685;\n"
     "	shr.u64 	%rd67, %rd66, 31;\n"
-    ,
     "	xor.b64  	%rd68, %rd67, %rd66;\n"
     "	shr.u64 	%rd69, %rd68, 32;\n"
     "	cvt.u32.u64 	%r13, %rd69;\n"
@@ -39621,6 +39696,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	xor.b64  	%rd112, %rd7, %rd111;\n"
     "	shr.u64 	%rd113, %rd112, 30;\n"
     "	xor.b64  	%rd114, %rd113, %rd112;\n"
+    ,
     "	mul.lo.s64 	%rd115, %rd114, -4658895280553007687;\n"
     "	shr.u64 	%rd116, %rd115, 27;\n"
     "	xor.b64  	%rd117, %rd116, %rd115;\n"
@@ -39665,7 +39741,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .b64 	%rd<31>;\n"
     "\n"
     "\n"
-    ,
     "	ld.param.u64 	%rd18, [k_cast_param_0];\n"
     "	ld.param.u64 	%rd19, [k_cast_param_1];\n"
     "	ld.param.u64 	%rd17, [k_cast_param_2];\n"
@@ -39805,6 +39880,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r42, %r80, 23;\n"
     "	or.b32  	%r43, %r42, %r81;\n"
     "	shl.b32 	%r44, %r8, 13;\n"
+    ,
     "	and.b32  	%r45, %r44, 8372224;\n"
     "	or.b32  	%r81, %r43, %r45;\n"
     "	bra.uni 	$L__BB26_19;\n"
@@ -39854,7 +39930,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvt.rzi.s32.f32 	%r46, %f7;\n"
     "	st.global.u32 	[%rd9], %r46;\n"
-    ,
     "	bra.uni 	$L__BB26_45;\n"
     "\n"
     "$L__BB26_24:\n"
@@ -39984,6 +40059,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.f32 	%f13, [k_sgd_param_7];\n"
     "	ld.param.f32 	%f14, [k_sgd_param_8];\n"
     "	ld.param.f32 	%f15, [k_sgd_param_9];\n"
+    ,
     "	ld.param.u64 	%rd39, [k_sgd_param_10];\n"
     "	ld.param.u32 	%r49, [k_sgd_param_11];\n"
     "	cvta.to.global.u64 	%rd1, %rd37;\n"
@@ -40025,7 +40101,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r53, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd41, %r53;\n"
     "	mul.lo.s64 	%rd6, %rd41, %rd3;\n"
-    ,
     "	add.s64 	%rd42, %rd6, %rd38;\n"
     "	add.s64 	%rd43, %rd41, %rd2;\n"
     "	mul.lo.s64 	%rd44, %rd43, %rd3;\n"
@@ -40150,6 +40225,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.u16 	[%rd14], %rs4;\n"
     "	bra.uni 	$L__BB27_24;\n"
     "\n"
+    ,
     "$L__BB27_66:\n"
     "	mov.b32 	%r181, %f8;\n"
     "	and.b32  	%r182, %r181, 2147483647;\n"
@@ -40194,7 +40270,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p23 bra 	$L__BB27_22;\n"
     "\n"
     "	and.b32  	%r65, %r1, 8388607;\n"
-    ,
     "	or.b32  	%r66, %r65, 8388608;\n"
     "	shr.u32 	%r67, %r3, 23;\n"
     "	mov.u32 	%r68, 126;\n"
@@ -40316,6 +40391,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB27_36:\n"
     "	or.b32  	%r260, %r260, 32256;\n"
+    ,
     "	bra.uni 	$L__BB27_37;\n"
     "\n"
     "$L__BB27_38:\n"
@@ -40358,7 +40434,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r98, %r97, 8388608;\n"
     "	shr.u32 	%r99, %r11, 23;\n"
     "	mov.u32 	%r100, 126;\n"
-    ,
     "	sub.s32 	%r101, %r100, %r99;\n"
     "	shr.u32 	%r102, %r98, %r101;\n"
     "	mov.u32 	%r103, -1;\n"
@@ -40480,6 +40555,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r133, %r132, %r131;\n"
     "	shr.u32 	%r134, %r130, %r133;\n"
     "	mov.u32 	%r135, -1;\n"
+    ,
     "	shl.b32 	%r136, %r135, %r133;\n"
     "	not.b32 	%r137, %r136;\n"
     "	and.b32  	%r138, %r130, %r137;\n"
@@ -40517,7 +40593,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB27_52:\n"
     "	add.s64 	%rd101, %rd21, %rd6;\n"
-    ,
     "	setp.lt.s64 	%p69, %rd101, %rd38;\n"
     "	@%p69 bra 	$L__BB27_26;\n"
     "	bra.uni 	$L__BB27_96;\n"
@@ -40641,6 +40716,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.pred  	%p105, %p103, %p104;\n"
     "	or.pred  	%p106, %p102, %p105;\n"
     "	selp.u32 	%r218, 1, 0, %p106;\n"
+    ,
     "	add.s32 	%r219, %r208, %r218;\n"
     "	or.b32  	%r263, %r219, %r263;\n"
     "	bra.uni 	$L__BB27_80;\n"
@@ -40679,7 +40755,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	shl.b64 	%rd98, %rd31, 1;\n"
     "	add.s64 	%rd32, %rd52, %rd98;\n"
-    ,
     "	setp.eq.s32 	%p109, %r49, 2;\n"
     "	@%p109 bra 	$L__BB27_94;\n"
     "\n"
@@ -40804,6 +40879,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u32 k_adamw_param_16\n"
     ")\n"
     "{\n"
+    ,
     "	.reg .pred 	%p<33>;\n"
     "	.reg .b16 	%rs<5>;\n"
     "	.reg .f32 	%f<103>;\n"
@@ -40833,7 +40909,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd3, %rd39;\n"
     "	cvta.to.global.u64 	%rd4, %rd38;\n"
     "	cvta.to.global.u64 	%rd5, %rd34;\n"
-    ,
     "	setp.eq.s64 	%p1, %rd34, 0;\n"
     "	@%p1 bra 	$L__BB28_2;\n"
     "\n"
@@ -40960,6 +41035,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB28_14:\n"
     "	setp.lt.u32 	%p19, %r3, 855638016;\n"
+    ,
     "	@%p19 bra 	$L__BB28_18;\n"
     "\n"
     "	and.b32  	%r22, %r1, 8388607;\n"
@@ -40998,7 +41074,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.pred  	%p17, %p15, %p16;\n"
     "	or.pred  	%p18, %p14, %p17;\n"
     "	add.s32 	%r20, %r16, 16385;\n"
-    ,
     "	selp.b32 	%r21, %r20, %r17, %p18;\n"
     "	or.b32  	%r57, %r21, %r57;\n"
     "\n"
@@ -41115,6 +41190,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.f32 	%f79, [%rd71];\n"
     "	fma.rn.f32 	%f80, %f79, %f12, %f78;\n"
     "	mul.f32 	%f81, %f80, %f8;\n"
+    ,
     "	sub.f32 	%f82, %f79, %f81;\n"
     "	st.global.f32 	[%rd71], %f82;\n"
     "	mov.u32 	%r56, 0;\n"
@@ -41147,7 +41223,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.u32 	[%rd74], %r56;\n"
     "	add.s64 	%rd77, %rd85, %rd8;\n"
     "	add.s64 	%rd85, %rd77, %rd8;\n"
-    ,
     "	setp.lt.s64 	%p32, %rd85, %rd35;\n"
     "	@%p32 bra 	$L__BB28_28;\n"
     "\n"
@@ -41261,6 +41336,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r78, %r76, 4;\n"
     "	add.s32 	%r79, %r78, %r47;\n"
     "	cvt.s64.s32 	%rd42, %r12;\n"
+    ,
     "	add.s64 	%rd14, %rd2, %rd42;\n"
     "	mul.wide.s32 	%rd15, %r12, %r39;\n"
     "	mul.wide.s32 	%rd16, %r79, %r39;\n"
@@ -41298,7 +41374,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r18, %r59, %r203;\n"
     "	setp.ge.s32 	%p5, %r18, %r39;\n"
     "	mov.f32 	%f522, 0f00000000;\n"
-    ,
     "	or.pred  	%p6, %p4, %p5;\n"
     "	mov.f32 	%f521, %f522;\n"
     "	@%p6 bra 	$L__BB29_6;\n"
@@ -41423,6 +41498,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB29_16:\n"
     "	st.shared.f32 	[%r10], %f524;\n"
+    ,
     "	add.s32 	%r22, %r70, %r203;\n"
     "	setp.ge.s32 	%p18, %r22, %r39;\n"
     "	mov.f32 	%f526, 0f00000000;\n"
@@ -41461,7 +41537,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB29_21:\n"
     "	mul.lo.s64 	%rd76, %rd21, %rd5;\n"
     "	add.s64 	%rd77, %rd14, %rd76;\n"
-    ,
     "	shl.b64 	%rd78, %rd77, 2;\n"
     "	add.s64 	%rd79, %rd3, %rd78;\n"
     "	ld.global.nc.f32 	%f526, [%rd79];\n"
@@ -41585,6 +41660,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r158, %r71, 2;\n"
     "	add.s32 	%r159, %r135, %r158;\n"
     "	st.shared.f32 	[%r159], %f533;\n"
+    ,
     "	add.s32 	%r29, %r11, %r203;\n"
     "	setp.ge.s32 	%p49, %r29, %r39;\n"
     "	setp.ge.s32 	%p50, %r12, %r38;\n"
@@ -41623,7 +41699,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd133, %rd132, %rd16;\n"
     "	shl.b64 	%rd134, %rd133, 2;\n"
     "	add.s64 	%rd135, %rd1, %rd134;\n"
-    ,
     "	ld.global.nc.f32 	%f535, [%rd135];\n"
     "\n"
     "$L__BB29_49:\n"
@@ -41717,6 +41792,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f192, [%r2+736];\n"
     "	fma.rn.f32 	%f193, %f186, %f192, %f169;\n"
     "	ld.shared.f32 	%f194, [%r1+608];\n"
+    ,
     "	fma.rn.f32 	%f195, %f194, %f185, %f171;\n"
     "	fma.rn.f32 	%f196, %f194, %f188, %f172;\n"
     "	fma.rn.f32 	%f197, %f194, %f190, %f173;\n"
@@ -41742,7 +41818,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f217, %f210, %f216, %f193;\n"
     "	ld.shared.f32 	%f218, [%r1+880];\n"
     "	fma.rn.f32 	%f219, %f218, %f209, %f195;\n"
-    ,
     "	fma.rn.f32 	%f220, %f218, %f212, %f196;\n"
     "	fma.rn.f32 	%f221, %f218, %f214, %f197;\n"
     "	fma.rn.f32 	%f222, %f218, %f216, %f198;\n"
@@ -41820,6 +41895,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f294, %f290, %f288, %f270;\n"
     "	ld.shared.f32 	%f295, [%r1+1760];\n"
     "	fma.rn.f32 	%f296, %f295, %f281, %f272;\n"
+    ,
     "	fma.rn.f32 	%f297, %f295, %f284, %f273;\n"
     "	fma.rn.f32 	%f298, %f295, %f286, %f274;\n"
     "	fma.rn.f32 	%f299, %f295, %f288, %f275;\n"
@@ -41845,7 +41921,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f319, [%r1+2032];\n"
     "	fma.rn.f32 	%f320, %f319, %f305, %f296;\n"
     "	fma.rn.f32 	%f321, %f319, %f308, %f297;\n"
-    ,
     "	fma.rn.f32 	%f322, %f319, %f310, %f298;\n"
     "	fma.rn.f32 	%f323, %f319, %f312, %f299;\n"
     "	ld.shared.f32 	%f324, [%r1+2096];\n"
@@ -41923,6 +41998,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f396, [%r1+2912];\n"
     "	fma.rn.f32 	%f397, %f396, %f377, %f373;\n"
     "	fma.rn.f32 	%f398, %f396, %f380, %f374;\n"
+    ,
     "	fma.rn.f32 	%f399, %f396, %f382, %f375;\n"
     "	fma.rn.f32 	%f400, %f396, %f384, %f376;\n"
     "	ld.shared.f32 	%f401, [%r2+2992];\n"
@@ -41948,7 +42024,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f421, %f420, %f401, %f397;\n"
     "	fma.rn.f32 	%f422, %f420, %f404, %f398;\n"
     "	fma.rn.f32 	%f423, %f420, %f406, %f399;\n"
-    ,
     "	fma.rn.f32 	%f424, %f420, %f408, %f400;\n"
     "	ld.shared.f32 	%f425, [%r2+3264];\n"
     "	ld.shared.f32 	%f426, [%r1+3264];\n"
@@ -42026,6 +42101,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f498, [%r1+4080];\n"
     "	fma.rn.f32 	%f544, %f498, %f497, %f475;\n"
     "	ld.shared.f32 	%f499, [%r2+4144];\n"
+    ,
     "	fma.rn.f32 	%f543, %f498, %f499, %f477;\n"
     "	ld.shared.f32 	%f500, [%r2+4208];\n"
     "	fma.rn.f32 	%f542, %f498, %f500, %f479;\n"
@@ -42056,7 +42132,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f537, 0f00000000;\n"
     "	mov.f32 	%f538, %f537;\n"
     "	mov.f32 	%f539, %f537;\n"
-    ,
     "	mov.f32 	%f540, %f537;\n"
     "	mov.f32 	%f541, %f537;\n"
     "	mov.f32 	%f542, %f537;\n"
@@ -42180,6 +42255,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd170, %rd168, 2;\n"
     "	add.s64 	%rd30, %rd169, %rd170;\n"
     "	setp.ge.s32 	%p72, %r33, %r38;\n"
+    ,
     "	@%p72 bra 	$L__BB29_76;\n"
     "\n"
     "	st.global.f32 	[%rd30], %f545;\n"
@@ -42224,7 +42300,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s32 	%p77, %r33, %r38;\n"
     "	@%p77 bra 	$L__BB29_85;\n"
     "\n"
-    ,
     "	st.global.f32 	[%rd31], %f549;\n"
     "\n"
     "$L__BB29_85:\n"
@@ -42353,6 +42428,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB30_28:\n"
     "	add.s64 	%rd190, %rd49, %rd303;\n"
+    ,
     "	shl.b64 	%rd191, %rd190, 2;\n"
     "	add.s64 	%rd192, %rd1, %rd191;\n"
     "	ld.global.nc.f32 	%f50, [%rd192+12];\n"
@@ -42386,7 +42462,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd57, %rd6, %rd199;\n"
     "	mov.u32 	%r27, 0;\n"
     "	st.local.u32 	[%rd57], %r27;\n"
-    ,
     "	@%p17 bra 	$L__BB30_33;\n"
     "\n"
     "	setp.eq.s64 	%p18, %rd14, 2;\n"
@@ -42505,6 +42580,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r24, 0;\n"
     "	st.local.u32 	[%rd48], %r24;\n"
     "	setp.eq.s64 	%p12, %rd14, 1;\n"
+    ,
     "	@%p12 bra 	$L__BB30_33;\n"
     "\n"
     "	setp.eq.s64 	%p13, %rd14, 2;\n"
@@ -42548,7 +42624,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd305, %r32;\n"
     "	cvt.u64.u32 	%rd306, %r34;\n"
     "\n"
-    ,
     "$L__BB30_38:\n"
     "	or.b64  	%rd204, %rd305, %rd143;\n"
     "	and.b64  	%rd205, %rd204, -4294967296;\n"
@@ -42661,6 +42736,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f317, %f11;\n"
     "	@%p3 bra 	$L__BB30_58;\n"
     "\n"
+    ,
     "	setp.lt.u64 	%p30, %rd13, 3;\n"
     "	mov.u64 	%rd315, 0;\n"
     "	@%p30 bra 	$L__BB30_54;\n"
@@ -42700,7 +42776,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.f32 	%f115, [%rd89+4];\n"
     "	mul.f32 	%f116, %f12, %f115;\n"
     "	st.local.f32 	[%rd89+4], %f116;\n"
-    ,
     "	mov.f32 	%f317, %f11;\n"
     "	@%p34 bra 	$L__BB30_58;\n"
     "\n"
@@ -42815,6 +42890,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u64 	%rd321, %rd15;\n"
     "\n"
     "$L__BB30_71:\n"
+    ,
     "	shl.b64 	%rd238, %rd322, 2;\n"
     "	add.s64 	%rd239, %rd5, %rd238;\n"
     "	ld.local.v4.f32 	{%f166, %f167, %f168, %f169}, [%rd239];\n"
@@ -42847,7 +42923,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd106, %rd5, %rd245;\n"
     "	ld.local.f32 	%f182, [%rd106];\n"
     "	fma.rn.f32 	%f324, %f182, %f181, %f324;\n"
-    ,
     "	@%p46 bra 	$L__BB30_76;\n"
     "\n"
     "	setp.eq.s64 	%p47, %rd14, 2;\n"
@@ -42960,6 +43035,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.lt.u64 	%p56, %rd13, 3;\n"
     "	mov.u64 	%rd328, 0;\n"
+    ,
     "	@%p56 bra 	$L__BB30_89;\n"
     "\n"
     "	mov.u64 	%rd328, 0;\n"
@@ -42995,7 +43071,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd259, %rd258, 2;\n"
     "	add.s64 	%rd118, %rd4, %rd259;\n"
     "	ld.global.nc.f32 	%f253, [%rd118];\n"
-    ,
     "	shl.b64 	%rd260, %rd328, 2;\n"
     "	add.s64 	%rd119, %rd6, %rd260;\n"
     "	ld.local.f32 	%f254, [%rd119];\n"
@@ -43116,6 +43191,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p70 bra 	$L__BB30_111;\n"
     "\n"
     "	ld.local.f32 	%f278, [%rd138+8];\n"
+    ,
     "	div.rn.f32 	%f279, %f278, %f318;\n"
     "	st.global.f32 	[%rd139+8], %f279;\n"
     "\n"
@@ -43147,7 +43223,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f298, 0fBE7FFF22;\n"
     "	fma.rn.f32 	%f299, %f297, %f286, %f298;\n"
     "	mov.f32 	%f300, 0f3EAAAA78;\n"
-    ,
     "	fma.rn.f32 	%f301, %f299, %f286, %f300;\n"
     "	mov.f32 	%f302, 0fBF000000;\n"
     "	fma.rn.f32 	%f303, %f301, %f286, %f302;\n"
@@ -43243,6 +43318,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd14, %rd12, %rd178;\n"
     "	mov.u32 	%r4, %nctaid.x;\n"
     "	cvt.u64.u32 	%rd192, %r4;\n"
+    ,
     "	mul.lo.s64 	%rd15, %rd192, %rd10;\n"
     "	add.s64 	%rd16, %rd178, -1;\n"
     "	and.b64  	%rd17, %rd178, 3;\n"
@@ -43290,7 +43366,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p5 bra 	$L__BB31_11;\n"
     "\n"
     "	div.s64 	%rd374, %rd373, %rd179;\n"
-    ,
     "	mul.lo.s64 	%rd199, %rd374, %rd179;\n"
     "	sub.s64 	%rd375, %rd373, %rd199;\n"
     "	bra.uni 	$L__BB31_12;\n"
@@ -43399,6 +43474,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.local.u32 	[%rd79], %r35;\n"
     "	add.s64 	%rd80, %rd6, %rd261;\n"
     "	ld.global.nc.f32 	%f103, [%rd80];\n"
+    ,
     "	fma.rn.f32 	%f339, %f102, %f103, %f339;\n"
     "	@%p20 bra 	$L__BB31_42;\n"
     "\n"
@@ -43436,7 +43512,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.s64 	%rd378, %rd377, %rd179;\n"
     "	mul.lo.s64 	%rd209, %rd378, %rd179;\n"
     "	sub.s64 	%rd379, %rd377, %rd209;\n"
-    ,
     "	bra.uni 	$L__BB31_23;\n"
     "\n"
     "$L__BB31_22:\n"
@@ -43544,6 +43619,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.local.f32 	[%rd64], %f73;\n"
     "	add.s64 	%rd241, %rd382, %rd376;\n"
     "	shl.b64 	%rd242, %rd241, 2;\n"
+    ,
     "	add.s64 	%rd65, %rd1, %rd242;\n"
     "	ld.global.nc.f32 	%f74, [%rd65];\n"
     "	add.s64 	%rd66, %rd8, %rd240;\n"
@@ -43579,7 +43655,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB31_42:\n"
     "	shl.b64 	%rd262, %rd371, 2;\n"
     "	add.s64 	%rd263, %rd22, %rd262;\n"
-    ,
     "	st.global.f32 	[%rd263], %f339;\n"
     "	mul.lo.s64 	%rd264, %rd371, %rd13;\n"
     "	add.s64 	%rd265, %rd264, %rd178;\n"
@@ -43686,6 +43761,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd285, %rd367, %rd399;\n"
     "	add.s64 	%rd395, %rd395, 16;\n"
     "	add.s64 	%rd394, %rd394, 16;\n"
+    ,
     "	setp.ne.s64 	%p27, %rd285, 0;\n"
     "	@%p27 bra 	$L__BB31_53;\n"
     "\n"
@@ -43721,7 +43797,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f155, [%rd110+8];\n"
     "	ld.local.f32 	%f156, [%rd111+8];\n"
     "	fma.rn.f32 	%f346, %f156, %f155, %f346;\n"
-    ,
     "	ld.global.nc.f32 	%f157, [%rd112+8];\n"
     "	ld.local.f32 	%f158, [%rd113+8];\n"
     "	fma.rn.f32 	%f347, %f158, %f157, %f347;\n"
@@ -43832,6 +43907,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p39 bra 	$L__BB31_72;\n"
     "\n"
     "	mov.f32 	%f355, 0f00000000;\n"
+    ,
     "	mov.u64 	%rd406, 0;\n"
     "	mov.u64 	%rd405, %rd18;\n"
     "\n"
@@ -43860,7 +43936,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f238, [%rd307+12];\n"
     "	fma.rn.f32 	%f354, %f213, %f238, %f235;\n"
     "	ld.global.nc.f32 	%f239, [%rd309+12];\n"
-    ,
     "	fma.rn.f32 	%f355, %f223, %f239, %f237;\n"
     "	add.s64 	%rd406, %rd406, 4;\n"
     "	add.s64 	%rd405, %rd405, -4;\n"
@@ -43964,6 +44039,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd320, %rd409, %rd123;\n"
     "	shl.b64 	%rd321, %rd320, 2;\n"
     "	add.s64 	%rd138, %rd5, %rd321;\n"
+    ,
     "	ld.global.nc.f32 	%f287, [%rd138];\n"
     "	shl.b64 	%rd322, %rd409, 2;\n"
     "	add.s64 	%rd139, %rd9, %rd322;\n"
@@ -44008,7 +44084,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u64 	%rd421, 0;\n"
     "	@%p62 bra 	$L__BB31_109;\n"
     "\n"
-    ,
     "	mul.lo.s64 	%rd167, %rd371, %rd178;\n"
     "	mov.u64 	%rd421, 0;\n"
     "	mov.u64 	%rd420, %rd18;\n"
@@ -44123,6 +44198,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.local.f32 	%f51, [%rd156];\n"
     "	@%p2 bra 	$L__BB31_99;\n"
     "\n"
+    ,
     "	div.s64 	%rd416, %rd371, %rd177;\n"
     "	bra.uni 	$L__BB31_100;\n"
     "\n"
@@ -44162,7 +44238,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd166, %rd3, %rd353;\n"
     "	mul.f32 	%f308, %f51, %f52;\n"
     "	st.global.f32 	[%rd166], %f308;\n"
-    ,
     "	setp.eq.s64 	%p60, %rd17, 1;\n"
     "	@%p60 bra 	$L__BB31_113;\n"
     "\n"
@@ -44263,6 +44338,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p2, %rd175, 0;\n"
     "	@%p2 bra 	$L__BB32_4;\n"
     "\n"
+    ,
     "	rem.s64 	%rd352, %rd351, %rd156;\n"
     "	bra.uni 	$L__BB32_5;\n"
     "\n"
@@ -44309,7 +44385,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd181, %rd354, %rd156;\n"
     "	add.s64 	%rd182, %rd181, %rd352;\n"
     "	mul.lo.s64 	%rd183, %rd182, %rd158;\n"
-    ,
     "	add.s64 	%rd184, %rd183, %rd355;\n"
     "	mul.lo.s64 	%rd356, %rd184, 3;\n"
     "\n"
@@ -44421,6 +44496,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s32 	%r22, %r21, %r5;\n"
     "	sub.s32 	%r23, %r20, %r22;\n"
     "	cvt.u64.u32 	%rd361, %r21;\n"
+    ,
     "	cvt.u64.u32 	%rd362, %r23;\n"
     "\n"
     "$L__BB32_27:\n"
@@ -44462,7 +44538,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd347, %rd3, 8;\n"
     "	add.s64 	%rd346, %rd4, 8;\n"
     "	shl.b64 	%rd212, %rd68, 2;\n"
-    ,
     "	add.s64 	%rd367, %rd346, %rd212;\n"
     "	shl.b64 	%rd213, %rd67, 2;\n"
     "	add.s64 	%rd366, %rd347, %rd213;\n"
@@ -44561,6 +44636,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r29, %f112;\n"
     "	shl.b32 	%r30, %r29, 23;\n"
     "	mov.b32 	%f119, %r30;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f120, %f118;\n"
     "	mul.f32 	%f17, %f120, %f119;\n"
     "	shl.b64 	%rd223, %rd360, 2;\n"
@@ -44595,7 +44671,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f142, [%rd234+4];\n"
     "	ld.global.nc.f32 	%f143, [%rd229+8];\n"
     "	ld.global.nc.f32 	%f144, [%rd234+8];\n"
-    ,
     "	ld.global.nc.f32 	%f145, [%rd229+12];\n"
     "	fma.rn.f32 	%f146, %f17, %f145, %f127;\n"
     "	fma.rn.f32 	%f147, %f17, %f143, %f126;\n"
@@ -44698,6 +44773,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd249, %rd248, 2;\n"
     "	add.s64 	%rd250, %rd4, %rd249;\n"
     "	add.s64 	%rd251, %rd9, %rd246;\n"
+    ,
     "	ld.local.v4.f32 	{%f190, %f191, %f192, %f193}, [%rd251];\n"
     "	ld.global.nc.f32 	%f198, [%rd250];\n"
     "	fma.rn.f32 	%f199, %f198, %f190, %f348;\n"
@@ -44729,7 +44805,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd254, %rd377, 2;\n"
     "	add.s64 	%rd105, %rd8, %rd254;\n"
     "	ld.local.f32 	%f210, [%rd105];\n"
-    ,
     "	ld.global.nc.f32 	%f211, [%rd104];\n"
     "	fma.rn.f32 	%f347, %f211, %f210, %f347;\n"
     "	add.s64 	%rd255, %rd377, %rd98;\n"
@@ -44824,6 +44899,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.local.v4.f32 	[%rd269], {%f268, %f267, %f266, %f265};\n"
     "	ld.global.nc.f32 	%f269, [%rd272+12];\n"
     "	fma.rn.f32 	%f270, %f36, %f263, %f254;\n"
+    ,
     "	fma.rn.f32 	%f271, %f36, %f261, %f253;\n"
     "	fma.rn.f32 	%f272, %f36, %f251, %f252;\n"
     "	fma.rn.f32 	%f273, %f36, %f269, %f255;\n"
@@ -44858,7 +44934,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p39 bra 	$L__BB32_64;\n"
     "\n"
     "	setp.eq.s64 	%p40, %rd19, 2;\n"
-    ,
     "	ld.global.nc.f32 	%f280, [%rd113+4];\n"
     "	ld.local.f32 	%f281, [%rd114+4];\n"
     "	fma.rn.f32 	%f282, %f35, %f280, %f281;\n"
@@ -44967,6 +45042,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p55, %rd19, 2;\n"
     "	ld.local.f32 	%f327, [%rd151+4];\n"
     "	mul.f32 	%f328, %f327, %f38;\n"
+    ,
     "	st.global.f32 	[%rd152+4], %f328;\n"
     "	ld.local.f32 	%f329, [%rd153+4];\n"
     "	st.global.f32 	[%rd154+4], %f329;\n"
@@ -45007,7 +45083,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd286, %rd382, %rd156;\n"
     "	add.s64 	%rd287, %rd286, %rd352;\n"
     "	mul.lo.s64 	%rd288, %rd287, %rd158;\n"
-    ,
     "	add.s64 	%rd289, %rd288, %rd383;\n"
     "	mul.lo.s64 	%rd290, %rd289, 3;\n"
     "	add.s64 	%rd291, %rd290, 1;\n"
@@ -45119,6 +45194,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .f32 k_adamw_multi_param_9,\n"
     "	.param .f32 k_adamw_multi_param_10,\n"
     "	.param .f32 k_adamw_multi_param_11,\n"
+    ,
     "	.param .u32 k_adamw_multi_param_12\n"
     ")\n"
     "{\n"
@@ -45153,7 +45229,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p2 bra 	$L__BB33_31;\n"
     "\n"
     "$L__BB33_2:\n"
-    ,
     "	setp.le.f32 	%p4, %f13, 0f00000000;\n"
     "	or.pred  	%p5, %p1, %p4;\n"
     "	mov.f32 	%f100, 0f3F800000;\n"
@@ -45267,6 +45342,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ne.s32 	%p13, %r15, 1;\n"
     "	@%p13 bra 	$L__BB33_22;\n"
     "\n"
+    ,
     "	mov.b32 	%r1, %f8;\n"
     "	shr.u32 	%r19, %r1, 16;\n"
     "	and.b32  	%r58, %r19, 32768;\n"
@@ -45311,7 +45387,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB33_16:\n"
     "	setp.lt.u32 	%p22, %r3, 855638016;\n"
-    ,
     "	@%p22 bra 	$L__BB33_20;\n"
     "\n"
     "	and.b32  	%r26, %r1, 8388607;\n"
@@ -45427,6 +45502,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.rn.f32 	%f54, %f49, %f15;\n"
     "	div.rn.f32 	%f55, %f53, %f16;\n"
     "	sqrt.rn.f32 	%f56, %f55;\n"
+    ,
     "	add.f32 	%f57, %f56, %f12;\n"
     "	div.rn.f32 	%f58, %f54, %f57;\n"
     "	ld.global.f32 	%f59, [%rd87];\n"
@@ -45464,7 +45540,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f67, %f65, %f10, %f66;\n"
     "	ld.global.f32 	%f68, [%rd108];\n"
     "	mul.f32 	%f69, %f7, %f64;\n"
-    ,
     "	mul.f32 	%f70, %f64, %f69;\n"
     "	fma.rn.f32 	%f71, %f68, %f11, %f70;\n"
     "	st.global.f32 	[%rd105], %f67;\n"
@@ -45571,6 +45646,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p2 bra 	$L__BB34_20;\n"
     "\n"
     "	shl.b64 	%rd53, %rd70, 2;\n"
+    ,
     "	add.s64 	%rd69, %rd3, %rd53;\n"
     "	shl.b64 	%rd8, %rd6, 2;\n"
     "	cvta.to.global.u64 	%rd54, %rd44;\n"
@@ -45610,7 +45686,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.ftz.f32 	%f13, %f12;\n"
     "	add.f32 	%f14, %f13, 0f3F800000;\n"
     "	mov.f32 	%f15, 0f3F800000;\n"
-    ,
     "	rcp.approx.ftz.f32 	%f16, %f14;\n"
     "	mov.f32 	%f17, 0fC0000000;\n"
     "	fma.rn.f32 	%f18, %f16, %f17, %f15;\n"
@@ -45729,6 +45804,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r29, %r1, 8191;\n"
     "	setp.gt.u32 	%p11, %r29, 4096;\n"
     "	setp.eq.s32 	%p12, %r29, 4096;\n"
+    ,
     "	and.b32  	%r30, %r28, 1;\n"
     "	setp.eq.b32 	%p13, %r30, 1;\n"
     "	and.pred  	%p14, %p12, %p13;\n"
@@ -45771,7 +45847,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB34_24;\n"
     "\n"
     "$L__BB34_23:\n"
-    ,
     "	cvt.u32.u64 	%r58, %rd70;\n"
     "	rem.u32 	%r59, %r58, %r57;\n"
     "	cvt.u64.u32 	%rd76, %r59;\n"
@@ -45890,6 +45965,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.pred  	%p42, %p38, %p41;\n"
     "	selp.u32 	%r82, 1, 0, %p42;\n"
     "	add.s32 	%r83, %r72, %r82;\n"
+    ,
     "	or.b32  	%r92, %r83, %r92;\n"
     "	bra.uni 	$L__BB34_34;\n"
     "\n"
@@ -45930,7 +46006,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_att_softmax_param_3,\n"
     "	.param .u64 k_att_softmax_param_4,\n"
     "	.param .f32 k_att_softmax_param_5,\n"
-    ,
     "	.param .u64 k_att_softmax_param_6,\n"
     "	.param .u32 k_att_softmax_param_7,\n"
     "	.param .u32 k_att_softmax_param_8\n"
@@ -46050,6 +46125,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f39, %r35;\n"
     "	max.f32 	%f40, %f38, %f39;\n"
     "	mov.b32 	%r36, %f40;\n"
+    ,
     "	mov.u32 	%r37, 1;\n"
     "	shfl.sync.bfly.b32 	%r38|%p10, %r36, %r37, %r23, %r25;\n"
     "	mov.b32 	%f41, %r38;\n"
@@ -46089,7 +46165,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r51, 2;\n"
     "	shfl.sync.bfly.b32 	%r52|%p16, %r50, %r51, %r40, %r42;\n"
     "	mov.b32 	%f50, %r52;\n"
-    ,
     "	max.f32 	%f51, %f49, %f50;\n"
     "	mov.b32 	%r53, %f51;\n"
     "	mov.u32 	%r54, 1;\n"
@@ -46202,6 +46277,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f17, %f91, %f15, %p33;\n"
     "	selp.f32 	%f92, 0fC1B80000, 0f00000000, %p33;\n"
     "	mov.b32 	%r93, %f17;\n"
+    ,
     "	add.s32 	%r94, %r93, -1059760811;\n"
     "	and.b32  	%r95, %r94, -8388608;\n"
     "	sub.s32 	%r96, %r93, %r95;\n"
@@ -46231,7 +46307,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f116, %f115, %f97, %f97;\n"
     "	mov.f32 	%f117, 0f3F317218;\n"
     "	fma.rn.f32 	%f167, %f96, %f117, %f116;\n"
-    ,
     "	setp.lt.u32 	%p34, %r93, 2139095040;\n"
     "	@%p34 bra 	$L__BB35_24;\n"
     "\n"
@@ -46352,6 +46427,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f139, %f138, %f137;\n"
     "	mul.f32 	%f170, %f169, %f139;\n"
     "\n"
+    ,
     "$L__BB35_31:\n"
     "	add.s64 	%rd42, %rd56, %rd9;\n"
     "	shl.b64 	%rd43, %rd42, 2;\n"
@@ -46392,7 +46468,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd25, [k_att_dsoftmax_param_0];\n"
     "	ld.param.u64 	%rd26, [k_att_dsoftmax_param_1];\n"
-    ,
     "	ld.param.u64 	%rd21, [k_att_dsoftmax_param_2];\n"
     "	ld.param.u64 	%rd27, [k_att_dsoftmax_param_3];\n"
     "	ld.param.u64 	%rd22, [k_att_dsoftmax_param_4];\n"
@@ -46506,6 +46581,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f41, %f39, %f40;\n"
     "	mov.b32 	%r31, %f41;\n"
     "	mov.u32 	%r32, 2;\n"
+    ,
     "	shfl.sync.bfly.b32 	%r33|%p8, %r31, %r32, %r21, %r23;\n"
     "	mov.b32 	%f42, %r33;\n"
     "	add.f32 	%f43, %f41, %f42;\n"
@@ -46544,7 +46620,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r46, 4;\n"
     "	shfl.sync.bfly.b32 	%r47|%p14, %r45, %r46, %r38, %r40;\n"
     "	mov.b32 	%f50, %r47;\n"
-    ,
     "	add.f32 	%f51, %f49, %f50;\n"
     "	mov.b32 	%r48, %f51;\n"
     "	mov.u32 	%r49, 2;\n"
@@ -46665,6 +46740,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f71, %r55;\n"
     "	ex2.approx.ftz.f32 	%f72, %f70;\n"
     "	mul.f32 	%f73, %f72, %f71;\n"
+    ,
     "	add.s64 	%rd40, %rd2, %rd38;\n"
     "	ld.global.nc.f32 	%f74, [%rd40];\n"
     "	sub.f32 	%f75, %f74, %f8;\n"
@@ -46707,7 +46783,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "\n"
     "	ld.param.u64 	%rd91, [k_flash_rowdot_param_0];\n"
-    ,
     "	ld.param.u64 	%rd92, [k_flash_rowdot_param_1];\n"
     "	ld.param.u64 	%rd93, [k_flash_rowdot_param_2];\n"
     "	ld.param.u64 	%rd87, [k_flash_rowdot_param_3];\n"
@@ -46822,6 +46897,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB37_21:\n"
     "	setp.eq.s64 	%p13, %rd27, 0;\n"
+    ,
     "	@%p13 bra 	$L__BB37_25;\n"
     "\n"
     "	setp.eq.s64 	%p14, %rd27, 1;\n"
@@ -46860,7 +46936,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB37_35:\n"
     "	add.s64 	%rd67, %rd88, -1;\n"
-    ,
     "	and.b64  	%rd68, %rd88, 3;\n"
     "	sub.s64 	%rd69, %rd68, %rd88;\n"
     "	add.s64 	%rd70, %rd2, 8;\n"
@@ -46980,6 +47055,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd103, %rd162, 2;\n"
     "	add.s64 	%rd104, %rd3, %rd103;\n"
     "	mov.u32 	%r8, 0;\n"
+    ,
     "	st.global.u32 	[%rd104], %r8;\n"
     "	add.s64 	%rd162, %rd162, %rd9;\n"
     "	add.s64 	%rd161, %rd161, -1;\n"
@@ -47020,7 +47096,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB37_30:\n"
     "	add.s64 	%rd140, %rd173, 1;\n"
-    ,
     "	and.b64  	%rd175, %rd140, 3;\n"
     "	setp.eq.s64 	%p19, %rd175, 0;\n"
     "	@%p19 bra 	$L__BB37_32;\n"
@@ -47135,6 +47210,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_3:\n"
     "	cvt.u32.u64 	%r8, %rd9;\n"
     "	cvt.u32.u64 	%r9, %rd11;\n"
+    ,
     "	div.u32 	%r10, %r9, %r8;\n"
     "	cvt.u64.u32 	%rd305, %r10;\n"
     "\n"
@@ -47177,7 +47253,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_8:\n"
     "	cvt.u32.u64 	%r11, %rd185;\n"
     "	cvt.u32.u64 	%r12, %rd313;\n"
-    ,
     "	div.u32 	%r13, %r12, %r11;\n"
     "	mul.lo.s32 	%r14, %r13, %r11;\n"
     "	sub.s32 	%r15, %r12, %r14;\n"
@@ -47307,6 +47382,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB38_72:\n"
     "	or.b64  	%rd262, %rd331, %rd186;\n"
+    ,
     "	and.b64  	%rd263, %rd262, -4294967296;\n"
     "	setp.eq.s64 	%p32, %rd263, 0;\n"
     "	@%p32 bra 	$L__BB38_74;\n"
@@ -47350,7 +47426,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB38_82:\n"
     "	ld.global.u16 	%rs7, [%rd17];\n"
-    ,
     "	st.global.u16 	[%rd122], %rs7;\n"
     "	bra.uni 	$L__BB38_84;\n"
     "\n"
@@ -47482,6 +47557,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.global.f32 	%f3, [%rd69];\n"
     "	st.global.f32 	[%rd70], %f3;\n"
+    ,
     "	bra.uni 	$L__BB38_45;\n"
     "\n"
     "$L__BB38_42:\n"
@@ -47525,7 +47601,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB38_51:\n"
     "	cvt.u32.u64 	%r47, %rd328;\n"
     "	div.u32 	%r48, %r47, %r31;\n"
-    ,
     "	mul.lo.s32 	%r49, %r48, %r31;\n"
     "	sub.s32 	%r50, %r47, %r49;\n"
     "	cvt.u64.u32 	%rd324, %r48;\n"
@@ -47659,6 +47734,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB38_93:\n"
     "	cvt.u32.u64 	%r77, %rd133;\n"
+    ,
     "	div.u32 	%r78, %r77, %r76;\n"
     "	mul.lo.s32 	%r79, %r78, %r76;\n"
     "	sub.s32 	%r80, %r77, %r79;\n"
@@ -47698,7 +47774,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd150, %rd344, %rd339;\n"
     "	shl.b64 	%rd285, %rd150, 1;\n"
     "	add.s64 	%rd151, %rd2, %rd285;\n"
-    ,
     "	@%p1 bra 	$L__BB38_105;\n"
     "	bra.uni 	$L__BB38_100;\n"
     "\n"
@@ -47830,6 +47905,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB38_120:\n"
     "	setp.eq.s32 	%p47, %r3, 0;\n"
+    ,
     "	shl.b64 	%rd303, %rd178, 2;\n"
     "	add.s64 	%rd180, %rd2, %rd303;\n"
     "	shl.b64 	%rd304, %rd154, 2;\n"
@@ -47873,7 +47949,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .b32 	%r<1375>;\n"
     "	.reg .b64 	%rd<325>;\n"
     "	// demoted variable\n"
-    ,
     "	.shared .align 16 .b8 _ZZ11k_flash_fwdE2sm[27648];\n"
     "\n"
     "	ld.param.u64 	%rd91, [k_flash_fwd_param_0];\n"
@@ -47992,6 +48067,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ge.s64 	%p7, %rd26, %rd89;\n"
     "	mov.u32 	%r1293, 0;\n"
     "	mov.u32 	%r1294, %r1293;\n"
+    ,
     "	mov.u32 	%r1295, %r1293;\n"
     "	mov.u32 	%r1296, %r1293;\n"
     "	@%p7 bra 	$L__BB39_16;\n"
@@ -48028,7 +48104,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r20, %r270, 3;\n"
     "	shr.s32 	%r21, %r268, 3;\n"
     "	cvt.s64.s32 	%rd116, %r21;\n"
-    ,
     "	add.s64 	%rd27, %rd25, %rd116;\n"
     "	setp.ge.s64 	%p10, %rd27, %rd89;\n"
     "	mov.u32 	%r1303, 0;\n"
@@ -48132,6 +48207,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd139, %rd24, %rd138;\n"
     "	mul.lo.s64 	%rd140, %rd30, %rd11;\n"
     "	add.s64 	%rd141, %rd139, %rd140;\n"
+    ,
     "	shl.b64 	%rd142, %rd141, 1;\n"
     "	add.s64 	%rd143, %rd1, %rd142;\n"
     "	ld.global.v4.u32 	{%r1311, %r1312, %r1313, %r1314}, [%rd143];\n"
@@ -48165,7 +48241,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r342, %r337, 32;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r338,%r339,%r340,%r341}, [%r342];\n"
     "\n"
     "	// end inline asm\n"
@@ -48279,6 +48354,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1327, %tid.x;\n"
     "	max.s32 	%r396, %r1327, 384;\n"
     "	add.s32 	%r397, %r396, 127;\n"
+    ,
     "	sub.s32 	%r398, %r397, %r1327;\n"
     "	shr.u32 	%r399, %r398, 7;\n"
     "	add.s32 	%r400, %r399, 1;\n"
@@ -48314,7 +48390,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1327, %r410, 128;\n"
     "	@%p19 bra 	$L__BB39_40;\n"
     "\n"
-    ,
     "	add.s64 	%rd41, %rd39, %rd34;\n"
     "	setp.ge.s64 	%p20, %rd41, %rd89;\n"
     "	mov.u32 	%r1319, 0;\n"
@@ -48422,6 +48497,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r482, %r362, %r480;\n"
     "	st.shared.v4.u32 	[%r482], {%r1333, %r1334, %r1335, %r1336};\n"
     "	add.s32 	%r131, %r120, 128;\n"
+    ,
     "	shr.s32 	%r483, %r131, 31;\n"
     "	shr.u32 	%r484, %r483, 29;\n"
     "	add.s32 	%r485, %r131, %r484;\n"
@@ -48454,7 +48530,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r499, %r362, %r497;\n"
     "	st.shared.v4.u32 	[%r499], {%r1337, %r1338, %r1339, %r1340};\n"
     "	add.s32 	%r500, %r131, 128;\n"
-    ,
     "	shr.s32 	%r501, %r500, 31;\n"
     "	shr.u32 	%r502, %r501, 29;\n"
     "	add.s32 	%r503, %r500, %r502;\n"
@@ -48564,6 +48639,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd208, %rd37, %rd207;\n"
     "	shl.b64 	%rd209, %rd208, 1;\n"
     "	add.s64 	%rd210, %rd206, %rd209;\n"
+    ,
     "	ld.global.v4.u32 	{%r1353, %r1354, %r1355, %r1356}, [%rd210];\n"
     "\n"
     "$L__BB39_60:\n"
@@ -48599,7 +48675,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd216, %rd214, %rd215;\n"
     "	shl.b64 	%rd217, %rd216, 1;\n"
     "	add.s64 	%rd218, %rd212, %rd217;\n"
-    ,
     "	ld.global.v4.u32 	{%r1359, %r1360, %r1361, %r1362}, [%rd218];\n"
     "\n"
     "$L__BB39_64:\n"
@@ -48700,6 +48775,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r633, %r362, %r631;\n"
     "	st.shared.v4.u32 	[%r633+9216], {%r1371, %r1372, %r1373, %r1374};\n"
     "	add.s32 	%r224, %r1357, 512;\n"
+    ,
     "	setp.lt.s32 	%p41, %r1357, 0;\n"
     "	mov.u32 	%r1357, %r224;\n"
     "	@%p41 bra 	$L__BB39_62;\n"
@@ -48733,7 +48809,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r876, %r638, 4704;\n"
     "	add.s32 	%r859, %r638, 2400;\n"
     "	add.s32 	%r842, %r638, 96;\n"
-    ,
     "	add.s32 	%r825, %r638, 6976;\n"
     "	add.s32 	%r808, %r638, 4672;\n"
     "	add.s32 	%r791, %r638, 2368;\n"
@@ -48824,6 +48899,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f289, %f287;\n"
     "	mov.f32 	%f290, %f287;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f287,%f288,%f289,%f290}, {%r333,%r334,%r335,%r336}, {%r686,%r688}, {%f287,%f288,%f289,%f290};\n"
     "\n"
     "	// end inline asm\n"
@@ -48848,7 +48924,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f255,%f256,%f257,%f258}, {%r338,%r339,%r340,%r341}, {%r720,%r722}, {%f255,%f256,%f257,%f258};\n"
     "\n"
     "	// end inline asm\n"
@@ -48921,6 +48996,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f287,%f288,%f289,%f290}, {%r343,%r344,%r345,%r346}, {%r822,%r824}, {%f287,%f288,%f289,%f290};\n"
     "\n"
     "	// end inline asm\n"
@@ -48945,7 +49021,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f255,%f256,%f257,%f258}, {%r348,%r349,%r350,%r351}, {%r856,%r858}, {%f255,%f256,%f257,%f258};\n"
     "\n"
     "	// end inline asm\n"
@@ -49027,6 +49102,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f745, %f1, %f250;\n"
     "	selp.f32 	%f746, 0fFF800000, %f745, %p47;\n"
     "	max.f32 	%f747, %f744, %f746;\n"
+    ,
     "	add.s64 	%rd250, %rd244, 24;\n"
     "	mul.f32 	%f748, %f1, %f255;\n"
     "	setp.gt.s64 	%p50, %rd250, %rd31;\n"
@@ -49057,7 +49133,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f767, 0fFF800000, %f766, %p50;\n"
     "	max.f32 	%f768, %f759, %f767;\n"
     "	mul.f32 	%f769, %f1, %f266;\n"
-    ,
     "	selp.f32 	%f770, 0fFF800000, %f769, %p51;\n"
     "	max.f32 	%f771, %f768, %f770;\n"
     "	add.s64 	%rd254, %rd244, 40;\n"
@@ -49147,6 +49222,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f817, %f815, %f816;\n"
     "	max.f32 	%f1173, %f5, %f817;\n"
     "	sub.f32 	%f818, %f5, %f1173;\n"
+    ,
     "	ex2.approx.f32 	%f819, %f818;\n"
     "	mul.f32 	%f505, %f819, %f505;\n"
     "	mul.f32 	%f506, %f819, %f506;\n"
@@ -49179,7 +49255,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f828, %f725, %f1172;\n"
     "	ex2.approx.f32 	%f428, %f828;\n"
     "	add.f32 	%f829, %f428, %f823;\n"
-    ,
     "	sub.f32 	%f830, %f728, %f1172;\n"
     "	ex2.approx.f32 	%f427, %f830;\n"
     "	add.f32 	%f831, %f427, %f829;\n"
@@ -49280,6 +49355,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r910,%r911,%r912,%r913}, [%r914];\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f503,%f504,%f505,%f506}, {%r906,%r907,%r908,%r909}, {%r910,%r911}, {%f503,%f504,%f505,%f506};\n"
@@ -49305,7 +49381,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r944,%r945,%r946,%r947}, [%r948];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f535,%f536,%f537,%f538}, {%r906,%r907,%r908,%r909}, {%r944,%r945}, {%f535,%f536,%f537,%f538};\n"
     "\n"
@@ -49383,6 +49458,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f551,%f552,%f553,%f554}, {%r978,%r979,%r980,%r981}, {%r1033,%r1034}, {%f551,%f552,%f553,%f554};\n"
     "\n"
     "	// end inline asm\n"
@@ -49415,7 +49491,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f511,%f512,%f513,%f514}, {%r1050,%r1051,%r1052,%r1053}, {%r1056,%r1057}, {%f511,%f512,%f513,%f514};\n"
     "\n"
     "	// end inline asm\n"
@@ -49492,6 +49567,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f527,%f528,%f529,%f530}, {%r1122,%r1123,%r1124,%r1125}, {%r1145,%r1146}, {%f527,%f528,%f529,%f530};\n"
     "\n"
     "	// end inline asm\n"
@@ -49516,7 +49592,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r1122,%r1123,%r1124,%r1125}, {%r1179,%r1180}, {%f559,%f560,%f561,%f562};\n"
     "\n"
     "	// end inline asm\n"
@@ -49622,6 +49697,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd297, %rd31, %rd12;\n"
     "	mul.lo.s64 	%rd298, %rd297, 65;\n"
     "	cvt.u64.u32 	%rd299, %r225;\n"
+    ,
     "	add.s64 	%rd300, %rd298, %rd299;\n"
     "	cvta.to.global.u64 	%rd301, %rd308;\n"
     "	shl.b64 	%rd302, %rd300, 2;\n"
@@ -49654,7 +49730,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1038, %f1029, %f535;\n"
     "	st.global.f32 	[%rd83+128], %f1038;\n"
     "	mul.f32 	%f1039, %f1029, %f536;\n"
-    ,
     "	st.global.f32 	[%rd83+132], %f1039;\n"
     "	mul.f32 	%f1040, %f1029, %f543;\n"
     "	st.global.f32 	[%rd83+160], %f1040;\n"
@@ -49744,6 +49819,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd83+2112], %f1086;\n"
     "	mul.f32 	%f1087, %f1083, %f514;\n"
     "	st.global.f32 	[%rd83+2116], %f1087;\n"
+    ,
     "	mul.f32 	%f1088, %f1083, %f521;\n"
     "	st.global.f32 	[%rd83+2144], %f1088;\n"
     "	mul.f32 	%f1089, %f1083, %f522;\n"
@@ -49773,7 +49849,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.f32 	%p95, %f125, 0f00800000;\n"
     "	mul.f32 	%f1100, %f125, 0f4B000000;\n"
     "	selp.f32 	%f126, %f1100, %f125, %p95;\n"
-    ,
     "	selp.f32 	%f1101, 0fC1B80000, 0f00000000, %p95;\n"
     "	mov.b32 	%r1287, %f126;\n"
     "	add.s32 	%r1288, %r1287, -1060439283;\n"
@@ -49871,6 +49946,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f924, %f921, %f511;\n"
     "	st.global.f32 	[%rd280+32], %f924;\n"
     "	mul.f32 	%f925, %f921, %f512;\n"
+    ,
     "	st.global.f32 	[%rd280+36], %f925;\n"
     "	mul.f32 	%f926, %f921, %f519;\n"
     "	st.global.f32 	[%rd280+64], %f926;\n"
@@ -49901,7 +49977,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.f32 	%p72, %f110, 0f00800000;\n"
     "	mul.f32 	%f938, %f110, 0f4B000000;\n"
     "	selp.f32 	%f111, %f938, %f110, %p72;\n"
-    ,
     "	selp.f32 	%f939, 0fC1B80000, 0f00000000, %p72;\n"
     "	mov.b32 	%r1236, %f111;\n"
     "	add.s32 	%r1237, %r1236, -1060439283;\n"
@@ -50005,6 +50080,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB39_92:\n"
     "	and.b32  	%r1259, %r1215, 3;\n"
     "	setp.ne.s32 	%p80, %r1259, 0;\n"
+    ,
     "	mul.lo.s64 	%rd287, %rd323, %rd89;\n"
     "	add.s64 	%rd288, %rd287, %rd322;\n"
     "	mul.lo.s64 	%rd289, %rd288, %rd90;\n"
@@ -50035,7 +50111,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd296+128], %f984;\n"
     "	mul.f32 	%f985, %f975, %f538;\n"
     "	st.global.f32 	[%rd296+132], %f985;\n"
-    ,
     "	mul.f32 	%f986, %f975, %f545;\n"
     "	st.global.f32 	[%rd296+160], %f986;\n"
     "	mul.f32 	%f987, %f975, %f546;\n"
@@ -50131,6 +50206,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd121, [k_flash_back_dq_param_0];\n"
     "	ld.param.u64 	%rd114, [k_flash_back_dq_param_1];\n"
+    ,
     "	ld.param.u64 	%rd115, [k_flash_back_dq_param_2];\n"
     "	ld.param.u64 	%rd122, [k_flash_back_dq_param_3];\n"
     "	ld.param.u64 	%rd123, [k_flash_back_dq_param_4];\n"
@@ -50162,7 +50238,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r296, %rd4;\n"
     "	cvt.u32.u64 	%r297, %rd5;\n"
     "	div.u32 	%r298, %r297, %r296;\n"
-    ,
     "	mul.lo.s32 	%r299, %r298, %r296;\n"
     "	sub.s32 	%r300, %r297, %r299;\n"
     "	cvt.u64.u32 	%rd378, %r298;\n"
@@ -50282,6 +50357,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p9 bra 	$L__BB40_27;\n"
     "\n"
     "$L__BB40_18:\n"
+    ,
     "	shr.s32 	%r334, %r1257, 31;\n"
     "	shr.u32 	%r335, %r334, 29;\n"
     "	add.s32 	%r336, %r1257, %r335;\n"
@@ -50316,7 +50392,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r351, %r1257, 128;\n"
     "	shr.s32 	%r352, %r351, 31;\n"
     "	shr.u32 	%r353, %r352, 29;\n"
-    ,
     "	add.s32 	%r354, %r351, %r353;\n"
     "	shr.s32 	%r30, %r354, 3;\n"
     "	and.b32  	%r355, %r354, 536870904;\n"
@@ -50425,6 +50500,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB40_30:\n"
     "	cvt.u32.u64 	%r401, %rd119;\n"
+    ,
     "	cvt.u32.u64 	%r402, %rd15;\n"
     "	rem.u32 	%r403, %r402, %r401;\n"
     "	cvt.u64.u32 	%rd384, %r403;\n"
@@ -50466,7 +50542,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r411, %r61, 7;\n"
     "	add.s32 	%r412, %r411, 1;\n"
     "	and.b32  	%r1276, %r412, 3;\n"
-    ,
     "	setp.eq.s32 	%p19, %r1276, 0;\n"
     "	mov.u32 	%r1277, %r1;\n"
     "	@%p19 bra 	$L__BB40_42;\n"
@@ -50581,6 +50656,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	mad.lo.s32 	%r440, %r73, 72, %r74;\n"
+    ,
     "	shl.b32 	%r441, %r440, 1;\n"
     "	add.s32 	%r443, %r431, %r441;\n"
     "	st.shared.u32 	[%r443+9216], %r439;\n"
@@ -50618,7 +50694,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r452, %r451, 1;\n"
     "	add.s32 	%r454, %r431, %r452;\n"
     "	st.shared.u32 	[%r454+9216], %r450;\n"
-    ,
     "	add.s32 	%r455, %r1277, 384;\n"
     "	shr.s32 	%r456, %r455, 31;\n"
     "	shr.u32 	%r457, %r456, 27;\n"
@@ -50724,6 +50799,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd226, %rd118, %rd119;\n"
     "	shl.b64 	%rd227, %rd226, 6;\n"
     "	add.s64 	%rd228, %rd222, %rd227;\n"
+    ,
     "	shl.b64 	%rd229, %rd228, 2;\n"
     "	add.s64 	%rd53, %rd3, %rd229;\n"
     "	mov.f32 	%f862, 0f00000000;\n"
@@ -50773,7 +50849,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB40_65:\n"
     "	add.s64 	%rd56, %rd51, 8;\n"
-    ,
     "	setp.ge.s64 	%p35, %rd56, %rd119;\n"
     "	mov.f32 	%f861, 0f00000000;\n"
     "	mov.f32 	%f859, %f861;\n"
@@ -50891,6 +50966,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1280, %r1279;\n"
     "	mov.u32 	%r1281, %r1279;\n"
     "	mov.u32 	%r1282, %r1279;\n"
+    ,
     "	@%p40 bra 	$L__BB40_76;\n"
     "\n"
     "	cvta.to.global.u64 	%rd238, %rd114;\n"
@@ -50926,7 +51002,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd245, %rd61, %rd244;\n"
     "	shl.b64 	%rd246, %rd245, 1;\n"
     "	add.s64 	%rd247, %rd243, %rd246;\n"
-    ,
     "	ld.global.v4.u32 	{%r1283, %r1284, %r1285, %r1286}, [%rd247];\n"
     "\n"
     "$L__BB40_79:\n"
@@ -51032,6 +51107,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd70, %rd388, %rd269;\n"
     "	setp.ge.s64 	%p48, %rd70, %rd119;\n"
     "	mov.u32 	%r1305, 0;\n"
+    ,
     "	mov.u32 	%r1301, %r1305;\n"
     "	mov.u32 	%r1302, %r1305;\n"
     "	mov.u32 	%r1303, %r1305;\n"
@@ -51064,7 +51140,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd71, %rd388, %rd277;\n"
     "	setp.ge.s64 	%p49, %rd71, %rd119;\n"
     "	mov.u32 	%r1306, %r1305;\n"
-    ,
     "	mov.u32 	%r1307, %r1305;\n"
     "	mov.u32 	%r1308, %r1305;\n"
     "	@%p49 bra 	$L__BB40_92;\n"
@@ -51176,6 +51251,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB40_105:\n"
     "	shr.s32 	%r721, %r1321, 31;\n"
     "	shr.u32 	%r722, %r721, 29;\n"
+    ,
     "	add.s32 	%r723, %r1321, %r722;\n"
     "	and.b32  	%r724, %r723, 536870904;\n"
     "	sub.s32 	%r725, %r1321, %r724;\n"
@@ -51208,7 +51284,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r738, %r1321, 128;\n"
     "	shr.s32 	%r739, %r738, 31;\n"
     "	shr.u32 	%r740, %r739, 29;\n"
-    ,
     "	add.s32 	%r741, %r738, %r740;\n"
     "	shr.s32 	%r263, %r741, 3;\n"
     "	and.b32  	%r742, %r741, 536870904;\n"
@@ -51310,6 +51385,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r1064, %r548, 15;\n"
     "	mad.lo.s32 	%r1066, %r1064, 72, %r1063;\n"
     "	shl.b32 	%r1067, %r1066, 1;\n"
+    ,
     "	add.s32 	%r792, %r515, %r1067;\n"
     "	add.s32 	%r1035, %r792, 11616;\n"
     "	add.s32 	%r1030, %r792, 2400;\n"
@@ -51341,7 +51417,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f377, %f896;\n"
     "	mov.f32 	%f378, %f896;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f375,%f376,%f377,%f378}, {%r466,%r467,%r468,%r469}, {%r788,%r790}, {%f375,%f376,%f377,%f378};\n"
     "\n"
     "	// end inline asm\n"
@@ -51426,6 +51501,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f391,%f392,%f393,%f394}, {%r481,%r482,%r483,%r484}, {%r861,%r863}, {%f391,%f392,%f393,%f394};\n"
     "\n"
     "	// end inline asm\n"
@@ -51446,7 +51522,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f415,%f416,%f417,%f418}, {%r476,%r477,%r478,%r479}, {%r891,%r893}, {%f415,%f416,%f417,%f418};\n"
     "\n"
     "	// end inline asm\n"
@@ -51523,6 +51598,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f391,%f392,%f393,%f394}, {%r501,%r502,%r503,%r504}, {%r997,%r999}, {%f391,%f392,%f393,%f394};\n"
     "\n"
     "	// end inline asm\n"
@@ -51542,7 +51618,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r496,%r497,%r498,%r499}, {%r1026,%r1028}, {%f407,%f408,%f409,%f410};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f415,%f416,%f417,%f418}, {%r496,%r497,%r498,%r499}, {%r1027,%r1029}, {%f415,%f416,%f417,%f418};\n"
     "\n"
@@ -51667,6 +51742,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f904, %f604;\n"
     "\n"
     "$L__BB40_134:\n"
+    ,
     "	sub.f32 	%f606, %f423, %f862;\n"
     "	mul.f32 	%f132, %f903, %f606;\n"
     "	mov.f32 	%f906, 0f00000000;\n"
@@ -51702,7 +51778,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f907, %f617;\n"
     "\n"
     "$L__BB40_140:\n"
-    ,
     "	add.s64 	%rd334, %rd79, 25;\n"
     "	setp.gt.s64 	%p77, %rd334, %rd51;\n"
     "	@%p77 bra 	$L__BB40_142;\n"
@@ -51802,6 +51877,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f866,%f865,%f864,%f863}, {%r1070,%r1071,%r1072,%r1073}, {%r1127,%r1128}, {%f866,%f865,%f864,%f863};\n"
     "\n"
     "	// end inline asm\n"
@@ -51828,7 +51904,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f894,%f893,%f892,%f891}, {%r1142,%r1143,%r1144,%r1145}, {%r1146,%r1147}, {%f894,%f893,%f892,%f891};\n"
     "\n"
     "	// end inline asm\n"
@@ -51928,6 +52003,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.eq.s64 	%p83, %rd336, 0;\n"
     "	@%p83 bra 	$L__BB40_151;\n"
     "\n"
+    ,
     "	div.s64 	%rd389, %rd222, %rd119;\n"
     "	mul.lo.s64 	%rd337, %rd389, %rd119;\n"
     "	sub.s64 	%rd390, %rd222, %rd337;\n"
@@ -51952,7 +52028,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f809, %f890, %f842;\n"
     "	st.global.f32 	[%rd113+32], %f809;\n"
     "	mul.f32 	%f810, %f889, %f842;\n"
-    ,
     "	st.global.f32 	[%rd113+36], %f810;\n"
     "	mul.f32 	%f811, %f886, %f842;\n"
     "	st.global.f32 	[%rd113+64], %f811;\n"
@@ -52058,6 +52133,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd345, %rd344, 192;\n"
     "	cvt.u64.u32 	%rd346, %r294;\n"
     "	or.b64  	%rd347, %rd345, %rd346;\n"
+    ,
     "	cvta.to.global.u64 	%rd348, %rd376;\n"
     "	shl.b64 	%rd349, %rd347, 2;\n"
     "	add.s64 	%rd350, %rd348, %rd349;\n"
@@ -52080,7 +52156,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f783, %f878, %f840;\n"
     "	st.global.f32 	[%rd350+128], %f783;\n"
     "	mul.f32 	%f784, %f877, %f840;\n"
-    ,
     "	st.global.f32 	[%rd350+132], %f784;\n"
     "	mul.f32 	%f785, %f874, %f840;\n"
     "	st.global.f32 	[%rd350+160], %f785;\n"
@@ -52193,6 +52268,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// .globl	k_flash_back_dkv\n"
     ".visible .entry k_flash_back_dkv(\n"
     "	.param .u64 k_flash_back_dkv_param_0,\n"
+    ,
     "	.param .u64 k_flash_back_dkv_param_1,\n"
     "	.param .u64 k_flash_back_dkv_param_2,\n"
     "	.param .u64 k_flash_back_dkv_param_3,\n"
@@ -52215,7 +52291,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// demoted variable\n"
     "	.shared .align 16 .b8 _ZZ16k_flash_back_dkvE2sm[27648];\n"
     "	// demoted variable\n"
-    ,
     "	.shared .align 4 .b8 _ZZ9flash_dkvILi64EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s[128];\n"
     "	// demoted variable\n"
     "	.shared .align 4 .b8 _ZZ9flash_dkvILi64EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5dot_s[128];\n"
@@ -52338,6 +52413,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	div.s64 	%rd439, %rd432, %rd123;\n"
     "	mul.lo.s64 	%rd147, %rd439, %rd123;\n"
+    ,
     "	sub.s64 	%rd440, %rd432, %rd147;\n"
     "	bra.uni 	$L__BB41_18;\n"
     "\n"
@@ -52366,7 +52442,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	max.s32 	%r239, %r1, 384;\n"
     "	add.s32 	%r240, %r239, 127;\n"
-    ,
     "	sub.s32 	%r3, %r240, %r1;\n"
     "	shr.u32 	%r241, %r3, 7;\n"
     "	add.s32 	%r242, %r241, 1;\n"
@@ -52486,6 +52561,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r41, %r302, 3;\n"
     "	and.b32  	%r303, %r302, 536870904;\n"
     "	sub.s32 	%r304, %r299, %r303;\n"
+    ,
     "	shl.b32 	%r42, %r304, 3;\n"
     "	cvt.s64.s32 	%rd173, %r41;\n"
     "	add.s64 	%rd42, %rd442, %rd173;\n"
@@ -52509,7 +52585,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r313, %r41, 72, %r42;\n"
     "	shl.b32 	%r314, %r313, 1;\n"
     "	add.s32 	%r316, %r279, %r314;\n"
-    ,
     "	st.shared.v4.u32 	[%r316], {%r1433, %r1434, %r1435, %r1436};\n"
     "	add.s32 	%r317, %r1423, 384;\n"
     "	shr.s32 	%r318, %r317, 31;\n"
@@ -52632,6 +52707,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r370, %r369, 1;\n"
     "	mov.u32 	%r371, _ZZ16k_flash_back_dkvE2sm;\n"
     "	add.s32 	%r372, %r371, %r370;\n"
+    ,
     "	st.shared.v4.u32 	[%r372+9216], {%r1449, %r1450, %r1451, %r1452};\n"
     "	add.s32 	%r373, %r1447, 128;\n"
     "	shr.s32 	%r374, %r373, 31;\n"
@@ -52653,7 +52729,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd203, %rd25, %rd202;\n"
     "	mul.lo.s64 	%rd204, %rd46, %rd12;\n"
     "	add.s64 	%rd205, %rd203, %rd204;\n"
-    ,
     "	shl.b64 	%rd206, %rd205, 1;\n"
     "	add.s64 	%rd207, %rd2, %rd206;\n"
     "	ld.global.v4.u32 	{%r1453, %r1454, %r1455, %r1456}, [%rd207];\n"
@@ -52768,6 +52843,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r447, %r444, %r446;\n"
     "	shr.s32 	%r448, %r447, 3;\n"
     "	and.b32  	%r449, %r447, 536870904;\n"
+    ,
     "	sub.s32 	%r450, %r444, %r449;\n"
     "	shl.b32 	%r451, %r450, 3;\n"
     "	cvt.s64.s32 	%rd53, %r448;\n"
@@ -52788,7 +52864,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r461, %r445, 27;\n"
     "	add.s32 	%r462, %r444, %r461;\n"
     "	shr.s32 	%r463, %r462, 5;\n"
-    ,
     "	and.b32  	%r464, %r462, 2147483616;\n"
     "	sub.s32 	%r465, %r444, %r464;\n"
     "	shl.b32 	%r466, %r465, 1;\n"
@@ -52913,6 +52988,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1466, %r1465;\n"
     "	mov.u32 	%r1467, %r1465;\n"
     "	mov.u32 	%r1468, %r1465;\n"
+    ,
     "	@%p31 bra 	$L__BB41_59;\n"
     "\n"
     "	cvta.to.global.u64 	%rd229, %rd116;\n"
@@ -52936,7 +53012,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1477, %r505, 128;\n"
     "	@%p33 bra 	$L__BB41_66;\n"
     "\n"
-    ,
     "	add.s64 	%rd64, %rd442, %rd53;\n"
     "	setp.ge.s64 	%p34, %rd64, %rd122;\n"
     "	mov.u32 	%r1469, 0;\n"
@@ -53053,6 +53128,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r581, %r580, 536870904;\n"
     "	sub.s32 	%r582, %r179, %r581;\n"
     "	shl.b32 	%r181, %r582, 3;\n"
+    ,
     "	cvt.s64.s32 	%rd270, %r180;\n"
     "	add.s64 	%rd68, %rd442, %rd270;\n"
     "	setp.ge.s64 	%p44, %rd68, %rd122;\n"
@@ -53076,7 +53152,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r591, %r180, 72, %r181;\n"
     "	shl.b32 	%r592, %r591, 1;\n"
     "	add.s32 	%r594, %r436, %r592;\n"
-    ,
     "	st.shared.v4.u32 	[%r594+18432], {%r1487, %r1488, %r1489, %r1490};\n"
     "	add.s32 	%r595, %r179, 128;\n"
     "	shr.s32 	%r596, %r595, 31;\n"
@@ -53199,6 +53274,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.b64 	%rd305, 65, %rd304, %p2;\n"
     "	mul.lo.s64 	%rd306, %rd72, %rd305;\n"
     "	add.s64 	%rd307, %rd61, %rd306;\n"
+    ,
     "	cvta.to.global.u64 	%rd308, %rd118;\n"
     "	shl.b64 	%rd309, %rd307, 2;\n"
     "	add.s64 	%rd310, %rd308, %rd309;\n"
@@ -53226,7 +53302,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r642, %r1495, %r641;\n"
     "	shl.b32 	%r207, %r642, 1;\n"
     "	shr.s32 	%r208, %r640, 5;\n"
-    ,
     "	cvt.s64.s32 	%rd311, %r208;\n"
     "	add.s64 	%rd73, %rd442, %rd311;\n"
     "	setp.ge.s64 	%p60, %rd73, %rd122;\n"
@@ -53345,6 +53420,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd342, %rd123, 6;\n"
     "	selp.b64 	%rd343, 65, %rd342, %p2;\n"
     "	mul.lo.s64 	%rd344, %rd76, %rd343;\n"
+    ,
     "	cvt.s64.s32 	%rd345, %r214;\n"
     "	add.s64 	%rd346, %rd441, %rd345;\n"
     "	add.s64 	%rd347, %rd346, %rd344;\n"
@@ -53370,7 +53446,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB41_97:\n"
     "	mov.u32 	%r1412, %tid.x;\n"
-    ,
     "	setp.gt.u32 	%p69, %r1412, 31;\n"
     "	@%p69 bra 	$L__BB41_103;\n"
     "\n"
@@ -53482,6 +53557,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f542,%f543,%f544,%f545}, {%r691,%r692,%r693,%r694}, {%r702,%r704}, {%f542,%f543,%f544,%f545};\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	mov.f32 	%f550, %f1231;\n"
     "	mov.f32 	%f551, %f1231;\n"
     "	mov.f32 	%f552, %f1231;\n"
@@ -53499,7 +53575,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r735,%r736,%r737,%r738}, [%r739];\n"
     "\n"
     "	// end inline asm\n"
@@ -53588,6 +53663,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f582,%f583,%f584,%f585}, {%r774,%r775,%r776,%r777}, {%r818,%r820}, {%f582,%f583,%f584,%f585};\n"
     "\n"
     "	// end inline asm\n"
@@ -53608,7 +53684,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r862,%r863,%r864,%r865}, [%r866];\n"
     "\n"
     "	// end inline asm\n"
@@ -53689,6 +53764,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r974,%r975,%r976,%r977}, [%r978];\n"
     "\n"
     "	// end inline asm\n"
@@ -53705,7 +53781,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f590,%f591,%f592,%f593}, {%r930,%r931,%r932,%r933}, {%r975,%r977}, {%f590,%f591,%f592,%f593};\n"
     "\n"
     "	// end inline asm\n"
@@ -53828,6 +53903,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mul.f32 	%f755, %f1, %f545;\n"
     "	ld.shared.f32 	%f756, [%r123+36];\n"
+    ,
     "	sub.f32 	%f757, %f755, %f756;\n"
     "	ex2.approx.f32 	%f1237, %f757;\n"
     "\n"
@@ -53854,7 +53930,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB41_121:\n"
     "	ld.shared.f32 	%f160, [%r1024+64];\n"
     "	or.b32  	%r1059, %r1017, 17;\n"
-    ,
     "	cvt.u64.u32 	%rd375, %r1059;\n"
     "	add.s64 	%rd83, %rd442, %rd375;\n"
     "	setp.lt.s64 	%p100, %rd83, %rd49;\n"
@@ -53986,6 +54061,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	mul.f32 	%f804, %f1237, %f154;\n"
+    ,
     "	mul.f32 	%f805, %f1236, %f157;\n"
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1089, %f804, %f805;\n"
@@ -54004,7 +54080,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1209,%f1208,%f1207,%f1206}, {%r1082,%r1083,%r1084,%r1085}, {%r1092,%r1093}, {%f1209,%f1208,%f1207,%f1206};\n"
     "\n"
     "	// end inline asm\n"
@@ -54079,6 +54154,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1185,%f1184,%f1183,%f1182}, {%r1082,%r1083,%r1084,%r1085}, {%r1194,%r1195}, {%f1185,%f1184,%f1183,%f1182};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1157,%f1156,%f1155,%f1154}, {%r1086,%r1087,%r1088,%r1089}, {%r1197,%r1198}, {%f1157,%f1156,%f1155,%f1154};\n"
@@ -54096,7 +54172,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r1227, %f1241, %f1240;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1228, %f1243, %f1242;\n"
     "\n"
@@ -54188,6 +54263,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1197,%f1196,%f1195,%f1194}, {%r1226,%r1227,%r1228,%r1229}, {%r1302,%r1303}, {%f1197,%f1196,%f1195,%f1194};\n"
     "\n"
     "	// end inline asm\n"
@@ -54200,7 +54276,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1161,%f1160,%f1159,%f1158}, {%r1230,%r1231,%r1232,%r1233}, {%r1309,%r1310}, {%f1161,%f1160,%f1159,%f1158};\n"
     "\n"
     "	// end inline asm\n"
@@ -54312,6 +54387,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd382, %rd87, %rd122;\n"
     "	and.b64  	%rd383, %rd382, -4294967296;\n"
     "	setp.eq.s64 	%p124, %rd383, 0;\n"
+    ,
     "	@%p124 bra 	$L__BB41_140;\n"
     "\n"
     "	div.s64 	%rd443, %rd87, %rd122;\n"
@@ -54333,7 +54409,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd114, %rd420, %rd421;\n"
     "	add.s64 	%rd422, %rd416, %rd414;\n"
     "	shl.b64 	%rd423, %rd422, 6;\n"
-    ,
     "	or.b64  	%rd424, %rd423, %rd418;\n"
     "	shl.b64 	%rd425, %rd424, 2;\n"
     "	add.s64 	%rd115, %rd420, %rd425;\n"
@@ -54430,6 +54505,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1141, %f1158, %f1148;\n"
     "	st.global.f32 	[%rd114+2212], %f1141;\n"
     "	st.global.f32 	[%rd115+2208], %f1191;\n"
+    ,
     "	st.global.f32 	[%rd115+2212], %f1190;\n"
     "	mul.f32 	%f1142, %f1155, %f1148;\n"
     "	st.global.f32 	[%rd114+2240], %f1142;\n"
@@ -54449,7 +54525,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r1381, %rd122;\n"
     "	cvt.u32.u64 	%r1382, %rd87;\n"
     "	div.u32 	%r1383, %r1382, %r1381;\n"
-    ,
     "	mul.lo.s32 	%r1384, %r1383, %r1381;\n"
     "	sub.s32 	%r1385, %r1382, %r1384;\n"
     "	cvt.u64.u32 	%rd443, %r1383;\n"
@@ -54557,6 +54632,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r1391, %rd122;\n"
     "	cvt.u32.u64 	%r1392, %rd101;\n"
     "	div.u32 	%r1393, %r1392, %r1391;\n"
+    ,
     "	mul.lo.s32 	%r1394, %r1393, %r1391;\n"
     "	sub.s32 	%r1395, %r1392, %r1394;\n"
     "	cvt.u64.u32 	%rd447, %r1393;\n"
@@ -54580,7 +54656,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s32 	%r1399, %r1398, %r1396;\n"
     "	sub.s32 	%r1400, %r1397, %r1399;\n"
     "	cvt.u64.u32 	%rd449, %r1398;\n"
-    ,
     "	cvt.u64.u32 	%rd450, %r1400;\n"
     "\n"
     "$L__BB41_152:\n"
@@ -54682,6 +54757,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd3, %rd93;\n"
     "	add.s64 	%rd94, %rd89, 63;\n"
     "	shr.s64 	%rd95, %rd94, 63;\n"
+    ,
     "	shr.u64 	%rd96, %rd95, 58;\n"
     "	add.s64 	%rd97, %rd94, %rd96;\n"
     "	shr.s64 	%rd4, %rd97, 6;\n"
@@ -54707,7 +54783,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB42_3:\n"
     "	not.b64 	%rd100, %rd299;\n"
-    ,
     "	add.s64 	%rd12, %rd4, %rd100;\n"
     "	mul.lo.s64 	%rd101, %rd90, 384;\n"
     "	setp.eq.s64 	%p2, %rd90, 0;\n"
@@ -54841,6 +54916,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd122, %rd120, %rd121;\n"
     "	shl.b64 	%rd123, %rd122, 1;\n"
     "	add.s64 	%rd124, %rd1, %rd123;\n"
+    ,
     "	ld.global.v4.u32 	{%r1874, %r1875, %r1876, %r1877}, [%rd124];\n"
     "\n"
     "$L__BB42_20:\n"
@@ -54860,7 +54936,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd125, %r30;\n"
     "	add.s64 	%rd30, %rd27, %rd125;\n"
     "	setp.ge.s64 	%p11, %rd30, %rd89;\n"
-    ,
     "	mov.u32 	%r1879, %r1878;\n"
     "	mov.u32 	%r1880, %r1878;\n"
     "	mov.u32 	%r1881, %r1878;\n"
@@ -54978,6 +55053,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r398, %r378, 128;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r394,%r395,%r396,%r397}, [%r398];\n"
     "\n"
     "	// end inline asm\n"
@@ -54999,7 +55075,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	shr.u32 	%r422, %r414, 2;\n"
     "	or.b32  	%r423, %r422, %r416;\n"
-    ,
     "	cvt.u64.u32 	%rd146, %r423;\n"
     "	add.s64 	%rd33, %rd27, %rd146;\n"
     "	setp.lt.s64 	%p15, %rd12, 0;\n"
@@ -55120,6 +55195,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1017, %f1008;\n"
     "	mov.f32 	%f1018, %f1008;\n"
     "	mov.f32 	%f1023, %f1008;\n"
+    ,
     "	mov.f32 	%f1024, %f1008;\n"
     "	mov.f32 	%f1025, %f1008;\n"
     "	mov.f32 	%f1026, %f1008;\n"
@@ -55143,7 +55219,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1064, %f1008;\n"
     "	mov.f32 	%f1065, %f1008;\n"
     "	mov.f32 	%f1066, %f1008;\n"
-    ,
     "	mov.f32 	%f1071, %f1008;\n"
     "	mov.f32 	%f1072, %f1008;\n"
     "	mov.f32 	%f1073, %f1008;\n"
@@ -55271,6 +55346,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd170, %r162;\n"
     "	add.s64 	%rd46, %rd41, %rd170;\n"
     "	setp.ge.s64 	%p25, %rd46, %rd89;\n"
+    ,
     "	mov.u32 	%r1909, %r1908;\n"
     "	mov.u32 	%r1910, %r1908;\n"
     "	mov.u32 	%r1911, %r1908;\n"
@@ -55291,7 +55367,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.v4.u32 	[%r531], {%r1908, %r1909, %r1910, %r1911};\n"
     "	add.s32 	%r172, %r161, 128;\n"
     "	shr.s32 	%r532, %r172, 31;\n"
-    ,
     "	shr.u32 	%r533, %r532, 28;\n"
     "	add.s32 	%r534, %r172, %r533;\n"
     "	shr.s32 	%r173, %r534, 4;\n"
@@ -55415,6 +55490,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd200, %rd39, %rd199;\n"
     "	shl.b64 	%rd201, %rd200, 1;\n"
     "	add.s64 	%rd202, %rd3, %rd201;\n"
+    ,
     "	ld.global.v4.u32 	{%r1928, %r1929, %r1930, %r1931}, [%rd202];\n"
     "\n"
     "$L__BB42_60:\n"
@@ -55437,7 +55513,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r225, %r602, 3;\n"
     "	shr.s32 	%r226, %r600, 4;\n"
     "	cvt.s64.s32 	%rd203, %r226;\n"
-    ,
     "	add.s64 	%rd52, %rd41, %rd203;\n"
     "	setp.ge.s64 	%p37, %rd52, %rd89;\n"
     "	mov.u32 	%r1938, 0;\n"
@@ -55552,6 +55627,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r265, %r1932, 512;\n"
     "	setp.lt.s32 	%p41, %r1932, 512;\n"
     "	mov.u32 	%r1932, %r265;\n"
+    ,
     "	@%p41 bra 	$L__BB42_62;\n"
     "\n"
     "$L__BB42_71:\n"
@@ -55573,7 +55649,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1497, %r669, 26112;\n"
     "	add.s32 	%r1391, %r669, 21824;\n"
     "	add.s32 	%r1374, %r669, 21792;\n"
-    ,
     "	add.s32 	%r1357, %r669, 21760;\n"
     "	add.s32 	%r1336, %r669, 17632;\n"
     "	add.s32 	%r1319, %r669, 17600;\n"
@@ -55677,6 +55752,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f409, %f415;\n"
     "	mov.f32 	%f410, %f415;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f407,%f408,%f409,%f410}, {%r374,%r375,%r376,%r377}, {%r716,%r718}, {%f407,%f408,%f409,%f410};\n"
     "\n"
     "	// end inline asm\n"
@@ -55692,7 +55768,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r379,%r380,%r381,%r382}, {%r733,%r735}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -55773,6 +55848,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r852,%r853,%r854,%r855}, [%r101];\n"
     "\n"
     "	// end inline asm\n"
@@ -55789,7 +55865,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r389,%r390,%r391,%r392}, {%r869,%r871}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -55870,6 +55945,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r988,%r989,%r990,%r991}, [%r992];\n"
     "\n"
     "	// end inline asm\n"
@@ -55886,7 +55962,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f359,%f360,%f361,%f362}, {%r399,%r400,%r401,%r402}, {%r1005,%r1007}, {%f359,%f360,%f361,%f362};\n"
     "\n"
     "	// end inline asm\n"
@@ -55963,6 +56038,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f399,%f400,%f401,%f402}, {%r404,%r405,%r406,%r407}, {%r1108,%r1110}, {%f399,%f400,%f401,%f402};\n"
     "\n"
     "	// end inline asm\n"
@@ -55979,7 +56055,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1141,%r1142,%r1143,%r1144}, [%r1145];\n"
     "\n"
     "	// end inline asm\n"
@@ -56064,6 +56139,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f1372, %f1363, %f1371;\n"
     "	mul.f32 	%f1373, %f1, %f370;\n"
     "	selp.f32 	%f1374, %f1373, 0fFF800000, %p43;\n"
+    ,
     "	max.f32 	%f1375, %f1372, %f1374;\n"
     "	add.s64 	%rd236, %rd232, 16;\n"
     "	mul.f32 	%f1376, %f1, %f375;\n"
@@ -56084,7 +56160,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd238, %rd232, 24;\n"
     "	mul.f32 	%f1388, %f1, %f383;\n"
     "	setp.gt.s64 	%p50, %rd238, %rd33;\n"
-    ,
     "	selp.f32 	%f1389, 0fFF800000, %f1388, %p50;\n"
     "	max.f32 	%f1390, %f1381, %f1389;\n"
     "	add.s64 	%rd239, %rd232, 25;\n"
@@ -56178,6 +56253,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f951, %f1453, %f951;\n"
     "	mul.f32 	%f952, %f1453, %f952;\n"
     "	mul.f32 	%f959, %f1453, %f959;\n"
+    ,
     "	mul.f32 	%f960, %f1453, %f960;\n"
     "	mul.f32 	%f967, %f1453, %f967;\n"
     "	mul.f32 	%f968, %f1453, %f968;\n"
@@ -56199,7 +56275,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1032, %f1453, %f1032;\n"
     "	mul.f32 	%f1039, %f1453, %f1039;\n"
     "	mul.f32 	%f1040, %f1453, %f1040;\n"
-    ,
     "	mul.f32 	%f1047, %f1453, %f1047;\n"
     "	mul.f32 	%f1048, %f1453, %f1048;\n"
     "	mul.f32 	%f1055, %f1453, %f1055;\n"
@@ -56297,6 +56372,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f950, %f1488;\n"
     "	add.f32 	%f1489, %f950, %f1483;\n"
     "	sub.f32 	%f1490, %f1398, %f1968;\n"
+    ,
     "	ex2.approx.f32 	%f949, %f1490;\n"
     "	add.f32 	%f1491, %f949, %f1489;\n"
     "	sub.f32 	%f1492, %f1401, %f1969;\n"
@@ -56318,7 +56394,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.f32 	%f1083, %f1502;\n"
     "	add.f32 	%f1503, %f1083, %f1501;\n"
     "	sub.f32 	%f1504, %f1419, %f1968;\n"
-    ,
     "	ex2.approx.f32 	%f1086, %f1504;\n"
     "	add.f32 	%f1505, %f1086, %f1499;\n"
     "	sub.f32 	%f1506, %f1422, %f1968;\n"
@@ -56409,6 +56484,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1007,%f1008,%f1009,%f1010}, {%r1209,%r1210,%r1211,%r1212}, {%r1266,%r1267}, {%f1007,%f1008,%f1009,%f1010};\n"
     "\n"
     "	// end inline asm\n"
@@ -56425,7 +56501,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1298,%r1299,%r1300,%r1301}, [%r1302];\n"
     "\n"
     "	// end inline asm\n"
@@ -56506,6 +56581,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f983,%f984,%f985,%f986}, {%r1349,%r1350,%r1351,%r1352}, {%r1387,%r1388}, {%f983,%f984,%f985,%f986};\n"
     "\n"
     "	// end inline asm\n"
@@ -56522,7 +56598,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1007,%f1008,%f1009,%f1010}, {%r1349,%r1350,%r1351,%r1352}, {%r1406,%r1407}, {%f1007,%f1008,%f1009,%f1010};\n"
     "\n"
     "	// end inline asm\n"
@@ -56603,6 +56678,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1510,%r1511,%r1512,%r1513}, [%r110];\n"
     "\n"
     "	// end inline asm\n"
@@ -56619,7 +56695,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f983,%f984,%f985,%f986}, {%r1489,%r1490,%r1491,%r1492}, {%r1527,%r1528}, {%f983,%f984,%f985,%f986};\n"
     "\n"
     "	// end inline asm\n"
@@ -56700,6 +56775,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	cvt.rn.bf16x2.f32 %r1632, %f1221, %f1222;\n"
     "\n"
     "	// end inline asm\n"
@@ -56716,7 +56792,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1650,%r1651,%r1652,%r1653}, [%r1654];\n"
     "\n"
     "	// end inline asm\n"
@@ -56793,6 +56868,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1063,%f1064,%f1065,%f1066}, {%r1629,%r1630,%r1631,%r1632}, {%r1752,%r1753}, {%f1063,%f1064,%f1065,%f1066};\n"
     "\n"
     "	// end inline asm\n"
@@ -56812,7 +56888,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1007, %f1008;\n"
     "	mov.f32 	%f1002, %f1008;\n"
     "	mov.f32 	%f1001, %f1008;\n"
-    ,
     "	mov.f32 	%f1000, %f1008;\n"
     "	mov.f32 	%f999, %f1008;\n"
     "	mov.f32 	%f994, %f1008;\n"
@@ -56933,6 +57008,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%f1732, %r1845;\n"
     "	add.f32 	%f216, %f1731, %f1732;\n"
     "	add.s64 	%rd285, %rd33, %rd14;\n"
+    ,
     "	mul.lo.s64 	%rd286, %rd285, 129;\n"
     "	cvt.u64.u32 	%rd287, %r266;\n"
     "	add.s64 	%rd288, %rd286, %rd287;\n"
@@ -56955,7 +57031,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1736, %f1733, %f959;\n"
     "	st.global.f32 	[%rd85+32], %f1736;\n"
     "	mul.f32 	%f1737, %f1733, %f960;\n"
-    ,
     "	st.global.f32 	[%rd85+36], %f1737;\n"
     "	mul.f32 	%f1738, %f1733, %f967;\n"
     "	st.global.f32 	[%rd85+64], %f1738;\n"
@@ -57050,6 +57125,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1792, %f1772, %f1791;\n"
     "	mul.f32 	%f1793, %f1772, %f1792;\n"
     "	mov.f32 	%f1794, 0f3FB8AA3B;\n"
+    ,
     "	fma.rn.f32 	%f1795, %f1772, %f1794, %f1793;\n"
     "	add.f32 	%f2008, %f1771, %f1795;\n"
     "	setp.lt.u32 	%p89, %r1848, 2139095040;\n"
@@ -57072,7 +57148,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f1801, %f1970, %f1800;\n"
     "	mov.b32 	%r1857, %f1801;\n"
     "	shfl.sync.bfly.b32 	%r1859|%p92, %r1857, %r1844, %r1839, %r1841;\n"
-    ,
     "	mov.b32 	%f1802, %r1859;\n"
     "	add.f32 	%f221, %f1801, %f1802;\n"
     "	add.s64 	%rd293, %rd33, 8;\n"
@@ -57169,6 +57244,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1848, 0fBE374E43;\n"
     "	fma.rn.f32 	%f1849, %f1847, %f1842, %f1848;\n"
     "	mov.f32 	%f1850, 0f3E520BF4;\n"
+    ,
     "	fma.rn.f32 	%f1851, %f1849, %f1842, %f1850;\n"
     "	mov.f32 	%f1852, 0fBE763C8B;\n"
     "	fma.rn.f32 	%f1853, %f1851, %f1842, %f1852;\n"
@@ -57188,7 +57264,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.u32 	%p96, %r1862, 2139095040;\n"
     "	@%p96 bra 	$L__BB42_105;\n"
     "\n"
-    ,
     "	mov.f32 	%f1866, 0f7F800000;\n"
     "	fma.rn.f32 	%f2009, %f222, %f1866, %f1866;\n"
     "\n"
@@ -57295,6 +57370,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1619, %f1593, %f1048;\n"
     "	st.global.f32 	[%rd268+388], %f1619;\n"
     "	mul.f32 	%f1620, %f1593, %f1055;\n"
+    ,
     "	st.global.f32 	[%rd268+416], %f1620;\n"
     "	mul.f32 	%f1621, %f1593, %f1056;\n"
     "	st.global.f32 	[%rd268+420], %f1621;\n"
@@ -57314,7 +57390,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f1627, 0fC1B80000, 0f00000000, %p72;\n"
     "	mov.b32 	%r1811, %f207;\n"
     "	add.s32 	%r1812, %r1811, -1060439283;\n"
-    ,
     "	and.b32  	%r1813, %r1812, -8388608;\n"
     "	sub.s32 	%r1814, %r1811, %r1813;\n"
     "	mov.b32 	%f1628, %r1814;\n"
@@ -57426,6 +57501,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd281, %rd279, %rd280;\n"
     "	shl.b64 	%rd283, %rd281, 2;\n"
     "	add.s64 	%rd284, %rd251, %rd283;\n"
+    ,
     "	st.global.f32 	[%rd284], %f1664;\n"
     "	mul.f32 	%f1665, %f1663, %f954;\n"
     "	st.global.f32 	[%rd284+4], %f1665;\n"
@@ -57444,7 +57520,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1672, %f1663, %f985;\n"
     "	st.global.f32 	[%rd284+128], %f1672;\n"
     "	mul.f32 	%f1673, %f1663, %f986;\n"
-    ,
     "	st.global.f32 	[%rd284+132], %f1673;\n"
     "	mul.f32 	%f1674, %f1663, %f993;\n"
     "	st.global.f32 	[%rd284+160], %f1674;\n"
@@ -57545,6 +57620,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB42_106:\n"
     "	ret;\n"
     "\n"
+    ,
     "}\n"
     "	// .globl	k_flash_back_dq_d128\n"
     ".visible .entry k_flash_back_dq_d128(\n"
@@ -57560,7 +57636,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.param .u64 k_flash_back_dq_d128_param_9,\n"
     "	.param .f32 k_flash_back_dq_d128_param_10,\n"
     "	.param .u32 k_flash_back_dq_d128_param_11,\n"
-    ,
     "	.param .u64 k_flash_back_dq_d128_param_12\n"
     ")\n"
     ".maxntid 128, 1, 1\n"
@@ -57687,6 +57762,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r381, %r1777, 31;\n"
     "	shr.u32 	%r382, %r381, 28;\n"
     "	add.s32 	%r383, %r1777, %r382;\n"
+    ,
     "	and.b32  	%r384, %r383, 536870896;\n"
     "	sub.s32 	%r385, %r1777, %r384;\n"
     "	shl.b32 	%r6, %r385, 3;\n"
@@ -57709,7 +57785,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.v4.u32 	{%r1773, %r1774, %r1775, %r1776}, [%rd148];\n"
     "\n"
     "$L__BB43_16:\n"
-    ,
     "	mad.lo.s32 	%r390, %r7, 136, %r6;\n"
     "	shl.b32 	%r391, %r390, 1;\n"
     "	mov.u32 	%r392, _ZZ20k_flash_back_dq_d128E2sm;\n"
@@ -57826,6 +57901,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r51, %r456, 3;\n"
     "	cvt.s64.s32 	%rd170, %r50;\n"
     "	add.s64 	%rd33, %rd28, %rd170;\n"
+    ,
     "	setp.ge.s64 	%p13, %rd33, %rd119;\n"
     "	mov.u32 	%r1792, %r1791;\n"
     "	mov.u32 	%r1793, %r1791;\n"
@@ -57846,7 +57922,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r464, %r413, %r462;\n"
     "	st.shared.v4.u32 	[%r464], {%r1791, %r1792, %r1793, %r1794};\n"
     "	add.s32 	%r60, %r1777, 512;\n"
-    ,
     "	setp.lt.s32 	%p14, %r1777, 512;\n"
     "	mov.u32 	%r1777, %r60;\n"
     "	@%p14 bra 	$L__BB43_18;\n"
@@ -57985,6 +58060,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.f32 	%f1454, [%rd199+4];\n"
     "\n"
     "$L__BB43_45:\n"
+    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r492, %f1454, %f1453;\n"
     "\n"
@@ -58005,7 +58081,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd200, %r73;\n"
     "	add.s64 	%rd48, %rd28, %rd200;\n"
     "	setp.ge.s64 	%p24, %rd48, %rd119;\n"
-    ,
     "	mov.f32 	%f1456, %f1455;\n"
     "	@%p24 bra 	$L__BB43_47;\n"
     "\n"
@@ -58130,6 +58205,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r545,%r546,%r547,%r548}, [%r549];\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	add.s32 	%r554, %r534, 64;\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r550,%r551,%r552,%r553}, [%r554];\n"
@@ -58150,7 +58226,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r565,%r566,%r567,%r568}, [%r569];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	add.s32 	%r574, %r534, 128;\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r570,%r571,%r572,%r573}, [%r574];\n"
@@ -58287,6 +58362,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd58, %r628;\n"
     "	cvt.s64.s32 	%rd235, %r627;\n"
     "	add.s64 	%rd59, %rd27, %rd235;\n"
+    ,
     "	mad.lo.s32 	%r629, %r628, 136, %r627;\n"
     "	shl.b32 	%r630, %r629, 1;\n"
     "	add.s32 	%r208, %r619, %r630;\n"
@@ -58306,7 +58382,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r209, %r619, %r641;\n"
     "	add.s32 	%r642, %r1, 256;\n"
     "	shr.s32 	%r643, %r642, 31;\n"
-    ,
     "	shr.u32 	%r644, %r643, 28;\n"
     "	add.s32 	%r645, %r642, %r644;\n"
     "	shr.s32 	%r646, %r645, 4;\n"
@@ -58437,6 +58512,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p42 bra 	$L__BB43_79;\n"
     "\n"
     "	cvta.to.global.u64 	%rd243, %rd114;\n"
+    ,
     "	mul.lo.s64 	%rd244, %rd66, %rd13;\n"
     "	add.s64 	%rd245, %rd61, %rd244;\n"
     "	shl.b64 	%rd246, %rd245, 1;\n"
@@ -58457,7 +58533,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1810, %r1807;\n"
     "	@%p44 bra 	$L__BB43_82;\n"
     "\n"
-    ,
     "	cvta.to.global.u64 	%rd248, %rd114;\n"
     "	mul.lo.s64 	%rd249, %rd67, %rd13;\n"
     "	add.s64 	%rd250, %rd63, %rd249;\n"
@@ -58575,6 +58650,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r761, %r760, 536870896;\n"
     "	sub.s32 	%r762, %r757, %r761;\n"
     "	shl.b32 	%r277, %r762, 3;\n"
+    ,
     "	cvt.s64.s32 	%rd277, %r276;\n"
     "	add.s64 	%rd71, %rd388, %rd277;\n"
     "	setp.ge.s64 	%p49, %rd71, %rd119;\n"
@@ -58594,7 +58670,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB43_92:\n"
     "	mad.lo.s32 	%r767, %r276, 136, %r277;\n"
-    ,
     "	shl.b32 	%r768, %r767, 1;\n"
     "	add.s32 	%r770, %r619, %r768;\n"
     "	st.shared.v4.u32 	[%r770], {%r1825, %r1826, %r1827, %r1828};\n"
@@ -58719,6 +58794,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mad.lo.s32 	%r838, %r318, 136, %r317;\n"
     "	shl.b32 	%r839, %r838, 1;\n"
     "	add.s32 	%r841, %r619, %r839;\n"
+    ,
     "	st.shared.v4.u32 	[%r841+17408], {%r1843, %r1844, %r1845, %r1846};\n"
     "	add.s32 	%r842, %r1841, 128;\n"
     "	shr.s32 	%r843, %r842, 31;\n"
@@ -58738,7 +58814,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvta.to.global.u64 	%rd309, %rd115;\n"
     "	cvt.s64.s32 	%rd310, %r328;\n"
-    ,
     "	add.s64 	%rd311, %rd27, %rd310;\n"
     "	mul.lo.s64 	%rd312, %rd76, %rd13;\n"
     "	add.s64 	%rd313, %rd311, %rd312;\n"
@@ -58851,6 +58926,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1037, %r896, 17472;\n"
     "	add.s32 	%r1032, %r896, 64;\n"
     "	add.s32 	%r1003, %r896, 21792;\n"
+    ,
     "	add.s32 	%r998, %r896, 4384;\n"
     "	add.s32 	%r969, %r896, 17440;\n"
     "	add.s32 	%r964, %r896, 32;\n"
@@ -58872,7 +58948,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f537, %f1536;\n"
     "	mov.f32 	%f538, %f1536;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f535,%f536,%f537,%f538}, {%r530,%r531,%r532,%r533}, {%r892,%r894}, {%f535,%f536,%f537,%f538};\n"
     "\n"
     "	// end inline asm\n"
@@ -58963,6 +59038,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r545,%r546,%r547,%r548}, {%r966,%r968}, {%f559,%f560,%f561,%f562};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r994,%r995,%r996,%r997}, [%r998];\n"
@@ -58977,7 +59053,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f575,%f576,%f577,%f578}, {%r540,%r541,%r542,%r543}, {%r995,%r997}, {%f575,%f576,%f577,%f578};\n"
     "\n"
     "	// end inline asm\n"
@@ -59058,6 +59133,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f559,%f560,%f561,%f562}, {%r565,%r566,%r567,%r568}, {%r1102,%r1104}, {%f559,%f560,%f561,%f562};\n"
     "\n"
     "	// end inline asm\n"
@@ -59070,7 +59146,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f567,%f568,%f569,%f570}, {%r560,%r561,%r562,%r563}, {%r1130,%r1132}, {%f567,%f568,%f569,%f570};\n"
     "\n"
     "	// end inline asm\n"
@@ -59151,6 +59226,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f551,%f552,%f553,%f554}, {%r585,%r586,%r587,%r588}, {%r1237,%r1239}, {%f551,%f552,%f553,%f554};\n"
     "\n"
     "	// end inline asm\n"
@@ -59163,7 +59239,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1271,%r1272,%r1273,%r1274}, [%r1275];\n"
     "\n"
     "	// end inline asm\n"
@@ -59244,6 +59319,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f543,%f544,%f545,%f546}, {%r600,%r601,%r602,%r603}, {%r1369,%r1371}, {%f543,%f544,%f545,%f546};\n"
     "\n"
     "	// end inline asm\n"
@@ -59256,7 +59332,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1402,%r1403,%r1404,%r1405}, [%r1406];\n"
     "\n"
     "	// end inline asm\n"
@@ -59379,6 +59454,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p72 bra 	$L__BB43_132;\n"
     "\n"
     "	mul.f32 	%f1016, %f21, %f567;\n"
+    ,
     "	sub.f32 	%f1017, %f1016, %f1468;\n"
     "	ex2.approx.f32 	%f1543, %f1017;\n"
     "\n"
@@ -59404,7 +59480,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB43_136:\n"
     "	sub.f32 	%f1026, %f584, %f1470;\n"
-    ,
     "	mul.f32 	%f167, %f1544, %f1026;\n"
     "	@%p69 bra 	$L__BB43_138;\n"
     "\n"
@@ -59519,6 +59594,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1518,%f1517,%f1516,%f1515}, {%r1446,%r1447,%r1448,%r1449}, {%r1484,%r1485}, {%f1518,%f1517,%f1516,%f1515};\n"
     "\n"
     "	// end inline asm\n"
@@ -59531,7 +59607,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1510,%f1509,%f1508,%f1507}, {%r1446,%r1447,%r1448,%r1449}, {%r1501,%r1502}, {%f1510,%f1509,%f1508,%f1507};\n"
     "\n"
     "	// end inline asm\n"
@@ -59616,6 +59691,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1530,%f1529,%f1528,%f1527}, {%r1586,%r1587,%r1588,%r1589}, {%r1592,%r1593}, {%f1530,%f1529,%f1528,%f1527};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1607,%r1608,%r1609,%r1610}, [%r1764];\n"
@@ -59628,7 +59704,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1522,%f1521,%f1520,%f1519}, {%r1586,%r1587,%r1588,%r1589}, {%r1609,%r1610}, {%f1522,%f1521,%f1520,%f1519};\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1624,%r1625,%r1626,%r1627}, [%r1765];\n"
@@ -59711,6 +59786,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB43_70:\n"
     "	mov.f32 	%f1471, 0f00000000;\n"
     "	mov.f32 	%f1472, %f1471;\n"
+    ,
     "	mov.f32 	%f1473, %f1471;\n"
     "	mov.f32 	%f1474, %f1471;\n"
     "	mov.f32 	%f1475, %f1471;\n"
@@ -59732,7 +59808,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1491, %f1471;\n"
     "	mov.f32 	%f1492, %f1471;\n"
     "	mov.f32 	%f1493, %f1471;\n"
-    ,
     "	mov.f32 	%f1494, %f1471;\n"
     "	mov.f32 	%f1495, %f1471;\n"
     "	mov.f32 	%f1496, %f1471;\n"
@@ -59849,6 +59924,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1402, %f1497, %f1450;\n"
     "	st.global.f32 	[%rd113+292], %f1402;\n"
     "	mul.f32 	%f1403, %f1494, %f1450;\n"
+    ,
     "	st.global.f32 	[%rd113+320], %f1403;\n"
     "	mul.f32 	%f1404, %f1493, %f1450;\n"
     "	st.global.f32 	[%rd113+324], %f1404;\n"
@@ -59864,7 +59940,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd113+416], %f1409;\n"
     "	mul.f32 	%f1410, %f1481, %f1450;\n"
     "	st.global.f32 	[%rd113+420], %f1410;\n"
-    ,
     "	mul.f32 	%f1411, %f1478, %f1450;\n"
     "	st.global.f32 	[%rd113+448], %f1411;\n"
     "	mul.f32 	%f1412, %f1477, %f1450;\n"
@@ -59970,6 +60045,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u32.u64 	%r1741, %rd120;\n"
     "	cvt.u32.u64 	%r1742, %rd389;\n"
     "	div.u32 	%r1743, %r1742, %r1741;\n"
+    ,
     "	mul.lo.s32 	%r1744, %r1743, %r1741;\n"
     "	sub.s32 	%r1745, %r1742, %r1744;\n"
     "	cvt.u64.u32 	%rd391, %r1743;\n"
@@ -59987,7 +60063,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b64  	%rd347, %rd345, %rd346;\n"
     "	cvta.to.global.u64 	%rd348, %rd376;\n"
     "	shl.b64 	%rd349, %rd347, 2;\n"
-    ,
     "	add.s64 	%rd350, %rd348, %rd349;\n"
     "	mul.f32 	%f1319, %f1534, %f1448;\n"
     "	st.global.f32 	[%rd350], %f1319;\n"
@@ -60096,6 +60171,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	div.u32 	%r1753, %r1752, %r1751;\n"
     "	mul.lo.s32 	%r1754, %r1753, %r1751;\n"
     "	sub.s32 	%r1755, %r1752, %r1754;\n"
+    ,
     "	cvt.u64.u32 	%rd395, %r1753;\n"
     "	cvt.u64.u32 	%rd396, %r1755;\n"
     "\n"
@@ -60113,7 +60189,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd365, %rd363, 2;\n"
     "	add.s64 	%rd366, %rd364, %rd365;\n"
     "	mul.f32 	%f1351, %f1532, %f1447;\n"
-    ,
     "	st.global.f32 	[%rd366], %f1351;\n"
     "	mul.f32 	%f1352, %f1531, %f1447;\n"
     "	st.global.f32 	[%rd366+4], %f1352;\n"
@@ -60212,6 +60287,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.shared .align 4 .b8 _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5dot_s[64];\n"
     "\n"
     "	ld.param.u64 	%rd112, [k_flash_back_dkv_d128_param_0];\n"
+    ,
     "	ld.param.u64 	%rd120, [k_flash_back_dkv_d128_param_1];\n"
     "	ld.param.u64 	%rd121, [k_flash_back_dkv_d128_param_2];\n"
     "	ld.param.u64 	%rd113, [k_flash_back_dkv_d128_param_3];\n"
@@ -60224,7 +60300,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd1, %rd120;\n"
     "	cvta.to.global.u64 	%rd2, %rd121;\n"
     "	add.s64 	%rd122, %rd118, 63;\n"
-    ,
     "	shr.s64 	%rd123, %rd122, 63;\n"
     "	shr.u64 	%rd124, %rd123, 58;\n"
     "	add.s64 	%rd125, %rd122, %rd124;\n"
@@ -60366,6 +60441,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1464, %r1;\n"
     "	@%p9 bra 	$L__BB44_26;\n"
     "\n"
+    ,
     "	mov.u32 	%r1464, %r1;\n"
     "\n"
     "$L__BB44_23:\n"
@@ -60390,7 +60466,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd150, %rd25, %rd149;\n"
     "	mul.lo.s64 	%rd151, %rd39, %rd12;\n"
     "	add.s64 	%rd152, %rd150, %rd151;\n"
-    ,
     "	shl.b64 	%rd153, %rd152, 1;\n"
     "	add.s64 	%rd154, %rd1, %rd153;\n"
     "	ld.global.v4.u32 	{%r1460, %r1461, %r1462, %r1463}, [%rd154];\n"
@@ -60507,6 +60582,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r317, %r316, 28;\n"
     "	add.s32 	%r318, %r315, %r317;\n"
     "	shr.s32 	%r51, %r318, 4;\n"
+    ,
     "	and.b32  	%r319, %r318, 536870896;\n"
     "	sub.s32 	%r320, %r315, %r319;\n"
     "	shl.b32 	%r52, %r320, 3;\n"
@@ -60528,7 +60604,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB44_35:\n"
     "	mad.lo.s32 	%r325, %r51, 136, %r52;\n"
-    ,
     "	shl.b32 	%r326, %r325, 1;\n"
     "	add.s32 	%r328, %r277, %r326;\n"
     "	st.shared.v4.u32 	[%r328], {%r1478, %r1479, %r1480, %r1481};\n"
@@ -60652,6 +60727,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB44_47:\n"
     "	mad.lo.s32 	%r385, %r90, 136, %r91;\n"
     "	shl.b32 	%r386, %r385, 1;\n"
+    ,
     "	add.s32 	%r388, %r369, %r386;\n"
     "	st.shared.v4.u32 	[%r388+17408], {%r1494, %r1495, %r1496, %r1497};\n"
     "	add.s32 	%r389, %r1488, 256;\n"
@@ -60672,7 +60748,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1501, %r1502;\n"
     "	@%p25 bra 	$L__BB44_49;\n"
     "\n"
-    ,
     "	cvt.s64.s32 	%rd205, %r101;\n"
     "	add.s64 	%rd206, %rd25, %rd205;\n"
     "	mul.lo.s64 	%rd207, %rd47, %rd12;\n"
@@ -60795,6 +60870,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1657, %f1594;\n"
     "	mov.f32 	%f1658, %f1594;\n"
     "	mov.f32 	%f1659, %f1594;\n"
+    ,
     "	mov.f32 	%f1660, %f1594;\n"
     "	mov.f32 	%f1661, %f1594;\n"
     "	mov.f32 	%f1662, %f1594;\n"
@@ -60817,7 +60893,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1679, %f1594;\n"
     "	mov.f32 	%f1680, %f1594;\n"
     "	mov.f32 	%f1681, %f1594;\n"
-    ,
     "	mov.f32 	%f1682, %f1594;\n"
     "	mov.f32 	%f1683, %f1594;\n"
     "	mov.f32 	%f1684, %f1594;\n"
@@ -60937,6 +61012,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd61, %rd429, %rd224;\n"
     "	mad.lo.s32 	%r482, %r478, 136, %r481;\n"
     "	shl.b32 	%r483, %r482, 1;\n"
+    ,
     "	add.s32 	%r484, %r434, %r483;\n"
     "	mov.f32 	%f1594, 0f00000000;\n"
     "	cvta.to.global.u64 	%rd355, %rd113;\n"
@@ -60960,7 +61036,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	add.s64 	%rd63, %rd430, %rd50;\n"
     "	setp.ge.s64 	%p31, %rd63, %rd118;\n"
-    ,
     "	mov.u32 	%r1506, 0;\n"
     "	mov.u32 	%r1507, %r1506;\n"
     "	mov.u32 	%r1508, %r1506;\n"
@@ -61083,6 +61158,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p42 bra 	$L__BB44_70;\n"
     "\n"
     "	cvta.to.global.u64 	%rd257, %rd112;\n"
+    ,
     "	mul.lo.s64 	%rd260, %rd67, %rd12;\n"
     "	cvt.s64.s32 	%rd261, %r169;\n"
     "	add.s64 	%rd262, %rd25, %rd261;\n"
@@ -61101,7 +61177,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r574, %r573, 28;\n"
     "	add.s32 	%r575, %r178, %r574;\n"
     "	shr.s32 	%r179, %r575, 4;\n"
-    ,
     "	and.b32  	%r576, %r575, 536870896;\n"
     "	sub.s32 	%r577, %r178, %r576;\n"
     "	shl.b32 	%r180, %r577, 3;\n"
@@ -61224,6 +61299,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd295, %rd71, %rd294;\n"
     "	add.s64 	%rd296, %rd58, %rd295;\n"
     "	cvta.to.global.u64 	%rd297, %rd114;\n"
+    ,
     "	shl.b64 	%rd298, %rd296, 2;\n"
     "	add.s64 	%rd299, %rd297, %rd298;\n"
     "	ld.global.f32 	%f1572, [%rd299];\n"
@@ -61247,7 +61323,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p57 bra 	$L__BB44_85;\n"
     "\n"
     "	shl.b64 	%rd300, %rd119, 7;\n"
-    ,
     "	selp.b64 	%rd301, 129, %rd300, %p2;\n"
     "	mul.lo.s64 	%rd302, %rd72, %rd301;\n"
     "	add.s64 	%rd303, %rd61, %rd302;\n"
@@ -61372,6 +61447,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB44_93:\n"
     "	// begin inline asm\n"
+    ,
     "	cvt.rn.bf16x2.f32 %r660, %f1581, %f1580;\n"
     "\n"
     "	// end inline asm\n"
@@ -61393,7 +61469,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1583, %f1582;\n"
     "	@%p66 bra 	$L__BB44_95;\n"
     "\n"
-    ,
     "	shl.b64 	%rd338, %rd119, 7;\n"
     "	selp.b64 	%rd339, 129, %rd338, %p2;\n"
     "	mul.lo.s64 	%rd340, %rd76, %rd339;\n"
@@ -61510,6 +61585,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r734, %r690, 32;\n"
     "	bar.sync 	0;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r686,%r687,%r688,%r689}, [%r690];\n"
     "\n"
     "	// end inline asm\n"
@@ -61531,7 +61607,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f780, %f1587;\n"
     "	mov.f32 	%f781, %f1587;\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f778,%f779,%f780,%f781}, {%r686,%r687,%r688,%r689}, {%r696,%r698}, {%f778,%f779,%f780,%f781};\n"
     "\n"
     "	// end inline asm\n"
@@ -61620,6 +61695,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f802,%f803,%f804,%f805}, {%r779,%r780,%r781,%r782}, {%r790,%r792}, {%f802,%f803,%f804,%f805};\n"
     "\n"
     "	// end inline asm\n"
@@ -61639,7 +61715,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r833,%r834,%r835,%r836}, [%r837];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f778,%f779,%f780,%f781}, {%r818,%r819,%r820,%r821}, {%r828,%r830}, {%f778,%f779,%f780,%f781};\n"
     "\n"
@@ -61724,6 +61799,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r950,%r951,%r952,%r953}, [%r954];\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r955,%r956,%r957,%r958}, [%r959];\n"
     "\n"
@@ -61741,7 +61817,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f786,%f787,%f788,%f789}, {%r950,%r951,%r952,%r953}, {%r961,%r963}, {%f786,%f787,%f788,%f789};\n"
     "\n"
     "	// end inline asm\n"
@@ -61837,6 +61912,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd364, %rd49, 8;\n"
     "	setp.lt.s64 	%p79, %rd415, %rd364;\n"
     "	or.pred  	%p81, %p79, %p74;\n"
+    ,
     "	mov.f32 	%f1589, 0f00000000;\n"
     "	mov.f32 	%f1588, %f1589;\n"
     "	@%p81 bra 	$L__BB44_108;\n"
@@ -61856,7 +61932,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1015, %f1, %f781;\n"
     "	mov.u32 	%r1084, _ZZ9flash_dkvILi128EEvPtPKtS2_S2_PKfS4_S4_PfxxfxE5lse_s;\n"
     "	add.s32 	%r1085, %r1084, %r1062;\n"
-    ,
     "	ld.shared.f32 	%f1016, [%r1085+4];\n"
     "	sub.f32 	%f1017, %f1015, %f1016;\n"
     "	ex2.approx.f32 	%f1589, %f1017;\n"
@@ -61981,6 +62056,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1721,%f1720,%f1719,%f1718}, {%r1123,%r1124,%r1125,%r1126}, {%r1131,%r1132}, {%f1721,%f1720,%f1719,%f1718};\n"
     "\n"
     "	// end inline asm\n"
@@ -61991,7 +62067,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1657,%f1656,%f1655,%f1654}, {%r1127,%r1128,%r1129,%r1130}, {%r1136,%r1137}, {%f1657,%f1656,%f1655,%f1654};\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1653,%f1652,%f1651,%f1650}, {%r1127,%r1128,%r1129,%r1130}, {%r1138,%r1139}, {%f1653,%f1652,%f1651,%f1650};\n"
@@ -62068,6 +62143,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1629,%f1628,%f1627,%f1626}, {%r1127,%r1128,%r1129,%r1130}, {%r1240,%r1241}, {%f1629,%f1628,%f1627,%f1626};\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1267,%r1268,%r1269,%r1270}, [%r881];\n"
@@ -62082,7 +62158,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1685,%f1684,%f1683,%f1682}, {%r1123,%r1124,%r1125,%r1126}, {%r1269,%r1270}, {%f1685,%f1684,%f1683,%f1682};\n"
     "\n"
     "	// end inline asm\n"
@@ -62159,6 +62234,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1601,%f1600,%f1599,%f1598}, {%r1127,%r1128,%r1129,%r1130}, {%r1374,%r1375}, {%f1601,%f1600,%f1599,%f1598};\n"
     "\n"
     "	// end inline asm\n"
@@ -62174,7 +62250,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p2 bra 	$L__BB44_136;\n"
     "\n"
     "	setp.ge.s64 	%p99, %rd49, %rd118;\n"
-    ,
     "	@%p99 bra 	$L__BB44_128;\n"
     "\n"
     "	add.s64 	%rd83, %rd49, %rd13;\n"
@@ -62276,6 +62351,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1395, %f1616, %f1441;\n"
     "	st.global.f32 	[%rd110+324], %f1395;\n"
     "	st.global.f32 	[%rd111+320], %f1681;\n"
+    ,
     "	st.global.f32 	[%rd111+324], %f1680;\n"
     "	mul.f32 	%f1396, %f1613, %f1441;\n"
     "	st.global.f32 	[%rd110+352], %f1396;\n"
@@ -62292,7 +62368,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1400, %f1605, %f1441;\n"
     "	st.global.f32 	[%rd110+416], %f1400;\n"
     "	mul.f32 	%f1401, %f1604, %f1441;\n"
-    ,
     "	st.global.f32 	[%rd110+420], %f1401;\n"
     "	st.global.f32 	[%rd111+416], %f1669;\n"
     "	st.global.f32 	[%rd111+420], %f1668;\n"
@@ -62387,6 +62462,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd110+4452], %f1429;\n"
     "	st.global.f32 	[%rd111+4448], %f1675;\n"
     "	st.global.f32 	[%rd111+4452], %f1674;\n"
+    ,
     "	mul.f32 	%f1430, %f1607, %f1440;\n"
     "	st.global.f32 	[%rd110+4480], %f1430;\n"
     "	mul.f32 	%f1431, %f1606, %f1440;\n"
@@ -62402,7 +62478,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1434, %f1599, %f1440;\n"
     "	st.global.f32 	[%rd110+4544], %f1434;\n"
     "	mul.f32 	%f1435, %f1598, %f1440;\n"
-    ,
     "	st.global.f32 	[%rd110+4548], %f1435;\n"
     "	st.global.f32 	[%rd111+4544], %f1663;\n"
     "	st.global.f32 	[%rd111+4548], %f1662;\n"
@@ -62506,6 +62581,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1325, %f1628, %f1439;\n"
     "	st.global.f32 	[%rd385+740], %f1325;\n"
     "	st.global.f32 	[%rd385+1248], %f1693;\n"
+    ,
     "	st.global.f32 	[%rd385+1252], %f1692;\n"
     "	mul.f32 	%f1326, %f1625, %f1439;\n"
     "	st.global.f32 	[%rd385+768], %f1326;\n"
@@ -62521,7 +62597,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd385+1316], %f1684;\n"
     "	mul.f32 	%f1330, %f1617, %f1439;\n"
     "	st.global.f32 	[%rd385+832], %f1330;\n"
-    ,
     "	mul.f32 	%f1331, %f1616, %f1439;\n"
     "	st.global.f32 	[%rd385+836], %f1331;\n"
     "	st.global.f32 	[%rd385+1344], %f1681;\n"
@@ -62631,6 +62706,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd401+1056], %f1715;\n"
     "	st.global.f32 	[%rd401+1060], %f1714;\n"
     "	mul.f32 	%f1346, %f1647, %f1438;\n"
+    ,
     "	st.global.f32 	[%rd401+576], %f1346;\n"
     "	mul.f32 	%f1347, %f1646, %f1438;\n"
     "	st.global.f32 	[%rd401+580], %f1347;\n"
@@ -62646,7 +62722,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd401+640], %f1350;\n"
     "	mul.f32 	%f1351, %f1638, %f1438;\n"
     "	st.global.f32 	[%rd401+644], %f1351;\n"
-    ,
     "	st.global.f32 	[%rd401+1152], %f1703;\n"
     "	st.global.f32 	[%rd401+1156], %f1702;\n"
     "	mul.f32 	%f1352, %f1635, %f1438;\n"
@@ -62754,6 +62829,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r5, %r1, 31;\n"
     "	mov.u32 	%r6, 31;\n"
     "	cvta.to.global.u64 	%rd11, %rd5;\n"
+    ,
     "	shl.b32 	%r7, %r1, 1;\n"
     "	and.b32  	%r8, %r7, 62;\n"
     "	mov.u32 	%r9, 1;\n"
@@ -62775,7 +62851,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r4, %f2, %f3;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	sub.s64 	%rd18, %rd13, %rd2;\n"
     "	shl.b64 	%rd19, %rd18, 1;\n"
     "	add.s64 	%rd20, %rd11, %rd19;\n"
@@ -62904,6 +62979,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB46_6:\n"
     "	.pragma \"nounroll\";\n"
+    ,
     "	shr.s32 	%r216, %r1704, 31;\n"
     "	shr.u32 	%r217, %r216, 29;\n"
     "	add.s32 	%r218, %r1704, %r217;\n"
@@ -62925,7 +63001,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd83, %rd81, %rd82;\n"
     "	shl.b64 	%rd84, %rd83, 1;\n"
     "	add.s64 	%rd79, %rd68, %rd84;\n"
-    ,
     "	add.s32 	%r228, %r9, %r8;\n"
     "	shl.b32 	%r229, %r228, 1;\n"
     "	mov.u32 	%r230, _ZZ13k_flash2_backE2sm;\n"
@@ -63060,6 +63135,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd100, %rd68, %rd105;\n"
     "	add.s32 	%r273, %r21, %r20;\n"
     "	shl.b32 	%r274, %r273, 1;\n"
+    ,
     "	mov.u32 	%r275, _ZZ13k_flash2_backE2sm;\n"
     "	add.s32 	%r272, %r275, %r274;\n"
     "	// begin inline asm\n"
@@ -63082,7 +63158,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r278, %r277, 29;\n"
     "	add.s32 	%r279, %r276, %r278;\n"
     "	shr.s32 	%r280, %r279, 3;\n"
-    ,
     "	and.b32  	%r281, %r279, 536870904;\n"
     "	sub.s32 	%r282, %r276, %r281;\n"
     "	shl.b32 	%r22, %r282, 3;\n"
@@ -63218,6 +63293,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r327, %r326, %r325;\n"
     "	add.s32 	%r323, %r327, 14336;\n"
     "	// begin inline asm\n"
+    ,
     "	cp.async.cg.shared.global [%r323], [%rd121], 16;\n"
     "\n"
     "	// end inline asm\n"
@@ -63240,7 +63316,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r332, %r330, 536870904;\n"
     "	sub.s32 	%r333, %r37, %r332;\n"
     "	shl.b32 	%r38, %r333, 3;\n"
-    ,
     "	cvt.s64.s32 	%rd127, %r331;\n"
     "	add.s64 	%rd19, %rd10, %rd127;\n"
     "	setp.lt.s64 	%p18, %rd19, %rd74;\n"
@@ -63375,6 +63450,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	and.b32  	%r417, %r1, 15;\n"
     "	add.s32 	%r418, %r3, %r417;\n"
+    ,
     "	shr.u32 	%r419, %r2, 1;\n"
     "	and.b32  	%r420, %r419, 8;\n"
     "	mad.lo.s32 	%r421, %r418, 72, %r420;\n"
@@ -63392,7 +63468,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r391, %r386, 14368;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r387,%r388,%r389,%r390}, [%r391];\n"
     "\n"
     "	// end inline asm\n"
@@ -63527,6 +63602,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_56;\n"
     "\n"
     "$L__BB46_54:\n"
+    ,
     "	add.s32 	%r450, %r89, %r88;\n"
     "	shl.b32 	%r451, %r450, 1;\n"
     "	add.s32 	%r453, %r423, %r451;\n"
@@ -63545,7 +63621,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd166, %r463;\n"
     "	add.s64 	%rd26, %rd10, %rd166;\n"
     "	setp.lt.s64 	%p28, %rd26, %rd74;\n"
-    ,
     "	mul.lo.s32 	%r92, %r463, 72;\n"
     "	@%p28 bra 	$L__BB46_58;\n"
     "	bra.uni 	$L__BB46_57;\n"
@@ -63685,6 +63760,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r518, %r515, 3;\n"
     "	cvt.s64.s32 	%rd187, %r518;\n"
     "	add.s64 	%rd29, %rd10, %rd187;\n"
+    ,
     "	setp.lt.s64 	%p34, %rd29, %rd74;\n"
     "	mul.lo.s32 	%r104, %r518, 72;\n"
     "	@%p34 bra 	$L__BB46_71;\n"
@@ -63704,7 +63780,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r524], [%rd188], 16;\n"
     "\n"
-    ,
     "	// end inline asm\n"
     "	bra.uni 	$L__BB46_72;\n"
     "\n"
@@ -63842,6 +63917,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r568, %r567, 1;\n"
     "	add.s32 	%r570, %r423, %r568;\n"
     "	mov.u32 	%r571, 0;\n"
+    ,
     "	st.shared.v4.u32 	[%r570+23552], {%r571, %r571, %r571, %r571};\n"
     "\n"
     "$L__BB46_83:\n"
@@ -63861,7 +63937,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_84;\n"
     "\n"
     "$L__BB46_85:\n"
-    ,
     "	cvt.s64.s32 	%rd217, %r117;\n"
     "	add.s64 	%rd218, %rd9, %rd217;\n"
     "	shl.b64 	%rd219, %rd33, 6;\n"
@@ -63997,6 +64072,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1336, %f1298;\n"
     "	mov.f32 	%f1337, %f1298;\n"
     "	mov.f32 	%f1338, %f1298;\n"
+    ,
     "	mov.f32 	%f1339, %f1298;\n"
     "	mov.f32 	%f1340, %f1298;\n"
     "	mov.f32 	%f1341, %f1298;\n"
@@ -64017,7 +64093,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1356, %f1298;\n"
     "	mov.f32 	%f1357, %f1298;\n"
     "	mov.f32 	%f1358, %f1298;\n"
-    ,
     "	mov.f32 	%f1359, %f1298;\n"
     "	mov.f32 	%f1360, %f1298;\n"
     "	mov.f32 	%f1361, %f1298;\n"
@@ -64158,6 +64233,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd248, %rd67, %rd251;\n"
     "	shl.b32 	%r667, %r166, 1;\n"
     "	add.s32 	%r666, %r423, %r667;\n"
+    ,
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r666], [%rd248], 16;\n"
     "\n"
@@ -64180,7 +64256,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r675, %r674, 29;\n"
     "	add.s32 	%r676, %r1718, %r675;\n"
     "	and.b32  	%r677, %r676, 536870904;\n"
-    ,
     "	sub.s32 	%r678, %r1718, %r677;\n"
     "	shl.b32 	%r175, %r678, 3;\n"
     "	shr.s32 	%r679, %r676, 3;\n"
@@ -64312,6 +64387,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s64 	%p57, %rd47, %rd74;\n"
     "	mul.lo.s32 	%r182, %r731, 72;\n"
     "	@%p57 bra 	$L__BB46_121;\n"
+    ,
     "	bra.uni 	$L__BB46_120;\n"
     "\n"
     "$L__BB46_121:\n"
@@ -64333,7 +64409,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB46_120:\n"
     "	add.s32 	%r734, %r181, %r161;\n"
-    ,
     "	add.s32 	%r735, %r734, %r182;\n"
     "	shl.b32 	%r736, %r735, 1;\n"
     "	add.s32 	%r738, %r423, %r736;\n"
@@ -64473,6 +64548,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd51, %rd40, %rd299;\n"
     "	setp.lt.s64 	%p67, %rd51, %rd74;\n"
     "	mul.lo.s32 	%r193, %r795, 72;\n"
+    ,
     "	@%p67 bra 	$L__BB46_139;\n"
     "	bra.uni 	$L__BB46_138;\n"
     "\n"
@@ -64494,7 +64570,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB46_140;\n"
     "\n"
     "$L__BB46_138:\n"
-    ,
     "	add.s32 	%r796, %r192, %r184;\n"
     "	add.s32 	%r797, %r796, %r193;\n"
     "	shl.b32 	%r798, %r797, 1;\n"
@@ -64627,6 +64702,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB46_149:\n"
     "	add.s32 	%r200, %r1720, 512;\n"
+    ,
     "	setp.lt.s32 	%p71, %r1720, -256;\n"
     "	mov.u32 	%r1720, %r200;\n"
     "	@%p71 bra 	$L__BB46_137;\n"
@@ -64649,7 +64725,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd403, [k_flash2_back_param_4];\n"
     "	shl.b64 	%rd333, %rd40, 1;\n"
     "	cvt.u64.u32 	%rd334, %r616;\n"
-    ,
     "	shl.b64 	%rd335, %rd8, 1;\n"
     "	add.s64 	%rd336, %rd335, %rd334;\n"
     "	add.s64 	%rd337, %rd336, %rd333;\n"
@@ -64759,6 +64834,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f607, %f1364;\n"
     "	mov.f32 	%f608, %f1364;\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f605,%f606,%f607,%f608}, {%r377,%r378,%r379,%r380}, {%r910,%r912}, {%f605,%f606,%f607,%f608};\n"
     "\n"
     "	// end inline asm\n"
@@ -64775,7 +64851,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r939,%r940,%r941,%r942}, [%r943];\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	add.s32 	%r1155, %r1149, %r1147;\n"
     "	add.s32 	%r1156, %r1155, %r1143;\n"
     "	shl.b32 	%r1157, %r1156, 1;\n"
@@ -64859,6 +64934,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	add.s32 	%r1050, %r1158, 25920;\n"
+    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1046,%r1047,%r1048,%r1049}, [%r1050];\n"
     "\n"
@@ -64872,7 +64948,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f605,%f606,%f607,%f608}, {%r397,%r398,%r399,%r400}, {%r1046,%r1048}, {%f605,%f606,%f607,%f608};\n"
     "\n"
     "	// end inline asm\n"
@@ -64965,6 +65040,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p79 bra 	$L__BB46_159;\n"
     "\n"
     "	mul.f32 	%f754, %f1, %f558;\n"
+    ,
     "	ld.shared.f32 	%f755, [%r202+8];\n"
     "	sub.f32 	%f756, %f754, %f755;\n"
     "	ex2.approx.f32 	%f1364, %f756;\n"
@@ -64985,7 +65061,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	mul.f32 	%f758, %f1, %f559;\n"
     "	ld.shared.f32 	%f759, [%r202];\n"
-    ,
     "	sub.f32 	%f760, %f758, %f759;\n"
     "	ex2.approx.f32 	%f1365, %f760;\n"
     "\n"
@@ -65121,6 +65196,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd353, %r1190;\n"
     "	add.s64 	%rd61, %rd38, %rd353;\n"
     "	setp.lt.s64 	%p110, %rd61, %rd11;\n"
+    ,
     "	setp.ge.s64 	%p111, %rd61, %rd74;\n"
     "	or.pred  	%p112, %p110, %p111;\n"
     "	sub.f32 	%f141, %f606, %f135;\n"
@@ -65140,7 +65216,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	or.b32  	%r1194, %r1160, 25;\n"
     "	cvt.u64.u32 	%rd354, %r1194;\n"
     "	add.s64 	%rd62, %rd38, %rd354;\n"
-    ,
     "	setp.lt.s64 	%p113, %rd62, %rd11;\n"
     "	setp.ge.s64 	%p114, %rd62, %rd74;\n"
     "	or.pred  	%p115, %p113, %p114;\n"
@@ -65266,6 +65341,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.u32 	[%r1668+9232], %r1201;\n"
     "	st.shared.u32 	[%r1668+9872], %r1202;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1203,%r1204,%r1205,%r1206}, [%r1207];\n"
     "\n"
     "	// end inline asm\n"
@@ -65278,7 +65354,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1357,%f1356,%f1355,%f1354}, {%r1195,%r1196,%r1197,%r1198}, {%r1205,%r1206}, {%f1357,%f1356,%f1355,%f1354};\n"
     "\n"
     "	// end inline asm\n"
@@ -65357,6 +65432,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1333,%f1332,%f1331,%f1330}, {%r1195,%r1196,%r1197,%r1198}, {%r1307,%r1308}, {%f1333,%f1332,%f1331,%f1330};\n"
     "\n"
     "	// end inline asm\n"
@@ -65368,7 +65444,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1301,%f1300,%f1299,%f1298}, {%r1199,%r1200,%r1201,%r1202}, {%r1312,%r1313}, {%f1301,%f1300,%f1299,%f1298};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1339, %f1372, %f1371;\n"
     "\n"
@@ -65466,6 +65541,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	add.s32 	%r1419, %r201, 11584;\n"
+    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1415,%r1416,%r1417,%r1418}, [%r1419];\n"
     "\n"
@@ -65480,7 +65556,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1341,%f1340,%f1339,%f1338}, {%r1339,%r1340,%r1341,%r1342}, {%r1417,%r1418}, {%f1341,%f1340,%f1339,%f1338};\n"
     "\n"
     "	// end inline asm\n"
@@ -65566,6 +65641,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1522,%r1523,%r1524,%r1525}, [%r1526];\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1527,%r1528,%r1529,%r1530}, [%r1531];\n"
@@ -65576,7 +65652,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1141,%f1142,%f1143,%f1144}, {%r1522,%r1524,%r1523,%r1525}, {%r1529,%r1530}, {%f1141,%f1142,%f1143,%f1144};\n"
     "\n"
     "	// end inline asm\n"
@@ -65663,6 +65738,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd363, %rd361, 2;\n"
     "	add.s64 	%rd364, %rd362, %rd363;\n"
     "	mul.f32 	%f1233, %f1133, %f362;\n"
+    ,
     "	atom.global.add.f32 	%f1234, [%rd364], %f1233;\n"
     "	add.s64 	%rd365, %rd364, 4;\n"
     "	mul.f32 	%f1235, %f1134, %f362;\n"
@@ -65674,7 +65750,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1239, %f1142, %f362;\n"
     "	atom.global.add.f32 	%f1240, [%rd367], %f1239;\n"
     "	add.s64 	%rd368, %rd364, 64;\n"
-    ,
     "	mul.f32 	%f1241, %f1149, %f362;\n"
     "	atom.global.add.f32 	%f1242, [%rd368], %f1241;\n"
     "	add.s64 	%rd369, %rd364, 68;\n"
@@ -65800,6 +65875,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r1682, %tid.x;\n"
     "	shl.b32 	%r1683, %r1682, 1;\n"
     "	and.b32  	%r1684, %r1683, 6;\n"
+    ,
     "	mul.lo.s64 	%rd386, %rd74, %rd401;\n"
     "	shl.b64 	%rd387, %rd386, 7;\n"
     "	add.s64 	%rd388, %rd11, %rd8;\n"
@@ -65813,7 +65889,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd395, %rd388, 6;\n"
     "	add.s64 	%rd396, %rd395, %rd387;\n"
     "	or.b64  	%rd397, %rd396, %rd390;\n"
-    ,
     "	shl.b64 	%rd398, %rd397, 2;\n"
     "	add.s64 	%rd66, %rd393, %rd398;\n"
     "	setp.ge.s64 	%p125, %rd11, %rd74;\n"
@@ -65918,6 +65993,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1295, %f1299, %f362;\n"
     "	st.global.f32 	[%rd65+2272], %f1295;\n"
     "	mul.f32 	%f1296, %f1298, %f362;\n"
+    ,
     "	st.global.f32 	[%rd65+2276], %f1296;\n"
     "	st.global.f32 	[%rd66+2272], %f1331;\n"
     "	st.global.f32 	[%rd66+2276], %f1330;\n"
@@ -65936,7 +66012,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     ")\n"
     ".maxntid 128, 1, 1\n"
     "{\n"
-    ,
     "	.reg .pred 	%p<8>;\n"
     "	.reg .f32 	%f<27>;\n"
     "	.reg .b32 	%r<27>;\n"
@@ -66065,6 +66140,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.shared .align 4 .b8 _ZZ18k_flash2_back_d128E6stat_s[256];\n"
     "\n"
     "	ld.param.u64 	%rd63, [k_flash2_back_d128_param_0];\n"
+    ,
     "	ld.param.u64 	%rd64, [k_flash2_back_d128_param_1];\n"
     "	ld.param.u64 	%rd65, [k_flash2_back_d128_param_2];\n"
     "	ld.param.u64 	%rd66, [k_flash2_back_d128_param_3];\n"
@@ -66074,7 +66150,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.param.u64 	%rd70, [k_flash2_back_d128_param_7];\n"
     "	ld.param.f32 	%f574, [k_flash2_back_d128_param_8];\n"
     "	mov.u32 	%r197, %ctaid.x;\n"
-    ,
     "	cvt.u64.u32 	%rd1, %r197;\n"
     "	and.b64  	%rd71, %rd69, -4294967296;\n"
     "	setp.eq.s64 	%p1, %rd71, 0;\n"
@@ -66217,6 +66292,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r241, %r240, 31;\n"
     "	shr.u32 	%r242, %r241, 28;\n"
     "	add.s32 	%r243, %r240, %r242;\n"
+    ,
     "	shr.s32 	%r244, %r243, 4;\n"
     "	and.b32  	%r245, %r243, 536870896;\n"
     "	sub.s32 	%r246, %r240, %r245;\n"
@@ -66234,7 +66310,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd92, %rd14, 7;\n"
     "	add.s64 	%rd93, %rd91, %rd92;\n"
     "	shl.b64 	%rd94, %rd93, 1;\n"
-    ,
     "	add.s64 	%rd89, %rd64, %rd94;\n"
     "	add.s32 	%r253, %r17, %r16;\n"
     "	shl.b32 	%r254, %r253, 1;\n"
@@ -66374,6 +66449,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB48_28;\n"
     "\n"
     "$L__BB48_29:\n"
+    ,
     "	cvt.s64.s32 	%rd111, %r27;\n"
     "	add.s64 	%rd112, %rd9, %rd111;\n"
     "	shl.b64 	%rd113, %rd17, 7;\n"
@@ -66389,7 +66465,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cp.async.cg.shared.global [%r303], [%rd110], 16;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	bra.uni 	$L__BB48_30;\n"
     "\n"
     "$L__BB48_28:\n"
@@ -66524,6 +66599,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r353], [%rd131], 16;\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	bra.uni 	$L__BB48_41;\n"
     "\n"
@@ -66541,7 +66617,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r360, %r359, 28;\n"
     "	add.s32 	%r361, %r358, %r360;\n"
     "	shr.s32 	%r362, %r361, 4;\n"
-    ,
     "	and.b32  	%r363, %r361, 536870896;\n"
     "	sub.s32 	%r364, %r358, %r363;\n"
     "	shl.b32 	%r39, %r364, 3;\n"
@@ -66675,6 +66750,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r78, %r431, 3;\n"
     "	shr.s32 	%r432, %r429, 4;\n"
     "	cvt.s64.s32 	%rd148, %r432;\n"
+    ,
     "	add.s64 	%rd24, %rd10, %rd148;\n"
     "	setp.lt.s64 	%p24, %rd24, %rd70;\n"
     "	mul.lo.s32 	%r79, %r432, 136;\n"
@@ -66692,7 +66768,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r440, %r439, 1;\n"
     "	add.s32 	%r442, %r421, %r440;\n"
     "	add.s32 	%r438, %r442, 20480;\n"
-    ,
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r438], [%rd149], 16;\n"
     "\n"
@@ -66833,6 +66908,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r484, %r483, 1;\n"
     "	add.s32 	%r486, %r421, %r484;\n"
     "	mov.u32 	%r487, 0;\n"
+    ,
     "	st.shared.v4.u32 	[%r486+20480], {%r487, %r487, %r487, %r487};\n"
     "\n"
     "$L__BB48_62:\n"
@@ -66849,7 +66925,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s64 	%p30, %rd28, %rd70;\n"
     "	mul.lo.s32 	%r91, %r497, 136;\n"
     "	@%p30 bra 	$L__BB48_64;\n"
-    ,
     "	bra.uni 	$L__BB48_63;\n"
     "\n"
     "$L__BB48_64:\n"
@@ -66993,6 +67068,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r549, %r546, %r548;\n"
     "	shr.s32 	%r550, %r549, 4;\n"
     "	and.b32  	%r551, %r549, 536870896;\n"
+    ,
     "	sub.s32 	%r552, %r546, %r551;\n"
     "	shl.b32 	%r105, %r552, 3;\n"
     "	cvt.s64.s32 	%rd197, %r550;\n"
@@ -67010,7 +67086,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd203, %rd202, 1;\n"
     "	add.s64 	%rd198, %rd66, %rd203;\n"
     "	add.s32 	%r559, %r106, %r105;\n"
-    ,
     "	shl.b32 	%r560, %r559, 1;\n"
     "	add.s32 	%r562, %r421, %r560;\n"
     "	add.s32 	%r558, %r562, 29184;\n"
@@ -67150,6 +67225,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1761, %f1759;\n"
     "	mov.f32 	%f1762, %f1759;\n"
     "	mov.f32 	%f1763, %f1759;\n"
+    ,
     "	mov.f32 	%f1764, %f1759;\n"
     "	mov.f32 	%f1765, %f1759;\n"
     "	mov.f32 	%f1766, %f1759;\n"
@@ -67168,7 +67244,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1779, %f1759;\n"
     "	mov.f32 	%f1780, %f1759;\n"
     "	mov.f32 	%f1781, %f1759;\n"
-    ,
     "	mov.f32 	%f1782, %f1759;\n"
     "	mov.f32 	%f1783, %f1759;\n"
     "	mov.f32 	%f1784, %f1759;\n"
@@ -67302,6 +67377,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r148, %r615, 4;\n"
     "	and.b32  	%r616, %r615, 536870896;\n"
     "	sub.s32 	%r617, %r612, %r616;\n"
+    ,
     "	shl.b32 	%r149, %r617, 3;\n"
     "	cvt.s64.s32 	%rd231, %r149;\n"
     "	add.s64 	%rd36, %rd9, %rd231;\n"
@@ -67321,7 +67397,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB48_95:\n"
     "	mov.u32 	%r619, %tid.x;\n"
-    ,
     "	setp.gt.s32 	%p46, %r619, 255;\n"
     "	add.s64 	%rd40, %rd38, 16;\n"
     "	xor.b32  	%r151, %r150, 1;\n"
@@ -67465,6 +67540,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB48_109:\n"
     "	shr.s32 	%r677, %r1729, 31;\n"
     "	shr.u32 	%r678, %r677, 28;\n"
+    ,
     "	add.s32 	%r679, %r1729, %r678;\n"
     "	and.b32  	%r680, %r679, 536870896;\n"
     "	sub.s32 	%r681, %r1729, %r680;\n"
@@ -67482,7 +67558,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r691, %r690, %r168;\n"
     "	cvt.s64.s32 	%rd251, %r167;\n"
     "	add.s64 	%rd252, %rd9, %rd251;\n"
-    ,
     "	shl.b64 	%rd253, %rd44, 7;\n"
     "	add.s64 	%rd254, %rd252, %rd253;\n"
     "	shl.b64 	%rd255, %rd254, 1;\n"
@@ -67618,6 +67693,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	bra.uni 	$L__BB48_121;\n"
     "\n"
+    ,
     "$L__BB48_119:\n"
     "	add.s32 	%r735, %r175, %r153;\n"
     "	add.s32 	%r736, %r735, %r176;\n"
@@ -67637,7 +67713,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	max.s32 	%r747, %r619, 128;\n"
     "	add.s32 	%r748, %r747, 127;\n"
-    ,
     "	sub.s32 	%r749, %r748, %r619;\n"
     "	shr.u32 	%r750, %r749, 7;\n"
     "	add.s32 	%r751, %r750, 1;\n"
@@ -67779,6 +67854,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	bra.uni 	$L__BB48_139;\n"
     "\n"
+    ,
     "$L__BB48_137:\n"
     "	add.s32 	%r797, %r186, %r178;\n"
     "	add.s32 	%r798, %r797, %r187;\n"
@@ -67795,7 +67871,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.s32 	%r812, %r811, 4;\n"
     "	and.b32  	%r813, %r811, 536870896;\n"
     "	sub.s32 	%r814, %r808, %r813;\n"
-    ,
     "	shl.b32 	%r188, %r814, 3;\n"
     "	cvt.s64.s32 	%rd303, %r812;\n"
     "	add.s64 	%rd52, %rd40, %rd303;\n"
@@ -67934,6 +68009,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	ld.param.u64 	%rd391, [k_flash2_back_d128_param_4];\n"
     "	shl.b64 	%rd329, %rd40, 1;\n"
+    ,
     "	cvt.u64.u32 	%rd330, %r619;\n"
     "	shl.b64 	%rd331, %rd8, 1;\n"
     "	add.s64 	%rd332, %rd331, %rd330;\n"
@@ -67949,7 +68025,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r869, %r868, 2;\n"
     "	mov.u32 	%r870, _ZZ18k_flash2_back_d128E6stat_s;\n"
     "	add.s32 	%r871, %r870, %r869;\n"
-    ,
     "	st.shared.f32 	[%r871], %f1750;\n"
     "\n"
     "$L__BB48_153:\n"
@@ -68056,6 +68131,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f889,%f890,%f891,%f892}, {%r380,%r381,%r382,%r383}, {%r922,%r924}, {%f889,%f890,%f891,%f892};\n"
     "\n"
     "	// end inline asm\n"
@@ -68070,7 +68146,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r964, %r1198, 29248;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r960,%r961,%r962,%r963}, [%r964];\n"
     "\n"
     "	// end inline asm\n"
@@ -68156,6 +68231,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r1076, %r1198, 20640;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1072,%r1073,%r1074,%r1075}, [%r1076];\n"
     "\n"
     "	// end inline asm\n"
@@ -68169,7 +68245,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f873,%f874,%f875,%f876}, {%r1067,%r1068,%r1069,%r1070}, {%r1073,%r1075}, {%f873,%f874,%f875,%f876};\n"
     "\n"
     "	// end inline asm\n"
@@ -68259,6 +68334,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p76 bra 	$L__BB48_156;\n"
     "\n"
     "	mul.f32 	%f1090, %f1, %f865;\n"
+    ,
     "	ld.shared.f32 	%f1091, [%r196];\n"
     "	sub.f32 	%f1092, %f1090, %f1091;\n"
     "	ex2.approx.f32 	%f1751, %f1092;\n"
@@ -68276,7 +68352,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1094, %f1, %f866;\n"
     "	ld.shared.f32 	%f1095, [%r196+8];\n"
     "	sub.f32 	%f1096, %f1094, %f1095;\n"
-    ,
     "	ex2.approx.f32 	%f1752, %f1096;\n"
     "\n"
     "$L__BB48_158:\n"
@@ -68406,6 +68481,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1603, %r1667, 8736;\n"
     "	add.s32 	%r1586, %r1667, 8704;\n"
     "	add.s32 	%r1581, %r1670, 18944;\n"
+    ,
     "	add.s32 	%r1564, %r1667, 4384;\n"
     "	add.s32 	%r1547, %r1667, 4352;\n"
     "	add.s32 	%r1542, %r1670, 18176;\n"
@@ -68423,7 +68499,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.bf16x2.f32 %r1220, %f1754, %f1753;\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	cvt.rn.bf16x2.f32 %r1221, %f1756, %f1755;\n"
     "\n"
@@ -68522,6 +68597,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1295,%r1296,%r1297,%r1298}, [%r1299];\n"
     "\n"
     "	// end inline asm\n"
+    ,
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1300,%r1301,%r1302,%r1303}, [%r1304];\n"
     "\n"
@@ -68531,7 +68607,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1866,%f1865,%f1864,%f1863}, {%r1219,%r1220,%r1221,%r1222}, {%r1297,%r1298}, {%f1866,%f1865,%f1864,%f1863};\n"
     "\n"
     "	// end inline asm\n"
@@ -68612,6 +68687,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1778,%f1777,%f1776,%f1775}, {%r1223,%r1224,%r1225,%r1226}, {%r1404,%r1405}, {%f1778,%f1777,%f1776,%f1775};\n"
     "\n"
     "	// end inline asm\n"
@@ -68620,7 +68696,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1436,%r1437,%r1438,%r1439}, [%r1440];\n"
     "\n"
     "	// end inline asm\n"
@@ -68710,6 +68785,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r1538,%r1539,%r1540,%r1541}, [%r1542];\n"
     "\n"
     "	// end inline asm\n"
@@ -68718,7 +68794,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f1425,%f1426,%f1427,%f1428}, {%r1538,%r1540,%r1539,%r1541}, {%r1543,%r1544}, {%f1425,%f1426,%f1427,%f1428};\n"
     "\n"
     "	// end inline asm\n"
@@ -68807,6 +68882,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvta.to.global.u64 	%rd350, %rd68;\n"
     "	shl.b64 	%rd351, %rd349, 2;\n"
     "	add.s64 	%rd352, %rd350, %rd351;\n"
+    ,
     "	mul.f32 	%f1525, %f1425, %f574;\n"
     "	atom.global.add.f32 	%f1526, [%rd352], %f1525;\n"
     "	add.s64 	%rd353, %rd352, 4;\n"
@@ -68814,7 +68890,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	atom.global.add.f32 	%f1528, [%rd353], %f1527;\n"
     "	add.s64 	%rd354, %rd352, 32;\n"
     "	mul.f32 	%f1529, %f1433, %f574;\n"
-    ,
     "	atom.global.add.f32 	%f1530, [%rd354], %f1529;\n"
     "	add.s64 	%rd355, %rd352, 36;\n"
     "	mul.f32 	%f1531, %f1434, %f574;\n"
@@ -68929,6 +69004,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1567, %f1802, %f574;\n"
     "	st.global.f32 	[%rd61+160], %f1567;\n"
     "	mul.f32 	%f1568, %f1801, %f574;\n"
+    ,
     "	st.global.f32 	[%rd61+164], %f1568;\n"
     "	st.global.f32 	[%rd62+160], %f1866;\n"
     "	st.global.f32 	[%rd62+164], %f1865;\n"
@@ -68936,7 +69012,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd61+192], %f1569;\n"
     "	mul.f32 	%f1570, %f1797, %f574;\n"
     "	st.global.f32 	[%rd61+196], %f1570;\n"
-    ,
     "	st.global.f32 	[%rd62+192], %f1862;\n"
     "	st.global.f32 	[%rd62+196], %f1861;\n"
     "	mul.f32 	%f1571, %f1794, %f574;\n"
@@ -69044,6 +69119,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f1603, %f1792, %f574;\n"
     "	st.global.f32 	[%rd61+4320], %f1603;\n"
     "	mul.f32 	%f1604, %f1791, %f574;\n"
+    ,
     "	st.global.f32 	[%rd61+4324], %f1604;\n"
     "	st.global.f32 	[%rd62+4320], %f1856;\n"
     "	st.global.f32 	[%rd62+4324], %f1855;\n"
@@ -69051,7 +69127,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd61+4352], %f1605;\n"
     "	mul.f32 	%f1606, %f1787, %f574;\n"
     "	st.global.f32 	[%rd61+4356], %f1606;\n"
-    ,
     "	st.global.f32 	[%rd62+4352], %f1852;\n"
     "	st.global.f32 	[%rd62+4356], %f1851;\n"
     "	mul.f32 	%f1607, %f1784, %f574;\n"
@@ -69182,6 +69257,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.b32  	%r136, %r135, 536870904;\n"
     "	sub.s32 	%r137, %r1337, %r136;\n"
     "	shl.b32 	%r6, %r137, 3;\n"
+    ,
     "	shr.s32 	%r138, %r135, 3;\n"
     "	cvt.s64.s32 	%rd64, %r138;\n"
     "	add.s64 	%rd12, %rd11, %rd64;\n"
@@ -69192,7 +69268,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB49_8:\n"
     "	cvt.s64.s32 	%rd66, %r6;\n"
-    ,
     "	add.s64 	%rd67, %rd10, %rd66;\n"
     "	shl.b64 	%rd68, %rd12, 6;\n"
     "	add.s64 	%rd69, %rd67, %rd68;\n"
@@ -69338,6 +69413,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r195, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r196, %r195, %r194;\n"
     "	add.s32 	%r192, %r196, 18432;\n"
+    ,
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r192], [%rd86], 16;\n"
     "\n"
@@ -69348,7 +69424,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r187, %r19, %r18;\n"
     "	shl.b32 	%r188, %r187, 1;\n"
     "	mov.u32 	%r189, _ZZ12k_flash2_fwdE2sm;\n"
-    ,
     "	add.s32 	%r190, %r189, %r188;\n"
     "	mov.u32 	%r191, 0;\n"
     "	st.shared.v4.u32 	[%r190+18432], {%r191, %r191, %r191, %r191};\n"
@@ -69501,6 +69576,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB49_35;\n"
     "\n"
     "$L__BB49_33:\n"
+    ,
     "	add.s32 	%r239, %r34, %r33;\n"
     "	shl.b32 	%r240, %r239, 1;\n"
     "	mov.u32 	%r241, _ZZ12k_flash2_fwdE2sm;\n"
@@ -69509,7 +69585,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.shared.v4.u32 	[%r242], {%r243, %r243, %r243, %r243};\n"
     "\n"
     "$L__BB49_35:\n"
-    ,
     "	add.s32 	%r35, %r1341, 128;\n"
     "	shr.s32 	%r248, %r35, 31;\n"
     "	shr.u32 	%r249, %r248, 29;\n"
@@ -69658,6 +69733,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.s32 	%r302, %r1345, %r301;\n"
     "	shl.b32 	%r48, %r302, 3;\n"
     "	shr.s32 	%r303, %r300, 3;\n"
+    ,
     "	cvt.s64.s32 	%rd22, %r303;\n"
     "	setp.lt.s64 	%p24, %rd22, %rd55;\n"
     "	mul.lo.s32 	%r49, %r303, 72;\n"
@@ -69667,7 +69743,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB49_50:\n"
     "	cvt.s64.s32 	%rd130, %r48;\n"
     "	add.s64 	%rd131, %rd10, %rd130;\n"
-    ,
     "	shl.b64 	%rd132, %rd22, 6;\n"
     "	add.s64 	%rd133, %rd131, %rd132;\n"
     "	shl.b64 	%rd134, %rd133, 1;\n"
@@ -69812,6 +69887,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	cp.async.cg.shared.global [%r357], [%rd147], 16;\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	bra.uni 	$L__BB49_62;\n"
     "\n"
@@ -69821,7 +69897,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r354, _ZZ12k_flash2_fwdE2sm;\n"
     "	add.s32 	%r355, %r354, %r353;\n"
     "	mov.u32 	%r356, 0;\n"
-    ,
     "	st.shared.v4.u32 	[%r355+9216], {%r356, %r356, %r356, %r356};\n"
     "\n"
     "$L__BB49_62:\n"
@@ -69964,6 +70039,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f504, %f1052;\n"
     "	mov.f32 	%f509, %f1052;\n"
     "	mov.f32 	%f510, %f1052;\n"
+    ,
     "	mov.f32 	%f511, %f1052;\n"
     "	mov.f32 	%f512, %f1052;\n"
     "	mov.f32 	%f517, %f1052;\n"
@@ -69972,7 +70048,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f520, %f1052;\n"
     "	mov.f32 	%f525, %f1052;\n"
     "	mov.f32 	%f526, %f1052;\n"
-    ,
     "	mov.f32 	%f527, %f1052;\n"
     "	mov.f32 	%f528, %f1052;\n"
     "	mov.f32 	%f533, %f1052;\n"
@@ -70128,6 +70203,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r1347, %r453, 384;\n"
     "\n"
     "$L__BB49_83:\n"
+    ,
     "	setp.lt.u32 	%p41, %r436, 384;\n"
     "	@%p41 bra 	$L__BB49_97;\n"
     "\n"
@@ -70136,7 +70212,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r503, %r502, 29;\n"
     "	add.s32 	%r504, %r1347, %r503;\n"
     "	and.b32  	%r505, %r504, 536870904;\n"
-    ,
     "	sub.s32 	%r506, %r1347, %r505;\n"
     "	shl.b32 	%r97, %r506, 3;\n"
     "	shr.s32 	%r507, %r504, 3;\n"
@@ -70282,6 +70357,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r571, %r570, 1;\n"
     "	add.s32 	%r568, %r408, %r571;\n"
     "	// begin inline asm\n"
+    ,
     "	cp.async.cg.shared.global [%r568], [%rd202], 16;\n"
     "\n"
     "	// end inline asm\n"
@@ -70291,7 +70367,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r562, %r103, %r87;\n"
     "	add.s32 	%r563, %r562, %r104;\n"
     "	shl.b32 	%r564, %r563, 1;\n"
-    ,
     "	add.s32 	%r566, %r408, %r564;\n"
     "	mov.u32 	%r567, 0;\n"
     "	st.shared.v4.u32 	[%r566], {%r567, %r567, %r567, %r567};\n"
@@ -70442,6 +70517,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB49_113:\n"
     "	add.s32 	%r655, %r114, %r106;\n"
+    ,
     "	add.s32 	%r656, %r655, %r115;\n"
     "	cvt.s64.s32 	%rd225, %r114;\n"
     "	add.s64 	%rd226, %rd10, %rd225;\n"
@@ -70449,7 +70525,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd228, %rd226, %rd227;\n"
     "	shl.b64 	%rd229, %rd228, 1;\n"
     "	add.s64 	%rd224, %rd52, %rd229;\n"
-    ,
     "	shl.b32 	%r657, %r656, 1;\n"
     "	add.s32 	%r654, %r408, %r657;\n"
     "	// begin inline asm\n"
@@ -70597,6 +70672,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB49_124:\n"
     "	// begin inline asm\n"
+    ,
     "	cp.async.commit_group;\n"
     "\n"
     "	// end inline asm\n"
@@ -70609,7 +70685,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bar.sync 	0;\n"
     "	cvt.u32.u64 	%r1273, %rd282;\n"
     "	and.b32  	%r1274, %r1273, 1;\n"
-    ,
     "	mov.u32 	%r1275, 1;\n"
     "	mul.lo.s32 	%r1276, %r1274, 9216;\n"
     "	mov.u32 	%r1277, %tid.x;\n"
@@ -70720,12 +70795,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f229,%f230,%f231,%f232}, {%r384,%r385,%r386,%r387}, {%r782,%r784}, {%f229,%f230,%f231,%f232};\n"
     "\n"
     "	// end inline asm\n"
     "	add.s32 	%r802, %r1291, 2336;\n"
     "	// begin inline asm\n"
-    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r798,%r799,%r800,%r801}, [%r802];\n"
     "\n"
     "	// end inline asm\n"
@@ -70817,6 +70892,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// end inline asm\n"
     "	add.s32 	%r921, %r1291, 96;\n"
     "	// begin inline asm\n"
+    ,
     "	ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r917,%r918,%r919,%r920}, [%r921];\n"
     "\n"
     "	// end inline asm\n"
@@ -70824,7 +70900,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f221,%f222,%f223,%f224}, {%r394,%r395,%r396,%r397}, {%r917,%r919}, {%f221,%f222,%f223,%f224};\n"
     "\n"
     "	// end inline asm\n"
-    ,
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f229,%f230,%f231,%f232}, {%r394,%r395,%r396,%r397}, {%r918,%r920}, {%f229,%f230,%f231,%f232};\n"
     "\n"
@@ -70925,6 +71000,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f737, %f734, %f736;\n"
     "	or.b64  	%rd259, %rd253, 24;\n"
     "	mul.f32 	%f738, %f1, %f245;\n"
+    ,
     "	setp.gt.s64 	%p69, %rd259, %rd27;\n"
     "	selp.f32 	%f739, 0fFF800000, %f738, %p69;\n"
     "	max.f32 	%f740, %f731, %f739;\n"
@@ -70934,7 +71010,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	selp.f32 	%f742, 0fFF800000, %f741, %p70;\n"
     "	max.f32 	%f743, %f740, %f742;\n"
     "	mul.f32 	%f744, %f1, %f247;\n"
-    ,
     "	selp.f32 	%f745, 0fFF800000, %f744, %p67;\n"
     "	max.f32 	%f746, %f737, %f745;\n"
     "	mul.f32 	%f747, %f1, %f248;\n"
@@ -71044,6 +71119,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	max.f32 	%f1055, %f1019, %f807;\n"
     "	sub.f32 	%f808, %f1019, %f1055;\n"
     "	ex2.approx.f32 	%f809, %f808;\n"
+    ,
     "	mul.f32 	%f495, %f809, %f495;\n"
     "	mul.f32 	%f496, %f809, %f496;\n"
     "	mul.f32 	%f503, %f809, %f503;\n"
@@ -71054,7 +71130,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.f32 	%f520, %f809, %f520;\n"
     "	mul.f32 	%f527, %f809, %f527;\n"
     "	mul.f32 	%f528, %f809, %f528;\n"
-    ,
     "	mul.f32 	%f535, %f809, %f535;\n"
     "	mul.f32 	%f536, %f809, %f536;\n"
     "	mul.f32 	%f543, %f809, %f543;\n"
@@ -71177,13 +71252,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	// begin inline asm\n"
     "	ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%r989,%r990,%r991,%r992}, [%r993];\n"
     "\n"
+    ,
     "	// end inline asm\n"
     "	// begin inline asm\n"
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f493,%f494,%f495,%f496}, {%r985,%r986,%r987,%r988}, {%r989,%r990}, {%f493,%f494,%f495,%f496};\n"
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f501,%f502,%f503,%f504}, {%r985,%r986,%r987,%r988}, {%r991,%r992}, {%f501,%f502,%f503,%f504};\n"
     "\n"
     "	// end inline asm\n"
@@ -71278,6 +71353,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f533,%f534,%f535,%f536}, {%r1057,%r1058,%r1059,%r1060}, {%r1097,%r1098}, {%f533,%f534,%f535,%f536};\n"
     "\n"
     "	// end inline asm\n"
@@ -71287,7 +71363,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f541,%f542,%f543,%f544}, {%r1057,%r1058,%r1059,%r1060}, {%r1112,%r1113}, {%f541,%f542,%f543,%f544};\n"
     "\n"
     "	// end inline asm\n"
@@ -71389,6 +71464,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
+    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f501,%f502,%f503,%f504}, {%r1201,%r1202,%r1203,%r1204}, {%r1207,%r1208}, {%f501,%f502,%f503,%f504};\n"
     "\n"
     "	// end inline asm\n"
@@ -71398,7 +71474,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	// end inline asm\n"
     "	// begin inline asm\n"
-    ,
     "	mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f509,%f510,%f511,%f512}, {%r1201,%r1202,%r1203,%r1204}, {%r1222,%r1223}, {%f509,%f510,%f511,%f512};\n"
     "\n"
     "	// end inline asm\n"
@@ -71512,6 +71587,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ne.s32 	%p86, %r1316, 0;\n"
     "	rcp.rn.f32 	%f911, %f110;\n"
     "	mul.f32 	%f912, %f911, %f493;\n"
+    ,
     "	st.global.f32 	[%rd48], %f912;\n"
     "	mul.f32 	%f913, %f911, %f494;\n"
     "	st.global.f32 	[%rd48+4], %f913;\n"
@@ -71523,7 +71599,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd48+64], %f916;\n"
     "	mul.f32 	%f917, %f911, %f510;\n"
     "	st.global.f32 	[%rd48+68], %f917;\n"
-    ,
     "	mul.f32 	%f918, %f911, %f517;\n"
     "	st.global.f32 	[%rd48+96], %f918;\n"
     "	mul.f32 	%f919, %f911, %f518;\n"
@@ -71636,6 +71711,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd48+2240], %f976;\n"
     "	mul.f32 	%f977, %f965, %f536;\n"
     "	st.global.f32 	[%rd48+2244], %f977;\n"
+    ,
     "	mul.f32 	%f978, %f965, %f543;\n"
     "	st.global.f32 	[%rd48+2272], %f978;\n"
     "	mul.f32 	%f979, %f965, %f544;\n"
@@ -71648,7 +71724,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	setp.lt.f32 	%p94, %f115, 0f00800000;\n"
     "	mul.f32 	%f982, %f115, 0f4B000000;\n"
-    ,
     "	selp.f32 	%f116, %f982, %f115, %p94;\n"
     "	selp.f32 	%f983, 0fC1B80000, 0f00000000, %p94;\n"
     "	mov.b32 	%r1331, %f116;\n"
@@ -71775,6 +71850,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r95, %r92, %r94;\n"
     "	ld.global.nc.u32 	%r96, [%rd67+12];\n"
     "	setp.eq.s32 	%p16, %r96, %r147;\n"
+    ,
     "	selp.u32 	%r97, 1, 0, %p16;\n"
     "	add.s32 	%r151, %r95, %r97;\n"
     "	add.s64 	%rd113, %rd113, 4;\n"
@@ -71790,7 +71866,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd68, %rd113, 2;\n"
     "	add.s64 	%rd16, %rd3, %rd68;\n"
     "	ld.global.nc.u32 	%r98, [%rd16];\n"
-    ,
     "	setp.eq.s32 	%p20, %r98, %r147;\n"
     "	selp.u32 	%r99, 1, 0, %p20;\n"
     "	add.s32 	%r151, %r151, %r99;\n"
@@ -71944,6 +72019,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB50_28:\n"
     "	setp.lt.u32 	%p33, %r29, 3;\n"
+    ,
     "	mov.u64 	%rd115, 0;\n"
     "	mov.u32 	%r154, 0;\n"
     "	@%p33 bra 	$L__BB50_31;\n"
@@ -71959,7 +72035,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd77, %rd4, %rd75;\n"
     "	ld.global.s32 	%rd78, [%rd77];\n"
     "	add.s64 	%rd79, %rd115, %rd78;\n"
-    ,
     "	st.global.u32 	[%rd76+4], %rd79;\n"
     "	ld.global.s32 	%rd80, [%rd77+4];\n"
     "	add.s64 	%rd81, %rd79, %rd80;\n"
@@ -72110,6 +72185,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.ne.s64 	%p67, %rd106, 0;\n"
     "	@%p67 bra 	$L__BB50_48;\n"
     "\n"
+    ,
     "$L__BB50_57:\n"
     "	setp.eq.s64 	%p68, %rd27, 0;\n"
     "	@%p68 bra 	$L__BB50_66;\n"
@@ -72124,7 +72200,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s32 	%p70, %r164, %r53;\n"
     "	add.s32 	%r131, %r164, %r52;\n"
     "	cvt.s64.s32 	%rd108, %r131;\n"
-    ,
     "	setp.lt.s64 	%p71, %rd108, %rd41;\n"
     "	and.pred  	%p72, %p70, %p71;\n"
     "	selp.b32 	%r132, %r131, -1, %p72;\n"
@@ -72276,6 +72351,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p15 bra 	$L__BB51_12;\n"
     "\n"
     "	setp.lt.u32 	%p16, %r2, 3;\n"
+    ,
     "	mov.f32 	%f227, 0fFF800000;\n"
     "	mov.u32 	%r83, 0;\n"
     "	@%p16 bra 	$L__BB51_7;\n"
@@ -72291,7 +72367,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd29, %rd2, %rd28;\n"
     "	ld.global.nc.f32 	%f36, [%rd29];\n"
     "	setp.gt.f32 	%p17, %f36, %f227;\n"
-    ,
     "	selp.f32 	%f37, %f36, %f227, %p17;\n"
     "	ld.global.nc.f32 	%f38, [%rd29+4];\n"
     "	setp.gt.f32 	%p18, %f38, %f37;\n"
@@ -72426,6 +72501,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd37, %r86;\n"
     "	add.s64 	%rd38, %rd10, %rd37;\n"
     "	shl.b64 	%rd39, %rd38, 2;\n"
+    ,
     "	add.s64 	%rd13, %rd2, %rd39;\n"
     "	ld.global.nc.f32 	%f102, [%rd13];\n"
     "	sub.f32 	%f103, %f102, %f227;\n"
@@ -72436,7 +72512,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f108, 0f4B400001;\n"
     "	mov.f32 	%f109, 0f437C0000;\n"
     "	fma.rm.f32 	%f110, %f107, %f109, %f108;\n"
-    ,
     "	add.f32 	%f111, %f110, 0fCB40007F;\n"
     "	neg.f32 	%f112, %f111;\n"
     "	mov.f32 	%f113, 0f3FB8AA3B;\n"
@@ -72578,6 +72653,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	abs.f32 	%f218, %f231;\n"
     "	setp.le.f32 	%p76, %f218, 0f7F800000;\n"
+    ,
     "	mov.pred 	%p85, %p69;\n"
     "	@%p76 bra 	$L__BB51_53;\n"
     "\n"
@@ -72593,7 +72669,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB51_54;\n"
     "\n"
     "$L__BB51_24:\n"
-    ,
     "	setp.eq.s64 	%p37, %rd19, 0;\n"
     "	@%p37 bra 	$L__BB51_34;\n"
     "\n"
@@ -72742,6 +72817,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	abs.f32 	%f197, %f22;\n"
     "	setp.le.f32 	%p83, %f197, 0f7F800000;\n"
+    ,
     "\n"
     "$L__BB51_42:\n"
     "	selp.b32 	%r97, %r91, %r97, %p83;\n"
@@ -72755,7 +72831,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd65, %rd11, %rd64;\n"
     "	shl.b64 	%rd66, %rd65, 2;\n"
     "	add.s64 	%rd67, %rd3, %rd66;\n"
-    ,
     "	st.global.u32 	[%rd67], %r97;\n"
     "	add.s32 	%r87, %r87, 1;\n"
     "	setp.lt.s32 	%p78, %r87, %r37;\n"
@@ -72900,6 +72975,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	setp.lt.s32 	%p27, %r98, %r71;\n"
     "	and.pred  	%p28, %p26, %p27;\n"
     "	selp.u32 	%r99, 1, 0, %p28;\n"
+    ,
     "	and.b32  	%r260, %r260, %r99;\n"
     "	@%p25 bra 	$L__BB52_10;\n"
     "\n"
@@ -72912,7 +72988,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB52_10:\n"
     "	setp.eq.s32 	%p32, %r260, 0;\n"
-    ,
     "	mov.f32 	%f1010, 0f3F800000;\n"
     "	mov.f32 	%f1000, 0f00000000;\n"
     "	@%p32 bra 	$L__BB52_56;\n"
@@ -73047,6 +73122,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r165, %f397;\n"
     "	shl.b32 	%r166, %r165, 23;\n"
     "	mov.b32 	%f402, %r166;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f403, %f401;\n"
     "	fma.rn.f32 	%f404, %f403, %f402, %f392;\n"
     "	ld.global.nc.f32 	%f405, [%rd176+12];\n"
@@ -73055,7 +73131,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.sat.f32.f32 	%f408, %f407;\n"
     "	fma.rm.f32 	%f409, %f408, %f370, %f369;\n"
     "	add.f32 	%f410, %f409, 0fCB40007F;\n"
-    ,
     "	neg.f32 	%f411, %f410;\n"
     "	fma.rn.f32 	%f412, %f406, %f374, %f411;\n"
     "	fma.rn.f32 	%f413, %f406, %f376, %f412;\n"
@@ -73185,6 +73260,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd110, %rd109, 2;\n"
     "	add.s64 	%rd111, %rd3, %rd110;\n"
     "	ld.global.nc.f32 	%f233, [%rd111];\n"
+    ,
     "	setp.gt.f32 	%p45, %f233, %f232;\n"
     "	selp.f32 	%f234, %f233, %f232, %p45;\n"
     "	ld.global.nc.u32 	%r130, [%rd99+12];\n"
@@ -73193,7 +73269,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd114, %rd113, 2;\n"
     "	add.s64 	%rd115, %rd3, %rd114;\n"
     "	ld.global.nc.f32 	%f235, [%rd115];\n"
-    ,
     "	setp.gt.f32 	%p46, %f235, %f234;\n"
     "	selp.f32 	%f1000, %f235, %f234, %p46;\n"
     "	add.s32 	%r266, %r266, 4;\n"
@@ -73322,6 +73397,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r144, %r143, 23;\n"
     "	mov.b32 	%f281, %r144;\n"
     "	ex2.approx.ftz.f32 	%f282, %f280;\n"
+    ,
     "	fma.rn.f32 	%f283, %f282, %f281, %f271;\n"
     "	ld.global.nc.u32 	%r145, [%rd134+12];\n"
     "	cvt.s64.s32 	%rd147, %r145;\n"
@@ -73330,7 +73406,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd150, %rd3, %rd149;\n"
     "	ld.global.nc.f32 	%f284, [%rd150];\n"
     "	sub.f32 	%f285, %f284, %f1000;\n"
-    ,
     "	fma.rn.f32 	%f286, %f285, %f245, %f244;\n"
     "	cvt.sat.f32.f32 	%f287, %f286;\n"
     "	fma.rm.f32 	%f288, %f287, %f249, %f248;\n"
@@ -73459,6 +73534,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f104, %f103;\n"
     "	mov.f32 	%f105, 0f3F000000;\n"
     "	mov.f32 	%f106, 0f3BBB989D;\n"
+    ,
     "	fma.rn.f32 	%f107, %f104, %f106, %f105;\n"
     "	cvt.sat.f32.f32 	%f108, %f107;\n"
     "	mov.f32 	%f109, 0f4B400001;\n"
@@ -73467,7 +73543,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f112, %f111, 0fCB40007F;\n"
     "	neg.f32 	%f113, %f112;\n"
     "	mov.f32 	%f114, 0f3FB8AA3B;\n"
-    ,
     "	fma.rn.f32 	%f115, %f104, %f114, %f113;\n"
     "	mov.f32 	%f116, 0f32A57060;\n"
     "	fma.rn.f32 	%f117, %f104, %f116, %f115;\n"
@@ -73589,6 +73664,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1000, 0fFF800000;\n"
     "	setp.eq.s32 	%p40, %r6, 2;\n"
     "	ld.global.nc.u32 	%r119, [%rd14+4];\n"
+    ,
     "	cvt.s64.s32 	%rd88, %r119;\n"
     "	add.s64 	%rd89, %rd11, %rd88;\n"
     "	shl.b64 	%rd90, %rd89, 2;\n"
@@ -73597,7 +73673,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f187, %f186;\n"
     "	fma.rn.f32 	%f190, %f187, %f169, %f168;\n"
     "	cvt.sat.f32.f32 	%f191, %f190;\n"
-    ,
     "	fma.rm.f32 	%f194, %f191, %f173, %f172;\n"
     "	add.f32 	%f195, %f194, 0fCB40007F;\n"
     "	neg.f32 	%f196, %f195;\n"
@@ -73736,6 +73811,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f850, [%rd257];\n"
     "	sub.f32 	%f851, %f850, %f1000;\n"
     "	mov.f32 	%f852, 0f3F000000;\n"
+    ,
     "	mov.f32 	%f853, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f854, %f851, %f853, %f852;\n"
     "	cvt.sat.f32.f32 	%f855, %f854;\n"
@@ -73744,7 +73820,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rm.f32 	%f858, %f855, %f857, %f856;\n"
     "	add.f32 	%f859, %f858, 0fCB40007F;\n"
     "	neg.f32 	%f860, %f859;\n"
-    ,
     "	mov.f32 	%f861, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f862, %f851, %f861, %f860;\n"
     "	mov.f32 	%f863, 0f32A57060;\n"
@@ -73875,6 +73950,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd274, %rd11, %rd273;\n"
     "	shl.b64 	%rd275, %rd274, 2;\n"
     "	add.s64 	%rd276, %rd3, %rd275;\n"
+    ,
     "	ld.global.nc.f32 	%f926, [%rd276];\n"
     "	sub.f32 	%f927, %f926, %f1000;\n"
     "	mov.f32 	%f928, 0f3F000000;\n"
@@ -73883,7 +73959,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.sat.f32.f32 	%f931, %f930;\n"
     "	mov.f32 	%f932, 0f4B400001;\n"
     "	mov.f32 	%f933, 0f437C0000;\n"
-    ,
     "	fma.rm.f32 	%f934, %f931, %f933, %f932;\n"
     "	add.f32 	%f935, %f934, 0fCB40007F;\n"
     "	neg.f32 	%f936, %f935;\n"
@@ -74013,6 +74088,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd289, %rd289, 4;\n"
     "	add.s64 	%rd288, %rd288, 4;\n"
     "	add.s32 	%r276, %r276, 1;\n"
+    ,
     "	setp.lt.s32 	%p85, %r276, %r72;\n"
     "	@%p85 bra 	$L__BB52_60;\n"
     "\n"
@@ -74025,7 +74101,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	and.pred  	%p90, %p89, %p82;\n"
     "	and.pred  	%p3, %p90, %p1;\n"
     "	setp.lt.u32 	%p91, %r5, 3;\n"
-    ,
     "	@%p91 bra 	$L__BB52_75;\n"
     "\n"
     "	mov.u32 	%r280, 0;\n"
@@ -74160,6 +74235,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p96 bra 	$L__BB52_66;\n"
     "\n"
     "$L__BB52_75:\n"
+    ,
     "	setp.eq.s32 	%p97, %r8, 0;\n"
     "	@%p97 bra 	$L__BB52_85;\n"
     "\n"
@@ -74171,7 +74247,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	not.pred 	%p98, %p3;\n"
     "	@%p98 bra 	$L__BB52_78;\n"
     "\n"
-    ,
     "	ld.global.nc.f32 	%f596, [%rd29];\n"
     "	sub.f32 	%f597, %f596, %f1000;\n"
     "	mov.f32 	%f598, 0f3F000000;\n"
@@ -74305,6 +74380,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ex2.approx.ftz.f32 	%f702, %f700;\n"
     "	mul.f32 	%f703, %f702, %f701;\n"
     "	div.rn.f32 	%f66, %f703, %f1010;\n"
+    ,
     "	add.s64 	%rd217, %rd2, %rd211;\n"
     "	ld.global.nc.f32 	%f67, [%rd217];\n"
     "	add.s64 	%rd32, %rd1, %rd215;\n"
@@ -74316,7 +74392,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	st.global.f32 	[%rd32], %f705;\n"
     "	bra.uni 	$L__BB52_98;\n"
     "\n"
-    ,
     "$L__BB52_97:\n"
     "	sub.f32 	%f706, %f67, %f1013;\n"
     "	ld.global.f32 	%f707, [%rd32];\n"
@@ -74456,6 +74531,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f732, 0f3F000000;\n"
     "	mov.f32 	%f733, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f734, %f731, %f733, %f732;\n"
+    ,
     "	cvt.sat.f32.f32 	%f735, %f734;\n"
     "	mov.f32 	%f736, 0f4B400001;\n"
     "	mov.f32 	%f737, 0f437C0000;\n"
@@ -74464,7 +74540,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f740, %f739;\n"
     "	mov.f32 	%f741, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f742, %f731, %f741, %f740;\n"
-    ,
     "	mov.f32 	%f743, 0f32A57060;\n"
     "	fma.rn.f32 	%f744, %f731, %f743, %f742;\n"
     "	mov.b32 	%r213, %f738;\n"
@@ -74596,6 +74671,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f1027, 0f00000000;\n"
     "	@%p32 bra 	$L__BB52_118;\n"
     "\n"
+    ,
     "	ld.global.nc.u32 	%r224, [%rd37+4];\n"
     "	cvt.s64.s32 	%rd244, %r224;\n"
     "	add.s64 	%rd245, %rd11, %rd244;\n"
@@ -74605,7 +74681,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	neg.f32 	%f811, %f810;\n"
     "	mov.f32 	%f812, 0f3F000000;\n"
     "	mov.f32 	%f813, 0f3BBB989D;\n"
-    ,
     "	fma.rn.f32 	%f814, %f811, %f813, %f812;\n"
     "	cvt.sat.f32.f32 	%f815, %f814;\n"
     "	mov.f32 	%f816, 0f4B400001;\n"
@@ -74740,6 +74815,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB53_4:\n"
     "	add.s64 	%rd128, %rd307, 1;\n"
+    ,
     "	and.b64  	%rd311, %rd128, 3;\n"
     "	setp.eq.s64 	%p3, %rd113, 0;\n"
     "	@%p3 bra 	$L__BB53_51;\n"
@@ -74752,7 +74828,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd309, %rd1, %rd129;\n"
     "	shl.b64 	%rd19, %rd10, 2;\n"
     "	add.s64 	%rd308, %rd2, %rd129;\n"
-    ,
     "	cvt.u32.u64 	%r19, %rd115;\n"
     "	cvt.u32.u64 	%r22, %rd11;\n"
     "\n"
@@ -74910,6 +74985,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd319, %r36;\n"
     "\n"
     "$L__BB53_33:\n"
+    ,
     "	mul.lo.s64 	%rd173, %rd318, %rd115;\n"
     "	sub.s64 	%rd174, %rd43, %rd173;\n"
     "	mul.lo.s64 	%rd175, %rd319, %rd115;\n"
@@ -74919,7 +74995,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.f32 	%f10, [%rd178];\n"
     "	mul.f32 	%f11, %f3, %f10;\n"
     "	cvt.s64.s32 	%rd179, %r3;\n"
-    ,
     "	mul.lo.s64 	%rd180, %rd179, %rd115;\n"
     "	add.s64 	%rd181, %rd180, %rd174;\n"
     "	shl.b64 	%rd183, %rd181, 2;\n"
@@ -75073,6 +75148,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p25 bra 	$L__BB53_61;\n"
     "\n"
     "	or.b64  	%rd230, %rd328, %rd11;\n"
+    ,
     "	and.b64  	%rd231, %rd230, -4294967296;\n"
     "	setp.eq.s64 	%p26, %rd231, 0;\n"
     "	@%p26 bra 	$L__BB53_59;\n"
@@ -75086,7 +75162,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.u64.u32 	%rd329, %r54;\n"
     "\n"
     "$L__BB53_60:\n"
-    ,
     "	sub.s64 	%rd232, %rd329, %rd328;\n"
     "	mul.lo.s64 	%rd233, %rd65, %rd232;\n"
     "	add.s64 	%rd234, %rd324, %rd233;\n"
@@ -75242,6 +75317,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	bra.uni 	$L__BB53_87;\n"
     "\n"
     "$L__BB53_86:\n"
+    ,
     "	cvt.u32.u64 	%r71, %rd336;\n"
     "	div.u32 	%r72, %r71, %r58;\n"
     "	cvt.u64.u32 	%rd337, %r72;\n"
@@ -75252,7 +75328,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mul.lo.s64 	%rd281, %rd337, %rd115;\n"
     "	add.s64 	%rd282, %rd281, %rd280;\n"
     "	shl.b64 	%rd283, %rd282, 2;\n"
-    ,
     "	add.s64 	%rd284, %rd2, %rd283;\n"
     "	ld.global.nc.f32 	%f19, [%rd284];\n"
     "	cvt.s64.s32 	%rd285, %r9;\n"
@@ -75404,6 +75479,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd183, %rd3, %rd76;\n"
     "	mov.f32 	%f62, 0f00000000;\n"
     "	mov.u32 	%r47, 0;\n"
+    ,
     "	mov.u32 	%r46, %r3;\n"
     "\n"
     "$L__BB54_18:\n"
@@ -75416,7 +75492,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p11 bra 	$L__BB54_20;\n"
     "\n"
     "	ld.global.nc.f32 	%f37, [%rd40];\n"
-    ,
     "	cvt.s64.s32 	%rd80, %r6;\n"
     "	sub.s64 	%rd81, %rd80, %rd182;\n"
     "	mul.lo.s64 	%rd82, %rd81, %rd50;\n"
@@ -75562,6 +75637,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd130, %rd129, %rd178;\n"
     "	shl.b64 	%rd131, %rd130, 2;\n"
     "	add.s64 	%rd132, %rd1, %rd131;\n"
+    ,
     "	ld.global.nc.f32 	%f54, [%rd132];\n"
     "	add.f32 	%f62, %f62, %f54;\n"
     "\n"
@@ -75573,7 +75649,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd133, %r19;\n"
     "	sub.s64 	%rd134, %rd133, %rd182;\n"
     "	mul.lo.s64 	%rd135, %rd134, %rd50;\n"
-    ,
     "	add.s64 	%rd136, %rd135, %rd178;\n"
     "	shl.b64 	%rd137, %rd136, 2;\n"
     "	add.s64 	%rd138, %rd1, %rd137;\n"
@@ -75729,6 +75804,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b64 	%rd28, %rd11, 2;\n"
     "\n"
     "$L__BB54_10:\n"
+    ,
     "	mov.u32 	%r37, 0;\n"
     "	st.global.u32 	[%rd180], %r37;\n"
     "	add.s64 	%rd67, %rd180, %rd28;\n"
@@ -75738,7 +75814,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd70, %rd67, %rd28;\n"
     "	st.global.u32 	[%rd70], %r37;\n"
     "	add.s64 	%rd71, %rd69, %rd11;\n"
-    ,
     "	add.s64 	%rd72, %rd70, %rd28;\n"
     "	add.s64 	%rd180, %rd72, %rd28;\n"
     "	st.global.u32 	[%rd72], %r37;\n"
@@ -75879,6 +75954,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p13 bra 	$L__BB55_22;\n"
     "\n"
     "	setp.eq.s64 	%p14, %rd28, 2;\n"
+    ,
     "	ld.global.nc.f32 	%f26, [%rd49+4];\n"
     "	ld.global.nc.f32 	%f27, [%rd48+4];\n"
     "	fma.rn.f32 	%f33, %f27, %f26, %f33;\n"
@@ -75889,7 +75965,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f33, %f29, %f28, %f33;\n"
     "\n"
     "$L__BB55_22:\n"
-    ,
     "	add.s64 	%rd91, %rd3, %rd76;\n"
     "	st.global.f32 	[%rd91], %f33;\n"
     "	add.s64 	%rd95, %rd95, %rd9;\n"
@@ -76051,6 +76126,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "	cvta.to.global.u64 	%rd28, %rd24;\n"
     "	shl.b64 	%rd29, %rd172, 2;\n"
+    ,
     "	add.s64 	%rd30, %rd28, %rd29;\n"
     "	ld.global.nc.u32 	%r48, [%rd30];\n"
     "	cvt.s64.s32 	%rd173, %r48;\n"
@@ -76062,7 +76138,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB56_12:\n"
     "	cvt.s64.s32 	%rd8, %r34;\n"
-    ,
     "	mul.wide.s32 	%rd32, %r35, %r34;\n"
     "	mul.lo.s64 	%rd9, %rd32, %rd172;\n"
     "	shl.b32 	%r15, %r254, 6;\n"
@@ -76206,6 +76281,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB56_23:\n"
     "	setp.ge.s32 	%p23, %r66, %r253;\n"
     "	add.s32 	%r118, %r99, %r62;\n"
+    ,
     "	st.shared.f32 	[%r118], %f516;\n"
     "	mov.f32 	%f518, 0f00000000;\n"
     "	or.pred  	%p25, %p23, %p15;\n"
@@ -76215,7 +76291,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd66, %r21;\n"
     "	add.s64 	%rd67, %rd13, %rd66;\n"
     "	cvta.to.global.u64 	%rd68, %rd21;\n"
-    ,
     "	shl.b64 	%rd69, %rd67, 2;\n"
     "	add.s64 	%rd70, %rd68, %rd69;\n"
     "	ld.global.nc.f32 	%f517, [%rd70];\n"
@@ -76361,6 +76436,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd116, %rd114, %rd115;\n"
     "	ld.global.nc.f32 	%f525, [%rd116];\n"
     "\n"
+    ,
     "$L__BB56_42:\n"
     "	st.shared.f32 	[%r18], %f525;\n"
     "	shr.s32 	%r188, %r64, 6;\n"
@@ -76370,7 +76446,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	@%p50 bra 	$L__BB56_44;\n"
     "\n"
     "	mul.wide.s32 	%rd117, %r24, %r35;\n"
-    ,
     "	add.s64 	%rd118, %rd11, %rd117;\n"
     "	cvta.to.global.u64 	%rd119, %rd22;\n"
     "	shl.b64 	%rd120, %rd118, 2;\n"
@@ -76485,13 +76560,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f177, [%r223+544];\n"
     "	ld.shared.f32 	%f178, [%r219+544];\n"
     "	fma.rn.f32 	%f179, %f178, %f177, %f155;\n"
+    ,
     "	ld.shared.f32 	%f180, [%r223+608];\n"
     "	fma.rn.f32 	%f181, %f178, %f180, %f157;\n"
     "	ld.shared.f32 	%f182, [%r223+672];\n"
     "	fma.rn.f32 	%f183, %f178, %f182, %f159;\n"
     "	ld.shared.f32 	%f184, [%r223+736];\n"
     "	fma.rn.f32 	%f185, %f178, %f184, %f161;\n"
-    ,
     "	ld.shared.f32 	%f186, [%r219+608];\n"
     "	fma.rn.f32 	%f187, %f186, %f177, %f163;\n"
     "	fma.rn.f32 	%f188, %f186, %f180, %f164;\n"
@@ -76587,13 +76662,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f278, [%r223+1760];\n"
     "	fma.rn.f32 	%f279, %f274, %f278, %f255;\n"
     "	ld.shared.f32 	%f280, [%r223+1824];\n"
+    ,
     "	fma.rn.f32 	%f281, %f274, %f280, %f257;\n"
     "	ld.shared.f32 	%f282, [%r219+1696];\n"
     "	fma.rn.f32 	%f283, %f282, %f273, %f259;\n"
     "	fma.rn.f32 	%f284, %f282, %f276, %f260;\n"
     "	fma.rn.f32 	%f285, %f282, %f278, %f261;\n"
     "	fma.rn.f32 	%f286, %f282, %f280, %f262;\n"
-    ,
     "	ld.shared.f32 	%f287, [%r219+1760];\n"
     "	fma.rn.f32 	%f288, %f287, %f273, %f264;\n"
     "	fma.rn.f32 	%f289, %f287, %f276, %f265;\n"
@@ -76688,13 +76763,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f378, [%r219+2784];\n"
     "	fma.rn.f32 	%f379, %f378, %f369, %f355;\n"
     "	fma.rn.f32 	%f380, %f378, %f372, %f356;\n"
+    ,
     "	fma.rn.f32 	%f381, %f378, %f374, %f357;\n"
     "	fma.rn.f32 	%f382, %f378, %f376, %f358;\n"
     "	ld.shared.f32 	%f383, [%r219+2848];\n"
     "	fma.rn.f32 	%f384, %f383, %f369, %f360;\n"
     "	fma.rn.f32 	%f385, %f383, %f372, %f361;\n"
     "	fma.rn.f32 	%f386, %f383, %f374, %f362;\n"
-    ,
     "	fma.rn.f32 	%f387, %f383, %f376, %f363;\n"
     "	ld.shared.f32 	%f388, [%r219+2912];\n"
     "	fma.rn.f32 	%f389, %f388, %f369, %f365;\n"
@@ -76789,13 +76864,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f478, %f474, %f472, %f454;\n"
     "	ld.shared.f32 	%f479, [%r219+3936];\n"
     "	fma.rn.f32 	%f480, %f479, %f465, %f456;\n"
+    ,
     "	fma.rn.f32 	%f481, %f479, %f468, %f457;\n"
     "	fma.rn.f32 	%f482, %f479, %f470, %f458;\n"
     "	fma.rn.f32 	%f483, %f479, %f472, %f459;\n"
     "	ld.shared.f32 	%f484, [%r219+4000];\n"
     "	fma.rn.f32 	%f485, %f484, %f465, %f461;\n"
     "	fma.rn.f32 	%f486, %f484, %f468, %f462;\n"
-    ,
     "	fma.rn.f32 	%f487, %f484, %f470, %f463;\n"
     "	fma.rn.f32 	%f488, %f484, %f472, %f464;\n"
     "	ld.shared.f32 	%f489, [%r223+4080];\n"
@@ -76937,6 +77012,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB56_71:\n"
     "	add.s32 	%r234, %r28, 16;\n"
     "	setp.ge.s32 	%p70, %r234, %r35;\n"
+    ,
     "	@%p70 bra 	$L__BB56_73;\n"
     "\n"
     "	st.global.f32 	[%rd19+64], %f538;\n"
@@ -76950,7 +77026,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB56_75:\n"
     "	add.s32 	%r236, %r28, 48;\n"
-    ,
     "	setp.ge.s32 	%p72, %r236, %r35;\n"
     "	@%p72 bra 	$L__BB56_77;\n"
     "\n"
@@ -77108,6 +77183,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "$L__BB57_8:\n"
     "	setp.ge.s32 	%p4, %r26, %r16;\n"
     "	shr.s32 	%r28, %r20, 6;\n"
+    ,
     "	add.s32 	%r5, %r28, %r133;\n"
     "	setp.ge.s32 	%p5, %r5, %r132;\n"
     "	or.pred  	%p6, %p4, %p5;\n"
@@ -77118,7 +77194,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd24, %rd123, %rd23;\n"
     "	mul.lo.s64 	%rd26, %rd24, %rd25;\n"
     "	add.s64 	%rd27, %rd26, %rd5;\n"
-    ,
     "	cvta.to.global.u64 	%rd28, %rd11;\n"
     "	shl.b64 	%rd29, %rd27, 2;\n"
     "	add.s64 	%rd30, %rd28, %rd29;\n"
@@ -77260,6 +77335,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.s64.s32 	%rd81, %r17;\n"
     "	mul.lo.s64 	%rd82, %rd80, %rd81;\n"
     "	add.s64 	%rd83, %rd82, %rd6;\n"
+    ,
     "	cvta.to.global.u64 	%rd84, %rd12;\n"
     "	shl.b64 	%rd85, %rd83, 2;\n"
     "	add.s64 	%rd86, %rd84, %rd85;\n"
@@ -77270,7 +77346,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r103, %r100, %r35;\n"
     "	st.shared.f32 	[%r103], %f496;\n"
     "	bar.sync 	0;\n"
-    ,
     "	shr.u32 	%r104, %r20, 2;\n"
     "	and.b32  	%r105, %r104, 1073741820;\n"
     "	add.s32 	%r107, %r32, %r105;\n"
@@ -77367,6 +77442,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f193, %f191, %f180, %f169;\n"
     "	fma.rn.f32 	%f194, %f191, %f182, %f170;\n"
     "	fma.rn.f32 	%f195, %f191, %f184, %f171;\n"
+    ,
     "	ld.shared.f32 	%f196, [%r107+1008];\n"
     "	fma.rn.f32 	%f197, %f196, %f177, %f173;\n"
     "	fma.rn.f32 	%f198, %f196, %f180, %f174;\n"
@@ -77374,7 +77450,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f200, %f196, %f184, %f176;\n"
     "	ld.shared.f32 	%f201, [%r109+1088];\n"
     "	ld.shared.f32 	%f202, [%r107+1088];\n"
-    ,
     "	fma.rn.f32 	%f203, %f202, %f201, %f179;\n"
     "	ld.shared.f32 	%f204, [%r109+1152];\n"
     "	fma.rn.f32 	%f205, %f202, %f204, %f181;\n"
@@ -77468,6 +77543,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f293, %f292, %f273, %f269;\n"
     "	fma.rn.f32 	%f294, %f292, %f276, %f270;\n"
     "	fma.rn.f32 	%f295, %f292, %f278, %f271;\n"
+    ,
     "	fma.rn.f32 	%f296, %f292, %f280, %f272;\n"
     "	ld.shared.f32 	%f297, [%r109+2176];\n"
     "	ld.shared.f32 	%f298, [%r107+2176];\n"
@@ -77475,7 +77551,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f300, [%r109+2240];\n"
     "	fma.rn.f32 	%f301, %f298, %f300, %f277;\n"
     "	ld.shared.f32 	%f302, [%r109+2304];\n"
-    ,
     "	fma.rn.f32 	%f303, %f298, %f302, %f279;\n"
     "	ld.shared.f32 	%f304, [%r109+2368];\n"
     "	fma.rn.f32 	%f305, %f298, %f304, %f281;\n"
@@ -77569,6 +77644,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f393, [%r109+3264];\n"
     "	ld.shared.f32 	%f394, [%r107+3264];\n"
     "	fma.rn.f32 	%f395, %f394, %f393, %f371;\n"
+    ,
     "	ld.shared.f32 	%f396, [%r109+3328];\n"
     "	fma.rn.f32 	%f397, %f394, %f396, %f373;\n"
     "	ld.shared.f32 	%f398, [%r109+3392];\n"
@@ -77576,7 +77652,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.shared.f32 	%f400, [%r109+3456];\n"
     "	fma.rn.f32 	%f401, %f394, %f400, %f377;\n"
     "	ld.shared.f32 	%f402, [%r107+3328];\n"
-    ,
     "	fma.rn.f32 	%f403, %f402, %f393, %f379;\n"
     "	fma.rn.f32 	%f404, %f402, %f396, %f380;\n"
     "	fma.rn.f32 	%f405, %f402, %f398, %f381;\n"
@@ -77676,6 +77751,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s32 	%r10, %r113, %r111;\n"
     "	mov.u32 	%r114, %ctaid.x;\n"
     "	and.b32  	%r115, %r112, 15;\n"
+    ,
     "	bfi.b32 	%r11, %r114, %r115, 6, 26;\n"
     "	setp.ge.s32 	%p29, %r10, %r16;\n"
     "	@%p29 bra 	$L__BB57_34;\n"
@@ -77685,7 +77761,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd89, %rd88, %rd87;\n"
     "	cvt.s64.s32 	%rd90, %r17;\n"
     "	mul.lo.s64 	%rd91, %rd89, %rd90;\n"
-    ,
     "	cvt.s64.s32 	%rd92, %r11;\n"
     "	add.s64 	%rd93, %rd91, %rd92;\n"
     "	cvta.to.global.u64 	%rd94, %rd13;\n"
@@ -77859,12 +77934,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	.reg .b64 	%rd<61>;\n"
     "\n"
     "\n"
+    ,
     "	ld.param.u64 	%rd21, [k_moe_aux_loss_param_0];\n"
     "	ld.param.u64 	%rd22, [k_moe_aux_loss_param_1];\n"
     "	ld.param.u64 	%rd19, [k_moe_aux_loss_param_2];\n"
     "	ld.param.u64 	%rd20, [k_moe_aux_loss_param_3];\n"
     "	ld.param.u32 	%r34, [k_moe_aux_loss_param_4];\n"
-    ,
     "	cvta.to.global.u64 	%rd1, %rd22;\n"
     "	cvta.to.global.u64 	%rd2, %rd21;\n"
     "	setp.lt.s32 	%p1, %r34, 1;\n"
@@ -78021,6 +78096,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f81, 0f3BBB989D;\n"
     "	fma.rn.f32 	%f82, %f79, %f81, %f80;\n"
     "	cvt.sat.f32.f32 	%f83, %f82;\n"
+    ,
     "	mov.f32 	%f84, 0f4B400001;\n"
     "	mov.f32 	%f85, 0f437C0000;\n"
     "	fma.rm.f32 	%f86, %f83, %f85, %f84;\n"
@@ -78029,7 +78105,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f89, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f90, %f79, %f89, %f88;\n"
     "	mov.f32 	%f91, 0f32A57060;\n"
-    ,
     "	fma.rn.f32 	%f92, %f79, %f91, %f90;\n"
     "	mov.b32 	%r49, %f86;\n"
     "	shl.b32 	%r50, %r49, 23;\n"
@@ -78153,6 +78228,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "\n"
     "$L__BB58_27:\n"
     "	mov.f32 	%f482, 0f00000000;\n"
+    ,
     "	setp.gt.f32 	%p26, %f466, 0f00000000;\n"
     "	@%p26 bra 	$L__BB58_35;\n"
     "	bra.uni 	$L__BB58_28;\n"
@@ -78166,7 +78242,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r162, %r12;\n"
     "\n"
     "$L__BB58_37:\n"
-    ,
     "	cvt.s64.s32 	%rd47, %r163;\n"
     "	add.s64 	%rd48, %rd12, %rd47;\n"
     "	shl.b64 	%rd49, %rd48, 2;\n"
@@ -78286,6 +78361,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.b32 	%r93, %f383;\n"
     "	shl.b32 	%r94, %r93, 23;\n"
     "	mov.b32 	%f390, %r94;\n"
+    ,
     "	ex2.approx.ftz.f32 	%f391, %f389;\n"
     "	mul.f32 	%f392, %f391, %f390;\n"
     "	div.rn.f32 	%f393, %f392, %f475;\n"
@@ -78293,7 +78369,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.s64 	%rd17, %rd1, %rd56;\n"
     "	ld.global.nc.u32 	%r95, [%rd17];\n"
     "	cvt.rn.f32.s32 	%f394, %r95;\n"
-    ,
     "	div.rn.f32 	%f395, %f394, %f466;\n"
     "	fma.rn.f32 	%f482, %f393, %f395, %f482;\n"
     "	@%p35 bra 	$L__BB58_42;\n"
@@ -78416,13 +78491,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f232, %f231, 0f00000000, %f218;\n"
     "	ld.global.nc.f32 	%f233, [%rd43+12];\n"
     "	sub.f32 	%f234, %f233, %f471;\n"
+    ,
     "	fma.rn.f32 	%f235, %f234, %f188, %f187;\n"
     "	cvt.sat.f32.f32 	%f236, %f235;\n"
     "	fma.rm.f32 	%f237, %f236, %f192, %f191;\n"
     "	add.f32 	%f238, %f237, 0fCB40007F;\n"
     "	neg.f32 	%f239, %f238;\n"
     "	fma.rn.f32 	%f240, %f234, %f196, %f239;\n"
-    ,
     "	fma.rn.f32 	%f241, %f234, %f198, %f240;\n"
     "	mov.b32 	%r71, %f237;\n"
     "	shl.b32 	%r72, %r71, 23;\n"
@@ -78554,6 +78629,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shfl.sync.bfly.b32 	%r118|%p42, %r116, %r117, %r103, %r105;\n"
     "	mov.b32 	%f446, %r118;\n"
     "	add.f32 	%f42, %f445, %f446;\n"
+    ,
     "	cvt.u32.u64 	%r119, %rd6;\n"
     "	and.b32  	%r33, %r119, 31;\n"
     "	setp.ne.s32 	%p43, %r33, 0;\n"
@@ -78562,7 +78638,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shr.u32 	%r121, %r119, 3;\n"
     "	and.b32  	%r122, %r121, 536870908;\n"
     "	mov.u32 	%r123, _ZZ9block_sumfE2sh;\n"
-    ,
     "	add.s32 	%r124, %r123, %r122;\n"
     "	st.shared.f32 	[%r124], %f42;\n"
     "\n"
@@ -78707,6 +78782,7 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	ld.global.nc.u32 	%r51, [%rd87];\n"
     "	cvt.rn.f32.s32 	%f57, %r51;\n"
     "	add.f32 	%f721, %f721, %f57;\n"
+    ,
     "	add.s64 	%rd87, %rd87, 4;\n"
     "	add.s32 	%r155, %r155, -1;\n"
     "	setp.ne.s32 	%p6, %r155, 0;\n"
@@ -78716,7 +78792,6 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.u32 	%r52, %ctaid.x;\n"
     "	mov.u32 	%r53, %ntid.x;\n"
     "	cvt.u64.u32 	%rd7, %r53;\n"
-    ,
     "	mul.wide.u32 	%rd34, %r52, %r53;\n"
     "	mov.u32 	%r54, %tid.x;\n"
     "	cvt.u64.u32 	%rd35, %r54;\n"
@@ -78860,12 +78935,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	shl.b32 	%r65, %r64, 23;\n"
     "	mov.b32 	%f114, %r65;\n"
     "	ex2.approx.ftz.f32 	%f115, %f113;\n"
+    ,
     "	fma.rn.f32 	%f116, %f115, %f114, %f104;\n"
     "	ld.global.nc.f32 	%f117, [%rd47+12];\n"
     "	sub.f32 	%f118, %f117, %f725;\n"
     "	fma.rn.f32 	%f119, %f118, %f78, %f77;\n"
     "	cvt.sat.f32.f32 	%f120, %f119;\n"
-    ,
     "	fma.rm.f32 	%f121, %f120, %f82, %f81;\n"
     "	add.f32 	%f122, %f121, 0fCB40007F;\n"
     "	neg.f32 	%f123, %f122;\n"
@@ -78999,12 +79074,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	cvt.rn.f32.s32 	%f323, %r94;\n"
     "	div.rn.f32 	%f324, %f323, %f721;\n"
     "	fma.rn.f32 	%f325, %f322, %f324, %f736;\n"
+    ,
     "	ld.global.nc.f32 	%f326, [%rd61+4];\n"
     "	sub.f32 	%f327, %f326, %f725;\n"
     "	fma.rn.f32 	%f328, %f327, %f307, %f306;\n"
     "	cvt.sat.f32.f32 	%f329, %f328;\n"
     "	fma.rm.f32 	%f330, %f329, %f311, %f310;\n"
-    ,
     "	add.f32 	%f331, %f330, 0fCB40007F;\n"
     "	neg.f32 	%f332, %f331;\n"
     "	fma.rn.f32 	%f333, %f327, %f315, %f332;\n"
@@ -79126,13 +79201,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f416, %f415, %f725;\n"
     "	mov.f32 	%f417, 0f3F000000;\n"
     "	mov.f32 	%f418, 0f3BBB989D;\n"
+    ,
     "	fma.rn.f32 	%f419, %f416, %f418, %f417;\n"
     "	cvt.sat.f32.f32 	%f420, %f419;\n"
     "	mov.f32 	%f421, 0f4B400001;\n"
     "	mov.f32 	%f422, 0f437C0000;\n"
     "	fma.rm.f32 	%f423, %f420, %f422, %f421;\n"
     "	add.f32 	%f424, %f423, 0fCB40007F;\n"
-    ,
     "	neg.f32 	%f425, %f424;\n"
     "	mov.f32 	%f426, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f427, %f416, %f426, %f425;\n"
@@ -79258,13 +79333,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	mov.f32 	%f250, 0f4B400001;\n"
     "	mov.f32 	%f251, 0f437C0000;\n"
     "	fma.rm.f32 	%f252, %f249, %f251, %f250;\n"
+    ,
     "	add.f32 	%f253, %f252, 0fCB40007F;\n"
     "	neg.f32 	%f254, %f253;\n"
     "	mov.f32 	%f255, 0f3FB8AA3B;\n"
     "	fma.rn.f32 	%f256, %f245, %f255, %f254;\n"
     "	mov.f32 	%f257, 0f32A57060;\n"
     "	fma.rn.f32 	%f258, %f245, %f257, %f256;\n"
-    ,
     "	mov.b32 	%r84, %f252;\n"
     "	shl.b32 	%r85, %r84, 23;\n"
     "	mov.b32 	%f259, %r85;\n"
@@ -79393,12 +79468,12 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	sub.f32 	%f610, %f609, %f725;\n"
     "	fma.rn.f32 	%f611, %f610, %f570, %f569;\n"
     "	cvt.sat.f32.f32 	%f612, %f611;\n"
+    ,
     "	fma.rm.f32 	%f613, %f612, %f574, %f573;\n"
     "	add.f32 	%f614, %f613, 0fCB40007F;\n"
     "	neg.f32 	%f615, %f614;\n"
     "	fma.rn.f32 	%f616, %f610, %f578, %f615;\n"
     "	fma.rn.f32 	%f617, %f610, %f580, %f616;\n"
-    ,
     "	mov.b32 	%r137, %f613;\n"
     "	shl.b32 	%r138, %r137, 23;\n"
     "	mov.b32 	%f618, %r138;\n"
@@ -79523,13 +79598,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	fma.rn.f32 	%f707, %f694, %f706, %f705;\n"
     "	mov.b32 	%r149, %f701;\n"
     "	shl.b32 	%r150, %r149, 23;\n"
+    ,
     "	mov.b32 	%f708, %r150;\n"
     "	ex2.approx.ftz.f32 	%f709, %f707;\n"
     "	mul.f32 	%f710, %f709, %f708;\n"
     "	div.rn.f32 	%f711, %f710, %f729;\n"
     "	mul.f32 	%f712, %f1, %f711;\n"
     "	ld.global.nc.u32 	%r151, [%rd21+8];\n"
-    ,
     "	cvt.rn.f32.s32 	%f713, %r151;\n"
     "	div.rn.f32 	%f714, %f713, %f721;\n"
     "	sub.f32 	%f715, %f714, %f736;\n"
@@ -79657,13 +79732,13 @@ static const char *const pdde_cuda_ptx_mma_parts[] = {
     "	add.f32 	%f512, %f511, 0fCB40007F;\n"
     "	neg.f32 	%f513, %f512;\n"
     "	mov.f32 	%f514, 0f3FB8AA3B;\n"
+    ,
     "	fma.rn.f32 	%f515, %f504, %f514, %f513;\n"
     "	mov.f32 	%f516, 0f32A57060;\n"
     "	fma.rn.f32 	%f517, %f504, %f516, %f515;\n"
     "	mov.b32 	%r123, %f511;\n"
     "	shl.b32 	%r124, %r123, 23;\n"
     "	mov.b32 	%f518, %r124;\n"
-    ,
     "	ex2.approx.ftz.f32 	%f519, %f517;\n"
     "	mul.f32 	%f520, %f519, %f518;\n"
     "	div.rn.f32 	%f521, %f520, %f729;\n"

@@ -211,6 +211,10 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
     }
+    case PDDE_OP_LAYERNORM: /* x, gamma [, beta] [, r added to x first: lowering's PDDE_FUSE_ADD_LN] */
+        if (pdde_op_i32(node, PDDE_P_NORM_ADD_IN) && (node->nsrc != 4 || pgd_numel(node->src[3]) != pgd_numel(node))) return 0;
+        if (!pdde_op_i32(node, PDDE_P_NORM_ADD_IN) && node->nsrc > 3) return 0;
+        break;
     case PDDE_OP_LAYERNORM_BACK: /* x, gamma, dy [, the other gradient of x (lowering's PDDE_FUSE_ADD_LN)]; [a bf16 copy of dx] */
         if (node->nsrc == 4 && pgd_numel(node->src[3]) != pgd_numel(node)) return 0;
         if (pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) && pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) != PDDE_BF16 &&
@@ -1041,8 +1045,11 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
                                   PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
         pgd_ptr pb = pgd_opt_src(node, 2);
         int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+        int add_in = pdde_op_i32(node, PDDE_P_NORM_ADD_IN) != 0; /* (x + src 3, the sum beside y: PDDE_FUSE_ADD_LN) */
+        pgd_ptr pres = add_in ? pgd_ptr_of(node->src[3]) : pgd_null, psum = add_in ? pgd_at(py, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
-                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt)));
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt),
+                                       PGD_P(pres), PGD_P(psum)));
     }
     case PDDE_OP_LAYERNORM_BACK:
     case PDDE_OP_RMSNORM_BACK: {

@@ -261,12 +261,18 @@ __kernel void k_sum_final(PTR(const float, part), long np, PTR(const float, prev
 #define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))
 #define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))
 
+/* res (null: none): added to x first, the sum written to sum (planner/lower.c, PDDE_FUSE_ADD_LN); each item
+ * reads back only the columns it wrote */
 __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,
-                          long C, float eps, int ydt) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y);
+                          long C, float eps, int ydt, PTR(const float, res), PTR(float, sum)) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y); BIND(const float, res); BIND(float, sum);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
+        if (res) {
+            COLS_LOOP(j, C) sum[r * C + j] = xr[j] + res[r * C + j];
+            xr = sum + r * C;
+        }
         float s = 0.0f;
         COLS_LOOP(j, C) s += xr[j];
         float mean = group_sum(s, sh) / (float)C;

@@ -266,12 +266,18 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))\n"
     "#define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))\n"
     "\n"
+    "/* res (null: none): added to x first, the sum written to sum (planner/lower.c, PDDE_FUSE_ADD_LN); each item\n"
+    " * reads back only the columns it wrote */\n"
     "__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,\n"
-    "                          long C, float eps, int ydt) {\n"
-    "    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y);\n"
+    "                          long C, float eps, int ydt, PTR(const float, res), PTR(float, sum)) {\n"
+    "    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y); BIND(const float, res); BIND(float, sum);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
+    "        if (res) {\n"
+    "            COLS_LOOP(j, C) sum[r * C + j] = xr[j] + res[r * C + j];\n"
+    "            xr = sum + r * C;\n"
+    "        }\n"
     "        float s = 0.0f;\n"
     "        COLS_LOOP(j, C) s += xr[j];\n"
     "        float mean = group_sum(s, sh) / (float)C;\n"
@@ -282,10 +288,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
+    ,
     "/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN); cp (null: none):\n"
     " * dx also stored as dtype cdt (a rounded copy: PDDE_BF16_GRADS) */\n"
     "__kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),\n"
-    ,
     "                               long rows, long C, float eps, PTR(const float, res), PTR(void, cp), int cdt) {\n"
     "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res); BIND(void, cp);\n"
     "    __local float sh[MAX_GROUP];\n"
@@ -368,12 +374,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* dgamma over the rows of chunk = group id 1 (rpc rows a chunk), into dg[chunk * C + j] */\n"
     "__kernel void k_gamma_back(PTR(const float, x), PTR(const float, dy), PTR(const float, st), PTR(float, dg), long rows,\n"
     "                           long C, long rpc) {\n"
+    ,
     "    BIND(const float, x); BIND(const float, dy); BIND(const float, st); BIND(float, dg);\n"
     "    __local float sh[8][33];\n"
     "    int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);\n"
     "    long j = (long)get_group_id(0) * 32 + tx;\n"
     "    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < rows ? r0 + rpc : rows;\n"
-    ,
     "    float acc = 0.0f;\n"
     "    if (j < C)\n"
     "        for (long r = r0 + ty; r < r1; r += ny) acc += dy[r * C + j] * (x[r * C + j] - st[2 * r]) * st[2 * r + 1];\n"
@@ -466,13 +472,13 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "         * `continue` before the group reductions raced on PoCL) */\n"
     "        float ok = (t >= 0 && t < V) ? 1.0f : 0.0f;\n"
     "        float m = -INFINITY;\n"
+    ,
     "        COLS_LOOP(j, V) m = fmax(m, load_in(logits, lr + j, ldt));\n"
     "        m = group_max(m, sh);\n"
     "        float s = 0.0f;\n"
     "        COLS_LOOP(j, V) s += exp(load_in(logits, lr + j, ldt) - m);\n"
     "        float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;\n"
     "        float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);\n"
-    ,
     "        COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(load_in(logits, lr + j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);\n"
     "    }\n"
     "}\n"
@@ -559,6 +565,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "static ushort f32_to_bf16(float f) {\n"
     "    uint u = as_uint(f);\n"
+    ,
     "    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);\n"
     "    u += 0x7fffu + ((u >> 16) & 1u);\n"
     "    return (ushort)(u >> 16);\n"
@@ -566,7 +573,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "static void cast_one(__global const void *src, __global void *dst, long i, int sdt, int ddt) {\n"
     "    if ((sdt == DT_I32 || sdt == DT_I64) && (ddt == DT_I32 || ddt == DT_I64)) {\n"
-    ,
     "        long v = sdt == DT_I32 ? (long)((__global const int *)src)[i] : ((__global const long *)src)[i];\n"
     "        if (ddt == DT_I32) ((__global int *)dst)[i] = (int)v;\n"
     "        else ((__global long *)dst)[i] = v;\n"
@@ -643,12 +649,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "__kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,\n"
     "                      float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,\n"
+    ,
     "                      float bc2, PTR(void, sh), int sdt) {\n"
     "    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq); BIND(void, sh);\n"
     "    if (update_skipped(gnorm_sq)) return;\n"
     "    float f = gscale * clip_factor(gnorm_sq, clip);\n"
     "    GRID_STRIDE(i, n) {\n"
-    ,
     "        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, wd, bc1, bc2);\n"
     "        if (sdt) store_shadow(sh, i, p[i], sdt);\n"
     "    }\n"
@@ -725,6 +731,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "static long att_y(long r, long T, long D, long H) {\n"
     "    if (!H) return r * (D + 1);\n"
     "    long t = r % T, bh = r / T;\n"
+    ,
     "    return ((bh / H) * T + t) * H * D + (bh % H) * D;\n"
     "}\n"
     "static long att_lse(long r, long rows, long T, long D, long H) { return H ? rows * D + r : r * (D + 1) + D; }\n"
@@ -732,7 +739,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    return H ? att_in(r, T, D, H) + which * D : which * rows * D + r * D;\n"
     "}\n"
     "\n"
-    ,
     "/* Forward: row r's output and logsumexp into y [BH, T, D + 1], one key at a time with an online\n"
     " * softmax (the running sum and output are rescaled when the running max grows). */\n"
     "__kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,\n"
@@ -800,11 +806,11 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);\n"
     "    BIND(float, rowdot); BIND(float, out);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
+    ,
     "        long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);\n"
     "        float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];\n"
     "        for (long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;\n"
     "        for (long ri = r; ri < r - j + T; ri++) {\n"
-    ,
     "            __global const float *qi = q + att_in(ri, T, D, H), *doi = dy + att_y(ri, T, D, H);\n"
     "            float s = 0.0f, dp = 0.0f;\n"
     "            for (long d = 0; d < D; d++) s += qi[d] * kr[d], dp += doi[d] * vr[d];\n"
@@ -874,6 +880,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            COLS_LOOP(j, lim) m = fmax(m, scale * sr[j]);\n"
     "            m = group_max(m, sh);\n"
     "            float z = 0.0f;\n"
+    ,
     "            COLS_LOOP(j, lim) z += exp(scale * sr[j] - m);\n"
     "            z = group_sum(z, sh);\n"
     "            inv = 1.0f / z;\n"
@@ -881,7 +888,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        }\n"
     "        COLS_LOOP(j, T) {\n"
     "            float v = j < lim ? exp(scale * sr[j] - m) * inv : 0.0f;\n"
-    ,
     "            if (pdt == DT_BF16) ((__global ushort *)p)[r * T + j] = f32_to_bf16(v);\n"
     "            else ((__global float *)p)[r * T + j] = v;\n"
     "        }\n"
@@ -943,12 +949,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    int live = i < T;\n"
     "    float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];\n"
     "    for (long d = 0; d < D; d++) qr[d] = live ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f, acc[d] = 0.0f;\n"
+    ,
     "    float m = -INFINITY, lsum = 0.0f;\n"
     "    for (long j0 = 0; j0 < kend; j0 += FK) {\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
     "        for (long e = l; e < FK * D; e += FR) {\n"
     "            long jj = e / D, d = e % D, j = j0 + jj;\n"
-    ,
     "            ks[jj][d] = j < T ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "            vs[jj][d] = j < T ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "        }\n"
@@ -1022,9 +1028,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* dk, dv of the group's key rows (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j, whose\n"
     " * q and dO rows, logsumexp and rowdot come through group memory. */\n"
+    ,
     "static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,\n"
     "                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
-    ,
     "                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],\n"
     "                      __local float *lses, __local float *dots) {\n"
     "    long tiles = (T + FR - 1) / FR, grp = get_group_id(0), bh = grp / tiles, tile = tiles - 1 - grp % tiles, base = bh * T;\n"
@@ -1086,10 +1092,10 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);\n"
     "}\n"
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
+    ,
     "k_flash_back_dq_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
-    ,
     "    BIND(const float, rowdot); BIND(float, out);\n"
     "    __local float ks[FK][PGD_ATT_DMAX], vs[FK][PGD_ATT_DMAX];\n"
     "    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);\n"
@@ -1157,12 +1163,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float mm = -INFINITY, zz = 0.0f;\n"
     "    for (int e = 0; e < E; e++) mm = l[e] > mm ? l[e] : mm;\n"
     "    for (int e = 0; e < E; e++) zz += exp(l[e] - mm);\n"
+    ,
     "    *m = mm, *z = zz;\n"
     "}\n"
     "static float moe_score(float l, float m, float z, int sig) { return sig ? 1.0f / (1.0f + exp(-l)) : exp(l - m) / z; }\n"
     "\n"
     "/* An item per row: the k highest scores (+ bias), lower id first on ties, a number before a NaN. */\n"
-    ,
     "__kernel void k_moe_topk(PTR(const float, lg), PTR(const float, bias), PTR(int, out), long N, int E, int k, int flags) {\n"
     "    BIND(const float, lg); BIND(const float, bias); BIND(int, out);\n"
     "    int sig = flags & 1;\n"
@@ -1238,12 +1244,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    GRID_STRIDE(i, nk * C) {\n"
     "        long ch = i / C, col = i - ch * C;\n"
     "        int r = row[ch];\n"
+    ,
     "        if (r >= 0) y[(long)r * C + col] = (w ? w[ch] : 1.0f) * x[(ch / k) * C + col];\n"
     "    }\n"
     "}\n"
     "\n"
     "/* y[n] = sum_j (w[n, j] *) ye[row(n, j)]: an item per element of a token's row */\n"
-    ,
     "__kernel void k_moe_combine(PTR(const float, ye), PTR(const int, row), PTR(const float, w), PTR(float, y), long N, int k, long C) {\n"
     "    BIND(const float, ye); BIND(const int, row); BIND(const float, w); BIND(float, y);\n"
     "    GRID_STRIDE(i, N * C) {\n"
@@ -1317,12 +1323,12 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, lg); BIND(const int, cnt); BIND(float, y);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    float total = 0.0f, acc = 0.0f;\n"
+    ,
     "    for (int e = 0; e < E; e++) total += (float)cnt[e];\n"
     "    COLS_LOOP(n, N) {\n"
     "        __global const float *l = lg + n * E;\n"
     "        float m, z, pf = 0.0f;\n"
     "        moe_softmax_mz(l, E, &m, &z);\n"
-    ,
     "        for (int e = 0; e < E; e++) pf += exp(l[e] - m) / z * (total > 0.0f ? (float)cnt[e] / total : 0.0f);\n"
     "        acc += pf;\n"
     "    }\n"

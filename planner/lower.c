@@ -810,8 +810,8 @@ static int *lower_readers(const pdde_program *P, int **at) {
     for (int i = 0; at && i <= P->n; i++) (*at)[i] = INT32_MAX;
     for (int i = 0; i < P->n_order; i++) {
         if (at) (*at)[P->order[i]->id] = i;
-        for (int k = 0; k < P->order[i]->nsrc; k++)
-            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+        for (int k = 0; k < P->order[i]->nsrc; k++) /* (the view of a node's second result reads none of its values) */
+            if (P->order[i]->src[k] && !pdde_is_lowp_copy_view(P->order[i])) readers[P->order[i]->src[k]->id]++;
     }
     return readers;
 }
@@ -929,13 +929,42 @@ static pdde_status lower_fuse_grad(lowering *L) {
  * network the stream x feeds a layernorm and goes on: autodiff adds the layernorm's dx to x's other
  * gradient. Where that add's inputs are a layernorm backward that nothing else reads and a gradient
  * computed before it, the layernorm backward takes the other gradient as a fourth source and adds it to
- * dx on the store (the same bits), and the add becomes a view of it. */
+ * dx on the store (the same bits), and the add becomes a view of it.
+ * Forward, a layernorm of a residual add (ln(x + r), the sum going on as the stream): the layernorm reads x
+ * and r (PDDE_P_NORM_ADD_IN, r its fourth source), adds them as the add did (the same bits) and writes the
+ * sum past its own output; the add becomes the view of that sum (PDDE_P_VIEW_BESIDE), moved to right after
+ * the layernorm, which must come before the sum's other readers. */
 static pdde_status lower_fuse_add_ln(lowering *L) {
     pdde_program *P = L->P;
     if (!lower_switch_on("PDDE_FUSE_ADD_LN")) return PDDE_OK;
     int *at, *readers = lower_readers(P, &at);
     if (!readers) return lower_oom(L);
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *l = P->order[i], *s = l->nsrc == 3 ? l->src[0] : NULL;
+        if (l->op != PDDE_OP_LAYERNORM || !s || s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) ||
+            (l->flags & kept) || s->device != l->device || pdde_op_i32(l, PDDE_P_NORM_ADD_IN) || at[s->id] > i)
+            continue;
+        bool ok = true;
+        for (int k = 0; k < 2 && ok; k++)
+            ok = s->src[k]->dtype == PDDE_F32 && s->src[k]->device == l->device && pdde_tensor_numel(s->src[k]) == pdde_tensor_numel(s);
+        for (int j = at[s->id] + 1; j <= i && ok; j++) /* (nothing between the add and the layernorm reads the sum) */
+            for (int k = 0; k < P->order[j]->nsrc && ok; k++) ok = P->order[j] == l || P->order[j]->src[k] != s;
+        if (!ok) continue;
+        l->src[0] = s->src[0], l->src[3] = s->src[1], l->nsrc = 4;
+        pdde_op_set_i32(l, PDDE_P_NORM_ADD_IN, 1);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, l->device, l)) {
+            l->src[0] = s, l->src[3] = NULL, l->nsrc = 3;
+            pdde_op_set_i32(l, PDDE_P_NORM_ADD_IN, 0);
+            continue;
+        }
+        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = l, s->src[1] = NULL, s->nsrc = 1;
+        pdde_op_set_i32(s, PDDE_P_VIEW_BESIDE, 1);
+        int from = at[s->id]; /* the add (now the view) moves to right after the layernorm */
+        memmove(P->order + from, P->order + from + 1, (size_t)(i - from) * sizeof *P->order);
+        P->order[i] = s;
+        for (int j = from; j <= i; j++) at[P->order[j]->id] = j;
+    }
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *s = P->order[i];
         if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept)) continue;
@@ -1035,6 +1064,7 @@ static pdde_status lower_bf16_grads(lowering *L) {
                 continue;
             }
             c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW, c->src[0] = y;
+            pdde_op_set_i32(c, PDDE_P_VIEW_BESIDE, 1);
             continue;
         }
         if (y->op != PDDE_OP_BIAS_GELU_BACK || y->dtype != PDDE_F32 || (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device ||
