@@ -286,6 +286,16 @@ static pdde_tensor *b_mlp_bf16_grads(pdde_graph *g, const op_case *c) {
     return b_mlp_bf16(g, c);
 }
 
+/* layernorm_add: s = x + r, y = layernorm(s) + s / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above):
+ * the layernorm adds x and r itself and writes s beside y (the add a view of it); shape as b_norm's */
+static pdde_tensor *b_layernorm_add(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    pdde_tensor *s = pdde_add(g, P(g, "x", SHAPE_ARGS(c)), P(g, "r", SHAPE_ARGS(c)));
+    int64_t C = c->p[c->p[0]];
+    pdde_tensor *y = pdde_layernorm(g, s, P(g, "gamma", 1, C, 0, 0, 0), P(g, "beta", 1, C, 0, 0, 0), 1e-5f);
+    return pdde_add(g, y, pdde_scale(g, s, 0.5f));
+}
+
 /* layernorm_copy: h = x @ w1, y = layernorm(h) + h / 2, out = y @ w2 under a bf16 compute dtype, with
  * PDDE_BF16_GRADS=1 and PDDE_FUSE_ADD_LN=1 (set for the case, as above): the layernorm backward adds h's
  * other gradient and writes the bf16 copy of dh that the first matmul's backward reads (its cast a view) */
@@ -397,6 +407,8 @@ static const op_case cases[] = {
     {"layernorm_res", b_layernorm_res, {2, 7, 33}, 1, T_DEF},
     {"layernorm_res", b_layernorm_res, {3, 4, 5, 769}, 1, T_DEF},
     {"layernorm_res", b_layernorm_res, {2, 7, 33, 0, 0, 1}, 1, T_DEF},
+    {"layernorm_add", b_layernorm_add, {2, 7, 33}, 1, T_DEF},
+    {"layernorm_add", b_layernorm_add, {3, 4, 5, 769}, 1, T_DEF},
     {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
     /* C = 1: dx = dy g rr (1 - xhat^2), all cancellation, condition number 1 + x^2/eps (~1e5): the CPU's
