@@ -43,7 +43,7 @@ check() { # NAME ENV... -- CMD...: a test; its last line's counts
 }
 check casts PDDE_CUDA_LT=0 "$build/test_casts"
 grep -E "cuda\): PDDE_FUSE|cuda\): PDDE_BF16_GRADS|cuda\): casts per step" "$log/casts.out" | head -6
-for op in matmul_bias matmul_grad cross_entropy_lowp layernorm_res bias_gelu_grads; do
+for op in matmul_bias matmul_grad cross_entropy_lowp layernorm_res layernorm_add bias_gelu_grads layernorm_copy; do
     check "ops_$op" PDDE_CUDA_LT=0 "$build/test_backend_ops" --backend cuda --op "$op"
     check "ops_${op}_lt" PDDE_CUDA_LT=1 "$build/test_backend_ops" --backend cuda --op "$op"
 done
@@ -66,7 +66,7 @@ run epilogue_lt PDDE_FUSE_EPILOGUE=1 PDDE_CUDA_LT=1
 run grad_lt PDDE_FUSE_GRAD=1 PDDE_CUDA_LT=1
 run add_ln PDDE_FUSE_ADD_LN=1
 run bf16_logits PDDE_BF16_LOGITS=1
-run bf16_grads PDDE_BF16_GRADS=1 PDDE_FUSE_EPILOGUE=1
+run bf16_grads PDDE_BF16_GRADS=1 PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_ADD_LN=1
 run all_lt PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1
 run default_again X=0 # (the defaults once more: the spread of two runs of one configuration)
 base=${tok[default]:-0}
