@@ -632,8 +632,9 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
     e = pgd_launch(g, PGD_K_GAMMA_BACK, (unsigned)((C + 31) / 32), (unsigned)chunks, 1, 32, 8,
                    PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(stats), PGD_P(part), PGD_A(rows), PGD_A(C), PGD_A(rpc)));
     if (e || chunks == 1) return e;
+    int32_t f32 = (int32_t)PDDE_F32;
     return pgd_launch(g, PGD_K_COLSUM, (unsigned)((C + 31) / 32), 1, 1, 32, 8,
-                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks)));
+                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks), PGD_A(f32)));
 }
 
 static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
