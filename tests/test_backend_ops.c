@@ -286,6 +286,16 @@ static pdde_tensor *b_mlp_bf16_grads(pdde_graph *g, const op_case *c) {
     return b_mlp_bf16(g, c);
 }
 
+/* bias_gelu_rows: x [p0, 13] @ w1, bias_gelu, @ w2 under bf16 with PDDE_BF16_GRADS=1 (as b_mlp_bf16_grads): enough
+ * rows (512 and more) that a GPU sums the bf16 bias gradient in row chunks */
+static pdde_tensor *b_bias_gelu_rows(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *w1 = P(g, "w1", 2, 13, 17, 0, 0), *b1 = P(g, "b1", 1, 17, 0, 0, 0), *w2 = P(g, "w2", 2, 17, 7, 0, 0);
+    pdde_tensor *h = pdde_bias_gelu(g, pdde_matmul(g, P(g, "x", 2, c->p[0], 13, 0, 0), w1, 0, 0), b1);
+    return pdde_matmul(g, h, w2, 0, 0);
+}
+
 /* layernorm_add: s = x + r, y = layernorm(s) + s / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above):
  * the layernorm adds x and r itself and writes s beside y (the add a view of it); shape as b_norm's */
 static pdde_tensor *b_layernorm_add(pdde_graph *g, const op_case *c) {
@@ -404,6 +414,7 @@ static const op_case cases[] = {
     {"layernorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"layernorm", b_norm, {3, 4, 5, 769}, 1, T_DEF},
     {"layernorm", b_norm, {2, 3, 1000}, 1, T_DEF},
+    {"layernorm", b_norm, {2, 1031, 33}, 1, T_DEF}, /* (rows enough for the GPU's gamma gradient in row chunks) */
     {"layernorm_res", b_layernorm_res, {2, 7, 33}, 1, T_DEF},
     {"layernorm_res", b_layernorm_res, {3, 4, 5, 769}, 1, T_DEF},
     {"layernorm_res", b_layernorm_res, {2, 7, 33, 0, 0, 1}, 1, T_DEF},
@@ -484,6 +495,7 @@ static const op_case cases[] = {
     {"sgd_update", b_mlp_bf16, {0}, 3, T_LOWP},
     {"bias_gelu_grads", b_mlp_bf16_grads, {1}, 3, T_LOWP}, /* (not an op name) */
     {"layernorm_copy", b_layernorm_copy, {0}, 1, T_LOWP},  /* (not an op name) */
+    {"bias_gelu_grads", b_bias_gelu_rows, {1031}, 1, T_LOWP},
     /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
     {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
