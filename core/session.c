@@ -984,7 +984,7 @@ static pdde_status session_allocate(pdde_session *s) {
         session_device *sd = &s->devs[s->slot[t->id]];
         if (is_root_sharing(t)) {
             pdde_tensor *r = storage_root(t);
-            t->data = r->data, t->offset = r->offset;
+            t->data = r->data, t->offset = r->offset + storage_offset_in_root(t);
         } else {
             t->data = is_persistent(t) ? sd->persist : sd->arena;
         }
