@@ -12,7 +12,8 @@
  *    size the bytes one rank sends (4 KiB, 16 KiB, ... 16 MiB: powers of 4), each size's latency the
  *    median of 7 repeats within a run, then the median over 5 runs of each side in alternating rounds:
  *    alltoall_vs_mpi = the geometric mean over the sizes of pdde's bandwidth / MPI's on 2 ranks,
- *    alltoall_vs_mpi_4 the same on 4 ranks (every size's ratio printed).
+ *    alltoall_vs_mpi_4 the same on 4 ranks (every size's ratio printed). Both bound alike: mpirun's default
+ *    (2 ranks: a core each, pdde-run --bind cores; more: the whole socket, pdde-run unbound).
  * 3. The cost model: the MoE layer's forward and backward for 4, 8, 16 and 32 experts predicted from a
  *    calibration of this machine (pdde-bench --quick, taken first) against their measured medians:
  *    cost_mape.
@@ -227,10 +228,12 @@ int main(int argc, char **argv) {
     for (int n = 2; n <= 4; n += 2) {
         size_t s1[MAXS], s2[MAXS];
         double l1[A2A_ROUNDS][MAXS], l2[A2A_ROUNDS][MAXS], m1[MAXS], m2[MAXS], t[A2A_ROUNDS];
-        int n1 = MAXS, n2 = MAXS, r1 = 0, r2 = 0;
+        int n1 = MAXS, n2 = MAXS, r1 = 0, r2 = 0, bind = n <= 2 && n <= sysconf(_SC_NPROCESSORS_ONLN);
         for (int round = 0; round < A2A_ROUNDS; round++) {
             size_t sz[MAXS];
-            snprintf(cmd, sizeof cmd, "%s/pdde-run -n %d %s/bench_moe --worker %zu %zu 2>&1", build, n, build, min, max);
+            /* bound as mpirun binds by default: up to 2 ranks one core each, beyond that the whole socket */
+            snprintf(cmd, sizeof cmd, "%s%s/pdde-run -n %d %s %s/bench_moe --worker %zu %zu 2>&1", bind ? "PDDE_NUM_THREADS=1 " : "", build, n,
+                     bind ? "--bind cores" : "", build, min, max);
             int k = collect(cmd, sz, l1[r1]);
             if (k > 0) { memcpy(s1, sz, sizeof sz); n1 = k < n1 ? k : n1; r1++; }
             snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_alltoallv %zu %zu 2>&1", n, build, min, max);
@@ -241,8 +244,8 @@ int main(int argc, char **argv) {
         if (!r2) n2 = 0;
         for (int i = 0; i < n1; i++) { for (int r = 0; r < r1; r++) t[r] = l1[r][i]; m1[i] = bench_median(t, r1); }
         for (int i = 0; i < n2; i++) { for (int r = 0; r < r2; r++) t[r] = l2[r][i]; m2[i] = bench_median(t, r2); }
-        printf("alltoallv f32, equal counts, %d ranks (one host, %ld cores), medians of %d alternating runs each: bytes a rank sends, "
-               "bandwidth = bytes x (n-1)/n / time\n", n, sysconf(_SC_NPROCESSORS_ONLN), A2A_ROUNDS);
+        printf("alltoallv f32, equal counts, %d ranks (one host, %ld cores, %s), medians of %d alternating runs each: bytes a rank sends, "
+               "bandwidth = bytes x (n-1)/n / time\n", n, sysconf(_SC_NPROCESSORS_ONLN), bind ? "a core each" : "unbound", A2A_ROUNDS);
         printf("%12s %12s %12s %12s %12s %8s\n", "bytes", "pdde us", "mpi us", "pdde GB/s", "mpi GB/s", "ratio");
         double logsum = 0;
         int nlog = 0;
