@@ -92,6 +92,22 @@ const char *pdde_feature_name(uint32_t feature) {
 #ifdef PDDE_HAVE_PS
 #include "comm/ps.c"
 #endif
+/* Whether two ranks' device ids (n of id_size bytes; all zeros: unknown) name one device (NCCL's check). */
+int pdde_device_ids_shared(const void *ids, int n, size_t id_size, int *first, int *second) {
+    const unsigned char *b = ids;
+    for (int i = 0; b && id_size && i < n; i++) {
+        int known = 0;
+        for (size_t k = 0; k < id_size; k++) known |= b[(size_t)i * id_size + k];
+        for (int j = i + 1; known && j < n; j++)
+            if (!memcmp(b + (size_t)i * id_size, b + (size_t)j * id_size, id_size)) {
+                if (first) *first = i;
+                if (second) *second = j;
+                return 1;
+            }
+    }
+    return 0;
+}
+
 /* (in every build that has the file: without comm/'s transport or CUDA its init says why it is
  * unavailable; a copy without the comm/ folder gets one that says only that) */
 #if __has_include("comm/nccl.c")
