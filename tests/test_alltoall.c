@@ -5,7 +5,8 @@
  * count arrays are gone; counts that disagree give every rank the same clear error at once, and the
  * communicator works afterwards. "refused": the kernel refuses the others' reads of rank 0 (it is not
  * dumpable and they lack CAP_SYS_PTRACE, as under a container's rules): every rank notices after the
- * first operation's reads and all go on in chunks, the results exact. (A rank killed during an
+ * first operation's reads and all go on in chunks, the results exact. Messages at, just over and just
+ * under the size that goes with the counts table, back to back, arrive exact. (A rank killed during an
  * all-to-all: test_comm_fail.) */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -113,6 +114,32 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
         CHECK(st == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "in place"), "%s rank %d: alltoall in place: %s (%s)", way, me,
               pdde_status_str(st), pdde_last_error(ctx));
     free(io);
+
+    /* back to back around the size up to which messages go with the counts table (a chunk slot:
+     * 512 KiB / n rounded down to 64 bytes): exactly at it, one element over (the way switches),
+     * one under, with zero counts and the last rank sending nothing; each way after each other way */
+    size_t slot = ((512u << 10) / (size_t)n & ~(size_t)63) / 4;
+    static const int ladder[] = {0, 1, 2, 0, 2, 1, 3, 3, 0};
+    int32_t *ls = malloc(((slot + 1) * (size_t)n + 1) * 4), *lr = malloc(((slot + 1) * (size_t)n + 1) * 4);
+    for (int step = 0; step < (int)(sizeof ladder / sizeof *ladder); step++) {
+        /* pair (r, j) sends base - (r + j + 1) % 2 elements (rank 0 to 1: base), the last rank none; 3: small */
+        size_t base = ladder[step] == 0 ? slot : ladder[step] == 1 ? slot + 1 : ladder[step] == 2 ? slot - 1 : 7, lsc[8], lsd[8], lrc[8], lrd[8];
+        size_t at = 0, rat = 0;
+        for (int j = 0; j < n; j++) {
+            lsc[j] = me == n - 1 ? 0 : base - (size_t)((me + j + 1) % 2), lsd[j] = at, at += lsc[j];
+            lrc[j] = j == n - 1 ? 0 : base - (size_t)((j + me + 1) % 2), lrd[j] = rat, rat += lrc[j];
+            for (size_t i = 0; i < lsc[j]; i++) ls[lsd[j] + i] = val(me, j, i) + step;
+        }
+        memset(lr, 0xff, (rat + 1) * 4);
+        st = pdde_comm_alltoallv(comm, ls, lsc, lsd, lr, lrc, lrd, PDDE_I32);
+        bad = 0;
+        for (int j = 0; j < n && !st; j++)
+            for (size_t i = 0; i < lrc[j]; i++) bad += lr[lrd[j] + i] != val(j, me, i) + step;
+        bad += lr[rat] != -1;
+        CHECK(st == PDDE_OK && bad == 0, "%s rank %d: boundary step %d (%zu elements a pair): %s, %zu wrong", way, me, step, base,
+              pdde_last_error(ctx), bad);
+    }
+    free(ls), free(lr);
 
     /* counts that disagree: rank 0 expects one element more from the last rank than it sends. On
      * shared memory every rank gets the same error at once; the communicator goes on working. */

@@ -1,16 +1,19 @@
 /* bench_moe — Mixture-of-Experts on this machine.
  *
- *   bench_moe [--build DIR] [--reps N] [--max BYTES]     (what `make bench-moe` runs)
- *   bench_moe --worker MAX                                 (one rank of the all-to-all part, under pdde-run)
+ *   bench_moe [--build DIR] [--reps N] [--min BYTES] [--max BYTES]   (what `make bench-moe` runs)
+ *   bench_moe --worker MIN MAX                             (one rank of the all-to-all part, under pdde-run)
  *
  * 1. An MoE feed-forward (router, top-2 of 8 experts, dispatch, grouped GEMMs, GELU, combine) against
  *    the dense MLP of the same active FLOPs (hidden 2 x the experts' ffn), forward and backward on the
  *    same tokens, in alternating rounds: layer_vs_dense = the dense time / the MoE time (its share of
  *    the dense layer's FLOP rate).
  * 2. pdde_comm_alltoallv (equal counts, the shape of a balanced token exchange) against Open MPI's
- *    MPI_Alltoallv (tools/bench/mpi_alltoallv.c, the same sizes and timing) on 2 and 4 ranks:
- *    alltoall_vs_mpi = pdde's bandwidth / MPI's at 16 MiB a rank on 2 ranks (the other sizes printed),
- *    alltoall_vs_mpi_4 the same on 4 ranks; the two run in alternating rounds, medians over them.
+ *    MPI_Alltoallv (tools/bench/mpi_alltoallv.c, the same sizes and timing) on 2 and 4 ranks, each
+ *    size the bytes one rank sends (4 KiB, 16 KiB, ... 16 MiB: powers of 4), each size's latency the
+ *    median of 7 repeats within a run, then the median over 5 runs of each side in alternating rounds:
+ *    alltoall_vs_mpi = the geometric mean over the sizes of pdde's bandwidth / MPI's on 2 ranks,
+ *    alltoall_vs_mpi_4 the same on 4 ranks (every size's ratio printed). Both bound alike: mpirun's default
+ *    (2 ranks: a core each, pdde-run --bind cores; more: the whole socket, pdde-run unbound).
  * 3. The cost model: the MoE layer's forward and backward for 4, 8, 16 and 32 experts predicted from a
  *    calibration of this machine (pdde-bench --quick, taken first) against their measured medians:
  *    cost_mape.
@@ -95,7 +98,7 @@ static void layer_close(layer_run *r) { pdde_session_free(r->s), pdde_graph_free
 
 /* ---- the all-to-all ---- */
 
-static int worker(size_t max) {
+static int worker(size_t min, size_t max) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     pdde_comm *c;
@@ -104,6 +107,7 @@ static int worker(size_t max) {
     float *send = calloc(max / 4 + (size_t)n, 4), *recv = calloc(max / 4 + (size_t)n, 4);
     size_t *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
     for (size_t bytes = 64; bytes <= max && !rc; bytes = bench_next_size(bytes)) {
+        if (bytes < min) continue;
         size_t per = bytes / 4 / (size_t)n; /* bytes: one rank's whole send buffer */
         for (int r = 0; r < n; r++) counts[r] = per, displs[r] = (size_t)r * per;
         int iters = bench_iters(bytes), reps = bench_reps(bytes);
@@ -146,13 +150,14 @@ static int collect(const char *cmd, size_t *sizes, double *lat) {
 int main(int argc, char **argv) {
     const char *build = "build";
     int reps = 15;
-    size_t max = (size_t)16 << 20;
+    size_t max = (size_t)16 << 20, min = (size_t)4 << 10;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--worker")) return worker(i + 1 < argc ? strtoull(argv[i + 1], NULL, 10) : max);
+        if (!strcmp(argv[i], "--worker") && i + 2 < argc) return worker(strtoull(argv[i + 1], NULL, 10), strtoull(argv[i + 2], NULL, 10));
         if (!strcmp(argv[i], "--build") && i + 1 < argc) build = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoull(argv[++i], NULL, 10);
-        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--max BYTES] | --worker MAX\n"); return 2; }
+        else if (!strcmp(argv[i], "--min") && i + 1 < argc) min = strtoull(argv[++i], NULL, 10);
+        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--min BYTES] [--max BYTES] | --worker MIN MAX\n"); return 2; }
     }
     if (reps < 3) reps = 3;
     if (reps > 64) reps = 64;
@@ -216,19 +221,22 @@ int main(int argc, char **argv) {
     for (int e = 0; e < NE; e++) layer_close(&moe[e]);
 
     /* 2. the all-to-all: pdde and MPI in alternating rounds (load from elsewhere hits both), each
-     * size's latency the median over the rounds of each run's median */
+     * size's latency the median over the rounds of each run's median; the ratio the geometric mean
+     * over the sizes both measured */
 #define A2A_ROUNDS 5
     double vs_mpi[2] = {NAN, NAN};
     for (int n = 2; n <= 4; n += 2) {
         size_t s1[MAXS], s2[MAXS];
         double l1[A2A_ROUNDS][MAXS], l2[A2A_ROUNDS][MAXS], m1[MAXS], m2[MAXS], t[A2A_ROUNDS];
-        int n1 = MAXS, n2 = MAXS, r1 = 0, r2 = 0;
+        int n1 = MAXS, n2 = MAXS, r1 = 0, r2 = 0, bind = n <= 2 && n <= sysconf(_SC_NPROCESSORS_ONLN);
         for (int round = 0; round < A2A_ROUNDS; round++) {
             size_t sz[MAXS];
-            snprintf(cmd, sizeof cmd, "%s/pdde-run -n %d %s/bench_moe --worker %zu 2>&1", build, n, build, max);
+            /* bound as mpirun binds by default: up to 2 ranks one core each, beyond that the whole socket */
+            snprintf(cmd, sizeof cmd, "%s%s/pdde-run -n %d %s %s/bench_moe --worker %zu %zu 2>&1", bind ? "PDDE_NUM_THREADS=1 " : "", build, n,
+                     bind ? "--bind cores" : "", build, min, max);
             int k = collect(cmd, sz, l1[r1]);
             if (k > 0) { memcpy(s1, sz, sizeof sz); n1 = k < n1 ? k : n1; r1++; }
-            snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_alltoallv %zu 2>&1", n, build, max);
+            snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_alltoallv %zu %zu 2>&1", n, build, min, max);
             k = collect(cmd, sz, l2[r2]);
             if (k > 0) { memcpy(s2, sz, sizeof sz); n2 = k < n2 ? k : n2; r2++; }
         }
@@ -236,17 +244,21 @@ int main(int argc, char **argv) {
         if (!r2) n2 = 0;
         for (int i = 0; i < n1; i++) { for (int r = 0; r < r1; r++) t[r] = l1[r][i]; m1[i] = bench_median(t, r1); }
         for (int i = 0; i < n2; i++) { for (int r = 0; r < r2; r++) t[r] = l2[r][i]; m2[i] = bench_median(t, r2); }
-        printf("alltoallv f32, equal counts, %d ranks (one host, %ld cores), medians of %d alternating runs each: bytes a rank sends, "
-               "bandwidth = bytes x (n-1)/n / time\n", n, sysconf(_SC_NPROCESSORS_ONLN), A2A_ROUNDS);
+        printf("alltoallv f32, equal counts, %d ranks (one host, %ld cores, %s), medians of %d alternating runs each: bytes a rank sends, "
+               "bandwidth = bytes x (n-1)/n / time\n", n, sysconf(_SC_NPROCESSORS_ONLN), bind ? "a core each" : "unbound", A2A_ROUNDS);
         printf("%12s %12s %12s %12s %12s %8s\n", "bytes", "pdde us", "mpi us", "pdde GB/s", "mpi GB/s", "ratio");
+        double logsum = 0;
+        int nlog = 0;
         for (int i = 0; i < n1; i++) {
             double lm = 0;
             for (int j = 0; j < n2; j++)
                 if (s2[j] == s1[i]) lm = m2[j];
             double f = (double)(n - 1) / n, bp = s1[i] * f / m1[i] / 1e9, bm = lm > 0 ? s1[i] * f / lm / 1e9 : 0;
             printf("%12zu %12.2f %12.2f %12.3f %12.3f %8.2f\n", s1[i], m1[i] * 1e6, lm * 1e6, bp, bm, bm > 0 ? bp / bm : 0);
-            if (s1[i] == max && bm > 0) vs_mpi[n / 2 - 1] = bp / bm;
+            if (bm > 0 && bp > 0) logsum += log(bp / bm), nlog++;
         }
+        if (nlog) vs_mpi[n / 2 - 1] = exp(logsum / nlog);
+        printf("  geometric mean of the ratios over %d sizes: %.3f\n", nlog, vs_mpi[n / 2 - 1]);
         fflush(stdout);
     }
     /* 4. the ep pick on 2 ranks */

@@ -1,7 +1,7 @@
 /* mpi_alltoallv.c — the Open MPI side of bench_moe's all-to-all: the same sizes (the bytes one rank
  * sends, in equal parts to every rank) and timing method as its pdde worker (barrier before each
  * sample, median of repeats on rank 0). Built with mpicc by `make bench-moe`, not by the library
- * build. Prints "RES <bytes> <seconds per op>". */
+ * build. Usage: mpi_alltoallv [MIN MAX] (bytes). Prints "RES <bytes> <seconds per op>". */
 #include <mpi.h>
 #include <stdio.h>
 #include "bench_common.h"
@@ -11,10 +11,11 @@ int main(int argc, char **argv) {
     int me, n;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    size_t max = argc > 1 ? strtoull(argv[1], NULL, 10) : (size_t)16 << 20;
+    size_t min = argc > 2 ? strtoull(argv[1], NULL, 10) : 64, max = argc > 2 ? strtoull(argv[2], NULL, 10) : (size_t)16 << 20;
     float *send = calloc(max / 4 + (size_t)n, 4), *recv = calloc(max / 4 + (size_t)n, 4);
     int *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
     for (size_t bytes = 64; bytes <= max; bytes = bench_next_size(bytes)) {
+        if (bytes < min) continue;
         int per = (int)(bytes / 4 / (size_t)n), iters = bench_iters(bytes), reps = bench_reps(bytes);
         for (int r = 0; r < n; r++) counts[r] = per, displs[r] = r * per;
         double t[16];
