@@ -442,9 +442,11 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
 
 /* The planner's plans for training the GPT of c on d (fastest first, then rejected ones with why):
  * pdde_plan_search over the model's training graph at its global batch, tensor parallelism by heads;
- * with a cluster (d's devices), the best ones ranked by simulating their real programs on it. */
-static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
-                                                    const pdde_cluster *cluster, pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
+ * with a cluster (d's devices), MoE models' ep tried by its cost model and, with simulate, the best
+ * ones ranked by simulating their real programs on it. */
+static inline pdde_status gpt_plan_search_cluster(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
+                                                  const pdde_cluster *cluster, int simulate, pdde_plan *plans, int max_plans, int *n_fit,
+                                                  int *n_rejected) {
     pdde_graph *g = NULL;
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
@@ -457,10 +459,17 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
     b.cfg = *c, b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
     pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
     if (c->moe_experts > 1) pp.no_tp = pp.no_pp = 1; /* (MoE blocks run data and expert parallel) */
-    if (cluster) pp.cluster = cluster, pp.build = gpt_plan_build, pp.build_user = &b;
+    if (cluster) pp.cluster = cluster;
+    if (cluster && simulate) pp.build = gpt_plan_build, pp.build_user = &b;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);
     return st;
+}
+
+/* The same, the best ones simulated on the cluster. */
+static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
+                                                    const pdde_cluster *cluster, pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
+    return gpt_plan_search_cluster(ctx, c, d, use_all_devices, cluster, 1, plans, max_plans, n_fit, n_rejected);
 }
 
 /* The expert-parallel degree for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
