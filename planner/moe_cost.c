@@ -40,13 +40,31 @@ static double moe_rank_imbalance(const pdde_moe_cost_params *p, int ep) {
  * or, where the groups together send more through one machine's NIC than that takes in the time, the
  * NIC's time for all of it. What a machine sends out: in an all-to-all, each member's chunks to
  * peers on other machines; in an allreduce spanning H machines, 2 (H-1)/H of the buffer a machine
- * (two-level or ring, bandwidth-optimal across machines); a reduce-scatter or allgather half that. */
+ * (two-level or ring, bandwidth-optimal across machines); a reduce-scatter or allgather half that.
+ * Where a machine's intra link is a shared resource (a link group: a CPU's memory), the groups' flows
+ * run at once on it, step by step, and take longer than one group alone when they do. */
 static double moe_groups_time(pdde_context *ctx, const pdde_cluster *c, pdde_collective coll, const int *members, int G, int S, int64_t count,
                               pdde_dtype dtype) {
     if (S < 2 || count <= 0) return 0;
     double t = pdde_cost_collective_time(ctx, c, coll, PDDE_ALGO_AUTO, members, S, count, dtype);
+    double bytes = (double)count * (double)pdde_dtype_size(dtype);
+    int shared = 0; /* a machine whose devices' links share one resource (a CPU's memory: its intra link's group) */
+    for (int m = 0; m < c->n_machines; m++) shared |= c->machines[m].intra.group >= 0;
+    if (isfinite(t) && G > 1 && shared) { /* every group's flows at once, step by step (pairwise all-to-all or ring) */
+        cost_step s = {ctx, c, 0, 0, NULL, NULL, NULL, 0};
+        int steps = coll == PDDE_COLL_ALLREDUCE ? 2 * (S - 1) : S - 1;
+        double tc = 0;
+        for (int k = 1; k <= steps && isfinite(tc); k++) {
+            for (int g = 0; g < G; g++)
+                for (int i = 0; i < S; i++)
+                    cost_step_flow(&s, members[(size_t)g * S + i], members[(size_t)g * S + (i + (coll == PDDE_COLL_ALLTOALL ? k : 1)) % S], bytes / S);
+            tc += cost_step_time(&s);
+        }
+        free(s.src), free(s.dst), free(s.bytes);
+        t = isfinite(tc) ? (tc > t ? tc : t) : NAN;
+    }
     if (!isfinite(t) || c->n_machines < 2) return t;
-    double bytes = (double)count * (double)pdde_dtype_size(dtype), *out = calloc((size_t)c->n_machines, sizeof *out);
+    double *out = calloc((size_t)c->n_machines, sizeof *out);
     int *mach = malloc((size_t)S * sizeof *mach);
     if (!out || !mach) {
         free(out), free(mach);
