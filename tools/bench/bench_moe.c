@@ -12,16 +12,17 @@
  *    alltoall_vs_mpi = pdde's bandwidth / MPI's at 16 MiB a rank on 2 ranks (the other sizes printed),
  *    alltoall_vs_mpi_4 the same on 4 ranks; the two run in alternating rounds, medians over them.
  * 3. The cost model: the MoE layer's forward and backward for 4, 8, 16 and 32 experts predicted from
- *    calibrations of this machine (pdde-bench --quick; three, before, between and after the halves of
- *    the rounds, so that a load that changes meanwhile is in the calibrations as in the measurements;
- *    each layer's prediction the median of the three) against their measured medians: cost_mape.
+ *    calibrations of this machine (pdde-bench --quick --budget 0.1; three, each followed by a third of
+ *    the rounds, so that a load that changes meanwhile is in the calibration as in the rounds it is
+ *    compared with): each layer's error the median over the three of its prediction over the median
+ *    of the rounds after it; cost_mape their mean absolute value.
  * 4. The ep pick: an MoE GPT (8 experts, top-2) trained under build/pdde-run on 2 ranks, data parallel
  *    (ep 1) and expert parallel (--moe-ep, ep 2), and on 4 ranks, ep 1, ep 2 (--ep 2: groups of 2 of
  *    the 4 dp ranks) and ep 4 (--moe-ep); the runs of every configuration in alternating rounds (A B C
  *    .. A B C ..: load from elsewhere hits them alike), each run's median step, the median over the
  *    rounds. pdde_moe_cost_estimate of each (the layouts as they run: the routed rows exchanged, the
- *    expert gradients reduce-scattered) on this machine's calibration with collectives, its CPU device
- *    one rank a copy, the machine's cores as the file says (the ranks beyond them share them), picks
+ *    expert gradients reduce-scattered) on this machine's calibrations with collectives (before the
+ *    rounds, halfway, after: the median of the three predictions), its CPU device one rank a copy, the machine's cores as the file says (the ranks beyond them share them), picks
  *    one for each number of ranks, as gpt --plan auto does: pick_gap_pct = how much slower the pick
  *    measured than the fastest, the larger of the two.
  *
@@ -160,7 +161,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ep-rounds") && i + 1 < argc) ep_rounds = atoi(argv[++i]);
         else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--max BYTES] | --worker MAX\n"); return 2; }
     }
-    if (reps < 3) reps = 3;
+    if (reps < 6) reps = 6; /* (at least 2 rounds a calibration) */
     if (reps > 64) reps = 64;
     if (ep_rounds < 1 || ep_rounds > 64) ep_rounds = 5;
     pdde_context *ctx;
@@ -175,36 +176,37 @@ int main(int argc, char **argv) {
     if (layer_open(ctx, 0, &dense)) return 1;
     for (int e = 0; e < NE; e++)
         if (layer_open(ctx, experts[e], &moe[e])) return 1;
-    /* calibrations between the halves of the rounds: each layer predicted by each */
+    /* calibrations, each followed by its block of rounds: each layer predicted by each calibration and
+     * compared with the block measured right after it (the same load, as near as can be) */
     char cmd[2048], cluster[1024];
     snprintf(cluster, sizeof cluster, "%s/bench_moe_cluster.json", build);
-    snprintf(cmd, sizeof cmd, "%s/pdde-bench -o %s --quick --no-comm --devices cpu >/dev/null 2>&1", build, cluster);
+    snprintf(cmd, sizeof cmd, "%s/pdde-bench -o %s --quick --budget 0.1 --no-comm --devices cpu >/dev/null 2>&1", build, cluster); /* (medians of 0.1 s a point) */
 #define CALIBS 3
-    double pred[CALIBS][NE];
+    double pred[CALIBS][NE], err[CALIBS][NE];
     int n_calib = 0;
     for (int k = 0; k < CALIBS; k++) {
         pdde_cluster *cl = NULL;
-        if (system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
-            int ok = 1;
-            for (int e = 0; e < NE; e++) {
-                pdde_cost_program *p = NULL;
-                pdde_cost_result *res = NULL;
-                if (pdde_cost_program_from_graph(moe[e].g, cl->machines[0].devices[0].id, &p) == PDDE_OK && pdde_cost_simulate(ctx, cl, p, &res) == PDDE_OK)
-                    pred[n_calib][e] = res->step_time;
-                else
-                    ok = 0, fprintf(stderr, "bench_moe: cost model: %s\n", pdde_last_error(ctx));
-                pdde_cost_result_free(res), pdde_cost_program_free(p);
-            }
-            n_calib += ok;
-        } else {
-            fprintf(stderr, "bench_moe: no calibration (%s)\n", cl ? pdde_last_error(ctx) : cmd);
+        int ok = system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0;
+        if (!ok) fprintf(stderr, "bench_moe: no calibration (%s)\n", cl ? pdde_last_error(ctx) : cmd);
+        for (int e = 0; ok && e < NE; e++) {
+            pdde_cost_program *p = NULL;
+            pdde_cost_result *res = NULL;
+            if (pdde_cost_program_from_graph(moe[e].g, cl->machines[0].devices[0].id, &p) == PDDE_OK && pdde_cost_simulate(ctx, cl, p, &res) == PDDE_OK)
+                pred[n_calib][e] = res->step_time;
+            else
+                ok = 0, fprintf(stderr, "bench_moe: cost model: %s\n", pdde_last_error(ctx));
+            pdde_cost_result_free(res), pdde_cost_program_free(p);
         }
         pdde_cluster_free(cl);
-        for (int r = k * reps / (CALIBS - 1); k < CALIBS - 1 && r < (k + 1) * reps / (CALIBS - 1); r++) { /* rounds of every layer, in turn */
+        int first[NE];
+        for (int e = 0; e < NE; e++) first[e] = moe[e].n;
+        for (int r = k * reps / CALIBS; r < (k + 1) * reps / CALIBS; r++) { /* rounds of every layer, in turn */
             if (layer_time(&dense)) return 1;
             for (int e = 0; e < NE; e++)
                 if (layer_time(&moe[e])) return 1;
         }
+        for (int e = 0; ok && e < NE; e++) err[n_calib][e] = pred[n_calib][e] / bench_median(moe[e].t + first[e], moe[e].n - first[e]) - 1;
+        n_calib += ok;
     }
     double flops = 3.0 * 2.0 * 2.0 * TOKENS * (double)WIDTH * TOPK * FFN; /* 2 GEMMs, forward + 2x backward */
     double td = bench_median(dense.t, dense.n);
@@ -220,14 +222,15 @@ int main(int argc, char **argv) {
     double mape = NAN;
     if (n_calib) {
         double sum = 0;
-        printf("cost model (the median of %d calibrations by pdde-bench --quick, taken between the rounds)\n", n_calib);
+        printf("cost model: %d calibrations by pdde-bench --quick, each followed by a block of the rounds; error = the median over the "
+               "blocks of (the prediction / the block's median - 1)\n", n_calib);
         for (int e = 0; e < NE; e++) {
-            double t[CALIBS], lo = INFINITY, hi = 0;
-            for (int k = 0; k < n_calib; k++) t[k] = pred[k][e], lo = t[k] < lo ? t[k] : lo, hi = t[k] > hi ? t[k] : hi;
-            double pm = bench_median(t, n_calib);
-            printf("  moe E=%-3d    predicted %8.3f ms (%.3f .. %.3f), measured %8.3f ms: %+.1f%%\n", experts[e], pm * 1e3, lo * 1e3, hi * 1e3, tm[e] * 1e3,
-                   100 * (pm / tm[e] - 1));
-            sum += fabs(pm - tm[e]) / tm[e];
+            double t[CALIBS], ev[CALIBS], lo = INFINITY, hi = 0;
+            for (int k = 0; k < n_calib; k++) t[k] = pred[k][e], ev[k] = err[k][e], lo = t[k] < lo ? t[k] : lo, hi = t[k] > hi ? t[k] : hi;
+            double pm = bench_median(t, n_calib), em = bench_median(ev, n_calib);
+            printf("  moe E=%-3d    predicted %8.3f ms (%.3f .. %.3f), measured %8.3f ms: %+.1f%% (paired)\n", experts[e], pm * 1e3, lo * 1e3, hi * 1e3,
+                   tm[e] * 1e3, 100 * em);
+            sum += fabs(em);
         }
         mape = 100 * sum / NE;
     } else {
@@ -276,8 +279,38 @@ int main(int argc, char **argv) {
     enum { NC = sizeof cfg / sizeof cfg[0] };
     double runs[NC][64], measured[NC], predicted[NC], gap = NAN;
     int n_runs[NC] = {0};
-    for (int r = 0; r < ep_rounds; r++)
-        for (int i = 0; i < NC; i++) {
+    /* this machine's calibration with collectives (one thread a rank) before the rounds, halfway and
+     * after them: each configuration's prediction the median of the three */
+    char calib[2048];
+    snprintf(calib, sizeof calib, "PDDE_NUM_THREADS=1 %s/pdde-bench -o %s --quick --devices cpu >/dev/null 2>&1", build, cluster);
+    double preds[NC][3];
+    int n_pred = 0, cores = 0;
+    for (int r = 0; r <= ep_rounds; r++) {
+        pdde_cluster *cl = NULL;
+        if ((r == 0 || r == ep_rounds / 2 || r == ep_rounds) && n_pred < 3 && system(calib) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK &&
+            cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
+            /* the other ranks: copies of the machine's CPU device (the ranks share its cores, a thread each) */
+            pdde_cluster_device d0 = cl->machines[0].devices[0];
+            int dev[4] = {d0.id, d0.id + 1000, d0.id + 2000, d0.id + 3000}, ok = 1;
+            for (int k = 1; k < 4; k++) {
+                pdde_cluster_device dk = d0;
+                dk.id = dev[k];
+                pdde_cluster_add_device(cl, 0, &dk);
+            }
+            cores = cl->machines[0].cores;
+            for (int i = 0; i < NC; i++) {
+                pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
+                mp.tokens = 8 * 64, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
+                mp.capacity_factor = 0; /* dropless: the exchange carries the routed rows only */
+                mp.grads_over_ep = 1;
+                pdde_moe_cost mc;
+                if (pdde_moe_cost_estimate(ctx, cl, dev, cfg[i].ranks, &mp, cfg[i].ep, &mc) == PDDE_OK) preds[i][n_pred] = mc.step_s;
+                else ok = 0, fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
+            }
+            n_pred += ok;
+        }
+        pdde_cluster_free(cl);
+        for (int i = 0; r < ep_rounds && i < NC; i++) {
             char metrics[1024];
             snprintf(metrics, sizeof metrics, "%s/bench_moe_ep.jsonl", build);
             remove(metrics);
@@ -297,31 +330,8 @@ int main(int argc, char **argv) {
             if (n && n_runs[i] < 64) runs[i][n_runs[i]++] = bench_median(t, n);
             else if (!n) fprintf(stderr, "bench_moe: '%s' gave no steps\n", cmd);
         }
-    for (int i = 0; i < NC; i++) measured[i] = n_runs[i] ? bench_median(runs[i], n_runs[i]) : NAN, predicted[i] = NAN;
-    snprintf(cmd, sizeof cmd, "PDDE_NUM_THREADS=1 %s/pdde-bench -o %s --quick --devices cpu >/dev/null 2>&1", build, cluster);
-    pdde_cluster *cl = NULL;
-    int cores = 0;
-    if (system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
-        /* the other ranks: copies of the machine's CPU device (the ranks share its cores, a thread each) */
-        pdde_cluster_device d0 = cl->machines[0].devices[0];
-        int dev[4] = {d0.id, d0.id + 1000, d0.id + 2000, d0.id + 3000};
-        for (int k = 1; k < 4; k++) {
-            pdde_cluster_device dk = d0;
-            dk.id = dev[k];
-            pdde_cluster_add_device(cl, 0, &dk);
-        }
-        cores = cl->machines[0].cores;
-        for (int i = 0; i < NC; i++) {
-            pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
-            mp.tokens = 8 * 64, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
-            mp.capacity_factor = 0; /* dropless: the exchange carries the routed rows only */
-            mp.grads_over_ep = 1;
-            pdde_moe_cost mc;
-            if (pdde_moe_cost_estimate(ctx, cl, dev, cfg[i].ranks, &mp, cfg[i].ep, &mc) == PDDE_OK) predicted[i] = mc.step_s;
-            else fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
-        }
     }
-    pdde_cluster_free(cl);
+    for (int i = 0; i < NC; i++) measured[i] = n_runs[i] ? bench_median(runs[i], n_runs[i]) : NAN, predicted[i] = n_pred ? bench_median(preds[i], n_pred) : NAN;
     printf("ep pick (MoE GPT, 8 experts, top-2, 2 layers of width 128, 512 tokens a step; a thread a rank on %ld cores, the cluster file's "
            "machine: %d cores, shared by the ranks beyond them; medians of %d alternating rounds):\n", sysconf(_SC_NPROCESSORS_ONLN), cores, ep_rounds);
     for (int n = 2; n <= 4; n += 2) {
