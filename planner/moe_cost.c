@@ -51,16 +51,7 @@ static double moe_groups_time(pdde_context *ctx, const pdde_cluster *c, pdde_col
     int shared = 0; /* a machine whose devices' links share one resource (a CPU's memory: its intra link's group) */
     for (int m = 0; m < c->n_machines; m++) shared |= c->machines[m].intra.group >= 0;
     if (isfinite(t) && G > 1 && shared) { /* every group's flows at once, step by step (pairwise all-to-all or ring) */
-        cost_step s = {ctx, c, 0, 0, NULL, NULL, NULL, 0};
-        int steps = coll == PDDE_COLL_ALLREDUCE ? 2 * (S - 1) : S - 1;
-        double tc = 0;
-        for (int k = 1; k <= steps && isfinite(tc); k++) {
-            for (int g = 0; g < G; g++)
-                for (int i = 0; i < S; i++)
-                    cost_step_flow(&s, members[(size_t)g * S + i], members[(size_t)g * S + (i + (coll == PDDE_COLL_ALLTOALL ? k : 1)) % S], bytes / S);
-            tc += cost_step_time(&s);
-        }
-        free(s.src), free(s.dst), free(s.bytes);
+        double tc = cost_groups_at_once(ctx, c, coll == PDDE_COLL_ALLTOALL, members, G, S, coll == PDDE_COLL_ALLREDUCE ? 2 * (S - 1) : S - 1, bytes / S);
         t = isfinite(tc) ? (tc > t ? tc : t) : NAN;
     }
     if (!isfinite(t) || c->n_machines < 2) return t;
@@ -94,17 +85,6 @@ static double moe_groups_time(pdde_context *ctx, const pdde_cluster *c, pdde_col
     return t;
 }
 
-/* How much slower than alone a CPU rank computes while every CPU rank of devices[0..n) on its machine
- * computes too (cost.c's processor sharing of the machine's cores, its GEMM contention); 1 elsewhere. */
-static double moe_core_sharing(const pdde_cluster *c, const int *devices, int n, int op_class) {
-    int machine = cost_shares_cores(c, devices[0]), busy = 0;
-    if (machine < 0) return 1;
-    for (int r = 0; r < n; r++) busy += cost_shares_cores(c, devices[r]) == machine;
-    const pdde_device_spec *s = cost_spec(c, devices[0]);
-    double speed = cost_shared_speed(c->machines[machine].cores, busy, s ? cost_contention(s, op_class) : 1);
-    return speed > 0 ? 1 / speed : 1;
-}
-
 pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
                                    const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out) {
     memset(out, 0, sizeof *out);
@@ -135,7 +115,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
          * on the host (a copy of the rows each way) */
         double tc = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, per > 0 ? per : 1, PDDE_I32);
         pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype, .bytes = 4.0 * rows * C * esz};
-        double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy) * moe_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
+        double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
         if (!isfinite(tc) || !isfinite(tp)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the exchange's counts or copies: %s", pdde_last_error(ctx));
         out->alltoall_s = 4.0 * p->layers * (t + tc + tp);
         /* the share of a rank's exchanged bytes that crosses machines (its peers elsewhere: each gets
@@ -159,13 +139,13 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = (int64_t)m, .n = p->ffn, .k = p->width,
                        .dtype = p->compute_dtype};
     op.flops = 2.0 * m * C * F;
-    double t1 = pdde_cost_compute_time(ctx, c, devices[0], &op) * moe_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
+    double t1 = pdde_cost_compute_time(ctx, c, devices[0], &op) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
     if (!isfinite(t1)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the expert GEMM: %s", pdde_last_error(ctx));
     out->expert_gemm_s = p->layers * 6.0 * per * t1;
     /* the efficiency of those GEMMs against one of the rank's whole rows (the dense layer's shape) */
     pdde_cost_op dense = op;
     dense.m = (int64_t)(tokens * k > 1 ? tokens * k : 1), dense.flops = 2.0 * (double)dense.m * C * F;
-    double td = pdde_cost_compute_time(ctx, c, devices[0], &dense) * moe_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
+    double td = pdde_cost_compute_time(ctx, c, devices[0], &dense) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
     out->gemm_efficiency = td > 0 && t1 > 0 ? (op.flops / t1) / (dense.flops / td) : 1.0;
     /* memory: parameters (f32), gradients (f32), AdamW m and v (2 x f32), of the rank's experts */
     double params = (double)p->layers * per * 2.0 * C * F;
