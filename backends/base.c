@@ -1,6 +1,6 @@
 /* backends/base.c — what every layer may call: status strings and errors (each thread's last, and the
  * context's), dtype sizes, names and conversions (f16, bf16), a tensor's element and byte counts, op
- * names and shapes as text, and the CRC-32 that checkpoint and parameter-server files carry. It is no
+ * names and shapes as text, the CRC-32 that checkpoint and parameter-server files carry, and whether two ids are one. It is no
  * backend: it lives in backends/ because that is the lowest layer, the one every other may call, and
  * it knows no graph, session, communicator or device. */
 #include "backend_impl.h"
@@ -254,4 +254,24 @@ PDDE_PRIVATE uint32_t crc32_update(uint32_t crc, const void *data, size_t n) {
     }
     while (n--) crc = t[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
     return ~crc;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * Ids */
+
+/* Whether two of n ids (id_size bytes each; all zeros: unknown) are equal: two ranks' device UUIDs naming
+ * one device (NCCL's check, which comm/ makes and a copy without comm/ still declares). */
+int pdde_device_ids_shared(const void *ids, int n, size_t id_size, int *first, int *second) {
+    const unsigned char *b = ids;
+    for (int i = 0; b && id_size && i < n; i++) {
+        int known = 0;
+        for (size_t k = 0; k < id_size; k++) known |= b[(size_t)i * id_size + k];
+        for (int j = i + 1; known && j < n; j++)
+            if (!memcmp(b + (size_t)i * id_size, b + (size_t)j * id_size, id_size)) {
+                if (first) *first = i;
+                if (second) *second = j;
+                return 1;
+            }
+    }
+    return 0;
 }

@@ -449,7 +449,8 @@ CPU_KERNEL static void bias_gelu_task(void *arg, int64_t begin, int64_t end) {
             float f[256];
             for (int64_t i0 = 0; i0 < N; i0 += 256) {
                 int64_t n = N - i0 < 256 ? N - i0 : 256;
-                for (int64_t i = 0; i < n; i++) f[i] = gelu_tanh(x[i0 + i] + bias[i0 + i]);
+                if (back) for (int64_t i = 0; i < n; i++) f[i] = dy[i0 + i] * gelu_tanh_grad(x[i0 + i] + bias[i0 + i]);
+                else for (int64_t i = 0; i < n; i++) f[i] = gelu_tanh(x[i0 + i] + bias[i0 + i]);
                 f32_to_half(f, LOWP_OUT(t) + r * N + i0, n, t->dtype);
             }
             continue;
@@ -522,10 +523,15 @@ CPU_KERNEL static void layernorm_task(void *arg, int64_t begin, int64_t end) {
     float eps = pdde_op_f32(t, PDDE_P_NORM_EPS);
     const float *x = F32(t->src[0]), *gamma = F32(t->src[1]);
     const float *beta = t->op == PDDE_OP_LAYERNORM ? F32(t->src[2]) : NULL;
-    float *y = F32(t);
+    const float *res = t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) ? F32(t->src[3]) : NULL;
+    float *y = F32(t), *sum = res ? (float *)((char *)y + pdde_lowp_copy_offset(t)) : NULL;
     for (int64_t r = begin; r < end; r++) {
         const float *xr = x + r * C;
         float *yr = y + r * C, m, rstd;
+        if (res) { /* (lowering's PDDE_FUSE_ADD_LN: the input is x + res, the sum written beside y) */
+            for (int64_t i = 0; i < C; i++) sum[r * C + i] = xr[i] + res[r * C + i];
+            xr = sum + r * C;
+        }
         row_stats(xr, C, beta != NULL, eps, &m, &rstd);
         if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
             float f[256];
@@ -576,6 +582,8 @@ CPU_KERNEL static void norm_back_task(void *arg, int64_t begin, int64_t end) {
         }
         if (res)
             for (int64_t i = 0; i < C; i++) dxr[i] = res[r * C + i] + dxr[i];
+        if (ln && pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY)) /* dx rounded as a cast, beside it (PDDE_BF16_GRADS) */
+            f32_to_half(dxr, (uint16_t *)((char *)dx + pdde_lowp_copy_offset(t)) + r * C, C, (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY));
     }
 }
 
@@ -775,8 +783,9 @@ static void axis_geometry(const pdde_tensor *t, int axis, int64_t *outer, int64_
 #define SUM_ROWS_BLOCK 512
 CPU_KERNEL static void sum_rows_task(void *arg, int64_t begin, int64_t end) {
     const cpu_job *j = arg;
-    const float *in = F32(j->node->src[0]);
-    float *out = F32(j->node);
+    const pdde_tensor *x = j->node->src[0];
+    const float *in = F32(x);
+    float *out = F32(j->node), wide[SUM_ROWS_BLOCK];
     int64_t rows = j->a, cols = j->b;
     double acc[SUM_ROWS_BLOCK];
     for (int64_t c0 = begin; c0 < end; c0 += SUM_ROWS_BLOCK) {
@@ -784,6 +793,8 @@ CPU_KERNEL static void sum_rows_task(void *arg, int64_t begin, int64_t end) {
         for (int64_t k = 0; k < nc; k++) acc[k] = 0;
         for (int64_t r = 0; r < rows; r++) {
             const float *row = in + r * cols + c0;
+            if (x->dtype != PDDE_F32) /* bf16 / f16 rows (PDDE_BF16_GRADS's bias gradients) */
+                half_to_f32(LOWP_OUT(x) + r * cols + c0, wide, nc, x->dtype), row = wide;
             for (int64_t k = 0; k < nc; k++) acc[k] += row[k];
         }
         for (int64_t k = 0; k < nc; k++) out[c0 + k] = (float)acc[k];
@@ -798,7 +809,7 @@ static void cpu_sum_to(pdde_threadpool *pool, pdde_tensor *y) {
     float *out = F32(y);
     const float *in = F32(x);
     int64_t n = pdde_tensor_numel(x), ny = pdde_tensor_numel(y);
-    if (bc.period > 0 && ny > 0) { /* y is x's trailing suffix: sum rows (double accumulators for accuracy) */
+    if (bc.period > 0 && ny > 0) { /* y is x's trailing suffix: sum rows (double accumulators for accuracy; x f32 or bf16 / f16) */
         cpu_job job = {.node = y, .a = n / ny, .b = ny};
         parallel_for(pool, ny, n < PAR_MIN ? INT64_MAX : 128, sum_rows_task, &job);
         return;

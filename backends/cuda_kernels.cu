@@ -284,14 +284,19 @@ extern "C" __global__ void k_reduce_block(const float *__restrict__ x, float *__
 
 /* x viewed as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows r of chunk c = blockIdx.y (rpc rows a
  * chunk; one chunk = the whole column sum). Blocks of 32 columns x blockDim.y row lanes (bias gradients). */
-extern "C" __global__ void k_colsum(const float *__restrict__ x, float *__restrict__ y, long long R, long long Cn,
-                                    float scale, long long rpc) {
+extern "C" __global__ void k_colsum(const void *__restrict__ xv, float *__restrict__ y, long long R, long long Cn,
+                                    float scale, long long rpc, int xdt) {
+    /* x of dtype xdt (0 f32, else DT_BF16 / DT_F16: the bf16 bias gradients of PDDE_BF16_GRADS) */
     __shared__ float sh[32][33];
     long long j = (long long)blockIdx.x * 32 + threadIdx.x;
     long long r0 = (long long)blockIdx.y * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
     float acc = 0.0f;
     if (j < Cn)
-        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc += x[r * Cn + j];
+        for (long long r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            long long i = r * Cn + j;
+            acc += xdt == 2 ? ld_bf16::get((const unsigned short *)xv, i)
+                 : xdt == 1 ? ld_f16::get((const unsigned short *)xv, i) : ((const float *)xv)[i];
+        }
     sh[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && j < Cn) {
@@ -319,11 +324,17 @@ extern "C" __global__ void k_sum_final(const float *__restrict__ part, long long
 
 /* ---- normalisation and softmax: one block per row of C ---------------------------------------- */
 
+/* res (null: none): added to x first, the sum written to sum (planner/lower.c, PDDE_FUSE_ADD_LN; __fadd_rn: the
+ * add's bits); each thread reads back only the columns it wrote */
 extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float *__restrict__ g,
                                        const float *__restrict__ b, void *__restrict__ y, long long rows,
-                                       long long C, float eps, int ydt) {
+                                       long long C, float eps, int ydt, const float *__restrict__ res, float *sum) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C;
+        if (res) {
+            for (long long j = threadIdx.x; j < C; j += blockDim.x) sum[r * C + j] = __fadd_rn(xr[j], res[r * C + j]);
+            xr = sum + r * C;
+        }
         float s = 0.0f;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) s += xr[j];
         float mean = block_sum(s) / (float)C;
@@ -337,10 +348,12 @@ extern "C" __global__ void k_layernorm(const float *__restrict__ x, const float 
 
 /* dx = rstd * (dy*g - mean(dy*g) - xhat * mean(dy*g*xhat)) */
 /* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN; __fadd_rn: not
- * contracted into the product, the bits of the add it replaces) */
+ * contracted into the product, the bits of the add it replaces); cp (null: none): dx also stored as dtype cdt
+ * (a rounded copy: PDDE_BF16_GRADS) */
 extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const float *__restrict__ g,
                                             const float *__restrict__ dy, float *__restrict__ dx, long long rows,
-                                            long long C, float eps, const float *__restrict__ res) {
+                                            long long C, float eps, const float *__restrict__ res, void *__restrict__ cp,
+                                            int cdt) {
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const float *xr = x + r * C, *dr = dy + r * C;
         float s = 0.0f;
@@ -361,7 +374,9 @@ extern "C" __global__ void k_layernorm_back(const float *__restrict__ x, const f
         s2 = block_sum(s2) / (float)C;
         for (long long j = threadIdx.x; j < C; j += blockDim.x) {
             float xh = (xr[j] - mean) * rstd, v = rstd * (__fmul_rn(dr[j], g[j]) - s1 - xh * s2);
-            dx[r * C + j] = res ? __fadd_rn(res[r * C + j], v) : v;
+            float o = res ? __fadd_rn(res[r * C + j], v) : v;
+            dx[r * C + j] = o;
+            if (cp) store_out(cp, r * C + j, o, cdt);
         }
     }
 }

@@ -172,6 +172,16 @@ static int pgd_vocab_split(const pdde_tensor *node) {
  * matmuls of two bf16 or two f16 operands (f32 output: mixed precision).
  * Vocab-parallel forms of the embedding and cross-entropy (PDDE_P_VOCAB_FIRST/SIZE set by an SPMD
  * session, which runs them on host memory) have no device kernels. */
+/* A sum_to whose output is a trailing suffix of its input's shape: the rows summed (x as [rows, numel(y)]),
+ * else 0 */
+static int pgd_is_suffix(const pdde_tensor *b, const pdde_tensor *out);
+static int64_t pgd_sum_to_rows(const pdde_tensor *node) {
+    const pdde_tensor *x = node->src[0];
+    int64_t n = pgd_numel(node);
+    if (node->ndim > x->ndim || n < 1 || !pgd_is_suffix(node, x)) return 0;
+    return pgd_numel(x) / n;
+}
+
 static int pgd_supports_op(const pdde_tensor *node) {
     if (!node || node->ndim > PGD_MAX_DIMS) return 0;
     if (node->op == PDDE_OP_NONE || (node->op >= PDDE_OP_COPY && node->op <= PDDE_OP_RECV))
@@ -183,7 +193,7 @@ static int pgd_supports_op(const pdde_tensor *node) {
     switch (node->op) {
     case PDDE_OP_CAST:
         return node->nsrc == 1 && (unsigned)a->dtype < PDDE_DTYPE_COUNT && (unsigned)node->dtype < PDDE_DTYPE_COUNT;
-    case PDDE_OP_RESHAPE: return node->nsrc == 1 && node->dtype == a->dtype;
+    case PDDE_OP_RESHAPE: return node->nsrc == 1 && (node->dtype == a->dtype || pdde_is_lowp_copy_view(node)); /* (a view: never run) */
     case PDDE_OP_EMBEDDING: case PDDE_OP_CROSS_ENTROPY:
         if (node->nsrc != 2 || pgd_vocab_split(node)) return 0;
         break;
@@ -201,8 +211,15 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
         break;
     }
-    case PDDE_OP_LAYERNORM_BACK: /* x, gamma, dy [, the other gradient of x (lowering's PDDE_FUSE_ADD_LN)] */
+    case PDDE_OP_LAYERNORM: /* x, gamma [, beta] [, r added to x first: lowering's PDDE_FUSE_ADD_LN] */
+        if (pdde_op_i32(node, PDDE_P_NORM_ADD_IN) && (node->nsrc != 4 || pgd_numel(node->src[3]) != pgd_numel(node))) return 0;
+        if (!pdde_op_i32(node, PDDE_P_NORM_ADD_IN) && node->nsrc > 3) return 0;
+        break;
+    case PDDE_OP_LAYERNORM_BACK: /* x, gamma, dy [, the other gradient of x (lowering's PDDE_FUSE_ADD_LN)]; [a bf16 copy of dx] */
         if (node->nsrc == 4 && pgd_numel(node->src[3]) != pgd_numel(node)) return 0;
+        if (pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) && pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) != PDDE_BF16 &&
+            pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) != PDDE_F16)
+            return 0; /* (its rounded copy: PDDE_BF16_GRADS) */
         break;
     case PDDE_OP_GRAD_ACCUM: /* acc += g, or (lowering's PDDE_FUSE_GRAD) acc [M, N] += op(A) op(B) of 2-D A and B of one dtype */
         if (node->nsrc == 3)
@@ -225,8 +242,8 @@ static int pgd_supports_op(const pdde_tensor *node) {
     }
     default: break;
     }
-    /* layernorm, bias_gelu and cross_entropy_back also write bf16 / f16 (a cast folded into them), from f32 inputs */
-    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_CROSS_ENTROPY_BACK ||
+    /* layernorm, bias_gelu (and its backward) and cross_entropy_back also write bf16 / f16 (a cast folded into them), from f32 inputs */
+    int lowp_out = (node->op == PDDE_OP_LAYERNORM || node->op == PDDE_OP_BIAS_GELU || node->op == PDDE_OP_BIAS_GELU_BACK || node->op == PDDE_OP_CROSS_ENTROPY_BACK ||
                     node->op == PDDE_OP_MATMUL) && (node->dtype == PDDE_BF16 || node->dtype == PDDE_F16);
     if ((unsigned)node->op >= PDDE_OP_COUNT || (node->dtype != PDDE_F32 && !lowp_out) || node->nsrc < 1) return 0;
     if (node->op == PDDE_OP_MATMUL && a->dtype == b->dtype && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) return 1;
@@ -236,6 +253,8 @@ static int pgd_supports_op(const pdde_tensor *node) {
             if (node->src[i]->dtype != (i < nin ? a->dtype : PDDE_F32)) return 0;
         return 1;
     }
+    if (node->op == PDDE_OP_SUM_TO && (a->dtype == PDDE_BF16 || a->dtype == PDDE_F16)) /* bf16 rows to an f32 suffix (PDDE_BF16_GRADS) */
+        return pgd_sum_to_rows(node) > 1;
     int nsrc = node->nsrc;
     if ((node->op == PDDE_OP_SGD_UPDATE || node->op == PDDE_OP_ADAMW_UPDATE) && pdde_op_i32(node, PDDE_P_UPDATE_SHADOW)) {
         pdde_dtype sdt = node->src[--nsrc]->dtype; /* the parameter's copy the update rewrites */
@@ -384,21 +403,23 @@ static int64_t pgd_row_chunks(const pgd_ctx *g, int64_t R, int64_t Cn) {
     return chunks;
 }
 
-static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64_t Cn, float scale) {
+/* xdt: x's dtype (f32, or bf16 / f16: PDDE_BF16_GRADS's bias gradients), summed in f32 */
+static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64_t Cn, float scale, int32_t xdt) {
     int64_t colgroups = (Cn + 31) / 32, chunks = pgd_row_chunks(g, R, Cn);
+    int32_t f32 = (int32_t)PDDE_F32;
     if (chunks == 1)
         return pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, 1, 1, 32, 8,
-                          PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(R), PGD_A(Cn), PGD_A(scale), PGD_A(R)));
+                          PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(R), PGD_A(Cn), PGD_A(scale), PGD_A(R), PGD_A(xdt)));
     int64_t rpc = (R + chunks - 1) / chunks;
     pgd_ptr part = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)(chunks * Cn) * sizeof(float), &part);
     if (e) return e;
     float one = 1.0f;
     e = pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, (unsigned)chunks, 1, 32, 8,
-                   PGD_ARGS(PGD_P(px), PGD_P(part), PGD_A(R), PGD_A(Cn), PGD_A(one), PGD_A(rpc)));
+                   PGD_ARGS(PGD_P(px), PGD_P(part), PGD_A(R), PGD_A(Cn), PGD_A(one), PGD_A(rpc), PGD_A(xdt)));
     if (e) return e;
     return pgd_launch(g, PGD_K_COLSUM, (unsigned)colgroups, 1, 1, 32, 8,
-                      PGD_ARGS(PGD_P(part), PGD_P(py), PGD_A(chunks), PGD_A(Cn), PGD_A(scale), PGD_A(chunks)));
+                      PGD_ARGS(PGD_P(part), PGD_P(py), PGD_A(chunks), PGD_A(Cn), PGD_A(scale), PGD_A(chunks), PGD_A(f32)));
 }
 
 /* y = scale * sum of x over the dims marked in red[] (x's dims; y holds the kept ones in order). */
@@ -431,7 +452,7 @@ static int pgd_reduce(const pgd_ctx *g, pgd_ptr px, const int64_t *xshape, int n
     }
     if (nout == 1) return pgd_sum_all(g, px, n, 0, pgd_null, scale, py);
     if (nred == 1) return pgd_unary(g, px, py, n, PGD_U_SCALE, scale);
-    if (max_red < min_kept) return pgd_colsum(g, px, py, nred, nout, scale); /* reduced dims lead */
+    if (max_red < min_kept) return pgd_colsum(g, px, py, nred, nout, scale, (int32_t)PDDE_F32); /* reduced dims lead */
     if (max_red > max_kept) /* the innermost data is reduced: a group per output */
         return pgd_row_launch(g, PGD_K_REDUCE_BLOCK, nout, nred,
                               PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(nout), PGD_A(nred), PGD_A(r), PGD_A(scale)));
@@ -611,8 +632,9 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
     e = pgd_launch(g, PGD_K_GAMMA_BACK, (unsigned)((C + 31) / 32), (unsigned)chunks, 1, 32, 8,
                    PGD_ARGS(PGD_P(px), PGD_P(pdy), PGD_P(stats), PGD_P(part), PGD_A(rows), PGD_A(C), PGD_A(rpc)));
     if (e || chunks == 1) return e;
+    int32_t f32 = (int32_t)PDDE_F32;
     return pgd_launch(g, PGD_K_COLSUM, (unsigned)((C + 31) / 32), 1, 1, 32, 8,
-                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks)));
+                      PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks), PGD_A(f32)));
 }
 
 static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
@@ -1024,8 +1046,11 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
                                   PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps)));
         pgd_ptr pb = pgd_opt_src(node, 2);
         int32_t ydt = (int32_t)node->dtype; /* (f32, or bf16/f16 where a cast was folded in) */
+        int add_in = pdde_op_i32(node, PDDE_P_NORM_ADD_IN) != 0; /* (x + src 3, the sum beside y: PDDE_FUSE_ADD_LN) */
+        pgd_ptr pres = add_in ? pgd_ptr_of(node->src[3]) : pgd_null, psum = add_in ? pgd_at(py, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
         return pgd_row_launch(g, PGD_K_LAYERNORM, rows, C,
-                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt)));
+                              PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pb), PGD_P(py), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_A(ydt),
+                                       PGD_P(pres), PGD_P(psum)));
     }
     case PDDE_OP_LAYERNORM_BACK:
     case PDDE_OP_RMSNORM_BACK: {
@@ -1034,9 +1059,12 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         float eps = pdde_op_f32(node, PDDE_P_NORM_EPS);
         pgd_ptr px = pgd_ptr_of(x), pg = pgd_ptr_of(node->src[1]), pdy = pgd_ptr_of(node->src[2]), pdx = pgd_ptr_of(node);
         pgd_ptr pres = pgd_opt_src(node, 3); /* (layernorm: the other gradient of x, added: PDDE_FUSE_ADD_LN) */
+        int32_t cdt = node->op == PDDE_OP_LAYERNORM_BACK ? pdde_op_i32(node, PDDE_P_NORM_LOWP_COPY) : 0; /* (PDDE_BF16_GRADS) */
+        pgd_ptr pcp = cdt ? pgd_at(pdx, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
         if (node->op == PDDE_OP_LAYERNORM_BACK)
             return pgd_row_launch(g, PGD_K_LAYERNORM_BACK, rows, C,
-                                  PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres)));
+                                  PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps), PGD_P(pres),
+                                           PGD_P(pcp), PGD_A(cdt)));
         return pgd_row_launch(g, PGD_K_RMSNORM_BACK, rows, C,
                               PGD_ARGS(PGD_P(px), PGD_P(pg), PGD_P(pdy), PGD_P(pdx), PGD_A(rows), PGD_A(C), PGD_A(eps)));
     }
@@ -1149,6 +1177,8 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
         return pgd_reduce(g, pgd_ptr_of(x), x->shape, x->ndim, red, pgd_ptr_of(node), scale);
     }
     case PDDE_OP_SUM_TO: {
+        if (x->dtype != PDDE_F32) /* (bf16 rows: pgd_supports_op) */
+            return pgd_colsum(g, pgd_ptr_of(x), pgd_ptr_of(node), pgd_sum_to_rows(node), n, 1.0f, (int32_t)x->dtype);
         int red[PGD_MAX_DIMS], off = x->ndim - node->ndim;
         for (int i = 0; i < x->ndim; i++) {
             int64_t o = i < off ? 1 : node->shape[i - off];

@@ -219,16 +219,16 @@ __kernel void k_reduce_block(PTR(const float, x), PTR(float, y), long nout, long
 }
 
 /* x as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows a chunk).
- * Groups of 32 columns x 8 row lanes. */
-__kernel void k_colsum(PTR(const float, x), PTR(float, y), long R, long Cn, float scale, long rpc) {
-    BIND(const float, x); BIND(float, y);
+ * Groups of 32 columns x 8 row lanes. x of dtype xdt (load_in; bf16 bias gradients: PDDE_BF16_GRADS). */
+__kernel void k_colsum(PTR(const void, x), PTR(float, y), long R, long Cn, float scale, long rpc, int xdt) {
+    BIND(const void, x); BIND(float, y);
     __local float sh[8][33];
     int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);
     long j = (long)get_group_id(0) * 32 + tx;
     long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
     float acc = 0.0f;
     if (j < Cn)
-        for (long r = r0 + ty; r < r1; r += ny) acc += x[r * Cn + j];
+        for (long r = r0 + ty; r < r1; r += ny) acc += load_in(x, r * Cn + j, xdt);
     sh[ty][tx] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (ty == 0 && j < Cn) {
@@ -261,12 +261,18 @@ __kernel void k_sum_final(PTR(const float, part), long np, PTR(const float, prev
 #define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))
 #define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))
 
+/* res (null: none): added to x first, the sum written to sum (planner/lower.c, PDDE_FUSE_ADD_LN); each item
+ * reads back only the columns it wrote */
 __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,
-                          long C, float eps, int ydt) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y);
+                          long C, float eps, int ydt, PTR(const float, res), PTR(float, sum)) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y); BIND(const float, res); BIND(float, sum);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
+        if (res) {
+            COLS_LOOP(j, C) sum[r * C + j] = xr[j] + res[r * C + j];
+            xr = sum + r * C;
+        }
         float s = 0.0f;
         COLS_LOOP(j, C) s += xr[j];
         float mean = group_sum(s, sh) / (float)C;
@@ -277,10 +283,11 @@ __kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const fl
     }
 }
 
-/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN) */
+/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN); cp (null: none):
+ * dx also stored as dtype cdt (a rounded copy: PDDE_BF16_GRADS) */
 __kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),
-                               long rows, long C, float eps, PTR(const float, res)) {
-    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);
+                               long rows, long C, float eps, PTR(const float, res), PTR(void, cp), int cdt) {
+    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res); BIND(void, cp);
     __local float sh[MAX_GROUP];
     ROWS_LOOP(r, rows) {
         __global const float *xr = x + r * C;
@@ -303,7 +310,9 @@ __kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(con
         s2 = group_sum(s2, sh) / (float)C;
         COLS_LOOP(j, C) {
             float xh = (xr[j] - mean) * rstd, v = rstd * (dr[j] * g[j] - s1 - xh * s2);
-            dx[r * C + j] = res ? res[r * C + j] + v : v;
+            float o = res ? res[r * C + j] + v : v;
+            dx[r * C + j] = o;
+            if (cp) store_out(cp, r * C + j, o, cdt);
         }
     }
 }

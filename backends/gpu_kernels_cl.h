@@ -224,16 +224,16 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* x as [R, Cn]: y[c, j] = scale * sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows a chunk).\n"
-    " * Groups of 32 columns x 8 row lanes. */\n"
-    "__kernel void k_colsum(PTR(const float, x), PTR(float, y), long R, long Cn, float scale, long rpc) {\n"
-    "    BIND(const float, x); BIND(float, y);\n"
+    " * Groups of 32 columns x 8 row lanes. x of dtype xdt (load_in; bf16 bias gradients: PDDE_BF16_GRADS). */\n"
+    "__kernel void k_colsum(PTR(const void, x), PTR(float, y), long R, long Cn, float scale, long rpc, int xdt) {\n"
+    "    BIND(const void, x); BIND(float, y);\n"
     "    __local float sh[8][33];\n"
     "    int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);\n"
     "    long j = (long)get_group_id(0) * 32 + tx;\n"
     "    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;\n"
     "    float acc = 0.0f;\n"
     "    if (j < Cn)\n"
-    "        for (long r = r0 + ty; r < r1; r += ny) acc += x[r * Cn + j];\n"
+    "        for (long r = r0 + ty; r < r1; r += ny) acc += load_in(x, r * Cn + j, xdt);\n"
     "    sh[ty][tx] = acc;\n"
     "    barrier(CLK_LOCAL_MEM_FENCE);\n"
     "    if (ty == 0 && j < Cn) {\n"
@@ -266,12 +266,18 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define ROWS_LOOP(r, rows) for (long r = get_group_id(0); r < (rows); r += get_num_groups(0))\n"
     "#define COLS_LOOP(j, C) for (long j = get_local_id(0); j < (C); j += get_local_size(0))\n"
     "\n"
+    "/* res (null: none): added to x first, the sum written to sum (planner/lower.c, PDDE_FUSE_ADD_LN); each item\n"
+    " * reads back only the columns it wrote */\n"
     "__kernel void k_layernorm(PTR(const float, x), PTR(const float, g), PTR(const float, b), PTR(void, y), long rows,\n"
-    "                          long C, float eps, int ydt) {\n"
-    "    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y);\n"
+    "                          long C, float eps, int ydt, PTR(const float, res), PTR(float, sum)) {\n"
+    "    BIND(const float, x); BIND(const float, g); BIND(const float, b); BIND(void, y); BIND(const float, res); BIND(float, sum);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
+    "        if (res) {\n"
+    "            COLS_LOOP(j, C) sum[r * C + j] = xr[j] + res[r * C + j];\n"
+    "            xr = sum + r * C;\n"
+    "        }\n"
     "        float s = 0.0f;\n"
     "        COLS_LOOP(j, C) s += xr[j];\n"
     "        float mean = group_sum(s, sh) / (float)C;\n"
@@ -282,12 +288,13 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    }\n"
     "}\n"
     "\n"
-    "/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN) */\n"
-    "__kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),\n"
-    "                               long rows, long C, float eps, PTR(const float, res)) {\n"
-    "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res);\n"
-    "    __local float sh[MAX_GROUP];\n"
     ,
+    "/* res (null: none): the other gradient of x, added to dx (planner/lower.c, PDDE_FUSE_ADD_LN); cp (null: none):\n"
+    " * dx also stored as dtype cdt (a rounded copy: PDDE_BF16_GRADS) */\n"
+    "__kernel void k_layernorm_back(PTR(const float, x), PTR(const float, g), PTR(const float, dy), PTR(float, dx),\n"
+    "                               long rows, long C, float eps, PTR(const float, res), PTR(void, cp), int cdt) {\n"
+    "    BIND(const float, x); BIND(const float, g); BIND(const float, dy); BIND(float, dx); BIND(const float, res); BIND(void, cp);\n"
+    "    __local float sh[MAX_GROUP];\n"
     "    ROWS_LOOP(r, rows) {\n"
     "        __global const float *xr = x + r * C;\n"
     "        __global const float *dr = dy + r * C;\n"
@@ -309,7 +316,9 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        s2 = group_sum(s2, sh) / (float)C;\n"
     "        COLS_LOOP(j, C) {\n"
     "            float xh = (xr[j] - mean) * rstd, v = rstd * (dr[j] * g[j] - s1 - xh * s2);\n"
-    "            dx[r * C + j] = res ? res[r * C + j] + v : v;\n"
+    "            float o = res ? res[r * C + j] + v : v;\n"
+    "            dx[r * C + j] = o;\n"
+    "            if (cp) store_out(cp, r * C + j, o, cdt);\n"
     "        }\n"
     "    }\n"
     "}\n"
@@ -365,6 +374,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* dgamma over the rows of chunk = group id 1 (rpc rows a chunk), into dg[chunk * C + j] */\n"
     "__kernel void k_gamma_back(PTR(const float, x), PTR(const float, dy), PTR(const float, st), PTR(float, dg), long rows,\n"
     "                           long C, long rpc) {\n"
+    ,
     "    BIND(const float, x); BIND(const float, dy); BIND(const float, st); BIND(float, dg);\n"
     "    __local float sh[8][33];\n"
     "    int tx = get_local_id(0), ty = get_local_id(1), ny = get_local_size(1);\n"
@@ -381,7 +391,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "        dg[get_group_id(1) * C + j] = s;\n"
     "    }\n"
     "}\n"
-    ,
     "\n"
     "__kernel void k_softmax(PTR(const float, x), PTR(float, y), long rows, long C, long T, int causal) {\n"
     "    BIND(const float, x); BIND(float, y);\n"
@@ -463,6 +472,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "         * `continue` before the group reductions raced on PoCL) */\n"
     "        float ok = (t >= 0 && t < V) ? 1.0f : 0.0f;\n"
     "        float m = -INFINITY;\n"
+    ,
     "        COLS_LOOP(j, V) m = fmax(m, load_in(logits, lr + j, ldt));\n"
     "        m = group_max(m, sh);\n"
     "        float s = 0.0f;\n"
@@ -476,7 +486,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* ---- embedding -------------------------------------------------------------------------------- */\n"
     "\n"
     "__kernel void k_embedding(PTR(const float, table), PTR(const int, ids), PTR(float, y), long n_ids, long C, long V) {\n"
-    ,
     "    BIND(const float, table); BIND(const int, ids); BIND(float, y);\n"
     "    long n = n_ids * C;\n"
     "    GRID_STRIDE(i, n) {\n"
@@ -556,6 +565,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "static ushort f32_to_bf16(float f) {\n"
     "    uint u = as_uint(f);\n"
+    ,
     "    if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);\n"
     "    u += 0x7fffu + ((u >> 16) & 1u);\n"
     "    return (ushort)(u >> 16);\n"
@@ -572,7 +582,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    switch (sdt) {\n"
     "    case DT_F32: v = ((__global const float *)src)[i]; break;\n"
     "    case DT_F16: v = f16_to_f32(((__global const ushort *)src)[i]); break;\n"
-    ,
     "    case DT_BF16: v = as_float((uint)((__global const ushort *)src)[i] << 16); break;\n"
     "    case DT_I32: v = (float)((__global const int *)src)[i]; break;\n"
     "    default: v = (float)((__global const long *)src)[i]; break;\n"
@@ -640,6 +649,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "__kernel void k_adamw(PTR(float, p), PTR(float, g), PTR(float, m), PTR(float, v), PTR(const float, gnorm_sq), long n,\n"
     "                      float lr, float b1, float b2, float eps, float wd, float clip, float gscale, float bc1,\n"
+    ,
     "                      float bc2, PTR(void, sh), int sdt) {\n"
     "    BIND(float, p); BIND(float, g); BIND(float, m); BIND(float, v); BIND(const float, gnorm_sq); BIND(void, sh);\n"
     "    if (update_skipped(gnorm_sq)) return;\n"
@@ -655,7 +665,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "#define GT 64\n"
     "#define GK 16\n"
     "/* One 64x64 tile of C = op(A) op(B), its corner at (m0, n0): op(A)(m,k) = ta ? A[k*M+m] : A[m*K+k], op(B)(k,n)\n"
-    ,
     " * = tb ? B[n*K+k] : B[k*N+n]; As and Bs the group's local tiles. k_gemm's and the grouped GEMM's block. */\n"
     "static void gemm_tile(__global const float *Ab, __global const float *Bb, __global float *Cb, int M, int N, int K, int ta, int tb,\n"
     "                      int m0, int n0, __local float (*As)[GT + 4], __local float (*Bs)[GT + 4]) {\n"
@@ -722,6 +731,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "static long att_y(long r, long T, long D, long H) {\n"
     "    if (!H) return r * (D + 1);\n"
     "    long t = r % T, bh = r / T;\n"
+    ,
     "    return ((bh / H) * T + t) * H * D + (bh % H) * D;\n"
     "}\n"
     "static long att_lse(long r, long rows, long T, long D, long H) { return H ? rows * D + r : r * (D + 1) + D; }\n"
@@ -733,7 +743,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     " * softmax (the running sum and output are rescaled when the running max grows). */\n"
     "__kernel void k_attention(PTR(const float, q), PTR(const float, k), PTR(const float, v), PTR(float, y), long BH, long T,\n"
     "                          long D, float scale, long H) {\n"
-    ,
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(float, y);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
     "        long i = r % T;\n"
@@ -797,6 +806,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, q); BIND(const float, k); BIND(const float, v); BIND(const float, y); BIND(const float, dy);\n"
     "    BIND(float, rowdot); BIND(float, out);\n"
     "    GRID_STRIDE(r, BH * T) {\n"
+    ,
     "        long j = r % T, rows = BH * T, ko = att_in(r, T, D, H);\n"
     "        float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];\n"
     "        for (long d = 0; d < D; d++) kr[d] = k[ko + d], vr[d] = v[ko + d], dk[d] = 0.0f, dv[d] = 0.0f;\n"
@@ -807,7 +817,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            float p = exp(s * scale - y[att_lse(ri, rows, T, D, H)]), ds = p * (dp - rowdot[ri]);\n"
     "            for (long d = 0; d < D; d++) dv[d] += p * doi[d], dk[d] += ds * qi[d];\n"
     "        }\n"
-    ,
     "        for (long d = 0; d < D; d++) out[att_out(r, 1, rows, T, D, H) + d] = scale * dk[d], out[att_out(r, 2, rows, T, D, H) + d] = dv[d];\n"
     "    }\n"
     "}\n"
@@ -871,6 +880,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            COLS_LOOP(j, lim) m = fmax(m, scale * sr[j]);\n"
     "            m = group_max(m, sh);\n"
     "            float z = 0.0f;\n"
+    ,
     "            COLS_LOOP(j, lim) z += exp(scale * sr[j] - m);\n"
     "            z = group_sum(z, sh);\n"
     "            inv = 1.0f / z;\n"
@@ -887,7 +897,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* dS = scale * P (dP - rowsum(P dP)) with P = exp(scale * S - lse) recomputed, over the causal part of\n"
     " * each row (0 beyond), as f32 or bf16 (dsdt). The row sum is taken over the same dP (rather than dO . O),\n"
     " * so that it cancels exactly where it should (one key: dS = 0) whatever the GEMMs rounded. */\n"
-    ,
     "__kernel void k_att_dsoftmax(PTR(const float, s), PTR(const float, dp), PTR(const float, lse), PTR(void, ds), long rows,\n"
     "                             long T, float scale, long ls, int dsdt) {\n"
     "    BIND(const float, s); BIND(const float, dp); BIND(const float, lse); BIND(void, ds);\n"
@@ -940,6 +949,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    int live = i < T;\n"
     "    float qr[PGD_ATT_DMAX], acc[PGD_ATT_DMAX];\n"
     "    for (long d = 0; d < D; d++) qr[d] = live ? ld_qkv(q, att_in(base + i, T, D, H) + d, bf16) : 0.0f, acc[d] = 0.0f;\n"
+    ,
     "    float m = -INFINITY, lsum = 0.0f;\n"
     "    for (long j0 = 0; j0 < kend; j0 += FK) {\n"
     "        barrier(CLK_LOCAL_MEM_FENCE);\n"
@@ -955,7 +965,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            s *= scale;\n"
     "            if (s > m) { /* online softmax: rescale what was summed under the smaller maximum */\n"
     "                float a = exp(m - s);\n"
-    ,
     "                lsum *= a;\n"
     "                for (long d = 0; d < D; d++) acc[d] *= a;\n"
     "                m = s;\n"
@@ -1019,6 +1028,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "\n"
     "/* dk, dv of the group's key rows (out[BH*T*D ..), out[2*BH*T*D ..)): sums over the queries i >= j, whose\n"
     " * q and dO rows, logsumexp and rowdot come through group memory. */\n"
+    ,
     "static void flash_dkv(__global const void *q, __global const void *k, __global const void *v, __global const float *y,\n"
     "                      __global const float *dy, __global const float *rowdot, __global float *out, long BH, long T, long D,\n"
     "                      float scale, int bf16, long H, __local float (*qs)[PGD_ATT_DMAX], __local float (*dos)[PGD_ATT_DMAX],\n"
@@ -1030,7 +1040,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float kr[PGD_ATT_DMAX], vr[PGD_ATT_DMAX], dk[PGD_ATT_DMAX], dv[PGD_ATT_DMAX];\n"
     "    for (long d = 0; d < D; d++) {\n"
     "        kr[d] = live ? ld_qkv(k, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
-    ,
     "        vr[d] = live ? ld_qkv(v, att_in(base + j, T, D, H) + d, bf16) : 0.0f;\n"
     "        dk[d] = 0.0f, dv[d] = 0.0f;\n"
     "    }\n"
@@ -1083,6 +1092,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    flash_dq(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, ks, vs);\n"
     "}\n"
     "__kernel __attribute__((reqd_work_group_size(FR, 1, 1))) void\n"
+    ,
     "k_flash_back_dq_d128(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
@@ -1094,7 +1104,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "k_flash_back_dkv(PTR(const void, q), PTR(const void, k), PTR(const void, v), PTR(const float, y), PTR(const float, dy),\n"
     "     PTR(const float, rowdot), PTR(float, out), long BH, long T, long D, float scale, int bf16, long H) {\n"
     "    BIND(const void, q); BIND(const void, k); BIND(const void, v); BIND(const float, y); BIND(const float, dy);\n"
-    ,
     "    BIND(const float, rowdot); BIND(float, out);\n"
     "    __local float qs[FK][PGD_ATT_DMAX], dos[FK][PGD_ATT_DMAX], lses[FK], dots[FK];\n"
     "    flash_dkv(q, k, v, y, dy, rowdot, out, BH, T, D, scale, bf16, H, qs, dos, lses, dots);\n"
@@ -1154,6 +1163,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    float mm = -INFINITY, zz = 0.0f;\n"
     "    for (int e = 0; e < E; e++) mm = l[e] > mm ? l[e] : mm;\n"
     "    for (int e = 0; e < E; e++) zz += exp(l[e] - mm);\n"
+    ,
     "    *m = mm, *z = zz;\n"
     "}\n"
     "static float moe_score(float l, float m, float z, int sig) { return sig ? 1.0f / (1.0f + exp(-l)) : exp(l - m) / z; }\n"
@@ -1173,7 +1183,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "            for (int e = 0; e < E; e++) {\n"
     "                int taken = 0;\n"
     "                for (int p = 0; p < c && !taken; p++) taken = o[p] == e;\n"
-    ,
     "                float s = moe_score(l[e], m, z, sig) + (bias ? bias[e] : 0.0f);\n"
     "                if (!taken && (best < 0 || s > bs || (isnan(bs) && !isnan(s)))) best = e, bs = s;\n"
     "            }\n"
@@ -1235,6 +1244,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    GRID_STRIDE(i, nk * C) {\n"
     "        long ch = i / C, col = i - ch * C;\n"
     "        int r = row[ch];\n"
+    ,
     "        if (r >= 0) y[(long)r * C + col] = (w ? w[ch] : 1.0f) * x[(ch / k) * C + col];\n"
     "    }\n"
     "}\n"
@@ -1254,7 +1264,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "}\n"
     "\n"
     "/* dw[n, j] = <dy[n], ye[row(n, j)]> (0 for a dropped choice): an item per choice */\n"
-    ,
     "__kernel void k_moe_combine_back_w(PTR(const float, ye), PTR(const int, row), PTR(const float, dy), PTR(float, dw), long nk, int k,\n"
     "                                   long C) {\n"
     "    BIND(const float, ye); BIND(const int, row); BIND(const float, dy); BIND(float, dw);\n"
@@ -1314,6 +1323,7 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "    BIND(const float, lg); BIND(const int, cnt); BIND(float, y);\n"
     "    __local float sh[MAX_GROUP];\n"
     "    float total = 0.0f, acc = 0.0f;\n"
+    ,
     "    for (int e = 0; e < E; e++) total += (float)cnt[e];\n"
     "    COLS_LOOP(n, N) {\n"
     "        __global const float *l = lg + n * E;\n"
@@ -1329,7 +1339,6 @@ static const char *const pdde_gpu_kernels_cl_parts[] = {
     "/* its gradient: d[n, e] = dloss E / N p[n, e] (f_e - <p[n], f>): an item per row */\n"
     "__kernel void k_moe_aux_loss_back(PTR(const float, lg), PTR(const int, cnt), PTR(const float, dloss), PTR(float, d), long N, int E) {\n"
     "    BIND(const float, lg); BIND(const int, cnt); BIND(const float, dloss); BIND(float, d);\n"
-    ,
     "    float total = 0.0f, dl = dloss[0] * (float)E / (float)(N ? N : 1);\n"
     "    for (int e = 0; e < E; e++) total += (float)cnt[e];\n"
     "    GRID_STRIDE(n, N) {\n"

@@ -30,6 +30,14 @@ typedef enum {
                                            layout (pdde_attention_qkv) */
     PDDE_P_UPDATE_SHADOW = 1,           /* sgd/adamw: 1: the last src is the parameter's bf16/f16 copy
                                            (PDDE_TENSOR_SHADOW), which the update rewrites from the new values */
+    PDDE_P_NORM_LOWP_COPY = 0,          /* layernorm_back: 0, or the dtype (bf16/f16) of a rounded copy of dx that
+                                           it also writes, at pdde_lowp_copy_offset of its memory (lowering's
+                                           PDDE_BF16_GRADS) */
+    PDDE_P_NORM_ADD_IN = 0,             /* layernorm: 1: its input is src 0 + src 3 (f32, of its shape), the sum
+                                           also written (f32) at pdde_lowp_copy_offset of its memory (lowering's
+                                           PDDE_FUSE_ADD_LN) */
+    PDDE_P_VIEW_BESIDE = 0,             /* reshape (a view): 1: of what its source writes at pdde_lowp_copy_offset
+                                           (the two above), not of its values */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;
@@ -58,6 +66,24 @@ static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t
     *packed = d > 0;
     if (d > 0) *B = q->shape[0], *T = q->shape[1], *D = d, *H = q->shape[2] / (3 * d);
     else *B = q->shape[0], *H = q->shape[1], *T = q->shape[2], *D = q->shape[3];
+}
+
+/* Where a node's second result (a layernorm backward's PDDE_P_NORM_LOWP_COPY, a layernorm's
+ * PDDE_P_NORM_ADD_IN sum) starts: bytes past the node's own values, rounded up to 256 (its view, memory
+ * planning and the kernels agree) */
+static inline size_t pdde_lowp_copy_offset(const pdde_tensor *t) { return (pdde_tensor_nbytes(t) + 255) & ~(size_t)255; }
+/* Whether a node writes such a second result, and its dtype */
+static inline int pdde_has_beside(const pdde_tensor *t) {
+    return (t->op == PDDE_OP_LAYERNORM_BACK && pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) != 0) ||
+           (t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) != 0);
+}
+static inline pdde_dtype pdde_beside_dtype(const pdde_tensor *t) {
+    return t->op == PDDE_OP_LAYERNORM_BACK ? (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) : PDDE_F32;
+}
+/* Whether t is the view of such a result */
+static inline int pdde_is_lowp_copy_view(const pdde_tensor *t) {
+    return (t->flags & PDDE_TENSOR_VIEW) && t->op == PDDE_OP_RESHAPE && t->nsrc == 1 && pdde_op_i32(t, PDDE_P_VIEW_BESIDE) &&
+           pdde_has_beside(t->src[0]) && t->dtype == pdde_beside_dtype(t->src[0]);
 }
 
 /* dst takes all of src's op parameters (a clone, or a backward op that shares its forward's). */

@@ -810,8 +810,8 @@ static int *lower_readers(const pdde_program *P, int **at) {
     for (int i = 0; at && i <= P->n; i++) (*at)[i] = INT32_MAX;
     for (int i = 0; i < P->n_order; i++) {
         if (at) (*at)[P->order[i]->id] = i;
-        for (int k = 0; k < P->order[i]->nsrc; k++)
-            if (P->order[i]->src[k]) readers[P->order[i]->src[k]->id]++;
+        for (int k = 0; k < P->order[i]->nsrc; k++) /* (the view of a node's second result reads none of its values) */
+            if (P->order[i]->src[k] && !pdde_is_lowp_copy_view(P->order[i])) readers[P->order[i]->src[k]->id]++;
     }
     return readers;
 }
@@ -929,13 +929,42 @@ static pdde_status lower_fuse_grad(lowering *L) {
  * network the stream x feeds a layernorm and goes on: autodiff adds the layernorm's dx to x's other
  * gradient. Where that add's inputs are a layernorm backward that nothing else reads and a gradient
  * computed before it, the layernorm backward takes the other gradient as a fourth source and adds it to
- * dx on the store (the same bits), and the add becomes a view of it. */
+ * dx on the store (the same bits), and the add becomes a view of it.
+ * Forward, a layernorm of a residual add (ln(x + r), the sum going on as the stream): the layernorm reads x
+ * and r (PDDE_P_NORM_ADD_IN, r its fourth source), adds them as the add did (the same bits) and writes the
+ * sum past its own output; the add becomes the view of that sum (PDDE_P_VIEW_BESIDE), moved to right after
+ * the layernorm, which must come before the sum's other readers. */
 static pdde_status lower_fuse_add_ln(lowering *L) {
     pdde_program *P = L->P;
     if (!lower_switch_on("PDDE_FUSE_ADD_LN")) return PDDE_OK;
     int *at, *readers = lower_readers(P, &at);
     if (!readers) return lower_oom(L);
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *l = P->order[i], *s = l->nsrc == 3 ? l->src[0] : NULL;
+        if (l->op != PDDE_OP_LAYERNORM || !s || s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) ||
+            (l->flags & kept) || s->device != l->device || pdde_op_i32(l, PDDE_P_NORM_ADD_IN) || at[s->id] > i)
+            continue;
+        bool ok = true;
+        for (int k = 0; k < 2 && ok; k++)
+            ok = s->src[k]->dtype == PDDE_F32 && s->src[k]->device == l->device && pdde_tensor_numel(s->src[k]) == pdde_tensor_numel(s);
+        for (int j = at[s->id] + 1; j <= i && ok; j++) /* (nothing between the add and the layernorm reads the sum) */
+            for (int k = 0; k < P->order[j]->nsrc && ok; k++) ok = P->order[j] == l || P->order[j]->src[k] != s;
+        if (!ok) continue;
+        l->src[0] = s->src[0], l->src[3] = s->src[1], l->nsrc = 4;
+        pdde_op_set_i32(l, PDDE_P_NORM_ADD_IN, 1);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, l->device, l)) {
+            l->src[0] = s, l->src[3] = NULL, l->nsrc = 3;
+            pdde_op_set_i32(l, PDDE_P_NORM_ADD_IN, 0);
+            continue;
+        }
+        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = l, s->src[1] = NULL, s->nsrc = 1;
+        pdde_op_set_i32(s, PDDE_P_VIEW_BESIDE, 1);
+        int from = at[s->id]; /* the add (now the view) moves to right after the layernorm */
+        memmove(P->order + from, P->order + from + 1, (size_t)(i - from) * sizeof *P->order);
+        P->order[i] = s;
+        for (int j = from; j <= i; j++) at[P->order[j]->id] = j;
+    }
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *s = P->order[i];
         if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept)) continue;
@@ -999,9 +1028,83 @@ static pdde_status lower_lowp_logits(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Gradients kept in bf16 (PDDE_BF16_GRADS=1; off by default). A bias_gelu backward's gradient is cast to
+ * bf16 for the matmuls of the linear before it and read in f32 by the bias's gradient (a sum_to). Where
+ * those are its only readers, the sum_to reads the bf16 copy instead (summed in f32, as autocast's
+ * linear sums the bf16 gradient for its bias), so the cast is the producer's only reader and
+ * lower_fold_casts folds it in: the backward writes bf16 and the cast becomes a view. This changes
+ * numbers (each bias gradient summed from rounded values: 2^-9 relative each), hence the switch. The
+ * cast (which reads the producer directly) moves up to right after it, ahead of the sum_to that now
+ * reads it. Only where the sum_to's device reads the bf16 input (supports_op).
+ * And a layernorm backward's gradient, which goes on in f32 (the residual stream) and is cast for the
+ * matmuls of the linear before it: the layernorm backward writes the rounded copy too, past its own values
+ * in its memory (PDDE_P_NORM_LOWP_COPY; the same bits as the cast), and the cast becomes a view of that
+ * copy (memory planning and the session place it: node_alloc_bytes, storage_offset_in_root). With
+ * PDDE_FUSE_ADD_LN=1 every residual gradient is such a layernorm backward. */
+static pdde_status lower_bf16_grads(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_on("PDDE_BF16_GRADS")) return PDDE_OK;
+    int *at, *readers = lower_readers(P, &at);
+    pdde_tensor **sums = readers ? malloc(((size_t)P->n_order * PDDE_MAX_SRC + 1) * sizeof *sums) : NULL; /* (y's other reads) */
+    if (!sums) { free(readers), free(readers ? at : NULL); return lower_oom(L); }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
+        if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        pdde_tensor *ln = y; /* (through f32 views: PDDE_FUSE_ADD_LN leaves the add it folds as one) */
+        while (ln->op == PDDE_OP_RESHAPE && (ln->flags & PDDE_TENSOR_VIEW) && ln->dtype == PDDE_F32 && ln->nsrc == 1) ln = ln->src[0];
+        if (ln != y && ln->op == PDDE_OP_LAYERNORM_BACK) y = ln;
+        if (y->op == PDDE_OP_LAYERNORM_BACK && y->dtype == PDDE_F32 && !(y->flags & (kept | PDDE_TENSOR_VIEW)) && !(c->flags & kept) &&
+            y->device == c->device && pdde_tensor_numel(y) == pdde_tensor_numel(c) && !pdde_op_i32(y, PDDE_P_NORM_LOWP_COPY)) {
+            /* a layernorm backward (the residual stream's gradient, read in f32 on): it writes the rounded copy
+             * beside its values (the same bits as the cast), and the cast becomes the copy's view */
+            pdde_op_set_i32(y, PDDE_P_NORM_LOWP_COPY, (int32_t)c->dtype);
+            if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+                pdde_op_set_i32(y, PDDE_P_NORM_LOWP_COPY, 0);
+                continue;
+            }
+            c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW, c->src[0] = y;
+            pdde_op_set_i32(c, PDDE_P_VIEW_BESIDE, 1);
+            continue;
+        }
+        if (y->op != PDDE_OP_BIAS_GELU_BACK || y->dtype != PDDE_F32 || (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device ||
+            pdde_tensor_numel(y) != pdde_tensor_numel(c) || at[y->id] >= i)
+            continue;
+        int n_sums = 0;
+        for (int j = at[y->id] + 1; j < P->n_order; j++) /* every other reader: a sum_to of y to a suffix of c's shape */
+            for (int k = 0; k < P->order[j]->nsrc; k++) {
+                pdde_tensor *r = P->order[j];
+                if (r->src[k] != y || r == c) continue;
+                bool suffix = r->op == PDDE_OP_SUM_TO && k == 0 && r->dtype == PDDE_F32 && r->device == y->device && r->ndim <= c->ndim;
+                for (int d = 1; suffix && d <= r->ndim; d++) suffix = r->shape[r->ndim - d] == c->shape[c->ndim - d];
+                sums[n_sums++] = suffix ? r : NULL;
+            }
+        bool ok = n_sums > 0 && n_sums + 1 == readers[y->id];
+        for (int k = 0; k < n_sums && ok; k++) ok = sums[k] != NULL;
+        for (int k = 0; k < n_sums && ok; k++) {
+            sums[k]->src[0] = c;
+            ok = registry_device_supports(L->ctx, L->ctx->registry, sums[k]->device, sums[k]);
+        }
+        if (!ok) {
+            for (int k = 0; k < n_sums; k++)
+                if (sums[k]) sums[k]->src[0] = y;
+            continue;
+        }
+        int from = at[y->id] + 1; /* c moves to right after y */
+        memmove(P->order + from + 1, P->order + from, (size_t)(i - from) * sizeof *P->order);
+        P->order[from] = c;
+        for (int j = from; j <= i; j++) at[P->order[j]->id] = j;
+        readers[y->id] -= n_sums, readers[c->id] += n_sums;
+    }
+    free(sums), free(readers), free(at);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
+ * or of a bias_gelu backward's gradient (lower_bf16_grads leaves it so),
  * the producer writes bf16 itself, computing in f32 and rounding once
  * on the store as the cast did (the same bits), and the cast becomes a view of it: one kernel and one
  * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
@@ -1018,7 +1121,7 @@ static pdde_status lower_fold_casts(lowering *L) {
             y = y->src[0];
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
         bool matmul = y->op == PDDE_OP_MATMUL && lower_switch_on("PDDE_FUSE_EPILOGUE"); /* (lower_fuse_epilogue) */
-        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && y->op != PDDE_OP_BIAS_GELU_BACK && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
             y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
             casts_kept_on(L, y->device))
@@ -1434,6 +1537,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_fuse_grad(&L);
     if (!st) st = lower_lowp_logits(&L);
     if (!st) st = lower_fuse_add_ln(&L);
+    if (!st) st = lower_bf16_grads(&L);
     if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);

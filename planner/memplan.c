@@ -126,7 +126,7 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
     for (int i = 0; i < end && !st; i++) {
         pdde_tensor *t = P->order[i];
         program_device_memory *d = &m->devs[m->slot[t->id]];
-        size_t bytes = pdde_tensor_nbytes(t);
+        size_t bytes = node_alloc_bytes(t);
         if (is_root_sharing(t)) {
             /* shares its root's memory */
         } else if (P->info[t->id].own_buffer) {
@@ -152,8 +152,8 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
         }
         for (int k = 0; k < n_release[i]; k++) {
             pdde_tensor *r = P->nodes[release_at[i][k]];
-            live -= pdde_tensor_nbytes(r);
-            if (!arena_release(&plans[m->slot[r->id]], r->offset, pdde_tensor_nbytes(r))) st = PDDE_ERR_OOM;
+            live -= node_alloc_bytes(r);
+            if (!arena_release(&plans[m->slot[r->id]], r->offset, node_alloc_bytes(r))) st = PDDE_ERR_OOM;
         }
         /* host copies of what leaves this rank or crosses devices (not in the buffers above) */
         if (t->op == PDDE_OP_SEND) s->transfer_bytes += bytes * (size_t)P->n_live + 1;

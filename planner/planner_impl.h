@@ -99,6 +99,20 @@ static inline pdde_tensor *storage_root(pdde_tensor *t) {
     while (is_root_sharing(t)) t = t->src[0];
     return t;
 }
+/* Where in its root's memory t starts: 0, or past a layernorm (backward)'s own values for the view of its
+ * second result (pdde_is_lowp_copy_view: PDDE_BF16_GRADS's copy, PDDE_FUSE_ADD_LN's sum) */
+static inline size_t storage_offset_in_root(const pdde_tensor *t) {
+    size_t off = 0;
+    for (; is_root_sharing(t); t = t->src[0])
+        if (pdde_is_lowp_copy_view(t)) off += pdde_lowp_copy_offset(t->src[0]);
+    return off;
+}
+/* The bytes a node's memory takes: its values and, for a layernorm (backward) that writes a second result
+ * beside them (pdde_has_beside), that result */
+static inline size_t node_alloc_bytes(const pdde_tensor *t) {
+    return pdde_has_beside(t) ? pdde_lowp_copy_offset(t) + (size_t)pdde_tensor_numel(t) * pdde_dtype_size(pdde_beside_dtype(t))
+                              : pdde_tensor_nbytes(t);
+}
 /* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer, as
  * do the parameters' low-precision copies that their updates keep (PDDE_TENSOR_SHADOW). */
 static inline bool is_persistent(const pdde_tensor *t) { return t->op == PDDE_OP_NONE || (t->flags & PDDE_TENSOR_SHADOW); }

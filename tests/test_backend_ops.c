@@ -279,6 +279,45 @@ static pdde_tensor *b_mlp_bf16(pdde_graph *g, const op_case *c) {
     return pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
 }
 
+/* the same with PDDE_BF16_GRADS=1 (set for the case, as above): the bias_gelu's backward writes bf16 for
+ * the matmul before it and b1's gradient is summed from those bf16 rows (a sum_to of bf16 input) */
+static pdde_tensor *b_mlp_bf16_grads(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    return b_mlp_bf16(g, c);
+}
+
+/* bias_gelu_rows: x [p0, 13] @ w1, bias_gelu, @ w2 under bf16 with PDDE_BF16_GRADS=1 (as b_mlp_bf16_grads): enough
+ * rows (512 and more) that a GPU sums the bf16 bias gradient in row chunks */
+static pdde_tensor *b_bias_gelu_rows(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *w1 = P(g, "w1", 2, 13, 17, 0, 0), *b1 = P(g, "b1", 1, 17, 0, 0, 0), *w2 = P(g, "w2", 2, 17, 7, 0, 0);
+    pdde_tensor *h = pdde_bias_gelu(g, pdde_matmul(g, P(g, "x", 2, c->p[0], 13, 0, 0), w1, 0, 0), b1);
+    return pdde_matmul(g, h, w2, 0, 0);
+}
+
+/* layernorm_add: s = x + r, y = layernorm(s) + s / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above):
+ * the layernorm adds x and r itself and writes s beside y (the add a view of it); shape as b_norm's */
+static pdde_tensor *b_layernorm_add(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    pdde_tensor *s = pdde_add(g, P(g, "x", SHAPE_ARGS(c)), P(g, "r", SHAPE_ARGS(c)));
+    int64_t C = c->p[c->p[0]];
+    pdde_tensor *y = pdde_layernorm(g, s, P(g, "gamma", 1, C, 0, 0, 0), P(g, "beta", 1, C, 0, 0, 0), 1e-5f);
+    return pdde_add(g, y, pdde_scale(g, s, 0.5f));
+}
+
+/* layernorm_copy: h = x @ w1, y = layernorm(h) + h / 2, out = y @ w2 under a bf16 compute dtype, with
+ * PDDE_BF16_GRADS=1 and PDDE_FUSE_ADD_LN=1 (set for the case, as above): the layernorm backward adds h's
+ * other gradient and writes the bf16 copy of dh that the first matmul's backward reads (its cast a view) */
+static pdde_tensor *b_layernorm_copy(pdde_graph *g, const op_case *c) {
+    (void)c;
+    setenv("PDDE_BF16_GRADS", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    pdde_tensor *h = pdde_matmul(g, P(g, "x", 2, 9, 13, 0, 0), P(g, "w1", 2, 13, 131, 0, 0), 0, 0);
+    pdde_tensor *y = pdde_layernorm(g, h, P(g, "gamma", 1, 131, 0, 0, 0), P(g, "beta", 1, 131, 0, 0, 0), 1e-5f);
+    return pdde_matmul(g, pdde_add(g, y, pdde_scale(g, h, 0.5f)), P(g, "w2", 2, 131, 7, 0, 0), 0, 0);
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
@@ -375,9 +414,12 @@ static const op_case cases[] = {
     {"layernorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"layernorm", b_norm, {3, 4, 5, 769}, 1, T_DEF},
     {"layernorm", b_norm, {2, 3, 1000}, 1, T_DEF},
+    {"layernorm", b_norm, {2, 1031, 33}, 1, T_DEF}, /* (rows enough for the GPU's gamma gradient in row chunks) */
     {"layernorm_res", b_layernorm_res, {2, 7, 33}, 1, T_DEF},
     {"layernorm_res", b_layernorm_res, {3, 4, 5, 769}, 1, T_DEF},
     {"layernorm_res", b_layernorm_res, {2, 7, 33, 0, 0, 1}, 1, T_DEF},
+    {"layernorm_add", b_layernorm_add, {2, 7, 33}, 1, T_DEF},
+    {"layernorm_add", b_layernorm_add, {3, 4, 5, 769}, 1, T_DEF},
     {"rmsnorm", b_norm, {2, 7, 33}, 1, T_DEF},
     {"rmsnorm", b_norm, {3, 2, 3, 1001}, 1, T_DEF},
     /* C = 1: dx = dy g rr (1 - xhat^2), all cancellation, condition number 1 + x^2/eps (~1e5): the CPU's
@@ -451,6 +493,9 @@ static const op_case cases[] = {
     {"sgd_update", b_mlp, {0}, 3, T_DEF},
     {"adamw_update", b_mlp_bf16, {1}, 3, T_LOWP},
     {"sgd_update", b_mlp_bf16, {0}, 3, T_LOWP},
+    {"bias_gelu_grads", b_mlp_bf16_grads, {1}, 3, T_LOWP}, /* (not an op name) */
+    {"layernorm_copy", b_layernorm_copy, {0}, 1, T_LOWP},  /* (not an op name) */
+    {"bias_gelu_grads", b_bias_gelu_rows, {1031}, 1, T_LOWP},
     /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
     {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
@@ -675,6 +720,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"), unsetenv("PDDE_FUSE_ADD_LN"); /* (builders set them) */
+    unsetenv("PDDE_BF16_GRADS");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;

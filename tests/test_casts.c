@@ -35,6 +35,8 @@
 #define ADDS_FUSED_PER_LAYER 5  /* ...and the bias adds of the qkv, proj and fcproj linears and the 2 residual adds */
 #define MATMULS_FUSED_PER_LAYER 4 /* PDDE_FUSE_GRAD=1: the 4 weight-gradient matmuls run inside their accumulations */
 #define ADDS_LN_FUSED_PER_LAYER 2 /* PDDE_FUSE_ADD_LN=1: the residual gradient added in the 2 layernorms' backward */
+#define ADDS_LN_FWD_PER_LAYER 2   /* ...and the 2 residual adds before the layernorms in them (without PDDE_FUSE_EPILOGUE, which takes those) */
+#define CASTS_PER_LAYER_GRADS 2 /* PDDE_BF16_GRADS=1, PDDE_FUSE_EPILOGUE=1 and PDDE_FUSE_ADD_LN=1: the attention's output and input gradient */
 
 typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step; int64_t casts_after_write; } run_result;
 
@@ -160,8 +162,9 @@ static void test_device(pdde_context *ctx, int device, const char *where, const 
 /* The fusions of lowering, each switch alone and all together: PDDE_FUSE_EPILOGUE=1 folds bias and residual
  * adds, and the cast after q, k, v's, into their matmuls (1 cast and 5 adds fewer per layer);
  * PDDE_FUSE_GRAD=1 runs the weight-gradient matmuls inside their accumulations (4 matmul nodes fewer per
- * layer); PDDE_FUSE_ADD_LN=1 adds the residual gradient in the layernorms' backward (2 adds fewer per
- * layer). The losses are those without, bit for bit, also with recomputed blocks. */
+ * layer); PDDE_FUSE_ADD_LN=1 adds the residual gradient in the layernorms' backward and the residual add
+ * before each layernorm in the layernorm (4 adds fewer per layer; 2 with PDDE_FUSE_EPILOGUE=1, which folds
+ * those residual adds into their matmuls first). The losses are those without, bit for bit, also with recomputed blocks. */
 static const char *const fusion_env[3] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN"};
 
 static void fused_run(pdde_context *ctx, int device, unsigned on, run_result r[3]) {
@@ -192,7 +195,8 @@ static void test_fused(pdde_context *ctx, int device, const char *where) {
         double mms = ((plain[1].matmuls_per_step - plain[0].matmuls_per_step) - (fused[1].matmuls_per_step - fused[0].matmuls_per_step)) / 2;
         printf("%s: %s: %.1f casts per layer, %.1f outside; %.1f adds and %.1f matmuls fewer per layer\n", where, name, per_layer, outside, adds, mms);
         int want_casts = on & 1 ? CASTS_PER_LAYER_FUSED : CASTS_PER_LAYER;
-        int want_adds = (on & 1 ? ADDS_FUSED_PER_LAYER : 0) + (on & 4 ? ADDS_LN_FUSED_PER_LAYER : 0), want_mms = on & 2 ? MATMULS_FUSED_PER_LAYER : 0;
+        int want_adds = (on & 1 ? ADDS_FUSED_PER_LAYER : 0) + (on & 4 ? ADDS_LN_FUSED_PER_LAYER + (on & 1 ? 0 : ADDS_LN_FWD_PER_LAYER) : 0),
+            want_mms = on & 2 ? MATMULS_FUSED_PER_LAYER : 0;
         CHECK(per_layer == want_casts && outside <= CASTS_OUTSIDE && adds == want_adds && mms == want_mms,
               "%s: %s ran %.1f casts per layer (want %d), %.1f outside, %.1f adds fewer per layer (want %d), %.1f matmuls fewer (want %d)", where,
               name, per_layer, want_casts, outside, adds, want_adds, mms, want_mms);
@@ -234,9 +238,57 @@ static void test_lowp_logits(pdde_context *ctx, int device, const char *where, f
     }
 }
 
+/* PDDE_BF16_GRADS=1: the bias_gelu backward writes its gradient in bf16 (the cast into the fc matmuls
+ * folded in) and the fc bias's gradient is summed from it; and each layernorm backward writes a bf16 copy
+ * of its gradient beside its f32 values, the cast into the matmuls before it a view of that copy: 1 cast
+ * fewer per layer, and the final norm's (CASTS_OUTSIDE - 1). With PDDE_FUSE_ADD_LN=1 too every residual
+ * gradient is a layernorm backward's, and with PDDE_FUSE_EPILOGUE=1 the qkv matmul writes bf16:
+ * CASTS_PER_LAYER_GRADS (the attention's output and its input gradient are left). The copies are the
+ * cast's bits; the bf16 bias gradient changes numbers (summed from rounded values, 2^-9 relative each), so
+ * the losses must differ from the f32 gradients' by far less than the bf16 vs f32 bound (1e-3 relative),
+ * be the same bits with the other switches on and with recomputed blocks, and a device's follow the CPU's
+ * within 1e-4 (as PDDE_BF16_LOGITS's). cpu_loss: the CPU's (device 0 fills it). */
+static void test_bf16_grads(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
+    run_result plain, grads[3], all[3];
+    int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &plain);
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &grads[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &grads[1]) ||
+             train(ctx, device, 2, PDDE_BF16, 0, 2, &grads[2]);
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &all[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &all[1]) ||
+             train(ctx, device, 2, PDDE_BF16, 0, 2, &all[2]);
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_ADD_LN");
+    if (failed) {
+        CHECK(0, "%s: a run with PDDE_BF16_GRADS=1 failed", where);
+        return;
+    }
+    double per_layer = (grads[1].casts_per_step - grads[0].casts_per_step) / 2, outside = grads[0].casts_per_step - 2 * per_layer;
+    double per_layer_all = (all[1].casts_per_step - all[0].casts_per_step) / 2, outside_all = all[0].casts_per_step - 2 * per_layer_all;
+    test_diff d = test_diff_f32(grads[0].loss, plain.loss, STEPS, 1e-30), e = test_diff_f32(all[0].loss, grads[0].loss, STEPS, 1e-30);
+    test_diff rc = test_diff_f32(grads[2].loss, grads[0].loss, STEPS, 1e-30), rc_all = test_diff_f32(all[2].loss, grads[0].loss, STEPS, 1e-30);
+    printf("%s: PDDE_BF16_GRADS=1: %.1f casts per layer, %.1f outside; with PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_ADD_LN=1: %.1f per layer, %.1f "
+           "outside (recomputed blocks: %.1f a step); losses within %.2e of f32 gradients' (step %zu: %.6f vs %.6f)\n", where, per_layer,
+           outside, per_layer_all, outside_all, all[2].casts_per_step, d.worst, d.index, d.got, d.want);
+    CHECK(per_layer == CASTS_PER_LAYER - 1 && outside == CASTS_OUTSIDE - 1 && per_layer_all == CASTS_PER_LAYER_GRADS &&
+              outside_all == CASTS_OUTSIDE && all[2].casts_per_step <= (CASTS_PER_LAYER_GRADS + 4) * 2 + CASTS_OUTSIDE,
+          "%s: PDDE_BF16_GRADS=1 ran %.1f casts per layer (want %d), %.1f outside (want %d); with the fusions %.1f per layer (want %d), %.1f "
+          "outside (want %d), %.1f a step recomputed", where, per_layer, CASTS_PER_LAYER - 1, outside, CASTS_OUTSIDE - 1, per_layer_all,
+          CASTS_PER_LAYER_GRADS, outside_all, CASTS_OUTSIDE, all[2].casts_per_step);
+    CHECK(d.worst > 0 && d.worst < 1e-3 && e.worst == 0 && rc.worst == 0 && rc_all.worst == 0,
+          "%s: PDDE_BF16_GRADS=1: losses %.9g vs %.9g at step %zu (relative %.2e: want above 0 and below 1e-3); with the fusions "
+          "step %zu %.9g vs %.9g, recomputed step %zu %.9g vs %.9g, both step %zu %.9g vs %.9g (want the same bits)", where, d.got, d.want,
+          d.index, d.worst, e.index, e.got, e.want, rc.index, rc.got, rc.want, rc_all.index, rc_all.got, rc_all.want);
+    if (device == 0) memcpy(cpu_loss, grads[0].loss, sizeof grads[0].loss);
+    else {
+        test_diff c = test_diff_f32(grads[0].loss, cpu_loss, STEPS, 1e-30);
+        CHECK(c.worst < 1e-4, "%s: PDDE_BF16_GRADS=1: losses %.9g vs the CPU's %.9g at step %zu (relative %.2e)", where, c.got, c.want, c.index,
+              c.worst);
+    }
+}
+
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
-typedef struct { int ok; char error[160]; float loss[3][RANK_STEPS]; double casts[3]; } rank_result;
+typedef struct { int ok; char error[160]; float loss[4][RANK_STEPS]; double casts[4]; } rank_result;
 
 /* arg: the gpt_plan; runs it with the casts folded (default) and with PDDE_FOLD_CASTS=0 */
 static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
@@ -244,9 +296,10 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
     const gpt_plan *plan = arg;
     const gpt_config cfg = {.vocab = 64, .ctx = 8, .layers = 2, .heads = 2, .width = 32, .batch = 4};
     pdde_status st = PDDE_OK;
-    for (int variant = 0; variant < 3 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, every fusion */
+    for (int variant = 0; variant < 4 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, every fusion, and PDDE_BF16_GRADS */
         if (variant == 1) setenv("PDDE_FOLD_CASTS", "0", 1);
-        if (variant == 2) setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
+        if (variant >= 2) setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
+        if (variant == 3) setenv("PDDE_BF16_GRADS", "1", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         op.lr = 3e-3f, op.clip_norm = 1.0f;
         pdde_graph *g;
@@ -271,7 +324,7 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
         pdde_session_free(s);
         pdde_graph_free(g);
         unsetenv("PDDE_FOLD_CASTS");
-        unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN");
+        unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_GRADS");
     }
     out->ok = st == PDDE_OK;
     if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
@@ -303,6 +356,11 @@ static void test_ranks(pdde_context *ctx) {
             test_diff f = test_diff_f32(res[r].loss[2], res[r].loss[0], RANK_STEPS, 1e-30);
             CHECK(res[r].ok && f.worst == 0 && res[r].casts[2] <= res[r].casts[0], "%s, rank %d: step %zu loss %.9g vs %.9g with every fusion (PDDE_FUSE_*=1); "
                   "%.1f casts a step vs %.1f", plans[k].name, r, f.index, f.got, f.want, res[r].casts[2], res[r].casts[0]);
+            /* PDDE_BF16_GRADS=1 too: the bias gradients from bf16 values (1e-3, as on one process), fewer casts */
+            test_diff b = test_diff_f32(res[r].loss[3], res[r].loss[2], RANK_STEPS, 1e-30);
+            CHECK(res[r].ok && b.worst > 0 && b.worst < 1e-3 && res[r].casts[3] < res[r].casts[2], "%s, rank %d: PDDE_BF16_GRADS=1: step %zu loss "
+                  "%.9g vs %.9g (relative %.2e); %.1f casts a step vs %.1f", plans[k].name, r, b.index, b.got, b.want, b.worst, res[r].casts[3],
+                  res[r].casts[2]);
         }
     }
     pdde_store_server_free(srv);
@@ -314,10 +372,12 @@ int main(void) {
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_LOGITS");
+    unsetenv("PDDE_BF16_GRADS");
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
-    float cpu_loss[STEPS];
+    float cpu_loss[STEPS], cpu_grads_loss[STEPS];
     test_lowp_logits(ctx, 0, "cpu", cpu_loss);
+    test_bf16_grads(ctx, 0, "cpu", cpu_grads_loss);
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
@@ -328,6 +388,7 @@ int main(void) {
         unsetenv("PDDE_FOLD_CASTS");
         test_fused(ctx, d, where);
         test_lowp_logits(ctx, d, where, cpu_loss);
+        test_bf16_grads(ctx, d, where, cpu_grads_loss);
     }
 #ifdef PDDE_HAVE_UCX
     test_ranks(ctx);

@@ -103,7 +103,7 @@ ucx=(NO_UCX=1)
 if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
-    build/test_casts build/test_moe_device build/test_nccl \
+    build/test_casts build/test_moe_device build/test_nccl build/test_device_buckets \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
@@ -216,6 +216,10 @@ result "${r:-dlrm status=failed}"
 
 # gradient buckets' copies on the device's second stream (off on CUDA until this has run): test_dp's device rows
 [ -x build/pdde-run ] && test_step test_dp_copy_stream 120 env PDDE_BACKENDS=cpu,cuda PDDE_COPY_STREAM=1 build/test_dp
+# ZeRO-1/2 and allreduce buckets in CUDA memory (bucket streams, the copy stream, a killed peer), then through NCCL,
+# which on one GPU must decline two ranks before its init ("share one GPU") and leave them to host buckets
+[ -x build/pdde-run ] && test_step test_device_buckets_cuda 120 env PDDE_TEST_DEVICE=cuda build/test_device_buckets
+[ -x build/pdde-run ] && test_step test_device_buckets_nccl 120 env PDDE_TEST_DEVICE=cuda PDDE_DEVICE_COLLECTIVES=nccl build/test_device_buckets
 
 # ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
 step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh
