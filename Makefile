@@ -147,7 +147,7 @@ backends/gpu_kernels_spv.h: backends/gpu_kernels.cl
 endif
 endif
 
-.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
+.PHONY: all deps-report check-parts test test-installed test-asan test-fuzz test-mutants demo bench-gpt bench-comm bench-ops bench-parallel bench-dlrm bench-costmodel bench-lower bench-hetero bench-planner bench-planner-moe bench-attention bench-moe install uninstall clean bench-checkpoint bench-elastic bench-elastic-sim
 all: deps-report $(BUILD)/libpdde.a $(BUILD)/libpdde.so $(EXAMPLES) $(TOOLS) $(BENCHES) $(PLUGINS)
 
 deps-report:
@@ -330,6 +330,10 @@ bench-hetero: all
 bench-planner: $(BUILD)/bench_planner
 	@python3 tools/clusters/gen_clusters.py --scale $(BUILD)/clusters
 	@$(BUILD)/bench_planner $(BUILD)/clusters $(or $(BENCH_PLANNER_REPEATS),3)
+
+# Mixtral-8x22B's shape planned on the 128-H100 cluster file (ep by the MoE cost model).
+bench-planner-moe: $(BUILD)/bench_planner
+	@$(BUILD)/bench_planner --moe tools/clusters/h100_128.json $(or $(BENCH_PLANNER_REPEATS),3)
 
 # A lost rank under pdde-run --elastic: GPT-small on 4 ranks, one killed, one frozen (detect, recover,
 # lost steps, snapshot overhead); BENCH_ELASTIC_REPEATS runs (3). bench-elastic-sim: a 16,384-device job

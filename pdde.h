@@ -1878,7 +1878,8 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
 /* The cost of the MoE layers under expert parallelism (ep ranks share the experts; n_ranks / ep
  * replicate them, data parallel): what ep changes per rank and step. The token exchange: an alltoall
  * before and after the experts, forward and backward, each of tokens x k x width x dtype (the routed
- * rows only), over the first ep of devices as the cluster's links carry it; the
+ * rows only), in groups of ep consecutive devices, each pair's bytes over its link and every group's
+ * bytes leaving a machine through its NIC at once (CPU ranks beyond a machine's cores share them); the
  * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
  * skew: measured counts, or a stated max/mean); the experts' gradient reduction over their
  * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages
@@ -1902,7 +1903,7 @@ typedef struct {
     int ep;
     double alltoall_bytes;     /* leaving one rank in a step, all MoE layers */
     double alltoall_s;         /* its time */
-    double cross_host_share;   /* of the ep group's peers, those on other machines */
+    double cross_host_share;   /* of a rank's exchanged bytes, the share to other machines (the most of any rank) */
     double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
     double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and the
                                   parameters gathered) */
@@ -1914,9 +1915,9 @@ typedef struct {
 } pdde_moe_cost;
 pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
                                    const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out);
-/* The ep (dividing the ranks and the experts) of the least step_s among those that fit (*best); every
- * one tried into all[0..*n_all) when all is not NULL. PDDE_ERR_NO_PLAN when none fits (*best: the
- * smallest memory). */
+/* The ep (every one dividing the ranks and the experts: 1, groups of ep consecutive ranks, all ranks)
+ * of the least step_s among those that fit (*best); every one tried, ep ascending, into
+ * all[0..*n_all) when all is not NULL. PDDE_ERR_NO_PLAN when none fits (*best: the smallest memory). */
 pdde_status pdde_moe_choose_ep(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks, const pdde_moe_cost_params *p,
                                pdde_moe_cost *best, pdde_moe_cost *all, int max_all, int *n_all);
 

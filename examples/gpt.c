@@ -244,7 +244,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
             printf("gpt:   next: %s, %.3g s/step (%+.1f%%)\n", s, plans[i].step_s, 100 * (plans[i].step_s / p->step_s - 1));
         }
     }
-    if (o->model.moe_experts > 1 && o->dp > 1 && o->tp == 1 && o->model.moe_experts % o->dp == 0 && !o->model.moe_ep) {
+    if (o->model.moe_experts > 1 && o->dp > 1 && o->tp == 1 && !o->model.moe_ep) { /* (ep: any that divides dp and the experts) */
         int ep;
         double pred[2];
         if (gpt_moe_choose_ep(ctx, path, &o->model, o->dp, o->zero, &ep, pred)) {
@@ -255,7 +255,7 @@ static int choose_plan(pdde_context *ctx, options *o) {
         if (ep > 1 && ep < o->dp) o->ep = o->parsed_plan.ep = ep; /* (groups of ep of the dp ranks) */
         if (env.rank == 0)
             printf("gpt: the MoE blocks: %s (their exchange, experts and expert gradients predicted %.3g s/step with ep %d, %.3g s with ep 1)\n",
-                   ep > 1 ? "expert parallel" : "data parallel", pred[1], ep > 1 ? ep : o->dp, pred[0]);
+                   ep > 1 ? "expert parallel" : "data parallel", pred[1], ep, pred[0]);
     }
     return 0;
 }

@@ -442,9 +442,11 @@ static inline pdde_status gpt_plan_devices(pdde_context *ctx, const char *cluste
 
 /* The planner's plans for training the GPT of c on d (fastest first, then rejected ones with why):
  * pdde_plan_search over the model's training graph at its global batch, tensor parallelism by heads;
- * with a cluster (d's devices), the best ones ranked by simulating their real programs on it. */
-static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
-                                                    const pdde_cluster *cluster, pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
+ * with a cluster (d's devices), MoE models' ep tried by its cost model and, with simulate, the best
+ * ones ranked by simulating their real programs on it. */
+static inline pdde_status gpt_plan_search_cluster(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
+                                                  const pdde_cluster *cluster, int simulate, pdde_plan *plans, int max_plans, int *n_fit,
+                                                  int *n_rejected) {
     pdde_graph *g = NULL;
     gpt_model m;
     pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
@@ -457,25 +459,34 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
     b.cfg = *c, b.opt = (pdde_optimizer_params)PDDE_OPTIMIZER_PARAMS_INIT;
     pp.batch = c->batch, pp.tp_divisor = c->heads, pp.use_all_devices = use_all_devices;
     if (c->moe_experts > 1) pp.no_tp = pp.no_pp = 1; /* (MoE blocks run data and expert parallel) */
-    if (cluster) pp.cluster = cluster, pp.build = gpt_plan_build, pp.build_user = &b;
+    if (cluster) pp.cluster = cluster;
+    if (cluster && simulate) pp.build = gpt_plan_build, pp.build_user = &b;
     if (!st) st = pdde_plan_search(g, d, &pp, plans, max_plans, n_fit, n_rejected);
     pdde_graph_free(g);
     return st;
 }
 
-/* Expert parallelism or not for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
- * pdde_moe_cost_estimate of ep 1 (experts on every rank) and ep = ranks (the layout by expert, the
- * routed rows exchanged, the experts' gradients reduce-scattered) on the devices of the
- * cluster file in order (one machine: copies of its first device, as gpt_plan_devices); *ep the faster
- * of those whose experts' parameters and AdamW state fit a device's memory,
- * pred[0], pred[1] their MoE parts in s a step. */
+/* The same, the best ones simulated on the cluster. */
+static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt_config *c, const pdde_plan_devices *d, int use_all_devices,
+                                                    const pdde_cluster *cluster, pdde_plan *plans, int max_plans, int *n_fit, int *n_rejected) {
+    return gpt_plan_search_cluster(ctx, c, d, use_all_devices, cluster, 1, plans, max_plans, n_fit, n_rejected);
+}
+
+/* The expert-parallel degree for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
+ * pdde_moe_choose_ep over every ep dividing the ranks and the experts (1: experts on every rank;
+ * ranks: the layout by expert over dp; between: groups of ep consecutive ranks; with c->moe_bias only 1
+ * or ranks, as groups refuse the bias) on the devices of the cluster file in order (one machine:
+ * copies of its first device, as gpt_plan_devices); *ep the fastest of those whose experts'
+ * parameters and AdamW state fit a device's memory (none fits: the smallest), pred[0] ep 1's MoE
+ * part and pred[1] *ep's, in s a step. */
 static inline pdde_status gpt_moe_choose_ep(pdde_context *ctx, const char *cluster_path, const gpt_config *c, int ranks, int zero, int *ep,
                                             double pred[2]) {
     pdde_cluster *cl = NULL;
     *ep = 1, pred[0] = pred[1] = 0;
     pdde_status st = pdde_cluster_load(ctx, cluster_path, &cl);
-    int *dev = (int *)calloc((size_t)(ranks > 0 ? ranks : 1), sizeof *dev), n = 0, blocks = 0, fits[2] = {1, 1};
-    if (!st && !dev) st = PDDE_ERR_OOM;
+    int *dev = (int *)calloc((size_t)(ranks > 0 ? ranks : 1), sizeof *dev), n = 0, blocks = 0, n_all = 0;
+    pdde_moe_cost *all = (pdde_moe_cost *)calloc(256, sizeof *all), best;
+    if (!st && (!dev || !all)) st = PDDE_ERR_OOM;
     for (int mi = 0; !st && cl->n_machines > 1 && mi < cl->n_machines; mi++) /* (one machine: its first device a rank, as gpt_plan_devices) */
         for (int d = 0; d < cl->machines[mi].n_devices && n < ranks; d++) dev[n++] = cl->machines[mi].devices[d].id;
     if (!st && n == 0 && cl->n_machines > 0 && cl->machines[0].n_devices > 0) dev[n++] = cl->machines[0].devices[0].id;
@@ -486,18 +497,25 @@ static inline pdde_status gpt_moe_choose_ep(pdde_context *ctx, const char *clust
         else dev[n++] = copy.id;
     }
     for (int l = 0; l < c->layers; l++) blocks += gpt_block_is_moe(c, l);
-    for (int e = 0; !st && e < 2 && n == ranks && blocks; e++) {
+    if (!st && n == ranks && blocks) {
         pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
         p.tokens = (int64_t)c->batch * c->ctx, p.width = c->width, p.ffn = (int)gpt_ffn(c), p.experts = c->moe_experts;
         p.topk = gpt_moe_topk(c), p.layers = blocks, p.zero = zero, p.grads_over_ep = 1;
         p.capacity_factor = c->moe_capacity; /* (the exchange sends the routed rows only) */
-        pdde_moe_cost m;
-        st = pdde_moe_cost_estimate(ctx, cl, dev, ranks, &p, e ? ranks : 1, &m);
-        pred[e] = m.step_s, fits[e] = m.fits;
+        st = pdde_moe_choose_ep(ctx, cl, dev, ranks, &p, &best, all, 256, &n_all);
+        if (st == PDDE_ERR_NO_PLAN) st = PDDE_OK; /* (nothing fits: the smallest; the plan's memory check says more) */
+        bool regroup = c->moe_bias && best.ep > 1 && best.ep < ranks;
+        for (int i = 0; !st && regroup && i < n_all; i++) { /* 1 or all ranks only: the faster that fits, else the smaller */
+            const pdde_moe_cost *m = &all[i];
+            double mem = m->expert_param_bytes + m->expert_optimizer_bytes, best_mem = best.expert_param_bytes + best.expert_optimizer_bytes;
+            bool first = best.ep > 1 && best.ep < ranks;
+            if ((m->ep == 1 || m->ep == ranks) &&
+                (first || (m->fits && !best.fits) || (m->fits == best.fits && (m->fits ? m->step_s < best.step_s : mem < best_mem))))
+                best = *m;
+        }
+        if (!st && n_all > 0) *ep = best.ep, pred[0] = all[0].step_s, pred[1] = best.step_s;
     }
-    /* the faster of those whose experts fit a device (both or neither: the faster) */
-    if (!st && n == ranks && blocks && (fits[1] != fits[0] ? fits[1] : pred[1] < pred[0])) *ep = ranks;
-    free(dev);
+    free(dev), free(all);
     pdde_cluster_free(cl);
     return st;
 }

@@ -713,6 +713,33 @@ static void cost_shared_advance(const pdde_cluster *c, cost_shared *sh, int R) {
     }
 }
 
+/* How much slower than alone a CPU rank computes an op of op_class while every CPU rank of
+ * devices[0..n) on its machine computes too (the processor sharing above); 1 elsewhere. */
+PDDE_PRIVATE double cost_core_sharing(const pdde_cluster *c, const int *devices, int n, int op_class) {
+    int machine = cost_shares_cores(c, devices[0]), busy = 0;
+    if (machine < 0) return 1;
+    for (int r = 0; r < n; r++) busy += cost_shares_cores(c, devices[r]) == machine;
+    const pdde_device_spec *s = cost_spec(c, devices[0]);
+    double speed = cost_shared_speed(c->machines[machine].cores, busy, s ? cost_contention(s, op_class) : 1);
+    return speed > 0 ? 1 / speed : 1;
+}
+
+/* G groups of S ranks (group g's i-th: members[g * S + i]) each running `steps` steps at once, every
+ * rank sending `chunk` bytes a step to its group's k-th next rank (pairwise: k = the step) or its next
+ * (a ring): the seconds, each step its slowest flow with all groups' flows sharing what they share. */
+PDDE_PRIVATE double cost_groups_at_once(pdde_context *ctx, const pdde_cluster *c, int pairwise, const int *members, int G, int S, int steps,
+                                        double chunk) {
+    cost_step s = {ctx, c, 0, 0, NULL, NULL, NULL, 0};
+    double t = 0;
+    for (int k = 1; k <= steps && isfinite(t); k++) {
+        for (int g = 0; g < G; g++)
+            for (int i = 0; i < S; i++) cost_step_flow(&s, members[(size_t)g * S + i], members[(size_t)g * S + (i + (pairwise ? k : 1)) % S], chunk);
+        t += cost_step_time(&s);
+    }
+    free(s.src), free(s.dst), free(s.bytes);
+    return t;
+}
+
 pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const pdde_cost_program *p,
                                pdde_cost_result **out) {
     *out = NULL;

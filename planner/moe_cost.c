@@ -2,13 +2,14 @@
  * choice of the ep degree (pdde.h "Mixture-of-Experts cost"). What ep changes, per rank and step, over
  * the MoE layers: the token exchange (an all-to-all before and after the experts, forward and
  * backward: tokens x k x width x dtype each, the (ep-1)/ep of it that leaves the rank, over the
- * cluster's links as cost.c times an alltoall), the experts' grouped GEMMs (rated by the device's GEMM
- * curve at the rows one expert gets, which ep multiplies; the busiest rank paces the step: its share
- * of a measured or stated routing skew), and the experts' parameters, gradients and AdamW state (split
- * over ep; the optimizer state over dp too with ZeRO-1, the gradients with ZeRO-2, all with ZeRO-3) and
- * their gradients' reduction over the dp replicas (less with more ep: fewer experts a rank).
- * The dense part of the model is the same for every ep and is left out. Included by pdde.c after
- * cost.c. */
+ * cluster's links: each pair's share over its own link, a machine's NIC shared by every group's flows
+ * through it), the experts' grouped GEMMs (rated by the device's GEMM curve at the rows one expert
+ * gets, which ep multiplies; the busiest rank paces the step: its share of a measured or stated
+ * routing skew; CPU ranks share their machine's cores), and the experts' parameters, gradients and
+ * AdamW state (split over ep; the optimizer state over dp too with ZeRO-1, the gradients with ZeRO-2,
+ * all with ZeRO-3) and their gradients' reduction over the dp replicas (less with more ep: fewer
+ * experts a rank). The dense part of the model is the same for every ep and is left out. Included by
+ * pdde.c after cost.c. */
 #include "planner_impl.h"
 
 #include <math.h>
@@ -33,6 +34,57 @@ static double moe_rank_imbalance(const pdde_moe_cost_params *p, int ep) {
     return (s + (per - 1) * rest) / per;
 }
 
+/* A collective run by G groups of S ranks at once, group g's i-th rank members[g * S + i] (count
+ * elements of dtype each, as pdde_cost_collective_time takes them): group 0's time as
+ * pdde_cost_collective_time gives it (its calibration, its algorithm, each flow at its link's rate),
+ * or, where the groups together send more through one machine's NIC than that takes in the time, the
+ * NIC's time for all of it. What a machine sends out: in an all-to-all, each member's chunks to
+ * peers on other machines; in an allreduce spanning H machines, 2 (H-1)/H of the buffer a machine
+ * (two-level or ring, bandwidth-optimal across machines); a reduce-scatter or allgather half that.
+ * Where a machine's intra link is a shared resource (a link group: a CPU's memory), the groups' flows
+ * run at once on it, step by step, and take longer than one group alone when they do. */
+static double moe_groups_time(pdde_context *ctx, const pdde_cluster *c, pdde_collective coll, const int *members, int G, int S, int64_t count,
+                              pdde_dtype dtype) {
+    if (S < 2 || count <= 0) return 0;
+    double t = pdde_cost_collective_time(ctx, c, coll, PDDE_ALGO_AUTO, members, S, count, dtype);
+    double bytes = (double)count * (double)pdde_dtype_size(dtype);
+    int shared = 0; /* a machine whose devices' links share one resource (a CPU's memory: its intra link's group) */
+    for (int m = 0; m < c->n_machines; m++) shared |= c->machines[m].intra.group >= 0;
+    if (isfinite(t) && G > 1 && shared) { /* every group's flows at once, step by step (pairwise all-to-all or ring) */
+        double tc = cost_groups_at_once(ctx, c, coll == PDDE_COLL_ALLTOALL, members, G, S, coll == PDDE_COLL_ALLREDUCE ? 2 * (S - 1) : S - 1, bytes / S);
+        t = isfinite(tc) ? (tc > t ? tc : t) : NAN;
+    }
+    if (!isfinite(t) || c->n_machines < 2) return t;
+    double *out = calloc((size_t)c->n_machines, sizeof *out);
+    int *mach = malloc((size_t)S * sizeof *mach);
+    if (!out || !mach) {
+        free(out), free(mach);
+        pdde_error(ctx, PDDE_ERR_OOM, "moe cost: out of memory");
+        return NAN;
+    }
+    for (int g = 0; g < G; g++) {
+        int spans = 0;
+        for (int i = 0; i < S; i++) {
+            mach[i] = -1;
+            pdde_cluster_find_device(c, members[(size_t)g * S + i], &mach[i]);
+            int first = 1;
+            for (int j = 0; j < i; j++) first &= mach[j] != mach[i];
+            spans += first;
+        }
+        for (int i = 0; i < S; i++) {
+            if (mach[i] < 0) continue;
+            int first = 1, others = 0;
+            for (int j = 0; j < S; j++) first &= j >= i || mach[j] != mach[i], others += mach[j] != mach[i];
+            if (coll == PDDE_COLL_ALLTOALL) out[mach[i]] += bytes / S * others;
+            else if (first && spans > 1) out[mach[i]] += (coll == PDDE_COLL_ALLREDUCE ? 2.0 : 1.0) * bytes * (spans - 1) / spans;
+        }
+    }
+    for (int m = 0; m < c->n_machines; m++)
+        if (c->machines[m].nic.bandwidth > 0 && out[m] / c->machines[m].nic.bandwidth > t) t = out[m] / c->machines[m].nic.bandwidth;
+    free(out), free(mach);
+    return t;
+}
+
 pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
                                    const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out) {
     memset(out, 0, sizeof *out);
@@ -55,25 +107,29 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     out->imbalance = moe_rank_imbalance(p, ep);
     /* 4 exchanges a layer (dispatch and combine, forward and backward); what leaves the rank */
     out->alltoall_bytes = 4.0 * p->layers * rows * C * esz * (ep - 1) / ep;
-    /* an ep group: ep consecutive ranks (dp outer); the group of rank 0 stands for all */
+    /* the ep groups: ep consecutive ranks each (dp outer), all exchanging at once */
     if (ep > 1) {
-        double t = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, devices, ep, (int64_t)(rows * C), p->dtype);
+        double t = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, (int64_t)(rows * C), p->dtype);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the alltoall over %d ranks: %s", ep, pdde_last_error(ctx));
         /* each exchange sends the counts first (E/ep integers a peer) and packs and unpacks its rows
          * on the host (a copy of the rows each way) */
-        double tc = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, devices, ep, per > 0 ? per : 1, PDDE_I32);
+        double tc = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, per > 0 ? per : 1, PDDE_I32);
         pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype, .bytes = 4.0 * rows * C * esz};
-        double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy);
+        double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
         if (!isfinite(tc) || !isfinite(tp)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the exchange's counts or copies: %s", pdde_last_error(ctx));
         out->alltoall_s = 4.0 * p->layers * (t + tc + tp);
-        int m0 = -1, cross = 0;
-        pdde_cluster_find_device(c, devices[0], &m0);
-        for (int r = 1; r < ep; r++) {
-            int m = -1;
+        /* the share of a rank's exchanged bytes that crosses machines (its peers elsewhere: each gets
+         * as many); the most of any rank */
+        for (int r = 0; r < n_ranks; r++) {
+            int m = -1, cross = 0, g0 = r / ep * ep;
             pdde_cluster_find_device(c, devices[r], &m);
-            cross += m != m0;
+            for (int q = g0; q < g0 + ep; q++) {
+                int mq = -1;
+                pdde_cluster_find_device(c, devices[q], &mq);
+                cross += mq != m;
+            }
+            if ((double)cross / (ep - 1) > out->cross_host_share) out->cross_host_share = (double)cross / (ep - 1);
         }
-        out->cross_host_share = (double)cross / (ep - 1);
     }
     /* the busiest rank's expert GEMMs: its rows (the mean, tokens x k, times the imbalance; at most
      * the capacity), per local expert; forward 2 GEMMs, backward 4 */
@@ -83,13 +139,13 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = (int64_t)m, .n = p->ffn, .k = p->width,
                        .dtype = p->compute_dtype};
     op.flops = 2.0 * m * C * F;
-    double t1 = pdde_cost_compute_time(ctx, c, devices[0], &op);
+    double t1 = pdde_cost_compute_time(ctx, c, devices[0], &op) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
     if (!isfinite(t1)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the expert GEMM: %s", pdde_last_error(ctx));
     out->expert_gemm_s = p->layers * 6.0 * per * t1;
     /* the efficiency of those GEMMs against one of the rank's whole rows (the dense layer's shape) */
     pdde_cost_op dense = op;
     dense.m = (int64_t)(tokens * k > 1 ? tokens * k : 1), dense.flops = 2.0 * (double)dense.m * C * F;
-    double td = pdde_cost_compute_time(ctx, c, devices[0], &dense);
+    double td = pdde_cost_compute_time(ctx, c, devices[0], &dense) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
     out->gemm_efficiency = td > 0 && t1 > 0 ? (op.flops / t1) / (dense.flops / td) : 1.0;
     /* memory: parameters (f32), gradients (f32), AdamW m and v (2 x f32), of the rank's experts */
     double params = (double)p->layers * per * 2.0 * C * F;
@@ -99,22 +155,24 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     const pdde_cluster_device *d = pdde_cluster_find_device(c, devices[0], NULL);
     double budget = p->memory_budget > 0 ? p->memory_budget : d ? (double)d->memory : 0;
     out->fits = budget <= 0 || out->expert_param_bytes + out->expert_optimizer_bytes <= budget;
-    /* the experts' gradients over their dp replicas (ranks r, r + ep, ...): an allreduce (ZeRO 0, 1), a
-     * reduce-scatter (2), and with ZeRO-3 the parameters gathered for the forward and the backward */
+    /* the experts' gradients over their dp replicas (ranks r, r + ep, ...; the ep such groups at
+     * once): an allreduce (ZeRO 0, 1), a reduce-scatter (2), and with ZeRO-3 the parameters gathered
+     * for the forward and the backward */
     if (dp > 1) {
-        int *group = malloc((size_t)dp * sizeof *group);
+        int *group = malloc((size_t)n_ranks * sizeof *group);
         if (!group) return pdde_error(ctx, PDDE_ERR_OOM, "moe cost: out of memory");
-        for (int i = 0; i < dp; i++) group[i] = devices[i * ep];
+        for (int r = 0; r < ep; r++)
+            for (int i = 0; i < dp; i++) group[r * dp + i] = devices[i * ep + r];
         int64_t count = (int64_t)params;
-        double t = pdde_cost_collective_time(ctx, c, p->zero >= 2 ? PDDE_COLL_REDUCE_SCATTER : PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, group, dp,
-                                             count, PDDE_F32); /* (a reduce-scatter's count: its input) */
-        if (p->zero >= 3) t += 2 * pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLGATHER, PDDE_ALGO_AUTO, group, dp, count, PDDE_F32);
+        double t = moe_groups_time(ctx, c, p->zero >= 2 ? PDDE_COLL_REDUCE_SCATTER : PDDE_COLL_ALLREDUCE, group, ep, dp, count,
+                                   PDDE_F32); /* (a reduce-scatter's count: its input) */
+        if (p->zero >= 3) t += 2 * moe_groups_time(ctx, c, PDDE_COLL_ALLGATHER, group, ep, dp, count, PDDE_F32);
         free(group);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over %d replicas: %s", dp, pdde_last_error(ctx));
         out->dp_sync_s = t;
     }
     if (ep > 1 && p->grads_over_ep) {
-        double t = pdde_cost_collective_time(ctx, c, PDDE_COLL_REDUCE_SCATTER, PDDE_ALGO_AUTO, devices, ep, (int64_t)(params * ep), PDDE_F32);
+        double t = moe_groups_time(ctx, c, PDDE_COLL_REDUCE_SCATTER, devices, dp, ep, (int64_t)(params * ep), PDDE_F32);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over the ep group: %s", pdde_last_error(ctx));
         out->dp_sync_s += t;
     }

@@ -1,6 +1,6 @@
 /* bench_moe — Mixture-of-Experts on this machine.
  *
- *   bench_moe [--build DIR] [--reps N] [--min BYTES] [--max BYTES]   (what `make bench-moe` runs)
+ *   bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES]   (what `make bench-moe` runs)
  *   bench_moe --worker MIN MAX                             (one rank of the all-to-all part, under pdde-run)
  *
  * 1. An MoE feed-forward (router, top-2 of 8 experts, dispatch, grouped GEMMs, GELU, combine) against
@@ -14,16 +14,22 @@
  *    alltoall_vs_mpi = the geometric mean over the sizes of pdde's bandwidth / MPI's on 2 ranks,
  *    alltoall_vs_mpi_4 the same on 4 ranks (every size's ratio printed). Both bound alike: mpirun's default
  *    (2 ranks: a core each, pdde-run --bind cores; more: the whole socket, pdde-run unbound).
- * 3. The cost model: the MoE layer's forward and backward for 4, 8, 16 and 32 experts predicted from a
- *    calibration of this machine (pdde-bench --quick, taken first) against their measured medians:
- *    cost_mape.
- * 4. The ep pick: an MoE GPT (8 experts, top-2) trained on 2 ranks under build/pdde-run, data parallel
- *    (ep 1) and expert parallel (--moe-ep, ep 2), the median step of each measured; pdde_moe_cost_estimate
- *    of each (the layouts as they run: ep 2 exchanges the routed rows, its expert gradients
- *    reduce-scattered) on this machine's calibration (with collectives) picks one, as pdde_plan_search
- *    does: pick_gap_pct = how much slower the pick measured than the faster.
+ * 3. The cost model: the MoE layer's forward and backward for 4, 8, 16 and 32 experts predicted from
+ *    calibrations of this machine (pdde-bench --quick --budget 0.1; three, each followed by a third of
+ *    the rounds, so that a load that changes meanwhile is in the calibration as in the rounds it is
+ *    compared with): each layer's error the median over the three of its prediction over the median
+ *    of the rounds after it; cost_mape their mean absolute value.
+ * 4. The ep pick: an MoE GPT (8 experts, top-2) trained under build/pdde-run on 2 ranks, data parallel
+ *    (ep 1) and expert parallel (--moe-ep, ep 2), and on 4 ranks, ep 1, ep 2 (--ep 2: groups of 2 of
+ *    the 4 dp ranks) and ep 4 (--moe-ep); the runs of every configuration in alternating rounds (A B C
+ *    .. A B C ..: load from elsewhere hits them alike), each run's median step, the median over the
+ *    rounds. pdde_moe_cost_estimate of each (the layouts as they run: the routed rows exchanged, the
+ *    expert gradients reduce-scattered) on this machine's calibrations with collectives (before the
+ *    rounds, halfway, after: the median of the three predictions), its CPU device one rank a copy, the machine's cores as the file says (the ranks beyond them share them), picks
+ *    one for each number of ranks, as gpt --plan auto does: pick_gap_pct = how much slower the pick
+ *    on 2 ranks measured than the faster, pick_gap_pct_4 the same among the 3 on 4 ranks.
  *
- * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. */
+ * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. pick_gap_pct_4=.. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "bench_common.h"
@@ -149,7 +155,7 @@ static int collect(const char *cmd, size_t *sizes, double *lat) {
 
 int main(int argc, char **argv) {
     const char *build = "build";
-    int reps = 15;
+    int reps = 15, ep_rounds = 7;
     size_t max = (size_t)16 << 20, min = (size_t)4 << 10;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--worker") && i + 2 < argc) return worker(strtoull(argv[i + 1], NULL, 10), strtoull(argv[i + 2], NULL, 10));
@@ -157,10 +163,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) min = strtoull(argv[++i], NULL, 10);
-        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--min BYTES] [--max BYTES] | --worker MIN MAX\n"); return 2; }
+        else if (!strcmp(argv[i], "--ep-rounds") && i + 1 < argc) ep_rounds = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES] | --worker MIN MAX\n"); return 2; }
     }
-    if (reps < 3) reps = 3;
+    if (reps < 6) reps = 6; /* (at least 2 rounds a calibration) */
     if (reps > 64) reps = 64;
+    if (ep_rounds < 1 || ep_rounds > 64) ep_rounds = 7;
     pdde_context *ctx;
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -173,10 +181,37 @@ int main(int argc, char **argv) {
     if (layer_open(ctx, 0, &dense)) return 1;
     for (int e = 0; e < NE; e++)
         if (layer_open(ctx, experts[e], &moe[e])) return 1;
-    for (int r = 0; r < reps; r++) { /* rounds of every layer, in turn: load others put on the machine hits all */
-        if (layer_time(&dense)) return 1;
-        for (int e = 0; e < NE; e++)
-            if (layer_time(&moe[e])) return 1;
+    /* calibrations, each followed by its block of rounds: each layer predicted by each calibration and
+     * compared with the block measured right after it (the same load, as near as can be) */
+    char cmd[2048], cluster[1024];
+    snprintf(cluster, sizeof cluster, "%s/bench_moe_cluster.json", build);
+    snprintf(cmd, sizeof cmd, "%s/pdde-bench -o %s --quick --budget 0.1 --no-comm --devices cpu >/dev/null 2>&1", build, cluster); /* (medians of 0.1 s a point) */
+#define CALIBS 3
+    double pred[CALIBS][NE], err[CALIBS][NE];
+    int n_calib = 0;
+    for (int k = 0; k < CALIBS; k++) {
+        pdde_cluster *cl = NULL;
+        int ok = system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0;
+        if (!ok) fprintf(stderr, "bench_moe: no calibration (%s)\n", cl ? pdde_last_error(ctx) : cmd);
+        for (int e = 0; ok && e < NE; e++) {
+            pdde_cost_program *p = NULL;
+            pdde_cost_result *res = NULL;
+            if (pdde_cost_program_from_graph(moe[e].g, cl->machines[0].devices[0].id, &p) == PDDE_OK && pdde_cost_simulate(ctx, cl, p, &res) == PDDE_OK)
+                pred[n_calib][e] = res->step_time;
+            else
+                ok = 0, fprintf(stderr, "bench_moe: cost model: %s\n", pdde_last_error(ctx));
+            pdde_cost_result_free(res), pdde_cost_program_free(p);
+        }
+        pdde_cluster_free(cl);
+        int first[NE];
+        for (int e = 0; e < NE; e++) first[e] = moe[e].n;
+        for (int r = k * reps / CALIBS; r < (k + 1) * reps / CALIBS; r++) { /* rounds of every layer, in turn */
+            if (layer_time(&dense)) return 1;
+            for (int e = 0; e < NE; e++)
+                if (layer_time(&moe[e])) return 1;
+        }
+        for (int e = 0; ok && e < NE; e++) err[n_calib][e] = pred[n_calib][e] / bench_median(moe[e].t + first[e], moe[e].n - first[e]) - 1;
+        n_calib += ok;
     }
     double flops = 3.0 * 2.0 * 2.0 * TOKENS * (double)WIDTH * TOPK * FFN; /* 2 GEMMs, forward + 2x backward */
     double td = bench_median(dense.t, dense.n);
@@ -189,34 +224,23 @@ int main(int argc, char **argv) {
         printf("  moe E=%-3d    %8.3f ms  %7.2f GFLOP/s  %.3f of dense\n", experts[e], tm[e] * 1e3, flops / tm[e] * 1e-9, td / tm[e]);
     }
     double layer_vs_dense = td / tm[0];
-
-    char cmd[2048], cluster[1024];
-    snprintf(cluster, sizeof cluster, "%s/bench_moe_cluster.json", build);
-    snprintf(cmd, sizeof cmd, "%s/pdde-bench -o %s --quick --no-comm --devices cpu >/dev/null 2>&1", build, cluster);
     double mape = NAN;
-    pdde_cluster *cl = NULL;
-    if (system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
+    if (n_calib) {
         double sum = 0;
-        int n = 0;
-        printf("cost model (calibration: pdde-bench --quick)\n");
+        printf("cost model: %d calibrations by pdde-bench --quick, each followed by a block of the rounds; error = the median over the "
+               "blocks of (the prediction / the block's median - 1)\n", n_calib);
         for (int e = 0; e < NE; e++) {
-            pdde_cost_program *p = NULL;
-            pdde_cost_result *res = NULL;
-            if (pdde_cost_program_from_graph(moe[e].g, cl->machines[0].devices[0].id, &p) == PDDE_OK && pdde_cost_simulate(ctx, cl, p, &res) == PDDE_OK) {
-                double err = fabs(res->step_time - tm[e]) / tm[e];
-                printf("  moe E=%-3d    predicted %8.3f ms, measured %8.3f ms: %+.1f%%\n", experts[e], res->step_time * 1e3, tm[e] * 1e3,
-                       100 * (res->step_time / tm[e] - 1));
-                sum += err, n++;
-            } else {
-                fprintf(stderr, "bench_moe: cost model: %s\n", pdde_last_error(ctx));
-            }
-            pdde_cost_result_free(res), pdde_cost_program_free(p);
+            double t[CALIBS], ev[CALIBS], lo = INFINITY, hi = 0;
+            for (int k = 0; k < n_calib; k++) t[k] = pred[k][e], ev[k] = err[k][e], lo = t[k] < lo ? t[k] : lo, hi = t[k] > hi ? t[k] : hi;
+            double pm = bench_median(t, n_calib), em = bench_median(ev, n_calib);
+            printf("  moe E=%-3d    predicted %8.3f ms (%.3f .. %.3f), measured %8.3f ms: %+.1f%% (paired)\n", experts[e], pm * 1e3, lo * 1e3, hi * 1e3,
+                   tm[e] * 1e3, 100 * em);
+            sum += fabs(em);
         }
-        if (n) mape = 100 * sum / n;
+        mape = 100 * sum / NE;
     } else {
-        fprintf(stderr, "bench_moe: no calibration (%s): cost_mape not measured\n", cl ? pdde_last_error(ctx) : cmd);
+        fprintf(stderr, "bench_moe: no calibration: cost_mape not measured\n");
     }
-    pdde_cluster_free(cl);
     layer_close(&dense);
     for (int e = 0; e < NE; e++) layer_close(&moe[e]);
 
@@ -261,54 +285,85 @@ int main(int argc, char **argv) {
         printf("  geometric mean of the ratios over %d sizes: %.3f\n", nlog, vs_mpi[n / 2 - 1]);
         fflush(stdout);
     }
-    /* 4. the ep pick on 2 ranks */
-    double measured[2] = {NAN, NAN}, predicted[2] = {NAN, NAN}, gap = NAN;
-    for (int ep = 1; ep <= 2; ep++) {
-        char metrics[1024];
-        snprintf(metrics, sizeof metrics, "%s/bench_moe_ep%d.jsonl", build, ep);
-        snprintf(cmd, sizeof cmd, "%s/pdde-run -n 2 %s/gpt --dp 2 --moe-experts 8 --moe-topk 2 --layers 2 --width 128 --ctx 64 --batch 8 "
-                 "--steps 30 --val-every 0 --sample-len 0 --ckpt-every 0 --threads 1 %s --metrics %s >/dev/null 2>&1", build, build,
-                 ep == 2 ? "--moe-ep" : "", metrics);
-        FILE *f = system(cmd) == 0 ? fopen(metrics, "r") : NULL;
-        double t[64];
-        int n = 0;
-        char line[512];
-        while (f && fgets(line, sizeof line, f)) {
-            char *p = strstr(line, "\"step_s\":");
-            int step = 0;
-            if (p && sscanf(line, "{\"step\":%d", &step) == 1 && step > 10 && n < 64) t[n++] = atof(p + 9);
+    /* 4. the ep pick: 2 ranks (ep 1, 2), 4 ranks (ep 1, 2 in groups, 4), alternating rounds */
+    static const struct { int ranks, ep; const char *args; } cfg[] = {
+        {2, 1, "--dp 2"}, {2, 2, "--dp 2 --moe-ep"}, {4, 1, "--dp 4"}, {4, 2, "--dp 4 --ep 2"}, {4, 4, "--dp 4 --moe-ep"}};
+    enum { NC = sizeof cfg / sizeof cfg[0] };
+    double runs[NC][64], measured[NC], predicted[NC], gap = NAN, gap4 = NAN;
+    int n_runs[NC] = {0};
+    /* this machine's calibration with collectives (one thread a rank) before the rounds, halfway and
+     * after them: each configuration's prediction the median of the three */
+    char calib[2048];
+    snprintf(calib, sizeof calib, "PDDE_NUM_THREADS=1 %s/pdde-bench -o %s --quick --devices cpu >/dev/null 2>&1", build, cluster);
+    double preds[NC][3];
+    int n_pred = 0, cores = 0;
+    for (int r = 0; r <= ep_rounds; r++) {
+        pdde_cluster *cl = NULL;
+        if ((r == 0 || r == ep_rounds / 2 || r == ep_rounds) && n_pred < 3 && system(calib) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK &&
+            cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
+            /* the other ranks: copies of the machine's CPU device (the ranks share its cores, a thread each) */
+            pdde_cluster_device d0 = cl->machines[0].devices[0];
+            int dev[4] = {d0.id, d0.id + 1000, d0.id + 2000, d0.id + 3000}, ok = 1;
+            for (int k = 1; k < 4; k++) {
+                pdde_cluster_device dk = d0;
+                dk.id = dev[k];
+                pdde_cluster_add_device(cl, 0, &dk);
+            }
+            cores = cl->machines[0].cores;
+            for (int i = 0; i < NC; i++) {
+                pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
+                mp.tokens = 8 * 64, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
+                mp.capacity_factor = 0; /* dropless: the exchange carries the routed rows only */
+                mp.grads_over_ep = 1;
+                pdde_moe_cost mc;
+                if (pdde_moe_cost_estimate(ctx, cl, dev, cfg[i].ranks, &mp, cfg[i].ep, &mc) == PDDE_OK) preds[i][n_pred] = mc.step_s;
+                else ok = 0, fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
+            }
+            n_pred += ok;
         }
-        if (f) fclose(f);
-        if (n) measured[ep - 1] = bench_median(t, n);
-        else fprintf(stderr, "bench_moe: '%s' gave no steps\n", cmd);
-    }
-    snprintf(cmd, sizeof cmd, "PDDE_NUM_THREADS=1 %s/pdde-bench -o %s --quick --devices cpu >/dev/null 2>&1", build, cluster);
-    cl = NULL;
-    if (system(cmd) == 0 && pdde_cluster_load(ctx, cluster, &cl) == PDDE_OK && cl->n_machines > 0 && cl->machines[0].n_devices > 0) {
-        /* the second rank: a copy of the machine's CPU device (the ranks share it, a thread each) */
-        pdde_cluster_device d0 = cl->machines[0].devices[0], d1 = d0;
-        d1.id = d0.id + 1000;
-        pdde_cluster_add_device(cl, 0, &d1);
-        int dev[2] = {d0.id, d1.id};
-        for (int ep = 1; ep <= 2; ep++) {
-            pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
-            mp.tokens = 8 * 64, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
-            mp.capacity_factor = 0; /* dropless: the exchange carries the routed rows only */
-            mp.grads_over_ep = 1;
-            pdde_moe_cost mc;
-            if (pdde_moe_cost_estimate(ctx, cl, dev, 2, &mp, ep, &mc) == PDDE_OK) predicted[ep - 1] = mc.step_s;
-            else fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
+        pdde_cluster_free(cl);
+        for (int i = 0; r < ep_rounds && i < NC; i++) {
+            char metrics[1024];
+            snprintf(metrics, sizeof metrics, "%s/bench_moe_ep.jsonl", build);
+            remove(metrics);
+            snprintf(cmd, sizeof cmd, "%s/pdde-run -n %d %s/gpt %s --moe-experts 8 --moe-topk 2 --layers 2 --width 128 --ctx 64 --batch 8 "
+                     "--steps 20 --val-every 0 --sample-len 0 --ckpt-every 0 --threads 1 --metrics %s >/dev/null 2>&1", build, cfg[i].ranks, build,
+                     cfg[i].args, metrics);
+            FILE *f = system(cmd) == 0 ? fopen(metrics, "r") : NULL;
+            double t[64];
+            int n = 0;
+            char line[512];
+            while (f && fgets(line, sizeof line, f)) {
+                char *p = strstr(line, "\"step_s\":");
+                int step = 0;
+                if (p && sscanf(line, "{\"step\":%d", &step) == 1 && step > 5 && n < 64) t[n++] = atof(p + 9);
+            }
+            if (f) fclose(f);
+            if (n && n_runs[i] < 64) runs[i][n_runs[i]++] = bench_median(t, n);
+            else if (!n) fprintf(stderr, "bench_moe: '%s' gave no steps\n", cmd);
         }
     }
-    pdde_cluster_free(cl);
-    if (isfinite(measured[0]) && isfinite(measured[1]) && isfinite(predicted[0]) && isfinite(predicted[1])) {
-        int pick = predicted[1] < predicted[0], best = measured[1] < measured[0];
-        gap = 100 * (measured[pick] / measured[best] - 1);
-        printf("ep pick on 2 ranks (MoE GPT, 8 experts, top-2): measured %.2f ms (ep 1), %.2f ms (ep 2); the model's MoE part %.2f ms, %.2f ms: "
-               "picks ep %d, %.1f%% from the faster\n", measured[0] * 1e3, measured[1] * 1e3, predicted[0] * 1e3, predicted[1] * 1e3, pick + 1, gap);
+    for (int i = 0; i < NC; i++) measured[i] = n_runs[i] ? bench_median(runs[i], n_runs[i]) : NAN, predicted[i] = n_pred ? bench_median(preds[i], n_pred) : NAN;
+    printf("ep pick (MoE GPT, 8 experts, top-2, 2 layers of width 128, 512 tokens a step; a thread a rank on %ld cores, the cluster file's "
+           "machine: %d cores, shared by the ranks beyond them; medians of %d alternating rounds):\n", sysconf(_SC_NPROCESSORS_ONLN), cores, ep_rounds);
+    for (int n = 2; n <= 4; n += 2) {
+        int pick = -1, best = -1;
+        for (int i = 0; i < NC; i++) {
+            if (cfg[i].ranks != n) continue;
+            printf("  %d ranks, ep %d (%-16s): measured %7.2f ms a step, the model's MoE part %7.2f ms\n", n, cfg[i].ep, cfg[i].args, measured[i] * 1e3,
+                   predicted[i] * 1e3);
+            if (!isfinite(measured[i]) || !isfinite(predicted[i])) { pick = best = -2; continue; }
+            if (pick == -1 || (pick >= 0 && predicted[i] < predicted[pick])) pick = i;
+            if (best == -1 || (best >= 0 && measured[i] < measured[best])) best = i;
+        }
+        if (pick < 0 || best < 0) { gap4 = NAN; continue; }
+        double g = 100 * (measured[pick] / measured[best] - 1);
+        printf("  %d ranks: picks ep %d, %.1f%% from the fastest (ep %d)\n", n, cfg[pick].ep, g, cfg[best].ep);
+        gap4 = g;
+        if (n == 2) gap = g;
     }
-    printf("RESULT moe layer_vs_dense=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f pick_gap_pct=%.1f cost_mape=%.1f\n", layer_vs_dense,
-           vs_mpi[0], vs_mpi[1], gap, mape);
+    printf("RESULT moe layer_vs_dense=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f pick_gap_pct=%.1f cost_mape=%.1f pick_gap_pct_4=%.1f\n",
+           layer_vs_dense, vs_mpi[0], vs_mpi[1], gap, mape, gap4);
     pdde_context_free(ctx);
     return 0;
 }

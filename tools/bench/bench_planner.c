@@ -8,12 +8,20 @@
  * that at 512, next to the 91.7% the paper measured for ERNIE 260B.
  *
  *   bench_planner DIR [REPEATS]        last line: RESULT planner t_4096_s=<slowest plan at 4096> eff_260b=<%>
+ *   bench_planner --moe CLUSTER [REPEATS]
+ *       Mixtral-8x22B's shape (56 layers, width 6144, 48 heads, 8 experts of ffn 16384, top-2, vocab
+ *       32000; 1024 sequences of 4096 tokens) planned on CLUSTER as gpt --plan auto's search does with
+ *       a cluster (data parallel, ZeRO, recompute, and the experts over groups of ep of the dp ranks by
+ *       the MoE cost model; no simulation): the plans, the best with ep > 1 against the best, and
+ *       RESULT planner_moe plan_s=<median s> plan=<text> ep=<ep> step_s=<s> peak_gb=<GB> fits=<0|1>
+ *       best_ep_gap_pct=<the best ep > 1 plan over the best, %>
  *
  * No other planner runs here (Alpa needs GPUs and JAX; Paddle's tuners are Python inside Paddle): the
  * issue's reference is Alpa's ~40 minutes for a 39B model on 64 GPUs. */
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tools/bench/bench_common.h"
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -91,7 +99,58 @@ static plan_run plan_timed(pdde_context *ctx, const char *path, const gpt_config
     return r;
 }
 
+/* --moe: the MoE model on one cluster file */
+static int plan_moe(pdde_context *ctx, const char *path, int repeats) {
+    gpt_config c = {.vocab = 32000, .ctx = 4096, .layers = 56, .heads = 48, .width = 6144, .batch = 1024, .ffn = 16384, .moe_experts = 8, .moe_topk = 2};
+    pdde_plan plans[16];
+    int nf = 0, nr = 0;
+    double t[16];
+    pdde_status st = PDDE_OK;
+    double memory = 0;
+    for (int i = 0; i < repeats && !st; i++) {
+        double t0 = bench_now();
+        pdde_plan_devices d;
+        pdde_cluster *cl = NULL;
+        st = pdde_cluster_load(ctx, path, &cl);
+        if (!st) st = gpt_plan_devices(ctx, path, &c, 0, &d);
+        if (!st) {
+            st = gpt_plan_search_cluster(ctx, &c, &d, 1, cl, 0, plans, 16, &nf, &nr);
+            memory = d.n_devices > 0 ? d.memory[0] : 0;
+            pdde_plan_devices_free(&d);
+        }
+        pdde_cluster_free(cl);
+        t[i] = bench_now() - t0;
+    }
+    if (st || nf == 0) {
+        fprintf(stderr, "bench_planner --moe: %s: %s\n", path, st ? pdde_last_error(ctx) : "no plan fits");
+        return 1;
+    }
+    double secs = bench_median(t, repeats), ep_best = 0;
+    char s[512];
+    printf("Mixtral-8x22B shape (%d layers, width %d, %d heads, %d experts of ffn %lld, top-%d), %d x %d tokens, on %s (%.1f GB a device):\n",
+           c.layers, c.width, c.heads, c.moe_experts, (long long)c.ffn, c.moe_topk, c.batch, c.ctx, path, memory / 1e9);
+    for (int i = 0; i < nf; i++) {
+        pdde_plan_str(&plans[i], s, sizeof s);
+        printf("  %-66s %9.4g s/step %7.1f GB%s\n", s, plans[i].step_s, plans[i].peak_bytes / 1e9, i == 0 ? "  <- picked" : "");
+        if (plans[i].ep > 1 && ep_best == 0) ep_best = plans[i].step_s;
+    }
+    pdde_plan_str(&plans[0], s, sizeof s);
+    printf("planned in %.3f s (median of %d: cluster file, devices, graph, search)\n", secs, repeats);
+    printf("RESULT planner_moe plan_s=%.3f plan=%s ep=%d step_s=%.4g peak_gb=%.1f fits=%d best_ep_gap_pct=%.1f\n", secs, s, plans[0].ep > 1 ? plans[0].ep : 1,
+           plans[0].step_s, plans[0].peak_bytes / 1e9, plans[0].peak_bytes <= memory, ep_best > 0 ? 100 * (ep_best / plans[0].step_s - 1) : NAN);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[1], "--moe")) {
+        pdde_context_params mp = PDDE_CONTEXT_PARAMS_INIT;
+        mp.backends = "cpu";
+        pdde_context *mctx;
+        if (pdde_context_init(&mp, &mctx)) return 1;
+        int reps = argc > 3 ? atoi(argv[3]) : 3, rc = plan_moe(mctx, argv[2], reps >= 1 && reps <= 16 ? reps : 3);
+        pdde_context_free(mctx);
+        return rc;
+    }
     if (argc < 2) {
         fprintf(stderr, "usage: bench_planner CLUSTER_DIR [REPEATS]  (python3 tools/clusters/gen_clusters.py --scale CLUSTER_DIR)\n");
         return 2;
