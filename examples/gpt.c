@@ -185,9 +185,9 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (o->ep > 1 && (m->moe_experts < 2 || o->tp > 1 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep || o->moe_bias_rate > 0)) {
+    if (o->ep > 1 && (m->moe_experts < 2 || o->tp > 1 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep)) {
         fprintf(stderr, "gpt: --ep %d splits the experts over groups of ep of the --dp %d ranks: it needs --moe-experts (now %d) divisible by it, "
-                "--tp 1, ep < dp dividing dp, no --moe-bias-rate (each group reads its own counts)\n", o->ep, o->dp, m->moe_experts);
+                "--tp 1, ep < dp dividing dp\n", o->ep, o->dp, m->moe_experts);
         return -1;
     }
     if (o->ep > 1) m->moe_ep = 1;

@@ -682,6 +682,19 @@ static void inherit_layer(pdde_program *P, int from, int layer) {
         if (P->order[i]->layer < 0) P->order[i]->layer = layer;
 }
 
+/* A marked output still pending a sum (or a mean) over mesh axes, such as a data-parallel group's
+ * part of a count: reduced right after it, so that pdde_session_read reads what one process would
+ * (consumers requiring it whole read the same reduction). */
+static pdde_status lower_output_whole(lowering *L, pdde_tensor *t, int user) {
+    pdde_dist_attr want = t->dist;
+    want.partial = want.partial_avg = 0;
+    pdde_tensor *r = reshard(L, t, &t->dist, &want, t->phase, t->device);
+    if (!r) return lower_oom(L);
+    r->flags |= PDDE_TENSOR_OUTPUT;
+    L->P->of_user[user] = r;
+    return cache_add(L, t, &want, t->phase, r);
+}
+
 static pdde_status lower_partition(lowering *L) {
     const pdde_graph *g = L->g;
     pdde_program *P = L->P;
@@ -746,6 +759,8 @@ static pdde_status lower_partition(lowering *L) {
         if (!st) lower_mean_gradient(L, t);
         if (!st) st = lower_vocab_parallel(L, t);
         if (!st && order_push(P, t)) st = lower_oom(L);
+        if (!st && user >= 0 && (t->flags & PDDE_TENSOR_OUTPUT) && !(t->flags & PDDE_TENSOR_LOSS) && t->dist.mesh && t->dist.partial)
+            st = lower_output_whole(L, t, user);
         /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
         if (!st && is_update(t) && t->src[0] != param)
             st = gather_into_param(L, t, param);

@@ -8,7 +8,8 @@
  * dp 2 x tp 2 with the experts split over tp (attention tensor parallel, the tokens whole over tp: the
  * expert gradients pending over dp only) with and without ZeRO-1, the tokens over 4 ranks with the
  * experts over each group of 2 (mesh dp 2 x ep 2, pdde_strategy_data_parallel_groups: the exchange
- * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping), and two pipeline
+ * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping; DeepSeek's bias moved
+ * each step by the counts read, which are of all the tokens on every rank), and two pipeline
  * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1). `test_moe_dp NAME`
  * runs one configuration. The exchange is
  * dropless: only routed rows cross (pdde_session_exchanged_rows: exactly the skewed routing's, and
@@ -33,12 +34,12 @@
 static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
-typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
+typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; float bias_rate; } moe_config;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, routed, local_experts, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
-                    .moe_capacity = mc->capacity, .moe_aux = 0.01f, .moe_bias = mc->skewed, .moe_ep = mc->ep};
+                    .moe_capacity = mc->capacity, .moe_aux = 0.01f, .moe_bias = mc->skewed || mc->bias_rate > 0, .moe_ep = mc->ep};
     return c;
 }
 
@@ -65,7 +66,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     sp.world = comm;
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
     float bias[2][4] = {{10, 0, 0, 0}, {10, 0, 0, 0}}; /* (scores are in (0, 1)) */
-    for (int l = 0; l < cfg.layers && cfg.moe_bias; l++) {
+    for (int l = 0; l < cfg.layers && mc->skewed; l++) {
         char name[32];
         snprintf(name, sizeof name, "h%d.moe.bias", l);
         if (pdde_session_write_global(s, pdde_graph_find(g, name), bias[l], sizeof bias[l])) FAIL_WITH("bias: %s", pdde_last_error(ctx));
@@ -80,6 +81,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         out->grad_scatters += t->op == PDDE_OP_REDUCE_SCATTER && t->nsrc > 0 && t->src[0] && t->src[0]->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
     }
     int32_t x[8 * 16], y[8 * 16], counts[4];
+    float moving_bias[2 * 4] = {0}; /* (bias_rate: from zeros, by every step's counts) */
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
         if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) : 0, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
@@ -88,6 +90,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         if (!pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.counts"))) continue; /* (another pipeline stage's) */
         if (pdde_session_read(s, pdde_graph_find(g, "h0.moe.counts"), counts, sizeof counts)) FAIL_WITH("counts: %s", pdde_last_error(ctx));
         out->expert0_tokens += counts[0];
+        for (int e = 0; e < 4; e++) out->routed += counts[e];
+        if (mc->bias_rate > 0 && gpt_moe_update_bias(s, g, &cfg, mc->bias_rate, moving_bias)) FAIL_WITH("bias step %d: %s", step, pdde_last_error(ctx));
     }
     out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
     for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
@@ -134,26 +138,29 @@ int main(int argc, char **argv) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
     static const moe_config configs[] = {
-        {"moe_dp2", 0, 0, 0, 0, 2, 1, 0, 0},
-        {"moe_zero1", 1, 0, 0, 0, 2, 1, 0, 0},
-        {"moe_skewed", 0, 0, 1, 0, 2, 1, 0, 0},
-        {"moe_ep2", 0, 0, 0, 1, 2, 1, 0, 0},
-        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1, 0, 0},
-        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1, 0, 0},
-        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1, 0, 0}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
-        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1, 0, 0}, /* ranks 1..3: experts without tokens, nothing sent back */
-        {"moe_tp2", 0, 0, 0, 0, 2, 2, 0, 0},
-        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2, 0, 0},
-        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2, 0, 0},
-        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2, 0, 0}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
-        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2, 0, 0},
+        {"moe_dp2", 0, 0, 0, 0, 2, 1, 0, 0, 0},
+        {"moe_zero1", 1, 0, 0, 0, 2, 1, 0, 0, 0},
+        {"moe_skewed", 0, 0, 1, 0, 2, 1, 0, 0, 0},
+        {"moe_ep2", 0, 0, 0, 1, 2, 1, 0, 0, 0},
+        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1, 0, 0, 0},
+        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1, 0, 0, 0},
+        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1, 0, 0, 0}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
+        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1, 0, 0, 0}, /* ranks 1..3: experts without tokens, nothing sent back */
+        {"moe_tp2", 0, 0, 0, 0, 2, 2, 0, 0, 0},
+        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2, 0, 0, 0},
+        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2, 0, 0, 0},
+        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2, 0, 0, 0}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
+        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2, 0, 0, 0},
         /* tokens over all 4 ranks, the experts over each group of 2 (mesh dp 2 x ep 2): the exchange
          * inside a group, the expert gradients reduced over dp, the others over dp x ep */
-        {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0},
-        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0}, /* and clipping by the global norm */
+        {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0, 0},
+        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0, 0}, /* and clipping by the global norm */
+        /* DeepSeek's bias moved by every step's counts: those of all the tokens on every rank (each
+         * group's part summed over the groups), so every rank moves the same bias as one process */
+        {"moe_dp2xep2_bias", 0, 0, 0, 1, 4, 1, 2, 0, 0.02f},
         /* two pipeline stages (a block each), each stage's experts over its 2 dp ranks; 2 micro-batches */
-        {"moe_pp2_ep2", 0, 0, 0, 1, 4, 1, 0, 2},
-        {"moe_pp2_ep2_zero1", 1, 0, 0, 1, 4, 1, 0, 2},
+        {"moe_pp2_ep2", 0, 0, 0, 1, 4, 1, 0, 2, 0},
+        {"moe_pp2_ep2_zero1", 1, 0, 0, 1, 4, 1, 0, 2, 0},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
@@ -187,6 +194,10 @@ int main(int argc, char **argv) {
             CHECK(ref.expert0_tokens == (int64_t)STEPS * 8 * 16 && res[0].expert0_tokens == ref.expert0_tokens && res[mc->ranks - 1].expert0_tokens == ref.expert0_tokens,
                   "%s: expert 0 got %lld tokens in one process, %lld + %lld on the ranks, want all %d", mc->name, (long long)ref.expert0_tokens,
                   (long long)res[0].expert0_tokens, (long long)res[1].expert0_tokens, STEPS * 8 * 16);
+        for (int r = 0; r < mc->ranks && !mc->pp; r++) /* the counts read: of all the tokens, on every rank */
+            CHECK(res[r].routed == ref.routed && ref.routed == (int64_t)STEPS * 8 * 16 * config_of(mc).moe_topk, "%s rank %d: the counts read sum to %lld tokens "
+                  "over the steps, one process's to %lld, want %lld", mc->name, r, (long long)res[r].routed, (long long)ref.routed,
+                  (long long)STEPS * 8 * 16 * config_of(mc).moe_topk);
         /* expert parallelism: each rank holds half the experts, and the tokens' rows go to them and back
          * by all-to-all, forward and backward, in both blocks: 4 a block at least (data parallelism: none) */
         /* dropless: only routed rows cross. Skewed (every token to expert 0, on rank 0): the tokens of
