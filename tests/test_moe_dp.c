@@ -10,7 +10,8 @@
  * experts over each group of 2 (mesh dp 2 x ep 2, pdde_strategy_data_parallel_groups: the exchange
  * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping; DeepSeek's bias moved
  * each step by the counts read, which are of all the tokens on every rank), and two pipeline
- * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1). `test_moe_dp NAME`
+ * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1), or over the ep
+ * groups of its 4 dp ranks (8 ranks: mesh dp 2 x ep 2 x pp 2). `test_moe_dp NAME`
  * runs one configuration. The exchange is
  * dropless: only routed rows cross (pdde_session_exchanged_rows: exactly the skewed routing's, and
  * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
@@ -84,7 +85,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     float moving_bias[2 * 4] = {0}; /* (bias_rate: from zeros, by every step's counts) */
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
-        if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) : 0, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+        if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) / (tp * pp) : 0, x, y) /* (mesh [dp, tp, pp]) */ || pdde_session_run(s, PDDE_RUN_STEP))
             FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
         out->losses[step] = pdde_session_loss(s);
         if (!pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.counts"))) continue; /* (another pipeline stage's) */
@@ -96,7 +97,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
     for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
         const pdde_tensor *t = pdde_session_node(s, i);
-        int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->pp > 1 ? mc->ranks / mc->pp : mc->ranks; /* (the ranks of an exchange) */
+        int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1); /* (the ranks of an exchange) */
         if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / ep * (ep - 1) * plan.micro; /* (a step's micro-batches) */
     }
     if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
@@ -161,11 +162,14 @@ int main(int argc, char **argv) {
         /* two pipeline stages (a block each), each stage's experts over its 2 dp ranks; 2 micro-batches */
         {"moe_pp2_ep2", 0, 0, 0, 1, 4, 1, 0, 2, 0},
         {"moe_pp2_ep2_zero1", 1, 0, 0, 1, 4, 1, 0, 2, 0},
+        /* two stages, each with its tokens over 4 ranks and its experts over each group of 2 of them */
+        {"moe_pp2_dp2xep2", 0, 0, 0, 1, 8, 1, 2, 2, 0},
+        {"moe_pp2_dp2xep2_zero1", 1, 0, 0, 1, 8, 1, 2, 2, 0},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
         if (only && strcmp(only, mc->name)) continue;
-        run_result ref = {0}, res[4];
+        run_result ref = {0}, res[8];
         memset(res, 0, sizeof res);
         test_ranks_params tp = {.addr = addr, .prefix = mc->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .results = res,
                                 .result_size = sizeof *res};
@@ -227,7 +231,7 @@ int main(int argc, char **argv) {
                       mc->name, r, (long long)res[r].exchanged, (long long)res[r].padded);
         if (mc->tp > 1) ;
         else if (mc->ep) {
-            int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->pp > 1 ? mc->ranks / mc->pp : mc->ranks, blocks = mc->pp > 1 ? 1 : 2; /* (rank 0's) */
+            int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1), blocks = mc->pp > 1 ? 1 : 2; /* (rank 0's) */
             CHECK(res[0].local_experts == 4 / ep && res[0].alltoalls >= 4 * blocks, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= %d)",
                   mc->name, (long long)res[0].local_experts, 4 / ep, res[0].alltoalls, 4 * blocks);
             if (mc->groups > 1) /* mesh [dp, ep]: the expert gradient pending over dp (axis 0) and reduce-scattered over ep into its shards */
