@@ -880,8 +880,9 @@ static void test_moe_plan_search(void) {
     for (int i = 0; i < nf; i++)
         if (plans[i].dp == 4 && plans[i].ep >= 0 && plans[i].ep <= 4) seen[plans[i].ep]++;
     pdde_plan bad;
-    CHECK(pdde_plan_parse("dp=4,ep=3", &bad) != PDDE_OK && pdde_plan_parse("dp=2,tp=2,ep=4", &bad) != PDDE_OK && pdde_plan_parse("dp=4,ep=2", &bad) == PDDE_OK,
-          "plan text: ep must divide dp (tp 1) or be tp");
+    CHECK(pdde_plan_parse("dp=4,ep=3", &bad) != PDDE_OK && pdde_plan_parse("dp=2,tp=2,ep=4", &bad) != PDDE_OK && pdde_plan_parse("dp=4,ep=2", &bad) == PDDE_OK &&
+              pdde_plan_parse("dp=4,tp=4,ep=2", &bad) == PDDE_OK && pdde_plan_parse("dp=2,tp=4,ep=2", &bad) != PDDE_OK,
+          "plan text: ep must divide dp (below dp with tp) or be tp");
     CHECK(seen[2] > 0 && seen[4] > 0, "dp only: %d plans with the experts over groups of 2 of the 4 dp ranks, %d over all 4", seen[2], seen[4]);
     for (int i = 0; i < nf; i++) {
         if (plans[i].ep != 2) continue;

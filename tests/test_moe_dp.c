@@ -36,7 +36,7 @@ static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
 typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; float bias_rate; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, routed, local_experts, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, routed, local_experts, local_hidden, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -74,7 +74,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     }
     for (int i = 0; i < pdde_session_node_count(s); i++) out->alltoalls += pdde_session_node(s, i)->op == PDDE_OP_ALLTOALL;
     const pdde_tensor *w1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1"));
-    out->local_experts = w1 ? w1->shape[0] : -1;
+    out->local_experts = w1 ? w1->shape[0] : -1, out->local_hidden = w1 ? w1->shape[2] : -1;
     const pdde_tensor *dw1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1")->grad); /* before its reduction */
     out->grad_split = dw1 ? dw1->dist.dims_mapping[0] : -2, out->grad_partial = dw1 ? dw1->dist.partial : -1;
     for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* an expert weight gradient reduce-scattered into its shard: reduced over the experts' axis */
@@ -97,7 +97,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
     for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
         const pdde_tensor *t = pdde_session_node(s, i);
-        int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1); /* (the ranks of an exchange) */
+        int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1) / mc->tp; /* (the ranks of an exchange) */
         if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / ep * (ep - 1) * plan.micro; /* (a step's micro-batches) */
     }
     if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
@@ -163,6 +163,10 @@ int main(int argc, char **argv) {
         {"moe_pp2_ep2", 0, 0, 0, 1, 4, 1, 0, 2, 0},
         {"moe_pp2_ep2_zero1", 1, 0, 0, 1, 4, 1, 0, 2, 0},
         /* two stages, each with its tokens over 4 ranks and its experts over each group of 2 of them */
+        /* and tensor parallel over 2 (8 ranks, mesh dp 2 x ep 2 x tp 2): attention as Megatron's, each
+         * expert's hidden units split over tp (w1 by columns, w2 by rows) */
+        {"moe_dp2xep2_tp2", 0, 0, 0, 1, 8, 2, 2, 0, 0},
+        {"moe_dp2xep2_tp2_zero1", 1, 0, 0, 1, 8, 2, 2, 0, 0},
         {"moe_pp2_dp2xep2", 0, 0, 0, 1, 8, 1, 2, 2, 0},
         {"moe_pp2_dp2xep2_zero1", 1, 0, 0, 1, 8, 1, 2, 2, 0},
     };
@@ -208,7 +212,7 @@ int main(int argc, char **argv) {
          * the other ranks go there in 2 exchanges a block (forward and backward) and come back in 4
          * (outputs, and the two weight gradients' rows); rank 0 sends none to the experts, the others
          * none back */
-        if (mc->tp > 1) { /* experts on the tp axis (mesh axis 1 under dp, else 0): the tokens are whole there, so
+        if (mc->tp > 1 && mc->groups < 2) { /* experts on the tp axis (mesh axis 1 under dp, else 0): the tokens are whole there, so
                              * the experts' rows are a local slice and gathered back (no all-to-all), and each
                              * rank's expert gradient is reduced over dp only */
             int tp_axis = mc->ranks > mc->tp ? 1 : 0, dp_bits = mc->ranks > mc->tp ? 1 : 0;
@@ -229,18 +233,22 @@ int main(int argc, char **argv) {
             for (int r = 0; r < mc->ranks; r++)
                 CHECK(res[r].exchanged > 0 && res[r].exchanged < res[r].padded, "%s rank %d: %lld token rows sent in a step, the padded exchange %lld",
                       mc->name, r, (long long)res[r].exchanged, (long long)res[r].padded);
-        if (mc->tp > 1) ;
+        if (mc->tp > 1 && mc->groups < 2) ;
         else if (mc->ep) {
-            int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1), blocks = mc->pp > 1 ? 1 : 2; /* (rank 0's) */
+            int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1) / mc->tp, blocks = mc->pp > 1 ? 1 : 2; /* (rank 0's) */
             CHECK(res[0].local_experts == 4 / ep && res[0].alltoalls >= 4 * blocks, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= %d)",
                   mc->name, (long long)res[0].local_experts, 4 / ep, res[0].alltoalls, 4 * blocks);
             if (mc->groups > 1) /* mesh [dp, ep]: the expert gradient pending over dp (axis 0) and reduce-scattered over ep into its shards */
                 CHECK((res[0].grad_partial & 1) && res[0].grad_scatters >= 1, "%s: the expert gradient pending over axes 0x%x (want dp, 0x1, among "
                       "them), %d reduce-scatters into expert shards (want >= 1)", mc->name, res[0].grad_partial, res[0].grad_scatters);
+            if (mc->groups > 1 && mc->tp > 1) /* mesh [dp, ep, tp] (width 32, ffn 4 x 32): each expert's hidden units split over tp, its gradient whole there */
+                CHECK(res[0].local_hidden == (4 * 32) / mc->tp && !(res[0].grad_partial & 4), "%s: %lld hidden units of an expert "
+                      "on rank 0 (want %lld), the expert gradient pending over axes 0x%x (want not tp, 0x4)", mc->name, (long long)res[0].local_hidden,
+                      (long long)(4 * 32) / mc->tp, res[0].grad_partial);
         }
         else CHECK(res[0].local_experts == 4 && res[0].alltoalls == 0, "%s: %lld experts on rank 0 (want 4), %d all-to-alls (want 0)", mc->name,
                    (long long)res[0].local_experts, res[0].alltoalls);
-        if (mc->ep && mc->tp < 2) printf("%-14s token rows sent by rank 0 in a step: %lld (the padded exchange: %lld)\n", mc->name, (long long)res[0].exchanged, (long long)res[0].padded);
+        if (mc->ep && (mc->tp < 2 || mc->groups > 1)) printf("%-14s token rows sent by rank 0 in a step: %lld (the padded exchange: %lld)\n", mc->name, (long long)res[0].exchanged, (long long)res[0].padded);
         printf("%-14s %lld experts a rank, %d all-to-alls; losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g)\n",
                mc->name, (long long)res[0].local_experts, res[0].alltoalls, res[0].losses[0], res[0].losses[STEPS - 1], worst, TOL_LOSS, worst_param, TOL_PARAM);
     }
