@@ -186,9 +186,9 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (o->ep > 1 && (m->moe_experts < 2 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep)) {
+    if (o->ep > 1 && (m->moe_experts < 2 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep || o->zero > 2)) {
         fprintf(stderr, "gpt: --ep %d splits the experts over groups of ep of the --dp %d ranks: it needs --moe-experts (now %d) divisible by it, "
-                "ep < dp dividing dp\n", o->ep, o->dp, m->moe_experts);
+                "ep < dp dividing dp, --zero 0..2 (now %d)\n", o->ep, o->dp, m->moe_experts, o->zero);
         return -1;
     }
     if (o->ep > 1) m->moe_ep = 1;

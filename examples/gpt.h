@@ -396,6 +396,8 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
     if (!st) st = pdde_backward(g, m->loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
     if (!st && parallel && p->zero) st = pdde_strategy_zero(g, mesh, "dp", p->zero);
+    /* ep groups: what every rank holds (not the experts, split over ep) also on another dim over ep */
+    if (!st && parallel && p->zero && groups > 1) st = pdde_strategy_zero(g, mesh, "ep", p->zero);
     if (!st && parallel) st = pdde_complete_dist_attrs(g);
     return st;
 }

@@ -436,7 +436,15 @@ static pdde_status gather_into_param(lowering *L, pdde_tensor *update, pdde_tens
     int axis = -1, dim = -1;
     for (int d = 0; d < param->ndim; d++)
         if (want->dims_mapping[d] >= 0 && param->dist.dims_mapping[d] != want->dims_mapping[d]) {
-            if (axis >= 0) return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s: an update split over two mesh axes", update->name);
+            if (axis >= 0) {
+                /* split over a second axis too (ZeRO over two mesh axes): the slices of the first
+                 * gathered into a buffer first, the second gathers that into the parameter */
+                pdde_dist_attr part = *want;
+                part.dims_mapping[dim] = -1;
+                pdde_tensor *g = reshard_push(L, reshard_node(L, PDDE_OP_ALLGATHER, update, axis, dim, -1, &part), update->phase, update->device);
+                if (!g) return lower_oom(L);
+                update = g;
+            }
             axis = program_axis(L->P, want->mesh, want->dims_mapping[d]), dim = d;
         }
     if (axis < 0) return PDDE_OK;

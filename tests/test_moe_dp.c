@@ -36,7 +36,7 @@ static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
 typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; float bias_rate; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, routed, local_experts, local_hidden, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, routed, local_experts, local_hidden, dense_state, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -75,6 +75,8 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     for (int i = 0; i < pdde_session_node_count(s); i++) out->alltoalls += pdde_session_node(s, i)->op == PDDE_OP_ALLTOALL;
     const pdde_tensor *w1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1"));
     out->local_experts = w1 ? w1->shape[0] : -1, out->local_hidden = w1 ? w1->shape[2] : -1;
+    const pdde_tensor *state = pdde_session_tensor(s, pdde_graph_find(g, "h0.attn.w.adam_m")); /* (a dense weight's AdamW state) */
+    out->dense_state = state ? pdde_tensor_numel(state) : -1;
     const pdde_tensor *dw1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1")->grad); /* before its reduction */
     out->grad_split = dw1 ? dw1->dist.dims_mapping[0] : -2, out->grad_partial = dw1 ? dw1->dist.partial : -1;
     for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* an expert weight gradient reduce-scattered into its shard: reduced over the experts' axis */
@@ -156,6 +158,7 @@ int main(int argc, char **argv) {
          * inside a group, the expert gradients reduced over dp, the others over dp x ep */
         {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0, 0},
         {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0, 0}, /* and clipping by the global norm */
+        {"moe_dp2xep2_zero2", 2, 0, 0, 1, 4, 1, 2, 0, 0}, /* ZeRO over dp x ep: the dense state in quarters */
         /* DeepSeek's bias moved by every step's counts: those of all the tokens on every rank (each
          * group's part summed over the groups), so every rank moves the same bias as one process */
         {"moe_dp2xep2_bias", 0, 0, 0, 1, 4, 1, 2, 0, 0.02f},
@@ -239,8 +242,11 @@ int main(int argc, char **argv) {
             CHECK(res[0].local_experts == 4 / ep && res[0].alltoalls >= 4 * blocks, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= %d)",
                   mc->name, (long long)res[0].local_experts, 4 / ep, res[0].alltoalls, 4 * blocks);
             if (mc->groups > 1) /* mesh [dp, ep]: the expert gradient pending over dp (axis 0) and reduce-scattered over ep into its shards */
-                CHECK((res[0].grad_partial & 1) && res[0].grad_scatters >= 1, "%s: the expert gradient pending over axes 0x%x (want dp, 0x1, among "
+                CHECK((mc->zero >= 2 || (res[0].grad_partial & 1)) && res[0].grad_scatters >= 1, /* (ZeRO-2: the accumulator split over dp) */ "%s: the expert gradient pending over axes 0x%x (want dp, 0x1, among "
                       "them), %d reduce-scatters into expert shards (want >= 1)", mc->name, res[0].grad_partial, res[0].grad_scatters);
+            if (mc->groups > 1 && mc->zero && mc->tp < 2) /* ZeRO: a dense weight's AdamW state split over dp and ep (every rank a part) */
+                CHECK(res[0].dense_state == 32 * 96 / (mc->ranks / (mc->pp > 1 ? mc->pp : 1)), "%s: %lld elements of h0.attn.w's AdamW state on rank 0, "
+                      "want %d (split over dp x ep)", mc->name, (long long)res[0].dense_state, 32 * 96 / (mc->ranks / (mc->pp > 1 ? mc->pp : 1)));
             if (mc->groups > 1 && mc->tp > 1) /* mesh [dp, ep, tp] (width 32, ffn 4 x 32): each expert's hidden units split over tp, its gradient whole there */
                 CHECK(res[0].local_hidden == (4 * 32) / mc->tp && !(res[0].grad_partial & 4), "%s: %lld hidden units of an expert "
                       "on rank 0 (want %lld), the expert gradient pending over axes 0x%x (want not tp, 0x4)", mc->name, (long long)res[0].local_hidden,
