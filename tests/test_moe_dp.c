@@ -8,8 +8,9 @@
  * dp 2 x tp 2 with the experts split over tp (attention tensor parallel, the tokens whole over tp: the
  * expert gradients pending over dp only) with and without ZeRO-1, the tokens over 4 ranks with the
  * experts over each group of 2 (mesh dp 2 x ep 2, pdde_strategy_data_parallel_groups: the exchange
- * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping; DeepSeek's bias moved
- * each step by the counts read, which are of all the tokens on every rank), and two pipeline
+ * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping and ZeRO-2, the dense
+ * state over dp x ep; DeepSeek's bias moved each step by the counts read, which are of all the tokens
+ * on every rank; with tp 2 on 8 ranks, each expert's hidden units over tp), and two pipeline
  * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1), or over the ep
  * groups of its 4 dp ranks (8 ranks: mesh dp 2 x ep 2 x pp 2). `test_moe_dp NAME`
  * runs one configuration. The exchange is
