@@ -111,6 +111,20 @@ static const pdde_device_collectives_iface nccl_missing_iface = {.api_version = 
     .struct_size = sizeof(pdde_device_collectives_iface), .name = "nccl", .backend = "cuda", .init = nccl_missing,
     .allreduce = nccl_missing_allreduce, .free = nccl_missing_free};
 const pdde_device_collectives_iface *pdde_nccl_collectives(void) { return &nccl_missing_iface; }
+int pdde_device_ids_shared(const void *ids, int n, size_t id_size, int *first, int *second) { /* (comm/nccl.c's) */
+    const unsigned char *b = ids;
+    for (int i = 0; b && id_size && i < n; i++) {
+        int known = 0;
+        for (size_t k = 0; k < id_size; k++) known |= b[(size_t)i * id_size + k];
+        for (int j = i + 1; known && j < n; j++)
+            if (!memcmp(b + (size_t)i * id_size, b + (size_t)j * id_size, id_size)) {
+                if (first) *first = i;
+                if (second) *second = j;
+                return 1;
+            }
+    }
+    return 0;
+}
 #endif
 
 /* ================================================================================================

@@ -92,12 +92,14 @@ typedef const pdde_backend_iface *(*pdde_backend_plugin_fn)(const pdde_backend_h
 /* ---------------------------------------------------------------------------------------------------
  * Device collectives
  */
-/* A gradient bucket's allreduce on device memory, ordered on a device stream (NCCL's shape:
+/* A gradient bucket's collective on device memory, ordered on a device stream (NCCL's shape:
  * ncclAllReduce(buf, buf, count, type, op, comm, stream)). Given to a session
- * (pdde_session_params.device_collectives), it serves the allreduce buckets whose members all live on
- * a device of its backend family (`backend`, e.g. "cuda") that has the backend's copy slot: the
- * session gathers the members into a device buffer of the bucket's with copies on the device's
- * stream, calls allreduce on that buffer and stream, and scatters the result with copies after it;
+ * (pdde_session_params.device_collectives), it serves the allreduce buckets, and ZeRO's reduce-scatter
+ * and gather buckets where it fills reduce_scatter and allgather, whose members all live on a device
+ * of its backend family (`backend`, e.g. "cuda") that has the backend's copy slot: the session
+ * gathers the members into a device buffer of the bucket's (a reduce-scatter's or gather's laid out
+ * rank-major, its result after them) with copies on the device's stream, calls the collective on
+ * that buffer and stream, and scatters the result with copies after it;
  * the executor, the lowering and the other buckets (host staging) do not change. init runs once per
  * communicator (an axis's group) on every one of its ranks at once, with p->comm for the bootstrap
  * (rank 0 creates the unique id, pdde_comm_broadcast carries it; the communicator itself came out
@@ -136,6 +138,10 @@ struct pdde_device_collectives_iface {
  * beside PyTorch's nvidia-nccl wheel), for the "cuda" backend; where libnccl or CUDA is missing its
  * init says PDDE_ERR_UNAVAILABLE and why. */
 const pdde_device_collectives_iface *pdde_nccl_collectives(void);
+/* For implementations that need a device of its own for each rank (NCCL refuses two ranks of a group
+ * on one GPU): given n ids of id_size bytes in rank order (CUDA: device UUIDs; all zeros: unknown,
+ * matching none), 1 with the first two ranks that share one in *first < *second, else 0. */
+int pdde_device_ids_shared(const void *ids, int n, size_t id_size, int *first, int *second);
 
 /* ---------------------------------------------------------------------------------------------------
  * Stores

@@ -5,7 +5,9 @@
  * the config struct carries its own size, so later libraries read it as they should).
  *
  * Bootstrap: the ranks first agree that every one of them can (libnccl loaded, a device whose backend
- * has the native slot: CUDA), else all say unavailable at once; rank 0's ncclGetUniqueId goes to the
+ * has the native slot: CUDA), else all say unavailable at once; then they exchange their devices'
+ * UUIDs through the group, and where two ranks share a GPU (NCCL refuses them: "duplicate GPU") all
+ * say unavailable at once, naming the two ranks, before any ncclCommInitRank; rank 0's ncclGetUniqueId goes to the
  * others with pdde_comm_broadcast (the group came out of pdde's store). The communicator is made
  * non-blocking (ncclCommInitRankConfig, blocking = 0) and polled (ncclCommGetAsyncError) until it is
  * ready, an error, pdde's own failure detection reports a lost peer, or the timeout: then
@@ -153,6 +155,41 @@ static int nccl_load(nccl_api *a, char *msg, size_t cap) {
     return 0;
 }
 
+int pdde_device_ids_shared(const void *ids, int n, size_t id_size, int *first, int *second) {
+    const unsigned char *b = ids;
+    for (int i = 0; b && id_size && i < n; i++) {
+        int known = 0;
+        for (size_t k = 0; k < id_size; k++) known |= b[(size_t)i * id_size + k];
+        for (int j = i + 1; known && j < n; j++)
+            if (!memcmp(b + (size_t)i * id_size, b + (size_t)j * id_size, id_size)) {
+                if (first) *first = i;
+                if (second) *second = j;
+                return 1;
+            }
+    }
+    return 0;
+}
+
+/* The UUID of CUDA device ordinal (16 bytes; zeros where the driver does not say) and its PCI bus id
+ * (for the message): from libcuda, which the CUDA backend has loaded (NCCL needs it too). */
+static void nccl_device_uuid(int ordinal, unsigned char uuid[16], char *bus, size_t cap) {
+    memset(uuid, 0, 16);
+    snprintf(bus, cap, "?");
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    int (*get)(int *, int) = NULL, (*get_uuid)(unsigned char *, int) = NULL, (*get_bus)(char *, int, int) = NULL;
+    *(void **)&get = dlsym(lib, "cuDeviceGet");
+    *(void **)&get_uuid = dlsym(lib, "cuDeviceGetUuid_v2"); /* (11.4 and later: a MIG instance's own) */
+    if (!get_uuid) *(void **)&get_uuid = dlsym(lib, "cuDeviceGetUuid");
+    *(void **)&get_bus = dlsym(lib, "cuDeviceGetPCIBusId");
+    int d = 0;
+    if (get && get(&d, ordinal) == 0) {
+        if (get_uuid && get_uuid(uuid, d)) memset(uuid, 0, 16);
+        if (get_bus && get_bus(bus, (int)cap, d)) snprintf(bus, cap, "?");
+    }
+    dlclose(lib);
+}
+
 static const char *nccl_str(const nccl_impl *m, nccl_result r) {
     const char *s = m->api.error_string ? m->api.error_string(r) : NULL;
     return s ? s : "unknown NCCL error";
@@ -264,10 +301,25 @@ static pdde_status nccl_init(const pdde_device_collectives_params *p, void **imp
         if (!ready) return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "nccl: rank %d: %s", me, why);
         return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "nccl: another rank of the group cannot use NCCL (its message says why)");
     }
+    /* one GPU a rank: NCCL's init fails ("duplicate GPU") where two ranks of a group share one */
+    int me = pdde_comm_rank(p->comm), n = pdde_comm_size(p->comm), a = 0, b = 0;
+    union { unsigned char b[16]; int32_t w[4]; } mine;
+    char bus[64];
+    nccl_device_uuid(index, mine.b, bus, sizeof bus);
+    int32_t *uuids = malloc((size_t)n * sizeof mine);
+    if (!uuids) { nccl_free(m); return pdde_error(ctx, PDDE_ERR_OOM, "nccl: out of memory"); }
+    if ((st = pdde_comm_allgather(p->comm, mine.w, uuids, 4, PDDE_I32))) { free(uuids), nccl_free(m); return st; }
+    int shared = pdde_device_ids_shared(uuids, n, sizeof mine, &a, &b);
+    free(uuids);
+    if (shared) {
+        nccl_free(m);
+        return pdde_error(ctx, PDDE_ERR_UNAVAILABLE, "nccl: ranks %d and %d of the group share one GPU (this rank's: CUDA device %d, PCI %s) and "
+                          "NCCL needs a GPU a rank", a, b, index, bus);
+    }
     nccl_unique_id id;
     memset(&id, 0, sizeof id);
     nccl_result r = NCCL_SUCCESS;
-    if (pdde_comm_rank(p->comm) == 0) r = m->api.get_unique_id(&id);
+    if (me == 0) r = m->api.get_unique_id(&id);
     int32_t ok = r == NCCL_SUCCESS;
     if ((st = pdde_comm_allreduce(p->comm, &ok, &ok, 1, PDDE_I32, PDDE_REDUCE_MIN)) ||
         (!ok && (st = pdde_error(ctx, PDDE_ERR_COMM, "nccl: ncclGetUniqueId on rank 0 failed"))) ||

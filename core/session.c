@@ -312,20 +312,25 @@ static session_device *dbucket_dev(pdde_session *s, const pdde_tensor *b) {
     return &s->devs[s->slot[bucket_member_input(node_info(s, b)->bucket_next)->id]];
 }
 
+/* A bucket's device buffer has the host bucket's layout (an allreduce's members in place; a
+ * reduce-scatter's or gather's rank-major blocks, its result after them): n blocks of each member
+ * in (a reduce-scatter's n ranks' parts of its gradient, else its whole input). */
 static pdde_status dbucket_pack(pdde_session *s, pdde_tensor *b, int micro) {
     if (!s->dcoll_buf[b->id]) return bucket_pack(s, b, micro);
     session_device *sd = dbucket_dev(s, b);
     const struct session_dstream *ds = &s->dcoll_ds[b->id];
     void *cs = ds->stream ? ds->stream : sd->stream;
-    size_t esz = pdde_dtype_size(b->dtype);
+    size_t esz = pdde_dtype_size(b->dtype), block = (size_t)node_info(s, b)->bucket_block * esz;
+    int n = b->op == PDDE_OP_REDUCE_SCATTER ? pdde_comm_size(s->axis_comm[node_info(s, b)->axis]) : 1;
     pdde_status st = PDDE_OK;
     /* on a stream of its own: after the kernels that made the gradients, beside the backward that goes on */
     if (ds->stream && !(st = sd->iface->event_record(sd->dev, ds->ev[0], sd->stream))) st = sd->iface->stream_wait_event(sd->dev, cs, ds->ev[0]);
     for (pdde_tensor *m = node_info(s, b)->bucket_next; m && !st; m = node_info(s, m)->bucket_next) {
         pdde_tensor *x = (pdde_tensor *)bucket_member_input(m);
         if (s->bind) bind_micro(s, x, micro);
-        st = sd->iface->copy(sd->dev, cs, x->data, x->offset, s->dcoll_buf[b->id], (size_t)node_info(s, m)->bucket_offset * esz,
-                             pdde_tensor_nbytes(x));
+        size_t part = pdde_tensor_nbytes(x) / (size_t)n, at = (size_t)node_info(s, m)->bucket_offset * esz;
+        for (int r = 0; r < n && !st; r++)
+            st = sd->iface->copy(sd->dev, cs, x->data, x->offset + (size_t)r * part, s->dcoll_buf[b->id], (size_t)r * block + at, part);
     }
     /* (the device's later kernels wait for the copies, whose sources the memory plan may reuse, not
      * for the collective) */
@@ -338,26 +343,43 @@ static pdde_status dbucket_collective(pdde_session *s, pdde_tensor *b, pdde_comm
     if (!s->dcoll_buf[b->id]) return bucket_collective(s, b, req);
     const pdde_program_node *bi = node_info(s, b);
     if (req) *req = NULL;
+    pdde_tensor *older; /* (a staged bucket's collective waiting for its copies goes first: the ranks' order) */
+    pdde_status st = copy_flush(s, &older);
+    if (st) return st;
     session_device *sd = dbucket_dev(s, b);
     const struct session_dstream *ds = &s->dcoll_ds[b->id];
-    pdde_status st = s->dcoll->allreduce(s->dcoll_impl[bi->axis], ds->stream ? ds->stream : sd->stream, s->dcoll_buf[b->id], 0,
-                                         (size_t)bi->bucket_block, b->dtype, (pdde_reduce_op)bi->reduce);
+    void *cs = ds->stream ? ds->stream : sd->stream, *buf = s->dcoll_buf[b->id], *impl = s->dcoll_impl[bi->axis];
+    size_t count = (size_t)bi->bucket_block;
+    pdde_reduce_op op = (pdde_reduce_op)bi->reduce;
+    if (b->op == PDDE_OP_ALLREDUCE) st = s->dcoll->allreduce(impl, cs, buf, 0, count, b->dtype, op);
+    else if (b->op == PDDE_OP_REDUCE_SCATTER) st = s->dcoll->reduce_scatter(impl, cs, buf, 0, buf, bucket_result_at(s, b), count, b->dtype, op);
+    else st = s->dcoll->allgather(impl, cs, buf, 0, buf, bucket_result_at(s, b), count, b->dtype);
     return st || !ds->stream ? st : sd->iface->event_record(sd->dev, ds->ev[2], ds->stream);
 }
 
+/* A member's part of the result out: its shard of a reduce-scatter, or every rank's block of a
+ * gather into its parameter. */
 static pdde_status dbucket_unpack(pdde_session *s, pdde_tensor *m) {
     const pdde_program_node *in = node_info(s, m);
-    if (!s->dcoll_buf[in->bucket->id]) return bucket_unpack(s, m);
-    session_device *sd = dbucket_dev(s, in->bucket);
-    const struct session_dstream *ds = &s->dcoll_ds[in->bucket->id];
+    pdde_tensor *b = in->bucket;
+    if (!s->dcoll_buf[b->id]) return bucket_unpack(s, m);
+    session_device *sd = dbucket_dev(s, b);
+    const struct session_dstream *ds = &s->dcoll_ds[b->id];
+    size_t esz = pdde_dtype_size(m->dtype), at = (size_t)in->bucket_offset * esz, block = (size_t)node_info(s, b)->bucket_block * esz;
+    size_t result = bucket_result_at(s, b);
+    void *buf = s->dcoll_buf[b->id];
     pdde_status st = ds->stream ? sd->iface->stream_wait_event(sd->dev, sd->stream, ds->ev[2]) : PDDE_OK; /* (the result, on the device's stream) */
-    return st ? st : sd->iface->copy(sd->dev, sd->stream, s->dcoll_buf[in->bucket->id], (size_t)in->bucket_offset * pdde_dtype_size(m->dtype),
-                                     m->data, m->offset, pdde_tensor_nbytes(m));
+    if (m->op != PDDE_OP_ALLGATHER) return st ? st : sd->iface->copy(sd->dev, sd->stream, buf, result + at, m->data, m->offset, pdde_tensor_nbytes(m));
+    size_t part = pdde_tensor_nbytes(bucket_member_input(m)); /* (the gathered parameter: m's memory) */
+    for (int r = 0; r < pdde_comm_size(s->axis_comm[in->axis]) && !st; r++)
+        st = sd->iface->copy(sd->dev, sd->stream, buf, result + (size_t)r * block + at, m->data, m->offset + (size_t)r * part, part);
+    return st;
 }
 static const session_collective_path collective_path_device = {dbucket_pack, dbucket_collective, dbucket_unpack};
 
-/* The buckets pdde_session_params.device_collectives serves: allreduce buckets whose members are all
- * on one device of its backend, which has the copy slot; each gets a device buffer, each axis one
+/* The buckets pdde_session_params.device_collectives serves: allreduce buckets, and reduce-scatter and
+ * gather buckets (ZeRO's) where it has those slots, whose members are all on one device of its
+ * backend, which has the copy slot; each gets a device buffer, each axis one
  * communicator of the implementation (made on every rank at once: they all have the same buckets). An
  * implementation that is unavailable (no libnccl) leaves them staged, with a notice. */
 static pdde_status session_device_buckets(pdde_session *s, const pdde_device_collectives_iface *dc) {
@@ -375,10 +397,14 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_device_col
         return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     s->dcoll = dc;
     s->collective_path = &collective_path_device;
+    /* (slots past struct_size are not the implementation's) */
+    bool rs = dc->struct_size >= offsetof(pdde_device_collectives_iface, reduce_scatter) + sizeof dc->reduce_scatter && dc->reduce_scatter;
+    bool ag = dc->struct_size >= offsetof(pdde_device_collectives_iface, allgather) + sizeof dc->allgather && dc->allgather;
     for (int i = 0; i < s->n_order; i++) {
         pdde_tensor *b = s->order[i];
         const pdde_program_node *bi = &s->prog->info[b->id];
-        if (!bi->own_buffer || b->op != PDDE_OP_ALLREDUCE || !bi->bucket_next) continue;
+        bool served = b->op == PDDE_OP_ALLREDUCE || (b->op == PDDE_OP_REDUCE_SCATTER && rs) || (b->op == PDDE_OP_ALLGATHER && ag);
+        if (!bi->own_buffer || !served || !bi->bucket_next) continue;
         session_device *sd = dbucket_dev(s, b);
         bool one = !sd->host && IFACE_HAS(sd->iface, copy) && dc->backend && !strcmp(sd->iface->name, dc->backend);
         for (pdde_tensor *m = bi->bucket_next; m && one; m = node_info(s, m)->bucket_next)
@@ -397,7 +423,17 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_device_col
         }
         pdde_status st = sd->iface->buffer_alloc(sd->dev, pdde_tensor_nbytes(b), &s->dcoll_buf[b->id]);
         if (st) return st;
-        s->mem.transfer_bytes += pdde_tensor_nbytes(b);
+        s->mem.allocated_bytes += pdde_tensor_nbytes(b);
+        /* (its host buffer, pinned where it can be, is no longer needed) */
+        for (int k = 0; k < s->n_own_buffers; k++) {
+            struct session_own_buffer *ob = &s->own_buffers[k];
+            if (ob->p != b->data) continue;
+            if (ob->pinned) ob->sd->iface->host_free(ob->sd->dev, ob->p);
+            else free(ob->p);
+            ob->p = b->data = NULL, ob->pinned = false;
+            s->mem.transfer_bytes -= pdde_tensor_nbytes(b) + 1;
+            break;
+        }
         /* a stream of its own where the backend has streams and events (else the device's: in order) */
         struct session_dstream *ds = &s->dcoll_ds[b->id];
         if (IFACE_HAS(sd->iface, event_create) && IFACE_HAS(sd->iface, event_record) && IFACE_HAS(sd->iface, stream_wait_event) &&

@@ -9,7 +9,12 @@
  * updated shards). A run that lost a rank mid-step is test_dp's (dev_lost). The device path
  * (pdde_device_collectives_iface, NCCL's shape) with an implementation that relays through host memory:
  * the allreduce buckets gathered into device buffers by the backend's copies, reduced through it and
- * scattered back equal the unbucketed run bit for bit, and it served every bucket of the step. */
+ * scattered back equal the unbucketed run bit for bit, and it served every bucket of the step; so do
+ * ZeRO-1's reduce-scatter and gather buckets and ZeRO-2's gathers through its reduce_scatter and
+ * allgather, in the host buckets' rank-major layout on the device. A rank killed inside the device
+ * path's reduce-scatter (a real SIGKILL, mid-bucket) fails the other's step within the peer timeout.
+ * PDDE_TEST_DEVICE=cuda runs it all on a CUDA device, with PDDE_COPY_STREAM=1 (the host buckets'
+ * copies on its second stream, as OpenCL's are by default) where a config does not set it to 0. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "pdde_extension.h"
@@ -33,13 +38,19 @@ typedef struct {
     int at_update;        /* 1: overlap_gradients -1 (the buckets run at the update), else 1 (started in backward) */
     int device_path;      /* 1: the buckets through relay_collectives (device buffers) */
     int one_stream;       /* 1: PDDE_COPY_STREAM=0 (the host buckets' copies on the device's stream) */
+    int kill;             /* 1: rank 1 dies (SIGKILL) inside the device path's reduce-scatter of step KILL_STEP */
 } config;
+#define KILL_STEP 3
 
 typedef struct {
     float losses[STEPS];
     uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
     int gradient_collectives, early, on_device, ok, relayed, streams, stream_copies;
+    int calls[3], buckets[3];  /* the relay's allreduces, reduce-scatters, gathers; the program's buckets of each */
+    int failed_step, status;   /* (kill) the step that failed on rank 0, its status, seconds into it */
+    double failed_after;
     int64_t host_syncs;        /* the host's waits for the device over the steps */
+    size_t transfer_bytes;     /* pdde_session_memory's: host buffers for transfers (the buckets') */
     char error[200];
 } result;
 
@@ -52,7 +63,9 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
  * memory: the device buffer read through the backend, pdde_comm's allreduce, written back. Its init
  * bootstraps as NCCL's does (rank 0's id broadcast to the group). */
 typedef struct { pdde_comm *comm; const pdde_backend_iface *be; void *dev; } relay;
-static int g_relayed;         /* allreduces relayed in this rank (a process) */
+static int g_relayed;         /* collectives relayed in this rank (a process) */
+static int g_calls[3];        /* of them allreduces, reduce-scatters, gathers */
+static int g_die;             /* this rank dies in its next reduce-scatter */
 static void *g_streams[16];   /* the streams they came on: each bucket's own (its copies and collective */
 static int g_n_streams;       /* beside the backward), not the device's */
 
@@ -75,17 +88,50 @@ static pdde_status relay_allreduce(void *impl, void *stream, void *handle, size_
     if (!st) st = r->be->write(r->dev, stream, handle, offset, h, n);
     if (!st) st = r->be->stream_sync(r->dev, stream);
     free(h);
-    g_relayed += !st;
+    g_relayed += !st, g_calls[0] += !st;
     int seen = 0;
     for (int i = 0; i < g_n_streams; i++) seen |= g_streams[i] == stream;
     if (!seen && g_n_streams < 16) g_streams[g_n_streams++] = stream;
     return st;
 }
 
+/* Out of place, as NCCL's: size x recvcount elements of src in, this rank's recvcount out at dst. */
+static pdde_status relay_reduce_scatter(void *impl, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset, size_t recvcount,
+                                        pdde_dtype t, pdde_reduce_op op) {
+    relay *r = impl;
+    if (g_die) raise(SIGKILL); /* (mid-bucket: its copies in, its collective not done) */
+    size_t n = recvcount * pdde_dtype_size(t), all = n * (size_t)pdde_comm_size(r->comm);
+    char *h = malloc(all + n);
+    pdde_status st = !h ? PDDE_ERR_OOM : r->be->read(r->dev, stream, src, src_offset, h, all);
+    if (!st) st = r->be->stream_sync(r->dev, stream);
+    if (!st) st = pdde_comm_reduce_scatter(r->comm, h, h + all, recvcount, t, op);
+    if (!st) st = r->be->write(r->dev, stream, dst, dst_offset, h + all, n);
+    if (!st) st = r->be->stream_sync(r->dev, stream);
+    free(h);
+    g_relayed += !st, g_calls[1] += !st;
+    return st;
+}
+
+static pdde_status relay_allgather(void *impl, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset, size_t sendcount,
+                                   pdde_dtype t) {
+    relay *r = impl;
+    size_t n = sendcount * pdde_dtype_size(t), all = n * (size_t)pdde_comm_size(r->comm);
+    char *h = malloc(n + all);
+    pdde_status st = !h ? PDDE_ERR_OOM : r->be->read(r->dev, stream, src, src_offset, h, n);
+    if (!st) st = r->be->stream_sync(r->dev, stream);
+    if (!st) st = pdde_comm_allgather(r->comm, h, h + n, sendcount, t);
+    if (!st) st = r->be->write(r->dev, stream, dst, dst_offset, h + n, all);
+    if (!st) st = r->be->stream_sync(r->dev, stream);
+    free(h);
+    g_relayed += !st, g_calls[2] += !st;
+    return st;
+}
+
 static void relay_free(void *impl) { free(impl); }
-static const pdde_device_collectives_iface relay_collectives = {.api_version = PDDE_DEVICE_COLLECTIVES_API_VERSION, .struct_size = sizeof relay_collectives,
-                                                                .name = "relay", .backend = "opencl", .init = relay_init,
-                                                                .allreduce = relay_allreduce, .free = relay_free};
+static pdde_device_collectives_iface relay_collectives = {.api_version = PDDE_DEVICE_COLLECTIVES_API_VERSION, .struct_size = sizeof relay_collectives,
+                                                          .name = "relay", .backend = "opencl", .init = relay_init, .allreduce = relay_allreduce,
+                                                          .free = relay_free, .reduce_scatter = relay_reduce_scatter, .allgather = relay_allgather};
+static const char *g_family = "opencl"; /* the device the ranks train on (PDDE_TEST_DEVICE) */
 
 static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     const config *c = arg;
@@ -113,15 +159,17 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     op.lr = 1e-2f, op.weight_decay = 0.1f, op.clip_norm = 1.0f;
     pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
     sp.world = comm;
-    sp.device = pdde_device_find(ctx, "opencl", 0);
+    sp.device = pdde_device_find(ctx, g_family, 0);
     sp.overlap_gradients = c->at_update ? -1 : 1;
     sp.gradient_bucket_bytes = c->bucket_bytes;
     if (c->device_path) sp.device_collectives = &relay_collectives;
     if (c->one_stream) setenv("PDDE_COPY_STREAM", "0", 1); /* (a rank is a process of its own) */
-    g_relayed = g_n_streams = 0;
+    else if (strcmp(g_family, "opencl")) setenv("PDDE_COPY_STREAM", "1", 1); /* (OpenCL's default; off by default elsewhere) */
+    g_relayed = g_n_streams = g_die = 0;
+    memset(g_calls, 0, sizeof g_calls);
     float xs[B * IN];
     int32_t ys[B];
-    if (sp.device < 0) { snprintf(out->error, sizeof out->error, "no OpenCL device"); goto done; }
+    if (sp.device < 0) { snprintf(out->error, sizeof out->error, "no %s device", g_family); goto done; }
     if (pdde_plan_parse(c->plan, &plan) || pdde_plan_apply(g, &plan, loss, &op, &sp, &s)) {
         snprintf(out->error, sizeof out->error, "setup: %s", pdde_last_error(ctx));
         goto done;
@@ -129,20 +177,31 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     for (int i = 0; i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         out->early += t->phase == PDDE_PHASE_BACKWARD && (t->op == PDDE_OP_ALLREDUCE || t->op == PDDE_OP_REDUCE_SCATTER);
+        if (!strncmp(t->name, "bucket.", 7) && t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER)
+            out->buckets[t->op == PDDE_OP_ALLREDUCE ? 0 : t->op == PDDE_OP_REDUCE_SCATTER ? 1 : 2]++;
     }
     out->on_device = pdde_session_tensor(s, params[0]) && pdde_session_tensor(s, params[0])->device == sp.device;
     for (int step = 0; step < STEPS; step++) {
         for (int i = 0; i < B * IN; i++) xs[i] = (float)((i * 37 + step * 11) % 23) / 23.0f - 0.5f;
         for (int i = 0; i < B; i++) ys[i] = (i * 5 + step * 3) % OUT;
-        if (pdde_session_write_global(s, x, xs, sizeof xs) || pdde_session_write_global(s, y, ys, sizeof ys) || pdde_session_run(s, PDDE_RUN_STEP)) {
+        if (c->kill && step == KILL_STEP && pdde_comm_rank(comm) == 1) g_die = 1;
+        double t0 = test_now();
+        pdde_status st = pdde_session_write_global(s, x, xs, sizeof xs);
+        if (!st) st = pdde_session_write_global(s, y, ys, sizeof ys);
+        if (!st) st = pdde_session_run(s, PDDE_RUN_STEP);
+        if (st) {
             snprintf(out->error, sizeof out->error, "step %d: %s", step, pdde_last_error(ctx));
+            out->failed_step = step, out->status = st, out->failed_after = test_now() - t0;
             goto done;
         }
         out->losses[step] = pdde_session_loss(s);
     }
     out->gradient_collectives = pdde_session_gradient_collectives(s);
+    memcpy(out->calls, g_calls, sizeof g_calls);
     out->relayed = g_relayed, out->streams = g_n_streams, out->stream_copies = pdde_session_stream_copies(s);
     out->host_syncs = pdde_session_host_syncs(s);
+    pdde_memory_stats ms;
+    out->transfer_bytes = pdde_session_memory(s, &ms) == PDDE_OK ? ms.transfer_bytes : (size_t)-1;
     out->param_hash = 1469598103934665603ull;
     for (int k = 0; k < 6; k++) {
         size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
@@ -161,22 +220,32 @@ static void run(const char *addr, const config *c, result *out) {
     result res[2];
     memset(res, 0, sizeof res);
     test_ranks_params tp = {.addr = addr, .prefix = c->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .device_runtimes = 1,
-                            .results = res, .result_size = sizeof *res};
+                            .results = res, .result_size = sizeof *res, .peer_timeout_s = c->kill ? 2 : 0, .killed_ok = c->kill ? 2u : 0u};
     test_run_ranks(2, &tp, train, (void *)c, 120);
-    for (int r = 0; r < 2; r++) CHECK(res[r].ok, "%s rank %d: %s", c->name, r, res[r].error);
     *out = res[0];
+    if (c->kill) {
+        printf("%-18s rank 1 killed in its reduce-scatter at step %d: rank 0 failed %.2f s into step %d: %s\n", c->name, KILL_STEP,
+               out->failed_after, out->failed_step, out->error);
+        return;
+    }
+    for (int r = 0; r < 2; r++) CHECK(res[r].ok, "%s rank %d: %s", c->name, r, res[r].error);
     printf("%-18s losses %.6f -> %.6f, %d data-parallel collectives a step, %d started in backward, %d copies on a copy stream, "
-           "%lld host waits, parameters %016llx\n", c->name, out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early,
+           "%lld host waits, parameters %016llx", c->name, out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early,
            out->stream_copies, (long long)out->host_syncs, (unsigned long long)out->param_hash);
+    printf(", %zu bytes of host transfer buffers", out->transfer_bytes);
+    if (c->device_path)
+        printf("; device path: %d allreduces, %d reduce-scatters, %d gathers (buckets a step %d, %d, %d)", out->calls[0], out->calls[1], out->calls[2],
+               out->buckets[0], out->buckets[1], out->buckets[2]);
+    printf("\n");
 }
 
 /* Asked in a child process: device runtimes do not survive fork(). */
-static int opencl_exists(void) {
+static int device_exists(void) {
     pid_t pid = fork();
     if (pid == 0) {
         pdde_context *c;
         pdde_context_init(NULL, &c);
-        _exit(pdde_device_find(c, "opencl", 0) >= 0 ? 0 : 1);
+        _exit(pdde_device_find(c, g_family, 0) >= 0 ? 0 : 1);
     }
     int status = 1;
     waitpid(pid, &status, 0);
@@ -188,8 +257,11 @@ int main(void) {
     test_skip("asan", "PoCL in forked ranks under AddressSanitizer");
     return test_finish();
 #endif
-    if (!opencl_exists()) {
-        test_skip("opencl", "no OpenCL device (PoCL in CI)");
+    const char *family = getenv("PDDE_TEST_DEVICE");
+    if (family && *family) g_family = relay_collectives.backend = family;
+    if (!device_exists()) {
+        if (strcmp(g_family, "opencl")) test_skip(g_family, "no %s device (PDDE_TEST_DEVICE)", g_family);
+        else test_skip("opencl", "no OpenCL device (PoCL in CI)");
         return test_finish();
     }
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
@@ -203,20 +275,25 @@ int main(void) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     static const config configs[] = {
-        {"unbucketed", "dp=2", -1, 0, 0, 0},
-        {"unbucketed_again", "dp=2", -1, 0, 0, 0}, /* (the kernels are deterministic: else nothing below can hold) */
-        {"one_bucket", "dp=2", 0, 0, 0, 0},        /* the 6 gradients in one bucket, started in backward */
-        {"small_buckets", "dp=2", 512, 0, 0, 0},   /* w0, w1, w2 (>= 512 B) a bucket each, the biases in two (b2 b1, b0) */
-        {"at_update", "dp=2", 0, 1, 0, 0},
-        {"zero1_unbucketed", "dp=2,zero=1", -1, 0, 0, 0},
-        {"zero1_buckets", "dp=2,zero=1", 0, 0, 0, 0},
-        {"zero1_small", "dp=2,zero=1", 512, 1, 0, 0},
-        {"device_path", "dp=2", 0, 0, 1, 0},       /* the one bucket through the device path, started in backward */
-        {"device_small", "dp=2", 512, 0, 1, 0},
-        {"device_at_update", "dp=2", 0, 1, 1, 0},
-        {"small_one_stream", "dp=2", 512, 0, 0, 1}, /* the host buckets' copies on the device's stream */
-        {"zero1_one_stream", "dp=2,zero=1", 512, 1, 0, 1},
-        {"tp2", "tp=2", 0, 0, 0, 0}, /* pdde_plan_apply on a device: the vocab-parallel loss's layer on the CPU, the rest on OpenCL */
+        {"unbucketed", "dp=2", -1, 0, 0, 0, 0},
+        {"unbucketed_again", "dp=2", -1, 0, 0, 0, 0}, /* (the kernels are deterministic: else nothing below can hold) */
+        {"one_bucket", "dp=2", 0, 0, 0, 0, 0},        /* the 6 gradients in one bucket, started in backward */
+        {"small_buckets", "dp=2", 512, 0, 0, 0, 0},   /* w0, w1, w2 (>= 512 B) a bucket each, the biases in two (b2 b1, b0) */
+        {"at_update", "dp=2", 0, 1, 0, 0, 0},
+        {"zero1_unbucketed", "dp=2,zero=1", -1, 0, 0, 0, 0},
+        {"zero1_buckets", "dp=2,zero=1", 0, 0, 0, 0, 0},
+        {"zero1_small", "dp=2,zero=1", 512, 1, 0, 0, 0},
+        {"device_path", "dp=2", 0, 0, 1, 0, 0},       /* the one bucket through the device path, started in backward */
+        {"device_small", "dp=2", 512, 0, 1, 0, 0},
+        {"device_at_update", "dp=2", 0, 1, 1, 0, 0},
+        {"small_one_stream", "dp=2", 512, 0, 0, 1, 0}, /* the host buckets' copies on the device's stream */
+        {"zero1_one_stream", "dp=2,zero=1", 512, 1, 0, 1, 0},
+        {"tp2", "tp=2", 0, 0, 0, 0, 0}, /* pdde_plan_apply on a device: the vocab-parallel loss's layer on the CPU, the rest on OpenCL */
+        {"device_zero1", "dp=2,zero=1", 0, 0, 1, 0, 0},       /* 14: ZeRO-1's 3 buckets (the norm's allreduce, reduce-scatter, gather) */
+        {"device_zero1_small", "dp=2,zero=1", 512, 1, 1, 0, 0},
+        {"zero2_unbucketed", "dp=2,zero=2", -1, 0, 0, 0, 0},  /* 16 */
+        {"device_zero2", "dp=2,zero=2", 0, 0, 1, 0, 0},       /* its gathers through the device path */
+        {"device_zero1_lost", "dp=2,zero=1", 0, 0, 1, 0, 1}, /* 18: rank 1 killed mid-bucket */
     };
     enum { N = sizeof configs / sizeof *configs };
     result res[N];
@@ -225,14 +302,14 @@ int main(void) {
     CHECK(res[0].on_device, "the parameters live on the OpenCL device");
     for (int i = 0; i < STEPS; i++) CHECK(isfinite(res[0].losses[i]), "step %d: loss %g", i, res[0].losses[i]);
     CHECK(res[0].losses[STEPS - 1] < res[0].losses[0], "the loss falls: %g -> %g", res[0].losses[0], res[0].losses[STEPS - 1]);
-    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}, {11, 0}, {12, 5}};
+    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}, {11, 0}, {12, 5}, {14, 5}, {15, 5}, {17, 16}};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
         const result *a = &res[same[k][0]], *b = &res[same[k][1]];
         if (!a->ok || !b->ok) continue;
         CHECK(!memcmp(a->losses, b->losses, sizeof a->losses), "%s: losses not %s's bit for bit", configs[same[k][0]].name, configs[same[k][1]].name);
         CHECK(a->param_hash == b->param_hash, "%s: parameters not %s's bit for bit", configs[same[k][0]].name, configs[same[k][1]].name);
     }
-    const result *tp = &res[N - 1];
+    const result *tp = &res[13];
     test_diff d = test_diff_f32(tp->losses, res[0].losses, tp->ok ? STEPS : 0, 1e-3);
     CHECK(tp->ok && tp->on_device && d.worst <= 1e-6, "tp=2 on the device: losses within 1e-6 of dp=2's: worst %.3g at step %zu", d.worst, d.index);
     /* what travelled: one collective a gradient, or a bucket; in backward unless at the update */
@@ -259,6 +336,35 @@ int main(void) {
     CHECK(res[3].host_syncs + 6 * STEPS == res[11].host_syncs && res[7].host_syncs + 18 * STEPS == res[12].host_syncs,
           "host waits over %d steps: %lld on a copy stream, %lld without (want 6 a step fewer); ZeRO-1 %lld, %lld (want 18 a step fewer)", STEPS,
           (long long)res[3].host_syncs, (long long)res[11].host_syncs, (long long)res[7].host_syncs, (long long)res[12].host_syncs);
+    /* ZeRO through the device path: every bucket of every step served by the implementation (none
+     * staged: no copies on a copy stream), of each kind: ZeRO-1 its reduce-scatters and gathers and
+     * the norm's allreduces, ZeRO-2 its gathers */
+    for (int i = 14; i <= 17; i++) {
+        if (i == 16 || !res[i].ok) continue;
+        int each = 1;
+        for (int k = 0; k < 3; k++) each &= res[i].calls[k] == res[i].buckets[k] * STEPS;
+        CHECK(each && res[i].buckets[2] >= 1 && (i == 17 || res[i].buckets[1] >= 1) && res[i].stream_copies == 0 &&
+              res[i].relayed == res[i].gradient_collectives * STEPS, "%s: the device path served %d allreduces, %d reduce-scatters, %d gathers over %d "
+              "steps, %d collectives in all; the program's buckets a step: %d, %d, %d; %d copies on a copy stream", configs[i].name, res[i].calls[0],
+              res[i].calls[1], res[i].calls[2], STEPS, res[i].relayed, res[i].buckets[0], res[i].buckets[1], res[i].buckets[2], res[i].stream_copies);
+    }
+    CHECK(res[14].buckets[0] == 1 && res[14].buckets[1] == 1 && res[14].buckets[2] == 1 && res[15].buckets[1] == 5,
+          "ZeRO-1's buckets a step: %d, %d, %d in one of each kind; %d reduce-scatters in 512 B buckets, want 1, 1, 1; 5", res[14].buckets[0],
+          res[14].buckets[1], res[14].buckets[2], res[15].buckets[1]);
+    /* the device path holds no host buckets (their pinned buffers freed once a bucket has its device
+     * buffer); the staged buckets hold at least every gradient's bytes (ZeRO-1: 2 ranks' blocks and the
+     * shard, the gradients again, the shard and 2 blocks: 4 times) */
+    size_t grads = sizeof(float) * (IN * HID + HID * HID + HID * OUT + HID + HID + OUT);
+    CHECK(res[2].transfer_bytes >= grads && res[6].transfer_bytes >= 4 * grads && res[8].transfer_bytes == 0 && res[9].transfer_bytes == 0 &&
+          res[14].transfer_bytes == 0 && res[15].transfer_bytes == 0 && res[17].transfer_bytes == 0, "host transfer buffers: staged %zu (ZeRO-1 %zu), "
+          "want at least %zu (%zu); through the device path %zu, %zu, ZeRO-1 %zu, %zu, ZeRO-2 %zu, want none", res[2].transfer_bytes,
+          res[6].transfer_bytes, grads, 4 * grads, res[8].transfer_bytes, res[9].transfer_bytes, res[14].transfer_bytes, res[15].transfer_bytes,
+          res[17].transfer_bytes);
+    /* a rank lost inside the device path's collective: the other's step fails, naming the bucket, within the peer timeout */
+    const result *lost = &res[18];
+    CHECK(!lost->ok && lost->failed_step == KILL_STEP && lost->status == PDDE_ERR_PEER_LOST && lost->failed_after <= 2.0 + 1.0 &&
+          strstr(lost->error, "gradient bucket"), "device path, rank 1 killed: rank 0 got %s after %.2f s at step %d: %s", pdde_status_str(lost->status),
+          lost->failed_after, lost->failed_step, lost->error);
     CHECK(res[9].streams == 5, "the 5 buckets' collectives on 5 streams of their own, not the device's: %d", res[9].streams);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);

@@ -3,6 +3,8 @@
  *  - without libnccl (PDDE_NCCL_LIB naming a file that does not exist; here, where there is no
  *    libnccl, also the default search) every rank's init says PDDE_ERR_UNAVAILABLE and names what it
  *    tried, at once (no rank is left waiting in the bootstrap);
+ *  - two ranks on one GPU (NCCL refuses them) are found from the group's device UUIDs before
+ *    ncclCommInitRank (pdde_device_ids_shared, on made-up UUIDs here);
  *  - PDDE_DEVICE_COLLECTIVES (nccl or none) with another value is a clear error at the session's setup;
  *  - a data-parallel session given it trains all the same through host memory (its buckets staged),
  *    equal bit for bit to the run without it (on PoCL, the implementation offered for "opencl" so that
@@ -10,7 +12,8 @@
  *  - where a CUDA device and libnccl exist: allreduce (sum, avg), reduce-scatter and allgather on
  *    device buffers on the device's stream, against the sums computed here: on 2 ranks with 2 GPUs or
  *    more; NCCL refuses two ranks on one GPU, so with one GPU the group is 1 rank (bootstrap, the
- *    non-blocking init, the calls and the stream), and the 2-rank part is skipped saying so. */
+ *    non-blocking init, the calls and the stream), and the 2-rank part is skipped saying so; and 2
+ *    ranks on GPU 0 are declined by every rank at once, naming the two, before NCCL's init. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "pdde_extension.h"
@@ -61,6 +64,24 @@ static void unavailable_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     /* the group goes on working */
     int32_t one = 1, sum = 0;
     CHECK(pdde_comm_allreduce(comm, &one, &sum, 1, PDDE_I32, PDDE_REDUCE_SUM) == PDDE_OK && sum == 2, "rank %d: allreduce after: %d", me, sum);
+}
+
+/* ---- one GPU a rank: the decision before ncclCommInitRank, on made-up UUIDs ---- */
+
+static void shared_devices(void) {
+    unsigned char ids[4][16];
+    memset(ids, 0, sizeof ids);
+    for (int r = 0; r < 4; r++) ids[r][0] = (unsigned char)(0x10 + r), ids[r][15] = 0xab; /* 4 GPUs */
+    int a = -1, b = -1;
+    CHECK(!pdde_device_ids_shared(ids, 4, 16, &a, &b), "4 ranks on 4 GPUs: none shared, got ranks %d and %d", a, b);
+    memcpy(ids[1], ids[0], 16); /* 2 ranks on GPU 0 (as under CUDA_VISIBLE_DEVICES=0 for both) */
+    CHECK(pdde_device_ids_shared(ids, 2, 16, &a, &b) && a == 0 && b == 1, "2 ranks on one GPU: ranks %d and %d, want 0 and 1", a, b);
+    memcpy(ids[1], ids[2], 16), ids[1][1] = 1, memcpy(ids[3], ids[1], 16); /* ranks 1 and 3 share, 0 and 2 differ */
+    CHECK(pdde_device_ids_shared(ids, 4, 16, &a, &b) && a == 1 && b == 3, "ranks 1 and 3 on one GPU: ranks %d and %d", a, b);
+    memset(ids, 0, sizeof ids); /* ids the driver did not give (zeros): unknown, not one device */
+    CHECK(!pdde_device_ids_shared(ids, 4, 16, &a, &b), "unknown ids are not one device");
+    CHECK(!pdde_device_ids_shared(ids, 1, 16, &a, &b), "one rank shares nothing");
+    printf("one GPU a rank: two ranks on one device are found before NCCL's init %s\n", test_failed ? "FAILED" : "ok");
 }
 
 /* ---- the session's fallback ---- */
@@ -189,6 +210,24 @@ static void gpu_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     free(h), free(r);
 }
 
+/* Two ranks on CUDA device 0: every rank's init says unavailable at once, naming the two ranks,
+ * without calling ncclCommInitRank (which would fail with "duplicate GPU"). */
+static void same_gpu_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
+    (void)arg;
+    int me = pdde_comm_rank(comm);
+    const pdde_backend_iface *be = NULL;
+    void *dev = NULL, *impl = (void *)1;
+    int d = pdde_device_find(ctx, "cuda", 0);
+    CHECK(d >= 0 && pdde_device_backend(ctx, d, &be, &dev) == PDDE_OK, "rank %d: CUDA device 0: %s", me, pdde_last_error(ctx));
+    if (test_failed) return;
+    pdde_device_collectives_params p = {ctx, comm, be, dev, 30};
+    double t0 = test_now();
+    pdde_status st = pdde_nccl_collectives()->init(&p, &impl);
+    CHECK(st == PDDE_ERR_UNAVAILABLE && !impl && strstr(pdde_last_error(ctx), "ranks 0 and 1 of the group share one GPU") && test_now() - t0 < 10,
+          "rank %d: two ranks on one GPU: %s after %.1f s: %s", me, pdde_status_str(st), test_now() - t0, pdde_last_error(ctx));
+    printf("rank %d: two ranks on one GPU: %s\n", me, pdde_last_error(ctx));
+}
+
 /* Asked in a child process (device runtimes do not survive fork()): the CUDA devices, and whether
  * libnccl loads (as comm/nccl.c looks for it). */
 static int probe(int *n_gpus) {
@@ -239,6 +278,7 @@ int main(void) {
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
 
+    shared_devices();
     /* unavailable: a named file that does not exist, then the default search */
     static const char *libs[] = {"/nonexistent/libnccl.so.2", NULL};
     for (int k = 0; k < 2; k++) {
@@ -285,6 +325,8 @@ int main(void) {
         test_ranks_params tp = {.addr = addr, .prefix = "gpu", .timeout_s = 60, .peer_timeout_s = 10, .server = srv, .device_runtimes = 1};
         test_run_ranks(n, &tp, gpu_rank, NULL, 120);
         if (n == 1) test_skip("nccl-2-ranks", "one GPU: NCCL refuses two ranks on one GPU (duplicate GPU), so the group was 1 rank");
+        test_ranks_params ts = {.addr = addr, .prefix = "samegpu", .timeout_s = 60, .peer_timeout_s = 10, .server = srv, .device_runtimes = 1};
+        test_run_ranks(2, &ts, same_gpu_rank, NULL, 60);
     }
     pdde_store_server_free(srv);
     pdde_context_free(ctx);

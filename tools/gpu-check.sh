@@ -10,7 +10,7 @@
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
-#   process; the fusions and cublasLt that are off by default, and the MoE kernels on CUDA, each against the
+#   process; `make demo` (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the fusions and cublasLt that are off by default, and the MoE kernels on CUDA, each against the
 #   defaults; NCCL on device buffers; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
 #   the whole conformance suite on cuda, and on opencl where NVIDIA's OpenCL is there; memcheck.
 # GPU_CHECK_SKIP="step ..." leaves steps out by name.
@@ -204,6 +204,15 @@ if [ -x build/pdde-run ]; then
 else
     result "gpu_ranks status=skipped (built without UCX: set UCX_DIR)"
 fi
+
+# ---- what a user runs: `make demo` (a rank per GPU; packages it cannot install are left out) and the
+# recommender with its dense stage on the GPU (`make bench-dlrm`: hetero_ratio's target is 1.3)
+step demo 150 env DEMO_ARGS="--steps 200" bash tools/demo.sh
+took=$(grep -o 'rank 0: device [0-9]*, [a-z_]*:[0-9]*' "$out/step.out" | head -1 | sed 's/.*, //')
+result "gpu_demo rank0=${took:-none} loss=$(grep -o 'validation loss [0-9.]*' "$out/step.out" | tail -1 | awk '{print $3}')"
+step dlrm 150 make -s bench-dlrm BENCH_DLRM_ARGS="--reps 3"
+r=$(grep '^RESULT dlrm ' "$out/step.out" | tail -1 | sed 's/^RESULT //')
+result "${r:-dlrm status=failed}"
 
 # gradient buckets' copies on the device's second stream (off on CUDA until this has run): test_dp's device rows
 [ -x build/pdde-run ] && test_step test_dp_copy_stream 120 env PDDE_BACKENDS=cpu,cuda PDDE_COPY_STREAM=1 build/test_dp
