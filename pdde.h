@@ -1162,8 +1162,9 @@ typedef struct pdde_plan {
     char place[16];
     int place_first, place_last;
     /* Mixture-of-Experts models (pdde_moe_*): the experts split over ep ranks (ep = dp with tp 1: the
-     * dp axis, tokens exchanged all-to-all; ep dividing dp, tp 1: groups of ep consecutive dp ranks,
-     * the tokens over all dp ranks, pdde_strategy_data_parallel_groups; ep = tp: the tp axis); 0 or 1 =
+     * dp axis, tokens exchanged all-to-all; ep dividing dp: groups of ep consecutive dp ranks, the
+     * tokens over all dp ranks, pdde_strategy_data_parallel_groups, each expert split over tp if
+     * ep < dp, ep != tp; ep = tp: the tp axis); 0 or 1 =
      * every rank holds every expert. The search tries each where it divides the experts, by
      * pdde_moe_cost_estimate on params->cluster (without one: ep 1 only). Text: ep=2. */
     int ep;

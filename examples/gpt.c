@@ -78,7 +78,8 @@ static void usage(FILE *f) {
             "                              balance loss (default 0.01); U > 0 balances by a per-expert bias instead;\n"
             "                              --moe-ep with --dp: the experts split over the dp ranks, tokens exchanged all-to-all;\n"
             "                              with --tp: over the tp ranks, attention tensor parallel; --ep N instead of --moe-ep:\n"
-            "                              the experts over groups of N of the --dp ranks, the tokens over all of them)\n"
+            "                              the experts over groups of N of the --dp ranks, the tokens over all of them;\n"
+            "                              with --tp: each expert's hidden units split over the tp ranks too)\n"
             "           [--plan auto [--cluster FILE]]   (the planner chooses for the ranks the launcher started, from the\n"
             "                              devices FILE describes; default build/cluster.json, written by pdde-bench;\n"
             "                              under pdde-run --elastic it re-plans at every change, data parallel)\n"
@@ -162,7 +163,7 @@ static int parse(int argc, char **argv, options *o) {
         if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..][,ep=N]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
         if (p->ep > 1) o->model.moe_ep = 1; /* (ep=N: the experts over tp, else dp, or groups of N dp ranks) */
-        if (p->ep > 1 && p->ep < p->dp && p->tp == 1) o->ep = p->ep;
+        if (p->ep > 1 && p->ep < p->dp && p->ep != p->tp) o->ep = p->ep; /* (with tp: each expert split over tp too) */
         if (p->shares[0] && p->pp > 1 && p->zero >= 2) {
             fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
@@ -185,9 +186,9 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (o->ep > 1 && (m->moe_experts < 2 || o->tp > 1 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep || o->moe_bias_rate > 0)) {
+    if (o->ep > 1 && (m->moe_experts < 2 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep || o->zero > 2)) {
         fprintf(stderr, "gpt: --ep %d splits the experts over groups of ep of the --dp %d ranks: it needs --moe-experts (now %d) divisible by it, "
-                "--tp 1, ep < dp dividing dp, no --moe-bias-rate (each group reads its own counts)\n", o->ep, o->dp, m->moe_experts);
+                "ep < dp dividing dp, --zero 0..2 (now %d)\n", o->ep, o->dp, m->moe_experts, o->zero);
         return -1;
     }
     if (o->ep > 1) m->moe_ep = 1;

@@ -226,18 +226,25 @@ static inline pdde_status gpt_shard_tensor_parallel(pdde_graph *g, const pdde_me
 
 /* Expert parallelism: every MoE block's experts (w1, w2 [E, ...]) split over mesh axis `axis`, which
  * also splits the tokens (data parallel): completion exchanges the tokens' rows by all-to-all (the
- * model built with cfg.moe_ep). */
-static inline pdde_status gpt_shard_experts(pdde_graph *g, const gpt_config *c, const pdde_mesh *mesh, const char *axis) {
-    int ax = pdde_mesh_axis(mesh, axis), dims[3] = {ax, -1, -1};
+ * model built with cfg.moe_ep). tp_axis (NULL: none): each expert's hidden units split over it too,
+ * Megatron's pair inside an expert (w1 [E, C, F] by columns, w2 [E, F, C] by rows, its output
+ * pending a sum over tp). */
+static inline pdde_status gpt_shard_experts_tp(pdde_graph *g, const gpt_config *c, const pdde_mesh *mesh, const char *axis, const char *tp_axis) {
+    int ax = pdde_mesh_axis(mesh, axis), tax = tp_axis ? pdde_mesh_axis(mesh, tp_axis) : -1;
     for (int l = 0; l < c->layers; l++) {
         for (int i = 1; i <= 2 && gpt_block_is_moe(c, l); i++) {
             char name[64];
+            int dims[3] = {ax, i == 2 ? tax : -1, i == 1 ? tax : -1};
             snprintf(name, sizeof name, "h%d.moe.w%d", l, i);
             pdde_status st = pdde_shard(g, pdde_graph_find(g, name), mesh, dims);
             if (st) return st;
         }
     }
     return PDDE_OK;
+}
+
+static inline pdde_status gpt_shard_experts(pdde_graph *g, const gpt_config *c, const pdde_mesh *mesh, const char *axis) {
+    return gpt_shard_experts_tp(g, c, mesh, axis, NULL);
 }
 
 /* A parallel plan: dp x tp x pp ranks, micro-batches per step, ZeRO stage (over dp), recompute of
@@ -251,9 +258,10 @@ typedef struct {
     /* uneven data parallelism: dp index i runs shares[i] x micro micro-batches of the batch's
      * batch / (micro x the sum of shares) rows (pdde_strategy_data_parallel_shares); NULL = equal */
     const int *shares;
-    /* MoE expert parallelism inside data parallelism: with 1 < ep < dp (dividing it, tp 1) the experts
-     * split over groups of ep consecutive dp ranks (mesh [dp / ep "dp", ep "ep"],
-     * pdde_strategy_data_parallel_groups), each group writing its own rows; else the model's moe_ep */
+    /* MoE expert parallelism inside data parallelism: with 1 < ep < dp (dividing it) the experts
+     * split over groups of ep consecutive dp ranks (mesh [dp / ep "dp", ep "ep"(, tp "tp")],
+     * pdde_strategy_data_parallel_groups), each group writing its own rows, each expert's hidden
+     * units over tp (gpt_shard_experts_tp); else the model's moe_ep */
     int ep;
     /* the planner's plan this one runs (NULL: none, the fields above by hand): its layers recomputed
      * (recompute 1, or each stage's first recompute_layers, pdde_plan_layer_recomputed) instead of the
@@ -269,12 +277,12 @@ static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
     gpt_plan g = {.dp = p->dp, .tp = p->tp, .pp = p->pp, .micro = p->micro, .zero = p->zero, .recompute = rc, .pp_chunks = p->chunks, .plan = p};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
     if (p->dp > 1 && p->shares[0] > 0) g.shares = p->shares;
-    if (p->ep > 1 && p->ep < p->dp && p->tp == 1) g.ep = p->ep;
+    if (p->ep > 1 && p->ep < p->dp && p->ep != p->tp) g.ep = p->ep; /* (ep = tp: the experts over tp) */
     return g;
 }
 
 /* The data-parallel groups of plan p (dp / ep with ep groups, else 1). */
-static inline int gpt_plan_groups(const gpt_plan *p) { return p->ep > 1 && p->ep < p->dp && p->dp % p->ep == 0 && p->tp == 1 ? p->dp / p->ep : 1; }
+static inline int gpt_plan_groups(const gpt_plan *p) { return p->ep > 1 && p->ep < p->dp && p->dp % p->ep == 0 ? p->dp / p->ep : 1; }
 
 /* The micro-batch units of a step's batch per micro-batch count: dp (equal shares) or the sum of the
  * shares (0 when one is < 1). */
@@ -341,7 +349,7 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
     int groups = gpt_plan_groups(p);
     if (p->ep > 1 && p->ep < p->dp && (groups == 1 || p->shares || c->moe_experts % p->ep))
         return pdde_error(pdde_graph_context(g), PDDE_ERR_INVALID_ARG, "gpt: experts over groups of ep %d of the dp %d ranks: ep must divide dp and "
-                          "the %d experts, with tp 1 and equal shares", p->ep, p->dp, c->moe_experts);
+                          "the %d experts, with equal shares", p->ep, p->dp, c->moe_experts);
     local.batch = c->batch / (micro * units) * p->dp / groups; /* one micro-batch of every dp index (of a group) */
     if (groups > 1) local.moe_ep = 1;
     pdde_status st = gpt_build(g, &local, m);
@@ -361,7 +369,7 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
         if (!mesh) return pdde_graph_status(g);
         if (groups > 1) st = pdde_strategy_data_parallel_groups(g, mesh, "dp", "ep");
         else if (p->dp > 1) st = pdde_strategy_data_parallel(g, mesh, "dp");
-        if (!st && groups > 1) st = gpt_shard_experts(g, c, mesh, "ep");
+        if (!st && groups > 1) st = gpt_shard_experts_tp(g, c, mesh, "ep", p->tp > 1 ? "tp" : NULL);
         else if (!st && p->dp > 1 && p->shares) st = pdde_strategy_data_parallel_shares(g, mesh, "dp", p->shares);
         /* expert parallelism over the tensor-parallel axis when there is one (the tokens are whole
          * there: each rank takes its experts' rows, gathered back), else over dp */
@@ -388,6 +396,8 @@ static inline pdde_status gpt_build_plan(pdde_graph *g, const gpt_config *c, con
     if (!st) st = pdde_backward(g, m->loss);
     if (!st) st = pdde_optimizer_adamw(g, &op);
     if (!st && parallel && p->zero) st = pdde_strategy_zero(g, mesh, "dp", p->zero);
+    /* ep groups: what every rank holds (not the experts, split over ep) also on another dim over ep */
+    if (!st && parallel && p->zero && groups > 1) st = pdde_strategy_zero(g, mesh, "ep", p->zero);
     if (!st && parallel) st = pdde_complete_dist_attrs(g);
     return st;
 }

@@ -436,7 +436,15 @@ static pdde_status gather_into_param(lowering *L, pdde_tensor *update, pdde_tens
     int axis = -1, dim = -1;
     for (int d = 0; d < param->ndim; d++)
         if (want->dims_mapping[d] >= 0 && param->dist.dims_mapping[d] != want->dims_mapping[d]) {
-            if (axis >= 0) return pdde_error(L->ctx, PDDE_ERR_UNSUPPORTED, "lower: %s: an update split over two mesh axes", update->name);
+            if (axis >= 0) {
+                /* split over a second axis too (ZeRO over two mesh axes): the slices of the first
+                 * gathered into a buffer first, the second gathers that into the parameter */
+                pdde_dist_attr part = *want;
+                part.dims_mapping[dim] = -1;
+                pdde_tensor *g = reshard_push(L, reshard_node(L, PDDE_OP_ALLGATHER, update, axis, dim, -1, &part), update->phase, update->device);
+                if (!g) return lower_oom(L);
+                update = g;
+            }
             axis = program_axis(L->P, want->mesh, want->dims_mapping[d]), dim = d;
         }
     if (axis < 0) return PDDE_OK;
@@ -682,6 +690,19 @@ static void inherit_layer(pdde_program *P, int from, int layer) {
         if (P->order[i]->layer < 0) P->order[i]->layer = layer;
 }
 
+/* A marked output still pending a sum (or a mean) over mesh axes, such as a data-parallel group's
+ * part of a count: reduced right after it, so that pdde_session_read reads what one process would
+ * (consumers requiring it whole read the same reduction). */
+static pdde_status lower_output_whole(lowering *L, pdde_tensor *t, int user) {
+    pdde_dist_attr want = t->dist;
+    want.partial = want.partial_avg = 0;
+    pdde_tensor *r = reshard(L, t, &t->dist, &want, t->phase, t->device);
+    if (!r) return lower_oom(L);
+    r->flags |= PDDE_TENSOR_OUTPUT;
+    L->P->of_user[user] = r;
+    return cache_add(L, t, &want, t->phase, r);
+}
+
 static pdde_status lower_partition(lowering *L) {
     const pdde_graph *g = L->g;
     pdde_program *P = L->P;
@@ -746,6 +767,8 @@ static pdde_status lower_partition(lowering *L) {
         if (!st) lower_mean_gradient(L, t);
         if (!st) st = lower_vocab_parallel(L, t);
         if (!st && order_push(P, t)) st = lower_oom(L);
+        if (!st && user >= 0 && (t->flags & PDDE_TENSOR_OUTPUT) && !(t->flags & PDDE_TENSOR_LOSS) && t->dist.mesh && t->dist.partial)
+            st = lower_output_whole(L, t, user);
         /* a sharded update of a whole parameter (ZeRO-1/2): gather the updated shards back into it */
         if (!st && is_update(t) && t->src[0] != param)
             st = gather_into_param(L, t, param);

@@ -237,11 +237,18 @@ PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c
     }
     /* ep over the dp axis: its experts' gradients summed over the ep group too (pdde's layout by expert
      * sums the rows where the tokens are split); over the tp axis: not (the tokens are whole there) */
-    pdde_moe_cost_params q = *p;
-    q.grads_over_ep = tp == 1;
+    pdde_moe_cost_params q = *p, qe = *p;
+    q.grads_over_ep = qe.grads_over_ep = tp == 1;
+    if (tp > 1 && ep != tp) {
+        /* groups of ep of the dp ranks with each expert's hidden units over tp: a rank of each tp group
+         * stands for it (same tokens; the exchange's peers are tp apart), with its share of the hidden
+         * units (the reduction of the experts' outputs over tp is left out, as the dense layers' is) */
+        for (int k = 0; k < dp; k++) ids[k] = ids[k * tp];
+        n = dp, q.grads_over_ep = qe.grads_over_ep = 1, qe.ffn = p->ffn / tp > 0 ? p->ffn / tp : 1;
+    }
     pdde_moe_cost one, with;
     pdde_status st = pdde_moe_cost_estimate(ctx, c, ids, n, &q, 1, &one);
-    if (!st) st = pdde_moe_cost_estimate(ctx, c, ids, n, &q, ep, &with);
+    if (!st) st = pdde_moe_cost_estimate(ctx, c, ids, n, &qe, ep, &with);
     free(ids);
     if (st) return st;
     *step_s = with.step_s - one.step_s;

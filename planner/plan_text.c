@@ -126,8 +126,8 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
         }
     char ep_got[48];
     snprintf(ep_got, sizeof ep_got, "%d for dp=%d, tp=%d", p.ep, p.dp, p.tp);
-    if (p.ep > 1 && (p.tp > 1 ? p.ep != p.tp : p.dp % p.ep))
-        return plan_parse_fail(out, "ep", "0, 1, tp (the experts over tp) or, with tp 1, a divisor of dp (groups of ep dp ranks)", ep_got);
+    if (p.ep > 1 && p.ep != p.tp && (p.dp % p.ep || (p.tp > 1 && p.ep >= p.dp)))
+        return plan_parse_fail(out, "ep", "0, 1, tp (the experts over tp) or a divisor of dp (groups of ep dp ranks; with tp, < dp)", ep_got);
     for (int i = 0; i < n_stage_layers; i++) p.stage_first[i + 1] = p.stage_first[i] + stage_layers[i];
     *out = p;
     return PDDE_OK;

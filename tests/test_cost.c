@@ -901,8 +901,9 @@ static void test_moe_plan_search(void) {
     for (int i = 0; i < nf; i++)
         if (plans[i].dp == 4 && plans[i].ep >= 0 && plans[i].ep <= 4) seen[plans[i].ep]++;
     pdde_plan bad;
-    CHECK(pdde_plan_parse("dp=4,ep=3", &bad) != PDDE_OK && pdde_plan_parse("dp=2,tp=2,ep=4", &bad) != PDDE_OK && pdde_plan_parse("dp=4,ep=2", &bad) == PDDE_OK,
-          "plan text: ep must divide dp (tp 1) or be tp");
+    CHECK(pdde_plan_parse("dp=4,ep=3", &bad) != PDDE_OK && pdde_plan_parse("dp=2,tp=2,ep=4", &bad) != PDDE_OK && pdde_plan_parse("dp=4,ep=2", &bad) == PDDE_OK &&
+              pdde_plan_parse("dp=4,tp=4,ep=2", &bad) == PDDE_OK && pdde_plan_parse("dp=2,tp=4,ep=2", &bad) != PDDE_OK,
+          "plan text: ep must divide dp (below dp with tp) or be tp");
     CHECK(seen[2] > 0 && seen[4] > 0, "dp only: %d plans with the experts over groups of 2 of the 4 dp ranks, %d over all 4", seen[2], seen[4]);
     for (int i = 0; i < nf; i++) {
         if (plans[i].ep != 2) continue;
@@ -913,6 +914,25 @@ static void test_moe_plan_search(void) {
         printf("moe plan search, dp only: %s, %.4g s a step\n", text, plans[i].step_s);
         break;
     }
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+    /* 16 devices: the experts over groups of ep of the dp ranks with each expert over tp too (ep other
+     * than tp) are tried, and their plan text reads back */
+    c = make_cluster(1, 16);
+    CHECK(pdde_plan_devices_init(ctx, c, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    pdde_plan many[64];
+    pq.no_tp = 0, pq.cluster = c;
+    CHECK(pdde_plan_search(g, &d, &pq, many, 64, &nf, &nr) == PDDE_OK, "16 devices: %s", pdde_last_error(ctx));
+    int tp_groups = 0;
+    for (int i = 0; i < nf; i++) {
+        if (!(many[i].tp > 1 && many[i].ep > 1 && many[i].ep != many[i].tp && many[i].ep < many[i].dp)) continue;
+        char text[256];
+        pdde_plan_str(&many[i], text, sizeof text);
+        pdde_plan parsed;
+        CHECK(pdde_plan_parse(text, &parsed) == PDDE_OK && parsed.ep == many[i].ep && parsed.tp == many[i].tp, "plan text %s", text);
+        if (!tp_groups++) printf("moe plan search, 16 devices: %s, %.4g s a step (ep groups, each expert over tp)\n", text, many[i].step_s);
+    }
+    CHECK(tp_groups > 0, "16 devices: %d of %d plans with ep groups and tp", tp_groups, nf);
     pdde_graph_free(g);
     pdde_plan_devices_free(&d);
     pdde_cluster_free(c);

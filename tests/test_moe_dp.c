@@ -8,8 +8,11 @@
  * dp 2 x tp 2 with the experts split over tp (attention tensor parallel, the tokens whole over tp: the
  * expert gradients pending over dp only) with and without ZeRO-1, the tokens over 4 ranks with the
  * experts over each group of 2 (mesh dp 2 x ep 2, pdde_strategy_data_parallel_groups: the exchange
- * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping), and two pipeline
- * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1). `test_moe_dp NAME`
+ * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping and ZeRO-2, the dense
+ * state over dp x ep; DeepSeek's bias moved each step by the counts read, which are of all the tokens
+ * on every rank; with tp 2 on 8 ranks, each expert's hidden units over tp), and two pipeline
+ * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1), or over the ep
+ * groups of its 4 dp ranks (8 ranks: mesh dp 2 x ep 2 x pp 2). `test_moe_dp NAME`
  * runs one configuration. The exchange is
  * dropless: only routed rows cross (pdde_session_exchanged_rows: exactly the skewed routing's, and
  * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
@@ -33,12 +36,12 @@
 static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
-typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, local_experts, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
+typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; float bias_rate; } moe_config;
+typedef struct { float losses[STEPS]; int64_t expert0_tokens, routed, local_experts, local_hidden, dense_state, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
-                    .moe_capacity = mc->capacity, .moe_aux = 0.01f, .moe_bias = mc->skewed, .moe_ep = mc->ep};
+                    .moe_capacity = mc->capacity, .moe_aux = 0.01f, .moe_bias = mc->skewed || mc->bias_rate > 0, .moe_ep = mc->ep};
     return c;
 }
 
@@ -65,14 +68,16 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     sp.world = comm;
     if (gpt_build_plan(g, &cfg, &plan, &op, &m) || pdde_session_init(g, &sp, &s)) FAIL_WITH("setup: %s", pdde_last_error(ctx));
     float bias[2][4] = {{10, 0, 0, 0}, {10, 0, 0, 0}}; /* (scores are in (0, 1)) */
-    for (int l = 0; l < cfg.layers && cfg.moe_bias; l++) {
+    for (int l = 0; l < cfg.layers && mc->skewed; l++) {
         char name[32];
         snprintf(name, sizeof name, "h%d.moe.bias", l);
         if (pdde_session_write_global(s, pdde_graph_find(g, name), bias[l], sizeof bias[l])) FAIL_WITH("bias: %s", pdde_last_error(ctx));
     }
     for (int i = 0; i < pdde_session_node_count(s); i++) out->alltoalls += pdde_session_node(s, i)->op == PDDE_OP_ALLTOALL;
     const pdde_tensor *w1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1"));
-    out->local_experts = w1 ? w1->shape[0] : -1;
+    out->local_experts = w1 ? w1->shape[0] : -1, out->local_hidden = w1 ? w1->shape[2] : -1;
+    const pdde_tensor *state = pdde_session_tensor(s, pdde_graph_find(g, "h0.attn.w.adam_m")); /* (a dense weight's AdamW state) */
+    out->dense_state = state ? pdde_tensor_numel(state) : -1;
     const pdde_tensor *dw1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1")->grad); /* before its reduction */
     out->grad_split = dw1 ? dw1->dist.dims_mapping[0] : -2, out->grad_partial = dw1 ? dw1->dist.partial : -1;
     for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* an expert weight gradient reduce-scattered into its shard: reduced over the experts' axis */
@@ -80,19 +85,22 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         out->grad_scatters += t->op == PDDE_OP_REDUCE_SCATTER && t->nsrc > 0 && t->src[0] && t->src[0]->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
     }
     int32_t x[8 * 16], y[8 * 16], counts[4];
+    float moving_bias[2 * 4] = {0}; /* (bias_rate: from zeros, by every step's counts) */
     for (int step = 0; step < STEPS; step++) {
         global_batch(step, x, y);
-        if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) : 0, x, y) || pdde_session_run(s, PDDE_RUN_STEP))
+        if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) / (tp * pp) : 0, x, y) /* (mesh [dp, tp, pp]) */ || pdde_session_run(s, PDDE_RUN_STEP))
             FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
         out->losses[step] = pdde_session_loss(s);
         if (!pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.counts"))) continue; /* (another pipeline stage's) */
         if (pdde_session_read(s, pdde_graph_find(g, "h0.moe.counts"), counts, sizeof counts)) FAIL_WITH("counts: %s", pdde_last_error(ctx));
         out->expert0_tokens += counts[0];
+        for (int e = 0; e < 4; e++) out->routed += counts[e];
+        if (mc->bias_rate > 0 && gpt_moe_update_bias(s, g, &cfg, mc->bias_rate, moving_bias)) FAIL_WITH("bias step %d: %s", step, pdde_last_error(ctx));
     }
     out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
     for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
         const pdde_tensor *t = pdde_session_node(s, i);
-        int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->pp > 1 ? mc->ranks / mc->pp : mc->ranks; /* (the ranks of an exchange) */
+        int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1) / mc->tp; /* (the ranks of an exchange) */
         if (t->op == PDDE_OP_ALLTOALL) out->padded += t->shape[0] * t->shape[1] / ep * (ep - 1) * plan.micro; /* (a step's micro-batches) */
     }
     if (comm) { /* what the session holds after the steps (skewed ones too): what lowering predicts for this rank */
@@ -134,31 +142,42 @@ int main(int argc, char **argv) {
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
     snprintf(tmp_prefix, sizeof tmp_prefix, "/tmp/pdde_test_moe_dp.%d", (int)getpid());
     static const moe_config configs[] = {
-        {"moe_dp2", 0, 0, 0, 0, 2, 1, 0, 0},
-        {"moe_zero1", 1, 0, 0, 0, 2, 1, 0, 0},
-        {"moe_skewed", 0, 0, 1, 0, 2, 1, 0, 0},
-        {"moe_ep2", 0, 0, 0, 1, 2, 1, 0, 0},
-        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1, 0, 0},
-        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1, 0, 0},
-        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1, 0, 0}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
-        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1, 0, 0}, /* ranks 1..3: experts without tokens, nothing sent back */
-        {"moe_tp2", 0, 0, 0, 0, 2, 2, 0, 0},
-        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2, 0, 0},
-        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2, 0, 0},
-        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2, 0, 0}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
-        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2, 0, 0},
+        {"moe_dp2", 0, 0, 0, 0, 2, 1, 0, 0, 0},
+        {"moe_zero1", 1, 0, 0, 0, 2, 1, 0, 0, 0},
+        {"moe_skewed", 0, 0, 1, 0, 2, 1, 0, 0, 0},
+        {"moe_ep2", 0, 0, 0, 1, 2, 1, 0, 0, 0},
+        {"moe_ep2_skewed", 0, 0, 1, 1, 2, 1, 0, 0, 0},
+        {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1, 0, 0, 0},
+        {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1, 0, 0, 0}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
+        {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1, 0, 0, 0}, /* ranks 1..3: experts without tokens, nothing sent back */
+        {"moe_tp2", 0, 0, 0, 0, 2, 2, 0, 0, 0},
+        {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2, 0, 0, 0},
+        {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2, 0, 0, 0},
+        {"moe_dp2_ep2", 0, 0, 0, 1, 4, 2, 0, 0, 0}, /* a 2-D mesh: dp 2 x tp 2, the experts split over tp */
+        {"moe_dp2_ep2_zero1", 1, 0, 0, 1, 4, 2, 0, 0, 0},
         /* tokens over all 4 ranks, the experts over each group of 2 (mesh dp 2 x ep 2): the exchange
          * inside a group, the expert gradients reduced over dp, the others over dp x ep */
-        {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0},
-        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0}, /* and clipping by the global norm */
+        {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0, 0},
+        {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0, 0}, /* and clipping by the global norm */
+        {"moe_dp2xep2_zero2", 2, 0, 0, 1, 4, 1, 2, 0, 0}, /* ZeRO over dp x ep: the dense state in quarters */
+        /* DeepSeek's bias moved by every step's counts: those of all the tokens on every rank (each
+         * group's part summed over the groups), so every rank moves the same bias as one process */
+        {"moe_dp2xep2_bias", 0, 0, 0, 1, 4, 1, 2, 0, 0.02f},
         /* two pipeline stages (a block each), each stage's experts over its 2 dp ranks; 2 micro-batches */
-        {"moe_pp2_ep2", 0, 0, 0, 1, 4, 1, 0, 2},
-        {"moe_pp2_ep2_zero1", 1, 0, 0, 1, 4, 1, 0, 2},
+        {"moe_pp2_ep2", 0, 0, 0, 1, 4, 1, 0, 2, 0},
+        {"moe_pp2_ep2_zero1", 1, 0, 0, 1, 4, 1, 0, 2, 0},
+        /* two stages, each with its tokens over 4 ranks and its experts over each group of 2 of them */
+        /* and tensor parallel over 2 (8 ranks, mesh dp 2 x ep 2 x tp 2): attention as Megatron's, each
+         * expert's hidden units split over tp (w1 by columns, w2 by rows) */
+        {"moe_dp2xep2_tp2", 0, 0, 0, 1, 8, 2, 2, 0, 0},
+        {"moe_dp2xep2_tp2_zero1", 1, 0, 0, 1, 8, 2, 2, 0, 0},
+        {"moe_pp2_dp2xep2", 0, 0, 0, 1, 8, 1, 2, 2, 0},
+        {"moe_pp2_dp2xep2_zero1", 1, 0, 0, 1, 8, 1, 2, 2, 0},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
         if (only && strcmp(only, mc->name)) continue;
-        run_result ref = {0}, res[4];
+        run_result ref = {0}, res[8];
         memset(res, 0, sizeof res);
         test_ranks_params tp = {.addr = addr, .prefix = mc->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .results = res,
                                 .result_size = sizeof *res};
@@ -187,13 +206,17 @@ int main(int argc, char **argv) {
             CHECK(ref.expert0_tokens == (int64_t)STEPS * 8 * 16 && res[0].expert0_tokens == ref.expert0_tokens && res[mc->ranks - 1].expert0_tokens == ref.expert0_tokens,
                   "%s: expert 0 got %lld tokens in one process, %lld + %lld on the ranks, want all %d", mc->name, (long long)ref.expert0_tokens,
                   (long long)res[0].expert0_tokens, (long long)res[1].expert0_tokens, STEPS * 8 * 16);
+        for (int r = 0; r < mc->ranks && !mc->pp; r++) /* the counts read: of all the tokens, on every rank */
+            CHECK(res[r].routed == ref.routed && ref.routed == (int64_t)STEPS * 8 * 16 * config_of(mc).moe_topk, "%s rank %d: the counts read sum to %lld tokens "
+                  "over the steps, one process's to %lld, want %lld", mc->name, r, (long long)res[r].routed, (long long)ref.routed,
+                  (long long)STEPS * 8 * 16 * config_of(mc).moe_topk);
         /* expert parallelism: each rank holds half the experts, and the tokens' rows go to them and back
          * by all-to-all, forward and backward, in both blocks: 4 a block at least (data parallelism: none) */
         /* dropless: only routed rows cross. Skewed (every token to expert 0, on rank 0): the tokens of
          * the other ranks go there in 2 exchanges a block (forward and backward) and come back in 4
          * (outputs, and the two weight gradients' rows); rank 0 sends none to the experts, the others
          * none back */
-        if (mc->tp > 1) { /* experts on the tp axis (mesh axis 1 under dp, else 0): the tokens are whole there, so
+        if (mc->tp > 1 && mc->groups < 2) { /* experts on the tp axis (mesh axis 1 under dp, else 0): the tokens are whole there, so
                              * the experts' rows are a local slice and gathered back (no all-to-all), and each
                              * rank's expert gradient is reduced over dp only */
             int tp_axis = mc->ranks > mc->tp ? 1 : 0, dp_bits = mc->ranks > mc->tp ? 1 : 0;
@@ -214,18 +237,25 @@ int main(int argc, char **argv) {
             for (int r = 0; r < mc->ranks; r++)
                 CHECK(res[r].exchanged > 0 && res[r].exchanged < res[r].padded, "%s rank %d: %lld token rows sent in a step, the padded exchange %lld",
                       mc->name, r, (long long)res[r].exchanged, (long long)res[r].padded);
-        if (mc->tp > 1) ;
+        if (mc->tp > 1 && mc->groups < 2) ;
         else if (mc->ep) {
-            int ep = mc->groups > 1 ? mc->ranks / mc->groups : mc->pp > 1 ? mc->ranks / mc->pp : mc->ranks, blocks = mc->pp > 1 ? 1 : 2; /* (rank 0's) */
+            int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1) / mc->tp, blocks = mc->pp > 1 ? 1 : 2; /* (rank 0's) */
             CHECK(res[0].local_experts == 4 / ep && res[0].alltoalls >= 4 * blocks, "%s: %lld experts on rank 0 (want %d), %d all-to-alls (want >= %d)",
                   mc->name, (long long)res[0].local_experts, 4 / ep, res[0].alltoalls, 4 * blocks);
             if (mc->groups > 1) /* mesh [dp, ep]: the expert gradient pending over dp (axis 0) and reduce-scattered over ep into its shards */
-                CHECK((res[0].grad_partial & 1) && res[0].grad_scatters >= 1, "%s: the expert gradient pending over axes 0x%x (want dp, 0x1, among "
+                CHECK((mc->zero >= 2 || (res[0].grad_partial & 1)) && res[0].grad_scatters >= 1, /* (ZeRO-2: the accumulator split over dp) */ "%s: the expert gradient pending over axes 0x%x (want dp, 0x1, among "
                       "them), %d reduce-scatters into expert shards (want >= 1)", mc->name, res[0].grad_partial, res[0].grad_scatters);
+            if (mc->groups > 1 && mc->zero && mc->tp < 2) /* ZeRO: a dense weight's AdamW state split over dp and ep (every rank a part) */
+                CHECK(res[0].dense_state == 32 * 96 / (mc->ranks / (mc->pp > 1 ? mc->pp : 1)), "%s: %lld elements of h0.attn.w's AdamW state on rank 0, "
+                      "want %d (split over dp x ep)", mc->name, (long long)res[0].dense_state, 32 * 96 / (mc->ranks / (mc->pp > 1 ? mc->pp : 1)));
+            if (mc->groups > 1 && mc->tp > 1) /* mesh [dp, ep, tp] (width 32, ffn 4 x 32): each expert's hidden units split over tp, its gradient whole there */
+                CHECK(res[0].local_hidden == (4 * 32) / mc->tp && !(res[0].grad_partial & 4), "%s: %lld hidden units of an expert "
+                      "on rank 0 (want %lld), the expert gradient pending over axes 0x%x (want not tp, 0x4)", mc->name, (long long)res[0].local_hidden,
+                      (long long)(4 * 32) / mc->tp, res[0].grad_partial);
         }
         else CHECK(res[0].local_experts == 4 && res[0].alltoalls == 0, "%s: %lld experts on rank 0 (want 4), %d all-to-alls (want 0)", mc->name,
                    (long long)res[0].local_experts, res[0].alltoalls);
-        if (mc->ep && mc->tp < 2) printf("%-14s token rows sent by rank 0 in a step: %lld (the padded exchange: %lld)\n", mc->name, (long long)res[0].exchanged, (long long)res[0].padded);
+        if (mc->ep && (mc->tp < 2 || mc->groups > 1)) printf("%-14s token rows sent by rank 0 in a step: %lld (the padded exchange: %lld)\n", mc->name, (long long)res[0].exchanged, (long long)res[0].padded);
         printf("%-14s %lld experts a rank, %d all-to-alls; losses %.5f -> %.5f, worst relative difference: losses %.2g (tolerance %.2g), parameters and state %.2g (tolerance %.2g)\n",
                mc->name, (long long)res[0].local_experts, res[0].alltoalls, res[0].losses[0], res[0].losses[STEPS - 1], worst, TOL_LOSS, worst_param, TOL_PARAM);
     }
