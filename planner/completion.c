@@ -145,7 +145,11 @@ pdde_status pdde_complete_dist_attrs(pdde_graph *g) {
         if (!c.mesh) c.mesh = t->nsrc && t->src[0]->dist.mesh ? t->src[0]->dist.mesh : pg->mesh;
         for (int k = 0; k < t->nsrc; k++) c.in[k] = attr_on_mesh(&t->src[k]->dist, c.mesh), c.group_local |= (unsigned)local[t->src[k]->id] << k;
         c.out_group_local = c.group_local != 0;
-        spmd_apply(&c, g);
+        if (spmd_apply(&c, g)) {
+            free(owner), free(local);
+            return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "complete: node %d '%s' (%s) would be split and pending a sum over one mesh axis: "
+                              "its inputs' layouts (e.g. ZeRO-3 inside ep groups) are not supported together", i, t->name, pdde_op_name(t->op));
+        }
         t->dist = c.out;
         local[i] = c.out_group_local;
         memcpy(&req[(size_t)i * PDDE_MAX_SRC], c.req, (size_t)t->nsrc * sizeof *c.req);

@@ -214,7 +214,7 @@ typedef struct {
     unsigned group_local;
     bool out_group_local;
 } spmd_ctx;
-PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g);
+PDDE_PRIVATE int spmd_apply(spmd_ctx *c, const pdde_graph *g);
 
 /* simulate.c: plan (on devices dev[rank], indices into d) simulated from its real programs, pp->build
  * making its graph and pp->cluster the devices: fills step_s, bubble_s (the most idle rank's idle),

@@ -18,7 +18,6 @@
 
 #include "planner_impl.h"
 
-#include <assert.h>
 
 /* Records a conflict that a rule resolved; the message says which input gave way and why. */
 static void spmd_conflict(spmd_ctx *c, int input, const char *fmt, ...)
@@ -722,8 +721,9 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
     [PDDE_OP_MOE_AUX_LOSS] = spmd_rule_moe_aux_loss, [PDDE_OP_MOE_AUX_LOSS_BACK] = spmd_rule_moe_aux_loss,
 };
 
-/* Runs the rule of c->node (c->in filled); checks the invariants every rule must keep. */
-PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g) {
+/* Runs the rule of c->node (c->in filled); checks the invariants every rule must keep: 0, or -1 where
+ * the rules made an attribute that cannot be (a layout they do not cover). */
+PDDE_PRIVATE int spmd_apply(spmd_ctx *c, const pdde_graph *g) {
     memset(c->axis_of, -1, sizeof c->axis_of);
     if (c->node->op == PDDE_OP_EMBEDDING_BACK) spmd_rule_embedding_back(c, g);
     else if ((unsigned)c->node->op < PDDE_OP_COUNT && spmd_rules[c->node->op]) spmd_rules[c->node->op](c);
@@ -734,8 +734,8 @@ PDDE_PRIVATE void spmd_apply(spmd_ctx *c, const pdde_graph *g) {
     unsigned seen = 0;
     for (int d = 0; d < c->out.ndim; d++) {
         int ax = c->out.dims_mapping[d];
-        assert(ax < 0 || !(seen >> ax & 1));
+        if (ax >= 0 && (seen >> ax & 1)) return -1;
         if (ax >= 0) seen |= 1u << ax;
     }
-    assert(!(seen & c->out.partial));
+    return seen & c->out.partial ? -1 : 0;
 }
