@@ -186,6 +186,8 @@ size_t pdde_tensor_nbytes(const pdde_tensor *t) {
     return n;
 }
 
+size_t pdde_lowp_copy_offset(const pdde_tensor *t) { return (pdde_tensor_nbytes(t) + 255) & ~(size_t)255; }
+
 const char *pdde_op_name(pdde_op op) {
     static const char *names[PDDE_OP_COUNT] = {
         [PDDE_OP_NONE] = "leaf", [PDDE_OP_MATMUL] = "matmul", [PDDE_OP_ADD] = "add", [PDDE_OP_SUB] = "sub",

@@ -71,7 +71,7 @@ static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t
 /* Where a node's second result (a layernorm backward's PDDE_P_NORM_LOWP_COPY, a layernorm's
  * PDDE_P_NORM_ADD_IN sum) starts: bytes past the node's own values, rounded up to 256 (its view, memory
  * planning and the kernels agree) */
-static inline size_t pdde_lowp_copy_offset(const pdde_tensor *t) { return (pdde_tensor_nbytes(t) + 255) & ~(size_t)255; }
+size_t pdde_lowp_copy_offset(const pdde_tensor *t);
 /* Whether a node writes such a second result, and its dtype */
 static inline int pdde_has_beside(const pdde_tensor *t) {
     return (t->op == PDDE_OP_LAYERNORM_BACK && pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) != 0) ||
