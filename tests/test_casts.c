@@ -23,6 +23,7 @@
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
+#include "tests/gpt_test_steps.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,13 +75,10 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     pdde_tensor *wte = named(g, "wte"), *w = named(g, "h0.attn.w");
     size_t nw = pdde_tensor_nbytes(w), nwte = pdde_tensor_nbytes(wte);
     float *buf = malloc(nw > nwte ? nw : nwte);
-    int32_t x[4 * 16], y[4 * 16];
     int rc = buf ? 0 : -1;
     int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {
-        for (int i = 0; i < 64; i++) x[i] = (i * 5 + step * 3) % cfg.vocab, y[i] = (i * 7 + step + 2) % cfg.vocab;
-        pdde_session_write(s, m.ids, x, sizeof x);
-        pdde_session_write(s, m.targets, y, sizeof y);
+        rc |= gpt_test_write_batch(s, &m, step);
         if (step == WRITE_AFTER) { /* a weight changed between steps: the next forward must read it */
             rc |= pdde_session_read(s, w, buf, nw);
             for (size_t i = 0; i < nw / sizeof(float); i++) buf[i] *= 0.5f;

@@ -14,6 +14,7 @@
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
+#include "tests/gpt_test_steps.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,19 +50,7 @@ static int train(pdde_context *ctx, int device, pdde_dtype dt, int unfused_graph
         *on_device += (t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) && t->device == device;
         *layout_nodes += t->op == PDDE_OP_SLICE || t->op == PDDE_OP_PERMUTE || t->op == PDDE_OP_SLICE_BACK;
     }
-    int n = c.batch * c.ctx, rc = 0;
-    int32_t *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
-    for (int step = 0; step < STEPS && rc == 0; step++) {
-        for (int i = 0; i < n; i++) x[i] = (i * 5 + step * 3) % c.vocab, y[i] = (i * 7 + step + 2) % c.vocab;
-        pdde_session_write(s, m.ids, x, (size_t)n * sizeof *x);
-        pdde_session_write(s, m.targets, y, (size_t)n * sizeof *y);
-        if (pdde_session_run(s, PDDE_RUN_STEP)) {
-            fprintf(stderr, "step %d: %s\n", step, pdde_last_error(ctx));
-            rc = -1;
-        }
-        losses[step] = pdde_session_loss(s);
-    }
-    free(x), free(y);
+    int rc = gpt_test_train(ctx, s, &m, STEPS, losses);
     pdde_session_free(s);
     pdde_graph_free(g);
     return rc;

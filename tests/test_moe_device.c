@@ -8,6 +8,7 @@
 #include "pdde.h"
 #include "examples/gpt.h"
 #include "tests/test_util.h"
+#include "tests/gpt_test_steps.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,18 +37,7 @@ static int train(pdde_context *ctx, const gpt_config *cfg, int device, float *lo
         const pdde_tensor *t = pdde_session_node(s, i);
         if (is_moe(t->op)) ++*(t->device == device ? moe_on : moe_off);
     }
-    int32_t x[4 * 16], y[4 * 16];
-    int rc = 0;
-    for (int step = 0; step < STEPS && rc == 0; step++) {
-        for (int i = 0; i < 64; i++) x[i] = (i * 5 + step * 3) % cfg->vocab, y[i] = (i * 7 + step + 2) % cfg->vocab;
-        pdde_session_write(s, m.ids, x, sizeof x);
-        pdde_session_write(s, m.targets, y, sizeof y);
-        if (pdde_session_run(s, PDDE_RUN_STEP)) {
-            fprintf(stderr, "step %d: %s\n", step, pdde_last_error(ctx));
-            rc = -1;
-        }
-        losses[step] = pdde_session_loss(s);
-    }
+    int rc = gpt_test_train(ctx, s, &m, STEPS, losses);
     pdde_session_free(s);
     pdde_graph_free(g);
     return rc;
