@@ -22,10 +22,11 @@
  * All-to-all(v) starts with a table: each rank writes the bytes it sends to and expects from every
  * rank, its send buffer's address and its process id into the segment, barrier; now every rank knows
  * the largest message and finds counts that disagree (the same error on all of them, at once, instead
- * of a timeout). Small messages (every pair's fits one chunk slot, chunk / n bytes) go into the chunk
- * slots described below before that barrier and are copied out after it: one barrier in all, no system
- * call (two copies that stay in the caches beat a cross-memory read's system call and page pinning up
- * to there). Then, where the messages are larger and the kernel lets a process read its peers'
+ * of a timeout). Small messages (every pair's fits one chunk slot, chunk / n bytes, and at most 16 KiB)
+ * go into the chunk slots described below before that barrier and are copied out after it: one barrier
+ * in all, no system call (two copies that stay in the caches beat a cross-memory read's system call and
+ * page pinning up to there). A rank copies its own block while it waits at that barrier (where its
+ * buffers do not overlap; from 256 KiB with stores that bypass the caches). Then, where the messages are larger and the kernel lets a process read its peers'
  * memory (cross-memory attach, process_vm_readv: the same user, no ptrace restriction), each rank
  * reads what every peer sends it straight from the peer's send buffer into its receive buffer (one
  * copy, the pairs at once), barrier (the send buffers may be reused after it). Elsewhere (small
@@ -38,6 +39,10 @@
  * unit u writes set u % 2, every peer has reached the first barrier of unit u - 1, so it has finished
  * reading everything of unit u - 2 (every kind reads a unit's areas before it arrives at a barrier of
  * the unit after next).
+ *
+ * Waiting: a rank that waits past the spinning and yielding sleeps on a futex word of the rank it waits
+ * for (the low half of that rank's barrier count), which wakes it when it arrives; the sleep has a
+ * timeout, so the deadline and the failure state are still checked.
  *
  * Failures: every wait has the communicator's timeout and watches the world's failure state, which the
  * service thread takes from the store (a dead rank's death notice) within ~50 ms; the service thread is
@@ -53,12 +58,15 @@
 #include "progress.c"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 
 #define SHM_CHUNK_BYTES (512u << 10) /* a chunk of a large message (1 MiB did worse: the L2 size here) */
 #define SHM_WHOLE_BYTES (16u << 10)  /* at or below: every rank reduces the whole message */
 #define SHM_MAX_RANKS 64
+#define SHM_SLEEP_S 5e-3           /* a futex sleep's longest: how often a sleeping wait checks the failure state */
 #define SHM_LINE 128                 /* a flag per 128 bytes: adjacent-line prefetch would pair 64 */
 
 struct comm_shm {
@@ -69,15 +77,19 @@ struct comm_shm {
     uint64_t unit;            /* chunks and small operations so far: unit % 2 is the buffer set */
     uint64_t next_ticket, serving; /* non-blocking operations started and finished (world lock) */
     int behind;               /* a rank the last unfinished barrier waits for */
+    uint64_t behind_phase;    /* ... and the barriers it had reached then */
     int cma_off;              /* all-to-all: no cross-memory reads (PDDE_COMM_CMA=0, or one was refused) */
     uint64_t pid;             /* this process's id, for the others' cross-memory reads (no system call per operation) */
     char name[64];            /* the segment's name until it is unlinked */
 };
 
-/* Rank r's line: the barriers it reached, and the CPU it last ran on when it reached one. */
+/* Rank r's line: the barriers it reached, and the CPU it last ran on when it reached one; the low 32
+ * bits of phase again as a futex word, and how many ranks sleep on it (then arriving wakes them). */
 typedef struct {
     _Atomic uint64_t phase;
     _Atomic int cpu;
+    _Atomic uint32_t wake;
+    _Atomic uint32_t sleepers;
 } shm_line;
 
 static shm_line *shm_flag(const comm_shm *s, int r) { return (shm_line *)(void *)(s->base + SHM_LINE * (size_t)r); }
@@ -200,17 +212,35 @@ static uint64_t shm_arrive(comm_shm *s) {
     shm_line *l = shm_flag(s, s->me);
     atomic_store_explicit(&l->cpu, sched_getcpu(), memory_order_relaxed);
     atomic_store_explicit(&l->phase, ++s->phase, memory_order_release);
+    /* (sequentially consistent with shm_sleep's count and read: a sleeper sees the new word, or is seen) */
+    atomic_store(&l->wake, (uint32_t)s->phase);
+    if (atomic_load(&l->sleepers)) syscall(SYS_futex, &l->wake, FUTEX_WAKE, INT32_MAX, NULL, NULL, 0);
     return s->phase;
 }
 
-/* Has every rank reached barrier target? If not, s->behind is one that has not. */
+/* Has every rank reached barrier target? If not, s->behind is one that has not (at s->behind_phase). */
 static int shm_reached(comm_shm *s, uint64_t target) {
-    for (int p = 0; p < s->n; p++)
-        if (p != s->me && atomic_load_explicit(&shm_flag(s, p)->phase, memory_order_acquire) < target) {
-            s->behind = p;
+    for (int p = 0; p < s->n; p++) {
+        uint64_t ph;
+        if (p != s->me && (ph = atomic_load_explicit(&shm_flag(s, p)->phase, memory_order_acquire)) < target) {
+            s->behind = p, s->behind_phase = ph;
             return 0;
         }
+    }
     return 1;
+}
+
+/* Sleeps until the rank the last unfinished barrier waits for arrives anywhere, or for up to pause
+ * seconds: the CPU goes to whoever has work (ranks that outnumber the cores), and a long wait ends as
+ * soon as the peer comes, not at the end of a sleep. */
+static void shm_sleep(comm_shm *s, double pause) {
+    shm_line *l = shm_flag(s, s->behind);
+    atomic_fetch_add(&l->sleepers, 1);
+    if (atomic_load(&l->wake) == (uint32_t)s->behind_phase) { /* else it arrived meanwhile */
+        struct timespec ts = {(time_t)pause, (long)((pause - (double)(time_t)pause) * 1e9)};
+        syscall(SYS_futex, &l->wake, FUTEX_WAIT, (uint32_t)s->behind_phase, &ts, NULL, 0);
+    }
+    atomic_fetch_sub(&l->sleepers, 1);
 }
 
 /* Is the rank we wait for queued on our own CPU? Then spinning only keeps it from running: yield at
@@ -282,12 +312,42 @@ static void shm_unit_out(comm_shm *s, const comm_shm_op *o, size_t at, size_t m,
     }
 }
 
-/* The largest message (bytes) that goes with the table: one chunk's slot (chunk / n), at most 64 KiB.
+/* The largest message (bytes) that goes with the table: one chunk's slot (chunk / n), at most 16 KiB.
  * Two copies through the caches beat one cross-memory read up to there (its system call and page
- * pinning cost more than a copy that stays in L2: 2 ranks, 64 KiB pairs, 12 us against 6 us); at
- * 256 KiB the one read wins (13.5 us against the two copies' 20.6). */
-#define SHM_A2A_SMALL_MAX (64u << 10)
+ * pinning cost more than copies that stay in L2); above, the one read wins: lines the receiver reads
+ * from a peer's send buffer may stay in its cache, lines a peer just wrote into the segment must cross
+ * (2 ranks, 8 KiB pairs: 1.5 us against 2.6; 32 KiB pairs: 4.4 us against 5.4). */
+#define SHM_A2A_SMALL_MAX (16u << 10)
 static size_t shm_a2a_small(const comm_shm_op *o) { return o->part < SHM_A2A_SMALL_MAX ? o->part : SHM_A2A_SMALL_MAX; }
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+/* My own block of an all-to-all at or above this many bytes is copied with stores that bypass the
+ * caches: no read of the destination lines first, and the caches keep what the peers' reads use (2
+ * ranks: 512 KiB 12% faster, 8 MiB 1.5x). */
+#define SHM_A2A_STREAM_MIN (256u << 10)
+/* Copies len bytes that do not overlap, with stores that bypass the caches where the CPU has them. */
+static void shm_copy_nt(char *dst, const char *src, size_t len) {
+#if defined(__x86_64__)
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+    if (head > len) head = len;
+    memcpy(dst, src, head);
+    dst += head, src += head, len -= head;
+    size_t body = len & ~(size_t)63;
+    for (size_t i = 0; i < body; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(src + i)), b = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 32)), d = _mm_loadu_si128((const __m128i *)(const void *)(src + i + 48));
+        _mm_stream_si128((__m128i *)(void *)(dst + i), a), _mm_stream_si128((__m128i *)(void *)(dst + i + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(dst + i + 32), c), _mm_stream_si128((__m128i *)(void *)(dst + i + 48), d);
+    }
+    _mm_sfence();
+    memcpy(dst + body, src + body, len - body);
+#else
+    memcpy(dst, src, len);
+#endif
+}
+
 
 /* All-to-all(v), after the table's barrier: do the ranks' counts agree? Then my own block, the chunk
  * count (the largest message decides) and the way (cross-memory reads or chunks); else the error, the
@@ -310,7 +370,7 @@ static int shm_a2a_agree(comm_shm *s, comm_shm_op *o, int set) {
             if (i != j && sent > most) most = sent;
         }
     }
-    if (o->rcount[me]) memmove(o->dst + o->rdispl[me] * esz, o->src + o->sdispl[me] * esz, o->rcount[me] * esz);
+    if (o->rcount[me] && !o->self_done) memmove(o->dst + o->rdispl[me] * esz, o->src + o->sdispl[me] * esz, o->rcount[me] * esz);
     o->nchunks = most ? (size_t)((most + o->part - 1) / o->part) : 0;
     o->most = most;
     o->cma = cma && most > shm_a2a_small(o); /* the way, the same on every rank */
@@ -373,6 +433,16 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
                 if (most <= shm_a2a_small(o)) shm_unit_in(s, o, 0, o->part, (int)(o->unit0 & 1));
                 s->unit = o->unit0 + 1;
                 o->barrier_a = shm_arrive(s);
+                /* my own block while the others arrive: nobody reads my receive buffer, and where it
+                 * does not overlap my send buffer the move changes nothing a peer reads */
+                o->self_done = !overlap && o->scount[me] == o->rcount[me];
+                if (o->self_done && o->rcount[me]) {
+                    size_t len = o->rcount[me] * esz;
+                    char *to = o->dst + o->rdispl[me] * esz;
+                    const char *from = o->src + o->sdispl[me] * esz;
+                    if (len >= SHM_A2A_STREAM_MIN) shm_copy_nt(to, from, len);
+                    else memcpy(to, from, len);
+                }
                 o->stage = SHM_A2A_TABLE;
             } else if (o->kind != SHM_ALLREDUCE) { /* a reduce-scatter's chunk holds a part for every rank */
                 o->chunk_elems = s->chunk / esz / (o->kind == SHM_REDUCE_SCATTER ? (size_t)n : 1);
@@ -616,7 +686,11 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
             if (!w->watching) pthread_cond_signal(&w->cv);
             pthread_mutex_unlock(&w->lock);
         }
-        comm_backoff(now - idle_since, deadline - now, shared_cpu ? 0 : w->spin_s);
+        double idle = now - idle_since, left = deadline - now;
+        if (idle >= COMM_YIELD_S) /* a long wait: sleep until the peer arrives (not until a pause ends) */
+            shm_sleep(s, left < SHM_SLEEP_S ? left : SHM_SLEEP_S);
+        else
+            comm_backoff(idle, left, shared_cpu ? 0 : w->spin_s);
     }
     if (o.err) return pdde_error(w->ctx, o.err, "comm: %s", o.msg);
     return PDDE_OK;

@@ -91,6 +91,7 @@ typedef struct {
     const size_t *scount, *sdispl, *rcount, *rdispl; /* alltoallv, in elements */
     size_t part, most;                     /* alltoallv: bytes of one pair's slot in a chunk; the largest message */
     int cma;                               /* alltoallv: by cross-memory reads (else in chunks) */
+    int self_done;                         /* alltoallv: my own block moved before the table's barrier */
     pdde_status err;                       /* alltoallv: the ranks' counts disagree (msg says how) */
     char msg[160];
 } comm_shm_op;

@@ -6,7 +6,8 @@
  * communicator works afterwards. "refused": the kernel refuses the others' reads of rank 0 (it is not
  * dumpable and they lack CAP_SYS_PTRACE, as under a container's rules): every rank notices after the
  * first operation's reads and all go on in chunks, the results exact. Messages at, just over and just
- * under the size that goes with the counts table, back to back, arrive exact. (A rank killed during an
+ * under the size that goes with the counts table, back to back, arrive exact; so does a rank's own block,
+ * large and small, to an unaligned place, among small and large messages. (A rank killed during an
  * all-to-all: test_comm_fail.) */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -116,10 +117,10 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     free(io);
 
     /* back to back around the size up to which messages go with the counts table (a chunk slot:
-     * 512 KiB / n rounded down to 64 bytes, at most 64 KiB): exactly at it, one element over (the way
+     * 512 KiB / n rounded down to 64 bytes, at most 16 KiB): exactly at it, one element over (the way
      * switches), one under, with zero counts and the last rank sending nothing; each way after each other way */
     size_t slot = ((512u << 10) / (size_t)n & ~(size_t)63);
-    slot = (slot < (64u << 10) ? slot : (64u << 10)) / 4;
+    slot = (slot < (16u << 10) ? slot : (16u << 10)) / 4;
     static const int ladder[] = {0, 1, 2, 0, 2, 1, 3, 3, 0};
     int32_t *ls = malloc(((slot + 1) * (size_t)n + 1) * 4), *lr = malloc(((slot + 1) * (size_t)n + 1) * 4);
     for (int step = 0; step < (int)(sizeof ladder / sizeof *ladder); step++) {
@@ -141,6 +142,33 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
               pdde_last_error(ctx), bad);
     }
     free(ls), free(lr);
+
+    /* a rank's own block, copied while it waits for the others: large (from 256 KiB it bypasses the
+     * caches) and small, odd lengths, the destination off any 16-byte boundary, back to back with the
+     * messages to the others small (with the table) or large (read) */
+    static const size_t own[] = {65536 + 3, 1001, 262147, 65536, 7, 0};
+    static const size_t other[] = {5, 0, 20000, 7, 65536 + 1, 3};
+    size_t cap = 262147 + 8 * (65536 + 1) + 64;
+    int32_t *os = malloc(cap * 4), *orv = malloc(cap * 4);
+    for (int step = 0; step < (int)(sizeof own / sizeof *own); step++) {
+        size_t osc[8], osd[8], orc[8], ord[8], at = 1, rat = 1 + (size_t)step % 4; /* odd starts */
+        for (int j = 0; j < n; j++) {
+            osc[j] = orc[j] = j == me ? own[step] : other[step];
+            osd[j] = at, at += osc[j] + 1;
+            ord[j] = rat, rat += orc[j] + 2;
+            for (size_t i = 0; i < osc[j]; i++) os[osd[j] + i] = val(me, j, i) - step;
+        }
+        memset(orv, 0xff, cap * 4);
+        st = pdde_comm_alltoallv(comm, os, osc, osd, orv, orc, ord, PDDE_I32);
+        bad = 0;
+        for (int j = 0; j < n && !st; j++) {
+            for (size_t i = 0; i < orc[j]; i++) bad += orv[ord[j] + i] != val(j, me, i) - step;
+            bad += orv[ord[j] - 1] != -1 || orv[ord[j] + orc[j]] != -1; /* nothing written beside a block */
+        }
+        CHECK(st == PDDE_OK && bad == 0, "%s rank %d: own block step %d (%zu elements, %zu to the others): %s, %zu wrong", way, me, step,
+              own[step], other[step], pdde_last_error(ctx), bad);
+    }
+    free(os), free(orv);
 
     /* counts that disagree: rank 0 expects one element more from the last rank than it sends. On
      * shared memory every rank gets the same error at once; the communicator goes on working. */

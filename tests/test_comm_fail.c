@@ -1,5 +1,6 @@
 /* test_comm_fail.c — the store API and its timeouts, launcher environments, and failures: a rank
- * SIGKILLed mid-allreduce (every other rank errors within 2 s), abort, operation timeouts, and
+ * SIGKILLed mid-allreduce (every other rank errors within 2 s), abort, operation timeouts (a late rank:
+ * the others get the error, sleeping meanwhile; 2 ranks and 4), and
  * pdde-run stopping a failed job with a message that names the rank. */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -223,24 +224,39 @@ static void abort_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     }
 }
 
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The last rank comes 2 s late to an allreduce (2 ranks) or an all-to-all (4 ranks: more than this
+ * machine's cores where it has 2, the waiters sleep); the others, whose timeout is 1 s, get a timeout
+ * error after it, having slept through most of the wait. */
 static void timeout_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     (void)arg;
-    float x[10] = {0};
-    if (pdde_comm_rank(comm) == 0) {
-        double t0 = test_now();
-        pdde_status st = pdde_comm_allreduce(comm, x, x, 10, PDDE_F32, PDDE_REDUCE_SUM);
-        double dt = test_now() - t0;
-        CHECK(st == PDDE_ERR_TIMEOUT && dt > 0.95 && dt < 2.5, "timeout: %d after %.2f s", st, dt);
+    int n = pdde_comm_size(comm), me = pdde_comm_rank(comm);
+    float x[10] = {0}, y[8] = {0};
+    size_t cnt[4] = {2, 2, 2, 2}, dsp[4] = {0, 2, 4, 6};
+#define TIMEOUT_OP() (n == 2 ? pdde_comm_allreduce(comm, x, x, 10, PDDE_F32, PDDE_REDUCE_SUM) \
+                             : pdde_comm_alltoallv(comm, x, cnt, dsp, y, cnt, dsp, PDDE_F32))
+    if (me < n - 1) {
+        double t0 = test_now(), c0 = thread_cpu_s();
+        pdde_status st = TIMEOUT_OP();
+        double dt = test_now() - t0, cpu = thread_cpu_s() - c0;
+        CHECK(st == PDDE_ERR_TIMEOUT && dt > 0.95 && dt < 2.5, "%d ranks, rank %d: timeout: %d after %.2f s", n, me, st, dt);
         CHECK(strstr(pdde_last_error(ctx), "within") != NULL, "timeout message: %s", pdde_last_error(ctx));
+        CHECK(cpu < 0.5 * dt, "%d ranks, rank %d: the wait of %.2f s took %.2f s of CPU", n, me, dt, cpu);
         /* a request waited on with a short timeout stays pending */
     } else {
         struct timespec ts = {2, 0}; /* past rank 0's timeout of 1 s (also the init timeout: not shorter, under load) */
         nanosleep(&ts, NULL);
-        pdde_comm_allreduce(comm, x, x, 10, PDDE_F32, PDDE_REDUCE_SUM); /* may succeed: the data was there */
+        TIMEOUT_OP(); /* may succeed: the data was there */
         double t0 = test_now();
         pdde_status st = pdde_comm_barrier(comm);
         CHECK(st == PDDE_ERR_TIMEOUT && test_now() - t0 < 2, "the late rank fails too: %d (%s)", st, pdde_last_error(ctx));
     }
+#undef TIMEOUT_OP
 }
 
 static void wait_timeout_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
@@ -360,6 +376,8 @@ int main(int argc, char **argv) {
     test_run_ranks(2, &ta, abort_rank, NULL, 30);
     test_ranks_params tt = {.addr = g_addr, .prefix = "timeout", .timeout_s = 1.0, .peer_timeout_s = 1.5, .server = srv};
     test_run_ranks(2, &tt, timeout_rank, NULL, 30);
+    tt.prefix = "timeout4";
+    test_run_ranks(4, &tt, timeout_rank, NULL, 30);
     test_ranks_params tw = {.addr = g_addr, .prefix = "waittimeout", .timeout_s = 10, .peer_timeout_s = 1.5, .server = srv};
     test_run_ranks(2, &tw, wait_timeout_rank, NULL, 30);
     test_pdde_run(argv[0]);
