@@ -2,6 +2,7 @@
  *
  *   bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES]   (what `make bench-moe` runs)
  *   bench_moe --worker MIN MAX                             (one rank of the all-to-all part, under pdde-run)
+ *   bench_moe --alltoall-only [--build DIR] [--min BYTES] [--max BYTES]   (part 2 alone; RESULT moe_alltoall ...)
  *
  * 1. An MoE feed-forward (router, top-2 of 8 experts, dispatch, grouped GEMMs, GELU, combine) against
  *    the dense MLP of the same active FLOPs (hidden 2 x the experts' ffn), forward and backward on the
@@ -153,9 +154,54 @@ static int collect(const char *cmd, size_t *sizes, double *lat) {
     return n;
 }
 
+/* 2. the all-to-all: pdde and MPI in alternating rounds (load from elsewhere hits both), each
+ * size's latency the median over the rounds of each run's median; the ratio the geometric mean
+ * over the sizes both measured (vs_mpi: 2 ranks, 4 ranks) */
+static void alltoall_sweep(const char *build, size_t min, size_t max, double vs_mpi[2]) {
+#define A2A_ROUNDS 5
+    vs_mpi[0] = vs_mpi[1] = NAN;
+    char cmd[2048];
+    for (int n = 2; n <= 4; n += 2) {
+        size_t s1[MAXS], s2[MAXS];
+        double l1[A2A_ROUNDS][MAXS], l2[A2A_ROUNDS][MAXS], m1[MAXS], m2[MAXS], t[A2A_ROUNDS];
+        int n1 = MAXS, n2 = MAXS, r1 = 0, r2 = 0, bind = n <= 2 && n <= sysconf(_SC_NPROCESSORS_ONLN);
+        for (int round = 0; round < A2A_ROUNDS; round++) {
+            size_t sz[MAXS];
+            /* bound as mpirun binds by default: up to 2 ranks one core each, beyond that the whole socket */
+            snprintf(cmd, sizeof cmd, "%s%s/pdde-run -n %d %s %s/bench_moe --worker %zu %zu 2>&1", bind ? "PDDE_NUM_THREADS=1 " : "", build, n,
+                     bind ? "--bind cores" : "", build, min, max);
+            int k = collect(cmd, sz, l1[r1]);
+            if (k > 0) { memcpy(s1, sz, sizeof sz); n1 = k < n1 ? k : n1; r1++; }
+            snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_alltoallv %zu %zu 2>&1", n, build, min, max);
+            k = collect(cmd, sz, l2[r2]);
+            if (k > 0) { memcpy(s2, sz, sizeof sz); n2 = k < n2 ? k : n2; r2++; }
+        }
+        if (!r1) n1 = 0;
+        if (!r2) n2 = 0;
+        for (int i = 0; i < n1; i++) { for (int r = 0; r < r1; r++) t[r] = l1[r][i]; m1[i] = bench_median(t, r1); }
+        for (int i = 0; i < n2; i++) { for (int r = 0; r < r2; r++) t[r] = l2[r][i]; m2[i] = bench_median(t, r2); }
+        printf("alltoallv f32, equal counts, %d ranks (one host, %ld cores, %s), medians of %d alternating runs each: bytes a rank sends, "
+               "bandwidth = bytes x (n-1)/n / time\n", n, sysconf(_SC_NPROCESSORS_ONLN), bind ? "a core each" : "unbound", A2A_ROUNDS);
+        printf("%12s %12s %12s %12s %12s %8s\n", "bytes", "pdde us", "mpi us", "pdde GB/s", "mpi GB/s", "ratio");
+        double logsum = 0;
+        int nlog = 0;
+        for (int i = 0; i < n1; i++) {
+            double lm = 0;
+            for (int j = 0; j < n2; j++)
+                if (s2[j] == s1[i]) lm = m2[j];
+            double f = (double)(n - 1) / n, bp = s1[i] * f / m1[i] / 1e9, bm = lm > 0 ? s1[i] * f / lm / 1e9 : 0;
+            printf("%12zu %12.2f %12.2f %12.3f %12.3f %8.2f\n", s1[i], m1[i] * 1e6, lm * 1e6, bp, bm, bm > 0 ? bp / bm : 0);
+            if (bm > 0 && bp > 0) logsum += log(bp / bm), nlog++;
+        }
+        if (nlog) vs_mpi[n / 2 - 1] = exp(logsum / nlog);
+        printf("  geometric mean of the ratios over %d sizes: %.3f\n", nlog, vs_mpi[n / 2 - 1]);
+        fflush(stdout);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *build = "build";
-    int reps = 15, ep_rounds = 7;
+    int reps = 15, ep_rounds = 7, a2a_only = 0;
     size_t max = (size_t)16 << 20, min = (size_t)4 << 10;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--worker") && i + 2 < argc) return worker(strtoull(argv[i + 1], NULL, 10), strtoull(argv[i + 2], NULL, 10));
@@ -164,7 +210,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) min = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--ep-rounds") && i + 1 < argc) ep_rounds = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES] | --worker MIN MAX\n"); return 2; }
+        else if (!strcmp(argv[i], "--alltoall-only")) a2a_only = 1;
+        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES] [--alltoall-only] | --worker MIN MAX\n"); return 2; }
+    }
+    if (a2a_only) { /* part 2 alone */
+        double v[2];
+        alltoall_sweep(build, min, max, v);
+        printf("RESULT moe_alltoall alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f\n", v[0], v[1]);
+        return 0;
     }
     if (reps < 6) reps = 6; /* (at least 2 rounds a calibration) */
     if (reps > 64) reps = 64;
@@ -244,47 +297,9 @@ int main(int argc, char **argv) {
     layer_close(&dense);
     for (int e = 0; e < NE; e++) layer_close(&moe[e]);
 
-    /* 2. the all-to-all: pdde and MPI in alternating rounds (load from elsewhere hits both), each
-     * size's latency the median over the rounds of each run's median; the ratio the geometric mean
-     * over the sizes both measured */
-#define A2A_ROUNDS 5
-    double vs_mpi[2] = {NAN, NAN};
-    for (int n = 2; n <= 4; n += 2) {
-        size_t s1[MAXS], s2[MAXS];
-        double l1[A2A_ROUNDS][MAXS], l2[A2A_ROUNDS][MAXS], m1[MAXS], m2[MAXS], t[A2A_ROUNDS];
-        int n1 = MAXS, n2 = MAXS, r1 = 0, r2 = 0, bind = n <= 2 && n <= sysconf(_SC_NPROCESSORS_ONLN);
-        for (int round = 0; round < A2A_ROUNDS; round++) {
-            size_t sz[MAXS];
-            /* bound as mpirun binds by default: up to 2 ranks one core each, beyond that the whole socket */
-            snprintf(cmd, sizeof cmd, "%s%s/pdde-run -n %d %s %s/bench_moe --worker %zu %zu 2>&1", bind ? "PDDE_NUM_THREADS=1 " : "", build, n,
-                     bind ? "--bind cores" : "", build, min, max);
-            int k = collect(cmd, sz, l1[r1]);
-            if (k > 0) { memcpy(s1, sz, sizeof sz); n1 = k < n1 ? k : n1; r1++; }
-            snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_alltoallv %zu %zu 2>&1", n, build, min, max);
-            k = collect(cmd, sz, l2[r2]);
-            if (k > 0) { memcpy(s2, sz, sizeof sz); n2 = k < n2 ? k : n2; r2++; }
-        }
-        if (!r1) n1 = 0;
-        if (!r2) n2 = 0;
-        for (int i = 0; i < n1; i++) { for (int r = 0; r < r1; r++) t[r] = l1[r][i]; m1[i] = bench_median(t, r1); }
-        for (int i = 0; i < n2; i++) { for (int r = 0; r < r2; r++) t[r] = l2[r][i]; m2[i] = bench_median(t, r2); }
-        printf("alltoallv f32, equal counts, %d ranks (one host, %ld cores, %s), medians of %d alternating runs each: bytes a rank sends, "
-               "bandwidth = bytes x (n-1)/n / time\n", n, sysconf(_SC_NPROCESSORS_ONLN), bind ? "a core each" : "unbound", A2A_ROUNDS);
-        printf("%12s %12s %12s %12s %12s %8s\n", "bytes", "pdde us", "mpi us", "pdde GB/s", "mpi GB/s", "ratio");
-        double logsum = 0;
-        int nlog = 0;
-        for (int i = 0; i < n1; i++) {
-            double lm = 0;
-            for (int j = 0; j < n2; j++)
-                if (s2[j] == s1[i]) lm = m2[j];
-            double f = (double)(n - 1) / n, bp = s1[i] * f / m1[i] / 1e9, bm = lm > 0 ? s1[i] * f / lm / 1e9 : 0;
-            printf("%12zu %12.2f %12.2f %12.3f %12.3f %8.2f\n", s1[i], m1[i] * 1e6, lm * 1e6, bp, bm, bm > 0 ? bp / bm : 0);
-            if (bm > 0 && bp > 0) logsum += log(bp / bm), nlog++;
-        }
-        if (nlog) vs_mpi[n / 2 - 1] = exp(logsum / nlog);
-        printf("  geometric mean of the ratios over %d sizes: %.3f\n", nlog, vs_mpi[n / 2 - 1]);
-        fflush(stdout);
-    }
+    /* 2. the all-to-all */
+    double vs_mpi[2];
+    alltoall_sweep(build, min, max, vs_mpi);
     /* 4. the ep pick: 2 ranks (ep 1, 2), 4 ranks (ep 1, 2 in groups, 4), alternating rounds */
     static const struct { int ranks, ep; const char *args; } cfg[] = {
         {2, 1, "--dp 2"}, {2, 2, "--dp 2 --moe-ep"}, {4, 1, "--dp 4"}, {4, 2, "--dp 4 --ep 2"}, {4, 4, "--dp 4 --moe-ep"}};
