@@ -65,6 +65,8 @@
 
 #define SHM_CHUNK_BYTES (512u << 10) /* a chunk of a large message (1 MiB did worse: the L2 size here) */
 #define SHM_WHOLE_BYTES (16u << 10)  /* at or below: every rank reduces the whole message */
+#define SHM_A2A_SMALL_MAX (16u << 10)        /* all-to-all: the largest message with the table (see shm_a2a_small) */
+#define SHM_A2A_SMALL_MAX_SHARED (64u << 10) /* ... where the ranks outnumber the cores */
 #define SHM_MAX_RANKS 64
 #define SHM_SLEEP_S 5e-3           /* a futex sleep's longest: how often a sleeping wait checks the failure state */
 #define SHM_LINE 128                 /* a flag per 128 bytes: adjacent-line prefetch would pair 64 */
@@ -79,6 +81,7 @@ struct comm_shm {
     int behind;               /* a rank the last unfinished barrier waits for */
     uint64_t behind_phase;    /* ... and the barriers it had reached then */
     int cma_off;              /* all-to-all: no cross-memory reads (PDDE_COMM_CMA=0, or one was refused) */
+    size_t a2a_small;         /* all-to-all: the largest message that goes with the table (SHM_A2A_SMALL_MAX*) */
     uint64_t pid;             /* this process's id, for the others' cross-memory reads (no system call per operation) */
     char name[64];            /* the segment's name until it is unlinked */
 };
@@ -99,9 +102,9 @@ static char *shm_in(const comm_shm *s, int r, int set) {
 static char *shm_res(const comm_shm *s, int r, int set) { return shm_in(s, r, set) + s->chunk; }
 /* All-to-all(v)'s table of a buffer set, rank r's row: the bytes it sends to each rank, those it expects
  * from each, the address of its block for each, then (at 3n + SHM_A2A_*) its pid, whether it offers
- * cross-memory reads, and whether one of its reads failed. */
-#define SHM_ROW(n) (3 * (size_t)(n) + 3)
-enum { SHM_A2A_PID, SHM_A2A_CMA, SHM_A2A_FAILED };
+ * cross-memory reads, whether one of its reads failed, and the largest message it sends with the table. */
+#define SHM_ROW(n) (3 * (size_t)(n) + 4)
+enum { SHM_A2A_PID, SHM_A2A_CMA, SHM_A2A_FAILED, SHM_A2A_SMALL };
 static uint64_t *shm_table(const comm_shm *s, int r, int set) {
     return (uint64_t *)(void *)(shm_in(s, s->n, 0) + ((size_t)set * (size_t)s->n + (size_t)r) * SHM_ROW(s->n) * 8);
 }
@@ -156,6 +159,7 @@ static pdde_status comm_shm_map(pdde_comm *c, int64_t serial, comm_shm **out) {
     s->size = SHM_LINE * (size_t)s->n + 2 * (size_t)s->n * (s->chunk + s->res) + 2 * (size_t)s->n * SHM_ROW(s->n) * 8;
     const char *cma = getenv("PDDE_COMM_CMA");
     s->cma_off = cma && !strcmp(cma, "0");
+    s->a2a_small = w->spin_s > 0 ? SHM_A2A_SMALL_MAX : SHM_A2A_SMALL_MAX_SHARED;
     s->pid = (uint64_t)getpid();
     char key[300];
     snprintf(key, sizeof key, "%s/shm/%lld", w->prefix, (long long)serial);
@@ -316,9 +320,11 @@ static void shm_unit_out(comm_shm *s, const comm_shm_op *o, size_t at, size_t m,
  * Two copies through the caches beat one cross-memory read up to there (its system call and page
  * pinning cost more than copies that stay in L2); above, the one read wins: lines the receiver reads
  * from a peer's send buffer may stay in its cache, lines a peer just wrote into the segment must cross
- * (2 ranks, 8 KiB pairs: 1.5 us against 2.6; 32 KiB pairs: 4.4 us against 5.4). */
-#define SHM_A2A_SMALL_MAX (16u << 10)
-static size_t shm_a2a_small(const comm_shm_op *o) { return o->part < SHM_A2A_SMALL_MAX ? o->part : SHM_A2A_SMALL_MAX; }
+ * (2 ranks, 8 KiB pairs: 1.5 us against 2.6; 32 KiB pairs: 4.4 us against 5.4). Where the ranks
+ * outnumber the cores, at most 64 KiB: a peer that reads my copy often runs on the core I ran on, so
+ * the copies stay in its caches (4 ranks on 2 cores, 64 KiB pairs: 34 us against 41). The ranks use
+ * the smallest of theirs (each writes its own into the table). SHM_A2A_SMALL_MAX(_SHARED) are above. */
+static size_t shm_a2a_small(const comm_shm *s, const comm_shm_op *o) { return o->part < s->a2a_small ? o->part : s->a2a_small; }
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -355,10 +361,11 @@ static void shm_copy_nt(char *dst, const char *src, size_t len) {
 static int shm_a2a_agree(comm_shm *s, comm_shm_op *o, int set) {
     int n = s->n, me = s->me, cma = !s->cma_off;
     size_t esz = pdde_dtype_size(o->dtype);
-    uint64_t most = 0;
+    uint64_t most = 0, small = UINT64_MAX;
     for (int i = 0; i < n; i++) {
         const uint64_t *ri = shm_table(s, i, set);
         cma &= ri[3 * n + SHM_A2A_CMA] == 1;
+        small = ri[3 * n + SHM_A2A_SMALL] < small ? ri[3 * n + SHM_A2A_SMALL] : small;
         for (int j = 0; j < n; j++) {
             uint64_t sent = ri[j], expected = shm_table(s, j, set)[n + i];
             if (sent != expected) {
@@ -373,7 +380,8 @@ static int shm_a2a_agree(comm_shm *s, comm_shm_op *o, int set) {
     if (o->rcount[me] && !o->self_done) memmove(o->dst + o->rdispl[me] * esz, o->src + o->sdispl[me] * esz, o->rcount[me] * esz);
     o->nchunks = most ? (size_t)((most + o->part - 1) / o->part) : 0;
     o->most = most;
-    o->cma = cma && most > shm_a2a_small(o); /* the way, the same on every rank */
+    o->small = (size_t)small;
+    o->cma = cma && most > small; /* the way, the same on every rank */
     return 0;
 }
 
@@ -430,7 +438,8 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
                  * SHM_A2A_TABLE), so that the operation takes one barrier */
                 size_t most = 0;
                 for (int p = 0; p < n; p++) most = p != me && row[p] > most ? row[p] : most;
-                if (most <= shm_a2a_small(o)) shm_unit_in(s, o, 0, o->part, (int)(o->unit0 & 1));
+                row[3 * n + SHM_A2A_SMALL] = shm_a2a_small(s, o);
+                if (most <= shm_a2a_small(s, o)) shm_unit_in(s, o, 0, o->part, (int)(o->unit0 & 1));
                 s->unit = o->unit0 + 1;
                 o->barrier_a = shm_arrive(s);
                 /* my own block while the others arrive: nobody reads my receive buffer, and where it
@@ -535,7 +544,7 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
                 o->stage = SHM_DONE;
                 return 1;
             }
-            if (o->nchunks <= 1 && o->most <= shm_a2a_small(o)) { /* every rank sent its one chunk with the table */
+            if (o->nchunks <= 1 && o->most <= o->small) { /* every rank sent its one chunk with the table */
                 shm_unit_out(s, o, 0, o->part, set);
                 o->stage = SHM_DONE;
                 return 1;

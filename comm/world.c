@@ -89,7 +89,7 @@ typedef struct {
     uint64_t barrier_a, barrier_b;         /* the barriers the next steps wait for */
     uint64_t ticket;                       /* non-blocking ones run in the order they were started */
     const size_t *scount, *sdispl, *rcount, *rdispl; /* alltoallv, in elements */
-    size_t part, most;                     /* alltoallv: bytes of one pair's slot in a chunk; the largest message */
+    size_t part, most, small;              /* alltoallv: bytes of one pair's slot in a chunk; the largest message; the largest with the table */
     int cma;                               /* alltoallv: by cross-memory reads (else in chunks) */
     int self_done;                         /* alltoallv: my own block moved before the table's barrier */
     pdde_status err;                       /* alltoallv: the ranks' counts disagree (msg says how) */
