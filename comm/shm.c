@@ -22,12 +22,13 @@
  * All-to-all(v) starts with a table: each rank writes the bytes it sends to and expects from every
  * rank, its send buffer's address and its process id into the segment, barrier; now every rank knows
  * the largest message and finds counts that disagree (the same error on all of them, at once, instead
- * of a timeout). Small messages (every pair's fits one chunk slot, chunk / n bytes, and at most 16 KiB)
- * go into the chunk slots described below before that barrier and are copied out after it: one barrier
- * in all, no system call (two copies that stay in the caches beat a cross-memory read's system call and
- * page pinning up to there). A rank copies its own block while it waits at that barrier (where its
- * buffers do not overlap; from 256 KiB with stores that bypass the caches). Then, where the messages are larger and the kernel lets a process read its peers'
- * memory (cross-memory attach, process_vm_readv: the same user, no ptrace restriction), each rank
+ * of a timeout). Small messages (every pair's fits one chunk slot, chunk / n bytes, and at most 16 KiB,
+ * 64 KiB where the ranks outnumber the cores) go into the chunk slots described below before that
+ * barrier and are copied out after it: one barrier in all, no system call (two copies that stay in the
+ * caches beat a cross-memory read's system call and page pinning up to there). A rank copies its own
+ * block while it waits at that barrier (where its buffers do not overlap; from 256 KiB with stores
+ * that bypass the caches). Then, where the messages are larger and the kernel lets a process read its
+ * peers' memory (cross-memory attach, process_vm_readv: the same user, no ptrace restriction), each rank
  * reads what every peer sends it straight from the peer's send buffer into its receive buffer (one
  * copy, the pairs at once), barrier (the send buffers may be reused after it). Elsewhere (small
  * messages, PDDE_COMM_CMA=0, or a read refused: then every rank stops trying it on this channel) one
@@ -62,6 +63,9 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 
 #define SHM_CHUNK_BYTES (512u << 10) /* a chunk of a large message (1 MiB did worse: the L2 size here) */
 #define SHM_WHOLE_BYTES (16u << 10)  /* at or below: every rank reduces the whole message */
@@ -326,9 +330,6 @@ static void shm_unit_out(comm_shm *s, const comm_shm_op *o, size_t at, size_t m,
  * the smallest of theirs (each writes its own into the table). SHM_A2A_SMALL_MAX(_SHARED) are above. */
 static size_t shm_a2a_small(const comm_shm *s, const comm_shm_op *o) { return o->part < s->a2a_small ? o->part : s->a2a_small; }
 
-#if defined(__x86_64__)
-#include <emmintrin.h>
-#endif
 /* My own block of an all-to-all at or above this many bytes is copied with stores that bypass the
  * caches: no read of the destination lines first, and the caches keep what the peers' reads use (2
  * ranks: 512 KiB 12% faster, 8 MiB 1.5x). */
@@ -353,7 +354,6 @@ static void shm_copy_nt(char *dst, const char *src, size_t len) {
     memcpy(dst, src, len);
 #endif
 }
-
 
 /* All-to-all(v), after the table's barrier: do the ranks' counts agree? Then my own block, the chunk
  * count (the largest message decides) and the way (cross-memory reads or chunks); else the error, the
