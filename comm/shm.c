@@ -72,7 +72,7 @@
 #define SHM_A2A_SMALL_MAX (16u << 10)        /* all-to-all: the largest message with the table (see shm_a2a_small) */
 #define SHM_A2A_SMALL_MAX_SHARED (64u << 10) /* ... where the ranks outnumber the cores */
 #define SHM_MAX_RANKS 64
-#define SHM_SLEEP_S 5e-3           /* a futex sleep's longest: how often a sleeping wait checks the failure state */
+#define SHM_SLEEP_S 1e-3             /* a futex sleep's longest: how often a sleeping wait checks the failure state */
 #define SHM_LINE 128                 /* a flag per 128 bytes: adjacent-line prefetch would pair 64 */
 
 struct comm_shm {
