@@ -160,6 +160,7 @@ int main(int argc, char **argv) {
         {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0, 0},
         {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0, 0}, /* and clipping by the global norm */
         {"moe_dp2xep2_zero2", 2, 0, 0, 1, 4, 1, 2, 0, 0}, /* ZeRO over dp x ep: the dense state in quarters */
+        {"moe_dp2xep2_zero3", 3, 0, 0, 1, 4, 1, 2, 0, 0},
         /* DeepSeek's bias moved by every step's counts: those of all the tokens on every rank (each
          * group's part summed over the groups), so every rank moves the same bias as one process */
         {"moe_dp2xep2_bias", 0, 0, 0, 1, 4, 1, 2, 0, 0.02f},
@@ -171,8 +172,12 @@ int main(int argc, char **argv) {
          * expert's hidden units split over tp (w1 by columns, w2 by rows) */
         {"moe_dp2xep2_tp2", 0, 0, 0, 1, 8, 2, 2, 0, 0},
         {"moe_dp2xep2_tp2_zero1", 1, 0, 0, 1, 8, 2, 2, 0, 0},
+        {"moe_dp2xep2_tp2_zero3", 3, 0, 0, 1, 8, 2, 2, 0, 0},
         {"moe_pp2_dp2xep2", 0, 0, 0, 1, 8, 1, 2, 2, 0},
         {"moe_pp2_dp2xep2_zero1", 1, 0, 0, 1, 8, 1, 2, 2, 0},
+        {"moe_pp2_dp2xep2_zero3", 3, 0, 0, 1, 8, 1, 2, 2, 0},
+        {"moe_pp2_dp2xep2_bias", 0, 0, 0, 1, 8, 1, 2, 2, 0.02f},
+        {"moe_pp2_ep2_bias", 0, 0, 0, 1, 4, 1, 0, 2, 0.02f},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
