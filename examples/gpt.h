@@ -545,7 +545,8 @@ static inline int64_t gpt_n_params(const gpt_config *c) {
 
 /* DeepSeek-V3's balance without a loss: after a step, each MoE block's bias (an input, cfg.moe_bias)
  * moves by rate towards the experts that got fewer tokens than the mean: b_e += rate * sign(mean -
- * count_e). bias: [blocks][E] the caller's values, written to the session. */
+ * count_e). bias: [blocks][E] the caller's values, written to the session; under pipeline stages each
+ * rank moves its own stage's blocks (the others' stay as they are). */
 static inline pdde_status gpt_moe_update_bias(pdde_session *s, pdde_graph *g, const gpt_config *c, float rate, float *bias) {
     int E = c->moe_experts, b = 0;
     int32_t *counts = (int32_t *)malloc((size_t)E * sizeof *counts);
@@ -554,10 +555,11 @@ static inline pdde_status gpt_moe_update_bias(pdde_session *s, pdde_graph *g, co
         if (!gpt_block_is_moe(c, l)) continue;
         char name[64];
         snprintf(name, sizeof name, "h%d.moe.counts", l);
+        float *bl = bias + (size_t)b++ * E;
+        if (!pdde_session_tensor(s, pdde_graph_find(g, name))) continue; /* (another pipeline stage's block) */
         st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts);
         double mean = 0;
         for (int e = 0; e < E; e++) mean += counts[e] / (double)E;
-        float *bl = bias + (size_t)b++ * E;
         for (int e = 0; e < E && !st; e++) bl[e] += counts[e] < mean ? rate : counts[e] > mean ? -rate : 0.0f;
         snprintf(name, sizeof name, "h%d.moe.bias", l);
         if (!st) st = pdde_session_write_global(s, pdde_graph_find(g, name), bl, (size_t)E * sizeof *bl);
