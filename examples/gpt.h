@@ -277,7 +277,7 @@ static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
     gpt_plan g = {.dp = p->dp, .tp = p->tp, .pp = p->pp, .micro = p->micro, .zero = p->zero, .recompute = rc, .pp_chunks = p->chunks, .plan = p};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
     if (p->dp > 1 && p->shares[0] > 0) g.shares = p->shares;
-    if (p->ep > 1 && p->ep < p->dp && p->ep != p->tp) g.ep = p->ep; /* (ep = tp: the experts over tp) */
+    if (p->ep > 1 && p->ep < p->dp && (p->ep != p->tp || p->ep_dp)) g.ep = p->ep; /* (ep = tp: the experts over tp, unless ep_dp) */
     return g;
 }
 

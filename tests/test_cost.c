@@ -1157,6 +1157,42 @@ static void test_moe_choose_ep_placement(void) {
     pdde_cluster_free(one);
 }
 
+/* The plan text's expert layouts: ep=tp (the tp axis), ep=N (dp ranks; N = tp > 1 read as the tp axis, as
+ * texts always were), ep=dp:N (N dp ranks even where N = tp): each printed form parses back to the same
+ * plan and gpt runs the layout it says; a bad value is refused naming the key and what it wants. */
+static void test_plan_text_ep(void) {
+    static const struct { const char *text, *printed; int ep, groups; } cases[] = {
+        {"dp=4,tp=2,ep=tp", "ep=tp", 2, 0},     {"dp=4,tp=2,ep=2", "ep=tp", 2, 0}, /* (the old text: the tp axis) */
+        {"dp=4,tp=2,ep=dp:2", "ep=dp:2", 2, 2}, {"dp=8,tp=2,ep=4", "ep=4", 4, 4},
+        {"dp=4,ep=2", "ep=2", 2, 2},            {"dp=4,ep=dp:2", "ep=2", 2, 2}, /* (tp 1: ep counts dp ranks anyway) */
+        {"dp=4,ep=4", "ep=4", 4, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        pdde_plan p, back;
+        char text[256] = "", again[256] = "";
+        pdde_status st = pdde_plan_parse(cases[i].text, &p);
+        if (!st) pdde_plan_str(&p, text, sizeof text);
+        pdde_status st2 = st ? st : pdde_plan_parse(text, &back);
+        if (!st2) pdde_plan_str(&back, again, sizeof again);
+        const char *at = strstr(text, ",ep=");
+        gpt_plan gp = st ? (gpt_plan){0} : gpt_plan_of(&p);
+        CHECK(!st && !st2 && at && !strcmp(at + 1, cases[i].printed) && !strcmp(text, again) && p.ep == cases[i].ep && back.ep == p.ep &&
+                  back.ep_dp == p.ep_dp && gp.ep == cases[i].groups,
+              "plan text %s: %s, printed %s (want ...,%s), again %s; ep %d (want %d), gpt's groups of %d (want %d)", cases[i].text,
+              st ? p.why : "ok", text, cases[i].printed, again, p.ep, cases[i].ep, gp.ep, cases[i].groups);
+    }
+    static const struct { const char *text, *why; } bad[] = {
+        {"dp=4,ep=tp", "ep: want tp only with tp >= 2"}, {"dp=4,tp=2,ep=dp:3", "ep: want 0, 1, tp"}, {"dp=4,tp=2,ep=dp:1", "ep: want N, tp"},
+        {"dp=4,tp=2,ep=dp:x", "ep: want N, tp"},         {"dp=2,tp=2,ep=dp:2", "ep: want 0, 1, tp"}, {"dp=4,tp=2,ep=tq", "ep: want an integer"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pdde_plan p;
+        pdde_status st = pdde_plan_parse(bad[i].text, &p);
+        CHECK(st == PDDE_ERR_INVALID_ARG && strstr(p.why, bad[i].why) && p.ep == 0, "plan text %s: refused with '%s' (want '%s')", bad[i].text,
+              st ? p.why : "accepted", bad[i].why);
+    }
+}
+
 int main(void) {
     pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
     cp.backends = "cpu";
@@ -1175,6 +1211,7 @@ int main(void) {
     test_moe_choose_ep_placement();
     test_moe_plan_search();
     test_moe_ep_simulated();
+    test_plan_text_ep();
     pdde_context_free(ctx);
     return test_finish();
 }
