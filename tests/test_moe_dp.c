@@ -9,10 +9,12 @@
  * expert gradients pending over dp only) with and without ZeRO-1, the tokens over 4 ranks with the
  * experts over each group of 2 (mesh dp 2 x ep 2, pdde_strategy_data_parallel_groups: the exchange
  * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping and ZeRO-2, the dense
- * state over dp x ep; DeepSeek's bias moved each step by the counts read, which are of all the tokens
+ * state over dp x ep; ZeRO-3, every parameter and its state split too, each rank's part of the
+ * sizes it should be; DeepSeek's bias moved each step by the counts read, which are of all the tokens
  * on every rank; with tp 2 on 8 ranks, each expert's hidden units over tp), and two pipeline
  * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1), or over the ep
- * groups of its 4 dp ranks (8 ranks: mesh dp 2 x ep 2 x pp 2). `test_moe_dp NAME`
+ * groups of its 4 dp ranks (8 ranks: mesh dp 2 x ep 2 x pp 2; ZeRO-3 too; the bias moved by each
+ * stage for its own blocks). `test_moe_dp NAME`
  * runs one configuration. The exchange is
  * dropless: only routed rows cross (pdde_session_exchanged_rows: exactly the skewed routing's, and
  * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
@@ -163,6 +165,7 @@ int main(int argc, char **argv) {
         {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0, 0},
         {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0, 0}, /* and clipping by the global norm */
         {"moe_dp2xep2_zero2", 2, 0, 0, 1, 4, 1, 2, 0, 0}, /* ZeRO over dp x ep: the dense state in quarters */
+        /* ZeRO-3: the parameters over dp x ep too (the experts over ep, then dp), gathered where used */
         {"moe_dp2xep2_zero3", 3, 0, 0, 1, 4, 1, 2, 0, 0},
         /* DeepSeek's bias moved by every step's counts: those of all the tokens on every rank (each
          * group's part summed over the groups), so every rank moves the same bias as one process */
@@ -179,6 +182,7 @@ int main(int argc, char **argv) {
         {"moe_pp2_dp2xep2", 0, 0, 0, 1, 8, 1, 2, 2, 0},
         {"moe_pp2_dp2xep2_zero1", 1, 0, 0, 1, 8, 1, 2, 2, 0},
         {"moe_pp2_dp2xep2_zero3", 3, 0, 0, 1, 8, 1, 2, 2, 0},
+        /* the bias under pipeline stages: each stage moves its own blocks' */
         {"moe_pp2_dp2xep2_bias", 0, 0, 0, 1, 8, 1, 2, 2, 0.02f},
         {"moe_pp2_ep2_bias", 0, 0, 0, 1, 4, 1, 0, 2, 0.02f},
     };
