@@ -350,7 +350,7 @@ static void check_bad_ids(pdde_context *ctx) {
 }
 
 /* ZeRO-3 inside ep groups (mesh [dp 2, ep 2]): the group axis (dp) splits the tokens without a layout,
- * so a parameter's shard over it is gathered before every use in forward and backward; the dense
+ * so every use of a parameter, forward and backward, requires it whole there (gathered); the dense
  * weights split over dp and ep, the experts over ep and then dp. (test_moe_dp runs it against one
  * process.) */
 static void check_zero3_groups_layout(pdde_context *ctx) {
