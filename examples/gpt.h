@@ -484,8 +484,7 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
 
 /* The expert-parallel degree for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
  * pdde_moe_choose_ep over every ep dividing the ranks and the experts (1: experts on every rank;
- * ranks: the layout by expert over dp; between: groups of ep consecutive ranks; with c->moe_bias only 1
- * or ranks, as groups refuse the bias) on the devices of the cluster file in order (one machine:
+ * ranks: the layout by expert over dp; between: groups of ep consecutive ranks) on the devices of the cluster file in order (one machine:
  * copies of its first device, as gpt_plan_devices); *ep the fastest of those whose experts'
  * parameters and AdamW state fit a device's memory (none fits: the smallest), pred[0] ep 1's MoE
  * part and pred[1] *ep's, in s a step. */
@@ -514,15 +513,6 @@ static inline pdde_status gpt_moe_choose_ep(pdde_context *ctx, const char *clust
         p.capacity_factor = c->moe_capacity; /* (the exchange sends the routed rows only) */
         st = pdde_moe_choose_ep(ctx, cl, dev, ranks, &p, &best, all, 256, &n_all);
         if (st == PDDE_ERR_NO_PLAN) st = PDDE_OK; /* (nothing fits: the smallest; the plan's memory check says more) */
-        bool regroup = c->moe_bias && best.ep > 1 && best.ep < ranks;
-        for (int i = 0; !st && regroup && i < n_all; i++) { /* 1 or all ranks only: the faster that fits, else the smaller */
-            const pdde_moe_cost *m = &all[i];
-            double mem = m->expert_param_bytes + m->expert_optimizer_bytes, best_mem = best.expert_param_bytes + best.expert_optimizer_bytes;
-            bool first = best.ep > 1 && best.ep < ranks;
-            if ((m->ep == 1 || m->ep == ranks) &&
-                (first || (m->fits && !best.fits) || (m->fits == best.fits && (m->fits ? m->step_s < best.step_s : mem < best_mem))))
-                best = *m;
-        }
         if (!st && n_all > 0) *ep = best.ep, pred[0] = all[0].step_s, pred[1] = best.step_s;
     }
     free(dev), free(all);
