@@ -41,7 +41,7 @@
  * reading everything of unit u - 2 (every kind reads a unit's areas before it arrives at a barrier of
  * the unit after next).
  *
- * Waiting: a rank that waits past the spinning and yielding sleeps on a futex word of the rank it waits
+ * Waiting: a rank that waits past the spinning and yielding (and has a core of its own) sleeps on a futex word of the rank it waits
  * for (the low half of that rank's barrier count), which wakes it when it arrives; the sleep has a
  * timeout, so the deadline and the failure state are still checked.
  *
@@ -696,10 +696,11 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
             pthread_mutex_unlock(&w->lock);
         }
         double idle = now - idle_since, left = deadline - now;
-        /* a long wait: sleep until the peer arrives (not until a pause ends). Ranks that outnumber the
-         * cores yield first too: sleeping at once measured slower on an idle machine (its wakes cost
-         * more than the hand-over of a yield), if faster under load from elsewhere */
-        if (idle >= COMM_YIELD_S)
+        /* a long wait: sleep until the peer arrives (not until a pause ends). Not where the ranks
+         * outnumber the cores: there futex sleeps measured no better than yields and short sleeps
+         * (4 ranks on 2 cores; sleeping at once: better medians under load from elsewhere, worse best
+         * times) */
+        if (idle >= COMM_YIELD_S && w->spin_s > 0)
             shm_sleep(s, left < SHM_SLEEP_S ? left : SHM_SLEEP_S);
         else
             comm_backoff(idle, left, shared_cpu ? 0 : w->spin_s);
