@@ -41,9 +41,9 @@
  * reading everything of unit u - 2 (every kind reads a unit's areas before it arrives at a barrier of
  * the unit after next).
  *
- * Waiting: a rank that waits past the spinning and yielding (and has a core of its own) sleeps on a futex word of the rank it waits
- * for (the low half of that rank's barrier count), which wakes it when it arrives; the sleep has a
- * timeout, so the deadline and the failure state are still checked.
+ * Waiting: a rank that waits past the spinning and yielding (and has a core of its own) sleeps on a
+ * futex word of the rank it waits for (the low half of that rank's barrier count), which wakes it when
+ * it arrives; the sleep has a timeout, so the deadline and the failure state are still checked.
  *
  * Failures: every wait has the communicator's timeout and watches the world's failure state, which the
  * service thread takes from the store (a dead rank's death notice) within ~50 ms; the service thread is
