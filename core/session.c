@@ -184,13 +184,16 @@ static void comm_staging_free(pdde_session *s) {
     s->comm_staging = NULL, s->comm_staging_bytes = 0;
 }
 
+/* (sized once by the memory plan, session_allocate: it grows only where that missed a need; counted in
+ * transfer_bytes either way) */
 static void *comm_staging(pdde_session *s, session_device *sd, size_t bytes) {
     if (bytes <= s->comm_staging_bytes) return s->comm_staging;
+    s->mem.transfer_bytes -= s->comm_staging_bytes;
     comm_staging_free(s);
     s->comm_staging_dev = sd;
     if (IFACE_HAS(sd->iface, host_alloc)) { if (sd->iface->host_alloc(sd->dev, bytes, &s->comm_staging)) s->comm_staging = NULL; }
     else s->comm_staging = malloc(bytes);
-    if (s->comm_staging) s->comm_staging_bytes = bytes;
+    if (s->comm_staging) s->comm_staging_bytes = bytes, s->mem.transfer_bytes += bytes;
     return s->comm_staging;
 }
 
@@ -397,19 +400,12 @@ static pdde_status session_device_buckets(pdde_session *s, const pdde_device_col
         return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     s->dcoll = dc;
     s->collective_path = &collective_path_device;
-    /* (slots past struct_size are not the implementation's) */
-    bool rs = dc->struct_size >= offsetof(pdde_device_collectives_iface, reduce_scatter) + sizeof dc->reduce_scatter && dc->reduce_scatter;
-    bool ag = dc->struct_size >= offsetof(pdde_device_collectives_iface, allgather) + sizeof dc->allgather && dc->allgather;
     for (int i = 0; i < s->n_order; i++) {
         pdde_tensor *b = s->order[i];
         const pdde_program_node *bi = &s->prog->info[b->id];
-        bool served = b->op == PDDE_OP_ALLREDUCE || (b->op == PDDE_OP_REDUCE_SCATTER && rs) || (b->op == PDDE_OP_ALLGATHER && ag);
-        if (!bi->own_buffer || !served || !bi->bucket_next) continue;
+        /* (the same test as pdde_predict_memory's: planner/memplan.c) */
+        if (!program_device_bucket_served(s->ctx, s->prog, b, dc)) continue;
         session_device *sd = dbucket_dev(s, b);
-        bool one = !sd->host && IFACE_HAS(sd->iface, copy) && dc->backend && !strcmp(sd->iface->name, dc->backend);
-        for (pdde_tensor *m = bi->bucket_next; m && one; m = node_info(s, m)->bucket_next)
-            one = &s->devs[s->slot[bucket_member_input(m)->id]] == sd && &s->devs[s->slot[m->id]] == sd;
-        if (!one) continue;
         if (!s->dcoll_impl[bi->axis]) {
             pdde_device_collectives_params p = {s->ctx, s->axis_comm[bi->axis], sd->iface, sd->dev, 60};
             pdde_status st = dc->init(&p, &s->dcoll_impl[bi->axis]);
@@ -1060,6 +1056,15 @@ static pdde_status session_allocate(pdde_session *s) {
         s->n_own_buffers++;
         b->data = ob->p, b->offset = 0;
         s->mem.transfer_bytes += n + 1;
+    }
+    /* the bounce buffer of collectives and receives on device memory outside buckets: as large as the
+     * largest (the memory plan's figure), pinned by that one's device where it can be */
+    int staging_device = -1;
+    size_t staging = st == PDDE_OK ? program_comm_staging_bytes(s->ctx, s->prog, &staging_device) : 0;
+    for (int d = 0; staging && d < s->n_devs; d++) {
+        if (s->devs[d].device != staging_device) continue;
+        if (!comm_staging(s, &s->devs[d], staging)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (host staging of %zu bytes)", staging);
+        break;
     }
 #endif
     return st;

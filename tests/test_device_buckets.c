@@ -51,6 +51,8 @@ typedef struct {
     double failed_after;
     int64_t host_syncs;        /* the host's waits for the device over the steps */
     size_t transfer_bytes;     /* pdde_session_memory's: host buffers for transfers (the buckets') */
+    size_t allocated_bytes;    /* ... and the backends' buffers */
+    size_t predicted_transfer, predicted_allocated; /* pdde_predict_memory's for this rank */
     char error[200];
 } result;
 
@@ -202,6 +204,16 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     out->host_syncs = pdde_session_host_syncs(s);
     pdde_memory_stats ms;
     out->transfer_bytes = pdde_session_memory(s, &ms) == PDDE_OK ? ms.transfer_bytes : (size_t)-1;
+    out->allocated_bytes = ms.allocated_bytes;
+    /* what lowering predicts for this rank without a session: the same buffers, host and device */
+    pdde_memory_stats pm;
+    pdde_session_params psp = sp;
+    psp.world = NULL;
+    if (pdde_predict_memory(g, &psp, pdde_comm_size(comm), pdde_comm_rank(comm), &pm)) {
+        snprintf(out->error, sizeof out->error, "predict: %s", pdde_last_error(ctx));
+        goto done;
+    }
+    out->predicted_transfer = pm.transfer_bytes, out->predicted_allocated = pm.allocated_bytes;
     out->param_hash = 1469598103934665603ull;
     for (int k = 0; k < 6; k++) {
         size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
@@ -232,7 +244,8 @@ static void run(const char *addr, const config *c, result *out) {
     printf("%-18s losses %.6f -> %.6f, %d data-parallel collectives a step, %d started in backward, %d copies on a copy stream, "
            "%lld host waits, parameters %016llx", c->name, out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early,
            out->stream_copies, (long long)out->host_syncs, (unsigned long long)out->param_hash);
-    printf(", %zu bytes of host transfer buffers", out->transfer_bytes);
+    printf(", %zu bytes of host transfer buffers (predicted %zu), %zu allocated (predicted %zu)", out->transfer_bytes, out->predicted_transfer,
+           out->allocated_bytes, out->predicted_allocated);
     if (c->device_path)
         printf("; device path: %d allreduces, %d reduce-scatters, %d gathers (buckets a step %d, %d, %d)", out->calls[0], out->calls[1], out->calls[2],
                out->buckets[0], out->buckets[1], out->buckets[2]);
@@ -356,15 +369,27 @@ int main(void) {
      * shard, the gradients again, the shard and 2 blocks: 4 times) */
     size_t grads = sizeof(float) * (IN * HID + HID * HID + HID * OUT + HID + HID + OUT);
     CHECK(res[2].transfer_bytes >= grads && res[6].transfer_bytes >= 4 * grads && res[8].transfer_bytes == 0 && res[9].transfer_bytes == 0 &&
-          res[14].transfer_bytes == 0 && res[15].transfer_bytes == 0 && res[17].transfer_bytes == 0, "host transfer buffers: staged %zu (ZeRO-1 %zu), "
-          "want at least %zu (%zu); through the device path %zu, %zu, ZeRO-1 %zu, %zu, ZeRO-2 %zu, want none", res[2].transfer_bytes,
+          res[14].transfer_bytes == 0 && res[15].transfer_bytes == 0 && res[17].transfer_bytes == res[16].transfer_bytes, "host transfer buffers: staged %zu (ZeRO-1 %zu), "
+          "want at least %zu (%zu); through the device path %zu, %zu, ZeRO-1 %zu, %zu, want none; ZeRO-2 %zu, want its reduce-scatters' staging %zu", res[2].transfer_bytes,
           res[6].transfer_bytes, grads, 4 * grads, res[8].transfer_bytes, res[9].transfer_bytes, res[14].transfer_bytes, res[15].transfer_bytes,
-          res[17].transfer_bytes);
+          res[17].transfer_bytes, res[16].transfer_bytes);
     /* a rank lost inside the device path's collective: the other's step fails, naming the bucket, within the peer timeout */
     const result *lost = &res[18];
     CHECK(!lost->ok && lost->failed_step == KILL_STEP && lost->status == PDDE_ERR_PEER_LOST && lost->failed_after <= 2.0 + 1.0 &&
           strstr(lost->error, "gradient bucket"), "device path, rank 1 killed: rank 0 got %s after %.2f s at step %d: %s", pdde_status_str(lost->status),
           lost->failed_after, lost->failed_step, lost->error);
+    /* the prediction covers what every run allocated: host staging and buckets, device buffers and
+     * the device path's bucket buffers (equal, byte for byte); tp2 aside: pdde_plan_apply put its
+     * loss's layer on the CPU, which its session params do not say */
+    for (int i = 0; i < N; i++)
+        if (res[i].ok && i != 13)
+            CHECK(res[i].predicted_transfer == res[i].transfer_bytes && res[i].predicted_allocated == res[i].allocated_bytes,
+                  "%s: pdde_predict_memory %zu host transfer bytes, %zu allocated; the session holds %zu, %zu", configs[i].name,
+                  res[i].predicted_transfer, res[i].predicted_allocated, res[i].transfer_bytes, res[i].allocated_bytes);
+    /* unbucketed on a device: each collective through the session's one staging buffer, as large as the
+     * largest (w1's gradient in and out: 2 x 64 x 64 floats), pinned */
+    CHECK(res[0].transfer_bytes == 2 * sizeof(float) * HID * HID, "unbucketed: %zu bytes of host staging, want %zu", res[0].transfer_bytes,
+          2 * sizeof(float) * HID * HID);
     CHECK(res[9].streams == 5, "the 5 buckets' collectives on 5 streams of their own, not the device's: %d", res[9].streams);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
