@@ -1233,16 +1233,24 @@ static pdde_status group_updates(lowering *L) {
  * reduce-scatter its shard of the result, a gather its updated shard. */
 static int64_t bucket_share(const pdde_tensor *c) { return pdde_tensor_numel(c->op == PDDE_OP_ALLGATHER ? c->src[1] : c); }
 
-/* A data-parallel collective: a gradient accumulator's reduction (once a step), or the gather of an
- * updated shard back into its parameter (ZeRO). */
-static bool data_parallel_collective(const pdde_program *P, const pdde_tensor *c) {
+/* A data-parallel collective: a gradient accumulator's reduction (once a step), the gather of an
+ * updated shard back into its parameter (ZeRO), or (ZeRO-2/3, equal shares) a micro-batch's
+ * reduce-scatter of a gradient into its split accumulator (accum_only: every reader of it is the
+ * grad_accum into that accumulator). */
+static bool data_parallel_collective(lowering *L, const pdde_tensor *c, const bool *accum_only) {
+    const pdde_program *P = L->P;
     const pdde_program_node *in = &P->info[c->id];
     if (!is_collective(c->op) || in->axis < 0) return false;
     if (c->op == PDDE_OP_ALLGATHER) return in->write_back && c->phase == PDDE_PHASE_OPTIMIZER;
     const pdde_tensor *acc = c->src[0];
+    if (c->nsrc == 1 && c->op == PDDE_OP_REDUCE_SCATTER && c->phase == PDDE_PHASE_BACKWARD && !in->early && accum_only[c->id])
+        return !(L->g->planner && L->g->planner->shares); /* (uneven shares' phantom micro-batches run each alone) */
     return c->nsrc == 1 && (c->op == PDDE_OP_ALLREDUCE || c->op == PDDE_OP_REDUCE_SCATTER) && (in->early || c->phase == PDDE_PHASE_OPTIMIZER) &&
            acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD);
 }
+
+/* A bucket of a micro-batch's reduce-scatters (ZeRO-2/3): in backward, not started early. */
+static bool micro_bucket(const pdde_program *P, const pdde_tensor *b) { return b->phase == PDDE_PHASE_BACKWARD && !P->info[b->id].early; }
 
 /* ...that a bucket may carry: split (if at all) on dim 0, what it sends on its own device (host
  * memory, or a device's: its bucket is then host memory the members' data is read into). */
@@ -1258,7 +1266,8 @@ static bool on_device(lowering *L, const pdde_tensor *c) { return !registry_devi
 /* Whether c may join the bucket whose first member is f. */
 static bool bucket_same_kind(const pdde_program *P, const pdde_tensor *f, const pdde_tensor *c) {
     const pdde_program_node *a = &P->info[f->id], *b = &P->info[c->id];
-    return f->op == c->op && f->dtype == c->dtype && f->device == c->device && a->axis == b->axis && a->reduce == b->reduce && a->early == b->early;
+    return f->op == c->op && f->dtype == c->dtype && f->device == c->device && a->axis == b->axis && a->reduce == b->reduce && a->early == b->early &&
+           f->phase == c->phase;
 }
 
 typedef struct { pdde_tensor *first, *last; int n, at; int64_t elems; } bucket_fill;
@@ -1279,7 +1288,8 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
     pdde_program_node *bi = &P->info[B->id], *fi = &P->info[f->id];
     snprintf(B->name, sizeof B->name, "bucket.%d", B->id);
     for (int d = 0; d < PDDE_MAX_DIMS; d++) B->dist.dims_mapping[d] = -1;
-    B->device = on_device(L, f) ? 0 : f->device, B->phase = fi->early ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER, B->layer = fi->early ? b->last->layer : -1;
+    bool backward = fi->early || f->phase == PDDE_PHASE_BACKWARD; /* (started early, or a micro-batch's) */
+    B->device = on_device(L, f) ? 0 : f->device, B->phase = backward ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER, B->layer = backward ? b->last->layer : -1;
     bi->axis = axis, bi->dim = 0, bi->reduce = fi->reduce, bi->early = fi->early, bi->data_parallel = true;
     bi->bytes = (size_t)(f->op == PDDE_OP_REDUCE_SCATTER ? (int64_t)n * S : S) * pdde_dtype_size(f->dtype);
     bi->bucket_members = b->n, bi->bucket_block = S, bi->bucket_next = f, bi->own_buffer = on_device(L, f);
@@ -1292,16 +1302,33 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
 }
 
 /* The order with the buckets in it: an early bucket in its last member's place and each member in
- * its wait's (whose readers read the member), a bucket at the update before its first member. */
+ * its wait's (whose readers read the member), a bucket at the update before its first member. A
+ * micro-batch's bucket runs in its last member's place, its members right after it, then their
+ * grad_accums (deferred from their places: the gradients live until the bucket has them). */
 static pdde_status bucket_reorder(lowering *L) {
     pdde_program *P = L->P;
     pdde_tensor **order = malloc(((size_t)P->n_order + (size_t)P->n + 1) * sizeof *order);
     pdde_tensor **member_of_wait = calloc((size_t)P->n + 1, sizeof *member_of_wait); /* by wait id */
-    if (!order || !member_of_wait) { free(order), free(member_of_wait); return lower_oom(L); }
+    pdde_tensor **deferred = calloc((size_t)P->n + 1, sizeof *deferred); /* by node id: the micro bucket whose members it reads */
+    if (!order || !member_of_wait || !deferred) { free(order), free(member_of_wait), free(deferred); return lower_oom(L); }
+    for (int i = 0; i < P->n_order; i++)
+        for (int j = 0; j < P->order[i]->nsrc; j++) {
+            const pdde_tensor *x = P->order[i]->src[j];
+            if (x && P->info[x->id].bucket && micro_bucket(P, P->info[x->id].bucket)) deferred[P->order[i]->id] = P->info[x->id].bucket;
+        }
     int k = 0;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *t = P->order[i];
         pdde_program_node *in = &P->info[t->id];
+        if (deferred[t->id]) continue;
+        if (in->bucket && micro_bucket(P, in->bucket)) {
+            if (in->bucket_next) continue; /* (not the last member) */
+            order[k++] = in->bucket;
+            for (pdde_tensor *m = P->info[in->bucket->id].bucket_next; m; m = P->info[m->id].bucket_next) order[k++] = m;
+            for (int j = 0; j < P->n_order; j++)
+                if (deferred[P->order[j]->id] == in->bucket) order[k++] = P->order[j];
+            continue;
+        }
         pdde_tensor *m = t->op == PDDE_OP_COMM_WAIT ? t->src[0] : NULL;
         if (m && P->info[m->id].bucket) { /* an early member, copied out here */
             m->phase = t->phase, m->layer = t->layer, P->info[m->id].early = false;
@@ -1318,7 +1345,7 @@ static pdde_status bucket_reorder(lowering *L) {
     for (int i = 0; i < k; i++)
         for (int j = 0; j < order[i]->nsrc; j++)
             if (order[i]->src[j] && member_of_wait[order[i]->src[j]->id]) order[i]->src[j] = member_of_wait[order[i]->src[j]->id];
-    free(P->order), free(member_of_wait);
+    free(P->order), free(member_of_wait), free(deferred);
     P->order = order, P->n_order = P->cap_order = k;
     return PDDE_OK;
 }
@@ -1330,13 +1357,26 @@ static pdde_status lower_buckets(lowering *L) {
     int *at = malloc(((size_t)P->n + 1) * sizeof *at); /* by node id: its place in the order */
     if (!at) return lower_oom(L);
     for (int i = 0; i < P->n_order; i++) at[P->order[i]->id] = i;
+    /* by node id: every reader of it is a grad_accum into a gradient accumulator (ZeRO-2/3's reduce-scatters) */
+    bool *accum_only = malloc(((size_t)P->n + 1) * sizeof *accum_only);
+    if (!accum_only) return free(at), lower_oom(L);
+    for (int i = 0; i < P->n; i++) accum_only[i] = false;
+    for (int i = 0; i < P->n_order; i++) accum_only[P->order[i]->id] = true;
+    for (int i = 0; i < P->n_order; i++) {
+        const pdde_tensor *t = P->order[i];
+        bool accum = t->op == PDDE_OP_GRAD_ACCUM && t->nsrc == 2 && t->src[0]->op == PDDE_OP_NONE && (t->src[0]->flags & PDDE_TENSOR_GRAD);
+        for (int j = 0; j < t->nsrc; j++)
+            if (t->src[j] && (!accum || j != 1)) accum_only[t->src[j]->id] = false;
+    }
+    for (int i = 0; i < P->n_order; i++) /* (and read at all: a loss or output is read after the step) */
+        if (P->order[i]->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) accum_only[P->order[i]->id] = false;
     enum { KINDS = 8 };
     bucket_fill open[KINDS] = {{0}};
     pdde_status st = PDDE_OK;
     int n_order = P->n_order;
     for (int i = 0; i < n_order && !st; i++) {
         pdde_tensor *c = P->order[i];
-        if (!data_parallel_collective(P, c)) continue;
+        if (!data_parallel_collective(L, c, accum_only)) continue;
         P->info[c->id].data_parallel = true;
         if (on_device(L, c)) P->device_collective_axes |= 1u << P->info[c->id].axis;
         if (!bucket_candidate(L, c)) continue;
@@ -1366,7 +1406,7 @@ static pdde_status lower_buckets(lowering *L) {
         b->elems += share, b->last = c, b->n++;
     }
     for (int k = 0; k < KINDS && !st; k++) st = bucket_close(L, &open[k]);
-    free(at);
+    free(at), free(accum_only);
     return st ? st : bucket_reorder(L);
 }
 

@@ -307,6 +307,10 @@ int main(void) {
         {"zero2_unbucketed", "dp=2,zero=2", -1, 0, 0, 0, 0},  /* 16 */
         {"device_zero2", "dp=2,zero=2", 0, 0, 1, 0, 0},       /* its gathers through the device path */
         {"device_zero1_lost", "dp=2,zero=1", 0, 0, 1, 0, 1}, /* 18: rank 1 killed mid-bucket */
+        {"zero2_buckets", "dp=2,zero=2", 0, 0, 0, 0, 0},      /* 19: ZeRO-2's reduce-scatters (each micro-batch's) in one host bucket */
+        {"zero2_small", "dp=2,zero=2", 512, 1, 0, 0, 0},      /* ...in 512 B buckets (w0, w1, w2 alone; the biases in two) */
+        {"device_zero2_small", "dp=2,zero=2", 512, 0, 1, 0, 0},
+        {"device_zero2_lost", "dp=2,zero=2", 0, 0, 1, 0, 1},  /* 22: rank 1 killed in the backward's reduce-scatter bucket */
     };
     enum { N = sizeof configs / sizeof *configs };
     result res[N];
@@ -315,7 +319,7 @@ int main(void) {
     CHECK(res[0].on_device, "the parameters live on the OpenCL device");
     for (int i = 0; i < STEPS; i++) CHECK(isfinite(res[0].losses[i]), "step %d: loss %g", i, res[0].losses[i]);
     CHECK(res[0].losses[STEPS - 1] < res[0].losses[0], "the loss falls: %g -> %g", res[0].losses[0], res[0].losses[STEPS - 1]);
-    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}, {11, 0}, {12, 5}, {14, 5}, {15, 5}, {17, 16}};
+    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}, {11, 0}, {12, 5}, {14, 5}, {15, 5}, {17, 16}, {19, 16}, {20, 16}, {21, 16}};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
         const result *a = &res[same[k][0]], *b = &res[same[k][1]];
         if (!a->ok || !b->ok) continue;
@@ -352,11 +356,11 @@ int main(void) {
     /* ZeRO through the device path: every bucket of every step served by the implementation (none
      * staged: no copies on a copy stream), of each kind: ZeRO-1 its reduce-scatters and gathers and
      * the norm's allreduces, ZeRO-2 its gathers */
-    for (int i = 14; i <= 17; i++) {
-        if (i == 16 || !res[i].ok) continue;
+    for (int i = 14; i <= 21; i++) {
+        if (i == 16 || (i >= 18 && i <= 20) || !res[i].ok) continue;
         int each = 1;
         for (int k = 0; k < 3; k++) each &= res[i].calls[k] == res[i].buckets[k] * STEPS;
-        CHECK(each && res[i].buckets[2] >= 1 && (i == 17 || res[i].buckets[1] >= 1) && res[i].stream_copies == 0 &&
+        CHECK(each && res[i].buckets[2] >= 1 && res[i].buckets[1] >= 1 && res[i].stream_copies == 0 &&
               res[i].relayed == res[i].gradient_collectives * STEPS, "%s: the device path served %d allreduces, %d reduce-scatters, %d gathers over %d "
               "steps, %d collectives in all; the program's buckets a step: %d, %d, %d; %d copies on a copy stream", configs[i].name, res[i].calls[0],
               res[i].calls[1], res[i].calls[2], STEPS, res[i].relayed, res[i].buckets[0], res[i].buckets[1], res[i].buckets[2], res[i].stream_copies);
@@ -369,15 +373,25 @@ int main(void) {
      * shard, the gradients again, the shard and 2 blocks: 4 times) */
     size_t grads = sizeof(float) * (IN * HID + HID * HID + HID * OUT + HID + HID + OUT);
     CHECK(res[2].transfer_bytes >= grads && res[6].transfer_bytes >= 4 * grads && res[8].transfer_bytes == 0 && res[9].transfer_bytes == 0 &&
-          res[14].transfer_bytes == 0 && res[15].transfer_bytes == 0 && res[17].transfer_bytes == res[16].transfer_bytes, "host transfer buffers: staged %zu (ZeRO-1 %zu), "
-          "want at least %zu (%zu); through the device path %zu, %zu, ZeRO-1 %zu, %zu, want none; ZeRO-2 %zu, want its reduce-scatters' staging %zu", res[2].transfer_bytes,
+          res[14].transfer_bytes == 0 && res[15].transfer_bytes == 0 && res[17].transfer_bytes == 2 * sizeof(float), "host transfer buffers: staged %zu (ZeRO-1 %zu), "
+          "want at least %zu (%zu); through the device path %zu, %zu, ZeRO-1 %zu, %zu, want none; ZeRO-2 %zu, want the norm's allreduce's staging %zu", res[2].transfer_bytes,
           res[6].transfer_bytes, grads, 4 * grads, res[8].transfer_bytes, res[9].transfer_bytes, res[14].transfer_bytes, res[15].transfer_bytes,
-          res[17].transfer_bytes, res[16].transfer_bytes);
-    /* a rank lost inside the device path's collective: the other's step fails, naming the bucket, within the peer timeout */
-    const result *lost = &res[18];
-    CHECK(!lost->ok && lost->failed_step == KILL_STEP && lost->status == PDDE_ERR_PEER_LOST && lost->failed_after <= 2.0 + 1.0 &&
-          strstr(lost->error, "gradient bucket"), "device path, rank 1 killed: rank 0 got %s after %.2f s at step %d: %s", pdde_status_str(lost->status),
-          lost->failed_after, lost->failed_step, lost->error);
+          res[17].transfer_bytes, 2 * sizeof(float));
+    /* a rank lost inside the device path's collective (ZeRO-1's at the update, ZeRO-2's in backward): the
+     * other's step fails, naming the bucket, within the peer timeout */
+    for (int i = 18; i <= 22; i += 4) {
+        const result *lost = &res[i];
+        CHECK(!lost->ok && lost->failed_step == KILL_STEP && lost->status == PDDE_ERR_PEER_LOST && lost->failed_after <= 2.0 + 1.0 &&
+              strstr(lost->error, "gradient bucket"), "%s: rank 1 killed: rank 0 got %s after %.2f s at step %d: %s", configs[i].name,
+              pdde_status_str(lost->status), lost->failed_after, lost->failed_step, lost->error);
+    }
+    /* ZeRO-2's reduce-scatters, one a gradient in every micro-batch, travel in buckets like the others:
+     * one a step (25 MiB), 5 in 512 B buckets, on the host or through the device path; unbucketed, 6 */
+    CHECK(res[16].gradient_collectives == 12 && res[19].gradient_collectives == 2 && res[20].gradient_collectives == 10 &&
+          res[17].buckets[1] == 1 && res[21].buckets[1] == 5 && res[19].buckets[1] == 1 && res[20].buckets[1] == 5,
+          "ZeRO-2's data-parallel collectives a step: %d unbucketed, %d, %d bucketed, want 12, 2, 10; reduce-scatter buckets a step %d, %d "
+          "(device path), %d, %d (host), want 1, 5, 1, 5", res[16].gradient_collectives, res[19].gradient_collectives, res[20].gradient_collectives,
+          res[17].buckets[1], res[21].buckets[1], res[19].buckets[1], res[20].buckets[1]);
     /* the prediction covers what every run allocated: host staging and buckets, device buffers and
      * the device path's bucket buffers (equal, byte for byte); tp2 aside: pdde_plan_apply put its
      * loss's layer on the CPU, which its session params do not say */
