@@ -652,7 +652,8 @@ void pdde_session_dump(const pdde_session *s, FILE *f);
  * and prints nothing (whether the plan lowers on that rank). */
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
 /* What pdde_session_memory reports for rank `rank` of that plan (g lowered as pdde_lower_dump does),
- * without a session: the same memory plan the session allocates by (planner/memplan.c). */
+ * without a session: the same memory plan the session allocates by (planner/memplan.c), its gradient
+ * buckets in device buffers where params' device collectives (or PDDE_DEVICE_COLLECTIVES) serve them. */
 pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out);
 /* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
  * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes

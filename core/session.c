@@ -385,17 +385,28 @@ static const session_collective_path collective_path_device = {dbucket_pack, dbu
  * backend, which has the copy slot; each gets a device buffer, each axis one
  * communicator of the implementation (made on every rank at once: they all have the same buckets). An
  * implementation that is unavailable (no libnccl) leaves them staged, with a notice. */
-static pdde_status session_device_buckets(pdde_session *s, const pdde_device_collectives_iface *dc) {
-    const char *env = getenv("PDDE_DEVICE_COLLECTIVES"); /* nccl: NCCL's where the params name none (off by default) */
+/* The device collectives a session of params uses (*dc NULL: none): params->device_collectives, else
+ * PDDE_DEVICE_COLLECTIVES=nccl (off by default); pdde_predict_memory asks the same. */
+static pdde_status session_device_collectives(pdde_context *ctx, const pdde_session_params *params, const pdde_device_collectives_iface **out) {
+    const pdde_device_collectives_iface *dc = params ? params->device_collectives : NULL;
+    const char *env = getenv("PDDE_DEVICE_COLLECTIVES");
+    *out = NULL;
     if (!dc && env && *env && strcmp(env, "none")) {
         if (strcmp(env, "nccl"))
-            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: PDDE_DEVICE_COLLECTIVES=%s: expected nccl or none", env);
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "session: PDDE_DEVICE_COLLECTIVES=%s: expected nccl or none", env);
         dc = pdde_nccl_collectives();
     }
-    if (!dc) return PDDE_OK;
-    if (dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free)
-        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: device_collectives \"%s\": expected api_version %d and every slot",
+    if (dc && (dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "session: device_collectives \"%s\": expected api_version %d and every slot",
                           dc->name ? dc->name : "?", PDDE_DEVICE_COLLECTIVES_API_VERSION);
+    *out = dc;
+    return PDDE_OK;
+}
+
+static pdde_status session_device_buckets(pdde_session *s, const pdde_session_params *params) {
+    const pdde_device_collectives_iface *dc;
+    pdde_status st0 = session_device_collectives(s->ctx, params, &dc);
+    if (st0 || !dc) return st0;
     if (!(s->dcoll_buf = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_buf)) || !(s->dcoll_ds = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_ds)))
         return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     s->dcoll = dc;
@@ -960,6 +971,34 @@ static void init_leaf_values(const pdde_context *ctx, const pdde_program *P, con
 }
 
 #include "memory_admission.c"
+
+/* What the session of params would hold on rank `rank` (pdde.h): its memory plan, with the buckets
+ * device collectives would serve in device buffers instead of host ones (session_device_buckets;
+ * given that the implementation initialises). */
+pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out) {
+    if (!g || !out) return PDDE_ERR_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    const pdde_device_collectives_iface *dc = NULL;
+    pdde_program *P;
+    pdde_status st = PDDE_OK;
+#ifdef PDDE_HAVE_COMM
+    if (world_size > 0) st = session_device_collectives(g->ctx, params, &dc);
+#endif
+    if (!st) st = program_lower_rank(g, params, world_size, rank, &P);
+    if (st) return st;
+    program_memory m;
+    st = program_plan_memory(g->ctx, P, !(params && params->no_memory_reuse), &m);
+    if (!st) *out = m.stats;
+    for (int i = 0; !st && dc && i < P->n_order; i++) {
+        const pdde_tensor *b = P->order[i];
+        if (!program_device_bucket_served(g->ctx, P, b, dc)) continue;
+        out->allocated_bytes += pdde_tensor_nbytes(b);
+        out->transfer_bytes -= pdde_tensor_nbytes(b) + 1;
+    }
+    program_memory_free(&m);
+    program_free(P);
+    return st;
+}
 static pdde_status session_allocate(pdde_session *s) {
     pdde_status st = PDDE_OK;
     for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
@@ -1168,7 +1207,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
 #ifdef PDDE_HAVE_COMM
-    if (st == PDDE_OK && s->world) st = session_device_buckets(s, p.device_collectives);
+    if (st == PDDE_OK && s->world) st = session_device_buckets(s, &p);
     if (st == PDDE_OK && s->world) st = session_copy_streams(s);
 #endif
     if (st != PDDE_OK) {

@@ -206,15 +206,6 @@ PDDE_PRIVATE size_t program_comm_staging_bytes(pdde_context *ctx, const pdde_pro
     return most;
 }
 
-PDDE_PRIVATE const pdde_device_collectives_iface *program_device_collectives(const pdde_session_params *params) {
-    const pdde_device_collectives_iface *dc = params ? params->device_collectives : NULL;
-    const char *env = getenv("PDDE_DEVICE_COLLECTIVES");
-    if (!dc && env && !strcmp(env, "nccl")) dc = pdde_nccl_collectives();
-    if (!dc || dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free)
-        return NULL;
-    return dc;
-}
-
 PDDE_PRIVATE bool program_device_bucket_served(pdde_context *ctx, const pdde_program *P, const pdde_tensor *b, const pdde_device_collectives_iface *dc) {
     const pdde_program_node *bi = &P->info[b->id];
     bool rs = dc->struct_size >= offsetof(pdde_device_collectives_iface, reduce_scatter) + sizeof dc->reduce_scatter && dc->reduce_scatter;
@@ -229,27 +220,4 @@ PDDE_PRIVATE bool program_device_bucket_served(pdde_context *ctx, const pdde_pro
     for (const pdde_tensor *m = bi->bucket_next; m; m = P->info[m->id].bucket_next)
         if (m->src[m->nsrc - 2]->device != d || m->device != d) return false;
     return true;
-}
-
-pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out) {
-    if (!g || !out) return PDDE_ERR_INVALID_ARG;
-    memset(out, 0, sizeof *out);
-    pdde_program *P;
-    pdde_status st = program_lower_rank(g, params, world_size, rank, &P);
-    if (st) return st;
-    program_memory m;
-    st = program_plan_memory(g->ctx, P, !(params && params->no_memory_reuse), &m);
-    if (!st) *out = m.stats;
-    /* the buckets device collectives serve: a device buffer each instead of a host one (as the
-     * session's, given that the implementation initialises) */
-    const pdde_device_collectives_iface *dc = program_device_collectives(params);
-    for (int i = 0; !st && dc && i < P->n_order; i++) {
-        const pdde_tensor *b = P->order[i];
-        if (!program_device_bucket_served(g->ctx, P, b, dc)) continue;
-        out->allocated_bytes += pdde_tensor_nbytes(b);
-        out->transfer_bytes -= pdde_tensor_nbytes(b) + 1;
-    }
-    program_memory_free(&m);
-    program_free(P);
-    return st;
 }

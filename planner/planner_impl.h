@@ -410,10 +410,8 @@ PDDE_PRIVATE void program_memory_free(program_memory *m);
 /* The host bounce buffer that collectives and receives on device memory outside gradient buckets go
  * through (core/session.c, one for the session): the most bytes one of them needs, *device its node's. */
 PDDE_PRIVATE size_t program_comm_staging_bytes(pdde_context *ctx, const pdde_program *p, int *device);
-/* The device collectives a session of params uses (params->device_collectives, else PDDE_DEVICE_COLLECTIVES
- * =nccl; NULL: none or not valid, which the session reports), and whether dc serves bucket node b: its
- * op has dc's slot and every member lives on one device of dc's backend, which has the copy slot. */
-PDDE_PRIVATE const pdde_device_collectives_iface *program_device_collectives(const pdde_session_params *params);
+/* Whether device collectives dc serve bucket node b: its op has dc's slot and every member lives on
+ * one device of dc's backend, which has the copy slot (the session and pdde_predict_memory ask). */
 PDDE_PRIVATE bool program_device_bucket_served(pdde_context *ctx, const pdde_program *p, const pdde_tensor *b, const pdde_device_collectives_iface *dc);
 PDDE_PRIVATE size_t program_aligned_bytes(const pdde_tensor *t);
 
