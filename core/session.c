@@ -510,14 +510,15 @@ static pdde_status bucket_error(pdde_session *s, pdde_tensor *t, const pdde_tens
 }
 
 /* The bucket node: an early one starts in the pass that starts early reductions (else its first
- * member runs it), one at the update runs now. */
+ * member runs it), a micro-batch's (ZeRO-2/3's reduce-scatters, in backward; its members one bucket
+ * later: lower_buckets) starts in every pass, one at the update runs now. */
 static pdde_status run_bucket(pdde_session *s, pdde_tensor *b, int micro) {
-    bool early = node_info(s, b)->early;
+    bool early = node_info(s, b)->early, start = early || (b->phase == PDDE_PHASE_BACKWARD && s->requests);
     if (early && !s->early_starts) return PDDE_OK;
-    pdde_status st = bucket_run(s, b, micro, early);
+    pdde_status st = bucket_run(s, b, micro, start);
     if (st) return bucket_error(s, b, b, st);
     /* (no request: it was ordered on a device stream, or waits for its copies) */
-    s->bucket_done[b->id] = !early || (!s->requests[b->id] && s->copy_pending != b);
+    s->bucket_done[b->id] = !start || (!s->requests[b->id] && s->copy_pending != b);
     return PDDE_OK;
 }
 

@@ -1303,8 +1303,10 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
 
 /* The order with the buckets in it: an early bucket in its last member's place and each member in
  * its wait's (whose readers read the member), a bucket at the update before its first member. A
- * micro-batch's bucket runs in its last member's place, its members right after it, then their
- * grad_accums (deferred from their places: the gradients live until the bucket has them). */
+ * micro-batch's bucket starts in its last member's place and completes one bucket later: its members
+ * and then their grad_accums (deferred from their places) come after the next micro-batch bucket's
+ * start, or before the optimizer (so its collective runs beside the backward that follows, and the
+ * gradients live until then: about two buckets of them at once). */
 static pdde_status bucket_reorder(lowering *L) {
     pdde_program *P = L->P;
     pdde_tensor **order = malloc(((size_t)P->n_order + (size_t)P->n + 1) * sizeof *order);
@@ -1317,18 +1319,23 @@ static pdde_status bucket_reorder(lowering *L) {
             if (x && P->info[x->id].bucket && micro_bucket(P, P->info[x->id].bucket)) deferred[P->order[i]->id] = P->info[x->id].bucket;
         }
     int k = 0;
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *t = P->order[i];
-        pdde_program_node *in = &P->info[t->id];
-        if (deferred[t->id]) continue;
-        if (in->bucket && micro_bucket(P, in->bucket)) {
-            if (in->bucket_next) continue; /* (not the last member) */
-            order[k++] = in->bucket;
-            for (pdde_tensor *m = P->info[in->bucket->id].bucket_next; m; m = P->info[m->id].bucket_next) order[k++] = m;
+    pdde_tensor *pending = NULL; /* the micro-batch bucket started last, its members not out yet */
+    for (int i = 0; i <= P->n_order; i++) {
+        pdde_tensor *t = i < P->n_order ? P->order[i] : NULL;
+        pdde_program_node *in = t ? &P->info[t->id] : NULL;
+        if (t && deferred[t->id]) continue;
+        bool start = t && in->bucket && micro_bucket(P, in->bucket) && !in->bucket_next; /* (its last member) */
+        if (t && in->bucket && micro_bucket(P, in->bucket) && !start) continue;
+        if (start) order[k++] = in->bucket;
+        if (pending && (start || !t || t->phase == PDDE_PHASE_OPTIMIZER)) {
+            for (pdde_tensor *m = P->info[pending->id].bucket_next; m; m = P->info[m->id].bucket_next) order[k++] = m;
             for (int j = 0; j < P->n_order; j++)
-                if (deferred[P->order[j]->id] == in->bucket) order[k++] = P->order[j];
-            continue;
+                if (deferred[P->order[j]->id] == pending) order[k++] = P->order[j];
+            pending = NULL;
         }
+        if (start) pending = in->bucket;
+        if (!t) break;
+        if (start) continue;
         pdde_tensor *m = t->op == PDDE_OP_COMM_WAIT ? t->src[0] : NULL;
         if (m && P->info[m->id].bucket) { /* an early member, copied out here */
             m->phase = t->phase, m->layer = t->layer, P->info[m->id].early = false;

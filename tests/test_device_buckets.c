@@ -10,9 +10,11 @@
  * (pdde_device_collectives_iface, NCCL's shape) with an implementation that relays through host memory:
  * the allreduce buckets gathered into device buffers by the backend's copies, reduced through it and
  * scattered back equal the unbucketed run bit for bit, and it served every bucket of the step; so do
- * ZeRO-1's reduce-scatter and gather buckets and ZeRO-2's gathers through its reduce_scatter and
- * allgather, in the host buckets' rank-major layout on the device. A rank killed inside the device
- * path's reduce-scatter (a real SIGKILL, mid-bucket) fails the other's step within the peer timeout.
+ * ZeRO-1's reduce-scatter and gather buckets and ZeRO-2's (its reduce-scatters of each micro-batch's
+ * gradients too, each bucket's members one bucket later) through its reduce_scatter and allgather,
+ * in the host buckets' rank-major layout on the device. pdde_predict_memory equals what each run
+ * holds. A rank killed inside the device path's reduce-scatter (a real SIGKILL, mid-bucket: ZeRO-1's
+ * at the update, ZeRO-2's in backward) fails the other's step within the peer timeout.
  * PDDE_TEST_DEVICE=cuda runs it all on a CUDA device, with PDDE_COPY_STREAM=1 (the host buckets'
  * copies on its second stream, as OpenCL's are by default) where a config does not set it to 0. */
 #define _GNU_SOURCE
@@ -47,6 +49,7 @@ typedef struct {
     uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
     int gradient_collectives, early, on_device, ok, relayed, streams, stream_copies;
     int calls[3], buckets[3];  /* the relay's allreduces, reduce-scatters, gathers; the program's buckets of each */
+    int overlapped;            /* reduce-scatter buckets of backward with backward's kernels between their start and members */
     int failed_step, status;   /* (kill) the step that failed on rank 0, its status, seconds into it */
     double failed_after;
     int64_t host_syncs;        /* the host's waits for the device over the steps */
@@ -181,6 +184,17 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
         out->early += t->phase == PDDE_PHASE_BACKWARD && (t->op == PDDE_OP_ALLREDUCE || t->op == PDDE_OP_REDUCE_SCATTER);
         if (!strncmp(t->name, "bucket.", 7) && t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER)
             out->buckets[t->op == PDDE_OP_ALLREDUCE ? 0 : t->op == PDDE_OP_REDUCE_SCATTER ? 1 : 2]++;
+    }
+    for (int i = 0; i < pdde_session_node_count(s); i++) { /* (a member reads its bucket last) */
+        const pdde_tensor *b = pdde_session_node(s, i);
+        if (strncmp(b->name, "bucket.", 7) || b->op != PDDE_OP_REDUCE_SCATTER || b->phase != PDDE_PHASE_BACKWARD) continue;
+        int kernels = 0;
+        for (int j = i + 1; j < pdde_session_node_count(s); j++) {
+            const pdde_tensor *t = pdde_session_node(s, j);
+            if (t->nsrc && t->src[t->nsrc - 1] == b) break;
+            kernels += t->phase == PDDE_PHASE_BACKWARD && (t->op < PDDE_OP_ALLREDUCE || t->op > PDDE_OP_ALLGATHER) && t->op != PDDE_OP_GRAD_ACCUM;
+        }
+        out->overlapped += kernels > 0;
     }
     out->on_device = pdde_session_tensor(s, params[0]) && pdde_session_tensor(s, params[0])->device == sp.device;
     for (int step = 0; step < STEPS; step++) {
@@ -385,6 +399,10 @@ int main(void) {
               strstr(lost->error, "gradient bucket"), "%s: rank 1 killed: rank 0 got %s after %.2f s at step %d: %s", configs[i].name,
               pdde_status_str(lost->status), lost->failed_after, lost->failed_step, lost->error);
     }
+    /* ...each started as it fills, its members (and their accumulations) after the next bucket has
+     * started: the backward's kernels in between, beside the collective (all but the last of 5) */
+    CHECK(res[20].overlapped >= 4 && res[21].overlapped >= 4, "ZeRO-2's 512 B buckets with backward's kernels between their start and "
+          "their members: %d (host), %d (device path) of 5, want at least 4", res[20].overlapped, res[21].overlapped);
     /* ZeRO-2's reduce-scatters, one a gradient in every micro-batch, travel in buckets like the others:
      * one a step (25 MiB), 5 in 512 B buckets, on the host or through the device path; unbucketed, 6 */
     CHECK(res[16].gradient_collectives == 12 && res[19].gradient_collectives == 2 && res[20].gradient_collectives == 10 &&
