@@ -1303,10 +1303,11 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
 
 /* The order with the buckets in it: an early bucket in its last member's place and each member in
  * its wait's (whose readers read the member), a bucket at the update before its first member. A
- * micro-batch's bucket starts in its last member's place and completes one bucket later: its members
- * and then their grad_accums (deferred from their places) come after the next micro-batch bucket's
- * start, or before the optimizer (so its collective runs beside the backward that follows, and the
- * gradients live until then: about two buckets of them at once). */
+ * micro-batch's bucket starts in its last member's place and (overlap_gradients) completes one
+ * bucket later: its members and then their grad_accums (deferred from their places) come after the
+ * next micro-batch bucket's start, or before the optimizer (so its collective runs beside the backward
+ * that follows, and the gradients live until then: about two buckets of them at once); without
+ * overlap, right after it. */
 static pdde_status bucket_reorder(lowering *L) {
     pdde_program *P = L->P;
     pdde_tensor **order = malloc(((size_t)P->n_order + (size_t)P->n + 1) * sizeof *order);
@@ -1327,7 +1328,7 @@ static pdde_status bucket_reorder(lowering *L) {
         bool start = t && in->bucket && micro_bucket(P, in->bucket) && !in->bucket_next; /* (its last member) */
         if (t && in->bucket && micro_bucket(P, in->bucket) && !start) continue;
         if (start) order[k++] = in->bucket;
-        if (pending && (start || !t || t->phase == PDDE_PHASE_OPTIMIZER)) {
+        if (pending && (start || !t || t->phase == PDDE_PHASE_OPTIMIZER || !L->p->overlap_gradients)) {
             for (pdde_tensor *m = P->info[pending->id].bucket_next; m; m = P->info[m->id].bucket_next) order[k++] = m;
             for (int j = 0; j < P->n_order; j++)
                 if (deferred[P->order[j]->id] == pending) order[k++] = P->order[j];

@@ -11,6 +11,8 @@
  *          queue (PDDE_COPY_STREAM=0), run just before> opencl_zero1_copy_stream=<the same for ZeRO-1>
  *          opencl_dp2_overlap=<step time with the gradient buckets started in backward as they fill
  *          (overlap_gradients 1) / all at the update (-1), every rank on the device>
+ *          opencl_zero2_overlap=<the same for ZeRO-2: each micro-batch's reduce-scatter bucket completed one
+ *          bucket later, beside the backward / at once>
  *
  *   bench_parallel [STEPS]     (what `make bench-parallel` runs; STEPS timed steps, default 15, after 3 warm-up)
  *   BENCH_PARALLEL_DEVICE_ONLY=1 runs the device rows only (and the CPU plans they compare with);
@@ -354,14 +356,16 @@ int main(int argc, char **argv) {
      * the median of the pairs' ratios */
     /* ...and the same for the buckets started in backward as they fill (overlap_gradients 1) against all
      * at the update (-1), with every rank on the device */
-    enum { QUEUE_PAIRS = 3, N_PAIRS = 3 };
+    enum { QUEUE_PAIRS = 3, N_PAIRS = 4 };
     static const plan queues[N_PAIRS][2] = {{{"dp2_one_queue", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_two_queues", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
                                             {{"zero1_one_queue", 2, 1, 1, 1, 0, 1, 0, 0, 1}, {"zero1_two_queues", 2, 1, 1, 1, 0, 1, 0, 0, 1}},
-                                            {{"dp2_at_update", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_overlap", 2, 1, 1, 1, 0, 0, 0, 0, 1}}};
+                                            {{"dp2_at_update", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_overlap", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
+                                            {{"zero2_at_update", 2, 1, 1, 1, 0, 2, 0, 0, 1}, {"zero2_overlap", 2, 1, 1, 1, 0, 2, 0, 0, 1}}};
     static const char *const what[N_PAIRS][2] = {{"the buckets' copies on a second queue", "on the device's queue"},
                                                  {"the buckets' copies on a second queue", "on the device's queue"},
-                                                 {"the buckets started in backward", "all at the update"}};
-    double queue_ratio[N_PAIRS] = {NAN, NAN, NAN};
+                                                 {"the buckets started in backward", "all at the update"},
+                                                 {"each reduce-scatter bucket beside the backward", "each waited for at once"}};
+    double queue_ratio[N_PAIRS] = {NAN, NAN, NAN, NAN};
     for (int i = 0; i < N_PAIRS; i++) {
         double ratios[QUEUE_PAIRS], one_ms[QUEUE_PAIRS], two_ms[QUEUE_PAIRS], worst = 0;
         int pairs = 0;
@@ -391,8 +395,9 @@ int main(int argc, char **argv) {
     }
     const char *dev = device_backend();
     printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f %s_dp2_vs_cpu=%.2f %s_tp2_vs_cpu=%.2f %s_zero1_vs_cpu=%.2f "
-           "%s_dp2_copy_stream=%.2f %s_zero1_copy_stream=%.2f %s_dp2_overlap=%.2f\n", ran, equal, zero3_ratio, dev, device_ratio[0], dev,
-           device_ratio[1], dev, device_ratio[2], dev, queue_ratio[0], dev, queue_ratio[1], dev, queue_ratio[2]);
+           "%s_dp2_copy_stream=%.2f %s_zero1_copy_stream=%.2f %s_dp2_overlap=%.2f %s_zero2_overlap=%.2f\n", ran, equal, zero3_ratio, dev,
+           device_ratio[0], dev, device_ratio[1], dev, device_ratio[2], dev, queue_ratio[0], dev, queue_ratio[1], dev, queue_ratio[2], dev,
+           queue_ratio[3]);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return 0;
