@@ -9,10 +9,11 @@
  *          opencl_dp2_vs_cpu=<step time with every rank on its OpenCL device / the same plan on the CPU, run just before> ...
  *          opencl_dp2_copy_stream=<step time with the gradient buckets' copies on a second queue / on the device's
  *          queue (PDDE_COPY_STREAM=0), run just before> opencl_zero1_copy_stream=<the same for ZeRO-1>
- *          opencl_dp2_overlap=<step time with the gradient buckets started in backward as they fill
- *          (overlap_gradients 1) / all at the update (-1), every rank on the device>
- *          opencl_zero2_overlap=<the same for ZeRO-2: each micro-batch's reduce-scatter bucket completed one
- *          bucket later, beside the backward / at once>
+ *          opencl_dp2_overlap=<step time with the gradient buckets (1 MiB: GPT-small's gradients fit one of
+ *          25 MiB) started in backward as they fill (overlap_gradients 1) / all at the update (-1), every
+ *          rank on the device>
+ *          opencl_zero2_overlap=<the same for ZeRO-2 in 1 MiB buckets: each micro-batch's reduce-scatter
+ *          bucket completed one bucket later, beside the backward / at once>
  *
  *   bench_parallel [STEPS]     (what `make bench-parallel` runs; STEPS timed steps, default 15, after 3 warm-up)
  *   BENCH_PARALLEL_DEVICE_ONLY=1 runs the device rows only (and the CPU plans they compare with);
@@ -106,6 +107,7 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_resul
     if (strstr(p->name, "_nobucket")) sp.gradient_bucket_bytes = -1; /* (one collective per gradient: what buckets save) */
     if (strstr(p->name, "_at_update")) sp.overlap_gradients = -1;    /* (the buckets at the update, none in backward) */
     if (strstr(p->name, "_overlap")) sp.overlap_gradients = 1;       /* (started in backward as they fill, whatever the cores) */
+    if (strstr(p->name, "_1mb")) sp.gradient_bucket_bytes = 1 << 20;   /* (several buckets: backward left beside the first) */
     int layer_dev[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     /* (a rank is a process of its own) */
     if (strstr(p->name, "_one_queue") || strstr(p->name, "_two_queues")) setenv("PDDE_COPY_STREAM", strstr(p->name, "_two") ? "1" : "0", 1);
@@ -354,13 +356,13 @@ int main(int argc, char **argv) {
     /* the gradient buckets' host copies on a second queue of the device (the default on OpenCL) against
      * the device's own queue: QUEUE_PAIRS pairs, each run one after the other (the order alternating),
      * the median of the pairs' ratios */
-    /* ...and the same for the buckets started in backward as they fill (overlap_gradients 1) against all
-     * at the update (-1), with every rank on the device */
+    /* ...and the same for buckets of 1 MiB started in backward as they fill (overlap_gradients 1) against
+     * all at the update (-1), with every rank on the device */
     enum { QUEUE_PAIRS = 3, N_PAIRS = 4 };
     static const plan queues[N_PAIRS][2] = {{{"dp2_one_queue", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_two_queues", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
                                             {{"zero1_one_queue", 2, 1, 1, 1, 0, 1, 0, 0, 1}, {"zero1_two_queues", 2, 1, 1, 1, 0, 1, 0, 0, 1}},
-                                            {{"dp2_at_update", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_overlap", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
-                                            {{"zero2_at_update", 2, 1, 1, 1, 0, 2, 0, 0, 1}, {"zero2_overlap", 2, 1, 1, 1, 0, 2, 0, 0, 1}}};
+                                            {{"dp2_1mb_at_update", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_1mb_overlap", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
+                                            {{"zero2_1mb_at_update", 2, 1, 1, 1, 0, 2, 0, 0, 1}, {"zero2_1mb_overlap", 2, 1, 1, 1, 0, 2, 0, 0, 1}}};
     static const char *const what[N_PAIRS][2] = {{"the buckets' copies on a second queue", "on the device's queue"},
                                                  {"the buckets' copies on a second queue", "on the device's queue"},
                                                  {"the buckets started in backward", "all at the update"},
