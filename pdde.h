@@ -1457,6 +1457,8 @@ typedef struct {
                                 backward its gradient) it runs between its GEMMs, timed on the attention curve */
     int softmax_backward;    /* 1: softmax_bytes are an attention backward's, timed on the fused_attention_backward
                                 curve (0: the forward's, on the fused_attention curve) */
+    int64_t gemms;           /* a grouped GEMM: this many GEMMs of m x n x k (the experts'; flops: all of them); 0 = one.
+                                A CPU runs their row tiles one a thread at once (as a GEMM of threads x the tile's rows) */
 } pdde_cost_op;
 
 typedef struct pdde_cost_program pdde_cost_program;
@@ -1882,7 +1884,8 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
  * rows only), in groups of ep consecutive devices, each pair's bytes over its link and every group's
  * bytes leaving a machine through its NIC at once (CPU ranks beyond a machine's cores share them); the
  * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
- * skew: measured counts, or a stated max/mean); the experts' gradient reduction over their
+ * skew: measured counts, or a stated max/mean) and the passes over the experts' buffers (with ep > 1
+ * blocks of S rows an expert, S = ep x a rank's tokens dropless); the experts' gradient reduction over their
  * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages
  * split them over the data-parallel replicas). */
 typedef struct {
@@ -1906,12 +1909,14 @@ typedef struct {
     double alltoall_s;         /* its time */
     double cross_host_share;   /* of a rank's exchanged bytes, the share to other machines (the most of any rank) */
     double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
+    double expert_buffer_s;    /* the passes over the experts' rows beside the GEMMs: the activation, and with ep > 1
+                                  the buffer by expert's padded rows (zeroed, scanned, activated) */
     double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and the
                                   parameters gathered) */
     double imbalance;          /* the busiest rank's rows over the mean */
     double gemm_efficiency;    /* the GEMM rate at one expert's rows over the rate at all the rank's rows */
     double expert_param_bytes, expert_optimizer_bytes; /* a rank's: parameters + gradients, AdamW state */
-    double step_s;             /* alltoall_s + expert_gemm_s + dp_sync_s */
+    double step_s;             /* alltoall_s + expert_gemm_s + expert_buffer_s + dp_sync_s */
     int fits;                  /* the experts' memory within the budget */
 } pdde_moe_cost;
 pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,

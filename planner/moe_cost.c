@@ -137,11 +137,30 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     if (p->capacity_factor > 0 && rank_rows > rows * p->capacity_factor) rank_rows = rows * p->capacity_factor;
     double m = rank_rows / per > 1 ? rank_rows / per : 1;
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = (int64_t)m, .n = p->ffn, .k = p->width,
-                       .dtype = p->compute_dtype};
-    op.flops = 2.0 * m * C * F;
+                       .dtype = p->compute_dtype, .gemms = per}; /* (all the rank's experts: one grouped GEMM) */
+    op.flops = 2.0 * per * m * C * F;
     double t1 = pdde_cost_compute_time(ctx, c, devices[0], &op) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
     if (!isfinite(t1)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the expert GEMM: %s", pdde_last_error(ctx));
-    out->expert_gemm_s = p->layers * 6.0 * per * t1;
+    out->expert_gemm_s = p->layers * 6.0 * t1;
+    /* the passes over the experts' rows beside the GEMMs, a layer: the activation (forward: 2 x its
+     * [rows, F], backward 3 x). ep 1 keeps the routed rows in one block; ep > 1 (pdde's buffer by
+     * expert) gives each local expert S rows, ep x a rank's tokens dropless (every token of the group
+     * might choose it) or its share of the capacity, padded with zeros: each [., C] buffer (X) and
+     * [., F] buffer (H) is zeroed or scanned for its routed rows by every op on it: 7 X (the dispatch,
+     * the GEMMs' inputs, outputs and weight gradients, the combine's backward) and 10 H (the same
+     * and the activation's 5) */
+    double csz = (double)pdde_dtype_size(p->compute_dtype), S = ep * tokens;
+    if (p->capacity_factor > 0 && ep * rows * p->capacity_factor / E < S) S = ep * rows * p->capacity_factor / E;
+    double bx = ep > 1 ? per * S * C * csz : 0, bh = ep > 1 ? per * S * F * csz : rank_rows * F * csz;
+    double passes[][2] = {{1, 2 * bh}, {1, 3 * bh}, {7, bx}, {5, bh}}; /* (ops, bytes of one); ep 1: the first two */
+    pdde_cost_op pass = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->compute_dtype};
+    double share = cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
+    for (int i = 0; i < (ep > 1 ? 4 : 2); i++) {
+        pass.bytes = passes[i][1];
+        double t = pdde_cost_compute_time(ctx, c, devices[0], &pass) * share;
+        if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' buffers: %s", pdde_last_error(ctx));
+        out->expert_buffer_s += p->layers * passes[i][0] * t;
+    }
     /* the efficiency of those GEMMs against one of the rank's whole rows (the dense layer's shape) */
     pdde_cost_op dense = op;
     dense.m = (int64_t)(tokens * k > 1 ? tokens * k : 1), dense.flops = 2.0 * (double)dense.m * C * F;
@@ -176,7 +195,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over the ep group: %s", pdde_last_error(ctx));
         out->dp_sync_s += t;
     }
-    out->step_s = out->alltoall_s + out->expert_gemm_s + out->dp_sync_s;
+    out->step_s = out->alltoall_s + out->expert_gemm_s + out->expert_buffer_s + out->dp_sync_s;
     return PDDE_OK;
 }
 
