@@ -1436,7 +1436,7 @@ typedef struct {
     /* compute */
     pdde_op_class op_class;
     int64_t m, n, k;         /* GEMM shape (batch folded into m) */
-    double flops;            /* 0 with a GEMM shape: 2mnk */
+    double flops;            /* 0 with a GEMM shape: 2mnk (x gemms) */
     double bytes;            /* bytes the op reads and writes */
     /* communication */
     pdde_collective coll;

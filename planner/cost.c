@@ -182,7 +182,7 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
     if (!s) return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "cost: no device with id %d in cluster \"%s\"", device_id, c->name), NAN;
     if ((unsigned)op->op_class >= PDDE_OPCLASS_COUNT) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cost: op \"%s\": bad op class", op->name), NAN;
     if (op->op_class == PDDE_OPCLASS_GEMM) {
-        double flops = op->flops > 0 ? op->flops : 2.0 * (double)op->m * (double)op->n * (double)op->k;
+        double flops = op->flops > 0 ? op->flops : 2.0 * (double)op->m * (double)op->n * (double)op->k * (op->gemms > 1 ? (double)op->gemms : 1);
         if (flops <= 0) return 0;
         double rate = 0, grouped = s->n_gemm ? cost_grouped_gemm_cpu(s, op, flops) : 0;
         if (grouped > 0) return grouped;

@@ -156,11 +156,11 @@ static int collect(const char *cmd, size_t *sizes, double *lat) {
 /* The MoE parts of rank 0's steps after the 5th in a trace of gpt (pdde-run --trace: one event a line),
  * ms a step: [0] the exchange (alltoall, its waits included), [1] the expert GEMMs, [2] the passes over
  * their buffers (the activation, dispatch, combine), [3] the gradients' collectives (all of them: at
- * ep 1 the experts' ride in the dense buckets). 0 when the trace has no steps. */
-enum { PARTS = 4 };
+ * ep 1 the experts' ride in the dense buckets), [4] the step. 0 when the trace has no steps. */
+enum { PARTS = 5 }; /* ([4]: the step) */
 static int trace_parts(const char *path, double *ms) {
     static const char *const prefix[PARTS][4] = {{"alltoall"}, {"moe_grouped_matmul"}, {"gelu", "moe_dispatch", "moe_combine"},
-                                                 {"allreduce", "reduce_scatter", "bucket"}};
+                                                 {"allreduce", "reduce_scatter", "bucket"}, {"step\""}};
     FILE *f = fopen(path, "r");
     char line[1024];
     int steps[64] = {0}, n_steps = 0;
@@ -345,7 +345,7 @@ int main(int argc, char **argv) {
                 if (pdde_moe_cost_estimate(ctx, cl, dev, cfg[i].ranks, &mp, cfg[i].ep, &mc) == PDDE_OK) {
                     preds[i][n_pred] = mc.step_s;
                     double *pp = parts[i][n_pred];
-                    pp[0] = mc.alltoall_s, pp[1] = mc.expert_gemm_s, pp[2] = mc.expert_buffer_s, pp[3] = mc.dp_sync_s;
+                    pp[0] = mc.alltoall_s, pp[1] = mc.expert_gemm_s, pp[2] = mc.expert_buffer_s, pp[3] = mc.dp_sync_s, pp[4] = mc.step_s;
                 }
                 else ok = 0, fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
             }
@@ -397,8 +397,8 @@ int main(int argc, char **argv) {
                 pm[k] = bench_median(v, n_pred) * 1e3;
             }
             printf("      ms a step, predicted / measured (one traced run, rank 0): exchange %.2f / %.2f, expert GEMMs %.2f / %.2f, "
-                   "buffers %.2f / %.2f, expert gradients %.2f / all gradients %.2f\n", pm[0], seen[i][0], pm[1], seen[i][1], pm[2], seen[i][2], pm[3],
-                   seen[i][3]);
+                   "buffers %.2f / %.2f, expert gradients %.2f / all gradients %.2f (its step %.2f)\n", pm[0], seen[i][0], pm[1], seen[i][1], pm[2],
+                   seen[i][2], pm[3], seen[i][3], seen[i][4]);
             if (!isfinite(measured[i]) || !isfinite(predicted[i])) { pick = best = -2; continue; }
             if (pick == -1 || (pick >= 0 && predicted[i] < predicted[pick])) pick = i;
             if (best == -1 || (best >= 0 && measured[i] < measured[best])) best = i;
