@@ -103,6 +103,10 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     /* rows each rank sends in one exchange: its tokens' k choices (dropless: the routed rows only, the
      * counts first; a capacity only drops some) */
     double rows = tokens * k;
+    /* pdde's buffer by expert (ep > 1): S rows a local expert, ep x a rank's tokens dropless (every
+     * token of the group might choose it), else its share of the capacity */
+    double S = ep * tokens;
+    if (p->capacity_factor > 0 && ep * rows * p->capacity_factor / E < S) S = ep * rows * p->capacity_factor / E;
     out->ep = ep;
     out->imbalance = moe_rank_imbalance(p, ep);
     /* 4 exchanges a layer (dispatch and combine, forward and backward); what leaves the rank */
@@ -112,9 +116,11 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
         double t = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, (int64_t)(rows * C), p->dtype);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the alltoall over %d ranks: %s", ep, pdde_last_error(ctx));
         /* each exchange sends the counts first (E/ep integers a peer) and packs and unpacks its rows
-         * on the host (a copy of the rows each way) */
+         * on the host (a copy of the rows each way), zeroing its padded output first (the buffer by
+         * expert: S rows a local expert, below) */
         double tc = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, per > 0 ? per : 1, PDDE_I32);
-        pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype, .bytes = 4.0 * rows * C * esz};
+        pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype,
+                             .bytes = 4.0 * rows * C * esz + per * S * C * esz};
         double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
         if (!isfinite(tc) || !isfinite(tp)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the exchange's counts or copies: %s", pdde_last_error(ctx));
         out->alltoall_s = 4.0 * p->layers * (t + tc + tp);
@@ -143,14 +149,12 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     if (!isfinite(t1)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the expert GEMM: %s", pdde_last_error(ctx));
     out->expert_gemm_s = p->layers * 6.0 * t1;
     /* the passes over the experts' rows beside the GEMMs, a layer: the activation (forward: 2 x its
-     * [rows, F], backward 3 x). ep 1 keeps the routed rows in one block; ep > 1 (pdde's buffer by
-     * expert) gives each local expert S rows, ep x a rank's tokens dropless (every token of the group
-     * might choose it) or its share of the capacity, padded with zeros: each [., C] buffer (X) and
-     * [., F] buffer (H) is zeroed or scanned for its routed rows by every op on it: 7 X (the dispatch,
-     * the GEMMs' inputs, outputs and weight gradients, the combine's backward) and 10 H (the same
-     * and the activation's 5) */
-    double csz = (double)pdde_dtype_size(p->compute_dtype), S = ep * tokens;
-    if (p->capacity_factor > 0 && ep * rows * p->capacity_factor / E < S) S = ep * rows * p->capacity_factor / E;
+     * [rows, F], backward 3 x). ep 1 keeps the routed rows in one block; ep > 1 the buffer by expert,
+     * padded with zeros: each [., C] buffer (X) and [., F] buffer (H) is zeroed or scanned for its
+     * routed rows by every op on it: 7 X (the dispatch, the GEMMs' inputs, outputs and weight
+     * gradients, the combine's backward; the exchanges' above) and 10 H (the same and the
+     * activation's 5) */
+    double csz = (double)pdde_dtype_size(p->compute_dtype);
     double bx = ep > 1 ? per * S * C * csz : 0, bh = ep > 1 ? per * S * F * csz : rank_rows * F * csz;
     double passes[][2] = {{1, 2 * bh}, {1, 3 * bh}, {7, bx}, {5, bh}}; /* (ops, bytes of one); ep 1: the first two */
     pdde_cost_op pass = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->compute_dtype};
