@@ -157,11 +157,10 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     double csz = (double)pdde_dtype_size(p->compute_dtype);
     double bx = ep > 1 ? per * S * C * csz : 0, bh = ep > 1 ? per * S * F * csz : rank_rows * F * csz;
     double passes[][2] = {{1, 2 * bh}, {1, 3 * bh}, {7, bx}, {5, bh}}; /* (ops, bytes of one); ep 1: the first two */
-    pdde_cost_op pass = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->compute_dtype};
-    double share = cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
     for (int i = 0; i < (ep > 1 ? 4 : 2); i++) {
-        pass.bytes = passes[i][1];
-        double t = pdde_cost_compute_time(ctx, c, devices[0], &pass) * share;
+        int cls = i < 2 ? PDDE_OPCLASS_GELU : PDDE_OPCLASS_ELEMENTWISE; /* (the activation: its own curve where measured) */
+        pdde_cost_op pass = {.kind = PDDE_COST_COMPUTE, .op_class = cls, .dtype = p->compute_dtype, .bytes = passes[i][1]};
+        double t = pdde_cost_compute_time(ctx, c, devices[0], &pass) * cost_core_sharing(c, devices, n_ranks, cls);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' buffers: %s", pdde_last_error(ctx));
         out->expert_buffer_s += p->layers * passes[i][0] * t;
     }

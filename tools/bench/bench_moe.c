@@ -27,7 +27,9 @@
  *    expert gradients reduce-scattered) on this machine's calibrations with collectives (before the
  *    rounds, halfway, after: the median of the three predictions), its CPU device one rank a copy, the machine's cores as the file says (the ranks beyond them share them), picks
  *    one for each number of ranks, as gpt --plan auto does: pick_gap_pct = how much slower the pick
- *    on 2 ranks measured than the faster, pick_gap_pct_4 the same among the 3 on 4 ranks.
+ *    on 2 ranks measured than the faster, pick_gap_pct_4 the same among the 3 on 4 ranks. Beside each,
+ *    the model's parts (exchange, expert GEMMs, their buffers, expert gradients) against one traced
+ *    run's (rank 0's spans; the exchange's include its waits, the gradients' are all collectives).
  *
  * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. pick_gap_pct_4=.. */
 #define _GNU_SOURCE
