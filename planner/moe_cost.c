@@ -149,16 +149,17 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     if (!isfinite(t1)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the expert GEMM: %s", pdde_last_error(ctx));
     out->expert_gemm_s = p->layers * 6.0 * t1;
     /* the passes over the experts' rows beside the GEMMs, a layer: the activation (forward: 2 x its
-     * [rows, F], backward 3 x). ep 1 keeps the routed rows in one block; ep > 1 the buffer by expert,
-     * padded with zeros: each [., C] buffer (X) and [., F] buffer (H) is zeroed or scanned for its
-     * routed rows by every op on it: 7 X (the dispatch, the GEMMs' inputs, outputs and weight
-     * gradients, the combine's backward; the exchanges' above) and 10 H (the same and the
-     * activation's 5) */
+     * [rows, F], backward 3 x; on its own curve where measured). ep 1 keeps the routed rows in one
+     * block; ep > 1 the buffer by expert, padded with zeros: each [., C] buffer (X) and [., F]
+     * buffer (H) is zeroed (4 X: the dispatch, the combine's backward, 2 GEMMs' outputs; 2 H: the
+     * other GEMMs' outputs; the exchanges' above) or scanned row by row for its routed rows, a row
+     * reduction (3 X and 3 H: the GEMMs' inputs, their weight gradients') */
     double csz = (double)pdde_dtype_size(p->compute_dtype);
     double bx = ep > 1 ? per * S * C * csz : 0, bh = ep > 1 ? per * S * F * csz : rank_rows * F * csz;
-    double passes[][2] = {{1, 2 * bh}, {1, 3 * bh}, {7, bx}, {5, bh}}; /* (ops, bytes of one); ep 1: the first two */
-    for (int i = 0; i < (ep > 1 ? 4 : 2); i++) {
-        int cls = i < 2 ? PDDE_OPCLASS_GELU : PDDE_OPCLASS_ELEMENTWISE; /* (the activation: its own curve where measured) */
+    double passes[][3] = {{1, 2 * bh, PDDE_OPCLASS_GELU},     {1, 3 * bh, PDDE_OPCLASS_GELU}, {4, bx, PDDE_OPCLASS_ELEMENTWISE},
+                          {2, bh, PDDE_OPCLASS_ELEMENTWISE}, {3, bx, PDDE_OPCLASS_ROW},      {3, bh, PDDE_OPCLASS_ROW}};
+    for (int i = 0; i < (ep > 1 ? 6 : 2); i++) { /* (ops, bytes of one, class); ep 1: the first two */
+        int cls = (int)passes[i][2];
         pdde_cost_op pass = {.kind = PDDE_COST_COMPUTE, .op_class = cls, .dtype = p->compute_dtype, .bytes = passes[i][1]};
         double t = pdde_cost_compute_time(ctx, c, devices[0], &pass) * cost_core_sharing(c, devices, n_ranks, cls);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' buffers: %s", pdde_last_error(ctx));

@@ -1193,9 +1193,11 @@ static void test_moe_grouped_gemm_cpu(void) {
     pdde_moe_cost m;
     CHECK(pdde_moe_cost_estimate(ctx, c, dev, 1, &p, 1, &m) == PDDE_OK && test_close(m.expert_gemm_s, 2 * 6 * flops / 4e10, 1e-12, 0),
           "moe model's expert GEMMs on 2 threads: %g s (want %g)", m.expert_gemm_s, 2 * 6 * flops / 4e10);
-    /* its buffers (past the curve's last point: 1e10 B/s): ep 1, the activation over 512 rows of 256
-     * (2 + 3 x 512 KiB); ep 2 on 2 ranks, 4 experts x 256 rows of 256 (1 MiB): 2 + 3 + 5 of H, 7 of X */
-    double bh = 512.0 * 256 * 4, e1 = 2 * 5 * bh * 1e-10, e2 = 2 * 17 * 1048576 * 1e-10;
+    /* its buffers (past the curves' last points: elementwise 1e10 B/s, row 5e9): ep 1, the activation
+     * over 512 rows of 256 (2 + 3 x 512 KiB); ep 2 on 2 ranks, 4 experts x 256 rows of 256 (1 MiB):
+     * the activation (2 + 3) and 4 X + 2 H zeroed at the elementwise rate, 3 X + 3 H scanned at the row rate */
+    s->n_curve[PDDE_OPCLASS_ROW] = 1, s->curve[PDDE_OPCLASS_ROW][0] = (pdde_curve_point){1e6, 2e-4};
+    double bh = 512.0 * 256 * 4, e1 = 2 * 5 * bh * 1e-10, e2 = 2 * (11 * 1048576 * 1e-10 + 6 * 1048576 / 5e9);
     pdde_moe_cost m2;
     CHECK(pdde_moe_cost_estimate(ctx, c, dev, 2, &p, 2, &m2) == PDDE_OK && test_close(m.expert_buffer_s, e1, 1e-9, 0) &&
               test_close(m2.expert_buffer_s, e2, 1e-9, 0) && test_close(m2.step_s, m2.alltoall_s + m2.expert_gemm_s + m2.expert_buffer_s + m2.dp_sync_s, 1e-12, 0),
