@@ -1,7 +1,7 @@
 /* job_util.h — job control for the tests and benchmarks that start `pdde-run` jobs (test_elastic,
  * test_etcd, bench_elastic): start a job with its output captured, poll the output, find the ranks it
  * started, kill everything, run it to its end within a limit; read gpt's --metrics file; a free port; a
- * gpt job test's setup (job_gpt_setup). Header-only
+ * gpt job test's setup (job_gpt_setup; job_gpt_test_setup in a test's main). Header-only
  * (static inline functions): include it once per program, after <stdio.h>. */
 #ifndef PDDE_JOB_UTIL_H
 #define PDDE_JOB_UTIL_H
@@ -236,5 +236,18 @@ static inline int job_gpt_setup(const char *argv0, char *run, char *gpt, size_t 
     printf("seed %u\n", *seed);
     return 0;
 }
+
+#ifdef PDDE_TEST_UTIL_H
+/* job_gpt_setup for a test's main (test_util.h included before this header): -1 when ready; else what
+ * main returns: a skip saying what is missing (test_finish's code), 1 when the folder cannot be made. */
+static inline int job_gpt_test_setup(const char *argv0, char *run, char *gpt, size_t cap, char *tmp, size_t tmp_cap,
+                                     const char *tmp_template, unsigned *seed) {
+    char why[1400];
+    int ready = job_gpt_setup(argv0, run, gpt, cap, tmp, tmp_cap, tmp_template, seed, why, sizeof why);
+    if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
+    if (ready) { test_skip("setup", "%s", why); return test_finish(); }
+    return -1;
+}
+#endif
 
 #endif

@@ -515,14 +515,9 @@ static void test_example(const char *dir) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    unsigned seed;
-    char why[1400];
-    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic.XXXXXX", &seed, why, sizeof why);
-    if (ready) {
-        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
-        test_skip("setup", "%s", why);
-        return test_finish();
-    }
+    unsigned seed = 0;
+    int setup = job_gpt_test_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic.XXXXXX", &seed);
+    if (setup >= 0) return setup;
     setenv("PDDE_JOB_SECRET", "test-elastic-secret-0123456789abcdef", 1); /* (the joiners must know the job's) */
     snprintf(g_base, sizeof g_base, "%s/base.jsonl", g_tmp);
     job base = job_start(NULL, g_base, NULL, NULL);

@@ -182,14 +182,9 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
 
 int main(int argc, char **argv) {
     (void)argc;
-    unsigned seed;
-    char why[1400];
-    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-ft.XXXXXX", &seed, why, sizeof why);
-    if (ready) {
-        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
-        test_skip("setup", "%s", why);
-        return test_finish();
-    }
+    unsigned seed = 0;
+    int setup = job_gpt_test_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-ft.XXXXXX", &seed);
+    if (setup >= 0) return setup;
     setenv("PDDE_JOB_SECRET", "test-elastic-ft-secret-0123456789abcdef", 1); /* (the reference's joiner must know it) */
     static const char *const ft[] = {"--ft-replicas", NULL}, *const zero1[] = {"--zero", "1", NULL};
     test_rejoin("ft replicas", 0, seed, ft, 0);

@@ -198,14 +198,9 @@ static void test_grow_pipeline(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    unsigned seed;
-    char why[1400];
-    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-reshard.XXXXXX", &seed, why, sizeof why);
-    if (ready) {
-        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
-        test_skip("setup", "%s", why);
-        return test_finish();
-    }
+    unsigned seed = 0;
+    int setup = job_gpt_test_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-reshard.XXXXXX", &seed);
+    if (setup >= 0) return setup;
     static const reshard_case cases[] = {
         {"ZeRO-2", "4", {"--zero", "2"}, "dp=3,tp=1,pp=1,mb=1,zero=2", "3 ranks: dp 3 x tp 1 x pp 1, ZeRO-2"},
         {"ZeRO-3", "4", {"--zero", "3"}, "dp=3,tp=1,pp=1,mb=1,zero=3", "3 ranks: dp 3 x tp 1 x pp 1, ZeRO-3"},
