@@ -102,6 +102,10 @@ static inline int job_ranks(pid_t runner, pid_t *pids, int cap) {
     return found;
 }
 
+/* Signals a rank found by job_ranks; a rank not found (pid 0) is not signalled: kill(0, sig) would signal
+ * the caller's own process group, the test among it. -1 then. */
+static inline int job_signal_rank(pid_t pid, int sig) { return pid > 0 ? kill(pid, sig) : -1; }
+
 /* Reads what is there (waiting up to ms); 1 once the job has exited and its output is read. */
 static inline int job_poll(job *j, int ms) {
     if (j->fd >= 0) {

@@ -152,7 +152,7 @@ static void test_lose_one(unsigned seed, int sig, int zero) {
     printf("%s: rank %d at step ~%d (seed %u): %s (seen %.2f s after the signal)\n", name, victim, step_hit, seed, line,
            seen_at - t_sig);
     if (sig == SIGSTOP) {
-        kill(before[victim], SIGCONT); /* the stale rank comes back: it must find itself fenced */
+        job_signal_rank(before[victim], SIGCONT); /* the stale rank comes back: it must find itself fenced */
         int waited = 0;
         while (!job_poll(&j, 20) && proc_is_running(before[victim]) && waited++ < 400) {}
     }
@@ -205,7 +205,7 @@ static void test_lagging_survivor(unsigned seed) {
     job_ranks(j.pid, pids, 8);
     usleep(300000); /* (the others are inside step `at`; the lagging one waits before it) */
     double t_kill = test_now();
-    kill(pids[victim], SIGKILL);
+    job_signal_rank(pids[victim], SIGKILL);
     int rc = job_finish(&j, t_kill - j.t0 + JOB_LIMIT);
     int resumed = -1, again = -1;
     double secs;
@@ -263,7 +263,7 @@ static void test_replan(unsigned seed) {
     }
     pid_t pids[8];
     job_ranks(j.pid, pids, 8);
-    kill(pids[victim], SIGKILL);
+    job_signal_rank(pids[victim], SIGKILL);
     int rc = job_finish(&j, JOB_LIMIT), resumed = -1;
     double secs;
     char line[800] = "", chose4[200] = "", chose3[200] = "", want[240];
@@ -318,7 +318,7 @@ static void test_ft_replicas(unsigned seed) {
     }
     pid_t pids[8];
     job_ranks(j.pid, pids, 8);
-    kill(pids[victim], SIGKILL);
+    job_signal_rank(pids[victim], SIGKILL);
     int rc = job_finish(&j, JOB_LIMIT), resumed = -1;
     double secs;
     char line[800] = "", want[64];
@@ -366,10 +366,10 @@ static void test_two_failures(unsigned seed) {
     pid_t pids[8];
     int ok = !job_wait_step(&j, m, at1, STEP_LIMIT);
     job_ranks(j.pid, pids, 8);
-    if (ok) kill(pids[2], SIGKILL);
+    if (ok) job_signal_rank(pids[2], SIGKILL);
     ok = ok && !job_wait_step(&j, m, at2, STEP_LIMIT) && strstr(job_text(&j), "resumed at step");
     job_ranks(j.pid, pids, 8);
-    if (ok && pids[1]) kill(pids[1], SIGKILL);
+    if (ok && pids[1]) job_signal_rank(pids[1], SIGKILL);
     int rc = job_finish(&j, JOB_LIMIT);
     const char *t = job_text(&j), *first = strstr(t, "re-plan 4 -> 3"), *second = strstr(t, "re-plan 3 -> 2");
     CHECK(ok && rc == 0 && first && second && strstr(t, "2 ranks finished, 2 lost"),
@@ -453,7 +453,7 @@ static void test_lost_while_forming(unsigned seed) {
     double t_kill = 0, t_resumed = 0;
     if (!job_wait_step(&j, m, 15 + rand() % 30, STEP_LIMIT)) {
         job_ranks(j.pid, pids, 8);
-        kill(pids[3], SIGKILL);
+        job_signal_rank(pids[3], SIGKILL);
         t_kill = test_now();
         while (!job_poll(&j, 5) && !strstr(job_text(&j), "resumed at step") && test_now() - t_kill < 30) {}
         t_resumed = test_now();
@@ -483,7 +483,7 @@ static void test_stops(unsigned seed) {
     srand(seed * 13 + 5);
     if (!job_wait_step(&j, m, 10 + rand() % 20, STEP_LIMIT)) {
         job_ranks(j.pid, pids, 8);
-        kill(pids[3], SIGKILL);
+        job_signal_rank(pids[3], SIGKILL);
     }
     int rc = job_finish(&j, 30);
     CHECK(rc != 0 && strstr(job_text(&j), "more than --max-restarts 0") && !strstr(job_text(&j), "resumed at"),
@@ -499,7 +499,7 @@ static void test_stops(unsigned seed) {
     job k = job_start(NULL, m, min4, endless);
     if (!job_wait_step(&k, m, 15, STEP_LIMIT)) {
         job_ranks(k.pid, pids, 8);
-        kill(pids[1], SIGKILL);
+        job_signal_rank(pids[1], SIGKILL);
     }
     rc = job_finish(&k, 30);
     CHECK(rc != 0 && strstr(job_text(&k), "fewer than the minimum 4"), "--min 4 and a rank lost: the job stops: rc %d\n%s", rc,
@@ -517,9 +517,9 @@ static void test_example(const char *dir) {
     job j = job_spawn(argv, env);
     if (j.pid < 0) return;
     pid_t pids[8];
-    while (job_ranks(j.pid, pids, 8) < 4 && test_now() - j.t0 < 10) job_poll(&j, 10);
-    while (!strstr(job_text(&j), "step 1000 loss") && test_now() - j.t0 < 20) job_poll(&j, 5); /* on its way */
-    kill(pids[2], SIGKILL);
+    while (job_ranks(j.pid, pids, 8) < 4 && test_now() - j.t0 < STEP_LIMIT) job_poll(&j, 10);
+    while (!strstr(job_text(&j), "step 1000 loss") && test_now() - j.t0 < STEP_LIMIT) job_poll(&j, 5); /* on its way */
+    job_signal_rank(pids[2], SIGKILL);
     int rc = job_finish(&j, 50);
     CHECK(rc == 0 && strstr(job_text(&j), "rank 2 lost (SIGKILL)") && strstr(job_text(&j), "after 6000 steps on 3 ranks"),
           "examples/elastic.c: a rank killed, the job finishes on 3 ranks: rc %d\n%s", rc, job_text(&j));

@@ -115,7 +115,7 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
     }
     pid_t before[8], after[8];
     job_ranks(j.pid, before, 8);
-    kill(before[victim], SIGKILL);
+    job_signal_rank(before[victim], SIGKILL);
     double t_kill = test_now();
     char lost_line[800] = "", join_line[800] = "";
     int lost_at = -1, join_at = -1;

@@ -74,7 +74,7 @@ static void test_case(const reshard_case *c, int k, unsigned seed) {
     }
     pid_t before[8], after[8];
     job_ranks(j.pid, before, 8);
-    kill(before[victim], SIGKILL);
+    job_signal_rank(before[victim], SIGKILL);
     double t_kill = test_now();
     while (!job_poll(&j, 5) && !strstr(job_text(&j), "resumed at step") && test_now() - t_kill < 20) {}
     job_ranks(j.pid, after, 8);
