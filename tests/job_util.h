@@ -20,6 +20,12 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Seconds a test's gpt job may take to its end, and to reach a step before an event: guards against a
+ * hang (a stall waits for the world's timeout of 300 s), not timings: at a load of 6-13 on 2 cores
+ * 200 steps on 3 ranks took 31 s, a rejoin job over 50 s. */
+#define JOB_LIMIT_S 120
+#define JOB_STEP_LIMIT_S 60
+
 typedef struct {
     pid_t pid;
     int fd, exited, status;
