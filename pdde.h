@@ -867,15 +867,16 @@ typedef struct {
                                     other than pdde-run); not owned */
     int rank, world_size;        /* world_size 0: both from the environment (pdde_comm_env_read) */
     const char *prefix;          /* key prefix in the store, one per job; NULL = "pdde" */
-    double timeout_s;            /* init and blocking collectives; 0 = 300 */
+    double timeout_s;            /* blocking collectives, and init unless init_timeout_s; 0 = 300 */
     double peer_timeout_s;       /* bound on failure detection; 0 = 5 */
     pdde_comm_algo algo;         /* 0 = auto; the env PDDE_COMM_ALGO (ring, recursive, two_level) too */
     pdde_mem_kind mem_kind;      /* where the buffers passed to collectives live; host only for now */
     const pdde_transport_iface *transport; /* NULL = UCX */
     int no_progress_thread;      /* 1: non-blocking operations progress only inside test/wait */
     const char *host_id;         /* NULL: PDDE_HOST_ID or hostname + network namespace */
+    double init_timeout_s;       /* forming the world (store, connections, shared memory); 0 = timeout_s */
 } pdde_comm_params;
-#define PDDE_COMM_PARAMS_INIT {NULL, 0, 0, NULL, 0, 0, PDDE_ALGO_AUTO, PDDE_MEM_HOST, NULL, 0, NULL}
+#define PDDE_COMM_PARAMS_INIT {NULL, 0, 0, NULL, 0, 0, PDDE_ALGO_AUTO, PDDE_MEM_HOST, NULL, 0, NULL, 0}
 
 /* Collective over all ranks: reads the environment (or params), meets the others through the store,
  * connects every pair, exchanges host ids. */

@@ -22,47 +22,10 @@
 
 /* ---- a block of cooperative threads ----------------------------------------------------------- */
 
-enum { EMU_THREADS = 128, EMU_STACK = 1 << 18 };
-static ucontext_t emu_main, emu_ctx[EMU_THREADS];
-static int emu_cur, emu_done[EMU_THREADS];
-static char *emu_stacks;
-struct emu_dim { unsigned x; };
-static emu_dim emu_block;
-static void (*emu_body)(void);
-
-/* every thread yields at every barrier: threads run a segment each, in order, round after round */
-static void emu_yield() { swapcontext(&emu_ctx[emu_cur], &emu_main); }
-static void emu_entry() {
-    emu_body();
-    emu_done[emu_cur] = 1;
-    swapcontext(&emu_ctx[emu_cur], &emu_main);
-}
-static void emu_run_block(unsigned block, void (*body)(void)) {
-    if (!emu_stacks) emu_stacks = (char *)malloc((size_t)EMU_THREADS * EMU_STACK);
-    emu_block.x = block;
-    emu_body = body;
-    for (int t = 0; t < EMU_THREADS; t++) {
-        getcontext(&emu_ctx[t]);
-        emu_ctx[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
-        emu_ctx[t].uc_stack.ss_size = EMU_STACK;
-        emu_ctx[t].uc_link = &emu_main;
-        makecontext(&emu_ctx[t], emu_entry, 0);
-        emu_done[t] = 0;
-    }
-    for (int live = 1; live;) {
-        live = 0;
-        for (emu_cur = 0; emu_cur < EMU_THREADS; emu_cur++)
-            if (!emu_done[emu_cur]) swapcontext(&emu_main, &emu_ctx[emu_cur]), live = 1;
-    }
-}
-static emu_dim emu_thread() { return emu_dim{(unsigned)emu_cur}; }
-
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define threadIdx emu_thread()
-#define blockIdx emu_block
-#define __syncthreads() emu_yield()
+enum { EMU_THREADS = 128 }; /* a block (4 warps) */
+#define EMU_MAX_THREADS EMU_THREADS
+#define EMU_STACK (1 << 18)
+#include "cuda_emu.h"
 struct uint4 { uint32_t x, y, z, w; };
 static uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
 
@@ -208,7 +171,7 @@ static void body_dkv() {
 }
 static void launch(void (*body)(void)) {
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
-    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body);
 }
 /* flash2 (backends/cuda_flash2.cuh), as the dispatcher launches k_flash2_prep and k_flash2_back */
 static uint16_t *L_dob;
@@ -225,13 +188,13 @@ static void body_back2() {
 static void body_fwd2() { flash2_fwd<64>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale); }
 static void launch_fwd2(void) { /* (at D 64 only: flash2 runs flash_fwd at D 128) */
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
-    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body_fwd2);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_fwd2);
 }
 static void launch2(void) {
     long long rows = L.BH * L.T, groups = L.BH * ((L.T + FL2_KEYS - 1) / FL2_KEYS);
-    for (long long b = 0; b < (rows + FL_WARPS - 1) / FL_WARPS; b++) emu_run_block((unsigned)b, body_prep);
+    emu_launch(emu_dim{(unsigned)((rows + FL_WARPS - 1) / FL_WARPS), 1, 1}, EMU_THREADS, body_prep);
     for (long long i = 0; i < rows * L.D; i++) L.out[i] = 0.0f; /* (the dispatcher's fill of dq) */
-    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body_back2);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_back2);
 }
 
 /* ---- the check ------------------------------------------------------------------------------- */
