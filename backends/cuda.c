@@ -966,7 +966,7 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
          * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
         .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,
-        .has_flash = d->has_flash ? PGD_FLASH_BF16 | PGD_FLASH2 : 0, .flash_rows = 64, .flash_threads = 128,
+        .has_flash = d->has_flash ? PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;
 }

@@ -65,10 +65,15 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
  * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
 enum {
     PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_FWD,
+    /* the flash kernels that also store a bf16 copy of their output (PGD_FLASH_COPY) */
+    PGD_K_FLASH_FWD_CP, PGD_K_FLASH_FWD_CP_D128, PGD_K_FLASH_BACK_DQ_CP, PGD_K_FLASH_BACK_DQ_CP_D128, PGD_K_FLASH_BACK_DKV_CP,
+    PGD_K_FLASH_BACK_DKV_CP_D128,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
     "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_fwd",
+    "k_flash_fwd_cp", "k_flash_fwd_cp_d128", "k_flash_back_dq_cp", "k_flash_back_dq_cp_d128", "k_flash_back_dkv_cp",
+    "k_flash_back_dkv_cp_d128",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -148,7 +153,8 @@ typedef struct {
  * (k_flash_*: key and value tiles in group memory, online softmax), and flash2: the tiled forward with
  * a one-pass backward (k_flash2_*, where the backend has them: PGD_FLASH2; elsewhere it is flash). */
 enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT_COUNT };
-enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4 };
+enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
+       PGD_FLASH_COPY = 8 /* k_flash_*_cp: the bf16 flash kernels also store a bf16 copy of their output (PDDE_P_ATTENTION_LOWP_COPY) */ };
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -209,6 +215,8 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) - (packed ? 2 : 0) || a->ndim != (packed ? 3 : 4)) return 0;
         pdde_attention_dims(node, &B, &H, &T, &D, &packed);
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
+        int32_t cdt = pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY); /* (a rounded copy of the output beside it: PDDE_ATT_LOWP) */
+        if (cdt && (!packed || (cdt != PDDE_BF16 && cdt != PDDE_F16))) return 0;
         break;
     }
     case PDDE_OP_LAYERNORM: /* x, gamma [, beta] [, r added to x first: lowering's PDDE_FUSE_ADD_LN] */
@@ -920,20 +928,44 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
  * dk, dv a group per key tile (over the query tiles that see it): no atomics, deterministic. q, k, v are
  * read as they are (bf16 or f32), everything after in f32 (a backend's tensor-core kernels round P and
  * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. */
-static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
+static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied) {
     const pdde_tensor *q = node->src[0];
     pgd_att at = pgd_att_of(node);
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
+    /* the output's bf16 copy (PDDE_P_ATTENTION_LOWP_COPY) stored by the kernels themselves, where they can */
+    pgd_ptr cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node));
+    int d128 = D == 128;
+    if ((g->has_flash & PGD_FLASH_COPY) && q->dtype == PDDE_BF16 && at.packed && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16) {
+        int64_t tiles = (T + g->flash_rows - 1) / g->flash_rows, groups = BH * tiles;
+        if (groups > (int64_t)UINT32_MAX / g->flash_threads)
+            return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
+                              node->name, (long long)groups);
+        unsigned gx = (unsigned)groups, bx = g->flash_threads;
+        pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
+        *copied = 1;
+        if (node->op == PDDE_OP_ATTENTION)
+            return pgd_launch(g, PGD_K_FLASH_FWD_CP + d128, gx, 1, 1, bx, 1,
+                              PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
+        pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_null;
+        int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
+        if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
+        if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ_CP + d128, gx, 1, 1, bx, 1,
+                               PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
+                                        PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
+        if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV_CP + d128, gx, 1, 1, bx, 1,
+                               PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
+                                        PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
+        return e;
+    }
     int32_t bf16 = q->dtype == PDDE_BF16;
     int64_t tiles = (T + g->flash_rows - 1) / g->flash_rows, groups = BH * tiles;
     if (groups > (int64_t)UINT32_MAX / g->flash_threads)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
     pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
-    unsigned gx = (unsigned)groups, bx = g->flash_threads;
-    int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
+    unsigned gx = (unsigned)groups, bx = g->flash_threads; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
     if (node->op == PDDE_OP_ATTENTION)
         return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1,
                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16),
@@ -955,11 +987,11 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
  * k_flash2_prep (a warp per row) rounds dO to bf16 into scratch and keeps each row's base-2 logsumexp and
  * rowsum(dO * O); dq is zeroed; k_flash2_back, a group per key tile (tile-major: the tiles that the
  * most queries see start first), accumulates dk, dv in registers and adds dq with atomics. */
-static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node) {
+static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied) {
     pgd_att at = pgd_att_of(node); /* (q, k, v apart: pgd_attention_path sends no packed node here) */
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
-    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node);
+    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied);
     if (!rows) return PDDE_OK;
     int64_t groups = BH * ((T + g->flash_rows - 1) / g->flash_rows), prep_groups = (rows + g->flash_threads / 32 - 1) / (g->flash_threads / 32);
     if (groups > (int64_t)UINT32_MAX || prep_groups > (int64_t)UINT32_MAX)
@@ -983,13 +1015,24 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node) {
     return e;
 }
 
+/* The output's rounded copy beside it (PDDE_P_ATTENTION_LOWP_COPY: lowering's PDDE_ATT_LOWP), where the
+ * path's kernels did not store it themselves: one cast of the f32 output (as the cast node it replaces) */
+static int pgd_attention_copy(const pgd_ctx *g, pdde_tensor *node) {
+    int32_t cdt = pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY), f32 = (int32_t)PDDE_F32;
+    int64_t n = pgd_numel(node);
+    pgd_ptr po = pgd_ptr_of(node), pc = pgd_at(po, (int64_t)pdde_lowp_copy_offset(node));
+    return !cdt || !n ? PDDE_OK : pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(po), PGD_P(pc), PGD_A(n), PGD_A(f32), PGD_A(cdt)));
+}
+
 static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
+    int e, copied = 0;
     switch (pgd_attention_path(g, node)) {
-    case PGD_ATT_UNFUSED: return pgd_attention_unfused(g, node);
-    case PGD_ATT_FLASH: return pgd_attention_flash(g, node);
-    case PGD_ATT_FLASH2: return pgd_attention_flash2(g, node);
-    default: return pgd_attention_rows(g, node);
+    case PGD_ATT_UNFUSED: e = pgd_attention_unfused(g, node); break;
+    case PGD_ATT_FLASH: e = pgd_attention_flash(g, node, &copied); break;
+    case PGD_ATT_FLASH2: e = pgd_attention_flash2(g, node, &copied); break;
+    default: e = pgd_attention_rows(g, node); break;
     }
+    return e || copied ? e : pgd_attention_copy(g, node);
 }
 
 /* AdamW's bias corrections of the node's step. */

@@ -37,7 +37,10 @@ typedef enum {
                                            also written (f32) at pdde_lowp_copy_offset of its memory (lowering's
                                            PDDE_FUSE_ADD_LN) */
     PDDE_P_VIEW_BESIDE = 0,             /* reshape (a view): 1: of what its source writes at pdde_lowp_copy_offset
-                                           (the two above), not of its values */
+                                           (the two above, and the next), not of its values */
+    PDDE_P_ATTENTION_LOWP_COPY = 1,     /* attention, attention_back of the packed layout: 0, or the dtype (bf16/f16)
+                                           of a rounded copy of the output (y; dqkv) that it also writes, at
+                                           pdde_lowp_copy_offset of its memory (lowering's PDDE_ATT_LOWP) */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;
@@ -69,16 +72,19 @@ static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t
 }
 
 /* Where a node's second result (a layernorm backward's PDDE_P_NORM_LOWP_COPY, a layernorm's
- * PDDE_P_NORM_ADD_IN sum) starts: bytes past the node's own values, rounded up to 256 (its view, memory
+ * PDDE_P_NORM_ADD_IN sum, an attention's PDDE_P_ATTENTION_LOWP_COPY) starts: bytes past the node's own values, rounded up to 256 (its view, memory
  * planning and the kernels agree) */
 size_t pdde_lowp_copy_offset(const pdde_tensor *t);
 /* Whether a node writes such a second result, and its dtype */
 static inline int pdde_has_beside(const pdde_tensor *t) {
     return (t->op == PDDE_OP_LAYERNORM_BACK && pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) != 0) ||
-           (t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) != 0);
+           (t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) != 0) ||
+           ((t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) && pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY) != 0);
 }
 static inline pdde_dtype pdde_beside_dtype(const pdde_tensor *t) {
-    return t->op == PDDE_OP_LAYERNORM_BACK ? (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) : PDDE_F32;
+    return t->op == PDDE_OP_LAYERNORM_BACK                                   ? (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY)
+           : t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK ? (pdde_dtype)pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY)
+                                                                             : PDDE_F32;
 }
 /* Whether t is the view of such a result */
 static inline int pdde_is_lowp_copy_view(const pdde_tensor *t) {

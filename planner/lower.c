@@ -1124,6 +1124,37 @@ static pdde_status lower_bf16_grads(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Attention's casts (PDDE_ATT_LOWP=1; off by default). A packed attention's output is cast to bf16 for the
+ * output projection, and its backward's dqkv for the matmuls of the qkv linear; both stay read in f32
+ * too (the backward reads y; the qkv bias's gradient sums dqkv). Where such a cast reads the node (through
+ * views), the node writes the rounded copy beside its values (PDDE_P_ATTENTION_LOWP_COPY; the same bits
+ * as the cast) and the cast becomes the copy's view: one kernel and one read of the f32 tensor fewer.
+ * Only where the attention's device takes it (supports_op). */
+static pdde_status lower_att_lowp(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_on("PDDE_ATT_LOWP")) return PDDE_OK;
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
+        if (c->op != PDDE_OP_CAST || (c->flags & (PDDE_TENSOR_SHADOW | kept)) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !pdde_op_i32(y, PDDE_P_VIEW_BESIDE) && y->dtype == PDDE_F32 && y->nsrc == 1)
+            y = y->src[0];
+        if ((y->op != PDDE_OP_ATTENTION && y->op != PDDE_OP_ATTENTION_BACK) || pdde_op_i32(y, PDDE_P_ATTENTION_QKV_D) <= 0 || y->dtype != PDDE_F32 ||
+            (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
+            pdde_op_i32(y, PDDE_P_ATTENTION_LOWP_COPY))
+            continue;
+        pdde_op_set_i32(y, PDDE_P_ATTENTION_LOWP_COPY, (int32_t)c->dtype);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+            pdde_op_set_i32(y, PDDE_P_ATTENTION_LOWP_COPY, 0);
+            continue;
+        }
+        c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW, c->src[0] = y;
+        pdde_op_set_i32(c, PDDE_P_VIEW_BESIDE, 1);
+    }
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
@@ -1561,6 +1592,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_lowp_logits(&L);
     if (!st) st = lower_fuse_add_ln(&L);
     if (!st) st = lower_bf16_grads(&L);
+    if (!st) st = lower_att_lowp(&L);
     if (!st) st = lower_fold_casts(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);

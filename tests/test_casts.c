@@ -38,6 +38,7 @@
 #define ADDS_LN_FUSED_PER_LAYER 2 /* PDDE_FUSE_ADD_LN=1: the residual gradient added in the 2 layernorms' backward */
 #define ADDS_LN_FWD_PER_LAYER 2   /* ...and the 2 residual adds before the layernorms in them (without PDDE_FUSE_EPILOGUE, which takes those) */
 #define CASTS_PER_LAYER_GRADS 2 /* PDDE_BF16_GRADS=1, PDDE_FUSE_EPILOGUE=1 and PDDE_FUSE_ADD_LN=1: the attention's output and input gradient */
+#define CASTS_PER_LAYER_ATT 0   /* ...and PDDE_ATT_LOWP=1: the attention writes both rounded copies beside its f32 results */
 
 typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step; int64_t casts_after_write; } run_result;
 
@@ -247,7 +248,7 @@ static void test_lowp_logits(pdde_context *ctx, int device, const char *where, f
  * be the same bits with the other switches on and with recomputed blocks, and a device's follow the CPU's
  * within 1e-4 (as PDDE_BF16_LOGITS's). cpu_loss: the CPU's (device 0 fills it). */
 static void test_bf16_grads(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
-    run_result plain, grads[3], all[3];
+    run_result plain, grads[3], all[3], att[3];
     int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &plain);
     setenv("PDDE_BF16_GRADS", "1", 1);
     failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &grads[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &grads[1]) ||
@@ -255,7 +256,10 @@ static void test_bf16_grads(pdde_context *ctx, int device, const char *where, fl
     setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
     failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &all[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &all[1]) ||
              train(ctx, device, 2, PDDE_BF16, 0, 2, &all[2]);
-    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_ADD_LN");
+    setenv("PDDE_ATT_LOWP", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &att[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &att[1]) ||
+             train(ctx, device, 2, PDDE_BF16, 0, 2, &att[2]);
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_ATT_LOWP");
     if (failed) {
         CHECK(0, "%s: a run with PDDE_BF16_GRADS=1 failed", where);
         return;
@@ -276,6 +280,18 @@ static void test_bf16_grads(pdde_context *ctx, int device, const char *where, fl
           "%s: PDDE_BF16_GRADS=1: losses %.9g vs %.9g at step %zu (relative %.2e: want above 0 and below 1e-3); with the fusions "
           "step %zu %.9g vs %.9g, recomputed step %zu %.9g vs %.9g, both step %zu %.9g vs %.9g (want the same bits)", where, d.got, d.want,
           d.index, d.worst, e.index, e.got, e.want, rc.index, rc.got, rc.want, rc_all.index, rc_all.got, rc_all.want);
+    /* PDDE_ATT_LOWP=1: the copies are the casts' bits, so the losses are the same bits as without it */
+    double per_layer_att = (att[1].casts_per_step - att[0].casts_per_step) / 2, outside_att = att[0].casts_per_step - 2 * per_layer_att;
+    test_diff a2 = test_diff_f32(att[0].loss, all[0].loss, STEPS, 1e-30), a4 = test_diff_f32(att[1].loss, all[1].loss, STEPS, 1e-30),
+              arc = test_diff_f32(att[2].loss, all[2].loss, STEPS, 1e-30);
+    printf("%s: and PDDE_ATT_LOWP=1: %.1f casts per layer, %.1f outside (recomputed blocks: %.1f a step)\n", where, per_layer_att, outside_att,
+           att[2].casts_per_step);
+    CHECK(per_layer_att == CASTS_PER_LAYER_ATT && outside_att == CASTS_OUTSIDE && att[2].casts_per_step < all[2].casts_per_step &&
+              a2.worst == 0 && a4.worst == 0 && arc.worst == 0,
+          "%s: PDDE_ATT_LOWP=1 ran %.1f casts per layer (want %d), %.1f outside (want %d), %.1f a step recomputed (vs %.1f); losses step "
+          "%zu %.9g vs %.9g (2 layers), step %zu %.9g vs %.9g (4), step %zu %.9g vs %.9g (recomputed): want the same bits", where, per_layer_att,
+          CASTS_PER_LAYER_ATT, outside_att, CASTS_OUTSIDE, att[2].casts_per_step, all[2].casts_per_step, a2.index, a2.got, a2.want, a4.index,
+          a4.got, a4.want, arc.index, arc.got, arc.want);
     if (device == 0) memcpy(cpu_loss, grads[0].loss, sizeof grads[0].loss);
     else {
         test_diff c = test_diff_f32(grads[0].loss, cpu_loss, STEPS, 1e-30);
@@ -370,7 +386,7 @@ int main(void) {
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_LOGITS");
-    unsetenv("PDDE_BF16_GRADS");
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_ATT_LOWP");
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
     float cpu_loss[STEPS], cpu_grads_loss[STEPS];
