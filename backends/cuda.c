@@ -14,7 +14,8 @@
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
  * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
- * PDDE_CUDA_LT=1 runs matmuls with an epilogue (a folded bias add or cast: PDDE_FUSE_EPILOGUE) on cublasLt.
+ * PDDE_CUDA_LT=1 runs matmuls with an epilogue on cublasLt: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
+ * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -180,7 +181,9 @@ typedef struct {
 } pclt_api;
 enum { /* cublasLt.h / cublas_api.h values */
     PCLT_COMPUTE_32F_FAST_TF32 = 77, PCLT_DESC_TRANSA = 3, PCLT_DESC_TRANSB = 4, PCLT_DESC_EPILOGUE = 7, PCLT_DESC_BIAS_POINTER = 8,
+    PCLT_DESC_EPILOGUE_AUX_POINTER = 11, PCLT_DESC_EPILOGUE_AUX_LD = 12,
     PCLT_DESC_BIAS_DATA_TYPE = 26, PCLT_EPILOGUE_DEFAULT = 1, PCLT_EPILOGUE_BIAS = 4, PCLT_LAYOUT_BATCH_COUNT = 5,
+    PCLT_EPILOGUE_GELU_AUX_BIAS = 164, PCLT_EPILOGUE_DGELU = 192, /* (cublasLtEpilogue_t) */
     PCLT_LAYOUT_STRIDED_BATCH_OFFSET = 6, PCLT_PREF_MAX_WORKSPACE_BYTES = 1, PCLT_PREF_MIN_ALIGNMENT_A = 5,
     PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8,
 };
@@ -366,13 +369,16 @@ static uint32_t pclt_align(uint64_t addr) {
 static int pclt_type(pdde_dtype dt) { return dt == PDDE_BF16 ? PCUBLAS_R_16BF : dt == PDDE_F16 ? PCUBLAS_R_16F : PCUBLAS_R_32F; }
 
 /* Makes plan p for the key: descriptors, layouts and the heuristic's first algorithm (p->ok 0: none). */
+/* epi: the epilogue (0: a bias one where there is a bias, else none); aux: its auxiliary matrix (GELU_AUX_BIAS,
+ * DGELU: X of D's layout, leading dimension N) */
 static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, const uint32_t align[4]) {
+                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, const uint32_t align[4], uint32_t epi, void *aux) {
     const pclt_api *a = &d->fam->lt;
     const char *tf = getenv("PDDE_CUDA_TF32");
     int compute = dt == PDDE_F32 && tf && tf[0] == '1' ? PCLT_COMPUTE_32F_FAST_TF32 : PCUBLAS_COMPUTE_32F;
     int32_t opa = tb, opb = ta, bias_type = PCUBLAS_R_32F; /* (column-major: D^T = op(B)^T op(A)^T, so Lt's A is our B) */
-    uint32_t epi = bias ? PCLT_EPILOGUE_BIAS : PCLT_EPILOGUE_DEFAULT;
+    if (!epi) epi = bias ? PCLT_EPILOGUE_BIAS : PCLT_EPILOGUE_DEFAULT;
+    int64_t aux_ld = N;
     uint64_t ws = d->lt_workspace_bytes;
     int st = a->DescCreate(&p->desc, compute, PCUBLAS_R_32F);
     st = st ? st : a->DescSet(p->desc, PCLT_DESC_TRANSA, &opa, sizeof opa);
@@ -380,6 +386,8 @@ static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype d
     st = st ? st : a->DescSet(p->desc, PCLT_DESC_EPILOGUE, &epi, sizeof epi);
     if (bias) st = st ? st : a->DescSet(p->desc, PCLT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
     if (bias) st = st ? st : a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bias, sizeof bias); /* (the heuristic reads its alignment) */
+    if (aux) st = st ? st : a->DescSet(p->desc, PCLT_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    if (aux) st = st ? st : a->DescSet(p->desc, PCLT_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     st = st ? st : a->LayoutCreate(&p->la, pclt_type(dt), (uint64_t)(tb ? K : N), (uint64_t)(tb ? N : K), tb ? K : N);
     st = st ? st : a->LayoutCreate(&p->lb, pclt_type(dt), (uint64_t)(ta ? M : K), (uint64_t)(ta ? K : M), ta ? M : K);
     st = st ? st : a->LayoutCreate(&p->lc, pclt_type(ddt), (uint64_t)N, (uint64_t)M, N);
@@ -433,7 +441,7 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
         }
         p = &d->lt_plans[d->n_lt_plans++];
         memcpy(p->key, key, sizeof key);
-        pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align);
+        pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
         if (!p->ok) {
             static atomic_int said;
             if (!atomic_exchange(&said, 1))
@@ -456,6 +464,64 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
         p->ok = 0; /* (the generic path from now on, for this shape) */
         fprintf(stderr, "pdde: cuda: cublasLtMatmul failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n", st,
                 (long long)M, (long long)N, (long long)K);
+        return 1;
+    }
+    return PDDE_OK;
+}
+
+/* PDDE_FUSE_GELU's matmuls on cublasLt (gpu_dispatch.h's gemm_act): GELU_AUX_BIAS (D = gelu(X), X = A op(B) +
+ * bias kept in aux) and DGELU (D = A op(B) * gelu'(aux)). cublasLt keeps aux in D's dtype, so a node whose X
+ * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels. */
+static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K,
+                            pgd_ptr pa, pgd_ptr pb, pgd_ptr pd, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt) {
+    pcu_dev *d = impl;
+    const pclt_api *a = &d->fam->lt;
+    if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
+    if (!d->lt_workspace_tried) {
+        d->lt_workspace_tried = 1;
+        if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
+        else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
+    }
+    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = bias.base ? pgd_addr(bias) : 0, aaux = pgd_addr(aux);
+    if (pclt_align(aaux) < 16) return 1;
+    uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), abias ? pclt_align(abias) : 256};
+    uint32_t epi = act == PDDE_MATMUL_GELU ? PCLT_EPILOGUE_GELU_AUX_BIAS : PCLT_EPILOGUE_DGELU;
+    int64_t key[16] = {dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, abias != 0, epi, align[0] | (int64_t)align[1] << 16,
+                       align[2] | (int64_t)align[3] << 16, 2};
+    pclt_plan *p = NULL;
+    for (int i = 0; i < d->n_lt_plans && !p; i++)
+        if (!memcmp(d->lt_plans[i].key, key, sizeof key)) p = &d->lt_plans[i];
+    if (!p) {
+        if (!d->lt_plans && !(d->lt_plans = calloc(PCLT_PLANS, sizeof *d->lt_plans))) return 1;
+        if (d->n_lt_plans == PCLT_PLANS) {
+            for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(a, &d->lt_plans[i]);
+            d->n_lt_plans = 0;
+        }
+        p = &d->lt_plans[d->n_lt_plans++];
+        memcpy(p->key, key, sizeof key);
+        pclt_plan_make(d, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
+        if (!p->ok) {
+            static atomic_int said;
+            if (!atomic_exchange(&said, 1))
+                fprintf(stderr, "pdde: cuda: cublasLt has no %s algorithm for a %lldx%lldx%lld %s matmul: such matmuls run their epilogue "
+                                "as separate kernels\n", act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", (long long)M, (long long)N,
+                        (long long)K, pdde_dtype_name(ddt));
+        }
+    }
+    if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
+    void *bp = (void *)(uintptr_t)abias, *xp = (void *)(uintptr_t)aaux;
+    if ((abias && a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bp, sizeof bp) != 0) ||
+        a->DescSet(p->desc, PCLT_DESC_EPILOGUE_AUX_POINTER, &xp, sizeof xp) != 0)
+        return 1;
+    float one = 1.0f, zero = 0.0f;
+    void *dp = (void *)(uintptr_t)ad;
+    int st = a->Matmul(d->lt, p->desc, &one, (const void *)(uintptr_t)ab, p->la, (const void *)(uintptr_t)aa, p->lb, &zero, dp, p->lc, dp,
+                       p->lc, &p->algo, d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0,
+                       ((pcu_stream *)stream)->s);
+    if (st != 0) {
+        p->ok = 0;
+        fprintf(stderr, "pdde: cuda: cublasLtMatmul (%s) failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n",
+                act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", st, (long long)M, (long long)N, (long long)K);
         return 1;
     }
     return PDDE_OK;
@@ -963,6 +1029,7 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt ? pclt_cb_gemm_epi : NULL,
+        .gemm_act = d->lt ? pclt_cb_gemm_act : NULL,
         /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
          * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
         .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,

@@ -40,7 +40,7 @@
 #define CASTS_PER_LAYER_GRADS 2 /* PDDE_BF16_GRADS=1, PDDE_FUSE_EPILOGUE=1 and PDDE_FUSE_ADD_LN=1: the attention's output and input gradient */
 #define CASTS_PER_LAYER_ATT 0   /* ...and PDDE_ATT_LOWP=1: the attention writes both rounded copies beside its f32 results */
 
-typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step; int64_t casts_after_write; } run_result;
+typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step, gelus_per_step; int64_t casts_after_write; } run_result;
 
 static pdde_tensor *named(pdde_graph *g, const char *name) {
     for (int i = 0; i < pdde_graph_tensor_count(g); i++)
@@ -77,7 +77,8 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     size_t nw = pdde_tensor_nbytes(w), nwte = pdde_tensor_nbytes(wte);
     float *buf = malloc(nw > nwte ? nw : nwte);
     int rc = buf ? 0 : -1;
-    int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0;
+    int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0, gelu_first = 0,
+            gelu_before_write = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {
         rc |= gpt_test_write_batch(s, &m, step);
         if (step == WRITE_AFTER) { /* a weight changed between steps: the next forward must read it */
@@ -86,6 +87,7 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
             rc |= pdde_session_write(s, w, buf, nw);
             before_write = pdde_session_op_runs(s, PDDE_OP_CAST), adds_before_write = pdde_session_op_runs(s, PDDE_OP_ADD);
             mm_before_write = pdde_session_op_runs(s, PDDE_OP_MATMUL);
+            gelu_before_write = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK);
         }
         if (rewrite) rc |= pdde_session_read(s, wte, buf, nwte) || pdde_session_write(s, wte, buf, nwte);
         if (rc || pdde_session_run(s, PDDE_RUN_STEP)) {
@@ -95,12 +97,14 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
         r->loss[step] = pdde_session_loss(s);
         if (step == 0)
             after_first = pdde_session_op_runs(s, PDDE_OP_CAST), adds_first = pdde_session_op_runs(s, PDDE_OP_ADD),
-            mm_first = pdde_session_op_runs(s, PDDE_OP_MATMUL);
+            mm_first = pdde_session_op_runs(s, PDDE_OP_MATMUL),
+            gelu_first = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK);
         if (step == WRITE_AFTER) r->casts_after_write = pdde_session_op_runs(s, PDDE_OP_CAST) - before_write;
     }
     r->casts_per_step = (double)(before_write - after_first) / (WRITE_AFTER - 1);
     r->adds_per_step = (double)(adds_before_write - adds_first) / (WRITE_AFTER - 1);
     r->matmuls_per_step = (double)(mm_before_write - mm_first) / (WRITE_AFTER - 1);
+    r->gelus_per_step = (double)(gelu_before_write - gelu_first) / (WRITE_AFTER - 1);
     free(buf);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -300,6 +304,52 @@ static void test_bf16_grads(pdde_context *ctx, int device, const char *where, fl
     }
 }
 
+/* PDDE_FUSE_GELU=1: each layer's fc matmul adds the bias and applies gelu in its epilogue, keeping X = h + bias,
+ * and the matmul before the bias_gelu backward multiplies by gelu'(X): no bias_gelu or bias_gelu_back runs.
+ * In f32 (X kept in f32) the losses are unfused's bits, with every other fusion on too and with recomputed
+ * blocks; in bf16 X is kept rounded (as cublasLt keeps it, in the output's dtype), so the losses differ
+ * from unfused's (the switch took effect) by far less than 1e-3 relative, and a device's follow the CPU's
+ * within 1e-4 (as PDDE_BF16_GRADS's). cpu_loss: the CPU's bf16 losses (device 0 fills it). */
+static void test_fuse_gelu(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
+    run_result plain32, plain16, fused32[3], fused16, all32, allf32;
+    int failed = train(ctx, device, 2, PDDE_F32, 0, 0, &plain32) || train(ctx, device, 2, PDDE_BF16, 0, 0, &plain16);
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &all32);
+    setenv("PDDE_FUSE_GELU", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &allf32);
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN");
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &fused32[0]) || train(ctx, device, 4, PDDE_F32, 0, 0, &fused32[1]) ||
+             train(ctx, device, 2, PDDE_F32, 0, 2, &fused32[2]) || train(ctx, device, 2, PDDE_BF16, 0, 0, &fused16);
+    unsetenv("PDDE_FUSE_GELU");
+    run_result rc32;
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 2, &rc32);
+    if (failed) {
+        CHECK(0, "%s: a run with PDDE_FUSE_GELU=1 failed", where);
+        return;
+    }
+    test_diff d32 = test_diff_f32(fused32[0].loss, plain32.loss, STEPS, 1e-30), drc = test_diff_f32(fused32[2].loss, rc32.loss, STEPS, 1e-30),
+              dall = test_diff_f32(allf32.loss, all32.loss, STEPS, 1e-30), d16 = test_diff_f32(fused16.loss, plain16.loss, STEPS, 1e-30);
+    printf("%s: PDDE_FUSE_GELU=1: %.1f bias_gelu(_back) a step (without: %.1f); bf16 losses within %.2e of unfused (step %zu: %.6f vs %.6f)\n",
+           where, fused32[1].gelus_per_step, plain32.gelus_per_step, d16.worst, d16.index, d16.got, d16.want);
+    CHECK(fused32[0].gelus_per_step == 0 && fused32[1].gelus_per_step == 0 && fused16.gelus_per_step == 0 && plain32.gelus_per_step == 2 * 2 &&
+              fused32[0].matmuls_per_step == plain32.matmuls_per_step &&
+              fused16.casts_per_step == plain16.casts_per_step,
+          "%s: PDDE_FUSE_GELU=1 ran %.1f, %.1f, %.1f bias_gelu(_back) a step (2, 4 layers, bf16; want 0; unfused %.1f), %.1f casts vs %.1f", where,
+          fused32[0].gelus_per_step, fused32[1].gelus_per_step, fused16.gelus_per_step, plain32.gelus_per_step, fused16.casts_per_step,
+          plain16.casts_per_step);
+    CHECK(d32.worst == 0 && drc.worst == 0 && dall.worst == 0, "%s: PDDE_FUSE_GELU=1 f32 losses differ from unfused: step %zu %.9g vs %.9g, "
+          "recomputed step %zu %.9g vs %.9g, with every fusion step %zu %.9g vs %.9g", where, d32.index, d32.got, d32.want, drc.index, drc.got,
+          drc.want, dall.index, dall.got, dall.want);
+    CHECK(d16.worst > 0 && d16.worst < 1e-3, "%s: PDDE_FUSE_GELU=1 bf16 losses %.9g vs %.9g at step %zu (relative %.2e: want above 0 and below 1e-3)",
+          where, d16.got, d16.want, d16.index, d16.worst);
+    if (device == 0) memcpy(cpu_loss, fused16.loss, sizeof fused16.loss);
+    else {
+        test_diff c = test_diff_f32(fused16.loss, cpu_loss, STEPS, 1e-30);
+        CHECK(c.worst < 1e-4, "%s: PDDE_FUSE_GELU=1: losses %.9g vs the CPU's %.9g at step %zu (relative %.2e)", where, c.got, c.want, c.index,
+              c.worst);
+    }
+}
+
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
 typedef struct { int ok; char error[160]; float loss[4][RANK_STEPS]; double casts[4]; } rank_result;
@@ -386,12 +436,13 @@ int main(void) {
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_LOGITS");
-    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_ATT_LOWP");
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_ATT_LOWP"), unsetenv("PDDE_FUSE_GELU");
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
-    float cpu_loss[STEPS], cpu_grads_loss[STEPS];
+    float cpu_loss[STEPS], cpu_grads_loss[STEPS], cpu_gelu_loss[STEPS];
     test_lowp_logits(ctx, 0, "cpu", cpu_loss);
     test_bf16_grads(ctx, 0, "cpu", cpu_grads_loss);
+    test_fuse_gelu(ctx, 0, "cpu", cpu_gelu_loss);
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
@@ -403,6 +454,7 @@ int main(void) {
         test_fused(ctx, d, where);
         test_lowp_logits(ctx, d, where, cpu_loss);
         test_bf16_grads(ctx, d, where, cpu_grads_loss);
+        test_fuse_gelu(ctx, d, where, cpu_gelu_loss);
     }
 #ifdef PDDE_HAVE_UCX
     test_ranks(ctx);
