@@ -14,6 +14,7 @@
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
  * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
+ * PDDE_CUDA_GRAPH=1 captures each step's work on a stream and replays it as CUDA graphs (below);
  * PDDE_CUDA_LT=1 runs matmuls with an epilogue on cublasLt: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU).
  */
@@ -38,6 +39,8 @@ typedef struct pcu_mod_st *pcu_mod;
 typedef struct pcu_fn_st *pcu_fn;
 typedef struct pcu_stream_st *pcu_cstream;
 typedef struct pcu_event_st *pcu_cevent;
+typedef struct pcu_graph_st *pcu_graph;
+typedef struct pcu_graph_exec_st *pcu_graph_exec;
 
 enum {
     PCU_SUCCESS = 0,
@@ -56,7 +59,20 @@ enum {
     PCU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
     PCU_STREAM_NON_BLOCKING = 1,
     PCU_EVENT_DISABLE_TIMING = 2,
+    PCU_STREAM_CAPTURE_MODE_RELAXED = 2, /* (CUstreamCaptureMode: the scratch and cublasLt may allocate while capturing) */
 };
+
+/* CUDA graphs (optional: PDDE_CUDA_GRAPH=1), resolved apart so that a driver without them still loads. */
+typedef struct {
+    int ok;
+    pcu_result (*BeginCapture)(pcu_cstream, int);
+    pcu_result (*EndCapture)(pcu_cstream, pcu_graph *);
+    pcu_result (*Instantiate)(pcu_graph_exec *, pcu_graph, unsigned long long);
+    pcu_result (*ExecUpdate)(pcu_graph_exec, pcu_graph, void *); /* (CUgraphExecUpdateResultInfo *) */
+    pcu_result (*Launch)(pcu_graph_exec, pcu_cstream);
+    pcu_result (*Destroy)(pcu_graph);
+    pcu_result (*ExecDestroy)(pcu_graph_exec);
+} pcu_graph_api;
 
 /* The driver entry points, resolved with dlsym (the _v2 names are what cuda.h maps the calls to). */
 typedef struct {
@@ -212,15 +228,19 @@ typedef struct {
     pcu_api cu;
     pcublas_api blas; /* blas.lib NULL: no cuBLAS */
     pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT unset */
+    pcu_graph_api graph;
     int driver_version;
     int n_devices;
     pcu_dev_info *info;
 } pcu_family;
 
+#define PCU_GRAPH_SEGMENTS 8 /* captured pieces of one step a stream keeps (split at host-visible operations) */
 typedef struct {
     pcu_cstream s;
     pcu_ptr scratch;
     size_t scratch_bytes;
+    int capturing, segment;                 /* (PDDE_CUDA_GRAPH: a capture is open; which piece of the step it is) */
+    pcu_graph_exec exec[PCU_GRAPH_SEGMENTS]; /* each piece's executable graph, updated from the next step's capture */
 } pcu_stream;
 
 typedef struct {
@@ -240,6 +260,8 @@ typedef struct {
     int lt_workspace_tried;
     pclt_plan *lt_plans;
     int n_lt_plans;
+    int graph_on;                         /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
+    long long graph_launches, graph_instantiations, graph_updates;
 } pcu_dev;
 
 /* --------------------------------------------------------------------------------------------------
@@ -267,6 +289,79 @@ static int pcu_bind(pcu_dev *d) {
     if (d->fam->cu.CtxGetCurrent(&cur) == PCU_SUCCESS && cur == d->cu_ctx) return PDDE_OK;
     pcu_result r = d->fam->cu.CtxSetCurrent(d->cu_ctx);
     return r == PCU_SUCCESS ? PDDE_OK : pcu_fail(d->fam, r, "cuCtxSetCurrent", 0);
+}
+
+/* --------------------------------------------------------------------------------------------------
+ * CUDA graphs (PDDE_CUDA_GRAPH=1; off by default until a GPU run has measured it). The first compute after a
+ * stream's synchronisation opens a capture on it (relaxed mode); what the executor enqueues is recorded, not
+ * run, until a host-visible operation: a stream sync, a read or write, an event, the native stream handed
+ * out, a scratch that must grow (it synchronises). There the capture is closed and the piece launched as a
+ * graph, so no work is lost and the operation then runs as without graphs. Each piece of a step (at most
+ * PCU_GRAPH_SEGMENTS; past them the step's rest runs as without graphs) keeps its executable graph, which
+ * the next step's capture updates in place (cuGraphExecUpdate: kernel arguments, as the optimizer's step,
+ * and buffers may change) or, where the work's shape changed, replaces (cuGraphInstantiate). A driver
+ * without graphs, or a capture that does not begin, is said once on stderr and the steps run without. */
+
+static void pcu_graph_refuse(pcu_dev *d, const char *why, pcu_result r) {
+    static atomic_int said;
+    const char *name = NULL;
+    if (d->fam->cu.GetErrorName) d->fam->cu.GetErrorName(r, &name);
+    d->graph_on = 0;
+    if (!atomic_exchange(&said, 1))
+        fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1 but %s%s%s%s: steps run without graph capture\n", why, r ? " (" : "",
+                r ? (name ? name : "?") : "", r ? ")" : "");
+}
+
+/* Opens a capture on s where graphs are on and none is open (a failure refuses graphs: nothing is lost) */
+static void pcu_graph_begin(pcu_dev *d, pcu_stream *s) {
+    if (!d->graph_on || s->capturing || s->segment >= PCU_GRAPH_SEGMENTS) return;
+    pcu_result r = d->fam->graph.BeginCapture(s->s, PCU_STREAM_CAPTURE_MODE_RELAXED);
+    if (r != PCU_SUCCESS) pcu_graph_refuse(d, "cuStreamBeginCapture failed", r);
+    else s->capturing = 1;
+}
+
+/* Closes s's open capture, if any, and launches what it recorded as this piece's graph. */
+static int pcu_graph_flush(pcu_dev *d, pcu_stream *s) {
+    if (!s->capturing) return PDDE_OK;
+    const pcu_graph_api *G = &d->fam->graph;
+    s->capturing = 0;
+    pcu_graph gr = NULL;
+    pcu_result r = G->EndCapture(s->s, &gr);
+    if (r != PCU_SUCCESS || !gr) { /* (the recorded work did not run: an error of the step, and no graphs from now on) */
+        pcu_graph_refuse(d, "the capture of a step failed", r);
+        return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cuStreamEndCapture failed (%d): the step's captured work did not run", r);
+    }
+    pcu_graph_exec *ex = &s->exec[s->segment++];
+    if (*ex) {
+        struct { int result; void *error_node, *error_from; } info = {0, NULL, NULL}; /* (CUgraphExecUpdateResultInfo) */
+        if (G->ExecUpdate(*ex, gr, &info) == PCU_SUCCESS) d->graph_updates++;
+        else G->ExecDestroy(*ex), *ex = NULL; /* (another shape of work: instantiated anew) */
+    }
+    if (!*ex) {
+        r = G->Instantiate(ex, gr, 0);
+        if (r != PCU_SUCCESS) {
+            G->Destroy(gr);
+            *ex = NULL;
+            pcu_graph_refuse(d, "cuGraphInstantiate failed", r);
+            return pcu_fail(d->fam, r, "cuGraphInstantiate", 0);
+        }
+        d->graph_instantiations++;
+    }
+    G->Destroy(gr);
+    r = G->Launch(*ex, s->s);
+    if (r != PCU_SUCCESS) return pcu_fail(d->fam, r, "cuGraphLaunch", 0);
+    d->graph_launches++;
+    return PDDE_OK;
+}
+
+static void pcu_graph_free(pcu_dev *d, pcu_stream *s) {
+    if (s->capturing) {
+        pcu_graph gr = NULL;
+        s->capturing = 0;
+        if (d->fam->graph.EndCapture(s->s, &gr) == PCU_SUCCESS && gr) d->fam->graph.Destroy(gr);
+    }
+    for (int i = 0; i < PCU_GRAPH_SEGMENTS; i++)
+        if (s->exec[i]) d->fam->graph.ExecDestroy(s->exec[i]), s->exec[i] = NULL;
 }
 
 /* --------------------------------------------------------------------------------------------------
@@ -564,6 +659,19 @@ static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
         return PDDE_ERR_UNAVAILABLE;
     }
     f->cu.DriverGetVersion(&f->driver_version);
+    static const struct { const char *name; size_t off; } graph_syms[] = {
+#define PCU_GSYM(field, sym) {sym, offsetof(pcu_graph_api, field)}
+        PCU_GSYM(BeginCapture, "cuStreamBeginCapture_v2"), PCU_GSYM(EndCapture, "cuStreamEndCapture"),
+        PCU_GSYM(Instantiate, "cuGraphInstantiateWithFlags"), PCU_GSYM(ExecUpdate, "cuGraphExecUpdate_v2"),
+        PCU_GSYM(Launch, "cuGraphLaunch"), PCU_GSYM(Destroy, "cuGraphDestroy"), PCU_GSYM(ExecDestroy, "cuGraphExecDestroy"),
+#undef PCU_GSYM
+    };
+    f->graph.ok = 1;
+    for (size_t i = 0; i < sizeof graph_syms / sizeof graph_syms[0]; i++) {
+        void *p = dlsym(lib, graph_syms[i].name);
+        if (!p) f->graph.ok = 0;
+        else memcpy((char *)&f->graph + graph_syms[i].off, &p, sizeof p);
+    }
     f->info = calloc((size_t)count, sizeof *f->info);
     if (!f->info) {
         free(f);
@@ -633,7 +741,9 @@ static pdde_status pcu_stream_new(pcu_dev *d, pcu_stream **out) {
 
 static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
     if (!s) return;
+    pcu_graph_flush(d, s);
     d->fam->cu.StreamSynchronize(s->s);
+    pcu_graph_free(d, s);
     if (s->scratch) d->fam->cu.MemFree(s->scratch);
     d->fam->cu.StreamDestroy(s->s);
     free(s);
@@ -745,6 +855,10 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
         return st;
     }
     if (f->lt.lib && f->lt.Create(&d->lt) != 0) d->lt = NULL; /* (the generic epilogue runs) */
+    const char *ge = getenv("PDDE_CUDA_GRAPH");
+    d->graph_on = ge && !strcmp(ge, "1") && f->graph.ok;
+    if (ge && !strcmp(ge, "1") && !f->graph.ok)
+        pcu_graph_refuse(d, "the driver lacks the graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags, cuGraphExecUpdate_v2)", 0);
     if (f->blas.lib) {
         if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
         else {
@@ -760,6 +874,9 @@ static void pcu_device_close(void *dev) {
     pcu_dev *d = dev;
     if (!d) return;
     pcu_family *f = d->fam;
+    if (d->graph_launches)
+        fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1 on %s: %lld graphs launched, %lld instantiated, %lld updated in place\n", f->info[d->index].name,
+                d->graph_launches, d->graph_instantiations, d->graph_updates);
     if (d->cu_ctx) {
         f->cu.CtxSetCurrent(d->cu_ctx);
         if (d->blas) f->blas.Destroy(d->blas);
@@ -813,6 +930,7 @@ static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offse
     pcu_dev *d = dev;
     if (!n) return PDDE_OK;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.MemcpyHtoDAsync((pcu_ptr)(uintptr_t)handle + offset, src, n, pcu_st(d, stream)->s),
               "cuMemcpyHtoDAsync");
@@ -833,6 +951,7 @@ static pdde_status pcu_copy(void *dev, void *stream, void *src, size_t src_offse
 static pdde_status pcu_native(void *dev, void *stream, void **native_stream, int *runtime_index) {
     pcu_dev *d = dev;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream)); /* (others enqueue on it: not in a capture of ours) */
     if (st) return st;
     if (native_stream) *native_stream = pcu_st(d, stream)->s;
     if (runtime_index) *runtime_index = d->index;
@@ -843,6 +962,7 @@ static pdde_status pcu_read(void *dev, void *stream, void *handle, size_t offset
     pcu_dev *d = dev;
     if (!n) return PDDE_OK;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.MemcpyDtoHAsync(dst, (pcu_ptr)(uintptr_t)handle + offset, n, pcu_st(d, stream)->s),
               "cuMemcpyDtoHAsync");
@@ -870,8 +990,11 @@ static void pcu_stream_free(void *dev, void *stream) {
 static pdde_status pcu_stream_sync(void *dev, void *stream) {
     pcu_dev *d = dev;
     int st = pcu_bind(d);
+    pcu_stream *s = pcu_st(d, stream);
+    if (!st) st = pcu_graph_flush(d, s);
+    s->segment = 0; /* (the next step's pieces update this one's) */
     if (st) return st;
-    PCU_CHECK(d, d->fam->cu.StreamSynchronize(pcu_st(d, stream)->s), "cuStreamSynchronize");
+    PCU_CHECK(d, d->fam->cu.StreamSynchronize(s->s), "cuStreamSynchronize");
     return PDDE_OK;
 }
 
@@ -895,6 +1018,7 @@ static void pcu_event_free(void *dev, void *event) {
 static pdde_status pcu_event_record(void *dev, void *event, void *stream) {
     pcu_dev *d = dev;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.EventRecord(event, pcu_st(d, stream)->s), "cuEventRecord");
     return PDDE_OK;
@@ -911,6 +1035,7 @@ static pdde_status pcu_event_sync(void *dev, void *event) {
 static pdde_status pcu_stream_wait_event(void *dev, void *stream, void *event) {
     pcu_dev *d = dev;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.StreamWaitEvent(pcu_st(d, stream)->s, event, 0), "cuStreamWaitEvent");
     return PDDE_OK;
@@ -947,6 +1072,8 @@ static int pcu_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out)
     if (s->scratch_bytes < nbytes) {
         size_t want = nbytes < 65536 ? 65536 : nbytes;
         if (s->scratch) {
+            int st = pcu_graph_flush(d, s); /* (the synchronisation below may not be captured; this node's rest runs uncaptured) */
+            if (st) return st;
             PCU_CHECK(d, d->fam->cu.StreamSynchronize(s->s), "cuStreamSynchronize");
             d->fam->cu.MemFree(s->scratch);
             s->scratch = 0;
@@ -1041,12 +1168,14 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
 static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
     pgd_ctx g;
     pdde_status st = pcu_dispatcher(dev, stream, &g);
+    if (!st) pcu_graph_begin(dev, g.stream);
     return st ? st : pgd_compute_any(&g, node);
 }
 
 static pdde_status pcu_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
     pgd_ctx g;
     pdde_status st = pcu_dispatcher(dev, stream, &g);
+    if (!st) pcu_graph_begin(dev, g.stream);
     return st ? st : pgd_compute_group(&g, nodes, n);
 }
 
