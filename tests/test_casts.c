@@ -352,7 +352,7 @@ static void test_fuse_gelu(pdde_context *ctx, int device, const char *where, flo
 
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
-typedef struct { int ok; char error[160]; float loss[4][RANK_STEPS]; double casts[4]; } rank_result;
+typedef struct { int ok; char error[160]; float loss[5][RANK_STEPS]; double casts[5]; } rank_result;
 
 /* arg: the gpt_plan; runs it with the casts folded (default) and with PDDE_FOLD_CASTS=0 */
 static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
@@ -360,10 +360,12 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
     const gpt_plan *plan = arg;
     const gpt_config cfg = {.vocab = 64, .ctx = 8, .layers = 2, .heads = 2, .width = 32, .batch = 4};
     pdde_status st = PDDE_OK;
-    for (int variant = 0; variant < 4 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, every fusion, and PDDE_BF16_GRADS */
+    for (int variant = 0; variant < 5 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, every fusion, and PDDE_BF16_GRADS,
+                                                             and PDDE_ATT_LOWP and PDDE_FUSE_GELU */
         if (variant == 1) setenv("PDDE_FOLD_CASTS", "0", 1);
         if (variant >= 2) setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
-        if (variant == 3) setenv("PDDE_BF16_GRADS", "1", 1);
+        if (variant >= 3) setenv("PDDE_BF16_GRADS", "1", 1);
+        if (variant == 4) setenv("PDDE_ATT_LOWP", "1", 1), setenv("PDDE_FUSE_GELU", "1", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         op.lr = 3e-3f, op.clip_norm = 1.0f;
         pdde_graph *g;
@@ -389,6 +391,7 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
         pdde_graph_free(g);
         unsetenv("PDDE_FOLD_CASTS");
         unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_GRADS");
+        unsetenv("PDDE_ATT_LOWP"), unsetenv("PDDE_FUSE_GELU");
     }
     out->ok = st == PDDE_OK;
     if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
@@ -425,6 +428,11 @@ static void test_ranks(pdde_context *ctx) {
             CHECK(res[r].ok && b.worst > 0 && b.worst < 1e-3 && res[r].casts[3] < res[r].casts[2], "%s, rank %d: PDDE_BF16_GRADS=1: step %zu loss "
                   "%.9g vs %.9g (relative %.2e); %.1f casts a step vs %.1f", plans[k].name, r, b.index, b.got, b.want, b.worst, res[r].casts[3],
                   res[r].casts[2]);
+            /* PDDE_ATT_LOWP=1 and PDDE_FUSE_GELU=1 too: the attention's casts gone, X of the gelu kept in bf16 (1e-3, as on one process) */
+            test_diff a = test_diff_f32(res[r].loss[4], res[r].loss[3], RANK_STEPS, 1e-30);
+            CHECK(res[r].ok && a.worst < 1e-3 && res[r].casts[4] < res[r].casts[3], "%s, rank %d: PDDE_ATT_LOWP=1 PDDE_FUSE_GELU=1: step %zu loss "
+                  "%.9g vs %.9g (relative %.2e); %.1f casts a step vs %.1f", plans[k].name, r, a.index, a.got, a.want, a.worst, res[r].casts[4],
+                  res[r].casts[3]);
         }
     }
     pdde_store_server_free(srv);
