@@ -5,6 +5,7 @@
 # (bench_cuda --gpt: B 8, T 1024, AdamW) with the defaults and with each switch, in the same run.
 #
 #   bash tools/bench/cuda_fusions.sh [BUILD]     (BUILD: the build folder, default build; built here)
+#   RUNS="default graph default_again" bash tools/bench/cuda_fusions.sh   (only those training runs)
 #
 # Switches: PDDE_FUSE_EPILOGUE=1 (bias and residual adds, and the qkv cast, in the matmul), PDDE_FUSE_GRAD=1
 # (weight-gradient matmuls inside their accumulations), PDDE_FUSE_ADD_LN=1 (the residual gradient added in
@@ -52,9 +53,10 @@ for op in matmul_bias matmul_grad cross_entropy_lowp layernorm_res layernorm_add
 done
 declare -A tok
 lt_fallbacks=0
-run() { # NAME ENV...: one bench_cuda --gpt run in bf16
+run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS where it is set)
     local name=$1
     shift
+    [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
     timeout "$cap" env "$@" "$build/bench_cuda" --gpt --dtype bf16 >"$log/gpt_$name.out" 2>&1
     local line
     line=$(grep '^GPT ' "$log/gpt_$name.out" | tail -1)
