@@ -65,15 +65,10 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
  * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
 enum {
     PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_FWD,
-    /* the flash kernels that also store a bf16 copy of their output (PGD_FLASH_COPY) */
-    PGD_K_FLASH_FWD_CP, PGD_K_FLASH_FWD_CP_D128, PGD_K_FLASH_BACK_DQ_CP, PGD_K_FLASH_BACK_DQ_CP_D128, PGD_K_FLASH_BACK_DKV_CP,
-    PGD_K_FLASH_BACK_DKV_CP_D128,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
     "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_fwd",
-    "k_flash_fwd_cp", "k_flash_fwd_cp_d128", "k_flash_back_dq_cp", "k_flash_back_dq_cp_d128", "k_flash_back_dkv_cp",
-    "k_flash_back_dkv_cp_d128",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -159,7 +154,7 @@ typedef struct {
  * a one-pass backward (k_flash2_*, where the backend has them: PGD_FLASH2; elsewhere it is flash). */
 enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT_COUNT };
 enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
-       PGD_FLASH_COPY = 8 /* k_flash_*_cp: the bf16 flash kernels also store a bf16 copy of their output (PDDE_P_ATTENTION_LOWP_COPY) */ };
+       PGD_FLASH_COPY = 8 /* the k_flash_* kernels take a last argument cp: their output also stored as bf16 there (NULL: not) */ };
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -995,51 +990,33 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied)
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (!rows) return PDDE_OK;
-    /* the output's bf16 copy (PDDE_P_ATTENTION_LOWP_COPY) stored by the kernels themselves, where they can */
-    pgd_ptr cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node));
-    int d128 = D == 128;
-    if ((g->has_flash & PGD_FLASH_COPY) && q->dtype == PDDE_BF16 && at.packed && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16) {
-        int64_t tiles = (T + g->flash_rows - 1) / g->flash_rows, groups = BH * tiles;
-        if (groups > (int64_t)UINT32_MAX / g->flash_threads)
-            return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
-                              node->name, (long long)groups);
-        unsigned gx = (unsigned)groups, bx = g->flash_threads;
-        pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
-        *copied = 1;
-        if (node->op == PDDE_OP_ATTENTION)
-            return pgd_launch(g, PGD_K_FLASH_FWD_CP + d128, gx, 1, 1, bx, 1,
-                              PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
-        pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_null;
-        int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
-        if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
-        if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ_CP + d128, gx, 1, 1, bx, 1,
-                               PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                        PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
-        if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV_CP + d128, gx, 1, 1, bx, 1,
-                               PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                        PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
-        return e;
-    }
     int32_t bf16 = q->dtype == PDDE_BF16;
     int64_t tiles = (T + g->flash_rows - 1) / g->flash_rows, groups = BH * tiles;
     if (groups > (int64_t)UINT32_MAX / g->flash_threads)
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
     pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
-    unsigned gx = (unsigned)groups, bx = g->flash_threads; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
-    if (node->op == PDDE_OP_ATTENTION)
-        return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1,
-                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16),
-                                   PGD_A(H)));
+    unsigned gx = (unsigned)groups, bx = g->flash_threads;
+    int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
+    /* kernels that take the output's bf16 copy (PGD_FLASH_COPY) store it themselves where the node has one
+     * (PDDE_P_ATTENTION_LOWP_COPY); cp NULL: none */
+    int with_cp = (g->has_flash & PGD_FLASH_COPY) != 0;
+    pgd_ptr cp = pgd_null;
+    if (with_cp && bf16 && at.packed && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16)
+        cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
+    pgd_arg cp_arg = PGD_P(cp);
+    if (node->op == PDDE_OP_ATTENTION) {
+        pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
+        return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1, (int)(sizeof args / sizeof args[0]) - !with_cp, args);
+    }
     pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
     if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
-    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1,
-                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H)));
-    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1,
-                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H)));
+    pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D),
+                      PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
+    int nargs = (int)(sizeof args / sizeof args[0]) - !with_cp;
+    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1, nargs, args);
+    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1, nargs, args);
     return e;
 }
 
