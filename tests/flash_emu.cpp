@@ -189,7 +189,7 @@ static uint16_t emu_sm[FL_SMEM(128)] __attribute__((aligned(16)));
 static struct {
     const uint16_t *q, *k, *v;
     float *y, *out;
-    uint16_t *ycp, *cp; /* (packed: the bf16 copies of y and dqkv beside them, k_flash_*_cp; NULL: none) */
+    uint16_t *ycp, *cp; /* (packed: the bf16 copies of y and dqkv beside them, the kernels' cp; NULL: none) */
     const float *dy, *rowdot;
     long long BH, T, H; /* H: the layout (0: heads apart; > 0: packed qkv, cuda_att_layout.cuh) */
     int D;
