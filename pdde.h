@@ -1166,8 +1166,10 @@ typedef struct pdde_plan {
      * tokens over all dp ranks, pdde_strategy_data_parallel_groups, each expert split over tp if
      * ep < dp, ep != tp; ep = tp: the tp axis); 0 or 1 =
      * every rank holds every expert. The search tries each where it divides the experts, by
-     * pdde_moe_cost_estimate on params->cluster (without one: ep 1 only). Text: ep=2. */
+     * pdde_moe_cost_estimate on params->cluster (without one: ep 1 only). Text: ep=2; ep=tp (the tp
+     * axis); ep=dp:2 (dp ranks even where 2 = tp). */
     int ep;
+    int ep_dp; /* 1: ep = tp > 1 counts dp ranks (groups of ep of them beside tp), not the tp axis */
 } pdde_plan;
 
 /* Fills plans[0..*n_fit) with the fastest plans that fit, fastest first, then
@@ -1187,8 +1189,9 @@ pdde_status pdde_plan_evaluate(pdde_graph *g, const pdde_plan_devices *devices, 
 pdde_status pdde_plan_replan(pdde_graph *g, const pdde_plan_devices *devices, const pdde_plan_params *params, const pdde_plan *old,
                              pdde_plan *out);
 /* "dp=2,tp=1,pp=2,mb=4,zero=1,recompute=0[,chunks=2][,stages=3:3][,rc=1:0][,comm=bf16][,sched=gpipe]
- * [,blocks=1][,shares=3:1][,place=opencl[:1-5]][,ep=2]" (rc: layers recomputed per stage, written when some but
- * not all are; shares: micro-batch shares of the dp indices, dp of them); returns what snprintf would. */
+ * [,blocks=1][,shares=3:1][,place=opencl[:1-5]][,ep=2|tp|dp:2]" (rc: layers recomputed per stage, written when some but
+ * not all are; shares: micro-batch shares of the dp indices, dp of them; ep=N equal to tp > 1 reads as ep=tp);
+ * returns what snprintf would. */
 int pdde_plan_str(const pdde_plan *p, char *buf, size_t n);
 /* Parses that form (keys in any order, missing ones 1 or 0 / f32 / 1f1b; stages = layers per stage).
  * PDDE_ERR_INVALID_ARG on bad text, with out->why naming the key and what it expected ("plan text:

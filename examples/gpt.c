@@ -160,10 +160,10 @@ static int parse(int argc, char **argv, options *o) {
     }
     if (o->plan && strcmp(o->plan, "auto")) {
         pdde_plan *p = &o->parsed_plan;
-        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..][,ep=N]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
+        if (pdde_plan_parse(o->plan, p)) { fprintf(stderr, "gpt: --plan '%s': %s\n  want dp=N,tp=N,pp=N,mb=N,zero=0-3,recompute=0|1[,chunks=N][,stages=A:B:..][,rc=A:B:..][,comm=bf16][,sched=gpipe][,blocks=1][,place=BACKEND[:A-B]][,shares=A:B:..][,ep=N|tp|dp:N]\n  (shares: one per dp index, each >= 1)\n", o->plan, p->why); return -1; }
         o->dp = p->dp, o->tp = p->tp, o->pp = p->pp, o->micro = p->micro, o->zero = p->zero, o->recompute = p->recompute, o->pp_chunks = p->chunks;
         if (p->ep > 1) o->model.moe_ep = 1; /* (ep=N: the experts over tp, else dp, or groups of N dp ranks) */
-        if (p->ep > 1 && p->ep < p->dp && p->ep != p->tp) o->ep = p->ep; /* (with tp: each expert split over tp too) */
+        if (p->ep > 1 && p->ep < p->dp && (p->ep != p->tp || p->ep_dp)) o->ep = p->ep; /* (with tp: each expert split over tp too) */
         if (p->shares[0] && p->pp > 1 && p->zero >= 2) {
             fprintf(stderr, "gpt: --plan '%s': shares= with pipeline stages needs ZeRO 0 or 1 (2 and 3 have collectives in every micro-batch)\n", o->plan);
             return -1;
@@ -186,9 +186,9 @@ static int parse(int argc, char **argv, options *o) {
         fprintf(stderr, "gpt: --moe-experts %d --moe-topk %d: 2..4096 experts, top-k at most the experts\n", m->moe_experts, gpt_moe_topk(m));
         return -1;
     }
-    if (o->ep > 1 && (m->moe_experts < 2 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep || o->zero > 2)) {
+    if (o->ep > 1 && (m->moe_experts < 2 || o->ep >= o->dp || o->dp % o->ep || m->moe_experts % o->ep)) {
         fprintf(stderr, "gpt: --ep %d splits the experts over groups of ep of the --dp %d ranks: it needs --moe-experts (now %d) divisible by it, "
-                "ep < dp dividing dp, --zero 0..2 (now %d)\n", o->ep, o->dp, m->moe_experts, o->zero);
+                "ep < dp dividing dp\n", o->ep, o->dp, m->moe_experts);
         return -1;
     }
     if (o->ep > 1) m->moe_ep = 1;

@@ -277,7 +277,7 @@ static inline gpt_plan gpt_plan_of(const pdde_plan *p) {
     gpt_plan g = {.dp = p->dp, .tp = p->tp, .pp = p->pp, .micro = p->micro, .zero = p->zero, .recompute = rc, .pp_chunks = p->chunks, .plan = p};
     if (p->pp > 1 && p->chunks <= 1 && p->stage_first[p->pp] > 0) g.stage_first = p->stage_first;
     if (p->dp > 1 && p->shares[0] > 0) g.shares = p->shares;
-    if (p->ep > 1 && p->ep < p->dp && p->ep != p->tp) g.ep = p->ep; /* (ep = tp: the experts over tp) */
+    if (p->ep > 1 && p->ep < p->dp && (p->ep != p->tp || p->ep_dp)) g.ep = p->ep; /* (ep = tp: the experts over tp, unless ep_dp) */
     return g;
 }
 
@@ -484,8 +484,7 @@ static inline pdde_status gpt_plan_search_simulated(pdde_context *ctx, const gpt
 
 /* The expert-parallel degree for the MoE GPT of c on `ranks` data-parallel ranks (ZeRO stage zero):
  * pdde_moe_choose_ep over every ep dividing the ranks and the experts (1: experts on every rank;
- * ranks: the layout by expert over dp; between: groups of ep consecutive ranks; with c->moe_bias only 1
- * or ranks, as groups refuse the bias) on the devices of the cluster file in order (one machine:
+ * ranks: the layout by expert over dp; between: groups of ep consecutive ranks) on the devices of the cluster file in order (one machine:
  * copies of its first device, as gpt_plan_devices); *ep the fastest of those whose experts'
  * parameters and AdamW state fit a device's memory (none fits: the smallest), pred[0] ep 1's MoE
  * part and pred[1] *ep's, in s a step. */
@@ -514,15 +513,6 @@ static inline pdde_status gpt_moe_choose_ep(pdde_context *ctx, const char *clust
         p.capacity_factor = c->moe_capacity; /* (the exchange sends the routed rows only) */
         st = pdde_moe_choose_ep(ctx, cl, dev, ranks, &p, &best, all, 256, &n_all);
         if (st == PDDE_ERR_NO_PLAN) st = PDDE_OK; /* (nothing fits: the smallest; the plan's memory check says more) */
-        bool regroup = c->moe_bias && best.ep > 1 && best.ep < ranks;
-        for (int i = 0; !st && regroup && i < n_all; i++) { /* 1 or all ranks only: the faster that fits, else the smaller */
-            const pdde_moe_cost *m = &all[i];
-            double mem = m->expert_param_bytes + m->expert_optimizer_bytes, best_mem = best.expert_param_bytes + best.expert_optimizer_bytes;
-            bool first = best.ep > 1 && best.ep < ranks;
-            if ((m->ep == 1 || m->ep == ranks) &&
-                (first || (m->fits && !best.fits) || (m->fits == best.fits && (m->fits ? m->step_s < best.step_s : mem < best_mem))))
-                best = *m;
-        }
         if (!st && n_all > 0) *ep = best.ep, pred[0] = all[0].step_s, pred[1] = best.step_s;
     }
     free(dev), free(all);
@@ -545,7 +535,8 @@ static inline int64_t gpt_n_params(const gpt_config *c) {
 
 /* DeepSeek-V3's balance without a loss: after a step, each MoE block's bias (an input, cfg.moe_bias)
  * moves by rate towards the experts that got fewer tokens than the mean: b_e += rate * sign(mean -
- * count_e). bias: [blocks][E] the caller's values, written to the session. */
+ * count_e). bias: [blocks][E] the caller's values, written to the session; under pipeline stages each
+ * rank moves its own stage's blocks (the others' stay as they are). */
 static inline pdde_status gpt_moe_update_bias(pdde_session *s, pdde_graph *g, const gpt_config *c, float rate, float *bias) {
     int E = c->moe_experts, b = 0;
     int32_t *counts = (int32_t *)malloc((size_t)E * sizeof *counts);
@@ -554,10 +545,11 @@ static inline pdde_status gpt_moe_update_bias(pdde_session *s, pdde_graph *g, co
         if (!gpt_block_is_moe(c, l)) continue;
         char name[64];
         snprintf(name, sizeof name, "h%d.moe.counts", l);
+        float *bl = bias + (size_t)b++ * E;
+        if (!pdde_session_tensor(s, pdde_graph_find(g, name))) continue; /* (another pipeline stage's block) */
         st = pdde_session_read(s, pdde_graph_find(g, name), counts, (size_t)E * sizeof *counts);
         double mean = 0;
         for (int e = 0; e < E; e++) mean += counts[e] / (double)E;
-        float *bl = bias + (size_t)b++ * E;
         for (int e = 0; e < E && !st; e++) bl[e] += counts[e] < mean ? rate : counts[e] > mean ? -rate : 0.0f;
         snprintf(name, sizeof name, "h%d.moe.bias", l);
         if (!st) st = pdde_session_write_global(s, pdde_graph_find(g, name), bl, (size_t)E * sizeof *bl);

@@ -148,7 +148,7 @@ pdde_status pdde_complete_dist_attrs(pdde_graph *g) {
         if (spmd_apply(&c, g)) {
             free(owner), free(local);
             return pdde_error(g->ctx, PDDE_ERR_DIST_ATTR, "complete: node %d '%s' (%s) would be split and pending a sum over one mesh axis: "
-                              "its inputs' layouts (e.g. ZeRO-3 inside ep groups) are not supported together", i, t->name, pdde_op_name(t->op));
+                              "its inputs' layouts are not supported together", i, t->name, pdde_op_name(t->op));
         }
         t->dist = c.out;
         local[i] = c.out_group_local;

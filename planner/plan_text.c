@@ -29,7 +29,10 @@ int pdde_plan_str(const pdde_plan *p, char *buf, size_t n) {
         plan_append(buf, n, &k, ",shares=", 0);
         for (int i = 0; i < p->dp && i < PDDE_PLAN_MAX_SHARES; i++) plan_append(buf, n, &k, i ? ":%d" : "%d", p->shares[i]);
     }
-    if (p->ep > 1) plan_append(buf, n, &k, ",ep=%d", p->ep);
+    /* the experts over the tp axis: ep=tp; groups of as many dp ranks as tp: ep=dp:N (ep=N alone, N = tp,
+     * reads as the tp axis) */
+    if (p->ep > 1 && p->tp > 1 && p->ep == p->tp) plan_append(buf, n, &k, p->ep_dp ? ",ep=dp:%d" : ",ep=tp", p->ep);
+    else if (p->ep > 1) plan_append(buf, n, &k, ",ep=%d", p->ep);
     if (p->place[0]) {
         k += snprintf(buf + (k < (int)n ? k : (int)n), n > (size_t)k ? n - (size_t)k : 0, ",place=%.15s", p->place);
         if (p->place_last > 0) plan_append(buf, n, &k, ":%d", p->place_first), plan_append(buf, n, &k, "-%d", p->place_last - 1);
@@ -58,6 +61,7 @@ static pdde_status plan_parse_fail(pdde_plan *out, const char *key, const char *
 pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
     pdde_plan p = {.dp = 1, .tp = 1, .pp = 1, .micro = 1, .chunks = 1};
     int stage_layers[PDDE_PLAN_MAX_STAGES], n_stage_layers = 0, n_rc = 0, n_shares = 0;
+    bool ep_tp = false;
     const char *s = text ? text : "";
     if (!out) return PDDE_ERR_INVALID_ARG;
     while (*s) {
@@ -90,6 +94,11 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
                 if (sscanf(s, ":%d-%d%n", &a, &b, &consumed) != 2 || a < 0 || b < a) return plan_parse_fail(out, key, want, value);
                 p.place_first = a, p.place_last = b + 1, s += consumed;
             }
+        } else if (!strcmp(key, "ep") && (!strncmp(s, "tp", 2) || !strncmp(s, "dp:", 3))) { /* (resolved against tp below) */
+            if (*s == 't') ep_tp = true, s += 2;
+            else if (sscanf(s + 3, "%d%n", &p.ep, &consumed) != 1 || p.ep < 2)
+                return plan_parse_fail(out, key, "N, tp (the experts over the tp axis) or dp:N (over N >= 2 dp ranks)", value);
+            else p.ep_dp = 1, s += 3 + consumed;
         } else if (!strcmp(key, "comm") || !strcmp(key, "sched")) {
             bool comm = !strcmp(key, "comm");
             const char *word = comm ? (!strncmp(s, "bf16", 4) ? "bf16" : "f32") : (!strncmp(s, "gpipe", 5) ? "gpipe" : "1f1b");
@@ -125,9 +134,12 @@ pdde_status pdde_plan_parse(const char *text, pdde_plan *out) {
             return plan_parse_fail(out, range[i].key, range[i].want, got);
         }
     char ep_got[48];
-    snprintf(ep_got, sizeof ep_got, "%d for dp=%d, tp=%d", p.ep, p.dp, p.tp);
-    if (p.ep > 1 && p.ep != p.tp && (p.dp % p.ep || (p.tp > 1 && p.ep >= p.dp)))
-        return plan_parse_fail(out, "ep", "0, 1, tp (the experts over tp) or a divisor of dp (groups of ep dp ranks; with tp, < dp)", ep_got);
+    if (ep_tp && p.tp < 2) return plan_parse_fail(out, "ep", "tp only with tp >= 2 (the experts over the tp axis)", "tp for tp=1");
+    if (ep_tp) p.ep = p.tp, p.ep_dp = 0;
+    p.ep_dp = p.ep_dp && p.tp > 1 && p.ep == p.tp; /* (elsewhere ep counts dp ranks anyway) */
+    snprintf(ep_got, sizeof ep_got, "%s%d for dp=%d, tp=%d", p.ep_dp ? "dp:" : "", p.ep, p.dp, p.tp);
+    if (p.ep > 1 && (p.ep != p.tp || p.ep_dp) && (p.dp % p.ep || (p.tp > 1 && p.ep >= p.dp)))
+        return plan_parse_fail(out, "ep", "0, 1, tp (the experts over tp) or N or dp:N dividing dp (groups of N dp ranks; with tp, N < dp)", ep_got);
     for (int i = 0; i < n_stage_layers; i++) p.stage_first[i + 1] = p.stage_first[i] + stage_layers[i];
     *out = p;
     return PDDE_OK;

@@ -900,14 +900,14 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                         if (t < DBL_MAX) plan_keep(plans, &nf, keep_fit, &cand, t);
                                         /* the MoE layers' experts split over the tp axis, or over the dp axis or
                                          * groups of ep of its ranks (the tokens over all dp ranks; with tp, each
-                                         * expert's hidden units over tp too; not with ZeRO-3, whose parameter
-                                         * shards over the group axis completion cannot yet pair with the groups'
-                                         * own rows): the step and the memory change as the MoE cost model says */
+                                         * expert's hidden units over tp too; ZeRO-3 gathers the parameters'
+                                         * shards over the group axis before use): the step and the memory change
+                                         * as the MoE cost model says */
                                         int ep_all = tp > 1 ? tp : dpd;
                                         bool moe_ok = has_moe && pipe == 1 && !e.place && !e.no_link && cand.step_s < DBL_MAX;
                                         for (int ep = 2; moe_ok && ep <= (tp > 1 && dpd - 1 > tp ? dpd - 1 : ep_all); ep++) {
                                             bool groups = tp > 1 ? ep != tp : ep < dpd;
-                                            if (moe.experts % ep || (tp > 1 && !groups ? 0 : dpd % ep) || (tp > 1 && groups && ep >= dpd) || (groups && (e.shares || zero > 2)))
+                                            if (moe.experts % ep || (tp > 1 && !groups ? 0 : dpd % ep) || (tp > 1 && groups && ep >= dpd) || (groups && e.shares))
                                                 continue;
                                             double dt = 0, dm = 0;
                                             pdde_moe_cost_params q = moe;

@@ -184,13 +184,34 @@ static void spmd_groups(spmd_ctx *c) {
     int bax = gbit ? pdde_mesh_axis(c->mesh, c->pg->batch_axis) : -1;
     if (bax < 0) return;
     /* an input reduced over the groups here holds the same values in every group (a reduced gradient:
-     * its norm's partial over the batch axis sums experts, not the batch) */
+     * its norm's partial over the batch axis sums experts, not the batch); one split over the group
+     * axis (a gradient's ZeRO shard) was reduced there too */
     c->out_group_local = false;
     for (int k = 0; k < c->nsrc; k++)
-        if ((c->group_local >> k & 1) && !((c->in[k].partial & gbit) && !(c->req[k].partial & gbit))) c->out_group_local = true;
+        if ((c->group_local >> k & 1) && !((c->in[k].partial & gbit) && !(c->req[k].partial & gbit)) && !(attr_split_axes(&c->req[k]) & gbit))
+            c->out_group_local = true;
     if (!c->out_group_local) return;
     if (c->out.partial >> bax & 1) c->out.partial |= (uint8_t)gbit;
     if (c->out.partial_avg >> bax & 1) c->out.partial_avg |= (uint8_t)gbit;
+}
+
+/* Data-parallel groups: an input holding its group's own rows (the data and what follows from it, not
+ * laid out or pending over the group axis) is split over the group axis without saying so. The mask
+ * of such inputs (0: none, or no groups). */
+static unsigned spmd_group_rows(const spmd_ctx *c) {
+    unsigned gbit = spmd_group_axes(c), rows = 0;
+    for (int k = 0; k < c->nsrc && gbit; k++)
+        if ((c->group_local >> k & 1) && !((attr_split_axes(&c->in[k]) | c->in[k].partial) & gbit)) rows |= 1u << k;
+    return rows;
+}
+
+/* Then no other input may split a dim over that axis here (ZeRO-3's parameters, split over every data
+ * axis): the rule sees those inputs whole on it and requires them so (gathered before use). */
+static void spmd_group_reserve(spmd_ctx *c) {
+    unsigned gbit = spmd_group_axes(c), rows = spmd_group_rows(c);
+    for (int k = 0; k < c->nsrc && rows; k++)
+        for (int d = 0; !(rows >> k & 1) && d < c->in[k].ndim; d++)
+            if (c->in[k].dims_mapping[d] >= 0 && (gbit >> c->in[k].dims_mapping[d] & 1)) c->in[k].dims_mapping[d] = -1;
 }
 
 /* ---- the rules ---- */
@@ -410,7 +431,7 @@ static void spmd_rule_embedding_back(spmd_ctx *c, const pdde_graph *g) {
     int order[3] = {ids_k, dy_k, 0};
     spmd_merge(c, order, 2);
     int ax = table && mesh_same(table->dist.mesh, c->mesh) ? table->dist.dims_mapping[0] : -1;
-    if (ax >= 0 && !c->letter_of_axis[ax])
+    if (ax >= 0 && !c->letter_of_axis[ax] && !(spmd_group_rows(c) && (spmd_group_axes(c) >> ax & 1))) /* (the ids' group axis: not free) */
         c->axis_of['V'] = (int8_t)ax, c->letter_of_axis[ax] = 'V', c->owner_in['V'] = (int8_t)ids_k, c->owner_dim['V'] = 0;
     if (nb) spmd_merge(c, order + 2, 1);
     c->linear = 1u << dy_k | (nb ? 1u : 0u);
@@ -725,6 +746,7 @@ static const spmd_rule_fn spmd_rules[PDDE_OP_COUNT] = {
  * the rules made an attribute that cannot be (a layout they do not cover). */
 PDDE_PRIVATE int spmd_apply(spmd_ctx *c, const pdde_graph *g) {
     memset(c->axis_of, -1, sizeof c->axis_of);
+    spmd_group_reserve(c);
     if (c->node->op == PDDE_OP_EMBEDDING_BACK) spmd_rule_embedding_back(c, g);
     else if ((unsigned)c->node->op < PDDE_OP_COUNT && spmd_rules[c->node->op]) spmd_rules[c->node->op](c);
     else spmd_rule_replicated(c);

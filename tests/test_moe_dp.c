@@ -9,10 +9,12 @@
  * expert gradients pending over dp only) with and without ZeRO-1, the tokens over 4 ranks with the
  * experts over each group of 2 (mesh dp 2 x ep 2, pdde_strategy_data_parallel_groups: the exchange
  * inside a group, the expert gradients pending over dp; ZeRO-1 with clipping and ZeRO-2, the dense
- * state over dp x ep; DeepSeek's bias moved each step by the counts read, which are of all the tokens
+ * state over dp x ep; ZeRO-3, every parameter and its state split too, each rank's part of the
+ * sizes it should be; DeepSeek's bias moved each step by the counts read, which are of all the tokens
  * on every rank; with tp 2 on 8 ranks, each expert's hidden units over tp), and two pipeline
  * stages with each stage's experts over its 2 dp ranks (with and without ZeRO-1), or over the ep
- * groups of its 4 dp ranks (8 ranks: mesh dp 2 x ep 2 x pp 2). `test_moe_dp NAME`
+ * groups of its 4 dp ranks (8 ranks: mesh dp 2 x ep 2 x pp 2; ZeRO-3 too; the bias moved by each
+ * stage for its own blocks). `test_moe_dp NAME`
  * runs one configuration. The exchange is
  * dropless: only routed rows cross (pdde_session_exchanged_rows: exactly the skewed routing's, and
  * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
@@ -37,7 +39,7 @@ static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
 typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; float bias_rate; } moe_config;
-typedef struct { float losses[STEPS]; int64_t expert0_tokens, routed, local_experts, local_hidden, dense_state, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; int64_t dense_param, expert_param, expert_state, expert0_tokens, routed, local_experts, local_hidden, dense_state, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -78,6 +80,9 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
     out->local_experts = w1 ? w1->shape[0] : -1, out->local_hidden = w1 ? w1->shape[2] : -1;
     const pdde_tensor *state = pdde_session_tensor(s, pdde_graph_find(g, "h0.attn.w.adam_m")); /* (a dense weight's AdamW state) */
     out->dense_state = state ? pdde_tensor_numel(state) : -1;
+    const pdde_tensor *dense = pdde_session_tensor(s, pdde_graph_find(g, "h0.attn.w")), *w1_state = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1.adam_m"));
+    out->dense_param = dense ? pdde_tensor_numel(dense) : -1, out->expert_param = w1 ? pdde_tensor_numel(w1) : -1;
+    out->expert_state = w1_state ? pdde_tensor_numel(w1_state) : -1;
     const pdde_tensor *dw1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1")->grad); /* before its reduction */
     out->grad_split = dw1 ? dw1->dist.dims_mapping[0] : -2, out->grad_partial = dw1 ? dw1->dist.partial : -1;
     for (int i = 0; w1 && i < pdde_session_node_count(s); i++) { /* an expert weight gradient reduce-scattered into its shard: reduced over the experts' axis */
@@ -91,11 +96,11 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         if (gpt_write_batch(s, &m, &plan, comm ? pdde_comm_rank(comm) / (tp * pp) : 0, x, y) /* (mesh [dp, tp, pp]) */ || pdde_session_run(s, PDDE_RUN_STEP))
             FAIL_WITH("step %d: %s", step, pdde_last_error(ctx));
         out->losses[step] = pdde_session_loss(s);
+        if (mc->bias_rate > 0 && gpt_moe_update_bias(s, g, &cfg, mc->bias_rate, moving_bias)) FAIL_WITH("bias step %d: %s", step, pdde_last_error(ctx));
         if (!pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.counts"))) continue; /* (another pipeline stage's) */
         if (pdde_session_read(s, pdde_graph_find(g, "h0.moe.counts"), counts, sizeof counts)) FAIL_WITH("counts: %s", pdde_last_error(ctx));
         out->expert0_tokens += counts[0];
         for (int e = 0; e < 4; e++) out->routed += counts[e];
-        if (mc->bias_rate > 0 && gpt_moe_update_bias(s, g, &cfg, mc->bias_rate, moving_bias)) FAIL_WITH("bias step %d: %s", step, pdde_last_error(ctx));
     }
     out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
     for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
@@ -160,6 +165,8 @@ int main(int argc, char **argv) {
         {"moe_dp2xep2", 0, 0, 0, 1, 4, 1, 2, 0, 0},
         {"moe_dp2xep2_zero1", 1, 0, 0, 1, 4, 1, 2, 0, 0}, /* and clipping by the global norm */
         {"moe_dp2xep2_zero2", 2, 0, 0, 1, 4, 1, 2, 0, 0}, /* ZeRO over dp x ep: the dense state in quarters */
+        /* ZeRO-3: the parameters over dp x ep too (the experts over ep, then dp), gathered where used */
+        {"moe_dp2xep2_zero3", 3, 0, 0, 1, 4, 1, 2, 0, 0},
         /* DeepSeek's bias moved by every step's counts: those of all the tokens on every rank (each
          * group's part summed over the groups), so every rank moves the same bias as one process */
         {"moe_dp2xep2_bias", 0, 0, 0, 1, 4, 1, 2, 0, 0.02f},
@@ -171,8 +178,13 @@ int main(int argc, char **argv) {
          * expert's hidden units split over tp (w1 by columns, w2 by rows) */
         {"moe_dp2xep2_tp2", 0, 0, 0, 1, 8, 2, 2, 0, 0},
         {"moe_dp2xep2_tp2_zero1", 1, 0, 0, 1, 8, 2, 2, 0, 0},
+        {"moe_dp2xep2_tp2_zero3", 3, 0, 0, 1, 8, 2, 2, 0, 0},
         {"moe_pp2_dp2xep2", 0, 0, 0, 1, 8, 1, 2, 2, 0},
         {"moe_pp2_dp2xep2_zero1", 1, 0, 0, 1, 8, 1, 2, 2, 0},
+        {"moe_pp2_dp2xep2_zero3", 3, 0, 0, 1, 8, 1, 2, 2, 0},
+        /* the bias under pipeline stages: each stage moves its own blocks' */
+        {"moe_pp2_dp2xep2_bias", 0, 0, 0, 1, 8, 1, 2, 2, 0.02f},
+        {"moe_pp2_ep2_bias", 0, 0, 0, 1, 4, 1, 0, 2, 0.02f},
     };
     for (size_t i = 0; i < sizeof configs / sizeof *configs; i++) {
         const moe_config *mc = &configs[i];
@@ -248,6 +260,18 @@ int main(int argc, char **argv) {
             if (mc->groups > 1 && mc->zero && mc->tp < 2) /* ZeRO: a dense weight's AdamW state split over dp and ep (every rank a part) */
                 CHECK(res[0].dense_state == 32 * 96 / (mc->ranks / (mc->pp > 1 ? mc->pp : 1)), "%s: %lld elements of h0.attn.w's AdamW state on rank 0, "
                       "want %d (split over dp x ep)", mc->name, (long long)res[0].dense_state, 32 * 96 / (mc->ranks / (mc->pp > 1 ? mc->pp : 1)));
+            if (mc->groups > 1 && mc->zero == 3) { /* ZeRO-3: every rank of a stage holds its own part of each parameter and of its state */
+                int stage_ranks = mc->ranks / (mc->pp > 1 ? mc->pp : 1);
+                int dense = 32 * 96 / (mc->tp > 1 ? mc->tp * mc->groups : stage_ranks); /* (tp: its two dims over tp and dp, it stays whole over ep) */
+                printf("%s: rank 0 holds %lld of h0.attn.w's %d elements, %lld of h0.moe.w1's %d (AdamW state %lld)\n", mc->name,
+                       (long long)res[0].dense_param, 32 * 96, (long long)res[0].expert_param, 4 * 32 * 128, (long long)res[0].expert_state);
+                CHECK(res[0].dense_param == dense && res[0].dense_state == res[0].dense_param, "%s: %lld elements of h0.attn.w on rank 0 "
+                      "(state %lld), want %d (split over %s)", mc->name, (long long)res[0].dense_param, (long long)res[0].dense_state,
+                      dense, mc->tp > 1 ? "dp x tp" : "dp x ep");
+                CHECK(res[0].expert_param == 4 * 32 * 128 / stage_ranks && res[0].expert_state == res[0].expert_param, "%s: %lld elements of h0.moe.w1 on "
+                      "rank 0 (state %lld), want %d (the experts over ep, each over dp%s)", mc->name, (long long)res[0].expert_param,
+                      (long long)res[0].expert_state, 4 * 32 * 128 / stage_ranks, mc->tp > 1 ? " and tp" : "");
+            }
             if (mc->groups > 1 && mc->tp > 1) /* mesh [dp, ep, tp] (width 32, ffn 4 x 32): each expert's hidden units split over tp, its gradient whole there */
                 CHECK(res[0].local_hidden == (4 * 32) / mc->tp && !(res[0].grad_partial & 4), "%s: %lld hidden units of an expert "
                       "on rank 0 (want %lld), the expert gradient pending over axes 0x%x (want not tp, 0x4)", mc->name, (long long)res[0].local_hidden,
