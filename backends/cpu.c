@@ -292,14 +292,31 @@ typedef struct { const pdde_tensor *y; float *C; int64_t N; } matmul_epi_job;
 static void matmul_epi_task(void *arg, int64_t begin, int64_t end) {
     const matmul_epi_job *e = arg;
     const pdde_tensor *y = e->y;
-    int residual = pdde_op_i32(y, PDDE_P_MATMUL_RESIDUAL) != 0;
-    const float *bias = y->nsrc - residual > 2 ? F32(y->src[2]) : NULL, *res = residual ? F32(y->src[y->nsrc - 1]) : NULL;
+    int residual = pdde_op_i32(y, PDDE_P_MATMUL_RESIDUAL) != 0, act = pdde_op_i32(y, PDDE_P_MATMUL_ACT);
+    const float *bias = y->nsrc - residual > 2 && act != PDDE_MATMUL_DGELU ? F32(y->src[2]) : NULL, *res = residual ? F32(y->src[y->nsrc - 1]) : NULL;
+    const pdde_tensor *xt = act == PDDE_MATMUL_DGELU ? y->src[2] : NULL; /* (gelu's input X, f32 or bf16/f16) */
+    char *beside = act == PDDE_MATMUL_GELU ? (char *)F32(y) + pdde_lowp_copy_offset(y) : NULL;
+    float f[256];
     for (int64_t r = begin; r < end; r++) {
         float *c = e->C + r * e->N;
         if (bias)
             for (int64_t i = 0; i < e->N; i++) c[i] += bias[i];
         if (res)
             for (int64_t i = 0; i < e->N; i++) c[i] = res[r * e->N + i] + c[i];
+        for (int64_t i0 = 0; beside && i0 < e->N; i0 += 256) { /* gelu(X) beside X (in y's dtype), as bias_gelu computes it */
+            int64_t n = e->N - i0 < 256 ? e->N - i0 : 256;
+            if (y->dtype == PDDE_F32) for (int64_t i = 0; i < n; i++) ((float *)beside)[r * e->N + i0 + i] = gelu_tanh(c[i0 + i]);
+            else {
+                for (int64_t i = 0; i < n; i++) f[i] = gelu_tanh(c[i0 + i]);
+                f32_to_half(f, (uint16_t *)beside + r * e->N + i0, n, y->dtype);
+            }
+        }
+        for (int64_t i0 = 0; xt && i0 < e->N; i0 += 256) { /* the gradient times gelu'(X), as bias_gelu_back computes it */
+            int64_t n = e->N - i0 < 256 ? e->N - i0 : 256;
+            if (xt->dtype == PDDE_F32) memcpy(f, F32(xt) + r * e->N + i0, (size_t)n * sizeof(float));
+            else half_to_f32((const uint16_t *)F32(xt) + r * e->N + i0, f, n, xt->dtype);
+            for (int64_t i = 0; i < n; i++) c[i0 + i] = c[i0 + i] * gelu_tanh_grad(f[i]);
+        }
         if (y->dtype != PDDE_F32) f32_to_half(c, (uint16_t *)((char *)y->data + y->offset) + r * e->N, e->N, y->dtype);
     }
 }

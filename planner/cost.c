@@ -1056,19 +1056,40 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x) {
     return b;
 }
 
+/* Whether a fusion of lowering's is switched on (planner/lower.c: off by default, each its variable "1") */
+static bool cost_fusions_on(void) {
+    static const char *const names[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_FUSE_GELU",
+                                        "PDDE_ATT_LOWP",      "PDDE_BF16_GRADS", "PDDE_BF16_LOGITS"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && !strcmp(v, "1")) return true;
+    }
+    return false;
+}
+
+/* The graph's nodes, or where a fusion is switched on, the order of its program lowered for one process
+ * (what a session runs: the fused nodes, the adds and casts they took in as views, which cost nothing) */
 pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out) {
     pdde_cost_program *p;
     pdde_status st = pdde_cost_program_init(1, &p);
     if (st) return st;
-    int n = g ? g->n : 0;
-    int *index = malloc((size_t)(n ? n : 1) * sizeof *index); /* tensor id -> op index (-1: a leaf) */
-    if (!index) { pdde_cost_program_free(p); return PDDE_ERR_OOM; }
+    pdde_program *P = NULL;
+    if (g && g->n && cost_fusions_on()) {
+        pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+        pdde_lower_params lp = program_lower_params(g, &sp, 0, 0);
+        if (program_lower(g, &lp, &P) != PDDE_OK) P = NULL; /* (then the graph's nodes, as without fusions) */
+    }
+    int n = P ? P->n_order : g ? g->n : 0, n_ids = P ? P->n + 1 : n;
+    int *index = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *index); /* tensor id -> op index (-1: a leaf) */
+    if (!index) { program_free(P), pdde_cost_program_free(p); return PDDE_ERR_OOM; }
     double persistent = 0;
+    for (int i = 0; i < n_ids; i++) index[i] = -1;
+    for (int i = 0; P && i < P->n; i++)
+        if (P->nodes[i] && is_persistent(P->nodes[i])) persistent += (double)pdde_tensor_nbytes(P->nodes[i]);
     for (int i = 0; i < n && !st; i++) {
-        const pdde_tensor *x = g->nodes[i];
-        index[i] = -1;
+        const pdde_tensor *x = P ? P->order[i] : g->nodes[i];
         if (x->op == PDDE_OP_NONE) {
-            persistent += (double)pdde_tensor_nbytes(x);
+            if (!P) persistent += (double)pdde_tensor_nbytes(x);
             continue;
         }
         pdde_cost_op op;
@@ -1083,14 +1104,15 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
         cost_node_gemm(x, &op);
         int k = pdde_cost_program_add(p, 0, &op);
         if (k < 0) { st = k; break; }
-        index[i] = k;
+        index[x->id] = k;
         for (int s = 0; s < x->nsrc; s++) { /* the inputs live until here */
-            int j = index[x->src[s]->id];
+            int j = x->src[s] && x->src[s]->id < n_ids ? index[x->src[s]->id] : -1;
             if (j >= 0 && !(x->src[s]->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)))
                 p->ranks[0].ops[j].last_use = k;
         }
     }
     free(index);
+    program_free(P);
     if (!st) st = pdde_cost_program_set_rank(p, 0, device_id, persistent);
     if (st) { pdde_cost_program_free(p); return st; }
     *out = p;

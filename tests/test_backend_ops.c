@@ -296,6 +296,21 @@ static pdde_tensor *b_bias_gelu_rows(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, h, w2, 0, 0);
 }
 
+/* gelu_fused: x [9, 16] @ w1 [16, 24], bias_gelu, @ w2 [24, 8], cross-entropy, with PDDE_FUSE_GELU=1 (set for the
+ * case, as above): the first matmul adds the bias and applies gelu (X beside), the matmul before the
+ * bias_gelu backward multiplies by gelu'(X); p0: a bf16 compute dtype with PDDE_BF16_GRADS=1 (X and the
+ * gradient bf16: cublasLt's GELU_AUX_BIAS and DGELU take both; widths multiples of 8 for its aux) */
+static pdde_tensor *b_mlp_gelu(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_FUSE_GELU", "1", 1);
+    if (c->p[0]) setenv("PDDE_BF16_GRADS", "1", 1), pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    g_vocab = 8;
+    pdde_tensor *x = P(g, "x", 2, 9, 16, 0, 0);
+    pdde_tensor *ln = pdde_layernorm(g, x, P(g, "gamma", 1, 16, 0, 0, 0), P(g, "beta", 1, 16, 0, 0, 0), 1e-5f);
+    pdde_tensor *w1 = P(g, "w1", 2, 16, 24, 0, 0), *b1 = P(g, "b1", 1, 24, 0, 0, 0), *w2 = P(g, "w2", 2, 24, 8, 0, 0);
+    pdde_tensor *h = pdde_bias_gelu(g, pdde_matmul(g, ln, w1, 0, 0), b1);
+    return pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
+}
+
 /* layernorm_add: s = x + r, y = layernorm(s) + s / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above):
  * the layernorm adds x and r itself and writes s beside y (the add a view of it); shape as b_norm's */
 static pdde_tensor *b_layernorm_add(pdde_graph *g, const op_case *c) {
@@ -496,6 +511,8 @@ static const op_case cases[] = {
     {"bias_gelu_grads", b_mlp_bf16_grads, {1}, 3, T_LOWP}, /* (not an op name) */
     {"layernorm_copy", b_layernorm_copy, {0}, 1, T_LOWP},  /* (not an op name) */
     {"bias_gelu_grads", b_bias_gelu_rows, {1031}, 1, T_LOWP},
+    {"gelu_fused", b_mlp_gelu, {0}, 3, T_DEF},   /* (not an op name) */
+    {"gelu_fused", b_mlp_gelu, {1}, 3, T_LOWP},
     /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
     {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
@@ -720,7 +737,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"), unsetenv("PDDE_FUSE_ADD_LN"); /* (builders set them) */
-    unsetenv("PDDE_BF16_GRADS");
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_GELU");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;

@@ -614,8 +614,7 @@ static pdde_cost_result *simulate_plan(pdde_cluster *c, const char *text, const 
     return r;
 }
 
-/* Lowering's fusion switches (off by default), which the graph's program does not see: set aside while a
- * test compares the two (saved: the values before; on = 0 sets them aside, 1 puts them back) */
+/* Lowering's fusion switches (off by default): set aside while a test compares the programs without them (saved: the values before; on = 0 sets them aside, 1 puts them back) */
 static const char *const fusion_switches[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN"};
 static char *fusion_saved[3];
 
@@ -660,6 +659,20 @@ static void test_plan_programs(void) {
     double rate = (0.5e12 / d64 + 1e12 / d1024) / (1 / d64 + 1 / d1024);
     double expect = small.layers * 7 * 2.0 * (8.0 * 2 * 16 * 17 / 2 * 16) / rate;
     CHECK(test_close(attention, expect, 1e-9, 0), "fused attention in the lowered program: %g s, expected %g s", attention, expect);
+    /* with lowering's fusions switched on the graph's program is the lowered one's too (the adds and gelus
+     * the matmuls took in cost nothing): the same time, below the unfused one */
+    double unfused = one ? one->compute_time[0] : 0;
+    pdde_cost_result_free(one), pdde_cost_result_free(whole), pdde_cost_program_free(gp), pdde_cost_program_free(p), pdde_graph_free(g);
+    fusions_restore(0);
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1), setenv("PDDE_FUSE_GELU", "1", 1);
+    one = simulate_plan(c, "", NULL, NULL, &g, &p), whole = NULL, gp = NULL;
+    CHECK(pdde_cost_program_from_graph(g, 0, &gp) == PDDE_OK && pdde_cost_simulate(ctx, c, gp, &whole) == PDDE_OK, "%s", pdde_last_error(ctx));
+    printf("one process: %.4g s compute unfused, %.4g s with the fusions (lowered), %.4g s (the graph's program)\n", unfused,
+           one ? one->compute_time[0] : 0, whole ? whole->compute_time[0] : 0);
+    CHECK(one && whole && test_close(one->compute_time[0], whole->compute_time[0], 1e-12, 0) && one->compute_time[0] < unfused,
+          "fused: lowered %g s, graph %g s, unfused %g s", one ? one->compute_time[0] : 0, whole ? whole->compute_time[0] : 0, unfused);
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_FUSE_GELU");
+    fusions_restore(1);
     pdde_cost_result_free(one), pdde_cost_result_free(whole), pdde_cost_program_free(gp), pdde_cost_program_free(p), pdde_graph_free(g);
     sp.overlap_gradients = 1;
     double params = (double)gpt_n_params(&small);
