@@ -1124,6 +1124,37 @@ static pdde_status lower_bf16_grads(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Attention's casts (PDDE_ATT_LOWP=1; off by default). A packed attention's output is cast to bf16 for the
+ * output projection, and its backward's dqkv for the matmuls of the qkv linear; both stay read in f32
+ * too (the backward reads y; the qkv bias's gradient sums dqkv). Where such a cast reads the node (through
+ * views), the node writes the rounded copy beside its values (PDDE_P_ATTENTION_LOWP_COPY; the same bits
+ * as the cast) and the cast becomes the copy's view: one kernel and one read of the f32 tensor fewer.
+ * Only where the attention's device takes it (supports_op). */
+static pdde_status lower_att_lowp(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_on("PDDE_ATT_LOWP")) return PDDE_OK;
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
+        if (c->op != PDDE_OP_CAST || (c->flags & (PDDE_TENSOR_SHADOW | kept)) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !pdde_op_i32(y, PDDE_P_VIEW_BESIDE) && y->dtype == PDDE_F32 && y->nsrc == 1)
+            y = y->src[0];
+        if ((y->op != PDDE_OP_ATTENTION && y->op != PDDE_OP_ATTENTION_BACK) || pdde_op_i32(y, PDDE_P_ATTENTION_QKV_D) <= 0 || y->dtype != PDDE_F32 ||
+            (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
+            pdde_op_i32(y, PDDE_P_ATTENTION_LOWP_COPY))
+            continue;
+        pdde_op_set_i32(y, PDDE_P_ATTENTION_LOWP_COPY, (int32_t)c->dtype);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+            pdde_op_set_i32(y, PDDE_P_ATTENTION_LOWP_COPY, 0);
+            continue;
+        }
+        c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW, c->src[0] = y;
+        pdde_op_set_i32(c, PDDE_P_VIEW_BESIDE, 1);
+    }
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
@@ -1159,6 +1190,73 @@ static pdde_status lower_fold_casts(lowering *L) {
         c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW;
     }
     free(readers);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * GELU in the matmuls' epilogues (PDDE_FUSE_GELU=1; off by default). A linear layer's bias_gelu reads
+ * the matmul before it (h, read by nothing else but the bias_gelu's backward): the matmul takes the bias
+ * and writes X = h + bias (the pre-activation, in the bias_gelu's dtype) as its values and gelu(X)
+ * beside them (PDDE_MATMUL_GELU: cublasLt's GELU_AUX_BIAS epilogue), the bias_gelu becomes the view of
+ * that second result. In backward, the matmul that computes the bias_gelu's output gradient g (its only
+ * reader the bias_gelu backward) reads X too and writes g * gelu'(X) (PDDE_MATMUL_DGELU: cublasLt's
+ * DGELU), the bias_gelu backward a view of it. Both or neither (the backward needs X); two kernels and an
+ * [M, N] f32 tensor fewer a layer. X is computed in f32 as the add was, so in f32 the bits are
+ * unfused's; in bf16 X is stored rounded (cublasLt keeps it in the output's dtype) and the backward
+ * reads it so: 2^-9 relative on gelu'. Runs after the casts are folded (the dtypes are final), only
+ * where the devices run the fused nodes (supports_op). */
+static pdde_status lower_fuse_gelu(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_on("PDDE_FUSE_GELU")) return PDDE_OK;
+    int *at, *readers = lower_readers(P, &at);
+    if (!readers) return lower_oom(L);
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *gl = P->order[i], *m = gl->nsrc == 2 ? gl->src[0] : NULL, *b = gl->nsrc == 2 ? gl->src[1] : NULL;
+        if (gl->op != PDDE_OP_BIAS_GELU || !m || m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (m->flags & kept) ||
+            (gl->flags & kept) || m->device != gl->device || b->device != m->device || b->dtype != PDDE_F32 || b->ndim != 1 || m->ndim < 2 ||
+            b->shape[0] != m->shape[m->ndim - 1] || pdde_tensor_numel(gl) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]))
+            continue;
+        /* m's other reader: the bias_gelu backward (x = m, bias = b), whose gradient input comes from a matmul read by nothing else */
+        pdde_tensor *gb = NULL, *md = NULL;
+        for (int j = i + 1; j < P->n_order && readers[m->id] == 2 && !gb; j++)
+            if (P->order[j]->op == PDDE_OP_BIAS_GELU_BACK && P->order[j]->nsrc == 3 && P->order[j]->src[0] == m && P->order[j]->src[1] == b)
+                gb = P->order[j];
+        if (readers[m->id] != (gb ? 2 : 1) || (gb && (gb->flags & kept)) || (gb && gb->device != m->device)) continue;
+        if (gb) {
+            md = gb->src[2];
+            while (md->op == PDDE_OP_RESHAPE && (md->flags & PDDE_TENSOR_VIEW) && !(md->flags & (kept & ~PDDE_TENSOR_VIEW)) && readers[md->id] == 1 &&
+                   md->dtype == PDDE_F32 && md->nsrc == 1)
+                md = md->src[0];
+            if (md->op != PDDE_OP_MATMUL || md->nsrc != 2 || md->dtype != PDDE_F32 || readers[md->id] != 1 || (md->flags & kept) ||
+                md->device != m->device || pdde_tensor_numel(md) != pdde_tensor_numel(m) || md->shape[md->ndim - 1] != m->shape[m->ndim - 1])
+                continue;
+        }
+        pdde_dtype xdt = gl->dtype, gdt = gb ? gb->dtype : PDDE_F32;
+        m->src[m->nsrc++] = b, m->dtype = xdt;
+        pdde_op_set_i32(m, PDDE_P_MATMUL_ACT, PDDE_MATMUL_GELU);
+        bool ok = registry_device_supports(L->ctx, L->ctx->registry, m->device, m);
+        if (ok && md) {
+            md->src[md->nsrc++] = m, md->dtype = gdt;
+            pdde_op_set_i32(md, PDDE_P_MATMUL_ACT, PDDE_MATMUL_DGELU);
+            ok = registry_device_supports(L->ctx, L->ctx->registry, md->device, md);
+            if (!ok) md->src[--md->nsrc] = NULL, md->dtype = PDDE_F32, pdde_op_set_i32(md, PDDE_P_MATMUL_ACT, 0);
+        }
+        if (!ok) {
+            m->src[--m->nsrc] = NULL, m->dtype = PDDE_F32;
+            pdde_op_set_i32(m, PDDE_P_MATMUL_ACT, 0);
+            continue;
+        }
+        gl->op = PDDE_OP_RESHAPE, gl->flags |= PDDE_TENSOR_VIEW, gl->src[1] = NULL, gl->nsrc = 1;
+        pdde_op_set_i32(gl, PDDE_P_VIEW_BESIDE, 1);
+        if (gb) { /* (the views between md and gb take gb's dtype, as lower_fold_casts does) */
+            for (pdde_tensor *v = gb->src[2]; v != md; v = v->src[0]) v->dtype = gdt;
+            gb->op = PDDE_OP_RESHAPE, gb->flags |= PDDE_TENSOR_VIEW, gb->src[0] = gb->src[2], gb->src[1] = gb->src[2] = NULL, gb->nsrc = 1;
+            memset(gb->iparams, 0, sizeof gb->iparams);
+        }
+        readers[b->id]++;
+    }
+    free(readers), free(at);
     return PDDE_OK;
 }
 
@@ -1609,7 +1707,9 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_lowp_logits(&L);
     if (!st) st = lower_fuse_add_ln(&L);
     if (!st) st = lower_bf16_grads(&L);
+    if (!st) st = lower_att_lowp(&L);
     if (!st) st = lower_fold_casts(&L);
+    if (!st) st = lower_fuse_gelu(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);
