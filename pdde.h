@@ -652,7 +652,8 @@ void pdde_session_dump(const pdde_session *s, FILE *f);
  * and prints nothing (whether the plan lowers on that rank). */
 pdde_status pdde_lower_dump(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, FILE *f);
 /* What pdde_session_memory reports for rank `rank` of that plan (g lowered as pdde_lower_dump does),
- * without a session: the same memory plan the session allocates by (planner/memplan.c). */
+ * without a session: the same memory plan the session allocates by (planner/memplan.c), its gradient
+ * buckets in device buffers where params' device collectives (or PDDE_DEVICE_COLLECTIVES) serve them. */
 pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out);
 /* What the session holds of user tensor t on this rank: a tensor of its own with t's local shape and
  * dist attr (NULL: t is not in the step here, e.g. another pipeline stage's). Compiling never changes
@@ -867,15 +868,16 @@ typedef struct {
                                     other than pdde-run); not owned */
     int rank, world_size;        /* world_size 0: both from the environment (pdde_comm_env_read) */
     const char *prefix;          /* key prefix in the store, one per job; NULL = "pdde" */
-    double timeout_s;            /* init and blocking collectives; 0 = 300 */
+    double timeout_s;            /* blocking collectives, and init unless init_timeout_s; 0 = 300 */
     double peer_timeout_s;       /* bound on failure detection; 0 = 5 */
     pdde_comm_algo algo;         /* 0 = auto; the env PDDE_COMM_ALGO (ring, recursive, two_level) too */
     pdde_mem_kind mem_kind;      /* where the buffers passed to collectives live; host only for now */
     const pdde_transport_iface *transport; /* NULL = UCX */
     int no_progress_thread;      /* 1: non-blocking operations progress only inside test/wait */
     const char *host_id;         /* NULL: PDDE_HOST_ID or hostname + network namespace */
+    double init_timeout_s;       /* forming the world (store, connections, shared memory); 0 = timeout_s */
 } pdde_comm_params;
-#define PDDE_COMM_PARAMS_INIT {NULL, 0, 0, NULL, 0, 0, PDDE_ALGO_AUTO, PDDE_MEM_HOST, NULL, 0, NULL}
+#define PDDE_COMM_PARAMS_INIT {NULL, 0, 0, NULL, 0, 0, PDDE_ALGO_AUTO, PDDE_MEM_HOST, NULL, 0, NULL, 0}
 
 /* Collective over all ranks: reads the environment (or params), meets the others through the store,
  * connects every pair, exchanges host ids. */
@@ -1439,7 +1441,7 @@ typedef struct {
     /* compute */
     pdde_op_class op_class;
     int64_t m, n, k;         /* GEMM shape (batch folded into m) */
-    double flops;            /* 0 with a GEMM shape: 2mnk */
+    double flops;            /* 0 with a GEMM shape: 2mnk (x gemms) */
     double bytes;            /* bytes the op reads and writes */
     /* communication */
     pdde_collective coll;
@@ -1460,6 +1462,8 @@ typedef struct {
                                 backward its gradient) it runs between its GEMMs, timed on the attention curve */
     int softmax_backward;    /* 1: softmax_bytes are an attention backward's, timed on the fused_attention_backward
                                 curve (0: the forward's, on the fused_attention curve) */
+    int64_t gemms;           /* a grouped GEMM: this many GEMMs of m x n x k (the experts'; flops: all of them); 0 = one.
+                                A CPU runs their row tiles one a thread at once (as a GEMM of threads x the tile's rows) */
 } pdde_cost_op;
 
 typedef struct pdde_cost_program pdde_cost_program;
@@ -1475,7 +1479,8 @@ int pdde_cost_program_add(pdde_cost_program *p, int rank, const pdde_cost_op *op
 int pdde_cost_program_op_count(const pdde_cost_program *p, int rank);
 const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, int index);
 /* One rank running g's step (every node that reaches a loss, an output or an update, in order) on
- * cluster device device_id: each node a compute op with its class, GEMM shape, bytes and liveness. */
+ * cluster device device_id: each node a compute op with its class, GEMM shape, bytes and liveness. With
+ * a fusion of lowering's switched on (PDDE_FUSE_*, PDDE_ATT_LOWP, PDDE_BF16_*), the nodes its session runs. */
 pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out);
 /* Every rank of a plan's real programs (planner/simulate.c): g annotated and completed as its sessions
  * compile it, sp what they pass (world not read; NULL = defaults), each rank lowered as pdde_lower_dump
@@ -1885,7 +1890,8 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
  * rows only), in groups of ep consecutive devices, each pair's bytes over its link and every group's
  * bytes leaving a machine through its NIC at once (CPU ranks beyond a machine's cores share them); the
  * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
- * skew: measured counts, or a stated max/mean); the experts' gradient reduction over their
+ * skew: measured counts, or a stated max/mean) and the passes over the experts' buffers (with ep > 1
+ * blocks of S rows an expert, S = ep x a rank's tokens dropless); the experts' gradient reduction over their
  * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages
  * split them over the data-parallel replicas). */
 typedef struct {
@@ -1909,12 +1915,14 @@ typedef struct {
     double alltoall_s;         /* its time */
     double cross_host_share;   /* of a rank's exchanged bytes, the share to other machines (the most of any rank) */
     double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
+    double expert_buffer_s;    /* the passes over the experts' rows beside the GEMMs: the activation, and with ep > 1
+                                  the buffer by expert's padded rows (zeroed, scanned, activated) */
     double dp_sync_s;          /* the experts' gradients over their data-parallel replicas (ZeRO-3: and the
                                   parameters gathered) */
     double imbalance;          /* the busiest rank's rows over the mean */
     double gemm_efficiency;    /* the GEMM rate at one expert's rows over the rate at all the rank's rows */
     double expert_param_bytes, expert_optimizer_bytes; /* a rank's: parameters + gradients, AdamW state */
-    double step_s;             /* alltoall_s + expert_gemm_s + dp_sync_s */
+    double step_s;             /* alltoall_s + expert_gemm_s + expert_buffer_s + dp_sync_s */
     int fits;                  /* the experts' memory within the budget */
 } pdde_moe_cost;
 pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,

@@ -292,14 +292,31 @@ typedef struct { const pdde_tensor *y; float *C; int64_t N; } matmul_epi_job;
 static void matmul_epi_task(void *arg, int64_t begin, int64_t end) {
     const matmul_epi_job *e = arg;
     const pdde_tensor *y = e->y;
-    int residual = pdde_op_i32(y, PDDE_P_MATMUL_RESIDUAL) != 0;
-    const float *bias = y->nsrc - residual > 2 ? F32(y->src[2]) : NULL, *res = residual ? F32(y->src[y->nsrc - 1]) : NULL;
+    int residual = pdde_op_i32(y, PDDE_P_MATMUL_RESIDUAL) != 0, act = pdde_op_i32(y, PDDE_P_MATMUL_ACT);
+    const float *bias = y->nsrc - residual > 2 && act != PDDE_MATMUL_DGELU ? F32(y->src[2]) : NULL, *res = residual ? F32(y->src[y->nsrc - 1]) : NULL;
+    const pdde_tensor *xt = act == PDDE_MATMUL_DGELU ? y->src[2] : NULL; /* (gelu's input X, f32 or bf16/f16) */
+    char *beside = act == PDDE_MATMUL_GELU ? (char *)F32(y) + pdde_lowp_copy_offset(y) : NULL;
+    float f[256];
     for (int64_t r = begin; r < end; r++) {
         float *c = e->C + r * e->N;
         if (bias)
             for (int64_t i = 0; i < e->N; i++) c[i] += bias[i];
         if (res)
             for (int64_t i = 0; i < e->N; i++) c[i] = res[r * e->N + i] + c[i];
+        for (int64_t i0 = 0; beside && i0 < e->N; i0 += 256) { /* gelu(X) beside X (in y's dtype), as bias_gelu computes it */
+            int64_t n = e->N - i0 < 256 ? e->N - i0 : 256;
+            if (y->dtype == PDDE_F32) for (int64_t i = 0; i < n; i++) ((float *)beside)[r * e->N + i0 + i] = gelu_tanh(c[i0 + i]);
+            else {
+                for (int64_t i = 0; i < n; i++) f[i] = gelu_tanh(c[i0 + i]);
+                f32_to_half(f, (uint16_t *)beside + r * e->N + i0, n, y->dtype);
+            }
+        }
+        for (int64_t i0 = 0; xt && i0 < e->N; i0 += 256) { /* the gradient times gelu'(X), as bias_gelu_back computes it */
+            int64_t n = e->N - i0 < 256 ? e->N - i0 : 256;
+            if (xt->dtype == PDDE_F32) memcpy(f, F32(xt) + r * e->N + i0, (size_t)n * sizeof(float));
+            else half_to_f32((const uint16_t *)F32(xt) + r * e->N + i0, f, n, xt->dtype);
+            for (int64_t i = 0; i < n; i++) c[i0 + i] = c[i0 + i] * gelu_tanh_grad(f[i]);
+        }
         if (y->dtype != PDDE_F32) f32_to_half(c, (uint16_t *)((char *)y->data + y->offset) + r * e->N, e->N, y->dtype);
     }
 }
@@ -801,21 +818,32 @@ CPU_KERNEL static void sum_rows_task(void *arg, int64_t begin, int64_t end) {
     }
 }
 
-static void cpu_sum_to(pdde_threadpool *pool, pdde_tensor *y) {
+static pdde_status cpu_sum_to(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *y) {
     /* y's shape broadcasts to x's: accumulate x into y through broadcast indexing */
     const pdde_tensor *x = y->src[0];
     bcast bc;
     bcast_init(&bc, x, y);
     float *out = F32(y);
-    const float *in = F32(x);
     int64_t n = pdde_tensor_numel(x), ny = pdde_tensor_numel(y);
     if (bc.period > 0 && ny > 0) { /* y is x's trailing suffix: sum rows (double accumulators for accuracy; x f32 or bf16 / f16) */
         cpu_job job = {.node = y, .a = n / ny, .b = ny};
         parallel_for(pool, ny, n < PAR_MIN ? INT64_MAX : 128, sum_rows_task, &job);
-        return;
+        return PDDE_OK;
     }
-    memset(out, 0, (size_t)ny * sizeof *out);
-    for (int64_t i = 0; i < n; i++) out[bcast_index(&bc, i)] += in[i];
+    /* any other broadcast (x [4,3,5] to [4,1,5] or [1,3,1]): in x's order into double accumulators, x's
+     * elements read as its dtype (bf16 / f16 widened a block at a time) */
+    double *acc = calloc(ny > 0 ? (size_t)ny : 1, sizeof *acc);
+    if (!acc) return pdde_error(ctx, PDDE_ERR_OOM, "%s: sum_to of %lld elements: out of memory", y->name, (long long)ny);
+    float wide[SUM_ROWS_BLOCK];
+    for (int64_t i0 = 0; i0 < n; i0 += SUM_ROWS_BLOCK) {
+        int64_t nb = n - i0 < SUM_ROWS_BLOCK ? n - i0 : SUM_ROWS_BLOCK;
+        const float *in = F32(x) + i0;
+        if (x->dtype != PDDE_F32) half_to_f32(LOWP_OUT(x) + i0, wide, nb, x->dtype), in = wide;
+        for (int64_t k = 0; k < nb; k++) acc[bcast_index(&bc, i0 + k)] += in[k];
+    }
+    for (int64_t k = 0; k < ny; k++) out[k] = (float)acc[k];
+    free(acc);
+    return PDDE_OK;
 }
 
 static void cpu_expand(pdde_tensor *y) {
@@ -1153,7 +1181,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
         return PDDE_OK;
     }
     case PDDE_OP_SUM: case PDDE_OP_MEAN: cpu_reduce(t); return PDDE_OK;
-    case PDDE_OP_SUM_TO: cpu_sum_to(pool, t); return PDDE_OK;
+    case PDDE_OP_SUM_TO: return cpu_sum_to(ctx, pool, t);
     case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
     case PDDE_OP_CAST: parallel_for(pool, n, PAR_MIN, cast_task, &job); return PDDE_OK;
     case PDDE_OP_GRAD_ACCUM:

@@ -314,5 +314,8 @@ static pdde_status cpu_attention(pdde_context *ctx, pdde_threadpool *pool, pdde_
     }
     if (j.oom) return pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory for the attention tiles", t->name);
     if (j.gemm_failed) return pdde_error(ctx, PDDE_ERR_BACKEND, "%s: a %s tile GEMM of the attention failed (oneDNN)", t->name, pdde_dtype_name(j.gemm_dt));
+    pdde_dtype cdt = (pdde_dtype)pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY);
+    if (packed && cdt) /* the output rounded as a cast, beside it (lowering's PDDE_ATT_LOWP) */
+        f32_to_half(F32(t), (uint16_t *)((char *)F32(t) + pdde_lowp_copy_offset(t)), pdde_tensor_numel(t), cdt);
     return PDDE_OK;
 }

@@ -14,7 +14,9 @@
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
  * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
- * PDDE_CUDA_LT=1 runs matmuls with an epilogue (a folded bias add or cast: PDDE_FUSE_EPILOGUE) on cublasLt.
+ * PDDE_CUDA_GRAPH=1 captures each step's work on a stream and replays it as CUDA graphs (below);
+ * PDDE_CUDA_LT=1 runs matmuls with an epilogue on cublasLt: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
+ * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -37,6 +39,8 @@ typedef struct pcu_mod_st *pcu_mod;
 typedef struct pcu_fn_st *pcu_fn;
 typedef struct pcu_stream_st *pcu_cstream;
 typedef struct pcu_event_st *pcu_cevent;
+typedef struct pcu_graph_st *pcu_graph;
+typedef struct pcu_graph_exec_st *pcu_graph_exec;
 
 enum {
     PCU_SUCCESS = 0,
@@ -55,7 +59,20 @@ enum {
     PCU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
     PCU_STREAM_NON_BLOCKING = 1,
     PCU_EVENT_DISABLE_TIMING = 2,
+    PCU_STREAM_CAPTURE_MODE_RELAXED = 2, /* (CUstreamCaptureMode: the scratch and cublasLt may allocate while capturing) */
 };
+
+/* CUDA graphs (optional: PDDE_CUDA_GRAPH=1), resolved apart so that a driver without them still loads. */
+typedef struct {
+    int ok;
+    pcu_result (*BeginCapture)(pcu_cstream, int);
+    pcu_result (*EndCapture)(pcu_cstream, pcu_graph *);
+    pcu_result (*Instantiate)(pcu_graph_exec *, pcu_graph, unsigned long long);
+    pcu_result (*ExecUpdate)(pcu_graph_exec, pcu_graph, void *); /* (CUgraphExecUpdateResultInfo *) */
+    pcu_result (*Launch)(pcu_graph_exec, pcu_cstream);
+    pcu_result (*Destroy)(pcu_graph);
+    pcu_result (*ExecDestroy)(pcu_graph_exec);
+} pcu_graph_api;
 
 /* The driver entry points, resolved with dlsym (the _v2 names are what cuda.h maps the calls to). */
 typedef struct {
@@ -180,7 +197,9 @@ typedef struct {
 } pclt_api;
 enum { /* cublasLt.h / cublas_api.h values */
     PCLT_COMPUTE_32F_FAST_TF32 = 77, PCLT_DESC_TRANSA = 3, PCLT_DESC_TRANSB = 4, PCLT_DESC_EPILOGUE = 7, PCLT_DESC_BIAS_POINTER = 8,
+    PCLT_DESC_EPILOGUE_AUX_POINTER = 11, PCLT_DESC_EPILOGUE_AUX_LD = 12,
     PCLT_DESC_BIAS_DATA_TYPE = 26, PCLT_EPILOGUE_DEFAULT = 1, PCLT_EPILOGUE_BIAS = 4, PCLT_LAYOUT_BATCH_COUNT = 5,
+    PCLT_EPILOGUE_GELU_AUX_BIAS = 164, PCLT_EPILOGUE_DGELU = 192, /* (cublasLtEpilogue_t) */
     PCLT_LAYOUT_STRIDED_BATCH_OFFSET = 6, PCLT_PREF_MAX_WORKSPACE_BYTES = 1, PCLT_PREF_MIN_ALIGNMENT_A = 5,
     PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8,
 };
@@ -209,15 +228,19 @@ typedef struct {
     pcu_api cu;
     pcublas_api blas; /* blas.lib NULL: no cuBLAS */
     pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT unset */
+    pcu_graph_api graph;
     int driver_version;
     int n_devices;
     pcu_dev_info *info;
 } pcu_family;
 
+#define PCU_GRAPH_SEGMENTS 8 /* captured pieces of one step a stream keeps (split at host-visible operations) */
 typedef struct {
     pcu_cstream s;
     pcu_ptr scratch;
     size_t scratch_bytes;
+    int capturing, segment;                 /* (PDDE_CUDA_GRAPH: a capture is open; which piece of the step it is) */
+    pcu_graph_exec exec[PCU_GRAPH_SEGMENTS]; /* each piece's executable graph, updated from the next step's capture */
 } pcu_stream;
 
 typedef struct {
@@ -237,6 +260,8 @@ typedef struct {
     int lt_workspace_tried;
     pclt_plan *lt_plans;
     int n_lt_plans;
+    int graph_on;                         /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
+    long long graph_launches, graph_instantiations, graph_updates;
 } pcu_dev;
 
 /* --------------------------------------------------------------------------------------------------
@@ -264,6 +289,79 @@ static int pcu_bind(pcu_dev *d) {
     if (d->fam->cu.CtxGetCurrent(&cur) == PCU_SUCCESS && cur == d->cu_ctx) return PDDE_OK;
     pcu_result r = d->fam->cu.CtxSetCurrent(d->cu_ctx);
     return r == PCU_SUCCESS ? PDDE_OK : pcu_fail(d->fam, r, "cuCtxSetCurrent", 0);
+}
+
+/* --------------------------------------------------------------------------------------------------
+ * CUDA graphs (PDDE_CUDA_GRAPH=1; off by default until a GPU run has measured it). The first compute after a
+ * stream's synchronisation opens a capture on it (relaxed mode); what the executor enqueues is recorded, not
+ * run, until a host-visible operation: a stream sync, a read or write, an event, the native stream handed
+ * out, a scratch that must grow (it synchronises). There the capture is closed and the piece launched as a
+ * graph, so no work is lost and the operation then runs as without graphs. Each piece of a step (at most
+ * PCU_GRAPH_SEGMENTS; past them the step's rest runs as without graphs) keeps its executable graph, which
+ * the next step's capture updates in place (cuGraphExecUpdate: kernel arguments, as the optimizer's step,
+ * and buffers may change) or, where the work's shape changed, replaces (cuGraphInstantiate). A driver
+ * without graphs, or a capture that does not begin, is said once on stderr and the steps run without. */
+
+static void pcu_graph_refuse(pcu_dev *d, const char *why, pcu_result r) {
+    static atomic_int said;
+    const char *name = NULL;
+    if (d->fam->cu.GetErrorName) d->fam->cu.GetErrorName(r, &name);
+    d->graph_on = 0;
+    if (!atomic_exchange(&said, 1))
+        fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1 but %s%s%s%s: steps run without graph capture\n", why, r ? " (" : "",
+                r ? (name ? name : "?") : "", r ? ")" : "");
+}
+
+/* Opens a capture on s where graphs are on and none is open (a failure refuses graphs: nothing is lost) */
+static void pcu_graph_begin(pcu_dev *d, pcu_stream *s) {
+    if (!d->graph_on || s->capturing || s->segment >= PCU_GRAPH_SEGMENTS) return;
+    pcu_result r = d->fam->graph.BeginCapture(s->s, PCU_STREAM_CAPTURE_MODE_RELAXED);
+    if (r != PCU_SUCCESS) pcu_graph_refuse(d, "cuStreamBeginCapture failed", r);
+    else s->capturing = 1;
+}
+
+/* Closes s's open capture, if any, and launches what it recorded as this piece's graph. */
+static int pcu_graph_flush(pcu_dev *d, pcu_stream *s) {
+    if (!s->capturing) return PDDE_OK;
+    const pcu_graph_api *G = &d->fam->graph;
+    s->capturing = 0;
+    pcu_graph gr = NULL;
+    pcu_result r = G->EndCapture(s->s, &gr);
+    if (r != PCU_SUCCESS || !gr) { /* (the recorded work did not run: an error of the step, and no graphs from now on) */
+        pcu_graph_refuse(d, "the capture of a step failed", r);
+        return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cuStreamEndCapture failed (%d): the step's captured work did not run", r);
+    }
+    pcu_graph_exec *ex = &s->exec[s->segment++];
+    if (*ex) {
+        struct { int result; void *error_node, *error_from; } info = {0, NULL, NULL}; /* (CUgraphExecUpdateResultInfo) */
+        if (G->ExecUpdate(*ex, gr, &info) == PCU_SUCCESS) d->graph_updates++;
+        else G->ExecDestroy(*ex), *ex = NULL; /* (another shape of work: instantiated anew) */
+    }
+    if (!*ex) {
+        r = G->Instantiate(ex, gr, 0);
+        if (r != PCU_SUCCESS) {
+            G->Destroy(gr);
+            *ex = NULL;
+            pcu_graph_refuse(d, "cuGraphInstantiate failed", r);
+            return pcu_fail(d->fam, r, "cuGraphInstantiate", 0);
+        }
+        d->graph_instantiations++;
+    }
+    G->Destroy(gr);
+    r = G->Launch(*ex, s->s);
+    if (r != PCU_SUCCESS) return pcu_fail(d->fam, r, "cuGraphLaunch", 0);
+    d->graph_launches++;
+    return PDDE_OK;
+}
+
+static void pcu_graph_free(pcu_dev *d, pcu_stream *s) {
+    if (s->capturing) {
+        pcu_graph gr = NULL;
+        s->capturing = 0;
+        if (d->fam->graph.EndCapture(s->s, &gr) == PCU_SUCCESS && gr) d->fam->graph.Destroy(gr);
+    }
+    for (int i = 0; i < PCU_GRAPH_SEGMENTS; i++)
+        if (s->exec[i]) d->fam->graph.ExecDestroy(s->exec[i]), s->exec[i] = NULL;
 }
 
 /* --------------------------------------------------------------------------------------------------
@@ -366,13 +464,16 @@ static uint32_t pclt_align(uint64_t addr) {
 static int pclt_type(pdde_dtype dt) { return dt == PDDE_BF16 ? PCUBLAS_R_16BF : dt == PDDE_F16 ? PCUBLAS_R_16F : PCUBLAS_R_32F; }
 
 /* Makes plan p for the key: descriptors, layouts and the heuristic's first algorithm (p->ok 0: none). */
+/* epi: the epilogue (0: a bias one where there is a bias, else none); aux: its auxiliary matrix (GELU_AUX_BIAS,
+ * DGELU: X of D's layout, leading dimension N) */
 static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, const uint32_t align[4]) {
+                           int64_t sA, int64_t sB, int64_t sD, int64_t batch, void *bias, const uint32_t align[4], uint32_t epi, void *aux) {
     const pclt_api *a = &d->fam->lt;
     const char *tf = getenv("PDDE_CUDA_TF32");
     int compute = dt == PDDE_F32 && tf && tf[0] == '1' ? PCLT_COMPUTE_32F_FAST_TF32 : PCUBLAS_COMPUTE_32F;
     int32_t opa = tb, opb = ta, bias_type = PCUBLAS_R_32F; /* (column-major: D^T = op(B)^T op(A)^T, so Lt's A is our B) */
-    uint32_t epi = bias ? PCLT_EPILOGUE_BIAS : PCLT_EPILOGUE_DEFAULT;
+    if (!epi) epi = bias ? PCLT_EPILOGUE_BIAS : PCLT_EPILOGUE_DEFAULT;
+    int64_t aux_ld = N;
     uint64_t ws = d->lt_workspace_bytes;
     int st = a->DescCreate(&p->desc, compute, PCUBLAS_R_32F);
     st = st ? st : a->DescSet(p->desc, PCLT_DESC_TRANSA, &opa, sizeof opa);
@@ -380,6 +481,8 @@ static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype d
     st = st ? st : a->DescSet(p->desc, PCLT_DESC_EPILOGUE, &epi, sizeof epi);
     if (bias) st = st ? st : a->DescSet(p->desc, PCLT_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
     if (bias) st = st ? st : a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bias, sizeof bias); /* (the heuristic reads its alignment) */
+    if (aux) st = st ? st : a->DescSet(p->desc, PCLT_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    if (aux) st = st ? st : a->DescSet(p->desc, PCLT_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     st = st ? st : a->LayoutCreate(&p->la, pclt_type(dt), (uint64_t)(tb ? K : N), (uint64_t)(tb ? N : K), tb ? K : N);
     st = st ? st : a->LayoutCreate(&p->lb, pclt_type(dt), (uint64_t)(ta ? M : K), (uint64_t)(ta ? K : M), ta ? M : K);
     st = st ? st : a->LayoutCreate(&p->lc, pclt_type(ddt), (uint64_t)N, (uint64_t)M, N);
@@ -433,7 +536,7 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
         }
         p = &d->lt_plans[d->n_lt_plans++];
         memcpy(p->key, key, sizeof key);
-        pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align);
+        pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
         if (!p->ok) {
             static atomic_int said;
             if (!atomic_exchange(&said, 1))
@@ -456,6 +559,64 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
         p->ok = 0; /* (the generic path from now on, for this shape) */
         fprintf(stderr, "pdde: cuda: cublasLtMatmul failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n", st,
                 (long long)M, (long long)N, (long long)K);
+        return 1;
+    }
+    return PDDE_OK;
+}
+
+/* PDDE_FUSE_GELU's matmuls on cublasLt (gpu_dispatch.h's gemm_act): GELU_AUX_BIAS (D = gelu(X), X = A op(B) +
+ * bias kept in aux) and DGELU (D = A op(B) * gelu'(aux)). cublasLt keeps aux in D's dtype, so a node whose X
+ * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels. */
+static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K,
+                            pgd_ptr pa, pgd_ptr pb, pgd_ptr pd, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt) {
+    pcu_dev *d = impl;
+    const pclt_api *a = &d->fam->lt;
+    if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
+    if (!d->lt_workspace_tried) {
+        d->lt_workspace_tried = 1;
+        if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
+        else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
+    }
+    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = bias.base ? pgd_addr(bias) : 0, aaux = pgd_addr(aux);
+    if (pclt_align(aaux) < 16) return 1;
+    uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), abias ? pclt_align(abias) : 256};
+    uint32_t epi = act == PDDE_MATMUL_GELU ? PCLT_EPILOGUE_GELU_AUX_BIAS : PCLT_EPILOGUE_DGELU;
+    int64_t key[16] = {dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, abias != 0, epi, align[0] | (int64_t)align[1] << 16,
+                       align[2] | (int64_t)align[3] << 16, 2};
+    pclt_plan *p = NULL;
+    for (int i = 0; i < d->n_lt_plans && !p; i++)
+        if (!memcmp(d->lt_plans[i].key, key, sizeof key)) p = &d->lt_plans[i];
+    if (!p) {
+        if (!d->lt_plans && !(d->lt_plans = calloc(PCLT_PLANS, sizeof *d->lt_plans))) return 1;
+        if (d->n_lt_plans == PCLT_PLANS) {
+            for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(a, &d->lt_plans[i]);
+            d->n_lt_plans = 0;
+        }
+        p = &d->lt_plans[d->n_lt_plans++];
+        memcpy(p->key, key, sizeof key);
+        pclt_plan_make(d, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
+        if (!p->ok) {
+            static atomic_int said;
+            if (!atomic_exchange(&said, 1))
+                fprintf(stderr, "pdde: cuda: cublasLt has no %s algorithm for a %lldx%lldx%lld %s matmul: such matmuls run their epilogue "
+                                "as separate kernels\n", act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", (long long)M, (long long)N,
+                        (long long)K, pdde_dtype_name(ddt));
+        }
+    }
+    if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
+    void *bp = (void *)(uintptr_t)abias, *xp = (void *)(uintptr_t)aaux;
+    if ((abias && a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bp, sizeof bp) != 0) ||
+        a->DescSet(p->desc, PCLT_DESC_EPILOGUE_AUX_POINTER, &xp, sizeof xp) != 0)
+        return 1;
+    float one = 1.0f, zero = 0.0f;
+    void *dp = (void *)(uintptr_t)ad;
+    int st = a->Matmul(d->lt, p->desc, &one, (const void *)(uintptr_t)ab, p->la, (const void *)(uintptr_t)aa, p->lb, &zero, dp, p->lc, dp,
+                       p->lc, &p->algo, d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0,
+                       ((pcu_stream *)stream)->s);
+    if (st != 0) {
+        p->ok = 0;
+        fprintf(stderr, "pdde: cuda: cublasLtMatmul (%s) failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n",
+                act == PDDE_MATMUL_GELU ? "GELU_AUX_BIAS" : "DGELU", st, (long long)M, (long long)N, (long long)K);
         return 1;
     }
     return PDDE_OK;
@@ -498,6 +659,19 @@ static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
         return PDDE_ERR_UNAVAILABLE;
     }
     f->cu.DriverGetVersion(&f->driver_version);
+    static const struct { const char *name; size_t off; } graph_syms[] = {
+#define PCU_GSYM(field, sym) {sym, offsetof(pcu_graph_api, field)}
+        PCU_GSYM(BeginCapture, "cuStreamBeginCapture_v2"), PCU_GSYM(EndCapture, "cuStreamEndCapture"),
+        PCU_GSYM(Instantiate, "cuGraphInstantiateWithFlags"), PCU_GSYM(ExecUpdate, "cuGraphExecUpdate_v2"),
+        PCU_GSYM(Launch, "cuGraphLaunch"), PCU_GSYM(Destroy, "cuGraphDestroy"), PCU_GSYM(ExecDestroy, "cuGraphExecDestroy"),
+#undef PCU_GSYM
+    };
+    f->graph.ok = 1;
+    for (size_t i = 0; i < sizeof graph_syms / sizeof graph_syms[0]; i++) {
+        void *p = dlsym(lib, graph_syms[i].name);
+        if (!p) f->graph.ok = 0;
+        else memcpy((char *)&f->graph + graph_syms[i].off, &p, sizeof p);
+    }
     f->info = calloc((size_t)count, sizeof *f->info);
     if (!f->info) {
         free(f);
@@ -567,7 +741,9 @@ static pdde_status pcu_stream_new(pcu_dev *d, pcu_stream **out) {
 
 static void pcu_stream_delete(pcu_dev *d, pcu_stream *s) {
     if (!s) return;
+    pcu_graph_flush(d, s);
     d->fam->cu.StreamSynchronize(s->s);
+    pcu_graph_free(d, s);
     if (s->scratch) d->fam->cu.MemFree(s->scratch);
     d->fam->cu.StreamDestroy(s->s);
     free(s);
@@ -679,6 +855,10 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
         return st;
     }
     if (f->lt.lib && f->lt.Create(&d->lt) != 0) d->lt = NULL; /* (the generic epilogue runs) */
+    const char *ge = getenv("PDDE_CUDA_GRAPH");
+    d->graph_on = ge && !strcmp(ge, "1") && f->graph.ok;
+    if (ge && !strcmp(ge, "1") && !f->graph.ok)
+        pcu_graph_refuse(d, "the driver lacks the graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags, cuGraphExecUpdate_v2)", 0);
     if (f->blas.lib) {
         if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
         else {
@@ -694,6 +874,9 @@ static void pcu_device_close(void *dev) {
     pcu_dev *d = dev;
     if (!d) return;
     pcu_family *f = d->fam;
+    if (d->graph_launches)
+        fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1 on %s: %lld graphs launched, %lld instantiated, %lld updated in place\n", f->info[d->index].name,
+                d->graph_launches, d->graph_instantiations, d->graph_updates);
     if (d->cu_ctx) {
         f->cu.CtxSetCurrent(d->cu_ctx);
         if (d->blas) f->blas.Destroy(d->blas);
@@ -747,6 +930,7 @@ static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offse
     pcu_dev *d = dev;
     if (!n) return PDDE_OK;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.MemcpyHtoDAsync((pcu_ptr)(uintptr_t)handle + offset, src, n, pcu_st(d, stream)->s),
               "cuMemcpyHtoDAsync");
@@ -767,6 +951,7 @@ static pdde_status pcu_copy(void *dev, void *stream, void *src, size_t src_offse
 static pdde_status pcu_native(void *dev, void *stream, void **native_stream, int *runtime_index) {
     pcu_dev *d = dev;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream)); /* (others enqueue on it: not in a capture of ours) */
     if (st) return st;
     if (native_stream) *native_stream = pcu_st(d, stream)->s;
     if (runtime_index) *runtime_index = d->index;
@@ -777,6 +962,7 @@ static pdde_status pcu_read(void *dev, void *stream, void *handle, size_t offset
     pcu_dev *d = dev;
     if (!n) return PDDE_OK;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.MemcpyDtoHAsync(dst, (pcu_ptr)(uintptr_t)handle + offset, n, pcu_st(d, stream)->s),
               "cuMemcpyDtoHAsync");
@@ -804,8 +990,11 @@ static void pcu_stream_free(void *dev, void *stream) {
 static pdde_status pcu_stream_sync(void *dev, void *stream) {
     pcu_dev *d = dev;
     int st = pcu_bind(d);
+    pcu_stream *s = pcu_st(d, stream);
+    if (!st) st = pcu_graph_flush(d, s);
+    s->segment = 0; /* (the next step's pieces update this one's) */
     if (st) return st;
-    PCU_CHECK(d, d->fam->cu.StreamSynchronize(pcu_st(d, stream)->s), "cuStreamSynchronize");
+    PCU_CHECK(d, d->fam->cu.StreamSynchronize(s->s), "cuStreamSynchronize");
     return PDDE_OK;
 }
 
@@ -829,6 +1018,7 @@ static void pcu_event_free(void *dev, void *event) {
 static pdde_status pcu_event_record(void *dev, void *event, void *stream) {
     pcu_dev *d = dev;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.EventRecord(event, pcu_st(d, stream)->s), "cuEventRecord");
     return PDDE_OK;
@@ -845,6 +1035,7 @@ static pdde_status pcu_event_sync(void *dev, void *event) {
 static pdde_status pcu_stream_wait_event(void *dev, void *stream, void *event) {
     pcu_dev *d = dev;
     int st = pcu_bind(d);
+    if (!st) st = pcu_graph_flush(d, pcu_st(d, stream));
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.StreamWaitEvent(pcu_st(d, stream)->s, event, 0), "cuStreamWaitEvent");
     return PDDE_OK;
@@ -881,6 +1072,8 @@ static int pcu_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out)
     if (s->scratch_bytes < nbytes) {
         size_t want = nbytes < 65536 ? 65536 : nbytes;
         if (s->scratch) {
+            int st = pcu_graph_flush(d, s); /* (the synchronisation below may not be captured; this node's rest runs uncaptured) */
+            if (st) return st;
             PCU_CHECK(d, d->fam->cu.StreamSynchronize(s->s), "cuStreamSynchronize");
             d->fam->cu.MemFree(s->scratch);
             s->scratch = 0;
@@ -963,10 +1156,11 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt ? pclt_cb_gemm_epi : NULL,
+        .gemm_act = d->lt ? pclt_cb_gemm_act : NULL,
         /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
          * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
         .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,
-        .has_flash = d->has_flash ? PGD_FLASH_BF16 | PGD_FLASH2 : 0, .flash_rows = 64, .flash_threads = 128,
+        .has_flash = d->has_flash ? PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;
 }
@@ -974,12 +1168,14 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
 static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
     pgd_ctx g;
     pdde_status st = pcu_dispatcher(dev, stream, &g);
+    if (!st) pcu_graph_begin(dev, g.stream);
     return st ? st : pgd_compute_any(&g, node);
 }
 
 static pdde_status pcu_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
     pgd_ctx g;
     pdde_status st = pcu_dispatcher(dev, stream, &g);
+    if (!st) pcu_graph_begin(dev, g.stream);
     return st ? st : pgd_compute_group(&g, nodes, n);
 }
 

@@ -71,7 +71,7 @@ __device__ __forceinline__ void fl_load_f32(uint16_t *tile, const float *src, lo
 
 template <int D>
 __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
-                                          long long BH, long long T, float scale, long long H) {
+                                          long long BH, long long T, float scale, long long H, uint16_t *ycp = nullptr) {
     constexpr int LD = D + 8, BK = 64, NT = BK / 8, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + BK * LD;
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
@@ -155,6 +155,11 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
         float *yr = y + att_y(bh * T + row, T, D, H), inv = 1.0f / l[r];
 #pragma unroll
         for (int d = 0; d < DT; d++) yr[d * 8 + t4 * 2] = o[d][2 * r] * inv, yr[d * 8 + t4 * 2 + 1] = o[d][2 * r + 1] * inv;
+        if (ycp) { /* (y rounded to bf16 beside it, as a cast of y would) */
+            uint16_t *cr = ycp + att_y(bh * T + row, T, D, H);
+#pragma unroll
+            for (int d = 0; d < DT; d++) *(uint32_t *)(cr + d * 8 + t4 * 2) = pack_bf16(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+        }
         if (t4 == 0) y[att_lse(bh * T + row, BH * T, D, H)] = (m[r] + log2f(l[r])) / FL_LOG2E;
     }
 }
@@ -164,7 +169,7 @@ __device__ __forceinline__ void flash_fwd(uint16_t *sm, const uint16_t *q, const
 template <int D>
 __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *y,
                                          const float *dy, const float *rowdot, float *out, long long BH, long long T, float scale,
-                                         long long H) {
+                                         long long H, uint16_t *cp = nullptr) {
     constexpr int LD = D + 8, BK = 32, NT = BK / 8, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + FL_ROWS * LD; /* (Q and dO pass through these first) */
     long long tiles = (T + FL_ROWS - 1) / FL_ROWS, bh = blockIdx.x / tiles, qt = tiles - 1 - blockIdx.x % tiles;
@@ -239,6 +244,11 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
         float *o = out + att_out(bh * T + row, 0, BH * T, T, D, H);
 #pragma unroll
         for (int d = 0; d < DT; d++) o[d * 8 + t4 * 2] = scale * dq[d][2 * r], o[d * 8 + t4 * 2 + 1] = scale * dq[d][2 * r + 1];
+        if (cp) { /* (dq rounded to bf16 beside the gradient, at the same place) */
+            uint16_t *c = cp + att_out(bh * T + row, 0, BH * T, T, D, H);
+#pragma unroll
+            for (int d = 0; d < DT; d++) *(uint32_t *)(c + d * 8 + t4 * 2) = pack_bf16(scale * dq[d][2 * r], scale * dq[d][2 * r + 1]);
+        }
     }
 }
 
@@ -248,7 +258,7 @@ __device__ __forceinline__ void flash_dq(uint16_t *sm, const uint16_t *q, const 
 template <int D>
 __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, const float *y,
                                           const float *dy, const float *rowdot, float *out, long long BH, long long T, float scale,
-                                          long long H) {
+                                          long long H, uint16_t *cp = nullptr) {
     constexpr int LD = D + 8, BQ = D == 64 ? 32 : 16, NT = BQ / 8, DT = D / 8, KS = D / 16;
     uint16_t *ks = sm, *vs = sm + FL_ROWS * LD, *qs = vs + FL_ROWS * LD, *dos = qs + BQ * LD;
     __shared__ float lse_s[BQ], dot_s[BQ];
@@ -333,6 +343,14 @@ __device__ __forceinline__ void flash_dkv(uint16_t *sm, const uint16_t *q, const
         for (int d = 0; d < DT; d++) {
             ok[d * 8 + t4 * 2] = scale * dk[d][2 * r], ok[d * 8 + t4 * 2 + 1] = scale * dk[d][2 * r + 1];
             ov[d * 8 + t4 * 2] = dv[d][2 * r], ov[d * 8 + t4 * 2 + 1] = dv[d][2 * r + 1];
+        }
+        if (cp) { /* (dk, dv rounded to bf16 beside the gradient, at the same places) */
+            uint16_t *ck = cp + att_out(bh * T + key, 1, BH * T, T, D, H), *cv = cp + att_out(bh * T + key, 2, BH * T, T, D, H);
+#pragma unroll
+            for (int d = 0; d < DT; d++) {
+                *(uint32_t *)(ck + d * 8 + t4 * 2) = pack_bf16(scale * dk[d][2 * r], scale * dk[d][2 * r + 1]);
+                *(uint32_t *)(cv + d * 8 + t4 * 2) = pack_bf16(dv[d][2 * r], dv[d][2 * r + 1]);
+            }
         }
     }
 }

@@ -947,30 +947,33 @@ extern "C" __global__ void k_att_repack(void *packed, void *flat, long long r0, 
 #include "cuda_flash.cuh"
 
 /* bf16 q, k, v only (the dispatcher sends nothing else here: pgd_ctx.has_flash); a kernel per head size,
- * each with the registers and shared memory its own needs (D 64: about 135 registers, three blocks an SM) */
+ * each with the registers and shared memory its own needs (D 64: about 135 registers, three blocks an SM).
+ * cp (NULL: none; the CUDA kernels' last argument, PGD_FLASH_COPY): the output also stored rounded to bf16
+ * there, at the output's indices (its node memory at pdde_lowp_copy_offset: lowering's PDDE_ATT_LOWP) */
 #define FL_KERNELS(D, sfx)                                                                                             \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_fwd##sfx(                                     \
         const void *q, const void *k, const void *v, float *y, long long BH, long long T, long long Dn, float scale,    \
-        int bf16, long long H) {                                                                                       \
+        int bf16, long long H, void *cp) {                                                                             \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
         (void)Dn, (void)bf16;                                                                                          \
-        flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H);           \
+        flash_fwd<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H,            \
+                     (uint16_t *)cp);                                                                                  \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dq##sfx(                                 \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16, long long H) {                                 \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
         (void)Dn, (void)bf16;                                                                                          \
         flash_dq<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,      \
-                    scale, H);                                                                                         \
+                    scale, H, (uint16_t *)cp);                                                                         \
     }                                                                                                                  \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash_back_dkv##sfx(                                \
         const void *q, const void *k, const void *v, const float *y, const float *dy, const float *rowdot, float *out,  \
-        long long BH, long long T, long long Dn, float scale, int bf16, long long H) {                                 \
+        long long BH, long long T, long long Dn, float scale, int bf16, long long H, void *cp) {                       \
         __shared__ __align__(16) uint16_t sm[FL_SMEM(D)];                                                              \
         (void)Dn, (void)bf16;                                                                                          \
         flash_dkv<D>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, dy, rowdot, out, BH, T,     \
-                     scale, H);                                                                                        \
+                     scale, H, (uint16_t *)cp);                                                                        \
     }
 FL_KERNELS(64, )
 FL_KERNELS(128, _d128)
@@ -1006,13 +1009,16 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, 3) k_flash2_fwd(cons
  * the backend never launches them (pgd_ctx.has_flash is 0 there). */
 #define FL_STUBS(sfx)                                                                                                  \
     extern "C" __global__ void k_flash_fwd##sfx(const void *q, const void *k, const void *v, float *y, long long BH,    \
-                                                long long T, long long D, float scale, int bf16, long long H) {}       \
+                                                long long T, long long D, float scale, int bf16, long long H,          \
+                                                void *cp) {}                                                           \
     extern "C" __global__ void k_flash_back_dq##sfx(const void *q, const void *k, const void *v, const float *y,        \
                                                     const float *dy, const float *rowdot, float *out, long long BH,    \
-                                                    long long T, long long D, float scale, int bf16, long long H) {}   \
+                                                    long long T, long long D, float scale, int bf16, long long H,      \
+                                                    void *cp) {}                                                       \
     extern "C" __global__ void k_flash_back_dkv##sfx(const void *q, const void *k, const void *v, const float *y,       \
                                                      const float *dy, const float *rowdot, float *out, long long BH,   \
-                                                     long long T, long long D, float scale, int bf16, long long H) {}
+                                                     long long T, long long D, float scale, int bf16, long long H,     \
+                                                     void *cp) {}
 FL_STUBS()
 FL_STUBS(_d128)
 #define FL2_STUBS(sfx)                                                                                                 \

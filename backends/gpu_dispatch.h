@@ -141,6 +141,11 @@ typedef struct {
      * the GEMM and the epilogue run apart) */
     int (*gemm_epi)(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
                     pgd_ptr a, int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr d, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr c, float beta);
+    /* optional: row-major D [M, N] = A op(B) with an activation epilogue (A, B of dtype dt, f32 accumulation, D
+     * of dtype ddt): PDDE_MATMUL_GELU: X = A op(B) + bias[N] (f32) into aux, D = gelu(X); PDDE_MATMUL_DGELU: D =
+     * (A op(B)) * gelu'(aux); aux of dtype xdt. Returns 1 when it declines (then the kernels run it) */
+    int (*gemm_act)(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
+                    pgd_ptr b, pgd_ptr d, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt);
 } pgd_ctx;
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
@@ -148,7 +153,8 @@ typedef struct {
  * (k_flash_*: key and value tiles in group memory, online softmax), and flash2: the tiled forward with
  * a one-pass backward (k_flash2_*, where the backend has them: PGD_FLASH2; elsewhere it is flash). */
 enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT_COUNT };
-enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4 };
+enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
+       PGD_FLASH_COPY = 8 /* the k_flash_* kernels take a last argument cp: their output also stored as bf16 there (NULL: not) */ };
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -209,6 +215,8 @@ static int pgd_supports_op(const pdde_tensor *node) {
         if (node->nsrc != (node->op == PDDE_OP_ATTENTION ? 3 : 5) - (packed ? 2 : 0) || a->ndim != (packed ? 3 : 4)) return 0;
         pdde_attention_dims(node, &B, &H, &T, &D, &packed);
         if (D > PGD_ATT_DMAX || (packed && a->shape[2] != 3 * H * D)) return 0;
+        int32_t cdt = pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY); /* (a rounded copy of the output beside it: PDDE_ATT_LOWP) */
+        if (cdt && (!packed || (cdt != PDDE_BF16 && cdt != PDDE_F16))) return 0;
         break;
     }
     case PDDE_OP_LAYERNORM: /* x, gamma [, beta] [, r added to x first: lowering's PDDE_FUSE_ADD_LN] */
@@ -229,7 +237,18 @@ static int pgd_supports_op(const pdde_tensor *node) {
                    node->src[2]->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) ? 0 : 1] == node->shape[1];
         break;
     case PDDE_OP_MATMUL: { /* each operand one matrix (shared) or one per batch; [a bias [N]] [a residual] (lowering's fusions) */
-        int residual = pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) != 0;
+        int residual = pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) != 0, act = pdde_op_i32(node, PDDE_P_MATMUL_ACT);
+        if (act) { /* (PDDE_FUSE_GELU: a bias and gelu(X) beside X, or X read for gelu'; one GEMM of a shared 2-D B) */
+            const pdde_tensor *x3 = node->nsrc == 3 ? node->src[2] : NULL;
+            if ((act != PDDE_MATMUL_GELU && act != PDDE_MATMUL_DGELU) || residual || !x3 || b->ndim != 2 || pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ||
+                node->ndim < 2 || a->ndim < 2)
+                return 0;
+            if (act == PDDE_MATMUL_GELU && (x3->dtype != PDDE_F32 || x3->ndim != 1 || x3->shape[0] != node->shape[node->ndim - 1])) return 0;
+            if (act == PDDE_MATMUL_DGELU && (pgd_numel(x3) != pgd_numel(node) || (x3->dtype != PDDE_F32 && x3->dtype != PDDE_BF16 && x3->dtype != PDDE_F16)))
+                return 0;
+            if (a->dtype != b->dtype || (a->dtype != PDDE_F32 && a->dtype != PDDE_BF16 && a->dtype != PDDE_F16)) return 0;
+            return node->dtype == PDDE_F32 || node->dtype == PDDE_BF16 || node->dtype == PDDE_F16;
+        }
         if (node->nsrc - residual < 2 || node->nsrc - residual > 3 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
         if (node->nsrc - residual == 3 && (node->src[2]->dtype != PDDE_F32 || node->src[2]->ndim != 1 || node->src[2]->shape[0] != N)) return 0;
@@ -538,7 +557,52 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
  * cublasLt), else the GEMM into f32 (the output itself, or scratch under a bf16 / f16 output), the bias
  * and the residual added in place (k_binary) and the sum cast (k_cast): the kernels the adds and the cast
  * ran before, without their tensors. */
+/* PDDE_FUSE_GELU's matmuls (PDDE_P_MATMUL_ACT): one GEMM of a shared 2-D B (the rows of every batch are
+ * one M). The backend's activation epilogue where it has one and takes the case (gemm_act: cublasLt's
+ * GELU_AUX_BIAS, DGELU), else the GEMM into f32 and the kernels of the nodes it replaces: GELU: k_bias_gelu
+ * (gelu(h + bias) beside), the bias added (k_binary) and X cast to the node's dtype; DGELU: X widened to f32
+ * where it is not, then k_bias_gelu's backward over a zero bias (x + 0 is x) with the product as dy. */
+static int pgd_matmul_act(const pgd_ctx *g, pdde_tensor *node) {
+    int act = pdde_op_i32(node, PDDE_P_MATMUL_ACT);
+    pdde_tensor *a = node->src[0], *b = node->src[1], *x3 = node->src[2];
+    int32_t tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0, f32 = (int32_t)PDDE_F32, ddt = (int32_t)node->dtype;
+    int64_t N = node->shape[node->ndim - 1], K = a->shape[a->ndim - 1], n = pgd_numel(node), M = N ? n / N : 0;
+    if (!n) return PDDE_OK;
+    pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pd = pgd_ptr_of(node), px = pgd_ptr_of(x3);
+    pgd_ptr beside = act == PDDE_MATMUL_GELU ? pgd_at(pd, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
+    if (g->gemm_act && K > 0) { /* GELU: D = gelu(X) beside, aux = X (the node); DGELU: D = the node, aux = X */
+        int e = g->gemm_act(g->impl, g->stream, act, a->dtype, node->dtype, tb, M, N, K, pa, pb, act == PDDE_MATMUL_GELU ? beside : pd,
+                            act == PDDE_MATMUL_GELU ? px : pgd_null, act == PDDE_MATMUL_GELU ? pd : px, x3->dtype);
+        if (e != 1) return e;
+    }
+    int64_t c_bytes = (n * 4 + 255) & ~(int64_t)255, x_bytes = act == PDDE_MATMUL_DGELU && x3->dtype != PDDE_F32 ? c_bytes : 0;
+    int64_t w_bytes = a->dtype != PDDE_F32 ? (M * K + K * N) * 4 : 0, z_bytes = 256;
+    int own = act == PDDE_MATMUL_GELU && node->dtype == PDDE_F32; /* (X f32: the GEMM writes the node itself) */
+    pgd_ptr scr = pgd_null;
+    int e = g->scratch(g->impl, g->stream, (size_t)(c_bytes + x_bytes + z_bytes + w_bytes), &scr);
+    if (e) return e;
+    pgd_ptr c32 = own ? pd : scr, x32 = x_bytes ? pgd_at(scr, c_bytes) : px, zero = pgd_at(scr, c_bytes + x_bytes),
+            work = w_bytes ? pgd_at(scr, c_bytes + x_bytes + z_bytes) : pgd_null;
+    int32_t add = PGD_B_ADD, back = act == PDDE_MATMUL_DGELU, xdt = (int32_t)x3->dtype;
+    e = pgd_gemm_run(g, a->dtype, 0, tb, M, N, K, pa, 0, pb, 0, c32, M * N, 1, work);
+    if (e) return e;
+    if (!back) {
+        int64_t nb = N;
+        pgd_ptr pnull = pgd_null;
+        e = pgd_launch_1d(g, PGD_K_BIAS_GELU, n, PGD_ARGS(PGD_P(c32), PGD_P(px), PGD_P(pnull), PGD_P(beside), PGD_A(n), PGD_A(nb), PGD_A(back), PGD_A(ddt)));
+        if (!e) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(c32), PGD_P(px), PGD_P(c32), PGD_A(n), PGD_A(N), PGD_A(add)));
+        if (!e && !own) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(f32), PGD_A(ddt)));
+        return e;
+    }
+    int64_t one = 1;
+    if (x_bytes) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(px), PGD_P(x32), PGD_A(n), PGD_A(xdt), PGD_A(f32)));
+    if (!e) e = g->fill32(g->impl, g->stream, zero, 0, 1);
+    if (!e) e = pgd_launch_1d(g, PGD_K_BIAS_GELU, n, PGD_ARGS(PGD_P(x32), PGD_P(zero), PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(one), PGD_A(back), PGD_A(ddt)));
+    return e;
+}
+
 static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
+    if (pdde_op_i32(node, PDDE_P_MATMUL_ACT)) return pgd_matmul_act(g, node);
     int residual = pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) != 0;
     pdde_tensor *a = node->src[0], *b = node->src[1], *bias = node->nsrc - residual > 2 ? node->src[2] : NULL;
     pgd_ptr pres = residual ? pgd_ptr_of(node->src[node->nsrc - 1]) : pgd_null;
@@ -920,7 +984,7 @@ static int pgd_attention_unfused(const pgd_ctx *g, pdde_tensor *node) {
  * dk, dv a group per key tile (over the query tiles that see it): no atomics, deterministic. q, k, v are
  * read as they are (bf16 or f32), everything after in f32 (a backend's tensor-core kernels round P and
  * dS to bf16 for their products). Groups walk the heavy (late) query tiles first. */
-static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
+static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied) {
     const pdde_tensor *q = node->src[0];
     pgd_att at = pgd_att_of(node);
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
@@ -934,19 +998,25 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
     unsigned gx = (unsigned)groups, bx = g->flash_threads;
     int d128 = D == 128; /* (a kernel per head size: the CUDA ones then take the registers and shared memory theirs needs) */
-    if (node->op == PDDE_OP_ATTENTION)
-        return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1,
-                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16),
-                                   PGD_A(H)));
+    /* kernels that take the output's bf16 copy (PGD_FLASH_COPY) store it themselves where the node has one
+     * (PDDE_P_ATTENTION_LOWP_COPY); cp NULL: none */
+    int with_cp = (g->has_flash & PGD_FLASH_COPY) != 0;
+    pgd_ptr cp = pgd_null;
+    if (with_cp && bf16 && at.packed && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16)
+        cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
+    pgd_arg cp_arg = PGD_P(cp);
+    if (node->op == PDDE_OP_ATTENTION) {
+        pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
+        return pgd_launch(g, PGD_K_FLASH_FWD + d128, gx, 1, 1, bx, 1, (int)(sizeof args / sizeof args[0]) - !with_cp, args);
+    }
     pgd_ptr py = at.y, pdy = at.dy, rowdot = pgd_null;
     int e = g->scratch(g->impl, g->stream, (size_t)rows * sizeof(float), &rowdot);
     if (!e) e = pgd_launch_1d(g, PGD_K_FLASH_ROWDOT, rows, PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_A(rows), PGD_A(D), PGD_A(T), PGD_A(H)));
-    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1,
-                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H)));
-    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1,
-                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH),
-                                    PGD_A(T), PGD_A(D), PGD_A(scale), PGD_A(bf16), PGD_A(H)));
+    pgd_arg args[] = {PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(py), PGD_P(pdy), PGD_P(rowdot), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(D),
+                      PGD_A(scale), PGD_A(bf16), PGD_A(H), cp_arg};
+    int nargs = (int)(sizeof args / sizeof args[0]) - !with_cp;
+    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DQ + d128, gx, 1, 1, bx, 1, nargs, args);
+    if (!e) e = pgd_launch(g, PGD_K_FLASH_BACK_DKV + d128, gx, 1, 1, bx, 1, nargs, args);
     return e;
 }
 
@@ -955,11 +1025,11 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node) {
  * k_flash2_prep (a warp per row) rounds dO to bf16 into scratch and keeps each row's base-2 logsumexp and
  * rowsum(dO * O); dq is zeroed; k_flash2_back, a group per key tile (tile-major: the tiles that the
  * most queries see start first), accumulates dk, dv in registers and adds dq with atomics. */
-static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node) {
+static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied) {
     pgd_att at = pgd_att_of(node); /* (q, k, v apart: pgd_attention_path sends no packed node here) */
     int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
-    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node);
+    if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied);
     if (!rows) return PDDE_OK;
     int64_t groups = BH * ((T + g->flash_rows - 1) / g->flash_rows), prep_groups = (rows + g->flash_threads / 32 - 1) / (g->flash_threads / 32);
     if (groups > (int64_t)UINT32_MAX || prep_groups > (int64_t)UINT32_MAX)
@@ -983,13 +1053,24 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node) {
     return e;
 }
 
+/* The output's rounded copy beside it (PDDE_P_ATTENTION_LOWP_COPY: lowering's PDDE_ATT_LOWP), where the
+ * path's kernels did not store it themselves: one cast of the f32 output (as the cast node it replaces) */
+static int pgd_attention_copy(const pgd_ctx *g, pdde_tensor *node) {
+    int32_t cdt = pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY), f32 = (int32_t)PDDE_F32;
+    int64_t n = pgd_numel(node);
+    pgd_ptr po = pgd_ptr_of(node), pc = pgd_at(po, (int64_t)pdde_lowp_copy_offset(node));
+    return !cdt || !n ? PDDE_OK : pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(po), PGD_P(pc), PGD_A(n), PGD_A(f32), PGD_A(cdt)));
+}
+
 static int pgd_attention(const pgd_ctx *g, pdde_tensor *node) {
+    int e, copied = 0;
     switch (pgd_attention_path(g, node)) {
-    case PGD_ATT_UNFUSED: return pgd_attention_unfused(g, node);
-    case PGD_ATT_FLASH: return pgd_attention_flash(g, node);
-    case PGD_ATT_FLASH2: return pgd_attention_flash2(g, node);
-    default: return pgd_attention_rows(g, node);
+    case PGD_ATT_UNFUSED: e = pgd_attention_unfused(g, node); break;
+    case PGD_ATT_FLASH: e = pgd_attention_flash(g, node, &copied); break;
+    case PGD_ATT_FLASH2: e = pgd_attention_flash2(g, node, &copied); break;
+    default: e = pgd_attention_rows(g, node); break;
     }
+    return e || copied ? e : pgd_attention_copy(g, node);
 }
 
 /* AdamW's bias corrections of the node's step. */

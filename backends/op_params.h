@@ -15,6 +15,10 @@
 typedef enum {
     PDDE_P_MATMUL_TRANS_A = 0, PDDE_P_MATMUL_TRANS_B = 1,
     PDDE_P_MATMUL_RESIDUAL = 2,         /* matmul: 1: its last src, of its shape, is added to the result (lowering's fusion) */
+    PDDE_P_MATMUL_ACT = 3,              /* matmul (lowering's PDDE_FUSE_GELU): 0; PDDE_MATMUL_GELU: src 2 a bias [N], it writes
+                                           X = A B + bias (its own values, its dtype) and gelu(X) beside them (at
+                                           pdde_lowp_copy_offset, its dtype); PDDE_MATMUL_DGELU: src 2 X (of its
+                                           shape), it writes (A B) * gelu'(X) */
     PDDE_P_SOFTMAX_CAUSAL = 0,
     PDDE_P_PERMUTE_DIM0 = 0,            /* output dim i takes input dim [PDDE_P_PERMUTE_DIM0 + i] */
     PDDE_P_CONCAT_AXIS = 0,
@@ -37,7 +41,10 @@ typedef enum {
                                            also written (f32) at pdde_lowp_copy_offset of its memory (lowering's
                                            PDDE_FUSE_ADD_LN) */
     PDDE_P_VIEW_BESIDE = 0,             /* reshape (a view): 1: of what its source writes at pdde_lowp_copy_offset
-                                           (the two above), not of its values */
+                                           (the two above, and the next), not of its values */
+    PDDE_P_ATTENTION_LOWP_COPY = 1,     /* attention, attention_back of the packed layout: 0, or the dtype (bf16/f16)
+                                           of a rounded copy of the output (y; dqkv) that it also writes, at
+                                           pdde_lowp_copy_offset of its memory (lowering's PDDE_ATT_LOWP) */
     /* the Mixture-of-Experts ops */
     PDDE_P_MOE_EXPERTS = 0, PDDE_P_MOE_CAPACITY = 1, PDDE_P_MOE_FLAGS = 2, PDDE_P_MOE_TRANS_B = 3,
 } pdde_iparam;
@@ -58,6 +65,7 @@ static inline int32_t pdde_op_i32(const pdde_tensor *t, pdde_iparam p) { return 
 static inline void pdde_op_set_i32(pdde_tensor *t, pdde_iparam p, int32_t v) { t->iparams[p] = v; }
 static inline float pdde_op_f32(const pdde_tensor *t, pdde_fparam p) { return t->fparams[p]; }
 static inline void pdde_op_set_f32(pdde_tensor *t, pdde_fparam p, float v) { t->fparams[p] = v; }
+enum { PDDE_MATMUL_GELU = 1, PDDE_MATMUL_DGELU = 2 }; /* PDDE_P_MATMUL_ACT */
 /* The geometry of an attention node (forward or backward) in either layout: q, k, v [B,H,T,D] apart,
  * or packed in one [B,T,H*3*D] tensor, head-major (PDDE_P_ATTENTION_QKV_D = D). *packed: which. */
 static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t *H, int64_t *T, int64_t *D, int *packed) {
@@ -69,16 +77,21 @@ static inline void pdde_attention_dims(const pdde_tensor *t, int64_t *B, int64_t
 }
 
 /* Where a node's second result (a layernorm backward's PDDE_P_NORM_LOWP_COPY, a layernorm's
- * PDDE_P_NORM_ADD_IN sum) starts: bytes past the node's own values, rounded up to 256 (its view, memory
+ * PDDE_P_NORM_ADD_IN sum, an attention's PDDE_P_ATTENTION_LOWP_COPY, a PDDE_MATMUL_GELU's activation) starts: bytes past the node's own values, rounded up to 256 (its view, memory
  * planning and the kernels agree) */
 size_t pdde_lowp_copy_offset(const pdde_tensor *t);
 /* Whether a node writes such a second result, and its dtype */
 static inline int pdde_has_beside(const pdde_tensor *t) {
     return (t->op == PDDE_OP_LAYERNORM_BACK && pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) != 0) ||
-           (t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) != 0);
+           (t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) != 0) ||
+           ((t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) && pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY) != 0) ||
+           (t->op == PDDE_OP_MATMUL && pdde_op_i32(t, PDDE_P_MATMUL_ACT) == PDDE_MATMUL_GELU);
 }
 static inline pdde_dtype pdde_beside_dtype(const pdde_tensor *t) {
-    return t->op == PDDE_OP_LAYERNORM_BACK ? (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) : PDDE_F32;
+    return t->op == PDDE_OP_LAYERNORM_BACK                                   ? (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY)
+           : t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK ? (pdde_dtype)pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY)
+           : t->op == PDDE_OP_MATMUL                                       ? t->dtype /* (PDDE_MATMUL_GELU's gelu(X)) */
+                                                                             : PDDE_F32;
 }
 /* Whether t is the view of such a result */
 static inline int pdde_is_lowp_copy_view(const pdde_tensor *t) {

@@ -347,6 +347,10 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     pthread_mutex_init(&w->lock, NULL);
     pthread_mutex_init(&w->store_lock, NULL);
     pthread_cond_init(&w->cv, NULL);
+    /* forming the world has its own bound (a short operation timeout need not fit a loaded machine's
+     * start-up): the world's waits read w->timeout_s, so it holds the init bound until the world is made */
+    double op_timeout_s = w->timeout_s;
+    if (p.init_timeout_s > 0) w->timeout_s = p.init_timeout_s;
     double deadline = comm_now() + w->timeout_s;
     char host_id[COMM_HOST_ID_MAX], key[300];
     comm_host_id(p.host_id, host_id, sizeof host_id);
@@ -428,6 +432,7 @@ pdde_status pdde_comm_init(pdde_context *ctx, const pdde_comm_params *params, pd
     if (!ranks) { st = pdde_error(ctx, PDDE_ERR_OOM, "comm: out of memory"); goto fail; }
     for (int i = 0; i < w->size; i++) ranks[i] = i;
     if ((st = comm_new(w, w->rank, w->size, ranks, COMM_WORLD_ID, 0, comm_algo_from_env(p.algo), out))) goto fail;
+    w->timeout_s = op_timeout_s;
     return PDDE_OK;
 fail:
     world_destroy(w);

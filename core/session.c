@@ -184,13 +184,16 @@ static void comm_staging_free(pdde_session *s) {
     s->comm_staging = NULL, s->comm_staging_bytes = 0;
 }
 
+/* (sized once by the memory plan, session_allocate: it grows only where that missed a need; counted in
+ * transfer_bytes either way) */
 static void *comm_staging(pdde_session *s, session_device *sd, size_t bytes) {
     if (bytes <= s->comm_staging_bytes) return s->comm_staging;
+    s->mem.transfer_bytes -= s->comm_staging_bytes;
     comm_staging_free(s);
     s->comm_staging_dev = sd;
     if (IFACE_HAS(sd->iface, host_alloc)) { if (sd->iface->host_alloc(sd->dev, bytes, &s->comm_staging)) s->comm_staging = NULL; }
     else s->comm_staging = malloc(bytes);
-    if (s->comm_staging) s->comm_staging_bytes = bytes;
+    if (s->comm_staging) s->comm_staging_bytes = bytes, s->mem.transfer_bytes += bytes;
     return s->comm_staging;
 }
 
@@ -382,34 +385,38 @@ static const session_collective_path collective_path_device = {dbucket_pack, dbu
  * backend, which has the copy slot; each gets a device buffer, each axis one
  * communicator of the implementation (made on every rank at once: they all have the same buckets). An
  * implementation that is unavailable (no libnccl) leaves them staged, with a notice. */
-static pdde_status session_device_buckets(pdde_session *s, const pdde_device_collectives_iface *dc) {
-    const char *env = getenv("PDDE_DEVICE_COLLECTIVES"); /* nccl: NCCL's where the params name none (off by default) */
+/* The device collectives a session of params uses (*dc NULL: none): params->device_collectives, else
+ * PDDE_DEVICE_COLLECTIVES=nccl (off by default); pdde_predict_memory asks the same. */
+static pdde_status session_device_collectives(pdde_context *ctx, const pdde_session_params *params, const pdde_device_collectives_iface **out) {
+    const pdde_device_collectives_iface *dc = params ? params->device_collectives : NULL;
+    const char *env = getenv("PDDE_DEVICE_COLLECTIVES");
+    *out = NULL;
     if (!dc && env && *env && strcmp(env, "none")) {
         if (strcmp(env, "nccl"))
-            return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: PDDE_DEVICE_COLLECTIVES=%s: expected nccl or none", env);
+            return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "session: PDDE_DEVICE_COLLECTIVES=%s: expected nccl or none", env);
         dc = pdde_nccl_collectives();
     }
-    if (!dc) return PDDE_OK;
-    if (dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free)
-        return pdde_error(s->ctx, PDDE_ERR_INVALID_ARG, "session: device_collectives \"%s\": expected api_version %d and every slot",
+    if (dc && (dc->api_version != PDDE_DEVICE_COLLECTIVES_API_VERSION || dc->struct_size < sizeof *dc || !dc->init || !dc->allreduce || !dc->free))
+        return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "session: device_collectives \"%s\": expected api_version %d and every slot",
                           dc->name ? dc->name : "?", PDDE_DEVICE_COLLECTIVES_API_VERSION);
+    *out = dc;
+    return PDDE_OK;
+}
+
+static pdde_status session_device_buckets(pdde_session *s, const pdde_session_params *params) {
+    const pdde_device_collectives_iface *dc;
+    pdde_status st0 = session_device_collectives(s->ctx, params, &dc);
+    if (st0 || !dc) return st0;
     if (!(s->dcoll_buf = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_buf)) || !(s->dcoll_ds = calloc((size_t)s->prog->n + 1, sizeof *s->dcoll_ds)))
         return pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory");
     s->dcoll = dc;
     s->collective_path = &collective_path_device;
-    /* (slots past struct_size are not the implementation's) */
-    bool rs = dc->struct_size >= offsetof(pdde_device_collectives_iface, reduce_scatter) + sizeof dc->reduce_scatter && dc->reduce_scatter;
-    bool ag = dc->struct_size >= offsetof(pdde_device_collectives_iface, allgather) + sizeof dc->allgather && dc->allgather;
     for (int i = 0; i < s->n_order; i++) {
         pdde_tensor *b = s->order[i];
         const pdde_program_node *bi = &s->prog->info[b->id];
-        bool served = b->op == PDDE_OP_ALLREDUCE || (b->op == PDDE_OP_REDUCE_SCATTER && rs) || (b->op == PDDE_OP_ALLGATHER && ag);
-        if (!bi->own_buffer || !served || !bi->bucket_next) continue;
+        /* (the same test as pdde_predict_memory's: planner/memplan.c) */
+        if (!program_device_bucket_served(s->ctx, s->prog, b, dc)) continue;
         session_device *sd = dbucket_dev(s, b);
-        bool one = !sd->host && IFACE_HAS(sd->iface, copy) && dc->backend && !strcmp(sd->iface->name, dc->backend);
-        for (pdde_tensor *m = bi->bucket_next; m && one; m = node_info(s, m)->bucket_next)
-            one = &s->devs[s->slot[bucket_member_input(m)->id]] == sd && &s->devs[s->slot[m->id]] == sd;
-        if (!one) continue;
         if (!s->dcoll_impl[bi->axis]) {
             pdde_device_collectives_params p = {s->ctx, s->axis_comm[bi->axis], sd->iface, sd->dev, 60};
             pdde_status st = dc->init(&p, &s->dcoll_impl[bi->axis]);
@@ -503,14 +510,15 @@ static pdde_status bucket_error(pdde_session *s, pdde_tensor *t, const pdde_tens
 }
 
 /* The bucket node: an early one starts in the pass that starts early reductions (else its first
- * member runs it), one at the update runs now. */
+ * member runs it), a micro-batch's (ZeRO-2/3's reduce-scatters, in backward; its members one bucket
+ * later: lower_buckets) starts in every pass, one at the update runs now. */
 static pdde_status run_bucket(pdde_session *s, pdde_tensor *b, int micro) {
-    bool early = node_info(s, b)->early;
+    bool early = node_info(s, b)->early, start = early || (b->phase == PDDE_PHASE_BACKWARD && s->requests);
     if (early && !s->early_starts) return PDDE_OK;
-    pdde_status st = bucket_run(s, b, micro, early);
+    pdde_status st = bucket_run(s, b, micro, start);
     if (st) return bucket_error(s, b, b, st);
     /* (no request: it was ordered on a device stream, or waits for its copies) */
-    s->bucket_done[b->id] = !early || (!s->requests[b->id] && s->copy_pending != b);
+    s->bucket_done[b->id] = !start || (!s->requests[b->id] && s->copy_pending != b);
     return PDDE_OK;
 }
 
@@ -964,6 +972,34 @@ static void init_leaf_values(const pdde_context *ctx, const pdde_program *P, con
 }
 
 #include "memory_admission.c"
+
+/* What the session of params would hold on rank `rank` (pdde.h): its memory plan, with the buckets
+ * device collectives would serve in device buffers instead of host ones (session_device_buckets;
+ * given that the implementation initialises). */
+pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out) {
+    if (!g || !out) return PDDE_ERR_INVALID_ARG;
+    memset(out, 0, sizeof *out);
+    const pdde_device_collectives_iface *dc = NULL;
+    pdde_program *P;
+    pdde_status st = PDDE_OK;
+#ifdef PDDE_HAVE_COMM
+    if (world_size > 0) st = session_device_collectives(g->ctx, params, &dc);
+#endif
+    if (!st) st = program_lower_rank(g, params, world_size, rank, &P);
+    if (st) return st;
+    program_memory m;
+    st = program_plan_memory(g->ctx, P, !(params && params->no_memory_reuse), &m);
+    if (!st) *out = m.stats;
+    for (int i = 0; !st && dc && i < P->n_order; i++) {
+        const pdde_tensor *b = P->order[i];
+        if (!program_device_bucket_served(g->ctx, P, b, dc)) continue;
+        out->allocated_bytes += pdde_tensor_nbytes(b);
+        out->transfer_bytes -= pdde_tensor_nbytes(b) + 1;
+    }
+    program_memory_free(&m);
+    program_free(P);
+    return st;
+}
 static pdde_status session_allocate(pdde_session *s) {
     pdde_status st = PDDE_OK;
     for (int d = 0; d < s->n_devs && st == PDDE_OK; d++) {
@@ -1060,6 +1096,15 @@ static pdde_status session_allocate(pdde_session *s) {
         s->n_own_buffers++;
         b->data = ob->p, b->offset = 0;
         s->mem.transfer_bytes += n + 1;
+    }
+    /* the bounce buffer of collectives and receives on device memory outside buckets: as large as the
+     * largest (the memory plan's figure), pinned by that one's device where it can be */
+    int staging_device = -1;
+    size_t staging = st == PDDE_OK ? program_comm_staging_bytes(s->ctx, s->prog, &staging_device) : 0;
+    for (int d = 0; staging && d < s->n_devs; d++) {
+        if (s->devs[d].device != staging_device) continue;
+        if (!comm_staging(s, &s->devs[d], staging)) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (host staging of %zu bytes)", staging);
+        break;
     }
 #endif
     return st;
@@ -1163,7 +1208,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     if (st == PDDE_OK) st = session_admit(s, &p);
     if (st == PDDE_OK) st = session_allocate(s);
 #ifdef PDDE_HAVE_COMM
-    if (st == PDDE_OK && s->world) st = session_device_buckets(s, p.device_collectives);
+    if (st == PDDE_OK && s->world) st = session_device_buckets(s, &p);
     if (st == PDDE_OK && s->world) st = session_copy_streams(s);
 #endif
     if (st != PDDE_OK) {

@@ -147,6 +147,34 @@ static const pdde_device_spec *cost_spec(const pdde_cluster *c, int device_id) {
     return d && d->spec >= 0 && d->spec < c->n_specs ? &c->specs[d->spec] : NULL;
 }
 
+/* The threads a CPU device's figures were measured with (its name, as the CPU backend gives it: "CPU (N
+ * threads, ..."); 1 for other devices or another name. */
+static int cost_cpu_threads(const pdde_device_spec *s) {
+    const char *p = s->kind == PDDE_DEVICE_CPU ? strstr(s->name, "(") : NULL;
+    int n = 0;
+    return p && sscanf(p, "(%d threads", &n) == 1 && n > 0 ? n : 1;
+}
+
+/* A grouped GEMM on a CPU of T threads (the CPU backend's grouped kernel): tiles of at most the
+ * experts' rows / 2T rows (at least 16; the columns split too when the rows are few), each run by one
+ * thread alone, T at a time, in ceil(tiles / T) rounds. A thread's rate is a T-th of the device's on T
+ * tiles' rows at once (its curve: all its threads on one GEMM). 0 where that does not apply. */
+static double cost_grouped_gemm_cpu(const pdde_device_spec *s, const pdde_cost_op *op, double flops) {
+    int T = cost_cpu_threads(s);
+    if (op->gemms < 2 || T < 2 || op->m < 1 || op->n < 1 || op->k < 1) return 0;
+    double rows = (double)op->gemms * (double)op->m, want = 2.0 * T;
+    double tile_m = floor(rows / want) > 16 ? floor(rows / want) : 16, tile_n = (double)op->n;
+    if (rows < want * 16 && op->n > 64) {
+        double split = floor(want * 16 / rows);
+        tile_n = ceil((double)op->n / (split > 1 ? split : 1));
+        if (tile_n < 64) tile_n = 64;
+    }
+    double mt = (double)op->m < tile_m ? (double)op->m : tile_m;
+    double tiles = (double)op->gemms * ceil((double)op->m / mt) * ceil((double)op->n / tile_n);
+    double rate = cost_gemm_rate(s, op->dtype, T * mt, tile_n, (double)op->k);
+    return rate > 0 ? ceil(tiles / T) * T * (flops / tiles) / rate : 0;
+}
+
 /* *uncalibrated += 1 when the time comes from a peak figure instead of a measured curve. */
 static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_id, const pdde_cost_op *op,
                            int *uncalibrated) {
@@ -154,9 +182,10 @@ static double cost_compute(pdde_context *ctx, const pdde_cluster *c, int device_
     if (!s) return pdde_error(ctx, PDDE_ERR_NOT_FOUND, "cost: no device with id %d in cluster \"%s\"", device_id, c->name), NAN;
     if ((unsigned)op->op_class >= PDDE_OPCLASS_COUNT) return pdde_error(ctx, PDDE_ERR_INVALID_ARG, "cost: op \"%s\": bad op class", op->name), NAN;
     if (op->op_class == PDDE_OPCLASS_GEMM) {
-        double flops = op->flops > 0 ? op->flops : 2.0 * (double)op->m * (double)op->n * (double)op->k;
+        double flops = op->flops > 0 ? op->flops : 2.0 * (double)op->m * (double)op->n * (double)op->k * (op->gemms > 1 ? (double)op->gemms : 1);
         if (flops <= 0) return 0;
-        double rate = 0;
+        double rate = 0, grouped = s->n_gemm ? cost_grouped_gemm_cpu(s, op, flops) : 0;
+        if (grouped > 0) return grouped;
         if (s->n_gemm && op->m > 0 && op->n > 0 && op->k > 0) rate = cost_gemm_rate(s, op->dtype, (double)op->m, (double)op->n, (double)op->k);
         else if (s->peak_flops > 0) rate = s->peak_flops, ++*uncalibrated;
         if (!(rate > 0))
@@ -981,15 +1010,15 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         op->softmax_bytes = (x->op == PDDE_OP_ATTENTION ? 2 : 5) * 4.0 * scores;
         op->softmax_backward = x->op == PDDE_OP_ATTENTION_BACK;
     } else if ((x->op == PDDE_OP_MOE_GROUPED_MATMUL || x->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W) && x->nsrc >= 3 && x->src[0]->ndim == 2) {
-        /* a GEMM per expert over its rows, rated at the mean rows an expert gets (few when the
-         * experts are many: the small-m end of the GEMM curve); the FLOPs of all R rows */
+        /* a GEMM per expert over its rows (gemms: E of them), each of the mean rows an expert gets
+         * (few when the experts are many: on a CPU, tiles a thread each); the FLOPs of all R rows */
         const pdde_tensor *a = x->src[0];
         int64_t E = pdde_op_i32(x, PDDE_P_MOE_EXPERTS) > 0 ? pdde_op_i32(x, PDDE_P_MOE_EXPERTS) : 1, R = a->shape[0];
         int64_t per = R / E > 0 ? R / E : 1;
         bool fwd = x->op == PDDE_OP_MOE_GROUPED_MATMUL;
         op->m = fwd ? per : x->shape[1], op->n = fwd ? x->shape[1] : x->shape[2], op->k = fwd ? a->shape[1] : per;
         op->flops = 2.0 * (double)R * (fwd ? (double)x->shape[1] * (double)a->shape[1] : (double)x->shape[1] * (double)x->shape[2]);
-        op->dtype = PDDE_F32;
+        op->dtype = PDDE_F32, op->gemms = E;
     } else if ((x->op == PDDE_OP_MOE_GROUPED_MATMUL || x->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W) && x->nsrc >= 2 && x->src[0]->ndim == 3) {
         /* the buffer by expert [El, S, K] (expert parallelism; S rows an expert, the tokens of the
          * exchange's ranks when dropless): only the routed rows are multiplied, S k / E an expert
@@ -1004,7 +1033,7 @@ PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op) {
         int64_t M = fwd ? x->shape[2] : x->src[1]->shape[2], K = a->shape[2];
         op->m = fwd ? per : K, op->n = M, op->k = fwd ? K : per;
         op->flops = 2.0 * (double)El * (double)per * (double)K * (double)M;
-        op->dtype = PDDE_F32;
+        op->dtype = PDDE_F32, op->gemms = El;
     }
 }
 
@@ -1027,19 +1056,40 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x) {
     return b;
 }
 
+/* Whether a fusion of lowering's is switched on (planner/lower.c: off by default, each its variable "1") */
+static bool cost_fusions_on(void) {
+    static const char *const names[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_FUSE_GELU",
+                                        "PDDE_ATT_LOWP",      "PDDE_BF16_GRADS", "PDDE_BF16_LOGITS"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && !strcmp(v, "1")) return true;
+    }
+    return false;
+}
+
+/* The graph's nodes, or where a fusion is switched on, the order of its program lowered for one process
+ * (what a session runs: the fused nodes, the adds and casts they took in as views, which cost nothing) */
 pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out) {
     pdde_cost_program *p;
     pdde_status st = pdde_cost_program_init(1, &p);
     if (st) return st;
-    int n = g ? g->n : 0;
-    int *index = malloc((size_t)(n ? n : 1) * sizeof *index); /* tensor id -> op index (-1: a leaf) */
-    if (!index) { pdde_cost_program_free(p); return PDDE_ERR_OOM; }
+    pdde_program *P = NULL;
+    if (g && g->n && cost_fusions_on()) {
+        pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+        pdde_lower_params lp = program_lower_params(g, &sp, 0, 0);
+        if (program_lower(g, &lp, &P) != PDDE_OK) P = NULL; /* (then the graph's nodes, as without fusions) */
+    }
+    int n = P ? P->n_order : g ? g->n : 0, n_ids = P ? P->n + 1 : n;
+    int *index = malloc((size_t)(n_ids ? n_ids : 1) * sizeof *index); /* tensor id -> op index (-1: a leaf) */
+    if (!index) { program_free(P), pdde_cost_program_free(p); return PDDE_ERR_OOM; }
     double persistent = 0;
+    for (int i = 0; i < n_ids; i++) index[i] = -1;
+    for (int i = 0; P && i < P->n; i++)
+        if (P->nodes[i] && is_persistent(P->nodes[i])) persistent += (double)pdde_tensor_nbytes(P->nodes[i]);
     for (int i = 0; i < n && !st; i++) {
-        const pdde_tensor *x = g->nodes[i];
-        index[i] = -1;
+        const pdde_tensor *x = P ? P->order[i] : g->nodes[i];
         if (x->op == PDDE_OP_NONE) {
-            persistent += (double)pdde_tensor_nbytes(x);
+            if (!P) persistent += (double)pdde_tensor_nbytes(x);
             continue;
         }
         pdde_cost_op op;
@@ -1054,14 +1104,15 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
         cost_node_gemm(x, &op);
         int k = pdde_cost_program_add(p, 0, &op);
         if (k < 0) { st = k; break; }
-        index[i] = k;
+        index[x->id] = k;
         for (int s = 0; s < x->nsrc; s++) { /* the inputs live until here */
-            int j = index[x->src[s]->id];
+            int j = x->src[s] && x->src[s]->id < n_ids ? index[x->src[s]->id] : -1;
             if (j >= 0 && !(x->src[s]->flags & (PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS)))
                 p->ranks[0].ops[j].last_use = k;
         }
     }
     free(index);
+    program_free(P);
     if (!st) st = pdde_cost_program_set_rank(p, 0, device_id, persistent);
     if (st) { pdde_cost_program_free(p); return st; }
     *out = p;

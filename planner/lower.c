@@ -1124,6 +1124,37 @@ static pdde_status lower_bf16_grads(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * Attention's casts (PDDE_ATT_LOWP=1; off by default). A packed attention's output is cast to bf16 for the
+ * output projection, and its backward's dqkv for the matmuls of the qkv linear; both stay read in f32
+ * too (the backward reads y; the qkv bias's gradient sums dqkv). Where such a cast reads the node (through
+ * views), the node writes the rounded copy beside its values (PDDE_P_ATTENTION_LOWP_COPY; the same bits
+ * as the cast) and the cast becomes the copy's view: one kernel and one read of the f32 tensor fewer.
+ * Only where the attention's device takes it (supports_op). */
+static pdde_status lower_att_lowp(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_on("PDDE_ATT_LOWP")) return PDDE_OK;
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
+        if (c->op != PDDE_OP_CAST || (c->flags & (PDDE_TENSOR_SHADOW | kept)) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !pdde_op_i32(y, PDDE_P_VIEW_BESIDE) && y->dtype == PDDE_F32 && y->nsrc == 1)
+            y = y->src[0];
+        if ((y->op != PDDE_OP_ATTENTION && y->op != PDDE_OP_ATTENTION_BACK) || pdde_op_i32(y, PDDE_P_ATTENTION_QKV_D) <= 0 || y->dtype != PDDE_F32 ||
+            (y->flags & (kept | PDDE_TENSOR_VIEW)) || y->device != c->device || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
+            pdde_op_i32(y, PDDE_P_ATTENTION_LOWP_COPY))
+            continue;
+        pdde_op_set_i32(y, PDDE_P_ATTENTION_LOWP_COPY, (int32_t)c->dtype);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, y->device, y)) {
+            pdde_op_set_i32(y, PDDE_P_ATTENTION_LOWP_COPY, 0);
+            continue;
+        }
+        c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW, c->src[0] = y;
+        pdde_op_set_i32(c, PDDE_P_VIEW_BESIDE, 1);
+    }
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
@@ -1159,6 +1190,73 @@ static pdde_status lower_fold_casts(lowering *L) {
         c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW;
     }
     free(readers);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * GELU in the matmuls' epilogues (PDDE_FUSE_GELU=1; off by default). A linear layer's bias_gelu reads
+ * the matmul before it (h, read by nothing else but the bias_gelu's backward): the matmul takes the bias
+ * and writes X = h + bias (the pre-activation, in the bias_gelu's dtype) as its values and gelu(X)
+ * beside them (PDDE_MATMUL_GELU: cublasLt's GELU_AUX_BIAS epilogue), the bias_gelu becomes the view of
+ * that second result. In backward, the matmul that computes the bias_gelu's output gradient g (its only
+ * reader the bias_gelu backward) reads X too and writes g * gelu'(X) (PDDE_MATMUL_DGELU: cublasLt's
+ * DGELU), the bias_gelu backward a view of it. Both or neither (the backward needs X); two kernels and an
+ * [M, N] f32 tensor fewer a layer. X is computed in f32 as the add was, so in f32 the bits are
+ * unfused's; in bf16 X is stored rounded (cublasLt keeps it in the output's dtype) and the backward
+ * reads it so: 2^-9 relative on gelu'. Runs after the casts are folded (the dtypes are final), only
+ * where the devices run the fused nodes (supports_op). */
+static pdde_status lower_fuse_gelu(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_on("PDDE_FUSE_GELU")) return PDDE_OK;
+    int *at, *readers = lower_readers(P, &at);
+    if (!readers) return lower_oom(L);
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *gl = P->order[i], *m = gl->nsrc == 2 ? gl->src[0] : NULL, *b = gl->nsrc == 2 ? gl->src[1] : NULL;
+        if (gl->op != PDDE_OP_BIAS_GELU || !m || m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (m->flags & kept) ||
+            (gl->flags & kept) || m->device != gl->device || b->device != m->device || b->dtype != PDDE_F32 || b->ndim != 1 || m->ndim < 2 ||
+            b->shape[0] != m->shape[m->ndim - 1] || pdde_tensor_numel(gl) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]))
+            continue;
+        /* m's other reader: the bias_gelu backward (x = m, bias = b), whose gradient input comes from a matmul read by nothing else */
+        pdde_tensor *gb = NULL, *md = NULL;
+        for (int j = i + 1; j < P->n_order && readers[m->id] == 2 && !gb; j++)
+            if (P->order[j]->op == PDDE_OP_BIAS_GELU_BACK && P->order[j]->nsrc == 3 && P->order[j]->src[0] == m && P->order[j]->src[1] == b)
+                gb = P->order[j];
+        if (readers[m->id] != (gb ? 2 : 1) || (gb && (gb->flags & kept)) || (gb && gb->device != m->device)) continue;
+        if (gb) {
+            md = gb->src[2];
+            while (md->op == PDDE_OP_RESHAPE && (md->flags & PDDE_TENSOR_VIEW) && !(md->flags & (kept & ~PDDE_TENSOR_VIEW)) && readers[md->id] == 1 &&
+                   md->dtype == PDDE_F32 && md->nsrc == 1)
+                md = md->src[0];
+            if (md->op != PDDE_OP_MATMUL || md->nsrc != 2 || md->dtype != PDDE_F32 || readers[md->id] != 1 || (md->flags & kept) ||
+                md->device != m->device || pdde_tensor_numel(md) != pdde_tensor_numel(m) || md->shape[md->ndim - 1] != m->shape[m->ndim - 1])
+                continue;
+        }
+        pdde_dtype xdt = gl->dtype, gdt = gb ? gb->dtype : PDDE_F32;
+        m->src[m->nsrc++] = b, m->dtype = xdt;
+        pdde_op_set_i32(m, PDDE_P_MATMUL_ACT, PDDE_MATMUL_GELU);
+        bool ok = registry_device_supports(L->ctx, L->ctx->registry, m->device, m);
+        if (ok && md) {
+            md->src[md->nsrc++] = m, md->dtype = gdt;
+            pdde_op_set_i32(md, PDDE_P_MATMUL_ACT, PDDE_MATMUL_DGELU);
+            ok = registry_device_supports(L->ctx, L->ctx->registry, md->device, md);
+            if (!ok) md->src[--md->nsrc] = NULL, md->dtype = PDDE_F32, pdde_op_set_i32(md, PDDE_P_MATMUL_ACT, 0);
+        }
+        if (!ok) {
+            m->src[--m->nsrc] = NULL, m->dtype = PDDE_F32;
+            pdde_op_set_i32(m, PDDE_P_MATMUL_ACT, 0);
+            continue;
+        }
+        gl->op = PDDE_OP_RESHAPE, gl->flags |= PDDE_TENSOR_VIEW, gl->src[1] = NULL, gl->nsrc = 1;
+        pdde_op_set_i32(gl, PDDE_P_VIEW_BESIDE, 1);
+        if (gb) { /* (the views between md and gb take gb's dtype, as lower_fold_casts does) */
+            for (pdde_tensor *v = gb->src[2]; v != md; v = v->src[0]) v->dtype = gdt;
+            gb->op = PDDE_OP_RESHAPE, gb->flags |= PDDE_TENSOR_VIEW, gb->src[0] = gb->src[2], gb->src[1] = gb->src[2] = NULL, gb->nsrc = 1;
+            memset(gb->iparams, 0, sizeof gb->iparams);
+        }
+        readers[b->id]++;
+    }
+    free(readers), free(at);
     return PDDE_OK;
 }
 
@@ -1233,16 +1331,24 @@ static pdde_status group_updates(lowering *L) {
  * reduce-scatter its shard of the result, a gather its updated shard. */
 static int64_t bucket_share(const pdde_tensor *c) { return pdde_tensor_numel(c->op == PDDE_OP_ALLGATHER ? c->src[1] : c); }
 
-/* A data-parallel collective: a gradient accumulator's reduction (once a step), or the gather of an
- * updated shard back into its parameter (ZeRO). */
-static bool data_parallel_collective(const pdde_program *P, const pdde_tensor *c) {
+/* A data-parallel collective: a gradient accumulator's reduction (once a step), the gather of an
+ * updated shard back into its parameter (ZeRO), or (ZeRO-2/3, equal shares) a micro-batch's
+ * reduce-scatter of a gradient into its split accumulator (accum_only: every reader of it is the
+ * grad_accum into that accumulator). */
+static bool data_parallel_collective(lowering *L, const pdde_tensor *c, const bool *accum_only) {
+    const pdde_program *P = L->P;
     const pdde_program_node *in = &P->info[c->id];
     if (!is_collective(c->op) || in->axis < 0) return false;
     if (c->op == PDDE_OP_ALLGATHER) return in->write_back && c->phase == PDDE_PHASE_OPTIMIZER;
     const pdde_tensor *acc = c->src[0];
+    if (c->nsrc == 1 && c->op == PDDE_OP_REDUCE_SCATTER && c->phase == PDDE_PHASE_BACKWARD && !in->early && accum_only[c->id])
+        return !(L->g->planner && L->g->planner->shares); /* (uneven shares' phantom micro-batches run each alone) */
     return c->nsrc == 1 && (c->op == PDDE_OP_ALLREDUCE || c->op == PDDE_OP_REDUCE_SCATTER) && (in->early || c->phase == PDDE_PHASE_OPTIMIZER) &&
            acc->op == PDDE_OP_NONE && (acc->flags & PDDE_TENSOR_GRAD);
 }
+
+/* A bucket of a micro-batch's reduce-scatters (ZeRO-2/3): in backward, not started early. */
+static bool micro_bucket(const pdde_program *P, const pdde_tensor *b) { return b->phase == PDDE_PHASE_BACKWARD && !P->info[b->id].early; }
 
 /* ...that a bucket may carry: split (if at all) on dim 0, what it sends on its own device (host
  * memory, or a device's: its bucket is then host memory the members' data is read into). */
@@ -1258,7 +1364,8 @@ static bool on_device(lowering *L, const pdde_tensor *c) { return !registry_devi
 /* Whether c may join the bucket whose first member is f. */
 static bool bucket_same_kind(const pdde_program *P, const pdde_tensor *f, const pdde_tensor *c) {
     const pdde_program_node *a = &P->info[f->id], *b = &P->info[c->id];
-    return f->op == c->op && f->dtype == c->dtype && f->device == c->device && a->axis == b->axis && a->reduce == b->reduce && a->early == b->early;
+    return f->op == c->op && f->dtype == c->dtype && f->device == c->device && a->axis == b->axis && a->reduce == b->reduce && a->early == b->early &&
+           f->phase == c->phase;
 }
 
 typedef struct { pdde_tensor *first, *last; int n, at; int64_t elems; } bucket_fill;
@@ -1279,7 +1386,8 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
     pdde_program_node *bi = &P->info[B->id], *fi = &P->info[f->id];
     snprintf(B->name, sizeof B->name, "bucket.%d", B->id);
     for (int d = 0; d < PDDE_MAX_DIMS; d++) B->dist.dims_mapping[d] = -1;
-    B->device = on_device(L, f) ? 0 : f->device, B->phase = fi->early ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER, B->layer = fi->early ? b->last->layer : -1;
+    bool backward = fi->early || f->phase == PDDE_PHASE_BACKWARD; /* (started early, or a micro-batch's) */
+    B->device = on_device(L, f) ? 0 : f->device, B->phase = backward ? PDDE_PHASE_BACKWARD : PDDE_PHASE_OPTIMIZER, B->layer = backward ? b->last->layer : -1;
     bi->axis = axis, bi->dim = 0, bi->reduce = fi->reduce, bi->early = fi->early, bi->data_parallel = true;
     bi->bytes = (size_t)(f->op == PDDE_OP_REDUCE_SCATTER ? (int64_t)n * S : S) * pdde_dtype_size(f->dtype);
     bi->bucket_members = b->n, bi->bucket_block = S, bi->bucket_next = f, bi->own_buffer = on_device(L, f);
@@ -1292,16 +1400,41 @@ static pdde_status bucket_close(lowering *L, bucket_fill *b) {
 }
 
 /* The order with the buckets in it: an early bucket in its last member's place and each member in
- * its wait's (whose readers read the member), a bucket at the update before its first member. */
+ * its wait's (whose readers read the member), a bucket at the update before its first member. A
+ * micro-batch's bucket starts in its last member's place and (overlap_gradients) completes one
+ * bucket later: its members and then their grad_accums (deferred from their places) come after the
+ * next micro-batch bucket's start, or before the optimizer (so its collective runs beside the backward
+ * that follows, and the gradients live until then: about two buckets of them at once); without
+ * overlap, right after it. */
 static pdde_status bucket_reorder(lowering *L) {
     pdde_program *P = L->P;
     pdde_tensor **order = malloc(((size_t)P->n_order + (size_t)P->n + 1) * sizeof *order);
     pdde_tensor **member_of_wait = calloc((size_t)P->n + 1, sizeof *member_of_wait); /* by wait id */
-    if (!order || !member_of_wait) { free(order), free(member_of_wait); return lower_oom(L); }
+    pdde_tensor **deferred = calloc((size_t)P->n + 1, sizeof *deferred); /* by node id: the micro bucket whose members it reads */
+    if (!order || !member_of_wait || !deferred) { free(order), free(member_of_wait), free(deferred); return lower_oom(L); }
+    for (int i = 0; i < P->n_order; i++)
+        for (int j = 0; j < P->order[i]->nsrc; j++) {
+            const pdde_tensor *x = P->order[i]->src[j];
+            if (x && P->info[x->id].bucket && micro_bucket(P, P->info[x->id].bucket)) deferred[P->order[i]->id] = P->info[x->id].bucket;
+        }
     int k = 0;
-    for (int i = 0; i < P->n_order; i++) {
-        pdde_tensor *t = P->order[i];
-        pdde_program_node *in = &P->info[t->id];
+    pdde_tensor *pending = NULL; /* the micro-batch bucket started last, its members not out yet */
+    for (int i = 0; i <= P->n_order; i++) {
+        pdde_tensor *t = i < P->n_order ? P->order[i] : NULL;
+        pdde_program_node *in = t ? &P->info[t->id] : NULL;
+        if (t && deferred[t->id]) continue;
+        bool start = t && in->bucket && micro_bucket(P, in->bucket) && !in->bucket_next; /* (its last member) */
+        if (t && in->bucket && micro_bucket(P, in->bucket) && !start) continue;
+        if (start) order[k++] = in->bucket;
+        if (pending && (start || !t || t->phase == PDDE_PHASE_OPTIMIZER || !L->p->overlap_gradients)) {
+            for (pdde_tensor *m = P->info[pending->id].bucket_next; m; m = P->info[m->id].bucket_next) order[k++] = m;
+            for (int j = 0; j < P->n_order; j++)
+                if (deferred[P->order[j]->id] == pending) order[k++] = P->order[j];
+            pending = NULL;
+        }
+        if (start) pending = in->bucket;
+        if (!t) break;
+        if (start) continue;
         pdde_tensor *m = t->op == PDDE_OP_COMM_WAIT ? t->src[0] : NULL;
         if (m && P->info[m->id].bucket) { /* an early member, copied out here */
             m->phase = t->phase, m->layer = t->layer, P->info[m->id].early = false;
@@ -1318,7 +1451,7 @@ static pdde_status bucket_reorder(lowering *L) {
     for (int i = 0; i < k; i++)
         for (int j = 0; j < order[i]->nsrc; j++)
             if (order[i]->src[j] && member_of_wait[order[i]->src[j]->id]) order[i]->src[j] = member_of_wait[order[i]->src[j]->id];
-    free(P->order), free(member_of_wait);
+    free(P->order), free(member_of_wait), free(deferred);
     P->order = order, P->n_order = P->cap_order = k;
     return PDDE_OK;
 }
@@ -1330,13 +1463,26 @@ static pdde_status lower_buckets(lowering *L) {
     int *at = malloc(((size_t)P->n + 1) * sizeof *at); /* by node id: its place in the order */
     if (!at) return lower_oom(L);
     for (int i = 0; i < P->n_order; i++) at[P->order[i]->id] = i;
+    /* by node id: every reader of it is a grad_accum into a gradient accumulator (ZeRO-2/3's reduce-scatters) */
+    bool *accum_only = malloc(((size_t)P->n + 1) * sizeof *accum_only);
+    if (!accum_only) return free(at), lower_oom(L);
+    for (int i = 0; i < P->n; i++) accum_only[i] = false;
+    for (int i = 0; i < P->n_order; i++) accum_only[P->order[i]->id] = true;
+    for (int i = 0; i < P->n_order; i++) {
+        const pdde_tensor *t = P->order[i];
+        bool accum = t->op == PDDE_OP_GRAD_ACCUM && t->nsrc == 2 && t->src[0]->op == PDDE_OP_NONE && (t->src[0]->flags & PDDE_TENSOR_GRAD);
+        for (int j = 0; j < t->nsrc; j++)
+            if (t->src[j] && (!accum || j != 1)) accum_only[t->src[j]->id] = false;
+    }
+    for (int i = 0; i < P->n_order; i++) /* (and read at all: a loss or output is read after the step) */
+        if (P->order[i]->flags & (PDDE_TENSOR_LOSS | PDDE_TENSOR_OUTPUT)) accum_only[P->order[i]->id] = false;
     enum { KINDS = 8 };
     bucket_fill open[KINDS] = {{0}};
     pdde_status st = PDDE_OK;
     int n_order = P->n_order;
     for (int i = 0; i < n_order && !st; i++) {
         pdde_tensor *c = P->order[i];
-        if (!data_parallel_collective(P, c)) continue;
+        if (!data_parallel_collective(L, c, accum_only)) continue;
         P->info[c->id].data_parallel = true;
         if (on_device(L, c)) P->device_collective_axes |= 1u << P->info[c->id].axis;
         if (!bucket_candidate(L, c)) continue;
@@ -1366,7 +1512,7 @@ static pdde_status lower_buckets(lowering *L) {
         b->elems += share, b->last = c, b->n++;
     }
     for (int k = 0; k < KINDS && !st; k++) st = bucket_close(L, &open[k]);
-    free(at);
+    free(at), free(accum_only);
     return st ? st : bucket_reorder(L);
 }
 
@@ -1561,7 +1707,9 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_lowp_logits(&L);
     if (!st) st = lower_fuse_add_ln(&L);
     if (!st) st = lower_bf16_grads(&L);
+    if (!st) st = lower_att_lowp(&L);
     if (!st) st = lower_fold_casts(&L);
+    if (!st) st = lower_fuse_gelu(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);
     if (!st) st = lower_schedule(&L);

@@ -163,6 +163,8 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
             exchange = pdde_tensor_nbytes(t->src[0]) + bytes + 1;
     }
     s->transfer_bytes += exchange;
+    int staging_device = -1; /* (collectives and receives on device memory: the session's one bounce buffer) */
+    s->transfer_bytes += program_comm_staging_bytes(ctx, P, &staging_device);
     /* the buffers the session allocates: n_live arenas and a persistent buffer per device (at least
      * one alignment unit each) */
     for (int d = 0; d < m->n_devs && !st; d++) {
@@ -186,16 +188,36 @@ done:
     return PDDE_OK;
 }
 
-pdde_status pdde_predict_memory(const pdde_graph *g, const pdde_session_params *params, int world_size, int rank, pdde_memory_stats *out) {
-    if (!g || !out) return PDDE_ERR_INVALID_ARG;
-    memset(out, 0, sizeof *out);
-    pdde_program *P;
-    pdde_status st = program_lower_rank(g, params, world_size, rank, &P);
-    if (st) return st;
-    program_memory m;
-    st = program_plan_memory(g->ctx, P, !(params && params->no_memory_reuse), &m);
-    if (!st) *out = m.stats;
-    program_memory_free(&m);
-    program_free(P);
-    return st;
+PDDE_PRIVATE size_t program_comm_staging_bytes(pdde_context *ctx, const pdde_program *P, int *device) {
+    size_t most = 0;
+    for (int i = 0; i < P->n_order; i++) {
+        const pdde_tensor *t = P->order[i];
+        const pdde_program_node *in = &P->info[t->id];
+        size_t need = 0;
+        if (t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER && in->axis >= 0 && !in->bucket && !in->bucket_members) {
+            const pdde_tensor *x = t->src[t->op == PDDE_OP_ALLGATHER ? t->nsrc - 1 : 0]; /* (what it sends: core/session.c run_reshard) */
+            if (!registry_device_is_host(ctx->registry, x->device) || !registry_device_is_host(ctx->registry, t->device))
+                need = pdde_tensor_nbytes(x) + pdde_tensor_nbytes(t);
+        } else if (t->op == PDDE_OP_RECV && !registry_device_is_host(ctx->registry, t->device)) {
+            need = pdde_tensor_nbytes(t);
+        }
+        if (need > most) most = need, *device = t->device;
+    }
+    return most;
+}
+
+PDDE_PRIVATE bool program_device_bucket_served(pdde_context *ctx, const pdde_program *P, const pdde_tensor *b, const pdde_device_collectives_iface *dc) {
+    const pdde_program_node *bi = &P->info[b->id];
+    bool rs = dc->struct_size >= offsetof(pdde_device_collectives_iface, reduce_scatter) + sizeof dc->reduce_scatter && dc->reduce_scatter;
+    bool ag = dc->struct_size >= offsetof(pdde_device_collectives_iface, allgather) + sizeof dc->allgather && dc->allgather;
+    bool served = b->op == PDDE_OP_ALLREDUCE || (b->op == PDDE_OP_REDUCE_SCATTER && rs) || (b->op == PDDE_OP_ALLGATHER && ag);
+    if (!bi->own_buffer || !served || !bi->bucket_next || !dc->backend) return false;
+    const pdde_registry *r = ctx->registry;
+    int d = bi->bucket_next->src[bi->bucket_next->nsrc - 2]->device; /* (a member's input: core/session.c bucket_member_input) */
+    if (d < 0 || d >= r->n_devices || registry_device_is_host(r, d)) return false;
+    const pdde_backend_iface *f = r->families[r->devices[d].family].iface;
+    if (!f || !IFACE_HAS(f, copy) || !f->name || strcmp(f->name, dc->backend)) return false;
+    for (const pdde_tensor *m = bi->bucket_next; m; m = P->info[m->id].bucket_next)
+        if (m->src[m->nsrc - 2]->device != d || m->device != d) return false;
+    return true;
 }

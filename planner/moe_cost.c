@@ -103,6 +103,10 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     /* rows each rank sends in one exchange: its tokens' k choices (dropless: the routed rows only, the
      * counts first; a capacity only drops some) */
     double rows = tokens * k;
+    /* pdde's buffer by expert (ep > 1): S rows a local expert, ep x a rank's tokens dropless (every
+     * token of the group might choose it), else its share of the capacity */
+    double S = ep * tokens;
+    if (p->capacity_factor > 0 && ep * rows * p->capacity_factor / E < S) S = ep * rows * p->capacity_factor / E;
     out->ep = ep;
     out->imbalance = moe_rank_imbalance(p, ep);
     /* 4 exchanges a layer (dispatch and combine, forward and backward); what leaves the rank */
@@ -112,9 +116,11 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
         double t = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, (int64_t)(rows * C), p->dtype);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the alltoall over %d ranks: %s", ep, pdde_last_error(ctx));
         /* each exchange sends the counts first (E/ep integers a peer) and packs and unpacks its rows
-         * on the host (a copy of the rows each way) */
+         * on the host (a copy of the rows each way), zeroing its padded output first (the buffer by
+         * expert: S rows a local expert, below) */
         double tc = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, per > 0 ? per : 1, PDDE_I32);
-        pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype, .bytes = 4.0 * rows * C * esz};
+        pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype,
+                             .bytes = 4.0 * rows * C * esz + per * S * C * esz};
         double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
         if (!isfinite(tc) || !isfinite(tp)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the exchange's counts or copies: %s", pdde_last_error(ctx));
         out->alltoall_s = 4.0 * p->layers * (t + tc + tp);
@@ -137,11 +143,28 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     if (p->capacity_factor > 0 && rank_rows > rows * p->capacity_factor) rank_rows = rows * p->capacity_factor;
     double m = rank_rows / per > 1 ? rank_rows / per : 1;
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = (int64_t)m, .n = p->ffn, .k = p->width,
-                       .dtype = p->compute_dtype};
-    op.flops = 2.0 * m * C * F;
+                       .dtype = p->compute_dtype, .gemms = per}; /* (all the rank's experts: one grouped GEMM) */
+    op.flops = 2.0 * per * m * C * F;
     double t1 = pdde_cost_compute_time(ctx, c, devices[0], &op) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
     if (!isfinite(t1)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the expert GEMM: %s", pdde_last_error(ctx));
-    out->expert_gemm_s = p->layers * 6.0 * per * t1;
+    out->expert_gemm_s = p->layers * 6.0 * t1;
+    /* the passes over the experts' rows beside the GEMMs, a layer: the activation (forward: 2 x its
+     * [rows, F], backward 3 x; on its own curve where measured). ep 1 keeps the routed rows in one
+     * block; ep > 1 the buffer by expert, padded with zeros: each [., C] buffer (X) and [., F]
+     * buffer (H) is zeroed (4 X: the dispatch, the combine's backward, 2 GEMMs' outputs; 2 H: the
+     * other GEMMs' outputs; the exchanges' above) or scanned row by row for its routed rows, a row
+     * reduction (3 X and 3 H: the GEMMs' inputs, their weight gradients') */
+    double csz = (double)pdde_dtype_size(p->compute_dtype);
+    double bx = ep > 1 ? per * S * C * csz : 0, bh = ep > 1 ? per * S * F * csz : rank_rows * F * csz;
+    double passes[][3] = {{1, 2 * bh, PDDE_OPCLASS_GELU},     {1, 3 * bh, PDDE_OPCLASS_GELU}, {4, bx, PDDE_OPCLASS_ELEMENTWISE},
+                          {2, bh, PDDE_OPCLASS_ELEMENTWISE}, {3, bx, PDDE_OPCLASS_ROW},      {3, bh, PDDE_OPCLASS_ROW}};
+    for (int i = 0; i < (ep > 1 ? 6 : 2); i++) { /* (ops, bytes of one, class); ep 1: the first two */
+        int cls = (int)passes[i][2];
+        pdde_cost_op pass = {.kind = PDDE_COST_COMPUTE, .op_class = cls, .dtype = p->compute_dtype, .bytes = passes[i][1]};
+        double t = pdde_cost_compute_time(ctx, c, devices[0], &pass) * cost_core_sharing(c, devices, n_ranks, cls);
+        if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' buffers: %s", pdde_last_error(ctx));
+        out->expert_buffer_s += p->layers * passes[i][0] * t;
+    }
     /* the efficiency of those GEMMs against one of the rank's whole rows (the dense layer's shape) */
     pdde_cost_op dense = op;
     dense.m = (int64_t)(tokens * k > 1 ? tokens * k : 1), dense.flops = 2.0 * (double)dense.m * C * F;
@@ -176,7 +199,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over the ep group: %s", pdde_last_error(ctx));
         out->dp_sync_s += t;
     }
-    out->step_s = out->alltoall_s + out->expert_gemm_s + out->dp_sync_s;
+    out->step_s = out->alltoall_s + out->expert_gemm_s + out->expert_buffer_s + out->dp_sync_s;
     return PDDE_OK;
 }
 

@@ -407,6 +407,12 @@ typedef struct {
  * persistent buffer or arena) and clears the INPLACE flag of in-place nodes whose input is read later. */
 PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *p, bool reuse, program_memory *out);
 PDDE_PRIVATE void program_memory_free(program_memory *m);
+/* The host bounce buffer that collectives and receives on device memory outside gradient buckets go
+ * through (core/session.c, one for the session): the most bytes one of them needs, *device its node's. */
+PDDE_PRIVATE size_t program_comm_staging_bytes(pdde_context *ctx, const pdde_program *p, int *device);
+/* Whether device collectives dc serve bucket node b: its op has dc's slot and every member lives on
+ * one device of dc's backend, which has the copy slot (the session and pdde_predict_memory ask). */
+PDDE_PRIVATE bool program_device_bucket_served(pdde_context *ctx, const pdde_program *p, const pdde_tensor *b, const pdde_device_collectives_iface *dc);
 PDDE_PRIVATE size_t program_aligned_bytes(const pdde_tensor *t);
 
 #endif

@@ -161,6 +161,8 @@ static int sim_pass(sim_rank *s, int phase, int micro, int chunk, bool early) {
             if (early) k = s->started[t->id] = sim_collective_op(s, t, micro, 1);
         } else if (collective && t->op == PDDE_OP_ALLTOALL && t->nsrc > 1) {
             k = sim_moe_exchange(s, t, micro);
+        } else if (collective && in->bucket_members && t->phase == PDDE_PHASE_BACKWARD) { /* a micro-batch's bucket: its members wait */
+            k = s->started[t->id] = sim_collective_op(s, t, micro, 1);
         } else if (collective) {
             k = sim_collective_op(s, t, micro, 0);
             if (in->bucket_members && k >= 0) s->started[t->id] = -2; /* (its members copy out) */

@@ -18,6 +18,7 @@ typedef struct {
     const char *addr;       /* the store, "127.0.0.1:port" */
     const char *prefix;     /* one per run, so the keys of several runs do not meet */
     double timeout_s, peer_timeout_s;
+    double init_timeout_s;  /* forming the world (0: timeout_s) */
     int no_comm;            /* 1: fn gets comm = NULL and makes its own */
     unsigned killed_ok;     /* bit r: rank r is meant to die (the test kills it) */
     int n_threads;          /* each rank's context (0: the default) */
@@ -30,6 +31,8 @@ typedef struct {
 
 /* In a rank: result_size zeroed bytes for the rank function to fill (NULL without results). */
 static void *test_rank_result;
+/* In a rank: its rank (for functions run with no_comm, which make their own communicator). */
+static int test_rank_me;
 
 /* Forks n ranks that connect to the store, init a world comm and run fn; waits for all of them (or
  * kills them after limit_s). No fork may race the store thread of this process allocating (the
@@ -52,6 +55,7 @@ static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, v
             char go;
             if (read(gate[0], &go, 1) != 0) _exit(5); /* EOF: every rank is forked */
             test_passed = test_failed = 0;
+            test_rank_me = r;
             if (tp->device_runtimes) unsetenv("PDDE_BACKENDS");
             if (tp->result_size) test_rank_result = calloc(1, tp->result_size);
             pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
@@ -65,7 +69,7 @@ static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, v
                 pdde_status st = pdde_store_connect(ctx, tp->addr, 10, &store);
                 pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
                 p.store = store; p.rank = r; p.world_size = n; p.prefix = tp->prefix;
-                p.timeout_s = tp->timeout_s; p.peer_timeout_s = tp->peer_timeout_s;
+                p.timeout_s = tp->timeout_s; p.peer_timeout_s = tp->peer_timeout_s; p.init_timeout_s = tp->init_timeout_s;
                 if (!st) st = pdde_comm_init(ctx, &p, &comm);
                 CHECK(st == PDDE_OK, "rank %d: comm init: %s", r, pdde_last_error(ctx));
             }

@@ -22,47 +22,10 @@
 
 /* ---- a block of cooperative threads ----------------------------------------------------------- */
 
-enum { EMU_THREADS = 128, EMU_STACK = 1 << 18 };
-static ucontext_t emu_main, emu_ctx[EMU_THREADS];
-static int emu_cur, emu_done[EMU_THREADS];
-static char *emu_stacks;
-struct emu_dim { unsigned x; };
-static emu_dim emu_block;
-static void (*emu_body)(void);
-
-/* every thread yields at every barrier: threads run a segment each, in order, round after round */
-static void emu_yield() { swapcontext(&emu_ctx[emu_cur], &emu_main); }
-static void emu_entry() {
-    emu_body();
-    emu_done[emu_cur] = 1;
-    swapcontext(&emu_ctx[emu_cur], &emu_main);
-}
-static void emu_run_block(unsigned block, void (*body)(void)) {
-    if (!emu_stacks) emu_stacks = (char *)malloc((size_t)EMU_THREADS * EMU_STACK);
-    emu_block.x = block;
-    emu_body = body;
-    for (int t = 0; t < EMU_THREADS; t++) {
-        getcontext(&emu_ctx[t]);
-        emu_ctx[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
-        emu_ctx[t].uc_stack.ss_size = EMU_STACK;
-        emu_ctx[t].uc_link = &emu_main;
-        makecontext(&emu_ctx[t], emu_entry, 0);
-        emu_done[t] = 0;
-    }
-    for (int live = 1; live;) {
-        live = 0;
-        for (emu_cur = 0; emu_cur < EMU_THREADS; emu_cur++)
-            if (!emu_done[emu_cur]) swapcontext(&emu_main, &emu_ctx[emu_cur]), live = 1;
-    }
-}
-static emu_dim emu_thread() { return emu_dim{(unsigned)emu_cur}; }
-
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define threadIdx emu_thread()
-#define blockIdx emu_block
-#define __syncthreads() emu_yield()
+enum { EMU_THREADS = 128 }; /* a block (4 warps) */
+#define EMU_MAX_THREADS EMU_THREADS
+#define EMU_STACK (1 << 18)
+#include "cuda_emu.h"
 struct uint4 { uint32_t x, y, z, w; };
 static uint4 make_uint4(uint32_t x, uint32_t y, uint32_t z, uint32_t w) { return uint4{x, y, z, w}; }
 
@@ -189,26 +152,27 @@ static uint16_t emu_sm[FL_SMEM(128)] __attribute__((aligned(16)));
 static struct {
     const uint16_t *q, *k, *v;
     float *y, *out;
+    uint16_t *ycp, *cp; /* (packed: the bf16 copies of y and dqkv beside them, the kernels' cp; NULL: none) */
     const float *dy, *rowdot;
     long long BH, T, H; /* H: the layout (0: heads apart; > 0: packed qkv, cuda_att_layout.cuh) */
     int D;
     float scale;
 } L;
 static void body_fwd() {
-    if (L.D == 64) flash_fwd<64>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H);
-    else flash_fwd<128>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H);
+    if (L.D == 64) flash_fwd<64>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
+    else flash_fwd<128>(emu_sm, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
 }
 static void body_dq() {
-    if (L.D == 64) flash_dq<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
-    else flash_dq<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    if (L.D == 64) flash_dq<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp);
+    else flash_dq<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp);
 }
 static void body_dkv() {
-    if (L.D == 64) flash_dkv<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
-    else flash_dkv<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H);
+    if (L.D == 64) flash_dkv<64>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp);
+    else flash_dkv<128>(emu_sm, L.q, L.k, L.v, L.y, L.dy, L.rowdot, L.out, L.BH, L.T, L.scale, L.H, L.cp);
 }
 static void launch(void (*body)(void)) {
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
-    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body);
 }
 /* flash2 (backends/cuda_flash2.cuh), as the dispatcher launches k_flash2_prep and k_flash2_back */
 static uint16_t *L_dob;
@@ -225,13 +189,13 @@ static void body_back2() {
 static void body_fwd2() { flash2_fwd<64>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale); }
 static void launch_fwd2(void) { /* (at D 64 only: flash2 runs flash_fwd at D 128) */
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
-    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body_fwd2);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_fwd2);
 }
 static void launch2(void) {
     long long rows = L.BH * L.T, groups = L.BH * ((L.T + FL2_KEYS - 1) / FL2_KEYS);
-    for (long long b = 0; b < (rows + FL_WARPS - 1) / FL_WARPS; b++) emu_run_block((unsigned)b, body_prep);
+    emu_launch(emu_dim{(unsigned)((rows + FL_WARPS - 1) / FL_WARPS), 1, 1}, EMU_THREADS, body_prep);
     for (long long i = 0; i < rows * L.D; i++) L.out[i] = 0.0f; /* (the dispatcher's fill of dq) */
-    for (long long b = 0; b < groups; b++) emu_run_block((unsigned)b, body_back2);
+    emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_back2);
 }
 
 /* ---- the check ------------------------------------------------------------------------------- */
@@ -264,8 +228,11 @@ static void run_case(long long BH, long long T, int D, long long H) {
     for (long long i = 0; i < BH * T * Dy; i++) dy[i] = urand(), y[i] = NAN; /* (poisoned: every element must be written) */
     for (long long i = 0; i < 3 * n; i++) out[i] = NAN;
     L.q = q, L.k = k, L.v = v, L.y = y, L.out = out, L.dy = dy, L.rowdot = rowdot, L.BH = BH, L.T = T, L.D = D, L.scale = scale;
-    L.H = H;
+    L.H = H, L.ycp = L.cp = NULL;
     uint16_t *qkv = H ? new uint16_t[3 * n] : NULL;
+    /* packed: the kernels that also write the outputs' bf16 copies (PDDE_ATT_LOWP), poisoned with NaN */
+    uint16_t *ycp = H ? new uint16_t[n] : NULL, *cp = H ? new uint16_t[3 * n] : NULL;
+    for (long long i = 0; H && i < 3 * n; i++) cp[i] = 0x7fc1, ycp[i % n] = 0x7fc1;
     float *py = H ? new float[n + BH * T] : NULL, *pdy = H ? new float[n] : NULL, *pout = H ? new float[3 * n] : NULL;
     if (H) { /* row r = bh T + t of head bh = b H + h: qkv row (b T + t), columns h 3D + [0, D) q, [D, 2D) k, [2D, 3D) v */
         for (long long r = 0; r < BH * T; r++)
@@ -276,7 +243,7 @@ static void run_case(long long BH, long long T, int D, long long H) {
             }
         for (long long i = 0; i < n + BH * T; i++) py[i] = NAN;
         for (long long i = 0; i < 3 * n; i++) pout[i] = NAN;
-        L.q = qkv, L.k = qkv + D, L.v = qkv + 2 * D, L.y = py, L.dy = pdy, L.out = pout;
+        L.q = qkv, L.k = qkv + D, L.v = qkv + 2 * D, L.y = py, L.dy = pdy, L.out = pout, L.ycp = ycp, L.cp = cp;
     }
     launch(body_fwd);
     for (long long r = 0; r < BH * T; r++) { /* k_flash_rowdot */
@@ -286,6 +253,16 @@ static void run_case(long long BH, long long T, int D, long long H) {
     }
     launch(body_dq);
     launch(body_dkv);
+    if (H) { /* each copy the cast's bits of the f32 value beside it (k_cast: round to nearest even) */
+        long long bad = 0, bad_g = 0;
+        for (long long i = 0; i < n; i++) bad += ycp[i] != f_bf16(py[i]);
+        for (long long i = 0; i < 3 * n; i++) bad_g += cp[i] != f_bf16(pout[i]);
+        char lc[64];
+        snprintf(lc, sizeof lc, "BH %lld T %lld D %d packed", BH, T, D);
+        check("y copy", (double)bad, 0, lc);
+        check("dqkv copy", (double)bad_g, 0, lc);
+        delete[] ycp, delete[] cp;
+    }
     if (H) { /* back to the layout the reference is compared in */
         for (long long r = 0; r < BH * T; r++) {
             for (int d = 0; d < D; d++) {

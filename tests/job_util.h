@@ -1,7 +1,7 @@
 /* job_util.h — job control for the tests and benchmarks that start `pdde-run` jobs (test_elastic,
  * test_etcd, bench_elastic): start a job with its output captured, poll the output, find the ranks it
  * started, kill everything, run it to its end within a limit; read gpt's --metrics file; a free port; a
- * gpt job test's setup (job_gpt_setup). Header-only
+ * gpt job test's setup (job_gpt_setup; job_gpt_test_setup in a test's main). Header-only
  * (static inline functions): include it once per program, after <stdio.h>. */
 #ifndef PDDE_JOB_UTIL_H
 #define PDDE_JOB_UTIL_H
@@ -19,6 +19,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+/* Seconds a test's gpt job may take to its end, and to reach a step before an event: guards against a
+ * hang (a stall waits for the world's timeout of 300 s), not timings: at a load of 6-13 on 2 cores
+ * 200 steps on 3 ranks took 31 s, a rejoin job over 50 s. */
+#define JOB_LIMIT_S 120
+#define JOB_STEP_LIMIT_S 60
 
 typedef struct {
     pid_t pid;
@@ -101,6 +107,10 @@ static inline int job_ranks(pid_t runner, pid_t *pids, int cap) {
     closedir(d);
     return found;
 }
+
+/* Signals a rank found by job_ranks; a rank not found (pid 0) is not signalled: kill(0, sig) would signal
+ * the caller's own process group, the test among it. -1 then. */
+static inline int job_signal_rank(pid_t pid, int sig) { return pid > 0 ? kill(pid, sig) : -1; }
 
 /* Reads what is there (waiting up to ms); 1 once the job has exited and its output is read. */
 static inline int job_poll(job *j, int ms) {
@@ -236,5 +246,18 @@ static inline int job_gpt_setup(const char *argv0, char *run, char *gpt, size_t 
     printf("seed %u\n", *seed);
     return 0;
 }
+
+#ifdef PDDE_TEST_UTIL_H
+/* job_gpt_setup for a test's main (test_util.h included before this header): -1 when ready; else what
+ * main returns: a skip saying what is missing (test_finish's code), 1 when the folder cannot be made. */
+static inline int job_gpt_test_setup(const char *argv0, char *run, char *gpt, size_t cap, char *tmp, size_t tmp_cap,
+                                     const char *tmp_template, unsigned *seed) {
+    char why[1400];
+    int ready = job_gpt_setup(argv0, run, gpt, cap, tmp, tmp_cap, tmp_template, seed, why, sizeof why);
+    if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
+    if (ready) { test_skip("setup", "%s", why); return test_finish(); }
+    return -1;
+}
+#endif
 
 #endif

@@ -19,60 +19,9 @@
 
 /* ---- a block of cooperative threads ----------------------------------------------------------- */
 
-enum { EMU_MAX_THREADS = 256, EMU_STACK = 1 << 16 };
-struct emu_dim { unsigned x, y, z; };
-static ucontext_t emu_main, emu_ctx[EMU_MAX_THREADS];
-static int emu_cur, emu_done[EMU_MAX_THREADS];
-static char *emu_stacks;
-static emu_dim emu_block, emu_grid, emu_bdim;
-static void (*emu_body)(void);
-
-static void emu_yield() { swapcontext(&emu_ctx[emu_cur], &emu_main); }
-static void emu_entry() {
-    emu_body();
-    emu_done[emu_cur] = 1;
-    swapcontext(&emu_ctx[emu_cur], &emu_main);
-}
-/* one block of b threads (the context switches in a function of their own: no loop state across them) */
-static __attribute__((noinline)) void emu_run_block(unsigned b) {
-    for (unsigned t = 0; t < b; t++) {
-        getcontext(&emu_ctx[t]);
-        emu_ctx[t].uc_stack.ss_sp = emu_stacks + (size_t)t * EMU_STACK;
-        emu_ctx[t].uc_stack.ss_size = EMU_STACK;
-        emu_ctx[t].uc_link = &emu_main;
-        makecontext(&emu_ctx[t], emu_entry, 0);
-        emu_done[t] = 0;
-    }
-    /* rounds alternate the threads' order, so that a read missing its barrier sees the write late */
-    for (int live = 1, round = 0; live; round++) {
-        live = 0;
-        for (int i = 0; i < (int)b; i++) {
-            emu_cur = round % 2 ? (int)b - 1 - i : i;
-            if (!emu_done[emu_cur]) swapcontext(&emu_main, &emu_ctx[emu_cur]), live = 1;
-        }
-    }
-}
-/* every block of grid g with b threads each, running body */
-static void emu_launch(emu_dim g, unsigned b, void (*body)(void)) {
-    if (!emu_stacks) emu_stacks = (char *)malloc((size_t)EMU_MAX_THREADS * EMU_STACK);
-    emu_grid = g, emu_bdim = emu_dim{b, 1, 1}, emu_body = body;
-    for (unsigned z = 0; z < g.z; z++)
-        for (unsigned y = 0; y < g.y; y++)
-            for (unsigned x = 0; x < g.x; x++) emu_block = emu_dim{x, y, z}, emu_run_block(b);
-}
-static emu_dim emu_thread() { return emu_dim{(unsigned)emu_cur, 0, 0}; }
-
-#define __device__
-#define __global__
-#define __forceinline__ inline
-#define __restrict__
-#define __launch_bounds__(n)
-#define __shared__ static
-#define threadIdx emu_thread()
-#define blockIdx emu_block
-#define gridDim emu_grid
-#define blockDim emu_bdim
-#define __syncthreads() emu_yield()
+#define EMU_MAX_THREADS 256
+#define EMU_STACK (1 << 16)
+#include "cuda_emu.h"
 #define GRID_STRIDE(i, n) \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
 /* cuda_kernels.cu's block_sum: the threads' values summed, the total to every thread */

@@ -296,6 +296,21 @@ static pdde_tensor *b_bias_gelu_rows(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, h, w2, 0, 0);
 }
 
+/* gelu_fused: x [9, 16] @ w1 [16, 24], bias_gelu, @ w2 [24, 8], cross-entropy, with PDDE_FUSE_GELU=1 (set for the
+ * case, as above): the first matmul adds the bias and applies gelu (X beside), the matmul before the
+ * bias_gelu backward multiplies by gelu'(X); p0: a bf16 compute dtype with PDDE_BF16_GRADS=1 (X and the
+ * gradient bf16: cublasLt's GELU_AUX_BIAS and DGELU take both; widths multiples of 8 for its aux) */
+static pdde_tensor *b_mlp_gelu(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_FUSE_GELU", "1", 1);
+    if (c->p[0]) setenv("PDDE_BF16_GRADS", "1", 1), pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    g_vocab = 8;
+    pdde_tensor *x = P(g, "x", 2, 9, 16, 0, 0);
+    pdde_tensor *ln = pdde_layernorm(g, x, P(g, "gamma", 1, 16, 0, 0, 0), P(g, "beta", 1, 16, 0, 0, 0), 1e-5f);
+    pdde_tensor *w1 = P(g, "w1", 2, 16, 24, 0, 0), *b1 = P(g, "b1", 1, 24, 0, 0, 0), *w2 = P(g, "w2", 2, 24, 8, 0, 0);
+    pdde_tensor *h = pdde_bias_gelu(g, pdde_matmul(g, ln, w1, 0, 0), b1);
+    return pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
+}
+
 /* layernorm_add: s = x + r, y = layernorm(s) + s / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above):
  * the layernorm adds x and r itself and writes s beside y (the add a view of it); shape as b_norm's */
 static pdde_tensor *b_layernorm_add(pdde_graph *g, const op_case *c) {
@@ -496,6 +511,8 @@ static const op_case cases[] = {
     {"bias_gelu_grads", b_mlp_bf16_grads, {1}, 3, T_LOWP}, /* (not an op name) */
     {"layernorm_copy", b_layernorm_copy, {0}, 1, T_LOWP},  /* (not an op name) */
     {"bias_gelu_grads", b_bias_gelu_rows, {1031}, 1, T_LOWP},
+    {"gelu_fused", b_mlp_gelu, {0}, 3, T_DEF},   /* (not an op name) */
+    {"gelu_fused", b_mlp_gelu, {1}, 3, T_LOWP},
     /* fused kernels: shape, the last dim is the bias's (131 x 257: several CPU threads' rows) */
     {"bias_gelu", b_bias_gelu, {3, 2, 3, 257}, 1, T_DEF},
     {"bias_gelu", b_bias_gelu, {2, 131, 257}, 1, T_DEF},
@@ -720,7 +737,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_BF16_LOGITS"), unsetenv("PDDE_FUSE_ADD_LN"); /* (builders set them) */
-    unsetenv("PDDE_BF16_GRADS");
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_GELU");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
@@ -1324,6 +1341,74 @@ static void test_bias_grad_sums(const options *o, int device) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * sum_to to shapes that are not a trailing part of x's (x [4,3,5] to [4,1,5], [1,3,1], [3,1], ...),
+ * x f32 and bf16, against sums in double of the values as stored (bf16: rounded). The gradient pass
+ * builds only f32 sum_to nodes, so the node is built here: a scale of y's shape turned into a sum_to
+ * of x. Bound: 1e-5 of the sum of the terms' magnitudes (an f32 reduction's round-off; reading the
+ * wrong elements or bf16 bits as floats is off by whole terms). */
+
+static void test_sum_to_shapes(const options *o, int device) {
+    static const int64_t xs[][3] = {{4, 3, 5}, {7, 33, 9}};
+    static const struct { int x, nd; int64_t s[3]; } cases[] = {
+        {0, 3, {4, 1, 5}}, {0, 3, {1, 3, 1}}, {0, 2, {3, 1}}, {0, 3, {4, 3, 1}}, {0, 3, {1, 1, 5}}, {0, 1, {5}},
+        {0, 3, {1, 1, 1}}, {1, 3, {7, 1, 9}}, {1, 2, {33, 1}}, {1, 3, {1, 33, 1}}};
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    for (int bf = 0; bf < 2; bf++)
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+            const int64_t *xd = xs[cases[ci].x];
+            int64_t n = xd[0] * xd[1] * xd[2], ny = 1;
+            int nd = cases[ci].nd;
+            for (int d = 0; d < nd; d++) ny *= cases[ci].s[d];
+            char label[96], ys[40] = "";
+            for (int d = 0; d < nd; d++) snprintf(ys + strlen(ys), sizeof ys - strlen(ys), "%s%lld", d ? "," : "", (long long)cases[ci].s[d]);
+            snprintf(label, sizeof label, "sum_to %s [%lld,%lld,%lld] -> [%s] on %s", bf ? "bf16" : "f32", (long long)xd[0], (long long)xd[1],
+                     (long long)xd[2], ys, props.backend);
+            pdde_graph *g;
+            pdde_session *s = NULL;
+            pdde_graph_init(o->ctx, &g);
+            pdde_tensor *x = pdde_input(g, "x", bf ? PDDE_BF16 : PDDE_F32, 3, xd);
+            pdde_tensor *y = pdde_scale(g, pdde_input(g, "like", PDDE_F32, nd, cases[ci].s), 1.0f);
+            if (y) y->op = PDDE_OP_SUM_TO, y->src[0] = x, y->nsrc = 1;
+            pdde_mark_output(y);
+            float *xv = malloc((size_t)n * sizeof *xv), *got = malloc((size_t)ny * sizeof *got);
+            uint16_t *xh = malloc((size_t)n * sizeof *xh);
+            double *want = calloc((size_t)ny, sizeof *want), *mag = calloc((size_t)ny, sizeof *mag);
+            for (int64_t i = 0; i < n; i++) {
+                xv[i] = (float)((i * 37 % 101) - 50) / 7.0f + 0.01f * (float)(i % 13);
+                xh[i] = pdde_f32_to_bf16(xv[i]);
+                if (bf) xv[i] = pdde_bf16_to_f32(xh[i]);
+            }
+            /* the reference: element (a, b, c) of x adds to y's element at its coordinates, 0 along y's 1s */
+            for (int64_t i = 0; i < n; i++) {
+                int64_t c[3] = {i / (xd[1] * xd[2]), i / xd[2] % xd[1], i % xd[2]}, k = 0;
+                for (int d = 0; d < nd; d++) {
+                    int64_t yd = cases[ci].s[d], xc = c[3 - nd + d];
+                    k = k * yd + (yd == 1 ? 0 : xc);
+                }
+                want[k] += xv[i], mag[k] += fabs(xv[i]);
+            }
+            pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+            sp.device = device;
+            pdde_status st = pdde_graph_status(g);
+            if (!st) st = pdde_session_init(g, &sp, &s);
+            if (!st) st = bf ? pdde_session_write(s, x, xh, (size_t)n * sizeof *xh) : pdde_session_write(s, x, xv, (size_t)n * sizeof *xv);
+            if (!st) st = pdde_session_run(s, PDDE_RUN_FORWARD);
+            if (!st) st = pdde_session_read(s, y, got, (size_t)ny * sizeof *got);
+            CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
+            int64_t bad = -1;
+            for (int64_t k = 0; st == PDDE_OK && k < ny && bad < 0; k++)
+                if (!(fabs(got[k] - want[k]) <= 1e-5 * mag[k] + 1e-30)) bad = k;
+            CHECK(bad < 0, "%s: y[%lld] = %.9g, expected %.9g (the sum in double)", label, (long long)bad, bad < 0 ? 0.0 : got[bad],
+                  bad < 0 ? 0.0 : want[bad]);
+            if (o->verbose) printf("  %s: %s\n", label, bad < 0 && st == PDDE_OK ? "ok" : "wrong");
+            free(xv), free(got), free(xh), free(want), free(mag);
+            pdde_session_free(s);
+            pdde_graph_free(g);
+        }
+}
+
+/* ------------------------------------------------------------------------------------------------
  * Error paths */
 
 static void test_errors(pdde_context *ctx, int device, const char *backend) {
@@ -1538,7 +1623,7 @@ int main(int argc, char **argv) {
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update"))) test_multi_tensor_adamw(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update"))) test_update_nonfinite_norm(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu"))) test_fused_bias_gelu(&o, devs[k]);
-        if (!o.perf && (!o.op || !strcmp(o.op, "sum_to"))) test_bias_grad_sums(&o, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "sum_to"))) test_bias_grad_sums(&o, devs[k]), test_sum_to_shapes(&o, devs[k]);
         if (!o.perf) printf("device %d: %d passed, %d failed, %d cases of ops it does not run (%.1fs)\n", devs[k], test_passed - passed0,
                             test_failed - failed0, n_unsupported, now_s() - td);
         n_unsupported = 0;
@@ -1548,7 +1633,7 @@ int main(int argc, char **argv) {
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update")) && !o.backend) test_multi_tensor_adamw(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update")) && !o.backend) test_update_nonfinite_norm(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu")) && !o.backend) test_fused_bias_gelu(&o, 0);
-    if (!o.perf && (!o.op || !strcmp(o.op, "sum_to")) && !o.backend) test_bias_grad_sums(&o, 0);
+    if (!o.perf && (!o.op || !strcmp(o.op, "sum_to")) && !o.backend) test_bias_grad_sums(&o, 0), test_sum_to_shapes(&o, 0);
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);
     pdde_context_free(ctx);
     return test_finish();

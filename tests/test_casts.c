@@ -38,8 +38,9 @@
 #define ADDS_LN_FUSED_PER_LAYER 2 /* PDDE_FUSE_ADD_LN=1: the residual gradient added in the 2 layernorms' backward */
 #define ADDS_LN_FWD_PER_LAYER 2   /* ...and the 2 residual adds before the layernorms in them (without PDDE_FUSE_EPILOGUE, which takes those) */
 #define CASTS_PER_LAYER_GRADS 2 /* PDDE_BF16_GRADS=1, PDDE_FUSE_EPILOGUE=1 and PDDE_FUSE_ADD_LN=1: the attention's output and input gradient */
+#define CASTS_PER_LAYER_ATT 0   /* ...and PDDE_ATT_LOWP=1: the attention writes both rounded copies beside its f32 results */
 
-typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step; int64_t casts_after_write; } run_result;
+typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step, gelus_per_step; int64_t casts_after_write; } run_result;
 
 static pdde_tensor *named(pdde_graph *g, const char *name) {
     for (int i = 0; i < pdde_graph_tensor_count(g); i++)
@@ -76,7 +77,8 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     size_t nw = pdde_tensor_nbytes(w), nwte = pdde_tensor_nbytes(wte);
     float *buf = malloc(nw > nwte ? nw : nwte);
     int rc = buf ? 0 : -1;
-    int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0;
+    int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0, gelu_first = 0,
+            gelu_before_write = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {
         rc |= gpt_test_write_batch(s, &m, step);
         if (step == WRITE_AFTER) { /* a weight changed between steps: the next forward must read it */
@@ -85,6 +87,7 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
             rc |= pdde_session_write(s, w, buf, nw);
             before_write = pdde_session_op_runs(s, PDDE_OP_CAST), adds_before_write = pdde_session_op_runs(s, PDDE_OP_ADD);
             mm_before_write = pdde_session_op_runs(s, PDDE_OP_MATMUL);
+            gelu_before_write = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK);
         }
         if (rewrite) rc |= pdde_session_read(s, wte, buf, nwte) || pdde_session_write(s, wte, buf, nwte);
         if (rc || pdde_session_run(s, PDDE_RUN_STEP)) {
@@ -94,12 +97,14 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
         r->loss[step] = pdde_session_loss(s);
         if (step == 0)
             after_first = pdde_session_op_runs(s, PDDE_OP_CAST), adds_first = pdde_session_op_runs(s, PDDE_OP_ADD),
-            mm_first = pdde_session_op_runs(s, PDDE_OP_MATMUL);
+            mm_first = pdde_session_op_runs(s, PDDE_OP_MATMUL),
+            gelu_first = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK);
         if (step == WRITE_AFTER) r->casts_after_write = pdde_session_op_runs(s, PDDE_OP_CAST) - before_write;
     }
     r->casts_per_step = (double)(before_write - after_first) / (WRITE_AFTER - 1);
     r->adds_per_step = (double)(adds_before_write - adds_first) / (WRITE_AFTER - 1);
     r->matmuls_per_step = (double)(mm_before_write - mm_first) / (WRITE_AFTER - 1);
+    r->gelus_per_step = (double)(gelu_before_write - gelu_first) / (WRITE_AFTER - 1);
     free(buf);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -247,7 +252,7 @@ static void test_lowp_logits(pdde_context *ctx, int device, const char *where, f
  * be the same bits with the other switches on and with recomputed blocks, and a device's follow the CPU's
  * within 1e-4 (as PDDE_BF16_LOGITS's). cpu_loss: the CPU's (device 0 fills it). */
 static void test_bf16_grads(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
-    run_result plain, grads[3], all[3];
+    run_result plain, grads[3], all[3], att[3];
     int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &plain);
     setenv("PDDE_BF16_GRADS", "1", 1);
     failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &grads[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &grads[1]) ||
@@ -255,7 +260,10 @@ static void test_bf16_grads(pdde_context *ctx, int device, const char *where, fl
     setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
     failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &all[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &all[1]) ||
              train(ctx, device, 2, PDDE_BF16, 0, 2, &all[2]);
-    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_ADD_LN");
+    setenv("PDDE_ATT_LOWP", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &att[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &att[1]) ||
+             train(ctx, device, 2, PDDE_BF16, 0, 2, &att[2]);
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_ATT_LOWP");
     if (failed) {
         CHECK(0, "%s: a run with PDDE_BF16_GRADS=1 failed", where);
         return;
@@ -276,6 +284,18 @@ static void test_bf16_grads(pdde_context *ctx, int device, const char *where, fl
           "%s: PDDE_BF16_GRADS=1: losses %.9g vs %.9g at step %zu (relative %.2e: want above 0 and below 1e-3); with the fusions "
           "step %zu %.9g vs %.9g, recomputed step %zu %.9g vs %.9g, both step %zu %.9g vs %.9g (want the same bits)", where, d.got, d.want,
           d.index, d.worst, e.index, e.got, e.want, rc.index, rc.got, rc.want, rc_all.index, rc_all.got, rc_all.want);
+    /* PDDE_ATT_LOWP=1: the copies are the casts' bits, so the losses are the same bits as without it */
+    double per_layer_att = (att[1].casts_per_step - att[0].casts_per_step) / 2, outside_att = att[0].casts_per_step - 2 * per_layer_att;
+    test_diff a2 = test_diff_f32(att[0].loss, all[0].loss, STEPS, 1e-30), a4 = test_diff_f32(att[1].loss, all[1].loss, STEPS, 1e-30),
+              arc = test_diff_f32(att[2].loss, all[2].loss, STEPS, 1e-30);
+    printf("%s: and PDDE_ATT_LOWP=1: %.1f casts per layer, %.1f outside (recomputed blocks: %.1f a step)\n", where, per_layer_att, outside_att,
+           att[2].casts_per_step);
+    CHECK(per_layer_att == CASTS_PER_LAYER_ATT && outside_att == CASTS_OUTSIDE && att[2].casts_per_step < all[2].casts_per_step &&
+              a2.worst == 0 && a4.worst == 0 && arc.worst == 0,
+          "%s: PDDE_ATT_LOWP=1 ran %.1f casts per layer (want %d), %.1f outside (want %d), %.1f a step recomputed (vs %.1f); losses step "
+          "%zu %.9g vs %.9g (2 layers), step %zu %.9g vs %.9g (4), step %zu %.9g vs %.9g (recomputed): want the same bits", where, per_layer_att,
+          CASTS_PER_LAYER_ATT, outside_att, CASTS_OUTSIDE, att[2].casts_per_step, all[2].casts_per_step, a2.index, a2.got, a2.want, a4.index,
+          a4.got, a4.want, arc.index, arc.got, arc.want);
     if (device == 0) memcpy(cpu_loss, grads[0].loss, sizeof grads[0].loss);
     else {
         test_diff c = test_diff_f32(grads[0].loss, cpu_loss, STEPS, 1e-30);
@@ -284,9 +304,55 @@ static void test_bf16_grads(pdde_context *ctx, int device, const char *where, fl
     }
 }
 
+/* PDDE_FUSE_GELU=1: each layer's fc matmul adds the bias and applies gelu in its epilogue, keeping X = h + bias,
+ * and the matmul before the bias_gelu backward multiplies by gelu'(X): no bias_gelu or bias_gelu_back runs.
+ * In f32 (X kept in f32) the losses are unfused's bits, with every other fusion on too and with recomputed
+ * blocks; in bf16 X is kept rounded (as cublasLt keeps it, in the output's dtype), so the losses differ
+ * from unfused's (the switch took effect) by far less than 1e-3 relative, and a device's follow the CPU's
+ * within 1e-4 (as PDDE_BF16_GRADS's). cpu_loss: the CPU's bf16 losses (device 0 fills it). */
+static void test_fuse_gelu(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
+    run_result plain32, plain16, fused32[3], fused16, all32, allf32;
+    int failed = train(ctx, device, 2, PDDE_F32, 0, 0, &plain32) || train(ctx, device, 2, PDDE_BF16, 0, 0, &plain16);
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &all32);
+    setenv("PDDE_FUSE_GELU", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &allf32);
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN");
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &fused32[0]) || train(ctx, device, 4, PDDE_F32, 0, 0, &fused32[1]) ||
+             train(ctx, device, 2, PDDE_F32, 0, 2, &fused32[2]) || train(ctx, device, 2, PDDE_BF16, 0, 0, &fused16);
+    unsetenv("PDDE_FUSE_GELU");
+    run_result rc32;
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 2, &rc32);
+    if (failed) {
+        CHECK(0, "%s: a run with PDDE_FUSE_GELU=1 failed", where);
+        return;
+    }
+    test_diff d32 = test_diff_f32(fused32[0].loss, plain32.loss, STEPS, 1e-30), drc = test_diff_f32(fused32[2].loss, rc32.loss, STEPS, 1e-30),
+              dall = test_diff_f32(allf32.loss, all32.loss, STEPS, 1e-30), d16 = test_diff_f32(fused16.loss, plain16.loss, STEPS, 1e-30);
+    printf("%s: PDDE_FUSE_GELU=1: %.1f bias_gelu(_back) a step (without: %.1f); bf16 losses within %.2e of unfused (step %zu: %.6f vs %.6f)\n",
+           where, fused32[1].gelus_per_step, plain32.gelus_per_step, d16.worst, d16.index, d16.got, d16.want);
+    CHECK(fused32[0].gelus_per_step == 0 && fused32[1].gelus_per_step == 0 && fused16.gelus_per_step == 0 && plain32.gelus_per_step == 2 * 2 &&
+              fused32[0].matmuls_per_step == plain32.matmuls_per_step &&
+              fused16.casts_per_step == plain16.casts_per_step,
+          "%s: PDDE_FUSE_GELU=1 ran %.1f, %.1f, %.1f bias_gelu(_back) a step (2, 4 layers, bf16; want 0; unfused %.1f), %.1f casts vs %.1f", where,
+          fused32[0].gelus_per_step, fused32[1].gelus_per_step, fused16.gelus_per_step, plain32.gelus_per_step, fused16.casts_per_step,
+          plain16.casts_per_step);
+    CHECK(d32.worst == 0 && drc.worst == 0 && dall.worst == 0, "%s: PDDE_FUSE_GELU=1 f32 losses differ from unfused: step %zu %.9g vs %.9g, "
+          "recomputed step %zu %.9g vs %.9g, with every fusion step %zu %.9g vs %.9g", where, d32.index, d32.got, d32.want, drc.index, drc.got,
+          drc.want, dall.index, dall.got, dall.want);
+    CHECK(d16.worst > 0 && d16.worst < 1e-3, "%s: PDDE_FUSE_GELU=1 bf16 losses %.9g vs %.9g at step %zu (relative %.2e: want above 0 and below 1e-3)",
+          where, d16.got, d16.want, d16.index, d16.worst);
+    if (device == 0) memcpy(cpu_loss, fused16.loss, sizeof fused16.loss);
+    else {
+        test_diff c = test_diff_f32(fused16.loss, cpu_loss, STEPS, 1e-30);
+        CHECK(c.worst < 1e-4, "%s: PDDE_FUSE_GELU=1: losses %.9g vs the CPU's %.9g at step %zu (relative %.2e)", where, c.got, c.want, c.index,
+              c.worst);
+    }
+}
+
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
-typedef struct { int ok; char error[160]; float loss[4][RANK_STEPS]; double casts[4]; } rank_result;
+typedef struct { int ok; char error[160]; float loss[5][RANK_STEPS]; double casts[5]; } rank_result;
 
 /* arg: the gpt_plan; runs it with the casts folded (default) and with PDDE_FOLD_CASTS=0 */
 static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
@@ -294,10 +360,12 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
     const gpt_plan *plan = arg;
     const gpt_config cfg = {.vocab = 64, .ctx = 8, .layers = 2, .heads = 2, .width = 32, .batch = 4};
     pdde_status st = PDDE_OK;
-    for (int variant = 0; variant < 4 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, every fusion, and PDDE_BF16_GRADS */
+    for (int variant = 0; variant < 5 && !st; variant++) { /* folded (default), PDDE_FOLD_CASTS=0, every fusion, and PDDE_BF16_GRADS,
+                                                             and PDDE_ATT_LOWP and PDDE_FUSE_GELU */
         if (variant == 1) setenv("PDDE_FOLD_CASTS", "0", 1);
         if (variant >= 2) setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_GRAD", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1);
-        if (variant == 3) setenv("PDDE_BF16_GRADS", "1", 1);
+        if (variant >= 3) setenv("PDDE_BF16_GRADS", "1", 1);
+        if (variant == 4) setenv("PDDE_ATT_LOWP", "1", 1), setenv("PDDE_FUSE_GELU", "1", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         op.lr = 3e-3f, op.clip_norm = 1.0f;
         pdde_graph *g;
@@ -323,6 +391,7 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
         pdde_graph_free(g);
         unsetenv("PDDE_FOLD_CASTS");
         unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_GRADS");
+        unsetenv("PDDE_ATT_LOWP"), unsetenv("PDDE_FUSE_GELU");
     }
     out->ok = st == PDDE_OK;
     if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
@@ -359,6 +428,11 @@ static void test_ranks(pdde_context *ctx) {
             CHECK(res[r].ok && b.worst > 0 && b.worst < 1e-3 && res[r].casts[3] < res[r].casts[2], "%s, rank %d: PDDE_BF16_GRADS=1: step %zu loss "
                   "%.9g vs %.9g (relative %.2e); %.1f casts a step vs %.1f", plans[k].name, r, b.index, b.got, b.want, b.worst, res[r].casts[3],
                   res[r].casts[2]);
+            /* PDDE_ATT_LOWP=1 and PDDE_FUSE_GELU=1 too: the attention's casts gone, X of the gelu kept in bf16 (1e-3, as on one process) */
+            test_diff a = test_diff_f32(res[r].loss[4], res[r].loss[3], RANK_STEPS, 1e-30);
+            CHECK(res[r].ok && a.worst < 1e-3 && res[r].casts[4] < res[r].casts[3], "%s, rank %d: PDDE_ATT_LOWP=1 PDDE_FUSE_GELU=1: step %zu loss "
+                  "%.9g vs %.9g (relative %.2e); %.1f casts a step vs %.1f", plans[k].name, r, a.index, a.got, a.want, a.worst, res[r].casts[4],
+                  res[r].casts[3]);
         }
     }
     pdde_store_server_free(srv);
@@ -370,12 +444,13 @@ int main(void) {
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
     unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_LOGITS");
-    unsetenv("PDDE_BF16_GRADS");
+    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_ATT_LOWP"), unsetenv("PDDE_FUSE_GELU");
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
-    float cpu_loss[STEPS], cpu_grads_loss[STEPS];
+    float cpu_loss[STEPS], cpu_grads_loss[STEPS], cpu_gelu_loss[STEPS];
     test_lowp_logits(ctx, 0, "cpu", cpu_loss);
     test_bf16_grads(ctx, 0, "cpu", cpu_grads_loss);
+    test_fuse_gelu(ctx, 0, "cpu", cpu_gelu_loss);
     if (pdde_device_count(ctx) < 2) test_skip("opencl", "no device besides the CPU (PoCL in CI): the casts on a GPU backend");
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
@@ -387,6 +462,7 @@ int main(void) {
         test_fused(ctx, d, where);
         test_lowp_logits(ctx, d, where, cpu_loss);
         test_bf16_grads(ctx, d, where, cpu_grads_loss);
+        test_fuse_gelu(ctx, d, where, cpu_gelu_loss);
     }
 #ifdef PDDE_HAVE_UCX
     test_ranks(ctx);

@@ -614,8 +614,7 @@ static pdde_cost_result *simulate_plan(pdde_cluster *c, const char *text, const 
     return r;
 }
 
-/* Lowering's fusion switches (off by default), which the graph's program does not see: set aside while a
- * test compares the two (saved: the values before; on = 0 sets them aside, 1 puts them back) */
+/* Lowering's fusion switches (off by default): set aside while a test compares the programs without them (saved: the values before; on = 0 sets them aside, 1 puts them back) */
 static const char *const fusion_switches[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN"};
 static char *fusion_saved[3];
 
@@ -660,6 +659,20 @@ static void test_plan_programs(void) {
     double rate = (0.5e12 / d64 + 1e12 / d1024) / (1 / d64 + 1 / d1024);
     double expect = small.layers * 7 * 2.0 * (8.0 * 2 * 16 * 17 / 2 * 16) / rate;
     CHECK(test_close(attention, expect, 1e-9, 0), "fused attention in the lowered program: %g s, expected %g s", attention, expect);
+    /* with lowering's fusions switched on the graph's program is the lowered one's too (the adds and gelus
+     * the matmuls took in cost nothing): the same time, below the unfused one */
+    double unfused = one ? one->compute_time[0] : 0;
+    pdde_cost_result_free(one), pdde_cost_result_free(whole), pdde_cost_program_free(gp), pdde_cost_program_free(p), pdde_graph_free(g);
+    fusions_restore(0);
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1), setenv("PDDE_FUSE_ADD_LN", "1", 1), setenv("PDDE_FUSE_GELU", "1", 1);
+    one = simulate_plan(c, "", NULL, NULL, &g, &p), whole = NULL, gp = NULL;
+    CHECK(pdde_cost_program_from_graph(g, 0, &gp) == PDDE_OK && pdde_cost_simulate(ctx, c, gp, &whole) == PDDE_OK, "%s", pdde_last_error(ctx));
+    printf("one process: %.4g s compute unfused, %.4g s with the fusions (lowered), %.4g s (the graph's program)\n", unfused,
+           one ? one->compute_time[0] : 0, whole ? whole->compute_time[0] : 0);
+    CHECK(one && whole && test_close(one->compute_time[0], whole->compute_time[0], 1e-12, 0) && one->compute_time[0] < unfused,
+          "fused: lowered %g s, graph %g s, unfused %g s", one ? one->compute_time[0] : 0, whole ? whole->compute_time[0] : 0, unfused);
+    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_FUSE_GELU");
+    fusions_restore(1);
     pdde_cost_result_free(one), pdde_cost_result_free(whole), pdde_cost_program_free(gp), pdde_cost_program_free(p), pdde_graph_free(g);
     sp.overlap_gradients = 1;
     double params = (double)gpt_n_params(&small);
@@ -1013,7 +1026,7 @@ static void test_moe_cost(void) {
     for (int i = 0; prog && i < pdde_cost_program_op_count(prog, 0); i++) {
         const pdde_cost_op *o = pdde_cost_program_op(prog, 0, i);
         if (!strcmp(o->name, "moe_grouped_matmul F"))
-            fwd = o->op_class == PDDE_OPCLASS_GEMM && o->m == 64 && o->n == 256 && o->k == 64 && o->flops == 2.0 * 512 * 64 * 256;
+            fwd = o->op_class == PDDE_OPCLASS_GEMM && o->m == 64 && o->n == 256 && o->k == 64 && o->flops == 2.0 * 512 * 64 * 256 && o->gemms == 8;
         if (!strncmp(o->name, "moe_grouped_matmul_b", 20)) /* (names are cut at 20 characters) */
             back_w = o->op_class == PDDE_OPCLASS_GEMM && o->m == 64 && o->n == 256 && o->k == 64 && o->flops == 2.0 * 512 * 64 * 256;
     }
@@ -1157,6 +1170,53 @@ static void test_moe_choose_ep_placement(void) {
     pdde_cluster_free(one);
 }
 
+/* A grouped GEMM on a CPU as its kernel runs it: the experts' row tiles (at most the rows / 2 threads
+ * each) one a thread, all threads at once, a thread at its share of the device's rate at the threads'
+ * tiles together. A CPU of 2 threads that does 1e10 FLOP/s at 64 rows and 4e10 at 128 (x 256 x 256):
+ * 8 experts of 64 rows are 8 tiles, 2 at a time at the 128-row rate; 3 of 128 rows are 6 tiles of 96 at
+ * the 192-row rate; one thread (or a GPU) takes each expert's GEMM at 64 rows. The MoE model prices
+ * the busiest rank's experts so; and the passes over the experts' buffers: the activation over the
+ * routed rows (ep 1), or over the buffer by expert's padded rows (ep 2: S = 2 x 128 tokens an expert). */
+static void test_moe_grouped_gemm_cpu(void) {
+    pdde_cluster *c = make_cluster(1, 2);
+    pdde_device_spec *s = &c->specs[0];
+    s->kind = PDDE_DEVICE_CPU, s->n_gemm = 3;
+    snprintf(s->name, sizeof s->name, "CPU (2 threads, test)");
+    s->gemm[0] = (pdde_gemm_point){PDDE_F32, 64, 256, 256, 1e10};
+    s->gemm[1] = (pdde_gemm_point){PDDE_F32, 128, 256, 256, 4e10};
+    s->gemm[2] = (pdde_gemm_point){PDDE_F32, 192, 256, 256, 3e10};
+    pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 64, .n = 256, .k = 256, .gemms = 8};
+    double flops = 8 * 2.0 * 64 * 256 * 256, t = pdde_cost_compute_time(ctx, c, 0, &op);
+    CHECK(test_close(t, flops / 4e10, 1e-12, 0), "8 experts of 64 rows on 2 threads: %g s (want %g: tiles a thread, not %g)", t, flops / 4e10, flops / 1e10);
+    op.gemms = 3, op.m = 128;
+    t = pdde_cost_compute_time(ctx, c, 0, &op);
+    CHECK(test_close(t, 3 * 2.0 * 128 * 256 * 256 / 3e10, 1e-12, 0), "3 experts of 128 rows: 6 tiles of 96: %g s", t);
+    snprintf(s->name, sizeof s->name, "CPU (1 threads, test)");
+    op.gemms = 8, op.m = 64;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 1e10, 1e-12, 0), "one thread: every expert at 64 rows");
+    s->kind = PDDE_DEVICE_GPU;
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 1e10, 1e-12, 0), "a GPU: the rate at one expert's rows");
+    /* the MoE model: 256 tokens, top-2 of 8 experts, width 256, ffn 256: 64 rows an expert on one rank */
+    s->kind = PDDE_DEVICE_CPU;
+    snprintf(s->name, sizeof s->name, "CPU (2 threads, test)");
+    pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+    p.tokens = 256, p.width = 256, p.ffn = 256, p.experts = 8, p.topk = 2, p.layers = 2;
+    int dev[2] = {0, 1};
+    pdde_moe_cost m;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 1, &p, 1, &m) == PDDE_OK && test_close(m.expert_gemm_s, 2 * 6 * flops / 4e10, 1e-12, 0),
+          "moe model's expert GEMMs on 2 threads: %g s (want %g)", m.expert_gemm_s, 2 * 6 * flops / 4e10);
+    /* its buffers (past the curves' last points: elementwise 1e10 B/s, row 5e9): ep 1, the activation
+     * over 512 rows of 256 (2 + 3 x 512 KiB); ep 2 on 2 ranks, 4 experts x 256 rows of 256 (1 MiB):
+     * the activation (2 + 3) and 4 X + 2 H zeroed at the elementwise rate, 3 X + 3 H scanned at the row rate */
+    s->n_curve[PDDE_OPCLASS_ROW] = 1, s->curve[PDDE_OPCLASS_ROW][0] = (pdde_curve_point){1e6, 2e-4};
+    double bh = 512.0 * 256 * 4, e1 = 2 * 5 * bh * 1e-10, e2 = 2 * (11 * 1048576 * 1e-10 + 6 * 1048576 / 5e9);
+    pdde_moe_cost m2;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 2, &p, 2, &m2) == PDDE_OK && test_close(m.expert_buffer_s, e1, 1e-9, 0) &&
+              test_close(m2.expert_buffer_s, e2, 1e-9, 0) && test_close(m2.step_s, m2.alltoall_s + m2.expert_gemm_s + m2.expert_buffer_s + m2.dp_sync_s, 1e-12, 0),
+          "moe buffers: ep 1 %g s (want %g), ep 2 %g s (want %g)", m.expert_buffer_s, e1, m2.expert_buffer_s, e2);
+    pdde_cluster_free(c);
+}
+
 /* The plan text's expert layouts: ep=tp (the tp axis), ep=N (dp ranks; N = tp > 1 read as the tp axis, as
  * texts always were), ep=dp:N (N dp ranks even where N = tp): each printed form parses back to the same
  * plan and gpt runs the layout it says; a bad value is refused naming the key and what it wants. */
@@ -1209,6 +1269,7 @@ int main(void) {
     test_plan_devices_calibrated();
     test_moe_cost();
     test_moe_choose_ep_placement();
+    test_moe_grouped_gemm_cpu();
     test_moe_plan_search();
     test_moe_ep_simulated();
     test_plan_text_ep();

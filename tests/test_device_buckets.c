@@ -10,9 +10,11 @@
  * (pdde_device_collectives_iface, NCCL's shape) with an implementation that relays through host memory:
  * the allreduce buckets gathered into device buffers by the backend's copies, reduced through it and
  * scattered back equal the unbucketed run bit for bit, and it served every bucket of the step; so do
- * ZeRO-1's reduce-scatter and gather buckets and ZeRO-2's gathers through its reduce_scatter and
- * allgather, in the host buckets' rank-major layout on the device. A rank killed inside the device
- * path's reduce-scatter (a real SIGKILL, mid-bucket) fails the other's step within the peer timeout.
+ * ZeRO-1's reduce-scatter and gather buckets and ZeRO-2's (its reduce-scatters of each micro-batch's
+ * gradients too, each bucket's members one bucket later) through its reduce_scatter and allgather,
+ * in the host buckets' rank-major layout on the device. pdde_predict_memory equals what each run
+ * holds. A rank killed inside the device path's reduce-scatter (a real SIGKILL, mid-bucket: ZeRO-1's
+ * at the update, ZeRO-2's in backward) fails the other's step within the peer timeout.
  * PDDE_TEST_DEVICE=cuda runs it all on a CUDA device, with PDDE_COPY_STREAM=1 (the host buckets'
  * copies on its second stream, as OpenCL's are by default) where a config does not set it to 0. */
 #define _GNU_SOURCE
@@ -47,10 +49,13 @@ typedef struct {
     uint64_t param_hash;       /* FNV-1a of every parameter's bytes after the last step */
     int gradient_collectives, early, on_device, ok, relayed, streams, stream_copies;
     int calls[3], buckets[3];  /* the relay's allreduces, reduce-scatters, gathers; the program's buckets of each */
+    int overlapped;            /* reduce-scatter buckets of backward with backward's kernels between their start and members */
     int failed_step, status;   /* (kill) the step that failed on rank 0, its status, seconds into it */
     double failed_after;
     int64_t host_syncs;        /* the host's waits for the device over the steps */
     size_t transfer_bytes;     /* pdde_session_memory's: host buffers for transfers (the buckets') */
+    size_t allocated_bytes;    /* ... and the backends' buffers */
+    size_t predicted_transfer, predicted_allocated; /* pdde_predict_memory's for this rank */
     char error[200];
 } result;
 
@@ -180,6 +185,17 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
         if (!strncmp(t->name, "bucket.", 7) && t->op >= PDDE_OP_ALLREDUCE && t->op <= PDDE_OP_ALLGATHER)
             out->buckets[t->op == PDDE_OP_ALLREDUCE ? 0 : t->op == PDDE_OP_REDUCE_SCATTER ? 1 : 2]++;
     }
+    for (int i = 0; i < pdde_session_node_count(s); i++) { /* (a member reads its bucket last) */
+        const pdde_tensor *b = pdde_session_node(s, i);
+        if (strncmp(b->name, "bucket.", 7) || b->op != PDDE_OP_REDUCE_SCATTER || b->phase != PDDE_PHASE_BACKWARD) continue;
+        int kernels = 0;
+        for (int j = i + 1; j < pdde_session_node_count(s); j++) {
+            const pdde_tensor *t = pdde_session_node(s, j);
+            if (t->nsrc && t->src[t->nsrc - 1] == b) break;
+            kernels += t->phase == PDDE_PHASE_BACKWARD && (t->op < PDDE_OP_ALLREDUCE || t->op > PDDE_OP_ALLGATHER) && t->op != PDDE_OP_GRAD_ACCUM;
+        }
+        out->overlapped += kernels > 0;
+    }
     out->on_device = pdde_session_tensor(s, params[0]) && pdde_session_tensor(s, params[0])->device == sp.device;
     for (int step = 0; step < STEPS; step++) {
         for (int i = 0; i < B * IN; i++) xs[i] = (float)((i * 37 + step * 11) % 23) / 23.0f - 0.5f;
@@ -202,6 +218,16 @@ static void train(pdde_context *ctx, pdde_comm *comm, void *arg) {
     out->host_syncs = pdde_session_host_syncs(s);
     pdde_memory_stats ms;
     out->transfer_bytes = pdde_session_memory(s, &ms) == PDDE_OK ? ms.transfer_bytes : (size_t)-1;
+    out->allocated_bytes = ms.allocated_bytes;
+    /* what lowering predicts for this rank without a session: the same buffers, host and device */
+    pdde_memory_stats pm;
+    pdde_session_params psp = sp;
+    psp.world = NULL;
+    if (pdde_predict_memory(g, &psp, pdde_comm_size(comm), pdde_comm_rank(comm), &pm)) {
+        snprintf(out->error, sizeof out->error, "predict: %s", pdde_last_error(ctx));
+        goto done;
+    }
+    out->predicted_transfer = pm.transfer_bytes, out->predicted_allocated = pm.allocated_bytes;
     out->param_hash = 1469598103934665603ull;
     for (int k = 0; k < 6; k++) {
         size_t n = pdde_tensor_nbytes(pdde_session_tensor(s, params[k]));
@@ -232,7 +258,8 @@ static void run(const char *addr, const config *c, result *out) {
     printf("%-18s losses %.6f -> %.6f, %d data-parallel collectives a step, %d started in backward, %d copies on a copy stream, "
            "%lld host waits, parameters %016llx", c->name, out->losses[0], out->losses[STEPS - 1], out->gradient_collectives, out->early,
            out->stream_copies, (long long)out->host_syncs, (unsigned long long)out->param_hash);
-    printf(", %zu bytes of host transfer buffers", out->transfer_bytes);
+    printf(", %zu bytes of host transfer buffers (predicted %zu), %zu allocated (predicted %zu)", out->transfer_bytes, out->predicted_transfer,
+           out->allocated_bytes, out->predicted_allocated);
     if (c->device_path)
         printf("; device path: %d allreduces, %d reduce-scatters, %d gathers (buckets a step %d, %d, %d)", out->calls[0], out->calls[1], out->calls[2],
                out->buckets[0], out->buckets[1], out->buckets[2]);
@@ -294,6 +321,11 @@ int main(void) {
         {"zero2_unbucketed", "dp=2,zero=2", -1, 0, 0, 0, 0},  /* 16 */
         {"device_zero2", "dp=2,zero=2", 0, 0, 1, 0, 0},       /* its gathers through the device path */
         {"device_zero1_lost", "dp=2,zero=1", 0, 0, 1, 0, 1}, /* 18: rank 1 killed mid-bucket */
+        {"zero2_buckets", "dp=2,zero=2", 0, 0, 0, 0, 0},      /* 19: ZeRO-2's reduce-scatters (each micro-batch's) in one host bucket */
+        {"zero2_small", "dp=2,zero=2", 512, 0, 0, 0, 0},      /* ...in 512 B buckets (w0, w1, w2 alone; the biases in two) */
+        {"device_zero2_small", "dp=2,zero=2", 512, 0, 1, 0, 0},
+        {"device_zero2_lost", "dp=2,zero=2", 0, 0, 1, 0, 1},  /* 22: rank 1 killed in the backward's reduce-scatter bucket */
+        {"zero2_small_late", "dp=2,zero=2", 512, 1, 0, 0, 0}, /* no overlap: each bucket's members right after it */
     };
     enum { N = sizeof configs / sizeof *configs };
     result res[N];
@@ -302,7 +334,7 @@ int main(void) {
     CHECK(res[0].on_device, "the parameters live on the OpenCL device");
     for (int i = 0; i < STEPS; i++) CHECK(isfinite(res[0].losses[i]), "step %d: loss %g", i, res[0].losses[i]);
     CHECK(res[0].losses[STEPS - 1] < res[0].losses[0], "the loss falls: %g -> %g", res[0].losses[0], res[0].losses[STEPS - 1]);
-    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}, {11, 0}, {12, 5}, {14, 5}, {15, 5}, {17, 16}};
+    static const int same[][2] = {{1, 0}, {2, 0}, {3, 0}, {4, 0}, {6, 5}, {7, 5}, {8, 0}, {9, 0}, {10, 0}, {11, 0}, {12, 5}, {14, 5}, {15, 5}, {17, 16}, {19, 16}, {20, 16}, {21, 16}, {23, 16}};
     for (size_t k = 0; k < sizeof same / sizeof *same; k++) {
         const result *a = &res[same[k][0]], *b = &res[same[k][1]];
         if (!a->ok || !b->ok) continue;
@@ -339,11 +371,11 @@ int main(void) {
     /* ZeRO through the device path: every bucket of every step served by the implementation (none
      * staged: no copies on a copy stream), of each kind: ZeRO-1 its reduce-scatters and gathers and
      * the norm's allreduces, ZeRO-2 its gathers */
-    for (int i = 14; i <= 17; i++) {
-        if (i == 16 || !res[i].ok) continue;
+    for (int i = 14; i <= 21; i++) {
+        if (i == 16 || (i >= 18 && i <= 20) || !res[i].ok) continue;
         int each = 1;
         for (int k = 0; k < 3; k++) each &= res[i].calls[k] == res[i].buckets[k] * STEPS;
-        CHECK(each && res[i].buckets[2] >= 1 && (i == 17 || res[i].buckets[1] >= 1) && res[i].stream_copies == 0 &&
+        CHECK(each && res[i].buckets[2] >= 1 && res[i].buckets[1] >= 1 && res[i].stream_copies == 0 &&
               res[i].relayed == res[i].gradient_collectives * STEPS, "%s: the device path served %d allreduces, %d reduce-scatters, %d gathers over %d "
               "steps, %d collectives in all; the program's buckets a step: %d, %d, %d; %d copies on a copy stream", configs[i].name, res[i].calls[0],
               res[i].calls[1], res[i].calls[2], STEPS, res[i].relayed, res[i].buckets[0], res[i].buckets[1], res[i].buckets[2], res[i].stream_copies);
@@ -356,15 +388,42 @@ int main(void) {
      * shard, the gradients again, the shard and 2 blocks: 4 times) */
     size_t grads = sizeof(float) * (IN * HID + HID * HID + HID * OUT + HID + HID + OUT);
     CHECK(res[2].transfer_bytes >= grads && res[6].transfer_bytes >= 4 * grads && res[8].transfer_bytes == 0 && res[9].transfer_bytes == 0 &&
-          res[14].transfer_bytes == 0 && res[15].transfer_bytes == 0 && res[17].transfer_bytes == 0, "host transfer buffers: staged %zu (ZeRO-1 %zu), "
-          "want at least %zu (%zu); through the device path %zu, %zu, ZeRO-1 %zu, %zu, ZeRO-2 %zu, want none", res[2].transfer_bytes,
+          res[14].transfer_bytes == 0 && res[15].transfer_bytes == 0 && res[17].transfer_bytes == 2 * sizeof(float), "host transfer buffers: staged %zu (ZeRO-1 %zu), "
+          "want at least %zu (%zu); through the device path %zu, %zu, ZeRO-1 %zu, %zu, want none; ZeRO-2 %zu, want the norm's allreduce's staging %zu", res[2].transfer_bytes,
           res[6].transfer_bytes, grads, 4 * grads, res[8].transfer_bytes, res[9].transfer_bytes, res[14].transfer_bytes, res[15].transfer_bytes,
-          res[17].transfer_bytes);
-    /* a rank lost inside the device path's collective: the other's step fails, naming the bucket, within the peer timeout */
-    const result *lost = &res[18];
-    CHECK(!lost->ok && lost->failed_step == KILL_STEP && lost->status == PDDE_ERR_PEER_LOST && lost->failed_after <= 2.0 + 1.0 &&
-          strstr(lost->error, "gradient bucket"), "device path, rank 1 killed: rank 0 got %s after %.2f s at step %d: %s", pdde_status_str(lost->status),
-          lost->failed_after, lost->failed_step, lost->error);
+          res[17].transfer_bytes, 2 * sizeof(float));
+    /* a rank lost inside the device path's collective (ZeRO-1's at the update, ZeRO-2's in backward): the
+     * other's step fails, naming the bucket, within the peer timeout */
+    for (int i = 18; i <= 22; i += 4) {
+        const result *lost = &res[i];
+        CHECK(!lost->ok && lost->failed_step == KILL_STEP && lost->status == PDDE_ERR_PEER_LOST && lost->failed_after <= 2.0 + 1.0 &&
+              strstr(lost->error, "gradient bucket"), "%s: rank 1 killed: rank 0 got %s after %.2f s at step %d: %s", configs[i].name,
+              pdde_status_str(lost->status), lost->failed_after, lost->failed_step, lost->error);
+    }
+    /* ...each started as it fills, its members (and their accumulations) after the next bucket has
+     * started: the backward's kernels in between, beside the collective (all but the last of 5) */
+    CHECK(res[20].overlapped >= 4 && res[21].overlapped >= 4 && res[23].overlapped == 0, "ZeRO-2's 512 B buckets with backward's kernels "
+          "between their start and their members: %d (host), %d (device path) of 5, want at least 4; without overlap %d, want 0",
+          res[20].overlapped, res[21].overlapped, res[23].overlapped);
+    /* ZeRO-2's reduce-scatters, one a gradient in every micro-batch, travel in buckets like the others:
+     * one a step (25 MiB), 5 in 512 B buckets, on the host or through the device path; unbucketed, 6 */
+    CHECK(res[16].gradient_collectives == 12 && res[19].gradient_collectives == 2 && res[20].gradient_collectives == 10 &&
+          res[17].buckets[1] == 1 && res[21].buckets[1] == 5 && res[19].buckets[1] == 1 && res[20].buckets[1] == 5,
+          "ZeRO-2's data-parallel collectives a step: %d unbucketed, %d, %d bucketed, want 12, 2, 10; reduce-scatter buckets a step %d, %d "
+          "(device path), %d, %d (host), want 1, 5, 1, 5", res[16].gradient_collectives, res[19].gradient_collectives, res[20].gradient_collectives,
+          res[17].buckets[1], res[21].buckets[1], res[19].buckets[1], res[20].buckets[1]);
+    /* the prediction covers what every run allocated: host staging and buckets, device buffers and
+     * the device path's bucket buffers (equal, byte for byte); tp2 aside: pdde_plan_apply put its
+     * loss's layer on the CPU, which its session params do not say */
+    for (int i = 0; i < N; i++)
+        if (res[i].ok && i != 13)
+            CHECK(res[i].predicted_transfer == res[i].transfer_bytes && res[i].predicted_allocated == res[i].allocated_bytes,
+                  "%s: pdde_predict_memory %zu host transfer bytes, %zu allocated; the session holds %zu, %zu", configs[i].name,
+                  res[i].predicted_transfer, res[i].predicted_allocated, res[i].transfer_bytes, res[i].allocated_bytes);
+    /* unbucketed on a device: each collective through the session's one staging buffer, as large as the
+     * largest (w1's gradient in and out: 2 x 64 x 64 floats), pinned */
+    CHECK(res[0].transfer_bytes == 2 * sizeof(float) * HID * HID, "unbucketed: %zu bytes of host staging, want %zu", res[0].transfer_bytes,
+          2 * sizeof(float) * HID * HID);
     CHECK(res[9].streams == 5, "the 5 buckets' collectives on 5 streams of their own, not the device's: %d", res[9].streams);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);

@@ -393,10 +393,10 @@ int main(void) {
     /* (a CPU rank beside a device rank leaves its buckets out too, or the two would wait on different collectives) */
     CHECK(!has_device || res[9].gradient_collectives == 28, "a CPU rank and a device rank: %d data-parallel collectives a step, want 28",
           res[9].gradient_collectives);
-    /* (ZeRO-2 reduce-scatters each micro-batch's gradient in backward, before any accumulator: those
-     * are not bucketed nor counted; its 28 gathers of updated shards are, in one bucket) */
-    CHECK(bres[6].gradient_collectives == 28 && bres[5].gradient_collectives == 1, "zero2: %d data-parallel collectives unbucketed, %d "
-          "bucketed, want 28, 1", bres[6].gradient_collectives, bres[5].gradient_collectives);
+    /* (ZeRO-2 reduce-scatters each micro-batch's gradient in backward, before its accumulator: those
+     * 28 go in one bucket at the backward's last, its 28 gathers of updated shards in another) */
+    CHECK(bres[6].gradient_collectives == 56 && bres[5].gradient_collectives == 2, "zero2: %d data-parallel collectives unbucketed, %d "
+          "bucketed, want 56, 2", bres[6].gradient_collectives, bres[5].gradient_collectives);
     printf("data-parallel collectives per step: dp2 %d unbucketed, %d in 4 KiB buckets, %d in 25 MiB buckets; at the update %d, %d in 512 B "
            "buckets; ZeRO-1 %d unbucketed, %d in 512 B buckets, %d in 25 MiB buckets, %d at the update; ZeRO-2 %d unbucketed, %d bucketed\n",
            want[0][0], want[2][0], want[1][0], want[4][0], want[5][0], want[6][0], want[7][0], want[3][0], want[8][0],

@@ -108,18 +108,18 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
     snprintf(admit_fail, sizeof admit_fail, "PDDE_TEST_ELASTIC_ADMIT=%d", at + 150);
     const char *fail_env[] = {"PDDE_ELASTIC_LEAVE", admit_fail, "PDDE_BACKENDS=cpu", NULL};
     job j = ft_start(run, m_fail, fail_env, gpt);
-    if (job_wait_step(&j, m_fail, at, 30)) {
+    if (job_wait_step(&j, m_fail, at, JOB_STEP_LIMIT_S)) {
         CHECK(0, "%s: the job did not reach step %d:\n%s", name, at, job_text(&j));
         job_kill(&j);
         return;
     }
     pid_t before[8], after[8];
     job_ranks(j.pid, before, 8);
-    kill(before[victim], SIGKILL);
+    job_signal_rank(before[victim], SIGKILL);
     double t_kill = test_now();
     char lost_line[800] = "", join_line[800] = "";
     int lost_at = -1, join_at = -1;
-    while (!job_poll(&j, 5) && test_now() - t_kill < 40) {
+    while (!job_poll(&j, 5) && test_now() - t_kill < JOB_STEP_LIMIT_S) {
         lost_at = resumed_step(job_text(&j), "lost (SIGKILL)", lost_line, sizeof lost_line);
         join_at = resumed_step(job_text(&j), "1 rank joined", join_line, sizeof join_line);
         if (lost_at >= 0 && join_at >= 0) break;
@@ -131,7 +131,7 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
     CHECK(same && after[victim] && after[victim] != before[victim],
           "%s: the survivors keep their pids and the killed rank runs again: before %d %d %d, after %d %d %d", name, before[0], before[1],
           before[2], after[0], after[1], after[2]);
-    int rc = job_finish(&j, 50);
+    int rc = job_finish(&j, t_kill - j.t0 + JOB_LIMIT_S);
     const char *t = job_text(&j);
     char want[80], restarted[80];
     snprintf(want, sizeof want, "rank %d lost (SIGKILL)", victim);
@@ -153,9 +153,9 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
     const char *join_run[] = {"-n", "1", "--elastic", "--join", "--min", "1", "--peer-timeout", "1.5", "--rdzv", rdzv, NULL};
     const char *ref_env[] = {leave, admit, "PDDE_BACKENDS=cpu", NULL};
     job ref = ft_start(ref_run, m_ref, ref_env, gpt);
-    int started = !job_wait_step(&ref, m_ref, 1, 30); /* (its store is up: the joiner connects to it) */
+    int started = !job_wait_step(&ref, m_ref, 1, JOB_STEP_LIMIT_S); /* (its store is up: the joiner connects to it) */
     job joiner = ft_start(join_run, m_join, ref_env, gpt);
-    int rc_ref = job_finish(&ref, 50), rc_join = job_finish(&joiner, 20);
+    int rc_ref = job_finish(&ref, JOB_LIMIT_S), rc_join = job_finish(&joiner, JOB_LIMIT_S);
     CHECK(started && rc_ref == 0 && rc_join == 0 && strstr(job_text(&ref), "left") && strstr(job_text(&ref), "1 rank joined"),
           "%s: the reference (%s, %s): rc %d, joiner %d\n%s\n--- joiner:\n%s", name, leave, admit, rc_ref, rc_join, job_text(&ref),
           job_text(&joiner));
@@ -165,14 +165,14 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
         snprintf(m_gone, sizeof m_gone, "%s/gone%d.jsonl", g_tmp, k);
         const char *gone_env[] = {leave, "PDDE_TEST_ELASTIC_ADMIT", "PDDE_BACKENDS=cpu", NULL};
         job gone = ft_start((const char *[]){"-n", "3", "--elastic", "--min", "2", NULL}, m_gone, gone_env, gpt);
-        rc = job_finish(&gone, 50);
+        rc = job_finish(&gone, JOB_LIMIT_S);
         CHECK(rc == 0, "%s: a run whose rank leaves at step %d: rc %d\n%s", name, lost_at, rc, job_text(&gone));
         compare(name, m_fail, m_gone, join_at + 10, 1e-4);
         free(gone.out);
     }
     if (join_at == lost_at) { /* no step ran without it: the training of a run without changes */
         job base = ft_start((const char *[]){"-n", "3", "--elastic", NULL}, m_base, env, gpt);
-        rc = job_finish(&base, 50);
+        rc = job_finish(&base, JOB_LIMIT_S);
         CHECK(rc == 0, "%s: a run without changes: rc %d\n%s", name, rc, job_text(&base));
         compare(name, m_fail, m_base, COMPARED, 1e-4); /* (taken in with the recovery) */
         free(base.out);
@@ -182,14 +182,9 @@ static void test_rejoin(const char *name, int k, unsigned seed, const char *cons
 
 int main(int argc, char **argv) {
     (void)argc;
-    unsigned seed;
-    char why[1400];
-    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-ft.XXXXXX", &seed, why, sizeof why);
-    if (ready) {
-        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
-        test_skip("setup", "%s", why);
-        return test_finish();
-    }
+    unsigned seed = 0;
+    int setup = job_gpt_test_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-ft.XXXXXX", &seed);
+    if (setup >= 0) return setup;
     setenv("PDDE_JOB_SECRET", "test-elastic-ft-secret-0123456789abcdef", 1); /* (the reference's joiner must know it) */
     static const char *const ft[] = {"--ft-replicas", NULL}, *const zero1[] = {"--zero", "1", NULL};
     test_rejoin("ft replicas", 0, seed, ft, 0);

@@ -92,7 +92,7 @@ static void test_cut(unsigned seed) {
     int at = 20 + rand() % 80;
     job a = host_start(0, NULL, m_cut), b = host_start(1, NULL, m_cut_b);
     g_jobs[0] = &a, g_jobs[1] = &b;
-    if (job_wait_step(&a, m_cut, at, 40)) {
+    if (job_wait_step(&a, m_cut, at, JOB_STEP_LIMIT_S)) {
         job_poll(&b, 10);
         CHECK(0, "cut: the job did not reach step %d:\n%s\n--- host B:\n%s", at, job_text(&a), job_text(&b));
         cleanup();
@@ -158,7 +158,7 @@ static void test_cut(unsigned seed) {
     CHECK(b_done && b_rc != 0 && said == 2 && !strstr(tb, "resumed at"),
           "cut: host B's 2 ranks stop, each saying it was fenced or lost the store (%d did), pdde-run fails (rc %d):\n%s", said, b_rc, tb);
     if (b_done) printf("cut: host B's job ended %.2f s after the cut (rc %d)\n", b_end - t_cut, b_rc);
-    int rc = job_finish(&a, 40);
+    int rc = job_finish(&a, JOB_LIMIT_S);
     CHECK(rc == 0 && !strstr(job_text(&a), "lost on the way"), "cut: host A finishes on 2 ranks: rc %d\n%s", rc, job_text(&a));
     cleanup();
     double loss[STEPS + 1], want[STEPS + 1];
@@ -175,7 +175,7 @@ static void test_cut(unsigned seed) {
     snprintf(leave, sizeof leave, "2@%d,3@%d", resumed, resumed);
     job ra = host_start(0, leave, m_ref), rb = host_start(1, leave, m_ref_b);
     g_jobs[0] = &ra, g_jobs[1] = &rb;
-    int rc_a = job_finish(&ra, 40), rc_b = job_finish(&rb, 10);
+    int rc_a = job_finish(&ra, JOB_LIMIT_S), rc_b = job_finish(&rb, JOB_LIMIT_S);
     CHECK(rc_a == 0 && rc_b == 0 && strstr(job_text(&ra), "rank 2 left, rank 3 left"),
           "cut: the reference run (leave %s): rc %d and %d\n%s\n--- host B:\n%s", leave, rc_a, rc_b, job_text(&ra), job_text(&rb));
     cleanup();
@@ -196,14 +196,9 @@ static void test_cut(unsigned seed) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    unsigned seed;
-    char why[1400];
-    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-netns.XXXXXX", &seed, why, sizeof why);
-    if (ready) {
-        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
-        test_skip("setup", "%s", why);
-        return test_finish();
-    }
+    unsigned seed = 0;
+    int setup = job_gpt_test_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-netns.XXXXXX", &seed);
+    if (setup >= 0) return setup;
     const char *ips[] = {"/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"};
     for (int i = 0; i < 4 && !g_ip[0]; i++)
         if (!access(ips[i], X_OK)) snprintf(g_ip, sizeof g_ip, "%s", ips[i]);

@@ -67,14 +67,14 @@ static void test_case(const reshard_case *c, int k, unsigned seed) {
     srand(seed * 31 + (unsigned)k);
     int victim = 1 + rand() % (n - 1), at = 20 + rand() % 80;
     job j = case_start(c, NULL, m_fail);
-    if (job_wait_step(&j, m_fail, at, 30)) {
+    if (job_wait_step(&j, m_fail, at, JOB_STEP_LIMIT_S)) {
         CHECK(0, "%s: the job did not reach step %d: %s", name, at, job_text(&j));
         job_kill(&j);
         return;
     }
     pid_t before[8], after[8];
     job_ranks(j.pid, before, 8);
-    kill(before[victim], SIGKILL);
+    job_signal_rank(before[victim], SIGKILL);
     double t_kill = test_now();
     while (!job_poll(&j, 5) && !strstr(job_text(&j), "resumed at step") && test_now() - t_kill < 20) {}
     job_ranks(j.pid, after, 8);
@@ -83,7 +83,7 @@ static void test_case(const reshard_case *c, int k, unsigned seed) {
         if (r != victim) same &= after[r] == before[r] && proc_is_running(before[r]);
     CHECK(same, "%s: the survivors' pids changed: before %d %d %d %d, after %d %d %d %d", name, before[0], before[1], before[2],
           before[3], after[0], after[1], after[2], after[3]);
-    int rc = job_finish(&j, 40);
+    int rc = job_finish(&j, JOB_LIMIT_S);
     const char *t = job_text(&j), *r = strstr(t, "resumed at step ");
     int resumed = r ? atoi(r + strlen("resumed at step ")) : -1;
     const char *line = r;
@@ -102,7 +102,7 @@ static void test_case(const reshard_case *c, int k, unsigned seed) {
     char leave[32];
     snprintf(leave, sizeof leave, "%d@%d", victim, resumed);
     job ref = case_start(c, leave, m_ref);
-    rc = job_finish(&ref, 40);
+    rc = job_finish(&ref, JOB_LIMIT_S);
     CHECK(rc == 0 && strstr(job_text(&ref), want_plan) && strstr(job_text(&ref), "left at step"),
           "%s: the reference run (leave %s): rc %d\n%s", name, leave, rc, job_text(&ref));
     double want[STEPS + 1], worst = 0;
@@ -123,7 +123,7 @@ static void test_case(const reshard_case *c, int k, unsigned seed) {
     char m_base[300];
     snprintf(m_base, sizeof m_base, "%s/case%d_base.jsonl", g_tmp, k);
     job base = case_start(c, NULL, m_base);
-    rc = job_finish(&base, 40);
+    rc = job_finish(&base, JOB_LIMIT_S);
     double same4[STEPS + 1];
     metrics_losses(m_base, same4, STEPS);
     worst = 0, bad = -1;
@@ -161,14 +161,14 @@ static void test_grow_pipeline(void) {
     argv[a + 22] = m, argv[a + 23] = NULL;
     const char *env[] = {"PDDE_ELASTIC_LEAVE=2@30,3@30", "PDDE_TEST_ELASTIC_ADMIT=100", "PDDE_BACKENDS=cpu", NULL};
     job j = job_spawn(argv, env);
-    int ok = !job_wait_step(&j, m, 1, 30); /* (its store is up) */
+    int ok = !job_wait_step(&j, m, 1, JOB_STEP_LIMIT_S); /* (its store is up) */
     char *jargv[64] = {g_run, "-n", "2", "--elastic", "--join", "--min", "1", "--peer-timeout", "1.5", "--rdzv", rdzv, NULL};
     a = 0;
     while (jargv[a]) a++;
     for (int i = 0; i < 22; i++) jargv[a + i] = gpt_args[i];
     jargv[a + 22] = m_join, jargv[a + 23] = NULL;
     job joiners = job_spawn(jargv, env);
-    int rc = job_finish(&j, 50), rc_join = job_finish(&joiners, 30);
+    int rc = job_finish(&j, JOB_LIMIT_S), rc_join = job_finish(&joiners, JOB_LIMIT_S);
     const char *t = job_text(&j), *joined = strstr(t, "joined at step ");
     int at = joined ? atoi(joined + strlen("joined at step ")) : -1;
     CHECK(ok && rc == 0 && rc_join == 0 && strstr(t, "re-plan 4 -> 2 ranks: dp=1,tp=1,pp=2") && at >= 100 && strstr(t, "ranks: dp=2,tp=1,pp=2"),
@@ -180,7 +180,7 @@ static void test_grow_pipeline(void) {
     bargv[a + 22] = m_base, bargv[a + 23] = NULL;
     const char *base_env[] = {"PDDE_ELASTIC_LEAVE", "PDDE_TEST_ELASTIC_ADMIT", "PDDE_BACKENDS=cpu", NULL};
     job base = job_spawn(bargv, base_env);
-    int rc_base = job_finish(&base, 50);
+    int rc_base = job_finish(&base, JOB_LIMIT_S);
     double got[STEPS + 1], want[STEPS + 1], worst = 0;
     metrics_losses(m, got, STEPS), metrics_losses(m_base, want, STEPS);
     int bad = -1, to = at + 10 < STEPS ? at + 10 : STEPS;
@@ -198,14 +198,9 @@ static void test_grow_pipeline(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    unsigned seed;
-    char why[1400];
-    int ready = job_gpt_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-reshard.XXXXXX", &seed, why, sizeof why);
-    if (ready) {
-        if (ready < 0) { fprintf(stderr, "%s\n", why); return 1; }
-        test_skip("setup", "%s", why);
-        return test_finish();
-    }
+    unsigned seed = 0;
+    int setup = job_gpt_test_setup(argv[0], g_run, g_gpt, sizeof g_run, g_tmp, sizeof g_tmp, "/tmp/pdde-elastic-reshard.XXXXXX", &seed);
+    if (setup >= 0) return setup;
     static const reshard_case cases[] = {
         {"ZeRO-2", "4", {"--zero", "2"}, "dp=3,tp=1,pp=1,mb=1,zero=2", "3 ranks: dp 3 x tp 1 x pp 1, ZeRO-2"},
         {"ZeRO-3", "4", {"--zero", "3"}, "dp=3,tp=1,pp=1,mb=1,zero=3", "3 ranks: dp 3 x tp 1 x pp 1, ZeRO-3"},

@@ -5,7 +5,8 @@
  * tiled kernels' 64-row groups), so that the tiled path runs its kernels, not a fallback. Both layouts of
  * the fused attention: q, k, v sliced and permuted to [B, H, T, D], and packed (pdde_attention_qkv, read in
  * place from the qkv projection), where the lowered step must hold no slice, permute or slice_back node
- * (nor their gradients' adds) and exactly one attention and one attention_back node a layer.
+ * (nor their gradients' adds) and exactly one attention and one attention_back node a layer; there, with
+ * PDDE_ATT_LOWP=1 on each path in bf16, the same losses bit for bit.
  *
  * Bounds, relative to the CPU's losses over STEPS AdamW steps: f32 1e-5 (rounding order only; measured on
  * PoCL: at most 1.2e-7); bf16 2e-3 (the paths round P, dS and dO to bf16 at other places than the CPU's
@@ -101,6 +102,17 @@ int main(void) {
                       props.backend, lay, paths[pi] ? paths[pi] : "", n_att, 2 * cfg.layers);
                 CHECK(sep || n_layout == 0, "%s %s packed %s: %d slice, permute or slice_back nodes in the lowered step, want 0",
                       props.backend, pdde_dtype_name(dts[di]), paths[pi], n_layout);
+                if (sep || dts[di] != PDDE_BF16 || !paths[pi]) continue;
+                /* PDDE_ATT_LOWP=1: the attention writes the bf16 copies of y and dqkv that the casts after it wrote
+                 * (CUDA's flash kernels store them themselves): the same losses, bit for bit */
+                float lowp[STEPS];
+                setenv("PDDE_ATT_LOWP", "1", 1);
+                rc = train(ctx, d, dts[di], 0, sep, lowp, &n_att, &n_layout);
+                unsetenv("PDDE_ATT_LOWP");
+                int same = rc == 0 && !memcmp(lowp, got, sizeof lowp);
+                printf("%s bf16 packed %-6s PDDE_ATT_LOWP=1: losses %.6f .. %.6f, %s\n", props.backend, paths[pi], lowp[0], lowp[STEPS - 1],
+                       same ? "the same bits" : "DIFFERENT");
+                CHECK(same, "%s bf16 packed %s: PDDE_ATT_LOWP=1 changed the losses (step 0: %.9g vs %.9g)", props.backend, paths[pi], lowp[0], got[0]);
             }
         }
         unsetenv("PDDE_ATTENTION");

@@ -16,6 +16,7 @@ int main(void) {
 #else
 #include "test_util.h"
 #include "comm_test_util.h"
+#include "store_wire.h"
 #include "tools/proc_stat.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -28,68 +29,13 @@ int main(void) {
 
 static const char SECRET[] = "test-store-secret-0123456789abcdef";
 
-/* ---- the wire protocol by hand (comm/store.c documents it) ---- */
-
-static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
-static uint32_t get32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-
-static int raw_connect(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa)) { close(fd); return -1; }
-    return fd;
-}
-
-static int raw_request(int fd, int op, const char *key, const void *a, size_t alen, const void *b, size_t blen) {
-    size_t klen = key ? strlen(key) : 0, body = 13 + klen + alen + blen;
-    unsigned char *m = malloc(4 + body), *p = m;
-    put32(p, (uint32_t)body); p[4] = (unsigned char)op; p += 5;
-    const void *f[3] = {key, a, b};
-    size_t fl[3] = {klen, alen, blen};
-    for (int i = 0; i < 3; i++) { put32(p, (uint32_t)fl[i]); p += 4; if (fl[i]) memcpy(p, f[i], fl[i]); p += fl[i]; }
-    size_t off = 0;
-    while (off < 4 + body) {
-        ssize_t w = send(fd, m + off, 4 + body - off, MSG_NOSIGNAL);
-        if (w <= 0) break;
-        off += (size_t)w;
-    }
-    free(m);
-    return off == 4 + body ? 0 : -1;
-}
-
-static int raw_read(int fd, void *buf, size_t n, double timeout_s) {
-    double deadline = test_now() + timeout_s;
-    for (size_t got = 0; got < n;) {
-        struct pollfd q = {fd, POLLIN, 0};
-        int ms = (int)((deadline - test_now()) * 1000);
-        if (ms <= 0 || poll(&q, 1, ms) <= 0) return -2;
-        ssize_t r = recv(fd, (char *)buf + got, n - got, 0);
-        if (r <= 0) return -1;
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-/* One reply: 0 and its status and value (up to cap bytes kept, NUL-terminated), -1 closed, -2 no reply in time. */
-static int raw_reply(int fd, int32_t *status, char *val, size_t cap, double timeout_s) {
-    unsigned char h[12];
-    int rc = raw_read(fd, h, 12, timeout_s);
-    if (rc) return rc;
-    *status = (int32_t)get32(h + 4);
-    uint32_t len = get32(h + 8);
-    char *v = malloc(len + 1);
-    rc = raw_read(fd, v, len, timeout_s);
-    if (!rc && val) { size_t k = len < cap - 1 ? len : cap - 1; memcpy(val, v, k); val[k] = 0; }
-    free(v);
-    return rc;
-}
+/* ---- the wire protocol by hand (store_wire.h) ---- */
 
 /* The client side of the challenge-response, done by hand. Returns the server's answer status. */
 static int32_t raw_auth(int fd, const char *secret) {
     char hello[64];
     int32_t st = -1;
-    if (raw_reply(fd, &st, hello, sizeof hello, 5) || st) return st ? st : -1;
+    if (raw_reply(fd, &st, hello, sizeof hello, NULL, 5) || st) return st ? st : -1;
     unsigned char nonce[32], msg[18 + 64], proof[32];
     for (int i = 0; i < 32; i++) nonce[i] = (unsigned char)rand();
     memcpy(msg, "pdde store client", 18); /* the label with its NUL */
@@ -97,7 +43,7 @@ static int32_t raw_auth(int fd, const char *secret) {
     memcpy(msg + 50, nonce, 32);
     pdde_hmac_sha256(secret, strlen(secret), msg, sizeof msg, proof);
     raw_request(fd, 9 /* AUTH */, NULL, nonce, 32, proof, 32);
-    if (raw_reply(fd, &st, NULL, 0, 5)) return -1;
+    if (raw_reply(fd, &st, NULL, 0, NULL, 5)) return -1;
     return st;
 }
 
@@ -191,11 +137,11 @@ static void test_auth(pdde_context *ctx) {
     int fd = raw_connect(port);
     int32_t status = 0;
     char msg[512];
-    raw_reply(fd, &status, msg, sizeof msg, 5); /* the challenge */
+    raw_reply(fd, &status, msg, sizeof msg, NULL, 5); /* the challenge */
     raw_request(fd, 1 /* SET */, "k", "evil", 4, NULL, 0);
-    int rc = raw_reply(fd, &status, msg, sizeof msg, 5);
+    int rc = raw_reply(fd, &status, msg, sizeof msg, NULL, 5);
     CHECK(rc == 0 && status == PDDE_ERR_AUTH, "set before auth refused: rc %d status %d", rc, status);
-    CHECK(raw_reply(fd, &status, msg, sizeof msg, 5) == -1, "and the connection closed");
+    CHECK(raw_reply(fd, &status, msg, sizeof msg, NULL, 5) == -1, "and the connection closed");
     close(fd);
     fd = raw_connect(port);
     CHECK(raw_auth(fd, "forged-secret-0123456789abc") == PDDE_ERR_AUTH, "forged proof refused");
@@ -204,9 +150,9 @@ static void test_auth(pdde_context *ctx) {
     CHECK(raw_auth(fd, SECRET) == PDDE_OK, "the protocol by hand with the secret");
     close(fd);
     fd = raw_connect(port);
-    raw_reply(fd, &status, msg, sizeof msg, 5);
+    raw_reply(fd, &status, msg, sizeof msg, NULL, 5);
     double t0 = test_now();
-    rc = raw_reply(fd, &status, msg, sizeof msg, 5);
+    rc = raw_reply(fd, &status, msg, sizeof msg, NULL, 5);
     CHECK(rc == -1 && test_now() - t0 < 3, "a silent connection is closed after auth_timeout_s (rc %d, %.1f s)", rc,
           test_now() - t0);
     close(fd);
@@ -262,10 +208,10 @@ static void test_auth(pdde_context *ctx) {
     fd = raw_connect(port);
     raw_auth(fd, SECRET);
     raw_request(fd, 1, "big", big, 2 << 20, NULL, 0);
-    rc = raw_reply(fd, &status, msg, sizeof msg, 5);
+    rc = raw_reply(fd, &status, msg, sizeof msg, NULL, 5);
     CHECK(rc == 0 && status == PDDE_ERR_OOM && strstr(msg, "max_value_bytes"), "server refuses a big value: %d %s", status, msg);
     raw_request(fd, 8 /* BYE */, NULL, NULL, 0, NULL, 0);
-    rc = raw_reply(fd, &status, msg, sizeof msg, 5);
+    rc = raw_reply(fd, &status, msg, sizeof msg, NULL, 5);
     CHECK(rc == 0 && status == 0, "the connection still serves after a refused request");
     close(fd);
     int refused = -1;
@@ -291,7 +237,7 @@ static void test_auth(pdde_context *ctx) {
     int fds[32], nfd = 0, told = 0;
     for (; nfd < 32 && !told; nfd++) {
         fds[nfd] = raw_connect(port);
-        if (raw_reply(fds[nfd], &status, msg, sizeof msg, 5) == 0 && status) told = strstr(msg, "max_clients") != NULL;
+        if (raw_reply(fds[nfd], &status, msg, sizeof msg, NULL, 5) == 0 && status) told = strstr(msg, "max_clients") != NULL;
     }
     CHECK(told && nfd <= 24, "too many connections: told after %d (%s)", nfd, msg);
     for (int i = 0; i < nfd; i++) close(fds[i]);
@@ -346,14 +292,14 @@ static int outsider(const abuse_args *a) {
         }
         int fd = raw_connect(a->port);
         int32_t status = 0;
-        raw_reply(fd, &status, msg, sizeof msg, 2);
+        raw_reply(fd, &status, msg, sizeof msg, NULL, 2);
         raw_request(fd, 1, key, "-501|forged", 11, NULL, 0);
-        if (raw_reply(fd, &status, msg, sizeof msg, 2) == 0 && status == PDDE_OK) accepted++;
+        if (raw_reply(fd, &status, msg, sizeof msg, NULL, 2) == 0 && status == PDDE_OK) accepted++;
         close(fd);
         fd = raw_connect(a->port); /* a made-up proof, then the same */
         if (raw_auth(fd, "guessed-secret-0123456789") == PDDE_OK) accepted++;
         raw_request(fd, 1, key, "-501|forged", 11, NULL, 0);
-        if (raw_reply(fd, &status, msg, sizeof msg, 2) == 0 && status == PDDE_OK) accepted++;
+        if (raw_reply(fd, &status, msg, sizeof msg, NULL, 2) == 0 && status == PDDE_OK) accepted++;
         close(fd);
         usleep(20000);
     }
@@ -505,7 +451,7 @@ static int fd_abuser(const abuse_args *a) {
             struct pollfd q = {fds[k], POLLIN, 0};
             int32_t status = 0;
             char msg[256];
-            if (poll(&q, 1, 0) == 1 && raw_reply(fds[k], &status, msg, sizeof msg, 0.1) == 0 && status &&
+            if (poll(&q, 1, 0) == 1 && raw_reply(fds[k], &status, msg, sizeof msg, NULL, 0.1) == 0 && status &&
                 (strstr(msg, "file descriptors") || strstr(msg, "max_clients")))
                 refused++;
         }

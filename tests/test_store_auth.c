@@ -18,6 +18,7 @@ int main(void) {
 #else
 #include "test_util.h"
 #include "comm_test_util.h"
+#include "store_wire.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -27,58 +28,7 @@ int main(void) {
 static const char SECRET[] = "test-store-auth-secret-0123456789abcdef";
 enum { OP_SET = 1, OP_GET, OP_ADD, OP_CAS, OP_REMOVE, OP_LIVENESS, OP_PING, OP_BYE, OP_AUTH };
 
-/* ---- the wire protocol by hand (comm/store.c documents it) ---- */
-
-static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
-static uint32_t get32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-
-static int raw_connect(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa)) { close(fd); return -1; }
-    return fd;
-}
-
-static int raw_request(int fd, int op, const char *key, const void *a, size_t alen, const void *b, size_t blen) {
-    size_t klen = key ? strlen(key) : 0, body = 13 + klen + alen + blen;
-    unsigned char *m = malloc(4 + body), *p = m;
-    put32(p, (uint32_t)body); p[4] = (unsigned char)op; p += 5;
-    const void *f[3] = {key, a, b};
-    size_t fl[3] = {klen, alen, blen};
-    for (int i = 0; i < 3; i++) { put32(p, (uint32_t)fl[i]); p += 4; if (fl[i]) memcpy(p, f[i], fl[i]); p += fl[i]; }
-    ssize_t w = send(fd, m, 4 + body, MSG_NOSIGNAL);
-    free(m);
-    return w == (ssize_t)(4 + body) ? 0 : -1;
-}
-
-static int raw_read(int fd, void *buf, size_t n, double timeout_s) {
-    double deadline = test_now() + timeout_s;
-    for (size_t got = 0; got < n;) {
-        struct pollfd q = {fd, POLLIN, 0};
-        int ms = (int)((deadline - test_now()) * 1000);
-        if (ms <= 0 || poll(&q, 1, ms) <= 0) return -2;
-        ssize_t r = recv(fd, (char *)buf + got, n - got, 0);
-        if (r <= 0) return -1;
-        got += (size_t)r;
-    }
-    return 0;
-}
-
-/* One reply: 0 with its status and value (up to cap bytes), -1 closed, -2 nothing in time. */
-static int raw_reply(int fd, int32_t *status, unsigned char *val, size_t cap, size_t *len) {
-    unsigned char h[12];
-    int rc = raw_read(fd, h, 12, 5);
-    if (rc) return rc;
-    *status = (int32_t)get32(h + 4);
-    uint32_t n = get32(h + 8);
-    unsigned char *v = malloc(n + 1);
-    rc = raw_read(fd, v, n, 5);
-    if (!rc && val) memcpy(val, v, n < cap ? n : cap);
-    if (len) *len = n;
-    free(v);
-    return rc;
-}
+/* ---- the wire protocol by hand (store_wire.h) ---- */
 
 /* HMAC(secret, label with its NUL | a | b), as the store's proofs are made. */
 static void prove(const char *label, const unsigned char *a, size_t alen, const unsigned char *b, size_t blen, unsigned char out[32]) {
@@ -97,15 +47,15 @@ static int attempt(int port, attack_fn send_fn, void *arg, const char *what) {
     unsigned char hello[64];
     int32_t status = -1;
     size_t n = 0;
-    if (fd < 0 || raw_reply(fd, &status, hello, sizeof hello, &n) || status || n < 32) {
+    if (fd < 0 || raw_reply(fd, &status, hello, sizeof hello, &n, 5) || status || n < 32) {
         CHECK(0, "%s: no challenge from the store", what);
         if (fd >= 0) close(fd);
         return -1;
     }
     send_fn(fd, hello, arg);
-    int rc = raw_reply(fd, &status, NULL, 0, NULL);
+    int rc = raw_reply(fd, &status, NULL, 0, NULL, 5);
     int32_t after = 0;
-    int closed = raw_reply(fd, &after, NULL, 0, NULL) == -1;
+    int closed = raw_reply(fd, &after, NULL, 0, NULL, 5) == -1;
     CHECK(rc == 0 && status == PDDE_ERR_AUTH && closed, "%s: refused (rc %d, status %d) and closed (%d)", what, rc, status, closed);
     close(fd);
     return 0;
@@ -189,11 +139,11 @@ int main(void) {
     unsigned char hello[64];
     int32_t status;
     size_t n;
-    if (!raw_reply(fd, &status, hello, sizeof hello, &n) && !status) {
+    if (!raw_reply(fd, &status, hello, sizeof hello, &n, 5) && !status) {
         memcpy(g_replay_nonce, g_nonce, 32);
         prove("pdde store client", hello, 32, g_replay_nonce, 32, g_replay_proof);
         raw_request(fd, OP_AUTH, NULL, g_replay_nonce, 32, g_replay_proof, 32);
-        CHECK(raw_reply(fd, &status, NULL, 0, NULL) == 0 && status == PDDE_OK, "the exchange by hand with the secret is accepted");
+        CHECK(raw_reply(fd, &status, NULL, 0, NULL, 5) == 0 && status == PDDE_OK, "the exchange by hand with the secret is accepted");
     }
     close(fd);
 

@@ -169,7 +169,10 @@ gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf
 # ---- what is off by default until measured here: the graph fusions and cublasLt (tools/bench/cuda_fusions.sh:
 # their conformance cases with and without cublasLt, test_casts, and GPT-2 124M bf16 steps with each switch
 # against the defaults in one run), and the MoE kernels on CUDA (PDDE_CUDA_MOE=1)
-step fusions 300 bash tools/bench/cuda_fusions.sh build
+# (the training runs that tell most: every switch at once with and without graphs, each newest switch alone;
+#  GPU_CHECK_FUSION_RUNS="" runs all of them)
+step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default all_lt att_lowp gelu_lt graph all_new_lt all_new_lt_graph default_again}" \
+    bash tools/bench/cuda_fusions.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
 test_step test_backend_ops_cuda_moe 60 env PDDE_CUDA_MOE=1 build/test_backend_ops --backend cuda --op moe_layer

@@ -28,7 +28,9 @@
  *    expert gradients reduce-scattered) on this machine's calibrations with collectives (before the
  *    rounds, halfway, after: the median of the three predictions), its CPU device one rank a copy, the machine's cores as the file says (the ranks beyond them share them), picks
  *    one for each number of ranks, as gpt --plan auto does: pick_gap_pct = how much slower the pick
- *    on 2 ranks measured than the faster, pick_gap_pct_4 the same among the 3 on 4 ranks.
+ *    on 2 ranks measured than the faster, pick_gap_pct_4 the same among the 3 on 4 ranks. Beside each,
+ *    the model's parts (exchange, expert GEMMs, their buffers, expert gradients) against one traced
+ *    run's (rank 0's spans; the exchange's include its waits, the gradients' are all collectives).
  *
  * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. pick_gap_pct_4=.. */
 #define _GNU_SOURCE
@@ -199,6 +201,32 @@ static void alltoall_sweep(const char *build, size_t min, size_t max, double vs_
     }
 }
 
+/* The MoE parts of rank 0's steps after the 5th in a trace of gpt (pdde-run --trace: one event a line),
+ * ms a step: [0] the exchange (alltoall, its waits included), [1] the expert GEMMs, [2] the passes over
+ * their buffers (the activation, dispatch, combine), [3] the gradients' collectives (all of them: at
+ * ep 1 the experts' ride in the dense buckets), [4] the step. 0 when the trace has no steps. */
+enum { PARTS = 5 }; /* ([4]: the step) */
+static int trace_parts(const char *path, double *ms) {
+    static const char *const prefix[PARTS][4] = {{"alltoall"}, {"moe_grouped_matmul"}, {"gelu", "moe_dispatch", "moe_combine"},
+                                                 {"allreduce", "reduce_scatter", "bucket"}, {"step\""}};
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    int steps[64] = {0}, n_steps = 0;
+    memset(ms, 0, PARTS * sizeof *ms);
+    while (f && fgets(line, sizeof line, f)) {
+        char *dur = strstr(line, "\"dur\":"), *pid = strstr(line, "\"pid\":"), *step = strstr(line, "\"step\":");
+        int st = step ? atoi(step + 7) : 0;
+        if (strncmp(line, "{\"name\":\"", 9) || !dur || !pid || atoi(pid + 6) != 0 || st <= 5 || st >= 64) continue;
+        if (!steps[st]) steps[st] = 1, n_steps++;
+        for (int k = 0; k < PARTS; k++)
+            for (int i = 0; i < 4 && prefix[k][i]; i++)
+                if (!strncmp(line + 9, prefix[k][i], strlen(prefix[k][i]))) ms[k] += atof(dur + 6) / 1e3;
+    }
+    if (f) fclose(f);
+    for (int k = 0; k < PARTS; k++) ms[k] = n_steps ? ms[k] / n_steps : 0;
+    return n_steps;
+}
+
 int main(int argc, char **argv) {
     const char *build = "build";
     int reps = 15, ep_rounds = 7, a2a_only = 0;
@@ -310,7 +338,7 @@ int main(int argc, char **argv) {
      * after them: each configuration's prediction the median of the three */
     char calib[2048];
     snprintf(calib, sizeof calib, "PDDE_NUM_THREADS=1 %s/pdde-bench -o %s --quick --devices cpu >/dev/null 2>&1", build, cluster);
-    double preds[NC][3];
+    double preds[NC][3], parts[NC][3][PARTS], seen[NC][PARTS]; /* the model's parts: exchange, GEMMs, buffers, gradients */
     int n_pred = 0, cores = 0;
     for (int r = 0; r <= ep_rounds; r++) {
         pdde_cluster *cl = NULL;
@@ -331,7 +359,11 @@ int main(int argc, char **argv) {
                 mp.capacity_factor = 0; /* dropless: the exchange carries the routed rows only */
                 mp.grads_over_ep = 1;
                 pdde_moe_cost mc;
-                if (pdde_moe_cost_estimate(ctx, cl, dev, cfg[i].ranks, &mp, cfg[i].ep, &mc) == PDDE_OK) preds[i][n_pred] = mc.step_s;
+                if (pdde_moe_cost_estimate(ctx, cl, dev, cfg[i].ranks, &mp, cfg[i].ep, &mc) == PDDE_OK) {
+                    preds[i][n_pred] = mc.step_s;
+                    double *pp = parts[i][n_pred];
+                    pp[0] = mc.alltoall_s, pp[1] = mc.expert_gemm_s, pp[2] = mc.expert_buffer_s, pp[3] = mc.dp_sync_s, pp[4] = mc.step_s;
+                }
                 else ok = 0, fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
             }
             n_pred += ok;
@@ -358,6 +390,14 @@ int main(int argc, char **argv) {
             else if (!n) fprintf(stderr, "bench_moe: '%s' gave no steps\n", cmd);
         }
     }
+    for (int i = 0; i < NC; i++) { /* one more run of each, traced: the measured parts */
+        char trace[1024];
+        snprintf(trace, sizeof trace, "%s/bench_moe_trace.json", build);
+        snprintf(cmd, sizeof cmd, "%s/pdde-run -n %d --trace %s %s/gpt %s --moe-experts 8 --moe-topk 2 --layers 2 --width 128 --ctx 64 --batch 8 "
+                 "--steps 20 --val-every 0 --sample-len 0 --ckpt-every 0 --threads 1 >/dev/null 2>&1", build, cfg[i].ranks, trace, build, cfg[i].args);
+        if (system(cmd) != 0 || !trace_parts(trace, seen[i])) memset(seen[i], 0, sizeof seen[i]);
+        remove(trace);
+    }
     for (int i = 0; i < NC; i++) measured[i] = n_runs[i] ? bench_median(runs[i], n_runs[i]) : NAN, predicted[i] = n_pred ? bench_median(preds[i], n_pred) : NAN;
     printf("ep pick (MoE GPT, 8 experts, top-2, 2 layers of width 128, 512 tokens a step; a thread a rank on %ld cores, the cluster file's "
            "machine: %d cores, shared by the ranks beyond them; medians of %d alternating rounds):\n", sysconf(_SC_NPROCESSORS_ONLN), cores, ep_rounds);
@@ -367,6 +407,15 @@ int main(int argc, char **argv) {
             if (cfg[i].ranks != n) continue;
             printf("  %d ranks, ep %d (%-16s): measured %7.2f ms a step, the model's MoE part %7.2f ms\n", n, cfg[i].ep, cfg[i].args, measured[i] * 1e3,
                    predicted[i] * 1e3);
+            double pm[PARTS] = {0};
+            for (int k = 0; k < PARTS && n_pred; k++) {
+                double v[3];
+                for (int j = 0; j < n_pred; j++) v[j] = parts[i][j][k];
+                pm[k] = bench_median(v, n_pred) * 1e3;
+            }
+            printf("      ms a step, predicted / measured (one traced run, rank 0): exchange %.2f / %.2f, expert GEMMs %.2f / %.2f, "
+                   "buffers %.2f / %.2f, expert gradients %.2f / all gradients %.2f (its step %.2f)\n", pm[0], seen[i][0], pm[1], seen[i][1], pm[2],
+                   seen[i][2], pm[3], seen[i][3], seen[i][4]);
             if (!isfinite(measured[i]) || !isfinite(predicted[i])) { pick = best = -2; continue; }
             if (pick == -1 || (pick >= 0 && predicted[i] < predicted[pick])) pick = i;
             if (best == -1 || (best >= 0 && measured[i] < measured[best])) best = i;

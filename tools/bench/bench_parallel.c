@@ -9,6 +9,11 @@
  *          opencl_dp2_vs_cpu=<step time with every rank on its OpenCL device / the same plan on the CPU, run just before> ...
  *          opencl_dp2_copy_stream=<step time with the gradient buckets' copies on a second queue / on the device's
  *          queue (PDDE_COPY_STREAM=0), run just before> opencl_zero1_copy_stream=<the same for ZeRO-1>
+ *          opencl_dp2_overlap=<step time with the gradient buckets (1 MiB: GPT-small's gradients fit one of
+ *          25 MiB) started in backward as they fill (overlap_gradients 1) / all at the update (-1), every
+ *          rank on the device>
+ *          opencl_zero2_overlap=<the same for ZeRO-2 in 1 MiB buckets: each micro-batch's reduce-scatter
+ *          bucket completed one bucket later, beside the backward / at once>
  *
  *   bench_parallel [STEPS]     (what `make bench-parallel` runs; STEPS timed steps, default 15, after 3 warm-up)
  *   BENCH_PARALLEL_DEVICE_ONLY=1 runs the device rows only (and the CPU plans they compare with);
@@ -100,6 +105,9 @@ static void train(pdde_context *ctx, pdde_comm *world, const plan *p, rank_resul
     sp.world = world;
     if (p->gpipe) sp.pipeline_schedule = PDDE_PIPELINE_GPIPE;
     if (strstr(p->name, "_nobucket")) sp.gradient_bucket_bytes = -1; /* (one collective per gradient: what buckets save) */
+    if (strstr(p->name, "_at_update")) sp.overlap_gradients = -1;    /* (the buckets at the update, none in backward) */
+    if (strstr(p->name, "_overlap")) sp.overlap_gradients = 1;       /* (started in backward as they fill, whatever the cores) */
+    if (strstr(p->name, "_1mb")) sp.gradient_bucket_bytes = 1 << 20;   /* (several buckets: backward left beside the first) */
     int layer_dev[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
     /* (a rank is a process of its own) */
     if (strstr(p->name, "_one_queue") || strstr(p->name, "_two_queues")) setenv("PDDE_COPY_STREAM", strstr(p->name, "_two") ? "1" : "0", 1);
@@ -348,11 +356,19 @@ int main(int argc, char **argv) {
     /* the gradient buckets' host copies on a second queue of the device (the default on OpenCL) against
      * the device's own queue: QUEUE_PAIRS pairs, each run one after the other (the order alternating),
      * the median of the pairs' ratios */
-    enum { QUEUE_PAIRS = 3 };
-    static const plan queues[][2] = {{{"dp2_one_queue", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_two_queues", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
-                                     {{"zero1_one_queue", 2, 1, 1, 1, 0, 1, 0, 0, 1}, {"zero1_two_queues", 2, 1, 1, 1, 0, 1, 0, 0, 1}}};
-    double queue_ratio[2] = {NAN, NAN};
-    for (int i = 0; i < 2; i++) {
+    /* ...and the same for buckets of 1 MiB started in backward as they fill (overlap_gradients 1) against
+     * all at the update (-1), with every rank on the device */
+    enum { QUEUE_PAIRS = 3, N_PAIRS = 4 };
+    static const plan queues[N_PAIRS][2] = {{{"dp2_one_queue", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_two_queues", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
+                                            {{"zero1_one_queue", 2, 1, 1, 1, 0, 1, 0, 0, 1}, {"zero1_two_queues", 2, 1, 1, 1, 0, 1, 0, 0, 1}},
+                                            {{"dp2_1mb_at_update", 2, 1, 1, 1, 0, 0, 0, 0, 1}, {"dp2_1mb_overlap", 2, 1, 1, 1, 0, 0, 0, 0, 1}},
+                                            {{"zero2_1mb_at_update", 2, 1, 1, 1, 0, 2, 0, 0, 1}, {"zero2_1mb_overlap", 2, 1, 1, 1, 0, 2, 0, 0, 1}}};
+    static const char *const what[N_PAIRS][2] = {{"the buckets' copies on a second queue", "on the device's queue"},
+                                                 {"the buckets' copies on a second queue", "on the device's queue"},
+                                                 {"the buckets started in backward", "all at the update"},
+                                                 {"each reduce-scatter bucket beside the backward", "each waited for at once"}};
+    double queue_ratio[N_PAIRS] = {NAN, NAN, NAN, NAN};
+    for (int i = 0; i < N_PAIRS; i++) {
         double ratios[QUEUE_PAIRS], one_ms[QUEUE_PAIRS], two_ms[QUEUE_PAIRS], worst = 0;
         int pairs = 0;
         for (int r = 0; r < QUEUE_PAIRS; r++) {
@@ -374,15 +390,16 @@ int main(int argc, char **argv) {
             continue;
         }
         queue_ratio[i] = bench_median(ratios, pairs);
-        printf("%-15s %5d %9.1f with the buckets' copies on a second queue, %.1f ms on the device's queue (medians of %d pairs): "
-               "%.2fx; loss diff %.2g %s\n", queues[i][1].name, n_ranks(&queues[i][1]), bench_median(two_ms, pairs), bench_median(one_ms, pairs),
-               pairs, queue_ratio[i], worst, worst <= LOSS_TOL ? "ok" : "DIFFERS");
+        printf("%-15s %5d %9.1f with %s, %.1f ms %s (medians of %d pairs): %.2fx; loss diff %.2g %s\n", queues[i][1].name,
+               n_ranks(&queues[i][1]), bench_median(two_ms, pairs), what[i][0], bench_median(one_ms, pairs), what[i][1], pairs, queue_ratio[i], worst,
+               worst <= LOSS_TOL ? "ok" : "DIFFERS");
         fflush(stdout);
     }
     const char *dev = device_backend();
     printf("RESULT parallel strategies=%d equal_losses=%d zero3_mem_ratio=%.3f %s_dp2_vs_cpu=%.2f %s_tp2_vs_cpu=%.2f %s_zero1_vs_cpu=%.2f "
-           "%s_dp2_copy_stream=%.2f %s_zero1_copy_stream=%.2f\n", ran, equal, zero3_ratio, dev, device_ratio[0], dev, device_ratio[1], dev,
-           device_ratio[2], dev, queue_ratio[0], dev, queue_ratio[1]);
+           "%s_dp2_copy_stream=%.2f %s_zero1_copy_stream=%.2f %s_dp2_overlap=%.2f %s_zero2_overlap=%.2f\n", ran, equal, zero3_ratio, dev,
+           device_ratio[0], dev, device_ratio[1], dev, device_ratio[2], dev, queue_ratio[0], dev, queue_ratio[1], dev, queue_ratio[2], dev,
+           queue_ratio[3]);
     pdde_store_server_free(srv);
     pdde_context_free(ctx);
     return 0;

@@ -5,12 +5,16 @@
 # (bench_cuda --gpt: B 8, T 1024, AdamW) with the defaults and with each switch, in the same run.
 #
 #   bash tools/bench/cuda_fusions.sh [BUILD]     (BUILD: the build folder, default build; built here)
+#   RUNS="default graph default_again" bash tools/bench/cuda_fusions.sh   (only those training runs)
 #
 # Switches: PDDE_FUSE_EPILOGUE=1 (bias and residual adds, and the qkv cast, in the matmul), PDDE_FUSE_GRAD=1
 # (weight-gradient matmuls inside their accumulations), PDDE_FUSE_ADD_LN=1 (the residual gradient added in
 # the layernorm's backward), PDDE_BF16_LOGITS=1 (bf16 logits into the loss), PDDE_BF16_GRADS=1 (the bias_gelu
 # backward writes bf16, its bias gradient summed from it), PDDE_CUDA_LT=1 (the fused
-# matmuls on cublasLt). Each step is time-boxed (CAP seconds, default 75). Prints a RESULT line per test
+# matmuls on cublasLt), PDDE_ATT_LOWP=1 (the attention writes the bf16 copies of its output and input gradient
+# beside them: no casts left in a layer), PDDE_FUSE_GELU=1 (bias and GELU in the fc matmul's epilogue, gelu' in
+# the backward's: cublasLt GELU_AUX_BIAS / DGELU with PDDE_CUDA_LT=1), PDDE_CUDA_GRAPH=1 (each step's work
+# captured on the stream and replayed as one CUDA graph). Each step is time-boxed (CAP seconds, default 75). Prints a RESULT line per test
 # and run and ends with `RESULT gpu_fusions ...`: tokens/s of each run and its ratio to the defaults'.
 # A cublasLt shape that falls back says so on stderr ("pdde: cuda: cublasLt ..."), counted in lt_fallbacks.
 set -u
@@ -42,16 +46,17 @@ check() { # NAME ENV... -- CMD...: a test; its last line's counts
     [ $rc = 0 ] && [ -n "$counts" ] || { failed=$((failed + 1)); grep -E "FAIL|error" "$log/$name.out" | head -5; }
 }
 check casts PDDE_CUDA_LT=0 "$build/test_casts"
-grep -E "cuda\): PDDE_FUSE|cuda\): PDDE_BF16_GRADS|cuda\): casts per step" "$log/casts.out" | head -6
-for op in matmul_bias matmul_grad cross_entropy_lowp layernorm_res layernorm_add bias_gelu_grads layernorm_copy; do
+grep -E "cuda\): PDDE_FUSE|cuda\): PDDE_BF16_GRADS|cuda\): and PDDE_ATT_LOWP|cuda\): casts per step" "$log/casts.out" | head -8
+for op in matmul_bias matmul_grad cross_entropy_lowp layernorm_res layernorm_add bias_gelu_grads layernorm_copy gelu_fused; do
     check "ops_$op" PDDE_CUDA_LT=0 "$build/test_backend_ops" --backend cuda --op "$op"
     check "ops_${op}_lt" PDDE_CUDA_LT=1 "$build/test_backend_ops" --backend cuda --op "$op"
 done
 declare -A tok
 lt_fallbacks=0
-run() { # NAME ENV...: one bench_cuda --gpt run in bf16
+run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS where it is set)
     local name=$1
     shift
+    [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
     timeout "$cap" env "$@" "$build/bench_cuda" --gpt --dtype bf16 >"$log/gpt_$name.out" 2>&1
     local line
     line=$(grep '^GPT ' "$log/gpt_$name.out" | tail -1)
@@ -68,10 +73,18 @@ run add_ln PDDE_FUSE_ADD_LN=1
 run bf16_logits PDDE_BF16_LOGITS=1
 run bf16_grads PDDE_BF16_GRADS=1 PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_ADD_LN=1
 run all_lt PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1
+run att_lowp PDDE_BF16_GRADS=1 PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_ADD_LN=1 PDDE_ATT_LOWP=1
+run gelu PDDE_FUSE_GELU=1
+run gelu_lt PDDE_FUSE_GELU=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1
+run graph PDDE_CUDA_GRAPH=1
+run all_new_lt PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1 \
+    PDDE_ATT_LOWP=1 PDDE_FUSE_GELU=1
+run all_new_lt_graph PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1 \
+    PDDE_ATT_LOWP=1 PDDE_FUSE_GELU=1 PDDE_CUDA_GRAPH=1
 run default_again X=0 # (the defaults once more: the spread of two runs of one configuration)
 base=${tok[default]:-0}
 out="RESULT gpu_fusions default_tok_s=${tok[default]:-na} default_again_tok_s=${tok[default_again]:-na}"
-for n in epilogue epilogue_lt grad_lt add_ln bf16_logits bf16_grads all_lt; do
+for n in epilogue epilogue_lt grad_lt add_ln bf16_logits bf16_grads all_lt att_lowp gelu gelu_lt graph all_new_lt all_new_lt_graph; do
     out+=" ${n}_tok_s=${tok[$n]:-na} ${n}_vs_default=$(ratio "${tok[$n]:-0}" "$base")"
 done
 echo "$out lt_fallbacks=$lt_fallbacks failed=$failed"
