@@ -25,9 +25,9 @@
  * of a timeout). Small messages (every pair's fits one chunk slot, chunk / n bytes, and at most 16 KiB,
  * 64 KiB where the ranks outnumber the cores) go into the chunk slots described below before that
  * barrier and are copied out after it: one barrier in all, no system call (two copies that stay in the
- * caches beat a cross-memory read's system call and page pinning up to there). A rank with a core of its own copies its own
- * block while it waits at that barrier (where its buffers do not overlap; from 256 KiB with stores
- * that bypass the caches). Then, where the messages are larger and the kernel lets a process read its
+ * caches beat a cross-memory read's system call and page pinning up to there). A rank with a core of
+ * its own copies its own block while it waits at that barrier (where its buffers do not overlap; from
+ * 256 KiB with stores that bypass the caches). Then, where the messages are larger and the kernel lets a process read its
  * peers' memory (cross-memory attach, process_vm_readv: the same user, no ptrace restriction), each rank
  * reads what every peer sends it straight from the peer's send buffer into its receive buffer (one
  * copy, the pairs at once), barrier (the send buffers may be reused after it). Elsewhere (small
