@@ -268,15 +268,20 @@ static pdde_tensor *b_mlp(pdde_graph *g, const op_case *c) {
 
 /* the same under a bf16 compute dtype, layernorm first: the updates rewrite the weights' bf16 copies,
  * and the layernorm and the bias_gelu write bf16 for the matmuls after them (their casts folded in) */
-static pdde_tensor *b_mlp_bf16(pdde_graph *g, const op_case *c) {
-    (void)c;
-    g_vocab = 7;
-    pdde_graph_set_compute_dtype(g, PDDE_BF16);
-    pdde_tensor *x = P(g, "x", 2, 9, 13, 0, 0);
-    pdde_tensor *ln = pdde_layernorm(g, x, P(g, "gamma", 1, 13, 0, 0, 0), P(g, "beta", 1, 13, 0, 0, 0), 1e-5f);
-    pdde_tensor *w1 = P(g, "w1", 2, 13, 17, 0, 0), *b1 = P(g, "b1", 1, 17, 0, 0, 0), *w2 = P(g, "w2", 2, 17, 7, 0, 0);
+/* x [9, C], layernorm, @ w1 [C, F], bias_gelu, @ w2 [F, V], cross-entropy over V classes */
+static pdde_tensor *ln_gelu_mlp(pdde_graph *g, int64_t C, int64_t F, int64_t V) {
+    g_vocab = V;
+    pdde_tensor *x = P(g, "x", 2, 9, C, 0, 0);
+    pdde_tensor *ln = pdde_layernorm(g, x, P(g, "gamma", 1, C, 0, 0, 0), P(g, "beta", 1, C, 0, 0, 0), 1e-5f);
+    pdde_tensor *w1 = P(g, "w1", 2, C, F, 0, 0), *b1 = P(g, "b1", 1, F, 0, 0, 0), *w2 = P(g, "w2", 2, F, V, 0, 0);
     pdde_tensor *h = pdde_bias_gelu(g, pdde_matmul(g, ln, w1, 0, 0), b1);
     return pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
+}
+
+static pdde_tensor *b_mlp_bf16(pdde_graph *g, const op_case *c) {
+    (void)c;
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    return ln_gelu_mlp(g, 13, 17, 7);
 }
 
 /* the same with PDDE_BF16_GRADS=1 (set for the case, as above): the bias_gelu's backward writes bf16 for
@@ -303,12 +308,7 @@ static pdde_tensor *b_bias_gelu_rows(pdde_graph *g, const op_case *c) {
 static pdde_tensor *b_mlp_gelu(pdde_graph *g, const op_case *c) {
     setenv("PDDE_FUSE_GELU", "1", 1);
     if (c->p[0]) setenv("PDDE_BF16_GRADS", "1", 1), pdde_graph_set_compute_dtype(g, PDDE_BF16);
-    g_vocab = 8;
-    pdde_tensor *x = P(g, "x", 2, 9, 16, 0, 0);
-    pdde_tensor *ln = pdde_layernorm(g, x, P(g, "gamma", 1, 16, 0, 0, 0), P(g, "beta", 1, 16, 0, 0, 0), 1e-5f);
-    pdde_tensor *w1 = P(g, "w1", 2, 16, 24, 0, 0), *b1 = P(g, "b1", 1, 24, 0, 0, 0), *w2 = P(g, "w2", 2, 24, 8, 0, 0);
-    pdde_tensor *h = pdde_bias_gelu(g, pdde_matmul(g, ln, w1, 0, 0), b1);
-    return pdde_cross_entropy(g, pdde_matmul(g, h, w2, 0, 0), I(g, "tgt", PDDE_I32, 1, 9, 0));
+    return ln_gelu_mlp(g, 16, 24, 8);
 }
 
 /* layernorm_add: s = x + r, y = layernorm(s) + s / 2, with PDDE_FUSE_ADD_LN=1 (set for the case, as above):
