@@ -41,7 +41,7 @@ static int test_rank_me;
  * the number of ranks that did not exit cleanly. */
 static pid_t test_pids[64]; /* of the current run, for tests that kill a rank */
 
-static int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, void *arg, double limit_s) {
+static inline int test_run_ranks(int n, const test_ranks_params *tp, test_rank_fn fn, void *arg, double limit_s) {
     int fds[64][2], gate[2];
     pid_t *pids = test_pids;
     if (pipe(gate)) return n;
