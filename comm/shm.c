@@ -86,6 +86,7 @@ struct comm_shm {
     uint64_t behind_phase;    /* ... and the barriers it had reached then */
     int cma_off;              /* all-to-all: no cross-memory reads (PDDE_COMM_CMA=0, or one was refused) */
     size_t a2a_small;         /* all-to-all: the largest message that goes with the table (SHM_A2A_SMALL_MAX*) */
+    int a2a_sleep;            /* all-to-all: a large one's waits sleep at once (ranks outnumber cores; PDDE_COMM_A2A_SLEEP=0: no) */
     uint64_t pid;             /* this process's id, for the others' cross-memory reads (no system call per operation) */
     char name[64];            /* the segment's name until it is unlinked */
 };
@@ -164,6 +165,8 @@ static pdde_status comm_shm_map(pdde_comm *c, int64_t serial, comm_shm **out) {
     const char *cma = getenv("PDDE_COMM_CMA");
     s->cma_off = cma && !strcmp(cma, "0");
     s->a2a_small = w->spin_s > 0 ? SHM_A2A_SMALL_MAX : SHM_A2A_SMALL_MAX_SHARED;
+    const char *sleep = getenv("PDDE_COMM_A2A_SLEEP");
+    s->a2a_sleep = w->spin_s == 0 && !(sleep && !strcmp(sleep, "0"));
     s->pid = (uint64_t)getpid();
     char key[300];
     snprintf(key, sizeof key, "%s/shm/%lld", w->prefix, (long long)serial);
@@ -334,6 +337,10 @@ static size_t shm_a2a_small(const comm_shm *s, const comm_shm_op *o) { return o-
  * caches: no read of the destination lines first, and the caches keep what the peers' reads use (2
  * ranks: 512 KiB 12% faster, 8 MiB 1.5x). */
 #define SHM_A2A_STREAM_MIN (256u << 10)
+/* ... and where the ranks outnumber the cores (it is copied after that barrier, when the rank has its
+ * core): from 2 MiB, where the ranks' buffers outgrow the caches (4 ranks on 2 cores, 16 MiB a rank:
+ * 9.9 against 11.8 ms under load; 1 MiB a rank: no better) */
+#define SHM_A2A_STREAM_MIN_SHARED (2u << 20)
 /* Copies len bytes that do not overlap, with stores that bypass the caches where the CPU has them. */
 static void shm_copy_nt(char *dst, const char *src, size_t len) {
 #if defined(__x86_64__)
@@ -377,7 +384,13 @@ static int shm_a2a_agree(comm_shm *s, comm_shm_op *o, int set) {
             if (i != j && sent > most) most = sent;
         }
     }
-    if (o->rcount[me] && !o->self_done) memmove(o->dst + o->rdispl[me] * esz, o->src + o->sdispl[me] * esz, o->rcount[me] * esz);
+    if (o->rcount[me] && !o->self_done) {
+        size_t len = o->rcount[me] * esz;
+        char *to = o->dst + o->rdispl[me] * esz;
+        const char *from = o->src + o->sdispl[me] * esz;
+        if (len >= SHM_A2A_STREAM_MIN_SHARED && (to + len <= from || from + len <= to)) shm_copy_nt(to, from, len);
+        else memmove(to, from, len);
+    }
     o->nchunks = most ? (size_t)((most + o->part - 1) / o->part) : 0;
     o->most = most;
     o->small = (size_t)small;
@@ -585,6 +598,26 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
     }
 }
 
+/* The largest message (bytes) a rank of o sends to or receives from another rank. */
+static size_t shm_a2a_largest(const comm_shm *s, const comm_shm_op *o) {
+    size_t most = 0, esz = pdde_dtype_size(o->dtype);
+    for (int p = 0; p < s->n; p++) {
+        if (p == s->me) continue;
+        most = o->scount[p] * esz > most ? o->scount[p] * esz : most;
+        most = o->rcount[p] * esz > most ? o->rcount[p] * esz : most;
+    }
+    return most;
+}
+
+/* Where the ranks outnumber the cores, the waits of an all-to-all with a message of at least this many
+ * bytes (one that does not go with the table) sleep on the futex at once: a rank that yields keeps its
+ * core busy passing it back and forth with other waiting ranks while the ranks with work share the
+ * other core; one that sleeps leaves its core idle, so the scheduler moves a rank with work onto it,
+ * and wakes when the rank it waits for arrives (4 ranks on 2 cores, under load, medians of 11 runs:
+ * 1 MiB a rank 896 -> 318 us, 4 MiB 4.1 -> 1.3 ms). Smaller ones yield first (their waits are short:
+ * a wake-up costs more than the wait). */
+#define SHM_A2A_SLEEP_MIN (256u << 10)
+
 /* The request form: runs from the world's progress (the caller's wait, or the service thread in the
  * background), after the communicator's earlier shared-memory operations. */
 static int comm_shm_advance(pdde_comm_request *r) {
@@ -680,6 +713,7 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
     int spin = w->spin_s > 0 ? 64 : 0; /* polls before the first clock read (and backoff decision) */
     double start = 0, deadline = 0, idle_since = 0, last_nudge = 0;
     uint64_t seen = s->phase;
+    int sleep_at_once = s->a2a_sleep && o.kind == SHM_ALLTOALLV && shm_a2a_largest(s, &o) >= SHM_A2A_SLEEP_MIN;
     for (int tries = 0; !shm_step(s, &o); tries++) {
         int shared_cpu = shm_peer_on_my_cpu(s);
         if (tries < spin && !shared_cpu) { shm_cpu_relax(); continue; }
@@ -698,11 +732,11 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
             pthread_mutex_unlock(&w->lock);
         }
         double idle = now - idle_since, left = deadline - now;
-        /* a long wait: sleep until the peer arrives (not until a pause ends). Not where the ranks
-         * outnumber the cores: there futex sleeps measured no better than yields and short sleeps
-         * (4 ranks on 2 cores; sleeping at once: better medians under load from elsewhere, worse best
-         * times) */
-        if (idle >= COMM_YIELD_S && w->spin_s > 0)
+        /* a long wait: sleep until the peer arrives (not until a pause ends). Where the ranks
+         * outnumber the cores only in a large all-to-all (SHM_A2A_SLEEP_MIN): elsewhere there futex
+         * sleeps measured no better than yields and short sleeps (4 ranks on 2 cores; sleeping at
+         * once: better medians under load from elsewhere, worse best times) */
+        if (sleep_at_once || (idle >= COMM_YIELD_S && w->spin_s > 0))
             shm_sleep(s, left < SHM_SLEEP_S ? left : SHM_SLEEP_S);
         else
             comm_backoff(idle, left, shared_cpu ? 0 : w->spin_s);

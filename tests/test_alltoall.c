@@ -7,7 +7,8 @@
  * dumpable and they lack CAP_SYS_PTRACE, as under a container's rules): every rank notices after the
  * first operation's reads and all go on in chunks, the results exact. Messages at, just over and just
  * under the size that goes with the counts table, back to back, arrive exact; so does a rank's own block,
- * large and small, to an unaligned place, among small and large messages. (A rank killed during an
+ * large and small, to an unaligned place, among small and large messages. Ranks waiting in a large
+ * exchange for a rank that comes 0.4 s late spend little CPU (they sleep). (A rank killed during an
  * all-to-all: test_comm_fail.) */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -145,11 +146,11 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     free(ls), free(lr);
 
     /* a rank's own block, copied while it waits for the others: large (from 256 KiB it bypasses the
-     * caches) and small, odd lengths, the destination off any 16-byte boundary, back to back with the
+     * caches; where the ranks outnumber the cores, from 2 MiB after the table's barrier) and small, odd lengths, the destination off any 16-byte boundary, back to back with the
      * messages to the others small (with the table) or large (read) */
-    static const size_t own[] = {65536 + 3, 1001, 262147, 65536, 7, 0};
-    static const size_t other[] = {5, 0, 20000, 7, 65536 + 1, 3};
-    size_t cap = 262147 + 8 * (65536 + 1) + 64;
+    static const size_t own[] = {65536 + 3, 1001, 262147, 65536, 7, 0, 524288 + 3};
+    static const size_t other[] = {5, 0, 20000, 7, 65536 + 1, 3, 1};
+    size_t cap = 524288 + 3 + 8 * (65536 + 1) + 64;
     int32_t *os = malloc(cap * 4), *orv = malloc(cap * 4);
     for (int step = 0; step < (int)(sizeof own / sizeof *own); step++) {
         size_t osc[8], osd[8], orc[8], ord[8], at = 1, rat = 1 + (size_t)step % 4; /* odd starts */
@@ -170,6 +171,35 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
               own[step], other[step], pdde_last_error(ctx), bad);
     }
     free(os), free(orv);
+
+    /* a large exchange (several hundred KiB a pair) that the last rank joins 0.4 s late: the others
+     * wait without keeping a core busy (where the ranks outnumber the cores they sleep at once: a
+     * spinning or yielding rank would hold a core the late one, or another rank with work, needs) */
+    {
+        size_t per = 75000, lc[8], ld[8];
+        int32_t *ws = malloc(per * (size_t)n * 4), *wr = malloc(per * (size_t)n * 4);
+        for (int j = 0; j < n; j++) {
+            lc[j] = per, ld[j] = (size_t)j * per;
+            for (size_t i = 0; i < per; i++) ws[ld[j] + i] = val(me, j, i) ^ 0x55;
+        }
+        st = pdde_comm_barrier(comm);
+        if (me == n - 1) usleep(400 * 1000);
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+        double t0 = test_now();
+        if (!st) st = pdde_comm_alltoallv(comm, ws, lc, ld, wr, lc, ld, PDDE_I32);
+        double wall = test_now() - t0;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+        double cpu = (double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec);
+        bad = 0;
+        for (int j = 0; j < n && !st; j++)
+            for (size_t i = 0; i < per; i++) bad += wr[ld[j] + i] != (val(j, me, i) ^ 0x55);
+        CHECK(st == PDDE_OK && bad == 0, "%s rank %d: late joiner: %s, %zu wrong", way, me, pdde_last_error(ctx), bad);
+        if (me != n - 1)
+            CHECK(cpu < 0.04 + 0.1 * (wall - 0.4 > 0 ? wall - 0.4 : 0), "%s rank %d: waiting %.3f s for a late rank took %.3f s of CPU", way,
+                  me, wall, cpu);
+        free(ws), free(wr);
+    }
 
     /* counts that disagree: rank 0 expects one element more from the last rank than it sends. On
      * shared memory every rank gets the same error at once; the communicator goes on working. */
