@@ -44,7 +44,7 @@
  * Waiting: a rank that waits past the spinning and yielding (and has a core of its own) sleeps on a
  * futex word of the rank it waits for (the low half of that rank's barrier count), which wakes it when
  * it arrives; the sleep has a timeout, so the deadline and the failure state are still checked. Where
- * the ranks outnumber the cores, the waits of an all-to-all with messages of 256 KiB or more sleep so
+ * the ranks outnumber the cores, the waits of a blocking all-to-all with messages of 256 KiB or more sleep so
  * at once (its own block is copied after the table's barrier there, from 2 MiB bypassing the caches).
  *
  * Failures: every wait has the communicator's timeout and watches the world's failure state, which the
