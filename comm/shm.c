@@ -44,8 +44,9 @@
  * Waiting: a rank that waits past the spinning and yielding (and has a core of its own) sleeps on a
  * futex word of the rank it waits for (the low half of that rank's barrier count), which wakes it when
  * it arrives; the sleep has a timeout, so the deadline and the failure state are still checked. Where
- * the ranks outnumber the cores, the waits of a blocking all-to-all with messages of 256 KiB or more sleep so
- * at once (its own block is copied after the table's barrier there, from 2 MiB bypassing the caches).
+ * the ranks outnumber the cores, the waits of a blocking all-to-all with messages of 256 KiB or more
+ * sleep so after 100 us of yielding (its own block is copied after the table's barrier there, from 2 MiB
+ * bypassing the caches).
  *
  * Failures: every wait has the communicator's timeout and watches the world's failure state, which the
  * service thread takes from the store (a dead rank's death notice) within ~50 ms; the service thread is
@@ -88,7 +89,7 @@ struct comm_shm {
     uint64_t behind_phase;    /* ... and the barriers it had reached then */
     int cma_off;              /* all-to-all: no cross-memory reads (PDDE_COMM_CMA=0, or one was refused) */
     size_t a2a_small;         /* all-to-all: the largest message that goes with the table (SHM_A2A_SMALL_MAX*) */
-    int a2a_sleep;            /* all-to-all: a large one's waits sleep at once (ranks outnumber cores; PDDE_COMM_A2A_SLEEP=0: no) */
+    int a2a_sleep;            /* all-to-all: a large one's waits sleep soon (ranks outnumber cores; PDDE_COMM_A2A_SLEEP=0: no) */
     uint64_t pid;             /* this process's id, for the others' cross-memory reads (no system call per operation) */
     char name[64];            /* the segment's name until it is unlinked */
 };
@@ -612,13 +613,15 @@ static size_t shm_a2a_largest(const comm_shm *s, const comm_shm_op *o) {
 }
 
 /* Where the ranks outnumber the cores, the waits of an all-to-all with a message of at least this many
- * bytes (one that does not go with the table) sleep on the futex at once: a rank that yields keeps its
- * core busy passing it back and forth with other waiting ranks while the ranks with work share the
- * other core; one that sleeps leaves its core idle, so the scheduler moves a rank with work onto it,
- * and wakes when the rank it waits for arrives (4 ranks on 2 cores, under load, medians of 11 runs:
- * 1 MiB a rank 896 -> 318 us, 4 MiB 4.1 -> 1.3 ms). Smaller ones yield first (their waits are short:
- * a wake-up costs more than the wait). */
+ * bytes (one that does not go with the table) sleep on the futex after SHM_A2A_YIELD_S of yielding
+ * (the others: COMM_YIELD_S, then timed sleeps): a rank that keeps yielding keeps its core busy passing
+ * it back and forth with other waiting ranks while the ranks with work share the other core; one that
+ * sleeps leaves its core idle, so the scheduler moves a rank with work onto it, and wakes when the rank
+ * it waits for arrives (4 ranks on 2 cores, under heavy load: 1 MiB a rank 823 -> 292 us, 4 MiB 4.5 ->
+ * 1.4 ms sleeping at once). The yielding first: at lighter load sleeping at once cost 1 MiB a rank
+ * 17% (248 -> 290 us), after 100 us of yields nothing. */
 #define SHM_A2A_SLEEP_MIN (256u << 10)
+#define SHM_A2A_YIELD_S 100e-6
 
 /* The request form: runs from the world's progress (the caller's wait, or the service thread in the
  * background), after the communicator's earlier shared-memory operations. */
@@ -715,7 +718,7 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
     int spin = w->spin_s > 0 ? 64 : 0; /* polls before the first clock read (and backoff decision) */
     double start = 0, deadline = 0, idle_since = 0, last_nudge = 0;
     uint64_t seen = s->phase;
-    int sleep_at_once = s->a2a_sleep && o.kind == SHM_ALLTOALLV && shm_a2a_largest(s, &o) >= SHM_A2A_SLEEP_MIN;
+    int sleep_soon = s->a2a_sleep && o.kind == SHM_ALLTOALLV && shm_a2a_largest(s, &o) >= SHM_A2A_SLEEP_MIN;
     for (int tries = 0; !shm_step(s, &o); tries++) {
         int shared_cpu = shm_peer_on_my_cpu(s);
         if (tries < spin && !shared_cpu) { shm_cpu_relax(); continue; }
@@ -738,7 +741,7 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
          * outnumber the cores only in a large all-to-all (SHM_A2A_SLEEP_MIN): elsewhere there futex
          * sleeps measured no better than yields and short sleeps (4 ranks on 2 cores; sleeping at
          * once: better medians under load from elsewhere, worse best times) */
-        if (sleep_at_once || (idle >= COMM_YIELD_S && w->spin_s > 0))
+        if (idle >= (sleep_soon ? SHM_A2A_YIELD_S : COMM_YIELD_S) && (sleep_soon || w->spin_s > 0))
             shm_sleep(s, left < SHM_SLEEP_S ? left : SHM_SLEEP_S);
         else
             comm_backoff(idle, left, shared_cpu ? 0 : w->spin_s);
