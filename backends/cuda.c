@@ -570,12 +570,16 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
 
 /* PDDE_FUSE_GELU's matmuls on cublasLt (gpu_dispatch.h's gemm_act): GELU_AUX_BIAS (D = gelu(X), X = A op(B) +
  * bias kept in aux) and DGELU (D = A op(B) * gelu'(aux)). cublasLt keeps aux in D's dtype, so a node whose X
- * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels. */
+ * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels,
+ * and so does a GELU_AUX_BIAS with a bf16 / f16 D (its f32 bias: cublasLt's bias is of D's dtype). Its GELU is
+ * the tanh form, as pdde's; DGELU's product is summed in cublasLt's order and its gelu' evaluated its way, so
+ * a bf16 D differs from the kernels' where the f32 value lies next to a bf16 rounding boundary. */
 static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K,
                             pgd_ptr pa, pgd_ptr pb, pgd_ptr pd, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt) {
     pcu_dev *d = impl;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
+    if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
     if (!d->lt_workspace_tried) {
         d->lt_workspace_tried = 1;
         if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;

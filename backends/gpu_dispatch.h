@@ -573,7 +573,8 @@ static int pgd_matmul_act(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr beside = act == PDDE_MATMUL_GELU ? pgd_at(pd, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
     if (g->gemm_act && K > 0) { /* GELU: D = gelu(X) beside, aux = X (the node); DGELU: D = the node, aux = X */
         int e = g->gemm_act(g->impl, g->stream, act, a->dtype, node->dtype, tb, M, N, K, pa, pb, act == PDDE_MATMUL_GELU ? beside : pd,
-                            act == PDDE_MATMUL_GELU ? px : pgd_null, act == PDDE_MATMUL_GELU ? pd : px, x3->dtype);
+                            act == PDDE_MATMUL_GELU ? px : pgd_null, act == PDDE_MATMUL_GELU ? pd : px,
+                            act == PDDE_MATMUL_GELU ? node->dtype : x3->dtype); /* (GELU: aux is the node, x3 the bias) */
         if (e != 1) return e;
     }
     int64_t c_bytes = (n * 4 + 255) & ~(int64_t)255, x_bytes = act == PDDE_MATMUL_DGELU && x3->dtype != PDDE_F32 ? c_bytes : 0;

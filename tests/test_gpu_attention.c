@@ -79,6 +79,11 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_CUDA_ATTENTION"); /* (it would override PDDE_ATTENTION on CUDA) */
+    /* lowering's other fusions off unless the environment sets them (on CUDA they are on by default in bf16):
+     * the attention paths against the CPU, PDDE_ATT_LOWP set below */
+    static const char *const fusions[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_BF16_LOGITS",
+                                          "PDDE_BF16_GRADS",    "PDDE_ATT_LOWP",  "PDDE_FUSE_GELU"};
+    for (size_t i = 0; i < sizeof fusions / sizeof fusions[0]; i++) setenv(fusions[i], "0", 0);
     int n_gpu = 0;
     for (int d = 1; d < pdde_device_count(ctx); d++) {
         pdde_device_props props;
@@ -120,7 +125,7 @@ int main(void) {
                 int rc0 = train(ctx, d, dts[di], 0, sep, off, &n_att, &n_layout);
                 setenv("PDDE_ATT_LOWP", "1", 1);
                 rc = train(ctx, d, dts[di], 0, sep, lowp, &n_att, &n_layout);
-                unsetenv("PDDE_ATT_LOWP");
+                setenv("PDDE_ATT_LOWP", "0", 1);
                 int same = rc == 0 && rc0 == 0 && !memcmp(lowp, off, sizeof lowp);
                 /* (PoCL's unfused path has given other last bits in a loaded run, without the switch too: a
                  * difference is checked against a second pair of runs, each still bit for bit) */
@@ -132,7 +137,7 @@ int main(void) {
                            rc2 == 0 && !memcmp(again, off, sizeof again) ? "repeats" : "does NOT repeat");
                     setenv("PDDE_ATT_LOWP", "1", 1);
                     rc = rc2 ? rc2 : train(ctx, d, dts[di], 0, sep, lowp, &n_att, &n_layout);
-                    unsetenv("PDDE_ATT_LOWP");
+                    setenv("PDDE_ATT_LOWP", "0", 1);
                     same = rc == 0 && !memcmp(lowp, again, sizeof lowp);
                     memcpy(off, again, sizeof off);
                 }
