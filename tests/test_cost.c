@@ -656,6 +656,17 @@ static program_counts count_program(pdde_graph *g, pdde_cluster *c, int dev) {
     return n;
 }
 
+/* The ops that run of a plan's program for one process on cluster device dev (pdde_cost_program_from_plan) */
+static int count_plan(pdde_graph *g, pdde_cluster *c, int dev) {
+    pdde_cost_plan one = {0, &dev, NULL, 0};
+    pdde_cost_program *p = NULL;
+    int n = 0;
+    CHECK(pdde_cost_program_from_plan(c, g, NULL, &one, &p) == PDDE_OK, "plan on device %d: %s", dev, pdde_last_error(ctx));
+    for (int i = 0; p && i < pdde_cost_program_op_count(p, 0); i++) n += pdde_cost_program_op(p, 0, i)->bytes > 0;
+    pdde_cost_program_free(p);
+    return n;
+}
+
 static void test_fusion_defaults(void) {
     char *saved[N_FUSIONS];
     for (int k = 0; k < N_FUSIONS; k++) { /* (the test sets them itself) */
@@ -698,6 +709,9 @@ static void test_fusion_defaults(void) {
     CHECK(cl.ops == cpu.ops && cl.casts == cpu.casts && cpu.ops == dflt_ops, "bf16 on OpenCL and the CPU: no fusion by default: %d, %d, %d ops",
           cl.ops, cpu.ops, dflt_ops);
     CHECK(cu.gelus == cl.gelus && cu.gelus > 0, "PDDE_FUSE_GELU stays off by default on CUDA: %d bias_gelu ops (OpenCL %d)", cu.gelus, cl.gelus);
+    /* a plan's programs (planner/simulate.c) lowered for the rank's cluster device the same way */
+    int plan_cu = count_plan(g[0], c, CUDA), plan_cl = count_plan(g[0], c, OPENCL);
+    CHECK(plan_cu < plan_cl, "a plan's program: %d ops on CUDA, %d on OpenCL", plan_cu, plan_cl);
     program_counts f32cu = count_program(g[1], c, CUDA), f32cl = count_program(g[1], c, OPENCL);
     CHECK(f32cu.ops == f32cl.ops && f32cu.adds == f32cl.adds, "f32 on CUDA: no fusion by default: %d ops vs OpenCL's %d", f32cu.ops, f32cl.ops);
     /* "0": each one off on CUDA; all of them: the OpenCL program */
@@ -709,6 +723,8 @@ static void test_fusion_defaults(void) {
     program_counts off = count_program(g[0], c, CUDA);
     CHECK(off.ops == cl.ops && off.casts == cl.casts && off.adds == cl.adds, "every switch 0 on CUDA: %d ops (%d casts), OpenCL %d (%d)", off.ops,
           off.casts, cl.ops, cl.casts);
+    int plan_off = count_plan(g[0], c, CUDA);
+    CHECK(plan_off == plan_cl, "every switch 0: a plan's program on CUDA %d ops, on OpenCL %d", plan_off, plan_cl);
     /* "1": on where the default is off */
     setenv("PDDE_FUSE_EPILOGUE", "1", 1);
     program_counts epi = count_program(g[0], c, OPENCL), epi32 = count_program(g[1], c, CPU);
