@@ -227,7 +227,7 @@ typedef struct {
     void *lib;
     pcu_api cu;
     pcublas_api blas; /* blas.lib NULL: no cuBLAS */
-    pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT unset */
+    pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT=0 */
     pcu_graph_api graph;
     int driver_version;
     int n_devices;
