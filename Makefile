@@ -39,13 +39,20 @@ ifndef NO_CLBLAST
     HAVE_CLBLAST = 1
   endif
 endif
-ifdef UCX_DIR  # a UCX outside the system's paths (UCX_DIR/include, UCX_DIR/lib)
-  DEFS += -DPDDE_HAVE_UCX
-  CFLAGS += -I$(UCX_DIR)/include
-  LDLIBS += -L$(UCX_DIR)/lib -Wl,-rpath,$(UCX_DIR)/lib -lucp -luct -lucs -lucm
-  HAVE_UCX = 1
-else ifndef NO_UCX
-  ifeq ($(call has_pc,ucx),1)
+# UCX: UCX_DIR names one outside the system's paths (UCX_DIR/include, UCX_DIR/lib), else pkg-config's,
+# else the one tools/gpu-carry.sh put in .gpu-carry/ucx (a machine that cannot install it); NO_UCX=1 wins.
+ifndef NO_UCX
+  ifndef UCX_DIR
+    ifneq ($(call has_pc,ucx),1)
+      UCX_DIR := $(if $(wildcard .gpu-carry/ucx/include/ucp/api/ucp.h),$(CURDIR)/.gpu-carry/ucx)
+    endif
+  endif
+  ifneq ($(UCX_DIR),)
+    DEFS += -DPDDE_HAVE_UCX
+    CFLAGS += -I$(UCX_DIR)/include
+    LDLIBS += -L$(UCX_DIR)/lib -Wl,-rpath,$(UCX_DIR)/lib -lucp -luct -lucs -lucm
+    HAVE_UCX = 1
+  else ifeq ($(call has_pc,ucx),1)
     DEFS += -DPDDE_HAVE_UCX
     LDLIBS += $(shell pkg-config --libs ucx)
     HAVE_UCX = 1
