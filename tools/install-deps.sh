@@ -76,15 +76,21 @@ offline() { # WHY
 [ "${PDDE_OFFLINE:-0}" = 1 ] && offline "PDDE_OFFLINE=1"
 command -v apt-get >/dev/null 2>&1 || offline "no apt-get here"
 
-# Where apt would fetch from: its proxy (Acquire::http::Proxy, else \$http_proxy), else its first source.
+# Where apt would fetch from: its first source, or the proxy for that source's scheme (Acquire::http::Proxy
+# or Acquire::https::Proxy, else \$http_proxy or \$https_proxy; DIRECT: none).
 reachable() { # HOST PORT: a TCP connection within INSTALL_DEPS_PROBE_S seconds
   timeout "${INSTALL_DEPS_PROBE_S:-5}" bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2" 2>/dev/null
 }
+src=$(apt-get indextargets --no-release-info --format '$(URI)' 2>/dev/null | head -1 || true)
+scheme=http
+case "$src" in https://*) scheme=https ;; esac
 Proxy=
-eval "$(apt-config shell Proxy Acquire::http::Proxy 2>/dev/null)"
-target=${Proxy:-${http_proxy:-}}
-[ "$target" = DIRECT ] && target=
-[ -n "$target" ] || target=$(apt-get indextargets --no-release-info --format '$(URI)' 2>/dev/null | head -1 || true)
+eval "$(apt-config shell Proxy "Acquire::$scheme::Proxy" 2>/dev/null)"
+if [ -z "$Proxy" ]; then
+  if [ $scheme = https ]; then Proxy=${https_proxy:-}; else Proxy=${http_proxy:-}; fi
+fi
+[ "$Proxy" = DIRECT ] && Proxy=
+target=${Proxy:-$src}
 case "$target" in
   http://* | https://*) # (another kind of source, or none found: apt is left to tell)
     hostport=${target#*://}
@@ -94,7 +100,7 @@ case "$target" in
     port=${hostport##*:}
     if [ "$host" = "$hostport" ]; then case "$target" in https:*) port=443 ;; *) port=80 ;; esac; fi
     reachable "$host" "$port" ||
-      offline "no network: ${host}:${port} (apt's $([ -n "$Proxy${http_proxy:-}" ] && echo proxy || echo source)) could not be reached (a TCP connection within ${INSTALL_DEPS_PROBE_S:-5} s)"
+      offline "no network: ${host}:${port} (apt's $([ -n "$Proxy" ] && echo proxy || echo source)) could not be reached (a TCP connection within ${INSTALL_DEPS_PROBE_S:-5} s)"
     ;;
 esac
 
