@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2016 # ($ORIGIN and dpkg-deb's ${Package} are meant literally)
 # tools/gpu-carry.sh — UCX for a machine that has none and cannot install it (a GPU node without network
 # or Debian's packages), carried in a git-ignored folder of this repository.
 #
@@ -54,7 +55,7 @@ shopt -s nullglob
 for l in ucp uct ucs ucm ucs_signal numa ibverbs rdmacm mlx5 nl-3 nl-route-3; do
     f=("$m/lib$l".so.*.* "$work/root/lib/x86_64-linux-gnu/lib$l".so.*.*) # (libnl is in /lib)
     [ ${#f[@]} = 1 ] || { echo "gpu-carry: lib$l: found ${#f[@]} files, expected 1: ${f[*]}" >&2; exit 1; }
-    put "$f" "$dir/ucx/lib"
+    put "${f[0]}" "$dir/ucx/lib"
 done
 for f in "$m"/ucx/libuct_*.so.*.*; do put "$f" "$dir/ucx/lib/ucx"; done
 for l in ucp uct ucs ucm; do # (ld reads a text file as a linker script; it finds the named file on -L)
