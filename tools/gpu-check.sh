@@ -100,10 +100,14 @@ fi
 command -v cc >/dev/null 2>&1 || export CC=gcc
 jobs=$(nproc 2>/dev/null || echo 4)
 export WERROR= # (the compiler there is another: its new warnings must not stop a measurement; CI builds with -Werror)
-# UCX (for the launcher and multi-rank runs) where pkg-config finds it or UCX_DIR names one; else none
+# UCX (for the launcher and multi-rank runs): UCX_DIR, else pkg-config's, else the one tools/gpu-carry.sh put in
+# .gpu-carry/ucx (exported, so that make demo, bench-dlrm and the bench scripts build the same library); else none
+[ -z "${UCX_DIR:-}" ] && ! pkg-config --exists ucx 2>/dev/null && [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ] &&
+    export UCX_DIR=$root/.gpu-carry/ucx
 ucx=(NO_UCX=1)
-if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
+if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export UCX_DIR LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
+say "UCX: ${UCX_DIR:-$([ "${ucx[*]}" = NO_UCX=1 ] && echo none || echo "pkg-config's")} $(grep -s '^libucx0=' "${UCX_DIR:-/nonexistent}/PACKAGES")"
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
     build/test_casts build/test_moe_device build/test_nccl build/test_device_buckets \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
@@ -232,7 +236,7 @@ fi
 
 # ---- what a user runs: `make demo` (a rank per GPU; packages it cannot install are left out) and the
 # recommender with its dense stage on the GPU (`make bench-dlrm`: hetero_ratio's target is 1.3)
-step demo 150 env DEMO_ARGS="--steps 200" bash tools/demo.sh
+step demo 150 env PDDE_OFFLINE=1 DEMO_ARGS="--steps 200" bash tools/demo.sh
 took=$(grep -o 'rank 0: device [0-9]*, [a-z_]*:[0-9]*' "$out/step.out" | head -1 | sed 's/.*, //')
 result "gpu_demo rank0=${took:-none} loss=$(grep -o 'validation loss [0-9.]*' "$out/step.out" | tail -1 | awk '{print $3}')"
 step dlrm 150 make -s bench-dlrm BENCH_DLRM_ARGS="--reps 3"
