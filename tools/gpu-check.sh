@@ -10,9 +10,11 @@
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
-#   process; `make demo` (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the fusions and cublasLt that are off by default, and the MoE kernels on CUDA, each against the
-#   defaults; NCCL on device buffers; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
-#   the whole conformance suite on cuda, and on opencl where NVIDIA's OpenCL is there; memcheck.
+#   process; the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
+#   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers;
+#   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
+#   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the whole conformance suite on cuda,
+#   and on opencl where NVIDIA's OpenCL is there; memcheck.
 # GPU_CHECK_SKIP="step ..." leaves steps out by name.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
 # every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
@@ -186,12 +188,11 @@ line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
 [ -n "$line" ] && result "${line#RESULT }"
 cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
 
-# ---- what is off by default until measured here: the graph fusions and cublasLt (tools/bench/cuda_fusions.sh:
-# their conformance cases with and without cublasLt, test_casts, and GPT-2 124M bf16 steps with each switch
-# against the defaults in one run), and the MoE kernels on CUDA (PDDE_CUDA_MOE=1)
-# (the training runs that tell most: every switch at once with and without graphs, each newest switch alone;
-#  GPU_CHECK_FUSION_RUNS="" runs all of them)
-step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default all_lt att_lowp gelu_lt graph all_new_lt all_new_lt_graph default_again}" \
+# ---- the graph fusions and cublasLt (tools/bench/cuda_fusions.sh: their conformance cases with and without
+# cublasLt, test_casts, and GPT-2 124M bf16 steps: the defaults against the old defaults (every fusion off),
+# each default turned off alone, and the switches still off: GELU's epilogue, CUDA graphs), and the MoE
+# kernels on CUDA (PDDE_CUDA_MOE=1). GPU_CHECK_FUSION_RUNS="" runs every run the script has.
+step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default old_defaults no_lt no_grad no_att_lowp gelu graph default_again}" \
     bash tools/bench/cuda_fusions.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
