@@ -1158,8 +1158,9 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt ? pclt_cb_gemm_epi : NULL,
         .gemm_act = d->lt ? pclt_cb_gemm_act : NULL,
         /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
-         * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
-        .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,
+         * correct and 2.1x faster than the unfused graph on an H200, flash2 on q, k, v apart 1.34x flash
+         * (tools/bench/cuda_h200_results.md); packed qkv takes flash unless flash2 is named (not measured) */
+        .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH2,
         .has_flash = d->has_flash ? PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;

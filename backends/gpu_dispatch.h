@@ -129,9 +129,10 @@ typedef struct {
     int (*gemm_lowp)(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
                      int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
     /* Attention (pgd_attention): the backend's own switch (an environment variable read before
-     * PDDE_ATTENTION; NULL: none), the path it takes when neither is set (PGD_ATT_*), which q, k, v
-     * dtypes its tiled kernels take (PGD_FLASH_* bits; 0: it has none) and their launch shape:
-     * query (key) rows a group and items a group. */
+     * PDDE_ATTENTION; NULL: none), the path it takes when neither is set (PGD_ATT_*; a default of flash2
+     * takes flash on packed qkv, where flash2 runs only when named), which q, k, v dtypes its tiled
+     * kernels take (PGD_FLASH_* bits; 0: it has none) and their launch shape: query (key) rows a group
+     * and items a group. */
     const char *attention_env;
     int attention_default, has_flash;
     unsigned flash_rows, flash_threads;
@@ -795,16 +796,17 @@ static pgd_att pgd_att_of(const pdde_tensor *node) {
 static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     const char *var = g->attention_env, *v = var ? getenv(var) : NULL;
     if (!v || !*v) var = "PDDE_ATTENTION", v = getenv(var);
-    int path = g->attention_default;
+    int path = g->attention_default, named = 0;
     if (v && *v) {
         int c = -1;
         for (int i = 0; i < PGD_ATT_COUNT; i++)
             if (!strcmp(v, pgd_att_names[i])) c = i;
         if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows, flash or flash2: the attention takes the %s path", var, v, pgd_att_names[path]);
-        else path = c;
+        else path = c, named = 1;
     }
-    /* (flash2 reads q, k, v apart only: packed nodes, and backends without its kernels, take flash) */
-    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || pgd_att_of(node).packed)) path = PGD_ATT_FLASH;
+    /* (backends without flash2's kernels take flash; so does packed qkv unless flash2 is named: flash2
+     * there is not yet measured on a GPU) */
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (!named && pgd_att_of(node).packed))) path = PGD_ATT_FLASH;
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         const pdde_tensor *q = node->src[0];
         pgd_att at = pgd_att_of(node);
@@ -1020,14 +1022,16 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied)
     return e;
 }
 
-/* flash2 (backends/cuda_flash2.cuh): the forward flash's with K, V copies overlapping the products (at
- * D 64; flash's own at D 128), query tiles tile-major; the backward FlashAttention-2's one pass:
- * k_flash2_prep (a warp per row) rounds dO to bf16 into scratch and keeps each row's base-2 logsumexp and
- * rowsum(dO * O); dq is zeroed; k_flash2_back, a group per key tile (tile-major: the tiles that the
- * most queries see start first), accumulates dk, dv in registers and adds dq with atomics. */
+/* flash2 (backends/cuda_flash2.cuh), q, k, v apart or packed in qkv (the kernels' layout argument H): the
+ * forward flash's with K, V copies overlapping the products (at D 64; flash's own at D 128), query tiles
+ * tile-major; the backward FlashAttention-2's one pass: k_flash2_prep (a warp per row) rounds dO to bf16
+ * into scratch, keeps each row's base-2 logsumexp and rowsum(dO * O) and zeroes the row's dq;
+ * k_flash2_back, a group per key tile (tile-major: the tiles that the most queries see start first),
+ * accumulates dk, dv in registers and adds dq with atomics. The forward stores y's bf16 copy itself (the
+ * node's PDDE_P_ATTENTION_LOWP_COPY); the backward's is a cast after it (dq is complete only then). */
 static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied) {
-    pgd_att at = pgd_att_of(node); /* (q, k, v apart: pgd_attention_path sends no packed node here) */
-    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied);
     if (!rows) return PDDE_OK;
@@ -1036,20 +1040,23 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
     pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
-    if (node->op == PDDE_OP_ATTENTION)
+    if (node->op == PDDE_OP_ATTENTION) {
+        pgd_ptr cp = pgd_null;
+        if (at.packed && node->src[0]->dtype == PDDE_BF16 && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16)
+            cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
         return pgd_launch(g, PGD_K_FLASH2_FWD, (unsigned)groups, 1, 1, g->flash_threads, 1,
-                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale)));
+                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
+    }
     pgd_ptr py = at.y, pdy = at.dy, w = pgd_null;
     int64_t o_stats = pgd_align256(rows * D * 2);
     int d128 = D == 128;
     int e = g->scratch(g->impl, g->stream, (size_t)(o_stats + rows * 2 * (int64_t)sizeof(float)), &w);
     pgd_ptr dob = w, stats = pgd_at(w, o_stats);
     if (!e) e = pgd_launch(g, PGD_K_FLASH2_PREP + d128, (unsigned)prep_groups, 1, 1, g->flash_threads, 1,
-                           PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_A(rows)));
-    if (!e) e = g->fill32(g->impl, g->stream, po, 0, (size_t)(rows * D)); /* dq */
+                           PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(rows), PGD_A(T), PGD_A(H)));
     if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(BH), PGD_A(T),
-                                    PGD_A(scale)));
+                                    PGD_A(scale), PGD_A(H)));
     return e;
 }
 
