@@ -31,10 +31,11 @@ template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile(
 
 /* Where head bh of q, k or v starts and its row stride (elements), in the layout H gives
  * (backends/cuda_att_layout.cuh): [BH, T, D] contiguous (H 0), or rows of packed qkv [B, T, H*3*D] (k and v
- * passed D and 2D past q). */
+ * passed D and 2D past q). The kernels take the layout as a template argument too (PK: packed; then H > 0),
+ * so that the one for q, k, v apart has its strides as constants (registers: backends/cuda_kernels.cu). */
 template <int D>
-__device__ __forceinline__ const uint16_t *fl2_head(const uint16_t *x, long long bh, long long T, long long H, long long *stride) {
-    *stride = H ? 3 * H * D : D;
+__device__ __forceinline__ const uint16_t *fl2_head(const uint16_t *x, long long bh, long long T, long long H, int *stride) {
+    *stride = H ? 3 * (int)H * D : D; /* (the dispatcher's shapes: under 2^31) */
     return x + att_in(bh * T, T, D, H);
 }
 
@@ -82,20 +83,24 @@ __device__ __forceinline__ void flash2_prep(const float *y, const float *dy, uin
 
 /* dq, dk, dv (f32 in out, layout H: att_out; dq zeroed before) of the 64 keys of block blockIdx.x: key
  * tile blockIdx.x / BH (tile 0, the one with the most queries, first), head blockIdx.x % BH. */
-template <int D>
+template <int D, bool PK>
 __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                            const uint16_t *dob, const float *stats, float *out, long long BH, long long T,
-                                           float scale, long long H) {
+                                           float scale, long long Hn) {
+    const long long H = PK ? Hn : 0;
     constexpr int LD = D + 8, BK = FL2_KEYS, BQ = FL2_BQ(D), LDS = BQ + 8, NT = BQ / 8, DT = D / 8, KS = D / 16;
     constexpr bool KREG = D == 64; /* K's fragments in registers too (at D 128 they would spill) */
     /* dQ of a tile: warps split it into RG groups of 16 rows by D / CW column slices of CW */
     constexpr int RG = BQ / 16, CW = D / (FL_WARPS / RG);
     uint16_t *ks = sm, *dss = ks + BK * LD, *qs = dss + BK * LDS, *dos = qs + 2 * BQ * LD;
-    long long kt = blockIdx.x / BH, bh = blockIdx.x % BH, ldq, ldk, ldv; /* (row strides of q, k, v) */
+    long long kt = blockIdx.x / BH, bh = blockIdx.x % BH;
+    int ldq, ldk, ldv; /* (row strides of q, k, v) */
     const uint16_t *qb = fl2_head<D>(q, bh, T, H, &ldq), *kb = fl2_head<D>(k, bh, T, H, &ldk), *vb = fl2_head<D>(v, bh, T, H, &ldv);
     const uint16_t *dob_h = dob + bh * T * D;
     const float *st_h = stats + bh * T * 2;
-    float *dq_h = out + att_out(bh * T, 0, BH * T, T, D, H); /* (row stride ldq: dq has q's layout) */
+    /* dq has q's layout (row stride ldq); packed, its offset taken from qb's (att_out(r, 0, ...) = att_in(r, ...)):
+     * fewer registers */
+    float *dq_h = PK ? out + (qb - q) : out + att_out(bh * T, 0, BH * T, T, D, H);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     long long k0 = kt * BK, key0 = k0 + warp * 16 + g; /* this thread's keys: key0, key0 + 8 */
     fl2_load<D>(ks, kb, ldk, k0, T, BK);
@@ -222,7 +227,9 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
     for (int r = 0; r < 2; r++) {
         long long key = key0 + r * 8;
         if (key >= T) continue;
-        float *ok = out + att_out(bh * T + key, 1, BH * T, T, D, H), *ov = out + att_out(bh * T + key, 2, BH * T, T, D, H);
+        /* (packed: dk, dv D and 2D past dq in the key's row; att_out's arithmetic, with fewer registers) */
+        float *ok = PK ? dq_h + key * ldq + D : out + att_out(bh * T + key, 1, BH * T, T, D, H),
+              *ov = PK ? dq_h + key * ldq + 2 * D : out + att_out(bh * T + key, 2, BH * T, T, D, H);
 #pragma unroll
         for (int d = 0; d < DT; d++) {
             ok[d * 8 + t4 * 2] = scale * dk[d][2 * r], ok[d * 8 + t4 * 2 + 1] = scale * dk[d][2 * r + 1];
@@ -237,11 +244,13 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
  * blockIdx.x % BH). Layout H as flash_fwd's; ycp (NULL: none): y also stored rounded to bf16 there, at
  * y's indices. At D 128 two K, V buffers do not fit in 48 KiB: flash2 runs flash_fwd there. */
 #define FL2_FWD_SMEM(D) (4 * FL2_KEYS * ((D) + 8))
-template <int D>
+template <int D, bool PK>
 __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
-                                           long long BH, long long T, float scale, long long H, uint16_t *ycp = nullptr) {
+                                           long long BH, long long T, float scale, long long Hn, uint16_t *ycp = nullptr) {
+    const long long H = PK ? Hn : 0;
     constexpr int LD = D + 8, BK = FL2_KEYS, NT = BK / 8, DT = D / 8, KS = D / 16;
-    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH, ldq, ldk, ldv;
+    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH;
+    int ldq, ldk, ldv;
     const uint16_t *qb = fl2_head<D>(q, bh, T, H, &ldq), *kb = fl2_head<D>(k, bh, T, H, &ldk), *vb = fl2_head<D>(v, bh, T, H, &ldv);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     /* buffer b: K at sm + 2 b BK LD, V after it; Q passes through buffer 1 */
@@ -332,7 +341,7 @@ __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, cons
         float *yr = y + att_y(bh * T + row, T, D, H), inv = 1.0f / l[r];
 #pragma unroll
         for (int d = 0; d < DT; d++) yr[d * 8 + t4 * 2] = o[d][2 * r] * inv, yr[d * 8 + t4 * 2 + 1] = o[d][2 * r + 1] * inv;
-        if (ycp) { /* (y rounded to bf16 beside it, as a cast of y would) */
+        if (PK && ycp) { /* (y rounded to bf16 beside it, as a cast of y would: packed nodes only have one) */
             uint16_t *cr = ycp + att_y(bh * T + row, T, D, H);
 #pragma unroll
             for (int d = 0; d < DT; d++) *(uint32_t *)(cr + d * 8 + t4 * 2) = pack_bf16(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);

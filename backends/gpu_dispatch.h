@@ -64,11 +64,13 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
 /* Kernels only the CUDA backend has (the flash2 attention backward; PGD_FLASH2 in pgd_ctx.has_flash),
  * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
 enum {
-    PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_FWD,
+    PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_BACK_QKV,
+    PGD_K_FLASH2_BACK_QKV_D128, PGD_K_FLASH2_FWD, PGD_K_FLASH2_FWD_QKV,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
-    "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_fwd",
+    "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_back_qkv", "k_flash2_back_qkv_d128",
+    "k_flash2_fwd", "k_flash2_fwd_qkv",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -1044,7 +1046,7 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
         pgd_ptr cp = pgd_null;
         if (at.packed && node->src[0]->dtype == PDDE_BF16 && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16)
             cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
-        return pgd_launch(g, PGD_K_FLASH2_FWD, (unsigned)groups, 1, 1, g->flash_threads, 1,
+        return pgd_launch(g, PGD_K_FLASH2_FWD + at.packed, (unsigned)groups, 1, 1, g->flash_threads, 1,
                           PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
     }
     pgd_ptr py = at.y, pdy = at.dy, w = pgd_null;
@@ -1054,7 +1056,7 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
     pgd_ptr dob = w, stats = pgd_at(w, o_stats);
     if (!e) e = pgd_launch(g, PGD_K_FLASH2_PREP + d128, (unsigned)prep_groups, 1, 1, g->flash_threads, 1,
                            PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(rows), PGD_A(T), PGD_A(H)));
-    if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
+    if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + 2 * at.packed + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(BH), PGD_A(T),
                                     PGD_A(scale), PGD_A(H)));
     return e;

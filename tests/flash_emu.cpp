@@ -182,11 +182,16 @@ static void body_prep() {
     if (L.D == 64) flash2_prep<64>(L.y, L.dy, L_dob, L_stats, L.out, L.BH * L.T, L.T, L.H);
     else flash2_prep<128>(L.y, L.dy, L_dob, L_stats, L.out, L.BH * L.T, L.T, L.H);
 }
-static void body_back2() {
-    if (L.D == 64) flash2_bwd<64>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
-    else flash2_bwd<128>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
+static void body_back2() { /* (k_flash2_back or, packed, k_flash2_back_qkv) */
+    if (L.D == 64 && L.H) flash2_bwd<64, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
+    else if (L.D == 64) flash2_bwd<64, false>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
+    else if (L.H) flash2_bwd<128, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
+    else flash2_bwd<128, false>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
 }
-static void body_fwd2() { flash2_fwd<64>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp); }
+static void body_fwd2() {
+    if (L.H) flash2_fwd<64, true>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
+    else flash2_fwd<64, false>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, 0, L.ycp);
+}
 static void launch_fwd2(void) { /* (at D 64 only: flash2 runs flash_fwd at D 128) */
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
     emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_fwd2);
