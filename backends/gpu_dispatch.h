@@ -158,6 +158,14 @@ typedef struct {
 enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT_COUNT };
 enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
        PGD_FLASH_COPY = 8 /* the k_flash_* kernels take a last argument cp: their output also stored as bf16 there (NULL: not) */ };
+/* The CUDA backend's attention settings (its pgd_ctx where the sm_80 kernels are loaded; here so that
+ * tests/test_attention_dispatch.c checks the paths they give): the tiled bf16 kernels by default (f32
+ * takes the unfused path); tools/gpu-check.sh measured them correct and 2.1x faster than the unfused
+ * graph on an H200, flash2 on q, k, v apart 1.34x flash (tools/bench/cuda_h200_results.md); packed qkv
+ * takes flash unless flash2 is named (not yet measured there) */
+#define PGD_CUDA_ATTENTION_ENV "PDDE_CUDA_ATTENTION"
+#define PGD_CUDA_ATTENTION_DEFAULT PGD_ATT_FLASH2
+#define PGD_CUDA_FLASH (PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY)
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}

@@ -1,9 +1,8 @@
 /* test_attention_dispatch — which kernels the GPU dispatcher (backends/gpu_dispatch.h) launches for an
  * attention node on a CUDA device, and whether each launch's arguments match the kernel's parameters in
  * the PTX the CUDA backend loads (backends/cuda_kernels_ptx.h), where there is no GPU: the dispatcher
- * runs with a recording pgd_ctx holding the CUDA backend's attention settings (backends/cuda.c's
- * pcu_dispatcher: switch PDDE_CUDA_ATTENTION, default flash2, tiled bf16 kernels with flash2 and the bf16
- * copies, 64-row groups of 128 items). Checked, for q, k, v apart and packed in qkv (pdde_attention_qkv),
+ * runs with a recording pgd_ctx holding the CUDA backend's attention settings (PGD_CUDA_ATTENTION_*,
+ * PGD_CUDA_FLASH, which backends/cuda.c's dispatcher takes, and its 64-row groups of 128 items). Checked, for q, k, v apart and packed in qkv (pdde_attention_qkv),
  * at head sizes 64 and 128, forward and backward: by default flash2 apart and flash packed; named
  * flash2 takes flash2's packed kernels (k_flash2_*_qkv); named flash takes flash in both layouts; f32
  * q, k, v take the unfused path (no tiled kernel). Every launch: the PTX (compute_80) has the kernel,
@@ -61,8 +60,8 @@ static int rec_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, siz
 /* The kernels one attention node (op) of graph g launches, as names joined by spaces, into out. */
 static void kernels_of(pdde_context *ctx, pdde_graph *g, pdde_op op, char *out, size_t cap) {
     pgd_ctx c = {.ctx = ctx, .name = "cuda", .units = 132, .max_block = 1024, .launch = rec_launch, .scratch = rec_scratch,
-                 .fill32 = rec_fill32, .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH2,
-                 .has_flash = PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY, .flash_rows = 64, .flash_threads = 128};
+                 .fill32 = rec_fill32, .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
+                 .has_flash = PGD_CUDA_FLASH, .flash_rows = 64, .flash_threads = 128};
     out[0] = 0;
     for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
         pdde_tensor *t = (pdde_tensor *)pdde_graph_tensor(g, i);
