@@ -1058,7 +1058,7 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x) {
 
 /* Whether a fusion of lowering's is switched on (planner/lower.c: off by default, each its variable "1") */
 static bool cost_fusions_on(void) {
-    static const char *const names[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_FUSE_GELU",
+    static const char *const names[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_FUSE_GELU", "PDDE_FUSE_BGRAD",
                                         "PDDE_ATT_LOWP",      "PDDE_BF16_GRADS", "PDDE_BF16_LOGITS"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *v = getenv(names[i]);
