@@ -18,7 +18,8 @@
  * PDDE_CUDA_LT=1 runs matmuls with an epilogue on cublasLt: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
- * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first).
+ * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
+ * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -1246,6 +1247,32 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
     return PDDE_OK;
 }
 
+/* PDDE_CUDA_GEMMEX_LOWP=1 (off until measured): a matmul node with a bf16 / f16 output and no epilogue (a cast
+ * folded into it) is one cublasGemmStridedBatchedEx writing that dtype, as torch.matmul runs it, tried before
+ * cublasLt; else such nodes take cublasLt (PDDE_CUDA_LT=1) or the GEMM into f32 and a cast. */
+static int pcu_gemmex_lowp_on(void) {
+    const char *env = getenv("PDDE_CUDA_GEMMEX_LOWP");
+    return env && !strcmp(env, "1");
+}
+
+static int pcu_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                           pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pd, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr pc,
+                           float beta) {
+    pcu_dev *d = impl;
+    const pcublas_api *bl = &d->fam->blas;
+    if (pcu_gemmex_lowp_on() && !bias.base && beta == 0.0f && dt == ddt && (dt == PDDE_BF16 || dt == PDDE_F16) && d->blas &&
+        bl->GemmStridedBatchedEx && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX &&
+        bl->SetStream(d->blas, ((pcu_stream *)stream)->s) == 0) {
+        float one = 1.0f, zero = 0.0f;
+        int ty = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F, ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
+        int st = bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, (const void *)(uintptr_t)pgd_addr(pb), ty,
+                                          ldb, sB, (const void *)(uintptr_t)pgd_addr(pa), ty, lda, sA, &zero, (void *)(uintptr_t)pgd_addr(pd), ty,
+                                          (int)N, sD, (int)batch, PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+        if (st == 0) return PDDE_OK;
+    }
+    return d->lt ? pclt_cb_gemm_epi(impl, stream, dt, ddt, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch, bias, pc, beta) : 1;
+}
+
 /* The MoE kernels (gpu_moe.h) run only with PDDE_CUDA_MOE=1 until a GPU has verified them; without it
  * the MoE nodes fall back to the CPU as other unsupported ops do. */
 static int pcu_moe_enabled(void) {
@@ -1266,7 +1293,7 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = pcu_st(d, stream),
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
-        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt ? pclt_cb_gemm_epi : NULL,
+        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt || pcu_gemmex_lowp_on() ? pcu_cb_gemm_epi : NULL,
         .gemm_act = d->lt ? pclt_cb_gemm_act : NULL, .gemm_bgrad = d->lt ? pclt_cb_gemm_bgrad : NULL,
         /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
          * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */

@@ -8,6 +8,7 @@
  * Paths, each node built by hand and run through the backend's compute (pdde's dispatch, as a session runs
  * it), a fresh context per set of switches:
  *   gemmex_f32   the default: cublasGemmStridedBatchedEx, bf16 in, f32 out (every shape)
+ *   gemmex_bf16  PDDE_CUDA_GEMMEX_LOWP=1: the same writing bf16 (the forward and the input gradients)
  *   lt_bf16      PDDE_CUDA_LT=1, a bf16 output (the forward and the input gradients: PDDE_FUSE_EPILOGUE folds
  *                their casts), cublasLt
  *   lt_bias      the same with the bias epilogue (the forward)
@@ -33,8 +34,8 @@ typedef struct {
     int bias;
 } gemm_shape;
 
-enum { GP_GEMMEX, GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T, GP_COUNT };
-static const char *const gemm_path_names[GP_COUNT] = {"gemmex_f32", "lt_bf16", "lt_bias", "lt_beta1", "lt_bgrad",
+enum { GP_GEMMEX, GP_GEMMEX_BF16, GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T, GP_COUNT };
+static const char *const gemm_path_names[GP_COUNT] = {"gemmex_f32", "gemmex_bf16", "lt_bf16", "lt_bias", "lt_beta1", "lt_bgrad",
                                                       "lt_bf16_tuned", "lt_bias_tuned", "lt_beta1_tuned", "lt_bgrad_tuned"};
 
 static int gemm_shapes(const gpt_config *c, gemm_shape *s) {
@@ -94,10 +95,10 @@ static void gemm_leaf(pdde_tensor *t, pdde_dtype dt, int64_t r, int64_t c, void 
 /* ms a call of one path on shape s (0: the path does not take it or failed) */
 static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
     int p = path >= GP_LT_BF16_T ? path - 4 : path;
-    if ((p == GP_LT_BF16 && s->kind == 2) || (p == GP_LT_BIAS && (s->kind != 0 || !s->bias)) || (p == GP_LT_BETA1 && s->kind != 2) ||
+    if (((p == GP_LT_BF16 || p == GP_GEMMEX_BF16) && s->kind == 2) || (p == GP_LT_BIAS && (s->kind != 0 || !s->bias)) || (p == GP_LT_BETA1 && s->kind != 2) ||
         (p == GP_LT_BGRAD && (s->kind != 2 || !s->bias)))
         return 0;
-    pdde_dtype ddt = p == GP_LT_BF16 || p == GP_LT_BIAS ? PDDE_BF16 : PDDE_F32;
+    pdde_dtype ddt = p == GP_LT_BF16 || p == GP_LT_BIAS || p == GP_GEMMEX_BF16 ? PDDE_BF16 : PDDE_F32;
     int64_t ar = s->ta ? s->K : s->M, ac = s->ta ? s->M : s->K, br = s->tb ? s->N : s->K, bc = s->tb ? s->K : s->N;
     size_t abytes = (size_t)(s->M * s->K) * 2, bbytes = (size_t)(s->K * s->N) * 2, dbytes = (size_t)(s->M * s->N) * pdde_dtype_size(ddt);
     size_t extra = p == GP_LT_BGRAD ? ((dbytes + 255) & ~(size_t)255) + (size_t)s->N * 4 : dbytes;
@@ -166,12 +167,13 @@ static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
 }
 
 /* times[shape][path] for the paths of one set of switches (a fresh context) */
-static int gemm_run_paths(const char *backend, const char *lt, const char *tune, const gemm_shape *s, int n, const int *paths, int n_paths,
+static int gemm_run_paths(const char *backend, const char *const env[3], const gemm_shape *s, int n, const int *paths, int n_paths,
                           double (*times)[GP_COUNT]) {
-    if (lt) setenv("PDDE_CUDA_LT", lt, 1);
-    else unsetenv("PDDE_CUDA_LT");
-    if (tune) setenv("PDDE_CUDA_LT_TUNE", tune, 1);
-    else unsetenv("PDDE_CUDA_LT_TUNE");
+    static const char *const names[3] = {"PDDE_CUDA_LT", "PDDE_CUDA_LT_TUNE", "PDDE_CUDA_GEMMEX_LOWP"};
+    for (int i = 0; i < 3; i++) {
+        if (env[i]) setenv(names[i], env[i], 1);
+        else unsetenv(names[i]);
+    }
     pdde_context *ctx;
     if (pdde_context_init(NULL, &ctx) != PDDE_OK) return -1;
     int dev = pdde_device_find(ctx, backend, 0);
@@ -231,16 +233,18 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     int n = gemm_shapes(c, s);
     double t[16][GP_COUNT], torch_ms[16] = {0}, torch_bias_ms[16] = {0};
     memset(t, 0, sizeof t);
-    static const int def[] = {GP_GEMMEX}, lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD},
+    static const int def[] = {GP_GEMMEX, GP_GEMMEX_BF16}, lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD},
                      tuned[] = {GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T};
     printf("GEMMs of a GPT step (layers %d, width %d, vocab %d, B %d, T %d), bf16 operands, on %s\n", c->layers, c->width, c->vocab,
            c->batch, c->ctx, backend);
-    if (gemm_run_paths(backend, NULL, NULL, s, n, def, 1, t) || gemm_run_paths(backend, "1", NULL, s, n, lt, 4, t) ||
-        gemm_run_paths(backend, "1", "1", s, n, tuned, 4, t)) {
+    static const char *const env_def[3] = {NULL, NULL, NULL}, *const env_ex[3] = {NULL, NULL, "1"}, *const env_lt[3] = {"1", NULL, NULL},
+                             *const env_tuned[3] = {"1", "1", NULL};
+    if (gemm_run_paths(backend, env_def, s, n, def, 1, t) || gemm_run_paths(backend, env_ex, s, n, def + 1, 1, t) ||
+        gemm_run_paths(backend, env_lt, s, n, lt, 4, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t)) {
         printf("no %s device\n", backend);
         return;
     }
-    unsetenv("PDDE_CUDA_LT"), unsetenv("PDDE_CUDA_LT_TUNE");
+    unsetenv("PDDE_CUDA_LT"), unsetenv("PDDE_CUDA_LT_TUNE"), unsetenv("PDDE_CUDA_GEMMEX_LOWP");
     int have_torch = !strcmp(backend, "cuda") && gemm_torch(s, n, torch_ms, torch_bias_ms) == 0;
     double flops_all = 0, ms_def = 0, ms_best = 0, ms_torch = 0, ms_lt = 0, ms_lt_t = 0, torch_flops = 0;
     printf("%-10s %6s %6s %6s %2s %2s %3s", "shape", "M", "N", "K", "ta", "tb", "x");
