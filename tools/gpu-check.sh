@@ -98,6 +98,7 @@ if ! echo '#include <CL/cl.h>' | cc -E -x c - >/dev/null 2>&1 && [ -f /usr/local
 fi
 command -v cc >/dev/null 2>&1 || export CC=gcc
 jobs=$(nproc 2>/dev/null || echo 4)
+export WERROR= # (the compiler there is another: its new warnings must not stop a measurement; CI builds with -Werror)
 # UCX (for the launcher and multi-rank runs) where pkg-config finds it or UCX_DIR names one; else none
 ucx=(NO_UCX=1)
 if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
