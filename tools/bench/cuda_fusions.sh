@@ -21,8 +21,8 @@ set -u
 build=${1:-build}
 cap=${CAP:-75}
 log=$(mktemp -d)
-ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX where pkg-config finds it)
-pkg-config --exists ucx 2>/dev/null && ucx=()
+ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX_DIR, pkg-config's or the Makefile's .gpu-carry/ucx; else none)
+{ [ -n "${UCX_DIR:-}" ] || pkg-config --exists ucx 2>/dev/null || [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ]; } && ucx=()
 if ! make -s -j"$(nproc)" BUILD="$build" "${ucx[@]}" "$build/test_backend_ops" "$build/test_casts" "$build/bench_cuda" >"$log/build.out" 2>&1; then
     tail -20 "$log/build.out"
     echo "RESULT gpu_fusions status=build_failed"
