@@ -16,8 +16,8 @@ build=${1:-build}
 cap=${CAP:-120}
 log=${LOG:-$(mktemp -d)}
 mkdir -p "$log"
-ucx=(NO_UCX=1)
-pkg-config --exists ucx 2>/dev/null && ucx=()
+ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX_DIR, pkg-config's or the Makefile's .gpu-carry/ucx; else none)
+{ [ -n "${UCX_DIR:-}" ] || pkg-config --exists ucx 2>/dev/null || [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ]; } && ucx=()
 if ! make -s -j"$(nproc)" BUILD="$build" WERROR= "${ucx[@]}" "$build/test_backend_ops" "$build/bench_cuda" >"$log/build.out" 2>&1; then
     tail -20 "$log/build.out"
     echo "RESULT gpu_gemm_check status=build_failed"
