@@ -15,7 +15,7 @@
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
  * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
  * PDDE_CUDA_GRAPH=1 captures each step's work on a stream and replays it as CUDA graphs (below);
- * PDDE_CUDA_LT=1 runs matmuls with an epilogue on cublasLt: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
+ * cublasLt (on where it loads; PDDE_CUDA_LT=0 off) runs matmuls with an epilogue: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
  * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
@@ -236,7 +236,7 @@ typedef struct {
     void *lib;
     pcu_api cu;
     pcublas_api blas; /* blas.lib NULL: no cuBLAS */
-    pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT unset */
+    pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT=0 */
     pcu_graph_api graph;
     int driver_version;
     int n_devices;
@@ -403,11 +403,14 @@ static void pcu_load_cublas(pcu_family *f) {
 }
 
 /* --------------------------------------------------------------------------------------------------
- * cublasLt: matmuls with an epilogue (PDDE_CUDA_LT=1; off by default until a GPU run has measured it).
- * A matmul node with a bias source and/or a bf16 / f16 output (lowering's bias fusion) is one
- * cublasLtMatmul: the bias added in f32 in the epilogue (CUBLASLT_EPILOGUE_BIAS, an f32 bias), the sum
- * rounded once on the store. A shape cublasLt declines takes the generic path (the GEMM, the bias
- * kernel, the cast: pgd_matmul_epi), said once on stderr. */
+ * cublasLt: matmuls with an epilogue (on by default where libcublasLt loads: a GPU run measured lowering's
+ * fused matmuls faster on it; PDDE_CUDA_LT=0 turns it off). A matmul node with a bias source and/or a
+ * bf16 / f16 output (lowering's bias fusion) is one cublasLtMatmul: the bias added in f32 in the epilogue
+ * (CUBLASLT_EPILOGUE_BIAS), the sum rounded once on the store. cublasLt takes a bias of D's dtype only
+ * (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: an f32 bias with an f32 D, never with a bf16 one), so a bf16 / f16
+ * output with a bias is declined here and pgd_matmul_epi asks again for the f32 sum (D f32 in its scratch,
+ * then its cast: the bits of the unfused bias add and cast). A shape cublasLt declines takes the generic
+ * path (the GEMM, the bias kernel, the cast: pgd_matmul_epi), said once on stderr. */
 
 static void pclt_load(pcu_family *f) {
     static const char *const names[] = {
@@ -415,11 +418,11 @@ static void pclt_load(pcu_family *f) {
         "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.12",
     };
     const char *env = getenv("PDDE_CUDA_LT");
-    if (!env || strcmp(env, "1") != 0) return;
+    if (env && !strcmp(env, "0")) return;
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
+        if (env && !strcmp(env, "1")) fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
         return;
     }
     pclt_api a = {.lib = lib};
@@ -608,6 +611,7 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
     if (beta != 0.0f && ddt != PDDE_F32) return 1;
+    if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only: the caller asks again for an f32 D) */
     pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
@@ -689,12 +693,16 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
 
 /* PDDE_FUSE_GELU's matmuls on cublasLt (gpu_dispatch.h's gemm_act): GELU_AUX_BIAS (D = gelu(X), X = A op(B) +
  * bias kept in aux) and DGELU (D = A op(B) * gelu'(aux)). cublasLt keeps aux in D's dtype, so a node whose X
- * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels. */
+ * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels,
+ * and so does a GELU_AUX_BIAS with a bf16 / f16 D (its f32 bias: cublasLt's bias is of D's dtype). Its GELU is
+ * the tanh form, as pdde's; DGELU's product is summed in cublasLt's order and its gelu' evaluated its way, so
+ * a bf16 D differs from the kernels' where the f32 value lies next to a bf16 rounding boundary. */
 static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K,
                             pgd_ptr pa, pgd_ptr pb, pgd_ptr pd, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt) {
     pcu_dev *d = impl;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
+    if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
     pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = bias.base ? pgd_addr(bias) : 0, aaux = pgd_addr(aux);
     if (pclt_align(aaux) < 16) return 1;
@@ -1249,7 +1257,7 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
 
 /* PDDE_CUDA_GEMMEX_LOWP=1 (off until measured): a matmul node with a bf16 / f16 output and no epilogue (a cast
  * folded into it) is one cublasGemmStridedBatchedEx writing that dtype, as torch.matmul runs it, tried before
- * cublasLt; else such nodes take cublasLt (PDDE_CUDA_LT=1) or the GEMM into f32 and a cast. */
+ * cublasLt; else such nodes take cublasLt (unless PDDE_CUDA_LT=0) or the GEMM into f32 and a cast. */
 static int pcu_gemmex_lowp_on(void) {
     const char *env = getenv("PDDE_CUDA_GEMMEX_LOWP");
     return env && !strcmp(env, "1");
@@ -1295,10 +1303,9 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt || pcu_gemmex_lowp_on() ? pcu_cb_gemm_epi : NULL,
         .gemm_act = d->lt ? pclt_cb_gemm_act : NULL, .gemm_bgrad = d->lt ? pclt_cb_gemm_bgrad : NULL,
-        /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
-         * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
-        .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,
-        .has_flash = d->has_flash ? PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY : 0, .flash_rows = 64, .flash_threads = 128,
+        /* (the attention's settings: backends/gpu_dispatch.h) */
+        .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
+        .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;
 }

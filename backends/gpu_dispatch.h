@@ -64,11 +64,13 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
 /* Kernels only the CUDA backend has (the flash2 attention backward; PGD_FLASH2 in pgd_ctx.has_flash),
  * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
 enum {
-    PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_FWD,
+    PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_BACK_QKV,
+    PGD_K_FLASH2_BACK_QKV_D128, PGD_K_FLASH2_FWD, PGD_K_FLASH2_FWD_QKV,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
-    "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_fwd",
+    "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_back_qkv", "k_flash2_back_qkv_d128",
+    "k_flash2_fwd", "k_flash2_fwd_qkv",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -129,9 +131,10 @@ typedef struct {
     int (*gemm_lowp)(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
                      int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
     /* Attention (pgd_attention): the backend's own switch (an environment variable read before
-     * PDDE_ATTENTION; NULL: none), the path it takes when neither is set (PGD_ATT_*), which q, k, v
-     * dtypes its tiled kernels take (PGD_FLASH_* bits; 0: it has none) and their launch shape:
-     * query (key) rows a group and items a group. */
+     * PDDE_ATTENTION; NULL: none), the path it takes when neither is set (PGD_ATT_*; a default of flash2
+     * takes flash on packed qkv, where flash2 runs only when named), which q, k, v dtypes its tiled
+     * kernels take (PGD_FLASH_* bits; 0: it has none) and their launch shape: query (key) rows a group
+     * and items a group. */
     const char *attention_env;
     int attention_default, has_flash;
     unsigned flash_rows, flash_threads;
@@ -160,6 +163,14 @@ typedef struct {
 enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT_COUNT };
 enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
        PGD_FLASH_COPY = 8 /* the k_flash_* kernels take a last argument cp: their output also stored as bf16 there (NULL: not) */ };
+/* The CUDA backend's attention settings (its pgd_ctx where the sm_80 kernels are loaded; here so that
+ * tests/test_attention_dispatch.c checks the paths they give): the tiled bf16 kernels by default (f32
+ * takes the unfused path); tools/gpu-check.sh measured them correct and 2.1x faster than the unfused
+ * graph on an H200, flash2 on q, k, v apart 1.34x flash (tools/bench/cuda_h200_results.md); packed qkv
+ * takes flash unless flash2 is named (not yet measured there) */
+#define PGD_CUDA_ATTENTION_ENV "PDDE_CUDA_ATTENTION"
+#define PGD_CUDA_ATTENTION_DEFAULT PGD_ATT_FLASH2
+#define PGD_CUDA_FLASH (PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY)
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -565,7 +576,8 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
  * A matmul with an epilogue (planner/lower.c's fusions, PDDE_FUSE_EPILOGUE): a bias [N] (src 2) added to
  * every row, then a residual (PDDE_P_MATMUL_RESIDUAL: the last src), and/or a bf16 / f16 output rounded
  * once from the f32 sum. The backend's epilogue GEMM where it has one and takes the case (gemm_epi:
- * cublasLt), else the GEMM into f32 (the output itself, or scratch under a bf16 / f16 output), the bias
+ * cublasLt; under a bf16 / f16 output it declines, asked again for the f32 sum into scratch, then k_cast),
+ * else the GEMM into f32 (the output itself, or scratch under a bf16 / f16 output), the bias
  * and the residual added in place (k_binary) and the sum cast (k_cast): the kernels the adds and the cast
  * ran before, without their tensors. */
 /* PDDE_FUSE_GELU's matmuls (PDDE_P_MATMUL_ACT): one GEMM of a shared 2-D B (the rows of every batch are
@@ -583,7 +595,8 @@ static int pgd_matmul_act(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr beside = act == PDDE_MATMUL_GELU ? pgd_at(pd, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
     if (g->gemm_act && K > 0) { /* GELU: D = gelu(X) beside, aux = X (the node); DGELU: D = the node, aux = X */
         int e = g->gemm_act(g->impl, g->stream, act, a->dtype, node->dtype, tb, M, N, K, pa, pb, act == PDDE_MATMUL_GELU ? beside : pd,
-                            act == PDDE_MATMUL_GELU ? px : pgd_null, act == PDDE_MATMUL_GELU ? pd : px, x3->dtype);
+                            act == PDDE_MATMUL_GELU ? px : pgd_null, act == PDDE_MATMUL_GELU ? pd : px,
+                            act == PDDE_MATMUL_GELU ? node->dtype : x3->dtype); /* (GELU: aux is the node, x3 the bias) */
         if (e != 1) return e;
     }
     int64_t c_bytes = (n * 4 + 255) & ~(int64_t)255, x_bytes = act == PDDE_MATMUL_DGELU && x3->dtype != PDDE_F32 ? c_bytes : 0;
@@ -655,8 +668,13 @@ static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr scr = pgd_null;
     int e = cbytes + wbytes ? g->scratch(g->impl, g->stream, (size_t)(cbytes + wbytes), &scr) : PDDE_OK;
     pgd_ptr c32 = cbytes ? scr : pd, work = wbytes ? pgd_at(scr, cbytes) : pgd_null;
-    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, work);
     int32_t add = PGD_B_ADD, sdt = (int32_t)PDDE_F32, ddt = (int32_t)node->dtype;
+    if (!e && cbytes && g->gemm_epi && K > 0) { /* a bf16 / f16 output it declined: the f32 sum from its epilogue GEMM, then the cast */
+        int f = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, pbias, pres,
+                            residual ? 1.0f : 0.0f);
+        if (f != 1) return f ? f : pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
+    }
+    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, work);
     if (!e && bias) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(c32), PGD_P(pbias), PGD_P(c32), PGD_A(n), PGD_A(N), PGD_A(add)));
     if (!e && residual) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pres), PGD_P(c32), PGD_P(c32), PGD_A(n), PGD_A(n), PGD_A(add)));
     if (!e && cbytes) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
@@ -825,16 +843,17 @@ static pgd_att pgd_att_of(const pdde_tensor *node) {
 static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     const char *var = g->attention_env, *v = var ? getenv(var) : NULL;
     if (!v || !*v) var = "PDDE_ATTENTION", v = getenv(var);
-    int path = g->attention_default;
+    int path = g->attention_default, named = 0;
     if (v && *v) {
         int c = -1;
         for (int i = 0; i < PGD_ATT_COUNT; i++)
             if (!strcmp(v, pgd_att_names[i])) c = i;
         if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows, flash or flash2: the attention takes the %s path", var, v, pgd_att_names[path]);
-        else path = c;
+        else path = c, named = 1;
     }
-    /* (flash2 reads q, k, v apart only: packed nodes, and backends without its kernels, take flash) */
-    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || pgd_att_of(node).packed)) path = PGD_ATT_FLASH;
+    /* (backends without flash2's kernels take flash; so does packed qkv unless flash2 is named: flash2
+     * there is not yet measured on a GPU) */
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (!named && pgd_att_of(node).packed))) path = PGD_ATT_FLASH;
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         const pdde_tensor *q = node->src[0];
         pgd_att at = pgd_att_of(node);
@@ -1050,14 +1069,16 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied)
     return e;
 }
 
-/* flash2 (backends/cuda_flash2.cuh): the forward flash's with K, V copies overlapping the products (at
- * D 64; flash's own at D 128), query tiles tile-major; the backward FlashAttention-2's one pass:
- * k_flash2_prep (a warp per row) rounds dO to bf16 into scratch and keeps each row's base-2 logsumexp and
- * rowsum(dO * O); dq is zeroed; k_flash2_back, a group per key tile (tile-major: the tiles that the
- * most queries see start first), accumulates dk, dv in registers and adds dq with atomics. */
+/* flash2 (backends/cuda_flash2.cuh), q, k, v apart or packed in qkv (the kernels' layout argument H): the
+ * forward flash's with K, V copies overlapping the products (at D 64; flash's own at D 128), query tiles
+ * tile-major; the backward FlashAttention-2's one pass: k_flash2_prep (a warp per row) rounds dO to bf16
+ * into scratch, keeps each row's base-2 logsumexp and rowsum(dO * O) and zeroes the row's dq;
+ * k_flash2_back, a group per key tile (tile-major: the tiles that the most queries see start first),
+ * accumulates dk, dv in registers and adds dq with atomics. The forward stores y's bf16 copy itself (the
+ * node's PDDE_P_ATTENTION_LOWP_COPY); the backward's is a cast after it (dq is complete only then). */
 static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied) {
-    pgd_att at = pgd_att_of(node); /* (q, k, v apart: pgd_attention_path sends no packed node here) */
-    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied);
     if (!rows) return PDDE_OK;
@@ -1066,20 +1087,23 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
     pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
-    if (node->op == PDDE_OP_ATTENTION)
-        return pgd_launch(g, PGD_K_FLASH2_FWD, (unsigned)groups, 1, 1, g->flash_threads, 1,
-                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale)));
+    if (node->op == PDDE_OP_ATTENTION) {
+        pgd_ptr cp = pgd_null;
+        if (at.packed && node->src[0]->dtype == PDDE_BF16 && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16)
+            cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
+        return pgd_launch(g, PGD_K_FLASH2_FWD + at.packed, (unsigned)groups, 1, 1, g->flash_threads, 1,
+                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
+    }
     pgd_ptr py = at.y, pdy = at.dy, w = pgd_null;
     int64_t o_stats = pgd_align256(rows * D * 2);
     int d128 = D == 128;
     int e = g->scratch(g->impl, g->stream, (size_t)(o_stats + rows * 2 * (int64_t)sizeof(float)), &w);
     pgd_ptr dob = w, stats = pgd_at(w, o_stats);
     if (!e) e = pgd_launch(g, PGD_K_FLASH2_PREP + d128, (unsigned)prep_groups, 1, 1, g->flash_threads, 1,
-                           PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_A(rows)));
-    if (!e) e = g->fill32(g->impl, g->stream, po, 0, (size_t)(rows * D)); /* dq */
-    if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
+                           PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(rows), PGD_A(T), PGD_A(H)));
+    if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + 2 * at.packed + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(BH), PGD_A(T),
-                                    PGD_A(scale)));
+                                    PGD_A(scale), PGD_A(H)));
     return e;
 }
 

@@ -10,9 +10,11 @@
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
-#   process; `make demo` (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the fusions and cublasLt that are off by default, and the MoE kernels on CUDA, each against the
-#   defaults; NCCL on device buffers; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
-#   the whole conformance suite on cuda, and on opencl where NVIDIA's OpenCL is there; memcheck.
+#   process; the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
+#   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers;
+#   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
+#   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the whole conformance suite on cuda,
+#   and on opencl where NVIDIA's OpenCL is there; memcheck.
 # GPU_CHECK_SKIP="step ..." leaves steps out by name.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
 # every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
@@ -109,7 +111,7 @@ if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export UCX_DIR LD_LIBRA
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
 say "UCX: ${UCX_DIR:-$([ "${ucx[*]}" = NO_UCX=1 ] && echo none || echo "pkg-config's")} $(grep -s '^libucx0=' "${UCX_DIR:-/nonexistent}/PACKAGES")"
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
-    build/test_casts build/test_moe_device build/test_nccl build/test_device_buckets \
+    build/test_casts build/test_moe_device build/test_nccl build/test_device_buckets build/test_attention_dispatch \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
 rc=$?
 result "build exit=$rc"
@@ -122,6 +124,7 @@ fi
 test_step test_cuda 90 build/test_cuda
 test_step test_backend_ops_cuda_attention 90 build/test_backend_ops --backend cuda --op attention
 test_step test_gpu_attention 90 build/test_gpu_attention
+test_step test_attention_dispatch 30 build/test_attention_dispatch
 test_step test_backend_ops_cuda_rmsnorm 60 build/test_backend_ops --backend cuda --op rmsnorm_back
 
 # ---- the whole conformance suite
@@ -140,8 +143,19 @@ for path in unfused flash flash2; do
 done
 step attention_torch 90 python3 tools/bench/attention_torch.py --dtype bf16
 att[torch]=$(field "$out/step.out" fwd_bwd_ms)
+# (fwd_bwd_vs_sdpa: the default path for q, k, v apart, flash2)
 result "gpu_attention pdde_unfused_ms=${att[unfused]:-na} pdde_flash_ms=${att[flash]:-na} pdde_flash2_ms=${att[flash2]:-na} torch_sdpa_ms=${att[torch]:-na}" \
-       "fwd_bwd_vs_sdpa=$(ratio "${att[unfused]:-0}" "${att[torch]:-0}") flash_vs_sdpa=$(ratio "${att[flash]:-0}" "${att[torch]:-0}")"
+       "fwd_bwd_vs_sdpa=$(ratio "${att[flash2]:-0}" "${att[torch]:-0}") flash_vs_sdpa=$(ratio "${att[flash]:-0}" "${att[torch]:-0}")" \
+       "unfused_vs_sdpa=$(ratio "${att[unfused]:-0}" "${att[torch]:-0}")"
+declare -A attp # (the packed qkv the GPT block reads: flash, the default there, against flash2)
+for path in flash flash2; do
+    step "attention_packed_$path" 60 env PDDE_CUDA_ATTENTION=$path build/bench_cuda --attention --dtype bf16 --packed
+    attp[$path]=$(field "$out/step.out" fwd_bwd_ms)
+done
+step attention_torch_packed 90 python3 tools/bench/attention_torch.py --dtype bf16 --packed
+attp[torch]=$(field "$out/step.out" fwd_bwd_ms)
+result "gpu_attention_packed pdde_flash_ms=${attp[flash]:-na} pdde_flash2_ms=${attp[flash2]:-na} torch_sdpa_ms=${attp[torch]:-na}" \
+       "flash2_vs_flash=$(ratio "${attp[flash2]:-0}" "${attp[flash]:-0}") flash2_vs_sdpa=$(ratio "${attp[flash2]:-0}" "${attp[torch]:-0}")"
 
 # ---- GPT-2 124M training steps
 declare -A tok
@@ -158,9 +172,10 @@ gpt_run bf16 build/bench_cuda --gpt --dtype bf16 # (the defaults: what a user ge
 mfu=$(field "$out/step.out" mfu_pct)
 # (each default against what it replaced: every cast kept; q, k, v sliced and permuted apart)
 gpt_run bf16_casts_kept PDDE_FOLD_CASTS=0 build/bench_cuda --gpt --dtype bf16
-gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 build/bench_cuda --gpt --dtype bf16
-# (flash2, not yet measured, reads q, k, v apart only)
+gpt_run bf16_separate_qkv PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash build/bench_cuda --gpt --dtype bf16
+# (flash2: the default for q, k, v apart; on the packed qkv only where named, until measured here)
 gpt_run bf16_flash2 PDDE_SEPARATE_QKV=1 PDDE_CUDA_ATTENTION=flash2 build/bench_cuda --gpt --dtype bf16
+gpt_run bf16_flash2_packed PDDE_CUDA_ATTENTION=flash2 build/bench_cuda --gpt --dtype bf16
 gpt_run bf16_unfused PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16
 torch_args=(--device cuda --vocab 50304 --layers 12 --heads 12 --width 768 --ctx 1024 --batch 8 --steps 10 --warmup 3)
 step torch_bf16_eager 90 python3 tools/bench/gpt_torch.py "${torch_args[@]}" --dtype bf16 --sdpa
@@ -186,12 +201,11 @@ line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
 [ -n "$line" ] && result "${line#RESULT }"
 cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
 
-# ---- what is off by default until measured here: the graph fusions and cublasLt (tools/bench/cuda_fusions.sh:
-# their conformance cases with and without cublasLt, test_casts, and GPT-2 124M bf16 steps with each switch
-# against the defaults in one run), and the MoE kernels on CUDA (PDDE_CUDA_MOE=1)
-# (the training runs that tell most: every switch at once with and without graphs, each newest switch alone;
-#  GPU_CHECK_FUSION_RUNS="" runs all of them)
-step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default all_lt att_lowp gelu_lt graph all_new_lt all_new_lt_graph default_again}" \
+# ---- the graph fusions and cublasLt (tools/bench/cuda_fusions.sh: their conformance cases with and without
+# cublasLt, test_casts, and GPT-2 124M bf16 steps: the defaults against the old defaults (every fusion off),
+# each default turned off alone, and the switches still off: GELU's epilogue, CUDA graphs), and the MoE
+# kernels on CUDA (PDDE_CUDA_MOE=1). GPU_CHECK_FUSION_RUNS="" runs every run the script has.
+step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default old_defaults no_lt no_grad no_att_lowp gelu graph default_again}" \
     bash tools/bench/cuda_fusions.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1

@@ -7,11 +7,12 @@
  * head (tied embedding, V = vocab) logits x E^T [M, V], dx = dlogits E [M, C], dE = dlogits^T x [V, C].
  * Paths, each node built by hand and run through the backend's compute (pdde's dispatch, as a session runs
  * it), a fresh context per set of switches:
- *   gemmex_f32   the default: cublasGemmStridedBatchedEx, bf16 in, f32 out (every shape)
- *   gemmex_bf16  PDDE_CUDA_GEMMEX_LOWP=1: the same writing bf16 (the forward and the input gradients)
- *   lt_bf16      PDDE_CUDA_LT=1, a bf16 output (the forward and the input gradients: PDDE_FUSE_EPILOGUE folds
- *                their casts), cublasLt
- *   lt_bias      the same with the bias epilogue (the forward)
+ *   gemmex_f32   a matmul without epilogue: cublasGemmStridedBatchedEx, bf16 in, f32 out (every shape)
+ *   gemmex_bf16  PDDE_CUDA_GEMMEX_LOWP=1 (PDDE_CUDA_LT=0): the same writing bf16 (the forward and the input
+ *                gradients)
+ *   lt_bf16      cublasLt (PDDE_CUDA_LT=1), a bf16 output (the forward and the input gradients: PDDE_FUSE_EPILOGUE
+ *                folds their casts)
+ *   lt_bias      the same with a bias (the forward: cublasLt's bias is of D's dtype, so its f32 sum, then a cast)
  *   lt_beta1     the weight gradients accumulated in place (PDDE_FUSE_GRAD: beta 1, f32)
  *   lt_bgrad     the weight gradients with their bias gradient (PDDE_FUSE_BGRAD: BGRADA)
  *   *_tuned      the lt_* paths again under PDDE_CUDA_LT_TUNE=1 (the fastest of cublasLt's candidates; the
@@ -19,7 +20,7 @@
  * Inputs are random (not zero); where a shape's operands are small against the L2 cache, several copies
  * are rotated so that each call reads cold memory. Times: CUDA events around 10 calls, the median of 11
  * such runs (elsewhere, as --device opencl for a check of the code, host time after a sync).
- * Totals weigh each shape by its calls a step; RESULT gpu_gemm: pdde_tflops (the default path), pdde_best_tflops
+ * Totals weigh each shape by its calls a step; RESULT gpu_gemm: pdde_tflops (gemmex_f32, every shape), pdde_best_tflops
  * (each shape's fastest path), torch_tflops, ratio = pdde / torch, best_ratio, lt_tune_gain (the lt paths'
  * time / the tuned ones'). */
 #include "pdde_extension.h"
@@ -237,7 +238,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
                      tuned[] = {GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T};
     printf("GEMMs of a GPT step (layers %d, width %d, vocab %d, B %d, T %d), bf16 operands, on %s\n", c->layers, c->width, c->vocab,
            c->batch, c->ctx, backend);
-    static const char *const env_def[3] = {NULL, NULL, NULL}, *const env_ex[3] = {NULL, NULL, "1"}, *const env_lt[3] = {"1", NULL, NULL},
+    static const char *const env_def[3] = {"0", NULL, NULL}, *const env_ex[3] = {"0", NULL, "1"}, *const env_lt[3] = {"1", NULL, NULL},
                              *const env_tuned[3] = {"1", "1", NULL};
     if (gemm_run_paths(backend, env_def, s, n, def, 1, t) || gemm_run_paths(backend, env_ex, s, n, def + 1, 1, t) ||
         gemm_run_paths(backend, env_lt, s, n, lt, 4, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t)) {

@@ -7,7 +7,7 @@
 # log). Then training steps (bench_cuda --gpt --dtype bf16) with the defaults and the switches, in the same run.
 #
 #   bash tools/bench/cuda_gemm.sh [BUILD]      (BUILD: the build folder, default build; built here)
-#   RUNS="default bgrad_lt" bash tools/bench/cuda_gemm.sh     (only those training runs; RUNS=none: no runs)
+#   RUNS="default bgrad" bash tools/bench/cuda_gemm.sh     (only those training runs; RUNS=none: no runs)
 #
 # Prints a RESULT line per test and run, the --gemm table and ends with `RESULT gpu_gemm_check ...`: each
 # run's tokens/s and its ratio to the defaults'. Each command is time-boxed (CAP seconds, default 120).
@@ -66,21 +66,18 @@ run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS 
     [ -n "$line" ] || { failed=$((failed + 1)); tail -5 "$log/gpt_$name.out"; }
     grep "pdde: cuda: cublasLt" "$log/gpt_$name.out" | grep -v "candidates, fastest" | sort | uniq -c | head -3
 }
-# best: the fastest set measured so far (33.0 ms a step on an H200); +FUSE_GRAD: with the weight gradients accumulated
-# in their GEMMs too (with PDDE_FUSE_BGRAD only the head's: the others write their bias gradient instead)
-best="PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_BF16_GRADS=1 PDDE_ATT_LOWP=1 PDDE_CUDA_LT=1"
+# the defaults (on CUDA in bf16: cublasLt and lowering's fusions, PDDE_FUSE_GRAD among them); with PDDE_FUSE_BGRAD the
+# biased linears' weight gradients write their bias gradient and leave PDDE_FUSE_GRAD (bgrad_nograd: without it at all)
 run default X=0
 run bgrad PDDE_FUSE_BGRAD=1
-run bgrad_lt PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT=1
-run best $best
-run best_bgrad $best PDDE_FUSE_BGRAD=1
-run best_tune $best PDDE_CUDA_LT_TUNE=1
-run best_bgrad_tune $best PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1
-run best_bgrad_grad_tune $best PDDE_FUSE_BGRAD=1 PDDE_FUSE_GRAD=1 PDDE_CUDA_LT_TUNE=1
-run best_bgrad_gemmex $best PDDE_FUSE_BGRAD=1 PDDE_CUDA_GEMMEX_LOWP=1
+run bgrad_nograd PDDE_FUSE_BGRAD=1 PDDE_FUSE_GRAD=0
+run tune PDDE_CUDA_LT_TUNE=1
+run bgrad_tune PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1
+run gemmex PDDE_CUDA_GEMMEX_LOWP=1
+run bgrad_tune_gemmex PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1 PDDE_CUDA_GEMMEX_LOWP=1
 run default_again X=0
 out="RESULT gpu_gemm_check default_tok_s=${tok[default]:-na}"
-for n in bgrad bgrad_lt best best_bgrad best_tune best_bgrad_tune best_bgrad_grad_tune best_bgrad_gemmex default_again; do
+for n in bgrad bgrad_nograd tune bgrad_tune gemmex bgrad_tune_gemmex default_again; do
     out+=" ${n}_vs_default=$(ratio "${tok[$n]:-0}" "${tok[default]:-0}")"
 done
 echo "$out $(grep '^RESULT gpu_gemm ' "$log/gemm.out" | sed 's/^RESULT gpu_gemm //') failed=$failed log=$log"
