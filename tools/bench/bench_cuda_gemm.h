@@ -272,7 +272,7 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     }
     double tf_def = ms_def > 0 ? flops_all / (ms_def * 1e-3) / 1e12 : 0, tf_best = ms_best > 0 ? flops_all / (ms_best * 1e-3) / 1e12 : 0;
     double tf_torch = ms_torch > 0 ? torch_flops / (ms_torch * 1e-3) / 1e12 : 0;
-    printf("a step's GEMMs: %.2f TFLOP; default path %.2f ms, each shape's fastest path %.2f ms%s", flops_all / 1e12, ms_def, ms_best,
+    printf("a step's GEMMs: %.2f TFLOP; gemmex_f32 %.2f ms, each shape's fastest path %.2f ms%s", flops_all / 1e12, ms_def, ms_best,
            have_torch ? "" : "; torch: not run (python3 with torch and CUDA needed: PDDE_TORCH_PYTHON)");
     if (have_torch) printf(", torch.matmul %.2f ms", ms_torch);
     printf("\n");
