@@ -344,7 +344,33 @@ static pdde_status cpu_grad_accum_matmul(pdde_context *ctx, pdde_threadpool *poo
     return st;
 }
 
+/* A weight gradient's matmul that also writes its bias gradient (lowering's PDDE_FUSE_BGRAD): the column
+ * sums of B [K, N] (f32 or bf16 / f16) beside the product, each column summed in row order into a double,
+ * as sum_to sums the rows it replaces (f32 B: the same bits) */
+typedef struct { const pdde_tensor *b; float *out; int64_t K, N; } bgrad_job;
+
+static void bgrad_task(void *arg, int64_t begin, int64_t end) {
+    const bgrad_job *j = arg;
+    double acc[512];
+    float wide[512];
+    for (int64_t c0 = begin; c0 < end; c0 += 512) {
+        int64_t nc = end - c0 < 512 ? end - c0 : 512;
+        for (int64_t k = 0; k < nc; k++) acc[k] = 0;
+        for (int64_t r = 0; r < j->K; r++) {
+            const float *row = F32(j->b) + r * j->N + c0;
+            if (j->b->dtype != PDDE_F32) half_to_f32(LOWP_OUT(j->b) + r * j->N + c0, wide, nc, j->b->dtype), row = wide;
+            for (int64_t k = 0; k < nc; k++) acc[k] += row[k];
+        }
+        for (int64_t k = 0; k < nc; k++) j->out[c0 + k] = (float)acc[k];
+    }
+}
+
 static pdde_status cpu_matmul(pdde_context *ctx, pdde_threadpool *pool, cpu_dnnl *dnnl, pdde_tensor *y) {
+    if (pdde_op_i32(y, PDDE_P_MATMUL_BGRAD)) {
+        bgrad_job j = {y->src[1], (float *)((char *)F32(y) + pdde_lowp_copy_offset(y)), y->src[1]->shape[0], y->shape[y->ndim - 1]};
+        parallel_for(pool, j.N, j.K * j.N < PAR_MIN ? INT64_MAX : 128, bgrad_task, &j);
+        return cpu_matmul_into(ctx, pool, dnnl, y, F32(y));
+    }
     if (y->nsrc == 2 && y->dtype == PDDE_F32) return cpu_matmul_into(ctx, pool, dnnl, y, F32(y));
     int64_t n = pdde_tensor_numel(y), N = y->ndim ? y->shape[y->ndim - 1] : 1;
     float *C = y->dtype == PDDE_F32 ? F32(y) : malloc((size_t)(n ? n : 1) * sizeof *C);

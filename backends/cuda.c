@@ -15,8 +15,11 @@
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
  * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
  * PDDE_CUDA_GRAPH=1 captures each step's work on a stream and replays it as CUDA graphs (below);
- * PDDE_CUDA_LT=1 runs matmuls with an epilogue on cublasLt: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
- * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU).
+ * cublasLt (on where it loads; PDDE_CUDA_LT=0 off) runs matmuls with an epilogue: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
+ * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
+ * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
+ * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
+ * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -109,6 +112,7 @@ typedef struct {
     pcu_result (*EventDestroy)(pcu_cevent);
     pcu_result (*EventRecord)(pcu_cevent, pcu_cstream);
     pcu_result (*EventSynchronize)(pcu_cevent);
+    pcu_result (*EventElapsedTime)(float *, pcu_cevent, pcu_cevent);
     pcu_result (*GetErrorName)(pcu_result, const char **);
 } pcu_api;
 
@@ -146,6 +150,7 @@ static const struct { const char *name; size_t off; } pcu_syms[] = {
     PCU_SYM(EventDestroy, "cuEventDestroy_v2"),
     PCU_SYM(EventRecord, "cuEventRecord"),
     PCU_SYM(EventSynchronize, "cuEventSynchronize"),
+    PCU_SYM(EventElapsedTime, "cuEventElapsedTime"),
     PCU_SYM(GetErrorName, "cuGetErrorName"),
 #undef PCU_SYM
 };
@@ -199,12 +204,13 @@ enum { /* cublasLt.h / cublas_api.h values */
     PCLT_COMPUTE_32F_FAST_TF32 = 77, PCLT_DESC_TRANSA = 3, PCLT_DESC_TRANSB = 4, PCLT_DESC_EPILOGUE = 7, PCLT_DESC_BIAS_POINTER = 8,
     PCLT_DESC_EPILOGUE_AUX_POINTER = 11, PCLT_DESC_EPILOGUE_AUX_LD = 12,
     PCLT_DESC_BIAS_DATA_TYPE = 26, PCLT_EPILOGUE_DEFAULT = 1, PCLT_EPILOGUE_BIAS = 4, PCLT_LAYOUT_BATCH_COUNT = 5,
-    PCLT_EPILOGUE_GELU_AUX_BIAS = 164, PCLT_EPILOGUE_DGELU = 192, /* (cublasLtEpilogue_t) */
+    PCLT_EPILOGUE_GELU_AUX_BIAS = 164, PCLT_EPILOGUE_DGELU = 192, PCLT_EPILOGUE_BGRADA = 256, /* (cublasLtEpilogue_t) */
     PCLT_LAYOUT_STRIDED_BATCH_OFFSET = 6, PCLT_PREF_MAX_WORKSPACE_BYTES = 1, PCLT_PREF_MIN_ALIGNMENT_A = 5,
     PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8,
 };
 #define PCLT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself sets aside on Hopper */
 #define PCLT_PLANS 128                     /* GEMM shapes kept per device (a GPT step has a few dozen) */
+#define PCLT_CANDIDATES 8                  /* algorithms PDDE_CUDA_LT_TUNE=1 asks the heuristic for and times */
 /* One GEMM shape's descriptors and algorithm, made on its first call and kept; ok 0: cublasLt has no
  * algorithm for it (or failed on it) and the generic path runs it. */
 typedef struct {
@@ -214,6 +220,9 @@ typedef struct {
     pclt_algo algo;
     size_t workspace;
     int ok;
+    int n_cand, tuned; /* (PDDE_CUDA_LT_TUNE: the heuristic's candidates, timed on the first call) */
+    pclt_algo cand[PCLT_CANDIDATES];
+    size_t cand_ws[PCLT_CANDIDATES];
 } pclt_plan;
 
 typedef struct {
@@ -464,6 +473,11 @@ static uint32_t pclt_align(uint64_t addr) {
     return a;
 }
 
+static int pclt_tune_on(void) {
+    const char *env = getenv("PDDE_CUDA_LT_TUNE");
+    return env && !strcmp(env, "1");
+}
+
 static int pclt_type(pdde_dtype dt) { return dt == PDDE_BF16 ? PCUBLAS_R_16BF : dt == PDDE_F16 ? PCUBLAS_R_16F : PCUBLAS_R_32F; }
 
 /* Makes plan p for the key: descriptors, layouts and the heuristic's first algorithm (p->ok 0: none). */
@@ -503,13 +517,91 @@ static void pclt_plan_make(pcu_dev *d, pclt_plan *p, pdde_dtype dt, pdde_dtype d
     st = st ? st : a->PrefSet(pref, PCLT_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
     static const int which[4] = {PCLT_PREF_MIN_ALIGNMENT_A, PCLT_PREF_MIN_ALIGNMENT_B, PCLT_PREF_MIN_ALIGNMENT_C, PCLT_PREF_MIN_ALIGNMENT_D};
     for (int i = 0; i < 4 && !st; i++) st = a->PrefSet(pref, which[i], &align[i < 3 ? i : 2], sizeof align[0]);
-    pclt_heuristic h;
+    pclt_heuristic h[PCLT_CANDIDATES];
     int found = 0;
-    memset(&h, 0, sizeof h);
-    st = st ? st : a->Heuristic(d->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, 1, &h, &found);
+    memset(h, 0, sizeof h);
+    st = st ? st : a->Heuristic(d->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, pclt_tune_on() ? PCLT_CANDIDATES : 1, h, &found);
     if (pref) a->PrefDestroy(pref);
-    p->ok = !st && found > 0 && h.state == 0;
-    if (p->ok) p->algo = h.algo, p->workspace = h.workspace;
+    p->n_cand = 0;
+    for (int i = 0; !st && i < found && i < PCLT_CANDIDATES; i++)
+        if (h[i].state == 0) p->cand[p->n_cand] = h[i].algo, p->cand_ws[p->n_cand++] = h[i].workspace;
+    p->ok = p->n_cand > 0;
+    p->tuned = p->n_cand < 2; /* (nothing to choose from) */
+    if (p->ok) p->algo = p->cand[0], p->workspace = p->cand_ws[0];
+}
+
+/* The operands of one cublasLtMatmul of a plan (the bias and aux pointers are in its descriptor) */
+typedef struct { const void *A, *B, *C; void *D; float beta; } pclt_call;
+
+static int pclt_run(pcu_dev *d, pclt_plan *p, const pclt_call *c, const pclt_algo *algo, pcu_cstream s) {
+    const pclt_api *a = &d->fam->lt;
+    float one = 1.0f;
+    return a->Matmul(d->lt, p->desc, &one, c->A, p->la, c->B, p->lb, &c->beta, c->C, p->lc, c->D, p->lc, algo,
+                     d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0, s);
+}
+
+/* PDDE_CUDA_LT_TUNE=1: on a plan's first call, each candidate the heuristic gave runs once to warm and
+ * PCLT_TUNE_RUNS times between events on the call's stream; the fastest becomes the plan's algorithm. The
+ * runs write the call's own outputs, which the call then writes again (a call whose output is also its
+ * input, beta 1 in place, writes scratch instead: d_bytes of it). Not while a CUDA graph captures the
+ * stream (the events would be captured): then the heuristic's first runs, and the next call tunes. With
+ * the switch, one line a plan on stderr gives the times. */
+#define PCLT_TUNE_RUNS 3
+static void pclt_tune(pcu_dev *d, pclt_plan *p, pcu_stream *s, pclt_call c, size_t d_bytes, int64_t M, int64_t N, int64_t K, const char *what) {
+    if (p->tuned || s->capturing) return;
+    p->tuned = 1;
+    const pcu_api *cu = &d->fam->cu;
+    pcu_ptr scratch = 0;
+    if (d_bytes) {
+        if (cu->MemAlloc(&scratch, d_bytes) != PCU_SUCCESS) return;
+        c.D = (void *)(uintptr_t)scratch;
+    }
+    pcu_cevent e0 = NULL, e1 = NULL;
+    float ms[PCLT_CANDIDATES];
+    int best = -1;
+    if (cu->EventCreate(&e0, 0) == PCU_SUCCESS && cu->EventCreate(&e1, 0) == PCU_SUCCESS) {
+        for (int i = 0; i < p->n_cand; i++) {
+            ms[i] = -1.0f;
+            if (p->cand_ws[i] > d->lt_workspace_bytes || pclt_run(d, p, &c, &p->cand[i], s->s) != 0) continue;
+            int st = cu->EventRecord(e0, s->s) != PCU_SUCCESS;
+            for (int r = 0; r < PCLT_TUNE_RUNS && !st; r++) st = pclt_run(d, p, &c, &p->cand[i], s->s);
+            st = st || cu->EventRecord(e1, s->s) != PCU_SUCCESS || cu->EventSynchronize(e1) != PCU_SUCCESS ||
+                 cu->EventElapsedTime(&ms[i], e0, e1) != PCU_SUCCESS;
+            if (st) ms[i] = -1.0f;
+            else if (best < 0 || ms[i] < ms[best]) best = i;
+        }
+    }
+    if (e0) cu->EventDestroy(e0);
+    if (e1) cu->EventDestroy(e1);
+    if (scratch) cu->StreamSynchronize(s->s), cu->MemFree(scratch);
+    if (best < 0) return;
+    p->algo = p->cand[best], p->workspace = p->cand_ws[best];
+    fprintf(stderr, "pdde: cuda: cublasLt %s %lldx%lldx%lld: %d candidates, fastest #%d %.4f ms, first %.4f ms\n", what, (long long)M,
+            (long long)N, (long long)K, p->n_cand, best, ms[best] / PCLT_TUNE_RUNS, ms[0] >= 0 ? ms[0] / PCLT_TUNE_RUNS : -1.0f);
+}
+
+/* cublasLt's workspace, allocated on the first call that needs it (a failed allocation: none, once) */
+static void pclt_workspace(pcu_dev *d) {
+    if (d->lt_workspace_tried) return;
+    d->lt_workspace_tried = 1;
+    if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
+    else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
+}
+
+/* The plan of key, or a new slot holding the key (*fresh 1: to be made); NULL on no memory */
+static pclt_plan *pclt_plan_get(pcu_dev *d, const int64_t key[16], int *fresh) {
+    *fresh = 0;
+    for (int i = 0; i < d->n_lt_plans; i++)
+        if (!memcmp(d->lt_plans[i].key, key, sizeof d->lt_plans[i].key)) return &d->lt_plans[i];
+    if (!d->lt_plans && !(d->lt_plans = calloc(PCLT_PLANS, sizeof *d->lt_plans))) return NULL;
+    if (d->n_lt_plans == PCLT_PLANS) { /* more shapes than a model has: start over */
+        for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(&d->fam->lt, &d->lt_plans[i]);
+        d->n_lt_plans = 0;
+    }
+    pclt_plan *p = &d->lt_plans[d->n_lt_plans++];
+    memcpy(p->key, key, sizeof p->key);
+    *fresh = 1;
+    return p;
 }
 
 static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -520,26 +612,15 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
     if (beta != 0.0f && ddt != PDDE_F32) return 1;
     if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only: the caller asks again for an f32 D) */
-    if (!d->lt_workspace_tried) { /* (once: a failed allocation leaves cublasLt without workspace) */
-        d->lt_workspace_tried = 1;
-        if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
-        else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
-    }
+    pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
     int64_t key[16] = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, abias != 0, beta != 0.0f, align[0] | (int64_t)align[1] << 16,
                        align[2] | (int64_t)align[3] << 16, 1};
-    pclt_plan *p = NULL;
-    for (int i = 0; i < d->n_lt_plans && !p; i++)
-        if (!memcmp(d->lt_plans[i].key, key, sizeof key)) p = &d->lt_plans[i];
-    if (!p) {
-        if (!d->lt_plans && !(d->lt_plans = calloc(PCLT_PLANS, sizeof *d->lt_plans))) return 1;
-        if (d->n_lt_plans == PCLT_PLANS) { /* more shapes than a model has: start over */
-            for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(a, &d->lt_plans[i]);
-            d->n_lt_plans = 0;
-        }
-        p = &d->lt_plans[d->n_lt_plans++];
-        memcpy(p->key, key, sizeof key);
+    int fresh;
+    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    if (!p) return 1;
+    if (fresh) {
         pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
         if (!p->ok) {
             static atomic_int said;
@@ -554,15 +635,57 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
         void *bp = (void *)(uintptr_t)abias;
         if (a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &bp, sizeof bp) != 0) return 1;
     }
-    float one = 1.0f;
-    void *dp = (void *)(uintptr_t)ad;
-    int st = a->Matmul(d->lt, p->desc, &one, (const void *)(uintptr_t)ab, p->la, (const void *)(uintptr_t)aa, p->lb, &beta,
-                       (const void *)(uintptr_t)ac, p->lc, dp, p->lc, &p->algo, d->lt_workspace ? (void *)(uintptr_t)d->lt_workspace : NULL, d->lt_workspace ? d->lt_workspace_bytes : 0,
-                       ((pcu_stream *)stream)->s);
+    pclt_call c = {(const void *)(uintptr_t)ab, (const void *)(uintptr_t)aa, (const void *)(uintptr_t)ac, (void *)(uintptr_t)ad, beta};
+    pcu_stream *s = stream;
+    if (!p->tuned) /* (beta 1 with C the output: the candidates write scratch) */
+        pclt_tune(d, p, s, c, beta != 0.0f && ac == ad ? (size_t)(sD * (batch - 1) + M * N) * pdde_dtype_size(ddt) : 0, M, N, K,
+                  abias ? "bias" : beta != 0.0f ? "beta 1" : pdde_dtype_name(ddt));
+    int st = pclt_run(d, p, &c, &p->algo, s->s);
     if (st != 0) {
         p->ok = 0; /* (the generic path from now on, for this shape) */
         fprintf(stderr, "pdde: cuda: cublasLtMatmul failed (status %d) on a %lldx%lldx%lld matmul: its epilogue runs as separate kernels\n", st,
                 (long long)M, (long long)N, (long long)K);
+        return 1;
+    }
+    return PDDE_OK;
+}
+
+/* PDDE_FUSE_BGRAD's matmuls on cublasLt (gpu_dispatch.h's gemm_bgrad): D [M, N] = op(A) B, f32, and BGRADA: the
+ * bias gradient [N] (f32) from Lt's A (our B, [K, N]) summed over K, written to bgrad. Where cublasLt has no
+ * algorithm for it, or fails, the column sums and the GEMM run apart (said once on stderr). */
+static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, int64_t M, int64_t N, int64_t K, pgd_ptr pa, pgd_ptr pb,
+                              pgd_ptr pd, pgd_ptr pg) {
+    pcu_dev *d = impl;
+    const pclt_api *a = &d->fam->lt;
+    if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return 1;
+    pclt_workspace(d);
+    uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), ag = pgd_addr(pg);
+    uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), pclt_align(ag)};
+    int64_t key[16] = {dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, 1, PCLT_EPILOGUE_BGRADA, align[0] | (int64_t)align[1] << 16,
+                       align[2] | (int64_t)align[3] << 16, 3};
+    int fresh;
+    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    if (!p) return 1;
+    if (fresh) {
+        pclt_plan_make(d, p, dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)ag, align, PCLT_EPILOGUE_BGRADA, NULL);
+        if (!p->ok) {
+            static atomic_int said;
+            if (!atomic_exchange(&said, 1))
+                fprintf(stderr, "pdde: cuda: cublasLt has no BGRADA algorithm for a %lldx%lldx%lld %s matmul: its bias gradient runs as a "
+                                "separate kernel\n", (long long)M, (long long)N, (long long)K, pdde_dtype_name(dt));
+        }
+    }
+    if (!p->ok || p->workspace > d->lt_workspace_bytes) return 1;
+    void *gp = (void *)(uintptr_t)ag;
+    if (a->DescSet(p->desc, PCLT_DESC_BIAS_POINTER, &gp, sizeof gp) != 0) return 1;
+    pclt_call c = {(const void *)(uintptr_t)ab, (const void *)(uintptr_t)aa, (const void *)(uintptr_t)ad, (void *)(uintptr_t)ad, 0.0f};
+    pcu_stream *s = stream;
+    if (!p->tuned) pclt_tune(d, p, s, c, 0, M, N, K, "bgrad");
+    int st = pclt_run(d, p, &c, &p->algo, s->s);
+    if (st != 0) {
+        p->ok = 0;
+        fprintf(stderr, "pdde: cuda: cublasLtMatmul (BGRADA) failed (status %d) on a %lldx%lldx%lld matmul: its bias gradient runs as a "
+                        "separate kernel\n", st, (long long)M, (long long)N, (long long)K);
         return 1;
     }
     return PDDE_OK;
@@ -580,28 +703,17 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
     if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
-    if (!d->lt_workspace_tried) {
-        d->lt_workspace_tried = 1;
-        if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
-        else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
-    }
+    pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = bias.base ? pgd_addr(bias) : 0, aaux = pgd_addr(aux);
     if (pclt_align(aaux) < 16) return 1;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), abias ? pclt_align(abias) : 256};
     uint32_t epi = act == PDDE_MATMUL_GELU ? PCLT_EPILOGUE_GELU_AUX_BIAS : PCLT_EPILOGUE_DGELU;
     int64_t key[16] = {dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, abias != 0, epi, align[0] | (int64_t)align[1] << 16,
                        align[2] | (int64_t)align[3] << 16, 2};
-    pclt_plan *p = NULL;
-    for (int i = 0; i < d->n_lt_plans && !p; i++)
-        if (!memcmp(d->lt_plans[i].key, key, sizeof key)) p = &d->lt_plans[i];
-    if (!p) {
-        if (!d->lt_plans && !(d->lt_plans = calloc(PCLT_PLANS, sizeof *d->lt_plans))) return 1;
-        if (d->n_lt_plans == PCLT_PLANS) {
-            for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(a, &d->lt_plans[i]);
-            d->n_lt_plans = 0;
-        }
-        p = &d->lt_plans[d->n_lt_plans++];
-        memcpy(p->key, key, sizeof key);
+    int fresh;
+    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    if (!p) return 1;
+    if (fresh) { /* (not tuned: GELU_AUX_BIAS writes aux too) */
         pclt_plan_make(d, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
         if (!p->ok) {
             static atomic_int said;
@@ -1143,6 +1255,32 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
     return PDDE_OK;
 }
 
+/* PDDE_CUDA_GEMMEX_LOWP=1 (off until measured): a matmul node with a bf16 / f16 output and no epilogue (a cast
+ * folded into it) is one cublasGemmStridedBatchedEx writing that dtype, as torch.matmul runs it, tried before
+ * cublasLt; else such nodes take cublasLt (unless PDDE_CUDA_LT=0) or the GEMM into f32 and a cast. */
+static int pcu_gemmex_lowp_on(void) {
+    const char *env = getenv("PDDE_CUDA_GEMMEX_LOWP");
+    return env && !strcmp(env, "1");
+}
+
+static int pcu_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                           pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pd, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr pc,
+                           float beta) {
+    pcu_dev *d = impl;
+    const pcublas_api *bl = &d->fam->blas;
+    if (pcu_gemmex_lowp_on() && !bias.base && beta == 0.0f && dt == ddt && (dt == PDDE_BF16 || dt == PDDE_F16) && d->blas &&
+        bl->GemmStridedBatchedEx && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX &&
+        bl->SetStream(d->blas, ((pcu_stream *)stream)->s) == 0) {
+        float one = 1.0f, zero = 0.0f;
+        int ty = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F, ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
+        int st = bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, (const void *)(uintptr_t)pgd_addr(pb), ty,
+                                          ldb, sB, (const void *)(uintptr_t)pgd_addr(pa), ty, lda, sA, &zero, (void *)(uintptr_t)pgd_addr(pd), ty,
+                                          (int)N, sD, (int)batch, PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+        if (st == 0) return PDDE_OK;
+    }
+    return d->lt ? pclt_cb_gemm_epi(impl, stream, dt, ddt, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch, bias, pc, beta) : 1;
+}
+
 /* The MoE kernels (gpu_moe.h) run only with PDDE_CUDA_MOE=1 until a GPU has verified them; without it
  * the MoE nodes fall back to the CPU as other unsupported ops do. */
 static int pcu_moe_enabled(void) {
@@ -1163,8 +1301,8 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .ctx = d->fam->ctx, .name = "cuda", .impl = d, .stream = pcu_st(d, stream),
         .units = (unsigned)d->sm_count, .max_block = 1024,
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
-        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt ? pclt_cb_gemm_epi : NULL,
-        .gemm_act = d->lt ? pclt_cb_gemm_act : NULL,
+        .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt || pcu_gemmex_lowp_on() ? pcu_cb_gemm_epi : NULL,
+        .gemm_act = d->lt ? pclt_cb_gemm_act : NULL, .gemm_bgrad = d->lt ? pclt_cb_gemm_bgrad : NULL,
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,

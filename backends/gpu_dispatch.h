@@ -149,6 +149,11 @@ typedef struct {
      * (A op(B)) * gelu'(aux); aux of dtype xdt. Returns 1 when it declines (then the kernels run it) */
     int (*gemm_act)(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
                     pgd_ptr b, pgd_ptr d, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt);
+    /* optional: row-major D [M, N] = op(A) B (f32) and bgrad [N] = the column sums of B [K, N] (f32), A and B
+     * of dtype dt, f32 accumulation (lowering's PDDE_FUSE_BGRAD). Returns 1 when it declines (then the
+     * column sums and the GEMM run apart) */
+    int (*gemm_bgrad)(void *impl, void *stream, pdde_dtype dt, int ta, int64_t M, int64_t N, int64_t K, pgd_ptr a, pgd_ptr b, pgd_ptr d,
+                      pgd_ptr bgrad);
 } pgd_ctx;
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
@@ -260,6 +265,11 @@ static int pgd_supports_op(const pdde_tensor *node) {
             if (a->dtype != b->dtype || (a->dtype != PDDE_F32 && a->dtype != PDDE_BF16 && a->dtype != PDDE_F16)) return 0;
             return node->dtype == PDDE_F32 || node->dtype == PDDE_BF16 || node->dtype == PDDE_F16;
         }
+        if (pdde_op_i32(node, PDDE_P_MATMUL_BGRAD)) /* (PDDE_FUSE_BGRAD: 2-D, B not transposed, f32 out, a bias gradient beside) */
+            return !residual && node->nsrc == 2 && node->ndim == 2 && a->ndim == 2 && b->ndim == 2 && !pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) &&
+                   node->dtype == PDDE_F32 && a->dtype == b->dtype && (a->dtype == PDDE_F32 || a->dtype == PDDE_BF16 || a->dtype == PDDE_F16) &&
+                   b->shape[1] == node->shape[1] && a->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? 1 : 0] == node->shape[0] &&
+                   a->shape[pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) ? 0 : 1] == b->shape[0];
         if (node->nsrc - residual < 2 || node->nsrc - residual > 3 || node->ndim < 2 || a->ndim < 2 || b->ndim < 2) return 0;
         int64_t M = node->shape[node->ndim - 2], N = node->shape[node->ndim - 1];
         if (node->nsrc - residual == 3 && (node->src[2]->dtype != PDDE_F32 || node->src[2]->ndim != 1 || node->src[2]->shape[0] != N)) return 0;
@@ -541,7 +551,8 @@ static int pgd_gemm_run(const pgd_ctx *g, pdde_dtype dt, int32_t ta, int32_t tb,
 static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node);
 
 static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
-    if (node->nsrc > 2 || node->dtype != PDDE_F32 || pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL)) return pgd_matmul_epi(g, node);
+    if (node->nsrc > 2 || node->dtype != PDDE_F32 || pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) || pdde_op_i32(node, PDDE_P_MATMUL_BGRAD))
+        return pgd_matmul_epi(g, node);
     pdde_tensor *a = node->src[0], *b = node->src[1];
     int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0, tb = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_B) != 0;
     if (node->ndim < 2 || a->ndim < 2 || b->ndim < 2)
@@ -614,8 +625,27 @@ static int pgd_matmul_act(const pgd_ctx *g, pdde_tensor *node) {
     return e;
 }
 
+/* A weight gradient's matmul that also writes its bias gradient (planner/lower.c's PDDE_FUSE_BGRAD): D [M, N] =
+ * op(A) B and, beside D, the column sums of B [K, N] (f32). The backend's GEMM with a bias-gradient epilogue
+ * where it has one and takes the case (gemm_bgrad: cublasLt's BGRADA), else k_colsum (the kernel of the
+ * sum_to it replaces, reading B) and the GEMM. */
+static int pgd_matmul_bgrad(const pgd_ctx *g, pdde_tensor *node) {
+    pdde_tensor *a = node->src[0], *b = node->src[1];
+    int32_t ta = pdde_op_i32(node, PDDE_P_MATMUL_TRANS_A) != 0;
+    int64_t M = node->shape[0], N = node->shape[1], K = b->shape[0];
+    pgd_ptr pa = pgd_ptr_of(a), pb = pgd_ptr_of(b), pd = pgd_ptr_of(node), pg = pgd_at(pd, (int64_t)pdde_lowp_copy_offset(node));
+    if (!N) return PDDE_OK;
+    if (g->gemm_bgrad && K > 0 && M > 0) {
+        int e = g->gemm_bgrad(g->impl, g->stream, a->dtype, ta, M, N, K, pa, pb, pd, pg);
+        if (e != 1) return e;
+    }
+    int e = K > 0 ? pgd_colsum(g, pb, pg, K, N, 1.0f, (int32_t)b->dtype) : g->fill32(g->impl, g->stream, pg, 0, (size_t)N);
+    return e ? e : pgd_gemm_run(g, a->dtype, ta, 0, M, N, K, pa, 0, pb, 0, pd, M * N, 1, pgd_null);
+}
+
 static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
     if (pdde_op_i32(node, PDDE_P_MATMUL_ACT)) return pgd_matmul_act(g, node);
+    if (pdde_op_i32(node, PDDE_P_MATMUL_BGRAD)) return pgd_matmul_bgrad(g, node);
     int residual = pdde_op_i32(node, PDDE_P_MATMUL_RESIDUAL) != 0;
     pdde_tensor *a = node->src[0], *b = node->src[1], *bias = node->nsrc - residual > 2 ? node->src[2] : NULL;
     pgd_ptr pres = residual ? pgd_ptr_of(node->src[node->nsrc - 1]) : pgd_null;

@@ -19,6 +19,9 @@ typedef enum {
                                            X = A B + bias (its own values, its dtype) and gelu(X) beside them (at
                                            pdde_lowp_copy_offset, its dtype); PDDE_MATMUL_DGELU: src 2 X (of its
                                            shape), it writes (A B) * gelu'(X) */
+    PDDE_P_MATMUL_BGRAD = 4,            /* matmul (lowering's PDDE_FUSE_BGRAD): 1: 2-D, B not transposed, f32 out; it also writes
+                                           the column sums of B (sum over K of B [K, N]: a bias gradient, f32 [N]) beside
+                                           its values (at pdde_lowp_copy_offset) */
     PDDE_P_SOFTMAX_CAUSAL = 0,
     PDDE_P_PERMUTE_DIM0 = 0,            /* output dim i takes input dim [PDDE_P_PERMUTE_DIM0 + i] */
     PDDE_P_CONCAT_AXIS = 0,
@@ -85,13 +88,17 @@ static inline int pdde_has_beside(const pdde_tensor *t) {
     return (t->op == PDDE_OP_LAYERNORM_BACK && pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) != 0) ||
            (t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) != 0) ||
            ((t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) && pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY) != 0) ||
-           (t->op == PDDE_OP_MATMUL && pdde_op_i32(t, PDDE_P_MATMUL_ACT) == PDDE_MATMUL_GELU);
+           (t->op == PDDE_OP_MATMUL && (pdde_op_i32(t, PDDE_P_MATMUL_ACT) == PDDE_MATMUL_GELU || pdde_op_i32(t, PDDE_P_MATMUL_BGRAD)));
 }
 static inline pdde_dtype pdde_beside_dtype(const pdde_tensor *t) {
     return t->op == PDDE_OP_LAYERNORM_BACK                                   ? (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY)
            : t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK ? (pdde_dtype)pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY)
-           : t->op == PDDE_OP_MATMUL                                       ? t->dtype /* (PDDE_MATMUL_GELU's gelu(X)) */
-                                                                             : PDDE_F32;
+           : t->op == PDDE_OP_MATMUL && !pdde_op_i32(t, PDDE_P_MATMUL_BGRAD) ? t->dtype /* (PDDE_MATMUL_GELU's gelu(X)) */
+                                                                               : PDDE_F32;
+}
+/* Its element count (PDDE_P_MATMUL_BGRAD's column sums: N; the others: the node's own) */
+static inline int64_t pdde_beside_numel(const pdde_tensor *t) {
+    return t->op == PDDE_OP_MATMUL && pdde_op_i32(t, PDDE_P_MATMUL_BGRAD) ? t->shape[t->ndim - 1] : pdde_tensor_numel(t);
 }
 /* Whether t is the view of such a result */
 static inline int pdde_is_lowp_copy_view(const pdde_tensor *t) {

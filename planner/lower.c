@@ -820,11 +820,11 @@ static pdde_status lower_shadows(lowering *L) {
 
 /* The graph fusions and where each is on by default: on a CUDA device in a graph that computes in bf16,
  * where a GPU run measured them faster than without and their conformance cases correct (GPT-2 124M bf16
- * on an H200, tools/bench/cuda_fusions.sh); PDDE_FUSE_GELU measured no faster, so it stays off. Elsewhere
+ * on an H200, tools/bench/cuda_fusions.sh); PDDE_FUSE_GELU measured no faster, so it stays off; PDDE_FUSE_BGRAD has not run on a GPU. Elsewhere
  * (the CPU, OpenCL, Level Zero, f32 and f16 graphs) they are off until a run there measures them. */
 static const struct { const char *name; bool cuda_bf16; } lower_fusions[] = {
     {"PDDE_FUSE_EPILOGUE", true}, {"PDDE_FUSE_GRAD", true}, {"PDDE_FUSE_ADD_LN", true}, {"PDDE_BF16_LOGITS", true},
-    {"PDDE_BF16_GRADS", true},    {"PDDE_ATT_LOWP", true},  {"PDDE_FUSE_GELU", false},
+    {"PDDE_BF16_GRADS", true},    {"PDDE_ATT_LOWP", true},  {"PDDE_FUSE_GELU", false}, {"PDDE_FUSE_BGRAD", false},
 };
 
 PDDE_PRIVATE bool lower_fusion_on(const char *name, const char *backend, bool bf16) {
@@ -968,6 +968,7 @@ static pdde_status lower_fuse_grad(lowering *L) {
         while (m->op == PDDE_OP_RESHAPE && (m->flags & PDDE_TENSOR_VIEW) && !(m->flags & kept) && readers[m->id] == 1 && m->dtype == PDDE_F32)
             m = m->src[0];
         if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || m->ndim != 2 || m->src[0]->ndim != 2 || m->src[1]->ndim != 2 ||
+            pdde_op_i32(m, PDDE_P_MATMUL_BGRAD) || /* (PDDE_FUSE_BGRAD's: its bias gradient's view reads it too) */
             readers[m->id] != 1 || (m->flags & (kept | PDDE_TENSOR_VIEW)) || m->device != u->device || m->shape[0] != u->shape[0] ||
             m->shape[1] != u->shape[1])
             continue;
@@ -988,6 +989,74 @@ static pdde_status lower_fuse_grad(lowering *L) {
         if (!gone[P->order[i]->id]) P->order[k++] = P->order[i];
     P->n_order = k;
     free(readers), free(gone);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * A linear layer's bias gradient from its weight-gradient GEMM (PDDE_FUSE_BGRAD=1; off by default, lower_fusion_on). The
+ * bias gradient is a sum_to of the layer's output gradient dy to [N], the weight gradient a matmul op(A) B
+ * whose B [K, N] is dy (through views and, under a compute dtype, its cast). Where both read one dy, the
+ * matmul also writes B's column sums beside its values (PDDE_P_MATMUL_BGRAD) and the sum_to becomes
+ * their view, moved (with what reads it) to after the matmul: one read of dy fewer a layer, and a GEMM
+ * with a bias-gradient epilogue (cublasLt's BGRADA) sums on the way. Under a compute dtype the sums are
+ * of dy as rounded for the GEMM (as PDDE_BF16_GRADS's are). Runs before PDDE_FUSE_GRAD, which then leaves
+ * these matmuls out (they have two readers). Only where the matmul's device runs the fused node. */
+static pdde_tensor *bgrad_source(pdde_tensor *t, bool casts) {
+    while (t->nsrc == 1 && ((t->op == PDDE_OP_RESHAPE && (t->flags & PDDE_TENSOR_VIEW) && !pdde_op_i32(t, PDDE_P_VIEW_BESIDE)) ||
+                            (casts && t->op == PDDE_OP_CAST && !(t->flags & PDDE_TENSOR_SHADOW))))
+        t = t->src[0];
+    return t;
+}
+
+static pdde_status lower_fuse_bgrad(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_any(L, "PDDE_FUSE_BGRAD")) return PDDE_OK;
+    int *at, *readers = lower_readers(P, &at);
+    uint8_t *late = readers ? calloc((size_t)P->n + 1, 1) : NULL;
+    pdde_tensor **tail = late ? malloc(((size_t)P->n_order + 1) * sizeof *tail) : NULL;
+    if (!tail) { free(late), free(readers), free(readers ? at : NULL); return lower_oom(L); }
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *s = P->order[i], *dy = s->nsrc == 1 ? bgrad_source(s->src[0], false) : NULL, *m = NULL;
+        if (s->op != PDDE_OP_SUM_TO || !dy || s->dtype != PDDE_F32 || s->ndim != 1 || (s->flags & kept) || dy->dtype != PDDE_F32 ||
+            !lower_switch_on(L, "PDDE_FUSE_BGRAD", s->device))
+            continue;
+        for (int j = 0; j < P->n_order && !m; j++) {
+            pdde_tensor *c = P->order[j], *b = c->nsrc == 2 ? c->src[1] : NULL;
+            if (c->op == PDDE_OP_MATMUL && b && c->ndim == 2 && c->dtype == PDDE_F32 && !(c->flags & kept) && b->ndim == 2 && c->device == s->device &&
+                !pdde_op_i32(c, PDDE_P_MATMUL_TRANS_B) && !pdde_op_i32(c, PDDE_P_MATMUL_ACT) && !pdde_op_i32(c, PDDE_P_MATMUL_RESIDUAL) &&
+                !pdde_op_i32(c, PDDE_P_MATMUL_BGRAD) && c->shape[1] == s->shape[0] && b->shape[1] == s->shape[0] &&
+                b->shape[0] * b->shape[1] == pdde_tensor_numel(dy) && bgrad_source(b, true) == dy)
+                m = c;
+        }
+        if (!m) continue;
+        int from = i, to = at[m->id];
+        memset(late, 0, (size_t)P->n + 1);
+        late[s->id] = 1; /* (the sum_to and what depends on it between it and the matmul go after the matmul) */
+        for (int j = from + 1; j <= to; j++)
+            for (int k = 0; k < P->order[j]->nsrc; k++)
+                if (P->order[j]->src[k] && late[P->order[j]->src[k]->id]) late[P->order[j]->id] = 1;
+        if (to > from && late[m->id]) continue;
+        pdde_op_set_i32(m, PDDE_P_MATMUL_BGRAD, 1);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
+            pdde_op_set_i32(m, PDDE_P_MATMUL_BGRAD, 0);
+            continue;
+        }
+        s->op = PDDE_OP_RESHAPE, s->flags |= PDDE_TENSOR_VIEW, s->src[0] = m;
+        memset(s->iparams, 0, sizeof s->iparams);
+        pdde_op_set_i32(s, PDDE_P_VIEW_BESIDE, 1);
+        readers[m->id]++;
+        if (to < from) continue;
+        int k = from, n_tail = 0;
+        for (int j = from; j <= to; j++) {
+            if (late[P->order[j]->id]) tail[n_tail++] = P->order[j];
+            else P->order[k++] = P->order[j];
+        }
+        memcpy(P->order + k, tail, (size_t)n_tail * sizeof *tail);
+        for (int j = from; j <= to; j++) at[P->order[j]->id] = j;
+        i--; /* (another node now stands at i) */
+    }
+    free(tail), free(late), free(readers), free(at);
     return PDDE_OK;
 }
 
@@ -1754,6 +1823,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st && p->world_size > 0) st = lower_partition(&L);
     if (!st) st = lower_shadows(&L);
     if (!st) st = lower_fuse_epilogue(&L);
+    if (!st) st = lower_fuse_bgrad(&L);
     if (!st) st = lower_fuse_grad(&L);
     if (!st) st = lower_lowp_logits(&L);
     if (!st) st = lower_fuse_add_ln(&L);

@@ -110,7 +110,7 @@ static inline size_t storage_offset_in_root(const pdde_tensor *t) {
 /* The bytes a node's memory takes: its values and, for a layernorm (backward) that writes a second result
  * beside them (pdde_has_beside), that result */
 static inline size_t node_alloc_bytes(const pdde_tensor *t) {
-    return pdde_has_beside(t) ? pdde_lowp_copy_offset(t) + (size_t)pdde_tensor_numel(t) * pdde_dtype_size(pdde_beside_dtype(t))
+    return pdde_has_beside(t) ? pdde_lowp_copy_offset(t) + (size_t)pdde_beside_numel(t) * pdde_dtype_size(pdde_beside_dtype(t))
                               : pdde_tensor_nbytes(t);
 }
 /* Inputs, parameters, constants and optimizer state are leaves: they live in the persistent buffer, as

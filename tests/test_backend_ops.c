@@ -1301,6 +1301,90 @@ static void test_fused_bias_gelu(const options *o, int device) {
 }
 
 /* ------------------------------------------------------------------------------------------------
+ * A linear layer's bias gradient from its weight-gradient matmul (PDDE_FUSE_BGRAD=1) against the unfused
+ * graph on the CPU: y = act(x W + b), loss sum(y * w); the loss, the output and the gradients of x, W, b.
+ * The fused graph must have the matmul with the column sums on the device and no sum_to left. Shapes:
+ * x 2-D and 3-D, gelu after the bias add or bias_gelu (its backward feeds the sums), under f32 and bf16
+ * (the sums of dy as rounded for the GEMM: 2^-9 relative on each term), and with PDDE_FUSE_GRAD on too
+ * (which then leaves these matmuls to the bias gradient). s = {batch (0: x 2-D), M, K, N, bias_gelu,
+ * compute dtype, PDDE_FUSE_GRAD}. */
+
+static pdde_tensor *bgrad_graph(pdde_graph *g, const int64_t *s, const pdde_tensor **checks) {
+    pdde_graph_set_compute_dtype(g, (pdde_dtype)s[5]);
+    pdde_tensor *x = s[0] ? pdde_param(g, "x", 3, (int64_t[]){s[0], s[1], s[2]}, 0.0f) : pdde_param(g, "x", 2, (int64_t[]){s[1], s[2]}, 0.0f);
+    pdde_tensor *w = pdde_param(g, "w", 2, (int64_t[]){s[2], s[3]}, 0.0f), *b = pdde_param(g, "bias", 1, (int64_t[]){s[3]}, 0.0f);
+    pdde_tensor *xw = pdde_matmul(g, x, w, 0, 0);
+    pdde_tensor *y = s[4] ? pdde_bias_gelu(g, xw, b) : pdde_gelu(g, pdde_bias_add(g, xw, b));
+    pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, pdde_input(g, "dy_weights", PDDE_F32, y->ndim, y->shape)), -1, 0);
+    pdde_mark_output(y);
+    pdde_backward(g, loss);
+    checks[0] = y, checks[1] = x->grad, checks[2] = w->grad, checks[3] = b->grad;
+    return loss;
+}
+
+/* matmuls with the column sums (PDDE_P_MATMUL_BGRAD) on device, and sum_to nodes anywhere, in g's session */
+static void bgrad_nodes(pdde_graph *g, int device, int *fused, int *sums) {
+    pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
+    sp.device = device;
+    pdde_session *s;
+    *fused = *sums = -1;
+    if (pdde_session_init(g, &sp, &s) != PDDE_OK) return;
+    *fused = *sums = 0;
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
+        *fused += t->op == PDDE_OP_MATMUL && pdde_op_i32(t, PDDE_P_MATMUL_BGRAD) && t->device == device;
+        *sums += t->op == PDDE_OP_SUM_TO;
+    }
+    pdde_session_free(s);
+}
+
+static void test_fused_bias_grad(const options *o, int device) {
+    static const int64_t shapes[][7] = {
+        {0, 33, 19, 37, 0, 0, 0}, {3, 17, 13, 29, 1, 0, 0}, {0, 1, 1, 1, 0, 0, 0}, {2, 64, 48, 96, 1, PDDE_BF16, 0}, {0, 40, 24, 72, 0, PDDE_BF16, 1},
+    };
+    pdde_device_props props;
+    pdde_device_get_props(o->ctx, device, &props);
+    for (size_t si = 0; si < sizeof shapes / sizeof *shapes; si++) {
+        const int64_t *s = shapes[si];
+        char label[128];
+        snprintf(label, sizeof label, "bias grad from the matmul [%lld,%lld,%lld,%lld]%s %s%s on %s vs unfused", (long long)s[0], (long long)s[1],
+                 (long long)s[2], (long long)s[3], s[4] ? " bias_gelu" : "", pdde_dtype_name((pdde_dtype)s[5]), s[6] ? " +FUSE_GRAD" : "",
+                 props.backend);
+        pdde_graph *gf, *gu;
+        const pdde_tensor *cf[4], *cu[4];
+        pdde_graph_init(o->ctx, &gf), pdde_graph_init(o->ctx, &gu);
+        bgrad_graph(gf, s, cf), bgrad_graph(gu, s, cu);
+        CHECK(pdde_graph_status(gf) == PDDE_OK && pdde_graph_status(gu) == PDDE_OK, "%s: graphs: %s", label, pdde_last_error(o->ctx));
+        results got, ref;
+        unsetenv("PDDE_FUSE_BGRAD"), unsetenv("PDDE_FUSE_GRAD");
+        pdde_status st = run_on(o->ctx, gu, 0, 3000 + (int)si, PDDE_RUN_FORWARD_BACKWARD, 1, cu, 4, &ref, NULL, 0);
+        setenv("PDDE_FUSE_BGRAD", "1", 1);
+        setenv("PDDE_FUSE_GRAD", s[6] ? "1" : "0", 1);
+        int fused, sums;
+        bgrad_nodes(gf, device, &fused, &sums);
+        if (fused == 0 && !o->strict) { /* (a plugin that does not run the fused matmul: lowering leaves the sum_to, as it should) */
+            n_unsupported++;
+            unsetenv("PDDE_FUSE_BGRAD"), unsetenv("PDDE_FUSE_GRAD");
+            results_free(&ref);
+            pdde_graph_free(gf), pdde_graph_free(gu);
+            continue;
+        }
+        CHECK(fused == 1 && sums == 0, "%s: %d fused matmuls on the device (1 expected), %d sum_to left (0 expected)", label, fused, sums);
+        if (st == PDDE_OK) st = run_on(o->ctx, gf, device, 3000 + (int)si, PDDE_RUN_FORWARD_BACKWARD, 1, cf, 4, &got, NULL, 0);
+        else memset(&got, 0, sizeof got);
+        unsetenv("PDDE_FUSE_BGRAD"), unsetenv("PDDE_FUSE_GRAD");
+        CHECK(st == PDDE_OK, "%s: %s (%s)", label, pdde_status_str(st), pdde_last_error(o->ctx));
+        for (int k = 0; st == PDDE_OK && k < 4; k++) { /* (bf16: the sums' 2^-9 round-off of each term; a wrong sum is off by O(1)) */
+            double e = nmse(got.v[k], ref.v[k], got.len[k]), tol = s[5] && k == 3 ? 1e-4 : s[5] ? 1e-6 : T_MM;
+            CHECK(got.len[k] == ref.len[k] && e <= tol, "%s: %s NMSE %.3g > %.0e", label, k ? cu[k]->name : "output", e, tol);
+            if (o->verbose) printf("  %-72s %-8s NMSE %.3g\n", label, k ? cu[k]->name : "output", e);
+        }
+        results_free(&got), results_free(&ref);
+        pdde_graph_free(gf), pdde_graph_free(gu);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------
  * The bias gradient (sum_to over rows) against column sums computed here: the CPU, the reference
  * of every other comparison, is checked on its own. Shapes: one element, rows of more than one
  * 512-column block on one thread, and a job split over the CPU's threads with blocks crossing the
@@ -1635,6 +1719,7 @@ int main(int argc, char **argv) {
         if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update"))) test_update_nonfinite_norm(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu"))) test_fused_bias_gelu(&o, devs[k]);
         if (!o.perf && (!o.op || !strcmp(o.op, "sum_to"))) test_bias_grad_sums(&o, devs[k]), test_sum_to_shapes(&o, devs[k]);
+        if (!o.perf && (!o.op || !strcmp(o.op, "sum_to") || !strcmp(o.op, "matmul"))) test_fused_bias_grad(&o, devs[k]);
         if (!o.perf) printf("device %d: %d passed, %d failed, %d cases of ops it does not run (%.1fs)\n", devs[k], test_passed - passed0,
                             test_failed - failed0, n_unsupported, now_s() - td);
         n_unsupported = 0;
@@ -1645,6 +1730,7 @@ int main(int argc, char **argv) {
     if (!o.perf && (!o.op || !strcmp(o.op, "adamw_update") || !strcmp(o.op, "sgd_update")) && !o.backend) test_update_nonfinite_norm(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "bias_gelu")) && !o.backend) test_fused_bias_gelu(&o, 0);
     if (!o.perf && (!o.op || !strcmp(o.op, "sum_to")) && !o.backend) test_bias_grad_sums(&o, 0), test_sum_to_shapes(&o, 0);
+    if (!o.perf && (!o.op || !strcmp(o.op, "sum_to") || !strcmp(o.op, "matmul")) && !o.backend) test_fused_bias_grad(&o, 0);
     if (o.verbose) printf("total %.1fs\n", now_s() - t0);
     pdde_context_free(ctx);
     return test_finish();

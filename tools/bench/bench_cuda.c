@@ -4,6 +4,8 @@
  *   bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]
  *              [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps N]
  *   bench_cuda --probe [--device NAME]      the device it would run on, or "no ... device"
+ *   bench_cuda --gemm [--device NAME] [--model ...]   the GEMMs of a GPT step, pdde's paths and torch.matmul
+ *              (tools/bench/bench_cuda_gemm.h: per shape ms and TFLOP/s, RESULT gpu_gemm)
  *
  * GEMM (f32, row-major C = A B): pdde's matmul node through a session (cuBLAS underneath, then the
  * built-in tiled kernel as on a machine without cuBLAS) against cublasSgemm on the same sizes.
@@ -96,6 +98,8 @@ static double time_median(bench_fn fn, void *arg, int warm, int reps, void (*syn
     qsort(t, (size_t)reps, sizeof *t, cmp_double);
     return t[reps / 2];
 }
+
+#include "bench_cuda_gemm.h"
 
 /* ---- pdde: a one-node graph in a session ---- */
 typedef struct {
@@ -406,7 +410,7 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packe
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0, probe = 0, packed = 0;
+    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0, probe = 0, packed = 0, gemm_only = 0;
     pdde_dtype dt = PDDE_F32;
     gpt_options o = {.backend = "cuda"}; /* (o.model: GPT-2 124M, where --model changes what it names) */
     o.model = (gpt_config){.vocab = 50304, .ctx = 1024, .layers = 12, .heads = 12, .width = 768, .batch = 8};
@@ -420,11 +424,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--predict") && i + 1 < argc) o.predict = argv[++i];
         else if (!strcmp(argv[i], "--predict-only")) o.predict_only = 1;
         else if (!strcmp(argv[i], "--probe")) probe = 1;
+        else if (!strcmp(argv[i], "--gemm")) gemm_only = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc) o.backend = argv[++i];
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc && atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= 64) o.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc && !parse_model(argv[i + 1], &o.model)) i++;
         else {
             fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed]]\n"
+                            "       bench_cuda --gemm [--device cuda|opencl] [--model ...]\n"
                             "       bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]\n"
                             "                  [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps 1..64]\n");
             return 2;
@@ -444,6 +450,11 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, %.1f TFLOP/s f32 (peak from clocks), %.0f GB/s\n", p.name, p.compute_units,
            p.peak_flops_f32 / 1e12, p.mem_bandwidth / 1e9);
     if (probe) return pdde_context_free(ctx), 0;
+    if (gemm_only) { /* (each set of switches in a context of its own) */
+        pdde_context_free(ctx);
+        bench_gemm(o.backend, &o.model);
+        return 0;
+    }
     if (gpt_only || attention_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
         if (gpt_only) bench_gpt(ctx, dev, 0, dt, unfused_graph, &o);
         else bench_attention(ctx, dev, dt, packed);

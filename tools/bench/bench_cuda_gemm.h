@@ -1,0 +1,288 @@
+/* bench_cuda_gemm.h — bench_cuda --gemm: the matmuls of one GPT training step (GPT-2 124M: B 8, T 1024, bf16
+ * operands), each distinct shape through pdde's GEMM paths on the device, next to torch.matmul on the same
+ * shapes (tools/bench/gemm_torch.py, run from here when python3 has torch with CUDA).
+ *
+ * The shapes, M = B*T rows: for each linear layer (qkv C -> 3C, proj C -> C, fc C -> 4C, fcproj 4C -> C; x12)
+ * the forward x W [M, out], the input gradient dy W^T [M, in] and the weight gradient x^T dy [in, out]; the
+ * head (tied embedding, V = vocab) logits x E^T [M, V], dx = dlogits E [M, C], dE = dlogits^T x [V, C].
+ * Paths, each node built by hand and run through the backend's compute (pdde's dispatch, as a session runs
+ * it), a fresh context per set of switches:
+ *   gemmex_f32   a matmul without epilogue: cublasGemmStridedBatchedEx, bf16 in, f32 out (every shape)
+ *   gemmex_bf16  PDDE_CUDA_GEMMEX_LOWP=1 (PDDE_CUDA_LT=0): the same writing bf16 (the forward and the input
+ *                gradients)
+ *   lt_bf16      cublasLt (PDDE_CUDA_LT=1), a bf16 output (the forward and the input gradients: PDDE_FUSE_EPILOGUE
+ *                folds their casts)
+ *   lt_bias      the same with a bias (the forward: cublasLt's bias is of D's dtype, so its f32 sum, then a cast)
+ *   lt_beta1     the weight gradients accumulated in place (PDDE_FUSE_GRAD: beta 1, f32)
+ *   lt_bgrad     the weight gradients with their bias gradient (PDDE_FUSE_BGRAD: BGRADA)
+ *   *_tuned      the lt_* paths again under PDDE_CUDA_LT_TUNE=1 (the fastest of cublasLt's candidates; the
+ *                others take the heuristic's first)
+ * Inputs are random (not zero); where a shape's operands are small against the L2 cache, several copies
+ * are rotated so that each call reads cold memory. Times: CUDA events around 10 calls, the median of 11
+ * such runs (elsewhere, as --device opencl for a check of the code, host time after a sync).
+ * Totals weigh each shape by its calls a step; RESULT gpu_gemm: pdde_tflops (gemmex_f32, every shape), pdde_best_tflops
+ * (each shape's fastest path), torch_tflops, ratio = pdde / torch, best_ratio, lt_tune_gain (the lt paths'
+ * time / the tuned ones'). */
+#include "pdde_extension.h"
+
+#include <math.h>
+#include <stdio.h>
+
+typedef struct {
+    char name[16];
+    int64_t M, N, K;
+    int ta, tb, count, kind; /* kind: 0 forward (a bias), 1 input gradient, 2 weight gradient (a bias gradient: bias 1) */
+    int bias;
+} gemm_shape;
+
+enum { GP_GEMMEX, GP_GEMMEX_BF16, GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T, GP_COUNT };
+static const char *const gemm_path_names[GP_COUNT] = {"gemmex_f32", "gemmex_bf16", "lt_bf16", "lt_bias", "lt_beta1", "lt_bgrad",
+                                                      "lt_bf16_tuned", "lt_bias_tuned", "lt_beta1_tuned", "lt_bgrad_tuned"};
+
+static int gemm_shapes(const gpt_config *c, gemm_shape *s) {
+    int64_t M = (int64_t)c->batch * c->ctx, C = c->width, V = c->vocab;
+    struct { const char *name; int64_t in, out; } lin[4] = {{"qkv", C, 3 * C}, {"proj", C, C}, {"fc", C, 4 * C}, {"fcproj", 4 * C, C}};
+    int n = 0;
+    for (int i = 0; i < 4; i++) {
+        s[n] = (gemm_shape){"", M, lin[i].out, lin[i].in, 0, 0, c->layers, 0, 1};
+        snprintf(s[n++].name, sizeof s->name, "%s_fwd", lin[i].name);
+        s[n] = (gemm_shape){"", M, lin[i].in, lin[i].out, 0, 1, c->layers, 1, 0};
+        snprintf(s[n++].name, sizeof s->name, "%s_dx", lin[i].name);
+        s[n] = (gemm_shape){"", lin[i].in, lin[i].out, M, 1, 0, c->layers, 2, 1};
+        snprintf(s[n++].name, sizeof s->name, "%s_dw", lin[i].name);
+    }
+    s[n++] = (gemm_shape){"head_fwd", M, V, C, 0, 1, 1, 0, 0};
+    s[n++] = (gemm_shape){"head_dx", M, C, V, 0, 0, 1, 1, 0};
+    s[n++] = (gemm_shape){"head_dw", V, C, M, 1, 0, 1, 2, 0};
+    return n;
+}
+
+/* the driver's events on the backend's native stream (CUDA); NULL entries: host time instead */
+typedef struct {
+    int (*EventCreate)(void **, unsigned);
+    int (*EventDestroy)(void *);
+    int (*EventRecord)(void *, void *);
+    int (*EventSynchronize)(void *);
+    int (*EventElapsedTime)(float *, void *, void *);
+} gemm_events;
+
+typedef struct {
+    const pdde_backend_iface *b;
+    void *dev, *stream, *native;
+    gemm_events ev;
+    int have_events;
+} gemm_dev;
+
+static void gemm_fill(gemm_dev *g, void *h, int64_t n, pdde_dtype dt, uint64_t seed) {
+    size_t es = dt == PDDE_F32 ? 4 : 2;
+    char *v = malloc((size_t)n * es);
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        float f = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+        if (dt == PDDE_F32) ((float *)v)[i] = f;
+        else ((uint16_t *)v)[i] = pdde_f32_to_bf16(f);
+    }
+    g->b->write(g->dev, g->stream, h, 0, v, (size_t)n * es);
+    g->b->stream_sync(g->dev, g->stream);
+    free(v);
+}
+
+static void gemm_leaf(pdde_tensor *t, pdde_dtype dt, int64_t r, int64_t c, void *h) {
+    memset(t, 0, sizeof *t);
+    t->dtype = dt, t->ndim = c ? 2 : 1, t->shape[0] = r, t->shape[1] = c, t->data = h, t->device = -1, t->layer = -1;
+}
+
+/* ms a call of one path on shape s (0: the path does not take it or failed) */
+static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
+    int p = path >= GP_LT_BF16_T ? path - 4 : path;
+    if (((p == GP_LT_BF16 || p == GP_GEMMEX_BF16) && s->kind == 2) || (p == GP_LT_BIAS && (s->kind != 0 || !s->bias)) || (p == GP_LT_BETA1 && s->kind != 2) ||
+        (p == GP_LT_BGRAD && (s->kind != 2 || !s->bias)))
+        return 0;
+    pdde_dtype ddt = p == GP_LT_BF16 || p == GP_LT_BIAS || p == GP_GEMMEX_BF16 ? PDDE_BF16 : PDDE_F32;
+    int64_t ar = s->ta ? s->K : s->M, ac = s->ta ? s->M : s->K, br = s->tb ? s->N : s->K, bc = s->tb ? s->K : s->N;
+    size_t abytes = (size_t)(s->M * s->K) * 2, bbytes = (size_t)(s->K * s->N) * 2, dbytes = (size_t)(s->M * s->N) * pdde_dtype_size(ddt);
+    size_t extra = p == GP_LT_BGRAD ? ((dbytes + 255) & ~(size_t)255) + (size_t)s->N * 4 : dbytes;
+    size_t set = abytes + bbytes + extra;
+    int sets = set < ((size_t)128 << 20) ? (int)(((size_t)256 << 20) / set) : 1; /* (L2: 50 MB on an H100 / H200) */
+    if (sets > 8) sets = 8;
+    if (sets < 1) sets = 1;
+    void *ha[8] = {0}, *hb[8] = {0}, *hd[8] = {0}, *hbias = NULL;
+    pdde_tensor A[8], B[8], D[8], bias;
+    int ok = 1;
+    for (int i = 0; i < sets && ok; i++) {
+        ok = !g->b->buffer_alloc(g->dev, abytes, &ha[i]) && !g->b->buffer_alloc(g->dev, bbytes, &hb[i]) && !g->b->buffer_alloc(g->dev, extra, &hd[i]);
+        if (!ok) break;
+        gemm_fill(g, ha[i], s->M * s->K, PDDE_BF16, 11 + (uint64_t)i), gemm_fill(g, hb[i], s->K * s->N, PDDE_BF16, 101 + (uint64_t)i);
+        if (p == GP_LT_BETA1) gemm_fill(g, hd[i], s->M * s->N, PDDE_F32, 1001 + (uint64_t)i);
+        gemm_leaf(&A[i], PDDE_BF16, ar, ac, ha[i]), gemm_leaf(&B[i], PDDE_BF16, br, bc, hb[i]);
+        gemm_leaf(&D[i], ddt, s->M, s->N, hd[i]);
+        if (p == GP_LT_BETA1) { /* acc += op(A) op(B): the accumulation computes its matmul (PDDE_FUSE_GRAD's node) */
+            D[i].op = PDDE_OP_GRAD_ACCUM, D[i].nsrc = 3, D[i].src[1] = &A[i], D[i].src[2] = &B[i];
+            static pdde_tensor acc[8];
+            acc[i] = D[i], acc[i].op = PDDE_OP_NONE, acc[i].nsrc = 0, D[i].src[0] = &acc[i];
+        } else {
+            D[i].op = PDDE_OP_MATMUL, D[i].nsrc = 2, D[i].src[0] = &A[i], D[i].src[1] = &B[i];
+        }
+        pdde_op_set_i32(&D[i], PDDE_P_MATMUL_TRANS_A, s->ta), pdde_op_set_i32(&D[i], PDDE_P_MATMUL_TRANS_B, s->tb);
+        if (p == GP_LT_BGRAD) pdde_op_set_i32(&D[i], PDDE_P_MATMUL_BGRAD, 1);
+        if (p == GP_LT_BIAS) {
+            if (!hbias) {
+                ok = !g->b->buffer_alloc(g->dev, (size_t)s->N * 4, &hbias);
+                if (ok) gemm_fill(g, hbias, s->N, PDDE_F32, 7);
+                gemm_leaf(&bias, PDDE_F32, s->N, 0, hbias);
+            }
+            D[i].src[D[i].nsrc++] = &bias;
+        }
+        snprintf(D[i].name, sizeof D[i].name, "%s", s->name);
+        if (ok && !g->b->supports_op(g->dev, &D[i])) ok = 0;
+    }
+    double ms = 0;
+    if (ok) {
+        int calls = 10, runs = 11, k = 0;
+        double t[11];
+        for (int w = 0; w < 3 && ok; w++) ok = g->b->compute(g->dev, g->stream, &D[k++ % sets]) == PDDE_OK; /* (PDDE_CUDA_LT_TUNE tunes here) */
+        g->b->stream_sync(g->dev, g->stream);
+        void *e0 = NULL, *e1 = NULL;
+        int ev = g->have_events && !g->ev.EventCreate(&e0, 0) && !g->ev.EventCreate(&e1, 0);
+        for (int r = 0; r < runs && ok; r++) {
+            double h0 = now();
+            if (ev) g->ev.EventRecord(e0, g->native);
+            for (int c = 0; c < calls && ok; c++) ok = g->b->compute(g->dev, g->stream, &D[k++ % sets]) == PDDE_OK;
+            float el = 0;
+            if (ev) g->ev.EventRecord(e1, g->native), g->ev.EventSynchronize(e1), g->ev.EventElapsedTime(&el, e0, e1);
+            g->b->stream_sync(g->dev, g->stream);
+            t[r] = (ev ? (double)el : (now() - h0) * 1e3) / calls;
+        }
+        if (e0) g->ev.EventDestroy(e0);
+        if (e1) g->ev.EventDestroy(e1);
+        if (ok) qsort(t, (size_t)runs, sizeof *t, cmp_double), ms = t[runs / 2];
+    }
+    for (int i = 0; i < sets; i++) {
+        if (ha[i]) g->b->buffer_free(g->dev, ha[i]);
+        if (hb[i]) g->b->buffer_free(g->dev, hb[i]);
+        if (hd[i]) g->b->buffer_free(g->dev, hd[i]);
+    }
+    if (hbias) g->b->buffer_free(g->dev, hbias);
+    return ms;
+}
+
+/* times[shape][path] for the paths of one set of switches (a fresh context) */
+static int gemm_run_paths(const char *backend, const char *const env[3], const gemm_shape *s, int n, const int *paths, int n_paths,
+                          double (*times)[GP_COUNT]) {
+    static const char *const names[3] = {"PDDE_CUDA_LT", "PDDE_CUDA_LT_TUNE", "PDDE_CUDA_GEMMEX_LOWP"};
+    for (int i = 0; i < 3; i++) {
+        if (env[i]) setenv(names[i], env[i], 1);
+        else unsetenv(names[i]);
+    }
+    pdde_context *ctx;
+    if (pdde_context_init(NULL, &ctx) != PDDE_OK) return -1;
+    int dev = pdde_device_find(ctx, backend, 0);
+    gemm_dev g = {0};
+    if (dev < 0 || pdde_device_backend(ctx, dev, &g.b, &g.dev) != PDDE_OK || g.b->stream_create(g.dev, &g.stream) != PDDE_OK) {
+        pdde_context_free(ctx);
+        return -1;
+    }
+    int idx = 0;
+    void *cu = !strcmp(backend, "cuda") ? dlopen("libcuda.so.1", RTLD_NOW) : NULL;
+    if (cu && g.b->native && g.b->native(g.dev, g.stream, &g.native, &idx) == PDDE_OK) {
+        *(void **)&g.ev.EventCreate = dlsym(cu, "cuEventCreate");
+        *(void **)&g.ev.EventDestroy = dlsym(cu, "cuEventDestroy_v2");
+        *(void **)&g.ev.EventRecord = dlsym(cu, "cuEventRecord");
+        *(void **)&g.ev.EventSynchronize = dlsym(cu, "cuEventSynchronize");
+        *(void **)&g.ev.EventElapsedTime = dlsym(cu, "cuEventElapsedTime");
+        g.have_events = g.ev.EventCreate && g.ev.EventDestroy && g.ev.EventRecord && g.ev.EventSynchronize && g.ev.EventElapsedTime;
+    }
+    for (int i = 0; i < n; i++)
+        for (int k = 0; k < n_paths; k++) times[i][paths[k]] = gemm_time(&g, &s[i], paths[k]);
+    g.b->stream_free(g.dev, g.stream);
+    pdde_context_free(ctx);
+    if (cu) dlclose(cu);
+    return 0;
+}
+
+/* torch's ms a call of each shape, from gemm_torch.py's "TORCH shape=NAME ... ms=X" lines (0: none) */
+static int gemm_torch(const gemm_shape *s, int n, double *ms, double *ms_bias) {
+    char cmd[4096];
+    const char *py = getenv("PDDE_TORCH_PYTHON");
+    int len = snprintf(cmd, sizeof cmd, "%s tools/bench/gemm_torch.py --shapes ", py && *py ? py : "python3");
+    for (int i = 0; i < n && len < (int)sizeof cmd - 128; i++)
+        len += snprintf(cmd + len, sizeof cmd - (size_t)len, "%s%s:%lld:%lld:%lld:%d:%d:%d:%d", i ? "," : "", s[i].name, (long long)s[i].M,
+                        (long long)s[i].N, (long long)s[i].K, s[i].ta, s[i].tb, s[i].count, s[i].kind == 0 && s[i].bias);
+    snprintf(cmd + len, sizeof cmd - (size_t)len, " 2>&1");
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    char line[512];
+    int got = 0;
+    while (fgets(line, sizeof line, f)) {
+        fputs(line, stdout);
+        char name[32];
+        double t = 0, tb = 0;
+        if (sscanf(line, "TORCH shape=%31s", name) != 1) continue;
+        char *m = strstr(line, " ms="), *mb = strstr(line, " bias_ms=");
+        if (m) t = atof(m + 4);
+        if (mb) tb = atof(mb + 9);
+        for (int i = 0; i < n; i++)
+            if (!strcmp(s[i].name, name)) ms[i] = t, ms_bias[i] = tb, got++;
+    }
+    pclose(f);
+    return got ? 0 : -1;
+}
+
+static void bench_gemm(const char *backend, const gpt_config *c) {
+    gemm_shape s[16];
+    int n = gemm_shapes(c, s);
+    double t[16][GP_COUNT], torch_ms[16] = {0}, torch_bias_ms[16] = {0};
+    memset(t, 0, sizeof t);
+    static const int def[] = {GP_GEMMEX, GP_GEMMEX_BF16}, lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD},
+                     tuned[] = {GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T};
+    printf("GEMMs of a GPT step (layers %d, width %d, vocab %d, B %d, T %d), bf16 operands, on %s\n", c->layers, c->width, c->vocab,
+           c->batch, c->ctx, backend);
+    static const char *const env_def[3] = {"0", NULL, NULL}, *const env_ex[3] = {"0", NULL, "1"}, *const env_lt[3] = {"1", NULL, NULL},
+                             *const env_tuned[3] = {"1", "1", NULL};
+    if (gemm_run_paths(backend, env_def, s, n, def, 1, t) || gemm_run_paths(backend, env_ex, s, n, def + 1, 1, t) ||
+        gemm_run_paths(backend, env_lt, s, n, lt, 4, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t)) {
+        printf("no %s device\n", backend);
+        return;
+    }
+    unsetenv("PDDE_CUDA_LT"), unsetenv("PDDE_CUDA_LT_TUNE"), unsetenv("PDDE_CUDA_GEMMEX_LOWP");
+    int have_torch = !strcmp(backend, "cuda") && gemm_torch(s, n, torch_ms, torch_bias_ms) == 0;
+    double flops_all = 0, ms_def = 0, ms_best = 0, ms_torch = 0, ms_lt = 0, ms_lt_t = 0, torch_flops = 0;
+    printf("%-10s %6s %6s %6s %2s %2s %3s", "shape", "M", "N", "K", "ta", "tb", "x");
+    for (int p = 0; p < GP_COUNT; p++) printf(" %14s", gemm_path_names[p]);
+    printf(" %14s\n", "torch");
+    for (int i = 0; i < n; i++) {
+        double fl = 2.0 * (double)s[i].M * (double)s[i].N * (double)s[i].K, best = 0;
+        printf("%-10s %6lld %6lld %6lld %2d %2d %3d", s[i].name, (long long)s[i].M, (long long)s[i].N, (long long)s[i].K, s[i].ta, s[i].tb, s[i].count);
+        for (int p = 0; p < GP_COUNT; p++) {
+            if (t[i][p] > 0) printf(" %6.3f/%6.1fT", t[i][p], fl / (t[i][p] * 1e-3) / 1e12);
+            else printf(" %14s", "-");
+            if (t[i][p] > 0 && (best == 0 || t[i][p] < best)) best = t[i][p];
+        }
+        if (torch_ms[i] > 0) printf(" %6.3f/%6.1fT", torch_ms[i], fl / (torch_ms[i] * 1e-3) / 1e12);
+        printf("\n");
+        for (int p = 0; p < GP_COUNT; p++)
+            if (t[i][p] > 0) printf("GEMM shape=%s m=%lld n=%lld k=%lld ta=%d tb=%d count=%d path=%s ms=%.4f tflops=%.1f\n", s[i].name, (long long)s[i].M,
+                                    (long long)s[i].N, (long long)s[i].K, s[i].ta, s[i].tb, s[i].count, gemm_path_names[p], t[i][p],
+                                    fl / (t[i][p] * 1e-3) / 1e12);
+        flops_all += fl * s[i].count, ms_def += t[i][GP_GEMMEX] * s[i].count, ms_best += best * s[i].count;
+        if (torch_ms[i] > 0) ms_torch += torch_ms[i] * s[i].count, torch_flops += fl * s[i].count;
+        for (int p = GP_LT_BF16; p <= GP_LT_BGRAD; p++)
+            if (t[i][p] > 0 && t[i][p + 4] > 0) ms_lt += t[i][p] * s[i].count, ms_lt_t += t[i][p + 4] * s[i].count;
+    }
+    double tf_def = ms_def > 0 ? flops_all / (ms_def * 1e-3) / 1e12 : 0, tf_best = ms_best > 0 ? flops_all / (ms_best * 1e-3) / 1e12 : 0;
+    double tf_torch = ms_torch > 0 ? torch_flops / (ms_torch * 1e-3) / 1e12 : 0;
+    printf("a step's GEMMs: %.2f TFLOP; gemmex_f32 %.2f ms, each shape's fastest path %.2f ms%s", flops_all / 1e12, ms_def, ms_best,
+           have_torch ? "" : "; torch: not run (python3 with torch and CUDA needed: PDDE_TORCH_PYTHON)");
+    if (have_torch) printf(", torch.matmul %.2f ms", ms_torch);
+    printf("\n");
+    char torch_s[32] = "na", ratio_s[32] = "na", best_s[32] = "na", gain_s[32] = "na";
+    if (tf_torch > 0) {
+        snprintf(torch_s, sizeof torch_s, "%.1f", tf_torch);
+        snprintf(ratio_s, sizeof ratio_s, "%.3f", tf_def / tf_torch);
+        snprintf(best_s, sizeof best_s, "%.3f", tf_best / tf_torch);
+    }
+    if (ms_lt_t > 0) snprintf(gain_s, sizeof gain_s, "%.3f", ms_lt / ms_lt_t);
+    printf("RESULT gpu_gemm pdde_tflops=%.1f pdde_best_tflops=%.1f torch_tflops=%s ratio=%s best_ratio=%s lt_tune_gain=%s pdde_ms=%.2f "
+           "pdde_best_ms=%.2f\n", tf_def, tf_best, torch_s, ratio_s, best_s, gain_s, ms_def, ms_best);
+}

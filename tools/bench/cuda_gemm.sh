@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# cuda_gemm: the GEMM paths of a GPT-2 124M bf16 step on a CUDA GPU, in one run (a few minutes). First the
+# conformance cases of the switches on the device: PDDE_FUSE_BGRAD's matmul with the bias gradient (the
+# k_colsum fallback, then cublasLt's BGRADA, then tuned), cublasLt's fused matmuls under PDDE_CUDA_LT_TUNE=1,
+# and PDDE_CUDA_GEMMEX_LOWP=1's bf16-out GEMM (the bf16 logits). Then `bench_cuda --gemm`: each GEMM shape of
+# the step on every path next to torch.matmul (RESULT gpu_gemm; the tuning's choices on stderr, kept in the
+# log). Then training steps (bench_cuda --gpt --dtype bf16) with the defaults and the switches, in the same run.
+#
+#   bash tools/bench/cuda_gemm.sh [BUILD]      (BUILD: the build folder, default build; built here)
+#   RUNS="default bgrad" bash tools/bench/cuda_gemm.sh     (only those training runs; RUNS=none: no runs)
+#
+# Prints a RESULT line per test and run, the --gemm table and ends with `RESULT gpu_gemm_check ...`: each
+# run's tokens/s and its ratio to the defaults'. Each command is time-boxed (CAP seconds, default 120).
+set -u
+build=${1:-build}
+cap=${CAP:-120}
+log=${LOG:-$(mktemp -d)}
+mkdir -p "$log"
+ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX_DIR, pkg-config's or the Makefile's .gpu-carry/ucx; else none)
+{ [ -n "${UCX_DIR:-}" ] || pkg-config --exists ucx 2>/dev/null || [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ]; } && ucx=()
+if ! make -s -j"$(nproc)" BUILD="$build" WERROR= "${ucx[@]}" "$build/test_backend_ops" "$build/bench_cuda" >"$log/build.out" 2>&1; then
+    tail -20 "$log/build.out"
+    echo "RESULT gpu_gemm_check status=build_failed"
+    exit 1
+fi
+if "$build/bench_cuda" --probe | grep -q "no CUDA device"; then
+    echo "RESULT gpu_gemm_check status=no_device"
+    exit 0
+fi
+failed=0
+field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "na" }'; }
+check() { # NAME ENV... -- CMD...: a test; its last line's counts
+    local name=$1 rc
+    shift
+    timeout "$cap" env "$@" >"$log/$name.out" 2>&1
+    rc=$?
+    local counts
+    counts=$(tail -1 "$log/$name.out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/passed=\1 failed=\2/p')
+    echo "RESULT gpu_gemm_test name=$name ${counts:-passed=0 failed=na} exit=$rc"
+    [ $rc = 0 ] && [ -n "$counts" ] || { failed=$((failed + 1)); grep -E "FAIL|error" "$log/$name.out" | head -5; }
+    grep "pdde: cuda: cublasLt" "$log/$name.out" | sort | uniq -c | head -4
+}
+check bgrad PDDE_CUDA_LT=0 "$build/test_backend_ops" --backend cuda --op sum_to
+check bgrad_lt PDDE_CUDA_LT=1 "$build/test_backend_ops" --backend cuda --op sum_to
+check bgrad_lt_tune PDDE_CUDA_LT=1 PDDE_CUDA_LT_TUNE=1 "$build/test_backend_ops" --backend cuda --op sum_to
+check matmul_bias_lt_tune PDDE_CUDA_LT=1 PDDE_CUDA_LT_TUNE=1 "$build/test_backend_ops" --backend cuda --op matmul_bias
+check matmul_grad_lt_tune PDDE_CUDA_LT=1 PDDE_CUDA_LT_TUNE=1 "$build/test_backend_ops" --backend cuda --op matmul_grad
+check gemmex_lowp PDDE_CUDA_GEMMEX_LOWP=1 "$build/test_backend_ops" --backend cuda --op cross_entropy_lowp
+# the GEMMs alone, pdde's paths and torch.matmul (python3 with torch: PDDE_TORCH_PYTHON to name another)
+timeout "$((cap * 3))" "$build/bench_cuda" --gemm >"$log/gemm.out" 2>"$log/gemm.err"
+grep -vE "^(GEMM|TORCH) " "$log/gemm.out"
+grep -c "candidates, fastest" "$log/gemm.err" | sed 's/^/cublasLt plans tuned: /'
+grep -E "no .*algorithm|failed" "$log/gemm.err" | sort | uniq -c | head -5
+grep -q "^RESULT gpu_gemm " "$log/gemm.out" || failed=$((failed + 1))
+declare -A tok
+run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS where it is set)
+    local name=$1
+    shift
+    [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
+    timeout "$cap" env "$@" "$build/bench_cuda" --gpt --dtype bf16 >"$log/gpt_$name.out" 2>&1
+    local line
+    line=$(grep '^GPT ' "$log/gpt_$name.out" | tail -1)
+    tok[$name]=$(field "$log/gpt_$name.out" tok_s)
+    echo "RESULT gpu_gemm_run name=$name ${line#GPT }"
+    [ -n "$line" ] || { failed=$((failed + 1)); tail -5 "$log/gpt_$name.out"; }
+    grep "pdde: cuda: cublasLt" "$log/gpt_$name.out" | grep -v "candidates, fastest" | sort | uniq -c | head -3
+}
+# the defaults (on CUDA in bf16: cublasLt and lowering's fusions, PDDE_FUSE_GRAD among them); with PDDE_FUSE_BGRAD the
+# biased linears' weight gradients write their bias gradient and leave PDDE_FUSE_GRAD (bgrad_nograd: without it at all)
+run default X=0
+run bgrad PDDE_FUSE_BGRAD=1
+run bgrad_nograd PDDE_FUSE_BGRAD=1 PDDE_FUSE_GRAD=0
+run tune PDDE_CUDA_LT_TUNE=1
+run bgrad_tune PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1
+run gemmex PDDE_CUDA_GEMMEX_LOWP=1
+run bgrad_tune_gemmex PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1 PDDE_CUDA_GEMMEX_LOWP=1
+run default_again X=0
+out="RESULT gpu_gemm_check default_tok_s=${tok[default]:-na}"
+for n in bgrad bgrad_nograd tune bgrad_tune gemmex bgrad_tune_gemmex default_again; do
+    out+=" ${n}_vs_default=$(ratio "${tok[$n]:-0}" "${tok[default]:-0}")"
+done
+echo "$out $(grep '^RESULT gpu_gemm ' "$log/gemm.out" | sed 's/^RESULT gpu_gemm //') failed=$failed log=$log"
+[ $failed = 0 ]
