@@ -10,7 +10,7 @@
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
-#   process; the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
+#   process; each GEMM shape against torch.matmul; the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers;
 #   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
 #   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the whole conformance suite on cuda,
@@ -200,6 +200,12 @@ step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools
 line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
 [ -n "$line" ] && result "${line#RESULT }"
 cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
+
+# ---- each GEMM shape of the step on each path against torch.matmul, the bias gradient in the GEMM
+# (PDDE_FUSE_BGRAD) and cublasLt's tuning (PDDE_CUDA_LT_TUNE), both off by default (tools/bench/cuda_gemm.sh)
+step gemm 240 env RUNS="${GPU_CHECK_GEMM_RUNS-default tune bgrad bgrad_tune}" bash tools/bench/cuda_gemm.sh build
+grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
+grep -q '^RESULT gpu_gemm_check .*failed=0' "$out/step.out" || failed=1
 
 # ---- the graph fusions and cublasLt (tools/bench/cuda_fusions.sh: their conformance cases with and without
 # cublasLt, test_casts, and GPT-2 124M bf16 steps: the defaults against the old defaults (every fusion off),
