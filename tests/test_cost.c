@@ -1171,31 +1171,41 @@ static void test_moe_choose_ep_placement(void) {
 }
 
 /* A grouped GEMM on a CPU as its kernel runs it: the experts' row tiles (at most the rows / 2 threads
- * each) one a thread, all threads at once, a thread at its share of the device's rate at the threads'
- * tiles together. A CPU of 2 threads that does 1e10 FLOP/s at 64 rows and 4e10 at 128 (x 256 x 256):
- * 8 experts of 64 rows are 8 tiles, 2 at a time at the 128-row rate; 3 of 128 rows are 6 tiles of 96 at
- * the 192-row rate; one thread (or a GPU) takes each expert's GEMM at 64 rows. The MoE model prices
- * the busiest rank's experts so; and the passes over the experts' buffers: the activation over the
- * routed rows (ep 1), or over the buffer by expert's padded rows (ep 2: S = 2 x 128 tokens an expert). */
+ * each) one a thread, all threads at once in one fork, a thread at its share of the device's rate on
+ * T x 512 rows (or T tiles' rows, more) of the tile's columns and depth, not at the rate of T small
+ * tiles' rows (which a GEMM split over the threads pays its split on), and each tile reading its B
+ * operand (an expert's weights) at the memory's streaming rate (the elementwise curve's last point:
+ * 1e10 B/s). A CPU of 2 threads: 1e10 FLOP/s at 256 rows, 4e10 at 1024, 4.4e10 at 4096 (x 256 x
+ * 256), 2e10 at 64. 8 experts of 64 rows: 8 tiles at the 1024-row rate; 3 of 128 rows: 6 tiles of 96
+ * (3 rounds); 2 of 4096 rows: 4 tiles of 2048 at the 4096-row rate; one thread (or a GPU) takes each
+ * expert's GEMM at 64 rows. The MoE model prices the busiest rank's experts so; and the passes over
+ * the experts' buffers: the activation over the routed rows (ep 1), or over the buffer by expert's
+ * padded rows (ep 2: S = 2 x 128 tokens an expert). */
 static void test_moe_grouped_gemm_cpu(void) {
     pdde_cluster *c = make_cluster(1, 2);
     pdde_device_spec *s = &c->specs[0];
-    s->kind = PDDE_DEVICE_CPU, s->n_gemm = 3;
+    s->kind = PDDE_DEVICE_CPU, s->n_gemm = 4;
     snprintf(s->name, sizeof s->name, "CPU (2 threads, test)");
-    s->gemm[0] = (pdde_gemm_point){PDDE_F32, 64, 256, 256, 1e10};
-    s->gemm[1] = (pdde_gemm_point){PDDE_F32, 128, 256, 256, 4e10};
-    s->gemm[2] = (pdde_gemm_point){PDDE_F32, 192, 256, 256, 3e10};
+    s->gemm[0] = (pdde_gemm_point){PDDE_F32, 64, 256, 256, 2e10};
+    s->gemm[1] = (pdde_gemm_point){PDDE_F32, 256, 256, 256, 1e10};
+    s->gemm[2] = (pdde_gemm_point){PDDE_F32, 1024, 256, 256, 4e10};
+    s->gemm[3] = (pdde_gemm_point){PDDE_F32, 4096, 256, 256, 4.4e10};
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 64, .n = 256, .k = 256, .gemms = 8};
-    double flops = 8 * 2.0 * 64 * 256 * 256, t = pdde_cost_compute_time(ctx, c, 0, &op);
-    CHECK(test_close(t, flops / 4e10, 1e-12, 0), "8 experts of 64 rows on 2 threads: %g s (want %g: tiles a thread, not %g)", t, flops / 4e10, flops / 1e10);
+    double w = 256.0 * 256 * 4 / 1e10; /* a tile's weights read */
+    double flops = 8 * 2.0 * 64 * 256 * 256, t = pdde_cost_compute_time(ctx, c, 0, &op), want = flops / 4e10 + 8 * w;
+    CHECK(test_close(t, want, 1e-12, 0), "8 experts of 64 rows on 2 threads: %g s (want %g: tiles a thread at the 1024-row rate and 8 tiles' "
+          "weights, not %g at the 128-row rate)", t, want, flops / 1e10);
     op.gemms = 3, op.m = 128;
-    t = pdde_cost_compute_time(ctx, c, 0, &op);
-    CHECK(test_close(t, 3 * 2.0 * 128 * 256 * 256 / 3e10, 1e-12, 0), "3 experts of 128 rows: 6 tiles of 96: %g s", t);
+    t = pdde_cost_compute_time(ctx, c, 0, &op), want = 3 * 2.0 * 128 * 256 * 256 / 4e10 + 6 * w;
+    CHECK(test_close(t, want, 1e-12, 0), "3 experts of 128 rows: 6 tiles of 96: %g s (want %g)", t, want);
+    op.gemms = 2, op.m = 4096;
+    t = pdde_cost_compute_time(ctx, c, 0, &op), want = 2 * 2.0 * 4096 * 256 * 256 / 4.4e10 + 4 * w;
+    CHECK(test_close(t, want, 1e-12, 0), "2 experts of 4096 rows: 4 tiles of 2048 at the 4096-row rate: %g s (want %g)", t, want);
     snprintf(s->name, sizeof s->name, "CPU (1 threads, test)");
     op.gemms = 8, op.m = 64;
-    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 1e10, 1e-12, 0), "one thread: every expert at 64 rows");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 2e10, 1e-12, 0), "one thread: every expert at 64 rows");
     s->kind = PDDE_DEVICE_GPU;
-    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 1e10, 1e-12, 0), "a GPU: the rate at one expert's rows");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 2e10, 1e-12, 0), "a GPU: the rate at one expert's rows");
     /* the MoE model: 256 tokens, top-2 of 8 experts, width 256, ffn 256: 64 rows an expert on one rank */
     s->kind = PDDE_DEVICE_CPU;
     snprintf(s->name, sizeof s->name, "CPU (2 threads, test)");
@@ -1203,8 +1213,9 @@ static void test_moe_grouped_gemm_cpu(void) {
     p.tokens = 256, p.width = 256, p.ffn = 256, p.experts = 8, p.topk = 2, p.layers = 2;
     int dev[2] = {0, 1};
     pdde_moe_cost m;
-    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 1, &p, 1, &m) == PDDE_OK && test_close(m.expert_gemm_s, 2 * 6 * flops / 4e10, 1e-12, 0),
-          "moe model's expert GEMMs on 2 threads: %g s (want %g)", m.expert_gemm_s, 2 * 6 * flops / 4e10);
+    want = 2 * 6 * (flops / 4e10 + 8 * w);
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 1, &p, 1, &m) == PDDE_OK && test_close(m.expert_gemm_s, want, 1e-12, 0),
+          "moe model's expert GEMMs on 2 threads: %g s (want %g)", m.expert_gemm_s, want);
     /* its buffers (past the curves' last points: elementwise 1e10 B/s, row 5e9): ep 1, the activation
      * over 512 rows of 256 (2 + 3 x 512 KiB); ep 2 on 2 ranks, 4 experts x 256 rows of 256 (1 MiB):
      * the activation (2 + 3) and 4 X + 2 H zeroed at the elementwise rate, 3 X + 3 H scanned at the row rate */
