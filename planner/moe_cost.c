@@ -247,7 +247,7 @@ PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p) {
 }
 
 PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
-                                        const pdde_moe_cost_params *p, int ep, double *step_s, double *bytes) {
+                                        const pdde_moe_cost_params *p, int ep, bool groups, double *step_s, double *bytes) {
     int n = dp * tp, nd = pdde_cluster_device_count(c);
     int *ids = malloc((size_t)n * sizeof *ids);
     if (!ids) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
@@ -259,10 +259,11 @@ PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c
                 if (seen == want) ids[k] = c->machines[m].devices[i].id;
     }
     /* ep over the dp axis: its experts' gradients summed over the ep group too (pdde's layout by expert
-     * sums the rows where the tokens are split); over the tp axis: not (the tokens are whole there) */
+     * sums the rows where the tokens are split); over the tp axis (tp > 1 and not groups: ep = tp): not
+     * (the tokens are whole there) */
     pdde_moe_cost_params q = *p, qe = *p;
     q.grads_over_ep = qe.grads_over_ep = tp == 1;
-    if (tp > 1 && ep != tp) {
+    if (tp > 1 && (groups || ep != tp)) {
         /* groups of ep of the dp ranks with each expert's hidden units over tp: a rank of each tp group
          * stands for it (same tokens; the exchange's peers are tp apart), with its share of the hidden
          * units (the reduction of the experts' outputs over tp is left out, as the dense layers' is) */

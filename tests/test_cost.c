@@ -946,6 +946,45 @@ static void test_moe_plan_search(void) {
         if (!tp_groups++) printf("moe plan search, 16 devices: %s, %.4g s a step (ep groups, each expert over tp)\n", text, many[i].step_s);
     }
     CHECK(tp_groups > 0, "16 devices: %d of %d plans with ep groups and tp", tp_groups, nf);
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+    /* 8 devices, dp 4 x tp 2: ep 2 = tp both ways, the tp axis (ep=tp) and groups of 2 of the 4 dp
+     * ranks (ep=dp:2, each expert's hidden units over tp), each priced as the MoE model prices it: the
+     * groups as dp ranks 0, 2, 4, 6 (a rank of each tp group) with half the ffn, the tp axis as all 8 */
+    c = make_cluster(1, 8);
+    CHECK(pdde_plan_devices_init(ctx, c, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    pq.cluster = c;
+    CHECK(pdde_plan_search(g, &d, &pq, many, 64, &nf, &nr) == PDDE_OK, "8 devices: %s", pdde_last_error(ctx));
+    int pairs = 0;
+    for (int i = 0; i < nf; i++) {
+        if (!(many[i].dp == 4 && many[i].tp == 2 && many[i].ep == 2 && many[i].ep_dp)) continue;
+        char text[256], twin[256];
+        pdde_plan_str(&many[i], text, sizeof text);
+        pdde_plan parsed;
+        CHECK(strstr(text, ",ep=dp:2") && pdde_plan_parse(text, &parsed) == PDDE_OK && parsed.ep_dp && parsed.ep == 2, "plan text %s", text);
+        for (int j = 0; j < nf; j++) {
+            if (!(many[j].ep == 2 && many[j].tp == 2 && !many[j].ep_dp)) continue;
+            pdde_plan_str(&many[j], twin, sizeof twin);
+            char *at = strstr(twin, ",ep=tp");
+            if (!at || strncmp(text, twin, (size_t)(at - twin)) || strncmp(text + (at - twin), ",ep=dp:2", 8) || strcmp(at + 6, text + (at - twin) + 8))
+                continue; /* (the same plan but for ep=tp) */
+            pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT, mg;
+            mp.tokens = (int64_t)cfg.batch * cfg.ctx, mp.width = cfg.width, mp.ffn = cfg.ffn, mp.experts = cfg.moe_experts, mp.topk = 2, mp.layers = 2;
+            mp.zero = many[i].zero, mg = mp, mg.grads_over_ep = 1, mg.ffn = cfg.ffn / 2;
+            int all[8] = {0, 1, 2, 3, 4, 5, 6, 7}, dps[4] = {0, 2, 4, 6};
+            pdde_moe_cost a1, a2, g1, g2;
+            pdde_moe_cost_params m1 = mp;
+            m1.grads_over_ep = 1;
+            CHECK(pdde_moe_cost_estimate(ctx, c, all, 8, &mp, 1, &a1) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, all, 8, &mp, 2, &a2) == PDDE_OK &&
+                      pdde_moe_cost_estimate(ctx, c, dps, 4, &m1, 1, &g1) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, dps, 4, &mg, 2, &g2) == PDDE_OK,
+                  "%s", pdde_last_error(ctx));
+            double want = (g2.step_s - g1.step_s) - (a2.step_s - a1.step_s), got = many[i].step_s - many[j].step_s;
+            CHECK(test_close(got, want, 1e-9, 1e-12), "%s against %s: %g s apart (want %g: the groups' MoE difference less the tp axis's)", text, twin,
+                  got, want);
+            if (!pairs++) printf("moe plan search, 8 devices: %s %.4g s, %s %.4g s\n", text, many[i].step_s, twin, many[j].step_s);
+        }
+    }
+    CHECK(pairs > 0, "8 devices, dp 4 x tp 2: %d plans with the experts over groups of 2 dp ranks (ep=dp:2) beside their ep=tp twin", pairs);
     pdde_graph_free(g);
     pdde_plan_devices_free(&d);
     pdde_cluster_free(c);
