@@ -774,6 +774,16 @@ PDDE_PRIVATE double cost_core_sharing(const pdde_cluster *c, const int *devices,
     return speed > 0 ? 1 / speed : 1;
 }
 
+/* How many times more CPU ranks of devices[0..n) share devices[0]'s machine than it has cores (at least
+ * 1; 1 elsewhere): a collective among them, calibrated with a core a rank, runs its copies and waits
+ * at cores / ranks of that (a rank it waits for runs only when one of the cores is handed to it). */
+PDDE_PRIVATE double cost_rank_oversubscription(const pdde_cluster *c, const int *devices, int n) {
+    int machine = cost_shares_cores(c, devices[0]), busy = 0;
+    if (machine < 0 || c->machines[machine].cores < 1) return 1;
+    for (int r = 0; r < n; r++) busy += cost_shares_cores(c, devices[r]) == machine;
+    return busy > c->machines[machine].cores ? (double)busy / c->machines[machine].cores : 1;
+}
+
 /* G groups of S ranks (group g's i-th: members[g * S + i]) each running `steps` steps at once, every
  * rank sending `chunk` bytes a step to its group's k-th next rank (pairwise: k = the step) or its next
  * (a ring): the seconds, each step its slowest flow with all groups' flows sharing what they share. */

@@ -1206,7 +1206,67 @@ static void test_moe_choose_ep_placement(void) {
     pdde_moe_cost_estimate(ctx, one, dev, 4, &p, 2, &shared);
     CHECK(own.expert_gemm_s > 0 && test_close(shared.expert_gemm_s, 2 * own.expert_gemm_s, 1e-9, 0), "moe 4 CPU ranks on 2 cores: %g s, alone %g s",
           shared.expert_gemm_s, own.expert_gemm_s);
+    /* their collectives too (the exchange, the experts' gradients over dp): the copies are the ranks'
+     * work, calibrated with a core a rank; no contention figure here, so the exchange's host copies
+     * halve alike: every part of the exchange and the gradients' reduction at twice the time */
+    CHECK(own.alltoall_s > 0 && own.dp_sync_s > 0 && test_close(shared.alltoall_s, 2 * own.alltoall_s, 1e-9, 0) &&
+              test_close(shared.dp_sync_s, 2 * own.dp_sync_s, 1e-9, 0),
+          "moe 4 CPU ranks on 2 cores: exchange %g s (alone %g s), gradients %g s (alone %g s): want twice", shared.alltoall_s, own.alltoall_s,
+          shared.dp_sync_s, own.dp_sync_s);
+    /* a skewed router (the busiest of 4 ranks 1.43 x the mean at skew 2, ep 4): alone, the busiest
+     * rank's GEMMs pace the step; sharing 2 cores, the others wait at the exchange and hand their
+     * cores over, so the machine's work (every rank's GEMMs at half speed, 2 x the mean) paces it and
+     * the skew costs nothing (a GEMM rate flat in the rows: time proportional to the rows) */
+    one->specs[0].gemm[1].flops = one->specs[0].gemm[0].flops;
+    pdde_moe_cost even_alone, skew_alone, even_shared, skew_shared;
+    pdde_moe_cost_params ps = p;
+    ps.skew = 2;
+    one->machines[0].cores = 0;
+    pdde_moe_cost_estimate(ctx, one, dev, 4, &p, 4, &even_alone), pdde_moe_cost_estimate(ctx, one, dev, 4, &ps, 4, &skew_alone);
+    one->machines[0].cores = 2;
+    pdde_moe_cost_estimate(ctx, one, dev, 4, &p, 4, &even_shared), pdde_moe_cost_estimate(ctx, one, dev, 4, &ps, 4, &skew_shared);
+    CHECK(test_close(skew_alone.expert_gemm_s, skew_alone.imbalance * even_alone.expert_gemm_s, 1e-9, 0) && skew_alone.imbalance > 1.4 &&
+              test_close(even_shared.expert_gemm_s, 2 * even_alone.expert_gemm_s, 1e-9, 0) &&
+              test_close(skew_shared.expert_gemm_s, even_shared.expert_gemm_s, 1e-9, 0),
+          "moe skew %g (imbalance %g) on 4 ranks: GEMMs alone %g s (even %g s); on 2 cores %g s (even %g s: want the same)", ps.skew,
+          skew_alone.imbalance, skew_alone.expert_gemm_s, even_alone.expert_gemm_s, skew_shared.expert_gemm_s, even_shared.expert_gemm_s);
     pdde_cluster_free(one);
+}
+
+/* The ep pick on a 2-core machine (tests/data/moe_cpu_2core_cluster.json: pdde-bench --quick of this
+ * kind of machine, a thread a rank, with collectives; the other ranks copies of its CPU device, as
+ * bench_moe places them) for bench_moe's MoE GPT (8 experts, top-2, 2 layers of width 128 and ffn 512,
+ * 512 tokens a step). Measured there (gpt under pdde-run, medians of 5 alternating rounds, load
+ * 0.4-3.7): 2 ranks ep 1 24.2 ms a step, ep 2 29.8; 4 ranks ep 1 34.3, ep 2 (groups of 2) 41.1, ep 4
+ * 35.1. The model picks ep 1 on both and ranks ep 2 last on 4 ranks; on 4 cores the 4 ranks would
+ * not share them: their exchange and gradients take less. */
+static void test_moe_pick_shared_cores(void) {
+    pdde_cluster *c = NULL;
+    CHECK(pdde_cluster_load(ctx, "tests/data/moe_cpu_2core_cluster.json", &c) == PDDE_OK && c->n_machines == 1 && c->machines[0].cores == 2,
+          "the 2-core cluster file: %s", pdde_last_error(ctx));
+    if (!c || c->n_machines != 1) { pdde_cluster_free(c); return; }
+    pdde_cluster_device d0 = c->machines[0].devices[0];
+    int dev[4] = {d0.id, d0.id + 1000, d0.id + 2000, d0.id + 3000};
+    for (int k = 1; k < 4; k++) {
+        pdde_cluster_device dk = d0;
+        dk.id = dev[k];
+        pdde_cluster_add_device(c, 0, &dk);
+    }
+    pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+    p.tokens = 8 * 64, p.width = 128, p.ffn = 512, p.experts = 8, p.topk = 2, p.layers = 2, p.grads_over_ep = 1;
+    pdde_moe_cost best2, best4, all[4];
+    int n_all = 0;
+    CHECK(pdde_moe_choose_ep(ctx, c, dev, 2, &p, &best2, NULL, 0, NULL) == PDDE_OK && best2.ep == 1, "2 ranks on 2 cores: ep %d (want 1)", best2.ep);
+    CHECK(pdde_moe_choose_ep(ctx, c, dev, 4, &p, &best4, all, 4, &n_all) == PDDE_OK && n_all == 3 && best4.ep == 1 && all[1].ep == 2 &&
+              all[1].step_s > all[2].step_s,
+          "4 ranks on 2 cores: ep %d (want 1), ep 2 %.4g ms, ep 4 %.4g ms (want ep 2 the slowest)", best4.ep, n_all > 1 ? all[1].step_s * 1e3 : 0,
+          n_all > 2 ? all[2].step_s * 1e3 : 0);
+    c->machines[0].cores = 4;
+    pdde_moe_cost own;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 4, &p, 4, &own) == PDDE_OK && own.alltoall_s < all[2].alltoall_s && own.dp_sync_s < all[2].dp_sync_s,
+          "4 ranks on 4 cores, ep 4: exchange %g s, gradients %g s (on 2 cores %g s, %g s)", own.alltoall_s, own.dp_sync_s, all[2].alltoall_s,
+          all[2].dp_sync_s);
+    pdde_cluster_free(c);
 }
 
 /* A grouped GEMM on a CPU as its kernel runs it: the experts' row tiles (at most the rows / 2 threads
@@ -1320,6 +1380,7 @@ int main(void) {
     test_moe_cost();
     test_moe_choose_ep_placement();
     test_moe_grouped_gemm_cpu();
+    test_moe_pick_shared_cores();
     test_moe_plan_search();
     test_moe_ep_simulated();
     test_plan_text_ep();
