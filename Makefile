@@ -6,7 +6,8 @@ BUILD    ?= build
 # Portable by default (an installed library runs on any x86-64); NATIVE=1 compiles for this machine's
 # CPU only. No trapping math: the kernels' NaN-aware clamps and selects then vectorise without AVX-512 masks.
 OPT      ?= -O3 -fno-math-errno -fno-trapping-math $(if $(NATIVE),-march=native -DPDDE_NATIVE_BUILD)
-CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC -pthread -I.
+WERROR   ?= -Werror # (WERROR= builds where a newer compiler warns of more: tools/gpu-check.sh)
+CFLAGS   += -std=c11 $(OPT) -g -Wall -Wextra $(WERROR) -fPIC -pthread -I.
 LDLIBS   += -lm -ldl -pthread $(LDLIBS_EXTRA)
 
 has_pc = $(shell pkg-config --exists $(1) 2>/dev/null && echo 1)
@@ -39,13 +40,20 @@ ifndef NO_CLBLAST
     HAVE_CLBLAST = 1
   endif
 endif
-ifdef UCX_DIR  # a UCX outside the system's paths (UCX_DIR/include, UCX_DIR/lib)
-  DEFS += -DPDDE_HAVE_UCX
-  CFLAGS += -I$(UCX_DIR)/include
-  LDLIBS += -L$(UCX_DIR)/lib -Wl,-rpath,$(UCX_DIR)/lib -lucp -luct -lucs -lucm
-  HAVE_UCX = 1
-else ifndef NO_UCX
-  ifeq ($(call has_pc,ucx),1)
+# UCX: UCX_DIR names one outside the system's paths (UCX_DIR/include, UCX_DIR/lib), else pkg-config's,
+# else the one tools/gpu-carry.sh put in .gpu-carry/ucx (a machine that cannot install it); NO_UCX=1 wins.
+ifndef NO_UCX
+  ifndef UCX_DIR
+    ifneq ($(call has_pc,ucx),1)
+      UCX_DIR := $(if $(wildcard .gpu-carry/ucx/include/ucp/api/ucp.h),$(CURDIR)/.gpu-carry/ucx)
+    endif
+  endif
+  ifneq ($(UCX_DIR),)
+    DEFS += -DPDDE_HAVE_UCX
+    CFLAGS += -I$(UCX_DIR)/include
+    LDLIBS += -L$(UCX_DIR)/lib -Wl,-rpath,$(UCX_DIR)/lib -lucp -luct -lucs -lucm
+    HAVE_UCX = 1
+  else ifeq ($(call has_pc,ucx),1)
     DEFS += -DPDDE_HAVE_UCX
     LDLIBS += $(shell pkg-config --libs ucx)
     HAVE_UCX = 1
@@ -223,6 +231,9 @@ check-parts: $(BUILD)/pdde.o
 # read by pdde's own JSON reader).
 OPENBLAS_TESTS := $(addprefix $(BUILD)/openblas/,test_matmul test_backend_ops test_gpt_golden test_amp)
 PORTABLE_TESTS := $(addprefix $(BUILD)/portable/,test_matmul test_backend_ops test_gpt_golden test_grad test_amp test_cluster)
+# What tools/gpu-check.sh builds, compiled (not run) there too: a GPU node may have none of these libraries.
+GPU_CHECK_BUILDS := $(addprefix $(BUILD)/portable/,test_cuda test_gpu_attention bench_cuda gpt pdde-bench test_dp test_casts \
+                    test_moe_device test_nccl test_device_buckets)
 # make test first installs what is missing (as make demo does), then reads this Makefile again so
 # that the optional dependencies it just installed are found.
 test:
@@ -234,7 +245,7 @@ FIRST_TESTS := $(filter $(addprefix $(BUILD)/,$(TEST_FIRST)),$(TESTS))
 # The last test is a 10 s smoke run of the graph fuzzer's seeded driver (test-fuzz is the long one).
 test-installed: all $(TESTS) check-parts $(BUILD)/fuzz_graph
 	@$(MAKE) -s BUILD=$(BUILD)/openblas NO_DNNL=1 NO_UCX=1 $(OPENBLAS_TESTS) >/dev/null
-	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 NO_CJSON=1 $(PORTABLE_TESTS) >/dev/null
+	@$(MAKE) -s BUILD=$(BUILD)/portable NO_DNNL=1 NO_OPENBLAS=1 NO_UCX=1 NO_CJSON=1 $(PORTABLE_TESTS) $(GPU_CHECK_BUILDS) >/dev/null
 	@bash tests/run_tests.sh $(BUILD) $(FIRST_TESTS) $(filter-out $(FIRST_TESTS),$(TESTS)) $(OPENBLAS_TESTS) $(PORTABLE_TESTS) \
 	  $(BUILD)/fuzz_graph
 

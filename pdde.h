@@ -1480,8 +1480,12 @@ int pdde_cost_program_op_count(const pdde_cost_program *p, int rank);
 const pdde_cost_op *pdde_cost_program_op(const pdde_cost_program *p, int rank, int index);
 /* One rank running g's step (every node that reaches a loss, an output or an update, in order) on
  * cluster device device_id: each node a compute op with its class, GEMM shape, bytes and liveness. With
- * a fusion of lowering's switched on (PDDE_FUSE_*, PDDE_ATT_LOWP, PDDE_BF16_*), the nodes its session runs. */
+ * a fusion of lowering's on (PDDE_FUSE_*, PDDE_ATT_LOWP, PDDE_BF16_*) for the context's device 0 (the CPU,
+ * as a session with the default device), the nodes its session runs. */
 pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out);
+/* The same, lowered with the fusions a device of cluster c's device_id's backend runs by default (its spec's
+ * backend: lowering's fusions are on by default on "cuda" in a bf16 graph, README section 4). */
+pdde_status pdde_cost_program_from_graph_on(const pdde_graph *g, const pdde_cluster *c, int device_id, pdde_cost_program **out);
 /* Every rank of a plan's real programs (planner/simulate.c): g annotated and completed as its sessions
  * compile it, sp what they pass (world not read; NULL = defaults), each rank lowered as pdde_lower_dump
  * does and its step turned into what the executor does: each node computed on the device it is placed

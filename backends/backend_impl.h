@@ -75,6 +75,8 @@ PDDE_PRIVATE pdde_status registry_device_get(pdde_context *ctx, pdde_registry *r
 PDDE_PRIVATE pdde_status registry_device_props(const pdde_registry *r, int device, pdde_device_props *out);
 /* Whether a device's data handles are host pointers (the CPU's), from the registry alone. */
 PDDE_PRIVATE bool registry_device_is_host(const pdde_registry *r, int device);
+/* The name of the backend a device belongs to ("cpu", "cuda", ...; NULL: no such device). */
+PDDE_PRIVATE const char *registry_device_backend(const pdde_registry *r, int device);
 PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backend, int index);
 /* Whether a device runs node (its backend's supports_op; the CPU runs everything). A device that
  * cannot be opened says yes: opening it later reports why. */

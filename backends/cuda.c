@@ -227,7 +227,7 @@ typedef struct {
     void *lib;
     pcu_api cu;
     pcublas_api blas; /* blas.lib NULL: no cuBLAS */
-    pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT unset */
+    pclt_api lt;      /* lt.lib NULL: no cublasLt, or PDDE_CUDA_LT=0 */
     pcu_graph_api graph;
     int driver_version;
     int n_devices;
@@ -394,11 +394,14 @@ static void pcu_load_cublas(pcu_family *f) {
 }
 
 /* --------------------------------------------------------------------------------------------------
- * cublasLt: matmuls with an epilogue (PDDE_CUDA_LT=1; off by default until a GPU run has measured it).
- * A matmul node with a bias source and/or a bf16 / f16 output (lowering's bias fusion) is one
- * cublasLtMatmul: the bias added in f32 in the epilogue (CUBLASLT_EPILOGUE_BIAS, an f32 bias), the sum
- * rounded once on the store. A shape cublasLt declines takes the generic path (the GEMM, the bias
- * kernel, the cast: pgd_matmul_epi), said once on stderr. */
+ * cublasLt: matmuls with an epilogue (on by default where libcublasLt loads: a GPU run measured lowering's
+ * fused matmuls faster on it; PDDE_CUDA_LT=0 turns it off). A matmul node with a bias source and/or a
+ * bf16 / f16 output (lowering's bias fusion) is one cublasLtMatmul: the bias added in f32 in the epilogue
+ * (CUBLASLT_EPILOGUE_BIAS), the sum rounded once on the store. cublasLt takes a bias of D's dtype only
+ * (CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: an f32 bias with an f32 D, never with a bf16 one), so a bf16 / f16
+ * output with a bias is declined here and pgd_matmul_epi asks again for the f32 sum (D f32 in its scratch,
+ * then its cast: the bits of the unfused bias add and cast). A shape cublasLt declines takes the generic
+ * path (the GEMM, the bias kernel, the cast: pgd_matmul_epi), said once on stderr. */
 
 static void pclt_load(pcu_family *f) {
     static const char *const names[] = {
@@ -406,11 +409,11 @@ static void pclt_load(pcu_family *f) {
         "/usr/local/cuda/lib64/libcublasLt.so.13", "/usr/local/cuda/lib64/libcublasLt.so.12",
     };
     const char *env = getenv("PDDE_CUDA_LT");
-    if (!env || strcmp(env, "1") != 0) return;
+    if (env && !strcmp(env, "0")) return;
     void *lib = NULL;
     for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
-        fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
+        if (env && !strcmp(env, "1")) fprintf(stderr, "pdde: cuda: PDDE_CUDA_LT=1 but no libcublasLt was found: matmul epilogues run as separate kernels\n");
         return;
     }
     pclt_api a = {.lib = lib};
@@ -516,6 +519,7 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX || (batch > 1 && (!sA || !sB))) return 1;
     if (beta != 0.0f && ddt != PDDE_F32) return 1;
+    if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only: the caller asks again for an f32 D) */
     if (!d->lt_workspace_tried) { /* (once: a failed allocation leaves cublasLt without workspace) */
         d->lt_workspace_tried = 1;
         if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;
@@ -566,12 +570,16 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
 
 /* PDDE_FUSE_GELU's matmuls on cublasLt (gpu_dispatch.h's gemm_act): GELU_AUX_BIAS (D = gelu(X), X = A op(B) +
  * bias kept in aux) and DGELU (D = A op(B) * gelu'(aux)). cublasLt keeps aux in D's dtype, so a node whose X
- * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels. */
+ * is of another dtype than D, or whose N is not a multiple of 8 (aux's leading dimension), takes the kernels,
+ * and so does a GELU_AUX_BIAS with a bf16 / f16 D (its f32 bias: cublasLt's bias is of D's dtype). Its GELU is
+ * the tanh form, as pdde's; DGELU's product is summed in cublasLt's order and its gelu' evaluated its way, so
+ * a bf16 D differs from the kernels' where the f32 value lies next to a bf16 rounding boundary. */
 static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K,
                             pgd_ptr pa, pgd_ptr pb, pgd_ptr pd, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt) {
     pcu_dev *d = impl;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
+    if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
     if (!d->lt_workspace_tried) {
         d->lt_workspace_tried = 1;
         if (d->fam->cu.MemAlloc(&d->lt_workspace, PCLT_WORKSPACE) == PCU_SUCCESS) d->lt_workspace_bytes = PCLT_WORKSPACE;

@@ -554,7 +554,8 @@ static int pgd_matmul(const pgd_ctx *g, pdde_tensor *node) {
  * A matmul with an epilogue (planner/lower.c's fusions, PDDE_FUSE_EPILOGUE): a bias [N] (src 2) added to
  * every row, then a residual (PDDE_P_MATMUL_RESIDUAL: the last src), and/or a bf16 / f16 output rounded
  * once from the f32 sum. The backend's epilogue GEMM where it has one and takes the case (gemm_epi:
- * cublasLt), else the GEMM into f32 (the output itself, or scratch under a bf16 / f16 output), the bias
+ * cublasLt; under a bf16 / f16 output it declines, asked again for the f32 sum into scratch, then k_cast),
+ * else the GEMM into f32 (the output itself, or scratch under a bf16 / f16 output), the bias
  * and the residual added in place (k_binary) and the sum cast (k_cast): the kernels the adds and the cast
  * ran before, without their tensors. */
 /* PDDE_FUSE_GELU's matmuls (PDDE_P_MATMUL_ACT): one GEMM of a shared 2-D B (the rows of every batch are
@@ -572,7 +573,8 @@ static int pgd_matmul_act(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr beside = act == PDDE_MATMUL_GELU ? pgd_at(pd, (int64_t)pdde_lowp_copy_offset(node)) : pgd_null;
     if (g->gemm_act && K > 0) { /* GELU: D = gelu(X) beside, aux = X (the node); DGELU: D = the node, aux = X */
         int e = g->gemm_act(g->impl, g->stream, act, a->dtype, node->dtype, tb, M, N, K, pa, pb, act == PDDE_MATMUL_GELU ? beside : pd,
-                            act == PDDE_MATMUL_GELU ? px : pgd_null, act == PDDE_MATMUL_GELU ? pd : px, x3->dtype);
+                            act == PDDE_MATMUL_GELU ? px : pgd_null, act == PDDE_MATMUL_GELU ? pd : px,
+                            act == PDDE_MATMUL_GELU ? node->dtype : x3->dtype); /* (GELU: aux is the node, x3 the bias) */
         if (e != 1) return e;
     }
     int64_t c_bytes = (n * 4 + 255) & ~(int64_t)255, x_bytes = act == PDDE_MATMUL_DGELU && x3->dtype != PDDE_F32 ? c_bytes : 0;
@@ -625,8 +627,13 @@ static int pgd_matmul_epi(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr scr = pgd_null;
     int e = cbytes + wbytes ? g->scratch(g->impl, g->stream, (size_t)(cbytes + wbytes), &scr) : PDDE_OK;
     pgd_ptr c32 = cbytes ? scr : pd, work = wbytes ? pgd_at(scr, cbytes) : pgd_null;
-    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, work);
     int32_t add = PGD_B_ADD, sdt = (int32_t)PDDE_F32, ddt = (int32_t)node->dtype;
+    if (!e && cbytes && g->gemm_epi && K > 0) { /* a bf16 / f16 output it declined: the f32 sum from its epilogue GEMM, then the cast */
+        int f = g->gemm_epi(g->impl, g->stream, a->dtype, PDDE_F32, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, pbias, pres,
+                            residual ? 1.0f : 0.0f);
+        if (f != 1) return f ? f : pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));
+    }
+    if (!e) e = pgd_gemm_run(g, a->dtype, ta, tb, M, N, K, pa, sA, pb, sB, c32, M * N, batch, work);
     if (!e && bias) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(c32), PGD_P(pbias), PGD_P(c32), PGD_A(n), PGD_A(N), PGD_A(add)));
     if (!e && residual) e = pgd_launch_1d(g, PGD_K_BINARY, n, PGD_ARGS(PGD_P(pres), PGD_P(c32), PGD_P(c32), PGD_A(n), PGD_A(n), PGD_A(add)));
     if (!e && cbytes) e = pgd_launch_1d(g, PGD_K_CAST, n, PGD_ARGS(PGD_P(c32), PGD_P(pd), PGD_A(n), PGD_A(sdt), PGD_A(ddt)));

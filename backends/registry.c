@@ -194,6 +194,10 @@ PDDE_PRIVATE bool registry_device_is_host(const pdde_registry *r, int device) {
     return device >= 0 && device < r->n_devices && strcmp(r->families[r->devices[device].family].iface->name, "cpu") == 0;
 }
 
+PDDE_PRIVATE const char *registry_device_backend(const pdde_registry *r, int device) {
+    return r && device >= 0 && device < r->n_devices ? registry_family_name(&r->families[r->devices[device].family]) : NULL;
+}
+
 PDDE_PRIVATE int registry_device_find(const pdde_registry *r, const char *backend, int index) {
     for (int i = 0; i < r->n_families; i++)
         if (r->families[i].family && strcmp(r->families[i].iface->name, backend) == 0)

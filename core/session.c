@@ -1166,7 +1166,7 @@ pdde_status pdde_session_init(pdde_graph *g, const pdde_session_params *params, 
     const char *check = getenv("PDDE_CHECK_NONFINITE");
     s->check_nonfinite = check && *check && strcmp(check, "0") != 0;
     pdde_lower_params lp = {0, 0, p.device, p.layer_devices, p.n_layer_devices, p.pipeline_schedule, p.comm_dtype, p.overlap_gradients > 0, false,
-                            p.gradient_bucket_bytes};
+                            p.gradient_bucket_bytes, NULL};
     lp.no_cpu_fallback = program_no_cpu_fallback(&p);
     pdde_status st = PDDE_OK;
     if (p.world) {

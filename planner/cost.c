@@ -301,7 +301,7 @@ static double cost_step_alone(pdde_context *ctx, const pdde_cluster *c, const pd
     pdde_cost_program *p = NULL;
     pdde_cost_result *r = NULL;
     double t = NAN;
-    if (pdde_cost_program_from_graph(g, id, &p) == PDDE_OK && pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK) t = r->step_time;
+    if (pdde_cost_program_from_graph_on(g, c, id, &p) == PDDE_OK && pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK) t = r->step_time;
     pdde_cost_result_free(r);
     pdde_cost_program_free(p);
     return t > 0 ? t : NAN;
@@ -376,11 +376,13 @@ double pdde_cost_compute_time(pdde_context *ctx, const pdde_cluster *c, int devi
     return cost_compute(ctx, c, device_id, op, &unc);
 }
 
+static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, const char *backend, pdde_cost_program **out);
+
 pdde_status pdde_plan_devices_init_graph(pdde_context *ctx, const pdde_cluster *c, const pdde_graph *g, int ranks,
                                             pdde_plan_devices *out) {
     pdde_cost_program *p = NULL;
+    const char *p_backend = NULL; /* (p: the graph's program as lowered for this backend's devices) */
     pdde_status st = pdde_plan_devices_init(ctx, c, 0, 0, 0, out);
-    if (!st && (st = pdde_cost_program_from_graph(g, 0, &p))) pdde_error(ctx, st, "cluster: cannot read the graph's nodes");
     double share = ranks > 1 ? 1.0 / ranks : 1.0;
     /* a device's figures depend on its spec only: timed once per spec (4096 devices share a few) */
     int *timed_as = !st ? malloc(((size_t)c->n_specs + 1) * sizeof *timed_as) : NULL;
@@ -394,6 +396,14 @@ pdde_status pdde_plan_devices_init_graph(pdde_context *ctx, const pdde_cluster *
                 continue;
             }
             if (spec >= 0 && spec < c->n_specs) timed_as[spec] = i;
+            const char *backend = spec >= 0 && spec < c->n_specs ? c->specs[spec].backend : "";
+            if (!p || strcmp(p_backend, backend)) {
+                pdde_cost_program_free(p), p = NULL, p_backend = backend;
+                if ((st = cost_program_from_graph(g, 0, backend, &p))) {
+                    pdde_error(ctx, st, "cluster: cannot read the graph's nodes");
+                    break;
+                }
+            }
             double flops = 0, t_gemm = 0, bytes = 0, t_other = 0;
             int unc = 0;
             for (int k = 0; k < pdde_cost_program_op_count(p, 0); k++) {
@@ -1087,27 +1097,19 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x) {
     return b;
 }
 
-/* Whether a fusion of lowering's is switched on (planner/lower.c: off by default, each its variable "1") */
-static bool cost_fusions_on(void) {
-    static const char *const names[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_FUSE_GELU",
-                                        "PDDE_ATT_LOWP",      "PDDE_BF16_GRADS", "PDDE_BF16_LOGITS"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *v = getenv(names[i]);
-        if (v && !strcmp(v, "1")) return true;
-    }
-    return false;
-}
-
-/* The graph's nodes, or where a fusion is switched on, the order of its program lowered for one process
+/* The graph's nodes, or where a fusion of lowering's is on for a device of `backend` (lower_fusion_on; NULL:
+ * the default device of a session, the context's device 0), the order of its program lowered for one process
  * (what a session runs: the fused nodes, the adds and casts they took in as views, which cost nothing) */
-pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out) {
+static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, const char *backend, pdde_cost_program **out) {
     pdde_cost_program *p;
     pdde_status st = pdde_cost_program_init(1, &p);
     if (st) return st;
     pdde_program *P = NULL;
-    if (g && g->n && cost_fusions_on()) {
+    if (g && g->n && !backend) backend = registry_device_backend(g->ctx->registry, 0);
+    if (g && g->n && lower_fusion_any(backend, lower_graph_bf16(g))) {
         pdde_session_params sp = PDDE_SESSION_PARAMS_INIT;
         pdde_lower_params lp = program_lower_params(g, &sp, 0, 0);
+        lp.fusion_backend = backend;
         if (program_lower(g, &lp, &P) != PDDE_OK) P = NULL; /* (then the graph's nodes, as without fusions) */
     }
     int n = P ? P->n_order : g ? g->n : 0, n_ids = P ? P->n + 1 : n;
@@ -1148,6 +1150,16 @@ pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdd
     if (st) { pdde_cost_program_free(p); return st; }
     *out = p;
     return PDDE_OK;
+}
+
+pdde_status pdde_cost_program_from_graph(const pdde_graph *g, int device_id, pdde_cost_program **out) {
+    return cost_program_from_graph(g, device_id, NULL, out);
+}
+
+pdde_status pdde_cost_program_from_graph_on(const pdde_graph *g, const pdde_cluster *c, int device_id, pdde_cost_program **out) {
+    const pdde_device_spec *s = c ? cost_spec(c, device_id) : NULL;
+    if (!s) return PDDE_ERR_INVALID_ARG;
+    return cost_program_from_graph(g, device_id, s->backend, out);
 }
 
 /* ------------------------------------------------------------------------------------------------

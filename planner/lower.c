@@ -45,6 +45,7 @@ typedef struct {
     /* which mesh is a slice of which (mesh_sub_axis looks at every rank of both) */
     const pdde_mesh *sub_parent[64], *sub_child[64];
     int sub_result[64], n_sub;
+    bool bf16; /* the graph computes in bf16 (lower_graph_bf16): the fusions' defaults depend on it */
 } lowering;
 
 /* mesh_sub_axis(parent, sub), remembered per pair. */
@@ -817,11 +818,52 @@ static pdde_status lower_shadows(lowering *L) {
     return PDDE_OK;
 }
 
-/* A graph fusion's switch: on where its environment variable is "1" (they are off by default until a
- * device has measured them) */
-static bool lower_switch_on(const char *name) {
+/* The graph fusions and where each is on by default: on a CUDA device in a graph that computes in bf16,
+ * where a GPU run measured them faster than without and their conformance cases correct (GPT-2 124M bf16
+ * on an H200, tools/bench/cuda_fusions.sh); PDDE_FUSE_GELU measured no faster, so it stays off. Elsewhere
+ * (the CPU, OpenCL, Level Zero, f32 and f16 graphs) they are off until a run there measures them. */
+static const struct { const char *name; bool cuda_bf16; } lower_fusions[] = {
+    {"PDDE_FUSE_EPILOGUE", true}, {"PDDE_FUSE_GRAD", true}, {"PDDE_FUSE_ADD_LN", true}, {"PDDE_BF16_LOGITS", true},
+    {"PDDE_BF16_GRADS", true},    {"PDDE_ATT_LOWP", true},  {"PDDE_FUSE_GELU", false},
+};
+
+PDDE_PRIVATE bool lower_fusion_on(const char *name, const char *backend, bool bf16) {
     const char *env = getenv(name);
-    return env && !strcmp(env, "1");
+    if (env && !strcmp(env, "1")) return true;
+    if (env && !strcmp(env, "0")) return false;
+    bool cuda = backend && !strcmp(backend, "cuda") && bf16;
+    for (size_t i = 0; i < sizeof lower_fusions / sizeof lower_fusions[0]; i++)
+        if (!strcmp(lower_fusions[i].name, name)) return cuda && lower_fusions[i].cuda_bf16;
+    return false;
+}
+
+PDDE_PRIVATE bool lower_fusion_any(const char *backend, bool bf16) {
+    for (size_t i = 0; i < sizeof lower_fusions / sizeof lower_fusions[0]; i++)
+        if (lower_fusion_on(lower_fusions[i].name, backend, bf16)) return true;
+    return false;
+}
+
+PDDE_PRIVATE bool lower_graph_bf16(const pdde_graph *g) {
+    for (int i = 0; g && i < g->n; i++) {
+        const pdde_tensor *t = g->nodes[i];
+        if ((t->op == PDDE_OP_MATMUL || t->op == PDDE_OP_ATTENTION) && t->nsrc > 0 && t->src[0] && t->src[0]->dtype == PDDE_BF16) return true;
+    }
+    return false;
+}
+
+/* A graph fusion's switch for a node on `device` (lower_fusion_on: as the lowering params say, else as the
+ * device's backend runs it) */
+static bool lower_switch_on(const lowering *L, const char *name, int device) {
+    const char *backend = L->p->fusion_backend ? L->p->fusion_backend : registry_device_backend(L->ctx->registry, device);
+    return lower_fusion_on(name, backend, L->bf16);
+}
+
+/* ...on for some device of the program's nodes (a pass looks at the nodes only then) */
+static bool lower_switch_any(const lowering *L, const char *name) {
+    if (L->p->fusion_backend) return lower_fusion_on(name, L->p->fusion_backend, L->bf16);
+    for (int d = 0; d < L->ctx->registry->n_devices; d++)
+        if (lower_switch_on(L, name, d)) return true;
+    return false;
 }
 
 /* For the fusions: how many nodes of the order read each tensor (readers, by id) and, where at is not
@@ -840,7 +882,7 @@ static int *lower_readers(const pdde_program *P, int **at) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * A linear layer's epilogue folded into its matmul (PDDE_FUSE_EPILOGUE=1; off by default). Where an add's
+ * A linear layer's epilogue folded into its matmul (PDDE_FUSE_EPILOGUE: on by default on CUDA in bf16, lower_fusion_on). Where an add's
  * first input is a matmul that nothing else reads and its second a 1-D f32 bias of the matmul's last dim,
  * the matmul takes the bias as a third source and adds it to every row of its result (computed in f32
  * as the add was: the same bits), and the add becomes a view of it; then a residual add of such a
@@ -852,7 +894,7 @@ static int *lower_readers(const pdde_program *P, int **at) {
  * Only where the matmul's device runs the fused node (supports_op). */
 static pdde_status lower_fuse_epilogue(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_switch_on("PDDE_FUSE_EPILOGUE")) return PDDE_OK;
+    if (!lower_switch_any(L, "PDDE_FUSE_EPILOGUE")) return PDDE_OK;
     int *at, *readers = lower_readers(P, &at);
     if (!readers) return lower_oom(L);
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
@@ -861,7 +903,8 @@ static pdde_status lower_fuse_epilogue(lowering *L) {
         if (s->op != PDDE_OP_ADD || !m || !b || m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || s->dtype != PDDE_F32 ||
             readers[m->id] != 1 || (m->flags & kept) || (s->flags & kept) || m->device != s->device || b->device != m->device ||
             b->dtype != PDDE_F32 || b->ndim != 1 || m->ndim < 2 || b->shape[0] != m->shape[m->ndim - 1] ||
-            pdde_tensor_numel(s) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]))
+            pdde_tensor_numel(s) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]) ||
+            !lower_switch_on(L, "PDDE_FUSE_EPILOGUE", m->device))
             continue; /* (a bias that lowering derived after the matmul, as a tensor-parallel row layer's, stays an add) */
         m->src[m->nsrc++] = b;
         if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
@@ -875,7 +918,8 @@ static pdde_status lower_fuse_epilogue(lowering *L) {
      * as the add did (x computed before it; the add's other input the matmul through its views) */
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *s = P->order[i], *x = NULL, *m = NULL;
-        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept)) continue;
+        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) || !lower_switch_on(L, "PDDE_FUSE_EPILOGUE", s->device))
+            continue;
         for (int k = 0; k < 2 && !m; k++) {
             pdde_tensor *v = s->src[k];
             while (v->op == PDDE_OP_RESHAPE && (v->flags & PDDE_TENSOR_VIEW) && !(v->flags & (kept & ~PDDE_TENSOR_VIEW)) && readers[v->id] == 1 &&
@@ -904,7 +948,7 @@ static pdde_status lower_fuse_epilogue(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Weight-gradient matmuls folded into their accumulations (PDDE_FUSE_GRAD=1; off by default). Autodiff
+ * Weight-gradient matmuls folded into their accumulations (PDDE_FUSE_GRAD: on by default on CUDA in bf16, lower_fusion_on). Autodiff
  * adds each parameter's gradient into its accumulator (GRAD_ACCUM, in place); where that gradient is a
  * 2-D matmul (through views) that nothing else reads, the accumulation computes it: its sources become
  * the accumulator and the matmul's operands (with the matmul's transposes), acc += op(A) op(B), which a
@@ -913,14 +957,14 @@ static pdde_status lower_fuse_epilogue(lowering *L) {
  * weight. Only where the accumulation's device runs the fused node (supports_op). */
 static pdde_status lower_fuse_grad(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_switch_on("PDDE_FUSE_GRAD")) return PDDE_OK;
+    if (!lower_switch_any(L, "PDDE_FUSE_GRAD")) return PDDE_OK;
     int *readers = lower_readers(P, NULL);
     uint8_t *gone = calloc((size_t)P->n + 1, 1);
     if (!readers || !gone) { free(readers), free(gone); return lower_oom(L); }
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *u = P->order[i], *m = u->nsrc == 2 ? u->src[1] : NULL;
-        if (u->op != PDDE_OP_GRAD_ACCUM || !m || u->ndim != 2 || u->dtype != PDDE_F32) continue;
+        if (u->op != PDDE_OP_GRAD_ACCUM || !m || u->ndim != 2 || u->dtype != PDDE_F32 || !lower_switch_on(L, "PDDE_FUSE_GRAD", u->device)) continue;
         while (m->op == PDDE_OP_RESHAPE && (m->flags & PDDE_TENSOR_VIEW) && !(m->flags & kept) && readers[m->id] == 1 && m->dtype == PDDE_F32)
             m = m->src[0];
         if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || m->ndim != 2 || m->src[0]->ndim != 2 || m->src[1]->ndim != 2 ||
@@ -948,7 +992,7 @@ static pdde_status lower_fuse_grad(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * A layernorm's input gradient summed in its backward (PDDE_FUSE_ADD_LN=1; off by default). In a residual
+ * A layernorm's input gradient summed in its backward (PDDE_FUSE_ADD_LN: on by default on CUDA in bf16, lower_fusion_on). In a residual
  * network the stream x feeds a layernorm and goes on: autodiff adds the layernorm's dx to x's other
  * gradient. Where that add's inputs are a layernorm backward that nothing else reads and a gradient
  * computed before it, the layernorm backward takes the other gradient as a fourth source and adds it to
@@ -959,14 +1003,15 @@ static pdde_status lower_fuse_grad(lowering *L) {
  * the layernorm, which must come before the sum's other readers. */
 static pdde_status lower_fuse_add_ln(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_switch_on("PDDE_FUSE_ADD_LN")) return PDDE_OK;
+    if (!lower_switch_any(L, "PDDE_FUSE_ADD_LN")) return PDDE_OK;
     int *at, *readers = lower_readers(P, &at);
     if (!readers) return lower_oom(L);
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *l = P->order[i], *s = l->nsrc == 3 ? l->src[0] : NULL;
         if (l->op != PDDE_OP_LAYERNORM || !s || s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) ||
-            (l->flags & kept) || s->device != l->device || pdde_op_i32(l, PDDE_P_NORM_ADD_IN) || at[s->id] > i)
+            (l->flags & kept) || s->device != l->device || pdde_op_i32(l, PDDE_P_NORM_ADD_IN) || at[s->id] > i ||
+            !lower_switch_on(L, "PDDE_FUSE_ADD_LN", l->device))
             continue;
         bool ok = true;
         for (int k = 0; k < 2 && ok; k++)
@@ -990,7 +1035,8 @@ static pdde_status lower_fuse_add_ln(lowering *L) {
     }
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *s = P->order[i];
-        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept)) continue;
+        if (s->op != PDDE_OP_ADD || s->nsrc != 2 || s->dtype != PDDE_F32 || (s->flags & kept) || !lower_switch_on(L, "PDDE_FUSE_ADD_LN", s->device))
+            continue;
         for (int k = 0; k < 2; k++) {
             pdde_tensor *l = s->src[k], *r = s->src[1 - k];
             if (l->op != PDDE_OP_LAYERNORM_BACK || l->nsrc != 3 || l->dtype != PDDE_F32 || readers[l->id] != 1 || (l->flags & kept) ||
@@ -1011,13 +1057,13 @@ static pdde_status lower_fuse_add_ln(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Logits in bf16 (PDDE_BF16_LOGITS=1; off by default). A matmul of bf16 / f16 operands whose only readers
+ * Logits in bf16 (PDDE_BF16_LOGITS: on by default on CUDA in bf16, lower_fusion_on). A matmul of bf16 / f16 operands whose only readers
  * are cross-entropies (forward and backward, their logits) writes its operands' dtype: the GEMM rounds
  * each logit once and the loss kernels read half the bytes, as torch.autocast's logits are. Unlike the
  * folds above this changes numbers (the loss of rounded logits: about 2^-9 relative per logit). */
 static pdde_status lower_lowp_logits(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_switch_on("PDDE_BF16_LOGITS")) return PDDE_OK;
+    if (!lower_switch_any(L, "PDDE_BF16_LOGITS")) return PDDE_OK;
     int *readers = calloc((size_t)P->n + 1, sizeof *readers), *ce = calloc((size_t)P->n + 1, sizeof *ce);
     if (!readers || !ce) { free(readers), free(ce); return lower_oom(L); }
     for (int i = 0; i < P->n_order; i++)
@@ -1033,7 +1079,7 @@ static pdde_status lower_lowp_logits(lowering *L) {
         pdde_tensor *m = P->order[i];
         pdde_dtype dt = m->nsrc == 2 ? m->src[0]->dtype : PDDE_F32;
         if (m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (dt != PDDE_BF16 && dt != PDDE_F16) || (m->flags & kept) ||
-            !readers[m->id] || ce[m->id] != readers[m->id])
+            !readers[m->id] || ce[m->id] != readers[m->id] || !lower_switch_on(L, "PDDE_BF16_LOGITS", m->device))
             continue;
         m->dtype = dt;
         bool ok = registry_device_supports(L->ctx, L->ctx->registry, m->device, m);
@@ -1051,7 +1097,7 @@ static pdde_status lower_lowp_logits(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Gradients kept in bf16 (PDDE_BF16_GRADS=1; off by default). A bias_gelu backward's gradient is cast to
+ * Gradients kept in bf16 (PDDE_BF16_GRADS: on by default on CUDA in bf16, lower_fusion_on). A bias_gelu backward's gradient is cast to
  * bf16 for the matmuls of the linear before it and read in f32 by the bias's gradient (a sum_to). Where
  * those are its only readers, the sum_to reads the bf16 copy instead (summed in f32, as autocast's
  * linear sums the bf16 gradient for its bias), so the cast is the producer's only reader and
@@ -1066,14 +1112,16 @@ static pdde_status lower_lowp_logits(lowering *L) {
  * PDDE_FUSE_ADD_LN=1 every residual gradient is such a layernorm backward. */
 static pdde_status lower_bf16_grads(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_switch_on("PDDE_BF16_GRADS")) return PDDE_OK;
+    if (!lower_switch_any(L, "PDDE_BF16_GRADS")) return PDDE_OK;
     int *at, *readers = lower_readers(P, &at);
     pdde_tensor **sums = readers ? malloc(((size_t)P->n_order * PDDE_MAX_SRC + 1) * sizeof *sums) : NULL; /* (y's other reads) */
     if (!sums) { free(readers), free(readers ? at : NULL); return lower_oom(L); }
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
-        if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        if (c->op != PDDE_OP_CAST || (c->flags & PDDE_TENSOR_SHADOW) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y ||
+            !lower_switch_on(L, "PDDE_BF16_GRADS", c->device))
+            continue;
         pdde_tensor *ln = y; /* (through f32 views: PDDE_FUSE_ADD_LN leaves the add it folds as one) */
         while (ln->op == PDDE_OP_RESHAPE && (ln->flags & PDDE_TENSOR_VIEW) && ln->dtype == PDDE_F32 && ln->nsrc == 1) ln = ln->src[0];
         if (ln != y && ln->op == PDDE_OP_LAYERNORM_BACK) y = ln;
@@ -1124,7 +1172,7 @@ static pdde_status lower_bf16_grads(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * Attention's casts (PDDE_ATT_LOWP=1; off by default). A packed attention's output is cast to bf16 for the
+ * Attention's casts (PDDE_ATT_LOWP: on by default on CUDA in bf16, lower_fusion_on). A packed attention's output is cast to bf16 for the
  * output projection, and its backward's dqkv for the matmuls of the qkv linear; both stay read in f32
  * too (the backward reads y; the qkv bias's gradient sums dqkv). Where such a cast reads the node (through
  * views), the node writes the rounded copy beside its values (PDDE_P_ATTENTION_LOWP_COPY; the same bits
@@ -1132,11 +1180,13 @@ static pdde_status lower_bf16_grads(lowering *L) {
  * Only where the attention's device takes it (supports_op). */
 static pdde_status lower_att_lowp(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_switch_on("PDDE_ATT_LOWP")) return PDDE_OK;
+    if (!lower_switch_any(L, "PDDE_ATT_LOWP")) return PDDE_OK;
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *c = P->order[i], *y = c->nsrc == 1 ? c->src[0] : NULL;
-        if (c->op != PDDE_OP_CAST || (c->flags & (PDDE_TENSOR_SHADOW | kept)) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y) continue;
+        if (c->op != PDDE_OP_CAST || (c->flags & (PDDE_TENSOR_SHADOW | kept)) || (c->dtype != PDDE_BF16 && c->dtype != PDDE_F16) || !y ||
+            !lower_switch_on(L, "PDDE_ATT_LOWP", c->device))
+            continue;
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !pdde_op_i32(y, PDDE_P_VIEW_BESIDE) && y->dtype == PDDE_F32 && y->nsrc == 1)
             y = y->src[0];
         if ((y->op != PDDE_OP_ATTENTION && y->op != PDDE_OP_ATTENTION_BACK) || pdde_op_i32(y, PDDE_P_ATTENTION_QKV_D) <= 0 || y->dtype != PDDE_F32 ||
@@ -1174,7 +1224,7 @@ static pdde_status lower_fold_casts(lowering *L) {
         while (y->op == PDDE_OP_RESHAPE && (y->flags & PDDE_TENSOR_VIEW) && !(y->flags & kept) && readers[y->id] == 1 && y->dtype == PDDE_F32)
             y = y->src[0];
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
-        bool matmul = y->op == PDDE_OP_MATMUL && lower_switch_on("PDDE_FUSE_EPILOGUE"); /* (lower_fuse_epilogue) */
+        bool matmul = y->op == PDDE_OP_MATMUL && lower_switch_on(L, "PDDE_FUSE_EPILOGUE", y->device); /* (lower_fuse_epilogue) */
         if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && y->op != PDDE_OP_BIAS_GELU_BACK && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
             y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
@@ -1194,7 +1244,7 @@ static pdde_status lower_fold_casts(lowering *L) {
 }
 
 /* ------------------------------------------------------------------------------------------------
- * GELU in the matmuls' epilogues (PDDE_FUSE_GELU=1; off by default). A linear layer's bias_gelu reads
+ * GELU in the matmuls' epilogues (PDDE_FUSE_GELU=1; off by default everywhere). A linear layer's bias_gelu reads
  * the matmul before it (h, read by nothing else but the bias_gelu's backward): the matmul takes the bias
  * and writes X = h + bias (the pre-activation, in the bias_gelu's dtype) as its values and gelu(X)
  * beside them (PDDE_MATMUL_GELU: cublasLt's GELU_AUX_BIAS epilogue), the bias_gelu becomes the view of
@@ -1207,7 +1257,7 @@ static pdde_status lower_fold_casts(lowering *L) {
  * where the devices run the fused nodes (supports_op). */
 static pdde_status lower_fuse_gelu(lowering *L) {
     pdde_program *P = L->P;
-    if (!lower_switch_on("PDDE_FUSE_GELU")) return PDDE_OK;
+    if (!lower_switch_any(L, "PDDE_FUSE_GELU")) return PDDE_OK;
     int *at, *readers = lower_readers(P, &at);
     if (!readers) return lower_oom(L);
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
@@ -1215,7 +1265,8 @@ static pdde_status lower_fuse_gelu(lowering *L) {
         pdde_tensor *gl = P->order[i], *m = gl->nsrc == 2 ? gl->src[0] : NULL, *b = gl->nsrc == 2 ? gl->src[1] : NULL;
         if (gl->op != PDDE_OP_BIAS_GELU || !m || m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (m->flags & kept) ||
             (gl->flags & kept) || m->device != gl->device || b->device != m->device || b->dtype != PDDE_F32 || b->ndim != 1 || m->ndim < 2 ||
-            b->shape[0] != m->shape[m->ndim - 1] || pdde_tensor_numel(gl) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]))
+            b->shape[0] != m->shape[m->ndim - 1] || pdde_tensor_numel(gl) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]) ||
+            !lower_switch_on(L, "PDDE_FUSE_GELU", m->device))
             continue;
         /* m's other reader: the bias_gelu backward (x = m, bias = b), whose gradient input comes from a matmul read by nothing else */
         pdde_tensor *gb = NULL, *md = NULL;
@@ -1695,7 +1746,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (p->comm_dtype != PDDE_F32 && p->comm_dtype != PDDE_BF16 && p->comm_dtype != PDDE_F16)
         return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "lower: comm_dtype %s (f32, bf16 or f16)", pdde_dtype_name(p->comm_dtype));
     pdde_program *P = calloc(1, sizeof *P);
-    lowering L = {.P = P, .g = g, .p = p, .ctx = g->ctx};
+    lowering L = {.P = P, .g = g, .p = p, .ctx = g->ctx, .bf16 = lower_graph_bf16(g)};
     if (!P) return lower_oom(&L);
     P->g = g, P->world_size = p->world_size, P->rank = p->world_size > 0 ? p->rank : 0, P->n_user = g->n;
     P->of_user = calloc((size_t)g->n, sizeof *P->of_user), P->elsewhere = calloc((size_t)g->n, sizeof *P->elsewhere);
@@ -1773,7 +1824,7 @@ PDDE_PRIVATE bool program_no_cpu_fallback(const pdde_session_params *p) {
 
 PDDE_PRIVATE pdde_lower_params program_lower_params(const pdde_graph *g, const pdde_session_params *p, int world_size, int rank) {
     pdde_lower_params lp = {world_size, rank, p->device, p->layer_devices, p->n_layer_devices, p->pipeline_schedule, p->comm_dtype,
-                            p->overlap_gradients > 0, program_no_cpu_fallback(p), p->gradient_bucket_bytes};
+                            p->overlap_gradients > 0, program_no_cpu_fallback(p), p->gradient_bucket_bytes, NULL};
     if (p->overlap_gradients == 0 && world_size > 0) /* auto, as a session decides it for ranks on one host */
         lp.overlap_gradients = sysconf(_SC_NPROCESSORS_ONLN) > (long)world_size * g->ctx->n_threads;
     return lp;

@@ -371,7 +371,18 @@ typedef struct {
     bool overlap_gradients;     /* gradient reductions start early (on host memory) */
     bool no_cpu_fallback;       /* a node its device cannot run stays there (the session then refuses it) */
     int64_t gradient_bucket_bytes; /* pdde_session_params': 0 = GRADIENT_BUCKET_BYTES, < 0 = no buckets */
+    const char *fusion_backend;    /* the fusions' defaults as on this backend's devices (lower_fusion_on; the cost
+                                      model's program for a cluster device); NULL: each node's device's own */
 } pdde_lower_params;
+
+/* Whether lowering's graph fusion `name` (PDDE_FUSE_*, PDDE_BF16_*, PDDE_ATT_LOWP) is on for a node on a
+ * device of `backend` in a graph with bf16 matmuls or not: its variable "1" on, "0" off, else its default
+ * there (planner/lower.c). The one rule lowering and the cost model follow. */
+PDDE_PRIVATE bool lower_fusion_on(const char *name, const char *backend, bool bf16);
+/* Whether any of lowering's graph fusions is on there (the cost model lowers the graph only then). */
+PDDE_PRIVATE bool lower_fusion_any(const char *backend, bool bf16);
+/* Whether g computes in bf16: a matmul or attention of bf16 operands (pdde_graph_set_compute_dtype). */
+PDDE_PRIVATE bool lower_graph_bf16(const pdde_graph *g);
 
 /* Lowers g for one rank. The program is freed with program_free. */
 PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out);

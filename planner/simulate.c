@@ -239,6 +239,11 @@ pdde_status pdde_cost_program_from_plan(const pdde_cluster *c, const pdde_graph 
             break;
         }
         pdde_lower_params lp = program_lower_params(g, &sp, world, r);
+        const pdde_cluster_device *cd = pdde_cluster_find_device(c, dev, NULL);
+        /* the whole rank on its cluster device: lowering's fusions as that device's backend runs them (this host's
+         * devices may be others); with layers placed on this host's devices, as they run them */
+        if (!sp.n_layer_devices && cd->spec >= 0 && cd->spec < c->n_specs && c->specs[cd->spec].backend[0])
+            lp.fusion_backend = c->specs[cd->spec].backend;
         pdde_program *P;
         if ((st = program_lower(g, &lp, &P))) break;
         program_memory mem;

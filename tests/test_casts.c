@@ -175,7 +175,7 @@ static void fused_run(pdde_context *ctx, int device, unsigned on, run_result r[3
         if (on & (1u << k)) setenv(fusion_env[k], "1", 1);
     int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &r[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &r[1]) ||
                  train(ctx, device, 2, PDDE_BF16, 0, 2, &r[2]);
-    for (int k = 0; k < 3; k++) unsetenv(fusion_env[k]);
+    for (int k = 0; k < 3; k++) setenv(fusion_env[k], "0", 1);
     if (failed) r[0].casts_per_step = -1;
 }
 
@@ -218,11 +218,11 @@ static void test_fused(pdde_context *ctx, int device, const char *where) {
  * fills it). */
 static void test_lowp_logits(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
     run_result plain, lowp;
-    unsetenv("PDDE_BF16_LOGITS");
+    setenv("PDDE_BF16_LOGITS", "0", 1);
     int failed = train(ctx, device, 2, PDDE_BF16, 0, 0, &plain);
     setenv("PDDE_BF16_LOGITS", "1", 1);
     failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &lowp);
-    unsetenv("PDDE_BF16_LOGITS");
+    setenv("PDDE_BF16_LOGITS", "0", 1);
     if (failed) {
         CHECK(0, "%s: a run with PDDE_BF16_LOGITS=1 failed", where);
         return;
@@ -263,7 +263,7 @@ static void test_bf16_grads(pdde_context *ctx, int device, const char *where, fl
     setenv("PDDE_ATT_LOWP", "1", 1);
     failed = failed || train(ctx, device, 2, PDDE_BF16, 0, 0, &att[0]) || train(ctx, device, 4, PDDE_BF16, 0, 0, &att[1]) ||
              train(ctx, device, 2, PDDE_BF16, 0, 2, &att[2]);
-    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_ATT_LOWP");
+    setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1), setenv("PDDE_ATT_LOWP", "0", 1);
     if (failed) {
         CHECK(0, "%s: a run with PDDE_BF16_GRADS=1 failed", where);
         return;
@@ -317,10 +317,10 @@ static void test_fuse_gelu(pdde_context *ctx, int device, const char *where, flo
     failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &all32);
     setenv("PDDE_FUSE_GELU", "1", 1);
     failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &allf32);
-    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN");
+    setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1);
     failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &fused32[0]) || train(ctx, device, 4, PDDE_F32, 0, 0, &fused32[1]) ||
              train(ctx, device, 2, PDDE_F32, 0, 2, &fused32[2]) || train(ctx, device, 2, PDDE_BF16, 0, 0, &fused16);
-    unsetenv("PDDE_FUSE_GELU");
+    setenv("PDDE_FUSE_GELU", "0", 1);
     run_result rc32;
     failed = failed || train(ctx, device, 2, PDDE_F32, 0, 2, &rc32);
     if (failed) {
@@ -390,8 +390,8 @@ static void rank_train(pdde_context *ctx, pdde_comm *world, void *arg) {
         pdde_session_free(s);
         pdde_graph_free(g);
         unsetenv("PDDE_FOLD_CASTS");
-        unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_GRADS");
-        unsetenv("PDDE_ATT_LOWP"), unsetenv("PDDE_FUSE_GELU");
+        setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1), setenv("PDDE_BF16_GRADS", "0", 1);
+        setenv("PDDE_ATT_LOWP", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1);
     }
     out->ok = st == PDDE_OK;
     if (st) snprintf(out->error, sizeof out->error, "%s", pdde_last_error(ctx));
@@ -443,8 +443,8 @@ int main(void) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
-    unsetenv("PDDE_FUSE_EPILOGUE"), unsetenv("PDDE_FUSE_GRAD"), unsetenv("PDDE_FUSE_ADD_LN"), unsetenv("PDDE_BF16_LOGITS");
-    unsetenv("PDDE_BF16_GRADS"), unsetenv("PDDE_ATT_LOWP"), unsetenv("PDDE_FUSE_GELU");
+    setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1);
+    setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_ATT_LOWP", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1);
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
     float cpu_loss[STEPS], cpu_grads_loss[STEPS], cpu_gelu_loss[STEPS];

@@ -631,6 +631,114 @@ static void fusions_restore(int on) {
     }
 }
 
+/* Lowering's graph fusions by device, through the cost model's program of a graph for a cluster device
+ * (pdde_cost_program_from_graph_on: lowered as that device's backend runs it). By default they are on for
+ * a CUDA device in a bf16 graph (what a GPU run measured faster) and off on any other backend and in f32;
+ * a variable "0" turns its fusion off on CUDA too, "1" on anywhere; PDDE_FUSE_GELU stays off by default. */
+static const char *const fusion_names[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_BF16_LOGITS",
+                                           "PDDE_BF16_GRADS",    "PDDE_ATT_LOWP",  "PDDE_FUSE_GELU"};
+enum { N_FUSIONS = sizeof fusion_names / sizeof fusion_names[0] };
+
+typedef struct { int ops, casts, adds, gelus; } program_counts;
+
+/* The ops of g's program on cluster device dev that run (views cost nothing): all, casts, adds, bias_gelus */
+static program_counts count_program(pdde_graph *g, pdde_cluster *c, int dev) {
+    program_counts n = {0, 0, 0, 0};
+    pdde_cost_program *p = NULL;
+    CHECK(pdde_cost_program_from_graph_on(g, c, dev, &p) == PDDE_OK, "program for device %d: %s", dev, pdde_last_error(ctx));
+    for (int i = 0; p && i < pdde_cost_program_op_count(p, 0); i++) {
+        const pdde_cost_op *o = pdde_cost_program_op(p, 0, i);
+        if (o->bytes <= 0) continue;
+        n.ops++;
+        n.casts += !strncmp(o->name, "cast ", 5), n.adds += !strncmp(o->name, "add ", 4), n.gelus += !strncmp(o->name, "bias_gelu ", 10);
+    }
+    pdde_cost_program_free(p);
+    return n;
+}
+
+/* The ops that run of a plan's program for one process on cluster device dev (pdde_cost_program_from_plan) */
+static int count_plan(pdde_graph *g, pdde_cluster *c, int dev) {
+    pdde_cost_plan one = {0, &dev, NULL, 0};
+    pdde_cost_program *p = NULL;
+    int n = 0;
+    CHECK(pdde_cost_program_from_plan(c, g, NULL, &one, &p) == PDDE_OK, "plan on device %d: %s", dev, pdde_last_error(ctx));
+    for (int i = 0; p && i < pdde_cost_program_op_count(p, 0); i++) n += pdde_cost_program_op(p, 0, i)->bytes > 0;
+    pdde_cost_program_free(p);
+    return n;
+}
+
+static void test_fusion_defaults(void) {
+    char *saved[N_FUSIONS];
+    for (int k = 0; k < N_FUSIONS; k++) { /* (the test sets them itself) */
+        const char *v = getenv(fusion_names[k]);
+        saved[k] = v ? strdup(v) : NULL;
+        unsetenv(fusion_names[k]);
+    }
+    pdde_cluster *c;
+    pdde_cluster_init("backends", &c);
+    static const char *const backends[] = {"cuda", "opencl", "cpu"};
+    for (int i = 0; i < 3; i++) {
+        pdde_device_spec s = {.kind = i < 2 ? PDDE_DEVICE_GPU : PDDE_DEVICE_CPU, .peak_flops = 1e12, .mem_bandwidth = 1e11};
+        snprintf(s.name, sizeof s.name, "%s device", backends[i]);
+        snprintf(s.backend, sizeof s.backend, "%s", backends[i]);
+        pdde_cluster_add_spec(c, &s);
+    }
+    int mi = pdde_cluster_add_machine(c, &(pdde_cluster_machine){.id = 0, .intra = {-1, -1, PDDE_LINK_PCIE, 1e10, 1e-5, -1},
+                                                                   .nic = {-1, -1, PDDE_LINK_NET, 1e9, 5e-6, -1}});
+    for (int i = 0; i < 3; i++) pdde_cluster_add_device(c, mi, &(pdde_cluster_device){i, i, 1ull << 34});
+    const int CUDA = 0, OPENCL = 1, CPU = 2;
+    pdde_graph *g[2];
+    for (int b = 0; b < 2; b++) { /* 0: bf16, 1: f32 */
+        gpt_model m;
+        pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+        pdde_graph_init(ctx, &g[b]);
+        if (!b) pdde_graph_set_compute_dtype(g[b], PDDE_BF16);
+        CHECK(gpt_build(g[b], &small, &m) == PDDE_OK && pdde_backward(g[b], m.loss) == PDDE_OK && pdde_optimizer_adamw(g[b], &op) == PDDE_OK,
+              "gpt graph: %s", pdde_last_error(ctx));
+    }
+    program_counts cu = count_program(g[0], c, CUDA), cl = count_program(g[0], c, OPENCL), cpu = count_program(g[0], c, CPU);
+    pdde_cost_program *dflt = NULL; /* (without a cluster: lowered for the context's device 0, the CPU) */
+    CHECK(pdde_cost_program_from_graph(g[0], CPU, &dflt) == PDDE_OK, "%s", pdde_last_error(ctx));
+    int dflt_ops = 0;
+    for (int i = 0; dflt && i < pdde_cost_program_op_count(dflt, 0); i++) dflt_ops += pdde_cost_program_op(dflt, 0, i)->bytes > 0;
+    pdde_cost_program_free(dflt);
+    printf("bf16 by default: cuda %d ops (%d casts, %d adds, %d bias_gelu), opencl %d (%d, %d, %d), cpu %d\n", cu.ops, cu.casts, cu.adds,
+           cu.gelus, cl.ops, cl.casts, cl.adds, cl.gelus, cpu.ops);
+    CHECK(cu.ops < cl.ops && cu.casts < cl.casts && cu.adds < cl.adds, "bf16 on CUDA: fusions on by default: %d ops (%d casts, %d adds) vs OpenCL's %d (%d, %d)",
+          cu.ops, cu.casts, cu.adds, cl.ops, cl.casts, cl.adds);
+    CHECK(cl.ops == cpu.ops && cl.casts == cpu.casts && cpu.ops == dflt_ops, "bf16 on OpenCL and the CPU: no fusion by default: %d, %d, %d ops",
+          cl.ops, cpu.ops, dflt_ops);
+    CHECK(cu.gelus == cl.gelus && cu.gelus > 0, "PDDE_FUSE_GELU stays off by default on CUDA: %d bias_gelu ops (OpenCL %d)", cu.gelus, cl.gelus);
+    /* a plan's programs (planner/simulate.c) lowered for the rank's cluster device the same way */
+    int plan_cu = count_plan(g[0], c, CUDA), plan_cl = count_plan(g[0], c, OPENCL);
+    CHECK(plan_cu < plan_cl, "a plan's program: %d ops on CUDA, %d on OpenCL", plan_cu, plan_cl);
+    program_counts f32cu = count_program(g[1], c, CUDA), f32cl = count_program(g[1], c, OPENCL);
+    CHECK(f32cu.ops == f32cl.ops && f32cu.adds == f32cl.adds, "f32 on CUDA: no fusion by default: %d ops vs OpenCL's %d", f32cu.ops, f32cl.ops);
+    /* "0": each one off on CUDA; all of them: the OpenCL program */
+    setenv("PDDE_ATT_LOWP", "0", 1);
+    program_counts no_att = count_program(g[0], c, CUDA);
+    CHECK(no_att.casts > cu.casts && no_att.casts < cl.casts, "PDDE_ATT_LOWP=0 on CUDA: %d casts (all on %d, none %d)", no_att.casts, cu.casts,
+          cl.casts);
+    for (int k = 0; k < N_FUSIONS; k++) setenv(fusion_names[k], "0", 1);
+    program_counts off = count_program(g[0], c, CUDA);
+    CHECK(off.ops == cl.ops && off.casts == cl.casts && off.adds == cl.adds, "every switch 0 on CUDA: %d ops (%d casts), OpenCL %d (%d)", off.ops,
+          off.casts, cl.ops, cl.casts);
+    int plan_off = count_plan(g[0], c, CUDA);
+    CHECK(plan_off == plan_cl, "every switch 0: a plan's program on CUDA %d ops, on OpenCL %d", plan_off, plan_cl);
+    /* "1": on where the default is off */
+    setenv("PDDE_FUSE_EPILOGUE", "1", 1);
+    program_counts epi = count_program(g[0], c, OPENCL), epi32 = count_program(g[1], c, CPU);
+    CHECK(epi.adds < cl.adds && epi32.adds < f32cl.adds, "PDDE_FUSE_EPILOGUE=1 on OpenCL (bf16) and the CPU (f32): %d, %d adds (without: %d, %d)",
+          epi.adds, epi32.adds, cl.adds, f32cl.adds);
+    for (int k = 0; k < N_FUSIONS; k++) {
+        if (saved[k]) setenv(fusion_names[k], saved[k], 1);
+        else unsetenv(fusion_names[k]);
+        free(saved[k]);
+    }
+    pdde_graph_free(g[0]), pdde_graph_free(g[1]);
+    pdde_cluster_free(c);
+}
+
 static void test_plan_programs(void) {
     pdde_cluster *c = make_cluster(1, 4);
     pdde_graph *g;
@@ -1376,6 +1484,7 @@ int main(void) {
     test_from_graph();
     test_attention();
     test_plan_programs();
+    test_fusion_defaults();
     test_plan_devices_calibrated();
     test_moe_cost();
     test_moe_choose_ep_placement();

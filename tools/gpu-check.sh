@@ -10,9 +10,11 @@
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
-#   process; `make demo` (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the fusions and cublasLt that are off by default, and the MoE kernels on CUDA, each against the
-#   defaults; NCCL on device buffers; the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh);
-#   the whole conformance suite on cuda, and on opencl where NVIDIA's OpenCL is there; memcheck.
+#   process; the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
+#   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers;
+#   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
+#   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the whole conformance suite on cuda,
+#   and on opencl where NVIDIA's OpenCL is there; memcheck.
 # GPU_CHECK_SKIP="step ..." leaves steps out by name.
 # Prints RESULT lines (also in $OUT/results.txt, and as $OUT/cuda_results.md to be kept in tools/bench/;
 # every step's output in $OUT/gpu-check.log; $OUT defaults to build/gpu-check). Where there is no GPU it says so and exits 0. Exit status: 1 if a check failed.
@@ -26,6 +28,7 @@ results=$out/results.txt
 : >"$log"
 : >"$results"
 budget=${GPU_CHECK_BUDGET:-450}
+tmp=$(mktemp -d)
 start=$(date +%s)
 failed=0
 
@@ -98,10 +101,15 @@ if ! echo '#include <CL/cl.h>' | cc -E -x c - >/dev/null 2>&1 && [ -f /usr/local
 fi
 command -v cc >/dev/null 2>&1 || export CC=gcc
 jobs=$(nproc 2>/dev/null || echo 4)
-# UCX (for the launcher and multi-rank runs) where pkg-config finds it or UCX_DIR names one; else none
+export WERROR= # (the compiler there is another: its new warnings must not stop a measurement; CI builds with -Werror)
+# UCX (for the launcher and multi-rank runs): UCX_DIR, else pkg-config's, else the one tools/gpu-carry.sh put in
+# .gpu-carry/ucx (exported, so that make demo, bench-dlrm and the bench scripts build the same library); else none
+[ -z "${UCX_DIR:-}" ] && ! pkg-config --exists ucx 2>/dev/null && [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ] &&
+    export UCX_DIR=$root/.gpu-carry/ucx
 ucx=(NO_UCX=1)
-if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
+if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export UCX_DIR LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
 elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
+say "UCX: ${UCX_DIR:-$([ "${ucx[*]}" = NO_UCX=1 ] && echo none || echo "pkg-config's")} $(grep -s '^libucx0=' "${UCX_DIR:-/nonexistent}/PACKAGES")"
 step build 240 make -j"$jobs" "${ucx[@]}" build/test_cuda build/test_backend_ops build/test_gpu_attention build/bench_cuda build/gpt build/pdde-bench build/test_dp \
     build/test_casts build/test_moe_device build/test_nccl build/test_device_buckets \
     $([ "${ucx[*]}" = NO_UCX=1 ] || echo build/pdde-run)
@@ -117,6 +125,14 @@ test_step test_cuda 90 build/test_cuda
 test_step test_backend_ops_cuda_attention 90 build/test_backend_ops --backend cuda --op attention
 test_step test_gpu_attention 90 build/test_gpu_attention
 test_step test_backend_ops_cuda_rmsnorm 60 build/test_backend_ops --backend cuda --op rmsnorm_back
+
+# ---- the whole conformance suite
+test_step test_backend_ops_cuda 150 build/test_backend_ops --backend cuda
+if ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then
+    test_step test_backend_ops_opencl 120 build/test_backend_ops --backend opencl
+else
+    result "test_backend_ops_opencl status=skipped (no OpenCL ICD in /etc/OpenCL/vendors)"
+fi
 
 # ---- attention alone, forward + backward (B 8, H 12, T 1024, D 64, bf16)
 declare -A att
@@ -166,12 +182,17 @@ result "gpu_gpt_paths default_tok_s=${tok[bf16]:-na} casts_kept_tok_s=${tok[bf16
        "separate_qkv_tok_s=${tok[bf16_separate_qkv]:-na} flash2_separate_qkv_tok_s=${tok[bf16_flash2]:-na} unfused_attention_tok_s=${tok[bf16_unfused]:-na}"
 gpt_run bf16_graph PDDE_CUDA_ATTENTION=unfused build/bench_cuda --gpt --dtype bf16 --unfused-graph
 
-# ---- what is off by default until measured here: the graph fusions and cublasLt (tools/bench/cuda_fusions.sh:
-# their conformance cases with and without cublasLt, test_casts, and GPT-2 124M bf16 steps with each switch
-# against the defaults in one run), and the MoE kernels on CUDA (PDDE_CUDA_MOE=1)
-# (the training runs that tell most: every switch at once with and without graphs, each newest switch alone;
-#  GPU_CHECK_FUSION_RUNS="" runs all of them)
-step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default all_lt att_lowp gelu_lt graph all_new_lt all_new_lt_graph default_again}" \
+# ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
+step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh
+line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
+[ -n "$line" ] && result "${line#RESULT }"
+cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
+
+# ---- the graph fusions and cublasLt (tools/bench/cuda_fusions.sh: their conformance cases with and without
+# cublasLt, test_casts, and GPT-2 124M bf16 steps: the defaults against the old defaults (every fusion off),
+# each default turned off alone, and the switches still off: GELU's epilogue, CUDA graphs), and the MoE
+# kernels on CUDA (PDDE_CUDA_MOE=1). GPU_CHECK_FUSION_RUNS="" runs every run the script has.
+step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default old_defaults no_lt no_grad no_att_lowp gelu graph default_again}" \
     bash tools/bench/cuda_fusions.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
@@ -189,7 +210,6 @@ losses_match() { # A B TOL: the largest relative difference of the two metrics f
                   d = (a - b) / b; if (d < 0) d = -d; if (d > w) w = d }
               printf "%.3g", w; exit !(w <= tol) }' "$1" "$2"
 }
-tmp=$(mktemp -d)
 gpt_small=(--layers 2 --width 128 --heads 4 --ctx 64 --batch 8 --steps 20 --val-every 0 --sample-len 0 --data README.md)
 step gpt_device_auto 60 build/gpt "${gpt_small[@]}" --device auto --metrics "$tmp/auto.jsonl"
 chose=$(grep -o 'rank 0: device [0-9]*, [a-z_]*:[0-9]*' "$out/step.out" | head -1 | sed 's/.*, //')
@@ -208,15 +228,6 @@ else
     result "gpu_ranks status=skipped (built without UCX: set UCX_DIR)"
 fi
 
-# ---- what a user runs: `make demo` (a rank per GPU; packages it cannot install are left out) and the
-# recommender with its dense stage on the GPU (`make bench-dlrm`: hetero_ratio's target is 1.3)
-step demo 150 env DEMO_ARGS="--steps 200" bash tools/demo.sh
-took=$(grep -o 'rank 0: device [0-9]*, [a-z_]*:[0-9]*' "$out/step.out" | head -1 | sed 's/.*, //')
-result "gpu_demo rank0=${took:-none} loss=$(grep -o 'validation loss [0-9.]*' "$out/step.out" | tail -1 | awk '{print $3}')"
-step dlrm 150 make -s bench-dlrm BENCH_DLRM_ARGS="--reps 3"
-r=$(grep '^RESULT dlrm ' "$out/step.out" | tail -1 | sed 's/^RESULT //')
-result "${r:-dlrm status=failed}"
-
 # gradient buckets' copies on the device's second stream (off on CUDA until this has run): test_dp's device rows
 [ -x build/pdde-run ] && test_step test_dp_copy_stream 120 env PDDE_BACKENDS=cpu,cuda PDDE_COPY_STREAM=1 build/test_dp
 # ZeRO-1/2 and allreduce buckets in CUDA memory (bucket streams, the copy stream, a killed peer), then through NCCL,
@@ -224,19 +235,14 @@ result "${r:-dlrm status=failed}"
 [ -x build/pdde-run ] && test_step test_device_buckets_cuda 120 env PDDE_TEST_DEVICE=cuda build/test_device_buckets
 [ -x build/pdde-run ] && test_step test_device_buckets_nccl 120 env PDDE_TEST_DEVICE=cuda PDDE_DEVICE_COLLECTIVES=nccl build/test_device_buckets
 
-# ---- the cost model's step against the measured one (tools/bench/costmodel_gpu.sh on what was built)
-step costmodel_gpu 150 env OUT="$tmp/costmodel" COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh
-line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
-[ -n "$line" ] && result "${line#RESULT }"
-cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
-
-# ---- the whole conformance suite
-test_step test_backend_ops_cuda 150 build/test_backend_ops --backend cuda
-if ls /etc/OpenCL/vendors/*.icd >/dev/null 2>&1; then
-    test_step test_backend_ops_opencl 120 build/test_backend_ops --backend opencl
-else
-    result "test_backend_ops_opencl status=skipped (no OpenCL ICD in /etc/OpenCL/vendors)"
-fi
+# ---- what a user runs: `make demo` (a rank per GPU; packages it cannot install are left out) and the
+# recommender with its dense stage on the GPU (`make bench-dlrm`: hetero_ratio's target is 1.3)
+step demo 150 env PDDE_OFFLINE=1 DEMO_ARGS="--steps 200" bash tools/demo.sh
+took=$(grep -o 'rank 0: device [0-9]*, [a-z_]*:[0-9]*' "$out/step.out" | head -1 | sed 's/.*, //')
+result "gpu_demo rank0=${took:-none} loss=$(grep -o 'validation loss [0-9.]*' "$out/step.out" | tail -1 | awk '{print $3}')"
+step dlrm 150 make -s bench-dlrm BENCH_DLRM_ARGS="--reps 3"
+r=$(grep '^RESULT dlrm ' "$out/step.out" | tail -1 | sed 's/^RESULT //')
+result "${r:-dlrm status=failed}"
 
 # ---- with what time is left: the new kernels under compute-sanitizer, and where a bf16 step's time goes
 if command -v compute-sanitizer >/dev/null 2>&1; then

@@ -7,7 +7,10 @@
 #   bash tools/install-deps.sh --check   # exit 0 if everything is installed, 1 if not
 #
 # Idempotent: when every package is already installed it does nothing (no apt-get update).
-# Runs as root; uses sudo when not root and sudo exists.
+# Runs as root; uses sudo when not root and sudo exists (without asking for a password).
+# Offline (a node without network): it first tries a TCP connection to apt's first package source, or to
+# its proxy, for INSTALL_DEPS_PROBE_S seconds (5); where none opens it installs nothing and says so (exit 1)
+# instead of waiting on apt. PDDE_OFFLINE=1 skips apt altogether.
 set -euo pipefail
 
 PKGS=(
@@ -26,7 +29,7 @@ PKGS=(
 )
 TORCH_PKGS=(python3-torch python3-numpy)
 
-usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 
 for arg in "$@"; do
   case "$arg" in
@@ -58,7 +61,7 @@ fi
 SUDO=()
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then
-    SUDO=(sudo)
+    SUDO=(sudo -n)
   else
     echo "install-deps: not root and sudo not found; run as root" >&2
     exit 1
@@ -66,6 +69,40 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 echo "install-deps: missing ${#missing[@]} package(s): ${missing[*]}"
+offline() { # WHY
+  echo "install-deps: $1: not installing the ${#missing[@]} missing package(s); what needs them is left out" >&2
+  exit 1
+}
+[ "${PDDE_OFFLINE:-0}" = 1 ] && offline "PDDE_OFFLINE=1"
+command -v apt-get >/dev/null 2>&1 || offline "no apt-get here"
+
+# Where apt would fetch from: its first source, or the proxy for that source's scheme (Acquire::http::Proxy
+# or Acquire::https::Proxy, else \$http_proxy or \$https_proxy; DIRECT: none).
+reachable() { # HOST PORT: a TCP connection within INSTALL_DEPS_PROBE_S seconds
+  timeout "${INSTALL_DEPS_PROBE_S:-5}" bash -c 'exec 3<>"/dev/tcp/$0/$1"' "$1" "$2" 2>/dev/null
+}
+src=$(apt-get indextargets --no-release-info --format '$(URI)' 2>/dev/null | head -1 || true)
+scheme=http
+case "$src" in https://*) scheme=https ;; esac
+Proxy=
+eval "$(apt-config shell Proxy "Acquire::$scheme::Proxy" 2>/dev/null)"
+if [ -z "$Proxy" ]; then
+  if [ $scheme = https ]; then Proxy=${https_proxy:-}; else Proxy=${http_proxy:-}; fi
+fi
+[ "$Proxy" = DIRECT ] && Proxy=
+target=${Proxy:-$src}
+case "$target" in
+  http://* | https://*) # (another kind of source, or none found: apt is left to tell)
+    hostport=${target#*://}
+    hostport=${hostport%%/*}
+    hostport=${hostport##*@}
+    host=${hostport%:*}
+    port=${hostport##*:}
+    if [ "$host" = "$hostport" ]; then case "$target" in https:*) port=443 ;; *) port=80 ;; esac; fi
+    reachable "$host" "$port" ||
+      offline "no network: ${host}:${port} (apt's $([ -n "$Proxy" ] && echo proxy || echo source)) could not be reached (a TCP connection within ${INSTALL_DEPS_PROBE_S:-5} s)"
+    ;;
+esac
 
 export DEBIAN_FRONTEND=noninteractive
 

@@ -6,7 +6,7 @@
 #   COSTMODEL_BUILD=build bash tools/bench/costmodel_gpu.sh      (the same pipeline on another device)
 #
 # 1. builds pdde-bench and bench_cuda with what it finds (no UCX, cJSON, OpenBLAS or oneDNN needed: UCX as
-#    tools/gpu-check.sh takes it, UCX_DIR or pkg-config, else NO_UCX=1; COSTMODEL_BUILD=DIR uses the
+#    tools/gpu-check.sh takes it, UCX_DIR, pkg-config or .gpu-carry/ucx, else NO_UCX=1; COSTMODEL_BUILD=DIR uses the
 #    binaries already in DIR instead);
 # 2. pdde-bench --quick --no-comm --devices $COSTMODEL_DEVICE (cuda) writes this machine's cluster file
 #    (under a minute): GEMMs in f32 and bf16, every op class's curve, the attention as the device runs it;
@@ -38,11 +38,11 @@ else
     touch backends/cuda_kernels_ptx.h backends/gpu_kernels_cl.h backends/gpu_kernels_spv.h
     export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/usr/local/cuda/lib64
     command -v cc >/dev/null 2>&1 || export CC=gcc
-    # UCX as tools/gpu-check.sh finds it (UCX_DIR, else pkg-config, else none), so that both build the same
-    # library in build/
+    # UCX as tools/gpu-check.sh finds it (UCX_DIR, else pkg-config, else the Makefile's .gpu-carry/ucx, else
+    # none), so that both build the same library in build/
     ucx=(NO_UCX=1)
     if [ -n "${UCX_DIR:-}" ]; then ucx=(UCX_DIR="$UCX_DIR"); export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$UCX_DIR/lib
-    elif pkg-config --exists ucx 2>/dev/null; then ucx=(); fi
+    elif pkg-config --exists ucx 2>/dev/null || [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ]; then ucx=(); fi
     echo "== build: make ${ucx[*]} ${COSTMODEL_MAKE_ARGS:-} $bin/pdde-bench $bin/bench_cuda"
     # shellcheck disable=SC2086 # (COSTMODEL_MAKE_ARGS: more make variables, e.g. NO_CJSON=1 to build as without it)
     timeout 300 make -j"$(nproc 2>/dev/null || echo 4)" "${ucx[@]}" ${COSTMODEL_MAKE_ARGS:-} "$bin/pdde-bench" "$bin/bench_cuda" >"$out/build.log" 2>&1 ||

@@ -1,28 +1,30 @@
 #!/usr/bin/env bash
-# cuda_fusions: the fusions that are off by default, on a CUDA GPU, in one run. First their conformance
+# cuda_fusions: lowering's graph fusions and cublasLt on a CUDA GPU, in one run. First their conformance
 # cases on the device (with and without cublasLt) and test_casts (the same losses bit for bit on the
 # GPU's generic path, the casts and nodes a step counted); then GPT-2 124M bf16 training steps
-# (bench_cuda --gpt: B 8, T 1024, AdamW) with the defaults and with each switch, in the same run.
+# (bench_cuda --gpt: B 8, T 1024, AdamW) with the defaults, with all of them off (old_defaults), with each
+# one off, and with the switches still off by default on, in the same run.
 #
 #   bash tools/bench/cuda_fusions.sh [BUILD]     (BUILD: the build folder, default build; built here)
-#   RUNS="default graph default_again" bash tools/bench/cuda_fusions.sh   (only those training runs)
+#   RUNS="default old_defaults default_again" bash tools/bench/cuda_fusions.sh   (only those training runs)
 #
-# Switches: PDDE_FUSE_EPILOGUE=1 (bias and residual adds, and the qkv cast, in the matmul), PDDE_FUSE_GRAD=1
-# (weight-gradient matmuls inside their accumulations), PDDE_FUSE_ADD_LN=1 (the residual gradient added in
-# the layernorm's backward), PDDE_BF16_LOGITS=1 (bf16 logits into the loss), PDDE_BF16_GRADS=1 (the bias_gelu
-# backward writes bf16, its bias gradient summed from it), PDDE_CUDA_LT=1 (the fused
-# matmuls on cublasLt), PDDE_ATT_LOWP=1 (the attention writes the bf16 copies of its output and input gradient
-# beside them: no casts left in a layer), PDDE_FUSE_GELU=1 (bias and GELU in the fc matmul's epilogue, gelu' in
-# the backward's: cublasLt GELU_AUX_BIAS / DGELU with PDDE_CUDA_LT=1), PDDE_CUDA_GRAPH=1 (each step's work
-# captured on the stream and replayed as one CUDA graph). Each step is time-boxed (CAP seconds, default 75). Prints a RESULT line per test
-# and run and ends with `RESULT gpu_fusions ...`: tokens/s of each run and its ratio to the defaults'.
+# On by default on CUDA in bf16 graphs (each variable "0" turns it off): PDDE_FUSE_EPILOGUE (bias and residual
+# adds, and the qkv cast, in the matmul), PDDE_FUSE_GRAD (weight-gradient matmuls inside their accumulations),
+# PDDE_FUSE_ADD_LN (the residual gradient added in the layernorm's backward), PDDE_BF16_LOGITS (bf16 logits
+# into the loss), PDDE_BF16_GRADS (the bias_gelu backward writes bf16, its bias gradient summed from it),
+# PDDE_ATT_LOWP (the attention writes the bf16 copies of its output and input gradient beside them), and
+# PDDE_CUDA_LT (the fused matmuls on cublasLt). Off by default ("1" turns it on): PDDE_FUSE_GELU (bias and
+# GELU in the fc matmul's epilogue, gelu' in the backward's: cublasLt GELU_AUX_BIAS / DGELU), PDDE_CUDA_GRAPH
+# (each step's work captured on the stream and replayed as one CUDA graph). Each step is time-boxed (CAP
+# seconds, default 75). Prints a RESULT line per test and run and ends with `RESULT gpu_fusions ...`: tokens/s
+# of each run, its ratio to the defaults', and the defaults' to old_defaults'.
 # A cublasLt shape that falls back says so on stderr ("pdde: cuda: cublasLt ..."), counted in lt_fallbacks.
 set -u
 build=${1:-build}
 cap=${CAP:-75}
 log=$(mktemp -d)
-ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX where pkg-config finds it)
-pkg-config --exists ucx 2>/dev/null && ucx=()
+ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX_DIR, pkg-config's or the Makefile's .gpu-carry/ucx; else none)
+{ [ -n "${UCX_DIR:-}" ] || pkg-config --exists ucx 2>/dev/null || [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ]; } && ucx=()
 if ! make -s -j"$(nproc)" BUILD="$build" "${ucx[@]}" "$build/test_backend_ops" "$build/test_casts" "$build/bench_cuda" >"$log/build.out" 2>&1; then
     tail -20 "$log/build.out"
     echo "RESULT gpu_fusions status=build_failed"
@@ -65,26 +67,24 @@ run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS 
     echo "RESULT gpu_fusions_run name=$name ${line#GPT }"
     [ -n "$line" ] || { failed=$((failed + 1)); tail -5 "$log/gpt_$name.out"; }
 }
-run default X=0
-run epilogue PDDE_FUSE_EPILOGUE=1
-run epilogue_lt PDDE_FUSE_EPILOGUE=1 PDDE_CUDA_LT=1
-run grad_lt PDDE_FUSE_GRAD=1 PDDE_CUDA_LT=1
-run add_ln PDDE_FUSE_ADD_LN=1
-run bf16_logits PDDE_BF16_LOGITS=1
-run bf16_grads PDDE_BF16_GRADS=1 PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_ADD_LN=1
-run all_lt PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1
-run att_lowp PDDE_BF16_GRADS=1 PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_ADD_LN=1 PDDE_ATT_LOWP=1
+run default X=0 # (the defaults: on CUDA in bf16 the fusions below and cublasLt are on)
+run old_defaults PDDE_FUSE_EPILOGUE=0 PDDE_FUSE_GRAD=0 PDDE_FUSE_ADD_LN=0 PDDE_BF16_LOGITS=0 PDDE_BF16_GRADS=0 PDDE_ATT_LOWP=0 \
+    PDDE_CUDA_LT=0 # (every one of them off: the defaults before they were measured)
+run no_epilogue PDDE_FUSE_EPILOGUE=0
+run no_grad PDDE_FUSE_GRAD=0
+run no_add_ln PDDE_FUSE_ADD_LN=0
+run no_bf16_logits PDDE_BF16_LOGITS=0
+run no_bf16_grads PDDE_BF16_GRADS=0
+run no_att_lowp PDDE_ATT_LOWP=0
+run no_lt PDDE_CUDA_LT=0
 run gelu PDDE_FUSE_GELU=1
-run gelu_lt PDDE_FUSE_GELU=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1
 run graph PDDE_CUDA_GRAPH=1
-run all_new_lt PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1 \
-    PDDE_ATT_LOWP=1 PDDE_FUSE_GELU=1
-run all_new_lt_graph PDDE_FUSE_EPILOGUE=1 PDDE_FUSE_GRAD=1 PDDE_FUSE_ADD_LN=1 PDDE_BF16_LOGITS=1 PDDE_BF16_GRADS=1 PDDE_CUDA_LT=1 \
-    PDDE_ATT_LOWP=1 PDDE_FUSE_GELU=1 PDDE_CUDA_GRAPH=1
+run gelu_graph PDDE_FUSE_GELU=1 PDDE_CUDA_GRAPH=1
 run default_again X=0 # (the defaults once more: the spread of two runs of one configuration)
 base=${tok[default]:-0}
 out="RESULT gpu_fusions default_tok_s=${tok[default]:-na} default_again_tok_s=${tok[default_again]:-na}"
-for n in epilogue epilogue_lt grad_lt add_ln bf16_logits bf16_grads all_lt att_lowp gelu gelu_lt graph all_new_lt all_new_lt_graph; do
+out+=" old_defaults_tok_s=${tok[old_defaults]:-na} default_vs_old_defaults=$(ratio "$base" "${tok[old_defaults]:-0}")"
+for n in no_epilogue no_grad no_add_ln no_bf16_logits no_bf16_grads no_att_lowp no_lt gelu graph gelu_graph; do
     out+=" ${n}_tok_s=${tok[$n]:-na} ${n}_vs_default=$(ratio "${tok[$n]:-0}" "$base")"
 done
 echo "$out lt_fallbacks=$lt_fallbacks failed=$failed"
