@@ -1165,10 +1165,9 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         .launch = pcu_cb_launch, .scratch = pcu_cb_scratch, .fill32 = pcu_cb_fill32, .copy = pcu_cb_copy,
         .gemm = pcu_cb_gemm, .gemm_lowp = pcu_cb_gemm_lowp, .gemm_epi = d->lt ? pclt_cb_gemm_epi : NULL,
         .gemm_act = d->lt ? pclt_cb_gemm_act : NULL,
-        /* the tiled bf16 kernels by default (f32 takes the unfused graph): tools/gpu-check.sh measured them
-         * correct and 2.1x faster than the unfused graph on an H200 (tools/bench/cuda_h200_results.md) */
-        .attention_env = "PDDE_CUDA_ATTENTION", .attention_default = PGD_ATT_FLASH,
-        .has_flash = d->has_flash ? PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY : 0, .flash_rows = 64, .flash_threads = 128,
+        /* (the attention's settings: backends/gpu_dispatch.h) */
+        .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
+        .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
     };
     return PDDE_OK;
 }

@@ -29,12 +29,14 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N> __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 #endif
 
-/* Where head bh of q, k or v starts and its row stride (elements): [BH, T, D] contiguous. The one place
- * that knows the layout of q, k, v. */
+/* Where head bh of q, k or v starts and its row stride (elements), in the layout H gives
+ * (backends/cuda_att_layout.cuh): [BH, T, D] contiguous (H 0), or rows of packed qkv [B, T, H*3*D] (k and v
+ * passed D and 2D past q). The kernels take the layout as a template argument too (PK: packed; then H > 0),
+ * so that the one for q, k, v apart has its strides as constants (registers: backends/cuda_kernels.cu). */
 template <int D>
-__device__ __forceinline__ const uint16_t *fl2_head(const uint16_t *x, long long bh, long long T, long long *stride) {
-    *stride = D;
-    return x + bh * T * D;
+__device__ __forceinline__ const uint16_t *fl2_head(const uint16_t *x, long long bh, long long T, long long H, int *stride) {
+    *stride = H ? 3 * (int)H * D : D; /* (the dispatcher's shapes: under 2^31) */
+    return x + att_in(bh * T, T, D, H);
 }
 
 /* rows [row0, row0 + n) of a head (row stride ld elements) into a shared tile (pitch D + 8); zeros past T */
@@ -49,24 +51,29 @@ __device__ __forceinline__ void fl2_load(uint16_t *tile, const uint16_t *head, l
     }
 }
 
-/* A warp per row r of y and dy ([rows, D + 1], the logsumexp in column D): dob[r] = bf16(dy[r, :D]),
- * stats[r] = {lse * log2(e), dy[r, :D] . y[r, :D]}. Grid: rows / FL_WARPS blocks, rounded up. */
+/* A warp per row r of y and dy (layout H: att_y, att_lse): dob[r] = bf16(dy[r, :D]) ([rows, D] contiguous),
+ * stats[r] = {lse * log2(e), dy[r, :D] . y[r, :D]}, and row r of dq (in out: att_out) zeroed for
+ * flash2_bwd's atomics. Grid: rows / FL_WARPS blocks, rounded up. */
 template <int D>
-__device__ __forceinline__ void flash2_prep(const float *y, const float *dy, uint16_t *dob, float *stats, long long rows) {
+__device__ __forceinline__ void flash2_prep(const float *y, const float *dy, uint16_t *dob, float *stats, float *out, long long rows,
+                                            long long T, long long H) {
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     long long r = (long long)blockIdx.x * FL_WARPS + warp;
     if (r >= rows) return; /* (the whole warp: its shuffles below stay complete) */
-    const float *yr = y + r * (D + 1), *dr = dy + r * (D + 1);
+    long long yo = att_y(r, T, D, H);
+    const float *yr = y + yo, *dr = dy + yo;
+    float *dq = out + att_out(r, 0, rows, T, D, H);
     float dot = 0.0f;
 #pragma unroll
     for (int d = lane * 2; d < D; d += 64) {
         float a = dr[d], b = dr[d + 1];
         dot += a * yr[d] + b * yr[d + 1];
         *(uint32_t *)(dob + r * D + d) = pack_bf16(a, b);
+        dq[d] = dq[d + 1] = 0.0f;
     }
 #pragma unroll
     for (int o = 16; o; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    if (lane == 0) stats[2 * r] = yr[D] * FL_LOG2E, stats[2 * r + 1] = dot;
+    if (lane == 0) stats[2 * r] = y[att_lse(r, rows, D, H)] * FL_LOG2E, stats[2 * r + 1] = dot;
 }
 
 /* The shared memory of flash2_bwd (bf16 elements): the key tile, dS^T [64, BQ + 8], and the double
@@ -74,22 +81,26 @@ __device__ __forceinline__ void flash2_prep(const float *y, const float *dy, uin
 #define FL2_BQ(D) ((D) == 64 ? 32 : 16)
 #define FL2_SMEM(D) (FL2_KEYS * ((D) + 8) + FL2_KEYS * (FL2_BQ(D) + 8) + 4 * FL2_BQ(D) * ((D) + 8))
 
-/* dq, dk, dv ([3, BH, T, D] f32 in out; dq zeroed before) of the 64 keys of block blockIdx.x: key tile
- * blockIdx.x / BH (tile 0, the one with the most queries, first), head blockIdx.x % BH. */
-template <int D>
+/* dq, dk, dv (f32 in out, layout H: att_out; dq zeroed before) of the 64 keys of block blockIdx.x: key
+ * tile blockIdx.x / BH (tile 0, the one with the most queries, first), head blockIdx.x % BH. */
+template <int D, bool PK>
 __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                            const uint16_t *dob, const float *stats, float *out, long long BH, long long T,
-                                           float scale) {
+                                           float scale, long long Hn) {
+    const long long H = PK ? Hn : 0;
     constexpr int LD = D + 8, BK = FL2_KEYS, BQ = FL2_BQ(D), LDS = BQ + 8, NT = BQ / 8, DT = D / 8, KS = D / 16;
     constexpr bool KREG = D == 64; /* K's fragments in registers too (at D 128 they would spill) */
     /* dQ of a tile: warps split it into RG groups of 16 rows by D / CW column slices of CW */
     constexpr int RG = BQ / 16, CW = D / (FL_WARPS / RG);
     uint16_t *ks = sm, *dss = ks + BK * LD, *qs = dss + BK * LDS, *dos = qs + 2 * BQ * LD;
-    long long kt = blockIdx.x / BH, bh = blockIdx.x % BH, ldq, ldk, ldv; /* (row strides of q, k, v) */
-    const uint16_t *qb = fl2_head<D>(q, bh, T, &ldq), *kb = fl2_head<D>(k, bh, T, &ldk), *vb = fl2_head<D>(v, bh, T, &ldv);
+    long long kt = blockIdx.x / BH, bh = blockIdx.x % BH;
+    int ldq, ldk, ldv; /* (row strides of q, k, v) */
+    const uint16_t *qb = fl2_head<D>(q, bh, T, H, &ldq), *kb = fl2_head<D>(k, bh, T, H, &ldk), *vb = fl2_head<D>(v, bh, T, H, &ldv);
     const uint16_t *dob_h = dob + bh * T * D;
     const float *st_h = stats + bh * T * 2;
-    float *dq_h = out + bh * T * D;
+    /* dq has q's layout (row stride ldq); packed, its offset taken from qb's (att_out(r, 0, ...) = att_in(r, ...)):
+     * fewer registers */
+    float *dq_h = PK ? out + (qb - q) : out + att_out(bh * T, 0, BH * T, T, D, H);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     long long k0 = kt * BK, key0 = k0 + warp * 16 + g; /* this thread's keys: key0, key0 + 8 */
     fl2_load<D>(ks, kb, ldk, k0, T, BK);
@@ -207,17 +218,18 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
         for (int r = 0; r < 2; r++) {
             long long row = i0 + qr + g + r * 8;
             if (row >= T) continue;
-            float *o = dq_h + row * D + c0 + t4 * 2;
+            float *o = dq_h + row * ldq + c0 + t4 * 2;
 #pragma unroll
             for (int d = 0; d < CW / 8; d++) atomicAdd(o + d * 8, scale * dq[d][2 * r]), atomicAdd(o + d * 8 + 1, scale * dq[d][2 * r + 1]);
         }
     }
-    long long n = BH * T * D;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         long long key = key0 + r * 8;
         if (key >= T) continue;
-        float *ok = out + n + (bh * T + key) * D, *ov = out + 2 * n + (bh * T + key) * D;
+        /* (packed: dk, dv D and 2D past dq in the key's row; att_out's arithmetic, with fewer registers) */
+        float *ok = PK ? dq_h + key * ldq + D : out + att_out(bh * T + key, 1, BH * T, T, D, H),
+              *ov = PK ? dq_h + key * ldq + 2 * D : out + att_out(bh * T + key, 2, BH * T, T, D, H);
 #pragma unroll
         for (int d = 0; d < DT; d++) {
             ok[d * 8 + t4 * 2] = scale * dk[d][2 * r], ok[d * 8 + t4 * 2 + 1] = scale * dk[d][2 * r + 1];
@@ -229,14 +241,17 @@ __device__ __forceinline__ void flash2_bwd(uint16_t *sm, float *stat_s, const ui
 /* flash2's forward at D 64: flash_fwd's products (backends/cuda_flash.cuh) with the K and V tiles copied
  * by cp.async into double buffers (the next tile's copy overlaps this tile's products) and the blocks
  * tile-major, the query tiles that see the most keys first (query tile tiles - 1 - blockIdx.x / BH, head
- * blockIdx.x % BH). At D 128 two K, V buffers do not fit in 48 KiB: flash2 runs flash_fwd there. */
+ * blockIdx.x % BH). Layout H as flash_fwd's; ycp (NULL: none): y also stored rounded to bf16 there, at
+ * y's indices. At D 128 two K, V buffers do not fit in 48 KiB: flash2 runs flash_fwd there. */
 #define FL2_FWD_SMEM(D) (4 * FL2_KEYS * ((D) + 8))
-template <int D>
+template <int D, bool PK>
 __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, const uint16_t *k, const uint16_t *v, float *y,
-                                           long long BH, long long T, float scale) {
+                                           long long BH, long long T, float scale, long long Hn, uint16_t *ycp = nullptr) {
+    const long long H = PK ? Hn : 0;
     constexpr int LD = D + 8, BK = FL2_KEYS, NT = BK / 8, DT = D / 8, KS = D / 16;
-    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH, ldq, ldk, ldv;
-    const uint16_t *qb = fl2_head<D>(q, bh, T, &ldq), *kb = fl2_head<D>(k, bh, T, &ldk), *vb = fl2_head<D>(v, bh, T, &ldv);
+    long long tiles = (T + FL_ROWS - 1) / FL_ROWS, qt = tiles - 1 - blockIdx.x / BH, bh = blockIdx.x % BH;
+    int ldq, ldk, ldv;
+    const uint16_t *qb = fl2_head<D>(q, bh, T, H, &ldq), *kb = fl2_head<D>(k, bh, T, H, &ldk), *vb = fl2_head<D>(v, bh, T, H, &ldv);
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
     /* buffer b: K at sm + 2 b BK LD, V after it; Q passes through buffer 1 */
     fl2_load<D>(sm + 2 * BK * LD, qb, ldq, qt * FL_ROWS, T, FL_ROWS);
@@ -323,9 +338,14 @@ __device__ __forceinline__ void flash2_fwd(uint16_t *sm, const uint16_t *q, cons
         l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
         long long row = row0 + r * 8;
         if (row >= T) continue;
-        float *yr = y + (bh * T + row) * (D + 1), inv = 1.0f / l[r];
+        float *yr = y + att_y(bh * T + row, T, D, H), inv = 1.0f / l[r];
 #pragma unroll
         for (int d = 0; d < DT; d++) yr[d * 8 + t4 * 2] = o[d][2 * r] * inv, yr[d * 8 + t4 * 2 + 1] = o[d][2 * r + 1] * inv;
-        if (t4 == 0) yr[D] = (m[r] + log2f(l[r])) / FL_LOG2E;
+        if (PK && ycp) { /* (y rounded to bf16 beside it, as a cast of y would: packed nodes only have one) */
+            uint16_t *cr = ycp + att_y(bh * T + row, T, D, H);
+#pragma unroll
+            for (int d = 0; d < DT; d++) *(uint32_t *)(cr + d * 8 + t4 * 2) = pack_bf16(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+        }
+        if (t4 == 0) y[att_lse(bh * T + row, BH * T, D, H)] = (m[r] + log2f(l[r])) / FL_LOG2E;
     }
 }

@@ -984,26 +984,34 @@ FL_KERNELS(128, _d128)
  * At D 64 three blocks an SM (168 registers, no spills: ptxas -v); at D 128 one (255, a few spilled). */
 #define FL2_MINBLOCKS(D) ((D) == 64 ? 3 : 1)
 #define FL2_KERNELS(D, sfx)                                                                                            \
-    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash2_prep##sfx(const float *y, const float *dy,    \
-                                                                                 void *dob, float *stats,            \
-                                                                                 long long rows) {                   \
-        flash2_prep<D>(y, dy, (uint16_t *)dob, stats, rows);                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS) k_flash2_prep##sfx(                                   \
+        const float *y, const float *dy, void *dob, float *stats, float *out, long long rows, long long T, long long H) { \
+        flash2_prep<D>(y, dy, (uint16_t *)dob, stats, out, rows, T, H);                                                \
     }                                                                                                                  \
+    FL2_BACK(D, false, sfx)                                                                                            \
+    FL2_BACK(D, true, _qkv##sfx)
+/* the backward for q, k, v apart (PK false: H ignored) and packed in qkv (_qkv: H > 0) */
+#define FL2_BACK(D, PK, sfx)                                                                                           \
     extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, FL2_MINBLOCKS(D)) k_flash2_back##sfx(                 \
         const void *q, const void *k, const void *v, const void *dob, const float *stats, float *out, long long BH,     \
-        long long T, float scale) {                                                                                    \
+        long long T, float scale, long long H) {                                                                       \
         __shared__ __align__(16) uint16_t sm[FL2_SMEM(D)];                                                             \
         __shared__ float stat_s[4 * FL2_BQ(D)];                                                                        \
-        flash2_bwd<D>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, (const uint16_t *)dob, \
-                      stats, out, BH, T, scale);                                                                       \
+        flash2_bwd<D, PK>(sm, stat_s, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v,                   \
+                          (const uint16_t *)dob, stats, out, BH, T, scale, H);                                         \
     }
 FL2_KERNELS(64, )
 FL2_KERNELS(128, _d128)
-extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, 3) k_flash2_fwd(const void *q, const void *k, const void *v, float *y,
-                                                                         long long BH, long long T, float scale) {
-    __shared__ __align__(16) uint16_t sm[FL2_FWD_SMEM(64)];
-    flash2_fwd<64>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale);
-}
+#define FL2_FWD(PK, sfx)                                                                                               \
+    extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, 3) k_flash2_fwd##sfx(                                 \
+        const void *q, const void *k, const void *v, float *y, long long BH, long long T, float scale, long long H,     \
+        void *cp) {                                                                                                    \
+        __shared__ __align__(16) uint16_t sm[FL2_FWD_SMEM(64)];                                                        \
+        flash2_fwd<64, PK>(sm, (const uint16_t *)q, (const uint16_t *)k, (const uint16_t *)v, y, BH, T, scale, H,      \
+                           (uint16_t *)cp);                                                                            \
+    }
+FL2_FWD(false, )
+FL2_FWD(true, _qkv)
 #else
 /* Before compute capability 8.0 there is no bf16 mma: the kernels exist (the module has every name) but
  * the backend never launches them (pgd_ctx.has_flash is 0 there). */
@@ -1022,15 +1030,20 @@ extern "C" __global__ void __launch_bounds__(32 * FL_WARPS, 3) k_flash2_fwd(cons
 FL_STUBS()
 FL_STUBS(_d128)
 #define FL2_STUBS(sfx)                                                                                                 \
-    extern "C" __global__ void k_flash2_prep##sfx(const float *y, const float *dy, void *dob, float *stats,            \
-                                                  long long rows) {}                                                   \
+    extern "C" __global__ void k_flash2_prep##sfx(const float *y, const float *dy, void *dob, float *stats, float *out, \
+                                                  long long rows, long long T, long long H) {}                         \
     extern "C" __global__ void k_flash2_back##sfx(const void *q, const void *k, const void *v, const void *dob,        \
                                                   const float *stats, float *out, long long BH, long long T,           \
-                                                  float scale) {}
+                                                  float scale, long long H) {}                                         \
+    extern "C" __global__ void k_flash2_back_qkv##sfx(const void *q, const void *k, const void *v, const void *dob,    \
+                                                      const float *stats, float *out, long long BH, long long T,       \
+                                                      float scale, long long H) {}
 FL2_STUBS()
 FL2_STUBS(_d128)
 extern "C" __global__ void k_flash2_fwd(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
-                                        float scale) {}
+                                        float scale, long long H, void *cp) {}
+extern "C" __global__ void k_flash2_fwd_qkv(const void *q, const void *k, const void *v, float *y, long long BH, long long T,
+                                            float scale, long long H, void *cp) {}
 #endif
 
 #include "cuda_moe.cuh" /* Mixture-of-Experts */

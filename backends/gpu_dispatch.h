@@ -64,11 +64,13 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
 /* Kernels only the CUDA backend has (the flash2 attention backward; PGD_FLASH2 in pgd_ctx.has_flash),
  * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
 enum {
-    PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_FWD,
+    PGD_K_FLASH2_PREP = PGD_K_COUNT, PGD_K_FLASH2_PREP_D128, PGD_K_FLASH2_BACK, PGD_K_FLASH2_BACK_D128, PGD_K_FLASH2_BACK_QKV,
+    PGD_K_FLASH2_BACK_QKV_D128, PGD_K_FLASH2_FWD, PGD_K_FLASH2_FWD_QKV,
     PGD_K_CUDA_COUNT
 };
 static const char *const pgd_cuda_kernel_names[PGD_K_CUDA_COUNT - PGD_K_COUNT] = {
-    "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_fwd",
+    "k_flash2_prep", "k_flash2_prep_d128", "k_flash2_back", "k_flash2_back_d128", "k_flash2_back_qkv", "k_flash2_back_qkv_d128",
+    "k_flash2_fwd", "k_flash2_fwd_qkv",
 };
 static inline const char *pgd_kernel_name(int k) {
     return k < PGD_K_COUNT ? pgd_kernel_names[k] : k < PGD_K_CUDA_COUNT ? pgd_cuda_kernel_names[k - PGD_K_COUNT] : "?";
@@ -129,9 +131,10 @@ typedef struct {
     int (*gemm_lowp)(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
                      int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch);
     /* Attention (pgd_attention): the backend's own switch (an environment variable read before
-     * PDDE_ATTENTION; NULL: none), the path it takes when neither is set (PGD_ATT_*), which q, k, v
-     * dtypes its tiled kernels take (PGD_FLASH_* bits; 0: it has none) and their launch shape:
-     * query (key) rows a group and items a group. */
+     * PDDE_ATTENTION; NULL: none), the path it takes when neither is set (PGD_ATT_*; a default of flash2
+     * takes flash on packed qkv, where flash2 runs only when named), which q, k, v dtypes its tiled
+     * kernels take (PGD_FLASH_* bits; 0: it has none) and their launch shape: query (key) rows a group
+     * and items a group. */
     const char *attention_env;
     int attention_default, has_flash;
     unsigned flash_rows, flash_threads;
@@ -155,6 +158,14 @@ typedef struct {
 enum { PGD_ATT_ROWS = 0, PGD_ATT_UNFUSED, PGD_ATT_FLASH, PGD_ATT_FLASH2, PGD_ATT_COUNT };
 enum { PGD_FLASH_BF16 = 1, PGD_FLASH_F32 = 2, PGD_FLASH2 = 4,
        PGD_FLASH_COPY = 8 /* the k_flash_* kernels take a last argument cp: their output also stored as bf16 there (NULL: not) */ };
+/* The CUDA backend's attention settings (its pgd_ctx where the sm_80 kernels are loaded; here so that
+ * tests/test_attention_dispatch.c checks the paths they give): the tiled bf16 kernels by default (f32
+ * takes the unfused path); tools/gpu-check.sh measured them correct and 2.1x faster than the unfused
+ * graph on an H200, flash2 on q, k, v apart 1.34x flash (tools/bench/cuda_h200_results.md); packed qkv
+ * takes flash unless flash2 is named (not yet measured there) */
+#define PGD_CUDA_ATTENTION_ENV "PDDE_CUDA_ATTENTION"
+#define PGD_CUDA_ATTENTION_DEFAULT PGD_ATT_FLASH2
+#define PGD_CUDA_FLASH (PGD_FLASH_BF16 | PGD_FLASH2 | PGD_FLASH_COPY)
 
 #define PGD_ARGS(...) (sizeof((pgd_arg[]){__VA_ARGS__}) / sizeof(pgd_arg)), ((pgd_arg[]){__VA_ARGS__})
 #define PGD_A(v) {&(v), sizeof(v), 0}
@@ -802,16 +813,17 @@ static pgd_att pgd_att_of(const pdde_tensor *node) {
 static int pgd_attention_path(const pgd_ctx *g, const pdde_tensor *node) {
     const char *var = g->attention_env, *v = var ? getenv(var) : NULL;
     if (!v || !*v) var = "PDDE_ATTENTION", v = getenv(var);
-    int path = g->attention_default;
+    int path = g->attention_default, named = 0;
     if (v && *v) {
         int c = -1;
         for (int i = 0; i < PGD_ATT_COUNT; i++)
             if (!strcmp(v, pgd_att_names[i])) c = i;
         if (c < 0) pgd_say_once(0, "%s=%s is not unfused, rows, flash or flash2: the attention takes the %s path", var, v, pgd_att_names[path]);
-        else path = c;
+        else path = c, named = 1;
     }
-    /* (flash2 reads q, k, v apart only: packed nodes, and backends without its kernels, take flash) */
-    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || pgd_att_of(node).packed)) path = PGD_ATT_FLASH;
+    /* (backends without flash2's kernels take flash; so does packed qkv unless flash2 is named: flash2
+     * there is not yet measured on a GPU) */
+    if (path == PGD_ATT_FLASH2 && (!(g->has_flash & PGD_FLASH2) || (!named && pgd_att_of(node).packed))) path = PGD_ATT_FLASH;
     if (path == PGD_ATT_FLASH || path == PGD_ATT_FLASH2) {
         const pdde_tensor *q = node->src[0];
         pgd_att at = pgd_att_of(node);
@@ -1027,14 +1039,16 @@ static int pgd_attention_flash(const pgd_ctx *g, pdde_tensor *node, int *copied)
     return e;
 }
 
-/* flash2 (backends/cuda_flash2.cuh): the forward flash's with K, V copies overlapping the products (at
- * D 64; flash's own at D 128), query tiles tile-major; the backward FlashAttention-2's one pass:
- * k_flash2_prep (a warp per row) rounds dO to bf16 into scratch and keeps each row's base-2 logsumexp and
- * rowsum(dO * O); dq is zeroed; k_flash2_back, a group per key tile (tile-major: the tiles that the
- * most queries see start first), accumulates dk, dv in registers and adds dq with atomics. */
+/* flash2 (backends/cuda_flash2.cuh), q, k, v apart or packed in qkv (the kernels' layout argument H): the
+ * forward flash's with K, V copies overlapping the products (at D 64; flash's own at D 128), query tiles
+ * tile-major; the backward FlashAttention-2's one pass: k_flash2_prep (a warp per row) rounds dO to bf16
+ * into scratch, keeps each row's base-2 logsumexp and rowsum(dO * O) and zeroes the row's dq;
+ * k_flash2_back, a group per key tile (tile-major: the tiles that the most queries see start first),
+ * accumulates dk, dv in registers and adds dq with atomics. The forward stores y's bf16 copy itself (the
+ * node's PDDE_P_ATTENTION_LOWP_COPY); the backward's is a cast after it (dq is complete only then). */
 static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied) {
-    pgd_att at = pgd_att_of(node); /* (q, k, v apart: pgd_attention_path sends no packed node here) */
-    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows;
+    pgd_att at = pgd_att_of(node);
+    int64_t BH = at.BH, T = at.T, D = at.D, rows = at.rows, H = at.hk;
     float scale = pdde_op_f32(node, PDDE_P_ATTENTION_SCALE);
     if (node->op == PDDE_OP_ATTENTION && D != 64) return pgd_attention_flash(g, node, copied);
     if (!rows) return PDDE_OK;
@@ -1043,20 +1057,23 @@ static int pgd_attention_flash2(const pgd_ctx *g, pdde_tensor *node, int *copied
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: attention %s: %lld tiles are more than one launch holds", g->name,
                           node->name, (long long)groups);
     pgd_ptr pq = at.q, pk = at.k, pv = at.v, po = at.out;
-    if (node->op == PDDE_OP_ATTENTION)
-        return pgd_launch(g, PGD_K_FLASH2_FWD, (unsigned)groups, 1, 1, g->flash_threads, 1,
-                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale)));
+    if (node->op == PDDE_OP_ATTENTION) {
+        pgd_ptr cp = pgd_null;
+        if (at.packed && node->src[0]->dtype == PDDE_BF16 && pdde_op_i32(node, PDDE_P_ATTENTION_LOWP_COPY) == PDDE_BF16)
+            cp = pgd_at(at.out, (int64_t)pdde_lowp_copy_offset(node)), *copied = 1;
+        return pgd_launch(g, PGD_K_FLASH2_FWD + at.packed, (unsigned)groups, 1, 1, g->flash_threads, 1,
+                          PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(po), PGD_A(BH), PGD_A(T), PGD_A(scale), PGD_A(H), PGD_P(cp)));
+    }
     pgd_ptr py = at.y, pdy = at.dy, w = pgd_null;
     int64_t o_stats = pgd_align256(rows * D * 2);
     int d128 = D == 128;
     int e = g->scratch(g->impl, g->stream, (size_t)(o_stats + rows * 2 * (int64_t)sizeof(float)), &w);
     pgd_ptr dob = w, stats = pgd_at(w, o_stats);
     if (!e) e = pgd_launch(g, PGD_K_FLASH2_PREP + d128, (unsigned)prep_groups, 1, 1, g->flash_threads, 1,
-                           PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_A(rows)));
-    if (!e) e = g->fill32(g->impl, g->stream, po, 0, (size_t)(rows * D)); /* dq */
-    if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
+                           PGD_ARGS(PGD_P(py), PGD_P(pdy), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(rows), PGD_A(T), PGD_A(H)));
+    if (!e) e = pgd_launch(g, PGD_K_FLASH2_BACK + 2 * at.packed + d128, (unsigned)groups, 1, 1, g->flash_threads, 1,
                            PGD_ARGS(PGD_P(pq), PGD_P(pk), PGD_P(pv), PGD_P(dob), PGD_P(stats), PGD_P(po), PGD_A(BH), PGD_A(T),
-                                    PGD_A(scale)));
+                                    PGD_A(scale), PGD_A(H)));
     return e;
 }
 

@@ -179,22 +179,26 @@ static uint16_t *L_dob;
 static float *L_stats, emu_stat_s[4 * FL2_BQ(64)];
 static uint16_t emu_sm2[FL2_SMEM(128) > FL2_FWD_SMEM(64) ? FL2_SMEM(128) : FL2_FWD_SMEM(64)] __attribute__((aligned(16)));
 static void body_prep() {
-    if (L.D == 64) flash2_prep<64>(L.y, L.dy, L_dob, L_stats, L.BH * L.T);
-    else flash2_prep<128>(L.y, L.dy, L_dob, L_stats, L.BH * L.T);
+    if (L.D == 64) flash2_prep<64>(L.y, L.dy, L_dob, L_stats, L.out, L.BH * L.T, L.T, L.H);
+    else flash2_prep<128>(L.y, L.dy, L_dob, L_stats, L.out, L.BH * L.T, L.T, L.H);
 }
-static void body_back2() {
-    if (L.D == 64) flash2_bwd<64>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale);
-    else flash2_bwd<128>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale);
+static void body_back2() { /* (k_flash2_back or, packed, k_flash2_back_qkv) */
+    if (L.D == 64 && L.H) flash2_bwd<64, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
+    else if (L.D == 64) flash2_bwd<64, false>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
+    else if (L.H) flash2_bwd<128, true>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, L.H);
+    else flash2_bwd<128, false>(emu_sm2, emu_stat_s, L.q, L.k, L.v, L_dob, L_stats, L.out, L.BH, L.T, L.scale, 0);
 }
-static void body_fwd2() { flash2_fwd<64>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale); }
+static void body_fwd2() {
+    if (L.H) flash2_fwd<64, true>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, L.H, L.ycp);
+    else flash2_fwd<64, false>(emu_sm2, L.q, L.k, L.v, L.y, L.BH, L.T, L.scale, 0, L.ycp);
+}
 static void launch_fwd2(void) { /* (at D 64 only: flash2 runs flash_fwd at D 128) */
     long long groups = L.BH * ((L.T + FL_ROWS - 1) / FL_ROWS);
     emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_fwd2);
 }
-static void launch2(void) {
+static void launch2(void) { /* (k_flash2_prep zeroes dq: the dispatcher launches nothing else before k_flash2_back) */
     long long rows = L.BH * L.T, groups = L.BH * ((L.T + FL2_KEYS - 1) / FL2_KEYS);
     emu_launch(emu_dim{(unsigned)((rows + FL_WARPS - 1) / FL_WARPS), 1, 1}, EMU_THREADS, body_prep);
-    for (long long i = 0; i < rows * L.D; i++) L.out[i] = 0.0f; /* (the dispatcher's fill of dq) */
     emu_launch(emu_dim{(unsigned)groups, 1, 1}, EMU_THREADS, body_back2);
 }
 
@@ -271,7 +275,6 @@ static void run_case(long long BH, long long T, int D, long long H) {
             }
             y[r * Dy + D] = py[att_lse(r, BH * T, D, H)];
         }
-        delete[] qkv, delete[] py, delete[] pdy, delete[] pout;
     }
     /* float64 reference from the same bf16 inputs */
     double *ry = new double[BH * T * Dy], *rg = new double[3 * n], *p = new double[T];
@@ -323,36 +326,57 @@ static void run_case(long long BH, long long T, int D, long long H) {
     check("dq", nmse(out, rg, n), (3 * u) * (3 * u), label);
     check("dk", nmse(out + n, rg + n, n), (3 * u) * (3 * u), label);
     check("dv", nmse(out + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), label);
-    /* flash2's backward from the same forward, with its copies done early and late */
-    uint16_t *dob = new uint16_t[BH * T * D];
-    float *stats = new float[2 * BH * T];
+    /* flash2 from the same forward, with its copies done early and late: the backward, and at D 64 the
+     * forward (flash2 runs flash_fwd at D 128); packed (H > 0): first on q, k, v apart, then packed, whose
+     * outputs must equal those bit for bit (the same arithmetic, only the addresses differ) */
+    uint16_t *dob = new uint16_t[BH * T * D], *ycp2 = H ? new uint16_t[n] : NULL;
+    float *stats = new float[2 * BH * T], *o2 = new float[3 * n], *o2_apart = new float[3 * n];
+    float *y2 = new float[BH * T * Dy], *y2_apart = new float[BH * T * Dy], *py2 = H ? new float[n + BH * T] : NULL;
     L_dob = dob, L_stats = stats;
-    for (int late = 0; !H && late < 2; late++) { /* (q, k, v apart only: flash2 takes no packed node) */
-        for (long long i = 0; i < 3 * n; i++) out[i] = NAN;
-        emu_cp_late = late, emu_cp_overflow = 0;
-        launch2();
-        emu_cp_late = 0;
-        char l2[96];
-        snprintf(l2, sizeof l2, "flash2 %s, copies %s", label, late ? "late" : "early");
-        check("dq", nmse(out, rg, n), (3 * u) * (3 * u), l2);
-        check("dk", nmse(out + n, rg + n, n), (3 * u) * (3 * u), l2);
-        check("dv", nmse(out + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), l2);
-        if (emu_cp_overflow) check("cp.async queue", 1, 0, l2); /* (the emulation's own limit: a failure) */
-        if (D != 64) continue;
-        float *y2 = new float[BH * T * Dy];
-        for (long long i = 0; i < BH * T * Dy; i++) y2[i] = NAN;
-        float *y1 = L.y;
-        L.y = y2, emu_cp_late = late;
-        launch_fwd2();
-        L.y = y1, emu_cp_late = 0;
-        for (long long r = 0; r < BH * T; r++) {
-            for (int d = 0; d < D; d++) gy[r * D + d] = y2[r * Dy + d];
-            lse[r] = y2[r * Dy + D];
+    for (int late = 0; late < 2; late++)
+        for (int pk = 0; pk < (H ? 2 : 1); pk++) {
+            if (pk) L.q = qkv, L.k = qkv + D, L.v = qkv + 2 * D, L.y = py, L.dy = pdy, L.out = pout, L.H = H;
+            else L.q = q, L.k = k, L.v = v, L.y = y, L.dy = dy, L.out = o2, L.H = 0;
+            for (long long i = 0; i < 3 * n; i++) L.out[i] = NAN; /* (dq too: k_flash2_prep must zero it) */
+            emu_cp_late = late, emu_cp_overflow = 0;
+            launch2();
+            emu_cp_late = 0;
+            for (long long r = 0; pk && r < BH * T; r++)
+                for (int w = 0; w < 3; w++)
+                    for (int d = 0; d < D; d++) o2[w * n + r * D + d] = pout[att_out(r, w, BH * T, T, D, H) + d];
+            char l2[96];
+            snprintf(l2, sizeof l2, "flash2 %s%s, copies %s", label, pk ? "" : H ? " (apart)" : "", late ? "late" : "early");
+            check("dq", nmse(o2, rg, n), (3 * u) * (3 * u), l2);
+            check("dk", nmse(o2 + n, rg + n, n), (3 * u) * (3 * u), l2);
+            check("dv", nmse(o2 + 2 * n, rg + 2 * n, n), (3 * u) * (3 * u), l2);
+            if (pk) check("dqkv = apart", (double)memcmp(o2, o2_apart, 3 * n * sizeof *o2) != 0, 0, l2);
+            else memcpy(o2_apart, o2, 3 * n * sizeof *o2);
+            if (emu_cp_overflow) check("cp.async queue", 1, 0, l2); /* (the emulation's own limit: a failure) */
+            if (D != 64) continue;
+            float *yt = pk ? py2 : y2, *y1 = L.y;
+            for (long long i = 0; i < (pk ? n + BH * T : BH * T * Dy); i++) yt[i] = NAN;
+            for (long long i = 0; pk && i < n; i++) ycp2[i] = 0x7fc1;
+            L.y = yt, L.ycp = pk ? ycp2 : NULL, emu_cp_late = late;
+            launch_fwd2();
+            L.y = y1, L.ycp = NULL, emu_cp_late = 0;
+            for (long long r = 0; pk && r < BH * T; r++) {
+                for (int d = 0; d < D; d++) y2[r * Dy + d] = py2[att_y(r, T, D, H) + d];
+                y2[r * Dy + D] = py2[att_lse(r, BH * T, D, H)];
+            }
+            for (long long r = 0; r < BH * T; r++) {
+                for (int d = 0; d < D; d++) gy[r * D + d] = y2[r * Dy + d];
+                lse[r] = y2[r * Dy + D];
+            }
+            check("output", nmse(gy, ryo, BH * T * D), (2 * u) * (2 * u), l2);
+            check("lse", nmse(lse, rlse, BH * T), 1e-10, l2);
+            if (!pk) { memcpy(y2_apart, y2, BH * T * Dy * sizeof *y2); continue; }
+            check("y, lse = apart", (double)memcmp(y2, y2_apart, BH * T * Dy * sizeof *y2) != 0, 0, l2);
+            long long bad = 0;
+            for (long long i = 0; i < n; i++) bad += ycp2[i] != f_bf16(py2[i]);
+            check("y copy", (double)bad, 0, l2);
         }
-        check("output", nmse(gy, ryo, BH * T * D), (2 * u) * (2 * u), l2);
-        check("lse", nmse(lse, rlse, BH * T), 1e-10, l2);
-        delete[] y2;
-    }
+    delete[] ycp2, delete[] o2, delete[] o2_apart, delete[] y2, delete[] y2_apart, delete[] py2;
+    delete[] qkv, delete[] py, delete[] pdy, delete[] pout;
     delete[] dob, delete[] stats;
     delete[] q, delete[] k, delete[] v, delete[] y, delete[] dy, delete[] out, delete[] rowdot;
     delete[] ry, delete[] rg, delete[] p, delete[] gy, delete[] ryo, delete[] lse, delete[] rlse;
@@ -367,6 +391,7 @@ int main(int argc, char **argv) {
     run_case(2, 67, 128, 2);  /* packed, D 128 */
     run_case(2, 200, 64, 0);  /* flash2: several key tiles, query tiles ending mid-tile */
     run_case(1, 143, 128, 0); /* flash2 at D 128: three key tiles */
+    run_case(4, 200, 64, 2);  /* flash2 packed: several key tiles of 2 batch rows of 2 heads */
     if (argc > 1) run_case(1, 300, 128, 0);
     printf("%d passed, %d failed\n", passed, failed);
     return failed != 0;

@@ -975,7 +975,8 @@ static void test_packed_attention(const options *o, int device) {
     char *saved[1];
     for (int i = 0; i < 1; i++) saved[i] = getenv(env[i]) ? strdup(getenv(env[i])) : NULL;
     unsetenv("PDDE_CUDA_ATTENTION");
-    for (int pi = 0; pi < (gpu ? 3 : 1); pi++)
+    int paths = !gpu ? 1 : strcmp(props.backend, "cuda") == 0 ? 4 : 3; /* (flash2 on CUDA, packed: k_flash2_*_qkv) */
+    for (int pi = 0; pi < paths; pi++)
     for (int di = 0; di < 3; di++)
     for (size_t si = 0; si < sizeof attention_shapes / sizeof *attention_shapes; si++) {
         const int64_t *s = attention_shapes[si];

@@ -101,7 +101,7 @@ int main(void) {
             CHECK(train(ctx, 0, dts[di], 0, 1, ref, &n_att, &n_layout) == 0, "the CPU's run (%s)", pdde_dtype_name(dts[di]));
             for (int pi = 0; pi < 5; pi++) {
                 if (pi == 3 && !sep) continue; /* (the unfused graph has its own layout) */
-                if (pi == 4 && (!sep || strcmp(props.backend, "cuda"))) continue; /* (flash2: CUDA, q, k, v apart) */
+                if (pi == 4 && strcmp(props.backend, "cuda")) continue; /* (flash2: CUDA; elsewhere it is flash) */
                 if (paths[pi]) setenv("PDDE_ATTENTION", paths[pi], 1);
                 else unsetenv("PDDE_ATTENTION");
                 int rc = train(ctx, d, dts[di], paths[pi] == NULL, sep, got, &n_att, &n_layout);
@@ -116,7 +116,8 @@ int main(void) {
                       props.backend, lay, paths[pi] ? paths[pi] : "", n_att, 2 * cfg.layers);
                 CHECK(sep || n_layout == 0, "%s %s packed %s: %d slice, permute or slice_back nodes in the lowered step, want 0",
                       props.backend, pdde_dtype_name(dts[di]), paths[pi], n_layout);
-                if (sep || dts[di] != PDDE_BF16 || !paths[pi]) continue;
+                /* (flash2's dq is summed by atomics: not bit-reproducible run to run) */
+                if (sep || dts[di] != PDDE_BF16 || !paths[pi] || pi == 4) continue;
                 /* PDDE_ATT_LOWP=1: the attention writes the bf16 copies of y and dqkv that the casts after it wrote
                  * (CUDA's flash kernels store them themselves): the same losses as with =0 */
                 float lowp[STEPS], off[STEPS];

@@ -324,14 +324,15 @@ static pdde_graph *class_graph(pdde_context *ctx, pdde_op_class k, int64_t s, in
         bench_row_loss(g, pdde_attention(g, q, kk, v));
         break;
     }
-    case PDDE_OPCLASS_FUSED_ATTENTION_HALF: /* the same in bf16 (a mixed-precision model's), T = 1024 from 1M scores */
+    /* the same in bf16 (a mixed-precision model's), T = 1024 from 1M scores, with q, k, v packed in qkv
+     * [1, T, bh*3*64] (pdde_attention_qkv) as the models' are: a GPU backend picks its path by the layout too */
+    case PDDE_OPCLASS_FUSED_ATTENTION_HALF:
     case PDDE_OPCLASS_FUSED_ATTENTION_HALF_BACKWARD: {
         int64_t t = s < (1 << 20) ? (int64_t)sqrt((double)s) : 1024, bh = s / (t * t) > 0 ? s / (t * t) : 1, shape[4] = {1, bh, t, 64};
-        pdde_tensor *q = pdde_param(g, "q", 4, shape, 1.0f);
-        if (bare) { bench_row_loss(g, q); break; }
-        pdde_tensor *kk = pdde_param(g, "k", 4, shape, 1.0f), *v = pdde_param(g, "v", 4, shape, 1.0f);
+        if (bare) { bench_row_loss(g, pdde_param(g, "q", 4, shape, 1.0f)); break; }
+        pdde_tensor *qkv = pdde_param(g, "qkv", 3, (int64_t[]){1, t, 3 * bh * 64}, 1.0f);
         pdde_graph_set_compute_dtype(g, PDDE_BF16);
-        pdde_tensor *y = pdde_attention(g, q, kk, v);
+        pdde_tensor *y = pdde_attention_qkv(g, qkv, (int)bh);
         pdde_graph_set_compute_dtype(g, PDDE_F32);
         bench_row_loss(g, y);
         break;

@@ -2,8 +2,10 @@
 """PyTorch's causal attention forward and backward, as tools/bench/bench_cuda.c --attention times pdde's:
 f32 leaves q, k, v [B, H, T, D] under torch.autocast(bfloat16), y = scaled_dot_product_attention(q, k, v,
 is_causal=True), loss = sum(y * w), backward; the median of --reps timed runs after --warmup, each
-synchronised. Prints one final line:
-    TORCH_ATTENTION B=.. H=.. T=.. D=.. fwd_bwd_ms=<median ms> backend=<the SDPA kernels enabled>
+synchronised. --packed: one f32 leaf qkv [B, T, H*3*D] (bench_cuda --attention --packed's layout) viewed
+as q, k, v [B, H, T, D] and y back to [B, T, H*D], as a GPT block's attention takes them. Prints one
+final line:
+    TORCH_ATTENTION B=.. H=.. T=.. D=.. dtype=.. [layout=packed] fwd_bwd_ms=<median ms> backend=<the SDPA kernels enabled>
 """
 import argparse
 import statistics
@@ -20,6 +22,7 @@ def main():
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="bf16")
+    ap.add_argument("--packed", action="store_true")
     a = ap.parse_args()
     import torch
     import torch.nn.functional as F
@@ -28,16 +31,23 @@ def main():
         return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
-    shape = (a.batch, a.heads, a.ctx, a.head_dim)
-    q, k, v = (torch.randn(shape, device=dev).requires_grad_(True) for _ in range(3))
-    w = torch.randn(shape, device=dev)
+    B, H, T, D = a.batch, a.heads, a.ctx, a.head_dim
+    shape = (B, H, T, D)
+    leaves = [torch.randn((B, T, H * 3 * D), device=dev).requires_grad_(True)] if a.packed else \
+        [torch.randn(shape, device=dev).requires_grad_(True) for _ in range(3)]
+    w = torch.randn((B, T, H * D) if a.packed else shape, device=dev)
 
     def run():
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=a.dtype == "bf16"):
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if a.packed:
+                q, k, v = (t.squeeze(3).transpose(1, 2) for t in leaves[0].view(B, T, H, 3, D).split(1, dim=3))
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(B, T, H * D)
+            else:
+                y = F.scaled_dot_product_attention(*leaves, is_causal=True)
         loss = (y.float() * w).sum()
         loss.backward()
-        q.grad = k.grad = v.grad = None
+        for t in leaves:
+            t.grad = None
 
     for _ in range(a.warmup):
         run()
@@ -51,8 +61,8 @@ def main():
     kinds = [n for n, on in (("flash", torch.backends.cuda.flash_sdp_enabled()),
                              ("mem_efficient", torch.backends.cuda.mem_efficient_sdp_enabled()),
                              ("cudnn", torch.backends.cuda.cudnn_sdp_enabled())) if on]
-    print("TORCH_ATTENTION B=%d H=%d T=%d D=%d dtype=%s fwd_bwd_ms=%.3f backend=%s"
-          % (a.batch, a.heads, a.ctx, a.head_dim, a.dtype, statistics.median(times) * 1e3, "+".join(kinds) or "math"))
+    print("TORCH_ATTENTION B=%d H=%d T=%d D=%d dtype=%s%s fwd_bwd_ms=%.3f backend=%s"
+          % (B, H, T, D, a.dtype, " layout=packed" if a.packed else "", statistics.median(times) * 1e3, "+".join(kinds) or "math"))
     return 0
 
 

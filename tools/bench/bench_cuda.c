@@ -1,6 +1,6 @@
 /* bench_cuda — throughput of pdde's CUDA backend next to cuBLAS called directly, on the first CUDA device.
  *
- *   bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16]]
+ *   bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed]]
  *   bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]
  *              [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps N]
  *   bench_cuda --probe [--device NAME]      the device it would run on, or "no ... device"
@@ -15,7 +15,8 @@
  * a step after the first, pdde_session_op_runs; PDDE_FOLD_CASTS sets whether weights' bf16 copies are kept
  * and casts folded into their producers).
  * --attention: causal attention alone, forward and backward (B 8, H 12, T 1024, D 64; q, k, v f32 leaves
- * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line.
+ * converted under the compute dtype, loss sum(y * w)), median ms; prints an "ATTENTION ..." line. --packed:
+ * one f32 leaf qkv [B, T, H*3*D] and pdde_attention_qkv (the GPT block's layout) instead.
  * --predict FILE: before the steps, the cost model's step time for the same graph on FILE's device of
  * that backend (pdde-bench's calibration; the session's program as it lowers it, simulated), printed
  * as a "PREDICT ms=.." line with the time by op class; --predict-only stops there (no device needed).
@@ -359,14 +360,16 @@ static void bench_gpt(pdde_context *ctx, int dev, int quick, pdde_dtype dt, int 
 /* Attention alone, forward and backward, as in a training graph: f32 q, k, v leaves converted under the
  * compute dtype, y = attention(q, k, v), loss = sum(y * w); tools/bench/attention_torch.py times the same
  * in PyTorch (SDPA). */
-static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt) {
-    int64_t s[4] = {8, 12, 1024, 64};
+static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt, int packed) {
+    int64_t s[4] = {8, 12, 1024, 64}, sy[3] = {8, 1024, 12 * 64};
     pdde_graph *g;
     pdde_graph_init(ctx, &g);
-    pdde_tensor *q = pdde_param(g, "q", 4, s, 1.0f), *k = pdde_param(g, "k", 4, s, 1.0f), *v = pdde_param(g, "v", 4, s, 1.0f);
-    pdde_tensor *w = pdde_input(g, "w", PDDE_F32, 4, s);
+    pdde_tensor *q = NULL, *k = NULL, *v = NULL, *qkv = NULL, *y;
+    if (packed) qkv = pdde_param(g, "qkv", 3, (int64_t[]){8, 1024, 12 * 3 * 64}, 1.0f);
+    else q = pdde_param(g, "q", 4, s, 1.0f), k = pdde_param(g, "k", 4, s, 1.0f), v = pdde_param(g, "v", 4, s, 1.0f);
+    pdde_tensor *w = packed ? pdde_input(g, "w", PDDE_F32, 3, sy) : pdde_input(g, "w", PDDE_F32, 4, s);
     pdde_graph_set_compute_dtype(g, dt);
-    pdde_tensor *y = pdde_attention(g, q, k, v);
+    y = packed ? pdde_attention_qkv(g, qkv, 12) : pdde_attention(g, q, k, v);
     pdde_graph_set_compute_dtype(g, PDDE_F32);
     pdde_tensor *loss = pdde_sum(g, pdde_mul(g, y, w), -1, 0);
     if (!loss || pdde_backward(g, loss) != PDDE_OK) {
@@ -396,14 +399,14 @@ static void bench_attention(pdde_context *ctx, int dev, pdde_dtype dt) {
     else {
         qsort(t, (size_t)reps, sizeof *t, cmp_double);
         const char *path = getenv("PDDE_CUDA_ATTENTION");
-        printf("ATTENTION dtype=%s attention=%s B=8 H=12 T=1024 D=64 fwd_bwd_ms=%.3f loss=%.6g\n", pdde_dtype_name(dt),
-               path && *path ? path : "default", t[reps / 2] * 1e3, pdde_session_loss(o.s));
+        printf("ATTENTION dtype=%s attention=%s layout=%s B=8 H=12 T=1024 D=64 fwd_bwd_ms=%.3f loss=%.6g\n", pdde_dtype_name(dt),
+               path && *path ? path : "default", packed ? "packed" : "apart", t[reps / 2] * 1e3, pdde_session_loss(o.s));
     }
     session_close(&o);
 }
 
 int main(int argc, char **argv) {
-    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0, probe = 0;
+    int quick = 0, gpt_only = 0, attention_only = 0, unfused_graph = 0, probe = 0, packed = 0;
     pdde_dtype dt = PDDE_F32;
     gpt_options o = {.backend = "cuda"}; /* (o.model: GPT-2 124M, where --model changes what it names) */
     o.model = (gpt_config){.vocab = 50304, .ctx = 1024, .layers = 12, .heads = 12, .width = 768, .batch = 8};
@@ -412,6 +415,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--gpt")) gpt_only = 1;
         else if (!strcmp(argv[i], "--attention")) attention_only = 1;
         else if (!strcmp(argv[i], "--unfused-graph")) unfused_graph = 1;
+        else if (!strcmp(argv[i], "--packed")) packed = 1;
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) dt = !strcmp(argv[++i], "bf16") ? PDDE_BF16 : PDDE_F32;
         else if (!strcmp(argv[i], "--predict") && i + 1 < argc) o.predict = argv[++i];
         else if (!strcmp(argv[i], "--predict-only")) o.predict_only = 1;
@@ -420,7 +424,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc && atoi(argv[i + 1]) > 0 && atoi(argv[i + 1]) <= 64) o.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--model") && i + 1 < argc && !parse_model(argv[i + 1], &o.model)) i++;
         else {
-            fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16]]\n"
+            fprintf(stderr, "usage: bench_cuda [--quick | --gpt [--dtype f32|bf16] [--unfused-graph] | --attention [--dtype f32|bf16] [--packed]]\n"
                             "       bench_cuda --gpt [--dtype f32|bf16] --predict cluster.json [--predict-only] [--device cuda|opencl|cpu]\n"
                             "                  [--model layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N] [--steps 1..64]\n");
             return 2;
@@ -442,7 +446,7 @@ int main(int argc, char **argv) {
     if (probe) return pdde_context_free(ctx), 0;
     if (gpt_only || attention_only) { /* PDDE_PROFILE=1 adds the time per op; PDDE_CUDA_TF32=1 lets cuBLAS use TF32 */
         if (gpt_only) bench_gpt(ctx, dev, 0, dt, unfused_graph, &o);
-        else bench_attention(ctx, dev, dt);
+        else bench_attention(ctx, dev, dt, packed);
         pdde_context_free(ctx);
         return 0;
     }

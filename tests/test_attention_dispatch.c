@@ -1,0 +1,145 @@
+/* test_attention_dispatch — which kernels the GPU dispatcher (backends/gpu_dispatch.h) launches for an
+ * attention node on a CUDA device, and whether each launch's arguments match the kernel's parameters in
+ * the PTX the CUDA backend loads (backends/cuda_kernels_ptx.h), where there is no GPU: the dispatcher
+ * runs with a recording pgd_ctx holding the CUDA backend's attention settings (PGD_CUDA_ATTENTION_*,
+ * PGD_CUDA_FLASH, which backends/cuda.c's dispatcher takes, and its 64-row groups of 128 items). Checked, for q, k, v apart and packed in qkv (pdde_attention_qkv),
+ * at head sizes 64 and 128, forward and backward: by default flash2 apart and flash packed; named
+ * flash2 takes flash2's packed kernels (k_flash2_*_qkv); named flash takes flash in both layouts; f32
+ * q, k, v take the unfused path (no tiled kernel). Every launch: the PTX (compute_80) has the kernel,
+ * with as many parameters as the launch passes, each of the launch's size. */
+#define _GNU_SOURCE
+#include "pdde_extension.h"
+#include "tests/test_util.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "backends/gpu_dispatch.h"
+#include "backends/cuda_kernels_ptx.h"
+#pragma GCC diagnostic pop
+
+enum { MAX_LAUNCHES = 64 };
+static int launched[MAX_LAUNCHES], n_launched;
+static char *ptx;
+
+/* The parameter sizes (bytes) of PTX entry name, in order; their count, or -1 where there is no such entry. */
+static int ptx_params(const char *name, int *sizes, int max) {
+    char want[128];
+    snprintf(want, sizeof want, ".entry %s(", name);
+    const char *p = strstr(ptx, want);
+    if (!p) return -1;
+    const char *end = strchr(p, ')');
+    int n = 0;
+    for (const char *q = strstr(p, ".param"); q && q < end && n < max; q = strstr(q + 6, ".param")) {
+        char ty[16] = "";
+        if (sscanf(q, ".param .%15s", ty) != 1) return -1;
+        sizes[n++] = ty[1] == '6' ? 8 : ty[1] == '3' ? 4 : ty[1] == '1' ? 2 : ty[1] == '8' ? 1 : 0; /* (.u64 .f32 .b16 .u8 ...) */
+    }
+    return n;
+}
+
+static int rec_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, int nargs,
+                      const pgd_arg *args) {
+    (void)impl, (void)stream, (void)gx, (void)gy, (void)gz, (void)bx, (void)by;
+    if (n_launched < MAX_LAUNCHES) launched[n_launched++] = k;
+    const char *name = pgd_kernel_name(k);
+    int sizes[32], n = ptx_params(name, sizes, 32), same = n == nargs;
+    for (int i = 0; same && i < n; i++) same = sizes[i] == (int)(args[i].is_ptr ? 8 : args[i].size);
+    CHECK(same, "%s: the launch passes %d arguments, the PTX entry has %d parameters (or their sizes differ)", name, nargs, n);
+    return 0;
+}
+static int rec_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out) {
+    (void)impl, (void)stream, (void)nbytes;
+    *out = (pgd_ptr){4096, 0};
+    return 0;
+}
+static int rec_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, size_t count) {
+    (void)impl, (void)stream, (void)dst, (void)value, (void)count;
+    return 0;
+}
+
+/* The kernels one attention node (op) of graph g launches, as names joined by spaces, into out. */
+static void kernels_of(pdde_context *ctx, pdde_graph *g, pdde_op op, char *out, size_t cap) {
+    pgd_ctx c = {.ctx = ctx, .name = "cuda", .units = 132, .max_block = 1024, .launch = rec_launch, .scratch = rec_scratch,
+                 .fill32 = rec_fill32, .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
+                 .has_flash = PGD_CUDA_FLASH, .flash_rows = 64, .flash_threads = 128};
+    out[0] = 0;
+    for (int i = 0; i < pdde_graph_tensor_count(g); i++) {
+        pdde_tensor *t = (pdde_tensor *)pdde_graph_tensor(g, i);
+        if (t->op != op) continue;
+        n_launched = 0;
+        int e = pgd_attention(&c, t);
+        CHECK(e == 0, "the dispatcher failed: %s", pdde_last_error(ctx));
+        size_t len = 0;
+        for (int j = 0; j < n_launched && len + 40 < cap; j++)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s", j ? " " : "", pgd_kernel_name(launched[j]));
+        return;
+    }
+}
+
+/* An attention graph of head size D under compute dtype dt, q, k, v apart or packed, with its backward. */
+static pdde_graph *attention(pdde_context *ctx, int D, pdde_dtype dt, int packed) {
+    pdde_graph *g;
+    pdde_graph_init(ctx, &g);
+    int64_t B = 2, H = 3, T = 100, s[4] = {B, H, T, D};
+    pdde_tensor *y;
+    if (packed) {
+        pdde_tensor *qkv = pdde_param(g, "qkv", 3, (int64_t[]){B, T, H * 3 * D}, 0.0f);
+        pdde_graph_set_compute_dtype(g, dt);
+        y = pdde_attention_qkv(g, qkv, (int)H);
+    } else {
+        pdde_tensor *q = pdde_param(g, "q", 4, s, 0.0f), *k = pdde_param(g, "k", 4, s, 0.0f), *v = pdde_param(g, "v", 4, s, 0.0f);
+        pdde_graph_set_compute_dtype(g, dt);
+        y = pdde_attention(g, q, k, v);
+    }
+    pdde_graph_set_compute_dtype(g, PDDE_F32);
+    pdde_backward(g, pdde_sum(g, y, -1, 0));
+    CHECK(pdde_graph_status(g) == PDDE_OK, "the graph: %s", pdde_last_error(ctx));
+    return g;
+}
+
+static void expect(pdde_context *ctx, const char *env, int D, pdde_dtype dt, int packed, const char *fwd, const char *back) {
+    if (env) setenv("PDDE_CUDA_ATTENTION", env, 1);
+    else unsetenv("PDDE_CUDA_ATTENTION");
+    pdde_graph *g = attention(ctx, D, dt, packed);
+    char got_f[512], got_b[512];
+    kernels_of(ctx, g, PDDE_OP_ATTENTION, got_f, sizeof got_f);
+    kernels_of(ctx, g, PDDE_OP_ATTENTION_BACK, got_b, sizeof got_b);
+    const char *what = packed ? "packed" : "apart";
+    printf("%-7s D %3d %-4s %-6s: %s | %s\n", env ? env : "default", D, pdde_dtype_name(dt), what, got_f, got_b);
+    if (fwd) CHECK(!strcmp(got_f, fwd), "PDDE_CUDA_ATTENTION=%s D %d %s %s forward: %s, want %s", env ? env : "", D, pdde_dtype_name(dt), what, got_f, fwd);
+    if (back) CHECK(!strcmp(got_b, back), "PDDE_CUDA_ATTENTION=%s D %d %s %s backward: %s, want %s", env ? env : "", D, pdde_dtype_name(dt), what, got_b, back);
+    if (!fwd) CHECK(!strstr(got_f, "flash") && !strstr(got_b, "flash"), "D %d %s %s: a tiled kernel ran: %s | %s", D, pdde_dtype_name(dt), what, got_f, got_b);
+    pdde_graph_free(g);
+}
+
+int main(void) {
+    size_t n = 0;
+    for (int i = 0; pdde_cuda_ptx_mma_parts[i]; i++) n += strlen(pdde_cuda_ptx_mma_parts[i]);
+    ptx = malloc(n + 1);
+    ptx[0] = 0;
+    for (int i = 0, at = 0; pdde_cuda_ptx_mma_parts[i]; i++) at += sprintf(ptx + at, "%s", pdde_cuda_ptx_mma_parts[i]);
+    pdde_context *ctx;
+    pdde_context_init(NULL, &ctx);
+    unsetenv("PDDE_ATTENTION");
+    const char *flash_b = "k_flash_rowdot k_flash_back_dq k_flash_back_dkv", *flash_b128 = "k_flash_rowdot k_flash_back_dq_d128 k_flash_back_dkv_d128";
+    /* the defaults: flash2 on q, k, v apart, flash on packed qkv */
+    expect(ctx, NULL, 64, PDDE_BF16, 0, "k_flash2_fwd", "k_flash2_prep k_flash2_back");
+    expect(ctx, NULL, 128, PDDE_BF16, 0, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_d128");
+    expect(ctx, NULL, 64, PDDE_BF16, 1, "k_flash_fwd", flash_b);
+    expect(ctx, NULL, 128, PDDE_BF16, 1, "k_flash_fwd_d128", flash_b128);
+    /* named flash2: its packed kernels too */
+    expect(ctx, "flash2", 64, PDDE_BF16, 1, "k_flash2_fwd_qkv", "k_flash2_prep k_flash2_back_qkv");
+    expect(ctx, "flash2", 128, PDDE_BF16, 1, "k_flash_fwd_d128", "k_flash2_prep_d128 k_flash2_back_qkv_d128");
+    expect(ctx, "flash2", 64, PDDE_BF16, 0, "k_flash2_fwd", "k_flash2_prep k_flash2_back");
+    /* named flash: flash in both layouts */
+    expect(ctx, "flash", 64, PDDE_BF16, 0, "k_flash_fwd", flash_b);
+    expect(ctx, "flash", 64, PDDE_BF16, 1, "k_flash_fwd", flash_b);
+    /* where the tiled kernels do not apply (f32 q, k, v; head size 32): the unfused path */
+    expect(ctx, NULL, 64, PDDE_F32, 0, NULL, NULL);
+    expect(ctx, NULL, 32, PDDE_BF16, 1, NULL, NULL);
+    expect(ctx, "flash2", 32, PDDE_BF16, 0, NULL, NULL);
+    unsetenv("PDDE_CUDA_ATTENTION");
+    pdde_context_free(ctx);
+    free(ptx);
+    return test_finish();
+}
