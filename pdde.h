@@ -1892,8 +1892,8 @@ int64_t pdde_moe_dropped(const int32_t *counts, int experts, int64_t capacity);
  * replicate them, data parallel): what ep changes per rank and step. The token exchange: an alltoall
  * before and after the experts, forward and backward, each of tokens x k x width x dtype (the routed
  * rows only), in groups of ep consecutive devices, each pair's bytes over its link and every group's
- * bytes leaving a machine through its NIC at once (CPU ranks beyond a machine's cores share them); the
- * busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
+ * bytes leaving a machine through its NIC at once (CPU ranks beyond a machine's cores share them, in
+ * their compute and their collectives); the busiest rank's grouped GEMMs at the GEMM rate of the rows one expert gets (its share of the routing
  * skew: measured counts, or a stated max/mean) and the passes over the experts' buffers (with ep > 1
  * blocks of S rows an expert, S = ep x a rank's tokens dropless); the experts' gradient reduction over their
  * data-parallel replicas; the experts' memory (f32 parameters and gradients, AdamW state; ZeRO stages

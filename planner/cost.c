@@ -155,10 +155,30 @@ static int cost_cpu_threads(const pdde_device_spec *s) {
     return p && sscanf(p, "(%d threads", &n) == 1 && n > 0 ? n : 1;
 }
 
+/* The rows a CPU thread's GEMM tile needs to run at its full rate: a thread alone on a tile of 64 or more
+ * rows runs at about one rate (measured: 106 .. 115 GFLOP/s a thread from 64 to 1024 rows of 512 x 256),
+ * while a GEMM split over T threads reaches T times that only from about T x 512 rows (below, the
+ * split's fork and join and the library's use of fewer threads: 2 threads on 256 rows gave one
+ * thread's rate). */
+#define COST_TILE_FULL_ROWS 512.0
+
+/* The streaming rate of a device's memory: its elementwise curve's last point (all threads), else its
+ * stated bandwidth; 0 when neither. */
+static double cost_stream_rate(const pdde_device_spec *s) {
+    int n = s->n_curve[PDDE_OPCLASS_ELEMENTWISE];
+    if (n && s->curve[PDDE_OPCLASS_ELEMENTWISE][n - 1].seconds > 0)
+        return s->curve[PDDE_OPCLASS_ELEMENTWISE][n - 1].bytes / s->curve[PDDE_OPCLASS_ELEMENTWISE][n - 1].seconds;
+    return s->mem_bandwidth;
+}
+
 /* A grouped GEMM on a CPU of T threads (the CPU backend's grouped kernel): tiles of at most the
  * experts' rows / 2T rows (at least 16; the columns split too when the rows are few), each run by one
- * thread alone, T at a time, in ceil(tiles / T) rounds. A thread's rate is a T-th of the device's on T
- * tiles' rows at once (its curve: all its threads on one GEMM). 0 where that does not apply. */
+ * thread alone, T at a time, in ceil(tiles / T) rounds, all in one fork. A thread on a tile runs at a
+ * T-th of the device's rate on the tile's columns and depth at T x max(its rows, COST_TILE_FULL_ROWS)
+ * rows (the curve's rate at T tiles' rows alone would charge each tile a whole GEMM's split). Each
+ * tile also reads its own B operand (k x its columns: an expert's weights, which no other tile
+ * shares, at the memory's streaming rate): what makes many experts of few rows slower than few of
+ * many rows at the same FLOPs. 0 where that does not apply. */
 static double cost_grouped_gemm_cpu(const pdde_device_spec *s, const pdde_cost_op *op, double flops) {
     int T = cost_cpu_threads(s);
     if (op->gemms < 2 || T < 2 || op->m < 1 || op->n < 1 || op->k < 1) return 0;
@@ -171,8 +191,9 @@ static double cost_grouped_gemm_cpu(const pdde_device_spec *s, const pdde_cost_o
     }
     double mt = (double)op->m < tile_m ? (double)op->m : tile_m;
     double tiles = (double)op->gemms * ceil((double)op->m / mt) * ceil((double)op->n / tile_n);
-    double rate = cost_gemm_rate(s, op->dtype, T * mt, tile_n, (double)op->k);
-    return rate > 0 ? ceil(tiles / T) * T * (flops / tiles) / rate : 0;
+    double rate = cost_gemm_rate(s, op->dtype, T * (mt > COST_TILE_FULL_ROWS ? mt : COST_TILE_FULL_ROWS), tile_n, (double)op->k);
+    double stream = cost_stream_rate(s), b = tiles * (double)op->k * tile_n * (double)pdde_dtype_size(op->dtype);
+    return rate > 0 ? ceil(tiles / T) * T * (flops / tiles) / rate + (stream > 0 ? b / stream : 0) : 0;
 }
 
 /* *uncalibrated += 1 when the time comes from a peak figure instead of a measured curve. */
@@ -761,6 +782,16 @@ PDDE_PRIVATE double cost_core_sharing(const pdde_cluster *c, const int *devices,
     const pdde_device_spec *s = cost_spec(c, devices[0]);
     double speed = cost_shared_speed(c->machines[machine].cores, busy, s ? cost_contention(s, op_class) : 1);
     return speed > 0 ? 1 / speed : 1;
+}
+
+/* How many times more CPU ranks of devices[0..n) share devices[0]'s machine than it has cores (at least
+ * 1; 1 elsewhere): a collective among them, calibrated with a core a rank, runs its copies and waits
+ * at cores / ranks of that (a rank it waits for runs only when one of the cores is handed to it). */
+PDDE_PRIVATE double cost_rank_oversubscription(const pdde_cluster *c, const int *devices, int n) {
+    int machine = cost_shares_cores(c, devices[0]), busy = 0;
+    if (machine < 0 || c->machines[machine].cores < 1) return 1;
+    for (int r = 0; r < n; r++) busy += cost_shares_cores(c, devices[r]) == machine;
+    return busy > c->machines[machine].cores ? (double)busy / c->machines[machine].cores : 1;
 }
 
 /* G groups of S ranks (group g's i-th: members[g * S + i]) each running `steps` steps at once, every

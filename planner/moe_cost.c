@@ -109,6 +109,9 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     if (p->capacity_factor > 0 && ep * rows * p->capacity_factor / E < S) S = ep * rows * p->capacity_factor / E;
     out->ep = ep;
     out->imbalance = moe_rank_imbalance(p, ep);
+    /* CPU ranks beyond their machine's cores: their collectives at cores / ranks of the calibration's
+     * rate (its copies are the ranks' own work, and a rank waits for peers that need a core to arrive) */
+    double over = cost_rank_oversubscription(c, devices, n_ranks);
     /* 4 exchanges a layer (dispatch and combine, forward and backward); what leaves the rank */
     out->alltoall_bytes = 4.0 * p->layers * rows * C * esz * (ep - 1) / ep;
     /* the ep groups: ep consecutive ranks each (dp outer), all exchanging at once */
@@ -123,7 +126,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
                              .bytes = 4.0 * rows * C * esz + per * S * C * esz};
         double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);
         if (!isfinite(tc) || !isfinite(tp)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the exchange's counts or copies: %s", pdde_last_error(ctx));
-        out->alltoall_s = 4.0 * p->layers * (t + tc + tp);
+        out->alltoall_s = 4.0 * p->layers * ((t + tc) * over + tp);
         /* the share of a rank's exchanged bytes that crosses machines (its peers elsewhere: each gets
          * as many); the most of any rank */
         for (int r = 0; r < n_ranks; r++) {
@@ -138,14 +141,24 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
         }
     }
     /* the busiest rank's expert GEMMs: its rows (the mean, tokens x k, times the imbalance; at most
-     * the capacity), per local expert; forward 2 GEMMs, backward 4 */
+     * the capacity), per local expert; forward 2 GEMMs, backward 4. CPU ranks sharing cores: the
+     * others, done first, wait at the exchange and hand their cores over, so the busiest takes the
+     * longer of its own GEMMs alone and every rank's (the mean's) at their share of the cores */
     double rank_rows = tokens * k * out->imbalance;
     if (p->capacity_factor > 0 && rank_rows > rows * p->capacity_factor) rank_rows = rows * p->capacity_factor;
     double m = rank_rows / per > 1 ? rank_rows / per : 1;
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = (int64_t)m, .n = p->ffn, .k = p->width,
                        .dtype = p->compute_dtype, .gemms = per}; /* (all the rank's experts: one grouped GEMM) */
     op.flops = 2.0 * per * m * C * F;
-    double t1 = pdde_cost_compute_time(ctx, c, devices[0], &op) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM);
+    double share = cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_GEMM), t1 = pdde_cost_compute_time(ctx, c, devices[0], &op);
+    if (share > 1 && out->imbalance > 1) {
+        pdde_cost_op mean = op;
+        mean.m = (int64_t)(rows / per > 1 ? rows / per : 1), mean.flops = 2.0 * per * (double)mean.m * C * F;
+        double tm = pdde_cost_compute_time(ctx, c, devices[0], &mean) * share;
+        t1 = tm > t1 ? tm : t1;
+    } else {
+        t1 *= share;
+    }
     if (!isfinite(t1)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the expert GEMM: %s", pdde_last_error(ctx));
     out->expert_gemm_s = p->layers * 6.0 * t1;
     /* the passes over the experts' rows beside the GEMMs, a layer: the activation (forward: 2 x its
@@ -192,12 +205,12 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
         if (p->zero >= 3) t += 2 * moe_groups_time(ctx, c, PDDE_COLL_ALLGATHER, group, ep, dp, count, PDDE_F32);
         free(group);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over %d replicas: %s", dp, pdde_last_error(ctx));
-        out->dp_sync_s = t;
+        out->dp_sync_s = t * over;
     }
     if (ep > 1 && p->grads_over_ep) {
         double t = moe_groups_time(ctx, c, PDDE_COLL_REDUCE_SCATTER, devices, dp, ep, (int64_t)(params * ep), PDDE_F32);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the experts' gradients over the ep group: %s", pdde_last_error(ctx));
-        out->dp_sync_s += t;
+        out->dp_sync_s += t * over;
     }
     out->step_s = out->alltoall_s + out->expert_gemm_s + out->expert_buffer_s + out->dp_sync_s;
     return PDDE_OK;
@@ -247,7 +260,7 @@ PDDE_PRIVATE int plan_moe_params(const pdde_graph *g, pdde_moe_cost_params *p) {
 }
 
 PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c, int n_plan_devices, const int *dev, int dp, int tp,
-                                        const pdde_moe_cost_params *p, int ep, double *step_s, double *bytes) {
+                                        const pdde_moe_cost_params *p, int ep, bool groups, double *step_s, double *bytes) {
     int n = dp * tp, nd = pdde_cluster_device_count(c);
     int *ids = malloc((size_t)n * sizeof *ids);
     if (!ids) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
@@ -259,10 +272,11 @@ PDDE_PRIVATE pdde_status plan_moe_delta(pdde_context *ctx, const pdde_cluster *c
                 if (seen == want) ids[k] = c->machines[m].devices[i].id;
     }
     /* ep over the dp axis: its experts' gradients summed over the ep group too (pdde's layout by expert
-     * sums the rows where the tokens are split); over the tp axis: not (the tokens are whole there) */
+     * sums the rows where the tokens are split); over the tp axis (tp > 1 and not groups: ep = tp): not
+     * (the tokens are whole there) */
     pdde_moe_cost_params q = *p, qe = *p;
     q.grads_over_ep = qe.grads_over_ep = tp == 1;
-    if (tp > 1 && ep != tp) {
+    if (tp > 1 && (groups || ep != tp)) {
         /* groups of ep of the dp ranks with each expert's hidden units over tp: a rank of each tp group
          * stands for it (same tokens; the exchange's peers are tp apart), with its share of the hidden
          * units (the reduction of the experts' outputs over tp is left out, as the dense layers' is) */

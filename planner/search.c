@@ -905,19 +905,23 @@ pdde_status pdde_plan_search(pdde_graph *g, const pdde_plan_devices *devices, co
                                          * as the MoE cost model says */
                                         int ep_all = tp > 1 ? tp : dpd;
                                         bool moe_ok = has_moe && pipe == 1 && !e.place && !e.no_link && cand.step_s < DBL_MAX;
-                                        for (int ep = 2; moe_ok && ep <= (tp > 1 && dpd - 1 > tp ? dpd - 1 : ep_all); ep++) {
-                                            bool groups = tp > 1 ? ep != tp : ep < dpd;
-                                            if (moe.experts % ep || (tp > 1 && !groups ? 0 : dpd % ep) || (tp > 1 && groups && ep >= dpd) || (groups && e.shares))
-                                                continue;
-                                            double dt = 0, dm = 0;
-                                            pdde_moe_cost_params q = moe;
-                                            q.zero = zero;
-                                            if ((st = plan_moe_delta(ctx, pp.cluster, N, dev, dpd, tp, &q, ep, &dt, &dm))) goto done;
-                                            pdde_plan with = cand;
-                                            with.ep = ep, with.step_s += dt, with.peak_bytes += dm; /* (a plan that did not fit: its time had it fitted) */
-                                            if (with.step_s > 0 && with.peak_bytes <= d->memory[with.peak_device >= 0 ? with.peak_device : dev[0]])
-                                                with.why[0] = 0, plan_keep(plans, &nf, keep_fit, &with, with.step_s);
-                                        }
+                                        for (int ep = 2; moe_ok && ep <= (tp > 1 && dpd - 1 > tp ? dpd - 1 : ep_all); ep++)
+                                            /* (with tp > 1, ep = tp twice: the tp axis, then groups of tp of the dp ranks) */
+                                            for (int tp_axis = tp > 1 && ep == tp; tp_axis >= 0; tp_axis--) {
+                                                bool groups = tp > 1 ? !tp_axis : ep < dpd;
+                                                if (moe.experts % ep || (tp > 1 && !groups ? 0 : dpd % ep) || (tp > 1 && groups && ep >= dpd) ||
+                                                    (groups && e.shares))
+                                                    continue;
+                                                double dt = 0, dm = 0;
+                                                pdde_moe_cost_params q = moe;
+                                                q.zero = zero;
+                                                if ((st = plan_moe_delta(ctx, pp.cluster, N, dev, dpd, tp, &q, ep, groups, &dt, &dm))) goto done;
+                                                pdde_plan with = cand;
+                                                with.ep = ep, with.ep_dp = tp > 1 && groups && ep == tp;
+                                                with.step_s += dt, with.peak_bytes += dm; /* (a plan that did not fit: its time had it fitted) */
+                                                if (with.step_s > 0 && with.peak_bytes <= d->memory[with.peak_device >= 0 ? with.peak_device : dev[0]])
+                                                    with.why[0] = 0, plan_keep(plans, &nf, keep_fit, &with, with.step_s);
+                                            }
                                         if (!(moe_ok && ep_all > 1 && moe.experts % ep_all == 0) && !e.no_link) plan_keep(rejected, &nr, keep_rejected, &cand, e.place ? plan_placed_unconstrained(&e) : plan_unconstrained(&e));
                                     }
                         }

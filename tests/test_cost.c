@@ -1054,6 +1054,45 @@ static void test_moe_plan_search(void) {
         if (!tp_groups++) printf("moe plan search, 16 devices: %s, %.4g s a step (ep groups, each expert over tp)\n", text, many[i].step_s);
     }
     CHECK(tp_groups > 0, "16 devices: %d of %d plans with ep groups and tp", tp_groups, nf);
+    pdde_plan_devices_free(&d);
+    pdde_cluster_free(c);
+    /* 8 devices, dp 4 x tp 2: ep 2 = tp both ways, the tp axis (ep=tp) and groups of 2 of the 4 dp
+     * ranks (ep=dp:2, each expert's hidden units over tp), each priced as the MoE model prices it: the
+     * groups as dp ranks 0, 2, 4, 6 (a rank of each tp group) with half the ffn, the tp axis as all 8 */
+    c = make_cluster(1, 8);
+    CHECK(pdde_plan_devices_init(ctx, c, 0, 0, 0, &d) == PDDE_OK, "%s", pdde_last_error(ctx));
+    pq.cluster = c;
+    CHECK(pdde_plan_search(g, &d, &pq, many, 64, &nf, &nr) == PDDE_OK, "8 devices: %s", pdde_last_error(ctx));
+    int pairs = 0;
+    for (int i = 0; i < nf; i++) {
+        if (!(many[i].dp == 4 && many[i].tp == 2 && many[i].ep == 2 && many[i].ep_dp)) continue;
+        char text[256], twin[256];
+        pdde_plan_str(&many[i], text, sizeof text);
+        pdde_plan parsed;
+        CHECK(strstr(text, ",ep=dp:2") && pdde_plan_parse(text, &parsed) == PDDE_OK && parsed.ep_dp && parsed.ep == 2, "plan text %s", text);
+        for (int j = 0; j < nf; j++) {
+            if (!(many[j].ep == 2 && many[j].tp == 2 && !many[j].ep_dp)) continue;
+            pdde_plan_str(&many[j], twin, sizeof twin);
+            char *at = strstr(twin, ",ep=tp");
+            if (!at || strncmp(text, twin, (size_t)(at - twin)) || strncmp(text + (at - twin), ",ep=dp:2", 8) || strcmp(at + 6, text + (at - twin) + 8))
+                continue; /* (the same plan but for ep=tp) */
+            pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT, mg;
+            mp.tokens = (int64_t)cfg.batch * cfg.ctx, mp.width = cfg.width, mp.ffn = cfg.ffn, mp.experts = cfg.moe_experts, mp.topk = 2, mp.layers = 2;
+            mp.zero = many[i].zero, mg = mp, mg.grads_over_ep = 1, mg.ffn = cfg.ffn / 2;
+            int all[8] = {0, 1, 2, 3, 4, 5, 6, 7}, dps[4] = {0, 2, 4, 6};
+            pdde_moe_cost a1, a2, g1, g2;
+            pdde_moe_cost_params m1 = mp;
+            m1.grads_over_ep = 1;
+            CHECK(pdde_moe_cost_estimate(ctx, c, all, 8, &mp, 1, &a1) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, all, 8, &mp, 2, &a2) == PDDE_OK &&
+                      pdde_moe_cost_estimate(ctx, c, dps, 4, &m1, 1, &g1) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, dps, 4, &mg, 2, &g2) == PDDE_OK,
+                  "%s", pdde_last_error(ctx));
+            double want = (g2.step_s - g1.step_s) - (a2.step_s - a1.step_s), got = many[i].step_s - many[j].step_s;
+            CHECK(test_close(got, want, 1e-9, 1e-12), "%s against %s: %g s apart (want %g: the groups' MoE difference less the tp axis's)", text, twin,
+                  got, want);
+            if (!pairs++) printf("moe plan search, 8 devices: %s %.4g s, %s %.4g s\n", text, many[i].step_s, twin, many[j].step_s);
+        }
+    }
+    CHECK(pairs > 0, "8 devices, dp 4 x tp 2: %d plans with the experts over groups of 2 dp ranks (ep=dp:2) beside their ep=tp twin", pairs);
     pdde_graph_free(g);
     pdde_plan_devices_free(&d);
     pdde_cluster_free(c);
@@ -1275,35 +1314,105 @@ static void test_moe_choose_ep_placement(void) {
     pdde_moe_cost_estimate(ctx, one, dev, 4, &p, 2, &shared);
     CHECK(own.expert_gemm_s > 0 && test_close(shared.expert_gemm_s, 2 * own.expert_gemm_s, 1e-9, 0), "moe 4 CPU ranks on 2 cores: %g s, alone %g s",
           shared.expert_gemm_s, own.expert_gemm_s);
+    /* their collectives too (the exchange, the experts' gradients over dp): the copies are the ranks'
+     * work, calibrated with a core a rank; no contention figure here, so the exchange's host copies
+     * halve alike: every part of the exchange and the gradients' reduction at twice the time */
+    CHECK(own.alltoall_s > 0 && own.dp_sync_s > 0 && test_close(shared.alltoall_s, 2 * own.alltoall_s, 1e-9, 0) &&
+              test_close(shared.dp_sync_s, 2 * own.dp_sync_s, 1e-9, 0),
+          "moe 4 CPU ranks on 2 cores: exchange %g s (alone %g s), gradients %g s (alone %g s): want twice", shared.alltoall_s, own.alltoall_s,
+          shared.dp_sync_s, own.dp_sync_s);
+    /* a skewed router (the busiest of 4 ranks 1.43 x the mean at skew 2, ep 4): alone, the busiest
+     * rank's GEMMs pace the step; sharing 2 cores, the others wait at the exchange and hand their
+     * cores over, so the machine's work (every rank's GEMMs at half speed, 2 x the mean) paces it and
+     * the skew costs nothing (a GEMM rate flat in the rows: time proportional to the rows) */
+    one->specs[0].gemm[1].flops = one->specs[0].gemm[0].flops;
+    pdde_moe_cost even_alone, skew_alone, even_shared, skew_shared;
+    pdde_moe_cost_params ps = p;
+    ps.skew = 2;
+    one->machines[0].cores = 0;
+    pdde_moe_cost_estimate(ctx, one, dev, 4, &p, 4, &even_alone), pdde_moe_cost_estimate(ctx, one, dev, 4, &ps, 4, &skew_alone);
+    one->machines[0].cores = 2;
+    pdde_moe_cost_estimate(ctx, one, dev, 4, &p, 4, &even_shared), pdde_moe_cost_estimate(ctx, one, dev, 4, &ps, 4, &skew_shared);
+    CHECK(test_close(skew_alone.expert_gemm_s, skew_alone.imbalance * even_alone.expert_gemm_s, 1e-9, 0) && skew_alone.imbalance > 1.4 &&
+              test_close(even_shared.expert_gemm_s, 2 * even_alone.expert_gemm_s, 1e-9, 0) &&
+              test_close(skew_shared.expert_gemm_s, even_shared.expert_gemm_s, 1e-9, 0),
+          "moe skew %g (imbalance %g) on 4 ranks: GEMMs alone %g s (even %g s); on 2 cores %g s (even %g s: want the same)", ps.skew,
+          skew_alone.imbalance, skew_alone.expert_gemm_s, even_alone.expert_gemm_s, skew_shared.expert_gemm_s, even_shared.expert_gemm_s);
     pdde_cluster_free(one);
 }
 
+/* The ep pick on a 2-core machine (tests/data/moe_cpu_2core_cluster.json: pdde-bench --quick of this
+ * kind of machine, a thread a rank, with collectives; the other ranks copies of its CPU device, as
+ * bench_moe places them) for bench_moe's MoE GPT (8 experts, top-2, 2 layers of width 128 and ffn 512,
+ * 512 tokens a step). Measured there (gpt under pdde-run, medians of 5 alternating rounds, load
+ * 0.4-3.7): 2 ranks ep 1 24.2 ms a step, ep 2 29.8; 4 ranks ep 1 34.3, ep 2 (groups of 2) 41.1, ep 4
+ * 35.1. The model picks ep 1 on both and ranks ep 2 last on 4 ranks; on 4 cores the 4 ranks would
+ * not share them: their exchange and gradients take less. */
+static void test_moe_pick_shared_cores(void) {
+    pdde_cluster *c = NULL;
+    CHECK(pdde_cluster_load(ctx, "tests/data/moe_cpu_2core_cluster.json", &c) == PDDE_OK && c->n_machines == 1 && c->machines[0].cores == 2,
+          "the 2-core cluster file: %s", pdde_last_error(ctx));
+    if (!c || c->n_machines != 1) { pdde_cluster_free(c); return; }
+    pdde_cluster_device d0 = c->machines[0].devices[0];
+    int dev[4] = {d0.id, d0.id + 1000, d0.id + 2000, d0.id + 3000};
+    for (int k = 1; k < 4; k++) {
+        pdde_cluster_device dk = d0;
+        dk.id = dev[k];
+        pdde_cluster_add_device(c, 0, &dk);
+    }
+    pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+    p.tokens = 8 * 64, p.width = 128, p.ffn = 512, p.experts = 8, p.topk = 2, p.layers = 2, p.grads_over_ep = 1;
+    pdde_moe_cost best2, best4, all[4];
+    int n_all = 0;
+    CHECK(pdde_moe_choose_ep(ctx, c, dev, 2, &p, &best2, NULL, 0, NULL) == PDDE_OK && best2.ep == 1, "2 ranks on 2 cores: ep %d (want 1)", best2.ep);
+    CHECK(pdde_moe_choose_ep(ctx, c, dev, 4, &p, &best4, all, 4, &n_all) == PDDE_OK && n_all == 3 && best4.ep == 1 && all[1].ep == 2 &&
+              all[1].step_s > all[2].step_s,
+          "4 ranks on 2 cores: ep %d (want 1), ep 2 %.4g ms, ep 4 %.4g ms (want ep 2 the slowest)", best4.ep, n_all > 1 ? all[1].step_s * 1e3 : 0,
+          n_all > 2 ? all[2].step_s * 1e3 : 0);
+    c->machines[0].cores = 4;
+    pdde_moe_cost own;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 4, &p, 4, &own) == PDDE_OK && own.alltoall_s < all[2].alltoall_s && own.dp_sync_s < all[2].dp_sync_s,
+          "4 ranks on 4 cores, ep 4: exchange %g s, gradients %g s (on 2 cores %g s, %g s)", own.alltoall_s, own.dp_sync_s, all[2].alltoall_s,
+          all[2].dp_sync_s);
+    pdde_cluster_free(c);
+}
+
 /* A grouped GEMM on a CPU as its kernel runs it: the experts' row tiles (at most the rows / 2 threads
- * each) one a thread, all threads at once, a thread at its share of the device's rate at the threads'
- * tiles together. A CPU of 2 threads that does 1e10 FLOP/s at 64 rows and 4e10 at 128 (x 256 x 256):
- * 8 experts of 64 rows are 8 tiles, 2 at a time at the 128-row rate; 3 of 128 rows are 6 tiles of 96 at
- * the 192-row rate; one thread (or a GPU) takes each expert's GEMM at 64 rows. The MoE model prices
- * the busiest rank's experts so; and the passes over the experts' buffers: the activation over the
- * routed rows (ep 1), or over the buffer by expert's padded rows (ep 2: S = 2 x 128 tokens an expert). */
+ * each) one a thread, all threads at once in one fork, a thread at its share of the device's rate on
+ * T x 512 rows (or T tiles' rows, more) of the tile's columns and depth, not at the rate of T small
+ * tiles' rows (which a GEMM split over the threads pays its split on), and each tile reading its B
+ * operand (an expert's weights) at the memory's streaming rate (the elementwise curve's last point:
+ * 1e10 B/s). A CPU of 2 threads: 1e10 FLOP/s at 256 rows, 4e10 at 1024, 4.4e10 at 4096 (x 256 x
+ * 256), 2e10 at 64. 8 experts of 64 rows: 8 tiles at the 1024-row rate; 3 of 128 rows: 6 tiles of 96
+ * (3 rounds); 2 of 4096 rows: 4 tiles of 2048 at the 4096-row rate; one thread (or a GPU) takes each
+ * expert's GEMM at 64 rows. The MoE model prices the busiest rank's experts so; and the passes over
+ * the experts' buffers: the activation over the routed rows (ep 1), or over the buffer by expert's
+ * padded rows (ep 2: S = 2 x 128 tokens an expert). */
 static void test_moe_grouped_gemm_cpu(void) {
     pdde_cluster *c = make_cluster(1, 2);
     pdde_device_spec *s = &c->specs[0];
-    s->kind = PDDE_DEVICE_CPU, s->n_gemm = 3;
+    s->kind = PDDE_DEVICE_CPU, s->n_gemm = 4;
     snprintf(s->name, sizeof s->name, "CPU (2 threads, test)");
-    s->gemm[0] = (pdde_gemm_point){PDDE_F32, 64, 256, 256, 1e10};
-    s->gemm[1] = (pdde_gemm_point){PDDE_F32, 128, 256, 256, 4e10};
-    s->gemm[2] = (pdde_gemm_point){PDDE_F32, 192, 256, 256, 3e10};
+    s->gemm[0] = (pdde_gemm_point){PDDE_F32, 64, 256, 256, 2e10};
+    s->gemm[1] = (pdde_gemm_point){PDDE_F32, 256, 256, 256, 1e10};
+    s->gemm[2] = (pdde_gemm_point){PDDE_F32, 1024, 256, 256, 4e10};
+    s->gemm[3] = (pdde_gemm_point){PDDE_F32, 4096, 256, 256, 4.4e10};
     pdde_cost_op op = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_GEMM, .m = 64, .n = 256, .k = 256, .gemms = 8};
-    double flops = 8 * 2.0 * 64 * 256 * 256, t = pdde_cost_compute_time(ctx, c, 0, &op);
-    CHECK(test_close(t, flops / 4e10, 1e-12, 0), "8 experts of 64 rows on 2 threads: %g s (want %g: tiles a thread, not %g)", t, flops / 4e10, flops / 1e10);
+    double w = 256.0 * 256 * 4 / 1e10; /* a tile's weights read */
+    double flops = 8 * 2.0 * 64 * 256 * 256, t = pdde_cost_compute_time(ctx, c, 0, &op), want = flops / 4e10 + 8 * w;
+    CHECK(test_close(t, want, 1e-12, 0), "8 experts of 64 rows on 2 threads: %g s (want %g: tiles a thread at the 1024-row rate and 8 tiles' "
+          "weights, not %g at the 128-row rate)", t, want, flops / 1e10);
     op.gemms = 3, op.m = 128;
-    t = pdde_cost_compute_time(ctx, c, 0, &op);
-    CHECK(test_close(t, 3 * 2.0 * 128 * 256 * 256 / 3e10, 1e-12, 0), "3 experts of 128 rows: 6 tiles of 96: %g s", t);
+    t = pdde_cost_compute_time(ctx, c, 0, &op), want = 3 * 2.0 * 128 * 256 * 256 / 4e10 + 6 * w;
+    CHECK(test_close(t, want, 1e-12, 0), "3 experts of 128 rows: 6 tiles of 96: %g s (want %g)", t, want);
+    op.gemms = 2, op.m = 4096;
+    t = pdde_cost_compute_time(ctx, c, 0, &op), want = 2 * 2.0 * 4096 * 256 * 256 / 4.4e10 + 4 * w;
+    CHECK(test_close(t, want, 1e-12, 0), "2 experts of 4096 rows: 4 tiles of 2048 at the 4096-row rate: %g s (want %g)", t, want);
     snprintf(s->name, sizeof s->name, "CPU (1 threads, test)");
     op.gemms = 8, op.m = 64;
-    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 1e10, 1e-12, 0), "one thread: every expert at 64 rows");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 2e10, 1e-12, 0), "one thread: every expert at 64 rows");
     s->kind = PDDE_DEVICE_GPU;
-    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 1e10, 1e-12, 0), "a GPU: the rate at one expert's rows");
+    CHECK(test_close(pdde_cost_compute_time(ctx, c, 0, &op), flops / 2e10, 1e-12, 0), "a GPU: the rate at one expert's rows");
     /* the MoE model: 256 tokens, top-2 of 8 experts, width 256, ffn 256: 64 rows an expert on one rank */
     s->kind = PDDE_DEVICE_CPU;
     snprintf(s->name, sizeof s->name, "CPU (2 threads, test)");
@@ -1311,8 +1420,9 @@ static void test_moe_grouped_gemm_cpu(void) {
     p.tokens = 256, p.width = 256, p.ffn = 256, p.experts = 8, p.topk = 2, p.layers = 2;
     int dev[2] = {0, 1};
     pdde_moe_cost m;
-    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 1, &p, 1, &m) == PDDE_OK && test_close(m.expert_gemm_s, 2 * 6 * flops / 4e10, 1e-12, 0),
-          "moe model's expert GEMMs on 2 threads: %g s (want %g)", m.expert_gemm_s, 2 * 6 * flops / 4e10);
+    want = 2 * 6 * (flops / 4e10 + 8 * w);
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 1, &p, 1, &m) == PDDE_OK && test_close(m.expert_gemm_s, want, 1e-12, 0),
+          "moe model's expert GEMMs on 2 threads: %g s (want %g)", m.expert_gemm_s, want);
     /* its buffers (past the curves' last points: elementwise 1e10 B/s, row 5e9): ep 1, the activation
      * over 512 rows of 256 (2 + 3 x 512 KiB); ep 2 on 2 ranks, 4 experts x 256 rows of 256 (1 MiB):
      * the activation (2 + 3) and 4 X + 2 H zeroed at the elementwise rate, 3 X + 3 H scanned at the row rate */
@@ -1379,6 +1489,7 @@ int main(void) {
     test_moe_cost();
     test_moe_choose_ep_placement();
     test_moe_grouped_gemm_cpu();
+    test_moe_pick_shared_cores();
     test_moe_plan_search();
     test_moe_ep_simulated();
     test_plan_text_ep();
