@@ -23,30 +23,9 @@ set -u
 build=${1:-build}
 cap=${CAP:-75}
 log=$(mktemp -d)
-ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX_DIR, pkg-config's or the Makefile's .gpu-carry/ucx; else none)
-{ [ -n "${UCX_DIR:-}" ] || pkg-config --exists ucx 2>/dev/null || [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ]; } && ucx=()
-if ! make -s -j"$(nproc)" BUILD="$build" "${ucx[@]}" "$build/test_backend_ops" "$build/test_casts" "$build/bench_cuda" >"$log/build.out" 2>&1; then
-    tail -20 "$log/build.out"
-    echo "RESULT gpu_fusions status=build_failed"
-    exit 1
-fi
-if "$build/bench_cuda" --probe | grep -q "no CUDA device"; then
-    echo "RESULT gpu_fusions status=no_device"
-    exit 0
-fi
-failed=0
-field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "na" }'; }
-check() { # NAME ENV... -- CMD...: a test; its last line's counts
-    local name=$1 rc
-    shift
-    timeout "$cap" env "$@" >"$log/$name.out" 2>&1
-    rc=$?
-    local counts
-    counts=$(tail -1 "$log/$name.out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/passed=\1 failed=\2/p')
-    echo "RESULT gpu_fusions_test name=$name ${counts:-passed=0 failed=na} exit=$rc"
-    [ $rc = 0 ] && [ -n "$counts" ] || { failed=$((failed + 1)); grep -E "FAIL|error" "$log/$name.out" | head -5; }
-}
+tests=gpu_fusions_test summary=gpu_fusions
+source "$(dirname "$0")/cuda_bench_util.sh"
+cuda_bench_prepare "$build/test_backend_ops" "$build/test_casts" "$build/bench_cuda"
 check casts PDDE_CUDA_LT=0 "$build/test_casts"
 grep -E "cuda\): PDDE_FUSE|cuda\): PDDE_BF16_GRADS|cuda\): and PDDE_ATT_LOWP|cuda\): casts per step" "$log/casts.out" | head -8
 for op in matmul_bias matmul_grad cross_entropy_lowp layernorm_res layernorm_add bias_gelu_grads layernorm_copy gelu_fused; do

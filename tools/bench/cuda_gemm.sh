@@ -16,31 +16,9 @@ build=${1:-build}
 cap=${CAP:-120}
 log=${LOG:-$(mktemp -d)}
 mkdir -p "$log"
-ucx=(NO_UCX=1) # (as tools/gpu-check.sh: UCX_DIR, pkg-config's or the Makefile's .gpu-carry/ucx; else none)
-{ [ -n "${UCX_DIR:-}" ] || pkg-config --exists ucx 2>/dev/null || [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ]; } && ucx=()
-if ! make -s -j"$(nproc)" BUILD="$build" WERROR= "${ucx[@]}" "$build/test_backend_ops" "$build/bench_cuda" >"$log/build.out" 2>&1; then
-    tail -20 "$log/build.out"
-    echo "RESULT gpu_gemm_check status=build_failed"
-    exit 1
-fi
-if "$build/bench_cuda" --probe | grep -q "no CUDA device"; then
-    echo "RESULT gpu_gemm_check status=no_device"
-    exit 0
-fi
-failed=0
-field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "na" }'; }
-check() { # NAME ENV... -- CMD...: a test; its last line's counts
-    local name=$1 rc
-    shift
-    timeout "$cap" env "$@" >"$log/$name.out" 2>&1
-    rc=$?
-    local counts
-    counts=$(tail -1 "$log/$name.out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/passed=\1 failed=\2/p')
-    echo "RESULT gpu_gemm_test name=$name ${counts:-passed=0 failed=na} exit=$rc"
-    [ $rc = 0 ] && [ -n "$counts" ] || { failed=$((failed + 1)); grep -E "FAIL|error" "$log/$name.out" | head -5; }
-    grep "pdde: cuda: cublasLt" "$log/$name.out" | sort | uniq -c | head -4
-}
+tests=gpu_gemm_test summary=gpu_gemm_check
+source "$(dirname "$0")/cuda_bench_util.sh"
+cuda_bench_prepare "$build/test_backend_ops" "$build/bench_cuda"
 check bgrad PDDE_CUDA_LT=0 "$build/test_backend_ops" --backend cuda --op sum_to
 check bgrad_lt PDDE_CUDA_LT=1 "$build/test_backend_ops" --backend cuda --op sum_to
 check bgrad_lt_tune PDDE_CUDA_LT=1 PDDE_CUDA_LT_TUNE=1 "$build/test_backend_ops" --backend cuda --op sum_to

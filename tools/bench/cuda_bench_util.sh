@@ -1,0 +1,32 @@
+# Sourced by the CUDA bench scripts (cuda_fusions.sh, cuda_gemm.sh). The caller sets build, cap, log,
+# tests (the RESULT name of a test line: gpu_fusions_test) and summary (of the last line: gpu_fusions).
+failed=0
+
+# TARGETS...: builds them in $build (UCX as tools/gpu-check.sh finds it: UCX_DIR, pkg-config's or
+# .gpu-carry/ucx; else none) and exits 0 where there is no CUDA device, 1 where the build fails
+cuda_bench_prepare() {
+    local ucx=(NO_UCX=1)
+    { [ -n "${UCX_DIR:-}" ] || pkg-config --exists ucx 2>/dev/null || [ -f .gpu-carry/ucx/include/ucp/api/ucp.h ]; } && ucx=()
+    if ! make -s -j"$(nproc)" BUILD="$build" WERROR= "${ucx[@]}" "$@" >"$log/build.out" 2>&1; then
+        tail -20 "$log/build.out"
+        echo "RESULT $summary status=build_failed"
+        exit 1
+    fi
+    if "$build/bench_cuda" --probe | grep -q "no CUDA device"; then
+        echo "RESULT $summary status=no_device"
+        exit 0
+    fi
+}
+field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" "$1" | tail -1; } # FILE KEY: the last KEY=value in FILE
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a > 0 && b > 0) printf "%.3f", a / b; else printf "na" }'; }
+check() { # NAME ENV... -- CMD...: a test; a RESULT line with its last line's counts; a failure counts
+    local name=$1 rc
+    shift
+    timeout "$cap" env "$@" >"$log/$name.out" 2>&1
+    rc=$?
+    local counts
+    counts=$(tail -1 "$log/$name.out" | sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed.*/passed=\1 failed=\2/p')
+    echo "RESULT $tests name=$name ${counts:-passed=0 failed=na} exit=$rc"
+    [ $rc = 0 ] && [ -n "$counts" ] || { failed=$((failed + 1)); grep -E "FAIL|error" "$log/$name.out" | head -5; }
+    grep "pdde: cuda: cublasLt" "$log/$name.out" | sort | uniq -c | head -4
+}
