@@ -98,7 +98,10 @@ static inline pdde_dtype pdde_beside_dtype(const pdde_tensor *t) {
 }
 /* Its element count (PDDE_P_MATMUL_BGRAD's column sums: N; the others: the node's own) */
 static inline int64_t pdde_beside_numel(const pdde_tensor *t) {
-    return t->op == PDDE_OP_MATMUL && pdde_op_i32(t, PDDE_P_MATMUL_BGRAD) ? t->shape[t->ndim - 1] : pdde_tensor_numel(t);
+    if (t->op == PDDE_OP_MATMUL && pdde_op_i32(t, PDDE_P_MATMUL_BGRAD)) return t->shape[t->ndim - 1];
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
 }
 /* Whether t is the view of such a result */
 static inline int pdde_is_lowp_copy_view(const pdde_tensor *t) {
