@@ -196,7 +196,7 @@ $(BUILD)/test_rank_devices: $(BUILD)/gpt $(BUILD)/dlrm $(if $(filter 1,$(HAVE_UC
 # (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
 $(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
 # (the checkpoint tests compare checkpoints with pdde-ckpt)
-$(BUILD)/test_checkpoint_shard: $(BUILD)/pdde-ckpt
+$(BUILD)/test_checkpoint_shard $(BUILD)/test_pdde_ckpt: $(BUILD)/pdde-ckpt
 
 $(BUILD)/%: examples/%.c $(wildcard examples/*.h) $(BUILD)/libpdde.a
 	$(CC) $(CFLAGS) $< -o $@ $(BUILD)/libpdde.a $(LDLIBS)
