@@ -1,6 +1,9 @@
 # Sourced by the CUDA bench scripts (cuda_fusions.sh, cuda_gemm.sh). The caller sets build, cap, log,
-# tests (the RESULT name of a test line: gpu_fusions_test) and summary (of the last line: gpu_fusions).
+# tests and runs (the RESULT names of a test's and a training run's line: gpu_fusions_test, gpu_fusions_run)
+# and summary (of the last line: gpu_fusions).
 failed=0
+lt_fallbacks=0 # (cublasLt's "no algorithm" lines of the training runs; not the tuning's choices)
+declare -A tok # (each training run's tokens/s)
 
 # TARGETS...: builds them in $build (UCX as tools/gpu-check.sh finds it: UCX_DIR, pkg-config's or
 # .gpu-carry/ucx; else none) and exits 0 where there is no CUDA device, 1 where the build fails
@@ -29,4 +32,17 @@ check() { # NAME ENV... -- CMD...: a test; a RESULT line with its last line's co
     echo "RESULT $tests name=$name ${counts:-passed=0 failed=na} exit=$rc"
     [ $rc = 0 ] && [ -n "$counts" ] || { failed=$((failed + 1)); grep -E "FAIL|error" "$log/$name.out" | head -5; }
     grep "pdde: cuda: cublasLt" "$log/$name.out" | sort | uniq -c | head -4
+}
+run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS where it is set); its tokens/s in tok[NAME]
+    local name=$1
+    shift
+    [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
+    timeout "$cap" env "$@" "$build/bench_cuda" --gpt --dtype bf16 >"$log/gpt_$name.out" 2>&1
+    local line
+    line=$(grep '^GPT ' "$log/gpt_$name.out" | tail -1)
+    tok[$name]=$(field "$log/gpt_$name.out" tok_s)
+    lt_fallbacks=$((lt_fallbacks + $(grep "pdde: cuda: cublasLt" "$log/gpt_$name.out" | grep -cv "candidates, fastest")))
+    echo "RESULT $runs name=$name ${line#GPT }"
+    [ -n "$line" ] || { failed=$((failed + 1)); tail -5 "$log/gpt_$name.out"; }
+    grep "pdde: cuda: cublasLt" "$log/gpt_$name.out" | grep -v "candidates, fastest" | sort | uniq -c | head -3
 }

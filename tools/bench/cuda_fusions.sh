@@ -23,7 +23,7 @@ set -u
 build=${1:-build}
 cap=${CAP:-75}
 log=$(mktemp -d)
-tests=gpu_fusions_test summary=gpu_fusions
+tests=gpu_fusions_test runs=gpu_fusions_run summary=gpu_fusions
 source "$(dirname "$0")/cuda_bench_util.sh"
 cuda_bench_prepare "$build/test_backend_ops" "$build/test_casts" "$build/bench_cuda"
 check casts PDDE_CUDA_LT=0 "$build/test_casts"
@@ -32,20 +32,6 @@ for op in matmul_bias matmul_grad cross_entropy_lowp layernorm_res layernorm_add
     check "ops_$op" PDDE_CUDA_LT=0 "$build/test_backend_ops" --backend cuda --op "$op"
     check "ops_${op}_lt" PDDE_CUDA_LT=1 "$build/test_backend_ops" --backend cuda --op "$op"
 done
-declare -A tok
-lt_fallbacks=0
-run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS where it is set)
-    local name=$1
-    shift
-    [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
-    timeout "$cap" env "$@" "$build/bench_cuda" --gpt --dtype bf16 >"$log/gpt_$name.out" 2>&1
-    local line
-    line=$(grep '^GPT ' "$log/gpt_$name.out" | tail -1)
-    tok[$name]=$(field "$log/gpt_$name.out" tok_s)
-    lt_fallbacks=$((lt_fallbacks + $(grep -c "pdde: cuda: cublasLt" "$log/gpt_$name.out")))
-    echo "RESULT gpu_fusions_run name=$name ${line#GPT }"
-    [ -n "$line" ] || { failed=$((failed + 1)); tail -5 "$log/gpt_$name.out"; }
-}
 run default X=0 # (the defaults: on CUDA in bf16 the fusions below and cublasLt are on)
 run old_defaults PDDE_FUSE_EPILOGUE=0 PDDE_FUSE_GRAD=0 PDDE_FUSE_ADD_LN=0 PDDE_BF16_LOGITS=0 PDDE_BF16_GRADS=0 PDDE_ATT_LOWP=0 \
     PDDE_CUDA_LT=0 # (every one of them off: the defaults before they were measured)

@@ -16,7 +16,7 @@ build=${1:-build}
 cap=${CAP:-120}
 log=${LOG:-$(mktemp -d)}
 mkdir -p "$log"
-tests=gpu_gemm_test summary=gpu_gemm_check
+tests=gpu_gemm_test runs=gpu_gemm_run summary=gpu_gemm_check
 source "$(dirname "$0")/cuda_bench_util.sh"
 cuda_bench_prepare "$build/test_backend_ops" "$build/bench_cuda"
 check bgrad PDDE_CUDA_LT=0 "$build/test_backend_ops" --backend cuda --op sum_to
@@ -31,19 +31,6 @@ grep -vE "^(GEMM|TORCH) " "$log/gemm.out"
 grep -c "candidates, fastest" "$log/gemm.err" | sed 's/^/cublasLt plans tuned: /'
 grep -E "no .*algorithm|failed" "$log/gemm.err" | sort | uniq -c | head -5
 grep -q "^RESULT gpu_gemm " "$log/gemm.out" || failed=$((failed + 1))
-declare -A tok
-run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS where it is set)
-    local name=$1
-    shift
-    [ -z "${RUNS:-}" ] || [[ " $RUNS " == *" $name "* ]] || return 0
-    timeout "$cap" env "$@" "$build/bench_cuda" --gpt --dtype bf16 >"$log/gpt_$name.out" 2>&1
-    local line
-    line=$(grep '^GPT ' "$log/gpt_$name.out" | tail -1)
-    tok[$name]=$(field "$log/gpt_$name.out" tok_s)
-    echo "RESULT gpu_gemm_run name=$name ${line#GPT }"
-    [ -n "$line" ] || { failed=$((failed + 1)); tail -5 "$log/gpt_$name.out"; }
-    grep "pdde: cuda: cublasLt" "$log/gpt_$name.out" | grep -v "candidates, fastest" | sort | uniq -c | head -3
-}
 # the defaults (on CUDA in bf16: cublasLt and lowering's fusions, PDDE_FUSE_GRAD among them); with PDDE_FUSE_BGRAD the
 # biased linears' weight gradients write their bias gradient and leave PDDE_FUSE_GRAD (bgrad_nograd: without it at all)
 run default X=0
