@@ -881,6 +881,17 @@ static int *lower_readers(const pdde_program *P, int **at) {
     return readers;
 }
 
+/* Whether y = op(m, b), with m a plain f32 matmul and b a 1-D f32 bias of m's last dim, can fold into m's
+ * epilogue under switch sw: neither m nor y kept, one device, y as large as m, and b computed before m (a
+ * bias that lowering derived after the matmul, as a tensor-parallel row layer's, stays apart) */
+static bool lower_bias_epilogue_ok(lowering *L, const pdde_tensor *y, const pdde_tensor *m, const pdde_tensor *b, const int *at,
+                                   uint32_t kept, const char *sw) {
+    return m && b && m->op == PDDE_OP_MATMUL && m->nsrc == 2 && m->dtype == PDDE_F32 && !(m->flags & kept) && !(y->flags & kept) &&
+           m->device == y->device && b->device == m->device && b->dtype == PDDE_F32 && b->ndim == 1 && m->ndim >= 2 &&
+           b->shape[0] == m->shape[m->ndim - 1] && pdde_tensor_numel(y) == pdde_tensor_numel(m) &&
+           !(b->op != PDDE_OP_NONE && at[b->id] > at[m->id]) && lower_switch_on(L, sw, m->device);
+}
+
 /* ------------------------------------------------------------------------------------------------
  * A linear layer's epilogue folded into its matmul (PDDE_FUSE_EPILOGUE: on by default on CUDA in bf16, lower_fusion_on). Where an add's
  * first input is a matmul that nothing else reads and its second a 1-D f32 bias of the matmul's last dim,
@@ -900,12 +911,9 @@ static pdde_status lower_fuse_epilogue(lowering *L) {
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *s = P->order[i], *m = s->nsrc == 2 ? s->src[0] : NULL, *b = s->nsrc == 2 ? s->src[1] : NULL;
-        if (s->op != PDDE_OP_ADD || !m || !b || m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || s->dtype != PDDE_F32 ||
-            readers[m->id] != 1 || (m->flags & kept) || (s->flags & kept) || m->device != s->device || b->device != m->device ||
-            b->dtype != PDDE_F32 || b->ndim != 1 || m->ndim < 2 || b->shape[0] != m->shape[m->ndim - 1] ||
-            pdde_tensor_numel(s) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]) ||
-            !lower_switch_on(L, "PDDE_FUSE_EPILOGUE", m->device))
-            continue; /* (a bias that lowering derived after the matmul, as a tensor-parallel row layer's, stays an add) */
+        if (s->op != PDDE_OP_ADD || s->dtype != PDDE_F32 || !m || readers[m->id] != 1 ||
+            !lower_bias_epilogue_ok(L, s, m, b, at, kept, "PDDE_FUSE_EPILOGUE"))
+            continue;
         m->src[m->nsrc++] = b;
         if (!registry_device_supports(L->ctx, L->ctx->registry, m->device, m)) {
             m->src[--m->nsrc] = NULL;
@@ -1332,11 +1340,7 @@ static pdde_status lower_fuse_gelu(lowering *L) {
     const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *gl = P->order[i], *m = gl->nsrc == 2 ? gl->src[0] : NULL, *b = gl->nsrc == 2 ? gl->src[1] : NULL;
-        if (gl->op != PDDE_OP_BIAS_GELU || !m || m->op != PDDE_OP_MATMUL || m->nsrc != 2 || m->dtype != PDDE_F32 || (m->flags & kept) ||
-            (gl->flags & kept) || m->device != gl->device || b->device != m->device || b->dtype != PDDE_F32 || b->ndim != 1 || m->ndim < 2 ||
-            b->shape[0] != m->shape[m->ndim - 1] || pdde_tensor_numel(gl) != pdde_tensor_numel(m) || (b->op != PDDE_OP_NONE && at[b->id] > at[m->id]) ||
-            !lower_switch_on(L, "PDDE_FUSE_GELU", m->device))
-            continue;
+        if (gl->op != PDDE_OP_BIAS_GELU || !lower_bias_epilogue_ok(L, gl, m, b, at, kept, "PDDE_FUSE_GELU")) continue;
         /* m's other reader: the bias_gelu backward (x = m, bias = b), whose gradient input comes from a matmul read by nothing else */
         pdde_tensor *gb = NULL, *md = NULL;
         for (int j = i + 1; j < P->n_order && readers[m->id] == 2 && !gb; j++)
