@@ -442,8 +442,8 @@ static void test_shared_cores(void) {
     pdde_cost_program_free(p);
 
     /* one core, three ranks: rank 2 computes 3 ms; rank 0 computes 1 ms, then an allreduce with rank 1
-     * (1 ms of latency), which then computes 1 ms. Ranks 0 and 2 share the core until 2 ms; the
-     * allreduce runs 2-3 ms while rank 2 computes alone (2 ms of work left, 1 ms of it done by 3 ms);
+     * (1/3 ms of latency, at a third of its rate: 3 ranks on the core), which then computes 1 ms. Ranks
+     * 0 and 2 share the core until 2 ms; the allreduce runs 2-3 ms while rank 2 computes alone (2 ms of work left, 1 ms of it done by 3 ms);
      * then ranks 1 and 2 share it: both end at 5 ms. */
     pdde_cost_program_init(3, &p);
     int g = pdde_cost_program_group(p, 2, (int[]){0, 1});
@@ -454,7 +454,7 @@ static void test_shared_cores(void) {
     pdde_cost_program_add(p, 2, &(pdde_cost_op[]){gemm_op("3 ms", 3e9, 0, PDDE_PHASE_FORWARD)}[0]);
     pdde_cluster *c = make_cluster(1, 3);
     c->specs[0].kind = PDDE_DEVICE_CPU, c->machines[0].cores = 1;
-    c->machines[0].intra.latency = 1e-3, c->machines[0].intra.bandwidth = 1e15;
+    c->machines[0].intra.latency = 1e-3 / 3, c->machines[0].intra.bandwidth = 1e15;
     pdde_cost_result *r = NULL;
     CHECK(pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "%s", pdde_last_error(ctx));
     CHECK(r && test_close(r->step_time, 5e-3, 1e-9, 0) && test_close(r->compute_time[2], 5e-3, 1e-9, 0) &&
@@ -1377,6 +1377,74 @@ static void test_moe_pick_shared_cores(void) {
     pdde_cluster_free(c);
 }
 
+/* The step simulation charges collectives of CPU ranks beyond their machine's cores at cores / ranks of
+ * their calibrated rate, as the MoE model does (the 2-core cluster file; 4 ranks on copies of its CPU
+ * device): an alltoall over the 4 and an allreduce within pairs take (their times) x ranks / cores,
+ * the slowdown the MoE model gives the experts' gradients there; 2 ranks on the 2 cores and GPU ranks
+ * (their own cores) at the calibrated times. */
+static double sim_collectives(const pdde_cluster *c, const int *dev, int n, int64_t count) {
+    pdde_cost_program *p = NULL;
+    pdde_cost_program_init(n, &p);
+    int all = pdde_cost_program_group(p, n, (int[]){0, 1, 2, 3}), pair[2];
+    pair[0] = pdde_cost_program_group(p, 2, (int[]){0, 1});
+    pair[1] = n > 2 ? pdde_cost_program_group(p, 2, (int[]){2, 3}) : pair[0];
+    for (int r = 0; r < n; r++) {
+        pdde_cost_program_set_rank(p, r, dev[r], 0);
+        pdde_cost_op a2a = {.kind = PDDE_COST_COLLECTIVE, .coll = PDDE_COLL_ALLTOALL, .algo = PDDE_ALGO_AUTO, .group = all, .count = count,
+                            .dtype = PDDE_F32, .last_use = -1},
+                     ar = a2a;
+        ar.coll = PDDE_COLL_ALLREDUCE, ar.group = pair[r / 2], ar.count = count / 4;
+        pdde_cost_program_add(p, r, &a2a), pdde_cost_program_add(p, r, &ar);
+    }
+    pdde_cost_result *res = NULL;
+    CHECK(pdde_cost_simulate(ctx, c, p, &res) == PDDE_OK, "collectives on %d ranks: %s", n, pdde_last_error(ctx));
+    double t = res ? res->step_time : NAN;
+    pdde_cost_result_free(res);
+    pdde_cost_program_free(p);
+    return t;
+}
+
+static void test_simulate_shared_collectives(void) {
+    pdde_cluster *c = NULL;
+    CHECK(pdde_cluster_load(ctx, "tests/data/moe_cpu_2core_cluster.json", &c) == PDDE_OK && c->n_machines == 1 && c->machines[0].cores > 0,
+          "the 2-core cluster file: %s", pdde_last_error(ctx));
+    if (!c || c->n_machines != 1 || c->machines[0].cores < 1) { pdde_cluster_free(c); return; }
+    pdde_cluster_device d0 = c->machines[0].devices[0];
+    int dev[4] = {d0.id, d0.id + 1000, d0.id + 2000, d0.id + 3000}, cores = c->machines[0].cores;
+    for (int k = 1; k < 4; k++) {
+        pdde_cluster_device dk = d0;
+        dk.id = dev[k];
+        pdde_cluster_add_device(c, 0, &dk);
+    }
+    const int64_t count = 1 << 16;
+    double a2a = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, dev, 4, count, PDDE_F32);
+    double ar = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, dev, 2, count / 4, PDDE_F32);
+    double a2a2 = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, dev, 2, count, PDDE_F32);
+    double over = 4.0 > cores ? 4.0 / cores : 1; /* (the file's machine: 2 cores) */
+    double shared = sim_collectives(c, dev, 4, count), two = sim_collectives(c, dev, 2, count);
+    CHECK(a2a > 0 && ar > 0 && over == 2 && test_close(shared, (a2a + ar) * over, 1e-9, 0),
+          "4 CPU ranks on %d cores: alltoall + pair allreduce simulated in %g s, want (%g + %g) x %g = %g s", cores, shared, a2a, ar, over,
+          (a2a + ar) * over);
+    CHECK(test_close(two, a2a2 + ar, 1e-9, 0), "2 CPU ranks on %d cores: %g s, want %g s (their own cores)", cores, two, a2a2 + ar);
+    /* the MoE model's experts' gradients over dp (4 ranks, ep 1) on the same machine, shared and on 4 cores */
+    pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
+    mp.tokens = 512, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
+    pdde_moe_cost m2, m4;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 4, &mp, 1, &m2) == PDDE_OK, "%s", pdde_last_error(ctx));
+    c->machines[0].cores = 4;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 4, &mp, 1, &m4) == PDDE_OK, "%s", pdde_last_error(ctx));
+    double own = sim_collectives(c, dev, 4, count);
+    CHECK(test_close(own, a2a + ar, 1e-9, 0) && m4.dp_sync_s > 0 && test_close(shared / own, m2.dp_sync_s / m4.dp_sync_s, 1e-9, 0),
+          "4 CPU ranks on 4 cores: %g s (want %g s); slowed by 2 cores %g x, the MoE model's gradients %g x", own, a2a + ar, shared / own,
+          m2.dp_sync_s / m4.dp_sync_s);
+    c->machines[0].cores = 2, c->specs[d0.spec].kind = PDDE_DEVICE_GPU;
+    double gpu = sim_collectives(c, dev, 4, count),
+           want = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, dev, 4, count, PDDE_F32) +
+                  pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, dev, 2, count / 4, PDDE_F32);
+    CHECK(want > 0 && test_close(gpu, want, 1e-9, 0), "4 GPU ranks on a 2-core machine: %g s, want %g s", gpu, want);
+    pdde_cluster_free(c);
+}
+
 /* A grouped GEMM on a CPU as its kernel runs it: the experts' row tiles (at most the rows / 2 threads
  * each) one a thread, all threads at once in one fork, a thread at its share of the device's rate on
  * T x 512 rows (or T tiles' rows, more) of the tile's columns and depth, not at the rate of T small
@@ -1490,6 +1558,7 @@ int main(void) {
     test_moe_choose_ep_placement();
     test_moe_grouped_gemm_cpu();
     test_moe_pick_shared_cores();
+    test_simulate_shared_collectives();
     test_moe_plan_search();
     test_moe_ep_simulated();
     test_plan_text_ep();
