@@ -111,7 +111,7 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     out->imbalance = moe_rank_imbalance(p, ep);
     /* CPU ranks beyond their machine's cores: their collectives at cores / ranks of the calibration's
      * rate (its copies are the ranks' own work, and a rank waits for peers that need a core to arrive) */
-    double over = cost_rank_oversubscription(c, devices, 1, devices, n_ranks);
+    double over = cost_rank_oversubscription(c, devices, n_ranks);
     /* 4 exchanges a layer (dispatch and combine, forward and backward); what leaves the rank */
     out->alltoall_bytes = 4.0 * p->layers * rows * C * esz * (ep - 1) / ep;
     /* the ep groups: ep consecutive ranks each (dp outer), all exchanging at once */

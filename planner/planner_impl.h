@@ -236,7 +236,7 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x);
 PDDE_PRIVATE void cost_node_gemm(const pdde_tensor *x, pdde_cost_op *op);
 PDDE_PRIVATE double cost_moe_padded_bytes(const pdde_tensor *x);
 PDDE_PRIVATE double cost_core_sharing(const pdde_cluster *c, const int *devices, int n, int op_class);
-PDDE_PRIVATE double cost_rank_oversubscription(const pdde_cluster *c, const int *group, int gn, const int *devices, int n);
+PDDE_PRIVATE double cost_rank_oversubscription(const pdde_cluster *c, const int *devices, int n);
 PDDE_PRIVATE double cost_groups_at_once(pdde_context *ctx, const pdde_cluster *c, int pairwise, const int *members, int G, int S, int steps,
                                         double chunk);
 
