@@ -178,11 +178,10 @@ static inline pgd_graph_mode pgd_graph_open(pgd_graph_tracker *tr, uint64_t key,
  * destroys it and runs the deferred operations). */
 static inline int pgd_graph_diverge(pgd_graph_tracker *tr) {
     pgd_graph_slot *s = &tr->slot[tr->cur];
-    tr->n_rec = 0;
+    s->has_exec = 0, s->repeats = 0;
+    tr->mode = PGD_GRAPH_PLAIN, tr->n_rec = 0;
     for (int i = 0; i < tr->pos; i++)
         if (pgd_graph_push(tr, s->keys[i])) return PGD_GRAPH_NOMEM;
-    s->has_exec = 0, s->repeats = 0;
-    tr->mode = PGD_GRAPH_PLAIN;
     return PGD_GRAPH_DIVERGE;
 }
 
