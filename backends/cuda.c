@@ -14,7 +14,7 @@
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
  * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
- * PDDE_CUDA_GRAPH=1 captures each step's work on a stream and replays it as CUDA graphs (below);
+ * PDDE_CUDA_GRAPH=1 captures a step's work on a stream once and replays it as CUDA graphs while unchanged (below);
  * cublasLt (on where it loads; PDDE_CUDA_LT=0 off) runs matmuls with an epilogue: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's

@@ -368,8 +368,8 @@ int main(void) {
         pdde_context_free(ctx);
         unsetenv("PDDE_CUDA_NO_CUBLAS");
     }
-    /* PDDE_CUDA_GRAPH=1 (read when a device opens): the steps captured and replayed as CUDA graphs, updated
-     * in place each step (the optimizer's step count is a kernel argument): the losses of the steps without
+    /* PDDE_CUDA_GRAPH=1 (read when a device opens): the steps captured once and replayed as CUDA graphs, the
+     * optimizer's step count patched into the kept graph each step (a kernel argument): the losses of the steps without
      * (replays run the same kernels; 1e-5 for a library that picks other kernels under capture). Without a
      * device, the family is still reported unavailable with its reason. */
     setenv("PDDE_CUDA_GRAPH", "1", 1);
