@@ -73,7 +73,6 @@ typedef struct {
     pcu_result (*BeginCapture)(pcu_cstream, int);
     pcu_result (*EndCapture)(pcu_cstream, pcu_graph *);
     pcu_result (*Instantiate)(pcu_graph_exec *, pcu_graph, unsigned long long);
-    pcu_result (*ExecUpdate)(pcu_graph_exec, pcu_graph, void *); /* (CUgraphExecUpdateResultInfo *) */
     pcu_result (*Launch)(pcu_graph_exec, pcu_cstream);
     pcu_result (*Destroy)(pcu_graph);
     pcu_result (*ExecDestroy)(pcu_graph_exec);
@@ -792,7 +791,7 @@ static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
     static const struct { const char *name; size_t off; } graph_syms[] = {
 #define PCU_GSYM(field, sym) {sym, offsetof(pcu_graph_api, field)}
         PCU_GSYM(BeginCapture, "cuStreamBeginCapture_v2"), PCU_GSYM(EndCapture, "cuStreamEndCapture"),
-        PCU_GSYM(Instantiate, "cuGraphInstantiateWithFlags"), PCU_GSYM(ExecUpdate, "cuGraphExecUpdate_v2"),
+        PCU_GSYM(Instantiate, "cuGraphInstantiateWithFlags"),
         PCU_GSYM(Launch, "cuGraphLaunch"), PCU_GSYM(Destroy, "cuGraphDestroy"), PCU_GSYM(ExecDestroy, "cuGraphExecDestroy"),
 #undef PCU_GSYM
     };
@@ -990,7 +989,7 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
     const char *ge = getenv("PDDE_CUDA_GRAPH");
     d->graph_on = ge && !strcmp(ge, "1") && f->graph.ok;
     if (ge && !strcmp(ge, "1") && !f->graph.ok)
-        pcu_graph_refuse(d, "the driver lacks the graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags, cuGraphExecUpdate_v2)", 0);
+        pcu_graph_refuse(d, "the driver lacks the graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags)", 0);
     if (f->blas.lib) {
         if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
         else {
@@ -1247,6 +1246,8 @@ static int pcu_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out)
             int st = pcu_graph_flush(d, s); /* (the synchronisation below may not be captured; this node's rest runs uncaptured) */
             if (st) return st;
             PCU_CHECK(d, d->fam->cu.StreamSynchronize(s->s), "cuStreamSynchronize");
+            for (int i = 0; i < PGD_GRAPH_SLOTS; i++) /* (kept graphs read the old scratch: captured again) */
+                pcu_piece_drop(d, &s->piece[i]), s->gt.slot[i].has_exec = 0, s->gt.slot[i].repeats = 0;
             d->fam->cu.MemFree(s->scratch);
             s->scratch = 0;
             s->scratch_bytes = 0;
