@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cuda_kernels_ptx.h"
+#include "gemm_plan.h"
 #include "gpu_graph.h"
 #include "gpu_moe.h" /* (and gpu_dispatch.h) */
 
@@ -219,12 +220,10 @@ enum { /* cublasLt.h / cublas_api.h values */
     PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8,
 };
 #define PCLT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself sets aside on Hopper */
-#define PCLT_PLANS 128                     /* GEMM shapes kept per device (a GPT step has a few dozen) */
 #define PCLT_CANDIDATES 8                  /* algorithms PDDE_CUDA_LT_TUNE=1 asks the heuristic for and times */
 /* One GEMM shape's descriptors and algorithm, made on its first call and kept; ok 0: cublasLt has no
  * algorithm for it (or failed on it) and the generic path runs it. */
 typedef struct {
-    int64_t key[16];
     pclt_desc desc;
     pclt_layout la, lb, lc;
     pclt_algo algo;
@@ -304,8 +303,9 @@ typedef struct {
     pcu_ptr lt_workspace;
     size_t lt_workspace_bytes;
     int lt_workspace_tried;
-    pclt_plan *lt_plans;
-    int n_lt_plans;
+    pclt_plan *lt_plans; /* [PGD_GEMM_PLANS], slots of lt_cache (backends/gemm_plan.h) */
+    pgd_gemm_cache *lt_cache;
+    long long lt_calls;
     int graph_on; /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
     long long graph_replays, graph_captures, graph_discards, graph_fallbacks, graph_patches;
 } pcu_dev;
@@ -466,19 +466,18 @@ static void pclt_plan_free(const pclt_api *a, pclt_plan *p) {
 
 static void pclt_device_close(pcu_dev *d) {
     const pclt_api *a = &d->fam->lt;
-    for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(a, &d->lt_plans[i]);
-    free(d->lt_plans);
+    if (d->lt_cache && d->lt_cache->replaced)
+        fprintf(stderr, "pdde: cuda: cublasLt: %lld plans made for %lld matmuls, %lld in place of others (more problems than %d)\n",
+                d->lt_cache->made, d->lt_calls, d->lt_cache->replaced, PGD_GEMM_PLANS);
+    for (int i = 0; d->lt_cache && i < d->lt_cache->n; i++) pclt_plan_free(a, &d->lt_plans[i]);
+    free(d->lt_plans), free(d->lt_cache);
     if (d->lt_workspace) d->fam->cu.MemFree(d->lt_workspace);
     if (d->lt) a->Destroy(d->lt);
-    d->lt = NULL, d->lt_plans = NULL, d->n_lt_plans = 0, d->lt_workspace = 0, d->lt_workspace_bytes = 0, d->lt_workspace_tried = 0;
+    d->lt = NULL, d->lt_plans = NULL, d->lt_cache = NULL, d->lt_workspace = 0, d->lt_workspace_bytes = 0, d->lt_workspace_tried = 0;
 }
 
 /* the largest power of 2 up to 256 that divides addr (cublasLt picks kernels by the operands' alignment) */
-static uint32_t pclt_align(uint64_t addr) {
-    uint32_t a = 256;
-    while (a > 1 && addr % a) a >>= 1;
-    return a;
-}
+static uint32_t pclt_align(uint64_t addr) { return pgd_gemm_align(addr); }
 
 static int pclt_tune_on(void) {
     const char *env = getenv("PDDE_CUDA_LT_TUNE");
@@ -595,20 +594,16 @@ static void pclt_workspace(pcu_dev *d) {
     else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
 }
 
-/* The plan of key, or a new slot holding the key (*fresh 1: to be made); NULL on no memory */
-static pclt_plan *pclt_plan_get(pcu_dev *d, const int64_t key[16], int *fresh) {
+/* The plan of problem q, or a slot for it (*fresh 1: to be made; the plan it replaces freed); NULL on no memory */
+static pclt_plan *pclt_plan_get(pcu_dev *d, const pgd_gemm_problem *q, int *fresh) {
     *fresh = 0;
-    for (int i = 0; i < d->n_lt_plans; i++)
-        if (!memcmp(d->lt_plans[i].key, key, sizeof d->lt_plans[i].key)) return &d->lt_plans[i];
-    if (!d->lt_plans && !(d->lt_plans = calloc(PCLT_PLANS, sizeof *d->lt_plans))) return NULL;
-    if (d->n_lt_plans == PCLT_PLANS) { /* more shapes than a model has: start over */
-        for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(&d->fam->lt, &d->lt_plans[i]);
-        d->n_lt_plans = 0;
-    }
-    pclt_plan *p = &d->lt_plans[d->n_lt_plans++];
-    memcpy(p->key, key, sizeof p->key);
-    *fresh = 1;
-    return p;
+    if (!d->lt_plans && !(d->lt_plans = calloc(PGD_GEMM_PLANS, sizeof *d->lt_plans))) return NULL;
+    if (!d->lt_cache && !(d->lt_cache = calloc(1, sizeof *d->lt_cache))) return NULL;
+    pgd_gemm_key k = pgd_gemm_key_of(q);
+    int replace, i = pgd_gemm_cache_slot(d->lt_cache, &k, fresh, &replace);
+    if (replace) pclt_plan_free(&d->fam->lt, &d->lt_plans[i]);
+    d->lt_calls++;
+    return &d->lt_plans[i];
 }
 
 static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -622,10 +617,9 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
-    int64_t key[16] = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, abias != 0, beta != 0.0f, align[0] | (int64_t)align[1] << 16,
-                       align[2] | (int64_t)align[3] << 16, 1};
+    pgd_gemm_problem q = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, 0, abias != 0, beta != 0.0f, 1, aa, ab, ad, pc.base ? ac : 0, abias};
     int fresh;
-    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) {
         pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
@@ -669,10 +663,9 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
     pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), ag = pgd_addr(pg);
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), pclt_align(ag)};
-    int64_t key[16] = {dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, 1, PCLT_EPILOGUE_BGRADA, align[0] | (int64_t)align[1] << 16,
-                       align[2] | (int64_t)align[3] << 16, 3};
+    pgd_gemm_problem q = {dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, PCLT_EPILOGUE_BGRADA, 1, 0, 3, aa, ab, ad, 0, ag};
     int fresh;
-    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) {
         pclt_plan_make(d, p, dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)ag, align, PCLT_EPILOGUE_BGRADA, NULL);
@@ -717,10 +710,9 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     if (pclt_align(aaux) < 16) return 1;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), abias ? pclt_align(abias) : 256};
     uint32_t epi = act == PDDE_MATMUL_GELU ? PCLT_EPILOGUE_GELU_AUX_BIAS : PCLT_EPILOGUE_DGELU;
-    int64_t key[16] = {dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, abias != 0, epi, align[0] | (int64_t)align[1] << 16,
-                       align[2] | (int64_t)align[3] << 16, 2};
+    pgd_gemm_problem q = {dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (int)epi, abias != 0, 0, 2, aa, ab, ad, 0, abias};
     int fresh;
-    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) { /* (not tuned: GELU_AUX_BIAS writes aux too) */
         pclt_plan_make(d, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
