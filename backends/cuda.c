@@ -19,7 +19,8 @@
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
  * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
- * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below).
+ * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
+ * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
  */
 #ifndef PDDE_NO_CUDA
 
@@ -180,6 +181,9 @@ typedef struct {
     /* optional (mixed precision: bf16/f16 in, f32 compute and out, on tensor cores) */
     int (*GemmStridedBatchedEx)(pcublas_handle, int, int, int, int, int, const void *, const void *, int, int, long long,
                                 const void *, int, int, long long, const void *, void *, int, int, long long, int, int, int);
+    /* optional (PDDE_CUDA_GEMM_SINGLE=1: a GEMM of batch 1 through the non-batched entry point) */
+    int (*GemmEx)(pcublas_handle, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int, const void *,
+                  void *, int, int, int, int);
 } pcublas_api;
 
 /* cuBLAS's enum values (library_types.h, cublas_api.h): data types, the compute type, the algorithm */
@@ -402,6 +406,7 @@ static void pcu_load_cublas(pcu_family *f) {
     *(void **)&b.SetMathMode = dlsym(lib, "cublasSetMathMode");
     *(void **)&b.SgemmStridedBatched = dlsym(lib, "cublasSgemmStridedBatched");
     *(void **)&b.GemmStridedBatchedEx = dlsym(lib, "cublasGemmStridedBatchedEx");
+    *(void **)&b.GemmEx = dlsym(lib, "cublasGemmEx");
     if (!b.Create || !b.Destroy || !b.SetStream || !b.SgemmStridedBatched) {
         dlclose(lib);
         return;
@@ -1285,6 +1290,28 @@ static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int6
     return PDDE_OK;
 }
 
+/* PDDE_CUDA_GEMM_SINGLE=1 (off until measured): a GEMM of batch 1 goes to cublasGemmEx, as torch.matmul's does, not
+ * to cublasGemmStridedBatchedEx with a batch of 1 (whose kernel choice may differ). */
+static int pcu_gemm_single_on(void) {
+    const char *env = getenv("PDDE_CUDA_GEMM_SINGLE");
+    return env && !strcmp(env, "1");
+}
+
+/* cuBLAS's mixed-precision GEMM (row-major D = op(A) op(B) as column-major D^T = op(B)^T op(A)^T), f32 compute */
+static int pcu_blas_ex(pcu_dev *d, int in, int out, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a, int64_t sA, pgd_ptr b,
+                       int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
+    const pcublas_api *bl = &d->fam->blas;
+    float one = 1.0f, zero = 0.0f;
+    int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
+    const void *pb = (const void *)(uintptr_t)pgd_addr(b), *pa = (const void *)(uintptr_t)pgd_addr(a);
+    void *pc = (void *)(uintptr_t)pgd_addr(c);
+    if (batch == 1 && bl->GemmEx && pcu_gemm_single_on())
+        return bl->GemmEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, pb, in, ldb, pa, in, lda, &zero, pc, out, (int)N,
+                          PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+    return bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, pb, in, ldb, sB, pa, in, lda, sA, &zero, pc,
+                                    out, (int)N, sC, (int)batch, PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+}
+
 static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K,
                             pgd_ptr a, int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
     pcu_dev *d = impl;
@@ -1292,14 +1319,8 @@ static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int
     const pcublas_api *bl = &d->fam->blas;
     if (!d->blas || !bl->GemmStridedBatchedEx || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX) return 1;
     if (bl->SetStream(d->blas, ((pcu_stream *)stream)->s) != 0) return 1;
-    float one = 1.0f, zero = 0.0f;
     int in = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F;
-    /* as pcu_cb_gemm: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
-    int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
-    int st = bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one,
-                                      (const void *)(uintptr_t)pgd_addr(b), in, ldb, sB, (const void *)(uintptr_t)pgd_addr(a), in, lda, sA,
-                                      &zero, (void *)(uintptr_t)pgd_addr(c), PCUBLAS_R_32F, (int)N, sC, (int)batch,
-                                      PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+    int st = pcu_blas_ex(d, in, PCUBLAS_R_32F, ta, tb, M, N, K, a, sA, b, sB, c, sC, batch);
     if (st != 0) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cublasGemmStridedBatchedEx (%s) failed: status %d", pdde_dtype_name(dt), st);
     return PDDE_OK;
 }
@@ -1321,11 +1342,8 @@ static int pcu_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype d
     if (pcu_gemmex_lowp_on() && !bias.base && beta == 0.0f && dt == ddt && (dt == PDDE_BF16 || dt == PDDE_F16) && d->blas &&
         bl->GemmStridedBatchedEx && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX &&
         bl->SetStream(d->blas, ((pcu_stream *)stream)->s) == 0) {
-        float one = 1.0f, zero = 0.0f;
-        int ty = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F, ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
-        int st = bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, (const void *)(uintptr_t)pgd_addr(pb), ty,
-                                          ldb, sB, (const void *)(uintptr_t)pgd_addr(pa), ty, lda, sA, &zero, (void *)(uintptr_t)pgd_addr(pd), ty,
-                                          (int)N, sD, (int)batch, PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+        int ty = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F;
+        int st = pcu_blas_ex(d, ty, ty, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch);
         if (st == 0) return PDDE_OK;
     }
     return d->lt ? pclt_cb_gemm_epi(impl, stream, dt, ddt, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch, bias, pc, beta) : 1;
