@@ -1479,10 +1479,10 @@ static int pcu_graph_run(pcu_dev *d, pcu_stream *s, pcu_op *op) {
             s->patching = 0;
             if (st || s->patch_failed) {
                 pgd_graph_diverge(&s->gt);
-                return pcu_graph_fall_back(d, s);
+                if ((st = pcu_graph_fall_back(d, s))) return st;
             }
         }
-        return PDDE_OK;
+        return pgd_graph_full(&s->gt) ? pcu_graph_flush(d, s) : PDDE_OK;
     case PGD_GRAPH_DIVERGE:
         if ((st = pcu_graph_fall_back(d, s))) return st;
         break;
@@ -1499,7 +1499,7 @@ static int pcu_graph_run(pcu_dev *d, pcu_stream *s, pcu_op *op) {
         int ps;
         pgd_graph_rekey(&s->gt, pcu_op_key(op, 1, &ps));
     }
-    return st;
+    return !st && pgd_graph_full(&s->gt) ? pcu_graph_flush(d, s) : st;
 }
 
 /* Closes s's open segment before a host-visible operation: launches what it captured or the kept graph it

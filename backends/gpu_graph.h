@@ -9,7 +9,7 @@
  * slots). So a step whose program, shapes and buffer addresses are those of the last one gives the same
  * keys, and a shape change, a new program or a moved buffer gives others.
  *
- * A stream keeps up to PGD_GRAPH_SLOTS segments it has seen (least recently used replaced). A segment is
+ * A segment also ends after PGD_GRAPH_MAX_OPS operations. A stream keeps up to PGD_GRAPH_SLOTS segments it has seen (least recently used replaced). A segment is
  * found by its first key; then:
  *   - not seen before, or not alike its last two runs: PLAIN (run as without graphs, keys recorded);
  *   - run twice alike (repeats): CAPTURE (recorded into a graph, launched; kept if the keys are alike again);
@@ -28,6 +28,10 @@
 #include "../pdde_extension.h" /* (the named op parameters) */
 
 #define PGD_GRAPH_SLOTS 16
+/* A segment is closed after this many operations (the next opens another): a replay then launches its first
+ * part while the host still compares the keys of the next, instead of leaving the device idle until a whole
+ * step is keyed. */
+#define PGD_GRAPH_MAX_OPS 256
 
 /* ---- keys ---- */
 
@@ -203,6 +207,12 @@ static inline int pgd_graph_op(pgd_graph_tracker *tr, uint64_t key) {
         return r == PGD_GRAPH_DIVERGE && pgd_graph_push(tr, key) ? PGD_GRAPH_NOMEM : r;
     }
     return tr->mode == PGD_GRAPH_IDLE ? PGD_GRAPH_RUN : pgd_graph_push(tr, key);
+}
+
+/* Whether the open segment has its PGD_GRAPH_MAX_OPS operations (the backend closes it). */
+static inline int pgd_graph_full(const pgd_graph_tracker *tr) {
+    int n = tr->mode == PGD_GRAPH_REPLAY ? tr->pos : tr->mode == PGD_GRAPH_IDLE ? 0 : tr->n_rec;
+    return n >= PGD_GRAPH_MAX_OPS;
 }
 
 /* Replaces the last recorded key (an operation that turned out otherwise: a declined group). */

@@ -229,7 +229,24 @@ static void test_decisions(void) {
     pgd_graph_abandon(&t4);
     run_segment(&t4, a, 3, &m, &dv, NULL);
     CHECK(m == PGD_GRAPH_PLAIN, "after an abandoned graph: %s", mn[m]);
-    pgd_graph_tracker_free(&tr), pgd_graph_tracker_free(&t2), pgd_graph_tracker_free(&t3), pgd_graph_tracker_free(&t4);
+    /* a long segment is full after PGD_GRAPH_MAX_OPS operations, in every mode */
+    pgd_graph_tracker t5;
+    memset(&t5, 0, sizeof t5);
+    uint64_t *lk = malloc(PGD_GRAPH_MAX_OPS * sizeof *lk);
+    for (int i = 0; i < PGD_GRAPH_MAX_OPS; i++) lk[i] = 7000 + (uint64_t)i;
+    for (int r = 0; r < 4; r++) {
+        int drop, full_early = 0;
+        m = pgd_graph_open(&t5, lk[0], &drop);
+        for (int i = 0; i < PGD_GRAPH_MAX_OPS; i++) {
+            full_early += pgd_graph_full(&t5);
+            pgd_graph_op(&t5, lk[i]);
+        }
+        CHECK(pgd_graph_full(&t5) && !full_early, "run %d (%s): full after %d operations, %d times before", r, mn[m], PGD_GRAPH_MAX_OPS, full_early);
+        act = pgd_graph_close(&t5);
+    }
+    CHECK(m == PGD_GRAPH_REPLAY && act == PGD_GRAPH_LAUNCH && !pgd_graph_full(&t5), "a full segment replays: %s, action %d", mn[m], act);
+    free(lk);
+    pgd_graph_tracker_free(&tr), pgd_graph_tracker_free(&t2), pgd_graph_tracker_free(&t3), pgd_graph_tracker_free(&t4), pgd_graph_tracker_free(&t5);
 }
 
 int main(void) {
