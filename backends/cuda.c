@@ -1008,9 +1008,9 @@ static void pcu_device_close(void *dev) {
                 d->graph_fallbacks);
     if (d->cu_ctx) {
         f->cu.CtxSetCurrent(d->cu_ctx);
+        pcu_stream_delete(d, d->default_stream); /* (first: a segment still open launches what reads cuBLAS's workspaces) */
         if (d->blas) f->blas.Destroy(d->blas);
         pclt_device_close(d);
-        pcu_stream_delete(d, d->default_stream);
         if (d->mod) f->cu.ModuleUnload(d->mod);
         f->cu.DevicePrimaryCtxRelease(d->cu_dev);
     }
