@@ -1,13 +1,16 @@
 /* test_cuda_graph — the decisions behind PDDE_CUDA_GRAPH=1 (backends/gpu_graph.h), without a GPU:
  *  - a real training session (CPU) gives every node the same key step after step, although the executor
- *    sets another learning rate, step, and dropout counter each step (so a captured step can be replayed),
+ *    sets another learning rate, step, and dropout counter each step (so a captured step can be replayed; also
+ *    a bf16 GPT with the fusions the CUDA defaults turn on, accumulating micro-batches),
  *    and the keys move with what a replay cannot take: a source's address or offset, a shape, an op
  *    parameter that is not per-step;
  *  - a segment runs plain twice, is captured on its third run and replayed from its fourth; an operation
  *    that differs, a segment that ends early or runs longer falls back (the graph dropped); segments that
  *    alternate keep a graph each; the least recently used one gives way. */
+#define _GNU_SOURCE /* (setenv) */
 #include "pdde.h"
 #include "backends/gpu_graph.h"
+#include "examples/gpt.h"
 #include "tests/test_util.h"
 
 /* ---- the keys of a real session's nodes across steps ---- */
@@ -139,6 +142,49 @@ static void test_session_keys(void) {
     mlp_free(&m2);
 }
 
+/* A bf16 GPT step with the fusions the CUDA defaults turn on (the casts folded, epilogues, bf16 copies beside
+ * their values, weights' bf16 copies rewritten by the update), accumulating 2 micro-batches: every node's key
+ * is the same after the third step as after the second (the first writes the weights' bf16 copies). */
+static void test_gpt_keys(void) {
+    static const char *const fusions[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_BF16_LOGITS", "PDDE_BF16_GRADS",
+                                          "PDDE_ATT_LOWP"};
+    for (size_t i = 0; i < sizeof fusions / sizeof *fusions; i++) setenv(fusions[i], "1", 1);
+    const gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 2};
+    pdde_context_params cp = PDDE_CONTEXT_PARAMS_INIT;
+    cp.n_threads = 1;
+    pdde_context *ctx = NULL;
+    pdde_graph *g = NULL;
+    pdde_session *s = NULL;
+    gpt_model m;
+    pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
+    op.lr = 1e-3f, op.warmup_steps = 5, op.clip_norm = 1.0f, op.grad_accum_steps = 2;
+    int ok = !pdde_context_init(&cp, &ctx) && !pdde_graph_init(ctx, &g) && !pdde_graph_set_compute_dtype(g, PDDE_BF16) && !gpt_build(g, &c, &m) &&
+             !pdde_backward(g, m.loss) && !pdde_optimizer_adamw(g, &op) && !pdde_session_init(g, NULL, &s);
+    CHECK(ok, "bf16 GPT session: %s", ctx ? pdde_last_error(ctx) : "no context");
+    int n = ok ? pdde_session_node_count(s) : 0, changed = 0;
+    uint64_t *keys = calloc((size_t)n + 1, sizeof *keys);
+    int32_t ids[2 * 16], tg[2 * 16];
+    for (int step = 0; ok && step < 3; step++) {
+        for (int micro = 0; micro < 2 && ok; micro++) {
+            for (int i = 0; i < 32; i++) ids[i] = (i * 5 + step + micro) % 64, tg[i] = (i * 3 + step) % 64;
+            ok = !pdde_session_write_micro(s, m.ids, micro, ids, sizeof ids) && !pdde_session_write_micro(s, m.targets, micro, tg, sizeof tg);
+        }
+        ok = ok && !pdde_session_run(s, PDDE_RUN_STEP);
+        CHECK(ok, "step %d: %s", step, pdde_last_error(ctx));
+        for (int i = 0; ok && i < n; i++) {
+            uint64_t k = pgd_graph_node_key(pdde_session_node(s, i), NULL);
+            if (step == 2 && k != keys[i]) changed++;
+            keys[i] = k;
+        }
+    }
+    CHECK(ok && changed == 0, "bf16 GPT: %d of %d node keys changed from the second step to the third", changed, n);
+    free(keys);
+    pdde_session_free(s);
+    pdde_graph_free(g);
+    pdde_context_free(ctx);
+    for (size_t i = 0; i < sizeof fusions / sizeof *fusions; i++) unsetenv(fusions[i]);
+}
+
 /* ---- the decisions ---- */
 
 /* Runs one segment of keys through tr (stops at a divergence's point, as the backend would go on PLAIN);
@@ -251,6 +297,7 @@ static void test_decisions(void) {
 
 int main(void) {
     test_session_keys();
+    test_gpt_keys();
     test_decisions();
     return test_finish();
 }
