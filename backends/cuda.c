@@ -267,11 +267,14 @@ typedef struct {
 } pcu_piece;
 /* An operation on a stream: a node, a group of nodes (compute_group), a device copy */
 enum { PCU_OP_NODE, PCU_OP_GROUP, PCU_OP_COPY };
+typedef struct { int32_t ip[8]; float fp[8]; } pcu_params;
 typedef struct {
     int kind, n;
     uint64_t key;
     pdde_tensor *node;
-    pdde_tensor **nodes; /* (GROUP, deferred: the stream's own copy of the array) */
+    pdde_tensor **nodes; /* (GROUP; kept: the stream's own copy of the array) */
+    pcu_params *params;  /* (kept: its nodes' op parameters when it came: the executor sets the next micro-batch's on them) */
+    int cap;             /* (kept: the capacity of nodes and params, reused) */
     pcu_ptr dst, src;
     size_t nbytes;
 } pcu_op;
@@ -377,7 +380,7 @@ static void pcu_graph_free(pcu_dev *d, pcu_stream *s) {
         if (d->fam->graph.EndCapture(s->s, &gr) == PCU_SUCCESS && gr) d->fam->graph.Destroy(gr);
     }
     for (int i = 0; i < PGD_GRAPH_SLOTS; i++) pcu_piece_drop(d, &s->piece[i]), free(s->piece[i].patch);
-    for (int i = 0; i < s->n_def; i++) free(s->def[i].nodes);
+    for (int i = 0; i < s->cap_def; i++) free(s->def[i].nodes), free(s->def[i].params);
     free(s->def);
     pgd_graph_tracker_free(&s->gt);
 }
@@ -1400,25 +1403,41 @@ static uint64_t pcu_op_key(const pcu_op *op, int declined, int *per_step) {
                                       : pgd_graph_copy_key(op->dst, op->src, op->nbytes);
 }
 
-/* Runs the operations a replay deferred, as without graphs (a replay that diverged). Each must still be what
- * was deferred: a node the executor has rebound since (another micro-batch's buffers) cannot run as it was. */
+/* Swaps the op parameters of kept operation o's node(s) with those kept (before and after running it again). */
+static void pcu_op_swap_params(pcu_op *o) {
+    int n = o->kind == PCU_OP_GROUP ? o->n : o->kind == PCU_OP_NODE ? 1 : 0;
+    for (int i = 0; i < n; i++) {
+        pdde_tensor *t = o->kind == PCU_OP_GROUP ? o->nodes[i] : o->node;
+        pcu_params cur;
+        memcpy(cur.ip, t->iparams, sizeof cur.ip), memcpy(cur.fp, t->fparams, sizeof cur.fp);
+        memcpy(t->iparams, o->params[i].ip, sizeof cur.ip), memcpy(t->fparams, o->params[i].fp, sizeof cur.fp);
+        o->params[i] = cur;
+    }
+}
+
+/* Runs the operations kept (a replay's deferred ones, or a capture's that did not become a graph) as without
+ * graphs, each with the op parameters it came with. Each must still be what it was: a node the executor has
+ * rebound since (another micro-batch's buffers) cannot run as it was. */
 static int pcu_graph_run_deferred(pcu_dev *d, pcu_stream *s) {
     int st = PDDE_OK, n = s->n_def;
     s->n_def = 0;
     d->graph_fallbacks++;
     for (int i = 0; i < n && !st; i++) {
+        pcu_op *o = &s->def[i];
         int per_step;
-        if (pcu_op_key(&s->def[i], 0, &per_step) != s->def[i].key) {
+        pcu_op_swap_params(o);
+        if (pcu_op_key(o, 0, &per_step) != o->key) {
             pcu_graph_refuse(d, "a node changed while its replay was pending", 0);
             st = pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: PDDE_CUDA_GRAPH: %s changed between its deferred launch and the replay's fallback",
-                            s->def[i].node ? s->def[i].node->name : s->def[i].nodes ? s->def[i].nodes[0]->name : "a copy");
+                            o->kind == PCU_OP_NODE ? o->node->name : o->kind == PCU_OP_GROUP ? o->nodes[0]->name : "a copy");
         } else
-            st = pcu_op_run(d, s, &s->def[i]);
+            st = pcu_op_run(d, s, o);
+        pcu_op_swap_params(o);
     }
     return st;
 }
 
-/* Keeps op (a copy of a group's node array) until the segment's end. */
+/* Keeps op, with its nodes' op parameters, until the segment's end. */
 static int pcu_graph_defer(pcu_dev *d, pcu_stream *s, const pcu_op *op) {
     if (s->n_def == s->cap_def) {
         int cap = s->cap_def ? 2 * s->cap_def : 256;
@@ -1428,16 +1447,23 @@ static int pcu_graph_defer(pcu_dev *d, pcu_stream *s, const pcu_op *op) {
         s->def = q, s->cap_def = cap;
     }
     pcu_op *o = &s->def[s->n_def];
-    pdde_tensor **keep = o->nodes; /* (the slot's array, reused) */
-    int keep_n = o->kind == PCU_OP_GROUP ? o->n : 0;
-    *o = *op, o->nodes = NULL;
-    if (op->kind == PCU_OP_GROUP) {
-        if (keep_n < op->n) free(keep), keep = malloc((size_t)op->n * sizeof *keep);
-        if (!keep) return pdde_error(d->fam->ctx, PDDE_ERR_OOM, "cuda: out of host memory (graph replay)");
-        memcpy(keep, op->nodes, (size_t)op->n * sizeof *keep);
-        o->nodes = keep;
-    } else
-        free(keep);
+    int need = op->kind == PCU_OP_GROUP ? op->n : op->kind == PCU_OP_NODE ? 1 : 0, cap = o->cap;
+    pdde_tensor **nodes = o->nodes;
+    pcu_params *params = o->params;
+    if (need > cap) {
+        free(nodes), free(params);
+        nodes = malloc((size_t)need * sizeof *nodes), params = malloc((size_t)need * sizeof *params), cap = need;
+        if (!nodes || !params) {
+            free(nodes), free(params), o->nodes = NULL, o->params = NULL, o->cap = 0;
+            return pdde_error(d->fam->ctx, PDDE_ERR_OOM, "cuda: out of host memory (graph replay)");
+        }
+    }
+    *o = *op, o->nodes = nodes, o->params = params, o->cap = cap;
+    for (int i = 0; i < need; i++) {
+        const pdde_tensor *t = op->kind == PCU_OP_GROUP ? op->nodes[i] : op->node;
+        if (op->kind == PCU_OP_GROUP) nodes[i] = op->nodes[i];
+        memcpy(params[i].ip, t->iparams, sizeof params[i].ip), memcpy(params[i].fp, t->fparams, sizeof params[i].fp);
+    }
     s->n_def++;
     return PDDE_OK;
 }
@@ -1492,6 +1518,7 @@ static int pcu_graph_run(pcu_dev *d, pcu_stream *s, pcu_op *op) {
         break;
     default: break;
     }
+    if (s->gt.mode == PGD_GRAPH_CAPTURE && (st = pcu_graph_defer(d, s, op))) return st; /* (run again if the capture fails) */
     s->rec_patch = s->gt.mode == PGD_GRAPH_CAPTURE && per_step;
     st = pcu_op_run(d, s, op);
     s->rec_patch = 0;
@@ -1525,19 +1552,21 @@ static int pcu_graph_flush(pcu_dev *d, pcu_stream *s) {
         pcu_graph gr = NULL;
         pcu_graph_exec ex = NULL;
         pcu_result r = G->EndCapture(s->s, &gr);
-        if (r != PCU_SUCCESS || !gr) { /* (the recorded work did not run: an error of the step, and no graphs from now on) */
-            pgd_graph_abandon(&s->gt);
-            pcu_graph_refuse(d, "the capture of a step failed", r);
-            return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cuStreamEndCapture failed (%d): the step's captured work did not run", r);
-        }
-        r = G->Instantiate(&ex, gr, 0);
-        if (r != PCU_SUCCESS) {
-            G->Destroy(gr);
+        if (r == PCU_SUCCESS && gr && (r = G->Instantiate(&ex, gr, 0)) != PCU_SUCCESS) ex = NULL;
+        if (!ex) { /* (the captured work did not run: it runs now as without graphs, and no graphs from now on) */
+            if (gr) G->Destroy(gr);
             p->n_patch = 0;
             pgd_graph_abandon(&s->gt);
-            pcu_graph_refuse(d, "cuGraphInstantiate failed", r);
-            return pcu_fail(d->fam, r, "cuGraphInstantiate", 0);
+            pcu_graph_refuse(d, gr ? "cuGraphInstantiate failed" : "the capture of a step failed (an operation that cannot be captured?)", r);
+            if (s->torn) { /* (closed inside an operation, whose rest runs after: its start cannot run again alone) */
+                s->n_def = 0, s->torn = 0, s->patch_failed = 0;
+                return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: a CUDA graph capture failed (%d) inside an operation: its work did not run", r);
+            }
+            st = pcu_graph_run_deferred(d, s);
+            s->torn = 0, s->patch_failed = 0;
+            return st;
         }
+        s->n_def = 0;
         d->graph_captures++;
         r = G->Launch(ex, s->s);
         int keep = a == PGD_GRAPH_KEEP && !s->torn && !s->patch_failed && r == PCU_SUCCESS;
