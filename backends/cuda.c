@@ -355,8 +355,9 @@ static int pcu_bind(pcu_dev *d) {
  * op parameters) are patched into the kept graph as the operation arrives: its dispatch runs with the launches
  * turned into cuGraphExecKernelNodeSetParams on the kernel nodes recorded when it was captured
  * (cuStreamGetCaptureInfo_v2 after each launch). A driver without graphs, or a capture that does not begin,
- * is said once on stderr and the steps run without; a segment whose per-step kernels cannot be patched is
- * not kept. */
+ * is said once on stderr and the steps run without; a capture that fails at its end runs its operations as
+ * without graphs (they are kept, with their op parameters, until it ends); a segment whose per-step kernels
+ * cannot be patched is not kept. */
 
 static void pcu_graph_refuse(pcu_dev *d, const char *why, pcu_result r) {
     static atomic_int said;
