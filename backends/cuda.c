@@ -1523,8 +1523,9 @@ static int pcu_graph_run(pcu_dev *d, pcu_stream *s, pcu_op *op) {
     s->rec_patch = s->gt.mode == PGD_GRAPH_CAPTURE && per_step;
     st = pcu_op_run(d, s, op);
     s->rec_patch = 0;
-    if (op->kind == PCU_OP_GROUP && st == PDDE_ERR_UNSUPPORTED) {
+    if (op->kind == PCU_OP_GROUP && st == PDDE_ERR_UNSUPPORTED) { /* (declined, nothing enqueued: its nodes come one by one) */
         int ps;
+        if (s->gt.mode == PGD_GRAPH_CAPTURE && s->n_def) s->n_def--;
         pgd_graph_rekey(&s->gt, pcu_op_key(op, 1, &ps));
     }
     return !st && pgd_graph_full(&s->gt) ? pcu_graph_flush(d, s) : st;
