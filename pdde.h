@@ -1923,6 +1923,7 @@ typedef struct {
     int ep;
     double alltoall_bytes;     /* leaving one rank in a step, all MoE layers */
     double alltoall_s;         /* its time */
+    int alltoall_hier;         /* 1: the exchange priced in the communicator's hierarchical form (several machines) */
     double cross_host_share;   /* of a rank's exchanged bytes, the share to other machines (the most of any rank) */
     double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
     double expert_buffer_s;    /* the passes over the experts' rows beside the GEMMs: the activation, and with ep > 1
