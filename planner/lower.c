@@ -1906,6 +1906,7 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
             for (int r = 0; r < P->mesh->shape[in->axis]; r++) fprintf(f, r ? " %d" : "%d", P->group[in->axis][r]);
             fprintf(f, "] %zu bytes%s", in->bytes, in->early ? ", started early" : "");
             if (in->bucket_members) fprintf(f, ", a bucket of %d", in->bucket_members);
+            else if (t->nsrc == 1 && t->src[0]) fprintf(f, ", of %s", t->src[0]->name); /* (a reshard step: what it reads) */
         } else if (t->op == PDDE_OP_COPY)
             fprintf(f, "  from device %d", t->src[0]->device);
         if (in->chunk >= 0 && P->n_chunks > 1) fprintf(f, "  chunk %d", in->chunk);
