@@ -193,6 +193,8 @@ $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
 # (test_rank_devices runs gpt and dlrm, under pdde-run where comm is built)
 $(BUILD)/test_rank_devices: $(BUILD)/gpt $(BUILD)/dlrm $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+# (test_zero3_run trains gpt under pdde-run)
+$(BUILD)/test_zero3_run: $(BUILD)/gpt $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 # (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
 $(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
 # (the checkpoint tests compare checkpoints with pdde-ckpt)
