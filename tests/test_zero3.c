@@ -7,8 +7,8 @@
  * PDDE_ZERO3_REGATHER=0 backward gathers nothing (it reads the forward copy). The memory plan
  * (pdde_predict_memory, what the session allocates: test_spmd and test_moe_dp compare the two under
  * ZeRO-3) is smaller with the regathering by at least 60% of the gathered parameters that backward
- * reads (those the forward copies held from forward to backward), with one micro-batch; with two it
- * must not grow. test_zero3_run trains both models under pdde-run against one process. */
+ * reads (those the forward copies held from forward to backward), with one micro-batch; with two,
+ * or with every block recomputed, it must not grow. test_zero3_run trains both models under pdde-run against one process. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -34,6 +34,9 @@ static const zcase cases[] = {
     /* (half the rows a micro-batch: the peak is where backward's gradients wait whole for their
      * reduce-scatter bucket, which the regathering does not change; it must not grow) */
     {"dp2_micro2", {GPT_DEFAULT}, {.dp = 2, .tp = 1, .pp = 1, .micro = 2, .zero = 3}, 2, 0},
+    /* every block recomputed: its clones in backward read the parameters too (the peak: the gradient
+     * bucket again) */
+    {"dp2_recompute", {GPT_DEFAULT}, {.dp = 2, .tp = 1, .pp = 1, .micro = 1, .zero = 3, .recompute = 1}, 2, 0},
     {"moe_dp4_ep2", {GPT_DEFAULT, .moe_experts = 8}, {.dp = 4, .tp = 1, .pp = 1, .micro = 1, .zero = 3, .ep = 2}, 4, 0.6},
 };
 
