@@ -362,6 +362,10 @@ bench-elastic-sim:
 bench-lower: $(BUILD)/bench_lower
 	@$(BUILD)/bench_lower
 
+# ZeRO-3's regathering against the forward copy kept to backward (PDDE_ZERO3_REGATHER=0): arena and step time.
+bench-zero3: $(BUILD)/gpt $(BUILD)/pdde-run
+	@bash tools/bench/bench_zero3.sh $(BUILD)
+
 install: all
 	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin
 	install -m 644 $(BUILD)/libpdde.a $(LIBDIR)/
