@@ -4,7 +4,7 @@
  * --ep 2 --zero 3`), every rank lowered (pdde_lower_dump). Each parameter a forward node reads whole is
  * gathered once in forward (one allgather per mesh axis it is split over), and each one a backward
  * node reads is gathered again in backward: twice a micro-batch (the passes run the program once per
- * micro-batch). With PDDE_ZERO3_REGATHER=0 backward gathers nothing (it reads the forward copy). The
+ * micro-batch; by default). With PDDE_ZERO3_REGATHER=0 backward gathers nothing (it reads the forward copy). The
  * memory plan (pdde_predict_memory, what the session allocates: test_spmd and test_moe_dp compare the
  * two under ZeRO-3) is smaller with the regathering by at least 60% of the gathered parameters that
  * backward reads (those the forward copies held from forward to backward), with one micro-batch; with
@@ -133,7 +133,8 @@ static void check_case(pdde_context *ctx, const zcase *zc) {
     CHECK(e.fwd > 0 && e.bwd > 0 && e.bwd <= e.fwd, "%s: the graph's parameters need %d gathers in forward, %d in backward", zc->name, e.fwd, e.bwd);
     size_t arena[2][8] = {{0}}; /* [regather off, on][rank] */
     for (int on = 0; on <= 1; on++) {
-        setenv("PDDE_ZERO3_REGATHER", on ? "1" : "0", 1);
+        if (on) unsetenv("PDDE_ZERO3_REGATHER"); /* (the default) */
+        else setenv("PDDE_ZERO3_REGATHER", "0", 1);
         for (int r = 0; r < zc->ranks && r < 8; r++) {
             gathers got;
             int micro;
@@ -143,7 +144,7 @@ static void check_case(pdde_context *ctx, const zcase *zc) {
             int want_micro = zc->plan.micro > 1 ? zc->plan.micro : 1;
             CHECK(micro == want_micro, "%s rank %d: %d micro-batches a step, want %d", zc->name, r, micro, want_micro);
             CHECK(got.fwd == e.fwd && got.bwd == (on ? e.bwd : 0),
-                  "%s rank %d, PDDE_ZERO3_REGATHER=%d: %d allgathers in forward, %d in backward a micro-batch (want %d, %d)", zc->name, r, on,
+                  "%s rank %d, regathering %d: %d allgathers in forward, %d in backward a micro-batch (want %d, %d)", zc->name, r, on,
                   got.fwd, got.bwd, e.fwd, on ? e.bwd : 0);
             pdde_memory_stats ms;
             st = pdde_predict_memory(g, NULL, zc->ranks, r, &ms);
@@ -169,7 +170,8 @@ static void check_case(pdde_context *ctx, const zcase *zc) {
 static void check_estimate(pdde_context *ctx) {
     const zcase *zc = &cases[0];
     for (int on = 0; on <= 1; on++) {
-        setenv("PDDE_ZERO3_REGATHER", on ? "1" : "0", 1);
+        if (on) unsetenv("PDDE_ZERO3_REGATHER"); /* (the default) */
+        else setenv("PDDE_ZERO3_REGATHER", "0", 1);
         pdde_optimizer_params op = PDDE_OPTIMIZER_PARAMS_INIT;
         gpt_model m;
         pdde_graph *g0, *g;
@@ -186,11 +188,11 @@ static void check_estimate(pdde_context *ctx) {
         if (!st) st = pdde_plan_evaluate(g0, &d, &pp, &plan);
         pdde_memory_stats ms;
         if (!st) st = pdde_predict_memory(g, NULL, zc->ranks, 0, &ms);
-        CHECK(st == PDDE_OK && !plan.why[0], "estimate, PDDE_ZERO3_REGATHER=%d: %s %s", on, pdde_last_error(ctx), plan.why);
+        CHECK(st == PDDE_OK && !plan.why[0], "estimate, regathering %d: %s %s", on, pdde_last_error(ctx), plan.why);
         if (!st) {
             double planned = (double)ms.allocated_bytes + (double)ms.transfer_bytes;
-            printf("dp2 estimate, PDDE_ZERO3_REGATHER=%d: %.2f MB predicted, %.2f MB in the memory plan\n", on, plan.peak_bytes / 1e6, planned / 1e6);
-            CHECK(test_close(plan.peak_bytes, planned, 0.05, 0), "dp2, PDDE_ZERO3_REGATHER=%d: the estimate's peak %.0f B, the memory plan's %.0f B (want within 5%%)",
+            printf("dp2 estimate, regathering %d: %.2f MB predicted, %.2f MB in the memory plan\n", on, plan.peak_bytes / 1e6, planned / 1e6);
+            CHECK(test_close(plan.peak_bytes, planned, 0.05, 0), "dp2, regathering %d: the estimate's peak %.0f B, the memory plan's %.0f B (want within 5%%)",
                   on, plan.peak_bytes, planned);
         }
         pdde_graph_free(g0), pdde_graph_free(g);

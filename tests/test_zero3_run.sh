@@ -26,11 +26,12 @@ run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
     "$build/gpt" "${one[@]}" "${args[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
     local ref; ref=$(losses "$tmp/$name.one.json")
     check "$name: one process trains ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
-    for on in 1 0; do
-        PDDE_ZERO3_REGATHER=$on timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" \
+    for on in 1 0; do # (1: the default, the variable unset)
+        local env=(env -u PDDE_ZERO3_REGATHER); [ $on = 0 ] && env=(env PDDE_ZERO3_REGATHER=0)
+        "${env[@]}" timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" \
             --metrics "$tmp/$name.$on.json" >"$tmp/$name.$on.log" 2>&1
         local rc=$?
-        check "$name, PDDE_ZERO3_REGATHER=$on: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.$on.log"))" $rc
+        check "$name, regathering $on: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.$on.log"))" $rc
     done
     local l1 l0; l1=$(losses "$tmp/$name.1.json"); l0=$(losses "$tmp/$name.0.json")
     close "$l1" "$ref"
