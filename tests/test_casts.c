@@ -40,7 +40,11 @@
 #define CASTS_PER_LAYER_GRADS 2 /* PDDE_BF16_GRADS=1, PDDE_FUSE_EPILOGUE=1 and PDDE_FUSE_ADD_LN=1: the attention's output and input gradient */
 #define CASTS_PER_LAYER_ATT 0   /* ...and PDDE_ATT_LOWP=1: the attention writes both rounded copies beside its f32 results */
 
-typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step, gelus_per_step; int64_t casts_after_write; } run_result;
+typedef struct {
+    float loss[STEPS];
+    double casts_per_step, adds_per_step, matmuls_per_step, gelus_per_step, ce_backs_per_step;
+    int64_t casts_after_write;
+} run_result;
 
 static pdde_tensor *named(pdde_graph *g, const char *name) {
     for (int i = 0; i < pdde_graph_tensor_count(g); i++)
@@ -78,7 +82,7 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     float *buf = malloc(nw > nwte ? nw : nwte);
     int rc = buf ? 0 : -1;
     int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0, gelu_first = 0,
-            gelu_before_write = 0;
+            gelu_before_write = 0, ce_first = 0, ce_before_write = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {
         rc |= gpt_test_write_batch(s, &m, step);
         if (step == WRITE_AFTER) { /* a weight changed between steps: the next forward must read it */
@@ -88,6 +92,7 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
             before_write = pdde_session_op_runs(s, PDDE_OP_CAST), adds_before_write = pdde_session_op_runs(s, PDDE_OP_ADD);
             mm_before_write = pdde_session_op_runs(s, PDDE_OP_MATMUL);
             gelu_before_write = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK);
+            ce_before_write = pdde_session_op_runs(s, PDDE_OP_CROSS_ENTROPY_BACK);
         }
         if (rewrite) rc |= pdde_session_read(s, wte, buf, nwte) || pdde_session_write(s, wte, buf, nwte);
         if (rc || pdde_session_run(s, PDDE_RUN_STEP)) {
@@ -98,13 +103,15 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
         if (step == 0)
             after_first = pdde_session_op_runs(s, PDDE_OP_CAST), adds_first = pdde_session_op_runs(s, PDDE_OP_ADD),
             mm_first = pdde_session_op_runs(s, PDDE_OP_MATMUL),
-            gelu_first = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK);
+            gelu_first = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK),
+            ce_first = pdde_session_op_runs(s, PDDE_OP_CROSS_ENTROPY_BACK);
         if (step == WRITE_AFTER) r->casts_after_write = pdde_session_op_runs(s, PDDE_OP_CAST) - before_write;
     }
     r->casts_per_step = (double)(before_write - after_first) / (WRITE_AFTER - 1);
     r->adds_per_step = (double)(adds_before_write - adds_first) / (WRITE_AFTER - 1);
     r->matmuls_per_step = (double)(mm_before_write - mm_first) / (WRITE_AFTER - 1);
     r->gelus_per_step = (double)(gelu_before_write - gelu_first) / (WRITE_AFTER - 1);
+    r->ce_backs_per_step = (double)(ce_before_write - ce_first) / (WRITE_AFTER - 1);
     free(buf);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -350,6 +357,44 @@ static void test_fuse_gelu(pdde_context *ctx, int device, const char *where, flo
     }
 }
 
+/* PDDE_FUSE_CE=1: the loss's forward also writes dlogits (the backward a view of them): no cross_entropy_back runs
+ * (1 a step without). The CPU computes them with the backward's code, so its losses are the same bits, in f32 and
+ * bf16 and with recomputed blocks; a device's kernel sums each row's exponentials in another order (a running
+ * maximum), so its losses follow the unfused ones on that device within 1e-5 relative and the CPU's within 1e-4 (as
+ * above). cpu_loss: the CPU's bf16 losses (device 0 fills it). */
+static void test_fuse_ce(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
+    run_result plain[3], fused[3];
+    setenv("PDDE_FUSE_CE", "0", 1);
+    int failed = train(ctx, device, 2, PDDE_F32, 0, 0, &plain[0]) || train(ctx, device, 2, PDDE_BF16, 0, 0, &plain[1]) ||
+                 train(ctx, device, 2, PDDE_BF16, 0, 2, &plain[2]);
+    setenv("PDDE_FUSE_CE", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &fused[0]) || train(ctx, device, 2, PDDE_BF16, 0, 0, &fused[1]) ||
+             train(ctx, device, 2, PDDE_BF16, 0, 2, &fused[2]);
+    setenv("PDDE_FUSE_CE", "0", 1);
+    if (failed) {
+        CHECK(0, "%s: a run with PDDE_FUSE_CE=1 failed", where);
+        return;
+    }
+    double bound = device == 0 ? 0 : 1e-5;
+    const char *what[3] = {"f32", "bf16", "bf16 recomputed"};
+    for (int k = 0; k < 3; k++) {
+        test_diff d = test_diff_f32(fused[k].loss, plain[k].loss, STEPS, 1e-30);
+        printf("%s: PDDE_FUSE_CE=1 %s: %.1f cross_entropy_back a step (without: %.1f), losses within %.2e of unfused\n", where, what[k],
+               fused[k].ce_backs_per_step, plain[k].ce_backs_per_step, d.worst);
+        CHECK(fused[k].ce_backs_per_step == 0 && plain[k].ce_backs_per_step == 1 && d.worst <= bound &&
+                  fused[k].casts_per_step == plain[k].casts_per_step,
+              "%s: PDDE_FUSE_CE=1 %s: %.1f cross_entropy_back a step (want 0; unfused %.1f), %.1f casts vs %.1f, losses %.9g vs %.9g at "
+              "step %zu (relative %.2e, want at most %.0e)", where, what[k], fused[k].ce_backs_per_step, plain[k].ce_backs_per_step,
+              fused[k].casts_per_step, plain[k].casts_per_step, d.got, d.want, d.index, d.worst, bound);
+    }
+    if (device == 0) memcpy(cpu_loss, fused[1].loss, sizeof fused[1].loss);
+    else {
+        test_diff c = test_diff_f32(fused[1].loss, cpu_loss, STEPS, 1e-30);
+        CHECK(c.worst < 1e-4, "%s: PDDE_FUSE_CE=1: losses %.9g vs the CPU's %.9g at step %zu (relative %.2e)", where, c.got, c.want, c.index,
+              c.worst);
+    }
+}
+
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
 typedef struct { int ok; char error[160]; float loss[5][RANK_STEPS]; double casts[5]; } rank_result;
@@ -444,10 +489,11 @@ int main(void) {
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1);
-    setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_ATT_LOWP", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1);
+    setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_ATT_LOWP", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
-    float cpu_loss[STEPS], cpu_grads_loss[STEPS], cpu_gelu_loss[STEPS];
+    float cpu_loss[STEPS], cpu_grads_loss[STEPS], cpu_gelu_loss[STEPS], cpu_ce_loss[STEPS];
+    test_fuse_ce(ctx, 0, "cpu", cpu_ce_loss);
     test_lowp_logits(ctx, 0, "cpu", cpu_loss);
     test_bf16_grads(ctx, 0, "cpu", cpu_grads_loss);
     test_fuse_gelu(ctx, 0, "cpu", cpu_gelu_loss);
@@ -463,6 +509,7 @@ int main(void) {
         test_lowp_logits(ctx, d, where, cpu_loss);
         test_bf16_grads(ctx, d, where, cpu_grads_loss);
         test_fuse_gelu(ctx, d, where, cpu_gelu_loss);
+        test_fuse_ce(ctx, d, where, cpu_ce_loss);
     }
 #ifdef PDDE_HAVE_UCX
     test_ranks(ctx);
