@@ -10,9 +10,9 @@
 template <typename L>
 __device__ __forceinline__ void load16(const typename L::T *p, long long i, float *v) {
     const int W = 16 / (int)sizeof(typename L::T);
-    uint4 q = *(const uint4 *)(p + i);
-    const typename L::T *e = (const typename L::T *)&q;
-    for (int k = 0; k < W; k++) v[k] = L::get(e, k);
+    union { uint4 q; typename L::T e[16 / sizeof(typename L::T)]; } u;
+    u.q = *(const uint4 *)(p + i);
+    for (int k = 0; k < W; k++) v[k] = L::get(u.e, k);
 }
 /* W values stored at y + i as dtype ydt (0 f32, else bf16 / f16 as store_out rounds), W * size bytes at once */
 template <int W>
