@@ -692,7 +692,7 @@ CPU_KERNEL static void softmax_back_task(void *arg, int64_t begin, int64_t end) 
 }
 
 /* cross-entropy: per-row losses into extra, summed by the caller (deterministic order); the backward's
- * dlogits, or both where the forward writes dlogits beside its loss (lowering's PDDE_FUSE_CE: the same values) */
+ * dlogits, or both where the forward writes dlogits into its source 3 (lowering's PDDE_FUSE_CE: the same values) */
 CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end) {
     cpu_job *j = arg;
     const pdde_tensor *t = j->node;
@@ -702,8 +702,8 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
     const int32_t *tg = I32(t->src[1]);
     float *row_loss = (float *)j->extra;
     bool backward = t->op == PDDE_OP_CROSS_ENTROPY_BACK, fused = !backward && pdde_op_i32(t, PDDE_P_CE_DLOGITS) != 0;
-    char *dbase = backward ? (char *)F32(t) : fused ? (char *)F32(t) + pdde_lowp_copy_offset(t) : NULL; /* dlogits, of dtype ddt */
-    pdde_dtype ddt = backward ? t->dtype : fused ? pdde_beside_dtype(t) : PDDE_F32;
+    char *dbase = backward ? (char *)F32(t) : fused ? (char *)F32(t->src[3]) : NULL; /* dlogits, of dtype ddt */
+    pdde_dtype ddt = backward ? t->dtype : fused ? t->src[3]->dtype : PDDE_F32;
     float dscale = dbase ? F32(t->src[2])[0] / (float)j->a : 0.0f; /* dloss / count */
     /* bf16 / f16 logits (PDDE_BF16_LOGITS): each row widened to f32 first (out of memory: NaN results, which
      * the step's non-finite check reports) */
@@ -1126,6 +1126,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_SOFTMAX_BACK: parallel_for(pool, ROWS(t), 16, softmax_back_task, &job); return PDDE_OK;
     case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: {
         const pdde_tensor *logits = t->src[0];
+        if (t->op == PDDE_OP_CROSS_ENTROPY_BACK && pdde_op_i32(t, PDDE_P_CE_DLOGITS)) return PDDE_OK; /* (its forward wrote it) */
         if (pdde_op_i32(t, PDDE_P_VOCAB_SIZE) > 0) /* its rows span ranks: the session runs it (run_cross_entropy_vocab) */
             return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "%s: logits split on the vocab over a mesh axis run in an SPMD session", t->name);
         int64_t R = logits->shape[0], V = logits->shape[1], count = count_valid_targets(t->src[1], V);

@@ -243,9 +243,13 @@ static int pgd_supports_op(const pdde_tensor *node) {
     case PDDE_OP_EMBEDDING:
         if (node->nsrc != 2 || pgd_vocab_split(node)) return 0;
         break;
-    case PDDE_OP_CROSS_ENTROPY: { /* logits, targets [, dloss: dlogits beside the loss, lowering's PDDE_FUSE_CE] */
+    case PDDE_OP_CROSS_ENTROPY: { /* logits, targets [, dloss, dlogits: written too, lowering's PDDE_FUSE_CE] */
         int32_t d = pdde_op_i32(node, PDDE_P_CE_DLOGITS);
-        if (node->nsrc != 2 + (d != 0) || pgd_vocab_split(node) || (d && d - 1 != PDDE_F32 && d - 1 != PDDE_BF16 && d - 1 != PDDE_F16)) return 0;
+        if (node->nsrc != 2 + 2 * (d != 0) || pgd_vocab_split(node)) return 0;
+        if (d && (d - 1 != (int32_t)node->src[3]->dtype || (d - 1 != PDDE_F32 && d - 1 != PDDE_BF16 && d - 1 != PDDE_F16) ||
+                  pgd_numel(node->src[3]) != pgd_numel(a) || node->src[2]->dtype != PDDE_F32))
+            return 0;
+        if (d) return node->dtype == PDDE_F32 && (a->dtype == PDDE_F32 || a->dtype == PDDE_BF16 || a->dtype == PDDE_F16) && b->dtype == PDDE_I32;
         break;
     }
     case PDDE_OP_CROSS_ENTROPY_BACK:
@@ -808,8 +812,8 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
                       PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks), PGD_A(f32)));
 }
 
-/* The loss; where the node also writes dlogits beside it (lowering's PDDE_FUSE_CE), k_ce_fused reads each row
- * once for both, after the count of valid targets that scales them. */
+/* The loss; where the node also writes dlogits into its source 3 (lowering's PDDE_FUSE_CE), k_ce_fused reads each
+ * row once for both, after the count of valid targets that scales them. */
 static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *lg = node->src[0], *tg = node->src[1];
     int64_t rows, V;
@@ -823,7 +827,7 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg);
     int32_t ldt = (int32_t)lg->dtype; /* (f32, or bf16/f16 logits: PDDE_BF16_LOGITS) */
     if (ddt >= 0) {
-        pgd_ptr cnt = pgd_at(part, (int64_t)part_bytes), pd = pgd_ptr_of(node->src[2]), px = pgd_at(py, (int64_t)pdde_lowp_copy_offset(node));
+        pgd_ptr cnt = pgd_at(part, (int64_t)part_bytes), pd = pgd_ptr_of(node->src[2]), px = pgd_ptr_of(node->src[3]);
         e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
         if (!e)
             e = pgd_row_launch(g, PGD_K_CE_FUSED, rows, V,
@@ -838,6 +842,7 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
 static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *lg = node->src[0], *tg = node->src[1], *dl = node->src[2];
     int64_t rows, V;
+    if (pdde_op_i32(node, PDDE_P_CE_DLOGITS)) return PDDE_OK; /* (its forward wrote it: lowering's PDDE_FUSE_CE) */
     if (!pgd_rows(lg, &rows, &V)) return PDDE_OK;
     pgd_ptr cnt = pgd_null;
     int e = g->scratch(g->impl, g->stream, sizeof(float), &cnt);

@@ -32,9 +32,10 @@ typedef enum {
     /* embedding, its backward, cross-entropy, its backward: the vocab rows/columns this rank holds
      * (0, 0 = all of it) */
     PDDE_P_VOCAB_FIRST = 0, PDDE_P_VOCAB_SIZE = 1,
-    PDDE_P_CE_DLOGITS = 2,              /* cross_entropy (lowering's PDDE_FUSE_CE): 0, or 1 + the dtype (f32, bf16, f16) of
-                                           dlogits = (softmax - onehot) * dloss / count, which it also writes beside its loss
-                                           (at pdde_lowp_copy_offset; src 2 is dloss, as cross_entropy_back's) */
+    PDDE_P_CE_DLOGITS = 2,              /* lowering's PDDE_FUSE_CE: cross_entropy: 0, or 1 + the dtype (f32, bf16, f16) of its src 3,
+                                           into which it also writes dlogits = (softmax - onehot) * dloss / count (src 2 dloss,
+                                           as the backward's); cross_entropy_back: 1: that src 3, whose values its forward
+                                           writes (it computes nothing; computing them anyway gives the same values) */
     PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
     PDDE_P_ATTENTION_QKV_D = 0,         /* attention, attention_back: 0, or the head dim D of the packed
                                            layout (pdde_attention_qkv) */
@@ -91,20 +92,17 @@ static inline int pdde_has_beside(const pdde_tensor *t) {
     return (t->op == PDDE_OP_LAYERNORM_BACK && pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY) != 0) ||
            (t->op == PDDE_OP_LAYERNORM && pdde_op_i32(t, PDDE_P_NORM_ADD_IN) != 0) ||
            ((t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK) && pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY) != 0) ||
-           (t->op == PDDE_OP_MATMUL && (pdde_op_i32(t, PDDE_P_MATMUL_ACT) == PDDE_MATMUL_GELU || pdde_op_i32(t, PDDE_P_MATMUL_BGRAD))) ||
-           (t->op == PDDE_OP_CROSS_ENTROPY && pdde_op_i32(t, PDDE_P_CE_DLOGITS) != 0);
+           (t->op == PDDE_OP_MATMUL && (pdde_op_i32(t, PDDE_P_MATMUL_ACT) == PDDE_MATMUL_GELU || pdde_op_i32(t, PDDE_P_MATMUL_BGRAD)));
 }
 static inline pdde_dtype pdde_beside_dtype(const pdde_tensor *t) {
     return t->op == PDDE_OP_LAYERNORM_BACK                                   ? (pdde_dtype)pdde_op_i32(t, PDDE_P_NORM_LOWP_COPY)
-           : t->op == PDDE_OP_CROSS_ENTROPY                                  ? (pdde_dtype)(pdde_op_i32(t, PDDE_P_CE_DLOGITS) - 1)
            : t->op == PDDE_OP_ATTENTION || t->op == PDDE_OP_ATTENTION_BACK ? (pdde_dtype)pdde_op_i32(t, PDDE_P_ATTENTION_LOWP_COPY)
            : t->op == PDDE_OP_MATMUL && !pdde_op_i32(t, PDDE_P_MATMUL_BGRAD) ? t->dtype /* (PDDE_MATMUL_GELU's gelu(X)) */
                                                                                : PDDE_F32;
 }
-/* Its element count (PDDE_P_MATMUL_BGRAD's column sums: N; PDDE_P_CE_DLOGITS's dlogits: the logits'; the others: the node's own) */
+/* Its element count (PDDE_P_MATMUL_BGRAD's column sums: N; the others: the node's own) */
 static inline int64_t pdde_beside_numel(const pdde_tensor *t) {
     if (t->op == PDDE_OP_MATMUL && pdde_op_i32(t, PDDE_P_MATMUL_BGRAD)) return t->shape[t->ndim - 1];
-    if (t->op == PDDE_OP_CROSS_ENTROPY) t = t->src[0];
     int64_t n = 1;
     for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
     return n;

@@ -1094,9 +1094,8 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x) {
         return 3.0 * (double)pdde_tensor_nbytes(x->src[2]) + (double)pdde_tensor_nbytes(x->src[1]);
     double b = (double)pdde_tensor_nbytes(x);
     for (int s = 0; s < x->nsrc; s++) b += (double)pdde_tensor_nbytes(x->src[s]);
-    if (x->op == PDDE_OP_CROSS_ENTROPY && pdde_has_beside(x)) /* (lowering's PDDE_FUSE_CE: the dlogits written too; the backward a view) */
-        b += (double)pdde_beside_numel(x) * (double)pdde_dtype_size(pdde_beside_dtype(x));
-    return b;
+    if (x->op == PDDE_OP_CROSS_ENTROPY_BACK && pdde_op_i32(x, PDDE_P_CE_DLOGITS)) return 0; /* (lowering's PDDE_FUSE_CE: its forward writes it, */
+    return b;                                                                          /* its dlogits a source there) */
 }
 
 /* The graph's nodes, or where a fusion of lowering's is on for a device of `backend` (lower_fusion_on; NULL:
@@ -1135,8 +1134,7 @@ static pdde_status cost_program_from_graph(const pdde_graph *g, int device_id, c
         op.op_class = pdde_op_class_of(x);
         int view = (x->flags & PDDE_TENSOR_VIEW) != 0;
         if (!view) op.bytes = cost_node_bytes(x);
-        if (!view && !(x->flags & PDDE_TENSOR_INPLACE)) /* (a fused cross-entropy's memory holds its dlogits: memplan's) */
-            op.out_bytes = (double)(x->op == PDDE_OP_CROSS_ENTROPY ? node_alloc_bytes(x) : pdde_tensor_nbytes(x));
+        if (!view && !(x->flags & PDDE_TENSOR_INPLACE)) op.out_bytes = (double)pdde_tensor_nbytes(x);
         cost_node_gemm(x, &op);
         int k = pdde_cost_program_add(p, 0, &op);
         if (k < 0) { st = k; break; }

@@ -1324,12 +1324,13 @@ static pdde_status lower_fold_casts(lowering *L) {
 /* ------------------------------------------------------------------------------------------------
  * The cross-entropy's backward in its forward (PDDE_FUSE_CE=1; off by default, lower_fusion_on). A
  * cross_entropy_back reads the forward's logits and targets and the loss's gradient dloss; where dloss is
- * there before the forward runs (the loss's seed: a leaf), the forward takes dloss as a third source and
- * also writes dlogits = (softmax - onehot) * dloss / count beside its loss (PDDE_P_CE_DLOGITS, in the
- * backward's dtype, so a cast folded into the backward stays folded), as llm.c's fused classifier does:
- * the logits are read once for both, and the backward becomes the view of that result. The dlogits then
- * live with the loss's memory (to the step's end) instead of from the backward to their last reader. Runs
- * after the casts are folded (the backward's dtype is final), only where the device runs the fused node. */
+ * there before the forward runs (the loss's seed: a leaf), the forward takes dloss and the backward as
+ * sources 2 and 3 and writes dlogits = (softmax - onehot) * dloss / count into the backward's memory too
+ * (PDDE_P_CE_DLOGITS, in the backward's dtype, so a cast folded into the backward stays folded), as llm.c's
+ * fused classifier does: the logits are read once for both. The backward, marked, computes nothing and
+ * moves to right before the forward (a forward node: its memory is made there and lives to its last
+ * reader, as the unfused dlogits did, while the logits are free after the forward). Runs after the casts
+ * are folded (the backward's dtype is final), only where the device runs the fused node. */
 static pdde_status lower_fuse_ce(lowering *L) {
     pdde_program *P = L->P;
     if (!lower_switch_any(L, "PDDE_FUSE_CE")) return PDDE_OK;
@@ -1339,25 +1340,31 @@ static pdde_status lower_fuse_ce(lowering *L) {
     for (int i = 0; i < P->n_order; i++) {
         pdde_tensor *b = P->order[i], *f = NULL, *dl = b->nsrc == 3 ? b->src[2] : NULL;
         if (b->op != PDDE_OP_CROSS_ENTROPY_BACK || !dl || (b->flags & kept) || pdde_op_i32(b, PDDE_P_VOCAB_FIRST) ||
-            pdde_op_i32(b, PDDE_P_VOCAB_SIZE) || dl->dtype != PDDE_F32 || dl->device != b->device || !lower_switch_on(L, "PDDE_FUSE_CE", b->device))
+            pdde_op_i32(b, PDDE_P_VOCAB_SIZE) || pdde_op_i32(b, PDDE_P_CE_DLOGITS) || dl->dtype != PDDE_F32 || dl->device != b->device ||
+            !lower_switch_on(L, "PDDE_FUSE_CE", b->device))
             continue;
-        for (int j = 0; j < i && !f; j++) {
+        int j = 0;
+        for (; j < i && !f; j++) {
             pdde_tensor *c = P->order[j];
             if (c->op == PDDE_OP_CROSS_ENTROPY && c->nsrc == 2 && c->src[0] == b->src[0] && c->src[1] == b->src[1] && c->device == b->device &&
                 !pdde_op_i32(c, PDDE_P_VOCAB_FIRST) && !pdde_op_i32(c, PDDE_P_VOCAB_SIZE) && !pdde_op_i32(c, PDDE_P_CE_DLOGITS))
                 f = c;
         }
         if (!f || (dl->op != PDDE_OP_NONE && at[dl->id] > at[f->id])) continue;
-        f->src[2] = dl, f->nsrc = 3;
+        f->src[2] = dl, f->src[3] = b, f->nsrc = 4;
         pdde_op_set_i32(f, PDDE_P_CE_DLOGITS, 1 + (int32_t)b->dtype);
-        if (!registry_device_supports(L->ctx, L->ctx->registry, f->device, f)) {
-            f->src[2] = NULL, f->nsrc = 2;
-            pdde_op_set_i32(f, PDDE_P_CE_DLOGITS, 0);
+        pdde_op_set_i32(b, PDDE_P_CE_DLOGITS, 1);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, f->device, f) ||
+            !registry_device_supports(L->ctx, L->ctx->registry, b->device, b)) {
+            f->src[2] = f->src[3] = NULL, f->nsrc = 2;
+            pdde_op_set_i32(f, PDDE_P_CE_DLOGITS, 0), pdde_op_set_i32(b, PDDE_P_CE_DLOGITS, 0);
             continue;
         }
-        b->op = PDDE_OP_RESHAPE, b->flags |= PDDE_TENSOR_VIEW, b->src[0] = f, b->src[1] = b->src[2] = NULL, b->nsrc = 1;
-        memset(b->iparams, 0, sizeof b->iparams);
-        pdde_op_set_i32(b, PDDE_P_VIEW_BESIDE, 1);
+        b->phase = f->phase; /* (made with the forward: memory planning allocates it there) */
+        int from = j - 1; /* f's place: b goes right before it */
+        memmove(P->order + from + 1, P->order + from, (size_t)(i - from) * sizeof *P->order);
+        P->order[from] = b;
+        for (int k = from; k <= i; k++) at[P->order[k]->id] = k;
     }
     free(readers), free(at);
     return PDDE_OK;

@@ -676,8 +676,8 @@ static int nodes_on(const pdde_session *s, int device, const char *op) {
 
 /* MoE nodes of the last run_on's session not on its device (the backends with MoE kernels run them all) */
 static int g_moe_elsewhere;
-/* cross_entropy_back nodes of the last run_on's session (lowering's PDDE_FUSE_CE leaves none), and cross-entropies
- * on its device that write dlogits (PDDE_P_CE_DLOGITS: where the device takes the fused form) */
+/* cross_entropy_back nodes of the last run_on's session that compute (lowering's PDDE_FUSE_CE leaves none), and
+ * cross-entropies on its device that write dlogits (PDDE_P_CE_DLOGITS: where the device takes the fused form) */
 static int g_ce_back, g_ce_fused;
 /* the backends that run the MoE ops on the device: OpenCL, and CUDA with PDDE_CUDA_MOE=1 */
 static bool moe_kernels_on(const char *backend) {
@@ -704,7 +704,7 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
     for (int i = 0; i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         g_moe_elsewhere += t->op >= PDDE_OP_MOE_TOPK && t->op <= PDDE_OP_MOE_AUX_LOSS_BACK && t->device != device;
-        g_ce_back += t->op == PDDE_OP_CROSS_ENTROPY_BACK;
+        g_ce_back += t->op == PDDE_OP_CROSS_ENTROPY_BACK && !pdde_op_i32(t, PDDE_P_CE_DLOGITS);
         g_ce_fused += t->op == PDDE_OP_CROSS_ENTROPY && pdde_op_i32(t, PDDE_P_CE_DLOGITS) && t->device == device;
     }
     size_t max = 1;
@@ -889,7 +889,7 @@ static void run_case(const options *o, int ci, int device, int mode) {
         /* (the built-in GPU backends take the fused form; a plugin may not, and then runs the two apart) */
         bool builtin_gpu = !strcmp(props.backend, "opencl") || !strcmp(props.backend, "cuda") || !strcmp(props.backend, "level_zero");
         if (c->build == b_cross_entropy_fused && mode == 1 && (builtin_gpu || g_ce_fused))
-            CHECK(g_ce_back == 0 && g_ce_fused == 1, "%s %s on %s: %d cross_entropy_back nodes ran apart, %d fused on the device (PDDE_FUSE_CE=1)",
+            CHECK(g_ce_back == 0 && g_ce_fused == 1, "%s %s on %s: %d cross_entropy_back nodes compute apart, %d fused on the device (PDDE_FUSE_CE=1)",
                   label, what, props.backend, g_ce_back, g_ce_fused);
         if (c->build == b_moe && moe_kernels_on(props.backend))
             CHECK(g_moe_elsewhere == 0, "%s %s on %s: %d MoE nodes left to the CPU", label, what, props.backend, g_moe_elsewhere);

@@ -20,6 +20,7 @@
  * 1e-3 relative; 1% is ten times that, and far below what training in the wrong dtype would give). */
 #define _GNU_SOURCE /* setenv */
 #include "pdde.h"
+#include "backends/op_params.h" /* (PDDE_P_CE_DLOGITS) */
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
@@ -42,7 +43,8 @@
 
 typedef struct {
     float loss[STEPS];
-    double casts_per_step, adds_per_step, matmuls_per_step, gelus_per_step, ce_backs_per_step;
+    double casts_per_step, adds_per_step, matmuls_per_step, gelus_per_step;
+    int ce_fused, ce_backs; /* the session's cross-entropies that write dlogits (PDDE_FUSE_CE), its backwards that compute */
     int64_t casts_after_write;
 } run_result;
 
@@ -82,7 +84,7 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     float *buf = malloc(nw > nwte ? nw : nwte);
     int rc = buf ? 0 : -1;
     int64_t after_first = 0, before_write = 0, adds_first = 0, adds_before_write = 0, mm_first = 0, mm_before_write = 0, gelu_first = 0,
-            gelu_before_write = 0, ce_first = 0, ce_before_write = 0;
+            gelu_before_write = 0;
     for (int step = 0; step < STEPS && rc == 0; step++) {
         rc |= gpt_test_write_batch(s, &m, step);
         if (step == WRITE_AFTER) { /* a weight changed between steps: the next forward must read it */
@@ -92,7 +94,6 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
             before_write = pdde_session_op_runs(s, PDDE_OP_CAST), adds_before_write = pdde_session_op_runs(s, PDDE_OP_ADD);
             mm_before_write = pdde_session_op_runs(s, PDDE_OP_MATMUL);
             gelu_before_write = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK);
-            ce_before_write = pdde_session_op_runs(s, PDDE_OP_CROSS_ENTROPY_BACK);
         }
         if (rewrite) rc |= pdde_session_read(s, wte, buf, nwte) || pdde_session_write(s, wte, buf, nwte);
         if (rc || pdde_session_run(s, PDDE_RUN_STEP)) {
@@ -103,15 +104,19 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
         if (step == 0)
             after_first = pdde_session_op_runs(s, PDDE_OP_CAST), adds_first = pdde_session_op_runs(s, PDDE_OP_ADD),
             mm_first = pdde_session_op_runs(s, PDDE_OP_MATMUL),
-            gelu_first = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK),
-            ce_first = pdde_session_op_runs(s, PDDE_OP_CROSS_ENTROPY_BACK);
+            gelu_first = pdde_session_op_runs(s, PDDE_OP_BIAS_GELU) + pdde_session_op_runs(s, PDDE_OP_BIAS_GELU_BACK);
         if (step == WRITE_AFTER) r->casts_after_write = pdde_session_op_runs(s, PDDE_OP_CAST) - before_write;
     }
     r->casts_per_step = (double)(before_write - after_first) / (WRITE_AFTER - 1);
     r->adds_per_step = (double)(adds_before_write - adds_first) / (WRITE_AFTER - 1);
     r->matmuls_per_step = (double)(mm_before_write - mm_first) / (WRITE_AFTER - 1);
     r->gelus_per_step = (double)(gelu_before_write - gelu_first) / (WRITE_AFTER - 1);
-    r->ce_backs_per_step = (double)(ce_before_write - ce_first) / (WRITE_AFTER - 1);
+    r->ce_fused = r->ce_backs = 0;
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
+        r->ce_fused += t->op == PDDE_OP_CROSS_ENTROPY && pdde_op_i32(t, PDDE_P_CE_DLOGITS);
+        r->ce_backs += t->op == PDDE_OP_CROSS_ENTROPY_BACK && !pdde_op_i32(t, PDDE_P_CE_DLOGITS);
+    }
     free(buf);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -357,11 +362,12 @@ static void test_fuse_gelu(pdde_context *ctx, int device, const char *where, flo
     }
 }
 
-/* PDDE_FUSE_CE=1: the loss's forward also writes dlogits (the backward a view of them): no cross_entropy_back runs
- * (1 a step without). The CPU computes them with the backward's code, so its losses are the same bits, in f32 and
- * bf16 and with recomputed blocks; a device's kernel sums each row's exponentials in another order (a running
- * maximum), so its losses follow the unfused ones on that device within 1e-5 relative and the CPU's within 1e-4 (as
- * above). cpu_loss: the CPU's bf16 losses (device 0 fills it). */
+/* PDDE_FUSE_CE=1: the loss's forward also writes dlogits (into its backward's memory; the backward computes
+ * nothing): the session has one such cross-entropy and no backward that computes (one without). The CPU computes
+ * them with the backward's code, so its losses are the same bits, in f32 and bf16 and with recomputed blocks; a
+ * device's kernel sums each row's exponentials in another order (a running maximum), so its losses follow the
+ * unfused ones on that device within 1e-5 relative and the CPU's within 1e-4 (as above). cpu_loss: the CPU's bf16
+ * losses (device 0 fills it). */
 static void test_fuse_ce(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
     run_result plain[3], fused[3];
     setenv("PDDE_FUSE_CE", "0", 1);
@@ -379,13 +385,13 @@ static void test_fuse_ce(pdde_context *ctx, int device, const char *where, float
     const char *what[3] = {"f32", "bf16", "bf16 recomputed"};
     for (int k = 0; k < 3; k++) {
         test_diff d = test_diff_f32(fused[k].loss, plain[k].loss, STEPS, 1e-30);
-        printf("%s: PDDE_FUSE_CE=1 %s: %.1f cross_entropy_back a step (without: %.1f), losses within %.2e of unfused\n", where, what[k],
-               fused[k].ce_backs_per_step, plain[k].ce_backs_per_step, d.worst);
-        CHECK(fused[k].ce_backs_per_step == 0 && plain[k].ce_backs_per_step == 1 && d.worst <= bound &&
+        printf("%s: PDDE_FUSE_CE=1 %s: %d fused cross-entropy, %d cross_entropy_back that computes (without: %d, %d), losses within %.2e "
+               "of unfused\n", where, what[k], fused[k].ce_fused, fused[k].ce_backs, plain[k].ce_fused, plain[k].ce_backs, d.worst);
+        CHECK(fused[k].ce_fused == 1 && fused[k].ce_backs == 0 && plain[k].ce_fused == 0 && plain[k].ce_backs == 1 && d.worst <= bound &&
                   fused[k].casts_per_step == plain[k].casts_per_step,
-              "%s: PDDE_FUSE_CE=1 %s: %.1f cross_entropy_back a step (want 0; unfused %.1f), %.1f casts vs %.1f, losses %.9g vs %.9g at "
-              "step %zu (relative %.2e, want at most %.0e)", where, what[k], fused[k].ce_backs_per_step, plain[k].ce_backs_per_step,
-              fused[k].casts_per_step, plain[k].casts_per_step, d.got, d.want, d.index, d.worst, bound);
+              "%s: PDDE_FUSE_CE=1 %s: %d fused cross-entropy and %d cross_entropy_back that computes (want 1, 0; unfused %d, %d), %.1f casts "
+              "vs %.1f, losses %.9g vs %.9g at step %zu (relative %.2e, want at most %.0e)", where, what[k], fused[k].ce_fused, fused[k].ce_backs,
+              plain[k].ce_fused, plain[k].ce_backs, fused[k].casts_per_step, plain[k].casts_per_step, d.got, d.want, d.index, d.worst, bound);
     }
     if (device == 0) memcpy(cpu_loss, fused[1].loss, sizeof fused[1].loss);
     else {
