@@ -1118,6 +1118,60 @@ static void test_moe_plan_search(void) {
     pdde_cluster_free(c);
 }
 
+/* The MoE token exchange priced as the communicator runs it across machines (2 machines of 4 devices:
+ * 1e9 B/s and 1 us inside, NICs of 1e8 B/s and 10 us): at ep 8 with small messages (a pair's within
+ * PDDE_COMM_A2A_HIER_BYTES(2, 4)) the communicator takes the hierarchical form and the model prices
+ * it (PDDE_COMM_A2A_HIER unset equals =1): one NIC message a rank instead of 4, so less than half the
+ * flat exchange's time (unset: plus the ranks' agreement on the choice); with large messages the
+ * exchange runs flat (unset: within a millisecond of =0; its counts still go hierarchically), and the hierarchical form forced still sends every
+ * byte that leaves a machine through its NIC: at least 4 ranks x half their bytes at 1e8 B/s an
+ * exchange. ep 4 (one machine) is alike under every setting. */
+static void test_moe_cost_hier(void) {
+    pdde_cluster *c;
+    pdde_cluster_init("hier", &c);
+    pdde_device_spec s = {.kind = PDDE_DEVICE_GPU, .peak_flops = 2e12, .mem_bandwidth = 1e11};
+    snprintf(s.name, sizeof s.name, "dev");
+    s.n_gemm = 1, s.gemm[0] = (pdde_gemm_point){PDDE_F32, 1024, 1024, 1024, 1e12};
+    pdde_cluster_add_spec(c, &s);
+    for (int m = 0; m < 2; m++) {
+        pdde_cluster_machine mm = {.id = m, .intra = {-1, -1, PDDE_LINK_NVLINK, 1e9, 1e-6, -1}, .nic = {-1, -1, PDDE_LINK_NET, 1e8, 1e-5, -1}};
+        int mi = pdde_cluster_add_machine(c, &mm);
+        for (int d = 0; d < 4; d++) pdde_cluster_add_device(c, mi, &(pdde_cluster_device){m * 4 + d, 0, 1ull << 34});
+    }
+    int dev[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+    p.width = 64, p.ffn = 256, p.experts = 8, p.topk = 2, p.layers = 2;
+    static const char *modes[3] = {"0", NULL, "1"}; /* flat, unset, hierarchical */
+    pdde_moe_cost r[2][3], in[3];
+    for (int k = 0; k < 2; k++) {
+        p.tokens = k ? 8 * 65536 : 8 * 4; /* a pair's message: 4 x 2 x 64 x 4 / 8 = 256 B; 64 Ki x that */
+        for (int i = 0; i < 3; i++) {
+            if (modes[i]) setenv("PDDE_COMM_A2A_HIER", modes[i], 1);
+            else unsetenv("PDDE_COMM_A2A_HIER");
+            CHECK(pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 8, &r[k][i]) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &in[i]) == PDDE_OK,
+                  "moe cost: %s", pdde_last_error(ctx));
+        }
+        CHECK(in[0].alltoall_s == in[1].alltoall_s && in[1].alltoall_s == in[2].alltoall_s && !in[2].alltoall_hier,
+              "ep 4 inside a machine: %g %g %g s", in[0].alltoall_s, in[1].alltoall_s, in[2].alltoall_s);
+    }
+    unsetenv("PDDE_COMM_A2A_HIER");
+    double small_pair = 4.0 * 2 * 64 * 4 / 8, D = 65536.0 * 2 * 64 * 4; /* a rank's bytes an exchange, large */
+    CHECK(small_pair <= PDDE_COMM_A2A_HIER_BYTES(2, 4) && 65536 * small_pair > PDDE_COMM_A2A_HIER_BYTES(2, 4), "the sizes are not as meant");
+    /* (unset: the alltoallv's agreement too, an allreduce of 8 bytes over 8 ranks: 3 steps of at most 20 us, 8 exchanges) */
+    CHECK(!r[0][0].alltoall_hier && r[0][1].alltoall_hier && r[0][2].alltoall_hier && r[0][1].alltoall_s > r[0][2].alltoall_s &&
+              r[0][1].alltoall_s < r[0][2].alltoall_s + 8 * 3 * 2e-5,
+          "small messages: hierarchical %d %d %d, %g s unset, %g s forced", r[0][0].alltoall_hier, r[0][1].alltoall_hier, r[0][2].alltoall_hier,
+          r[0][1].alltoall_s, r[0][2].alltoall_s);
+    CHECK(r[0][1].alltoall_s < r[0][0].alltoall_s / 2, "small messages: hierarchical %g s, flat %g s", r[0][1].alltoall_s, r[0][0].alltoall_s);
+    CHECK(!r[1][1].alltoall_hier && r[1][2].alltoall_hier && fabs(r[1][1].alltoall_s - r[1][0].alltoall_s) < 1e-3,
+          "large messages: unset %g s (hierarchical %d), flat %g s", r[1][1].alltoall_s, r[1][1].alltoall_hier, r[1][0].alltoall_s);
+    double nic = 4.0 * p.layers * 4 * D / 2 / 1e8;
+    CHECK(r[1][2].alltoall_s >= nic, "large messages, hierarchical: %g s, below the NIC's %g s for the bytes leaving a machine", r[1][2].alltoall_s, nic);
+    printf("moe exchange across 2 machines: small %.3g s flat, %.3g s hierarchical; large %.3g s flat, %.3g s hierarchical (NIC bound %.3g s)\n",
+           r[0][0].alltoall_s, r[0][1].alltoall_s, r[1][0].alltoall_s, r[1][2].alltoall_s, nic);
+    pdde_cluster_free(c);
+}
+
 /* The MoE cost model (pdde_moe_cost_estimate) on two machines of 4 devices (NVLink 1e9 B/s inside, NICs
  * 1e8 B/s): the exchange's bytes as tokens x k x width x dtype, 4 times a layer, (ep-1)/ep of them
  * leaving the rank; its time grows when the group crosses machines; the experts' memory halves with
@@ -1507,6 +1561,7 @@ int main(void) {
     test_fusion_defaults();
     test_plan_devices_calibrated();
     test_moe_cost();
+    test_moe_cost_hier();
     test_moe_choose_ep_placement();
     test_moe_grouped_gemm_cpu();
     test_moe_pick_shared_cores();
