@@ -191,7 +191,7 @@ typedef enum {
     PDDE_OP_LAYERNORM,   /* over the last dim; src: x, gamma, beta; f: NORM_EPS */
     PDDE_OP_RMSNORM,     /* over the last dim; src: x, gamma; f: NORM_EPS */
     PDDE_OP_SOFTMAX,     /* over the last dim; i: SOFTMAX_CAUSAL (mask j > i of the last two dims) */
-    PDDE_OP_CROSS_ENTROPY, /* src: logits [N,V], targets i32 [N]; scalar mean loss over targets >= 0 */
+    PDDE_OP_CROSS_ENTROPY, /* src: logits [N,V], targets i32 [N] [, dloss: i: CE_DLOGITS]; scalar mean loss over targets >= 0 */
     PDDE_OP_EMBEDDING,   /* src: table [V,C], ids i32 [...]; out [...,C]. Vocab parallel (set by an SPMD
                             session; 0, 0 = a whole table): i: VOCAB_FIRST = the first id the table
                             holds, VOCAB_SIZE = the whole vocab; ids outside the table's rows give zero

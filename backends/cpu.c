@@ -691,7 +691,8 @@ CPU_KERNEL static void softmax_back_task(void *arg, int64_t begin, int64_t end) 
     }
 }
 
-/* cross-entropy: per-row losses into extra, summed by the caller (deterministic order) */
+/* cross-entropy: per-row losses into extra, summed by the caller (deterministic order); the backward's
+ * dlogits, or both where the forward writes dlogits into its source 3 (lowering's PDDE_FUSE_CE: the same values) */
 CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end) {
     cpu_job *j = arg;
     const pdde_tensor *t = j->node;
@@ -700,18 +701,21 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
     const float *logits = F32(lt);
     const int32_t *tg = I32(t->src[1]);
     float *row_loss = (float *)j->extra;
-    bool backward = t->op == PDDE_OP_CROSS_ENTROPY_BACK;
-    float dscale = backward ? F32(t->src[2])[0] / (float)j->a : 0.0f; /* dloss / count */
+    bool backward = t->op == PDDE_OP_CROSS_ENTROPY_BACK, fused = !backward && pdde_op_i32(t, PDDE_P_CE_DLOGITS) != 0;
+    char *dbase = backward ? (char *)F32(t) : fused ? (char *)F32(t->src[3]) : NULL; /* dlogits, of dtype ddt */
+    pdde_dtype ddt = backward ? t->dtype : fused ? t->src[3]->dtype : PDDE_F32;
+    float dscale = dbase ? F32(t->src[2])[0] / (float)j->a : 0.0f; /* dloss / count */
     /* bf16 / f16 logits (PDDE_BF16_LOGITS): each row widened to f32 first (out of memory: NaN results, which
      * the step's non-finite check reports) */
     float *wide = lt->dtype != PDDE_F32 ? malloc((size_t)(V ? V : 1) * sizeof *wide) : NULL;
     if (lt->dtype != PDDE_F32 && !wide) {
-        for (int64_t r = begin; r < end; r++)
-            for (int64_t i = 0; i < (backward ? V : 1); i++) {
-                if (!backward) row_loss[r] = NAN;
-                else if (t->dtype == PDDE_F32) F32(t)[r * V + i] = NAN;
-                else LOWP_OUT(t)[r * V + i] = t->dtype == PDDE_BF16 ? 0x7fc0 : 0x7e00;
+        for (int64_t r = begin; r < end; r++) {
+            if (!backward) row_loss[r] = NAN;
+            for (int64_t i = 0; dbase && i < V; i++) {
+                if (ddt == PDDE_F32) ((float *)dbase)[r * V + i] = NAN;
+                else ((uint16_t *)dbase)[r * V + i] = ddt == PDDE_BF16 ? 0x7fc0 : 0x7e00;
             }
+        }
         return;
     }
     for (int64_t r = begin; r < end; r++) {
@@ -723,26 +727,24 @@ CPU_KERNEL static void cross_entropy_task(void *arg, int64_t begin, int64_t end)
         for (int64_t i = 0; i < V; i++) sum += exp_fast(lr[i] - mx);
         float lse = mx + logf(sum);
         int32_t target = tg[r];
-        if (!backward) {
-            row_loss[r] = target >= 0 && target < V ? lse - lr[target] : 0.0f;
-        } else {
-            if (t->dtype != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
-                uint16_t *hr = LOWP_OUT(t) + r * V;
-                if (target < 0 || target >= V) { memset(hr, 0, (size_t)V * sizeof *hr); continue; }
-                float f[256];
-                for (int64_t i0 = 0; i0 < V; i0 += 256) {
-                    int64_t n = V - i0 < 256 ? V - i0 : 256;
-                    for (int64_t i = 0; i < n; i++) f[i] = exp_fast(lr[i0 + i] - lse) * dscale;
-                    if (target >= i0 && target < i0 + n) f[target - i0] -= dscale;
-                    f32_to_half(f, hr + i0, n, t->dtype);
-                }
-                continue;
+        if (!backward) row_loss[r] = target >= 0 && target < V ? lse - lr[target] : 0.0f;
+        if (!dbase) continue;
+        if (ddt != PDDE_F32) { /* bf16/f16 out (a cast folded in): f32 values in pieces, rounded as a cast */
+            uint16_t *hr = (uint16_t *)dbase + r * V;
+            if (target < 0 || target >= V) { memset(hr, 0, (size_t)V * sizeof *hr); continue; }
+            float f[256];
+            for (int64_t i0 = 0; i0 < V; i0 += 256) {
+                int64_t n = V - i0 < 256 ? V - i0 : 256;
+                for (int64_t i = 0; i < n; i++) f[i] = exp_fast(lr[i0 + i] - lse) * dscale;
+                if (target >= i0 && target < i0 + n) f[target - i0] -= dscale;
+                f32_to_half(f, hr + i0, n, ddt);
             }
-            float *dr = F32(t) + r * V;
-            if (target < 0 || target >= V) { memset(dr, 0, (size_t)V * sizeof *dr); continue; }
-            for (int64_t i = 0; i < V; i++) dr[i] = exp_fast(lr[i] - lse) * dscale;
-            dr[target] -= dscale;
+            continue;
         }
+        float *dr = (float *)dbase + r * V;
+        if (target < 0 || target >= V) { memset(dr, 0, (size_t)V * sizeof *dr); continue; }
+        for (int64_t i = 0; i < V; i++) dr[i] = exp_fast(lr[i] - lse) * dscale;
+        dr[target] -= dscale;
     }
     free(wide);
 }
@@ -1179,6 +1181,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     case PDDE_OP_SOFTMAX_BACK: parallel_for(pool, ROWS(t), 16, softmax_back_task, &job); return PDDE_OK;
     case PDDE_OP_CROSS_ENTROPY: case PDDE_OP_CROSS_ENTROPY_BACK: {
         const pdde_tensor *logits = t->src[0];
+        if (t->op == PDDE_OP_CROSS_ENTROPY_BACK && pdde_op_i32(t, PDDE_P_CE_DLOGITS)) return PDDE_OK; /* (its forward wrote it) */
         if (pdde_op_i32(t, PDDE_P_VOCAB_SIZE) > 0) /* its rows span ranks: the session runs it (run_cross_entropy_vocab) */
             return pdde_error(ctx, PDDE_ERR_UNSUPPORTED, "%s: logits split on the vocab over a mesh axis run in an SPMD session", t->name);
         int64_t R = logits->shape[0], V = logits->shape[1], count = count_valid_targets(t->src[1], V);

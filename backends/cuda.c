@@ -21,6 +21,7 @@
  * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
  * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
  * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
+ * PDDE_CUDA_COLSUM2=1 and PDDE_CUDA_ADAMW_CHUNKS=1 take the column sums and AdamW kernels of cuda_mem.cuh (gpu_dispatch.h).
  */
 #ifndef PDDE_NO_CUDA
 
@@ -1378,6 +1379,7 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
         /* (the attention's settings: backends/gpu_dispatch.h) */
         .attention_env = PGD_CUDA_ATTENTION_ENV, .attention_default = PGD_CUDA_ATTENTION_DEFAULT,
         .has_flash = d->has_flash ? PGD_CUDA_FLASH : 0, .flash_rows = 64, .flash_threads = 128,
+        .mem_kernels = pgd_mem_kernels_env("PDDE_CUDA_"), /* (PDDE_CUDA_COLSUM2=1, PDDE_CUDA_ADAMW_CHUNKS=1: off until measured) */
     };
     return PDDE_OK;
 }

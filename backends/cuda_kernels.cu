@@ -857,6 +857,8 @@ extern "C" __global__ void k_adamw_multi(float *base, float *gbase, const float 
     }
 }
 
+#include "cuda_mem.cuh" /* the fused cross-entropy, column sums in two levels, AdamW in chunks */
+
 /* ---- fused kernels ---------------------------------------------------------------------------- */
 
 /* bias_gelu (back = 0): y = gelu(x + bias[i % nb]); its backward (back = 1): y = dy * gelu'(x + bias) */

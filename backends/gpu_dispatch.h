@@ -45,6 +45,9 @@ enum {
     /* Mixture-of-Experts (gpu_moe.h) */
     PGD_K_MOE_LAYOUT, PGD_K_MOE_TOPK, PGD_K_MOE_GATE, PGD_K_MOE_DISPATCH, PGD_K_MOE_COMBINE, PGD_K_MOE_COMBINE_BACK_W,
     PGD_K_MOE_GEMM, PGD_K_MOE_GEMM_BACK_W, PGD_K_MOE_AUX_LOSS, PGD_K_MOE_AUX_LOSS_BACK,
+    /* memory-bound kernels: the fused cross-entropy (lowering's PDDE_FUSE_CE), the column sums in two levels and the
+     * multi-tensor AdamW in chunks (the backends' switches: pgd_ctx.mem_kernels) */
+    PGD_K_CE_FUSED, PGD_K_COLSUM2, PGD_K_ADAMW_CHUNKS,
     PGD_K_COUNT
 };
 static const char *const pgd_kernel_names[PGD_K_COUNT] = {
@@ -60,6 +63,7 @@ static const char *const pgd_kernel_names[PGD_K_COUNT] = {
     /* Mixture-of-Experts */
     "k_moe_layout", "k_moe_topk", "k_moe_gate", "k_moe_dispatch", "k_moe_combine", "k_moe_combine_back_w",
     "k_moe_gemm", "k_moe_gemm_back_w", "k_moe_aux_loss", "k_moe_aux_loss_back",
+    "k_ce_fused", "k_colsum2", "k_adamw_chunks",
 };
 /* Kernels only the CUDA backend has (the flash2 attention backward; PGD_FLASH2 in pgd_ctx.has_flash),
  * numbered after PGD_K_COUNT: the other backends build PGD_K_COUNT kernels and are never sent these. */
@@ -101,6 +105,7 @@ typedef struct {
  * holding the parameters and moments (the session's persistent buffer) and of the one holding the
  * gradients (the same, or the activation arena where a reduction wrote them). */
 #define PGD_MULTI_MAX 16
+#define PGD_ADAMW_CHUNK 4096 /* elements a group of k_adamw_chunks (ADAMW_CHUNK in both kernel sources) */
 typedef struct {
     int64_t n[PGD_MULTI_MAX], p[PGD_MULTI_MAX], g[PGD_MULTI_MAX], m[PGD_MULTI_MAX], v[PGD_MULTI_MAX];
     int64_t s[PGD_MULTI_MAX]; /* the parameter's bf16/f16 copy (PDDE_P_UPDATE_SHADOW), in 2-byte elements; -1: none */
@@ -154,7 +159,26 @@ typedef struct {
      * column sums and the GEMM run apart) */
     int (*gemm_bgrad)(void *impl, void *stream, pdde_dtype dt, int ta, int64_t M, int64_t N, int64_t K, pgd_ptr a, pgd_ptr b, pgd_ptr d,
                       pgd_ptr bgrad);
+    /* the memory-bound kernels it takes instead of the plain ones (PGD_MEM_* bits; 0: none): pgd_mem_kernels_env */
+    unsigned mem_kernels;
 } pgd_ctx;
+
+/* k_colsum2 for column sums (bias gradients) and k_adamw_chunks for AdamW (grouped or single): 16-byte loads, more
+ * loads in flight; a backend turns each on by its variable (pgd_mem_kernels_env), off by default until a GPU run
+ * has measured it faster (tools/bench/cuda_memk.sh) */
+enum { PGD_MEM_COLSUM2 = 1, PGD_MEM_ADAMW_CHUNKS = 2 };
+/* The PGD_MEM_* bits from <prefix>COLSUM2=1 and <prefix>ADAMW_CHUNKS=1 (prefix: the backend's, as PDDE_CUDA_) */
+static inline unsigned pgd_mem_kernels_env(const char *prefix) {
+    static const struct { const char *name; unsigned bit; } sw[] = {{"COLSUM2", PGD_MEM_COLSUM2}, {"ADAMW_CHUNKS", PGD_MEM_ADAMW_CHUNKS}};
+    unsigned bits = 0;
+    for (size_t i = 0; i < sizeof sw / sizeof sw[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", prefix, sw[i].name);
+        const char *v = getenv(name);
+        if (v && !strcmp(v, "1")) bits |= sw[i].bit;
+    }
+    return bits;
+}
 
 /* The attention paths: the row kernels (k_attention*: an item per query or key row), the unfused form
  * inside the node (vendor GEMMs and a causal softmax, pgd_attention_unfused), the tiled kernels
@@ -216,9 +240,18 @@ static int pgd_supports_op(const pdde_tensor *node) {
     case PDDE_OP_CAST:
         return node->nsrc == 1 && (unsigned)a->dtype < PDDE_DTYPE_COUNT && (unsigned)node->dtype < PDDE_DTYPE_COUNT;
     case PDDE_OP_RESHAPE: return node->nsrc == 1 && (node->dtype == a->dtype || pdde_is_lowp_copy_view(node)); /* (a view: never run) */
-    case PDDE_OP_EMBEDDING: case PDDE_OP_CROSS_ENTROPY:
+    case PDDE_OP_EMBEDDING:
         if (node->nsrc != 2 || pgd_vocab_split(node)) return 0;
         break;
+    case PDDE_OP_CROSS_ENTROPY: { /* logits, targets [, dloss, dlogits: written too, lowering's PDDE_FUSE_CE] */
+        int32_t d = pdde_op_i32(node, PDDE_P_CE_DLOGITS);
+        if (node->nsrc != 2 + 2 * (d != 0) || pgd_vocab_split(node)) return 0;
+        if (d && (d - 1 != (int32_t)node->src[3]->dtype || (d - 1 != PDDE_F32 && d - 1 != PDDE_BF16 && d - 1 != PDDE_F16) ||
+                  pgd_numel(node->src[3]) != pgd_numel(a) || node->src[2]->dtype != PDDE_F32))
+            return 0;
+        if (d) return node->dtype == PDDE_F32 && (a->dtype == PDDE_F32 || a->dtype == PDDE_BF16 || a->dtype == PDDE_F16) && b->dtype == PDDE_I32;
+        break;
+    }
     case PDDE_OP_CROSS_ENTROPY_BACK:
         if (node->nsrc != 3 || pgd_vocab_split(node)) return 0;
         break;
@@ -443,8 +476,38 @@ static int64_t pgd_row_chunks(const pgd_ctx *g, int64_t R, int64_t Cn) {
     return chunks;
 }
 
+/* k_colsum2's two levels (PGD_MEM_COLSUM2): row chunks of at least 64 rows so that about 8 groups a compute unit
+ * read at once, their partial sums [chunks, Cn] then summed by k_colsum (one chunk: y directly). Cn a multiple of
+ * 4 and x 16-byte aligned (8 for bf16 / f16), else 1 (declined, nothing enqueued). */
+static int pgd_colsum2(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64_t Cn, float scale, int32_t xdt) {
+    if (Cn % 4 || (px.off % (xdt == (int32_t)PDDE_F32 ? 16 : 8)) || R < 1) return 1;
+    int64_t colgroups = (Cn + 127) / 128, want = (int64_t)(g->units ? g->units : 1) * 8, chunks = (want + colgroups - 1) / colgroups;
+    if (chunks > R / 64) chunks = R / 64;
+    if (chunks > 65535) chunks = 65535;
+    if (chunks < 1) chunks = 1;
+    int64_t rpc = (R + chunks - 1) / chunks;
+    chunks = (R + rpc - 1) / rpc;
+    if (chunks == 1)
+        return pgd_launch(g, PGD_K_COLSUM2, (unsigned)colgroups, 1, 1, 256, 1,
+                          PGD_ARGS(PGD_P(px), PGD_P(py), PGD_A(R), PGD_A(Cn), PGD_A(scale), PGD_A(R), PGD_A(xdt)));
+    pgd_ptr part = pgd_null;
+    int e = g->scratch(g->impl, g->stream, (size_t)(chunks * Cn) * sizeof(float), &part);
+    if (e) return e;
+    float one = 1.0f;
+    int32_t f32 = (int32_t)PDDE_F32;
+    e = pgd_launch(g, PGD_K_COLSUM2, (unsigned)colgroups, (unsigned)chunks, 1, 256, 1,
+                   PGD_ARGS(PGD_P(px), PGD_P(part), PGD_A(R), PGD_A(Cn), PGD_A(one), PGD_A(rpc), PGD_A(xdt)));
+    if (e) return e;
+    return pgd_launch(g, PGD_K_COLSUM, (unsigned)((Cn + 31) / 32), 1, 1, 32, 8,
+                      PGD_ARGS(PGD_P(part), PGD_P(py), PGD_A(chunks), PGD_A(Cn), PGD_A(scale), PGD_A(chunks), PGD_A(f32)));
+}
+
 /* xdt: x's dtype (f32, or bf16 / f16: PDDE_BF16_GRADS's bias gradients), summed in f32 */
 static int pgd_colsum(const pgd_ctx *g, pgd_ptr px, pgd_ptr py, int64_t R, int64_t Cn, float scale, int32_t xdt) {
+    if (g->mem_kernels & PGD_MEM_COLSUM2) {
+        int e = pgd_colsum2(g, px, py, R, Cn, scale, xdt);
+        if (e != 1) return e;
+    }
     int64_t colgroups = (Cn + 31) / 32, chunks = pgd_row_chunks(g, R, Cn);
     int32_t f32 = (int32_t)PDDE_F32;
     if (chunks == 1)
@@ -749,17 +812,29 @@ static int pgd_gamma_back(const pgd_ctx *g, pdde_tensor *node, int32_t rms) {
                       PGD_ARGS(PGD_P(part), PGD_P(pg), PGD_A(chunks), PGD_A(C), PGD_A(one), PGD_A(chunks), PGD_A(f32)));
 }
 
+/* The loss; where the node also writes dlogits into its source 3 (lowering's PDDE_FUSE_CE), k_ce_fused reads each
+ * row once for both, after the count of valid targets that scales them. */
 static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *lg = node->src[0], *tg = node->src[1];
     int64_t rows, V;
     pgd_ptr py = pgd_ptr_of(node);
     if (!pgd_rows(lg, &rows, &V)) return g->fill32(g->impl, g->stream, py, 0, 1);
+    int32_t ddt = pdde_op_i32(node, PDDE_P_CE_DLOGITS) - 1; /* (-1: no dlogits) */
+    size_t part_bytes = ((size_t)rows * 2 * sizeof(float) + 255) & ~(size_t)255;
     pgd_ptr part = pgd_null;
-    int e = g->scratch(g->impl, g->stream, (size_t)rows * 2 * sizeof(float), &part);
+    int e = g->scratch(g->impl, g->stream, part_bytes + (ddt >= 0 ? sizeof(float) : 0), &part);
     if (e) return e;
     pgd_ptr pl = pgd_ptr_of(lg), pt = pgd_ptr_of(tg);
     int32_t ldt = (int32_t)lg->dtype; /* (f32, or bf16/f16 logits: PDDE_BF16_LOGITS) */
-    e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V), PGD_A(ldt)));
+    if (ddt >= 0) {
+        pgd_ptr cnt = pgd_at(part, (int64_t)part_bytes), pd = pgd_ptr_of(node->src[2]), px = pgd_ptr_of(node->src[3]);
+        e = pgd_launch(g, PGD_K_CE_COUNT, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(pt), PGD_A(rows), PGD_A(V), PGD_P(cnt)));
+        if (!e)
+            e = pgd_row_launch(g, PGD_K_CE_FUSED, rows, V,
+                               PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(pd), PGD_P(cnt), PGD_P(part), PGD_P(px), PGD_A(rows), PGD_A(V), PGD_A(ddt),
+                                        PGD_A(ldt)));
+    } else
+        e = pgd_row_launch(g, PGD_K_CE_ROWS, rows, V, PGD_ARGS(PGD_P(pl), PGD_P(pt), PGD_P(part), PGD_A(rows), PGD_A(V), PGD_A(ldt)));
     if (e) return e;
     return pgd_launch(g, PGD_K_CE_FINAL, 1, 1, 1, 256, 1, PGD_ARGS(PGD_P(part), PGD_A(rows), PGD_P(py)));
 }
@@ -767,6 +842,7 @@ static int pgd_cross_entropy(const pgd_ctx *g, pdde_tensor *node) {
 static int pgd_cross_entropy_back(const pgd_ctx *g, pdde_tensor *node) {
     pdde_tensor *lg = node->src[0], *tg = node->src[1], *dl = node->src[2];
     int64_t rows, V;
+    if (pdde_op_i32(node, PDDE_P_CE_DLOGITS)) return PDDE_OK; /* (its forward wrote it: lowering's PDDE_FUSE_CE) */
     if (!pgd_rows(lg, &rows, &V)) return PDDE_OK;
     pgd_ptr cnt = pgd_null;
     int e = g->scratch(g->impl, g->stream, sizeof(float), &cnt);
@@ -1133,6 +1209,7 @@ static void pgd_adamw_bias_corrections(const pdde_tensor *node, float *bc1, floa
     *bc1 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA1), (float)t), *bc2 = 1.0f - powf(pdde_op_f32(node, PDDE_P_UPDATE_BETA2), (float)t);
 }
 
+static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes, int n);
 static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
     if (!pgd_supports_op(node))
         return pdde_error(g->ctx, PDDE_ERR_UNSUPPORTED, "%s: op %s on %s (%s) is not supported", g->name,
@@ -1362,6 +1439,10 @@ static int pgd_compute(const pgd_ctx *g, pdde_tensor *node) {
                                  PGD_ARGS(PGD_P(pp), PGD_P(pg), PGD_P(pm), PGD_P(gn), PGD_A(np), PGD_A(lr), PGD_A(mom),
                                           PGD_A(wd), PGD_A(clip), PGD_A(gs), PGD_P(sh), PGD_A(sdt)));
         }
+        if (g->mem_kernels & PGD_MEM_ADAMW_CHUNKS) { /* (as a group of one; declined where its buffers differ) */
+            int e = pgd_compute_group(g, &node, 1);
+            if (e != PDDE_ERR_UNSUPPORTED) return e;
+        }
         pgd_ptr pv = pgd_ptr_of(node->src[3]), gn = pgd_update_norm(node, 4);
         float b1 = pdde_op_f32(node, PDDE_P_UPDATE_BETA1), b2 = pdde_op_f32(node, PDDE_P_UPDATE_BETA2), eps = pdde_op_f32(node, PDDE_P_UPDATE_EPS);
         float bc1, bc2;
@@ -1404,6 +1485,7 @@ static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes,
     pgd_multi t;
     memset(&t, 0, sizeof t);
     int count = 0, e = PDDE_OK;
+    int64_t chunks = 0;
     widest = 0;
     for (int k = 0; k < n && !e; k++) {
         const pdde_tensor *x = nodes[k];
@@ -1414,13 +1496,20 @@ static inline int pgd_compute_group(const pgd_ctx *g, pdde_tensor *const *nodes,
             t.m[count] = (int64_t)(x->src[2]->offset / sizeof(float)), t.v[count] = (int64_t)(x->src[3]->offset / sizeof(float));
             t.s[count] = pdde_op_i32(x, PDDE_P_UPDATE_SHADOW) ? (int64_t)(x->src[x->nsrc - 1]->offset / 2) : -1;
             widest = np > widest ? np : widest;
+            chunks += (np + PGD_ADAMW_CHUNK - 1) / PGD_ADAMW_CHUNK;
             count++;
         }
         if (count && (count == PGD_MULTI_MAX || k == n - 1)) {
-            e = pgd_launch(g, PGD_K_ADAMW_MULTI, pgd_grid(g, widest, 256), (unsigned)count, 1, 256, 1,
-                           PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(lr), PGD_A(b1), PGD_A(b2),
-                                    PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));
-            count = 0, widest = 0;
+            int32_t cnt = count;
+            if (g->mem_kernels & PGD_MEM_ADAMW_CHUNKS) /* (a group per chunk of PGD_ADAMW_CHUNK elements of a tensor) */
+                e = pgd_launch(g, PGD_K_ADAMW_CHUNKS, (unsigned)chunks, 1, 1, 256, 1,
+                               PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(cnt), PGD_A(lr), PGD_A(b1), PGD_A(b2),
+                                        PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));
+            else
+                e = pgd_launch(g, PGD_K_ADAMW_MULTI, pgd_grid(g, widest, 256), (unsigned)count, 1, 256, 1,
+                               PGD_ARGS(PGD_P(base), PGD_P(gbase), PGD_P(gn), PGD_A(t), PGD_A(lr), PGD_A(b1), PGD_A(b2),
+                                        PGD_A(eps), PGD_A(clip), PGD_A(gs), PGD_A(bc1), PGD_A(bc2), PGD_A(sdt)));
+            count = 0, widest = 0, chunks = 0;
         }
     }
     return e;

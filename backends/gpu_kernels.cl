@@ -238,6 +238,38 @@ __kernel void k_colsum(PTR(const void, x), PTR(float, y), long R, long Cn, float
     }
 }
 
+/* x as [R, Cn] (Cn a multiple of 4): y[c, j] = scale * the sum of x[r, j] over the rows of chunk c = group id 1 (rpc rows
+ * a chunk); groups of 256 items: 32 lanes of 4 columns x 8 row lanes, 4 rows a step (cuda_mem.cuh's k_colsum2). */
+#define CS2_COLS 128
+__kernel void k_colsum2(PTR(const void, x), PTR(float, y), long R, long Cn, float scale, long rpc, int xdt) {
+    BIND(const void, x); BIND(float, y);
+    __local float sh[8][CS2_COLS + 4];
+    int tx = get_local_id(0) & 31, ty = get_local_id(0) >> 5;
+    long j = (long)get_group_id(0) * CS2_COLS + tx * 4;
+    long r0 = (long)get_group_id(1) * rpc, r1 = r0 + rpc < R ? r0 + rpc : R;
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (j < Cn) {
+        long r = r0 + ty;
+        if (xdt == 0)
+            for (; r + 24 < r1; r += 32)
+                for (int k = 0; k < 4; k++) {
+                    float q0 = load_in(x, r * Cn + j + k, 0), q1 = load_in(x, (r + 8) * Cn + j + k, 0);
+                    float q2 = load_in(x, (r + 16) * Cn + j + k, 0), q3 = load_in(x, (r + 24) * Cn + j + k, 0);
+                    a[k] += q0 + q1 + (q2 + q3);
+                }
+        for (; r < r1; r += 8)
+            for (int k = 0; k < 4; k++) a[k] += load_in(x, r * Cn + j + k, xdt);
+    }
+    for (int k = 0; k < 4; k++) sh[ty][tx * 4 + k] = a[k];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (ty == 0 && j < Cn)
+        for (int k = 0; k < 4; k++) {
+            float s = 0.0f;
+            for (int l = 0; l < 8; l++) s += sh[l][tx * 4 + k];
+            y[get_group_id(1) * Cn + j + k] = scale * s;
+        }
+}
+
 __kernel void k_sum_partial(PTR(const float, x), long n, int square, PTR(float, part)) {
     BIND(const float, x); BIND(float, part);
     __local float sh[MAX_GROUP];
@@ -472,6 +504,36 @@ __kernel void k_ce_back(PTR(const void, logits), PTR(const int, tgt), PTR(const 
         float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
         float scale = ok * dloss[0] / c, inv = 1.0f / group_sum(s, sh);
         COLS_LOOP(j, V) store_out(dx, r * V + j, (exp(load_in(logits, lr + j, ldt) - m) * inv - (j == t ? 1.0f : 0.0f)) * scale, ydt);
+    }
+}
+
+/* The loss and dlogits in one pass over each row (lowering's PDDE_FUSE_CE; cuda_mem.cuh's k_ce_fused): each item
+ * keeps a running maximum and a sum of exponentials rescaled when the maximum grows, the group combines them;
+ * the loss into part[r] (and 1/0 for a valid target into part[rows + r], for k_ce_final), then dlogits =
+ * (exp(x - m) / s - onehot) * dloss / count, zero on an ignored row (every item reaches every barrier). */
+__kernel void k_ce_fused(PTR(const void, logits), PTR(const int, tgt), PTR(const float, dloss), PTR(const float, cnt),
+                         PTR(float, part), PTR(void, dx), long rows, long V, int ydt, int ldt) {
+    BIND(const void, logits); BIND(const int, tgt); BIND(const float, dloss); BIND(const float, cnt); BIND(float, part); BIND(void, dx);
+    __local float sh[MAX_GROUP];
+    ROWS_LOOP(r, rows) {
+        long lr = r * V;
+        int t = tgt[r];
+        int ok = t >= 0 && t < V;
+        float m = -INFINITY, s = 0.0f;
+        COLS_LOOP(j, V) {
+            float x = load_in(logits, lr + j, ldt);
+            if (x > m) s = s * exp(m - x) + 1.0f, m = x;
+            else s += exp(x - m);
+        }
+        float mb = group_max(m, sh);
+        s = group_sum(m == -INFINITY ? 0.0f : s * exp(m - mb), sh);
+        if (get_local_id(0) == 0) {
+            part[r] = ok ? log(s) + mb - load_in(logits, lr + t, ldt) : 0.0f;
+            part[rows + r] = ok ? 1.0f : 0.0f;
+        }
+        float c = cnt[0] > 0.0f ? cnt[0] : 1.0f;
+        float scale = dloss[0] / c, inv = 1.0f / s;
+        COLS_LOOP(j, V) store_out(dx, lr + j, ok ? (exp(load_in(logits, lr + j, ldt) - mb) * inv - (j == t ? 1.0f : 0.0f)) * scale : 0.0f, ydt);
     }
 }
 
@@ -831,6 +893,32 @@ __kernel void k_adamw_multi(PTR(float, base), PTR(float, gbase), PTR(const float
     __global ushort *sh = (__global ushort *)base + (t.s[k] >= 0 ? t.s[k] : 0);
     int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
     GRID_STRIDE(i, t.n[k]) {
+        adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+        if (sk) store_shadow(sh, i, p[i], sk);
+    }
+}
+
+/* Multi-tensor AdamW in chunks (cuda_mem.cuh's k_adamw_chunks): group b takes chunk b - (the chunks of the tensors
+ * before k) of tensor k, ADAMW_CHUNK elements; the arithmetic is adamw_element's. */
+#define ADAMW_CHUNK 4096
+__kernel void k_adamw_chunks(PTR(float, base), PTR(float, gbase), PTR(const float, gnorm_sq), pgd_multi t, int count, float lr,
+                             float b1, float b2, float eps, float clip, float gscale, float bc1, float bc2, int sdt) {
+    BIND(float, base); BIND(float, gbase); BIND(const float, gnorm_sq);
+    if (update_skipped(gnorm_sq)) return;
+    long c = get_group_id(0), first = 0;
+    int k = 0;
+    for (; k < count; k++) {
+        long nc = (t.n[k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+        if (c < first + nc) break;
+        first += nc;
+    }
+    if (k == count) return;
+    float f = gscale * clip_factor(gnorm_sq, clip);
+    __global float *p = base + t.p[k], *g = gbase + t.g[k], *m = base + t.m[k], *v = base + t.v[k];
+    __global ushort *sh = (__global ushort *)base + (t.s[k] >= 0 ? t.s[k] : 0);
+    int sk = t.s[k] >= 0 ? sdt : 0; /* (-1: no copy) */
+    long i0 = (c - first) * ADAMW_CHUNK, i1 = i0 + ADAMW_CHUNK < t.n[k] ? i0 + ADAMW_CHUNK : t.n[k];
+    for (long i = i0 + get_local_id(0); i < i1; i += get_local_size(0)) {
         adamw_element(p + i, g + i, m + i, v + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
         if (sk) store_shadow(sh, i, p[i], sk);
     }

@@ -32,6 +32,10 @@ typedef enum {
     /* embedding, its backward, cross-entropy, its backward: the vocab rows/columns this rank holds
      * (0, 0 = all of it) */
     PDDE_P_VOCAB_FIRST = 0, PDDE_P_VOCAB_SIZE = 1,
+    PDDE_P_CE_DLOGITS = 2,              /* lowering's PDDE_FUSE_CE: cross_entropy: 0, or 1 + the dtype (f32, bf16, f16) of its src 3,
+                                           into which it also writes dlogits = (softmax - onehot) * dloss / count (src 2 dloss,
+                                           as the backward's); cross_entropy_back: 1: that src 3, whose values its forward
+                                           writes (it computes nothing; computing them anyway gives the same values) */
     PDDE_P_UPDATE_STEP = 0,             /* sgd/adamw: step t, 1-based (set by the executor) */
     PDDE_P_ATTENTION_QKV_D = 0,         /* attention, attention_back: 0, or the head dim D of the packed
                                            layout (pdde_attention_qkv) */

@@ -12,6 +12,8 @@
  * Tensors live at (cl_mem = node->data, byte offset = node->offset); kernels take both (no
  * sub-buffers: their origins have alignment limits).
  *
+ * PDDE_OPENCL_COLSUM2=1 and PDDE_OPENCL_ADAMW_CHUNKS=1 take the column sums and AdamW kernels that the CUDA
+ * backend's switches of the same names take (backends/gpu_dispatch.h), so that CI runs them on PoCL.
  * Debug hook: PDDE_OPENCL_DEBUG_SOURCE, read when the family is created, is appended to the kernel
  * source, so a test can make the build fail and check the PDDE_ERR_BUILD path. */
 #if defined(__has_include)
@@ -679,6 +681,7 @@ static pdde_status pdde_ocl_dispatcher(pdde_ocl_device *d, void *stream, pgd_ctx
         .copy = pdde_ocl_cb_copy,
         /* the tiled kernels' groups: FR in backends/gpu_kernels.cl */
         .attention_default = PGD_ATT_ROWS, .has_flash = PGD_FLASH_BF16 | PGD_FLASH_F32, .flash_rows = 64, .flash_threads = 64,
+        .mem_kernels = pgd_mem_kernels_env("PDDE_OPENCL_"), /* (PDDE_OPENCL_COLSUM2=1, PDDE_OPENCL_ADAMW_CHUNKS=1: gpu_dispatch.h) */
 #ifdef PDDE_HAVE_CLBLAST
         .gemm = pdde_ocl_cb_gemm,
 #endif

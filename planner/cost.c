@@ -1106,7 +1106,8 @@ PDDE_PRIVATE double cost_node_bytes(const pdde_tensor *x) {
         return 3.0 * (double)pdde_tensor_nbytes(x->src[2]) + (double)pdde_tensor_nbytes(x->src[1]);
     double b = (double)pdde_tensor_nbytes(x);
     for (int s = 0; s < x->nsrc; s++) b += (double)pdde_tensor_nbytes(x->src[s]);
-    return b;
+    if (x->op == PDDE_OP_CROSS_ENTROPY_BACK && pdde_op_i32(x, PDDE_P_CE_DLOGITS)) return 0; /* (lowering's PDDE_FUSE_CE: its forward writes it, */
+    return b;                                                                          /* its dlogits a source there) */
 }
 
 /* The graph's nodes, or where a fusion of lowering's is on for a device of `backend` (lower_fusion_on; NULL:

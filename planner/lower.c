@@ -847,11 +847,12 @@ static pdde_status lower_shadows(lowering *L) {
 
 /* The graph fusions and where each is on by default: on a CUDA device in a graph that computes in bf16,
  * where a GPU run measured them faster than without and their conformance cases correct (GPT-2 124M bf16
- * on an H200, tools/bench/cuda_fusions.sh); PDDE_FUSE_GELU measured no faster, so it stays off; PDDE_FUSE_BGRAD has not run on a GPU. Elsewhere
+ * on an H200, tools/bench/cuda_fusions.sh); PDDE_FUSE_GELU measured no faster, so it stays off; PDDE_FUSE_BGRAD and PDDE_FUSE_CE have not run on a GPU. Elsewhere
  * (the CPU, OpenCL, Level Zero, f32 and f16 graphs) they are off until a run there measures them. */
 static const struct { const char *name; bool cuda_bf16; } lower_fusions[] = {
     {"PDDE_FUSE_EPILOGUE", true}, {"PDDE_FUSE_GRAD", true}, {"PDDE_FUSE_ADD_LN", true}, {"PDDE_BF16_LOGITS", true},
     {"PDDE_BF16_GRADS", true},    {"PDDE_ATT_LOWP", true},  {"PDDE_FUSE_GELU", false}, {"PDDE_FUSE_BGRAD", false},
+    {"PDDE_FUSE_CE", false},
 };
 
 PDDE_PRIVATE bool lower_fusion_on(const char *name, const char *backend, bool bf16) {
@@ -1346,6 +1347,55 @@ static pdde_status lower_fold_casts(lowering *L) {
         c->op = PDDE_OP_RESHAPE, c->flags |= PDDE_TENSOR_VIEW;
     }
     free(readers);
+    return PDDE_OK;
+}
+
+/* ------------------------------------------------------------------------------------------------
+ * The cross-entropy's backward in its forward (PDDE_FUSE_CE=1; off by default, lower_fusion_on). A
+ * cross_entropy_back reads the forward's logits and targets and the loss's gradient dloss; where dloss is
+ * there before the forward runs (the loss's seed: a leaf), the forward takes dloss and the backward as
+ * sources 2 and 3 and writes dlogits = (softmax - onehot) * dloss / count into the backward's memory too
+ * (PDDE_P_CE_DLOGITS, in the backward's dtype, so a cast folded into the backward stays folded), as llm.c's
+ * fused classifier does: the logits are read once for both. The backward, marked, computes nothing and
+ * moves to right before the forward (a forward node: its memory is made there and lives to its last
+ * reader, as the unfused dlogits did, while the logits are free after the forward). Runs after the casts
+ * are folded (the backward's dtype is final), only where the device runs the fused node. */
+static pdde_status lower_fuse_ce(lowering *L) {
+    pdde_program *P = L->P;
+    if (!lower_switch_any(L, "PDDE_FUSE_CE")) return PDDE_OK;
+    int *at, *readers = lower_readers(P, &at);
+    if (!readers) return lower_oom(L);
+    const uint32_t kept = PDDE_TENSOR_OUTPUT | PDDE_TENSOR_LOSS | PDDE_TENSOR_INPLACE | PDDE_TENSOR_VIEW;
+    for (int i = 0; i < P->n_order; i++) {
+        pdde_tensor *b = P->order[i], *f = NULL, *dl = b->nsrc == 3 ? b->src[2] : NULL;
+        if (b->op != PDDE_OP_CROSS_ENTROPY_BACK || !dl || (b->flags & kept) || pdde_op_i32(b, PDDE_P_VOCAB_FIRST) ||
+            pdde_op_i32(b, PDDE_P_VOCAB_SIZE) || pdde_op_i32(b, PDDE_P_CE_DLOGITS) || dl->dtype != PDDE_F32 || dl->device != b->device ||
+            !lower_switch_on(L, "PDDE_FUSE_CE", b->device))
+            continue;
+        int j = 0;
+        for (; j < i && !f; j++) {
+            pdde_tensor *c = P->order[j];
+            if (c->op == PDDE_OP_CROSS_ENTROPY && c->nsrc == 2 && c->src[0] == b->src[0] && c->src[1] == b->src[1] && c->device == b->device &&
+                !pdde_op_i32(c, PDDE_P_VOCAB_FIRST) && !pdde_op_i32(c, PDDE_P_VOCAB_SIZE) && !pdde_op_i32(c, PDDE_P_CE_DLOGITS))
+                f = c;
+        }
+        if (!f || (dl->op != PDDE_OP_NONE && at[dl->id] > at[f->id])) continue;
+        f->src[2] = dl, f->src[3] = b, f->nsrc = 4;
+        pdde_op_set_i32(f, PDDE_P_CE_DLOGITS, 1 + (int32_t)b->dtype);
+        pdde_op_set_i32(b, PDDE_P_CE_DLOGITS, 1);
+        if (!registry_device_supports(L->ctx, L->ctx->registry, f->device, f) ||
+            !registry_device_supports(L->ctx, L->ctx->registry, b->device, b)) {
+            f->src[2] = f->src[3] = NULL, f->nsrc = 2;
+            pdde_op_set_i32(f, PDDE_P_CE_DLOGITS, 0), pdde_op_set_i32(b, PDDE_P_CE_DLOGITS, 0);
+            continue;
+        }
+        b->phase = f->phase; /* (made with the forward: memory planning allocates it there) */
+        int from = j - 1; /* f's place: b goes right before it */
+        memmove(P->order + from + 1, P->order + from, (size_t)(i - from) * sizeof *P->order);
+        P->order[from] = b;
+        for (int k = from; k <= i; k++) at[P->order[k]->id] = k;
+    }
+    free(readers), free(at);
     return PDDE_OK;
 }
 
@@ -1863,6 +1913,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (!st) st = lower_bf16_grads(&L);
     if (!st) st = lower_att_lowp(&L);
     if (!st) st = lower_fold_casts(&L);
+    if (!st) st = lower_fuse_ce(&L);
     if (!st) st = lower_fuse_gelu(&L);
     if (!st) st = group_updates(&L);
     if (!st) st = lower_buckets(&L);

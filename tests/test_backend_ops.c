@@ -338,6 +338,49 @@ static pdde_tensor *b_layernorm_copy(pdde_graph *g, const op_case *c) {
     return pdde_matmul(g, pdde_add(g, y, pdde_scale(g, h, 0.5f)), P(g, "w2", 2, 131, 7, 0, 0), 0, 0);
 }
 
+/* cross_entropy_fused: the cross-entropy's backward in its forward (PDDE_FUSE_CE=1, set for the case, as above: one
+ * kernel writes the loss and dlogits); p = {N, C, V, compute dtype, all targets ignored, f32 logits}: C = 0: logits =
+ * 4 x [N, V] in f32; else x [N, C] @ w [C, V] under the compute dtype, with PDDE_BF16_LOGITS=1 unless p5 (bf16 / f16
+ * logits), the dlogits in that dtype (their cast folded into the backward, so into the fused forward) */
+static pdde_tensor *b_cross_entropy_fused(pdde_graph *g, const op_case *c) {
+    setenv("PDDE_FUSE_CE", "1", 1);
+    g_vocab = c->p[2];
+    pdde_tensor *logits;
+    if (!c->p[1]) logits = pdde_scale(g, P(g, "x", 2, c->p[0], c->p[2], 0, 0), 4.0f);
+    else {
+        if (!c->p[5]) setenv("PDDE_BF16_LOGITS", "1", 1);
+        pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[3]);
+        logits = pdde_matmul(g, P(g, "x", 2, c->p[0], c->p[1], 0, 0), P(g, "w", 2, c->p[1], c->p[2], 0, 0), 0, 0);
+    }
+    return pdde_cross_entropy(g, logits, I(g, c->p[4] ? "tgt_none" : "tgt", PDDE_I32, 1, c->p[0], 0));
+}
+
+/* the memory-bound kernels' switches of the GPU backends (backends/gpu_dispatch.h, pgd_mem_kernels_env) */
+static void mem_kernels(const char *name, const char *value) {
+    char v[64];
+    snprintf(v, sizeof v, "PDDE_CUDA_%s", name), setenv(v, value, 1);
+    snprintf(v, sizeof v, "PDDE_OPENCL_%s", name), setenv(v, value, 1);
+}
+
+/* colsum2: a bias gradient (sum_to of dy [R, C] to [C]) by k_colsum2 (PDDE_*_COLSUM2=1, set for the case): p = {R, C,
+ * bf16}: y = x [R, 5] @ w [5, C] + b; p2: under bf16 with PDDE_BF16_GRADS=1, bias_gelu (b's gradient summed from bf16 rows) */
+static pdde_tensor *b_colsum2(pdde_graph *g, const op_case *c) {
+    mem_kernels("COLSUM2", "1");
+    pdde_tensor *x = P(g, "x", 2, c->p[0], 5, 0, 0), *w = P(g, "w", 2, 5, c->p[1], 0, 0), *b = P(g, "b", 1, c->p[1], 0, 0, 0);
+    if (!c->p[2]) return pdde_bias_add(g, pdde_matmul(g, x, w, 0, 0), b);
+    setenv("PDDE_BF16_GRADS", "1", 1);
+    pdde_graph_set_compute_dtype(g, PDDE_BF16);
+    return pdde_matmul(g, pdde_bias_gelu(g, pdde_matmul(g, x, w, 0, 0), b), P(g, "w2", 2, c->p[1], 7, 0, 0), 0, 0);
+}
+
+/* adamw_chunks: AdamW steps by k_adamw_chunks (PDDE_*_ADAMW_CHUNKS=1, set for the case): ln_gelu_mlp with p = {1
+ * (AdamW), compute dtype (0: f32; bf16: the weights' copies rewritten too), C, F, V}: C x F past one chunk of 4096 */
+static pdde_tensor *b_adamw_chunks(pdde_graph *g, const op_case *c) {
+    mem_kernels("ADAMW_CHUNKS", "1");
+    if (c->p[1]) pdde_graph_set_compute_dtype(g, (pdde_dtype)c->p[1]);
+    return ln_gelu_mlp(g, c->p[2], c->p[3], c->p[4]);
+}
+
 /* a Mixture-of-Experts feed-forward: x [N, C], router [C, E], top-k, gate, dispatch, grouped GEMMs
  * (w1 [E, C, F], gelu, w2 [E, F, C] or [E, C, F] transposed), combine, plus the balance loss;
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
@@ -414,6 +457,25 @@ static const op_case cases[] = {
     {"cross_entropy_lowp", b_cross_entropy_lowp, {9, 13, 37, PDDE_BF16}, 1, T_LOWP},
     {"cross_entropy_lowp", b_cross_entropy_lowp, {33, 7, 1001, PDDE_BF16}, 1, T_LOWP},
     {"cross_entropy_lowp", b_cross_entropy_lowp, {5, 11, 300, PDDE_F16}, 1, T_LOWP},
+    /* the cross-entropy's backward in its forward {N, C, V, compute dtype, all targets ignored, f32 logits} (V multiples
+     * of 8 and 4: the CUDA kernel's 16-byte loads) */
+    {"cross_entropy_fused", b_cross_entropy_fused, {9, 0, 37, 0}, 1, T_DEF},
+    {"cross_entropy_fused", b_cross_entropy_fused, {33, 0, 1000, 0}, 1, T_DEF},
+    {"cross_entropy_fused", b_cross_entropy_fused, {4, 0, 7, 0, 1}, 1, T_DEF},
+    {"cross_entropy_fused", b_cross_entropy_fused, {1, 0, 1, 0}, 1, T_DEF},
+    {"cross_entropy_fused", b_cross_entropy_fused, {33, 7, 1000, PDDE_BF16}, 1, T_LOWP},
+    {"cross_entropy_fused", b_cross_entropy_fused, {9, 13, 37, PDDE_BF16}, 1, T_LOWP},
+    {"cross_entropy_fused", b_cross_entropy_fused, {5, 11, 304, PDDE_F16}, 1, T_LOWP},
+    {"cross_entropy_fused", b_cross_entropy_fused, {17, 9, 96, PDDE_BF16, 0, 1}, 1, T_LOWP},
+    /* bias gradients by k_colsum2 {R, C, bf16 rows}: row chunks (R past 2 x 64), C not a multiple of 128, 4 (declined) */
+    {"colsum2", b_colsum2, {1031, 36, 0}, 1, T_DEF},
+    {"colsum2", b_colsum2, {700, 260, 0}, 1, T_DEF},
+    {"colsum2", b_colsum2, {9, 8, 0}, 1, T_DEF},
+    {"colsum2", b_colsum2, {300, 37, 0}, 1, T_DEF},
+    {"colsum2", b_colsum2, {1031, 24, 1}, 1, T_LOWP},
+    /* AdamW by k_adamw_chunks {1, compute dtype, C, F, V} */
+    {"adamw_chunks", b_adamw_chunks, {1, 0, 13, 331, 7}, 3, T_DEF},
+    {"adamw_chunks", b_adamw_chunks, {1, PDDE_BF16, 16, 520, 8}, 3, T_LOWP},
     /* binary {ndim_a, a.., ndim_b, b..} */
     {"add", b_binary, {2, 37, 19, 0, 2, 37, 19, 0}, 1, T_DEF},
     {"add", b_binary, {3, 4, 7, 33, 1, 33, 0, 0}, 1, T_DEF},
@@ -623,6 +685,9 @@ static int nodes_on(const pdde_session *s, int device, const char *op) {
 
 /* MoE nodes of the last run_on's session not on its device (the backends with MoE kernels run them all) */
 static int g_moe_elsewhere;
+/* cross_entropy_back nodes of the last run_on's session that compute (lowering's PDDE_FUSE_CE leaves none), and
+ * cross-entropies on its device that write dlogits (PDDE_P_CE_DLOGITS: where the device takes the fused form) */
+static int g_ce_back, g_ce_fused;
 /* the backends that run the MoE ops on the device: OpenCL, and CUDA with PDDE_CUDA_MOE=1 */
 static bool moe_kernels_on(const char *backend) {
     const char *env = getenv("PDDE_CUDA_MOE");
@@ -644,10 +709,12 @@ static pdde_status run_on(pdde_context *ctx, pdde_graph *g, int device, int case
         pdde_session_free(s);
         return PDDE_ERR_UNSUPPORTED; /* the op under test would run on the CPU: nothing to compare */
     }
-    g_moe_elsewhere = 0;
+    g_moe_elsewhere = 0, g_ce_back = 0, g_ce_fused = 0;
     for (int i = 0; i < pdde_session_node_count(s); i++) {
         const pdde_tensor *t = pdde_session_node(s, i);
         g_moe_elsewhere += t->op >= PDDE_OP_MOE_TOPK && t->op <= PDDE_OP_MOE_AUX_LOSS_BACK && t->device != device;
+        g_ce_back += t->op == PDDE_OP_CROSS_ENTROPY_BACK && !pdde_op_i32(t, PDDE_P_CE_DLOGITS);
+        g_ce_fused += t->op == PDDE_OP_CROSS_ENTROPY && pdde_op_i32(t, PDDE_P_CE_DLOGITS) && t->device == device;
     }
     size_t max = 1;
     int n = pdde_graph_tensor_count(g);
@@ -751,7 +818,8 @@ static void run_case(const options *o, int ci, int device, int mode) {
     pdde_graph *g;
     if (pdde_graph_init(o->ctx, &g) != PDDE_OK) { CHECK(0, "graph_init"); return; }
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1); /* (builders set them) */
-    setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1);
+    setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
+    mem_kernels("COLSUM2", "0"), mem_kernels("ADAMW_CHUNKS", "0");
     pdde_tensor *y = c->build(g, c);
     const pdde_tensor *checks[16];
     int n_checks = 0, run_mode = PDDE_RUN_FORWARD, steps = 1;
@@ -827,6 +895,11 @@ static void run_case(const options *o, int ci, int device, int mode) {
             if (e > worst || k == 0) worst = e, worst_name = got.t[k]->name;
         }
         CHECK(worst <= tol, "%s %s on %s [%s]: NMSE %.3g > %.3g", label, what, props.backend, worst_name, worst, tol);
+        /* (the built-in GPU backends take the fused form; a plugin may not, and then runs the two apart) */
+        bool builtin_gpu = !strcmp(props.backend, "opencl") || !strcmp(props.backend, "cuda") || !strcmp(props.backend, "level_zero");
+        if (c->build == b_cross_entropy_fused && mode == 1 && (builtin_gpu || g_ce_fused))
+            CHECK(g_ce_back == 0 && g_ce_fused == 1, "%s %s on %s: %d cross_entropy_back nodes compute apart, %d fused on the device (PDDE_FUSE_CE=1)",
+                  label, what, props.backend, g_ce_back, g_ce_fused);
         if (c->build == b_moe && moe_kernels_on(props.backend))
             CHECK(g_moe_elsewhere == 0, "%s %s on %s: %d MoE nodes left to the CPU", label, what, props.backend, g_moe_elsewhere);
         if (o->verbose) printf("  %-10s %-44s %-5s NMSE %-9.3g %6.2fs\n", props.backend, label, what, worst, now_s() - t_case);

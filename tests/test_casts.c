@@ -20,6 +20,7 @@
  * 1e-3 relative; 1% is ten times that, and far below what training in the wrong dtype would give). */
 #define _GNU_SOURCE /* setenv */
 #include "pdde.h"
+#include "backends/op_params.h" /* (PDDE_P_CE_DLOGITS) */
 #include "examples/gpt.h"
 #include "tests/test_util.h"
 #include "tests/comm_test_util.h"
@@ -40,7 +41,12 @@
 #define CASTS_PER_LAYER_GRADS 2 /* PDDE_BF16_GRADS=1, PDDE_FUSE_EPILOGUE=1 and PDDE_FUSE_ADD_LN=1: the attention's output and input gradient */
 #define CASTS_PER_LAYER_ATT 0   /* ...and PDDE_ATT_LOWP=1: the attention writes both rounded copies beside its f32 results */
 
-typedef struct { float loss[STEPS]; double casts_per_step, adds_per_step, matmuls_per_step, gelus_per_step; int64_t casts_after_write; } run_result;
+typedef struct {
+    float loss[STEPS];
+    double casts_per_step, adds_per_step, matmuls_per_step, gelus_per_step;
+    int ce_fused, ce_backs; /* the session's cross-entropies that write dlogits (PDDE_FUSE_CE), its backwards that compute */
+    int64_t casts_after_write;
+} run_result;
 
 static pdde_tensor *named(pdde_graph *g, const char *name) {
     for (int i = 0; i < pdde_graph_tensor_count(g); i++)
@@ -105,6 +111,12 @@ static int train(pdde_context *ctx, int device, int layers, pdde_dtype dt, int r
     r->adds_per_step = (double)(adds_before_write - adds_first) / (WRITE_AFTER - 1);
     r->matmuls_per_step = (double)(mm_before_write - mm_first) / (WRITE_AFTER - 1);
     r->gelus_per_step = (double)(gelu_before_write - gelu_first) / (WRITE_AFTER - 1);
+    r->ce_fused = r->ce_backs = 0;
+    for (int i = 0; i < pdde_session_node_count(s); i++) {
+        const pdde_tensor *t = pdde_session_node(s, i);
+        r->ce_fused += t->op == PDDE_OP_CROSS_ENTROPY && pdde_op_i32(t, PDDE_P_CE_DLOGITS);
+        r->ce_backs += t->op == PDDE_OP_CROSS_ENTROPY_BACK && !pdde_op_i32(t, PDDE_P_CE_DLOGITS);
+    }
     free(buf);
     pdde_session_free(s);
     pdde_graph_free(g);
@@ -350,6 +362,45 @@ static void test_fuse_gelu(pdde_context *ctx, int device, const char *where, flo
     }
 }
 
+/* PDDE_FUSE_CE=1: the loss's forward also writes dlogits (into its backward's memory; the backward computes
+ * nothing): the session has one such cross-entropy and no backward that computes (one without). The CPU computes
+ * them with the backward's code, so its losses are the same bits, in f32 and bf16 and with recomputed blocks; a
+ * device's kernel sums each row's exponentials in another order (a running maximum), so its losses follow the
+ * unfused ones on that device within 1e-5 relative and the CPU's within 1e-4 (as above). cpu_loss: the CPU's bf16
+ * losses (device 0 fills it). */
+static void test_fuse_ce(pdde_context *ctx, int device, const char *where, float cpu_loss[STEPS]) {
+    run_result plain[3], fused[3];
+    setenv("PDDE_FUSE_CE", "0", 1);
+    int failed = train(ctx, device, 2, PDDE_F32, 0, 0, &plain[0]) || train(ctx, device, 2, PDDE_BF16, 0, 0, &plain[1]) ||
+                 train(ctx, device, 2, PDDE_BF16, 0, 2, &plain[2]);
+    setenv("PDDE_FUSE_CE", "1", 1);
+    failed = failed || train(ctx, device, 2, PDDE_F32, 0, 0, &fused[0]) || train(ctx, device, 2, PDDE_BF16, 0, 0, &fused[1]) ||
+             train(ctx, device, 2, PDDE_BF16, 0, 2, &fused[2]);
+    setenv("PDDE_FUSE_CE", "0", 1);
+    if (failed) {
+        CHECK(0, "%s: a run with PDDE_FUSE_CE=1 failed", where);
+        return;
+    }
+    double bound = device == 0 ? 0 : 1e-5;
+    const char *what[3] = {"f32", "bf16", "bf16 recomputed"};
+    for (int k = 0; k < 3; k++) {
+        test_diff d = test_diff_f32(fused[k].loss, plain[k].loss, STEPS, 1e-30);
+        printf("%s: PDDE_FUSE_CE=1 %s: %d fused cross-entropy, %d cross_entropy_back that computes (without: %d, %d), losses within %.2e "
+               "of unfused\n", where, what[k], fused[k].ce_fused, fused[k].ce_backs, plain[k].ce_fused, plain[k].ce_backs, d.worst);
+        CHECK(fused[k].ce_fused == 1 && fused[k].ce_backs == 0 && plain[k].ce_fused == 0 && plain[k].ce_backs == 1 && d.worst <= bound &&
+                  fused[k].casts_per_step == plain[k].casts_per_step,
+              "%s: PDDE_FUSE_CE=1 %s: %d fused cross-entropy and %d cross_entropy_back that computes (want 1, 0; unfused %d, %d), %.1f casts "
+              "vs %.1f, losses %.9g vs %.9g at step %zu (relative %.2e, want at most %.0e)", where, what[k], fused[k].ce_fused, fused[k].ce_backs,
+              plain[k].ce_fused, plain[k].ce_backs, fused[k].casts_per_step, plain[k].casts_per_step, d.got, d.want, d.index, d.worst, bound);
+    }
+    if (device == 0) memcpy(cpu_loss, fused[1].loss, sizeof fused[1].loss);
+    else {
+        test_diff c = test_diff_f32(fused[1].loss, cpu_loss, STEPS, 1e-30);
+        CHECK(c.worst < 1e-4, "%s: PDDE_FUSE_CE=1: losses %.9g vs the CPU's %.9g at step %zu (relative %.2e)", where, c.got, c.want, c.index,
+              c.worst);
+    }
+}
+
 #ifdef PDDE_HAVE_UCX
 enum { RANK_STEPS = 4 };
 typedef struct { int ok; char error[160]; float loss[5][RANK_STEPS]; double casts[5]; } rank_result;
@@ -444,10 +495,11 @@ int main(void) {
     pdde_context_init(NULL, &ctx);
     unsetenv("PDDE_FOLD_CASTS");
     setenv("PDDE_FUSE_EPILOGUE", "0", 1), setenv("PDDE_FUSE_GRAD", "0", 1), setenv("PDDE_FUSE_ADD_LN", "0", 1), setenv("PDDE_BF16_LOGITS", "0", 1);
-    setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_ATT_LOWP", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1);
+    setenv("PDDE_BF16_GRADS", "0", 1), setenv("PDDE_ATT_LOWP", "0", 1), setenv("PDDE_FUSE_GELU", "0", 1), setenv("PDDE_FUSE_CE", "0", 1);
     test_device(ctx, 0, "cpu", NULL);
     test_fused(ctx, 0, "cpu");
-    float cpu_loss[STEPS], cpu_grads_loss[STEPS], cpu_gelu_loss[STEPS];
+    float cpu_loss[STEPS], cpu_grads_loss[STEPS], cpu_gelu_loss[STEPS], cpu_ce_loss[STEPS];
+    test_fuse_ce(ctx, 0, "cpu", cpu_ce_loss);
     test_lowp_logits(ctx, 0, "cpu", cpu_loss);
     test_bf16_grads(ctx, 0, "cpu", cpu_grads_loss);
     test_fuse_gelu(ctx, 0, "cpu", cpu_gelu_loss);
@@ -463,6 +515,7 @@ int main(void) {
         test_lowp_logits(ctx, d, where, cpu_loss);
         test_bf16_grads(ctx, d, where, cpu_grads_loss);
         test_fuse_gelu(ctx, d, where, cpu_gelu_loss);
+        test_fuse_ce(ctx, d, where, cpu_ce_loss);
     }
 #ifdef PDDE_HAVE_UCX
     test_ranks(ctx);

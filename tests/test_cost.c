@@ -636,7 +636,7 @@ static void fusions_restore(int on) {
  * a CUDA device in a bf16 graph (what a GPU run measured faster) and off on any other backend and in f32;
  * a variable "0" turns its fusion off on CUDA too, "1" on anywhere; PDDE_FUSE_GELU stays off by default. */
 static const char *const fusion_names[] = {"PDDE_FUSE_EPILOGUE", "PDDE_FUSE_GRAD", "PDDE_FUSE_ADD_LN", "PDDE_BF16_LOGITS",
-                                           "PDDE_BF16_GRADS",    "PDDE_ATT_LOWP",  "PDDE_FUSE_GELU"};
+                                           "PDDE_BF16_GRADS",    "PDDE_ATT_LOWP",  "PDDE_FUSE_GELU", "PDDE_FUSE_CE"};
 enum { N_FUSIONS = sizeof fusion_names / sizeof fusion_names[0] };
 
 typedef struct { int ops, casts, adds, gelus; } program_counts;
@@ -654,6 +654,17 @@ static program_counts count_program(pdde_graph *g, pdde_cluster *c, int dev) {
     }
     pdde_cost_program_free(p);
     return n;
+}
+
+/* The bytes the ops of g's program on cluster device dev whose names start with `name` (an op, a space) move */
+static double program_bytes(pdde_graph *g, pdde_cluster *c, int dev, const char *name) {
+    pdde_cost_program *p = NULL;
+    double b = 0;
+    CHECK(pdde_cost_program_from_graph_on(g, c, dev, &p) == PDDE_OK, "program for device %d: %s", dev, pdde_last_error(ctx));
+    for (int i = 0; p && i < pdde_cost_program_op_count(p, 0); i++)
+        if (!strncmp(pdde_cost_program_op(p, 0, i)->name, name, strlen(name))) b += pdde_cost_program_op(p, 0, i)->bytes;
+    pdde_cost_program_free(p);
+    return b;
 }
 
 /* The ops that run of a plan's program for one process on cluster device dev (pdde_cost_program_from_plan) */
@@ -730,6 +741,15 @@ static void test_fusion_defaults(void) {
     program_counts epi = count_program(g[0], c, OPENCL), epi32 = count_program(g[1], c, CPU);
     CHECK(epi.adds < cl.adds && epi32.adds < f32cl.adds, "PDDE_FUSE_EPILOGUE=1 on OpenCL (bf16) and the CPU (f32): %d, %d adds (without: %d, %d)",
           epi.adds, epi32.adds, cl.adds, f32cl.adds);
+    /* PDDE_FUSE_CE=1 (off by default everywhere): the cross-entropy's forward writes dlogits too and is priced with them
+     * (the bytes of the backward it replaces, plus its 4-byte loss: the logits read once), the backward (it computes
+     * nothing) nothing */
+    double ce0 = program_bytes(g[1], c, CPU, "cross_entropy "), back0 = program_bytes(g[1], c, CPU, "cross_entropy_back ");
+    setenv("PDDE_FUSE_CE", "1", 1);
+    double ce1 = program_bytes(g[1], c, CPU, "cross_entropy "), back1 = program_bytes(g[1], c, CPU, "cross_entropy_back ");
+    setenv("PDDE_FUSE_CE", "0", 1);
+    CHECK(ce0 > 4 && back0 > ce0 && back1 == 0 && ce1 == back0 + 4, "PDDE_FUSE_CE=1: cross_entropy %.0f bytes (unfused %.0f), its backward "
+          "%.0f (unfused %.0f): want the backward's + 4 and 0", ce1, ce0, back1, back0);
     for (int k = 0; k < N_FUSIONS; k++) {
         if (saved[k]) setenv(fusion_names[k], saved[k], 1);
         else unsetenv(fusion_names[k]);

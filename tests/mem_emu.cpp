@@ -1,0 +1,303 @@
+/* mem_emu.cpp — the CUDA backend's memory-bound kernels (backends/cuda_mem.cuh) run on the CPU.
+ *
+ * The device code is compiled for the host: a block's threads are cooperative fibers (ucontext) that all
+ * yield at each __syncthreads (tests/cuda_emu.h), the 16-byte vector types are plain structs and the
+ * block reductions are emulated through a shared array. Checked against references written here from the
+ * ops' definitions: k_ce_fused's loss terms and dlogits (float64; f32, bf16 and f16 logits and dlogits, the
+ * 16-byte path and the element path of a misaligned or odd-width row, ignored targets, blocks smaller than a
+ * row), k_colsum2's chunk sums (float64; f32 and bf16 rows, a partial column group), k_adamw_chunks against
+ * adamw_element one element at a time (the same float operations: bit for bit; tensors of several chunks,
+ * a tail past the last 4, a misaligned tensor, bf16 copies, a non-finite norm). It cannot see what only a GPU
+ * shows (timing, races between real warps, coalescing).
+ *
+ * Built and run by tests/test_mem_emu.sh; prints "N passed, N failed" last. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ucontext.h>
+
+#define EMU_MAX_THREADS 256
+#define EMU_STACK (1 << 15)
+#include "cuda_emu.h"
+
+/* ---- what cuda_mem.cuh takes from CUDA and from cuda_kernels.cu ------------------------------- */
+
+/* (may_alias: the kernels read and write float and 2-byte arrays through them, as CUDA's vector loads do) */
+struct __attribute__((may_alias)) uint4 { unsigned x, y, z, w; };
+struct __attribute__((may_alias)) uint2 { unsigned x, y; };
+struct __attribute__((may_alias)) float4 { float x, y, z, w; };
+static uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
+static uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
+static float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+static float u2f(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static unsigned f2u(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+
+/* cuda_kernels.cu's conversions (round to nearest even) */
+static unsigned short f32_to_f16(float f) {
+    unsigned int u = f2u(f);
+    unsigned int sign = (u >> 16) & 0x8000u, absu = u & 0x7fffffffu;
+    if (absu > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
+    if (absu >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
+    if (absu < 0x38800000u) {
+        if (absu < 0x33000000u) return (unsigned short)sign;
+        unsigned int mant = (absu & 0x7fffffu) | 0x800000u;
+        int shift = 126 - (int)(absu >> 23);
+        unsigned int half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (unsigned short)(sign | half);
+    }
+    unsigned int h = ((absu >> 13) - (112u << 10)), rem = absu & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+    return (unsigned short)(sign | h);
+}
+static float f16_to_f32(unsigned short h) {
+    unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
+    if (e == 0) {
+        if (m == 0) u = sign;
+        else {
+            e = 113;
+            while (!(m & 0x400u)) { m <<= 1; e--; }
+            u = sign | (e << 23) | ((m & 0x3ffu) << 13);
+        }
+    } else if (e == 31) u = sign | 0x7f800000u | (m << 13);
+    else u = sign | ((e + 112) << 23) | (m << 13);
+    return u2f(u);
+}
+static unsigned short f32_to_bf16(float f) {
+    unsigned int u = f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+static float bf16_to_f32(unsigned short h) { return u2f((unsigned)h << 16); }
+static void store_out(void *y, long long i, float v, int ydt) {
+    if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
+    else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
+    else ((float *)y)[i] = v;
+}
+struct ld_f32 { typedef float T; static float get(const float *p, long long i) { return p[i]; } };
+struct ld_bf16 { typedef unsigned short T; static float get(const unsigned short *p, long long i) { return bf16_to_f32(p[i]); } };
+struct ld_f16 { typedef unsigned short T; static float get(const unsigned short *p, long long i) { return f16_to_f32(p[i]); } };
+
+/* the block reductions: every thread gets the result */
+static float emu_part[EMU_MAX_THREADS];
+static float block_sum(float v) {
+    emu_part[emu_cur] = v;
+    emu_yield();
+    float s = 0.0f;
+    for (unsigned t = 0; t < blockDim.x; t++) s += emu_part[t];
+    emu_yield();
+    return s;
+}
+static float block_max(float v) {
+    emu_part[emu_cur] = v;
+    emu_yield();
+    float m = -INFINITY;
+    for (unsigned t = 0; t < blockDim.x; t++) m = fmaxf(m, emu_part[t]);
+    emu_yield();
+    return m;
+}
+
+/* the optimizers' helpers, as cuda_kernels.cu has them */
+enum { DT_F32 = 0, DT_F16, DT_BF16 };
+static bool update_skipped(const float *gnorm_sq) { return gnorm_sq && !isfinite(gnorm_sq[0]); }
+static float clip_factor(const float *gnorm_sq, float clip) {
+    if (!gnorm_sq || clip <= 0.0f) return 1.0f;
+    float nrm = sqrtf(gnorm_sq[0]);
+    return nrm > clip ? clip / (nrm + 1e-6f) : 1.0f;
+}
+static void store_shadow(void *sh, long long i, float v, int sdt) {
+    if (sdt == DT_BF16) ((unsigned short *)sh)[i] = f32_to_bf16(v);
+    else if (sdt == DT_F16) ((unsigned short *)sh)[i] = f32_to_f16(v);
+}
+static void adamw_element(float *p, float *g, float *m, float *v, float f, float lr, float b1, float b2, float eps, float wd, float bc1,
+                          float bc2) {
+    float gi = *g * f;
+    float mi = b1 * *m + (1.0f - b1) * gi;
+    float vi = b2 * *v + (1.0f - b2) * gi * gi;
+    *m = mi;
+    *v = vi;
+    float mh = mi / bc1, vh = vi / bc2;
+    *p -= lr * (mh / (sqrtf(vh) + eps) + wd * *p);
+    *g = 0.0f;
+}
+#define MULTI_MAX 16
+struct pdde_cu_multi {
+    long long n[MULTI_MAX], p[MULTI_MAX], g[MULTI_MAX], m[MULTI_MAX], v[MULTI_MAX], s[MULTI_MAX];
+    float wd[MULTI_MAX];
+};
+
+#include "../backends/cuda_mem.cuh"
+
+/* ---- checks --------------------------------------------------------------------------------- */
+
+static int n_pass, n_fail;
+static void check(bool ok, const char *what, double err) {
+    ok ? n_pass++ : n_fail++;
+    printf("%s %s (error %.3g)\n", ok ? "ok  " : "FAIL", what, err);
+}
+static uint64_t rng = 88172645463325252ull;
+static float frand() { /* [-1, 1) */
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static float load_dt(const void *p, long long i, int dt) {
+    return dt == 2 ? bf16_to_f32(((const unsigned short *)p)[i]) : dt == 1 ? f16_to_f32(((const unsigned short *)p)[i]) : ((const float *)p)[i];
+}
+static size_t dt_size(int dt) { return dt ? 2 : 4; }
+
+/* the launch's arguments (the kernel bodies below read them) */
+static struct {
+    const void *x; const int *tgt; const float *dloss, *cnt; float *part, *y; void *dx; long long rows, V, R, Cn, rpc; int ydt, ldt;
+    float *base, *gbase; const float *gn; pdde_cu_multi t; int count, sdt; float scale;
+} A;
+
+/* ---- k_ce_fused --------------------------------------------------------------------------------- */
+
+/* rows x V logits of dtype ldt (misaligned: one element past a 16-byte boundary), dlogits of ydt, every third target
+ * ignored (or all), blocks of bt threads */
+static void ce_case(long long rows, long long V, int ldt, int ydt, int misaligned, int all_ignored, unsigned bt) {
+    char what[200];
+    size_t ls = dt_size(ldt), ys = dt_size(ydt);
+    char *lbuf = (char *)aligned_alloc(16, (size_t)(rows * V + 8) * ls), *dbuf = (char *)aligned_alloc(16, (size_t)(rows * V + 8) * ys);
+    void *lg = lbuf + (misaligned ? ls : 0), *dx = dbuf;
+    int *tgt = (int *)malloc(sizeof(int) * rows);
+    for (long long i = 0; i < rows * V; i++) store_out(lg, i, 6.0f * frand(), ldt);
+    for (long long r = 0; r < rows; r++) tgt[r] = all_ignored || r % 3 == 2 ? (r % 2 ? -1 : (int)V) : (int)((r * 7919) % V);
+    float dloss = 0.75f, cnt = 0, *part = (float *)malloc(sizeof(float) * 2 * rows);
+    for (long long r = 0; r < rows; r++) cnt += tgt[r] >= 0 && tgt[r] < V;
+    A.x = lg, A.tgt = tgt, A.dloss = &dloss, A.cnt = &cnt, A.part = part, A.dx = dx, A.rows = rows, A.V = V, A.ydt = ydt, A.ldt = ldt;
+    emu_launch(emu_dim{(unsigned)(rows < 3 ? rows : 3), 1, 1}, bt,
+               [] { k_ce_fused(A.x, A.tgt, A.dloss, A.cnt, A.part, A.dx, A.rows, A.V, A.ydt, A.ldt); });
+    double loss_err = 0, d_err = 0, ok_err = 0;
+    for (long long r = 0; r < rows; r++) {
+        double m = -INFINITY, s = 0;
+        for (long long j = 0; j < V; j++) m = fmax(m, (double)load_dt(lg, r * V + j, ldt));
+        for (long long j = 0; j < V; j++) s += exp((double)load_dt(lg, r * V + j, ldt) - m);
+        int t = tgt[r], ok = t >= 0 && t < V;
+        double loss = ok ? log(s) + m - load_dt(lg, r * V + t, ldt) : 0, sc = ok ? dloss / (cnt > 0 ? cnt : 1) : 0;
+        loss_err = fmax(loss_err, fabs(part[r] - loss) / fmax(1, fabs(loss)));
+        ok_err = fmax(ok_err, fabs(part[rows + r] - ok));
+        for (long long j = 0; j < V; j++) {
+            double ref = (exp((double)load_dt(lg, r * V + j, ldt) - m) / s - (j == t)) * sc, got = load_dt(dx, r * V + j, ydt);
+            double tol = 1e-6 * fabs(sc) + (ydt ? fabs(ref) * (ydt == 2 ? 1.0 / 256 : 1.0 / 2048) : 0);
+            double e = fabs(got - ref) - tol;
+            if (!(e <= d_err)) d_err = isnan(e) ? INFINITY : e;
+        }
+    }
+    snprintf(what, sizeof what, "k_ce_fused %lld x %lld, logits %s%s, dlogits %s, %u threads%s: loss terms and flags", rows, V,
+             ldt == 2 ? "bf16" : ldt == 1 ? "f16" : "f32", misaligned ? " (misaligned)" : "", ydt == 2 ? "bf16" : ydt == 1 ? "f16" : "f32", bt,
+             all_ignored ? ", every target ignored" : "");
+    check(loss_err < 1e-5 && ok_err == 0, what, loss_err + ok_err);
+    snprintf(what, sizeof what, "k_ce_fused %lld x %lld (%d, %d, %s): dlogits within rounding", rows, V, ldt, ydt, misaligned ? "misaligned" : "aligned");
+    check(d_err <= 0, what, d_err);
+    free(lbuf), free(dbuf), free(tgt), free(part);
+}
+
+/* ---- k_colsum2 ---------------------------------------------------------------------------------- */
+
+static void colsum_case(long long R, long long Cn, int xdt, long long rpc) {
+    char what[160];
+    void *x = aligned_alloc(16, (size_t)(R * Cn) * dt_size(xdt) + 16);
+    for (long long i = 0; i < R * Cn; i++) store_out(x, i, frand(), xdt);
+    long long chunks = (R + rpc - 1) / rpc;
+    float *y = (float *)malloc(sizeof(float) * chunks * Cn);
+    for (long long i = 0; i < chunks * Cn; i++) y[i] = NAN;
+    A.x = x, A.y = y, A.R = R, A.Cn = Cn, A.rpc = rpc, A.ldt = xdt, A.scale = 0.5f;
+    emu_launch(emu_dim{(unsigned)((Cn + 127) / 128), (unsigned)chunks, 1}, 256, [] { k_colsum2(A.x, A.y, A.R, A.Cn, A.scale, A.rpc, A.ldt); });
+    double err = 0;
+    for (long long c = 0; c < chunks; c++)
+        for (long long j = 0; j < Cn; j++) {
+            double s = 0;
+            for (long long r = c * rpc; r < R && r < (c + 1) * rpc; r++) s += load_dt(x, r * Cn + j, xdt);
+            double e = fabs(y[c * Cn + j] - 0.5 * s) / fmax(1, fabs(0.5 * s));
+            if (!(e <= err)) err = isnan(e) ? INFINITY : e;
+        }
+    snprintf(what, sizeof what, "k_colsum2 [%lld, %lld] %s rows, %lld rows a chunk (%lld chunks)", R, Cn, xdt == 2 ? "bf16" : xdt ? "f16" : "f32", rpc, chunks);
+    check(err < 1e-5, what, err);
+    free(x), free(y);
+}
+
+/* ---- k_adamw_chunks ------------------------------------------------------------------------------ */
+
+/* tensors of n[k] elements laid out one after another (at offsets `skew` elements past a multiple of 4 for those
+ * marked), with bf16 copies for those marked; norm: the squared gradient norm (NaN: the step is skipped) */
+static void adamw_case(const char *name, int count, const long long *n, const int *skew, const int *copy, float norm) {
+    char what[200];
+    long long at = 0, gat = 0;
+    pdde_cu_multi t;
+    memset(&t, 0, sizeof t);
+    for (int k = 0; k < count; k++) {
+        t.n[k] = n[k], t.wd[k] = k % 2 ? 0.0f : 0.1f;
+        at = (at + 3) / 4 * 4 + skew[k], t.p[k] = at, at += n[k];
+        at = (at + 3) / 4 * 4 + skew[k], t.m[k] = at, at += n[k];
+        at = (at + 3) / 4 * 4 + skew[k], t.v[k] = at, at += n[k];
+        gat = (gat + 3) / 4 * 4 + skew[k], t.g[k] = gat, gat += n[k];
+    }
+    long long copies = at;
+    long long sat = 2 * copies; /* (the copies in 2-byte elements past the floats; -1: none) */
+    for (int k = 0; k < count; k++)
+        if (copy[k]) sat = (sat + 3) / 4 * 4 + skew[k], t.s[k] = sat, sat += n[k];
+        else t.s[k] = -1;
+    size_t nbase = (size_t)(sat / 2 + 8);
+    float *base = (float *)aligned_alloc(16, nbase * 4), *gbase = (float *)aligned_alloc(16, (size_t)(gat + 8) * 4);
+    for (size_t i = 0; i < nbase; i++) base[i] = frand();
+    for (long long i = 0; i < gat + 8; i++) gbase[i] = frand();
+    for (int k = 0; k < count; k++)
+        for (long long i = 0; i < n[k]; i++) base[t.v[k] + i] = fabsf(base[t.v[k] + i]);
+    float *rb = (float *)malloc(nbase * 4), *rg = (float *)malloc((size_t)(gat + 8) * 4);
+    memcpy(rb, base, nbase * 4), memcpy(rg, gbase, (size_t)(gat + 8) * 4);
+    const float lr = 0.01f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, clip = 1.0f, gs = 0.5f, bc1 = 0.1f, bc2 = 0.05f;
+    float gn = norm;
+    long long chunks = 0;
+    for (int k = 0; k < count; k++) chunks += (n[k] + ADAMW_CHUNK - 1) / ADAMW_CHUNK;
+    A.base = base, A.gbase = gbase, A.gn = &gn, A.t = t, A.count = count, A.sdt = DT_BF16;
+    emu_launch(emu_dim{(unsigned)chunks, 1, 1}, 256,
+               [] { k_adamw_chunks(A.base, A.gbase, A.gn, A.t, A.count, 0.01f, 0.9f, 0.95f, 1e-8f, 1.0f, 0.5f, 0.1f, 0.05f, A.sdt); });
+    if (!update_skipped(&gn)) { /* the reference: adamw_element on each element, the copy rounded as a cast */
+        float f = gs * clip_factor(&gn, clip);
+        for (int k = 0; k < count; k++)
+            for (long long i = 0; i < n[k]; i++) {
+                adamw_element(rb + t.p[k] + i, rg + t.g[k] + i, rb + t.m[k] + i, rb + t.v[k] + i, f, lr, b1, b2, eps, t.wd[k], bc1, bc2);
+                if (copy[k]) store_shadow((unsigned short *)rb + t.s[k], i, rb[t.p[k] + i], DT_BF16);
+            }
+    }
+    long long diff = 0;
+    for (size_t i = 0; i < nbase; i++) diff += memcmp(base + i, rb + i, 4) != 0;
+    for (long long i = 0; i < gat + 8; i++) diff += memcmp(gbase + i, rg + i, 4) != 0;
+    snprintf(what, sizeof what, "k_adamw_chunks %s: parameters, moments, gradients and copies equal adamw_element's, bit for bit "
+             "(%lld words differ)", name, diff);
+    check(diff == 0, what, (double)diff);
+    free(base), free(gbase), free(rb), free(rg);
+}
+
+int main() {
+    /* k_ce_fused: the 16-byte path (V a multiple of 8 or 4, aligned rows) and the element path */
+    ce_case(4, 64, 2, 2, 0, 0, 32);
+    ce_case(5, 1000, 2, 0, 0, 0, 64);
+    ce_case(3, 96, 0, 2, 0, 0, 32);
+    ce_case(3, 96, 0, 0, 0, 0, 256);
+    ce_case(4, 304, 1, 1, 0, 0, 32);
+    ce_case(4, 64, 2, 2, 1, 0, 32);
+    ce_case(3, 37, 2, 0, 0, 0, 32);
+    ce_case(3, 37, 0, 2, 0, 1, 32);
+    ce_case(2, 1, 0, 0, 0, 0, 32);
+    /* k_colsum2: one chunk, several, a partial last chunk and column group, bf16 rows */
+    colsum_case(7, 8, 0, 7);
+    colsum_case(300, 36, 0, 70);
+    colsum_case(257, 260, 0, 64);
+    colsum_case(100, 24, 2, 33);
+    colsum_case(100, 132, 1, 100);
+    /* k_adamw_chunks */
+    const long long n1[] = {5000, 7, 4099, 9000}, n2[] = {3};
+    const int aligned[] = {0, 0, 0, 0}, skewed[] = {0, 0, 1, 2}, copies[] = {1, 0, 1, 1}, none[] = {0, 0, 0, 0};
+    adamw_case("4 tensors (2, 1, 2, 3 chunks), aligned, bf16 copies", 4, n1, aligned, copies, 0.8f);
+    adamw_case("4 tensors, two misaligned, clipped", 4, n1, skewed, copies, 9.0f);
+    adamw_case("4 tensors, no copies", 4, n1, aligned, none, 0.25f);
+    adamw_case("one tensor of 3", 1, n2, aligned, copies, 0.5f);
+    adamw_case("a non-finite norm: nothing changes", 4, n1, aligned, copies, NAN);
+    printf("%d passed, %d failed\n", n_pass, n_fail);
+    return n_fail != 0;
+}
