@@ -10,7 +10,7 @@
 #   GPT-2 124M (B 8, T 1024, AdamW) through bench_cuda --gpt in bf16 with the defaults and with what each
 #   default replaced, in f32, and the same model in PyTorch (bf16 eager with SDPA and fused AdamW,
 #   torch.compile, f32 with TF32 off); `gpt --device auto` and 2 ranks (dp, tp) on the GPU against one
-#   process; each GEMM shape against torch.matmul; the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
+#   process; each GEMM shape against torch.matmul; the memory-bound kernels (cross-entropy, bias sums, AdamW); the CUDA defaults (graph fusions, cublasLt) against the defaults they replaced and each alone
 #   turned off, the switches still off by default, and the MoE kernels on CUDA; NCCL on device buffers;
 #   the cost model's predicted step against the measured one (tools/bench/costmodel_gpu.sh); `make demo`
 #   (200 steps) and `make bench-dlrm` with the dense stage on the GPU; the whole conformance suite on cuda,
@@ -202,8 +202,9 @@ line=$(grep '^RESULT costmodel_gpu' "$out/step.out" | tail -1)
 cat "$tmp/costmodel/predict.log" >>"$log" 2>/dev/null
 
 # ---- each GEMM shape of the step on each path against torch.matmul, the bias gradient in the GEMM
-# (PDDE_FUSE_BGRAD) and cublasLt's tuning (PDDE_CUDA_LT_TUNE), both off by default (tools/bench/cuda_gemm.sh)
-step gemm 240 env RUNS="${GPU_CHECK_GEMM_RUNS-default tune bgrad bgrad_tune}" bash tools/bench/cuda_gemm.sh build
+# (PDDE_FUSE_BGRAD), cublasLt's tuning (PDDE_CUDA_LT_TUNE) and batch-1 GEMMs through cublasGemmEx
+# (PDDE_CUDA_GEMM_SINGLE), all off by default (tools/bench/cuda_gemm.sh)
+step gemm 240 env RUNS="${GPU_CHECK_GEMM_RUNS-default single tune bgrad bgrad_tune}" bash tools/bench/cuda_gemm.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_gemm_check .*failed=0' "$out/step.out" || failed=1
 
@@ -215,6 +216,12 @@ step fusions 300 env RUNS="${GPU_CHECK_FUSION_RUNS-default old_defaults no_lt no
     bash tools/bench/cuda_fusions.sh build
 grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
 grep -q '^RESULT gpu_fusions .*failed=0' "$out/step.out" || failed=1
+# ---- the memory-bound kernels (tools/bench/cuda_memk.sh: the fused cross-entropy PDDE_FUSE_CE, the two-level column
+# sums PDDE_CUDA_COLSUM2, the chunked AdamW PDDE_CUDA_ADAMW_CHUNKS, all off by default): their conformance cases, then
+# GPT-2 124M bf16 steps with each against the defaults, and profiles of the ops they replace
+step memk 240 env RUNS="${GPU_CHECK_MEMK_RUNS-default fuse_ce colsum2 adamw_chunks all3 default_again}" bash tools/bench/cuda_memk.sh build
+grep '^RESULT' "$out/step.out" | sed 's/^RESULT //' | while read -r line; do result "$line"; done
+grep -q '^RESULT gpu_memk .*failed=0' "$out/step.out" || failed=1
 test_step test_backend_ops_cuda_moe 60 env PDDE_CUDA_MOE=1 build/test_backend_ops --backend cuda --op moe_layer
 test_step test_moe_device_cuda 90 env PDDE_CUDA_MOE=1 build/test_moe_device
 # NCCL (loaded at run time; found beside PyTorch) on device buffers: one rank on one GPU, two on two
