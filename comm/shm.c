@@ -58,6 +58,7 @@
 #include "util.c"
 #include "store.c"
 #include "world.c"
+#include "buffer.c"
 #include "schedule.c"
 #include "progress.c"
 
@@ -88,6 +89,7 @@ struct comm_shm {
     int behind;               /* a rank the last unfinished barrier waits for */
     uint64_t behind_phase;    /* ... and the barriers it had reached then */
     int cma_off;              /* all-to-all: no cross-memory reads (PDDE_COMM_CMA=0, or one was refused) */
+    int reg_off;              /* all-to-all: no reads of registered buffers through a mapping (one was refused) */
     size_t a2a_small;         /* all-to-all: the largest message that goes with the table (SHM_A2A_SMALL_MAX*) */
     int a2a_sleep;            /* all-to-all: a large one's waits sleep soon (ranks outnumber cores; PDDE_COMM_A2A_SLEEP=0: no) */
     uint64_t pid;             /* this process's id, for the others' cross-memory reads (no system call per operation) */
@@ -109,10 +111,12 @@ static char *shm_in(const comm_shm *s, int r, int set) {
 }
 static char *shm_res(const comm_shm *s, int r, int set) { return shm_in(s, r, set) + s->chunk; }
 /* All-to-all(v)'s table of a buffer set, rank r's row: the bytes it sends to each rank, those it expects
- * from each, the address of its block for each, then (at 3n + SHM_A2A_*) its pid, whether it offers
- * cross-memory reads, whether one of its reads failed, and the largest message it sends with the table. */
-#define SHM_ROW(n) (3 * (size_t)(n) + 4)
-enum { SHM_A2A_PID, SHM_A2A_CMA, SHM_A2A_FAILED, SHM_A2A_SMALL };
+ * from each, the address of its block for each, then (at 3n + SHM_A2A_*) its pid, whether the others may
+ * read its send buffer directly (by cross-memory reads, or through a mapping where it is registered),
+ * whether one of its reads failed, the largest message it sends with the table, and the registered
+ * buffer its sends lie in (serial 0: none; buffer.c). */
+#define SHM_ROW(n) (3 * (size_t)(n) + 8)
+enum { SHM_A2A_PID, SHM_A2A_CMA, SHM_A2A_FAILED, SHM_A2A_SMALL, SHM_A2A_REG_SERIAL, SHM_A2A_REG_FD, SHM_A2A_REG_BASE, SHM_A2A_REG_SIZE };
 static uint64_t *shm_table(const comm_shm *s, int r, int set) {
     return (uint64_t *)(void *)(shm_in(s, s->n, 0) + ((size_t)set * (size_t)s->n + (size_t)r) * SHM_ROW(s->n) * 8);
 }
@@ -369,7 +373,7 @@ static void shm_copy_nt(char *dst, const char *src, size_t len) {
  * count (the largest message decides) and the way (cross-memory reads or chunks); else the error, the
  * same on every rank. Returns 1 on that error. */
 static int shm_a2a_agree(comm_shm *s, comm_shm_op *o, int set) {
-    int n = s->n, me = s->me, cma = !s->cma_off;
+    int n = s->n, me = s->me, cma = 1; /* (each row says whether its sends may be read directly) */
     size_t esz = pdde_dtype_size(o->dtype);
     uint64_t most = 0, small = UINT64_MAX;
     for (int i = 0; i < n; i++) {
@@ -403,13 +407,26 @@ static int shm_a2a_agree(comm_shm *s, comm_shm_op *o, int set) {
 
 /* Reads what every peer sends me straight from its send buffer (the table of set gives where);
  * returns 0 when all of it came. */
-static int shm_a2a_read(comm_shm *s, const comm_shm_op *o, int set) {
+static int shm_a2a_read(comm_shm *s, comm_shm_op *o, int set) {
     int n = s->n, me = s->me;
     size_t esz = pdde_dtype_size(o->dtype);
     for (int k = 1; k < n; k++) {
         int p = (me + k) % n; /* everybody starts with a different peer */
         const uint64_t *rp = shm_table(s, p, set);
         size_t len = o->rcount[p] * esz, done = 0;
+        if (!len) continue;
+        if (rp[3 * n + SHM_A2A_REG_SERIAL]) { /* registered: a plain copy through my mapping of it */
+            comm_buffer_ref ref = {rp[3 * n + SHM_A2A_PID], rp[3 * n + SHM_A2A_REG_SERIAL], rp[3 * n + SHM_A2A_REG_FD],
+                                   rp[3 * n + SHM_A2A_REG_BASE], rp[3 * n + SHM_A2A_REG_SIZE]};
+            const char *at = comm_buffer_map(&ref);
+            if (at) {
+                memcpy(o->dst + o->rdispl[p] * esz, at + (rp[2 * n + me] - ref.base), len);
+                comm_buffer_release(at);
+                o->mapped = 1;
+                continue;
+            }
+        }
+        if (s->cma_off) return -1; /* refused, or (PDDE_COMM_CMA=0 here alone) not allowed: everybody goes on in chunks */
         while (done < len) {
             struct iovec l = {o->dst + o->rdispl[p] * esz + done, len - done};
             struct iovec r = {(void *)(uintptr_t)(rp[2 * n + me] + done), len - done};
@@ -436,17 +453,25 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
             o->unit0 = s->unit;
             if (o->kind == SHM_ALLTOALLV) { /* the table first (its unit is unit0); at and m count bytes */
                 uint64_t *row = shm_table(s, me, (int)(o->unit0 & 1));
-                size_t send_end = 0, recv_end = 0;
+                size_t send_end = 0, recv_end = 0, others_start = SIZE_MAX, others_end = 0;
                 for (int p = 0; p < n; p++) {
                     row[p] = o->scount[p] * esz, row[n + p] = o->rcount[p] * esz;
                     row[2 * n + p] = (uint64_t)(uintptr_t)(o->src + o->sdispl[p] * esz);
                     if (o->scount[p] && (o->sdispl[p] + o->scount[p]) * esz > send_end) send_end = (o->sdispl[p] + o->scount[p]) * esz;
+                    if (o->scount[p] && p != me && o->sdispl[p] * esz < others_start) others_start = o->sdispl[p] * esz;
+                    if (o->scount[p] && p != me && (o->sdispl[p] + o->scount[p]) * esz > others_end) others_end = (o->sdispl[p] + o->scount[p]) * esz;
                     if (o->rcount[p] && (o->rdispl[p] + o->rcount[p]) * esz > recv_end) recv_end = (o->rdispl[p] + o->rcount[p]) * esz;
                 }
                 /* in place (the buffers overlap): in chunks, which read each piece before they write over it */
                 int overlap = send_end && recv_end && o->src < o->dst + recv_end && o->dst < o->src + send_end;
+                /* what the others read of my send buffer (my blocks for them) in a registered buffer:
+                 * they copy it through a mapping, no cross-memory read needed */
+                comm_buffer_ref ref = {0};
+                int reg = !s->reg_off && others_start < others_end && comm_buffer_find(o->src + others_start, others_end - others_start, &ref);
+                row[3 * n + SHM_A2A_REG_SERIAL] = reg ? ref.serial : 0;
+                row[3 * n + SHM_A2A_REG_FD] = ref.fd, row[3 * n + SHM_A2A_REG_BASE] = ref.base, row[3 * n + SHM_A2A_REG_SIZE] = ref.size;
                 row[3 * n + SHM_A2A_PID] = s->pid;
-                row[3 * n + SHM_A2A_CMA] = !s->cma_off && !overlap;
+                row[3 * n + SHM_A2A_CMA] = (!s->cma_off || reg) && !overlap;
                 row[3 * n + SHM_A2A_FAILED] = 0;
                 o->chunk_elems = o->part = (s->chunk / (size_t)n) & ~(size_t)63;
                 o->count = SIZE_MAX;
@@ -592,7 +617,8 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
                 o->stage = SHM_DONE;
                 return 1;
             }
-            s->cma_off = 1; /* on every rank: the kernel refused a read (ptrace rules, a container's filter) */
+            s->cma_off = s->reg_off = 1; /* on every rank: the kernel refused a read (ptrace rules, a container's filter) */
+            o->mapped = 0;
             goto chunks;
         }
         default:
@@ -747,6 +773,7 @@ static pdde_status comm_shm_run(pdde_comm *c, comm_shm_op o) {
             comm_backoff(idle, left, shared_cpu ? 0 : w->spin_s);
     }
     if (o.err) return pdde_error(w->ctx, o.err, "comm: %s", o.msg);
+    if (o.mapped) c->last_algo = "shm_registered";
     return PDDE_OK;
 }
 
