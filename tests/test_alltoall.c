@@ -8,8 +8,11 @@
  * first operation's reads and all go on in chunks, the results exact. Messages at, just over and just
  * under the size that goes with the counts table, back to back, arrive exact; so does a rank's own block,
  * large and small, to an unaligned place, among small and large messages. Ranks waiting in a large
- * exchange for a rank that comes 0.4 s late spend little CPU (they sleep). (A rank killed during an
- * all-to-all: test_comm_fail.) */
+ * exchange for a rank that comes 0.4 s late spend little CPU (they sleep). Send buffers from
+ * pdde_comm_buffer_alloc (registered; see registers() for the ways): every case above arrives exact, a
+ * large exchange is read through the peers' mappings ("shm_registered"; with PDDE_COMM_CMA=0 too), a
+ * buffer freed and another allocated in its place delivers the new data, and where the kernel refuses
+ * the mapping every rank goes on in chunks. (A rank killed during an all-to-all: test_comm_fail.) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -48,8 +51,9 @@ static int32_t val(int r, int j, size_t i) { return (int32_t)(r * 1000003 + j * 
 typedef struct { const char *way; } a2a_arg;
 
 /* Ways whose send buffers come from pdde_comm_buffer_alloc: every rank's ("registered"; "reg_nocma" with
- * PDDE_COMM_CMA=0; "reg_refused" where the kernel refuses the others' access to rank 0; "reg_off" with
- * PDDE_COMM_REGISTER=0: plain memory), or rank 0's alone ("mixed"). */
+ * PDDE_COMM_CMA=0; "reg_refused" where the kernel refuses the others' access to rank 0, and
+ * "reg_nocma_refused" with PDDE_COMM_CMA=0 too; "reg_off" with PDDE_COMM_REGISTER=0: plain memory), or
+ * rank 0's alone ("mixed"). */
 static int registers(const char *way, int me) { return !strncmp(way, "reg", 3) || (!strcmp(way, "mixed") && me == 0); }
 static void *send_alloc(pdde_comm *c, const char *way, size_t bytes) {
     void *p = NULL;
@@ -269,10 +273,10 @@ int main(void) {
     if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
-    static const char *ways[] = {"cma", "chunks", "ucx", "refused", "registered", "mixed", "reg_nocma", "reg_refused", "reg_off"};
+    static const char *ways[] = {"cma", "chunks", "ucx", "refused", "registered", "mixed", "reg_nocma", "reg_refused", "reg_nocma_refused", "reg_off"};
     for (int w = 0; w < (int)(sizeof ways / sizeof *ways); w++)
         for (int n = 2; n <= 3; n++) {
-            if (w == 1 || !strcmp(ways[w], "reg_nocma")) setenv("PDDE_COMM_CMA", "0", 1);
+            if (w == 1 || !strncmp(ways[w], "reg_nocma", 9)) setenv("PDDE_COMM_CMA", "0", 1);
             if (w == 2) setenv("PDDE_COMM_SHM", "0", 1);
             if (!strcmp(ways[w], "reg_off")) setenv("PDDE_COMM_REGISTER", "0", 1);
             char prefix[64];

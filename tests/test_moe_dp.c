@@ -20,7 +20,9 @@
  * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
  * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
  * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall; each
- * rank's memory after the steps is what lowering predicts for it (pdde_predict_memory). */
+ * rank's memory after the steps is what lowering predicts for it (pdde_predict_memory); the expert
+ * exchange's buffer is registered (pdde_comm_buffer_alloc: one memfd of this process while the session
+ * lives, none after). */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
