@@ -75,6 +75,8 @@
 #define SHM_WHOLE_BYTES (16u << 10)  /* at or below: every rank reduces the whole message */
 #define SHM_A2A_SMALL_MAX (16u << 10)        /* all-to-all: the largest message with the table (see shm_a2a_small) */
 #define SHM_A2A_SMALL_MAX_SHARED (64u << 10) /* ... where the ranks outnumber the cores */
+#define SHM_A2A_SMALL_REG (4u << 10)         /* ... from a registered send buffer (read through a mapping above) */
+#define SHM_A2A_SMALL_REG_SHARED (16u << 10) /* ... and where the ranks outnumber the cores */
 #define SHM_MAX_RANKS 64
 #define SHM_SLEEP_S 1e-3             /* a futex sleep's longest: how often a sleeping wait checks the failure state */
 #define SHM_LINE 128                 /* a flag per 128 bytes: adjacent-line prefetch would pair 64 */
@@ -90,6 +92,7 @@ struct comm_shm {
     uint64_t behind_phase;    /* ... and the barriers it had reached then */
     int cma_off;              /* all-to-all: no cross-memory reads (PDDE_COMM_CMA=0, or one was refused) */
     int reg_off;              /* all-to-all: no reads of registered buffers through a mapping (one was refused) */
+    size_t a2a_small_reg;     /* all-to-all: the largest message with the table from a registered send buffer (SHM_A2A_SMALL_REG*) */
     size_t a2a_small;         /* all-to-all: the largest message that goes with the table (SHM_A2A_SMALL_MAX*) */
     int a2a_sleep;            /* all-to-all: a large one's waits sleep soon (ranks outnumber cores; PDDE_COMM_A2A_SLEEP=0: no) */
     uint64_t pid;             /* this process's id, for the others' cross-memory reads (no system call per operation) */
@@ -172,6 +175,7 @@ static pdde_status comm_shm_map(pdde_comm *c, int64_t serial, comm_shm **out) {
     const char *cma = getenv("PDDE_COMM_CMA");
     s->cma_off = cma && !strcmp(cma, "0");
     s->a2a_small = w->spin_s > 0 ? SHM_A2A_SMALL_MAX : SHM_A2A_SMALL_MAX_SHARED;
+    s->a2a_small_reg = w->spin_s > 0 ? SHM_A2A_SMALL_REG : SHM_A2A_SMALL_REG_SHARED;
     const char *sleep = getenv("PDDE_COMM_A2A_SLEEP");
     s->a2a_sleep = w->spin_s == 0 && !(sleep && !strcmp(sleep, "0"));
     s->pid = (uint64_t)getpid();
@@ -337,7 +341,12 @@ static void shm_unit_out(comm_shm *s, const comm_shm_op *o, size_t at, size_t m,
  * (2 ranks, 8 KiB pairs: 1.5 us against 2.6; 32 KiB pairs: 4.4 us against 5.4). Where the ranks
  * outnumber the cores, at most 64 KiB: a peer that reads my copy often runs on the core I ran on, so
  * the copies stay in its caches (4 ranks on 2 cores, 64 KiB pairs: 34 us against 41). The ranks use
- * the smallest of theirs (each writes its own into the table). SHM_A2A_SMALL_MAX(_SHARED) are above. */
+ * the smallest of theirs (each writes its own into the table). SHM_A2A_SMALL_MAX(_SHARED) are above.
+ * A rank whose sends lie in a registered buffer offers less: its blocks are read with a plain copy
+ * through the reader's mapping, no system call, which beats the table's two copies from 4 KiB pairs
+ * (2 ranks, 8 KiB pairs: 1.4 against 7-100 us, under load 15) and from 16 KiB where the ranks
+ * outnumber the cores (4 ranks, 64 KiB pairs: 116 against 392 us, under load 16); the smallest
+ * offer wins, so mixed ranks agree. */
 static size_t shm_a2a_small(const comm_shm *s, const comm_shm_op *o) { return o->part < s->a2a_small ? o->part : s->a2a_small; }
 
 /* My own block of an all-to-all at or above this many bytes is copied with stores that bypass the
@@ -479,8 +488,10 @@ static int shm_step(comm_shm *s, comm_shm_op *o) {
                  * SHM_A2A_TABLE), so that the operation takes one barrier */
                 size_t most = 0;
                 for (int p = 0; p < n; p++) most = p != me && row[p] > most ? row[p] : most;
-                row[3 * n + SHM_A2A_SMALL] = shm_a2a_small(s, o);
-                if (most <= shm_a2a_small(s, o)) shm_unit_in(s, o, 0, o->part, (int)(o->unit0 & 1));
+                size_t small = shm_a2a_small(s, o);
+                if (reg && small > s->a2a_small_reg) small = s->a2a_small_reg;
+                row[3 * n + SHM_A2A_SMALL] = small;
+                if (most <= small) shm_unit_in(s, o, 0, o->part, (int)(o->unit0 & 1));
                 s->unit = o->unit0 + 1;
                 o->barrier_a = shm_arrive(s);
                 /* my own block while the others arrive: nobody reads my receive buffer, and where it

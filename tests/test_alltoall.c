@@ -162,10 +162,12 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     send_free(comm, way, io);
 
     /* back to back around the size up to which messages go with the counts table (a chunk slot:
-     * 512 KiB / n rounded down to 64 bytes, at most 16 KiB, 64 KiB where the ranks outnumber the cores):
+     * 512 KiB / n rounded down to 64 bytes, at most 16 KiB, 64 KiB where the ranks outnumber the cores;
+     * where a rank's sends are registered 4 KiB, 16 KiB where the ranks outnumber the cores):
      * exactly at it, one element over (the way switches), one under, with zero counts and the last rank
      * sending nothing; each way after each other way */
-    size_t slot = ((512u << 10) / (size_t)n & ~(size_t)63), most = n > sysconf(_SC_NPROCESSORS_ONLN) ? 64u << 10 : 16u << 10;
+    int shared = n > sysconf(_SC_NPROCESSORS_ONLN), reg_limit = !strcmp(way, "registered") || !strcmp(way, "reg_nocma") || !strcmp(way, "mixed");
+    size_t slot = ((512u << 10) / (size_t)n & ~(size_t)63), most = reg_limit ? (shared ? 16u << 10 : 4u << 10) : shared ? 64u << 10 : 16u << 10;
     slot = (slot < most ? slot : most) / 4;
     static const int ladder[] = {0, 1, 2, 0, 2, 1, 3, 3, 0};
     int32_t *ls = send_alloc(comm, way, ((slot + 1) * (size_t)n + 1) * 4), *lr = malloc(((slot + 1) * (size_t)n + 1) * 4);
