@@ -30,7 +30,10 @@
  * 256 KiB with stores that bypass the caches). Then, where the messages are larger and the kernel lets a process read its
  * peers' memory (cross-memory attach, process_vm_readv: the same user, no ptrace restriction), each rank
  * reads what every peer sends it straight from the peer's send buffer into its receive buffer (one
- * copy, the pairs at once), barrier (the send buffers may be reused after it). Elsewhere (small
+ * copy, the pairs at once), barrier (the send buffers may be reused after it). Where a sender's blocks
+ * for the others lie in one registered buffer (buffer.c), its readers copy them through their mapping
+ * of it instead, a plain memcpy (with PDDE_COMM_CMA=0 too), and such a sender offers the table only up
+ * to 4 KiB pairs (16 KiB where the ranks outnumber the cores). Elsewhere (small
  * messages, PDDE_COMM_CMA=0, or a read refused: then every rank stops trying it on this channel) one
  * barrier per chunk: a chunk gives every ordered pair a slot of chunk / n bytes in the sender's "in";
  * the sender copies its next piece for each peer into that peer's slot, barrier, each rank copies its
