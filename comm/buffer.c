@@ -50,10 +50,11 @@ typedef struct {
 
 static struct {
     pthread_mutex_t lock;
+    _Atomic int count; /* of mine (registered or not): none, and an all-to-all looks no further */
     comm_buffer *mine;
     uint64_t serial, clock;
     comm_peer_map maps[COMM_PEER_MAPS];
-} comm_buffers = {PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, {{0}}};
+} comm_buffers = {PTHREAD_MUTEX_INITIALIZER, 0, NULL, 0, 0, {{0}}};
 
 static void comm_buffer_name(char *out, size_t cap, uint64_t serial) { snprintf(out, cap, "pdde-buf-%llu", (unsigned long long)serial); }
 
@@ -61,6 +62,7 @@ static void comm_buffer_name(char *out, size_t cap, uint64_t serial) { snprintf(
 static int comm_buffer_find(const void *p, size_t len, comm_buffer_ref *ref) {
     const char *q = p;
     int found = 0;
+    if (!atomic_load_explicit(&comm_buffers.count, memory_order_relaxed)) return 0;
     pthread_mutex_lock(&comm_buffers.lock);
     for (comm_buffer *b = comm_buffers.mine; b && !found; b = b->next)
         if (b->fd >= 0 && q >= b->base && q + len <= b->base + b->size && len <= b->size) {
@@ -154,6 +156,7 @@ pdde_status pdde_comm_buffer_alloc(pdde_comm *c, size_t bytes, void **out) {
     pthread_mutex_lock(&comm_buffers.lock);
     b->next = comm_buffers.mine;
     comm_buffers.mine = b;
+    comm_buffers.count++;
     pthread_mutex_unlock(&comm_buffers.lock);
     *out = p;
     return PDDE_OK;
@@ -167,6 +170,7 @@ void pdde_comm_buffer_free(void *buf) {
         if ((*pp)->base == buf) {
             b = *pp;
             *pp = b->next;
+            comm_buffers.count--;
             break;
         }
     pthread_mutex_unlock(&comm_buffers.lock);
