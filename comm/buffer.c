@@ -34,6 +34,7 @@ typedef struct comm_buffer {
     size_t size;
     int fd;          /* the memfd; -1: plain memory (not registered) */
     uint64_t serial; /* unique in this process; the memfd's name says it */
+    uint64_t pid;    /* the process that made it (a system call each operation otherwise) */
     struct comm_buffer *next;
 } comm_buffer;
 
@@ -66,7 +67,7 @@ static int comm_buffer_find(const void *p, size_t len, comm_buffer_ref *ref) {
     pthread_mutex_lock(&comm_buffers.lock);
     for (comm_buffer *b = comm_buffers.mine; b && !found; b = b->next)
         if (b->fd >= 0 && q >= b->base && q + len <= b->base + b->size && len <= b->size) {
-            *ref = (comm_buffer_ref){(uint64_t)getpid(), b->serial, (uint64_t)b->fd, (uint64_t)(uintptr_t)b->base, b->size};
+            *ref = (comm_buffer_ref){b->pid, b->serial, (uint64_t)b->fd, (uint64_t)(uintptr_t)b->base, b->size};
             found = 1;
         }
     pthread_mutex_unlock(&comm_buffers.lock);
@@ -136,6 +137,7 @@ pdde_status pdde_comm_buffer_alloc(pdde_comm *c, size_t bytes, void **out) {
     const char *reg = getenv("PDDE_COMM_REGISTER");
     b->fd = -1;
     b->size = size;
+    b->pid = (uint64_t)getpid();
     pthread_mutex_lock(&comm_buffers.lock);
     b->serial = ++comm_buffers.serial;
     pthread_mutex_unlock(&comm_buffers.lock);
