@@ -86,6 +86,7 @@ const char *pdde_feature_name(uint32_t feature) {
 
 #ifdef PDDE_HAVE_COMM
 #include "comm/comm.c"
+#include "comm/alltoall_hier.c"
 #endif
 /* (in every build that has it: one process's in-process table needs no communication; servers and
  * remote clients fail at their first message where there is no comm/) */

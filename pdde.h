@@ -919,7 +919,13 @@ pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, s
  * (sendbuf == recvbuf, alltoallv: the same counts and displacements) only where all ranks share a host
  * (elsewhere PDDE_ERR_INVALID_ARG). */
 pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t);
-/* Counts and displacements in elements, one per rank. */
+/* Counts and displacements in elements, one per rank. Both blocking calls run hierarchically where
+ * comm spans several hosts with the same number (> 1) of its ranks on each: within each host, then
+ * one message per host pair and local index, then a local permutation (the same result, bit for
+ * bit). PDDE_COMM_A2A_HIER=1: always there, =0: never; unset: when a rank pair's mean message is at
+ * most PDDE_COMM_A2A_HIER_BYTES(hosts, ranks a host) bytes (alltoallv agrees on it with a sum first);
+ * the MoE cost model prices the exchange by the same rule. The non-blocking calls run flat. */
+#define PDDE_COMM_A2A_HIER_BYTES(hosts, local) (50e3 / (1.0 + 3.0 * (hosts) * (local) / (((hosts) - 1.0) * ((local) - 1.0))))
 pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts,
                                 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                 const size_t *rdispls, pdde_dtype t);
@@ -1921,6 +1927,7 @@ typedef struct {
     int ep;
     double alltoall_bytes;     /* leaving one rank in a step, all MoE layers */
     double alltoall_s;         /* its time */
+    int alltoall_hier;         /* 1: the exchange priced in the communicator's hierarchical form (several machines) */
     double cross_host_share;   /* of a rank's exchanged bytes, the share to other machines (the most of any rank) */
     double expert_gemm_s;      /* the busiest rank's expert GEMMs, forward and backward */
     double expert_buffer_s;    /* the passes over the experts' rows beside the GEMMs: the activation, and with ep > 1

@@ -872,13 +872,68 @@ static pdde_status cpu_sum_to(pdde_context *ctx, pdde_threadpool *pool, pdde_ten
     return PDDE_OK;
 }
 
-static void cpu_expand(pdde_tensor *y) {
+/* expand: y = s x, x broadcast to y's shape. y's dims merged into runs that x either repeats (x stride
+ * 0) or walks contiguously, so y is rows of its innermost run, each one value filled or a scaled copy
+ * of one of x's rows: no index arithmetic per element. x f32 or bf16 / f16 (widened a block at a
+ * time); y f32 or bf16 / f16. */
+typedef struct {
+    pdde_tensor *y;
+    int nd;                    /* merged dims; the last is the row */
+    int64_t shape[PDDE_MAX_DIMS], xstride[PDDE_MAX_DIMS];
+} expand_job;
+
+#define EXPAND_BLOCK 1024
+
+CPU_KERNEL static void expand_task(void *arg, int64_t begin, int64_t end) {
+    const expand_job *j = arg;
+    pdde_tensor *y = j->y;
     const pdde_tensor *x = y->src[0];
-    bcast bc;
-    bcast_init(&bc, y, x);
-    float *out = F32(y), s = pdde_op_f32(y, PDDE_P_SCALE);
-    const float *in = F32(x);
-    for (int64_t i = 0, n = pdde_tensor_numel(y); i < n; i++) out[i] = s * in[bcast_index(&bc, i)];
+    const float s = pdde_op_f32(y, PDDE_P_SCALE);
+    const int64_t inner = j->shape[j->nd - 1], step = j->xstride[j->nd - 1];
+    float buf[EXPAND_BLOCK];
+    for (int64_t r = begin; r < end; r++) {
+        int64_t xi = 0, rest = r;
+        for (int d = j->nd - 2; d >= 0; d--) xi += rest % j->shape[d] * j->xstride[d], rest /= j->shape[d];
+        for (int64_t c0 = 0; c0 < inner; c0 += EXPAND_BLOCK) {
+            int64_t nc = inner - c0 < EXPAND_BLOCK ? inner - c0 : EXPAND_BLOCK, n_in = step ? nc : 1;
+            const float *in = F32(x) + xi + c0 * step;
+            if (x->dtype != PDDE_F32) half_to_f32(LOWP_OUT(x) + xi + c0 * step, buf, n_in, x->dtype), in = buf;
+            float *out = y->dtype == PDDE_F32 ? F32(y) + r * inner + c0 : buf;
+            if (!step) {
+                const float v = s * in[0];
+                for (int64_t k = 0; k < nc; k++) out[k] = v;
+            } else if (s == 1.0f && out != in) {
+                memcpy(out, in, (size_t)nc * sizeof *out);
+            } else {
+                for (int64_t k = 0; k < nc; k++) out[k] = s * in[k];
+            }
+            if (y->dtype != PDDE_F32) f32_to_half(out, LOWP_OUT(y) + r * inner + c0, nc, y->dtype);
+        }
+    }
+}
+
+static void cpu_expand(pdde_threadpool *pool, pdde_tensor *y) {
+    const pdde_tensor *x = y->src[0];
+    expand_job j = {.y = y, .nd = 0};
+    int64_t stride = 1, xs[PDDE_MAX_DIMS];
+    for (int i = y->ndim - 1; i >= 0; i--) { /* x's stride along each of y's dims (0: broadcast) */
+        int xi = i - (y->ndim - x->ndim);
+        int64_t xd = xi >= 0 ? x->shape[xi] : 1;
+        xs[i] = xd == 1 ? 0 : stride;
+        stride *= xd;
+    }
+    for (int i = 0; i < y->ndim; i++) {
+        if (y->shape[i] == 1) continue;
+        int k = j.nd - 1;
+        if (k >= 0 && (xs[i] == 0 ? j.xstride[k] == 0 : j.xstride[k] == xs[i] * y->shape[i])) { /* one run with the previous */
+            j.shape[k] *= y->shape[i], j.xstride[k] = xs[i];
+        } else {
+            j.shape[j.nd] = y->shape[i], j.xstride[j.nd] = xs[i], j.nd++;
+        }
+    }
+    if (!j.nd) j.shape[0] = 1, j.xstride[0] = 0, j.nd = 1; /* (a single element) */
+    int64_t inner = j.shape[j.nd - 1], rows = pdde_tensor_numel(y) / (inner ? inner : 1);
+    if (inner > 0) parallel_for(pool, rows, PAR_MIN / inner + 1, expand_task, &j);
 }
 
 static void cpu_reduce(pdde_tensor *y) {
@@ -1208,7 +1263,7 @@ static pdde_status cpu_compute_node(pdde_context *ctx, pdde_threadpool *pool, cp
     }
     case PDDE_OP_SUM: case PDDE_OP_MEAN: cpu_reduce(t); return PDDE_OK;
     case PDDE_OP_SUM_TO: return cpu_sum_to(ctx, pool, t);
-    case PDDE_OP_EXPAND: cpu_expand(t); return PDDE_OK;
+    case PDDE_OP_EXPAND: cpu_expand(pool, t); return PDDE_OK;
     case PDDE_OP_CAST: parallel_for(pool, n, PAR_MIN, cast_task, &job); return PDDE_OK;
     case PDDE_OP_GRAD_ACCUM:
         if (t->nsrc == 3) return cpu_grad_accum_matmul(ctx, pool, dnnl, t);

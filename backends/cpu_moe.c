@@ -7,7 +7,26 @@
  * offset[e] + (its rank among e's choices in (n, j) order), e = idx[n, j]; offset[e] is the sum of
  * the counts before e (dropless, capacity 0) or e * capacity; with a capacity, a choice ranked past
  * it is dropped (row -1). moe_layout computes this in one O(N k + E) pass; every op recomputes it
- * from idx rather than passing a permutation tensor, so a graph holds no extra integer state. */
+ * from idx rather than passing a permutation tensor, so a graph holds no extra integer state.
+ *
+ * Under a bf16 compute dtype the activations the permutation moves are bf16 (an f32 or bf16 source,
+ * an f32 or bf16 result, as the node's dtypes say): a bf16 row moved as it is is exact, a weighted or
+ * summed one is computed in f32 and rounded once, as a cast would. The grouped GEMM takes bf16 rows
+ * and weights (oneDNN's bf16 GEMM, or widened to f32: exact, the products of bf16 values are exact in
+ * f32) and accumulates in f32. Routing (top-k, gate, counts) and the balance loss read f32 logits only. */
+
+static float *half_widen(const pdde_tensor *t);
+static void f32_to_half(const float *f, uint16_t *h, int64_t n, pdde_dtype dt);
+
+/* element i of an f32 or bf16 tensor's data, as f32; and a value stored so (bf16: rounded as a cast) */
+static inline float moe_ld(const void *p, pdde_dtype dt, int64_t i) {
+    return dt == PDDE_BF16 ? pdde_bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static inline void moe_st(void *p, pdde_dtype dt, int64_t i, float v) {
+    if (dt == PDDE_BF16) ((uint16_t *)p)[i] = pdde_f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+#define MOE_DATA(t) ((void *)((char *)(t)->data + (t)->offset))
 
 typedef struct {
     int64_t E, cap, R;
@@ -168,33 +187,40 @@ typedef struct { const pdde_tensor *t; const moe_layout *L; int64_t k, C; } moe_
 /* dispatch: row(n, j) = x[n] (* w[n, j]); over tokens n */
 static void moe_dispatch_task(void *arg, int64_t begin, int64_t end) {
     const moe_perm_job *j = arg;
-    const pdde_tensor *t = j->t;
-    const float *x = F32(t->src[0]), *w = t->nsrc > 2 ? F32(t->src[2]) : NULL;
-    float *y = F32(t);
+    const pdde_tensor *t = j->t, *xt = t->src[0];
+    const float *w = t->nsrc > 2 ? F32(t->src[2]) : NULL;
+    const void *x = MOE_DATA(xt);
+    void *y = MOE_DATA(t);
+    size_t esz = pdde_dtype_size(t->dtype);
     for (int64_t n = begin; n < end; n++)
         for (int64_t c = 0; c < j->k; c++) {
             int32_t r = j->L->row[n * j->k + c];
             if (r < 0) continue;
+            if (!w && xt->dtype == t->dtype) { /* a row moved as it is (f32 or bf16: exact) */
+                memcpy((char *)y + (size_t)r * (size_t)j->C * esz, (const char *)x + (size_t)(n * j->C) * esz, (size_t)j->C * esz);
+                continue;
+            }
             float s = w ? w[n * j->k + c] : 1.0f;
-            const float *xr = x + n * j->C;
-            float *yr = y + (int64_t)r * j->C;
-            for (int64_t i = 0; i < j->C; i++) yr[i] = s * xr[i];
+            for (int64_t i = 0; i < j->C; i++) moe_st(y, t->dtype, (int64_t)r * j->C + i, s * moe_ld(x, xt->dtype, n * j->C + i));
         }
 }
 
-/* combine: y[n] = sum_j (w[n, j] *) ye[row(n, j)]; combine_back_w: dw[n, j] = <dy[n], ye[row(n, j)]> */
+/* combine: y[n] = sum_j (w[n, j] *) ye[row(n, j)]; combine_back_w: dw[n, j] = <dy[n], ye[row(n, j)]>.
+ * ye and dy f32 or bf16, summed into f32 */
 static void moe_combine_task(void *arg, int64_t begin, int64_t end) {
     const moe_perm_job *j = arg;
-    const pdde_tensor *t = j->t;
-    const float *ye = F32(t->src[0]);
+    const pdde_tensor *t = j->t, *et = t->src[0];
+    const void *ye = MOE_DATA(et);
     if (t->op == PDDE_OP_MOE_COMBINE_BACK_W) {
-        const float *dy = F32(t->src[2]);
+        const pdde_tensor *dt = t->src[2];
+        const void *dy = MOE_DATA(dt);
         for (int64_t n = begin; n < end; n++)
             for (int64_t c = 0; c < j->k; c++) {
                 int32_t r = j->L->row[n * j->k + c];
                 double d = 0;
                 if (r >= 0)
-                    for (int64_t i = 0; i < j->C; i++) d += (double)dy[n * j->C + i] * ye[(int64_t)r * j->C + i];
+                    for (int64_t i = 0; i < j->C; i++)
+                        d += (double)moe_ld(dy, dt->dtype, n * j->C + i) * moe_ld(ye, et->dtype, (int64_t)r * j->C + i);
                 F32(t)[n * j->k + c] = (float)d;
             }
         return;
@@ -207,8 +233,12 @@ static void moe_combine_task(void *arg, int64_t begin, int64_t end) {
             int32_t r = j->L->row[n * j->k + c];
             if (r < 0) continue;
             float s = w ? w[n * j->k + c] : 1.0f;
-            const float *er = ye + (int64_t)r * j->C;
-            for (int64_t i = 0; i < j->C; i++) yn[i] += s * er[i];
+            if (et->dtype == PDDE_F32) {
+                const float *er = (const float *)ye + (int64_t)r * j->C;
+                for (int64_t i = 0; i < j->C; i++) yn[i] += s * er[i];
+            } else {
+                for (int64_t i = 0; i < j->C; i++) yn[i] += s * moe_ld(ye, et->dtype, (int64_t)r * j->C + i);
+            }
         }
     }
 }
@@ -224,8 +254,10 @@ typedef struct {
     int64_t tile_m, tile_n;
     int64_t *task_expert, *task_first; /* per task: its expert and first tile index within it */
     int64_t n_tasks;
-    const float *a, *b;      /* the rows (forward: x; back_w: a, b), at the layout's offsets */
-    float *c;                /* forward: the output rows */
+    const void *a, *b;       /* forward: the rows x and the weights; back_w: the rows a, b (at the layout's offsets) */
+    pdde_dtype dt;           /* a's and b's: f32, or bf16 (oneDNN's bf16 GEMM, f32 sums) */
+    float *c;                /* the output (f32) */
+    int failed;              /* a GEMM returned an error */
 } moe_gemm_job;
 
 static void moe_gemm_task(void *arg, int64_t begin, int64_t end) {
@@ -240,30 +272,31 @@ static void moe_gemm_task(void *arg, int64_t begin, int64_t end) {
         int64_t i0 = tile / col_tiles * j->tile_m, j0 = tile % col_tiles * j->tile_n;
         int64_t rows = back_w ? j->K : j->L->rows[e], off = j->L->offset[e];
         int64_t m = rows - i0 < j->tile_m ? rows - i0 : j->tile_m, n = j->M - j0 < j->tile_n ? j->M - j0 : j->tile_n;
+        size_t esz = pdde_dtype_size(j->dt);
         if (back_w) { /* dw_e[i0.., j0..] = a_e[:, i0..]^T b_e[:, j0..] over the expert's rows */
-            const float *A = j->a + off * j->K + i0, *B = j->b + off * j->M + j0;
-            float *Cm = F32(t) + e * j->K * j->M + i0 * j->M + j0;
+            const char *A = (const char *)j->a + (size_t)(off * j->K + i0) * esz, *B = (const char *)j->b + (size_t)(off * j->M + j0) * esz;
+            float *Cm = j->c + e * j->K * j->M + i0 * j->M + j0;
             if (j->L->rows[e] == 0) {
                 for (int64_t r = 0; r < m; r++) memset(Cm + r * j->M, 0, (size_t)n * sizeof *Cm);
                 continue;
             }
-            attention_gemm(PDDE_F32, 1, 0, m, n, j->L->rows[e], 1.0f, A, j->K, B, j->M, 0.0f, Cm, j->M);
+            if (attention_gemm(j->dt, 1, 0, m, n, j->L->rows[e], 1.0f, A, j->K, B, j->M, 0.0f, Cm, j->M)) ((moe_gemm_job *)j)->failed = 1;
         } else {
-            const float *A = j->a + (off + i0) * j->K;
-            const float *W = F32(t->src[1]) + e * j->K * j->M + (tb ? j0 * j->K : j0);
+            const char *A = (const char *)j->a + (size_t)((off + i0) * j->K) * esz;
+            const char *W = (const char *)j->b + (size_t)(e * j->K * j->M + (tb ? j0 * j->K : j0)) * esz;
             float *Cm = j->c + (off + i0) * j->M + j0;
-            attention_gemm(PDDE_F32, 0, tb, m, n, j->K, 1.0f, A, j->K, W, tb ? j->K : j->M, 0.0f, Cm, j->M);
+            if (attention_gemm(j->dt, 0, tb, m, n, j->K, 1.0f, A, j->K, W, tb ? j->K : j->M, 0.0f, Cm, j->M)) ((moe_gemm_job *)j)->failed = 1;
         }
     }
     attention_threads_leave(prev);
 }
 
-/* a, b: the rows as the layout places them (NULL: the node's inputs); c: where the forward writes its
- * rows (NULL: the node's output) */
-static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t, const moe_layout *L, const float *a,
-                                const float *b, float *c) {
+/* a: the rows as the layout places them; b: the weights (forward) or the other rows (back_w), both of
+ * dtype dt; c: the f32 output */
+static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t, const moe_layout *L, const void *a,
+                                const void *b, pdde_dtype dt, float *c) {
     bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
-    moe_gemm_job j = {.t = t, .L = L, .a = a ? a : F32(t->src[0]), .b = b ? b : back_w ? F32(t->src[1]) : NULL, .c = c ? c : F32(t)};
+    moe_gemm_job j = {.t = t, .L = L, .a = a, .b = b, .dt = dt, .c = c};
     if (back_w) j.K = t->shape[1], j.M = t->shape[2];
     else j.K = t->src[0]->shape[t->src[0]->ndim - 1], j.M = t->shape[t->ndim - 1];
     if (!back_w) { /* rows no expert uses (past a capacity's counts, or a dropless tail) are zero */
@@ -305,24 +338,26 @@ static pdde_status cpu_moe_gemm(pdde_context *ctx, pdde_threadpool *pool, pdde_t
     double flops = 2.0 * (double)used_rows * (double)j.M * (double)j.K;
     parallel_for(pool, n_tasks, flops < 2e5 ? INT64_MAX : 2, moe_gemm_task, &j);
     free(j.task_first), free(j.task_expert);
-    return PDDE_OK;
+    return j.failed ? pdde_error(ctx, PDDE_ERR_BACKEND, "%s: oneDNN's %s GEMM failed", t->name, pdde_dtype_name(dt)) : PDDE_OK;
 }
 
 /* The buffer by expert, [E, S, K] (this rank's experts; S rows each, the capacity): the rows of zeros
  * (past each block's tokens: the padding the exchange brought) add nothing to a GEMM without a bias, so
  * only the others are multiplied: gathered into one block an expert, multiplied, and the results
  * scattered back (the zero rows' outputs zero). For the weight gradient, a zero row of a. */
-static pdde_status cpu_moe_gemm_by_expert(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t) {
+static pdde_status cpu_moe_gemm_by_expert(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor *t, const void *xa, const void *b,
+                                          pdde_dtype dt, float *out) {
     bool back_w = t->op == PDDE_OP_MOE_GROUPED_MATMUL_BACK_W;
     const pdde_tensor *x = t->src[0];
     int64_t El = x->shape[0], S = x->shape[1], K = x->shape[2], M = back_w ? t->src[1]->shape[2] : t->shape[2];
-    const float *xa = F32(x);
     moe_layout L;
     memset(&L, 0, sizeof L);
     L.E = El, L.cap = S;
     L.offset = calloc((size_t)(El ? El : 1), sizeof *L.offset), L.rows = calloc((size_t)(El ? El : 1), sizeof *L.rows);
     int64_t *used = malloc((size_t)(El * S > 0 ? El * S : 1) * sizeof *used);
-    float *ca = NULL, *cb = NULL, *cc = NULL;
+    char *ca = NULL, *cb = NULL;
+    float *cc = NULL;
+    size_t esz = pdde_dtype_size(dt);
     pdde_status st = PDDE_OK;
     if (!L.offset || !L.rows || !used) { st = pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); goto done; }
     int64_t n = 0;
@@ -330,31 +365,39 @@ static pdde_status cpu_moe_gemm_by_expert(pdde_context *ctx, pdde_threadpool *po
         L.offset[e] = n;
         for (int64_t r = e * S; r < (e + 1) * S; r++) { /* (in blocks without an early exit, which the compiler vectorizes:
                                                         * the padding's zero rows are most of the buffer) */
-            const float *row = xa + r * K;
-            int any = K > 0 && row[0] != 0.0f;
-            for (int64_t i = 1; i < K && !any; i += 64)
-                for (int64_t j = i, end = i + 64 < K ? i + 64 : K; j < end; j++) any |= row[j] != 0.0f;
+            int any = 0;
+            if (dt == PDDE_BF16) { /* (a bf16 zero: its bits but the sign are 0) */
+                const uint16_t *row = (const uint16_t *)xa + r * K;
+                any = K > 0 && (row[0] & 0x7fff) != 0;
+                for (int64_t i = 1; i < K && !any; i += 64)
+                    for (int64_t j = i, end = i + 64 < K ? i + 64 : K; j < end; j++) any |= (row[j] & 0x7fff) != 0;
+            } else {
+                const float *row = (const float *)xa + r * K;
+                any = K > 0 && row[0] != 0.0f;
+                for (int64_t i = 1; i < K && !any; i += 64)
+                    for (int64_t j = i, end = i + 64 < K ? i + 64 : K; j < end; j++) any |= row[j] != 0.0f;
+            }
             if (any) used[n++] = r;
         }
         L.rows[e] = n - L.offset[e];
     }
     L.R = n;
     if (n == El * S) { /* no padding: the rows where they are */
-        st = cpu_moe_gemm(ctx, pool, t, &L, NULL, NULL, NULL);
+        st = cpu_moe_gemm(ctx, pool, t, &L, xa, b, dt, out);
         goto done;
     }
-    ca = malloc((size_t)(n * K + 1) * sizeof *ca);
-    if (back_w) cb = malloc((size_t)(n * M + 1) * sizeof *cb);
+    ca = malloc((size_t)(n * K + 1) * esz);
+    if (back_w) cb = malloc((size_t)(n * M + 1) * esz);
     else cc = malloc((size_t)(n * M + 1) * sizeof *cc);
     if (!ca || (back_w ? !cb : !cc)) { st = pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name); goto done; }
     for (int64_t i = 0; i < n; i++) {
-        memcpy(ca + i * K, xa + used[i] * K, (size_t)K * sizeof *ca);
-        if (back_w) memcpy(cb + i * M, F32(t->src[1]) + used[i] * M, (size_t)M * sizeof *cb);
+        memcpy(ca + (size_t)(i * K) * esz, (const char *)xa + (size_t)(used[i] * K) * esz, (size_t)K * esz);
+        if (back_w) memcpy(cb + (size_t)(i * M) * esz, (const char *)b + (size_t)(used[i] * M) * esz, (size_t)M * esz);
     }
-    st = cpu_moe_gemm(ctx, pool, t, &L, ca, cb, cc);
+    st = cpu_moe_gemm(ctx, pool, t, &L, ca, back_w ? (const void *)cb : b, dt, back_w ? out : cc);
     if (!st && !back_w) {
-        memset(F32(t), 0, pdde_tensor_nbytes(t));
-        for (int64_t i = 0; i < n; i++) memcpy(F32(t) + used[i] * M, cc + i * M, (size_t)M * sizeof *cc);
+        memset(out, 0, (size_t)pdde_tensor_numel(t) * sizeof *out);
+        for (int64_t i = 0; i < n; i++) memcpy(out + used[i] * M, cc + i * M, (size_t)M * sizeof *cc);
     }
 done:
     free(ca), free(cb), free(cc), free(used);
@@ -413,13 +456,28 @@ static pdde_status cpu_moe(pdde_context *ctx, pdde_threadpool *pool, pdde_tensor
         return PDDE_OK;
     }
     case PDDE_OP_MOE_GROUPED_MATMUL: case PDDE_OP_MOE_GROUPED_MATMUL_BACK_W: {
-        moe_layout L;
-        pdde_status st;
-        if (t->src[0]->ndim == 3) return cpu_moe_gemm_by_expert(ctx, pool, t);
-        st = moe_layout_init(ctx, t, t->src[2], E, cap, t->src[0]->shape[0], false, &L);
-        if (st) return st;
-        st = cpu_moe_gemm(ctx, pool, t, &L, NULL, NULL, NULL);
-        moe_layout_free(&L);
+        /* bf16 operands: oneDNN's bf16 GEMM where it runs here, else widened to f32 (exact); the sums
+         * in f32 either way. A bf16 result (a cast folded in by lowering) computed in f32 and rounded once. */
+        const pdde_tensor *x = t->src[0], *b = t->src[1];
+        bool widen = x->dtype != PDDE_F32 && !attention_bf16_gemm_works();
+        float *wa = widen ? half_widen(x) : NULL, *wb = widen ? half_widen(b) : NULL;
+        float *wc = t->dtype == PDDE_F32 ? NULL : malloc((size_t)(pdde_tensor_numel(t) + 1) * sizeof *wc);
+        const void *A = wa ? wa : MOE_DATA(x), *B = wb ? wb : MOE_DATA(b);
+        pdde_dtype dt = widen ? PDDE_F32 : x->dtype;
+        float *Cm = wc ? wc : F32(t);
+        pdde_status st = PDDE_OK;
+        if ((widen && (!wa || !wb)) || (t->dtype != PDDE_F32 && !wc))
+            st = pdde_error(ctx, PDDE_ERR_OOM, "%s: out of memory", t->name);
+        else if (x->ndim == 3)
+            st = cpu_moe_gemm_by_expert(ctx, pool, t, A, B, dt, Cm);
+        else {
+            moe_layout L;
+            st = moe_layout_init(ctx, t, t->src[2], E, cap, x->shape[0], false, &L);
+            if (!st) st = cpu_moe_gemm(ctx, pool, t, &L, A, B, dt, Cm);
+            if (!st) moe_layout_free(&L);
+        }
+        if (!st && wc) f32_to_half(wc, (uint16_t *)MOE_DATA(t), pdde_tensor_numel(t), t->dtype);
+        free(wa), free(wb), free(wc);
         return st;
     }
     case PDDE_OP_MOE_AUX_LOSS: case PDDE_OP_MOE_AUX_LOSS_BACK: {

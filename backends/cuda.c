@@ -14,12 +14,13 @@
  * Environment: PDDE_CUDA_NO_CUBLAS=1 uses the built-in GEMM; PDDE_CUDA_TF32=1 lets cuBLAS use TF32;
  * PDDE_CUDA_ATTENTION=unfused|rows|flash|flash2 picks the attention's path (backends/README.md);
  * PDDE_CUDA_MOE=1 runs the Mixture-of-Experts ops on the device (else they fall back to the CPU);
- * PDDE_CUDA_GRAPH=1 captures each step's work on a stream and replays it as CUDA graphs (below);
+ * PDDE_CUDA_GRAPH=1 captures a step's work on a stream once and replays it as CUDA graphs while unchanged (below);
  * cublasLt (on where it loads; PDDE_CUDA_LT=0 off) runs matmuls with an epilogue: a folded bias add or cast (PDDE_FUSE_EPILOGUE), the
  * accumulation of a weight gradient (beta 1: PDDE_FUSE_GRAD), bias + GELU and its gradient (PDDE_FUSE_GELU), a
  * weight gradient with its bias gradient (BGRADA: PDDE_FUSE_BGRAD); PDDE_CUDA_LT_TUNE=1 times cublasLt's
  * candidate algorithms for each shape on its first call and keeps the fastest (else the heuristic's first);
- * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below).
+ * PDDE_CUDA_GEMMEX_LOWP=1 writes a matmul's bf16 / f16 output from cublasGemmStridedBatchedEx (below);
+ * PDDE_CUDA_GEMM_SINGLE=1 runs those of batch 1 through cublasGemmEx instead.
  */
 #ifndef PDDE_NO_CUDA
 
@@ -31,6 +32,8 @@
 #include <string.h>
 
 #include "cuda_kernels_ptx.h"
+#include "gemm_plan.h"
+#include "gpu_graph.h"
 #include "gpu_moe.h" /* (and gpu_dispatch.h) */
 
 /* The few driver API types and constants used (cuda.h is not needed to build). */
@@ -44,6 +47,7 @@ typedef struct pcu_stream_st *pcu_cstream;
 typedef struct pcu_event_st *pcu_cevent;
 typedef struct pcu_graph_st *pcu_graph;
 typedef struct pcu_graph_exec_st *pcu_graph_exec;
+typedef struct pcu_graph_node_st *pcu_graph_node;
 
 enum {
     PCU_SUCCESS = 0,
@@ -71,11 +75,19 @@ typedef struct {
     pcu_result (*BeginCapture)(pcu_cstream, int);
     pcu_result (*EndCapture)(pcu_cstream, pcu_graph *);
     pcu_result (*Instantiate)(pcu_graph_exec *, pcu_graph, unsigned long long);
-    pcu_result (*ExecUpdate)(pcu_graph_exec, pcu_graph, void *); /* (CUgraphExecUpdateResultInfo *) */
     pcu_result (*Launch)(pcu_graph_exec, pcu_cstream);
     pcu_result (*Destroy)(pcu_graph);
     pcu_result (*ExecDestroy)(pcu_graph_exec);
+    /* (optional: the per-step arguments of a kept graph's kernels, patched before a replay) */
+    pcu_result (*GetCaptureInfo)(pcu_cstream, int *, unsigned long long *, pcu_graph *, const pcu_graph_node **, size_t *);
+    pcu_result (*KernelNodeSetParams)(pcu_graph_exec, pcu_graph_node, const void *); /* (CUDA_KERNEL_NODE_PARAMS_v1 *) */
 } pcu_graph_api;
+/* CUDA_KERNEL_NODE_PARAMS_v1 */
+typedef struct {
+    pcu_fn func;
+    unsigned grid[3], block[3], shared_bytes;
+    void **params, **extra;
+} pcu_kernel_node_params;
 
 /* The driver entry points, resolved with dlsym (the _v2 names are what cuda.h maps the calls to). */
 typedef struct {
@@ -169,6 +181,9 @@ typedef struct {
     /* optional (mixed precision: bf16/f16 in, f32 compute and out, on tensor cores) */
     int (*GemmStridedBatchedEx)(pcublas_handle, int, int, int, int, int, const void *, const void *, int, int, long long,
                                 const void *, int, int, long long, const void *, void *, int, int, long long, int, int, int);
+    /* optional (PDDE_CUDA_GEMM_SINGLE=1: a GEMM of batch 1 through the non-batched entry point) */
+    int (*GemmEx)(pcublas_handle, int, int, int, int, int, const void *, const void *, int, int, const void *, int, int, const void *,
+                  void *, int, int, int, int);
 } pcublas_api;
 
 /* cuBLAS's enum values (library_types.h, cublas_api.h): data types, the compute type, the algorithm */
@@ -209,12 +224,10 @@ enum { /* cublasLt.h / cublas_api.h values */
     PCLT_PREF_MIN_ALIGNMENT_B = 6, PCLT_PREF_MIN_ALIGNMENT_C = 7, PCLT_PREF_MIN_ALIGNMENT_D = 8,
 };
 #define PCLT_WORKSPACE ((size_t)32 << 20) /* what cuBLAS itself sets aside on Hopper */
-#define PCLT_PLANS 128                     /* GEMM shapes kept per device (a GPT step has a few dozen) */
 #define PCLT_CANDIDATES 8                  /* algorithms PDDE_CUDA_LT_TUNE=1 asks the heuristic for and times */
 /* One GEMM shape's descriptors and algorithm, made on its first call and kept; ok 0: cublasLt has no
  * algorithm for it (or failed on it) and the generic path runs it. */
 typedef struct {
-    int64_t key[16];
     pclt_desc desc;
     pclt_layout la, lb, lc;
     pclt_algo algo;
@@ -243,13 +256,43 @@ typedef struct {
     pcu_dev_info *info;
 } pcu_family;
 
-#define PCU_GRAPH_SEGMENTS 8 /* captured pieces of one step a stream keeps (split at host-visible operations) */
+/* PDDE_CUDA_GRAPH: a kernel node of a kept graph whose arguments change each step (kernel k) */
+typedef struct { int k; pcu_graph_node node; } pcu_patch;
+/* A kept graph: its executable, the captured graph (its nodes are the patches' handles), the patches in order */
+typedef struct {
+    pcu_graph_exec exec;
+    pcu_graph graph;
+    pcu_patch *patch;
+    int n_patch, cap_patch;
+} pcu_piece;
+/* An operation on a stream: a node, a group of nodes (compute_group), a device copy */
+enum { PCU_OP_NODE, PCU_OP_GROUP, PCU_OP_COPY };
+typedef struct { int32_t ip[8]; float fp[8]; } pcu_params;
+typedef struct {
+    int kind, n;
+    uint64_t key;
+    pdde_tensor *node;
+    pdde_tensor **nodes; /* (GROUP; kept: the stream's own copy of the array) */
+    pcu_params *params;  /* (kept: its nodes' op parameters when it came: the executor sets the next micro-batch's on them) */
+    int cap;             /* (kept: the capacity of nodes and params, reused) */
+    pcu_ptr dst, src;
+    size_t nbytes;
+} pcu_op;
+
 typedef struct {
     pcu_cstream s;
     pcu_ptr scratch;
     size_t scratch_bytes;
-    int capturing, segment;                 /* (PDDE_CUDA_GRAPH: a capture is open; which piece of the step it is) */
-    pcu_graph_exec exec[PCU_GRAPH_SEGMENTS]; /* each piece's executable graph, updated from the next step's capture */
+    /* PDDE_CUDA_GRAPH (gpu_graph.h): the decisions, a kept graph per slot, the operations a replay deferred */
+    pgd_graph_tracker gt;
+    pcu_piece piece[PGD_GRAPH_SLOTS];
+    pcu_op *def;
+    int n_def, cap_def;
+    int rec_patch;    /* CAPTURE: the launches record their kernel nodes (a per-step operation) */
+    int patching;     /* REPLAY: the launches set the kept graph's kernel arguments instead of launching */
+    int patch_pos;    /* the next patch of the open replay */
+    int patch_failed; /* a launch could not be recorded or patched: the graph is not used again */
+    int torn;         /* CAPTURE: closed inside an operation (a scratch grew): the graph holds part of it */
 } pcu_stream;
 
 typedef struct {
@@ -267,10 +310,11 @@ typedef struct {
     pcu_ptr lt_workspace;
     size_t lt_workspace_bytes;
     int lt_workspace_tried;
-    pclt_plan *lt_plans;
-    int n_lt_plans;
-    int graph_on;                         /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
-    long long graph_launches, graph_instantiations, graph_updates;
+    pclt_plan *lt_plans; /* [PGD_GEMM_PLANS], slots of lt_cache (backends/gemm_plan.h) */
+    pgd_gemm_cache *lt_cache;
+    long long lt_calls;
+    int graph_on; /* PDDE_CUDA_GRAPH=1 and the driver has graphs (0 again once refused) */
+    long long graph_replays, graph_captures, graph_discards, graph_fallbacks, graph_patches;
 } pcu_dev;
 
 /* --------------------------------------------------------------------------------------------------
@@ -301,15 +345,19 @@ static int pcu_bind(pcu_dev *d) {
 }
 
 /* --------------------------------------------------------------------------------------------------
- * CUDA graphs (PDDE_CUDA_GRAPH=1; off by default until a GPU run has measured it). The first compute after a
- * stream's synchronisation opens a capture on it (relaxed mode); what the executor enqueues is recorded, not
- * run, until a host-visible operation: a stream sync, a read or write, an event, the native stream handed
- * out, a scratch that must grow (it synchronises). There the capture is closed and the piece launched as a
- * graph, so no work is lost and the operation then runs as without graphs. Each piece of a step (at most
- * PCU_GRAPH_SEGMENTS; past them the step's rest runs as without graphs) keeps its executable graph, which
- * the next step's capture updates in place (cuGraphExecUpdate: kernel arguments, as the optimizer's step,
- * and buffers may change) or, where the work's shape changed, replaces (cuGraphInstantiate). A driver
- * without graphs, or a capture that does not begin, is said once on stderr and the steps run without. */
+ * CUDA graphs (PDDE_CUDA_GRAPH=1; off by default until a GPU run has measured it). What the executor
+ * enqueues on a stream between host-visible operations (a read or write, an event, a synchronisation, the
+ * native stream handed out, a scratch that must grow) is a segment; gpu_graph.h decides, from the keys of
+ * its operations, whether it runs plain, is captured (relaxed mode) or is replayed from the graph kept for
+ * it, and when a replay must fall back. A replay defers the operations while their keys match and launches
+ * the kept graph at the segment's end: no dispatch, no capture, one launch. The kernel arguments that change
+ * each step (learning rate, step and AdamW's bias corrections, gradient scale, dropout counter: the per-step
+ * op parameters) are patched into the kept graph as the operation arrives: its dispatch runs with the launches
+ * turned into cuGraphExecKernelNodeSetParams on the kernel nodes recorded when it was captured
+ * (cuStreamGetCaptureInfo_v2 after each launch). A driver without graphs, or a capture that does not begin,
+ * is said once on stderr and the steps run without; a capture that fails at its end runs its operations as
+ * without graphs (they are kept, with their op parameters, until it ends); a segment whose per-step kernels
+ * cannot be patched is not kept. */
 
 static void pcu_graph_refuse(pcu_dev *d, const char *why, pcu_result r) {
     static atomic_int said;
@@ -321,57 +369,24 @@ static void pcu_graph_refuse(pcu_dev *d, const char *why, pcu_result r) {
                 r ? (name ? name : "?") : "", r ? ")" : "");
 }
 
-/* Opens a capture on s where graphs are on and none is open (a failure refuses graphs: nothing is lost) */
-static void pcu_graph_begin(pcu_dev *d, pcu_stream *s) {
-    if (!d->graph_on || s->capturing || s->segment >= PCU_GRAPH_SEGMENTS) return;
-    pcu_result r = d->fam->graph.BeginCapture(s->s, PCU_STREAM_CAPTURE_MODE_RELAXED);
-    if (r != PCU_SUCCESS) pcu_graph_refuse(d, "cuStreamBeginCapture failed", r);
-    else s->capturing = 1;
-}
-
-/* Closes s's open capture, if any, and launches what it recorded as this piece's graph. */
-static int pcu_graph_flush(pcu_dev *d, pcu_stream *s) {
-    if (!s->capturing) return PDDE_OK;
-    const pcu_graph_api *G = &d->fam->graph;
-    s->capturing = 0;
-    pcu_graph gr = NULL;
-    pcu_result r = G->EndCapture(s->s, &gr);
-    if (r != PCU_SUCCESS || !gr) { /* (the recorded work did not run: an error of the step, and no graphs from now on) */
-        pcu_graph_refuse(d, "the capture of a step failed", r);
-        return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cuStreamEndCapture failed (%d): the step's captured work did not run", r);
-    }
-    pcu_graph_exec *ex = &s->exec[s->segment++];
-    if (*ex) {
-        struct { int result; void *error_node, *error_from; } info = {0, NULL, NULL}; /* (CUgraphExecUpdateResultInfo) */
-        if (G->ExecUpdate(*ex, gr, &info) == PCU_SUCCESS) d->graph_updates++;
-        else G->ExecDestroy(*ex), *ex = NULL; /* (another shape of work: instantiated anew) */
-    }
-    if (!*ex) {
-        r = G->Instantiate(ex, gr, 0);
-        if (r != PCU_SUCCESS) {
-            G->Destroy(gr);
-            *ex = NULL;
-            pcu_graph_refuse(d, "cuGraphInstantiate failed", r);
-            return pcu_fail(d->fam, r, "cuGraphInstantiate", 0);
-        }
-        d->graph_instantiations++;
-    }
-    G->Destroy(gr);
-    r = G->Launch(*ex, s->s);
-    if (r != PCU_SUCCESS) return pcu_fail(d->fam, r, "cuGraphLaunch", 0);
-    d->graph_launches++;
-    return PDDE_OK;
+static void pcu_piece_drop(pcu_dev *d, pcu_piece *p) {
+    if (p->exec) d->fam->graph.ExecDestroy(p->exec); /* (a launch in flight completes first: the driver frees it then) */
+    if (p->graph) d->fam->graph.Destroy(p->graph);
+    p->exec = NULL, p->graph = NULL, p->n_patch = 0;
 }
 
 static void pcu_graph_free(pcu_dev *d, pcu_stream *s) {
-    if (s->capturing) {
+    if (s->gt.mode == PGD_GRAPH_CAPTURE) {
         pcu_graph gr = NULL;
-        s->capturing = 0;
         if (d->fam->graph.EndCapture(s->s, &gr) == PCU_SUCCESS && gr) d->fam->graph.Destroy(gr);
     }
-    for (int i = 0; i < PCU_GRAPH_SEGMENTS; i++)
-        if (s->exec[i]) d->fam->graph.ExecDestroy(s->exec[i]), s->exec[i] = NULL;
+    for (int i = 0; i < PGD_GRAPH_SLOTS; i++) pcu_piece_drop(d, &s->piece[i]), free(s->piece[i].patch);
+    for (int i = 0; i < s->cap_def; i++) free(s->def[i].nodes), free(s->def[i].params);
+    free(s->def);
+    pgd_graph_tracker_free(&s->gt);
 }
+
+static int pcu_graph_flush(pcu_dev *d, pcu_stream *s);
 
 /* --------------------------------------------------------------------------------------------------
  * Family */
@@ -395,6 +410,7 @@ static void pcu_load_cublas(pcu_family *f) {
     *(void **)&b.SetMathMode = dlsym(lib, "cublasSetMathMode");
     *(void **)&b.SgemmStridedBatched = dlsym(lib, "cublasSgemmStridedBatched");
     *(void **)&b.GemmStridedBatchedEx = dlsym(lib, "cublasGemmStridedBatchedEx");
+    *(void **)&b.GemmEx = dlsym(lib, "cublasGemmEx");
     if (!b.Create || !b.Destroy || !b.SetStream || !b.SgemmStridedBatched) {
         dlclose(lib);
         return;
@@ -459,19 +475,18 @@ static void pclt_plan_free(const pclt_api *a, pclt_plan *p) {
 
 static void pclt_device_close(pcu_dev *d) {
     const pclt_api *a = &d->fam->lt;
-    for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(a, &d->lt_plans[i]);
-    free(d->lt_plans);
+    if (d->lt_cache && d->lt_cache->replaced)
+        fprintf(stderr, "pdde: cuda: cublasLt: %lld plans made for %lld matmuls, %lld in place of others (more problems than %d)\n",
+                d->lt_cache->made, d->lt_calls, d->lt_cache->replaced, PGD_GEMM_PLANS);
+    for (int i = 0; d->lt_cache && i < d->lt_cache->n; i++) pclt_plan_free(a, &d->lt_plans[i]);
+    free(d->lt_plans), free(d->lt_cache);
     if (d->lt_workspace) d->fam->cu.MemFree(d->lt_workspace);
     if (d->lt) a->Destroy(d->lt);
-    d->lt = NULL, d->lt_plans = NULL, d->n_lt_plans = 0, d->lt_workspace = 0, d->lt_workspace_bytes = 0, d->lt_workspace_tried = 0;
+    d->lt = NULL, d->lt_plans = NULL, d->lt_cache = NULL, d->lt_workspace = 0, d->lt_workspace_bytes = 0, d->lt_workspace_tried = 0;
 }
 
 /* the largest power of 2 up to 256 that divides addr (cublasLt picks kernels by the operands' alignment) */
-static uint32_t pclt_align(uint64_t addr) {
-    uint32_t a = 256;
-    while (a > 1 && addr % a) a >>= 1;
-    return a;
-}
+static uint32_t pclt_align(uint64_t addr) { return pgd_gemm_align(addr); }
 
 static int pclt_tune_on(void) {
     const char *env = getenv("PDDE_CUDA_LT_TUNE");
@@ -544,11 +559,11 @@ static int pclt_run(pcu_dev *d, pclt_plan *p, const pclt_call *c, const pclt_alg
  * PCLT_TUNE_RUNS times between events on the call's stream; the fastest becomes the plan's algorithm. The
  * runs write the call's own outputs, which the call then writes again (a call whose output is also its
  * input, beta 1 in place, writes scratch instead: d_bytes of it). Not while a CUDA graph captures the
- * stream (the events would be captured): then the heuristic's first runs, and the next call tunes. With
+ * stream (the events would be captured): then the heuristic's first runs, and the next plain call tunes. With
  * the switch, one line a plan on stderr gives the times. */
 #define PCLT_TUNE_RUNS 3
 static void pclt_tune(pcu_dev *d, pclt_plan *p, pcu_stream *s, pclt_call c, size_t d_bytes, int64_t M, int64_t N, int64_t K, const char *what) {
-    if (p->tuned || s->capturing) return;
+    if (p->tuned || s->gt.mode == PGD_GRAPH_CAPTURE || s->patching) return;
     p->tuned = 1;
     const pcu_api *cu = &d->fam->cu;
     pcu_ptr scratch = 0;
@@ -588,20 +603,16 @@ static void pclt_workspace(pcu_dev *d) {
     else d->lt_workspace = 0, d->lt_workspace_bytes = 0;
 }
 
-/* The plan of key, or a new slot holding the key (*fresh 1: to be made); NULL on no memory */
-static pclt_plan *pclt_plan_get(pcu_dev *d, const int64_t key[16], int *fresh) {
+/* The plan of problem q, or a slot for it (*fresh 1: to be made; the plan it replaces freed); NULL on no memory */
+static pclt_plan *pclt_plan_get(pcu_dev *d, const pgd_gemm_problem *q, int *fresh) {
     *fresh = 0;
-    for (int i = 0; i < d->n_lt_plans; i++)
-        if (!memcmp(d->lt_plans[i].key, key, sizeof d->lt_plans[i].key)) return &d->lt_plans[i];
-    if (!d->lt_plans && !(d->lt_plans = calloc(PCLT_PLANS, sizeof *d->lt_plans))) return NULL;
-    if (d->n_lt_plans == PCLT_PLANS) { /* more shapes than a model has: start over */
-        for (int i = 0; i < d->n_lt_plans; i++) pclt_plan_free(&d->fam->lt, &d->lt_plans[i]);
-        d->n_lt_plans = 0;
-    }
-    pclt_plan *p = &d->lt_plans[d->n_lt_plans++];
-    memcpy(p->key, key, sizeof p->key);
-    *fresh = 1;
-    return p;
+    if (!d->lt_plans && !(d->lt_plans = calloc(PGD_GEMM_PLANS, sizeof *d->lt_plans))) return NULL;
+    if (!d->lt_cache && !(d->lt_cache = calloc(1, sizeof *d->lt_cache))) return NULL;
+    pgd_gemm_key k = pgd_gemm_key_of(q);
+    int replace, i = pgd_gemm_cache_slot(d->lt_cache, &k, fresh, &replace);
+    if (replace) pclt_plan_free(&d->fam->lt, &d->lt_plans[i]);
+    d->lt_calls++;
+    return &d->lt_plans[i];
 }
 
 static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype ddt, int ta, int tb, int64_t M, int64_t N, int64_t K,
@@ -615,10 +626,9 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
     pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), abias = pgd_addr(bias), ac = pc.base ? pgd_addr(pc) : ad;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad) < pclt_align(ac) ? pclt_align(ad) : pclt_align(ac), abias ? pclt_align(abias) : 256};
-    int64_t key[16] = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, abias != 0, beta != 0.0f, align[0] | (int64_t)align[1] << 16,
-                       align[2] | (int64_t)align[3] << 16, 1};
+    pgd_gemm_problem q = {dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, 0, abias != 0, beta != 0.0f, 1, aa, ab, ad, pc.base ? ac : 0, abias};
     int fresh;
-    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) {
         pclt_plan_make(d, p, dt, ddt, ta, tb, M, N, K, sA, sB, sD, batch, (void *)(uintptr_t)abias, align, 0, NULL);
@@ -656,15 +666,15 @@ static int pclt_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype 
 static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, int64_t M, int64_t N, int64_t K, pgd_ptr pa, pgd_ptr pb,
                               pgd_ptr pd, pgd_ptr pg) {
     pcu_dev *d = impl;
+    if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return 1;
     pclt_workspace(d);
     uint64_t ab = pgd_addr(pb), aa = pgd_addr(pa), ad = pgd_addr(pd), ag = pgd_addr(pg);
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), pclt_align(ag)};
-    int64_t key[16] = {dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, 1, PCLT_EPILOGUE_BGRADA, align[0] | (int64_t)align[1] << 16,
-                       align[2] | (int64_t)align[3] << 16, 3};
+    pgd_gemm_problem q = {dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, PCLT_EPILOGUE_BGRADA, 1, 0, 3, aa, ab, ad, 0, ag};
     int fresh;
-    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) {
         pclt_plan_make(d, p, dt, PDDE_F32, ta, 0, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)ag, align, PCLT_EPILOGUE_BGRADA, NULL);
@@ -700,6 +710,7 @@ static int pclt_cb_gemm_bgrad(void *impl, void *stream, pdde_dtype dt, int ta, i
 static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pdde_dtype ddt, int tb, int64_t M, int64_t N, int64_t K,
                             pgd_ptr pa, pgd_ptr pb, pgd_ptr pd, pgd_ptr bias, pgd_ptr aux, pdde_dtype xdt) {
     pcu_dev *d = impl;
+    if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pclt_api *a = &d->fam->lt;
     if (!d->lt || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || xdt != ddt || N % 8) return 1;
     if (bias.base && ddt != PDDE_F32) return 1; /* (a bias of D's dtype only, as pclt_cb_gemm_epi: the kernels then) */
@@ -708,10 +719,9 @@ static int pclt_cb_gemm_act(void *impl, void *stream, int act, pdde_dtype dt, pd
     if (pclt_align(aaux) < 16) return 1;
     uint32_t align[4] = {pclt_align(ab), pclt_align(aa), pclt_align(ad), abias ? pclt_align(abias) : 256};
     uint32_t epi = act == PDDE_MATMUL_GELU ? PCLT_EPILOGUE_GELU_AUX_BIAS : PCLT_EPILOGUE_DGELU;
-    int64_t key[16] = {dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, abias != 0, epi, align[0] | (int64_t)align[1] << 16,
-                       align[2] | (int64_t)align[3] << 16, 2};
+    pgd_gemm_problem q = {dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (int)epi, abias != 0, 0, 2, aa, ab, ad, 0, abias};
     int fresh;
-    pclt_plan *p = pclt_plan_get(d, key, &fresh);
+    pclt_plan *p = pclt_plan_get(d, &q, &fresh);
     if (!p) return 1;
     if (fresh) { /* (not tuned: GELU_AUX_BIAS writes aux too) */
         pclt_plan_make(d, p, dt, ddt, 0, tb, M, N, K, 0, 0, 0, 1, (void *)(uintptr_t)abias, align, epi, (void *)(uintptr_t)aaux);
@@ -782,7 +792,7 @@ static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
     static const struct { const char *name; size_t off; } graph_syms[] = {
 #define PCU_GSYM(field, sym) {sym, offsetof(pcu_graph_api, field)}
         PCU_GSYM(BeginCapture, "cuStreamBeginCapture_v2"), PCU_GSYM(EndCapture, "cuStreamEndCapture"),
-        PCU_GSYM(Instantiate, "cuGraphInstantiateWithFlags"), PCU_GSYM(ExecUpdate, "cuGraphExecUpdate_v2"),
+        PCU_GSYM(Instantiate, "cuGraphInstantiateWithFlags"),
         PCU_GSYM(Launch, "cuGraphLaunch"), PCU_GSYM(Destroy, "cuGraphDestroy"), PCU_GSYM(ExecDestroy, "cuGraphExecDestroy"),
 #undef PCU_GSYM
     };
@@ -792,6 +802,8 @@ static pdde_status pcu_init(pdde_context *ctx, void **family, int *n_devices) {
         if (!p) f->graph.ok = 0;
         else memcpy((char *)&f->graph + graph_syms[i].off, &p, sizeof p);
     }
+    *(void **)&f->graph.GetCaptureInfo = dlsym(lib, "cuStreamGetCaptureInfo_v2");
+    *(void **)&f->graph.KernelNodeSetParams = dlsym(lib, "cuGraphExecKernelNodeSetParams");
     f->info = calloc((size_t)count, sizeof *f->info);
     if (!f->info) {
         free(f);
@@ -978,7 +990,7 @@ static pdde_status pcu_device_open(void *family, int index, void **out) {
     const char *ge = getenv("PDDE_CUDA_GRAPH");
     d->graph_on = ge && !strcmp(ge, "1") && f->graph.ok;
     if (ge && !strcmp(ge, "1") && !f->graph.ok)
-        pcu_graph_refuse(d, "the driver lacks the graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags, cuGraphExecUpdate_v2)", 0);
+        pcu_graph_refuse(d, "the driver lacks the graph entry points (cuStreamBeginCapture_v2, cuGraphInstantiateWithFlags)", 0);
     if (f->blas.lib) {
         if (f->blas.Create(&d->blas) != 0) d->blas = NULL; /* falls back to k_gemm */
         else {
@@ -994,14 +1006,15 @@ static void pcu_device_close(void *dev) {
     pcu_dev *d = dev;
     if (!d) return;
     pcu_family *f = d->fam;
-    if (d->graph_launches)
-        fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1 on %s: %lld graphs launched, %lld instantiated, %lld updated in place\n", f->info[d->index].name,
-                d->graph_launches, d->graph_instantiations, d->graph_updates);
+    if (d->graph_captures)
+        fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1 on %s: %lld segments captured (%lld not kept), %lld replayed (%lld kernels patched), "
+                        "%lld fell back\n", f->info[d->index].name, d->graph_captures, d->graph_discards, d->graph_replays, d->graph_patches,
+                d->graph_fallbacks);
     if (d->cu_ctx) {
         f->cu.CtxSetCurrent(d->cu_ctx);
+        pcu_stream_delete(d, d->default_stream); /* (first: a segment still open launches what reads cuBLAS's workspaces) */
         if (d->blas) f->blas.Destroy(d->blas);
         pclt_device_close(d);
-        pcu_stream_delete(d, d->default_stream);
         if (d->mod) f->cu.ModuleUnload(d->mod);
         f->cu.DevicePrimaryCtxRelease(d->cu_dev);
     }
@@ -1057,14 +1070,15 @@ static pdde_status pcu_write(void *dev, void *stream, void *handle, size_t offse
     return PDDE_OK;
 }
 
+static int pcu_graph_run(pcu_dev *d, pcu_stream *s, pcu_op *op);
+
 static pdde_status pcu_copy(void *dev, void *stream, void *src, size_t src_offset, void *dst, size_t dst_offset, size_t n) {
     pcu_dev *d = dev;
     if (!n) return PDDE_OK;
     int st = pcu_bind(d);
     if (st) return st;
-    PCU_CHECK(d, d->fam->cu.MemcpyDtoDAsync((pcu_ptr)(uintptr_t)dst + dst_offset, (pcu_ptr)(uintptr_t)src + src_offset, n,
-                                            pcu_st(d, stream)->s), "cuMemcpyDtoDAsync");
-    return PDDE_OK;
+    pcu_op op = {.kind = PCU_OP_COPY, .dst = (pcu_ptr)(uintptr_t)dst + dst_offset, .src = (pcu_ptr)(uintptr_t)src + src_offset, .nbytes = n};
+    return pcu_graph_run(d, pcu_st(d, stream), &op);
 }
 
 /* (the native slot) */
@@ -1112,7 +1126,6 @@ static pdde_status pcu_stream_sync(void *dev, void *stream) {
     int st = pcu_bind(d);
     pcu_stream *s = pcu_st(d, stream);
     if (!st) st = pcu_graph_flush(d, s);
-    s->segment = 0; /* (the next step's pieces update this one's) */
     if (st) return st;
     PCU_CHECK(d, d->fam->cu.StreamSynchronize(s->s), "cuStreamSynchronize");
     return PDDE_OK;
@@ -1164,6 +1177,41 @@ static pdde_status pcu_stream_wait_event(void *dev, void *stream, void *event) {
 /* --------------------------------------------------------------------------------------------------
  * Ops: backends/gpu_dispatch.h maps each op to kernels; these callbacks run them on a CUDA stream. */
 
+/* REPLAY of a per-step operation: launch k's arguments set on the kept graph's next recorded kernel node
+ * (of the same kernel), nothing enqueued; a mismatch marks the patch failed (the replay falls back). */
+static int pcu_graph_patch(pcu_dev *d, pcu_stream *s, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, void **params) {
+    pcu_piece *p = &s->piece[s->gt.cur];
+    if (s->patch_pos >= p->n_patch || p->patch[s->patch_pos].k != k || !d->fam->graph.KernelNodeSetParams) return s->patch_failed = 1, PDDE_OK;
+    pcu_kernel_node_params kp = {d->fn[k], {gx, gy, gz}, {bx, by, 1}, 0, params, NULL};
+    if (d->fam->graph.KernelNodeSetParams(p->exec, p->patch[s->patch_pos++].node, &kp) != PCU_SUCCESS) s->patch_failed = 1;
+    else d->graph_patches++;
+    return PDDE_OK;
+}
+
+/* CAPTURE of a per-step operation: the kernel node its launch k just added (the stream's one dependency) */
+static void pcu_graph_record(pcu_dev *d, pcu_stream *s, int k) {
+    pcu_piece *p = &s->piece[s->gt.cur];
+    int status = 0;
+    unsigned long long id = 0;
+    pcu_graph gr = NULL;
+    const pcu_graph_node *deps = NULL;
+    size_t n = 0;
+    if (!d->fam->graph.GetCaptureInfo || d->fam->graph.GetCaptureInfo(s->s, &status, &id, &gr, &deps, &n) != PCU_SUCCESS || n != 1 || !deps) {
+        s->patch_failed = 1;
+        return;
+    }
+    if (p->n_patch == p->cap_patch) {
+        int cap = p->cap_patch ? 2 * p->cap_patch : 64;
+        pcu_patch *q = realloc(p->patch, (size_t)cap * sizeof *q);
+        if (!q) {
+            s->patch_failed = 1;
+            return;
+        }
+        p->patch = q, p->cap_patch = cap;
+    }
+    p->patch[p->n_patch++] = (pcu_patch){k, deps[0]};
+}
+
 static int pcu_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                          unsigned by, int nargs, const pgd_arg *args) {
     pcu_dev *d = impl;
@@ -1175,7 +1223,9 @@ static int pcu_cb_launch(void *impl, void *stream, int k, unsigned gx, unsigned 
         if (args[i].is_ptr) addr[i] = pgd_addr(*(const pgd_ptr *)args[i].p);
         params[i] = args[i].is_ptr ? (void *)&addr[i] : (void *)args[i].p;
     }
+    if (s->patching) return pcu_graph_patch(d, s, k, gx, gy, gz, bx, by, params);
     pcu_result r = d->fam->cu.LaunchKernel(d->fn[k], gx, gy, gz, bx, by, 1, 0, s->s, params, NULL);
+    if (r == PCU_SUCCESS && s->rec_patch) pcu_graph_record(d, s, k);
     if (r != PCU_SUCCESS) {
         const char *name = NULL;
         d->fam->cu.GetErrorName(r, &name);
@@ -1191,10 +1241,14 @@ static int pcu_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out)
     pcu_stream *s = stream;
     if (s->scratch_bytes < nbytes) {
         size_t want = nbytes < 65536 ? 65536 : nbytes;
+        if (s->patching) return s->patch_failed = 1, PDDE_ERR_BACKEND; /* (a replay's operation asks more than when captured) */
+        if (s->gt.mode == PGD_GRAPH_CAPTURE) s->torn = 1;
         if (s->scratch) {
             int st = pcu_graph_flush(d, s); /* (the synchronisation below may not be captured; this node's rest runs uncaptured) */
             if (st) return st;
             PCU_CHECK(d, d->fam->cu.StreamSynchronize(s->s), "cuStreamSynchronize");
+            for (int i = 0; i < PGD_GRAPH_SLOTS; i++) /* (kept graphs read the old scratch: captured again) */
+                pcu_piece_drop(d, &s->piece[i]), s->gt.slot[i].has_exec = 0, s->gt.slot[i].repeats = 0;
             d->fam->cu.MemFree(s->scratch);
             s->scratch = 0;
             s->scratch_bytes = 0;
@@ -1210,12 +1264,14 @@ static int pcu_cb_scratch(void *impl, void *stream, size_t nbytes, pgd_ptr *out)
 static int pcu_cb_fill32(void *impl, void *stream, pgd_ptr dst, uint32_t value, size_t count) {
     pcu_dev *d = impl;
     if (!count) return PDDE_OK;
+    if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK; /* (only kernels are patched) */
     PCU_CHECK(d, d->fam->cu.MemsetD32Async(pgd_addr(dst), value, count, ((pcu_stream *)stream)->s), "cuMemsetD32Async");
     return PDDE_OK;
 }
 
 static int pcu_cb_copy(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_t nbytes) {
     pcu_dev *d = impl;
+    if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     PCU_CHECK(d, d->fam->cu.MemcpyDtoDAsync(pgd_addr(dst), pgd_addr(src), nbytes, ((pcu_stream *)stream)->s), "cuMemcpyDtoDAsync");
     return PDDE_OK;
 }
@@ -1223,6 +1279,7 @@ static int pcu_cb_copy(void *impl, void *stream, pgd_ptr dst, pgd_ptr src, size_
 static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a,
                        int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
     pcu_dev *d = impl;
+    if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pcublas_api *bl = &d->fam->blas;
     if (!d->blas || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX) return 1;
     if (bl->SetStream(d->blas, ((pcu_stream *)stream)->s) != 0) return 1;
@@ -1237,20 +1294,37 @@ static int pcu_cb_gemm(void *impl, void *stream, int ta, int tb, int64_t M, int6
     return PDDE_OK;
 }
 
+/* PDDE_CUDA_GEMM_SINGLE=1 (off until measured): a GEMM of batch 1 goes to cublasGemmEx, as torch.matmul's does, not
+ * to cublasGemmStridedBatchedEx with a batch of 1 (whose kernel choice may differ). */
+static int pcu_gemm_single_on(void) {
+    const char *env = getenv("PDDE_CUDA_GEMM_SINGLE");
+    return env && !strcmp(env, "1");
+}
+
+/* cuBLAS's mixed-precision GEMM (row-major D = op(A) op(B) as column-major D^T = op(B)^T op(A)^T), f32 compute */
+static int pcu_blas_ex(pcu_dev *d, int in, int out, int ta, int tb, int64_t M, int64_t N, int64_t K, pgd_ptr a, int64_t sA, pgd_ptr b,
+                       int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
+    const pcublas_api *bl = &d->fam->blas;
+    float one = 1.0f, zero = 0.0f;
+    int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
+    const void *pb = (const void *)(uintptr_t)pgd_addr(b), *pa = (const void *)(uintptr_t)pgd_addr(a);
+    void *pc = (void *)(uintptr_t)pgd_addr(c);
+    if (batch == 1 && bl->GemmEx && pcu_gemm_single_on())
+        return bl->GemmEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, pb, in, ldb, pa, in, lda, &zero, pc, out, (int)N,
+                          PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+    return bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, pb, in, ldb, sB, pa, in, lda, sA, &zero, pc,
+                                    out, (int)N, sC, (int)batch, PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+}
+
 static int pcu_cb_gemm_lowp(void *impl, void *stream, pdde_dtype dt, int ta, int tb, int64_t M, int64_t N, int64_t K,
                             pgd_ptr a, int64_t sA, pgd_ptr b, int64_t sB, pgd_ptr c, int64_t sC, int64_t batch) {
     pcu_dev *d = impl;
+    if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pcublas_api *bl = &d->fam->blas;
     if (!d->blas || !bl->GemmStridedBatchedEx || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX || batch > INT32_MAX) return 1;
     if (bl->SetStream(d->blas, ((pcu_stream *)stream)->s) != 0) return 1;
-    float one = 1.0f, zero = 0.0f;
     int in = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F;
-    /* as pcu_cb_gemm: row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T */
-    int ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
-    int st = bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one,
-                                      (const void *)(uintptr_t)pgd_addr(b), in, ldb, sB, (const void *)(uintptr_t)pgd_addr(a), in, lda, sA,
-                                      &zero, (void *)(uintptr_t)pgd_addr(c), PCUBLAS_R_32F, (int)N, sC, (int)batch,
-                                      PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+    int st = pcu_blas_ex(d, in, PCUBLAS_R_32F, ta, tb, M, N, K, a, sA, b, sB, c, sC, batch);
     if (st != 0) return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: cublasGemmStridedBatchedEx (%s) failed: status %d", pdde_dtype_name(dt), st);
     return PDDE_OK;
 }
@@ -1267,15 +1341,13 @@ static int pcu_cb_gemm_epi(void *impl, void *stream, pdde_dtype dt, pdde_dtype d
                            pgd_ptr pa, int64_t sA, pgd_ptr pb, int64_t sB, pgd_ptr pd, int64_t sD, int64_t batch, pgd_ptr bias, pgd_ptr pc,
                            float beta) {
     pcu_dev *d = impl;
+    if (((pcu_stream *)stream)->patching) return ((pcu_stream *)stream)->patch_failed = 1, PDDE_OK;
     const pcublas_api *bl = &d->fam->blas;
     if (pcu_gemmex_lowp_on() && !bias.base && beta == 0.0f && dt == ddt && (dt == PDDE_BF16 || dt == PDDE_F16) && d->blas &&
         bl->GemmStridedBatchedEx && M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && batch <= INT32_MAX &&
         bl->SetStream(d->blas, ((pcu_stream *)stream)->s) == 0) {
-        float one = 1.0f, zero = 0.0f;
-        int ty = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F, ldb = (int)(tb ? K : N), lda = (int)(ta ? M : K);
-        int st = bl->GemmStridedBatchedEx(d->blas, tb ? 1 : 0, ta ? 1 : 0, (int)N, (int)M, (int)K, &one, (const void *)(uintptr_t)pgd_addr(pb), ty,
-                                          ldb, sB, (const void *)(uintptr_t)pgd_addr(pa), ty, lda, sA, &zero, (void *)(uintptr_t)pgd_addr(pd), ty,
-                                          (int)N, sD, (int)batch, PCUBLAS_COMPUTE_32F, PCUBLAS_GEMM_DEFAULT);
+        int ty = dt == PDDE_BF16 ? PCUBLAS_R_16BF : PCUBLAS_R_16F;
+        int st = pcu_blas_ex(d, ty, ty, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch);
         if (st == 0) return PDDE_OK;
     }
     return d->lt ? pclt_cb_gemm_epi(impl, stream, dt, ddt, ta, tb, M, N, K, pa, sA, pb, sB, pd, sD, batch, bias, pc, beta) : 1;
@@ -1310,18 +1382,226 @@ static pdde_status pcu_dispatcher(pcu_dev *d, void *stream, pgd_ctx *out) {
     return PDDE_OK;
 }
 
-static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
+/* --------------------------------------------------------------------------------------------------
+ * Operations through the graph decisions (PDDE_CUDA_GRAPH; the section "CUDA graphs" above) */
+
+/* Enqueues op on s as without graphs (or, patching, sets the kept graph's arguments). */
+static int pcu_op_run(pcu_dev *d, pcu_stream *s, const pcu_op *op) {
+    if (op->kind == PCU_OP_COPY) {
+        PCU_CHECK(d, d->fam->cu.MemcpyDtoDAsync(op->dst, op->src, op->nbytes, s->s), "cuMemcpyDtoDAsync");
+        return PDDE_OK;
+    }
     pgd_ctx g;
-    pdde_status st = pcu_dispatcher(dev, stream, &g);
-    if (!st) pcu_graph_begin(dev, g.stream);
-    return st ? st : pgd_compute_any(&g, node);
+    int st = pcu_dispatcher(d, s, &g);
+    if (st) return st;
+    return op->kind == PCU_OP_NODE ? pgd_compute_any(&g, op->node) : pgd_compute_group(&g, op->nodes, op->n);
+}
+
+static uint64_t pcu_op_key(const pcu_op *op, int declined, int *per_step) {
+    *per_step = 0;
+    return op->kind == PCU_OP_NODE    ? pgd_graph_node_key(op->node, per_step)
+           : op->kind == PCU_OP_GROUP ? pgd_graph_group_key(op->nodes, op->n, declined, per_step)
+                                      : pgd_graph_copy_key(op->dst, op->src, op->nbytes);
+}
+
+/* Swaps the op parameters of kept operation o's node(s) with those kept (before and after running it again). */
+static void pcu_op_swap_params(pcu_op *o) {
+    int n = o->kind == PCU_OP_GROUP ? o->n : o->kind == PCU_OP_NODE ? 1 : 0;
+    for (int i = 0; i < n; i++) {
+        pdde_tensor *t = o->kind == PCU_OP_GROUP ? o->nodes[i] : o->node;
+        pcu_params cur;
+        memcpy(cur.ip, t->iparams, sizeof cur.ip), memcpy(cur.fp, t->fparams, sizeof cur.fp);
+        memcpy(t->iparams, o->params[i].ip, sizeof cur.ip), memcpy(t->fparams, o->params[i].fp, sizeof cur.fp);
+        o->params[i] = cur;
+    }
+}
+
+/* Runs the operations kept (a replay's deferred ones, or a capture's that did not become a graph) as without
+ * graphs, each with the op parameters it came with. Each must still be what it was: a node the executor has
+ * rebound since (another micro-batch's buffers) cannot run as it was. */
+static int pcu_graph_run_deferred(pcu_dev *d, pcu_stream *s) {
+    int st = PDDE_OK, n = s->n_def;
+    s->n_def = 0;
+    d->graph_fallbacks++;
+    for (int i = 0; i < n && !st; i++) {
+        pcu_op *o = &s->def[i];
+        int per_step;
+        pcu_op_swap_params(o);
+        if (pcu_op_key(o, 0, &per_step) != o->key) {
+            pcu_graph_refuse(d, "a node changed while its replay was pending", 0);
+            st = pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: PDDE_CUDA_GRAPH: %s changed between its deferred launch and the replay's fallback",
+                            o->kind == PCU_OP_NODE ? o->node->name : o->kind == PCU_OP_GROUP ? o->nodes[0]->name : "a copy");
+        } else
+            st = pcu_op_run(d, s, o);
+        pcu_op_swap_params(o);
+    }
+    return st;
+}
+
+/* Keeps op, with its nodes' op parameters, until the segment's end. */
+static int pcu_graph_defer(pcu_dev *d, pcu_stream *s, const pcu_op *op) {
+    if (s->n_def == s->cap_def) {
+        int cap = s->cap_def ? 2 * s->cap_def : 256;
+        pcu_op *q = realloc(s->def, (size_t)cap * sizeof *q);
+        if (!q) return pdde_error(d->fam->ctx, PDDE_ERR_OOM, "cuda: out of host memory (graph replay)");
+        memset(q + s->cap_def, 0, (size_t)(cap - s->cap_def) * sizeof *q);
+        s->def = q, s->cap_def = cap;
+    }
+    pcu_op *o = &s->def[s->n_def];
+    int need = op->kind == PCU_OP_GROUP ? op->n : op->kind == PCU_OP_NODE ? 1 : 0, cap = o->cap;
+    pdde_tensor **nodes = o->nodes;
+    pcu_params *params = o->params;
+    if (need > cap) {
+        free(nodes), free(params);
+        nodes = malloc((size_t)need * sizeof *nodes), params = malloc((size_t)need * sizeof *params), cap = need;
+        if (!nodes || !params) {
+            free(nodes), free(params), o->nodes = NULL, o->params = NULL, o->cap = 0;
+            return pdde_error(d->fam->ctx, PDDE_ERR_OOM, "cuda: out of host memory (graph replay)");
+        }
+    }
+    *o = *op, o->nodes = nodes, o->params = params, o->cap = cap;
+    for (int i = 0; i < need; i++) {
+        const pdde_tensor *t = op->kind == PCU_OP_GROUP ? op->nodes[i] : op->node;
+        if (op->kind == PCU_OP_GROUP) nodes[i] = op->nodes[i];
+        memcpy(params[i].ip, t->iparams, sizeof params[i].ip), memcpy(params[i].fp, t->fparams, sizeof params[i].fp);
+    }
+    s->n_def++;
+    return PDDE_OK;
+}
+
+/* A replay that cannot go on: the graph dropped, the deferred operations run. */
+static int pcu_graph_fall_back(pcu_dev *d, pcu_stream *s) {
+    pcu_piece_drop(d, &s->piece[s->gt.cur]);
+    return pcu_graph_run_deferred(d, s);
+}
+
+/* Runs op on s through the stream's graph decisions (gpu_graph.h). */
+static int pcu_graph_run(pcu_dev *d, pcu_stream *s, pcu_op *op) {
+    if (!d->graph_on && s->gt.mode == PGD_GRAPH_IDLE) return pcu_op_run(d, s, op);
+    int per_step, st;
+    uint64_t key = op->key = pcu_op_key(op, 0, &per_step);
+    if (s->gt.mode == PGD_GRAPH_IDLE) {
+        if (op->kind == PCU_OP_COPY) return pcu_op_run(d, s, op); /* (a copy opens no segment) */
+        int drop;
+        pgd_graph_mode m = pgd_graph_open(&s->gt, key, &drop);
+        if (drop) pcu_piece_drop(d, &s->piece[s->gt.cur]);
+        s->patch_pos = 0, s->patch_failed = 0, s->torn = 0;
+        if (m == PGD_GRAPH_CAPTURE) {
+            pcu_piece_drop(d, &s->piece[s->gt.cur]);
+            pcu_result r = d->fam->graph.BeginCapture(s->s, PCU_STREAM_CAPTURE_MODE_RELAXED);
+            if (r != PCU_SUCCESS) pcu_graph_refuse(d, "cuStreamBeginCapture failed", r), pgd_graph_abandon(&s->gt), s->gt.mode = PGD_GRAPH_PLAIN;
+        }
+    }
+    if (op->kind == PCU_OP_GROUP && s->gt.mode == PGD_GRAPH_REPLAY) { /* (recorded as declined: the nodes come one by one) */
+        int ps;
+        uint64_t declined = pcu_op_key(op, 1, &ps);
+        if (pgd_graph_expected(&s->gt) == declined) return pgd_graph_op(&s->gt, declined), PDDE_ERR_UNSUPPORTED;
+    }
+    switch (pgd_graph_op(&s->gt, key)) {
+    case PGD_GRAPH_DEFER:
+        if ((st = pcu_graph_defer(d, s, op))) return st;
+        if (per_step) { /* (patched now: the executor sets the next micro-batch's values on the same node) */
+            s->patching = 1;
+            st = pcu_op_run(d, s, op);
+            s->patching = 0;
+            if (st || s->patch_failed) {
+                pgd_graph_diverge(&s->gt);
+                if ((st = pcu_graph_fall_back(d, s))) return st;
+            }
+        }
+        return pgd_graph_full(&s->gt) ? pcu_graph_flush(d, s) : PDDE_OK;
+    case PGD_GRAPH_DIVERGE:
+        if ((st = pcu_graph_fall_back(d, s))) return st;
+        break;
+    case PGD_GRAPH_NOMEM: /* (nothing kept: plain from here) */
+        if (s->n_def && (st = pcu_graph_fall_back(d, s))) return st;
+        pcu_graph_refuse(d, "out of host memory for the graph decisions", 0);
+        break;
+    default: break;
+    }
+    if (s->gt.mode == PGD_GRAPH_CAPTURE && (st = pcu_graph_defer(d, s, op))) return st; /* (run again if the capture fails) */
+    s->rec_patch = s->gt.mode == PGD_GRAPH_CAPTURE && per_step;
+    st = pcu_op_run(d, s, op);
+    s->rec_patch = 0;
+    if (op->kind == PCU_OP_GROUP && st == PDDE_ERR_UNSUPPORTED) { /* (declined, nothing enqueued: its nodes come one by one) */
+        int ps;
+        if (s->gt.mode == PGD_GRAPH_CAPTURE && s->n_def) s->n_def--;
+        pgd_graph_rekey(&s->gt, pcu_op_key(op, 1, &ps));
+    }
+    return !st && pgd_graph_full(&s->gt) ? pcu_graph_flush(d, s) : st;
+}
+
+/* Closes s's open segment before a host-visible operation: launches what it captured or the kept graph it
+ * replayed, or runs what a replay deferred. */
+static int pcu_graph_flush(pcu_dev *d, pcu_stream *s) {
+    if (s->gt.mode == PGD_GRAPH_IDLE) return PDDE_OK;
+    const pcu_graph_api *G = &d->fam->graph;
+    pcu_piece *p = &s->piece[s->gt.cur];
+    int st = PDDE_OK;
+    if (s->gt.mode == PGD_GRAPH_REPLAY && s->patch_pos != p->n_patch) { /* (fewer per-step kernels than captured) */
+        pgd_graph_diverge(&s->gt);
+        st = pcu_graph_fall_back(d, s);
+    }
+    pgd_graph_action a = pgd_graph_close(&s->gt);
+    if (a == PGD_GRAPH_LAUNCH) {
+        s->n_def = 0;
+        pcu_result r = G->Launch(p->exec, s->s);
+        if (r != PCU_SUCCESS) return pcu_fail(d->fam, r, "cuGraphLaunch", 0);
+        d->graph_replays++;
+    } else if (a == PGD_GRAPH_FALLBACK) {
+        st = pcu_graph_fall_back(d, s);
+    } else if (a == PGD_GRAPH_KEEP || a == PGD_GRAPH_DISCARD) {
+        pcu_graph gr = NULL;
+        pcu_graph_exec ex = NULL;
+        pcu_result r = G->EndCapture(s->s, &gr);
+        if (r == PCU_SUCCESS && gr && (r = G->Instantiate(&ex, gr, 0)) != PCU_SUCCESS) ex = NULL;
+        if (!ex) { /* (the captured work did not run: it runs now as without graphs, and no graphs from now on) */
+            if (gr) G->Destroy(gr);
+            p->n_patch = 0;
+            pgd_graph_abandon(&s->gt);
+            pcu_graph_refuse(d, gr ? "cuGraphInstantiate failed" : "the capture of a step failed (an operation that cannot be captured?)", r);
+            if (s->torn) { /* (closed inside an operation, whose rest runs after: its start cannot run again alone) */
+                s->n_def = 0, s->torn = 0, s->patch_failed = 0;
+                return pdde_error(d->fam->ctx, PDDE_ERR_BACKEND, "cuda: a CUDA graph capture failed (%d) inside an operation: its work did not run", r);
+            }
+            st = pcu_graph_run_deferred(d, s);
+            s->torn = 0, s->patch_failed = 0;
+            return st;
+        }
+        s->n_def = 0;
+        d->graph_captures++;
+        r = G->Launch(ex, s->s);
+        int keep = a == PGD_GRAPH_KEEP && !s->torn && !s->patch_failed && r == PCU_SUCCESS;
+        if (keep) p->exec = ex, p->graph = gr;
+        else {
+            static atomic_int said;
+            if (s->patch_failed && !atomic_exchange(&said, 1))
+                fprintf(stderr, "pdde: cuda: PDDE_CUDA_GRAPH=1: a step's per-step kernel arguments cannot be patched in its graph (%s): "
+                                "such segments run captured anew\n", G->GetCaptureInfo && G->KernelNodeSetParams ? "a capture's node was not found"
+                                : "the driver lacks cuStreamGetCaptureInfo_v2 or cuGraphExecKernelNodeSetParams");
+            G->ExecDestroy(ex), G->Destroy(gr);
+            p->n_patch = 0;
+            pgd_graph_abandon(&s->gt);
+            d->graph_discards++;
+        }
+        if (r != PCU_SUCCESS) return pcu_fail(d->fam, r, "cuGraphLaunch", 0);
+    }
+    s->torn = 0, s->patch_failed = 0;
+    return st;
+}
+
+static pdde_status pcu_compute(void *dev, void *stream, pdde_tensor *node) {
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    pcu_op op = {.kind = PCU_OP_NODE, .node = node};
+    return st ? st : pcu_graph_run(d, pcu_st(d, stream), &op);
 }
 
 static pdde_status pcu_compute_group(void *dev, void *stream, pdde_tensor *const *nodes, int n) {
-    pgd_ctx g;
-    pdde_status st = pcu_dispatcher(dev, stream, &g);
-    if (!st) pcu_graph_begin(dev, g.stream);
-    return st ? st : pgd_compute_group(&g, nodes, n);
+    pcu_dev *d = dev;
+    int st = pcu_bind(d);
+    pcu_op op = {.kind = PCU_OP_GROUP, .nodes = (pdde_tensor **)nodes, .n = n};
+    return st ? st : pcu_graph_run(d, pcu_st(d, stream), &op);
 }
 
 const pdde_backend_iface pdde_backend_cuda = {

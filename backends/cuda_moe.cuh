@@ -111,35 +111,47 @@ extern "C" __global__ void k_moe_gate(const float *__restrict__ lg, const int *_
     }
 }
 
-extern "C" __global__ void k_moe_dispatch(const float *__restrict__ x, const float *__restrict__ w, const int *__restrict__ row, float *y,
-                                          long long nk, int k, long long C) {
+/* An element of f32 or bf16 data (dt: the dtype enum, 2 bf16) as f32, and a value stored so (bf16: rounded
+ * as k_cast rounds) */
+__device__ __forceinline__ float moe_ld(const void *p, long long i, int dt) {
+    return dt == 2 ? __uint_as_float((unsigned int)((const unsigned short *)p)[i] << 16) : ((const float *)p)[i];
+}
+__device__ __forceinline__ void moe_st(void *p, long long i, float v, int dt) {
+    if (dt == 2) ((unsigned short *)p)[i] = f32_to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+
+/* x and y f32 or bf16 (xdt, ydt): a bf16 row moved as it is, else computed in f32 and stored as a cast rounds */
+extern "C" __global__ void k_moe_dispatch(const void *__restrict__ x, const float *__restrict__ w, const int *__restrict__ row, void *y,
+                                          long long nk, int k, long long C, int xdt, int ydt) {
     GRID_STRIDE(i, nk * C) {
-        long long ch = i / C, col = i - ch * C;
+        long long ch = i / C, col = i - ch * C, src = (ch / k) * C + col;
         int r = row[ch];
-        if (r >= 0) y[(long long)r * C + col] = (w ? w[ch] : 1.0f) * x[(ch / k) * C + col];
+        if (r >= 0 && !w && xdt == 2 && ydt == 2) ((unsigned short *)y)[(long long)r * C + col] = ((const unsigned short *)x)[src];
+        else if (r >= 0) moe_st(y, (long long)r * C + col, (w ? w[ch] : 1.0f) * moe_ld(x, src, xdt), ydt);
     }
 }
 
-extern "C" __global__ void k_moe_combine(const float *__restrict__ ye, const int *__restrict__ row, const float *__restrict__ w, float *y,
-                                         long long N, int k, long long C) {
+extern "C" __global__ void k_moe_combine(const void *__restrict__ ye, const int *__restrict__ row, const float *__restrict__ w, float *y,
+                                         long long N, int k, long long C, int edt) {
     GRID_STRIDE(i, N * C) {
         long long n = i / C, col = i - n * C;
         float acc = 0.0f;
         for (int c = 0; c < k; c++) {
             int r = row[n * k + c];
-            if (r >= 0) acc += (w ? w[n * k + c] : 1.0f) * ye[(long long)r * C + col];
+            if (r >= 0) acc += (w ? w[n * k + c] : 1.0f) * moe_ld(ye, (long long)r * C + col, edt);
         }
         y[i] = acc;
     }
 }
 
-extern "C" __global__ void k_moe_combine_back_w(const float *__restrict__ ye, const int *__restrict__ row, const float *__restrict__ dy,
-                                                float *dw, long long nk, int k, long long C) {
+extern "C" __global__ void k_moe_combine_back_w(const void *__restrict__ ye, const int *__restrict__ row, const void *__restrict__ dy,
+                                                float *dw, long long nk, int k, long long C, int edt, int ddt) {
     GRID_STRIDE(ch, nk) {
         int r = row[ch];
         float d = 0.0f;
         if (r >= 0)
-            for (long long i = 0; i < C; i++) d += dy[(ch / k) * C + i] * ye[(long long)r * C + i];
+            for (long long i = 0; i < C; i++) d += moe_ld(dy, (ch / k) * C + i, ddt) * moe_ld(ye, (long long)r * C + i, edt);
         dw[ch] = d;
     }
 }

@@ -1221,39 +1221,42 @@ __kernel void k_moe_gate(PTR(const float, lg), PTR(const int, idx), PTR(const fl
     }
 }
 
-/* y[row(n, j)] = x[n] (* w[n, j]): an item per element of a choice's row */
-__kernel void k_moe_dispatch(PTR(const float, x), PTR(const float, w), PTR(const int, row), PTR(float, y), long nk, int k, long C) {
-    BIND(const float, x); BIND(const float, w); BIND(const int, row); BIND(float, y);
+/* y[row(n, j)] = x[n] (* w[n, j]): an item per element of a choice's row. x and y f32 or bf16 (xdt, ydt:
+ * the dtype enum): a bf16 row moved as it is, else computed in f32 and stored as a cast rounds. */
+__kernel void k_moe_dispatch(PTR(const void, x), PTR(const float, w), PTR(const int, row), PTR(void, y), long nk, int k, long C,
+                             int xdt, int ydt) {
+    BIND(const void, x); BIND(const float, w); BIND(const int, row); BIND(void, y);
     GRID_STRIDE(i, nk * C) {
-        long ch = i / C, col = i - ch * C;
+        long ch = i / C, col = i - ch * C, src = (ch / k) * C + col;
         int r = row[ch];
-        if (r >= 0) y[(long)r * C + col] = (w ? w[ch] : 1.0f) * x[(ch / k) * C + col];
+        if (r >= 0 && !w && xdt == DT_BF16 && ydt == DT_BF16) ((__global ushort *)y)[(long)r * C + col] = ((__global const ushort *)x)[src];
+        else if (r >= 0) store_out(y, (long)r * C + col, (w ? w[ch] : 1.0f) * load_in(x, src, xdt), ydt);
     }
 }
 
-/* y[n] = sum_j (w[n, j] *) ye[row(n, j)]: an item per element of a token's row */
-__kernel void k_moe_combine(PTR(const float, ye), PTR(const int, row), PTR(const float, w), PTR(float, y), long N, int k, long C) {
-    BIND(const float, ye); BIND(const int, row); BIND(const float, w); BIND(float, y);
+/* y[n] = sum_j (w[n, j] *) ye[row(n, j)]: an item per element of a token's row (ye f32 or bf16: edt) */
+__kernel void k_moe_combine(PTR(const void, ye), PTR(const int, row), PTR(const float, w), PTR(float, y), long N, int k, long C, int edt) {
+    BIND(const void, ye); BIND(const int, row); BIND(const float, w); BIND(float, y);
     GRID_STRIDE(i, N * C) {
         long n = i / C, col = i - n * C;
         float acc = 0.0f;
         for (int c = 0; c < k; c++) {
             int r = row[n * k + c];
-            if (r >= 0) acc += (w ? w[n * k + c] : 1.0f) * ye[(long)r * C + col];
+            if (r >= 0) acc += (w ? w[n * k + c] : 1.0f) * load_in(ye, (long)r * C + col, edt);
         }
         y[i] = acc;
     }
 }
 
-/* dw[n, j] = <dy[n], ye[row(n, j)]> (0 for a dropped choice): an item per choice */
-__kernel void k_moe_combine_back_w(PTR(const float, ye), PTR(const int, row), PTR(const float, dy), PTR(float, dw), long nk, int k,
-                                   long C) {
-    BIND(const float, ye); BIND(const int, row); BIND(const float, dy); BIND(float, dw);
+/* dw[n, j] = <dy[n], ye[row(n, j)]> (0 for a dropped choice): an item per choice (ye, dy f32 or bf16) */
+__kernel void k_moe_combine_back_w(PTR(const void, ye), PTR(const int, row), PTR(const void, dy), PTR(float, dw), long nk, int k,
+                                   long C, int edt, int ddt) {
+    BIND(const void, ye); BIND(const int, row); BIND(const void, dy); BIND(float, dw);
     GRID_STRIDE(ch, nk) {
         int r = row[ch];
         float d = 0.0f;
         if (r >= 0)
-            for (long i = 0; i < C; i++) d += dy[(ch / k) * C + i] * ye[(long)r * C + i];
+            for (long i = 0; i < C; i++) d += load_in(dy, (ch / k) * C + i, ddt) * load_in(ye, (long)r * C + i, edt);
         dw[ch] = d;
     }
 }

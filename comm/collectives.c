@@ -542,7 +542,8 @@ pdde_status pdde_comm_reduce(pdde_comm *c, const void *sendbuf, void *recvbuf, s
     pdde_status st = pdde_comm_ireduce(c, sendbuf, recvbuf, count, t, op, root, &r);
     return comm_finish(c, st, r);
 }
-pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t) {
+/* the flat blocking all-to-all(v); alltoall_hier.c's public calls take them or the hierarchical form */
+static pdde_status comm_alltoall_flat(pdde_comm *c, const void *sendbuf, void *recvbuf, size_t count, pdde_dtype t) {
     if (comm_shm_takes(c, 1, 1, t, PDDE_REDUCE_SUM) && c->size <= 64) {
         size_t a[4 * 64];
         for (int i = 0; i < c->size; i++) a[i] = count, a[64 + i] = (size_t)i * count;
@@ -553,8 +554,8 @@ pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf,
     pdde_status st = pdde_comm_ialltoall(c, sendbuf, recvbuf, count, t, &r);
     return comm_finish(c, st, r);
 }
-pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
-                                void *recvbuf, const size_t *recvcounts, const size_t *rdispls, pdde_dtype t) {
+static pdde_status comm_alltoallv_flat(pdde_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls,
+                                       void *recvbuf, const size_t *recvcounts, const size_t *rdispls, pdde_dtype t) {
     if (comm_shm_takes(c, 1, 1, t, PDDE_REDUCE_SUM)) {
         if (!sendcounts || !sdispls || !recvcounts || !rdispls)
             return pdde_error(c->w->ctx, PDDE_ERR_INVALID_ARG, "pdde_comm_alltoallv: NULL counts or displacements");

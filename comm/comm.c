@@ -10,6 +10,9 @@
  *     operation running polls that key, and publishes there any failure it finds itself;
  *  3. every blocking wait has a timeout. */
 
+#ifndef PDDE_COMM_COMM_C
+#define PDDE_COMM_COMM_C
+
 /* The parts in layer order: each uses only those above it in this list. */
 #include "util.c"          /* clocks, byte packing, addresses, socket reads/writes */
 #include "auth.c"          /* SHA-256, HMAC, the job secret */
@@ -442,6 +445,10 @@ fail:
 
 void pdde_comm_free(pdde_comm *c) {
     if (!c) return;
+    if (c->a2a) { /* the sub-communicators first: they hold references to the world */
+        pdde_comm_free(c->a2a->local_comm), pdde_comm_free(c->a2a->cross_comm);
+        free(c->a2a->host_idx), free(c->a2a->local_idx), free(c->a2a->rank_at), free(c->a2a);
+    }
     comm_world *w = c->w;
     pthread_mutex_lock(&w->lock);
     for (pdde_comm_request *r = w->active, *next; r; r = next) {
@@ -525,3 +532,5 @@ pdde_status pdde_comm_split(pdde_comm *c, int color, int key, pdde_comm **out) {
     int id = 2 + (int)((base + color_index) % ((1 << COMM_ID_BITS) - 2));
     return comm_new(w, rank, size, ranks, id, 1 + base + color_index, c->algo, out);
 }
+
+#endif /* PDDE_COMM_COMM_C */

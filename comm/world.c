@@ -69,7 +69,19 @@ struct pdde_comm {
     int *local_group, local_n, local_me;  /* world ranks on my host */
     int *cross_group, cross_n, cross_me;  /* world ranks with my local index, one per host */
     struct comm_shm *shm;         /* shared-memory channel when every rank is on this host (shm.c) */
+    struct comm_a2a_hier *a2a;    /* the hierarchical all-to-all's sub-communicators (alltoall_hier.c), made at
+                                     its first use, freed with the comm (comm.c) */
 };
+
+/* The hierarchical all-to-all's state of a communicator: its ranks' host and local indices, the
+ * communicators of this rank's host and of the ranks with its local index on every host. */
+typedef struct comm_a2a_hier {
+    int mode;                     /* PDDE_COMM_A2A_HIER: -1 unset (auto), 0 off, 1 on */
+    int hosts, local;             /* H hosts of L ranks each */
+    int *host_idx, *local_idx;    /* per comm rank */
+    int *rank_at;                 /* [h * L + j]: the comm rank of host h's j-th */
+    struct pdde_comm *local_comm, *cross_comm;
+} comm_a2a_hier;
 
 typedef struct comm_shm comm_shm;
 /* The collectives the shared-memory channel runs (shm.c). */

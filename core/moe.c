@@ -15,6 +15,16 @@ static pdde_tensor *moe_node(pdde_graph *g, pdde_op op, pdde_dtype dt, int64_t r
 
 /* NULL inputs propagate an earlier error; the rest are checked here with names and shapes. */
 static bool moe_is(const pdde_tensor *t, pdde_dtype dt, int ndim) { return t && t->dtype == dt && t->ndim == ndim; }
+/* an activation the permutation and the grouped GEMM take: f32, or bf16 (a bf16 compute dtype) */
+static bool moe_act(const pdde_tensor *t, int ndim) { return t && (t->dtype == PDDE_F32 || t->dtype == PDDE_BF16) && t->ndim == ndim; }
+
+/* Under a bf16 compute dtype the activations the permutation moves and the grouped GEMM's operands are
+ * bf16 (autocast: the tokens' copy is the router matmul's), the GEMMs accumulate and write f32 and the
+ * combine sums into f32, as a dense matmul does. The router's logits, top-k, gate weights and the
+ * balance loss stay f32: top-k of rounded scores would tie where f32 does not (and pick another expert
+ * on another device), and the loss is a mean of small products. Under f16 the MoE ops stay f32 (its
+ * range would need loss scaling inside the permutation). */
+static pdde_tensor *moe_lowp(pdde_graph *g, pdde_tensor *x) { return g->compute_dtype == PDDE_BF16 ? autocast(g, x) : x; }
 
 static bool moe_idx_ok(pdde_graph *g, const char *op, const pdde_tensor *idx) {
     if (moe_is(idx, PDDE_I32, 2) && idx->shape[1] >= 1) return true;
@@ -82,11 +92,12 @@ pdde_tensor *pdde_moe_dispatch(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, 
     if (!g || g->status) return NULL;
     if (!x || !idx) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_dispatch: NULL input");
     if (!moe_idx_ok(g, "moe_dispatch", idx) || !moe_experts_ok(g, "moe_dispatch", experts, capacity)) return NULL;
-    if (!moe_is(x, PDDE_F32, 2) || x->shape[0] != idx->shape[0])
-        return graph_fail(g, PDDE_ERR_SHAPE, "moe_dispatch: tokens %s must be f32 [N, C] with the N = %lld rows of %s", x->name,
+    x = moe_lowp(g, x);
+    if (!moe_act(x, 2) || x->shape[0] != idx->shape[0])
+        return graph_fail(g, PDDE_ERR_SHAPE, "moe_dispatch: tokens %s must be f32 or bf16 [N, C] with the N = %lld rows of %s", x ? x->name : "?",
                           (long long)idx->shape[0], idx->name);
-    pdde_tensor *src[2] = {x, idx};
-    return moe_node(g, PDDE_OP_MOE_DISPATCH, PDDE_F32, moe_buffer_rows(idx, experts, capacity), x->shape[1], 2, src, experts, capacity, 0);
+    pdde_tensor *src[2] = {x, idx}; /* (the rows in x's dtype: moved, not rounded) */
+    return moe_node(g, PDDE_OP_MOE_DISPATCH, x->dtype, moe_buffer_rows(idx, experts, capacity), x->shape[1], 2, src, experts, capacity, 0);
 }
 
 pdde_tensor *pdde_moe_dispatch_experts(pdde_graph *g, pdde_tensor *x, pdde_tensor *idx, int experts, int64_t capacity) {
@@ -102,10 +113,11 @@ pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, 
     if (!g || g->status) return NULL;
     if (!ye || !idx) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_combine: NULL input");
     if (!moe_idx_ok(g, "moe_combine", idx) || !moe_experts_ok(g, "moe_combine", experts, capacity)) return NULL;
-    bool by_expert = moe_is(ye, PDDE_F32, 3); /* [E, capacity, C]: pdde_moe_dispatch_experts' layout */
+    if (!(ye = moe_lowp(g, ye))) return NULL;
+    bool by_expert = moe_act(ye, 3); /* [E, capacity, C]: pdde_moe_dispatch_experts' layout */
     if (by_expert ? ye->shape[0] != experts || ye->shape[1] != capacity || capacity < 1
-                  : !moe_is(ye, PDDE_F32, 2) || ye->shape[0] != moe_buffer_rows(idx, experts, capacity))
-        return graph_fail(g, PDDE_ERR_SHAPE, "moe_combine: expert outputs %s must be f32 [%lld, C] (%s) or [%d, %lld, C]", ye->name,
+                  : !moe_act(ye, 2) || ye->shape[0] != moe_buffer_rows(idx, experts, capacity))
+        return graph_fail(g, PDDE_ERR_SHAPE, "moe_combine: expert outputs %s must be f32 or bf16 [%lld, C] (%s) or [%d, %lld, C]", ye->name,
                           (long long)moe_buffer_rows(idx, experts, capacity), capacity ? "experts x capacity" : "N x k", experts, (long long)capacity);
     if (weights && (!moe_is(weights, PDDE_F32, 2) || weights->shape[0] != idx->shape[0] || weights->shape[1] != idx->shape[1]))
         return graph_fail(g, PDDE_ERR_SHAPE, "moe_combine: weights %s must be f32 of the shape of %s [N, k]", weights->name, idx->name);
@@ -115,10 +127,14 @@ pdde_tensor *pdde_moe_combine(pdde_graph *g, pdde_tensor *ye, pdde_tensor *idx, 
 
 pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor *w, pdde_tensor *idx, int64_t capacity, int trans_b) {
     if (!g || g->status) return NULL;
-    if (!x || !w || (!idx && !moe_is(x, PDDE_F32, 3))) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_grouped_matmul: NULL input");
-    int64_t E = moe_is(w, PDDE_F32, 3) ? w->shape[0] : 0, K = w->shape[trans_b ? 2 : 1], M = w->shape[trans_b ? 1 : 2];
-    if (moe_is(x, PDDE_F32, 3)) { /* [E, S, K] by expert: every row of each expert's block (its capacity) */
-        if (!moe_is(w, PDDE_F32, 3) || x->shape[0] != E || x->shape[2] != K)
+    if (!x || !w || (!idx && !moe_act(x, 3))) return graph_fail(g, PDDE_ERR_INVALID_ARG, "moe_grouped_matmul: NULL input");
+    if (!(x = moe_lowp(g, x)) || !(w = moe_lowp(g, w))) return NULL;
+    if (x->dtype != w->dtype || !moe_act(w, 3)) /* (bf16 x bf16 accumulates in f32 and writes f32, as matmul) */
+        return graph_fail(g, PDDE_ERR_DTYPE, "moe_grouped_matmul: rows %s (%s) and weights %s (%s [E, K, M]) must both be f32 or both bf16", x->name,
+                          pdde_dtype_name(x->dtype), w->name, pdde_dtype_name(w->dtype));
+    int64_t E = w->shape[0], K = w->shape[trans_b ? 2 : 1], M = w->shape[trans_b ? 1 : 2];
+    if (moe_act(x, 3)) { /* [E, S, K] by expert: every row of each expert's block (its capacity) */
+        if (x->shape[0] != E || x->shape[2] != K)
             return graph_fail(g, PDDE_ERR_SHAPE, "moe_grouped_matmul: rows %s [E, S, K] and weights %s [E, K, M] disagree", x->name, w->name);
         pdde_tensor *src[2] = {x, w};
         pdde_tensor *t = new_node(g, PDDE_OP_MOE_GROUPED_MATMUL, PDDE_F32, 3, (int64_t[]){E, x->shape[1], M}, 2, src);
@@ -126,8 +142,8 @@ pdde_tensor *pdde_moe_grouped_matmul(pdde_graph *g, pdde_tensor *x, pdde_tensor 
                pdde_op_set_i32(t, PDDE_P_MOE_TRANS_B, trans_b != 0);
         return t;
     }
-    if (!moe_is(w, PDDE_F32, 3) || !moe_is(x, PDDE_F32, 2))
-        return graph_fail(g, PDDE_ERR_SHAPE, "moe_grouped_matmul: rows %s must be f32 [R, K] and weights %s f32 [E, K, M]", x->name, w->name);
+    if (!moe_act(x, 2))
+        return graph_fail(g, PDDE_ERR_SHAPE, "moe_grouped_matmul: rows %s must be [R, K] for weights %s [E, K, M]", x->name, w->name);
     if (!moe_idx_ok(g, "moe_grouped_matmul", idx) || !moe_experts_ok(g, "moe_grouped_matmul", E, capacity)) return NULL;
     if (x->shape[1] != K || x->shape[0] != moe_buffer_rows(idx, E, capacity))
         return graph_fail(g, PDDE_ERR_SHAPE, "moe_grouped_matmul: rows %s [%lld, %lld] must be [%lld, %lld] for weights %s and ids %s", x->name,
@@ -171,6 +187,7 @@ static void moe_backward(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_te
         break;
     }
     case PDDE_OP_MOE_DISPATCH: { /* x [N,C] -> rows: back by summing each token's rows */
+        if (x->dtype != PDDE_F32 && dy->dtype != x->dtype) dy = pdde_cast(g, dy, x->dtype); /* (bf16 rows back, summed in f32) */
         pdde_tensor *src[3] = {dy, y->src[1], NULL};
         dsrc[0] = moe_node(g, PDDE_OP_MOE_COMBINE, PDDE_F32, x->shape[0], x->shape[1], 2, src, E, cap, 0);
         if (y->nsrc > 2) { /* a weighted dispatch (a combine's gradient): dw = <x[n], dy[row]> */
@@ -192,6 +209,7 @@ static void moe_backward(pdde_graph *g, pdde_tensor *y, pdde_tensor *dy, pdde_te
     case PDDE_OP_MOE_GROUPED_MATMUL: {
         pdde_tensor *w = y->src[1], *idx = y->nsrc > 2 ? y->src[2] : NULL;
         int tb = pdde_op_i32(y, PDDE_P_MOE_TRANS_B);
+        if (x->dtype != PDDE_F32 && dy->dtype != x->dtype) dy = pdde_cast(g, dy, x->dtype); /* the gradient GEMMs in bf16 too */
         dsrc[0] = pdde_moe_grouped_matmul(g, dy, w, idx, x->ndim == 3 ? 0 : cap, !tb); /* dx = dy w_e^T */
         pdde_tensor *src[3] = {tb ? dy : x, tb ? x : dy, idx};    /* dw_e = x_e^T dy_e (or its transpose) */
         pdde_tensor *dw = new_node(g, PDDE_OP_MOE_GROUPED_MATMUL_BACK_W, PDDE_F32, 3, w->shape, idx ? 3 : 2, src);

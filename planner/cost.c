@@ -823,7 +823,8 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
     double *dies = calloc((size_t)max_ops, sizeof *dies);
     cost_instances *inst = calloc((size_t)(G ? G : 1), sizeof *inst);
     cost_message *msgs = NULL;
-    int n_msgs = 0, cap_msgs = 0, *devs = NULL;
+    int n_msgs = 0, cap_msgs = 0, *devs = NULL, *all_devs = NULL;
+    double *rank_over = NULL, *machine_over = NULL; /* cost_rank_oversubscription of each rank's, each machine's (0: not yet) */
     pdde_status st = PDDE_OK;
     if (res) {
         res->n_ranks = R;
@@ -832,13 +833,14 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
         res->comm_wait = calloc((size_t)R, sizeof(double));
         res->idle = calloc((size_t)R, sizeof(double));
     }
-    devs = malloc((size_t)R * sizeof *devs);
+    devs = malloc((size_t)R * sizeof *devs), all_devs = malloc((size_t)R * sizeof *all_devs);
+    rank_over = malloc((size_t)R * sizeof *rank_over), machine_over = calloc((size_t)c->n_machines + 1, sizeof *machine_over);
     cost_calls *calls = calloc((size_t)R, sizeof *calls);  /* each rank's communication calls so far */
     double *blocked_since = malloc((size_t)R * sizeof *blocked_since); /* in the call it stopped at; -1 */
     cost_shared *sh = malloc((size_t)R * sizeof *sh); /* each rank's compute op sharing its machine's cores */
     for (int r = 0; blocked_since && r < R; r++) blocked_since[r] = -1;
     for (int r = 0; sh && r < R; r++) sh[r].machine = -1;
-    if (!res || !pc || !issued || !seq || !inst_of || !t || !comm_free || !dies || !inst || !devs || !calls || !blocked_since || !sh ||
+    if (!res || !pc || !issued || !seq || !inst_of || !t || !comm_free || !dies || !inst || !devs || !all_devs || !rank_over || !machine_over || !calls || !blocked_since || !sh ||
         !res->peak_memory || !res->compute_time || !res->comm_wait || !res->idle) {
         st = pdde_error(ctx, PDDE_ERR_OOM, "cost: out of memory");
         goto done;
@@ -850,6 +852,12 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
             goto done;
         }
         res->peak_memory[r] = cost_rank_memory(&p->ranks[r], dies);
+        all_devs[r] = p->ranks[r].device;
+    }
+    for (int r = 0; r < R; r++) { /* (from each machine's first rank: the machine's other ranks all come after it) */
+        int m = cost_shares_cores(c, all_devs[r]);
+        if (m >= 0 && !machine_over[m]) machine_over[m] = cost_rank_oversubscription(c, all_devs + r, R - r);
+        rank_over[r] = m >= 0 ? machine_over[m] : 1;
     }
     int finished = 0;
     while (finished < R) {
@@ -940,8 +948,12 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
                         const int *gr = p->group_ranks + p->group_off[op->group];
                         if (++in->arrived == gn) {
                             for (int i = 0; i < gn; i++) devs[i] = p->ranks[gr[i]].device;
+                            /* (ranks beyond their machine's cores: at cores / ranks of the rate, its most crowded
+                             * machine's, as moe_cost.c charges) */
+                            double over = 1;
+                            for (int i = 0; i < gn; i++) over = rank_over[gr[i]] > over ? rank_over[gr[i]] : over;
                             double d = cost_collective(ctx, c, op->coll, op->algo, devs, gn,
-                                                       (double)op->count * (double)pdde_dtype_size(op->dtype));
+                                                       (double)op->count * (double)pdde_dtype_size(op->dtype)) * over;
                             if (!isfinite(d)) { st = PDDE_ERR_NO_PLAN; goto done; }
                             in->done = 1, in->end = in->ready + d;
                             for (int i = 0; i < gn; i++)
@@ -1013,7 +1025,7 @@ pdde_status pdde_cost_simulate(pdde_context *ctx, const pdde_cluster *c, const p
 done:
     for (int g = 0; inst && g < G; g++) free(inst[g].v);
     for (int r = 0; calls && r < R; r++) free(calls[r].start), free(calls[r].end);
-    free(inst), free(pc), free(issued), free(seq), free(inst_of), free(t), free(comm_free), free(dies), free(msgs), free(devs);
+    free(inst), free(pc), free(issued), free(seq), free(inst_of), free(t), free(comm_free), free(dies), free(msgs), free(devs), free(all_devs), free(rank_over), free(machine_over);
     free(calls), free(blocked_since), free(sh);
     if (st) pdde_cost_result_free(res);
     else *out = res;

@@ -1285,7 +1285,8 @@ static pdde_status lower_att_lowp(lowering *L) {
  * Casts folded into their producers. Under a compute dtype a matmul's activation input (and its output's
  * gradient) is cast to bf16; where that cast is the only reader of a layernorm's or a bias_gelu's output
  * (their backward reads their inputs, not the output) or of the logits' gradient (cross_entropy_back),
- * or of a bias_gelu backward's gradient (lower_bf16_grads leaves it so),
+ * or of a bias_gelu backward's gradient (lower_bf16_grads leaves it so), or of an MoE grouped GEMM's or
+ * dispatch's rows (a bf16 MoE: the expert outputs the combine reads, the gradients the GEMMs read),
  * the producer writes bf16 itself, computing in f32 and rounding once
  * on the store as the cast did (the same bits), and the cast becomes a view of it: one kernel and one
  * f32 tensor fewer. Only where the producer's device takes the bf16 output (supports_op). */
@@ -1302,7 +1303,8 @@ static pdde_status lower_fold_casts(lowering *L) {
             y = y->src[0];
         bool vocab_split = pdde_op_i32(y, PDDE_P_VOCAB_FIRST) || pdde_op_i32(y, PDDE_P_VOCAB_SIZE); /* (the session runs those) */
         bool matmul = y->op == PDDE_OP_MATMUL && lower_switch_on(L, "PDDE_FUSE_EPILOGUE", y->device); /* (lower_fuse_epilogue) */
-        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && y->op != PDDE_OP_BIAS_GELU_BACK && !matmul && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
+        bool moe = y->op == PDDE_OP_MOE_GROUPED_MATMUL || y->op == PDDE_OP_MOE_DISPATCH; /* (the rows a bf16 MoE moves next) */
+        if ((y->op != PDDE_OP_LAYERNORM && y->op != PDDE_OP_BIAS_GELU && y->op != PDDE_OP_BIAS_GELU_BACK && !matmul && !moe && (y->op != PDDE_OP_CROSS_ENTROPY_BACK || vocab_split)) ||
             y->dtype != PDDE_F32 || readers[y->id] != 1 ||
             y->device != c->device || (y->flags & (kept | PDDE_TENSOR_VIEW)) || pdde_tensor_numel(y) != pdde_tensor_numel(c) ||
             casts_kept_on(L, y->device))

@@ -85,6 +85,63 @@ static double moe_groups_time(pdde_context *ctx, const pdde_cluster *c, pdde_col
     return t;
 }
 
+/* The token exchange of G groups of S ranks (count elements a rank), as the communicator runs it
+ * (comm/alltoall_hier.c): flat, or, where each group spans H > 1 machines with L > 1 of its ranks on
+ * each and the comm picks it (PDDE_COMM_A2A_HIER=1, or unset and a pair's mean message within
+ * PDDE_COMM_A2A_HIER_BYTES(H, L)), hierarchical: the counts (H integers a pair) and an all-to-all of
+ * everything within each machine at its intra link's rate, then an all-to-all among the ranks of
+ * one local index across machines (H-1 messages L times larger: the same bytes through each NIC, L
+ * times fewer messages), and two copies of a rank's bytes (packing by local index, the transpose
+ * between the stages) at the device's copy rate. varying: an alltoallv, whose automatic choice
+ * the ranks first agree on (an allreduce of one integer, paid whichever form it picks). *hier = 1
+ * where it priced the hierarchical form. */
+static double moe_alltoall_time(pdde_context *ctx, const pdde_cluster *c, const int *members, int G, int S, int64_t count, pdde_dtype dtype,
+                                int varying, int *hier) {
+    *hier = 0;
+    double t = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, members, G, S, count, dtype);
+    const char *e = getenv("PDDE_COMM_A2A_HIER");
+    int mode = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? 1 : -1;
+    if (!isfinite(t) || S < 4 || count <= 0 || !mode) return t;
+    /* group 0's machines, in order of first appearance, and its ranks on each */
+    int *mach = malloc((size_t)S * sizeof *mach), *seen = calloc((size_t)S, sizeof *seen), *host = malloc((size_t)S * sizeof *host);
+    int *local = malloc((size_t)G * S * sizeof *local), *cross = malloc((size_t)G * S * sizeof *cross);
+    int H = 0, L = 0, ok = mach && seen && host && local && cross;
+    for (int i = 0; i < S && ok; i++) {
+        mach[i] = -1;
+        pdde_cluster_find_device(c, members[i], &mach[i]);
+        host[i] = -1;
+        for (int j = 0; j < i && host[i] < 0; j++)
+            if (mach[j] == mach[i]) host[i] = host[j];
+        if (host[i] < 0) host[i] = H++;
+        seen[host[i]]++;
+    }
+    L = ok ? seen[0] : 0;
+    for (int h = 0; h < H && ok; h++) ok &= seen[h] == L;
+    ok &= H > 1 && L > 1;
+    double esz = (double)pdde_dtype_size(dtype), mean = (double)count * esz / S;
+    if (ok && (mode > 0 || mean <= PDDE_COMM_A2A_HIER_BYTES(H, L))) {
+        /* every group laid out as group 0: local groups (G H of L), cross groups (G L of H) */
+        for (int g = 0; g < G; g++) {
+            memset(seen, 0, (size_t)H * sizeof *seen);
+            for (int i = 0; i < S; i++) {
+                int h = host[i], j = seen[h]++, id = members[(size_t)g * S + i];
+                local[((size_t)g * H + h) * L + j] = id;
+                cross[((size_t)g * L + j) * H + h] = id;
+            }
+        }
+        double tl = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, local, G * H, L, count, dtype);
+        double tx = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, cross, G * L, H, count, dtype);
+        double tn = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, local, G * H, L, (int64_t)H * L, PDDE_I64);
+        pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = dtype, .bytes = 4.0 * (double)count * esz};
+        double tc = pdde_cost_compute_time(ctx, c, members[0], &copy) * cost_core_sharing(c, members, G * S, PDDE_OPCLASS_ELEMENTWISE);
+        t = tl + tx + tn + tc, *hier = 1;
+    }
+    if (ok && varying && mode < 0) /* the agreement on the choice, paid whichever form it picks */
+        t += pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, members, S, 1, PDDE_I64);
+    free(mach), free(seen), free(host), free(local), free(cross);
+    return t;
+}
+
 pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, const int *devices, int n_ranks,
                                    const pdde_moe_cost_params *p, int ep, pdde_moe_cost *out) {
     memset(out, 0, sizeof *out);
@@ -116,12 +173,13 @@ pdde_status pdde_moe_cost_estimate(pdde_context *ctx, const pdde_cluster *c, con
     out->alltoall_bytes = 4.0 * p->layers * rows * C * esz * (ep - 1) / ep;
     /* the ep groups: ep consecutive ranks each (dp outer), all exchanging at once */
     if (ep > 1) {
-        double t = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, (int64_t)(rows * C), p->dtype);
+        int hier_counts = 0;
+        double t = moe_alltoall_time(ctx, c, devices, dp, ep, (int64_t)(rows * C), p->dtype, 1, &out->alltoall_hier);
         if (!isfinite(t)) return pdde_error(ctx, PDDE_ERR_NO_PLAN, "moe cost: the alltoall over %d ranks: %s", ep, pdde_last_error(ctx));
         /* each exchange sends the counts first (E/ep integers a peer) and packs and unpacks its rows
          * on the host (a copy of the rows each way), zeroing its padded output first (the buffer by
          * expert: S rows a local expert, below) */
-        double tc = moe_groups_time(ctx, c, PDDE_COLL_ALLTOALL, devices, dp, ep, per > 0 ? per : 1, PDDE_I32);
+        double tc = moe_alltoall_time(ctx, c, devices, dp, ep, per > 0 ? per : 1, PDDE_I32, 0, &hier_counts);
         pdde_cost_op copy = {.kind = PDDE_COST_COMPUTE, .op_class = PDDE_OPCLASS_ELEMENTWISE, .dtype = p->dtype,
                              .bytes = 4.0 * rows * C * esz + per * S * C * esz};
         double tp = pdde_cost_compute_time(ctx, c, devices[0], &copy) * cost_core_sharing(c, devices, n_ranks, PDDE_OPCLASS_ELEMENTWISE);

@@ -27,6 +27,7 @@ typedef struct {
     void *results;          /* n * result_size bytes: rank r's test_rank_result lands at r * result_size */
     size_t result_size;     /* at most PIPE_BUF - 8 (one atomic pipe write) */
     const pdde_store_server *server; /* the store served from this process (NULL: elsewhere) */
+    int hosts;              /* > 1: the ranks as that many hosts, rank r on host r / (n / hosts) (their host ids) */
 } test_ranks_params;
 
 /* In a rank: result_size zeroed bytes for the rank function to fill (NULL without results). */
@@ -70,6 +71,9 @@ static inline int test_run_ranks(int n, const test_ranks_params *tp, test_rank_f
                 pdde_comm_params p = PDDE_COMM_PARAMS_INIT;
                 p.store = store; p.rank = r; p.world_size = n; p.prefix = tp->prefix;
                 p.timeout_s = tp->timeout_s; p.peer_timeout_s = tp->peer_timeout_s; p.init_timeout_s = tp->init_timeout_s;
+                char host[32];
+                snprintf(host, sizeof host, "test-host-%d", r / (n / (tp->hosts > 1 ? tp->hosts : 1)));
+                if (tp->hosts > 1) p.host_id = host;
                 if (!st) st = pdde_comm_init(ctx, &p, &comm);
                 CHECK(st == PDDE_OK, "rank %d: comm init: %s", r, pdde_last_error(ctx));
             }

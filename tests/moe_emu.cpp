@@ -6,7 +6,8 @@
  * is checked against a plain float64 reference written here from the ops' definitions (pdde.h): the
  * layout (counts, offsets, rows; with a capacity, skewed routing and an expert with no tokens), top-k, the gate and its gradient (finite differences), dispatch,
  * combine and the weight gradient, the grouped GEMM (one launch, several tiles an expert, transposed
- * weights, the by-expert buffer) and its weight gradient, the balance loss and its gradient. It cannot
+ * weights, the by-expert buffer) and its weight gradient, the balance loss and its gradient, and the
+ * permutation on bf16 rows (a bf16 compute dtype: rounded once, copied, read as f32). It cannot
  * see what only a GPU shows (timing, races between real warps).
  *
  * Built and run by tests/test_moe_emu.sh; prints "N passed, N failed" last. */
@@ -34,6 +35,21 @@ static float block_sum(float v) {
     emu_yield();
     return s;
 }
+
+/* cuda_kernels.cu's f32 -> bf16 (round to nearest even, NaN kept quiet) */
+static unsigned short f32_to_bf16(float f) {
+    unsigned int u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+static float __uint_as_float(unsigned int u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
 
 #include "../backends/cuda_gemm_tile.cuh"
 #include "../backends/cuda_moe.cuh"
@@ -65,6 +81,7 @@ static float frand() { /* [-1, 1) */
 static struct {
     const int *idx; int *counts, *off, *rows, *row; long long nk, N, C; int E, cap, k, flags, back, S, K, M, tb; long long R;
     const float *a, *b, *w, *dy; float *y;
+    const unsigned short *ah; unsigned short *yh; /* bf16 rows (a bf16 compute dtype) */
 } A;
 
 /* ---- the reference (float64, from the definitions) ---------------------------------------------- */
@@ -191,11 +208,11 @@ static void run_case(const char *name, long long N, int E, int k, int C, int F, 
     double *bufr = (double *)calloc((size_t)R * C, sizeof(double)), *yr = (double *)calloc((size_t)N * C, sizeof(double)),
            *gwr = (double *)calloc(nk, sizeof(double));
     A.a = x, A.w = w, A.y = buf, A.C = C, A.row = dev_row;
-    emu_launch(emu_dim{(unsigned)((nk * C + 255) / 256), 1, 1}, 256, [] { k_moe_dispatch(A.a, A.w, A.row, A.y, A.nk, A.k, A.C); });
+    emu_launch(emu_dim{(unsigned)((nk * C + 255) / 256), 1, 1}, 256, [] { k_moe_dispatch(A.a, A.w, A.row, A.y, A.nk, A.k, A.C, 0, 0); });
     A.a = buf, A.y = y;
-    emu_launch(emu_dim{(unsigned)((N * C + 255) / 256), 1, 1}, 256, [] { k_moe_combine(A.a, A.row, A.w, A.y, A.N, A.k, A.C); });
+    emu_launch(emu_dim{(unsigned)((N * C + 255) / 256), 1, 1}, 256, [] { k_moe_combine(A.a, A.row, A.w, A.y, A.N, A.k, A.C, 0); });
     A.dy = gy, A.y = gw;
-    emu_launch(emu_dim{(unsigned)((nk + 255) / 256), 1, 1}, 256, [] { k_moe_combine_back_w(A.a, A.row, A.dy, A.y, A.nk, A.k, A.C); });
+    emu_launch(emu_dim{(unsigned)((nk + 255) / 256), 1, 1}, 256, [] { k_moe_combine_back_w(A.a, A.row, A.dy, A.y, A.nk, A.k, A.C, 0, 0); });
     for (long long ch = 0; ch < nk; ch++) {
         int r = L.row[ch];
         if (r < 0) continue;
@@ -214,6 +231,46 @@ static void run_case(const char *name, long long N, int E, int k, int C, int F, 
     check_err(rel_err(y, yr, N * C), 1e-5, what);
     snprintf(what, sizeof what, "%s: combine weight gradient", name);
     check_err(rel_err(gw, gwr, nk), 1e-5, what);
+    { /* bf16 rows: the weighted dispatch of f32 x rounds each product once (its f32 result's rounding, bit
+       * for bit); the unweighted one of bf16 x copies the rows; the combine and its weight gradient read
+       * bf16 rows (and a bf16 gradient) as their f32 values */
+        unsigned short *xh = (unsigned short *)malloc(2 * N * C), *bh = (unsigned short *)calloc((size_t)R * C, 2),
+                       *ch = (unsigned short *)calloc((size_t)R * C, 2), *gyh = (unsigned short *)malloc(2 * N * C);
+        float *yb = (float *)malloc(sizeof(float) * N * C), *gwb = (float *)malloc(sizeof(float) * nk), *bw = (float *)malloc(sizeof(float) * R * C);
+        double *ybr = (double *)calloc((size_t)N * C, sizeof(double)), *gwbr = (double *)calloc(nk, sizeof(double));
+        for (long long i = 0; i < N * C; i++) xh[i] = f32_to_bf16(x[i]), gyh[i] = f32_to_bf16(gy[i]);
+        A.a = x, A.yh = bh;
+        emu_launch(emu_dim{(unsigned)((nk * C + 255) / 256), 1, 1}, 256, [] { k_moe_dispatch(A.a, A.w, A.row, A.yh, A.nk, A.k, A.C, 0, 2); });
+        A.ah = xh, A.yh = ch;
+        emu_launch(emu_dim{(unsigned)((nk * C + 255) / 256), 1, 1}, 256, [] { k_moe_dispatch(A.ah, NULL, A.row, A.yh, A.nk, A.k, A.C, 2, 2); });
+        bool rounded = true, copied = true;
+        for (long long c2 = 0; c2 < nk; c2++) {
+            int r = L.row[c2];
+            for (int i = 0; i < C && r >= 0; i++) {
+                rounded &= bh[(long long)r * C + i] == f32_to_bf16(buf[(long long)r * C + i]);
+                copied &= ch[(long long)r * C + i] == xh[(c2 / k) * C + i];
+            }
+        }
+        snprintf(what, sizeof what, "%s: dispatch to bf16 rows (weighted: rounded once; bf16 rows: copied)", name);
+        check(rounded && copied, what, rounded && copied ? 0 : 1);
+        for (long long i = 0; i < (long long)R * C; i++) bw[i] = bf16_to_f32(bh[i]);
+        A.ah = bh, A.y = yb;
+        emu_launch(emu_dim{(unsigned)((N * C + 255) / 256), 1, 1}, 256, [] { k_moe_combine(A.ah, A.row, A.w, A.y, A.N, A.k, A.C, 2); });
+        A.dy = (const float *)(const void *)gyh, A.y = gwb;
+        emu_launch(emu_dim{(unsigned)((nk + 255) / 256), 1, 1}, 256, [] { k_moe_combine_back_w(A.ah, A.row, A.dy, A.y, A.nk, A.k, A.C, 2, 2); });
+        for (long long c2 = 0; c2 < nk; c2++) {
+            int r = L.row[c2];
+            for (int i = 0; i < C && r >= 0; i++) {
+                ybr[(c2 / k) * C + i] += (double)w[c2] * bw[(long long)r * C + i];
+                gwbr[c2] += (double)bf16_to_f32(gyh[(c2 / k) * C + i]) * bw[(long long)r * C + i];
+            }
+        }
+        snprintf(what, sizeof what, "%s: combine of bf16 rows", name);
+        check_err(rel_err(yb, ybr, N * C), 1e-5, what);
+        snprintf(what, sizeof what, "%s: combine weight gradient of bf16 rows and gradient", name);
+        check_err(rel_err(gwb, gwbr, nk), 1e-5, what);
+        free(xh), free(bh), free(ch), free(gyh), free(yb), free(gwb), free(bw), free(ybr), free(gwbr);
+    }
     /* the grouped GEMM over the buffer ([R, C] x W_e [C, F] or, transposed, [F, C]) and its weight gradient */
     for (int tb = 0; tb < 2; tb++) {
         float *W = (float *)malloc(sizeof(float) * E * C * F), *out = (float *)calloc((size_t)R * F, sizeof(float));

@@ -343,11 +343,14 @@ static pdde_tensor *b_layernorm_copy(pdde_graph *g, const op_case *c) {
  * p = {N, C, F, E, k, capacity factor x 100 (0: dropless; -1: by expert, [E, N, C]), flags (| MOE_SKEW), trans_b}. The MoE
  * ops have i32 expert ids: a device without them leaves them to the CPU and runs the rest (the fallback's copies).
  * MOE_SKEW: a routing bias (moe_skew, fill_leaf) sends every token to expert 0 (k = 1) or to experts 0 and 1 (k = 2): the
- * other experts get none. */
+ * other experts get none. MOE_BF16: under a bf16 compute dtype (the permutation's rows and the GEMMs' operands bf16; every
+ * backend rounds them alike, then sums in f32: T_LOWP, as the dense bf16 cases). */
 #define MOE_SKEW 0x100
+#define MOE_BF16 0x200
 static pdde_tensor *b_moe(pdde_graph *g, const op_case *c) {
     int64_t N = c->p[0], C = c->p[1], F = c->p[2], E = c->p[3], k = c->p[4];
-    unsigned flags = (unsigned)c->p[6] & ~(unsigned)MOE_SKEW;
+    unsigned flags = (unsigned)c->p[6] & ~(unsigned)(MOE_SKEW | MOE_BF16);
+    if (c->p[6] & MOE_BF16) pdde_graph_set_compute_dtype(g, PDDE_BF16);
     int64_t cap = c->p[5] < 0 ? N : pdde_moe_capacity(N, (int)k, (int)E, (float)c->p[5] / 100.0f);
     pdde_tensor *x = P(g, "x", 2, N, C, 0, 0), *router = P(g, "router", 2, C, E, 0, 0);
     pdde_tensor *w1 = P(g, "w1", 3, E, C, F, 0), *w2 = c->p[7] ? P(g, "w2", 3, E, C, F, 0) : P(g, "w2", 3, E, F, C, 0);
@@ -535,6 +538,12 @@ static const op_case cases[] = {
     {"moe_layer", b_moe, {24, 8, 9, 4, 1, -1, MOE_SKEW, 0}, 1, T_MM},
     /* the grouped GEMMs over several 64-row and 64-column tiles an expert */
     {"moe_layer", b_moe, {300, 70, 80, 8, 2, 0, 0, 0}, 1, T_MM},
+    /* bf16: dropless; a capacity with w2 transposed; by expert; skewed; several tiles an expert */
+    {"moe_layer", b_moe, {37, 19, 23, 8, 2, 0, MOE_BF16, 0}, 1, T_LOWP},
+    {"moe_layer", b_moe, {64, 16, 33, 4, 2, 100, MOE_BF16, 1}, 1, T_LOWP},
+    {"moe_layer", b_moe, {29, 12, 7, 4, 2, -1, MOE_BF16, 1}, 1, T_LOWP},
+    {"moe_layer", b_moe, {40, 8, 9, 4, 2, 125, MOE_SKEW | MOE_BF16, 0}, 1, T_LOWP},
+    {"moe_layer", b_moe, {300, 70, 80, 8, 2, 0, MOE_BF16, 0}, 1, T_LOWP},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -442,8 +442,8 @@ static void test_shared_cores(void) {
     pdde_cost_program_free(p);
 
     /* one core, three ranks: rank 2 computes 3 ms; rank 0 computes 1 ms, then an allreduce with rank 1
-     * (1 ms of latency), which then computes 1 ms. Ranks 0 and 2 share the core until 2 ms; the
-     * allreduce runs 2-3 ms while rank 2 computes alone (2 ms of work left, 1 ms of it done by 3 ms);
+     * (1/3 ms of latency, at a third of its rate: 3 ranks on the core), which then computes 1 ms. Ranks
+     * 0 and 2 share the core until 2 ms; the allreduce runs 2-3 ms while rank 2 computes alone (2 ms of work left, 1 ms of it done by 3 ms);
      * then ranks 1 and 2 share it: both end at 5 ms. */
     pdde_cost_program_init(3, &p);
     int g = pdde_cost_program_group(p, 2, (int[]){0, 1});
@@ -454,7 +454,7 @@ static void test_shared_cores(void) {
     pdde_cost_program_add(p, 2, &(pdde_cost_op[]){gemm_op("3 ms", 3e9, 0, PDDE_PHASE_FORWARD)}[0]);
     pdde_cluster *c = make_cluster(1, 3);
     c->specs[0].kind = PDDE_DEVICE_CPU, c->machines[0].cores = 1;
-    c->machines[0].intra.latency = 1e-3, c->machines[0].intra.bandwidth = 1e15;
+    c->machines[0].intra.latency = 1e-3 / 3, c->machines[0].intra.bandwidth = 1e15;
     pdde_cost_result *r = NULL;
     CHECK(pdde_cost_simulate(ctx, c, p, &r) == PDDE_OK, "%s", pdde_last_error(ctx));
     CHECK(r && test_close(r->step_time, 5e-3, 1e-9, 0) && test_close(r->compute_time[2], 5e-3, 1e-9, 0) &&
@@ -1098,6 +1098,60 @@ static void test_moe_plan_search(void) {
     pdde_cluster_free(c);
 }
 
+/* The MoE token exchange priced as the communicator runs it across machines (2 machines of 4 devices:
+ * 1e9 B/s and 1 us inside, NICs of 1e8 B/s and 10 us): at ep 8 with small messages (a pair's within
+ * PDDE_COMM_A2A_HIER_BYTES(2, 4)) the communicator takes the hierarchical form and the model prices
+ * it (PDDE_COMM_A2A_HIER unset equals =1): one NIC message a rank instead of 4, so less than half the
+ * flat exchange's time (unset: plus the ranks' agreement on the choice); with large messages the
+ * exchange runs flat (unset: within a millisecond of =0; its counts still go hierarchically), and the hierarchical form forced still sends every
+ * byte that leaves a machine through its NIC: at least 4 ranks x half their bytes at 1e8 B/s an
+ * exchange. ep 4 (one machine) is alike under every setting. */
+static void test_moe_cost_hier(void) {
+    pdde_cluster *c;
+    pdde_cluster_init("hier", &c);
+    pdde_device_spec s = {.kind = PDDE_DEVICE_GPU, .peak_flops = 2e12, .mem_bandwidth = 1e11};
+    snprintf(s.name, sizeof s.name, "dev");
+    s.n_gemm = 1, s.gemm[0] = (pdde_gemm_point){PDDE_F32, 1024, 1024, 1024, 1e12};
+    pdde_cluster_add_spec(c, &s);
+    for (int m = 0; m < 2; m++) {
+        pdde_cluster_machine mm = {.id = m, .intra = {-1, -1, PDDE_LINK_NVLINK, 1e9, 1e-6, -1}, .nic = {-1, -1, PDDE_LINK_NET, 1e8, 1e-5, -1}};
+        int mi = pdde_cluster_add_machine(c, &mm);
+        for (int d = 0; d < 4; d++) pdde_cluster_add_device(c, mi, &(pdde_cluster_device){m * 4 + d, 0, 1ull << 34});
+    }
+    int dev[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    pdde_moe_cost_params p = PDDE_MOE_COST_PARAMS_INIT;
+    p.width = 64, p.ffn = 256, p.experts = 8, p.topk = 2, p.layers = 2;
+    static const char *modes[3] = {"0", NULL, "1"}; /* flat, unset, hierarchical */
+    pdde_moe_cost r[2][3], in[3];
+    for (int k = 0; k < 2; k++) {
+        p.tokens = k ? 8 * 65536 : 8 * 4; /* a pair's message: 4 x 2 x 64 x 4 / 8 = 256 B; 64 Ki x that */
+        for (int i = 0; i < 3; i++) {
+            if (modes[i]) setenv("PDDE_COMM_A2A_HIER", modes[i], 1);
+            else unsetenv("PDDE_COMM_A2A_HIER");
+            CHECK(pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 8, &r[k][i]) == PDDE_OK && pdde_moe_cost_estimate(ctx, c, dev, 8, &p, 4, &in[i]) == PDDE_OK,
+                  "moe cost: %s", pdde_last_error(ctx));
+        }
+        CHECK(in[0].alltoall_s == in[1].alltoall_s && in[1].alltoall_s == in[2].alltoall_s && !in[2].alltoall_hier,
+              "ep 4 inside a machine: %g %g %g s", in[0].alltoall_s, in[1].alltoall_s, in[2].alltoall_s);
+    }
+    unsetenv("PDDE_COMM_A2A_HIER");
+    double small_pair = 4.0 * 2 * 64 * 4 / 8, D = 65536.0 * 2 * 64 * 4; /* a rank's bytes an exchange, large */
+    CHECK(small_pair <= PDDE_COMM_A2A_HIER_BYTES(2, 4) && 65536 * small_pair > PDDE_COMM_A2A_HIER_BYTES(2, 4), "the sizes are not as meant");
+    /* (unset: the alltoallv's agreement too, an allreduce of 8 bytes over 8 ranks: 3 steps of at most 20 us, 8 exchanges) */
+    CHECK(!r[0][0].alltoall_hier && r[0][1].alltoall_hier && r[0][2].alltoall_hier && r[0][1].alltoall_s > r[0][2].alltoall_s &&
+              r[0][1].alltoall_s < r[0][2].alltoall_s + 8 * 3 * 2e-5,
+          "small messages: hierarchical %d %d %d, %g s unset, %g s forced", r[0][0].alltoall_hier, r[0][1].alltoall_hier, r[0][2].alltoall_hier,
+          r[0][1].alltoall_s, r[0][2].alltoall_s);
+    CHECK(r[0][1].alltoall_s < r[0][0].alltoall_s / 2, "small messages: hierarchical %g s, flat %g s", r[0][1].alltoall_s, r[0][0].alltoall_s);
+    CHECK(!r[1][1].alltoall_hier && r[1][2].alltoall_hier && fabs(r[1][1].alltoall_s - r[1][0].alltoall_s) < 1e-3,
+          "large messages: unset %g s (hierarchical %d), flat %g s", r[1][1].alltoall_s, r[1][1].alltoall_hier, r[1][0].alltoall_s);
+    double nic = 4.0 * p.layers * 4 * D / 2 / 1e8;
+    CHECK(r[1][2].alltoall_s >= nic, "large messages, hierarchical: %g s, below the NIC's %g s for the bytes leaving a machine", r[1][2].alltoall_s, nic);
+    printf("moe exchange across 2 machines: small %.3g s flat, %.3g s hierarchical; large %.3g s flat, %.3g s hierarchical (NIC bound %.3g s)\n",
+           r[0][0].alltoall_s, r[0][1].alltoall_s, r[1][0].alltoall_s, r[1][2].alltoall_s, nic);
+    pdde_cluster_free(c);
+}
+
 /* The MoE cost model (pdde_moe_cost_estimate) on two machines of 4 devices (NVLink 1e9 B/s inside, NICs
  * 1e8 B/s): the exchange's bytes as tokens x k x width x dtype, 4 times a layer, (ep-1)/ep of them
  * leaving the rank; its time grows when the group crosses machines; the experts' memory halves with
@@ -1377,6 +1431,74 @@ static void test_moe_pick_shared_cores(void) {
     pdde_cluster_free(c);
 }
 
+/* The step simulation charges collectives of CPU ranks beyond their machine's cores at cores / ranks of
+ * their calibrated rate, as the MoE model does (the 2-core cluster file; 4 ranks on copies of its CPU
+ * device): an alltoall over the 4 and an allreduce within pairs take (their times) x ranks / cores,
+ * the slowdown the MoE model gives the experts' gradients there; 2 ranks on the 2 cores and GPU ranks
+ * (their own cores) at the calibrated times. */
+static double sim_collectives(const pdde_cluster *c, const int *dev, int n, int64_t count) {
+    pdde_cost_program *p = NULL;
+    pdde_cost_program_init(n, &p);
+    int all = pdde_cost_program_group(p, n, (int[]){0, 1, 2, 3}), pair[2];
+    pair[0] = pdde_cost_program_group(p, 2, (int[]){0, 1});
+    pair[1] = n > 2 ? pdde_cost_program_group(p, 2, (int[]){2, 3}) : pair[0];
+    for (int r = 0; r < n; r++) {
+        pdde_cost_program_set_rank(p, r, dev[r], 0);
+        pdde_cost_op a2a = {.kind = PDDE_COST_COLLECTIVE, .coll = PDDE_COLL_ALLTOALL, .algo = PDDE_ALGO_AUTO, .group = all, .count = count,
+                            .dtype = PDDE_F32, .last_use = -1},
+                     ar = a2a;
+        ar.coll = PDDE_COLL_ALLREDUCE, ar.group = pair[r / 2], ar.count = count / 4;
+        pdde_cost_program_add(p, r, &a2a), pdde_cost_program_add(p, r, &ar);
+    }
+    pdde_cost_result *res = NULL;
+    CHECK(pdde_cost_simulate(ctx, c, p, &res) == PDDE_OK, "collectives on %d ranks: %s", n, pdde_last_error(ctx));
+    double t = res ? res->step_time : NAN;
+    pdde_cost_result_free(res);
+    pdde_cost_program_free(p);
+    return t;
+}
+
+static void test_simulate_shared_collectives(void) {
+    pdde_cluster *c = NULL;
+    CHECK(pdde_cluster_load(ctx, "tests/data/moe_cpu_2core_cluster.json", &c) == PDDE_OK && c->n_machines == 1 && c->machines[0].cores > 0,
+          "the 2-core cluster file: %s", pdde_last_error(ctx));
+    if (!c || c->n_machines != 1 || c->machines[0].cores < 1) { pdde_cluster_free(c); return; }
+    pdde_cluster_device d0 = c->machines[0].devices[0];
+    int dev[4] = {d0.id, d0.id + 1000, d0.id + 2000, d0.id + 3000}, cores = c->machines[0].cores;
+    for (int k = 1; k < 4; k++) {
+        pdde_cluster_device dk = d0;
+        dk.id = dev[k];
+        pdde_cluster_add_device(c, 0, &dk);
+    }
+    const int64_t count = 1 << 16;
+    double a2a = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, dev, 4, count, PDDE_F32);
+    double ar = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, dev, 2, count / 4, PDDE_F32);
+    double a2a2 = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, dev, 2, count, PDDE_F32);
+    double over = 4.0 > cores ? 4.0 / cores : 1; /* (the file's machine: 2 cores) */
+    double shared = sim_collectives(c, dev, 4, count), two = sim_collectives(c, dev, 2, count);
+    CHECK(a2a > 0 && ar > 0 && over == 2 && test_close(shared, (a2a + ar) * over, 1e-9, 0),
+          "4 CPU ranks on %d cores: alltoall + pair allreduce simulated in %g s, want (%g + %g) x %g = %g s", cores, shared, a2a, ar, over,
+          (a2a + ar) * over);
+    CHECK(test_close(two, a2a2 + ar, 1e-9, 0), "2 CPU ranks on %d cores: %g s, want %g s (their own cores)", cores, two, a2a2 + ar);
+    /* the MoE model's experts' gradients over dp (4 ranks, ep 1) on the same machine, shared and on 4 cores */
+    pdde_moe_cost_params mp = PDDE_MOE_COST_PARAMS_INIT;
+    mp.tokens = 512, mp.width = 128, mp.ffn = 512, mp.experts = 8, mp.topk = 2, mp.layers = 2;
+    pdde_moe_cost m2, m4;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 4, &mp, 1, &m2) == PDDE_OK, "%s", pdde_last_error(ctx));
+    c->machines[0].cores = 4;
+    CHECK(pdde_moe_cost_estimate(ctx, c, dev, 4, &mp, 1, &m4) == PDDE_OK, "%s", pdde_last_error(ctx));
+    double own = sim_collectives(c, dev, 4, count);
+    CHECK(test_close(own, a2a + ar, 1e-9, 0) && m4.dp_sync_s > 0 && test_close(shared / own, m2.dp_sync_s / m4.dp_sync_s, 1e-9, 0),
+          "4 CPU ranks on 4 cores: %g s (want %g s); slowed by 2 cores %g x, the MoE model's gradients %g x", own, a2a + ar, shared / own,
+          m2.dp_sync_s / m4.dp_sync_s);
+    c->machines[0].cores = 2, c->specs[d0.spec].kind = PDDE_DEVICE_GPU;
+    double gpu = sim_collectives(c, dev, 4, count),
+           want = pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLTOALL, PDDE_ALGO_AUTO, dev, 4, count, PDDE_F32) +
+                  pdde_cost_collective_time(ctx, c, PDDE_COLL_ALLREDUCE, PDDE_ALGO_AUTO, dev, 2, count / 4, PDDE_F32);
+    CHECK(want > 0 && test_close(gpu, want, 1e-9, 0), "4 GPU ranks on a 2-core machine: %g s, want %g s", gpu, want);
+    pdde_cluster_free(c);
+}
+
 /* A grouped GEMM on a CPU as its kernel runs it: the experts' row tiles (at most the rows / 2 threads
  * each) one a thread, all threads at once in one fork, a thread at its share of the device's rate on
  * T x 512 rows (or T tiles' rows, more) of the tile's columns and depth, not at the rate of T small
@@ -1487,9 +1609,11 @@ int main(void) {
     test_fusion_defaults();
     test_plan_devices_calibrated();
     test_moe_cost();
+    test_moe_cost_hier();
     test_moe_choose_ep_placement();
     test_moe_grouped_gemm_cpu();
     test_moe_pick_shared_cores();
+    test_simulate_shared_collectives();
     test_moe_plan_search();
     test_moe_ep_simulated();
     test_plan_text_ep();

@@ -8,7 +8,8 @@
  * batched and shared operands), a few row ops and a reduction against the CPU; a small GPT trained
  * for several AdamW steps (with gradient clipping) on the GPU and on the CPU, with the same losses
  * and the same weights after; SGD with momentum; dropout masks identical to the CPU's; device
- * memory exhaustion reported as PDDE_ERR_DEVICE_OOM; with PDDE_CUDA_GRAPH=1, the steps' losses as without it. */
+ * memory exhaustion reported as PDDE_ERR_DEVICE_OOM; with PDDE_CUDA_GRAPH=1, the steps' losses as without it,
+ * each segment captured once and replayed from then on (the device's own count). */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -16,6 +17,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int family_index(pdde_context *ctx, const char *name) {
     for (int i = 0; i < pdde_backend_count(ctx); i++)
@@ -368,8 +370,8 @@ int main(void) {
         pdde_context_free(ctx);
         unsetenv("PDDE_CUDA_NO_CUBLAS");
     }
-    /* PDDE_CUDA_GRAPH=1 (read when a device opens): the steps captured and replayed as CUDA graphs, updated
-     * in place each step (the optimizer's step count is a kernel argument): the losses of the steps without
+    /* PDDE_CUDA_GRAPH=1 (read when a device opens): the steps captured once and replayed as CUDA graphs, the
+     * optimizer's step count patched into the kept graph each step (a kernel argument): the losses of the steps without
      * (replays run the same kernels; 1e-5 for a library that picks other kernels under capture). Without a
      * device, the family is still reported unavailable with its reason. */
     setenv("PDDE_CUDA_GRAPH", "1", 1);
@@ -387,7 +389,33 @@ int main(void) {
                worst);
         CHECK(worst <= 1e-5, "PDDE_CUDA_GRAPH=1: losses differ from the steps without graphs by %.3g (relative)", worst);
     }
+    /* the device's close says what its graphs did (stderr, read back here): of 8 alike steps, the first two
+     * run plain, the third is captured, the other five replay with the step patched in (four where the first
+     * step differs), none falls back */
+    FILE *said = NULL;
+    int saved = -1;
+    if (dev >= 0) fflush(stderr), said = tmpfile(), saved = said ? dup(2) : -1;
+    if (saved >= 0) dup2(fileno(said), 2);
     pdde_context_free(ctx);
+    if (saved >= 0) {
+        fflush(stderr), dup2(saved, 2), close(saved), rewind(said);
+        char line[512];
+        long long captured = -1, not_kept = -1, replayed = -1, patched = -1, fell_back = -1;
+        while (fgets(line, sizeof line, said)) {
+            fputs(line, stderr);
+            char *p = strstr(line, " segments captured");
+            while (p && p > line && p[-1] >= '0' && p[-1] <= '9') p--;
+            if (p && strstr(line, "PDDE_CUDA_GRAPH=1 on"))
+                sscanf(p, "%lld segments captured (%lld not kept), %lld replayed (%lld kernels patched), %lld fell back", &captured, &not_kept,
+                       &replayed, &patched, &fell_back);
+        }
+        fclose(said);
+        printf("PDDE_CUDA_GRAPH=1: %lld segments captured (%lld not kept), %lld replayed (%lld kernels patched), %lld fell back\n", captured,
+               not_kept, replayed, patched, fell_back);
+        CHECK(captured >= 1 && not_kept == 0 && replayed >= 4 * captured && patched >= 4 && fell_back == 0,
+              "PDDE_CUDA_GRAPH=1: %lld captured (%lld not kept), %lld replayed, %lld kernels patched, %lld fell back", captured, not_kept, replayed,
+              patched, fell_back);
+    }
     unsetenv("PDDE_CUDA_GRAPH");
     return test_finish();
 }

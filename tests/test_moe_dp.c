@@ -173,6 +173,8 @@ int main(int argc, char **argv) {
         {"moe_ep2_zero1", 1, 0, 0, 1, 2, 1, 0, 0, 0},
         {"moe_ep4_zero2", 2, 0, 0, 1, 4, 1, 0, 0, 0}, /* one expert a rank; ZeRO-2 over the same 4 ranks */
         {"moe_ep4_skewed", 0, 0, 1, 1, 4, 1, 0, 0, 0}, /* ranks 1..3: experts without tokens, nothing sent back */
+        /* the 4 ranks as 2 hosts of 2: the exchange across hosts in its hierarchical form (PDDE_COMM_A2A_HIER=1) */
+        {"moe_ep4_2hosts", 0, 0, 0, 1, 4, 1, 0, 0, 0},
         {"moe_tp2", 0, 0, 0, 0, 2, 2, 0, 0, 0},
         {"moe_tp2_ep2", 0, 0, 0, 1, 2, 2, 0, 0, 0},
         {"moe_dp2_tp2", 0, 0, 0, 0, 4, 2, 0, 0, 0},
@@ -210,8 +212,10 @@ int main(int argc, char **argv) {
         run_result ref = {0}, res[8];
         memset(res, 0, sizeof res);
         test_ranks_params tp = {.addr = addr, .prefix = mc->name, .timeout_s = 60, .n_threads = 1, .server = g_server, .results = res,
-                                .result_size = sizeof *res};
+                                .result_size = sizeof *res, .hosts = strstr(mc->name, "_2hosts") ? 2 : 0};
+        if (tp.hosts) setenv("PDDE_COMM_A2A_HIER", "1", 1);
         test_run_ranks(mc->ranks, &tp, train_rank, (void *)mc, 240);
+        unsetenv("PDDE_COMM_A2A_HIER");
         for (int r = 0; r < mc->ranks; r++) {
             CHECK(res[r].ok, "%s rank %d failed: %s", mc->name, r, res[r].error);
             /* the expert exchange's buffer is registered (its peers here copy their rows straight out of

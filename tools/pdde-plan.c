@@ -29,7 +29,7 @@ static int64_t local_numel(const pdde_tensor *t) {
     return n;
 }
 
-/* "gpt:layers=96,width=12288,...[,ffn=N]" onto c (build/gpt's default model otherwise). */
+/* "gpt:layers=96,width=12288,...[,ffn=N][,experts=E[,topk=K]]" onto c (build/gpt's default model otherwise). */
 static int parse_model(const char *spec, gpt_config *c) {
     if (strncmp(spec, "gpt:", 4)) return -1;
     for (const char *s = spec + 4; *s;) {
@@ -38,7 +38,8 @@ static int parse_model(const char *spec, gpt_config *c) {
         int n = 0;
         if (sscanf(s, "%15[a-z]=%ld%n", key, &v, &n) != 2 || v < 1 || v > 1000000000) return -1;
         int *f = !strcmp(key, "layers") ? &c->layers : !strcmp(key, "width") ? &c->width : !strcmp(key, "heads") ? &c->heads
-               : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : !strcmp(key, "ffn") ? &c->ffn : NULL;
+               : !strcmp(key, "ctx") ? &c->ctx : !strcmp(key, "vocab") ? &c->vocab : !strcmp(key, "batch") ? &c->batch : !strcmp(key, "ffn") ? &c->ffn
+               : !strcmp(key, "experts") ? &c->moe_experts : !strcmp(key, "topk") ? &c->moe_topk : NULL;
         if (!f) return -1;
         *f = (int)v, s += n;
         if (*s == ',') s++;
@@ -104,7 +105,7 @@ static int plan_auto(int argc, char **argv) {
         else if (v && !strcmp(a, "--plan") && pdde_plan_parse(v, &fp) == PDDE_OK) forced = v, i++;
         else {
             fprintf(stderr, "pdde-plan: bad argument '%s'%s%s%s\nusage: pdde-plan --auto|--plan dp=..,tp=..,pp=..,mb=..,zero=..,recompute=.. "
-                            "[--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N]] [--cluster FILE] [--ranks N] [--top K] "
+                            "[--model gpt:layers=N,width=N,heads=N,ctx=N,vocab=N,batch=N[,ffn=N][,experts=E[,topk=K]]] [--cluster FILE] [--ranks N] [--top K] "
                             "[--simulate] [--timeline out.svg] [--trace out.json]\n", a, v ? "" : " (or its value is missing)",
                     v && !strcmp(a, "--plan") ? ": " : "", v && !strcmp(a, "--plan") ? fp.why : ""); /* (pdde_plan_parse's: the key and what it expected) */
             return 2;

@@ -17,12 +17,16 @@
  *   lt_bgrad     the weight gradients with their bias gradient (PDDE_FUSE_BGRAD: BGRADA)
  *   *_tuned      the lt_* paths again under PDDE_CUDA_LT_TUNE=1 (the fastest of cublasLt's candidates; the
  *                others take the heuristic's first)
+ *   gemm1_f32    PDDE_CUDA_GEMM_SINGLE=1: gemmex_f32 through cublasGemmEx (batch 1), not the strided-batched entry
+ *   gemm1_bf16   the same for gemmex_bf16
+ *   f32_cast     gemmex_f32 and then the cast node to bf16 (what a bf16 output costs without an epilogue)
  * Inputs are random (not zero); where a shape's operands are small against the L2 cache, several copies
  * are rotated so that each call reads cold memory. Times: CUDA events around 10 calls, the median of 11
  * such runs (elsewhere, as --device opencl for a check of the code, host time after a sync).
  * Totals weigh each shape by its calls a step; RESULT gpu_gemm: pdde_tflops (gemmex_f32, every shape), pdde_best_tflops
  * (each shape's fastest path), torch_tflops, ratio = pdde / torch, best_ratio, lt_tune_gain (the lt paths'
- * time / the tuned ones'). */
+ * time / the tuned ones'), single_gain (gemmex_f32's time / gemm1_f32's), and the bf16-output shapes' totals a step
+ * on each bf16-out path and torch's (bf16out_*_ms; na where a path skipped a shape). */
 #include "pdde_extension.h"
 
 #include <math.h>
@@ -35,9 +39,11 @@ typedef struct {
     int bias;
 } gemm_shape;
 
-enum { GP_GEMMEX, GP_GEMMEX_BF16, GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T, GP_COUNT };
+enum { GP_GEMMEX, GP_GEMMEX_BF16, GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD, GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T,
+       GP_GEMM1, GP_GEMM1_BF16, GP_F32_CAST, GP_COUNT };
 static const char *const gemm_path_names[GP_COUNT] = {"gemmex_f32", "gemmex_bf16", "lt_bf16", "lt_bias", "lt_beta1", "lt_bgrad",
-                                                      "lt_bf16_tuned", "lt_bias_tuned", "lt_beta1_tuned", "lt_bgrad_tuned"};
+                                                      "lt_bf16_tuned", "lt_bias_tuned", "lt_beta1_tuned", "lt_bgrad_tuned",
+                                                      "gemm1_f32", "gemm1_bf16", "f32_cast"};
 
 static int gemm_shapes(const gpt_config *c, gemm_shape *s) {
     int64_t M = (int64_t)c->batch * c->ctx, C = c->width, V = c->vocab;
@@ -95,20 +101,23 @@ static void gemm_leaf(pdde_tensor *t, pdde_dtype dt, int64_t r, int64_t c, void 
 
 /* ms a call of one path on shape s (0: the path does not take it or failed) */
 static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
-    int p = path >= GP_LT_BF16_T ? path - 4 : path;
+    int p = path >= GP_LT_BF16_T && path <= GP_LT_BGRAD_T ? path - 4 : path == GP_GEMM1 ? GP_GEMMEX : path == GP_GEMM1_BF16 ? GP_GEMMEX_BF16 : path;
+    int cast = p == GP_F32_CAST;
+    if (cast && s->kind == 2) return 0;
+    if (cast) p = GP_GEMMEX;
     if (((p == GP_LT_BF16 || p == GP_GEMMEX_BF16) && s->kind == 2) || (p == GP_LT_BIAS && (s->kind != 0 || !s->bias)) || (p == GP_LT_BETA1 && s->kind != 2) ||
         (p == GP_LT_BGRAD && (s->kind != 2 || !s->bias)))
         return 0;
     pdde_dtype ddt = p == GP_LT_BF16 || p == GP_LT_BIAS || p == GP_GEMMEX_BF16 ? PDDE_BF16 : PDDE_F32;
     int64_t ar = s->ta ? s->K : s->M, ac = s->ta ? s->M : s->K, br = s->tb ? s->N : s->K, bc = s->tb ? s->K : s->N;
     size_t abytes = (size_t)(s->M * s->K) * 2, bbytes = (size_t)(s->K * s->N) * 2, dbytes = (size_t)(s->M * s->N) * pdde_dtype_size(ddt);
-    size_t extra = p == GP_LT_BGRAD ? ((dbytes + 255) & ~(size_t)255) + (size_t)s->N * 4 : dbytes;
+    size_t extra = p == GP_LT_BGRAD ? ((dbytes + 255) & ~(size_t)255) + (size_t)s->N * 4 : cast ? ((dbytes + 255) & ~(size_t)255) + dbytes / 2 : dbytes;
     size_t set = abytes + bbytes + extra;
     int sets = set < ((size_t)128 << 20) ? (int)(((size_t)256 << 20) / set) : 1; /* (L2: 50 MB on an H100 / H200) */
     if (sets > 8) sets = 8;
     if (sets < 1) sets = 1;
     void *ha[8] = {0}, *hb[8] = {0}, *hd[8] = {0}, *hbias = NULL;
-    pdde_tensor A[8], B[8], D[8], bias;
+    pdde_tensor A[8], B[8], D[8], bias, Cast[8]; /* (f32_cast: D's bf16 cast, beside it) */
     int ok = 1;
     for (int i = 0; i < sets && ok; i++) {
         ok = !g->b->buffer_alloc(g->dev, abytes, &ha[i]) && !g->b->buffer_alloc(g->dev, bbytes, &hb[i]) && !g->b->buffer_alloc(g->dev, extra, &hd[i]);
@@ -135,20 +144,26 @@ static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
             D[i].src[D[i].nsrc++] = &bias;
         }
         snprintf(D[i].name, sizeof D[i].name, "%s", s->name);
+        if (cast) {
+            gemm_leaf(&Cast[i], PDDE_BF16, s->M, s->N, hd[i]);
+            Cast[i].offset = (dbytes + 255) & ~(size_t)255, Cast[i].op = PDDE_OP_CAST, Cast[i].nsrc = 1, Cast[i].src[0] = &D[i];
+        }
         if (ok && !g->b->supports_op(g->dev, &D[i])) ok = 0;
     }
     double ms = 0;
     if (ok) {
         int calls = 10, runs = 11, k = 0;
         double t[11];
-        for (int w = 0; w < 3 && ok; w++) ok = g->b->compute(g->dev, g->stream, &D[k++ % sets]) == PDDE_OK; /* (PDDE_CUDA_LT_TUNE tunes here) */
+        for (int w = 0; w < 3 && ok; w++, k++) /* (PDDE_CUDA_LT_TUNE tunes here) */
+            ok = g->b->compute(g->dev, g->stream, &D[k % sets]) == PDDE_OK && (!cast || g->b->compute(g->dev, g->stream, &Cast[k % sets]) == PDDE_OK);
         g->b->stream_sync(g->dev, g->stream);
         void *e0 = NULL, *e1 = NULL;
         int ev = g->have_events && !g->ev.EventCreate(&e0, 0) && !g->ev.EventCreate(&e1, 0);
         for (int r = 0; r < runs && ok; r++) {
             double h0 = now();
             if (ev) g->ev.EventRecord(e0, g->native);
-            for (int c = 0; c < calls && ok; c++) ok = g->b->compute(g->dev, g->stream, &D[k++ % sets]) == PDDE_OK;
+            for (int c = 0; c < calls && ok; c++, k++)
+                ok = g->b->compute(g->dev, g->stream, &D[k % sets]) == PDDE_OK && (!cast || g->b->compute(g->dev, g->stream, &Cast[k % sets]) == PDDE_OK);
             float el = 0;
             if (ev) g->ev.EventRecord(e1, g->native), g->ev.EventSynchronize(e1), g->ev.EventElapsedTime(&el, e0, e1);
             g->b->stream_sync(g->dev, g->stream);
@@ -168,10 +183,10 @@ static double gemm_time(gemm_dev *g, const gemm_shape *s, int path) {
 }
 
 /* times[shape][path] for the paths of one set of switches (a fresh context) */
-static int gemm_run_paths(const char *backend, const char *const env[3], const gemm_shape *s, int n, const int *paths, int n_paths,
+static int gemm_run_paths(const char *backend, const char *const env[4], const gemm_shape *s, int n, const int *paths, int n_paths,
                           double (*times)[GP_COUNT]) {
-    static const char *const names[3] = {"PDDE_CUDA_LT", "PDDE_CUDA_LT_TUNE", "PDDE_CUDA_GEMMEX_LOWP"};
-    for (int i = 0; i < 3; i++) {
+    static const char *const names[4] = {"PDDE_CUDA_LT", "PDDE_CUDA_LT_TUNE", "PDDE_CUDA_GEMMEX_LOWP", "PDDE_CUDA_GEMM_SINGLE"};
+    for (int i = 0; i < 4; i++) {
         if (env[i]) setenv(names[i], env[i], 1);
         else unsetenv(names[i]);
     }
@@ -234,20 +249,26 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
     int n = gemm_shapes(c, s);
     double t[16][GP_COUNT], torch_ms[16] = {0}, torch_bias_ms[16] = {0};
     memset(t, 0, sizeof t);
-    static const int def[] = {GP_GEMMEX, GP_GEMMEX_BF16}, lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD},
-                     tuned[] = {GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T};
+    static const int def[] = {GP_GEMMEX, GP_F32_CAST, GP_GEMMEX_BF16}, lt[] = {GP_LT_BF16, GP_LT_BIAS, GP_LT_BETA1, GP_LT_BGRAD},
+                     tuned[] = {GP_LT_BF16_T, GP_LT_BIAS_T, GP_LT_BETA1_T, GP_LT_BGRAD_T}, single[] = {GP_GEMM1}, single_bf16[] = {GP_GEMM1_BF16};
     printf("GEMMs of a GPT step (layers %d, width %d, vocab %d, B %d, T %d), bf16 operands, on %s\n", c->layers, c->width, c->vocab,
            c->batch, c->ctx, backend);
-    static const char *const env_def[3] = {"0", NULL, NULL}, *const env_ex[3] = {"0", NULL, "1"}, *const env_lt[3] = {"1", NULL, NULL},
-                             *const env_tuned[3] = {"1", "1", NULL};
-    if (gemm_run_paths(backend, env_def, s, n, def, 1, t) || gemm_run_paths(backend, env_ex, s, n, def + 1, 1, t) ||
-        gemm_run_paths(backend, env_lt, s, n, lt, 4, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t)) {
+    static const char *const env_def[4] = {"0", NULL, NULL, NULL}, *const env_ex[4] = {"0", NULL, "1", NULL}, *const env_lt[4] = {"1", NULL, NULL, NULL},
+                             *const env_tuned[4] = {"1", "1", NULL, NULL}, *const env_single[4] = {"0", NULL, NULL, "1"},
+                             *const env_single_ex[4] = {"0", NULL, "1", "1"};
+    if (gemm_run_paths(backend, env_def, s, n, def, 2, t) || gemm_run_paths(backend, env_ex, s, n, def + 2, 1, t) ||
+        gemm_run_paths(backend, env_lt, s, n, lt, 4, t) || gemm_run_paths(backend, env_tuned, s, n, tuned, 4, t) ||
+        gemm_run_paths(backend, env_single, s, n, single, 1, t) || gemm_run_paths(backend, env_single_ex, s, n, single_bf16, 1, t)) {
         printf("no %s device\n", backend);
         return;
     }
-    unsetenv("PDDE_CUDA_LT"), unsetenv("PDDE_CUDA_LT_TUNE"), unsetenv("PDDE_CUDA_GEMMEX_LOWP");
+    unsetenv("PDDE_CUDA_LT"), unsetenv("PDDE_CUDA_LT_TUNE"), unsetenv("PDDE_CUDA_GEMMEX_LOWP"), unsetenv("PDDE_CUDA_GEMM_SINGLE");
     int have_torch = !strcmp(backend, "cuda") && gemm_torch(s, n, torch_ms, torch_bias_ms) == 0;
-    double flops_all = 0, ms_def = 0, ms_best = 0, ms_torch = 0, ms_lt = 0, ms_lt_t = 0, torch_flops = 0;
+    double flops_all = 0, ms_def = 0, ms_best = 0, ms_torch = 0, ms_lt = 0, ms_lt_t = 0, torch_flops = 0, ms_single = 0, ms_single_def = 0;
+    /* the bf16-output shapes (forward, input gradients): each bf16-out path's total, where it ran every one of them */
+    static const int bf16_paths[5] = {GP_F32_CAST, GP_LT_BF16, GP_GEMMEX_BF16, GP_GEMM1_BF16, GP_LT_BF16_T};
+    double ms_bf16[6] = {0};
+    int miss_bf16[6] = {0};
     printf("%-10s %6s %6s %6s %2s %2s %3s", "shape", "M", "N", "K", "ta", "tb", "x");
     for (int p = 0; p < GP_COUNT; p++) printf(" %14s", gemm_path_names[p]);
     printf(" %14s\n", "torch");
@@ -269,6 +290,13 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
         if (torch_ms[i] > 0) ms_torch += torch_ms[i] * s[i].count, torch_flops += fl * s[i].count;
         for (int p = GP_LT_BF16; p <= GP_LT_BGRAD; p++)
             if (t[i][p] > 0 && t[i][p + 4] > 0) ms_lt += t[i][p] * s[i].count, ms_lt_t += t[i][p + 4] * s[i].count;
+        if (t[i][GP_GEMM1] > 0 && t[i][GP_GEMMEX] > 0) ms_single += t[i][GP_GEMM1] * s[i].count, ms_single_def += t[i][GP_GEMMEX] * s[i].count;
+        if (s[i].kind == 2) continue;
+        for (int q = 0; q < 6; q++) {
+            double v = q < 5 ? t[i][bf16_paths[q]] : torch_ms[i];
+            if (v > 0) ms_bf16[q] += v * s[i].count;
+            else miss_bf16[q] = 1;
+        }
     }
     double tf_def = ms_def > 0 ? flops_all / (ms_def * 1e-3) / 1e12 : 0, tf_best = ms_best > 0 ? flops_all / (ms_best * 1e-3) / 1e12 : 0;
     double tf_torch = ms_torch > 0 ? torch_flops / (ms_torch * 1e-3) / 1e12 : 0;
@@ -283,6 +311,16 @@ static void bench_gemm(const char *backend, const gpt_config *c) {
         snprintf(best_s, sizeof best_s, "%.3f", tf_best / tf_torch);
     }
     if (ms_lt_t > 0) snprintf(gain_s, sizeof gain_s, "%.3f", ms_lt / ms_lt_t);
+    char single_s[32] = "na", bf16_s[6][32];
+    if (ms_single > 0) snprintf(single_s, sizeof single_s, "%.3f", ms_single_def / ms_single);
+    for (int q = 0; q < 6; q++) {
+        if (miss_bf16[q] || ms_bf16[q] <= 0) snprintf(bf16_s[q], sizeof bf16_s[q], "na");
+        else snprintf(bf16_s[q], sizeof bf16_s[q], "%.2f", ms_bf16[q]);
+    }
+    printf("the bf16-output GEMMs (forward, input gradients) a step: f32 then cast %s ms, cublasLt %s ms (tuned %s), GemmStridedBatchedEx %s ms, "
+           "GemmEx %s ms, torch.matmul %s ms\n", bf16_s[0], bf16_s[1], bf16_s[4], bf16_s[2], bf16_s[3], bf16_s[5]);
     printf("RESULT gpu_gemm pdde_tflops=%.1f pdde_best_tflops=%.1f torch_tflops=%s ratio=%s best_ratio=%s lt_tune_gain=%s pdde_ms=%.2f "
-           "pdde_best_ms=%.2f\n", tf_def, tf_best, torch_s, ratio_s, best_s, gain_s, ms_def, ms_best);
+           "pdde_best_ms=%.2f single_gain=%s bf16out_f32_cast_ms=%s bf16out_lt_ms=%s bf16out_lt_tuned_ms=%s bf16out_gemmex_ms=%s "
+           "bf16out_gemm1_ms=%s bf16out_torch_ms=%s\n", tf_def, tf_best, torch_s, ratio_s, best_s, gain_s, ms_def, ms_best, single_s, bf16_s[0],
+           bf16_s[1], bf16_s[4], bf16_s[2], bf16_s[3], bf16_s[5]);
 }

@@ -3,11 +3,14 @@
  *   bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES]   (what `make bench-moe` runs)
  *   bench_moe --worker MIN MAX [registered]                (one rank of the all-to-all part, under pdde-run)
  *   bench_moe --alltoall-only [--build DIR] [--min BYTES] [--max BYTES]   (part 2 alone; RESULT moe_alltoall ...)
+ *   bench_moe --layer-only [--reps N]                      (part 1 alone, E = 8, f32 and bf16; RESULT moe_layer ...)
  *
  * 1. An MoE feed-forward (router, top-2 of 8 experts, dispatch, grouped GEMMs, GELU, combine) against
  *    the dense MLP of the same active FLOPs (hidden 2 x the experts' ffn), forward and backward on the
  *    same tokens, in alternating rounds: layer_vs_dense = the dense time / the MoE time (its share of
- *    the dense layer's FLOP rate).
+ *    the dense layer's FLOP rate). The same two layers under a bf16 compute dtype (the dense matmuls and
+ *    the MoE's permutation and GEMMs in bf16, f32 sums), timed in the same rounds: layer_vs_dense_bf16
+ *    the same ratio in bf16, moe_bf16_vs_f32 = the MoE layer's f32 time / its bf16 time.
  * 2. pdde_comm_alltoallv (equal counts, the shape of a balanced token exchange) against Open MPI's
  *    MPI_Alltoallv (tools/bench/mpi_alltoallv.c, the same sizes and timing) on 2 and 4 ranks, each
  *    size the bytes one rank sends (4 KiB, 16 KiB, ... 16 MiB: powers of 4), each size's latency the
@@ -36,8 +39,8 @@
  *    the model's parts (exchange, expert GEMMs, their buffers, expert gradients) against one traced
  *    run's (rank 0's spans; the exchange's include its waits, the gradients' are all collectives).
  *
- * Last line: RESULT moe layer_vs_dense=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. alltoall_registered_vs_mpi=..
- * alltoall_registered_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. pick_gap_pct_4=.. */
+ * Last line: RESULT moe layer_vs_dense=.. layer_vs_dense_bf16=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=..
+ * alltoall_registered_vs_mpi=.. alltoall_registered_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. pick_gap_pct_4=.. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "bench_common.h"
@@ -59,9 +62,11 @@ static float frand(void) {
     return (float)((rng >> 40) / 8388608.0) - 1.0f;
 }
 
-/* The layer's graph: loss = sum(layer(x) * wout), experts 0: the dense MLP of hidden TOPK x FFN. */
-static pdde_tensor *build_layer(pdde_graph *g, int experts) {
+/* The layer's graph: loss = sum(layer(x) * wout), experts 0: the dense MLP of hidden TOPK x FFN; under
+ * compute dtype dt (f32 or bf16). */
+static pdde_tensor *build_layer(pdde_graph *g, int experts, pdde_dtype dt) {
     int64_t N = TOKENS, C = WIDTH, F = FFN;
+    if (pdde_graph_set_compute_dtype(g, dt)) return NULL;
     pdde_tensor *x = pdde_param(g, "x", 2, (int64_t[]){N, C}, 1.0f), *y;
     if (experts == 0) {
         pdde_tensor *w1 = pdde_param(g, "w1", 2, (int64_t[]){C, TOPK * F}, 0.05f), *w2 = pdde_param(g, "w2", 2, (int64_t[]){TOPK * F, C}, 0.05f);
@@ -85,10 +90,10 @@ typedef struct {
     int n;
 } layer_run;
 
-static int layer_open(pdde_context *ctx, int experts, layer_run *r) {
+static int layer_open(pdde_context *ctx, int experts, pdde_dtype dt, layer_run *r) {
     memset(r, 0, sizeof *r);
     pdde_graph_init(ctx, &r->g);
-    pdde_tensor *loss = build_layer(r->g, experts);
+    pdde_tensor *loss = build_layer(r->g, experts, dt);
     if (!loss || pdde_backward(r->g, loss) || pdde_session_init(r->g, NULL, &r->s)) {
         fprintf(stderr, "bench_moe: %s\n", pdde_last_error(ctx));
         return -1;
@@ -253,7 +258,7 @@ static int trace_parts(const char *path, double *ms) {
 
 int main(int argc, char **argv) {
     const char *build = "build";
-    int reps = 15, ep_rounds = 7, a2a_only = 0;
+    int reps = 15, ep_rounds = 7, a2a_only = 0, layer_only = 0;
     size_t max = (size_t)16 << 20, min = (size_t)4 << 10;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--worker") && i + 2 < argc)
@@ -264,7 +269,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--min") && i + 1 < argc) min = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--ep-rounds") && i + 1 < argc) ep_rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--alltoall-only")) a2a_only = 1;
-        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES] [--alltoall-only] | --worker MIN MAX [registered]\n"); return 2; }
+        else if (!strcmp(argv[i], "--layer-only")) layer_only = 1;
+        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES] [--alltoall-only | --layer-only] | --worker MIN MAX [registered]\n"); return 2; }
     }
     if (a2a_only) { /* part 2 alone */
         double v[4];
@@ -284,10 +290,23 @@ int main(int argc, char **argv) {
     /* 1. MoE layer against the dense one; 3. the cost model's predictions of the MoE layers */
     static const int experts[] = {8, 4, 16, 32};
     enum { NE = sizeof experts / sizeof experts[0] };
-    layer_run dense, moe[NE];
-    if (layer_open(ctx, 0, &dense)) return 1;
-    for (int e = 0; e < NE; e++)
-        if (layer_open(ctx, experts[e], &moe[e])) return 1;
+    layer_run dense, moe[NE], dense_bf16, moe_bf16; /* (bf16: E = 8) */
+    if (layer_open(ctx, 0, PDDE_F32, &dense) || layer_open(ctx, 0, PDDE_BF16, &dense_bf16) || layer_open(ctx, experts[0], PDDE_BF16, &moe_bf16)) return 1;
+    for (int e = 0; e < NE && !(layer_only && e); e++)
+        if (layer_open(ctx, experts[e], PDDE_F32, &moe[e])) return 1;
+    if (layer_only) { /* part 1 alone: the four layers in alternating rounds */
+        for (int r = 0; r < reps; r++)
+            if (layer_time(&dense) || layer_time(&moe[0]) || layer_time(&dense_bf16) || layer_time(&moe_bf16)) return 1;
+        double t[4] = {bench_median(dense.t, dense.n), bench_median(moe[0].t, moe[0].n), bench_median(dense_bf16.t, dense_bf16.n),
+                       bench_median(moe_bf16.t, moe_bf16.n)};
+        printf("MoE feed-forward (%d tokens, width %d, top-%d of 8 experts of ffn %d) and the dense MLP of ffn %d, forward + backward, "
+               "%d threads, median of %d alternating rounds\n  f32:  dense %8.3f ms  moe %8.3f ms\n  bf16: dense %8.3f ms  moe %8.3f ms\n",
+               TOKENS, WIDTH, TOPK, FFN, TOPK * FFN, pdde_context_thread_count(ctx), reps, t[0] * 1e3, t[1] * 1e3, t[2] * 1e3, t[3] * 1e3);
+        printf("RESULT moe_layer layer_vs_dense=%.3f layer_vs_dense_bf16=%.3f moe_bf16_vs_f32=%.3f\n", t[0] / t[1], t[2] / t[3], t[1] / t[3]);
+        layer_close(&dense), layer_close(&moe[0]), layer_close(&dense_bf16), layer_close(&moe_bf16);
+        pdde_context_free(ctx);
+        return 0;
+    }
     /* calibrations, each followed by its block of rounds: each layer predicted by each calibration and
      * compared with the block measured right after it (the same load, as near as can be) */
     char cmd[2048], cluster[1024];
@@ -313,7 +332,7 @@ int main(int argc, char **argv) {
         int first[NE];
         for (int e = 0; e < NE; e++) first[e] = moe[e].n;
         for (int r = k * reps / CALIBS; r < (k + 1) * reps / CALIBS; r++) { /* rounds of every layer, in turn */
-            if (layer_time(&dense)) return 1;
+            if (layer_time(&dense) || layer_time(&dense_bf16) || layer_time(&moe_bf16)) return 1;
             for (int e = 0; e < NE; e++)
                 if (layer_time(&moe[e])) return 1;
         }
@@ -330,7 +349,10 @@ int main(int argc, char **argv) {
         tm[e] = bench_median(moe[e].t, moe[e].n);
         printf("  moe E=%-3d    %8.3f ms  %7.2f GFLOP/s  %.3f of dense\n", experts[e], tm[e] * 1e3, flops / tm[e] * 1e-9, td / tm[e]);
     }
-    double layer_vs_dense = td / tm[0];
+    double layer_vs_dense = td / tm[0], td_bf16 = bench_median(dense_bf16.t, dense_bf16.n), tm_bf16 = bench_median(moe_bf16.t, moe_bf16.n);
+    double layer_vs_dense_bf16 = td_bf16 / tm_bf16;
+    printf("  bf16: dense  %8.3f ms, moe E=8 %8.3f ms: %.3f of dense; the MoE layer %.3f x its f32 speed\n", td_bf16 * 1e3, tm_bf16 * 1e3,
+           layer_vs_dense_bf16, tm[0] / tm_bf16);
     double mape = NAN;
     if (n_calib) {
         double sum = 0;
@@ -348,7 +370,7 @@ int main(int argc, char **argv) {
     } else {
         fprintf(stderr, "bench_moe: no calibration: cost_mape not measured\n");
     }
-    layer_close(&dense);
+    layer_close(&dense), layer_close(&dense_bf16), layer_close(&moe_bf16);
     for (int e = 0; e < NE; e++) layer_close(&moe[e]);
 
     /* 2. the all-to-all */
@@ -452,9 +474,9 @@ int main(int argc, char **argv) {
         gap4 = g;
         if (n == 2) gap = g;
     }
-    printf("RESULT moe layer_vs_dense=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f alltoall_registered_vs_mpi=%.3f "
+    printf("RESULT moe layer_vs_dense=%.3f layer_vs_dense_bf16=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f alltoall_registered_vs_mpi=%.3f "
            "alltoall_registered_vs_mpi_4=%.3f pick_gap_pct=%.1f cost_mape=%.1f pick_gap_pct_4=%.1f\n",
-           layer_vs_dense, vs_mpi[0], vs_mpi[1], vs_mpi[2], vs_mpi[3], gap, mape, gap4);
+           layer_vs_dense, layer_vs_dense_bf16, vs_mpi[0], vs_mpi[1], vs_mpi[2], vs_mpi[3], gap, mape, gap4);
     pdde_context_free(ctx);
     return 0;
 }

@@ -45,4 +45,5 @@ run() { # NAME ENV...: one bench_cuda --gpt run in bf16 (only the names in RUNS 
     echo "RESULT $runs name=$name ${line#GPT }"
     [ -n "$line" ] || { failed=$((failed + 1)); tail -5 "$log/gpt_$name.out"; }
     grep "pdde: cuda: cublasLt" "$log/gpt_$name.out" | grep -v "candidates, fastest" | sort | uniq -c | head -3
+    grep "pdde: cuda: PDDE_CUDA_GRAPH" "$log/gpt_$name.out" | head -3 # (graph runs: what was captured, replayed, fell back)
 }

@@ -2,7 +2,8 @@
 # cuda_gemm: the GEMM paths of a GPT-2 124M bf16 step on a CUDA GPU, in one run (a few minutes). First the
 # conformance cases of the switches on the device: PDDE_FUSE_BGRAD's matmul with the bias gradient (the
 # k_colsum fallback, then cublasLt's BGRADA, then tuned), cublasLt's fused matmuls under PDDE_CUDA_LT_TUNE=1,
-# and PDDE_CUDA_GEMMEX_LOWP=1's bf16-out GEMM (the bf16 logits). Then `bench_cuda --gemm`: each GEMM shape of
+# PDDE_CUDA_GEMMEX_LOWP=1's bf16-out GEMM (the bf16 logits), and PDDE_CUDA_GEMM_SINGLE=1 (cublasGemmEx for a
+# batch of 1) on both. Then `bench_cuda --gemm`: each GEMM shape of
 # the step on every path next to torch.matmul (RESULT gpu_gemm; the tuning's choices on stderr, kept in the
 # log). Then training steps (bench_cuda --gpt --dtype bf16) with the defaults and the switches, in the same run.
 #
@@ -25,6 +26,8 @@ check bgrad_lt_tune PDDE_CUDA_LT=1 PDDE_CUDA_LT_TUNE=1 "$build/test_backend_ops"
 check matmul_bias_lt_tune PDDE_CUDA_LT=1 PDDE_CUDA_LT_TUNE=1 "$build/test_backend_ops" --backend cuda --op matmul_bias
 check matmul_grad_lt_tune PDDE_CUDA_LT=1 PDDE_CUDA_LT_TUNE=1 "$build/test_backend_ops" --backend cuda --op matmul_grad
 check gemmex_lowp PDDE_CUDA_GEMMEX_LOWP=1 "$build/test_backend_ops" --backend cuda --op cross_entropy_lowp
+check gemm_single PDDE_CUDA_GEMM_SINGLE=1 PDDE_CUDA_LT=0 "$build/test_backend_ops" --backend cuda --op matmul
+check gemm_single_lowp PDDE_CUDA_GEMM_SINGLE=1 PDDE_CUDA_GEMMEX_LOWP=1 "$build/test_backend_ops" --backend cuda --op cross_entropy_lowp
 # the GEMMs alone, pdde's paths and torch.matmul (python3 with torch: PDDE_TORCH_PYTHON to name another)
 timeout "$((cap * 3))" "$build/bench_cuda" --gemm >"$log/gemm.out" 2>"$log/gemm.err"
 grep -vE "^(GEMM|TORCH) " "$log/gemm.out"
@@ -40,9 +43,11 @@ run tune PDDE_CUDA_LT_TUNE=1
 run bgrad_tune PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1
 run gemmex PDDE_CUDA_GEMMEX_LOWP=1
 run bgrad_tune_gemmex PDDE_FUSE_BGRAD=1 PDDE_CUDA_LT_TUNE=1 PDDE_CUDA_GEMMEX_LOWP=1
+run single PDDE_CUDA_GEMM_SINGLE=1
+run single_gemmex PDDE_CUDA_GEMM_SINGLE=1 PDDE_CUDA_GEMMEX_LOWP=1
 run default_again X=0
 out="RESULT gpu_gemm_check default_tok_s=${tok[default]:-na}"
-for n in bgrad bgrad_nograd tune bgrad_tune gemmex bgrad_tune_gemmex default_again; do
+for n in bgrad bgrad_nograd tune bgrad_tune gemmex bgrad_tune_gemmex single single_gemmex default_again; do
     out+=" ${n}_vs_default=$(ratio "${tok[$n]:-0}" "${tok[default]:-0}")"
 done
 echo "$out $(grep '^RESULT gpu_gemm ' "$log/gemm.out" | sed 's/^RESULT gpu_gemm //') failed=$failed log=$log"
