@@ -193,6 +193,8 @@ $(BUILD)/test_plugin $(BUILD)/test_plugin_ops: $(PLUGINS)
 $(BUILD)/test_examples: $(EXAMPLES) $(PLUGINS) $(TOOLS)
 # (test_rank_devices runs gpt and dlrm, under pdde-run where comm is built)
 $(BUILD)/test_rank_devices: $(BUILD)/gpt $(BUILD)/dlrm $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
+# (test_zero3_run trains gpt under pdde-run)
+$(BUILD)/test_zero3_run: $(BUILD)/gpt $(if $(filter 1,$(HAVE_UCX)),$(BUILD)/pdde-run)
 # (test_costmodel_gpu runs tools/bench/costmodel_gpu.sh on the OpenCL device)
 $(BUILD)/test_costmodel_gpu: $(BUILD)/pdde-bench $(BUILD)/bench_cuda
 # (the checkpoint tests compare checkpoints with pdde-ckpt)
@@ -359,6 +361,10 @@ bench-elastic-sim:
 # Lowering every rank of GPT-3 175B's shape under dp=8 x tp=8 x pp=16 (1024 ranks) in one process.
 bench-lower: $(BUILD)/bench_lower
 	@$(BUILD)/bench_lower
+
+# ZeRO-3's regathering against the forward copy kept to backward (PDDE_ZERO3_REGATHER=0): arena and step time.
+bench-zero3: $(BUILD)/gpt $(BUILD)/pdde-run
+	@bash tools/bench/bench_zero3.sh $(BUILD)
 
 install: all
 	install -d $(LIBDIR)/pkgconfig $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin

@@ -46,6 +46,7 @@ typedef struct {
     const pdde_mesh *sub_parent[64], *sub_child[64];
     int sub_result[64], n_sub;
     bool bf16; /* the graph computes in bf16 (lower_graph_bf16): the fusions' defaults depend on it */
+    bool regather; /* ZeRO-3: a parameter gathered in forward is gathered again for backward (lower_regather_on) */
 } lowering;
 
 /* mesh_sub_axis(parent, sub), remembered per pair. */
@@ -476,15 +477,41 @@ static bool local_shape_of(const int64_t *gshape, int ndim, const pdde_dist_attr
  * read by every consumer with that requirement, so a partial activation read by three ops is reduced
  * once, not three times. Leaves that change in place during a step are the exception: gradient
  * accumulators and optimizer state (in backward and in the update) and parameters (in the update), so
- * their copies serve one phase, and a parameter's forward copy serves backward too. */
+ * their copies serve one phase. A parameter's forward copy serves backward too, except a gathered one
+ * (ZeRO-3, lower_regather_on): that is freed after its last forward reader and gathered again for
+ * backward, so the whole parameters are not all held from forward to backward. */
 static bool cache_reusable(const pdde_tensor *x, pdde_phase made, pdde_phase now) {
     if (x->op != PDDE_OP_NONE || made == now) return true;
     return !(x->flags & (PDDE_TENSOR_STATE | PDDE_TENSOR_GRAD)) && made != PDDE_PHASE_OPTIMIZER && now != PDDE_PHASE_OPTIMIZER;
 }
 
+/* ZeRO-3's regathering, on unless PDDE_ZERO3_REGATHER=0 (which keeps each gathered parameter from its
+ * forward to its backward: one gather a micro-batch instead of two, at the memory of every layer's
+ * whole parameters; cheaper where they are small). Lowering, the memory plan and the cost model read it
+ * here, so they agree. */
+PDDE_PRIVATE bool lower_regather_on(void) {
+    const char *env = getenv("PDDE_ZERO3_REGATHER");
+    return !(env && !strcmp(env, "0"));
+}
+
+/* Whether x is a parameter's value (the parameter, or its copy onto a device or its cast, as forward
+ * reads them) and node, made of x for a requirement, gathered it over a mesh axis. */
+static bool gathered_param(const pdde_tensor *x, const pdde_tensor *node) {
+    const pdde_tensor *v = x;
+    while ((v->op == PDDE_OP_COPY || v->op == PDDE_OP_CAST) && v->nsrc == 1) v = v->src[0];
+    if (v->op != PDDE_OP_NONE || !(v->flags & PDDE_TENSOR_PARAM)) return false;
+    for (const pdde_tensor *t = node; t && t != x && t->nsrc > 0; t = t->src[0])
+        if (t->op == PDDE_OP_ALLGATHER) return true;
+    return false;
+}
+
 static pdde_tensor *cache_find(const lowering *L, const pdde_tensor *x, const pdde_dist_attr *want, pdde_phase phase) {
-    for (int i = x->id < L->n_first ? L->first_done[x->id] : -1; i >= 0; i = L->done[i].next)
-        if (attr_equal(&L->done[i].want, want) && cache_reusable(x, L->done[i].phase, phase)) return L->done[i].node;
+    for (int i = x->id < L->n_first ? L->first_done[x->id] : -1; i >= 0; i = L->done[i].next) {
+        const reshard_done *d = &L->done[i];
+        if (!attr_equal(&d->want, want) || !cache_reusable(x, d->phase, phase)) continue;
+        if (L->regather && d->phase == PDDE_PHASE_FORWARD && phase == PDDE_PHASE_BACKWARD && gathered_param(x, d->node)) continue;
+        return d->node;
+    }
     return NULL;
 }
 
@@ -1821,7 +1848,7 @@ PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_par
     if (p->comm_dtype != PDDE_F32 && p->comm_dtype != PDDE_BF16 && p->comm_dtype != PDDE_F16)
         return pdde_error(g->ctx, PDDE_ERR_INVALID_ARG, "lower: comm_dtype %s (f32, bf16 or f16)", pdde_dtype_name(p->comm_dtype));
     pdde_program *P = calloc(1, sizeof *P);
-    lowering L = {.P = P, .g = g, .p = p, .ctx = g->ctx, .bf16 = lower_graph_bf16(g)};
+    lowering L = {.P = P, .g = g, .p = p, .ctx = g->ctx, .bf16 = lower_graph_bf16(g), .regather = lower_regather_on()};
     if (!P) return lower_oom(&L);
     P->g = g, P->world_size = p->world_size, P->rank = p->world_size > 0 ? p->rank : 0, P->n_user = g->n;
     P->of_user = calloc((size_t)g->n, sizeof *P->of_user), P->elsewhere = calloc((size_t)g->n, sizeof *P->elsewhere);
@@ -1881,6 +1908,7 @@ PDDE_PRIVATE void program_dump(const pdde_program *P, FILE *f) {
             for (int r = 0; r < P->mesh->shape[in->axis]; r++) fprintf(f, r ? " %d" : "%d", P->group[in->axis][r]);
             fprintf(f, "] %zu bytes%s", in->bytes, in->early ? ", started early" : "");
             if (in->bucket_members) fprintf(f, ", a bucket of %d", in->bucket_members);
+            else if (t->nsrc == 1 && t->src[0]) fprintf(f, ", of %s", t->src[0]->name); /* (a reshard step: what it reads) */
         } else if (t->op == PDDE_OP_COPY)
             fprintf(f, "  from device %d", t->src[0]->device);
         if (in->chunk >= 0 && P->n_chunks > 1) fprintf(f, "  chunk %d", in->chunk);

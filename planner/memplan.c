@@ -84,6 +84,46 @@ PDDE_PRIVATE void program_memory_free(program_memory *m) {
     if (m) free(m->devs), free(m->slot);
 }
 
+/* A tensor of the arena with its lifetime: made at step `from`, released after step `to`. */
+typedef struct { size_t size; int from, to, id, slot; size_t offset; } arena_item;
+
+/* by device slot, then the largest first, then the earliest */
+static int arena_item_order(const void *a, const void *b) {
+    const arena_item *x = a, *y = b;
+    if (x->slot != y->slot) return x->slot - y->slot;
+    if (x->size != y->size) return x->size < y->size ? 1 : -1;
+    return x->from - y->from;
+}
+
+/* Offline placement (greedy by size, as TFLite's arena planner): the largest tensors first (items
+ * sorted so: arena_item_order), each in the tightest gap between the tensors placed so far whose lifetimes overlap its own. It knows every
+ * lifetime in advance, so a tensor freed and made again later (ZeRO-3's parameter gathered for forward
+ * and again for backward) does not leave holes that smaller tensors split; the walk in step order
+ * cannot. Returns the arena's size, the items their offsets; -1: out of memory. */
+static int64_t arena_greedy(arena_item *items, int n) {
+    arena_item **placed = malloc((size_t)(n ? n : 1) * sizeof *placed);
+    if (!placed) return -1;
+    size_t top = 0;
+    int n_placed = 0;
+    for (int i = 0; i < n; i++) {
+        arena_item *it = &items[i];
+        size_t at = 0, best = SIZE_MAX, best_gap = SIZE_MAX;
+        for (int j = 0; j < n_placed; j++) { /* (placed by offset) */
+            const arena_item *q = placed[j];
+            if (q->to < it->from || it->to < q->from) continue;
+            if (q->offset > at && q->offset - at >= it->size && q->offset - at < best_gap) best = at, best_gap = q->offset - at;
+            if (q->offset + q->size > at) at = q->offset + q->size;
+        }
+        it->offset = best != SIZE_MAX ? best : at;
+        if (it->offset + it->size > top) top = it->offset + it->size;
+        int k = n_placed++;
+        while (k > 0 && placed[k - 1]->offset > it->offset) placed[k] = placed[k - 1], k--;
+        placed[k] = it;
+    }
+    free(placed);
+    return (int64_t)top;
+}
+
 /* Lifetimes and offsets. A storage root is freed after the last node that reads it or any tensor
  * sharing its memory (views, in-place writers). Losses and outputs live to the end of the step. An
  * in-place write into a tensor that someone still reads later gets its own memory instead (its
@@ -96,7 +136,9 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
     int **release_at = calloc((size_t)end + 1, sizeof *release_at);
     int *n_release = calloc((size_t)end + 1, sizeof *n_release);
     arena_plan *plans = NULL;
-    pdde_status st = last && m->slot && release_at && n_release ? PDDE_OK : PDDE_ERR_OOM;
+    arena_item *items = malloc((size_t)(end ? end : 1) * sizeof *items); /* the arena's tensors, for arena_greedy */
+    int n_items = 0;
+    pdde_status st = last && m->slot && release_at && n_release && items ? PDDE_OK : PDDE_ERR_OOM;
     for (int i = 0; i < end && !st; i++)
         if ((m->slot[P->order[i]->id] = memplan_slot(m, P->order[i]->device)) < 0) st = PDDE_ERR_OOM;
     if (!st && !(plans = calloc((size_t)m->n_devs + 1, sizeof *plans))) st = PDDE_ERR_OOM;
@@ -145,6 +187,8 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
             if (live > s->activation_peak_bytes) s->activation_peak_bytes = live;
             arena_alloc(&plans[m->slot[t->id]], bytes, &t->offset);
             int at = reuse ? last[t->id] : end;
+            size_t size = (bytes + PDDE_ARENA_ALIGN - 1) / PDDE_ARENA_ALIGN * PDDE_ARENA_ALIGN;
+            items[n_items++] = (arena_item){size ? size : PDDE_ARENA_ALIGN, i, at, t->id, m->slot[t->id], 0};
             int *list = realloc(release_at[at], (size_t)(n_release[at] + 1) * sizeof *list);
             if (!list) { st = PDDE_ERR_OOM; break; }
             release_at[at] = list;
@@ -163,6 +207,20 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
             exchange = pdde_tensor_nbytes(t->src[0]) + bytes + 1;
     }
     s->transfer_bytes += exchange;
+    /* each device's arena: the offline placement where it is smaller than the walk's */
+    if (!st && reuse) {
+        qsort(items, (size_t)n_items, sizeof *items, arena_item_order);
+        for (int i = 0, j; i < n_items && !st; i = j) {
+            int d = items[i].slot;
+            for (j = i; j < n_items && items[j].slot == d; j++) {}
+            int64_t top = arena_greedy(items + i, j - i);
+            if (top < 0) st = PDDE_ERR_OOM;
+            else if ((size_t)top < plans[d].top) {
+                plans[d].top = (size_t)top;
+                for (int k = i; k < j; k++) P->nodes[items[k].id]->offset = items[k].offset;
+            }
+        }
+    }
     int staging_device = -1; /* (collectives and receives on device memory: the session's one bounce buffer) */
     s->transfer_bytes += program_comm_staging_bytes(ctx, P, &staging_device);
     /* the buffers the session allocates: n_live arenas and a persistent buffer per device (at least
@@ -179,7 +237,7 @@ PDDE_PRIVATE pdde_status program_plan_memory(pdde_context *ctx, pdde_program *P,
 done:
     for (int d = 0; plans && d < m->n_devs; d++) free(plans[d].free);
     for (int i = 0; release_at && i <= end; i++) free(release_at[i]);
-    free(release_at), free(n_release), free(plans), free(last);
+    free(release_at), free(n_release), free(plans), free(last), free(items);
     if (st) {
         program_memory_free(m);
         memset(m, 0, sizeof *m);

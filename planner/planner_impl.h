@@ -384,6 +384,8 @@ PDDE_PRIVATE bool lower_fusion_any(const char *backend, bool bf16);
 /* Whether g computes in bf16: a matmul or attention of bf16 operands (pdde_graph_set_compute_dtype). */
 PDDE_PRIVATE bool lower_graph_bf16(const pdde_graph *g);
 
+/* Whether ZeRO-3 gathers a parameter again for backward (PDDE_ZERO3_REGATHER, default on; planner/lower.c). */
+PDDE_PRIVATE bool lower_regather_on(void);
 /* Lowers g for one rank. The program is freed with program_free. */
 PDDE_PRIVATE pdde_status program_lower(const pdde_graph *g, const pdde_lower_params *p, pdde_program **out);
 PDDE_PRIVATE void program_free(pdde_program *p);

@@ -54,9 +54,9 @@ typedef struct {
     double *tensors; /* [L] parameter tensors (ZeRO-1/2 gathers each one back after its update) */
     /* [L] the same of the backward nodes, when the graph has them (else backward = 2 x forward) */
     double *bflops, *bbytes, *bops;
-    /* for O(1) stage costs: prefix sums of the per-layer figures (PROF_* rows of L + 1) and a sparse
-     * table of the largest layer activation over ranges of 2^j layers */
-    double *prefix, *max_acts;
+    /* for O(1) stage costs: prefix sums of the per-layer figures (PROF_* rows of L + 1) and sparse
+     * tables of the largest layer activation and parameters over ranges of 2^j layers */
+    double *prefix, *max_acts, *max_params;
 } plan_profile;
 
 enum { PROF_FLOPS, PROF_BYTES, PROF_PARAMS, PROF_ACTS, PROF_OUT, PROF_TP_AR, PROF_OPS, PROF_TENSORS, PROF_BFLOPS, PROF_BBYTES, PROF_BOPS, PROF_TP_N, PROF_COUNT };
@@ -73,30 +73,37 @@ static double prof_sum(const plan_profile *p, int q, int a, int b) {
     return row[b] - row[a];
 }
 
-/* The largest activation of a layer in [a, b) (b > a). */
-static double prof_max_acts(const plan_profile *p, int a, int b) {
+/* The largest figure of a layer in [a, b) (b > a) from its sparse table. */
+static double prof_max(const plan_profile *p, const double *table, int a, int b) {
     int j = 0;
     while ((2 << j) <= b - a) j++;
-    const double *lv = p->max_acts + (size_t)j * p->n_layers;
+    const double *lv = table + (size_t)j * p->n_layers;
     return fmax(lv[a], lv[b - (1 << j)]);
 }
+
+static double prof_max_acts(const plan_profile *p, int a, int b) { return prof_max(p, p->max_acts, a, b); }
 
 static pdde_status plan_profile_index(pdde_context *ctx, plan_profile *p) {
     int L = p->n_layers, levels = 1;
     while ((1 << levels) <= L) levels++;
-    p->prefix = malloc(((size_t)PROF_COUNT * (L + 1) + (size_t)levels * L) * sizeof *p->prefix);
+    p->prefix = malloc(((size_t)PROF_COUNT * (L + 1) + 2 * (size_t)levels * L) * sizeof *p->prefix);
     if (!p->prefix) return pdde_error(ctx, PDDE_ERR_OOM, "plan: out of memory");
     p->max_acts = p->prefix + (size_t)PROF_COUNT * (L + 1);
+    p->max_params = p->max_acts + (size_t)levels * L;
     const double *fig[PROF_COUNT - 1] = {p->flops, p->bytes, p->params, p->acts, p->out, p->tp_ar, p->ops, p->tensors, p->bflops, p->bbytes, p->bops};
     for (int q = 0; q < PROF_COUNT; q++) {
         double *row = p->prefix + (size_t)q * (L + 1);
         row[0] = 0;
         for (int l = 0; l < L; l++) row[l + 1] = row[l] + (q == PROF_TP_N ? (double)p->tp_n[l] : fig[q][l]);
     }
-    memcpy(p->max_acts, p->acts, (size_t)L * sizeof *p->acts);
-    for (int j = 1; j < levels; j++)
-        for (int l = 0; l + (1 << j) <= L; l++)
-            p->max_acts[(size_t)j * L + l] = fmax(p->max_acts[(size_t)(j - 1) * L + l], p->max_acts[(size_t)(j - 1) * L + l + (1 << (j - 1))]);
+    double *tables[2] = {p->max_acts, p->max_params};
+    const double *figs[2] = {p->acts, p->params};
+    for (int k = 0; k < 2; k++) {
+        double *tb = tables[k];
+        memcpy(tb, figs[k], (size_t)L * sizeof *tb);
+        for (int j = 1; j < levels; j++)
+            for (int l = 0; l + (1 << j) <= L; l++) tb[(size_t)j * L + l] = fmax(tb[(size_t)(j - 1) * L + l], tb[(size_t)(j - 1) * L + l + (1 << (j - 1))]);
+    }
     return PDDE_OK;
 }
 
@@ -249,6 +256,7 @@ typedef struct {
     double flops, bytes, ops, params, tp_ar, tp_n; /* forward work, parameters, tensor-parallel allreduces */
     double bflops, bbytes, bops, tensors;         /* backward work (0 ops: the graph has none); parameter tensors */
     double kept, biggest;                         /* activation bytes kept for backward; the largest layer's */
+    double layer_params;                          /* the parameters of its largest layer (by bytes) */
     double r_flops, r_bytes, r_ops, r_tp_n;        /* forward work done again for recompute */
     double send;                                  /* bytes sent on to later stages */
     int n_send;
@@ -261,6 +269,7 @@ static void work_add(const plan_eval *e, stage_work *w, int a, int b, int k) {
     w->params += prof_sum(p, PROF_PARAMS, a, b), w->tp_ar += prof_sum(p, PROF_TP_AR, a, b), w->tp_n += prof_sum(p, PROF_TP_N, a, b);
     w->bflops += prof_sum(p, PROF_BFLOPS, a, b), w->bbytes += prof_sum(p, PROF_BBYTES, a, b), w->bops += prof_sum(p, PROF_BOPS, a, b);
     w->tensors += prof_sum(p, PROF_TENSORS, a, b);
+    w->layer_params = fmax(w->layer_params, prof_max(p, p->max_params, a, b));
     w->kept += prof_sum(p, PROF_OUT, a, a + k) + prof_sum(p, PROF_ACTS, a + k, b);
     /* a recomputed layer's activations exist during its own backward: the stage's largest bounds it (so
      * that more layers recomputed never needs more memory) */
@@ -282,7 +291,11 @@ static double stage_memory(const plan_eval *e, int s, const stage_work *w) {
     double alive = e->gpipe ? m
                  : e->v > 1 ? fmin(m * e->v, 2.0 * (e->pp - s - 1) + (e->v - 1) * e->pp + 1) / e->v
                             : fmin(m, (double)(e->pp - s));
-    return weights + grads + adam + (alive * w->kept + w->biggest) * per_micro;
+    /* ZeRO-3: the parameters gathered whole over dp where they are used, in each micro-batch's arena:
+     * a layer's at a time, gathered again for backward (lowering's regathering), else every layer's
+     * from its forward to its backward (PDDE_ZERO3_REGATHER=0) */
+    double gathered = e->zero >= 3 && e->dp > 1 ? (lower_regather_on() ? w->layer_params / e->tp : params) : 0;
+    return weights + grads + adam + (alive * w->kept + w->biggest) * per_micro + alive * gathered;
 }
 
 /* A collective of `bytes` (f32) in the wire's dtype: casting there and back reads and writes it. */

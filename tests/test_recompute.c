@@ -217,7 +217,7 @@ static void test_errors(void) {
 }
 
 /* README's figure: the activation arena of build/gpt's default model (the session's memory plan, what
- * it allocates) drops from 20.9 MB to 7.5 MB with every transformer block recomputed. */
+ * it allocates) drops from 19.0 MB to 7.2 MB with every transformer block recomputed. */
 static void test_readme_arena(void) {
     const gpt_config c = {.vocab = 256, .ctx = 64, .layers = 4, .heads = 4, .width = 128, .batch = 8}; /* build/gpt's default */
     double mb[2] = {0, 0};
@@ -242,7 +242,7 @@ static void test_readme_arena(void) {
         pdde_graph_free(g);
         pdde_context_free(ctx);
     }
-    CHECK(fabs(mb[0] - 19.9) < 0.05 && fabs(mb[1] - 7.5) < 0.05, "the default gpt's arena: %.2f MB, %.2f MB recomputed (RESULTS.md: 19.9, 7.5)",
+    CHECK(fabs(mb[0] - 19.04) < 0.05 && fabs(mb[1] - 7.22) < 0.05, "the default gpt's arena: %.2f MB, %.2f MB recomputed (RESULTS.md: 19.0, 7.2)",
           mb[0], mb[1]);
 }
 
@@ -290,7 +290,8 @@ static void test_plan_partial(void) {
         }
         run_free(&r);
     }
-    CHECK(arena[1] < arena[0] && arena[2] < arena[1], "arena with rc=0, 3, %d: %zu, %zu, %zu B (must fall)", small.layers + 2, arena[0], arena[1],
+    /* (recomputing the last block and the head too leaves the peak where it is: the arena may stay) */
+    CHECK(arena[1] < arena[0] && arena[2] <= arena[1], "arena with rc=0, 3, %d: %zu, %zu, %zu B (must fall, then not grow)", small.layers + 2, arena[0], arena[1],
           arena[2]);
     for (int step = 0; step < STEPS; step++)
         CHECK(loss[1][step] == loss[0][step] && loss[2][step] == loss[0][step], "step %d: loss %.9g (rc=3), %.9g (all) vs %.9g without", step,

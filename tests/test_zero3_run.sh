@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# ZeRO-3 under pdde-run: `gpt --dp 2 --zero 3 --micro 2` and the MoE GPT `--moe-experts 8 --dp 4 --ep 2
+# --zero 3` train as one process does (each step's loss within 1e-6 relative), the same bits with
+# PDDE_ZERO3_REGATHER=0 (gathering a parameter again for backward changes no value), and with the
+# regathering each rank's session holds less: its activation arena ("activations X MB (plan)", every
+# rank) and all it allocated (--metrics memory_bytes, rank 0). Run from the repository root.
+. tests/script_util.sh zero3
+if [ ! -x "$build/pdde-run" ]; then
+    echo "SKIP ucx: pdde-run is not built (no UCX)"
+    echo "0 passed, 0 failed, 1 skipped"
+    exit 0
+fi
+args=(--steps 4 --val-every 0 --sample-len 0 --threads 1)
+# every step's loss as --metrics wrote it (%.9g)
+losses() { python3 -c 'import json, sys; print(" ".join("%.9g" % r["loss"] for r in map(json.loads, open(sys.argv[1])) if "loss" in r))' "$1" 2>/dev/null; }
+close() { python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]
+sys.exit(0 if len(a) == 4 and len(a) == len(b) and all(abs(x - y) <= 1e-6 * abs(y) for x, y in zip(a, b)) else 1)' "$1" "$2"; }
+arenas() { grep -E '^\[[0-9]+\] gpt: data' "$1" | sed -E 's/^\[([0-9]+)\].*activations ([0-9.]+) MB \(plan\).*/\1 \2/' | sort -n | awk '{print $2}' | tr '\n' ' '; }
+allocated() { python3 -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["memory_bytes"])' "$1" 2>/dev/null; }
+
+run_case() { # NAME RANKS ONE-PROCESS-FLAGS -- PLAN-FLAGS
+    local name=$1 n=$2; shift 2
+    local one=() plan=()
+    while [ "$1" != -- ]; do one+=("$1"); shift; done
+    shift; plan=("$@")
+    "$build/gpt" "${one[@]}" "${args[@]}" --metrics "$tmp/$name.one.json" >"$tmp/$name.one.log" 2>&1
+    local ref; ref=$(losses "$tmp/$name.one.json")
+    check "$name: one process trains ($ref)" $([ -n "$ref" ] && echo 0 || echo 1)
+    for on in 1 0; do # (1: the default, the variable unset)
+        local env=(env -u PDDE_ZERO3_REGATHER); [ $on = 0 ] && env=(env PDDE_ZERO3_REGATHER=0)
+        "${env[@]}" timeout 240 "$build/pdde-run" -n "$n" "$build/gpt" "${one[@]}" "${plan[@]}" "${args[@]}" \
+            --metrics "$tmp/$name.$on.json" >"$tmp/$name.$on.log" 2>&1
+        local rc=$?
+        check "$name, regathering $on: pdde-run -n $n exits 0 ($(tail -1 "$tmp/$name.$on.log"))" $rc
+    done
+    local l1 l0; l1=$(losses "$tmp/$name.1.json"); l0=$(losses "$tmp/$name.0.json")
+    close "$l1" "$ref"
+    check "$name: losses '$l1' equal one process's '$ref' (1e-6)" $?
+    check "$name: PDDE_ZERO3_REGATHER=0 gives the same bits ('$l0')" $([ -n "$l1" ] && [ "$l1" = "$l0" ] && echo 0 || echo 1)
+    local a1 a0 m1 m0; a1=$(arenas "$tmp/$name.1.log"); a0=$(arenas "$tmp/$name.0.log")
+    m1=$(allocated "$tmp/$name.1.json"); m0=$(allocated "$tmp/$name.0.json")
+    python3 -c 'import sys; a, b = [list(map(float, s.split())) for s in sys.argv[1:3]]; m1, m0 = int(sys.argv[3]), int(sys.argv[4])
+sys.exit(0 if len(a) == int(sys.argv[5]) and len(a) == len(b) and all(0 < x < y for x, y in zip(a, b)) and 0 < m1 < m0 else 1)' \
+        "$a1" "$a0" "${m1:-0}" "${m0:-0}" "$n"
+    check "$name: each rank's activation arena smaller with the regathering ($a1 MB against $a0 MB), rank 0's allocation too ($m1 B against $m0 B)" $?
+}
+
+run_case dp2_micro2 2 -- --dp 2 --zero 3 --micro 2
+run_case moe_dp4_ep2 4 --moe-experts 8 -- --dp 4 --ep 2 --zero 3
+finish
