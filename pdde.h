@@ -930,6 +930,10 @@ pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t 
                                 const size_t *sdispls, void *recvbuf, const size_t *recvcounts,
                                 const size_t *rdispls, pdde_dtype t);
 pdde_status pdde_comm_barrier(pdde_comm *c);
+/* Zeroed memory the other ranks on this host read directly (no system call) when it is an all-to-all's
+ * send buffer; freed with pdde_comm_buffer_free (not free()), usable with every communicator. */
+pdde_status pdde_comm_buffer_alloc(pdde_comm *c, size_t bytes, void **out);
+void pdde_comm_buffer_free(void *buf);
 /* Point to point; tag in [0, 2^20). */
 pdde_status pdde_comm_send(pdde_comm *c, const void *buf, size_t count, pdde_dtype t, int peer, int tag);
 pdde_status pdde_comm_recv(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int peer, int tag);

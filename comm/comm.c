@@ -21,6 +21,7 @@
 #include "env.c"           /* launcher environments */
 #include "transport_ucx.c" /* the transport */
 #include "world.c"         /* the world's state, failures and their root cause */
+#include "buffer.c"        /* registered buffers: memory the host's ranks read directly */
 #include "schedule.c"      /* operations as programs of steps, run non-blocking */
 #include "progress.c"      /* waiting, starting and finishing operations; the service thread */
 #include "shm.c"           /* the one-host shared-memory channel */

@@ -104,6 +104,7 @@ typedef struct {
     size_t part, most, small;              /* alltoallv: bytes of one pair's slot in a chunk; the largest message; the largest with the table */
     int cma;                               /* alltoallv: by cross-memory reads (else in chunks) */
     int self_done;                         /* alltoallv: my own block moved before the table's barrier */
+    int mapped;                            /* alltoallv: a peer's registered buffer was read through a mapping */
     pdde_status err;                       /* alltoallv: the ranks' counts disagree (msg says how) */
     char msg[160];
 } comm_shm_op;

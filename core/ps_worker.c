@@ -254,6 +254,8 @@ pdde_status pdde_comm_alltoall(pdde_comm *c, const void *sendbuf, void *recvbuf,
 pdde_status pdde_comm_alltoallv(pdde_comm *c, const void *sendbuf, const size_t *sendcounts, const size_t *sdispls, void *recvbuf, const size_t *recvcounts, const size_t *rdispls, pdde_dtype t) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_comm_barrier(pdde_comm *c) { return comm_unavailable(NULL, __func__); }
 pdde_status pdde_comm_broadcast(pdde_comm *c, void *buf, size_t count, pdde_dtype t, int root) { return comm_unavailable(NULL, __func__); }
+pdde_status pdde_comm_buffer_alloc(pdde_comm *c, size_t bytes, void **out) { if (out) *out = NULL; return comm_unavailable(NULL, __func__); }
+void pdde_comm_buffer_free(void *buf) {  }
 pdde_context *pdde_comm_context(const pdde_comm *comm) { return NULL; }
 pdde_status pdde_comm_env_read(pdde_context *ctx, pdde_comm_env *out) { return comm_unavailable(ctx, __func__); }
 void pdde_comm_free(pdde_comm *comm) {  }

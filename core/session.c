@@ -63,6 +63,7 @@ struct pdde_session {
     void *comm_staging;         /* host bounce buffer for collectives on device memory */
     size_t comm_staging_bytes;
     char *moe_exchange; /* the expert exchange's send and receive rows (its largest node's worst case) */
+    bool moe_exchange_registered; /* ... from pdde_comm_buffer_alloc: the host's other ranks copy its rows straight out */
     session_device *comm_staging_dev;
     /* micro-batches and pipeline stages (from the program) */
     int n_micro, n_stages, n_chunks, n_live;
@@ -1075,7 +1076,14 @@ static pdde_status session_allocate(pdde_session *s) {
         if (b > exchange) exchange = b;
     }
     if (exchange && st == PDDE_OK) {
-        if (!(s->moe_exchange = malloc(exchange))) st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (the expert exchange, %zu bytes)", exchange);
+#ifdef PDDE_HAVE_COMM
+        /* registered memory: the exchange's peers on this host read the rows sent to them with one copy,
+         * no system call (comm/buffer.c); plain memory where it cannot be had */
+        void *reg = NULL;
+        if (pdde_comm_buffer_alloc(s->world, exchange, &reg) == PDDE_OK) s->moe_exchange = reg, s->moe_exchange_registered = true;
+#endif
+        if (!s->moe_exchange && !(s->moe_exchange = malloc(exchange)))
+            st = pdde_error(s->ctx, PDDE_ERR_OOM, "session: out of memory (the expert exchange, %zu bytes)", exchange);
         else s->mem.transfer_bytes += exchange;
     }
 #ifdef PDDE_HAVE_COMM
@@ -1283,7 +1291,11 @@ void pdde_session_free(pdde_session *s) {
     free(s->input_base);
     for (int i = 0; i < s->n_sends; i++) free(s->sends[i].copy), free(s->sends[i].requests);
     free(s->sends);
-    free(s->moe_exchange);
+#ifdef PDDE_HAVE_COMM
+    if (s->moe_exchange_registered) pdde_comm_buffer_free(s->moe_exchange);
+    else
+#endif
+        free(s->moe_exchange);
     free(s->send_of);
     free(s->update_group);
     free(s->requests), free(s->bucket_done);

@@ -8,8 +8,11 @@
  * first operation's reads and all go on in chunks, the results exact. Messages at, just over and just
  * under the size that goes with the counts table, back to back, arrive exact; so does a rank's own block,
  * large and small, to an unaligned place, among small and large messages. Ranks waiting in a large
- * exchange for a rank that comes 0.4 s late spend little CPU (they sleep). (A rank killed during an
- * all-to-all: test_comm_fail.) */
+ * exchange for a rank that comes 0.4 s late spend little CPU (they sleep). Send buffers from
+ * pdde_comm_buffer_alloc (registered; see registers() for the ways): every case above arrives exact, a
+ * large exchange is read through the peers' mappings ("shm_registered"; with PDDE_COMM_CMA=0 too), a
+ * buffer freed and another allocated in its place delivers the new data, and where the kernel refuses
+ * the mapping every rank goes on in chunks. (A rank killed during an all-to-all: test_comm_fail.) */
 #define _GNU_SOURCE
 #include "pdde.h"
 
@@ -47,16 +50,40 @@ static int32_t val(int r, int j, size_t i) { return (int32_t)(r * 1000003 + j * 
 
 typedef struct { const char *way; } a2a_arg;
 
+/* Ways whose send buffers come from pdde_comm_buffer_alloc: every rank's ("registered"; "reg_nocma" with
+ * PDDE_COMM_CMA=0; "reg_refused" where the kernel refuses the others' access to rank 0, and
+ * "reg_nocma_refused" with PDDE_COMM_CMA=0 too; "reg_off" with PDDE_COMM_REGISTER=0: plain memory), or
+ * rank 0's alone ("mixed"). */
+static int registers(const char *way, int me) { return !strncmp(way, "reg", 3) || (!strcmp(way, "mixed") && me == 0); }
+static void *send_alloc(pdde_comm *c, const char *way, size_t bytes) {
+    void *p = NULL;
+    if (!registers(way, pdde_comm_rank(c))) return malloc(bytes);
+    CHECK(pdde_comm_buffer_alloc(c, bytes, &p) == PDDE_OK && p, "%s rank %d: pdde_comm_buffer_alloc: %s", way, pdde_comm_rank(c),
+          pdde_last_error(pdde_comm_context(c)));
+    return p;
+}
+static void send_free(pdde_comm *c, const char *way, void *p) {
+    if (registers(way, pdde_comm_rank(c))) pdde_comm_buffer_free(p);
+    else free(p);
+}
+/* What a large exchange's reads must have taken: a mapping of a peer's registered buffer wherever a
+ * peer this rank reads from registered its sends and the kernel lets it map them. */
+static const char *large_algo(const char *way, int me) {
+    if (!strcmp(way, "registered") || !strcmp(way, "reg_nocma")) return "shm_registered";
+    if (!strcmp(way, "mixed")) return me == 0 ? "shm" : "shm_registered";
+    return strcmp(way, "ucx") ? "shm" : NULL;
+}
+
 static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     const char *way = ((a2a_arg *)arg)->way;
     int n = pdde_comm_size(comm), me = pdde_comm_rank(comm);
-    if (!strcmp(way, "refused")) CHECK(refuse_reads(me) == 0, "rank %d: cannot refuse reads", me);
+    if (strstr(way, "refused")) CHECK(refuse_reads(me) == 0, "rank %d: cannot refuse reads", me);
     size_t sc[8], sd[8], rc[8], rd[8], so = 0, ro = 0;
     for (int j = 0; j < n; j++) {
         sc[j] = sendn(me, j), sd[j] = so, so += sc[j] + 5;  /* gaps between blocks, both sides */
         rc[j] = sendn(j, me), rd[j] = ro + 3, ro += rc[j] + 3;
     }
-    int32_t *a = malloc((so + 1) * 4), *b = malloc((ro + 1) * 4);
+    int32_t *a = send_alloc(comm, way, (so + 1) * 4), *b = malloc((ro + 1) * 4);
     for (int j = 0; j < n; j++)
         for (size_t i = 0; i < sc[j]; i++) a[sd[j] + i] = val(me, j, i);
     for (int pass = 0; pass < 2; pass++) { /* twice: the second reuses the channel's other buffer set */
@@ -70,8 +97,25 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
         }
         CHECK(bad == 0, "%s rank %d pass %d: %zu elements wrong", way, me, pass, bad);
     }
-    CHECK(strcmp(way, "ucx") ? !strcmp(pdde_comm_last_algo(comm), "shm") : strcmp(pdde_comm_last_algo(comm), "shm") != 0,
-          "%s rank %d: took %s", way, me, pdde_comm_last_algo(comm));
+    const char *want_algo = large_algo(way, me);
+    CHECK(want_algo ? !strcmp(pdde_comm_last_algo(comm), want_algo) : strncmp(pdde_comm_last_algo(comm), "shm", 3) != 0,
+          "%s rank %d: took %s, not %s", way, me, pdde_comm_last_algo(comm), want_algo ? want_algo : "the transport");
+    if (registers(way, me)) { /* a new buffer where the last was (its descriptor, likely its address): the new data arrives */
+        send_free(comm, way, a);
+        a = send_alloc(comm, way, (so + 1) * 4);
+        for (int j = 0; j < n; j++)
+            for (size_t i = 0; i < sc[j]; i++) a[sd[j] + i] = val(me, j, i) ^ 0x3c3c;
+    }
+    pdde_comm_barrier(comm);
+    memset(b, 0xff, (ro + 1) * 4);
+    pdde_status rst = pdde_comm_alltoallv(comm, a, sc, sd, b, rc, rd, PDDE_I32);
+    size_t rbad = 0;
+    for (int j = 0; j < n && !rst; j++)
+        for (size_t i = 0; i < rc[j]; i++) rbad += b[rd[j] + i] != (val(j, me, i) ^ (registers(way, j) ? 0x3c3c : 0));
+    CHECK(rst == PDDE_OK && rbad == 0, "%s rank %d: after a buffer was freed and another allocated: %s, %zu wrong", way, me,
+          pdde_last_error(ctx), rbad);
+    for (int j = 0; j < n; j++) /* the original data again, for the rest */
+        for (size_t i = 0; i < sc[j]; i++) a[sd[j] + i] = val(me, j, i);
 
     /* non-blocking, the count arrays freed (and their memory scribbled on) before the wait */
     size_t *cnt = malloc(4 * (size_t)n * sizeof *cnt);
@@ -103,7 +147,7 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
 
     /* in place (sendbuf == recvbuf), equal counts of 300000 (several chunks) */
     size_t big = 300000;
-    int32_t *io = malloc(big * (size_t)n * 4);
+    int32_t *io = send_alloc(comm, way, big * (size_t)n * 4);
     for (int j = 0; j < n; j++)
         for (size_t i = 0; i < big; i++) io[(size_t)j * big + i] = val(me, j, i);
     st = pdde_comm_alltoall(comm, io, io, big, PDDE_I32);
@@ -115,16 +159,18 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     else /* (across hosts in place is refused, not answered with wrong data) */
         CHECK(st == PDDE_ERR_INVALID_ARG && strstr(pdde_last_error(ctx), "in place"), "%s rank %d: alltoall in place: %s (%s)", way, me,
               pdde_status_str(st), pdde_last_error(ctx));
-    free(io);
+    send_free(comm, way, io);
 
     /* back to back around the size up to which messages go with the counts table (a chunk slot:
-     * 512 KiB / n rounded down to 64 bytes, at most 16 KiB, 64 KiB where the ranks outnumber the cores):
+     * 512 KiB / n rounded down to 64 bytes, at most 16 KiB, 64 KiB where the ranks outnumber the cores;
+     * where a rank's sends are registered 4 KiB, 16 KiB where the ranks outnumber the cores):
      * exactly at it, one element over (the way switches), one under, with zero counts and the last rank
      * sending nothing; each way after each other way */
-    size_t slot = ((512u << 10) / (size_t)n & ~(size_t)63), most = n > sysconf(_SC_NPROCESSORS_ONLN) ? 64u << 10 : 16u << 10;
+    int shared = n > sysconf(_SC_NPROCESSORS_ONLN), reg_limit = !strcmp(way, "registered") || !strcmp(way, "reg_nocma") || !strcmp(way, "mixed");
+    size_t slot = ((512u << 10) / (size_t)n & ~(size_t)63), most = reg_limit ? (shared ? 16u << 10 : 4u << 10) : shared ? 64u << 10 : 16u << 10;
     slot = (slot < most ? slot : most) / 4;
     static const int ladder[] = {0, 1, 2, 0, 2, 1, 3, 3, 0};
-    int32_t *ls = malloc(((slot + 1) * (size_t)n + 1) * 4), *lr = malloc(((slot + 1) * (size_t)n + 1) * 4);
+    int32_t *ls = send_alloc(comm, way, ((slot + 1) * (size_t)n + 1) * 4), *lr = malloc(((slot + 1) * (size_t)n + 1) * 4);
     for (int step = 0; step < (int)(sizeof ladder / sizeof *ladder); step++) {
         /* pair (r, j) sends base - (r + j + 1) % 2 elements (rank 0 to 1: base), the last rank none; 3: small */
         size_t base = ladder[step] == 0 ? slot : ladder[step] == 1 ? slot + 1 : ladder[step] == 2 ? slot - 1 : 7, lsc[8], lsd[8], lrc[8], lrd[8];
@@ -143,7 +189,7 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
         CHECK(st == PDDE_OK && bad == 0, "%s rank %d: boundary step %d (%zu elements a pair): %s, %zu wrong", way, me, step, base,
               pdde_last_error(ctx), bad);
     }
-    free(ls), free(lr);
+    send_free(comm, way, ls), free(lr);
 
     /* a rank's own block, copied while it waits for the others: large (from 256 KiB it bypasses the
      * caches; where the ranks outnumber the cores, from 2 MiB after the table's barrier) and small, odd lengths, the destination off any 16-byte boundary, back to back with the
@@ -151,7 +197,7 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
     static const size_t own[] = {65536 + 3, 1001, 262147, 65536, 7, 0, 524288 + 3};
     static const size_t other[] = {5, 0, 20000, 7, 65536 + 1, 3, 1};
     size_t cap = 524288 + 3 + 8 * (65536 + 1) + 64;
-    int32_t *os = malloc(cap * 4), *orv = malloc(cap * 4);
+    int32_t *os = send_alloc(comm, way, cap * 4), *orv = malloc(cap * 4);
     for (int step = 0; step < (int)(sizeof own / sizeof *own); step++) {
         size_t osc[8], osd[8], orc[8], ord[8], at = 1, rat = 1 + (size_t)step % 4; /* odd starts */
         for (int j = 0; j < n; j++) {
@@ -170,14 +216,14 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
         CHECK(st == PDDE_OK && bad == 0, "%s rank %d: own block step %d (%zu elements, %zu to the others): %s, %zu wrong", way, me, step,
               own[step], other[step], pdde_last_error(ctx), bad);
     }
-    free(os), free(orv);
+    send_free(comm, way, os), free(orv);
 
     /* a large exchange (several hundred KiB a pair) that the last rank joins 0.4 s late: the others
      * wait without keeping a core busy (where the ranks outnumber the cores they sleep at once: a
      * spinning or yielding rank would hold a core the late one, or another rank with work, needs) */
     {
         size_t per = 75000, lc[8], ld[8];
-        int32_t *ws = malloc(per * (size_t)n * 4), *wr = malloc(per * (size_t)n * 4);
+        int32_t *ws = send_alloc(comm, way, per * (size_t)n * 4), *wr = malloc(per * (size_t)n * 4);
         for (int j = 0; j < n; j++) {
             lc[j] = per, ld[j] = (size_t)j * per;
             for (size_t i = 0; i < per; i++) ws[ld[j] + i] = val(me, j, i) ^ 0x55;
@@ -198,7 +244,7 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
         if (me != n - 1)
             CHECK(cpu < 0.04 + 0.1 * (wall - 0.4 > 0 ? wall - 0.4 : 0), "%s rank %d: waiting %.3f s for a late rank took %.3f s of CPU", way,
                   me, wall, cpu);
-        free(ws), free(wr);
+        send_free(comm, way, ws), free(wr);
     }
 
     /* counts that disagree: rank 0 expects one element more from the last rank than it sends. On
@@ -217,7 +263,7 @@ static void rank_main(pdde_context *ctx, pdde_comm *comm, void *arg) {
         st = pdde_comm_allreduce(comm, &one, &sum, 1, PDDE_I32, PDDE_REDUCE_SUM);
         CHECK(st == PDDE_OK && sum == n, "%s rank %d: allreduce after the error: %s, %d", way, me, pdde_last_error(ctx), sum);
     }
-    free(a), free(b);
+    send_free(comm, way, a), free(b);
 }
 
 int main(void) {
@@ -229,11 +275,12 @@ int main(void) {
     if (pdde_store_server_init(ctx, "127.0.0.1:0", &srv)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", pdde_store_server_port(srv));
-    static const char *ways[] = {"cma", "chunks", "ucx", "refused"};
-    for (int w = 0; w < 4; w++)
+    static const char *ways[] = {"cma", "chunks", "ucx", "refused", "registered", "mixed", "reg_nocma", "reg_refused", "reg_nocma_refused", "reg_off"};
+    for (int w = 0; w < (int)(sizeof ways / sizeof *ways); w++)
         for (int n = 2; n <= 3; n++) {
-            if (w == 1) setenv("PDDE_COMM_CMA", "0", 1);
+            if (w == 1 || !strncmp(ways[w], "reg_nocma", 9)) setenv("PDDE_COMM_CMA", "0", 1);
             if (w == 2) setenv("PDDE_COMM_SHM", "0", 1);
+            if (!strcmp(ways[w], "reg_off")) setenv("PDDE_COMM_REGISTER", "0", 1);
             char prefix[64];
             snprintf(prefix, sizeof prefix, "a2a_%s_%d", ways[w], n);
             test_ranks_params tp = {.addr = addr, .prefix = prefix, .timeout_s = 30, .peer_timeout_s = 5, .server = srv};
@@ -243,7 +290,7 @@ int main(void) {
             test_run_ranks(n, &tp, rank_main, &aa, 60);
             printf("%d ranks, %-6s %s (%.1f s)\n", n, ways[w], test_failed == before ? "ok" : "FAILED", test_now() - t0);
             fflush(stdout);
-            unsetenv("PDDE_COMM_CMA"), unsetenv("PDDE_COMM_SHM");
+            unsetenv("PDDE_COMM_CMA"), unsetenv("PDDE_COMM_SHM"), unsetenv("PDDE_COMM_REGISTER");
         }
     pdde_store_server_free(srv);
     pdde_context_free(ctx);

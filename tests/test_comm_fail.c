@@ -1,5 +1,6 @@
 /* test_comm_fail.c — the store API and its timeouts, launcher environments, and failures: a rank
- * SIGKILLed mid-allreduce (every other rank errors within 2 s), abort, operation timeouts, and
+ * SIGKILLed mid-allreduce or mid-collective on shared memory (an all-to-all whose send buffers are
+ * registered, read through the peers' mappings, too: every other rank errors within 2 s), abort, operation timeouts, and
  * pdde-run stopping a failed job with a message that names the rank. */
 #define _GNU_SOURCE
 #include "pdde.h"
@@ -144,7 +145,7 @@ static void *killer(void *arg) {
     return NULL;
 }
 
-static const char *const COLLECTIVE_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall"};
+static const char *const COLLECTIVE_NAMES[] = {"allreduce", "reduce_scatter", "allgather", "broadcast", "alltoall", "alltoall_registered"};
 
 /* arg: {victim rank, elements per rank, signal, collective (index in COLLECTIVE_NAMES)}; small
  * allreduces take the blocking fast path. A SIGKILL closes the rank's connections (its store
@@ -153,7 +154,10 @@ static const char *const COLLECTIVE_NAMES[] = {"allreduce", "reduce_scatter", "a
 static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
     int victim = ((int *)arg)[0], me = pdde_comm_rank(comm), coll = ((int *)arg)[3], size = pdde_comm_size(comm);
     size_t n = (size_t)((int *)arg)[1];
-    float *buf = calloc(n * (size_t)size, sizeof *buf), *out = calloc(n * (size_t)size, sizeof *out);
+    void *reg = NULL; /* alltoall_registered: the send buffer from pdde_comm_buffer_alloc (the others read it through a mapping) */
+    if (coll == 5 && pdde_comm_buffer_alloc(comm, n * (size_t)size * sizeof(float), &reg)) CHECK(0, "rank %d: pdde_comm_buffer_alloc: %s", me, pdde_last_error(ctx));
+    float *buf = coll == 5 ? reg : calloc(n * (size_t)size, sizeof *buf), *out = calloc(n * (size_t)size, sizeof *out);
+    const char *algo = "";
     if (me == victim) {
         pthread_t t;
         pthread_create(&t, NULL, killer, (int *)arg + 2);
@@ -169,10 +173,13 @@ static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
         case 3: st = pdde_comm_broadcast(comm, buf, n, PDDE_F32, size - 1); break;
         default: st = pdde_comm_alltoall(comm, buf, out, n, PDDE_F32); break;
         }
+        if (!st) algo = pdde_comm_last_algo(comm);
         iters++;
     }
     double t_err = test_now();
-    free(buf), free(out);
+    if (coll == 5) pdde_comm_buffer_free(buf);
+    else free(buf);
+    free(out);
     /* the documented bound (pdde.h, README): PDDE_ERR_PEER_LOST on every rank within peer_timeout_s
      * (the operation timeout is 60 s: a TIMEOUT here would be detection failing) */
     const char *how = ((int *)arg)[2] == SIGKILL ? "SIGKILL" : "SIGSTOP", *path = getenv("PDDE_COMM_SHM") ? "UCX" : "shared memory";
@@ -185,6 +192,8 @@ static void kill_rank(pdde_context *ctx, pdde_comm *comm, void *arg) {
           me, how, path, t_err - g_shared[0], iters, COLLECTIVE_NAMES[coll], 2 * PEER_TIMEOUT);
     CHECK(coll == 0 || !strcmp(pdde_comm_last_algo(comm), "shm"), "rank %d: the %s took %s, not shared memory", me,
           COLLECTIVE_NAMES[coll], pdde_comm_last_algo(comm));
+    CHECK(coll != 5 || !strcmp(algo, "shm_registered"), "rank %d: the %s before the signal took %s, not shm_registered", me,
+          COLLECTIVE_NAMES[coll], algo);
     CHECK(pdde_comm_barrier(comm) != PDDE_OK, "rank %d: later operations fail too", me);
     if (g_shared[1] > 0) kill((pid_t)g_shared[1], SIGKILL);
     printf("rank %d of %d, %s over %s, %s of %zu floats: %s %.3f s after the signal\n", me, size, how, path,
@@ -382,7 +391,7 @@ int main(int argc, char **argv) {
             }
     /* the other collectives on shared memory: 3 ranks, the middle one killed or frozen, 1 MiB per rank
      * (several chunks) */
-    for (int coll = 1; coll < 5; coll++)
+    for (int coll = 1; coll < 6; coll++)
         for (int sig = 0; sig < 2; sig++) {
             int arg[4] = {1, 1 << 18, sig ? SIGSTOP : SIGKILL, coll};
             char prefix[64];

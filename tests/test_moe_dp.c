@@ -20,7 +20,9 @@
  * fewer than the padded buffers' otherwise). AdamW without clipping and with eps 1e-3, so a gradient scaled by the rank
  * count would show. Every step's loss within TOL_LOSS relative and every parameter and optimizer state
  * after the last step (gathered through a checkpoint) within TOL_PARAM; the loss must fall; each
- * rank's memory after the steps is what lowering predicts for it (pdde_predict_memory). */
+ * rank's memory after the steps is what lowering predicts for it (pdde_predict_memory); the expert
+ * exchange's buffer is registered (pdde_comm_buffer_alloc: one memfd of this process while the session
+ * lives, none after). */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "examples/gpt.h"
@@ -39,7 +41,7 @@ static const pdde_store_server *g_server;
 static char tmp_prefix[128];
 
 typedef struct { const char *name; int zero; float capacity; int skewed, ep, ranks, tp, groups, pp; float bias_rate; } moe_config;
-typedef struct { float losses[STEPS]; int64_t dense_param, expert_param, expert_state, expert0_tokens, routed, local_experts, local_hidden, dense_state, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
+typedef struct { float losses[STEPS]; int64_t dense_param, expert_param, expert_state, expert0_tokens, routed, local_experts, local_hidden, dense_state, allocated, predicted, transfer, predicted_transfer, exchanged, padded; int alltoalls, exchanges, registered, registered_after, grad_split, grad_partial, grad_scatters, ok; char error[256]; } run_result;
 
 static gpt_config config_of(const moe_config *mc) {
     gpt_config c = {.vocab = 64, .ctx = 16, .layers = 2, .heads = 2, .width = 32, .batch = 8, .moe_experts = 4, .moe_topk = mc->skewed ? 1 : 2,
@@ -49,6 +51,19 @@ static gpt_config config_of(const moe_config *mc) {
 
 static void global_batch(int step, int32_t *x, int32_t *y) {
     for (int i = 0; i < 8 * 16; i++) x[i] = (i * 7 + step * 13 + i / 5) % 64, y[i] = (i * 3 + step * 5 + 1) % 64;
+}
+
+/* This process's registered buffers (pdde_comm_buffer_alloc): its descriptors that are memfds named so. */
+static int registered_buffers(void) {
+    int k = 0;
+    for (int fd = 0; fd < 1024; fd++) {
+        char path[64], link[128];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        ssize_t len = readlink(path, link, sizeof link - 1);
+        link[len > 0 ? len : 0] = 0;
+        k += strstr(link, "memfd:pdde-buf-") != NULL;
+    }
+    return k;
 }
 
 #define FAIL_WITH(...) do { snprintf(out->error, sizeof out->error, __VA_ARGS__); goto done; } while (0)
@@ -76,6 +91,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         if (pdde_session_write_global(s, pdde_graph_find(g, name), bias[l], sizeof bias[l])) FAIL_WITH("bias: %s", pdde_last_error(ctx));
     }
     for (int i = 0; i < pdde_session_node_count(s); i++) out->alltoalls += pdde_session_node(s, i)->op == PDDE_OP_ALLTOALL;
+    for (int i = 0; i < pdde_session_node_count(s); i++) out->exchanges += pdde_session_node(s, i)->op == PDDE_OP_ALLTOALL && pdde_session_node(s, i)->nsrc > 1;
     const pdde_tensor *w1 = pdde_session_tensor(s, pdde_graph_find(g, "h0.moe.w1"));
     out->local_experts = w1 ? w1->shape[0] : -1, out->local_hidden = w1 ? w1->shape[2] : -1;
     const pdde_tensor *state = pdde_session_tensor(s, pdde_graph_find(g, "h0.attn.w.adam_m")); /* (a dense weight's AdamW state) */
@@ -103,6 +119,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
         for (int e = 0; e < 4; e++) out->routed += counts[e];
     }
     out->exchanged = pdde_session_exchanged_rows(s); /* (the last step's) */
+    out->registered = registered_buffers();
     for (int i = 0; i < pdde_session_node_count(s); i++) { /* what the padded [E, S, C] exchanges would send to other ranks */
         const pdde_tensor *t = pdde_session_node(s, i);
         int ep = mc->ranks / (mc->groups > 1 ? mc->groups : 1) / (mc->pp > 1 ? mc->pp : 1) / mc->tp; /* (the ranks of an exchange) */
@@ -124,6 +141,7 @@ static void train(pdde_context *ctx, pdde_comm *comm, const moe_config *mc, run_
 done:
     pdde_session_free(s);
     pdde_graph_free(g);
+    out->registered_after = registered_buffers();
 }
 
 static void train_rank(pdde_context *ctx, pdde_comm *comm, void *arg) { train(ctx, comm, arg, test_rank_result); }
@@ -200,6 +218,11 @@ int main(int argc, char **argv) {
         unsetenv("PDDE_COMM_A2A_HIER");
         for (int r = 0; r < mc->ranks; r++) {
             CHECK(res[r].ok, "%s rank %d failed: %s", mc->name, r, res[r].error);
+            /* the expert exchange's buffer is registered (its peers here copy their rows straight out of
+             * it), and returned with the session */
+            CHECK((res[r].exchanges == 0 || res[r].registered == 1) && res[r].registered_after == 0,
+                  "%s rank %d: %d expert exchanges, %d registered buffers during the steps (want 1), %d after the session", mc->name, r,
+                  res[r].exchanges, res[r].registered, res[r].registered_after);
             CHECK(res[r].allocated == res[r].predicted && res[r].allocated > 0, "%s rank %d: %lld bytes allocated, lowering predicts %lld", mc->name, r,
                   (long long)res[r].allocated, (long long)res[r].predicted);
             /* (host buffers too: the expert exchange's, whatever the routing, where it has one) */

@@ -1,7 +1,7 @@
 /* bench_moe — Mixture-of-Experts on this machine.
  *
  *   bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES]   (what `make bench-moe` runs)
- *   bench_moe --worker MIN MAX                             (one rank of the all-to-all part, under pdde-run)
+ *   bench_moe --worker MIN MAX [registered]                (one rank of the all-to-all part, under pdde-run)
  *   bench_moe --alltoall-only [--build DIR] [--min BYTES] [--max BYTES]   (part 2 alone; RESULT moe_alltoall ...)
  *   bench_moe --layer-only [--reps N]                      (part 1 alone, E = 8, f32 and bf16; RESULT moe_layer ...)
  *
@@ -14,10 +14,14 @@
  * 2. pdde_comm_alltoallv (equal counts, the shape of a balanced token exchange) against Open MPI's
  *    MPI_Alltoallv (tools/bench/mpi_alltoallv.c, the same sizes and timing) on 2 and 4 ranks, each
  *    size the bytes one rank sends (4 KiB, 16 KiB, ... 16 MiB: powers of 4), each size's latency the
- *    median of 7 repeats within a run, then the median over 5 runs of each side in alternating rounds:
- *    alltoall_vs_mpi = the geometric mean over the sizes of pdde's bandwidth / MPI's on 2 ranks,
- *    alltoall_vs_mpi_4 the same on 4 ranks (every size's ratio printed). Both bound alike: mpirun's default
- *    (2 ranks: a core each, pdde-run --bind cores; more: the whole socket, pdde-run unbound).
+ *    median of 7 repeats within a run, then the median over 5 runs of each side in alternating rounds.
+ *    Every side fills its send buffer before it starts (real data: an untouched buffer is read from the
+ *    kernel's one zero page). pdde runs twice: its send buffer plain malloc'ed memory (what any user
+ *    buffer gets) and from pdde_comm_buffer_alloc (registered: what training's expert exchange uses).
+ *    alltoall_vs_mpi = the geometric mean over the sizes of pdde's bandwidth / MPI's on 2 ranks with the
+ *    plain buffer, alltoall_registered_vs_mpi the same with the registered one, *_4 the same on 4 ranks
+ *    (every size's ratios printed). All bound alike: mpirun's default (2 ranks: a core each, pdde-run
+ *    --bind cores; more: the whole socket, pdde-run unbound).
  * 3. The cost model: the MoE layer's forward and backward for 4, 8, 16 and 32 experts predicted from
  *    calibrations of this machine (pdde-bench --quick --budget 0.1; three, each followed by a third of
  *    the rounds, so that a load that changes meanwhile is in the calibration as in the rounds it is
@@ -35,7 +39,8 @@
  *    the model's parts (exchange, expert GEMMs, their buffers, expert gradients) against one traced
  *    run's (rank 0's spans; the exchange's include its waits, the gradients' are all collectives).
  *
- * Last line: RESULT moe layer_vs_dense=.. layer_vs_dense_bf16=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. pick_gap_pct_4=.. */
+ * Last line: RESULT moe layer_vs_dense=.. layer_vs_dense_bf16=.. alltoall_vs_mpi=.. alltoall_vs_mpi_4=..
+ * alltoall_registered_vs_mpi=.. alltoall_registered_vs_mpi_4=.. pick_gap_pct=.. cost_mape=.. pick_gap_pct_4=.. */
 #define _GNU_SOURCE
 #include "pdde.h"
 #include "bench_common.h"
@@ -112,13 +117,16 @@ static void layer_close(layer_run *r) { pdde_session_free(r->s), pdde_graph_free
 
 /* ---- the all-to-all ---- */
 
-static int worker(size_t min, size_t max) {
+static int worker(size_t min, size_t max, int registered) {
     pdde_context *ctx;
     pdde_context_init(NULL, &ctx);
     pdde_comm *c;
     if (pdde_comm_init(ctx, NULL, &c)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
     int n = pdde_comm_size(c), rc = 0;
-    float *send = calloc(max / 4 + (size_t)n, 4), *recv = calloc(max / 4 + (size_t)n, 4);
+    void *sp = NULL;
+    if (registered && pdde_comm_buffer_alloc(c, (max / 4 + (size_t)n) * 4, &sp)) { fprintf(stderr, "%s\n", pdde_last_error(ctx)); return 1; }
+    float *send = registered ? sp : calloc(max / 4 + (size_t)n, 4), *recv = calloc(max / 4 + (size_t)n, 4);
+    for (size_t i = 0; i < max / 4 + (size_t)n; i++) send[i] = (float)(i % 1000), recv[i] = 0; /* real pages, not the zero page */
     size_t *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
     for (size_t bytes = 64; bytes <= max && !rc; bytes = bench_next_size(bytes)) {
         if (bytes < min) continue;
@@ -137,7 +145,9 @@ static int worker(size_t min, size_t max) {
         else if (pdde_comm_rank(c) == 0) printf("RES %zu %.9g\n", bytes, bench_median(t, reps));
         fflush(stdout);
     }
-    free(send), free(recv), free(counts), free(displs);
+    if (registered) pdde_comm_buffer_free(send);
+    else free(send);
+    free(recv), free(counts), free(displs);
     pdde_comm_free(c);
     pdde_context_free(ctx);
     return rc ? 1 : 0;
@@ -161,47 +171,61 @@ static int collect(const char *cmd, size_t *sizes, double *lat) {
     return n;
 }
 
-/* 2. the all-to-all: pdde and MPI in alternating rounds (load from elsewhere hits both), each
- * size's latency the median over the rounds of each run's median; the ratio the geometric mean
- * over the sizes both measured (vs_mpi: 2 ranks, 4 ranks) */
-static void alltoall_sweep(const char *build, size_t min, size_t max, double vs_mpi[2]) {
+/* 2. the all-to-all: pdde (plain send buffer, registered send buffer) and MPI in alternating rounds
+ * (load from elsewhere hits them alike), each size's latency the median over the rounds of each run's
+ * median; a ratio the geometric mean over the sizes both measured. vs_mpi: [0] plain 2 ranks, [1] plain
+ * 4 ranks, [2] registered 2 ranks, [3] registered 4 ranks. */
+static void alltoall_sweep(const char *build, size_t min, size_t max, double vs_mpi[4]) {
 #define A2A_ROUNDS 5
-    vs_mpi[0] = vs_mpi[1] = NAN;
+    enum { PLAIN, REG, MPI, SIDES };
+    vs_mpi[0] = vs_mpi[1] = vs_mpi[2] = vs_mpi[3] = NAN;
     char cmd[2048];
     for (int n = 2; n <= 4; n += 2) {
-        size_t s1[MAXS], s2[MAXS];
-        double l1[A2A_ROUNDS][MAXS], l2[A2A_ROUNDS][MAXS], m1[MAXS], m2[MAXS], t[A2A_ROUNDS];
-        int n1 = MAXS, n2 = MAXS, r1 = 0, r2 = 0, bind = n <= 2 && n <= sysconf(_SC_NPROCESSORS_ONLN);
-        for (int round = 0; round < A2A_ROUNDS; round++) {
-            size_t sz[MAXS];
-            /* bound as mpirun binds by default: up to 2 ranks one core each, beyond that the whole socket */
-            snprintf(cmd, sizeof cmd, "%s%s/pdde-run -n %d %s %s/bench_moe --worker %zu %zu 2>&1", bind ? "PDDE_NUM_THREADS=1 " : "", build, n,
-                     bind ? "--bind cores" : "", build, min, max);
-            int k = collect(cmd, sz, l1[r1]);
-            if (k > 0) { memcpy(s1, sz, sizeof sz); n1 = k < n1 ? k : n1; r1++; }
-            snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_alltoallv %zu %zu 2>&1", n, build, min, max);
-            k = collect(cmd, sz, l2[r2]);
-            if (k > 0) { memcpy(s2, sz, sizeof sz); n2 = k < n2 ? k : n2; r2++; }
+        size_t sizes[SIDES][MAXS];
+        double lat[SIDES][A2A_ROUNDS][MAXS], med[SIDES][MAXS], t[A2A_ROUNDS];
+        int got[SIDES] = {MAXS, MAXS, MAXS}, rounds[SIDES] = {0}, bind = n <= 2 && n <= sysconf(_SC_NPROCESSORS_ONLN);
+        for (int round = 0; round < A2A_ROUNDS; round++)
+            for (int side = 0; side < SIDES; side++) {
+                size_t sz[MAXS];
+                /* bound as mpirun binds by default: up to 2 ranks one core each, beyond that the whole socket */
+                if (side == MPI)
+                    snprintf(cmd, sizeof cmd, "mpirun --allow-run-as-root --oversubscribe -np %d %s/mpi_alltoallv %zu %zu 2>&1", n, build, min, max);
+                else
+                    snprintf(cmd, sizeof cmd, "%s%s/pdde-run -n %d %s %s/bench_moe --worker %zu %zu %s 2>&1", bind ? "PDDE_NUM_THREADS=1 " : "",
+                             build, n, bind ? "--bind cores" : "", build, min, max, side == REG ? "registered" : "");
+                int k = collect(cmd, sz, lat[side][rounds[side]]);
+                if (k > 0) { memcpy(sizes[side], sz, sizeof sz); got[side] = k < got[side] ? k : got[side]; rounds[side]++; }
+            }
+        for (int side = 0; side < SIDES; side++) {
+            if (!rounds[side]) got[side] = 0;
+            for (int i = 0; i < got[side]; i++) {
+                for (int r = 0; r < rounds[side]; r++) t[r] = lat[side][r][i];
+                med[side][i] = bench_median(t, rounds[side]);
+            }
         }
-        if (!r1) n1 = 0;
-        if (!r2) n2 = 0;
-        for (int i = 0; i < n1; i++) { for (int r = 0; r < r1; r++) t[r] = l1[r][i]; m1[i] = bench_median(t, r1); }
-        for (int i = 0; i < n2; i++) { for (int r = 0; r < r2; r++) t[r] = l2[r][i]; m2[i] = bench_median(t, r2); }
         printf("alltoallv f32, equal counts, %d ranks (one host, %ld cores, %s), medians of %d alternating runs each: bytes a rank sends, "
-               "bandwidth = bytes x (n-1)/n / time\n", n, sysconf(_SC_NPROCESSORS_ONLN), bind ? "a core each" : "unbound", A2A_ROUNDS);
-        printf("%12s %12s %12s %12s %12s %8s\n", "bytes", "pdde us", "mpi us", "pdde GB/s", "mpi GB/s", "ratio");
-        double logsum = 0;
-        int nlog = 0;
-        for (int i = 0; i < n1; i++) {
-            double lm = 0;
-            for (int j = 0; j < n2; j++)
-                if (s2[j] == s1[i]) lm = m2[j];
-            double f = (double)(n - 1) / n, bp = s1[i] * f / m1[i] / 1e9, bm = lm > 0 ? s1[i] * f / lm / 1e9 : 0;
-            printf("%12zu %12.2f %12.2f %12.3f %12.3f %8.2f\n", s1[i], m1[i] * 1e6, lm * 1e6, bp, bm, bm > 0 ? bp / bm : 0);
-            if (bm > 0 && bp > 0) logsum += log(bp / bm), nlog++;
+               "bandwidth = bytes x (n-1)/n / time; pdde's send buffer plain (malloc) or registered (pdde_comm_buffer_alloc)\n", n,
+               sysconf(_SC_NPROCESSORS_ONLN), bind ? "a core each" : "unbound", A2A_ROUNDS);
+        printf("%10s %10s %10s %10s %10s %10s %10s %8s %8s\n", "bytes", "plain us", "reg us", "mpi us", "plain GB/s", "reg GB/s", "mpi GB/s",
+               "plain/mpi", "reg/mpi");
+        double logsum[2] = {0, 0};
+        int nlog[2] = {0, 0};
+        for (int i = 0; i < got[PLAIN]; i++) {
+            double lr = 0, lm = 0, f = (double)(n - 1) / n, b[SIDES];
+            for (int j = 0; j < got[REG]; j++)
+                if (sizes[REG][j] == sizes[PLAIN][i]) lr = med[REG][j];
+            for (int j = 0; j < got[MPI]; j++)
+                if (sizes[MPI][j] == sizes[PLAIN][i]) lm = med[MPI][j];
+            b[PLAIN] = sizes[PLAIN][i] * f / med[PLAIN][i] / 1e9, b[REG] = lr > 0 ? sizes[PLAIN][i] * f / lr / 1e9 : 0;
+            b[MPI] = lm > 0 ? sizes[PLAIN][i] * f / lm / 1e9 : 0;
+            printf("%10zu %10.2f %10.2f %10.2f %10.3f %10.3f %10.3f %8.2f %8.2f\n", sizes[PLAIN][i], med[PLAIN][i] * 1e6, lr * 1e6, lm * 1e6,
+                   b[PLAIN], b[REG], b[MPI], b[MPI] > 0 ? b[PLAIN] / b[MPI] : 0, b[MPI] > 0 ? b[REG] / b[MPI] : 0);
+            for (int k = 0; k < 2; k++)
+                if (b[MPI] > 0 && b[k] > 0) logsum[k] += log(b[k] / b[MPI]), nlog[k]++;
         }
-        if (nlog) vs_mpi[n / 2 - 1] = exp(logsum / nlog);
-        printf("  geometric mean of the ratios over %d sizes: %.3f\n", nlog, vs_mpi[n / 2 - 1]);
+        for (int k = 0; k < 2; k++)
+            if (nlog[k]) vs_mpi[2 * k + n / 2 - 1] = exp(logsum[k] / nlog[k]);
+        printf("  geometric means of the ratios over %d sizes: plain %.3f, registered %.3f\n", nlog[0], vs_mpi[n / 2 - 1], vs_mpi[2 + n / 2 - 1]);
         fflush(stdout);
     }
 }
@@ -237,7 +261,8 @@ int main(int argc, char **argv) {
     int reps = 15, ep_rounds = 7, a2a_only = 0, layer_only = 0;
     size_t max = (size_t)16 << 20, min = (size_t)4 << 10;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--worker") && i + 2 < argc) return worker(strtoull(argv[i + 1], NULL, 10), strtoull(argv[i + 2], NULL, 10));
+        if (!strcmp(argv[i], "--worker") && i + 2 < argc)
+            return worker(strtoull(argv[i + 1], NULL, 10), strtoull(argv[i + 2], NULL, 10), i + 3 < argc && !strcmp(argv[i + 3], "registered"));
         if (!strcmp(argv[i], "--build") && i + 1 < argc) build = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--max") && i + 1 < argc) max = strtoull(argv[++i], NULL, 10);
@@ -245,12 +270,13 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--ep-rounds") && i + 1 < argc) ep_rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--alltoall-only")) a2a_only = 1;
         else if (!strcmp(argv[i], "--layer-only")) layer_only = 1;
-        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES] [--alltoall-only | --layer-only] | --worker MIN MAX\n"); return 2; }
+        else { fprintf(stderr, "usage: bench_moe [--build DIR] [--reps N] [--ep-rounds N] [--min BYTES] [--max BYTES] [--alltoall-only | --layer-only] | --worker MIN MAX [registered]\n"); return 2; }
     }
     if (a2a_only) { /* part 2 alone */
-        double v[2];
+        double v[4];
         alltoall_sweep(build, min, max, v);
-        printf("RESULT moe_alltoall alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f\n", v[0], v[1]);
+        printf("RESULT moe_alltoall alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f alltoall_registered_vs_mpi=%.3f alltoall_registered_vs_mpi_4=%.3f\n",
+               v[0], v[1], v[2], v[3]);
         return 0;
     }
     if (reps < 6) reps = 6; /* (at least 2 rounds a calibration) */
@@ -348,7 +374,7 @@ int main(int argc, char **argv) {
     for (int e = 0; e < NE; e++) layer_close(&moe[e]);
 
     /* 2. the all-to-all */
-    double vs_mpi[2];
+    double vs_mpi[4];
     alltoall_sweep(build, min, max, vs_mpi);
     /* 4. the ep pick: 2 ranks (ep 1, 2), 4 ranks (ep 1, 2 in groups, 4), alternating rounds */
     static const struct { int ranks, ep; const char *args; } cfg[] = {
@@ -448,8 +474,9 @@ int main(int argc, char **argv) {
         gap4 = g;
         if (n == 2) gap = g;
     }
-    printf("RESULT moe layer_vs_dense=%.3f layer_vs_dense_bf16=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f pick_gap_pct=%.1f cost_mape=%.1f "
-           "pick_gap_pct_4=%.1f\n", layer_vs_dense, layer_vs_dense_bf16, vs_mpi[0], vs_mpi[1], gap, mape, gap4);
+    printf("RESULT moe layer_vs_dense=%.3f layer_vs_dense_bf16=%.3f alltoall_vs_mpi=%.3f alltoall_vs_mpi_4=%.3f alltoall_registered_vs_mpi=%.3f "
+           "alltoall_registered_vs_mpi_4=%.3f pick_gap_pct=%.1f cost_mape=%.1f pick_gap_pct_4=%.1f\n",
+           layer_vs_dense, layer_vs_dense_bf16, vs_mpi[0], vs_mpi[1], vs_mpi[2], vs_mpi[3], gap, mape, gap4);
     pdde_context_free(ctx);
     return 0;
 }

@@ -1,6 +1,6 @@
 /* mpi_alltoallv.c — the Open MPI side of bench_moe's all-to-all: the same sizes (the bytes one rank
  * sends, in equal parts to every rank) and timing method as its pdde worker (barrier before each
- * sample, median of repeats on rank 0). Built with mpicc by `make bench-moe`, not by the library
+ * sample, median of repeats on rank 0; the buffers filled first). Built with mpicc by `make bench-moe`, not by the library
  * build. Usage: mpi_alltoallv [MIN MAX] (bytes). Prints "RES <bytes> <seconds per op>". */
 #include <mpi.h>
 #include <stdio.h>
@@ -13,6 +13,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     size_t min = argc > 2 ? strtoull(argv[1], NULL, 10) : 64, max = argc > 2 ? strtoull(argv[2], NULL, 10) : (size_t)16 << 20;
     float *send = calloc(max / 4 + (size_t)n, 4), *recv = calloc(max / 4 + (size_t)n, 4);
+    for (size_t i = 0; i < max / 4 + (size_t)n; i++) send[i] = (float)(i % 1000), recv[i] = 0; /* real pages, not the zero page */
     int *counts = calloc((size_t)n, sizeof *counts), *displs = calloc((size_t)n, sizeof *displs);
     for (size_t bytes = 64; bytes <= max; bytes = bench_next_size(bytes)) {
         if (bytes < min) continue;
