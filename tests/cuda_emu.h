@@ -4,7 +4,7 @@
  * order of threads (a read missing its barrier sees the write late); blocks run one after another over
  * the grid (emu_launch). The CUDA keywords and built-in variables are macros over it. Define
  * EMU_MAX_THREADS (threads a block at most) and EMU_STACK (bytes a thread) before including it, once,
- * after <stdlib.h> and <ucontext.h>. */
+ * after <math.h>, <stdlib.h>, <string.h> and <ucontext.h>. */
 #ifndef PDDE_CUDA_EMU_H
 #define PDDE_CUDA_EMU_H
 
@@ -60,5 +60,29 @@ static emu_dim emu_thread() { return emu_dim{(unsigned)emu_cur, 0, 0}; }
 #define gridDim emu_grid
 #define blockDim emu_bdim
 #define __syncthreads() emu_yield()
+
+/* the bit casts CUDA has as intrinsics */
+static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned)h << 16); }
+
+/* cuda_kernels.cu's block reductions (warp shuffles there): the threads' values combined, the result to every thread */
+static float emu_part[EMU_MAX_THREADS];
+static inline float block_sum(float v) {
+    emu_part[emu_cur] = v;
+    emu_yield();
+    float s = 0.0f;
+    for (unsigned t = 0; t < blockDim.x; t++) s += emu_part[t];
+    emu_yield();
+    return s;
+}
+static inline float block_max(float v) {
+    emu_part[emu_cur] = v;
+    emu_yield();
+    float m = -INFINITY;
+    for (unsigned t = 0; t < blockDim.x; t++) m = fmaxf(m, emu_part[t]);
+    emu_yield();
+    return m;
+}
 
 #endif

@@ -31,47 +31,8 @@ struct __attribute__((may_alias)) float4 { float x, y, z, w; };
 static uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 static uint2 make_uint2(unsigned x, unsigned y) { return uint2{x, y}; }
 static float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-static float u2f(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static unsigned f2u(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 
-/* cuda_kernels.cu's conversions (round to nearest even) */
-static unsigned short f32_to_f16(float f) {
-    unsigned int u = f2u(f);
-    unsigned int sign = (u >> 16) & 0x8000u, absu = u & 0x7fffffffu;
-    if (absu > 0x7f800000u) return (unsigned short)(sign | 0x7e00u);
-    if (absu >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
-    if (absu < 0x38800000u) {
-        if (absu < 0x33000000u) return (unsigned short)sign;
-        unsigned int mant = (absu & 0x7fffffu) | 0x800000u;
-        int shift = 126 - (int)(absu >> 23);
-        unsigned int half = mant >> shift, rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
-        if (rem > mid || (rem == mid && (half & 1))) half++;
-        return (unsigned short)(sign | half);
-    }
-    unsigned int h = ((absu >> 13) - (112u << 10)), rem = absu & 0x1fffu;
-    if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
-    return (unsigned short)(sign | h);
-}
-static float f16_to_f32(unsigned short h) {
-    unsigned int sign = (unsigned int)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, u;
-    if (e == 0) {
-        if (m == 0) u = sign;
-        else {
-            e = 113;
-            while (!(m & 0x400u)) { m <<= 1; e--; }
-            u = sign | (e << 23) | ((m & 0x3ffu) << 13);
-        }
-    } else if (e == 31) u = sign | 0x7f800000u | (m << 13);
-    else u = sign | ((e + 112) << 23) | (m << 13);
-    return u2f(u);
-}
-static unsigned short f32_to_bf16(float f) {
-    unsigned int u = f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
-static float bf16_to_f32(unsigned short h) { return u2f((unsigned)h << 16); }
+#include "../backends/cuda_convert.cuh"
 static void store_out(void *y, long long i, float v, int ydt) {
     if (ydt == 2) ((unsigned short *)y)[i] = f32_to_bf16(v);
     else if (ydt == 1) ((unsigned short *)y)[i] = f32_to_f16(v);
@@ -80,25 +41,6 @@ static void store_out(void *y, long long i, float v, int ydt) {
 struct ld_f32 { typedef float T; static float get(const float *p, long long i) { return p[i]; } };
 struct ld_bf16 { typedef unsigned short T; static float get(const unsigned short *p, long long i) { return bf16_to_f32(p[i]); } };
 struct ld_f16 { typedef unsigned short T; static float get(const unsigned short *p, long long i) { return f16_to_f32(p[i]); } };
-
-/* the block reductions: every thread gets the result */
-static float emu_part[EMU_MAX_THREADS];
-static float block_sum(float v) {
-    emu_part[emu_cur] = v;
-    emu_yield();
-    float s = 0.0f;
-    for (unsigned t = 0; t < blockDim.x; t++) s += emu_part[t];
-    emu_yield();
-    return s;
-}
-static float block_max(float v) {
-    emu_part[emu_cur] = v;
-    emu_yield();
-    float m = -INFINITY;
-    for (unsigned t = 0; t < blockDim.x; t++) m = fmaxf(m, emu_part[t]);
-    emu_yield();
-    return m;
-}
 
 /* the optimizers' helpers, as cuda_kernels.cu has them */
 enum { DT_F32 = 0, DT_F16, DT_BF16 };

@@ -25,31 +25,7 @@
 #include "cuda_emu.h"
 #define GRID_STRIDE(i, n) \
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (long long)gridDim.x * blockDim.x)
-/* cuda_kernels.cu's block_sum: the threads' values summed, the total to every thread */
-static float emu_part[EMU_MAX_THREADS];
-static float block_sum(float v) {
-    emu_part[emu_cur] = v;
-    emu_yield();
-    float s = 0.0f;
-    for (unsigned t = 0; t < blockDim.x; t++) s += emu_part[t];
-    emu_yield();
-    return s;
-}
-
-/* cuda_kernels.cu's f32 -> bf16 (round to nearest even, NaN kept quiet) */
-static unsigned short f32_to_bf16(float f) {
-    unsigned int u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (unsigned short)(u >> 16);
-}
-static float __uint_as_float(unsigned int u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static float bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }
+#include "../backends/cuda_convert.cuh"
 
 #include "../backends/cuda_gemm_tile.cuh"
 #include "../backends/cuda_moe.cuh"
